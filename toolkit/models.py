@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from transformers import (AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer,
+from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM,
+                          AutoModelForSequenceClassification, AutoTokenizer,
                           PreTrainedTokenizerBase)
 
 from toolkit.errors import UserError
@@ -26,7 +27,8 @@ from toolkit.registry import did_you_mean
 FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
 SHARED_TOKENIZER = {"bert": "bert-base-uncased", "roberta": "roberta-base", "gpt2": "gpt2",
                     "bart": "bart-base", "t5": "t5"}
-HEADS: dict[str, Any] = {"sequence-classification": AutoModelForSequenceClassification}
+HEADS: dict[str, Any] = {"sequence-classification": AutoModelForSequenceClassification,
+                         "causal-lm": AutoModelForCausalLM, "seq2seq-lm": AutoModelForSeq2SeqLM}
 HEAD_MODULES = ("classifier", "score", "classification_head", "qa_outputs")
 
 

@@ -1,0 +1,71 @@
+"""Shared test set-up: offline, real data and tokenizers from ../shared, small models built once."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("TOOLKIT_SHARED", ROOT.parent / "shared"))
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOOLKIT_DATA", str(SHARED / "data"))
+os.environ.setdefault("TOOLKIT_TOKENIZERS", str(SHARED / "tokenizers"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# One Hub id per family; --smoke maps each to a small random model with the real tokenizer.
+FAMILY_IDS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "gpt2": "gpt2",
+              "bart": "facebook/bart-base", "t5": "t5-base"}
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _smoke_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Small models are built into a per-session cache (subprocesses inherit it)."""
+    cache = tmp_path_factory.mktemp("toolkit-cache")
+    os.environ["TOOLKIT_CACHE"] = str(cache)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(_smoke_cache: Path):
+    """family -> folder of a 2-layer, width-32 random model of that family with its real tokenizer."""
+    from toolkit import models
+
+    built: dict[str, str] = {}
+
+    def get(family: str) -> str:
+        if family not in built:
+            built[family] = models.smoke_checkpoint(FAMILY_IDS[family])
+        return built[family]
+
+    return get
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture):
+    """Run `toolkit ...` in-process; returns (exit code, stdout, stderr)."""
+    from toolkit.cli import main
+
+    def call(*args: str) -> tuple[int, str, str]:
+        code = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call
+
+
+def write_recipe(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+PYTHON = sys.executable
