@@ -120,7 +120,13 @@ def _quiet() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
+    stray = [e for e in extra if args.command != "run" or e.startswith("-") or "=" not in e]
+    if stray:
+        p.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
     _quiet()
     try:
         return args.func(args)

@@ -170,8 +170,9 @@ def smoke_checkpoint(checkpoint: str) -> str:
         return str(target)
     _ensure_pad(tok)
     config = _tiny_config(family, len(tok), tok)
-    torch.manual_seed(0)
-    model = AutoModel.from_config(config)  # the body only: every task adds its own head
+    with torch.random.fork_rng(devices=[]):  # building the cache must not move the run's RNG
+        torch.manual_seed(0)
+        model = AutoModel.from_config(config)  # the body only: every task adds its own head
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix=f".{tag}-"))
     model.save_pretrained(tmp)

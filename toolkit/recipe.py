@@ -118,6 +118,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if tp is Any:
         return value
     if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
@@ -235,7 +240,7 @@ def check(recipe: Recipe) -> None:
 
     task = tasks.TASKS.get(recipe.task.name, "task.name")(recipe.task)
     if recipe.train.metric is not None:
-        names = task.metric_names(recipe.task)
+        names = task.metric_names()
         if recipe.train.metric not in names:
             raise UserError(f"train.metric: '{recipe.train.metric}' is not a metric of this task"
                             f"{did_you_mean(recipe.train.metric, names)}")

@@ -46,14 +46,15 @@ class Setup:
     evals: dict[str, Any]
     trainable: int
     total: int
+    seed: int = 0  # train.seed: what methods that draw at random (icl demonstrations) use
 
 
 def build(recipe: Recipe) -> Setup:
-    set_seed(recipe.train.seed)
     task = TASKS.get(recipe.task.name, "task.name")(recipe.task)
     raw = task.load()
     checkpoint = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
-    model, tok = models.load(checkpoint, recipe.method.head(task), task.head_kwargs(),
+    set_seed(recipe.train.seed)  # head and adapter initialisation depend on the seed alone
+    model, tok = models.load(checkpoint, recipe.method.head(task, models.family_of(checkpoint)), task.head_kwargs(),
                              recipe.model.attention, recipe.model.dropout)
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=task.peft_task_type, tokenizer=tok,
@@ -65,7 +66,7 @@ def build(recipe: Recipe) -> Setup:
     encode = recipe.method.encoder(task, tok)
     train = encode(raw["train"]) if recipe.method.trains else raw["train"]
     evals = {sfx: encode(ds) for sfx, ds in raw["eval"].items()}
-    return Setup(task, model, tok, train, evals, trainable, total)
+    return Setup(task, model, tok, train, evals, trainable, total, recipe.train.seed)
 
 
 class EpochBatches(Sampler):
@@ -106,7 +107,11 @@ def _loaders(recipe: Recipe, setup: Setup) -> tuple[DataLoader | None, EpochBatc
         return None, None, evals
     lengths = [len(ids) for ids in setup.train["input_ids"]]
     sampler = EpochBatches(lengths, recipe.train.batch_size, recipe.train.seed, recipe.train.group_by_length)
-    return DataLoader(setup.train, batch_sampler=sampler, collate_fn=collate), sampler, evals
+    # Its own generator: a DataLoader draws a base seed from the global RNG at every iter(),
+    # which would shift dropout masks between a resumed and an uninterrupted run.
+    loader = DataLoader(setup.train, batch_sampler=sampler, collate_fn=collate,
+                        generator=torch.Generator().manual_seed(recipe.train.seed))
+    return loader, sampler, evals
 
 
 def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
@@ -136,6 +141,9 @@ class State:
 
 def run(recipe: Recipe, out: Path, resume: bool = False, stop_after: int | None = None) -> dict | None:
     """Build, train, evaluate and save one recipe into `out`; returns metrics (None if stopped)."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state()  # several runs in one process may differ in mixed precision
     accelerator = Accelerator(mixed_precision=recipe.train.mixed_precision,
                               cpu=not torch.cuda.is_available())
     setup = build(recipe)
@@ -307,7 +315,7 @@ def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: St
     import transformers
 
     if evaluate_only:
-        model = acc.prepare(setup.model)
+        model = acc.prepare_model(setup.model, evaluation_mode=True)  # no DDP: nothing trains
         metrics = recipe.method.evaluate(model, setup, acc)
     else:
         unwrapped = acc.unwrap_model(model)
@@ -328,7 +336,7 @@ def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: St
         "trainable_percent": 100.0 * setup.trainable / max(setup.total, 1),
         "train_runtime_s": state.train_time,
         "train_samples_per_second": state.samples / state.train_time if state.train_time else 0.0,
-        "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None else 0,
+        "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,
         "best_step": state.best_step, "peak_memory_mb": _peak_memory_mb(acc.device),
         "recipe_hash": recipe.hash, "seed": recipe.train.seed, "method": recipe.method.name,
         "num_processes": acc.num_processes, "device": str(acc.device), "mixed_precision": recipe.train.mixed_precision,

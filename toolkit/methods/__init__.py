@@ -45,7 +45,7 @@ class Method:
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         raise NotImplementedError
 
-    def head(self, task: Any) -> str:
+    def head(self, task: Any, family: str | None = None) -> str:
         """Which model head to load (toolkit.models.HEADS); in-context methods need the LM head."""
         return task.head
 

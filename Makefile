@@ -1,0 +1,65 @@
+# Everything a user runs. TOOLKIT_DATA defaults to the shared data folder beside the checkout.
+PY          ?= python3
+VENV        ?= .venv
+BIN         := $(VENV)/bin
+TORCH       ?= torch==2.13.0
+export TOOLKIT_DATA ?= $(abspath $(firstword $(wildcard ../shared/data ../data data)))
+export TOOLKIT_TOKENIZERS ?= $(abspath $(firstword $(wildcard ../shared/tokenizers ../tokenizers tokenizers)))
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+RUNS        ?= runs
+RECIPE      ?= recipes/demo/sst2/minilm-lora.yaml
+ARGS        ?=
+NPROC       ?= 1
+MODEL       ?= roberta-base
+METHOD      ?= lora
+GLUE_TASKS  ?= cola sst2 mrpc stsb rte
+SEEDS       ?= 1 2 3
+
+.PHONY: install test demo run glue compare bench validate smoke clean
+
+install:  ## .venv with the package (editable) and its test tools
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[test]"
+
+test:  ## the whole suite, offline, on CPU
+	$(BIN)/pytest -q
+
+demo:  ## LoRA vs full fine-tuning of the real all-MiniLM-L6-v2 on SST-2, one table
+	$(BIN)/toolkit run recipes/demo/sst2/minilm-full.yaml --runs-dir $(RUNS)/demo $(ARGS)
+	$(BIN)/toolkit run recipes/demo/sst2/minilm-lora.yaml --runs-dir $(RUNS)/demo $(ARGS)
+	$(BIN)/toolkit report $(RUNS)/demo
+
+run:  ## make run RECIPE=... ARGS="train.epochs=1" [NPROC=8]
+ifeq ($(NPROC),1)
+	$(BIN)/toolkit run $(RECIPE) $(ARGS)
+else
+	$(BIN)/accelerate launch --num_processes $(NPROC) -m toolkit.cli run $(RECIPE) $(ARGS)
+endif
+
+glue:  ## every GLUE task for MODEL x METHOD, one table
+	@for t in $(GLUE_TASKS); do \
+	  $(BIN)/toolkit run recipes/glue/$$t/$(MODEL)-$(METHOD).yaml --runs-dir $(RUNS)/glue-$(MODEL)-$(METHOD) $(ARGS) || exit $$?; \
+	done
+	$(BIN)/toolkit report $(RUNS)/glue-$(MODEL)-$(METHOD)
+
+compare:  ## every method on the demo setting, SEEDS seeds each, table + plot
+	@for r in recipes/demo/sst2/*.yaml; do for s in $(SEEDS); do \
+	  $(BIN)/toolkit run $$r train.seed=$$s --runs-dir $(RUNS)/compare $(ARGS) || exit $$?; \
+	done; done
+	$(BIN)/toolkit report $(RUNS)/compare
+
+bench:  ## speed and memory tables (see benchmarks/)
+	$(BIN)/python benchmarks/bench.py
+
+validate:  ## every recipe checked without loading weights
+	$(BIN)/toolkit validate
+
+smoke:  ## every recipe end to end on a small random model
+	@for r in $$(find recipes -name '*.yaml' ! -name '_*' | sort); do \
+	  $(BIN)/toolkit run $$r --smoke --runs-dir $(RUNS)/smoke || exit $$?; done
+
+clean:
+	rm -rf $(RUNS) .pytest_cache

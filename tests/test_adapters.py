@@ -1,0 +1,191 @@
+"""Bottleneck adapters: identity at start, only adapters + head train, save/load round trip,
+placement counts, and one-line errors for bad settings; on every family and both configs."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import write_recipe
+from toolkit import models
+from toolkit.errors import UserError
+from toolkit.methods import Context, is_head
+from toolkit.methods.adapters import (CONFIG_FILE, WEIGHTS_FILE, Adapters, Bottleneck, is_adapter,
+                                      load_adapters)
+
+FAMILIES = ["bert", "roberta", "gpt2", "bart", "t5"]
+CASES = [(f, c) for f in FAMILIES for c in ("houlsby", "pfeiffer")]
+TEXTS = ["a gripping, funny film", "dull and far too long", "I loved every minute", "a mess"]
+LABELS = torch.tensor([1, 0, 1, 0])
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Width-32 models gain nothing from threads, and two threads on a busy 2-core machine
+    spin-wait: a step measured 50x slower than on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+_PRISTINE: dict[str, tuple[torch.nn.Module, dict]] = {}
+
+
+def _load(tiny_checkpoint, family: str) -> tuple[torch.nn.Module, dict]:
+    """A fresh copy of the sequence-classification model of `family` (eval mode: no dropout) and a
+    batch; loaded from disk once per family, then deep-copied (loading dominated the run time)."""
+    if family not in _PRISTINE:
+        torch.manual_seed(0)  # the head's random init
+        model, tok = models.load(tiny_checkpoint(family), "sequence-classification", {"num_labels": 2})
+        _PRISTINE[family] = model.eval(), dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    model, batch = _PRISTINE[family]
+    return copy.deepcopy(model), batch
+
+
+def _ctx(model: torch.nn.Module) -> Context:
+    return Context(family=model.config.model_type, head_names=models.head_names(model),
+                   peft_task_type="SEQ_CLS", tokenizer=None)
+
+
+def _logits(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+def _train(model: torch.nn.Module, batch: dict, steps: int = 30) -> list[float]:
+    """A few AdamW steps on one fixed batch. The tiny random BERT/RoBERTa give nearly the same
+    first-token vector for every input, so the adapters need ~30 steps to pull the classes apart."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-2)
+    losses = []
+    for _ in range(steps):
+        loss = model(**batch, labels=LABELS).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("family, config", CASES)
+def test_starts_equal_to_base(tiny_checkpoint, family: str, config: str) -> None:
+    model, batch = _load(tiny_checkpoint, family)
+    before = _logits(model, batch)
+    Adapters(config=config).apply(model, _ctx(model))
+    assert torch.equal(_logits(model, batch), before)
+
+
+@pytest.mark.parametrize("family, config", CASES)
+def test_only_adapters_and_head_train(tiny_checkpoint, family: str, config: str) -> None:
+    model, batch = _load(tiny_checkpoint, family)
+    ctx = _ctx(model)
+    Adapters(config=config).apply(model, ctx)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    losses = _train(model, batch)
+    assert losses[-1] < losses[0]
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    trained = {k for k in before if is_adapter(k) or is_head(k, ctx.head_names)}
+    assert changed <= trained, f"base weights changed: {sorted(changed - trained)[:3]}"
+    up_biases = {k for k in trained if k.endswith(".up.bias")}
+    assert up_biases and up_biases <= changed  # every adapter is wired into the loss
+    assert any(k.endswith(".down.weight") for k in changed)  # and learning passes its bottleneck
+    assert {k for k in trained if is_head(k, ctx.head_names)} <= changed
+
+
+@pytest.mark.parametrize("family, config", CASES)
+def test_save_then_load_gives_same_predictions(tiny_checkpoint, tmp_path: Path, family: str,
+                                               config: str) -> None:
+    model, batch = _load(tiny_checkpoint, family)
+    method = Adapters(config=config)
+    method.apply(model, _ctx(model))
+    _train(model, batch, steps=3)
+    expected = _logits(model, batch)
+    method.save(model, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CONFIG_FILE, WEIGHTS_FILE])
+    heads = models.head_names(model)
+    saved = load_file(str(tmp_path / WEIGHTS_FILE))
+    assert all(is_adapter(k) or is_head(k, heads) for k in saved), "base weights were saved"
+    fresh, _ = _load(tiny_checkpoint, family)
+    assert not torch.equal(_logits(fresh, batch), expected)
+    loaded = load_adapters(fresh, tmp_path)
+    torch.testing.assert_close(_logits(loaded.eval(), batch), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_houlsby_has_twice_the_adapters_of_pfeiffer(tiny_checkpoint, family: str) -> None:
+    counts = {}
+    for config in ("houlsby", "pfeiffer"):
+        model, _ = _load(tiny_checkpoint, family)
+        Adapters(config=config).apply(model, _ctx(model))
+        counts[config] = sum(isinstance(m, Bottleneck) for m in model.modules())
+    stacks = 2 if family in ("bart", "t5") else 1
+    assert counts["pfeiffer"] == 2 * stacks  # 2 layers per stack, one adapter each
+    assert counts["houlsby"] == 2 * counts["pfeiffer"]
+
+
+def test_layers_and_bottleneck_size(tiny_checkpoint) -> None:
+    model, _ = _load(tiny_checkpoint, "bart")
+    Adapters(config="houlsby", layers=[1], bottleneck_size=5).apply(model, _ctx(model))
+    names = [n for n, m in model.named_modules() if isinstance(m, Bottleneck)]
+    assert len(names) == 4 and all(".layers.1." in n for n in names)  # 2 stacks x 2 places
+    assert all(m.down.out_features == 5 for m in model.modules() if isinstance(m, Bottleneck))
+    with pytest.raises(UserError, match=r"method.layers: .* no layer 7"):
+        Adapters(layers=[7]).apply(_load(tiny_checkpoint, "bert")[0], _ctx(model))
+
+
+def test_loading_twice_is_refused(tiny_checkpoint, tmp_path: Path) -> None:
+    model, _ = _load(tiny_checkpoint, "gpt2")
+    method = Adapters(config="pfeiffer")
+    method.apply(model, _ctx(model))
+    method.save(model, tmp_path)
+    with pytest.raises(UserError, match="already"):
+        load_adapters(model, tmp_path)
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("config: foo", ["method.config", "houlsby or pfeiffer", "'foo'"]),
+    ("non_linearity: sigmoid", ["method.non_linearity", "relu"]),
+    ("reduction_factor: 0", ["method.reduction_factor", "minimum 1"]),
+    ("layers: [-1]", ["method.layers"]),
+])
+def test_bad_setting_is_one_clear_line(cli, tmp_path: Path, setting: str, words: list[str]) -> None:
+    path = write_recipe(tmp_path / "bad.yaml", (
+        "model: {checkpoint: bert-base-uncased}\n"
+        "task: {name: glue, subset: sst2}\n"
+        f"method: {{name: adapters, {setting}}}\n"))
+    code, _, err = cli("validate", path)
+    assert code == 2
+    line = err.strip()
+    assert "\n" not in line and all(w in line for w in words), line
+
+
+def test_recipes_validate(cli) -> None:
+    files = sorted((ROOT / "recipes" / "glue").glob("*/*-houlsby.yaml"))
+    files += sorted((ROOT / "recipes" / "glue").glob("*/*-pfeiffer.yaml"))
+    assert len(files) == 12
+    code, out, err = cli("validate", *files)
+    assert code == 0, err
+    assert "12 of 12 recipes valid" in out
+
+
+def test_smoke_run_saves_only_adapters(cli, runs_dir: Path) -> None:
+    """End to end through the one training loop: the run's model/ folder holds the adapters, the
+    head and the tokenizer, no base weights, and reloads onto the base it names."""
+    recipe = ROOT / "recipes" / "glue" / "rte" / "roberta-base-houlsby.yaml"
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir)
+    assert code == 0, err
+    (config_file,) = list(runs_dir.rglob(CONFIG_FILE))
+    folder = config_file.parent
+    assert not list(folder.glob("model*.safetensors")) and not (folder / "config.json").exists()
+    base_id = json.loads(config_file.read_text())["base_model"]
+    base, tok = models.load(base_id, "sequence-classification", {"num_labels": 2})
+    loaded = load_adapters(base, folder).eval()
+    assert sum(isinstance(m, Bottleneck) for m in loaded.modules()) == 4
+    assert torch.isfinite(_logits(loaded, dict(tok(TEXTS, padding=True, return_tensors="pt")))).all()

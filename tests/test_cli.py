@@ -1,0 +1,70 @@
+"""User errors are one line with exit code 2 and leave no run folder; finished runs are not redone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import write_recipe
+
+RECIPE = """model: {checkpoint: bert-base-uncased}
+task: {name: glue, subset: sst2, max_length: 32}
+method: {name: freeze}
+train: {epochs: 1, lr: 1.0e-3, batch_size: 8}
+"""
+
+
+def _one_line_error(code: int, err: str, text: str) -> None:
+    assert code == 2
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and text in lines[0], err
+
+
+def test_uncached_hub_id_offline(tmp_path: Path, cli, runs_dir: Path) -> None:
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.replace("bert-base-uncased", "someone/not-cached-bert"))
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir)
+    _one_line_error(code, err, "'someone/not-cached-bert' is not in the Hub cache and the Hub is off-line")
+    assert "local folder" in err and not runs_dir.exists()
+
+
+def test_missing_data_file(tmp_path: Path, cli, runs_dir: Path) -> None:
+    (tmp_path / "data" / "glue" / "SST-2").mkdir(parents=True)
+    (tmp_path / "data" / "glue" / "SST-2" / "dev.tsv").write_text("sentence\tlabel\nok\t1\n")
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE)
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, f"task.data_dir={tmp_path / 'data'}", "--smoke")
+    _one_line_error(code, err, "SST-2/train.tsv is not there")
+    assert not runs_dir.exists()
+
+
+def test_bad_recipe_and_bad_override(tmp_path: Path, cli, runs_dir: Path) -> None:
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE)
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, "train.epochs=many")
+    _one_line_error(code, err, "train.epochs: expected float, got str 'many'")
+    code, _, err = cli("run", tmp_path / "missing.yaml", "--runs-dir", runs_dir)
+    _one_line_error(code, err, "missing.yaml does not exist")
+    assert not runs_dir.exists()
+
+
+def test_finished_run_is_not_redone_unless_forced(tmp_path: Path, cli, runs_dir: Path) -> None:
+    recipe = write_recipe(tmp_path / "recipes" / "glue" / "x.yaml", RECIPE)
+    assert cli("run", recipe, "--smoke", "--runs-dir", runs_dir)[0] == 0
+    (run,) = [p.parent for p in runs_dir.rglob("metrics.json")]
+    assert run.parent == runs_dir / "glue" / "x"
+    assert {"recipe.yaml", "metrics.json", "log.jsonl", "model", "checkpoints"} <= {p.name for p in run.iterdir()}
+    stamp = (run / "metrics.json").stat().st_mtime_ns
+    code, out, _ = cli("run", recipe, "--smoke", "--runs-dir", runs_dir)
+    assert code == 0 and "finished already" in out
+    assert (run / "metrics.json").stat().st_mtime_ns == stamp
+    assert cli("run", recipe, "--smoke", "--runs-dir", runs_dir, "--force")[0] == 0
+    assert (run / "metrics.json").stat().st_mtime_ns != stamp
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["trainable_params"] < metrics["total_params"]  # freeze: only the head trains
+    code, out, _ = cli("report", runs_dir, "--no-plots")
+    assert code == 0 and "| glue/x | freeze | 1 |" in out
+
+
+def test_ls_lists_registries(cli) -> None:
+    code, out, _ = cli("ls", "methods")
+    assert code == 0 and {"full", "freeze", "lora"} <= set(out.split(":")[1].split())
+    code, out, _ = cli("ls", "attention")
+    assert "sdpa" in out and "eager" in out

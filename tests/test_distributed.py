@@ -1,0 +1,50 @@
+"""Two gloo processes (torchrun) equal one process with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+from conftest import ROOT, write_recipe
+from test_train import only_run, train_losses, weights
+
+RECIPE = """model: {checkpoint: roberta-base, dropout: 0.0}
+task: {name: glue, subset: mrpc, max_length: 64, max_train_samples: 32, max_eval_samples: 30}
+method: {name: lora, r: 4}
+train: {epochs: 1, lr: 2.0e-3, seed: 3, eval_batch_size: 4, log_every: 1, keep_best: false}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_equal_one(tmp_path: Path, cli) -> None:
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert cli("run", recipe, "--smoke", "--runs-dir", one, "train.batch_size=8")[0] == 0
+    torchrun = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "torchrun"
+    if not torchrun.exists():
+        torchrun = Path(__import__("sys").executable).parent / "torchrun"
+    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", str(_free_port()), "-m", "toolkit.cli",
+           "run", str(recipe), "--smoke", "--runs-dir", str(two), "train.batch_size=4"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = only_run(one), only_run(two)
+    ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
+    assert mb["num_processes"] == 2 and ma["num_processes"] == 1
+    assert ma["train_steps"] == mb["train_steps"] == 4
+    # 30 eval examples over 2 ranks in batches of 4: the padded tail must be counted once
+    assert ma["eval"] == mb["eval"]
+    assert train_losses(a) == __import__("pytest").approx(train_losses(b), abs=1e-5)
+    wa, wb = weights(a), weights(b)
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], atol=1e-5, rtol=1e-4)

@@ -1,0 +1,97 @@
+"""GLUE: official metrics against hand-computed values; the local loader on the real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from toolkit.errors import UserError
+from toolkit.recipe import TaskConfig
+from toolkit.tasks.glue import Glue, glue_metrics
+
+
+def test_metrics_match_hand_computed_values() -> None:
+    labels = np.array([1, 1, 0, 0, 1, 0])
+    preds = np.array([1, 0, 0, 1, 1, 0])
+    # TP=2 FN=1 FP=1 TN=2: acc 4/6, F1 = 2*2/(2*2+1+1) = 2/3, MCC = (2*2-1*1)/sqrt(3*3*3*3) = 1/3
+    got = glue_metrics(("accuracy", "f1", "matthews_correlation"), preds, labels)
+    assert got == pytest.approx({"accuracy": 4 / 6, "f1": 2 / 3, "matthews_correlation": 1 / 3})
+
+
+def test_correlations_match_hand_computed_values() -> None:
+    labels = np.array([1.0, 2.0, 3.0, 4.0])
+    preds = np.array([1.0, 3.0, 2.0, 4.0])
+    # centred: l = [-1.5,-.5,.5,1.5], p = [-1.5,.5,-.5,1.5]; cov = 2.25-.25-.25+2.25 = 4; var = 5 each
+    # Spearman on ranks (same values here) = 1 - 6*sum(d^2)/(n(n^2-1)) = 1 - 6*2/60 = 0.8
+    got = glue_metrics(("pearson", "spearmanr"), preds, labels)
+    assert got == pytest.approx({"pearson": 4 / 5, "spearmanr": 0.8})
+
+
+@pytest.mark.parametrize("subset, n_dev, labels", [
+    ("cola", 1043, {0, 1}), ("sst2", 872, {0, 1}), ("mrpc", 408, {0, 1}), ("rte", 277, {0, 1}),
+    ("wnli", 71, {0, 1}), ("stsb", 1500, None),
+])
+def test_local_glue_files_load(subset: str, n_dev: int, labels: set | None) -> None:
+    data = Glue(TaskConfig(name="glue", subset=subset)).load()
+    dev = data["eval"][""]
+    assert len(dev) == n_dev
+    if labels is None:
+        assert 0.0 <= min(dev["label"]) and max(dev["label"]) <= 5.0
+    else:
+        assert set(dev["label"]) == labels
+    assert len(data["train"]) > n_dev
+
+
+def test_qnli_has_no_train_split_and_says_how_to_carve_one() -> None:
+    with pytest.raises(UserError, match="train_from_dev"):
+        Glue(TaskConfig(name="glue", subset="qnli")).load()
+    carved = Glue(TaskConfig(name="glue", subset="qnli", train_from_dev=0.5)).load()
+    again = Glue(TaskConfig(name="glue", subset="qnli", train_from_dev=0.5)).load()
+    assert len(carved["train"]) + len(carved["eval"][""]) == 5463
+    assert carved["train"]["text_a"][:5] == again["train"]["text_a"][:5]
+    train_q = set(zip(carved["train"]["text_a"], carved["train"]["text_b"]))
+    assert not train_q & set(zip(carved["eval"][""]["text_a"], carved["eval"][""]["text_b"]))
+
+
+MNLI_HEADER = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+               "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label")
+
+
+def _mnli_row(i: int, label: str) -> str:
+    return f"{i}\t1\t1a\tfiction\t( x )\t( y )\t(x)\t(y)\tPremise {i}.\tHypothesis {i}.\t{label}\t{label}"
+
+
+def test_mnli_and_qqp_layouts(tmp_path: Path) -> None:
+    mnli = tmp_path / "glue" / "MNLI"
+    mnli.mkdir(parents=True)
+    rows = ["entailment", "neutral", "contradiction"]
+    for name in ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"):
+        (mnli / name).write_text("\n".join([MNLI_HEADER] + [_mnli_row(i, l) for i, l in enumerate(rows)]) + "\n")
+    data = Glue(TaskConfig(name="glue", subset="mnli", data_dir=str(tmp_path))).load()
+    assert set(data["eval"]) == {"", "_mm"}
+    assert data["eval"]["_mm"]["label"] == [0, 1, 2]
+    assert data["train"]["text_b"][1] == "Hypothesis 1."
+    qqp = tmp_path / "glue" / "QQP"
+    qqp.mkdir()
+    text = "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\tHow?\tWhy?\t0\n1\t3\t4\tA?\tA?\t1\n"
+    for name in ("train.tsv", "dev.tsv"):
+        (qqp / name).write_text(text)
+    data = Glue(TaskConfig(name="glue", subset="qqp", data_dir=str(tmp_path))).load()
+    assert data["eval"][""]["label"] == [0, 1] and data["eval"][""]["text_a"] == ["How?", "A?"]
+
+
+def test_bad_label_and_missing_column_name_file_and_line(tmp_path: Path) -> None:
+    sst = tmp_path / "glue" / "SST-2"
+    sst.mkdir(parents=True)
+    (sst / "train.tsv").write_text("sentence\tlabel\ngood film\t1\nbad film\t7\n")
+    (sst / "dev.tsv").write_text("sentence\tlabel\nok\t0\n")
+    task = Glue(TaskConfig(name="glue", subset="sst2", data_dir=str(tmp_path)))
+    with pytest.raises(UserError, match=r"SST-2/train.tsv:3: label '7' is not one of 0, 1"):
+        task.load()
+    (sst / "train.tsv").write_text("text\tlabel\ngood\t1\n")
+    with pytest.raises(UserError, match="column 'sentence' is missing"):
+        task.load()
+
+

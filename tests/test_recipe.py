@@ -1,0 +1,74 @@
+"""Recipes: YAML + extends + overrides -> typed dataclasses; every mistake is one line, exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, write_recipe
+from toolkit import recipe as recipes
+from toolkit.errors import UserError
+
+BASE = """model: {checkpoint: bert-base-uncased}
+task: {name: glue, subset: sst2}
+method: {name: lora, r: 4}
+train: {epochs: 1, lr: 1.0e-4}
+"""
+
+
+def test_extends_and_overrides_resolve_to_typed_fields(tmp_path: Path) -> None:
+    write_recipe(tmp_path / "recipes" / "_base.yaml", BASE)
+    child = write_recipe(tmp_path / "recipes" / "glue" / "x.yaml",
+                         "extends: ../_base.yaml\ntrain: {batch_size: 8}\n")
+    r = recipes.load(child, ["train.lr=3e-4", "method.r=16", "train.epochs=2"])
+    assert r.name == "glue/x"
+    assert (r.train.lr, r.train.batch_size, r.train.epochs) == (3e-4, 8, 2.0)
+    assert isinstance(r.train.epochs, float) and r.method.r == 16 and r.method.name == "lora"
+    assert r.task.subset == "sst2" and r.model.checkpoint == "bert-base-uncased"
+
+
+def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
+    path = write_recipe(tmp_path / "a.yaml", BASE)
+    same = write_recipe(tmp_path / "b.yaml", BASE.replace("lr: 1.0e-4", "lr: 0.0001, seed: 42"))
+    assert recipes.load(path).hash == recipes.load(same).hash  # explicit default == implicit
+    assert recipes.load(path).hash != recipes.load(path, ["train.seed=1"]).hash
+    assert recipes.load(path).hash != recipes.load(path, smoke=True).hash
+
+
+@pytest.mark.parametrize("override, message", [
+    (["train.lrr=1"], "train.lrr: unknown key (did you mean 'lr'?)"),
+    (["train.batch_size=abc"], "train.batch_size: expected int, got str 'abc'"),
+    (["train.batch_size=0"], "train.batch_size: 0 is below the minimum 1"),
+    (["task.subset=sst3"], "task.subset: unknown GLUE task 'sst3' (did you mean 'sst2'?)"),
+    (["task.name=glu"], "task.name: unknown task 'glu' (did you mean 'glue'?)"),
+    (["method.name=lorra"], "method.name: unknown method 'lorra' (did you mean 'lora'?)"),
+    (["method.rank=4"], "method.rank: unknown key"),
+    (["train.mixed_precision=fp8"], "train.mixed_precision: 'fp8' is not allowed"),
+    (["model.attention=spda"], "model.attention: unknown attention 'spda' (did you mean 'sdpa'?)"),
+    (["train.metric=f1"], "train.metric: 'f1' is not a metric of this task"),
+    (["trian.lr=1"], "trian: unknown section (did you mean 'train'?)"),
+])
+def test_mistakes_name_the_field(tmp_path: Path, override: list[str], message: str) -> None:
+    path = write_recipe(tmp_path / "r.yaml", BASE)
+    with pytest.raises(UserError) as info:
+        recipes.load(path, override)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_validate_cli_exit_codes(tmp_path: Path, cli) -> None:
+    good = write_recipe(tmp_path / "good.yaml", BASE)
+    bad = write_recipe(tmp_path / "bad.yaml", BASE.replace("r: 4", "r: 4, alpah: 3"))
+    code, out, err = cli("validate", good, bad)
+    assert code == 2
+    assert "1 of 2 recipes valid" in out
+    assert err.strip() == f"{bad}: method.alpah: unknown key (did you mean 'alpha'?)"
+    assert cli("validate", good)[0] == 0
+
+
+def test_every_shipped_recipe_validates(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    code, out, err = cli("validate")
+    assert code == 0, err
+    assert "recipes valid" in out
