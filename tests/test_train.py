@@ -127,7 +127,7 @@ def test_real_minilm_learns_sst2(tmp_path: Path, cli, runs_dir: Path) -> None:
     """The real pretrained checkpoint, real data: well above chance after a short full fine-tune."""
     recipe = make_recipe(tmp_path, MINILM)
     code, _, err = cli("run", recipe, "--runs-dir", runs_dir, "task.max_train_samples=640",
-                       "task.max_eval_samples=400", "train.lr=5e-5", "train.batch_size=16",
+                       "task.max_eval_samples=400", "train.lr=3e-4", "train.batch_size=16",
                        "task.max_length=48")
     assert code == 0, err
     metrics = json.loads((only_run(runs_dir) / "metrics.json").read_text())

@@ -233,11 +233,13 @@ class Loop:
         skip = self.state.batch_in_epoch
         batches = iter(self.acc.skip_first_batches(self.loader, skip) if skip else self.loader)
         while self.state.step < self.total_steps:
+            start = time.perf_counter()  # train time counts batch fetching and collation too
             group = [b for _, b in zip(range(self.cfg.grad_accum), batches)]
             if not group:
                 break
             self.state.batch_in_epoch += len(group)
             loss = self.step(group)
+            self.state.train_time += time.perf_counter() - start
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}")
             if self._after_step(loss) or self._stopping(stop_after):
@@ -259,7 +261,7 @@ class Loop:
         task = self.setup.task
         units = self.acc.reduce(sum(task.units(b) for b in group).float(), reduction="sum")
         scale = self.acc.num_processes / units.clamp(min=1)
-        start, summed = time.perf_counter(), torch.zeros((), device=self.acc.device)
+        summed = torch.zeros((), device=self.acc.device)
         for i, batch in enumerate(group):
             sync = nullcontext() if i == len(group) - 1 else self.acc.no_sync(self.model)
             with sync:
@@ -275,7 +277,6 @@ class Loop:
         self.state.step += 1
         self.state.samples += int(self.acc.reduce(torch.tensor(sum(len(b["labels"]) for b in group),
                                                                device=self.acc.device), "sum"))
-        self.state.train_time += time.perf_counter() - start
         loss = float(self.acc.reduce(summed, reduction="sum") / units)
         self._grad_norm = None if grad_norm is None else float(grad_norm)
         return loss

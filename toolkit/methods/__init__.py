@@ -8,6 +8,7 @@ and says how its result is saved and loaded.
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,21 @@ class Method:
     def save(self, model: torch.nn.Module, path: Path) -> None:
         """Write the trained result in the format plain transformers / peft load."""
         model.save_pretrained(path)
+        keep_label_maps(model.config, Path(path))
+
+
+def keep_label_maps(config: Any, path: Path) -> None:
+    """transformers 5 leaves `id2label` out of config.json when there are 2 labels (its generic
+    default), but BartConfig's own default is 3, so plain `from_pretrained` would rebuild a 3-way
+    head and refuse the saved 2-way weights. Writing the maps back keeps the saved model loadable."""
+    file = path / "config.json"
+    if not file.is_file():  # an adapter folder: its base config is not ours to rewrite
+        return
+    saved = json.loads(file.read_text())
+    if getattr(config, "id2label", None) and "id2label" not in saved:
+        saved["id2label"] = {str(k): v for k, v in config.id2label.items()}
+        saved["label2id"] = dict(config.label2id)
+        file.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
 
 def set_trainable(model: torch.nn.Module, keep: "callable") -> None:
