@@ -61,6 +61,13 @@ def test_accumulated_micro_batches_equal_one_large_batch(tmp_path: Path, cli) ->
 @pytest.mark.parametrize("family_id, method, stop_after", [
     ("bert-base-uncased", "{name: full}", 1),
     ("t5-base", "{name: lora, r: 4}", 3),
+    ("facebook/bart-base", "{name: adapters, config: houlsby}", 2),
+    ("roberta-base", "{name: prefix_tuning, num_virtual_tokens: 4}", 1),
+    ("bert-base-uncased", "{name: prompt_tuning, num_virtual_tokens: 4}", 3),
+    ("roberta-base", "{name: p_tuning, num_virtual_tokens: 4}", 2),
+    ("gpt2", "{name: ia3}", 1),
+    ("bert-base-uncased", "{name: bitfit}", 2),
+    ("gpt2", "{name: freeze}", 3),
 ])
 def test_resumed_run_equals_uninterrupted(tmp_path: Path, cli, family_id: str, method: str, stop_after: int) -> None:
     """Stop after k steps (dropout on), resume, and land on the same weights and metrics."""

@@ -144,8 +144,10 @@ def run(recipe: Recipe, out: Path, resume: bool = False, stop_after: int | None 
     from accelerate.state import AcceleratorState
 
     AcceleratorState._reset_state()  # several runs in one process may differ in mixed precision
-    accelerator = Accelerator(mixed_precision=recipe.train.mixed_precision,
-                              cpu=not torch.cuda.is_available())
+    # step_scheduler_with_optimizer=False: accelerate would otherwise step the schedule once per
+    # process per optimizer step; total_steps here already counts optimizer steps of the global batch.
+    accelerator = Accelerator(mixed_precision=recipe.train.mixed_precision, cpu=not torch.cuda.is_available(),
+                              step_scheduler_with_optimizer=False)
     setup = build(recipe)
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
