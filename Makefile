@@ -14,7 +14,7 @@ NPROC       ?= 1
 MODEL       ?= roberta-base
 METHOD      ?= lora
 GLUE_TASKS  ?= cola sst2 mrpc stsb rte
-SEEDS       ?= 1 2 3
+SEEDS       ?= 42 43 44
 
 .PHONY: install test demo run glue compare bench validate smoke clean
 
@@ -45,10 +45,12 @@ glue:  ## every GLUE task for MODEL x METHOD, one table
 	done
 	$(BIN)/toolkit report $(RUNS)/glue-$(MODEL)-$(METHOD)
 
-compare:  ## every method on the demo setting, SEEDS seeds each, table + plot
+compare:  ## every method on the demo setting, SEEDS seeds each, + GPT-2 in-context smoke rows; table + plot
 	@for r in recipes/demo/sst2/*.yaml; do for s in $(SEEDS); do \
 	  $(BIN)/toolkit run $$r train.seed=$$s --runs-dir $(RUNS)/compare $(ARGS) || exit $$?; \
 	done; done
+	@for r in recipes/glue/sst2/gpt2-icl-0shot.yaml recipes/glue/sst2/gpt2-icl-4shot.yaml; do \
+	  $(BIN)/toolkit run $$r --smoke --runs-dir $(RUNS)/compare || exit $$?; done
 	$(BIN)/toolkit report $(RUNS)/compare
 
 bench:  ## speed and memory tables (see benchmarks/)

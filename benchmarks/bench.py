@@ -99,6 +99,8 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint or build_checkpoint(args.size, Path(tmp) / "model")
+        warm = argparse.Namespace(**{**vars(args), "steps": 3})
+        toolkit_row(checkpoint, "full", warm, Path(tmp) / "warmup")  # kernels, allocator, caches
         rows = [trainer_row(checkpoint, args, Path(tmp) / "trainer")]
         for method in args.methods:
             if torch.cuda.is_available():

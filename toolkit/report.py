@@ -28,7 +28,10 @@ def collect(root: Path) -> list[dict[str, Any]]:
     for metrics in sorted(root.rglob("metrics.json")):
         run = metrics.parent
         recipe = yaml.safe_load((run / "recipe.yaml").read_text()) if (run / "recipe.yaml").is_file() else {}
-        found.append({"run": run, "name": str(run.parent.relative_to(root)) if run.parent != root else run.name,
+        name = str(run.parent.relative_to(root)) if run.parent != root else run.name
+        if recipe.get("smoke"):
+            name += " (smoke: random weights)"
+        found.append({"run": run, "name": name,
                       "recipe": recipe, "metrics": json.loads(metrics.read_text())})
     if not found:
         raise UserError(f"report: no finished run (metrics.json) below {root}")

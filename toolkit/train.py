@@ -137,6 +137,7 @@ class State:
     samples: int = 0
     train_time: float = 0.0
     last_eval: dict | None = None
+    peak_memory_mb: float = 0.0  # of training itself: checkpoint writing is not counted
 
 
 def run(recipe: Recipe, out: Path, resume: bool = False, stop_after: int | None = None) -> dict | None:
@@ -180,7 +181,10 @@ class Loop:
     # --- checkpoints -------------------------------------------------------------------------
     def save(self) -> None:
         folder = self.out / "checkpoints" / f"step-{self.state.step:06d}"
+        self.state.peak_memory_mb = max(self.state.peak_memory_mb, _peak_memory_mb(self.acc.device))
         self.acc.save_state(str(folder))
+        if self.acc.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.acc.device)
         if self.acc.is_main_process:
             runs.write_json(folder / "trainer_state.json", self.state.__dict__)
             runs.prune(self.out, self.cfg.save_total_limit)
@@ -340,7 +344,8 @@ def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: St
         "train_runtime_s": state.train_time,
         "train_samples_per_second": state.samples / state.train_time if state.train_time else 0.0,
         "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,
-        "best_step": state.best_step, "peak_memory_mb": _peak_memory_mb(acc.device),
+        "best_step": state.best_step,
+        "peak_memory_mb": state.peak_memory_mb or _peak_memory_mb(acc.device),
         "recipe_hash": recipe.hash, "seed": recipe.train.seed, "method": recipe.method.name,
         "num_processes": acc.num_processes, "device": str(acc.device), "mixed_precision": recipe.train.mixed_precision,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
