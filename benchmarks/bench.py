@@ -106,6 +106,8 @@ def main() -> None:
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
             rows.append(toolkit_row(checkpoint, method, args, Path(tmp) / "runs"))
+        again = trainer_row(checkpoint, args, Path(tmp) / "trainer2")  # order effects show here
+        rows.append({**again, "tool": "transformers Trainer (again, last)"})
     base = rows[0]["samples/s"]
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU x{torch.get_num_threads()}"
     print(f"\n{args.checkpoint or args.size}, {device}, precision {args.precision}, attention {args.attention}, "
