@@ -80,7 +80,23 @@ def trainer_row(checkpoint: str, args: argparse.Namespace, out: Path) -> dict:
             "samples/s": result.metrics["train_samples_per_second"], "trainable": trainable, "peak MB": peak}
 
 
-def main() -> None:
+def measure(args: argparse.Namespace, tool: str, method: str, checkpoint: str) -> dict:
+    """One row, in this (fresh) process: an untimed warm-up with the same shapes, then the timed run."""
+    import gc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = argparse.Namespace(**{**vars(args), "steps": min(args.steps, 10)})
+        toolkit_row(checkpoint, "full", warm, Path(tmp) / "warmup")  # kernels, allocator, caches
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        if tool == "trainer":
+            return trainer_row(checkpoint, args, Path(tmp) / "trainer")
+        return toolkit_row(checkpoint, method, args, Path(tmp) / "runs")
+
+
+def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=sorted(SIZES), default="minilm")
     p.add_argument("--checkpoint", default=None, help="a real checkpoint instead of a random one")
@@ -91,27 +107,38 @@ def main() -> None:
     p.add_argument("--attention", default="sdpa")
     p.add_argument("--methods", nargs="*", default=list(METHODS))
     p.add_argument("--json", default=None, help="also write the rows here")
-    args = p.parse_args()
+    p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # internal: TOOL:METHOD:CHECKPOINT
+    return p.parse_args()
+
+
+def main() -> None:
+    """Each row runs in its own process so that no row inherits another's warm kernels or memory."""
+    import subprocess
+
+    args = parse()
     import datasets
     import transformers
 
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
+    if args.row:
+        tool, method, checkpoint = args.row.split(":", 2)
+        print("ROW " + json.dumps(measure(args, tool, method, checkpoint)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint or build_checkpoint(args.size, Path(tmp) / "model")
-        warm = argparse.Namespace(**{**vars(args), "steps": 3})
-        toolkit_row(checkpoint, "full", warm, Path(tmp) / "warmup")  # kernels, allocator, caches
-        rows = [trainer_row(checkpoint, args, Path(tmp) / "trainer")]
-        for method in args.methods:
-            if torch.cuda.is_available():
-                torch.cuda.reset_peak_memory_stats()
-            rows.append(toolkit_row(checkpoint, method, args, Path(tmp) / "runs"))
-        again = trainer_row(checkpoint, args, Path(tmp) / "trainer2")  # order effects show here
-        rows.append({**again, "tool": "transformers Trainer (again, last)"})
+        rows = []
+        for tool, method in [("trainer", "full")] + [("toolkit", m) for m in args.methods]:
+            cmd = [sys.executable, __file__, *sys.argv[1:], "--row", f"{tool}:{method}:{checkpoint}"]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            found = [l for l in out.stdout.splitlines() if l.startswith("ROW ")]
+            if out.returncode or not found:
+                sys.exit(f"{tool} {method} failed:\n{out.stderr[-2000:]}")
+            rows.append(json.loads(found[0][4:]))
     base = rows[0]["samples/s"]
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU x{torch.get_num_threads()}"
     print(f"\n{args.checkpoint or args.size}, {device}, precision {args.precision}, attention {args.attention}, "
-          f"batch {args.batch_size}, max_length {args.max_length}, {args.steps} steps\n")
+          f"batch {args.batch_size}, max_length {args.max_length}, {args.steps} steps, one process per row\n")
     print("| tool | method | samples/s | vs Trainer full | trainable | peak MB |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['tool']} | {r['method']} | {r['samples/s']:.1f} | {r['samples/s'] / base:.2f}x | "
