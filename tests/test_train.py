@@ -141,3 +141,40 @@ def test_real_minilm_learns_sst2(tmp_path: Path, cli, runs_dir: Path) -> None:
     assert metrics["eval"]["accuracy"] > 0.7
     losses = train_losses(only_run(runs_dir))
     assert sum(losses[-2:]) / 2 < losses[0]
+
+
+def test_early_stopping_and_best_model(tmp_path: Path, cli, runs_dir: Path) -> None:
+    """lr 0: nothing improves after the first evaluation, so patience 1 stops at the second."""
+    recipe = make_recipe(tmp_path)
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir, "train.lr=0",
+                       "train.early_stopping_patience=1", "train.keep_best=true", "train.max_steps=4", "train.eval_every=1",
+                       "task.max_train_samples=32", "train.batch_size=4")
+    assert code == 0, err
+    run = only_run(runs_dir)
+    metrics = json.loads((run / "metrics.json").read_text())
+    evals = [json.loads(l) for l in (run / "log.jsonl").read_text().splitlines() if "eval" in l]
+    assert metrics["train_steps"] < 4 and len(evals) == 2
+    assert metrics["best_step"] == evals[0]["step"] and metrics["eval"] == evals[0]["eval"]
+
+
+def test_length_grouped_batches_cover_every_example_once() -> None:
+    from toolkit.train import EpochBatches
+
+    lengths = [(i * 37) % 101 for i in range(230)]
+    sampler = EpochBatches(lengths, batch_size=8, seed=1, group_by_length=True)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(230))
+    first_mega = [lengths[i] for b in batches[:50] for i in b]
+    assert first_mega == sorted(first_mega, reverse=True)
+    sampler.use_epoch(1)
+    assert list(sampler) != batches  # a new order each epoch, from (seed, epoch) alone
+    sampler.use_epoch(0)
+    assert list(sampler) == batches
+
+
+def test_bf16_mixed_precision_runs(tmp_path: Path, cli, runs_dir: Path) -> None:
+    code, _, err = cli("run", make_recipe(tmp_path), "--smoke", "--runs-dir", runs_dir,
+                       "train.mixed_precision=bf16", "train.max_steps=2")
+    assert code == 0, err
+    metrics = json.loads((only_run(runs_dir) / "metrics.json").read_text())
+    assert metrics["mixed_precision"] == "bf16" and metrics["train_steps"] == 2

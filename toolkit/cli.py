@@ -83,7 +83,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="toolkit", description=__doc__)
+    p = argparse.ArgumentParser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
+                                "recipes: one loop for every family and method.")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train and evaluate one recipe")
     run.add_argument("recipe")

@@ -263,8 +263,6 @@ def smoke_sized(raw: dict) -> dict:
         if isinstance(node, dict):
             value = node.get(key)
             node[key] = cap if not isinstance(value, int) or isinstance(value, bool) else min(value, cap)
-    if isinstance(raw.get("train"), dict):
-        raw["train"]["eval_every"] = 0
     return raw
 
 
