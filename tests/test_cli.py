@@ -60,7 +60,7 @@ def test_finished_run_is_not_redone_unless_forced(tmp_path: Path, cli, runs_dir:
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["trainable_params"] < metrics["total_params"]  # freeze: only the head trains
     code, out, _ = cli("report", runs_dir, "--no-plots")
-    assert code == 0 and "| glue/x | freeze | 1 |" in out
+    assert code == 0 and "| glue/x (smoke: random weights) | freeze | 1 |" in out
 
 
 def test_ls_lists_registries(cli) -> None:
