@@ -15,6 +15,7 @@ MODEL       ?= roberta-base
 METHOD      ?= lora
 GLUE_TASKS  ?= cola sst2 mrpc stsb rte
 SEEDS       ?= 42 43 44
+BENCH_ARGS  ?= --size minilm --steps 20 --batch-size 16
 
 .PHONY: install test demo run glue compare bench validate smoke clean
 
@@ -54,7 +55,7 @@ compare:  ## every method on the demo setting, SEEDS seeds each, + GPT-2 in-cont
 	$(BIN)/toolkit report $(RUNS)/compare
 
 bench:  ## speed and memory tables (see benchmarks/)
-	$(BIN)/python benchmarks/bench.py
+	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
 
 validate:  ## every recipe checked without loading weights
 	$(BIN)/toolkit validate
