@@ -266,7 +266,10 @@ class Loop:
     def step(self, group: list[dict]) -> float:
         """One optimizer step over k micro-batches; returns the step's mean loss (all processes)."""
         task = self.setup.task
-        units = self.acc.reduce(sum(task.units(b) for b in group).float(), reduction="sum")
+        # one all-reduce for both counts: loss units (normalisation) and examples (throughput)
+        local = torch.stack([sum(task.units(b) for b in group).float(),
+                             torch.tensor(float(sum(len(b["labels"]) for b in group)), device=self.acc.device)])
+        units, samples = self.acc.reduce(local, reduction="sum")
         scale = self.acc.num_processes / units.clamp(min=1)
         summed = torch.zeros((), device=self.acc.device)
         for i, batch in enumerate(group):
@@ -282,8 +285,7 @@ class Loop:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
-        self.state.samples += int(self.acc.reduce(torch.tensor(sum(len(b["labels"]) for b in group),
-                                                               device=self.acc.device), "sum"))
+        self.state.samples += int(samples)
         loss = float(self.acc.reduce(summed, reduction="sum") / units)
         self._grad_norm = None if grad_norm is None else float(grad_norm)
         return loss

@@ -208,9 +208,6 @@ class ICL(Method):
     max_length: int | None = field(default=None, metadata={"min": 8})  # None: the model's limit
     batch_size: int = field(default=8, metadata={"min": 1})  # (example, label) pairs per forward
 
-    def __post_init__(self) -> None:
-        self._head: str | None = None
-
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if self.shots < 0:
             return f"method.shots: {self.shots} is negative"
@@ -222,7 +219,6 @@ class ICL(Method):
             return "icl scores label words and this task is a regression (STS-B)"
         if not getattr(task, "verbalizers", None) or not hasattr(task, "text_columns"):
             return "icl needs a classification task with label words (GLUE)"
-        self._head = head  # head() is asked before the model (and its family) is loaded
         words = self._words(task)
         if len(words) != len(task.spec.labels) or len(set(words)) != len(words) or not all(words):
             return (f"method.verbalizers: need {len(task.spec.labels)} distinct non-empty words, "
@@ -230,11 +226,8 @@ class ICL(Method):
         return template_problem(self._template(task), task.text_columns)
 
     def head(self, task: Any, family: str | None = None) -> str:
-        """Decoder or encoder-decoder LM head by family; build() asks before loading the model, so
-        without `family` the head found when incompatible() checked the recipe is used."""
-        if family is not None:
-            return lm_head(family) or "causal-lm"
-        return self._head or "causal-lm"
+        """Decoder or encoder-decoder LM head by family (incompatible() has refused the rest)."""
+        return lm_head(family) or "causal-lm"
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         set_trainable(model, lambda _: False)
