@@ -160,12 +160,19 @@ def test_early_stopping_and_best_model(tmp_path: Path, cli, runs_dir: Path) -> N
 def test_length_grouped_batches_cover_every_example_once() -> None:
     from toolkit.train import EpochBatches
 
-    lengths = [(i * 37) % 101 for i in range(230)]
+    lengths = [(i * 37) % 101 for i in range(2030)]
     sampler = EpochBatches(lengths, batch_size=8, seed=1, group_by_length=True)
     batches = list(sampler)
-    assert sorted(i for b in batches for i in b) == list(range(230))
-    first_mega = [lengths[i] for b in batches[:50] for i in b]
-    assert first_mega == sorted(first_mega, reverse=True)
+    assert sorted(i for b in batches for i in b) == list(range(2030))
+    assert len(batches) == len(sampler) and len(batches[-1]) == 2030 % 8  # the short batch stays last
+
+    def padding(bs: list[list[int]]) -> int:
+        return sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in bs)
+
+    plain = list(EpochBatches(lengths, batch_size=8, seed=1, group_by_length=False))
+    assert padding(batches) < padding(plain) / 10  # batches of similar lengths
+    firsts = [lengths[b[0]] for b in batches[:50]]
+    assert firsts != sorted(firsts, reverse=True)  # ...in random order, not long-to-short
     sampler.use_epoch(1)
     assert list(sampler) != batches  # a new order each epoch, from (seed, epoch) alone
     sampler.use_epoch(0)
@@ -189,3 +196,49 @@ def test_gradient_checkpointing_gives_the_same_result(tmp_path: Path, cli) -> No
     wa, wb = weights(only_run(tmp_path / "a")), weights(only_run(tmp_path / "b"))
     for key in wa:
         torch.testing.assert_close(wa[key], wb[key], atol=1e-6, rtol=1e-5)
+
+
+def test_evaluation_serves_longest_first_and_scores_in_dataset_order() -> None:
+    """Sorted evaluation pads less; the task still sees its outputs in dataset order."""
+    import numpy as np
+    from accelerate import Accelerator
+    from datasets import Dataset
+    from torch.utils.data import DataLoader
+
+    from toolkit import evaluation
+    from toolkit.train import LengthOrder
+
+    lengths = [3, 9, 1, 7, 7, 2, 5]
+    ds = Dataset.from_dict({"input_ids": [[1] * n for n in lengths], "pos": list(range(len(lengths)))})
+    served: list[int] = []
+
+    def collate(rows: list[dict]) -> dict:
+        return {"pos": torch.tensor([r["pos"] for r in rows]),
+                "width": torch.tensor([max(len(r["input_ids"]) for r in rows)] * len(rows))}
+
+    class Toy:
+        def eval_step(self, model: object, batch: dict) -> dict:
+            served.extend(batch["pos"].tolist())
+            n = len(batch["pos"])
+            return {"pos": batch["pos"], "width": batch["width"], "loss": torch.zeros(n), "units": torch.ones(n)}
+
+        def eval_pad(self, key: str) -> int:
+            return 0
+
+        def score(self, arrays: dict, raw: object) -> dict:
+            return {"in_order": float((arrays["pos"] == np.arange(len(lengths))).all()),
+                    "padded": float(arrays["width"].sum())}
+
+        def predictions(self, arrays: dict, raw: object) -> None:
+            return None
+
+    sampler = LengthOrder(lengths)
+    acc = Accelerator(cpu=True)
+    loader = acc.prepare(DataLoader(ds, batch_size=3, sampler=sampler, collate_fn=collate))
+    metrics = evaluation.evaluate(torch.nn.Linear(1, 1), {"": loader}, Toy(), acc, {"": None},
+                                  orders={"": sampler.order})
+    assert [lengths[i] for i in served] == sorted(lengths, reverse=True)
+    assert metrics["in_order"] == 1.0
+    plain = acc.prepare(DataLoader(ds, batch_size=3, collate_fn=collate))
+    unsorted = evaluation.evaluate(torch.nn.Linear(1, 1), {"": plain}, Toy(), acc, {"": None})
+    assert metrics["padded"] < unsorted["padded"]  # widths 9,7,7 / 5,3,2 / 1 against 3,9,1 / 7,7,2 / 5

@@ -26,7 +26,8 @@ def stack(chunks: list[torch.Tensor], value: float) -> np.ndarray:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, accelerator: Any,
-             raw: dict[str, Any], sink: dict | None = None) -> dict[str, float]:
+             raw: dict[str, Any], sink: dict | None = None,
+             orders: dict[str, list[int]] | None = None) -> dict[str, float]:
     """Task metrics and the eval loss on every eval split; a split's suffix (MNLI's `_mm`) is
     added to its keys.
 
@@ -34,6 +35,9 @@ def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, acceler
     N processes score exactly the examples one process would, and the loss is a mean over the
     same units. A task that writes predictions (generation, QA) hands its rows to `sink`
     (suffix -> rows), which the loop writes as predictions.jsonl beside metrics.json.
+
+    `orders[suffix]`, when given, is the order the loader served the split in (`train.LengthOrder`:
+    longest first); outputs are put back in dataset order before the task scores them.
     """
     was_training = model.training
     model.eval()
@@ -47,6 +51,9 @@ def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, acceler
             for key, value in accelerator.gather_for_metrics(step).items():
                 collected[key].append(value.cpu())
         arrays = {k: stack(v, task.eval_pad(k)) for k, v in collected.items()}
+        if orders and suffix in orders:
+            back = np.argsort(np.asarray(orders[suffix]), kind="stable")  # served position of each example
+            arrays = {k: v[back] for k, v in arrays.items()}
         metrics = task.score(arrays, raw[suffix])  # sees `loss` and `units` too (perplexity)
         rows = task.predictions(arrays, raw[suffix])
         if rows is not None and sink is not None:

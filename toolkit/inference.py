@@ -104,8 +104,9 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     if not recipe.method.trains:  # in-context: the method scores, as in the run itself
         metrics = recipe.method.evaluate(prepared, setup, acc)
     else:
-        loaders = {k: acc.prepare(v) for k, v in eval_loaders(recipe, setup).items()}
-        metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw)
+        loaders, orders = eval_loaders(recipe, setup)
+        loaders = {k: acc.prepare(v) for k, v in loaders.items()}
+        metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw, orders=orders)
     result = {"split": split, "eval": metrics, "examples": {k: len(v) for k, v in raw.items()},
               "task": recipe.to_dict()["task"]}
     if acc.is_main_process:

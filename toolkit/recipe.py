@@ -52,7 +52,7 @@ class TrainConfig:
     max_grad_norm: float | None = field(default=1.0, metadata=_min(0.0))
     seed: int = field(default=42, metadata={"min": 0, "max": 2**32 - 1})
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
-    group_by_length: bool = False
+    group_by_length: bool = True  # batches of similar length, in random order (train.EpochBatches)
     eval_every: int = field(default=0, metadata=_min(0))  # optimizer steps; 0 = end of each epoch
     log_every: int = field(default=10, metadata=_min(1))
     keep_best: bool = True  # the final model is the best evaluated one

@@ -94,7 +94,14 @@ class EpochBatches(Sampler):
 
     Owning the shuffle (instead of a RandomSampler drawing from the global RNG) makes the data
     order a pure function of (seed, epoch), which is what exact resume needs.
+
+    Length grouping (the default): the permutation is cut into mega-batches of 50 batches, each
+    sorted by length and cut into batches, and then the batches themselves are shuffled, so a
+    batch pads to a length close to its members' while the order of lengths over an epoch stays
+    random (no long-to-short run inside every 50 batches, which plain sorting would give).
     """
+
+    MEGA = 50  # batches per mega-batch, as transformers' LengthGroupedSampler
 
     def __init__(self, lengths: list[int], batch_size: int, seed: int, group_by_length: bool) -> None:
         self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
@@ -108,36 +115,73 @@ class EpochBatches(Sampler):
     def __iter__(self) -> Iterator[list[int]]:
         g = torch.Generator().manual_seed(self.seed * 1000 + self.epoch)
         order = torch.randperm(len(self.lengths), generator=g).tolist()
-        if self.group_by_length:  # sort within mega-batches of 50 batches, longest first
-            mega = 50 * self.batch_size
-            order = [i for s in range(0, len(order), mega)
-                     for i in sorted(order[s:s + mega], key=lambda i: -self.lengths[i])]
-        for start in range(0, len(order), self.batch_size):
-            yield order[start:start + self.batch_size]
+        if not self.group_by_length:
+            for start in range(0, len(order), self.batch_size):
+                yield order[start:start + self.batch_size]
+            return
+        mega, bs = self.MEGA * self.batch_size, self.batch_size
+        batches = []
+        for s in range(0, len(order), mega):
+            chunk = sorted(order[s:s + mega], key=lambda i: -self.lengths[i])
+            batches += [chunk[b:b + bs] for b in range(0, len(chunk), bs)]
+        # a short batch (the epoch's tail) stays last: accelerate evens out the final batch only
+        tail = [batches.pop()] if batches and len(batches[-1]) < bs else []
+        for i in torch.randperm(len(batches), generator=g).tolist():
+            yield batches[i]
+        yield from tail
 
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / self.batch_size)
 
 
-def eval_loaders(recipe: Recipe, setup: Setup) -> dict[str, DataLoader]:
-    """One loader per encoded eval split (unprepared): the loop's and `toolkit eval`'s."""
-    collate = setup.task.collator(setup.tokenizer, setup.model)
-    bs = recipe.train.eval_batch_size or recipe.train.batch_size
-    return {sfx: DataLoader(ds, batch_size=bs, collate_fn=collate) for sfx, ds in setup.evals.items()}
+class LengthOrder(Sampler):
+    """Evaluation order: longest first, so each batch pads to a length close to its members'
+    (the first batch is the largest, so an out-of-memory shows at once). `order[i]` is the
+    dataset position of the i-th example served; `evaluation.evaluate` puts outputs back in
+    dataset order with it before scoring."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # stable: ties keep order
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
 
 
-def _loaders(recipe: Recipe, setup: Setup) -> tuple[DataLoader | None, EpochBatches | None, dict]:
+def eval_batch_size(recipe: Recipe) -> int:
+    """train.eval_batch_size, else twice the training batch: evaluation keeps no activations for
+    backward, so it fits about twice the examples in the same memory."""
+    return recipe.train.eval_batch_size or 2 * recipe.train.batch_size
+
+
+def eval_loaders(recipe: Recipe, setup: Setup) -> tuple[dict[str, DataLoader], dict[str, list[int]]]:
+    """One loader per encoded eval split (unprepared), served longest first, and each split's
+    order (for `evaluation.evaluate`): the loop's and `toolkit eval`'s."""
     collate = setup.task.collator(setup.tokenizer, setup.model)
-    evals = eval_loaders(recipe, setup)
+    loaders, orders = {}, {}
+    for sfx, ds in setup.evals.items():
+        sampler = None
+        if "input_ids" in ds.column_names:
+            sampler = LengthOrder([len(ids) for ids in ds["input_ids"]])
+            orders[sfx] = sampler.order
+        loaders[sfx] = DataLoader(ds, batch_size=eval_batch_size(recipe), sampler=sampler, collate_fn=collate)
+    return loaders, orders
+
+
+def _loaders(recipe: Recipe, setup: Setup) -> tuple[DataLoader | None, EpochBatches | None, dict, dict]:
+    collate = setup.task.collator(setup.tokenizer, setup.model)
+    evals, orders = eval_loaders(recipe, setup)
     if setup.train is None or not recipe.method.trains:
-        return None, None, evals
+        return None, None, evals, orders
     lengths = [len(ids) for ids in setup.train["input_ids"]]
     sampler = EpochBatches(lengths, recipe.train.batch_size, recipe.train.seed, recipe.train.group_by_length)
     # Its own generator: a DataLoader draws a base seed from the global RNG at every iter(),
     # which would shift dropout masks between a resumed and an uninterrupted run.
     loader = DataLoader(setup.train, batch_sampler=sampler, collate_fn=collate,
                         generator=torch.Generator().manual_seed(recipe.train.seed))
-    return loader, sampler, evals
+    return loader, sampler, evals, orders
 
 
 def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
@@ -197,7 +241,7 @@ class Loop:
     def __init__(self, recipe: Recipe, setup: Setup, accelerator: Accelerator, out: Path) -> None:
         self.recipe, self.setup, self.acc, self.out = recipe, setup, accelerator, out
         self.cfg = recipe.train
-        train_loader, self.sampler, evals = _loaders(recipe, setup)
+        train_loader, self.sampler, evals, self.eval_orders = _loaders(recipe, setup)
         optimizer = _optimizer(setup.model, recipe)
         per_process = math.ceil(len(train_loader) / accelerator.num_processes)
         self.steps_per_epoch = math.ceil(per_process / self.cfg.grad_accum)
@@ -287,7 +331,7 @@ class Loop:
         if self.state.last_eval is None or self.state.last_eval.get("step") != self.state.step:
             self._eval_and_save()
         return _finish(self.recipe, self.setup, self.acc, self.out, self.state, model=self.model,
-                       evals=self.evals)
+                       evals=self.evals, orders=self.eval_orders)
 
     def _epoch(self, bar: tqdm, stop_after: int | None) -> bool:
         """The rest of the current epoch; True when training should stop before its end."""
@@ -337,19 +381,28 @@ class Loop:
                 loss_sum = task.loss(self.model(**task.model_inputs(batch)), batch).sum()
                 self.acc.backward(loss_sum * scale)
             summed += loss_sum.detach()
-        loss = float(self.acc.reduce(summed, reduction="sum") / units)
+        loss_t = self.acc.reduce(summed, reduction="sum") / units
         grad_norm = None
-        if self.cfg.max_grad_norm and math.isfinite(loss):
+        if self.cfg.max_grad_norm:  # clipping a non-finite gradient is harmless: the step is skipped
             grad_norm = self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
-        if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(float(grad_norm))):
+        # one host sync per step, for the three numbers the non-finite guard and the log need
+        norm_t = grad_norm if grad_norm is not None else torch.zeros((), device=loss_t.device)
+        loss, norm, n = torch.stack([loss_t.float(), norm_t.float(), samples.float()]).tolist()
+        if math.isfinite(loss) and not math.isfinite(norm) and self.acc.scaler is not None:
+            # fp16: an overflowing gradient is the loss scaler's business; its step skips the
+            # update and lowers the scale, as in Trainer. No optimizer step is counted.
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            return loss
+        if not math.isfinite(loss) or not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             return self._nonfinite(loss)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
-        self.state.samples += int(samples)
-        self._grad_norm = None if grad_norm is None else float(grad_norm)
+        self.state.samples += int(n)
+        self._grad_norm = None if grad_norm is None else norm
         return loss
 
     def _nonfinite(self, loss: float) -> float:
@@ -383,7 +436,7 @@ class Loop:
     def _eval_and_save(self) -> None:
         start = time.perf_counter()
         metrics = evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
-                                      sink=self.setup.predictions)
+                                      sink=self.setup.predictions, orders=self.eval_orders)
         runtime = time.perf_counter() - start  # generation tasks: eval speed is generation speed
         self.state.last_eval = {"step": self.state.step, **metrics}
         self._keep_if_best(metrics)
@@ -435,7 +488,7 @@ def _peak_memory_mb(device: torch.device) -> float:
 
 def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: State,
             model: torch.nn.Module | None = None, evaluate_only: bool = False,
-            evals: dict[str, DataLoader] | None = None) -> dict:
+            evals: dict[str, DataLoader] | None = None, orders: dict[str, list[int]] | None = None) -> dict:
     """Final evaluation (of the best model when kept), the saved model, then metrics.json."""
     import peft
     import transformers
@@ -449,7 +502,7 @@ def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: St
         if recipe.train.keep_best and state.best_step is not None and state.best_step != state.step:
             _load_best(model, out / "checkpoints" / runs.step_name(state.best_step), acc.device)
             metrics = evaluation.evaluate(model, evals or {}, setup.task, acc, setup.raw_evals,
-                                          sink=setup.predictions)
+                                          sink=setup.predictions, orders=orders)
         else:
             metrics = {k: v for k, v in (state.last_eval or {}).items() if k != "step"}
         if acc.is_main_process:

@@ -205,6 +205,30 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
 
 
+def fingerprint(dataset: Any, tokenizer: Any, *parts: Any) -> str:
+    """The cache key of a `Dataset.map`, given as its `new_fingerprint`.
+
+    Left alone, datasets derives the key by pickling the mapped function with dill, tokenizer
+    and all: about 0.7 s a call on this project's tokenizers, paid by every run and test, and
+    mostly for in-memory datasets that are never cached. The key here is what decides the
+    output instead: the input's own fingerprint, the tokenizer (its class, path, settings and
+    the full serialised fast tokenizer) and `parts` (the task's settings, the step's name)."""
+    import hashlib
+
+    h = hashlib.sha256(f"{dataset._fingerprint}|{_tokenizer_key(tokenizer)}|{parts!r}".encode())
+    return h.hexdigest()[:16]
+
+
+def _tokenizer_key(tokenizer: Any) -> str:
+    import hashlib
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    body = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    settings = (type(tokenizer).__name__, tokenizer.name_or_path, tokenizer.padding_side,
+                tokenizer.truncation_side, tokenizer.model_max_length, sorted(tokenizer.special_tokens_map.items()))
+    return hashlib.sha256(f"{settings!r}|{body}".encode()).hexdigest()
+
+
 def subset(dataset: Any, n: int | None, seed: int = 0) -> Any:
     """A seeded random subset (fixed seed: the same examples for every training seed)."""
     if dataset is None or n is None or n >= len(dataset):

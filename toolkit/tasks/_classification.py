@@ -88,7 +88,10 @@ class Classification(Task):
             out["labels"] = batch["label"]
             return out
 
-        return dataset.map(tok, batched=True, remove_columns=dataset.column_names)
+        from toolkit.tasks import fingerprint
+
+        return dataset.map(tok, batched=True, remove_columns=dataset.column_names,
+                           new_fingerprint=fingerprint(dataset, tokenizer, self, "encode"))
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         from transformers import DataCollatorWithPadding

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from toolkit.errors import UserError
-from toolkit.tasks import Metric, data_path, hub_offline, subset
+from toolkit.tasks import Metric, data_path, fingerprint, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask
 
 HELDOUT = "heldout"  # column marking raw held-out documents (corrupted at encode time)
@@ -187,8 +187,11 @@ class TextTask(TokenTask):
             return out
 
         cols = dataset.column_names
-        tokenised = dataset.map(tok, batched=True, remove_columns=cols, desc="tokenising")
-        return tokenised.map(group, batched=True, desc=f"packing into blocks of {size}")
+        key = (self, special, starts, end, size)
+        tokenised = dataset.map(tok, batched=True, remove_columns=cols, desc="tokenising",
+                                new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise"))
+        return tokenised.map(group, batched=True, desc=f"packing into blocks of {size}",
+                             new_fingerprint=fingerprint(tokenised, tokenizer, key, "pack"))
 
     def encode_heldout(self, blocks: Any, tokenizer: Any) -> Any:
         """The held-out blocks corrupted once, each with its own seeded generator."""
@@ -199,7 +202,8 @@ class TextTask(TokenTask):
             return self.corrupt(example, rng, tokenizer)
 
         return blocks.map(corrupt, with_indices=True, remove_columns=blocks.column_names,
-                          desc="corrupting held-out blocks")
+                          desc="corrupting held-out blocks",
+                          new_fingerprint=fingerprint(blocks, tokenizer, self, "corrupt"))
 
     def corrupt(self, example: dict, rng: np.random.Generator, tokenizer: Any) -> dict:
         """One block -> {'input_ids', 'labels'} (lists of ints) for the model."""

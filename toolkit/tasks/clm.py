@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import UserError
-from toolkit.tasks import TASKS
+from toolkit.tasks import TASKS, fingerprint
 from toolkit.tasks._lm import IGNORE
 from toolkit.tasks._text import HELDOUT, TextTask
 
@@ -73,4 +73,5 @@ class CausalLM(TextTask):
 
         # the whole split is one stream: one batch (batch_size=None)
         return dataset.map(windows, batched=True, batch_size=None, remove_columns=dataset.column_names,
-                           desc=f"sliding windows (stride {stride})")
+                           desc=f"sliding windows (stride {stride})",
+                           new_fingerprint=fingerprint(dataset, tokenizer, self, "windows", stride, end))
