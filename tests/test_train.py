@@ -175,6 +175,11 @@ def test_length_grouped_batches_cover_every_example_once() -> None:
     assert firsts != sorted(firsts, reverse=True)  # ...in random order, not long-to-short
     sampler.use_epoch(1)
     assert list(sampler) != batches  # a new order each epoch, from (seed, epoch) alone
+    # an optimizer step holds the same examples however it is split into processes/micro-batches
+    # (batch 2 x 4 micro-batches or processes per step against batch 8 x 1)
+    split = list(EpochBatches(lengths, batch_size=2, seed=1, group_by_length=True, step=8))
+    one = list(EpochBatches(lengths, batch_size=8, seed=1, group_by_length=True, step=8))
+    assert [sorted(b) for b in one] == [sorted(sum(split[i:i + 4], [])) for i in range(0, len(split), 4)]
     sampler.use_epoch(0)
     assert list(sampler) == batches
 

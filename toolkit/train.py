@@ -95,17 +95,23 @@ class EpochBatches(Sampler):
     Owning the shuffle (instead of a RandomSampler drawing from the global RNG) makes the data
     order a pure function of (seed, epoch), which is what exact resume needs.
 
-    Length grouping (the default): the permutation is cut into mega-batches of 50 batches, each
-    sorted by length and cut into batches, and then the batches themselves are shuffled, so a
-    batch pads to a length close to its members' while the order of lengths over an epoch stays
-    random (no long-to-short run inside every 50 batches, which plain sorting would give).
+    Length grouping (the default) works in optimizer steps: `step` = batch x grad_accum x
+    processes examples. The permutation is cut into mega-batches of 50 steps, each sorted by
+    length and cut into steps; the steps are shuffled, and each is cut into its micro-batches in
+    the order the processes take them (accelerate deals process p the batches p, p+N, ...). So a
+    batch pads to a length close to its members', lengths come in random order over the epoch
+    (no long-to-short run inside every 50 batches, which plain sorting would give), and an
+    optimizer step holds the same examples whatever the split into processes and micro-batches:
+    2 processes equal 1 with the same global batch.
     """
 
-    MEGA = 50  # batches per mega-batch, as transformers' LengthGroupedSampler
+    MEGA = 50  # optimizer steps per mega-batch, as transformers' LengthGroupedSampler (in batches)
 
-    def __init__(self, lengths: list[int], batch_size: int, seed: int, group_by_length: bool) -> None:
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, group_by_length: bool,
+                 step: int | None = None) -> None:
         self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
         self.group_by_length, self.epoch = group_by_length, 0
+        self.step = step or batch_size
 
     def use_epoch(self, epoch: int) -> None:
         """Not `set_epoch`: accelerate calls that with its own iteration counter, which a resumed
@@ -115,20 +121,22 @@ class EpochBatches(Sampler):
     def __iter__(self) -> Iterator[list[int]]:
         g = torch.Generator().manual_seed(self.seed * 1000 + self.epoch)
         order = torch.randperm(len(self.lengths), generator=g).tolist()
+        bs = self.batch_size
         if not self.group_by_length:
-            for start in range(0, len(order), self.batch_size):
-                yield order[start:start + self.batch_size]
+            for start in range(0, len(order), bs):
+                yield order[start:start + bs]
             return
-        mega, bs = self.MEGA * self.batch_size, self.batch_size
-        batches = []
+        mega, step = self.MEGA * self.step, self.step
+        steps = []
         for s in range(0, len(order), mega):
             chunk = sorted(order[s:s + mega], key=lambda i: -self.lengths[i])
-            batches += [chunk[b:b + bs] for b in range(0, len(chunk), bs)]
-        # a short batch (the epoch's tail) stays last: accelerate evens out the final batch only
-        tail = [batches.pop()] if batches and len(batches[-1]) < bs else []
-        for i in torch.randperm(len(batches), generator=g).tolist():
-            yield batches[i]
-        yield from tail
+            steps += [chunk[b:b + step] for b in range(0, len(chunk), step)]
+        # a short step (the epoch's tail) stays last, as without grouping
+        tail = [steps.pop()] if steps and len(steps[-1]) < step else []
+        for i in torch.randperm(len(steps), generator=g).tolist() + ([len(steps)] if tail else []):
+            members = steps[i] if i < len(steps) else tail[0]
+            for b in range(0, len(members), bs):
+                yield members[b:b + bs]
 
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / self.batch_size)
@@ -170,13 +178,14 @@ def eval_loaders(recipe: Recipe, setup: Setup) -> tuple[dict[str, DataLoader], d
     return loaders, orders
 
 
-def _loaders(recipe: Recipe, setup: Setup) -> tuple[DataLoader | None, EpochBatches | None, dict, dict]:
+def _loaders(recipe: Recipe, setup: Setup, processes: int = 1) -> tuple[DataLoader | None, EpochBatches | None, dict, dict]:
     collate = setup.task.collator(setup.tokenizer, setup.model)
     evals, orders = eval_loaders(recipe, setup)
     if setup.train is None or not recipe.method.trains:
         return None, None, evals, orders
     lengths = [len(ids) for ids in setup.train["input_ids"]]
-    sampler = EpochBatches(lengths, recipe.train.batch_size, recipe.train.seed, recipe.train.group_by_length)
+    step = recipe.train.batch_size * recipe.train.grad_accum * processes
+    sampler = EpochBatches(lengths, recipe.train.batch_size, recipe.train.seed, recipe.train.group_by_length, step)
     # Its own generator: a DataLoader draws a base seed from the global RNG at every iter(),
     # which would shift dropout masks between a resumed and an uninterrupted run.
     loader = DataLoader(setup.train, batch_sampler=sampler, collate_fn=collate,
@@ -241,7 +250,7 @@ class Loop:
     def __init__(self, recipe: Recipe, setup: Setup, accelerator: Accelerator, out: Path) -> None:
         self.recipe, self.setup, self.acc, self.out = recipe, setup, accelerator, out
         self.cfg = recipe.train
-        train_loader, self.sampler, evals, self.eval_orders = _loaders(recipe, setup)
+        train_loader, self.sampler, evals, self.eval_orders = _loaders(recipe, setup, accelerator.num_processes)
         optimizer = _optimizer(setup.model, recipe)
         per_process = math.ceil(len(train_loader) / accelerator.num_processes)
         self.steps_per_epoch = math.ceil(per_process / self.cfg.grad_accum)
