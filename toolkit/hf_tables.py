@@ -6,9 +6,10 @@ head of some kind and whether an attention name is registered, and PEFT whether 
 target modules for a family. The answers are literal tables in their source (transformers'
 models/auto/*.py and AttentionInterface class, peft/utils/constants.py), but importing either
 library imports torch: seconds. The tables are read here with `ast` (milliseconds, once a
-process). Where a module is imported already, or its source does not hold a table as a literal
-that nothing changes (another release's layout), the module itself answers;
-tests/test_startup.py compares the tables read here with the imported ones.
+process). Where the library is imported already (the commands that load models import it
+first), or its source does not hold a table as a literal that nothing changes (another
+release's layout), the module itself answers; tests/test_startup.py compares the tables read
+here with the imported ones.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from typing import Any, Mapping
 
 AUTO = "transformers.models.auto.modeling_auto"
 MUTATORS = frozenset({"update", "pop", "popitem", "setdefault", "clear", "__setitem__", "__delitem__"})
+
+
+def _imported(module: str) -> bool:
+    """Whether the library `module` belongs to is imported: its own tables then cost little more."""
+    return module.split(".")[0] in sys.modules
 
 
 def _source(module: str) -> Path | None:
@@ -87,7 +93,7 @@ def _module_tables(module: str) -> dict[str, dict]:
 def table(module: str, name: str) -> Mapping[str, Any]:
     """The dict `module.name`: read from the source, or from the module where that is imported
     already or the source does not hold it as a literal."""
-    if module not in sys.modules:
+    if not _imported(module):
         found = _module_tables(module).get(name)
         if found is not None:
             return found
@@ -103,7 +109,7 @@ def knows_model_type(model_type: str) -> bool:
     """Whether transformers has a config class for `model_type` (its CONFIG_MAPPING_NAMES: the
     generated table in auto_mappings.py, which configuration_auto.py only adds to)."""
     config_auto = "transformers.models.auto.configuration_auto"
-    if config_auto not in sys.modules:
+    if not _imported(config_auto):
         generated = _module_tables("transformers.models.auto.auto_mappings").get("CONFIG_MAPPING_NAMES", {})
         if model_type in generated:
             return True
@@ -141,7 +147,7 @@ def attention_names(registered: bool = False) -> list[str]:
     """`eager` and the attention implementations transformers has: those its source registers,
     or with `registered` (which imports transformers' modeling code) every name registered now,
     the toolkit's own and any another package added included."""
-    if registered or "transformers.modeling_utils" in sys.modules or not _builtin_attention():
+    if registered or _imported("transformers") or not _builtin_attention():
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
         return ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
