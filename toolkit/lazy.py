@@ -20,7 +20,7 @@ import importlib
 from types import ModuleType
 from typing import Any, Callable, TypeVar
 
-F = TypeVar("F", bound=Callable[..., Any])
+Fn = TypeVar("Fn", bound=Callable[..., Any])
 
 
 class LazyModule:
@@ -51,7 +51,7 @@ def lazy(name: str, namespace: dict[str, Any]) -> Any:
     return LazyModule(name, namespace)
 
 
-def no_grad(fn: F) -> F:
+def no_grad(fn: Fn) -> Fn:
     """`@torch.no_grad()` for a module-level function, without importing torch to define it."""
 
     @functools.wraps(fn)
