@@ -150,12 +150,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.what in ("tasks", None):
         print("tasks:", " ".join(tasks.TASKS.names()))
     if args.what in ("attention", None):
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
+        from toolkit import hf_tables
         from toolkit.attention import ATTENTION
 
+        # plain `ls`: the names transformers' source registers (read, not imported: seconds);
+        # `ls attention` imports transformers and lists every name registered, other packages' too
         ours = ATTENTION.names()
-        print("attention:", " ".join(["eager", *(k for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if k not in ours)]))
+        names = hf_tables.attention_names(registered=args.what == "attention")
+        print("attention:", " ".join(k for k in names if k not in ours))
         print("attention modules (toolkit):", " ".join(ours))
     if args.what in ("recipes", None):
         root = recipes_root()
@@ -316,9 +318,6 @@ def parser() -> argparse.ArgumentParser:
 def _quiet() -> None:
     """Library chatter (load reports, map bars) hides the toolkit's own one-line messages."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import datasets
-    import transformers
-
     # Library deprecation notices and self-corrections are not the user's business; the user's
     # own warnings (and the toolkit's) still show.
     for module in ("transformers", "peft", "accelerate", "datasets", "torch"):
@@ -326,6 +325,18 @@ def _quiet() -> None:
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=module + r"(\..*)?$")
     warnings.filterwarnings("ignore", message=r".*fan_in_fan_out is set to False.*")
     warnings.filterwarnings("ignore", message=r".*Removed shared tensor.*")
+
+
+# The commands that load models or data; the others (ls, validate, cp, sweep's planning, report)
+# never import datasets or transformers, which cost seconds to import.
+LOADS_MODELS = ("run", "eval", "predict", "export")
+
+
+def _quiet_libraries() -> None:
+    """datasets' and transformers' progress bars and load reports off."""
+    import datasets
+    import transformers
+
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -349,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = list(args.overrides) + extra
     _quiet()
+    if args.command in LOADS_MODELS:
+        _quiet_libraries()
     try:
         return args.func(args)
     except UserError as exc:

@@ -14,22 +14,26 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM,
-                          AutoModelForQuestionAnswering,
-                          AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer,
-                          PreTrainedTokenizerBase)
-
+from toolkit import hf_tables
 from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
 
+if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
 FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
-HEADS: dict[str, Any] = {"sequence-classification": AutoModelForSequenceClassification,
-                         "causal-lm": AutoModelForCausalLM, "seq2seq-lm": AutoModelForSeq2SeqLM,
-                         "question-answering": AutoModelForQuestionAnswering,
-                         "masked-lm": AutoModelForMaskedLM}
+# head -> (transformers' auto class, its model_type -> class table); names, not the classes:
+# importing transformers' auto classes imports torch, and validate needs only the tables
+HEADS: dict[str, tuple[str, str]] = {
+    "sequence-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    "causal-lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    "seq2seq-lm": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+    "question-answering": ("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"),
+    "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+}
 # The PEFT TaskType that wraps a model with each head (PEFT has none for masked LM: plain PeftModel).
 PEFT_TASK_TYPES = {"sequence-classification": "SEQ_CLS", "causal-lm": "CAUSAL_LM",
                    "seq2seq-lm": "SEQ_2_SEQ_LM", "question-answering": "QUESTION_ANS"}
@@ -144,6 +148,8 @@ def _hub_model_type(checkpoint: str) -> str | None:
         return _config_json(Path(cached).parent).get("model_type")
     if _offline():
         return None
+    from transformers import AutoConfig
+
     try:
         return AutoConfig.from_pretrained(checkpoint).model_type
     except Exception as exc:  # network, missing repo: said once, at validate
@@ -166,9 +172,7 @@ def family_of(checkpoint: str) -> str:
                         "reachable and set model.checkpoint to that folder")
     if not model_type:
         raise UserError(f"model.checkpoint: {local}/config.json has no model_type")
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-    if model_type not in CONFIG_MAPPING_NAMES:
+    if not hf_tables.knows_model_type(model_type):
         raise UserError(f"model.checkpoint: model_type '{model_type}' of '{checkpoint}' is not one "
                         f"transformers {__import__('transformers').__version__} knows")
     return model_type
@@ -182,21 +186,18 @@ def recipe_family(checkpoint: str, warm_start: str | None = None) -> str:
 
 def kind_of(model_type: str) -> str | None:
     """encoder, decoder or encoder-decoder, from transformers' own head tables; None: none fits."""
-    from transformers.models.auto import modeling_auto as auto
-
-    if model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+    if model_type in hf_tables.model_table("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"):
         return "encoder-decoder"
-    if model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+    if model_type in hf_tables.model_table("MODEL_FOR_MASKED_LM_MAPPING_NAMES"):
         return "encoder"
-    if model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if model_type in hf_tables.model_table("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"):
         return "decoder"
     return None
 
 
 def check_head(checkpoint: str, model_type: str, head: str) -> None:
     """Refuse a model whose family has no head of the kind the task (or method) needs."""
-    mapping = HEADS[head]._model_mapping._model_mapping  # model_type -> class name
-    if model_type not in mapping:
+    if model_type not in hf_tables.model_table(HEADS[head][1]):  # model_type -> class name
         raise UserError(f"model.checkpoint: '{checkpoint}' is a {model_type} model, and transformers "
                         f"has no {head} head for {model_type}; pick a model whose family has one")
 
@@ -219,12 +220,10 @@ def check_attention(attention: Any, family: str | None = None) -> None:
     name = attention
     if name is None or "/" in name:  # None: transformers' default; "org/kernel": a Hub kernel
         return
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    valid = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
-    valid += [f"paged|{k}" for k in valid if "|" not in k]
-    if name not in valid:
-        raise UserError(f"model.attention: unknown attention '{name}'{did_you_mean(name, valid)}")
+    if name not in hf_tables.valid_attention():  # transformers' own names, read from its source
+        valid = hf_tables.valid_attention(registered=True)  # imported: names registered since too
+        if name not in valid:
+            raise UserError(f"model.attention: unknown attention '{name}'{did_you_mean(name, valid)}")
     package = KERNEL_PACKAGES.get(name.split("|")[-1])
     if package and not _importable(package):
         raise UserError(f"model.attention: '{name}' needs the {package.split('.')[0]} package, which "
@@ -264,6 +263,8 @@ SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
 
 def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase) -> Any:
     """2 layers, width 32: small enough that a smoke run takes seconds."""
+    from transformers import AutoConfig
+
     common = {"vocab_size": vocab, "pad_token_id": tok.pad_token_id}
     if family in ("bert", "roberta"):
         return AutoConfig.for_model(family, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -292,6 +293,9 @@ def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase) -> Any:
 
 def smoke_checkpoint(checkpoint: str) -> str:
     """A cached folder holding a random-weight model of the checkpoint's family and its tokenizer."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
     family = family_of(checkpoint)
     shared_name = SMOKE_TOKENIZER.get(family) or SMOKE_TOKENIZER.get(kind_of(family) or "")
     if shared_name is None:
@@ -343,6 +347,8 @@ def _set_dropout(config: Any, p: float) -> None:
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(path)
     _ensure_pad(tok)
     return tok
@@ -372,6 +378,11 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
          dropout: float | None = None, warm_start: str | None = None) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Tokenizer + model with the task head; fp32 weights (mixed precision is accelerate's job).
     `attention` is a transformers name or a toolkit.attention module's settings."""
+    import torch
+    import transformers
+
+    from toolkit import attention as modules
+
     path = resolve(checkpoint)
     try:
         tok = load_tokenizer(path)
@@ -380,18 +391,18 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
                         f"({type(exc).__name__}); save the tokenizer beside the model") from None
     if warm_start == "encoder-decoder":
         return warm_start_encoder_decoder(path, tok, dropout), tok
-    config = AutoConfig.from_pretrained(path, **head_kwargs)
+    config = transformers.AutoConfig.from_pretrained(path, **head_kwargs)
     if dropout is not None:
         _set_dropout(config, dropout)
     if config.pad_token_id is None:
         config.pad_token_id = tok.pad_token_id
-    from toolkit import attention as modules
-
+    modules.register()  # the toolkit's attention names, before transformers checks the one asked for
     name = modules.name_of(attention)
     kwargs = {"attn_implementation": name} if name else {}
     try:
-        model, info = HEADS[head].from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True,
-                                                  ignore_mismatched_sizes=True, **kwargs)
+        auto_class = getattr(transformers, HEADS[head][0])
+        model, info = auto_class.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True,
+                                                 ignore_mismatched_sizes=True, **kwargs)
     except ValueError as exc:
         if "attn_implementation" in str(exc) or "attention" in str(exc).lower():
             raise UserError(f"model.attention: {str(exc).splitlines()[0]}") from None

@@ -368,13 +368,30 @@ SMOKE_CAPS = {("task", "max_train_samples"): 32, ("task", "max_eval_samples"): 3
               ("train", "batch_size"): 8, ("train", "eval_batch_size"): 16, ("train", "max_steps"): 4}
 
 
-def smoke_sized(raw: dict) -> dict:
+# ...and lengths, where the task has them and they are longer: a decoder's 512-token summarisation
+# prompt with a 50k-word output layer costs seconds a step even on the smallest model.
+SMOKE_LENGTHS = {"max_length": 128, "max_target_length": 32, "doc_stride": 32}
+SMOKE_NEW_TOKENS = 16  # task.generation.max_new_tokens
+
+
+def smoke_sized(raw: dict, task: Any = None) -> dict:
+    """`raw` shrunk for --smoke; `task` (the recipe's task as written) says which lengths it has."""
     raw = json.loads(json.dumps(raw))
     for (section, key), cap in SMOKE_CAPS.items():
         node = raw.setdefault(section, {})
         if isinstance(node, dict):
             value = node.get(key)
             node[key] = cap if not isinstance(value, int) or isinstance(value, bool) else min(value, cap)
+    node = raw.get("task")
+    if task is None or not isinstance(node, dict):
+        return raw
+    for key, cap in SMOKE_LENGTHS.items():
+        value = getattr(task, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+            node[key] = cap
+    generation = getattr(task, "generation", None)
+    if getattr(generation, "max_new_tokens", 0) > SMOKE_NEW_TOKENS and isinstance(node.get("generation", {}), dict):
+        node["generation"] = {**node.get("generation", {}), "max_new_tokens": SMOKE_NEW_TOKENS}
     return raw
 
 
@@ -387,7 +404,7 @@ def load(path: str | Path, overrides: list[str] | None = None, smoke: bool = Fal
     seen = seen + (path.resolve(),)
     recipe = parse(raw, name=recipe_name(path), origin=path, seen=seen)
     if smoke and not recipe.smoke:
-        return parse(smoke_sized(raw), name=recipe.name, smoke=True, origin=path, seen=seen)
+        return parse(smoke_sized(raw, recipe.task), name=recipe.name, smoke=True, origin=path, seen=seen)
     return recipe
 
 

@@ -3,7 +3,10 @@
 Every module is registered with transformers twice, under its own name: its attention function
 with `AttentionInterface` and a mask function with `AttentionMaskInterface`. The second matters:
 for a name that has no mask function, `masking_utils` returns `attention_mask=None` and BERT or
-GPT-2 would silently attend to padding.
+GPT-2 would silently attend to padding. `register()` does both, once: toolkit.models.load calls
+it before it builds a model, and importing this package calls it only where transformers'
+modeling code is loaded already (importing that takes seconds, which `toolkit validate` and
+`toolkit ls` do not spend).
 
 The mask function registered here hands over key padding only, as a (b, 1, 1, kv) bool tensor
 (True = attend), never a (q, kv) matrix: the O(n) modules (linear, performer) and the block-sparse
@@ -22,15 +25,17 @@ import dataclasses
 import importlib
 import json
 import pkgutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-from torch import nn
-
 from toolkit.errors import UserError
+from toolkit.lazy import lazy
 from toolkit.registry import Registry
+
+torch = lazy("torch", globals())
+nn = lazy("torch.nn", globals())
 
 ATTENTION: Registry[type] = Registry("attention module")
 PREFIX = "tk_attn_"  # every parameter or buffer an attention module adds carries it
@@ -288,8 +293,18 @@ def settings_of(folder: Path) -> Any:
     return from_recipe(json.loads(file.read_text()), str(file)) if file.is_file() else None
 
 
+def register() -> None:
+    """Every module's attention and mask function registered with transformers, once."""
+    global _registered
+    if not _registered:
+        for name in ATTENTION.names():
+            ATTENTION.get(name).register_with_transformers()
+        _registered = True
+
+
+_registered = False
 for _info in pkgutil.iter_modules(__path__):
     if not _info.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_info.name}")
-for _name in ATTENTION.names():
-    ATTENTION.get(_name).register_with_transformers()
+if "transformers.modeling_utils" in sys.modules:
+    register()

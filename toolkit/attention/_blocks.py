@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
-import torch.nn.functional as F
-
 from toolkit.attention import min_value
+from toolkit.lazy import lazy
 
-Rule = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (query pos, key pos) -> may attend
+torch = lazy("torch", globals())
+F = lazy("torch.nn.functional", globals())
+
+Rule = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]  # (query pos, key pos) -> may attend
 
 
 def neighbours(nb: int, offsets: list[int], extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from toolkit.attention import ATTENTION, Attention, allowed, softmax_attention
+from toolkit.lazy import lazy
+
+torch = lazy("torch", globals())
 
 
 def slopes(heads: int) -> torch.Tensor:

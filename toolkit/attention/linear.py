@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-import torch.nn.functional as F
-
 from toolkit.attention import ATTENTION, Attention, is_causal, key_keep
+from toolkit.lazy import lazy
+
+torch = lazy("torch", globals())
+F = lazy("torch.nn.functional", globals())
 
 EPS = 1e-6
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from toolkit.attention import ATTENTION, ENCODERS, Attention, is_causal, key_keep, softmax_attention
 from toolkit.attention._blocks import block_attention, neighbours
+from toolkit.lazy import lazy
+
+torch = lazy("torch", globals())
 
 
 @ATTENTION.register("local")

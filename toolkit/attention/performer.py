@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
 from toolkit.attention import ATTENTION, Attention, is_causal, key_keep
 from toolkit.attention.linear import kernel_attention
+from toolkit.lazy import lazy
+
+torch = lazy("torch", globals())
 
 
 def orthogonal_features(m: int, d: int, generator: torch.Generator) -> torch.Tensor:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from toolkit.attention import ATTENTION, Attention, allowed, softmax_attention
+from toolkit.lazy import lazy
+
+torch = lazy("torch", globals())
 
 
 def sparsemax(scores: torch.Tensor) -> torch.Tensor:

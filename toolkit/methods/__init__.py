@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
+from toolkit.lazy import lazy
 from toolkit.registry import Registry
+
+torch = lazy("torch", globals())
 
 METHODS: Registry[type] = Registry("method")
 
@@ -130,4 +131,5 @@ def count_params(model: torch.nn.Module) -> tuple[int, int]:
 
 
 for _info in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_info.name}")
+    if not _info.name.startswith("_"):  # _bottleneck: a module of adapters, not a method
+        importlib.import_module(f"{__name__}.{_info.name}")

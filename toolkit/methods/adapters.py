@@ -35,16 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-from safetensors.torch import load_file, save_file
-from torch import nn
-
 from toolkit.errors import UserError
+from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
 
+torch = lazy("torch", globals())
+nn = lazy("torch.nn", globals())
+
 CONFIGS = ("houlsby", "pfeiffer")
-ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU,
-                                           "silu": nn.SiLU, "tanh": nn.Tanh}
 _BERT = (r"layer\.(\d+)\.attention\.output\.dense", r"layer\.(\d+)\.output\.dense")
 # family -> (after-attention, after-feed-forward) module-name patterns; group 1 = layer index
 PLACES: dict[str, tuple[str, str]] = {
@@ -59,25 +57,13 @@ CONFIG_FILE = "bottleneck_config.json"
 WEIGHTS_FILE = "bottleneck_adapters.safetensors"
 
 
-class Bottleneck(nn.Module):
-    """h + up(act(down(h))); `up` starts at zero so the adapter starts as the identity.
+def __getattr__(name: str) -> Any:
+    """`Bottleneck` and `ACTIVATIONS` live in _bottleneck.py (they import torch); still named here."""
+    if name in ("Bottleneck", "ACTIVATIONS"):
+        from toolkit.methods import _bottleneck
 
-    `down` keeps nn.Linear's weight init but a zero bias: with a random negative bias a ReLU
-    unit can be off for every token, and while `up` is zero such an adapter gets no gradient
-    at all and never wakes (a real risk at small bottlenecks).
-    """
-
-    def __init__(self, width: int, size: int, activation: str) -> None:
-        super().__init__()
-        self.down = nn.Linear(width, size)
-        self.act = ACTIVATIONS[activation]()
-        self.up = nn.Linear(size, width)
-        nn.init.zeros_(self.down.bias)
-        nn.init.zeros_(self.up.weight)
-        nn.init.zeros_(self.up.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden + self.up(self.act(self.down(hidden)))
+        return getattr(_bottleneck, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _adapt_output(module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
@@ -146,6 +132,8 @@ class Adapters(Method):
 
     def inject(self, model: nn.Module) -> int:
         """Attach an adapter to every target; returns how many. Refuses a model adapted already."""
+        from toolkit.methods._bottleneck import Bottleneck
+
         targets = self.targets(model)
         adapted = [name for name, module in targets if hasattr(module, CHILD)]
         if adapted:
@@ -166,6 +154,8 @@ class Adapters(Method):
 
     def save(self, model: nn.Module, path: Path) -> None:
         """Adapter and head weights plus our config: megabytes, where the base is hundreds."""
+        from safetensors.torch import save_file
+
         from toolkit.models import head_names
 
         heads = head_names(model)
@@ -184,6 +174,8 @@ class Adapters(Method):
 def load_adapters(base_model: nn.Module, path: str | Path) -> nn.Module:
     """Re-inject saved adapters (and the saved head) into a fresh base model, for inference or
     further training; the base must be the checkpoint they were trained on (see the config)."""
+    from safetensors.torch import load_file
+
     path = Path(path)
     if not (path / CONFIG_FILE).is_file():
         raise UserError(f"{path}: no {CONFIG_FILE} here; point at the model/ folder of an adapters run")

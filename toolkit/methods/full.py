@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, set_trainable
+
+torch = lazy("torch", globals())
 
 
 @METHODS.register("full")

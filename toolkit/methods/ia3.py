@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from peft import IA3Config
-
+from toolkit.hf_tables import table
+from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type, wrap_peft
+
+torch = lazy("torch", globals())
 
 
 @METHODS.register("ia3")
@@ -26,9 +27,8 @@ class IA3(Method):
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if (self.feedforward_modules is not None) != (self.target_modules is not None):
             return "method.target_modules and method.feedforward_modules are set together or not at all"
-        from peft.utils.constants import TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING as DEFAULTS
-
-        if self.target_modules is None and family not in DEFAULTS:
+        defaults = table("peft.utils.constants", "TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING")
+        if self.target_modules is None and family not in defaults:
             return (f"PEFT has no default IA3 target modules for {family}; set method.target_modules "
                     "and method.feedforward_modules")
         extra = set(self.feedforward_modules or []) - set(self.target_modules or [])
@@ -37,6 +37,8 @@ class IA3(Method):
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        from peft import IA3Config
+
         config = IA3Config(
             task_type=peft_task_type(ctx), target_modules=self.target_modules,
             feedforward_modules=self.feedforward_modules, modules_to_save=list(ctx.head_names) or None,

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
-import torch
-from accelerate.utils import gather_object
 
 from toolkit.errors import UserError
+from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
+
+torch = lazy("torch", globals())
 
 ENCODER_ONLY = frozenset({"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
                           "xlm-roberta", "mpnet", "camembert", "modernbert"})
@@ -32,14 +33,13 @@ CONTENT_FREE = "N/A"
 
 def lm_head(family: str | None) -> str | None:
     """The head (models.HEADS key) a family scores continuations with; None: it cannot."""
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
+    from toolkit.hf_tables import model_table
 
     if family is None:
         return "causal-lm"  # unknown family: the model loader will say if it has no LM head
-    if family in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:  # before causal: BART is in both
+    if family in model_table("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"):  # before causal: BART is in both
         return "seq2seq-lm"
-    if family in ENCODER_ONLY or family not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if family in ENCODER_ONLY or family not in model_table("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"):
         return None
     return "causal-lm"
 
@@ -116,7 +116,7 @@ def _batches(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-@torch.no_grad()
+@no_grad
 def _causal_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int]]], pad: int) -> torch.Tensor:
     """Summed log-prob of each continuation after its prompt; left padding so that every
     continuation ends at the last position and only the last k+1 logits are computed."""
@@ -138,7 +138,7 @@ def _causal_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int]
     return torch.where(is_cont, token_lp, 0.0).sum(-1).cpu()
 
 
-@torch.no_grad()
+@no_grad
 def _seq2seq_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int]]], pad: int) -> torch.Tensor:
     """Summed log-prob of each target as the decoder's output given its prompt as encoder input."""
     device = next(model.parameters()).device
@@ -259,6 +259,8 @@ class ICL(Method):
     def evaluate(self, model: torch.nn.Module, setup: Any, accelerator: Any) -> dict[str, float]:
         """Each process scores a contiguous slice of every eval split; gather_object joins the
         slices in rank order, so N processes predict exactly what one does, in the same order."""
+        from accelerate.utils import gather_object
+
         model = accelerator.unwrap_model(model).eval()
         task, tok = setup.task, setup.tokenizer
         if hasattr(task, "generation"):

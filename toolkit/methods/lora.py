@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-from peft import LoraConfig
-
+from toolkit.hf_tables import table
+from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, keep_label_maps, peft_task_type, wrap_peft
+
+torch = lazy("torch", globals())
 
 
 @METHODS.register("lora")
@@ -24,14 +25,15 @@ class Lora(Method):
     merge: bool = False  # save the weights merged into the base: a plain transformers folder
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
-        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
-
-        if self.target_modules is None and family not in DEFAULTS:
+        defaults = table("peft.utils.constants", "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING")
+        if self.target_modules is None and family not in defaults:
             return (f"PEFT has no default LoRA target modules for {family}; set "
                     "method.target_modules to its attention projections' names")
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        from peft import LoraConfig
+
         config = LoraConfig(
             task_type=peft_task_type(ctx), r=self.r, lora_alpha=self.alpha,
             lora_dropout=self.dropout, target_modules=self.target_modules, bias=self.bias,

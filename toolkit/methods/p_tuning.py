@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import torch
-from peft import PromptEncoderConfig, get_peft_model
-
+from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
 from toolkit.methods.prompt_tuning import soft_prompt_refusal
+
+torch = lazy("torch", globals())
 
 
 @METHODS.register("p_tuning")
@@ -29,6 +29,8 @@ class PTuning(Method):
         return soft_prompt_refusal(self.name, family, self.head(task))
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        from peft import PromptEncoderConfig, get_peft_model
+
         config = PromptEncoderConfig(
             task_type=peft_task_type(ctx), num_virtual_tokens=self.num_virtual_tokens,
             encoder_hidden_size=self.encoder_hidden_size,

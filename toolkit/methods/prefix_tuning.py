@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-from peft import PrefixTuningConfig, get_peft_model
-
+from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
 from toolkit.methods.prompt_tuning import MLM_REFUSAL
+
+torch = lazy("torch", globals())
 
 SEQ_CLS_HEAD = "sequence-classification"
 
@@ -37,6 +37,8 @@ class PrefixTuning(Method):
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        from peft import PrefixTuningConfig, get_peft_model
+
         config = PrefixTuningConfig(
             task_type=peft_task_type(ctx), num_virtual_tokens=self.num_virtual_tokens,
             prefix_projection=self.prefix_projection, encoder_hidden_size=self.encoder_hidden_size,

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import torch
-from peft import PromptTuningConfig, PromptTuningInit, get_peft_model
 
+from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
+
+torch = lazy("torch", globals())
 
 SEQ_CLS_HEAD = "sequence-classification"
 
@@ -61,6 +62,8 @@ class PromptTuning(Method):
 
     def _init_kwargs(self, ctx: Context) -> dict[str, Any]:
         """PEFT re-loads the tokenizer by name to embed the init text, so pass where ours came from."""
+        from peft import PromptTuningInit
+
         if self.init == "random":
             return {"prompt_tuning_init": PromptTuningInit.RANDOM}
         return {"prompt_tuning_init": PromptTuningInit.TEXT,
@@ -68,6 +71,8 @@ class PromptTuning(Method):
                 "tokenizer_name_or_path": ctx.tokenizer.name_or_path}
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        from peft import PromptTuningConfig, get_peft_model
+
         config = PromptTuningConfig(
             task_type=peft_task_type(ctx), num_virtual_tokens=self.num_virtual_tokens,
             modules_to_save=list(ctx.head_names) or None, **self._init_kwargs(ctx),

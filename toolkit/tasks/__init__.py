@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
 from toolkit.errors import UserError
+from toolkit.lazy import lazy
 from toolkit.registry import Registry, did_you_mean
+
+torch = lazy("torch", globals())
 
 TASKS: Registry[type] = Registry("task")
 

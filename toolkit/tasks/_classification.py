@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import f1_score, matthews_corrcoef
 
+from toolkit.lazy import lazy
 from toolkit.tasks import Metric, Task, declaration
+
+torch = lazy("torch", globals())
+F = lazy("torch.nn.functional", globals())
 
 CLASSIFICATION_METRICS = ("accuracy", "f1", "matthews_correlation")
 REGRESSION_METRICS = ("pearson", "spearmanr")
@@ -25,6 +25,9 @@ def classification_metrics(names: tuple[str, ...] | list[str], preds: np.ndarray
                            num_labels: int = 2) -> dict[str, float]:
     """Metrics by their Hugging Face names. F1 is the positive class's (label 1) for two labels, as
     GLUE scores MRPC and QQP, and the unweighted mean over labels (macro) for more."""
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
     out: dict[str, float] = {}
     for name in names:
         if name == "accuracy":
@@ -94,6 +97,8 @@ class Classification(Task):
                            new_fingerprint=fingerprint(dataset, tokenizer, self, "encode"))
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
+        import scipy.stats  # noqa: F401  classification_metrics' libraries load with the data, not
+        import sklearn.metrics  # noqa: F401  inside the first evaluation (its eval_runtime_s)
         from transformers import DataCollatorWithPadding
 
         return DataCollatorWithPadding(tokenizer, return_tensors="pt")

@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from toolkit.errors import UserError
+from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._lm import IGNORE, TokenTask
+
+torch = lazy("torch", globals())
 
 EXTRA = ("example_index", "prompt_ids", "prompt_mask")  # collated beside the model's inputs
 
@@ -237,7 +239,7 @@ class TextToText(TokenTask):
         return {"loss": self.loss(outputs, batch).float(), "units": self.units(batch).float(),
                 "example_index": batch["example_index"], "generated": self.generate(model, batch)}
 
-    @torch.no_grad()
+    @no_grad
     def generate(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(b, new tokens) generated ids; a decoder-only model's prompt is cut off."""
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
+from toolkit.lazy import lazy
 from toolkit.tasks import Task
+
+torch = lazy("torch", globals())
+F = lazy("torch.nn.functional", globals())
 
 IGNORE = -100
 

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
-import torch
+
+from toolkit.lazy import lazy
+
+torch = lazy("torch", globals())
 
 
 def window_features(tokenizer: Any, questions: list[str], contexts: list[str],

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-import torch
 
 from toolkit.errors import UserError
+from toolkit.lazy import lazy
 from toolkit.tasks import Metric, data_path, fingerprint, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask
+
+torch = lazy("torch", globals())
 
 HELDOUT = "heldout"  # column marking raw held-out documents (corrupted at encode time)
 

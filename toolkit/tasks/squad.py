@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from toolkit.errors import UserError
+from toolkit.lazy import lazy
 from toolkit.tasks import TASKS, Metric, data_path, declaration, hub_offline, subset
 from toolkit.tasks._generation import Generation, TextToText
 from toolkit.tasks._qa import WindowCollator, best_spans, window_features
 from toolkit.tasks._text_metrics import best_null_threshold, best_over, squad_scores, token_f1
+
+torch = lazy("torch", globals())
+F = lazy("torch.nn.functional", globals())
 
 NO_ANSWER = "unanswerable"  # a generative model's target for a v2.0 question without an answer
 QA_KEYS = ("offsets", "start_positions", "end_positions", "example_index", "labels")
