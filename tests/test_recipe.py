@@ -81,3 +81,18 @@ def test_extends_with_another_method_starts_from_its_defaults(tmp_path: Path) ->
     assert recipes.load(leaf).method.name == "full"
     same = write_recipe(tmp_path / "same.yaml", "extends: base.yaml\nmethod: {name: lora, r: 2}\n")
     assert recipes.load(same).method.r == 2
+
+
+def test_smoke_shrinks_lengths_the_task_has_and_keeps_the_rest() -> None:
+    """--smoke caps sequence and generation lengths (a decoder's 512-token prompt over a 50k-word
+    output layer costs seconds a step even on the smallest model), only where the task has them
+    and they are longer, so every smoke recipe stays valid (strides below lengths)."""
+    summ = recipes.load(ROOT / "recipes/summarization/samsum/gpt2-full.yaml", smoke=True).task
+    assert (summ.max_length, summ.max_target_length, summ.generation.max_new_tokens) == (128, 32, 16)
+    assert summ.generation.num_beams == recipes.load(ROOT / "recipes/summarization/samsum/gpt2-full.yaml").task.generation.num_beams
+    qa = recipes.load(ROOT / "recipes/squad/v1.1/bert-base-uncased-full.yaml", smoke=True).task
+    assert qa.max_length == 128 and qa.doc_stride < qa.max_length
+    clm = recipes.load(ROOT / "recipes/pretrain/ptb/gpt2-clm.yaml", smoke=True).task
+    assert clm.eval_stride <= clm.max_length
+    glue = recipes.load(ROOT / "recipes/demo/sst2/minilm-full.yaml", smoke=True).task
+    assert glue.max_length == 64  # shorter than the cap: as written

@@ -370,7 +370,7 @@ SMOKE_CAPS = {("task", "max_train_samples"): 32, ("task", "max_eval_samples"): 3
 
 # ...and lengths, where the task has them and they are longer: a decoder's 512-token summarisation
 # prompt with a 50k-word output layer costs seconds a step even on the smallest model.
-SMOKE_LENGTHS = {"max_length": 128, "max_target_length": 32, "doc_stride": 32}
+SMOKE_LENGTHS = {"max_length": 128, "max_target_length": 32, "doc_stride": 32, "eval_stride": 64}
 SMOKE_NEW_TOKENS = 16  # task.generation.max_new_tokens
 
 
