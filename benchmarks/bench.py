@@ -231,12 +231,51 @@ def time_training_steps(model: torch.nn.Module, batch: dict, precision: str, war
 
 
 # --- section trainer: the toolkit against Trainer -----------------------------------------------
-def glue_task(args: argparse.Namespace, train_samples: int | None = None) -> Glue:
+def glue_task(args: argparse.Namespace) -> Glue:
     """SST-2 with the bench's training subset (steps x batch examples, the same seeded subset for
     every row) and dev set (all 872, or --eval-samples of them)."""
-    return Glue(subset="sst2", max_length=args.max_length,
-                max_train_samples=train_samples or args.steps * args.batch_size,
+    return Glue(subset="sst2", max_length=args.max_length, max_train_samples=args.steps * args.batch_size,
                 max_eval_samples=args.eval_samples)
+
+
+class CountingCollator:
+    """A collator that also counts what it hands the model: examples, positions (batch x padded
+    width) and real tokens (attention mask). Rows that train on the same examples in another
+    order or padding do different work; these counts say how much. `use_epoch` is what the
+    toolkit's loop calls on its training loader's collator only, which marks that one."""
+
+    def __init__(self, collate: Callable) -> None:
+        self.collate, self.training = collate, False
+        self.examples = self.positions = self.tokens = 0
+
+    def __call__(self, features: list) -> Any:
+        batch = self.collate(features)
+        ids = batch["input_ids"]
+        self.examples += ids.shape[0]
+        self.positions += ids.numel()
+        self.tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else ids.numel()
+        return batch
+
+    def use_epoch(self, epoch: int) -> None:
+        self.training = True
+        getattr(self.collate, "use_epoch", lambda _: None)(epoch)
+
+    def per_example(self) -> dict:
+        n = max(self.examples, 1)
+        return {"train_positions_per_example": self.positions / n, "train_tokens_per_example": self.tokens / n}
+
+
+def count_toolkit_collators() -> list[CountingCollator]:
+    """Wrap every collator the GLUE task builds from now on (in this process) in a CountingCollator."""
+    made: list[CountingCollator] = []
+    original = Glue.collator
+
+    def collator(self: Glue, tokenizer: Any, model: Any = None) -> CountingCollator:
+        made.append(CountingCollator(original(self, tokenizer, model)))
+        return made[-1]
+
+    Glue.collator = collator
+    return made
 
 
 def warmup_steps(args: argparse.Namespace) -> int:
@@ -263,7 +302,10 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
     examples / the `eval_runtime_s` that `_eval_and_save` logs to log.jsonl."""
     recipe = toolkit_recipe(args, checkpoint, method)
     train._peak_memory_mb = peak_memory_mb  # VmHWM, reset after the warm-up (see reset_peak_memory)
+    collators = count_toolkit_collators()
     metrics = train.run(recipe, out)
+    training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
+    counts = training[0].per_example() if len(training) == 1 else {}
     evals = [e for e in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "eval_runtime_s" in e]
     n_eval = len(glue_task(args).load()["eval"][""])
     return {"row": "a", "tool": "toolkit", "method": method, "padding": "dynamic",
@@ -271,7 +313,7 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
             "train_samples_per_s": metrics["train_samples_per_second"],
             "eval_samples_per_s": n_eval / evals[-1]["eval_runtime_s"], "eval_examples": n_eval,
             "peak_mb": metrics["peak_memory_mb"], "accuracy": metrics["eval"]["accuracy"],
-            "trainable": metrics["trainable_params"], "steps": metrics["train_steps"]}
+            "trainable": metrics["trainable_params"], "steps": metrics["train_steps"], **counts}
 
 
 def padded_encode(task: Glue, dataset: Any, tokenizer: Any, max_length: int) -> Any:
@@ -329,10 +371,12 @@ def trainer_row(args: argparse.Namespace, checkpoint: str, out: Path, padded: bo
     set_seed(SEED)
     model, tok = models.load(checkpoint, "sequence-classification", task.head_kwargs(), args.attention)
     train_set, dev, collator = trainer_data(task, tok, padded)
+    collator = CountingCollator(collator)
     AcceleratorState._reset_state()  # the warm-up's accelerate state is not Trainer's
     trainer = Trainer(model=model, args=trainer_arguments(args, out), train_dataset=train_set, eval_dataset=dev,
                       data_collator=collator, compute_metrics=accuracy)
     result = trainer.train()
+    counts = collator.per_example()
     evaluated = trainer.evaluate()
     return {"row": "c" if padded else "b", "tool": "transformers Trainer", "method": "full",
             "padding": f"max_length {args.max_length}" if padded else "dynamic",
@@ -340,7 +384,8 @@ def trainer_row(args: argparse.Namespace, checkpoint: str, out: Path, padded: bo
             "train_samples_per_s": result.metrics["train_samples_per_second"],
             "eval_samples_per_s": evaluated["eval_samples_per_second"], "eval_examples": len(dev),
             "peak_mb": peak_memory_mb(), "accuracy": evaluated["eval_accuracy"],
-            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "steps": result.global_step}
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "steps": result.global_step,
+            **counts}
 
 
 def warm_up(args: argparse.Namespace, checkpoint: str, folder: Path) -> None:
@@ -508,16 +553,23 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "n/a"
 
 
+def fed(row: dict) -> str:
+    """Mean positions per training example (padded width) and, in brackets, real tokens."""
+    if "train_positions_per_example" not in row:
+        return "n/a"
+    return f"{row['train_positions_per_example']:.1f} ({row['train_tokens_per_example']:.1f})"
+
+
 def trainer_table(args: argparse.Namespace, rows: list[dict]) -> str:
     """Rows (a), (b), (c) and the toolkit's train and eval speed over each row's."""
     a = rows[0]
     names = {"a": "(a) toolkit", "b": "(b) Trainer, dynamic padding", "c": f"(c) Trainer, padded to {args.max_length}"}
-    body = [[names[r["row"]], r["train_batch"], r["eval_batch"], f"{r['train_samples_per_s']:.1f}",
+    body = [[names[r["row"]], r["train_batch"], r["eval_batch"], fed(r), f"{r['train_samples_per_s']:.1f}",
              f"{r['eval_samples_per_s']:.1f}", f"{r['peak_mb']:.0f}", f"{100 * r['accuracy']:.2f}",
              ratio(a["train_samples_per_s"], r["train_samples_per_s"]),
              ratio(a["eval_samples_per_s"], r["eval_samples_per_s"])] for r in rows]
     memory = "max allocated (CUDA)" if cuda() else "peak process RSS after the warm-up"
-    return table(["row", "train batch", "eval batch", "train samples/s", "eval samples/s", f"peak MB ({memory})",
+    return table(["row", "train batch", "eval batch", "train tokens/example: fed (real)", "train samples/s", "eval samples/s", f"peak MB ({memory})",
                   "dev accuracy %", "(a) ÷ row, train", "(a) ÷ row, eval"], body)
 
 
@@ -567,8 +619,10 @@ def startup_table(rows: list[dict]) -> str:
 def section_trainer(args: argparse.Namespace, checkpoint: str) -> tuple[list[dict], str]:
     rows = [run_row(kind, checkpoint) for kind in ("toolkit", "trainer-dynamic", "trainer-padded")]
     text = (f"### Toolkit vs Trainer\n\n{trainer_settings(args)}\n\n{trainer_table(args, rows)}\n\n"
-            "Train samples/s: each tool's own figure (toolkit: examples / summed step time; Trainer: "
-            "train_samples_per_second). Eval samples/s: dev examples / evaluation wall time "
+            "Train tokens/example: positions per training example the model was fed (batch x padded width), "
+            "real tokens in brackets; rows that pad each batch to its longest example differ by the order of "
+            "the examples only. Train samples/s: each tool's own figure (toolkit: examples / summed step time; "
+            "Trainer: train_samples_per_second). Eval samples/s: dev examples / evaluation wall time "
             "(toolkit: eval_runtime_s in log.jsonl; Trainer: evaluate()'s eval_samples_per_second).")
     return rows, text
 

@@ -51,6 +51,22 @@ def test_padded_trainer_row_pads_every_example_to_max_length(tiny_checkpoint) ->
     assert max(len(r["input_ids"]) for r in rows) < 48  # SST-2 sentences are short: padding is the difference
 
 
+def test_counting_collator_counts_positions_and_real_tokens(tiny_checkpoint) -> None:
+    from toolkit import models
+
+    tok = models.load_tokenizer(tiny_checkpoint("bert"))
+    task = bench.Glue(subset="sst2", max_length=48, max_train_samples=8, max_eval_samples=8)
+    data, _, collate = bench.trainer_data(task, tok, padded=False)
+    counting = bench.CountingCollator(collate)
+    batch = counting([data[i] for i in range(8)])
+    real = sum(len(data[i]["input_ids"]) for i in range(8))
+    assert counting.per_example() == {"train_positions_per_example": batch["input_ids"].numel() / 8,
+                                      "train_tokens_per_example": real / 8}
+    assert not counting.training
+    counting.use_epoch(0)  # what the toolkit's loop calls on its training collator
+    assert counting.training
+
+
 def test_toolkit_and_trainer_rows_share_data_lr_schedule_and_seed(tmp_path: Path) -> None:
     args = bench.parse(["--steps", "50", "--batch-size", "16", "--eval-samples", "64"])
     recipe = bench.toolkit_recipe(args, "sentence-transformers/all-MiniLM-L6-v2")
