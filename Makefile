@@ -23,7 +23,7 @@ EPOCHS      ?=
 LR_GRID     ?= x1
 COMPARE_MODEL := $(or $(MODEL),minilm)
 COMPARE_RUNS  ?= $(RUNS)/compare-$(subst /,-,$(TASK))-$(COMPARE_MODEL)
-BENCH_ARGS  ?= --size minilm --steps 20 --batch-size 16
+BENCH_ARGS  ?=
 ATTENTION_ARGS ?=
 PRETRAIN    ?= recipes/pretrain/wikitext-2/minilm-mlm.yaml
 FINETUNE    ?= recipes/demo/sst2/minilm-full.yaml
@@ -75,7 +75,7 @@ chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARG
 	$(BIN)/toolkit run $(FINETUNE) "model.checkpoint={run: $(PRETRAIN), overrides: [$(subst $(space),$(comma) ,$(strip $(PRETRAIN_ARGS)))]}" --runs-dir $(RUNS)/chain $(ARGS)
 	$(BIN)/toolkit report $(RUNS)/chain
 
-bench:  ## speed and memory tables (see benchmarks/)
+bench:  ## toolkit vs Trainer, matmul/MFU, LoRA vs full, start-up: Markdown tables [BENCH_ARGS="--sections trainer --json bench.json"]
 	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
 
 attention:  ## every attention module on the demo setting + a length sweep: report.md and sweep.png

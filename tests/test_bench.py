@@ -1,0 +1,116 @@
+"""benchmarks/bench.py: what its rows measure (formulas, padding, shared settings), not timings."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench  # noqa: E402
+
+
+def test_mfu_is_six_flops_per_non_embedding_parameter_per_token() -> None:
+    assert bench.mfu(1_000_000, 1_000.0, 6e9) == pytest.approx(1.0)
+    assert bench.mfu(10_796_162, 2_000.0, 1e11) == pytest.approx(6 * 10_796_162 * 2_000 / 1e11)
+
+
+def test_non_embedding_params_leave_out_the_embedding_tables() -> None:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, type_vocab_size=2)
+    model = BertForSequenceClassification(config)
+    total = sum(p.numel() for p in model.parameters())
+    assert bench.embedding_params(model) == (1000 + 128 + 2) * 32
+    assert bench.non_embedding_params(model) == total - (1000 + 128 + 2) * 32
+
+
+def test_the_mfu_batch_is_all_real_tokens() -> None:
+    batch = bench.random_batch(4, 16, vocab=30522)
+    assert batch["input_ids"].shape == (4, 16) and bool((batch["input_ids"] >= 1000).all())
+    assert bool((batch["attention_mask"] == 1).all())
+    assert torch.equal(batch["input_ids"], bench.random_batch(4, 16, vocab=30522)["input_ids"])  # seeded
+
+
+def test_padded_trainer_row_pads_every_example_to_max_length(tiny_checkpoint) -> None:
+    from toolkit import models
+
+    tok = models.load_tokenizer(tiny_checkpoint("bert"))
+    task = bench.Glue(subset="sst2", max_length=48, max_train_samples=16, max_eval_samples=16)
+    train_set, dev, collate = bench.trainer_data(task, tok, padded=True)
+    assert {len(ids) for ids in train_set["input_ids"]} == {48} == {len(ids) for ids in dev["input_ids"]}
+    assert collate([train_set[i] for i in range(8)])["input_ids"].shape == (8, 48)
+    dynamic, _, collate = bench.trainer_data(task, tok, padded=False)
+    rows = [dynamic[i] for i in range(8)]
+    assert collate(rows)["input_ids"].shape == (8, max(len(r["input_ids"]) for r in rows))
+    assert max(len(r["input_ids"]) for r in rows) < 48  # SST-2 sentences are short: padding is the difference
+
+
+def test_counting_collator_counts_positions_and_real_tokens(tiny_checkpoint) -> None:
+    from toolkit import models
+
+    tok = models.load_tokenizer(tiny_checkpoint("bert"))
+    task = bench.Glue(subset="sst2", max_length=48, max_train_samples=8, max_eval_samples=8)
+    data, _, collate = bench.trainer_data(task, tok, padded=False)
+    counting = bench.CountingCollator(collate)
+    batch = counting([data[i] for i in range(8)])
+    real = sum(len(data[i]["input_ids"]) for i in range(8))
+    assert counting.per_example() == {"train_positions_per_example": batch["input_ids"].numel() / 8,
+                                      "train_tokens_per_example": real / 8}
+    assert not counting.training
+    counting.use_epoch(0)  # what the toolkit's loop calls on its training collator
+    assert counting.training
+
+
+def test_toolkit_and_trainer_rows_share_data_lr_schedule_and_seed(tmp_path: Path) -> None:
+    args = bench.parse(["--steps", "50", "--batch-size", "16", "--eval-samples", "64"])
+    recipe = bench.toolkit_recipe(args, "sentence-transformers/all-MiniLM-L6-v2")
+    targs = bench.trainer_arguments(args, tmp_path)
+    assert recipe.task.max_train_samples == 50 * 16 == bench.glue_task(args).max_train_samples
+    assert recipe.task.max_eval_samples == 64 == bench.glue_task(args).max_eval_samples
+    assert (recipe.train.lr, targs.learning_rate) == (bench.LR, bench.LR)
+    assert recipe.train.warmup_steps == targs.warmup_steps == math.ceil(0.06 * 50)
+    assert recipe.train.weight_decay == targs.weight_decay and recipe.train.seed == targs.seed
+    assert recipe.train.batch_size == targs.per_device_train_batch_size == 16
+    assert recipe.train.max_steps == targs.max_steps == 50
+    assert targs.per_device_eval_batch_size == 8  # Trainer's default, as the table says
+    assert targs.lr_scheduler_type.value == "linear" and targs.optim.value == "adamw_torch_fused"
+
+
+def test_sections_flag() -> None:
+    assert bench.sections("all") == list(bench.SECTIONS)
+    assert bench.sections("matmul, startup") == ["matmul", "startup"]
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench.sections("trainer,matmull")
+    assert bench.parse([]).sections == ["trainer", "matmul", "lora", "startup"]
+
+
+def test_roberta_base_shape() -> None:
+    from transformers import AutoTokenizer
+
+    from toolkit import models
+
+    tok = AutoTokenizer.from_pretrained(models.tokenizer_dir() / "roberta-base")
+    config = bench.roberta_base_config(tok)
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
+            config.intermediate_size) == (768, 12, 12, 3072)
+    assert config.vocab_size == len(tok) and config.pad_token_id == tok.pad_token_id
+
+
+def test_startup_commands_run_this_checkouts_cli() -> None:
+    labels = [label for label, _, _ in bench.STARTUP]
+    assert labels[0] == "toolkit ls" and [t for _, _, t in bench.STARTUP] == [2.0, 2.0, 8.0]
+    smoke = bench.STARTUP[2][1]
+    assert smoke[:2] == ["run", "recipes/demo/sst2/minilm-full.yaml"] and {"--smoke", "--force"} <= set(smoke)
+    cmd = bench.toolkit_command(["ls"])
+    assert cmd[0] == sys.executable and "toolkit.cli" in cmd[2] and cmd[-1] == "ls"
+
+
+def test_markdown_table() -> None:
+    text = bench.table(["a", "b"], [[1, "x"], [2, "y"]])
+    assert text.splitlines() == ["| a | b |", "|---|---|", "| 1 | x |", "| 2 | y |"]
