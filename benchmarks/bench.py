@@ -31,7 +31,6 @@ import datetime
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -100,42 +99,22 @@ def header(args: argparse.Namespace) -> dict:
             "git_commit": provenance.git_commit()}
 
 
-def _proc_status_mb(key: str) -> float | None:
-    """VmRSS / VmHWM of this process from /proc (Linux), in MiB; None elsewhere."""
-    try:
-        found = re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
-    except OSError:
-        return None
-    return int(found.group(1)) / 1024 if found else None
-
-
 def reset_peak_memory() -> None:
-    """Forget the peak so far. CUDA: the allocator's peak. CPU: the process's peak RSS (VmHWM),
-    reset by writing 5 to /proc/self/clear_refs (Linux >= 4.0), so a row's peak is not the
-    warm-up's. getrusage's ru_maxrss, which the toolkit reads, also keeps the peak of any thread
-    that has exited and cannot be reset; `peak_memory_mb` reads VmHWM instead."""
-    if cuda():
-        torch.cuda.reset_peak_memory_stats()
-        return
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass  # not Linux: the peak then includes the warm-up, and says so in no table
+    """Forget the peak so far (the toolkit's own reset: CUDA allocator peak, CPU VmHWM), so a
+    row's peak is not the warm-up's."""
+    train.reset_peak_memory(device())
 
 
 def peak_memory_mb(_device: Any = None) -> float:
-    """Peak since the last reset: CUDA max_memory_allocated, CPU peak process RSS (VmHWM)."""
-    if cuda():
-        return torch.cuda.max_memory_allocated() / 2**20
-    hwm = _proc_status_mb("VmHWM")
-    return hwm if hwm is not None else train._peak_memory_mb(torch.device("cpu"))
+    """Peak since the last reset, as the toolkit reports it in metrics.json."""
+    return train._peak_memory_mb(device())
 
 
 def current_memory_mb() -> float:
     """Memory in use now: CUDA memory_allocated, CPU process RSS (VmRSS)."""
     if cuda():
         return torch.cuda.memory_allocated() / 2**20
-    rss = _proc_status_mb("VmRSS")
+    rss = train._proc_status_mb("VmRSS")
     return rss if rss is not None else 0.0
 
 
@@ -291,8 +270,10 @@ def toolkit_recipe(args: argparse.Namespace, checkpoint: str, method: str = "ful
            "method": {"name": method, **METHODS[method]},
            "train": {"epochs": 1, "max_steps": args.steps, "batch_size": args.batch_size,
                      "eval_batch_size": args.eval_batch_size, "lr": LR, "weight_decay": WEIGHT_DECAY,
-                     "warmup_steps": warmup_steps(args), "seed": SEED, "group_by_length": args.group_by_length,
+                     "warmup_steps": warmup_steps(args), "seed": SEED,
                      "mixed_precision": args.precision, "keep_best": False, "eval_every": 0}}
+    if args.group_by_length is not None:  # else the toolkit's default
+        raw["train"]["group_by_length"] = args.group_by_length
     return recipes.parse(raw, name=f"bench/{method}")
 
 
@@ -301,7 +282,6 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
     toolkit's own (examples / summed step time, batch fetching included); eval samples/s is dev
     examples / the `eval_runtime_s` that `_eval_and_save` logs to log.jsonl."""
     recipe = toolkit_recipe(args, checkpoint, method)
-    train._peak_memory_mb = peak_memory_mb  # VmHWM, reset after the warm-up (see reset_peak_memory)
     collators = count_toolkit_collators()
     metrics = train.run(recipe, out)
     training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
@@ -309,7 +289,7 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
     evals = [e for e in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "eval_runtime_s" in e]
     n_eval = len(glue_task(args).load()["eval"][""])
     return {"row": "a", "tool": "toolkit", "method": method, "padding": "dynamic",
-            "train_batch": args.batch_size, "eval_batch": args.eval_batch_size or args.batch_size,
+            "train_batch": args.batch_size, "eval_batch": train.eval_batch_size(recipe),
             "train_samples_per_s": metrics["train_samples_per_second"],
             "eval_samples_per_s": n_eval / evals[-1]["eval_runtime_s"], "eval_examples": n_eval,
             "peak_mb": metrics["peak_memory_mb"], "accuracy": metrics["eval"]["accuracy"],
@@ -579,8 +559,10 @@ def trainer_settings(args: argparse.Namespace) -> str:
             f"every row), dev {args.eval_samples or 872}, max_length {args.max_length}, {args.steps} steps of "
             f"batch {args.batch_size}, lr {LR}, linear schedule with {warmup_steps(args)} warm-up steps, "
             f"weight decay {WEIGHT_DECAY}, seed {SEED}, fused AdamW, attention {args.attention}; "
-            f"toolkit: train.group_by_length={args.group_by_length}, train.eval_batch_size="
-            f"{args.eval_batch_size or f'unset (= batch_size {args.batch_size})'}; Trainer: "
+            f"toolkit: train.group_by_length="
+            f"{'default (true)' if args.group_by_length is None else args.group_by_length}, train.eval_batch_size="
+            f"{args.eval_batch_size or f'unset (= 2 x batch_size = {2 * args.batch_size})'}, evaluation longest "
+            "first; Trainer: "
             f"per_device_eval_batch_size={args.trainer_eval_batch_size} (its default 8), other defaults; "
             "one process per row, each after the same warm-up (a short toolkit run)")
 
@@ -701,7 +683,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-samples", type=int, default=None, help="dev examples (default: all 872)")
     p.add_argument("--eval-batch-size", type=int, default=None, help="the toolkit's train.eval_batch_size")
     p.add_argument("--trainer-eval-batch-size", type=int, default=8, help="Trainer's per_device_eval_batch_size")
-    p.add_argument("--group-by-length", action="store_true", help="the toolkit's train.group_by_length")
+    p.add_argument("--group-by-length", action=argparse.BooleanOptionalAction, default=None,
+                   help="the toolkit's train.group_by_length (default: the toolkit's default, true)")
     p.add_argument("--precision", choices=["no", "bf16", "fp16"], default="no")
     p.add_argument("--attention", default="sdpa")
     p.add_argument("--matmul-size", type=int, default=None, help="n of the matmul (default 2048 CPU, 8192 CUDA)")

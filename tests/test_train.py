@@ -110,7 +110,8 @@ def test_full_model_reloads_with_plain_transformers(tmp_path: Path, cli, runs_di
     model = AutoModelForSequenceClassification.from_pretrained(run / "model")
     assert _reload_accuracy(model, AutoTokenizer.from_pretrained(run / "model")) == metrics["eval"]["accuracy"]
     assert metrics["trainable_params"] == metrics["total_params"] > 0
-    assert {"train_runtime_s", "train_samples_per_second", "peak_memory_mb", "recipe_hash", "seed"} <= set(metrics)
+    assert {"train_runtime_s", "train_samples_per_second", "peak_memory_mb", "recipe_hash", "seed",
+            "eval_runtime_s", "eval_samples_per_second"} <= set(metrics)
 
 
 def test_lora_adapter_reloads_with_peft(tmp_path: Path, cli, runs_dir: Path, tiny_checkpoint) -> None:
@@ -247,3 +248,17 @@ def test_evaluation_serves_longest_first_and_scores_in_dataset_order() -> None:
     plain = acc.prepare(DataLoader(ds, batch_size=3, collate_fn=collate))
     unsorted = evaluation.evaluate(torch.nn.Linear(1, 1), {"": plain}, Toy(), acc, {"": None})
     assert metrics["padded"] < unsorted["padded"]  # widths 9,7,7 / 5,3,2 / 1 against 3,9,1 / 7,7,2 / 5
+
+
+def test_peak_memory_is_reset_between_runs_of_one_process() -> None:
+    """A sweep runs many recipes in one process: each must report its own peak, not the
+    largest so far (getrusage's ru_maxrss cannot be reset; VmHWM can)."""
+    from toolkit import train
+
+    cpu = torch.device("cpu")
+    big = torch.ones(100_000_000)  # 400 MB, touched
+    big.add_(1)
+    before = train._peak_memory_mb(cpu)
+    del big
+    train.reset_peak_memory(cpu)
+    assert train._peak_memory_mb(cpu) < before - 300

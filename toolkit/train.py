@@ -217,6 +217,7 @@ class State:
     last_eval: dict | None = None
     peak_memory_mb: float = 0.0  # of training itself: checkpoint writing is not counted
     skipped_nonfinite: int = 0  # batches skipped for a non-finite loss or gradient
+    eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
 
 
 def run(recipe: Recipe, out: Path, resume: bool = False, stop_after: int | None = None) -> dict | None:
@@ -235,6 +236,7 @@ def run(recipe: Recipe, out: Path, resume: bool = False, stop_after: int | None 
                               step_scheduler_with_optimizer=False, log_with=recipe.train.report_to or None,
                               project_dir=tracking.project_dir(out))
     _check_strategy(accelerator.distributed_type.value)
+    reset_peak_memory(accelerator.device)  # a sweep runs many recipes in one process
     setup = build(recipe)
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
@@ -447,6 +449,7 @@ class Loop:
         metrics = evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
                                       sink=self.setup.predictions, orders=self.eval_orders)
         runtime = time.perf_counter() - start  # generation tasks: eval speed is generation speed
+        self.state.eval_runtime_s = runtime
         self.state.last_eval = {"step": self.state.step, **metrics}
         self._keep_if_best(metrics)
         if self.acc.is_main_process:
@@ -489,10 +492,37 @@ def _load_best(model: torch.nn.Module, folder: Path, device: torch.device) -> No
         raise RuntimeError(f"{folder}: weights the model does not have: {result.unexpected_keys[:3]}")
 
 
+def reset_peak_memory(device: torch.device) -> None:
+    """Forget the peak so far, so each run of a sweep (one process) reports its own. CUDA: the
+    allocator's peak. CPU: the process's peak RSS (VmHWM), reset by writing 5 to
+    /proc/self/clear_refs (Linux >= 4.0); elsewhere the peak stays the process's."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _proc_status_mb(key: str) -> float | None:
+    """VmRSS / VmHWM of this process from /proc (Linux), in MiB; None elsewhere."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _peak_memory_mb(device: torch.device) -> float:
+    """CUDA: max allocated since the last reset. CPU: peak process RSS since the last reset
+    (VmHWM; getrusage's ru_maxrss where /proc is missing: it cannot be reset)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB (process RSS)
+    hwm = _proc_status_mb("VmHWM")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: State,
@@ -526,6 +556,9 @@ def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: St
         "trainable_percent": 100.0 * setup.trainable / max(setup.total, 1),
         "train_runtime_s": state.train_time,
         "train_samples_per_second": state.samples / state.train_time if state.train_time else 0.0,
+        "eval_runtime_s": state.eval_runtime_s,
+        "eval_samples_per_second": (sum(len(v) for v in setup.raw_evals.values()) / state.eval_runtime_s
+                                    if state.eval_runtime_s else 0.0),
         "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,
         "best_step": state.best_step, "skipped_nonfinite": state.skipped_nonfinite,
         "main_metric": setup.task.main_metric(),
