@@ -50,7 +50,7 @@ from toolkit import models, provenance, recipe as recipes, train  # noqa: E402
 from toolkit.tasks.glue import Glue  # noqa: E402
 
 SECTIONS = ("trainer", "matmul", "lora", "startup")  # the default set, in the order they run
-EXTRA_SECTIONS = ("methods",)
+EXTRA_SECTIONS = ("methods", "levers")
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SIZES = {"minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
          "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)}
@@ -262,7 +262,8 @@ def warmup_steps(args: argparse.Namespace) -> int:
     return math.ceil(WARMUP_RATIO * args.steps)
 
 
-def toolkit_recipe(args: argparse.Namespace, checkpoint: str, method: str = "full") -> Any:
+def toolkit_recipe(args: argparse.Namespace, checkpoint: str, method: str = "full",
+                   train_overrides: dict | None = None) -> Any:
     """The recipe of row (a): the bench's data, batch, lr and schedule; one evaluation at the end."""
     raw = {"model": {"checkpoint": checkpoint, "attention": args.attention},
            "task": {"name": "glue", "subset": "sst2", "max_length": args.max_length,
@@ -274,14 +275,16 @@ def toolkit_recipe(args: argparse.Namespace, checkpoint: str, method: str = "ful
                      "mixed_precision": args.precision, "keep_best": False, "eval_every": 0}}
     if args.group_by_length is not None:  # else the toolkit's default
         raw["train"]["group_by_length"] = args.group_by_length
+    raw["train"].update(train_overrides or {})
     return recipes.parse(raw, name=f"bench/{method}")
 
 
-def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: str = "full") -> dict:
+def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: str = "full",
+                train_overrides: dict | None = None) -> dict:
     """Row (a): `train.run`, the same function `toolkit run` calls. Train samples/s is the
     toolkit's own (examples / summed step time, batch fetching included); eval samples/s is dev
     examples / the `eval_runtime_s` that `_eval_and_save` logs to log.jsonl."""
-    recipe = toolkit_recipe(args, checkpoint, method)
+    recipe = toolkit_recipe(args, checkpoint, method, train_overrides)
     collators = count_toolkit_collators()
     metrics = train.run(recipe, out)
     training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
@@ -389,7 +392,81 @@ def trainer_section_row(args: argparse.Namespace, kind: str, checkpoint: str) ->
             return toolkit_row(args, checkpoint, Path(tmp) / "toolkit")
         if kind.startswith("method:"):
             return toolkit_row(args, checkpoint, Path(tmp) / "method", kind.split(":", 1)[1])
+        if kind.startswith("lever:"):
+            return lever_row(args, checkpoint, Path(tmp) / "lever", kind.split(":", 1)[1])
         return trainer_row(args, checkpoint, Path(tmp) / "trainer", padded=kind == "trainer-padded")
+
+
+# --- section levers: what each of the loop's speed choices is worth --------------------------------
+LEVERS = {  # name -> (what changes against the toolkit's defaults, train overrides)
+    "defaults": ("none: length-grouped batches, evaluation longest first at 2x batch", {}),
+    "no-grouping": ("train.group_by_length=false (random batches)", {"group_by_length": False}),
+    "eval-unsorted": ("evaluation in dataset order", {}),
+    "eval-batch-1x": ("train.eval_batch_size = batch_size", {"eval_batch_size": None}),
+    "one-thread": ("torch.set_num_threads(1)", {}),
+    "grad-checkpointing": ("train.gradient_checkpointing=true", {"gradient_checkpointing": True}),
+}
+
+
+def lever_row(args: argparse.Namespace, checkpoint: str, out: Path, lever: str) -> dict:
+    """The toolkit row with one lever turned off (or on), in this fresh process."""
+    what, overrides = LEVERS[lever]
+    overrides = dict(overrides)
+    if lever == "eval-batch-1x":
+        overrides["eval_batch_size"] = args.batch_size
+    if lever == "eval-unsorted":
+        served = train.eval_loaders
+
+        def unsorted(recipe: Any, setup: Any) -> tuple[dict, dict]:
+            from torch.utils.data import DataLoader
+
+            loaders, _ = served(recipe, setup)
+            return ({k: DataLoader(v.dataset, batch_size=v.batch_size, collate_fn=v.collate_fn)
+                     for k, v in loaders.items()}, {})
+
+        train.eval_loaders = unsorted
+    if lever == "one-thread":
+        torch.set_num_threads(1)
+    return {"lever": lever, "what": what, **toolkit_row(args, checkpoint, out, train_overrides=overrides)}
+
+
+def compile_row(args: argparse.Namespace, checkpoint: str) -> dict:
+    """Full fine-tuning step time, eager against torch.compile (default inductor backend), at
+    fixed shapes (every batch the same size: compile's best case) and with the first compiled
+    steps' time (compilation) reported separately."""
+    results = {}
+    for compiled in (False, True):
+        model, tok = models.load(checkpoint, "sequence-classification", {"num_labels": 2}, args.attention)
+        if compiled:
+            model = torch.compile(model)
+        batch = random_batch(args.mfu_batch_size, args.compile_length, len(tok))
+        start = time.perf_counter()
+        times = time_training_steps(model, batch, args.precision, warmup=2, steps=args.mfu_steps or 3)
+        total = time.perf_counter() - start
+        results["compiled" if compiled else "eager"] = {
+            "step_s": statistics.median(times), "warmup_s": total - sum(times)}
+    return {"batch": args.mfu_batch_size, "length": args.compile_length, **results}
+
+
+def section_levers(args: argparse.Namespace, checkpoint: str) -> tuple[dict, str]:
+    rows = [run_row(f"lever:{name}", checkpoint) for name in LEVERS]
+    base = rows[0]
+    body = [[r["lever"], r["what"], f"{r['train_samples_per_s']:.1f}", ratio(r["train_samples_per_s"], base["train_samples_per_s"]),
+             f"{r['eval_samples_per_s']:.1f}", ratio(r["eval_samples_per_s"], base["eval_samples_per_s"]),
+             f"{r['peak_mb']:.0f}", f"{100 * r['accuracy']:.2f}"] for r in rows]
+    comp = run_row("compile", checkpoint)
+    e, c = comp["eager"], comp["compiled"]
+    text = (f"### Levers\n\n{trainer_settings(args)}\n\nEach row is the toolkit row with one change, in its "
+            "own process after the same warm-up; ratios are against the defaults row.\n\n"
+            + table(["lever", "change", "train samples/s", "vs defaults", "eval samples/s", "vs defaults",
+                     "peak MB", "dev accuracy %"], body)
+            + f"\n\ntorch.compile (inductor), full fine-tuning step at fixed shape {comp['batch']} x "
+            f"{comp['length']}:\n\n"
+            + table(["", "step s (median)", "first 2 steps s (incl. compilation)"],
+                    [["eager", f"{e['step_s']:.3f}", f"{e['warmup_s']:.1f}"],
+                     ["compiled", f"{c['step_s']:.3f}", f"{c['warmup_s']:.1f}"],
+                     ["compiled / eager", ratio(c["step_s"], e["step_s"]), ""]]))
+    return {"rows": rows, "compile": comp}, text
 
 
 # --- section matmul: the machine's throughput and the model's utilisation ----------------------
@@ -508,6 +585,8 @@ def measure(args: argparse.Namespace) -> Any:
         return lora_row(args, kind.split(":", 1)[1])
     if kind == "matmul":
         return matmul_row(args, args.resolved_checkpoint)
+    if kind == "compile":
+        return compile_row(args, args.resolved_checkpoint)
     return trainer_section_row(args, kind, args.resolved_checkpoint)
 
 
@@ -653,7 +732,7 @@ def section_methods(args: argparse.Namespace, checkpoint: str) -> tuple[list[dic
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, str], tuple[Any, str]]] = {
     "trainer": section_trainer, "matmul": section_matmul, "lora": section_lora, "startup": section_startup,
-    "methods": section_methods}
+    "methods": section_methods, "levers": section_levers}
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -692,6 +771,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mfu-batch-size", type=int, default=32)
     p.add_argument("--mfu-length", type=int, default=128)
     p.add_argument("--mfu-steps", type=int, default=None, help="timed steps (default 3 CPU, 20 CUDA)")
+    p.add_argument("--compile-length", type=int, default=64, help="sequence length of the levers' compile rows")
     p.add_argument("--lora-batch-size", dest="lora_batch", type=int, default=None, help="default 8 CPU, 32 CUDA")
     p.add_argument("--lora-length", type=int, default=128)
     p.add_argument("--lora-steps", type=int, default=3)

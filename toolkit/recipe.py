@@ -76,6 +76,7 @@ class Recipe:
     smoke: bool = False
     upstream: "Recipe | None" = None  # the run model.checkpoint names ({run: ...}); not hashed
     checkpoint_path: str | None = None  # that run's model/ folder, once resolved (chain.resolve)
+    written_max_length: int | None = None  # --smoke: task.max_length as written (its check still applies)
 
     def to_dict(self) -> dict:
         """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""
@@ -404,7 +405,9 @@ def load(path: str | Path, overrides: list[str] | None = None, smoke: bool = Fal
     seen = seen + (path.resolve(),)
     recipe = parse(raw, name=recipe_name(path), origin=path, seen=seen)
     if smoke and not recipe.smoke:
-        return parse(smoke_sized(raw, recipe.task), name=recipe.name, smoke=True, origin=path, seen=seen)
+        small = parse(smoke_sized(raw, recipe.task), name=recipe.name, smoke=True, origin=path, seen=seen)
+        small.written_max_length = recipe.task.max_length
+        return small
     return recipe
 
 

@@ -64,8 +64,9 @@ def build(recipe: Recipe) -> Setup:
     model, tok = models.load(checkpoint, head, task.head_kwargs(), recipe.model.attention, recipe.model.dropout,
                              warm_start=recipe.model.warm_start)
     limit = models.max_positions(model.config, tok)
-    if limit is not None and task.max_length > limit:
-        raise UserError(f"task.max_length: {task.max_length} is more than the {limit} positions "
+    length = max(task.max_length, recipe.written_max_length or 0)  # --smoke: the length as written
+    if limit is not None and length > limit:
+        raise UserError(f"task.max_length: {length} is more than the {limit} positions "
                         f"{recipe.model.checkpoint} has; use at most {limit}")
     recipe.method.check_data(task, raw)
     if recipe.train.gradient_checkpointing:
