@@ -17,6 +17,7 @@ The loop knows a task only through this contract:
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import pkgutil
@@ -215,15 +216,11 @@ def fingerprint(dataset: Any, tokenizer: Any, *parts: Any) -> str:
     mostly for in-memory datasets that are never cached. The key here is what decides the
     output instead: the input's own fingerprint, the tokenizer (its class, path, settings and
     the full serialised fast tokenizer) and `parts` (the task's settings, the step's name)."""
-    import hashlib
-
     h = hashlib.sha256(f"{dataset._fingerprint}|{_tokenizer_key(tokenizer)}|{parts!r}".encode())
     return h.hexdigest()[:16]
 
 
 def _tokenizer_key(tokenizer: Any) -> str:
-    import hashlib
-
     backend = getattr(tokenizer, "backend_tokenizer", None)
     body = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
     settings = (type(tokenizer).__name__, tokenizer.name_or_path, tokenizer.padding_side,

@@ -6,13 +6,14 @@ per-example loss, the argmax evaluation step and the official metric functions f
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from toolkit.lazy import lazy
-from toolkit.tasks import Metric, Task, declaration
+from toolkit.tasks import Metric, Task, declaration, fingerprint
 
 torch = lazy("torch", globals())
 F = lazy("torch.nn.functional", globals())
@@ -21,28 +22,32 @@ CLASSIFICATION_METRICS = ("accuracy", "f1", "matthews_correlation")
 REGRESSION_METRICS = ("pearson", "spearmanr")
 
 
+def metric_libraries(names: tuple[str, ...] | list[str]) -> tuple[Any, Any]:
+    """(scipy.stats, sklearn.metrics), each imported only when these metrics need it (1-2 s
+    each; accuracy alone needs neither), else None."""
+    stats = importlib.import_module("scipy.stats") if {"pearson", "spearmanr"} & set(names) else None
+    skm = importlib.import_module("sklearn.metrics") if {"f1", "matthews_correlation"} & set(names) else None
+    return stats, skm
+
+
 def classification_metrics(names: tuple[str, ...] | list[str], preds: np.ndarray, labels: np.ndarray,
                            num_labels: int = 2) -> dict[str, float]:
     """Metrics by their Hugging Face names. F1 is the positive class's (label 1) for two labels, as
     GLUE scores MRPC and QQP, and the unweighted mean over labels (macro) for more."""
-    if {"pearson", "spearmanr"} & set(names):
-        from scipy.stats import pearsonr, spearmanr
-    if {"f1", "matthews_correlation"} & set(names):
-        from sklearn.metrics import f1_score, matthews_corrcoef
-
+    stats, skm = metric_libraries(names)
     out: dict[str, float] = {}
     for name in names:
         if name == "accuracy":
             out[name] = float((preds == labels).mean())
         elif name == "f1":
             average = "binary" if num_labels <= 2 else "macro"
-            out[name] = float(f1_score(labels, preds, average=average, pos_label=1, zero_division=0))
+            out[name] = float(skm.f1_score(labels, preds, average=average, pos_label=1, zero_division=0))
         elif name == "matthews_correlation":
-            out[name] = float(matthews_corrcoef(labels, preds))
+            out[name] = float(skm.matthews_corrcoef(labels, preds))
         elif name == "pearson":
-            out[name] = float(pearsonr(preds, labels)[0]) if np.std(preds) > 0 else 0.0
+            out[name] = float(stats.pearsonr(preds, labels)[0]) if np.std(preds) > 0 else 0.0
         elif name == "spearmanr":
-            out[name] = float(spearmanr(preds, labels)[0]) if np.std(preds) > 0 else 0.0
+            out[name] = float(stats.spearmanr(preds, labels)[0]) if np.std(preds) > 0 else 0.0
         else:
             raise ValueError(f"unknown classification metric {name}")
     return out
@@ -93,17 +98,11 @@ class Classification(Task):
             out["labels"] = batch["label"]
             return out
 
-        from toolkit.tasks import fingerprint
-
         return dataset.map(tok, batched=True, remove_columns=dataset.column_names,
                            new_fingerprint=fingerprint(dataset, tokenizer, self, "encode"))
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
-        names = set(self.metric_list())  # the metrics' libraries load with the data, not inside
-        if {"pearson", "spearmanr"} & names:  # the first evaluation (its eval_runtime_s); accuracy
-            import scipy.stats  # noqa: F401  needs neither (1-2 s of a smoke run)
-        if {"f1", "matthews_correlation"} & names:
-            import sklearn.metrics  # noqa: F401
+        metric_libraries(self.metric_list())  # imported with the data, not in the first eval_runtime_s
         from transformers import DataCollatorWithPadding
 
         return DataCollatorWithPadding(tokenizer, return_tensors="pt")
