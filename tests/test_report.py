@@ -20,9 +20,10 @@ DECL = {"accuracy": {"higher_is_better": True, "scale": 100.0}, "f1": {"higher_i
 
 
 def fake_run(root: Path, task: str, method: str, seed: int, evals: dict, lr: float = 1e-3, main: str = "accuracy",
-             trainable: int = 1000, model: str = "org/tiny", task_name: str = "glue", extra: dict | None = None) -> Path:
+             trainable: int = 1000, model: str = "org/tiny", task_name: str = "glue", extra: dict | None = None,
+             task_extra: dict | None = None) -> Path:
     """A finished run folder as `toolkit run` writes it (recipe.yaml, metrics.json, log.jsonl)."""
-    recipe = {"model": {"checkpoint": model}, "task": {"name": task_name, "subset": task},
+    recipe = {"model": {"checkpoint": model}, "task": {"name": task_name, "subset": task, **(task_extra or {})},
               "method": {"name": method, **(extra or {})}, "train": {"lr": lr, "seed": seed}, "smoke": False}
     run = root / "glue" / task / f"{model.split('/')[-1]}-{method}" / f"{task}{method}{seed}{lr}"
     run.mkdir(parents=True)
@@ -85,11 +86,16 @@ def test_glue_average_is_glues_definition(tmp_path: Path) -> None:
     for seed, shift in ((42, 0.0), (43, 0.02)):
         for task, ev in evals.items():
             fake_run(tmp_path, task, "lora", seed, {k: v + shift for k, v in ev.items()},
-                     main=glue_report.SPECS[task].main)
+                     main=glue_report.SPECS[task].main, extra={"r": 8, "alpha": 16},
+                     task_extra={"max_train_samples": 8000} if task == "mnli" else None)
     text = glue_report.render(report.collect(tmp_path))
     mean = (0.50 + 0.85 + 0.87 + 0.83) / 4 * 100 + 1.0  # per-seed averages 76.25 and 78.25
     assert "| tiny lora | 51.00 ± 1.41 (n=2) |" in text and f"{mean:.2f} ± 1.41 (n=2)" in text
     assert "MNLI-m acc" in text and "MNLI-mm acc" in text and "Not in these runs: SST-2, QQP, QNLI, RTE, WNLI" in text
+    # the protocol beside our numbers: the method's settings and any reduced training set
+    assert "**ours: tiny lora** (alpha 16, r 8): dev split" in text
+    assert "mnli: lr 0.001, batch None, epochs None, a fixed random 8000 training examples" in text
+    assert "cola: lr 0.001, batch None, epochs None, max length" in text
 
 
 def test_published_numbers_carry_their_protocol() -> None:

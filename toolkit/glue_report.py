@@ -158,10 +158,14 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]]) -> list[str]:
         for t, ms in cells.items():
             tr, task = ms[0]["recipe"].get("train", {}), ms[0]["recipe"].get("task", {})
             budget = f"max steps {tr['max_steps']}" if tr.get("max_steps") else f"epochs {tr.get('epochs')}"
-            parts.append(f"{t}: lr {tr.get('lr')}, batch {tr.get('batch_size')}, {budget}, "
+            subset = f", a fixed random {task['max_train_samples']} training examples" if task.get("max_train_samples") else ""
+            parts.append(f"{t}: lr {tr.get('lr')}, batch {tr.get('batch_size')}, {budget}{subset}, "
                          f"max length {task.get('max_length')}, seeds {sorted(m['metrics'].get('seed') for m in ms)}")
-        out.append(f"**ours: {row}**: dev split, mean ± sample std over seeds, the best checkpoint on dev "
-                   f"(keep_best; selected and scored on the same dev set, as the papers do). " + "; ".join(parts) + ".")
+        method = ms[0]["recipe"].get("method", {})
+        settings = ", ".join(f"{k} {v}" for k, v in method.items() if k != "name" and v is not None and not isinstance(v, (dict, list)))
+        out.append(f"**ours: {row}**{f' ({settings})' if settings else ''}: dev split, mean ± sample std over "
+                   f"seeds, the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the "
+                   f"papers do). " + "; ".join(parts) + ".")
     return out
 
 
