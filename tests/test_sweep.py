@@ -43,6 +43,18 @@ def test_seeds_lists_counts_and_refusals() -> None:
         sweep.parse_axes(["train.lr=1,,2"])
     with pytest.raises(UserError, match="not both"):
         sweep.grid([Path("a.yaml")], [("train.seed", ["1"])], [42])
+    with pytest.raises(UserError, match="the value 1e-4 is listed twice"):
+        sweep.parse_axes(["train.lr=1e-4,3e-4,1e-4"])
+    with pytest.raises(UserError, match="a count of seeds is 1 to 10"):
+        sweep.parse_seeds("0")
+
+
+def test_two_points_that_are_one_run_are_refused_before_anything_runs(tmp_path: Path, cli, runs_dir: Path) -> None:
+    recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
+    # x1 is the recipe's own 1e-3: the same resolved recipe, so the same run folder
+    code, _, err = cli("sweep", recipe, "train.lr=x1,1e-3", "--smoke", "--runs-dir", runs_dir)
+    assert code == 2 and "points 1 (" in err and "and 2 (" in err and "are the same run" in err
+    assert not runs_dir.exists()
 
 
 def test_scaled_values_multiply_the_recipes_own_value(tmp_path: Path) -> None:

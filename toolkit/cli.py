@@ -89,13 +89,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
     axes = sweep.parse_axes([a for a in args.overrides if "=" in a])
     points = [sweep.resolve(p) for p in sweep.grid(paths, axes, sweep.parse_seeds(args.seeds))]
-    for point in points:  # every point is checked before the first one runs
-        recipes.load(point.recipe, point.overrides, smoke=args.smoke)
+    root = runs.runs_root(args.runs_dir)
+    # every point is checked before the first one runs, and no two are the same run
+    sweep.same_runs([runs.run_dir(recipes.load(p.recipe, p.overrides, smoke=args.smoke), root) for p in points], points)
     if args.dry_run:
-        print("\n".join(sweep.describe(points, runs.runs_root(args.runs_dir), args.smoke)))
+        print("\n".join(sweep.describe(points, root, args.smoke)))
         print(f"{len(points)} runs (dry run: nothing was started)")
         return 0
-    root = runs.runs_root(args.runs_dir)
     for i, point in enumerate(points, 1):
         print(f"[{i}/{len(points)}] {point}", flush=True)
         out = runs.run_dir(recipes.load(point.recipe, point.overrides, smoke=args.smoke), root)

@@ -55,6 +55,9 @@ def parse_axes(items: list[str]) -> list[tuple[str, list[str]]]:
         values = split_values(value)
         if "" in values:
             raise UserError(f"sweep axis '{item}': an empty value (stray comma?)")
+        if len(set(values)) != len(values):
+            twice = next(v for v in values if values.count(v) > 1)
+            raise UserError(f"sweep axis '{key}': the value {twice} is listed twice")
         axes.append((key, values))
     return axes
 
@@ -73,6 +76,9 @@ def parse_seeds(text: str | None) -> list[int]:
         raise UserError(f"--seeds '{text}': expected integers, e.g. --seeds 42,43,44 or --seeds 3") from None
     if len(seeds) == 1 and 0 < seeds[0] <= MAX_SEED_COUNT:
         return list(range(SEED_BASE, SEED_BASE + seeds[0]))
+    if seeds == [0]:
+        raise UserError(f"--seeds '{text}': a count of seeds is 1 to {MAX_SEED_COUNT}; for the seed 0 itself "
+                        "write train.seed=0")
     if len(set(seeds)) != len(seeds):
         raise UserError(f"--seeds '{text}': a seed is listed twice")
     return seeds
@@ -123,6 +129,18 @@ def resolve(point: Point) -> Point:
         return point
     raw = recipes.read_yaml(point.recipe)
     return Point(point.recipe, resolve_scaled(raw, point.overrides, str(point.recipe)))
+
+
+def same_runs(folders: list[Path], points: list[Point]) -> None:
+    """Two points of one grid that resolve to the same recipe (x1 next to the recipe's own value,
+    an override equal to the default) would be one run done twice: refused before anything runs."""
+    seen: dict[Path, int] = {}
+    for i, folder in enumerate(folders):
+        if folder in seen:
+            j = seen[folder]
+            raise UserError(f"sweep: points {j + 1} ({points[j]}) and {i + 1} ({points[i]}) are the same run "
+                            f"({folder}); drop one of the values")
+        seen[folder] = i
 
 
 def describe(points: list[Point], runs_root: Path, smoke: bool) -> list[str]:
