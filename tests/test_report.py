@@ -57,6 +57,22 @@ def test_pivot_mean_std_n_and_best_of_a_learning_rate_grid(tmp_path: Path) -> No
     assert "| sst2 | 82.00 ± 2.00 (n=3) | 87.00 ± 1.41 (n=2) |" in report.pivot_markdown(p)
 
 
+def test_best_at_the_grids_edge_is_flagged_and_run_notes_name_the_setting(tmp_path: Path) -> None:
+    for seed in (42, 43):
+        for lr, acc in ((1e-4, 0.70), (3e-4, 0.80), (1e-3, 0.84 + seed / 1e4)):
+            fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}, lr=lr)
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert p.cells[("sst2", "lora")].edge == "largest train.lr"
+    assert any(n.endswith("the best is the grid's largest train.lr, so a wider grid may do better")
+               for n in report.pivot_notes(p))
+    for seed in (42, 43):  # now the middle value is best: no edge
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.84 if seed == 42 else 0.86}, lr=5e-4)
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert p.cells[("sst2", "lora")].chosen == "train.lr=0.0005" and p.cells[("sst2", "lora")].edge == ""
+    notes = report.runs_notes(report.collect(tmp_path))  # rows of one run name, told apart by their lr
+    assert any(n.startswith("glue/sst2/tiny-lora [train.lr=0.0005] and glue/sst2/tiny-lora [train.lr=0.001] (sst2)") for n in notes), notes
+
+
 def test_lower_is_better_metric_picks_the_lowest_and_keeps_its_scale(tmp_path: Path) -> None:
     for lr, ppl in ((1e-4, 30.0), (1e-3, 12.5)):
         fake_run(tmp_path, "wiki", "lora", 42, {"perplexity": ppl}, lr=lr, main="perplexity", task_name="lm")

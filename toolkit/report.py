@@ -209,6 +209,19 @@ def groups(items: list[dict]) -> dict[tuple, list[dict]]:
     return dict(sorted(out.items()))
 
 
+def shown_names(grouped: dict[tuple, list[dict]]) -> dict[tuple, str]:
+    """Each (name, setting) group's label: the run name, plus the fields that differ between that
+    name's settings when it has several (`demo/sst2/minilm-lora [train.lr=0.003]`)."""
+    settings: dict[str, list[str]] = defaultdict(list)
+    for name, s in grouped:
+        settings[name].append(s)
+    out = {}
+    for (name, s), members in grouped.items():
+        keys = varying(settings[name]) if len(settings[name]) > 1 else []
+        out[(name, s)] = f"{name} [{describe_setting(members[0], keys)}]" if keys else name
+    return out
+
+
 def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
     """One row per run name and setting: every metric (mean ± std over seeds) and the costs."""
     decls = declarations(items)
@@ -216,14 +229,11 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
     header = ["run", "method", "seeds", *[column(decls[n]) for n in metric_names], "trainable %",
               "trainable", "train s", "samples/s", "peak MB"]
     table = []
-    settings: dict[str, list[str]] = defaultdict(list)
-    for name, s in groups(items):
-        settings[name].append(s)
-    for (name, s), members in groups(items).items():
+    grouped = groups(items)
+    names = shown_names(grouped)
+    for key, members in grouped.items():
         ms = [m["metrics"] for m in members]
-        keys = varying(settings[name]) if len(settings[name]) > 1 else []
-        shown = f"{name} [{describe_setting(members[0], keys)}]" if keys else name
-        row = [shown, ms[0].get("method", "?"), str(len(ms))]
+        row = [names[key], ms[0].get("method", "?"), str(len(ms))]
         for metric in metric_names:
             vals = [m["eval"][metric] for m in ms if metric in m.get("eval", {})]
             row.append(_fmt(vals, decls[metric].scale) if vals else "")
@@ -239,11 +249,13 @@ def runs_notes(items: list[dict]) -> list[str]:
     """Overlap notes between the rows of one task on that task's main metric."""
     decls = declarations(items)
     by_task: dict[tuple[str, str], list[tuple[str, Stat]]] = defaultdict(list)
-    for (name, _), members in groups(items).items():
+    grouped = groups(items)
+    names = shown_names(grouped)
+    for key, members in grouped.items():
         metric = main_metric(members)
         values = [m["metrics"]["eval"][metric] for m in members if metric in m["metrics"].get("eval", {})]
         if values:
-            by_task[(label(members[0], "task"), metric)].append((name, Stat(values)))
+            by_task[(label(members[0], "task"), metric)].append((names[key], Stat(values)))
     notes = []
     for (task, metric), entries in by_task.items():
         notes += overlap_notes(entries, decls.get(metric, declaration(metric)), task)
@@ -265,6 +277,7 @@ class Cell:
     stat: Stat
     grid: list[tuple[str, Stat]] = field(default_factory=list)  # (setting, stat) when > 1 setting
     chosen: str = ""
+    edge: str = ""  # "smallest train.lr" when the best is at an end of a one-number grid
 
     @property
     def smoke(self) -> bool:
@@ -286,7 +299,23 @@ def best_setting(items: list[dict], metric: Metric) -> Cell | None:
         keys = varying(list(stats))
         cell.grid = sorted(((describe_setting(by_setting[s][0], keys), st) for s, st in stats.items()))
         cell.chosen = describe_setting(by_setting[best][0], keys)
+        cell.edge = grid_edge({s: by_setting[s][0] for s in stats}, best, keys)
     return cell
+
+
+def grid_edge(firsts: dict[str, dict], best: str, keys: list[str]) -> str:
+    """When one numeric field varies over 3 or more values and the best is its smallest or
+    largest, say which: the optimum may lie outside the grid."""
+    if len(keys) != 1 or len(firsts) < 3:
+        return ""
+    values = {s: _dig(item["recipe"], keys[0]) for s, item in firsts.items()}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
+        return ""
+    if values[best] == max(values.values()):
+        return f"largest {keys[0]}"
+    if values[best] == min(values.values()):
+        return f"smallest {keys[0]}"
+    return ""
 
 
 @dataclass
@@ -342,7 +371,8 @@ def pivot_notes(p: Pivot) -> list[str]:
         if cell.grid:
             grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" for desc, st in cell.grid)
             notes.append(f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
-                         f"[{grid}] (selected and scored on the same dev set: optimistic, as in the papers)")
+                         f"[{grid}] (selected and scored on the same dev set: optimistic, as in the papers)"
+                         + (f"; the best is the grid's {cell.edge}, so a wider grid may do better" if cell.edge else ""))
     if any(c.smoke for c in p.cells.values()):
         notes.append("† smoke run: a small random-weight model; the number only shows the path runs")
     return notes
