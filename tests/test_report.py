@@ -110,8 +110,15 @@ def test_glue_average_is_glues_definition(tmp_path: Path) -> None:
     assert "MNLI-m acc" in text and "MNLI-mm acc" in text and "Not in these runs: SST-2, QQP, QNLI, RTE, WNLI" in text
     # the protocol beside our numbers: the method's settings and any reduced training set
     assert "**ours: tiny lora** (alpha 16, r 8): dev split" in text
-    assert "mnli: lr 0.001, batch None, epochs None, a fixed random 8000 training examples" in text
+    assert "mnli: lr 0.001, batch None, epochs None, at most 8000 training examples" in text
     assert "cola: lr 0.001, batch None, epochs None, max length" in text
+
+
+def test_protocol_says_whether_the_training_set_was_cut() -> None:
+    assert glue_report._training_set({"train_samples": 10000}, {"max_train_samples": 10000}) == \
+        ", a fixed random 10000 of the training examples"
+    assert glue_report._training_set({"train_samples": 3668}, {"max_train_samples": 10000}) == ", all 3668 training examples"
+    assert glue_report._training_set({"train_samples": 3668}, {}) == ", all 3668 training examples"
 
 
 def test_published_numbers_carry_their_protocol() -> None:

@@ -150,6 +150,15 @@ def protocols(entries: list[dict]) -> list[str]:
     return out
 
 
+def _training_set(metrics: dict, task: dict) -> str:
+    """", all 3668 training examples", or ", a fixed random 10000 of the training examples" when
+    task.max_train_samples cut the set (metrics.json's train_samples is the training set's size)."""
+    cap, size = task.get("max_train_samples"), metrics.get("train_samples")
+    if not size:
+        return f", at most {cap} training examples" if cap else ""
+    return f", a fixed random {cap} of the training examples" if cap and size >= cap else f", all {size} training examples"
+
+
 def ours_protocol(rows: dict[str, dict[str, list[dict]]]) -> list[str]:
     """What each of our cells was trained with, from its recipe: the protocol beside the number."""
     out = []
@@ -158,7 +167,7 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]]) -> list[str]:
         for t, ms in cells.items():
             tr, task = ms[0]["recipe"].get("train", {}), ms[0]["recipe"].get("task", {})
             budget = f"max steps {tr['max_steps']}" if tr.get("max_steps") else f"epochs {tr.get('epochs')}"
-            subset = f", a fixed random {task['max_train_samples']} training examples" if task.get("max_train_samples") else ""
+            subset = _training_set(ms[0]["metrics"], task)
             parts.append(f"{t}: lr {tr.get('lr')}, batch {tr.get('batch_size')}, {budget}{subset}, "
                          f"max length {task.get('max_length')}, seeds {sorted(m['metrics'].get('seed') for m in ms)}")
         method = ms[0]["recipe"].get("method", {})
