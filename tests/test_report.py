@@ -73,6 +73,15 @@ def test_best_at_the_grids_edge_is_flagged_and_run_notes_name_the_setting(tmp_pa
     assert any(n.startswith("glue/sst2/tiny-lora [train.lr=0.0005] and glue/sst2/tiny-lora [train.lr=0.001] (sst2)") for n in notes), notes
 
 
+def test_grid_is_listed_in_numeric_order(tmp_path: Path) -> None:
+    for lr, acc in ((1e-4, 0.85), (3e-5, 0.82), (3e-4, 0.84)):
+        fake_run(tmp_path, "sst2", "full", 42, {"accuracy": acc}, lr=lr)
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    cell = p.cells[("sst2", "full")]
+    assert [d for d, _ in cell.grid] == ["train.lr=3e-05", "train.lr=0.0001", "train.lr=0.0003"]  # not as text
+    assert cell.chosen == "train.lr=0.0001" and cell.edge == ""
+
+
 def test_lower_is_better_metric_picks_the_lowest_and_keeps_its_scale(tmp_path: Path) -> None:
     for lr, ppl in ((1e-4, 30.0), (1e-3, 12.5)):
         fake_run(tmp_path, "wiki", "lora", 42, {"perplexity": ppl}, lr=lr, main="perplexity", task_name="lm")

@@ -297,10 +297,18 @@ def best_setting(items: list[dict], metric: Metric) -> Cell | None:
     cell = Cell(by_setting[best], stats[best])
     if len(stats) > 1:
         keys = varying(list(stats))
-        cell.grid = sorted(((describe_setting(by_setting[s][0], keys), st) for s, st in stats.items()))
+        order = sorted(stats, key=lambda s: [_sortable(_dig(by_setting[s][0]["recipe"], k)) for k in keys])
+        cell.grid = [(describe_setting(by_setting[s][0], keys), stats[s]) for s in order]  # 3e-05 before 0.0001
         cell.chosen = describe_setting(by_setting[best][0], keys)
         cell.edge = grid_edge({s: by_setting[s][0] for s in stats}, best, keys)
     return cell
+
+
+def _sortable(value: Any) -> tuple:
+    """Numbers by value, before anything else (by its text)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, json.dumps(value, sort_keys=True))
 
 
 def grid_edge(firsts: dict[str, dict], best: str, keys: list[str]) -> str:
