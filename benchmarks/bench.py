@@ -398,22 +398,21 @@ def trainer_section_row(args: argparse.Namespace, kind: str, checkpoint: str) ->
 
 
 # --- section levers: what each of the loop's speed choices is worth --------------------------------
-LEVERS = {  # name -> (what changes against the toolkit's defaults, train overrides)
-    "defaults": ("none: length-grouped batches, evaluation longest first at 2x batch", {}),
-    "no-grouping": ("train.group_by_length=false (random batches)", {"group_by_length": False}),
-    "eval-unsorted": ("evaluation in dataset order", {}),
-    "eval-batch-1x": ("train.eval_batch_size = batch_size", {"eval_batch_size": None}),
-    "one-thread": ("torch.set_num_threads(1)", {}),
-    "grad-checkpointing": ("train.gradient_checkpointing=true", {"gradient_checkpointing": True}),
+LEVERS: dict[str, tuple[str, Callable[[argparse.Namespace], dict]]] = {
+    # name -> (what changes against the toolkit's defaults, its train overrides from the bench's args)
+    "defaults": ("none: length-grouped batches, evaluation longest first at 2x batch", lambda a: {}),
+    "no-grouping": ("train.group_by_length=false (random batches)", lambda a: {"group_by_length": False}),
+    "eval-unsorted": ("evaluation in dataset order", lambda a: {}),
+    "eval-batch-1x": ("train.eval_batch_size = batch_size", lambda a: {"eval_batch_size": a.batch_size}),
+    "one-thread": ("torch.set_num_threads(1)", lambda a: {}),
+    "grad-checkpointing": ("train.gradient_checkpointing=true", lambda a: {"gradient_checkpointing": True}),
 }
 
 
 def lever_row(args: argparse.Namespace, checkpoint: str, out: Path, lever: str) -> dict:
     """The toolkit row with one lever turned off (or on), in this fresh process."""
-    what, overrides = LEVERS[lever]
-    overrides = dict(overrides)
-    if lever == "eval-batch-1x":
-        overrides["eval_batch_size"] = args.batch_size
+    what, overrides_of = LEVERS[lever]
+    overrides = overrides_of(args)
     if lever == "eval-unsorted":
         served = train.eval_loaders
 

@@ -91,14 +91,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     points = [sweep.resolve(p) for p in sweep.grid(paths, axes, sweep.parse_seeds(args.seeds))]
     root = runs.runs_root(args.runs_dir)
     # every point is checked before the first one runs, and no two are the same run
-    sweep.same_runs([runs.run_dir(recipes.load(p.recipe, p.overrides, smoke=args.smoke), root) for p in points], points)
+    folders = [runs.run_dir(recipes.load(p.recipe, p.overrides, smoke=args.smoke), root) for p in points]
+    sweep.same_runs(folders, points)
     if args.dry_run:
-        print("\n".join(sweep.describe(points, root, args.smoke)))
+        print("\n".join(sweep.describe(points, folders)))
         print(f"{len(points)} runs (dry run: nothing was started)")
         return 0
-    for i, point in enumerate(points, 1):
+    for i, (point, out) in enumerate(zip(points, folders), 1):
         print(f"[{i}/{len(points)}] {point}", flush=True)
-        out = runs.run_dir(recipes.load(point.recipe, point.overrides, smoke=args.smoke), root)
         if runs.is_finished(out) and not args.force:
             print(f"{out} is finished already (metrics.json); --force runs it again", flush=True)
             continue

@@ -170,7 +170,7 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]]) -> list[str]:
             subset = _training_set(ms[0]["metrics"], task)
             parts.append(f"{t}: lr {tr.get('lr')}, batch {tr.get('batch_size')}, {budget}{subset}, "
                          f"max length {task.get('max_length')}, seeds {sorted(m['metrics'].get('seed') for m in ms)}")
-        method = ms[0]["recipe"].get("method", {})
+        method = next(iter(cells.values()))[0]["recipe"].get("method", {})  # one method per row
         settings = ", ".join(f"{k} {v}" for k, v in method.items() if k != "name" and v is not None and not isinstance(v, (dict, list)))
         out.append(f"**ours: {row}**{f' ({settings})' if settings else ''}: dev split, mean ± sample std over "
                    f"seeds, the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the "

@@ -304,9 +304,13 @@ def best_setting(items: list[dict], metric: Metric) -> Cell | None:
     return cell
 
 
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _sortable(value: Any) -> tuple:
     """Numbers by value, before anything else (by its text)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if _numeric(value):
         return (0, float(value), "")
     return (1, 0.0, json.dumps(value, sort_keys=True))
 
@@ -317,7 +321,7 @@ def grid_edge(firsts: dict[str, dict], best: str, keys: list[str]) -> str:
     if len(keys) != 1 or len(firsts) < 3:
         return ""
     values = {s: _dig(item["recipe"], keys[0]) for s, item in firsts.items()}
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
+    if not all(map(_numeric, values.values())):
         return ""
     if values[best] == max(values.values()):
         return f"largest {keys[0]}"

@@ -143,15 +143,12 @@ def same_runs(folders: list[Path], points: list[Point]) -> None:
         seen[folder] = i
 
 
-def describe(points: list[Point], runs_root: Path, smoke: bool) -> list[str]:
+def describe(points: list[Point], folders: list[Path]) -> list[str]:
     """One line per point for --dry-run: its run folder and whether it is finished."""
-    from toolkit import recipe as recipes, runs
+    from toolkit import runs
 
     lines = []
-    for i, point in enumerate(points, 1):
-        recipe = recipes.load(point.recipe, point.overrides, smoke=smoke)
-        out = runs.run_dir(recipe, runs_root)
+    for i, (point, out) in enumerate(zip(points, folders), 1):
         state = "finished" if runs.is_finished(out) else "resumes" if runs.checkpoints(out) else "to run"
         lines.append(f"{i:>3}. {point}  ->  {out}  [{state}]")
     return lines
-
