@@ -28,6 +28,8 @@ ATTENTION_ARGS ?=
 PRETRAIN    ?= recipes/pretrain/wikitext-2/minilm-mlm.yaml
 FINETUNE    ?= recipes/demo/sst2/minilm-full.yaml
 PRETRAIN_ARGS ?=
+# a sweep's --dry-run makes no runs to report
+DRY_RUN      = $(findstring --dry-run,$(ARGS))
 comma       := ,
 space       := $(subst ,, )
 
@@ -63,12 +65,12 @@ endif
 glue:  ## every GLUE task with a recipe for MODEL x METHOD, SEEDS seeds; GLUE table beside published numbers
 	$(BIN)/toolkit sweep $(foreach t,$(GLUE_TASKS),recipes/glue/$(t)/$(GLUE_MODEL)-$(METHOD).yaml) \
 	  --seeds "$(SEEDS)" --runs-dir $(RUNS)/glue $(ARGS)
-	$(BIN)/toolkit report $(RUNS)/glue --glue
+	$(if $(DRY_RUN),,$(BIN)/toolkit report $(RUNS)/glue --glue)
 
 compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per method (best on dev); table + plots
 	$(BIN)/toolkit sweep $(foreach m,$(METHODS),recipes/$(TASK)/$(COMPARE_MODEL)-$(m).yaml) \
 	  $(if $(EPOCHS),train.epochs=$(EPOCHS)) train.lr=$(LR_GRID) --seeds "$(SEEDS)" --runs-dir $(COMPARE_RUNS) $(ARGS)
-	$(BIN)/toolkit report $(COMPARE_RUNS) --rows task --cols method
+	$(if $(DRY_RUN),,$(BIN)/toolkit report $(COMPARE_RUNS) --rows task --cols method)
 
 chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARGS=key=value ...] [ARGS=--smoke]
 	$(BIN)/toolkit run $(PRETRAIN) $(PRETRAIN_ARGS) --runs-dir $(RUNS)/chain $(ARGS)
