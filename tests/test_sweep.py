@@ -93,3 +93,20 @@ def test_dry_run_lists_and_a_rerun_skips_finished_and_resumes_interrupted(tmp_pa
     assert [f.stat().st_mtime_ns for f in finished] == stamps
     code, _, err = cli("sweep", recipe, "train.lr=1e-3,fast", "--smoke", "--runs-dir", runs_dir)
     assert code == 2 and "train.lr: expected float, got str 'fast'" in err  # checked before any run
+
+
+@pytest.mark.parametrize("target", ["compare", "glue"])
+def test_make_dry_run_lists_and_skips_the_report(target: str) -> None:
+    """`make compare|glue ARGS=--dry-run` passes --dry-run to the sweep and runs no report (the
+    report of a folder with no runs yet would fail); without it the report follows the sweep."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+
+    def commands(*extra: str) -> str:
+        return subprocess.run(["make", "-n", target, "MODEL=minilm", *extra], cwd=root, capture_output=True,
+                              text=True, check=True).stdout
+
+    dry = commands("ARGS=--dry-run")
+    assert "toolkit sweep" in dry and "--dry-run" in dry and "toolkit report" not in dry
+    assert "toolkit report" in commands()
