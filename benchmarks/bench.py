@@ -179,12 +179,18 @@ def random_batch(batch: int, length: int, vocab: int, num_labels: int = 2, seed:
 
 
 def time_training_steps(model: torch.nn.Module, batch: dict, precision: str, warmup: int,
-                        steps: int) -> list[float]:
+                        steps: int, fast_dropout: bool = True) -> list[float]:
     """Seconds of each of `steps` full optimizer steps (forward, backward, fused AdamW, as the
-    toolkit's loop does, under accelerate's mixed precision), after `warmup` untimed ones."""
+    toolkit's loop does, under accelerate's mixed precision), after `warmup` untimed ones. On
+    CPU the dropouts are the toolkit's (toolkit.dropout, as `train.fast_dropout` defaults to)
+    unless `fast_dropout` is false."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
+    from toolkit import dropout
+
+    if fast_dropout and not cuda():
+        dropout.install(model)
     AcceleratorState._reset_state()
     acc = Accelerator(mixed_precision=precision, cpu=not cuda())
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR, fused=True)
@@ -406,6 +412,7 @@ LEVERS: dict[str, tuple[str, Callable[[argparse.Namespace], dict]]] = {
     "eval-batch-1x": ("train.eval_batch_size = batch_size", lambda a: {"eval_batch_size": a.batch_size}),
     "one-thread": ("torch.set_num_threads(1)", lambda a: {}),
     "grad-checkpointing": ("train.gradient_checkpointing=true", lambda a: {"gradient_checkpointing": True}),
+    "torch-dropout": ("train.fast_dropout=false (torch's bernoulli_ masks)", lambda a: {"fast_dropout": False}),
 }
 
 
@@ -440,7 +447,9 @@ def compile_row(args: argparse.Namespace, checkpoint: str) -> dict:
             model = torch.compile(model)
         batch = random_batch(args.mfu_batch_size, args.compile_length, len(tok))
         start = time.perf_counter()
-        times = time_training_steps(model, batch, args.precision, warmup=2, steps=args.mfu_steps or 3)
+        # eager as the toolkit runs it; compiled with torch's dropout, which inductor draws itself
+        times = time_training_steps(model, batch, args.precision, warmup=2, steps=args.mfu_steps or 3,
+                                    fast_dropout=not compiled)
         total = time.perf_counter() - start
         results["compiled" if compiled else "eager"] = {
             "step_s": statistics.median(times), "warmup_s": total - sum(times)}
@@ -506,21 +515,26 @@ def matmul_row(args: argparse.Namespace, checkpoint: str) -> dict:
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     matmuls = [{"dtype": name, "size": n, "gflops": matmul_gflops(n, dtypes[name]), "note": note}
                for name, n, note in matmul_sizes(args)]
-    model, tok = models.load(checkpoint, "sequence-classification", {"num_labels": 2}, args.attention)
-    batch = random_batch(args.mfu_batch_size, args.mfu_length, len(tok))
-    steps = args.mfu_steps or (3 if not cuda() else 20)
-    times = time_training_steps(model, batch, args.precision, warmup=2, steps=steps)
-    step_s = statistics.median(times)
-    tokens_per_s = args.mfu_batch_size * args.mfu_length / step_s
     reference = next(m for m in matmuls if m["dtype"] == {"no": "fp32"}.get(args.precision, args.precision))
-    n = non_embedding_params(model)
-    return {"matmul": matmuls,
-            "mfu": {"model": args.model_label, "non_embedding_params": n, "batch": args.mfu_batch_size,
-                    "length": args.mfu_length, "precision": args.precision, "steps": steps,
-                    "step_s": step_s, "tokens_per_s": tokens_per_s, "model_gflops": 6 * n * tokens_per_s / 1e9,
-                    "reference": f"{reference['dtype']} matmul, n={reference['size']}",
-                    "reference_gflops": reference["gflops"],
-                    "mfu": mfu(n, tokens_per_s, reference["gflops"] * 1e9)}}
+    steps = args.mfu_steps or (3 if not cuda() else 20)
+    rows = []
+    # on CPU, the step as the toolkit runs it and with torch's dropout (train.fast_dropout=false)
+    for fast in ((True, False) if not cuda() else (True,)):
+        model, tok = models.load(checkpoint, "sequence-classification", {"num_labels": 2}, args.attention)
+        batch = random_batch(args.mfu_batch_size, args.mfu_length, len(tok))
+        times = time_training_steps(model, batch, args.precision, warmup=2, steps=steps, fast_dropout=fast)
+        step_s = statistics.median(times)
+        tokens_per_s = args.mfu_batch_size * args.mfu_length / step_s
+        n = non_embedding_params(model)
+        rows.append({"model": args.model_label, "non_embedding_params": n, "batch": args.mfu_batch_size,
+                     "length": args.mfu_length, "precision": args.precision, "steps": steps,
+                     "dropout": "toolkit (default)" if fast and not cuda() else "torch",
+                     "step_s": step_s, "tokens_per_s": tokens_per_s, "model_gflops": 6 * n * tokens_per_s / 1e9,
+                     "reference": f"{reference['dtype']} matmul, n={reference['size']}",
+                     "reference_gflops": reference["gflops"],
+                     "mfu": mfu(n, tokens_per_s, reference["gflops"] * 1e9)})
+        del model
+    return {"matmul": matmuls, "mfu": rows[0], "mfu_rows": rows}
 
 
 # --- section lora: LoRA against full fine-tuning ------------------------------------------------
@@ -646,14 +660,14 @@ def trainer_settings(args: argparse.Namespace) -> str:
 
 
 def matmul_tables(result: dict) -> str:
-    m = result["mfu"]
     first = table(["dtype", "n (n x n @ n x n)", "GFLOP/s", "note"],
                   [[r["dtype"], r["size"], f"{r['gflops']:.1f}", r["note"]] for r in result["matmul"]])
-    second = table(["model", "non-embedding params", "batch x length", "precision", "step s (median)",
+    second = table(["model", "non-embedding params", "batch x length", "precision", "dropout", "step s (median)",
                     "tokens/s", "model GFLOP/s (6N x tokens/s)", "reference", "MFU"],
                    [[m["model"], f"{m['non_embedding_params']:,}", f"{m['batch']} x {m['length']}",
-                     m["precision"], f"{m['step_s']:.3f}", f"{m['tokens_per_s']:.0f}", f"{m['model_gflops']:.1f}",
-                     f"{m['reference']}: {m['reference_gflops']:.1f} GFLOP/s", f"{100 * m['mfu']:.1f}%"]])
+                     m["precision"], m.get("dropout", "torch"), f"{m['step_s']:.3f}", f"{m['tokens_per_s']:.0f}",
+                     f"{m['model_gflops']:.1f}", f"{m['reference']}: {m['reference_gflops']:.1f} GFLOP/s",
+                     f"{100 * m['mfu']:.1f}%"] for m in result.get("mfu_rows", [result["mfu"]])])
     return first + "\n\n" + second
 
 
@@ -692,8 +706,9 @@ def section_matmul(args: argparse.Namespace, checkpoint: str) -> tuple[dict, str
     m = result["mfu"]
     text = (f"### Matmul throughput and MFU\n\n{matmul_tables(result)}\n\n"
             f"Step: forward, backward and fused AdamW over every parameter, {m['batch']} x {m['length']} random "
-            f"tokens, no padding, median of {m['steps']} steps after 2 untimed. MFU = 6 x non-embedding "
-            "params x tokens/s / measured matmul FLOP/s of the run's precision.")
+            f"tokens, no padding, median of {m['steps']} steps after 2 untimed; on CPU once with the "
+            "toolkit's dropout (train.fast_dropout, the default) and once with torch's, each on a fresh "
+            "model. MFU = 6 x non-embedding params x tokens/s / measured matmul FLOP/s of the run's precision.")
     return result, text
 
 

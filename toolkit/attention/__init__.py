@@ -186,7 +186,9 @@ def softmax_attention(module: nn.Module, scores: torch.Tensor, v: torch.Tensor,
         scores = scores.masked_fill(~keep, min_value(scores))
     weights = (normalize or (lambda s: torch.softmax(s, dim=-1)))(scores)
     if dropout and module.training:  # p = 0 would still cost a pass over (tq, tk)
-        weights = nn.functional.dropout(weights, p=dropout)
+        from toolkit.dropout import module_dropout
+
+        weights = module_dropout(module, weights, dropout)
     out = torch.matmul(weights, v)  # (b, h, tq, d)
     return out.transpose(1, 2).contiguous(), weights  # (b, tq, h, d)
 
