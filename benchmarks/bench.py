@@ -179,11 +179,14 @@ def random_batch(batch: int, length: int, vocab: int, num_labels: int = 2, seed:
 
 
 def time_training_steps(model: torch.nn.Module, batch: dict, precision: str, warmup: int,
-                        steps: int, fast_dropout: bool = True) -> list[float]:
+                        steps: int, fast_dropout: bool = True,
+                        memory: dict | None = None) -> list[float]:
     """Seconds of each of `steps` full optimizer steps (forward, backward, fused AdamW, as the
     toolkit's loop does, under accelerate's mixed precision), after `warmup` untimed ones. On
     CPU the dropouts are the toolkit's (toolkit.dropout, as `train.fast_dropout` defaults to)
-    unless `fast_dropout` is false."""
+    unless `fast_dropout` is false. With a `memory` dict, the timed steps' peak memory (`peak_mb`,
+    as the toolkit reports it) goes into it, then one more step runs under the profiler (CPU) and
+    its peak tensor memory (`peak_tensor_mb`) too."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
@@ -212,7 +215,36 @@ def time_training_steps(model: torch.nn.Module, batch: dict, precision: str, war
         step()
         sync()
         times.append(time.perf_counter() - start)
+    if memory is not None:
+        memory["peak_mb"] = peak_memory_mb()  # before the profiler, whose own records take memory
+        memory["peak_tensor_mb"] = memory["peak_mb"] if cuda() else peak_tensor_mb(step)
     return times
+
+
+def peak_tensor_mb(step: Callable[[], None]) -> float | None:
+    """The most memory held by tensors at any moment of one `step()`, counting those alive when
+    it starts (weights, optimizer state) and what it allocates (activations, gradients,
+    temporaries): on CPU what CUDA's max_memory_allocated is on a GPU, without the runtime,
+    libraries and allocator slack that process RSS adds. From torch.profiler's memory timeline
+    (`export_memory_timeline`, deprecated in torch 2.13 for a CUDA-only successor, still exact
+    on CPU); None where it cannot run."""
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                         with_stack=True) as prof:
+                step()
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "timeline.json"
+                prof.export_memory_timeline(str(path), device=str(device()) if not cuda() else "cuda:0")
+                _, sizes = json.loads(path.read_text())
+    except Exception:  # noqa: BLE001 - a profiler that cannot give it: the column says n/a
+        return None
+    return max(sum(s) for s in sizes) / 2**20
 
 
 # --- section trainer: the toolkit against Trainer -----------------------------------------------
@@ -375,6 +407,54 @@ def trainer_row(args: argparse.Namespace, checkpoint: str, out: Path, padded: bo
             "peak_mb": peak_memory_mb(), "accuracy": evaluated["eval_accuracy"],
             "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "steps": result.global_step,
             **counts}
+
+
+def eval_row(args: argparse.Namespace, checkpoint: str) -> dict:
+    """Evaluation speed, the toolkit's against Trainer's, interleaved in this one process on one
+    model: the toolkit's evaluation as its loop runs it (train.eval_loaders: longest first at
+    its eval batch, accelerate-prepared, evaluation.evaluate) and Trainer.evaluate() with row
+    (b)'s data and collator at per_device_eval_batch_size; each `--eval-repeats` times,
+    alternating, after one untimed pass of each. The rows above measure evaluation in separate
+    processes minutes apart, where this VM's speed drifts; here both see the same minutes."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import set_seed
+    from transformers import Trainer
+
+    from toolkit import evaluation
+
+    recipe = toolkit_recipe(args, checkpoint)
+    set_seed(SEED)
+    setup = train.build(recipe)
+    AcceleratorState._reset_state()
+    acc = Accelerator(cpu=not cuda())
+    model = acc.prepare_model(setup.model, evaluation_mode=True)
+    loaders, orders = train.eval_loaders(recipe, setup)
+    loaders = {k: acc.prepare(v) for k, v in loaders.items()}
+    task = glue_task(args)
+    dev = task.encode(task.load()["eval"][""], setup.tokenizer)
+    trainer = Trainer(model=setup.model, args=trainer_arguments(args, Path(tempfile.mkdtemp())), eval_dataset=dev,
+                      data_collator=task.collator(setup.tokenizer), compute_metrics=accuracy)
+
+    def toolkit_eval() -> float:
+        sync()
+        start = time.perf_counter()
+        evaluation.evaluate(model, loaders, setup.task, acc, setup.raw_evals, orders=orders)
+        sync()
+        return len(dev) / (time.perf_counter() - start)
+
+    def trainer_eval() -> float:
+        return trainer.evaluate()["eval_samples_per_second"]
+
+    toolkit_eval(), trainer_eval()
+    ours, theirs = [], []
+    for _ in range(args.eval_repeats):
+        ours.append(toolkit_eval())
+        theirs.append(trainer_eval())
+    return {"eval_examples": len(dev), "repeats": args.eval_repeats, "eval_batch": train.eval_batch_size(recipe),
+            "trainer_eval_batch": args.trainer_eval_batch_size,
+            "toolkit_samples_per_s": statistics.median(ours), "trainer_samples_per_s": statistics.median(theirs),
+            "toolkit_all": ours, "trainer_all": theirs}
 
 
 def warm_up(args: argparse.Namespace, checkpoint: str, folder: Path) -> None:
@@ -556,11 +636,13 @@ def lora_row(args: argparse.Namespace, method: str) -> dict:
         model.to(device())
         torch.cuda.reset_peak_memory_stats()
     before = current_memory_mb()
-    times = time_training_steps(model, batch, args.precision, warmup=1, steps=args.lora_steps)
-    peak = peak_memory_mb()
+    memory: dict = {}
+    times = time_training_steps(model, batch, args.precision, warmup=1, steps=args.lora_steps, memory=memory)
+    peak = memory["peak_mb"]
     return {"method": method, "trainable": trainable, "batch": args.lora_batch, "length": args.lora_length,
-            "steps": args.lora_steps, "step_s": statistics.median(times), "peak_mb": peak,
-            "before_training_mb": before, "increase_mb": peak - before}
+            "steps": args.lora_steps, "step_s": statistics.median(times), "times": times, "peak_mb": peak,
+            "before_training_mb": before, "increase_mb": peak - before,
+            "peak_tensor_mb": memory["peak_tensor_mb"]}
 
 
 # --- section startup ----------------------------------------------------------------------------
@@ -600,6 +682,8 @@ def measure(args: argparse.Namespace) -> Any:
         return matmul_row(args, args.resolved_checkpoint)
     if kind == "compile":
         return compile_row(args, args.resolved_checkpoint)
+    if kind == "eval":
+        return eval_row(args, args.resolved_checkpoint)
     return trainer_section_row(args, kind, args.resolved_checkpoint)
 
 
@@ -675,11 +759,18 @@ def lora_table(rows: list[dict]) -> str:
     full, lora = rows
     memory = "CUDA max allocated" if cuda() else "peak process RSS"
     before = "allocated" if cuda() else "RSS"
-    body = [[r["method"], f"{r['trainable']:,}", f"{r['step_s']:.3f}", f"{r['peak_mb']:.0f}",
-             f"{r['before_training_mb']:.0f}", f"{r['increase_mb']:.0f}"] for r in rows]
-    body.append(["LoRA / full", f"{100 * lora['trainable'] / full['trainable']:.2f}%", ratio(lora["step_s"], full["step_s"]),
+
+    def mb(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.0f}"
+
+    tensors = [r.get("peak_tensor_mb") for r in rows]
+    body = [[r["method"], f"{r['trainable']:,}", f"{r['step_s']:.3f}", mb(r.get("peak_tensor_mb")),
+             f"{r['peak_mb']:.0f}", f"{r['before_training_mb']:.0f}", f"{r['increase_mb']:.0f}"] for r in rows]
+    body.append(["LoRA / full", f"{100 * lora['trainable'] / full['trainable']:.2f}%",
+                 ratio(lora["step_s"], full["step_s"]),
+                 ratio(tensors[1], tensors[0]) if None not in tensors else "n/a",
                  ratio(lora["peak_mb"], full["peak_mb"]), "", ratio(lora["increase_mb"], full["increase_mb"])])
-    return table(["method", "trainable", "step s (median)", f"peak MB ({memory})",
+    return table(["method", "trainable", "step s (median)", "peak tensor MB (max allocated)", f"peak MB ({memory})",
                   f"{before} MB before training", "increase MB (peak - before)"], body)
 
 
@@ -692,12 +783,23 @@ def startup_table(rows: list[dict]) -> str:
 # --- sections -----------------------------------------------------------------------------------
 def section_trainer(args: argparse.Namespace, checkpoint: str) -> tuple[list[dict], str]:
     rows = [run_row(kind, checkpoint) for kind in ("toolkit", "trainer-dynamic", "trainer-padded")]
+    ev = run_row("eval", checkpoint)
+    rows[0]["eval_interleaved"] = ev
+    evaluation_table = table(
+        ["", "eval batch", "samples/s (median)", "each pass"],
+        [["toolkit", ev["eval_batch"], f"{ev['toolkit_samples_per_s']:.1f}", ", ".join(f"{x:.0f}" for x in ev["toolkit_all"])],
+         ["Trainer.evaluate()", ev["trainer_eval_batch"], f"{ev['trainer_samples_per_s']:.1f}",
+          ", ".join(f"{x:.0f}" for x in ev["trainer_all"])],
+         ["toolkit ÷ Trainer", "", f"**{ratio(ev['toolkit_samples_per_s'], ev['trainer_samples_per_s'])}**", ""]])
     text = (f"### Toolkit vs Trainer\n\n{trainer_settings(args)}\n\n{trainer_table(args, rows)}\n\n"
             "Train tokens/example: positions per training example the model was fed (batch x padded width), "
             "real tokens in brackets; rows that pad each batch to its longest example differ by the order of "
             "the examples only. Train samples/s: each tool's own figure (toolkit: examples / summed step time; "
             "Trainer: train_samples_per_second). Eval samples/s: dev examples / evaluation wall time "
-            "(toolkit: eval_runtime_s in log.jsonl; Trainer: evaluate()'s eval_samples_per_second).")
+            "(toolkit: eval_runtime_s in log.jsonl; Trainer: evaluate()'s eval_samples_per_second).\n\n"
+            f"**Evaluation, interleaved in one process** (one model, the dev set above, {ev['repeats']} passes each, "
+            "toolkit and Trainer alternating after one untimed pass of each; this VM's speed drifts between the "
+            f"minutes the rows above ran in):\n\n{evaluation_table}")
     return rows, text
 
 
@@ -713,14 +815,25 @@ def section_matmul(args: argparse.Namespace, checkpoint: str) -> tuple[dict, str
 
 
 def section_lora(args: argparse.Namespace, checkpoint: str) -> tuple[list[dict], str]:
-    rows = [run_row(f"lora:{method}", checkpoint) for method in ("full", "lora")]
+    """Full and LoRA rows alternate, `--lora-repeats` times each (this VM's speed drifts between
+    minutes); a method's step time is the median of all its steps, its memory from its first row."""
+    runs = [run_row(f"lora:{method}", checkpoint) for _ in range(args.lora_repeats) for method in ("full", "lora")]
+    rows = []
+    for method in ("full", "lora"):
+        mine = [r for r in runs if r["method"] == method]
+        times = [t for r in mine for t in r["times"]]
+        rows.append({**mine[0], "times": times, "step_s": statistics.median(times), "repeats": len(mine)})
     where = "on CPU, a batch small enough to finish; pass --lora-batch-size for more" if not cuda() else "CUDA"
     text = (f"### LoRA vs full fine-tuning (random-weight roberta-base shape)\n\n"
             f"hidden 768, 12 layers, 12 heads, FFN 3072, roberta-base tokenizer; batch {args.lora_batch} x "
-            f"{args.lora_length} random tokens ({where}); median of {args.lora_steps} steps after 1 untimed; "
-            f"LoRA r 8, alpha 16 on query/value, head trained; one process per row.\n\n{lora_table(rows)}\n\n"
-            "Peak includes the process's fixed overhead (Python, torch, the model's weights); the increase over "
-            "the memory in use right before training is what training itself adds.")
+            f"{args.lora_length} random tokens ({where}); step time: median of {args.lora_steps} steps after 1 "
+            f"untimed, in each of {args.lora_repeats} processes per method, full and LoRA alternating; "
+            f"LoRA r 8, alpha 16 on query/value, head trained.\n\n{lora_table(rows)}\n\n"
+            "Peak tensor MB: the most memory tensors held at any moment of a step, weights and optimizer state "
+            "included (CUDA: max_memory_allocated; CPU: torch.profiler's memory timeline of one more step), the "
+            "measure a GPU's peak memory is. Peak process RSS adds the process's fixed overhead (Python, torch "
+            "and transformers' code) and the allocator's slack; the increase over the RSS right before training "
+            "is what training itself adds to the process.")
     return rows, text
 
 
@@ -776,6 +889,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-samples", type=int, default=None, help="dev examples (default: all 872)")
     p.add_argument("--eval-batch-size", type=int, default=None, help="the toolkit's train.eval_batch_size")
     p.add_argument("--trainer-eval-batch-size", type=int, default=8, help="Trainer's per_device_eval_batch_size")
+    p.add_argument("--eval-repeats", type=int, default=3, help="passes each in the interleaved evaluation row")
     p.add_argument("--group-by-length", action=argparse.BooleanOptionalAction, default=None,
                    help="the toolkit's train.group_by_length (default: the toolkit's default, true)")
     p.add_argument("--precision", choices=["no", "bf16", "fp16"], default="no")
@@ -789,6 +903,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-batch-size", dest="lora_batch", type=int, default=None, help="default 8 CPU, 32 CUDA")
     p.add_argument("--lora-length", type=int, default=128)
     p.add_argument("--lora-steps", type=int, default=3)
+    p.add_argument("--lora-repeats", type=int, default=2, help="processes per LoRA-section row, alternating")
     p.add_argument("--startup-repeats", type=int, default=3)
     p.add_argument("--methods", nargs="*", default=list(METHODS), help="the methods section's methods")
     p.add_argument("--json", default=None, help="also write every row here")

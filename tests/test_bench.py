@@ -114,3 +114,39 @@ def test_startup_commands_run_this_checkouts_cli() -> None:
 def test_markdown_table() -> None:
     text = bench.table(["a", "b"], [[1, "x"], [2, "y"]])
     assert text.splitlines() == ["| a | b |", "|---|---|", "| 1 | x |", "| 2 | y |"]
+
+
+def test_peak_tensor_memory_counts_weights_state_and_activations() -> None:
+    """The profiler's peak: at least the weights, Adam's two states and the gradients (all
+    alive at the optimizer step), and more activations with a bigger batch."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    optimizer = torch.optim.AdamW(model.parameters())
+    weights_mb = sum(p.numel() * 4 for p in model.parameters()) / 2**20
+
+    def peak(batch: int) -> float:
+        x = torch.randn(batch, 256)
+
+        def step() -> None:
+            model(x).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        step()  # Adam's state exists from here on, as after the bench's warm-up
+        return bench.peak_tensor_mb(step)
+
+    small, large = peak(8), peak(2048)
+    assert small >= 4 * weights_mb  # weights, gradients, exp_avg, exp_avg_sq
+    activations_mb = 2048 * (256 + 2 * 1024) * 4 / 2**20  # input, pre- and post-GELU kept for backward
+    assert large - small >= 0.9 * activations_mb
+
+
+def test_lora_table_reports_both_memory_measures() -> None:
+    rows = [{"method": "full", "trainable": 100, "step_s": 2.0, "peak_mb": 3000.0, "before_training_mb": 1000.0,
+             "increase_mb": 2000.0, "peak_tensor_mb": 2000.0},
+            {"method": "lora", "trainable": 1, "step_s": 1.4, "peak_mb": 2000.0, "before_training_mb": 1000.0,
+             "increase_mb": 1000.0, "peak_tensor_mb": 900.0}]
+    text = bench.lora_table(rows)
+    assert "| LoRA / full | 1.00% | 0.70x | 0.45x | 0.67x |  | 0.50x |" in text
+    rows[0]["peak_tensor_mb"] = None
+    assert "| LoRA / full | 1.00% | 0.70x | n/a |" in bench.lora_table(rows)
