@@ -178,23 +178,17 @@ def random_batch(batch: int, length: int, vocab: int, num_labels: int = 2, seed:
             "labels": torch.randint(0, num_labels, (batch,), generator=g)}
 
 
-def time_training_steps(model: torch.nn.Module, batch: dict, precision: str, warmup: int,
-                        steps: int, fast_dropout: bool = True,
-                        memory: dict | None = None) -> list[float]:
-    """Seconds of each of `steps` full optimizer steps (forward, backward, fused AdamW, as the
-    toolkit's loop does, under accelerate's mixed precision), after `warmup` untimed ones. On
-    CPU the dropouts are the toolkit's (toolkit.dropout, as `train.fast_dropout` defaults to)
-    unless `fast_dropout` is false. With a `memory` dict, the timed steps' peak memory (`peak_mb`,
-    as the toolkit reports it) goes into it, then one more step runs under the profiler (CPU) and
-    its peak tensor memory (`peak_tensor_mb`) too."""
+def training_step(model: torch.nn.Module, batch: dict, precision: str, fast_dropout: bool = True) -> Callable[[], None]:
+    """One full optimizer step of `model` on `batch` (forward, backward, fused AdamW, as the
+    toolkit's loop does, under accelerate's mixed precision), as a function. On CPU the dropouts
+    are the toolkit's (toolkit.dropout, as `train.fast_dropout` defaults to) unless
+    `fast_dropout` is false."""
     from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
 
     from toolkit import dropout
 
     if fast_dropout and not cuda():
         dropout.install(model)
-    AcceleratorState._reset_state()
     acc = Accelerator(mixed_precision=precision, cpu=not cuda())
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR, fused=True)
     model, optimizer = acc.prepare(model, optimizer)
@@ -206,19 +200,70 @@ def time_training_steps(model: torch.nn.Module, batch: dict, precision: str, war
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    return step
+
+
+def timed(step: Callable[[], None]) -> float:
+    sync()
+    start = time.perf_counter()
+    step()
+    sync()
+    return time.perf_counter() - start
+
+
+def time_training_steps(model: torch.nn.Module, batch: dict, precision: str, warmup: int,
+                        steps: int, fast_dropout: bool = True, memory: dict | None = None) -> list[float]:
+    """Seconds of each of `steps` `training_step`s after `warmup` untimed ones. With a `memory`
+    dict, the timed steps' peak memory (`peak_mb`, as the toolkit reports it) goes into it, then
+    one more step runs under the profiler (CPU) and its peak tensor memory (`peak_tensor_mb`)."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state()
+    step = training_step(model, batch, precision, fast_dropout)
     for _ in range(warmup):
         step()
-    times = []
-    for _ in range(steps):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
+    times = [timed(step) for _ in range(steps)]
     if memory is not None:
         memory["peak_mb"] = peak_memory_mb()  # before the profiler, whose own records take memory
         memory["peak_tensor_mb"] = memory["peak_mb"] if cuda() else peak_tensor_mb(step)
     return times
+
+
+def time_alternating(steps_: list[Callable[[], None]], warmup: int, steps: int) -> list[list[float]]:
+    """Seconds of each step function's steps, taken in turn (a, b, a, b, ...) after `warmup`
+    untimed rounds: both see the same minutes of a machine whose speed drifts."""
+    for _ in range(warmup):
+        for step in steps_:
+            step()
+    times: list[list[float]] = [[] for _ in steps_]
+    for _ in range(steps):
+        for i, step in enumerate(steps_):
+            times[i].append(timed(step))
+    return times
+
+
+STEP_PARTS = {  # op names -> what they are, for the MFU's breakdown of one step's time
+    "linear layers' matmuls (the 6N FLOPs)": ("aten::mm", "aten::addmm", "aten::linear"),
+    "attention's own matmuls (not in 6N)": ("aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product"),
+    "dropout masks (random draws)": ("aten::bernoulli_", "aten::random_", "aten::uniform_", "aten::ge"),
+    "optimizer (fused AdamW)": ("aten::_fused_adamw_",),
+}
+
+
+def step_breakdown(step: Callable[[], None]) -> dict[str, float]:
+    """Seconds of one profiled `step()` per part (STEP_PARTS, by each op's self time), the rest
+    (elementwise, norms, softmax, copies, autograd) as "everything else"."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda() else [])]) as prof:
+        step()
+        sync()
+    parts = dict.fromkeys([*STEP_PARTS, "everything else"], 0.0)
+    for event in prof.key_averages():
+        seconds = (event.self_device_time_total if cuda() else event.self_cpu_time_total) / 1e6
+        part = next((k for k, names in STEP_PARTS.items() if event.key.startswith(names)), "everything else")
+        parts[part] += seconds
+    return parts
 
 
 def peak_tensor_mb(step: Callable[[], None]) -> float | None:
@@ -596,24 +641,30 @@ def matmul_row(args: argparse.Namespace, checkpoint: str) -> dict:
     matmuls = [{"dtype": name, "size": n, "gflops": matmul_gflops(n, dtypes[name]), "note": note}
                for name, n, note in matmul_sizes(args)]
     reference = next(m for m in matmuls if m["dtype"] == {"no": "fp32"}.get(args.precision, args.precision))
-    steps = args.mfu_steps or (3 if not cuda() else 20)
+    steps = args.mfu_steps or (6 if not cuda() else 20)
+    # On CPU the step as the toolkit runs it and with torch's dropout (train.fast_dropout=false),
+    # two fresh models, their steps alternating; on a GPU the dropout is torch's either way.
+    variants = [True, False] if not cuda() else [True]
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state()
+    loaded = [models.load(checkpoint, "sequence-classification", {"num_labels": 2}, args.attention)
+              for _ in variants]
+    batch = random_batch(args.mfu_batch_size, args.mfu_length, len(loaded[0][1]))
+    step_fns = [training_step(model, batch, args.precision, fast) for (model, _), fast in zip(loaded, variants)]
+    all_times = time_alternating(step_fns, warmup=2, steps=steps)
+    n = non_embedding_params(loaded[0][0])
     rows = []
-    # on CPU, the step as the toolkit runs it and with torch's dropout (train.fast_dropout=false)
-    for fast in ((True, False) if not cuda() else (True,)):
-        model, tok = models.load(checkpoint, "sequence-classification", {"num_labels": 2}, args.attention)
-        batch = random_batch(args.mfu_batch_size, args.mfu_length, len(tok))
-        times = time_training_steps(model, batch, args.precision, warmup=2, steps=steps, fast_dropout=fast)
+    for fast, times, step in zip(variants, all_times, step_fns):
         step_s = statistics.median(times)
         tokens_per_s = args.mfu_batch_size * args.mfu_length / step_s
-        n = non_embedding_params(model)
         rows.append({"model": args.model_label, "non_embedding_params": n, "batch": args.mfu_batch_size,
                      "length": args.mfu_length, "precision": args.precision, "steps": steps,
                      "dropout": "toolkit (default)" if fast and not cuda() else "torch",
                      "step_s": step_s, "tokens_per_s": tokens_per_s, "model_gflops": 6 * n * tokens_per_s / 1e9,
                      "reference": f"{reference['dtype']} matmul, n={reference['size']}",
                      "reference_gflops": reference["gflops"],
-                     "mfu": mfu(n, tokens_per_s, reference["gflops"] * 1e9)})
-        del model
+                     "mfu": mfu(n, tokens_per_s, reference["gflops"] * 1e9), "breakdown": step_breakdown(step)})
     return {"matmul": matmuls, "mfu": rows[0], "mfu_rows": rows}
 
 
@@ -752,6 +803,16 @@ def matmul_tables(result: dict) -> str:
                      m["precision"], m.get("dropout", "torch"), f"{m['step_s']:.3f}", f"{m['tokens_per_s']:.0f}",
                      f"{m['model_gflops']:.1f}", f"{m['reference']}: {m['reference_gflops']:.1f} GFLOP/s",
                      f"{100 * m['mfu']:.1f}%"] for m in result.get("mfu_rows", [result["mfu"]])])
+    rows = [m for m in result.get("mfu_rows", []) if m.get("breakdown")]
+    if rows:
+        parts = list(rows[0]["breakdown"])
+        second += "\n\nWhere one profiled step's time goes (seconds, by op self time; the profiler adds a little):\n\n"
+        second += table(["part", *(f"dropout: {m['dropout']}" for m in rows)],
+                        [[part, *(f"{m['breakdown'][part]:.3f} ({100 * m['breakdown'][part] / sum(m['breakdown'].values()):.0f}%)"
+                                  for m in rows)] for part in parts])
+        gemm = rows[0]["breakdown"][parts[0]]
+        second += (f"\n\nThe linear layers' matmuls alone run at {6 * rows[0]['non_embedding_params'] * rows[0]['batch'] * rows[0]['length'] / gemm / 1e9:.0f} "
+                   f"GFLOP/s in the first row: the gap to 100% MFU is the rest of the step.")
     return first + "\n\n" + second
 
 
@@ -808,9 +869,9 @@ def section_matmul(args: argparse.Namespace, checkpoint: str) -> tuple[dict, str
     m = result["mfu"]
     text = (f"### Matmul throughput and MFU\n\n{matmul_tables(result)}\n\n"
             f"Step: forward, backward and fused AdamW over every parameter, {m['batch']} x {m['length']} random "
-            f"tokens, no padding, median of {m['steps']} steps after 2 untimed; on CPU once with the "
-            "toolkit's dropout (train.fast_dropout, the default) and once with torch's, each on a fresh "
-            "model. MFU = 6 x non-embedding params x tokens/s / measured matmul FLOP/s of the run's precision.")
+            f"tokens, no padding, median of {m['steps']} steps after 2 untimed; on CPU with the toolkit's "
+            "dropout (train.fast_dropout, the default) and with torch's, two fresh models whose steps "
+            "alternate. MFU = 6 x non-embedding params x tokens/s / measured matmul FLOP/s of the run's precision.")
     return result, text
 
 
@@ -898,7 +959,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-bf16-size", type=int, default=512, help="n of the bf16 matmul on CPU")
     p.add_argument("--mfu-batch-size", type=int, default=32)
     p.add_argument("--mfu-length", type=int, default=128)
-    p.add_argument("--mfu-steps", type=int, default=None, help="timed steps (default 3 CPU, 20 CUDA)")
+    p.add_argument("--mfu-steps", type=int, default=None, help="timed steps (default 6 CPU, 20 CUDA)")
     p.add_argument("--compile-length", type=int, default=64, help="sequence length of the levers' compile rows")
     p.add_argument("--lora-batch-size", dest="lora_batch", type=int, default=None, help="default 8 CPU, 32 CUDA")
     p.add_argument("--lora-length", type=int, default=128)

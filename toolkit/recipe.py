@@ -62,7 +62,7 @@ class TrainConfig:
     save_every: int = field(default=0, metadata=_min(0))  # also checkpoint every N steps; 0 = at evaluations only
     keep_checkpoints: bool = False  # a finished run keeps its step checkpoints (else model/ only)
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more time
-    fast_dropout: bool = True  # CPU: dropout masks drawn by toolkit.dropout (about 2x torch's); false = torch's
+    fast_dropout: bool = True  # CPU: dropout by toolkit.dropout (2-3x faster than torch's); false = torch's
     skip_nonfinite: int = field(default=0, metadata=_min(0))  # batches with a NaN/inf loss to skip
     report_to: list[Literal["tensorboard", "trackio", "wandb", "mlflow"]] = field(default_factory=list)
 
