@@ -583,6 +583,8 @@ def compile_row(args: argparse.Namespace, checkpoint: str) -> dict:
 
 def section_levers(args: argparse.Namespace, checkpoint: str) -> tuple[dict, str]:
     rows = [run_row(f"lever:{name}", checkpoint) for name in LEVERS]
+    # the defaults once more, last: how far this VM's speed drifted over the section
+    rows.append({**run_row("lever:defaults", checkpoint), "lever": "defaults, again", "what": "none (drift check: run last)"})
     base = rows[0]
     body = [[r["lever"], r["what"], f"{r['train_samples_per_s']:.1f}", ratio(r["train_samples_per_s"], base["train_samples_per_s"]),
              f"{r['eval_samples_per_s']:.1f}", ratio(r["eval_samples_per_s"], base["eval_samples_per_s"]),
@@ -590,7 +592,9 @@ def section_levers(args: argparse.Namespace, checkpoint: str) -> tuple[dict, str
     comp = run_row("compile", checkpoint)
     e, c = comp["eager"], comp["compiled"]
     text = (f"### Levers\n\n{trainer_settings(args)}\n\nEach row is the toolkit row with one change, in its "
-            "own process after the same warm-up; ratios are against the defaults row.\n\n"
+            "own process after the same warm-up; ratios are against the defaults row. The last row repeats the "
+            "defaults: its distance from 1.00x is this machine's drift over the section, which any other row's "
+            "ratio inherits.\n\n"
             + table(["lever", "change", "train samples/s", "vs defaults", "eval samples/s", "vs defaults",
                      "peak MB", "dev accuracy %"], body)
             + f"\n\ntorch.compile (inductor), full fine-tuning step at fixed shape {comp['batch']} x "

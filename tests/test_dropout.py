@@ -113,3 +113,25 @@ def test_installed_model_draws_no_bernoulli_and_is_seeded(tiny_checkpoint, famil
     with torch.no_grad():
         a, b = model(**inputs).logits, model(**inputs).logits
     assert torch.equal(a, b)
+
+
+def test_low_precision_and_inplace_keep_torchs_dropout():
+    assert not dropout.applies(torch.ones(4, dtype=torch.bfloat16), 0.1)
+    assert dropout.applies(torch.ones(4), 0.1)
+    module = torch.nn.Dropout(0.5, inplace=True)
+    holder = torch.nn.Sequential(module)
+    dropout.install(holder)
+    assert type(module) is dropout.Dropout and module.inplace  # switched, but inplace goes to torch
+    x = torch.ones(1000)
+    holder.train()(x)
+    assert bool(((x == 0) | (x == 2)).all())  # torch's in-place dropout ran on x
+
+
+def test_installed_model_pickles_and_copies():
+    import copy
+    import pickle
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.1))
+    dropout.install(model)
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert type(clone[1]) is dropout.Dropout and clone[1].p == 0.1

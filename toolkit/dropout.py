@@ -35,18 +35,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from toolkit.lazy import lazy
+import numpy as np
+import torch
+from torch import nn
 
-torch = lazy("torch", globals())
-nn = lazy("torch.nn", globals())
+# Imported only where a model trains (train.Loop, an attention layer's forward): `toolkit ls`
+# and `toolkit validate` never load it, so importing torch here costs them nothing.
 
 _INT32_MIN = -(2**31)
 _SDPA: dict[str, Any] = {}  # transformers' own sdpa function, once `install` has put ours first
 
 
 def applies(x: torch.Tensor, p: float) -> bool:
-    """Whether this dropout is one the toolkit draws: CPU, 0 < p < 1."""
-    return x.device.type == "cpu" and 0.0 < p < 1.0
+    """Whether this dropout is one the toolkit draws: a float32/float64 CPU tensor, 0 < p < 1
+    (bf16 and fp16 keep torch's, whose scale is not rounded to the low precision)."""
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and 0.0 < p < 1.0
 
 
 def keep_mask(shape: tuple[int, ...], p: float, device: Any = "cpu") -> torch.Tensor:
@@ -54,8 +57,6 @@ def keep_mask(shape: tuple[int, ...], p: float, device: Any = "cpu") -> torch.Te
     per element (each 64-bit word of PCG64DXSM read as two int32), compared with round(p * 2^32)
     above the int32 minimum. The generator is seeded, per call, by one 63-bit draw from torch's
     default CPU generator, so torch's seed and saved RNG state decide every mask."""
-    import numpy as np
-
     n = math.prod(shape)
     seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
     words = np.random.PCG64DXSM(seed).random_raw((n + 1) // 2)
@@ -63,30 +64,26 @@ def keep_mask(shape: tuple[int, ...], p: float, device: Any = "cpu") -> torch.Te
     return (bits >= _INT32_MIN + round(p * 2**32)).to(device)
 
 
-def _function() -> Any:
-    """The autograd function (built on first use: importing this module does not import torch)."""
-    if "fn" not in _SDPA:
-        class MaskScale(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx: Any, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
-                ctx.scale = scale
-                ctx.save_for_backward(keep)
-                return keep.to(x.dtype).mul_(scale).mul_(x)  # one cast, two in-place passes
+class MaskScale(torch.autograd.Function):
+    """x * keep / (1 - p), keeping the bool mask (one byte an element) for the backward."""
 
-            @staticmethod
-            def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-                (keep,) = ctx.saved_tensors
-                return keep.to(grad.dtype).mul_(ctx.scale).mul_(grad), None, None
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        ctx.save_for_backward(keep)
+        return keep.to(x.dtype).mul_(scale).mul_(x)  # one cast, two in-place passes
 
-        _SDPA["fn"] = MaskScale
-    return _SDPA["fn"]
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (keep,) = ctx.saved_tensors
+        return keep.to(grad.dtype).mul_(ctx.scale).mul_(grad), None, None
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """`nn.functional.dropout(x, p, training)`, drawn by `keep_mask` where `applies`."""
     if not training or not applies(x, p):
         return nn.functional.dropout(x, p, training)
-    return _function().apply(x, keep_mask(tuple(x.shape), p, x.device), 1.0 / (1.0 - p))
+    return MaskScale.apply(x, keep_mask(tuple(x.shape), p, x.device), 1.0 / (1.0 - p))
 
 
 _dropout = dropout  # for sdpa_forward, whose argument `dropout` (transformers' name) hides it
@@ -100,18 +97,14 @@ def module_dropout(module: Any, x: torch.Tensor, p: float) -> torch.Tensor:
     return nn.functional.dropout(x, p, module.training)
 
 
-def _dropout_class() -> type:
-    if "cls" not in _SDPA:
-        class Dropout(nn.Dropout):
-            """nn.Dropout whose CPU mask comes from `keep_mask` (toolkit.dropout)."""
+class Dropout(nn.Dropout):
+    """nn.Dropout whose CPU mask comes from `keep_mask`; `install` gives a model's nn.Dropout
+    modules this class (same p, inplace and hooks)."""
 
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                if self.training and not self.inplace and applies(x, self.p):
-                    return dropout(x, self.p)
-                return super().forward(x)
-
-        _SDPA["cls"] = Dropout
-    return _SDPA["cls"]
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and not self.inplace and applies(x, self.p):
+            return dropout(x, self.p)
+        return super().forward(x)
 
 
 def install(model: nn.Module) -> int:
@@ -119,11 +112,10 @@ def install(model: nn.Module) -> int:
     dropout modules and attention layers it switched."""
     from toolkit import attention
 
-    cls = _dropout_class()
     switched = 0
     for module in model.modules():
         if type(module) is nn.Dropout:
-            module.__class__ = cls  # the same module (p, inplace, hooks), another forward
+            module.__class__ = Dropout  # the same module (p, inplace, hooks), another forward
             switched += 1
     for _, layer in attention.attention_layers(model):
         layer.tk_fast_dropout = True
