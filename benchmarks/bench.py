@@ -538,6 +538,7 @@ LEVERS: dict[str, tuple[str, Callable[[argparse.Namespace], dict]]] = {
     "one-thread": ("torch.set_num_threads(1)", lambda a: {}),
     "grad-checkpointing": ("train.gradient_checkpointing=true", lambda a: {"gradient_checkpointing": True}),
     "torch-dropout": ("train.fast_dropout=false (torch's bernoulli_ masks)", lambda a: {"fast_dropout": False}),
+    "eager-attention": ("model.attention=eager (transformers' eager attention instead of sdpa)", lambda a: {}),
 }
 
 
@@ -558,6 +559,8 @@ def lever_row(args: argparse.Namespace, checkpoint: str, out: Path, lever: str) 
         train.eval_loaders = unsorted
     if lever == "one-thread":
         torch.set_num_threads(1)
+    if lever == "eager-attention":
+        args = argparse.Namespace(**{**vars(args), "attention": "eager"})
     return {"lever": lever, "what": what, **toolkit_row(args, checkpoint, out, train_overrides=overrides)}
 
 

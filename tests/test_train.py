@@ -262,3 +262,24 @@ def test_peak_memory_is_reset_between_runs_of_one_process() -> None:
     del big
     train.reset_peak_memory(cpu)
     assert train._peak_memory_mb(cpu) < before - 300
+
+
+def test_fast_dropout_changes_only_the_dropout_stream(tmp_path: Path, cli) -> None:
+    """train.fast_dropout switches the CPU dropout: with dropout off the two runs are the same
+    to the bit; with it on they draw other masks, so their losses differ."""
+    recipe = make_recipe(tmp_path)
+    common = ["--smoke", "task.max_train_samples=16", "train.max_steps=2", "train.log_every=1"]
+    losses = {}
+    for p in ("0.0", "0.3"):
+        for fast in ("true", "false"):
+            out = tmp_path / f"{p}-{fast}"
+            assert cli("run", recipe, "--runs-dir", out, *common, f"model.dropout={p}", f"train.fast_dropout={fast}")[0] == 0
+            losses[p, fast] = train_losses(only_run(out))
+    assert losses["0.0", "true"] == losses["0.0", "false"]
+    assert losses["0.3", "true"] != losses["0.3", "false"]
+    assert losses["0.3", "true"][0] != losses["0.0", "true"][0]  # dropout did act
+
+
+def test_fast_dropout_takes_a_bool_only(tmp_path: Path, cli) -> None:
+    code, _, err = cli("validate", make_recipe(tmp_path), "train.fast_dropout=sometimes")
+    assert code == 2 and "train.fast_dropout" in err and len(err.strip().splitlines()) == 1
