@@ -78,6 +78,7 @@ def test_math_attention_equals_transformers_sdpa(case):
         mask[0, ..., :2] = False  # left padding: the first two queries see no key
     elif case == "float-mask":
         mask = torch.randn(b, 1, tq, tk)
+        mask[0, :, 1] = float("-inf")  # a query that sees no key: zeros, as torch's safe softmax
     ours, _ = dropout.math_attention(module, q, k, v, mask, 0.3, None, lambda w: w)
     torch.testing.assert_close(ours, _sdpa(module, q, k, v, mask, scaling=0.3), rtol=1e-5, atol=1e-6)
 

@@ -2,12 +2,12 @@
 
 On CPU, torch draws a dropout mask with `bernoulli_`: one double-precision uniform per element,
 from the mt19937 generator, in a serial loop. In a full fine-tuning step of MiniLM (32 x 128
-tokens, 2 cores) that was 20-25% of the step (torch profiler: 20 calls, 0.49-0.62 s of a 2.3-2.9
-s step), and 14% of a LoRA step on the roberta-base shape. torch's integer draws are no better
-(`torch.randint`: about 12 ns per 64-bit word here). This module draws 32 random bits per
-element from numpy's PCG64DXSM (about 3 ns per 64-bit word), seeded for each mask by one draw
-from torch's default generator, keeps an element when its bits are at or above a threshold, and
-scales what it keeps by 1 / (1 - p):
+tokens, 2 cores) that was 20-28% of the step (torch profiler: 20 calls, 0.49-0.75 s of a
+2.3-2.9 s step; 5% with this module's masks), and 14% of a LoRA step on the roberta-base shape.
+torch's integer draws are no better (`torch.randint`: about 12 ns per 64-bit word here). This
+module draws 32 random bits per element from numpy's PCG64DXSM (about 3 ns per 64-bit word),
+seeded for each mask by one draw from torch's default generator, keeps an element when its bits
+are at or above a threshold, and scales what it keeps by 1 / (1 - p):
 
 - P(drop) = round(p * 2^32) / 2^32, within 1.2e-10 of p (float32 `bernoulli_` resolves 2^-24);
 - E[output] = input, as with `nn.Dropout`; the backward multiplies by the same mask and scale;
@@ -179,6 +179,7 @@ def math_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, va
             empty = ~attention_mask.any(dim=-1, keepdim=True)
         else:
             scores = scores + attention_mask
+            empty = torch.isneginf(attention_mask).all(dim=-1, keepdim=True)
     weights = torch.softmax(scores, dim=-1)
     if empty is not None and bool(empty.any()):
         weights = weights.masked_fill(empty, 0.0)
