@@ -242,27 +242,34 @@ def time_alternating(steps_: list[Callable[[], None]], warmup: int, steps: int) 
     return times
 
 
-STEP_PARTS = {  # op names -> what they are, for the MFU's breakdown of one step's time
-    "linear layers' matmuls (the 6N FLOPs)": ("aten::mm", "aten::addmm", "aten::linear"),
-    "attention's own matmuls (not in 6N)": ("aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product"),
+STEP_PARTS = {  # aten op names -> what they are, for the MFU's breakdown of one step's time
+    "linear layers' matmuls (the 6N FLOPs)": ("aten::mm", "aten::addmm"),
+    "attention's own matmuls (not in 6N; a GPU's fused sdpa kernel)": (
+        "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_flash", "aten::_scaled_dot_product_efficient",
+        "aten::_scaled_dot_product_cudnn", "aten::_flash_attention", "aten::_efficient_attention"),
     "dropout masks (random draws)": ("aten::bernoulli_", "aten::random_", "aten::uniform_", "aten::ge"),
     "optimizer (fused AdamW)": ("aten::_fused_adamw_",),
 }
 
 
 def step_breakdown(step: Callable[[], None]) -> dict[str, float]:
-    """Seconds of one profiled `step()` per part (STEP_PARTS, by each op's self time), the rest
-    (elementwise, norms, softmax, copies, autograd) as "everything else"."""
+    """Seconds of one profiled `step()` per part (STEP_PARTS), the rest (elementwise, norms,
+    softmax, copies, autograd) as "everything else". CPU: each op's self time. CUDA: kernel
+    time, each part's being the device time under its aten ops (their kernels), the total every
+    kernel's."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda() else [])]) as prof:
         step()
         sync()
-    parts = dict.fromkeys([*STEP_PARTS, "everything else"], 0.0)
+    parts = dict.fromkeys(STEP_PARTS, 0.0)
+    total = 0.0
     for event in prof.key_averages():
-        seconds = (event.self_device_time_total if cuda() else event.self_cpu_time_total) / 1e6
-        part = next((k for k, names in STEP_PARTS.items() if event.key.startswith(names)), "everything else")
-        parts[part] += seconds
+        total += (event.self_device_time_total if cuda() else event.self_cpu_time_total) / 1e6
+        part = next((k for k, names in STEP_PARTS.items() if event.key.startswith(names)), None)
+        if part is not None:
+            parts[part] += (event.device_time_total if cuda() else event.self_cpu_time_total) / 1e6
+    parts["everything else"] = max(total - sum(parts.values()), 0.0)
     return parts
 
 
