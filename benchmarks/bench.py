@@ -485,7 +485,8 @@ def eval_row(args: argparse.Namespace, checkpoint: str) -> dict:
     loaders = {k: acc.prepare(v) for k, v in loaders.items()}
     task = glue_task(args)
     dev = task.encode(task.load()["eval"][""], setup.tokenizer)
-    trainer = Trainer(model=setup.model, args=trainer_arguments(args, Path(tempfile.mkdtemp())), eval_dataset=dev,
+    out = tempfile.TemporaryDirectory()  # Trainer's output_dir; it writes nothing there (save_strategy no)
+    trainer = Trainer(model=setup.model, args=trainer_arguments(args, Path(out.name)), eval_dataset=dev,
                       data_collator=task.collator(setup.tokenizer), compute_metrics=accuracy)
 
     def toolkit_eval() -> float:
@@ -503,6 +504,7 @@ def eval_row(args: argparse.Namespace, checkpoint: str) -> dict:
     for _ in range(args.eval_repeats):
         ours.append(toolkit_eval())
         theirs.append(trainer_eval())
+    out.cleanup()
     return {"eval_examples": len(dev), "repeats": args.eval_repeats, "eval_batch": train.eval_batch_size(recipe),
             "trainer_eval_batch": args.trainer_eval_batch_size,
             "toolkit_samples_per_s": statistics.median(ours), "trainer_samples_per_s": statistics.median(theirs),
