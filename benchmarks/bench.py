@@ -548,6 +548,7 @@ LEVERS: dict[str, tuple[str, Callable[[argparse.Namespace], dict]]] = {
     "grad-checkpointing": ("train.gradient_checkpointing=true", lambda a: {"gradient_checkpointing": True}),
     "torch-dropout": ("train.fast_dropout=false (torch's bernoulli_ masks)", lambda a: {"fast_dropout": False}),
     "eager-attention": ("model.attention=eager (transformers' eager attention instead of sdpa)", lambda a: {}),
+    "loader-worker": ("training batches fetched and collated by 1 DataLoader worker process", lambda a: {}),
 }
 
 
@@ -570,6 +571,20 @@ def lever_row(args: argparse.Namespace, checkpoint: str, out: Path, lever: str) 
         torch.set_num_threads(1)
     if lever == "eager-attention":
         args = argparse.Namespace(**{**vars(args), "attention": "eager"})
+    if lever == "loader-worker":  # the loop's own loader, with a worker (pinned memory needs a GPU)
+        from torch.utils.data import DataLoader
+
+        built = train._loaders
+
+        def with_worker(recipe: Any, setup: Any, processes: int = 1) -> tuple:
+            loader, sampler, evals, orders = built(recipe, setup, processes)
+            if loader is not None:
+                loader = DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, collate_fn=loader.collate_fn,
+                                    generator=loader.generator, num_workers=1, persistent_workers=True,
+                                    pin_memory=cuda())
+            return loader, sampler, evals, orders
+
+        train._loaders = with_worker
     return {"lever": lever, "what": what, **toolkit_row(args, checkpoint, out, train_overrides=overrides)}
 
 
