@@ -158,3 +158,18 @@ def test_report_md_and_pngs_are_written_into_the_runs_folder(tmp_path: Path, cli
     assert code == 2 and "report --rows 'colour'" in err
     with pytest.raises(UserError, match="no run has it"):
         report.pivots(report.collect(tmp_path), "task", "method", ["bleu"])
+
+
+def test_runs_from_before_fast_dropout_are_reported_as_torchs_dropout(tmp_path: Path) -> None:
+    """A recipe.yaml written before train.fast_dropout existed ran torch's dropout: the report
+    calls it fast_dropout=False, beside new runs' True, never None."""
+    for seed in (42, 43):
+        fake_run(tmp_path / "old", "sst2", "full", seed, {"accuracy": 0.80})  # no fast_dropout key
+        new = fake_run(tmp_path / "new", "sst2", "full", seed, {"accuracy": 0.82})
+        recipe = yaml.safe_load((new / "recipe.yaml").read_text())
+        recipe["train"]["fast_dropout"] = True
+        (new / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    items = report.collect([tmp_path / "old", tmp_path / "new"])
+    assert len(items) == 4 and sorted({i["recipe"]["train"]["fast_dropout"] for i in items}) == [False, True]
+    (p,) = report.pivots(items, "task", "method")
+    assert [desc for desc, _ in p.cells[("sst2", "full")].grid] == ["train.fast_dropout=False", "train.fast_dropout=True"]

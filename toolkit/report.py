@@ -29,6 +29,19 @@ SECTIONS = ("model", "task", "method", "train")
 
 
 # --- collecting ------------------------------------------------------------------------------
+# Fields added to recipes after runs were made, with the value those older runs had in effect:
+# a run whose recipe.yaml lacks one ran that way, and is reported so (not as "None").
+BEFORE_FIELD = {("train", "fast_dropout"): False}  # torch's dropout until 2026-11-23
+
+
+def with_old_defaults(recipe: dict) -> dict:
+    """`recipe` with each BEFORE_FIELD it lacks set to the value its run had in effect."""
+    for (section, key), value in BEFORE_FIELD.items():
+        if isinstance(recipe.get(section), dict) and key not in recipe[section]:
+            recipe[section][key] = value
+    return recipe
+
+
 def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     """Every finished run below the root(s): its metrics.json plus the recipe it came from."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
@@ -49,7 +62,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             name = str(run.parent.relative_to(root)) if run.parent != root else run.name
             if (recipe or {}).get("smoke"):
                 name += " (smoke: random weights)"
-            found.append({"run": run, "name": name, "recipe": recipe or {}, "metrics": data})
+            found.append({"run": run, "name": name, "recipe": with_old_defaults(recipe or {}), "metrics": data})
     if not found:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
     return found
