@@ -691,7 +691,8 @@ def matmul_row(args: argparse.Namespace, checkpoint: str) -> dict:
         tokens_per_s = args.mfu_batch_size * args.mfu_length / step_s
         rows.append({"model": args.model_label, "non_embedding_params": n, "batch": args.mfu_batch_size,
                      "length": args.mfu_length, "precision": args.precision, "steps": steps,
-                     "dropout": "toolkit (default)" if fast and not cuda() else "torch",
+                     "dropout": ("torch" if not fast or cuda() else "toolkit (default)" if args.precision == "no"
+                                 else "toolkit's flag on; autocast's bf16/fp16 tensors keep torch's"),
                      "step_s": step_s, "tokens_per_s": tokens_per_s, "model_gflops": 6 * n * tokens_per_s / 1e9,
                      "reference": f"{reference['dtype']} matmul, n={reference['size']}",
                      "reference_gflops": reference["gflops"],
