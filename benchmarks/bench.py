@@ -187,8 +187,8 @@ def training_step(model: torch.nn.Module, batch: dict, precision: str, fast_drop
 
     from toolkit import dropout
 
-    if fast_dropout and not cuda():
-        dropout.install(model)
+    if fast_dropout:
+        dropout.install(model, device())
     acc = Accelerator(mixed_precision=precision, cpu=not cuda())
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR, fused=True)
     model, optimizer = acc.prepare(model, optimizer)
@@ -640,13 +640,7 @@ def matmul_gflops(n: int, dtype: torch.dtype, reps: int = 10) -> float:
     b = torch.randn(n, n, device=device()).to(dtype)
     for _ in range(3):
         a @ b
-    times = []
-    for _ in range(reps):
-        sync()
-        start = time.perf_counter()
-        a @ b
-        sync()
-        times.append(time.perf_counter() - start)
+    times = [timed(lambda: a @ b) for _ in range(reps)]
     return 2 * n**3 / statistics.median(times) / 1e9
 
 

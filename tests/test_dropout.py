@@ -136,3 +136,10 @@ def test_installed_model_pickles_and_copies():
     dropout.install(model)
     for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert type(clone[1]) is dropout.Dropout and clone[1].p == 0.1
+
+
+def test_install_leaves_a_model_trained_elsewhere_than_cpu_alone():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.1))
+    assert dropout.install(model, torch.device("cuda", 0)) == 0  # GPUs: torch's dropout is the fast one
+    assert type(model[1]) is torch.nn.Dropout
+    assert dropout.install(model, "cpu") == 1 and type(model[1]) is dropout.Dropout

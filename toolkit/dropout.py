@@ -52,7 +52,7 @@ def applies(x: torch.Tensor, p: float) -> bool:
     return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and 0.0 < p < 1.0
 
 
-def keep_mask(shape: tuple[int, ...], p: float, device: Any = "cpu") -> torch.Tensor:
+def keep_mask(shape: tuple[int, ...], p: float) -> torch.Tensor:
     """A bool tensor of `shape`, each element True (kept) with probability 1 - p: 32 random bits
     per element (each 64-bit word of PCG64DXSM read as two int32), compared with round(p * 2^32)
     above the int32 minimum. The generator is seeded, per call, by one 63-bit draw from torch's
@@ -61,7 +61,7 @@ def keep_mask(shape: tuple[int, ...], p: float, device: Any = "cpu") -> torch.Te
     seed = int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
     words = np.random.PCG64DXSM(seed).random_raw((n + 1) // 2)
     bits = torch.from_numpy(words.view(np.int32)[:n]).view(shape)
-    return (bits >= _INT32_MIN + round(p * 2**32)).to(device)
+    return bits >= _INT32_MIN + round(p * 2**32)
 
 
 class MaskScale(torch.autograd.Function):
@@ -83,7 +83,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """`nn.functional.dropout(x, p, training)`, drawn by `keep_mask` where `applies`."""
     if not training or not applies(x, p):
         return nn.functional.dropout(x, p, training)
-    return MaskScale.apply(x, keep_mask(tuple(x.shape), p, x.device), 1.0 / (1.0 - p))
+    return MaskScale.apply(x, keep_mask(tuple(x.shape), p), 1.0 / (1.0 - p))
 
 
 _dropout = dropout  # for sdpa_forward, whose argument `dropout` (transformers' name) hides it
@@ -102,16 +102,17 @@ class Dropout(nn.Dropout):
     modules this class (same p, inplace and hooks)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training and not self.inplace and applies(x, self.p):
-            return dropout(x, self.p)
-        return super().forward(x)
+        return super().forward(x) if self.inplace else dropout(x, self.p, self.training)
 
 
-def install(model: nn.Module) -> int:
-    """Switch `model`'s dropouts to the toolkit's (see the module's docstring); returns how many
-    dropout modules and attention layers it switched."""
+def install(model: nn.Module, device: Any = "cpu") -> int:
+    """Switch `model`'s dropouts to the toolkit's (see the module's docstring) when it trains on
+    a CPU (`device`); returns how many dropout modules and attention layers it switched (0 on
+    any other device, where torch's dropout is the fast one)."""
     from toolkit import attention
 
+    if torch.device(device).type != "cpu":
+        return 0
     switched = 0
     for module in model.modules():
         if type(module) is nn.Dropout:

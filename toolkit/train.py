@@ -254,10 +254,10 @@ class Loop:
         self.recipe, self.setup, self.acc, self.out = recipe, setup, accelerator, out
         self.cfg = recipe.train
         train_loader, self.sampler, evals, self.eval_orders = _loaders(recipe, setup, accelerator.num_processes)
-        if self.cfg.fast_dropout and accelerator.device.type == "cpu":
+        if self.cfg.fast_dropout:
             from toolkit import dropout
 
-            dropout.install(setup.model)  # before prepare: DDP wraps the same modules
+            dropout.install(setup.model, accelerator.device)  # before prepare: DDP wraps the same modules
         optimizer = _optimizer(setup.model, recipe)
         per_process = math.ceil(len(train_loader) / accelerator.num_processes)
         self.steps_per_epoch = math.ceil(per_process / self.cfg.grad_accum)
