@@ -3,6 +3,8 @@ PY          ?= python3
 VENV        ?= .venv
 BIN         := $(VENV)/bin
 TORCH       ?= torch==2.13.0
+PIP_VERSION ?= 26.3
+LOCK        := requirements.lock
 export TOOLKIT_DATA ?= $(abspath $(firstword $(wildcard ../shared/data ../data data)))
 export TOOLKIT_TOKENIZERS ?= $(abspath $(firstword $(wildcard ../shared/tokenizers ../tokenizers tokenizers)))
 export HF_HUB_OFFLINE ?= 1
@@ -33,13 +35,46 @@ DRY_RUN      = $(findstring --dry-run,$(ARGS))
 comma       := ,
 space       := $(subst ,, )
 
-.PHONY: install test demo run glue compare chain bench attention validate smoke clean
+.PHONY: install lock test-latest test-next test-oldest test demo run glue compare chain bench attention validate smoke clean
 
-install:  ## .venv with the package (editable) and its test tools
+install:  ## .venv with exactly the versions in requirements.lock, the package (editable) and its test tools
+	rm -rf toolkit.egg-info  # an older build's metadata would shadow this one's
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[test,demo,report,tensorboard]"
+	$(BIN)/pip install -q "pip==$(PIP_VERSION)"
+	$(BIN)/pip install -q --no-deps -r $(LOCK)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
+	@echo "installed: $(BIN)/toolkit (or 'source $(BIN)/activate' and then 'toolkit')"
+
+# A fresh venv $(1) with the requirement set $(2) of scripts/deps.py (latest, next or oldest).
+define fresh_env
+	rm -rf $(1) toolkit.egg-info && $(PY) -m venv $(1)
+	$(1)/bin/pip install -q "pip==$(PIP_VERSION)" "setuptools>=68"
+	$(1)/bin/python scripts/deps.py $(2) --torch "$(TORCH)" > $(1)/requirements.txt
+	$(1)/bin/pip install -q -r $(1)/requirements.txt
+	$(1)/bin/pip install -q --no-deps --no-build-isolation -e .
+	$(1)/bin/pip check
+	$(1)/bin/pip freeze --all --exclude-editable | grep -v '^pip==' > $(1)/freeze.txt
+endef
+
+lock:  ## rewrite requirements.lock: the newest versions pyproject allows, resolved in a fresh venv
+	$(call fresh_env,.venv-lock,latest)
+	{ echo "# make lock, $$(date -u +%F): pip freeze of a fresh venv with the newest versions pyproject.toml allows"; \
+	  echo "# (scripts/deps.py latest). make install installs exactly these, with --no-deps."; \
+	  cat .venv-lock/freeze.txt; } > $(LOCK)
+	rm -rf .venv-lock
+
+test-latest:  ## the suite in .venv-latest: the newest releases pyproject allows (freeze in .venv-latest/freeze.txt)
+	$(call fresh_env,.venv-latest,latest)
+	OMP_NUM_THREADS=1 .venv-latest/bin/pytest -q -n 2
+
+test-next:  ## the suite with torch/transformers/peft/accelerate/datasets past their upper bounds (before raising one)
+	$(call fresh_env,.venv-next,next)
+	OMP_NUM_THREADS=1 .venv-next/bin/pytest -q -n 2
+
+test-oldest:  ## the suite on every lower bound of pyproject.toml
+	$(call fresh_env,.venv-oldest,oldest)
+	OMP_NUM_THREADS=1 .venv-oldest/bin/pytest -q -n 2
 
 test:  ## the whole suite, offline, on CPU (2 workers, one thread each: the fastest split of 2 cores)
 	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2

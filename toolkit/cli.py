@@ -77,6 +77,9 @@ def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_di
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from toolkit.versions import warn_if_untested
+
+    warn_if_untested()
     run_one(args.recipe, args.overrides, args.smoke, args.runs_dir, args.force, args.resume, args.stop_after)
     return 0
 

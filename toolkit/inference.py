@@ -58,7 +58,7 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
         from peft import PeftModel
 
         base_model, _ = models.load(base, head, recipe.task.head_kwargs())
-        model = PeftModel.from_pretrained(base_model, str(folder))
+        model = recipe.method.loaded(PeftModel.from_pretrained(base_model, str(folder)))
     elif (folder / BOTTLENECK_CONFIG).is_file():
         from toolkit.methods.adapters import load_adapters
 

@@ -62,6 +62,10 @@ class Method:
         """Metrics of a method that does not train (trains = False)."""
         raise NotImplementedError
 
+    def loaded(self, model: torch.nn.Module) -> torch.nn.Module:
+        """A saved result just loaded back (`PeftModel.from_pretrained`): ready it to run."""
+        return model
+
     def save(self, model: torch.nn.Module, path: Path) -> None:
         """Write the trained result in the format plain transformers / peft load."""
         model.save_pretrained(path)

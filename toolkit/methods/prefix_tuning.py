@@ -1,14 +1,40 @@
-"""Prefix tuning through PEFT (Li & Liang 2021): trainable key/value prefixes in every layer.
+"""Prefix tuning (Li & Liang 2021): trainable key/value prefixes in every attention layer.
 
-PEFT hands the prefixes to the model as a key/value cache (`past_key_values`), so the model must
-consume a cache in the layers that read the input. The task head trains as `modules_to_save`.
+PEFT holds the parameters and the saved format (`PrefixTuningConfig`, its prompt encoder, its
+`adapter_model.safetensors`), so the trainable count, `prefix_projection` and plain-PEFT loading
+are PEFT's own. The way the prefixes reach the layers is the toolkit's, written here because PEFT
+has no other: PEFT hands them to the model as a key/value cache through `past_key_values`, and
+each transformers release may rename that argument (5.24 calls it `cache` and PEFT then refuses
+BERT, RoBERTa and GPT-2), and encoder-only models stopped reading a cache at all. Here the
+prefixes go in through transformers' attention interface instead:
+
+- `install` registers, for the model's attention implementation X (eager, sdpa or a toolkit
+  attention module), a function `tk_prefix+X` that prepends the layer's prefix to its keys and
+  values and widens the mask, then calls X; the model is switched to that name, whose mask
+  function is X's. Every attention layer that gets a prefix carries `tk_prefix_slot`.
+- The PEFT model's `forward` and `generate` compute the prefixes once per call (batch 1, expanded
+  inside attention) and hand them to their layers before running the base model. Generation
+  works with the model's own cache: the cache holds real tokens only, the prefix comes first.
+
+The layout of PEFT's prompt encoder output is kept exactly (PEFT's `get_prompt`): for one stack
+(encoder-only, decoder-only) layer i gets rows 2i (key) and 2i+1 (value); for encoder-decoders
+(two "transformer submodules") the rows are doubled and layer i of the decoder gets rows
+4i..4i+3 modulo 2L of the doubled stack for its self-attention key, value and cross-attention
+key, value; the encoder gets none, as in PEFT.
+
+One difference from PEFT's cache route, on purpose: real tokens keep positions 0..L-1, as in
+pretraining. The cache route shifted them by `num_virtual_tokens`, which overflowed BERT's
+position table at max_length 512 (a recipe's default) and so could not run there.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
 from toolkit.methods.prompt_tuning import MLM_REFUSAL
@@ -16,6 +42,8 @@ from toolkit.methods.prompt_tuning import MLM_REFUSAL
 torch = lazy("torch", globals())
 
 SEQ_CLS_HEAD = "sequence-classification"
+WRAPPED = "tk_prefix+"  # the attention implementation name is WRAPPED + the model's own
+BUILTIN = ("eager", "sdpa")  # transformers' implementations the prefix can wrap (mask in hand)
 
 
 @METHODS.register("prefix_tuning")
@@ -30,10 +58,7 @@ class PrefixTuning(Method):
         if self.head(task) == "masked-lm":
             return MLM_REFUSAL.format(method=self.name)
         if self.head(task) == SEQ_CLS_HEAD and family in ("bart", "t5"):
-            cls = "BartForSequenceClassification" if family == "bart" else "T5ForSequenceClassification"
-            return (f"prefix_tuning needs a model whose encoder reads a key/value cache; {cls} passes "
-                    "the cache to its decoder only, so the prefixed attention mask does not fit the "
-                    "encoder; use lora, ia3 or bitfit")
+            return one_stack_refusal(family)
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
@@ -44,4 +69,154 @@ class PrefixTuning(Method):
             prefix_projection=self.prefix_projection, encoder_hidden_size=self.encoder_hidden_size,
             modules_to_save=list(ctx.head_names) or None,
         )
-        return get_peft_model(model, config)
+        return install(get_peft_model(model, config))
+
+    def loaded(self, model: torch.nn.Module) -> torch.nn.Module:
+        return install(model)
+
+
+def one_stack_refusal(family: str | None) -> str:
+    cls = "BartForSequenceClassification" if family == "bart" else "T5ForSequenceClassification"
+    return (f"prefix_tuning: PEFT lays out a classifier's prefixes as one stack of layers, and {cls} "
+            "has two (encoder and decoder), so no layer would know its prefix; use lora, ia3 or bitfit")
+
+
+# --- putting the prefixes in -------------------------------------------------------------------
+def install(peft_model: Any) -> Any:
+    """Route a PEFT prefix-tuning model's prefixes through the attention interface (see the
+    module docstring); returns the same model. Also for `PeftModel.from_pretrained` results."""
+    from toolkit.attention import attention_layers, is_cross
+
+    base = peft_model.get_base_model()
+    config = peft_model.active_peft_config
+    current = base.config._attn_implementation or "eager"
+    own = current[len(WRAPPED):] if current.startswith(WRAPPED) else current
+    _register(own)
+    if current != WRAPPED + own:
+        base.set_attn_implementation(WRAPPED + own)
+        if base.config._attn_implementation != WRAPPED + own:
+            raise UserError(f"prefix_tuning: {type(base).__name__} does not take an attention "
+                            "function through transformers' attention interface")
+    two = config.num_transformer_submodules == 2
+    if base.config.is_encoder_decoder and not two:
+        raise ValueError(one_stack_refusal(base.config.model_type))
+    index: dict[str, int] = {}
+    for path, layer in attention_layers(base):
+        kind = "cross" if is_cross(path, layer) else (
+            "encoder" if two and ".encoder." in f".{path}." else "self")
+        layer.tk_prefix_slot = None
+        if kind == "encoder":
+            continue  # PEFT's encoder-decoder layout has prefixes for the decoder only
+        i = index.get(kind, 0)
+        index[kind] = i + 1
+        if two:
+            rows = config.num_layers * 2
+            first = (4 * i + (2 if kind == "cross" else 0)) % rows
+            layer.tk_prefix_slot = (first, first + 1)
+        else:
+            layer.tk_prefix_slot = (2 * i, 2 * i + 1)
+        layer.tk_prefix = None
+    if not index:
+        raise UserError(f"prefix_tuning: found no attention layer in {type(base).__name__}")
+    peft_model.forward = types.MethodType(_forward, peft_model)
+    peft_model.generate = types.MethodType(_generate, peft_model)
+    return peft_model
+
+
+def prefixes(peft_model: Any) -> torch.Tensor:
+    """(2L, 1, heads, n, head_dim): every layer's key and value prefix, as PEFT's get_prompt lays
+    them out (one batch row: the prefix is the same for every example)."""
+    config = peft_model.active_peft_config
+    encoder = peft_model.prompt_encoder[peft_model.active_adapter]
+    n = config.num_virtual_tokens
+    if config.inference_mode:  # loaded for inference: PEFT saved the encoder's output as the table
+        raw = encoder.embedding.weight[None, :n]
+    else:
+        tokens = peft_model.prompt_tokens[peft_model.active_adapter][None, :n]
+        raw = encoder(tokens.to(encoder.embedding.weight.device))
+    heads = config.num_attention_heads
+    raw = raw.view(1, n, config.num_layers * 2, heads, config.token_dim // heads)
+    return raw.permute(2, 0, 3, 1, 4)
+
+
+def _hand_out(peft_model: Any) -> None:
+    """Give every slotted layer its (key, value) prefix for the coming call. They stay until the
+    next call, so that activation checkpointing recomputes the same forward in backward."""
+    table = prefixes(peft_model)
+    for module in peft_model.get_base_model().modules():
+        slot = getattr(module, "tk_prefix_slot", None)
+        if slot is not None:
+            module.tk_prefix = (table[slot[0]], table[slot[1]])
+
+
+def _forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+    _hand_out(self)
+    return self.get_base_model()(*args, **kwargs)
+
+
+def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
+    _hand_out(self)
+    return self.get_base_model().generate(*args, **kwargs)
+
+
+# --- the attention function --------------------------------------------------------------------
+def _register(own: str) -> None:
+    """`tk_prefix+own` in transformers' attention and mask interfaces (idempotent)."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from toolkit.attention import ATTENTION
+
+    if own not in BUILTIN and own not in ATTENTION:
+        raise UserError(f"prefix_tuning runs with model.attention eager, sdpa or a toolkit module "
+                        f"({', '.join(ATTENTION.names())}); not with {own}")
+    name = WRAPPED + own
+    if name in ALL_ATTENTION_FUNCTIONS:
+        return
+    mask = ALL_MASK_ATTENTION_FUNCTIONS[own]
+    AttentionInterface.register(name, _attention)
+    AttentionMaskInterface.register(name, mask)
+
+
+def _base_function(module: Any, own: str) -> Any:
+    """The function the model would call without prefixes: a registered one, or for eager the
+    modeling file's own `eager_attention_forward` (T5's adds its position bias there)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if own != "eager" and own in ALL_ATTENTION_FUNCTIONS:
+        return ALL_ATTENTION_FUNCTIONS[own]
+    modeling = sys.modules.get(type(module).__module__)
+    fn = getattr(modeling, "eager_attention_forward", None)
+    if fn is None:
+        raise RuntimeError(f"{type(module).__module__} has no eager_attention_forward")
+    return fn
+
+
+def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+    """Prepend the layer's prefix to keys and values, widen the mask (prefix keys are seen by
+    every query), then call the model's own attention function."""
+    from toolkit.attention import ATTENTION, causal_keep, is_causal, min_value
+
+    own = module.config._attn_implementation[len(WRAPPED):]
+    fn = _base_function(module, own)
+    prefix = getattr(module, "tk_prefix", None)
+    if prefix is None:
+        return fn(module, query, key, value, attention_mask, **kwargs)
+    b, n = key.shape[0], prefix[0].shape[-2]
+    tq, tk = query.shape[-2], key.shape[-2]
+    pk = prefix[0].to(key.dtype).expand(b, -1, -1, -1)
+    pv = prefix[1].to(value.dtype).expand(b, -1, -1, -1)
+    key, value = torch.cat([pk, key], dim=-2), torch.cat([pv, value], dim=-2)
+    if attention_mask is not None:
+        keep = True if attention_mask.dtype == torch.bool else 0.0
+        attention_mask = torch.nn.functional.pad(attention_mask, (n, 0), value=keep)
+    elif is_causal(module) and own not in ATTENTION:  # toolkit modules apply causality themselves
+        allowed = torch.nn.functional.pad(causal_keep(tq, tk, query.device), (n, 0), value=True)
+        attention_mask = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
+        attention_mask = attention_mask.masked_fill(~allowed, min_value(attention_mask))[None, None]
+    bias = kwargs.get("position_bias")  # T5: additive (1|b, h, tq, tk); prefixes have no position
+    if isinstance(bias, torch.Tensor) and bias.shape[-1] == tk:
+        kwargs["position_bias"] = torch.nn.functional.pad(bias, (n, 0))
+    return fn(module, query, key, value, attention_mask, **kwargs)
