@@ -37,10 +37,9 @@ def test_two_processes_equal_one(tmp_path: Path, cli, checkpoint: str, method: s
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=checkpoint, method=method))
     one, two = tmp_path / "one", tmp_path / "two"
     assert cli("run", recipe, "--smoke", "--runs-dir", one, "train.batch_size=8")[0] == 0
-    torchrun = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "torchrun"
-    if not torchrun.exists():
-        torchrun = Path(__import__("sys").executable).parent / "torchrun"
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", str(_free_port()), "-m", "toolkit.cli",
+    # torchrun of the interpreter running the suite (make test-oldest's venv is not .venv)
+    cmd = [__import__("sys").executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_port", str(_free_port()), "-m", "toolkit.cli",
            "run", str(recipe), "--smoke", "--runs-dir", str(two), "train.batch_size=4"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -15,7 +15,6 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 from transformers import (AutoModelForCausalLM, AutoModelForSeq2SeqLM,
                           AutoModelForSequenceClassification, AutoTokenizer, DynamicCache)
 from transformers.utils import logging as hf_logging

@@ -39,6 +39,27 @@ def test_best_null_threshold_worked_by_hand() -> None:
     assert best == pytest.approx(2 / 3) and threshold == -2.0
 
 
+def test_null_threshold_starts_below_every_logit_gap() -> None:
+    """Logit gaps can be negative: when answering nothing anywhere is best, the threshold is
+    -inf (every question gets ""), not the official script's 0.0 (meant for probabilities), which
+    would keep both answers here and score 0."""
+    # q0 answerable, its best span scores 0 (gap -1); q1 unanswerable, a non-empty span (gap -2)
+    best, threshold = best_null_threshold([0.0, 0.0], [-1.0, -2.0], [True, False], [True, True])
+    assert best == 0.5 and threshold == float("-inf")
+    # an unanswerable question whose best span is empty costs nothing when admitted
+    best, threshold = best_null_threshold([1.0, 0.0], [-1.0, -2.0], [True, False], [True, False])
+    assert best == 1.0 and threshold == -1.0
+
+
+def test_golds_that_normalise_to_nothing_follow_each_official_script() -> None:
+    # v1.1 keeps gold "the": EM compares "" with "" (1), F1 finds no common token (0)
+    v1 = squad_scores([""], [["the"]], "v1")
+    assert v1["exact_match"] == 1.0 and v1["f1"] == 0.0
+    # v2.0 drops it: the question is unanswerable, and "" is the right answer
+    v2 = squad_scores(["", "the", "x"], [["the"], ["the", "Paris"], ["."]], "v2")
+    assert v2["NoAns_f1"] == 0.5 and v2["HasAns_f1"] == 0.0 and v2["f1"] == pytest.approx(1 / 3)
+
+
 CONTEXT = "Alpha beta gamma delta. The answer is Marie Curie herself. Epsilon zeta eta theta iota kappa."
 
 
@@ -124,3 +145,35 @@ def test_real_dev_file_reads_and_splits() -> None:
     assert len(rows) == 10570
     train, evaluation = split_by_article(rows, 0.834, seed=0)
     assert len({r["article"] for r in train}) == 40 and len({r["article"] for r in evaluation}) == 8
+
+
+def _v2_file(path: Path) -> Path:
+    """A SQuAD v2.0 file: per article one answerable and one unanswerable question."""
+    articles = []
+    for a in range(6):
+        context = f"Article {a} says that the capital of country {a} is city number {a} by the sea."
+        answer = f"city number {a}"
+        articles.append({"title": f"t{a}", "paragraphs": [{"context": context, "qas": [
+            {"id": f"{a}-y", "question": f"What is the capital of country {a}?", "is_impossible": False,
+             "answers": [{"text": answer, "answer_start": context.index(answer)}]},
+            {"id": f"{a}-n", "question": f"Who painted country {a}?", "is_impossible": True, "answers": []}]}]})
+    path.write_text(json.dumps({"version": "v2.0", "data": articles}))
+    return path
+
+
+def test_v2_extractive_run_reports_fixed_and_tuned_thresholds_apart(tmp_path: Path, cli) -> None:
+    data = _v2_file(tmp_path / "dev-v2.json")
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: squad, version: v2, eval_file: {data}, split_articles: 0.5, max_length: 64, doc_stride: 16}}
+method: {{name: full}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4}}
+""")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+    scores = json.loads(metrics.read_text())["eval"]
+    for key in ("f1", "exact_match", "HasAns_f1", "NoAns_f1", "best_f1", "best_exact"):
+        assert key in scores, key
+    assert "null_threshold" not in scores
+    # the tuned threshold is chosen on these very questions: it can only do as well or better
+    assert scores["best_f1"] >= scores["f1"] - 1e-9 and scores["best_exact"] >= scores["exact_match"] - 1e-9

@@ -57,6 +57,18 @@ def test_integer_labels_sort_numerically_and_given_labels_fix_the_order(tmp_path
     assert given.load()["train"]["label"][:2] == [0, 1]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_cells_are_read_as_written(tmp_path: Path, fmt: str) -> None:
+    """Labels 01, 1 and 02 are three labels spelt as written; a text column of numbers is text."""
+    rows = [("7", "01"), ("0.50", "1"), ("007", "02"), ("12", "01")]
+    train = write(tmp_path / f"t.{fmt}", rows, fmt)
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    data = task.load()
+    assert task.label_names == ["01", "1", "02"]
+    assert data["train"]["label"] == [0, 1, 2, 0]
+    assert data["train"]["text"] == ["7", "0.50", "007", "12"]
+
+
 def test_text_pair_and_regression(tmp_path: Path) -> None:
     rows = [("a", "b", "0.5"), ("c", "d", "4.0"), ("e", "f", "2")]
     path = write(tmp_path / "p.jsonl", rows, "jsonl", ("q1", "q2", "score"))  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ unanswerable question's gold is the empty string), including v2.0's best null th
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import string
 from functools import lru_cache
@@ -82,9 +83,11 @@ def exact_match(prediction: str, gold: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def token_f1(prediction: str, gold: str) -> float:
+def token_f1(prediction: str, gold: str, version: str = "v2") -> float:
+    """Token F1 of the official scripts: v2.0 scores an empty answer 1 only against an empty
+    gold; v1.1 has no such rule, so with nothing in common (empty included) it is 0."""
     pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not pred or not ref:  # v2.0: an empty answer scores 1 only against an empty gold
+    if version == "v2" and (not pred or not ref):
         return float(pred == ref)
     common = collections.Counter(pred) & collections.Counter(ref)
     same = sum(common.values())
@@ -98,11 +101,16 @@ def best_over(metric, prediction: str, golds: Sequence[str]) -> float:
     return max(metric(prediction, g) for g in (golds or [""]))
 
 
-def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, float]:
+def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]],
+                 version: str = "v2") -> dict[str, float]:
     """exact_match and f1 as fractions (the official script prints them times 100); with
-    unanswerable questions (empty gold list), HasAns_/NoAns_ breakdowns as well."""
+    unanswerable questions (empty gold list), HasAns_/NoAns_ breakdowns as well. v2.0 first drops
+    golds that normalise to nothing (`v2_golds`), as its official script does; v1.1 keeps them."""
+    if version == "v2":
+        golds = [v2_golds(g) for g in golds]
+    f1_of = functools.partial(token_f1, version=version)
     em = [best_over(exact_match, p, g) for p, g in zip(predictions, golds)]
-    f1 = [best_over(token_f1, p, g) for p, g in zip(predictions, golds)]
+    f1 = [best_over(f1_of, p, g) for p, g in zip(predictions, golds)]
     n = max(len(em), 1)
     out = {"exact_match": sum(em) / n, "f1": sum(f1) / n}
     has = [i for i, g in enumerate(golds) if g]
@@ -116,17 +124,27 @@ def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]]) -> 
 
 
 def best_null_threshold(answer_scores: Sequence[float], null_gaps: Sequence[float],
-                        answerable: Sequence[bool]) -> tuple[float, float]:
+                        answerable: Sequence[bool], answered: Sequence[bool] | None = None) -> tuple[float, float]:
     """The official v2.0 `find_best_thresh`: answer "" when null_gap > threshold.
 
     answer_scores: EM (or F1) of each question's best non-null answer; null_gaps: the null score
-    minus the best non-null score (higher: more likely unanswerable). Start from answering every
-    question with "" (score = number of unanswerable ones), then admit questions in increasing
-    gap order; the best running score gives the threshold. Returns (best score fraction, threshold)."""
+    minus the best non-null score (higher: more likely unanswerable); answered: whether that
+    non-null answer is non-empty (an unanswerable question costs 1 only then). Start from
+    answering every question with "", then admit questions in increasing gap order; the best
+    running score gives the threshold. The official script's gaps are probabilities and start at
+    0.0; logit gaps can be negative, so "answer nothing everywhere" is threshold -inf here.
+    Returns (best score fraction, threshold)."""
+    answered = [True] * len(null_gaps) if answered is None else answered
     score = best = float(sum(not a for a in answerable))
-    threshold = 0.0
+    threshold = float("-inf")
     for i in sorted(range(len(null_gaps)), key=lambda i: null_gaps[i]):
-        score += answer_scores[i] if answerable[i] else -1.0
+        score += answer_scores[i] if answerable[i] else (-1.0 if answered[i] else 0.0)
         if score > best:
             best, threshold = score, null_gaps[i]
     return best / max(len(null_gaps), 1), threshold
+
+
+def v2_golds(golds: Sequence[str]) -> list[str]:
+    """SQuAD v2.0's gold list: answers that normalise to nothing ("the", ".") are dropped, and a
+    question left with none is unanswerable (empty list)."""
+    return [g for g in golds if normalize_answer(g)]

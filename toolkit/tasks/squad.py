@@ -2,9 +2,11 @@
 
 `mode: auto` picks extractive for encoders (BERT, RoBERTa, MiniLM) and generative for decoders
 and encoder-decoders (`question: ... context: ...` -> answer text). Both are scored with the
-official exact match and F1; v2.0 adds HasAns/NoAns breakdowns and, extractive, the null-answer
-threshold tuned on the eval split (the official script's best-F1 threshold), reported as
-`null_threshold`.
+official exact match and F1; v2.0 adds HasAns/NoAns breakdowns. Extractive v2.0 answers "" when
+the null score beats the best span (null-score gap > 0.0, transformers' run_qa default):
+`exact_match` and `f1` are at that fixed threshold. The official script's `best_exact`, `best_f1`
+and their `*_thresh` are reported beside them: thresholds tuned on the eval split itself, so an
+upper bound, never a held-out score.
 
 Data: the Hub (`rajpurkar/squad`, `rajpurkar/squad_v2`) or local SQuAD-format JSON. With only a
 dev file (as here), `split_articles` trains on that fraction of its articles (seeded shuffle) and
@@ -25,9 +27,12 @@ from toolkit.lazy import lazy
 from toolkit.tasks import TASKS, Metric, data_path, declaration, hub_offline, subset
 from toolkit.tasks._generation import Generation, TextToText
 from toolkit.tasks._qa import WindowCollator, best_spans, window_features
-from toolkit.tasks._text_metrics import best_null_threshold, best_over, squad_scores, token_f1
+from toolkit.tasks._text_metrics import (best_null_threshold, best_over, exact_match, squad_scores,
+                                         token_f1, v2_golds)
 
 torch = lazy("torch", globals())
+
+NULL_THRESHOLD = 0.0  # answer "" when null score - best span score > this (run_qa's default)
 F = lazy("torch.nn.functional", globals())
 
 NO_ANSWER = "unanswerable"  # a generative model's target for a v2.0 question without an answer
@@ -118,7 +123,10 @@ class Squad(TextToText):
         if self.version == "v2":
             names += ["HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1"]
         out = [Metric(n, True, 100.0) if n.startswith(("HasAns", "NoAns")) else declaration(n) for n in names]
-        return out + ([Metric("null_threshold", True, 1.0)] if self.version == "v2" else [])
+        if self.version == "v2":  # extractive runs only (generative v2 answers "" or not by itself)
+            out += [Metric("best_exact", True, 100.0), Metric("best_f1", True, 100.0),
+                    Metric("best_exact_thresh", True, 1.0), Metric("best_f1_thresh", True, 1.0)]
+        return out
 
     def model_head(self, family: str | None) -> str:
         from toolkit.models import kind_of
@@ -225,16 +233,20 @@ class Squad(TextToText):
                            outputs["example_index"], list(raw["context"]), self.n_best, self.max_answer_length)
         if self.version == "v1":
             return [b.text for b in bests], {}
-        golds = self.references(raw)
-        f1 = [best_over(token_f1, b.text, g) for b, g in zip(bests, golds)]
         gaps = [b.null_score - b.score for b in bests]
-        _, threshold = best_null_threshold(f1, gaps, [g != [""] for g in golds])
-        return ["" if gap > threshold else b.text for b, gap in zip(bests, gaps)], {"null_threshold": threshold}
+        preds = ["" if gap > NULL_THRESHOLD else b.text for b, gap in zip(bests, gaps)]
+        golds = [v2_golds(g) for g in self.references(raw)]
+        extra = {}
+        for name, metric in (("exact", exact_match), ("f1", token_f1)):
+            scores = [best_over(metric, b.text, g) for b, g in zip(bests, golds)]
+            best, threshold = best_null_threshold(scores, gaps, [bool(g) for g in golds], [bool(b.text) for b in bests])
+            extra[f"best_{name}"], extra[f"best_{name}_thresh"] = best, threshold
+        return preds, extra
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         preds, extra = self.answers(outputs, raw)
         golds = [[] if g == [""] else g for g in self.references(raw)]
-        return {**squad_scores(preds, golds), **extra}
+        return {**squad_scores(preds, golds, self.version), **extra}
 
     def predictions(self, outputs: dict[str, np.ndarray], raw: Any) -> list[dict] | None:
         preds, _ = self.answers(outputs, raw)

@@ -102,14 +102,16 @@ def _check_json(path: Path, text: str, lines: bool) -> list[str]:
 
 def read_file(path: Path) -> Any:
     """One data file -> a datasets.Dataset through datasets' builders, after the row checks."""
-    from datasets import load_dataset
+    from datasets import Features, Value, load_dataset
 
     fmt = file_format(path)
     text = read_text(path)
     if fmt in ("csv", "tsv"):
-        _check_delimited(path, text, "\t" if fmt == "tsv" else ",")
+        header = _check_delimited(path, text, "\t" if fmt == "tsv" else ",")
         kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
         kwargs["keep_default_na"] = False  # an empty cell is "", not NaN; labels are checked below
+        # cells as written: labels 01 and 1 stay two labels, a column of numbers stays text
+        kwargs["features"] = Features({name: Value("string") for name in header})
         builder = "csv"
     else:
         _check_json(path, text, lines=fmt == "jsonl")
