@@ -151,3 +151,14 @@ def test_validate_refuses_what_cannot_run(tmp_path: Path, cli, checkpoint: str, 
     code, out, err = cli("validate", path)
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_own_data_with_the_wrong_number_of_verbalizers_is_one_line(tmp_path: Path, cli) -> None:
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\ngreat,pos\nawful,neg\n")
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        f"task: {{name: text_classification, eval_file: {data}, labels: [neg, pos]}}\n"
+                        "method: {name: icl, verbalizers: [bad, good, fine]}\n")
+    code, _, err = cli("validate", path)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "method.verbalizers: need 2 distinct non-empty words, one per label (neg, pos)" in err

@@ -226,10 +226,14 @@ class ICL(Method):
             return "icl scores label words and this task is a regression (STS-B)"
         if not getattr(task, "verbalizers", None) or not hasattr(task, "text_columns"):
             return "icl needs a classification task with label words (GLUE)"
+        names = task.label_names
+        if names is None:  # own data with labels read from the files: no order to pair words with
+            return ("icl pairs method.verbalizers with task.labels in order; set task.labels "
+                    "(the label names, in the order of the verbalizers)")
         words = self._words(task)
-        if len(words) != len(task.label_names) or len(set(words)) != len(words) or not all(words):
-            return (f"method.verbalizers: need {len(task.label_names)} distinct non-empty words, "
-                    f"one per label ({', '.join(task.spec.labels)}), got {words}")
+        if len(words) != len(names) or len(set(words)) != len(words) or not all(words):
+            return (f"method.verbalizers: need {len(names)} distinct non-empty words, "
+                    f"one per label ({', '.join(names)}), got {words}")
         return template_problem(self._template(task), task.text_columns)
 
     def check_data(self, task: Any, raw: dict[str, Any]) -> None:
