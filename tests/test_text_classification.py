@@ -69,6 +69,13 @@ def test_cells_are_read_as_written(tmp_path: Path, fmt: str) -> None:
     assert data["train"]["text"] == ["7", "0.50", "007", "12"]
 
 
+def test_a_header_naming_a_column_twice_is_one_line(tmp_path: Path) -> None:
+    train = tmp_path / "t.csv"
+    train.write_text("text,label,label\ngreat,pos,neg\nawful,neg,pos\n")
+    with pytest.raises(UserError, match=r"t.csv:1: the header names column 'label' twice \(columns 2 and 3\)"):
+        TextClassification(train_file=str(train), eval_file=str(train)).load()
+
+
 def test_text_pair_and_regression(tmp_path: Path) -> None:
     rows = [("a", "b", "0.5"), ("c", "d", "4.0"), ("e", "f", "2")]
     path = write(tmp_path / "p.jsonl", rows, "jsonl", ("q1", "q2", "score"))  # type: ignore[arg-type]

@@ -63,6 +63,10 @@ def _check_delimited(path: Path, text: str, delimiter: str) -> list[str]:
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL  # TSV: quotes are text
     rows = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     header = next(rows)
+    for i, name in enumerate(header):
+        if name in header[:i]:
+            raise UserError(f"{path}:1: the header names column '{name}' twice (columns "
+                            f"{header.index(name) + 1} and {i + 1}); rename one")
     seen = 0
     for row in rows:
         if not row:
