@@ -177,3 +177,23 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4}}
     assert "null_threshold" not in scores
     # the tuned threshold is chosen on these very questions: it can only do as well or better
     assert scores["best_f1"] >= scores["f1"] - 1e-9 and scores["best_exact"] >= scores["exact_match"] - 1e-9
+
+
+def test_every_task_reads_the_data_dir_its_recipe_names(tmp_path: Path, monkeypatch) -> None:
+    """task.data_dir stands for $TOOLKIT_DATA in the recipe's paths, whatever the environment says."""
+    from toolkit.tasks.squad import Squad
+    from toolkit.tasks.summarization import Summarization
+
+    monkeypatch.setenv("TOOLKIT_DATA", str(tmp_path / "elsewhere"))
+    mine = tmp_path / "mine"
+    (mine / "squad").mkdir(parents=True)
+    _v2_file(mine / "squad" / "dev.json")
+    squad = Squad(version="v2", eval_file="$TOOLKIT_DATA/squad/dev.json", split_articles=0.5,
+                  data_dir=str(mine))
+    data = squad.load()
+    assert len(data["train"]) + len(data["eval"][""]) == 12
+    (mine / "s.jsonl").write_text('{"dialogue": "A: hi", "summary": "A greets."}\n' * 3)
+    summ = Summarization(eval_file="$TOOLKIT_DATA/s.jsonl", train_file="$TOOLKIT_DATA/s.jsonl",
+                         data_dir=str(mine))
+    assert summ.read(summ.eval_file)[0]["target"] == "A greets."
+    assert summ.expand("$TOOLKIT_DATA/x.json") == str(mine / "x.json")

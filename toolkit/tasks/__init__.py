@@ -132,6 +132,10 @@ class Task:
         """The local files this task reads: their contents are part of a run's identity."""
         return []
 
+    def expand(self, value: str) -> str:
+        """A path of this recipe's with `$TOOLKIT_DATA` read as `task.data_dir` when that is set."""
+        return str(data_path(value, self.data_dir))
+
     def model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What the model's forward takes: the loss is the task's, so labels stay out."""
         return {k: v for k, v in batch.items() if k != "labels"}
@@ -195,11 +199,12 @@ def data_root(override: str | None = None) -> Path:
     return Path("data")
 
 
-def data_path(value: str) -> Path:
-    """A data file named in a recipe: `$TOOLKIT_DATA` (and other variables, `~`) expanded;
-    relative paths are taken from the working directory, as a shell would."""
+def data_path(value: str, data_dir: str | None = None) -> Path:
+    """A data file named in a recipe: `$TOOLKIT_DATA` (the recipe's `task.data_dir` when set)
+    and other variables, `~`, expanded; relative paths are taken from the working directory, as
+    a shell would."""
     if "$TOOLKIT_DATA" in value or "${TOOLKIT_DATA}" in value:
-        root = str(data_root())
+        root = str(data_root(data_dir))
         value = value.replace("${TOOLKIT_DATA}", root).replace("$TOOLKIT_DATA", root)
     return Path(os.path.expandvars(value)).expanduser()
 

@@ -103,7 +103,8 @@ class TextTask(TokenTask):
         if self.dataset is not None:
             train, heldout = self._load_hub()
         else:
-            files = {"train": self.train_file, **({"eval": self.eval_file} if self.eval_file else {})}
+            files = {"train": self.expand(self.train_file),
+                     **({"eval": self.expand(self.eval_file)} if self.eval_file else {})}
             fmts = {_format(f) for f in files.values()}
             if len(fmts) > 1:
                 raise UserError("task.eval_file: must have the same format as task.train_file")

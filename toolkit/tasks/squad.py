@@ -144,8 +144,8 @@ class Squad(TextToText):
         from datasets import Dataset
 
         if self.eval_file:
-            evaluation = read_squad(self.eval_file)
-            train = read_squad(self.train_file) if self.train_file else None
+            evaluation = read_squad(self.expand(self.eval_file))
+            train = read_squad(self.expand(self.train_file)) if self.train_file else None
             if self.split_articles is not None:
                 train, evaluation = split_by_article(evaluation, self.split_articles, self.split_seed)
             train, evaluation = (Dataset.from_list(train) if train else None), Dataset.from_list(evaluation)

@@ -98,7 +98,7 @@ class Summarization(TextToText):
         return train, evaluation, hub_id, config
 
     def read(self, pattern: str) -> list[dict]:
-        return read_pairs(pattern, *self.fields())
+        return read_pairs(self.expand(pattern), *self.fields())
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
         src, tgt = self.fields()

@@ -178,13 +178,14 @@ class TextClassification(Classification):
         for key in ("train_file", "eval_file", "test_file"):
             value = getattr(self, key)
             if value is not None:
-                path = data_path(value)
+                path = data_path(value, self.data_dir)
                 if not path.is_file():
                     raise UserError(f"task.{key}: {path} does not exist")
                 file_format(path)
 
     def data_files(self) -> list[Path]:
-        return [data_path(f) for f in (self.train_file, self.eval_file) if f and data_path(f).is_file()]
+        return [data_path(f, self.data_dir) for f in (self.train_file, self.eval_file)
+                if f and data_path(f, self.data_dir).is_file()]
 
     # --- what the model and methods need to know ---------------------------------------------
     @property
@@ -225,7 +226,7 @@ class TextClassification(Classification):
         out: dict[str, Any] = {}
         for key, value in (("train", self.train_file), ("eval", self.eval_file), ("test", self.test_file)):
             if value is not None:
-                path = data_path(value)
+                path = data_path(value, self.data_dir)
                 out[key] = (read_file(path), str(path), file_format(path))
         return out
 

@@ -81,7 +81,7 @@ class Translation(TextToText):
         return None, None, HUB[self.subset], pair  # WMT configs are named xx-en
 
     def read(self, pattern: str) -> list[dict]:
-        return read_pairs(pattern, self.source_field or self.source_lang,
+        return read_pairs(self.expand(pattern), self.source_field or self.source_lang,
                           self.target_field or self.target_lang, (self.source_lang, self.target_lang))
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
