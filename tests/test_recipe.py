@@ -48,6 +48,14 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
     (["model.attention=spda"], "model.attention: unknown attention 'spda' (did you mean 'sdpa'?)"),
     (["train.metric=f1"], "train.metric: 'f1' is not a metric of this task"),
     (["trian.lr=1"], "trian: unknown section (did you mean 'train'?)"),
+    # names users bring from transformers, run_glue and PEFT say where the toolkit keeps them
+    (["train.learning_rate=1e-4"], "train.learning_rate: unknown key (transformers' learning_rate is train.lr)"),
+    (["train.per_device_train_batch_size=8"],
+     "train.per_device_train_batch_size: unknown key (transformers' per_device_train_batch_size is "
+     "train.batch_size (per process))"),
+    (["task.max_seq_length=64"], "task.max_seq_length: unknown key (run_glue's max_seq_length is task.max_length)"),
+    (["method.lora_r=4"], "method.lora_r: unknown key (PEFT's lora_r is method.r)"),
+    (["num_train_epochs=1"], "num_train_epochs: unknown section (transformers' num_train_epochs is train.epochs)"),
 ])
 def test_mistakes_name_the_field(tmp_path: Path, override: list[str], message: str) -> None:
     path = write_recipe(tmp_path / "r.yaml", BASE)
@@ -96,3 +104,13 @@ def test_smoke_shrinks_lengths_the_task_has_and_keeps_the_rest() -> None:
     assert clm.eval_stride <= clm.max_length
     glue = recipes.load(ROOT / "recipes/demo/sst2/minilm-full.yaml", smoke=True).task
     assert glue.max_length == 64  # shorter than the cap: as written
+
+
+def test_validate_and_sweep_take_shipped_names(cli, tmp_path: Path) -> None:
+    code, out, err = cli("validate", "demo/sst2/minilm-lora")
+    assert code == 0 and out.strip() == "1 of 1 recipes valid", err
+    code, out, err = cli("sweep", "demo/sst2/minilm-lora", "train.lr=1e-4,3e-4", "--dry-run",
+                         "--runs-dir", tmp_path / "runs")
+    assert code == 0 and "2 runs (dry run" in out, err
+    code, _, err = cli("validate", "demo/sst2/minilm-lorra")
+    assert code == 2 and "did you mean 'demo/sst2/minilm-lora'?" in err

@@ -11,39 +11,7 @@ import sys
 from pathlib import Path
 
 from toolkit.errors import UserError
-
-def recipes_root() -> Path:
-    """./recipes in a checkout; else the recipes that ship inside the installed package (a wheel
-    puts them in toolkit/recipes; an editable install leaves them beside the package)."""
-    package = Path(__file__).resolve().parent
-    for candidate in (Path("recipes"), package / "recipes", package.parent / "recipes"):
-        if candidate.is_dir():
-            return candidate
-    raise UserError("no recipes/ folder here and none shipped with the package; give recipe paths")
-
-
-def _recipe_files(paths: list[str]) -> list[Path]:
-    if paths:
-        return [Path(p) for p in paths]
-    root = recipes_root()
-    return sorted(p for p in root.rglob("*.yaml") if not p.name.startswith("_"))
-
-
-def find_recipe(name: str) -> Path:
-    """A recipe file: a path, or the name of a shipped one (`glue/sst2/roberta-base-lora`)."""
-    path = Path(name)
-    if path.is_file() or path.suffix == ".yaml" and path.exists():
-        return path
-    shipped = recipes_root() / (name if name.endswith(".yaml") else name + ".yaml")
-    if shipped.is_file():
-        return shipped
-    if not path.exists() and not shipped.exists():
-        names = [str(p.relative_to(recipes_root()).with_suffix("")) for p in _recipe_files([])]
-        from toolkit.registry import did_you_mean
-
-        raise UserError(f"recipe {name} does not exist{did_you_mean(name, names)}")
-    return path
-
+from toolkit.recipe import find_recipe, recipe_files, recipes_root
 
 def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_dir: str | None = None,
             force: bool = False, resume: bool = False, stop_after: int | None = None) -> None:
@@ -87,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from toolkit import recipe as recipes, runs, sweep
 
-    paths = [Path(a) for a in args.overrides if "=" not in a]
+    paths = [find_recipe(a) for a in args.overrides if "=" not in a]
     if not paths:
         raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
     axes = sweep.parse_axes([a for a in args.overrides if "=" in a])
@@ -133,7 +101,7 @@ def _smoke_upstream(recipe: object, root: Path) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from toolkit import recipe as recipes
 
-    files = _recipe_files(args.recipes)
+    files = [find_recipe(r) for r in args.recipes] if args.recipes else recipe_files([])
     failed = 0
     for path in files:
         try:
@@ -164,7 +132,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print("attention modules (toolkit):", " ".join(ours))
     if args.what in ("recipes", None):
         root = recipes_root()
-        for path in _recipe_files([]):
+        for path in recipe_files([]):
             print(path.relative_to(root).with_suffix(""))
     return 0
 

@@ -32,9 +32,9 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
 
     raw = yaml.safe_load(file.read_text())
     if task_from:
-        from toolkit.recipe import read_yaml
+        from toolkit.recipe import find_recipe, read_yaml
 
-        raw["task"] = read_yaml(Path(task_from))["task"]
+        raw["task"] = read_yaml(find_recipe(task_from))["task"]
     bad = [o for o in task_overrides or [] if not o.startswith("task.")]
     if bad:
         raise UserError(f"override '{bad[0]}': only task.* settings can change when scoring a run")

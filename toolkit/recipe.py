@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from toolkit.errors import UserError
-from toolkit.registry import did_you_mean
+from toolkit.registry import did_you_mean, foreign_hint
 
 
 def _min(v: float) -> dict:
@@ -173,7 +173,8 @@ def build_dataclass(cls: type, raw: Any, where: str) -> Any:
     hints = typing.get_type_hints(cls)
     for key in raw:
         if key not in fields:
-            raise UserError(f"{where}.{key}: unknown key{did_you_mean(str(key), list(fields))}")
+            hint = foreign_hint(str(key)) or did_you_mean(str(key), list(fields))
+            raise UserError(f"{where}.{key}: unknown key{hint}")
     kwargs = {}
     for name, f in fields.items():
         if name not in raw:
@@ -319,7 +320,8 @@ def parse(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | N
     allowed = {"model", "task", "method", "train"}
     for key in raw:
         if key not in allowed:
-            raise UserError(f"{key}: unknown section{did_you_mean(str(key), sorted(allowed | {'extends'}))}")
+            hint = foreign_hint(str(key)) or did_you_mean(str(key), sorted(allowed | {'extends'}))
+            raise UserError(f"{key}: unknown section{hint}")
     for key in ("model", "task", "method"):
         if key not in raw:
             raise UserError(f"{key}: required section is missing")
@@ -415,3 +417,37 @@ def load(path: str | Path, overrides: list[str] | None = None, smoke: bool = Fal
 def dump(recipe: Recipe) -> str:
     """The resolved recipe as YAML: itself a valid recipe (`toolkit run runs/.../recipe.yaml`)."""
     return yaml.safe_dump({"name": recipe.name, **recipe.to_dict()}, sort_keys=False)
+
+
+# --- finding recipes: a path, or the name of a shipped one ------------------------------------
+def recipes_root() -> Path:
+    """./recipes in a checkout; else the recipes that ship inside the installed package (a wheel
+    puts them in toolkit/recipes; an editable install leaves them beside the package)."""
+    package = Path(__file__).resolve().parent  # toolkit/
+    for candidate in (Path("recipes"), package / "recipes", package.parent / "recipes"):
+        if candidate.is_dir():
+            return candidate
+    raise UserError("no recipes/ folder here and none shipped with the package; give recipe paths")
+
+
+def recipe_files(paths: list[str]) -> list[Path]:
+    if paths:
+        return [Path(p) for p in paths]
+    root = recipes_root()
+    return sorted(p for p in root.rglob("*.yaml") if not p.name.startswith("_"))
+
+
+def find_recipe(name: str) -> Path:
+    """A recipe file: a path, or the name of a shipped one (`glue/sst2/roberta-base-lora`)."""
+    path = Path(name)
+    if path.is_file() or path.suffix == ".yaml" and path.exists():
+        return path
+    shipped = recipes_root() / (name if name.endswith(".yaml") else name + ".yaml")
+    if shipped.is_file():
+        return shipped
+    if not path.exists() and not shipped.exists():
+        names = [str(p.relative_to(recipes_root()).with_suffix("")) for p in recipe_files([])]
+        from toolkit.registry import did_you_mean
+
+        raise UserError(f"recipe {name} does not exist{did_you_mean(name, names)}")
+    return path

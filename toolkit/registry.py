@@ -18,6 +18,44 @@ def did_you_mean(name: str, choices: list[str]) -> str:
     return f" (choose from: {', '.join(sorted(choices))})"
 
 
+# Names users bring from transformers' TrainingArguments, its run_glue/run_qa example scripts and
+# PEFT's configs -> (where the toolkit keeps that setting, whose name it is). Read by the
+# did-you-mean of unknown keys, before spelling-based guesses, which mislead for these.
+FOREIGN_NAMES: dict[str, tuple[str, str]] = {
+    "learning_rate": ("train.lr", "transformers'"),
+    "num_train_epochs": ("train.epochs", "transformers'"),
+    "per_device_train_batch_size": ("train.batch_size (per process)", "transformers'"),
+    "per_device_eval_batch_size": ("train.eval_batch_size", "transformers'"),
+    "gradient_accumulation_steps": ("train.grad_accum", "transformers'"),
+    "lr_scheduler_type": ("not a setting: the schedule is linear decay after warmup (the Trainer's default)",
+                          "transformers'"),
+    "bf16": ("train.mixed_precision=bf16", "transformers'"),
+    "fp16": ("train.mixed_precision=fp16", "transformers'"),
+    "eval_steps": ("train.eval_every", "transformers'"),
+    "eval_strategy": ("train.eval_every (0: each epoch, N: every N steps)", "transformers'"),
+    "logging_steps": ("train.log_every", "transformers'"),
+    "save_steps": ("train.save_every", "transformers'"),
+    "load_best_model_at_end": ("train.keep_best", "transformers'"),
+    "metric_for_best_model": ("train.metric", "transformers'"),
+    "output_dir": ("the --runs-dir flag", "transformers'"),
+    "max_seq_length": ("task.max_length", "run_glue's"),
+    "model_name_or_path": ("model.checkpoint", "run_glue's"),
+    "validation_file": ("task.eval_file", "run_glue's"),
+    "attn_implementation": ("model.attention", "transformers'"),
+    "lora_r": ("method.r", "PEFT's"),
+    "lora_alpha": ("method.alpha", "PEFT's"),
+    "lora_dropout": ("method.dropout", "PEFT's"),
+}
+
+
+def foreign_hint(name: str) -> str | None:
+    """' (transformers' learning_rate is train.lr)' for a name another tool uses, else None."""
+    if name not in FOREIGN_NAMES:
+        return None
+    where, whose = FOREIGN_NAMES[name]
+    return f" ({whose} {name} is {where})"
+
+
 class Registry(Generic[T]):
     """A named table of plug-ins; `get` of an unknown name is a UserError with a did-you-mean."""
 
