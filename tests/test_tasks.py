@@ -76,6 +76,8 @@ train: {max_steps: 8, lr: 0.05, batch_size: 8, eval_every: 1, metric: loss, save
     best = min(losses, key=losses.get)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["best_step"] == best
+    assert metrics["kept"] == {"step": best, "on": "loss", "value": pytest.approx(losses[best], rel=1e-5),
+                               "eval_loss": pytest.approx(losses[best], rel=1e-5), "ties": "lower eval loss"}
     assert metrics["eval"]["loss"] == pytest.approx(losses[best], rel=1e-5)
 
 
@@ -121,3 +123,14 @@ def test_report_shows_each_metric_at_its_declared_scale_and_direction(tmp_path: 
     by_run = {row[0]: row for row in table}
     assert by_run["a"][2] == "2" and by_run["a"][3] == "85.00 ± 7.07"  # mean ± sample std over 2 seeds
     assert by_run["b"][4:6] == ["27.50", "12.00"]  # BLEU and perplexity are not percentages
+
+
+def test_keep_best_breaks_a_tie_on_the_metric_with_the_lower_eval_loss() -> None:
+    from toolkit.train import improves
+
+    accuracy = CATALOGUE["accuracy"]
+    assert improves(accuracy, 1.0, 0.64, None, None)  # the first evaluation
+    assert improves(accuracy, 1.0, 0.20, 1.0, 0.64)  # same accuracy, trained further: kept
+    assert not improves(accuracy, 1.0, 0.70, 1.0, 0.64)  # same accuracy, worse loss
+    assert not improves(accuracy, 0.9, 0.01, 1.0, 0.64)  # the metric comes first
+    assert improves(accuracy, 1.0, 0.50, 1.0, None)  # an older run's state has no loss yet

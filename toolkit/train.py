@@ -212,6 +212,7 @@ class State:
     batch_in_epoch: int = 0  # micro-batches of `epoch` already consumed
     best_metric: float | None = None
     best_step: int | None = None
+    best_loss: float | None = None  # eval loss at best_step: breaks ties on the metric
     bad_evals: int = 0
     samples: int = 0
     train_time: float = 0.0
@@ -323,9 +324,10 @@ class Loop:
     def _keep_if_best(self, metrics: dict) -> None:
         """The best weights are the step checkpoint `save` writes right after this evaluation
         (kept from pruning): no second copy of the parameters, in memory or on disk."""
-        value = metrics[self.metric.name]
-        if self.metric.better(value, self.state.best_metric):
+        value, loss = metrics[self.metric.name], metrics.get("loss")
+        if improves(self.metric, value, loss, self.state.best_metric, self.state.best_loss):
             self.state.best_metric, self.state.best_step, self.state.bad_evals = value, self.state.step, 0
+            self.state.best_loss = loss
         else:
             self.state.bad_evals += 1
 
@@ -486,6 +488,15 @@ def _check_strategy(got: str) -> None:
                             "STRATEGY=ddp (or NPROC without STRATEGY) on a machine without GPUs")
 
 
+def improves(metric: Any, value: float, loss: float | None, best: float | None,
+             best_loss: float | None) -> bool:
+    """A better score, or the same score at a lower eval loss: on a small eval split the first
+    evaluation often ties the last on accuracy while the model is far from trained."""
+    if metric.better(value, best):
+        return True
+    return value == best and loss is not None and (best_loss is None or loss < best_loss)
+
+
 def _load_best(model: torch.nn.Module, folder: Path, device: torch.device) -> None:
     """The weights accelerate's save_state wrote at the best step, into the prepared model (tied
     copies are left out of that file, hence strict=False; anything unexpected is a bug)."""
@@ -566,6 +577,10 @@ def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: St
                                     if state.eval_runtime_s else 0.0),
         "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,
         "best_step": state.best_step, "skipped_nonfinite": state.skipped_nonfinite,
+        "kept": ({"step": state.best_step, "on": recipe.train.metric or setup.task.main_metric(),
+                  "value": state.best_metric, "eval_loss": state.best_loss, "ties": "lower eval loss"}
+                 if recipe.train.keep_best and state.best_step is not None else
+                 {"step": state.step, "on": "the last step (train.keep_best is false or nothing was evaluated)"}),
         "main_metric": setup.task.main_metric(),
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
         "peak_memory_mb": state.peak_memory_mb or _peak_memory_mb(acc.device),
