@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import write_recipe
-from toolkit import sweep
+from toolkit import sweeps as sweep
 from toolkit.errors import UserError
 
 RECIPE = """model: {checkpoint: bert-base-uncased}

@@ -106,7 +106,7 @@ train: {max_steps: 1, batch_size: 8}
 
 
 def test_report_shows_each_metric_at_its_declared_scale_and_direction(tmp_path: Path) -> None:
-    from toolkit import report
+    from toolkit import reports as report
 
     for name, seed, evals in (("a", 1, {"accuracy": 0.8, "loss": 0.41}), ("a", 2, {"accuracy": 0.9, "loss": 0.39}),
                               ("b", 1, {"bleu": 27.5, "perplexity": 12.0})):

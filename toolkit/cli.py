@@ -11,38 +11,8 @@ import sys
 from pathlib import Path
 
 from toolkit.errors import UserError
+from toolkit.api import run_one
 from toolkit.recipe import find_recipe, recipe_files, recipes_root
-
-def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_dir: str | None = None,
-            force: bool = False, resume: bool = False, stop_after: int | None = None) -> None:
-    """One recipe into its run folder: skipped when finished (unless forced), resumed when
-    interrupted, refused while another process runs it. `run` and every point of `sweep` go
-    through here."""
-    from toolkit import chain, recipe as recipes, runs, train
-
-    recipe = recipes.load(find_recipe(str(path)), overrides, smoke=smoke)
-    root = runs.runs_root(runs_dir)
-    _check_runs_root(root)
-    if recipe.smoke:
-        _smoke_upstream(recipe, root)
-    chain.resolve(recipe, root)  # model.checkpoint: {run: ...}
-    out = runs.run_dir(recipe, root)
-    rank0 = int(os.environ.get("RANK", "0")) == 0
-    if runs.is_finished(out) and not force:
-        if rank0:
-            print(f"{out} is finished already (metrics.json); --force runs it again")
-        return
-    with runs.locked(out):  # a second launch of the same run refuses here
-        if force and out.exists() and rank0:
-            shutil.rmtree(out)
-        resume = resume or (out.exists() and bool(runs.checkpoints(out)))
-        if resume and not runs.checkpoints(out) and rank0:
-            print(f"no checkpoint in {out}: starting from the beginning")
-        metrics = train.run(recipe, out, resume=resume, stop_after=stop_after)
-    if metrics is not None and rank0:
-        evals = ", ".join(f"{k}={v:.4f}" for k, v in metrics["eval"].items())
-        print(f"{out}: {evals}")
-
 
 def cmd_run(args: argparse.Namespace) -> int:
     from toolkit.versions import warn_if_untested
@@ -53,7 +23,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from toolkit import recipe as recipes, runs, sweep
+    from toolkit import recipe as recipes, runs, sweeps as sweep
 
     paths = [find_recipe(a) for a in args.overrides if "=" not in a]
     if not paths:
@@ -83,19 +53,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                             "runs are kept: the same command continues from there")
     print(f"sweep: {len(points)} runs done")
     return 0
-
-
-def _smoke_upstream(recipe: object, root: Path) -> None:
-    """--smoke runs every recipe end to end: a chained one first runs the smoke run it starts from."""
-    from toolkit import chain, runs, train
-
-    up = getattr(recipe, "upstream", None)
-    if up is None or runs.is_finished(runs.run_dir(up, root)):
-        return
-    _smoke_upstream(up, root)
-    chain.resolve(up, root)
-    out = runs.run_dir(up, root)
-    train.run(up, out, resume=bool(runs.checkpoints(out)))
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -191,7 +148,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from toolkit import report
+    from toolkit import reports as report
 
     metrics = [m for item in args.metric or [] for m in item.split(",") if m]
     text = report.render([Path(r) for r in args.runs_dir], plots=not args.no_plots, row_key=args.rows,
@@ -209,15 +166,6 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
-
-
-def _check_runs_root(root: Path) -> None:
-    """A runs folder that cannot take a run is said before any model loads."""
-    if root.exists() and not root.is_dir():
-        raise UserError(f"--runs-dir: {root} is a file, not a folder")
-    existing = next((p for p in [root, *root.parents] if p.exists()), Path("."))
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"--runs-dir: {existing} is not writable")
 
 
 def parser() -> argparse.ArgumentParser:

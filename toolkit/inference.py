@@ -54,6 +54,9 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
     if not folder.is_dir():
         raise UserError(f"{run}: no model/ folder; the run saved nothing to load")
     tok = models.load_tokenizer(str(folder))
+    names = json.loads((run / "metrics.json").read_text()).get("label_names")
+    if names and getattr(recipe.task, "label_names", "n/a") is None:  # read from the files at training
+        recipe.task.adopt_labels(list(names))
     if (folder / PEFT_CONFIG).is_file():
         from peft import PeftModel
 
@@ -177,8 +180,8 @@ def classify(model: torch.nn.Module, tok: Any, task: Any, rows: list[dict], batc
     return [{**{c: r[c] for c in columns}, **o} for r, o in zip(rows, out)]
 
 
-def predict_run(run: Path, source: str, output: str | None) -> int:
-    """Predictions as JSONL (to a file or stdout); returns how many were written."""
+def _classifier_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]:
+    """(recipe, model, tokenizer, input field names) of a trained classification run."""
     from toolkit.tasks._classification import Classification
 
     recipe = run_recipe(run)
@@ -187,12 +190,44 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
                         f"{recipe.task.name} with {recipe.method.name})")
     model, tok = load_model(run, recipe)
     recipe.task.adopt_labels([model.config.id2label[i] for i in range(model.config.num_labels)])
-    names = list(getattr(recipe.task, "input_columns", recipe.task.text_columns))
-    inputs = read_inputs(source, names)
+    return recipe, model, tok, list(getattr(recipe.task, "input_columns", recipe.task.text_columns))
+
+
+def _predict(recipe: Recipe, model: torch.nn.Module, tok: Any, names: list[str], inputs: list[dict]) -> list[dict]:
     rows = [dict(zip(recipe.task.text_columns, (r[n] for n in names))) for r in inputs]
     preds = classify(model, tok, recipe.task, rows)
-    out = [{**{n: r[n] for n in names}, **{k: v for k, v in p.items() if k not in recipe.task.text_columns}}
-           for r, p in zip(inputs, preds)]
+    return [{**{n: r[n] for n in names}, **{k: v for k, v in p.items() if k not in recipe.task.text_columns}}
+            for r, p in zip(inputs, preds)]
+
+
+def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
+    """The Python API's predict: texts, (text, text) pairs or dicts of the task's fields in;
+    per input its fields, `label`, `score` (the label's probability) and `probabilities` out."""
+    recipe, model, tok, names = _classifier_run(run)
+    inputs = []
+    for i, item in enumerate(texts):
+        if isinstance(item, dict):
+            missing = [n for n in names if n not in item]
+            if missing:
+                raise UserError(f"predict: input {i} has no '{missing[0]}' (this task reads {', '.join(names)})")
+            inputs.append(item)
+            continue
+        parts = [item] if isinstance(item, str) else list(item)
+        if len(parts) != len(names) or not all(isinstance(p, str) for p in parts):
+            raise UserError(f"predict: input {i} should be {len(names)} text(s) ({', '.join(names)}), got {item!r}")
+        inputs.append(dict(zip(names, parts)))
+    with torch.no_grad():
+        out = _predict(recipe, model, tok, names, inputs)
+    for row in out:
+        if "probabilities" in row:
+            row["score"] = row["probabilities"][row["label"]]
+    return out
+
+
+def predict_run(run: Path, source: str, output: str | None) -> int:
+    """Predictions as JSONL (to a file or stdout); returns how many were written."""
+    recipe, model, tok, names = _classifier_run(run)
+    out = _predict(recipe, model, tok, names, read_inputs(source, names))
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
     if output:
         Path(output).write_text(text)

@@ -582,6 +582,9 @@ def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: St
                  if recipe.train.keep_best and state.best_step is not None else
                  {"step": state.step, "on": "the last step (train.keep_best is false or nothing was evaluated)"}),
         "main_metric": setup.task.main_metric(),
+        # the classes read from the user's files (task.labels: null): an adapter folder has no
+        # config.json to hold them, and eval/predict/export rebuild the head from these
+        "label_names": getattr(setup.task, "label_names", None),
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
         "peak_memory_mb": state.peak_memory_mb or _peak_memory_mb(acc.device),
         "recipe_hash": recipe.hash, "run_id": out.name, "seed": recipe.train.seed, "method": recipe.method.name,
