@@ -155,3 +155,25 @@ def test_unsupported_attention_is_one_line(tiny_checkpoint):
 
     with pytest.raises(UserError, match="prefix_tuning runs with model.attention eager, sdpa or a toolkit module"):
         _register("flash_attention_2")
+
+
+def test_activation_checkpointing_gives_the_same_gradients(tiny_checkpoint):
+    """PEFT refuses prefix tuning under gradient checkpointing (its cache route breaks); here the
+    prefixes stay on their layers, so the recomputed forward in backward is the same one."""
+    grads = []
+    for checkpointing in (False, True):
+        model, tok = _classifier(tiny_checkpoint("bert"), "sdpa")
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        prefixed = _prefixed(model, tok, "SEQ_CLS")
+        assert model.is_gradient_checkpointing == checkpointing
+        prefixed.train()
+        for module in prefixed.modules():  # no dropout: the two passes must see the same network
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+        torch.nn.functional.cross_entropy(prefixed(**batch).logits, torch.tensor([1, 0])).backward()
+        grads.append({n: p.grad.clone() for n, p in prefixed.named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-7)
