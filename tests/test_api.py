@@ -60,3 +60,14 @@ def test_import_toolkit_stays_light() -> None:
     out = subprocess.run([PYTHON, "-c", code + "; import toolkit.cli; print(callable(toolkit.report))"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["[]", "True", "True", "True"]
+
+
+def test_own_files_in_two_arguments(tmp_path: Path) -> None:
+    """The shipped own-data recipe on a user's `text,label` CSV: nothing but the two files."""
+    data = tmp_path / "reviews.csv"
+    data.write_text("text,label\n" + "".join(f'"{t}",{l}\n' for t, l in REVIEWS))
+    run = toolkit.run("demo/own-data/minilm-lora", [f"task.train_file={data}", f"task.eval_file={data}"],
+                      runs_dir=tmp_path / "runs", smoke=True)
+    assert run.metrics["label_names"] == ["neg", "pos"] and run.metrics["text_columns"] == ["text"]
+    (pred,) = toolkit.predict(run.dir, ["a moving film"])
+    assert pred["label"] in ("neg", "pos") and set(pred["probabilities"]) == {"neg", "pos"}

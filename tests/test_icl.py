@@ -157,7 +157,7 @@ def test_own_data_with_the_wrong_number_of_verbalizers_is_one_line(tmp_path: Pat
     data = tmp_path / "d.csv"
     data.write_text("text,label\ngreat,pos\nawful,neg\n")
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
-                        f"task: {{name: text_classification, eval_file: {data}, labels: [neg, pos]}}\n"
+                        f"task: {{name: text_classification, eval_file: {data}, labels: [neg, pos], text_columns: [text]}}\n"
                         "method: {name: icl, verbalizers: [bad, good, fine]}\n")
     code, _, err = cli("validate", path)
     assert code == 2 and len(err.strip().splitlines()) == 1

@@ -69,6 +69,20 @@ def test_cells_are_read_as_written(tmp_path: Path, fmt: str) -> None:
     assert data["train"]["text"] == ["7", "0.50", "007", "12"]
 
 
+@pytest.mark.parametrize("header, picked", [
+    ("sentence1,sentence2,label,idx", ["sentence1", "sentence2"]), ("idx,sentence,label", ["sentence"]),
+    ("text,label,source", ["text"]), ("label,review", ["review"])])
+def test_text_columns_come_from_the_header_as_run_glue_reads_them(tmp_path: Path, header: str, picked: list) -> None:
+    cells = {"label": ["pos", "neg"], "idx": ["1", "2"], "source": ["web", "web"]}
+    rows = [",".join(cells.get(c, [f"{c} one", f"{c} two"])[i] for c in header.split(",")) for i in range(2)]
+    train = tmp_path / "t.csv"
+    train.write_text(header + "\n" + "\n".join(rows) + "\n")
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    data = task.load()
+    assert task.text_columns == picked and task.label_names == ["neg", "pos"]
+    assert data["train"][picked[0]] == [f"{picked[0]} one", f"{picked[0]} two"]
+
+
 def test_a_header_naming_a_column_twice_is_one_line(tmp_path: Path) -> None:
     train = tmp_path / "t.csv"
     train.write_text("text,label,label\ngreat,pos,neg\nawful,neg,pos\n")
@@ -92,9 +106,10 @@ def test_text_pair_and_regression(tmp_path: Path) -> None:
     (b"text,label\nfine,pos\nbad \xff byte,neg\n", "csv", ":3: not UTF-8 text"),
     (b"text,label\na,pos\nb,neg,extra\n", "csv", ":3: expected 2 fields"),
     (b'{"text": "a", "label": "pos"}\n{"text": "b", "label"\n', "jsonl", ":2: not valid JSON"),
-    (b"sentence,label\na,pos\nb,neg\n", "csv", "column 'text' is missing"),
+    (b"review,stars\na,pos\nb,neg\n", "csv", "cannot tell which columns hold the text (review, stars); set "
+     "task.text_columns, e.g. task.text_columns=[review] and task.label_column (no 'label' column)"),
     (b"text,label\na,pos\nb,\n", "csv", ":3: label '' is not one of neg, pos (task.labels)"),
-    (b"text\tlabel\na\tpos\nb\tneg\n", "csv", "column 'text' is missing"),  # a TSV named .csv
+    (b"text\tlabel\na\tpos\nb\tneg\n", "csv", "column 'label' is missing"),  # a TSV named .csv
 ])
 def test_bad_files_are_one_line_naming_file_and_row(tmp_path: Path, content: bytes, fmt: str, message: str) -> None:
     bad = tmp_path / f"bad.{fmt}"

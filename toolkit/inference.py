@@ -54,9 +54,11 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
     if not folder.is_dir():
         raise UserError(f"{run}: no model/ folder; the run saved nothing to load")
     tok = models.load_tokenizer(str(folder))
-    names = json.loads((run / "metrics.json").read_text()).get("label_names")
-    if names and getattr(recipe.task, "label_names", "n/a") is None:  # read from the files at training
-        recipe.task.adopt_labels(list(names))
+    saved = json.loads((run / "metrics.json").read_text())
+    if saved.get("label_names") and getattr(recipe.task, "label_names", "n/a") is None:  # read from files
+        recipe.task.adopt_labels(list(saved["label_names"]))
+    if saved.get("text_columns") and getattr(recipe.task, "text_columns", "n/a") is None:
+        recipe.task.text_columns = list(saved["text_columns"])
     if (folder / PEFT_CONFIG).is_file():
         from peft import PeftModel
 

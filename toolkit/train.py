@@ -585,6 +585,7 @@ def _finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: St
         # the classes read from the user's files (task.labels: null): an adapter folder has no
         # config.json to hold them, and eval/predict/export rebuild the head from these
         "label_names": getattr(setup.task, "label_names", None),
+        "text_columns": getattr(setup.task, "text_columns", None),  # likewise when read from the header
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
         "peak_memory_mb": state.peak_memory_mb or _peak_memory_mb(acc.device),
         "recipe_hash": recipe.hash, "run_id": out.name, "seed": recipe.train.seed, "method": recipe.method.name,

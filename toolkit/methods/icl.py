@@ -224,6 +224,8 @@ class ICL(Method):
             return None
         if getattr(task, "is_regression", False):
             return "icl scores label words and this task is a regression (STS-B)"
+        if hasattr(task, "text_columns") and task.text_columns is None:
+            return "icl fills its template from task.text_columns; set them for your own files"
         if not getattr(task, "verbalizers", None) or not hasattr(task, "text_columns"):
             return "icl needs a classification task with label words (GLUE)"
         names = task.label_names

@@ -146,7 +146,8 @@ class TextClassification(Classification):
     test_file: str | None = None
     dataset: str | None = None  # a Hub data set id (owner/name) instead of files
     subset: str | None = None  # the Hub data set's configuration
-    text_columns: list[str] = field(default_factory=lambda: ["text"], metadata={"min_items": 1})
+    # None: from the files' header, as run_glue picks them (`pick_text_columns`)
+    text_columns: list[str] | None = field(default=None, metadata={"min_items": 1})
     label_column: str = "label"
     labels: list[Any] | None = field(default=None, metadata={"min_items": 2})  # names, in id order
     problem: Literal["classification", "regression"] = "classification"
@@ -159,7 +160,7 @@ class TextClassification(Classification):
 
     # --- validation (no data read) -----------------------------------------------------------
     def check(self) -> None:
-        if len(self.text_columns) > 2:
+        if self.text_columns is not None and len(self.text_columns) > 2:
             raise UserError(f"task.text_columns: at most two (a text or a text pair), got "
                             f"{len(self.text_columns)}")
         if self.dataset is None and self.eval_file is None:
@@ -212,6 +213,9 @@ class TextClassification(Classification):
     # --- data --------------------------------------------------------------------------------
     def load(self) -> dict[str, Any]:
         splits = self._load_hub() if self.dataset else self._load_files()
+        if self.text_columns is None:
+            ds, path, _ = splits.get("train") or splits["eval"]
+            self.text_columns = pick_text_columns(ds.column_names, self.label_column, path)
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
@@ -303,6 +307,27 @@ class TextClassification(Classification):
             raise UserError(f"{where}: label '{text}' is not one of {', '.join(names)}"
                             + ("" if self.labels is None else " (task.labels)"))
         return names.index(text)
+
+
+def pick_text_columns(columns: list[str], label_column: str, where: str) -> list[str]:
+    """The text column(s) of a file whose recipe names none, by run_glue's names: `sentence1`
+    and `sentence2`, else `sentence`, else `text`, else the one column beside the label. More
+    than one candidate is one line listing them (run_glue would take the first two silently)."""
+    for names in (["sentence1", "sentence2"], ["sentence"], ["text"]):
+        if all(n in columns for n in names):
+            return names
+    rest = [c for c in columns if c != label_column]
+    if len(rest) == 1:
+        return rest
+    if not rest:
+        raise UserError(f"{where}: has no column besides '{label_column}' to read text from")
+    return _ambiguous(rest, label_column, columns, where)
+
+
+def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: str) -> list[str]:
+    hint = "" if label_column in columns else f" and task.label_column (no '{label_column}' column)"
+    raise UserError(f"{where}: cannot tell which columns hold the text ({', '.join(rest)}); set "
+                    f"task.text_columns, e.g. task.text_columns=[{rest[0]}]{hint}")
 
 
 def _is_int(text: str) -> bool:
