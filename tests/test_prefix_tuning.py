@@ -163,9 +163,9 @@ def test_activation_checkpointing_gives_the_same_gradients(tiny_checkpoint):
     grads = []
     for checkpointing in (False, True):
         model, tok = _classifier(tiny_checkpoint("bert"), "sdpa")
-        if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         prefixed = _prefixed(model, tok, "SEQ_CLS")
+        if checkpointing:  # as the loop does: after the method (PEFT refuses it before)
+            prefixed.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         assert model.is_gradient_checkpointing == checkpointing
         prefixed.train()
         for module in prefixed.modules():  # no dropout: the two passes must see the same network

@@ -74,13 +74,10 @@ def sweep(recipes: Iterable[str | os.PathLike], axes: Iterable[str] | None = Non
           runs_dir: str | os.PathLike | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
     """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`) x seeds, run one after
     another in this process; every point is checked before the first one runs."""
-    from toolkit import recipe as recipes_mod, runs, sweeps
+    from toolkit import runs, sweeps
 
-    points = [sweeps.resolve(p) for p in sweeps.grid([find_recipe(str(r)) for r in recipes],
-                                                     sweeps.parse_axes(list(axes or [])), sweeps.parse_seeds(seeds))]
     root = runs.runs_root(None if runs_dir is None else str(runs_dir))
-    folders = [runs.run_dir(recipes_mod.load(p.recipe, p.overrides, smoke=smoke), root) for p in points]
-    sweeps.same_runs(folders, points)
+    points, _ = sweeps.plan([find_recipe(str(r)) for r in recipes], list(axes or []), seeds, root, smoke)
     return [run(p.recipe, p.overrides, runs_dir=root, smoke=smoke, force=force) for p in points]
 
 

@@ -23,17 +23,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from toolkit import recipe as recipes, runs, sweeps as sweep
+    from toolkit import runs, sweeps as sweep
 
     paths = [find_recipe(a) for a in args.overrides if "=" not in a]
     if not paths:
         raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
-    axes = sweep.parse_axes([a for a in args.overrides if "=" in a])
-    points = [sweep.resolve(p) for p in sweep.grid(paths, axes, sweep.parse_seeds(args.seeds))]
     root = runs.runs_root(args.runs_dir)
-    # every point is checked before the first one runs, and no two are the same run
-    folders = [runs.run_dir(recipes.load(p.recipe, p.overrides, smoke=args.smoke), root) for p in points]
-    sweep.same_runs(folders, points)
+    points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
     if args.dry_run:
         print("\n".join(sweep.describe(points, folders)))
         print(f"{len(points)} runs (dry run: nothing was started)")

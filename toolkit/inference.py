@@ -218,8 +218,7 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
         if len(parts) != len(names) or not all(isinstance(p, str) for p in parts):
             raise UserError(f"predict: input {i} should be {len(names)} text(s) ({', '.join(names)}), got {item!r}")
         inputs.append(dict(zip(names, parts)))
-    with torch.no_grad():
-        out = _predict(recipe, model, tok, names, inputs)
+    out = _predict(recipe, model, tok, names, inputs)  # classify runs under no_grad
     for row in out:
         if "probabilities" in row:
             row["score"] = row["probabilities"][row["label"]]

@@ -131,6 +131,18 @@ def resolve(point: Point) -> Point:
     return Point(point.recipe, resolve_scaled(raw, point.overrides, str(point.recipe)))
 
 
+def plan(recipes: list[Path], axis_items: list[str], seeds: str | None, root: Path,
+         smoke: bool) -> tuple[list[Point], list[Path]]:
+    """Every point of the grid and its run folder; every point is checked (its recipe loads) and
+    no two are the same run, before the first one runs."""
+    from toolkit import recipe as recipe_mod, runs
+
+    points = [resolve(p) for p in grid(recipes, parse_axes(axis_items), parse_seeds(seeds))]
+    folders = [runs.run_dir(recipe_mod.load(p.recipe, p.overrides, smoke=smoke), root) for p in points]
+    same_runs(folders, points)
+    return points, folders
+
+
 def same_runs(folders: list[Path], points: list[Point]) -> None:
     """Two points of one grid that resolve to the same recipe (x1 next to the recipe's own value,
     an override equal to the default) would be one run done twice: refused before anything runs."""

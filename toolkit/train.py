@@ -69,15 +69,16 @@ def build(recipe: Recipe) -> Setup:
         raise UserError(f"task.max_length: {length} is more than the {limit} positions "
                         f"{recipe.model.checkpoint} has; use at most {limit}")
     recipe.method.check_data(task, raw)
-    if recipe.train.gradient_checkpointing:
-        if not getattr(model, "supports_gradient_checkpointing", False):
-            raise UserError(f"train.gradient_checkpointing: {type(model).__name__} does not support it")
-        # non-reentrant: works when the inputs do not require grad (a frozen base under PEFT)
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if recipe.train.gradient_checkpointing and not getattr(model, "supports_gradient_checkpointing", False):
+        raise UserError(f"train.gradient_checkpointing: {type(model).__name__} does not support it")
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=models.PEFT_TASK_TYPES.get(head, task.peft_task_type), tokenizer=tok,
                   instruction=getattr(task, "instruction", None))
     model = recipe.method.apply(model, ctx)
+    if recipe.train.gradient_checkpointing:  # after the method: PEFT refuses prefix tuning on a
+        # model already checkpointing (its cache route breaks under recomputation; ours does not).
+        # Non-reentrant: works when the inputs do not require grad (a frozen base under PEFT)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     attention.keep_trainable(model)  # an attention module's own parameters train with every method
     trainable, total = count_params(model)
     if recipe.method.trains and trainable == 0:

@@ -69,17 +69,7 @@ class PrefixTuning(Method):
             prefix_projection=self.prefix_projection, encoder_hidden_size=self.encoder_hidden_size,
             modules_to_save=list(ctx.head_names) or None,
         )
-        # PEFT refuses a model with activation checkpointing on, because its cache route breaks
-        # under recomputation; the prefixes here stay on their layers between forward and
-        # backward, so the recomputed forward is the same (tested): off while PEFT wraps, then on
-        # again with the loop's setting (non-reentrant)
-        checkpointing = bool(getattr(model, "is_gradient_checkpointing", False))
-        if checkpointing:
-            model.gradient_checkpointing_disable()
-        wrapped = install(get_peft_model(model, config))
-        if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        return wrapped
+        return install(get_peft_model(model, config))
 
     def loaded(self, model: torch.nn.Module) -> torch.nn.Module:
         return install(model)

@@ -10,10 +10,9 @@ unanswerable question's gold is the empty string), including v2.0's best null th
 from __future__ import annotations
 
 import collections
-import functools
 import re
 import string
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Sequence
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
@@ -108,7 +107,7 @@ def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]],
     golds that normalise to nothing (`v2_golds`), as its official script does; v1.1 keeps them."""
     if version == "v2":
         golds = [v2_golds(g) for g in golds]
-    f1_of = functools.partial(token_f1, version=version)
+    f1_of = partial(token_f1, version=version)
     em = [best_over(exact_match, p, g) for p, g in zip(predictions, golds)]
     f1 = [best_over(f1_of, p, g) for p, g in zip(predictions, golds)]
     n = max(len(em), 1)
