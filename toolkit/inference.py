@@ -260,6 +260,26 @@ def glue_test(run: Path, out_dir: Path) -> list[Path]:
     return written
 
 
+def _embed_base(recipe: Recipe, out: Path, prompt_learning: bool) -> str:
+    """An unmerged PEFT export carries its base: config.json (the run's label names in
+    id2label/label2id) and the base weights beside the adapter. transformers loads such a folder
+    from itself, adapter included (its PEFT integration takes a folder with config.json as the
+    base), offline and wherever the base was served from (a package, a cache, a local folder);
+    prompt methods, which only peft loads, get the base in base/. adapter_config.json keeps the
+    base's Hub id for --push-to-hub. Says how to load the folder."""
+    base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
+    head = recipe.method.head(recipe.task, models.family_of(base))
+    base_model, _ = models.load(base, head, recipe.task.head_kwargs())  # load_model adopted the labels
+    auto = models.HEADS[head][0]
+    if prompt_learning:  # transformers' integration loads LoRA-like adapters only: the base apart
+        base_model.save_pretrained(out / "base")
+        return (f"the {recipe.method.name} folder with its base in base/; load it with peft: "
+                f"PeftModel.from_pretrained({auto}.from_pretrained(OUT/base), OUT)")
+    base_model.save_pretrained(out)
+    return (f"the {recipe.method.name} adapter with its base beside it; {auto}.from_pretrained(OUT) "
+            "loads both, offline (peft installed); --merge makes a plain model")
+
+
 def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:
     """A plain transformers folder where the method allows it; says what was written."""
     if push_to_hub and models._offline():
@@ -290,11 +310,11 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
         model = model.merge_and_unload()
         note += " (adapter merged into the base)"
     elif peft_config is not None:
-        note = (f"the {recipe.method.name} folder (load it on its base "
-                f"{recipe.model.checkpoint}; --merge makes a plain model where possible)")
+        note = _embed_base(recipe, out, next(iter(peft_config.values())).is_prompt_learning)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    models.make_portable(out, recipe.model.checkpoint if not recipe.smoke else str(folder))
+    if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays
+        models.make_portable(out, recipe.model.checkpoint)
     if push_to_hub:
         model.push_to_hub(push_to_hub)
         tok.push_to_hub(push_to_hub)

@@ -1,0 +1,113 @@
+"""A transformers user's first ten minutes: their own `text,label` CSV through the shipped
+own-data recipe with two overrides, predict, and both exports loaded in a fresh offline process
+with the lines the README shows, giving `toolkit predict`'s labels and scores."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GOOD = ["a wonderful film", "great acting and a moving story", "I loved every minute", "brilliant and funny",
+        "a joy to watch", "superb direction", "heartfelt and beautiful", "charming and clever"]
+BAD = ["a dull mess", "terrible acting and a boring plot", "I hated every minute", "awful and tedious",
+       "a waste of time", "poor direction", "lifeless and ugly", "clumsy and stupid"]
+TEXTS = ["a wonderful film", "a dull mess", "great acting"]
+
+# What the README's "Your own data" section shows, run as a user would: a fresh process, offline.
+LOAD = """
+import json, sys, torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+out, texts, base = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+if base:  # a prompt method: peft loads it on the base exported beside it
+    from peft import PeftModel
+    model = PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(base), out)
+else:
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+tokenizer = AutoTokenizer.from_pretrained(out)
+with torch.no_grad():
+    probs = model.eval()(**tokenizer(texts, return_tensors="pt", padding=True)).logits.softmax(-1)
+labels = model.config.id2label
+print(json.dumps([{labels[i]: float(p[i]) for i in range(len(p))} for p in probs]))
+"""
+
+
+def write_csv(path: Path, rows: int) -> Path:
+    lines = [f'"{(GOOD if i % 2 == 0 else BAD)[i // 2 % 8]} ({i})",{"pos" if i % 2 == 0 else "neg"}' for i in range(rows)]
+    path.write_text("text,label\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def load_offline(out: Path, base: str = "") -> list[dict[str, float]]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("TOOLKIT_CACHE", None)  # nothing of the toolkit's: the folder alone
+    done = subprocess.run([sys.executable, "-c", LOAD, str(out), json.dumps(TEXTS), base],
+                          capture_output=True, text=True, env=env, cwd=out.parent, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def predicted(cli, run: Path, tmp_path: Path) -> list[dict[str, float]]:
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(TEXTS) + "\n")
+    code, _, err = cli("predict", run, "--input", source, "--output", tmp_path / "pred.jsonl")
+    assert code == 0, err
+    return [json.loads(l)["probabilities"] for l in (tmp_path / "pred.jsonl").read_text().splitlines()]
+
+
+def same(got: list[dict[str, float]], want: list[dict[str, float]]) -> None:
+    assert [set(g) for g in got] == [{"neg", "pos"}] * len(TEXTS)
+    for g, w in zip(got, want):
+        assert g == pytest.approx(w, abs=1e-4)
+
+
+def own_run(cli, tmp_path: Path, *overrides: str, smoke: bool = True) -> Path:
+    train, dev = write_csv(tmp_path / "train.csv", 60), write_csv(tmp_path / "dev.csv", 20)
+    code, _, err = cli("run", "demo/own-data/minilm-lora", f"task.train_file={train}", f"task.eval_file={dev}",
+                       *overrides, *(["--smoke"] if smoke else []), "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+    return metrics.parent
+
+
+def test_own_csv_predict_and_both_exports_load_offline_with_the_users_labels(tmp_path: Path, cli) -> None:
+    run = own_run(cli, tmp_path)
+    want = predicted(cli, run, tmp_path)
+    adapter_base = json.loads((run / "model" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    notes = {}
+    for folder, flags in (("adapter", []), ("merged", ["--merge"])):
+        code, notes[folder], err = cli("export", run, tmp_path / folder, *flags)
+        assert code == 0, err
+    assert "AutoModelForSequenceClassification.from_pretrained(OUT) loads both, offline" in notes["adapter"]
+    exported = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert exported["base_model_name_or_path"] == adapter_base  # the name it was trained on, kept
+    for folder in ("adapter", "merged"):
+        config = json.loads((tmp_path / folder / "config.json").read_text())
+        assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}
+    shutil.rmtree(tmp_path / "runs")  # the base the adapter names is gone: the export stands alone
+    same(load_offline(tmp_path / "adapter"), want)
+    same(load_offline(tmp_path / "merged"), want)
+
+
+def test_prompt_method_export_loads_with_peft_on_the_base_beside_it(tmp_path: Path, cli) -> None:
+    run = own_run(cli, tmp_path, "method={name: prompt_tuning, num_virtual_tokens: 4}")
+    want = predicted(cli, run, tmp_path)
+    code, out, err = cli("export", run, tmp_path / "o")
+    assert code == 0 and "PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(OUT/base), OUT)" in out, err
+    shutil.rmtree(tmp_path / "runs")
+    same(load_offline(tmp_path / "o", str(tmp_path / "o" / "base")), want)
+
+
+def test_export_of_a_packaged_base_loads_offline_and_keeps_its_hub_id(tmp_path: Path, cli) -> None:
+    """The real all-MiniLM-L6-v2, served from its PyPI package's folder: one optimizer step."""
+    run = own_run(cli, tmp_path, "train.max_steps=1", "task.max_length=32", smoke=False)
+    want = predicted(cli, run, tmp_path)
+    assert cli("export", run, tmp_path / "adapter")[0] == 0
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "sentence-transformers/all-MiniLM-L6-v2"
+    same(load_offline(tmp_path / "adapter"), want)
