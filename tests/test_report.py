@@ -173,3 +173,34 @@ def test_runs_from_before_fast_dropout_are_reported_as_torchs_dropout(tmp_path: 
     assert len(items) == 4 and sorted({i["recipe"]["train"]["fast_dropout"] for i in items}) == [False, True]
     (p,) = report.pivots(items, "task", "method")
     assert [desc for desc, _ in p.cells[("sst2", "full")].grid] == ["train.fast_dropout=False", "train.fast_dropout=True"]
+
+
+def test_each_row_says_its_budget(tmp_path: Path) -> None:
+    """The protocol line of every runs-table row: epochs or steps, train examples, length, lr, batch."""
+    fake_run(tmp_path, "sst2", "full", 42, {"accuracy": 0.8}, task_extra={"max_length": 64})
+    fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.7}, lr=3e-4)
+    items = report.collect(tmp_path)
+    for item in items:
+        item["recipe"]["train"].update(batch_size=16, epochs=3, grad_accum=2 if item["metrics"]["method"] == "lora" else 1)
+        item["metrics"].update(train_steps=60, train_samples=640)
+    notes = report.budget_notes(items)
+    assert notes == ["**glue/sst2/tiny-full**: epochs 3 (60 optimizer steps), 640 train examples, max length 64, "
+                     "lr 0.001, batch 16",
+                     "**glue/sst2/tiny-lora**: epochs 3 (60 optimizer steps), 640 train examples, max length the "
+                     "model’s, lr 0.0003, batch 16 × 2 accumulated"]
+    items[0]["recipe"]["train"]["max_steps"] = 200
+    assert report.budget(items[0]).startswith("max steps 200 (60 optimizer steps)")
+    assert "### Budget of each row" in report.render(tmp_path, plots=False)
+
+
+def test_a_curve_of_one_point_is_a_labelled_marker() -> None:
+    from toolkit import plots
+
+    plt = plots._plt()
+    fig, ax = plt.subplots()
+    plots._trace(ax, [100], [0.9], "lora", "C0", linewidth=1.2)
+    plots._trace(ax, [1, 2, 3], [1.0, 0.8, 0.7], "full", "C1", linewidth=1.2)
+    single, line = ax.get_lines()
+    assert single.get_marker() == "o" and single.get_linestyle() == "None"
+    assert line.get_linestyle() == "-" and [t.get_text() for t in ax.texts] == ["lora"]
+    plt.close(fig)

@@ -1,6 +1,7 @@
 """The report's pictures, one file per task and kind, so no axis mixes metrics of two tasks:
 - curves-<task>.png: train loss and the eval metric against the optimizer step (log.jsonl),
-  one line per method at its reported (best) setting, mean over its seeds;
+  one line per method at its reported (best) setting, mean over its seeds (one logged point:
+  a labelled marker, not a line);
 - params-<task>.png: the metric against trainable parameters (log x), error bars over seeds;
 - cost-<task>.png: train time and peak memory per entry, horizontal bars (names stay readable).
 Legends sit outside the axes so labels never cover data.
@@ -69,6 +70,16 @@ def _legend(fig, ax) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
 
 
+def _trace(ax, steps: list[int], values: list[float], name: str, color: str, **line) -> None:
+    """A line through a run's logged points; a single point (one eval per run) is no line: it is
+    drawn as a marker with its name written beside it."""
+    if len(steps) == 1:
+        ax.plot(steps, values, marker="o", linestyle="none", markersize=6, label=name, color=color)
+        ax.annotate(name, (steps[0], values[0]), xytext=(5, 4), textcoords="offset points", fontsize=7, color=color)
+    else:
+        ax.plot(steps, values, label=name, color=color, **line)
+
+
 def curves(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     metric_name = report.main_metric(next(iter(group.values())))
     metric = report.declarations([i for g in group.values() for i in g]).get(metric_name)
@@ -78,12 +89,11 @@ def curves(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     for i, (name, runs) in enumerate(group.items()):
         steps, loss = _mean_curve(runs, lambda e: e.get("loss") if "eval" not in e else None)
         if steps:
-            ax_loss.plot(steps, loss, label=name, linewidth=1.2, color=f"C{i % 10}")
+            _trace(ax_loss, steps, loss, name, f"C{i % 10}", linewidth=1.2)
             drawn = True
         steps, vals = _mean_curve(runs, lambda e: (e.get("eval") or {}).get(metric_name))
         if steps and metric is not None:
-            ax_eval.plot(steps, [v * metric.scale for v in vals], marker="o", markersize=3, label=name,
-                         color=f"C{i % 10}")
+            _trace(ax_eval, steps, [v * metric.scale for v in vals], name, f"C{i % 10}", marker="o", markersize=3)
     if not drawn:
         plt.close(fig)
         return None

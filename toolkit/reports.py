@@ -275,6 +275,26 @@ def runs_notes(items: list[dict]) -> list[str]:
     return notes
 
 
+def budget(item: dict) -> str:
+    """What a run was trained with, from its recipe and metrics.json: epochs or max steps (and
+    the optimizer steps taken), train examples, max length, lr and batch."""
+    tr, task, m = item["recipe"].get("train", {}), item["recipe"].get("task", {}), item["metrics"]
+    parts = [f"max steps {tr['max_steps']}" if tr.get("max_steps") else f"epochs {tr.get('epochs', '?')}"]
+    if m.get("train_steps") is not None:
+        parts[0] += f" ({m['train_steps']} optimizer steps)"
+    parts.append(f"{m['train_samples']} train examples" if m.get("train_samples") is not None else "train examples ?")
+    parts += [f"max length {task.get('max_length') or 'the model’s'}", f"lr {tr.get('lr', '?')}",
+              f"batch {tr.get('batch_size', '?')}" + (f" × {tr['grad_accum']} accumulated" if (tr.get("grad_accum") or 1) > 1 else "")]
+    return ", ".join(parts)
+
+
+def budget_notes(items: list[dict]) -> list[str]:
+    """One protocol line per row of the runs table (a row's seeds share their recipe)."""
+    grouped = groups(items)
+    names = shown_names(grouped)
+    return [f"**{names[key]}**: {budget(members[0])}" for key, members in grouped.items()]
+
+
 def markdown(header: list[str], table: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in table]
@@ -446,6 +466,7 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
     header, table = rows(items)
     parts += ["## Every run (mean ± std over seeds)", markdown(header, table)]
     parts += _bullets(runs_notes(items))
+    parts += ["### Budget of each row", *_bullets(budget_notes(items))]
     if plots:
         from toolkit import plots as plotting
 
