@@ -30,8 +30,8 @@ ATTENTION_ARGS ?=
 PRETRAIN    ?= recipes/pretrain/wikitext-2/minilm-mlm.yaml
 FINETUNE    ?= recipes/demo/sst2/minilm-full.yaml
 PRETRAIN_ARGS ?=
-# a sweep's --dry-run makes no runs to report
-DRY_RUN      = $(findstring --dry-run,$(ARGS))
+# a sweep's --dry-run (or --estimate) makes no runs to report
+DRY_RUN      = $(findstring --dry-run,$(ARGS))$(findstring --estimate,$(ARGS))
 comma       := ,
 space       := $(subst ,, )
 

@@ -110,3 +110,68 @@ def test_make_dry_run_lists_and_skips_the_report(target: str) -> None:
     dry = commands("ARGS=--dry-run")
     assert "toolkit sweep" in dry and "--dry-run" in dry and "toolkit report" not in dry
     assert "toolkit report" in commands()
+
+
+OWN = """model: {{checkpoint: {checkpoint}}}
+task: {{name: text_classification, train_file: {train}, eval_file: {dev}, max_length: 16}}
+method: {{name: lora, r: 2}}
+train: {{epochs: 2, lr: 1.0e-3, batch_size: 8}}
+"""
+
+
+def own_recipe(tmp_path: Path, checkpoint: str) -> Path:
+    for name, rows in (("train.csv", 60), ("dev.csv", 20)):
+        (tmp_path / name).write_text("text,label\n" + "".join(f"review {i},{'pos' if i % 2 else 'neg'}\n" for i in range(rows)))
+    return write_recipe(tmp_path / "own.yaml", OWN.format(checkpoint=checkpoint, train=tmp_path / "train.csv",
+                                                          dev=tmp_path / "dev.csv"))
+
+
+def test_dry_run_gives_each_points_steps_examples_and_the_total(tmp_path: Path, cli, runs_dir: Path,
+                                                                tiny_checkpoint) -> None:
+    recipe = own_recipe(tmp_path, tiny_checkpoint("bert"))
+    code, out, err = cli("sweep", recipe, "train.grad_accum=1,3", "--dry-run", "--runs-dir", runs_dir)
+    assert code == 0, err
+    # 60 examples in batches of 8: 8 micro-batches an epoch; 2 epochs of 8 steps, or of ceil(8/3) = 3
+    assert "60 train examples, 16 optimizer steps reading 120 examples; 2 evaluations of 20" in out
+    assert "60 train examples, 6 optimizer steps reading 120 examples; 2 evaluations of 20" in out
+    assert "2 runs (dry run: nothing was started): 22 optimizer steps reading 240 training examples in all" in out
+    assert "about" not in out and not runs_dir.exists()
+    (c,) = sweep.costs([sweep.Point(recipe, ["train.max_steps=5"])], smoke=False)
+    assert (c.steps, c.examples_seen, c.evals) == (5, 40, 1)
+
+
+def test_estimate_extrapolates_measured_times_once_per_recipe_shape(tmp_path: Path, monkeypatch, tiny_checkpoint) -> None:
+    recipe = own_recipe(tmp_path, tiny_checkpoint("bert"))
+    points = [sweep.Point(recipe, o) for o in (["train.lr=1e-3"], ["train.lr=3e-3"], ["train.batch_size=4"])]
+    measured = []
+
+    def fake(point, rec, smoke):
+        measured.append(point)
+        return sweep.Timing(step_s=rec.train.batch_size / 4, eval_example_s=0.01, overhead_s=5.0)
+
+    monkeypatch.setattr(sweep, "measure", fake)
+    costs = sweep.costs(points, smoke=False)
+    seconds = sweep.estimate(points, costs, smoke=False)
+    assert measured == [points[0], points[2]]  # a learning rate does not change a step's time
+    assert seconds[0] == seconds[1] == pytest.approx(16 * 2.0 + 2 * 20 * 0.01 + 5.0)
+    assert costs[2].steps == 2 * 15 and seconds[2] == pytest.approx(30 * 1.0 + 2 * 20 * 0.01 + 5.0)
+    assert [sweep.duration(s) for s in (40, 125, 7500, 200000)] == ["40 s", "2 min", "2 h 05 min", "2 d 7 h"]
+
+
+def test_estimate_measures_real_steps_here_and_leaves_no_run(tmp_path: Path, cli, runs_dir: Path,
+                                                             tiny_checkpoint) -> None:
+    recipe = own_recipe(tmp_path, tiny_checkpoint("bert"))
+    code, out, err = cli("sweep", recipe, "--estimate", "--runs-dir", runs_dir)
+    assert code == 0, err
+    assert "16 optimizer steps reading 120 examples; 2 evaluations of 20; about " in out
+    assert "estimate: about" in out and "Measured here: 3 optimizer steps" in out and not runs_dir.exists()
+    assert "about 0 s" not in out  # start-up alone takes seconds
+
+
+def test_make_estimate_skips_the_report() -> None:
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    dry = subprocess.run(["make", "-n", "compare", "ARGS=--estimate"], cwd=root, capture_output=True, text=True,
+                         check=True).stdout
+    assert "--estimate" in dry and "toolkit report" not in dry

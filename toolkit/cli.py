@@ -30,9 +30,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
     root = runs.runs_root(args.runs_dir)
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
-    if args.dry_run:
-        print("\n".join(sweep.describe(points, folders)))
-        print(f"{len(points)} runs (dry run: nothing was started)")
+    if args.dry_run or args.estimate:
+        print_plan(points, folders, args.estimate, args.smoke)
         return 0
     for i, (point, out) in enumerate(zip(points, folders), 1):
         print(f"[{i}/{len(points)}] {point}", flush=True)
@@ -49,6 +48,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                             "runs are kept: the same command continues from there")
     print(f"sweep: {len(points)} runs done")
     return 0
+
+
+def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool) -> None:
+    """--dry-run: each point, its state and its cost; --estimate: and its measured wall time."""
+    from toolkit import runs, sweeps as sweep
+
+    point_costs = sweep.costs(points, smoke)
+    times = sweep.estimate(points, point_costs, smoke) if with_estimate else None
+    for i, (line, c) in enumerate(zip(sweep.describe(points, folders), point_costs)):
+        when = f"; about {sweep.duration(times[i])}" if times else ""
+        print(f"{line}\n       {sweep.cost_line(c)}{when}")
+    todo = [i for i, f in enumerate(folders) if not runs.is_finished(f)]
+    steps, seen = sum(c.steps for c in point_costs), sum(c.examples_seen for c in point_costs)
+    print(f"{len(points)} runs (dry run: nothing was started): {steps:,} optimizer steps reading "
+          f"{seen:,} training examples in all; {len(todo)} still to run")
+    if times:
+        print(f"estimate: about {sweep.duration(sum(times[i] for i in todo))} for the {len(todo)} runs still to "
+              f"run, one after another on this machine. Measured here: {sweep.MEASURED_STEPS} optimizer steps (after one to warm up) and "
+              "one small evaluation of each distinct recipe shape (model, method, task, batch), extrapolated "
+              "linearly to each run's steps and evaluations; tokenizing the full data is not counted. "
+              f"Load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (others' "
+              "work slows what is measured)")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -183,7 +204,10 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("overrides", nargs="+", metavar="RECIPE|key=v1,v2",
                     help="recipe files, then axes: train.lr=1e-4,3e-4 (x0.3,x1,x3 scales the recipe's value)")
     sw.add_argument("--seeds", default=None, help="42,43,44 (or '42 43 44'); one number N <= 10 means N seeds from 42")
-    sw.add_argument("--dry-run", action="store_true", help="list the grid and each run's state; run nothing")
+    sw.add_argument("--dry-run", action="store_true",
+                    help="list the grid, each run's state, optimizer steps and examples; run nothing")
+    sw.add_argument("--estimate", action="store_true",
+                    help="--dry-run plus a wall-time estimate from a few steps of each recipe shape, measured here")
     sw.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
     sw.add_argument("--force", action="store_true", help="run every point again even if finished")
     sw.add_argument("--runs-dir", default=None, help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")

@@ -164,3 +164,154 @@ def describe(points: list[Point], folders: list[Path]) -> list[str]:
         state = "finished" if runs.is_finished(out) else "resumes" if runs.checkpoints(out) else "to run"
         lines.append(f"{i:>3}. {point}  ->  {out}  [{state}]")
     return lines
+
+
+# --- cost before commitment: --dry-run's steps and examples, --estimate's measured wall time --------
+@dataclass
+class Cost:
+    """What one point will train: its training set, optimizer steps, the examples those steps
+    read, and its evaluations. The step count is the loop's own arithmetic (train.Loop, one
+    process), written again here so a dry run needs no model."""
+
+    train_examples: int
+    steps: int
+    examples_seen: int
+    evals: int
+    eval_examples: int
+
+
+def sizes(recipe) -> tuple[int | None, int]:
+    """(training examples or None, evaluation examples) as a run loads them, caps applied."""
+    data = recipe.task.load()
+    train = data.get("train")
+    return (None if train is None else len(train)), sum(len(ds) for ds in (data.get("eval") or {}).values())
+
+
+def cost(recipe, n_train: int | None, n_eval: int) -> Cost:
+    """The point's optimizer steps, examples read and evaluations, from its data's sizes."""
+    import math
+
+    if n_train is None or not recipe.method.trains:  # in-context: one evaluation, no step
+        return Cost(0, 0, 0, 1, n_eval)
+    tr = recipe.train
+    per_epoch = max(1, math.ceil(math.ceil(n_train / tr.batch_size) / tr.grad_accum))
+    steps = tr.max_steps or max(1, math.ceil(tr.epochs * per_epoch))
+    whole, rest = divmod(steps, per_epoch)  # an epoch's last step may be short
+    seen = whole * n_train + min(rest * tr.batch_size * tr.grad_accum, n_train)
+    n_evals = math.ceil(steps / tr.eval_every) if tr.eval_every else math.ceil(steps / per_epoch)
+    return Cost(n_train, steps, seen, n_evals, n_eval)
+
+
+def costs(points: list[Point], smoke: bool) -> list[Cost]:
+    """Each point's cost; data is loaded once per distinct task (a sweep repeats its tasks)."""
+    import json
+
+    from toolkit import recipe as recipe_mod
+
+    loaded: dict[str, tuple[int | None, int]] = {}
+    out = []
+    for point in points:
+        recipe = recipe_mod.load(point.recipe, point.overrides, smoke=smoke)
+        key = json.dumps(recipe.to_dict()["task"], sort_keys=True, default=str)
+        if key not in loaded:
+            loaded[key] = sizes(recipe)
+        out.append(cost(recipe, *loaded[key]))
+    return out
+
+
+def cost_line(c: Cost) -> str:
+    if not c.steps:
+        return f"no training; 1 evaluation of {c.eval_examples:,} examples"
+    return (f"{c.train_examples:,} train examples, {c.steps:,} optimizer steps reading {c.examples_seen:,} "
+            f"examples; {c.evals:,} evaluation{'s' * (c.evals != 1)} of {c.eval_examples:,}")
+
+
+# What decides the time of a step: everything but the schedule, the data caps and the seed.
+_SCHEDULE = {"train": {"epochs", "max_steps", "lr", "seed", "warmup_ratio", "warmup_steps", "eval_every",
+                       "log_every", "keep_best", "metric", "early_stopping_patience", "save_total_limit",
+                       "save_every", "keep_checkpoints", "weight_decay", "report_to", "skip_nonfinite"},
+             "task": {"max_train_samples", "max_eval_samples", "split_seed"}}
+MEASURED_STEPS = 3
+
+
+def shape(recipe) -> str:
+    """Points of one shape (model, method, task, batch, precision) take the same time per step."""
+    import json
+
+    data = recipe.to_dict()
+    kept = {part: {k: v for k, v in data[part].items() if k not in _SCHEDULE.get(part, ())}
+            for part in ("model", "method", "task", "train")}
+    return json.dumps([kept, recipe.smoke], sort_keys=True, default=str)
+
+
+@dataclass
+class Timing:
+    """Measured on this machine for one shape: seconds per optimizer step, per evaluated example,
+    and the rest of a run (start-up, loading the model, saving)."""
+
+    step_s: float
+    eval_example_s: float
+    overhead_s: float
+
+
+def measure(point: Point, recipe, smoke: bool) -> Timing:
+    """A real run of the point cut to 1 + MEASURED_STEPS optimizer steps (a slice of its data,
+    one evaluation of a few examples) in a throw-away folder. The loop's own clocks give the
+    times: the steps after the first (which pays for warming up) from log.jsonl's running
+    samples/s, the evaluation from metrics.json; the rest of the wall time is start-up."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    tr, n = recipe.train, MEASURED_STEPS + 1
+    per_step = tr.batch_size * tr.grad_accum
+    caps = [f"train.max_steps={n}", "train.eval_every=0", "train.log_every=1", "train.early_stopping_patience=0",
+            f"task.max_train_samples={n * per_step}", f"task.max_eval_samples={2 * tr.batch_size}"]
+    with tempfile.TemporaryDirectory(prefix="toolkit-estimate-") as tmp:
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe), *point.overrides,
+                               *caps, *(["--smoke"] if smoke else []), "--runs-dir", tmp],
+                              capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UserError(f"--estimate: the measuring run of {point} failed: {last}")
+        run = next(Path(tmp).rglob("metrics.json")).parent
+        metrics = json.loads((run / "metrics.json").read_text())
+        log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
+    clock = {e["step"]: e["step"] * per_step / e["samples_per_second"] for e in log
+             if "loss" in e and e.get("samples_per_second")}  # train seconds after each step
+    last = max(clock, default=0)
+    step_s = ((clock[last] - clock[1]) / (last - 1) if last > 1 and 1 in clock
+              else metrics.get("train_runtime_s", 0.0) / max(1, metrics.get("train_steps") or 1))
+    eval_s = metrics.get("eval_runtime_s", 0.0)
+    eval_n = max(1, round(eval_s * metrics.get("eval_samples_per_second", 0.0)))
+    return Timing(step_s, eval_s / eval_n, max(0.0, wall - metrics.get("train_runtime_s", 0.0) - eval_s))
+
+
+def estimate(points: list[Point], point_costs: list[Cost], smoke: bool) -> list[float]:
+    """Seconds per point: measured step and evaluation times of its shape, times its counts."""
+    from toolkit import recipe as recipe_mod
+
+    timings: dict[str, Timing] = {}
+    out = []
+    for point, c in zip(points, point_costs):
+        recipe = recipe_mod.load(point.recipe, point.overrides, smoke=smoke)
+        key = shape(recipe)
+        if key not in timings:
+            timings[key] = measure(point, recipe, smoke)
+        t = timings[key]
+        out.append(c.steps * t.step_s + c.evals * c.eval_examples * t.eval_example_s + t.overhead_s)
+    return out
+
+
+def duration(seconds: float) -> str:
+    """`3 d 4 h`, `2 h 05 min`, `7 min`, `40 s`: as precise as an estimate deserves."""
+    s = round(seconds)
+    if s >= 86400:
+        return f"{s // 86400} d {s % 86400 // 3600} h"
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 60} min" if s >= 60 else f"{s} s"
