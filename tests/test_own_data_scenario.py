@@ -23,17 +23,19 @@ TEXTS = ["a wonderful film", "a dull mess", "great acting"]
 LOAD = """
 import json, sys, torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
-out, texts, base = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-if base:  # a prompt method: peft loads it on the base exported beside it
-    from peft import PeftModel
-    model = PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(base), out)
-else:
-    model = AutoModelForSequenceClassification.from_pretrained(out)
-tokenizer = AutoTokenizer.from_pretrained(out)
-with torch.no_grad():
-    probs = model.eval()(**tokenizer(texts, return_tensors="pt", padding=True)).logits.softmax(-1)
-labels = model.config.id2label
-print(json.dumps([{labels[i]: float(p[i]) for i in range(len(p))} for p in probs]))
+texts, base, results = json.loads(sys.argv[1]), sys.argv[2], []
+for out in sys.argv[3:]:
+    if base:  # a prompt method: peft loads it on the base exported beside it
+        from peft import PeftModel
+        model = PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(base), out)
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    with torch.no_grad():
+        probs = model.eval()(**tokenizer(texts, return_tensors="pt", padding=True)).logits.softmax(-1)
+    labels = model.config.id2label
+    results.append([{labels[i]: float(p[i]) for i in range(len(p))} for p in probs])
+print(json.dumps(results))
 """
 
 
@@ -43,11 +45,12 @@ def write_csv(path: Path, rows: int) -> Path:
     return path
 
 
-def load_offline(out: Path, base: str = "") -> list[dict[str, float]]:
+def load_offline(*folders: Path, base: str = "") -> list[list[dict[str, float]]]:
+    """Each folder's probabilities for TEXTS, loaded in one fresh offline process."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    env.pop("TOOLKIT_CACHE", None)  # nothing of the toolkit's: the folder alone
-    done = subprocess.run([sys.executable, "-c", LOAD, str(out), json.dumps(TEXTS), base],
-                          capture_output=True, text=True, env=env, cwd=out.parent, timeout=300)
+    env.pop("TOOLKIT_CACHE", None)  # nothing of the toolkit's: the folders alone
+    done = subprocess.run([sys.executable, "-c", LOAD, json.dumps(TEXTS), base, *map(str, folders)],
+                          capture_output=True, text=True, env=env, cwd=folders[0].parent, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -90,8 +93,9 @@ def test_own_csv_predict_and_both_exports_load_offline_with_the_users_labels(tmp
         config = json.loads((tmp_path / folder / "config.json").read_text())
         assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}
     shutil.rmtree(tmp_path / "runs")  # the base the adapter names is gone: the export stands alone
-    same(load_offline(tmp_path / "adapter"), want)
-    same(load_offline(tmp_path / "merged"), want)
+    adapter, merged = load_offline(tmp_path / "adapter", tmp_path / "merged")
+    same(adapter, want)
+    same(merged, want)
 
 
 def test_prompt_method_export_loads_with_peft_on_the_base_beside_it(tmp_path: Path, cli) -> None:
@@ -100,7 +104,8 @@ def test_prompt_method_export_loads_with_peft_on_the_base_beside_it(tmp_path: Pa
     code, out, err = cli("export", run, tmp_path / "o")
     assert code == 0 and "PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(OUT/base), OUT)" in out, err
     shutil.rmtree(tmp_path / "runs")
-    same(load_offline(tmp_path / "o", str(tmp_path / "o" / "base")), want)
+    (loaded,) = load_offline(tmp_path / "o", base=str(tmp_path / "o" / "base"))
+    same(loaded, want)
 
 
 def test_export_of_a_packaged_base_loads_offline_and_keeps_its_hub_id(tmp_path: Path, cli) -> None:
@@ -110,4 +115,5 @@ def test_export_of_a_packaged_base_loads_offline_and_keeps_its_hub_id(tmp_path: 
     assert cli("export", run, tmp_path / "adapter")[0] == 0
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "sentence-transformers/all-MiniLM-L6-v2"
-    same(load_offline(tmp_path / "adapter"), want)
+    (loaded,) = load_offline(tmp_path / "adapter")
+    same(loaded, want)

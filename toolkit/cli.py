@@ -51,25 +51,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool) -> None:
-    """--dry-run: each point, its state and its cost; --estimate: and its measured wall time."""
+    """--dry-run: each point, its state and its cost; --estimate: and the measured wall time of
+    each point still to run."""
     from toolkit import runs, sweeps as sweep
 
     point_costs = sweep.costs(points, smoke)
-    times = sweep.estimate(points, point_costs, smoke) if with_estimate else None
-    for i, (line, c) in enumerate(zip(sweep.describe(points, folders), point_costs)):
-        when = f"; about {sweep.duration(times[i])}" if times else ""
-        print(f"{line}\n       {sweep.cost_line(c)}{when}")
     todo = [i for i, f in enumerate(folders) if not runs.is_finished(f)]
+    times: dict[int, float] = {}
+    if with_estimate and todo:
+        times = dict(zip(todo, sweep.estimate([points[i] for i in todo], [point_costs[i] for i in todo], smoke)))
+    for i, (line, c) in enumerate(zip(sweep.describe(points, folders), point_costs)):
+        when = f"; about {sweep.duration(times[i])}" if i in times else ""
+        print(f"{line}\n       {sweep.cost_line(c)}{when}")
     steps, seen = sum(c.steps for c in point_costs), sum(c.examples_seen for c in point_costs)
     print(f"{len(points)} runs (dry run: nothing was started): {steps:,} optimizer steps reading "
           f"{seen:,} training examples in all; {len(todo)} still to run")
-    if times:
-        print(f"estimate: about {sweep.duration(sum(times[i] for i in todo))} for the {len(todo)} runs still to "
-              f"run, one after another on this machine. Measured here: {sweep.MEASURED_STEPS} optimizer steps (after one to warm up) and "
-              "one small evaluation of each distinct recipe shape (model, method, task, batch), extrapolated "
-              "linearly to each run's steps and evaluations; tokenizing the full data is not counted. "
-              f"Load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (others' "
-              "work slows what is measured)")
+    if with_estimate:
+        print(f"estimate: about {sweep.duration(sum(times.values()))} for the {len(todo)} runs still to run, one "
+              f"after another on this machine. Measured here: {sweep.MEASURED_STEPS} optimizer steps (after one "
+              "to warm up) and one small evaluation of each distinct recipe shape (model, method, task, batch), "
+              "extrapolated linearly to each run's steps and evaluations; tokenizing the full data is not "
+              f"counted. Load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
+              "(others' work slows what is measured)")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
