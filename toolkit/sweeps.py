@@ -231,7 +231,7 @@ _SCHEDULE = {"train": {"epochs", "max_steps", "lr", "seed", "warmup_ratio", "war
                        "log_every", "keep_best", "metric", "early_stopping_patience", "save_total_limit",
                        "save_every", "keep_checkpoints", "weight_decay", "report_to", "skip_nonfinite"},
              "task": {"max_train_samples", "max_eval_samples", "split_seed"}}
-MEASURED_STEPS = 3
+MEASURED_STEPS = 8  # after a warm-up step: with the warm-up, one epoch of a random slice
 
 
 def shape(recipe) -> str:
