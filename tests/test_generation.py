@@ -59,13 +59,13 @@ def test_bad_parallel_and_record_files_name_file_and_row(tmp_path: Path) -> None
         read_pairs(str(tmp_path / "t.{lang}.gz"), "en", "de", ("en", "de"))
     _gz(tmp_path / "u.en.gz", ["a", "b"])
     _gz(tmp_path / "u.de.gz", ["x", "  "])
-    with pytest.raises(UserError, match=r"u.de.gz:2: empty or missing target line"):
+    with pytest.raises(UserError, match=r"u.de.gz:2: the target line is empty"):
         read_pairs(str(tmp_path / "u.{lang}.gz"), "en", "de", ("en", "de"))
     (tmp_path / "s.jsonl").write_text('{"doc": "a", "sum": "b"}\n{"doc": "c", "sum": ""}\n')
-    with pytest.raises(UserError, match=r"s.jsonl:row 2: empty or missing 'sum'"):
+    with pytest.raises(UserError, match=r"s.jsonl:2: 'sum' is empty"):
         read_pairs(str(tmp_path / "s.jsonl"), "doc", "sum")
     (tmp_path / "s.csv").write_text("doc,sum\na,b\n,d\n")
-    with pytest.raises(UserError, match=r"s.csv:row 3: empty or missing 'doc'"):
+    with pytest.raises(UserError, match=r"s.csv:3: 'doc' is empty"):
         read_pairs(str(tmp_path / "s.csv"), "doc", "sum")
 
 

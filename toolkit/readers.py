@@ -36,6 +36,11 @@ FORMATS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "jsonl", ".t
 CHUNK = 1 << 20
 
 
+class Unreadable(UserError):
+    """The builder failed and no line could be named: a task that knows its schema may look
+    closer (SQuAD's nested records) before this is said."""
+
+
 def limit_bytes(name: str, default_mb: int) -> int:
     value = os.environ.get(name, "")
     try:
@@ -196,7 +201,7 @@ def _builder_error(path: Path, fmt: str, exc: Exception, field: str | None) -> U
         problem = _json_problem(path, field)
         if problem:
             return UserError(problem)
-    return UserError(f"{path}: could not be read as {fmt} ({type(root).__name__}: {message[:200]})")
+    return Unreadable(f"{path}: could not be read as {fmt} ({type(root).__name__}: {message[:200]})")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
