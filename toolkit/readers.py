@@ -102,14 +102,20 @@ def scan(path: Path) -> int:
 
 @contextmanager
 def _quiet_builders() -> Iterator[None]:
-    """datasets logs a builder failure at ERROR level before raising it: the one line is ours."""
+    """datasets logs a builder failure at ERROR level before raising it: the one line is ours
+    (and a file's progress bar is noise beside it)."""
+    from datasets.utils import logging as ds_logging
+
     logger = logging.getLogger("datasets")
-    level = logger.level
+    level, bars = logger.level, ds_logging.is_progress_bar_enabled()
     logger.setLevel(logging.CRITICAL)
+    ds_logging.disable_progress_bar()
     try:
         yield
     finally:
         logger.setLevel(level)
+        if bars:
+            ds_logging.enable_progress_bar()
 
 
 def read(path: Path, fmt: str | None = None, *, field: str | None = None, columns: list[str] | None = None,
