@@ -345,9 +345,10 @@ def _skip(text: str, pos: int) -> int:
 
 # --- checks on the table -----------------------------------------------------------------------
 def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = None,
-               keys: Any = None) -> None:
-    """Every value of `column` is text with something in it: the first null, non-string or
-    blank value is one line naming file, line and column. Runs over the Arrow table in batches."""
+               keys: Any = None, blank_ok: bool = False) -> None:
+    """Every value of `column` is text with something in it (`blank_ok`: text at all): the first
+    null, non-string or blank value is one line naming file, line and column. Runs over the Arrow
+    table in batches."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -376,7 +377,7 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
         if missing >= 0:
             raise UserError(f"{where(path, fmt, offset + missing, _keys(keys, offset + missing))}: "
                             f"{what} is missing; every record needs it")
-        blank = pc.index(pc.equal(pc.utf8_trim_whitespace(text), ""), True).as_py()
+        blank = -1 if blank_ok else pc.index(pc.equal(pc.utf8_trim_whitespace(text), ""), True).as_py()
         if blank >= 0:
             raise UserError(f"{where(path, fmt, offset + blank, _keys(keys, offset + blank))}: {what} is "
                             "empty; every record needs some text")
