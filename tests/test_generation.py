@@ -121,7 +121,10 @@ def test_tiny_model_learns_each_task(tmp_path: Path, cli, tiny_checkpoint, task:
     losses = train_losses(run)
     assert losses[-1] < 0.7 * losses[0], losses
     rows = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
-    assert len(rows) == 15 and set(rows[0]) == {"id", "source", "reference", "prediction"}
+    assert len(rows) == 15 and set(rows[0]) == {"id", "source", "references", "prediction"}
+    code, _, err = cli("eval", run)  # `toolkit eval` writes what it scored too: the same rows
+    assert code == 0, err
+    assert [json.loads(line) for line in (run / "predictions-eval.jsonl").read_text().splitlines()] == rows
     metrics = json.loads((run / "metrics.json").read_text())
     if task == "translation":
         assert metrics["metric_info"]["bleu_signature"].startswith("nrefs:1|")

@@ -77,6 +77,7 @@ def sweep(recipes: Iterable[str | os.PathLike], axes: Iterable[str] | None = Non
     from toolkit import runs, sweeps
 
     root = runs.runs_root(None if runs_dir is None else str(runs_dir))
+    _check_runs_root(root)
     points, _ = sweeps.plan([find_recipe(str(r)) for r in recipes], list(axes or []), seeds, root, smoke)
     return [run(p.recipe, p.overrides, runs_dir=root, smoke=smoke, force=force) for p in points]
 

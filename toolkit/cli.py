@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from toolkit.errors import UserError
-from toolkit.api import run_one
+from toolkit.api import _check_runs_root, run_one
 from toolkit.recipe import find_recipe, recipe_files, recipes_root
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -29,6 +29,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not paths:
         raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
     root = runs.runs_root(args.runs_dir)
+    _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
     if args.dry_run:
         print("\n".join(sweep.describe(points, folders)))
@@ -59,8 +60,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in files:
         try:
             recipes.load(path)
-        except UserError as exc:
-            print(f"{path}: {exc}", file=sys.stderr)
+        except UserError as exc:  # the prefix `run` gives, and the file once
+            text = str(exc)
+            print(f"error: {text}" if str(path) in text else f"error: {path}: {text}", file=sys.stderr)
             failed += 1
     print(f"{len(files) - failed} of {len(files)} recipes valid")
     return 2 if failed else 0

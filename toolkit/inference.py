@@ -111,10 +111,13 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     else:
         loaders, orders = eval_loaders(recipe, setup)
         loaders = {k: acc.prepare(v) for k, v in loaders.items()}
-        metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw, orders=orders)
+        metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw, sink=setup.predictions,
+                                      orders=orders)
     result = {"split": split, "eval": metrics, "examples": {k: len(v) for k, v in raw.items()},
               "task": recipe.to_dict()["task"]}
-    if acc.is_main_process:
+    if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
+        for suffix, rows in setup.predictions.items():
+            runs.write_jsonl(run / f"predictions-{split}{suffix}.jsonl", rows)
         runs.write_json(run / f"eval-{split}.json", result)
     return result
 

@@ -234,7 +234,7 @@ class TextToText(TokenTask):
     def predictions(self, outputs: dict[str, np.ndarray], raw: Any) -> list[dict] | None:
         preds, refs, rows = self.decoded(outputs), self.references(raw), raw.to_list()
         ids = [str(r.get("id", i)) for i, r in enumerate(rows)]
-        return [{"id": i, "source": self.source_text(r), "reference": ref[0] if len(ref) == 1 else ref,
+        return [{"id": i, "source": self.source_text(r), "references": list(ref),
                  "prediction": p} for i, r, ref, p in zip(ids, rows, refs, preds)]
 
 

@@ -292,5 +292,5 @@ class Squad(TextToText):
 
     def predictions(self, outputs: dict[str, np.ndarray], raw: Any) -> list[dict] | None:
         preds, _ = self.answers(outputs, raw)
-        return [{"id": r["id"], "source": r["question"], "reference": list(r["answers"]["text"]),
+        return [{"id": r["id"], "source": r["question"], "references": list(r["answers"]["text"]),
                  "prediction": p} for r, p in zip(raw.to_list(), preds)]
