@@ -28,9 +28,15 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     file = run / "recipe.yaml"
     if not file.is_file():
         raise UserError(f"{run}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
-    import yaml
+    from toolkit.recipe import safe_yaml
 
-    raw = yaml.safe_load(file.read_text())
+    try:
+        raw = safe_yaml(file.read_text(encoding="utf-8"), str(file))
+    except (UnicodeDecodeError, UserError) as exc:
+        raise UserError(f"{file}: the run's recipe is damaged ({str(exc).split(': ')[-1] if isinstance(exc, UserError) else 'not UTF-8'}); "
+                        "restore it or run the recipe again") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{file}: the run's recipe is damaged (not a mapping); restore it or run the recipe again")
     if task_from:
         from toolkit.recipe import find_recipe, read_yaml
 
@@ -53,8 +59,9 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
         return model.eval(), tok
     if not folder.is_dir():
         raise UserError(f"{run}: no model/ folder; the run saved nothing to load")
+    check_saved(folder)
     tok = models.load_tokenizer(str(folder))
-    saved = json.loads((run / "metrics.json").read_text())
+    saved = runs_json(run / "metrics.json")
     if saved.get("label_names") and getattr(recipe.task, "label_names", "n/a") is None:  # read from files
         recipe.task.adopt_labels(list(saved["label_names"]))
     if saved.get("text_columns") and getattr(recipe.task, "text_columns", "n/a") is None:
@@ -72,6 +79,31 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
     else:
         model, _ = models.load(str(folder), head, {})
     return model.eval(), tok
+
+
+def runs_json(path: Path) -> Any:
+    """A JSON file of a run folder; a damaged one is one line naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise UserError(f"{path}: damaged ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); "
+                        "restore the run folder or run the recipe again") from None
+
+
+def check_saved(folder: Path) -> None:
+    """The saved model's files whole before any is loaded: each JSON parses, each safetensors
+    file's header matches its length (safetensors' own reader checks both offsets and size)."""
+    from safetensors import safe_open
+
+    for path in sorted(folder.glob("*.json")):
+        runs_json(path)
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                handle.keys()
+        except Exception as exc:  # SafetensorError and OSError: a truncated or overwritten file
+            raise UserError(f"{path}: damaged ({str(exc).splitlines()[0][:120]}); the file was cut "
+                            "short or overwritten: restore the run folder or run the recipe again") from None
 
 
 def split_of(data: dict[str, Any], name: str) -> dict[str, Any]:
