@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import warnings
 import os
 import shutil
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.errors import UserError
+from toolkit.errors import UserError, disk_full
 from toolkit.api import _check_runs_root, run_one
 from toolkit.recipe import find_recipe, recipe_files, recipes_root
 
@@ -268,6 +269,20 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def disk_error(exc: Exception) -> str:
+    """A full disk or a place that cannot be written, said as such with the path (the user's to fix)."""
+    where = getattr(exc, "filename", None) or "a file"
+    if getattr(exc, "errno", errno.ENOSPC) in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left on the device while writing {where} "
+                f"({'disk quota exceeded' if exc.errno == errno.EDQUOT else 'disk full'}); free some "
+                "space or write elsewhere (--runs-dir, --output)")
+    reason = getattr(exc, "strerror", None)
+    return f"cannot write {where}: {reason.lower() if reason else 'permission denied'}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
@@ -287,6 +302,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `toolkit report runs | head`: the reader left; end quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, exit 130 (128 + SIGINT) as shells expect
+        print(f"error: {getattr(exc, 'message', None) or 'interrupted; nothing more was written'}",
+              file=sys.stderr)
+        return 130
+    except Exception as exc:  # a full disk or an unwritable place anywhere: said as such
+        if not (isinstance(exc, OSError) and exc.errno in DISK_ERRORS) and not disk_full(exc):
+            raise
+        print(f"error: {disk_error(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -10,14 +10,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from toolkit import models, runs
-from toolkit.errors import UserError
+from toolkit.errors import UserError, disk_full
 from toolkit.recipe import Recipe, apply_overrides, parse
 
 PEFT_CONFIG, BOTTLENECK_CONFIG = "adapter_config.json", "bottleneck_config.json"
@@ -262,11 +265,19 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
 
 def predict_run(run: Path, source: str, output: str | None) -> int:
     """Predictions as JSONL (to a file or stdout); returns how many were written."""
+    if output:
+        check_destination(Path(output), folder=False, what="--output")
     recipe, model, tok, names = _classifier_run(run)
     out = _predict(recipe, model, tok, names, read_inputs(source, names))
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
     if output:
-        Path(output).write_text(text)
+        partial = Path(output).with_name(f".{Path(output).name}.partial")
+        try:  # whole or nothing: a full disk leaves no cut-short file at --output
+            with writing(Path(output)):
+                partial.write_text(text)
+                partial.replace(output)
+        finally:
+            partial.unlink(missing_ok=True)
     else:
         sys.stdout.write(text)
     return len(out)
@@ -296,25 +307,42 @@ def glue_test(run: Path, out_dir: Path) -> list[Path]:
 
 
 def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:
-    """A plain transformers folder where the method allows it; says what was written."""
+    """A plain transformers folder where the method allows it; says what was written. The folder
+    is written under a temporary name beside `out` and renamed at the end: an interrupted export
+    leaves no half folder at `out`, and the next export clears what it left."""
     if push_to_hub and models._offline():
         raise UserError(f"--push-to-hub {push_to_hub}: the Hub is off-line (HF_HUB_OFFLINE=1); "
                         "export to a folder and push it where the Hub is reachable")
+    check_destination(out, folder=True, what="export")
     recipe = run_recipe(run)
     if not recipe.method.trains:
         raise UserError(f"{run}: an in-context run trains nothing; export its base checkpoint instead")
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out}: exists and is not empty; choose a new folder")
+    partial = out.parent / f".{out.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)  # what an interrupted export left
+    try:
+        with writing(out):
+            note, model, tok = _export_into(run, recipe, partial, merge)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        partial.rename(out)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    if push_to_hub:
+        model.push_to_hub(push_to_hub)
+        tok.push_to_hub(push_to_hub)
+    return note
+
+
+def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str, Any, Any]:
     folder = run / "model"
     if (folder / BOTTLENECK_CONFIG).is_file():
         if merge:
             raise UserError("--merge: bottleneck adapters add a non-linear layer, which no weight of "
                             "the base can absorb; export without --merge keeps the adapter folder")
-        import shutil
-
-        shutil.copytree(folder, out, dirs_exist_ok=True)
+        check_saved(folder)
+        shutil.copytree(folder, out)
         return (f"the adapters folder (load it with toolkit.methods.adapters.load_adapters on "
-                f"{recipe.model.checkpoint})")
+                f"{recipe.model.checkpoint})"), None, None
     model, tok = load_model(run, recipe)
     note = "a plain transformers model folder"
     peft_config = getattr(model, "peft_config", None)
@@ -330,7 +358,32 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
     model.save_pretrained(out)
     tok.save_pretrained(out)
     models.make_portable(out, recipe.model.checkpoint if not recipe.smoke else str(folder))
-    if push_to_hub:
-        model.push_to_hub(push_to_hub)
-        tok.push_to_hub(push_to_hub)
-    return note
+    return note, model, tok
+
+
+@contextmanager
+def writing(target: Path) -> Iterator[None]:
+    """A full disk while writing `target` is one line naming it (tokenizers' Rust writer raises a
+    bare Exception carrying `os error 28`)."""
+    try:
+        yield
+    except Exception as exc:
+        if not disk_full(exc):
+            raise
+        raise UserError(f"no space left on the device while writing {target}; nothing was kept "
+                        "there: free some space or write elsewhere") from None
+
+
+def check_destination(path: Path, folder: bool, what: str) -> None:
+    """A place the user names for output, refused before any model loads: a folder that exists
+    and is not empty (or is a file), a missing parent, a parent that cannot be written."""
+    if folder and path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UserError(f"{what}: {path} exists and is {'not empty' if path.is_dir() else 'a file'}; "
+                        "choose a new folder")
+    if not folder and path.is_dir():
+        raise UserError(f"{what}: {path} is a folder; give a file name (e.g. {path / 'predictions.jsonl'})")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UserError(f"{what}: the folder {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"{what}: cannot write in {parent} (permission denied)")
