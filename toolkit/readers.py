@@ -145,6 +145,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
             raise UserError(f"{path}: expected a JSON list of objects (or use .jsonl, one object a line)")
         if field is not None and first != "{":
             raise UserError(f"{path}: expected a JSON object with a '{field}' list")
+        if field is None and first_item_char(path) not in "{]":  # datasets reads ["a", "b"] as `text`
+            raise UserError(_json_problem(path, None) or f"{path}: expected a JSON list of objects")
         builder, kwargs = "json", ({"field": field} if field else {})
     elif fmt == "jsonl":
         builder = "json"
@@ -171,12 +173,14 @@ def csv_header(path: Path, fmt: str) -> list[str]:
     with _open_bytes(path) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         header = next(csv.reader(text, delimiter=delimiter, quoting=quoting), [])
+    if not header or not any(h.strip() for h in header):
+        raise UserError(f"{path}:1: the first line should be a header naming the columns")
     for i, name in enumerate(header):
+        if not name.strip():
+            raise UserError(f"{path}:1: column {i + 1} of the header has no name; name every column")
         if name in header[:i]:
             raise UserError(f"{path}:1: the header names column '{name}' twice (columns "
                             f"{header.index(name) + 1} and {i + 1}); rename one")
-    if not header or not any(h.strip() for h in header):
-        raise UserError(f"{path}:1: the first line should be a header naming the columns")
     return header
 
 
@@ -219,7 +223,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def _jsonl_problem(path: Path) -> str | None:
-    """The first line that is not one JSON object with distinct keys (a line-by-line re-read)."""
+    """The first line that is not one JSON object with distinct keys, or whose field changes
+    type (a line-by-line re-read)."""
+    kinds = _Kinds()
     with _open_bytes(path) as raw:
         for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
             if not line.strip():
@@ -232,7 +238,31 @@ def _jsonl_problem(path: Path) -> str | None:
                 return f"{path}:{n}: {exc}"
             if not isinstance(value, dict):
                 return f"{path}:{n}: expected a JSON object per line, got {json_type(value)}"
+            changed = kinds.change(value, n)
+            if changed:
+                return f"{path}:{n}: {changed}"
     return None
+
+
+class _Kinds:
+    """The JSON type each field had first: a field that changes type is named with both lines."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, tuple[str, Any]] = {}
+
+    def change(self, record: dict, where: Any) -> str | None:
+        for key, value in record.items():
+            if value is None:
+                continue
+            kind = json_type(value)
+            seen = self.first.setdefault(key, (kind, where))
+            if seen[0] != kind:
+                return f"'{key}' is {kind} here but {seen[0]} at {_at(seen[1])}; one type per field"
+        return None
+
+
+def _at(where: Any) -> str:
+    return f"line {where}" if isinstance(where, int) else str(where)
 
 
 def _json_problem(path: Path, field: str | None) -> str | None:
@@ -249,10 +279,15 @@ def _json_problem(path: Path, field: str | None) -> str | None:
         value = value[field]
     if not isinstance(value, list):
         return f"{path}: expected a JSON list of records, got {json_type(value)}"
+    kinds = _Kinds()
     for i, item in enumerate(value):
+        keys = ([field] if field else []) + [i]
         if not isinstance(item, dict):
-            keys = ([field] if field else []) + [i]
             return f"{path}:{json_line(text, keys)}: expected a JSON object, got {json_type(item)}"
+        changed = kinds.change(item, f"record {i + 1}")
+        if changed:
+            key = changed.split("'")[1]
+            return f"{path}:{json_line(text, keys + [key])}: record {i + 1}: {changed}"
     return None
 
 
@@ -264,6 +299,13 @@ def first_char(path: Path) -> str:
             if chunk:
                 return chunk[:1].decode("latin-1")
     return ""
+
+
+def first_item_char(path: Path) -> str:
+    """The first character after a JSON list's opening bracket ('{' for a list of objects)."""
+    with _open_bytes(path) as raw:
+        head = raw.read(1 << 16).decode("utf-8-sig", errors="replace").lstrip()
+    return head[1:].lstrip()[:1] if head.startswith("[") else ""
 
 
 def read_small_text(path: Path) -> str:
@@ -355,11 +397,12 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
     what = what or f"column '{column}'"
     if column not in ds.column_names:
         raise UserError(f"{path}: {what} is missing (it has: {', '.join(ds.column_names)})")
-    feature = ds.features[column]
-    encoded = type(feature).__name__ == "Json"  # mixed types: each value stored as JSON text
     offset = 0
     for batch in ds.data.to_batches(max_chunksize=65536):
         values = batch.column(batch.schema.get_field_index(column))
+        encoded = isinstance(values.type, pa.BaseExtensionType)  # mixed types: each value as JSON text
+        if encoded:
+            values = values.storage
         if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
             bad = pc.index(pc.is_valid(values), True).as_py()
             bad = 0 if bad < 0 else bad
