@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.errors import UserError, disk_full
+from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.api import _check_runs_root, run_one
 from toolkit.recipe import find_recipe, recipe_files, recipes_root
 
@@ -44,8 +44,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # One process per point: peak memory (CPU: the process's max RSS) and library state
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
         flags = ["--smoke"] * args.smoke + ["--force"] * args.force + ["--runs-dir", str(root)]
-        code = subprocess.call([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),
-                                *point.overrides, *flags])
+        try:
+            code = subprocess.call([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),
+                                    *point.overrides, *flags])
+        except KeyboardInterrupt:  # the run itself said where it stopped; this says where the sweep is
+            raise Interrupted(f"sweep stopped at run {i} of {len(points)}; the same command skips the "
+                              "finished runs and resumes this one") from None
         if code != 0:
             raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed (exit {code}); finished "
                             "runs are kept: the same command continues from there")
