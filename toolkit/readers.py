@@ -427,6 +427,29 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
         offset += len(batch)
 
 
+def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
+    """Every value of `column` is a string, a number or true/false (a label): the first list or
+    object is one line naming file and line (str() would make `[1]` a class of its own)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offset = 0
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        values = batch.column(batch.schema.get_field_index(column))
+        bad = -1
+        if isinstance(values.type, pa.BaseExtensionType):  # mixed JSON types, stored as JSON text
+            text = pc.fill_null(values.storage, "0")
+            bad = pc.index(pc.or_(pc.starts_with(text, "["), pc.starts_with(text, "{")), True).as_py()
+        elif pa.types.is_nested(values.type):
+            bad = max(pc.index(pc.is_valid(values), True).as_py(), -1)
+        if bad >= 0:
+            value = values[bad].as_py()
+            value = json.loads(value) if isinstance(value, str) else value
+            raise UserError(f"{where(path, fmt, offset + bad)}: {what} is {json_type(value)}, expected "
+                            "text or a number")
+        offset += len(batch)
+
+
 def _keys(keys: Any, index: int) -> list[Any] | None:
     return keys(index) if callable(keys) else None
 

@@ -142,6 +142,8 @@ class TextClassification(Classification):
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
+            if fmt != "hub":
+                readers.check_scalar(ds, self.label_column, Path(path), fmt, f"label column '{self.label_column}'")
         if self.problem == "classification" and self.labels is None and self._found_labels is None:
             self._found_labels = self._label_set(splits)
         out = {k: (self._normalise(*s) if s is not None else None) for k, s in splits.items()}
