@@ -429,6 +429,10 @@ PATHS: dict[str, tuple[Callable[[Path, Path, Any], list], str]] = {
                               "is a folder; give a file name"),
     "predict into a read-only folder": (lambda run, tmp, mp: (_readonly(mp, tmp / "ro"), ["predict", run, "--input",
                                         tmp / "in.txt", "--output", tmp / "ro" / "p.jsonl"])[1], "permission denied"),
+    "predict input text a list": (lambda run, tmp, mp: (tmp / "i.jsonl").write_text('{"sentence": ["a"]}\n') and
+                                  ["predict", run, "--input", tmp / "i.jsonl"], "i.jsonl:1: field 'sentence' is a list"),
+    "predict input ragged csv": (lambda run, tmp, mp: (tmp / "i.csv").write_text("sentence\na\nb,c\n") and
+                                 ["predict", run, "--input", tmp / "i.csv"], "i.csv:3: expected 1 fields"),
     "predict a missing input": (lambda run, tmp, mp: ["predict", run, "--input", tmp / "none.txt"], "none.txt does not exist"),
     "export onto a file": (lambda run, tmp, mp: (tmp / "f").write_text("x") and ["export", run, tmp / "f"],
                            "exists and is a file"),

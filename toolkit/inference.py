@@ -166,6 +166,14 @@ def read_inputs(source: str, columns: list[str]) -> list[dict]:
         path = Path(source)
         if not path.is_file():
             raise UserError(f"--input: {path} does not exist")
+        from toolkit import readers
+
+        if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
+            fmt = readers.file_format(path)  # the shared reader: FILE:LINE for every bad record
+            ds = readers.read(path, fmt)
+            for column in columns:
+                readers.check_text(ds, column, path, fmt, what=f"field '{column}'")
+            return ds.to_list()
         from toolkit.tasks.text_classification import read_text
 
         text, name = read_text(path), str(path)
