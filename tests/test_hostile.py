@@ -527,6 +527,21 @@ train: {{max_steps: 100000, batch_size: 2, save_every: 2, eval_every: 100000}}
     assert f"toolkit run {recipe} --runs-dir {runs} --resume" in lines[0], err
 
 
+def test_ctrl_c_before_a_checkpoint_leaves_no_folder(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolkit import train
+
+    def interrupt(self: Any, bar: Any, stop_after: Any) -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train.Loop, "_epoch", interrupt)
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "--runs-dir", tmp_path / "runs")
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 130 and len(lines) == 1 and "Traceback" not in err, err
+    assert "interrupted at step 0 of 4, before any checkpoint: nothing was kept" in lines[0], err
+    assert f"`toolkit run demo/sst2/minilm-lora --smoke --runs-dir {tmp_path / 'runs'}` starts it again" in lines[0]
+    assert not list((tmp_path / "runs").rglob("recipe.yaml"))
+
+
 # --- valid odd input: the right result ------------------------------------------------------------
 def _classification(tmp: Path, name: str, content: bytes | str, **settings: Any) -> tuple[Any, dict]:
     from toolkit.tasks.text_classification import TextClassification
@@ -675,7 +690,7 @@ def test_a_large_file_is_read_in_bounded_memory(tmp_path: Path) -> None:
 
 
 KINDS = Counter([kind for kind, _, _ in {**DATA, **RECIPES}.values()]
-                + ["run folder"] * len(FOLDERS) + ["paths and CLI"] * (len(PATHS) + 4) + ["Ctrl-C"]
+                + ["run folder"] * len(FOLDERS) + ["paths and CLI"] * (len(PATHS) + 4) + ["Ctrl-C"] * 2
                 + ["valid odd input"] * (len(ODD) + 1))
 
 
