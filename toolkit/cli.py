@@ -283,8 +283,8 @@ def disk_error(exc: Exception) -> str:
         return (f"no space left on the device while writing {where} "
                 f"({'disk quota exceeded' if exc.errno == errno.EDQUOT else 'disk full'}); free some "
                 "space or write elsewhere (--runs-dir, --output)")
-    reason = getattr(exc, "strerror", None)
-    return f"cannot write {where}: {reason.lower() if reason else 'permission denied'}"
+    reason = getattr(exc, "strerror", None)  # read or written: the system's own words
+    return f"{where}: {reason.lower() if reason else 'permission denied'}"
 
 
 def main(argv: list[str] | None = None) -> int:

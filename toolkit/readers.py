@@ -42,11 +42,15 @@ class Unreadable(UserError):
 
 
 def limit_bytes(name: str, default_mb: int) -> int:
+    """A size limit from the environment (MiB, fractions allowed), in bytes."""
     value = os.environ.get(name, "")
     try:
-        return int(float(value) * (1 << 20)) if value else default_mb << 20
+        limit = round(float(value) * (1 << 20)) if value else default_mb << 20
     except ValueError:
-        raise UserError(f"{name}: expected a number of MiB, got '{value}'") from None
+        limit = 0
+    if not limit > 0:
+        raise UserError(f"{name}: expected a positive number of MiB, got '{value}'")
+    return limit
 
 
 def file_format(path: Path, allowed: tuple[str, ...] = ("csv", "tsv", "json", "jsonl")) -> str:
@@ -79,7 +83,7 @@ def scan(path: Path) -> int:
             while chunk := handle.read(CHUNK):
                 size += len(chunk)
                 if size > limit:
-                    raise UserError(f"{path}: holds more than {limit >> 20} MiB of data"
+                    raise UserError(f"{path}: holds more than {limit / (1 << 20):.3g} MiB of data"
                                     f"{' once decompressed' if path.suffix.lower() == '.gz' else ''}; "
                                     "the limit is TOOLKIT_MAX_INPUT_MB (raise it, or split the file)")
                 try:
@@ -138,8 +142,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     elif fmt == "json":
         limit = limit_bytes("TOOLKIT_MAX_JSON_MB", 2048)
         if size > limit:
-            raise UserError(f"{path}: a {size / (1 << 20):.0f} MiB JSON document is parsed whole; the limit "
-                            f"is {limit >> 20} MiB (TOOLKIT_MAX_JSON_MB): write it as JSONL, one record a line")
+            raise UserError(f"{path}: a {size / (1 << 20):.2f} MiB JSON document is parsed whole; the limit "
+                            f"is {limit / (1 << 20):.3g} MiB (TOOLKIT_MAX_JSON_MB): write it as JSONL, one record a line")
         first = first_char(path)
         if field is None and first != "[":
             raise UserError(f"{path}: expected a JSON list of objects (or use .jsonl, one object a line)")
