@@ -542,6 +542,17 @@ def test_ctrl_c_before_a_checkpoint_leaves_no_folder(tmp_path: Path, cli, monkey
     assert not list((tmp_path / "runs").rglob("recipe.yaml"))
 
 
+def test_nothing_loads_unsafely() -> None:
+    """Recipes and run folders are data: safe YAML, no pickle, no shell strings anywhere."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "toolkit"
+    unsafe = re.compile(r"\bpickle\b|shell=True|yaml\.load\(|yaml\.unsafe_load|\bos\.system\(|torch\.load\(|(?<![.\w])(eval|exec)\(")
+    found = [f"{p.relative_to(root)}:{n}" for p in root.rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if unsafe.search(line)]
+    assert not found, found
+
+
 # --- valid odd input: the right result ------------------------------------------------------------
 def _classification(tmp: Path, name: str, content: bytes | str, **settings: Any) -> tuple[Any, dict]:
     from toolkit.tasks.text_classification import TextClassification
@@ -690,7 +701,7 @@ def test_a_large_file_is_read_in_bounded_memory(tmp_path: Path) -> None:
 
 
 KINDS = Counter([kind for kind, _, _ in {**DATA, **RECIPES}.values()]
-                + ["run folder"] * len(FOLDERS) + ["paths and CLI"] * (len(PATHS) + 4) + ["Ctrl-C"] * 2
+                + ["run folder"] * len(FOLDERS) + ["paths and CLI"] * (len(PATHS) + 4) + ["Ctrl-C"] * 2 + ["security"]
                 + ["valid odd input"] * (len(ODD) + 1))
 
 

@@ -8,7 +8,8 @@
     toolkit.export(run.dir, "out", merge=True)
 
 User errors raise `toolkit.UserError` with the one line the CLI prints; nothing here prints a
-traceback or exits. `toolkit.cli` is a thin layer over these functions. Importing this module
+traceback or exits. Ctrl-C during `run` raises `toolkit.errors.Interrupted` (a KeyboardInterrupt)
+whose message says the step reached and how to resume. `toolkit.cli` is a thin layer over these functions. Importing this module
 imports no torch, transformers or datasets: each function imports what it uses.
 """
 
