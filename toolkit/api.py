@@ -143,7 +143,7 @@ def interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[st
     from toolkit import runs
 
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
-    reached = f"at step {step} of {total}" if step is not None else "before training started"
+    reached = f"at step {step} of {total}" if step is not None else "outside the training steps"
     saved = runs.checkpoints(out)
     if saved:
         kept = int(saved[-1].name.split("-")[1])
