@@ -1,4 +1,4 @@
-"""The one exception a user can cause: printed as a single line, exit code 2."""
+"""What a user can cause: a UserError (one line, exit code 2), Ctrl-C (Interrupted, exit 130), a full disk."""
 
 import errno
 
