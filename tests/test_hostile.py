@@ -503,28 +503,43 @@ def test_interrupted_export_does_not_block_the_next(tmp_path: Path, cli, finishe
     assert (tmp_path / "out" / "adapter_config.json").is_file() and not left.exists()
 
 
-def test_ctrl_c_is_one_line_with_the_step_and_how_to_resume(tmp_path: Path, tiny_checkpoint) -> None:
-    """A real SIGINT to `toolkit run` after its first checkpoint."""
+def _long_recipe(tmp_path: Path, tiny_checkpoint: Any) -> Path:
+    """A run that checkpoints every 2 steps and would go on for a long time."""
     data = tmp_path / "d.csv"
     data.write_text("text,label\n" + "".join(f"movie {i} was {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(64)))
-    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+    return write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
 task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16}}
 method: {{name: full}}
 train: {{max_steps: 100000, batch_size: 2, save_every: 2, eval_every: 100000}}
 """)
-    runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "run", str(recipe), "--runs-dir", str(runs)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _ctrl_c(command: list[str], runs: Path) -> tuple[int, list[str], str]:
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group) once a checkpoint exists."""
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit.cli", *command, "--runs-dir", str(runs)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while not list(runs.rglob("trainer_state.json")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err and len(lines) == 1, err
+    return proc.returncode, [line for line in err.splitlines() if line.startswith("error:")], err
+
+
+def test_ctrl_c_is_one_line_with_the_step_and_how_to_resume(tmp_path: Path, tiny_checkpoint) -> None:
+    """A real SIGINT to `toolkit run` after its first checkpoint."""
+    recipe, runs = _long_recipe(tmp_path, tiny_checkpoint), tmp_path / "runs"
+    code, lines, err = _ctrl_c(["run", str(recipe)], runs)
+    assert code == 130 and "Traceback" not in err and len(lines) == 1, err
     assert "interrupted at step" in lines[0] and "keeps the checkpoint of step" in lines[0], err
     assert f"toolkit run {recipe} --runs-dir {runs} --resume" in lines[0], err
+
+
+def test_ctrl_c_in_a_sweep_is_one_line(tmp_path: Path, tiny_checkpoint) -> None:
+    recipe, runs = _long_recipe(tmp_path, tiny_checkpoint), tmp_path / "runs"
+    code, lines, err = _ctrl_c(["sweep", str(recipe), "train.lr=1e-3,1e-4"], runs)
+    assert code == 130 and "Traceback" not in err and len(lines) == 1, err
+    assert "sweep stopped at run 1 of 2" in lines[0] and "keeps the checkpoint of step" in lines[0], err
 
 
 def test_ctrl_c_before_a_checkpoint_leaves_no_folder(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -701,7 +716,7 @@ def test_a_large_file_is_read_in_bounded_memory(tmp_path: Path) -> None:
 
 
 KINDS = Counter([kind for kind, _, _ in {**DATA, **RECIPES}.values()]
-                + ["run folder"] * len(FOLDERS) + ["paths and CLI"] * (len(PATHS) + 4) + ["Ctrl-C"] * 2 + ["security"]
+                + ["run folder"] * len(FOLDERS) + ["paths and CLI"] * (len(PATHS) + 4) + ["Ctrl-C"] * 3 + ["security"]
                 + ["valid odd input"] * (len(ODD) + 1))
 
 

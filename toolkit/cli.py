@@ -44,17 +44,32 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # One process per point: peak memory (CPU: the process's max RSS) and library state
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
         flags = ["--smoke"] * args.smoke + ["--force"] * args.force + ["--runs-dir", str(root)]
+        child = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),
+                                  *point.overrides, *flags], env={**os.environ, SWEEP_CHILD: "1"})
         try:
-            code = subprocess.call([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),
-                                    *point.overrides, *flags])
-        except KeyboardInterrupt:  # the run itself said where it stopped; this says where the sweep is
-            raise Interrupted(f"sweep stopped at run {i} of {len(points)}; the same command skips the "
-                              "finished runs and resumes this one") from None
+            code = child.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the run too: it stops and keeps its checkpoint
+            code = child.wait()
+        if code == 130:  # one line for both: where the sweep is, what the run kept
+            raise Interrupted(f"sweep stopped at run {i} of {len(points)} ({point}): "
+                              f"{_kept(out)}; the same command skips the finished runs and goes on "
+                              "from there")
         if code != 0:
             raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed (exit {code}); finished "
                             "runs are kept: the same command continues from there")
     print(f"sweep: {len(points)} runs done")
     return 0
+
+
+SWEEP_CHILD = "TOOLKIT_SWEEP_CHILD"  # a sweep's run leaves the Ctrl-C line to the sweep
+
+
+def _kept(out: Path) -> str:
+    from toolkit import runs
+
+    saved = runs.checkpoints(out)
+    return f"{out} keeps the checkpoint of step {saved[-1].name.split('-')[1]}" if saved else \
+        "it had no checkpoint yet"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -307,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt as exc:  # Ctrl-C: one line, exit 130 (128 + SIGINT) as shells expect
+        if os.environ.get(SWEEP_CHILD) and args.command == "run":
+            return 130  # the sweep that started this run says it, once
         print(f"error: {getattr(exc, 'message', None) or 'interrupted; nothing more was written'}",
               file=sys.stderr)
         return 130
