@@ -69,7 +69,7 @@ def test_predict_writes_label_names_and_probabilities(tmp_path: Path, cli) -> No
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "x"}\n')
     code, _, err = cli("predict", run, "--input", bad)
-    assert code == 2 and "example 1 lacks field 'sentence'" in err
+    assert code == 2 and "bad.jsonl: field 'sentence' is missing (it has: text)" in err
 
 
 @pytest.mark.parametrize("subset, file_name, rows, values", [

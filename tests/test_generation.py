@@ -59,13 +59,13 @@ def test_bad_parallel_and_record_files_name_file_and_row(tmp_path: Path) -> None
         read_pairs(str(tmp_path / "t.{lang}.gz"), "en", "de", ("en", "de"))
     _gz(tmp_path / "u.en.gz", ["a", "b"])
     _gz(tmp_path / "u.de.gz", ["x", "  "])
-    with pytest.raises(UserError, match=r"u.de.gz:2: empty or missing target line"):
+    with pytest.raises(UserError, match=r"u.de.gz:2: the target line is empty"):
         read_pairs(str(tmp_path / "u.{lang}.gz"), "en", "de", ("en", "de"))
     (tmp_path / "s.jsonl").write_text('{"doc": "a", "sum": "b"}\n{"doc": "c", "sum": ""}\n')
-    with pytest.raises(UserError, match=r"s.jsonl:row 2: empty or missing 'sum'"):
+    with pytest.raises(UserError, match=r"s.jsonl:2: 'sum' is empty"):
         read_pairs(str(tmp_path / "s.jsonl"), "doc", "sum")
     (tmp_path / "s.csv").write_text("doc,sum\na,b\n,d\n")
-    with pytest.raises(UserError, match=r"s.csv:row 3: empty or missing 'doc'"):
+    with pytest.raises(UserError, match=r"s.csv:3: 'doc' is empty"):
         read_pairs(str(tmp_path / "s.csv"), "doc", "sum")
 
 
@@ -121,7 +121,10 @@ def test_tiny_model_learns_each_task(tmp_path: Path, cli, tiny_checkpoint, task:
     losses = train_losses(run)
     assert losses[-1] < 0.7 * losses[0], losses
     rows = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
-    assert len(rows) == 15 and set(rows[0]) == {"id", "source", "reference", "prediction"}
+    assert len(rows) == 15 and set(rows[0]) == {"id", "source", "references", "prediction"}
+    code, _, err = cli("eval", run)  # `toolkit eval` writes what it scored too: the same rows
+    assert code == 0, err
+    assert [json.loads(line) for line in (run / "predictions-eval.jsonl").read_text().splitlines()] == rows
     metrics = json.loads((run / "metrics.json").read_text())
     if task == "translation":
         assert metrics["metric_info"]["bleu_signature"].startswith("nrefs:1|")

@@ -71,7 +71,7 @@ def test_validate_cli_exit_codes(tmp_path: Path, cli) -> None:
     code, out, err = cli("validate", good, bad)
     assert code == 2
     assert "1 of 2 recipes valid" in out
-    assert err.strip() == f"{bad}: method.alpah: unknown key (did you mean 'alpha'?)"
+    assert err.strip() == f"error: {bad}: method.alpah: unknown key (did you mean 'alpha'?)"
     assert cli("validate", good)[0] == 0
 
 

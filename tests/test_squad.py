@@ -129,7 +129,7 @@ def test_split_by_article_keeps_articles_apart(tmp_path: Path) -> None:
 
 def test_answer_offset_mismatch_is_one_line_naming_file_and_question(tmp_path: Path, cli) -> None:
     bad = _squad_file(tmp_path / "bad.json", bad=True)
-    with pytest.raises(UserError, match=r"bad.json: article 2 \('T2'\), question q2: answer 'City2' at answer_start"):
+    with pytest.raises(UserError, match=r"bad.json:1: article 2 \('T2'\), question q2: answer 'City2' at answer_start"):
         read_squad(str(bad))
     recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
 task: {{name: squad, eval_file: {bad}, split_articles: 0.5}}

@@ -8,7 +8,8 @@
     toolkit.export(run.dir, "out", merge=True)
 
 User errors raise `toolkit.UserError` with the one line the CLI prints; nothing here prints a
-traceback or exits. `toolkit.cli` is a thin layer over these functions. Importing this module
+traceback or exits. Ctrl-C during `run` raises `toolkit.errors.Interrupted` (a KeyboardInterrupt)
+whose message says the step reached and how to resume. `toolkit.cli` is a thin layer over these functions. Importing this module
 imports no torch, transformers or datasets: each function imports what it uses.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from toolkit.errors import UserError
+from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe
 
 
@@ -77,6 +78,7 @@ def sweep(recipes: Iterable[str | os.PathLike], axes: Iterable[str] | None = Non
     from toolkit import runs, sweeps
 
     root = runs.runs_root(None if runs_dir is None else str(runs_dir))
+    _check_runs_root(root)
     points, _ = sweeps.plan([find_recipe(str(r)) for r in recipes], list(axes or []), seeds, root, smoke)
     return [run(p.recipe, p.overrides, runs_dir=root, smoke=smoke, force=force) for p in points]
 
@@ -111,14 +113,52 @@ def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_di
     with runs.locked(out):  # a second launch of the same run refuses here
         if force and out.exists() and rank0:
             shutil.rmtree(out)
-        resume = resume or (out.exists() and bool(runs.checkpoints(out)))
+        existed = out.exists()
+        resume = resume or (existed and bool(runs.checkpoints(out)))
         if resume and not runs.checkpoints(out) and rank0:
             print(f"no checkpoint in {out}: starting from the beginning")
-        metrics = train.run(recipe, out, resume=resume, stop_after=stop_after)
+        try:
+            metrics = train.run(recipe, out, resume=resume, stop_after=stop_after)
+        except KeyboardInterrupt as exc:
+            again = ["toolkit", "run", str(path), *overrides] + ["--smoke"] * smoke + \
+                (["--runs-dir", runs_dir] if runs_dir else [])
+            raise interrupted(exc, out, existed and rank0, again) from None
+        except Exception as exc:
+            if not (disk_full(exc) or _nearly_full(out)):
+                raise
+            raise UserError(f"no space left on the device while writing {out} ({type(exc).__name__}); "
+                            "free some space (or use another --runs-dir): the same command goes on "
+                            "from the last checkpoint") from None
     if metrics is not None and rank0:
         evals = ", ".join(f"{k}={v:.4f}" for k, v in metrics["eval"].items())
         print(f"{out}: {evals}")
     return out
+
+
+def interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[str]) -> Interrupted:
+    """Ctrl-C during a run: one line saying the step reached, what was kept and the command that
+    goes on from there. A folder this launch created and that holds no checkpoint is removed."""
+    import shlex
+
+    from toolkit import runs
+
+    step, total = getattr(exc, "step", None), getattr(exc, "total", None)
+    reached = f"at step {step} of {total}" if step is not None else "outside the training steps"
+    saved = runs.checkpoints(out)
+    if saved:
+        kept = int(saved[-1].name.split("-")[1])
+        return Interrupted(f"interrupted {reached}; {out} keeps the checkpoint of step {kept}: "
+                           f"`{shlex.join(again + ['--resume'])}` goes on from there", step, total)
+    if not existed and out.exists():
+        shutil.rmtree(out, ignore_errors=True)
+    return Interrupted(f"interrupted {reached}, before any checkpoint: nothing was kept; "
+                       f"`{shlex.join(again)}` starts it again", step, total)
+
+
+def _nearly_full(out: Path) -> bool:
+    """torch's checkpoint writer reports a full disk as an iostream RuntimeError: ask the disk."""
+    place = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    return shutil.disk_usage(place).free < (1 << 20)
 
 
 def _smoke_upstream(recipe: object, root: Path) -> None:

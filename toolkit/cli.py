@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import warnings
 import os
 import shutil
@@ -10,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.errors import UserError
-from toolkit.api import run_one
+from toolkit.errors import Interrupted, UserError, disk_full
+from toolkit.api import _check_runs_root, run_one
 from toolkit.recipe import find_recipe, recipe_files, recipes_root
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -29,6 +30,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not paths:
         raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
     root = runs.runs_root(args.runs_dir)
+    _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
     if args.dry_run or args.estimate:
         print_plan(points, folders, args.estimate, args.smoke)
@@ -41,8 +43,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # One process per point: peak memory (CPU: the process's max RSS) and library state
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
         flags = ["--smoke"] * args.smoke + ["--force"] * args.force + ["--runs-dir", str(root)]
-        code = subprocess.call([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),
-                                *point.overrides, *flags])
+        child = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),
+                                  *point.overrides, *flags], env={**os.environ, SWEEP_CHILD: "1"})
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the run too: it stops and keeps its checkpoint
+            code = child.wait()
+        if code == 130:  # one line for both: where the sweep is, what the run kept
+            raise Interrupted(f"sweep stopped at run {i} of {len(points)} ({point}): "
+                              f"{_kept(out)}; the same command skips the finished runs and goes on "
+                              "from there")
         if code != 0:
             raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed (exit {code}); finished "
                             "runs are kept: the same command continues from there")
@@ -75,6 +85,17 @@ def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bo
               "(others' work slows what is measured)")
 
 
+SWEEP_CHILD = "TOOLKIT_SWEEP_CHILD"  # a sweep's run leaves the Ctrl-C line to the sweep
+
+
+def _kept(out: Path) -> str:
+    from toolkit import runs
+
+    saved = runs.checkpoints(out)
+    return f"{out} keeps the checkpoint of step {saved[-1].name.split('-')[1]}" if saved else \
+        "it had no checkpoint yet"
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from toolkit import recipe as recipes
 
@@ -83,8 +104,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in files:
         try:
             recipes.load(path)
-        except UserError as exc:
-            print(f"{path}: {exc}", file=sys.stderr)
+        except UserError as exc:  # the prefix `run` gives, and the file once
+            text = str(exc)
+            print(f"error: {text}" if str(path) in text else f"error: {path}: {text}", file=sys.stderr)
             failed += 1
     print(f"{len(files) - failed} of {len(files)} recipes valid")
     return 2 if failed else 0
@@ -293,6 +315,20 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def disk_error(exc: Exception) -> str:
+    """A full disk or a place that cannot be written, said as such with the path (the user's to fix)."""
+    where = getattr(exc, "filename", None) or "a file"
+    if getattr(exc, "errno", errno.ENOSPC) in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left on the device while writing {where} "
+                f"({'disk quota exceeded' if exc.errno == errno.EDQUOT else 'disk full'}); free some "
+                "space or write elsewhere (--runs-dir, --output)")
+    reason = getattr(exc, "strerror", None)  # read or written: the system's own words
+    return f"{where}: {reason.lower() if reason else 'permission denied'}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
@@ -312,6 +348,17 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `toolkit report runs | head`: the reader left; end quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, exit 130 (128 + SIGINT) as shells expect
+        if os.environ.get(SWEEP_CHILD) and args.command == "run":
+            return 130  # the sweep that started this run says it, once
+        print(f"error: {getattr(exc, 'message', None) or 'interrupted; nothing more was written'}",
+              file=sys.stderr)
+        return 130
+    except Exception as exc:  # a full disk or an unwritable place anywhere: said as such
+        if not (isinstance(exc, OSError) and exc.errno in DISK_ERRORS) and not disk_full(exc):
+            raise
+        print(f"error: {disk_error(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

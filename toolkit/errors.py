@@ -1,4 +1,6 @@
-"""The one exception a user can cause: printed as a single line, exit code 2."""
+"""What a user can cause: a UserError (one line, exit code 2), Ctrl-C (Interrupted, exit 130), a full disk."""
+
+import errno
 
 
 class UserError(Exception):
@@ -7,3 +9,20 @@ class UserError(Exception):
     The CLI prints `error: <message>` and exits with code 2; no traceback is shown because the
     message already says what is wrong, where, and what would be right.
     """
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with where it stopped: the training loop raises it carrying the step reached; the
+    run sets the line to print (what was kept, how to go on). Still a KeyboardInterrupt, so code
+    that lets Ctrl-C through keeps doing so."""
+
+    def __init__(self, message: str = "interrupted", step: int | None = None, total: int | None = None) -> None:
+        super().__init__(message)
+        self.message, self.step, self.total = message, step, total
+
+
+def disk_full(exc: BaseException) -> bool:
+    """A full disk, however the writer said it (tokenizers' Rust writer raises a bare Exception
+    carrying `os error 28`)."""
+    return (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or \
+        "os error 28" in str(exc) or "No space left on device" in str(exc)

@@ -10,14 +10,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from toolkit import models, runs
-from toolkit.errors import UserError
+from toolkit.errors import UserError, disk_full
 from toolkit.recipe import Recipe, apply_overrides, parse
 
 PEFT_CONFIG, BOTTLENECK_CONFIG = "adapter_config.json", "bottleneck_config.json"
@@ -28,9 +31,15 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     file = run / "recipe.yaml"
     if not file.is_file():
         raise UserError(f"{run}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
-    import yaml
+    from toolkit.recipe import safe_yaml
 
-    raw = yaml.safe_load(file.read_text())
+    try:
+        raw = safe_yaml(file.read_text(encoding="utf-8"), str(file))
+    except (UnicodeDecodeError, UserError) as exc:
+        raise UserError(f"{file}: the run's recipe is damaged ({str(exc).split(': ')[-1] if isinstance(exc, UserError) else 'not UTF-8'}); "
+                        "restore it or run the recipe again") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{file}: the run's recipe is damaged (not a mapping); restore it or run the recipe again")
     if task_from:
         from toolkit.recipe import find_recipe, read_yaml
 
@@ -53,8 +62,9 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
         return model.eval(), tok
     if not folder.is_dir():
         raise UserError(f"{run}: no model/ folder; the run saved nothing to load")
+    check_saved(folder)
     tok = models.load_tokenizer(str(folder))
-    saved = json.loads((run / "metrics.json").read_text())
+    saved = runs_json(run / "metrics.json")
     if saved.get("label_names") and getattr(recipe.task, "label_names", "n/a") is None:  # read from files
         recipe.task.adopt_labels(list(saved["label_names"]))
     if saved.get("text_columns") and getattr(recipe.task, "text_columns", "n/a") is None:
@@ -72,6 +82,31 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
     else:
         model, _ = models.load(str(folder), head, {})
     return model.eval(), tok
+
+
+def runs_json(path: Path) -> Any:
+    """A JSON file of a run folder; a damaged one is one line naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise UserError(f"{path}: damaged ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); "
+                        "restore the run folder or run the recipe again") from None
+
+
+def check_saved(folder: Path) -> None:
+    """The saved model's files whole before any is loaded: each JSON parses, each safetensors
+    file's header matches its length (safetensors' own reader checks both offsets and size)."""
+    from safetensors import safe_open
+
+    for path in sorted(folder.glob("*.json")):
+        runs_json(path)
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                handle.keys()
+        except Exception as exc:  # SafetensorError and OSError: a truncated or overwritten file
+            raise UserError(f"{path}: damaged ({str(exc).splitlines()[0][:120]}); the file was cut "
+                            "short or overwritten: restore the run folder or run the recipe again") from None
 
 
 def split_of(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -111,10 +146,13 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     else:
         loaders, orders = eval_loaders(recipe, setup)
         loaders = {k: acc.prepare(v) for k, v in loaders.items()}
-        metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw, orders=orders)
+        metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw, sink=setup.predictions,
+                                      orders=orders)
     result = {"split": split, "eval": metrics, "examples": {k: len(v) for k, v in raw.items()},
               "task": recipe.to_dict()["task"]}
-    if acc.is_main_process:
+    if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
+        for suffix, rows in setup.predictions.items():
+            runs.write_jsonl(run / f"predictions-{split}{suffix}.jsonl", rows)
         runs.write_json(run / f"eval-{split}.json", result)
     return result
 
@@ -128,6 +166,14 @@ def read_inputs(source: str, columns: list[str]) -> list[dict]:
         path = Path(source)
         if not path.is_file():
             raise UserError(f"--input: {path} does not exist")
+        from toolkit import readers
+
+        if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
+            fmt = readers.file_format(path)  # the shared reader: FILE:LINE for every bad record
+            ds = readers.read(path, fmt)
+            for column in columns:
+                readers.check_text(ds, column, path, fmt, what=f"field '{column}'")
+            return ds.to_list()
         from toolkit.tasks.text_classification import read_text
 
         text, name = read_text(path), str(path)
@@ -227,11 +273,19 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
 
 def predict_run(run: Path, source: str, output: str | None) -> int:
     """Predictions as JSONL (to a file or stdout); returns how many were written."""
+    if output:
+        check_destination(Path(output), folder=False, what="--output")
     recipe, model, tok, names = _classifier_run(run)
     out = _predict(recipe, model, tok, names, read_inputs(source, names))
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
     if output:
-        Path(output).write_text(text)
+        partial = Path(output).with_name(f".{Path(output).name}.partial")
+        try:  # whole or nothing: a full disk leaves no cut-short file at --output
+            with writing(Path(output)):
+                partial.write_text(text)
+                partial.replace(output)
+        finally:
+            partial.unlink(missing_ok=True)
     else:
         sys.stdout.write(text)
     return len(out)
@@ -281,25 +335,42 @@ def _embed_base(recipe: Recipe, out: Path, prompt_learning: bool) -> str:
 
 
 def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:
-    """A plain transformers folder where the method allows it; says what was written."""
+    """A plain transformers folder where the method allows it; says what was written. The folder
+    is written under a temporary name beside `out` and renamed at the end: an interrupted export
+    leaves no half folder at `out`, and the next export clears what it left."""
     if push_to_hub and models._offline():
         raise UserError(f"--push-to-hub {push_to_hub}: the Hub is off-line (HF_HUB_OFFLINE=1); "
                         "export to a folder and push it where the Hub is reachable")
+    check_destination(out, folder=True, what="export")
     recipe = run_recipe(run)
     if not recipe.method.trains:
         raise UserError(f"{run}: an in-context run trains nothing; export its base checkpoint instead")
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out}: exists and is not empty; choose a new folder")
+    partial = out.parent / f".{out.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)  # what an interrupted export left
+    try:
+        with writing(out):
+            note, model, tok = _export_into(run, recipe, partial, merge)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        partial.rename(out)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    if push_to_hub:
+        model.push_to_hub(push_to_hub)
+        tok.push_to_hub(push_to_hub)
+    return note
+
+
+def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str, Any, Any]:
     folder = run / "model"
     if (folder / BOTTLENECK_CONFIG).is_file():
         if merge:
             raise UserError("--merge: bottleneck adapters add a non-linear layer, which no weight of "
                             "the base can absorb; export without --merge keeps the adapter folder")
-        import shutil
-
-        shutil.copytree(folder, out, dirs_exist_ok=True)
+        check_saved(folder)
+        shutil.copytree(folder, out)
         return (f"the adapters folder (load it with toolkit.methods.adapters.load_adapters on "
-                f"{recipe.model.checkpoint})")
+                f"{recipe.model.checkpoint})"), None, None
     model, tok = load_model(run, recipe)
     note = "a plain transformers model folder"
     peft_config = getattr(model, "peft_config", None)
@@ -315,7 +386,32 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
     tok.save_pretrained(out)
     if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays
         models.make_portable(out, recipe.model.checkpoint)
-    if push_to_hub:
-        model.push_to_hub(push_to_hub)
-        tok.push_to_hub(push_to_hub)
-    return note
+    return note, model, tok
+
+
+@contextmanager
+def writing(target: Path) -> Iterator[None]:
+    """A full disk while writing `target` is one line naming it (tokenizers' Rust writer raises a
+    bare Exception carrying `os error 28`)."""
+    try:
+        yield
+    except Exception as exc:
+        if not disk_full(exc):
+            raise
+        raise UserError(f"no space left on the device while writing {target}; nothing was kept "
+                        "there: free some space or write elsewhere") from None
+
+
+def check_destination(path: Path, folder: bool, what: str) -> None:
+    """A place the user names for output, refused before any model loads: a folder that exists
+    and is not empty (or is a file), a missing parent, a parent that cannot be written."""
+    if folder and path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UserError(f"{what}: {path} exists and is {'not empty' if path.is_dir() else 'a file'}; "
+                        "choose a new folder")
+    if not folder and path.is_dir():
+        raise UserError(f"{what}: {path} is a folder; give a file name (e.g. {path / 'predictions.jsonl'})")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UserError(f"{what}: the folder {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"{what}: cannot write in {parent} (permission denied)")

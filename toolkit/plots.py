@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from toolkit import reports as report
+from toolkit.errors import UserError
 
 
 def _plt():
@@ -47,7 +48,17 @@ def _log(run: Path) -> list[dict]:
     path = run / "log.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    entries = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if line.strip():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{n}: not valid JSON ({exc.msg}); the run's log is damaged: "
+                                "remove that line, or report with --no-plots") from None
+            if not isinstance(entries[-1], dict) or not isinstance(entries[-1].get("step", 0), int):
+                raise UserError(f"{path}:{n}: not a log entry (an object with an integer step)")
+    return entries
 
 
 def _mean_curve(runs: list[dict], value) -> tuple[list[int], list[float]]:

@@ -244,8 +244,14 @@ def safe_yaml(text: str, where: str) -> Any:
             raise UserError(f"{where}: expands to more than {MAX_YAML_NODES:,} YAML nodes "
                             "(aliases repeated); a recipe is a page of settings")
         return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserError(f"{where}: not valid YAML ({' '.join(str(exc).split())})") from None
+    except yaml.YAMLError as exc:  # the position and the problem, never the file's text
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise UserError(f"{where}: not valid YAML{at} ({problem})") from None
+
+
+RECIPE_KEYS = {"model", "task", "method", "train", "extends", "name", "smoke"}
 
 
 def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
@@ -266,6 +272,9 @@ def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     raw = safe_yaml(text, str(path)) or {}
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
+    if raw and not set(map(str, raw)) & RECIPE_KEYS:  # some other YAML file: never echo its keys
+        raise UserError(f"{path}: is not a recipe (it has no model, task, method, train or extends "
+                        "section)")
     bases = raw.pop("extends", [])
     if isinstance(bases, str):
         bases = [bases]

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Sampler
 from tqdm.auto import tqdm
 
 from toolkit import attention, chain, evaluation, models, provenance, runs, tracking
-from toolkit.errors import UserError
+from toolkit.errors import Interrupted, UserError
 from toolkit.methods import Context, count_params
 from toolkit.recipe import Recipe, dump
 from toolkit.tasks import Task
@@ -341,8 +341,12 @@ class Loop:
                    desc=self.recipe.name, dynamic_ncols=True,
                    mininterval=0.5 if sys.stderr.isatty() else 30.0)
         stop = False
-        while self.state.step < self.total_steps and not stop:
-            stop = self._epoch(bar, stop_after)
+        try:
+            while self.state.step < self.total_steps and not stop:
+                stop = self._epoch(bar, stop_after)
+        except KeyboardInterrupt:  # Ctrl-C: the caller says where it stopped and how to resume
+            bar.close()
+            raise Interrupted(step=self.state.step, total=self.total_steps) from None
         bar.close()
         if stop_after and self.state.step >= stop_after and self.state.step < self.total_steps:
             self.save()  # a simulated interruption: checkpoint and leave the run unfinished

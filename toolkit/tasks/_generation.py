@@ -15,9 +15,6 @@ similar length; each carries its `example_index`, and scoring puts them back in 
 
 from __future__ import annotations
 
-import csv
-import gzip
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,82 +46,56 @@ class Generation:
                 "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1}
 
 
-def _nonempty(value: Any, where: str, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise UserError(f"{where}: empty or missing {what}; every example needs a non-empty {what}")
-    return value
+def read_records(path: Path, fields: tuple[str, ...]) -> Any:
+    """JSON (a list of objects, or {"data": [...]}), JSONL or CSV, `.gz` too -> a Dataset whose
+    `fields` are text, through the shared reader: a missing, empty or non-text field is one
+    error naming file, line and field."""
+    from toolkit import readers
 
-
-def read_records(path: Path, fields: tuple[str, ...]) -> list[dict]:
-    """JSON (a list of objects, or {"data": [...]}), JSONL or CSV, `.gz` too -> rows with `fields`.
-
-    Each missing or empty field is one error naming the file and row (1-based; CSV counts the
-    header as row 1, as a spreadsheet shows it)."""
     if not path.is_file():
         raise UserError(f"{path}: no such file")
-    suffixes = [s for s in path.suffixes if s != ".gz"]
-    kind = suffixes[-1] if suffixes else ""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        if kind == ".csv":
-            rows, first = list(csv.DictReader(handle)), 2
-        elif kind == ".jsonl":
-            rows, first = [], 1
-            for n, line in enumerate(handle, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise UserError(f"{path}:{n}: not a JSON line ({exc.msg})") from None
-        elif kind == ".json":
-            try:
-                data = json.load(handle)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-            rows, first = (data.get("data") if isinstance(data, dict) else data), 1
-            if not isinstance(rows, list):
-                raise UserError(f"{path}: expected a JSON list of objects (or {{\"data\": [...]}})")
-        else:
-            raise UserError(f"{path}: unknown format '{kind}'; use .json, .jsonl or .csv (optionally .gz), "
-                            "or parallel text files named with {lang}")
-    out = []
-    for n, row in enumerate(rows, first):
-        if not isinstance(row, dict):
-            raise UserError(f"{path}:row {n}: expected an object with fields {list(fields)}")
-        out.append({f: _nonempty(row.get(f), f"{path}:row {n}", f"'{f}'") for f in fields})
-    return out
+    suffix = [s.lower() for s in path.suffixes if s.lower() != ".gz"][-1:]
+    if suffix not in ([".json"], [".jsonl"], [".csv"]):
+        raise UserError(f"{path}: unknown format '{''.join(suffix)}'; use .json, .jsonl or .csv "
+                        "(optionally .gz), or parallel text files named with {lang}")
+    fmt = readers.file_format(path, ("json", "jsonl", "csv"))
+    field = "data" if fmt == "json" and readers.first_char(path) == "{" else None
+    ds = readers.read(path, fmt, field=field)
+    keys = (lambda i: ["data", i]) if field else None
+    for name in fields:
+        readers.check_text(ds, name, path, fmt, what=f"'{name}'", keys=keys)
+    return ds.select_columns(list(fields))
 
 
-def read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n").rstrip("\r") for line in handle]
-
-
-def read_parallel(source: Path, target: Path) -> list[dict]:
+def read_parallel(source: Path, target: Path) -> Any:
     """Line-aligned parallel text (`.gz` too): line i of one file translates line i of the other."""
-    src, tgt = read_lines(source), read_lines(target)
+    from datasets import concatenate_datasets
+
+    from toolkit import readers
+
+    src, tgt = (readers.read(p, "text") for p in (source, target))
     if len(src) != len(tgt):
         raise UserError(f"{source}: {len(src)} lines but {target} has {len(tgt)}; parallel files must "
                         "be line-aligned")
-    for n, (s, t) in enumerate(zip(src, tgt), 1):
-        _nonempty(s, f"{source}:{n}", "source line")
-        _nonempty(t, f"{target}:{n}", "target line")
-    return [{"source": s, "target": t} for s, t in zip(src, tgt)]
+    readers.check_text(src, "text", source, "text", what="the source line")
+    readers.check_text(tgt, "text", target, "text", what="the target line")
+    return concatenate_datasets([src.rename_column("text", "source"), tgt.rename_column("text", "target")],
+                                axis=1)
 
 
-def read_pairs(pattern: str, source_field: str, target_field: str, langs: tuple[str, str] | None = None) -> list[dict]:
-    """A recipe's data file: parallel text when the path holds `{lang}` (filled with each side's
-    language), else JSON/JSONL/CSV records with the two named fields."""
+def read_pairs(pattern: str, source_field: str, target_field: str, langs: tuple[str, str] | None = None) -> Any:
+    """A recipe's data file -> a Dataset of `source` and `target` text: parallel text when the
+    path holds `{lang}` (filled with each side's language), else JSON/JSONL/CSV records with the
+    two named fields."""
     if "{lang}" in pattern:
         if langs is None:
             raise UserError(f"{pattern}: '{{lang}}' in a path is for translation's parallel files")
         return read_parallel(data_path(pattern.replace("{lang}", langs[0])),
                              data_path(pattern.replace("{lang}", langs[1])))
-    rows = read_records(data_path(pattern), (source_field, target_field))
-    return [{"source": r[source_field], "target": r[target_field]} for r in rows]
+    ds = read_records(data_path(pattern), (source_field, target_field))
+    if source_field == target_field:
+        raise UserError(f"task: the source and target fields are both '{source_field}'")
+    return ds.rename_columns({source_field: "source", target_field: "target"})
 
 
 @dataclass(kw_only=True)
@@ -263,7 +234,7 @@ class TextToText(TokenTask):
     def predictions(self, outputs: dict[str, np.ndarray], raw: Any) -> list[dict] | None:
         preds, refs, rows = self.decoded(outputs), self.references(raw), raw.to_list()
         ids = [str(r.get("id", i)) for i, r in enumerate(rows)]
-        return [{"id": i, "source": self.source_text(r), "reference": ref[0] if len(ref) == 1 else ref,
+        return [{"id": i, "source": self.source_text(r), "references": list(ref),
                  "prediction": p} for i, r, ref, p in zip(ids, rows, refs, preds)]
 
 

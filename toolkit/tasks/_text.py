@@ -31,22 +31,29 @@ HELDOUT = "heldout"  # column marking raw held-out documents (corrupted at encod
 
 
 def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str) -> Any:
-    """Local files -> DatasetDict with one `text` column; errors name the file."""
-    from datasets import load_dataset
+    """Local files -> DatasetDict with one `text` column, through the shared reader: a text that
+    is not text (a list, a number) or a file with nothing but whitespace is one line naming it."""
+    from datasets import DatasetDict
 
+    from toolkit import readers
+
+    out = {}
     for split, file in files.items():
-        if not data_path(file).is_file():
-            raise UserError(f"task.{split}_file: {data_path(file)} is not there")
-    paths = {k: str(data_path(v)) for k, v in files.items()}
-    if fmt == "json":
-        ds = load_dataset("json", data_files=paths)
-        for split, part in ds.items():
-            if text_field not in part.column_names:
-                raise UserError(f"task.text_field: {paths[split]} has no field '{text_field}' "
-                                f"(fields: {', '.join(part.column_names)})")
-        return ds.select_columns([text_field]).rename_column(text_field, "text") \
-            if text_field != "text" else ds.select_columns(["text"])
-    return load_dataset("text", data_files=paths, sample_by="paragraph" if documents == "blank_line" else "line")
+        path = data_path(file)
+        if not path.exists():
+            raise UserError(f"task.{split}_file: {path} is not there")
+        if fmt == "json":
+            kind = readers.file_format(path, ("json", "jsonl"))
+            ds = readers.read(path, kind)
+            if text_field not in ds.column_names:
+                raise UserError(f"task.text_field: {path} has no field '{text_field}' "
+                                f"(fields: {', '.join(ds.column_names)})")
+            readers.check_text(ds, text_field, path, kind, what=f"'{text_field}'", blank_ok=True)
+            ds = ds.select_columns([text_field])
+            out[split] = ds.rename_column(text_field, "text") if text_field != "text" else ds
+        else:
+            out[split] = readers.read(path, "text", sample_by="paragraph" if documents == "blank_line" else "line")
+    return DatasetDict(out)
 
 
 def _format(file: str) -> str:
@@ -111,11 +118,19 @@ class TextTask(TokenTask):
             ds = _read_files(files, fmts.pop(), self.documents, self.text_field)
             train, heldout = ds["train"], ds.get("eval")
         train = train.filter(lambda t: bool(t and t.strip()), input_columns="text")
+        if len(train) == 0:
+            raise UserError(f"task: the training text ({self.train_file or self.dataset}) has no document "
+                            "with any text in it")
         if heldout is None:
+            if len(train) < 2:
+                raise UserError(f"task.train_file: {len(train)} document(s) with text; holding out "
+                                "task.eval_fraction of them needs at least 2 (or set task.eval_file)")
             parts = train.train_test_split(test_size=self.eval_fraction, seed=self.split_seed)
             train, heldout = parts["train"], parts["test"]
         else:
             heldout = heldout.filter(lambda t: bool(t and t.strip()), input_columns="text")
+            if len(heldout) == 0:
+                raise UserError(f"task.eval_file: {self.eval_file} has no document with any text in it")
         heldout = subset(heldout, self.max_eval_samples, self.split_seed)
         heldout = heldout.add_column(HELDOUT, [True] * len(heldout))
         return {"train": subset(train, self.max_train_samples, self.split_seed), "eval": {"": heldout}}

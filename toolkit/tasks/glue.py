@@ -9,6 +9,7 @@ column or unknown label with its file and line, and yields the same columns as t
 from __future__ import annotations
 
 import csv
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -88,6 +89,7 @@ def read_tsv(path: Path, spec: Spec) -> dict[str, list]:
     if not path.is_file():
         raise UserError(f"GLUE file {path} is not there (expected the GLUE download layout: "
                         f"<data>/glue/{spec.folder}/{path.name})")
+    csv.field_size_limit(sys.maxsize)  # a long document is a row like any other
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
             rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.tasks import TASKS, Metric, data_path, declaration, hub_offline, subset
@@ -41,42 +42,83 @@ HUB_IDS = {"v1": "rajpurkar/squad", "v2": "rajpurkar/squad_v2"}
 
 
 def read_squad(path_text: str) -> list[dict]:
-    """A SQuAD-format JSON file -> rows in the Hub's schema plus `article` (its index); an answer
-    whose offset does not match its context is one error naming file, article and question id."""
+    """A SQuAD-format JSON file -> rows in the Hub's schema plus `article` (its index), read by
+    the shared reader (datasets' json builder, `field: data`). A wrong type, a missing field or
+    an answer whose offset does not match its context is one error naming file and line."""
     path = data_path(path_text)
     if not path.is_file():
         raise UserError(f"{path}: no such file (a SQuAD-format JSON file)")
+    readers.file_format(path, ("json",))
     try:
-        data = json.loads(path.read_text(encoding="utf-8")).get("data")
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise UserError(f"{path}: not a SQuAD JSON file ({exc})") from None
-    if not isinstance(data, list):
-        raise UserError(f"{path}: expected {{\"data\": [articles]}} as SQuAD files have")
+        articles = readers.read(path, "json", field="data")
+    except readers.Unreadable:  # mixed types the builder cannot type: find the record in Python
+        data = json.loads(readers.read_small_text(path))["data"]
+        _rows(data, _Where(path))
+        raise
+    return _rows(articles, _Where(path))
+
+
+class _Where:
+    """FILE:LINE of a place in the file, found (by re-reading it) only when there is an error."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+
+    def __call__(self, *keys: Any) -> str:
+        try:
+            return f"{self.path}:{readers.json_line(readers.read_small_text(self.path), ['data', *keys])}"
+        except Exception:  # a position is a courtesy: the message still names the record
+            return f"{self.path}: data/{'/'.join(map(str, keys))}"
+
+
+def _need(value: Any, kind: type, where: Any, what: str) -> Any:
+    if value is None:
+        raise UserError(f"{where()}: {what} is missing")
+    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        names = {str: "text", list: "a list", dict: "an object", int: "a whole number", bool: "true/false"}
+        raise UserError(f"{where()}: {what} is {readers.json_type(value)}, expected {names[kind]}")
+    return value
+
+
+def _rows(articles: Any, at: _Where) -> list[dict]:
     rows = []
-    for a, article in enumerate(data):
-        for paragraph in article.get("paragraphs", []):
-            context = paragraph.get("context") or ""
-            for qa in paragraph.get("qas", []):
-                where = f"{path}: article {a} ('{article.get('title', '')}'), question {qa.get('id')}"
-                rows.append(_row(qa, context, article.get("title", ""), a, where))
+    for a, article in enumerate(articles):
+        _need(article, dict, lambda: at(a), f"article {a}")
+        title = article.get("title") or ""
+        for p, paragraph in enumerate(_need(article.get("paragraphs"), list, lambda: at(a), "'paragraphs'")):
+            place = lambda *k: (lambda: at(a, "paragraphs", p, *k))
+            _need(paragraph, dict, place(), "a paragraph")
+            context = _need(paragraph.get("context"), str, place(), "'context'")
+            for q, qa in enumerate(_need(paragraph.get("qas"), list, place(), "'qas'")):
+                _need(qa, dict, place("qas", q), "a question")
+                named = lambda: f"{at(a, 'paragraphs', p, 'qas', q)}: article {a} ('{title}'), question {qa.get('id')}"
+                rows.append(_row(qa, context, str(title), a, named))
     if not rows:
-        raise UserError(f"{path}: no questions found")
+        raise UserError(f"{at.path}: no questions found")
     return rows
 
 
-def _row(qa: dict, context: str, title: str, article: int, where: str) -> dict:
-    if not context.strip() or not str(qa.get("question", "")).strip():
-        raise UserError(f"{where}: empty context or question")
+def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
+    question = _need(qa.get("question"), str, where, "'question'")
+    if qa.get("id") is None:
+        raise UserError(f"{where()}: 'id' is missing")
+    if not context.strip() or not question.strip():
+        raise UserError(f"{where()}: empty context or question")
+    impossible = qa.get("is_impossible")
+    if impossible is not None:
+        _need(impossible, bool, where, "'is_impossible'")
     texts, starts = [], []
-    for ans in [] if qa.get("is_impossible") else qa.get("answers", []):
-        text, start = ans.get("text", ""), ans.get("answer_start", -1)
+    for ans in [] if impossible else _need(qa.get("answers", []), list, where, "'answers'"):
+        _need(ans, dict, where, "an answer")
+        text = _need(ans.get("text"), str, where, "an answer's 'text'")
+        start = _need(ans.get("answer_start"), int, where, "an answer's 'answer_start'")
         if not text or context[start:start + len(text)] != text:
-            raise UserError(f"{where}: answer {text!r} at answer_start {start} does not match the "
+            raise UserError(f"{where()}: answer {text!r} at answer_start {start} does not match the "
                             f"context there ({context[max(start, 0):max(start, 0) + len(text)]!r}); "
                             "fix answer_start")
         texts.append(text)
         starts.append(start)
-    return {"id": str(qa.get("id")), "title": title, "context": context, "question": qa["question"],
+    return {"id": str(qa["id"]), "title": title, "context": context, "question": question,
             "answers": {"text": texts, "answer_start": starts}, "article": article}
 
 
@@ -250,5 +292,5 @@ class Squad(TextToText):
 
     def predictions(self, outputs: dict[str, np.ndarray], raw: Any) -> list[dict] | None:
         preds, _ = self.answers(outputs, raw)
-        return [{"id": r["id"], "source": r["question"], "reference": list(r["answers"]["text"]),
+        return [{"id": r["id"], "source": r["question"], "references": list(r["answers"]["text"]),
                  "prediction": p} for r, p in zip(raw.to_list(), preds)]

@@ -30,16 +30,14 @@ PRESETS: dict[str, tuple[str | None, str | None, str | None, str | None, str, st
 
 def load_pairs(task: Any, hub_eval_split: str = "validation") -> dict[str, Any]:
     """{'train', 'eval': {'': ...}} of rows {id, source, target} from local files or the Hub."""
-    from datasets import Dataset
-
     train_file, eval_file, hub_id, hub_config = task.sources()
     if eval_file is None and hub_id is None:
         raise UserError(f"task.eval_file: subset '{task.subset}' needs task.train_file and task.eval_file")
     if eval_file is not None:
         train = task.read(train_file) if train_file else None
         evaluation = task.read(eval_file)
-        to_ds = lambda rows: Dataset.from_list([{"id": str(i), **r} for i, r in enumerate(rows)])
-        train, evaluation = (to_ds(train) if train else None), to_ds(evaluation)
+        with_ids = lambda ds: ds.add_column("id", [str(i) for i in range(len(ds))])
+        train, evaluation = (with_ids(train) if train is not None else None), with_ids(evaluation)
     else:
         train, evaluation = task.from_hub(hub_id, hub_config, hub_eval_split)
     return {"train": subset(train, task.max_train_samples),
@@ -97,7 +95,7 @@ class Summarization(TextToText):
             return self.train_file, self.eval_file or evaluation, None, None
         return train, evaluation, hub_id, config
 
-    def read(self, pattern: str) -> list[dict]:
+    def read(self, pattern: str) -> Any:
         return read_pairs(self.expand(pattern), *self.fields())
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:

@@ -1,40 +1,29 @@
 """A user's own labelled text: classification or regression from CSV, TSV, JSON or JSONL files
 (`.gz` too) or a Hub data set, with no code.
 
-Files are read by datasets' own `csv` and `json` builders. Before that, each file is checked
-row by row here (encoding, field counts, JSON syntax), because the builders report a malformed
-row as a pyarrow or pandas traceback without the file or row; a user gets one line naming both.
+Files are read by the shared reader (`toolkit.readers`: datasets' own `csv` and `json` builders,
+checked on the Arrow table), which names file and line for every malformed record.
 """
 
 from __future__ import annotations
 
-import csv
 import gzip
-import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, data_path, hub_offline, subset
 from toolkit.tasks._classification import (CLASSIFICATION_METRICS, REGRESSION_METRICS,
                                            Classification)
 
-FORMATS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "jsonl"}
 SAMPLE_SEED = 0  # max_*_samples pick the same examples for every training seed
 
 
 def file_format(path: Path) -> str:
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] == ".gz":
-        suffixes = suffixes[:-1]
-    fmt = FORMATS.get(suffixes[-1]) if suffixes else None
-    if fmt is None:
-        raise UserError(f"{path}: unknown data format (use .csv, .tsv, .json or .jsonl, "
-                        "optionally .gz)")
-    return fmt
+    return readers.file_format(path, ("csv", "tsv", "json", "jsonl"))
 
 
 def read_text(path: Path) -> str:
@@ -58,80 +47,14 @@ def read_text(path: Path) -> str:
     return text
 
 
-def _check_delimited(path: Path, text: str, delimiter: str) -> list[str]:
-    """Header and field counts of a CSV/TSV; returns the header."""
-    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL  # TSV: quotes are text
-    rows = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
-    header = next(rows)
-    for i, name in enumerate(header):
-        if name in header[:i]:
-            raise UserError(f"{path}:1: the header names column '{name}' twice (columns "
-                            f"{header.index(name) + 1} and {i + 1}); rename one")
-    seen = 0
-    for row in rows:
-        if not row:
-            continue
-        seen += 1
-        if len(row) != len(header):
-            raise UserError(f"{path}:{rows.line_num}: expected {len(header)} fields like the header "
-                            f"({delimiter!r}-separated), got {len(row)}")
-    if seen == 0:
-        raise UserError(f"{path}: has a header and no rows")
-    return header
-
-
-def _check_json(path: Path, text: str, lines: bool) -> list[str]:
-    """JSON syntax per record; returns the keys of the first record."""
-    records: list[Any] = []
-    if lines:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-                if not isinstance(records[-1], dict):
-                    raise UserError(f"{path}:{lineno}: expected a JSON object per line")
-    else:
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            raise UserError(f"{path}: expected a JSON list of objects (or use .jsonl)")
-    if not records:
-        raise UserError(f"{path}: holds no records")
-    return list(records[0])
-
-
 def read_file(path: Path) -> Any:
-    """One data file -> a datasets.Dataset through datasets' builders, after the row checks."""
-    from datasets import Features, Value, load_dataset
-
-    fmt = file_format(path)
-    text = read_text(path)
-    if fmt in ("csv", "tsv"):
-        header = _check_delimited(path, text, "\t" if fmt == "tsv" else ",")
-        kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if fmt == "tsv" else {}
-        kwargs["keep_default_na"] = False  # an empty cell is "", not NaN; labels are checked below
-        # cells as written: labels 01 and 1 stay two labels, a column of numbers stays text
-        kwargs["features"] = Features({name: Value("string") for name in header})
-        builder = "csv"
-    else:
-        _check_json(path, text, lines=fmt == "jsonl")
-        builder, kwargs = "json", {}
-    try:
-        return load_dataset(builder, data_files=str(path), split="train", **kwargs)
-    except Exception as exc:  # what the checks above did not foresee: still one line
-        raise UserError(f"{path}: could not be read as {fmt} ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    """One data file -> a datasets.Dataset, through the shared reader (toolkit.readers)."""
+    return readers.read(path, file_format(path))
 
 
 def _where(path: str, index: int, fmt: str) -> str:
-    """file:line of the index-th record (the header counts as line 1 of a CSV/TSV)."""
-    if fmt in ("csv", "tsv"):
-        return f"{path}:{index + 2}"
-    return f"{path}:{index + 1}" if fmt == "jsonl" else f"{path}: record {index + 1}"
+    """file:line of the index-th record (a Hub split: its record number)."""
+    return f"{path}: record {index + 1}" if fmt == "hub" else readers.where(Path(path), fmt, index)
 
 
 @TASKS.register("text_classification")
@@ -219,6 +142,8 @@ class TextClassification(Classification):
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
+            if fmt != "hub":
+                readers.check_scalar(ds, self.label_column, Path(path), fmt, f"label column '{self.label_column}'")
         if self.problem == "classification" and self.labels is None and self._found_labels is None:
             self._found_labels = self._label_set(splits)
         out = {k: (self._normalise(*s) if s is not None else None) for k, s in splits.items()}
@@ -283,9 +208,12 @@ class TextClassification(Classification):
         has_label = self.label_column in ds.column_names
         self._check_columns(ds, path, labels=False)
         for col in self.text_columns:
-            for i, value in enumerate(ds[col]):
-                if value is None or not str(value).strip():
-                    raise UserError(f"{_where(path, i, fmt)}: column '{col}' is empty")
+            if fmt == "hub":
+                for i, value in enumerate(ds[col]):
+                    if value is None or not str(value).strip():
+                        raise UserError(f"{_where(path, i, fmt)}: column '{col}' is empty")
+            else:
+                readers.check_text(ds, col, Path(path), fmt)
         keep = list(self.text_columns)
         if not has_label:
             return ds.select_columns(keep)

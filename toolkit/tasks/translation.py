@@ -80,7 +80,7 @@ class Translation(TextToText):
         pair = "-".join(sorted((self.source_lang, self.target_lang), key=lambda c: c == "en"))
         return None, None, HUB[self.subset], pair  # WMT configs are named xx-en
 
-    def read(self, pattern: str) -> list[dict]:
+    def read(self, pattern: str) -> Any:
         return read_pairs(self.expand(pattern), self.source_field or self.source_lang,
                           self.target_field or self.target_lang, (self.source_lang, self.target_lang))
 

@@ -1,0 +1,728 @@
+"""The hostile suite: what a careless or hostile user hands the toolkit, one table row each.
+
+Every bad input is one `error:` line naming what is wrong (the file and line for data), exit code
+2, no traceback and no run folder left; valid odd input gives the right result. Reader errors
+come before any weight loads, so the data rows run in-process through `toolkit.cli.main` in well
+under a second each. KINDS counts the rows by kind (printed by `test_suite_size`).
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from conftest import write_recipe
+
+Make = Callable[[Path], list]
+
+
+# --- recipes around one data file -------------------------------------------------------------
+def _file(tmp: Path, name: str, content: bytes | str) -> Path:
+    path = tmp / name
+    if name.endswith(".gz") and not isinstance(content, bytes):
+        path.write_bytes(gzip.compress(content.encode()))
+    else:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+def classify(content: bytes | str, name: str = "d.csv", extra: str = "") -> Make:
+    def make(tmp: Path) -> list:
+        path = _file(tmp, name, content)
+        return ["run", write_recipe(tmp / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: text_classification, train_file: {path}, eval_file: {path}{extra}}}
+method: {{name: full}}
+"""), "--smoke"]
+    return make
+
+
+def squad(content: Any, name: str = "s.json") -> Make:
+    def make(tmp: Path) -> list:
+        text = content if isinstance(content, (str, bytes)) else json.dumps(content, indent=1)
+        path = _file(tmp, name, text)
+        return ["run", write_recipe(tmp / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: squad, eval_file: {path}, split_articles: 0.5}}
+method: {{name: full}}
+"""), "--smoke"]
+    return make
+
+
+def summarize(content: bytes | str, name: str = "d.jsonl") -> Make:
+    def make(tmp: Path) -> list:
+        path = _file(tmp, name, content)
+        return ["run", write_recipe(tmp / "r.yaml", f"""model: {{checkpoint: t5-base}}
+task: {{name: summarization, subset: custom, train_file: {path}, eval_file: {path}}}
+method: {{name: full}}
+"""), "--smoke"]
+    return make
+
+
+def translate(files: dict[str, bytes | str], pattern: str = "p.{lang}") -> Make:
+    def make(tmp: Path) -> list:
+        for name, content in files.items():
+            _file(tmp, name, content)
+        path = tmp / pattern
+        return ["run", write_recipe(tmp / "r.yaml", f"""model: {{checkpoint: t5-base}}
+task: {{name: translation, subset: custom, source_lang: en, target_lang: de, train_file: '{path}', eval_file: '{path}'}}
+method: {{name: full}}
+"""), "--smoke"]
+    return make
+
+
+def pretrain(content: bytes | str, name: str = "t.txt", objective: str = "mlm", extra: str = "") -> Make:
+    checkpoint = {"mlm": "bert-base-uncased", "clm": "gpt2"}[objective]
+
+    def make(tmp: Path) -> list:
+        path = _file(tmp, name, content)
+        return ["run", write_recipe(tmp / "r.yaml", f"""model: {{checkpoint: {checkpoint}}}
+task: {{name: {objective}, train_file: {path}{extra}}}
+method: {{name: full}}
+"""), "--smoke"]
+    return make
+
+
+def validate(text: str | bytes, base: dict[str, str | bytes] | None = None) -> Make:
+    def make(tmp: Path) -> list:
+        for name, content in (base or {}).items():
+            _file(tmp, name, content)
+        return ["validate", _file(tmp, "r.yaml", text)]
+    return make
+
+
+def with_env(make: Make, **env: str) -> Make:
+    """A row run with environment settings (the reader's size limits)."""
+    make.env = env  # type: ignore[attr-defined]
+    return make
+
+
+# --- data ---------------------------------------------------------------------------------------
+CSV = "text,label\ngood movie,pos\nbad movie,neg\nfine film,pos\nawful film,neg\n"
+JSONL = "".join(json.dumps({"text": t, "label": l}) + "\n" for t, l in
+                [("good movie", 1), ("bad movie", 0), ("fine film", 1), ("awful film", 0)])
+PAIRS = "".join(json.dumps({"source": f"document number {i} about things", "target": f"summary {i}"}) + "\n"
+                for i in range(4))
+
+
+def qa(question: Any = "Where?", answers: Any = None, context: Any = "Paris is in France.", **extra: Any) -> dict:
+    q = {"id": "q1", "question": question,
+         "answers": [{"text": "Paris", "answer_start": 0}] if answers is None else answers, **extra}
+    if question is ...:
+        del q["question"]
+    return {"title": "T", "paragraphs": [{"context": context, "qas": [q]}]}
+
+
+def articles(*bad: Any) -> dict:
+    return {"data": [qa(), qa(), *bad]}
+
+
+def jsonl(*rows: Any) -> str:
+    return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+
+
+GOOD = {"text": "good movie", "label": 1}
+BAD_GZ = b"\x1f\x8b\x08\x00" + b"not really gzip" * 10
+CUT_GZ = gzip.compress(CSV.encode() * 50)[:-40]
+
+DATA: dict[str, tuple[str, Make, str]] = {
+    # --- text classification: CSV / TSV / JSON / JSONL / gz ---
+    "csv empty": ("classification", classify(""), "the file is empty"),
+    "csv whitespace only": ("classification", classify("  \n\n\t\n"), "the file is empty (only whitespace)"),
+    "csv header only": ("classification", classify("text,label\n"), "has a header and no rows"),
+    "csv latin-1 byte": ("classification", classify(b"text,label\ngood,1\nb\xe4d,0\n"), "d.csv:3: not UTF-8 text (byte 0xe4)"),
+    "csv latin-1 header": ("classification", classify(b"t\xe9xt,label\ngood,1\n"), "d.csv:1: not UTF-8"),
+    "csv binary": ("classification", classify(bytes(range(256)) * 4), "not UTF-8 text"),
+    "csv ragged row": ("classification", classify("text,label\ngood,1\nbad,0,0\n"), "d.csv:3: expected 2 fields like the header"),
+    "csv second label column": ("classification", classify("text,label,label\ngood,1,0\nbad,0,1\n"),
+                                "d.csv:1: the header names column 'label' twice (columns 2 and 3)"),
+    "csv empty text cell": ("classification", classify("text,label\ngood,1\n   ,0\n"), "d.csv:3: column 'text' is empty"),
+    "csv empty cell after a quoted newline": ("classification", classify('text,label\n"two\nlines",1\n"",0\n'),
+                                              "d.csv:4: column 'text' is empty"),
+    "csv no label column": ("classification", classify("text,stars\ngood,1\nbad,0\n", extra=", text_columns: [text]"),
+                            "column 'label' is missing"),
+    "csv one label": ("classification", classify("text,label\ngood,1\nfine,1\n"), "has 1 distinct label(s)"),
+    "csv label outside labels": ("classification", classify("text,label\ngood,1\nbad,2\n", extra=", labels: [0, 1]"),
+                                 "d.csv:3: label '2' is not one of 0, 1"),
+    "csv regression word": ("classification", classify("text,label\na,1.5\nb,high\n", extra=", problem: regression"),
+                            "d.csv:3: label 'high' is not a number"),
+    "csv regression inf": ("classification", classify("text,label\na,1.5\nb,inf\n", extra=", problem: regression"),
+                           "d.csv:3: label 'inf' is not a finite number"),
+    "csv header of blanks": ("classification", classify(",\na,1\n"), "d.csv:1: the first line should be a header"),
+    "tsv ragged row": ("classification", classify("sentence\tlabel\ngood\t1\nbad\t0\t0\n", "d.tsv"),
+                       "d.tsv:3: expected 2 fields like the header (tab-separated)"),
+    "gz not gzip": ("classification", classify(BAD_GZ, "d.csv.gz"), "not a readable gzip file"),
+    "gz cut short": ("classification", classify(CUT_GZ, "d.csv.gz"), "not a readable gzip file"),
+    "gz holding latin-1": ("classification", classify(gzip.compress(b"text,label\nb\xe4d,0\n"), "d.csv.gz"),
+                           "d.csv.gz:2: not UTF-8"),
+    "unknown extension": ("classification", classify(CSV, "d.xlsx"), "unknown data format"),
+    "jsonl bad syntax": ("classification", classify(jsonl(GOOD, '{"text": '), "d.jsonl"), "d.jsonl:2: not valid JSON"),
+    "jsonl array line": ("classification", classify(jsonl(GOOD, "[1, 2]"), "d.jsonl"),
+                         "d.jsonl:2: expected a JSON object per line, got a list"),
+    "jsonl text is a list": ("classification", classify(jsonl({"text": ["a", "b"], "label": 1}, {"text": ["c"], "label": 0}), "d.jsonl"),
+                             "d.jsonl:1: column 'text' is a list, expected text"),
+    "jsonl one text is a list": ("classification", classify(jsonl(GOOD, {"text": ["c"], "label": 0}), "d.jsonl"),
+                                 "d.jsonl:2: column 'text' is a list, expected text"),
+    "jsonl one text is a number": ("classification", classify(jsonl(GOOD, {"text": 5, "label": 0}), "d.jsonl"),
+                                   "d.jsonl:2: column 'text' is a number, expected text"),
+    "jsonl texts are numbers": ("classification", classify(jsonl({"text": 4, "label": 1}, {"text": 5, "label": 0}), "d.jsonl"),
+                                "d.jsonl:1: column 'text' is a number (4), expected text"),
+    "jsonl text is an object": ("classification", classify(jsonl(GOOD, {"text": {"a": 1}, "label": 0}), "d.jsonl"),
+                                "d.jsonl:2: column 'text' is an object, expected text"),
+    "jsonl text missing": ("classification", classify(jsonl(GOOD, {"label": 0}), "d.jsonl"),
+                           "d.jsonl:2: column 'text' is missing"),
+    "jsonl text null": ("classification", classify(jsonl(GOOD, {"text": None, "label": 0}), "d.jsonl"),
+                        "d.jsonl:2: column 'text' is missing"),
+    "jsonl labels lists": ("classification", classify(jsonl({"text": "a", "label": [1]}, {"text": "b", "label": [0]}), "d.jsonl"),
+                           "d.jsonl:1: label column 'label' is a list, expected text or a number"),
+    "jsonl one label an object": ("classification", classify(jsonl(GOOD, {"text": "b", "label": {"y": 1}}), "d.jsonl"),
+                                  "d.jsonl:2: label column 'label' is an object, expected text or a number"),
+    "jsonl key twice": ("classification", classify(jsonl('{"text": "a", "label": 1, "label": 0}', GOOD), "d.jsonl"),
+                        "d.jsonl:1: the key 'label' appears twice in one object"),
+    "jsonl line counted past blanks": ("classification", classify(jsonl(GOOD, "", "", {"text": 7, "label": 0}), "d.jsonl"),
+                                       "d.jsonl:4: 'text' is a number here but a string at line 1; one type per field"),
+    "jsonl only blank lines": ("classification", classify("\n\n\n", "d.jsonl"), "the file is empty"),
+    "json an object": ("classification", classify(json.dumps(GOOD), "d.json"), "expected a JSON list of objects"),
+    "json bad syntax": ("classification", classify('[\n{"text": "a", "label": 1},\n{"text": }\n]', "d.json"),
+                        "d.json:3: not valid JSON"),
+    "json list of strings": ("classification", classify('[\n"a",\n"b"\n]', "d.json"), "d.json:2: expected a JSON object, got a string"),
+    "file too large": ("classification", with_env(classify(CSV * 100), TOOLKIT_MAX_INPUT_MB="0.001"),
+                       "holds more than 0.001 MiB of data; the limit is TOOLKIT_MAX_INPUT_MB"),
+    "gzip bomb": ("classification", with_env(classify(gzip.compress(b"text,label\n" + b"a,1\n" * 2_000_000), "d.csv.gz"),
+                                             TOOLKIT_MAX_INPUT_MB="1"), "holds more than 1 MiB of data once decompressed"),
+    "json document too large": ("classification", with_env(classify(json.dumps([GOOD] * 2000), "d.json"),
+                                                           TOOLKIT_MAX_JSON_MB="0.01"), "write it as JSONL"),
+    "bad size limit": ("classification", with_env(classify(CSV), TOOLKIT_MAX_INPUT_MB="lots"),
+                       "TOOLKIT_MAX_INPUT_MB: expected a positive number of MiB, got 'lots'"),
+    # --- SQuAD ---
+    "squad article is a string": ("squad", squad(articles("oops")), "s.json:"),
+    "squad answers a string": ("squad", squad(articles(qa(answers="Paris"))), "'answers' is a string, expected a list"),
+    "squad question missing": ("squad", squad(articles(qa(question=...))), "'question' is missing"),
+    "squad question a number": ("squad", squad(articles(qa(question=5))), "'question' is a number, expected text"),
+    "squad contexts numbers": ("squad", squad({"data": [qa(context=7), qa(context=8)]}), "'context' is a number, expected text"),
+    "squad paragraphs missing": ("squad", squad({"data": [qa(), {"title": "U"}]}), "'paragraphs' is missing"),
+    "squad qas an object": ("squad", squad({"data": [qa(), {"title": "U", "paragraphs": [{"context": "c", "qas": {"id": 1}}]}]}),
+                            "'qas' is an object, expected a list"),
+    "squad answer_start a string": ("squad", squad(articles(qa(answers=[{"text": "Paris", "answer_start": "0"}]))),
+                                    "'answer_start' is a string, expected a whole number"),
+    "squad offset mismatch": ("squad", squad(articles(qa(answers=[{"text": "Paris", "answer_start": 3}]))),
+                              "does not match the context there"),
+    "squad is_impossible a string": ("squad", squad(articles(qa(is_impossible="no"))), "'is_impossible' is a string"),
+    "squad id missing": ("squad", squad({"data": [{"title": "T", "paragraphs": [{"context": "c d", "qas": [
+        {"question": "q?", "answers": []}]}]}] * 2}), "'id' is missing"),
+    "squad blank question": ("squad", squad(articles(qa(question="   "))), "empty context or question"),
+    "squad a list at the top": ("squad", squad([qa()]), "expected a JSON object with a 'data' list"),
+    "squad data not a list": ("squad", squad({"data": 5}), "s.json"),
+    "squad bad syntax": ("squad", squad('{"data": [\n{"title": }\n]}'), "s.json:2: not valid JSON"),
+    "squad latin-1": ("squad", squad(b'{"data": [{"title": "caf\xe9"}]}'), "s.json:1: not UTF-8"),
+    "squad empty": ("squad", squad(""), "the file is empty"),
+    "squad no questions": ("squad", squad({"data": [{"title": "T", "paragraphs": []}, {"title": "U", "paragraphs": []}]}),
+                           "no questions found"),
+    "squad not json": ("squad", squad("{}", "s.csv"), "unknown data format"),
+    # --- summarization ---
+    "summary target a list": ("summarization", summarize(jsonl({"source": "a b", "target": ["x"]}, {"source": "c", "target": "y"})),
+                              "d.jsonl:1: 'target' is a list, expected text"),
+    "summary source missing": ("summarization", summarize(jsonl({"source": "a b", "target": "x"}, {"target": "y"})),
+                               "d.jsonl:2: 'source' is missing"),
+    "summary csv empty source": ("summarization", summarize("source,target\na b,x\n ,y\n", "d.csv"), "d.csv:3: 'source' is empty"),
+    "summary data a number": ("summarization", summarize(json.dumps({"data": [{"source": "a", "target": "x"},
+                                                                              {"source": "b", "target": 3}]}, indent=1), "d.json"),
+                              "d.json:9: record 2: 'target' is a number here but a string at record 1"),
+    "summary list with a string": ("summarization", summarize('[{"source": "a", "target": "x"},\n "b"]', "d.json"),
+                                   "d.json:2: expected a JSON object, got a string"),
+    "summary latin-1": ("summarization", summarize(PAIRS.encode() + b'{"source": "\xe9"}\n'), "d.jsonl:5: not UTF-8"),
+    "summary broken gz": ("summarization", summarize(BAD_GZ, "d.jsonl.gz"), "not a readable gzip file"),
+    "summary no target column": ("summarization", summarize("source,summary\na,b\n", "d.csv"), "'target' is missing (it has: source, summary)"),
+    "summary text file": ("summarization", summarize("a\n", "d.txt"), "unknown format '.txt'"),
+    "summary whitespace": ("summarization", summarize("\n \n"), "the file is empty"),
+    "summary csv ragged": ("summarization", summarize("source,target\na,b\nc,d,e\n", "d.csv"), "d.csv:3: expected 2 fields"),
+    "summary key twice": ("summarization", summarize('{"source": "a", "source": "b", "target": "c"}\n'),
+                          "d.jsonl:1: the key 'source' appears twice"),
+    "summary missing file": ("summarization", summarize(PAIRS, "d.jsonl"), ""),  # replaced below
+    # --- translation ---
+    "parallel lengths differ": ("translation", translate({"p.en": "a\nb\nc\n", "p.de": "x\ny\n"}),
+                                "3 lines but"),
+    "parallel empty target line": ("translation", translate({"p.en": "a\nb\n", "p.de": "x\n  \n"}),
+                                   "p.de:2: the target line is empty"),
+    "parallel latin-1": ("translation", translate({"p.en": "a\nb\n", "p.de": b"x\n\xfc\n"}), "p.de:2: not UTF-8"),
+    "parallel missing side": ("translation", translate({"p.en": "a\nb\n"}), "p.de: no such file"),
+    "parallel broken gz": ("translation", translate({"p.en.gz": "a\nb\n", "p.de.gz": BAD_GZ}, "p.{lang}.gz"),
+                           "p.de.gz: not a readable gzip file"),
+    "parallel whitespace source": ("translation", translate({"p.en": " \n\n", "p.de": "x\ny\n"}), "p.en: the file is empty"),
+    "records a number": ("translation", translate({"t.jsonl": jsonl({"en": "a", "de": "b"}, {"en": 4, "de": "c"})}, "t.jsonl"),
+                         "t.jsonl:2: 'en' is a number, expected text"),
+    "records field missing": ("translation", translate({"t.jsonl": jsonl({"en": "a", "de": "b"}, {"en": "c"})}, "t.jsonl"),
+                              "t.jsonl:2: 'de' is missing"),
+    # --- pretraining text ---
+    "mlm whitespace only": ("pretraining", pretrain(" \n\n  \n\t\n"), "t.txt: the file is empty (only whitespace)"),
+    "mlm empty": ("pretraining", pretrain(""), "t.txt: the file is empty"),
+    "mlm latin-1": ("pretraining", pretrain(b"one line\ntwo \xe9\n"), "t.txt:2: not UTF-8"),
+    "mlm broken gz": ("pretraining", pretrain(BAD_GZ, "t.txt.gz"), "not a readable gzip file"),
+    "mlm jsonl text a list": ("pretraining", pretrain(jsonl({"text": "a b"}, {"text": ["c", "d"]}), "t.jsonl"),
+                              "t.jsonl:2: 'text' is a list, expected text"),
+    "mlm jsonl texts lists": ("pretraining", pretrain(jsonl({"text": ["a"]}, {"text": ["c", "d"]}), "t.jsonl"),
+                              "t.jsonl:1: 'text' is a list, expected text"),
+    "mlm jsonl text a number": ("pretraining", pretrain(jsonl({"text": "a b"}, {"text": 3}), "t.jsonl"),
+                                "t.jsonl:2: 'text' is a number"),
+    "mlm jsonl no text field": ("pretraining", pretrain(jsonl({"body": "a b"}), "t.jsonl"), "has no field 'text'"),
+    "mlm jsonl empty texts": ("pretraining", pretrain(jsonl({"text": ""}, {"text": " "}), "t.jsonl"),
+                              "has no document with any text"),
+    "clm one document": ("pretraining", pretrain("just one line of text\n", objective="clm"), "needs at least 2"),
+    "clm a device as eval file": ("pretraining", pretrain("a b\nc d\n", objective="clm", extra=", eval_file: /dev/null"),
+                                  "/dev/null: is not a file"),
+}
+
+
+def _missing_summary(tmp: Path) -> list:
+    return summarize(PAIRS)(tmp)[:0] + ["run", write_recipe(tmp / "r.yaml", f"""model: {{checkpoint: t5-base}}
+task: {{name: summarization, subset: custom, eval_file: {tmp / 'nope.jsonl'}}}
+method: {{name: full}}
+"""), "--smoke"]
+
+
+DATA["summary missing file"] = ("summarization", _missing_summary, "nope.jsonl: no such file")
+
+SECRET = "hunter2-secret"
+RECIPES: dict[str, tuple[str, Make, str]] = {
+    "extends a key-value file": ("recipe", validate("extends: creds.yaml\n", {"creds.yaml": f"password: {SECRET}\nuser: root\n"}),
+                                 "creds.yaml: is not a recipe"),
+    "extends a shadow-like file": ("recipe", validate("extends: shadow\n", {"shadow": f"root:$6${SECRET}:19000:0:99999:7:::\n"}),
+                                   "shadow: is not a recipe"),
+    "extends a broken YAML file": ("recipe", validate("extends: s.yaml\n", {"s.yaml": f"a: [{SECRET}\nb: 1\n"}),
+                                   "s.yaml: not valid YAML at line"),
+    "extends a binary file": ("recipe", validate("extends: b.bin\n", {"b.bin": b"\x89PNG\r\n\x1a\n\xff\xfe"}), "not UTF-8 text"),
+    "extends a NUL file": ("recipe", validate("extends: n.yaml\n", {"n.yaml": b"model: x\x00"}), "holds NUL bytes"),
+    "extends a missing file": ("recipe", validate("extends: ../../etc/nope-shadow\n"), "does not exist"),
+    "extends a number": ("recipe", validate("extends: 5\n"), "extends: expected a file name or a list"),
+    "recipe a list": ("recipe", validate("- model\n- task\n"), "a recipe is a mapping of sections, got list"),
+    "recipe broken YAML": ("recipe", validate(f"model: {{checkpoint: {SECRET}\n"), "not valid YAML at line"),
+    "recipe tab indentation": ("recipe", validate("model:\n\tcheckpoint: x\n"), "not valid YAML"),
+    "recipe python tag": ("recipe", validate("model: !!python/object/apply:os.system ['true']\n"), "not valid YAML"),
+    "recipe unknown section": ("recipe", validate("model: {checkpoint: gpt2}\ntask: {name: clm}\nmethod: {name: full}\ntrian: {}\n"),
+                               "trian: unknown section (did you mean 'train'?)"),
+    "recipe nan lr": ("recipe", validate("model: {checkpoint: gpt2}\ntask: {name: clm, train_file: x.txt}\n"
+                                         "method: {name: full}\ntrain: {lr: .nan}\n"), "train.lr: nan is not a finite number"),
+    "recipe no method": ("recipe", validate("model: {checkpoint: gpt2}\ntask: {name: clm, train_file: x.txt}\n"),
+                         "method: required section is missing"),
+}
+
+
+def _check_one_line(tmp: Path, code: int, err: str, fragment: str, secret: bool = False) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], err
+    assert SECRET not in err  # a file that is not a recipe is named, never quoted
+    runs = tmp / "runs"
+    assert not runs.exists() or not list(runs.rglob("recipe.yaml")), "a run folder was left"
+
+
+@pytest.mark.parametrize("case", list(DATA) + list(RECIPES))
+def test_bad_input_is_one_line(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    _, make, fragment = {**DATA, **RECIPES}[case]
+    args = make(tmp_path)
+    for key, value in getattr(make, "env", {}).items():
+        monkeypatch.setenv(key, value)
+    if args[0] == "run":
+        args += ["--runs-dir", tmp_path / "runs"]
+    code, _, err = cli(*args)
+    _check_one_line(tmp_path, code, err, fragment)
+
+
+# --- run folders, paths, the command line ------------------------------------------------------
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished smoke run (LoRA on SST-2) that each row copies and damages."""
+    from toolkit.cli import main
+
+    root = tmp_path_factory.mktemp("finished")
+    assert main(["run", "demo/sst2/minilm-lora", "--smoke", "--runs-dir", str(root)]) == 0
+    return next(root.rglob("metrics.json")).parent
+
+
+def _copy(finished: Path, tmp: Path) -> Path:
+    run = tmp / "run"
+    shutil.copytree(finished, run)
+    return run
+
+
+def _cut(path: Path, keep: int) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:keep] if keep >= 0 else data[:keep])
+
+
+def damaged(change: Callable[[Path], None], command: str = "eval") -> Callable[[Path, Path], list]:
+    def make(run: Path, tmp: Path) -> list:
+        change(run)
+        (tmp / "in.txt").write_text("a fine movie\n")
+        return {"eval": ["eval", run], "predict": ["predict", run, "--input", tmp / "in.txt"],
+                "export": ["export", run, tmp / "out"], "report": ["report", run.parent],
+                "report-no-plots": ["report", run.parent, "--no-plots"]}[command]
+    return make
+
+
+WEIGHTS = "model/adapter_model.safetensors"
+
+
+def _write(rel: str, text: str) -> Callable[[Path], None]:
+    return lambda run: (run / rel).write_text(text)
+
+
+def _remove(rel: str) -> Callable[[Path], None]:
+    return lambda run: shutil.rmtree(run / rel) if (run / rel).is_dir() else (run / rel).unlink()
+
+
+def _append(rel: str, text: str) -> Callable[[Path], None]:
+    return lambda run: (run / rel).open("a").write(text)
+
+
+FOLDERS: dict[str, tuple[Callable[[Path, Path], list], str]] = {
+    "weights header cut": (damaged(lambda r: _cut(r / WEIGHTS, 40)), "adapter_model.safetensors: damaged"),
+    "weights data cut": (damaged(lambda r: _cut(r / WEIGHTS, -100)), "adapter_model.safetensors: damaged"),
+    "weights empty": (damaged(_write(WEIGHTS, "")), "adapter_model.safetensors: damaged"),
+    "weights cut (predict)": (damaged(lambda r: _cut(r / WEIGHTS, -100), "predict"), "adapter_model.safetensors: damaged"),
+    "weights cut (export)": (damaged(lambda r: _cut(r / WEIGHTS, -100), "export"), "adapter_model.safetensors: damaged"),
+    "adapter config broken": (damaged(_write("model/adapter_config.json", "{nope")), "adapter_config.json: damaged"),
+    "recipe.yaml broken": (damaged(_write("recipe.yaml", "model: {checkpoint: [\n")), "the run's recipe is damaged"),
+    "recipe.yaml a list": (damaged(_write("recipe.yaml", "- a\n")), "the run's recipe is damaged"),
+    "recipe.yaml missing": (damaged(_remove("recipe.yaml")), "no recipe.yaml here"),
+    "metrics.json missing": (damaged(_remove("metrics.json")), "the run is not finished"),
+    "metrics.json broken": (damaged(_write("metrics.json", '{"eval": ')), "metrics.json: damaged"),
+    "model folder missing": (damaged(_remove("model")), "no model/ folder"),
+    "report metrics.json broken": (damaged(_write("metrics.json", '{"eval": '), "report"), "unreadable metrics.json"),
+    "report log line cut": (damaged(_append("log.jsonl", '{"step": 9, "loss": '), "report"), "log.jsonl:"),
+    "report log line not an entry": (damaged(_append("log.jsonl", "[1, 2]\n"), "report"), "not a log entry"),
+    "report metrics a list": (damaged(_write("metrics.json", "[1]"), "report-no-plots"), "is not a run's metrics"),
+}
+
+
+@pytest.mark.parametrize("case", list(FOLDERS))
+def test_damaged_run_folder_is_one_line(tmp_path: Path, cli, finished: Path, case: str) -> None:
+    make, fragment = FOLDERS[case]
+    args = make(_copy(finished, tmp_path), tmp_path)
+    code, _, err = cli(*args)
+    _check_one_line(tmp_path, code, err, fragment)
+    assert not (tmp_path / "out").exists()
+
+
+def _readonly(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """What a read-only folder answers (as root, chmod alone does not stop writes)."""
+    folder.chmod(0o555)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == folder else real(p, mode, **kw))
+
+
+PATHS: dict[str, tuple[Callable[[Path, Path, Any], list], str]] = {
+    "predict into a missing folder": (lambda run, tmp, mp: ["predict", run, "--input", tmp / "in.txt", "--output",
+                                                            tmp / "nope" / "p.jsonl"], "the folder"),
+    "predict onto a folder": (lambda run, tmp, mp: ["predict", run, "--input", tmp / "in.txt", "--output", tmp],
+                              "is a folder; give a file name"),
+    "predict into a read-only folder": (lambda run, tmp, mp: (_readonly(mp, tmp / "ro"), ["predict", run, "--input",
+                                        tmp / "in.txt", "--output", tmp / "ro" / "p.jsonl"])[1], "permission denied"),
+    "predict input text a list": (lambda run, tmp, mp: (tmp / "i.jsonl").write_text('{"sentence": ["a"]}\n') and
+                                  ["predict", run, "--input", tmp / "i.jsonl"], "i.jsonl:1: field 'sentence' is a list"),
+    "predict input ragged csv": (lambda run, tmp, mp: (tmp / "i.csv").write_text("sentence\na\nb,c\n") and
+                                 ["predict", run, "--input", tmp / "i.csv"], "i.csv:3: expected 1 fields"),
+    "predict a missing input": (lambda run, tmp, mp: ["predict", run, "--input", tmp / "none.txt"], "none.txt does not exist"),
+    "export onto a file": (lambda run, tmp, mp: (tmp / "f").write_text("x") and ["export", run, tmp / "f"],
+                           "exists and is a file"),
+    "export into a full folder": (lambda run, tmp, mp: (tmp / "in.txt").exists() and ["export", run, tmp],
+                                  "exists and is not empty"),
+    "export under a missing folder": (lambda run, tmp, mp: ["export", run, tmp / "a" / "b"], "does not exist; create it first"),
+    "export into a read-only place": (lambda run, tmp, mp: (_readonly(mp, tmp / "ro"), ["export", run, tmp / "ro" / "x"])[1],
+                                      "permission denied"),
+    "eval a folder that is no run": (lambda run, tmp, mp: ["eval", tmp / "ro"], "no recipe.yaml here"),
+    "eval an unknown split": (lambda run, tmp, mp: ["eval", run, "--split", "nope"], "'nope' is not a split"),
+    "eval a non-task override": (lambda run, tmp, mp: ["eval", run, "train.lr=1"], "only task.* settings"),
+    "report a file": (lambda run, tmp, mp: ["report", tmp / "in.txt"], "is not a folder of runs"),
+    "report an empty folder": (lambda run, tmp, mp: ["report", tmp / "ro"], "no finished run"),
+}
+
+
+@pytest.mark.parametrize("case", list(PATHS))
+def test_paths_the_user_gives_are_one_line(tmp_path: Path, cli, finished: Path, monkeypatch: pytest.MonkeyPatch,
+                                           case: str) -> None:
+    run = _copy(finished, tmp_path)
+    (tmp_path / "in.txt").write_text("a fine movie\n")
+    (tmp_path / "ro").mkdir()
+    make, fragment = PATHS[case]
+    try:
+        code, _, err = cli(*make(run, tmp_path, monkeypatch))
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+    _check_one_line(tmp_path, code, err, fragment)
+
+
+def test_runs_dir_that_is_a_file_is_said_once(tmp_path: Path, cli) -> None:
+    (tmp_path / "runs").write_text("a file")
+    for command in (["run", "demo/sst2/minilm-lora"], ["sweep", "demo/sst2/minilm-lora", "train.lr=1e-4,1e-3"]):
+        code, _, err = cli(*command, "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and err.count("error:") == 1 and "--runs-dir:" in err and "is a file" in err, err
+
+
+def _enospc(*args: Any, **kwargs: Any) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_full_disk_is_said_as_such_and_leaves_nothing(tmp_path: Path, cli, finished: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    run = _copy(finished, tmp_path)
+    (tmp_path / "in.txt").write_text("a fine movie\n")
+    monkeypatch.setattr(Path, "write_text", _enospc)
+    code, _, err = cli("predict", run, "--input", tmp_path / "in.txt", "--output", tmp_path / "p.jsonl")
+    _check_one_line(tmp_path, code, err, "no space left on the device while writing")
+    assert not list(tmp_path.glob("*p.jsonl*"))  # no cut-short file, no temporary one
+    code, _, err = cli("cp", "demo/sst2/minilm-lora", tmp_path / "copy.yaml")
+    _check_one_line(tmp_path, code, err, "no space left on the device")
+    monkeypatch.undo()
+    monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "save_pretrained", _enospc)
+    code, _, err = cli("export", run, tmp_path / "out")
+    _check_one_line(tmp_path, code, err, f"no space left on the device while writing {tmp_path / 'out'}")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial*"))
+
+
+def test_interrupted_export_does_not_block_the_next(tmp_path: Path, cli, finished: Path) -> None:
+    run = _copy(finished, tmp_path)
+    left = tmp_path / ".out.partial"  # what an export killed half-way leaves
+    left.mkdir()
+    (left / "adapter_model.safetensors").write_bytes(b"half")
+    code, out, err = cli("export", run, tmp_path / "out")
+    assert code == 0, err
+    assert (tmp_path / "out" / "adapter_config.json").is_file() and not left.exists()
+
+
+def _long_recipe(tmp_path: Path, tiny_checkpoint: Any) -> Path:
+    """A run that checkpoints every 2 steps and would go on for a long time."""
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"movie {i} was {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(64)))
+    return write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16}}
+method: {{name: full}}
+train: {{max_steps: 100000, batch_size: 2, save_every: 2, eval_every: 100000}}
+""")
+
+
+def _ctrl_c(command: list[str], runs: Path) -> tuple[int, list[str], str]:
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group) once a checkpoint exists."""
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit.cli", *command, "--runs-dir", str(runs)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(runs.rglob("trainer_state.json")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, [line for line in err.splitlines() if line.startswith("error:")], err
+
+
+def test_ctrl_c_is_one_line_with_the_step_and_how_to_resume(tmp_path: Path, tiny_checkpoint) -> None:
+    """A real SIGINT to `toolkit run` after its first checkpoint."""
+    recipe, runs = _long_recipe(tmp_path, tiny_checkpoint), tmp_path / "runs"
+    code, lines, err = _ctrl_c(["run", str(recipe)], runs)
+    assert code == 130 and "Traceback" not in err and len(lines) == 1, err
+    assert "interrupted at step" in lines[0] and "keeps the checkpoint of step" in lines[0], err
+    assert f"toolkit run {recipe} --runs-dir {runs} --resume" in lines[0], err
+
+
+def test_ctrl_c_in_a_sweep_is_one_line(tmp_path: Path, tiny_checkpoint) -> None:
+    recipe, runs = _long_recipe(tmp_path, tiny_checkpoint), tmp_path / "runs"
+    code, lines, err = _ctrl_c(["sweep", str(recipe), "train.lr=1e-3,1e-4"], runs)
+    assert code == 130 and "Traceback" not in err and len(lines) == 1, err
+    assert "sweep stopped at run 1 of 2" in lines[0] and "keeps the checkpoint of step" in lines[0], err
+
+
+def test_ctrl_c_before_a_checkpoint_leaves_no_folder(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolkit import train
+
+    def interrupt(self: Any, bar: Any, stop_after: Any) -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train.Loop, "_epoch", interrupt)
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "--runs-dir", tmp_path / "runs")
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 130 and len(lines) == 1 and "Traceback" not in err, err
+    assert "interrupted at step 0 of 4, before any checkpoint: nothing was kept" in lines[0], err
+    assert f"`toolkit run demo/sst2/minilm-lora --smoke --runs-dir {tmp_path / 'runs'}` starts it again" in lines[0]
+    assert not list((tmp_path / "runs").rglob("recipe.yaml"))
+
+
+def test_nothing_loads_unsafely() -> None:
+    """Recipes and run folders are data: safe YAML, no pickle, no shell strings anywhere."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "toolkit"
+    unsafe = re.compile(r"\bpickle\b|shell=True|yaml\.load\(|yaml\.unsafe_load|\bos\.system\(|torch\.load\(|(?<![.\w])(eval|exec)\(")
+    found = [f"{p.relative_to(root)}:{n}" for p in root.rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if unsafe.search(line)]
+    assert not found, found
+
+
+# --- valid odd input: the right result ------------------------------------------------------------
+def _classification(tmp: Path, name: str, content: bytes | str, **settings: Any) -> tuple[Any, dict]:
+    from toolkit.tasks.text_classification import TextClassification
+
+    path = _file(tmp, name, content)
+    task = TextClassification(train_file=str(path), eval_file=str(path), **settings)
+    return task, task.load()
+
+
+def odd_long_cell(tmp: Path) -> None:
+    task, data = _classification(tmp, "d.csv", "text,label\n" + "word " * 40_000 + ",a\nshort,b\n")
+    assert len(data["train"][0]["text"]) == 200_000 and task.label_names == ["a", "b"]
+
+
+def odd_labels_as_written(tmp: Path) -> None:
+    task, data = _classification(tmp, "d.csv", "text,label\na,01\nb,1\nc,02\n")
+    assert task.label_names == ["01", "1", "02"] or task.label_names == sorted(["01", "1", "02"], key=lambda v: (int(v), v))
+    assert len(set(data["train"]["label"])) == 3
+
+
+def odd_numbers_are_text(tmp: Path) -> None:
+    _, data = _classification(tmp, "d.csv", "text,label\n007,a\n1e5,b\n")
+    assert data["train"]["text"] == ["007", "1e5"]
+
+
+def odd_bom_and_crlf(tmp: Path) -> None:
+    _, data = _classification(tmp, "d.csv", b"\xef\xbb\xbftext,label\r\ngood,a\r\nbad,b\r\n")
+    assert data["train"]["text"] == ["good", "bad"]
+
+
+def odd_gzip_tsv_quotes(tmp: Path) -> None:
+    _, data = _classification(tmp, "d.tsv.gz", 'text\tlabel\nhe said "hi\tx\n"quoted"\ty\n')
+    assert data["train"]["text"] == ['he said "hi', '"quoted"']
+
+
+def odd_jsonl_blank_lines_and_unicode(tmp: Path) -> None:
+    task, data = _classification(tmp, "d.jsonl", jsonl({"text": "naïve café 🎉", "label": 1}, "", {"text": "x", "label": 0}))
+    assert data["train"]["text"] == ["naïve café 🎉", "x"] and task.label_names == ["0", "1"]
+
+
+def odd_quoted_newline_cell(tmp: Path) -> None:
+    _, data = _classification(tmp, "d.csv", 'text,label\n"two\nlines",a\nb,b\n')
+    assert data["train"]["text"] == ["two\nlines", "b"]
+
+
+def odd_summary_data_field(tmp: Path) -> None:
+    from toolkit.tasks.summarization import Summarization
+
+    path = _file(tmp, "d.json", json.dumps({"data": [{"dialogue": "A: hi", "summary": "A greets."}] * 2}))
+    data = Summarization(train_file=str(path), eval_file=str(path)).load()
+    assert data["eval"][""][0] == {"source": "A: hi", "target": "A greets.", "id": "0"}
+
+
+def odd_parallel_gz(tmp: Path) -> None:
+    from toolkit.tasks.translation import Translation
+
+    _file(tmp, "p.en.gz", "a cat\na dog\n")
+    _file(tmp, "p.de.gz", "eine Katze\nein Hund\n")
+    data = Translation(subset="custom", eval_file=str(tmp / "p.{lang}.gz")).load()
+    assert data["eval"][""]["target"] == ["eine Katze", "ein Hund"]
+
+
+def odd_blank_line_documents(tmp: Path) -> None:
+    from toolkit.tasks.mlm import MaskedLM
+
+    path = _file(tmp, "t.txt", "one\ntwo\n\nthree\n\n\nfour\n")
+    data = MaskedLM(train_file=str(path), eval_file=str(path), documents="blank_line").load()
+    assert len(data["train"]) == 3
+
+
+def odd_squad_v2_unanswerable(tmp: Path) -> None:
+    from toolkit.tasks.squad import read_squad
+
+    path = _file(tmp, "s.json", json.dumps({"data": [qa(), qa(answers=[], is_impossible=True)]}))
+    rows = read_squad(str(path))
+    assert [r["answers"]["text"] for r in rows] == [["Paris"], []]
+
+
+ODD: dict[str, Callable[[Path], None]] = {f.__name__[4:]: f for f in (
+    odd_long_cell, odd_labels_as_written, odd_numbers_are_text, odd_bom_and_crlf, odd_gzip_tsv_quotes,
+    odd_jsonl_blank_lines_and_unicode, odd_quoted_newline_cell, odd_summary_data_field, odd_parallel_gz,
+    odd_blank_line_documents, odd_squad_v2_unanswerable)}
+
+
+@pytest.mark.parametrize("case", list(ODD))
+def test_valid_odd_input_reads_right(tmp_path: Path, case: str) -> None:
+    ODD[case](tmp_path)
+
+
+def test_a_200_kb_text_cell_trains(tmp_path: Path, cli) -> None:
+    data = _file(tmp_path, "d.csv", "text,label\n" + "word " * 40_000 + ",a\nshort,b\nlong one,a\nmore,b\n")
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}}}
+method: {{name: lora}}
+""")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    assert json.loads(next((tmp_path / "runs").rglob("metrics.json")).read_text())["train_steps"] > 0
+
+
+PEAK = """
+import sys, threading, time
+from pathlib import Path
+import datasets
+from toolkit import readers
+
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon"):
+            return int(line.split()[1]) << 10
+
+peak, done = [0], [False]
+def sample():
+    while not done[0]:
+        peak[0] = max(peak[0], anon())
+        time.sleep(0.005)
+
+base = anon()
+thread = threading.Thread(target=sample)
+thread.start()
+path = Path(sys.argv[1])
+ds = readers.read(path, "jsonl")
+readers.check_text(ds, "text", path, "jsonl")
+done[0] = True
+thread.join()
+print(len(ds), max(peak[0], anon()) - base)
+"""
+
+
+def test_a_large_file_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """A 256 MiB JSONL file read and checked in a fresh process: its private (anonymous) memory
+    grows by less than half the file's size; reading the text into Python first would need more
+    than the whole file. The Arrow cache is memory-mapped, file-backed pages the kernel can drop,
+    so ru_maxrss, which counts them, is not the measure; RssAnon, sampled, is."""
+    path = tmp_path / "big.jsonl"
+    line = json.dumps({"text": "the quick brown fox jumps over the lazy dog " * 4, "label": "pos"}) + "\n"
+    rows = (256 << 20) // len(line)
+    with path.open("w") as handle:
+        for _ in range(rows // 1000):
+            handle.write(line * 1000)
+    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", PEAK, str(path)], capture_output=True, text=True, env=env, check=True)
+    read, growth = map(int, out.stdout.split())
+    assert read == rows // 1000 * 1000
+    assert growth < path.stat().st_size // 2, f"{growth >> 20} MiB for a {path.stat().st_size >> 20} MiB file"
+
+
+KINDS = Counter([kind for kind, _, _ in {**DATA, **RECIPES}.values()]
+                + ["run folder"] * len(FOLDERS) + ["paths and CLI"] * (len(PATHS) + 4) + ["Ctrl-C"] * 3 + ["security"]
+                + ["valid odd input"] * (len(ODD) + 1))
+
+
+def test_suite_size() -> None:
+    """At least 100 hostile cases across every task type, the run folder, the CLI and the recipe."""
+    print(dict(KINDS), sum(KINDS.values()))
+    assert sum(KINDS.values()) >= 100
+    assert {"classification", "squad", "summarization", "translation", "pretraining", "recipe", "run folder",
+            "paths and CLI", "Ctrl-C", "valid odd input"} <= set(KINDS)

@@ -1,0 +1,463 @@
+"""The one reader of a user's data files, for every task: one line naming FILE:LINE for each fault.
+
+datasets' own Arrow builders (`json`, `csv`, `text`) read the file, in chunks, into its on-disk
+cache; the checks then run on the Arrow table, batch by batch, so a large file costs its cache on
+disk and a bounded amount of memory. What the builders would report as a pyarrow or pandas
+traceback without the file or line is found here first, by one streaming pass over the bytes
+(`scan`: size, gzip, UTF-8, nothing but whitespace), or afterwards, on the error path only, by
+re-reading the file to put a line number on the record the table names (`where`).
+
+Limits (environment, MiB): TOOLKIT_MAX_INPUT_MB (default 20480) caps the bytes of any file after
+decompression, a gzip bomb included; TOOLKIT_MAX_JSON_MB (default 2048) caps a single JSON
+document, which has no line structure and is parsed whole (datasets' json builder does so too):
+use JSONL above it. Hand-written: the byte scan, the JSON position walker and the messages; the
+reading itself is datasets'.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import gzip
+import io
+import json
+import logging
+import os
+import re
+import sys
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from toolkit.errors import UserError
+
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "jsonl", ".txt": "text"}
+CHUNK = 1 << 20
+
+
+class Unreadable(UserError):
+    """The builder failed and no line could be named: a task that knows its schema may look
+    closer (SQuAD's nested records) before this is said."""
+
+
+def limit_bytes(name: str, default_mb: int) -> int:
+    """A size limit from the environment (MiB, fractions allowed), in bytes."""
+    value = os.environ.get(name, "")
+    try:
+        limit = round(float(value) * (1 << 20)) if value else default_mb << 20
+    except ValueError:
+        limit = 0
+    if not limit > 0:
+        raise UserError(f"{name}: expected a positive number of MiB, got '{value}'")
+    return limit
+
+
+def file_format(path: Path, allowed: tuple[str, ...] = ("csv", "tsv", "json", "jsonl")) -> str:
+    """csv / tsv / json / jsonl / text from the name (a trailing .gz is the compression)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    fmt = FORMATS.get(suffixes[-1]) if suffixes else None
+    if fmt not in allowed:
+        names = ", ".join("." + ("txt" if a == "text" else a) for a in allowed)
+        raise UserError(f"{path}: unknown data format (use {names}, optionally .gz)")
+    return fmt
+
+
+def _open_bytes(path: Path) -> Any:
+    return gzip.open(path, "rb") if path.suffix.lower() == ".gz" else path.open("rb")
+
+
+def scan(path: Path) -> int:
+    """One streaming pass over the (decompressed) bytes: the file is there, within the size limit,
+    a whole gzip, UTF-8 (the first bad byte named by line) and not only whitespace. Returns the
+    decompressed size."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such file" if not path.exists() else f"{path}: is not a file")
+    limit = limit_bytes("TOOLKIT_MAX_INPUT_MB", 20480)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    size, lines, text_seen = 0, 0, False
+    try:
+        with _open_bytes(path) as handle:
+            while chunk := handle.read(CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise UserError(f"{path}: holds more than {limit / (1 << 20):.3g} MiB of data"
+                                    f"{' once decompressed' if path.suffix.lower() == '.gz' else ''}; "
+                                    "the limit is TOOLKIT_MAX_INPUT_MB (raise it, or split the file)")
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    line = lines + chunk[:max(exc.start, 0)].count(b"\n") + 1
+                    raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{chunk[exc.start]:02x}); "
+                                    "save the file as UTF-8") from None
+                lines += chunk.count(b"\n")
+                text_seen = text_seen or bool(chunk.strip().lstrip(codecs.BOM_UTF8).strip())
+            decoder.decode(b"", final=True)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UserError(f"{path}: not a readable gzip file ({exc})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}:{lines + 1}: not UTF-8 text (the file ends inside a character)") from None
+    if not text_seen:
+        raise UserError(f"{path}: the file is empty" + (" (only whitespace)" if size else ""))
+    return size
+
+
+@contextmanager
+def _quiet_builders() -> Iterator[None]:
+    """datasets logs a builder failure at ERROR level before raising it: the one line is ours
+    (and a file's progress bar is noise beside it)."""
+    from datasets.utils import logging as ds_logging
+
+    logger = logging.getLogger("datasets")
+    level, bars = logger.level, ds_logging.is_progress_bar_enabled()
+    logger.setLevel(logging.CRITICAL)
+    ds_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if bars:
+            ds_logging.enable_progress_bar()
+
+
+def read(path: Path, fmt: str | None = None, *, field: str | None = None, columns: list[str] | None = None,
+         sample_by: str = "line") -> Any:
+    """One file -> a datasets.Dataset read by datasets' builder for its format. CSV/TSV cells are
+    read as written (strings: labels 01 and 1 stay two, a column of numbers stays text), every
+    column named by the header, each once; `field` picks a JSON document's list ({"data": [...]})."""
+    from datasets import Features, Value, load_dataset
+
+    fmt = fmt or file_format(path)
+    size = scan(path)
+    kwargs: dict[str, Any] = {}
+    if fmt in ("csv", "tsv"):
+        header = csv_header(path, fmt)
+        kwargs = {"keep_default_na": False, "encoding": "utf-8-sig",
+                  "features": Features({name: Value("string") for name in header})}
+        if fmt == "tsv":
+            kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)  # TSV: quotes are text
+        builder = "csv"
+    elif fmt == "json":
+        limit = limit_bytes("TOOLKIT_MAX_JSON_MB", 2048)
+        if size > limit:
+            raise UserError(f"{path}: a {size / (1 << 20):.2f} MiB JSON document is parsed whole; the limit "
+                            f"is {limit / (1 << 20):.3g} MiB (TOOLKIT_MAX_JSON_MB): write it as JSONL, one record a line")
+        first = first_char(path)
+        if field is None and first != "[":
+            raise UserError(f"{path}: expected a JSON list of objects (or use .jsonl, one object a line)")
+        if field is not None and first != "{":
+            raise UserError(f"{path}: expected a JSON object with a '{field}' list")
+        if field is None and first_item_char(path) not in "{]":  # datasets reads ["a", "b"] as `text`
+            raise UserError(_json_problem(path, None) or f"{path}: expected a JSON list of objects")
+        builder, kwargs = "json", ({"field": field} if field else {})
+    elif fmt == "jsonl":
+        builder = "json"
+    else:
+        builder, kwargs = "text", {"sample_by": sample_by, "encoding": "utf-8-sig"}
+    try:
+        with _quiet_builders():
+            ds = load_dataset(builder, data_files=str(path), split="train", **kwargs)
+    except UserError:
+        raise
+    except Exception as exc:
+        raise _builder_error(path, fmt, exc, field) from None
+    if fmt in ("csv", "tsv") and len(ds) == 0:
+        raise UserError(f"{path}: has a header and no rows")
+    if len(ds) == 0:
+        raise UserError(f"{path}: holds no records")
+    return ds
+
+
+def csv_header(path: Path, fmt: str) -> list[str]:
+    """The header row; a column named twice is refused (pandas would rename it `label.1`)."""
+    csv.field_size_limit(sys.maxsize)
+    delimiter, quoting = ("\t", csv.QUOTE_NONE) if fmt == "tsv" else (",", csv.QUOTE_MINIMAL)
+    with _open_bytes(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        header = next(csv.reader(text, delimiter=delimiter, quoting=quoting), [])
+    if not header or not any(h.strip() for h in header):
+        raise UserError(f"{path}:1: the first line should be a header naming the columns")
+    for i, name in enumerate(header):
+        if not name.strip():
+            raise UserError(f"{path}:1: column {i + 1} of the header has no name; name every column")
+        if name in header[:i]:
+            raise UserError(f"{path}:1: the header names column '{name}' twice (columns "
+                            f"{header.index(name) + 1} and {i + 1}); rename one")
+    return header
+
+
+def _root(exc: BaseException) -> BaseException:
+    seen = exc
+    while seen.__cause__ is not None or (seen.__context__ is not None and not seen.__suppress_context__):
+        seen = seen.__cause__ or seen.__context__
+    return seen
+
+
+def _builder_error(path: Path, fmt: str, exc: Exception, field: str | None) -> UserError:
+    """What the builder could not read, said with a line number where one can be found."""
+    root = _root(exc)
+    message = str(root).splitlines()[0] if str(root) else type(root).__name__
+    if "corresponds to no data" in message:  # the builder made an empty table
+        return UserError(f"{path}: " + ("has a header and no rows" if fmt in ("csv", "tsv") else "holds no records"))
+    if fmt in ("csv", "tsv"):
+        found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", message)
+        if found:
+            want, line, got = found.groups()
+            return UserError(f"{path}:{line}: expected {want} fields like the header "
+                             f"({'tab' if fmt == 'tsv' else 'comma'}-separated), got {got}")
+    elif fmt == "jsonl":
+        problem = _jsonl_problem(path)
+        if problem:
+            return UserError(problem)
+    elif fmt == "json":
+        problem = _json_problem(path, field)
+        if problem:
+            return UserError(problem)
+    return Unreadable(f"{path}: could not be read as {fmt} ({type(root).__name__}: {message[:200]})")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [k for k, _ in pairs]
+    for i, key in enumerate(keys):
+        if key in keys[:i]:
+            raise ValueError(f"the key '{key}' appears twice in one object")
+    return dict(pairs)
+
+
+def _jsonl_problem(path: Path) -> str | None:
+    """The first line that is not one JSON object with distinct keys, or whose field changes
+    type (a line-by-line re-read)."""
+    kinds = _Kinds()
+    with _open_bytes(path) as raw:
+        for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line, object_pairs_hook=_no_duplicates)
+            except json.JSONDecodeError as exc:
+                return f"{path}:{n}: not valid JSON ({exc.msg})"
+            except ValueError as exc:
+                return f"{path}:{n}: {exc}"
+            if not isinstance(value, dict):
+                return f"{path}:{n}: expected a JSON object per line, got {json_type(value)}"
+            changed = kinds.change(value, n)
+            if changed:
+                return f"{path}:{n}: {changed}"
+    return None
+
+
+class _Kinds:
+    """The JSON type each field had first: a field that changes type is named with both lines."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, tuple[str, Any]] = {}
+
+    def change(self, record: dict, where: Any) -> str | None:
+        for key, value in record.items():
+            if value is None:
+                continue
+            kind = json_type(value)
+            seen = self.first.setdefault(key, (kind, where))
+            if seen[0] != kind:
+                return f"'{key}' is {kind} here but {seen[0]} at {_at(seen[1])}; one type per field"
+        return None
+
+
+def _at(where: Any) -> str:
+    return f"line {where}" if isinstance(where, int) else str(where)
+
+
+def _json_problem(path: Path, field: str | None) -> str | None:
+    text = read_small_text(path)
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        return f"{path}:{exc.lineno}: not valid JSON ({exc.msg})"
+    except ValueError as exc:
+        return f"{path}: {exc}"
+    if field is not None:
+        if not isinstance(value, dict) or field not in value:
+            return f"{path}: expected a JSON object with a '{field}' list"
+        value = value[field]
+    if not isinstance(value, list):
+        return f"{path}: expected a JSON list of records, got {json_type(value)}"
+    kinds = _Kinds()
+    for i, item in enumerate(value):
+        keys = ([field] if field else []) + [i]
+        if not isinstance(item, dict):
+            return f"{path}:{json_line(text, keys)}: expected a JSON object, got {json_type(item)}"
+        changed = kinds.change(item, f"record {i + 1}")
+        if changed:
+            key = changed.split("'")[1]
+            return f"{path}:{json_line(text, keys + [key])}: record {i + 1}: {changed}"
+    return None
+
+
+def first_char(path: Path) -> str:
+    """The first character that is not whitespace (a JSON file's shape: '[' a list, '{' an object)."""
+    with _open_bytes(path) as raw:
+        while chunk := raw.read(4096):
+            chunk = chunk.lstrip(codecs.BOM_UTF8).lstrip()
+            if chunk:
+                return chunk[:1].decode("latin-1")
+    return ""
+
+
+def first_item_char(path: Path) -> str:
+    """The first character after a JSON list's opening bracket ('{' for a list of objects)."""
+    with _open_bytes(path) as raw:
+        head = raw.read(1 << 16).decode("utf-8-sig", errors="replace").lstrip()
+    return head[1:].lstrip()[:1] if head.startswith("[") else ""
+
+
+def read_small_text(path: Path) -> str:
+    """The whole text of a file already under TOOLKIT_MAX_JSON_MB (error paths only)."""
+    with _open_bytes(path) as raw:
+        return raw.read().decode("utf-8-sig")
+
+
+def json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+# --- line numbers for records the table names (error paths) ----------------------------------
+def where(path: Path, fmt: str, index: int, keys: list[Any] | None = None) -> str:
+    """FILE:LINE of record `index` (0-based) of a file read by `read`; `keys` go further into a
+    JSON document's record ({"data": [articles]}: ["data", a, "paragraphs", p, ...])."""
+    try:
+        line = _line_of(path, fmt, index, keys)
+    except Exception:  # a position is a courtesy: never let it hide the error being reported
+        line = None
+    return f"{path}:{line}" if line else f"{path}: record {index + 1}"
+
+
+def _line_of(path: Path, fmt: str, index: int, keys: list[Any] | None) -> int | None:
+    if fmt == "json":
+        return json_line(read_small_text(path), keys if keys is not None else [index])
+    if fmt == "text":
+        return index + 1
+    with _open_bytes(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="" if fmt in ("csv", "tsv") else None)
+        if fmt == "jsonl":
+            seen = -1
+            for n, line in enumerate(text, start=1):
+                seen += bool(line.strip())
+                if seen == index:
+                    return n
+            return None
+        csv.field_size_limit(sys.maxsize)
+        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+        rows = csv.reader(text, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
+        start, seen = 1, -2  # the header is record -1
+        for row in rows:
+            if row:
+                seen += 1
+                if seen == index:
+                    return start
+            start = rows.line_num + 1
+    return None
+
+
+def json_line(text: str, keys: list[Any]) -> int:
+    """The line on which the value at `keys` (object keys and list indices) starts in a JSON text.
+    Walks the text with the json module's own scanner, skipping values it does not enter."""
+    decoder, pos = json.JSONDecoder(), _skip(text, 0)
+    for key in keys:
+        if text[pos] == "[":
+            pos = _skip(text, pos + 1)
+            for _ in range(int(key)):
+                pos = _skip(text, decoder.raw_decode(text, pos)[1])
+                pos = _skip(text, pos + 1)  # the comma
+        else:
+            pos = _skip(text, pos + 1)
+            while True:
+                name, pos = json.decoder.scanstring(text, pos + 1)
+                pos = _skip(text, _skip(text, pos) + 1)  # the colon
+                if name == key:
+                    break
+                pos = _skip(text, decoder.raw_decode(text, pos)[1])
+                pos = _skip(text, pos + 1)  # the comma
+    return text.count("\n", 0, pos) + 1
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n\ufeff":
+        pos += 1
+    return pos
+
+
+# --- checks on the table -----------------------------------------------------------------------
+def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = None,
+               keys: Any = None, blank_ok: bool = False) -> None:
+    """Every value of `column` is text with something in it (`blank_ok`: text at all): the first
+    null, non-string or blank value is one line naming file, line and column. Runs over the Arrow
+    table in batches."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    what = what or f"column '{column}'"
+    if column not in ds.column_names:
+        raise UserError(f"{path}: {what} is missing (it has: {', '.join(ds.column_names)})")
+    offset = 0
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        values = batch.column(batch.schema.get_field_index(column))
+        encoded = isinstance(values.type, pa.BaseExtensionType)  # mixed types: each value as JSON text
+        if encoded:
+            values = values.storage
+        if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+            bad = pc.index(pc.is_valid(values), True).as_py()
+            bad = 0 if bad < 0 else bad
+            raise UserError(f"{where(path, fmt, offset + bad, _keys(keys, offset + bad))}: {what} is "
+                            f"{_describe(values[bad].as_py())}, expected text")
+        text = values
+        if encoded:
+            not_str = pc.invert(pc.starts_with(pc.fill_null(values, '"'), '"'))
+            bad = pc.index(not_str, True).as_py()
+            if bad >= 0:
+                raise UserError(f"{where(path, fmt, offset + bad, _keys(keys, offset + bad))}: {what} is "
+                                f"{json_type(json.loads(values[bad].as_py()))}, expected text")
+            text = pc.utf8_slice_codeunits(values, 1, -1)
+        missing = pc.index(pc.is_null(values), True).as_py()
+        if missing >= 0:
+            raise UserError(f"{where(path, fmt, offset + missing, _keys(keys, offset + missing))}: "
+                            f"{what} is missing; every record needs it")
+        blank = -1 if blank_ok else pc.index(pc.equal(pc.utf8_trim_whitespace(text), ""), True).as_py()
+        if blank >= 0:
+            raise UserError(f"{where(path, fmt, offset + blank, _keys(keys, offset + blank))}: {what} is "
+                            "empty; every record needs some text")
+        offset += len(batch)
+
+
+def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
+    """Every value of `column` is a string, a number or true/false (a label): the first list or
+    object is one line naming file and line (str() would make `[1]` a class of its own)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offset = 0
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        values = batch.column(batch.schema.get_field_index(column))
+        bad = -1
+        if isinstance(values.type, pa.BaseExtensionType):  # mixed JSON types, stored as JSON text
+            text = pc.fill_null(values.storage, "0")
+            bad = pc.index(pc.or_(pc.starts_with(text, "["), pc.starts_with(text, "{")), True).as_py()
+        elif pa.types.is_nested(values.type):
+            bad = max(pc.index(pc.is_valid(values), True).as_py(), -1)
+        if bad >= 0:
+            value = values[bad].as_py()
+            value = json.loads(value) if isinstance(value, str) else value
+            raise UserError(f"{where(path, fmt, offset + bad)}: {what} is {json_type(value)}, expected "
+                            "text or a number")
+        offset += len(batch)
+
+
+def _keys(keys: Any, index: int) -> list[Any] | None:
+    return keys(index) if callable(keys) else None
+
+
+def _describe(value: Any) -> str:
+    return json_type(value) if not isinstance(value, (int, float)) or isinstance(value, bool) else \
+        f"a number ({value})"
