@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from toolkit import models, provenance, recipe as recipes, train  # noqa: E402
+from toolkit import batching, devices, models, provenance, recipe as recipes, train  # noqa: E402
 from toolkit.tasks.glue import Glue  # noqa: E402
 
 SECTIONS = ("trainer", "matmul", "lora", "startup")  # the default set, in the order they run
@@ -102,19 +102,19 @@ def header(args: argparse.Namespace) -> dict:
 def reset_peak_memory() -> None:
     """Forget the peak so far (the toolkit's own reset: CUDA allocator peak, CPU VmHWM), so a
     row's peak is not the warm-up's."""
-    train.reset_peak_memory(device())
+    devices.reset_peak_memory(device())
 
 
 def peak_memory_mb(_device: Any = None) -> float:
     """Peak since the last reset, as the toolkit reports it in metrics.json."""
-    return train._peak_memory_mb(device())
+    return devices.peak_memory_mb(device())
 
 
 def current_memory_mb() -> float:
     """Memory in use now: CUDA memory_allocated, CPU process RSS (VmRSS)."""
     if cuda():
         return torch.cuda.memory_allocated() / 2**20
-    rss = train._proc_status_mb("VmRSS")
+    rss = devices.proc_status_mb("VmRSS")
     return rss if rss is not None else 0.0
 
 
@@ -557,7 +557,7 @@ def lever_row(args: argparse.Namespace, checkpoint: str, out: Path, lever: str) 
     what, overrides_of = LEVERS[lever]
     overrides = overrides_of(args)
     if lever == "eval-unsorted":
-        served = train.eval_loaders
+        served = batching.eval_loaders  # what train_loaders builds the loop's eval loaders with
 
         def unsorted(recipe: Any, setup: Any) -> tuple[dict, dict]:
             from torch.utils.data import DataLoader
@@ -566,7 +566,7 @@ def lever_row(args: argparse.Namespace, checkpoint: str, out: Path, lever: str) 
             return ({k: DataLoader(v.dataset, batch_size=v.batch_size, collate_fn=v.collate_fn)
                      for k, v in loaders.items()}, {})
 
-        train.eval_loaders = unsorted
+        batching.eval_loaders = unsorted
     if lever == "one-thread":
         torch.set_num_threads(1)
     if lever == "eager-attention":
@@ -574,7 +574,7 @@ def lever_row(args: argparse.Namespace, checkpoint: str, out: Path, lever: str) 
     if lever == "loader-worker":  # the loop's own loader, with a worker (pinned memory needs a GPU)
         from torch.utils.data import DataLoader
 
-        built = train._loaders
+        built = train.train_loaders
 
         def with_worker(recipe: Any, setup: Any, processes: int = 1) -> tuple:
             loader, sampler, evals, orders = built(recipe, setup, processes)
@@ -584,7 +584,7 @@ def lever_row(args: argparse.Namespace, checkpoint: str, out: Path, lever: str) 
                                     pin_memory=cuda())
             return loader, sampler, evals, orders
 
-        train._loaders = with_worker
+        train.train_loaders = with_worker
     return {"lever": lever, "what": what, **toolkit_row(args, checkpoint, out, train_overrides=overrides)}
 
 

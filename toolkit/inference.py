@@ -19,6 +19,7 @@ import torch
 from toolkit import models, runs
 from toolkit.errors import UserError
 from toolkit.recipe import Recipe, apply_overrides, parse
+from toolkit.tasks import TASKS
 
 PEFT_CONFIG, BOTTLENECK_CONFIG = "adapter_config.json", "bottleneck_config.json"
 
@@ -59,18 +60,8 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
         recipe.task.adopt_labels(list(saved["label_names"]))
     if saved.get("text_columns") and getattr(recipe.task, "text_columns", "n/a") is None:
         recipe.task.text_columns = list(saved["text_columns"])
-    if (folder / PEFT_CONFIG).is_file():
-        from peft import PeftModel
-
-        base_model, _ = models.load(base, head, recipe.task.head_kwargs())
-        model = recipe.method.loaded(PeftModel.from_pretrained(base_model, str(folder)))
-    elif (folder / BOTTLENECK_CONFIG).is_file():
-        from toolkit.methods.adapters import load_adapters
-
-        base_model, _ = models.load(base, head, recipe.task.head_kwargs())
-        model = load_adapters(base_model, folder)
-    else:
-        model, _ = models.load(str(folder), head, {})
+    model = recipe.method.load(folder, lambda: models.load(base, head, recipe.task.head_kwargs())[0],
+                               lambda: models.load(str(folder), head, {})[0])
     return model.eval(), tok
 
 
@@ -156,56 +147,21 @@ def read_inputs(source: str, columns: list[str]) -> list[dict]:
     return rows
 
 
-@torch.no_grad()
-def classify(model: torch.nn.Module, tok: Any, task: Any, rows: list[dict], batch_size: int = 64) -> list[dict]:
-    """Label name and probabilities per row (regression: the predicted value)."""
-    from datasets import Dataset
-
-    columns = list(task.text_columns)
-    ds = Dataset.from_dict({c: [str(r[c]) for r in rows] for c in columns} | {"label": [0] * len(rows)})
-    if task.is_regression:
-        ds = ds.cast_column("label", __import__("datasets").Value("float32"))
-    encoded = task.encode(ds, tok)
-    collate = task.collator(tok, model)
-    names, out = task.label_names, []
-    device = next(model.parameters()).device
-    for start in range(0, len(encoded), batch_size):
-        batch = collate([encoded[i] for i in range(start, min(start + batch_size, len(encoded)))])
-        batch = {k: v.to(device) for k, v in batch.items()}
-        logits = model(**task.model_inputs(batch)).logits.float()
-        if task.is_regression:
-            out += [{"score": float(v)} for v in logits.squeeze(-1).tolist()]
-            continue
-        for p in logits.softmax(-1).tolist():
-            best = max(range(len(p)), key=p.__getitem__)
-            out.append({"label": names[best], "probabilities": dict(zip(names, p))})
-    return [{**{c: r[c] for c in columns}, **o} for r, o in zip(rows, out)]
-
-
-def _classifier_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]:
-    """(recipe, model, tokenizer, input field names) of a trained classification run."""
-    from toolkit.tasks._classification import Classification
-
+def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]:
+    """(recipe, model, tokenizer, input field names) of a trained run whose task predicts."""
     recipe = run_recipe(run)
-    if not isinstance(recipe.task, Classification) or not recipe.method.trains:
-        raise UserError(f"{run}: predict handles trained classification runs (this is "
+    if not recipe.task.predicts or not recipe.method.trains:
+        kinds = ", ".join(n for n in TASKS.names() if TASKS.get(n).predicts)
+        raise UserError(f"{run}: predict handles trained runs of the tasks {kinds} (this is "
                         f"{recipe.task.name} with {recipe.method.name})")
     model, tok = load_model(run, recipe)
-    recipe.task.adopt_labels([model.config.id2label[i] for i in range(model.config.num_labels)])
-    return recipe, model, tok, list(getattr(recipe.task, "input_columns", recipe.task.text_columns))
-
-
-def _predict(recipe: Recipe, model: torch.nn.Module, tok: Any, names: list[str], inputs: list[dict]) -> list[dict]:
-    rows = [dict(zip(recipe.task.text_columns, (r[n] for n in names))) for r in inputs]
-    preds = classify(model, tok, recipe.task, rows)
-    return [{**{n: r[n] for n in names}, **{k: v for k, v in p.items() if k not in recipe.task.text_columns}}
-            for r, p in zip(inputs, preds)]
+    return recipe, model, tok, recipe.task.predict_fields(model)
 
 
 def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     """The Python API's predict: texts, (text, text) pairs or dicts of the task's fields in;
     per input its fields, `label`, `score` (the label's probability) and `probabilities` out."""
-    recipe, model, tok, names = _classifier_run(run)
+    recipe, model, tok, names = _predicting_run(run)
     inputs = []
     for i, item in enumerate(texts):
         if isinstance(item, dict):
@@ -218,7 +174,7 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
         if len(parts) != len(names) or not all(isinstance(p, str) for p in parts):
             raise UserError(f"predict: input {i} should be {len(names)} text(s) ({', '.join(names)}), got {item!r}")
         inputs.append(dict(zip(names, parts)))
-    out = _predict(recipe, model, tok, names, inputs)  # classify runs under no_grad
+    out = recipe.task.predict(model, tok, inputs)
     for row in out:
         if "probabilities" in row:
             row["score"] = row["probabilities"][row["label"]]
@@ -227,8 +183,8 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
 
 def predict_run(run: Path, source: str, output: str | None) -> int:
     """Predictions as JSONL (to a file or stdout); returns how many were written."""
-    recipe, model, tok, names = _classifier_run(run)
-    out = _predict(recipe, model, tok, names, read_inputs(source, names))
+    recipe, model, tok, names = _predicting_run(run)
+    out = recipe.task.predict(model, tok, read_inputs(source, names))
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
     if output:
         Path(output).write_text(text)
@@ -239,25 +195,8 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
 
 def glue_test(run: Path, out_dir: Path) -> list[Path]:
     """GLUE server submission files (`SST-2.tsv`, ...: `index<TAB>prediction`) from test.tsv."""
-    from toolkit.tasks.glue import Glue, read_test
-
     recipe = run_recipe(run)
-    if not isinstance(recipe.task, Glue):
-        raise UserError(f"--glue-test: {run} is a {recipe.task.name} run, not a GLUE one")
-    model, tok = load_model(run, recipe)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for file_name, (index, rows) in read_test(recipe.task).items():
-        preds = classify(model, tok, recipe.task, rows)
-        spec = recipe.task.spec
-        if spec.labels is None:  # STS-B: a similarity score, clipped to the task's range
-            values = [f"{min(max(p['score'], 0.0), 5.0):.3f}" for p in preds]
-        else:
-            values = [spec.labels[recipe.task.label_names.index(p["label"])] for p in preds]
-        path = out_dir / file_name
-        path.write_text("index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in zip(index, values)))
-        written.append(path)
-    return written
+    return recipe.task.submission(lambda: load_model(run, recipe), out_dir)
 
 
 def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:

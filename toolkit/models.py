@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolkit import hf_tables
+from toolkit import heads
 from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
 
@@ -25,18 +26,6 @@ if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
     from transformers import PreTrainedTokenizerBase
 
 FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
-# head -> (transformers' auto class, its model_type -> class table); names, not the classes:
-# importing transformers' auto classes imports torch, and validate needs only the tables
-HEADS: dict[str, tuple[str, str]] = {
-    "sequence-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
-    "causal-lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
-    "seq2seq-lm": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
-    "question-answering": ("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"),
-    "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
-}
-# The PEFT TaskType that wraps a model with each head (PEFT has none for masked LM: plain PeftModel).
-PEFT_TASK_TYPES = {"sequence-classification": "SEQ_CLS", "causal-lm": "CAUSAL_LM",
-                   "seq2seq-lm": "SEQ_2_SEQ_LM", "question-answering": "QUESTION_ANS"}
 HEAD_MODULES = ("classifier", "pre_classifier", "score", "classification_head", "qa_outputs")
 # Modules a checkpoint may lack or hold in another shape, re-initialised on loading: task heads,
 # LM heads, and BERT's pooler (trained by next-sentence prediction; an MLM model has none).
@@ -197,7 +186,7 @@ def kind_of(model_type: str) -> str | None:
 
 def check_head(checkpoint: str, model_type: str, head: str) -> None:
     """Refuse a model whose family has no head of the kind the task (or method) needs."""
-    if model_type not in hf_tables.model_table(HEADS[head][1]):  # model_type -> class name
+    if model_type not in hf_tables.model_table(heads.get(head).table):  # model_type -> class name
         raise UserError(f"model.checkpoint: '{checkpoint}' is a {model_type} model, and transformers "
                         f"has no {head} head for {model_type}; pick a model whose family has one")
 
@@ -400,7 +389,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     name = modules.name_of(attention)
     kwargs = {"attn_implementation": name} if name else {}
     try:
-        auto_class = getattr(transformers, HEADS[head][0])
+        auto_class = getattr(transformers, heads.get(head).auto_class)
         model, info = auto_class.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True,
                                                  ignore_mismatched_sizes=True, **kwargs)
     except ValueError as exc:

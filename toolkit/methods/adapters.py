@@ -33,7 +33,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
@@ -90,7 +90,6 @@ def _out_width(module: nn.Module) -> int:
 class Adapters(Method):
     """Settings of the bottleneck adapters; `apply` freezes the base and trains adapters + head."""
 
-    name = "adapters"
     config: Literal["houlsby", "pfeiffer"] = "houlsby"  # houlsby: after attention and feed-forward; pfeiffer: feed-forward only
     reduction_factor: int = field(default=16, metadata={"min": 1})
     bottleneck_size: int | None = field(default=None, metadata={"min": 1})  # wins over the factor
@@ -169,6 +168,12 @@ class Adapters(Method):
                 "model_type": model.config.model_type, "head_names": heads,
                 "adapters": sum(1 for n in tensors if is_adapter(n) and n.endswith(".up.weight"))}
         (path / CONFIG_FILE).write_text(json.dumps(info, indent=2) + "\n")
+
+    def load(self, folder: Path, base: Callable[[], nn.Module], whole: Callable[[], nn.Module]) -> nn.Module:
+        """The saved adapters re-injected into the run's base model."""
+        if (Path(folder) / CONFIG_FILE).is_file():
+            return load_adapters(base(), folder)
+        return super().load(folder, base, whole)
 
 
 def load_adapters(base_model: nn.Module, path: str | Path) -> nn.Module:

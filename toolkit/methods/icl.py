@@ -32,7 +32,7 @@ CONTENT_FREE = "N/A"
 
 
 def lm_head(family: str | None) -> str | None:
-    """The head (models.HEADS key) a family scores continuations with; None: it cannot."""
+    """The head (a toolkit.heads name) a family scores continuations with; None: it cannot."""
     from toolkit.hf_tables import model_table
 
     if family is None:
@@ -204,7 +204,6 @@ def _max_positions(model: torch.nn.Module, tokenizer: Any) -> int:
 class ICL(Method):
     """k-shot in-context prompting of a frozen decoder or encoder-decoder LM (no training)."""
 
-    name = "icl"
     trains = False
 
     shots: int = field(default=0, metadata={"min": 0})

@@ -49,7 +49,6 @@ BUILTIN = ("eager", "sdpa")  # transformers' implementations the prefix can wrap
 @METHODS.register("prefix_tuning")
 @dataclass
 class PrefixTuning(Method):
-    name = "prefix_tuning"
     num_virtual_tokens: int = field(default=20, metadata={"min": 1})
     prefix_projection: bool = False  # True: prefixes come from an MLP (Li & Liang's reparameterisation)
     encoder_hidden_size: int | None = field(default=None, metadata={"min": 1})  # the MLP's width; None: the model's hidden size

@@ -23,10 +23,11 @@ import os
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from toolkit import heads
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.registry import Registry, did_you_mean
@@ -78,8 +79,7 @@ class Task:
     """Base of every task's settings dataclass; subclasses fill in the data side."""
 
     name: ClassVar[str] = ""
-    head: ClassVar[str] = "sequence-classification"  # which AutoModelFor... the model gets
-    peft_task_type: ClassVar[str] = "SEQ_CLS"
+    head: ClassVar[str] = heads.SEQUENCE_CLASSIFICATION  # a toolkit.heads name
     eval_suffixes: ClassVar[tuple[str, ...]] = ("",)  # one per eval split (MNLI: "", "_mm")
 
     max_length: int = field(default=128, metadata={"min": 8})
@@ -109,7 +109,7 @@ class Task:
         return declaration(name, self.declared_metrics())
 
     def model_head(self, family: str | None) -> str:
-        """The head (models.HEADS key) this task needs on a model of `family` (its model_type):
+        """The head (a toolkit.heads name) this task needs on a model of `family` (its model_type):
         generation tasks pick causal-lm for decoders and seq2seq-lm for encoder-decoders."""
         return self.head
 
@@ -180,6 +180,24 @@ class Task:
         """Rows of predictions.jsonl (id, source, reference, prediction) for tasks that produce
         text; None: nothing to write (classification)."""
         return None
+
+    # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
+    predicts: ClassVar[bool] = False  # whether the task has a prediction path (the two below)
+
+    def predict_fields(self, model: torch.nn.Module) -> list[str]:
+        """The fields an input row needs, once the task has taken what it needs of the trained
+        `model` (label names a classifier's config carries)."""
+        raise NotImplementedError
+
+    def predict(self, model: torch.nn.Module, tokenizer: Any, rows: list[dict]) -> list[dict]:
+        """Per input row, its fields and the prediction (a label and its probabilities, tags
+        per token, ...), in the rows' order."""
+        raise NotImplementedError
+
+    def submission(self, load: Callable[[], tuple[Any, Any]], out_dir: Path) -> list[Path]:
+        """Files for the benchmark's test server (GLUE's `SST-2.tsv`, ...) from its test split,
+        predicted by the trained (model, tokenizer) that `load()` gives."""
+        raise UserError(f"--glue-test: this is a {self.name} run; only GLUE runs have test-server files")
 
     def metric_info(self) -> dict[str, str]:
         """Strings recorded beside the float metrics in metrics.json (sacreBLEU's signature)."""

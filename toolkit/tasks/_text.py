@@ -58,7 +58,6 @@ def _format(file: str) -> str:
 class TextTask(TokenTask):
     """Settings and data side shared by the pretraining objectives; subclasses corrupt blocks."""
 
-    peft_task_type: ClassVar[str] = ""  # set per head by models.PEFT_TASK_TYPES
     # What each objective declares: the kind of model it trains (refused on another kind at
     # validate, naming the examples and the objectives that would fit instead), and whether its
     # held-out score is perplexity (mlm, clm) or the loss alone (denoise, span_corruption).

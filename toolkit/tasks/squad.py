@@ -95,7 +95,6 @@ def split_by_article(rows: list[dict], fraction: float, seed: int) -> tuple[list
 @TASKS.register("squad")
 @dataclass(kw_only=True)
 class Squad(TextToText):
-    name = "squad"
 
     version: Literal["v1", "v2"] = "v1"
     mode: Literal["auto", "extractive", "generative"] = "auto"
