@@ -14,6 +14,7 @@ SHORT = ["task.max_train_samples=16", "task.max_eval_samples=16", "train.max_ste
 CASES = [
     ("glue", "demo/sst2/minilm-lora", ["a wonderful film", {"sentence": "boring"}]),
     ("text_classification", "demo/own-data/minilm-lora", [("A man sleeps.", "A person rests.")]),
+    ("ner", "ner/conll2003/minilm-lora", ["EU rejects German call", {"tokens": ["Peter", "Blackburn"]}]),
 ]
 
 
