@@ -16,8 +16,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "toolkit"
+# what `import toolkit`, `toolkit ls` and `validate` must not import (test_startup.py's list), and
+# the slow metric and plotting libraries
 HEAVY = {"torch", "transformers", "datasets", "peft", "accelerate", "scipy", "sklearn", "safetensors",
-         "numpy", "evaluate", "sacrebleu", "rouge_score", "seqeval", "matplotlib", "tqdm"}
+         "matplotlib", "seqeval", "sacrebleu", "rouge_score", "evaluate"}
 
 
 def module_name(path: Path) -> str:

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 if TYPE_CHECKING:
-    from toolkit.recipe import Recipe, TrainConfig
+    from toolkit.recipe_data import Recipe, TrainConfig
 
 
 class EpochBatches(Sampler):

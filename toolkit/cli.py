@@ -10,21 +10,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.errors import UserError
+from toolkit import hf_tables, methods, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
 from toolkit.api import run_one
-from toolkit.recipe import find_recipe, recipe_files, recipes_root
+from toolkit.attention import ATTENTION
+from toolkit.errors import UserError
+from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
+from toolkit.versions import warn_if_untested
+
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from toolkit.versions import warn_if_untested
-
     warn_if_untested()
     run_one(args.recipe, args.overrides, args.smoke, args.runs_dir, args.force, args.resume, args.stop_after)
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from toolkit import runs, sweeps as sweep
-
     paths = [find_recipe(a) for a in args.overrides if "=" not in a]
     if not paths:
         raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
@@ -52,8 +52,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from toolkit import recipe as recipes
-
     files = [find_recipe(r) for r in args.recipes] if args.recipes else recipe_files([])
     failed = 0
     for path in files:
@@ -67,15 +65,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from toolkit import methods, tasks
-
     if args.what in ("methods", None):
         print("methods:", " ".join(methods.METHODS.names()))
     if args.what in ("tasks", None):
         print("tasks:", " ".join(tasks.TASKS.names()))
     if args.what in ("attention", None):
-        from toolkit import hf_tables
-        from toolkit.attention import ATTENTION
 
         # plain `ls`: the names transformers' source registers (read, not imported: seconds);
         # `ls attention` imports transformers and lists every name registered, other packages' too
@@ -93,8 +87,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_cp(args: argparse.Namespace) -> int:
     """Copy a shipped recipe to edit, with its `extends` bases merged in (it stands alone)."""
     import yaml
-
-    from toolkit.recipe import read_yaml
 
     source = find_recipe(args.name)
     dest = Path(args.dest)
@@ -144,8 +136,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from toolkit import reports as report
-
     metrics = [m for item in args.metric or [] for m in item.split(",") if m]
     text = report.render([Path(r) for r in args.runs_dir], plots=not args.no_plots, row_key=args.rows,
                          col_key=args.cols, metrics=metrics or None, glue=args.glue,

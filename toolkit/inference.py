@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
-from toolkit import models, runs
+from toolkit import evaluation, models, runs
 from toolkit.errors import UserError
-from toolkit.recipe import Recipe, apply_overrides, parse
+from toolkit.recipe import Recipe, apply_overrides, find_recipe, parse, read_yaml
 from toolkit.tasks import TASKS
+from toolkit.tasks.text_classification import read_text
+from toolkit.train import Setup, eval_loaders
 
 PEFT_CONFIG, BOTTLENECK_CONFIG = "adapter_config.json", "bottleneck_config.json"
 
@@ -33,8 +35,6 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
 
     raw = yaml.safe_load(file.read_text())
     if task_from:
-        from toolkit.recipe import find_recipe, read_yaml
-
         raw["task"] = read_yaml(find_recipe(task_from))["task"]
     bad = [o for o in task_overrides or [] if not o.startswith("task.")]
     if bad:
@@ -85,8 +85,6 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     """Score a finished run on a split with the task's metrics; writes eval-<split>.json."""
     from accelerate import Accelerator
 
-    from toolkit import evaluation
-    from toolkit.train import Setup, eval_loaders
 
     recipe = run_recipe(run, task_overrides, task_from)
     data = recipe.task.load()
@@ -119,8 +117,6 @@ def read_inputs(source: str, columns: list[str]) -> list[dict]:
         path = Path(source)
         if not path.is_file():
             raise UserError(f"--input: {path} does not exist")
-        from toolkit.tasks.text_classification import read_text
-
         text, name = read_text(path), str(path)
     lines = [l for l in text.splitlines() if l.strip()]
     if not lines:

@@ -16,8 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit import hf_tables
-from toolkit import heads
+from toolkit import attention as modules, heads, hf_tables
 from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
 
@@ -199,8 +198,6 @@ KERNEL_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flas
 def check_attention(attention: Any, family: str | None = None) -> None:
     """A transformers name that exists and whose kernel is installed, or a toolkit module that
     can run on this family (toolkit.attention); one UserError line otherwise."""
-    from toolkit import attention as modules
-
     if isinstance(attention, modules.Attention):
         reason = attention.incompatible(family)
         if reason:
@@ -369,8 +366,6 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     `attention` is a transformers name or a toolkit.attention module's settings."""
     import torch
     import transformers
-
-    from toolkit import attention as modules
 
     path = resolve(checkpoint)
     try:

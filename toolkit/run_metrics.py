@@ -14,7 +14,7 @@ from accelerate import Accelerator
 
 from toolkit import devices, provenance
 from toolkit.checkpoints import State
-from toolkit.recipe import Recipe
+from toolkit.recipe_data import Recipe
 
 
 def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State, metrics: dict) -> dict:

@@ -12,7 +12,7 @@ from accelerate.utils import set_seed
 from toolkit import attention, batching, chain, heads, models
 from toolkit.errors import UserError
 from toolkit.methods import Context, count_params
-from toolkit.recipe import Recipe
+from toolkit.recipe_data import Recipe
 from toolkit.tasks import Task
 
 

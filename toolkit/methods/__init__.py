@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar
 
 from toolkit.lazy import lazy
 from toolkit.registry import Registry
+from toolkit.errors import UserError
 
 torch = lazy("torch", globals())
 
@@ -133,8 +134,6 @@ def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
             raise
         leaves = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
                          if type(m).__name__ in ("Linear", "Conv1D") and "." in n})
-        from toolkit.errors import UserError
-
         raise UserError(f"method.target_modules: {sorted(config.target_modules or [])} match no "
                         f"layer of this model (its linear layers: {', '.join(leaves)})") from None
 

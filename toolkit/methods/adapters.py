@@ -38,6 +38,7 @@ from typing import Any, Callable, Literal
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
+from toolkit.models import head_names
 
 torch = lazy("torch", globals())
 nn = lazy("torch.nn", globals())
@@ -154,8 +155,6 @@ class Adapters(Method):
     def save(self, model: nn.Module, path: Path) -> None:
         """Adapter and head weights plus our config: megabytes, where the base is hundreds."""
         from safetensors.torch import save_file
-
-        from toolkit.models import head_names
 
         heads = head_names(model)
         tensors = {n: p.detach().cpu().contiguous().clone() for n, p in model.named_parameters()

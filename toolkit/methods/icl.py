@@ -23,6 +23,7 @@ import numpy as np
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
+from toolkit.hf_tables import model_table
 
 torch = lazy("torch", globals())
 
@@ -33,8 +34,6 @@ CONTENT_FREE = "N/A"
 
 def lm_head(family: str | None) -> str | None:
     """The head (a toolkit.heads name) a family scores continuations with; None: it cannot."""
-    from toolkit.hf_tables import model_table
-
     if family is None:
         return "causal-lm"  # unknown family: the model loader will say if it has no LM head
     if family in model_table("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"):  # before causal: BART is in both

@@ -28,6 +28,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._lm import IGNORE, TokenTask
+from toolkit.models import kind_of
 
 torch = lazy("torch", globals())
 
@@ -141,8 +142,6 @@ class TextToText(TokenTask):
     def model_head(self, family: str | None) -> str:
         """causal-lm for decoders, seq2seq-lm otherwise; remembered so encoding knows the layout
         (build calls this before encoding)."""
-        from toolkit.models import kind_of
-
         self._family = family
         self._decoder_only = family is not None and family != "encoder-decoder" and kind_of(family) == "decoder"
         return "causal-lm" if self._decoder_only else "seq2seq-lm"

@@ -22,7 +22,8 @@ import numpy as np
 
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.tasks import Metric, data_path, fingerprint, hub_offline, subset
+from toolkit.models import kind_of
+from toolkit.tasks import CATALOGUE, Metric, data_path, fingerprint, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask
 
 torch = lazy("torch", globals())
@@ -90,8 +91,6 @@ class TextTask(TokenTask):
         return self.head
 
     def declared_metrics(self) -> list[Metric]:
-        from toolkit.tasks import CATALOGUE
-
         return [CATALOGUE["perplexity" if self.perplexity else "loss"]]  # the loop adds the loss
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
@@ -274,8 +273,6 @@ class BlockCollator:
 
 def require_kind(task: str, family: str | None, kind: str, examples: str, instead: str) -> None:
     """Refuse (at validate) an objective on a model of the wrong kind, naming what would fit."""
-    from toolkit.models import kind_of
-
     if family is None:  # asked without a model (a method's own checks): nothing to refuse yet
         return
     found = kind_of(family)
