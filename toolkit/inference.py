@@ -17,13 +17,13 @@ from typing import Any
 import torch
 
 from toolkit import evaluation, models, runs
+from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, parse, read_yaml
 from toolkit.tasks import TASKS
 from toolkit.tasks.text_classification import read_text
 from toolkit.train import Setup, eval_loaders
 
-PEFT_CONFIG, BOTTLENECK_CONFIG = "adapter_config.json", "bottleneck_config.json"
 
 
 def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: str | None = None) -> Recipe:

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit import attention as modules, heads, hf_tables
+from toolkit import attention as modules, heads, hf_tables, hub
 from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
 
@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
     from transformers import PreTrainedTokenizerBase
 
 FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
+NO_LIMIT = 100_000  # a model_max_length at least this large is transformers' placeholder, not a limit
+BOTTLENECK_CONFIG = "bottleneck_config.json"  # methods/adapters.py's saved config (base named by make_portable)
 HEAD_MODULES = ("classifier", "pre_classifier", "score", "classification_head", "qa_outputs")
 # Modules a checkpoint may lack or hold in another shape, re-initialised on loading: task heads,
 # LM heads, and BERT's pooler (trained by next-sentence prediction; an MLM model has none).
@@ -45,8 +47,7 @@ PACKAGED: dict[str, Callable[[], str | None]] = {
 }
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+_offline = hub.offline  # the name inference.export_run calls
 
 
 def _local_dir(checkpoint: str) -> Path | None:
@@ -81,7 +82,7 @@ def resolve(checkpoint: str) -> str:
     packaged = PACKAGED.get(checkpoint, lambda: None)()
     if packaged:
         return packaged
-    if _offline():
+    if hub.offline():
         raise UserError(f"model.checkpoint: '{checkpoint}' is not in the Hub cache and the Hub is "
                         "off-line (HF_HUB_OFFLINE=1); download it where the Hub is reachable and "
                         "set model.checkpoint to that local folder")
@@ -134,7 +135,7 @@ def _hub_model_type(checkpoint: str) -> str | None:
         return None
     if isinstance(cached, str):
         return _config_json(Path(cached).parent).get("model_type")
-    if _offline():
+    if hub.offline():
         return None
     from transformers import AutoConfig
 
@@ -426,8 +427,15 @@ def max_positions(config: Any, tok: Any) -> int | None:
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if getattr(config, "model_type", None) == "t5" or not positions:
         return None
-    tok_limit = getattr(tok, "model_max_length", None)
-    return min(positions, tok_limit) if tok_limit and tok_limit < 100_000 else positions
+    tok_limit = token_limit(tok)
+    return min(positions, tok_limit) if tok_limit else positions
+
+
+def token_limit(tokenizer: Any) -> int | None:
+    """The tokenizer's `model_max_length`, or None where it holds transformers' "no limit"
+    placeholder (VERY_LARGE_INTEGER, 1e30) because the checkpoint did not say."""
+    limit = getattr(tokenizer, "model_max_length", None)
+    return limit if limit and limit < NO_LIMIT else None
 
 
 def head_names(model: torch.nn.Module) -> list[str]:
@@ -440,7 +448,7 @@ def make_portable(folder: Path, checkpoint: str) -> None:
     if _local_dir(checkpoint) is not None:
         return  # a local folder (or an earlier run): its path is the only name it has
     for name, key in (("adapter_config.json", "base_model_name_or_path"),
-                      ("bottleneck_config.json", "base_model")):
+                      (BOTTLENECK_CONFIG, "base_model")):
         file = folder / name
         if file.is_file():
             data = json.loads(file.read_text())

@@ -38,12 +38,11 @@ from typing import Any, Callable, Literal
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
-from toolkit.models import head_names
+from toolkit.models import BOTTLENECK_CONFIG, head_names
 
 torch = lazy("torch", globals())
 nn = lazy("torch.nn", globals())
 
-CONFIGS = ("houlsby", "pfeiffer")
 _BERT = (r"layer\.(\d+)\.attention\.output\.dense", r"layer\.(\d+)\.output\.dense")
 # family -> (after-attention, after-feed-forward) module-name patterns; group 1 = layer index
 PLACES: dict[str, tuple[str, str]] = {
@@ -54,7 +53,7 @@ PLACES: dict[str, tuple[str, str]] = {
     "t5": (r"block\.(\d+)\.layer\.0\.SelfAttention\.o", r"block\.(\d+)\.layer\.\d+\.DenseReluDense\.wo"),
 }
 CHILD = "bottleneck_adapter"  # the child module name, and the marker of adapter parameters
-CONFIG_FILE = "bottleneck_config.json"
+CONFIG_FILE = BOTTLENECK_CONFIG
 WEIGHTS_FILE = "bottleneck_adapters.safetensors"
 
 

@@ -21,9 +21,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from toolkit.errors import UserError
+from toolkit.hf_tables import model_table
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
-from toolkit.hf_tables import model_table
+from toolkit.models import token_limit
 
 torch = lazy("torch", globals())
 
@@ -194,7 +195,7 @@ def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
 
 def _max_positions(model: torch.nn.Module, tokenizer: Any) -> int:
     limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
-    tok_limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else None
+    tok_limit = token_limit(tokenizer)
     return min(x for x in (limit, tok_limit, 1024) if x)
 
 

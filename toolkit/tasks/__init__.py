@@ -27,10 +27,10 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from toolkit import heads
+from toolkit import heads, hub
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.registry import Registry, did_you_mean
+from toolkit.registry import Registry
 
 torch = lazy("torch", globals())
 
@@ -63,7 +63,6 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
     Metric("rougeLsum", True, 100.0), Metric("bleu", True, 1.0), Metric("chrf", True, 1.0),
     Metric("perplexity", False, 1.0), Metric("loss", False, 1.0),
 ]}
-LOSS = CATALOGUE["loss"]
 
 
 def declaration(name: str, declared: list[Metric] | None = None) -> Metric:
@@ -227,8 +226,7 @@ def data_path(value: str, data_dir: str | None = None) -> Path:
     return Path(os.path.expandvars(value)).expanduser()
 
 
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+hub_offline = hub.offline  # the name the task files use
 
 
 def fingerprint(dataset: Any, tokenizer: Any, *parts: Any) -> str:
@@ -256,12 +254,6 @@ def subset(dataset: Any, n: int | None, seed: int = 0) -> Any:
     if dataset is None or n is None or n >= len(dataset):
         return dataset
     return dataset.shuffle(seed=seed).select(range(n))
-
-
-def check_metrics(names: list[str], known: list[str], where: str) -> None:
-    for name in names:
-        if name not in known:
-            raise UserError(f"{where}: unknown metric '{name}'{did_you_mean(name, known)}")
 
 
 for _info in pkgutil.iter_modules(__path__):

@@ -28,7 +28,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._lm import IGNORE, TokenTask
-from toolkit.models import kind_of
+from toolkit.models import kind_of, token_limit
 
 torch = lazy("torch", globals())
 
@@ -212,7 +212,7 @@ class TextToText(TokenTask):
         suf = tok(suffix, add_special_tokens=False)["input_ids"] if suffix else []
         if demos:  # demonstrations cut from the left so the whole sequence fits the positions
             demo = tok(demos, add_special_tokens=False)["input_ids"]
-            limit = tok.model_max_length if tok.model_max_length < 100_000 else 1024
+            limit = token_limit(tok) or 1024
             room = [limit - len(s) - len(suf) - self.max_target_length - 1 for s in src]
             src = [(demo[-r:] if r > 0 else []) + s for s, r in zip(src, room)]
         tgt = tok([" " + t for t in targets], truncation=True, max_length=self.max_target_length,
