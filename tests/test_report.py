@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolkit import glue_report, reports as report
+from toolkit import reports as report
+from toolkit.reports import glue as glue_report
 from toolkit.errors import UserError
 
 DECL = {"accuracy": {"higher_is_better": True, "scale": 100.0}, "f1": {"higher_is_better": True, "scale": 100.0},

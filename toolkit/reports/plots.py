@@ -14,7 +14,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from toolkit import reports as report
+from toolkit.reports import core as report
 
 
 def _plt():

@@ -1,0 +1,56 @@
+"""Reports from run folders alone: tables, pivots, notes and plots, written as report.md.
+
+Nothing is re-run: every number comes from a run's metrics.json, recipe.yaml and log.jsonl.
+Runs of one setting that differ only in seed are one entry: mean ± sample standard deviation
+over seeds with the count n shown, so a comparison says how much of a gap is noise. Each metric
+is shown at the scale and with the direction its task declared (BLEU and perplexity are not
+percentages). When a pivot cell holds several settings (a learning-rate grid), the best on the
+cell's metric is reported and the grid is listed beside it. Written by hand: no library builds
+pivot tables of seeded runs with declared metric directions.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from toolkit.reports import glue as glue_report, plots as plotting
+from toolkit.reports.core import (
+    BEFORE_FIELD, best_setting, Cell, check_axis, collect, column, cost_table, declaration,
+    declarations, describe_setting, grid_edge, groups, label, LABELS, main_metric, markdown,
+    method_label, Metric, overlap_notes, overlaps, Pivot, pivot_markdown, pivot_notes, pivots,
+    provenance, rows, runs_notes, SECTIONS, setting, shown_names, Stat, varying, with_old_defaults)
+
+
+def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = None,
+           col_key: str | None = None, metrics: list[str] | None = None, glue: bool = False,
+           out: Path | None = None) -> str:
+    """Build report.md (and the PNGs) into `out` (default: the first runs folder); return its text."""
+    roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
+    out = out or roots[0]
+    items = collect(roots)
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [f"# Report: {', '.join(map(str, roots))}", f"{provenance(items)} Written {when}."]
+    if glue:
+        parts.append(glue_report.render(items))
+    if row_key or col_key:
+        for i, p in enumerate(pivots(items, row_key or "task", col_key or "method", metrics)):
+            parts += [f"## {column(p.metric)}: {p.row_key} × {p.col_key}", pivot_markdown(p)]
+            parts += _bullets(pivot_notes(p))
+            if i == 0:
+                parts += ["### Cost at the reported setting", cost_table(p)]
+    header, table = rows(items)
+    parts += ["## Every run (mean ± std over seeds)", markdown(header, table)]
+    parts += _bullets(runs_notes(items))
+    if plots:
+        pngs = plotting.all_plots(items, out)
+        if pngs:
+            parts += ["## Plots", "\n".join(f"![{p.stem}]({p.name})" for p in pngs)]
+    text = "\n\n".join(parts) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(text)
+    return text
+
+
+def _bullets(notes: list[str]) -> list[str]:
+    return ["\n".join(f"- {n}" for n in notes)] if notes else []
