@@ -207,6 +207,18 @@ def figures() -> dict:
     }
 
 
+def test_no_import_cycle() -> None:
+    """Counting imports inside functions too: every arrow points down."""
+    mods = load()
+    every = graph(mods, nested=True)
+    assert cycles(every) == [] and back_edges(every) == []
+
+
+def test_no_import_inside_a_function_to_dodge_a_cycle() -> None:
+    mods = load()
+    assert circle_dodges(mods, graph(mods)) == []
+
+
 def test_the_measure_sees_a_cycle_and_a_dodge(tmp_path: Path, monkeypatch) -> None:
     """The measure itself: a two-module circle and a light function-level import are found."""
     pkg = tmp_path / "toolkit"
