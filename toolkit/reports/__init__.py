@@ -1,13 +1,5 @@
-"""Reports from run folders alone: tables, pivots, notes and plots, written as report.md.
-
-Nothing is re-run: every number comes from a run's metrics.json, recipe.yaml and log.jsonl.
-Runs of one setting that differ only in seed are one entry: mean ± sample standard deviation
-over seeds with the count n shown, so a comparison says how much of a gap is noise. Each metric
-is shown at the scale and with the direction its task declared (BLEU and perplexity are not
-percentages). When a pivot cell holds several settings (a learning-rate grid), the best on the
-cell's metric is reported and the grid is listed beside it. Written by hand: no library builds
-pivot tables of seeded runs with declared metric directions.
-"""
+"""Reports from run folders alone (see core.py): `render` writes report.md from the tables and
+notes of core.py, the GLUE table of glue.py and the PNGs of plots.py."""
 
 from __future__ import annotations
 
