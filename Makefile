@@ -113,7 +113,7 @@ chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARG
 	$(BIN)/toolkit report $(RUNS)/chain
 
 bench:  ## toolkit vs Trainer, matmul/MFU, LoRA vs full, start-up: Markdown tables [BENCH_ARGS="--sections trainer --json bench.json"]
-	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench $(BENCH_ARGS)
 
 attention:  ## every attention module on the demo setting + a length sweep: report.md and sweep.png
 	$(BIN)/python benchmarks/attention.py --runs-dir $(RUNS)/attention $(ATTENTION_ARGS)

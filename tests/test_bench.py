@@ -1,4 +1,4 @@
-"""benchmarks/bench.py: what its rows measure (formulas, padding, shared settings), not timings."""
+"""benchmarks/bench (the package): what its rows measure (formulas, padding, shared settings), not timings."""
 
 from __future__ import annotations
 

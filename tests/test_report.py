@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from toolkit import glue_report, reports as report
+from toolkit import reports as report
+from toolkit.reports import glue as glue_report
 from toolkit.errors import UserError
 
 DECL = {"accuracy": {"higher_is_better": True, "scale": 100.0}, "f1": {"higher_is_better": True, "scale": 100.0},
@@ -194,7 +195,7 @@ def test_each_row_says_its_budget(tmp_path: Path) -> None:
 
 
 def test_a_curve_of_one_point_is_a_labelled_marker() -> None:
-    from toolkit import plots
+    from toolkit.reports import plots
 
     plt = plots._plt()
     fig, ax = plt.subplots()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from toolkit import chain, recipe as recipe_module, reports, runs, sweeps
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe
 
@@ -75,8 +76,6 @@ def sweep(recipes: Iterable[str | os.PathLike], axes: Iterable[str] | None = Non
           runs_dir: str | os.PathLike | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
     """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`) x seeds, run one after
     another in this process; every point is checked before the first one runs."""
-    from toolkit import runs, sweeps
-
     root = runs.runs_root(None if runs_dir is None else str(runs_dir))
     _check_runs_root(root)
     points, _ = sweeps.plan([find_recipe(str(r)) for r in recipes], list(axes or []), seeds, root, smoke)
@@ -86,8 +85,6 @@ def sweep(recipes: Iterable[str | os.PathLike], axes: Iterable[str] | None = Non
 def report(runs_dir: str | os.PathLike, **options: Any) -> str:
     """The Markdown report of a folder of runs (the options of `toolkit report`: row_key,
     col_key, metrics, glue, plots, out)."""
-    from toolkit import reports
-
     return reports.render([Path(runs_dir)], **{"plots": False, **options})
 
 
@@ -96,9 +93,9 @@ def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_di
     """One recipe into its run folder: skipped when finished (unless forced), resumed when
     interrupted, refused while another process runs it. `run` and every point of `sweep` go
     through here. Returns the run folder."""
-    from toolkit import chain, recipe as recipes, runs, train
+    from toolkit import train  # torch: imported on the first run
 
-    recipe = recipes.load(find_recipe(str(path)), overrides, smoke=smoke)
+    recipe = recipe_module.load(find_recipe(str(path)), overrides, smoke=smoke)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
     if recipe.smoke:
@@ -140,8 +137,6 @@ def interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[st
     goes on from there. A folder this launch created and that holds no checkpoint is removed."""
     import shlex
 
-    from toolkit import runs
-
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
     reached = f"at step {step} of {total}" if step is not None else "outside the training steps"
     saved = runs.checkpoints(out)
@@ -163,7 +158,7 @@ def _nearly_full(out: Path) -> bool:
 
 def _smoke_upstream(recipe: object, root: Path) -> None:
     """--smoke runs every recipe end to end: a chained one first runs the smoke run it starts from."""
-    from toolkit import chain, runs, train
+    from toolkit import train  # torch: imported on the first run
 
     up = getattr(recipe, "upstream", None)
     if up is None or runs.is_finished(runs.run_dir(up, root)):

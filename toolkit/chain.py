@@ -13,12 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from toolkit import runs
 from toolkit.errors import UserError
 
 KEYS = ("run", "overrides")
 
 
-def _recipe_file(run: str, origin: Path | None) -> Path:
+def recipe_file(run: str, origin: Path | None) -> Path:
     """`run` as given (from the working directory), else from the folder holding `recipes/`."""
     path = Path(run).expanduser()
     if path.is_file() or path.is_absolute() or origin is None:
@@ -29,36 +30,10 @@ def _recipe_file(run: str, origin: Path | None) -> Path:
     return path
 
 
-def upstream(ref: dict, origin: Path | None, smoke: bool, seen: tuple[Path, ...]) -> Any:
-    """The recipe a `{run: ..., overrides: [...]}` checkpoint names, loaded and checked."""
-    from toolkit import recipe as recipes
-
-    for key in ref:
-        if key not in KEYS:
-            raise UserError(f"model.checkpoint.{key}: unknown key (a run reference has: run, overrides)")
-    run, overrides = ref.get("run"), ref.get("overrides") or []
-    if not isinstance(run, str):
-        raise UserError("model.checkpoint.run: expected the path of a recipe, e.g. "
-                        "{run: recipes/pretrain/wikitext-2/minilm-mlm.yaml}")
-    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
-        raise UserError("model.checkpoint.overrides: expected a list of key=value strings")
-    path = _recipe_file(run, origin)
-    if path.resolve() in seen:
-        raise UserError(f"model.checkpoint.run: {run} leads back to a recipe already in this chain")
-    if not path.is_file():
-        raise UserError(f"model.checkpoint.run: recipe {run} does not exist")
-    try:
-        return recipes.load(path, overrides, smoke=smoke, seen=seen)
-    except UserError as exc:
-        raise UserError(f"model.checkpoint.run ({run}): {exc}") from None
-
-
 def resolve(recipe: Any, root: Path) -> None:
     """Point `recipe.checkpoint_path` at the final model of the run its checkpoint names."""
     if recipe.upstream is None:
         return
-    from toolkit import runs
-
     up = recipe.upstream
     folder = runs.run_dir(up, root)
     ref = recipe.model.checkpoint

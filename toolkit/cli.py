@@ -11,21 +11,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.errors import Interrupted, UserError, disk_full
+from toolkit import hf_tables, methods, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
 from toolkit.api import _check_runs_root, run_one
-from toolkit.recipe import find_recipe, recipe_files, recipes_root
+from toolkit.attention import ATTENTION
+from toolkit.errors import Interrupted, UserError, disk_full
+from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
+from toolkit.versions import warn_if_untested
+
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from toolkit.versions import warn_if_untested
-
     warn_if_untested()
     run_one(args.recipe, args.overrides, args.smoke, args.runs_dir, args.force, args.resume, args.stop_after)
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from toolkit import runs, sweeps as sweep
-
     paths = [find_recipe(a) for a in args.overrides if "=" not in a]
     if not paths:
         raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
@@ -63,8 +63,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool) -> None:
     """--dry-run: each point, its state and its cost; --estimate: and the measured wall time of
     each point still to run."""
-    from toolkit import runs, sweeps as sweep
-
     point_costs = sweep.costs(points, smoke)
     todo = [i for i, f in enumerate(folders) if not runs.is_finished(f)]
     times: dict[int, float] = {}
@@ -89,16 +87,12 @@ SWEEP_CHILD = "TOOLKIT_SWEEP_CHILD"  # a sweep's run leaves the Ctrl-C line to t
 
 
 def _kept(out: Path) -> str:
-    from toolkit import runs
-
     saved = runs.checkpoints(out)
     return f"{out} keeps the checkpoint of step {saved[-1].name.split('-')[1]}" if saved else \
         "it had no checkpoint yet"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from toolkit import recipe as recipes
-
     files = [find_recipe(r) for r in args.recipes] if args.recipes else recipe_files([])
     failed = 0
     for path in files:
@@ -113,15 +107,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from toolkit import methods, tasks
-
     if args.what in ("methods", None):
         print("methods:", " ".join(methods.METHODS.names()))
     if args.what in ("tasks", None):
         print("tasks:", " ".join(tasks.TASKS.names()))
     if args.what in ("attention", None):
-        from toolkit import hf_tables
-        from toolkit.attention import ATTENTION
 
         # plain `ls`: the names transformers' source registers (read, not imported: seconds);
         # `ls attention` imports transformers and lists every name registered, other packages' too
@@ -139,8 +129,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_cp(args: argparse.Namespace) -> int:
     """Copy a shipped recipe to edit, with its `extends` bases merged in (it stands alone)."""
     import yaml
-
-    from toolkit.recipe import read_yaml
 
     source = find_recipe(args.name)
     dest = Path(args.dest)
@@ -190,8 +178,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from toolkit import reports as report
-
     metrics = [m for item in args.metric or [] for m in item.split(",") if m]
     text = report.render([Path(r) for r in args.runs_dir], plots=not args.no_plots, row_key=args.rows,
                          col_key=args.cols, metrics=metrics or None, glue=args.glue,

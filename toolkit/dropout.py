@@ -39,6 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from toolkit.layers import attention_layers
+
 # Imported only where a model trains (train.Loop, an attention layer's forward): `toolkit ls`
 # and `toolkit validate` never load it, so importing torch here costs them nothing.
 
@@ -109,8 +111,6 @@ def install(model: nn.Module, device: Any = "cpu") -> int:
     """Switch `model`'s dropouts to the toolkit's (see the module's docstring) when it trains on
     a CPU (`device`); returns how many dropout modules and attention layers it switched (0 on
     any other device, where torch's dropout is the fast one)."""
-    from toolkit import attention
-
     if torch.device(device).type != "cpu":
         return 0
     switched = 0
@@ -118,7 +118,7 @@ def install(model: nn.Module, device: Any = "cpu") -> int:
         if type(module) is nn.Dropout:
             module.__class__ = Dropout  # the same module (p, inplace, hooks), another forward
             switched += 1
-    for _, layer in attention.attention_layers(model):
+    for _, layer in attention_layers(model):
         layer.tk_fast_dropout = True
         switched += 1
     _route_sdpa()

@@ -19,11 +19,14 @@ from typing import Any, Iterator
 
 import torch
 
-from toolkit import models, runs
+from toolkit import evaluation, heads, hub, models, readers, runs
+from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, disk_full
-from toolkit.recipe import Recipe, apply_overrides, parse
+from toolkit.recipe import Recipe, apply_overrides, find_recipe, parse, read_yaml, safe_yaml
+from toolkit.tasks import TASKS
+from toolkit.tasks.text_classification import read_text
+from toolkit.train import Setup, eval_loaders
 
-PEFT_CONFIG, BOTTLENECK_CONFIG = "adapter_config.json", "bottleneck_config.json"
 
 
 def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: str | None = None) -> Recipe:
@@ -31,8 +34,6 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     file = run / "recipe.yaml"
     if not file.is_file():
         raise UserError(f"{run}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
-    from toolkit.recipe import safe_yaml
-
     try:
         raw = safe_yaml(file.read_text(encoding="utf-8"), str(file))
     except (UnicodeDecodeError, UserError) as exc:
@@ -41,8 +42,6 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     if not isinstance(raw, dict):
         raise UserError(f"{file}: the run's recipe is damaged (not a mapping); restore it or run the recipe again")
     if task_from:
-        from toolkit.recipe import find_recipe, read_yaml
-
         raw["task"] = read_yaml(find_recipe(task_from))["task"]
     bad = [o for o in task_overrides or [] if not o.startswith("task.")]
     if bad:
@@ -69,18 +68,8 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
         recipe.task.adopt_labels(list(saved["label_names"]))
     if saved.get("text_columns") and getattr(recipe.task, "text_columns", "n/a") is None:
         recipe.task.text_columns = list(saved["text_columns"])
-    if (folder / PEFT_CONFIG).is_file():
-        from peft import PeftModel
-
-        base_model, _ = models.load(base, head, recipe.task.head_kwargs())
-        model = recipe.method.loaded(PeftModel.from_pretrained(base_model, str(folder)))
-    elif (folder / BOTTLENECK_CONFIG).is_file():
-        from toolkit.methods.adapters import load_adapters
-
-        base_model, _ = models.load(base, head, recipe.task.head_kwargs())
-        model = load_adapters(base_model, folder)
-    else:
-        model, _ = models.load(str(folder), head, {})
+    model = recipe.method.load(folder, lambda: models.load(base, head, recipe.task.head_kwargs())[0],
+                               lambda: models.load(str(folder), head, {})[0])
     return model.eval(), tok
 
 
@@ -129,8 +118,6 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     """Score a finished run on a split with the task's metrics; writes eval-<split>.json."""
     from accelerate import Accelerator
 
-    from toolkit import evaluation
-    from toolkit.train import Setup, eval_loaders
 
     recipe = run_recipe(run, task_overrides, task_from)
     data = recipe.task.load()
@@ -166,16 +153,12 @@ def read_inputs(source: str, columns: list[str]) -> list[dict]:
         path = Path(source)
         if not path.is_file():
             raise UserError(f"--input: {path} does not exist")
-        from toolkit import readers
-
         if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
             fmt = readers.file_format(path)  # the shared reader: FILE:LINE for every bad record
             ds = readers.read(path, fmt)
             for column in columns:
                 readers.check_text(ds, column, path, fmt, what=f"field '{column}'")
             return ds.to_list()
-        from toolkit.tasks.text_classification import read_text
-
         text, name = read_text(path), str(path)
     lines = [l for l in text.splitlines() if l.strip()]
     if not lines:
@@ -202,56 +185,21 @@ def read_inputs(source: str, columns: list[str]) -> list[dict]:
     return rows
 
 
-@torch.no_grad()
-def classify(model: torch.nn.Module, tok: Any, task: Any, rows: list[dict], batch_size: int = 64) -> list[dict]:
-    """Label name and probabilities per row (regression: the predicted value)."""
-    from datasets import Dataset
-
-    columns = list(task.text_columns)
-    ds = Dataset.from_dict({c: [str(r[c]) for r in rows] for c in columns} | {"label": [0] * len(rows)})
-    if task.is_regression:
-        ds = ds.cast_column("label", __import__("datasets").Value("float32"))
-    encoded = task.encode(ds, tok)
-    collate = task.collator(tok, model)
-    names, out = task.label_names, []
-    device = next(model.parameters()).device
-    for start in range(0, len(encoded), batch_size):
-        batch = collate([encoded[i] for i in range(start, min(start + batch_size, len(encoded)))])
-        batch = {k: v.to(device) for k, v in batch.items()}
-        logits = model(**task.model_inputs(batch)).logits.float()
-        if task.is_regression:
-            out += [{"score": float(v)} for v in logits.squeeze(-1).tolist()]
-            continue
-        for p in logits.softmax(-1).tolist():
-            best = max(range(len(p)), key=p.__getitem__)
-            out.append({"label": names[best], "probabilities": dict(zip(names, p))})
-    return [{**{c: r[c] for c in columns}, **o} for r, o in zip(rows, out)]
-
-
-def _classifier_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]:
-    """(recipe, model, tokenizer, input field names) of a trained classification run."""
-    from toolkit.tasks._classification import Classification
-
+def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]:
+    """(recipe, model, tokenizer, input field names) of a trained run whose task predicts."""
     recipe = run_recipe(run)
-    if not isinstance(recipe.task, Classification) or not recipe.method.trains:
-        raise UserError(f"{run}: predict handles trained classification runs (this is "
+    if not recipe.task.predicts or not recipe.method.trains:
+        kinds = ", ".join(n for n in TASKS.names() if TASKS.get(n).predicts)
+        raise UserError(f"{run}: predict handles trained runs of the tasks {kinds} (this is "
                         f"{recipe.task.name} with {recipe.method.name})")
     model, tok = load_model(run, recipe)
-    recipe.task.adopt_labels([model.config.id2label[i] for i in range(model.config.num_labels)])
-    return recipe, model, tok, list(getattr(recipe.task, "input_columns", recipe.task.text_columns))
-
-
-def _predict(recipe: Recipe, model: torch.nn.Module, tok: Any, names: list[str], inputs: list[dict]) -> list[dict]:
-    rows = [dict(zip(recipe.task.text_columns, (r[n] for n in names))) for r in inputs]
-    preds = classify(model, tok, recipe.task, rows)
-    return [{**{n: r[n] for n in names}, **{k: v for k, v in p.items() if k not in recipe.task.text_columns}}
-            for r, p in zip(inputs, preds)]
+    return recipe, model, tok, recipe.task.predict_fields(model)
 
 
 def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     """The Python API's predict: texts, (text, text) pairs or dicts of the task's fields in;
     per input its fields, `label`, `score` (the label's probability) and `probabilities` out."""
-    recipe, model, tok, names = _classifier_run(run)
+    recipe, model, tok, names = _predicting_run(run)
     inputs = []
     for i, item in enumerate(texts):
         if isinstance(item, dict):
@@ -264,7 +212,7 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
         if len(parts) != len(names) or not all(isinstance(p, str) for p in parts):
             raise UserError(f"predict: input {i} should be {len(names)} text(s) ({', '.join(names)}), got {item!r}")
         inputs.append(dict(zip(names, parts)))
-    out = _predict(recipe, model, tok, names, inputs)  # classify runs under no_grad
+    out = recipe.task.predict(model, tok, inputs)
     for row in out:
         if "probabilities" in row:
             row["score"] = row["probabilities"][row["label"]]
@@ -275,8 +223,8 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     """Predictions as JSONL (to a file or stdout); returns how many were written."""
     if output:
         check_destination(Path(output), folder=False, what="--output")
-    recipe, model, tok, names = _classifier_run(run)
-    out = _predict(recipe, model, tok, names, read_inputs(source, names))
+    recipe, model, tok, names = _predicting_run(run)
+    out = recipe.task.predict(model, tok, read_inputs(source, names))
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
     if output:
         partial = Path(output).with_name(f".{Path(output).name}.partial")
@@ -293,25 +241,8 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
 
 def glue_test(run: Path, out_dir: Path) -> list[Path]:
     """GLUE server submission files (`SST-2.tsv`, ...: `index<TAB>prediction`) from test.tsv."""
-    from toolkit.tasks.glue import Glue, read_test
-
     recipe = run_recipe(run)
-    if not isinstance(recipe.task, Glue):
-        raise UserError(f"--glue-test: {run} is a {recipe.task.name} run, not a GLUE one")
-    model, tok = load_model(run, recipe)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for file_name, (index, rows) in read_test(recipe.task).items():
-        preds = classify(model, tok, recipe.task, rows)
-        spec = recipe.task.spec
-        if spec.labels is None:  # STS-B: a similarity score, clipped to the task's range
-            values = [f"{min(max(p['score'], 0.0), 5.0):.3f}" for p in preds]
-        else:
-            values = [spec.labels[recipe.task.label_names.index(p["label"])] for p in preds]
-        path = out_dir / file_name
-        path.write_text("index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in zip(index, values)))
-        written.append(path)
-    return written
+    return recipe.task.submission(lambda: load_model(run, recipe), out_dir)
 
 
 def _embed_base(recipe: Recipe, out: Path, prompt_learning: bool) -> str:
@@ -324,7 +255,7 @@ def _embed_base(recipe: Recipe, out: Path, prompt_learning: bool) -> str:
     base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
     head = recipe.method.head(recipe.task, models.family_of(base))
     base_model, _ = models.load(base, head, recipe.task.head_kwargs())  # load_model adopted the labels
-    auto = models.HEADS[head][0]
+    auto = heads.get(head).auto_class
     if prompt_learning:  # transformers' integration loads LoRA-like adapters only: the base apart
         base_model.save_pretrained(out / "base")
         return (f"the {recipe.method.name} folder with its base in base/; load it with peft: "
@@ -338,7 +269,7 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
     """A plain transformers folder where the method allows it; says what was written. The folder
     is written under a temporary name beside `out` and renamed at the end: an interrupted export
     leaves no half folder at `out`, and the next export clears what it left."""
-    if push_to_hub and models._offline():
+    if push_to_hub and hub.offline():
         raise UserError(f"--push-to-hub {push_to_hub}: the Hub is off-line (HF_HUB_OFFLINE=1); "
                         "export to a folder and push it where the Hub is reachable")
     check_destination(out, folder=True, what="export")

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolkit import hf_tables
+from toolkit import attention as modules, heads, hf_tables, hub
 from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
 
@@ -25,18 +25,8 @@ if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
     from transformers import PreTrainedTokenizerBase
 
 FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
-# head -> (transformers' auto class, its model_type -> class table); names, not the classes:
-# importing transformers' auto classes imports torch, and validate needs only the tables
-HEADS: dict[str, tuple[str, str]] = {
-    "sequence-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
-    "causal-lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
-    "seq2seq-lm": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
-    "question-answering": ("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"),
-    "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
-}
-# The PEFT TaskType that wraps a model with each head (PEFT has none for masked LM: plain PeftModel).
-PEFT_TASK_TYPES = {"sequence-classification": "SEQ_CLS", "causal-lm": "CAUSAL_LM",
-                   "seq2seq-lm": "SEQ_2_SEQ_LM", "question-answering": "QUESTION_ANS"}
+NO_LIMIT = 100_000  # a model_max_length at least this large is transformers' placeholder, not a limit
+BOTTLENECK_CONFIG = "bottleneck_config.json"  # methods/adapters.py's saved config (base named by make_portable)
 HEAD_MODULES = ("classifier", "pre_classifier", "score", "classification_head", "qa_outputs")
 # Modules a checkpoint may lack or hold in another shape, re-initialised on loading: task heads,
 # LM heads, and BERT's pooler (trained by next-sentence prediction; an MLM model has none).
@@ -57,8 +47,7 @@ PACKAGED: dict[str, Callable[[], str | None]] = {
 }
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+_offline = hub.offline  # the name inference.export_run calls
 
 
 def _local_dir(checkpoint: str) -> Path | None:
@@ -93,7 +82,7 @@ def resolve(checkpoint: str) -> str:
     packaged = PACKAGED.get(checkpoint, lambda: None)()
     if packaged:
         return packaged
-    if _offline():
+    if hub.offline():
         raise UserError(f"model.checkpoint: '{checkpoint}' is not in the Hub cache and the Hub is "
                         "off-line (HF_HUB_OFFLINE=1); download it where the Hub is reachable and "
                         "set model.checkpoint to that local folder")
@@ -146,7 +135,7 @@ def _hub_model_type(checkpoint: str) -> str | None:
         return None
     if isinstance(cached, str):
         return _config_json(Path(cached).parent).get("model_type")
-    if _offline():
+    if hub.offline():
         return None
     from transformers import AutoConfig
 
@@ -197,7 +186,7 @@ def kind_of(model_type: str) -> str | None:
 
 def check_head(checkpoint: str, model_type: str, head: str) -> None:
     """Refuse a model whose family has no head of the kind the task (or method) needs."""
-    if model_type not in hf_tables.model_table(HEADS[head][1]):  # model_type -> class name
+    if model_type not in hf_tables.model_table(heads.get(head).table):  # model_type -> class name
         raise UserError(f"model.checkpoint: '{checkpoint}' is a {model_type} model, and transformers "
                         f"has no {head} head for {model_type}; pick a model whose family has one")
 
@@ -210,8 +199,6 @@ KERNEL_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flas
 def check_attention(attention: Any, family: str | None = None) -> None:
     """A transformers name that exists and whose kernel is installed, or a toolkit module that
     can run on this family (toolkit.attention); one UserError line otherwise."""
-    from toolkit import attention as modules
-
     if isinstance(attention, modules.Attention):
         reason = attention.incompatible(family)
         if reason:
@@ -381,8 +368,6 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     import torch
     import transformers
 
-    from toolkit import attention as modules
-
     path = resolve(checkpoint)
     try:
         tok = load_tokenizer(path)
@@ -400,7 +385,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     name = modules.name_of(attention)
     kwargs = {"attn_implementation": name} if name else {}
     try:
-        auto_class = getattr(transformers, HEADS[head][0])
+        auto_class = getattr(transformers, heads.get(head).auto_class)
         model, info = auto_class.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True,
                                                  ignore_mismatched_sizes=True, **kwargs)
     except ValueError as exc:
@@ -442,8 +427,15 @@ def max_positions(config: Any, tok: Any) -> int | None:
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if getattr(config, "model_type", None) == "t5" or not positions:
         return None
-    tok_limit = getattr(tok, "model_max_length", None)
-    return min(positions, tok_limit) if tok_limit and tok_limit < 100_000 else positions
+    tok_limit = token_limit(tok)
+    return min(positions, tok_limit) if tok_limit else positions
+
+
+def token_limit(tokenizer: Any) -> int | None:
+    """The tokenizer's `model_max_length`, or None where it holds transformers' "no limit"
+    placeholder (VERY_LARGE_INTEGER, 1e30) because the checkpoint did not say."""
+    limit = getattr(tokenizer, "model_max_length", None)
+    return limit if limit and limit < NO_LIMIT else None
 
 
 def head_names(model: torch.nn.Module) -> list[str]:
@@ -456,7 +448,7 @@ def make_portable(folder: Path, checkpoint: str) -> None:
     if _local_dir(checkpoint) is not None:
         return  # a local folder (or an earlier run): its path is the only name it has
     for name, key in (("adapter_config.json", "base_model_name_or_path"),
-                      ("bottleneck_config.json", "base_model")):
+                      (BOTTLENECK_CONFIG, "base_model")):
         file = folder / name
         if file.is_file():
             data = json.loads(file.read_text())

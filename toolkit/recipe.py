@@ -1,324 +1,33 @@
 """The recipe: YAML + `key=value` overrides -> typed dataclasses, validated before any weight loads.
 
-A recipe is data. `extends:` names base files (relative to the recipe) that are deep-merged
-underneath it; every other key is a typed field of the dataclasses below, or of the method's own
-settings dataclass (see toolkit/methods). The resolved recipe is what gets saved and hashed.
+The layers below: toolkit/schema.py builds and checks settings dataclasses; toolkit/recipe_data.py
+holds the recipe's data (sections, YAML, overrides, hash). Here, above the registries, models and
+chained runs, a raw recipe is built into its plug-ins and checked as a whole (names, model family x
+head x method x task, attention, a `{run: ...}` checkpoint's own recipe).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import math
-import json
-import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
-
+from toolkit import attention, chain, methods, models, tasks, tracking
 from toolkit.errors import UserError
+from toolkit.recipe_data import (SECTIONS, SMOKE_CAPS, SMOKE_LENGTHS, SMOKE_NEW_TOKENS, ModelConfig, Recipe,
+                                 TrainConfig, apply_overrides, dump, find_recipe, read_yaml, recipe_files,
+                                 recipe_name, recipes_root, safe_yaml, smoke_sized)
 from toolkit.registry import did_you_mean, foreign_hint
+from toolkit.schema import build_dataclass, build_plugin
 
-
-def _min(v: float) -> dict:
-    return {"min": v}
-
-
-@dataclass
-class ModelConfig:
-    checkpoint: str | dict  # a Hub id or folder, or {run: RECIPE, overrides: [...]} (toolkit/chain.py)
-    # str | dict | None: a transformers name (eager, sdpa, ...), a toolkit module ({name: local,
-    # window: 64}, or its bare name) built into its settings at parse time; None = the default
-    attention: Any = None
-    dropout: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
-    # encoder-decoder: an EncoderDecoderModel warm-started from the checkpoint as both encoder and
-    # decoder (Rothe et al. 2020), so an encoder such as MiniLM can summarize
-    warm_start: Literal["encoder-decoder"] | None = None
-
-
-@dataclass
-class TrainConfig:
-    epochs: float = field(default=3.0, metadata=_min(0.0))
-    max_steps: int | None = field(default=None, metadata=_min(1))
-    lr: float = field(default=2e-5, metadata=_min(0.0))
-    batch_size: int = field(default=32, metadata=_min(1))
-    eval_batch_size: int | None = field(default=None, metadata=_min(1))
-    grad_accum: int = field(default=1, metadata=_min(1))
-    weight_decay: float = field(default=0.0, metadata=_min(0.0))
-    warmup_ratio: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})
-    warmup_steps: int = field(default=0, metadata=_min(0))
-    max_grad_norm: float | None = field(default=1.0, metadata=_min(0.0))
-    seed: int = field(default=42, metadata={"min": 0, "max": 2**32 - 1})
-    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
-    group_by_length: bool = True  # batches of similar length, in random order (train.EpochBatches)
-    eval_every: int = field(default=0, metadata=_min(0))  # optimizer steps; 0 = end of each epoch
-    log_every: int = field(default=10, metadata=_min(1))
-    keep_best: bool = True  # the final model is the best evaluated one
-    metric: str | None = None  # selection metric; default: the task's main metric
-    early_stopping_patience: int = field(default=0, metadata=_min(0))  # evals without gain; 0 = off
-    save_total_limit: int = field(default=1, metadata=_min(1))
-    save_every: int = field(default=0, metadata=_min(0))  # also checkpoint every N steps; 0 = at evaluations only
-    keep_checkpoints: bool = False  # a finished run keeps its step checkpoints (else model/ only)
-    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more time
-    fast_dropout: bool = True  # CPU: dropout by toolkit.dropout (2-3x faster than torch's); false = torch's
-    skip_nonfinite: int = field(default=0, metadata=_min(0))  # batches with a NaN/inf loss to skip
-    report_to: list[Literal["tensorboard", "trackio", "wandb", "mlflow"]] = field(default_factory=list)
-
-
-@dataclass
-class Recipe:
-    model: ModelConfig
-    task: Any  # an instance of the task's settings dataclass (toolkit.tasks)
-    method: Any  # an instance of the method's settings dataclass (toolkit.methods)
-    train: TrainConfig
-    name: str = "recipe"
-    smoke: bool = False
-    upstream: "Recipe | None" = None  # the run model.checkpoint names ({run: ...}); not hashed
-    checkpoint_path: str | None = None  # that run's model/ folder, once resolved (chain.resolve)
-    written_max_length: int | None = None  # --smoke: task.max_length as written (its check still applies)
-
-    def to_dict(self) -> dict:
-        """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""
-        out: dict = {}
-        for section in ("model", "task", "method", "train"):
-            out[section] = dataclasses.asdict(getattr(self, section))
-        out["task"] = {"name": self.task.name, **out["task"]}
-        out["method"] = {"name": self.method.name, **out["method"]}
-        if dataclasses.is_dataclass(self.model.attention):  # settings: keep the module's name
-            out["model"]["attention"] = self.model.attention.to_dict()
-        out["smoke"] = self.smoke
-        return out
-
-    @property
-    def hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-SECTIONS = {"model": ModelConfig, "train": TrainConfig}
-
-
-def _fits(value: Any, tp: Any) -> bool:
-    """Whether `value` is of the kind `tp` names (a Literal: one of its values)."""
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return value in typing.get_args(tp)
-    if tp is Any:
-        return True
-    base = origin or tp
-    return isinstance(base, type) and isinstance(value, base)
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check `value` against the annotation `tp`; ints widen to floats; everything else must match."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        fits = [a for a in inner if _fits(value, a)]
-        return _coerce(value, (fits or inner)[0], where)
-    if origin is Literal:
-        choices = [str(c) for c in typing.get_args(tp)]
-        if value not in typing.get_args(tp):
-            raise UserError(f"{where}: '{value}' is not allowed{did_you_mean(str(value), choices)}")
-        return value
-    if origin is list:
-        (inner,) = typing.get_args(tp)
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            value = [value]  # `method.target_modules=query` means a one-element list
-        if not isinstance(value, list):
-            raise UserError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
-        return [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise UserError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
-        return value
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    if tp is Any:
-        return value
-    if dataclasses.is_dataclass(tp):  # a nested settings block (a task's `generation:`)
-        return build_dataclass(tp, value, where)
-    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-        raise UserError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _check_bounds(value: Any, metadata: Any, where: str) -> None:
-    """Finite, and within the field's declared `min` / `max` (field metadata)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise UserError(f"{where}: {value} is not a finite number")
-    lo, hi = metadata.get("min"), metadata.get("max")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if lo is not None and value < lo:
-            raise UserError(f"{where}: {value} is below the minimum {lo}")
-        if hi is not None and value > hi:
-            raise UserError(f"{where}: {value} is above the maximum {hi}")
-
-
-def build_dataclass(cls: type, raw: Any, where: str) -> Any:
-    """Raw mapping -> `cls`, naming the field of any unknown key, wrong type or out-of-range value."""
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: expected a mapping, got {type(raw).__name__} {raw!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    for key in raw:
-        if key not in fields:
-            hint = foreign_hint(str(key)) or did_you_mean(str(key), list(fields))
-            raise UserError(f"{where}.{key}: unknown key{hint}")
-    kwargs = {}
-    for name, f in fields.items():
-        if name not in raw:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise UserError(f"{where}.{name}: required field is missing")
-            continue
-        value = _coerce(raw[name], hints[name], f"{where}.{name}")
-        if isinstance(value, list):
-            if len(value) < f.metadata.get("min_items", 0):
-                raise UserError(f"{where}.{name}: needs at least {f.metadata['min_items']} item(s)")
-            for i, item in enumerate(value):
-                _check_bounds(item, f.metadata, f"{where}.{name}[{i}]")
-        else:
-            _check_bounds(value, f.metadata, f"{where}.{name}")
-        kwargs[name] = value
-    return cls(**kwargs)
-
-
-def build_plugin(registry: Any, raw: Any, where: str) -> Any:
-    """A `{name: ..., settings...}` section -> the registered settings dataclass of that name."""
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: expected a mapping with a name, got {type(raw).__name__} {raw!r}")
-    raw = dict(raw)
-    if "name" not in raw:
-        raise UserError(f"{where}.name: required field is missing")
-    cls = registry.get(str(raw.pop("name")), f"{where}.name")
-    return build_dataclass(cls, raw, where)
-
-
-def _deep_merge(base: dict, top: dict) -> dict:
-    """`top` over `base`, mapping by mapping; a plug-in section (one with a `name`) that names
-    another plug-in replaces the base's, whose settings belong to the other plug-in."""
-    out = dict(base)
-    for key, value in top.items():
-        renamed = isinstance(value, dict) and "name" in value and isinstance(out.get(key), dict) \
-            and out[key].get("name") not in (None, value["name"])
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and not renamed:
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of settings; a megabyte is not one
-MAX_YAML_NODES = 100_000  # after alias expansion: what stops a "billion laughs" file cheaply
-
-
-def _expanded_size(node: Any, memo: dict[int, int]) -> int:
-    """Nodes the document would have once every alias is expanded, without expanding it."""
-    if id(node) in memo:
-        return memo[id(node)]
-    memo[id(node)] = 1  # a cycle counts once
-    children: list = []
-    if isinstance(node, yaml.SequenceNode):
-        children = node.value
-    elif isinstance(node, yaml.MappingNode):
-        children = [n for pair in node.value for n in pair]
-    memo[id(node)] = 1 + sum(_expanded_size(c, memo) for c in children)
-    return memo[id(node)]
-
-
-def safe_yaml(text: str, where: str) -> Any:
-    """yaml.safe_load that refuses documents whose aliases expand past MAX_YAML_NODES."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        if node is not None and _expanded_size(node, {}) > MAX_YAML_NODES:
-            raise UserError(f"{where}: expands to more than {MAX_YAML_NODES:,} YAML nodes "
-                            "(aliases repeated); a recipe is a page of settings")
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:  # the position and the problem, never the file's text
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise UserError(f"{where}: not valid YAML{at} ({problem})") from None
-
-
-RECIPE_KEYS = {"model", "task", "method", "train", "extends", "name", "smoke"}
-
-
-def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
-    """Load a recipe file with its `extends:` bases merged underneath."""
-    if not path.is_file():
-        raise UserError(f"recipe {path} does not exist")
-    if path.resolve() in seen:
-        raise UserError(f"{path}: 'extends' loops back to itself")
-    if path.stat().st_size > MAX_RECIPE_BYTES:
-        raise UserError(f"{path}: {path.stat().st_size:,} bytes is not a recipe (at most "
-                        f"{MAX_RECIPE_BYTES:,})")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); a recipe is a YAML text file") from None
-    if "\x00" in text:
-        raise UserError(f"{path}: holds NUL bytes; a recipe is a YAML text file")
-    raw = safe_yaml(text, str(path)) or {}
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
-    if raw and not set(map(str, raw)) & RECIPE_KEYS:  # some other YAML file: never echo its keys
-        raise UserError(f"{path}: is not a recipe (it has no model, task, method, train or extends "
-                        "section)")
-    bases = raw.pop("extends", [])
-    if isinstance(bases, str):
-        bases = [bases]
-    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-        raise UserError(f"{path}: extends: expected a file name or a list of them, got {bases!r}")
-    merged: dict = {}
-    for base in bases:
-        merged = _deep_merge(merged, read_yaml(path.parent / base, seen + (path.resolve(),)))
-    return _deep_merge(merged, raw)
-
-
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """`train.lr=3e-4 method.r=16`: values are parsed as YAML scalars."""
-    raw = json.loads(json.dumps(raw))
-    for item in overrides:
-        if "=" not in item:
-            raise UserError(f"override '{item}': expected key=value, e.g. train.lr=3e-4")
-        key, value = item.split("=", 1)
-        parts = key.strip().split(".")
-        node = raw
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise UserError(f"override '{item}': '{part}' is not a section")
-        if not all(parts):
-            raise UserError(f"override '{item}': empty key part; write section.key=value")
-        node[parts[-1]] = safe_yaml(value, f"override '{item}'") if value != "" else None
-    return raw
-
-
-def recipe_name(path: Path) -> str:
-    """`recipes/glue/sst2/roberta-base-lora.yaml` -> `glue/sst2/roberta-base-lora`."""
-    resolved = path.resolve()
-    for parent in resolved.parents:
-        if parent.name == "recipes":
-            return str(resolved.relative_to(parent).with_suffix(""))
-    return resolved.stem
+# what callers read from here (the data and schema below are re-exported: one name to import)
+__all__ = ["ModelConfig", "Recipe", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS", "TrainConfig",
+           "apply_overrides", "build_dataclass", "build_plugin", "check", "dump", "find_recipe", "load", "parse",
+           "read_yaml", "recipe_files", "recipe_name", "recipes_root", "safe_yaml", "smoke_sized", "upstream"]
 
 
 def parse(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | None = None,
           seen: tuple[Path, ...] = ()) -> Recipe:
     """Raw mapping -> Recipe; checks fields, names and combinations (no weights are loaded)."""
-    from toolkit import attention, methods, tasks  # registries fill on import
-
     raw = dict(raw)
     saved_name, saved_smoke = raw.pop("name", None), raw.pop("smoke", False)  # a run's recipe.yaml
     if not isinstance(saved_smoke, bool):
@@ -341,17 +50,13 @@ def parse(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | N
     recipe = Recipe(model=built["model"], task=task, method=method, train=built["train"],
                     name=name, smoke=smoke)
     if isinstance(recipe.model.checkpoint, dict):
-        from toolkit import chain
-
-        recipe.upstream = chain.upstream(recipe.model.checkpoint, origin, smoke, seen)
+        recipe.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
     check(recipe)
     return recipe
 
 
 def check(recipe: Recipe) -> None:
     """Cross-field checks: task settings, attention, model family x head x method x task."""
-    from toolkit import models
-
     task = recipe.task
     task.check()
     if recipe.train.metric is not None:
@@ -359,8 +64,6 @@ def check(recipe: Recipe) -> None:
         if recipe.train.metric not in names:
             raise UserError(f"train.metric: '{recipe.train.metric}' is not a metric of this task"
                             f"{did_you_mean(recipe.train.metric, names)}")
-    from toolkit import tracking
-
     tracking.check(recipe.train.report_to)
     base = recipe
     while base.upstream is not None:  # continued pretraining keeps the family of its base
@@ -374,38 +77,6 @@ def check(recipe: Recipe) -> None:
     reason = recipe.method.incompatible(family, task)
     if reason:
         raise UserError(f"method.name: '{recipe.method.name}' cannot run here: {reason}")
-
-
-# --smoke keeps the recipe's code path and shrinks its size: a handful of examples, a few steps.
-SMOKE_CAPS = {("task", "max_train_samples"): 32, ("task", "max_eval_samples"): 32,
-              ("train", "batch_size"): 8, ("train", "eval_batch_size"): 16, ("train", "max_steps"): 4}
-
-
-# ...and lengths, where the task has them and they are longer: a decoder's 512-token summarisation
-# prompt with a 50k-word output layer costs seconds a step even on the smallest model.
-SMOKE_LENGTHS = {"max_length": 128, "max_target_length": 32, "doc_stride": 32, "eval_stride": 64}
-SMOKE_NEW_TOKENS = 16  # task.generation.max_new_tokens
-
-
-def smoke_sized(raw: dict, task: Any = None) -> dict:
-    """`raw` shrunk for --smoke; `task` (the recipe's task as written) says which lengths it has."""
-    raw = json.loads(json.dumps(raw))
-    for (section, key), cap in SMOKE_CAPS.items():
-        node = raw.setdefault(section, {})
-        if isinstance(node, dict):
-            value = node.get(key)
-            node[key] = cap if not isinstance(value, int) or isinstance(value, bool) else min(value, cap)
-    node = raw.get("task")
-    if task is None or not isinstance(node, dict):
-        return raw
-    for key, cap in SMOKE_LENGTHS.items():
-        value = getattr(task, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > cap:
-            node[key] = cap
-    generation = getattr(task, "generation", None)
-    if getattr(generation, "max_new_tokens", 0) > SMOKE_NEW_TOKENS and isinstance(node.get("generation", {}), dict):
-        node["generation"] = {**node.get("generation", {}), "max_new_tokens": SMOKE_NEW_TOKENS}
-    return raw
 
 
 def load(path: str | Path, overrides: list[str] | None = None, smoke: bool = False,
@@ -423,40 +94,25 @@ def load(path: str | Path, overrides: list[str] | None = None, smoke: bool = Fal
     return recipe
 
 
-def dump(recipe: Recipe) -> str:
-    """The resolved recipe as YAML: itself a valid recipe (`toolkit run runs/.../recipe.yaml`)."""
-    return yaml.safe_dump({"name": recipe.name, **recipe.to_dict()}, sort_keys=False)
 
 
-# --- finding recipes: a path, or the name of a shipped one ------------------------------------
-def recipes_root() -> Path:
-    """./recipes in a checkout; else the recipes that ship inside the installed package (a wheel
-    puts them in toolkit/recipes; an editable install leaves them beside the package)."""
-    package = Path(__file__).resolve().parent  # toolkit/
-    for candidate in (Path("recipes"), package / "recipes", package.parent / "recipes"):
-        if candidate.is_dir():
-            return candidate
-    raise UserError("no recipes/ folder here and none shipped with the package; give recipe paths")
-
-
-def recipe_files(paths: list[str]) -> list[Path]:
-    if paths:
-        return [Path(p) for p in paths]
-    root = recipes_root()
-    return sorted(p for p in root.rglob("*.yaml") if not p.name.startswith("_"))
-
-
-def find_recipe(name: str) -> Path:
-    """A recipe file: a path, or the name of a shipped one (`glue/sst2/roberta-base-lora`)."""
-    path = Path(name)
-    if path.is_file() or path.suffix == ".yaml" and path.exists():
-        return path
-    shipped = recipes_root() / (name if name.endswith(".yaml") else name + ".yaml")
-    if shipped.is_file():
-        return shipped
-    if not path.exists() and not shipped.exists():
-        names = [str(p.relative_to(recipes_root()).with_suffix("")) for p in recipe_files([])]
-        from toolkit.registry import did_you_mean
-
-        raise UserError(f"recipe {name} does not exist{did_you_mean(name, names)}")
-    return path
+def upstream(ref: dict, origin: Path | None, smoke: bool, seen: tuple[Path, ...]) -> Any:
+    """The recipe a `{run: ..., overrides: [...]}` checkpoint names, loaded and checked."""
+    for key in ref:
+        if key not in chain.KEYS:
+            raise UserError(f"model.checkpoint.{key}: unknown key (a run reference has: run, overrides)")
+    run, overrides = ref.get("run"), ref.get("overrides") or []
+    if not isinstance(run, str):
+        raise UserError("model.checkpoint.run: expected the path of a recipe, e.g. "
+                        "{run: recipes/pretrain/wikitext-2/minilm-mlm.yaml}")
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise UserError("model.checkpoint.overrides: expected a list of key=value strings")
+    path = chain.recipe_file(run, origin)
+    if path.resolve() in seen:
+        raise UserError(f"model.checkpoint.run: {run} leads back to a recipe already in this chain")
+    if not path.is_file():
+        raise UserError(f"model.checkpoint.run: recipe {run} does not exist")
+    try:
+        return load(path, overrides, smoke=smoke, seen=seen)
+    except UserError as exc:
+        raise UserError(f"model.checkpoint.run ({run}): {exc}") from None

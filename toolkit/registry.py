@@ -64,10 +64,12 @@ class Registry(Generic[T]):
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: file the plug-in under `name` and set its `name` to it (said once, here)."""
         def add(obj: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
             self._entries[name] = obj
+            obj.name = name  # type: ignore[attr-defined]
             return obj
 
         return add

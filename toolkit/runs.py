@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UserError
-from toolkit.recipe import Recipe
+from toolkit.recipe_data import Recipe
 
 
 def runs_root(override: str | None = None) -> Path:

@@ -16,6 +16,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit import recipe as recipe_module, runs
 from toolkit.errors import UserError
 
 
@@ -123,11 +124,9 @@ def _is_number(text: str) -> bool:
 
 def resolve(point: Point) -> Point:
     """The point with scaled values made absolute against its recipe file (extends merged)."""
-    from toolkit import recipe as recipes
-
     if not any(o.partition("=")[2].startswith("x") for o in point.overrides):
         return point
-    raw = recipes.read_yaml(point.recipe)
+    raw = recipe_module.read_yaml(point.recipe)
     return Point(point.recipe, resolve_scaled(raw, point.overrides, str(point.recipe)))
 
 
@@ -135,10 +134,8 @@ def plan(recipes: list[Path], axis_items: list[str], seeds: str | None, root: Pa
          smoke: bool) -> tuple[list[Point], list[Path]]:
     """Every point of the grid and its run folder; every point is checked (its recipe loads) and
     no two are the same run, before the first one runs."""
-    from toolkit import recipe as recipe_mod, runs
-
     points = [resolve(p) for p in grid(recipes, parse_axes(axis_items), parse_seeds(seeds))]
-    folders = [runs.run_dir(recipe_mod.load(p.recipe, p.overrides, smoke=smoke), root) for p in points]
+    folders = [runs.run_dir(recipe_module.load(p.recipe, p.overrides, smoke=smoke), root) for p in points]
     same_runs(folders, points)
     return points, folders
 
@@ -157,8 +154,6 @@ def same_runs(folders: list[Path], points: list[Point]) -> None:
 
 def describe(points: list[Point], folders: list[Path]) -> list[str]:
     """One line per point for --dry-run: its run folder and whether it is finished."""
-    from toolkit import runs
-
     lines = []
     for i, (point, out) in enumerate(zip(points, folders), 1):
         state = "finished" if runs.is_finished(out) else "resumes" if runs.checkpoints(out) else "to run"
@@ -206,12 +201,10 @@ def costs(points: list[Point], smoke: bool) -> list[Cost]:
     """Each point's cost; data is loaded once per distinct task (a sweep repeats its tasks)."""
     import json
 
-    from toolkit import recipe as recipe_mod
-
     loaded: dict[str, tuple[int | None, int]] = {}
     out = []
     for point in points:
-        recipe = recipe_mod.load(point.recipe, point.overrides, smoke=smoke)
+        recipe = recipe_module.load(point.recipe, point.overrides, smoke=smoke)
         key = json.dumps(recipe.to_dict()["task"], sort_keys=True, default=str)
         if key not in loaded:
             loaded[key] = sizes(recipe)
@@ -293,12 +286,10 @@ def measure(point: Point, recipe, smoke: bool) -> Timing:
 
 def estimate(points: list[Point], point_costs: list[Cost], smoke: bool) -> list[float]:
     """Seconds per point: measured step and evaluation times of its shape, times its counts."""
-    from toolkit import recipe as recipe_mod
-
     timings: dict[str, Timing] = {}
     out = []
     for point, c in zip(points, point_costs):
-        recipe = recipe_mod.load(point.recipe, point.overrides, smoke=smoke)
+        recipe = recipe_module.load(point.recipe, point.overrides, smoke=smoke)
         key = shape(recipe)
         if key not in timings:
             timings[key] = measure(point, recipe, smoke)

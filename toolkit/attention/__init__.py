@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from toolkit.errors import UserError
+from toolkit.layers import attention_layers  # noqa: F401  (importers name it here too)
 from toolkit.lazy import lazy
 from toolkit.registry import Registry
+from toolkit.schema import build_dataclass
 
 torch = lazy("torch", globals())
 nn = lazy("torch.nn", globals())
@@ -194,15 +196,6 @@ def softmax_attention(module: nn.Module, scores: torch.Tensor, v: torch.Tensor,
 
 
 # --- finding the layers ------------------------------------------------------------------------
-def attention_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Modules that call ALL_ATTENTION_FUNCTIONS: they carry `is_causal` and q/k/v projections."""
-    found = []
-    for path, module in model.named_modules():
-        if hasattr(module, "is_causal") and any(hasattr(module, p) for p in ("query", "q_proj", "q", "c_attn")):
-            found.append((path, module))
-    return found
-
-
 def is_cross(path: str, module: nn.Module) -> bool:
     return bool(getattr(module, "is_cross_attention", False)) or any(n in path.split(".") for n in CROSS_NAMES)
 
@@ -218,8 +211,6 @@ def heads_and_dim(module: nn.Module, config: Any) -> tuple[int, int]:
 # --- recipe, trainability, saving --------------------------------------------------------------
 def from_recipe(value: Any, where: str = "model.attention") -> Any:
     """A recipe's `model.attention` -> None, a transformers name (str) or a module's settings."""
-    from toolkit.recipe import build_dataclass
-
     if value is None or isinstance(value, Attention):
         return value
     if isinstance(value, str):

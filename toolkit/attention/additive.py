@@ -18,7 +18,6 @@ torch = lazy("torch", globals())
 @ATTENTION.register("additive")
 @dataclass
 class Additive(Attention):
-    name = "additive"
     dim: int = field(default=16, metadata={"min": 1})  # width of the tanh layer
 
     def parameters(self, heads: int, dim: int) -> dict[str, torch.Tensor]:

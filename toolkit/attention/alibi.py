@@ -25,7 +25,6 @@ def slopes(heads: int) -> torch.Tensor:
 @ATTENTION.register("alibi")
 @dataclass
 class Alibi(Attention):
-    name = "alibi"
     positional = True
     cross: bool = False
     scale: float = field(default=1.0, metadata={"min": 0.0})

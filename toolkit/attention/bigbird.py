@@ -22,7 +22,6 @@ torch = lazy("torch", globals())
 @ATTENTION.register("bigbird")
 @dataclass
 class BigBird(Attention):
-    name = "bigbird"
     positional = True
     cross: bool = False
     block: int = field(default=64, metadata={"min": 1})

@@ -17,7 +17,6 @@ torch = lazy("torch", globals())
 @ATTENTION.register("bilinear")
 @dataclass
 class Bilinear(Attention):
-    name = "bilinear"
 
     def parameters(self, heads: int, dim: int) -> dict[str, torch.Tensor]:
         return {"w": torch.eye(dim).repeat(heads, 1, 1)}  # (h, d, d)

@@ -17,7 +17,6 @@ torch = lazy("torch", globals())
 @ATTENTION.register("dot")
 @dataclass
 class Dot(Attention):
-    name = "dot"
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
         scores = torch.matmul(q * scaling, k.transpose(-1, -2))  # (b, h, tq, tk); scaling q is O(n)

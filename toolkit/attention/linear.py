@@ -57,7 +57,6 @@ def _causal_chunks(phi_q, phi_k, v, state_kv, state_z, chunk):
 @ATTENTION.register("linear")
 @dataclass
 class Linear(Attention):
-    name = "linear"
     forms_scores = False
     chunk: int = field(default=64, metadata={"min": 1})  # causal prefix-sum chunk length
 

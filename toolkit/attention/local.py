@@ -22,7 +22,6 @@ torch = lazy("torch", globals())
 @ATTENTION.register("local")
 @dataclass
 class Local(Attention):
-    name = "local"
     positional = True
     cross: bool = False
     window: int = field(default=64, metadata={"min": 1})

@@ -45,7 +45,6 @@ def positive_features(x: torch.Tensor, w: torch.Tensor, keys: torch.Tensor | Non
 @ATTENTION.register("performer")
 @dataclass
 class Performer(Attention):
-    name = "performer"
     forms_scores = False
     features: int = field(default=64, metadata={"min": 1})
     redraw_every: int = field(default=100, metadata={"min": 0})  # training forward passes; 0 = never

@@ -19,7 +19,6 @@ torch = lazy("torch", globals())
 @ATTENTION.register("relative")
 @dataclass
 class Relative(Attention):
-    name = "relative"
     positional = True
     cross: bool = False
     k: int = field(default=16, metadata={"min": 1})  # clipping distance

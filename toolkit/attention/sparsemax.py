@@ -31,7 +31,6 @@ def sparsemax(scores: torch.Tensor) -> torch.Tensor:
 @ATTENTION.register("sparsemax")
 @dataclass
 class Sparsemax(Attention):
-    name = "sparsemax"
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
         scores = torch.matmul(q, k.transpose(-1, -2)) * scaling  # (b, h, tq, tk)

@@ -12,10 +12,11 @@ import json
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from toolkit.lazy import lazy
 from toolkit.registry import Registry
+from toolkit.errors import UserError
 
 torch = lazy("torch", globals())
 
@@ -31,6 +32,7 @@ class Context:
     peft_task_type: str  # PEFT TaskType name: SEQ_CLS, CAUSAL_LM, SEQ_2_SEQ_LM, QUESTION_ANS
     tokenizer: Any
     instruction: str | None = None  # the task's natural-language instruction, for prompt init
+    total_steps: int = 0  # optimizer steps the run will take (0: it does not train)
 
 
 @dataclass
@@ -51,7 +53,7 @@ class Method:
         """Refuse settings that the loaded data cannot satisfy (before the run folder exists)."""
 
     def head(self, task: Any, family: str | None = None) -> str:
-        """Which model head to load (toolkit.models.HEADS); in-context methods need the LM head."""
+        """Which model head to load (a toolkit.heads name); in-context methods need the LM head."""
         return task.model_head(family)
 
     def encoder(self, task: Any, tokenizer: Any) -> Any:
@@ -61,6 +63,40 @@ class Method:
     def evaluate(self, model: torch.nn.Module, setup: Any, accelerator: Any) -> dict[str, float]:
         """Metrics of a method that does not train (trains = False)."""
         raise NotImplementedError
+
+    # --- what the loop calls while training (the defaults do nothing) ------------------------
+    def extra_loss(self, model: torch.nn.Module) -> torch.Tensor | None:
+        """A term of the method's own that the loop adds to each step's loss (a regulariser:
+        AdaLoRA's orthogonality penalty), or None. Tasks compute the loss from the logits, so a
+        term a model adds to its own `outputs.loss` would be lost without this."""
+        return None
+
+    def after_step(self, model: torch.nn.Module, step: int) -> None:
+        """Called after each optimizer step, gradients still in place, with the global step count
+        (1 after the first): AdaLoRA re-allocates its ranks here."""
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the method keeps state beside the weights that a resumed run needs back."""
+        return type(self).state_dict is not Method.state_dict
+
+    def state_dict(self, model: torch.nn.Module) -> dict:
+        """State beside the weights (tensors, numbers, strings) saved with every checkpoint."""
+        return {}
+
+    def load_state_dict(self, model: torch.nn.Module, state: dict) -> None:
+        """Put back what `state_dict` gave, on resume."""
+
+    # --- saving and loading the result -----------------------------------------------------------
+    def load(self, folder: Path, base: Callable[[], torch.nn.Module],
+             whole: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        """The result `save` wrote into `folder`: a PEFT adapter on `base()` (the run's base model
+        with its head), else a whole model (`whole()`, the folder as a checkpoint)."""
+        if (Path(folder) / "adapter_config.json").is_file():
+            from peft import PeftModel
+
+            return self.loaded(PeftModel.from_pretrained(base(), str(folder)))
+        return whole()
 
     def loaded(self, model: torch.nn.Module) -> torch.nn.Module:
         """A saved result just loaded back (`PeftModel.from_pretrained`): ready it to run."""
@@ -98,8 +134,6 @@ def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
             raise
         leaves = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
                          if type(m).__name__ in ("Linear", "Conv1D") and "." in n})
-        from toolkit.errors import UserError
-
         raise UserError(f"method.target_modules: {sorted(config.target_modules or [])} match no "
                         f"layer of this model (its linear layers: {', '.join(leaves)})") from None
 

@@ -33,16 +33,16 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
+from toolkit.models import BOTTLENECK_CONFIG, head_names
 
 torch = lazy("torch", globals())
 nn = lazy("torch.nn", globals())
 
-CONFIGS = ("houlsby", "pfeiffer")
 _BERT = (r"layer\.(\d+)\.attention\.output\.dense", r"layer\.(\d+)\.output\.dense")
 # family -> (after-attention, after-feed-forward) module-name patterns; group 1 = layer index
 PLACES: dict[str, tuple[str, str]] = {
@@ -53,7 +53,7 @@ PLACES: dict[str, tuple[str, str]] = {
     "t5": (r"block\.(\d+)\.layer\.0\.SelfAttention\.o", r"block\.(\d+)\.layer\.\d+\.DenseReluDense\.wo"),
 }
 CHILD = "bottleneck_adapter"  # the child module name, and the marker of adapter parameters
-CONFIG_FILE = "bottleneck_config.json"
+CONFIG_FILE = BOTTLENECK_CONFIG
 WEIGHTS_FILE = "bottleneck_adapters.safetensors"
 
 
@@ -90,7 +90,6 @@ def _out_width(module: nn.Module) -> int:
 class Adapters(Method):
     """Settings of the bottleneck adapters; `apply` freezes the base and trains adapters + head."""
 
-    name = "adapters"
     config: Literal["houlsby", "pfeiffer"] = "houlsby"  # houlsby: after attention and feed-forward; pfeiffer: feed-forward only
     reduction_factor: int = field(default=16, metadata={"min": 1})
     bottleneck_size: int | None = field(default=None, metadata={"min": 1})  # wins over the factor
@@ -156,8 +155,6 @@ class Adapters(Method):
         """Adapter and head weights plus our config: megabytes, where the base is hundreds."""
         from safetensors.torch import save_file
 
-        from toolkit.models import head_names
-
         heads = head_names(model)
         tensors = {n: p.detach().cpu().contiguous().clone() for n, p in model.named_parameters()
                    if is_adapter(n) or is_head(n, heads)}
@@ -169,6 +166,12 @@ class Adapters(Method):
                 "model_type": model.config.model_type, "head_names": heads,
                 "adapters": sum(1 for n in tensors if is_adapter(n) and n.endswith(".up.weight"))}
         (path / CONFIG_FILE).write_text(json.dumps(info, indent=2) + "\n")
+
+    def load(self, folder: Path, base: Callable[[], nn.Module], whole: Callable[[], nn.Module]) -> nn.Module:
+        """The saved adapters re-injected into the run's base model."""
+        if (Path(folder) / CONFIG_FILE).is_file():
+            return load_adapters(base(), folder)
+        return super().load(folder, base, whole)
 
 
 def load_adapters(base_model: nn.Module, path: str | Path) -> nn.Module:

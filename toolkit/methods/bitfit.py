@@ -24,7 +24,6 @@ def is_bias(name: str) -> bool:
 @METHODS.register("bitfit")
 @dataclass
 class BitFit(Method):
-    name = "bitfit"
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if family == "t5":

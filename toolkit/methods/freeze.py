@@ -14,7 +14,6 @@ torch = lazy("torch", globals())
 @METHODS.register("freeze")
 @dataclass
 class Freeze(Method):
-    name = "freeze"
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if self.head(task, family) in ("causal-lm", "seq2seq-lm"):

@@ -13,7 +13,6 @@ torch = lazy("torch", globals())
 @METHODS.register("full")
 @dataclass
 class Full(Method):
-    name = "full"
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         set_trainable(model, lambda _: True)

@@ -20,7 +20,6 @@ torch = lazy("torch", globals())
 @METHODS.register("ia3")
 @dataclass
 class IA3(Method):
-    name = "ia3"
     target_modules: list[str] | None = None  # None: PEFT's default for the family
     feedforward_modules: list[str] | None = None  # a subset of target_modules, scaled on their input
 

@@ -21,8 +21,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from toolkit.errors import UserError
+from toolkit.hf_tables import model_table
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
+from toolkit.models import token_limit
 
 torch = lazy("torch", globals())
 
@@ -32,9 +34,7 @@ CONTENT_FREE = "N/A"
 
 
 def lm_head(family: str | None) -> str | None:
-    """The head (models.HEADS key) a family scores continuations with; None: it cannot."""
-    from toolkit.hf_tables import model_table
-
+    """The head (a toolkit.heads name) a family scores continuations with; None: it cannot."""
     if family is None:
         return "causal-lm"  # unknown family: the model loader will say if it has no LM head
     if family in model_table("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"):  # before causal: BART is in both
@@ -195,7 +195,7 @@ def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
 
 def _max_positions(model: torch.nn.Module, tokenizer: Any) -> int:
     limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
-    tok_limit = tokenizer.model_max_length if tokenizer.model_max_length < 100_000 else None
+    tok_limit = token_limit(tokenizer)
     return min(x for x in (limit, tok_limit, 1024) if x)
 
 
@@ -204,7 +204,6 @@ def _max_positions(model: torch.nn.Module, tokenizer: Any) -> int:
 class ICL(Method):
     """k-shot in-context prompting of a frozen decoder or encoder-decoder LM (no training)."""
 
-    name = "icl"
     trains = False
 
     shots: int = field(default=0, metadata={"min": 0})

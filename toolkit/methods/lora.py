@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
@@ -16,13 +16,13 @@ torch = lazy("torch", globals())
 @METHODS.register("lora")
 @dataclass
 class Lora(Method):
-    name = "lora"
     r: int = field(default=8, metadata={"min": 1})
     alpha: int = field(default=16, metadata={"min": 1})
     dropout: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})
     target_modules: list[str] | None = None  # None: PEFT's default for the family (query/value)
     bias: Literal["none", "all", "lora_only"] = "none"
     merge: bool = False  # save the weights merged into the base: a plain transformers folder
+    use_dora: ClassVar[bool] = False  # methods/dora.py: the same settings, PEFT's DoRA
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         defaults = table("peft.utils.constants", "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING")
@@ -37,7 +37,7 @@ class Lora(Method):
         config = LoraConfig(
             task_type=peft_task_type(ctx), r=self.r, lora_alpha=self.alpha,
             lora_dropout=self.dropout, target_modules=self.target_modules, bias=self.bias,
-            modules_to_save=list(ctx.head_names) or None,
+            modules_to_save=list(ctx.head_names) or None, use_dora=self.use_dora,
         )
         return wrap_peft(model, config)
 
@@ -46,6 +46,11 @@ class Lora(Method):
         loads without PEFT and can be a later run's checkpoint (continued pretraining)."""
         if not self.merge:
             return super().save(model, path)
-        merged = model.merge_and_unload()
-        merged.save_pretrained(path)
-        keep_label_maps(merged.config, Path(path))
+        save_merged(model, Path(path))
+
+
+def save_merged(model: torch.nn.Module, path: Path) -> None:
+    """A PEFT model's deltas folded into its base weights (PEFT's merge_and_unload) and saved."""
+    merged = model.merge_and_unload()
+    merged.save_pretrained(path)
+    keep_label_maps(merged.config, path)

@@ -20,7 +20,6 @@ torch = lazy("torch", globals())
 @METHODS.register("p_tuning")
 @dataclass
 class PTuning(Method):
-    name = "p_tuning"
     num_virtual_tokens: int = field(default=20, metadata={"min": 1})
     encoder_hidden_size: int = field(default=128, metadata={"min": 1})
     encoder_reparameterization_type: Literal["MLP", "LSTM"] = "MLP"

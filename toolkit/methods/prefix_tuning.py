@@ -34,6 +34,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.attention import ATTENTION, attention_layers, causal_keep, is_causal, is_cross, min_value
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
@@ -49,7 +50,6 @@ BUILTIN = ("eager", "sdpa")  # transformers' implementations the prefix can wrap
 @METHODS.register("prefix_tuning")
 @dataclass
 class PrefixTuning(Method):
-    name = "prefix_tuning"
     num_virtual_tokens: int = field(default=20, metadata={"min": 1})
     prefix_projection: bool = False  # True: prefixes come from an MLP (Li & Liang's reparameterisation)
     encoder_hidden_size: int | None = field(default=None, metadata={"min": 1})  # the MLP's width; None: the model's hidden size
@@ -85,8 +85,6 @@ def one_stack_refusal(family: str | None) -> str:
 def install(peft_model: Any) -> Any:
     """Route a PEFT prefix-tuning model's prefixes through the attention interface (see the
     module docstring); returns the same model. Also for `PeftModel.from_pretrained` results."""
-    from toolkit.attention import attention_layers, is_cross
-
     base = peft_model.get_base_model()
     config = peft_model.active_peft_config
     current = base.config._attn_implementation or "eager"
@@ -166,8 +164,6 @@ def _register(own: str) -> None:
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    from toolkit.attention import ATTENTION
-
     if own not in BUILTIN and own not in ATTENTION:
         raise UserError(f"prefix_tuning runs with model.attention eager, sdpa or a toolkit module "
                         f"({', '.join(ATTENTION.names())}); not with {own}")
@@ -197,8 +193,6 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
                attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, Any]:
     """Prepend the layer's prefix to keys and values, widen the mask (prefix keys are seen by
     every query), then call the model's own attention function."""
-    from toolkit.attention import ATTENTION, causal_keep, is_causal, min_value
-
     own = module.config._attn_implementation[len(WRAPPED):]
     fn = _base_function(module, own)
     prefix = getattr(module, "tk_prefix", None)

@@ -50,7 +50,6 @@ def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | Non
 @METHODS.register("prompt_tuning")
 @dataclass
 class PromptTuning(Method):
-    name = "prompt_tuning"
     num_virtual_tokens: int = field(default=20, metadata={"min": 1})
     init: Literal["random", "text"] = "random"  # text: from the task's instruction (or init_text)
     init_text: str | None = None  # overrides the task's instruction when init is text

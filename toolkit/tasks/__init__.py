@@ -23,13 +23,14 @@ import os
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from toolkit import heads, hub
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.registry import Registry, did_you_mean
+from toolkit.registry import Registry
 
 torch = lazy("torch", globals())
 
@@ -62,7 +63,6 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
     Metric("rougeLsum", True, 100.0), Metric("bleu", True, 1.0), Metric("chrf", True, 1.0),
     Metric("perplexity", False, 1.0), Metric("loss", False, 1.0),
 ]}
-LOSS = CATALOGUE["loss"]
 
 
 def declaration(name: str, declared: list[Metric] | None = None) -> Metric:
@@ -78,8 +78,7 @@ class Task:
     """Base of every task's settings dataclass; subclasses fill in the data side."""
 
     name: ClassVar[str] = ""
-    head: ClassVar[str] = "sequence-classification"  # which AutoModelFor... the model gets
-    peft_task_type: ClassVar[str] = "SEQ_CLS"
+    head: ClassVar[str] = heads.SEQUENCE_CLASSIFICATION  # a toolkit.heads name
     eval_suffixes: ClassVar[tuple[str, ...]] = ("",)  # one per eval split (MNLI: "", "_mm")
 
     max_length: int = field(default=128, metadata={"min": 8})
@@ -109,7 +108,7 @@ class Task:
         return declaration(name, self.declared_metrics())
 
     def model_head(self, family: str | None) -> str:
-        """The head (models.HEADS key) this task needs on a model of `family` (its model_type):
+        """The head (a toolkit.heads name) this task needs on a model of `family` (its model_type):
         generation tasks pick causal-lm for decoders and seq2seq-lm for encoder-decoders."""
         return self.head
 
@@ -181,6 +180,24 @@ class Task:
         text; None: nothing to write (classification)."""
         return None
 
+    # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
+    predicts: ClassVar[bool] = False  # whether the task has a prediction path (the two below)
+
+    def predict_fields(self, model: torch.nn.Module) -> list[str]:
+        """The fields an input row needs, once the task has taken what it needs of the trained
+        `model` (label names a classifier's config carries)."""
+        raise NotImplementedError
+
+    def predict(self, model: torch.nn.Module, tokenizer: Any, rows: list[dict]) -> list[dict]:
+        """Per input row, its fields and the prediction (a label and its probabilities, tags
+        per token, ...), in the rows' order."""
+        raise NotImplementedError
+
+    def submission(self, load: Callable[[], tuple[Any, Any]], out_dir: Path) -> list[Path]:
+        """Files for the benchmark's test server (GLUE's `SST-2.tsv`, ...) from its test split,
+        predicted by the trained (model, tokenizer) that `load()` gives."""
+        raise UserError(f"--glue-test: this is a {self.name} run; only GLUE runs have test-server files")
+
     def metric_info(self) -> dict[str, str]:
         """Strings recorded beside the float metrics in metrics.json (sacreBLEU's signature)."""
         return {}
@@ -209,8 +226,7 @@ def data_path(value: str, data_dir: str | None = None) -> Path:
     return Path(os.path.expandvars(value)).expanduser()
 
 
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+hub_offline = hub.offline  # the name the task files use
 
 
 def fingerprint(dataset: Any, tokenizer: Any, *parts: Any) -> str:
@@ -238,12 +254,6 @@ def subset(dataset: Any, n: int | None, seed: int = 0) -> Any:
     if dataset is None or n is None or n >= len(dataset):
         return dataset
     return dataset.shuffle(seed=seed).select(range(n))
-
-
-def check_metrics(names: list[str], known: list[str], where: str) -> None:
-    for name in names:
-        if name not in known:
-            raise UserError(f"{where}: unknown metric '{name}'{did_you_mean(name, known)}")
 
 
 for _info in pkgutil.iter_modules(__path__):

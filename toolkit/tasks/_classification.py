@@ -125,3 +125,40 @@ class Classification(Task):
     def compute_metrics(self, preds: Any, labels: Any) -> dict[str, float]:
         return classification_metrics(self.metric_list(), np.asarray(preds), np.asarray(labels),
                                       self.num_labels)
+
+    # --- prediction ------------------------------------------------------------------------------
+    predicts = True
+
+    def predict_fields(self, model: Any) -> list[str]:
+        """The text fields by the names users give them; the label names are the model's."""
+        self.adopt_labels([model.config.id2label[i] for i in range(model.config.num_labels)])
+        return list(getattr(self, "input_columns", self.text_columns))
+
+    def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
+        """Per row its fields and the label name with the probabilities (regression: `score`)."""
+        names = self.predict_fields(model)
+        texts = [dict(zip(self.text_columns, (r[n] for n in names))) for r in rows]
+        preds = self.classify(model, tokenizer, texts)
+        return [{**{n: r[n] for n in names}, **p} for r, p in zip(rows, preds)]
+
+    def classify(self, model: Any, tokenizer: Any, rows: list[dict], batch_size: int = 64) -> list[dict]:
+        """Label name and probabilities per row of `text_columns` (regression: the value)."""
+        from datasets import Dataset, Value
+
+        columns = list(self.text_columns)
+        ds = Dataset.from_dict({c: [str(r[c]) for r in rows] for c in columns} | {"label": [0] * len(rows)})
+        if self.is_regression:
+            ds = ds.cast_column("label", Value("float32"))
+        encoded, collate = self.encode(ds, tokenizer), self.collator(tokenizer, model)
+        device, out = next(model.parameters()).device, []
+        for start in range(0, len(encoded), batch_size):
+            batch = collate([encoded[i] for i in range(start, min(start + batch_size, len(encoded)))])
+            with torch.no_grad():
+                logits = model(**self.model_inputs({k: v.to(device) for k, v in batch.items()})).logits.float()
+            if self.is_regression:
+                out += [{"score": float(v)} for v in logits.squeeze(-1).tolist()]
+                continue
+            for p in logits.softmax(-1).tolist():
+                best = max(range(len(p)), key=p.__getitem__)
+                out.append({"label": self.label_names[best], "probabilities": dict(zip(self.label_names, p))})
+        return out

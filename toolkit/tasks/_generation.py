@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._lm import IGNORE, TokenTask
+from toolkit.models import kind_of, token_limit
 
 torch = lazy("torch", globals())
 
@@ -50,8 +52,6 @@ def read_records(path: Path, fields: tuple[str, ...]) -> Any:
     """JSON (a list of objects, or {"data": [...]}), JSONL or CSV, `.gz` too -> a Dataset whose
     `fields` are text, through the shared reader: a missing, empty or non-text field is one
     error naming file, line and field."""
-    from toolkit import readers
-
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     suffix = [s.lower() for s in path.suffixes if s.lower() != ".gz"][-1:]
@@ -70,8 +70,6 @@ def read_records(path: Path, fields: tuple[str, ...]) -> Any:
 def read_parallel(source: Path, target: Path) -> Any:
     """Line-aligned parallel text (`.gz` too): line i of one file translates line i of the other."""
     from datasets import concatenate_datasets
-
-    from toolkit import readers
 
     src, tgt = (readers.read(p, "text") for p in (source, target))
     if len(src) != len(tgt):
@@ -112,8 +110,6 @@ class TextToText(TokenTask):
     def model_head(self, family: str | None) -> str:
         """causal-lm for decoders, seq2seq-lm otherwise; remembered so encoding knows the layout
         (build calls this before encoding)."""
-        from toolkit.models import kind_of
-
         self._family = family
         self._decoder_only = family is not None and family != "encoder-decoder" and kind_of(family) == "decoder"
         return "causal-lm" if self._decoder_only else "seq2seq-lm"
@@ -184,7 +180,7 @@ class TextToText(TokenTask):
         suf = tok(suffix, add_special_tokens=False)["input_ids"] if suffix else []
         if demos:  # demonstrations cut from the left so the whole sequence fits the positions
             demo = tok(demos, add_special_tokens=False)["input_ids"]
-            limit = tok.model_max_length if tok.model_max_length < 100_000 else 1024
+            limit = token_limit(tok) or 1024
             room = [limit - len(s) - len(suf) - self.max_target_length - 1 for s in src]
             src = [(demo[-r:] if r > 0 else []) + s for s, r in zip(src, room)]
         tgt = tok([" " + t for t in targets], truncation=True, max_length=self.max_target_length,

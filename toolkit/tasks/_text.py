@@ -20,9 +20,11 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.tasks import Metric, data_path, fingerprint, hub_offline, subset
+from toolkit.models import kind_of
+from toolkit.tasks import CATALOGUE, Metric, data_path, fingerprint, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask
 
 torch = lazy("torch", globals())
@@ -34,8 +36,6 @@ def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str
     """Local files -> DatasetDict with one `text` column, through the shared reader: a text that
     is not text (a list, a number) or a file with nothing but whitespace is one line naming it."""
     from datasets import DatasetDict
-
-    from toolkit import readers
 
     out = {}
     for split, file in files.items():
@@ -65,7 +65,6 @@ def _format(file: str) -> str:
 class TextTask(TokenTask):
     """Settings and data side shared by the pretraining objectives; subclasses corrupt blocks."""
 
-    peft_task_type: ClassVar[str] = ""  # set per head by models.PEFT_TASK_TYPES
     # What each objective declares: the kind of model it trains (refused on another kind at
     # validate, naming the examples and the objectives that would fit instead), and whether its
     # held-out score is perplexity (mlm, clm) or the loss alone (denoise, span_corruption).
@@ -98,8 +97,6 @@ class TextTask(TokenTask):
         return self.head
 
     def declared_metrics(self) -> list[Metric]:
-        from toolkit.tasks import CATALOGUE
-
         return [CATALOGUE["perplexity" if self.perplexity else "loss"]]  # the loop adds the loss
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
@@ -290,8 +287,6 @@ class BlockCollator:
 
 def require_kind(task: str, family: str | None, kind: str, examples: str, instead: str) -> None:
     """Refuse (at validate) an objective on a model of the wrong kind, naming what would fit."""
-    from toolkit.models import kind_of
-
     if family is None:  # asked without a model (a method's own checks): nothing to refuse yet
         return
     found = kind_of(family)

@@ -39,7 +39,6 @@ def sliding_windows(ids: list[int], max_length: int, stride: int) -> list[tuple[
 @TASKS.register("clm")
 @dataclass(kw_only=True)
 class CausalLM(TextTask):
-    name = "clm"
     head = "causal-lm"
     kind, examples = "decoder", "GPT-2"
     instead = "mlm for encoders, denoise or span_corruption for encoder-decoders"

@@ -85,7 +85,6 @@ def insert_masks(ids: np.ndarray, count: int, rng: np.random.Generator, mask_id:
 @TASKS.register("denoise")
 @dataclass(kw_only=True)
 class Denoise(TextTask):
-    name = "denoise"
     head = "seq2seq-lm"
     kind, examples = "encoder-decoder", "BART"
     instead = "span_corruption for T5, mlm for encoders, clm for decoders"

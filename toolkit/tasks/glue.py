@@ -165,7 +165,6 @@ def _label(raw: str, spec: Spec, where: str) -> int | float:
 @TASKS.register("glue")
 @dataclass(kw_only=True)
 class Glue(Classification):
-    name = "glue"
 
     subset: Literal["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"]
     train_from_dev: float | None = field(default=None, metadata={"min": 0.01, "max": 0.99})
@@ -198,6 +197,22 @@ class Glue(Classification):
 
     def metric_list(self) -> list[str]:
         return list(self.spec.metrics)
+
+    def submission(self, load: Any, out_dir: Path) -> list[Path]:
+        """`index<TAB>prediction` per test example, in the file names the GLUE server reads."""
+        model, tok = load()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for file_name, (index, rows) in read_test(self).items():
+            preds = self.classify(model, tok, rows)
+            if self.spec.labels is None:  # STS-B: a similarity score, clipped to the task's range
+                values = [f"{min(max(p['score'], 0.0), 5.0):.3f}" for p in preds]
+            else:
+                values = [self.spec.labels[self.label_names.index(p["label"])] for p in preds]
+            path = out_dir / file_name
+            path.write_text("index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in zip(index, values)))
+            written.append(path)
+        return written
 
     def main_metric(self) -> str:
         return self.spec.main

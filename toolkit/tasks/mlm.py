@@ -51,7 +51,6 @@ def mask_tokens(ids: np.ndarray, special: np.ndarray, rng: np.random.Generator, 
 @TASKS.register("mlm")
 @dataclass(kw_only=True)
 class MaskedLM(TextTask):
-    name = "mlm"
     head = "masked-lm"
     kind, examples = "encoder", "BERT, RoBERTa"
     instead = "clm for decoders, denoise or span_corruption for encoder-decoders"

@@ -87,7 +87,6 @@ def span_corruption(ids: np.ndarray, noise: np.ndarray, sentinels: list[int],
 @TASKS.register("span_corruption")
 @dataclass(kw_only=True)
 class SpanCorruption(TextTask):
-    name = "span_corruption"
     head = "seq2seq-lm"
     kind, examples = "encoder-decoder", "T5"
     instead = "denoise for BART, mlm for encoders, clm for decoders"

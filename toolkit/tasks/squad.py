@@ -30,6 +30,7 @@ from toolkit.tasks._generation import Generation, TextToText
 from toolkit.tasks._qa import WindowCollator, best_spans, window_features
 from toolkit.tasks._text_metrics import (best_null_threshold, best_over, exact_match, squad_scores,
                                          token_f1, v2_golds)
+from toolkit.models import kind_of
 
 torch = lazy("torch", globals())
 
@@ -137,7 +138,6 @@ def split_by_article(rows: list[dict], fraction: float, seed: int) -> tuple[list
 @TASKS.register("squad")
 @dataclass(kw_only=True)
 class Squad(TextToText):
-    name = "squad"
 
     version: Literal["v1", "v2"] = "v1"
     mode: Literal["auto", "extractive", "generative"] = "auto"
@@ -171,8 +171,6 @@ class Squad(TextToText):
         return out
 
     def model_head(self, family: str | None) -> str:
-        from toolkit.models import kind_of
-
         kind = kind_of(family) if family and family != "encoder-decoder" else family
         self._extractive = self.mode == "extractive" or (self.mode == "auto" and kind == "encoder")
         return "question-answering" if self._extractive else super().model_head(family)

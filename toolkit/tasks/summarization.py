@@ -61,7 +61,6 @@ def hub_pairs(hub_id: str, config: str | None, split: str, source: str, target: 
 @TASKS.register("summarization")
 @dataclass(kw_only=True)
 class Summarization(TextToText):
-    name = "summarization"
 
     subset: Literal["samsum", "cnn_dailymail", "xsum", "custom"] = "samsum"
     train_file: str | None = None  # JSON / JSONL / CSV; overrides the preset's

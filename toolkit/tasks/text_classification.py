@@ -62,7 +62,6 @@ def _where(path: str, index: int, fmt: str) -> str:
 class TextClassification(Classification):
     """Labelled text of the user's own, from files or the Hub."""
 
-    name = "text_classification"
 
     train_file: str | None = None
     eval_file: str | None = None

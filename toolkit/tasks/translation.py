@@ -36,7 +36,6 @@ HUB = {"wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16"}
 @TASKS.register("translation")
 @dataclass(kw_only=True)
 class Translation(TextToText):
-    name = "translation"
 
     subset: Literal["multi30k", "iwslt14", "wmt14", "wmt16", "custom"] = "multi30k"
     source_lang: str = "en"

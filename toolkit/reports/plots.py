@@ -15,8 +15,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from toolkit import reports as report
 from toolkit.errors import UserError
+from toolkit.reports import core as report
 
 
 def _plt():

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from toolkit import reports as report
+from toolkit.reports import core as report
 from toolkit.tasks.glue import SPECS
 
 ORDER = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]

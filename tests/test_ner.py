@@ -1,0 +1,96 @@
+"""`ner`: CoNLL files read sentence by sentence, tags on first sub-tokens, seqeval's entity-level
+scores against hand-worked cases, exact resume, and the task's own head and prediction path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SHARED, write_recipe
+from test_adalora_dora import resumed_and_uninterrupted
+from toolkit.errors import UserError
+from toolkit.tasks.ner import CONLL_TAGS, IGNORE, Ner, align_labels, entity_scores, read_conll
+
+RECIPE = """model: {{checkpoint: bert-base-uncased}}
+task: {{name: ner, max_length: 32}}
+method: {method}
+train: {{epochs: 1, lr: 1.0e-3, batch_size: 4, seed: 7, keep_best: false}}
+"""
+
+
+def test_conll_files_read_sentence_by_sentence(tmp_path: Path) -> None:
+    file = tmp_path / "x.txt"
+    file.write_text("-DOCSTART- O\n\nEU B-ORG\nrejects O\n\n\nPeter B-PER\nBlackburn I-PER\n")
+    assert read_conll(file, CONLL_TAGS) == {"tokens": [["EU", "rejects"], ["Peter", "Blackburn"]],
+                                            "tags": [[3, 0], [1, 2]]}
+    real = SHARED / "data" / "ner" / "conll2003"
+    assert [len(read_conll(real / f, CONLL_TAGS)["tokens"]) for f in ("train.txt", "valid.txt")] == [14041, 3250]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("EU B-ORG\nrejects B-FOO\n", "x.txt:2: tag 'B-FOO' is not one of task.labels"),
+    ("EU B-ORG\nrejects\n", "x.txt:2: expected 'token TAG', got 'rejects'"),
+    ("\n\n", "x.txt: holds no sentences"),
+])
+def test_bad_files_are_one_line_naming_the_line(tmp_path: Path, content: str, message: str) -> None:
+    file = tmp_path / "x.txt"
+    file.write_text(content)
+    with pytest.raises(UserError, match=message):
+        read_conll(file, CONLL_TAGS)
+
+
+def test_tags_go_to_first_sub_tokens(tiny_checkpoint) -> None:
+    from toolkit import models
+
+    tok = models.load_tokenizer(tiny_checkpoint("bert"))
+    words, tags = ["Peter", "Blackburnshire", "said"], [1, 2, 0]
+    enc = tok(words, is_split_into_words=True)
+    labels = align_labels(enc.word_ids(), tags)
+    pieces = tok.convert_ids_to_tokens(enc["input_ids"])
+    assert len(pieces) > len(words) + 2  # the long name is split into sub-tokens
+    firsts = [lab for piece, lab in zip(pieces, labels) if lab != IGNORE]
+    assert firsts == tags and labels[0] == labels[-1] == IGNORE  # [CLS], [SEP]
+    assert all(p.startswith("##") for p, lab in zip(pieces, labels) if lab == IGNORE and p not in ("[CLS]", "[SEP]"))
+
+
+def test_entity_scores_as_seqeval_defines_them() -> None:
+    """Worked by hand: an entity counts when its type and its whole span match."""
+    # one of two entities right (PER), LOC predicted as ORG: P = R = F1 = 1/2; 3 of 4 tokens right
+    s = entity_scores([["B-PER", "I-PER", "O", "B-LOC"]], [["B-PER", "I-PER", "O", "B-ORG"]])
+    assert s == {"f1": 0.5, "precision": 0.5, "recall": 0.5, "accuracy": 0.75}
+    # default (conlleval) mode: an entity may start with I-
+    assert entity_scores([["B-PER", "I-PER"]], [["I-PER", "I-PER"]])["f1"] == 1.0
+    # a type change inside a span splits it: PER(0..1) is neither found nor predicted
+    assert entity_scores([["B-PER", "I-PER"]], [["B-PER", "I-ORG"]])["f1"] == 0.0
+    # a span cut short: 1 of 2 predicted entities right, 1 of 1 true -> P 1/2, R 1, F1 2/3
+    s = entity_scores([["B-LOC", "I-LOC", "O"], ["B-PER", "O", "O"]], [["B-LOC", "O", "O"], ["B-PER", "O", "B-ORG"]])
+    assert (s["precision"], s["recall"]) == (1 / 3, 1 / 2) and s["f1"] == pytest.approx(0.4)
+
+
+def test_score_reads_only_tagged_positions() -> None:
+    task = Ner()
+    per, i_per, o, loc = (CONLL_TAGS.index(t) for t in ("B-PER", "I-PER", "O", "B-LOC"))
+    labels = np.array([[IGNORE, per, i_per, IGNORE, o, IGNORE], [IGNORE, loc, IGNORE, IGNORE, IGNORE, IGNORE]])
+    preds = np.array([[o, per, i_per, o, o, per], [loc, loc, IGNORE, IGNORE, IGNORE, IGNORE]])
+    assert task.score({"preds": preds, "labels": labels}, None) == \
+        entity_scores([["B-PER", "I-PER", "O"], ["B-LOC"]], [["B-PER", "I-PER", "O"], ["B-LOC"]])
+
+
+@pytest.mark.parametrize("method, stop_after", [("{name: full}", 1), ("{name: lora, r: 4}", 2)])
+def test_ner_resumed_run_equals_uninterrupted(tmp_path: Path, cli, method: str, stop_after: int) -> None:
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method=method))
+    common = ["--smoke", "task.max_train_samples=16", "task.max_eval_samples=16", "train.max_steps=4",
+              "train.log_every=1"]
+    a, _ = resumed_and_uninterrupted(tmp_path, cli, recipe, stop_after, common)
+    metrics = json.loads((a / "metrics.json").read_text())
+    assert set(metrics["eval"]) == {"f1", "precision", "recall", "accuracy", "loss"}
+    assert metrics["main_metric"] == "f1"
+
+
+def test_labels_must_hold_o_once(tmp_path: Path, cli) -> None:
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}"))
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs", "task.labels=[B-PER,B-PER,O]")
+    assert code == 2 and "task.labels: BIO tags, each once" in err

@@ -1,0 +1,128 @@
+"""Checkpoint I/O of the loop: what trainer_state.json holds, writing a checkpoint so that a kill
+at any moment leaves the previous ones whole, finding the newest whole one on resume, and the
+best step's weights. accelerate's save_state/load_state write and read the tensors and RNG
+states; the loop's bookkeeping and the manifest are the toolkit's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+
+from toolkit import devices, runs
+
+
+@dataclass
+class State:
+    """What trainer_state.json holds: the data position and the bookkeeping beside the weights."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # micro-batches of `epoch` already consumed
+    best_metric: float | None = None
+    best_step: int | None = None
+    best_loss: float | None = None  # eval loss at best_step: breaks ties on the metric
+    bad_evals: int = 0
+    samples: int = 0
+    train_time: float = 0.0
+    last_eval: dict | None = None
+    peak_memory_mb: float = 0.0  # of training itself: checkpoint writing is not counted
+    skipped_nonfinite: int = 0  # batches skipped for a non-finite loss or gradient
+    eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
+
+
+
+
+def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None, keep: int | None) -> None:
+    """Written under a temporary name, with a manifest of every file's size and hash, and
+    renamed when whole: a kill at any moment leaves the previous checkpoints intact. `keep`:
+    a step pruning must spare (the best so far)."""
+    name = runs.step_name(state.step)
+    folder, tmp = out / "checkpoints" / name, out / "checkpoints" / f"tmp-{name}"
+    state.peak_memory_mb = max(state.peak_memory_mb, devices.peak_memory_mb(acc.device))
+    if acc.is_main_process and tmp.exists():
+        shutil.rmtree(tmp)
+    acc.wait_for_everyone()
+    acc.save_state(str(tmp))
+    if acc.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(acc.device)
+    acc.wait_for_everyone()  # every rank's RNG file is in
+    if acc.is_main_process:
+        runs.write_json(tmp / "trainer_state.json", {**state.__dict__, "manifest": runs.manifest(tmp)})
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+        runs.prune(out, save_total_limit, keep)
+    acc.wait_for_everyone()
+
+
+def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
+    """The state of the newest checkpoint that is whole (loaded into what `acc` prepared); a
+    truncated or corrupt one is said and skipped; a fresh State when none is usable."""
+    for folder in reversed(runs.checkpoints(out)):
+        problem = runs.check_manifest(folder)
+        if problem is None:
+            try:  # not strict: a lean checkpoint holds the trainable weights only
+                acc.load_state(str(folder), strict=False)
+            except Exception as exc:  # a file the manifest could not vouch for
+                problem = f"{type(exc).__name__} while loading it"
+        if problem is not None:
+            acc.print(f"checkpoint {folder} is unusable ({problem}); trying the one before")
+            continue
+        saved = runs.read_json(folder / "trainer_state.json")
+        saved.pop("manifest", None)
+        state = State(**saved)
+        if acc.is_main_process:
+            runs.truncate_log(out, state.step)
+            acc.print(f"resuming from {folder} (step {state.step} of {total_steps})")
+        return state
+    if runs.checkpoints(out):
+        acc.print("no usable checkpoint: starting from the beginning")
+    if acc.is_main_process:
+        runs.truncate_log(out, 0)
+    return State()
+
+
+class MethodState:
+    """A method's own state (Method.state_dict), saved and restored with every checkpoint through
+    accelerate's `register_for_checkpointing`, on the unwrapped model."""
+
+    def __init__(self, method: Any, model: torch.nn.Module) -> None:
+        self.method, self.model = method, model
+
+    def state_dict(self) -> dict:
+        return self.method.state_dict(self.model)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.method.load_state_dict(self.model, state)
+
+
+def lean_weights(models_: list, weights: list, output_dir: str) -> None:
+    """accelerate's save_state hook: a checkpoint holds what trains (and the buffers), not the
+    frozen base a LoRA, adapter or prompt run leaves untouched; full fine-tuning keeps it all."""
+    for model, state in zip(models_, weights):
+        keep = {n for n, p in model.named_parameters() if p.requires_grad}
+        keep |= {n for n, _ in model.named_buffers()}
+        if len(keep) < len(state):
+            for name in [k for k in state if k not in keep]:
+                del state[name]
+
+
+
+
+def load_best(model: torch.nn.Module, folder: Path, device: torch.device) -> None:
+    """The weights accelerate's save_state wrote at the best step, into the prepared model (tied
+    copies are left out of that file, hence strict=False; anything unexpected is a bug)."""
+    from accelerate.utils import SAFE_WEIGHTS_NAME
+    from safetensors.torch import load_file
+
+    result = model.load_state_dict(load_file(folder / SAFE_WEIGHTS_NAME, device=str(device)), strict=False)
+    if result.unexpected_keys:
+        raise RuntimeError(f"{folder}: weights the model does not have: {result.unexpected_keys[:3]}")
+
+

@@ -1,0 +1,280 @@
+"""Recipe data: the typed sections, the resolved recipe and its hash, YAML files with `extends:`
+and `key=value` overrides, --smoke sizes, and finding shipped recipes. Nothing here knows a
+plug-in: building and checking a recipe against the registries, models and chained runs is
+toolkit/recipe.py, above this.
+
+A recipe is data. `extends:` names base files (relative to the recipe) that are deep-merged
+underneath it; every other key is a typed field of the dataclasses below, or of the method's own
+settings dataclass (see toolkit/methods). The resolved recipe is what gets saved and hashed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from toolkit.errors import UserError
+from toolkit.registry import did_you_mean
+
+
+def _min(v: float) -> dict:
+    return {"min": v}
+
+
+@dataclass
+class ModelConfig:
+    checkpoint: str | dict  # a Hub id or folder, or {run: RECIPE, overrides: [...]} (toolkit/chain.py)
+    # str | dict | None: a transformers name (eager, sdpa, ...), a toolkit module ({name: local,
+    # window: 64}, or its bare name) built into its settings at parse time; None = the default
+    attention: Any = None
+    dropout: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
+    # encoder-decoder: an EncoderDecoderModel warm-started from the checkpoint as both encoder and
+    # decoder (Rothe et al. 2020), so an encoder such as MiniLM can summarize
+    warm_start: Literal["encoder-decoder"] | None = None
+
+
+@dataclass
+class TrainConfig:
+    epochs: float = field(default=3.0, metadata=_min(0.0))
+    max_steps: int | None = field(default=None, metadata=_min(1))
+    lr: float = field(default=2e-5, metadata=_min(0.0))
+    batch_size: int = field(default=32, metadata=_min(1))
+    eval_batch_size: int | None = field(default=None, metadata=_min(1))
+    grad_accum: int = field(default=1, metadata=_min(1))
+    weight_decay: float = field(default=0.0, metadata=_min(0.0))
+    warmup_ratio: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})
+    warmup_steps: int = field(default=0, metadata=_min(0))
+    max_grad_norm: float | None = field(default=1.0, metadata=_min(0.0))
+    seed: int = field(default=42, metadata={"min": 0, "max": 2**32 - 1})
+    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+    group_by_length: bool = True  # batches of similar length, in random order (train.EpochBatches)
+    eval_every: int = field(default=0, metadata=_min(0))  # optimizer steps; 0 = end of each epoch
+    log_every: int = field(default=10, metadata=_min(1))
+    keep_best: bool = True  # the final model is the best evaluated one
+    metric: str | None = None  # selection metric; default: the task's main metric
+    early_stopping_patience: int = field(default=0, metadata=_min(0))  # evals without gain; 0 = off
+    save_total_limit: int = field(default=1, metadata=_min(1))
+    save_every: int = field(default=0, metadata=_min(0))  # also checkpoint every N steps; 0 = at evaluations only
+    keep_checkpoints: bool = False  # a finished run keeps its step checkpoints (else model/ only)
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more time
+    fast_dropout: bool = True  # CPU: dropout by toolkit.dropout (2-3x faster than torch's); false = torch's
+    skip_nonfinite: int = field(default=0, metadata=_min(0))  # batches with a NaN/inf loss to skip
+    report_to: list[Literal["tensorboard", "trackio", "wandb", "mlflow"]] = field(default_factory=list)
+
+
+@dataclass
+class Recipe:
+    model: ModelConfig
+    task: Any  # an instance of the task's settings dataclass (toolkit.tasks)
+    method: Any  # an instance of the method's settings dataclass (toolkit.methods)
+    train: TrainConfig
+    name: str = "recipe"
+    smoke: bool = False
+    upstream: "Recipe | None" = None  # the run model.checkpoint names ({run: ...}); not hashed
+    checkpoint_path: str | None = None  # that run's model/ folder, once resolved (chain.resolve)
+    written_max_length: int | None = None  # --smoke: task.max_length as written (its check still applies)
+
+    def to_dict(self) -> dict:
+        """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""
+        out: dict = {}
+        for section in ("model", "task", "method", "train"):
+            out[section] = dataclasses.asdict(getattr(self, section))
+        out["task"] = {"name": self.task.name, **out["task"]}
+        out["method"] = {"name": self.method.name, **out["method"]}
+        if dataclasses.is_dataclass(self.model.attention):  # settings: keep the module's name
+            out["model"]["attention"] = self.model.attention.to_dict()
+        out["smoke"] = self.smoke
+        return out
+
+    @property
+    def hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+SECTIONS = {"model": ModelConfig, "train": TrainConfig}
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    """`top` over `base`, mapping by mapping; a plug-in section (one with a `name`) that names
+    another plug-in replaces the base's, whose settings belong to the other plug-in."""
+    out = dict(base)
+    for key, value in top.items():
+        renamed = isinstance(value, dict) and "name" in value and isinstance(out.get(key), dict) \
+            and out[key].get("name") not in (None, value["name"])
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and not renamed:
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of settings; a megabyte is not one
+MAX_YAML_NODES = 100_000  # after alias expansion: what stops a "billion laughs" file cheaply
+
+
+def _expanded_size(node: Any, memo: dict[int, int]) -> int:
+    """Nodes the document would have once every alias is expanded, without expanding it."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1  # a cycle counts once
+    children: list = []
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    memo[id(node)] = 1 + sum(_expanded_size(c, memo) for c in children)
+    return memo[id(node)]
+
+
+def safe_yaml(text: str, where: str) -> Any:
+    """yaml.safe_load that refuses documents whose aliases expand past MAX_YAML_NODES."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None and _expanded_size(node, {}) > MAX_YAML_NODES:
+            raise UserError(f"{where}: expands to more than {MAX_YAML_NODES:,} YAML nodes "
+                            "(aliases repeated); a recipe is a page of settings")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:  # the position and the problem, never the file's text
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise UserError(f"{where}: not valid YAML{at} ({problem})") from None
+
+
+RECIPE_KEYS = {"model", "task", "method", "train", "extends", "name", "smoke"}
+
+
+def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """Load a recipe file with its `extends:` bases merged underneath."""
+    if not path.is_file():
+        raise UserError(f"recipe {path} does not exist")
+    if path.resolve() in seen:
+        raise UserError(f"{path}: 'extends' loops back to itself")
+    if path.stat().st_size > MAX_RECIPE_BYTES:
+        raise UserError(f"{path}: {path.stat().st_size:,} bytes is not a recipe (at most "
+                        f"{MAX_RECIPE_BYTES:,})")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); a recipe is a YAML text file") from None
+    if "\x00" in text:
+        raise UserError(f"{path}: holds NUL bytes; a recipe is a YAML text file")
+    raw = safe_yaml(text, str(path)) or {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a recipe is a mapping of sections, got {type(raw).__name__}")
+    if raw and not set(map(str, raw)) & RECIPE_KEYS:  # some other YAML file: never echo its keys
+        raise UserError(f"{path}: is not a recipe (it has no model, task, method, train or extends "
+                        "section)")
+    bases = raw.pop("extends", [])
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise UserError(f"{path}: extends: expected a file name or a list of them, got {bases!r}")
+    merged: dict = {}
+    for base in bases:
+        merged = _deep_merge(merged, read_yaml(path.parent / base, seen + (path.resolve(),)))
+    return _deep_merge(merged, raw)
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """`train.lr=3e-4 method.r=16`: values are parsed as YAML scalars."""
+    raw = json.loads(json.dumps(raw))
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"override '{item}': expected key=value, e.g. train.lr=3e-4")
+        key, value = item.split("=", 1)
+        parts = key.strip().split(".")
+        node = raw
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError(f"override '{item}': '{part}' is not a section")
+        if not all(parts):
+            raise UserError(f"override '{item}': empty key part; write section.key=value")
+        node[parts[-1]] = safe_yaml(value, f"override '{item}'") if value != "" else None
+    return raw
+
+
+def recipe_name(path: Path) -> str:
+    """`recipes/glue/sst2/roberta-base-lora.yaml` -> `glue/sst2/roberta-base-lora`."""
+    resolved = path.resolve()
+    for parent in resolved.parents:
+        if parent.name == "recipes":
+            return str(resolved.relative_to(parent).with_suffix(""))
+    return resolved.stem
+
+
+# --smoke keeps the recipe's code path and shrinks its size: a handful of examples, a few steps.
+SMOKE_CAPS = {("task", "max_train_samples"): 32, ("task", "max_eval_samples"): 32,
+              ("train", "batch_size"): 8, ("train", "eval_batch_size"): 16, ("train", "max_steps"): 4}
+
+
+# ...and lengths, where the task has them and they are longer: a decoder's 512-token summarisation
+# prompt with a 50k-word output layer costs seconds a step even on the smallest model.
+SMOKE_LENGTHS = {"max_length": 128, "max_target_length": 32, "doc_stride": 32, "eval_stride": 64}
+SMOKE_NEW_TOKENS = 16  # task.generation.max_new_tokens
+
+
+def smoke_sized(raw: dict, task: Any = None) -> dict:
+    """`raw` shrunk for --smoke; `task` (the recipe's task as written) says which lengths it has."""
+    raw = json.loads(json.dumps(raw))
+    for (section, key), cap in SMOKE_CAPS.items():
+        node = raw.setdefault(section, {})
+        if isinstance(node, dict):
+            value = node.get(key)
+            node[key] = cap if not isinstance(value, int) or isinstance(value, bool) else min(value, cap)
+    node = raw.get("task")
+    if task is None or not isinstance(node, dict):
+        return raw
+    for key, cap in SMOKE_LENGTHS.items():
+        value = getattr(task, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+            node[key] = cap
+    generation = getattr(task, "generation", None)
+    if getattr(generation, "max_new_tokens", 0) > SMOKE_NEW_TOKENS and isinstance(node.get("generation", {}), dict):
+        node["generation"] = {**node.get("generation", {}), "max_new_tokens": SMOKE_NEW_TOKENS}
+    return raw
+
+
+def dump(recipe: Recipe) -> str:
+    """The resolved recipe as YAML: itself a valid recipe (`toolkit run runs/.../recipe.yaml`)."""
+    return yaml.safe_dump({"name": recipe.name, **recipe.to_dict()}, sort_keys=False)
+
+
+# --- finding recipes: a path, or the name of a shipped one ------------------------------------
+def recipes_root() -> Path:
+    """./recipes in a checkout; else the recipes that ship inside the installed package (a wheel
+    puts them in toolkit/recipes; an editable install leaves them beside the package)."""
+    package = Path(__file__).resolve().parent  # toolkit/
+    for candidate in (Path("recipes"), package / "recipes", package.parent / "recipes"):
+        if candidate.is_dir():
+            return candidate
+    raise UserError("no recipes/ folder here and none shipped with the package; give recipe paths")
+
+
+def recipe_files(paths: list[str]) -> list[Path]:
+    if paths:
+        return [Path(p) for p in paths]
+    root = recipes_root()
+    return sorted(p for p in root.rglob("*.yaml") if not p.name.startswith("_"))
+
+
+def find_recipe(name: str) -> Path:
+    """A recipe file: a path, or the name of a shipped one (`glue/sst2/roberta-base-lora`)."""
+    path = Path(name)
+    if path.is_file() or path.suffix == ".yaml" and path.exists():
+        return path
+    shipped = recipes_root() / (name if name.endswith(".yaml") else name + ".yaml")
+    if shipped.is_file():
+        return shipped
+    if not path.exists() and not shipped.exists():
+        names = [str(p.relative_to(recipes_root()).with_suffix("")) for p in recipe_files([])]
+        raise UserError(f"recipe {name} does not exist{did_you_mean(name, names)}")
+    return path

@@ -1,0 +1,49 @@
+"""Reports from run folders alone (see core.py): `render` writes report.md from the tables and
+notes of core.py, the GLUE table of glue.py and the PNGs of plots.py."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from toolkit.reports import glue as glue_report, plots as plotting
+from toolkit.reports.core import (
+    BEFORE_FIELD, best_setting, budget, budget_notes, Cell, check_axis, collect, column, cost_table, declaration,
+    declarations, describe_setting, grid_edge, groups, label, LABELS, main_metric, markdown,
+    method_label, Metric, overlap_notes, overlaps, Pivot, pivot_markdown, pivot_notes, pivots,
+    provenance, rows, runs_notes, SECTIONS, setting, shown_names, Stat, varying, with_old_defaults)
+
+
+def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = None,
+           col_key: str | None = None, metrics: list[str] | None = None, glue: bool = False,
+           out: Path | None = None) -> str:
+    """Build report.md (and the PNGs) into `out` (default: the first runs folder); return its text."""
+    roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
+    out = out or roots[0]
+    items = collect(roots)
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [f"# Report: {', '.join(map(str, roots))}", f"{provenance(items)} Written {when}."]
+    if glue:
+        parts.append(glue_report.render(items))
+    if row_key or col_key:
+        for i, p in enumerate(pivots(items, row_key or "task", col_key or "method", metrics)):
+            parts += [f"## {column(p.metric)}: {p.row_key} × {p.col_key}", pivot_markdown(p)]
+            parts += _bullets(pivot_notes(p))
+            if i == 0:
+                parts += ["### Cost at the reported setting", cost_table(p)]
+    header, table = rows(items)
+    parts += ["## Every run (mean ± std over seeds)", markdown(header, table)]
+    parts += _bullets(runs_notes(items))
+    parts += ["### Budget of each row", *_bullets(budget_notes(items))]
+    if plots:
+        pngs = plotting.all_plots(items, out)
+        if pngs:
+            parts += ["## Plots", "\n".join(f"![{p.stem}]({p.name})" for p in pngs)]
+    text = "\n\n".join(parts) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(text)
+    return text
+
+
+def _bullets(notes: list[str]) -> list[str]:
+    return ["\n".join(f"- {n}" for n in notes)] if notes else []

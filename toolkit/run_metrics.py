@@ -1,0 +1,53 @@
+"""metrics.json: what a finished run reports, under the names the Hugging Face ecosystem uses
+(speeds, sizes, the kept step, the device, versions) beside the task's scores."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Any
+
+import peft
+import torch
+import transformers
+from accelerate import Accelerator
+
+from toolkit import devices, provenance
+from toolkit.checkpoints import State
+from toolkit.recipe_data import Recipe
+
+
+def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State, metrics: dict) -> dict:
+    """The metrics.json of a run whose final evaluation gave `metrics`."""
+    result = {
+        "eval": metrics,
+        "trainable_params": setup.trainable, "total_params": setup.total,
+        "trainable_percent": 100.0 * setup.trainable / max(setup.total, 1),
+        "train_runtime_s": state.train_time,
+        "train_samples_per_second": state.samples / state.train_time if state.train_time else 0.0,
+        "eval_runtime_s": state.eval_runtime_s,
+        "eval_samples_per_second": (sum(len(v) for v in setup.raw_evals.values()) / state.eval_runtime_s
+                                    if state.eval_runtime_s else 0.0),
+        "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,
+        "best_step": state.best_step, "skipped_nonfinite": state.skipped_nonfinite,
+        "kept": ({"step": state.best_step, "on": recipe.train.metric or setup.task.main_metric(),
+                  "value": state.best_metric, "eval_loss": state.best_loss, "ties": "lower eval loss"}
+                 if recipe.train.keep_best and state.best_step is not None else
+                 {"step": state.step, "on": "the last step (train.keep_best is false or nothing was evaluated)"}),
+        "main_metric": setup.task.main_metric(),
+        # the classes read from the user's files (task.labels: null): an adapter folder has no
+        # config.json to hold them, and eval/predict/export rebuild the head from these
+        "label_names": getattr(setup.task, "label_names", None),
+        "text_columns": getattr(setup.task, "text_columns", None),  # likewise when read from the header
+        "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
+        "peak_memory_mb": state.peak_memory_mb or devices.peak_memory_mb(acc.device),
+        "recipe_hash": recipe.hash, "run_id": out.name, "seed": recipe.train.seed, "method": recipe.method.name,
+        "num_processes": acc.num_processes, "distributed_type": str(acc.distributed_type.value),
+        "device": str(acc.device), "mixed_precision": recipe.train.mixed_precision,
+        **provenance.describe(acc.device),  # device_name, gpu, cpu, cpu_cores, git_commit, git_dirty
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "peft": peft.__version__, "python": platform.python_version()},
+    }
+    if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
+        result["metric_info"] = setup.task.metric_info()
+    return result

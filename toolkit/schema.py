@@ -1,0 +1,119 @@
+"""The settings schema, at the bottom of the toolkit: a raw mapping -> a settings dataclass,
+each value checked against its field's type (Literal choices, lists, nested blocks; ints widen to
+floats) and its declared bounds (`min`, `max`, `min_items` in the field's metadata), every
+mistake one line naming the field. Recipes, methods, tasks and attention modules all use it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Literal
+
+from toolkit.errors import UserError
+from toolkit.registry import did_you_mean, foreign_hint
+
+
+def _fits(value: Any, tp: Any) -> bool:
+    """Whether `value` is of the kind `tp` names (a Literal: one of its values)."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return value in typing.get_args(tp)
+    if tp is Any:
+        return True
+    base = origin or tp
+    return isinstance(base, type) and isinstance(value, base)
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check `value` against the annotation `tp`; ints widen to floats; everything else must match."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, getattr(types, "UnionType", None)):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        fits = [a for a in inner if _fits(value, a)]
+        return _coerce(value, (fits or inner)[0], where)
+    if origin is Literal:
+        choices = [str(c) for c in typing.get_args(tp)]
+        if value not in typing.get_args(tp):
+            raise UserError(f"{where}: '{value}' is not allowed{did_you_mean(str(value), choices)}")
+        return value
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            value = [value]  # `method.target_modules=query` means a one-element list
+        if not isinstance(value, list):
+            raise UserError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+        return [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):  # a nested settings block (a task's `generation:`)
+        return build_dataclass(tp, value, where)
+    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+        raise UserError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_bounds(value: Any, metadata: Any, where: str) -> None:
+    """Finite, and within the field's declared `min` / `max` (field metadata)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{where}: {value} is not a finite number")
+    lo, hi = metadata.get("min"), metadata.get("max")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if lo is not None and value < lo:
+            raise UserError(f"{where}: {value} is below the minimum {lo}")
+        if hi is not None and value > hi:
+            raise UserError(f"{where}: {value} is above the maximum {hi}")
+
+
+def build_dataclass(cls: type, raw: Any, where: str) -> Any:
+    """Raw mapping -> `cls`, naming the field of any unknown key, wrong type or out-of-range value."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: expected a mapping, got {type(raw).__name__} {raw!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in raw:
+        if key not in fields:
+            hint = foreign_hint(str(key)) or did_you_mean(str(key), list(fields))
+            raise UserError(f"{where}.{key}: unknown key{hint}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise UserError(f"{where}.{name}: required field is missing")
+            continue
+        value = _coerce(raw[name], hints[name], f"{where}.{name}")
+        if isinstance(value, list):
+            if len(value) < f.metadata.get("min_items", 0):
+                raise UserError(f"{where}.{name}: needs at least {f.metadata['min_items']} item(s)")
+            for i, item in enumerate(value):
+                _check_bounds(item, f.metadata, f"{where}.{name}[{i}]")
+        else:
+            _check_bounds(value, f.metadata, f"{where}.{name}")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def build_plugin(registry: Any, raw: Any, where: str) -> Any:
+    """A `{name: ..., settings...}` section -> the registered settings dataclass of that name."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: expected a mapping with a name, got {type(raw).__name__} {raw!r}")
+    raw = dict(raw)
+    if "name" not in raw:
+        raise UserError(f"{where}.name: required field is missing")
+    cls = registry.get(str(raw.pop("name")), f"{where}.name")
+    return build_dataclass(cls, raw, where)

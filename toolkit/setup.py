@@ -1,0 +1,73 @@
+"""What a run is made of, built before its folder exists: the task's data, the model with its
+head and attention, the method applied, the splits encoded. User errors surface here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import set_seed
+
+from toolkit import attention, batching, chain, heads, models
+from toolkit.errors import UserError
+from toolkit.methods import Context, count_params
+from toolkit.recipe_data import Recipe
+from toolkit.tasks import Task
+
+
+@dataclass
+class Setup:
+    """Everything a run needs, built before its folder is created (user errors surface here)."""
+
+    task: Task
+    model: torch.nn.Module
+    tokenizer: Any
+    train: Any  # tokenized Dataset or None
+    evals: dict[str, Any]  # suffix -> encoded eval split
+    raw_evals: dict[str, Any]  # suffix -> the same split's raw examples (what scoring sees)
+    trainable: int
+    total: int
+    seed: int = 0  # train.seed: what methods that draw at random (icl demonstrations) use
+    predictions: dict = field(default_factory=dict)  # suffix -> rows of the latest evaluation
+
+
+def build(recipe: Recipe, processes: int = 1) -> Setup:
+    """Data, model and method in the order their errors should surface; the data is encoded
+    before the method applies, so the method's context knows the run's optimizer steps."""
+    task = recipe.task
+    raw = task.load()
+    checkpoint = chain.source(recipe)  # a {run: ...} reference: that run's model (smoke-sized or not)
+    if recipe.smoke and recipe.upstream is None:
+        checkpoint = models.smoke_checkpoint(checkpoint)
+    set_seed(recipe.train.seed)  # head and adapter initialisation depend on the seed alone
+    head = recipe.method.head(task, models.recipe_family(checkpoint, recipe.model.warm_start))
+    model, tok = models.load(checkpoint, head, task.head_kwargs(), recipe.model.attention, recipe.model.dropout,
+                             warm_start=recipe.model.warm_start)
+    limit = models.max_positions(model.config, tok)
+    length = max(task.max_length, recipe.written_max_length or 0)  # --smoke: the length as written
+    if limit is not None and length > limit:
+        raise UserError(f"task.max_length: {length} is more than the {limit} positions "
+                        f"{recipe.model.checkpoint} has; use at most {limit}")
+    recipe.method.check_data(task, raw)
+    if recipe.train.gradient_checkpointing and not getattr(model, "supports_gradient_checkpointing", False):
+        raise UserError(f"train.gradient_checkpointing: {type(model).__name__} does not support it")
+    if recipe.method.trains and raw["train"] is None:
+        raise UserError(f"task: {recipe.task.name} has no train split here")
+    encode = recipe.method.encoder(task, tok)
+    train = encode(raw["train"]) if recipe.method.trains else raw["train"]
+    evals = {sfx: encode(ds) for sfx, ds in raw["eval"].items()}
+    steps = batching.total_steps(recipe.train, len(train), processes)[1] if recipe.method.trains else 0
+    ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
+                  peft_task_type=heads.get(head).peft_task_type, tokenizer=tok,
+                  instruction=getattr(task, "instruction", None), total_steps=steps)
+    model = recipe.method.apply(model, ctx)
+    if recipe.train.gradient_checkpointing:  # after the method: PEFT refuses prefix tuning on a
+        # model already checkpointing (its cache route breaks under recomputation; ours does not).
+        # Non-reentrant: works when the inputs do not require grad (a frozen base under PEFT)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    attention.keep_trainable(model)  # an attention module's own parameters train with every method
+    trainable, total = count_params(model)
+    if recipe.method.trains and trainable == 0:
+        raise UserError(f"method.name: '{recipe.method.name}' left no parameter to train")
+    return Setup(task, model, tok, train, evals, raw["eval"], trainable, total, recipe.train.seed)
