@@ -124,3 +124,22 @@ def test_harness_runs_both_sides_and_renders_the_table(parity, tmp_path: Path, c
 def test_bad_seeds_are_one_line(parity, capsys) -> None:
     assert parity.main(["mlm", "--seeds", "4x"]) == 2
     assert capsys.readouterr().err.startswith("error: --seeds:")
+
+
+def test_reference_clm_eval_loss_is_per_predicted_token(parity, tiny_checkpoint, tmp_path: Path) -> None:
+    """Finding: Trainer normalised GPT-2's causal loss by every label, not by the L-1 that the
+    shift leaves, so its eval loss read (L-1)/L of the true one (10.48 for 10.82 at L = 32). Two
+    blocks of 4 tokens: 3 predictions each, and the reference's loss is the mean of those 6."""
+    import torch
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    model = parity.causal_lm(tiny_checkpoint("gpt2")).eval()
+    ids = [[10, 20, 30, 40], [50, 60, 70, 80]]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor(ids)).logits, -1)  # (2, 4, vocab)
+    by_hand = -sum(float(logp[b, t, ids[b][t + 1]]) for b in range(2) for t in range(3)) / 6
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to=[], use_cpu=True)
+    trainer = Trainer(model=model, args=args, data_collator=default_data_collator)
+    got = trainer.evaluate(Dataset.from_dict({"input_ids": ids, "labels": ids}))["eval_loss"]
+    assert got == pytest.approx(by_hand, rel=1e-5)
