@@ -88,39 +88,39 @@ SPECS: dict[str, Spec] = {
                           budget="818 train dialogues (SAMSum validation), 100 test dialogues, 1 epoch (103 steps), "
                                  "source 128 / target 48 tokens, lr 2e-4, batch 8, greedy, 32 new tokens"),
     "translation": Spec("recipes/translation/multi30k/t5-base-full.yaml", MINILM,
-                        real=("task.max_train_samples=3000", "task.max_eval_samples=300", "train.epochs=2",
+                        real=("task.max_train_samples=3000", "task.max_eval_samples=200", "train.epochs=1",
                               "train.lr=2e-4", "task.max_length=64", "task.max_target_length=64",
                               "task.generation.num_beams=1", "task.generation.max_new_tokens=48"),
                         smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "train.epochs=1",
                                "task.max_length=32", "task.max_target_length=32", *GREEDY_SHORT),
                         metrics=("bleu", "chrf"),
                         extra=("model.warm_start=encoder-decoder",),
-                        budget="3,000 train pairs, 300 test_2016_flickr pairs, 2 epochs (188 steps), 64 / 64 tokens, "
+                        budget="3,000 train pairs, 200 test_2016_flickr pairs, 1 epoch (94 steps), 64 / 64 tokens, "
                                "lr 2e-4, batch 32, greedy, 48 new tokens"),
     "mlm": Spec("recipes/pretrain/wikitext-2/minilm-mlm.yaml", MINILM,
-                real=("task.max_train_samples=1000", "task.max_eval_samples=500"),
+                real=("task.max_train_samples=500", "task.max_eval_samples=300"),
                 smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "task.max_length=32",
                        "train.batch_size=8"),
                 metrics=("perplexity", "loss"),
-                budget="1,000 WikiText-2 valid paragraphs (blocks of 128), 500 test paragraphs, 1 epoch, "
+                budget="500 WikiText-2 valid paragraphs (blocks of 128), 300 test paragraphs, 1 epoch, "
                        "lr 1e-4, batch 32"),
     "clm": Spec("recipes/pretrain/wikitext-2/gpt2-clm.yaml", GPT2,
-                real=("task.max_train_samples=1000", "task.max_eval_samples=300", "task.max_length=128",
+                real=("task.max_train_samples=500", "task.max_eval_samples=200", "task.max_length=128",
                       "task.eval_stride=128", "train.lr=5e-4", "train.batch_size=16"),
                 smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "task.max_length=32",
                        "task.eval_stride=32", "train.batch_size=8"),
                 metrics=("perplexity", "loss"),
-                budget="random GPT-2 (4 layers, width 256), 1,000 WikiText-2 paragraphs in blocks of 128, "
-                       "300 test paragraphs, 1 epoch, lr 5e-4, batch 16"),
+                budget="random GPT-2 (4 layers, width 256), 500 WikiText-2 paragraphs in blocks of 128, "
+                       "200 test paragraphs, 1 epoch, lr 5e-4, batch 16"),
     "gpt2": Spec("recipes/summarization/samsum/gpt2-full.yaml", GPT2,
-                 real=("task.max_train_samples=818", "task.max_eval_samples=100", "train.epochs=2",
-                       "task.max_length=192", "task.max_target_length=48", "train.lr=5e-4",
-                       "train.batch_size=8", "task.generation.num_beams=1", "task.generation.max_new_tokens=32"),
+                 real=("task.max_train_samples=400", "task.max_eval_samples=50", "train.epochs=1",
+                       "task.max_length=128", "task.max_target_length=32", "train.lr=5e-4",
+                       "train.batch_size=8", "task.generation.num_beams=1", "task.generation.max_new_tokens=24"),
                  smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "train.epochs=1",
                         "task.max_length=48", "task.max_target_length=16", "train.batch_size=8", *GREEDY_SHORT),
                  metrics=("loss", "rouge1", "rougeL"),
-                 budget="random GPT-2 (4 layers, width 256), 818 SAMSum dialogues, 100 test, 2 epochs, "
-                        "prompt 192 / target 48 tokens, lr 5e-4, batch 8, greedy 32 tokens"),
+                 budget="random GPT-2 (4 layers, width 256), 400 SAMSum dialogues, 50 test, 1 epoch (50 steps), "
+                        "prompt 128 / target 32 tokens, lr 5e-4, batch 8, greedy 24 tokens"),
 }
 SEED_LIST = "42,43,44"
 
