@@ -125,10 +125,12 @@ SPECS: dict[str, Spec] = {
 SEED_LIST = "42,43,44"
 
 
-def overrides(task: str, smoke: bool, checkpoint: str, seed: int) -> list[str]:
+def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = False) -> list[str]:
+    """The spec's overrides of its recipe; `full`: none but the checkpoint and seed (the shipped
+    recipe's own protocol, sized for a GPU)."""
     spec = SPECS[task]
-    return [*COMMON, *spec.extra, *(spec.smoke if smoke else spec.real), f"model.checkpoint={checkpoint}",
-            f"train.seed={seed}"]
+    budget = () if full else spec.smoke if smoke else spec.real
+    return [*COMMON, *spec.extra, *budget, f"model.checkpoint={checkpoint}", f"train.seed={seed}"]
 
 
 def checkpoint_path(name: str, smoke: bool) -> str:
@@ -204,6 +206,7 @@ def distinct(predictions: list) -> str:
 def training_arguments(recipe: Any, out: Path, seq2seq: bool = False, **extra: Any) -> Any:
     """Trainer's arguments from the recipe's train section: the same epochs, batch, lr, weight
     decay, warm-up, clipping and seed; no checkpoints, no evaluation during training."""
+    import torch
     from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
     t = recipe.train
@@ -213,7 +216,7 @@ def training_arguments(recipe: Any, out: Path, seq2seq: bool = False, **extra: A
                learning_rate=t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps or t.warmup_ratio,
                max_grad_norm=t.max_grad_norm or 0.0, lr_scheduler_type="linear", seed=t.seed,
                save_strategy="no", eval_strategy="no", report_to=[], logging_strategy="no",
-               use_cpu=True, dataloader_num_workers=0, **extra)
+               use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, **extra)
 
 
 def raw_splits(recipe: Any) -> tuple[Any, Any]:
@@ -581,7 +584,7 @@ def baselines(task: str, recipe: Any) -> dict[str, dict[str, float]]:
 # --- one side in this (fresh) process -----------------------------------------------------------
 def side(args: argparse.Namespace) -> dict:
     path = checkpoint_path(SPECS[args.task].checkpoint, args.smoke)
-    over = overrides(args.task, args.smoke, path, args.seed)
+    over = overrides(args.task, args.smoke, path, args.seed, args.full)
     with tempfile.TemporaryDirectory() as tmp:
         if args.side == "toolkit":
             row = toolkit_side(args.task, over, Path(tmp))
@@ -590,9 +593,10 @@ def side(args: argparse.Namespace) -> dict:
     return {"side": args.side, "seed": args.seed, **row, "peak_rss_mb": peak_rss_mb()}
 
 
-def run_side(task: str, which: str, seed: int, smoke: bool) -> dict:
+def run_side(task: str, which: str, seed: int, smoke: bool, full: bool = False) -> dict:
     """This script again, in a new process, for one side of one seed."""
-    cmd = [sys.executable, __file__, task, "--side", which, "--seed", str(seed)] + (["--smoke"] if smoke else [])
+    cmd = [sys.executable, __file__, task, "--side", which, "--seed", str(seed)]
+    cmd += (["--smoke"] if smoke else []) + (["--full"] if full else [])
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     found = [line for line in done.stdout.splitlines() if line.startswith("ROW ")]
     if done.returncode or not found:
@@ -779,7 +783,8 @@ def render(task: str, result: dict) -> str:
     for name, scores in result.get("baselines", {}).items():
         body.append([f"baseline: {name}", *[f"{scores[m] * scale(m):.2f}" if m in scores else "" for m in spec.metrics],
                      "", "", "", ""])
-    head = f"**{task}** ({'smoke' if result['smoke'] else spec.budget}; seeds {', '.join(map(str, seeds))})"
+    budget = "smoke" if result["smoke"] else f"the recipe's own protocol" if result.get("full") else spec.budget
+    head = f"**{task}** ({budget}; seeds {', '.join(map(str, seeds))})"
     return head + "\n\n" + table(cols, body)
 
 
@@ -788,7 +793,7 @@ def scale(metric: str) -> float:
     return 100.0 if metric.startswith("rouge") or metric in ("f1", "exact_match") else 1.0
 
 
-def compare(task: str, seeds: list[int], smoke: bool) -> dict:
+def compare(task: str, seeds: list[int], smoke: bool, full: bool = False) -> dict:
     """Both sides for every seed (toolkit first, each in its own process) and the baselines."""
     if task == "objectives":
         n = 200 if smoke else 10_000
@@ -798,11 +803,11 @@ def compare(task: str, seeds: list[int], smoke: bool) -> dict:
     rows = []
     for seed in seeds:
         for which in ("toolkit", "reference"):
-            rows.append(run_side(task, which, seed, smoke))
+            rows.append(run_side(task, which, seed, smoke, full))
             print(f"{task} seed {seed} {which}: {rows[-1]['metrics']}", file=sys.stderr, flush=True)
     path = checkpoint_path(SPECS[task].checkpoint, smoke)
-    return {"smoke": smoke, "rows": rows,
-            "baselines": baselines(task, resolved_recipe(task, overrides(task, smoke, path, seeds[0])))}
+    return {"smoke": smoke, "full": full, "rows": rows,
+            "baselines": baselines(task, resolved_recipe(task, overrides(task, smoke, path, seeds[0], full)))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -810,6 +815,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("task", choices=[*SPECS, "objectives", "icl"])
     parser.add_argument("--seeds", default=SEED_LIST, help="comma-separated training seeds")
     parser.add_argument("--smoke", action="store_true", help="tiny random models and a few examples: seconds")
+    parser.add_argument("--full", action="store_true",
+                        help="the shipped recipe's own protocol, no budget overrides (for a GPU)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--side", choices=["toolkit", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=42, help=argparse.SUPPRESS)
@@ -822,7 +829,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"error: --seeds: '{args.seeds}' is not a comma-separated list of integers", file=sys.stderr)
         return 2
-    result = compare(args.task, seeds or [42], args.smoke)
+    result = compare(args.task, seeds or [42], args.smoke, args.full)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     print(render(args.task, result))
