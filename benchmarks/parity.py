@@ -197,9 +197,12 @@ def toolkit_side(task: str, over: list[str], out: Path) -> dict:
 
 
 def distinct(predictions: list) -> str:
-    """'k/n': how many different outputs n inputs got (one summary for every input is a failure)."""
+    """'k/n, w words': how many different outputs n inputs got (one summary for every input is a
+    failure) and their mean length in words (generation time grows with it)."""
     texts = [p if isinstance(p, str) else json.dumps(p) for p in predictions if p is not None]
-    return f"{len(set(texts))}/{len(texts)}" if texts else ""
+    if not texts:
+        return ""
+    return f"{len(set(texts))}/{len(texts)}, {statistics.mean(len(t.split()) for t in texts):.1f} words"
 
 
 # --- reference: shared pieces -------------------------------------------------------------------
