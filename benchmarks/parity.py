@@ -588,12 +588,16 @@ def baselines(task: str, recipe: Any) -> dict[str, dict[str, float]]:
 def side(args: argparse.Namespace) -> dict:
     path = checkpoint_path(SPECS[args.task].checkpoint, args.smoke)
     over = overrides(args.task, args.smoke, path, args.seed, args.full)
+    cpu = time.process_time()
     with tempfile.TemporaryDirectory() as tmp:
         if args.side == "toolkit":
             row = toolkit_side(args.task, over, Path(tmp))
         else:
             row = REFERENCES[args.task](resolved_recipe(args.task, over), path, Path(tmp))
-    return {"side": args.side, "seed": args.seed, **row, "peak_rss_mb": peak_rss_mb()}
+    # CPU seconds of the whole side (loading, tokenising, training, evaluating): unlike samples/s,
+    # barely moved by other processes sharing the cores
+    return {"side": args.side, "seed": args.seed, **row, "peak_rss_mb": peak_rss_mb(),
+            "cpu_s": time.process_time() - cpu}
 
 
 def run_side(task: str, which: str, seed: int, smoke: bool, full: bool = False) -> dict:
@@ -773,19 +777,21 @@ def render(task: str, result: dict) -> str:
     spec, rows = SPECS[task], result["rows"]
     seeds = sorted({r["seed"] for r in rows})
     by = {s: {r["seed"]: r for r in rows if r["side"] == s} for s in ("toolkit", "reference")}
-    cols = ["side", *spec.metrics, "train samples/s", "eval samples/s", "peak RSS MB", "distinct outputs"]
+    cols = ["side", *spec.metrics, "train samples/s", "eval samples/s", "CPU s (whole side)", "peak RSS MB",
+            "distinct outputs"]
     body = []
     for s, name in (("toolkit", "toolkit"), ("reference", "transformers (reference)")):
         got = [by[s][seed] for seed in seeds]
         body.append([name, *[mean_std([g["metrics"][m] * scale(m) for g in got]) for m in spec.metrics],
                      mean_std([g["train_samples_per_s"] for g in got]), mean_std([g["eval_samples_per_s"] for g in got]),
+                     mean_std([g["cpu_s"] for g in got]) if all("cpu_s" in g for g in got) else "",
                      f"{max(g['peak_rss_mb'] for g in got):.0f}", " ".join(g.get("distinct_predictions") or "" for g in got)])
     body.append(["paired difference", *[paired([by["toolkit"][x]["metrics"][m] * scale(m) for x in seeds],
                                                [by["reference"][x]["metrics"][m] * scale(m) for x in seeds])
-                                        for m in spec.metrics], "", "", "", ""])
+                                        for m in spec.metrics], "", "", "", "", ""])
     for name, scores in result.get("baselines", {}).items():
         body.append([f"baseline: {name}", *[f"{scores[m] * scale(m):.2f}" if m in scores else "" for m in spec.metrics],
-                     "", "", "", ""])
+                     "", "", "", "", ""])
     budget = "smoke" if result["smoke"] else f"the recipe's own protocol" if result.get("full") else spec.budget
     head = f"**{task}** ({budget}; seeds {', '.join(map(str, seeds))})"
     return head + "\n\n" + table(cols, body)
