@@ -771,7 +771,7 @@ def render(task: str, result: dict) -> str:
     """The Markdown table of one task type: both sides, the paired difference, the baselines."""
     if task in ("objectives", "icl"):
         parts = result.items() if task == "objectives" else [("icl: batched against one at a time", result)]
-        return "\n\n".join(f"**{name}**\n\n" + table(["measure", "value"], [[k, f"{v:.4f}" if isinstance(v, float) else v]
+        return "\n\n".join(f"**{name}**\n\n" + table(["measure", "value"], [[k, f"{v:.4g}" if isinstance(v, float) else v]
                                                                          for k, v in part.items()])
                            for name, part in parts)
     spec, rows = SPECS[task], result["rows"]
