@@ -784,7 +784,7 @@ def render(task: str, result: dict) -> str:
         got = [by[s][seed] for seed in seeds]
         body.append([name, *[mean_std([g["metrics"][m] * scale(m) for g in got]) for m in spec.metrics],
                      mean_std([g["train_samples_per_s"] for g in got]), mean_std([g["eval_samples_per_s"] for g in got]),
-                     mean_std([g["cpu_s"] for g in got]) if all("cpu_s" in g for g in got) else "",
+                     cpu_seconds(got, seeds),
                      f"{max(g['peak_rss_mb'] for g in got):.0f}", " ".join(g.get("distinct_predictions") or "" for g in got)])
     body.append(["paired difference", *[paired([by["toolkit"][x]["metrics"][m] * scale(m) for x in seeds],
                                                [by["reference"][x]["metrics"][m] * scale(m) for x in seeds])
@@ -795,6 +795,16 @@ def render(task: str, result: dict) -> str:
     budget = "smoke" if result["smoke"] else f"the recipe's own protocol" if result.get("full") else spec.budget
     head = f"**{task}** ({budget}; seeds {', '.join(map(str, seeds))})"
     return head + "\n\n" + table(cols, body)
+
+
+def cpu_seconds(got: list[dict], seeds: list[int]) -> str:
+    """Mean ± std of the CPU seconds of the seeds that recorded them (rows measured before the
+    column existed have none; those measured say which seeds they are)."""
+    have = [(s, g["cpu_s"]) for s, g in zip(seeds, got) if "cpu_s" in g]
+    if not have:
+        return ""
+    text = mean_std([c for _, c in have])
+    return text if len(have) == len(got) else f"{text} (seed {', '.join(str(s) for s, _ in have)})"
 
 
 def scale(metric: str) -> float:

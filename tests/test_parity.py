@@ -143,3 +143,21 @@ def test_reference_clm_eval_loss_is_per_predicted_token(parity, tiny_checkpoint,
     trainer = Trainer(model=model, args=args, data_collator=default_data_collator)
     got = trainer.evaluate(Dataset.from_dict({"input_ids": ids, "labels": ids}))["eval_loss"]
     assert got == pytest.approx(by_hand, rel=1e-5)
+
+
+@pytest.mark.parametrize("task", ["mlm", "clm"])
+def test_reference_blocks_equal_the_toolkits_packing(parity, task: str) -> None:
+    """run_mlm / run_clm's group_texts in the benchmark and the toolkit's packing give the same
+    training blocks ([CLS] doc [SEP] per document for MLM, doc <|endoftext|> for CLM)."""
+    from toolkit import models
+
+    tokenizer = {"mlm": "bert-base-uncased", "clm": "gpt2"}[task]
+    tok = models.load_tokenizer(str(models.tokenizer_dir() / tokenizer))
+    limits = ["task.max_train_samples=40", "task.max_eval_samples=8", "task.max_length=32"]
+    recipe = parity.resolved_recipe(task, limits + (["task.eval_stride=32"] if task == "clm" else []))
+    train, _ = parity.raw_splits(recipe)
+    end = [] if task == "mlm" else [tok.eos_token_id]
+    ours = parity.grouped(tok, list(train["text"]), recipe.task.block_length(tok), task == "mlm", end)
+    theirs = recipe.task.pack(train, tok)
+    assert len(ours["input_ids"]) == len(theirs) > 1
+    assert ours["input_ids"] == [list(x) for x in theirs["input_ids"]]
