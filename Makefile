@@ -26,6 +26,7 @@ LR_GRID     ?= x1
 COMPARE_MODEL := $(or $(MODEL),minilm)
 COMPARE_RUNS  ?= $(RUNS)/compare-$(subst /,-,$(TASK))-$(COMPARE_MODEL)
 BENCH_ARGS  ?=
+PARITY_ARGS ?=
 ATTENTION_ARGS ?=
 PRETRAIN    ?= recipes/pretrain/wikitext-2/minilm-mlm.yaml
 FINETUNE    ?= recipes/demo/sst2/minilm-full.yaml
@@ -35,7 +36,7 @@ DRY_RUN      = $(findstring --dry-run,$(ARGS))$(findstring --estimate,$(ARGS))
 comma       := ,
 space       := $(subst ,, )
 
-.PHONY: install lock test-latest test-next test-oldest test demo run glue compare chain bench attention validate smoke clean
+.PHONY: install lock test-latest test-next test-oldest test demo run glue compare chain bench parity attention validate smoke clean
 
 install:  ## .venv with exactly the versions in requirements.lock, the package (editable) and its test tools
 	rm -rf toolkit.egg-info  # an older build's metadata would shadow this one's
@@ -114,6 +115,9 @@ chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARG
 
 bench:  ## toolkit vs Trainer, matmul/MFU, LoRA vs full, start-up: Markdown tables [BENCH_ARGS="--sections trainer --json bench.json"]
 	$(BIN)/python benchmarks/bench $(BENCH_ARGS)
+
+parity:  ## a task type against transformers' own pipeline: TASK=qa|summarization|translation|mlm|clm|gpt2|objectives|icl [PARITY_ARGS="--seeds 42 --smoke"]
+	$(BIN)/python benchmarks/parity.py $(if $(filter command line environment,$(origin TASK)),$(TASK),qa) $(PARITY_ARGS)
 
 attention:  ## every attention module on the demo setting + a length sweep: report.md and sweep.png
 	$(BIN)/python benchmarks/attention.py --runs-dir $(RUNS)/attention $(ATTENTION_ARGS)

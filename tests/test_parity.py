@@ -1,0 +1,163 @@
+"""benchmarks/parity.py: its harness end to end on tiny random models, and each reference piece
+checked by hand-worked examples and against the toolkit's own (the table compares two pipelines;
+these make sure a difference in it comes from training, not from a scorer or a labeller)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def parity():
+    spec = importlib.util.spec_from_file_location("parity", ROOT / "benchmarks" / "parity.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["parity"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the official SQuAD v1.1 definitions, worked by hand ------------------------------------------
+@pytest.mark.parametrize("prediction, golds, em, f1", [
+    ("The Broncos", ["Denver Broncos", "Broncos"], 1.0, 1.0),        # article dropped, best gold wins
+    ("Denver Broncos!", ["denver broncos"], 1.0, 1.0),                # case and punctuation
+    ("the Denver team", ["Denver Broncos"], 0.0, 0.5),                # 1 shared of 2 and 2: P = R = 1/2
+    ("Santa Clara, California", ["Levi's Stadium"], 0.0, 0.0),
+    ("a b c d", ["b c"], 0.0, 0.8),                                   # 'a' is an article: P = 2/3, R = 1
+    ("", ["Broncos"], 0.0, 0.0),                                      # v1.1: empty is simply wrong
+    ("blue blue", ["blue"], 0.0, 2 / 3),                              # multiset: P = 1/2, R = 1
+])
+def test_squad_v1_scorer_hand_worked(parity, prediction: str, golds: list[str], em: float, f1: float) -> None:
+    from toolkit.tasks._text_metrics import squad_scores
+
+    got = parity.squad_v1([prediction], [golds])
+    assert got["exact_match"] == pytest.approx(em) and got["f1"] == pytest.approx(f1)
+    toolkit = squad_scores([prediction], [golds], "v1")  # the toolkit's scorer on the same case
+    assert toolkit["exact_match"] == pytest.approx(em) and toolkit["f1"] == pytest.approx(f1)
+
+
+def test_qa_postprocess_hand_worked(parity) -> None:
+    """Two windows of one context; the best legal span wins across windows. Window 0: its top
+    start (3) is after its top end (1), so its best legal span is (3, 3) 'dd' at 5.0. Window 1:
+    (1, 3) is 3 tokens, over max_answer 2; (1, 2) 'bb cc' at 3.0 + 2.5 = 5.5 wins."""
+    context = "aa bb cc dd"
+    offsets = [[None, (0, 2), (3, 5), (6, 8)], [None, (3, 5), (6, 8), (9, 11)]]
+    start = np.array([[9.0, 0.0, 1.0, 5.0], [9.0, 3.0, 0.5, 0.0]])
+    end = np.array([[9.0, 4.0, 0.0, 0.0], [9.0, 0.0, 2.5, 3.0]])
+    got = parity.qa_postprocess(start, end, [0, 0], offsets, [context], n_best=20, max_answer=2)
+    assert got == ["bb cc"]
+
+
+def test_qa_reference_windows_and_spans_equal_the_toolkits(parity) -> None:
+    """run_qa's labelling written in the benchmark and the toolkit's window_features give the same
+    windows and answer tokens on real SQuAD questions, and both n-best searches the same text."""
+    from toolkit import models
+    from toolkit.tasks._qa import best_spans, window_features
+
+    path = models.resolve(parity.MINILM)
+    tok = models.load_tokenizer(path)
+    recipe = parity.resolved_recipe("qa", ["task.max_eval_samples=60", "task.max_train_samples=60"])
+    train, _ = parity.raw_splits(recipe)
+    rows = train[:]
+    ours = parity.qa_train_features(tok, rows, 128, 32)  # short windows: many hold no answer
+    theirs = window_features(tok, list(rows["question"]), list(rows["context"]), list(rows["answers"]), 128, 32)
+    assert ours["input_ids"] == theirs["input_ids"]
+    assert ours["start_positions"] == theirs["start_positions"] and ours["end_positions"] == theirs["end_positions"]
+    feats, example_of, offsets = parity.qa_eval_features(tok, rows, 128, 32)
+    width = max(len(x) for x in feats["input_ids"])
+    logits = np.random.default_rng(0).normal(size=(2, len(example_of), width))
+    padded = np.array([[list(o) if o else [-1, -1] for o in offs] + [[-1, -1]] * (width - len(offs))
+                       for offs in offsets])
+    mine = parity.qa_postprocess(logits[0], logits[1], example_of, offsets, list(rows["context"]), 20, 30)
+    toolkit = best_spans(logits[0], logits[1], padded, np.array(example_of), list(rows["context"]), 20, 30)
+    assert mine == [b.text for b in toolkit]
+
+
+# --- T5's span corruption, rebuilt by hand -----------------------------------------------------------
+def test_span_corruption_rebuilds_the_block(parity) -> None:
+    """T5's layout: 'a b c d e' with spans (b c) and (e) -> input 'a <0> d <1>', target
+    '<0> b c <1> e'; the rebuild puts each span back where its sentinel stands."""
+    from toolkit.tasks.span_corruption import span_corruption
+
+    s0, s1 = 100, 99
+    ids, noise = [1, 2, 3, 4, 5], np.array([0, 1, 1, 0, 1], bool)
+    inp, tgt = span_corruption(np.array(ids), noise, [s0, s1], eos_id=0)
+    assert (inp, tgt) == ([1, s0, 4, s1, 0], [s0, 2, 3, s1, 5, 0])
+    assert parity.rebuild_span_corruption(inp[:-1], tgt[:-1], [s0, s1]) == ids
+
+
+# --- in-context prompting on a generation task ---------------------------------------------------------
+def test_icl_batched_scoring_equals_one_at_a_time(parity, tiny_checkpoint) -> None:
+    """GPT-2 with 2 demonstrations before every SAMSum dialogue: the toolkit's batched, padded
+    evaluation step gives each example the target loss and the greedy continuation it gets alone."""
+    got = parity.icl_check(tiny_checkpoint("gpt2"), examples=6, shots=2, batch_size=3)
+    assert got["examples"] == 6
+    assert got["max_relative_loss_difference"] < 1e-4
+    assert got["same_generation"] == 6
+
+
+# --- the harness end to end ------------------------------------------------------------------------------
+def test_harness_runs_both_sides_and_renders_the_table(parity, tmp_path: Path, capsys) -> None:
+    """`parity.py mlm --smoke`: the toolkit and the reference each in their own process on a
+    tiny random MiniLM, the table with both sides, the paired difference and the JSON."""
+    out = tmp_path / "mlm.json"
+    assert parity.main(["mlm", "--smoke", "--seeds", "42", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    sides = {r["side"]: r for r in result["rows"]}
+    assert set(sides) == {"toolkit", "reference"}
+    for row in sides.values():
+        assert np.isfinite(row["metrics"]["perplexity"]) and row["metrics"]["perplexity"] > 1
+        assert row["train_samples_per_s"] > 0 and row["peak_rss_mb"] > 0
+    # an untrained tiny model: both sides near the uniform loss over the vocabulary
+    assert sides["toolkit"]["metrics"]["loss"] == pytest.approx(sides["reference"]["metrics"]["loss"], rel=0.05)
+    printed = capsys.readouterr().out
+    assert "| toolkit |" in printed and "| transformers (reference) |" in printed and "paired difference" in printed
+
+
+def test_bad_seeds_are_one_line(parity, capsys) -> None:
+    assert parity.main(["mlm", "--seeds", "4x"]) == 2
+    assert capsys.readouterr().err.startswith("error: --seeds:")
+
+
+def test_reference_clm_eval_loss_is_per_predicted_token(parity, tiny_checkpoint, tmp_path: Path) -> None:
+    """Finding: Trainer normalised GPT-2's causal loss by every label, not by the L-1 that the
+    shift leaves, so its eval loss read (L-1)/L of the true one (10.48 for 10.82 at L = 32). Two
+    blocks of 4 tokens: 3 predictions each, and the reference's loss is the mean of those 6."""
+    import torch
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    model = parity.causal_lm(tiny_checkpoint("gpt2")).eval()
+    ids = [[10, 20, 30, 40], [50, 60, 70, 80]]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor(ids)).logits, -1)  # (2, 4, vocab)
+    by_hand = -sum(float(logp[b, t, ids[b][t + 1]]) for b in range(2) for t in range(3)) / 6
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to=[], use_cpu=True)
+    trainer = Trainer(model=model, args=args, data_collator=default_data_collator)
+    got = trainer.evaluate(Dataset.from_dict({"input_ids": ids, "labels": ids}))["eval_loss"]
+    assert got == pytest.approx(by_hand, rel=1e-5)
+
+
+@pytest.mark.parametrize("task", ["mlm", "clm"])
+def test_reference_blocks_equal_the_toolkits_packing(parity, task: str) -> None:
+    """run_mlm / run_clm's group_texts in the benchmark and the toolkit's packing give the same
+    training blocks ([CLS] doc [SEP] per document for MLM, doc <|endoftext|> for CLM)."""
+    from toolkit import models
+
+    tokenizer = {"mlm": "bert-base-uncased", "clm": "gpt2"}[task]
+    tok = models.load_tokenizer(str(models.tokenizer_dir() / tokenizer))
+    limits = ["task.max_train_samples=40", "task.max_eval_samples=8", "task.max_length=32"]
+    recipe = parity.resolved_recipe(task, limits + (["task.eval_stride=32"] if task == "clm" else []))
+    train, _ = parity.raw_splits(recipe)
+    end = [] if task == "mlm" else [tok.eos_token_id]
+    ours = parity.grouped(tok, list(train["text"]), recipe.task.block_length(tok), task == "mlm", end)
+    theirs = recipe.task.pack(train, tok)
+    assert len(ours["input_ids"]) == len(theirs) > 1
+    assert ours["input_ids"] == [list(x) for x in theirs["input_ids"]]
