@@ -25,12 +25,10 @@ def _representatives() -> list[Path]:
     seen: dict[tuple, Path] = {}
     for path in RECIPES:
         try:
-            r = recipes.load(path)
+            plan = recipes.plan(path)
         except Exception:  # reported by test_recipe_validates
             continue
-        base = r
-        while base.upstream is not None:  # a chained recipe's family is its base's
-            base = base.upstream
+        r, base = plan.recipe, plan.base  # a chained recipe's family is its base's
         key = (models.recipe_family(base.model.checkpoint, base.model.warm_start), r.method.name, r.task.name)
         seen.setdefault(key, path)
     return sorted(seen.values())

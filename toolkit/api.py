@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 from toolkit import chain, recipe as recipe_module, reports, runs, sweeps
 from toolkit.errors import Interrupted, UserError, disk_full
-from toolkit.recipe import find_recipe
+from toolkit.recipe import RunPlan, find_recipe
 
 
 @dataclass(frozen=True)
@@ -95,13 +95,13 @@ def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_di
     through here. Returns the run folder."""
     from toolkit import train  # torch: imported on the first run
 
-    recipe = recipe_module.load(find_recipe(str(path)), overrides, smoke=smoke)
+    plan = recipe_module.plan(find_recipe(str(path)), overrides, smoke=smoke)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
-    if recipe.smoke:
-        _smoke_upstream(recipe, root)
-    chain.resolve(recipe, root)  # model.checkpoint: {run: ...}
-    out = runs.run_dir(recipe, root)
+    if plan.recipe.smoke:
+        _smoke_upstream(plan, root)
+    chain.resolve(plan, root)  # model.checkpoint: {run: ...}
+    out = runs.run_dir(plan.recipe, root)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if runs.is_finished(out) and not force:
         if rank0:
@@ -115,7 +115,7 @@ def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_di
         if resume and not runs.checkpoints(out) and rank0:
             print(f"no checkpoint in {out}: starting from the beginning")
         try:
-            metrics = train.run(recipe, out, resume=resume, stop_after=stop_after)
+            metrics = train.run(plan, out, resume=resume, stop_after=stop_after)
         except KeyboardInterrupt as exc:
             again = ["toolkit", "run", str(path), *overrides] + ["--smoke"] * smoke + \
                 (["--runs-dir", runs_dir] if runs_dir else [])
@@ -156,16 +156,16 @@ def _nearly_full(out: Path) -> bool:
     return shutil.disk_usage(place).free < (1 << 20)
 
 
-def _smoke_upstream(recipe: object, root: Path) -> None:
+def _smoke_upstream(plan: RunPlan, root: Path) -> None:
     """--smoke runs every recipe end to end: a chained one first runs the smoke run it starts from."""
     from toolkit import train  # torch: imported on the first run
 
-    up = getattr(recipe, "upstream", None)
-    if up is None or runs.is_finished(runs.run_dir(up, root)):
+    up = plan.upstream
+    if up is None or runs.is_finished(runs.run_dir(up.recipe, root)):
         return
     _smoke_upstream(up, root)
     chain.resolve(up, root)
-    out = runs.run_dir(up, root)
+    out = runs.run_dir(up.recipe, root)
     train.run(up, out, resume=bool(runs.checkpoints(out)))
 
 

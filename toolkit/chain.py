@@ -11,10 +11,10 @@ a chain's smoke run starts from the smoke run of its pretraining (whose small mo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from toolkit import runs
 from toolkit.errors import UserError
+from toolkit.recipe_data import RunPlan
 
 KEYS = ("run", "overrides")
 
@@ -30,12 +30,13 @@ def recipe_file(run: str, origin: Path | None) -> Path:
     return path
 
 
-def resolve(recipe: Any, root: Path) -> None:
-    """Point `recipe.checkpoint_path` at the final model of the run its checkpoint names."""
-    if recipe.upstream is None:
+def resolve(plan: RunPlan, root: Path) -> None:
+    """Point `plan.checkpoint_path` at the final model of the run its checkpoint names: a runs
+    root is known only at launch, so this is the plan's, never the recipe's (nor its hash's)."""
+    if plan.upstream is None:
         return
-    up = recipe.upstream
-    folder = runs.run_dir(up, root)
+    recipe = plan.recipe
+    folder = runs.run_dir(plan.upstream.recipe, root)
     ref = recipe.model.checkpoint
     command = f"toolkit run {ref['run']} {' '.join(ref.get('overrides') or [])}".strip()
     if not runs.is_finished(folder):
@@ -46,13 +47,13 @@ def resolve(recipe: Any, root: Path) -> None:
     if not (model / "config.json").is_file():
         raise UserError(f"model.checkpoint: run {ref['run']} saved an adapter, not a model; set "
                         "method.merge: true in that recipe so its result is a plain transformers folder")
-    recipe.checkpoint_path = str(model)
+    plan.checkpoint_path = str(model)
 
 
-def source(recipe: Any) -> str:
+def source(plan: RunPlan) -> str:
     """What models.load is given: the resolved run folder, or the checkpoint as written."""
-    if recipe.upstream is None:
-        return recipe.model.checkpoint
-    if recipe.checkpoint_path is None:
-        raise RuntimeError("chain.resolve(recipe, runs_root) must run before the model is built")
-    return recipe.checkpoint_path
+    if plan.upstream is None:
+        return plan.recipe.model.checkpoint
+    if plan.checkpoint_path is None:
+        raise RuntimeError("chain.resolve(plan, runs_root) must run before the model is built")
+    return plan.checkpoint_path

@@ -9,25 +9,32 @@ head x method x task, attention, a `{run: ...}` checkpoint's own recipe).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from toolkit import attention, chain, methods, models, tasks, tracking
 from toolkit.errors import UserError
 from toolkit.recipe_data import (SECTIONS, SMOKE_CAPS, SMOKE_LENGTHS, SMOKE_NEW_TOKENS, ModelConfig, Recipe,
-                                 TrainConfig, apply_overrides, dump, find_recipe, read_yaml, recipe_files,
-                                 recipe_name, recipes_root, safe_yaml, smoke_sized)
+                                 RunPlan, TrainConfig, apply_overrides, dump, find_recipe, read_yaml,
+                                 recipe_files, recipe_name, recipes_root, safe_yaml, smoke_sized)
 from toolkit.registry import did_you_mean, foreign_hint
 from toolkit.schema import build_dataclass, build_plugin
 
 # what callers read from here (the data and schema below are re-exported: one name to import)
-__all__ = ["ModelConfig", "Recipe", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS", "TrainConfig",
-           "apply_overrides", "build_dataclass", "build_plugin", "check", "dump", "find_recipe", "load", "parse",
-           "read_yaml", "recipe_files", "recipe_name", "recipes_root", "safe_yaml", "smoke_sized", "upstream"]
+__all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS",
+           "TrainConfig", "apply_overrides", "build_dataclass", "build_plugin", "check", "dump", "find_recipe",
+           "load", "parse", "parse_plan", "plan", "read_yaml", "recipe_files", "recipe_name", "recipes_root",
+           "safe_yaml", "smoke_sized", "upstream"]
 
 
 def parse(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | None = None,
           seen: tuple[Path, ...] = ()) -> Recipe:
     """Raw mapping -> Recipe; checks fields, names and combinations (no weights are loaded)."""
+    return parse_plan(raw, name, smoke, origin, seen).recipe
+
+
+def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | None = None,
+               seen: tuple[Path, ...] = ()) -> RunPlan:
+    """Raw mapping -> the recipe and the run its `{run: ...}` checkpoint names (loaded to check
+    this one: its model family is this run's), kept beside the recipe, out of its hash."""
     raw = dict(raw)
     saved_name, saved_smoke = raw.pop("name", None), raw.pop("smoke", False)  # a run's recipe.yaml
     if not isinstance(saved_smoke, bool):
@@ -49,14 +56,17 @@ def parse(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | N
     method = build_plugin(methods.METHODS, raw["method"], "method")
     recipe = Recipe(model=built["model"], task=task, method=method, train=built["train"],
                     name=name, smoke=smoke)
+    checked = RunPlan(recipe)
     if isinstance(recipe.model.checkpoint, dict):
-        recipe.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
-    check(recipe)
-    return recipe
+        checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
+    check(recipe, checked.base)
+    return checked
 
 
-def check(recipe: Recipe) -> None:
-    """Cross-field checks: task settings, attention, model family x head x method x task."""
+def check(recipe: Recipe, base: Recipe | None = None) -> None:
+    """Cross-field checks: task settings, attention, model family x head x method x task. `base`
+    is the recipe at the bottom of a `{run: ...}` chain (RunPlan.base): continued pretraining
+    keeps the model family of its base; None: this recipe names its model itself."""
     task = recipe.task
     task.check()
     if recipe.train.metric is not None:
@@ -65,9 +75,7 @@ def check(recipe: Recipe) -> None:
             raise UserError(f"train.metric: '{recipe.train.metric}' is not a metric of this task"
                             f"{did_you_mean(recipe.train.metric, names)}")
     tracking.check(recipe.train.report_to)
-    base = recipe
-    while base.upstream is not None:  # continued pretraining keeps the family of its base
-        base = base.upstream
+    base = base or recipe
     if recipe.model.warm_start and recipe.model.attention is not None:
         raise UserError("model.attention: a warm-started encoder-decoder keeps the encoder's own "
                         "attention; remove model.attention or model.warm_start")
@@ -79,25 +87,33 @@ def check(recipe: Recipe) -> None:
         raise UserError(f"method.name: '{recipe.method.name}' cannot run here: {reason}")
 
 
-def load(path: str | Path, overrides: list[str] | None = None, smoke: bool = False,
-         seen: tuple[Path, ...] = ()) -> Recipe:
-    """Read, override and check a recipe. With `smoke`, the recipe as written is checked first:
-    a value --smoke would shrink anyway (`train.batch_size=abc`) is still an error."""
+def load(path: str | Path, overrides: list[str] | None = None, smoke: bool = False) -> Recipe:
+    """Read, override and check a recipe (see `plan`): the recipe alone, for what hashes, saves
+    or reads it; a run needs the whole plan."""
+    return plan(path, overrides, smoke).recipe
+
+
+def plan(path: str | Path, overrides: list[str] | None = None, smoke: bool = False,
+         seen: tuple[Path, ...] = ()) -> RunPlan:
+    """Read, override and check a recipe, with the runs it chains to. With `smoke`, the recipe as
+    written is checked first: a value --smoke would shrink anyway (`train.batch_size=abc`) is
+    still an error, and the length as written is kept for the model's position check."""
     path = Path(path)
     raw = apply_overrides(read_yaml(path), overrides or [])
     seen = seen + (path.resolve(),)
-    recipe = parse(raw, name=recipe_name(path), origin=path, seen=seen)
-    if smoke and not recipe.smoke:
-        small = parse(smoke_sized(raw, recipe.task), name=recipe.name, smoke=True, origin=path, seen=seen)
-        small.written_max_length = recipe.task.max_length
+    written = parse_plan(raw, name=recipe_name(path), origin=path, seen=seen)
+    if smoke and not written.recipe.smoke:
+        small = parse_plan(smoke_sized(raw, written.recipe.task), name=written.recipe.name, smoke=True,
+                           origin=path, seen=seen)
+        small.written_max_length = written.recipe.task.max_length
         return small
-    return recipe
+    return written
 
 
 
 
-def upstream(ref: dict, origin: Path | None, smoke: bool, seen: tuple[Path, ...]) -> Any:
-    """The recipe a `{run: ..., overrides: [...]}` checkpoint names, loaded and checked."""
+def upstream(ref: dict, origin: Path | None, smoke: bool, seen: tuple[Path, ...]) -> RunPlan:
+    """The plan of the recipe a `{run: ..., overrides: [...]}` checkpoint names, loaded and checked."""
     for key in ref:
         if key not in chain.KEYS:
             raise UserError(f"model.checkpoint.{key}: unknown key (a run reference has: run, overrides)")
@@ -113,6 +129,6 @@ def upstream(ref: dict, origin: Path | None, smoke: bool, seen: tuple[Path, ...]
     if not path.is_file():
         raise UserError(f"model.checkpoint.run: recipe {run} does not exist")
     try:
-        return load(path, overrides, smoke=smoke, seen=seen)
+        return plan(path, overrides, smoke=smoke, seen=seen)
     except UserError as exc:
         raise UserError(f"model.checkpoint.run ({run}): {exc}") from None

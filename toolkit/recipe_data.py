@@ -1,4 +1,5 @@
-"""Recipe data: the typed sections, the resolved recipe and its hash, YAML files with `extends:`
+"""Recipe data: the typed sections, the resolved recipe and its hash, the run plan beside it (what
+a launch found: chained runs, the --smoke length as written), YAML files with `extends:`
 and `key=value` overrides, --smoke sizes, and finding shipped recipes. Nothing here knows a
 plug-in: building and checking a recipe against the registries, models and chained runs is
 toolkit/recipe.py, above this.
@@ -76,9 +77,6 @@ class Recipe:
     train: TrainConfig
     name: str = "recipe"
     smoke: bool = False
-    upstream: "Recipe | None" = None  # the run model.checkpoint names ({run: ...}); not hashed
-    checkpoint_path: str | None = None  # that run's model/ folder, once resolved (chain.resolve)
-    written_max_length: int | None = None  # --smoke: task.max_length as written (its check still applies)
 
     def to_dict(self) -> dict:
         """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""
@@ -96,6 +94,29 @@ class Recipe:
     def hash(self) -> str:
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+@dataclass
+class RunPlan:
+    """A recipe as one launch runs it. The `Recipe` is what the YAML says and what the run folder's
+    hash and recipe.yaml hold; what loading and resolving it found on the way is kept here, beside
+    it, so that no runtime state can leak into the hash or a saved recipe.
+
+    toolkit/recipe.py builds the plan (`plan`), toolkit/chain.py resolves it against a runs root,
+    toolkit/setup.py builds the run from it."""
+
+    recipe: Recipe
+    upstream: RunPlan | None = None  # the run model.checkpoint names ({run: ...}), planned the same way
+    written_max_length: int | None = None  # --smoke: task.max_length as written (its check still applies)
+    checkpoint_path: str | None = None  # the upstream run's model/ folder, once resolved (chain.resolve)
+
+    @property
+    def base(self) -> Recipe:
+        """The recipe at the bottom of the chain: continued pretraining keeps its model family."""
+        plan = self
+        while plan.upstream is not None:
+            plan = plan.upstream
+        return plan.recipe
 
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig}

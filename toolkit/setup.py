@@ -12,7 +12,7 @@ from accelerate.utils import set_seed
 from toolkit import attention, batching, chain, heads, models
 from toolkit.errors import UserError
 from toolkit.methods import Context, count_params
-from toolkit.recipe_data import Recipe
+from toolkit.recipe_data import RunPlan
 from toolkit.tasks import Task
 
 
@@ -30,22 +30,24 @@ class Setup:
     total: int
     seed: int = 0  # train.seed: what methods that draw at random (icl demonstrations) use
     predictions: dict = field(default_factory=dict)  # suffix -> rows of the latest evaluation
+    source: str = ""  # the checkpoint as models.load got it before --smoke (a chained run's model/)
 
 
-def build(recipe: Recipe, processes: int = 1) -> Setup:
+def build(plan: RunPlan, processes: int = 1) -> Setup:
     """Data, model and method in the order their errors should surface; the data is encoded
-    before the method applies, so the method's context knows the run's optimizer steps."""
+    before the method applies, so the method's context knows the run's optimizer steps. The plan,
+    not the recipe, says where a chained run's model is and the length as written (--smoke)."""
+    recipe = plan.recipe
     task = recipe.task
     raw = task.load()
-    checkpoint = chain.source(recipe)  # a {run: ...} reference: that run's model (smoke-sized or not)
-    if recipe.smoke and recipe.upstream is None:
-        checkpoint = models.smoke_checkpoint(checkpoint)
+    source = chain.source(plan)  # a {run: ...} reference: that run's model (smoke-sized or not)
+    checkpoint = models.smoke_checkpoint(source) if recipe.smoke and plan.upstream is None else source
     set_seed(recipe.train.seed)  # head and adapter initialisation depend on the seed alone
     head = recipe.method.head(task, models.recipe_family(checkpoint, recipe.model.warm_start))
     model, tok = models.load(checkpoint, head, task.head_kwargs(), recipe.model.attention, recipe.model.dropout,
                              warm_start=recipe.model.warm_start)
     limit = models.max_positions(model.config, tok)
-    length = max(task.max_length, recipe.written_max_length or 0)  # --smoke: the length as written
+    length = max(task.max_length, plan.written_max_length or 0)  # --smoke: the length as written
     if limit is not None and length > limit:
         raise UserError(f"task.max_length: {length} is more than the {limit} positions "
                         f"{recipe.model.checkpoint} has; use at most {limit}")
@@ -70,4 +72,4 @@ def build(recipe: Recipe, processes: int = 1) -> Setup:
     trainable, total = count_params(model)
     if recipe.method.trains and trainable == 0:
         raise UserError(f"method.name: '{recipe.method.name}' left no parameter to train")
-    return Setup(task, model, tok, train, evals, raw["eval"], trainable, total, recipe.train.seed)
+    return Setup(task, model, tok, train, evals, raw["eval"], trainable, total, recipe.train.seed, source=source)

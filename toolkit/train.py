@@ -25,12 +25,12 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from toolkit import attention, chain, checkpoints, dropout, evaluation, models, run_metrics, runs, tracking
+from toolkit import attention, checkpoints, dropout, evaluation, models, run_metrics, runs, tracking
 from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, total_steps, train_loaders
 from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
 from toolkit.errors import Interrupted, UserError
-from toolkit.recipe import Recipe, dump
+from toolkit.recipe import Recipe, RunPlan, dump
 from toolkit.setup import Setup, build
 
 # Names that tests and earlier callers reach here; they live in the modules above.
@@ -50,10 +50,12 @@ def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
 
 
 
-def run(recipe: Recipe, out: Path, resume: bool = False, stop_after: int | None = None) -> dict | None:
-    """Build, train, evaluate and save one recipe into `out`; returns metrics (None if stopped)."""
+def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None = None) -> dict | None:
+    """Build, train, evaluate and save one planned recipe into `out` (a chained one resolved:
+    chain.resolve); returns metrics (None if stopped)."""
     from accelerate.state import AcceleratorState
 
+    recipe = plan.recipe
     if recipe.train.mixed_precision == "fp16" and not torch.cuda.is_available():
         raise UserError("train.mixed_precision: fp16 needs a CUDA GPU and none is here (on a CPU it "
                         "would silently run in fp32); use bf16 (slow on CPU) or no")
@@ -67,7 +69,7 @@ def run(recipe: Recipe, out: Path, resume: bool = False, stop_after: int | None 
                               project_dir=tracking.project_dir(out))
     check_strategy(accelerator.distributed_type.value)
     reset_peak_memory(accelerator.device)  # a sweep runs many recipes in one process
-    setup = build(recipe, accelerator.num_processes)
+    setup = build(plan, accelerator.num_processes)
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(dump(recipe))
@@ -279,13 +281,14 @@ def improves(metric: Any, value: float, loss: float | None, best: float | None,
 
 
 
-def save_result(recipe: Recipe, model: torch.nn.Module, tokenizer: Any, folder: Path) -> None:
-    """The trained result in the format plain transformers / peft load, with its tokenizer."""
+def save_result(recipe: Recipe, model: torch.nn.Module, tokenizer: Any, folder: Path, source: str) -> None:
+    """The trained result in the format plain transformers / peft load, with its tokenizer;
+    `source` is the checkpoint it started from (Setup.source), which make_portable points at."""
     recipe.method.save(model, folder)
     attention.save(model, folder, recipe.model.attention)  # PEFT saves adapters only
     tokenizer.save_pretrained(folder)
     if not recipe.smoke:  # a smoke run's base is the small random model: its path is its name
-        models.make_portable(folder, chain.source(recipe))
+        models.make_portable(folder, source)
 
 
 def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: State,
@@ -305,7 +308,7 @@ def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: Sta
         else:
             metrics = {k: v for k, v in (state.last_eval or {}).items() if k != "step"}
         if acc.is_main_process:
-            save_result(recipe, unwrapped, setup.tokenizer, out / "model")
+            save_result(recipe, unwrapped, setup.tokenizer, out / "model", setup.source)
     result = run_metrics.build(recipe, setup, acc, out, state, metrics)
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()

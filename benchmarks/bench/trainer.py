@@ -97,7 +97,7 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
     examples / the `eval_runtime_s` that `_eval_and_save` logs to log.jsonl."""
     recipe = toolkit_recipe(args, checkpoint, method, train_overrides)
     collators = count_toolkit_collators()
-    metrics = train.run(recipe, out)
+    metrics = train.run(recipes.RunPlan(recipe), out)
     training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
     counts = training[0].per_example() if len(training) == 1 else {}
     evals = [e for e in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "eval_runtime_s" in e]
@@ -198,7 +198,7 @@ def eval_row(args: argparse.Namespace, checkpoint: str) -> dict:
 
     recipe = toolkit_recipe(args, checkpoint)
     set_seed(SEED)
-    setup = train.build(recipe)
+    setup = train.build(recipes.RunPlan(recipe))
     AcceleratorState._reset_state()
     acc = Accelerator(cpu=not cuda())
     model = acc.prepare_model(setup.model, evaluation_mode=True)
@@ -238,7 +238,7 @@ def warm_up(args: argparse.Namespace, checkpoint: str, folder: Path) -> None:
     import gc
 
     warm = argparse.Namespace(**{**vars(args), "steps": min(args.steps, 10), "eval_samples": 64})
-    train.run(toolkit_recipe(warm, checkpoint), folder)
+    train.run(recipes.RunPlan(toolkit_recipe(warm, checkpoint)), folder)
     gc.collect()
     if cuda():
         torch.cuda.empty_cache()
