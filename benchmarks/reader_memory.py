@@ -73,6 +73,15 @@ def generate(folder: Path, mib: int, fmt: str) -> tuple[Path, str]:
     return path, {"gzip": "text"}.get(fmt, fmt)
 
 
+def measure(path: Path, fmt: str, whole_text: bool, cache: Path) -> dict:
+    """Rows read, private-memory growth (MiB) and seconds of one read of `path`, in a fresh
+    process (tests/test_hostile.py asserts the bound with it)."""
+    env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(path), fmt, str(int(whole_text))],
+                         env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256, help="size of the (decompressed) file")
@@ -81,10 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path, fmt = generate(Path(tmp), args.mib, args.format)
-        env = {**os.environ, "HF_DATASETS_CACHE": str(Path(tmp) / "cache"), "OMP_NUM_THREADS": "1"}
-        out = subprocess.run([sys.executable, "-c", MEASURE, str(path), fmt, str(int(args.whole_text))],
-                             env=env, capture_output=True, text=True, check=True)
-        result = json.loads(out.stdout)
+        result = measure(path, fmt, args.whole_text, Path(tmp) / "cache")
         print(f"| {args.mib} MiB {args.format}{' (whole text)' if args.whole_text else ''} "
               f"({path.stat().st_size / 2**20:.1f} MiB on disk) | {result['rows']:,} rows | "
               f"+{result['growth_mib']:.0f} MiB private memory | {result['seconds']:.1f} s |")

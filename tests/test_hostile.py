@@ -668,51 +668,20 @@ method: {{name: lora}}
     assert json.loads(next((tmp_path / "runs").rglob("metrics.json")).read_text())["train_steps"] > 0
 
 
-PEAK = """
-import sys, threading, time
-from pathlib import Path
-import datasets
-from toolkit import readers
-
-def anon():
-    for line in open("/proc/self/status"):
-        if line.startswith("RssAnon"):
-            return int(line.split()[1]) << 10
-
-peak, done = [0], [False]
-def sample():
-    while not done[0]:
-        peak[0] = max(peak[0], anon())
-        time.sleep(0.005)
-
-base = anon()
-thread = threading.Thread(target=sample)
-thread.start()
-path = Path(sys.argv[1])
-ds = readers.read(path, "jsonl")
-readers.check_text(ds, "text", path, "jsonl")
-done[0] = True
-thread.join()
-print(len(ds), max(peak[0], anon()) - base)
-"""
-
-
 def test_a_large_file_is_read_in_bounded_memory(tmp_path: Path) -> None:
-    """A 256 MiB JSONL file read and checked in a fresh process: its private (anonymous) memory
-    grows by less than half the file's size; reading the text into Python first would need more
-    than the whole file. The Arrow cache is memory-mapped, file-backed pages the kernel can drop,
-    so ru_maxrss, which counts them, is not the measure; RssAnon, sampled, is."""
-    path = tmp_path / "big.jsonl"
-    line = json.dumps({"text": "the quick brown fox jumps over the lazy dog " * 4, "label": "pos"}) + "\n"
-    rows = (256 << 20) // len(line)
-    with path.open("w") as handle:
-        for _ in range(rows // 1000):
-            handle.write(line * 1000)
-    env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", PEAK, str(path)], capture_output=True, text=True, env=env, check=True)
-    read, growth = map(int, out.stdout.split())
-    assert read == rows // 1000 * 1000
-    assert growth < path.stat().st_size // 2, f"{growth >> 20} MiB for a {path.stat().st_size >> 20} MiB file"
+    """A 256 MiB JSONL file read and checked in a fresh process (benchmarks/reader_memory.py's
+    probe): its private (anonymous) memory grows by less than half the file's size; reading the
+    text into Python first would need more than the whole file. The Arrow cache is memory-mapped,
+    file-backed pages the kernel can drop, so ru_maxrss, which counts them, is not the measure;
+    RssAnon, sampled, is."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import reader_memory
+
+    path, fmt = reader_memory.generate(tmp_path, 256, "jsonl")
+    rows = sum(1 for _ in path.open())
+    result = reader_memory.measure(path, fmt, False, tmp_path / "cache")
+    assert result["rows"] == rows
+    assert result["growth_mib"] < path.stat().st_size / 2**20 / 2, f"{result['growth_mib']:.0f} MiB for a 256 MiB file"
 
 
 KINDS = Counter([kind for kind, _, _ in {**DATA, **RECIPES}.values()]
