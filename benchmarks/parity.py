@@ -792,7 +792,7 @@ def render(task: str, result: dict) -> str:
     for name, scores in result.get("baselines", {}).items():
         body.append([f"baseline: {name}", *[f"{scores[m] * scale(m):.2f}" if m in scores else "" for m in spec.metrics],
                      "", "", "", "", ""])
-    budget = "smoke" if result["smoke"] else f"the recipe's own protocol" if result.get("full") else spec.budget
+    budget = "smoke" if result["smoke"] else "the recipe's own protocol" if result.get("full") else spec.budget
     head = f"**{task}** ({budget}; seeds {', '.join(map(str, seeds))})"
     return head + "\n\n" + table(cols, body)
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from conftest import write_recipe
 from test_train import make_recipe, only_run, train_losses, weights
 from toolkit import models
 from toolkit.methods import METHODS, Context

@@ -292,6 +292,26 @@ method: {{name: full}}
 
 DATA["summary missing file"] = ("summarization", _missing_summary, "nope.jsonl: no such file")
 
+
+def ner(content: bytes | str, name: str = "n.txt") -> Make:
+    def make(tmp: Path) -> list:
+        path = _file(tmp, name, content)
+        return ["run", write_recipe(tmp / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: ner, train_file: {path}, eval_file: {path}}}
+method: {{name: full}}
+"""), "--smoke"]
+    return make
+
+
+DATA.update({
+    "ner latin-1": ("ner", ner(b"EU B-ORG\nrejects O\n\nM\xfcller B-PER\n"), "n.txt:4: not UTF-8"),
+    "ner whitespace only": ("ner", ner(" \n\n\t\n"), "n.txt: the file is empty (only whitespace)"),
+    "ner token without tag": ("ner", ner("EU B-ORG\nrejects\n"), "n.txt:2: expected 'token TAG'"),
+    "ner unknown tag": ("ner", ner("EU B-ORG\nrejects B-VERB\n"), "n.txt:2: tag 'B-VERB' is not one of task.labels"),
+    "ner only docstart": ("ner", ner("-DOCSTART- O\n\n"), "n.txt: holds no sentences"),
+    "ner broken gzip": ("ner", ner(b"\x1f\x8b\x08\x00garbage", name="n.txt.gz"), "not a readable gzip file"),
+})
+
 SECRET = "hunter2-secret"
 RECIPES: dict[str, tuple[str, Make, str]] = {
     "extends a key-value file": ("recipe", validate("extends: creds.yaml\n", {"creds.yaml": f"password: {SECRET}\nuser: root\n"}),

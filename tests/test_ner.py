@@ -33,7 +33,8 @@ def test_conll_files_read_sentence_by_sentence(tmp_path: Path) -> None:
 @pytest.mark.parametrize("content, message", [
     ("EU B-ORG\nrejects B-FOO\n", "x.txt:2: tag 'B-FOO' is not one of task.labels"),
     ("EU B-ORG\nrejects\n", "x.txt:2: expected 'token TAG', got 'rejects'"),
-    ("\n\n", "x.txt: holds no sentences"),
+    ("-DOCSTART- -X- O\n\n", "x.txt: holds no sentences"),
+    ("\n\n", "x.txt: the file is empty"),  # whitespace only: the shared reader's byte scan
 ])
 def test_bad_files_are_one_line_naming_the_line(tmp_path: Path, content: str, message: str) -> None:
     file = tmp_path / "x.txt"

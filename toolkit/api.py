@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from toolkit import chain, recipe as recipe_module, reports, runs, sweeps
-from toolkit.errors import Interrupted, UserError, disk_full
+from toolkit.errors import Interrupted, UserError, writing
 from toolkit.recipe import RunPlan, find_recipe
 
 
@@ -115,17 +115,13 @@ def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_di
         if resume and not runs.checkpoints(out) and rank0:
             print(f"no checkpoint in {out}: starting from the beginning")
         try:
-            metrics = train.run(plan, out, resume=resume, stop_after=stop_after)
+            with writing(out, "free some space (or use another --runs-dir): the same command goes on "
+                         "from the last checkpoint", ask_the_disk=True):
+                metrics = train.run(plan, out, resume=resume, stop_after=stop_after)
         except KeyboardInterrupt as exc:
             again = ["toolkit", "run", str(path), *overrides] + ["--smoke"] * smoke + \
                 (["--runs-dir", runs_dir] if runs_dir else [])
             raise interrupted(exc, out, existed and rank0, again) from None
-        except Exception as exc:
-            if not (disk_full(exc) or _nearly_full(out)):
-                raise
-            raise UserError(f"no space left on the device while writing {out} ({type(exc).__name__}); "
-                            "free some space (or use another --runs-dir): the same command goes on "
-                            "from the last checkpoint") from None
     if metrics is not None and rank0:
         evals = ", ".join(f"{k}={v:.4f}" for k, v in metrics["eval"].items())
         print(f"{out}: {evals}")
@@ -139,21 +135,14 @@ def interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[st
 
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
     reached = f"at step {step} of {total}" if step is not None else "outside the training steps"
-    saved = runs.checkpoints(out)
-    if saved:
-        kept = int(saved[-1].name.split("-")[1])
+    kept = runs.last_step(out)
+    if kept is not None:
         return Interrupted(f"interrupted {reached}; {out} keeps the checkpoint of step {kept}: "
                            f"`{shlex.join(again + ['--resume'])}` goes on from there", step, total)
     if not existed and out.exists():
         shutil.rmtree(out, ignore_errors=True)
     return Interrupted(f"interrupted {reached}, before any checkpoint: nothing was kept; "
                        f"`{shlex.join(again)}` starts it again", step, total)
-
-
-def _nearly_full(out: Path) -> bool:
-    """torch's checkpoint writer reports a full disk as an iostream RuntimeError: ask the disk."""
-    place = next((p for p in [out, *out.parents] if p.exists()), Path("."))
-    return shutil.disk_usage(place).free < (1 << 20)
 
 
 def _smoke_upstream(plan: RunPlan, root: Path) -> None:

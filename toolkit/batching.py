@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 if TYPE_CHECKING:
-    from toolkit.recipe_data import Recipe, TrainConfig
+    from toolkit.recipe_data import Recipe
 
 
 class EpochBatches(Sampler):
@@ -118,12 +118,3 @@ def train_loaders(recipe: Recipe, setup: Any, processes: int = 1) -> tuple[DataL
     loader = DataLoader(setup.train, batch_sampler=sampler, collate_fn=collate,
                         generator=torch.Generator().manual_seed(recipe.train.seed))
     return loader, sampler, evals, orders
-
-
-
-def total_steps(cfg: TrainConfig, examples: int, processes: int = 1) -> tuple[int, int]:
-    """(optimizer steps per epoch, total optimizer steps) of `examples` training examples:
-    known before the model is wrapped, so a method's settings may depend on it (AdaLoRA)."""
-    per_process = math.ceil(math.ceil(examples / cfg.batch_size) / processes)
-    per_epoch = math.ceil(per_process / cfg.grad_accum)
-    return per_epoch, cfg.max_steps or max(1, math.ceil(cfg.epochs * per_epoch))

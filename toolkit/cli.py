@@ -6,7 +6,6 @@ import argparse
 import errno
 import warnings
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,9 +86,8 @@ SWEEP_CHILD = "TOOLKIT_SWEEP_CHILD"  # a sweep's run leaves the Ctrl-C line to t
 
 
 def _kept(out: Path) -> str:
-    saved = runs.checkpoints(out)
-    return f"{out} keeps the checkpoint of step {saved[-1].name.split('-')[1]}" if saved else \
-        "it had no checkpoint yet"
+    step = runs.last_step(out)
+    return f"{out} keeps the checkpoint of step {step}" if step is not None else "it had no checkpoint yet"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

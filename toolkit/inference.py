@@ -13,15 +13,14 @@ import json
 import os
 import shutil
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from toolkit import evaluation, heads, hub, models, readers, runs
 from toolkit.models import BOTTLENECK_CONFIG
-from toolkit.errors import UserError, disk_full
+from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, parse, read_yaml, safe_yaml
 from toolkit.tasks import TASKS
 from toolkit.tasks.text_classification import read_text
@@ -229,7 +228,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     if output:
         partial = Path(output).with_name(f".{Path(output).name}.partial")
         try:  # whole or nothing: a full disk leaves no cut-short file at --output
-            with writing(Path(output)):
+            with writing(Path(output), NOTHING_KEPT):
                 partial.write_text(text)
                 partial.replace(output)
         finally:
@@ -265,6 +264,9 @@ def _embed_base(recipe: Recipe, out: Path, prompt_learning: bool) -> str:
             "loads both, offline (peft installed); --merge makes a plain model")
 
 
+NOTHING_KEPT = "nothing was kept there: free some space or write elsewhere"
+
+
 def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:
     """A plain transformers folder where the method allows it; says what was written. The folder
     is written under a temporary name beside `out` and renamed at the end: an interrupted export
@@ -279,7 +281,7 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
     partial = out.parent / f".{out.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)  # what an interrupted export left
     try:
-        with writing(out):
+        with writing(out, NOTHING_KEPT):
             note, model, tok = _export_into(run, recipe, partial, merge)
         if out.exists():
             out.rmdir()  # empty (checked above)
@@ -318,19 +320,6 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
     if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays
         models.make_portable(out, recipe.model.checkpoint)
     return note, model, tok
-
-
-@contextmanager
-def writing(target: Path) -> Iterator[None]:
-    """A full disk while writing `target` is one line naming it (tokenizers' Rust writer raises a
-    bare Exception carrying `os error 28`)."""
-    try:
-        yield
-    except Exception as exc:
-        if not disk_full(exc):
-            raise
-        raise UserError(f"no space left on the device while writing {target}; nothing was kept "
-                        "there: free some space or write elsewhere") from None
 
 
 def check_destination(path: Path, folder: bool, what: str) -> None:

@@ -104,6 +104,12 @@ def scan(path: Path) -> int:
     return size
 
 
+def open_text(path: Path) -> Any:
+    """The file's text, streamed line by line (gzip too), for readers of line formats datasets
+    has no builder for (CoNLL); `scan` first has checked size, gzip and UTF-8."""
+    return io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig")
+
+
 @contextmanager
 def _quiet_builders() -> Iterator[None]:
     """datasets logs a builder failure at ERROR level before raising it: the one line is ours

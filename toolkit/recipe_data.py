@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -67,6 +68,13 @@ class TrainConfig:
     fast_dropout: bool = True  # CPU: dropout by toolkit.dropout (2-3x faster than torch's); false = torch's
     skip_nonfinite: int = field(default=0, metadata=_min(0))  # batches with a NaN/inf loss to skip
     report_to: list[Literal["tensorboard", "trackio", "wandb", "mlflow"]] = field(default_factory=list)
+
+    def optimizer_steps(self, examples: int, processes: int = 1) -> tuple[int, int]:
+        """(optimizer steps per epoch, total optimizer steps) of `examples` training examples: the
+        loop's schedule, known before any model loads (AdaLoRA's budget, a sweep's --dry-run)."""
+        per_process = math.ceil(math.ceil(examples / self.batch_size) / processes)
+        per_epoch = math.ceil(per_process / self.grad_accum)
+        return per_epoch, self.max_steps or max(1, math.ceil(self.epochs * per_epoch))
 
 
 @dataclass

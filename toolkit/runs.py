@@ -101,7 +101,17 @@ def checkpoints(path: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     found = [p for p in folder.glob("step-*") if (p / "trainer_state.json").is_file()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+    return sorted(found, key=step_of)
+
+
+def step_of(checkpoint: Path) -> int:
+    return int(checkpoint.name.split("-")[1])
+
+
+def last_step(path: Path) -> int | None:
+    """The step of the newest checkpoint, None before the first (what Ctrl-C says was kept)."""
+    saved = checkpoints(path)
+    return step_of(saved[-1]) if saved else None
 
 
 def finite(data: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from toolkit import attention, batching, chain, heads, models
+from toolkit import attention, chain, heads, models
 from toolkit.errors import UserError
 from toolkit.methods import Context, count_params
 from toolkit.recipe_data import RunPlan
@@ -59,7 +59,7 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     encode = recipe.method.encoder(task, tok)
     train = encode(raw["train"]) if recipe.method.trains else raw["train"]
     evals = {sfx: encode(ds) for sfx, ds in raw["eval"].items()}
-    steps = batching.total_steps(recipe.train, len(train), processes)[1] if recipe.method.trains else 0
+    steps = recipe.train.optimizer_steps(len(train), processes)[1] if recipe.method.trains else 0
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=heads.get(head).peft_task_type, tokenizer=tok,
                   instruction=getattr(task, "instruction", None), total_steps=steps)

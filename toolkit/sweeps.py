@@ -165,8 +165,7 @@ def describe(points: list[Point], folders: list[Path]) -> list[str]:
 @dataclass
 class Cost:
     """What one point will train: its training set, optimizer steps, the examples those steps
-    read, and its evaluations. The step count is the loop's own arithmetic (train.Loop, one
-    process), written again here so a dry run needs no model."""
+    read, and its evaluations (one process: the loop's schedule, TrainConfig.optimizer_steps)."""
 
     train_examples: int
     steps: int
@@ -189,8 +188,8 @@ def cost(recipe, n_train: int | None, n_eval: int) -> Cost:
     if n_train is None or not recipe.method.trains:  # in-context: one evaluation, no step
         return Cost(0, 0, 0, 1, n_eval)
     tr = recipe.train
-    per_epoch = max(1, math.ceil(math.ceil(n_train / tr.batch_size) / tr.grad_accum))
-    steps = tr.max_steps or max(1, math.ceil(tr.epochs * per_epoch))
+    per_epoch, steps = tr.optimizer_steps(n_train)
+    per_epoch = max(1, per_epoch)
     whole, rest = divmod(steps, per_epoch)  # an epoch's last step may be short
     seen = whole * n_train + min(rest * tr.batch_size * tr.grad_accum, n_train)
     n_evals = math.ceil(steps / tr.eval_every) if tr.eval_every else math.ceil(steps / per_epoch)

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from toolkit import attention, checkpoints, dropout, evaluation, models, run_metrics, runs, tracking
-from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, total_steps, train_loaders
+from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, train_loaders
 from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
 from toolkit.errors import Interrupted, UserError
@@ -93,7 +93,7 @@ class Loop:
         if self.cfg.fast_dropout:
             dropout.install(setup.model, accelerator.device)  # before prepare: DDP wraps the same modules
         optimizer = _optimizer(setup.model, recipe)
-        self.steps_per_epoch, self.total_steps = total_steps(self.cfg, len(setup.train), accelerator.num_processes)
+        self.steps_per_epoch, self.total_steps = self.cfg.optimizer_steps(len(setup.train), accelerator.num_processes)
         warmup = self.cfg.warmup_steps or math.ceil(self.cfg.warmup_ratio * self.total_steps)
         from transformers import get_linear_schedule_with_warmup
 

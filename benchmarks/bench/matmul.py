@@ -34,7 +34,7 @@ def matmul_sizes(args: argparse.Namespace) -> list[tuple[str, int, str]]:
         if args.precision == "fp16":
             rows.append(("fp16", n, ""))
     else:
-        rows.append(("bf16", args.cpu_bf16_size, f"CPU: small size only (--cpu-bf16-size)"))
+        rows.append(("bf16", args.cpu_bf16_size, "CPU: small size only (--cpu-bf16-size)"))
     return rows
 
 

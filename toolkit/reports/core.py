@@ -11,7 +11,6 @@ pivot tables of seeded runs with declared metric directions.
 
 from __future__ import annotations
 
-import datetime
 import json
 import statistics
 from collections import defaultdict

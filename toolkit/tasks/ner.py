@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit import heads
+from toolkit import heads, readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.tasks import TASKS, Metric, Task, fingerprint, subset
@@ -34,17 +34,16 @@ IGNORE = -100
 
 
 def read_conll(path: Path, labels: list[str]) -> dict[str, list]:
-    """{'tokens': [[word, ...]], 'tags': [[id, ...]]}: one entry per sentence of a `token TAG` file."""
-    if not path.is_file():
-        raise UserError(f"data file {path} does not exist")
+    """{'tokens': [[word, ...]], 'tags': [[id, ...]]}: one entry per sentence of a `token TAG` file.
+    The shared reader's byte scan checks it first (there, size limit, gzip, UTF-8 by line)."""
+    readers.scan(path)
     tokens: list[list[str]] = []
     tags: list[list[int]] = []
     words: list[str] = []
     ids: list[int] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    index = {tag: i for i, tag in enumerate(labels)}
+    with readers.open_text(path) as handle:
+        lines = list(handle)  # the sentences are kept anyway: the text is no larger
     for number, line in enumerate(lines + [""], start=1):
         parts = line.split()
         if not parts or parts[0] == "-DOCSTART-":
@@ -55,10 +54,10 @@ def read_conll(path: Path, labels: list[str]) -> dict[str, list]:
             continue
         if len(parts) < 2:
             raise UserError(f"{path}:{number}: expected 'token TAG', got {line.strip()!r}")
-        if parts[-1] not in labels:
+        if parts[-1] not in index:
             raise UserError(f"{path}:{number}: tag '{parts[-1]}' is not one of task.labels ({', '.join(labels)})")
         words.append(parts[0])
-        ids.append(labels.index(parts[-1]))
+        ids.append(index[parts[-1]])
     if not tokens:
         raise UserError(f"{path}: holds no sentences")
     return {"tokens": tokens, "tags": tags}
