@@ -78,15 +78,26 @@ SPECS: dict[str, Spec] = {
                metrics=("f1", "exact_match"),
                budget="1,600 train questions (from 40 articles), 400 eval questions (from the 8 other articles), "
                       "1 epoch, windows 192 / stride 64, lr 1e-4, batch 16, warm-up 10%"),
+    # the same budget on a v2.0-format file (`squad_v2_file`): null answers, HasAns / NoAns
+    "qa2": Spec("recipes/squad/v1.1/minilm-full.yaml", MINILM,
+                real=("task.max_train_samples=1600", "task.max_eval_samples=400", "train.epochs=1",
+                      "task.max_length=192", "task.doc_stride=64", "train.batch_size=16"),
+                smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "train.epochs=1",
+                       "task.max_length=128", "task.doc_stride=32", "train.batch_size=8"),
+                metrics=("f1", "exact_match", "HasAns_f1", "NoAns_f1"),
+                extra=("task.version=v2", "task.eval_file={squad_v2}"),
+                budget="SQuAD v1.1 dev made v2.0 (every third question swapped for another article's and "
+                       "unanswerable), 1,600 train / 400 eval questions, 1 epoch, windows 192 / stride 64, "
+                       "lr 1e-4, batch 16, null answer when its score beats the best span's (threshold 0)"),
     "summarization": Spec("recipes/summarization/samsum/minilm2minilm-full.yaml", MINILM,
-                          real=("task.max_train_samples=818", "task.max_eval_samples=100", "train.epochs=1",
-                                "task.max_length=128", "task.max_target_length=48", "train.batch_size=8",
+                          real=("task.max_train_samples=818", "task.max_eval_samples=100", "train.epochs=8",
+                                "task.max_length=128", "task.max_target_length=32", "train.batch_size=8",
                                 "train.lr=2e-4", "task.generation.num_beams=1", "task.generation.max_new_tokens=32"),
                           smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "train.epochs=1",
                                  "task.max_length=64", "task.max_target_length=16", *GREEDY_SHORT),
                           metrics=("rouge1", "rouge2", "rougeL", "rougeLsum"),
-                          budget="818 train dialogues (SAMSum validation), 100 test dialogues, 1 epoch (103 steps), "
-                                 "source 128 / target 48 tokens, lr 2e-4, batch 8, greedy, 32 new tokens"),
+                          budget="818 train dialogues (SAMSum validation), 100 test dialogues, 8 epochs (824 steps), "
+                                 "source 128 / target 32 tokens, lr 2e-4, batch 8, greedy, 32 new tokens"),
     "translation": Spec("recipes/translation/multi30k/t5-base-full.yaml", MINILM,
                         real=("task.max_train_samples=3000", "task.max_eval_samples=200", "train.epochs=1",
                               "train.lr=2e-4", "task.max_length=64", "task.max_target_length=64",
@@ -130,7 +141,9 @@ def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = F
     recipe's own protocol, sized for a GPU)."""
     spec = SPECS[task]
     budget = () if full else spec.smoke if smoke else spec.real
-    return [*COMMON, *spec.extra, *budget, f"model.checkpoint={checkpoint}", f"train.seed={seed}"]
+    files = {"squad_v2": squad_v2_file} if any("{squad_v2}" in o for o in spec.extra) else {}
+    extra = [o.format(**{k: make() for k, make in files.items()}) for o in spec.extra]
+    return [*COMMON, *extra, *budget, f"model.checkpoint={checkpoint}", f"train.seed={seed}"]
 
 
 def checkpoint_path(name: str, smoke: bool) -> str:
@@ -246,6 +259,9 @@ def qa_train_features(tok: Any, rows: Any, max_length: int, stride: int) -> dict
         cls = enc["input_ids"][i].index(tok.cls_token_id)
         seq = enc.sequence_ids(i)
         first, last = seq.index(1), len(seq) - 1 - seq[::-1].index(1)  # the context's tokens
+        if not answer["answer_start"]:  # a v2.0 question without an answer: [CLS]
+            starts.append(cls), ends.append(cls)
+            continue
         a = answer["answer_start"][0]
         b = a + len(answer["text"][0])
         if offsets[first][0] > a or offsets[last][1] < b:
@@ -274,15 +290,20 @@ def qa_eval_features(tok: Any, rows: Any, max_length: int, stride: int) -> tuple
 
 
 def qa_postprocess(start: Any, end: Any, example_of: list, offsets: list, contexts: list[str],
-                   n_best: int, max_answer: int) -> list[str]:
+                   n_best: int, max_answer: int, with_negative: bool = False, null_threshold: float = 0.0) -> list[str]:
     """run_qa's n-best search: the n_best highest start and end logits of each window paired,
-    spans outside the context, reversed or longer than max_answer dropped, best start+end wins."""
+    spans outside the context, reversed or longer than max_answer dropped, best start+end wins.
+    `with_negative` (SQuAD v2.0, run_qa's version_2_with_negative): the null answer scores the
+    first token's start+end, the lowest over the example's windows, and the answer is "" when
+    that null score minus the best span's score is above `null_threshold` (run_qa's default 0)."""
     import numpy as np
 
     best: dict[int, tuple[float, str]] = {}
+    null: dict[int, float] = {}
     for f, ex in enumerate(example_of):
         offs = offsets[f]
         s_log, e_log = start[f][:len(offs)], end[f][:len(offs)]
+        null[ex] = min(null.get(ex, math.inf), float(s_log[0] + e_log[0]))
         for s in np.argsort(s_log)[::-1][:n_best]:
             for e in np.argsort(e_log)[::-1][:n_best]:
                 if offs[s] is None or offs[e] is None or e < s or e - s + 1 > max_answer:
@@ -290,6 +311,9 @@ def qa_postprocess(start: Any, end: Any, example_of: list, offsets: list, contex
                 score = float(s_log[s] + e_log[e])
                 if ex not in best or score > best[ex][0]:
                     best[ex] = (score, contexts[ex][offs[s][0]:offs[e][1]])
+    if with_negative:
+        return ["" if i not in best or null[i] - best[i][0] > null_threshold else best[i][1]
+                for i in range(len(contexts))]
     return [best.get(i, (0.0, ""))[1] for i in range(len(contexts))]
 
 
@@ -312,11 +336,12 @@ def reference_qa(recipe: Any, path: str, out: Path) -> dict:
     def evaluate() -> list[str]:
         logits = trainer.predict(Dataset.from_dict(feats)).predictions
         return qa_postprocess(logits[0], logits[1], example_of, offsets, list(eval_rows["context"]),
-                              task.n_best, task.max_answer_length)
+                              task.n_best, task.max_answer_length, with_negative=task.version == "v2")
 
     preds, seconds = timed(evaluate)
     golds = [list(a["text"]) for a in eval_rows["answers"]]
-    return {"metrics": squad_v1(preds, golds), "train_samples_per_s": result.metrics["train_samples_per_second"],
+    scores = squad_v2(preds, golds) if task.version == "v2" else squad_v1(preds, golds)
+    return {"metrics": scores, "train_samples_per_s": result.metrics["train_samples_per_second"],
             "eval_samples_per_s": len(preds) / seconds, "train_s": result.metrics["train_runtime"],
             "distinct_predictions": distinct(preds)}
 
@@ -345,6 +370,62 @@ def squad_v1(predictions: list[str], golds: list[list[str]]) -> dict[str, float]
     f1 = [max(squad_f1(p, g) for g in gs) for p, gs in zip(predictions, golds)]
     n = max(len(predictions), 1)
     return {"exact_match": sum(em) / n, "f1": sum(f1) / n}
+
+
+def squad_v2(predictions: list[str], golds: list[list[str]]) -> dict[str, float]:
+    """The official v2.0 script's raw scores (no na_prob file, so no threshold applied): golds
+    that normalise to nothing are dropped and a question left with none has "" as its one gold;
+    F1 of an empty prediction or gold is 1 only when both are empty. HasAns / NoAns split the
+    questions by whether the *file* lists answers (the script's qid_to_has_ans), not by what is
+    left after normalising. Fractions, under the toolkit's key names."""
+    def f1(prediction: str, gold: str) -> float:
+        pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+        return float(pred == ref) if not pred or not ref else squad_f1(prediction, gold)
+
+    em, f = [], []
+    for p, gs in zip(predictions, golds):
+        kept = [g for g in gs if normalize_answer(g)] or [""]
+        em.append(max(float(normalize_answer(p) == normalize_answer(g)) for g in kept))
+        f.append(max(f1(p, g) for g in kept))
+    n = max(len(em), 1)
+    out = {"exact_match": sum(em) / n, "f1": sum(f) / n}
+    for name, rows in (("HasAns", [i for i, g in enumerate(golds) if g]),
+                       ("NoAns", [i for i, g in enumerate(golds) if not g])):
+        if rows:
+            out[f"{name}_exact_match"] = sum(em[i] for i in rows) / len(rows)
+            out[f"{name}_f1"] = sum(f[i] for i in rows) / len(rows)
+    return out
+
+
+def squad_v2_file() -> str:
+    """A SQuAD v2.0-format file made from the v1.1 dev file (v2.0 itself is not on this machine):
+    every third question of a paragraph is swapped for the question at the same place in the next
+    article and marked unanswerable (`is_impossible`, no answers). Easier to reject than v2.0's
+    written adversarial questions, but the same format, labels, null-answer search and scoring:
+    what the two pipelines are compared on. Built once into the toolkit's cache."""
+    from toolkit.tasks import data_path
+
+    source = json.loads(data_path("$TOOLKIT_DATA/squad/v1.1/dev-v1.1.json").read_text(encoding="utf-8"))
+    cache = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "parity"
+    target = cache / "squad-v2-from-dev-v1.1.json"
+    if target.is_file():
+        return str(target)
+    articles = source["data"]
+    for a, article in enumerate(articles):
+        donor = [qa["question"] for p in articles[(a + 1) % len(articles)]["paragraphs"] for qa in p["qas"]]
+        k = 0
+        for paragraph in article["paragraphs"]:
+            for j, qa in enumerate(paragraph["qas"]):
+                if j % 3 == 2:
+                    qa.update(question=donor[k % len(donor)], answers=[], is_impossible=True, id=qa["id"] + "-na")
+                    k += 1
+                else:
+                    qa["is_impossible"] = False
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".{os.getpid()}.partial")
+    tmp.write_text(json.dumps({"version": "v2.0", "data": articles}), encoding="utf-8")
+    tmp.replace(target)
+    return str(target)
 
 
 def first_sentence(context: str) -> str:
@@ -565,19 +646,23 @@ def gpt2_evaluate(model: Any, tok: Any, test: list[dict], collate: Callable, tas
 
 
 REFERENCES: dict[str, Callable[[Any, str, Path], dict]] = {
-    "qa": reference_qa, "summarization": reference_seq2seq, "translation": reference_seq2seq,
+    "qa": reference_qa, "qa2": reference_qa, "summarization": reference_seq2seq, "translation": reference_seq2seq,
     "mlm": reference_lm, "clm": reference_lm, "gpt2": reference_gpt2}
 
 
 # --- baselines ----------------------------------------------------------------------------------
 def baselines(task: str, recipe: Any) -> dict[str, dict[str, float]]:
     """The data-driven baselines beside each number (no model)."""
-    if task not in ("qa", "summarization", "translation", "gpt2"):
+    if task not in ("qa", "qa2", "summarization", "translation", "gpt2"):
         return {}
     _, rows = raw_splits(recipe)
     if task == "qa":
         golds = [list(a["text"]) for a in rows["answers"]]
         return {"first sentence of the context": squad_v1([first_sentence(c) for c in rows["context"]], golds)}
+    if task == "qa2":
+        golds = [list(a["text"]) for a in rows["answers"]]
+        return {"first sentence of the context": squad_v2([first_sentence(c) for c in rows["context"]], golds),
+                "no answer to any question": squad_v2([""] * len(golds), golds)}
     if task == "translation":
         return {"source copied": bleu_scores(list(rows["source"]), list(rows["target"]))}
     lead = ["\n".join(s.splitlines()[:3]) for s in rows["source"]]
@@ -809,7 +894,7 @@ def cpu_seconds(got: list[dict], seeds: list[int]) -> str:
 
 def scale(metric: str) -> float:
     """ROUGE and SQuAD's EM / F1 are fractions on both sides; shown in percent like BLEU."""
-    return 100.0 if metric.startswith("rouge") or metric in ("f1", "exact_match") else 1.0
+    return 100.0 if metric.startswith("rouge") or metric.endswith(("f1", "exact_match")) else 1.0
 
 
 def compare(task: str, seeds: list[int], smoke: bool, full: bool = False) -> dict:

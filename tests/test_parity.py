@@ -43,6 +43,42 @@ def test_squad_v1_scorer_hand_worked(parity, prediction: str, golds: list[str], 
     assert toolkit["exact_match"] == pytest.approx(em) and toolkit["f1"] == pytest.approx(f1)
 
 
+@pytest.mark.parametrize("prediction, golds, em, f1", [
+    ("", [], 1.0, 1.0),                          # unanswerable, nothing answered: right
+    ("Paris", [], 0.0, 0.0),                     # unanswerable, answered: wrong
+    ("", ["Paris"], 0.0, 0.0),                   # answerable, nothing answered
+    ("", ["the"], 1.0, 1.0),                     # gold normalises to nothing: "" is its one gold
+    ("the Eiffel tower", ["Eiffel Tower"], 1.0, 1.0),
+])
+def test_squad_v2_scorer_hand_worked(parity, prediction: str, golds: list[str], em: float, f1: float) -> None:
+    from toolkit.tasks._text_metrics import squad_scores
+
+    got = parity.squad_v2([prediction], [golds])
+    toolkit = squad_scores([prediction], [golds], "v2")
+    for scores in (got, toolkit):
+        assert scores["exact_match"] == pytest.approx(em) and scores["f1"] == pytest.approx(f1)
+    # HasAns is what the file lists (the official qid_to_has_ans), on both scorers (the toolkit
+    # splits only a mixed set: an unanswerable partner question, answered right, sits beside it)
+    split = "HasAns" if golds else "NoAns"
+    assert got[f"{split}_f1"] == pytest.approx(f1)
+    mixed = squad_scores([prediction, ""], [golds, [] if golds else ["x"]], "v2")
+    assert mixed[f"{split}_f1"] == pytest.approx(f1)
+
+
+def test_qa_postprocess_null_answer_hand_worked(parity) -> None:
+    """v2.0: the null score is the lowest first-token start+end over the windows (window 0:
+    1 + 1 = 2; window 1: 9 + 9 = 18, so 2); the best span 'bb' scores 1.5 + 0.4 = 1.9. Null wins
+    by 0.1 > 0 -> ""; at threshold 0.5 the span is kept."""
+    context = "aa bb"
+    offsets = [[None, (0, 2), (3, 5)], [None, (3, 5), None]]
+    start = np.array([[1.0, 0.0, 1.5], [9.0, 0.2, 0.0]])
+    end = np.array([[1.0, 0.0, 0.4], [9.0, 0.1, 0.0]])
+    args = ([0, 0], offsets, [context], 20, 30)
+    assert parity.qa_postprocess(start, end, *args, with_negative=True) == [""]
+    assert parity.qa_postprocess(start, end, *args, with_negative=True, null_threshold=0.5) == ["bb"]
+    assert parity.qa_postprocess(start, end, *args) == ["bb"]
+
+
 def test_qa_postprocess_hand_worked(parity) -> None:
     """Two windows of one context; the best legal span wins across windows. Window 0: its top
     start (3) is after its top end (1), so its best legal span is (3, 3) 'dd' at 5.0. Window 1:

@@ -104,7 +104,11 @@ def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]],
                  version: str = "v2") -> dict[str, float]:
     """exact_match and f1 as fractions (the official script prints them times 100); with
     unanswerable questions (empty gold list), HasAns_/NoAns_ breakdowns as well. v2.0 first drops
-    golds that normalise to nothing (`v2_golds`), as its official script does; v1.1 keeps them."""
+    golds that normalise to nothing (`v2_golds`), as its official script does; v1.1 keeps them.
+    HasAns / NoAns split by the gold list as given, before that dropping: the official script's
+    `qid_to_has_ans` is `bool(qa['answers'])`, so a question whose only answer is "the" is HasAns
+    (and scored against ""), not NoAns."""
+    has = [i for i, g in enumerate(golds) if g]
     if version == "v2":
         golds = [v2_golds(g) for g in golds]
     f1_of = partial(token_f1, version=version)
@@ -112,9 +116,8 @@ def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]],
     f1 = [best_over(f1_of, p, g) for p, g in zip(predictions, golds)]
     n = max(len(em), 1)
     out = {"exact_match": sum(em) / n, "f1": sum(f1) / n}
-    has = [i for i, g in enumerate(golds) if g]
     if len(has) < len(golds):
-        no = [i for i, g in enumerate(golds) if not g]
+        no = [i for i in range(len(golds)) if i not in set(has)]
         for name, idx in (("HasAns", has), ("NoAns", no)):
             if idx:
                 out[f"{name}_exact_match"] = sum(em[i] for i in idx) / len(idx)

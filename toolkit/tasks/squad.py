@@ -275,11 +275,13 @@ class Squad(TextToText):
             return [b.text for b in bests], {}
         gaps = [b.null_score - b.score for b in bests]
         preds = ["" if gap > NULL_THRESHOLD else b.text for b, gap in zip(bests, gaps)]
-        golds = [v2_golds(g) for g in self.references(raw)]
+        listed = [[] if g == [""] else g for g in self.references(raw)]
+        golds = [v2_golds(g) for g in listed]
         extra = {}
         for name, metric in (("exact", exact_match), ("f1", token_f1)):
             scores = [best_over(metric, b.text, g) for b, g in zip(bests, golds)]
-            best, threshold = best_null_threshold(scores, gaps, [bool(g) for g in golds], [bool(b.text) for b in bests])
+            # answerable as the file lists it (the official script's qid_to_has_ans), see squad_scores
+            best, threshold = best_null_threshold(scores, gaps, [bool(g) for g in listed], [bool(b.text) for b in bests])
             extra[f"best_{name}"], extra[f"best_{name}_thresh"] = best, threshold
         return preds, extra
 
