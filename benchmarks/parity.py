@@ -7,7 +7,8 @@ on the same checkpoint, data subset, tokenisation limits, hyper-parameters, sche
     python benchmarks/parity.py qa --smoke              # tiny random models, seconds: the harness
     make parity TASK=qa PARITY_ARGS="--seeds 42"
 
-Tasks: qa (SQuAD v1.1, MiniLM, extractive), summarization (SAMSum, MiniLM2MiniLM), translation
+Tasks: qa (SQuAD v1.1, MiniLM, extractive), qa2 (the same on a SQuAD v2.0-format file made from
+the v1.1 dev set: unanswerable questions, run_qa's null answer, the official v2.0 scorer), summarization (SAMSum, MiniLM2MiniLM), translation
 (Multi30k en-de, MiniLM2MiniLM), mlm (WikiText-2, MiniLM), clm (WikiText-2, a random-weight
 GPT-2), gpt2 (decoder-only summarization of SAMSum, the same GPT-2, prompt masked from the loss),
 objectives (T5 span corruption and BART denoising measured against their papers' definitions on
@@ -18,7 +19,7 @@ Each side of each seed runs in a fresh process (this script again with --side) a
 ROW line: its metrics, training and evaluation samples/s, and the process's peak resident memory.
 The parent prints per task the metric on both sides (mean +- std over the seeds), the paired
 difference (mean, std and a paired t statistic), the speeds, peak memory and the data-driven
-baselines (QA: first sentence of the context; summarization: Lead-3 utterances; translation:
+baselines (QA: first sentence of the context, and for v2.0 no answer anywhere; summarization: Lead-3 utterances; translation:
 the source copied).
 
 What is shared between the sides on purpose: the raw examples (each task's own `load()`, so the
@@ -26,7 +27,7 @@ subset is the same rows) and the hyper-parameters (read from the one resolved re
 reference writes itself, after transformers' example scripts (run_qa, run_summarization,
 run_translation, run_mlm, run_clm), not taken from the toolkit: tokenisation and windowing,
 labels, the collator, Trainer's loop, n-best span post-processing, generation, and scoring (the
-official SQuAD v1.1 definitions written out below; rouge-score and sacreBLEU called directly).
+official SQuAD v1.1 and v2.0 definitions written out below; rouge-score and sacreBLEU called directly).
 """
 
 from __future__ import annotations
