@@ -100,15 +100,15 @@ SPECS: dict[str, Spec] = {
                           budget="818 train dialogues (SAMSum validation), 100 test dialogues, 8 epochs (824 steps), "
                                  "source 128 / target 32 tokens, lr 2e-4, batch 8, greedy, 32 new tokens"),
     "translation": Spec("recipes/translation/multi30k/t5-base-full.yaml", MINILM,
-                        real=("task.max_train_samples=3000", "task.max_eval_samples=200", "train.epochs=1",
-                              "train.lr=2e-4", "task.max_length=64", "task.max_target_length=64",
+                        real=("task.max_train_samples=6000", "task.max_eval_samples=200", "train.epochs=3",
+                              "train.lr=3e-4", "task.max_length=64", "task.max_target_length=64",
                               "task.generation.num_beams=1", "task.generation.max_new_tokens=48"),
                         smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "train.epochs=1",
                                "task.max_length=32", "task.max_target_length=32", *GREEDY_SHORT),
                         metrics=("bleu", "chrf"),
                         extra=("model.warm_start=encoder-decoder",),
-                        budget="3,000 train pairs, 200 test_2016_flickr pairs, 1 epoch (94 steps), 64 / 64 tokens, "
-                               "lr 2e-4, batch 32, greedy, 48 new tokens"),
+                        budget="6,000 train pairs, 200 test_2016_flickr pairs, 3 epochs (564 steps), 64 / 64 tokens, "
+                               "lr 3e-4, batch 32, greedy, 48 new tokens"),
     "mlm": Spec("recipes/pretrain/wikitext-2/minilm-mlm.yaml", MINILM,
                 real=("task.max_train_samples=500", "task.max_eval_samples=300"),
                 smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "task.max_length=32",
@@ -125,13 +125,13 @@ SPECS: dict[str, Spec] = {
                 budget="random GPT-2 (4 layers, width 256), 500 WikiText-2 paragraphs in blocks of 128, "
                        "200 test paragraphs, 1 epoch, lr 5e-4, batch 16"),
     "gpt2": Spec("recipes/summarization/samsum/gpt2-full.yaml", GPT2,
-                 real=("task.max_train_samples=400", "task.max_eval_samples=50", "train.epochs=1",
+                 real=("task.max_train_samples=818", "task.max_eval_samples=100", "train.epochs=5",
                        "task.max_length=128", "task.max_target_length=32", "train.lr=5e-4",
                        "train.batch_size=8", "task.generation.num_beams=1", "task.generation.max_new_tokens=24"),
                  smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "train.epochs=1",
                         "task.max_length=48", "task.max_target_length=16", "train.batch_size=8", *GREEDY_SHORT),
                  metrics=("loss", "rouge1", "rougeL"),
-                 budget="random GPT-2 (4 layers, width 256), 400 SAMSum dialogues, 50 test, 1 epoch (50 steps), "
+                 budget="random GPT-2 (4 layers, width 256), 818 SAMSum dialogues, 100 test, 5 epochs (515 steps), "
                         "prompt 128 / target 32 tokens, lr 5e-4, batch 8, greedy 24 tokens"),
 }
 SEED_LIST = "42,43,44"
@@ -688,12 +688,23 @@ def side(args: argparse.Namespace) -> dict:
 
 def run_side(task: str, which: str, seed: int, smoke: bool, full: bool = False) -> dict:
     """This script again, in a new process, for one side of one seed."""
+    return finish_side(start_side(task, which, seed, smoke, full, threads=None), task, which, seed)
+
+
+def start_side(task: str, which: str, seed: int, smoke: bool, full: bool, threads: int | None) -> subprocess.Popen:
+    """Start one side of one seed in its own process; `threads` sets its OMP_NUM_THREADS (None:
+    inherited), so that sides run at once share the cores evenly."""
     cmd = [sys.executable, __file__, task, "--side", which, "--seed", str(seed)]
     cmd += (["--smoke"] if smoke else []) + (["--full"] if full else [])
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    found = [line for line in done.stdout.splitlines() if line.startswith("ROW ")]
-    if done.returncode or not found:
-        raise RuntimeError(f"{task} {which} seed {seed} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}))
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+
+
+def finish_side(proc: subprocess.Popen, task: str, which: str, seed: int) -> dict:
+    stdout, stderr = proc.communicate()
+    found = [line for line in stdout.splitlines() if line.startswith("ROW ")]
+    if proc.returncode or not found:
+        raise RuntimeError(f"{task} {which} seed {seed} failed ({proc.returncode}):\n{stderr[-3000:]}")
     return json.loads(found[-1][4:])
 
 
@@ -898,8 +909,9 @@ def scale(metric: str) -> float:
     return 100.0 if metric.startswith("rouge") or metric.endswith(("f1", "exact_match")) else 1.0
 
 
-def compare(task: str, seeds: list[int], smoke: bool, full: bool = False) -> dict:
-    """Both sides for every seed (toolkit first, each in its own process) and the baselines."""
+def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, together: bool = False) -> dict:
+    """Both sides for every seed (toolkit first, each in its own process; `together`: the two
+    sides of a seed at once, each on half the cores) and the baselines."""
     if task == "objectives":
         n = 200 if smoke else 10_000
         return {"span_corruption (T5)": span_corruption_stats(n), "denoise (BART)": denoise_stats(n)}
@@ -907,9 +919,16 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False) -> dic
         return icl_check(checkpoint_path(GPT2, smoke), examples=8 if smoke else 32, smoke=smoke)
     rows = []
     for seed in seeds:
-        for which in ("toolkit", "reference"):
-            rows.append(run_side(task, which, seed, smoke, full))
-            print(f"{task} seed {seed} {which}: {rows[-1]['metrics']}", file=sys.stderr, flush=True)
+        if together:  # both sides of the seed at once, each on half the cores: the same load for both
+            threads = max(1, (os.cpu_count() or 2) // 2)
+            procs = {w: start_side(task, w, seed, smoke, full, threads) for w in ("toolkit", "reference")}
+            got = [(w, finish_side(p, task, w, seed)) for w, p in procs.items()]
+        else:  # one after the other, each with every core
+            got = [(w, run_side(task, w, seed, smoke, full)) for w in ("toolkit", "reference")]
+        for which, row in got:
+            row["together"] = together
+            rows.append(row)
+            print(f"{task} seed {seed} {which}: {row['metrics']}", file=sys.stderr, flush=True)
     path = checkpoint_path(SPECS[task].checkpoint, smoke)
     return {"smoke": smoke, "full": full, "rows": rows,
             "baselines": baselines(task, resolved_recipe(task, overrides(task, smoke, path, seeds[0], full)))}
@@ -923,6 +942,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true",
                         help="the shipped recipe's own protocol, no budget overrides (for a GPU)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--together", action="store_true",
+                        help="run a seed's two sides at once, each on half the cores (same load on both)")
     parser.add_argument("--side", choices=["toolkit", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=42, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -934,7 +955,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"error: --seeds: '{args.seeds}' is not a comma-separated list of integers", file=sys.stderr)
         return 2
-    result = compare(args.task, seeds or [42], args.smoke, args.full)
+    result = compare(args.task, seeds or [42], args.smoke, args.full, args.together)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     print(render(args.task, result))

@@ -141,13 +141,15 @@ def test_icl_batched_scoring_equals_one_at_a_time(parity, tiny_checkpoint) -> No
 
 # --- the harness end to end ------------------------------------------------------------------------------
 def test_harness_runs_both_sides_and_renders_the_table(parity, tmp_path: Path, capsys) -> None:
-    """`parity.py mlm --smoke`: the toolkit and the reference each in their own process on a
-    tiny random MiniLM, the table with both sides, the paired difference and the JSON."""
+    """`parity.py mlm --smoke --together`: the toolkit and the reference each in their own
+    process, both at once, on a tiny random MiniLM; the table with both sides, the paired
+    difference and the JSON."""
     out = tmp_path / "mlm.json"
-    assert parity.main(["mlm", "--smoke", "--seeds", "42", "--json", str(out)]) == 0
+    assert parity.main(["mlm", "--smoke", "--seeds", "42", "--together", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     sides = {r["side"]: r for r in result["rows"]}
     assert set(sides) == {"toolkit", "reference"}
+    assert all(r["together"] for r in result["rows"])
     for row in sides.values():
         assert np.isfinite(row["metrics"]["perplexity"]) and row["metrics"]["perplexity"] > 1
         assert row["train_samples_per_s"] > 0 and row["peak_rss_mb"] > 0
