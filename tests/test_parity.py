@@ -199,3 +199,15 @@ def test_reference_blocks_equal_the_toolkits_packing(parity, task: str) -> None:
     theirs = recipe.task.pack(train, tok)
     assert len(ours["input_ids"]) == len(theirs) > 1
     assert ours["input_ids"] == [list(x) for x in theirs["input_ids"]]
+
+
+def test_seq2seq_reference_loss_equals_the_toolkits(parity, tmp_path: Path) -> None:
+    """`parity.py translation --smoke`: MiniLM2MiniLM on both sides from the same tiny random
+    weights and rows; the reference's teacher-forced loss per target token (seq2seq_loss) is the
+    toolkit's eval loss, and the table carries it beside BLEU and chrF."""
+    out = tmp_path / "translation.json"
+    assert parity.main(["translation", "--smoke", "--seeds", "42", "--json", str(out)]) == 0
+    sides = {r["side"]: r["metrics"] for r in json.loads(out.read_text())["rows"]}
+    assert np.isfinite(sides["toolkit"]["loss"]) and sides["toolkit"]["loss"] > 1
+    assert sides["toolkit"]["loss"] == pytest.approx(sides["reference"]["loss"], rel=0.01)
+    assert set(sides["reference"]) >= {"loss", "bleu", "chrf"}
