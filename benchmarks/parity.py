@@ -329,7 +329,7 @@ def reference_qa(recipe: Any, path: str, out: Path) -> dict:
     train_rows, eval_rows = raw_splits(recipe)
     tok = AutoTokenizer.from_pretrained(path)
     set_seed(recipe.train.seed)
-    model = AutoModelForQuestionAnswering.from_pretrained(path)
+    model = AutoModelForQuestionAnswering.from_pretrained(path, **bert_dropout(recipe))
     train_set = Dataset.from_dict(qa_train_features(tok, train_rows[:], task.max_length, task.doc_stride))
     feats, example_of, offsets = qa_eval_features(tok, eval_rows[:], task.max_length, task.doc_stride)
     trainer = Trainer(model=model, args=training_arguments(recipe, out), train_dataset=train_set,
@@ -436,12 +436,18 @@ def first_sentence(context: str) -> str:
 
 
 # --- reference: summarization and translation (run_summarization / run_translation) -----------
-def encoder_decoder(path: str, tok: Any) -> Any:
+def bert_dropout(recipe: Any) -> dict:
+    """The recipe's `model.dropout` as BERT's config names it (none: the checkpoint's own)."""
+    p = recipe.model.dropout
+    return {} if p is None else {"hidden_dropout_prob": p, "attention_probs_dropout_prob": p}
+
+
+def encoder_decoder(path: str, tok: Any, **config: Any) -> Any:
     """BERT2BERT as transformers documents it: both halves from the encoder checkpoint, [CLS]
-    starts decoding, [SEP] ends it."""
+    starts decoding, [SEP] ends it. `config`: encoder_/decoder_-prefixed config values."""
     from transformers import EncoderDecoderModel
 
-    model = EncoderDecoderModel.from_encoder_decoder_pretrained(path, path)
+    model = EncoderDecoderModel.from_encoder_decoder_pretrained(path, path, **config)
     model.config.decoder_start_token_id = tok.cls_token_id
     model.config.eos_token_id, model.config.pad_token_id = tok.sep_token_id, tok.pad_token_id
     model.generation_config.decoder_start_token_id = tok.cls_token_id
@@ -465,7 +471,8 @@ def reference_seq2seq(recipe: Any, path: str, out: Path) -> dict:
     train_rows, eval_rows = raw_splits(recipe)
     tok = AutoTokenizer.from_pretrained(path)
     set_seed(recipe.train.seed)
-    model = encoder_decoder(path, tok)
+    model = encoder_decoder(path, tok, **{f"{half}_{k}": v for half in ("encoder", "decoder")
+                                          for k, v in bert_dropout(recipe).items()})
 
     def features(rows: Any) -> Any:
         enc = tok(list(rows["source"]), truncation=True, max_length=task.max_length)
