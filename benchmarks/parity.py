@@ -127,13 +127,13 @@ SPECS: dict[str, Spec] = {
                 budget="random GPT-2 (4 layers, width 256), 500 WikiText-2 paragraphs in blocks of 128, "
                        "200 test paragraphs, 1 epoch, lr 5e-4, batch 16"),
     "gpt2": Spec("recipes/summarization/samsum/gpt2-full.yaml", GPT2,
-                 real=("task.max_train_samples=818", "task.max_eval_samples=100", "train.epochs=5",
+                 real=("task.max_train_samples=400", "task.max_eval_samples=50", "train.epochs=1",
                        "task.max_length=128", "task.max_target_length=32", "train.lr=5e-4",
                        "train.batch_size=8", "task.generation.num_beams=1", "task.generation.max_new_tokens=24"),
                  smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "train.epochs=1",
                         "task.max_length=48", "task.max_target_length=16", "train.batch_size=8", *GREEDY_SHORT),
                  metrics=("loss", "rouge1", "rougeL"),
-                 budget="random GPT-2 (4 layers, width 256), 818 SAMSum dialogues, 100 test, 5 epochs (515 steps), "
+                 budget="random GPT-2 (4 layers, width 256), 400 SAMSum dialogues, 50 test, 1 epoch (50 steps), "
                         "prompt 128 / target 32 tokens, lr 5e-4, batch 8, greedy 24 tokens"),
 }
 SEED_LIST = "42,43,44"
