@@ -570,7 +570,7 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     set_seed(recipe.train.seed)
-    model = AutoModelForMaskedLM.from_pretrained(path) if mlm else causal_lm(path)
+    model = AutoModelForMaskedLM.from_pretrained(path, **bert_dropout(recipe)) if mlm else causal_lm(path, recipe)
     end = [] if mlm else [tok.eos_token_id]
     size = task.block_length(tok)
 
@@ -592,14 +592,16 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
             "eval_samples_per_s": len(eval_rows) / seconds, "train_s": result.metrics["train_runtime"]}
 
 
-def causal_lm(path: str) -> Any:
+def causal_lm(path: str, recipe: Any = None) -> Any:
     """GPT-2 for Trainer with `loss_type` named. Finding (transformers 5.24): a checkpoint whose
     config leaves loss_type unset (GPT-2's) makes Trainer count every label when it normalises
     the causal loss (`num_items_in_batch`), not the labels after the shift, so its eval loss is
     the true per-token loss x (L-1)/L: 10.48 for 10.82 at blocks of 32 (tests/test_parity.py)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path)
+    p = recipe.model.dropout if recipe is not None else None
+    model = AutoModelForCausalLM.from_pretrained(path, **({} if p is None else
+                                                           {"resid_pdrop": p, "embd_pdrop": p, "attn_pdrop": p}))
     model.loss_type = "ForCausalLM"
     return model
 
