@@ -500,20 +500,26 @@ def reference_seq2seq(recipe: Any, path: str, out: Path) -> dict:
             "distinct_predictions": distinct(preds)}
 
 
+def summed_loss(model: Any, batch: dict, shifted: bool) -> tuple[float, int]:
+    """(the batch's summed loss, its labelled tokens): the model's mean over the labelled tokens
+    (after the causal shift when `shifted`) times their count. Summed over batches and divided by
+    the total count, this is the loss per token the toolkit reports; Trainer's eval_loss averages
+    the batches' means instead."""
+    labels = batch["labels"][:, 1:] if shifted else batch["labels"]
+    n = int((labels != -100).sum())
+    return float(model(**batch).loss) * n, n
+
+
 def seq2seq_loss(model: Any, test: Any, collate: Callable, size: int) -> float:
-    """Teacher-forced loss per target token over the test set (the toolkit's eval loss): each
-    batch's mean over its labelled tokens times their count, summed, over all their count.
-    Trainer's own eval_loss averages the batches' means instead."""
+    """Teacher-forced loss per target token over the test set (the toolkit's eval loss)."""
     import torch
 
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
         for i in range(0, len(test), size):
-            batch = collate([test[j] for j in range(i, min(i + size, len(test)))])
-            n = int((batch["labels"] != -100).sum())
-            total += float(model(**batch).loss) * n
-            count += n
+            loss, n = summed_loss(model, collate([test[j] for j in range(i, min(i + size, len(test)))]), shifted=False)
+            total, count = total + loss, count + n
     return total / max(count, 1)
 
 
@@ -570,7 +576,7 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     set_seed(recipe.train.seed)
-    model = AutoModelForMaskedLM.from_pretrained(path, **bert_dropout(recipe)) if mlm else causal_lm(path, recipe)
+    model = AutoModelForMaskedLM.from_pretrained(path, **bert_dropout(recipe)) if mlm else causal_lm(path, recipe.model.dropout)
     end = [] if mlm else [tok.eos_token_id]
     size = task.block_length(tok)
 
@@ -592,16 +598,16 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
             "eval_samples_per_s": len(eval_rows) / seconds, "train_s": result.metrics["train_runtime"]}
 
 
-def causal_lm(path: str, recipe: Any = None) -> Any:
+def causal_lm(path: str, dropout: float | None) -> Any:
     """GPT-2 for Trainer with `loss_type` named. Finding (transformers 5.24): a checkpoint whose
     config leaves loss_type unset (GPT-2's) makes Trainer count every label when it normalises
     the causal loss (`num_items_in_batch`), not the labels after the shift, so its eval loss is
     the true per-token loss x (L-1)/L: 10.48 for 10.82 at blocks of 32 (tests/test_parity.py)."""
     from transformers import AutoModelForCausalLM
 
-    p = recipe.model.dropout if recipe is not None else None
-    model = AutoModelForCausalLM.from_pretrained(path, **({} if p is None else
-                                                           {"resid_pdrop": p, "embd_pdrop": p, "attn_pdrop": p}))
+    # GPT-2's config names for the recipe's model.dropout (None: the checkpoint's own)
+    config = {} if dropout is None else dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), dropout)
+    model = AutoModelForCausalLM.from_pretrained(path, **config)
     model.loss_type = "ForCausalLM"
     return model
 
@@ -620,7 +626,7 @@ def reference_gpt2(recipe: Any, path: str, out: Path) -> dict:
     tok = AutoTokenizer.from_pretrained(path)
     tok.pad_token = tok.eos_token
     set_seed(recipe.train.seed)
-    model = causal_lm(path)
+    model = causal_lm(path, recipe.model.dropout)
     prefix, suffix = task.affixes()
 
     def examples(rows: Any) -> list[dict]:
@@ -662,10 +668,8 @@ def gpt2_evaluate(model: Any, tok: Any, test: list[dict], collate: Callable, tas
     with torch.no_grad():
         for i in range(0, len(test), size):
             part = test[i:i + size]
-            batch = collate(part)
-            n = int((batch["labels"][:, 1:] != -100).sum())
-            total += float(model(**batch).loss) * n
-            count += n
+            loss, n = summed_loss(model, collate(part), shifted=True)
+            total, count = total + loss, count + n
             width = max(len(p["prompt"]) for p in part)
             ids = torch.tensor([[tok.pad_token_id] * (width - len(p["prompt"])) + p["prompt"] for p in part])
             mask = torch.tensor([[0] * (width - len(p["prompt"])) + [1] * len(p["prompt"]) for p in part])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def test_reference_clm_eval_loss_is_per_predicted_token(parity, tiny_checkpoint,
     from datasets import Dataset
     from transformers import Trainer, TrainingArguments, default_data_collator
 
-    model = parity.causal_lm(tiny_checkpoint("gpt2")).eval()
+    model = parity.causal_lm(tiny_checkpoint("gpt2"), None).eval()
     ids = [[10, 20, 30, 40], [50, 60, 70, 80]]
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=torch.tensor(ids)).logits, -1)  # (2, 4, vocab)
@@ -240,5 +241,8 @@ def test_one_whole_batch_without_dropout_is_the_same_computation(parity, task: s
         assert ours["metrics"][metric] == pytest.approx(value, rel=1e-4, abs=1e-6), metric
     if task != "clm":  # no outputs to compare
         assert ours["distinct_predictions"] == theirs["distinct_predictions"]
-    if task in ("translation", "clm"):
-        assert theirs["metrics"]["loss"] < 10.8  # three steps moved the model (uniform: ln 30522 = 10.33)
+    # three steps moved the model below the uniform loss (ln 30522 = 10.33 for MiniLM's vocabulary,
+    # ln 50257 = 10.82 for GPT-2's)
+    uniform = {"translation": math.log(30522), "clm": math.log(50257)}
+    if task in uniform:
+        assert theirs["metrics"]["loss"] < uniform[task] - 0.02
