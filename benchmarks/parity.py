@@ -224,7 +224,11 @@ def distinct(predictions: list) -> str:
 # --- reference: shared pieces -------------------------------------------------------------------
 def training_arguments(recipe: Any, out: Path, seq2seq: bool = False, **extra: Any) -> Any:
     """Trainer's arguments from the recipe's train section: the same epochs, batch, lr, weight
-    decay, warm-up, clipping and seed; no checkpoints, no evaluation during training."""
+    decay, warm-up, clipping and seed; no checkpoints, no evaluation during training. The same
+    batching too: where the recipe groups batches by length (`train.group_by_length`, the
+    toolkit's default), Trainer's own LengthGroupedSampler (mega-batches of 50 batches, each
+    sorted by length); else its random sampler. Grouping changes what a step averages over (the
+    loss is a mean over the batch's tokens), so the sides must share it."""
     import torch
     from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
@@ -235,6 +239,7 @@ def training_arguments(recipe: Any, out: Path, seq2seq: bool = False, **extra: A
                learning_rate=t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps or t.warmup_ratio,
                max_grad_norm=t.max_grad_norm or 0.0, lr_scheduler_type="linear", seed=t.seed,
                save_strategy="no", eval_strategy="no", report_to=[], logging_strategy="no",
+               train_sampling_strategy="group_by_length" if t.group_by_length else "random",
                use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, **extra)
 
 
@@ -505,6 +510,7 @@ def summed_loss(model: Any, batch: dict, shifted: bool) -> tuple[float, int]:
     (after the causal shift when `shifted`) times their count. Summed over batches and divided by
     the total count, this is the loss per token the toolkit reports; Trainer's eval_loss averages
     the batches' means instead."""
+    batch = {k: v.to(model.device) for k, v in batch.items()}  # the collator's CPU tensors, a GPU's model
     labels = batch["labels"][:, 1:] if shifted else batch["labels"]
     n = int((labels != -100).sum())
     return float(model(**batch).loss) * n, n
@@ -673,7 +679,8 @@ def gpt2_evaluate(model: Any, tok: Any, test: list[dict], collate: Callable, tas
             width = max(len(p["prompt"]) for p in part)
             ids = torch.tensor([[tok.pad_token_id] * (width - len(p["prompt"])) + p["prompt"] for p in part])
             mask = torch.tensor([[0] * (width - len(p["prompt"])) + [1] * len(p["prompt"]) for p in part])
-            gen = model.generate(input_ids=ids, attention_mask=mask, pad_token_id=tok.pad_token_id,
+            gen = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                                 pad_token_id=tok.pad_token_id,
                                  **generation_kwargs(task))
             preds += [t.strip() for t in tok.batch_decode(gen[:, width:], skip_special_tokens=True)]
     return total / max(count, 1), preds
@@ -707,7 +714,7 @@ def baselines(task: str, recipe: Any) -> dict[str, dict[str, float]]:
 def side(args: argparse.Namespace) -> dict:
     path = checkpoint_path(SPECS[args.task].checkpoint, args.smoke)
     over = overrides(args.task, args.smoke, path, args.seed, args.full)
-    cpu = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         if args.side == "toolkit":
             row = toolkit_side(args.task, over, Path(tmp))
@@ -716,7 +723,17 @@ def side(args: argparse.Namespace) -> dict:
     # CPU seconds of the whole side (loading, tokenising, training, evaluating): unlike samples/s,
     # barely moved by other processes sharing the cores
     return {"side": args.side, "seed": args.seed, **row, "peak_rss_mb": peak_rss_mb(),
-            "cpu_s": time.process_time() - cpu}
+            "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall, **gpu_memory()}
+
+
+def gpu_memory() -> dict:
+    """On a CUDA GPU: its name and the peak memory torch's allocator handed out in this process
+    (both sides allocate through it); nothing on a CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    return {"gpu": torch.cuda.get_device_name(), "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20}
 
 
 def run_side(task: str, which: str, seed: int, smoke: bool, full: bool = False) -> dict:
@@ -907,15 +924,19 @@ def render(task: str, result: dict) -> str:
     spec, rows = SPECS[task], result["rows"]
     seeds = sorted({r["seed"] for r in rows})
     by = {s: {r["seed"]: r for r in rows if r["side"] == s} for s in ("toolkit", "reference")}
-    cols = ["side", *spec.metrics, "train samples/s", "eval samples/s", "CPU s (whole side)", "peak RSS MB",
+    # on a GPU the CPU seconds say little: the whole side's wall time and the GPU's peak instead
+    gpu = all("peak_gpu_mb" in r for r in rows)
+    cols = ["side", *spec.metrics, "train samples/s", "eval samples/s",
+            "wall s (whole side)" if gpu else "CPU s (whole side)", "peak GPU MB" if gpu else "peak RSS MB",
             "distinct outputs"]
     body = []
     for s, name in (("toolkit", "toolkit"), ("reference", "transformers (reference)")):
         got = [by[s][seed] for seed in seeds]
         body.append([name, *[mean_std([g["metrics"][m] * scale(m) for g in got]) for m in spec.metrics],
                      mean_std([g["train_samples_per_s"] for g in got]), mean_std([g["eval_samples_per_s"] for g in got]),
-                     cpu_seconds(got, seeds),
-                     f"{max(g['peak_rss_mb'] for g in got):.0f}", " ".join(g.get("distinct_predictions") or "" for g in got)])
+                     mean_std([g["wall_s"] for g in got]) if gpu else cpu_seconds(got, seeds),
+                     f"{max(g['peak_gpu_mb' if gpu else 'peak_rss_mb'] for g in got):.0f}",
+                     " ".join(g.get("distinct_predictions") or "" for g in got)])
     body.append(["paired difference", *[paired([by["toolkit"][x]["metrics"][m] * scale(m) for x in seeds],
                                                [by["reference"][x]["metrics"][m] * scale(m) for x in seeds])
                                         for m in spec.metrics], "", "", "", "", ""])
@@ -923,6 +944,8 @@ def render(task: str, result: dict) -> str:
         body.append([f"baseline: {name}", *[f"{scores[m] * scale(m):.2f}" if m in scores else "" for m in spec.metrics],
                      "", "", "", "", ""])
     budget = "smoke" if result["smoke"] else "the recipe's own protocol" if result.get("full") else spec.budget
+    if gpu:
+        budget += f", on one {rows[0]['gpu']}"
     head = f"**{task}** ({budget}; seeds {', '.join(map(str, seeds))})"
     return head + "\n\n" + table(cols, body)
 
@@ -967,6 +990,36 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
             "baselines": baselines(task, resolved_recipe(task, overrides(task, smoke, path, seeds[0], full)))}
 
 
+def merge(task: str, files: list[Path]) -> dict:
+    """One result from several runs' --json files of `task`: their rows together (each seed once),
+    the first file's baselines. The runs must share the budget (smoke, real or full)."""
+    parts = []
+    for f in files:
+        try:
+            part = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{f}: not a readable --json result ({type(err).__name__})") from None
+        if not isinstance(part, dict) or not isinstance(part.get("rows"), list) or not part["rows"]:
+            raise ValueError(f"{f}: no 'rows' (is it the --json of a `{task}` run?)")
+        missing = [m for m in SPECS[task].metrics if m not in part["rows"][0].get("metrics", {})]
+        if missing:
+            raise ValueError(f"{f}: its rows lack {', '.join(missing)}: not a `{task}` result")
+        parts.append((f, part))
+    budget = {(bool(p.get("smoke")), bool(p.get("full"))) for _, p in parts}
+    if len(budget) > 1:
+        raise ValueError("the files ran different budgets (smoke, real, full); merge runs of one budget")
+    seen: dict[tuple, Path] = {}
+    for f, part in parts:
+        for row in part["rows"]:
+            key = (row["side"], row["seed"])
+            if key in seen:
+                raise ValueError(f"seed {row['seed']} ({row['side']}) is in both {seen[key]} and {f}")
+            seen[key] = f
+    first = parts[0][1]
+    return {"smoke": first.get("smoke", False), "full": first.get("full", False),
+            "rows": [row for _, part in parts for row in part["rows"]], "baselines": first.get("baselines", {})}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("task", choices=[*SPECS, "objectives", "icl"])
@@ -977,11 +1030,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--together", action="store_true",
                         help="run a seed's two sides at once, each on half the cores (same load on both)")
+    parser.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="run nothing: one table from the --json files of earlier runs of this task "
+                             "(seeds run in separate calls or on separate machines)")
     parser.add_argument("--side", choices=["toolkit", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=42, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
         print("ROW " + json.dumps(side(args)), flush=True)
+        return 0
+    if args.merge:
+        try:
+            result = merge(args.task, [Path(f) for f in args.merge])
+        except ValueError as err:
+            print(f"error: --merge: {err}", file=sys.stderr)
+            return 2
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
+        print(render(args.task, result))
         return 0
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

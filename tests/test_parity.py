@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -246,3 +247,73 @@ def test_one_whole_batch_without_dropout_is_the_same_computation(parity, task: s
     uniform = {"translation": math.log(30522), "clm": math.log(50257)}
     if task in uniform:
         assert theirs["metrics"]["loss"] < uniform[task] - 0.02
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_reference_batches_as_the_recipe_does(parity, grouped: bool, tmp_path: Path) -> None:
+    """Finding (H200, SAMSum full protocol, 3 seeds): the toolkit grouped batches by length and the
+    reference drew them at random, and the toolkit's summaries came out shorter on every seed
+    (12.5-13.1 against 13.9-16.5 words) at the same loss. A step's loss is the mean over its
+    batch's target tokens, so the batching decides each token's weight: the reference now
+    batches as the recipe says (Trainer's LengthGroupedSampler under train.group_by_length)."""
+    import torch
+    from datasets import Dataset
+    from transformers import Trainer
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    recipe = parity.resolved_recipe("qa", [f"train.group_by_length={str(grouped).lower()}", "train.batch_size=4"])
+    lengths = [1 + (7 * i) % 40 for i in range(400)]
+    data = Dataset.from_dict({"input_ids": [[1] * n for n in lengths]})
+    trainer = Trainer(model=torch.nn.Linear(1, 1), args=parity.training_arguments(recipe, tmp_path), train_dataset=data)
+    sampler = trainer._get_train_sampler()
+    assert isinstance(sampler, LengthGroupedSampler) == grouped
+    order = list(sampler)
+    assert sorted(order) == list(range(len(lengths)))
+    # grouped: a batch's lengths lie close together, far closer than in random batches
+    spread = statistics.mean(max(lengths[i] for i in order[b:b + 4]) - min(lengths[i] for i in order[b:b + 4])
+                             for b in range(0, len(order), 4))
+    assert (spread < 5) == grouped, spread
+
+
+def _saved_result(path: Path, seed: int, f1s: tuple[float, float], full: bool = True) -> Path:
+    rows = [{"side": side, "seed": seed, "metrics": {"f1": f1, "exact_match": f1 / 2},
+             "train_samples_per_s": 10.0, "eval_samples_per_s": 20.0, "peak_rss_mb": 100.0, "cpu_s": 5.0}
+            for side, f1 in zip(("toolkit", "reference"), f1s)]
+    path.write_text(json.dumps({"smoke": False, "full": full, "rows": rows, "baselines": {}}))
+    return path
+
+
+def test_merge_renders_seeds_run_apart(parity, tmp_path: Path, capsys) -> None:
+    """`--merge`: seeds run in separate calls (a GPU lent a few minutes at a time) make one table,
+    with the paired difference over all of them."""
+    a = _saved_result(tmp_path / "a.json", 42, (0.70, 0.68))
+    b = _saved_result(tmp_path / "b.json", 43, (0.60, 0.61))
+    out = tmp_path / "merged.json"
+    assert parity.main(["qa", "--merge", str(a), str(b), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "seeds 42, 43" in printed
+    # toolkit minus reference per seed: +2 and -1 F1 points, mean +0.5
+    assert "+0.50 ± 2.12 (t = +0.33, n = 2)" in printed
+    assert len(json.loads(out.read_text())["rows"]) == 4
+
+
+@pytest.mark.parametrize("case, message", [
+    ("same seed twice", "seed 42 (toolkit) is in both"),
+    ("other task", "not a `summarization` result"),
+    ("budgets differ", "different budgets"),
+    ("not json", "not a readable --json result"),
+])
+def test_merge_errors_are_one_line(parity, case: str, message: str, tmp_path: Path, capsys) -> None:
+    a = _saved_result(tmp_path / "a.json", 42, (0.7, 0.6))
+    task, files = "qa", [a, a]
+    if case == "other task":
+        task, files = "summarization", [a]
+    elif case == "budgets differ":
+        files = [a, _saved_result(tmp_path / "b.json", 43, (0.7, 0.6), full=False)]
+    elif case == "not json":
+        bad = tmp_path / "bad.json"
+        bad.write_bytes(b"\xff\xfe{")
+        files = [bad]
+    assert parity.main([task, "--merge", *map(str, files)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --merge:") and message in err and err.count("\n") == 1
