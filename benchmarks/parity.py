@@ -243,6 +243,18 @@ def training_arguments(recipe: Any, out: Path, seq2seq: bool = False, **extra: A
                use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, **extra)
 
 
+def in_order(trainer: Any) -> Any:
+    """`trainer` with evaluation and prediction in the dataset's order. Finding: under
+    `train_sampling_strategy="group_by_length"` transformers (since PR #33514) also groups the
+    evaluation batches by length, and `predict()` returns its predictions in that permuted order,
+    so they no longer line up with the dataset's rows (QA features, references). Training keeps
+    its length grouping; evaluation goes back to Trainer's single-process sequential sampler."""
+    from torch.utils.data import SequentialSampler
+
+    trainer._get_eval_sampler = lambda dataset: SequentialSampler(dataset)
+    return trainer
+
+
 def raw_splits(recipe: Any) -> tuple[Any, Any]:
     """The rows both sides train and score on: the task's own load() (the same subset)."""
     raw = recipe.task.load()
@@ -337,8 +349,8 @@ def reference_qa(recipe: Any, path: str, out: Path) -> dict:
     model = AutoModelForQuestionAnswering.from_pretrained(path, **bert_dropout(recipe))
     train_set = Dataset.from_dict(qa_train_features(tok, train_rows[:], task.max_length, task.doc_stride))
     feats, example_of, offsets = qa_eval_features(tok, eval_rows[:], task.max_length, task.doc_stride)
-    trainer = Trainer(model=model, args=training_arguments(recipe, out), train_dataset=train_set,
-                      data_collator=DataCollatorWithPadding(tok))
+    trainer = in_order(Trainer(model=model, args=training_arguments(recipe, out), train_dataset=train_set,
+                               data_collator=DataCollatorWithPadding(tok)))
     result = trainer.train()
 
     def evaluate() -> list[str]:
@@ -485,9 +497,9 @@ def reference_seq2seq(recipe: Any, path: str, out: Path) -> dict:
         return Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                                   "labels": labels["input_ids"]})
 
-    trainer = Seq2SeqTrainer(model=model, args=training_arguments(recipe, out, seq2seq=True, predict_with_generate=True),
-                             train_dataset=features(train_rows),
-                             data_collator=DataCollatorForSeq2Seq(tok, model=model, label_pad_token_id=-100))
+    trainer = in_order(Seq2SeqTrainer(model=model, args=training_arguments(recipe, out, seq2seq=True, predict_with_generate=True),
+                                      train_dataset=features(train_rows),
+                                      data_collator=DataCollatorForSeq2Seq(tok, model=model, label_pad_token_id=-100)))
     result = trainer.train()
     test = features(eval_rows)
 
@@ -593,8 +605,8 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
     # run_clm batches with default_data_collator: DataCollatorForLanguageModeling(mlm=False)
     # would drop the loss on <|endoftext|>, which is GPT-2's pad token here
     collator = DataCollatorForLanguageModeling(tok, mlm_probability=task.mlm_probability) if mlm else default_data_collator
-    trainer = Trainer(model=model, args=training_arguments(recipe, out), train_dataset=blocks(train_rows),
-                      data_collator=collator)
+    trainer = in_order(Trainer(model=model, args=training_arguments(recipe, out), train_dataset=blocks(train_rows),
+                               data_collator=collator))
     result = trainer.train()
     heldout = blocks(eval_rows)
     evaluated, seconds = timed(lambda: trainer.evaluate(heldout))
