@@ -382,3 +382,17 @@ def test_seq2seq_generation_equals_seq2seqtrainers(parity, tmp_path: Path) -> No
         ours[k] = tok.decode([t for t in out if t >= 0], skip_special_tokens=True).strip()
     assert len(set(theirs)) > len(theirs) // 2  # outputs that differ per input
     assert [ours[k] for k in range(len(theirs))] == theirs
+
+
+def test_merge_of_the_recorded_gpu_runs_renders_the_documented_table(parity, capsys) -> None:
+    """The H200 rows in docs/numbers.md come from docs/parity/*.json through --merge: on a GPU the
+    table shows each side's wall time and CUDA peak memory, and the GPU's name."""
+    files = [str(ROOT / "docs" / "parity" / f"h200-qa-seed{s}.json") for s in (42, 43, 44)]
+    assert parity.main(["qa", "--merge", *files]) == 0
+    printed = capsys.readouterr().out
+    assert "the recipe's own protocol, on one NVIDIA H200; seeds 42, 43, 44" in printed
+    assert "| wall s (whole side) | peak GPU MB |" in printed and "CPU s" not in printed
+    assert "| toolkit | 69.86 ± 0.85 |" in printed
+    assert "-0.00 ± 0.58 (t = -0.01, n = 3)" in printed
+    numbers = (ROOT / "docs" / "numbers.md").read_text()
+    assert printed.strip().splitlines()[4] in numbers  # the toolkit's row, as documented
