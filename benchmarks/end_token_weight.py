@@ -10,7 +10,7 @@ outputs sooner. This prints that weight for the toolkit's sampler grouped and no
 Trainer's LengthGroupedSampler, over the recipe's epochs. Pure arithmetic on token counts: no
 model runs.
 
-    python benchmarks/end_token_weight.py [RECIPE] [--epochs N]
+    python benchmarks/end_token_weight.py [RECIPE [key=value ...]] [--epochs N]
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def weights(source: list[int], target: list[int], batch_size: int, seed: int, ep
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe", nargs="?", default=DEFAULT)
+    parser.add_argument("overrides", nargs="*", help="recipe overrides, as `toolkit run` takes them")
     parser.add_argument("--epochs", type=int, default=None, help="epochs to average (default: the recipe's)")
     args = parser.parse_args(argv)
     import numpy as np
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from toolkit.recipe import find_recipe, load
 
     try:
-        recipe = load(find_recipe(args.recipe), [])
+        recipe = load(find_recipe(args.recipe), args.overrides)
         if not hasattr(recipe.task, "max_target_length"):
             raise UserError(f"{args.recipe}: task '{recipe.task.name}' has no targets to end")
         tok = AutoTokenizer.from_pretrained(models.resolve(recipe.model.checkpoint))

@@ -115,7 +115,7 @@ SPECS: dict[str, Spec] = {
                 real=("task.max_train_samples=500", "task.max_eval_samples=300"),
                 smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "task.max_length=32",
                        "train.batch_size=8"),
-                metrics=("perplexity", "loss"),
+                metrics=("perplexity", "loss", "loss_one_mask_set"),
                 budget="500 WikiText-2 valid paragraphs (blocks of 128), 300 test paragraphs, 1 epoch, "
                        "lr 1e-4, batch 32"),
     "clm": Spec("recipes/pretrain/wikitext-2/gpt2-clm.yaml", GPT2,
@@ -608,12 +608,41 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
     trainer = in_order(Trainer(model=model, args=training_arguments(recipe, out), train_dataset=blocks(train_rows),
                                data_collator=collator))
     result = trainer.train()
+    if mlm:
+        trainer.save_model(str(out / "model"))  # scored again on one mask set (side())
     heldout = blocks(eval_rows)
     evaluated, seconds = timed(lambda: trainer.evaluate(heldout))
     loss = evaluated["eval_loss"]
     return {"metrics": {"perplexity": math.exp(loss), "loss": loss},
             "train_samples_per_s": result.metrics["train_samples_per_second"],
             "eval_samples_per_s": len(eval_rows) / seconds, "train_s": result.metrics["train_runtime"]}
+
+
+def one_mask_set_loss(model_dir: str, tokenizer: str, recipe: Any) -> float:
+    """A trained masked LM's loss per masked token on the held-out blocks, under one mask set:
+    run_mlm's blocks and DataCollatorForLanguageModeling's 80/10/10 masking, drawn from torch's
+    generator seeded 0 whichever side trained the model. The two sides' own evaluations differ
+    (the toolkit scores fixed masks per token, Trainer fresh masks and a mean of batch means), so
+    this is the one number on which their models compare directly."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
+
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    model, info = AutoModelForMaskedLM.from_pretrained(model_dir, output_loading_info=True)
+    if info["missing_keys"]:  # a head drawn at random here would score noise
+        raise RuntimeError(f"{model_dir}: no trained weights for {sorted(info['missing_keys'])[:3]}")
+    model.eval()
+    blocks = grouped(tok, list(raw_splits(recipe)[1]["text"]), recipe.task.block_length(tok), True, [])
+    rows = [{"input_ids": ids, "special_tokens_mask": sp} for ids, sp in zip(blocks["input_ids"], blocks["special_tokens_mask"])]
+    collate = DataCollatorForLanguageModeling(tok, mlm_probability=recipe.task.mlm_probability)
+    torch.manual_seed(0)
+    batches = [collate(rows[i:i + 32]) for i in range(0, len(rows), 32)]  # the masks, drawn before any model runs
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in batches:
+            loss, n = summed_loss(model, {k: v for k, v in batch.items() if k != "special_tokens_mask"}, shifted=False)
+            total, count = total + loss, count + n
+    return total / max(count, 1)
 
 
 def causal_lm(path: str, dropout: float | None) -> Any:
@@ -728,10 +757,14 @@ def side(args: argparse.Namespace) -> dict:
     over = overrides(args.task, args.smoke, path, args.seed, args.full)
     cpu, wall = time.process_time(), time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
+        recipe = resolved_recipe(args.task, over)
         if args.side == "toolkit":
             row = toolkit_side(args.task, over, Path(tmp))
         else:
-            row = REFERENCES[args.task](resolved_recipe(args.task, over), path, Path(tmp))
+            row = REFERENCES[args.task](recipe, path, Path(tmp))
+        if args.task == "mlm":  # both trained models, one scorer, one mask set
+            trained = next(Path(tmp).rglob("model/config.json")).parent
+            row["metrics"]["loss_one_mask_set"] = one_mask_set_loss(str(trained), path, recipe)
     # CPU seconds of the whole side (loading, tokenising, training, evaluating): unlike samples/s,
     # barely moved by other processes sharing the cores
     return {"side": args.side, "seed": args.seed, **row, "peak_rss_mb": peak_rss_mb(),

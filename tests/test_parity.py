@@ -157,6 +157,11 @@ def test_harness_runs_both_sides_and_renders_the_table(parity, tmp_path: Path, c
         assert row["train_samples_per_s"] > 0 and row["peak_rss_mb"] > 0
     # an untrained tiny model: both sides near the uniform loss over the vocabulary
     assert sides["toolkit"]["metrics"]["loss"] == pytest.approx(sides["reference"]["metrics"]["loss"], rel=0.05)
+    # both trained models scored again by one scorer on one mask set (the sides' own evaluations
+    # differ by design): near each other, and not a copy of either side's own figure
+    one = {s: r["metrics"]["loss_one_mask_set"] for s, r in sides.items()}
+    assert one["toolkit"] == pytest.approx(one["reference"], rel=0.05)
+    assert one["toolkit"] != sides["toolkit"]["metrics"]["loss"] and one["reference"] != sides["reference"]["metrics"]["loss"]
     printed = capsys.readouterr().out
     assert "| toolkit |" in printed and "| transformers (reference) |" in printed and "paired difference" in printed
 
@@ -396,3 +401,19 @@ def test_merge_of_the_recorded_gpu_runs_renders_the_documented_table(parity, cap
     assert "-0.00 ± 0.58 (t = -0.01, n = 3)" in printed
     numbers = (ROOT / "docs" / "numbers.md").read_text()
     assert printed.strip().splitlines()[4] in numbers  # the toolkit's row, as documented
+
+
+def test_one_mask_set_is_one_mask_set(parity, tmp_path: Path) -> None:
+    """The MLM cross-scorer draws the same masks whatever ran before it: one model scored twice,
+    with torch's generator moved in between, gives the same loss to the last digit."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    path = parity.checkpoint_path(parity.MINILM, True)
+    recipe = parity.resolved_recipe("mlm", parity.overrides("mlm", True, path, 42))
+    torch.manual_seed(1)  # a trained MLM's folder holds its head (the checkpoint's body has none)
+    AutoModelForMaskedLM.from_pretrained(path).save_pretrained(tmp_path / "model")
+    first = parity.one_mask_set_loss(str(tmp_path / "model"), path, recipe)
+    torch.rand(1000)
+    assert parity.one_mask_set_loss(str(tmp_path / "model"), path, recipe) == first
+    assert math.isfinite(first) and first > 1
