@@ -341,3 +341,27 @@ method: {name: full}
 """)
     with pytest.raises(UserError, match="task.eval_stride"):
         recipe.load(path)
+
+
+def test_shifted_token_losses_by_hand() -> None:
+    """token_losses with the causal shift: position t's logits score label t+1, -100 and the last
+    position score nothing, each example's losses are summed; and the logits' gradient lands on
+    the positions that predict (the labels move, the logits keep their shape)."""
+    import math
+
+    import torch
+
+    from toolkit.tasks._lm import token_losses, token_units
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 5, requires_grad=True)
+    labels = torch.tensor([[IGNORE, 3, 1, 4], [2, 0, IGNORE, IGNORE]])
+    got = token_losses(logits, labels, shift=True)
+    logp = torch.log_softmax(logits.detach(), -1)
+    by_hand = [-(logp[0, 0, 3] + logp[0, 1, 1] + logp[0, 2, 4]), -logp[1, 0, 0]]
+    assert torch.allclose(got.detach(), torch.stack(by_hand), atol=1e-6)
+    assert token_units(labels, shift=True).tolist() == [3, 1]
+    got.sum().backward()
+    predicting = logits.grad.abs().sum(-1) > 0
+    assert predicting.tolist() == [[True, True, True, False], [True, False, False, False]]
+    assert math.isclose(float(logits.grad[0, 0].sum()), 0.0, abs_tol=1e-6)  # softmax - one-hot sums to 0
