@@ -137,6 +137,7 @@ SPECS: dict[str, Spec] = {
                         "prompt 128 / target 32 tokens, lr 5e-4, batch 8, greedy 24 tokens"),
 }
 SEED_LIST = "42,43,44"
+SET: list[str] = []  # --set KEY=VALUE: recipe overrides after the budget's, for both sides
 
 
 def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = False) -> list[str]:
@@ -146,7 +147,7 @@ def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = F
     budget = () if full else spec.smoke if smoke else spec.real
     files = {"squad_v2": squad_v2_file} if any("{squad_v2}" in o for o in spec.extra) else {}
     extra = [o.format(**{k: make() for k, make in files.items()}) for o in spec.extra]
-    return [*COMMON, *extra, *budget, f"model.checkpoint={checkpoint}", f"train.seed={seed}"]
+    return [*COMMON, *extra, *budget, *SET, f"model.checkpoint={checkpoint}", f"train.seed={seed}"]
 
 
 def checkpoint_path(name: str, smoke: bool) -> str:
@@ -790,7 +791,7 @@ def start_side(task: str, which: str, seed: int, smoke: bool, full: bool, thread
     """Start one side of one seed in its own process; `threads` sets its OMP_NUM_THREADS (None:
     inherited), so that sides run at once share the cores evenly."""
     cmd = [sys.executable, __file__, task, "--side", which, "--seed", str(seed)]
-    cmd += (["--smoke"] if smoke else []) + (["--full"] if full else [])
+    cmd += (["--smoke"] if smoke else []) + (["--full"] if full else []) + [f"--set={o}" for o in SET]
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}))
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
 
@@ -989,6 +990,8 @@ def render(task: str, result: dict) -> str:
         body.append([f"baseline: {name}", *[f"{scores[m] * scale(m):.2f}" if m in scores else "" for m in spec.metrics],
                      "", "", "", "", ""])
     budget = "smoke" if result["smoke"] else "the recipe's own protocol" if result.get("full") else spec.budget
+    if result.get("set"):
+        budget += ", with " + ", ".join(result["set"])
     if gpu:
         budget += f", on one {rows[0]['gpu']}"
     head = f"**{task}** ({budget}; seeds {', '.join(map(str, seeds))})"
@@ -1018,6 +1021,8 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
         return {"span_corruption (T5)": span_corruption_stats(n), "denoise (BART)": denoise_stats(n)}
     if task == "icl":
         return icl_check(checkpoint_path(GPT2, smoke), examples=8 if smoke else 32, smoke=smoke)
+    # the recipe both sides will resolve, checked here: a bad --set is one line, not two tracebacks
+    resolved_recipe(task, overrides(task, smoke, checkpoint_path(SPECS[task].checkpoint, smoke), seeds[0], full))
     rows = []
     for seed in seeds:
         if together:  # both sides of the seed at once, each on half the cores: the same load for both
@@ -1031,7 +1036,7 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
             rows.append(row)
             print(f"{task} seed {seed} {which}: {row['metrics']}", file=sys.stderr, flush=True)
     path = checkpoint_path(SPECS[task].checkpoint, smoke)
-    return {"smoke": smoke, "full": full, "rows": rows,
+    return {"smoke": smoke, "full": full, "set": list(SET), "rows": rows,
             "baselines": baselines(task, resolved_recipe(task, overrides(task, smoke, path, seeds[0], full)))}
 
 
@@ -1050,9 +1055,9 @@ def merge(task: str, files: list[Path]) -> dict:
         if missing:
             raise ValueError(f"{f}: its rows lack {', '.join(missing)}: not a `{task}` result")
         parts.append((f, part))
-    budget = {(bool(p.get("smoke")), bool(p.get("full"))) for _, p in parts}
+    budget = {(bool(p.get("smoke")), bool(p.get("full")), tuple(p.get("set", []))) for _, p in parts}
     if len(budget) > 1:
-        raise ValueError("the files ran different budgets (smoke, real, full); merge runs of one budget")
+        raise ValueError("the files ran different budgets (smoke, real, full, --set); merge runs of one budget")
     seen: dict[tuple, Path] = {}
     for f, part in parts:
         for row in part["rows"]:
@@ -1061,7 +1066,7 @@ def merge(task: str, files: list[Path]) -> dict:
                 raise ValueError(f"seed {row['seed']} ({row['side']}) is in both {seen[key]} and {f}")
             seen[key] = f
     first = parts[0][1]
-    return {"smoke": first.get("smoke", False), "full": first.get("full", False),
+    return {"smoke": first.get("smoke", False), "full": first.get("full", False), "set": first.get("set", []),
             "rows": [row for _, part in parts for row in part["rows"]], "baselines": first.get("baselines", {})}
 
 
@@ -1078,9 +1083,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", metavar="JSON",
                         help="run nothing: one table from the --json files of earlier runs of this task "
                              "(seeds run in separate calls or on separate machines)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a recipe override for both sides after the budget's (e.g. train.epochs=2); repeatable")
     parser.add_argument("--side", choices=["toolkit", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=42, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    bad = [o for o in args.set if "=" not in o or o.startswith(("model.checkpoint=", "train.seed="))]
+    if bad:
+        print(f"error: --set: '{bad[0]}' is not a KEY=VALUE recipe override (the checkpoint and the "
+              "seed are the harness's: use --seeds)", file=sys.stderr)
+        return 2
+    SET[:] = args.set
     if args.side:
         print("ROW " + json.dumps(side(args)), flush=True)
         return 0
@@ -1099,7 +1112,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"error: --seeds: '{args.seeds}' is not a comma-separated list of integers", file=sys.stderr)
         return 2
-    result = compare(args.task, seeds or [42], args.smoke, args.full, args.together)
+    from toolkit.errors import UserError
+
+    try:
+        result = compare(args.task, seeds or [42], args.smoke, args.full, args.together)
+    except UserError as err:  # a recipe the overrides make invalid
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     print(render(args.task, result))

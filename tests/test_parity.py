@@ -417,3 +417,30 @@ def test_one_mask_set_is_one_mask_set(parity, tmp_path: Path) -> None:
     torch.rand(1000)
     assert parity.one_mask_set_loss(str(tmp_path / "model"), path, recipe) == first
     assert math.isfinite(first) and first > 1
+
+
+@pytest.mark.parametrize("value, message", [
+    ("train.epochz=2", "error: train.epochz: unknown key"),
+    ("train.seed=3", "error: --set: 'train.seed=3' is not a KEY=VALUE"),
+    ("epochs", "error: --set: 'epochs' is not a KEY=VALUE"),
+])
+def test_bad_set_is_one_line(parity, value: str, message: str, capsys) -> None:
+    assert parity.main(["qa", "--smoke", "--seeds", "42", "--set", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_set_reaches_both_sides(parity, monkeypatch) -> None:
+    """--set KEY=VALUE: after the budget's overrides (so it wins), and passed on to each side's
+    process; the table's heading names it."""
+    seen = []
+    monkeypatch.setattr(parity.subprocess, "Popen", lambda cmd, **kw: seen.append(cmd))
+    monkeypatch.setattr(parity, "SET", ["train.epochs=2"])
+    over = parity.overrides("qa", False, "ckpt", 42)
+    assert over.index("train.epochs=2") > over.index("train.epochs=1")
+    parity.start_side("qa", "reference", 42, False, False, threads=None)
+    assert "--set=train.epochs=2" in seen[0]
+    rows = [{"side": s, "seed": 42, "metrics": {"f1": 0.5, "exact_match": 0.4}, "train_samples_per_s": 1.0,
+             "eval_samples_per_s": 1.0, "peak_rss_mb": 1.0, "cpu_s": 1.0} for s in ("toolkit", "reference")]
+    head = parity.render("qa", {"smoke": False, "full": False, "set": ["train.epochs=2"], "rows": rows})
+    assert head.startswith("**qa** (1,600 train questions") and ", with train.epochs=2; seeds 42)" in head.splitlines()[0]
