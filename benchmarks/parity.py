@@ -1048,22 +1048,22 @@ def merge(task: str, files: list[Path]) -> dict:
         try:
             part = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{f}: not a readable --json result ({type(err).__name__})") from None
+            raise ValueError(f"--merge: {f}: not a readable --json result ({type(err).__name__})") from None
         if not isinstance(part, dict) or not isinstance(part.get("rows"), list) or not part["rows"]:
-            raise ValueError(f"{f}: no 'rows' (is it the --json of a `{task}` run?)")
+            raise ValueError(f"--merge: {f}: no 'rows' (is it the --json of a `{task}` run?)")
         missing = [m for m in SPECS[task].metrics if m not in part["rows"][0].get("metrics", {})]
         if missing:
-            raise ValueError(f"{f}: its rows lack {', '.join(missing)}: not a `{task}` result")
+            raise ValueError(f"--merge: {f}: its rows lack {', '.join(missing)}: not a `{task}` result")
         parts.append((f, part))
     budget = {(bool(p.get("smoke")), bool(p.get("full")), tuple(p.get("set", []))) for _, p in parts}
     if len(budget) > 1:
-        raise ValueError("the files ran different budgets (smoke, real, full, --set); merge runs of one budget")
+        raise ValueError("--merge: the files ran different budgets (smoke, real, full, --set); merge runs of one budget")
     seen: dict[tuple, Path] = {}
     for f, part in parts:
         for row in part["rows"]:
             key = (row["side"], row["seed"])
             if key in seen:
-                raise ValueError(f"seed {row['seed']} ({row['side']}) is in both {seen[key]} and {f}")
+                raise ValueError(f"--merge: seed {row['seed']} ({row['side']}) is in both {seen[key]} and {f}")
             seen[key] = f
     first = parts[0][1]
     return {"smoke": first.get("smoke", False), "full": first.get("full", False), "set": first.get("set", []),
@@ -1097,26 +1097,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.side:
         print("ROW " + json.dumps(side(args)), flush=True)
         return 0
-    if args.merge:
-        try:
-            result = merge(args.task, [Path(f) for f in args.merge])
-        except ValueError as err:
-            print(f"error: --merge: {err}", file=sys.stderr)
-            return 2
-        if args.json:
-            Path(args.json).write_text(json.dumps(result, indent=1))
-        print(render(args.task, result))
-        return 0
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        print(f"error: --seeds: '{args.seeds}' is not a comma-separated list of integers", file=sys.stderr)
-        return 2
     from toolkit.errors import UserError
 
     try:
-        result = compare(args.task, seeds or [42], args.smoke, args.full, args.together)
-    except UserError as err:  # a recipe the overrides make invalid
+        result = merge(args.task, [Path(f) for f in args.merge]) if args.merge else \
+            compare(args.task, parse_seeds(args.seeds), args.smoke, args.full, args.together)
+    except (ValueError, UserError) as err:  # a bad --merge / --seeds, or a recipe --set makes invalid
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.json:
@@ -1124,6 +1110,12 @@ def main(argv: list[str] | None = None) -> int:
     print(render(args.task, result))
     return 0
 
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()] or [42]
+    except ValueError:
+        raise ValueError(f"--seeds: '{text}' is not a comma-separated list of integers") from None
 
 if __name__ == "__main__":
     sys.exit(main())
