@@ -991,7 +991,7 @@ def render(task: str, result: dict) -> str:
                      "", "", "", "", ""])
     budget = "smoke" if result["smoke"] else "the recipe's own protocol" if result.get("full") else spec.budget
     if result.get("set"):
-        budget += ", with " + ", ".join(result["set"])
+        budget += "; then --set " + ", ".join(result["set"])  # overrides what the budget says
     if gpu:
         budget += f", on one {rows[0]['gpu']}"
     head = f"**{task}** ({budget}; seeds {', '.join(map(str, seeds))})"

@@ -443,4 +443,4 @@ def test_set_reaches_both_sides(parity, monkeypatch) -> None:
     rows = [{"side": s, "seed": 42, "metrics": {"f1": 0.5, "exact_match": 0.4}, "train_samples_per_s": 1.0,
              "eval_samples_per_s": 1.0, "peak_rss_mb": 1.0, "cpu_s": 1.0} for s in ("toolkit", "reference")]
     head = parity.render("qa", {"smoke": False, "full": False, "set": ["train.epochs=2"], "rows": rows})
-    assert head.startswith("**qa** (1,600 train questions") and ", with train.epochs=2; seeds 42)" in head.splitlines()[0]
+    assert head.startswith("**qa** (1,600 train questions") and "; then --set train.epochs=2; seeds 42)" in head.splitlines()[0]
