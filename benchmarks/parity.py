@@ -66,6 +66,9 @@ class Spec:
     metrics: tuple[str, ...]
     budget: str  # the real budget in words, for the table
     extra: tuple[str, ...] = field(default=())  # overrides for both budgets
+    # metrics both sides' trained models get from one shared scorer, after each side's own
+    # evaluation: (trained model folder, checkpoint folder, recipe) -> {metric: value}
+    rescore: Callable[[str, str, Any], dict[str, float]] | None = None
 
 
 # one evaluation, after the last step (the loop evaluates there when no scheduled evaluation fell
@@ -117,7 +120,8 @@ SPECS: dict[str, Spec] = {
                        "train.batch_size=8"),
                 metrics=("perplexity", "loss", "loss_one_mask_set"),
                 budget="500 WikiText-2 valid paragraphs (blocks of 128), 300 test paragraphs, 1 epoch, "
-                       "lr 1e-4, batch 32"),
+                       "lr 1e-4, batch 32",
+                rescore=lambda trained, path, recipe: {"loss_one_mask_set": one_mask_set_loss(trained, path, recipe)}),
     "clm": Spec("recipes/pretrain/wikitext-2/gpt2-clm.yaml", GPT2,
                 real=("task.max_train_samples=500", "task.max_eval_samples=200", "task.max_length=128",
                       "task.eval_stride=128", "train.lr=5e-4", "train.batch_size=16"),
@@ -641,7 +645,7 @@ def one_mask_set_loss(model_dir: str, tokenizer: str, recipe: Any) -> float:
     total, count = 0.0, 0
     with torch.no_grad():
         for batch in batches:
-            loss, n = summed_loss(model, {k: v for k, v in batch.items() if k != "special_tokens_mask"}, shifted=False)
+            loss, n = summed_loss(model, batch, shifted=False)  # the collator took special_tokens_mask out
             total, count = total + loss, count + n
     return total / max(count, 1)
 
@@ -757,15 +761,15 @@ def side(args: argparse.Namespace) -> dict:
     path = checkpoint_path(SPECS[args.task].checkpoint, args.smoke)
     over = overrides(args.task, args.smoke, path, args.seed, args.full)
     cpu, wall = time.process_time(), time.perf_counter()
+    spec = SPECS[args.task]
     with tempfile.TemporaryDirectory() as tmp:
-        recipe = resolved_recipe(args.task, over)
         if args.side == "toolkit":
             row = toolkit_side(args.task, over, Path(tmp))
         else:
-            row = REFERENCES[args.task](recipe, path, Path(tmp))
-        if args.task == "mlm":  # both trained models, one scorer, one mask set
+            row = REFERENCES[args.task](resolved_recipe(args.task, over), path, Path(tmp))
+        if spec.rescore:  # both trained models, one scorer (each side saved its model under tmp)
             trained = next(Path(tmp).rglob("model/config.json")).parent
-            row["metrics"]["loss_one_mask_set"] = one_mask_set_loss(str(trained), path, recipe)
+            row["metrics"].update(spec.rescore(str(trained), path, resolved_recipe(args.task, over)))
     # CPU seconds of the whole side (loading, tokenising, training, evaluating): unlike samples/s,
     # barely moved by other processes sharing the cores
     return {"side": args.side, "seed": args.seed, **row, "peak_rss_mb": peak_rss_mb(),
@@ -1022,7 +1026,7 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
     if task == "icl":
         return icl_check(checkpoint_path(GPT2, smoke), examples=8 if smoke else 32, smoke=smoke)
     # the recipe both sides will resolve, checked here: a bad --set is one line, not two tracebacks
-    resolved_recipe(task, overrides(task, smoke, checkpoint_path(SPECS[task].checkpoint, smoke), seeds[0], full))
+    recipe = resolved_recipe(task, overrides(task, smoke, checkpoint_path(SPECS[task].checkpoint, smoke), seeds[0], full))
     rows = []
     for seed in seeds:
         if together:  # both sides of the seed at once, each on half the cores: the same load for both
@@ -1035,9 +1039,7 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
             row["together"] = together
             rows.append(row)
             print(f"{task} seed {seed} {which}: {row['metrics']}", file=sys.stderr, flush=True)
-    path = checkpoint_path(SPECS[task].checkpoint, smoke)
-    return {"smoke": smoke, "full": full, "set": list(SET), "rows": rows,
-            "baselines": baselines(task, resolved_recipe(task, overrides(task, smoke, path, seeds[0], full)))}
+    return {"smoke": smoke, "full": full, "set": list(SET), "rows": rows, "baselines": baselines(task, recipe)}
 
 
 def merge(task: str, files: list[Path]) -> dict:
@@ -1093,6 +1095,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --set: '{bad[0]}' is not a KEY=VALUE recipe override (the checkpoint and the "
               "seed are the harness's: use --seeds)", file=sys.stderr)
         return 2
+    if args.set and (args.merge or args.task not in SPECS):
+        print(f"error: --set: {'--merge runs nothing' if args.merge else f'{args.task} trains nothing'}, "
+              "so there is no recipe to override", file=sys.stderr)
+        return 2
     SET[:] = args.set
     if args.side:
         print("ROW " + json.dumps(side(args)), flush=True)
@@ -1116,6 +1122,7 @@ def parse_seeds(text: str) -> list[int]:
         return [int(s) for s in text.split(",") if s.strip()] or [42]
     except ValueError:
         raise ValueError(f"--seeds: '{text}' is not a comma-separated list of integers") from None
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -444,3 +444,12 @@ def test_set_reaches_both_sides(parity, monkeypatch) -> None:
              "eval_samples_per_s": 1.0, "peak_rss_mb": 1.0, "cpu_s": 1.0} for s in ("toolkit", "reference")]
     head = parity.render("qa", {"smoke": False, "full": False, "set": ["train.epochs=2"], "rows": rows})
     assert head.startswith("**qa** (1,600 train questions") and "; then --set train.epochs=2; seeds 42)" in head.splitlines()[0]
+
+
+@pytest.mark.parametrize("argv", [["objectives", "--set", "train.epochs=2"],
+                                  ["qa", "--merge", "a.json", "--set", "train.epochs=2"]])
+def test_set_where_nothing_trains_is_one_line(parity, argv: list[str], capsys) -> None:
+    """--set is refused where it would be ignored (objectives and icl train nothing; --merge runs nothing)."""
+    assert parity.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --set:") and "no recipe to override" in err and err.count("\n") == 1
