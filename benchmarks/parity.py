@@ -954,9 +954,12 @@ def paired(ours: list[float], theirs: list[float]) -> str:
     diffs = [a - b for a, b in zip(ours, theirs)]
     if len(diffs) < 2:
         return f"{diffs[0]:+.2f} (1 seed)"
-    sd = statistics.stdev(diffs)
-    t = statistics.mean(diffs) / (sd / math.sqrt(len(diffs))) if sd else float("inf")
-    return f"{statistics.mean(diffs):+.2f} ± {sd:.2f} (t = {t:+.2f}, n = {len(diffs)})"
+    sd, mean = statistics.stdev(diffs), statistics.mean(diffs)
+    if not sd:  # no spread: t is undefined (0/0) or infinite, neither worth printing as a number
+        same = "equal on every seed" if not mean else "the same difference on every seed"
+        return f"{mean:+.2f} ± 0.00 ({same}, n = {len(diffs)})"
+    t = mean / (sd / math.sqrt(len(diffs)))
+    return f"{mean:+.2f} ± {sd:.2f} (t = {t:+.2f}, n = {len(diffs)})"
 
 
 def table(columns: list[str], rows: list[list[Any]]) -> str:

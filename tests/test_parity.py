@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -453,3 +455,37 @@ def test_set_where_nothing_trains_is_one_line(parity, argv: list[str], capsys) -
     assert parity.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --set:") and "no recipe to override" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("ours, theirs, shown", [
+    ([1.0, 2.0, 3.0], [0.5, 1.0, 2.0], "+0.83 ± 0.29 (t = +5.00, n = 3)"),  # diffs .5, 1, 1
+    ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], "+0.00 ± 0.00 (equal on every seed, n = 3)"),
+    ([2.0, 3.0], [1.0, 2.0], "+1.00 ± 0.00 (the same difference on every seed, n = 2)"),
+    ([2.0], [1.5], "+0.50 (1 seed)"),
+])
+def test_paired_difference_hand_worked(parity, ours: list[float], theirs: list[float], shown: str) -> None:
+    """Toolkit minus reference per seed: mean ± std and the paired t; no t where the differences
+    do not spread (a metric both sides score 0 on every seed printed 't = +inf')."""
+    assert parity.paired(ours, theirs) == shown
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc tunables")
+def test_malloc_tunables_keep_a_freed_large_block_for_reuse() -> None:
+    """benchmarks/malloc_trim.py's premise: with glibc's defaults freed 400 MB tensors (a GPT-2
+    step's logits at 16 x 128) go back to the kernel, and every round of three page-faults all
+    their 307,200 pages again; with the two tunables the README names, the heap keeps them and
+    the fifth round reuses them."""
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import malloc_trim; "
+            "print(malloc_trim.refault(400))")
+    faults = {}
+    for name, extra in (("default", {}), ("tuned", None)):
+        spec = importlib.util.spec_from_file_location("malloc_trim", ROOT / "benchmarks" / "malloc_trim.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        env = {k: v for k, v in os.environ.items() if k not in module.TUNED}
+        env.update(extra if extra is not None else module.TUNED)
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout
+        faults[name] = int(out.split()[-1])
+    assert faults["default"] > 300_000, faults
+    assert faults["tuned"] < 5_000, faults

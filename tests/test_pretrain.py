@@ -343,6 +343,40 @@ method: {name: full}
         recipe.load(path)
 
 
+def test_token_task_loss_slices_the_logits_only_for_soft_prompts() -> None:
+    """TokenTask.loss hands the model's logits to token_losses as they are: a full-length slice
+    would be an autograd node whose backward zero-fills and copies the whole (b, t, vocab)
+    gradient (0.3 s of a 3.5 s GPT-2 step on CPU). With PEFT's virtual positions in front, those
+    are dropped: the same losses as the trimmed logits', and no gradient on them."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from toolkit.tasks._lm import TokenTask, token_losses
+
+    def nodes(t: torch.Tensor) -> set[str]:
+        seen, todo = {}, [t.grad_fn]
+        while todo:
+            fn = todo.pop()
+            if fn is not None and id(fn) not in seen:
+                seen[id(fn)] = fn.name()
+                todo.extend(f for f, _ in fn.next_functions)
+        return set(seen.values())
+
+    task = object.__new__(TokenTask)  # loss() reads only the class's causal_shift
+    torch.manual_seed(0)
+    labels = torch.tensor([[IGNORE, 3, 1, 4], [2, 0, IGNORE, IGNORE]])
+    logits = torch.randn(2, 4, 5, requires_grad=True)
+    loss = task.loss(SimpleNamespace(logits=logits), {"labels": labels})
+    assert "SliceBackward0" not in nodes(loss)
+    assert torch.allclose(loss, token_losses(logits, labels, shift=True))
+    longer = torch.randn(2, 6, 5, requires_grad=True)  # two virtual positions, then the sequence
+    prompted = task.loss(SimpleNamespace(logits=longer), {"labels": labels})
+    assert torch.allclose(prompted, token_losses(longer[:, 2:].detach(), labels, shift=True))
+    prompted.sum().backward()
+    assert float(longer.grad[:, :2].abs().sum()) == 0.0 and float(longer.grad[:, 2:].abs().sum()) > 0.0
+
+
 def test_shifted_token_losses_by_hand() -> None:
     """token_losses with the causal shift: position t's logits score label t+1, -100 and the last
     position score nothing, each example's losses are summed; and the logits' gradient lands on

@@ -59,9 +59,10 @@ class TokenTask(Task):
         return token_units(batch["labels"], self._shift(batch))
 
     def loss(self, outputs: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        labels = batch["labels"]
-        logits = outputs.logits[:, -labels.shape[1]:]  # PEFT soft prompts prepend virtual positions
-        return token_losses(logits, labels, self._shift(batch))
+        # token_losses drops the virtual positions PEFT's soft prompts prepend, and only when
+        # there are some: even a full-length slice is an autograd node whose backward zero-fills
+        # and copies the (b, t, vocab) gradient (0.3 s of a 3.5 s GPT-2 step on CPU)
+        return token_losses(outputs.logits, batch["labels"], self._shift(batch))
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         """Default: perplexity of the labelled tokens (exp of the mean token loss)."""
