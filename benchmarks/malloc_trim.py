@@ -31,24 +31,25 @@ ROOT = Path(__file__).resolve().parent.parent
 TUNED = {"MALLOC_MMAP_THRESHOLD_": str(2**31 - 1), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 
 
-def refault(mb: int, rounds: int = 5) -> int:
-    """Minor page faults of the last of `rounds` rounds, each of which fills three `mb` MB tensors,
-    two alive at once, and frees them (as a training step's logits and gradients come and go):
-    about 3 x mb x 256 when glibc returns freed blocks to the kernel, near 0 once the heap keeps
-    them (it settles after a few rounds)."""
+def refault(mb: int, rounds: int = 10) -> int:
+    """The fewest minor page faults of a round, among `rounds` rounds after the first two, each of
+    which fills three `mb` MB tensors, two alive at once, and frees them (as a training step's
+    logits and gradients come and go): about 3 x mb x 256 every round when glibc returns freed
+    blocks to the kernel; 0 once the heap keeps them, which it settles into within a few rounds
+    (when depends on where other allocations land)."""
     import resource
 
     import torch
 
-    n, faults = mb * 2**18, 0
+    n, faults = mb * 2**18, []
     for _ in range(rounds):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         a, b = torch.ones(n), torch.ones(n)
         del a
         c = torch.ones(n)
         del b, c
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-    return faults
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return min(faults[2:])
 
 
 def steps(n: int, batch: int, tokens: int) -> dict:
@@ -89,6 +90,10 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for name, least in (("steps", 2), ("rounds", 1), ("batch", 1), ("tokens", 2)):
+        if getattr(args, name) < least:  # the first step is warm-up: the median needs one more
+            print(f"malloc_trim.py: --{name} must be at least {least}, got {getattr(args, name)}", file=sys.stderr)
+            return 2
     if args.child:
         print("ROW " + json.dumps(steps(args.steps, args.batch, args.tokens)))
         return 0

@@ -473,8 +473,8 @@ def test_paired_difference_hand_worked(parity, ours: list[float], theirs: list[f
 def test_malloc_tunables_keep_a_freed_large_block_for_reuse() -> None:
     """benchmarks/malloc_trim.py's premise: with glibc's defaults freed 400 MB tensors (a GPT-2
     step's logits at 16 x 128) go back to the kernel, and every round of three page-faults all
-    their 307,200 pages again; with the two tunables the README names, the heap keeps them and
-    the fifth round reuses them."""
+    their 307,200 pages again; with the two tunables the README names, the heap keeps them and a
+    later round reuses them."""
     code = ("import sys; sys.path.insert(0, 'benchmarks'); import malloc_trim; "
             "print(malloc_trim.refault(400))")
     faults = {}
@@ -511,3 +511,12 @@ def test_reference_decodes_as_the_toolkit_does(parity) -> None:
     assert parity.distinct([raw]) == "1/1, 15.0 words"
     reference = ["Tom will buy the car for his birthday."]
     assert rouge([raw], reference) == rouge([text], reference)
+
+
+def test_malloc_trim_bad_counts_are_one_line() -> None:
+    """benchmarks/malloc_trim.py: a count it cannot measure with is one line and exit 2, before
+    any process starts."""
+    got = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "malloc_trim.py"), "--steps", "1"],
+                         capture_output=True, text=True)
+    assert got.returncode == 2
+    assert got.stderr.strip() == "malloc_trim.py: --steps must be at least 2, got 1"
