@@ -777,15 +777,15 @@ def side(args: argparse.Namespace) -> dict:
     path = checkpoint_path(SPECS[args.task].checkpoint, args.smoke)
     over = overrides(args.task, args.smoke, path, args.seed, args.full)
     cpu, wall = time.process_time(), time.perf_counter()
-    spec = SPECS[args.task]
+    spec, recipe = SPECS[args.task], resolved_recipe(args.task, over)
     with tempfile.TemporaryDirectory() as tmp:
         if args.side == "toolkit":
             row = toolkit_side(args.task, over, Path(tmp))
         else:
-            row = REFERENCES[args.task](resolved_recipe(args.task, over), path, Path(tmp))
+            row = REFERENCES[args.task](recipe, path, Path(tmp))
         if spec.rescore:  # both trained models, one scorer (each side saved its model under tmp)
             trained = next(Path(tmp).rglob("model/config.json")).parent
-            row["metrics"].update(spec.rescore(str(trained), path, resolved_recipe(args.task, over)))
+            row["metrics"].update(spec.rescore(str(trained), path, recipe))
     # CPU seconds of the whole side (loading, tokenising, training, evaluating): unlike samples/s,
     # barely moved by other processes sharing the cores
     return {"side": args.side, "seed": args.seed, **row, "peak_rss_mb": peak_rss_mb(),

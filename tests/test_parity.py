@@ -477,13 +477,12 @@ def test_malloc_tunables_keep_a_freed_large_block_for_reuse() -> None:
     later round reuses them."""
     code = ("import sys; sys.path.insert(0, 'benchmarks'); import malloc_trim; "
             "print(malloc_trim.refault(400))")
+    spec = importlib.util.spec_from_file_location("malloc_trim", ROOT / "benchmarks" / "malloc_trim.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    base = {k: v for k, v in os.environ.items() if k not in module.TUNED}
     faults = {}
-    for name, extra in (("default", {}), ("tuned", None)):
-        spec = importlib.util.spec_from_file_location("malloc_trim", ROOT / "benchmarks" / "malloc_trim.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        env = {k: v for k, v in os.environ.items() if k not in module.TUNED}
-        env.update(extra if extra is not None else module.TUNED)
+    for name, env in (("default", base), ("tuned", {**base, **module.TUNED})):
         out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout
         faults[name] = int(out.split()[-1])
