@@ -142,6 +142,8 @@ SPECS: dict[str, Spec] = {
 }
 SEED_LIST = "42,43,44"
 SET: list[str] = []  # --set KEY=VALUE: recipe overrides after the budget's, for both sides
+BATCHES = ["trainer"]  # --reference-batches: whose batches the reference's Trainer trains on
+SAME_ROWS = ("summarization", "translation")  # references whose training features are the toolkit's rows, in order
 
 
 def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = False) -> list[str]:
@@ -458,6 +460,48 @@ def first_sentence(context: str) -> str:
 
 
 # --- reference: summarization and translation (run_summarization / run_translation) -----------
+class ToolkitBatches:
+    """A Trainer sampler serving the toolkit's own training batches for the recipe and seed, in
+    its order: `toolkit.batching.EpochBatches` over the toolkit's encoded training features
+    (which it keeps longest first, each with its raw row's `example_index`), mapped back to raw
+    rows, the reference's features' order. Flattened: Trainer's DataLoader cuts them back into
+    the same batches, since every batch but an epoch's last is full. Trainer calls `set_epoch`
+    before each epoch, as the toolkit's loop calls `use_epoch`. For `--reference-batches
+    toolkit`: the two sides then train on the same batches in the same order, and what is left
+    to differ is the random draws (initialisation, dropout)."""
+
+    def __init__(self, lengths: list[int], rows: list[int], recipe: Any) -> None:
+        from toolkit.batching import EpochBatches
+
+        t = recipe.train
+        self.rows = rows  # toolkit position -> raw row
+        self.batches = EpochBatches(lengths, t.batch_size, t.seed, t.group_by_length, t.batch_size * t.grad_accum)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.use_epoch(epoch)
+
+    def __iter__(self) -> Any:
+        return (self.rows[i] for batch in self.batches for i in batch)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def batched(trainer: Any, recipe: Any, tok: Any, train_rows: Any) -> Any:
+    """`trainer`, training on the toolkit's batches under `--reference-batches toolkit` (else
+    Trainer's own sampler, as `training_arguments` set it). The toolkit's features are encoded
+    here by its own encoder for their order alone; they must match the reference's in length."""
+    if BATCHES[0] != "toolkit":
+        return trainer
+    feats = recipe.method.encoder(recipe.task, tok)(train_rows)
+    lengths, rows = [len(ids) for ids in feats["input_ids"]], list(feats["example_index"])
+    theirs = [len(ids) for ids in trainer.train_dataset["input_ids"]]
+    if sorted(rows) != list(range(len(theirs))) or any(theirs[r] != n for r, n in zip(rows, lengths)):
+        raise RuntimeError("--reference-batches toolkit: the toolkit's training features are not the reference's rows")
+    trainer._get_train_sampler = lambda dataset=None: ToolkitBatches(lengths, rows, recipe)
+    return trainer
+
+
 def bert_dropout(recipe: Any) -> dict:
     """The recipe's `model.dropout` as BERT's config names it (none: the checkpoint's own)."""
     p = recipe.model.dropout
@@ -483,9 +527,9 @@ def generation_kwargs(task: Any) -> dict:
             "no_repeat_ngram_size": g.no_repeat_ngram_size, "do_sample": False, "early_stopping": g.num_beams > 1}
 
 
-def reference_seq2seq(recipe: Any, path: str, out: Path) -> dict:
-    """Seq2SeqTrainer with predict_with_generate: sources truncated to max_length, targets to
-    max_target_length, DataCollatorForSeq2Seq (labels -100), the recipe's generation settings."""
+def seq2seq_trainer(recipe: Any, path: str, out: Path) -> tuple[Any, Any, Callable[[Any], Any], Any]:
+    """(Seq2SeqTrainer ready to train, tokenizer, features(rows), the eval rows): sources
+    truncated to max_length, targets to max_target_length, DataCollatorForSeq2Seq (labels -100)."""
     from datasets import Dataset
     from transformers import AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer, set_seed
 
@@ -502,9 +546,19 @@ def reference_seq2seq(recipe: Any, path: str, out: Path) -> dict:
         return Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                                   "labels": labels["input_ids"]})
 
-    trainer = in_order(Seq2SeqTrainer(model=model, args=training_arguments(recipe, out, seq2seq=True, predict_with_generate=True),
-                                      train_dataset=features(train_rows),
-                                      data_collator=DataCollatorForSeq2Seq(tok, model=model, label_pad_token_id=-100)))
+    trainer = batched(in_order(Seq2SeqTrainer(
+        model=model, args=training_arguments(recipe, out, seq2seq=True, predict_with_generate=True),
+        train_dataset=features(train_rows), data_collator=DataCollatorForSeq2Seq(tok, model=model, label_pad_token_id=-100))),
+        recipe, tok, train_rows)
+    return trainer, tok, features, eval_rows
+
+
+def reference_seq2seq(recipe: Any, path: str, out: Path) -> dict:
+    """Seq2SeqTrainer with predict_with_generate (`seq2seq_trainer`), the recipe's generation
+    settings, the teacher-forced loss per target token."""
+    task = recipe.task
+    trainer, tok, features, eval_rows = seq2seq_trainer(recipe, path, out)
+    model = trainer.model
     result = trainer.train()
     test = features(eval_rows)
 
@@ -788,6 +842,8 @@ def side(args: argparse.Namespace) -> dict:
             row["metrics"].update(spec.rescore(str(trained), path, recipe))
     # CPU seconds of the whole side (loading, tokenising, training, evaluating): unlike samples/s,
     # barely moved by other processes sharing the cores
+    if args.side == "reference":
+        row["batches"] = BATCHES[0]
     return {"side": args.side, "seed": args.seed, **row, "peak_rss_mb": peak_rss_mb(),
             "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall, **gpu_memory()}
 
@@ -812,6 +868,7 @@ def start_side(task: str, which: str, seed: int, smoke: bool, full: bool, thread
     inherited), so that sides run at once share the cores evenly."""
     cmd = [sys.executable, __file__, task, "--side", which, "--seed", str(seed)]
     cmd += (["--smoke"] if smoke else []) + (["--full"] if full else []) + [f"--set={o}" for o in SET]
+    cmd += [f"--reference-batches={BATCHES[0]}"]
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}))
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
 
@@ -1015,6 +1072,8 @@ def render(task: str, result: dict) -> str:
     budget = "smoke" if result["smoke"] else "the recipe's own protocol" if result.get("full") else spec.budget
     if result.get("set"):
         budget += "; then --set " + ", ".join(result["set"])  # overrides what the budget says
+    if result.get("reference_batches") == "toolkit":
+        budget += "; the reference trained on the toolkit's batches, in its order"
     if gpu:
         budget += f", on one {rows[0]['gpu']}"
     head = f"**{task}** ({budget}; seeds {', '.join(map(str, seeds))})"
@@ -1036,9 +1095,11 @@ def scale(metric: str) -> float:
     return 100.0 if metric.startswith("rouge") or metric.endswith(("f1", "exact_match")) else 1.0
 
 
-def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, together: bool = False) -> dict:
+def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, together: bool = False,
+            sides: tuple[str, ...] = ("toolkit", "reference")) -> dict:
     """Both sides for every seed (toolkit first, each in its own process; `together`: the two
-    sides of a seed at once, each on half the cores) and the baselines."""
+    sides of a seed at once, each on half the cores) and the baselines; `sides`: only those
+    (`--only`, to pair with another run's other side by `--merge SIDE:FILE`)."""
     if task == "objectives":
         n = 200 if smoke else 10_000
         return {"span_corruption (T5)": span_corruption_stats(n), "denoise (BART)": denoise_stats(n)}
@@ -1048,24 +1109,30 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
     recipe = resolved_recipe(task, overrides(task, smoke, checkpoint_path(SPECS[task].checkpoint, smoke), seeds[0], full))
     rows = []
     for seed in seeds:
-        if together:  # both sides of the seed at once, each on half the cores: the same load for both
+        if together and len(sides) == 2:  # both sides of the seed at once, each on half the cores: the same load for both
             threads = max(1, (os.cpu_count() or 2) // 2)
             procs = {w: start_side(task, w, seed, smoke, full, threads) for w in ("toolkit", "reference")}
             got = [(w, finish_side(p, task, w, seed)) for w, p in procs.items()]
         else:  # one after the other, each with every core
-            got = [(w, run_side(task, w, seed, smoke, full)) for w in ("toolkit", "reference")]
+            got = [(w, run_side(task, w, seed, smoke, full)) for w in sides]
         for which, row in got:
             row["together"] = together
             rows.append(row)
             print(f"{task} seed {seed} {which}: {row['metrics']}", file=sys.stderr, flush=True)
-    return {"smoke": smoke, "full": full, "set": list(SET), "rows": rows, "baselines": baselines(task, recipe)}
+    return {"smoke": smoke, "full": full, "set": list(SET), "reference_batches": BATCHES[0], "rows": rows,
+            "baselines": baselines(task, recipe)}
 
 
-def merge(task: str, files: list[Path]) -> dict:
+def merge(task: str, files: list[str]) -> dict:
     """One result from several runs' --json files of `task`: their rows together (each seed once),
-    the first file's baselines. The runs must share the budget (smoke, real or full)."""
+    the first file's baselines. The runs must share the budget (smoke, real or full, --set). A
+    file named `SIDE:FILE` gives only that side's rows (`--only` runs, or one side of a run paired
+    with the other side of another); the reference rows must share their batches
+    (`--reference-batches`)."""
     parts = []
-    for f in files:
+    for name in files:
+        only, _, rest = name.partition(":")
+        only, f = (only, Path(rest)) if only in ("toolkit", "reference") and rest else (None, Path(name))
         try:
             part = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -1075,20 +1142,31 @@ def merge(task: str, files: list[Path]) -> dict:
         missing = [m for m in SPECS[task].metrics if m not in part["rows"][0].get("metrics", {})]
         if missing:
             raise ValueError(f"--merge: {f}: its rows lack {', '.join(missing)}: not a `{task}` result")
-        parts.append((f, part))
-    budget = {(bool(p.get("smoke")), bool(p.get("full")), tuple(p.get("set", []))) for _, p in parts}
+        rows = [r for r in part["rows"] if only in (None, r.get("side"))]
+        if not rows:
+            raise ValueError(f"--merge: {f}: no {only} rows")
+        parts.append((f, part, rows))
+    budget = {(bool(p.get("smoke")), bool(p.get("full")), tuple(p.get("set", []))) for _, p, _ in parts}
     if len(budget) > 1:
         raise ValueError("--merge: the files ran different budgets (smoke, real, full, --set); merge runs of one budget")
+    batches = {p.get("reference_batches", "trainer") for _, p, rows in parts if any(r["side"] == "reference" for r in rows)}
+    if len(batches) > 1:
+        raise ValueError("--merge: the reference rows trained on different batches (--reference-batches); "
+                         "merge reference rows of one kind")
     seen: dict[tuple, Path] = {}
-    for f, part in parts:
-        for row in part["rows"]:
+    for f, _, rows in parts:
+        for row in rows:
             key = (row["side"], row["seed"])
             if key in seen:
                 raise ValueError(f"--merge: seed {row['seed']} ({row['side']}) is in both {seen[key]} and {f}")
             seen[key] = f
+    unpaired = sorted({seed for side, seed in seen if (("reference" if side == "toolkit" else "toolkit"), seed) not in seen})
+    if unpaired:
+        raise ValueError(f"--merge: seed {unpaired[0]} has one side only; give each seed both sides")
     first = parts[0][1]
     return {"smoke": first.get("smoke", False), "full": first.get("full", False), "set": first.get("set", []),
-            "rows": [row for _, part in parts for row in part["rows"]], "baselines": first.get("baselines", {})}
+            "reference_batches": batches.pop() if batches else "trainer",
+            "rows": [row for _, _, rows in parts for row in rows], "baselines": first.get("baselines", {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1103,9 +1181,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="run a seed's two sides at once, each on half the cores (same load on both)")
     parser.add_argument("--merge", nargs="+", metavar="JSON",
                         help="run nothing: one table from the --json files of earlier runs of this task "
-                             "(seeds run in separate calls or on separate machines)")
+                             "(seeds run in separate calls or on separate machines); SIDE:JSON takes one side's rows")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a recipe override for both sides after the budget's (e.g. train.epochs=2); repeatable")
+    parser.add_argument("--reference-batches", choices=["trainer", "toolkit"], default="trainer",
+                        help="trainer: the reference trains on Trainer's own sampler (the recipe's grouping); "
+                             f"toolkit: on the toolkit's very batches, in its order ({' and '.join(SAME_ROWS)})")
+    parser.add_argument("--only", choices=["toolkit", "reference"],
+                        help="run this side alone (pair it with another run's other side: --merge SIDE:FILE)")
     parser.add_argument("--side", choices=["toolkit", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=42, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1118,20 +1201,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --set: {'--merge runs nothing' if args.merge else f'{args.task} trains nothing'}, "
               "so there is no recipe to override", file=sys.stderr)
         return 2
-    SET[:] = args.set
+    if args.reference_batches == "toolkit" and args.task not in SAME_ROWS:
+        print(f"error: --reference-batches toolkit: {args.task}'s reference features are not the toolkit's rows one "
+              f"for one; use it with {' or '.join(SAME_ROWS)}", file=sys.stderr)
+        return 2
+    if args.only and (args.merge or args.together):
+        print(f"error: --only: {'--merge runs nothing' if args.merge else '--together runs both sides at once'}; "
+              "drop one of the two", file=sys.stderr)
+        return 2
+    SET[:], BATCHES[:] = args.set, [args.reference_batches]
     if args.side:
         print("ROW " + json.dumps(side(args)), flush=True)
         return 0
     from toolkit.errors import UserError
 
     try:
-        result = merge(args.task, [Path(f) for f in args.merge]) if args.merge else \
-            compare(args.task, parse_seeds(args.seeds), args.smoke, args.full, args.together)
+        result = merge(args.task, args.merge) if args.merge else \
+            compare(args.task, parse_seeds(args.seeds), args.smoke, args.full, args.together,
+                    (args.only,) if args.only else ("toolkit", "reference"))
     except (ValueError, UserError) as err:  # a bad --merge / --seeds, or a recipe --set makes invalid
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
+    if args.only:
+        print("\n".join(f"{args.task} seed {r['seed']} {r['side']}: {r['metrics']}" for r in result["rows"]))
+        return 0
     print(render(args.task, result))
     return 0
 

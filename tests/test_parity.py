@@ -220,6 +220,14 @@ def test_seq2seq_reference_loss_equals_the_toolkits(parity, tmp_path: Path) -> N
     assert np.isfinite(sides["toolkit"]["loss"]) and sides["toolkit"]["loss"] > 1
     assert sides["toolkit"]["loss"] == pytest.approx(sides["reference"]["loss"], rel=0.01)
     assert set(sides["reference"]) >= {"loss", "bleu", "chrf"}
+    # --only reference --reference-batches toolkit: one row, the reference's, on the toolkit's batches
+    alone = tmp_path / "alone.json"
+    assert parity.main(["translation", "--smoke", "--seeds", "42", "--only", "reference",
+                        "--reference-batches", "toolkit", "--json", str(alone)]) == 0
+    result = json.loads(alone.read_text())
+    assert [(r["side"], r["batches"]) for r in result["rows"]] == [("reference", "toolkit")]
+    assert result["reference_batches"] == "toolkit"
+    assert result["rows"][0]["metrics"]["loss"] == pytest.approx(sides["toolkit"]["loss"], rel=0.01)
 
 
 @pytest.mark.parametrize("task", ["translation", "qa", "clm"])
@@ -282,12 +290,66 @@ def test_reference_batches_as_the_recipe_does(parity, grouped: bool, tmp_path: P
     assert (spread < 5) == grouped, spread
 
 
-def _saved_result(path: Path, seed: int, f1s: tuple[float, float], full: bool = True) -> Path:
+def test_reference_can_train_on_the_toolkits_batches(parity, tmp_path: Path, monkeypatch) -> None:
+    """`--reference-batches toolkit`: the Trainer's training run (two epochs, recorded at its
+    collator) sees exactly the batches the toolkit's loop draws for the recipe and seed, in the
+    same order, epoch by epoch; Trainer's own sampler sees others. Built to tell whether the
+    Multi30k loss gap (lower on every seed on the toolkit's side) comes from the batch order."""
+    from transformers import AutoTokenizer
+
+    from toolkit.batching import EpochBatches
+
+    path = parity.checkpoint_path(parity.MINILM, True)
+    over = [*parity.overrides("translation", True, path, 7), "train.batch_size=3", "train.epochs=2",
+            "task.max_train_samples=14"]
+    recipe = parity.resolved_recipe("translation", over)
+    tok = AutoTokenizer.from_pretrained(path)
+    train = recipe.method.encoder(recipe.task, tok)(recipe.task.load()["train"])  # the toolkit's features
+    assert train["example_index"] != sorted(train["example_index"])  # kept longest first, not in raw order
+    sampler = EpochBatches([len(ids) for ids in train["input_ids"]], 3, 7, True, 3)
+    expected = []
+    for epoch in range(2):
+        sampler.use_epoch(epoch)
+        expected += [[train[i]["input_ids"] for i in batch] for batch in sampler]
+
+    def served(batches: str) -> list:
+        monkeypatch.setattr(parity, "BATCHES", [batches])
+        trainer = parity.seq2seq_trainer(recipe, path, tmp_path / batches)[0]
+        seen, collate = [], trainer.data_collator
+        trainer.data_collator = lambda rows: seen.append([r["input_ids"] for r in rows]) or collate(rows)
+        trainer.train()
+        return seen
+
+    ours = served("toolkit")
+    assert len(expected) == 10 and len(expected[4]) == 2  # 14 rows in batches of 3: the short one ends each epoch
+    assert ours == expected
+    assert served("trainer") != expected
+
+
+def _saved_result(path: Path, seed: int, f1s: tuple[float, float], full: bool = True,
+                  batches: str | None = None, sides: tuple[str, ...] = ("toolkit", "reference")) -> Path:
     rows = [{"side": side, "seed": seed, "metrics": {"f1": f1, "exact_match": f1 / 2},
              "train_samples_per_s": 10.0, "eval_samples_per_s": 20.0, "peak_rss_mb": 100.0, "cpu_s": 5.0}
-            for side, f1 in zip(("toolkit", "reference"), f1s)]
-    path.write_text(json.dumps({"smoke": False, "full": full, "rows": rows, "baselines": {}}))
+            for side, f1 in zip(("toolkit", "reference"), f1s) if side in sides]
+    result = {"smoke": False, "full": full, "rows": rows, "baselines": {}}
+    if batches:  # runs before --reference-batches existed recorded none (Trainer's own)
+        result["reference_batches"] = batches
+    path.write_text(json.dumps(result))
     return path
+
+
+def test_merge_pairs_one_side_of_a_run_with_another_runs_other_side(parity, tmp_path: Path, capsys) -> None:
+    """`--merge toolkit:A reference:B`: the toolkit's rows of a both-sided run beside an `--only
+    reference` run's (here on the toolkit's batches); the table says whose batches the reference
+    trained on."""
+    a = _saved_result(tmp_path / "a.json", 42, (0.70, 0.50))  # its reference row (0.50) is left out
+    b = _saved_result(tmp_path / "b.json", 42, (0.0, 0.66), batches="toolkit", sides=("reference",))
+    out = tmp_path / "merged.json"
+    assert parity.main(["qa", "--merge", f"toolkit:{a}", f"reference:{b}", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "+4.00 (1 seed)" in printed and "the reference trained on the toolkit's batches" in printed
+    merged = json.loads(out.read_text())
+    assert merged["reference_batches"] == "toolkit" and len(merged["rows"]) == 2
 
 
 def test_merge_renders_seeds_run_apart(parity, tmp_path: Path, capsys) -> None:
@@ -309,6 +371,9 @@ def test_merge_renders_seeds_run_apart(parity, tmp_path: Path, capsys) -> None:
     ("other task", "not a `summarization` result"),
     ("budgets differ", "different budgets"),
     ("not json", "not a readable --json result"),
+    ("one side", "seed 42 has one side only"),
+    ("batches differ", "trained on different batches"),
+    ("side absent", "no reference rows"),
 ])
 def test_merge_errors_are_one_line(parity, case: str, message: str, tmp_path: Path, capsys) -> None:
     a = _saved_result(tmp_path / "a.json", 42, (0.7, 0.6))
@@ -321,6 +386,12 @@ def test_merge_errors_are_one_line(parity, case: str, message: str, tmp_path: Pa
         bad = tmp_path / "bad.json"
         bad.write_bytes(b"\xff\xfe{")
         files = [bad]
+    elif case == "one side":
+        files = [f"toolkit:{a}"]
+    elif case == "batches differ":
+        files = [a, _saved_result(tmp_path / "b.json", 43, (0.7, 0.6), batches="toolkit")]
+    elif case == "side absent":
+        files = [f"reference:{_saved_result(tmp_path / 'b.json', 43, (0.7, 0.6), sides=('toolkit',))}"]
     assert parity.main([task, "--merge", *map(str, files)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --merge:") and message in err and err.count("\n") == 1
@@ -446,6 +517,17 @@ def test_set_reaches_both_sides(parity, monkeypatch) -> None:
              "eval_samples_per_s": 1.0, "peak_rss_mb": 1.0, "cpu_s": 1.0} for s in ("toolkit", "reference")]
     head = parity.render("qa", {"smoke": False, "full": False, "set": ["train.epochs=2"], "rows": rows})
     assert head.startswith("**qa** (1,600 train questions") and "; then --set train.epochs=2; seeds 42)" in head.splitlines()[0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["qa", "--reference-batches", "toolkit"], "error: --reference-batches toolkit: qa's reference features"),
+    (["translation", "--only", "reference", "--together"], "error: --only: --together runs both sides"),
+    (["translation", "--only", "reference", "--merge", "a.json"], "error: --only: --merge runs nothing"),
+])
+def test_reference_batches_and_only_refuse_in_one_line(parity, argv: list[str], message: str, capsys) -> None:
+    assert parity.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("argv", [["objectives", "--set", "train.epochs=2"],
