@@ -143,7 +143,7 @@ SPECS: dict[str, Spec] = {
 SEED_LIST = "42,43,44"
 SET: list[str] = []  # --set KEY=VALUE: recipe overrides after the budget's, for both sides
 BATCHES = ["trainer"]  # --reference-batches: whose batches the reference's Trainer trains on
-SAME_ROWS = ("summarization", "translation")  # references whose training features are the toolkit's rows, in order
+SAME_ROWS = ("qa", "qa2", "summarization", "translation")  # references whose training features are the toolkit's
 
 
 def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = False) -> list[str]:
@@ -356,8 +356,8 @@ def reference_qa(recipe: Any, path: str, out: Path) -> dict:
     model = AutoModelForQuestionAnswering.from_pretrained(path, **bert_dropout(recipe))
     train_set = Dataset.from_dict(qa_train_features(tok, train_rows[:], task.max_length, task.doc_stride))
     feats, example_of, offsets = qa_eval_features(tok, eval_rows[:], task.max_length, task.doc_stride)
-    trainer = in_order(Trainer(model=model, args=training_arguments(recipe, out), train_dataset=train_set,
-                               data_collator=DataCollatorWithPadding(tok)))
+    trainer = batched(in_order(Trainer(model=model, args=training_arguments(recipe, out), train_dataset=train_set,
+                                       data_collator=DataCollatorWithPadding(tok))), recipe, tok, train_rows)
     result = trainer.train()
 
     def evaluate() -> tuple[list[str], dict[str, float]]:  # timed with its scorer, as the toolkit's is
@@ -462,19 +462,20 @@ def first_sentence(context: str) -> str:
 # --- reference: summarization and translation (run_summarization / run_translation) -----------
 class ToolkitBatches:
     """A Trainer sampler serving the toolkit's own training batches for the recipe and seed, in
-    its order: `toolkit.batching.EpochBatches` over the toolkit's encoded training features
-    (which it keeps longest first, each with its raw row's `example_index`), mapped back to raw
-    rows, the reference's features' order. Flattened: Trainer's DataLoader cuts them back into
-    the same batches, since every batch but an epoch's last is full. Trainer calls `set_epoch`
-    before each epoch, as the toolkit's loop calls `use_epoch`. For `--reference-batches
-    toolkit`: the two sides then train on the same batches in the same order, and what is left
-    to differ is the random draws (initialisation, dropout)."""
+    its order: `toolkit.batching.EpochBatches` over the toolkit's encoded training features,
+    each mapped to the reference's feature with the same tokens (the toolkit keeps its features
+    longest first, the reference in raw order; identical features are interchangeable).
+    Flattened: Trainer's DataLoader cuts them back into the same batches, since every batch but
+    an epoch's last is full. Trainer calls `set_epoch` before each epoch, as the toolkit's loop
+    calls `use_epoch`. For `--reference-batches toolkit`: the two sides then train on the same
+    batches in the same order, and what is left to differ is the random draws (initialisation,
+    dropout)."""
 
     def __init__(self, lengths: list[int], rows: list[int], recipe: Any) -> None:
         from toolkit.batching import EpochBatches
 
         t = recipe.train
-        self.rows = rows  # toolkit position -> raw row
+        self.rows = rows  # toolkit position -> reference feature
         self.batches = EpochBatches(lengths, t.batch_size, t.seed, t.group_by_length, t.batch_size * t.grad_accum)
 
     def set_epoch(self, epoch: int) -> None:
@@ -490,15 +491,20 @@ class ToolkitBatches:
 def batched(trainer: Any, recipe: Any, tok: Any, train_rows: Any) -> Any:
     """`trainer`, training on the toolkit's batches under `--reference-batches toolkit` (else
     Trainer's own sampler, as `training_arguments` set it). The toolkit's features are encoded
-    here by its own encoder for their order alone; they must match the reference's in length."""
+    here by its own encoder, for their order alone; every one must be one of the reference's."""
     if BATCHES[0] != "toolkit":
         return trainer
-    feats = recipe.method.encoder(recipe.task, tok)(train_rows)
-    lengths, rows = [len(ids) for ids in feats["input_ids"]], list(feats["example_index"])
-    theirs = [len(ids) for ids in trainer.train_dataset["input_ids"]]
-    if sorted(rows) != list(range(len(theirs))) or any(theirs[r] != n for r, n in zip(rows, lengths)):
-        raise RuntimeError("--reference-batches toolkit: the toolkit's training features are not the reference's rows")
-    trainer._get_train_sampler = lambda dataset=None: ToolkitBatches(lengths, rows, recipe)
+    ours = recipe.method.encoder(recipe.task, tok)(train_rows)["input_ids"]
+    where: dict[tuple, list[int]] = collections.defaultdict(list)
+    for i, ids in enumerate(trainer.train_dataset["input_ids"]):
+        where[tuple(ids)].append(i)
+    try:
+        rows = [where[tuple(ids)].pop() for ids in ours]
+    except IndexError:
+        raise RuntimeError("--reference-batches toolkit: a toolkit training feature is none of the reference's") from None
+    if len(rows) != len(trainer.train_dataset):
+        raise RuntimeError("--reference-batches toolkit: the reference has training features the toolkit has not")
+    trainer._get_train_sampler = lambda dataset=None: ToolkitBatches([len(ids) for ids in ours], rows, recipe)
     return trainer
 
 
@@ -1186,7 +1192,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a recipe override for both sides after the budget's (e.g. train.epochs=2); repeatable")
     parser.add_argument("--reference-batches", choices=["trainer", "toolkit"], default="trainer",
                         help="trainer: the reference trains on Trainer's own sampler (the recipe's grouping); "
-                             f"toolkit: on the toolkit's very batches, in its order ({' and '.join(SAME_ROWS)})")
+                             f"toolkit: on the toolkit's very batches, in its order ({', '.join(SAME_ROWS)})")
     parser.add_argument("--only", choices=["toolkit", "reference"],
                         help="run this side alone (pair it with another run's other side: --merge SIDE:FILE)")
     parser.add_argument("--side", choices=["toolkit", "reference"], help=argparse.SUPPRESS)
@@ -1202,8 +1208,8 @@ def main(argv: list[str] | None = None) -> int:
               "so there is no recipe to override", file=sys.stderr)
         return 2
     if args.reference_batches == "toolkit" and args.task not in SAME_ROWS:
-        print(f"error: --reference-batches toolkit: {args.task}'s reference features are not the toolkit's rows one "
-              f"for one; use it with {' or '.join(SAME_ROWS)}", file=sys.stderr)
+        print(f"error: --reference-batches toolkit: {args.task}'s reference is not wired to the toolkit's batches; "
+              f"use it with {', '.join(SAME_ROWS)}", file=sys.stderr)
         return 2
     if args.only and (args.merge or args.together):
         print(f"error: --only: {'--merge runs nothing' if args.merge else '--together runs both sides at once'}; "

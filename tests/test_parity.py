@@ -546,7 +546,7 @@ def test_set_reaches_both_sides(parity, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["qa", "--reference-batches", "toolkit"], "error: --reference-batches toolkit: qa's reference features"),
+    (["mlm", "--reference-batches", "toolkit"], "error: --reference-batches toolkit: mlm's reference is not wired"),
     (["translation", "--only", "reference", "--together"], "error: --only: --together runs both sides"),
     (["translation", "--only", "reference", "--merge", "a.json"], "error: --only: --merge runs nothing"),
 ])
