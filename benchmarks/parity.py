@@ -568,15 +568,18 @@ def reference_seq2seq(recipe: Any, path: str, out: Path) -> dict:
     result = trainer.train()
     test = features(eval_rows)
 
-    def evaluate() -> tuple[list[str], dict[str, float]]:  # timed with its scorer, as the toolkit's is
+    def evaluate() -> tuple[list[str], dict[str, float]]:
+        """Generation, the scorer and the teacher-forced loss: what the toolkit's evaluation
+        timer covers (it computes the loss in the same pass as generation)."""
         ids = trainer.predict(test, **generation_kwargs(task)).predictions
         ids[ids < 0] = tok.pad_token_id
         preds = decode(tok, ids)
         refs = list(eval_rows["target"])
-        return preds, rouge_scores(preds, refs) if recipe.task.name == "summarization" else bleu_scores(preds, refs)
+        scores = rouge_scores(preds, refs) if recipe.task.name == "summarization" else bleu_scores(preds, refs)
+        scores["loss"] = seq2seq_loss(model, test, trainer.data_collator, trainer.args.per_device_eval_batch_size)
+        return preds, scores
 
     (preds, metrics), seconds = timed(evaluate)
-    metrics["loss"] = seq2seq_loss(model, test, trainer.data_collator, trainer.args.per_device_eval_batch_size)
     return {"metrics": metrics, "train_samples_per_s": result.metrics["train_samples_per_second"],
             "eval_samples_per_s": len(preds) / seconds, "train_s": result.metrics["train_runtime"],
             "distinct_predictions": distinct(preds)}
