@@ -206,3 +206,39 @@ method: {{name: icl, shots: 2}}
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["train_steps"] == 0 and set(metrics["eval"]) >= {"rouge1", "rougeLsum", "loss"}
     assert len((run / "predictions.jsonl").read_text().splitlines()) == 15
+
+
+@pytest.mark.parametrize("method", ["full", "prompt_tuning"])
+def test_decoder_only_loss_takes_the_logits_of_target_positions_only(tiny_checkpoint, method: str) -> None:
+    """GPT-2 on a text-to-text task: the collator asks the model for the logits of the last
+    positions alone, from the one that predicts the batch's first target token (the prompt's
+    logits were projected onto the vocabulary and thrown away). The summed losses equal those
+    of the full logits, under a PEFT soft prompt too (virtual positions prepended)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolkit.tasks._generation import TextToTextCollator
+    from toolkit.tasks._lm import token_losses
+
+    path = tiny_checkpoint("gpt2")
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.pad_token = tok.eos_token
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    if method == "prompt_tuning":
+        from peft import PromptTuningConfig, get_peft_model
+
+        model = get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4))
+    # prompts of 5 and 7 tokens, targets of 3 and 2: 8 and 9 positions
+    rows = [([11, 12, 13, 14, 15], [21, 22, 23]), ([31, 32, 33, 34, 35, 36, 37], [41, 42])]
+    features = [{"input_ids": p + t, "attention_mask": [1] * (len(p) + len(t)), "labels": [-100] * len(p) + t,
+                 "prompt_ids": p, "example_index": i} for i, (p, t) in enumerate(rows)]
+    batch = TextToTextCollator(tok, model, decoder_only=True)(features)
+    assert batch["logits_to_keep"] == 5  # width 9, first target token in column 5: positions 4..8
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        kept = model(**inputs, logits_to_keep=batch["logits_to_keep"]).logits
+        full = model(**inputs).logits
+    assert kept.shape[1] == 5 and full.shape[1] == 9 + (4 if method == "prompt_tuning" else 0)
+    ours, theirs = token_losses(kept, batch["labels"], shift=True), token_losses(full, batch["labels"], shift=True)
+    assert torch.allclose(ours, theirs, rtol=1e-5) and bool((ours > 0).all())

@@ -238,12 +238,21 @@ class TextToTextCollator:
     """Pads a batch for training and generation.
 
     Encoder-decoder: DataCollatorForSeq2Seq (labels -100, decoder inputs from the model). Decoder
-    only: inputs right-padded for the loss, the prompt alone left-padded for `generate`."""
+    only: inputs right-padded for the loss, the prompt alone left-padded for `generate`, and
+    `logits_to_keep`: how many positions at the end of the sequence the loss needs logits for
+    (from the position before the batch's first target token). The prompt's positions are -100
+    in the labels, so their logits were computed and thrown away: the LM head is the largest
+    matmul of a small decoder (GPT-2's 50,257-word projection), and a 128-token prompt before a
+    32-token summary spent four fifths of it on the prompt. transformers' causal LMs slice the
+    hidden states before the head (`logits_to_keep`, what `generate` uses for the last token);
+    counting from the end keeps it right under PEFT's soft prompts, which prepend positions.
+    `token_losses` lines the kept logits up with the labels' last positions."""
 
     def __init__(self, tokenizer: Any, model: Any, decoder_only: bool) -> None:
         from transformers import DataCollatorForSeq2Seq
 
         self.tok, self.decoder_only = tokenizer, decoder_only
+        self.keep_logits = decoder_only and keeps_logits(model)
         self.seq2seq = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=IGNORE,
                                               return_tensors="pt")
 
@@ -258,7 +267,22 @@ class TextToTextCollator:
                  "labels": _pad([f["labels"] for f in features], IGNORE, left=False),
                  "prompt_ids": _pad([f["prompt_ids"] for f in features], pad, left=True),
                  "prompt_mask": _pad([[1] * len(f["prompt_ids"]) for f in features], 0, left=True)}
+        if self.keep_logits:
+            labelled = (batch["labels"] != IGNORE).any(0).nonzero()  # (n, 1) columns with a target token
+            if len(labelled):  # logits from the position that predicts the first target token on
+                width = batch["labels"].shape[1]
+                batch["logits_to_keep"] = min(width, width - int(labelled[0, 0]) + 1)
         return {**batch, "example_index": index}
+
+
+def keeps_logits(model: Any) -> bool:
+    """Whether `model` (or the model PEFT wraps) takes transformers' `logits_to_keep`."""
+    import inspect
+
+    if model is None:
+        return False
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 def _pad(rows: list[list[int]], value: int, left: bool) -> torch.Tensor:

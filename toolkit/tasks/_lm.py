@@ -24,7 +24,9 @@ IGNORE = -100
 
 
 def token_losses(logits: torch.Tensor, labels: torch.Tensor, shift: bool) -> torch.Tensor:
-    """(b,) summed cross-entropy over each example's labelled tokens (fp32, -100 ignored)."""
+    """(b,) summed cross-entropy over each example's labelled tokens (fp32, -100 ignored).
+    Logits shorter than the labels are those of the sequence's last positions (the model was
+    given `logits_to_keep`: the positions before them predict no labelled token)."""
     extra = logits.shape[1] - labels.shape[1]
     if extra > 0:  # soft prompts: PEFT prepends virtual tokens to a decoder's sequence
         logits = logits[:, extra:]
@@ -33,6 +35,8 @@ def token_losses(logits: torch.Tensor, labels: torch.Tensor, shift: bool) -> tor
         # slicing them made `reshape` copy them forward and backward (a GPT-2 step's 400 MB, 9%
         # of a CLM step on CPU); the summed losses are the same
         labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE)
+    if extra < 0:  # logits_to_keep: the last positions only
+        labels = labels[:, -extra:]
     b, t, v = logits.shape
     flat = F.cross_entropy(logits.reshape(b * t, v).float(), labels.reshape(b * t),
                            ignore_index=IGNORE, reduction="none")  # (b*t,)
