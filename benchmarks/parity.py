@@ -69,6 +69,8 @@ class Spec:
     # metrics both sides' trained models get from one shared scorer, after each side's own
     # evaluation: (trained model folder, checkpoint folder, recipe) -> {metric: value}
     rescore: Callable[[str, str, Any], dict[str, float]] | None = None
+    # the reference passes its Trainer through `batched`: --reference-batches toolkit applies
+    toolkit_batches: bool = False
 
 
 # one evaluation, after the last step (the loop evaluates there when no scheduled evaluation fell
@@ -83,7 +85,8 @@ SPECS: dict[str, Spec] = {
                       "task.max_length=128", "task.doc_stride=32", "train.batch_size=8"),
                metrics=("f1", "exact_match"),
                budget="1,600 train questions (from 40 articles), 400 eval questions (from the 8 other articles), "
-                      "1 epoch, windows 192 / stride 64, lr 1e-4, batch 16, warm-up 10%"),
+                      "1 epoch, windows 192 / stride 64, lr 1e-4, batch 16, warm-up 10%",
+               toolkit_batches=True),
     # the same budget on a v2.0-format file (`squad_v2_file`): null answers, HasAns / NoAns
     "qa2": Spec("recipes/squad/v1.1/minilm-full.yaml", MINILM,
                 real=("task.max_train_samples=1600", "task.max_eval_samples=400", "train.epochs=1",
@@ -94,7 +97,8 @@ SPECS: dict[str, Spec] = {
                 extra=("task.version=v2", "task.eval_file={squad_v2}"),
                 budget="SQuAD v1.1 dev made v2.0 (every third question swapped for another article's and "
                        "unanswerable), 1,600 train / 400 eval questions, 1 epoch, windows 192 / stride 64, "
-                       "lr 1e-4, batch 16, null answer when its score beats the best span's (threshold 0)"),
+                       "lr 1e-4, batch 16, null answer when its score beats the best span's (threshold 0)",
+                toolkit_batches=True),
     "summarization": Spec("recipes/summarization/samsum/minilm2minilm-full.yaml", MINILM,
                           real=("task.max_train_samples=818", "task.max_eval_samples=100", "train.epochs=8",
                                 "task.max_length=128", "task.max_target_length=32", "train.batch_size=8",
@@ -103,7 +107,8 @@ SPECS: dict[str, Spec] = {
                                  "task.max_length=64", "task.max_target_length=16", *GREEDY_SHORT),
                           metrics=("loss", "rouge1", "rouge2", "rougeL", "rougeLsum"),
                           budget="818 train dialogues (SAMSum validation), 100 test dialogues, 8 epochs (824 steps), "
-                                 "source 128 / target 32 tokens, lr 2e-4, batch 8, greedy, 32 new tokens"),
+                                 "source 128 / target 32 tokens, lr 2e-4, batch 8, greedy, 32 new tokens",
+                          toolkit_batches=True),
     "translation": Spec("recipes/translation/multi30k/t5-base-full.yaml", MINILM,
                         real=("task.max_train_samples=6000", "task.max_eval_samples=200", "train.epochs=3",
                               "train.lr=3e-4", "task.max_length=64", "task.max_target_length=64",
@@ -113,7 +118,8 @@ SPECS: dict[str, Spec] = {
                         metrics=("loss", "bleu", "chrf"),
                         extra=("model.warm_start=encoder-decoder",),
                         budget="6,000 train pairs, 200 test_2016_flickr pairs, 3 epochs (564 steps), 64 / 64 tokens, "
-                               "lr 3e-4, batch 32, greedy, 48 new tokens"),
+                               "lr 3e-4, batch 32, greedy, 48 new tokens",
+                        toolkit_batches=True),
     "mlm": Spec("recipes/pretrain/wikitext-2/minilm-mlm.yaml", MINILM,
                 real=("task.max_train_samples=500", "task.max_eval_samples=300"),
                 smoke=("task.max_train_samples=16", "task.max_eval_samples=8", "task.max_length=32",
@@ -140,10 +146,10 @@ SPECS: dict[str, Spec] = {
                  budget="random GPT-2 (4 layers, width 256), 400 SAMSum dialogues, 50 test, 1 epoch (50 steps), "
                         "prompt 128 / target 32 tokens, lr 5e-4, batch 8, greedy 24 tokens"),
 }
+BATCHABLE = [task for task, spec in SPECS.items() if spec.toolkit_batches]
 SEED_LIST = "42,43,44"
 SET: list[str] = []  # --set KEY=VALUE: recipe overrides after the budget's, for both sides
 BATCHES = ["trainer"]  # --reference-batches: whose batches the reference's Trainer trains on
-SAME_ROWS = ("qa", "qa2", "summarization", "translation")  # references whose training features are the toolkit's
 
 
 def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = False) -> list[str]:
@@ -248,6 +254,54 @@ def training_arguments(recipe: Any, out: Path, seq2seq: bool = False, **extra: A
                save_strategy="no", eval_strategy="no", report_to=[], logging_strategy="no",
                train_sampling_strategy="group_by_length" if t.group_by_length else "random",
                use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, **extra)
+
+
+class ToolkitBatches:
+    """A Trainer sampler serving the toolkit's own training batches for the recipe and seed, in
+    its order: `toolkit.batching.EpochBatches` over the toolkit's encoded training features,
+    each mapped to the reference's feature with the same tokens (the toolkit keeps its features
+    longest first, the reference in raw order; identical features are interchangeable).
+    Flattened: Trainer's DataLoader cuts them back into the same batches, since every batch but
+    an epoch's last is full. Trainer calls `set_epoch` before each epoch, as the toolkit's loop
+    calls `use_epoch`. For `--reference-batches toolkit`: the two sides then train on the same
+    batches in the same order, and what is left to differ is the random draws (initialisation,
+    dropout)."""
+
+    def __init__(self, lengths: list[int], rows: list[int], recipe: Any) -> None:
+        from toolkit.batching import EpochBatches
+
+        t = recipe.train
+        self.rows = rows  # toolkit position -> reference feature
+        self.batches = EpochBatches(lengths, t.batch_size, t.seed, t.group_by_length, t.batch_size * t.grad_accum)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.use_epoch(epoch)
+
+    def __iter__(self) -> Any:
+        return (self.rows[i] for batch in self.batches for i in batch)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def batched(trainer: Any, recipe: Any, tok: Any, train_rows: Any) -> Any:
+    """`trainer`, training on the toolkit's batches under `--reference-batches toolkit` (else
+    Trainer's own sampler, as `training_arguments` set it). The toolkit's features are encoded
+    here by its own encoder, for their order alone; every one must be one of the reference's."""
+    if BATCHES[0] != "toolkit":
+        return trainer
+    ours = recipe.method.encoder(recipe.task, tok)(train_rows)["input_ids"]
+    where: dict[tuple, list[int]] = collections.defaultdict(list)
+    for i, ids in enumerate(trainer.train_dataset["input_ids"]):
+        where[tuple(ids)].append(i)
+    try:
+        rows = [where[tuple(ids)].pop() for ids in ours]
+    except IndexError:
+        raise RuntimeError("--reference-batches toolkit: a toolkit training feature is none of the reference's") from None
+    if len(rows) != len(trainer.train_dataset):
+        raise RuntimeError("--reference-batches toolkit: the reference has training features the toolkit has not")
+    trainer._get_train_sampler = lambda dataset=None: ToolkitBatches([len(ids) for ids in ours], rows, recipe)
+    return trainer
 
 
 def in_order(trainer: Any) -> Any:
@@ -460,54 +514,6 @@ def first_sentence(context: str) -> str:
 
 
 # --- reference: summarization and translation (run_summarization / run_translation) -----------
-class ToolkitBatches:
-    """A Trainer sampler serving the toolkit's own training batches for the recipe and seed, in
-    its order: `toolkit.batching.EpochBatches` over the toolkit's encoded training features,
-    each mapped to the reference's feature with the same tokens (the toolkit keeps its features
-    longest first, the reference in raw order; identical features are interchangeable).
-    Flattened: Trainer's DataLoader cuts them back into the same batches, since every batch but
-    an epoch's last is full. Trainer calls `set_epoch` before each epoch, as the toolkit's loop
-    calls `use_epoch`. For `--reference-batches toolkit`: the two sides then train on the same
-    batches in the same order, and what is left to differ is the random draws (initialisation,
-    dropout)."""
-
-    def __init__(self, lengths: list[int], rows: list[int], recipe: Any) -> None:
-        from toolkit.batching import EpochBatches
-
-        t = recipe.train
-        self.rows = rows  # toolkit position -> reference feature
-        self.batches = EpochBatches(lengths, t.batch_size, t.seed, t.group_by_length, t.batch_size * t.grad_accum)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.batches.use_epoch(epoch)
-
-    def __iter__(self) -> Any:
-        return (self.rows[i] for batch in self.batches for i in batch)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-
-def batched(trainer: Any, recipe: Any, tok: Any, train_rows: Any) -> Any:
-    """`trainer`, training on the toolkit's batches under `--reference-batches toolkit` (else
-    Trainer's own sampler, as `training_arguments` set it). The toolkit's features are encoded
-    here by its own encoder, for their order alone; every one must be one of the reference's."""
-    if BATCHES[0] != "toolkit":
-        return trainer
-    ours = recipe.method.encoder(recipe.task, tok)(train_rows)["input_ids"]
-    where: dict[tuple, list[int]] = collections.defaultdict(list)
-    for i, ids in enumerate(trainer.train_dataset["input_ids"]):
-        where[tuple(ids)].append(i)
-    try:
-        rows = [where[tuple(ids)].pop() for ids in ours]
-    except IndexError:
-        raise RuntimeError("--reference-batches toolkit: a toolkit training feature is none of the reference's") from None
-    if len(rows) != len(trainer.train_dataset):
-        raise RuntimeError("--reference-batches toolkit: the reference has training features the toolkit has not")
-    trainer._get_train_sampler = lambda dataset=None: ToolkitBatches([len(ids) for ids in ours], rows, recipe)
-    return trainer
-
-
 def bert_dropout(recipe: Any) -> dict:
     """The recipe's `model.dropout` as BERT's config names it (none: the checkpoint's own)."""
     p = recipe.model.dropout
@@ -1195,7 +1201,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a recipe override for both sides after the budget's (e.g. train.epochs=2); repeatable")
     parser.add_argument("--reference-batches", choices=["trainer", "toolkit"], default="trainer",
                         help="trainer: the reference trains on Trainer's own sampler (the recipe's grouping); "
-                             f"toolkit: on the toolkit's very batches, in its order ({', '.join(SAME_ROWS)})")
+                             f"toolkit: on the toolkit's very batches, in its order ({', '.join(BATCHABLE)})")
     parser.add_argument("--only", choices=["toolkit", "reference"],
                         help="run this side alone (pair it with another run's other side: --merge SIDE:FILE)")
     parser.add_argument("--side", choices=["toolkit", "reference"], help=argparse.SUPPRESS)
@@ -1210,9 +1216,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --set: {'--merge runs nothing' if args.merge else f'{args.task} trains nothing'}, "
               "so there is no recipe to override", file=sys.stderr)
         return 2
-    if args.reference_batches == "toolkit" and args.task not in SAME_ROWS:
+    if args.reference_batches == "toolkit" and args.task not in BATCHABLE:
         print(f"error: --reference-batches toolkit: {args.task}'s reference is not wired to the toolkit's batches; "
-              f"use it with {', '.join(SAME_ROWS)}", file=sys.stderr)
+              f"use it with {', '.join(BATCHABLE)}", file=sys.stderr)
+        return 2
+    if args.reference_batches == "toolkit" and (args.merge or args.only == "toolkit"):
+        print("error: --reference-batches toolkit: " + ("--merge trains nothing (its files say whose batches)"
+                                                        if args.merge else "--only toolkit trains no reference"),
+              file=sys.stderr)
         return 2
     if args.only and (args.merge or args.together):
         print(f"error: --only: {'--merge runs nothing' if args.merge else '--together runs both sides at once'}; "

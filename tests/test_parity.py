@@ -549,6 +549,10 @@ def test_set_reaches_both_sides(parity, monkeypatch) -> None:
     (["mlm", "--reference-batches", "toolkit"], "error: --reference-batches toolkit: mlm's reference is not wired"),
     (["translation", "--only", "reference", "--together"], "error: --only: --together runs both sides"),
     (["translation", "--only", "reference", "--merge", "a.json"], "error: --only: --merge runs nothing"),
+    (["translation", "--merge", "a.json", "--reference-batches", "toolkit"],
+     "error: --reference-batches toolkit: --merge trains nothing"),
+    (["translation", "--only", "toolkit", "--reference-batches", "toolkit"],
+     "error: --reference-batches toolkit: --only toolkit trains no reference"),
 ])
 def test_reference_batches_and_only_refuse_in_one_line(parity, argv: list[str], message: str, capsys) -> None:
     assert parity.main(argv) == 2
