@@ -242,7 +242,7 @@ DATA: dict[str, tuple[str, Make, str]] = {
                                    "d.json:2: expected a JSON object, got a string"),
     "summary latin-1": ("summarization", summarize(PAIRS.encode() + b'{"source": "\xe9"}\n'), "d.jsonl:5: not UTF-8"),
     "summary broken gz": ("summarization", summarize(BAD_GZ, "d.jsonl.gz"), "not a readable gzip file"),
-    "summary no target column": ("summarization", summarize("source,summary\na,b\n", "d.csv"), "'target' is missing (it has: source, summary)"),
+    "summary no target column": ("summarization", summarize("source,summary\na,b\n", "d.csv"), "column 'target' is missing (it has: 'source', 'summary'); set task.target_field"),
     "summary text file": ("summarization", summarize("a\n", "d.txt"), "unknown format '.txt'"),
     "summary whitespace": ("summarization", summarize("\n \n"), "the file is empty"),
     "summary csv ragged": ("summarization", summarize("source,target\na,b\nc,d,e\n", "d.csv"), "d.csv:3: expected 2 fields"),

@@ -131,6 +131,12 @@ class Task:
         """The local files this task reads: their contents are part of a run's identity."""
         return []
 
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        """(setting, file, [(column or field, the setting that names it)]) per local data file:
+        what its header or first record must hold, checked before any library loads
+        (toolkit/recipe.py check_data). [] where nothing can be checked that cheaply."""
+        return []
+
     def expand(self, value: str) -> str:
         """A path of this recipe's with `$TOOLKIT_DATA` read as `task.data_dir` when that is set."""
         return str(data_path(value, self.data_dir))

@@ -8,6 +8,7 @@ Scores are ROUGE-1/2/L/Lsum F-measures (rouge-score, stemming; rougeLsum on one 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -87,6 +88,11 @@ class Summarization(TextToText):
     def fields(self) -> tuple[str, str]:
         preset = PRESETS[self.subset]
         return self.source_field or preset[4], self.target_field or preset[5]
+
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        named = list(zip(self.fields(), ("task.source_field", "task.target_field")))
+        return [(f"task.{key}", Path(self.expand(value)), named)
+                for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file)) if value]
 
     def sources(self) -> tuple[str | None, str | None, str | None, str | None]:
         train, evaluation, hub_id, config, _, _ = PRESETS[self.subset]

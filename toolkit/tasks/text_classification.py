@@ -110,6 +110,13 @@ class TextClassification(Classification):
         return [data_path(f, self.data_dir) for f in (self.train_file, self.eval_file)
                 if f and data_path(f, self.data_dir).is_file()]
 
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        text = [(c, "task.text_columns") for c in self.text_columns or []]
+        label = [(self.label_column, "task.label_column")]
+        return [(f"task.{key}", data_path(value, self.data_dir), text + (label if key != "test_file" else []))
+                for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file),
+                                   ("test_file", self.test_file)) if value is not None]
+
     # --- what the model and methods need to know ---------------------------------------------
     @property
     def label_names(self) -> list[str] | None:

@@ -9,6 +9,7 @@ their signatures are recorded in metrics.json (`metric_info`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -70,6 +71,13 @@ class Translation(TextToText):
         if family == "t5":
             return f"translate {src} to {tgt}: ", ""
         return (f"{src}: ", f"\n{tgt}:") if decoder_only else ("", "")
+
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        named = [(self.source_field or self.source_lang, "task.source_field"),
+                 (self.target_field or self.target_lang, "task.target_field")]
+        return [(f"task.{key}", Path(self.expand(value)), named)
+                for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file))
+                if value and "{lang}" not in value]
 
     def sources(self) -> tuple[str | None, str | None, str | None, str | None]:
         if self.eval_file or self.train_file or self.subset == "custom":
