@@ -205,3 +205,25 @@ def test_a_curve_of_one_point_is_a_labelled_marker() -> None:
     assert single.get_marker() == "o" and single.get_linestyle() == "None"
     assert line.get_linestyle() == "-" and [t.get_text() for t in ax.texts] == ["lora"]
     plt.close(fig)
+
+
+@pytest.mark.parametrize("field", sorted(report.core.METRICS_FIELDS))
+def test_a_metrics_field_of_the_wrong_type_is_one_line(tmp_path: Path, field: str) -> None:
+    """Every field the report reads, given the wrong JSON type: one line naming file and field."""
+    run = fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.9})
+    data = json.loads((run / "metrics.json").read_text())
+    data[field] = {"a": "text"} if "number" in report.core.METRICS_FIELDS[field] else ["not", "this"]
+    if field == "eval":
+        data[field] = {"accuracy": "high"}
+    (run / "metrics.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match=rf"^report: .*metrics.json: '{field}' should be .+; this is not the "
+                       "metrics.json a run writes"):
+        report.render(tmp_path, plots=False)
+
+
+def test_report_out_an_existing_file_is_one_line(tmp_path: Path, cli) -> None:
+    fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.9})
+    (tmp_path / "taken").write_text("mine")
+    code, _, err = cli("report", str(tmp_path), "--out", str(tmp_path / "taken"), "--no-plots")
+    assert code == 2 and err.strip().endswith("is a file; --out names the folder report.md and the plots go to")
+    assert (tmp_path / "taken").read_text() == "mine"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
-from toolkit import chain, recipe as recipe_module, reports, runs, sweeps
+from toolkit import chain, quiet, recipe as recipe_module, reports, runs, sweeps
 from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, writing
 from toolkit.recipe import RunPlan, find_recipe
@@ -110,6 +110,7 @@ def _run_folder(run_dir: PathArg) -> Path:
 def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None) -> dict:
     """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
     folder, items = _run_folder(run_dir), override_list(overrides)
+    quiet.libraries()
     from toolkit import inference
 
     return inference.evaluate_run(folder, split, items, None)
@@ -122,6 +123,7 @@ def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     is a text, a (text, text) pair, or a mapping with the task's fields; one text alone is one
     input."""
     folder = _run_folder(run_dir)
+    quiet.libraries()
     from toolkit import inference
 
     return inference.predict_rows(folder, list(texts))
@@ -132,9 +134,10 @@ def export(run_dir: PathArg, out: PathArg, merge: bool = False) -> str:
     """A plain transformers (or PEFT) folder at `out`; returns the line saying what was written.
     One export to a place at a time: a second one at once is refused."""
     folder, target = _run_folder(run_dir), Path(out)
-    from toolkit import inference
-
     with _one_export(target):
+        quiet.libraries()
+        from toolkit import inference
+
         return inference.export_run(folder, target, merge, None)
 
 
@@ -195,8 +198,6 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     recipe_module.check_data(plan.recipe)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
-    from toolkit import quiet
-
     quiet.libraries()
     from toolkit import train  # torch: imported on the first run, after every check above
 

@@ -178,10 +178,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     run = _run_folder(args.run)
-    quiet.libraries()
-    from toolkit import inference
-
     with _one_export(Path(args.out)):
+        quiet.libraries()
+        from toolkit import inference
+
         note = inference.export_run(run, Path(args.out), args.merge, args.push_to_hub)
     print(f"{args.out}: {note}")
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -392,6 +393,12 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         if "attn_implementation" in str(exc) or "attention" in str(exc).lower():
             raise UserError(f"model.attention: {str(exc).splitlines()[0]}") from None
         raise
+    except pickle.UnpicklingError:  # torch's weights-only loader refused an object in the file
+        weights = next((str(p) for p in sorted(Path(path).glob("*.bin")) + sorted(Path(path).glob("*.pt"))),
+                       f"{path}/pytorch_model.bin") if Path(path).is_dir() else str(path)
+        raise UserError(f"model.checkpoint: {weights}: torch refuses to load it (the pickle holds more than "
+                        "tensors; torch reads weights only); save the model as safetensors from a copy you "
+                        "trust (save_pretrained(..., safe_serialization=True))") from None
     except OSError as exc:  # a folder with a config and no weights, or unreadable ones
         raise UserError(f"model.checkpoint: {checkpoint} has no loadable weights "
                         f"({' '.join(str(exc).split())[:160]})") from None

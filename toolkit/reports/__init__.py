@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
+from toolkit.errors import UserError
 from toolkit.reports import glue as glue_report, plots as plotting
 from toolkit.reports.core import (
     BEFORE_FIELD, best_setting, budget, budget_notes, Cell, check_axis, collect, column, cost_table, declaration,
@@ -20,6 +21,8 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
     """Build report.md (and the PNGs) into `out` (default: the first runs folder); return its text."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
     out = out or roots[0]
+    if out.exists() and not out.is_dir():
+        raise UserError(f"report: --out {out} is a file; --out names the folder report.md and the plots go to")
     items = collect(roots)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [f"# Report: {', '.join(map(str, roots))}", f"{provenance(items)} Written {when}."]

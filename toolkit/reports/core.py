@@ -40,6 +40,38 @@ def with_old_defaults(recipe: dict) -> dict:
     return recipe
 
 
+NUMBER = "a number"
+# The fields of metrics.json the report reads, and the JSON type each has when present (a mapping:
+# of names to numbers). What run_metrics.py writes; a file edited or damaged by hand is named.
+METRICS_FIELDS: dict[str, str] = {
+    "eval": "an object of numbers", "metric_declarations": "an object", "kept": "an object",
+    "main_metric": "a string", "method": "a string", "device": "a string", "device_name": "a string",
+    "git_commit": "a string", "seed": NUMBER, "trainable_params": NUMBER, "total_params": NUMBER,
+    "trainable_percent": NUMBER, "train_runtime_s": NUMBER, "train_samples_per_second": NUMBER,
+    "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
+    "peak_memory_mb": NUMBER,
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_metrics(data: dict, file: Path) -> None:
+    """Each field the report reads has the type run_metrics.py writes (null: not recorded)."""
+    for key, kind in METRICS_FIELDS.items():
+        value = data.get(key)
+        if value is None:
+            continue
+        fits = {NUMBER: _is_number(value), "a string": isinstance(value, str),
+                "an object": isinstance(value, dict),
+                "an object of numbers": isinstance(value, dict) and all(
+                    _is_number(v) or v is None for v in value.values())}[kind]
+        if not fits:
+            raise UserError(f"report: {file}: '{key}' should be {kind}, got {json.dumps(value)[:60]}; "
+                            "this is not the metrics.json a run writes: remove or re-run that run")
+
+
 def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     """Every finished run below the root(s): its metrics.json plus the recipe it came from."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
@@ -58,6 +90,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
                                 "remove or re-run that run") from None
             if not isinstance(data, dict) or not isinstance(recipe or {}, dict):
                 raise UserError(f"report: {metrics} is not a run's metrics (not a JSON object)")
+            check_metrics(data, metrics)
             name = str(run.parent.relative_to(root)) if run.parent != root else run.name
             if (recipe or {}).get("smoke"):
                 name += " (smoke: random weights)"
