@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from conftest import write_recipe
+from toolkit.recipe_data import recipe_files
 
 RECIPE = """model: {checkpoint: bert-base-uncased}
 task: {name: glue, subset: sst2, max_length: 32}
@@ -69,3 +70,14 @@ def test_ls_lists_registries(cli) -> None:
     assert code == 0 and {"full", "freeze", "lora"} <= set(out.split(":")[1].split())
     code, out, _ = cli("ls", "attention")
     assert "sdpa" in out and "eager" in out
+
+
+def test_a_wrong_recipe_name_gets_three_names_and_where_the_rest_are(cli) -> None:
+    code, _, err = cli("run", "demo/sst2/minilm-lorra")
+    line = err.strip()
+    assert code == 2 and "\n" not in line
+    assert line.startswith("error: recipe demo/sst2/minilm-lorra does not exist (did you mean demo/sst2/minilm-lora, ")
+    assert line.endswith(" or demo/sst2/minilm-adalora? `toolkit ls recipes` lists all "
+                         f"{len(recipe_files([]))})") and line.count("demo/") == 4
+    code, _, err = cli("validate", "nothing/like/this")
+    assert code == 2 and err.strip().endswith(f"(`toolkit ls recipes` lists all {len(recipe_files([]))})")

@@ -7,8 +7,6 @@ whole model), so one loader serves every method without asking which one trained
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import shutil
@@ -23,7 +21,6 @@ from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, parse, read_yaml, safe_yaml
 from toolkit.tasks import TASKS
-from toolkit.tasks.text_classification import read_text
 from toolkit.train import Setup, eval_loaders
 
 
@@ -146,9 +143,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
 def read_inputs(source: str, columns: list[str]) -> list[dict]:
     """Rows to predict on: JSONL or CSV with the task's text columns, or plain text (one example
     per line) for a single-text task; `-` reads standard input."""
-    if source == "-":
-        text, name = sys.stdin.read(), "<stdin>"
-    else:
+    if source != "-":
         path = Path(source)
         if not path.is_file():
             raise UserError(f"--input: {path} does not exist")
@@ -158,19 +153,16 @@ def read_inputs(source: str, columns: list[str]) -> list[dict]:
             for column in columns:
                 readers.check_text(ds, column, path, fmt, what=f"field '{column}'")
             return ds.to_list()
-        text, name = read_text(path), str(path)
-    lines = [l for l in text.splitlines() if l.strip()]
+    lines, name = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
     if not lines:
         raise UserError(f"--input: {name} holds no examples")
-    if lines[0].lstrip().startswith("{"):
+    if source == "-" and lines[0].lstrip().startswith("{"):  # no extension to decide: JSONL by its look
         rows = []
         for i, line in enumerate(lines, start=1):
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise UserError(f"{name}:{i}: not valid JSON ({exc.msg})") from None
-    elif source.endswith((".csv", ".tsv")):
-        rows = list(csv.DictReader(io.StringIO(text), delimiter="\t" if source.endswith(".tsv") else ","))
     elif len(columns) == 1:
         rows = [{columns[0]: line} for line in lines]
     else:

@@ -12,16 +12,20 @@ import warnings
 
 VERBOSE = "TOOLKIT_VERBOSE"
 
-# (warning category, message pattern, why it is not the user's business)
-NOISE: list[tuple[type[Warning], str, str]] = [
-    (FutureWarning, r"", "a library's notice of its own future changes"),
-    (DeprecationWarning, r"", "a library calling another's deprecated API"),
-    (UserWarning, r".*fan_in_fan_out is set to False.*", "PEFT correcting its own default for GPT-2's Conv1D"),
-    (UserWarning, r".*Removed shared tensor.*", "safetensors de-duplicating tied weights on save"),
-    (UserWarning, r".*Unable to fetch remote file.*", "PEFT looking up the base model on the Hub while "
-     "exporting off-line: the export is written from local files"),
-    (UserWarning, r".*Could not find a config file in.*", "PEFT's same look-up, for the base's config"),
+# (warning category, message pattern, the library module that warns ("" any of LIBRARIES), why
+# it is not the user's business). tests/test_quiet.py makes each happen and checks it is silenced.
+NOISE: list[tuple[type[Warning], str, str, str]] = [
+    (FutureWarning, "", "", "a library's notice of its own future changes"),
+    (DeprecationWarning, "", "", "a library calling another's deprecated API"),
+    (UserWarning, r".*fan_in_fan_out is set to False", "peft", "PEFT correcting its own default for GPT-2's Conv1D"),
+    (UserWarning, r".*Removed shared tensor", "", "safetensors de-duplicating tied weights on save"),
+    (UserWarning, r"Could not find a config file in", "peft", "PEFT looking the base model up on the Hub while "
+     "saving an adapter off-line: the export is written from local files either way"),
+    (UserWarning, r"Unable to fetch remote file", "peft", "the same look-up, failing on the network"),
 ]
+# Not warnings but log records, silenced by the libraries' own verbosity (libraries() below):
+# transformers' load report ("... MISSING ... newly initialized") when a run's trained model is
+# loaded with its head from the run; datasets' and transformers' progress bars.
 LIBRARIES = ("transformers", "peft", "accelerate", "datasets", "torch", "huggingface_hub")
 
 
@@ -35,12 +39,9 @@ def warnings_off() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if verbose():
         return
-    for category, message, _ in NOISE:
-        if message:
-            warnings.filterwarnings("ignore", category=category, message=message)
-        else:
-            for module in LIBRARIES:
-                warnings.filterwarnings("ignore", category=category, module=module + r"(\..*)?$")
+    for category, message, module, _ in NOISE:
+        for name in [module] if module else LIBRARIES:
+            warnings.filterwarnings("ignore", message=message, category=category, module=name + r"(\..*)?$")
 
 
 def libraries() -> None:

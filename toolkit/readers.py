@@ -69,39 +69,100 @@ def _open_bytes(path: Path) -> Any:
     return gzip.open(path, "rb") if path.suffix.lower() == ".gz" else path.open("rb")
 
 
-def scan(path: Path) -> int:
+def scan(path: Path, lines: bool = True, name: str | None = None) -> int:
     """One streaming pass over the (decompressed) bytes: the file is there, within the size limit,
-    a whole gzip, UTF-8 (the first bad byte named by line) and not only whitespace. Returns the
-    decompressed size."""
+    a whole gzip, UTF-8 (the first bad byte named by line), free of NUL bytes, not only whitespace
+    and, for line formats (`lines`: all but a JSON document), without a line longer than
+    TOOLKIT_MAX_LINE_MB: a binary file or one with no line breaks is refused here, in bounded
+    memory, before a builder reads a whole "line" into memory. Returns the decompressed size.
+    `name`: how to call the file in messages (`<stdin>` for standard input spooled to a file)."""
+    shown = name or str(path)
     if not path.is_file():
-        raise UserError(f"{path}: no such file" if not path.exists() else f"{path}: is not a file")
+        raise UserError(f"{shown}: no such file" if not path.exists() else f"{shown}: is not a file")
     limit = limit_bytes("TOOLKIT_MAX_INPUT_MB", 20480)
+    longest = limit_bytes("TOOLKIT_MAX_LINE_MB", 64) if lines else None
     decoder = codecs.getincrementaldecoder("utf-8")()
-    size, lines, text_seen = 0, 0, False
+    size, count, text_seen, run = 0, 0, False, 0
     try:
         with _open_bytes(path) as handle:
             while chunk := handle.read(CHUNK):
                 size += len(chunk)
                 if size > limit:
-                    raise UserError(f"{path}: holds more than {limit / (1 << 20):.3g} MiB of data"
+                    raise UserError(f"{shown}: holds more than {limit / (1 << 20):.3g} MiB of data"
                                     f"{' once decompressed' if path.suffix.lower() == '.gz' else ''}; "
                                     "the limit is TOOLKIT_MAX_INPUT_MB (raise it, or split the file)")
                 try:
                     decoder.decode(chunk)
                 except UnicodeDecodeError as exc:
-                    line = lines + chunk[:max(exc.start, 0)].count(b"\n") + 1
-                    raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{chunk[exc.start]:02x}); "
+                    line = count + chunk[:max(exc.start, 0)].count(b"\n") + 1
+                    raise UserError(f"{shown}:{line}: not UTF-8 text (byte 0x{chunk[exc.start]:02x}); "
                                     "save the file as UTF-8") from None
-                lines += chunk.count(b"\n")
+                nul = chunk.find(b"\x00")
+                if nul >= 0:
+                    line = count + chunk[:nul].count(b"\n") + 1
+                    raise UserError(f"{shown}:{line}: holds a NUL byte (binary data, or UTF-16 text?); "
+                                    "expected UTF-8 text")
+                run = _line_run(chunk, run, longest, shown, count)
+                count += chunk.count(b"\n")
                 text_seen = text_seen or bool(chunk.strip().lstrip(codecs.BOM_UTF8).strip())
             decoder.decode(b"", final=True)
     except (OSError, EOFError, zlib.error) as exc:
-        raise UserError(f"{path}: not a readable gzip file ({exc})") from None
+        raise UserError(f"{shown}: not a readable gzip file ({exc})") from None
     except UnicodeDecodeError:
-        raise UserError(f"{path}:{lines + 1}: not UTF-8 text (the file ends inside a character)") from None
+        raise UserError(f"{shown}:{count + 1}: not UTF-8 text (the file ends inside a character)") from None
     if not text_seen:
-        raise UserError(f"{path}: the file is empty" + (" (only whitespace)" if size else ""))
+        raise UserError(f"{shown}: the file is empty" + (" (only whitespace)" if size else ""))
     return size
+
+
+def _line_run(chunk: bytes, run: int, longest: int | None, shown: str, count: int) -> int:
+    """Bytes since the last line break once `chunk` is read (`run`: before it); a line longer
+    than `longest` is refused, naming it."""
+    if longest is None:
+        return 0
+    parts = chunk.split(b"\n")
+    lengths = [run + len(parts[0])] + [len(p) for p in parts[1:]]
+    for i, length in enumerate(lengths):
+        if length > longest:
+            raise UserError(f"{shown}:{count + i + 1}: no line break within {longest / (1 << 20):.3g} MiB; "
+                            "expected text with one record a line (the limit is TOOLKIT_MAX_LINE_MB)")
+    return lengths[-1]
+
+
+def read_lines(source: str) -> tuple[list[str], str]:
+    """(the non-blank lines, the name to show) of a plain-text file or of standard input (`-`),
+    with the checks every file gets (`scan`), split at \\n and \\r\\n only: U+2028 and the other
+    characters str.splitlines breaks at are text inside a line (as the `text` builder reads them)."""
+    if source == "-":
+        with spooled_stdin() as path:
+            return read_lines_of(path, "<stdin>"), "<stdin>"
+    return read_lines_of(Path(source), source), source
+
+
+def read_lines_of(path: Path, name: str) -> list[str]:
+    scan(path, name=name)
+    with _open_bytes(path) as raw:
+        text = raw.read().decode("utf-8-sig")
+    return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
+
+
+@contextmanager
+def spooled_stdin() -> Iterator[Path]:
+    """Standard input's bytes in a temporary file (bounded by TOOLKIT_MAX_INPUT_MB), so that they
+    get the checks a file gets, in the same words."""
+    import tempfile
+
+    limit = limit_bytes("TOOLKIT_MAX_INPUT_MB", 20480)
+    with tempfile.NamedTemporaryFile(prefix="toolkit-stdin-", suffix=".txt") as spool:
+        size = 0
+        while chunk := sys.stdin.buffer.read(CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise UserError(f"<stdin>: holds more than {limit / (1 << 20):.3g} MiB of data; the limit is "
+                                "TOOLKIT_MAX_INPUT_MB")
+            spool.write(chunk)
+        spool.flush()
+        yield Path(spool.name)
 
 
 def open_text(path: Path) -> Any:
@@ -136,7 +197,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     from datasets import Features, Value, load_dataset
 
     fmt = fmt or file_format(path)
-    size = scan(path)
+    size = scan(path, lines=fmt != "json")
     kwargs: dict[str, Any] = {}
     if fmt in ("csv", "tsv"):
         header = csv_header(path, fmt)

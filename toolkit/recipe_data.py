@@ -12,6 +12,7 @@ settings dataclass (see toolkit/methods). The resolved recipe is what gets saved
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
@@ -23,7 +24,6 @@ from typing import Any, Literal
 import yaml
 
 from toolkit.errors import UserError
-from toolkit.registry import did_you_mean
 
 
 def _min(v: float) -> dict:
@@ -332,6 +332,17 @@ def recipe_files(paths: list[str]) -> list[Path]:
     return sorted(p for p in root.rglob("*.yaml") if not p.name.startswith("_"))
 
 
+def closest_recipes(name: str, names: list[str]) -> str:
+    """' (did you mean a, b or c? `toolkit ls recipes` lists all N)': at most three names, never
+    the whole list on one line."""
+    close = difflib.get_close_matches(name.removesuffix(".yaml").removeprefix("recipes/"), names, n=3, cutoff=0.5)
+    listed = f"`toolkit ls recipes` lists all {len(names)}"
+    if not close:
+        return f" ({listed})"
+    said = close[0] if len(close) == 1 else f"{', '.join(close[:-1])} or {close[-1]}"
+    return f" (did you mean {said}? {listed})"
+
+
 def find_recipe(name: str) -> Path:
     """A recipe file: a path, or the name of a shipped one (`glue/sst2/roberta-base-lora`)."""
     path = Path(name)
@@ -342,5 +353,5 @@ def find_recipe(name: str) -> Path:
         return shipped
     if not path.exists() and not shipped.exists():
         names = [str(p.relative_to(recipes_root()).with_suffix("")) for p in recipe_files([])]
-        raise UserError(f"recipe {name} does not exist{did_you_mean(name, names)}")
+        raise UserError(f"recipe {name} does not exist{closest_recipes(name, names)}")
     return path
