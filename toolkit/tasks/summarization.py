@@ -88,6 +88,10 @@ class Summarization(TextToText):
         preset = PRESETS[self.subset]
         return self.source_field or preset[4], self.target_field or preset[5]
 
+    def data_patterns(self) -> list[str]:
+        """The files `load` reads: the recipe's or the preset's (`sources`)."""
+        return [p for p in self.sources()[:2] if p]
+
     def sources(self) -> tuple[str | None, str | None, str | None, str | None]:
         train, evaluation, hub_id, config, _, _ = PRESETS[self.subset]
         if self.eval_file or self.train_file:

@@ -106,10 +106,6 @@ class TextClassification(Classification):
                     raise UserError(f"task.{key}: {path} does not exist")
                 file_format(path)
 
-    def data_files(self) -> list[Path]:
-        return [data_path(f, self.data_dir) for f in (self.train_file, self.eval_file)
-                if f and data_path(f, self.data_dir).is_file()]
-
     # --- what the model and methods need to know ---------------------------------------------
     @property
     def label_names(self) -> list[str] | None:

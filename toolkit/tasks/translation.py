@@ -71,6 +71,10 @@ class Translation(TextToText):
             return f"translate {src} to {tgt}: ", ""
         return (f"{src}: ", f"\n{tgt}:") if decoder_only else ("", "")
 
+    def data_patterns(self) -> list[str]:
+        """The files `load` reads: the recipe's or the preset's (`sources`)."""
+        return [p for p in self.sources()[:2] if p]
+
     def sources(self) -> tuple[str | None, str | None, str | None, str | None]:
         if self.eval_file or self.train_file or self.subset == "custom":
             return self.train_file, self.eval_file, None, None
