@@ -211,22 +211,3 @@ def test_the_check_finds_a_file_read_but_not_declared(tmp_path: Path) -> None:
 
     task = Sneaky(**_classification(tmp_path))
     assert undeclared(task, tmp_path)[1] == {extra.resolve()}
-
-
-def test_an_edited_own_file_is_a_new_run_end_to_end(tmp_path: Path, cli) -> None:
-    """The issue's case: summarize your own file, edit it in place, run the same command again."""
-    from conftest import write_recipe
-
-    settings = _summaries_own(tmp_path)
-    recipe = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: facebook/bart-base}\n"
-                          f"task: {json.dumps({'name': 'summarization', **settings})}\n"
-                          "method: {name: full}\ntrain: {epochs: 1, batch_size: 4}\n")
-    args = ("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
-    assert cli(*args)[0] == 0
-    again = cli(*args)
-    assert again[0] == 0 and "finished already" in again[1] + again[2]
-    train = Path(settings["train_file"])
-    train.write_text(train.read_text().replace("sentence number 3", "sentence number three"))
-    code, out, err = cli(*args)
-    assert code == 0 and "finished already" not in out + err
-    assert len(list((tmp_path / "runs").glob("*/*/metrics.json"))) == 2
