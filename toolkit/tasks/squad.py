@@ -108,7 +108,7 @@ class _Checks:
             raise UserError(f"{self.path}: {len(self.unanswered)} of {len(rows)} questions have no answer "
                             f"(is_impossible or empty answers; the first at {self.unanswered[0]()}), which "
                             "SQuAD v1.1 trains and scores as answerable (exact 0 by construction): set "
-                            "task.version=v2 (recipes/squad/v2.0/), or remove those questions")
+                            "task.version=v2 (recipes/squad/v2.0/, demo/own-data/minilm-full-qa-v2), or remove those questions")
         return rows
 
 
