@@ -168,6 +168,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
+def write_predictions(path: Path, rows: list[dict], files: dict[str, Any]) -> None:
+    """predictions.jsonl and, beside it, a task's `prediction_files` as `<stem>.NAME.json`."""
+    write_jsonl(path, rows)
+    for name, content in files.items():
+        write_json(path.with_name(f"{path.stem}.{name}.json"), content)
+
+
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 

@@ -198,6 +198,16 @@ class Task:
         text; None: nothing to write (classification)."""
         return None
 
+    def prediction_files(self, rows: list[dict], raw: Any) -> dict[str, Any]:
+        """JSON documents written beside predictions.jsonl as `predictions.NAME.json`: what a
+        benchmark's official scorer reads (SQuAD's gold file, answers and no-answer scores)."""
+        return {}
+
+    def run_name(self, name: str) -> str:
+        """The name a run of the recipe `name` is filed under: a task whose recipe folders name a
+        setting (SQuAD's `v1.1/`) files a run under the setting it runs with."""
+        return name
+
     # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
     predicts: ClassVar[bool] = False  # whether the task has a prediction path (the two below)
 
