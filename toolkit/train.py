@@ -171,8 +171,9 @@ class Loop:
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}")
             if self._after_step(loss) or self._stopping(stop_after):
                 return True
-        else:
-            return False  # max steps reached inside the epoch
+        else:  # max steps reached: inside the epoch, or with its last batch (the epoch is whole)
+            if self.state.batch_in_epoch < len(self.loader):
+                return False
         self.state.epoch, self.state.batch_in_epoch = self.state.epoch + 1, 0
         if self.cfg.eval_every == 0:
             self._eval_and_save()

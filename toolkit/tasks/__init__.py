@@ -210,6 +210,7 @@ class Task:
 
     # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
     predicts: ClassVar[bool] = False  # whether the task has a prediction path (the two below)
+    predict_word_lists: ClassVar[tuple[str, ...]] = ()  # input fields that may be a list of words
 
     def predict_fields(self, model: torch.nn.Module) -> list[str]:
         """The fields an input row needs, once the task has taken what it needs of the trained

@@ -243,6 +243,46 @@ class TextToText(TokenTask):
         return [{"id": i, "source": self.source_text(r), "references": list(ref),
                  "prediction": p} for i, r, ref, p in zip(ids, rows, refs, preds)]
 
+    # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
+    predicts = True
+
+    def source_name(self) -> str:
+        """The source field by the name the task's data gives it (summarization: the preset's or
+        task.source_field; translation: the source language code)."""
+        return "source"
+
+    def predict_fields(self, model: Any) -> list[str]:
+        """The source alone: new inputs carry no reference."""
+        return [self.source_name()]
+
+    def raw_input(self, row: dict) -> dict:
+        """A user's row in the raw schema `encode` reads (an empty target: nothing is scored)."""
+        return {"source": str(row[self.source_name()]), "target": ""}
+
+    def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
+        """Per row its input fields and the generated `prediction`, decoded as the evaluation
+        decodes it: the same prompt (task.prefix/suffix, the source cut at task.max_length
+        tokens) and the recipe's generation settings."""
+        names = self.predict_fields(model)
+        texts = self.generate_texts(model, tokenizer, [self.raw_input(r) for r in rows])
+        return [{**{n: r[n] for n in names}, "prediction": t} for r, t in zip(rows, texts)]
+
+    def generate_texts(self, model: Any, tokenizer: Any, raw: list[dict], batch_size: int = 16) -> list[str]:
+        """Generated text per raw row, in order: encoded and batched as in evaluation (longest
+        first, a decoder's prompt left-padded), through the task's own `generate`."""
+        from datasets import Dataset
+
+        encoded = self.encode(Dataset.from_list(raw), tokenizer)
+        collate, device = self.collator(tokenizer, model), next(model.parameters()).device
+        found: dict[int, str] = {}
+        for start in range(0, len(encoded), batch_size):
+            batch = collate([encoded[i] for i in range(start, min(start + batch_size, len(encoded)))])
+            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            texts = tokenizer.batch_decode(self.generate(model, batch), skip_special_tokens=True,
+                                           clean_up_tokenization_spaces=True)
+            found.update(zip(batch["example_index"].tolist(), (t.strip() for t in texts)))
+        return [found[i] for i in range(len(raw))]
+
 
 class TextToTextCollator:
     """Pads a batch for training and generation.

@@ -291,6 +291,7 @@ class Ner(Task):
 
     # --- prediction ----------------------------------------------------------------------------
     predicts = True
+    predict_word_lists = ("tokens",)
 
     def predict_fields(self, model: Any) -> list[str]:
         self.labels = [model.config.id2label[i] for i in range(model.config.num_labels)]

@@ -470,6 +470,51 @@ class Squad(TextToText):
         return files
 
 
+    # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
+    def predict_fields(self, model: Any) -> list[str]:
+        """A question and the context to answer it from, in either mode."""
+        return ["question", "context"]
+
+    def raw_input(self, row: dict) -> dict:
+        return {"question": str(row["question"]), "context": str(row["context"]),
+                "answers": {"text": [], "answer_start": []}}
+
+    def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
+        """Per row its question and context and the answer (`prediction`), as evaluation finds it:
+        the best span over the context's windows, or generated text. v2.0 extractive runs add
+        `no_answer_probability` and answer "" where it is above 1/2 (the null score beats the
+        best span: the threshold the scores use); a generative v2.0 model answers "" itself."""
+        if not self.extractive:
+            out = super().predict(model, tokenizer, rows)
+            return [{**r, "prediction": "" if r["prediction"] == NO_ANSWER else r["prediction"]} for r in out]
+        raw = [self.raw_input(r) for r in rows]
+        bests = self.best_answers(model, tokenizer, raw)
+        out = []
+        for r, b in zip(raw, bests):
+            row = {"question": r["question"], "context": r["context"], "prediction": b.text}
+            if self.version == "v2":
+                row["no_answer_probability"] = no_answer_probability(b)
+                row["prediction"] = "" if b.null_score - b.score > NULL_THRESHOLD else b.text
+            out.append(row)
+        return out
+
+    def best_answers(self, model: Any, tokenizer: Any, raw: list[dict], batch_size: int = 32) -> list[Any]:
+        """The best span of each raw row over its windows (windowed and searched as in evaluation)."""
+        feats = window_features(tokenizer, [r["question"] for r in raw], [r["context"] for r in raw],
+                                [r["answers"] for r in raw], self.max_length, self.doc_stride)
+        batch = WindowCollator(tokenizer)([{k: feats[k][i] for k in feats} for i in range(len(feats["input_ids"]))])
+        device, starts, ends = next(model.parameters()).device, [], []
+        for first in range(0, len(batch["input_ids"]), batch_size):
+            part = {k: v[first:first + batch_size].to(device) for k, v in batch.items()}
+            with torch.no_grad():
+                start, end = self._logits(model(**self.model_inputs(part)), part)  # (b, t) each
+            starts.append(start.cpu().numpy())
+            ends.append(end.cpu().numpy())
+        return best_spans(np.concatenate(starts), np.concatenate(ends), batch["offsets"].numpy(),
+                          batch["example_index"].numpy(), [r["context"] for r in raw], self.n_best,
+                          self.max_answer_length)
+
+
 def squad_layout(rows: list[dict], version: str) -> dict:
     """Rows in the Hub's schema -> a SQuAD-format document (articles, paragraphs, questions) in
     their order: the gold file the official scripts read."""
@@ -482,3 +527,12 @@ def squad_layout(rows: list[dict], version: str) -> dict:
     data = [{"title": a["title"], "paragraphs": [{"context": c, "qas": q} for c, q in a["paragraphs"].items()]}
             for a in articles.values()]
     return {"version": VERSION_FOLDERS[version], "data": data}
+
+
+def no_answer_probability(best: Any) -> float:
+    """P(no answer) from the two scores the v2.0 decision compares: a softmax over the null
+    score and the best span's score, sigmoid(null - span), so above 1/2 exactly where the
+    null-score gap passes NULL_THRESHOLD (0). The field name is the one Hugging Face `evaluate`'s
+    squad_v2 reads."""
+    gap = best.null_score - best.score
+    return 1.0 if gap == np.inf else float(1.0 / (1.0 + np.exp(-np.clip(gap, -50.0, 50.0))))

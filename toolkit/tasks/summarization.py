@@ -120,5 +120,8 @@ class Summarization(TextToText):
     def load(self) -> dict[str, Any]:
         return load_pairs(self)
 
+    def source_name(self) -> str:
+        return self.fields()[0]
+
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         return rouge(self.decoded(outputs), [refs[0] for refs in self.references(raw)])

@@ -108,6 +108,9 @@ class Translation(TextToText):
     def load(self) -> dict[str, Any]:
         return load_pairs(self)
 
+    def source_name(self) -> str:
+        return self.source_field or self.source_lang
+
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         scores, _ = sacrebleu_scores(self.decoded(outputs), [r[0] for r in self.references(raw)],
                                      self.bleu_tokenize)
