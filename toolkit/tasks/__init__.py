@@ -149,6 +149,12 @@ class Task:
         values = [getattr(self, f.name) for f in fields(self) if f.name.endswith("_file")]
         return [v for v in values if isinstance(v, str) and v]
 
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        """(setting, file, [(column or field, the setting that names it)]) per local data file:
+        what its header or first record must hold, checked before any library loads
+        (toolkit/recipe.py check_data). [] where nothing can be checked that cheaply."""
+        return []
+
     def expand(self, value: str) -> str:
         """A path of this recipe's with `$TOOLKIT_DATA` read as `task.data_dir` when that is set."""
         return str(data_path(value, self.data_dir))

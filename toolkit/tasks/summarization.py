@@ -8,6 +8,7 @@ Scores are ROUGE-1/2/L/Lsum F-measures (rouge-score, stemming; rougeLsum on one 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -91,6 +92,15 @@ class Summarization(TextToText):
     def data_patterns(self) -> list[str]:
         """The files `load` reads: the recipe's or the preset's (`sources`)."""
         return [p for p in self.sources()[:2] if p]
+
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        """Fields a recipe names for its own files (unnamed ones are found in the file at load,
+        `pick_fields`); a preset's files hold the preset's fields."""
+        own = bool(self.train_file or self.eval_file)
+        given = (self.source_field, self.target_field) if own else self.fields()
+        named = [(f, k) for f, k in zip(given, ("task.source_field", "task.target_field")) if f]
+        return [(f"task.{key}", Path(self.expand(value)), named)
+                for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file)) if value]
 
     def sources(self) -> tuple[str | None, str | None, str | None, str | None]:
         train, evaluation, hub_id, config, _, _ = PRESETS[self.subset]

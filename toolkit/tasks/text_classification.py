@@ -106,6 +106,14 @@ class TextClassification(Classification):
                     raise UserError(f"task.{key}: {path} does not exist")
                 file_format(path)
 
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        """Columns a recipe names (unnamed ones are picked from the header at load)."""
+        text = [(c, "task.text_columns") for c in self.text_columns or []]
+        label = [(self.label_column, "task.label_column")] if self.label_column else []
+        return [(f"task.{key}", data_path(value, self.data_dir), text + (label if key != "test_file" else []))
+                for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file),
+                                   ("test_file", self.test_file)) if value is not None]
+
     # --- what the model and methods need to know ---------------------------------------------
     @property
     def label_names(self) -> list[str] | None:

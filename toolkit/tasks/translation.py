@@ -9,6 +9,7 @@ their signatures are recorded in metrics.json (`metric_info`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -74,6 +75,14 @@ class Translation(TextToText):
     def data_patterns(self) -> list[str]:
         """The files `load` reads: the recipe's or the preset's (`sources`)."""
         return [p for p in self.sources()[:2] if p]
+
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        """Fields a recipe names (unnamed ones are found in the file at load, `pick_fields`)."""
+        named = [(f, k) for f, k in ((self.source_field, "task.source_field"),
+                                     (self.target_field, "task.target_field")) if f]
+        return [(f"task.{key}", Path(self.expand(value)), named)
+                for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file))
+                if value and "{lang}" not in value]
 
     def sources(self) -> tuple[str | None, str | None, str | None, str | None]:
         if self.eval_file or self.train_file or self.subset == "custom":
