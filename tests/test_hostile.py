@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import itertools
 import json
 import os
 import shutil
@@ -115,8 +116,11 @@ PAIRS = "".join(json.dumps({"source": f"document number {i} about things", "targ
                 for i in range(4))
 
 
+QUESTION_IDS = itertools.count(1)
+
+
 def qa(question: Any = "Where?", answers: Any = None, context: Any = "Paris is in France.", **extra: Any) -> dict:
-    q = {"id": "q1", "question": question,
+    q = {"id": f"q{next(QUESTION_IDS)}", "question": question,  # ids unique, as the official scripts need
          "answers": [{"text": "Paris", "answer_start": 0}] if answers is None else answers, **extra}
     if question is ...:
         del q["question"]
@@ -149,7 +153,7 @@ DATA: dict[str, tuple[str, Make, str]] = {
     "csv empty text cell": ("classification", classify("text,label\ngood,1\n   ,0\n"), "d.csv:3: column 'text' is empty"),
     "csv empty cell after a quoted newline": ("classification", classify('text,label\n"two\nlines",1\n"",0\n'),
                                               "d.csv:4: column 'text' is empty"),
-    "csv no label column": ("classification", classify("text,stars\ngood,1\nbad,0\n", extra=", text_columns: [text]"),
+    "csv no label column": ("classification", classify("text,stars\ngood,1\nbad,0\n", extra=", text_columns: [text], label_column: label"),
                             "column 'label' is missing"),
     "csv one label": ("classification", classify("text,label\ngood,1\nfine,1\n"), "has 1 distinct label(s)"),
     "csv label outside labels": ("classification", classify("text,label\ngood,1\nbad,2\n", extra=", labels: [0, 1]"),
@@ -221,7 +225,7 @@ DATA: dict[str, tuple[str, Make, str]] = {
     "squad id missing": ("squad", squad({"data": [{"title": "T", "paragraphs": [{"context": "c d", "qas": [
         {"question": "q?", "answers": []}]}]}] * 2}), "'id' is missing"),
     "squad blank question": ("squad", squad(articles(qa(question="   "))), "empty context or question"),
-    "squad a list at the top": ("squad", squad([qa()]), "expected a JSON object with a 'data' list"),
+    "squad a list at the top": ("squad", squad([qa()]), "has no 'context' field"),
     "squad data not a list": ("squad", squad({"data": 5}), "s.json"),
     "squad bad syntax": ("squad", squad('{"data": [\n{"title": }\n]}'), "s.json:2: not valid JSON"),
     "squad latin-1": ("squad", squad(b'{"data": [{"title": "caf\xe9"}]}'), "s.json:1: not UTF-8"),
@@ -242,7 +246,8 @@ DATA: dict[str, tuple[str, Make, str]] = {
                                    "d.json:2: expected a JSON object, got a string"),
     "summary latin-1": ("summarization", summarize(PAIRS.encode() + b'{"source": "\xe9"}\n'), "d.jsonl:5: not UTF-8"),
     "summary broken gz": ("summarization", summarize(BAD_GZ, "d.jsonl.gz"), "not a readable gzip file"),
-    "summary no target column": ("summarization", summarize("source,summary\na,b\n", "d.csv"), "column 'target' is missing (it has: 'source', 'summary'); set task.target_field"),
+    "summary no target column": ("summarization", summarize("source\na\nc\n", "d.csv"),
+                                 "cannot tell which field is the input and which the output (fields: 'source')"),
     "summary text file": ("summarization", summarize("a\n", "d.txt"), "unknown format '.txt'"),
     "summary whitespace": ("summarization", summarize("\n \n"), "the file is empty"),
     "summary csv ragged": ("summarization", summarize("source,target\na,b\nc,d,e\n", "d.csv"), "d.csv:3: expected 2 fields"),
@@ -274,12 +279,15 @@ DATA: dict[str, tuple[str, Make, str]] = {
                               "t.jsonl:1: 'text' is a list, expected text"),
     "mlm jsonl text a number": ("pretraining", pretrain(jsonl({"text": "a b"}, {"text": 3}), "t.jsonl"),
                                 "t.jsonl:2: 'text' is a number"),
-    "mlm jsonl no text field": ("pretraining", pretrain(jsonl({"body": "a b"}), "t.jsonl"), "has no field 'text'"),
+    "mlm jsonl no text field": ("pretraining", pretrain(jsonl({"title": "a", "note": "a b"}), "t.jsonl"),
+                                "cannot tell which field holds the text (fields: 'title', 'note'); set task.text_field"),
+    "mlm jsonl named text field missing": ("pretraining", pretrain(jsonl({"body": "a b"}), "t.jsonl", extra=", text_field: text"),
+                                           "has no field 'text'"),
     "mlm jsonl empty texts": ("pretraining", pretrain(jsonl({"text": ""}, {"text": " "}), "t.jsonl"),
                               "has no document with any text"),
     "clm one document": ("pretraining", pretrain("just one line of text\n", objective="clm"), "needs at least 2"),
     "clm a device as eval file": ("pretraining", pretrain("a b\nc d\n", objective="clm", extra=", eval_file: /dev/null"),
-                                  "/dev/null: is not a file"),
+                                  "task.eval_file: /dev/null"),
 }
 
 

@@ -1,45 +1,157 @@
 """The prediction path a task declares (`Task.predict_fields` / `predict`): `toolkit.predict` and
-`toolkit predict` reach every predicting task through it, with no per-task code in inference."""
+`toolkit predict` reach every predicting task through it, with no per-task code in inference.
+Each task type is run small (--smoke), then predicted on new inputs through the API and the CLI:
+the rows carry the task's fields and its prediction, and generated text equals a direct
+`model.generate` on the prompt the task builds."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import toolkit
+from toolkit.tasks import TASKS
 
-SHORT = ["task.max_train_samples=16", "task.max_eval_samples=16", "train.max_steps=2"]
+SHORT = ["task.max_train_samples=8", "task.max_eval_samples=4", "train.max_steps=2"]
+BRIEF = ["task.generation.max_new_tokens=12"]  # generated text: short, still past the prompt
+DIALOGUE = "Anna: are we still on for lunch?\nBen: yes, 12:30 at the usual place. Anna: great"
+QA = {"question": "Where is the Eiffel Tower?", "context": "The Eiffel Tower is a wrought-iron "
+      "lattice tower on the Champ de Mars in Paris, France. It is named after Gustave Eiffel."}
+# task, recipe, extra overrides, API inputs (as a user gives them), the CLI's input file (name, text)
 CASES = [
-    ("glue", "demo/sst2/minilm-lora", ["a wonderful film", {"sentence": "boring"}]),
-    ("text_classification", "demo/own-data/minilm-lora", [("A man sleeps.", "A person rests.")]),
-    ("ner", "ner/conll2003/minilm-lora", ["EU rejects German call", {"tokens": ["Peter", "Blackburn"]}]),
+    ("glue", "demo/sst2/minilm-lora", [], ["a wonderful film", {"sentence": "boring"}],
+     ("in.txt", "a wonderful film\nboring\n")),
+    ("text_classification", "demo/own-data/minilm-lora", [], [("A man sleeps.", "A person rests.")],
+     ("in.csv", "sentence1,sentence2\nA man sleeps.,A person rests.\n")),
+    ("ner", "ner/conll2003/minilm-lora", [], ["EU rejects German call", ["Peter", "Blackburn"]],
+     ("in.jsonl", '{"tokens": ["EU", "rejects", "German", "call"]}\n{"tokens": ["Peter", "Blackburn"]}\n')),
+    ("summarization", "summarization/samsum/t5-base-lora", BRIEF, [DIALOGUE, {"dialogue": "Tom: hi. Ann: hello!"}],
+     ("in.txt", DIALOGUE.replace("\n", " ") + "\nTom: hi. Ann: hello!\n")),
+    ("translation", "translation/multi30k/gpt2-lora", BRIEF, ["A dog runs in the park.", "Two men."],
+     ("in.jsonl", '{"en": "A dog runs in the park."}\n{"en": "Two men."}\n')),
+    ("squad", "squad/v1.1/t5-base-full", BRIEF, [(QA["question"], QA["context"])],
+     ("in.jsonl", json.dumps(QA) + "\n")),
+    ("squad", "squad/v1.1/minilm-full", [], [QA, ("Who?", QA["context"])],
+     ("in.csv", f'question,context\n{QA["question"]},"{QA["context"]}"\n')),
+    ("squad", "squad/v1.1/minilm-full", ["task.version=v2"], [QA, ("Who?", QA["context"] * 20)],
+     ("in.jsonl", json.dumps(QA) + "\n")),
 ]
+IDS = ["glue", "pair", "ner", "summarization-t5", "translation-gpt2", "squad-generative",
+       "squad-extractive-v1", "squad-extractive-v2"]
 
 
-def check_row(task: str, given: object, row: dict, labels: list[str]) -> None:
-    if task == "ner":
-        words = given.split() if isinstance(given, str) else given["tokens"]
-        assert row["tokens"] == words and len(row["tags"]) == len(words)
-        assert set(row["tags"]) <= set(labels)
-        return
-    assert row["label"] in labels and row["score"] == row["probabilities"][row["label"]]
-    assert math.isclose(sum(row["probabilities"].values()), 1.0, rel_tol=1e-5)
+def direct_generate(model: Any, tok: Any, task: Any, source: str) -> str:
+    """`model.generate` on the prompt the task builds for one source (no batch, no padding)."""
+    prefix, suffix = task.affixes()
+    if task.decoder_only:  # the source and the suffix tokenised apart, as encoding does
+        ids = tok(prefix + source, add_special_tokens=False)["input_ids"] + (
+            tok(suffix, add_special_tokens=False)["input_ids"] if suffix else [])
+        enc = {"input_ids": toolkit_tensor([ids]), "attention_mask": toolkit_tensor([[1] * len(ids)])}
+    else:
+        enc = dict(tok(prefix + source + suffix, return_tensors="pt"))
+    out = model.generate(**enc, **task.generation.kwargs(), pad_token_id=tok.pad_token_id)
+    new = out[0, enc["input_ids"].shape[1]:] if task.decoder_only else out[0]
+    return tok.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=True).strip()
 
 
-@pytest.mark.parametrize("task, recipe, inputs", CASES)
-def test_predict_goes_through_the_tasks_own_path(tmp_path: Path, task: str, recipe: str, inputs: list) -> None:
-    from toolkit.inference import run_recipe
+def toolkit_tensor(rows: list) -> Any:
+    import torch
 
-    run = toolkit.run(recipe, SHORT, runs_dir=tmp_path, smoke=True)
-    settings = run_recipe(run.dir).task
+    return torch.tensor(rows)
+
+
+def loaded(run_dir: Path) -> tuple[Any, Any, Any, list[str]]:
+    """(task settings, model, tokenizer, input field names) of a finished run."""
+    from toolkit.inference import load_model, run_recipe
+
+    recipe = run_recipe(run_dir)
+    model, tok = load_model(run_dir, recipe)
+    return recipe.task, model, tok, recipe.task.predict_fields(model)
+
+
+def check_rows(run: tuple[Any, Any, Any, list[str]], given: list[dict], rows: list[dict]) -> None:
+    """Each row: the input's fields as given, and the task's prediction of the right shape."""
+    task, model, tok, names = run
+    assert len(rows) == len(given)
+    for inp, row in zip(given, rows):
+        if task.name == "ner":
+            words = inp["tokens"].split() if isinstance(inp["tokens"], str) else inp["tokens"]
+            assert row["tokens"] == words and len(row["tags"]) == len(words)
+            assert set(row["tags"]) <= set(task.labels)
+            continue
+        assert {n: row[n] for n in names} == {n: inp[n] for n in names}
+        if "label" in row:
+            assert row["label"] in task.label_names and row["score"] == row["probabilities"][row["label"]]
+            assert math.isclose(sum(row["probabilities"].values()), 1.0, rel_tol=1e-5)
+        elif getattr(task, "extractive", False):
+            assert row["prediction"] == "" or row["prediction"] in inp["context"]
+            if task.version == "v2":
+                assert 0.0 <= row["no_answer_probability"] <= 1.0
+                assert (row["prediction"] == "") == (row["no_answer_probability"] > 0.5)
+            else:
+                assert "no_answer_probability" not in row and row["prediction"]
+        else:  # generated: the same text as the model's own generate on the task's prompt
+            source = task.source_text(task.raw_input(inp))
+            assert set(row) == set(names) | {"prediction"}
+            assert row["prediction"] == direct_generate(model, tok, task, source)
+
+
+def as_rows(names: list[str], inputs: list) -> list[dict]:
+    """The API's inputs as rows of the task's fields (a text, a tuple in field order, a word list)."""
+    out = []
+    for item in inputs:
+        if isinstance(item, dict):
+            out.append(item)
+        elif isinstance(item, list):
+            out.append({names[0]: item})
+        else:
+            out.append(dict(zip(names, [item] if isinstance(item, str) else item)))
+    return out
+
+
+@pytest.mark.parametrize("task, recipe, overrides, inputs, file", CASES, ids=IDS)
+def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, recipe: str, overrides: list,
+                                             inputs: list, file: tuple[str, str]) -> None:
+    from toolkit.inference import read_inputs
+
+    run = toolkit.run(recipe, SHORT + overrides, runs_dir=tmp_path, smoke=True)
+    trained = loaded(run.dir)
+    settings, names = trained[0], trained[3]
     assert settings.name == task
-    labels = run.metrics.get("label_names") or list(settings.label_names)
-    preds = toolkit.predict(run.dir, inputs)
-    assert len(preds) == len(inputs)
-    for given, row in zip(inputs, preds):
-        check_row(task, given, row, labels)
+    check_rows(trained, as_rows(names, inputs), toolkit.predict(run.dir, inputs))
+
+    source = tmp_path / file[0]
+    source.write_text(file[1])
+    out = tmp_path / "out.jsonl"
+    code, _, err = cli("predict", run.dir, "--input", source, "--output", out)
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    check_rows(trained, read_inputs(str(source), names, settings.predict_word_lists), rows)
+
+
+def test_every_text_to_text_and_tagging_task_predicts() -> None:
+    """The rule over the registry: only the pretraining objectives have no prediction path."""
+    silent = sorted(n for n in TASKS.names() if not TASKS.get(n).predicts)
+    assert silent == ["clm", "denoise", "mlm", "span_corruption"]
+
+
+def test_an_input_without_the_tasks_fields_is_one_line_naming_them(tmp_path: Path, cli) -> None:
+    run = toolkit.run("squad/v1.1/minilm-full", SHORT, runs_dir=tmp_path, smoke=True)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "Who?", "text": "Nobody."}\n')
+    code, _, err = cli("predict", run.dir, "--input", bad)
+    assert code == 2 and err.strip().splitlines()[-1].startswith("error: ")
+    assert "bad.jsonl: field 'context' is missing (it has: question, text); this task reads question, context" in err
+    plain = tmp_path / "plain.txt"
+    plain.write_text("Who?\n")
+    code, _, err = cli("predict", run.dir, "--input", plain)
+    assert code == 2 and "this task reads 2 fields (question, context); give JSONL or CSV" in err
+    with pytest.raises(toolkit.UserError, match=r"input 0 has no 'context' \(this task reads question, context\)"):
+        toolkit.predict(run.dir, [{"question": "Who?"}])
 
 
 def test_a_task_without_a_prediction_path_is_one_line(tmp_path: Path, cli) -> None:

@@ -113,7 +113,7 @@ def test_validate_and_sweep_take_shipped_names(cli, tmp_path: Path) -> None:
                          "--runs-dir", tmp_path / "runs")
     assert code == 0 and "2 runs (dry run" in out, err
     code, _, err = cli("validate", "demo/sst2/minilm-lorra")
-    assert code == 2 and "did you mean 'demo/sst2/minilm-lora'?" in err
+    assert code == 2 and "did you mean demo/sst2/minilm-lora, " in err
 
 
 # --- strict YAML: every YAML the toolkit reads ---------------------------------------------------

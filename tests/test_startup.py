@@ -146,8 +146,9 @@ def _sentences(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("kind", ["cli", "api"])
 @pytest.mark.parametrize("mistake", ["typo", "missing file", "missing column", "missing field", "label as text"])
 def test_errors_before_imports(tmp_path: Path, kind: str, mistake: str) -> None:
-    """`toolkit run` and `toolkit.run`: a typo'd key, a missing file, a missing column and a
-    column read twice are each one line, with no torch / transformers / datasets imported."""
+    """`toolkit run` and `toolkit.run`: a typo'd key, a missing file, a column or field the recipe
+    names that the file lacks, and a column read twice are each one line, with no torch /
+    transformers / datasets imported (columns the recipe leaves out are found in the file at load)."""
     data = _sentences(tmp_path)
     dialogues = tmp_path / "dialogues.jsonl"
     dialogues.write_text('{"transcript": "A: hi\\nB: hello", "notes": "they greet"}\n')
@@ -156,10 +157,10 @@ def test_errors_before_imports(tmp_path: Path, kind: str, mistake: str) -> None:
         "typo": (["demo/sst2/minilm-lora", "train.lrr=1e-4"], r"train.lrr: unknown key \(did you mean 'lr'\?\)"),
         "missing file": (own[:1] + [f"task.train_file={tmp_path / 'nope.csv'}", f"task.eval_file={data}"],
                          r"task.train_file: .*nope.csv(:)? (does not exist|no such file)"),
-        "missing column": (own, r"subjectivity.csv: column 'label' is missing \(it has: 'sentence', 'kind'\); "
+        "missing column": (own + ["task.label_column=label"], r"subjectivity.csv: column 'label' is missing \(it has: 'sentence', 'kind'\); "
                                 r"set task.label_column"),
         "missing field": (["summarization/samsum/bart-base-lora", f"task.train_file={dialogues}",
-                           f"task.eval_file={dialogues}"],
+                           f"task.eval_file={dialogues}", "task.source_field=dialogue"],
                           r"dialogues.jsonl: field 'dialogue' is missing \(it has: 'transcript', 'notes'\); "
                           r"set task.source_field"),
         "label as text": (own + ["task.label_column=kind", "task.text_columns=[kind]"],

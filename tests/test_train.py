@@ -285,3 +285,18 @@ def test_fast_dropout_takes_a_bool_only(tmp_path: Path, cli) -> None:
         code, _, err = cli("run", make_recipe(tmp_path), f"train.fast_dropout={value}", "--runs-dir", tmp_path / "runs")
         assert code == 2 and err.strip() == f"error: train.fast_dropout: expected bool, got {got}"
     assert not (tmp_path / "runs").exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize("samples, steps, epochs", [(8, [2, 4], [1, 2]), (24, [3, 4], [1, 1])])
+def test_each_evaluation_logs_the_epochs_completed(tmp_path: Path, cli, runs_dir: Path, samples: int,
+                                                   steps: list, epochs: list) -> None:
+    """2 epochs of 2 steps: the end-of-epoch evaluations are logged at epochs 1 and 2 (the last
+    one too); 2 epochs of 3 steps cut at 4 steps (--smoke's cap): the final evaluation is inside
+    the second epoch, with 1 done."""
+    recipe = make_recipe(tmp_path)
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir, "train.epochs=2", "train.batch_size=4",
+                       f"task.max_train_samples={samples}", "task.max_eval_samples=8",
+                       *(["train.batch_size=8"] if samples == 24 else []))
+    assert code == 0, err
+    evals = [json.loads(l) for l in (only_run(runs_dir) / "log.jsonl").read_text().splitlines() if "eval" in l]
+    assert [(e["step"], e["epoch"]) for e in evals] == list(zip(steps, epochs))

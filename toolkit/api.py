@@ -33,10 +33,10 @@ __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "
 # The argument types the functions below declare (and @typed checks): a path is a string or any
 # os.PathLike (a Run is one); overrides are a mapping {"train.lr": 3e-4} or `key=value` strings
 # (one string is one override); an input to predict is a text, a (text, text) pair or a mapping
-# of the task's fields.
+# of the task's fields, or a list of words (NER).
 PathArg = Union[str, os.PathLike]
 Overrides = Union[Mapping[str, Any], Iterable[str], None]
-Text = Union[str, tuple[str, str], Mapping[str, Any]]
+Text = Union[str, tuple[str, str], Mapping[str, Any], list[str]]  # list: NER's words
 
 
 @dataclass(frozen=True)

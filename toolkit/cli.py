@@ -308,10 +308,13 @@ def disk_error(exc: Exception) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
-    stray = [e for e in extra if args.command not in ("run", "eval", "sweep") or e.startswith("-") or "=" not in e]
+    stray = [e for e in extra if args.command not in ("run", "eval", "sweep", "validate") or e.startswith("-")
+             or "=" not in e]
     if stray:
         p.error(f"unrecognized arguments: {' '.join(stray)}")
-    if extra:
+    if extra and args.command == "validate":
+        args.recipes = list(args.recipes) + extra
+    elif extra:
         args.overrides = list(args.overrides) + extra
     if args.verbose:
         os.environ[quiet.VERBOSE] = "1"

@@ -135,24 +135,22 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
               "task": recipe.to_dict()["task"]}
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
         for suffix, rows in setup.predictions.items():
-            runs.write_jsonl(run / f"predictions-{split}{suffix}.jsonl", rows)
+            runs.write_predictions(run / f"predictions-{split}{suffix}.jsonl", rows,
+                                   recipe.task.prediction_files(rows, raw[suffix]))
         runs.write_json(run / f"eval-{split}.json", result)
     return result
 
 
-def read_inputs(source: str, columns: list[str]) -> list[dict]:
-    """Rows to predict on: JSONL or CSV with the task's text columns, or plain text (one example
-    per line) for a single-text task; `-` reads standard input."""
+def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = ()) -> list[dict]:
+    """Rows to predict on: JSONL or CSV with the task's input fields, or plain text (one example
+    per line) for a single-field task; `-` reads standard input. A field in `lists` (NER's words)
+    may hold a list of words instead of text."""
     if source != "-":
         path = Path(source)
         if not path.is_file():
             raise UserError(f"--input: {path} does not exist")
         if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
-            fmt = readers.file_format(path)  # the shared reader: FILE:LINE for every bad record
-            ds = readers.read(path, fmt)
-            for column in columns:
-                readers.check_text(ds, column, path, fmt, what=f"field '{column}'")
-            return ds.to_list()
+            return _read_structured(path, columns, lists)
     lines, name = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
     if not lines:
         raise UserError(f"--input: {name} holds no examples")
@@ -166,7 +164,7 @@ def read_inputs(source: str, columns: list[str]) -> list[dict]:
     elif len(columns) == 1:
         rows = [{columns[0]: line} for line in lines]
     else:
-        raise UserError(f"--input: this task reads {len(columns)} text columns ({', '.join(columns)}); "
+        raise UserError(f"--input: this task reads {len(columns)} fields ({', '.join(columns)}); "
                         "give JSONL or CSV with those fields")
     for i, row in enumerate(rows, start=1):
         missing = [c for c in columns if not isinstance(row, dict) or row.get(c) is None]
@@ -174,6 +172,32 @@ def read_inputs(source: str, columns: list[str]) -> list[dict]:
             raise UserError(f"{name}: example {i} lacks field '{missing[0]}' (the task reads: "
                             f"{', '.join(columns)})")
     return rows
+
+
+def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...]) -> list[dict]:
+    """A CSV/TSV/JSON(L) input file through the shared reader (FILE:LINE for every bad record)."""
+    fmt = readers.file_format(path)
+    ds = readers.read(path, fmt)
+    missing = [c for c in columns if c not in ds.column_names]
+    if missing:
+        raise UserError(f"{path}: field '{missing[0]}' is missing (it has: {', '.join(ds.column_names)}); "
+                        f"this task reads {', '.join(columns)}")
+    for column in columns:
+        if column in lists and _word_lists(ds, column):
+            continue
+        readers.check_text(ds, column, path, fmt, what=f"field '{column}'")
+    return ds.to_list()
+
+
+def _word_lists(ds: Any, column: str) -> bool:
+    """Whether every value of `column` is a list of words (texts), none missing."""
+    import pyarrow as pa
+
+    column_type = ds.data.schema.field(column).type
+    if not (pa.types.is_list(column_type) or pa.types.is_large_list(column_type)):
+        return False
+    item = column_type.value_type
+    return (pa.types.is_string(item) or pa.types.is_large_string(item)) and ds.data.column(column).null_count == 0
 
 
 def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]:
@@ -187,27 +211,29 @@ def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]
     return recipe, model, tok, recipe.task.predict_fields(model)
 
 
+def _as_row(i: int, item: Any, names: list[str], lists: tuple[str, ...]) -> dict:
+    """One API input as a row of the task's fields: a dict of them, a text (a one-field task), a
+    tuple of texts in field order, or a list of words for a task that reads words (NER)."""
+    expected = f"this task reads {', '.join(names)}"
+    if isinstance(item, dict):
+        missing = [n for n in names if n not in item]
+        if missing:
+            raise UserError(f"predict: input {i} has no '{missing[0]}' ({expected})")
+        return item
+    if len(names) == 1 and names[0] in lists and isinstance(item, list) and all(isinstance(w, str) for w in item):
+        return {names[0]: item}
+    parts = [item] if isinstance(item, str) else list(item) if isinstance(item, (tuple, list)) else [item]
+    if len(parts) != len(names) or not all(isinstance(p, str) for p in parts):
+        raise UserError(f"predict: input {i} should be {len(names)} text(s) ({', '.join(names)}), got {item!r}")
+    return dict(zip(names, parts))
+
+
 def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
-    """The Python API's predict: texts, (text, text) pairs or dicts of the task's fields in;
-    per input its fields, `label`, `score` (the label's probability) and `probabilities` out."""
+    """The Python API's predict: per input its fields and the task's prediction (a label with its
+    `score` and `probabilities`, tags per word, generated text, an answer span), in input order."""
     recipe, model, tok, names = _predicting_run(run)
-    inputs = []
-    for i, item in enumerate(texts):
-        if isinstance(item, dict):
-            missing = [n for n in names if n not in item]
-            if missing:
-                raise UserError(f"predict: input {i} has no '{missing[0]}' (this task reads {', '.join(names)})")
-            inputs.append(item)
-            continue
-        parts = [item] if isinstance(item, str) else list(item)
-        if len(parts) != len(names) or not all(isinstance(p, str) for p in parts):
-            raise UserError(f"predict: input {i} should be {len(names)} text(s) ({', '.join(names)}), got {item!r}")
-        inputs.append(dict(zip(names, parts)))
-    out = recipe.task.predict(model, tok, inputs)
-    for row in out:
-        if "probabilities" in row:
-            row["score"] = row["probabilities"][row["label"]]
-    return out
+    inputs = [_as_row(i, item, names, recipe.task.predict_word_lists) for i, item in enumerate(texts)]
+    return recipe.task.predict(model, tok, inputs)
 
 
 def predict_run(run: Path, source: str, output: str | None) -> int:
@@ -215,7 +241,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     if output:
         check_destination(Path(output), folder=False, what="--output")
     recipe, model, tok, names = _predicting_run(run)
-    out = recipe.task.predict(model, tok, read_inputs(source, names))
+    out = recipe.task.predict(model, tok, read_inputs(source, names, recipe.task.predict_word_lists))
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
     if output:
         partial = Path(output).with_name(f".{Path(output).name}.partial")

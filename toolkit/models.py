@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -389,19 +388,20 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         auto_class = getattr(transformers, heads.get(head).auto_class)
         model, info = auto_class.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True,
                                                  ignore_mismatched_sizes=True, **kwargs)
-    except ValueError as exc:
-        if "attn_implementation" in str(exc) or "attention" in str(exc).lower():
-            raise UserError(f"model.attention: {str(exc).splitlines()[0]}") from None
-        raise
-    except pickle.UnpicklingError:  # torch's weights-only loader refused an object in the file
-        weights = next((str(p) for p in sorted(Path(path).glob("*.bin")) + sorted(Path(path).glob("*.pt"))),
-                       f"{path}/pytorch_model.bin") if Path(path).is_dir() else str(path)
-        raise UserError(f"model.checkpoint: {weights}: torch refuses to load it (the pickle holds more than "
-                        "tensors; torch reads weights only); save the model as safetensors from a copy you "
-                        "trust (save_pretrained(..., safe_serialization=True))") from None
     except OSError as exc:  # a folder with a config and no weights, or unreadable ones
         raise UserError(f"model.checkpoint: {checkpoint} has no loadable weights "
                         f"({' '.join(str(exc).split())[:160]})") from None
+    except Exception as exc:
+        if type(exc).__name__ == "UnpicklingError":  # torch's weights-only loader refused the file
+            raise UserError(f"model.checkpoint: {_weights_file(path)}: torch refuses to load it (it holds "
+                            "Python objects besides tensors; torch reads weights only); save the model as "
+                            "safetensors from a copy you trust (save_pretrained(..., safe_serialization=True))"
+                            ) from None
+        if not isinstance(exc, ValueError):
+            raise
+        if "attn_implementation" in str(exc) or "attention" in str(exc).lower():
+            raise UserError(f"model.attention: {str(exc).splitlines()[0]}") from None
+        raise
     embeddings = model.get_input_embeddings()
     if embeddings is not None and len(tok) > embeddings.num_embeddings:
         raise UserError(f"model.checkpoint: the tokenizer in {checkpoint} has {len(tok):,} tokens and "
@@ -411,6 +411,15 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         modules.load_saved(model, Path(path), attention)  # an earlier run's, same settings
     check_new_weights(checkpoint, info)
     return model, tok
+
+
+def _weights_file(path: str) -> str:
+    """The torch weights file of a model folder (what a refused load read)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return str(folder)
+    found = sorted(folder.glob("*.bin")) + sorted(folder.glob("*.pt"))
+    return str(found[0]) if found else str(folder / "pytorch_model.bin")
 
 
 def check_new_weights(checkpoint: str, info: dict) -> None:

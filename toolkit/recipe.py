@@ -55,7 +55,7 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
     task = build_plugin(tasks.TASKS, raw["task"], "task")
     method = build_plugin(methods.METHODS, raw["method"], "method")
     recipe = Recipe(model=built["model"], task=task, method=method, train=built["train"],
-                    name=name, smoke=smoke)
+                    name=task.run_name(name), smoke=smoke)
     checked = RunPlan(recipe)
     if isinstance(recipe.model.checkpoint, dict):
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)

@@ -204,7 +204,11 @@ def safe_yaml(text: str, where: str) -> Any:
         if node is not None and _expanded_size(node, {}) > MAX_YAML_NODES:
             raise UserError(f"{where}: expands to more than {MAX_YAML_NODES:,} YAML nodes "
                             "(aliases repeated); a recipe is a page of settings")
-        return yaml.load(text, Loader=StrictLoader)
+        loader = StrictLoader(text)  # what yaml.load does, with this (safe) loader
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except _KeyTwice as exc:
         raise UserError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:  # the position and the problem, never the file's text

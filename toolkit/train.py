@@ -171,8 +171,9 @@ class Loop:
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}")
             if self._after_step(loss) or self._stopping(stop_after):
                 return True
-        else:
-            return False  # max steps reached inside the epoch
+        else:  # max steps reached: inside the epoch, or with its last batch (the epoch is whole)
+            if self.state.batch_in_epoch < len(self.loader):
+                return False
         self.state.epoch, self.state.batch_in_epoch = self.state.epoch + 1, 0
         if self.cfg.eval_every == 0:
             self._eval_and_save()
@@ -314,7 +315,8 @@ def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: Sta
         result["metric_info"] = setup.task.metric_info()
     if acc.is_main_process:
         for suffix, rows in setup.predictions.items():
-            runs.write_jsonl(out / f"predictions{suffix}.jsonl", rows)
+            runs.write_predictions(out / f"predictions{suffix}.jsonl", rows,
+                                   setup.task.prediction_files(rows, setup.raw_evals[suffix]))
         runs.write_json(out / "metrics.json", result)
         if not recipe.train.keep_checkpoints:  # the run is whole: model/ is what it leaves
             shutil.rmtree(out / "checkpoints", ignore_errors=True)

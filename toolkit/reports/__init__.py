@@ -20,10 +20,10 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
            out: Path | None = None) -> str:
     """Build report.md (and the PNGs) into `out` (default: the first runs folder); return its text."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
-    out = out or roots[0]
-    if out.exists() and not out.is_dir():
+    items = collect(roots)  # each root a folder of runs, checked first
+    if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"report: --out {out} is a file; --out names the folder report.md and the plots go to")
-    items = collect(roots)
+    out = out or roots[0]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [f"# Report: {', '.join(map(str, roots))}", f"{provenance(items)} Written {when}."]
     if glue:

@@ -135,7 +135,8 @@ class Classification(Task):
         return list(getattr(self, "input_columns", self.text_columns))
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
-        """Per row its fields and the label name with the probabilities (regression: `score`)."""
+        """Per row its fields, the label name, its probability (`score`) and every label's
+        `probabilities` (regression: the value as `score`)."""
         names = self.predict_fields(model)
         texts = [dict(zip(self.text_columns, (r[n] for n in names))) for r in rows]
         preds = self.classify(model, tokenizer, texts)
@@ -160,5 +161,6 @@ class Classification(Task):
                 continue
             for p in logits.softmax(-1).tolist():
                 best = max(range(len(p)), key=p.__getitem__)
-                out.append({"label": self.label_names[best], "probabilities": dict(zip(self.label_names, p))})
+                out.append({"label": self.label_names[best], "score": p[best],
+                            "probabilities": dict(zip(self.label_names, p))})
         return out

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from toolkit.errors import UserError
-from toolkit.tasks import TASKS, Metric, declaration
+from toolkit.tasks import TASKS, Metric, _fields, declaration
 from toolkit.tasks._generation import TextToText, read_pairs
 from toolkit.tasks._text_metrics import sacrebleu_scores, sacrebleu_signatures
 from toolkit.tasks.summarization import hub_pairs, load_pairs
@@ -72,9 +72,14 @@ class Translation(TextToText):
             return f"translate {src} to {tgt}: ", ""
         return (f"{src}: ", f"\n{tgt}:") if decoder_only else ("", "")
 
+    def data_patterns(self) -> list[str]:
+        """The files `load` reads: the recipe's or the preset's (`sources`)."""
+        return [p for p in self.sources()[:2] if p]
+
     def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
-        named = [(self.source_field or self.source_lang, "task.source_field"),
-                 (self.target_field or self.target_lang, "task.target_field")]
+        """Fields a recipe names (unnamed ones are found in the file at load, `pick_fields`)."""
+        named = [(f, k) for f, k in ((self.source_field, "task.source_field"),
+                                     (self.target_field, "task.target_field")) if f]
         return [(f"task.{key}", Path(self.expand(value)), named)
                 for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file))
                 if value and "{lang}" not in value]
@@ -88,8 +93,20 @@ class Translation(TextToText):
         return None, None, HUB[self.subset], pair  # WMT configs are named xx-en
 
     def read(self, pattern: str) -> Any:
-        return read_pairs(self.expand(pattern), self.source_field or self.source_lang,
-                          self.target_field or self.target_lang, (self.source_lang, self.target_lang))
+        return read_pairs(self.expand(pattern), self.source_field, self.target_field,
+                          (self.source_lang, self.target_lang), pick=self.pick_fields)
+
+    def pick_fields(self, ds: Any, where: str) -> tuple[str, str]:
+        """The source and target fields of records: the recipe's, else the languages' codes,
+        else `source` / `target`; never by content (two sentences look alike), so anything else
+        is one line naming task.source_field / task.target_field."""
+        found = _fields.pick_pair(ds, where, self.source_field, self.target_field,
+                                  _fields.Keys("task.source_field", "task.target_field"),
+                                  (self.source_lang, "source", "src", "input"),
+                                  (self.target_lang, "target", "tgt", "translation", "output"),
+                                  measure=None, fill=False)
+        self.source_field, self.target_field = found
+        return found
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
         s, t = self.source_lang, self.target_lang
@@ -99,6 +116,9 @@ class Translation(TextToText):
 
     def load(self) -> dict[str, Any]:
         return load_pairs(self)
+
+    def source_name(self) -> str:
+        return self.source_field or self.source_lang
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         scores, _ = sacrebleu_scores(self.decoded(outputs), [r[0] for r in self.references(raw)],
