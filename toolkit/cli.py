@@ -30,6 +30,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     root = runs.runs_root(args.runs_dir)
     _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
+    for point in points:  # every point's data files' heads, before the first run starts
+        recipes.check_data(recipes.load(point.recipe, point.overrides, smoke=args.smoke))
     if args.dry_run or args.estimate:
         print_plan(points, folders, args.estimate, args.smoke)
         return 0
