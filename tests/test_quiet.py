@@ -19,27 +19,39 @@ from toolkit import quiet
 # unmerged export does), transformers' load report of a head missing from a checkpoint, PEFT's
 # use of an API transformers deprecated, and a FutureWarning raised inside a library module.
 TRIGGER = r"""
-import io, json, logging, sys, warnings
-from toolkit import quiet
-quiet.libraries()
-seen = []
+import io, json, logging, os, sys, warnings
+warnings.simplefilter("always")  # every time, not once per place: both passes below see each one
+seen, records = [], io.StringIO()
 warnings.showwarning = lambda message, *a, **k: seen.append(str(message))
-records = io.StringIO()
 import transformers, peft
 from transformers.utils import logging as hf_logging
+from toolkit import quiet
 hf_logging.add_handler(logging.StreamHandler(records))
 config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                  intermediate_size=32)
 transformers.BertModel(config).save_pretrained(sys.argv[1])
-transformers.BertForSequenceClassification.from_pretrained(sys.argv[1], num_labels=2)  # head: new
-model = peft.get_peft_model(transformers.BertForSequenceClassification(config),
-                            peft.LoraConfig(target_modules=["query"], r=2))
-model.base_model.model.config.vocab_size = 64
-model.peft_config["default"].base_model_name_or_path = "bert-base-uncased"  # a Hub id, off-line
-peft.get_peft_model_state_dict(model, save_embedding_layers="auto")
-warnings.warn_explicit("x is deprecated", FutureWarning, "transformers/x.py", 1, module="transformers.x")
-warnings.warn("the user's own warning")
-print(json.dumps({"warnings": seen, "log": records.getvalue()}))
+library_defaults = warnings.filters[:]
+
+def trigger():
+    transformers.BertForSequenceClassification.from_pretrained(sys.argv[1], num_labels=2)  # head: new
+    model = peft.get_peft_model(transformers.BertForSequenceClassification(config),
+                                peft.LoraConfig(target_modules=["query"], r=2))
+    model.peft_config["default"].base_model_name_or_path = "bert-base-uncased"  # a Hub id, off-line
+    peft.get_peft_model_state_dict(model, save_embedding_layers="auto")
+    warnings.warn_explicit("x is deprecated", FutureWarning, "transformers/x.py", 1, module="transformers.x")
+    warnings.warn("the user's own warning")
+    out = "\n".join(seen) + "\n" + records.getvalue()
+    seen.clear(), records.truncate(0), records.seek(0)
+    return out
+
+shown = {}
+for verbose in (False, True):  # by default, then as `-v` leaves the libraries (their own settings)
+    os.environ[quiet.VERBOSE] = "1" if verbose else "0"
+    warnings.filters[:] = library_defaults
+    hf_logging.set_verbosity_warning()
+    quiet.libraries()
+    shown[verbose] = trigger()
+print(json.dumps(shown))
 """
 MESSAGES = {  # what each looks like when shown
     "PEFT's off-line Hub look-up": "Could not find a config file in bert-base-uncased",
@@ -49,18 +61,15 @@ MESSAGES = {  # what each looks like when shown
 }
 
 
-def _shown(tmp_path: Path, verbose: bool) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", quiet.VERBOSE: "1" if verbose else "0"}
-    proc = subprocess.run([PYTHON, "-c", TRIGGER, str(tmp_path / "base")], cwd=ROOT, env=env, text=True,
-                          capture_output=True)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    return "\n".join(out["warnings"]) + "\n" + out["log"]
-
-
 @pytest.fixture(scope="module")
 def shown(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, str]:
-    return {v: _shown(tmp_path_factory.mktemp(f"v{int(v)}"), v) for v in (False, True)}
+    """What a fresh interpreter shows of TRIGGER's messages by default (False) and with -v (True)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([PYTHON, "-c", TRIGGER, str(tmp_path_factory.mktemp("base"))], cwd=ROOT, env=env,
+                          text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {False: out["false"], True: out["true"]}
 
 
 @pytest.mark.parametrize("name", sorted(MESSAGES))
