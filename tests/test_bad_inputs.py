@@ -143,7 +143,7 @@ CASES: dict[str, tuple[Callable[[Path], list], str]] = {
                                       "d.csv:3: label 'high' is not a number"),
     "glue dev empty": (glue_dev(b""), "dev.tsv: the file is empty"),
     "glue dev header only": (glue_dev(b"sentence\tlabel\n"), "dev.tsv: has no rows"),
-    "glue dev non-utf8": (glue_dev(b"sentence\tlabel\nb\xe4d\t0\n"), "dev.tsv: not UTF-8 text"),
+    "glue dev non-utf8": (glue_dev(b"sentence\tlabel\nb\xe4d\t0\n"), "dev.tsv:2: not UTF-8 text (byte 0xe4)"),
     "glue unknown label": (glue_dev(b"sentence\tlabel\nok\t7\n"), "dev.tsv:2: label '7' is not one of 0, 1"),
     "checkpoint without weights": (checkpoint_folder({"config.json": json.dumps({"model_type": "bert"})}),
                                    "has no loadable weights"),

@@ -1,5 +1,5 @@
 """Issue 37 rule 6: readers read text as written. Every reader (each format `readers.read` takes,
-predict's plain-text lines from a file and from standard input, NER's line reader) refuses a
+predict's plain-text lines from a file and from standard input, NER's line reader, GLUE's TSVs) refuses a
 binary file, a file of NUL bytes, bytes that are not UTF-8 and a file without line breaks up
 front, in bounded memory and in one line; plain text splits at \\n and \\r\\n only."""
 
@@ -34,7 +34,14 @@ READERS: dict[str, tuple[str, Callable]] = {  # name -> (file suffix, read it)
     "predict lines": (".txt", lambda path, monkeypatch: readers.read_lines(str(path))[0]),
     "predict stdin": (".txt", _lines_from_stdin),
     "ner lines": (".txt", lambda path, monkeypatch: readers.scan(path)),  # NER scans, then reads lines
+    "glue tsv": (".tsv", lambda path, monkeypatch: _glue_tsv(path)),
 }
+
+
+def _glue_tsv(path: Path) -> dict:
+    from toolkit.tasks.glue import SPECS, read_tsv
+
+    return read_tsv(path, SPECS["sst2"])
 BAD = {  # name -> (bytes, what the one line says)
     "nul bytes": (b"\x00" * 4096, r":1: holds a NUL byte"),
     "binary": (b"text,label\n\x89PNG\r\n\x1a\n\x00\x00", r":2: (holds a NUL byte|not UTF-8 text)"),

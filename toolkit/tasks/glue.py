@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, data_root, hub_offline, subset
 from toolkit.tasks._classification import Classification, classification_metrics
@@ -89,6 +90,7 @@ def read_tsv(path: Path, spec: Spec) -> dict[str, list]:
     if not path.is_file():
         raise UserError(f"GLUE file {path} is not there (expected the GLUE download layout: "
                         f"<data>/glue/{spec.folder}/{path.name})")
+    readers.scan(path)  # UTF-8, no NUL byte, line breaks: checked streaming, before rows are read
     csv.field_size_limit(sys.maxsize)  # a long document is a row like any other
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
