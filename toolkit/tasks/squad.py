@@ -8,9 +8,16 @@ the null score beats the best span (null-score gap > 0.0, transformers' run_qa d
 and their `*_thresh` are reported beside them: thresholds tuned on the eval split itself, so an
 upper bound, never a held-out score.
 
-Data: the Hub (`rajpurkar/squad`, `rajpurkar/squad_v2`) or local SQuAD-format JSON. With only a
-dev file (as here), `split_articles` trains on that fraction of its articles (seeded shuffle) and
+Data: the Hub (`rajpurkar/squad`, `rajpurkar/squad_v2`) or local files: SQuAD-format JSON, or
+flat records (JSONL / a JSON list of question, context, answers; `read_squad`). With only a dev
+file (as here), `split_articles` trains on that fraction of its articles (seeded shuffle) and
 scores on the rest: no article, hence no context, is on both sides.
+
+The official rules for unanswerable questions: v1.1 has none, so a v1 run refuses a file with
+questions without answers (their count, and `task.version=v2`); an `is_impossible` flag that
+contradicts the answers list is refused at its line (the official v2.0 scorer goes by the list,
+BERT's run_squad by the flag). Beside predictions.jsonl the run writes what the official
+evaluate-v1.1.py / evaluate-v2.0.py read (`prediction_files`).
 """
 
 from __future__ import annotations
