@@ -124,7 +124,15 @@ def qa(question: Any = "Where?", answers: Any = None, context: Any = "Paris is i
 
 
 def articles(*bad: Any) -> dict:
-    return {"data": [qa(), qa(), *bad]}
+    """Two good articles, then the bad ones; every question id distinct (a repeated id is an
+    error of its own)."""
+    data = [qa(), qa(), *bad]
+    for i, article in enumerate(data):
+        for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:
+            for q in paragraph.get("qas", []) if isinstance(paragraph, dict) else []:
+                if isinstance(q, dict) and q.get("id") == "q1":
+                    q["id"] = f"q{i + 1}"
+    return {"data": data}
 
 
 def jsonl(*rows: Any) -> str:

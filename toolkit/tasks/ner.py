@@ -1,7 +1,9 @@
 """`ner`: named-entity recognition as token classification (CoNLL-2003 by default).
 
-Files hold one `token TAG` per line (BIO tags), a blank line between sentences (`-DOCSTART-`
-lines are skipped). As transformers' run_ner does, each word's tag is learnt on its first
+Files hold one `token TAG` per line, a blank line between sentences (`-DOCSTART-` lines are
+skipped), or JSON / JSONL records of words and tags (`tokens` / `ner_tags`). The tags are checked
+against their scheme (IOB2, IOB1 or IOBES; `_tags`) before anything trains, and read from the
+files when `labels` is null. As transformers' run_ner does, each word's tag is learnt on its first
 sub-token and the other sub-tokens are left out of loss and scoring (-100). Scores are entity-level
 precision, recall and F1 as seqeval computes them (an entity counts when its type and span both
 match; the default, conlleval-compatible mode), plus token accuracy.
