@@ -139,12 +139,15 @@ def test_a_sentence_kind_csv_classifies_with_two_arguments(tmp_path: Path, cli) 
 
 
 def test_a_transcript_notes_jsonl_summarizes_with_two_arguments_and_an_edit_is_a_new_run(tmp_path: Path, cli) -> None:
-    """The issue's summarization case, and rule 1's: editing the file in place is a new run."""
+    """The issue's summarization case; rule 1's: editing the file in place is a new run; rule
+    8's: summaries cut at task.max_target_length are counted in one line, once."""
     data, _ = _summaries(tmp_path)
     args = ("run", "demo/own-data/minilm2minilm-summarization", f"task.train_file={data}",
-            f"task.eval_file={data}", "--smoke", "--runs-dir", tmp_path / "runs")
+            f"task.eval_file={data}", "task.max_target_length=4", "--smoke", "--runs-dir", tmp_path / "runs")
     code, _, err = cli(*args)
     assert code == 0, err
+    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert [line.split(" (")[0] for line in warned] == ["warning: 40 of 40 summaries cut at task.max_target_length=4 tokens"]
     (predictions,) = (tmp_path / "runs").rglob("predictions*.jsonl")
     first = json.loads(predictions.read_text().splitlines()[0])
     assert first["source"].startswith("A: ") and first["references"][0].count(" ") == 5

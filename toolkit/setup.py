@@ -59,6 +59,7 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     encode = recipe.method.encoder(task, tok)
     train = encode(raw["train"]) if recipe.method.trains else raw["train"]
     evals = {sfx: encode(ds) for sfx, ds in raw["eval"].items()}
+    task.say_notices()  # what was cut or may be misread, counted over every split: once per run
     steps = recipe.train.optimizer_steps(len(train), processes)[1] if recipe.method.trains else 0
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=heads.get(head).peft_task_type, tokenizer=tok,

@@ -126,12 +126,14 @@ class Ner(Task):
             raise UserError("task.name: ner needs a fast tokenizer (word ids map tags to sub-tokens)")
 
         def tok(batch: dict) -> dict:
-            out = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=self.max_length)
+            out = self.tokenize(tokenizer, batch["tokens"], limit=self.max_length, is_split_into_words=True)
             out["labels"] = [align_labels(out.word_ids(i), tags) for i, tags in enumerate(batch["tags"])]
             return out
 
-        return dataset.map(tok, batched=True, remove_columns=dataset.column_names,
-                           new_fingerprint=fingerprint(dataset, tokenizer, self, "encode"))
+        encoded = dataset.map(tok, batched=True, remove_columns=dataset.column_names,
+                              new_fingerprint=fingerprint(dataset, tokenizer, self, "encode, cut counted"))
+        self.note_cut("sentences", "task.max_length", self.max_length, encoded["cut"])
+        return encoded.remove_columns("cut")
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         from transformers import DataCollatorForTokenClassification

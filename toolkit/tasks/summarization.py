@@ -62,6 +62,8 @@ def hub_pairs(hub_id: str, config: str | None, split: str, source: str, target: 
 @dataclass(kw_only=True)
 class Summarization(TextToText):
 
+    names = ("documents", "summaries")  # what a cut is counted in
+
     subset: Literal["samsum", "cnn_dailymail", "xsum", "custom"] = "samsum"
     train_file: str | None = None  # JSON / JSONL / CSV; overrides the preset's
     eval_file: str | None = None
@@ -105,6 +107,7 @@ class Summarization(TextToText):
         """The document and summary fields: the recipe's; for your own files the preset's names
         come first among the conventional ones, then the longer texts are the documents. The
         first file's choice holds for the next, so both splits read the same fields."""
+        _fields.note_spaced(self, list(ds.column_names), where)
         preset = PRESETS[self.subset]
         own = bool(self.train_file or self.eval_file)
         source, target = (self.source_field, self.target_field) if own else self.fields()

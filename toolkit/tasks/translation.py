@@ -37,6 +37,8 @@ HUB = {"wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16"}
 @dataclass(kw_only=True)
 class Translation(TextToText):
 
+    names = ("source sentences", "target sentences")  # what a cut is counted in
+
     subset: Literal["multi30k", "iwslt14", "wmt14", "wmt16", "custom"] = "multi30k"
     source_lang: str = "en"
     target_lang: str = "de"
@@ -91,6 +93,7 @@ class Translation(TextToText):
         """The source and target fields of records: the recipe's, else the languages' codes,
         else `source` / `target`; never by content (two sentences look alike), so anything else
         is one line naming task.source_field / task.target_field."""
+        _fields.note_spaced(self, list(ds.column_names), where)
         found = _fields.pick_pair(ds, where, self.source_field, self.target_field,
                                   _fields.Keys("task.source_field", "task.target_field"),
                                   (self.source_lang, "source", "src", "input"),
