@@ -59,7 +59,6 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     encode = recipe.method.encoder(task, tok)
     train = encode(raw["train"]) if recipe.method.trains else raw["train"]
     evals = {sfx: encode(ds) for sfx, ds in raw["eval"].items()}
-    task.say_notices()  # what was cut or may be misread, counted over every split: once per run
     steps = recipe.train.optimizer_steps(len(train), processes)[1] if recipe.method.trains else 0
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=heads.get(head).peft_task_type, tokenizer=tok,
@@ -73,4 +72,5 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     trainable, total = count_params(model)
     if recipe.method.trains and trainable == 0:
         raise UserError(f"method.name: '{recipe.method.name}' left no parameter to train")
+    task.say_notices()  # what was cut or may be misread, over every split: once per run that starts
     return Setup(task, model, tok, train, evals, raw["eval"], trainable, total, recipe.train.seed, source=source)

@@ -42,7 +42,7 @@ def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str
     out = {}
     for split, file in files.items():
         path = data_path(file)
-        if not path.is_file():
+        if not path.exists():
             raise UserError(f"task.{split}_file: {path} is not there")
         if fmt == "json":
             kind = readers.file_format(path, ("json", "jsonl"))
