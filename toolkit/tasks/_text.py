@@ -115,7 +115,7 @@ class TextTask(TokenTask):
             fmts = {_format(f) for f in files.values()}
             if len(fmts) > 1:
                 raise UserError("task.eval_file: must have the same format as task.train_file")
-            ds, self.text_field = _read_files(files, fmts.pop(), self.documents, self.text_field)
+            ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field)
             train, heldout = ds["train"], ds.get("eval")
         train = train.filter(lambda t: bool(t and t.strip()), input_columns="text")
         if len(train) == 0:
@@ -149,11 +149,11 @@ class TextTask(TokenTask):
         for split in (self.train_split, self.eval_split):
             if split is not None and split not in ds:
                 raise UserError(f"task: '{self.dataset}' has no split '{split}' (has: {', '.join(ds)})")
-        self.text_field = self.text_field or _fields.pick_text(ds[self.train_split], self.dataset, "task.text_field")
-        if self.text_field not in ds[self.train_split].column_names:
-            raise UserError(f"task.text_field: '{self.dataset}' has no column '{self.text_field}'")
-        pick = lambda s: ds[s].select_columns([self.text_field]).rename_column(self.text_field, "text") \
-            if self.text_field != "text" else ds[s].select_columns(["text"])
+        field = self.text_field or _fields.pick_text(ds[self.train_split], self.dataset, "task.text_field")
+        if field not in ds[self.train_split].column_names:
+            raise UserError(f"task.text_field: '{self.dataset}' has no column '{field}'")
+        pick = lambda s: ds[s].select_columns([field]).rename_column(field, "text") \
+            if field != "text" else ds[s].select_columns(["text"])
         return pick(self.train_split), (pick(self.eval_split) if self.eval_split else None)
 
     # --- tokenising and packing -------------------------------------------------------------

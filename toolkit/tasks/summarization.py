@@ -110,10 +110,11 @@ class Summarization(TextToText):
         _fields.note_spaced(self, list(ds.column_names), where)
         preset = PRESETS[self.subset]
         own = bool(self.train_file or self.eval_file)
-        source, target = (self.source_field, self.target_field) if own else self.fields()
+        source, target = self.__dict__.get("_found_fields") or \
+            ((self.source_field, self.target_field) if own else self.fields())
         found = _fields.pick_pair(ds, where, source, target, _fields.Keys("task.source_field", "task.target_field"),
                                   (preset[4], *_fields.TEXT_INPUTS), (preset[5], *_fields.TEXT_OUTPUTS))
-        self.source_field, self.target_field = found
+        self._found_fields = found  # not the settings: the recipe's hash stays as written
         return found
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:

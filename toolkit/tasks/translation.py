@@ -94,12 +94,13 @@ class Translation(TextToText):
         else `source` / `target`; never by content (two sentences look alike), so anything else
         is one line naming task.source_field / task.target_field."""
         _fields.note_spaced(self, list(ds.column_names), where)
-        found = _fields.pick_pair(ds, where, self.source_field, self.target_field,
+        source, target = self.__dict__.get("_found_fields") or (self.source_field, self.target_field)
+        found = _fields.pick_pair(ds, where, source, target,
                                   _fields.Keys("task.source_field", "task.target_field"),
                                   (self.source_lang, "source", "src", "input"),
                                   (self.target_lang, "target", "tgt", "translation", "output"),
                                   measure=None, fill=False)
-        self.source_field, self.target_field = found
+        self._found_fields = found  # not the settings: the recipe's hash stays as written
         return found
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
