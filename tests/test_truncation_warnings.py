@@ -155,13 +155,17 @@ def test_labels_differing_only_in_case_are_said(tmp_path: Path) -> None:
     ("text_classification", {}),
     ("summarization", {"subset": "custom"}),
     ("translation", {"subset": "custom"}),
+    ("mlm", {}),
 ])
 def test_a_field_name_with_a_space_at_its_end_is_said_and_quoted(name: str, settings: dict, tmp_path: Path) -> None:
     from toolkit.tasks import TASKS
 
     header = {"text_classification": "text ,label", "summarization": "source ,target",
-              "translation": "en ,de"}[name]
-    path = _write(tmp_path / "d.csv", header + "\n" + "".join(f"{LONG[:30 + i]},{i % 2}\n" for i in range(6)))
+              "translation": "en ,de", "mlm": "text "}[name]
+    if name == "mlm":  # documents: JSONL, the one field holds the text
+        path = _write(tmp_path / "d.jsonl", "".join(json.dumps({"text ": f"{LONG[:30 + i]}"}) + "\n" for i in range(6)))
+    else:
+        path = _write(tmp_path / "d.csv", header + "\n" + "".join(f"{LONG[:30 + i]},{i % 2}\n" for i in range(6)))
     task = TASKS.get(name)(train_file=path, eval_file=path, **settings)
     task.load()
     spaced = header.split(",")[0]

@@ -32,7 +32,8 @@ torch = lazy("torch", globals())
 HELDOUT = "heldout"  # column marking raw held-out documents (corrupted at encode time)
 
 
-def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str | None) -> tuple[Any, str | None]:
+def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str | None,
+                task: Any) -> tuple[Any, str | None]:
     """Local files -> (DatasetDict with one `text` column, the JSON field it came from), through
     the shared reader: a text that is not text (a list, a number) or a file with nothing but
     whitespace is one line naming it. A JSON field the recipe leaves out is found in the first
@@ -47,6 +48,7 @@ def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str
         if fmt == "json":
             kind = readers.file_format(path, ("json", "jsonl"))
             ds = readers.read(path, kind)
+            _fields.note_spaced(task, list(ds.column_names), str(path))
             text_field = text_field or _fields.pick_text(ds, str(path), "task.text_field")
             if text_field not in ds.column_names:
                 raise UserError(f"task.text_field: {path} has no field '{text_field}' "
@@ -115,7 +117,7 @@ class TextTask(TokenTask):
             fmts = {_format(f) for f in files.values()}
             if len(fmts) > 1:
                 raise UserError("task.eval_file: must have the same format as task.train_file")
-            ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field)
+            ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field, self)
             train, heldout = ds["train"], ds.get("eval")
         train = train.filter(lambda t: bool(t and t.strip()), input_columns="text")
         if len(train) == 0:
