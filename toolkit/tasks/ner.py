@@ -243,26 +243,14 @@ class Ner(Task):
             raise UserError("task.name: ner needs a fast tokenizer (word ids map tags to sub-tokens)")
 
         def tok(batch: dict) -> dict:
-            out = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=self.max_length)
+            out = self.tokenize(tokenizer, batch["tokens"], limit=self.max_length, is_split_into_words=True)
             out["labels"] = [align_labels(out.word_ids(i), tags) for i, tags in enumerate(batch["tags"])]
-            out["cut"] = [max((w for w in out.word_ids(i) if w is not None), default=-1) < len(words) - 1
-                          for i, words in enumerate(batch["tokens"])]
             return out
 
         encoded = dataset.map(tok, batched=True, remove_columns=dataset.column_names,
-                              new_fingerprint=fingerprint(dataset, tokenizer, self, "encode"))
-        self._warn_cut(dataset, sum(encoded["cut"]), len(encoded))
+                              new_fingerprint=fingerprint(dataset, tokenizer, self, "encode, cut counted"))
+        self.note_cut("sentences", "task.max_length", self.max_length, encoded["cut"])
         return encoded.remove_columns("cut")
-
-    def _warn_cut(self, dataset: Any, cut: int, total: int) -> None:
-        """One `warning:` line per file with sentences longer than max_length sub-tokens (once per
-        run): their last words are neither trained nor scored (as in run_ner), which no score shows."""
-        name = self._files.get(getattr(dataset, "_fingerprint", None), "the data")
-        if cut and name not in self._warned and os.environ.get("RANK", "0") == "0":
-            self._warned.add(name)
-            print(f"warning: {cut} of {total} sentences in {name} are longer than task.max_length="
-                  f"{self.max_length} sub-tokens: their last words are cut, neither trained nor scored; "
-                  "raise task.max_length to keep them", file=sys.stderr)
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         from transformers import DataCollatorForTokenClassification
