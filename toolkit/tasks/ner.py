@@ -14,8 +14,6 @@ so neither the model loader nor `toolkit predict` knows it by name.
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -162,8 +160,6 @@ class Ner(Task):
     def __post_init__(self) -> None:
         self._found_labels: list[str] | None = None  # read from the files at load
         self._found_scheme: str | None = None
-        self._files: dict[str, str] = {}  # a loaded split's fingerprint -> its file (for warnings)
-        self._warned: set[str] = set()  # files whose cut sentences were reported
 
     def check(self) -> None:
         if self.labels is None:
@@ -211,7 +207,6 @@ class Ner(Task):
         ids = {split: self._ids(sentences) for split, sentences in files.items()}
         limit = {"train": self.max_train_samples, "eval": self.max_eval_samples}
         data = {split: subset(Dataset.from_dict(d), limit[split]) for split, d in ids.items()}
-        self._files.update({ds._fingerprint: str(files[split].path) for split, ds in data.items()})
         return {"train": data.get("train"), "eval": {"": data["eval"]}}
 
     def _names_for_numbers(self, sentences: Sentences) -> None:
