@@ -128,7 +128,15 @@ def qa(question: Any = "Where?", answers: Any = None, context: Any = "Paris is i
 
 
 def articles(*bad: Any) -> dict:
-    return {"data": [qa(), qa(), *bad]}
+    """Two good articles, then the bad ones; every question id distinct (a repeated id is an
+    error of its own)."""
+    data = [qa(), qa(), *bad]
+    for i, article in enumerate(data):
+        for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:
+            for q in paragraph.get("qas", []) if isinstance(paragraph, dict) else []:
+                if isinstance(q, dict) and q.get("id") == "q1":
+                    q["id"] = f"q{i + 1}"
+    return {"data": data}
 
 
 def jsonl(*rows: Any) -> str:
@@ -225,7 +233,7 @@ DATA: dict[str, tuple[str, Make, str]] = {
     "squad id missing": ("squad", squad({"data": [{"title": "T", "paragraphs": [{"context": "c d", "qas": [
         {"question": "q?", "answers": []}]}]}] * 2}), "'id' is missing"),
     "squad blank question": ("squad", squad(articles(qa(question="   "))), "empty context or question"),
-    "squad a list at the top": ("squad", squad([qa()]), "has no 'context' field"),
+    "squad a list at the top": ("squad", squad([qa()]), "expected a JSON object with a 'data' list"),
     "squad data not a list": ("squad", squad({"data": 5}), "s.json"),
     "squad bad syntax": ("squad", squad('{"data": [\n{"title": }\n]}'), "s.json:2: not valid JSON"),
     "squad latin-1": ("squad", squad(b'{"data": [{"title": "caf\xe9"}]}'), "s.json:1: not UTF-8"),
@@ -287,7 +295,7 @@ DATA: dict[str, tuple[str, Make, str]] = {
                               "has no document with any text"),
     "clm one document": ("pretraining", pretrain("just one line of text\n", objective="clm"), "needs at least 2"),
     "clm a device as eval file": ("pretraining", pretrain("a b\nc d\n", objective="clm", extra=", eval_file: /dev/null"),
-                                  "task.eval_file: /dev/null"),
+                                  "/dev/null: is not a file"),
 }
 
 

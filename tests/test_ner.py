@@ -145,22 +145,6 @@ def test_labels_must_hold_o_once(tmp_path: Path, cli) -> None:
     assert code == 2 and "task.labels: BIO tags, each once" in err
 
 
-def test_sentences_cut_at_max_length_are_one_warning_per_file(tmp_path: Path, tiny_checkpoint, capsys) -> None:
-    from toolkit import models
-
-    file = tmp_path / "x.txt"
-    long = "".join(f"w{i} O\n" for i in range(40))
-    file.write_text(f"Peter B-PER\nsaid O\n\n{long}\n{long}\nEU B-ORG\n")
-    task = Ner(train_file=None, eval_file=str(file), labels=None, max_length=16)
-    data = task.load()["eval"][""]
-    tok = models.load_tokenizer(tiny_checkpoint("bert"))
-    task.encode(data, tok)
-    task.encode(data, tok)  # the same file again (another evaluation): said once
-    err = capsys.readouterr().err
-    assert err.count("warning:") == 1
-    assert f"warning: 2 of 4 sentences in {file} are longer than task.max_length=16 sub-tokens" in err
-
-
 @pytest.mark.parametrize("records, settings, expected", [
     ([{"tokens": ["Peter", "said"], "ner_tags": ["B-PER", "O"]}], {}, [[1, 0]]),
     ([{"words": ["Peter", "said"], "tags": [1, 0]}], {"labels": ["O", "B-PER", "I-PER"]}, [[1, 0]]),

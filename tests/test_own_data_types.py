@@ -89,9 +89,21 @@ def test_every_task_type_has_an_own_data_recipe() -> None:
 def test_two_arguments_are_enough(name: str, tmp_path: Path) -> None:
     data, found = ROWS[name](tmp_path)
     recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={data}", f"task.eval_file={data}"])
+    written = recipe.hash
     loaded = recipe.task.load()
-    assert {k: getattr(recipe.task, k) for k in found} == found
+    assert resolved(recipe.task, found) == found
     assert len(loaded["train"]) > 0 and len(loaded["eval"][""]) > 0
+    if recipe.task.name != "text_classification":  # found fields are not settings: the id holds
+        assert recipe.hash == written
+
+
+def resolved(task: object, keys: dict) -> dict:
+    """What the task found in the file: its settings (text_classification fills them in, as it
+    always has for text_columns), or what it keeps beside them (the fields of pairs, the text)."""
+    found = vars(task)
+    pairs = dict(zip(("source_field", "target_field"), found.get("_found_fields", ())))
+    text = {"text_field": found["_found_text_field"]} if "_found_text_field" in found else {}
+    return {k: pairs.get(k, text.get(k, getattr(task, k, None))) for k in keys}
 
 
 @pytest.mark.parametrize("name, rows, message", [
@@ -139,12 +151,15 @@ def test_a_sentence_kind_csv_classifies_with_two_arguments(tmp_path: Path, cli) 
 
 
 def test_a_transcript_notes_jsonl_summarizes_with_two_arguments_and_an_edit_is_a_new_run(tmp_path: Path, cli) -> None:
-    """The issue's summarization case, and rule 1's: editing the file in place is a new run."""
+    """The issue's summarization case; rule 1's: editing the file in place is a new run; rule
+    8's: summaries cut at task.max_target_length are counted in one line, once."""
     data, _ = _summaries(tmp_path)
     args = ("run", "demo/own-data/minilm2minilm-summarization", f"task.train_file={data}",
-            f"task.eval_file={data}", "--smoke", "--runs-dir", tmp_path / "runs")
+            f"task.eval_file={data}", "task.max_target_length=4", "--smoke", "--runs-dir", tmp_path / "runs")
     code, _, err = cli(*args)
     assert code == 0, err
+    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert [line.split(" (")[0] for line in warned] == ["warning: 40 of 40 summaries cut at task.max_target_length=4 tokens"]
     (predictions,) = (tmp_path / "runs").rglob("predictions*.jsonl")
     first = json.loads(predictions.read_text().splitlines()[0])
     assert first["source"].startswith("A: ") and first["references"][0].count(" ") == 5

@@ -238,11 +238,12 @@ def test_is_impossible_that_contradicts_the_answers_is_refused_at_its_line(
         read_squad(str(path), "v2")
 
 
-def test_a_question_id_given_twice_is_refused(tmp_path: Path) -> None:
-    path = _squad_file(tmp_path / "d.json")
-    path.write_text(path.read_text().replace('"q3"', '"q1"'))
-    with pytest.raises(UserError, match=r"question id 'q1' is given twice \(first at .*d.json:1\)"):
-        read_squad(str(path))
+def test_a_question_id_given_twice_is_scored_apart_in_the_official_files(capsys) -> None:
+    from toolkit.tasks.squad import unique_ids
+
+    assert unique_ids(["a", "b", "a", "a"]) == ["a", "b", "a#2", "a#3"]
+    assert capsys.readouterr().err.count("warning: 1 question id(s) appear more than once") == 1
+    assert unique_ids(["a", "b"]) == ["a", "b"] and not capsys.readouterr().err
 
 
 def test_version_override_files_the_run_under_its_version() -> None:

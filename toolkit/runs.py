@@ -36,6 +36,8 @@ def data_fingerprint(files: list[Path]) -> str:
     """sha256 over the task's data files (contents, not names or times: a copy is the same data)."""
     digest = hashlib.sha256()
     for path in sorted(files):
+        if not path.is_file():  # a missing file is the task's error to name, at load
+            continue
         stat = path.stat()
         key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)  # any rewrite
         if key not in _FINGERPRINTS:

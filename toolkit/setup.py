@@ -72,4 +72,5 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     trainable, total = count_params(model)
     if recipe.method.trains and trainable == 0:
         raise UserError(f"method.name: '{recipe.method.name}' left no parameter to train")
+    task.say_notices()  # what was cut or may be misread, over every split: once per run that starts
     return Setup(task, model, tok, train, evals, raw["eval"], trainable, total, recipe.train.seed, source=source)

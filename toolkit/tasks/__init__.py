@@ -21,6 +21,7 @@ import hashlib
 import importlib
 import os
 import pkgutil
+import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -236,6 +237,54 @@ class Task:
     def metric_info(self) -> dict[str, str]:
         """Strings recorded beside the float metrics in metrics.json (sacreBLEU's signature)."""
         return {}
+
+    # --- what the task changed or may misread in the user's data (rule 8: say what is cut) ------
+    def tokenize(self, tokenizer: Any, *texts: Any, limit: int, text_target: Any = None, **kwargs: Any) -> Any:
+        """`tokenizer(..., truncation=True, max_length=limit)` with a `cut` list beside: per row,
+        whether truncation dropped tokens. The one place every task that truncates goes through,
+        so each counts its cuts the same way (`note_cut`). Only rows that came out `limit` long
+        can have been cut; those alone are tokenized again whole to tell."""
+        given = {"text_target": text_target} if text_target is not None else {}
+        enc = tokenizer(*texts, **given, truncation=True, max_length=limit, **kwargs)
+        full = [i for i, row in enumerate(enc["input_ids"]) if len(row) >= limit]
+        cut = [False] * len(enc["input_ids"])
+        if full:
+            pick = lambda seq: [seq[i] for i in full]
+            again = {"text_target": pick(text_target)} if text_target is not None else {}
+            whole = tokenizer(*[pick(t) for t in texts], **again, truncation=False, verbose=False, **kwargs)
+            for i, row in zip(full, whole["input_ids"]):
+                cut[i] = len(row) > limit
+        enc["cut"] = cut
+        return enc
+
+    def note_cut(self, what: str, setting: str, limit: int, cut: list[bool]) -> None:
+        """Count rows of `what` cut at `setting` (summed over the splits encoded in this run)."""
+        counts = self.__dict__.setdefault("_cut_counts", {})
+        done, total = counts.get((what, setting, limit), (0, 0))
+        counts[(what, setting, limit)] = (done + sum(bool(c) for c in cut), total + len(cut))
+
+    def note(self, key: str, line: str) -> None:
+        """A warning about the data (labels differing only in case, a name with a space at its
+        end), kept under `key` so that it is said once however often the data is read."""
+        self.__dict__.setdefault("_notes", {}).setdefault(key, line)
+
+    def notices(self) -> dict[str, str]:
+        """key -> warning line: the notes, and one line per kind of cut with its count."""
+        lines = dict(self.__dict__.get("_notes", {}))
+        for (what, setting, limit), (done, total) in self.__dict__.get("_cut_counts", {}).items():
+            if done:
+                lines[f"cut {what}"] = (f"{done} of {total} {what} cut at {setting}={limit} tokens (the rest "
+                                        f"is not seen); raise {setting} to keep them whole")
+        return lines
+
+    def say_notices(self) -> None:
+        """Each notice as one `warning:` line on stderr, once per run (rank 0 only); the run's
+        setup calls this once its splits are encoded, so the counts cover every split."""
+        said = self.__dict__.setdefault("_said", set())
+        for key, line in self.notices().items():
+            if key not in said and os.environ.get("RANK", "0") == "0":
+                print(f"warning: {line}", file=sys.stderr)
+            said.add(key)
 
 
 def data_root(override: str | None = None) -> Path:

@@ -94,12 +94,14 @@ class Classification(Task):
         cols = self.text_columns
 
         def tok(batch: dict) -> dict:
-            out = tokenizer(*[batch[c] for c in cols], truncation=True, max_length=self.max_length)
+            out = self.tokenize(tokenizer, *[batch[c] for c in cols], limit=self.max_length)
             out["labels"] = batch["label"]
             return out
 
-        return dataset.map(tok, batched=True, remove_columns=dataset.column_names,
-                           new_fingerprint=fingerprint(dataset, tokenizer, self, "encode"))
+        encoded = dataset.map(tok, batched=True, remove_columns=dataset.column_names,
+                              new_fingerprint=fingerprint(dataset, tokenizer, self, "encode, cut counted"))
+        self.note_cut("texts", "task.max_length", self.max_length, encoded["cut"])
+        return encoded.remove_columns("cut")
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         metric_libraries(self.metric_list())  # imported with the data, not in the first eval_runtime_s

@@ -106,3 +106,17 @@ def pick_text(ds: Any, where: str, key: str, names: tuple[str, ...] = TEXT_INPUT
         raise UserError(f"{where}: cannot tell which field holds the text (fields: "
                         f"{', '.join(repr(c) for c in columns)}); set {key}, e.g. {key}={(rest or columns)[0]}")
     return found
+
+
+def quoted(names: list[str]) -> str:
+    """Names as the messages show them: quoted, so a space at an end is seen."""
+    return ", ".join(repr(n) for n in names)
+
+
+def note_spaced(task: Any, columns: list[str], where: str) -> None:
+    """A warning (once per run) for field names with a space at an end: `'sentence '` is read
+    as written, and a recipe naming `sentence` would not find it."""
+    spaced = [c for c in columns if c != c.strip()]
+    if spaced:
+        task.note(f"spaced names {where}", f"{where}: {len(spaced)} field name(s) with a space at an end "
+                                           f"({quoted(spaced)}); they are read as written, spaces included")

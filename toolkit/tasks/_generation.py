@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -110,6 +110,8 @@ def read_pairs(pattern: str, source_field: str | None, target_field: str | None,
 class TextToText(TokenTask):
     """Source text -> target text, trained with teacher forcing and scored on generated text."""
 
+    names: ClassVar[tuple[str, str]] = ("sources", "targets")  # what a cut is counted in
+
     max_length: int = field(default=512, metadata={"min": 8})  # source tokens
     max_target_length: int = field(default=128, metadata={"min": 1})
     prefix: str | None = None  # before the source; None: the task's default for the family
@@ -174,11 +176,14 @@ class TextToText(TokenTask):
                         demos: str = "") -> dict:
         side = tok.truncation_side
         tok.truncation_side = "left" if demos else side  # cut demonstrations, never the query
-        try:
-            enc = tok([demos + s + suffix for s in sources], truncation=True, max_length=self.max_length)
+        try:  # with demonstrations the cut falls on them (left), not on the user's source
+            enc = self.tokenize(tok, [demos + s + suffix for s in sources], limit=self.max_length)
         finally:
             tok.truncation_side = side
-        labels = tok(text_target=targets, truncation=True, max_length=self.max_target_length)
+        if not demos:
+            self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
+        labels = self.tokenize(tok, text_target=targets, limit=self.max_target_length)
+        self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, labels["cut"])
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                 "labels": labels["input_ids"]}
 
@@ -186,15 +191,18 @@ class TextToText(TokenTask):
                              demos: str = "") -> dict:
         """prompt = [demonstrations] + source (truncated) + suffix; input = prompt + target + EOS;
         loss on the target."""
-        src = tok(sources, truncation=True, max_length=self.max_length, add_special_tokens=False)["input_ids"]
+        enc = self.tokenize(tok, sources, limit=self.max_length, add_special_tokens=False)
+        self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
+        src = enc["input_ids"]
         suf = tok(suffix, add_special_tokens=False)["input_ids"] if suffix else []
         if demos:  # demonstrations cut from the left so the whole sequence fits the positions
             demo = tok(demos, add_special_tokens=False)["input_ids"]
             limit = token_limit(tok) or 1024
             room = [limit - len(s) - len(suf) - self.max_target_length - 1 for s in src]
             src = [(demo[-r:] if r > 0 else []) + s for s, r in zip(src, room)]
-        tgt = tok([" " + t for t in targets], truncation=True, max_length=self.max_target_length,
-                  add_special_tokens=False)["input_ids"]
+        enc = self.tokenize(tok, [" " + t for t in targets], limit=self.max_target_length, add_special_tokens=False)
+        self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, enc["cut"])
+        tgt = enc["input_ids"]
         out: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": [], "prompt_ids": []}
         for s, t in zip(src, tgt):
             prompt, answer = s + suf, t + [tok.eos_token_id]

@@ -32,7 +32,8 @@ torch = lazy("torch", globals())
 HELDOUT = "heldout"  # column marking raw held-out documents (corrupted at encode time)
 
 
-def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str | None) -> tuple[Any, str | None]:
+def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str | None,
+                task: Any) -> tuple[Any, str | None]:
     """Local files -> (DatasetDict with one `text` column, the JSON field it came from), through
     the shared reader: a text that is not text (a list, a number) or a file with nothing but
     whitespace is one line naming it. A JSON field the recipe leaves out is found in the first
@@ -42,11 +43,12 @@ def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str
     out = {}
     for split, file in files.items():
         path = data_path(file)
-        if not path.is_file():
+        if not path.exists():
             raise UserError(f"task.{split}_file: {path} is not there")
         if fmt == "json":
             kind = readers.file_format(path, ("json", "jsonl"))
             ds = readers.read(path, kind)
+            _fields.note_spaced(task, list(ds.column_names), str(path))
             text_field = text_field or _fields.pick_text(ds, str(path), "task.text_field")
             if text_field not in ds.column_names:
                 raise UserError(f"task.text_field: {path} has no field '{text_field}' "
@@ -115,7 +117,7 @@ class TextTask(TokenTask):
             fmts = {_format(f) for f in files.values()}
             if len(fmts) > 1:
                 raise UserError("task.eval_file: must have the same format as task.train_file")
-            ds, self.text_field = _read_files(files, fmts.pop(), self.documents, self.text_field)
+            ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field, self)
             train, heldout = ds["train"], ds.get("eval")
         train = train.filter(lambda t: bool(t and t.strip()), input_columns="text")
         if len(train) == 0:
@@ -149,11 +151,11 @@ class TextTask(TokenTask):
         for split in (self.train_split, self.eval_split):
             if split is not None and split not in ds:
                 raise UserError(f"task: '{self.dataset}' has no split '{split}' (has: {', '.join(ds)})")
-        self.text_field = self.text_field or _fields.pick_text(ds[self.train_split], self.dataset, "task.text_field")
-        if self.text_field not in ds[self.train_split].column_names:
-            raise UserError(f"task.text_field: '{self.dataset}' has no column '{self.text_field}'")
-        pick = lambda s: ds[s].select_columns([self.text_field]).rename_column(self.text_field, "text") \
-            if self.text_field != "text" else ds[s].select_columns(["text"])
+        field = self.text_field or _fields.pick_text(ds[self.train_split], self.dataset, "task.text_field")
+        if field not in ds[self.train_split].column_names:
+            raise UserError(f"task.text_field: '{self.dataset}' has no column '{field}'")
+        pick = lambda s: ds[s].select_columns([field]).rename_column(field, "text") \
+            if field != "text" else ds[s].select_columns(["text"])
         return pick(self.train_split), (pick(self.eval_split) if self.eval_split else None)
 
     # --- tokenising and packing -------------------------------------------------------------

@@ -1,7 +1,9 @@
 """`ner`: named-entity recognition as token classification (CoNLL-2003 by default).
 
-Files hold one `token TAG` per line (BIO tags), a blank line between sentences (`-DOCSTART-`
-lines are skipped). As transformers' run_ner does, each word's tag is learnt on its first
+Files hold one `token TAG` per line, a blank line between sentences (`-DOCSTART-` lines are
+skipped), or JSON / JSONL records of words and tags (`tokens` / `ner_tags`). The tags are checked
+against their scheme (IOB2, IOB1 or IOBES; `_tags`) before anything trains, and read from the
+files when `labels` is null. As transformers' run_ner does, each word's tag is learnt on its first
 sub-token and the other sub-tokens are left out of loss and scoring (-100). Scores are entity-level
 precision, recall and F1 as seqeval computes them (an entity counts when its type and span both
 match; the default, conlleval-compatible mode), plus token accuracy.
@@ -12,8 +14,6 @@ so neither the model loader nor `toolkit predict` knows it by name.
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -160,8 +160,6 @@ class Ner(Task):
     def __post_init__(self) -> None:
         self._found_labels: list[str] | None = None  # read from the files at load
         self._found_scheme: str | None = None
-        self._files: dict[str, str] = {}  # a loaded split's fingerprint -> its file (for warnings)
-        self._warned: set[str] = set()  # files whose cut sentences were reported
 
     def check(self) -> None:
         if self.labels is None:
@@ -209,7 +207,6 @@ class Ner(Task):
         ids = {split: self._ids(sentences) for split, sentences in files.items()}
         limit = {"train": self.max_train_samples, "eval": self.max_eval_samples}
         data = {split: subset(Dataset.from_dict(d), limit[split]) for split, d in ids.items()}
-        self._files.update({ds._fingerprint: str(files[split].path) for split, ds in data.items()})
         return {"train": data.get("train"), "eval": {"": data["eval"]}}
 
     def _names_for_numbers(self, sentences: Sentences) -> None:
@@ -241,26 +238,14 @@ class Ner(Task):
             raise UserError("task.name: ner needs a fast tokenizer (word ids map tags to sub-tokens)")
 
         def tok(batch: dict) -> dict:
-            out = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=self.max_length)
+            out = self.tokenize(tokenizer, batch["tokens"], limit=self.max_length, is_split_into_words=True)
             out["labels"] = [align_labels(out.word_ids(i), tags) for i, tags in enumerate(batch["tags"])]
-            out["cut"] = [max((w for w in out.word_ids(i) if w is not None), default=-1) < len(words) - 1
-                          for i, words in enumerate(batch["tokens"])]
             return out
 
         encoded = dataset.map(tok, batched=True, remove_columns=dataset.column_names,
-                              new_fingerprint=fingerprint(dataset, tokenizer, self, "encode"))
-        self._warn_cut(dataset, sum(encoded["cut"]), len(encoded))
+                              new_fingerprint=fingerprint(dataset, tokenizer, self, "encode, cut counted"))
+        self.note_cut("sentences", "task.max_length", self.max_length, encoded["cut"])
         return encoded.remove_columns("cut")
-
-    def _warn_cut(self, dataset: Any, cut: int, total: int) -> None:
-        """One `warning:` line per file with sentences longer than max_length sub-tokens (once per
-        run): their last words are neither trained nor scored (as in run_ner), which no score shows."""
-        name = self._files.get(getattr(dataset, "_fingerprint", None), "the data")
-        if cut and name not in self._warned and os.environ.get("RANK", "0") == "0":
-            self._warned.add(name)
-            print(f"warning: {cut} of {total} sentences in {name} are longer than task.max_length="
-                  f"{self.max_length} sub-tokens: their last words are cut, neither trained nor scored; "
-                  "raise task.max_length to keep them", file=sys.stderr)
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         from transformers import DataCollatorForTokenClassification

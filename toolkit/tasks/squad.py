@@ -8,15 +8,24 @@ the null score beats the best span (null-score gap > 0.0, transformers' run_qa d
 and their `*_thresh` are reported beside them: thresholds tuned on the eval split itself, so an
 upper bound, never a held-out score.
 
-Data: the Hub (`rajpurkar/squad`, `rajpurkar/squad_v2`) or local SQuAD-format JSON. With only a
-dev file (as here), `split_articles` trains on that fraction of its articles (seeded shuffle) and
+Data: the Hub (`rajpurkar/squad`, `rajpurkar/squad_v2`) or local files: SQuAD-format JSON, or
+flat records (JSONL / a JSON list of question, context, answers; `read_squad`). With only a dev
+file (as here), `split_articles` trains on that fraction of its articles (seeded shuffle) and
 scores on the rest: no article, hence no context, is on both sides.
+
+The official rules for unanswerable questions: v1.1 has none, so a v1 run refuses a file with
+questions without answers (their count, and `task.version=v2`); an `is_impossible` flag that
+contradicts the answers list is refused at its line (the official v2.0 scorer goes by the list,
+BERT's run_squad by the flag). Beside predictions.jsonl the run writes what the official
+evaluate-v1.1.py / evaluate-v2.0.py read (`prediction_files`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -51,8 +60,8 @@ def read_squad(path_text: str, version: str = "v2", fields: QaFields | None = No
     with a question, a context and answers (`{"text": [...], "answer_start": [...]}` as on the
     Hub, or SQuAD's list of `{"text", "answer_start"}`), their field names inferred (`QaFields`).
     A wrong type, a missing field, an answer whose offset does not match its context, an
-    `is_impossible` that contradicts the answers, a question id given twice and (`version` v1)
-    a question without an answer are each one error naming file and line."""
+    `is_impossible` that contradicts the answers and (`version` v1) questions without an answer
+    are each one error naming file and line."""
     path = data_path(path_text)
     if not path.is_file():
         raise UserError(f"{path}: no such file (SQuAD-format JSON, or JSONL with question, context, answers)")
@@ -83,20 +92,14 @@ class _Where:
 
 
 class _Checks:
-    """What is checked across a file's questions: each id once; for v1.1, every question answered
+    """What is checked across a file's questions: for v1.1, that every question has an answer
     (v1.1 has no unanswerable questions: its scoring gives them exact 0 by construction)."""
 
     def __init__(self, path: Any, version: str) -> None:
         self.path, self.version = path, version
-        self.ids: dict[str, Callable[[], str]] = {}
         self.unanswered: list[Callable[[], str]] = []
 
-    def add(self, row: dict, position: Callable[[], str], named: Callable[[], str]) -> dict:
-        if row["id"] in self.ids:
-            raise UserError(f"{named()}: question id '{row['id']}' is given twice (first at "
-                            f"{self.ids[row['id']]()}); the official scripts key answers by id: make "
-                            "each id unique")
-        self.ids[row["id"]] = position
+    def add(self, row: dict, position: Callable[[], str]) -> dict:
         if not row["answers"]["text"]:
             self.unanswered.append(position)
         return row
@@ -134,7 +137,7 @@ def _rows(articles: Any, at: _Where, checks: _Checks) -> list[dict]:
                 _need(qa, dict, place("qas", q), "a question")
                 position = place("qas", q)
                 named = lambda: f"{position()}: article {a} ('{title}'), question {qa.get('id')}"
-                rows.append(checks.add(_row(qa, context, str(title), a, named), position, named))
+                rows.append(checks.add(_row(qa, context, str(title), a, named), position))
     return rows
 
 
@@ -227,6 +230,9 @@ class QaFields:
 def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[dict]:
     """Flat records (JSONL or a JSON list): one question with its context and answers each."""
     ds = readers.read(path, fmt)
+    if "paragraphs" in ds.column_names:
+        raise UserError(f"{path}: holds SQuAD articles in a list; expected a JSON object with a 'data' "
+                        "list of them ({\"data\": [...]}), or flat records of question, context, answers")
     kinds = {name: "text" if getattr(feature, "dtype", None) in ("string", "large_string") else "other"
              for name, feature in ds.features.items()}
     role = fields.resolve(path, kinds)
@@ -244,7 +250,7 @@ def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[d
         _need(qa["id"], str, named, f"'{role['id']}' (the id)")
         _need(qa["question"], str, named, f"'{role['question']}' (the question)")
         article = contexts.setdefault(context, len(contexts))
-        rows.append(checks.add(_row(qa, context, "", article, named), position, named))
+        rows.append(checks.add(_row(qa, context, "", article, named), position))
     return rows
 
 
@@ -461,12 +467,13 @@ class Squad(TextToText):
         each question's best non-empty span in `answers`, so that
         `evaluate-v2.0.py DATASET ANSWERS --na-prob-file NA_PROB --na-prob-thresh 0` gives the
         run's exact_match, f1, their HasAns/NoAns parts, best_exact and best_f1."""
-        files: dict[str, Any] = {"dataset": squad_layout(raw.to_list(), self.version)}
+        ids = unique_ids([r["id"] for r in rows])
+        files: dict[str, Any] = {"dataset": squad_layout(raw.to_list(), self.version, ids)}
         if rows and "no_answer_score" in rows[0]:
-            files["answers"] = {r["id"]: r["best_span"] for r in rows}
-            files["na_prob"] = {r["id"]: r["no_answer_score"] for r in rows}
+            files["answers"] = {i: r["best_span"] for i, r in zip(ids, rows)}
+            files["na_prob"] = {i: r["no_answer_score"] for i, r in zip(ids, rows)}
         else:
-            files["answers"] = {r["id"]: r["prediction"] for r in rows}
+            files["answers"] = {i: r["prediction"] for i, r in zip(ids, rows)}
         return files
 
 
@@ -515,14 +522,30 @@ class Squad(TextToText):
                           self.max_answer_length)
 
 
-def squad_layout(rows: list[dict], version: str) -> dict:
+def unique_ids(ids: list[str]) -> list[str]:
+    """The official scripts key answers by id: a question id given twice is written `id#2` (and
+    so on) in their files, so that each question is scored on its own answer (said once)."""
+    seen: dict[str, int] = {}
+    out = []
+    for i in ids:
+        seen[i] = seen.get(i, 0) + 1
+        out.append(i if seen[i] == 1 else f"{i}#{seen[i]}")
+    repeated = sum(n > 1 for n in seen.values())
+    if repeated and os.environ.get("RANK", "0") == "0":
+        print(f"warning: {repeated} question id(s) appear more than once among the scored questions; "
+              "predictions.dataset/answers/na_prob.json name the repeats id#2, id#3, ... so that the "
+              "official script scores each question", file=sys.stderr)
+    return out
+
+
+def squad_layout(rows: list[dict], version: str, ids: list[str]) -> dict:
     """Rows in the Hub's schema -> a SQuAD-format document (articles, paragraphs, questions) in
-    their order: the gold file the official scripts read."""
+    their order, each question under its id in `ids`: the gold file the official scripts read."""
     articles: dict[Any, dict] = {}
-    for r in rows:
+    for r, qid in zip(rows, ids):
         article = articles.setdefault(r.get("article", r["title"]), {"title": r["title"], "paragraphs": {}})
         article["paragraphs"].setdefault(r["context"], []).append(
-            {"id": r["id"], "question": r["question"], "answers": [
+            {"id": qid, "question": r["question"], "answers": [
                 {"text": t, "answer_start": int(s)} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]})
     data = [{"title": a["title"], "paragraphs": [{"context": c, "qas": q} for c, q in a["paragraphs"].items()]}
             for a in articles.values()]

@@ -63,6 +63,8 @@ def hub_pairs(hub_id: str, config: str | None, split: str, source: str, target: 
 @dataclass(kw_only=True)
 class Summarization(TextToText):
 
+    names = ("documents", "summaries")  # what a cut is counted in
+
     subset: Literal["samsum", "cnn_dailymail", "xsum", "custom"] = "samsum"
     train_file: str | None = None  # JSON / JSONL / CSV; overrides the preset's
     eval_file: str | None = None
@@ -115,12 +117,14 @@ class Summarization(TextToText):
         """The document and summary fields: the recipe's; for your own files the preset's names
         come first among the conventional ones, then the longer texts are the documents. The
         first file's choice holds for the next, so both splits read the same fields."""
+        _fields.note_spaced(self, list(ds.column_names), where)
         preset = PRESETS[self.subset]
         own = bool(self.train_file or self.eval_file)
-        source, target = (self.source_field, self.target_field) if own else self.fields()
+        source, target = self.__dict__.get("_found_fields") or \
+            ((self.source_field, self.target_field) if own else self.fields())
         found = _fields.pick_pair(ds, where, source, target, _fields.Keys("task.source_field", "task.target_field"),
                                   (preset[4], *_fields.TEXT_INPUTS), (preset[5], *_fields.TEXT_OUTPUTS))
-        self.source_field, self.target_field = found
+        self._found_fields = found  # not the settings: the recipe's hash stays as written
         return found
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:

@@ -143,6 +143,8 @@ class TextClassification(Classification):
             ds, path, _ = splits.get("train") or splits["eval"]
             self.text_columns, self.label_column = pick_columns(
                 ds, path, self.text_columns, self.label_column, self.problem)
+        for ds, path, _ in (s for s in splits.values() if s is not None):
+            _fields.note_spaced(self, list(ds.column_names), path)
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
@@ -194,7 +196,7 @@ class TextClassification(Classification):
         for col in wanted:
             if col not in ds.column_names:
                 raise UserError(f"{path}: column '{col}' is missing (it has: "
-                                f"{', '.join(ds.column_names)}); set task.text_columns / "
+                                f"{_fields.quoted(ds.column_names)}); set task.text_columns / "
                                 "task.label_column")
 
     def _label_set(self, splits: dict[str, Any]) -> list[str]:
@@ -205,7 +207,19 @@ class TextClassification(Classification):
             raise UserError(f"{path}: column '{self.label_column}' has {len(values)} distinct "
                             "label(s); classification needs at least 2")
         numeric = all(_is_int(v) for v in values)
+        self._note_case(values, path)
         return sorted(values, key=lambda v: (int(v) if numeric else 0, v))
+
+    def _note_case(self, values: set[str], path: str) -> None:
+        """Labels that differ only in case (or spaces at an end) are separate classes: said once."""
+        groups: dict[str, list[str]] = {}
+        for value in values:
+            groups.setdefault(value.strip().casefold(), []).append(value)
+        alike = sorted(sorted(g) for g in groups.values() if len(g) > 1)
+        if alike:
+            shown = "; ".join(" / ".join(repr(v) for v in g) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
+            self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case or spaces "
+                                    f"({shown}); each is its own class: write them alike if they are one")
 
     def _normalise(self, ds: Any, path: str, fmt: str) -> Any:
         """Text columns kept; the label column becomes `label` (an id, or a float)."""
@@ -249,7 +263,7 @@ def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_colu
     the short one, a number beside a sentence). Else one line naming both keys."""
     columns = list(ds.column_names)
     if label_column is None and len(columns) == 1:
-        raise UserError(f"{where}: column 'label' is missing (it has: {columns[0]}); a text and a label "
+        raise UserError(f"{where}: column 'label' is missing (it has: {columns[0]!r}); a text and a label "
                         "column are needed: is the delimiter right? (.csv: commas, .tsv: tabs)")
     if label_column is None:
         label_column = _fields.named(columns, _fields.LABEL_OUTPUTS, skip=tuple(text_columns or ()))
@@ -296,7 +310,7 @@ def pick_text_columns(columns: list[str], label_column: str, where: str) -> list
 
 def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: str) -> list[str]:
     hint = "" if label_column in columns else f" and task.label_column (no '{label_column}' column)"
-    raise UserError(f"{where}: cannot tell which columns hold the text ({', '.join(rest)}); set "
+    raise UserError(f"{where}: cannot tell which columns hold the text ({_fields.quoted(rest)}); set "
                     f"task.text_columns, e.g. task.text_columns=[{rest[0]}]{hint}")
 
 

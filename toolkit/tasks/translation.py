@@ -38,6 +38,8 @@ HUB = {"wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16"}
 @dataclass(kw_only=True)
 class Translation(TextToText):
 
+    names = ("source sentences", "target sentences")  # what a cut is counted in
+
     subset: Literal["multi30k", "iwslt14", "wmt14", "wmt16", "custom"] = "multi30k"
     source_lang: str = "en"
     target_lang: str = "de"
@@ -100,12 +102,14 @@ class Translation(TextToText):
         """The source and target fields of records: the recipe's, else the languages' codes,
         else `source` / `target`; never by content (two sentences look alike), so anything else
         is one line naming task.source_field / task.target_field."""
-        found = _fields.pick_pair(ds, where, self.source_field, self.target_field,
+        _fields.note_spaced(self, list(ds.column_names), where)
+        source, target = self.__dict__.get("_found_fields") or (self.source_field, self.target_field)
+        found = _fields.pick_pair(ds, where, source, target,
                                   _fields.Keys("task.source_field", "task.target_field"),
                                   (self.source_lang, "source", "src", "input"),
                                   (self.target_lang, "target", "tgt", "translation", "output"),
                                   measure=None, fill=False)
-        self.source_field, self.target_field = found
+        self._found_fields = found  # not the settings: the recipe's hash stays as written
         return found
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
