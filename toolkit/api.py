@@ -1,16 +1,22 @@
 """The Python API: what the command line does, as functions that return results.
 
     import toolkit
-    run = toolkit.run("demo/sst2/minilm-lora", ["train.epochs=1"])
+    run = toolkit.run("demo/sst2/minilm-lora", {"train.epochs": 1})   # or ["train.epochs=1"]
     run.dir, run.metrics["eval"]
-    toolkit.evaluate(run.dir)                      # {"eval": {...}, ...}
-    toolkit.predict(run.dir, ["a great movie"])    # [{"label": ..., "score": ..., "probabilities": {...}}]
-    toolkit.export(run.dir, "out", merge=True)
+    toolkit.evaluate(run)                          # {"eval": {...}, ...}
+    toolkit.predict(run, "a great movie")          # [{"label": ..., "score": ..., "probabilities": {...}}]
+    toolkit.export(run, "out", merge=True)
+
+Arguments are Python values, checked against each function's annotations before any work
+(toolkit/arguments.py): a string where a list goes is one item, overrides are a mapping or
+`key=value` strings, and a wrong type is one UserError naming the argument. Everything that needs
+no library (recipe, overrides, data files' heads) is checked before torch is imported.
 
 User errors raise `toolkit.UserError` with the one line the CLI prints; nothing here prints a
 traceback or exits. Ctrl-C during `run` raises `toolkit.errors.Interrupted` (a KeyboardInterrupt)
-whose message says the step reached and how to resume. `toolkit.cli` is a thin layer over these functions. Importing this module
-imports no torch, transformers or datasets: each function imports what it uses.
+whose message says the step reached and how to resume. `toolkit.cli` is a thin layer over these
+functions. Importing this module imports no torch, transformers or datasets: each function
+imports what it uses.
 """
 
 from __future__ import annotations
