@@ -29,10 +29,10 @@ CASES = [
      ("in.csv", "sentence1,sentence2\nA man sleeps.,A person rests.\n")),
     ("ner", "ner/conll2003/minilm-lora", [], ["EU rejects German call", ["Peter", "Blackburn"]],
      ("in.jsonl", '{"tokens": ["EU", "rejects", "German", "call"]}\n{"tokens": ["Peter", "Blackburn"]}\n')),
-    ("summarization", "summarization/samsum/t5-base-lora", BRIEF, [DIALOGUE, {"dialogue": "Tom: hi. Ann: hello!"}],
+    ("summarization", "summarization/samsum/gpt2-lora", BRIEF, [DIALOGUE, {"dialogue": "Tom: hi. Ann: hello!"}],
      ("in.txt", DIALOGUE.replace("\n", " ") + "\nTom: hi. Ann: hello!\n")),
-    ("translation", "translation/multi30k/gpt2-lora", BRIEF, ["A dog runs in the park.", "Two men."],
-     ("in.jsonl", '{"en": "A dog runs in the park."}\n{"en": "Two men."}\n')),
+    ("translation", "translation/iwslt14/bart-base-full", BRIEF, ["ein hund läuft im park .", "zwei männer ."],
+     ("in.jsonl", '{"de": "ein hund läuft im park ."}\n{"de": "zwei männer ."}\n')),
     ("squad", "squad/v1.1/t5-base-full", BRIEF, [(QA["question"], QA["context"])],
      ("in.jsonl", json.dumps(QA) + "\n")),
     ("squad", "squad/v1.1/minilm-full", [], [QA, ("Who?", QA["context"])],
@@ -40,7 +40,7 @@ CASES = [
     ("squad", "squad/v1.1/minilm-full", ["task.version=v2"], [QA, ("Who?", QA["context"] * 20)],
      ("in.jsonl", json.dumps(QA) + "\n")),
 ]
-IDS = ["glue", "pair", "ner", "summarization-t5", "translation-gpt2", "squad-generative",
+IDS = ["glue", "pair", "ner", "summarization-gpt2-lora", "translation-bart", "squad-generative",
        "squad-extractive-v1", "squad-extractive-v2"]
 
 
