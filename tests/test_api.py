@@ -33,6 +33,11 @@ def test_run_evaluate_predict_export_from_python(tmp_path: Path) -> None:
     assert run.metrics["eval"]["accuracy"] == json.loads((run.dir / "metrics.json").read_text())["eval"]["accuracy"]
     again = toolkit.run(recipe, ["train.epochs=2"], runs_dir=tmp_path / "runs", smoke=True)
     assert again.dir == run.dir  # finished: returned as it is
+    # the same overrides as one string and as a mapping of Python values: the same run
+    assert toolkit.run(recipe, "train.epochs=2", runs_dir=tmp_path / "runs", smoke=True).dir == run.dir
+    assert toolkit.run(recipe, {"train.epochs": 2}, runs_dir=tmp_path / "runs", smoke=True).dir == run.dir
+    (one,) = toolkit.predict(run, "a fine film")  # one text is one input; a Run is a path
+    assert one["text"] == "a fine film" and one["label"] in ("neg", "pos")
     scored = toolkit.evaluate(run.dir)
     assert scored["eval"]["accuracy"] == pytest.approx(run.metrics["eval"]["accuracy"])
     preds = toolkit.predict(run.dir, ["a wonderful film", {"text": "boring"}])
@@ -71,3 +76,90 @@ def test_own_files_in_two_arguments(tmp_path: Path) -> None:
     assert run.metrics["label_names"] == ["neg", "pos"] and run.metrics["text_columns"] == ["text"]
     (pred,) = toolkit.predict(run.dir, ["a moving film"])
     assert pred["label"] in ("neg", "pos") and set(pred["probabilities"]) == {"neg", "pos"}
+
+
+# --- Python values in, by rule: every public function x every argument kind -------------------
+import collections.abc  # noqa: E402
+import inspect  # noqa: E402
+import typing  # noqa: E402
+
+from toolkit import api, arguments  # noqa: E402
+
+PUBLIC = {name: getattr(toolkit, name) for name in toolkit.__all__ if name != "UserError"}
+PUBLIC.update({name: getattr(api, name) for name in api.__all__})
+PARAMETERS = [(name, p) for name, fn in sorted(PUBLIC.items())
+              for p in inspect.signature(fn).parameters if p not in ("self", "args", "kwargs")]
+
+
+def _hints(fn) -> dict:
+    return typing.get_type_hints(fn.__init__ if inspect.isclass(fn) else getattr(fn, "__wrapped__", fn))
+
+
+def _sample(tp) -> object:
+    """A value of the right type (any: the types are checked before anything is done)."""
+    for value in (None, "x", [], False, 1, Path("x")):
+        if arguments.conform(value, tp, "sample") is not arguments._MISMATCH:
+            return value
+    raise AssertionError(tp)
+
+
+def _iterables(tp) -> bool:
+    """A list goes here, and a string is not a value of its own (sweep's seeds: "42,43" is)."""
+    options = typing.get_args(tp) if typing.get_origin(tp) is typing.Union else (tp,)
+    return str not in options and any(typing.get_origin(o) in (collections.abc.Iterable, list) for o in options)
+
+
+def test_every_public_function_declares_and_checks_its_types() -> None:
+    """Each function of toolkit.api that is not private is in __all__ (so walked below) and
+    checked by @typed; every parameter has a type."""
+    own = {n for n, f in vars(api).items() if inspect.isfunction(f) and f.__module__ == api.__name__
+           and not n.startswith("_")}
+    assert own - {"override_list"} <= set(api.__all__)
+    for name, fn in PUBLIC.items():
+        assert inspect.isclass(fn) or hasattr(fn, "__wrapped__"), f"{name} is not @typed"
+        hints = _hints(fn)
+        missing = [p for p in inspect.signature(fn).parameters if p not in hints and p != "self"]
+        assert not missing, f"{name}: untyped {missing}"
+
+
+@pytest.mark.parametrize("name,param", PARAMETERS, ids=[f"{n}-{p}" for n, p in PARAMETERS])
+def test_a_wrong_type_is_one_line_naming_the_argument(name: str, param: str) -> None:
+    fn = PUBLIC[name]
+    hints = _hints(fn)
+    values = {p: _sample(hints[p]) for p, spec in inspect.signature(fn).parameters.items()
+              if spec.default is inspect.Parameter.empty}
+    values[param] = object()
+    with pytest.raises(toolkit.UserError, match=rf"^{name}: {param}: expected .+, got object"):
+        fn(**values)
+
+
+@pytest.mark.parametrize("name,param", [(n, p) for n, p in PARAMETERS if _iterables(_hints(PUBLIC[n])[p])])
+def test_a_string_where_a_list_goes_is_one_item(name: str, param: str) -> None:
+    tp = _hints(PUBLIC[name])[param]
+    assert arguments.check("train.lr=1e-4", tp, param) == ["train.lr=1e-4"]
+    assert arguments.check(iter(["a", "b"]), tp, param) == ["a", "b"]  # a generator: read once
+    with pytest.raises(toolkit.UserError, match=rf"^{param}\[1\]: expected"):
+        arguments.check(["a", 3.5], tp, param)
+
+
+def test_overrides_are_a_mapping_or_key_value_strings(tmp_path: Path) -> None:
+    assert api.override_list({"task.labels": ["no", "yes"], "train.lr": 1e-4, "x.path": tmp_path}) == \
+        ['task.labels=["no", "yes"]', "train.lr=0.0001", f'x.path="{tmp_path}"']
+    with pytest.raises(toolkit.UserError, match=r"^run: overrides: expected a mapping \(dict\) or a list of "
+                       r"strings or None, got int 3"):
+        toolkit.run("demo/sst2/minilm-lora", 3)
+    with pytest.raises(toolkit.UserError, match=r"overrides\['train.lr'\]: expected a string, number"):
+        toolkit.run("demo/sst2/minilm-lora", {"train.lr": object()}, runs_dir=tmp_path / "runs")
+    with pytest.raises(toolkit.UserError, match=r"train.epochs: expected float, got str"):
+        toolkit.run("demo/sst2/minilm-lora", {"train.epochs": "one"}, runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_damaged_metrics_is_a_user_error(tmp_path: Path) -> None:
+    (tmp_path / "metrics.json").write_text('{"eval": {"accuracy": 0.9')
+    with pytest.raises(toolkit.UserError, match=r"metrics.json: damaged \(.+\); run the recipe again"):
+        toolkit.Run(tmp_path).metrics
+    (tmp_path / "metrics.json").write_text("[1, 2]")
+    with pytest.raises(toolkit.UserError, match=r"metrics.json: damaged \(not a JSON object\)"):
+        toolkit.Run(str(tmp_path)).metrics
+    assert toolkit.Run(tmp_path / "nothing").metrics == {}

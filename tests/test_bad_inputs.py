@@ -126,7 +126,7 @@ CASES: dict[str, tuple[Callable[[Path], list], str]] = {
     "max_length beyond positions": (override("task.max_length=600"), "task.max_length: 600 is more than the 512 positions"),
     "empty data file": (user_data(b""), "the file is empty"),
     "header only": (user_data(b"text,label\n"), "has a header and no rows"),
-    "wrong delimiter": (user_data(b"text;label\ngood;1\nbad;0\n"), "column 'label' is missing (it has: text;label)"),
+    "wrong delimiter": (user_data(b"text;label\ngood;1\nbad;0\n"), "column 'label' is missing (it has: 'text;label'); set task.label_column"),
     "missing column": (user_data(b"sentence,label\ngood,1\nbad,0\n", extra=", text_columns: [text]"),
                        "column 'text' is missing"),
     "columns to guess": (user_data(b"review,title,label\ngood,a,1\nbad,b,0\n"),

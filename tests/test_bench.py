@@ -103,8 +103,9 @@ def test_roberta_base_shape() -> None:
 
 
 def test_startup_commands_run_this_checkouts_cli() -> None:
-    labels = [label for label, _, _ in bench.STARTUP]
-    assert labels[0] == "toolkit ls" and [t for _, _, t in bench.STARTUP] == [2.0, 2.0, 8.0]
+    labels = [label for label, _, _, _ in bench.STARTUP]
+    assert labels[0] == "toolkit ls" and [t for _, _, t, _ in bench.STARTUP] == [2.0, 2.0, 8.0, 1.0, 1.0]
+    assert [c for *_, c in bench.STARTUP] == [0, 0, 0, 2, 2]  # the last two time the first error
     smoke = bench.STARTUP[2][1]
     assert smoke[:2] == ["run", "recipes/demo/sst2/minilm-full.yaml"] and {"--smoke", "--force"} <= set(smoke)
     cmd = bench.toolkit_command(["ls"])

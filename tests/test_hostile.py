@@ -124,7 +124,15 @@ def qa(question: Any = "Where?", answers: Any = None, context: Any = "Paris is i
 
 
 def articles(*bad: Any) -> dict:
-    return {"data": [qa(), qa(), *bad]}
+    """Two good articles, then the bad ones; every question id distinct (a repeated id is an
+    error of its own)."""
+    data = [qa(), qa(), *bad]
+    for i, article in enumerate(data):
+        for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:
+            for q in paragraph.get("qas", []) if isinstance(paragraph, dict) else []:
+                if isinstance(q, dict) and q.get("id") == "q1":
+                    q["id"] = f"q{i + 1}"
+    return {"data": data}
 
 
 def jsonl(*rows: Any) -> str:
@@ -149,7 +157,7 @@ DATA: dict[str, tuple[str, Make, str]] = {
     "csv empty text cell": ("classification", classify("text,label\ngood,1\n   ,0\n"), "d.csv:3: column 'text' is empty"),
     "csv empty cell after a quoted newline": ("classification", classify('text,label\n"two\nlines",1\n"",0\n'),
                                               "d.csv:4: column 'text' is empty"),
-    "csv no label column": ("classification", classify("text,stars\ngood,1\nbad,0\n", extra=", text_columns: [text]"),
+    "csv no label column": ("classification", classify("text,stars\ngood,1\nbad,0\n", extra=", text_columns: [text], label_column: label"),
                             "column 'label' is missing"),
     "csv one label": ("classification", classify("text,label\ngood,1\nfine,1\n"), "has 1 distinct label(s)"),
     "csv label outside labels": ("classification", classify("text,label\ngood,1\nbad,2\n", extra=", labels: [0, 1]"),
@@ -242,7 +250,8 @@ DATA: dict[str, tuple[str, Make, str]] = {
                                    "d.json:2: expected a JSON object, got a string"),
     "summary latin-1": ("summarization", summarize(PAIRS.encode() + b'{"source": "\xe9"}\n'), "d.jsonl:5: not UTF-8"),
     "summary broken gz": ("summarization", summarize(BAD_GZ, "d.jsonl.gz"), "not a readable gzip file"),
-    "summary no target column": ("summarization", summarize("source,summary\na,b\n", "d.csv"), "'target' is missing (it has: source, summary)"),
+    "summary no target column": ("summarization", summarize("source\na\nc\n", "d.csv"),
+                                 "cannot tell which field is the input and which the output (fields: 'source')"),
     "summary text file": ("summarization", summarize("a\n", "d.txt"), "unknown format '.txt'"),
     "summary whitespace": ("summarization", summarize("\n \n"), "the file is empty"),
     "summary csv ragged": ("summarization", summarize("source,target\na,b\nc,d,e\n", "d.csv"), "d.csv:3: expected 2 fields"),
@@ -274,7 +283,10 @@ DATA: dict[str, tuple[str, Make, str]] = {
                               "t.jsonl:1: 'text' is a list, expected text"),
     "mlm jsonl text a number": ("pretraining", pretrain(jsonl({"text": "a b"}, {"text": 3}), "t.jsonl"),
                                 "t.jsonl:2: 'text' is a number"),
-    "mlm jsonl no text field": ("pretraining", pretrain(jsonl({"body": "a b"}), "t.jsonl"), "has no field 'text'"),
+    "mlm jsonl no text field": ("pretraining", pretrain(jsonl({"title": "a", "note": "a b"}), "t.jsonl"),
+                                "cannot tell which field holds the text (fields: 'title', 'note'); set task.text_field"),
+    "mlm jsonl named text field missing": ("pretraining", pretrain(jsonl({"body": "a b"}), "t.jsonl", extra=", text_field: text"),
+                                           "has no field 'text'"),
     "mlm jsonl empty texts": ("pretraining", pretrain(jsonl({"text": ""}, {"text": " "}), "t.jsonl"),
                               "has no document with any text"),
     "clm one document": ("pretraining", pretrain("just one line of text\n", objective="clm"), "needs at least 2"),

@@ -24,10 +24,12 @@ train: {{epochs: 1, lr: 1.0e-3, batch_size: 4, seed: 7, keep_best: false}}
 def test_conll_files_read_sentence_by_sentence(tmp_path: Path) -> None:
     file = tmp_path / "x.txt"
     file.write_text("-DOCSTART- O\n\nEU B-ORG\nrejects O\n\n\nPeter B-PER\nBlackburn I-PER\n")
-    assert read_conll(file, CONLL_TAGS) == {"tokens": [["EU", "rejects"], ["Peter", "Blackburn"]],
-                                            "tags": [[3, 0], [1, 2]]}
+    read = read_conll(file)
+    assert (read.tokens, read.tags, read.lines) == ([["EU", "rejects"], ["Peter", "Blackburn"]],
+                                                    [["B-ORG", "O"], ["B-PER", "I-PER"]], [[3, 4], [7, 8]])
+    assert Ner(train_file=None, eval_file=str(file)).load()["eval"][""]["tags"] == [[3, 0], [1, 2]]
     real = SHARED / "data" / "ner" / "conll2003"
-    assert [len(read_conll(real / f, CONLL_TAGS)["tokens"]) for f in ("train.txt", "valid.txt")] == [14041, 3250]
+    assert [len(read_conll(real / f).tokens) for f in ("train.txt", "valid.txt")] == [14041, 3250]
 
 
 @pytest.mark.parametrize("content, message", [
@@ -40,7 +42,53 @@ def test_bad_files_are_one_line_naming_the_line(tmp_path: Path, content: str, me
     file = tmp_path / "x.txt"
     file.write_text(content)
     with pytest.raises(UserError, match=message):
-        read_conll(file, CONLL_TAGS)
+        Ner(train_file=None, eval_file=str(file)).load()
+
+
+# --- issue 37 rule 4: tag schemes are checked, not assumed -----------------------------------
+@pytest.mark.parametrize("content, scheme, message", [
+    # plain types: seqeval would read PER as prefix P + type ER (and ORG as O, outside)
+    ("Peter PER\nsaid O\n", "auto", r"x.txt:1: tag 'PER' has no B-/I- prefix, so entity scoring would read "
+                                     r"it as prefix 'P' \+ type 'ER'; write BIO tags \(B-PER .*I-PER"),
+    ("EU B-ORG\nsaid O\n\nParis U-LOC\n", "auto", r"x.txt:4: tag 'U-LOC' has prefix 'U'; BILOU's U-: write IOBES's S-"),
+    ("EU S-ORG\n", "IOB2", r"x.txt:1: tag 'S-ORG' has prefix 'S'; the IOB2 prefixes are B, I"),
+    ("EU O\nPeter I-PER\n", "IOB2", r"x.txt:2: 'I-PER' after 'O' is not IOB2: an entity starts with B-PER"),
+    ("Peter B-PER\nParis I-LOC\n", "IOB2", r"x.txt:2: 'I-LOC' after 'B-PER' is not IOB2"),
+    ("Peter B-PER\nsaid O\n", "IOB1", r"x.txt:1: 'B-PER' after the sentence's start is not IOB1: an entity starts with I-PER"),
+    ("Peter B-PER\nsaid O\n\nParis S-LOC\n", "auto", r"x.txt:2: 'O' after 'B-PER' is not IOBES: the PER entity "
+                                                      r"opened by B-PER must continue with I-PER or end with E-PER"),
+    ("New B-LOC\nYork I-LOC\n", "IOBES", r"x.txt:2: the sentence's end after 'I-LOC' is not IOBES"),
+])
+def test_tags_outside_the_scheme_are_one_line_naming_file_line_and_fix(
+        tmp_path: Path, content: str, scheme: str, message: str) -> None:
+    file = tmp_path / "x.txt"
+    file.write_text(content)
+    task = Ner(train_file=None, eval_file=str(file), labels=None, scheme=scheme)
+    task.check()
+    with pytest.raises(UserError, match=message):
+        task.load()
+
+
+@pytest.mark.parametrize("content, scheme", [
+    ("EU B-ORG\nrejects O\nPeter B-PER\nBlackburn I-PER\n", "IOB2"),
+    ("EU I-ORG\nrejects O\nPeter I-PER\nBlackburn I-PER\nMary B-PER\n", "IOB1"),
+    ("EU S-ORG\nrejects O\nPeter B-PER\nvan I-PER\nBlackburn E-PER\n", "IOBES"),
+])
+def test_each_scheme_is_found_and_recorded(tmp_path: Path, content: str, scheme: str) -> None:
+    file = tmp_path / "x.txt"
+    file.write_text(content)
+    task = Ner(train_file=None, eval_file=str(file), labels=None)
+    task.load()
+    assert task.metric_info() == {"tag_scheme": scheme}
+    assert task.label_names[0] == "O" and set(task.label_names) == set(content.split()[1::2])
+
+
+def test_labels_without_prefixes_are_refused_with_the_recipe(tmp_path: Path, cli) -> None:
+    """task.labels is checked with the recipe (no data read, no model loaded): exit 2, one line."""
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}"))
+    code, _, err = cli("run", recipe, "task.labels=[O,PER,LOC]", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err.count("\n") == 1 and not (tmp_path / "runs").exists()
+    assert "task.labels: tag 'PER' has no B-/I- prefix" in err and "(B-PER for an entity's first word" in err
 
 
 def test_tags_go_to_first_sub_tokens(tiny_checkpoint) -> None:
@@ -95,3 +143,45 @@ def test_labels_must_hold_o_once(tmp_path: Path, cli) -> None:
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}"))
     code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs", "task.labels=[B-PER,B-PER,O]")
     assert code == 2 and "task.labels: BIO tags, each once" in err
+
+
+def test_sentences_cut_at_max_length_are_one_warning_per_file(tmp_path: Path, tiny_checkpoint, capsys) -> None:
+    from toolkit import models
+
+    file = tmp_path / "x.txt"
+    long = "".join(f"w{i} O\n" for i in range(40))
+    file.write_text(f"Peter B-PER\nsaid O\n\n{long}\n{long}\nEU B-ORG\n")
+    task = Ner(train_file=None, eval_file=str(file), labels=None, max_length=16)
+    data = task.load()["eval"][""]
+    tok = models.load_tokenizer(tiny_checkpoint("bert"))
+    task.encode(data, tok)
+    task.encode(data, tok)  # the same file again (another evaluation): said once
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1
+    assert f"warning: 2 of 4 sentences in {file} are longer than task.max_length=16 sub-tokens" in err
+
+
+@pytest.mark.parametrize("records, settings, expected", [
+    ([{"tokens": ["Peter", "said"], "ner_tags": ["B-PER", "O"]}], {}, [[1, 0]]),
+    ([{"words": ["Peter", "said"], "tags": [1, 0]}], {"labels": ["O", "B-PER", "I-PER"]}, [[1, 0]]),
+    ([{"id": 3, "w": ["Peter", "said"], "t": ["B-PER", "O"]}], {"tokens_field": "w"}, [[1, 0]]),
+])
+def test_jsonl_sentences_with_their_fields_inferred(tmp_path: Path, records: list, settings: dict, expected: list) -> None:
+    file = tmp_path / "x.jsonl"
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    task = Ner(train_file=None, eval_file=str(file), **{"labels": None, **settings})
+    assert task.load()["eval"][""]["tags"] == expected
+
+
+@pytest.mark.parametrize("record, settings, message", [
+    ({"a": ["Peter"], "b": ["B-PER"], "c": ["x"]}, {},
+     r"task.tokens_field: .*x.jsonl has no 'tokens' field \(candidates: 'a', 'b', 'c'; .*set task.tokens_field"),
+    ({"tokens": ["Peter", "said"], "ner_tags": ["B-PER"]}, {}, r"x.jsonl:1: 'ner_tags' holds 1 tags for 2 words"),
+    ({"tokens": ["Peter"], "ner_tags": [1]}, {}, r"x.jsonl:1: tags are numbers; set task.labels"),
+    ({"tokens": ["Peter"], "ner_tags": ["PER"]}, {}, r"x.jsonl:1: tag 'PER' has no B-/I- prefix"),
+])
+def test_bad_jsonl_sentences_are_one_line(tmp_path: Path, record: dict, settings: dict, message: str) -> None:
+    file = tmp_path / "x.jsonl"
+    file.write_text(json.dumps(record) + "\n")
+    with pytest.raises(UserError, match=message):
+        Ner(train_file=None, eval_file=str(file), labels=None, **settings).load()

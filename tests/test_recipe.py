@@ -114,3 +114,44 @@ def test_validate_and_sweep_take_shipped_names(cli, tmp_path: Path) -> None:
     assert code == 0 and "2 runs (dry run" in out, err
     code, _, err = cli("validate", "demo/sst2/minilm-lorra")
     assert code == 2 and "did you mean 'demo/sst2/minilm-lora'?" in err
+
+
+# --- strict YAML: every YAML the toolkit reads ---------------------------------------------------
+def test_a_key_given_twice_is_refused_with_both_positions(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text("model: {checkpoint: bert-base-uncased}\ntask: {name: glue, subset: sst2}\n"
+                    "method: {name: lora}\ntrain:\n  lr: 1.0e-3\n  epochs: 1\n  lr: 1.0e-4\n")
+    with pytest.raises(UserError, match=r"r.yaml: the key 'lr' is given twice in one mapping \(line 5, column 3 "
+                       r"and line 7, column 3\); keep one"):
+        recipes.load(path)
+    with pytest.raises(UserError, match=r"override 'train=\{lr: 1, lr: 2\}': the key 'lr' is given twice"):
+        recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml", ["train={lr: 1, lr: 2}"])
+    path.write_text("model: {checkpoint: bert-base-uncased}\nmodel: {checkpoint: roberta-base}\n")
+    with pytest.raises(UserError, match=r"the key 'model' is given twice .*\(line 1, column 1 and line 2, column 1\)"):
+        recipes.load(path)
+
+
+def test_only_true_and_false_are_booleans(tmp_path: Path) -> None:
+    """YAML 1.1's yes/no/on/off are strings (YAML 1.2): labels `[no, yes]` stay labels, and a
+    true/false setting written `yes` is refused rather than read."""
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\ngood,yes\nbad,no\n")
+    path = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, labels: [no, yes]}}
+method: {{name: lora}}
+train: {{mixed_precision: no, keep_best: true}}
+""")
+    recipe = recipes.load(path)
+    assert recipe.task.labels == ["no", "yes"] and recipe.train.mixed_precision == "no"
+    assert recipes.load(path, ["task.labels=[off, on]"]).task.labels == ["off", "on"]
+    with pytest.raises(UserError, match=r"train.keep_best: expected bool, got str 'yes'"):
+        recipes.load(path, ["train.keep_best=yes"])
+
+
+def test_every_yaml_read_is_strict() -> None:
+    """No module reads YAML but through recipe_data.safe_yaml (the strict loader)."""
+    import re
+
+    readers = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "toolkit").rglob("*.py"))
+               if re.search(r"yaml\.(safe_load|load|full_load|unsafe_load|compose)\(", p.read_text())]
+    assert readers == ["toolkit/recipe_data.py"]

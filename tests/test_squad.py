@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SHARED, write_recipe
+from conftest import ROOT, SHARED, write_recipe
 from toolkit.errors import UserError
 from toolkit.tasks._qa import best_spans, window_features
 from toolkit.tasks._text_metrics import (best_null_threshold, exact_match, normalize_answer, squad_scores,
@@ -202,3 +202,84 @@ def test_every_task_reads_the_data_dir_its_recipe_names(tmp_path: Path, monkeypa
                          data_dir=str(mine))
     assert summ.read(summ.eval_file)[0]["target"] == "A greets."
     assert summ.expand("$TOOLKIT_DATA/x.json") == str(mine / "x.json")
+
+
+# --- issue 37 rule 3: the official rules for unanswerable questions ---------------------------
+V11_MINILM = ROOT / "recipes" / "squad" / "v1.1" / "minilm-full.yaml"
+V20_MINILM = ROOT / "recipes" / "squad" / "v2.0" / "minilm-full.yaml"
+
+
+def test_a_v1_run_refuses_unanswerable_questions_with_their_count(tmp_path: Path, cli) -> None:
+    data = _v2_file(tmp_path / "dev-v2.json")
+    with pytest.raises(UserError, match=r"dev-v2.json: 6 of 12 questions have no answer .*the first at "
+                                        r".*dev-v2.json:\d+\).*set task.version=v2"):
+        read_squad(str(data), "v1")
+    assert len(read_squad(str(data), "v2")) == 12
+    code, _, err = cli("run", V11_MINILM, f"task.eval_file={data}", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err.count("\n") == 1 and "recipes/squad/v2.0/" in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("impossible, answers, message", [
+    (True, None, r"is_impossible is true but it lists 1 answer\(s\) \('City1'\)"),
+    (False, [], "is_impossible is false but it lists no answer"),
+])
+def test_is_impossible_that_contradicts_the_answers_is_refused_at_its_line(
+        tmp_path: Path, impossible: bool, answers: list | None, message: str) -> None:
+    """Never dropped: the official v2.0 script goes by the answers, BERT's run_squad by the flag."""
+    path = _squad_file(tmp_path / "d.json")
+    doc = json.loads(path.read_text())
+    qa = doc["data"][1]["paragraphs"][0]["qas"][0]
+    qa.update(is_impossible=impossible, answers=qa["answers"] if answers is None else answers)
+    path.write_text(json.dumps(doc, indent=1))
+    line = [x.strip() for x in json.dumps(doc, indent=1).splitlines()].index('"id": "q1",')  # 1-based: its '{'
+
+    with pytest.raises(UserError, match=rf"d.json:{line}: article 1 \('T1'\), question q1: {message}"):
+        read_squad(str(path), "v2")
+
+
+def test_a_question_id_given_twice_is_scored_apart_in_the_official_files(capsys) -> None:
+    from toolkit.tasks.squad import unique_ids
+
+    assert unique_ids(["a", "b", "a", "a"]) == ["a", "b", "a#2", "a#3"]
+    assert capsys.readouterr().err.count("warning: 1 question id(s) appear more than once") == 1
+    assert unique_ids(["a", "b"]) == ["a", "b"] and not capsys.readouterr().err
+
+
+def test_version_override_files_the_run_under_its_version() -> None:
+    from toolkit import recipe as recipes
+
+    assert recipes.load(V11_MINILM).name == "squad/v1.1/minilm-full"
+    assert recipes.load(V11_MINILM, ["task.version=v2"]).name == "squad/v2.0/minilm-full"
+    assert recipes.load(V20_MINILM).name == "squad/v2.0/minilm-full"
+
+
+def test_v2_recipe_writes_what_the_official_script_reads_and_it_gives_the_run_scores(tmp_path: Path, cli) -> None:
+    """The shipped v2.0 recipe on a v2 file: predictions.jsonl holds each question's no-answer
+    score; the dataset / answers / na_prob files, scored as evaluate-v2.0.py does with
+    --na-prob-thresh 0, give the run's exact_match, f1, HasAns/NoAns and best_* figures."""
+    data = _v2_file(tmp_path / "dev-v2.json")
+    code, _, err = cli("run", V20_MINILM, f"task.eval_file={data}", "task.split_articles=0.5", "--smoke",
+                       "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (metrics_file,) = (tmp_path / "runs" / "squad" / "v2.0" / "minilm-full").rglob("metrics.json")
+    run = metrics_file.parent
+    scores = json.loads(metrics_file.read_text())["eval"]
+    rows = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
+    dataset = json.loads((run / "predictions.dataset.json").read_text())
+    answers = json.loads((run / "predictions.answers.json").read_text())
+    na_prob = json.loads((run / "predictions.na_prob.json").read_text())
+    assert dataset["version"] == "v2.0" and len(rows) == 6
+    for row in rows:
+        assert row["prediction"] == ("" if row["no_answer_score"] > 0 else row["best_span"])
+    golds = {qa["id"]: [a["text"] for a in qa["answers"]]
+             for article in dataset["data"] for p in article["paragraphs"] for qa in p["qas"]}
+    assert set(golds) == set(answers) == set(na_prob) == {r["id"] for r in rows}
+    ids = list(golds)
+    thresholded = [("" if na_prob[i] > 0 else answers[i]) for i in ids]
+    assert squad_scores(thresholded, [golds[i] for i in ids]) == pytest.approx(
+        {k: scores[k] for k in ("exact_match", "f1", "HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1")})
+    per_question = [max((exact_match(answers[i], g) for g in golds[i] if normalize_answer(g)), default=0.0) for i in ids]
+    best, _ = best_null_threshold(per_question, [na_prob[i] for i in ids], [bool(golds[i]) for i in ids],
+                                  [bool(answers[i]) for i in ids])
+    assert best == pytest.approx(scores["best_exact"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,78 @@ def test_lazy_module_rebinds_the_name_it_stands_for() -> None:
     assert isinstance(namespace["js"], LazyModule)
     assert namespace["js"].dumps([1]) == "[1]"
     assert namespace["js"] is json and namespace["alias"] is json
+
+
+# Check first, import later: a mistake that needs no library is said before any is imported.
+FIRST_ERROR = """
+import json, sys
+import toolkit
+from toolkit.cli import main
+kind, args = sys.argv[1], json.loads(sys.argv[2])
+if kind == "cli":
+    code, line = main(args), None
+else:
+    try:
+        toolkit.run(args[0], args[1:])
+        code, line = 0, None
+    except toolkit.UserError as exc:
+        code, line = 2, str(exc)
+print(json.dumps({"code": code, "line": line, "heavy": [m for m in %r if m in sys.modules]}))
+""" % (HEAVY,)
+
+
+def _first_error(kind: str, args: list[str], tmp_path: Path) -> tuple[dict, str]:
+    proc = subprocess.run([PYTHON, "-c", FIRST_ERROR, kind, json.dumps(args)], cwd=ROOT, text=True,
+                          capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                    "TOOLKIT_RUNS": str(tmp_path / "runs")})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def _sentences(tmp_path: Path) -> Path:
+    data = tmp_path / "subjectivity.csv"
+    data.write_text("sentence,kind\na moving film,subjective\nthe film runs 90 minutes,objective\n")
+    return data
+
+
+@pytest.mark.parametrize("kind", ["cli", "api"])
+@pytest.mark.parametrize("mistake", ["typo", "missing file", "missing column", "missing field", "label as text"])
+def test_errors_before_imports(tmp_path: Path, kind: str, mistake: str) -> None:
+    """`toolkit run` and `toolkit.run`: a typo'd key, a missing file, a missing column and a
+    column read twice are each one line, with no torch / transformers / datasets imported."""
+    data = _sentences(tmp_path)
+    dialogues = tmp_path / "dialogues.jsonl"
+    dialogues.write_text('{"transcript": "A: hi\\nB: hello", "notes": "they greet"}\n')
+    own = ["demo/own-data/minilm-lora", f"task.train_file={data}", f"task.eval_file={data}"]
+    args, expected = {
+        "typo": (["demo/sst2/minilm-lora", "train.lrr=1e-4"], r"train.lrr: unknown key \(did you mean 'lr'\?\)"),
+        "missing file": (own[:1] + [f"task.train_file={tmp_path / 'nope.csv'}", f"task.eval_file={data}"],
+                         r"task.train_file: .*nope.csv(:)? (does not exist|no such file)"),
+        "missing column": (own, r"subjectivity.csv: column 'label' is missing \(it has: 'sentence', 'kind'\); "
+                                r"set task.label_column"),
+        "missing field": (["summarization/samsum/bart-base-lora", f"task.train_file={dialogues}",
+                           f"task.eval_file={dialogues}"],
+                          r"dialogues.jsonl: field 'dialogue' is missing \(it has: 'transcript', 'notes'\); "
+                          r"set task.source_field"),
+        "label as text": (own + ["task.label_column=kind", "task.text_columns=[kind]"],
+                          r"task.label_column: 'kind' is also task.text_columns"),
+    }[mistake]
+    result, stderr = _first_error(kind, (["run"] if kind == "cli" else []) + args, tmp_path)
+    line = result["line"] if kind == "api" else stderr.strip()
+    assert result["code"] == 2 and result["heavy"] == []
+    assert re.search(expected, line), line
+    assert "\n" not in line and "Traceback" not in line
+
+
+def test_validate_takes_overrides_and_reads_the_heads(tmp_path: Path) -> None:
+    data = _sentences(tmp_path)
+    proc = subprocess.run([PYTHON, "-m", "toolkit.cli", "validate", "demo/own-data/minilm-lora",
+                           f"task.train_file={data}", f"task.eval_file={data}", "task.label_column=kind"],
+                          cwd=ROOT, text=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (proc.returncode, proc.stdout.strip()) == (0, "1 of 1 recipes valid"), proc.stderr
+    proc = subprocess.run([PYTHON, "-m", "toolkit.cli", "validate", "demo/own-data/minilm-lora",
+                           f"task.train_file={data}", f"task.eval_file={data}", "task.text_columns=[text]",
+                           "task.label_column=kind"],
+                          cwd=ROOT, text=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2
+    assert "column 'text' is missing (it has: 'sentence', 'kind'); set task.text_columns" in proc.stderr

@@ -106,8 +106,8 @@ def test_text_pair_and_regression(tmp_path: Path) -> None:
     (b"text,label\nfine,pos\nbad \xff byte,neg\n", "csv", ":3: not UTF-8 text"),
     (b"text,label\na,pos\nb,neg,extra\n", "csv", ":3: expected 2 fields"),
     (b'{"text": "a", "label": "pos"}\n{"text": "b", "label"\n', "jsonl", ":2: not valid JSON"),
-    (b"review,stars\na,pos\nb,neg\n", "csv", "cannot tell which columns hold the text (review, stars); set "
-     "task.text_columns, e.g. task.text_columns=[review] and task.label_column (no 'label' column)"),
+    (b"review,stars\na,pos\nb,neg\n", "csv", "cannot tell which columns hold the text and which the label "
+     "(columns: 'review', 'stars'); set task.text_columns and task.label_column, e.g. task.text_columns=[review]"),
     (b"text,label\na,pos\nb,\n", "csv", ":3: label '' is not one of neg, pos (task.labels)"),
     (b"text\tlabel\na\tpos\nb\tneg\n", "csv", "column 'label' is missing"),  # a TSV named .csv
 ])

@@ -18,86 +18,188 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Mapping, Union
 
 from toolkit import chain, recipe as recipe_module, reports, runs, sweeps
+from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, writing
 from toolkit.recipe import RunPlan, find_recipe
+
+__all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep"]
+
+# The argument types the functions below declare (and @typed checks): a path is a string or any
+# os.PathLike (a Run is one); overrides are a mapping {"train.lr": 3e-4} or `key=value` strings
+# (one string is one override); an input to predict is a text, a (text, text) pair or a mapping
+# of the task's fields.
+PathArg = Union[str, os.PathLike]
+Overrides = Union[Mapping[str, Any], Iterable[str], None]
+Text = Union[str, tuple[str, str], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
 class Run:
-    """A run folder (runs/<recipe>/<hash>) and what it wrote."""
+    """A run folder (runs/<recipe>/<hash>) and what it wrote; a path itself (os.PathLike), so
+    `toolkit.predict(run, ...)` takes it as it is."""
 
     dir: Path
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dir", Path(check(self.dir, PathArg, "Run: dir")))
+
+    def __fspath__(self) -> str:
+        return str(self.dir)
+
     @property
     def metrics(self) -> dict[str, Any]:
-        """metrics.json of a finished run ({} while it is not finished)."""
+        """metrics.json of a finished run ({} while it is not finished); a damaged one is a
+        UserError naming the file."""
         file = self.dir / "metrics.json"
-        return json.loads(file.read_text()) if file.is_file() else {}
+        if not file.is_file():
+            return {}
+        try:
+            value = json.loads(file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+            raise UserError(f"{file}: damaged ({reason}); run the recipe again with force=True") from None
+        if not isinstance(value, dict):
+            raise UserError(f"{file}: damaged (not a JSON object); run the recipe again with force=True")
+        return value
 
 
-def run(recipe: str | os.PathLike, overrides: Iterable[str] | None = None, *, runs_dir: str | os.PathLike | None = None,
+def override_list(overrides: Mapping[str, Any] | list[str] | None) -> list[str]:
+    """`key=value` strings from either form; a mapping's values are Python values, written as
+    JSON (a YAML subset) so that "no" stays a string and 1e-4 a number."""
+    if overrides is None:
+        return []
+    if not isinstance(overrides, Mapping):
+        return list(overrides)
+    out = []
+    for key, value in overrides.items():
+        value = os.fspath(value) if isinstance(value, os.PathLike) else value
+        try:
+            out.append(f"{key}={json.dumps(value, allow_nan=False)}")
+        except (TypeError, ValueError):
+            raise UserError(f"overrides[{key!r}]: expected a string, number, true/false, None or a list "
+                            f"or mapping of them, got {type(value).__name__}") from None
+    return out
+
+
+@typed
+def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | None = None,
         smoke: bool = False, force: bool = False) -> Run:
     """Train and evaluate one recipe (a path or a shipped name) into its run folder; a finished
-    run is returned as it is unless `force`."""
-    out = run_one(str(recipe), list(overrides or []), smoke=smoke,
-                  runs_dir=None if runs_dir is None else str(runs_dir), force=force)
+    run is returned as it is unless `force`. `overrides`: {"train.epochs": 1} or
+    ["train.epochs=1"]."""
+    out = run_one(os.fspath(recipe), override_list(overrides), smoke=smoke,
+                  runs_dir=None if runs_dir is None else os.fspath(runs_dir), force=force)
     return Run(Path(out))
 
 
-def evaluate(run_dir: str | os.PathLike, split: str = "eval", overrides: Iterable[str] | None = None) -> dict:
+def _run_folder(run_dir: PathArg) -> Path:
+    """A run folder, checked before torch is imported: the line inference would say, at once."""
+    folder = Path(run_dir)
+    if not (folder / "recipe.yaml").is_file():
+        raise UserError(f"{folder}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
+    return folder
+
+
+@typed
+def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None) -> dict:
     """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
+    folder, items = _run_folder(run_dir), override_list(overrides)
     from toolkit import inference
 
-    return inference.evaluate_run(Path(run_dir), split, list(overrides or []), None)
+    return inference.evaluate_run(folder, split, items, None)
 
 
-def predict(run_dir: str | os.PathLike, texts: Iterable[str | tuple[str, str] | dict]) -> list[dict]:
-    """One dict per input of a trained classification run: `label` and its `score` (probability),
-    and every label's `probabilities`; a regression gives `score` alone. An input is a text, a
-    (text, text) pair, or a dict with the task's text fields."""
+@typed
+def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
+    """One dict per input of a trained run: for classification `label` and its `score`
+    (probability), and every label's `probabilities`; a regression gives `score` alone. An input
+    is a text, a (text, text) pair, or a mapping with the task's fields; one text alone is one
+    input."""
+    folder = _run_folder(run_dir)
     from toolkit import inference
 
-    return inference.predict_rows(Path(run_dir), list(texts))
+    return inference.predict_rows(folder, list(texts))
 
 
-def export(run_dir: str | os.PathLike, out: str | os.PathLike, merge: bool = False) -> str:
-    """A plain transformers (or PEFT) folder at `out`; returns the line saying what was written."""
+@typed
+def export(run_dir: PathArg, out: PathArg, merge: bool = False) -> str:
+    """A plain transformers (or PEFT) folder at `out`; returns the line saying what was written.
+    One export to a place at a time: a second one at once is refused."""
+    folder, target = _run_folder(run_dir), Path(out)
     from toolkit import inference
 
-    return inference.export_run(Path(run_dir), Path(out), merge, None)
+    with _one_export(target):
+        return inference.export_run(folder, target, merge, None)
 
 
-def sweep(recipes: Iterable[str | os.PathLike], axes: Iterable[str] | None = None, *, seeds: str = "42",
-          runs_dir: str | os.PathLike | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
-    """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`) x seeds, run one after
-    another in this process; every point is checked before the first one runs."""
-    root = runs.runs_root(None if runs_dir is None else str(runs_dir))
+@contextmanager
+def _one_export(target: Path) -> Iterator[None]:
+    """The lock a run takes (runs.locked), held on an export's target: two exports to one place
+    at once would write one folder twice."""
+    lock = runs.locked(target)
+    try:
+        lock.__enter__()
+    except UserError:
+        raise UserError(f"export: {target} is being written by another export right now; wait for it "
+                        "to finish, or export elsewhere") from None
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
+
+
+@typed
+def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seeds: Union[int, str, Iterable[int]] = 42,
+          runs_dir: PathArg | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
+    """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`; one string is one axis)
+    x seeds (42, "42,43" or [42, 43]), run one after another in this process; every point is
+    checked, its data files' heads included, before the first one runs."""
+    root = runs.runs_root(None if runs_dir is None else os.fspath(runs_dir))
     _check_runs_root(root)
-    points, _ = sweeps.plan([find_recipe(str(r)) for r in recipes], list(axes or []), seeds, root, smoke)
+    seed_text = str(seeds) if isinstance(seeds, (int, str)) else ",".join(map(str, seeds))
+    points, _ = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_text, root, smoke)
+    for point in points:
+        recipe_module.check_data(recipe_module.load(point.recipe, point.overrides, smoke=smoke))
     return [run(p.recipe, p.overrides, runs_dir=root, smoke=smoke, force=force) for p in points]
 
 
-def report(runs_dir: str | os.PathLike, **options: Any) -> str:
-    """The Markdown report of a folder of runs (the options of `toolkit report`: row_key,
-    col_key, metrics, glue, plots, out)."""
-    return reports.render([Path(runs_dir)], **{"plots": False, **options})
+@typed
+def report(runs_dir: Iterable[PathArg], *, row_key: str | None = None, col_key: str | None = None,
+           metrics: Iterable[str] | None = None, glue: bool = False, plots: bool = False,
+           out: PathArg | None = None) -> str:
+    """The Markdown report of one folder of runs (or a list of them), as `toolkit report` writes
+    it (report.md, and PNGs with `plots`, into `out`: default the first folder)."""
+    folders = [Path(r) for r in runs_dir]
+    if not folders:
+        raise UserError("report: runs_dir: give at least one folder of runs")
+    return reports.render(folders, plots=plots, row_key=row_key, col_key=col_key, metrics=metrics or None,
+                          glue=glue, out=None if out is None else Path(out))
 
 
-def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_dir: str | None = None,
+@typed
+def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_dir: PathArg | None = None,
             force: bool = False, resume: bool = False, stop_after: int | None = None) -> Path:
     """One recipe into its run folder: skipped when finished (unless forced), resumed when
     interrupted, refused while another process runs it. `run` and every point of `sweep` go
-    through here. Returns the run folder."""
-    from toolkit import train  # torch: imported on the first run
-
-    plan = recipe_module.plan(find_recipe(str(path)), overrides, smoke=smoke)
+    through here. Everything that can be checked without torch is checked first (the recipe,
+    the overrides, the runs folder, each data file's head); then torch is imported. Returns the
+    run folder."""
+    path, runs_dir = os.fspath(path), None if runs_dir is None else os.fspath(runs_dir)
+    plan = recipe_module.plan(find_recipe(path), overrides, smoke=smoke)
+    recipe_module.check_data(plan.recipe)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
+    from toolkit import quiet
+
+    quiet.libraries()
+    from toolkit import train  # torch: imported on the first run, after every check above
+
     if plan.recipe.smoke:
         _smoke_upstream(plan, root)
     chain.resolve(plan, root)  # model.checkpoint: {run: ...}
@@ -121,14 +223,14 @@ def run_one(path: str | Path, overrides: list[str], smoke: bool = False, runs_di
         except KeyboardInterrupt as exc:
             again = ["toolkit", "run", str(path), *overrides] + ["--smoke"] * smoke + \
                 (["--runs-dir", runs_dir] if runs_dir else [])
-            raise interrupted(exc, out, existed and rank0, again) from None
+            raise _interrupted(exc, out, existed and rank0, again) from None
     if metrics is not None and rank0:
         evals = ", ".join(f"{k}={v:.4f}" for k, v in metrics["eval"].items())
         print(f"{out}: {evals}")
     return out
 
 
-def interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[str]) -> Interrupted:
+def _interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[str]) -> Interrupted:
     """Ctrl-C during a run: one line saying the step reached, what was kept and the command that
     goes on from there. A folder this launch created and that holds no checkpoint is removed."""
     import shlex

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import errno
-import warnings
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from toolkit import hf_tables, methods, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
-from toolkit.api import _check_runs_root, run_one
+from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
+from toolkit.api import _check_runs_root, _one_export, _run_folder, run_one
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
@@ -91,11 +90,16 @@ def _kept(out: Path) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    files = [find_recipe(r) for r in args.recipes] if args.recipes else recipe_files([])
+    """Each recipe with the overrides given, as `run` would check it before loading anything:
+    the recipe, the overrides, each data file there and its header or first record holding the
+    columns / fields the recipe reads."""
+    names = [a for a in args.recipes if "=" not in a]
+    overrides = [a for a in args.recipes if "=" in a]
+    files = [find_recipe(r) for r in names] if names else recipe_files([])
     failed = 0
     for path in files:
         try:
-            recipes.load(path)
+            recipes.check_data(recipes.load(path, overrides))
         except UserError as exc:  # the prefix `run` gives, and the file once
             text = str(exc)
             print(f"error: {text}" if str(path) in text else f"error: {path}: {text}", file=sys.stderr)
@@ -142,6 +146,8 @@ def cmd_cp(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    _run_folder(args.run)
+    quiet.libraries()
     from toolkit import inference
 
     result = inference.evaluate_run(Path(args.run), args.split, args.overrides, args.task_from)
@@ -151,9 +157,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    run = _run_folder(args.run)
+    if not args.glue_test and args.input is None:
+        raise UserError("predict: give --input FILE (or - for standard input), or --glue-test")
+    quiet.libraries()
     from toolkit import inference
 
-    run = Path(args.run)
     if args.glue_test:
         out = Path(args.output) if args.output else run / "glue-test"
         for path in inference.glue_test(run, out):
@@ -168,9 +177,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    run = _run_folder(args.run)
+    quiet.libraries()
     from toolkit import inference
 
-    note = inference.export_run(Path(args.run), Path(args.out), args.merge, args.push_to_hub)
+    with _one_export(Path(args.out)):
+        note = inference.export_run(run, Path(args.out), args.merge, args.push_to_hub)
     print(f"{args.out}: {note}")
     return 0
 
@@ -198,8 +210,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
                                 "recipes: one loop for every family and method.")
     p.add_argument("--version", action="version", version=f"toolkit {_version()}")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show the libraries' own warnings, load reports and progress bars")
+    verbose = argparse.ArgumentParser(add_help=False)  # -v after the command too
+    verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                         help="show the libraries' own warnings, load reports and progress bars")
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train and evaluate one recipe")
+    run = sub.add_parser("run", parents=[verbose], help="train and evaluate one recipe")
     run.add_argument("recipe")
     run.add_argument("overrides", nargs="*", help="key=value, e.g. train.lr=3e-4 method.r=16")
     run.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
@@ -209,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--stop-after", type=_positive, default=None,
                      help="stop (checkpointed, unfinished) after N optimizer steps: an interruption on purpose")
     run.set_defaults(func=cmd_run)
-    sw = sub.add_parser("sweep", help="a grid of runs: recipes x key=v1,v2 axes x seeds, finished ones skipped")
+    sw = sub.add_parser("sweep", parents=[verbose], help="a grid of runs: recipes x key=v1,v2 axes x seeds, finished ones skipped")
     sw.add_argument("overrides", nargs="+", metavar="RECIPE|key=v1,v2",
                     help="recipe files, then axes: train.lr=1e-4,3e-4 (x0.3,x1,x3 scales the recipe's value)")
     sw.add_argument("--seeds", default=None, help="42,43,44 (or '42 43 44'); one number N <= 10 means N seeds from 42")
@@ -221,37 +238,39 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("--force", action="store_true", help="run every point again even if finished")
     sw.add_argument("--runs-dir", default=None, help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
     sw.set_defaults(func=cmd_sweep)
-    val = sub.add_parser("validate", help="check recipes without loading weights")
-    val.add_argument("recipes", nargs="*")
+    val = sub.add_parser("validate", parents=[verbose], help="check recipes, overrides and the data files' heads, in well "
+                         "under a second: no library or weights load")
+    val.add_argument("recipes", nargs="*", metavar="RECIPE|key=value",
+                     help="recipes (default: every shipped one), then overrides as for run: train.lr=3e-4")
     val.set_defaults(func=cmd_validate)
-    ls = sub.add_parser("ls", help="list registered names or recipes")
+    ls = sub.add_parser("ls", parents=[verbose], help="list registered names or recipes")
     ls.add_argument("what", nargs="?", choices=["methods", "tasks", "attention", "recipes"])
     ls.set_defaults(func=cmd_ls)
-    cp = sub.add_parser("cp", help="copy a shipped recipe to edit")
+    cp = sub.add_parser("cp", parents=[verbose], help="copy a shipped recipe to edit")
     cp.add_argument("name", help="a recipe name from `toolkit ls recipes`, or a path")
     cp.add_argument("dest")
     cp.add_argument("--force", action="store_true", help="overwrite DEST")
     cp.set_defaults(func=cmd_cp)
-    ev = sub.add_parser("eval", help="score a finished run on a split (writes eval-<split>.json)")
+    ev = sub.add_parser("eval", parents=[verbose], help="score a finished run on a split (writes eval-<split>.json)")
     ev.add_argument("run")
     ev.add_argument("overrides", nargs="*", help="task.* settings, e.g. task.max_eval_samples=100")
     ev.add_argument("--split", default="eval", help="eval (default), train, or a labelled test split")
     ev.add_argument("--task-from", default=None, help="score on the task of another recipe")
     ev.set_defaults(func=cmd_eval)
-    pr = sub.add_parser("predict", help="predictions of a finished run on new text (JSONL)")
+    pr = sub.add_parser("predict", parents=[verbose], help="predictions of a finished run on new text (JSONL)")
     pr.add_argument("run")
     pr.add_argument("--input", default=None, help="CSV, TSV or JSONL with the task's text columns, "
                     "or plain text (one example a line); - for standard input")
     pr.add_argument("--output", default=None, help="file (default: standard output)")
     pr.add_argument("--glue-test", action="store_true", help="GLUE server submission files from test.tsv")
     pr.set_defaults(func=cmd_predict)
-    ex = sub.add_parser("export", help="a plain transformers folder from a finished run")
+    ex = sub.add_parser("export", parents=[verbose], help="a plain transformers folder from a finished run")
     ex.add_argument("run")
     ex.add_argument("out")
     ex.add_argument("--merge", action="store_true", help="merge LoRA / IA3 into the base weights")
     ex.add_argument("--push-to-hub", default=None, metavar="REPO")
     ex.set_defaults(func=cmd_export)
-    rep = sub.add_parser("report", help="report.md (pivot tables, mean ± std, notes) and PNG plots from finished runs")
+    rep = sub.add_parser("report", parents=[verbose], help="report.md (pivot tables, mean ± std, notes) and PNG plots from finished runs")
     rep.add_argument("runs_dir", nargs="+", help="folders of run folders (read only; nothing is re-run)")
     rep.add_argument("--rows", default=None, help="pivot rows: task, method, model, run or a recipe field (train.lr)")
     rep.add_argument("--cols", default=None, help="pivot columns (default method when --rows is given)")
@@ -261,33 +280,6 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-plots", action="store_true")
     rep.set_defaults(func=cmd_report)
     return p
-
-
-def _quiet() -> None:
-    """Library chatter (load reports, map bars) hides the toolkit's own one-line messages."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Library deprecation notices and self-corrections are not the user's business; the user's
-    # own warnings (and the toolkit's) still show.
-    for module in ("transformers", "peft", "accelerate", "datasets", "torch"):
-        warnings.filterwarnings("ignore", category=FutureWarning, module=module + r"(\..*)?$")
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=module + r"(\..*)?$")
-    warnings.filterwarnings("ignore", message=r".*fan_in_fan_out is set to False.*")
-    warnings.filterwarnings("ignore", message=r".*Removed shared tensor.*")
-
-
-# The commands that load models or data; the others (ls, validate, cp, sweep's planning, report)
-# never import datasets or transformers, which cost seconds to import.
-LOADS_MODELS = ("run", "eval", "predict", "export")
-
-
-def _quiet_libraries() -> None:
-    """datasets' and transformers' progress bars and load reports off."""
-    import datasets
-    import transformers
-
-    datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
 
 
 def _version() -> str:
@@ -321,9 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = list(args.overrides) + extra
-    _quiet()
-    if args.command in LOADS_MODELS:
-        _quiet_libraries()
+    if args.verbose:
+        os.environ[quiet.VERBOSE] = "1"
+    quiet.warnings_off()  # the libraries' own chatter goes once they load (quiet.libraries)
     try:
         return args.func(args)
     except UserError as exc:

@@ -194,6 +194,46 @@ def csv_header(path: Path, fmt: str) -> list[str]:
     return header
 
 
+HEAD_BYTES = 1 << 20  # what head_names reads of a file: a header or a first record fits in it
+
+
+def head_names(path: Path) -> list[str] | None:
+    """The columns a CSV/TSV header names, or the fields of the first record of a JSONL file or a
+    JSON list, read from the file's first MiB: what the recipe's columns are checked against
+    before any library loads. None where that cannot be told from the head (a JSON document
+    whose first record is longer, a nested layout): the full read says what is wrong there."""
+    fmt = file_format(path, tuple(FORMATS.values()))
+    if fmt == "text":
+        return None
+    try:
+        with _open_bytes(path) as raw:
+            head = codecs.getincrementaldecoder("utf-8-sig")().decode(raw.read(HEAD_BYTES))
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError):
+        return None  # damaged gzip, not UTF-8: the full read names the place
+    if "\x00" in head:
+        return None
+    if fmt in ("csv", "tsv"):
+        if "\n" not in head and len(head) >= HEAD_BYTES // 4:
+            return None
+        first = head.split("\n", 1)[0].rstrip("\r")
+        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+        names = next(csv.reader([first], delimiter="\t" if fmt == "tsv" else ",", quoting=quoting), [])
+        ok = names and all(n.strip() for n in names) and len(set(names)) == len(names)
+        return names if ok else None  # a header that is not one: csv_header says why
+    if fmt == "jsonl":
+        line = next((l for l in head.split("\n") if l.strip()), "")
+    else:
+        found = re.match(r"\s*\[\s*", head)
+        if not found:
+            return None
+        line = head[found.end():]
+    try:
+        record = json.JSONDecoder().raw_decode(line.strip() if fmt == "jsonl" else line)[0]
+    except ValueError:
+        return None
+    return list(record) if isinstance(record, dict) and record else None
+
+
 def _root(exc: BaseException) -> BaseException:
     seen = exc
     while seen.__cause__ is not None or (seen.__context__ is not None and not seen.__suppress_context__):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolkit import attention, chain, methods, models, tasks, tracking
+from toolkit import attention, chain, methods, models, readers, tasks, tracking
 from toolkit.errors import UserError
 from toolkit.recipe_data import (SECTIONS, SMOKE_CAPS, SMOKE_LENGTHS, SMOKE_NEW_TOKENS, ModelConfig, Recipe,
                                  RunPlan, TrainConfig, apply_overrides, dump, find_recipe, read_yaml,
@@ -20,7 +20,7 @@ from toolkit.schema import build_dataclass, build_plugin
 
 # what callers read from here (the data and schema below are re-exported: one name to import)
 __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS",
-           "TrainConfig", "apply_overrides", "build_dataclass", "build_plugin", "check", "dump", "find_recipe",
+           "TrainConfig", "apply_overrides", "build_dataclass", "build_plugin", "check", "check_data", "dump", "find_recipe",
            "load", "parse", "parse_plan", "plan", "read_yaml", "recipe_files", "recipe_name", "recipes_root",
            "safe_yaml", "smoke_sized", "upstream"]
 
@@ -55,7 +55,7 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
     task = build_plugin(tasks.TASKS, raw["task"], "task")
     method = build_plugin(methods.METHODS, raw["method"], "method")
     recipe = Recipe(model=built["model"], task=task, method=method, train=built["train"],
-                    name=name, smoke=smoke)
+                    name=task.run_name(name), smoke=smoke)
     checked = RunPlan(recipe)
     if isinstance(recipe.model.checkpoint, dict):
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
@@ -85,6 +85,28 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     reason = recipe.method.incompatible(family, task)
     if reason:
         raise UserError(f"method.name: '{recipe.method.name}' cannot run here: {reason}")
+
+
+def check_data(recipe: Recipe) -> None:
+    """Each local data file the task names is there, and its header or first record holds the
+    columns / fields the recipe reads, each read for one purpose: said in milliseconds, before
+    torch or datasets load (a run, `toolkit validate`, the Python API)."""
+    for setting, path, named in recipe.task.head_fields():
+        for i, (column, key) in enumerate(named):
+            other = next((k for c, k in named[:i] if c == column and k != key), None)
+            if other is not None:
+                raise UserError(f"{key}: '{column}' is also {other}; a column is read either as "
+                                "text or as the label, not both")
+        if not path.is_file():
+            raise UserError(f"{setting}: {path}: " + ("is not a file" if path.exists() else "no such file"))
+        names = readers.head_names(path)
+        if names is None:
+            continue
+        kind = "column" if readers.file_format(path, tuple(readers.FORMATS.values())) in ("csv", "tsv") else "field"
+        for column, key in named:
+            if column not in names:
+                raise UserError(f"{path}: {kind} '{column}' is missing (it has: "
+                                f"{', '.join(repr(n) for n in names)}); set {key}")
 
 
 def load(path: str | Path, overrides: list[str] | None = None, smoke: bool = False) -> Recipe:

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -162,14 +163,50 @@ def _expanded_size(node: Any, memo: dict[int, int]) -> int:
     return memo[id(node)]
 
 
+class _KeyTwice(yaml.YAMLError):
+    """A key written twice in one mapping (YAML forbids it; PyYAML keeps the last silently)."""
+
+
+def _at(node: yaml.Node) -> str:
+    return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
+
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader, strict: a key given twice in one mapping is refused with both positions,
+    and only true/false (any case) are booleans, as in YAML 1.2: PyYAML's YAML 1.1 also reads
+    yes/no/on/off/y/n so, which turns labels `[no, yes]` into False, True and a setting `no` into
+    False. Every YAML the toolkit reads (recipes, overrides, a run's recipe.yaml) goes through it."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise _KeyTwice(f"the key '{key}' is given twice in one mapping ({_at(seen[key])} and "
+                                f"{_at(key_node)}); keep one")
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                   list("tTfF"))
+
+
 def safe_yaml(text: str, where: str) -> Any:
-    """yaml.safe_load that refuses documents whose aliases expand past MAX_YAML_NODES."""
+    """Strict YAML (StrictLoader), refusing documents whose aliases expand past MAX_YAML_NODES."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=StrictLoader)
         if node is not None and _expanded_size(node, {}) > MAX_YAML_NODES:
             raise UserError(f"{where}: expands to more than {MAX_YAML_NODES:,} YAML nodes "
                             "(aliases repeated); a recipe is a page of settings")
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=StrictLoader)
+    except _KeyTwice as exc:
+        raise UserError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:  # the position and the problem, never the file's text
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -37,7 +37,7 @@ def data_fingerprint(files: list[Path]) -> str:
     digest = hashlib.sha256()
     for path in sorted(files):
         stat = path.stat()
-        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)  # any rewrite
         if key not in _FINGERPRINTS:
             h = hashlib.sha256()
             with path.open("rb") as handle:
@@ -51,8 +51,7 @@ def data_fingerprint(files: list[Path]) -> str:
 def run_id(recipe: Recipe, processes: int | None = None) -> str:
     """What a run's result depends on: the resolved recipe, the number of processes (the global
     batch) and the data files' contents. Two launches that differ in any of these are two runs."""
-    files = recipe.task.data_files() if hasattr(recipe.task, "data_files") else []
-    blob = f"{recipe.hash}|{processes or world_size()}|{data_fingerprint(files)}"
+    blob = f"{recipe.hash}|{processes or world_size()}|{data_fingerprint(recipe.task.data_files())}"
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -167,6 +166,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     os.replace(tmp, path)
+
+
+def write_predictions(path: Path, rows: list[dict], files: dict[str, Any]) -> None:
+    """predictions.jsonl and, beside it, a task's `prediction_files` as `<stem>.NAME.json`."""
+    write_jsonl(path, rows)
+    for name, content in files.items():
+        write_json(path.with_name(f"{path.stem}.{name}.json"), content)
 
 
 def read_json(path: Path) -> Any:

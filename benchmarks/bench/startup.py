@@ -1,4 +1,5 @@
-"""Section startup: wall time of `toolkit ls`, `toolkit validate` and a `--smoke` run."""
+"""Section startup: wall time of `toolkit ls`, `toolkit validate`, a `--smoke` run, and time to the
+first error of a run with a mistake in it (said before torch is imported: toolkit/recipe.py check_data)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,15 @@ from bench.common import ROOT, table
 STARTUP_RECIPE = "recipes/demo/sst2/minilm-full.yaml"
 
 
-STARTUP = [  # (label, toolkit arguments, target seconds); {runs} is a fresh temporary folder
-    ("toolkit ls", ["ls"], 2.0),
-    (f"toolkit validate {STARTUP_RECIPE}", ["validate", STARTUP_RECIPE], 2.0),
-    (f"toolkit run {STARTUP_RECIPE} --smoke", ["run", STARTUP_RECIPE, "--smoke", "--runs-dir", "{runs}", "--force"], 8.0),
+STARTUP = [  # (label, toolkit arguments, target seconds, exit code); {runs} is a fresh temporary folder
+    ("toolkit ls", ["ls"], 2.0, 0),
+    (f"toolkit validate {STARTUP_RECIPE}", ["validate", STARTUP_RECIPE], 2.0, 0),
+    (f"toolkit run {STARTUP_RECIPE} --smoke", ["run", STARTUP_RECIPE, "--smoke", "--runs-dir", "{runs}", "--force"], 8.0, 0),
+    # time to the first error: each is one line and exit 2 before any library loads
+    (f"first error: toolkit run {STARTUP_RECIPE} train.lrr=1e-4 (typo)",
+     ["run", STARTUP_RECIPE, "train.lrr=1e-4", "--runs-dir", "{runs}"], 1.0, 2),
+    ("first error: toolkit run demo/own-data/minilm-lora task.train_file=missing.csv",
+     ["run", "demo/own-data/minilm-lora", "task.train_file={runs}/missing.csv", "--runs-dir", "{runs}"], 1.0, 2),
 ]
 
 
@@ -34,7 +40,7 @@ def startup_rows(repeats: int = 3) -> list[dict]:
     `repeats`; the smoke run gets a fresh runs folder each time (and --force)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     rows = []
-    for label, arguments, target in STARTUP:
+    for label, arguments, target, code in STARTUP:
         times = []
         for _ in range(repeats):
             with tempfile.TemporaryDirectory() as tmp:
@@ -42,7 +48,7 @@ def startup_rows(repeats: int = 3) -> list[dict]:
                 start = time.perf_counter()
                 done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
                 times.append(time.perf_counter() - start)
-            if done.returncode:
+            if done.returncode != code:
                 raise RuntimeError(f"{label} failed ({done.returncode}):\n{done.stderr[-2000:]}")
         rows.append({"command": label, "median_s": statistics.median(times), "min_s": min(times),
                      "max_s": max(times), "repeats": repeats, "target_s": target,

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-
 from toolkit.errors import UserError
+from toolkit.recipe_data import safe_yaml
 from toolkit.tasks import Metric, declaration
 
 LABELS = ("task", "method", "model", "run")
@@ -51,11 +50,12 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
         for metrics in sorted(root.rglob("metrics.json")):
             run = metrics.parent
             try:
-                recipe = yaml.safe_load((run / "recipe.yaml").read_text()) if (run / "recipe.yaml").is_file() else {}
+                recipe = safe_yaml((run / "recipe.yaml").read_text(), str(run / "recipe.yaml")) if (run / "recipe.yaml").is_file() else {}
                 data = json.loads(metrics.read_text())
-            except (ValueError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            except (ValueError, UserError, UnicodeDecodeError) as exc:
                 raise UserError(f"report: {run} holds an unreadable metrics.json or recipe.yaml "
-                                f"({type(exc).__name__}); remove or re-run that run") from None
+                                f"({str(exc).split(': ')[-1] if isinstance(exc, UserError) else type(exc).__name__}); "
+                                "remove or re-run that run") from None
             if not isinstance(data, dict) or not isinstance(recipe or {}, dict):
                 raise UserError(f"report: {metrics} is not a run's metrics (not a JSON object)")
             name = str(run.parent.relative_to(root)) if run.parent != root else run.name

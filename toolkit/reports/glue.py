@@ -16,8 +16,7 @@ from collections import defaultdict
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from toolkit.recipe_data import safe_yaml
 from toolkit.reports import core as report
 from toolkit.tasks.glue import SPECS
 
@@ -50,7 +49,7 @@ def glue_average(scores: dict[str, float]) -> float:
 def published() -> list[dict[str, Any]]:
     """The published entries shipped with the toolkit (toolkit/data/published.yaml)."""
     text = resources.files("toolkit").joinpath("data/published.yaml").read_text()
-    return yaml.safe_load(text)
+    return safe_yaml(text, "toolkit/data/published.yaml")
 
 
 def _rows(items: list[dict]) -> dict[str, dict[str, list[dict]]]:

@@ -21,7 +21,7 @@ import hashlib
 import importlib
 import os
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
@@ -128,7 +128,31 @@ class Task:
         raise NotImplementedError
 
     def data_files(self) -> list[Path]:
-        """The local files this task reads: their contents are part of a run's identity."""
+        """Every local file `load` reads: their contents are part of a run's identity, so an
+        edited file is a new run, never "finished already" with the old metrics.
+
+        Held for every task by this one default rather than by each task: the files its
+        settings name (`data_patterns`), `{lang}` filled with each side's language where the
+        task has them, `task.data_dir` read for `$TOOLKIT_DATA`. tests/test_identity.py records
+        the files each registered task's `load` opens and fails for one not listed here."""
+        langs = [v for v in (getattr(self, "source_lang", None), getattr(self, "target_lang", None))
+                 if isinstance(v, str)]
+        found: set[Path] = set()
+        for pattern in self.data_patterns():
+            names = [pattern.replace("{lang}", lang) for lang in langs] if "{lang}" in pattern else [pattern]
+            found |= {path for path in (data_path(n, self.data_dir) for n in names) if path.is_file()}
+        return sorted(found)
+
+    def data_patterns(self) -> list[str]:
+        """The recipe's paths of the files `load` reads: by default every `*_file` setting; a
+        task whose presets read files of their own (SAMSum, Multi30k) adds those."""
+        values = [getattr(self, f.name) for f in fields(self) if f.name.endswith("_file")]
+        return [v for v in values if isinstance(v, str) and v]
+
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        """(setting, file, [(column or field, the setting that names it)]) per local data file:
+        what its header or first record must hold, checked before any library loads
+        (toolkit/recipe.py check_data). [] where nothing can be checked that cheaply."""
         return []
 
     def expand(self, value: str) -> str:
@@ -179,6 +203,16 @@ class Task:
         """Rows of predictions.jsonl (id, source, reference, prediction) for tasks that produce
         text; None: nothing to write (classification)."""
         return None
+
+    def prediction_files(self, rows: list[dict], raw: Any) -> dict[str, Any]:
+        """JSON documents written beside predictions.jsonl as `predictions.NAME.json`: what a
+        benchmark's official scorer reads (SQuAD's gold file, answers and no-answer scores)."""
+        return {}
+
+    def run_name(self, name: str) -> str:
+        """The name a run of the recipe `name` is filed under: a task whose recipe folders name a
+        setting (SQuAD's `v1.1/`) files a run under the setting it runs with."""
+        return name
 
     # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
     predicts: ClassVar[bool] = False  # whether the task has a prediction path (the two below)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -48,10 +48,11 @@ class Generation:
                 "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1}
 
 
-def read_records(path: Path, fields: tuple[str, ...]) -> Any:
-    """JSON (a list of objects, or {"data": [...]}), JSONL or CSV, `.gz` too -> a Dataset whose
-    `fields` are text, through the shared reader: a missing, empty or non-text field is one
-    error naming file, line and field."""
+def read_records(path: Path, fields: tuple[str, ...] | None = None,
+                 pick: Callable[[Any, str], tuple[str, ...]] | None = None) -> Any:
+    """JSON (a list of objects, or {"data": [...]}), JSONL or CSV, `.gz` too -> a Dataset of
+    `fields` (or those `pick(dataset, path)` finds in the file), each text, through the shared
+    reader: a missing, empty or non-text field is one error naming file, line and field."""
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     suffix = [s.lower() for s in path.suffixes if s.lower() != ".gz"][-1:]
@@ -61,6 +62,7 @@ def read_records(path: Path, fields: tuple[str, ...]) -> Any:
     fmt = readers.file_format(path, ("json", "jsonl", "csv"))
     field = "data" if fmt == "json" and readers.first_char(path) == "{" else None
     ds = readers.read(path, fmt, field=field)
+    fields = pick(ds, str(path)) if pick is not None else fields
     keys = (lambda i: ["data", i]) if field else None
     for name in fields:
         readers.check_text(ds, name, path, fmt, what=f"'{name}'", keys=keys)
@@ -81,19 +83,27 @@ def read_parallel(source: Path, target: Path) -> Any:
                                 axis=1)
 
 
-def read_pairs(pattern: str, source_field: str, target_field: str, langs: tuple[str, str] | None = None) -> Any:
+def read_pairs(pattern: str, source_field: str | None, target_field: str | None,
+               langs: tuple[str, str] | None = None,
+               pick: Callable[[Any, str], tuple[str, str]] | None = None) -> Any:
     """A recipe's data file -> a Dataset of `source` and `target` text: parallel text when the
     path holds `{lang}` (filled with each side's language), else JSON/JSONL/CSV records with the
-    two named fields."""
+    two named fields, or the two `pick(dataset, path)` finds in the file."""
     if "{lang}" in pattern:
         if langs is None:
             raise UserError(f"{pattern}: '{{lang}}' in a path is for translation's parallel files")
         return read_parallel(data_path(pattern.replace("{lang}", langs[0])),
                              data_path(pattern.replace("{lang}", langs[1])))
-    ds = read_records(data_path(pattern), (source_field, target_field))
-    if source_field == target_field:
+    if pick is None and source_field == target_field:
         raise UserError(f"task: the source and target fields are both '{source_field}'")
-    return ds.rename_columns({source_field: "source", target_field: "target"})
+    chosen: list[tuple[str, str]] = []
+
+    def named(ds: Any, where: str) -> tuple[str, str]:
+        chosen.append(pick(ds, where) if pick is not None else (source_field, target_field))
+        return chosen[0]
+
+    ds = read_records(data_path(pattern), pick=named)
+    return ds.rename_columns({chosen[0][0]: "source", chosen[0][1]: "target"})
 
 
 @dataclass(kw_only=True)

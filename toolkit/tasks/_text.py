@@ -24,7 +24,7 @@ from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.models import kind_of
-from toolkit.tasks import CATALOGUE, Metric, data_path, fingerprint, hub_offline, subset
+from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask
 
 torch = lazy("torch", globals())
@@ -32,28 +32,31 @@ torch = lazy("torch", globals())
 HELDOUT = "heldout"  # column marking raw held-out documents (corrupted at encode time)
 
 
-def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str) -> Any:
-    """Local files -> DatasetDict with one `text` column, through the shared reader: a text that
-    is not text (a list, a number) or a file with nothing but whitespace is one line naming it."""
+def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str | None) -> tuple[Any, str | None]:
+    """Local files -> (DatasetDict with one `text` column, the JSON field it came from), through
+    the shared reader: a text that is not text (a list, a number) or a file with nothing but
+    whitespace is one line naming it. A JSON field the recipe leaves out is found in the first
+    file (`text` and the like, else its only field) and read from the next one too."""
     from datasets import DatasetDict
 
     out = {}
     for split, file in files.items():
         path = data_path(file)
-        if not path.exists():
+        if not path.is_file():
             raise UserError(f"task.{split}_file: {path} is not there")
         if fmt == "json":
             kind = readers.file_format(path, ("json", "jsonl"))
             ds = readers.read(path, kind)
+            text_field = text_field or _fields.pick_text(ds, str(path), "task.text_field")
             if text_field not in ds.column_names:
                 raise UserError(f"task.text_field: {path} has no field '{text_field}' "
-                                f"(fields: {', '.join(ds.column_names)})")
+                                f"(fields: {', '.join(repr(c) for c in ds.column_names)}); set task.text_field")
             readers.check_text(ds, text_field, path, kind, what=f"'{text_field}'", blank_ok=True)
             ds = ds.select_columns([text_field])
             out[split] = ds.rename_column(text_field, "text") if text_field != "text" else ds
         else:
             out[split] = readers.read(path, "text", sample_by="paragraph" if documents == "blank_line" else "line")
-    return DatasetDict(out)
+    return DatasetDict(out), text_field
 
 
 def _format(file: str) -> str:
@@ -79,7 +82,7 @@ class TextTask(TokenTask):
     dataset_config: str | None = None
     train_split: str = "train"
     eval_split: str | None = "validation"  # Hub split; None: `eval_fraction` of train
-    text_field: str = "text"
+    text_field: str | None = None  # JSONL / Hub: the field of the text; None: `text` or the like
     documents: Literal["line", "blank_line"] = "line"
     eval_fraction: float = field(default=0.05, metadata={"min": 0.001, "max": 0.5})
     split_seed: int = 0  # fixed: every training seed is evaluated on the same documents
@@ -112,7 +115,7 @@ class TextTask(TokenTask):
             fmts = {_format(f) for f in files.values()}
             if len(fmts) > 1:
                 raise UserError("task.eval_file: must have the same format as task.train_file")
-            ds = _read_files(files, fmts.pop(), self.documents, self.text_field)
+            ds, self.text_field = _read_files(files, fmts.pop(), self.documents, self.text_field)
             train, heldout = ds["train"], ds.get("eval")
         train = train.filter(lambda t: bool(t and t.strip()), input_columns="text")
         if len(train) == 0:
@@ -146,6 +149,7 @@ class TextTask(TokenTask):
         for split in (self.train_split, self.eval_split):
             if split is not None and split not in ds:
                 raise UserError(f"task: '{self.dataset}' has no split '{split}' (has: {', '.join(ds)})")
+        self.text_field = self.text_field or _fields.pick_text(ds[self.train_split], self.dataset, "task.text_field")
         if self.text_field not in ds[self.train_split].column_names:
             raise UserError(f"task.text_field: '{self.dataset}' has no column '{self.text_field}'")
         pick = lambda s: ds[s].select_columns([self.text_field]).rename_column(self.text_field, "text") \

@@ -1,7 +1,9 @@
 """`ner`: named-entity recognition as token classification (CoNLL-2003 by default).
 
-Files hold one `token TAG` per line (BIO tags), a blank line between sentences (`-DOCSTART-`
-lines are skipped). As transformers' run_ner does, each word's tag is learnt on its first
+Files hold one `token TAG` per line, a blank line between sentences (`-DOCSTART-` lines are
+skipped), or JSON / JSONL records of words and tags (`tokens` / `ner_tags`). The tags are checked
+against their scheme (IOB2, IOB1 or IOBES; `_tags`) before anything trains, and read from the
+files when `labels` is null. As transformers' run_ner does, each word's tag is learnt on its first
 sub-token and the other sub-tokens are left out of loss and scoring (-100). Scores are entity-level
 precision, recall and F1 as seqeval computes them (an entity counts when its type and span both
 match; the default, conlleval-compatible mode), plus token accuracy.
@@ -12,16 +14,18 @@ so neither the model loader nor `toolkit predict` knows it by name.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from toolkit import heads, readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.tasks import TASKS, Metric, Task, fingerprint, subset
+from toolkit.tasks import TASKS, Metric, Task, _tags, fingerprint, subset
 
 torch = lazy("torch", globals())
 F = lazy("torch.nn.functional", globals())
@@ -33,34 +37,93 @@ CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC
 IGNORE = -100
 
 
-def read_conll(path: Path, labels: list[str]) -> dict[str, list]:
-    """{'tokens': [[word, ...]], 'tags': [[id, ...]]}: one entry per sentence of a `token TAG` file.
-    The shared reader's byte scan checks it first (there, size limit, gzip, UTF-8 by line)."""
+@dataclass
+class Sentences:
+    """A file's sentences: words and their tags as written, and where each is (for errors)."""
+
+    path: Path
+    tokens: list[list[str]]
+    tags: list[list[Any]]  # strings; a JSONL file may hold numbers (ids into task.labels)
+    lines: list[list[int]] | None  # CoNLL: each word's line; JSONL: None (the record's line)
+
+    def where(self, sentence: int, word: int = 0) -> str:
+        if self.lines is not None:
+            return f"{self.path}:{self.lines[sentence][word]}"
+        return readers.where(self.path, "jsonl", sentence)
+
+
+def read_conll(path: Path) -> Sentences:
+    """One sentence per blank-line-separated block of `token ... TAG` lines (`-DOCSTART-` lines
+    are skipped). The shared reader's byte scan checks it first (there, size limit, gzip, UTF-8)."""
     readers.scan(path)
-    tokens: list[list[str]] = []
-    tags: list[list[int]] = []
+    out = Sentences(path, [], [], [])
     words: list[str] = []
-    ids: list[int] = []
-    index = {tag: i for i, tag in enumerate(labels)}
+    tags: list[str] = []
+    lines: list[int] = []
     with readers.open_text(path) as handle:
-        lines = list(handle)  # the sentences are kept anyway: the text is no larger
-    for number, line in enumerate(lines + [""], start=1):
+        text = list(handle)  # the sentences are kept anyway: the text is no larger
+    for number, line in enumerate(text + [""], start=1):
         parts = line.split()
         if not parts or parts[0] == "-DOCSTART-":
             if words:
-                tokens.append(words)
-                tags.append(ids)
-            words, ids = [], []
+                out.tokens.append(words)
+                out.tags.append(tags)
+                out.lines.append(lines)
+            words, tags, lines = [], [], []
             continue
         if len(parts) < 2:
             raise UserError(f"{path}:{number}: expected 'token TAG', got {line.strip()!r}")
-        if parts[-1] not in index:
-            raise UserError(f"{path}:{number}: tag '{parts[-1]}' is not one of task.labels ({', '.join(labels)})")
         words.append(parts[0])
-        ids.append(index[parts[-1]])
-    if not tokens:
+        tags.append(parts[-1])
+        lines.append(number)
+    if not out.tokens:
         raise UserError(f"{path}: holds no sentences")
-    return {"tokens": tokens, "tags": tags}
+    return out
+
+
+TOKENS_FIELDS = ("tokens", "words")
+TAGS_FIELDS = ("ner_tags", "tags", "labels", "ner")
+
+
+def read_jsonl(path: Path, tokens_field: str | None = None, tags_field: str | None = None) -> Sentences:
+    """One sentence per record: a list of words and a list of tags, one per word (the Hub's
+    `tokens` / `ner_tags`); fields named otherwise are inferred, or listed when several fit."""
+    fmt = readers.file_format(path, ("json", "jsonl"))
+    ds = readers.read(path, fmt)
+    lists = [n for n, f in ds.features.items() if not hasattr(f, "dtype")]  # list-valued fields
+    fields = []
+    for setting, given, names in (("tokens_field", tokens_field, TOKENS_FIELDS), ("tags_field", tags_field, TAGS_FIELDS)):
+        if given is not None and given not in ds.column_names:
+            raise UserError(f"task.{setting}: {path} has no field '{given}' (it has: {', '.join(ds.column_names)})")
+        found = given or next((n for n in names if n in ds.column_names), None)
+        free = [n for n in lists if n not in fields and n not in TOKENS_FIELDS + TAGS_FIELDS]
+        if found is None and len(free) != 1:
+            raise UserError(f"task.{setting}: {path} has no '{names[0]}' field (candidates: "
+                            f"{', '.join(repr(n) for n in free) or 'none'}; fields: {', '.join(ds.column_names)}); "
+                            f"set task.{setting}")
+        fields.append(found or free[0])
+    out = Sentences(path, [], [], None)
+    for i, record in enumerate(ds.to_list()):
+        words, tags = record.get(fields[0]), record.get(fields[1])
+        at = lambda: readers.where(path, fmt, i)
+        if not isinstance(words, list) or not words or not all(isinstance(w, str) and w.strip() for w in words):
+            raise UserError(f"{at()}: '{fields[0]}' should be a non-empty list of words")
+        if not isinstance(tags, list) or len(tags) != len(words):
+            count = len(tags) if isinstance(tags, list) else "no"
+            raise UserError(f"{at()}: '{fields[1]}' holds {count} tags for {len(words)} words; give one tag per word")
+        out.tokens.append(words)
+        out.tags.append(tags)
+    return out
+
+
+def read_sentences(path: Path, tokens_field: str | None = None, tags_field: str | None = None) -> Sentences:
+    """JSON / JSONL records by their extension (`.gz` too), else a CoNLL file."""
+    suffixes = [x.lower() for x in path.suffixes if x.lower() != ".gz"]
+    if suffixes and suffixes[-1] in (".json", ".jsonl"):
+        if not path.is_file():
+            raise UserError(f"{path}: no such file")
+        return read_jsonl(path, tokens_field, tags_field)
+    return read_conll(path)
 
 
 def align_labels(word_ids: list[int | None], tags: list[int]) -> list[int]:
@@ -88,38 +151,92 @@ def entity_scores(true: list[list[str]], pred: list[list[str]]) -> dict[str, flo
 class Ner(Task):
     head = TOKEN_CLASSIFICATION
 
-    train_file: str | None = "$TOOLKIT_DATA/ner/conll2003/train.txt"
+    train_file: str | None = "$TOOLKIT_DATA/ner/conll2003/train.txt"  # CoNLL, or .jsonl/.json records
     eval_file: str = "$TOOLKIT_DATA/ner/conll2003/valid.txt"
-    labels: list[str] = field(default_factory=lambda: list(CONLL_TAGS))  # BIO tags, in id order
+    # tag names in id order; None: every tag the files hold (O first, then by type)
+    labels: list[str] | None = field(default_factory=lambda: list(CONLL_TAGS))
+    scheme: Literal["auto", "IOB1", "IOB2", "IOBES"] = "auto"  # checked in labels and files (_tags)
+    tokens_field: str | None = None  # JSONL fields; None: tokens / words
+    tags_field: str | None = None  # None: ner_tags / tags / labels / ner
+
+    def __post_init__(self) -> None:
+        self._found_labels: list[str] | None = None  # read from the files at load
+        self._found_scheme: str | None = None
+        self._files: dict[str, str] = {}  # a loaded split's fingerprint -> its file (for warnings)
+        self._warned: set[str] = set()  # files whose cut sentences were reported
 
     def check(self) -> None:
+        if self.labels is None:
+            return
         if len(set(self.labels)) != len(self.labels) or "O" not in self.labels:
             raise UserError(f"task.labels: BIO tags, each once and 'O' among them (got {', '.join(self.labels)})")
+        for tag in self.labels:
+            _tags.check_label(tag, self.scheme, "task.labels")
 
     @property
-    def label_names(self) -> list[str]:
-        return list(self.labels)
+    def label_names(self) -> list[str] | None:
+        return list(self.labels) if self.labels is not None else self._found_labels
+
+    def adopt_labels(self, names: list[str]) -> None:
+        if self.label_names is None:
+            self._found_labels = list(names)
 
     def declared_metrics(self) -> list[Metric]:
         return [Metric("f1", True, 100.0), Metric("precision", True, 100.0), Metric("recall", True, 100.0),
                 Metric("accuracy", True, 100.0)]
 
+    def metric_info(self) -> dict[str, str]:
+        return {"tag_scheme": self._found_scheme} if self._found_scheme else {}
+
     def head_kwargs(self) -> dict[str, Any]:
-        return {"num_labels": len(self.labels), "id2label": dict(enumerate(self.labels)),
-                "label2id": {n: i for i, n in enumerate(self.labels)}}
+        names = self.label_names or []
+        return {"num_labels": len(names), "id2label": dict(enumerate(names)),
+                "label2id": {n: i for i, n in enumerate(names)}}
 
     # --- data ----------------------------------------------------------------------------------
     def data_files(self) -> list[Path]:
         return [Path(self.expand(f)) for f in (self.train_file, self.eval_file) if f]
 
     def load(self) -> dict[str, Any]:
+        """Both files read, their tags checked against the scheme (and task.labels), then ids."""
         from datasets import Dataset
 
-        def read(file: str | None, n: int | None) -> Any:
-            return None if file is None else subset(Dataset.from_dict(read_conll(Path(self.expand(file)), self.labels)), n)
+        files = {split: read_sentences(Path(self.expand(f)), self.tokens_field, self.tags_field)
+                 for split, f in (("train", self.train_file), ("eval", self.eval_file)) if f}
+        for sentences in files.values():
+            self._names_for_numbers(sentences)
+        self._found_scheme = _tags.check_files(files, self.scheme)
+        if self.labels is None:
+            self._found_labels = _tags.label_order({t for f in files.values() for s in f.tags for t in s})
+        ids = {split: self._ids(sentences) for split, sentences in files.items()}
+        limit = {"train": self.max_train_samples, "eval": self.max_eval_samples}
+        data = {split: subset(Dataset.from_dict(d), limit[split]) for split, d in ids.items()}
+        self._files.update({ds._fingerprint: str(files[split].path) for split, ds in data.items()})
+        return {"train": data.get("train"), "eval": {"": data["eval"]}}
 
-        return {"train": read(self.train_file, self.max_train_samples),
-                "eval": {"": read(self.eval_file, self.max_eval_samples)}}
+    def _names_for_numbers(self, sentences: Sentences) -> None:
+        """A JSONL file's numeric tags are ids into task.labels (as the Hub's ClassLabel is)."""
+        for s, tags in enumerate(sentences.tags):
+            if not any(isinstance(t, int) and not isinstance(t, bool) for t in tags):
+                if not all(isinstance(t, str) for t in tags):
+                    raise UserError(f"{sentences.where(s)}: tags should be text (B-PER) or numbers (ids into task.labels)")
+                continue
+            if self.labels is None:
+                raise UserError(f"{sentences.where(s)}: tags are numbers; set task.labels to the tag names in "
+                                "id order (e.g. [O, B-PER, I-PER, ...])")
+            bad = next((t for t in tags if not isinstance(t, int) or not 0 <= t < len(self.labels)), None)
+            if bad is not None:
+                raise UserError(f"{sentences.where(s)}: tag {bad!r} is not an id into task.labels (0..{len(self.labels) - 1})")
+            sentences.tags[s] = [self.labels[t] for t in tags]
+
+    def _ids(self, sentences: Sentences) -> dict[str, list]:
+        names = self.label_names or []
+        index = {tag: i for i, tag in enumerate(names)}
+        for s, tags in enumerate(sentences.tags):
+            for w, tag in enumerate(tags):
+                if tag not in index:
+                    raise UserError(f"{sentences.where(s, w)}: tag '{tag}' is not one of task.labels ({', '.join(names)})")
+        return {"tokens": sentences.tokens, "tags": [[index[t] for t in tags] for tags in sentences.tags]}
 
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         if not getattr(tokenizer, "is_fast", False):
@@ -128,10 +245,24 @@ class Ner(Task):
         def tok(batch: dict) -> dict:
             out = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=self.max_length)
             out["labels"] = [align_labels(out.word_ids(i), tags) for i, tags in enumerate(batch["tags"])]
+            out["cut"] = [max((w for w in out.word_ids(i) if w is not None), default=-1) < len(words) - 1
+                          for i, words in enumerate(batch["tokens"])]
             return out
 
-        return dataset.map(tok, batched=True, remove_columns=dataset.column_names,
-                           new_fingerprint=fingerprint(dataset, tokenizer, self, "encode"))
+        encoded = dataset.map(tok, batched=True, remove_columns=dataset.column_names,
+                              new_fingerprint=fingerprint(dataset, tokenizer, self, "encode"))
+        self._warn_cut(dataset, sum(encoded["cut"]), len(encoded))
+        return encoded.remove_columns("cut")
+
+    def _warn_cut(self, dataset: Any, cut: int, total: int) -> None:
+        """One `warning:` line per file with sentences longer than max_length sub-tokens (once per
+        run): their last words are neither trained nor scored (as in run_ner), which no score shows."""
+        name = self._files.get(getattr(dataset, "_fingerprint", None), "the data")
+        if cut and name not in self._warned and os.environ.get("RANK", "0") == "0":
+            self._warned.add(name)
+            print(f"warning: {cut} of {total} sentences in {name} are longer than task.max_length="
+                  f"{self.max_length} sub-tokens: their last words are cut, neither trained nor scored; "
+                  "raise task.max_length to keep them", file=sys.stderr)
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         from transformers import DataCollatorForTokenClassification
@@ -155,8 +286,9 @@ class Ner(Task):
         true, pred = [], []
         for p_row, l_row in zip(outputs["preds"], outputs["labels"]):
             keep = l_row != IGNORE
-            true.append([self.labels[i] for i in l_row[keep]])
-            pred.append([self.labels[i] for i in p_row[keep]])
+            names = self.label_names or []
+            true.append([names[i] for i in l_row[keep]])
+            pred.append([names[i] for i in p_row[keep]])
         return entity_scores(true, pred)
 
     # --- prediction ----------------------------------------------------------------------------

@@ -8,17 +8,26 @@ the null score beats the best span (null-score gap > 0.0, transformers' run_qa d
 and their `*_thresh` are reported beside them: thresholds tuned on the eval split itself, so an
 upper bound, never a held-out score.
 
-Data: the Hub (`rajpurkar/squad`, `rajpurkar/squad_v2`) or local SQuAD-format JSON. With only a
-dev file (as here), `split_articles` trains on that fraction of its articles (seeded shuffle) and
+Data: the Hub (`rajpurkar/squad`, `rajpurkar/squad_v2`) or local files: SQuAD-format JSON, or
+flat records (JSONL / a JSON list of question, context, answers; `read_squad`). With only a dev
+file (as here), `split_articles` trains on that fraction of its articles (seeded shuffle) and
 scores on the rest: no article, hence no context, is on both sides.
+
+The official rules for unanswerable questions: v1.1 has none, so a v1 run refuses a file with
+questions without answers (their count, and `task.version=v2`); an `is_impossible` flag that
+contradicts the answers list is refused at its line (the official v2.0 scorer goes by the list,
+BERT's run_squad by the flag). Beside predictions.jsonl the run writes what the official
+evaluate-v1.1.py / evaluate-v2.0.py read (`prediction_files`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -27,7 +36,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.tasks import TASKS, Metric, data_path, declaration, hub_offline, subset
 from toolkit.tasks._generation import Generation, TextToText
-from toolkit.tasks._qa import WindowCollator, best_spans, window_features
+from toolkit.tasks._qa import Best, WindowCollator, best_spans, window_features
 from toolkit.tasks._text_metrics import (best_null_threshold, best_over, exact_match, squad_scores,
                                          token_f1, v2_golds)
 from toolkit.models import kind_of
@@ -40,23 +49,33 @@ F = lazy("torch.nn.functional", globals())
 NO_ANSWER = "unanswerable"  # a generative model's target for a v2.0 question without an answer
 QA_KEYS = ("offsets", "start_positions", "end_positions", "example_index", "labels")
 HUB_IDS = {"v1": "rajpurkar/squad", "v2": "rajpurkar/squad_v2"}
+VERSION_FOLDERS = {"v1": "v1.1", "v2": "v2.0"}
 
 
-def read_squad(path_text: str) -> list[dict]:
-    """A SQuAD-format JSON file -> rows in the Hub's schema plus `article` (its index), read by
-    the shared reader (datasets' json builder, `field: data`). A wrong type, a missing field or
-    an answer whose offset does not match its context is one error naming file and line."""
+def read_squad(path_text: str, version: str = "v2", fields: QaFields | None = None) -> list[dict]:
+    """A question-answering file -> rows in the Hub's schema plus `article` (an index: the
+    article in SQuAD's layout, the distinct context in a flat file), read by the shared reader.
+
+    Two layouts: SQuAD's JSON (`{"data": [articles]}`), or flat records (JSONL, or a JSON list)
+    with a question, a context and answers (`{"text": [...], "answer_start": [...]}` as on the
+    Hub, or SQuAD's list of `{"text", "answer_start"}`), their field names inferred (`QaFields`).
+    A wrong type, a missing field, an answer whose offset does not match its context, an
+    `is_impossible` that contradicts the answers and (`version` v1) questions without an answer
+    are each one error naming file and line."""
     path = data_path(path_text)
     if not path.is_file():
-        raise UserError(f"{path}: no such file (a SQuAD-format JSON file)")
-    readers.file_format(path, ("json",))
-    try:
-        articles = readers.read(path, "json", field="data")
-    except readers.Unreadable:  # mixed types the builder cannot type: find the record in Python
-        data = json.loads(readers.read_small_text(path))["data"]
-        _rows(data, _Where(path))
-        raise
-    return _rows(articles, _Where(path))
+        raise UserError(f"{path}: no such file (SQuAD-format JSON, or JSONL with question, context, answers)")
+    fmt = readers.file_format(path, ("json", "jsonl"))
+    checks = _Checks(path, version)
+    if fmt == "json" and readers.first_char(path) == "{":
+        try:
+            articles = readers.read(path, "json", field="data")
+        except readers.Unreadable:  # mixed types the builder cannot type: find the record in Python
+            data = json.loads(readers.read_small_text(path))["data"]
+            _rows(data, _Where(path), _Checks(path, version))
+            raise
+        return checks.done(_rows(articles, _Where(path), checks))
+    return checks.done(_flat_rows(path, fmt, fields or QaFields(), checks))
 
 
 class _Where:
@@ -72,6 +91,30 @@ class _Where:
             return f"{self.path}: data/{'/'.join(map(str, keys))}"
 
 
+class _Checks:
+    """What is checked across a file's questions: for v1.1, that every question has an answer
+    (v1.1 has no unanswerable questions: its scoring gives them exact 0 by construction)."""
+
+    def __init__(self, path: Any, version: str) -> None:
+        self.path, self.version = path, version
+        self.unanswered: list[Callable[[], str]] = []
+
+    def add(self, row: dict, position: Callable[[], str]) -> dict:
+        if not row["answers"]["text"]:
+            self.unanswered.append(position)
+        return row
+
+    def done(self, rows: list[dict]) -> list[dict]:
+        if not rows:
+            raise UserError(f"{self.path}: no questions found")
+        if self.version == "v1" and self.unanswered:
+            raise UserError(f"{self.path}: {len(self.unanswered)} of {len(rows)} questions have no answer "
+                            f"(is_impossible or empty answers; the first at {self.unanswered[0]()}), which "
+                            "SQuAD v1.1 trains and scores as answerable (exact 0 by construction): set "
+                            "task.version=v2 (recipes/squad/v2.0/, demo/own-data/minilm-full-qa-v2), or remove those questions")
+        return rows
+
+
 def _need(value: Any, kind: type, where: Any, what: str) -> Any:
     if value is None:
         raise UserError(f"{where()}: {what} is missing")
@@ -81,7 +124,7 @@ def _need(value: Any, kind: type, where: Any, what: str) -> Any:
     return value
 
 
-def _rows(articles: Any, at: _Where) -> list[dict]:
+def _rows(articles: Any, at: _Where, checks: _Checks) -> list[dict]:
     rows = []
     for a, article in enumerate(articles):
         _need(article, dict, lambda: at(a), f"article {a}")
@@ -92,10 +135,9 @@ def _rows(articles: Any, at: _Where) -> list[dict]:
             context = _need(paragraph.get("context"), str, place(), "'context'")
             for q, qa in enumerate(_need(paragraph.get("qas"), list, place(), "'qas'")):
                 _need(qa, dict, place("qas", q), "a question")
-                named = lambda: f"{at(a, 'paragraphs', p, 'qas', q)}: article {a} ('{title}'), question {qa.get('id')}"
-                rows.append(_row(qa, context, str(title), a, named))
-    if not rows:
-        raise UserError(f"{at.path}: no questions found")
+                position = place("qas", q)
+                named = lambda: f"{position()}: article {a} ('{title}'), question {qa.get('id')}"
+                rows.append(checks.add(_row(qa, context, str(title), a, named), position))
     return rows
 
 
@@ -105,11 +147,34 @@ def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
         raise UserError(f"{where()}: 'id' is missing")
     if not context.strip() or not question.strip():
         raise UserError(f"{where()}: empty context or question")
+    texts, starts = _answers(qa.get("answers"), context, where)
     impossible = qa.get("is_impossible")
     if impossible is not None:
         _need(impossible, bool, where, "'is_impossible'")
+        if impossible and texts:  # never dropped: the official scripts disagree on what it means
+            raise UserError(f"{where()}: is_impossible is true but it lists {len(texts)} answer(s) "
+                            f"({texts[0]!r}); the official v2.0 script would score it as answerable, "
+                            "BERT's run_squad trains it as unanswerable: empty its 'answers' (SQuAD 2.0 "
+                            "keeps them as 'plausible_answers') or set is_impossible to false")
+        if not impossible and not texts:
+            raise UserError(f"{where()}: is_impossible is false but it lists no answer; give its "
+                            "answers, or set is_impossible to true")
+    return {"id": str(qa["id"]), "title": title, "context": context, "question": question,
+            "answers": {"text": texts, "answer_start": starts}, "article": article}
+
+
+def _answers(value: Any, context: str, where: Any) -> tuple[list[str], list[int]]:
+    """SQuAD's list of {"text", "answer_start"} or the Hub's {"text": [...], "answer_start": [...]}
+    -> (texts, starts), each checked against the context."""
+    if isinstance(value, dict):  # the Hub's layout
+        texts = _need(value.get("text"), list, where, "answers' 'text'")
+        starts = _need(value.get("answer_start"), list, where, "answers' 'answer_start'")
+        if len(texts) != len(starts):
+            raise UserError(f"{where()}: answers hold {len(texts)} text(s) and {len(starts)} "
+                            "answer_start(s); give one start per text")
+        value = [{"text": t, "answer_start": s} for t, s in zip(texts, starts)]
     texts, starts = [], []
-    for ans in [] if impossible else _need(qa.get("answers", []), list, where, "'answers'"):
+    for ans in _need(value if value is not None else [], list, where, "'answers'"):
         _need(ans, dict, where, "an answer")
         text = _need(ans.get("text"), str, where, "an answer's 'text'")
         start = _need(ans.get("answer_start"), int, where, "an answer's 'answer_start'")
@@ -119,8 +184,74 @@ def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
                             "fix answer_start")
         texts.append(text)
         starts.append(start)
-    return {"id": str(qa["id"]), "title": title, "context": context, "question": question,
-            "answers": {"text": texts, "answer_start": starts}, "article": article}
+    return texts, starts
+
+
+# Conventional names of a flat file's fields, first match wins (the Hub's names first).
+FIELD_NAMES = {"question": ("question", "query", "q"),
+               "context": ("context", "passage", "paragraph", "document"),
+               "answers": ("answers", "answer", "answer_spans"),
+               "id": ("id", "qid", "question_id")}
+
+
+@dataclass
+class QaFields:
+    """The fields of a flat file's records the task reads; None: inferred from the file."""
+
+    question: str | None = None
+    context: str | None = None
+    answers: str | None = None
+    id: str | None = None
+
+    def resolve(self, path: Any, columns: dict[str, str]) -> dict[str, str | None]:
+        """role -> field of `columns` (name -> "text" / "other"): set, else a conventional name,
+        else the one field of the right kind no other role takes; several: one line listing them."""
+        chosen = {role: getattr(self, role) for role in FIELD_NAMES}
+        for role, name in chosen.items():
+            if name is not None and name not in columns:
+                raise UserError(f"task.{role}_field: {path} has no field '{name}' (it has: "
+                                f"{', '.join(columns)})")
+        for role, names in FIELD_NAMES.items():
+            if chosen[role] is None:
+                chosen[role] = next((n for n in names if n in columns), None)
+        for role in ("question", "context", "answers"):
+            if chosen[role] is not None:
+                continue
+            kind = "other" if role == "answers" else "text"
+            free = [c for c, k in columns.items() if k == kind and c not in chosen.values()]
+            if len(free) != 1:
+                found = f"candidates: {', '.join(repr(c) for c in free)}" if free else "no candidate field"
+                raise UserError(f"task.{role}_field: {path} has no '{FIELD_NAMES[role][0]}' field ({found}; "
+                                f"fields: {', '.join(columns)}); set task.{role}_field")
+            chosen[role] = free[0]
+        return chosen
+
+
+def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[dict]:
+    """Flat records (JSONL or a JSON list): one question with its context and answers each."""
+    ds = readers.read(path, fmt)
+    if "paragraphs" in ds.column_names:
+        raise UserError(f"{path}: holds SQuAD articles in a list; expected a JSON object with a 'data' "
+                        "list of them ({\"data\": [...]}), or flat records of question, context, answers")
+    kinds = {name: "text" if getattr(feature, "dtype", None) in ("string", "large_string") else "other"
+             for name, feature in ds.features.items()}
+    role = fields.resolve(path, kinds)
+    contexts: dict[str, int] = {}  # a distinct context is an "article": split_articles keeps it on one side
+    rows = []
+    for i, record in enumerate(ds.to_list()):
+        position = lambda i=i: readers.where(path, fmt, i)
+        named = lambda i=i, r=record: f"{position(i)}: question {r.get(role['id']) if role['id'] else i}"
+        context = _need(record.get(role["context"]), str, named, f"'{role['context']}' (the context)")
+        qa = {"id": record.get(role["id"]) if role["id"] else str(i),
+              "question": record.get(role["question"]), "answers": record.get(role["answers"]),
+              "is_impossible": record.get("is_impossible")}
+        if isinstance(qa["id"], (int, float)) and not isinstance(qa["id"], bool):
+            qa["id"] = str(qa["id"])
+        _need(qa["id"], str, named, f"'{role['id']}' (the id)")
+        _need(qa["question"], str, named, f"'{role['question']}' (the question)")
+        article = contexts.setdefault(context, len(contexts))
+        rows.append(checks.add(_row(qa, context, "", article, named), position))
+    return rows
 
 
 def split_by_article(rows: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
@@ -146,19 +277,38 @@ class Squad(TextToText):
     max_answer_length: int = field(default=30, metadata={"min": 1})
     n_best: int = field(default=20, metadata={"min": 1})
     max_target_length: int = field(default=32, metadata={"min": 1})
-    train_file: str | None = None  # SQuAD-format JSON; None: the Hub
+    train_file: str | None = None  # SQuAD-format JSON or flat JSONL (`read_squad`); None: the Hub
     eval_file: str | None = None
+    # with no train_file, this fraction of eval_file's articles trains (a given train_file turns
+    # it off: the resolved recipe then says null)
     split_articles: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
     split_seed: int = 0
+    question_field: str | None = None  # a flat file's fields; None: inferred (`QaFields`)
+    context_field: str | None = None
+    answers_field: str | None = None
+    id_field: str | None = None
     generation: Generation = field(default_factory=lambda: Generation(max_new_tokens=32))
+
+    def __post_init__(self) -> None:
+        if self.train_file and self.split_articles is not None:
+            self.split_articles = None  # own-data recipes: the user's train file replaces the split
 
     def check(self) -> None:
         if self.doc_stride >= self.max_length // 2:
             raise UserError(f"task.doc_stride: {self.doc_stride} must be below half of task.max_length "
                             f"({self.max_length}) so windows move forward")
-        if self.split_articles is not None and (self.train_file or not self.eval_file):
-            raise UserError("task.split_articles: splits task.eval_file by article; set eval_file "
-                            "and leave train_file unset")
+        if self.split_articles is not None and not self.eval_file:
+            raise UserError("task.split_articles: splits task.eval_file by article; set task.eval_file")
+
+    def run_name(self, name: str) -> str:
+        """A recipe's folder names its SQuAD version (`squad/v1.1/...`): the run is filed under
+        the version it runs (`task.version=v2` on a v1.1 recipe: `squad/v2.0/...`)."""
+        return "/".join(VERSION_FOLDERS[self.version] if part in VERSION_FOLDERS.values() else part
+                        for part in name.split("/"))
+
+    @property
+    def fields(self) -> QaFields:
+        return QaFields(self.question_field, self.context_field, self.answers_field, self.id_field)
 
     def declared_metrics(self) -> list[Metric]:
         names = ["f1", "exact_match"]
@@ -184,8 +334,8 @@ class Squad(TextToText):
         from datasets import Dataset
 
         if self.eval_file:
-            evaluation = read_squad(self.expand(self.eval_file))
-            train = read_squad(self.expand(self.train_file)) if self.train_file else None
+            evaluation = read_squad(self.expand(self.eval_file), self.version, self.fields)
+            train = read_squad(self.expand(self.train_file), self.version, self.fields) if self.train_file else None
             if self.split_articles is not None:
                 train, evaluation = split_by_article(evaluation, self.split_articles, self.split_seed)
             train, evaluation = (Dataset.from_list(train) if train else None), Dataset.from_list(evaluation)
@@ -264,13 +414,20 @@ class Squad(TextToText):
     def eval_pad(self, key: str) -> float:
         return -1 if key == "offsets" else -100
 
-    def answers(self, outputs: dict[str, np.ndarray], raw: Any) -> tuple[list[str], dict[str, float]]:
+    def spans(self, outputs: dict[str, np.ndarray], raw: Any) -> list[Best] | None:
+        """Each question's best non-null span and its null score (extractive runs; None otherwise)."""
+        if not self.extractive:
+            return None
+        return best_spans(outputs["start_logits"], outputs["end_logits"], outputs["offsets"],
+                          outputs["example_index"], list(raw["context"]), self.n_best, self.max_answer_length)
+
+    def answers(self, outputs: dict[str, np.ndarray], raw: Any,
+                bests: list[Best] | None = None) -> tuple[list[str], dict[str, float]]:
         """Predicted answer texts in raw order, and the extra metrics (v2.0's threshold)."""
         if not self.extractive:
             preds = ["" if p == NO_ANSWER else p for p in self.decoded(outputs)]
             return preds, {}
-        bests = best_spans(outputs["start_logits"], outputs["end_logits"], outputs["offsets"],
-                           outputs["example_index"], list(raw["context"]), self.n_best, self.max_answer_length)
+        bests = bests or self.spans(outputs, raw)
         if self.version == "v1":
             return [b.text for b in bests], {}
         gaps = [b.null_score - b.score for b in bests]
@@ -291,9 +448,34 @@ class Squad(TextToText):
         return {**squad_scores(preds, golds, self.version), **extra}
 
     def predictions(self, outputs: dict[str, np.ndarray], raw: Any) -> list[dict] | None:
-        preds, _ = self.answers(outputs, raw)
-        return [{"id": r["id"], "source": r["question"], "references": list(r["answers"]["text"]),
+        """One row per question. Extractive v2.0 adds `best_span` (the best non-empty answer) and
+        `no_answer_score` (null score minus that span's score, in logits: above 0.0 the
+        prediction is ""), the values the official script's --na-prob-file reads."""
+        bests = self.spans(outputs, raw)
+        preds, _ = self.answers(outputs, raw, bests)
+        rows = [{"id": r["id"], "source": r["question"], "references": list(r["answers"]["text"]),
                  "prediction": p} for r, p in zip(raw.to_list(), preds)]
+        if bests is not None and self.version == "v2":
+            for row, b in zip(rows, bests):
+                row["best_span"], row["no_answer_score"] = b.text, b.null_score - b.score
+        return rows
+
+    def prediction_files(self, rows: list[dict], raw: Any) -> dict[str, Any]:
+        """What the official evaluate-v1.1.py / evaluate-v2.0.py read, beside predictions.jsonl:
+        `dataset` (the scored questions in SQuAD's layout, whatever the file's layout or split),
+        `answers` (id -> answer) and, for extractive v2.0, `na_prob` (id -> no_answer_score) with
+        each question's best non-empty span in `answers`, so that
+        `evaluate-v2.0.py DATASET ANSWERS --na-prob-file NA_PROB --na-prob-thresh 0` gives the
+        run's exact_match, f1, their HasAns/NoAns parts, best_exact and best_f1."""
+        ids = unique_ids([r["id"] for r in rows])
+        files: dict[str, Any] = {"dataset": squad_layout(raw.to_list(), self.version, ids)}
+        if rows and "no_answer_score" in rows[0]:
+            files["answers"] = {i: r["best_span"] for i, r in zip(ids, rows)}
+            files["na_prob"] = {i: r["no_answer_score"] for i, r in zip(ids, rows)}
+        else:
+            files["answers"] = {i: r["prediction"] for i, r in zip(ids, rows)}
+        return files
+
 
     # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
     def predict_fields(self, model: Any) -> list[str]:
@@ -338,6 +520,36 @@ class Squad(TextToText):
         return best_spans(np.concatenate(starts), np.concatenate(ends), batch["offsets"].numpy(),
                           batch["example_index"].numpy(), [r["context"] for r in raw], self.n_best,
                           self.max_answer_length)
+
+
+def unique_ids(ids: list[str]) -> list[str]:
+    """The official scripts key answers by id: a question id given twice is written `id#2` (and
+    so on) in their files, so that each question is scored on its own answer (said once)."""
+    seen: dict[str, int] = {}
+    out = []
+    for i in ids:
+        seen[i] = seen.get(i, 0) + 1
+        out.append(i if seen[i] == 1 else f"{i}#{seen[i]}")
+    repeated = sum(n > 1 for n in seen.values())
+    if repeated and os.environ.get("RANK", "0") == "0":
+        print(f"warning: {repeated} question id(s) appear more than once among the scored questions; "
+              "predictions.dataset/answers/na_prob.json name the repeats id#2, id#3, ... so that the "
+              "official script scores each question", file=sys.stderr)
+    return out
+
+
+def squad_layout(rows: list[dict], version: str, ids: list[str]) -> dict:
+    """Rows in the Hub's schema -> a SQuAD-format document (articles, paragraphs, questions) in
+    their order, each question under its id in `ids`: the gold file the official scripts read."""
+    articles: dict[Any, dict] = {}
+    for r, qid in zip(rows, ids):
+        article = articles.setdefault(r.get("article", r["title"]), {"title": r["title"], "paragraphs": {}})
+        article["paragraphs"].setdefault(r["context"], []).append(
+            {"id": qid, "question": r["question"], "answers": [
+                {"text": t, "answer_start": int(s)} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]})
+    data = [{"title": a["title"], "paragraphs": [{"context": c, "qas": q} for c, q in a["paragraphs"].items()]}
+            for a in articles.values()]
+    return {"version": VERSION_FOLDERS[version], "data": data}
 
 
 def no_answer_probability(best: Any) -> float:

@@ -8,12 +8,13 @@ Scores are ROUGE-1/2/L/Lsum F-measures (rouge-score, stemming; rougeLsum on one 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from toolkit.errors import UserError
-from toolkit.tasks import TASKS, Metric, declaration, hub_offline, subset
+from toolkit.tasks import TASKS, Metric, _fields, declaration, hub_offline, subset
 from toolkit.tasks._generation import TextToText, read_pairs
 from toolkit.tasks._text_metrics import ROUGE_KEYS, rouge
 
@@ -88,6 +89,19 @@ class Summarization(TextToText):
         preset = PRESETS[self.subset]
         return self.source_field or preset[4], self.target_field or preset[5]
 
+    def data_patterns(self) -> list[str]:
+        """The files `load` reads: the recipe's or the preset's (`sources`)."""
+        return [p for p in self.sources()[:2] if p]
+
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        """Fields a recipe names for its own files (unnamed ones are found in the file at load,
+        `pick_fields`); a preset's files hold the preset's fields."""
+        own = bool(self.train_file or self.eval_file)
+        given = (self.source_field, self.target_field) if own else self.fields()
+        named = [(f, k) for f, k in zip(given, ("task.source_field", "task.target_field")) if f]
+        return [(f"task.{key}", Path(self.expand(value)), named)
+                for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file)) if value]
+
     def sources(self) -> tuple[str | None, str | None, str | None, str | None]:
         train, evaluation, hub_id, config, _, _ = PRESETS[self.subset]
         if self.eval_file or self.train_file:
@@ -95,7 +109,19 @@ class Summarization(TextToText):
         return train, evaluation, hub_id, config
 
     def read(self, pattern: str) -> Any:
-        return read_pairs(self.expand(pattern), *self.fields())
+        return read_pairs(self.expand(pattern), *self.fields(), pick=self.pick_fields)
+
+    def pick_fields(self, ds: Any, where: str) -> tuple[str, str]:
+        """The document and summary fields: the recipe's; for your own files the preset's names
+        come first among the conventional ones, then the longer texts are the documents. The
+        first file's choice holds for the next, so both splits read the same fields."""
+        preset = PRESETS[self.subset]
+        own = bool(self.train_file or self.eval_file)
+        source, target = (self.source_field, self.target_field) if own else self.fields()
+        found = _fields.pick_pair(ds, where, source, target, _fields.Keys("task.source_field", "task.target_field"),
+                                  (preset[4], *_fields.TEXT_INPUTS), (preset[5], *_fields.TEXT_OUTPUTS))
+        self.source_field, self.target_field = found
+        return found
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
         src, tgt = self.fields()

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from toolkit import readers
 from toolkit.errors import UserError
-from toolkit.tasks import TASKS, data_path, hub_offline, subset
+from toolkit.tasks import TASKS, _fields, data_path, hub_offline, subset
 from toolkit.tasks._classification import (CLASSIFICATION_METRICS, REGRESSION_METRICS,
                                            Classification)
 
@@ -70,7 +70,7 @@ class TextClassification(Classification):
     subset: str | None = None  # the Hub data set's configuration
     # None: from the files' header, as run_glue picks them (`pick_text_columns`)
     text_columns: list[str] | None = field(default=None, metadata={"min_items": 1})
-    label_column: str = "label"
+    label_column: str | None = None  # None: `label` or the like, else the column beside the text
     labels: list[Any] | None = field(default=None, metadata={"min_items": 2})  # names, in id order
     problem: Literal["classification", "regression"] = "classification"
     metrics: list[str] | None = None  # default: accuracy (classification), pearson + spearmanr
@@ -106,9 +106,13 @@ class TextClassification(Classification):
                     raise UserError(f"task.{key}: {path} does not exist")
                 file_format(path)
 
-    def data_files(self) -> list[Path]:
-        return [data_path(f, self.data_dir) for f in (self.train_file, self.eval_file)
-                if f and data_path(f, self.data_dir).is_file()]
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        """Columns a recipe names (unnamed ones are picked from the header at load)."""
+        text = [(c, "task.text_columns") for c in self.text_columns or []]
+        label = [(self.label_column, "task.label_column")] if self.label_column else []
+        return [(f"task.{key}", data_path(value, self.data_dir), text + (label if key != "test_file" else []))
+                for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file),
+                                   ("test_file", self.test_file)) if value is not None]
 
     # --- what the model and methods need to know ---------------------------------------------
     @property
@@ -135,9 +139,10 @@ class TextClassification(Classification):
     # --- data --------------------------------------------------------------------------------
     def load(self) -> dict[str, Any]:
         splits = self._load_hub() if self.dataset else self._load_files()
-        if self.text_columns is None:
+        if self.text_columns is None or self.label_column is None:
             ds, path, _ = splits.get("train") or splits["eval"]
-            self.text_columns = pick_text_columns(ds.column_names, self.label_column, path)
+            self.text_columns, self.label_column = pick_columns(
+                ds, path, self.text_columns, self.label_column, self.problem)
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
@@ -173,9 +178,9 @@ class TextClassification(Classification):
         if eval_split is None:
             raise UserError(f"task.dataset: '{self.dataset}' has no validation split "
                             f"(splits: {', '.join(ds)})")
-        names = getattr(ds[eval_split].features.get(self.label_column), "names", None)
+        names = getattr(ds[eval_split].features.get(self.label_column or "label"), "names", None)
         if names:  # a ClassLabel column: its ids become its names, so labels read like files'
-            col = self.label_column
+            col = self.label_column = self.label_column or "label"
             ds = ds.map(lambda b: {col: [names[i] if i is not None and i >= 0 else None for i in b[col]]},
                         batched=True)
             self._found_labels = list(names)
@@ -236,13 +241,51 @@ class TextClassification(Classification):
         return names.index(text)
 
 
+def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_column: str | None,
+                 problem: str) -> tuple[list[str], str]:
+    """(text columns, label column) of a file whose recipe leaves either out, as run_glue finds
+    them: a `label`-like column (toolkit.tasks._fields), the text by run_glue's names; a two-column
+    file of unknown names by content: the label is the column of few distinct values (regression:
+    the short one, a number beside a sentence). Else one line naming both keys."""
+    columns = list(ds.column_names)
+    if label_column is None and len(columns) == 1:
+        raise UserError(f"{where}: column 'label' is missing (it has: {columns[0]}); a text and a label "
+                        "column are needed: is the delimiter right? (.csv: commas, .tsv: tabs)")
+    if label_column is None:
+        label_column = _fields.named(columns, _fields.LABEL_OUTPUTS, skip=tuple(text_columns or ()))
+    if label_column is None and text_columns is None:
+        text_columns = _run_glue_names(columns)
+    if label_column is None:
+        rest = _fields.candidates(columns, taken=tuple(text_columns or ()))
+        if text_columns is not None and len(rest) == 1:
+            label_column = rest[0]
+        elif text_columns is None and len(rest) == 2:
+            pair = _fields.by_likeness(ds, rest[0], rest[1], 0 if problem == "regression" else 1)
+            text_columns, label_column = ([pair[0]], pair[1]) if pair else (None, None)
+        if label_column is None:
+            raise UserError(f"{where}: cannot tell which columns hold the text and which the label "
+                            f"(columns: {', '.join(repr(c) for c in columns)}); set task.text_columns and "
+                            f"task.label_column, e.g. task.text_columns=[{(rest or columns)[0]}] "
+                            f"task.label_column={(rest or columns)[-1]}")
+    if text_columns is None:
+        text_columns = pick_text_columns(columns, label_column, where)
+    return list(text_columns), label_column
+
+
+def _run_glue_names(columns: list[str]) -> list[str] | None:
+    for names in (["sentence1", "sentence2"], ["sentence"], ["text"]):
+        if all(n in columns for n in names):
+            return names
+    return None
+
+
 def pick_text_columns(columns: list[str], label_column: str, where: str) -> list[str]:
     """The text column(s) of a file whose recipe names none, by run_glue's names: `sentence1`
     and `sentence2`, else `sentence`, else `text`, else the one column beside the label. More
     than one candidate is one line listing them (run_glue would take the first two silently)."""
-    for names in (["sentence1", "sentence2"], ["sentence"], ["text"]):
-        if all(n in columns for n in names):
-            return names
+    named = _run_glue_names([c for c in columns if c != label_column])
+    if named:
+        return named
     rest = [c for c in columns if c != label_column]
     if len(rest) == 1:
         return rest

@@ -9,12 +9,13 @@ their signatures are recorded in metrics.json (`metric_info`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from toolkit.errors import UserError
-from toolkit.tasks import TASKS, Metric, declaration
+from toolkit.tasks import TASKS, Metric, _fields, declaration
 from toolkit.tasks._generation import TextToText, read_pairs
 from toolkit.tasks._text_metrics import sacrebleu_scores, sacrebleu_signatures
 from toolkit.tasks.summarization import hub_pairs, load_pairs
@@ -71,6 +72,18 @@ class Translation(TextToText):
             return f"translate {src} to {tgt}: ", ""
         return (f"{src}: ", f"\n{tgt}:") if decoder_only else ("", "")
 
+    def data_patterns(self) -> list[str]:
+        """The files `load` reads: the recipe's or the preset's (`sources`)."""
+        return [p for p in self.sources()[:2] if p]
+
+    def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
+        """Fields a recipe names (unnamed ones are found in the file at load, `pick_fields`)."""
+        named = [(f, k) for f, k in ((self.source_field, "task.source_field"),
+                                     (self.target_field, "task.target_field")) if f]
+        return [(f"task.{key}", Path(self.expand(value)), named)
+                for key, value in (("train_file", self.train_file), ("eval_file", self.eval_file))
+                if value and "{lang}" not in value]
+
     def sources(self) -> tuple[str | None, str | None, str | None, str | None]:
         if self.eval_file or self.train_file or self.subset == "custom":
             return self.train_file, self.eval_file, None, None
@@ -80,8 +93,20 @@ class Translation(TextToText):
         return None, None, HUB[self.subset], pair  # WMT configs are named xx-en
 
     def read(self, pattern: str) -> Any:
-        return read_pairs(self.expand(pattern), self.source_field or self.source_lang,
-                          self.target_field or self.target_lang, (self.source_lang, self.target_lang))
+        return read_pairs(self.expand(pattern), self.source_field, self.target_field,
+                          (self.source_lang, self.target_lang), pick=self.pick_fields)
+
+    def pick_fields(self, ds: Any, where: str) -> tuple[str, str]:
+        """The source and target fields of records: the recipe's, else the languages' codes,
+        else `source` / `target`; never by content (two sentences look alike), so anything else
+        is one line naming task.source_field / task.target_field."""
+        found = _fields.pick_pair(ds, where, self.source_field, self.target_field,
+                                  _fields.Keys("task.source_field", "task.target_field"),
+                                  (self.source_lang, "source", "src", "input"),
+                                  (self.target_lang, "target", "tgt", "translation", "output"),
+                                  measure=None, fill=False)
+        self.source_field, self.target_field = found
+        return found
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
         s, t = self.source_lang, self.target_lang

@@ -1,0 +1,109 @@
+"""Your own data for extractive QA (v1.1 and v2.0) and NER in two arguments (issue 38, part 2): the
+shipped own-data recipes with nothing but task.train_file / task.eval_file, on files whose field
+names the toolkit infers; where it cannot choose, one line lists the candidates and the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from toolkit.errors import UserError
+from toolkit.tasks.squad import read_squad
+
+OWN = ROOT / "recipes" / "demo" / "own-data"
+
+
+def _qa_records(unanswerable: bool, hub_layout: bool) -> list[dict]:
+    """Flat records named as many exports name them (query / passage / answers)."""
+    rows = []
+    for a in range(6):
+        passage = f"The museum of town {a} opened in {1900 + a} and shows old maps of the coast."
+        year = str(1900 + a)
+        answers = [{"text": year, "answer_start": passage.index(year)}]
+        if hub_layout:
+            answers = {"text": [year], "answer_start": [passage.index(year)]}
+        rows.append({"id": f"q{a}", "query": f"When did the museum of town {a} open?", "passage": passage,
+                     "answers": answers})
+        if unanswerable:
+            rows.append({"id": f"n{a}", "query": f"Who painted the maps of town {a}?", "passage": passage,
+                         "answers": {"text": [], "answer_start": []} if hub_layout else []})
+    return rows
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_qa_v2_own_data_in_two_arguments(tmp_path: Path, cli) -> None:
+    train = _jsonl(tmp_path / "train.jsonl", _qa_records(True, hub_layout=True))
+    dev = _jsonl(tmp_path / "dev.jsonl", _qa_records(True, hub_layout=False))
+    code, _, err = cli("run", OWN / "minilm-full-qa-v2.yaml", f"task.train_file={train}", f"task.eval_file={dev}",
+                       "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+    scores = json.loads(metrics.read_text())["eval"]
+    assert {"HasAns_f1", "NoAns_f1", "best_f1"} <= set(scores)
+    rows = [json.loads(line) for line in (metrics.parent / "predictions.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [r["id"] for r in _qa_records(True, False)]  # every dev question, in order
+    assert all("no_answer_score" in r for r in rows)
+    recipe = (metrics.parent / "recipe.yaml").read_text()
+    assert "split_articles: null" in recipe  # the own train file replaced the shipped split
+
+
+def test_qa_v1_own_data_refuses_unanswerable_questions(tmp_path: Path, cli) -> None:
+    dev = _jsonl(tmp_path / "dev.jsonl", _qa_records(True, hub_layout=True))
+    code, _, err = cli("run", OWN / "minilm-full-qa.yaml", f"task.train_file={dev}", f"task.eval_file={dev}",
+                       "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err.count("\n") == 1
+    assert "6 of 12 questions have no answer" in err and "dev.jsonl:2" in err and "minilm-full-qa-v2" in err
+
+
+@pytest.mark.parametrize("record, settings, message", [
+    ({"ask": "Why?", "a": "Because.", "b": "Context.", "answers": []}, {},
+     r"task.question_field: .*x.jsonl has no 'question' field \(candidates: 'ask', 'a', 'b'; .*set task.question_field"),
+    ({"q": "Why?", "a": "Because.", "b": "Context.", "answers": []}, {},  # q is a question's name: the context is open
+     r"task.context_field: .*x.jsonl has no 'context' field \(candidates: 'a', 'b'; .*set task.context_field"),
+    ({"query": "Why?", "passage": "Because.", "answers": [], "extra": "x"}, {"question_field": "ask"},
+     r"task.question_field: .*x.jsonl has no field 'ask' \(it has: query, passage, answers, extra\)"),
+    ({"question": "Why?", "context": "Because.", "answers": {"text": ["Because"], "answer_start": [0, 3]}}, {},
+     r"x.jsonl:1: question 0: answers hold 1 text\(s\) and 2 answer_start\(s\)"),
+    ({"question": "Why?", "context": "Because.", "answers": [{"text": "cause", "answer_start": 0}]}, {},
+     r"x.jsonl:1: question 0: answer 'cause' at answer_start 0 does not match the context"),
+])
+def test_flat_qa_files_that_cannot_be_read_are_one_line(tmp_path: Path, record: dict, settings: dict,
+                                                         message: str) -> None:
+    from toolkit.tasks.squad import QaFields
+
+    path = _jsonl(tmp_path / "x.jsonl", [record])
+    with pytest.raises(UserError, match=message):
+        read_squad(str(path), "v2", QaFields(**{k.removesuffix("_field"): v for k, v in settings.items()}))
+
+
+def test_flat_and_squad_layouts_read_the_same_questions(tmp_path: Path) -> None:
+    flat = read_squad(str(_jsonl(tmp_path / "x.jsonl", _qa_records(True, hub_layout=True))), "v2")
+    listed = read_squad(str(_jsonl(tmp_path / "y.jsonl", _qa_records(True, hub_layout=False))), "v2")
+    assert flat == listed
+    assert [r["article"] for r in flat] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]  # a context is one article
+    as_list = tmp_path / "z.json"
+    as_list.write_text(json.dumps(_qa_records(True, hub_layout=True)))
+    assert read_squad(str(as_list), "v2") == flat
+
+
+def test_ner_own_data_in_two_arguments(tmp_path: Path, cli) -> None:
+    """Tags of the user's own (drug and dose names) are read from the files, checked, and named
+    in the run's labels; a JSONL of `words` / `labels` is read by its inferred fields."""
+    sentences = [(["Take", "aspirin", "twice", "daily"], ["O", "B-DRUG", "B-FREQ", "I-FREQ"]),
+                 (["Ibuprofen", "400", "mg"], ["B-DRUG", "B-DOSE", "I-DOSE"])] * 8
+    rows = [{"words": w, "labels": t} for w, t in sentences]
+    train, dev = _jsonl(tmp_path / "train.jsonl", rows), _jsonl(tmp_path / "dev.jsonl", rows[:4])
+    code, _, err = cli("run", OWN / "minilm-lora-ner.yaml", f"task.train_file={train}", f"task.eval_file={dev}",
+                       "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (metrics_file,) = (tmp_path / "runs").rglob("metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    assert metrics["label_names"] == ["O", "B-DOSE", "I-DOSE", "B-DRUG", "B-FREQ", "I-FREQ"]
+    assert metrics["metric_info"] == {"tag_scheme": "IOB2"} and set(metrics["eval"]) >= {"f1", "accuracy"}

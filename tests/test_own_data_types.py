@@ -1,0 +1,156 @@
+"""Issue 38, part 2: your own data for every task type in two arguments.
+
+Every recipe in recipes/demo/own-data is given files shaped as a user's would be (field names of
+their own) through `task.train_file` / `task.eval_file` alone, and its task finds the fields; where
+the file cannot decide, one line lists the fields and the keys to set. The issue's two cases (a
+`transcript,notes` JSONL to summarize, a `sentence,kind` CSV to classify) run end to end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from conftest import ROOT
+from toolkit import recipe as recipes
+from toolkit.errors import UserError
+
+OWN = ROOT / "recipes" / "demo" / "own-data"
+WORDS = "the quick brown fox jumps over a lazy dog while seven cats watch from the wall".split()
+
+
+def sentence(i: int, n: int = 8) -> str:
+    return " ".join(WORDS[(i + k) % len(WORDS)] for k in range(n)) + f" {i}"
+
+
+def jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def csv(path: Path, header: str, rows: list[tuple]) -> Path:
+    path.write_text(header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return path
+
+
+# recipe -> (files of a user's own, with names of their own; what the task must find)
+def _classification(tmp: Path) -> tuple[Path, dict]:
+    return csv(tmp / "d.csv", "sentence,kind", [(sentence(i), "subjective" if i % 2 else "objective") for i in range(20)]), \
+        {"text_columns": ["sentence"], "label_column": "kind"}
+
+
+def _pairs(tmp: Path) -> tuple[Path, dict]:
+    return jsonl(tmp / "d.jsonl", [{"sentence1": sentence(i), "sentence2": sentence(i + 3), "verdict": "ab"[i % 2]}
+                                   for i in range(20)]), {"text_columns": ["sentence1", "sentence2"], "label_column": "verdict"}
+
+
+def _regression(tmp: Path) -> tuple[Path, dict]:
+    return csv(tmp / "d.csv", "comment,rating", [(sentence(i), i % 5 + 0.5) for i in range(20)]), \
+        {"text_columns": ["comment"], "label_column": "rating"}
+
+
+def _summaries(tmp: Path) -> tuple[Path, dict]:
+    return jsonl(tmp / "d.jsonl", [{"transcript": f"A: {sentence(i, 12)}\nB: {sentence(i + 1, 12)}", "notes": sentence(i, 5)}
+                                   for i in range(20)]), {"source_field": "transcript", "target_field": "notes"}
+
+
+def _translations(tmp: Path) -> tuple[Path, dict]:
+    return jsonl(tmp / "d.jsonl", [{"de": f"der satz {i}", "en": sentence(i, 4)} for i in range(20)]), \
+        {"source_field": "en", "target_field": "de"}
+
+
+def _documents(tmp: Path) -> tuple[Path, dict]:
+    return jsonl(tmp / "d.jsonl", [{"id": i, "body": sentence(i, 30)} for i in range(40)]), {"text_field": "body"}
+
+
+ROWS: dict[str, Callable[[Path], tuple[Path, dict]]] = {
+    "minilm-lora": _pairs, "minilm-full": _classification, "minilm-lora-regression": _regression,
+    "minilm2minilm-summarization": _summaries, "minilm2minilm-translation": _translations,
+    "minilm-mlm": _documents, "gpt2-clm": _documents,
+}
+NAMED = {"minilm-lora-mrpc", "minilm-full-mrpc"}  # the recipes that name every column themselves
+
+
+def test_every_own_data_recipe_has_a_row() -> None:
+    assert sorted({p.stem for p in OWN.glob("*.yaml")} - set(ROWS) - NAMED) == []
+
+
+def test_every_task_type_has_an_own_data_recipe() -> None:
+    shipped = {recipes.load(p).task.name for p in OWN.glob("*.yaml")}
+    assert {"text_classification", "summarization", "translation", "mlm", "clm"} <= shipped
+    problems = {recipes.load(OWN / f"{name}.yaml").task.problem for name in ("minilm-lora", "minilm-lora-regression")}
+    assert problems == {"classification", "regression"}
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_two_arguments_are_enough(name: str, tmp_path: Path) -> None:
+    data, found = ROWS[name](tmp_path)
+    recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={data}", f"task.eval_file={data}"])
+    loaded = recipe.task.load()
+    assert {k: getattr(recipe.task, k) for k in found} == found
+    assert len(loaded["train"]) > 0 and len(loaded["eval"][""]) > 0
+
+
+@pytest.mark.parametrize("name, rows, message", [
+    ("minilm2minilm-summarization", [{"left": "one two three", "right": "four five six"}] * 4,
+     "cannot tell which field is the input and which the output (fields: 'left', 'right'); set "
+     "task.source_field and task.target_field"),
+    ("minilm2minilm-translation", [{"english": "a dog", "german": "ein hund"}] * 4,
+     "(fields: 'english', 'german'); set task.source_field and task.target_field"),
+    ("minilm-lora", [{"note": f"n {i}", "tag": f"t {i}"} for i in range(4)],
+     "cannot tell which columns hold the text and which the label (columns: 'note', 'tag'); set "
+     "task.text_columns and task.label_column"),
+    ("minilm-mlm", [{"title": "a", "note": "b c"}] * 4,
+     "cannot tell which field holds the text (fields: 'title', 'note'); set task.text_field"),
+])
+def test_what_the_file_cannot_decide_is_one_line_naming_the_keys(name: str, rows: list, message: str,
+                                                                  tmp_path: Path) -> None:
+    data = jsonl(tmp_path / "d.jsonl", rows)
+    recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={data}", f"task.eval_file={data}"])
+    with pytest.raises(UserError) as info:
+        recipe.task.load()
+    assert message in str(info.value) and str(data) in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name, override, message", [
+    ("minilm2minilm-summarization", "task.source_field=dialog",
+     "has no field 'dialog' (task.source_field); its fields: 'transcript', 'notes'"),
+    ("minilm2minilm-summarization", "task.target_field=summary",
+     "has no field 'summary' (task.target_field); its fields: 'transcript', 'notes'"),
+])
+def test_a_missing_field_names_its_key(name: str, override: str, message: str, tmp_path: Path) -> None:
+    data, _ = _summaries(tmp_path)
+    recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={data}", f"task.eval_file={data}", override])
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        recipe.task.load()
+
+
+def test_a_sentence_kind_csv_classifies_with_two_arguments(tmp_path: Path, cli) -> None:
+    data, _ = _classification(tmp_path)
+    code, _, err = cli("run", "demo/own-data/minilm-lora", f"task.train_file={data}", f"task.eval_file={data}",
+                       "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+    saved = json.loads(metrics.read_text())
+    assert saved["label_names"] == ["objective", "subjective"] and saved["text_columns"] == ["sentence"]
+
+
+def test_a_transcript_notes_jsonl_summarizes_with_two_arguments_and_an_edit_is_a_new_run(tmp_path: Path, cli) -> None:
+    """The issue's summarization case, and rule 1's: editing the file in place is a new run."""
+    data, _ = _summaries(tmp_path)
+    args = ("run", "demo/own-data/minilm2minilm-summarization", f"task.train_file={data}",
+            f"task.eval_file={data}", "--smoke", "--runs-dir", tmp_path / "runs")
+    code, _, err = cli(*args)
+    assert code == 0, err
+    (predictions,) = (tmp_path / "runs").rglob("predictions*.jsonl")
+    first = json.loads(predictions.read_text().splitlines()[0])
+    assert first["source"].startswith("A: ") and first["references"][0].count(" ") == 5
+    again = cli(*args)
+    assert again[0] == 0 and "finished already" in again[1] + again[2]
+    data.write_text(data.read_text().replace("seven", "eight"))
+    code, out, err = cli(*args)
+    assert code == 0 and "finished already" not in out + err
+    assert len(list((tmp_path / "runs").rglob("metrics.json"))) == 2

@@ -1,0 +1,128 @@
+"""The Python API's arguments checked against its functions' own annotations, before any work.
+
+`@typed` reads a function's type hints and, for every argument given, either returns it in its
+plain form or raises one UserError naming the function, the argument and the type expected.
+A string (or a path, or a mapping) where a list goes is one item, never a list of letters;
+any other iterable is read into a list once, so a generator is not consumed twice. The hints
+are the signature the user reads (`help(toolkit.run)`), so a new API function is checked by
+declaring its types. Hand-written because the checking libraries (typeguard, beartype) check but
+do not normalise, and their messages name Python internals rather than the argument to fix.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import functools
+import inspect
+import os
+import types
+import typing
+from typing import Any, Callable, TypeVar
+
+from toolkit.errors import UserError
+
+Fn = TypeVar("Fn", bound=Callable[..., Any])
+_MISMATCH = object()  # what `conform` returns for a value that does not fit
+SINGLE = (str, bytes, os.PathLike, collections.abc.Mapping)  # one item where a list goes
+
+
+def typed(fn: Fn) -> Fn:
+    """Check (and normalise) every argument of `fn` against its annotations (module docstring)."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        hints = typing.get_type_hints(fn)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise UserError(f"{fn.__name__}: {exc}") from None
+        for name, value in list(bound.arguments.items()):
+            if name in hints:
+                bound.arguments[name] = check(value, hints[name], f"{fn.__name__}: {name}")
+        return fn(*bound.args, **bound.kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def check(value: Any, tp: Any, where: str) -> Any:
+    """`value` in its plain form if it fits `tp`, else one UserError saying what `where` expects."""
+    result = conform(value, tp, where)
+    if result is _MISMATCH:
+        raise UserError(f"{where}: expected {describe(tp)}, got {_kind(value)}")
+    return result
+
+
+def conform(value: Any, tp: Any, where: str) -> Any:
+    """The plain form of `value` as `tp` (lists for iterables, dicts for mappings), or _MISMATCH;
+    an item of a list that does not fit raises at once, naming its position."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if tp is None or tp is type(None):
+        return value if value is None else _MISMATCH
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            result = conform(value, option, where)
+            if result is not _MISMATCH:
+                return result
+        return _MISMATCH
+    if origin in (collections.abc.Mapping, dict):
+        if not isinstance(value, collections.abc.Mapping):
+            return _MISMATCH
+        key_tp, value_tp = args or (Any, Any)
+        return {check(k, key_tp, f"{where} key"): check(v, value_tp, f"{where}[{k!r}]") for k, v in value.items()}
+    if origin is tuple:
+        if not isinstance(value, tuple) or len(value) != len(args):
+            return _MISMATCH
+        return tuple(check(v, t, f"{where}[{i}]") for i, (v, t) in enumerate(zip(value, args)))
+    if origin in (collections.abc.Iterable, collections.abc.Sequence, list):
+        (item_tp,) = args or (Any,)
+        if isinstance(value, SINGLE):
+            single = conform(value, item_tp, where)
+            return _MISMATCH if single is _MISMATCH else [single]
+        if not isinstance(value, collections.abc.Iterable):
+            return _MISMATCH
+        return [check(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        return value if isinstance(value, bool) else _MISMATCH
+    if tp is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _MISMATCH
+    if tp is float:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else _MISMATCH
+    if tp is os.PathLike:
+        return value if isinstance(value, os.PathLike) else _MISMATCH
+    if isinstance(tp, type):
+        return value if isinstance(value, tp) else _MISMATCH
+    return value  # an annotation this checker does not model: taken as it is
+
+
+def describe(tp: Any) -> str:
+    """An annotation in words: 'a path (str or os.PathLike)', 'a list of strings'."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        words = [describe(a) for a in args if a is not os.PathLike]
+        if str in args and os.PathLike in args:  # str | os.PathLike is a path
+            words = ["a path (str or os.PathLike)"] + [describe(a) for a in args if a not in (str, os.PathLike)]
+        return " or ".join(dict.fromkeys(words))
+    if origin in (collections.abc.Mapping, dict):
+        return "a mapping (dict)"
+    if origin is tuple:
+        return f"a tuple of {len(args)} ({', '.join(describe(a) for a in args)})"
+    if origin in (collections.abc.Iterable, collections.abc.Sequence, list):
+        return f"a list of {_plural(args[0]) if args else 'items'}"
+    return {type(None): "None", bool: "True or False", int: "an integer", float: "a number", str: "a string",
+            os.PathLike: "a path"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _plural(tp: Any) -> str:
+    words = describe(tp)
+    for one, many in (("a path (str or os.PathLike)", "paths (str or os.PathLike)"), ("a string", "strings"),
+                      ("a mapping (dict)", "mappings (dict)")):
+        words = words.replace(one, many)
+    return words
+
+
+def _kind(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"

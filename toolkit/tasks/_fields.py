@@ -1,0 +1,108 @@
+"""Which column of a user's file is the input and which the output, when the recipe names none.
+
+Own data in two arguments (`task.train_file`, `task.eval_file`) needs the fields found as
+transformers' run_glue / run_summarization find them: conventional names first (`text`,
+`document`, `dialogue`, `source` ... are inputs; `summary`, `target`, `label` ... outputs), then,
+for a file of two columns, the text-like one is the input: the longer texts (a document beside
+its summary) or the many distinct values (a sentence beside its label). Where that does not
+decide (two columns of like texts, three unknown columns), one line lists the candidates and the
+recipe keys to set: run_summarization would take the first two columns silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from toolkit.errors import UserError
+
+# Columns that are neither input nor output: skipped when counting candidates.
+ID_NAMES = ("id", "idx", "index", "guid", "uid", "key", "instruction")
+
+TEXT_INPUTS = ("text", "sentence", "document", "dialogue", "article", "source", "input", "content",
+               "body", "passage", "review", "prompt")
+LABEL_OUTPUTS = ("label", "labels", "score", "class", "category", "target", "y")
+TEXT_OUTPUTS = ("summary", "target", "highlights", "abstract", "output", "headline", "completion",
+                "response", "reference", "translation")
+SAMPLE = 500  # rows read to compare columns (the first ones: the file's head)
+MARGIN = 1.5  # how much more text-like the input must be than the output to decide by it
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The recipe keys that name the two fields, for the line that asks to set them."""
+
+    source: str
+    target: str
+
+
+def named(columns: list[str], names: tuple[str, ...], skip: tuple[str, ...] = ()) -> str | None:
+    """The first column (case and spaces ignored) bearing one of `names`, in `names`' order."""
+    folded = {c.strip().lower(): c for c in columns if c not in skip}
+    return next((folded[n] for n in names if n in folded), None)
+
+
+def candidates(columns: list[str], taken: tuple[str, ...] = ()) -> list[str]:
+    return [c for c in columns if c not in taken and c.strip().lower() not in ID_NAMES]
+
+
+def text_likeness(values: list[Any]) -> tuple[float, float]:
+    """(mean characters, share of distinct values) of a column's first rows."""
+    texts = [str(v) for v in values[:SAMPLE] if v is not None]
+    if not texts:
+        return 0.0, 0.0
+    return sum(map(len, texts)) / len(texts), len(set(texts)) / len(texts)
+
+
+def by_likeness(ds: Any, a: str, b: str, measure: int) -> tuple[str, str] | None:
+    """(input, output) of two columns when one is clearly the more text-like by `measure`
+    (0: mean length, 1: share of distinct values), else None."""
+    head = ds.select(range(min(SAMPLE, len(ds))))
+    la, lb = text_likeness(head[a])[measure], text_likeness(head[b])[measure]
+    if la >= MARGIN * lb and la > 0:
+        return a, b
+    if lb >= MARGIN * la and lb > 0:
+        return b, a
+    return None
+
+
+def pick_pair(ds: Any, where: str, source: str | None, target: str | None, keys: Keys,
+              inputs: tuple[str, ...], outputs: tuple[str, ...], measure: int | None = 0,
+              fill: bool = True) -> tuple[str, str]:
+    """(input field, output field) of a file: given ones kept, conventional names next, the one
+    other column beside a known one (`fill`), then the more text-like of two columns (`measure`,
+    None: never by content); else one UserError line listing the candidates and `keys`."""
+    columns = list(ds.column_names)
+    for value, key in ((source, keys.source), (target, keys.target)):
+        if value is not None and value not in columns:
+            raise UserError(f"{where}: has no field '{value}' ({key}); its fields: "
+                            f"{', '.join(repr(c) for c in columns)}")
+    if source is not None and source == target:
+        raise UserError(f"{keys.source} and {keys.target} are both '{source}'; name two fields")
+    source = source or named(columns, inputs, skip=(target,))
+    target = target or named(columns, outputs, skip=(source,))
+    rest = candidates(columns, taken=tuple(c for c in (source, target) if c))
+    if source is None and target is not None and len(rest) == 1 and fill:
+        source = rest[0]
+    elif target is None and source is not None and len(rest) == 1 and fill:
+        target = rest[0]
+    elif source is None and target is None and len(rest) == 2 and measure is not None:
+        source, target = by_likeness(ds, rest[0], rest[1], measure) or (None, None)
+    if source is None or target is None or source == target:
+        raise UserError(f"{where}: cannot tell which field is the input and which the output "
+                        f"(fields: {', '.join(repr(c) for c in columns)}); set {keys.source} and "
+                        f"{keys.target}, e.g. {keys.source}={(rest or columns)[0]}")
+    return source, target
+
+
+def pick_text(ds: Any, where: str, key: str, names: tuple[str, ...] = TEXT_INPUTS) -> str:
+    """The one text field of a file of documents: conventional names, else its only column."""
+    columns = list(ds.column_names)
+    found = named(columns, names)
+    rest = candidates(columns)
+    if found is None and len(rest) == 1:
+        found = rest[0]
+    if found is None:
+        raise UserError(f"{where}: cannot tell which field holds the text (fields: "
+                        f"{', '.join(repr(c) for c in columns)}); set {key}, e.g. {key}={(rest or columns)[0]}")
+    return found

@@ -1,0 +1,127 @@
+"""Tag schemes of token classification, checked before training rather than assumed.
+
+Entity scores (seqeval, conlleval's rules) read a tag as a one-letter prefix and a type: `B-PER`
+is prefix B, type PER. A tag without a prefix is read all the same, wrongly: `PER` becomes prefix
+P + type ER, `ORG` prefix O (outside), so a file of plain types trains and reports an entity F1
+that means nothing. Here every tag must be `O` or `P-TYPE` with P one of the scheme's prefixes,
+and every sentence must follow the scheme's rules:
+
+- IOB2 (BIO): an entity starts with B-X and continues with I-X;
+- IOB1: an entity starts with I-X; B-X only starts an X entity right after another X entity;
+- IOBES: B-X (I-X)* E-X for an entity of several words, S-X for one word.
+
+`auto` takes IOBES when any tag has an E- or S- prefix, else BIO: IOB2, or IOB1 where a file
+starts an entity with I- (conlleval reads both the same way, so either is scored right).
+seqeval's own `auto_detect` is not used: it accepts tags with no delimiter (`BPER`) and does not
+check sentences. Scoring stays seqeval's default mode, the one run_ner and conlleval report.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any, Callable, Sequence
+
+from toolkit.errors import UserError
+
+SCHEMES = ("auto", "IOB1", "IOB2", "IOBES")
+PREFIXES = {"IOB1": "BI", "IOB2": "BI", "IOBES": "BIES"}
+_TAG = re.compile(r"^([A-Z])-(\S+)$")
+
+
+@lru_cache(maxsize=4096)
+def split(tag: str | None) -> tuple[str, str]:
+    """(prefix, type) of a tag; ("O", "") for outside and for the sentence's edge (None)."""
+    if tag is None or tag == "O":
+        return "O", ""
+    match = _TAG.match(tag)
+    return (match.group(1), match.group(2)) if match else ("?", tag)
+
+
+def check_label(tag: str, scheme: str, place: str | Callable[[], str]) -> None:
+    """One tag's form: `O` or `P-TYPE` with P among the scheme's prefixes (B, I, E, S for auto);
+    `place` (or a callable giving it, called only on an error) is where the tag is."""
+    if tag == "O":
+        return
+    where = place() if callable(place) else place
+    prefix, kind = split(tag)
+    allowed = PREFIXES.get(scheme, "BIES")
+    if prefix == "?":
+        reads = f"prefix '{tag[0]}' + type '{tag[1:]}'" if len(tag) > 1 else f"prefix '{tag}' with no type"
+        raise UserError(f"{where}: tag '{tag}' has no B-/I- prefix, so entity scoring would read it as "
+                        f"{reads}; write BIO tags (B-{tag} for an entity's first word, I-{tag} for the "
+                        "rest, O outside)")
+    if prefix not in allowed:
+        hint = {"L": "BILOU's L-: write IOBES's E-", "U": "BILOU's U-: write IOBES's S-"}.get(
+            prefix, f"the {scheme if scheme != 'auto' else 'IOB2/IOBES'} prefixes are {', '.join(allowed)}")
+        raise UserError(f"{where}: tag '{tag}' has prefix '{prefix}'; {hint}")
+
+
+def scheme_of(tag_sets: Sequence[Sequence[Sequence[str]]], scheme: str) -> str:
+    """The scheme `auto` stands for in these files (see the module's docstring)."""
+    if scheme != "auto":
+        return scheme
+    prefixes = {split(t)[0] for sentences in tag_sets for sentence in sentences for t in sentence}
+    if prefixes & {"E", "S"}:
+        return "IOBES"
+    for sentences in tag_sets:
+        for sentence in sentences:
+            for prev, tag in zip([None, *sentence], sentence):
+                p, t = split(tag)
+                if p == "I" and split(prev) not in (("B", t), ("I", t)):
+                    return "IOB1"
+    return "IOB2"
+
+
+def check_sentence(tags: Sequence[str], scheme: str, where: Callable[[int], str]) -> None:
+    """The first tag that breaks `scheme`'s rules (see the module's docstring) is one line naming
+    its place, the rule and the fix; `where(i)` is the place of word i."""
+    for i, tag in enumerate([*tags, None]):
+        prev = tags[i - 1] if i else None
+        if tag in (None, "O") and prev in (None, "O"):
+            continue  # most words: nothing to check
+        (pp, pt), (p, t) = split(prev), split(tag)
+        rule = _broken(pp, pt, p, t, scheme)
+        if rule:
+            here = where(min(i, len(tags) - 1))
+            shown = "the sentence's end" if tag is None else f"'{tag}'"
+            after = f"'{prev}'" if prev is not None else "the sentence's start"
+            raise UserError(f"{here}: {shown} after {after} is not {scheme}: {rule}"
+                            + (" (or set task.scheme to the file's scheme)" if scheme != "IOBES" else ""))
+
+
+def _broken(pp: str, pt: str, p: str, t: str, scheme: str) -> str | None:
+    open_chunk = pp in ("B", "I")
+    if scheme == "IOB2" and p == "I" and not (open_chunk and pt == t):
+        return f"an entity starts with B-{t}, and I-{t} only continues one"
+    if scheme == "IOB1" and p == "B" and not (open_chunk and pt == t):
+        return f"an entity starts with I-{t}; B-{t} only starts one right after another {t} entity"
+    if scheme == "IOBES":
+        if p in ("I", "E") and not (open_chunk and pt == t):
+            return f"{p}-{t} only continues a B-{t}/I-{t} entity (one word alone is S-{t})"
+        if open_chunk and not (p in ("I", "E") and pt == t):
+            return f"the {pt} entity opened by {pp}-{pt} must continue with I-{pt} or end with E-{pt}"
+    return None
+
+
+def check_files(files: dict[str, Any], scheme: str) -> str:
+    """Every tag of every file (name -> Sentences with string tags) against the scheme; returns
+    the scheme found (`auto` resolved)."""
+    for sentences in files.values():
+        seen: set[str] = set()
+        for s, tags in enumerate(sentences.tags):
+            for w, tag in enumerate(tags):
+                if tag not in seen:
+                    check_label(tag, scheme, lambda s=s, w=w: sentences.where(s, w))
+                    seen.add(tag)
+    found = scheme_of([f.tags for f in files.values()], scheme)
+    for sentences in files.values():
+        for s, tags in enumerate(sentences.tags):
+            check_sentence(tags, found, lambda w, s=s, f=sentences: f.where(s, w))
+    return found
+
+
+def label_order(tags: set[str]) -> list[str]:
+    """Label names in id order for tags read from files: O, then by type, B I E S within one."""
+    rest = sorted(tags - {"O"}, key=lambda tag: (split(tag)[1], "BIES".find(split(tag)[0])))
+    return ["O", *rest]
