@@ -89,11 +89,11 @@ def check_rows(run: tuple[Any, Any, Any, list[str]], given: list[dict], rows: li
             assert math.isclose(sum(row["probabilities"].values()), 1.0, rel_tol=1e-5)
         elif getattr(task, "extractive", False):
             assert row["prediction"] == "" or row["prediction"] in inp["context"]
-            if task.version == "v2":
-                assert 0.0 <= row["no_answer_probability"] <= 1.0
-                assert (row["prediction"] == "") == (row["no_answer_probability"] > 0.5)
+            if task.version == "v2":  # the fields and the rule of predictions.jsonl's v2.0 rows
+                assert row["best_span"] and row["best_span"] in inp["context"]
+                assert row["prediction"] == ("" if row["no_answer_score"] > 0.0 else row["best_span"])
             else:
-                assert "no_answer_probability" not in row and row["prediction"]
+                assert "no_answer_score" not in row and row["prediction"]
         else:  # generated: the same text as the model's own generate on the task's prompt
             source = task.source_text(task.raw_input(inp))
             assert set(row) == set(names) | {"prediction"}
