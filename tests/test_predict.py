@@ -161,3 +161,21 @@ def test_a_task_without_a_prediction_path_is_one_line(tmp_path: Path, cli) -> No
                                                          "task.max_eval_samples=8"], runs_dir=tmp_path, smoke=True)
     code, _, err = cli("predict", run.dir, "--input", "-")
     assert code == 2 and "predict handles trained runs of the tasks" in err and "(this is mlm with" in err
+
+
+def test_own_data_text_to_text_predicts_by_the_field_found_in_the_file(tmp_path: Path, cli) -> None:
+    """The issue's `transcript,notes` JSONL: training found the source field in the file (no
+    task.source_field set); predict reads new inputs by that name, from JSONL or the API."""
+    rows = [{"transcript": f"A: shall we meet at {h}? B: yes, at {h} by the station, see you then",
+             "notes": f"they meet at {h}"} for h in range(1, 9)]
+    data = tmp_path / "dialogues.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = toolkit.run("demo/own-data/minilm2minilm-summarization", [*SHORT, *BRIEF, f"task.train_file={data}",
+                                                                    f"task.eval_file={data}"], runs_dir=tmp_path, smoke=True)
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({"transcript": "A: lunch at noon? B: sure"}) + "\n")
+    code, out, err = cli("predict", run.dir, "--input", new)
+    assert code == 0, err
+    (row,) = [json.loads(line) for line in out.splitlines() if line.startswith("{")]  # after the run's own lines
+    assert set(row) == {"transcript", "prediction"} and row["transcript"] == "A: lunch at noon? B: sure"
+    assert toolkit.predict(run.dir, [{"transcript": "A: lunch at noon? B: sure"}]) == [row]
