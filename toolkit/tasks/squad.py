@@ -488,20 +488,21 @@ class Squad(TextToText):
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
         """Per row its question and context and the answer (`prediction`), as evaluation finds it:
-        the best span over the context's windows, or generated text. v2.0 extractive runs add
-        `no_answer_probability` and answer "" where it is above 1/2 (the null score beats the
-        best span: the threshold the scores use); a generative v2.0 model answers "" itself."""
+        the best span over the context's windows, or generated text. Extractive v2.0 adds what
+        predictions.jsonl's rows carry: `best_span` (the best non-empty answer) and
+        `no_answer_score` (null score minus that span's score, in logits): `prediction` is ""
+        where it is above 0.0, the threshold the scores use; the run's `best_f1_thresh` is on the
+        same scale. A generative v2.0 model answers "" itself."""
         if not self.extractive:
             out = super().predict(model, tokenizer, rows)
             return [{**r, "prediction": "" if r["prediction"] == NO_ANSWER else r["prediction"]} for r in out]
         raw = [self.raw_input(r) for r in rows]
-        bests = self.best_answers(model, tokenizer, raw)
         out = []
-        for r, b in zip(raw, bests):
+        for r, b in zip(raw, self.best_answers(model, tokenizer, raw)):
             row = {"question": r["question"], "context": r["context"], "prediction": b.text}
             if self.version == "v2":
-                row["no_answer_probability"] = no_answer_probability(b)
-                row["prediction"] = "" if b.null_score - b.score > NULL_THRESHOLD else b.text
+                gap = b.null_score - b.score
+                row.update(prediction="" if gap > NULL_THRESHOLD else b.text, best_span=b.text, no_answer_score=gap)
             out.append(row)
         return out
 
@@ -550,12 +551,3 @@ def squad_layout(rows: list[dict], version: str, ids: list[str]) -> dict:
     data = [{"title": a["title"], "paragraphs": [{"context": c, "qas": q} for c, q in a["paragraphs"].items()]}
             for a in articles.values()]
     return {"version": VERSION_FOLDERS[version], "data": data}
-
-
-def no_answer_probability(best: Any) -> float:
-    """P(no answer) from the two scores the v2.0 decision compares: a softmax over the null
-    score and the best span's score, sigmoid(null - span), so above 1/2 exactly where the
-    null-score gap passes NULL_THRESHOLD (0). The field name is the one Hugging Face `evaluate`'s
-    squad_v2 reads."""
-    gap = best.null_score - best.score
-    return 1.0 if gap == np.inf else float(1.0 / (1.0 + np.exp(-np.clip(gap, -50.0, 50.0))))
