@@ -259,6 +259,18 @@ class TextToText(TokenTask):
         task.source_field; translation: the source language code)."""
         return "source"
 
+    def found_source(self) -> str | None:
+        """The source field a run on your own files found in them (`pick_fields`) when the recipe
+        names none: found again, the same way, in the recipe's file (the found names are kept off
+        the settings, so the recipe's hash stays as written). None where no such file is left."""
+        if "_found_fields" in self.__dict__:
+            return self.__dict__["_found_fields"][0]
+        for name in (getattr(self, "eval_file", None), getattr(self, "train_file", None)):
+            if name and "{lang}" not in name and Path(self.expand(name)).is_file():
+                self.read(name)
+                return self.__dict__.get("_found_fields", (None,))[0]
+        return None
+
     def predict_fields(self, model: Any) -> list[str]:
         """The source alone: new inputs carry no reference."""
         return [self.source_name()]

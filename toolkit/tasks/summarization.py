@@ -135,6 +135,8 @@ class Summarization(TextToText):
         return load_pairs(self)
 
     def source_name(self) -> str:
+        if (self.train_file or self.eval_file) and not self.source_field:
+            return self.found_source() or self.fields()[0]
         return self.fields()[0]
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:

@@ -122,6 +122,8 @@ class Translation(TextToText):
         return load_pairs(self)
 
     def source_name(self) -> str:
+        if (self.train_file or self.eval_file) and not self.source_field:
+            return self.found_source() or self.source_lang
         return self.source_field or self.source_lang
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
