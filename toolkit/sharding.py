@@ -1,17 +1,20 @@
-"""Sharded training for the one loop: FSDP2 (torch's `fully_shard`) through accelerate, on GPUs and
-on CPU processes (gloo), in one place.
+"""Sharded training for the one loop: FSDP2 (torch's `fully_shard`) on GPUs and on CPU processes
+(gloo), in one place.
 
-accelerate owns FSDP2 here: its `prepare` shards the model (`fsdp2_prepare_model`) and swaps the
-optimizer onto the sharded parameters, its `save_state`/`load_state` write and read sharded
-checkpoints (torch.distributed.checkpoint), its `clip_grad_norm_` is DTensor-aware. Three things
-it leaves undone, which this module does:
+accelerate owns most of FSDP2 here: its `prepare` swaps the optimizer onto the sharded
+parameters, its `save_state`/`load_state` write and read sharded checkpoints
+(torch.distributed.checkpoint), its `clip_grad_norm_` is DTensor-aware. What it leaves undone or
+gets wrong for the toolkit's models, this module does:
 - on CPU processes it never turns FSDP on (AcceleratorState makes ACCELERATE_USE_FSDP a
   DistributedType.FSDP only for GPU-like multi-device types; MULTI_CPU stays plain data
   parallel), although everything above is device-agnostic and runs on gloo: `enable` switches it;
-- it shards a layer class named in the model's `_no_split_modules` and then the input embeddings
-  inside it a second time (BERT's `BertEmbeddings`): the second `fully_shard` sees DTensor
-  parameters, takes them for tensor parallelism and fails in `DeviceMesh._concatenate` (the mesh
-  has no dimension names): `prepare` leaves such classes to the units accelerate carves itself;
+- its wrapping (`fsdp2_prepare_model`, accelerate 1.15) fails on two families: it shards BERT's
+  `BertEmbeddings` (named in `_no_split_modules`) and then the word embeddings inside it a second
+  time, where `fully_shard` takes the DTensor parameters for tensor parallelism and fails in
+  `DeviceMesh._concatenate` ("value was None": the default mesh has no dimension names); and it
+  groups T5's tied `shared` and `lm_head` but leaves `encoder.embed_tokens`, which holds the same
+  parameter, to the root ("shared with a parameter already managed by another FSDP group").
+  `shard` wraps by one rule instead: a unit holds every module that holds any of its parameters;
 - the values the loop reads (the clipped gradient norm) and the saved model are DTensors: `full`
   and `gathered` make them plain.
 """
@@ -70,40 +73,102 @@ def enable(accelerator: Any) -> None:
 
 
 def is_fsdp(accelerator: Any) -> bool:
-    return getattr(accelerator, "is_fsdp2", False)
+    return bool(getattr(accelerator, "is_fsdp2", False))
 
 
-def prepare(accelerator: Any, model: torch.nn.Module, *rest: Any) -> tuple:
-    """accelerator.prepare(model, *rest); under FSDP2 first the layer classes to shard on their
-    own (`wrap_classes`), and after it `generate` made an FSDP forward: it calls the encoder or
-    `forward` below the root, whose parameters must be gathered for it."""
+def prepare(accelerator: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *rest: Any) -> tuple:
+    """accelerator.prepare(model, optimizer, *rest); under FSDP2 the model is sharded here first
+    (`shard`) and the optimizer moved onto the sharded parameters, so accelerate's own swap finds
+    nothing left to do; `generate` is made an FSDP forward (it calls the encoder or `forward`
+    below the root, whose parameters must be gathered for it)."""
     if not is_fsdp(accelerator):
-        return accelerator.prepare(model, *rest)
+        return accelerator.prepare(model, optimizer, *rest)
     from torch.distributed.fsdp import register_fsdp_forward_method
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
     plugin = accelerator.state.fsdp_plugin
-    if plugin.transformer_cls_names_to_wrap is None:
-        plugin.transformer_cls_names_to_wrap = wrap_classes(model)
-    prepared = accelerator.prepare(model, *rest)
+    if plugin.activation_checkpointing or plugin.cpu_ram_efficient_loading:
+        raise UserError("fsdp_activation_checkpointing / fsdp_cpu_ram_efficient_loading: not run by the "
+                        "toolkit's sharding; use train.gradient_checkpointing, and load as usual")
+    if plugin.auto_wrap_policy is not transformer_auto_wrap_policy:
+        raise UserError("fsdp_auto_wrap_policy: the toolkit shards by transformer layer "
+                        "(TRANSFORMER_BASED_WRAP, as configs/accelerate/fsdp.yaml)")
+    plugin.set_auto_wrap_policy(model)  # resolves the layer names while the classes have them
+    names = {id(p): n for n, p in model.named_parameters()}
+    shard(model, plugin, accelerator.mixed_precision)
+    sharded = dict(model.named_parameters())
+    for group in optimizer.param_groups:
+        group["params"] = [sharded[names[id(p)]] for p in group["params"]]
+    prepared = accelerator.prepare(model, optimizer, *rest)
     if hasattr(prepared[0], "generate"):
         register_fsdp_forward_method(prepared[0], "generate")
     return prepared
 
 
-def wrap_classes(model: torch.nn.Module) -> list[str]:
-    """Names of the `_no_split_modules` classes whose instances hold none of the carved modules."""
-    carved = [m for m in (getattr(model, "get_input_embeddings", lambda: None)(),
-                          getattr(model, "get_output_embeddings", lambda: None)()) if m is not None]
-    names = set(getattr(model, "_no_split_modules", None) or [])
-    keep = set()
+def shard(model: torch.nn.Module, plugin: Any, mixed_precision: str = "no") -> None:
+    """fully_shard as accelerate's `fsdp2_prepare_model` does (one unit per transformer layer of
+    the model's `_no_split_modules`, the embeddings carved out, then the root), under one rule: a
+    unit takes every module that holds any of its parameters (tied weights), and a layer that
+    shares a parameter with a module outside it is left to the root."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kwargs = {"reshard_after_forward": plugin.reshard_after_forward, "offload_policy": plugin.cpu_offload,
+              "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy()}
+    if mixed_precision != "no":  # FSDP2 keeps fp32 masters; the policy casts for compute
+        for param in model.parameters():
+            if param.requires_grad and param.dtype != torch.float32:
+                param.data = param.data.float()
+    holders = _holders(model)
+    layers = set(plugin.transformer_cls_names_to_wrap or getattr(model, "_no_split_modules", None) or [])
+    for module in reversed(list(model.modules())):  # children before their parents
+        if module is not model and type(module).__name__ in layers and _self_contained(module, holders):
+            fully_shard(module, **kwargs)
+    emb = getattr(model, "get_input_embeddings", lambda: None)()
+    out = getattr(model, "get_output_embeddings", lambda: None)()
+    carved: set[int] = set()
+    for seed, keep in ((emb, kwargs["reshard_after_forward"]), (out, False)):  # the head is used last
+        if seed is None or id(seed) in carved or _any_sharded([seed]):  # inside a layer's unit already
+            continue
+        group = _tied_group(seed, holders)
+        if not _any_sharded(group):
+            if out is not None and id(out) in {id(m) for m in group}:
+                keep = False
+            fully_shard(group, **{**kwargs, "reshard_after_forward": keep})
+            carved |= {id(m) for m in group}
+    fully_shard(model, **{k: v for k, v in kwargs.items() if k != "reshard_after_forward"})
+
+
+def _holders(model: torch.nn.Module) -> dict[int, list[torch.nn.Module]]:
+    """id(parameter) -> the modules holding it directly (more than one: tied)."""
+    found: dict[int, list[torch.nn.Module]] = {}
     for module in model.modules():
-        name = type(module).__name__
-        if name in names:
-            inside = {id(m) for m in module.modules()}
-            if any(id(c) in inside for c in carved):
-                continue
-            keep.add(name)
-    return sorted(keep)
+        for param in module._parameters.values():
+            if param is not None:
+                found.setdefault(id(param), []).append(module)
+    return found
+
+
+def _self_contained(module: torch.nn.Module, holders: dict[int, list[torch.nn.Module]]) -> bool:
+    inside = {id(m) for m in module.modules()}
+    return all(id(h) in inside for p in module.parameters() for h in holders[id(p)])
+
+
+def _tied_group(seed: torch.nn.Module, holders: dict[int, list[torch.nn.Module]]) -> list[torch.nn.Module]:
+    """`seed` and every module holding one of its parameters, and theirs in turn."""
+    group, todo = {id(seed): seed}, [seed]
+    while todo:
+        for param in todo.pop().parameters():
+            for holder in holders[id(param)]:
+                if id(holder) not in group:
+                    group[id(holder)] = holder
+                    todo.append(holder)
+    return list(group.values())
+
+
+def _any_sharded(modules: list[torch.nn.Module]) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for m in modules for p in m.parameters())
 
 
 def full(value: Any) -> Any:
