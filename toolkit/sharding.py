@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
+from toolkit.methods import Method
 
 torch = lazy("torch", globals())
 
@@ -45,6 +46,10 @@ def check_cpu_launch() -> None:
     """On a machine without GPUs: refuse, before anything is built, a sharded launch that cannot
     run here as what it says."""
     kind = asked()
+    if kind == "deepspeed":
+        raise UserError("STRATEGY=zero2/zero3: DeepSpeed is not run on CPU processes: accelerate sets it up "
+                        "on GPUs only, and DeepSpeed's CPU accelerator JIT-compiles a C++ op with ninja at "
+                        "start-up; use STRATEGY=fsdp (sharded, runs here) or ddp")
     if kind == "fsdp":
         if os.environ.get("LOCAL_RANK") is None:
             raise UserError("STRATEGY=fsdp: FSDP needs a distributed launch (accelerate launch or torchrun, "
@@ -54,22 +59,39 @@ def check_cpu_launch() -> None:
                             "(fsdp_version: 2, as configs/accelerate/fsdp.yaml); FSDP1 needs GPUs")
 
 
-def enable(accelerator: Any) -> None:
+def enable(accelerator: Any, method: Any) -> None:
     """Turn accelerate's FSDP on for CPU processes where the launch asked for it (see the module
-    docstring); the plugin is read from the launch's FSDP_* environment as accelerate reads it."""
+    docstring; the plugin is read from the launch's FSDP_* environment as accelerate reads it),
+    and refuse a method FSDP cannot run as asked (`unsupported`)."""
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
-    if asked() != "fsdp" or accelerator.distributed_type != DistributedType.MULTI_CPU:
-        return
-    plugin = FullyShardedDataParallelPlugin()
-    if accelerator.mixed_precision != "no":
-        plugin.set_mixed_precision(accelerator.mixed_precision)
-    accelerator.state.fsdp_plugin = plugin
-    # both shared states, as AcceleratorState.__init__ does on GPUs (a later AcceleratorState()
-    # copies PartialState's over its own)
-    accelerator.state.distributed_type = DistributedType.FSDP
-    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    if asked() == "fsdp" and accelerator.distributed_type == DistributedType.MULTI_CPU:
+        plugin = FullyShardedDataParallelPlugin()
+        if accelerator.mixed_precision != "no":
+            plugin.set_mixed_precision(accelerator.mixed_precision)
+        accelerator.state.fsdp_plugin = plugin
+        # both shared states, as AcceleratorState.__init__ does on GPUs (a later AcceleratorState()
+        # copies PartialState's over its own)
+        accelerator.state.distributed_type = DistributedType.FSDP
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    why = unsupported(method) if accelerator.distributed_type == DistributedType.FSDP else None
+    if why:
+        raise UserError(f"method.name: '{method.name}' under FSDP: {why}; run it without STRATEGY=fsdp")
+
+
+def unsupported(method: Any) -> str | None:
+    """Why FSDP cannot run this method, or None. A method that trains nothing has nothing to
+    shard (its evaluation would run whole on every process); a method with hooks of its own
+    between steps (an extra loss, a per-step update, state beside the weights: AdaLoRA) reads and
+    writes whole parameters outside the forward pass, where FSDP holds only shards."""
+    if not method.trains:
+        return "it trains nothing, so there is nothing to shard (evaluation would run whole on every process)"
+    hooks = [n for n in ("extra_loss", "after_step", "state_dict") if getattr(type(method), n) is not getattr(Method, n)]
+    if hooks:
+        return (f"its {', '.join(hooks)} read whole parameters between steps, where FSDP holds only "
+                "shards")
+    return None
 
 
 def is_fsdp(accelerator: Any) -> bool:
@@ -139,18 +161,22 @@ def shard(model: torch.nn.Module, plugin: Any, mixed_precision: str = "no") -> N
 
 
 def _holders(model: torch.nn.Module) -> dict[int, list[torch.nn.Module]]:
-    """id(parameter) -> the modules holding it directly (more than one: tied)."""
+    """id(parameter or module) -> the modules holding it directly: more than one for a tied
+    weight, or a module reachable by two paths (PEFT's prompt methods keep the word embeddings
+    as an attribute of their own)."""
     found: dict[int, list[torch.nn.Module]] = {}
     for module in model.modules():
-        for param in module._parameters.values():
-            if param is not None:
-                found.setdefault(id(param), []).append(module)
+        for child in [*module._parameters.values(), *module._modules.values()]:
+            if child is not None:
+                found.setdefault(id(child), []).append(module)
     return found
 
 
 def _self_contained(module: torch.nn.Module, holders: dict[int, list[torch.nn.Module]]) -> bool:
+    """Whether nothing outside `module` holds one of its parameters or submodules."""
     inside = {id(m) for m in module.modules()}
-    return all(id(h) in inside for p in module.parameters() for h in holders[id(p)])
+    held = [*module.parameters(), *(m for m in module.modules() if m is not module)]
+    return all(id(h) in inside for x in held for h in holders[id(x)])
 
 
 def _tied_group(seed: torch.nn.Module, holders: dict[int, list[torch.nn.Module]]) -> list[torch.nn.Module]:

@@ -67,7 +67,7 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
     accelerator = Accelerator(mixed_precision=recipe.train.mixed_precision, cpu=not torch.cuda.is_available(),
                               step_scheduler_with_optimizer=False, log_with=recipe.train.report_to or None,
                               project_dir=tracking.project_dir(out))
-    sharding.enable(accelerator)  # FSDP on CPU processes, which accelerate leaves off
+    sharding.enable(accelerator, recipe.method)  # FSDP on CPU processes, which accelerate leaves off
     check_strategy(accelerator.distributed_type.value)
     reset_peak_memory(accelerator.device)  # a sweep runs many recipes in one process
     setup = build(plan, accelerator.num_processes)
