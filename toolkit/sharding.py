@@ -59,10 +59,10 @@ def check_cpu_launch() -> None:
                             "(fsdp_version: 2, as configs/accelerate/fsdp.yaml); FSDP1 needs GPUs")
 
 
-def enable(accelerator: Any, method: Any) -> None:
+def enable(accelerator: Any, recipe: Any) -> None:
     """Turn accelerate's FSDP on for CPU processes where the launch asked for it (see the module
     docstring; the plugin is read from the launch's FSDP_* environment as accelerate reads it),
-    and refuse a method FSDP cannot run as asked (`unsupported`)."""
+    and refuse what the strategy cannot run as the recipe asks (`unsupported`, `deepspeed_conflict`)."""
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
@@ -75,9 +75,28 @@ def enable(accelerator: Any, method: Any) -> None:
         # copies PartialState's over its own)
         accelerator.state.distributed_type = DistributedType.FSDP
         PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-    why = unsupported(method) if accelerator.distributed_type == DistributedType.FSDP else None
+    kind = accelerator.distributed_type
+    why = unsupported(recipe.method) if kind in (DistributedType.FSDP, DistributedType.DEEPSPEED) else None
     if why:
-        raise UserError(f"method.name: '{method.name}' under FSDP: {why}; run it without STRATEGY=fsdp")
+        raise UserError(f"method.name: '{recipe.method.name}' under {kind.value}: {why}; run it without STRATEGY")
+    if kind == DistributedType.DEEPSPEED:
+        deepspeed_conflict(recipe.train, accelerator.state.deepspeed_plugin)
+
+
+def deepspeed_conflict(train: Any, plugin: Any) -> None:
+    """Under accelerate's DeepSpeed the engine steps inside `accelerator.backward` (clipping with
+    its own config's gradient_clipping, at every micro-batch the loop hands it): settings the loop
+    would otherwise honour and DeepSpeed would not are refused in one line."""
+    clip = plugin.deepspeed_config.get("gradient_clipping", 0.0)
+    if train.grad_accum != 1:
+        raise UserError(f"train.grad_accum: {train.grad_accum} under DeepSpeed, whose engine steps at every "
+                        "micro-batch here; use train.grad_accum: 1 with a larger train.batch_size")
+    if float(clip or 0.0) != float(train.max_grad_norm or 0.0):
+        raise UserError(f"train.max_grad_norm: {train.max_grad_norm}, but the DeepSpeed config clips at "
+                        f"{clip} (gradient_clipping); make them equal")
+    if train.skip_nonfinite:
+        raise UserError("train.skip_nonfinite: DeepSpeed has stepped before the loop sees a non-finite "
+                        "gradient; use 0 (the run stops instead)")
 
 
 def unsupported(method: Any) -> str | None:
@@ -197,12 +216,16 @@ def _any_sharded(modules: list[torch.nn.Module]) -> bool:
     return any(isinstance(p, DTensor) for m in modules for p in m.parameters())
 
 
-def full(value: Any) -> Any:
-    """A DTensor as the plain tensor it stands for (a collective: every process calls it);
-    anything else as it is."""
+def full(value: Any, device: Any = None) -> Any:
+    """A DTensor as the plain tensor it stands for (a collective: every process calls it); a
+    number (DeepSpeed's gradient norm) as a tensor on `device`; anything else as it is."""
     from torch.distributed.tensor import DTensor
 
-    return value.full_tensor() if isinstance(value, DTensor) else value
+    if isinstance(value, DTensor):
+        return value.full_tensor()
+    if isinstance(value, (int, float)):
+        return torch.tensor(float(value), device=device)
+    return value
 
 
 @contextmanager

@@ -67,7 +67,7 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
     accelerator = Accelerator(mixed_precision=recipe.train.mixed_precision, cpu=not torch.cuda.is_available(),
                               step_scheduler_with_optimizer=False, log_with=recipe.train.report_to or None,
                               project_dir=tracking.project_dir(out))
-    sharding.enable(accelerator, recipe.method)  # FSDP on CPU processes, which accelerate leaves off
+    sharding.enable(accelerator, recipe)  # FSDP on CPU processes, which accelerate leaves off
     check_strategy(accelerator.distributed_type.value)
     reset_peak_memory(accelerator.device)  # a sweep runs many recipes in one process
     setup = build(plan, accelerator.num_processes)
@@ -203,7 +203,8 @@ class Loop:
         loss_t = self.acc.reduce(summed, reduction="sum") / units
         grad_norm = None
         if self.cfg.max_grad_norm:  # clipping a non-finite gradient is harmless: the step is skipped
-            grad_norm = sharding.full(self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
+            grad_norm = sharding.full(self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm),
+                                      self.acc.device)
         # one host sync per step, for the three numbers the non-finite guard and the log need
         norm_t = grad_norm if grad_norm is not None else torch.zeros((), device=loss_t.device)
         loss, norm, n = torch.stack([loss_t.float(), norm_t.float(), samples.float()]).tolist()
