@@ -17,6 +17,8 @@ gets wrong for the toolkit's models, this module does:
   `shard` wraps by one rule instead: a unit holds every module that holds any of its parameters;
 - the values the loop reads (the clipped gradient norm) and the saved model are DTensors: `full`
   and `gathered` make them plain.
+DeepSpeed (ZeRO-2/3, GPUs only) runs through accelerate's plugin; here are the checks of what its
+engine would not honour and the gathering of ZeRO-3's partitions for the saved model.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ def enable(accelerator: Any, recipe: Any) -> None:
         accelerator.state.distributed_type = DistributedType.FSDP
         PartialState._shared_state["distributed_type"] = DistributedType.FSDP
     kind = accelerator.distributed_type
+    if kind == DistributedType.FSDP and not is_fsdp(accelerator):
+        raise UserError("fsdp_version: the toolkit runs FSDP2 only (fsdp_version: 2, as configs/accelerate/fsdp.yaml)")
     why = unsupported(recipe.method) if kind in (DistributedType.FSDP, DistributedType.DEEPSPEED) else None
     if why:
         raise UserError(f"method.name: '{recipe.method.name}' under {kind.value}: {why}; run it without STRATEGY")
@@ -233,10 +237,17 @@ def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
     """The model with plain, whole parameters (on the CPU, in the main process) in place of its
     DTensor shards, for saving with the method's own save (PEFT, transformers); every process
     enters it (each parameter is gathered by all), the shards are put back on exit. One
-    parameter at a time is whole on the device; tied parameters stay tied."""
+    parameter at a time is whole on the device; tied parameters stay tied. ZeRO-3's partitions:
+    whole on every process while inside, as DeepSpeed gathers them."""
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
 
+    if any(hasattr(p, "ds_id") for p in model.parameters()):  # DeepSpeed ZeRO-3: its own gathering
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
+            yield model
+        return
     for module in model.modules():  # a root left gathered after its last forward: shards again
         if isinstance(module, FSDPModule):
             module.reshard()
