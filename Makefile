@@ -85,17 +85,17 @@ demo:  ## LoRA vs full fine-tuning of the real all-MiniLM-L6-v2 on SST-2, one ta
 	$(BIN)/toolkit run recipes/demo/sst2/minilm-lora.yaml --runs-dir $(RUNS)/demo $(ARGS)
 	$(BIN)/toolkit report $(RUNS)/demo
 
-run:  ## make run RECIPE=... ARGS="train.epochs=1" [NPROC=8]
-ifeq ($(NPROC),1)
+run:  ## make run RECIPE=... ARGS="train.epochs=1" [NPROC=8] [STRATEGY=ddp|fsdp|zero2|zero3]
+ifeq ($(NPROC)$(STRATEGY),1ddp)
 	$(BIN)/toolkit run $(RECIPE) $(ARGS)
 else
-	@if $(BIN)/python -c "import sys, torch; sys.exit(torch.cuda.device_count() < $(NPROC))"; then \
-	  $(BIN)/accelerate launch --config_file configs/accelerate/$(STRATEGY).yaml --num_processes $(NPROC) \
-	    -m toolkit.cli run $(RECIPE) $(ARGS); \
-	else \
-	  echo "fewer than $(NPROC) GPUs here: $(NPROC) CPU processes (gloo) under torchrun"; \
-	  $(BIN)/torchrun --nproc_per_node $(NPROC) -m toolkit.cli run $(RECIPE) $(ARGS); \
+	@test -f configs/accelerate/$(STRATEGY).yaml || { echo "STRATEGY=$(STRATEGY): use ddp, fsdp, zero2 or zero3 (configs/accelerate/)"; exit 2; }
+	@if ! $(BIN)/python -c "import sys, torch; sys.exit(torch.cuda.device_count() < $(NPROC))"; then \
+	  case "$(STRATEGY)" in zero*) echo "STRATEGY=$(STRATEGY): DeepSpeed runs on GPUs only here (fewer than $(NPROC) GPUs); use STRATEGY=fsdp or ddp on CPU processes (docs/distributed.md)"; exit 2;; esac; \
+	  echo "fewer than $(NPROC) GPUs here: $(NPROC) CPU processes (gloo), STRATEGY=$(STRATEGY)"; \
 	fi
+	$(BIN)/accelerate launch --config_file configs/accelerate/$(STRATEGY).yaml --num_processes $(NPROC) \
+	  -m toolkit.cli run $(RECIPE) $(ARGS)
 endif
 
 glue:  ## every GLUE task with a recipe for MODEL x METHOD, SEEDS seeds; GLUE table beside published numbers

@@ -61,16 +61,21 @@ def test_two_processes_equal_one(tmp_path: Path, cli, checkpoint: str, method: s
         torch.testing.assert_close(wa[key], wb[key], atol=1e-5, rtol=1e-4)
 
 
-def test_fsdp_or_deepspeed_without_gpus_is_refused_not_faked(tmp_path: Path, cli, monkeypatch) -> None:
-    """accelerate enables FSDP and DeepSpeed on GPUs only: on a CPU the launch would quietly be
-    plain data parallel, so the toolkit stops with one line instead."""
+@pytest.mark.parametrize("env, message", [
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"}, "FSDP needs a distributed launch"),
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "LOCAL_RANK": "0"}, "runs FSDP2 only"),
+    ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed is not run on CPU processes"),
+])
+def test_sharded_launch_that_cannot_run_here_is_refused_not_faked(tmp_path: Path, cli, monkeypatch,
+                                                                   env: dict, message: str) -> None:
+    """A sharded strategy the CPU cannot run as asked stops with one line before anything is
+    built, rather than running as plain data parallel under its name."""
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: full}"))
-    for env in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
-        monkeypatch.setenv(env, "true")
-        code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
-        assert code == 2 and "which accelerate runs on GPUs only" in err, err
-        monkeypatch.delenv(env)
-    assert not list((tmp_path / "runs").rglob("metrics.json"))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("strategy, kind", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("zero2", "DEEPSPEED"),

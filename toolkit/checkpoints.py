@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 
-from toolkit import devices, runs
+from toolkit import devices, runs, sharding
 
 
 @dataclass
@@ -115,14 +115,23 @@ def lean_weights(models_: list, weights: list, output_dir: str) -> None:
 
 
 
-def load_best(model: torch.nn.Module, folder: Path, device: torch.device) -> None:
+def load_best(model: torch.nn.Module, folder: Path, acc: Accelerator) -> None:
     """The weights accelerate's save_state wrote at the best step, into the prepared model (tied
-    copies are left out of that file, hence strict=False; anything unexpected is a bug)."""
+    copies are left out of that file, hence strict=False; anything unexpected is a bug). Under
+    FSDP the checkpoint is sharded (torch.distributed.checkpoint): accelerate reads it back; under
+    DeepSpeed the engine reads its own."""
     from accelerate.utils import SAFE_WEIGHTS_NAME
     from safetensors.torch import load_file
 
-    result = model.load_state_dict(load_file(folder / SAFE_WEIGHTS_NAME, device=str(device)), strict=False)
+    if sharding.is_fsdp(acc):
+        from accelerate.utils.fsdp_utils import load_fsdp_model
+
+        load_fsdp_model(acc.state.fsdp_plugin, acc, model, str(folder))
+        return
+    if acc.distributed_type.value == "DEEPSPEED":  # the engine's own checkpoint (weights only)
+        model.load_checkpoint(str(folder), "pytorch_model", load_optimizer_states=False,
+                              load_lr_scheduler_states=False)
+        return
+    result = acc.unwrap_model(model).load_state_dict(load_file(folder / SAFE_WEIGHTS_NAME), strict=False)
     if result.unexpected_keys:
         raise RuntimeError(f"{folder}: weights the model does not have: {result.unexpected_keys[:3]}")
-
-

@@ -311,11 +311,26 @@ def smoke_checkpoint(checkpoint: str) -> str:
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix=f".{tag}-"))
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    if not (tmp / "config.json").is_file():  # under torch.distributed only rank 0 writes the model:
+        shutil.rmtree(tmp, ignore_errors=True)  # the other ranks wait for its folder
+        return _wait_for(target / "config.json", target)
     try:
         tmp.rename(target)  # atomic; another process may have won the race
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+def _wait_for(file: Path, folder: Path, seconds: float = 600.0) -> str:
+    """The folder another process is writing, once `file` is in it."""
+    import time
+
+    end = time.monotonic() + seconds
+    while not file.is_file():
+        if time.monotonic() > end:
+            raise RuntimeError(f"{folder}: rank 0 did not write the small model within {seconds:.0f} s")
+        time.sleep(0.2)
+    return str(folder)
 
 
 def _ensure_pad(tok: PreTrainedTokenizerBase) -> None:

@@ -25,7 +25,7 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from toolkit import attention, checkpoints, dropout, evaluation, models, run_metrics, runs, tracking
+from toolkit import attention, checkpoints, dropout, evaluation, models, run_metrics, runs, sharding, tracking
 from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, train_loaders
 from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
@@ -60,13 +60,14 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
         raise UserError("train.mixed_precision: fp16 needs a CUDA GPU and none is here (on a CPU it "
                         "would silently run in fp32); use bf16 (slow on CPU) or no")
     if not torch.cuda.is_available():
-        check_strategy("MULTI_CPU" if runs.world_size() > 1 else "NO")
+        sharding.check_cpu_launch()
     AcceleratorState._reset_state()  # several runs in one process may differ in mixed precision
     # step_scheduler_with_optimizer=False: accelerate would otherwise step the schedule once per
     # process per optimizer step; total_steps here already counts optimizer steps of the global batch.
     accelerator = Accelerator(mixed_precision=recipe.train.mixed_precision, cpu=not torch.cuda.is_available(),
                               step_scheduler_with_optimizer=False, log_with=recipe.train.report_to or None,
                               project_dir=tracking.project_dir(out))
+    sharding.enable(accelerator, recipe)  # FSDP on CPU processes, which accelerate leaves off
     check_strategy(accelerator.distributed_type.value)
     reset_peak_memory(accelerator.device)  # a sweep runs many recipes in one process
     setup = build(plan, accelerator.num_processes)
@@ -98,7 +99,7 @@ class Loop:
         from transformers import get_linear_schedule_with_warmup
 
         scheduler = get_linear_schedule_with_warmup(optimizer, warmup, self.total_steps)
-        prepared = accelerator.prepare(setup.model, optimizer, train_loader, scheduler, *evals.values())
+        prepared = sharding.prepare(accelerator, setup.model, optimizer, train_loader, scheduler, *evals.values())
         accelerator.register_save_state_pre_hook(checkpoints.lean_weights)
         self.model, self.optimizer, self.loader, self.scheduler = prepared[:4]
         self.unwrapped = accelerator.unwrap_model(self.model)  # what the method's hooks see
@@ -203,7 +204,8 @@ class Loop:
         loss_t = self.acc.reduce(summed, reduction="sum") / units
         grad_norm = None
         if self.cfg.max_grad_norm:  # clipping a non-finite gradient is harmless: the step is skipped
-            grad_norm = self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+            grad_norm = sharding.full(self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm),
+                                      self.acc.device)
         # one host sync per step, for the three numbers the non-finite guard and the log need
         norm_t = grad_norm if grad_norm is not None else torch.zeros((), device=loss_t.device)
         loss, norm, n = torch.stack([loss_t.float(), norm_t.float(), samples.float()]).tolist()
@@ -303,13 +305,14 @@ def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: Sta
         unwrapped = acc.unwrap_model(model)
         acc.wait_for_everyone()
         if recipe.train.keep_best and state.best_step is not None and state.best_step != state.step:
-            checkpoints.load_best(model, out / "checkpoints" / runs.step_name(state.best_step), acc.device)
+            checkpoints.load_best(model, out / "checkpoints" / runs.step_name(state.best_step), acc)
             metrics = evaluation.evaluate(model, evals or {}, setup.task, acc, setup.raw_evals,
                                           sink=setup.predictions, orders=orders)
         else:
             metrics = {k: v for k, v in (state.last_eval or {}).items() if k != "step"}
-        if acc.is_main_process:
-            save_result(recipe, unwrapped, setup.tokenizer, out / "model", setup.source)
+        with sharding.gathered(unwrapped, acc.is_main_process):  # FSDP: whole, plain weights
+            if acc.is_main_process:
+                save_result(recipe, unwrapped, setup.tokenizer, out / "model", setup.source)
     result = run_metrics.build(recipe, setup, acc, out, state, metrics)
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()

@@ -1,0 +1,179 @@
+"""Sharded launches measured: one process under each strategy (plain, FSDP2, DeepSpeed ZeRO-2 and
+ZeRO-3) for bert-base full fine-tuning and gpt2 LoRA on SST-2, each against the plain run on the
+same seed and batches: did it run (or stop with one line), the largest relative loss difference,
+the same dev scores, the saved model reloading in one process with the same scores, peak memory.
+
+    python benchmarks/gpu_sharding.py            # on a GPU: full-size models with random weights
+    python benchmarks/gpu_sharding.py --smoke    # on CPU: --smoke models, FSDP on a CPU process
+
+The models are random-weight bert-base / gpt2 built from their configs with the real tokenizers
+($TOOLKIT_TOKENIZERS): no download, the real sizes. `rows()` returns the rows (dicts) for
+`make gpu-check`; `table()` prints them as Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = [("bert-base-uncased", "{name: full}"), ("gpt2", "{name: lora, r: 8}")]
+STRATEGIES = ["plain", "fsdp", "zero2", "zero3"]
+RECIPE = """model: {{checkpoint: {checkpoint}, dropout: 0.0}}
+task: {{name: glue, subset: sst2, max_length: 64, max_train_samples: {train}, max_eval_samples: {eval}}}
+method: {method}
+train: {{epochs: 1, lr: 2.0e-5, seed: 7, batch_size: 8, eval_batch_size: 32, log_every: 1, keep_best: false,
+         mixed_precision: 'no'}}
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def random_checkpoint(name: str, where: Path) -> str:
+    """A full-size model of `name`'s family with random weights and its real tokenizer."""
+    from transformers import AutoModel, AutoTokenizer, BertConfig, GPT2Config
+
+    folder = where / f"random-{name}"
+    if (folder / "config.json").is_file():
+        return str(folder)
+    tok = AutoTokenizer.from_pretrained(Path(os.environ.get("TOOLKIT_TOKENIZERS", ROOT.parent / "shared" / "tokenizers")) / name)
+    config = {"bert-base-uncased": BertConfig, "gpt2": GPT2Config}[name]()
+    config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    AutoModel.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+def launch(strategy: str, recipe: Path, runs: Path, smoke: bool) -> subprocess.CompletedProcess:
+    """One process: plain `toolkit run`, or `accelerate launch` with the strategy's config."""
+    tail = ["-m", "toolkit.cli", "run", str(recipe), "--runs-dir", str(runs)] + ["--smoke"] * smoke
+    if strategy == "plain":
+        cmd = [sys.executable, *tail]
+    else:
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(ROOT / "configs" / "accelerate" / f"{strategy}.yaml"), "--num_processes", "1",
+               "--main_process_port", str(_port()), *tail]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def _run_folder(runs: Path) -> Path | None:
+    found = [p.parent for p in runs.rglob("recipe.yaml")]
+    return found[0] if len(found) == 1 else None
+
+
+def _losses(run: Path) -> list[float]:
+    lines = [json.loads(l) for l in (run / "log.jsonl").read_text().splitlines()]
+    return [l["loss"] for l in lines if "loss" in l]
+
+
+def _reload(run: Path) -> dict:
+    """The saved model scored in one fresh process (from_pretrained / PEFT)."""
+    proc = subprocess.run([sys.executable, "-m", "toolkit.cli", "eval", str(run)], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=1800)
+    file = run / "eval-eval.json"
+    return json.loads(file.read_text())["eval"] if proc.returncode == 0 and file.is_file() else {}
+
+
+def _last_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    return lines[0] if lines else (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
+
+
+def row(name: str, method: str, strategy: str, work: Path, smoke: bool, plain: dict | None) -> dict:
+    """One launch measured; `plain` is the plain run's row (None for the plain run itself)."""
+    checkpoint = name if smoke else random_checkpoint(name, work)
+    sizes = {"train": 64, "eval": 32} if smoke else {"train": 160, "eval": 200}  # 20 steps of 8
+    recipe = work / f"{name}-{strategy}.yaml"
+    recipe.write_text(RECIPE.format(checkpoint=checkpoint, method=method, **sizes))
+    runs = work / f"runs-{name}-{strategy}"
+    out = {"model": name, "method": method.split(",")[0].split(":")[1].strip(" }"), "strategy": strategy,
+           "processes": 1}
+    if strategy.startswith("zero") and not _gpus():  # as `make run`: DeepSpeed is launched on GPUs only
+        return {**out, "ran": "refused", "note": "DeepSpeed runs on GPUs only here (docs/distributed.md)"}
+    start = time.perf_counter()
+    proc = launch(strategy, recipe, runs, smoke)
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    run = _run_folder(runs)
+    if proc.returncode != 0 or run is None or not (run / "metrics.json").is_file():
+        return {**out, "ran": "refused" if proc.returncode == 2 else "failed", "note": _last_line(proc)}
+    metrics = json.loads((run / "metrics.json").read_text())
+    losses = _losses(run)
+    out.update(ran="yes", device=metrics["device"], distributed_type=metrics["distributed_type"],
+               steps=metrics["train_steps"], eval=metrics["eval"], losses=losses,
+               peak_memory_mb=round(metrics["peak_memory_mb"], 1))
+    reloaded = _reload(run)
+    out["reloads"] = bool(reloaded) and all(abs(reloaded[k] - v) <= 1e-4 * max(1.0, abs(v))
+                                            for k, v in metrics["eval"].items())
+    if plain is not None and plain.get("ran") == "yes":
+        ref = plain["losses"]
+        out["max_rel_loss_diff"] = (max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref))
+                                    if len(losses) == len(ref) else None)
+        out["same_eval"] = {k: v for k, v in metrics["eval"].items() if not k.startswith("loss")} == \
+            {k: v for k, v in plain["eval"].items() if not k.startswith("loss")}
+    return out
+
+
+def rows(smoke: bool = False, work: Path | None = None, cases: list | None = None,
+         strategies: list[str] | None = None) -> list[dict]:
+    """Every case under every strategy (the plain run first: the others are compared to it)."""
+    work = Path(work or tempfile.mkdtemp(prefix="gpu-sharding-"))
+    out = []
+    for name, method in cases or CASES:
+        plain = None
+        for strategy in strategies or STRATEGIES:
+            got = row(name, method, strategy, work, smoke, plain)
+            plain = got if strategy == "plain" else plain
+            out.append(got)
+    return out
+
+
+COLUMNS = ["model", "method", "strategy", "processes", "ran", "device", "distributed_type", "steps",
+           "max_rel_loss_diff", "same_eval", "reloads", "peak_memory_mb", "seconds", "note"]
+
+
+def table(found: list[dict]) -> str:
+    def cell(v: object) -> str:
+        if isinstance(v, float):
+            return f"{v:.2e}" if abs(v) < 1e-2 and v else f"{v:g}"
+        return "" if v is None else str(v).replace("|", "/")
+
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in COLUMNS) + " |" for r in found]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="--smoke models on CPU (the test runs this)")
+    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--cases", default="", help="model names to run, comma-separated (default: all)")
+    parser.add_argument("--strategies", default="", help="comma-separated subset of " + ",".join(STRATEGIES))
+    args = parser.parse_args(argv)
+    cases = [c for c in CASES if not args.cases or c[0] in args.cases.split(",")]
+    found = rows(args.smoke, cases=cases, strategies=[s for s in args.strategies.split(",") if s] or None)
+    print(table(found))
+    if args.json:
+        Path(args.json).write_text(json.dumps(found, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

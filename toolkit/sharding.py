@@ -1,0 +1,270 @@
+"""Sharded training for the one loop: FSDP2 (torch's `fully_shard`) on GPUs and on CPU processes
+(gloo), in one place.
+
+accelerate owns most of FSDP2 here: its `prepare` swaps the optimizer onto the sharded
+parameters, its `save_state`/`load_state` write and read sharded checkpoints
+(torch.distributed.checkpoint), its `clip_grad_norm_` is DTensor-aware. What it leaves undone or
+gets wrong for the toolkit's models, this module does:
+- on CPU processes it never turns FSDP on (AcceleratorState makes ACCELERATE_USE_FSDP a
+  DistributedType.FSDP only for GPU-like multi-device types; MULTI_CPU stays plain data
+  parallel), although everything above is device-agnostic and runs on gloo: `enable` switches it;
+- its wrapping (`fsdp2_prepare_model`, accelerate 1.15) fails on two families: it shards BERT's
+  `BertEmbeddings` (named in `_no_split_modules`) and then the word embeddings inside it a second
+  time, where `fully_shard` takes the DTensor parameters for tensor parallelism and fails in
+  `DeviceMesh._concatenate` ("value was None": the default mesh has no dimension names); and it
+  groups T5's tied `shared` and `lm_head` but leaves `encoder.embed_tokens`, which holds the same
+  parameter, to the root ("shared with a parameter already managed by another FSDP group").
+  `shard` wraps by one rule instead: a unit holds every module that holds any of its parameters;
+- the values the loop reads (the clipped gradient norm) and the saved model are DTensors: `full`
+  and `gathered` make them plain.
+DeepSpeed (ZeRO-2/3, GPUs only) runs through accelerate's plugin; here are the checks of what its
+engine would not honour and the gathering of ZeRO-3's partitions for the saved model.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from toolkit.errors import UserError
+from toolkit.lazy import lazy
+from toolkit.methods import Method
+
+torch = lazy("torch", globals())
+
+
+def asked() -> str | None:
+    """The sharded strategy this launch asks for (accelerate launch's environment): 'fsdp',
+    'deepspeed' or None (plain data parallel or one process)."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return "fsdp"
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        return "deepspeed"
+    return None
+
+
+def check_cpu_launch() -> None:
+    """On a machine without GPUs: refuse, before anything is built, a sharded launch that cannot
+    run here as what it says."""
+    kind = asked()
+    if kind == "deepspeed":
+        raise UserError("STRATEGY=zero2/zero3: DeepSpeed is not run on CPU processes: accelerate sets it up "
+                        "on GPUs only, and DeepSpeed's CPU accelerator JIT-compiles a C++ op with ninja at "
+                        "start-up; use STRATEGY=fsdp (sharded, runs here) or ddp")
+    if kind == "fsdp":
+        if os.environ.get("LOCAL_RANK") is None:
+            raise UserError("STRATEGY=fsdp: FSDP needs a distributed launch (accelerate launch or torchrun, "
+                            "even for one process); use `make run ... NPROC=2 STRATEGY=fsdp`")
+        if os.environ.get("FSDP_VERSION", "1") != "2":
+            raise UserError("FSDP_VERSION: on CPU processes the toolkit runs FSDP2 only "
+                            "(fsdp_version: 2, as configs/accelerate/fsdp.yaml); FSDP1 needs GPUs")
+
+
+def enable(accelerator: Any, recipe: Any) -> None:
+    """Turn accelerate's FSDP on for CPU processes where the launch asked for it (see the module
+    docstring; the plugin is read from the launch's FSDP_* environment as accelerate reads it),
+    and refuse what the strategy cannot run as the recipe asks (`unsupported`, `deepspeed_conflict`)."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    if asked() == "fsdp" and accelerator.distributed_type == DistributedType.MULTI_CPU:
+        plugin = FullyShardedDataParallelPlugin()
+        if accelerator.mixed_precision != "no":
+            plugin.set_mixed_precision(accelerator.mixed_precision)
+        accelerator.state.fsdp_plugin = plugin
+        # both shared states, as AcceleratorState.__init__ does on GPUs (a later AcceleratorState()
+        # copies PartialState's over its own)
+        accelerator.state.distributed_type = DistributedType.FSDP
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    kind = accelerator.distributed_type
+    if kind == DistributedType.FSDP and not is_fsdp(accelerator):
+        raise UserError("fsdp_version: the toolkit runs FSDP2 only (fsdp_version: 2, as configs/accelerate/fsdp.yaml)")
+    why = unsupported(recipe.method) if kind in (DistributedType.FSDP, DistributedType.DEEPSPEED) else None
+    if why:
+        raise UserError(f"method.name: '{recipe.method.name}' under {kind.value}: {why}; run it without STRATEGY")
+    if kind == DistributedType.DEEPSPEED:
+        deepspeed_conflict(recipe.train, accelerator.state.deepspeed_plugin)
+
+
+def deepspeed_conflict(train: Any, plugin: Any) -> None:
+    """Under accelerate's DeepSpeed the engine steps inside `accelerator.backward` (clipping with
+    its own config's gradient_clipping, at every micro-batch the loop hands it): settings the loop
+    would otherwise honour and DeepSpeed would not are refused in one line."""
+    clip = plugin.deepspeed_config.get("gradient_clipping", 0.0)
+    if train.grad_accum != 1:
+        raise UserError(f"train.grad_accum: {train.grad_accum} under DeepSpeed, whose engine steps at every "
+                        "micro-batch here; use train.grad_accum: 1 with a larger train.batch_size")
+    if float(clip or 0.0) != float(train.max_grad_norm or 0.0):
+        raise UserError(f"train.max_grad_norm: {train.max_grad_norm}, but the DeepSpeed config clips at "
+                        f"{clip} (gradient_clipping); make them equal")
+    if train.skip_nonfinite:
+        raise UserError("train.skip_nonfinite: DeepSpeed has stepped before the loop sees a non-finite "
+                        "gradient; use 0 (the run stops instead)")
+
+
+def unsupported(method: Any) -> str | None:
+    """Why FSDP cannot run this method, or None. A method that trains nothing has nothing to
+    shard (its evaluation would run whole on every process); a method with hooks of its own
+    between steps (an extra loss, a per-step update, state beside the weights: AdaLoRA) reads and
+    writes whole parameters outside the forward pass, where FSDP holds only shards."""
+    if not method.trains:
+        return "it trains nothing, so there is nothing to shard (evaluation would run whole on every process)"
+    hooks = [n for n in ("extra_loss", "after_step", "state_dict") if getattr(type(method), n) is not getattr(Method, n)]
+    if hooks:
+        return (f"its {', '.join(hooks)} read whole parameters between steps, where FSDP holds only "
+                "shards")
+    return None
+
+
+def is_fsdp(accelerator: Any) -> bool:
+    return bool(getattr(accelerator, "is_fsdp2", False))
+
+
+def prepare(accelerator: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *rest: Any) -> tuple:
+    """accelerator.prepare(model, optimizer, *rest); under FSDP2 the model is sharded here first
+    (`shard`) and the optimizer moved onto the sharded parameters, so accelerate's own swap finds
+    nothing left to do; `generate` is made an FSDP forward (it calls the encoder or `forward`
+    below the root, whose parameters must be gathered for it)."""
+    if not is_fsdp(accelerator):
+        return accelerator.prepare(model, optimizer, *rest)
+    from torch.distributed.fsdp import register_fsdp_forward_method
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    plugin = accelerator.state.fsdp_plugin
+    if plugin.activation_checkpointing or plugin.cpu_ram_efficient_loading:
+        raise UserError("fsdp_activation_checkpointing / fsdp_cpu_ram_efficient_loading: not run by the "
+                        "toolkit's sharding; use train.gradient_checkpointing, and load as usual")
+    if plugin.auto_wrap_policy is not transformer_auto_wrap_policy:
+        raise UserError("fsdp_auto_wrap_policy: the toolkit shards by transformer layer "
+                        "(TRANSFORMER_BASED_WRAP, as configs/accelerate/fsdp.yaml)")
+    plugin.set_auto_wrap_policy(model)  # resolves the layer names while the classes have them
+    names = {id(p): n for n, p in model.named_parameters()}
+    shard(model, plugin, accelerator.mixed_precision)
+    sharded = dict(model.named_parameters())
+    for group in optimizer.param_groups:
+        group["params"] = [sharded[names[id(p)]] for p in group["params"]]
+    prepared = accelerator.prepare(model, optimizer, *rest)
+    if hasattr(prepared[0], "generate"):
+        register_fsdp_forward_method(prepared[0], "generate")
+    return prepared
+
+
+def shard(model: torch.nn.Module, plugin: Any, mixed_precision: str = "no") -> None:
+    """fully_shard as accelerate's `fsdp2_prepare_model` does (one unit per transformer layer of
+    the model's `_no_split_modules`, the embeddings carved out, then the root), under one rule: a
+    unit takes every module that holds any of its parameters (tied weights), and a layer that
+    shares a parameter with a module outside it is left to the root."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kwargs = {"reshard_after_forward": plugin.reshard_after_forward, "offload_policy": plugin.cpu_offload,
+              "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy()}
+    if mixed_precision != "no":  # FSDP2 keeps fp32 masters; the policy casts for compute
+        for param in model.parameters():
+            if param.requires_grad and param.dtype != torch.float32:
+                param.data = param.data.float()
+    holders = _holders(model)
+    layers = set(plugin.transformer_cls_names_to_wrap or getattr(model, "_no_split_modules", None) or [])
+    for module in reversed(list(model.modules())):  # children before their parents
+        if module is not model and type(module).__name__ in layers and _self_contained(module, holders):
+            fully_shard(module, **kwargs)
+    emb = getattr(model, "get_input_embeddings", lambda: None)()
+    out = getattr(model, "get_output_embeddings", lambda: None)()
+    carved: set[int] = set()
+    for seed, keep in ((emb, kwargs["reshard_after_forward"]), (out, False)):  # the head is used last
+        if seed is None or id(seed) in carved or _any_sharded([seed]):  # inside a layer's unit already
+            continue
+        group = _tied_group(seed, holders)
+        if not _any_sharded(group):
+            if out is not None and id(out) in {id(m) for m in group}:
+                keep = False
+            fully_shard(group, **{**kwargs, "reshard_after_forward": keep})
+            carved |= {id(m) for m in group}
+    fully_shard(model, **{k: v for k, v in kwargs.items() if k != "reshard_after_forward"})
+
+
+def _holders(model: torch.nn.Module) -> dict[int, list[torch.nn.Module]]:
+    """id(parameter or module) -> the modules holding it directly: more than one for a tied
+    weight, or a module reachable by two paths (PEFT's prompt methods keep the word embeddings
+    as an attribute of their own)."""
+    found: dict[int, list[torch.nn.Module]] = {}
+    for module in model.modules():
+        for child in [*module._parameters.values(), *module._modules.values()]:
+            if child is not None:
+                found.setdefault(id(child), []).append(module)
+    return found
+
+
+def _self_contained(module: torch.nn.Module, holders: dict[int, list[torch.nn.Module]]) -> bool:
+    """Whether nothing outside `module` holds one of its parameters or submodules."""
+    inside = {id(m) for m in module.modules()}
+    held = [*module.parameters(), *(m for m in module.modules() if m is not module)]
+    return all(id(h) in inside for x in held for h in holders[id(x)])
+
+
+def _tied_group(seed: torch.nn.Module, holders: dict[int, list[torch.nn.Module]]) -> list[torch.nn.Module]:
+    """`seed` and every module holding one of its parameters, and theirs in turn."""
+    group, todo = {id(seed): seed}, [seed]
+    while todo:
+        for param in todo.pop().parameters():
+            for holder in holders[id(param)]:
+                if id(holder) not in group:
+                    group[id(holder)] = holder
+                    todo.append(holder)
+    return list(group.values())
+
+
+def _any_sharded(modules: list[torch.nn.Module]) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for m in modules for p in m.parameters())
+
+
+def full(value: Any, device: Any = None) -> Any:
+    """A DTensor as the plain tensor it stands for (a collective: every process calls it); a
+    number (DeepSpeed's gradient norm) as a tensor on `device`; anything else as it is."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        return value.full_tensor()
+    if isinstance(value, (int, float)):
+        return torch.tensor(float(value), device=device)
+    return value
+
+
+@contextmanager
+def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
+    """The model with plain, whole parameters (on the CPU, in the main process) in place of its
+    DTensor shards, for saving with the method's own save (PEFT, transformers); every process
+    enters it (each parameter is gathered by all), the shards are put back on exit. One
+    parameter at a time is whole on the device; tied parameters stay tied. ZeRO-3's partitions:
+    whole on every process while inside, as DeepSpeed gathers them."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    if any(hasattr(p, "ds_id") for p in model.parameters()):  # DeepSpeed ZeRO-3: its own gathering
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
+            yield model
+        return
+    for module in model.modules():  # a root left gathered after its last forward: shards again
+        if isinstance(module, FSDPModule):
+            module.reshard()
+    swapped: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
+    whole: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if not isinstance(param, DTensor):
+                continue
+            if id(param) not in whole:
+                value = param.full_tensor().detach()
+                whole[id(param)] = torch.nn.Parameter(value.cpu() if main else value.new_empty(0),
+                                                      requires_grad=param.requires_grad)
+            swapped.append((module, name, param))
+            module._parameters[name] = whole[id(param)]
+    try:
+        yield model
+    finally:
+        for module, name, param in swapped:
+            module._parameters[name] = param
