@@ -97,7 +97,7 @@ class Loop:
         self.compiled = self._compiles(accelerator.device)
         train_loader, self.sampler, evals, self.eval_orders = train_loaders(recipe, setup, accelerator.num_processes,
                                                                             self.compiled)
-        if self.cfg.fast_dropout:
+        if self.cfg.fast_dropout and not self.compiled:  # compiled, dropout fuses into the graph
             dropout.install(setup.model, accelerator.device)  # before prepare: DDP wraps the same modules
         optimizer = _optimizer(setup.model, recipe)
         self.steps_per_epoch, self.total_steps = self.cfg.optimizer_steps(len(setup.train), accelerator.num_processes)
