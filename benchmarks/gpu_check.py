@@ -13,8 +13,9 @@ One Markdown table on stdout and the same rows as JSON (`--json`, default gpu-ch
 Every row runs in its own process (bench's `--row`), as `make bench` does, in order of
 importance, and the JSON is rewritten after each row, so a run cut short keeps what it measured.
 
-`--smoke`: the same code path on a CPU in seconds (the conftest-sized random BERT, 3 steps,
-compiled rows through the "aot_eager" backend, rows in this process): what the suite runs.
+`--smoke`: the same code path on a CPU in seconds (the conftest-sized random BERT, 3 steps, no
+warm-up runs, compiled rows through the "aot_eager" backend, rows in this process): what the
+suite runs.
 `--suite`: the test suite on this machine instead (pytest -n over its cores), with CUDA present.
 """
 
@@ -65,7 +66,7 @@ def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None 
     if args.smoke:
         flags = ["--steps", "3", "--batch-size", "4", "--max-length", "32", "--eval-samples", "8",
                  "--mfu-batch-size", "4", "--mfu-length", "16", "--mfu-steps", "1", "--matmul-size", "64",
-                 "--cpu-bf16-size", "64", "--lora-batch-size", "2", "--lora-length", "16", "--lora-steps", "1", "--lora-model", "tiny",
+                 "--cpu-bf16-size", "64", "--lora-batch-size", "2", "--lora-length", "16", "--lora-steps", "1", "--lora-model", "tiny", "--no-warm-up",
                  "--compile-backend", "aot_eager"]
     else:
         flags = ["--steps", str(args.steps or 120), "--batch-size", "32", "--max-length", "128",

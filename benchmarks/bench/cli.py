@@ -22,7 +22,8 @@ from bench.trainer import eval_row, section_methods, section_trainer, toolkit_ro
 def trainer_section_row(args: argparse.Namespace, kind: str, checkpoint: str) -> dict:
     """One row of the trainer (or methods) section, in this fresh process, after the warm-up."""
     with tempfile.TemporaryDirectory() as tmp:
-        warm_up(args, checkpoint, Path(tmp) / "warmup")
+        if args.warm_up:
+            warm_up(args, checkpoint, Path(tmp) / "warmup")
         if kind == "toolkit":
             return toolkit_row(args, checkpoint, Path(tmp) / "toolkit")
         if kind.startswith("method:"):
@@ -89,6 +90,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the toolkit's train.compile (default: the toolkit's default, auto)")
     p.add_argument("--pad-multiple", type=int, default=None, help="the toolkit's train.pad_multiple")
     p.add_argument("--length-buckets", default=None, help="the toolkit's train.length_buckets, e.g. 64,128")
+    p.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
+                   help="the untimed short toolkit run before each trainer row (--no-warm-up: gpu_check --smoke)")
     p.add_argument("--compile-backend", default=None,
                    help="torch.compile backend of compiled rows (default inductor; aot_eager for CPU smoke runs)")
     p.add_argument("--attention", default="sdpa")
