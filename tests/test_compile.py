@@ -161,3 +161,40 @@ def test_compiled_steps_give_the_eager_losses_and_compile_once_per_shape(tmp_pat
     graphs = compiling.graph_count() - before
     buckets = bucket_count(64, 32, []) * (bucket_count(32, 32, []) if family == "t5" else 1)  # x targets' lengths
     assert 1 <= graphs <= buckets + 1, graphs
+
+
+def _registered(kind: str) -> list[str]:
+    from toolkit.attention import ATTENTION
+    from toolkit.methods import METHODS
+
+    return sorted((METHODS if kind == "method" else ATTENTION).names())
+
+
+@pytest.mark.parametrize("kind, name", [("method", m) for m in _registered("method")]
+                         + [("attention", a) for a in _registered("attention")])
+def test_every_method_and_attention_module_compiles_or_says_why_not(tmp_path: Path, aot_eager, monkeypatch,
+                                                                    kind: str, name: str) -> None:
+    """The rule over both registries: a plug-in is captured in one graph (dynamo's "eager"
+    backend: capture only), or compiling.eager_reason names it with its reason."""
+    from toolkit import compiling, recipe as recipes
+    from toolkit.batching import BucketPadding
+    from toolkit.setup import build
+
+    method, attention = (name, None) if kind == "method" else ("full", name)
+    reason = compiling.eager_reason(method, attention)
+    if reason is not None:
+        assert name in reason and len(reason) > len(name) + 20  # one line saying which and why
+        return
+    monkeypatch.setattr(compiling, "BACKEND", "eager")
+    text = CLASSIFY.format(checkpoint="bert-base-uncased", method="{name: %s}" % method)
+    if attention:
+        text = text.replace("model: {checkpoint: bert-base-uncased}",
+                            f"model: {{checkpoint: bert-base-uncased, attention: {attention}}}")
+    setup = build(recipes.plan(write_recipe(tmp_path / "r.yaml", text), ["task.max_length=16"], smoke=True))
+    task, model = setup.task, setup.model
+    batch = BucketPadding(task.collator(setup.tokenizer, model), setup.tokenizer.pad_token_id, 16, [])(
+        [setup.train[i] for i in range(2)])
+    step = compiling.compile_step(lambda b: task.loss(model(**task.model_inputs(b)), b).sum(),
+                                  torch.device("cpu"), fullgraph=True)
+    model.train()
+    step(batch).backward()

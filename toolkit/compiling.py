@@ -33,7 +33,7 @@ BACKEND: str | None = None
 EAGER = {
     "adalora": "its after_step re-allocates ranks with host reads every step",
     "dora": "PEFT's DoRA layer makes a call dynamo cannot trace (a graph break in every layer)",
-    "icl": "it does not train",
+    "icl": "it does not train (it scores continuations in context; nothing is stepped)",
 }
 
 
@@ -44,9 +44,21 @@ def wanted(setting: Any, device: torch.device) -> bool:
     return bool(setting)
 
 
-def eager_reason(method: str) -> str | None:
-    """Why a method's step is not compiled; None where it is."""
-    return EAGER.get(method)
+# Attention modules (toolkit/attention) whose step is left eager, and why; transformers' own
+# (eager, sdpa, flash) and every other toolkit module compile (tests/test_compile.py walks them).
+EAGER_ATTENTION = {
+    "performer": "it draws its random features from a torch.Generator made in the forward (opaque to dynamo)",
+}
+
+
+def eager_reason(method: str, attention: Any = None) -> str | None:
+    """Why a step with this method and attention module is not compiled; None where it is."""
+    name = getattr(attention, "name", attention)
+    if method in EAGER:
+        return f"method {method}: {EAGER[method]}"
+    if isinstance(name, str) and name in EAGER_ATTENTION:
+        return f"attention {name}: {EAGER_ATTENTION[name]}"
+    return None
 
 
 SHAPE_LIMIT = 64  # compiled shapes of one step; past it the run stops (never eager in silence)

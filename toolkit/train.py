@@ -125,9 +125,9 @@ class Loop:
         """train.compile resolved here; a method left eager says so in one line."""
         if not compiling.wanted(self.cfg.compile, device):
             return False
-        reason = compiling.eager_reason(self.method.name)
+        reason = compiling.eager_reason(self.method.name, self.recipe.model.attention)
         if reason:
-            tqdm.write(f"train.compile: the {self.method.name} step runs eager: {reason}")
+            tqdm.write(f"train.compile: the step runs eager: {reason}")
         return reason is None
 
     def _forward_loss(self, batch: dict) -> torch.Tensor:
