@@ -198,3 +198,17 @@ def test_every_method_and_attention_module_compiles_or_says_why_not(tmp_path: Pa
                                   torch.device("cpu"), fullgraph=True)
     model.train()
     step(batch).backward()
+
+
+def test_a_shape_past_the_limit_stops_with_one_line_not_eager_in_silence(aot_eager, monkeypatch) -> None:
+    from toolkit import compiling
+    from toolkit.errors import UserError
+
+    monkeypatch.setattr(compiling, "BACKEND", "eager")
+    step = compiling.compile_step(lambda x: (x * 2).sum(), torch.device("cpu"))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    step(torch.ones(2))
+    with pytest.raises(Exception) as caught:
+        step(torch.ones(3))  # a second shape: dynamo would run it eager; here it raises
+    error = compiling.step_error(caught.value)
+    assert isinstance(error, UserError) and "train.pad_multiple" in str(error) and "\n" not in str(error)

@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import torch
 
+from toolkit.errors import UserError
+
 # The backend torch.compile uses: None is Inductor (the default). The CPU tests set "aot_eager"
 # (the same graph capture, AOT autograd and recompile guards, run by eager kernels: seconds
 # where Inductor's C++ build of every graph takes minutes on 2 cores).
@@ -85,8 +87,6 @@ def compile_step(fn: Callable, device: torch.device, fullgraph: bool = False) ->
 def step_error(error: Exception) -> Exception:
     """A step past the shape limit, as one line a user can act on; other errors as they are."""
     if type(error).__name__ == "FailOnRecompileLimitHit":
-        from toolkit.errors import UserError
-
         return UserError(f"train.compile: the step met more than {SHAPE_LIMIT} batch shapes; pad to fewer "
                          "(train.pad_multiple, train.length_buckets) or set train.compile: false")
     return error
