@@ -3,8 +3,10 @@
 One Markdown table on stdout and the same rows as JSON (`--json`, default gpu-check.json):
 - toolkit vs Trainer (dynamic padding) train samples/s in bf16 and fp32, the toolkit with
   train.compile off and on (bert-base shape, random weights, SST-2, batch 32, length <= 128);
-- MFU at 32 x 128 (bench's matmul row) and of each toolkit row (6N x fed tokens/s over the
-  measured matmul rate of its precision);
+  the toolkit's also once compilation and warm-up are over ("steady", from its log.jsonl; the
+  "vs Trainer" ratio is of whole runs, like for like);
+- MFU at 32 x 128 (bench's matmul row) and of each toolkit row (6N x real tokens/s once warm,
+  over the measured matmul rate of its precision);
 - LoRA vs full step time and peak memory (bench's lora rows);
 - distinct batch shapes and compilations of each toolkit row (torch's own graph counter);
 - SST-2 dev accuracy of MiniLM with compile off and on (a short budget, same seed and subset);
@@ -45,7 +47,7 @@ def add_rows(name: str, fn: Callable[[argparse.Namespace, dict], list[dict]]) ->
     EXTRA_ROWS[name] = fn
 
 
-COLUMNS = ["row", "precision", "compile", "train samples/s", "vs Trainer", "MFU", "step ms", "peak MB",
+COLUMNS = ["row", "precision", "compile", "train samples/s", "steady samples/s", "vs Trainer", "MFU", "step ms", "peak MB",
            "shapes", "compilations", "padding", "dev accuracy %"]
 
 
@@ -145,12 +147,15 @@ def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, s
 def cells(r: dict, trainer: dict[str, float], flops: dict[str, float]) -> list[str]:
     """One row's table cells (blank where the row has no such figure)."""
     sps, precision = r.get("train_samples_per_s"), r.get("precision", "")
+    steady = r.get("steady_samples_per_s") or sps
     mfu = r.get("mfu")
-    if mfu is None and sps and r.get("non_embedding_params") and flops.get(precision):
-        mfu = 6 * r["non_embedding_params"] * sps * r.get("train_positions_per_example", 0) / flops[precision]
+    if mfu is None and steady and r.get("non_embedding_params") and flops.get(precision):
+        # real tokens only: padding is work the model does but not work it needs
+        mfu = 6 * r["non_embedding_params"] * steady * r.get("train_tokens_per_example", 0) / flops[precision]
     vs = f"{sps / trainer[precision]:.2f}x" if sps and trainer.get(precision) and r["row"] == "toolkit" else ""
     return [r["row"], {"no": "fp32"}.get(precision, precision), str(r.get("compile", "")),
-            f"{sps:.1f}" if sps else "", vs, f"{100 * mfu:.1f}%" if mfu else "",
+            f"{sps:.1f}" if sps else "", f"{r['steady_samples_per_s']:.1f}" if r.get("steady_samples_per_s") else "",
+            vs, f"{100 * mfu:.1f}%" if mfu else "",
             f"{1000 * r['step_s']:.1f}" if r.get("step_s") else "",
             f"{r['peak_mb']:.0f}" if r.get("peak_mb") else "", str(r.get("train_shapes", "")),
             str(r.get("compiled_graphs", "")),

@@ -128,7 +128,8 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
     metrics = train.run(recipes.RunPlan(recipe), out)
     training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
     counts = {**training[-1].per_example(), "compiled_graphs": compiling.graph_count() - graphs} if training else {}
-    evals = [e for e in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "eval_runtime_s" in e]
+    logged = list(map(json.loads, (out / "log.jsonl").read_text().splitlines()))
+    evals = [e for e in logged if "eval_runtime_s" in e]
     n_eval = len(glue_task(args).load()["eval"][""])
     return {"row": "a", "tool": "toolkit", "method": method, "padding": "dynamic", "precision": args.precision,
             "compile": recipe.train.compile, **speed_settings(args),
@@ -136,7 +137,20 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
             "train_samples_per_s": metrics["train_samples_per_second"],
             "eval_samples_per_s": n_eval / evals[-1]["eval_runtime_s"], "eval_examples": n_eval,
             "peak_mb": metrics["peak_memory_mb"], "accuracy": metrics["eval"]["accuracy"],
-            "trainable": metrics["trainable_params"], "steps": metrics["train_steps"], **counts}
+            "trainable": metrics["trainable_params"], "steps": metrics["train_steps"],
+            "steady_samples_per_s": steady_rate(logged, args.batch_size), **counts}
+
+
+def steady_rate(logged: list[dict], batch: int) -> float | None:
+    """Train samples/s between the logged step nearest a fifth of the run and the last one: the
+    rate once compilation and warm-up are over (train_samples_per_second counts them)."""
+    points = [(e["step"] * batch, e["step"] * batch / e["samples_per_second"])
+              for e in logged if e.get("samples_per_second")]
+    if len(points) < 3:
+        return None
+    first = points[max(1, len(points) // 5)]
+    samples, seconds = points[-1][0] - first[0], points[-1][1] - first[1]
+    return samples / seconds if seconds > 0 else None
 
 
 def padded_encode(task: Glue, dataset: Any, tokenizer: Any, max_length: int) -> Any:
