@@ -220,9 +220,9 @@ class Loop:
         units, samples = self._counts(group)
         loss_t = self._backward(group, units)
         norm_t = self._clip_grads()
-        finite_norm = torch.isfinite(norm_t) if norm_t is not None else torch.ones((), dtype=torch.bool, device=loss_t.device)
-        ok = torch.isfinite(loss_t) & finite_norm
-        norm_t = norm_t if norm_t is not None else torch.zeros((), device=loss_t.device)
+        if norm_t is None:  # not clipped: the loss alone says whether the step is finite
+            norm_t = torch.zeros((), device=loss_t.device)
+        ok = torch.isfinite(loss_t) & torch.isfinite(norm_t)
         if self.host_checked:
             self._host_step(loss_t, norm_t, samples, ok)
             return
