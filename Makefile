@@ -36,7 +36,10 @@ DRY_RUN      = $(findstring --dry-run,$(ARGS))$(findstring --estimate,$(ARGS))
 comma       := ,
 space       := $(subst ,, )
 
-.PHONY: install lock test-latest test-next test-oldest test demo run glue compare chain bench parity attention validate smoke clean
+GPU_PY      ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_SITE    ?= /tmp/site
+
+.PHONY: install lock test-latest test-next test-oldest test demo run glue compare chain bench gpu-check parity attention validate smoke clean
 
 install:  ## .venv with exactly the versions in requirements.lock, the package (editable) and its test tools
 	rm -rf toolkit.egg-info  # an older build's metadata would shadow this one's
@@ -115,6 +118,13 @@ chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARG
 
 bench:  ## toolkit vs Trainer, matmul/MFU, LoRA vs full, start-up: Markdown tables [BENCH_ARGS="--sections trainer --json bench.json"]
 	$(BIN)/python benchmarks/bench $(BENCH_ARGS)
+
+gpu-check:  ## GPU speed (issue 35): one table + gpu-check.json [ARGS=--suite: the suite here; --smoke: on a CPU]; docs/gpu.md
+	@if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+	  --target $(GPU_SITE) .whl/*.whl || exit 1; fi
+	$(if $(wildcard .gpu/shared),TOOLKIT_DATA=$(CURDIR)/.gpu/shared/data TOOLKIT_TOKENIZERS=$(CURDIR)/.gpu/shared/tokenizers) \
+	  PYTHONPATH=$(if $(wildcard .whl),$(GPU_SITE):)$(CURDIR) PYTHONUNBUFFERED=1 \
+	  $(GPU_PY) benchmarks/gpu_check.py $(if $(wildcard .gpu/minilm),--minilm .gpu/minilm) $(ARGS)
 
 parity:  ## a task type against transformers' own pipeline: TASK=qa|qa2|summarization|translation|mlm|clm|gpt2|objectives|icl [PARITY_ARGS="--seeds 42,43,44 --together" or "--smoke"]
 	$(BIN)/python benchmarks/parity $(if $(filter command line environment,$(origin TASK)),$(TASK),qa) $(PARITY_ARGS)

@@ -61,7 +61,9 @@ def test_counting_collator_counts_positions_and_real_tokens(tiny_checkpoint) -> 
     batch = counting([data[i] for i in range(8)])
     real = sum(len(data[i]["input_ids"]) for i in range(8))
     assert counting.per_example() == {"train_positions_per_example": batch["input_ids"].numel() / 8,
-                                      "train_tokens_per_example": real / 8}
+                                      "train_tokens_per_example": real / 8,
+                                      "padding_overhead": batch["input_ids"].numel() / real - 1.0,
+                                      "train_shapes": 1}
     assert not counting.training
     counting.use_epoch(0)  # what the toolkit's loop calls on its training collator
     assert counting.training

@@ -104,7 +104,83 @@ def eval_loaders(recipe: Recipe, setup: Any) -> tuple[dict[str, DataLoader], dic
 
 
 
-def train_loaders(recipe: Recipe, setup: Any, processes: int = 1) -> tuple[DataLoader | None, EpochBatches | None, dict, dict]:
+# How each sequence a collator may return is padded: (key, value); a collator's own padding.
+PAD_VALUES = {"input_ids": None, "decoder_input_ids": None, "attention_mask": 0, "decoder_attention_mask": 0,
+              "token_type_ids": 0, "special_tokens_mask": 1, "labels": -100, "offsets": -1}
+
+
+def bucket_length(length: int, multiple: int, buckets: list[int], limit: int | None = None) -> int:
+    """The padded length of a batch whose longest member has `length` tokens: the smallest of
+    `buckets` that holds it, else the next multiple of `multiple`; never past `limit` (the task's
+    max_length) when the batch itself fits in it."""
+    fits = [b for b in sorted(buckets) if b >= length]
+    padded = fits[0] if fits else math.ceil(length / multiple) * multiple
+    return min(padded, limit) if limit and length <= limit else padded
+
+
+def bucket_count(max_length: int, multiple: int, buckets: list[int]) -> int:
+    """How many distinct lengths `bucket_length` gives for lengths 1..max_length."""
+    return len({bucket_length(n, multiple, buckets, max_length) for n in range(1, max_length + 1)})
+
+
+class BucketPadding:
+    """A collator's batches padded further, to a few lengths only (train.pad_multiple,
+    train.length_buckets), so that an epoch has a handful of (batch, length) shapes: a compiled
+    step is compiled (and on CUDA, graph-captured) once per shape. The extra positions are
+    masked out exactly as the collator's own padding is (attention mask 0, labels -100), so
+    each example's loss is what it was. Each sequence is padded to the bucket of its own length:
+    an encoder-decoder's targets get their own bucket."""
+
+    def __init__(self, collate: Any, pad_id: int, multiple: int, buckets: list[int],
+                 limit: int | None = None) -> None:
+        self.collate, self.pad_id, self.multiple, self.buckets, self.limit = collate, pad_id, multiple, buckets, limit
+
+    def __getattr__(self, name: str) -> Any:  # use_epoch and the like reach the task's collator
+        if "collate" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["collate"], name)
+
+    def __call__(self, features: list[dict]) -> dict:
+        batch = self.collate(features)
+        width = batch["input_ids"].shape[1] if isinstance(batch.get("input_ids"), torch.Tensor) else None
+        for key, tensor in list(batch.items()):
+            if not isinstance(tensor, torch.Tensor) or tensor.ndim < 2 or key not in PAD_VALUES:
+                continue
+            if key == "labels" and tensor.is_floating_point():  # per-example targets, not a sequence
+                continue
+            length = tensor.shape[1]
+            extra = bucket_length(length, self.multiple, self.buckets, self.limit) - length
+            if extra > 0:
+                value = self.pad_id if PAD_VALUES[key] is None else PAD_VALUES[key]
+                fill = tensor.new_full((tensor.shape[0], extra, *tensor.shape[2:]), value)
+                batch[key] = torch.cat([tensor, fill], dim=1)  # (b, bucket, ...)
+        if isinstance(batch.get("logits_to_keep"), int) and width is not None:
+            # counted from the end: the padding adds positions there; rounded up to a bucket so
+            # that it takes a few values only (more kept positions are prompt ones, labels -100)
+            padded = batch["input_ids"].shape[1]
+            keep = batch["logits_to_keep"] + padded - width
+            batch["logits_to_keep"] = min(padded, bucket_length(keep, self.multiple, self.buckets))
+        return batch
+
+
+def pad_multiple(recipe: Recipe, compiled: bool) -> int:
+    """train.pad_multiple as set; unset: 32 where the step is compiled (few shapes, few
+    compilations), else 1 (each batch as long as its longest member)."""
+    if recipe.train.pad_multiple is not None:
+        return recipe.train.pad_multiple
+    return 32 if compiled else 1
+
+
+def bucketed(collate: Any, recipe: Recipe, tokenizer: Any, compiled: bool) -> Any:
+    """The training collator, with bucket padding where the recipe (or compilation) asks for it."""
+    multiple, buckets = pad_multiple(recipe, compiled), recipe.train.length_buckets
+    if multiple == 1 and not buckets:
+        return collate
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return BucketPadding(collate, pad_id, multiple, buckets, getattr(recipe.task, "max_length", None))
+
+
+def train_loaders(recipe: Recipe, setup: Any, processes: int = 1, compiled: bool = False) -> tuple[DataLoader | None, EpochBatches | None, dict, dict]:
     """(train loader, its sampler, eval loaders, eval orders), all unprepared."""
     collate = setup.task.collator(setup.tokenizer, setup.model)
     evals, orders = eval_loaders(recipe, setup)
@@ -115,6 +191,8 @@ def train_loaders(recipe: Recipe, setup: Any, processes: int = 1) -> tuple[DataL
     sampler = EpochBatches(lengths, recipe.train.batch_size, recipe.train.seed, recipe.train.group_by_length, step)
     # Its own generator: a DataLoader draws a base seed from the global RNG at every iter(),
     # which would shift dropout masks between a resumed and an uninterrupted run.
-    loader = DataLoader(setup.train, batch_sampler=sampler, collate_fn=collate,
-                        generator=torch.Generator().manual_seed(recipe.train.seed))
+    # pinned memory: accelerate's non-blocking copy to a GPU then waits for nothing on the host
+    loader = DataLoader(setup.train, batch_sampler=sampler, collate_fn=bucketed(collate, recipe, setup.tokenizer, compiled),
+                        generator=torch.Generator().manual_seed(recipe.train.seed),
+                        pin_memory=torch.cuda.is_available())
     return loader, sampler, evals, orders

@@ -57,6 +57,11 @@ class TrainConfig:
     seed: int = field(default=42, metadata={"min": 0, "max": 2**32 - 1})
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
     group_by_length: bool = True  # batches of similar length, in random order (train.EpochBatches)
+    # few shapes (docs/gpu.md): a training batch pads to the smallest of length_buckets that holds
+    # it, else to a multiple of pad_multiple; unset: 32 when the step is compiled, else 1 (none)
+    pad_multiple: int | None = field(default=None, metadata=_min(1))
+    length_buckets: list[int] = field(default_factory=list, metadata=_min(1))
+    compile: bool | Literal["auto"] = "auto"  # torch.compile the step; auto: on a CUDA GPU only
     eval_every: int = field(default=0, metadata=_min(0))  # optimizer steps; 0 = end of each epoch
     log_every: int = field(default=10, metadata=_min(1))
     keep_best: bool = True  # the final model is the best evaluated one

@@ -21,17 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DataLoaderConfiguration
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from toolkit import attention, checkpoints, dropout, evaluation, models, run_metrics, runs, sharding, tracking
+from toolkit import attention, checkpoints, compiling, dropout, evaluation, models, run_metrics, runs, sharding, tracking
 from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, train_loaders
 from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
 from toolkit.errors import Interrupted, UserError
+from toolkit.methods import Method
 from toolkit.recipe import Recipe, RunPlan, dump
 from toolkit.setup import Setup, build
+from toolkit.tally import Reading, Tally, clear_skip, skip_unless
 
 # Names that tests and earlier callers reach here; they live in the modules above.
 _peak_memory_mb, _proc_status_mb = peak_memory_mb, proc_status_mb
@@ -66,7 +68,10 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
     # process per optimizer step; total_steps here already counts optimizer steps of the global batch.
     accelerator = Accelerator(mixed_precision=recipe.train.mixed_precision, cpu=not torch.cuda.is_available(),
                               step_scheduler_with_optimizer=False, log_with=recipe.train.report_to or None,
-                              project_dir=tracking.project_dir(out))
+                              project_dir=tracking.project_dir(out),
+                              # from pinned memory (batching.train_loaders): the copy to a GPU does
+                              # not make the host wait for the step before it
+                              dataloader_config=DataLoaderConfiguration(non_blocking=torch.cuda.is_available()))
     sharding.enable(accelerator, recipe)  # FSDP on CPU processes, which accelerate leaves off
     check_strategy(accelerator.distributed_type.value)
     reset_peak_memory(accelerator.device)  # a sweep runs many recipes in one process
@@ -90,8 +95,10 @@ class Loop:
     def __init__(self, recipe: Recipe, setup: Setup, accelerator: Accelerator, out: Path) -> None:
         self.recipe, self.setup, self.acc, self.out = recipe, setup, accelerator, out
         self.cfg, self.method = recipe.train, recipe.method
-        train_loader, self.sampler, evals, self.eval_orders = train_loaders(recipe, setup, accelerator.num_processes)
-        if self.cfg.fast_dropout:
+        self.compiled = self._compiles(accelerator.device)
+        train_loader, self.sampler, evals, self.eval_orders = train_loaders(recipe, setup, accelerator.num_processes,
+                                                                            self.compiled)
+        if self.cfg.fast_dropout and not self.compiled:  # compiled, dropout fuses into the graph
             dropout.install(setup.model, accelerator.device)  # before prepare: DDP wraps the same modules
         optimizer = _optimizer(setup.model, recipe)
         self.steps_per_epoch, self.total_steps = self.cfg.optimizer_steps(len(setup.train), accelerator.num_processes)
@@ -107,10 +114,31 @@ class Loop:
             accelerator.register_for_checkpointing(MethodState(self.method, self.unwrapped))
         self.evals = dict(zip(evals, prepared[4:]))
         self.state = State()
+        self.tally = Tally(accelerator.device)
+        # fp16's loss scaler decides on the host; a method's after_step must not see a skipped step
+        self.host_checked = accelerator.scaler is not None or type(self.method).after_step is not Method.after_step
+        self.forward_loss = self._forward_loss
+        if self.compiled:  # a wrapper: evaluation calls self.model, which stays eager
+            self.forward_loss = compiling.compile_step(self._forward_loss, accelerator.device)
         self.metric = setup.task.declaration(self.cfg.metric or setup.task.main_metric())
+
+    def _compiles(self, device: torch.device) -> bool:
+        """train.compile resolved here; a method left eager says so in one line."""
+        if not compiling.wanted(self.cfg.compile, device):
+            return False
+        reason = compiling.eager_reason(self.method.name, self.recipe.model.attention)
+        if reason:
+            tqdm.write(f"train.compile: the step runs eager: {reason}")
+        return reason is None
+
+    def _forward_loss(self, batch: dict) -> torch.Tensor:
+        """The summed loss of one micro-batch (the part `train.compile` compiles)."""
+        task = self.setup.task
+        return task.loss(self.model(**task.model_inputs(batch)), batch).sum()
 
     # --- checkpoints -------------------------------------------------------------------------
     def save(self) -> None:
+        self._read()  # never a checkpoint past a non-finite step the limit refuses
         keep = self.state.best_step if self.cfg.keep_best else None
         checkpoints.save(self.acc, self.out, self.state, self.cfg.save_total_limit, keep)
 
@@ -143,6 +171,7 @@ class Loop:
             bar.close()
             raise Interrupted(step=self.state.step, total=self.total_steps) from None
         bar.close()
+        self._read()
         if stop_after and self.state.step >= stop_after and self.state.step < self.total_steps:
             self.save()  # a simulated interruption: checkpoint and leave the run unfinished
             return None
@@ -164,13 +193,12 @@ class Loop:
                 break
             self.state.batch_in_epoch += len(group)
             before = self.state.step
-            loss = self.step(group)
+            self.step(group)
             self.state.train_time += time.perf_counter() - start
-            if self.state.step == before:  # a skipped non-finite batch: no step was taken
+            if self.state.step == before:  # a non-finite batch skipped on the host: no step taken
                 continue
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{self.scheduler.get_last_lr()[0]:.2e}")
-            if self._after_step(loss) or self._stopping(stop_after):
+            if self._after_step(bar) or self._stopping(stop_after):
                 return True
         else:  # max steps reached: inside the epoch, or with its last batch (the epoch is whole)
             if self.state.batch_in_epoch < len(self.loader):
@@ -185,69 +213,139 @@ class Loop:
         early = self.cfg.early_stopping_patience and self.state.bad_evals >= self.cfg.early_stopping_patience
         return bool(early) or bool(stop_after and self.state.step >= stop_after)
 
-    def step(self, group: list[dict]) -> float:
-        """One optimizer step over k micro-batches; returns the step's mean loss (all processes)."""
+    # --- one step ----------------------------------------------------------------------------
+    def step(self, group: list[dict]) -> None:
+        """One optimizer step over k micro-batches. Nothing is read to the host: the loss, norm,
+        count and finite flag go to `self.tally`, read at the steps that log (`_read`); a
+        non-finite step is skipped on the device. fp16's loss scaler and a method's `after_step`
+        need the flag on the host, so they take `_host_step` (one read per step, as before)."""
+        units, samples = self._counts(group)
+        loss_t = self._backward(group, units)
+        norm_t = self._clip_grads()
+        if norm_t is None:  # not clipped: the loss alone says whether the step is finite
+            norm_t = torch.zeros((), device=loss_t.device)
+        ok = torch.isfinite(loss_t) & torch.isfinite(norm_t)
+        if self.host_checked:
+            self._host_step(loss_t, norm_t, samples, ok)
+            return
+        skip_unless(self.optimizer, ok)
+        self.optimizer.step()
+        clear_skip(self.optimizer)
+        self.scheduler.step()  # a skipped batch takes its step slot: the schedule moves on
+        self.state.step += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
+
+    def _counts(self, group: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss units, examples) of the step over all processes, in one all-reduce; on the
+        device (torch.full is a fill kernel, where torch.tensor would copy from the host)."""
         task = self.setup.task
-        # one all-reduce for both counts: loss units (normalisation) and examples (throughput)
+        n = float(sum(task.batch_size(b) for b in group))
         local = torch.stack([sum(task.units(b).sum() for b in group).float(),
-                             torch.tensor(float(sum(task.batch_size(b) for b in group)), device=self.acc.device)])
+                             torch.full((), n, device=self.acc.device)])
         units, samples = self.acc.reduce(local, reduction="sum")
+        return units, samples
+
+    def _backward(self, group: list[dict], units: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of every micro-batch; the step's mean loss over all processes."""
         scale = self.acc.num_processes / units.clamp(min=1)
         summed = torch.zeros((), device=self.acc.device)
         for i, batch in enumerate(group):
             sync = nullcontext() if i == len(group) - 1 else self.acc.no_sync(self.model)
             with sync:
-                loss_sum = task.loss(self.model(**task.model_inputs(batch)), batch).sum()
+                loss_sum = self._forward(batch)
                 extra = self.method.extra_loss(self.unwrapped)  # a per-step term: 1/k per micro-batch
                 self.acc.backward(loss_sum * scale + (extra / len(group) if extra is not None else 0.0))
             summed += loss_sum.detach()
-        loss_t = self.acc.reduce(summed, reduction="sum") / units
-        grad_norm = None
-        if self.cfg.max_grad_norm:  # clipping a non-finite gradient is harmless: the step is skipped
-            grad_norm = sharding.full(self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm),
-                                      self.acc.device)
-        # one host sync per step, for the three numbers the non-finite guard and the log need
-        norm_t = grad_norm if grad_norm is not None else torch.zeros((), device=loss_t.device)
-        loss, norm, n = torch.stack([loss_t.float(), norm_t.float(), samples.float()]).tolist()
+        return self.acc.reduce(summed, reduction="sum") / units
+
+    def _forward(self, batch: dict) -> torch.Tensor:
+        if not self.compiled:
+            return self.forward_loss(batch)
+        compiling.mark_step()
+        try:
+            return self.forward_loss(batch)
+        except Exception as error:  # noqa: BLE001 - a shape past the limit becomes one line
+            raise compiling.step_error(error) from None
+
+    def _clip_grads(self) -> torch.Tensor | None:
+        """The gradient norm before clipping (a device tensor), None where train.max_grad_norm is
+        off; clipping a non-finite gradient is harmless: the step is skipped."""
+        if not self.cfg.max_grad_norm:
+            return None
+        # a DTensor under FSDP2, a float under DeepSpeed: a plain device tensor either way
+        return sharding.full(self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm),
+                             self.acc.device)
+
+    def _skips_left(self) -> int:
+        return self.cfg.skip_nonfinite - self.state.skipped_nonfinite
+
+    def _host_step(self, loss_t: torch.Tensor, norm_t: torch.Tensor, samples: torch.Tensor,
+                   ok: torch.Tensor) -> None:
+        """The step with one host read: a skipped batch takes no step at all (no schedule step,
+        no `after_step` on its gradients), and fp16's loss scaler skips its own overflows."""
+        loss, norm = torch.stack([loss_t.float(), norm_t.float()]).tolist()
         if math.isfinite(loss) and not math.isfinite(norm) and self.acc.scaler is not None:
             # fp16: an overflowing gradient is the loss scaler's business; its step skips the
             # update and lowers the scale, as in Trainer. No optimizer step is counted.
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-            return loss
+            return
         if not math.isfinite(loss) or not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
-            return self._nonfinite(loss)
+            self._nonfinite(loss, "loss" if not math.isfinite(loss) else "gradient norm", self.state.step + 1)
+            return
         self.optimizer.step()
         self.scheduler.step()
         self.state.step += 1
         self.method.after_step(self.unwrapped, self.state.step)  # gradients still in place
         self.optimizer.zero_grad(set_to_none=True)
-        self.state.samples += int(n)
-        self._grad_norm = None if grad_norm is None else norm
-        return loss
+        self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
 
-    def _nonfinite(self, loss: float) -> float:
-        """Skip the batch while train.skip_nonfinite allows; else stop, keeping the last good
-        checkpoint (the run stays unfinished, so nothing NaN is saved or reported)."""
-        what = "loss" if not math.isfinite(loss) else "gradient norm"
-        if self.state.skipped_nonfinite < self.cfg.skip_nonfinite:
-            self.state.skipped_nonfinite += 1
-            tqdm.write(f"step {self.state.step + 1}: non-finite {what}; batch skipped "
+    def _nonfinite(self, loss: float, what: str, step: int, count: int = 1) -> None:
+        """Count skipped batches while train.skip_nonfinite allows; else stop, keeping the last
+        good checkpoint (the run stays unfinished, so nothing NaN is saved or reported)."""
+        allowed = min(count, self.cfg.skip_nonfinite - self.state.skipped_nonfinite)
+        if allowed > 0:
+            self.state.skipped_nonfinite += allowed
+            tqdm.write(f"step {step}: non-finite {what}; {allowed} batch{'es' * (allowed > 1)} skipped "
                        f"({self.state.skipped_nonfinite} of train.skip_nonfinite={self.cfg.skip_nonfinite})")
-            return float("nan")
-        raise UserError(f"step {self.state.step + 1}: the {what} is not finite ({loss}); stopped, "
-                        "keeping the last good checkpoint (lower train.lr, or allow "
-                        "train.skip_nonfinite: N)")
+        if allowed < count:
+            raise UserError(f"step {step}: the {what} is not finite ({loss}); stopped, "
+                            "keeping the last good checkpoint (lower train.lr, or allow "
+                            "train.skip_nonfinite: N)")
 
-    def _after_step(self, loss: float) -> bool:
+    def _read(self) -> Reading | None:
+        """Bring the tally to the host (on every process, at the same steps): samples and skips
+        into the state; stops the run, naming the step, if the skips went past the limit."""
+        if not self.tally.pending:
+            return None
+        r = self.tally.read()
+        self.state.samples += r.samples
+        if r.skipped:
+            left = self.cfg.skip_nonfinite - self.state.skipped_nonfinite
+            first = ("gradient norm" if r.first_norm else "loss", r.first_skip)
+            if not r.over_step:
+                self._nonfinite(r.loss, *first, count=r.skipped)
+            elif left > 0:  # the allowed skips before it, then the stop
+                self._nonfinite(r.loss, *first, count=left)
+            if r.over_step:
+                self._nonfinite(r.over_loss, "gradient norm" if r.over_norm else "loss", r.over_step)
+        return r
+
+    def _after_step(self, bar: tqdm) -> bool:
         """Log, evaluate on schedule; True when early stopping says stop."""
         s = self.state
-        if self.acc.is_main_process and (s.step % self.cfg.log_every == 0 or s.step == 1):
-            entry = {"step": s.step, "epoch": s.epoch, "loss": loss, "lr": self.scheduler.get_last_lr()[0],
-                     "grad_norm": self._grad_norm, "samples_per_second": s.samples / max(s.train_time, 1e-9)}
-            runs.append_log(self.out, entry)
-            tracking.log(self.acc, {"train": entry}, s.step)
+        if s.step % self.cfg.log_every == 0 or s.step == 1:
+            r = self._read()  # every process: a stop must stop them all
+            if self.acc.is_main_process and r is not None:
+                lr = self.scheduler.get_last_lr()[0]
+                entry = {"step": s.step, "epoch": s.epoch, "loss": r.loss, "lr": lr,
+                         "grad_norm": r.grad_norm if self.cfg.max_grad_norm else None,
+                         "samples_per_second": s.samples / max(s.train_time, 1e-9)}
+                runs.append_log(self.out, entry)
+                tracking.log(self.acc, {"train": entry}, s.step)
+                bar.set_postfix(loss=f"{r.loss:.4f}", lr=f"{lr:.2e}")
         if self.cfg.eval_every and s.step % self.cfg.eval_every == 0:
             self._eval_and_save()
             return self._stopping(None)
@@ -256,6 +354,7 @@ class Loop:
         return False
 
     def _eval_and_save(self) -> None:
+        self._read()  # a run past its non-finite limit stops before evaluating
         start = time.perf_counter()
         metrics = evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
                                       sink=self.setup.predictions, orders=self.eval_orders)

@@ -22,7 +22,8 @@ from bench.trainer import eval_row, section_methods, section_trainer, toolkit_ro
 def trainer_section_row(args: argparse.Namespace, kind: str, checkpoint: str) -> dict:
     """One row of the trainer (or methods) section, in this fresh process, after the warm-up."""
     with tempfile.TemporaryDirectory() as tmp:
-        warm_up(args, checkpoint, Path(tmp) / "warmup")
+        if args.warm_up:
+            warm_up(args, checkpoint, Path(tmp) / "warmup")
         if kind == "toolkit":
             return toolkit_row(args, checkpoint, Path(tmp) / "toolkit")
         if kind.startswith("method:"):
@@ -35,6 +36,10 @@ def trainer_section_row(args: argparse.Namespace, kind: str, checkpoint: str) ->
 def measure(args: argparse.Namespace) -> Any:
     """The row `--row` names, measured in this (fresh) process."""
     kind = args.row
+    if args.compile_backend:
+        from toolkit import compiling
+
+        compiling.BACKEND = args.compile_backend
     if kind.startswith("lora:"):
         return lora_row(args, kind.split(":", 1)[1])
     if kind == "matmul":
@@ -81,6 +86,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--group-by-length", action=argparse.BooleanOptionalAction, default=None,
                    help="the toolkit's train.group_by_length (default: the toolkit's default, true)")
     p.add_argument("--precision", choices=["no", "bf16", "fp16"], default="no")
+    p.add_argument("--compile", choices=["auto", "true", "false"], default=None,
+                   help="the toolkit's train.compile (default: the toolkit's default, auto)")
+    p.add_argument("--pad-multiple", type=int, default=None, help="the toolkit's train.pad_multiple")
+    p.add_argument("--length-buckets", default=None, help="the toolkit's train.length_buckets, e.g. 64,128")
+    p.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
+                   help="the untimed short toolkit run before each trainer row (--no-warm-up: gpu_check --smoke)")
+    p.add_argument("--compile-backend", default=None,
+                   help="torch.compile backend of compiled rows (default inductor; aot_eager for CPU smoke runs)")
     p.add_argument("--attention", default="sdpa")
     p.add_argument("--matmul-size", type=int, default=None, help="n of the matmul (default 2048 CPU, 8192 CUDA)")
     p.add_argument("--cpu-bf16-size", type=int, default=512, help="n of the bf16 matmul on CPU")
@@ -91,6 +104,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-batch-size", dest="lora_batch", type=int, default=None, help="default 8 CPU, 32 CUDA")
     p.add_argument("--lora-length", type=int, default=128)
     p.add_argument("--lora-steps", type=int, default=3)
+    p.add_argument("--lora-model", choices=["roberta-base", "tiny"], default="roberta-base",
+                   help="the LoRA section's random model (tiny: gpu_check --smoke)")
     p.add_argument("--lora-repeats", type=int, default=2, help="processes per LoRA-section row, alternating")
     p.add_argument("--startup-repeats", type=int, default=3)
     p.add_argument("--methods", nargs="*", default=list(METHODS), help="the methods section's methods")

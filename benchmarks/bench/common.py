@@ -106,22 +106,27 @@ def build_checkpoint(size: str, folder: Path) -> str:
     return str(folder)
 
 
-def roberta_base_random(num_labels: int = 2) -> tuple[torch.nn.Module, Any]:
+# gpu_check --smoke's LoRA rows: the same code on a 2-layer, width-32 model
+ROBERTA_TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                    max_position_embeddings=514, type_vocab_size=1)
+
+
+def roberta_base_random(num_labels: int = 2, shape: dict | None = None) -> tuple[torch.nn.Module, Any]:
     """roberta-base's shape (768 wide, 12 layers, 12 heads, 3072 FFN) with random weights, built
     from a config and the real roberta-base tokenizer; seeded, so every row builds the same model."""
     from transformers import AutoTokenizer, RobertaForSequenceClassification
 
     tok = AutoTokenizer.from_pretrained(models.tokenizer_dir() / "roberta-base")
     torch.manual_seed(0)
-    return RobertaForSequenceClassification(roberta_base_config(tok, num_labels)), tok
+    return RobertaForSequenceClassification(roberta_base_config(tok, num_labels, shape)), tok
 
 
-def roberta_base_config(tok: Any, num_labels: int = 2) -> Any:
+def roberta_base_config(tok: Any, num_labels: int = 2, shape: dict | None = None) -> Any:
     """roberta-base's config, its vocabulary and special tokens taken from the tokenizer."""
     from transformers import RobertaConfig
 
     return RobertaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                         eos_token_id=tok.eos_token_id, num_labels=num_labels, **ROBERTA_BASE)
+                         eos_token_id=tok.eos_token_id, num_labels=num_labels, **(shape or ROBERTA_BASE))
 
 
 def embedding_params(model: torch.nn.Module) -> int:

@@ -54,8 +54,8 @@ def lever_row(args: argparse.Namespace, checkpoint: str, out: Path, lever: str) 
 
         built = train.train_loaders
 
-        def with_worker(recipe: Any, setup: Any, processes: int = 1) -> tuple:
-            loader, sampler, evals, orders = built(recipe, setup, processes)
+        def with_worker(recipe: Any, setup: Any, processes: int = 1, compiled: bool = False) -> tuple:
+            loader, sampler, evals, orders = built(recipe, setup, processes, compiled)
             if loader is not None:
                 loader = DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, collate_fn=loader.collate_fn,
                                     generator=loader.generator, num_workers=1, persistent_workers=True,

@@ -9,7 +9,7 @@ import torch
 
 from toolkit import models
 
-from bench.common import (METHODS, cuda, current_memory_mb, device, random_batch, ratio,
+from bench.common import (METHODS, ROBERTA_TINY, cuda, current_memory_mb, device, random_batch, ratio,
                           roberta_base_random, run_row, table, time_training_steps)
 
 
@@ -22,7 +22,7 @@ def lora_row(args: argparse.Namespace, method: str) -> dict:
     activations kept for backward."""
     from toolkit.methods import METHODS as REGISTRY, Context
 
-    model, tok = roberta_base_random()
+    model, tok = roberta_base_random(shape=ROBERTA_TINY if getattr(args, "lora_model", None) == "tiny" else None)
     ctx = Context(family="roberta", head_names=models.head_names(model), peft_task_type="SEQ_CLS", tokenizer=tok)
     model = REGISTRY.get(method)(**METHODS[method]).apply(model, ctx)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

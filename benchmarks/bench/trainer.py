@@ -37,10 +37,12 @@ class CountingCollator:
     def __init__(self, collate: Callable) -> None:
         self.collate, self.training = collate, False
         self.examples = self.positions = self.tokens = 0
+        self.shapes: set[tuple[int, ...]] = set()
 
     def __call__(self, features: list) -> Any:
         batch = self.collate(features)
         ids = batch["input_ids"]
+        self.shapes.add(tuple(ids.shape))
         self.examples += ids.shape[0]
         self.positions += ids.numel()
         self.tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else ids.numel()
@@ -52,19 +54,28 @@ class CountingCollator:
 
     def per_example(self) -> dict:
         n = max(self.examples, 1)
-        return {"train_positions_per_example": self.positions / n, "train_tokens_per_example": self.tokens / n}
+        return {"train_positions_per_example": self.positions / n, "train_tokens_per_example": self.tokens / n,
+                "padding_overhead": self.positions / max(self.tokens, 1) - 1.0, "train_shapes": len(self.shapes)}
 
 
 def count_toolkit_collators() -> list[CountingCollator]:
-    """Wrap every collator the GLUE task builds from now on (in this process) in a CountingCollator."""
+    """Wrap every collator the GLUE task builds from now on (in this process) in a CountingCollator,
+    and the training collator once more outside the loop's bucket padding (what the model is fed):
+    the last one made that the loop calls `use_epoch` on is that one."""
+    from toolkit import batching
+
     made: list[CountingCollator] = []
-    original = Glue.collator
+    original, bucketed = Glue.collator, batching.bucketed
 
     def collator(self: Glue, tokenizer: Any, model: Any = None) -> CountingCollator:
         made.append(CountingCollator(original(self, tokenizer, model)))
         return made[-1]
 
-    Glue.collator = collator
+    def fed_collator(*args: Any, **kwargs: Any) -> CountingCollator:
+        made.append(CountingCollator(bucketed(*args, **kwargs)))
+        return made[-1]
+
+    Glue.collator, batching.bucketed = collator, fed_collator
     return made
 
 
@@ -86,8 +97,22 @@ def toolkit_recipe(args: argparse.Namespace, checkpoint: str, method: str = "ful
                      "mixed_precision": args.precision, "keep_best": False, "eval_every": 0}}
     if args.group_by_length is not None:  # else the toolkit's default
         raw["train"]["group_by_length"] = args.group_by_length
+    for key, value in speed_settings(args).items():
+        raw["train"][key] = value
     raw["train"].update(train_overrides or {})
     return recipes.parse(raw, name=f"bench/{method}")
+
+
+def speed_settings(args: argparse.Namespace) -> dict:
+    """The toolkit's few-shapes and compile settings the bench was given (else its defaults)."""
+    out: dict[str, Any] = {}
+    if getattr(args, "compile", None) is not None:
+        out["compile"] = {"true": True, "false": False}.get(args.compile, args.compile)
+    if getattr(args, "pad_multiple", None) is not None:
+        out["pad_multiple"] = args.pad_multiple
+    if getattr(args, "length_buckets", None):
+        out["length_buckets"] = [int(v) for v in str(args.length_buckets).split(",")]
+    return out
 
 
 def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: str = "full",
@@ -95,19 +120,37 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
     """Row (a): `train.run`, the same function `toolkit run` calls. Train samples/s is the
     toolkit's own (examples / summed step time, batch fetching included); eval samples/s is dev
     examples / the `eval_runtime_s` that `_eval_and_save` logs to log.jsonl."""
+    from toolkit import compiling
+
     recipe = toolkit_recipe(args, checkpoint, method, train_overrides)
     collators = count_toolkit_collators()
+    graphs = compiling.graph_count()
     metrics = train.run(recipes.RunPlan(recipe), out)
     training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
-    counts = training[0].per_example() if len(training) == 1 else {}
-    evals = [e for e in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "eval_runtime_s" in e]
+    counts = {**training[-1].per_example(), "compiled_graphs": compiling.graph_count() - graphs} if training else {}
+    logged = list(map(json.loads, (out / "log.jsonl").read_text().splitlines()))
+    evals = [e for e in logged if "eval_runtime_s" in e]
     n_eval = len(glue_task(args).load()["eval"][""])
-    return {"row": "a", "tool": "toolkit", "method": method, "padding": "dynamic",
+    return {"row": "a", "tool": "toolkit", "method": method, "padding": "dynamic", "precision": args.precision,
+            "compile": recipe.train.compile, **speed_settings(args),
             "train_batch": args.batch_size, "eval_batch": train.eval_batch_size(recipe),
             "train_samples_per_s": metrics["train_samples_per_second"],
             "eval_samples_per_s": n_eval / evals[-1]["eval_runtime_s"], "eval_examples": n_eval,
             "peak_mb": metrics["peak_memory_mb"], "accuracy": metrics["eval"]["accuracy"],
-            "trainable": metrics["trainable_params"], "steps": metrics["train_steps"], **counts}
+            "trainable": metrics["trainable_params"], "steps": metrics["train_steps"],
+            "steady_samples_per_s": steady_rate(logged, args.batch_size), **counts}
+
+
+def steady_rate(logged: list[dict], batch: int) -> float | None:
+    """Train samples/s between the logged step nearest a fifth of the run and the last one: the
+    rate once compilation and warm-up are over (train_samples_per_second counts them)."""
+    points = [(e["step"] * batch, e["step"] * batch / e["samples_per_second"])
+              for e in logged if e.get("samples_per_second")]
+    if len(points) < 3:
+        return None
+    first = points[max(1, len(points) // 5)]
+    samples, seconds = points[-1][0] - first[0], points[-1][1] - first[1]
+    return samples / seconds if seconds > 0 else None
 
 
 def padded_encode(task: Glue, dataset: Any, tokenizer: Any, max_length: int) -> Any:
@@ -246,10 +289,12 @@ def warm_up(args: argparse.Namespace, checkpoint: str, folder: Path) -> None:
 
 
 def fed(row: dict) -> str:
-    """Mean positions per training example (padded width) and, in brackets, real tokens."""
+    """Mean positions per training example (padded width) and, in brackets, real tokens; then
+    the padded-token overhead (positions over real tokens, less 1)."""
     if "train_positions_per_example" not in row:
         return "n/a"
-    return f"{row['train_positions_per_example']:.1f} ({row['train_tokens_per_example']:.1f})"
+    return (f"{row['train_positions_per_example']:.1f} ({row['train_tokens_per_example']:.1f}), "
+            f"+{100 * row['padding_overhead']:.0f}% padding")
 
 
 def trainer_table(args: argparse.Namespace, rows: list[dict]) -> str:

@@ -127,7 +127,9 @@ def key_padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset: i
     from transformers.masking_utils import prepare_padding_mask
 
     padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
-    if padding is None or bool(padding.all()):
+    # no mask where nothing is padded: a host read, skipped while compiling (train.compile), where
+    # an all-true mask gives the same result and the read would break the graph
+    if padding is None or (not torch.compiler.is_compiling() and bool(padding.all())):
         return None
     return padding[:, None, None, :].bool()  # (b, 1, 1, kv)
 

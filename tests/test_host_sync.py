@@ -1,0 +1,114 @@
+"""No host read in a training step that does not log (issue 35, part 3).
+
+A read of a device tensor to the host (`.item()`, `.tolist()`, `bool(t)`, `float(t)`, `int(t)`,
+`.cpu()`, `.numpy()`, `.to("cpu")`) makes the host wait for the GPU: a step with none of them lets
+the GPU run ahead and CUDA graphs replay back to back. On the CPU every tensor is on the host, so
+the test counts the calls themselves (each would be a device-to-host copy on a GPU) with a
+TorchFunctionMode around every `Loop.step` and every `Loop._after_step`.
+
+Two reads are not the loop's and are left out, each for a reason that holds on a GPU:
+- toolkit/dropout.py runs on a CPU only (train.fast_dropout; on a GPU torch's dropout runs), so
+  the recipe turns it off;
+- transformers' eager attention-mask builder asks whether the mask is all ones
+  (`masking_utils._ignore_*_mask_sdpa`), one read per forward; under `train.compile` (on CUDA by
+  default) it is skipped while tracing, so the compiled step has none.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from conftest import write_recipe
+
+READS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu", "numpy"}
+
+RECIPE = """model: {{checkpoint: {checkpoint}}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 40, max_eval_samples: 8}}
+method: {method}
+train: {{max_steps: 8, lr: 1.0e-3, batch_size: 2, log_every: 4, seed: 3, max_grad_norm: 1.0, fast_dropout: false}}
+"""
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the torch calls that bring a tensor's value to the host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in READS or (name == "to" and self._to_host(args, kwargs)):
+            caller = sys._getframe(1).f_code.co_filename
+            if not caller.endswith(os.path.join("transformers", "masking_utils.py")):
+                self.reads.append(f"{name} ({caller.rsplit(os.sep, 2)[-1]}:{sys._getframe(1).f_lineno})")
+        return func(*args, **kwargs)
+
+    @staticmethod
+    def _to_host(args: tuple, kwargs: dict) -> bool:
+        """`t.to("cpu")` of a tensor that is elsewhere (always False on a CPU: nothing moves)."""
+        tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        targets = list(args[1:]) + [kwargs.get("device")]
+        return tensor is not None and tensor.device.type != "cpu" and any(
+            str(t) == "cpu" or (isinstance(t, torch.device) and t.type == "cpu") for t in targets)
+
+
+@pytest.mark.parametrize("method", ["{name: full}", "{name: lora, r: 4}", "{name: adapters}"])
+def test_a_step_that_does_not_log_reads_nothing_to_the_host(tmp_path: Path, cli, monkeypatch, tiny_checkpoint,
+                                                           method: str) -> None:
+    from toolkit import train
+
+    per_step: dict[int, list[str]] = {}
+
+    def counted(original):
+        def wrapper(self, *args, **kwargs):
+            with HostReads() as mode:
+                result = original(self, *args, **kwargs)
+            per_step.setdefault(self.state.step, []).extend(mode.reads)
+            return result
+        return wrapper
+
+    monkeypatch.setattr(train.Loop, "step", counted(train.Loop.step))
+    monkeypatch.setattr(train.Loop, "_after_step", counted(train.Loop._after_step))
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method=method))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    assert sorted(per_step) == list(range(1, 9))
+    logging = {1, 4, 8}  # step 1, every log_every, and the last (evaluation and checkpoint)
+    quiet = {step: reads for step, reads in per_step.items() if step not in logging}
+    assert quiet == {step: [] for step in quiet}
+    assert all(per_step[step] for step in (1, 4)), per_step  # the counter sees the log steps' reads
+
+
+def test_a_nonfinite_step_is_skipped_on_the_device_and_named_at_the_next_read(tmp_path: Path, cli) -> None:
+    """Steps skipped on the device leave the weights finite; past train.skip_nonfinite the run
+    stops naming the step at which it went past, and no metrics.json is written."""
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: full}"))
+    code, out, err = cli("run", recipe, "--smoke", "train.lr=1.0e+12", "train.max_grad_norm=null",
+                         "train.skip_nonfinite=1", "--runs-dir", tmp_path / "runs")
+    stop = re.search(r"error: step (\d+): the loss is not finite \(nan\)", err)
+    skipped = re.search(r"step (\d+): non-finite loss; 1 batch skipped \(1 of train.skip_nonfinite=1\)", out + err)
+    assert code == 2 and stop and skipped, (out, err)
+    assert int(skipped.group(1)) < int(stop.group(1))  # read at the end of the run, named as it happened
+    assert not list((tmp_path / "runs").rglob("metrics.json"))
+
+
+def test_the_tally_names_the_step_past_the_limit() -> None:
+    from toolkit.tally import Tally
+
+    tally = Tally(torch.device("cpu"))
+    nan, one = torch.tensor(float("nan")), torch.tensor(1.0)
+    for step, loss in enumerate([one, nan, one, nan, nan], start=1):
+        ok = torch.isfinite(loss)
+        tally.add(step, loss, one, torch.tensor(4.0), ok, allowed=1)
+    r = tally.read()
+    assert (r.samples, r.skipped, r.over_step, r.over_norm) == (8, 3, 4, False)
+    assert tally.read().skipped == 0  # the sums restart after a read

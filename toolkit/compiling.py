@@ -1,0 +1,105 @@
+"""train.compile: the training step's forward and loss (and so, through AOT autograd, its
+backward) compiled with torch.compile.
+
+Why: on a GPU a fine-tuning step of a base-size model is launch-bound (hundreds of small kernels,
+each launched from Python). Compiled, the kernels fuse; on CUDA, `mode="reduce-overhead"` also
+records each static shape as a CUDA graph that replays with a single launch. Shapes are static
+because the training batches are padded to a few lengths (batching.BucketPadding), so the step
+compiles once per (batch, length) shape (`dynamic=False`), and the recompile limit is raised to
+the bucket count so that no shape silently falls back to eager.
+
+The optimizer is fused AdamW (one multi-tensor kernel, no Python loop over parameters), which is
+what a compiled optimizer step would give; it stays outside the graph because its learning rate
+changes every step (a Python float there would recompile the step each time).
+
+`auto` compiles on CUDA and not on a CPU: on a CPU the step is compute-bound, Inductor's C++
+compilation takes minutes, and the toolkit's CPU dropout (toolkit/dropout.py) is already fused.
+What is left eager, and why, is said in one line (`EAGER`, `eager_reason`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from toolkit.errors import UserError
+
+# The backend torch.compile uses: None is Inductor (the default). The CPU tests set "aot_eager"
+# (the same graph capture, AOT autograd and recompile guards, run by eager kernels: seconds
+# where Inductor's C++ build of every graph takes minutes on 2 cores).
+BACKEND: str | None = None
+
+# Methods whose step is left eager, and why (one line each). Every other method compiles
+# (tests/test_compile.py walks the registry).
+EAGER = {
+    "adalora": "its after_step re-allocates ranks with host reads every step",
+    "dora": "PEFT's DoRA layer makes a call dynamo cannot trace (a graph break in every layer)",
+    "icl": "it does not train (it scores continuations in context; nothing is stepped)",
+}
+
+
+def wanted(setting: Any, device: torch.device) -> bool:
+    """train.compile resolved on this device: auto is on for CUDA only."""
+    if setting == "auto":
+        return device.type == "cuda"
+    return bool(setting)
+
+
+# Attention modules (toolkit/attention) whose step is left eager, and why; transformers' own
+# (eager, sdpa, flash) and every other toolkit module compile (tests/test_compile.py walks them).
+EAGER_ATTENTION = {
+    "performer": "it draws its random features from a torch.Generator made in the forward (opaque to dynamo)",
+}
+
+
+def eager_reason(method: str, attention: Any = None) -> str | None:
+    """Why a step with this method and attention module is not compiled; None where it is."""
+    name = getattr(attention, "name", attention)
+    if method in EAGER:
+        return f"method {method}: {EAGER[method]}"
+    if isinstance(name, str) and name in EAGER_ATTENTION:
+        return f"attention {name}: {EAGER_ATTENTION[name]}"
+    return None
+
+
+SHAPE_LIMIT = 64  # compiled shapes of one step; past it the run stops (never eager in silence)
+
+
+def compile_step(fn: Callable, device: torch.device, fullgraph: bool = False) -> Callable:
+    """`fn` (one micro-batch -> its summed loss) compiled for static shapes. Dynamo would run a
+    shape past its recompile limit eager without a word: here it raises instead (`step_error`)."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "accumulated_recompile_limit"):
+        setattr(config, name, max(getattr(config, name), SHAPE_LIMIT))
+    config.fail_on_recompile_limit_hit = True
+    mode = "reduce-overhead" if device.type == "cuda" and BACKEND is None else None
+    kwargs: dict[str, Any] = {"dynamic": False, "fullgraph": fullgraph}
+    if BACKEND is not None:
+        kwargs["backend"] = BACKEND
+    else:
+        kwargs["mode"] = mode
+    return torch.compile(fn, **kwargs)
+
+
+def step_error(error: Exception) -> Exception:
+    """A step past the shape limit, as one line a user can act on; other errors as they are."""
+    if type(error).__name__ == "FailOnRecompileLimitHit":
+        return UserError(f"train.compile: the step met more than {SHAPE_LIMIT} batch shapes; pad to fewer "
+                         "(train.pad_multiple, train.length_buckets) or set train.compile: false")
+    return error
+
+
+def mark_step() -> None:
+    """Tell CUDA graph trees that a new micro-batch begins: the last one's outputs were used."""
+    if BACKEND is None and torch.cuda.is_available():
+        torch.compiler.cudagraph_mark_step_begin()
+
+
+def graph_count() -> int:
+    """Graphs dynamo compiled so far in this process (torch's own counter): compilations."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
