@@ -128,3 +128,27 @@ def test_bf16_master_refused_under_a_sharding_strategy() -> None:
     with pytest.raises(Exception, match="bf16_master under fsdp"):
         precision.check_strategy("bf16_master", "fsdp")
     precision.check_strategy("autocast", "fsdp")  # autocast under FSDP: its own policy, allowed
+
+
+def test_gpu_check_measures_bf16_master_beside_autocast() -> None:
+    """The first GPU session decides bf16's default: gpu-check's plan has the bf16_master speed
+    rows (compile on and off) and an accuracy row, each a bench command line the bench accepts
+    and turns into the recipe field (tests/test_gpu_check.py runs the whole plan with --smoke)."""
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_check
+    from bench.cli import parse
+    from bench.trainer import toolkit_recipe
+
+    args = argparse.Namespace(smoke=False, steps=None, accuracy_steps=None)
+    master = [(label, flags) for label, _, _, flags in gpu_check.plan(args, "speed", "minilm")
+              if "--precision-mode" in flags]
+    assert [label for label, _ in master] == [gpu_check.MASTER] * 2 + [
+        f"MiniLM SST-2 accuracy, {gpu_check.MASTER_LABEL}"]
+    for _, flags in master:
+        bench_args = parse(flags)
+        recipe = toolkit_recipe(bench_args, "bert-base-uncased")
+        assert (recipe.train.precision_mode, recipe.train.mixed_precision) == ("bf16_master", "bf16")
+    assert [parse(f).compile for _, f in master] == ["true", "false", "true"]

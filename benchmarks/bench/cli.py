@@ -88,6 +88,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["no", "bf16", "fp16"], default="no")
     p.add_argument("--compile", choices=["auto", "true", "false"], default=None,
                    help="the toolkit's train.compile (default: the toolkit's default, auto)")
+    p.add_argument("--precision-mode", choices=["autocast", "bf16_master"], default=None,
+                   help="the toolkit's train.precision_mode with --precision bf16 (default: the toolkit's, autocast)")
     p.add_argument("--pad-multiple", type=int, default=None, help="the toolkit's train.pad_multiple")
     p.add_argument("--length-buckets", default=None, help="the toolkit's train.length_buckets, e.g. 64,128")
     p.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
