@@ -75,6 +75,42 @@ def test_masters_follow_hand_written_adamw_on_the_bf16_gradients(tiny_checkpoint
     assert any(not torch.equal(m, m.to(torch.bfloat16).float()) for m in optimizer.masters)
 
 
+def test_writes_outside_the_optimizer_reach_the_masters() -> None:
+    """A method's after_step writing a bf16 parameter (AdaLoRA masking ranks) is not undone by
+    the next step; the untouched entries keep their fp32 masters."""
+    weight = torch.nn.Parameter(torch.full((4,), 1.0 + 2 ** -12))  # between two bf16 values
+    optimizer = precision.bf16_master(torch.nn.ParameterList([weight]), [{"params": [weight]}], 0.0,
+                                      torch.device("cpu"))
+    assert weight.dtype == torch.bfloat16 and optimizer.masters[0][0].item() == 1.0 + 2 ** -12
+    with torch.no_grad():
+        weight[1] = 0.0
+    precision.pull_model_writes(optimizer)
+    assert optimizer.masters[0].tolist() == [1.0 + 2 ** -12, 0.0, 1.0 + 2 ** -12, 1.0 + 2 ** -12]
+    weight.grad = torch.zeros_like(weight)
+    optimizer.step()
+    assert weight.tolist() == [1.0, 0.0, 1.0, 1.0]
+
+
+def test_a_non_finite_step_is_skipped_on_the_device() -> None:
+    """The loop's skip (tally.skip_unless: fused AdamW's found_inf) leaves masters, weights and
+    moments as they were, with no host read."""
+    from toolkit.tally import clear_skip, skip_unless
+
+    weight = torch.nn.Parameter(torch.linspace(-1, 1, 8))
+    optimizer = precision.bf16_master(torch.nn.ParameterList([weight]), [{"params": [weight]}], 0.1,
+                                      torch.device("cpu"))
+    weight.grad = torch.ones_like(weight)
+    optimizer.step()
+    before = (weight.detach().clone(), optimizer.masters[0].clone(),
+              optimizer.state[optimizer.masters[0]]["exp_avg"].clone())
+    weight.grad = torch.full_like(weight, float("inf"))
+    skip_unless(optimizer, torch.isfinite(weight.grad).all())
+    optimizer.step()
+    clear_skip(optimizer)
+    after = (weight, optimizer.masters[0], optimizer.state[optimizer.masters[0]]["exp_avg"])
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+
+
 def _run(cli, recipe: Path, runs: Path, *extra: str) -> Path:
     code, out, err = cli("run", recipe, "--smoke", "--runs-dir", runs, "train.max_steps=4", *extra)
     assert code == 0, err

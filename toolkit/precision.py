@@ -76,6 +76,15 @@ class MasterAdamW(torch.optim.AdamW):
             m.grad = None
         return loss
 
+    @torch.no_grad()
+    def pull_model_writes(self) -> None:
+        """Take into the masters what was written into the bf16 parameters outside `step` (a
+        method's `after_step`: AdaLoRA masks pruned ranks in place); where a parameter is still the
+        rounding of its master, the master keeps its fp32 value. Else the next step would undo
+        the write."""
+        for p, m in zip(self.model_params, self.masters):
+            m.copy_(torch.where(p == m.to(p.dtype), m, p.to(m.dtype)))
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         super().zero_grad(set_to_none)
         for p in self.model_params:
@@ -106,3 +115,11 @@ def bf16_master(model: torch.nn.Module, groups: list[dict[str, Any]], lr: float,
     optimizer = MasterAdamW(groups, lr)
     model.to(torch.bfloat16)  # in place: the parameters stay the same objects
     return optimizer
+
+
+def pull_model_writes(optimizer: torch.optim.Optimizer) -> None:
+    """After code outside the optimizer wrote parameters (a method's `after_step`): their masters
+    follow (`MasterAdamW.pull_model_writes`); nothing to do for any other optimizer."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps it
+    if isinstance(inner, MasterAdamW):
+        inner.pull_model_writes()

@@ -305,6 +305,7 @@ class Loop:
         self.scheduler.step()
         self.state.step += 1
         self.method.after_step(self.unwrapped, self.state.step)  # gradients still in place
+        precision.pull_model_writes(self.optimizer)  # bf16_master: what after_step wrote stays
         self.optimizer.zero_grad(set_to_none=True)
         self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
 
