@@ -121,6 +121,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser().parse_args(argv)
     if args.precision == "fp16" and not cuda():
         parser().error("--precision fp16 needs a CUDA GPU (the toolkit refuses it on CPU)")
+    if args.precision_mode == "bf16_master" and args.precision != "bf16":
+        parser().error("--precision-mode bf16_master needs --precision bf16 (the toolkit refuses it otherwise)")
     args.lora_batch = args.lora_batch or (32 if cuda() else 8)
     args.model_label = f"random {args.size}" if args.size else args.checkpoint
     return args
