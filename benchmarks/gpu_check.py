@@ -10,6 +10,9 @@ One Markdown table on stdout and the same rows as JSON (`--json`, default gpu-ch
 - LoRA vs full step time and peak memory (bench's lora rows);
 - distinct batch shapes and compilations of each toolkit row (torch's own graph counter);
 - SST-2 dev accuracy of MiniLM with compile off and on (a short budget, same seed and subset);
+- bf16 with master weights (train.precision_mode: bf16_master, toolkit/precision.py) beside bf16's
+  autocast: its speed rows, compile on and off, and its MiniLM accuracy row, compiled: the faster
+  of the two at equal accuracy is to become bf16's default on CUDA;
 - device, torch/transformers versions, commit; then the rows of other issues (`EXTRA_ROWS`).
 
 Every row runs in its own process (bench's `--row`), as `make bench` does, in order of
@@ -72,6 +75,12 @@ def _sharding_table(rows: list[dict]) -> str:
 add_rows("FSDP2 and DeepSpeed (issue 36)", _sharding_rows, _sharding_table)
 
 
+# train.precision_mode: bf16_master (toolkit/precision.py) beside bf16's default autocast: the
+# faster at equal accuracy becomes the default for mixed_precision: bf16 on CUDA (issue 35 part 4)
+MASTER_LABEL = "bf16 master weights"
+MASTER = f"toolkit, {MASTER_LABEL}"
+TOOLKIT_ROWS = ("toolkit", MASTER)
+
 COLUMNS = ["row", "precision", "compile", "train samples/s", "steady samples/s", "vs Trainer", "MFU", "step ms", "peak MB",
            "shapes", "compilations", "padding", "dev accuracy %"]
 
@@ -89,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None = None,
-                checkpoint: str | None = None) -> list[str]:
+                checkpoint: str | None = None, mode: str | None = None) -> list[str]:
     """The bench command line of one row: the issue's bert-base setting (or the smoke one)."""
     if args.smoke:
         flags = ["--steps", "3", "--batch-size", "4", "--max-length", "32", "--eval-samples", "8",
@@ -103,6 +112,8 @@ def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None 
     flags += ["--precision", precision, "--length-buckets", "64,128" if not args.smoke else "16,32"]
     if compiled is not None:
         flags += ["--compile", "true" if compiled else "false"]
+    if mode is not None:
+        flags += ["--precision-mode", mode]
     return flags + (["--checkpoint", checkpoint] if checkpoint else [])
 
 
@@ -156,6 +167,9 @@ def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, s
     for precision in precisions:
         for compiled in (True, False):
             out.append(("toolkit", "toolkit", speed, bench_flags(args, precision, compiled)))
+        if precision == "bf16":  # part 4: which of the two becomes bf16's default on CUDA
+            for compiled in (True, False):
+                out.append((MASTER, "toolkit", speed, bench_flags(args, precision, compiled, mode="bf16_master")))
         out.append(("Trainer, dynamic padding", "trainer-dynamic", speed, bench_flags(args, precision)))
     out.append(("matmul and MFU of an eager step at 32 x 128", "matmul", speed, bench_flags(args, "bf16")))
     out += [(f"{m} step (roberta-base shape)", f"lora:{m}", speed, bench_flags(args, "bf16")) for m in ("full", "lora")]
@@ -167,6 +181,10 @@ def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, s
         flags[flags.index("--steps") + 1] = accuracy_steps
         flags[flags.index("--eval-samples") + 1] = "8" if args.smoke else "872"
         out.append(("MiniLM SST-2 accuracy", "toolkit", minilm, flags))
+    flags = bench_flags(args, "bf16", True, mode="bf16_master")  # the same budget as the rows above
+    flags[flags.index("--steps") + 1] = accuracy_steps
+    flags[flags.index("--eval-samples") + 1] = "8" if args.smoke else "872"
+    out.append((f"MiniLM SST-2 accuracy, {MASTER_LABEL}", "toolkit", minilm, flags))
     return out
 
 
@@ -178,7 +196,7 @@ def cells(r: dict, trainer: dict[str, float], flops: dict[str, float]) -> list[s
     if mfu is None and steady and r.get("non_embedding_params") and flops.get(precision):
         # real tokens only: padding is work the model does but not work it needs
         mfu = 6 * r["non_embedding_params"] * steady * r.get("train_tokens_per_example", 0) / flops[precision]
-    vs = f"{sps / trainer[precision]:.2f}x" if sps and trainer.get(precision) and r["row"] == "toolkit" else ""
+    vs = f"{sps / trainer[precision]:.2f}x" if sps and trainer.get(precision) and r["row"] in TOOLKIT_ROWS else ""
     return [r["row"], {"no": "fp32"}.get(precision, precision), str(r.get("compile", "")),
             f"{sps:.1f}" if sps else "", f"{r['steady_samples_per_s']:.1f}" if r.get("steady_samples_per_s") else "",
             vs, f"{100 * mfu:.1f}%" if mfu else "",
@@ -200,7 +218,7 @@ def render(info: dict, rows: list[dict]) -> str:
     for r in rows:
         flat = {**r, **({"mfu": r["mfu"]["mfu"], "step_s": r["mfu"]["step_s"], "precision": r["mfu"]["precision"]}
                         if isinstance(r.get("mfu"), dict) else {})}
-        if n and flat["row"] == "toolkit":  # the matmul row's model: the speed rows' model
+        if n and flat["row"] in TOOLKIT_ROWS:  # the matmul row's model: the speed rows' model
             flat.setdefault("non_embedding_params", n)
         body.append(cells(flat, trainer, flops))
     return (f"# make gpu-check\n\n{info['device']} | torch {info['torch']} (CUDA {info['cuda']}), transformers "

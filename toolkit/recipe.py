@@ -75,6 +75,11 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
             raise UserError(f"train.metric: '{recipe.train.metric}' is not a metric of this task"
                             f"{did_you_mean(recipe.train.metric, names)}")
     tracking.check(recipe.train.report_to)
+    train = recipe.train
+    if train.precision_mode == "bf16_master" and train.mixed_precision != "bf16":  # toolkit/precision.py
+        raise UserError(f"train.precision_mode: bf16_master keeps the weights in bf16, so it needs "
+                        f"train.mixed_precision: bf16 (got {train.mixed_precision}); set that, or "
+                        "precision_mode: autocast")
     base = base or recipe
     if recipe.model.warm_start and recipe.model.attention is not None:
         raise UserError("model.attention: a warm-started encoder-decoder keeps the encoder's own "

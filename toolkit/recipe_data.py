@@ -56,6 +56,9 @@ class TrainConfig:
     max_grad_norm: float | None = field(default=1.0, metadata=_min(0.0))
     seed: int = field(default=42, metadata={"min": 0, "max": 2**32 - 1})
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+    # bf16 only: autocast over fp32 weights, or bf16 weights with fp32 masters in the optimizer
+    # (toolkit/precision.py, docs/gpu.md)
+    precision_mode: Literal["autocast", "bf16_master"] = "autocast"
     group_by_length: bool = True  # batches of similar length, in random order (train.EpochBatches)
     # few shapes (docs/gpu.md): a training batch pads to the smallest of length_buckets that holds
     # it, else to a multiple of pad_multiple; unset: 32 when the step is compiled, else 1 (none)

@@ -25,7 +25,8 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from toolkit import attention, checkpoints, compiling, dropout, evaluation, models, run_metrics, runs, sharding, tracking
+from toolkit import (attention, checkpoints, compiling, dropout, evaluation, models, precision, run_metrics, runs,
+                     sharding, tracking)
 from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, train_loaders
 from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
@@ -41,12 +42,16 @@ __all__ = ["EpochBatches", "LengthOrder", "Setup", "State", "build", "eval_batch
            "improves", "reset_peak_memory", "run"]
 
 
-def _optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
+def _optimizer(model: torch.nn.Module, recipe: Recipe, device: torch.device) -> torch.optim.Optimizer:
     """AdamW, fused (one kernel for all parameters, no temporary copies: what Trainer defaults to);
-    no weight decay on biases and norms (parameters with fewer than 2 dimensions)."""
+    no weight decay on biases and norms (parameters with fewer than 2 dimensions). With
+    train.precision_mode: bf16_master the model is cast to bf16 on `device` here and the optimizer
+    steps fp32 masters of its parameters (toolkit/precision.py)."""
     params = [p for p in model.parameters() if p.requires_grad]  # build() refused none
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": recipe.train.weight_decay},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    if recipe.train.precision_mode == "bf16_master":
+        return precision.bf16_master(model, groups, recipe.train.lr, device)
     return torch.optim.AdamW(groups, lr=recipe.train.lr, fused=True)
 
 
@@ -63,6 +68,7 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
                         "would silently run in fp32); use bf16 (slow on CPU) or no")
     if not torch.cuda.is_available():
         sharding.check_cpu_launch()
+    precision.check_strategy(recipe.train.precision_mode, sharding.asked())
     AcceleratorState._reset_state()  # several runs in one process may differ in mixed precision
     # step_scheduler_with_optimizer=False: accelerate would otherwise step the schedule once per
     # process per optimizer step; total_steps here already counts optimizer steps of the global batch.
@@ -100,7 +106,7 @@ class Loop:
                                                                             self.compiled)
         if self.cfg.fast_dropout and not self.compiled:  # compiled, dropout fuses into the graph
             dropout.install(setup.model, accelerator.device)  # before prepare: DDP wraps the same modules
-        optimizer = _optimizer(setup.model, recipe)
+        optimizer = _optimizer(setup.model, recipe, accelerator.device)
         self.steps_per_epoch, self.total_steps = self.cfg.optimizer_steps(len(setup.train), accelerator.num_processes)
         warmup = self.cfg.warmup_steps or math.ceil(self.cfg.warmup_ratio * self.total_steps)
         from transformers import get_linear_schedule_with_warmup
@@ -299,6 +305,7 @@ class Loop:
         self.scheduler.step()
         self.state.step += 1
         self.method.after_step(self.unwrapped, self.state.step)  # gradients still in place
+        precision.pull_model_writes(self.optimizer)  # bf16_master: what after_step wrote stays
         self.optimizer.zero_grad(set_to_none=True)
         self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
 

@@ -88,6 +88,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["no", "bf16", "fp16"], default="no")
     p.add_argument("--compile", choices=["auto", "true", "false"], default=None,
                    help="the toolkit's train.compile (default: the toolkit's default, auto)")
+    p.add_argument("--precision-mode", choices=["autocast", "bf16_master"], default=None,
+                   help="the toolkit's train.precision_mode with --precision bf16 (default: the toolkit's, autocast)")
     p.add_argument("--pad-multiple", type=int, default=None, help="the toolkit's train.pad_multiple")
     p.add_argument("--length-buckets", default=None, help="the toolkit's train.length_buckets, e.g. 64,128")
     p.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
@@ -119,6 +121,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser().parse_args(argv)
     if args.precision == "fp16" and not cuda():
         parser().error("--precision fp16 needs a CUDA GPU (the toolkit refuses it on CPU)")
+    if args.precision_mode == "bf16_master" and args.precision != "bf16":
+        parser().error("--precision-mode bf16_master needs --precision bf16 (the toolkit refuses it otherwise)")
     args.lora_batch = args.lora_batch or (32 if cuda() else 8)
     args.model_label = f"random {args.size}" if args.size else args.checkpoint
     return args

@@ -104,10 +104,13 @@ def toolkit_recipe(args: argparse.Namespace, checkpoint: str, method: str = "ful
 
 
 def speed_settings(args: argparse.Namespace) -> dict:
-    """The toolkit's few-shapes and compile settings the bench was given (else its defaults)."""
+    """The toolkit's few-shapes, compile and precision-mode settings the bench was given (else its
+    defaults)."""
     out: dict[str, Any] = {}
     if getattr(args, "compile", None) is not None:
         out["compile"] = {"true": True, "false": False}.get(args.compile, args.compile)
+    if getattr(args, "precision_mode", None) is not None:
+        out["precision_mode"] = args.precision_mode
     if getattr(args, "pad_multiple", None) is not None:
         out["pad_multiple"] = args.pad_multiple
     if getattr(args, "length_buckets", None):
