@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 
 VERBOSE = "TOOLKIT_VERBOSE"
@@ -23,6 +24,34 @@ NOISE: list[tuple[type[Warning], str, str, str]] = [
      "saving an adapter off-line: the export is written from local files either way"),
     (UserWarning, r"Unable to fetch remote file", "peft", "the same look-up, failing on the network"),
 ]
+# Log records of a library's own logger, dropped by message (logger name, pattern, why).
+LOG_NOISE: list[tuple[str, str, str]] = [
+    ("accelerate.utils.other", r"Removed shared tensor", "accelerate de-duplicating tied weights when a "
+     "checkpoint is saved (a model with tied embeddings, MiniLM2MiniLM's say); exact resume is tested"),
+]
+
+
+class _Drop(logging.Filter):
+    """Drops the records whose message matches one of LOG_NOISE's patterns."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__()
+        self.pattern = re.compile(pattern)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.pattern.search(record.getMessage())
+
+
+def _log_filters() -> None:
+    """LOG_NOISE's filters on (removed again under -v, so a process can switch)."""
+    for name, pattern, _ in LOG_NOISE:
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, _Drop)]:
+            logger.removeFilter(old)
+        if not verbose():
+            logger.addFilter(_Drop(pattern))
+
+
 # Not warnings but log records, silenced by the libraries' own verbosity (libraries() below):
 # transformers' load report ("... MISSING ... newly initialized") when a run's trained model is
 # loaded with its head from the run; datasets' and transformers' progress bars.
@@ -48,6 +77,7 @@ def libraries() -> None:
     """The libraries' progress bars and load reports off (they import datasets and transformers:
     called once the checks that need neither have passed)."""
     warnings_off()
+    _log_filters()
     if verbose():
         return
     import datasets
