@@ -23,20 +23,14 @@ from typing import Any, Callable
 
 import torch
 
+from toolkit.attention import ATTENTION
 from toolkit.errors import UserError
+from toolkit.methods import METHODS
 
 # The backend torch.compile uses: None is Inductor (the default). The CPU tests set "aot_eager"
 # (the same graph capture, AOT autograd and recompile guards, run by eager kernels: seconds
 # where Inductor's C++ build of every graph takes minutes on 2 cores).
 BACKEND: str | None = None
-
-# Methods whose step is left eager, and why (one line each). Every other method compiles
-# (tests/test_compile.py walks the registry).
-EAGER = {
-    "adalora": "its after_step re-allocates ranks with host reads every step",
-    "dora": "PEFT's DoRA layer makes a call dynamo cannot trace (a graph break in every layer)",
-    "icl": "it does not train (it scores continuations in context; nothing is stepped)",
-}
 
 
 def wanted(setting: Any, device: torch.device) -> bool:
@@ -46,21 +40,15 @@ def wanted(setting: Any, device: torch.device) -> bool:
     return bool(setting)
 
 
-# Attention modules (toolkit/attention) whose step is left eager, and why; transformers' own
-# (eager, sdpa, flash) and every other toolkit module compile (tests/test_compile.py walks them).
-EAGER_ATTENTION = {
-    "performer": "it draws its random features from a torch.Generator made in the forward (opaque to dynamo)",
-}
-
-
 def eager_reason(method: str, attention: Any = None) -> str | None:
-    """Why a step with this method and attention module is not compiled; None where it is."""
+    """Why a step with this method and attention module is not compiled; None where it is. Each
+    plug-in declares its own reason (`compile_eager`), so no name is listed here."""
     name = getattr(attention, "name", attention)
-    if method in EAGER:
-        return f"method {method}: {EAGER[method]}"
-    if isinstance(name, str) and name in EAGER_ATTENTION:
-        return f"attention {name}: {EAGER_ATTENTION[name]}"
-    return None
+    why = METHODS.get(method).compile_eager
+    if why:
+        return f"method {method}: {why}"
+    why = ATTENTION.get(name).compile_eager if isinstance(name, str) and name in ATTENTION else None
+    return f"attention {name}: {why}" if why else None
 
 
 SHAPE_LIMIT = 64  # compiled shapes of one step; past it the run stops (never eager in silence)

@@ -58,6 +58,7 @@ class Attention:
     name: ClassVar[str] = ""
     positional: ClassVar[bool] = False  # uses token positions: meaningless across two sequences
     forms_scores: ClassVar[bool] = True  # has a (q, kv) score matrix that T5's bias can join
+    compile_eager: ClassVar[str | None] = None  # why train.compile leaves the step eager, or None
     cross: bool = True  # also replace cross-attention (False: cross-attention stays `dot`)
 
     # --- validate ---------------------------------------------------------------------------

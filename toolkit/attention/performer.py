@@ -46,6 +46,7 @@ def positive_features(x: torch.Tensor, w: torch.Tensor, keys: torch.Tensor | Non
 @dataclass
 class Performer(Attention):
     forms_scores = False
+    compile_eager = "it draws its random features from a torch.Generator made in the forward (opaque to dynamo)"
     features: int = field(default=64, metadata={"min": 1})
     redraw_every: int = field(default=100, metadata={"min": 0})  # training forward passes; 0 = never
     seed: int = 0

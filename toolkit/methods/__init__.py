@@ -41,6 +41,9 @@ class Method:
 
     name: ClassVar[str] = ""
     trains: ClassVar[bool] = True  # False: evaluation only (in-context prompting)
+    # why train.compile leaves this method's step eager (one line), None where it compiles;
+    # tests/test_compile.py walks the registry: every other method compiles in one graph
+    compile_eager: ClassVar[str | None] = None
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         """Why this method cannot run on this model family and task, or None; checked at validate."""

@@ -28,6 +28,8 @@ ALLOCATOR_STATE = ("ipt", "exp_avg_ipt", "exp_avg_unc")  # PEFT RankAllocator's 
 @METHODS.register("adalora")
 @dataclass
 class AdaLora(Method):
+    compile_eager = "its after_step re-allocates ranks with host reads every step"
+
     init_r: int = field(default=12, metadata={"min": 1})  # rank of every layer at the start
     target_r: int = field(default=8, metadata={"min": 1})  # average rank at the end
     alpha: int = field(default=16, metadata={"min": 1})

@@ -13,3 +13,4 @@ from toolkit.methods.lora import Lora
 @dataclass
 class Dora(Lora):
     use_dora = True
+    compile_eager = "PEFT's DoRA layer makes a call dynamo cannot trace (a graph break in every layer)"

@@ -205,6 +205,7 @@ class ICL(Method):
     """k-shot in-context prompting of a frozen decoder or encoder-decoder LM (no training)."""
 
     trains = False
+    compile_eager = "it does not train (it scores continuations in context; nothing is stepped)"
 
     shots: int = field(default=0, metadata={"min": 0})
     template: str | None = None  # format string over text_a, [text_b], label; None: per task
