@@ -14,7 +14,7 @@ changes every step (a Python float there would recompile the step each time).
 
 `auto` compiles on CUDA and not on a CPU: on a CPU the step is compute-bound, Inductor's C++
 compilation takes minutes, and the toolkit's CPU dropout (toolkit/dropout.py) is already fused.
-What is left eager, and why, is said in one line (`EAGER`, `eager_reason`).
+What is left eager, and why, is said in one line (each plug-in's `compile_eager`, read by `eager_reason`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ checked on the Arrow table), which names file and line for every malformed recor
 
 from __future__ import annotations
 
-import gzip
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,27 +23,6 @@ SAMPLE_SEED = 0  # max_*_samples pick the same examples for every training seed
 
 def file_format(path: Path) -> str:
     return readers.file_format(path, ("csv", "tsv", "json", "jsonl"))
-
-
-def read_text(path: Path) -> str:
-    """The file's text; non-UTF-8 bytes are named by line."""
-    if not path.is_file():
-        raise UserError(f"data file {path} does not exist")
-    raw = path.read_bytes()
-    if path.suffix.lower() == ".gz":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise UserError(f"{path}: not a readable gzip file ({exc})") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
-                        "save the file as UTF-8") from None
-    if not text.strip():
-        raise UserError(f"{path}: the file is empty")
-    return text
 
 
 def read_file(path: Path) -> Any:
