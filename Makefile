@@ -94,7 +94,6 @@ ifeq ($(NPROC)$(STRATEGY),1ddp)
 else
 	@test -f configs/accelerate/$(STRATEGY).yaml || { echo "STRATEGY=$(STRATEGY): use ddp, fsdp, zero2 or zero3 (configs/accelerate/)"; exit 2; }
 	@if ! $(BIN)/python -c "import sys, torch; sys.exit(torch.cuda.device_count() < $(NPROC))"; then \
-	  case "$(STRATEGY)" in zero*) echo "STRATEGY=$(STRATEGY): DeepSpeed runs on GPUs only here (fewer than $(NPROC) GPUs); use STRATEGY=fsdp or ddp on CPU processes (docs/distributed.md)"; exit 2;; esac; \
 	  echo "fewer than $(NPROC) GPUs here: $(NPROC) CPU processes (gloo), STRATEGY=$(STRATEGY)"; \
 	fi
 	$(BIN)/accelerate launch --config_file configs/accelerate/$(STRATEGY).yaml --num_processes $(NPROC) \

@@ -25,7 +25,7 @@ except ImportError:  # a bare venv: pip's own copy
     from pip._vendor.packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = ("test", "demo", "report", "tensorboard")
+EXTRAS = ("test", "demo", "report", "tensorboard", "deepspeed")
 TRACKED = ("torch", "transformers", "peft", "accelerate", "datasets")  # also in toolkit/versions.py
 
 

@@ -17,10 +17,10 @@ PY=${PY:-python3}                       # any Python with pip: downloads and bui
 TOOLKIT_PY=${TOOLKIT_PY:-.venv/bin/python}  # the toolkit's environment (make install): MiniLM in bf16
 LOCK=requirements.lock
 # the image lacks these, or has an older version than the toolkit needs (transformers 5.17,
-# huggingface_hub 1.33, no datasets); each with what it needs that the image does not have
+# huggingface_hub 1.33, no datasets, no deepspeed); each with what it needs that the image does not have
 PACKAGES="transformers huggingface_hub tokenizers datasets dill multiprocess peft httpx2 httpcore2 truststore
-idna anyio h11 hf-xet click fsspec regex nltk defusedxml pysbd"
-SDIST_ONLY="rouge_score seqeval"  # published as source only: built here into pure-Python wheels
+idna anyio h11 hf-xet click fsspec regex nltk defusedxml pysbd einops hjson msgpack ninja py-cpuinfo"
+SDIST_ONLY="rouge_score seqeval deepspeed"  # published as source only: built here into pure-Python wheels
 
 { git check-ignore -q .whl/x && git check-ignore -q .gpu/x; } || { echo ".whl/ and .gpu/ must be git-ignored (.gitignore)" >&2; exit 1; }
 

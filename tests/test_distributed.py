@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,8 @@ def test_two_processes_equal_one(tmp_path: Path, cli, checkpoint: str, method: s
 @pytest.mark.parametrize("env, message", [
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"}, "FSDP needs a distributed launch"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "LOCAL_RANK": "0"}, "runs FSDP2 only"),
-    ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed is not run on CPU processes"),
+    ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed needs a distributed launch"),
+    ({"ACCELERATE_USE_DEEPSPEED": "true", "LOCAL_RANK": "0", "deepspeed": None}, "DeepSpeed is not installed"),
 ])
 def test_sharded_launch_that_cannot_run_here_is_refused_not_faked(tmp_path: Path, cli, monkeypatch,
                                                                    env: dict, message: str) -> None:
@@ -72,7 +74,10 @@ def test_sharded_launch_that_cannot_run_here_is_refused_not_faked(tmp_path: Path
     built, rather than running as plain data parallel under its name."""
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: full}"))
     for key, value in env.items():
-        monkeypatch.setenv(key, value)
+        if value is None:  # a package this machine does not have
+            monkeypatch.setitem(sys.modules, key, None)
+        else:
+            monkeypatch.setenv(key, value)
     code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "runs").exists()

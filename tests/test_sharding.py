@@ -1,6 +1,7 @@
-"""FSDP2 on two CPU processes (gloo), launched as users launch it (accelerate launch with
-configs/accelerate/fsdp.yaml), against plain data parallel (ddp.yaml) on the same seed and
-batches: the same losses, the same saved model scoring the same on dev in one process, an
+"""FSDP2 and DeepSpeed ZeRO-2/3 on two CPU processes (gloo), launched as users launch them
+(accelerate launch with configs/accelerate/fsdp.yaml, zero2.yaml, zero3.yaml), against plain data
+parallel (ddp.yaml, or one process at the same global batch, which equals it) on the same seed
+and batches: the same losses, the same saved model scoring the same on dev in one process, an
 interrupted run resuming exactly from its sharded checkpoint."""
 
 from __future__ import annotations
@@ -41,33 +42,44 @@ def _ok(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, (proc.stdout[-1500:], proc.stderr[-4000:])
 
 
-@pytest.mark.parametrize("family, method, reference, stop_after", [
-    ("bert", "{name: full}", "ddp", None),  # BERT: the family accelerate 1.15 cannot shard
+SHARDED = {"fsdp": ("FSDP", "pytorch_model_fsdp_0"), "zero2": ("DEEPSPEED", "pytorch_model"),
+           "zero3": ("DEEPSPEED", "pytorch_model")}  # distributed_type, the sharded checkpoint's folder
+
+
+@pytest.mark.parametrize("strategy, family, method, reference, stop_after", [
+    ("fsdp", "bert", "{name: full}", "ddp", None),  # BERT: the family accelerate 1.15 cannot shard
     # against one process with the same global batch (which equals DDP: test_distributed), to
     # spare a launch: resumed from the sharded checkpoint of step 7; T5's tied embeddings, and
     # its evaluation generating under FSDP
-    ("gpt2", "{name: lora, r: 4}", "one", 7),
-    ("t5", "{name: lora, r: 4}", "one", None),
+    ("fsdp", "gpt2", "{name: lora, r: 4}", "one", 7),
+    ("fsdp", "t5", "{name: lora, r: 4}", "one", None),
+    # DeepSpeed's engine on CPU processes: ZeRO-2 (optimizer state and gradients sharded); ZeRO-3
+    # with zero3_init_flag (the model partitioned as it loads), resumed from the engine's own
+    # checkpoint, a LoRA with no 1-d parameter to train (one optimizer group); T5 generating with
+    # its parameters partitioned
+    ("zero2", "bert", "{name: full}", "one", None),
+    ("zero3", "gpt2", "{name: lora, r: 4}", "one", 7),
+    ("zero3", "t5", "{name: lora, r: 4}", "one", None),
 ])
-def test_fsdp_equals_ddp(tmp_path: Path, cli, tiny_checkpoint, family: str, method: str, reference: str,
-                         stop_after: int | None) -> None:
+def test_sharded_equals_ddp(tmp_path: Path, cli, tiny_checkpoint, strategy: str, family: str, method: str,
+                            reference: str, stop_after: int | None) -> None:
     """The small random model of the family (not --smoke, which caps a run at 4 steps)."""
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint(family), method=method))
-    ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
+    ddp, sharded = tmp_path / "ddp", tmp_path / strategy
     if reference == "ddp":
         _ok(launch("ddp", recipe, ddp))
     else:
         assert cli("run", recipe, "--runs-dir", ddp, "train.batch_size=8")[0] == 0
     if stop_after:
-        _ok(launch("fsdp", recipe, fsdp, "--stop-after", str(stop_after)))
-        assert not (only_run(fsdp) / "metrics.json").exists()
-        assert list((only_run(fsdp) / "checkpoints").glob("step-*/pytorch_model_fsdp_0"))  # sharded
-    proc = launch("fsdp", recipe, fsdp)
+        _ok(launch(strategy, recipe, sharded, "--stop-after", str(stop_after)))
+        assert not (only_run(sharded) / "metrics.json").exists()
+        assert list((only_run(sharded) / "checkpoints").glob(f"step-*/{SHARDED[strategy][1]}"))  # sharded
+    proc = launch(strategy, recipe, sharded)
     _ok(proc)
     assert ("resuming from" in proc.stdout) == bool(stop_after)
-    a, b = only_run(ddp), only_run(fsdp)
+    a, b = only_run(ddp), only_run(sharded)
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
-    assert (ma["distributed_type"], mb["distributed_type"]) == ({"ddp": "MULTI_CPU", "one": "NO"}[reference], "FSDP")
+    assert (ma["distributed_type"], mb["distributed_type"]) == ({"ddp": "MULTI_CPU", "one": "NO"}[reference], SHARDED[strategy][0])
     assert ma["train_steps"] == mb["train_steps"] == STEPS
     assert train_losses(b) == pytest.approx(train_losses(a), rel=1e-4)
     assert mb["eval"] == pytest.approx(ma["eval"], rel=1e-4)
@@ -81,16 +93,40 @@ def test_fsdp_equals_ddp(tmp_path: Path, cli, tiny_checkpoint, family: str, meth
     assert json.loads((b / "eval-eval.json").read_text())["eval"] == pytest.approx(mb["eval"], rel=1e-5)
 
 
-# Ran under FSDP on 2 CPU processes (BERT, mrpc, 2 steps): each trains and saves; the rest are refused.
-RUNS_UNDER_FSDP = {"full", "lora", "dora", "adapters", "ia3", "bitfit", "freeze", "prefix_tuning",
+# Ran under FSDP (2 steps) and DeepSpeed ZeRO-2 and ZeRO-3 (20 steps) on 2 CPU processes (BERT,
+# mrpc): each trains and saves; the rest are refused (one rule for both: sharding.unsupported).
+RUNS_SHARDED = {"full", "lora", "dora", "adapters", "ia3", "bitfit", "freeze", "prefix_tuning",
                    "prompt_tuning", "p_tuning"}
 
 
-def test_every_method_runs_under_fsdp_or_is_refused_in_one_line() -> None:
+def test_every_method_runs_sharded_or_is_refused_in_one_line() -> None:
     from toolkit import sharding
     from toolkit.methods import METHODS
 
     for name in METHODS.names():
         why = sharding.unsupported(METHODS.get(name)())
-        assert (why is None) == (name in RUNS_UNDER_FSDP), (name, why)
+        assert (why is None) == (name in RUNS_SHARDED), (name, why)
         assert why is None or "\n" not in why
+
+
+def test_smoke_model_is_built_whole_under_a_zero3_launch(tmp_path: Path, monkeypatch) -> None:
+    """A --smoke run launched under ZeRO-3 (whose config accelerate registers with transformers)
+    builds the cached random model whole, not as the empty local shards DeepSpeed's zero.Init
+    leaves, which the cache would then hand to every later run."""
+    from safetensors.torch import load_file
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
+
+    from toolkit import models
+
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path))
+    launch_config = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    try:
+        assert is_deepspeed_zero3_enabled()
+        folder = models.smoke_checkpoint("bert-base-uncased")
+        assert is_deepspeed_zero3_enabled()  # the launch's config is registered again afterwards
+    finally:
+        unset_hf_deepspeed_config()
+    del launch_config
+    weights = load_file(Path(folder) / "model.safetensors")
+    assert weights and all(w.numel() > 0 for w in weights.values())

@@ -67,10 +67,12 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     for folder in reversed(runs.checkpoints(out)):
         problem = runs.check_manifest(folder)
         if problem is None:
-            try:  # not strict: a lean checkpoint holds the trainable weights only
-                acc.load_state(str(folder), strict=False)
-            except Exception as exc:  # a file the manifest could not vouch for
-                problem = f"{type(exc).__name__} while loading it"
+            try:
+                acc.load_state(str(folder), **_load_kwargs(acc))
+            except Exception as exc:
+                if runs.read_json(folder / "trainer_state.json").get("manifest"):
+                    raise  # every file is as it was written: failing to read it is a bug, not damage
+                problem = f"{type(exc).__name__} while loading it"  # written before manifests
         if problem is not None:
             acc.print(f"checkpoint {folder} is unusable ({problem}); trying the one before")
             continue
@@ -86,6 +88,12 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     if acc.is_main_process:
         runs.truncate_log(out, 0)
     return State()
+
+
+def _load_kwargs(acc: Accelerator) -> dict:
+    """Not strict: a lean checkpoint holds the trainable weights only. DeepSpeed's engine saves
+    its whole module and takes no such argument."""
+    return {} if acc.distributed_type.value == "DEEPSPEED" else {"strict": False}
 
 
 class MethodState:

@@ -15,12 +15,12 @@ torch = lazy("torch", globals())
 
 def check_strategy(got: str) -> None:
     """A launch asked for FSDP or DeepSpeed and the run is about to be something else (accelerate
-    turns them on for GPUs only; toolkit.sharding turns FSDP on for CPU processes): refused rather
+    turns them on for GPUs only; toolkit.sharding turns them on for CPU processes): refused rather
     than run as plain data parallel under the strategy's name."""
     for env, kind in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DEEPSPEED")):
         if os.environ.get(env, "false").lower() == "true" and got != kind:
             raise UserError(f"STRATEGY: this launch asks for {kind}, but here it would run as {got}; use "
-                            "STRATEGY=ddp (or NPROC without STRATEGY), or STRATEGY=fsdp under a distributed launch")
+                            "STRATEGY=ddp (or NPROC without STRATEGY), or STRATEGY=fsdp/zero2/zero3 under a distributed launch")
 
 
 def reset_peak_memory(device: torch.device) -> None:

@@ -13,8 +13,9 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from toolkit import attention as modules, heads, hf_tables, hub
 from toolkit.errors import UserError
@@ -278,6 +279,24 @@ def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase) -> Any:
     return config
 
 
+@contextmanager
+def _whole() -> Iterator[None]:
+    """Models built inside are whole: while a ZeRO-3 launch's config is registered with
+    transformers (accelerate does it, for zero3_init_flag), `from_config` builds the model
+    partitioned across the processes (DeepSpeed's zero.Init), and a model built to be saved (the
+    --smoke cache) would be saved as its empty local shards."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    ref = hf_deepspeed._hf_deepspeed_config_weak_ref  # no public getter for the object itself
+    held = ref() if ref is not None else None
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        if held is not None:
+            hf_deepspeed.set_hf_deepspeed_config(held)
+
+
 def smoke_checkpoint(checkpoint: str) -> str:
     """A cached folder holding a random-weight model of the checkpoint's family and its tokenizer."""
     import torch
@@ -304,7 +323,7 @@ def smoke_checkpoint(checkpoint: str) -> str:
         return str(target)
     _ensure_pad(tok)
     config = _tiny_config(family, len(tok), tok)
-    with torch.random.fork_rng(devices=[]):  # building the cache must not move the run's RNG
+    with torch.random.fork_rng(devices=[]), _whole():  # building the cache must not move the run's RNG
         torch.manual_seed(0)
         model = AutoModel.from_config(config)  # the body only: every task adds its own head
     cache.mkdir(parents=True, exist_ok=True)

@@ -17,12 +17,14 @@ gets wrong for the toolkit's models, this module does:
   `shard` wraps by one rule instead: a unit holds every module that holds any of its parameters;
 - the values the loop reads (the clipped gradient norm) and the saved model are DTensors: `full`
   and `gathered` make them plain.
-DeepSpeed (ZeRO-2/3, GPUs only) runs through accelerate's plugin; here are the checks of what its
-engine would not honour and the gathering of ZeRO-3's partitions for the saved model.
+DeepSpeed (ZeRO-2/3) runs through accelerate's plugin, on GPUs and (`enable`, as for FSDP) on CPU
+processes, where accelerate leaves it off; here are the checks of what its engine would not honour
+and the gathering of ZeRO-3's partitions for the saved model.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -48,10 +50,11 @@ def check_cpu_launch() -> None:
     """On a machine without GPUs: refuse, before anything is built, a sharded launch that cannot
     run here as what it says."""
     kind = asked()
-    if kind == "deepspeed":
-        raise UserError("STRATEGY=zero2/zero3: DeepSpeed is not run on CPU processes: accelerate sets it up "
-                        "on GPUs only, and DeepSpeed's CPU accelerator JIT-compiles a C++ op with ninja at "
-                        "start-up; use STRATEGY=fsdp (sharded, runs here) or ddp")
+    if kind == "deepspeed" and os.environ.get("LOCAL_RANK") is None:
+        raise UserError("STRATEGY=zero2/zero3: DeepSpeed needs a distributed launch (accelerate launch, even "
+                        "for one process); use `make run ... NPROC=2 STRATEGY=zero2`")
+    if kind == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise UserError("STRATEGY=zero2/zero3: DeepSpeed is not installed; pip install -e '.[deepspeed]'")
     if kind == "fsdp":
         if os.environ.get("LOCAL_RANK") is None:
             raise UserError("STRATEGY=fsdp: FSDP needs a distributed launch (accelerate launch or torchrun, "
@@ -77,6 +80,8 @@ def enable(accelerator: Any, recipe: Any) -> None:
         # copies PartialState's over its own)
         accelerator.state.distributed_type = DistributedType.FSDP
         PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    if asked() == "deepspeed" and accelerator.distributed_type == DistributedType.MULTI_CPU:
+        _deepspeed_on_cpu(accelerator)
     kind = accelerator.distributed_type
     if kind == DistributedType.FSDP and not is_fsdp(accelerator):
         raise UserError("fsdp_version: the toolkit runs FSDP2 only (fsdp_version: 2, as configs/accelerate/fsdp.yaml)")
@@ -84,7 +89,38 @@ def enable(accelerator: Any, recipe: Any) -> None:
     if why:
         raise UserError(f"method.name: '{recipe.method.name}' under {kind.value}: {why}; run it without STRATEGY")
     if kind == DistributedType.DEEPSPEED:
-        deepspeed_conflict(recipe.train, accelerator.state.deepspeed_plugin)
+        plugin = accelerator.state.deepspeed_plugin
+        deepspeed_conflict(recipe.train, plugin)
+        # the loop's batches come from a batch sampler (length buckets), whose loader has no
+        # batch_size for accelerate to read: the recipe says it
+        if plugin.is_auto("train_micro_batch_size_per_gpu"):
+            plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = recipe.train.batch_size
+
+
+def _deepspeed_on_cpu(accelerator: Any) -> None:
+    """DeepSpeed on CPU processes, which accelerate leaves plain data parallel (AcceleratorState
+    turns ACCELERATE_USE_DEEPSPEED into DistributedType.DEEPSPEED only when not on the CPU):
+    DeepSpeed's own CPU accelerator runs ZeRO over torch.distributed's gloo group that accelerate
+    has started; its plugin is read from the launch's environment as accelerate reads it.
+    DeepSpeed's shared-memory all-reduce kernel (`deepspeed_shm_comm`) would be JIT-compiled with
+    ninja at start-up (minutes on a small machine): the collectives go through gloo instead, as
+    DeepSpeed itself does where that op is not compatible."""
+    import deepspeed.ops
+    from accelerate.state import PartialState
+    from accelerate.utils import DeepSpeedPlugin, DistributedType
+    from deepspeed import comm
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # DeepSpeed's own switch for it
+    if not comm.is_initialized():
+        comm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+    plugin = DeepSpeedPlugin()
+    plugin.set_mixed_precision(accelerator.mixed_precision)
+    plugin.select(_from_accelerator_state=True)
+    state = accelerator.state
+    state.deepspeed_plugins = plugin
+    state._mixed_precision = "no"  # DeepSpeed casts itself, from its config (as AcceleratorState sets)
+    state.distributed_type = DistributedType.DEEPSPEED
+    PartialState._shared_state["distributed_type"] = DistributedType.DEEPSPEED
 
 
 def deepspeed_conflict(train: Any, plugin: Any) -> None:
@@ -104,16 +140,17 @@ def deepspeed_conflict(train: Any, plugin: Any) -> None:
 
 
 def unsupported(method: Any) -> str | None:
-    """Why FSDP cannot run this method, or None. A method that trains nothing has nothing to
-    shard (its evaluation would run whole on every process); a method with hooks of its own
-    between steps (an extra loss, a per-step update, state beside the weights: AdaLoRA) reads and
-    writes whole parameters outside the forward pass, where FSDP holds only shards."""
+    """Why FSDP or DeepSpeed cannot run this method, or None. A method that trains nothing has
+    nothing to shard (its evaluation would run whole on every process); a method with hooks of its
+    own between steps (an extra loss, a per-step update, state beside the weights: AdaLoRA) reads
+    and writes whole parameters and their gradients outside the forward pass, where FSDP and ZeRO
+    hold only shards (ZeRO-2: of the gradients; ZeRO-3 and FSDP: of the parameters too)."""
     if not method.trains:
         return "it trains nothing, so there is nothing to shard (evaluation would run whole on every process)"
     hooks = [n for n in ("extra_loss", "after_step", "state_dict") if getattr(type(method), n) is not getattr(Method, n)]
     if hooks:
-        return (f"its {', '.join(hooks)} read whole parameters between steps, where FSDP holds only "
-                "shards")
+        return (f"its {', '.join(hooks)} read whole parameters and gradients between steps, where a "
+                "sharded run holds only shards")
     return None
 
 

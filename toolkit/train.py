@@ -48,8 +48,11 @@ def _optimizer(model: torch.nn.Module, recipe: Recipe, device: torch.device) -> 
     train.precision_mode: bf16_master the model is cast to bf16 on `device` here and the optimizer
     steps fp32 masters of its parameters (toolkit/precision.py)."""
     params = [p for p in model.parameters() if p.requires_grad]  # build() refused none
-    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": recipe.train.weight_decay},
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    # the parameter's own shape: ZeRO-3 partitioned at load leaves each an empty 1-d tensor
+    matrix = [len(getattr(p, "ds_shape", p.shape)) >= 2 for p in params]
+    groups = [{"params": [p for p, m in zip(params, matrix) if m], "weight_decay": recipe.train.weight_decay},
+              {"params": [p for p, m in zip(params, matrix) if not m], "weight_decay": 0.0}]
+    groups = [g for g in groups if g["params"]]  # ZeRO-3 drops an empty group, and the schedule's lrs with it
     if recipe.train.precision_mode == "bf16_master":
         return precision.bf16_master(model, groups, recipe.train.lr, device)
     return torch.optim.AdamW(groups, lr=recipe.train.lr, fused=True)

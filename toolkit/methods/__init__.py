@@ -159,15 +159,16 @@ def is_head(name: str, head_names: list[str]) -> bool:
 
 
 def count_params(model: torch.nn.Module) -> tuple[int, int]:
-    """(trainable, total), each parameter counted once even when tied."""
+    """(trainable, total), each parameter counted once even when tied, at its whole size."""
     seen: set[int] = set()
     trainable = total = 0
     for param in model.parameters():
         if id(param) in seen:
             continue
         seen.add(id(param))
-        total += param.numel()
-        trainable += param.numel() if param.requires_grad else 0
+        size = getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 partitioned at load: its whole size
+        total += size
+        trainable += size if param.requires_grad else 0
     return trainable, total
 
 
