@@ -35,6 +35,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+# Everything a benchmark reads is here (the data, the tokenizers, random-weight or packaged
+# models): off-line, a Hub id is not looked up on the network first (a machine without one, as the
+# lent GPU machines are, spent ~3 s of retries per row process on it), and every row's process
+# inherits this.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # bench
 sys.path.insert(0, str(HERE.parent))  # this checkout's toolkit

@@ -23,6 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+# Everything a benchmark reads is here (the data, the tokenizers, random-weight or packaged
+# models): off-line, a Hub id is not looked up on the network first (a machine without one, as the
+# lent GPU machines are, spent ~3 s of retries per row process on it), and every row's process
+# inherits this.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("bert-base-uncased", "{name: full}"), ("gpt2", "{name: lora, r: 8}")]
 STRATEGIES = ["plain", "fsdp", "zero2", "zero3"]

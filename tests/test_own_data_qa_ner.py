@@ -38,7 +38,7 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def test_qa_v2_own_data_in_two_arguments(tmp_path: Path, cli) -> None:
+def test_qa_v2_own_data_in_two_arguments(tmp_path: Path, cli, position_lookups: list) -> None:
     train = _jsonl(tmp_path / "train.jsonl", _qa_records(True, hub_layout=True))
     dev = _jsonl(tmp_path / "dev.jsonl", _qa_records(True, hub_layout=False))
     code, _, err = cli("run", OWN / "minilm-full-qa-v2.yaml", f"task.train_file={train}", f"task.eval_file={dev}",
@@ -52,6 +52,7 @@ def test_qa_v2_own_data_in_two_arguments(tmp_path: Path, cli) -> None:
     assert all("no_answer_score" in r for r in rows)
     recipe = (metrics.parent / "recipe.yaml").read_text()
     assert "split_articles: null" in recipe  # the own train file replaced the shipped split
+    assert position_lookups == []  # valid files: no record's file:line looked up
 
 
 def test_qa_v1_own_data_refuses_unanswerable_questions(tmp_path: Path, cli) -> None:
@@ -93,7 +94,7 @@ def test_flat_and_squad_layouts_read_the_same_questions(tmp_path: Path) -> None:
     assert read_squad(str(as_list), "v2") == flat
 
 
-def test_ner_own_data_in_two_arguments(tmp_path: Path, cli) -> None:
+def test_ner_own_data_in_two_arguments(tmp_path: Path, cli, position_lookups: list) -> None:
     """Tags of the user's own (drug and dose names) are read from the files, checked, and named
     in the run's labels; a JSONL of `words` / `labels` is read by its inferred fields."""
     sentences = [(["Take", "aspirin", "twice", "daily"], ["O", "B-DRUG", "B-FREQ", "I-FREQ"]),
@@ -107,3 +108,4 @@ def test_ner_own_data_in_two_arguments(tmp_path: Path, cli) -> None:
     metrics = json.loads(metrics_file.read_text())
     assert metrics["label_names"] == ["O", "B-DOSE", "I-DOSE", "B-DRUG", "B-FREQ", "I-FREQ"]
     assert metrics["metric_info"] == {"tag_scheme": "IOB2"} and set(metrics["eval"]) >= {"f1", "accuracy"}
+    assert position_lookups == []

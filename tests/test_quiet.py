@@ -17,7 +17,8 @@ from toolkit import quiet
 
 # Each message's source, triggered: PEFT's off-line Hub look-up while saving an adapter (what an
 # unmerged export does), transformers' load report of a head missing from a checkpoint, PEFT's
-# use of an API transformers deprecated, and a FutureWarning raised inside a library module.
+# use of an API transformers deprecated, a FutureWarning raised inside a library module, and
+# DeepSpeed's accelerator detection on a machine without GPUs.
 TRIGGER = r"""
 import io, json, logging, os, sys, warnings
 warnings.simplefilter("always")  # every time, not once per place: both passes below see each one
@@ -30,6 +31,8 @@ hf_logging.add_handler(logging.StreamHandler(records))
 import accelerate, accelerate.utils.other, torch
 accelerate.PartialState()
 logging.getLogger("accelerate").addHandler(logging.StreamHandler(records))
+from deepspeed.accelerator import real_accelerator
+logging.getLogger("DeepSpeed").addHandler(logging.StreamHandler(records))
 config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                  intermediate_size=32)
 transformers.BertModel(config).save_pretrained(sys.argv[1])
@@ -44,6 +47,8 @@ def trigger():
     warnings.warn_explicit("x is deprecated", FutureWarning, "transformers/x.py", 1, module="transformers.x")
     tied = torch.zeros(2)  # what accelerate's checkpoint save says of tied weights
     accelerate.utils.other.clean_state_dict_for_safetensors({"embeddings": tied, "decoder": tied})
+    real_accelerator.ds_accelerator = None  # DeepSpeed's detection, as a ZeRO launch on CPU processes runs it
+    real_accelerator.get_accelerator()
     warnings.warn("the user's own warning")
     out = "\n".join(seen) + "\n" + records.getvalue()
     seen.clear(), records.truncate(0), records.seek(0)
@@ -63,6 +68,7 @@ MESSAGES = {  # what each looks like when shown
     "transformers' load report": "MISSING",
     "a library's FutureWarning": "x is deprecated",
     "accelerate's tied weights on save": "Removed shared tensor",
+    "DeepSpeed finding no GPU": "Setting accelerator to CPU",
     "PEFT calling transformers' deprecated is_gradient_checkpointing": "`is_gradient_checkpointing` is deprecated",
 }
 

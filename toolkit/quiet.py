@@ -28,6 +28,8 @@ NOISE: list[tuple[type[Warning], str, str, str]] = [
 LOG_NOISE: list[tuple[str, str, str]] = [
     ("accelerate.utils.other", r"Removed shared tensor", "accelerate de-duplicating tied weights when a "
      "checkpoint is saved (a model with tied embeddings, MiniLM2MiniLM's say); exact resume is tested"),
+    ("DeepSpeed", r"Setting accelerator to CPU", "DeepSpeed on a machine without GPUs, where the launch "
+     "runs CPU processes as `make run` says (metrics.json records the device)"),
 ]
 
 

@@ -43,9 +43,11 @@ def check_label(tag: str, scheme: str, place: str | Callable[[], str]) -> None:
     `place` (or a callable giving it, called only on an error) is where the tag is."""
     if tag == "O":
         return
-    where = place() if callable(place) else place
     prefix, kind = split(tag)
     allowed = PREFIXES.get(scheme, "BIES")
+    if prefix in allowed:
+        return
+    where = place() if callable(place) else place
     if prefix == "?":
         reads = f"prefix '{tag[0]}' + type '{tag[1:]}'" if len(tag) > 1 else f"prefix '{tag}' with no type"
         raise UserError(f"{where}: tag '{tag}' has no B-/I- prefix, so entity scoring would read it as "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from toolkit import readers
 from toolkit.errors import UserError
@@ -213,24 +213,25 @@ class TextClassification(Classification):
         keep = list(self.text_columns)
         if not has_label:
             return ds.select_columns(keep)
-        labels = [self._label_id(v, _where(path, i, fmt)) for i, v in enumerate(ds[self.label_column])]
+        ids = {name: i for i, name in enumerate(self.label_names or [])}
+        # the record's file:line only when it is reported (finding it reads the file up to there)
+        labels = [self._label_id(v, ids, lambda i=i: _where(path, i, fmt)) for i, v in enumerate(ds[self.label_column])]
         return ds.select_columns(keep).add_column("label", labels)
 
-    def _label_id(self, value: Any, where: str) -> int | float:
+    def _label_id(self, value: Any, ids: dict[str, int], where: Callable[[], str]) -> int | float:
         if self.problem == "regression":
             try:
                 number = float(value)
             except (TypeError, ValueError):
-                raise UserError(f"{where}: label '{value}' is not a number (problem: regression)") from None
+                raise UserError(f"{where()}: label '{value}' is not a number (problem: regression)") from None
             if not math.isfinite(number):
-                raise UserError(f"{where}: label '{value}' is not a finite number")
+                raise UserError(f"{where()}: label '{value}' is not a finite number")
             return number
-        names = self.label_names or []
         text = "" if value is None else str(value)
-        if text not in names:
-            raise UserError(f"{where}: label '{text}' is not one of {', '.join(names)}"
+        if text not in ids:
+            raise UserError(f"{where()}: label '{text}' is not one of {', '.join(ids)}"
                             + ("" if self.labels is None else " (task.labels)"))
-        return names.index(text)
+        return ids[text]
 
 
 def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_column: str | None,
