@@ -11,6 +11,8 @@ import os
 import re
 import warnings
 
+from toolkit import hub
+
 VERBOSE = "TOOLKIT_VERBOSE"
 
 # (warning category, message pattern, the library module that warns ("" any of LIBRARIES), why
@@ -77,7 +79,9 @@ def warnings_off() -> None:
 
 def libraries() -> None:
     """The libraries' progress bars and load reports off (they import datasets and transformers:
-    called once the checks that need neither have passed)."""
+    called once the checks that need neither have passed). First, a machine that cannot reach
+    the Hub is made to work off-line rather than wait on it (toolkit.hub.settle)."""
+    hub.settle()
     warnings_off()
     _log_filters()
     if verbose():

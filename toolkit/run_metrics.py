@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import platform
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import peft
 import torch
 import transformers
 from accelerate import Accelerator
@@ -46,7 +46,8 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "device": str(acc.device), "mixed_precision": recipe.train.mixed_precision,
         **provenance.describe(acc.device),  # device_name, gpu, cpu, cpu_cores, git_commit, git_dirty
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "peft": peft.__version__, "python": platform.python_version()},
+                     # peft's version without importing it (2 s for a run that needs no PEFT)
+                     "peft": version("peft"), "python": platform.python_version()},
     }
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()
