@@ -60,6 +60,12 @@ def random_checkpoint(name: str, where: Path) -> str:
     return str(folder)
 
 
+def _pythonpath() -> str:
+    """This checkout first, then what the caller had: `make gpu-check` puts the carried wheels'
+    site there (the GPU image's own transformers is too old and it has no DeepSpeed)."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
 def launch(strategy: str, recipe: Path, runs: Path, smoke: bool) -> subprocess.CompletedProcess:
     """One process: plain `toolkit run`, or `accelerate launch` with the strategy's config."""
     tail = ["-m", "toolkit.cli", "run", str(recipe), "--runs-dir", str(runs)] + ["--smoke"] * smoke
@@ -69,7 +75,7 @@ def launch(strategy: str, recipe: Path, runs: Path, smoke: bool) -> subprocess.C
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                str(ROOT / "configs" / "accelerate" / f"{strategy}.yaml"), "--num_processes", "1",
                "--main_process_port", str(_port()), *tail]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
 
 
@@ -86,7 +92,7 @@ def _losses(run: Path) -> list[float]:
 def _reload(run: Path) -> dict:
     """The saved model scored in one fresh process (from_pretrained / PEFT)."""
     proc = subprocess.run([sys.executable, "-m", "toolkit.cli", "eval", str(run)], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=1800)
+                          env={**os.environ, "PYTHONPATH": _pythonpath()}, capture_output=True, text=True, timeout=1800)
     file = run / "eval-eval.json"
     return json.loads(file.read_text())["eval"] if proc.returncode == 0 and file.is_file() else {}
 

@@ -19,7 +19,8 @@ LOCK=requirements.lock
 # the image lacks these, or has an older version than the toolkit needs (transformers 5.17,
 # huggingface_hub 1.33, no datasets, no deepspeed); each with what it needs that the image does not have
 PACKAGES="transformers huggingface_hub tokenizers datasets dill multiprocess peft httpx2 httpcore2 truststore
-idna anyio h11 hf-xet click fsspec regex nltk defusedxml pysbd einops hjson msgpack ninja py-cpuinfo"
+idna anyio h11 hf-xet click fsspec regex nltk defusedxml pysbd einops hjson msgpack ninja py-cpuinfo
+pydantic pydantic_core annotated-types typing-inspection"
 SDIST_ONLY="rouge_score seqeval deepspeed"  # published as source only: built here into pure-Python wheels
 
 { git check-ignore -q .whl/x && git check-ignore -q .gpu/x; } || { echo ".whl/ and .gpu/ must be git-ignored (.gitignore)" >&2; exit 1; }
