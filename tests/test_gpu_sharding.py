@@ -24,3 +24,10 @@ def test_smoke_rows(tmp_path: Path) -> None:
     assert by["plain"]["reloads"] and by["zero3"]["reloads"]
     text = gpu_sharding.table(rows)
     assert text.count("\n") == len(rows) + 1 and "| zero3 |" in text
+
+
+def test_launches_keep_the_callers_python_path(monkeypatch) -> None:
+    """`make gpu-check` puts the carried wheels' site on PYTHONPATH (the GPU image's transformers
+    is too old and it has no DeepSpeed): every launch keeps it, behind this checkout."""
+    monkeypatch.setenv("PYTHONPATH", "/carried/site")
+    assert gpu_sharding._pythonpath().split(":") == [str(ROOT), "/carried/site"]
