@@ -2,8 +2,11 @@
 # What `make gpu-check` carries to a lent GPU machine (docs/gpu.md), made here, in the repo root:
 #   .whl/         the Python packages the GPU image lacks or has too old (Python 3.12, x86-64),
 #                 at exactly the versions of requirements.lock; torch, numpy, pyarrow, pandas,
-#                 accelerate, safetensors, scikit-learn, scipy, sacrebleu, typer and pytest(-xdist)
-#                 are the image's own (see /work/.library/device/KINDS.md)
+#                 accelerate, safetensors, scikit-learn, scipy, sacrebleu, typer, pytest(-xdist) and
+#                 DeepSpeed's einops, msgpack, ninja, py-cpuinfo are the image's own (see
+#                 /work/.library/device/KINDS.md); so is hf-xet, which an off-line run never uses.
+#                 The suite's call carries .whl and .gpu/shared together: 63 of the 64 MiB a call
+#                 carries, with the checkout (docs/gpu.md)
 #   .gpu/shared/  a copy of the data and tokenizers the check and the suite read (TOOLKIT_DATA,
 #                 TOOLKIT_TOKENIZERS)
 #   .gpu/minilm/  all-MiniLM-L6-v2 for the accuracy rows, its weights stored in bfloat16 (45 MB;
@@ -19,8 +22,8 @@ LOCK=requirements.lock
 # the image lacks these, or has an older version than the toolkit needs (transformers 5.17,
 # huggingface_hub 1.33, no datasets, no deepspeed); each with what it needs that the image does not have
 PACKAGES="transformers huggingface_hub tokenizers datasets dill multiprocess peft httpx2 httpcore2 truststore
-idna anyio h11 hf-xet click fsspec regex nltk defusedxml pysbd einops hjson msgpack ninja py-cpuinfo
-pydantic pydantic_core annotated-types typing-inspection"
+idna anyio h11 click fsspec regex nltk defusedxml pysbd hjson pydantic pydantic_core annotated-types
+typing-inspection"
 SDIST_ONLY="rouge_score seqeval deepspeed"  # published as source only: built here into pure-Python wheels
 
 { git check-ignore -q .whl/x && git check-ignore -q .gpu/x; } || { echo ".whl/ and .gpu/ must be git-ignored (.gitignore)" >&2; exit 1; }
