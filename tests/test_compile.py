@@ -212,3 +212,16 @@ def test_a_shape_past_the_limit_stops_with_one_line_not_eager_in_silence(aot_eag
         step(torch.ones(3))  # a second shape: dynamo would run it eager; here it raises
     error = compiling.step_error(caught.value)
     assert isinstance(error, UserError) and "train.pad_multiple" in str(error) and "\n" not in str(error)
+
+
+def test_zero3_leaves_the_step_eager_with_one_line() -> None:
+    """Measured on an H100: under ZeRO-3 the compiled step re-traced past its shape limit (the
+    parameter gathering hooks run inside every forward). ZeRO-2 and no DeepSpeed compile."""
+    from types import SimpleNamespace
+
+    from toolkit import compiling
+
+    why = compiling.strategy_reason(SimpleNamespace(zero_stage=3))
+    assert why and "ZeRO-3" in why and "\n" not in why
+    assert compiling.strategy_reason(SimpleNamespace(zero_stage=2)) is None
+    assert compiling.strategy_reason(None) is None

@@ -51,6 +51,16 @@ def eager_reason(method: str, attention: Any = None) -> str | None:
     return f"attention {name}: {why}" if why else None
 
 
+def strategy_reason(deepspeed_plugin: Any) -> str | None:
+    """Why the launch's strategy leaves the step eager; None where it compiles. ZeRO-3 gathers and
+    releases each layer's parameters through hooks inside every forward, which dynamo traces
+    again: on an H100 (2026-11-26, gpt2 LoRA, `benchmarks/gpu_sharding.py`) the compiled step
+    passed SHAPE_LIMIT recompiles and the run stopped, where the plain run compiled once."""
+    if deepspeed_plugin is not None and deepspeed_plugin.zero_stage == 3:
+        return "DeepSpeed ZeRO-3 gathers and releases parameters inside each forward (dynamo re-traces it)"
+    return None
+
+
 SHAPE_LIMIT = 64  # compiled shapes of one step; past it the run stops (never eager in silence)
 
 

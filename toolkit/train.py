@@ -135,7 +135,8 @@ class Loop:
         """train.compile resolved here; a method left eager says so in one line."""
         if not compiling.wanted(self.cfg.compile, device):
             return False
-        reason = compiling.eager_reason(self.method.name, self.recipe.model.attention)
+        reason = (compiling.eager_reason(self.method.name, self.recipe.model.attention)
+                  or compiling.strategy_reason(self.acc.state.deepspeed_plugin))
         if reason:
             tqdm.write(f"train.compile: the step runs eager: {reason}")
         return reason is None
