@@ -10,6 +10,7 @@ measured on a GPU by `make gpu-check` instead.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,11 @@ def test_padding_is_off_unless_compiled_or_asked(tmp_path: Path) -> None:
     from toolkit import recipe as recipes
 
     plain = recipes.load(recipe_file(tmp_path, "bert"), smoke=True)
-    assert (pad_multiple(plain, compiled=False), pad_multiple(plain, compiled=True)) == (1, 32)
+    assert (pad_multiple(plain, compiled=False), pad_multiple(plain, compiled=True)) == (1, 16)  # max_length 64
+    for longest, multiple in ((128, 16), (256, 32), (384, 48), (512, 64), (520, 80)):
+        # at most 8 lengths up to max_length, each a multiple of 16
+        sized = recipes.load(recipe_file(tmp_path, "bert"), [f"task.max_length={longest}"])
+        assert pad_multiple(sized, compiled=True) == multiple and math.ceil(longest / multiple) <= 8
     set_ = recipes.load(recipe_file(tmp_path, "bert"), ["train.pad_multiple=8"], smoke=True)
     assert (pad_multiple(set_, compiled=False), pad_multiple(set_, compiled=True)) == (8, 8)
     assert plain.hash != set_.hash  # the padding is part of the run's identity
@@ -129,7 +134,7 @@ def test_the_step_compiles_as_one_graph(tmp_path: Path, aot_eager, monkeypatch, 
     step = compiling.compile_step(forward_loss, torch.device("cpu"), fullgraph=True)
     model.train()
     torch.manual_seed(0)
-    loss = step(batch)
+    loss = step(compiling.mark_dynamic(batch))  # as the loop calls it
     loss.backward()
     assert torch.isfinite(loss)
     assert any(p.grad is not None for p in model.parameters() if p.requires_grad)
@@ -141,16 +146,25 @@ def train_log(run_root: Path) -> list[float]:
 
 
 @pytest.mark.parametrize("family, method", [("bert", "full"), ("bert", "lora"), ("gpt2", "lora"), ("t5", "lora")])
-def test_compiled_steps_give_the_eager_losses_and_compile_once_per_shape(tmp_path: Path, cli, aot_eager,
-                                                                         tiny_checkpoint, family: str,
-                                                                         method: str) -> None:
+def test_compiled_steps_give_the_eager_losses_and_compile_once_for_every_length(tmp_path: Path, cli, aot_eager,
+                                                                               monkeypatch, tiny_checkpoint,
+                                                                               family: str, method: str) -> None:
     """20 steps (3 epochs of 8 batches, the last cut short), compiled and eager, on the same
-    padded batches: the same losses, and one compilation per (batch, length) shape at most."""
+    padded batches: the same losses; and however many (batch, length) shapes the epochs bring,
+    the step compiles once (the batch and length dimensions are dynamic), twice at most where an
+    int argument changes (torch's automatic dynamic)."""
     from toolkit import compiling
-    from toolkit.batching import bucket_count
 
+    shapes = set()
+    marked = compiling.mark_dynamic
+
+    def counting(batch: dict) -> dict:
+        shapes.add(tuple(tuple(v.shape) for v in batch.values() if isinstance(v, torch.Tensor)))
+        return marked(batch)
+
+    monkeypatch.setattr(compiling, "mark_dynamic", counting)
     recipe = recipe_file(tmp_path, family, method, hub_id=tiny_checkpoint(family))
-    common = ["train.pad_multiple=32", "train.max_steps=20", "train.epochs=3", "train.eval_every=1000",
+    common = ["train.pad_multiple=8", "train.max_steps=20", "train.epochs=3", "train.eval_every=1000",
               "task.max_length=64"]
     assert cli("run", recipe, *common, "train.compile=false", "--runs-dir", tmp_path / "eager")[0] == 0
     before = compiling.graph_count()
@@ -159,8 +173,7 @@ def test_compiled_steps_give_the_eager_losses_and_compile_once_per_shape(tmp_pat
     compiled, eager = train_log(tmp_path / "compiled"), train_log(tmp_path / "eager")
     assert len(eager) == 20 and compiled == pytest.approx(eager, rel=1e-5)
     graphs = compiling.graph_count() - before
-    buckets = bucket_count(64, 32, []) * (bucket_count(32, 32, []) if family == "t5" else 1)  # x targets' lengths
-    assert 1 <= graphs <= buckets + 1, graphs
+    assert len(shapes) >= 2 and 1 <= graphs <= 2, (len(shapes), graphs)
 
 
 def _registered(kind: str) -> list[str]:
@@ -197,7 +210,7 @@ def test_every_method_and_attention_module_compiles_or_says_why_not(tmp_path: Pa
     step = compiling.compile_step(lambda b: task.loss(model(**task.model_inputs(b)), b).sum(),
                                   torch.device("cpu"), fullgraph=True)
     model.train()
-    step(batch).backward()
+    step(compiling.mark_dynamic(batch)).backward()
 
 
 def test_a_shape_past_the_limit_stops_with_one_line_not_eager_in_silence(aot_eager, monkeypatch) -> None:

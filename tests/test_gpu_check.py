@@ -29,7 +29,11 @@ def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
     assert all(r["train_samples_per_s"] > 0 and r["train_shapes"] >= 1 for r in toolkit)
     assert all(r["padding_overhead"] >= 0 for r in toolkit)
     assert {r["precision"] for r in rows if r["row"].startswith("Trainer")} == {"bf16", "no"}
-    assert any(isinstance(r.get("mfu"), dict) and r["mfu"]["mfu"] > 0 for r in rows)
+    (matmul,) = [r for r in rows if isinstance(r.get("mfu"), dict)]
+    assert [m["compiled"] for m in matmul["mfu_rows"]] == [False, False, True]  # CPU: two dropouts, then compiled
+    assert all(m["mfu"] > 0 for m in matmul["mfu_rows"])
+    assert "| MFU at 4 x 16, compiled | bf16 | True |" in done.stdout
+    assert all(r["compiled_graphs"] >= 1 and r["step_compilations"] >= 1 for r in toolkit if r["compile"])
     assert [r["method"] for r in rows if "method" in r and r["row"].endswith("step (tiny roberta)")] == ["full", "lora"]
     accuracy = [r for r in rows if r["row"] == "MiniLM SST-2 accuracy"]
     assert [r["compile"] for r in accuracy] == [False, True] and all(0 <= r["accuracy"] <= 1 for r in accuracy)
@@ -59,3 +63,19 @@ def test_the_sharding_rows_are_part_of_gpu_check() -> None:
     name = "FSDP2 and DeepSpeed (issue 36)"
     assert name in gpu_check.EXTRA_ROWS and name in gpu_check.EXTRA_TABLES
     assert gpu_check.EXTRA_ROWS[name](argparse.Namespace(smoke=True, skip_sharding=False), {}) == []
+
+
+def test_the_plan_puts_the_targets_first_and_the_master_rows_on_request() -> None:
+    """The rows the targets are judged on come first (a run cut short keeps them); the speed
+    rows use the toolkit's own padding default (no forced buckets); bf16-master rows need --master."""
+    import gpu_check
+
+    args = gpu_check.parser().parse_args([])
+    rows = gpu_check.plan(args, "bert", "minilm")
+    labels = [label for label, *_ in rows]
+    assert labels[:4] == ["toolkit", "toolkit", "Trainer, dynamic padding", "toolkit"]
+    assert not any(gpu_check.MASTER_LABEL in label for label in labels)
+    assert all("--length-buckets" not in flags and "--pad-multiple" not in flags for *_, flags in rows)
+    assert all("--size" not in flags for label, _, _, flags in rows if label.startswith("MiniLM"))
+    with_master = gpu_check.plan(gpu_check.parser().parse_args(["--master"]), "bert", "minilm")
+    assert sum(gpu_check.MASTER_LABEL in label for label, *_ in with_master) == 3

@@ -164,11 +164,16 @@ class BucketPadding:
 
 
 def pad_multiple(recipe: Recipe, compiled: bool) -> int:
-    """train.pad_multiple as set; unset: 32 where the step is compiled (few shapes, few
-    compilations), else 1 (each batch as long as its longest member)."""
+    """train.pad_multiple as set; unset where the step is compiled: the multiple of 16 that gives
+    at most 8 lengths up to task.max_length (16 up to 128, 64 at 512): each length is a CUDA
+    graph recorded, not a compilation (compiling.mark_dynamic), so the padding can stay short;
+    unset and eager: 1 (each batch as long as its longest member)."""
     if recipe.train.pad_multiple is not None:
         return recipe.train.pad_multiple
-    return 32 if compiled else 1
+    if not compiled:
+        return 1
+    longest = getattr(recipe.task, "max_length", None) or 128
+    return 16 * max(1, math.ceil(longest / (8 * 16)))
 
 
 def bucketed(collate: Any, recipe: Recipe, tokenizer: Any, compiled: bool) -> Any:

@@ -61,7 +61,7 @@ class TrainConfig:
     precision_mode: Literal["autocast", "bf16_master"] = "autocast"
     group_by_length: bool = True  # batches of similar length, in random order (train.EpochBatches)
     # few shapes (docs/gpu.md): a training batch pads to the smallest of length_buckets that holds
-    # it, else to a multiple of pad_multiple; unset: 32 when the step is compiled, else 1 (none)
+    # it, else to a multiple of pad_multiple; unset: a multiple of 16 giving <= 8 lengths when compiled, else 1
     pad_multiple: int | None = field(default=None, metadata=_min(1))
     length_buckets: list[int] = field(default_factory=list, metadata=_min(1))
     compile: bool | Literal["auto"] = "auto"  # torch.compile the step; auto: on a CUDA GPU only

@@ -274,7 +274,7 @@ class Loop:
             return self.forward_loss(batch)
         compiling.mark_step()
         try:
-            return self.forward_loss(batch)
+            return self.forward_loss(compiling.mark_dynamic(batch))
         except Exception as error:  # noqa: BLE001 - a shape past the limit becomes one line
             raise compiling.step_error(error) from None
 

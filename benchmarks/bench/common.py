@@ -158,14 +158,16 @@ def random_batch(batch: int, length: int, vocab: int, num_labels: int = 2, seed:
             "labels": torch.randint(0, num_labels, (batch,), generator=g)}
 
 
-def training_step(model: torch.nn.Module, batch: dict, precision: str, fast_dropout: bool = True) -> Callable[[], None]:
+def training_step(model: torch.nn.Module, batch: dict, precision: str, fast_dropout: bool = True,
+                  compiled: bool = False) -> Callable[[], None]:
     """One full optimizer step of `model` on `batch` (forward, backward, fused AdamW, as the
     toolkit's loop does, under accelerate's mixed precision), as a function. On CPU the dropouts
     are the toolkit's (toolkit.dropout, as `train.fast_dropout` defaults to) unless
-    `fast_dropout` is false."""
+    `fast_dropout` is false. `compiled`: the forward and loss through the toolkit's own
+    `compiling.compile_step` (so its backward too), called as the loop calls it."""
     from accelerate import Accelerator
 
-    from toolkit import dropout
+    from toolkit import compiling, dropout
 
     if fast_dropout:
         dropout.install(model, device())
@@ -175,8 +177,14 @@ def training_step(model: torch.nn.Module, batch: dict, precision: str, fast_drop
     model.train()
     batch = {k: v.to(acc.device) for k, v in batch.items()}
 
+    forward = compiling.compile_step(lambda b: model(**b).loss, acc.device) if compiled else None
+
     def step() -> None:
-        acc.backward(model(**batch).loss)
+        if forward is None:
+            acc.backward(model(**batch).loss)
+        else:
+            compiling.mark_step()
+            acc.backward(forward(compiling.mark_dynamic(dict(batch))))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

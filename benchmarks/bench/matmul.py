@@ -46,26 +46,34 @@ def matmul_row(args: argparse.Namespace, checkpoint: str) -> dict:
                for name, n, note in matmul_sizes(args)]
     reference = next(m for m in matmuls if m["dtype"] == {"no": "fp32"}.get(args.precision, args.precision))
     steps = args.mfu_steps or (6 if not cuda() else 20)
-    # On CPU the step as the toolkit runs it and with torch's dropout (train.fast_dropout=false),
-    # two fresh models, their steps alternating; on a GPU the dropout is torch's either way.
-    variants = [True, False] if not cuda() else [True]
+    # (toolkit dropout, compiled): on CPU the step as the toolkit runs it and with torch's dropout
+    # (train.fast_dropout=false); on a GPU (where the dropout is torch's either way) eager and
+    # compiled as train.compile compiles it (also where a compile backend is set: the suite's
+    # smoke). Fresh models, their steps alternating; the compiled one's warm-up compiles it.
+    from toolkit import compiling
+
+    variants = [(True, False)] + ([(False, False)] if not cuda() else [])
+    if cuda() or compiling.BACKEND is not None:
+        variants.append((False, True))
     from accelerate.state import AcceleratorState
 
     AcceleratorState._reset_state()
     loaded = [models.load(checkpoint, "sequence-classification", {"num_labels": 2}, args.attention)
               for _ in variants]
     batch = random_batch(args.mfu_batch_size, args.mfu_length, len(loaded[0][1]))
-    step_fns = [training_step(model, batch, args.precision, fast) for (model, _), fast in zip(loaded, variants)]
+    step_fns = [training_step(model, batch, args.precision, fast, compiled)
+                for (model, _), (fast, compiled) in zip(loaded, variants)]
     all_times = time_alternating(step_fns, warmup=2, steps=steps)
     n = non_embedding_params(loaded[0][0])
     rows = []
-    for fast, times, step in zip(variants, all_times, step_fns):
+    for (fast, compiled), times, step in zip(variants, all_times, step_fns):
         step_s = statistics.median(times)
         tokens_per_s = args.mfu_batch_size * args.mfu_length / step_s
         rows.append({"model": args.model_label, "non_embedding_params": n, "batch": args.mfu_batch_size,
                      "length": args.mfu_length, "precision": args.precision, "steps": steps,
                      "dropout": ("torch" if not fast or cuda() else "toolkit (default)" if args.precision == "no"
                                  else "toolkit's flag on; autocast's bf16/fp16 tensors keep torch's"),
+                     "compiled": compiled,
                      "step_s": step_s, "tokens_per_s": tokens_per_s, "model_gflops": 6 * n * tokens_per_s / 1e9,
                      "reference": f"{reference['dtype']} matmul, n={reference['size']}",
                      "reference_gflops": reference["gflops"],
@@ -76,17 +84,17 @@ def matmul_row(args: argparse.Namespace, checkpoint: str) -> dict:
 def matmul_tables(result: dict) -> str:
     first = table(["dtype", "n (n x n @ n x n)", "GFLOP/s", "note"],
                   [[r["dtype"], r["size"], f"{r['gflops']:.1f}", r["note"]] for r in result["matmul"]])
-    second = table(["model", "non-embedding params", "batch x length", "precision", "dropout", "step s (median)",
+    second = table(["model", "non-embedding params", "batch x length", "precision", "dropout", "compiled", "step s (median)",
                     "tokens/s", "model GFLOP/s (6N x tokens/s)", "reference", "MFU"],
                    [[m["model"], f"{m['non_embedding_params']:,}", f"{m['batch']} x {m['length']}",
-                     m["precision"], m.get("dropout", "torch"), f"{m['step_s']:.3f}", f"{m['tokens_per_s']:.0f}",
+                     m["precision"], m.get("dropout", "torch"), str(m.get("compiled", False)), f"{m['step_s']:.3f}", f"{m['tokens_per_s']:.0f}",
                      f"{m['model_gflops']:.1f}", f"{m['reference']}: {m['reference_gflops']:.1f} GFLOP/s",
                      f"{100 * m['mfu']:.1f}%"] for m in result.get("mfu_rows", [result["mfu"]])])
     rows = [m for m in result.get("mfu_rows", []) if m.get("breakdown")]
     if rows:
         parts = list(rows[0]["breakdown"])
         second += "\n\nWhere one profiled step's time goes (seconds, by op self time; the profiler adds a little):\n\n"
-        second += table(["part", *(f"dropout: {m['dropout']}" for m in rows)],
+        second += table(["part", *(f"dropout: {m['dropout']}" + (", compiled" if m.get("compiled") else "") for m in rows)],
                         [[part, *(f"{m['breakdown'][part]:.3f} ({100 * m['breakdown'][part] / sum(m['breakdown'].values()):.0f}%)"
                                   for m in rows)] for part in parts])
         gemm = rows[0]["breakdown"][parts[0]]

@@ -127,10 +127,11 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
 
     recipe = toolkit_recipe(args, checkpoint, method, train_overrides)
     collators = count_toolkit_collators()
-    graphs = compiling.graph_count()
+    graphs, variants = compiling.graph_count(), compiling.step_compilations()
     metrics = train.run(recipes.RunPlan(recipe), out)
     training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
-    counts = {**training[-1].per_example(), "compiled_graphs": compiling.graph_count() - graphs} if training else {}
+    counts = {**training[-1].per_example(), "compiled_graphs": compiling.graph_count() - graphs,
+              "step_compilations": compiling.step_compilations() - variants} if training else {}
     logged = list(map(json.loads, (out / "log.jsonl").read_text().splitlines()))
     evals = [e for e in logged if "eval_runtime_s" in e]
     n_eval = len(glue_task(args).load()["eval"][""])
@@ -280,10 +281,12 @@ def eval_row(args: argparse.Namespace, checkpoint: str) -> dict:
 
 def warm_up(args: argparse.Namespace, checkpoint: str, folder: Path) -> None:
     """The same untimed warm-up before every trainer row: a short toolkit run of the same model
-    and batch (kernels, allocator, tokenizer and data caches), then the peak is reset."""
+    and batch (kernels, allocator, tokenizer and data caches), then the peak is reset. Eager
+    always: a compiled row's compilation is part of its run (its whole-run rate counts it, its
+    steady rate does not), and compiling twice per row cost the first GPU check ~40 s a row."""
     import gc
 
-    warm = argparse.Namespace(**{**vars(args), "steps": min(args.steps, 10), "eval_samples": 64})
+    warm = argparse.Namespace(**{**vars(args), "steps": min(args.steps, 10), "eval_samples": 64, "compile": "false"})
     train.run(recipes.RunPlan(toolkit_recipe(warm, checkpoint)), folder)
     gc.collect()
     if cuda():
