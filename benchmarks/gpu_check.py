@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 # Everything a benchmark reads is here (the data, the tokenizers, random-weight or packaged
 # models): off-line, a Hub id is not looked up on the network first (a machine without one, as the
@@ -118,7 +118,8 @@ def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None 
     # the toolkit's own few-shapes default (a compiled step pads to multiples of 16 up to 128:
     # one compilation, a CUDA graph per length); the first check forced buckets 64,128, which put
     # SST-2's 13-token sentences in 64 positions (+379% padding)
-    flags += ["--precision", precision] + (["--size", "bert-base"] if not args.smoke else [])
+    flags += ["--precision", precision, "--profile-steps", "1" if args.smoke else "10"]
+    flags += ["--size", "bert-base"] if not args.smoke else []
     if compiled is not None:
         flags += ["--compile", "true" if compiled else "false"]
     if mode is not None:
@@ -211,11 +212,20 @@ def cells(r: dict, trainer: dict[str, float], flops: dict[str, float]) -> list[s
     return [r["row"], {"no": "fp32"}.get(precision, precision), str(r.get("compile", "")),
             f"{sps:.1f}" if sps else "", f"{r['steady_samples_per_s']:.1f}" if r.get("steady_samples_per_s") else "",
             vs, f"{100 * mfu:.1f}%" if mfu else "",
-            f"{1000 * r['step_s']:.1f}" if r.get("step_s") else "",
+            step_ms(r),
             f"{r['peak_mb']:.0f}" if r.get("peak_mb") else "", str(r.get("train_shapes", "")),
             compilations(r),
             f"+{100 * r['padding_overhead']:.0f}%" if "padding_overhead" in r else "",
             f"{100 * r['accuracy']:.2f}" if r.get("accuracy") is not None else ""]
+
+
+def step_ms(r: dict) -> str:
+    """A measured step's ms; a toolkit row's profiled steady steps as wall (host inside the step,
+    device busy): wall well above the device's busy time is a step waiting on the host."""
+    if r.get("step_profile"):
+        p = r["step_profile"]
+        return f"{p['wall_ms']:.1f} (host {p['host_in_step_ms']:.1f}, device {p['device_busy_ms']:.1f})"
+    return f"{1000 * r['step_s']:.1f}" if r.get("step_s") else ""
 
 
 def compilations(r: dict) -> str:

@@ -28,6 +28,10 @@ def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
         ("bf16", False), ("bf16", True), ("no", False), ("no", True)]
     assert all(r["train_samples_per_s"] > 0 and r["train_shapes"] >= 1 for r in toolkit)
     assert all(r["padding_overhead"] >= 0 for r in toolkit)
+    for r in toolkit:  # one steady step profiled: wall covers the host's part of it
+        profile = r["step_profile"]
+        assert profile["steps"] == 1 and profile["wall_ms"] >= profile["host_in_step_ms"] > 0
+        assert profile["device_busy_ms"] > 0
     assert {r["precision"] for r in rows if r["row"].startswith("Trainer")} == {"bf16", "no"}
     (matmul,) = [r for r in rows if isinstance(r.get("mfu"), dict)]
     assert [m["compiled"] for m in matmul["mfu_rows"]] == [False, False, True]  # CPU: two dropouts, then compiled

@@ -96,6 +96,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the untimed short toolkit run before each trainer row (--no-warm-up: gpu_check --smoke)")
     p.add_argument("--compile-backend", default=None,
                    help="torch.compile backend of compiled rows (default inductor; aot_eager for CPU smoke runs)")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="toolkit rows: profile this many steady steps (wall, host and device-busy ms per step)")
     p.add_argument("--attention", default="sdpa")
     p.add_argument("--matmul-size", type=int, default=None, help="n of the matmul (default 2048 CPU, 8192 CUDA)")
     p.add_argument("--cpu-bf16-size", type=int, default=512, help="n of the bf16 matmul on CPU")

@@ -118,6 +118,60 @@ def speed_settings(args: argparse.Namespace) -> dict:
     return out
 
 
+class StepProfile:
+    """Where the loop's steady steps spend their time: `count` optimizer steps from `start` on,
+    each step's wall time (entry to entry: the batch's fetch and collation included), the host
+    time inside `Loop.step`, and the device's busy time (the profiled kernels' own time; on a CPU
+    the ops' self time). Wall far above the device's busy time: the step waits on the host.
+    Patches `train.Loop.step` while in use; read `result` after."""
+
+    def __init__(self, start: int, count: int) -> None:
+        self.start, self.count, self.result = start, count, {}
+        self.entries: list[float] = []
+        self.host = 0.0
+        self.prof: Any = None
+
+    def __enter__(self) -> StepProfile:
+        from torch.profiler import ProfilerActivity, profile
+
+        original, me = train.Loop.step, self
+        self.original = original
+        if self.count <= 0:
+            return self
+
+        def step(loop: Any, group: list[dict]) -> None:
+            done = loop.state.step
+            if done == me.start and me.prof is None:
+                sync()
+                me.prof = profile(activities=[ProfilerActivity.CUDA] if cuda() else [ProfilerActivity.CPU])
+                me.prof.__enter__()
+            tracing = me.prof is not None and not me.result
+            if tracing:
+                me.entries.append(time.perf_counter())
+            begin = time.perf_counter()
+            original(loop, group)
+            if tracing:
+                me.host += time.perf_counter() - begin
+                if loop.state.step >= me.start + me.count:
+                    sync()
+                    me.entries.append(time.perf_counter())
+                    me.prof.__exit__(None, None, None)
+                    me._summarise(len(me.entries) - 1)
+
+        train.Loop.step = step
+        return self
+
+    def _summarise(self, steps: int) -> None:
+        events = self.prof.key_averages()
+        busy = sum((e.self_device_time_total if cuda() else e.self_cpu_time_total) for e in events) / 1e6
+        wall = self.entries[-1] - self.entries[0]
+        self.result = {"steps": steps, "wall_ms": 1000 * wall / steps, "host_in_step_ms": 1000 * self.host / steps,
+                       "device_busy_ms": 1000 * busy / steps}
+
+    def __exit__(self, *exc: Any) -> None:
+        train.Loop.step = self.original
+
+
 def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: str = "full",
                 train_overrides: dict | None = None) -> dict:
     """Row (a): `train.run`, the same function `toolkit run` calls. Train samples/s is the
@@ -128,7 +182,8 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
     recipe = toolkit_recipe(args, checkpoint, method, train_overrides)
     collators = count_toolkit_collators()
     graphs, variants = compiling.graph_count(), compiling.step_compilations()
-    metrics = train.run(recipes.RunPlan(recipe), out)
+    with StepProfile(max(1, (3 * args.steps) // 5), getattr(args, "profile_steps", 0)) as profiled:  # steady
+        metrics = train.run(recipes.RunPlan(recipe), out)
     training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
     counts = {**training[-1].per_example(), "compiled_graphs": compiling.graph_count() - graphs,
               "step_compilations": compiling.step_compilations() - variants} if training else {}
@@ -142,7 +197,8 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
             "eval_samples_per_s": n_eval / evals[-1]["eval_runtime_s"], "eval_examples": n_eval,
             "peak_mb": metrics["peak_memory_mb"], "accuracy": metrics["eval"]["accuracy"],
             "trainable": metrics["trainable_params"], "steps": metrics["train_steps"],
-            "steady_samples_per_s": steady_rate(logged, args.batch_size), **counts}
+            "steady_samples_per_s": steady_rate(logged, args.batch_size), **counts,
+            **({"step_profile": profiled.result} if profiled.result else {})}
 
 
 def steady_rate(logged: list[dict], batch: int) -> float | None:
