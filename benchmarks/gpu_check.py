@@ -19,8 +19,8 @@ Every row runs in its own process (bench's `--row`), as `make bench` does, in or
 importance, and the JSON is rewritten after each row, so a run cut short keeps what it measured.
 
 `--smoke`: the same code path on a CPU in seconds (the conftest-sized random BERT, 3 steps, no
-warm-up runs, compiled rows through the "aot_eager" backend, rows in this process): what the
-suite runs.
+warm-up runs, compiled rows through dynamo's capture-only "eager" backend, rows in this process):
+what the suite runs (tests/test_compile.py checks the compiled backward, through "aot_eager").
 `--suite`: the test suite on this machine instead (pytest -n over its cores), with CUDA present.
 """
 
@@ -110,7 +110,7 @@ def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None 
         flags = ["--steps", "3", "--batch-size", "4", "--max-length", "32", "--eval-samples", "8",
                  "--mfu-batch-size", "4", "--mfu-length", "16", "--mfu-steps", "1", "--matmul-size", "64",
                  "--cpu-bf16-size", "64", "--lora-batch-size", "2", "--lora-length", "16", "--lora-steps", "1", "--lora-model", "tiny", "--no-warm-up",
-                 "--compile-backend", "aot_eager"]
+                 "--compile-backend", "eager"]
     else:
         flags = ["--steps", str(args.steps or 120), "--batch-size", "32", "--max-length", "128",
                  "--eval-samples", "256", "--mfu-batch-size", "32", "--mfu-length", "128", "--lora-batch-size", "32",
