@@ -90,3 +90,65 @@ def test_launch_configs_load(strategy: str, kind: str) -> None:
 
     config = load_config_from_file(str(ROOT / "configs" / "accelerate" / f"{strategy}.yaml"))
     assert config.distributed_type.value == kind
+
+
+NODES_RECIPE = """model: {{checkpoint: {checkpoint}, dropout: 0.0}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 96, max_eval_samples: 24}}
+method: {{name: full}}
+train: {{max_steps: 12, lr: 1.0e-3, eval_every: 3, log_every: 1, save_total_limit: 2, seed: 5}}
+"""
+
+
+def _nodes(recipe: Path, runs: Path, port: int, *args: str) -> list[subprocess.Popen]:
+    """Two "machines" of one process each: two torchrun launchers with their own node rank and
+    the first one's address, as `accelerate launch` with num_machines 2 starts them. Each
+    worker is its node's local rank 0: only the global main process may write the run folder."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank),
+                              "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                              "-m", "toolkit.cli", "run", str(recipe), "--runs-dir", str(runs), "train.batch_size=4",
+                              *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+            for rank in (0, 1)]
+
+
+def test_two_nodes_write_the_run_once_and_resume_after_one_dies(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """Issue 36 part 6 on one machine: a two-node launch (each node's worker is local rank 0)
+    writes one run folder, each step logged once; a node killed (SIGKILL, its whole launcher)
+    after a checkpoint leaves a run that the same two commands resume, ending where one process
+    with the same global batch ends."""
+    import signal
+    import time
+
+    recipe = write_recipe(tmp_path / "r.yaml", NODES_RECIPE.format(checkpoint=tiny_checkpoint("bert")))
+    assert cli("run", recipe, "--runs-dir", tmp_path / "one", "train.batch_size=8")[0] == 0
+    runs = tmp_path / "nodes"
+    nodes = _nodes(recipe, runs, _free_port())
+    deadline = time.time() + 300
+    while time.time() < deadline and all(n.poll() is None for n in nodes):
+        if any(p.parent.name == "checkpoints" for p in runs.rglob("step-000006")):  # renamed: whole
+            break
+        time.sleep(0.05)
+    os.killpg(nodes[1].pid, signal.SIGKILL)  # the second machine dies
+    for node in nodes:
+        try:
+            node.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # a survivor still waiting on its dead peer
+            os.killpg(node.pid, signal.SIGKILL)
+            node.communicate()
+    assert nodes[1].returncode != 0  # it was killed before the end: the resume below is a real one
+    resumed = _nodes(recipe, runs, _free_port())
+    for node in resumed:
+        out, err = node.communicate(timeout=600)
+        assert node.returncode == 0, err[-3000:]
+    a, b = only_run(tmp_path / "one"), only_run(runs)  # one run folder
+    logged = [json.loads(line) for line in (b / "log.jsonl").read_text().splitlines()]
+    steps = [e["step"] for e in logged if "loss" in e]
+    assert sorted(set(steps)) == list(range(1, 13))  # every step, once per attempt that reached it
+    ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
+    assert mb["num_processes"] == 2 and ma["train_steps"] == mb["train_steps"] == 12
+    assert ma["eval"]["accuracy"] == mb["eval"]["accuracy"]
+    assert ma["eval"]["loss"] == pytest.approx(mb["eval"]["loss"], abs=1e-5)
+    wa, wb = weights(a), weights(b)
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], atol=1e-5, rtol=1e-4)

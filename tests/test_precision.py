@@ -167,10 +167,10 @@ def test_bf16_master_refused_under_a_sharding_strategy() -> None:
 
 
 def test_gpu_check_measures_bf16_master_beside_autocast() -> None:
-    """The first GPU session decides bf16's default: gpu-check's plan has the bf16_master speed
-    rows (compile on and off) and an accuracy row, each a bench command line the bench accepts
-    and turns into the recipe field (tests/test_gpu_check.py runs the whole plan with --smoke)."""
-    import argparse
+    """gpu-check --master (the first GPU session measured it; autocast stayed the default): the
+    bf16_master speed rows (compile on and off) and an accuracy row, each a bench command line
+    the bench accepts and turns into the recipe field (tests/test_gpu_check.py runs the whole
+    default plan with --smoke)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -178,7 +178,7 @@ def test_gpu_check_measures_bf16_master_beside_autocast() -> None:
     from bench.cli import parse
     from bench.trainer import toolkit_recipe
 
-    args = argparse.Namespace(smoke=False, steps=None, accuracy_steps=None)
+    args = gpu_check.parser().parse_args(["--master"])
     master = [(label, flags) for label, _, _, flags in gpu_check.plan(args, "speed", "minilm")
               if "--precision-mode" in flags]
     assert [label for label, _ in master] == [gpu_check.MASTER] * 2 + [

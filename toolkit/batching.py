@@ -126,7 +126,7 @@ def bucket_count(max_length: int, multiple: int, buckets: list[int]) -> int:
 class BucketPadding:
     """A collator's batches padded further, to a few lengths only (train.pad_multiple,
     train.length_buckets), so that an epoch has a handful of (batch, length) shapes: a compiled
-    step is compiled (and on CUDA, graph-captured) once per shape. The extra positions are
+    step is compiled once for every length and, on CUDA, graph-captured once per shape. The extra positions are
     masked out exactly as the collator's own padding is (attention mask 0, labels -100), so
     each example's loss is what it was. Each sequence is padded to the bucket of its own length:
     an encoder-decoder's targets get their own bucket."""

@@ -119,13 +119,3 @@ def graph_count() -> int:
 
     return int(counters["stats"]["unique_graphs"])
 
-
-def step_compilations() -> int:
-    """Compiled variants of the loop's step in this process: the guarded cache entries dynamo
-    keeps on its code object (a second count beside `graph_count`, which the first GPU check
-    read as 0 for an fp32 row that ran compiled at twice the eager speed)."""
-    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-
-    from toolkit.train import Loop
-
-    return len(_debug_get_cache_entry_list(Loop._forward_loss.__code__))
