@@ -118,7 +118,7 @@ def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None 
     # the toolkit's own few-shapes default (a compiled step pads to multiples of 16 up to 128:
     # one compilation, a CUDA graph per length); the first check forced buckets 64,128, which put
     # SST-2's 13-token sentences in 64 positions (+379% padding)
-    flags += ["--precision", precision, "--profile-steps", "1" if args.smoke else "10"]
+    flags += ["--precision", precision, "--profile-steps", "2" if args.smoke else "10"]
     flags += ["--size", "bert-base"] if not args.smoke else []
     if compiled is not None:
         flags += ["--compile", "true" if compiled else "false"]
@@ -228,6 +228,20 @@ def step_ms(r: dict) -> str:
     return f"{1000 * r['step_s']:.1f}" if r.get("step_s") else ""
 
 
+def host_table(rows: list[dict]) -> str:
+    """The profiled steady steps of each toolkit row: where the host's time per step goes."""
+    from bench.common import table
+
+    parts = list(rows[0]["step_profile"]["host_parts_ms"])
+    head = [f"{r['row']}, {({'no': 'fp32'}).get(r.get('precision', ''), r.get('precision', ''))}, "
+            f"{'compiled' if r.get('compile') else 'eager'}" for r in rows]
+    body = [[part, *(f"{r['step_profile']['host_parts_ms'][part]:.2f}" for r in rows)] for part in parts]
+    body += [["wall per step", *(f"{r['step_profile']['wall_ms']:.2f}" for r in rows)],
+             ["device busy per step", *(f"{r['step_profile']['device_busy_ms']:.2f}" for r in rows)]]
+    return "Host ms per steady step, by part (profiled steps; wall well above device busy: host-bound)\n\n" + table(
+        ["part", *head], body)
+
+
 def compilations(r: dict) -> str:
     """torch's graph counter, and the step's own compiled variants where the two disagree."""
     graphs, entries = r.get("compiled_graphs", ""), r.get("step_compilations")
@@ -293,6 +307,9 @@ def check(args: argparse.Namespace) -> int:
     Path(args.json).write_text(json.dumps({"header": info, "rows": rows, "sections": sections, "failed": failed},
                                           indent=2, default=str))
     print(render(info, rows))
+    profiled = [r for r in rows if r.get("step_profile", {}).get("host_parts_ms")]
+    if profiled:
+        print("\n" + host_table(profiled))
     for name, found in sections.items():
         if found:
             print(f"\n## {name}\n\n{EXTRA_TABLES[name](found)}")

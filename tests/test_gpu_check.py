@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -28,10 +30,13 @@ def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
         ("bf16", False), ("bf16", True), ("no", False), ("no", True)]
     assert all(r["train_samples_per_s"] > 0 and r["train_shapes"] >= 1 for r in toolkit)
     assert all(r["padding_overhead"] >= 0 for r in toolkit)
-    for r in toolkit:  # one steady step profiled: wall covers the host's part of it
+    for r in toolkit:  # two steady steps profiled: wall covers the host's part, the parts add up to it
         profile = r["step_profile"]
-        assert profile["steps"] == 1 and profile["wall_ms"] >= profile["host_in_step_ms"] > 0
+        assert profile["steps"] == 2 and profile["wall_ms"] >= profile["host_in_step_ms"] > 0
         assert profile["device_busy_ms"] > 0
+        parts = profile["host_parts_ms"]
+        assert sum(parts.values()) == pytest.approx(profile["wall_ms"]) and parts["forward call"] > 0
+    assert "Host ms per steady step, by part" in done.stdout
     assert {r["precision"] for r in rows if r["row"].startswith("Trainer")} == {"bf16", "no"}
     (matmul,) = [r for r in rows if isinstance(r.get("mfu"), dict)]
     assert [m["compiled"] for m in matmul["mfu_rows"]] == [False, False, True]  # CPU: two dropouts, then compiled

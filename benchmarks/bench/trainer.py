@@ -131,14 +131,35 @@ class StepProfile:
     """Where the loop's steady steps spend their time: `count` optimizer steps from `start` on,
     each step's wall time (entry to entry: the batch's fetch and collation included), the host
     time inside `Loop.step`, and the device's busy time (the profiled kernels' own time; on a CPU
-    the ops' self time). Wall far above the device's busy time: the step waits on the host.
-    Patches `train.Loop.step` while in use; read `result` after."""
+    the ops' self time). Wall far above the device's busy time: the step waits on the host, and
+    `host_parts_ms` says where: the forward call (compiled: guards and graph replay), autograd's
+    backward, the loss-unit count, clipping, and the rest (optimizer, schedule, tally), with the
+    batch's fetch as wall less the step. Patches `train.Loop` while in use; read `result` after."""
+
+    PARTS = {"_forward": "forward call", "_backward": "forward + backward", "_counts": "loss units",
+             "_clip_grads": "clip"}
 
     def __init__(self, start: int, count: int) -> None:
         self.start, self.count, self.result = start, count, {}
         self.entries: list[float] = []
         self.host = 0.0
+        self.parts = dict.fromkeys(self.PARTS, 0.0)
         self.prof: Any = None
+        self.originals: dict[str, Any] = {}
+
+    def _timed(self, name: str) -> Any:
+        original, me = getattr(train.Loop, name), self
+
+        def timed(loop: Any, *args: Any) -> Any:
+            if me.prof is None or me.result:
+                return original(loop, *args)
+            begin = time.perf_counter()
+            try:
+                return original(loop, *args)
+            finally:
+                me.parts[name] += time.perf_counter() - begin
+
+        return timed
 
     def __enter__(self) -> StepProfile:
         from torch.profiler import ProfilerActivity, profile
@@ -167,6 +188,9 @@ class StepProfile:
                     me.prof.__exit__(None, None, None)
                     me._summarise(len(me.entries) - 1)
 
+        self.originals = {name: getattr(train.Loop, name) for name in self.PARTS}
+        for name in self.PARTS:
+            setattr(train.Loop, name, self._timed(name))
         train.Loop.step = step
         return self
 
@@ -174,11 +198,18 @@ class StepProfile:
         events = self.prof.key_averages()
         busy = sum((e.self_device_time_total if cuda() else e.self_cpu_time_total) for e in events) / 1e6
         wall = self.entries[-1] - self.entries[0]
-        self.result = {"steps": steps, "wall_ms": 1000 * wall / steps, "host_in_step_ms": 1000 * self.host / steps,
-                       "device_busy_ms": 1000 * busy / steps}
+        ms = {name: 1000 * value / steps for name, value in self.parts.items()}
+        host = 1000 * self.host / steps
+        parts = {"fetch and collate": 1000 * wall / steps - host, "loss units": ms["_counts"],
+                 "forward call": ms["_forward"], "backward": ms["_backward"] - ms["_forward"], "clip": ms["_clip_grads"],
+                 "optimizer, schedule, tally": host - ms["_counts"] - ms["_backward"] - ms["_clip_grads"]}
+        self.result = {"steps": steps, "wall_ms": 1000 * wall / steps, "host_in_step_ms": host,
+                       "device_busy_ms": 1000 * busy / steps, "host_parts_ms": parts}
 
     def __exit__(self, *exc: Any) -> None:
         train.Loop.step = self.original
+        for name, original in self.originals.items():
+            setattr(train.Loop, name, original)
 
 
 def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: str = "full",
