@@ -86,6 +86,8 @@ MASTER_LABEL = "bf16 master weights"
 MASTER = f"toolkit, {MASTER_LABEL}"
 TOOLKIT_ROWS = ("toolkit", MASTER)
 
+MIN_ROW_S = 30  # --budget-s: no row starts with less left (the quickest GPU rows took 19-31 s)
+
 COLUMNS = ["row", "precision", "compile", "train samples/s", "steady samples/s", "vs Trainer", "MFU", "step ms", "peak MB",
            "shapes", "compilations", "padding", "dev accuracy %"]
 
@@ -99,6 +101,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--minilm", default=None, help="MiniLM folder for the accuracy rows (default: the toolkit's)")
     p.add_argument("--accuracy-steps", type=int, default=None, help="steps of the accuracy rows (default 300)")
     p.add_argument("--skip-sharding", action="store_true", help="leave out issue 36's FSDP2/ZeRO rows")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="seconds for this issue's rows: a row is stopped when they run out, and none starts with "
+                        f"under {MIN_ROW_S} s left, so the table is printed within a device call's limit")
     p.add_argument("--master", action="store_true", help="also the bf16-master-weights rows (issue 35 part 4)")
     return p
 
@@ -127,8 +132,9 @@ def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None 
     return flags + (["--checkpoint", checkpoint] if checkpoint else [])
 
 
-def row(args: argparse.Namespace, kind: str, checkpoint: str, flags: list[str]) -> dict:
-    """One bench row: in this process for --smoke, else in a fresh one (bench's run_row)."""
+def row(args: argparse.Namespace, kind: str, checkpoint: str, flags: list[str], timeout: float | None = None) -> dict:
+    """One bench row: in this process for --smoke, else in a fresh one (bench's run_row), stopped
+    after `timeout` seconds (what is left of --budget-s)."""
     import bench
     from bench.cli import measure, parse
 
@@ -137,7 +143,10 @@ def row(args: argparse.Namespace, kind: str, checkpoint: str, flags: list[str]) 
         parsed.resolved_checkpoint = checkpoint
         return measure(parsed)
     cmd = [sys.executable, str(bench.PACKAGE), *flags, "--row", kind, "--resolved-checkpoint", checkpoint]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"row {kind} stopped: --budget-s ran out after {timeout:.0f} s of it") from None
     found = [line for line in done.stdout.splitlines() if line.startswith("ROW ")]
     if done.returncode or not found:
         raise RuntimeError(f"row {kind} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -283,10 +292,16 @@ def check(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         speed = speed_checkpoint(args, Path(tmp) / "bert-base")
         minilm = args.minilm or (speed if args.smoke else _minilm())
+        began = time.perf_counter()
         for label, kind, checkpoint, flags in plan(args, speed, minilm):
             start = time.perf_counter()
+            left = args.budget_s - (start - began) if args.budget_s else None
+            if left is not None and left < MIN_ROW_S:  # the table is printed before the call's limit
+                failed.append(label)
+                print(f"{label}: not run, {left:.0f} s of --budget-s {args.budget_s} left", file=sys.stderr)
+                continue
             try:
-                result = row(args, kind, checkpoint, flags)
+                result = row(args, kind, checkpoint, flags, left)
             except RuntimeError as exc:
                 failed.append(label)
                 print(f"{label}: FAILED\n{exc}", file=sys.stderr)
@@ -297,6 +312,9 @@ def check(args: argparse.Namespace) -> int:
             Path(args.json).write_text(json.dumps({"header": info, "rows": rows}, indent=2, default=str))
         sections: dict[str, list[dict]] = {}
         for name, fn in EXTRA_ROWS.items():
+            if args.budget_s and args.budget_s - (time.perf_counter() - began) < MIN_ROW_S:
+                print(f"{name}: not run, --budget-s {args.budget_s} spent", file=sys.stderr)
+                continue
             found = [{**r, "section": name} for r in fn(args, info)]
             if name in EXTRA_TABLES:
                 sections[name] = found

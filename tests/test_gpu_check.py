@@ -88,3 +88,16 @@ def test_the_plan_puts_the_targets_first_and_the_master_rows_on_request() -> Non
     assert all("--size" not in flags for label, _, _, flags in rows if label.startswith("MiniLM"))
     with_master = gpu_check.plan(gpu_check.parser().parse_args(["--master"]), "bert", "minilm")
     assert sum(gpu_check.MASTER_LABEL in label for label, *_ in with_master) == 3
+
+
+def test_a_spent_budget_starts_no_row_and_still_prints_the_table(tmp_path: Path, capsys) -> None:
+    """--budget-s: a device call's limit must not cut the table off; rows that cannot start are
+    listed as not run (exit 1), the table and the JSON are still written."""
+    import gpu_check
+
+    out = tmp_path / "g.json"
+    assert gpu_check.main(["--smoke", "--budget-s", "1", "--json", str(out)]) == 1
+    result = json.loads(out.read_text())
+    assert result["rows"] == [] and len(result["failed"]) == len(gpu_check.plan(gpu_check.parser().parse_args(["--smoke"]), "a", "b"))
+    captured = capsys.readouterr()
+    assert "# make gpu-check" in captured.out and "s of --budget-s 1.0 left" in captured.err
