@@ -118,13 +118,14 @@ def speed_settings(args: argparse.Namespace) -> dict:
     return out
 
 
-def step_compilations() -> int:
+def step_compilations() -> int | None:
     """Compiled variants of the loop's step in this process: the guarded cache entries dynamo
     keeps on its code object (a second count beside `compiling.graph_count`, which the first GPU
     check read as 0 for an fp32 row that ran compiled at twice the eager speed)."""
-    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo import eval_frame
 
-    return len(_debug_get_cache_entry_list(train.Loop._forward_loss.__code__))
+    entries = getattr(eval_frame, "_debug_get_cache_entry_list", None)  # private: None where a torch lacks it
+    return len(entries(train.Loop._forward_loss.__code__)) if entries else None
 
 
 class StepProfile:
@@ -226,7 +227,7 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
         metrics = train.run(recipes.RunPlan(recipe), out)
     training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
     counts = {**training[-1].per_example(), "compiled_graphs": compiling.graph_count() - graphs,
-              "step_compilations": step_compilations() - variants} if training else {}
+              "step_compilations": None if variants is None else step_compilations() - variants} if training else {}
     logged = list(map(json.loads, (out / "log.jsonl").read_text().splitlines()))
     evals = [e for e in logged if "eval_runtime_s" in e]
     n_eval = len(glue_task(args).load()["eval"][""])
