@@ -92,6 +92,8 @@ def mark_dynamic(batch: dict) -> dict:
     """The batch with its tensors' batch dimension and sequence dimension (the second, where there
     is one) marked dynamic for the compiled step. `maybe_`: a dimension the model specialises (a
     fixed-size label vector, say) stays static instead of failing the compile."""
+    import torch._dynamo
+
     for value in batch.values():
         if isinstance(value, torch.Tensor) and value.ndim >= 1:
             for dim in range(min(value.ndim, 2)):
@@ -118,4 +120,3 @@ def graph_count() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
-

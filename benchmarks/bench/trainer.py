@@ -137,8 +137,7 @@ class StepProfile:
     backward, the loss-unit count, clipping, and the rest (optimizer, schedule, tally), with the
     batch's fetch as wall less the step. Patches `train.Loop` while in use; read `result` after."""
 
-    PARTS = {"_forward": "forward call", "_backward": "forward + backward", "_counts": "loss units",
-             "_clip_grads": "clip"}
+    PARTS = ("_forward", "_backward", "_counts", "_clip_grads")  # Loop methods timed (_backward calls _forward)
 
     def __init__(self, start: int, count: int) -> None:
         self.start, self.count, self.result = start, count, {}
