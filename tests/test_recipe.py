@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,54 @@ def test_every_yaml_read_is_strict() -> None:
     readers = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "toolkit").rglob("*.py"))
                if re.search(r"yaml\.(safe_load|load|full_load|unsafe_load|compose)\(", p.read_text())]
     assert readers == ["toolkit/recipe_data.py"]
+
+
+# --- overrides: each setting once; a mapping merges as an `extends` base does ---------------------
+TWICE = [(["train.lr=1e-4", "train.lr=abc"], r"override 'train.lr=abc': train.lr is already set by 'train.lr=1e-4'"),
+         (["train.lr=1e-4", " train.lr=2e-4"], r"train.lr is already set by 'train.lr=1e-4'"),
+         (["train.lr=1e-4", "train={lr: 2e-4, epochs: 1}"], r"train.lr is already set by 'train.lr=1e-4'"),
+         (["method={name: full}", "method.name=lora"], r"method.name is already set by 'method=\{name: full\}'")]
+
+
+@pytest.mark.parametrize("overrides, message", TWICE)
+def test_a_setting_given_twice_is_refused_by_every_entry_point(tmp_path: Path, cli, overrides: list[str],
+                                                               message: str) -> None:
+    """`train.lr=1e-4 train.lr=abc` validated and ran with 1e-4 (the last one silently won): the
+    rule of a key given twice in one YAML mapping, for overrides, wherever they are taken."""
+    import toolkit
+
+    recipe = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    run = tmp_path / "run"  # a run folder as far as `eval` reads it before loading anything
+    run.mkdir()
+    (run / "recipe.yaml").write_text(recipes.dump(recipes.load(recipe)))
+    task_twice = ["task.max_eval_samples=4", "task={max_eval_samples: 8}"]  # eval takes task.* settings only
+    runs = ["--runs-dir", tmp_path / "runs"]
+    for command in (["run", recipe, *overrides, *runs], ["validate", recipe, *overrides],
+                    ["sweep", recipe, *overrides, "--dry-run", *runs]):
+        code, _, err = cli(*command)
+        assert code == 2 and len(err.strip().splitlines()) == 1, (command, err)
+        said = re.search(message, err) or command[0] == "sweep" and "sweep axis 'train.lr' is given twice" in err
+        assert said, (command, err)
+    code, _, err = cli("eval", run, *task_twice)
+    assert code == 2 and "task.max_eval_samples is already set by 'task.max_eval_samples=4'" in err, err
+    with pytest.raises(UserError, match="task.max_eval_samples is already set by"):
+        toolkit.evaluate(run, overrides=task_twice)
+    for call in (lambda: toolkit.run(recipe, overrides, runs_dir=tmp_path / "runs"),
+                 lambda: toolkit.sweep(recipe, overrides, runs_dir=tmp_path / "runs")):
+        with pytest.raises(UserError, match=f"{message}|sweep axis 'train.lr' is given twice"):
+            call()
+    assert not (tmp_path / "runs").exists()  # refused before any run folder
+
+
+def test_a_mapping_override_merges_into_the_section() -> None:
+    """`train={epochs: 2}` used to replace the whole train section: the recipe's lr 1e-3, warmup
+    and weight decay went silently back to the defaults. It merges as an `extends` base does; a
+    plug-in section naming another plug-in still replaces (a `full` method takes no `r`)."""
+    recipe = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    written = recipes.load(recipe)
+    merged = recipes.load(recipe, ["train={epochs: 2}", "method={alpha: 32}"])
+    assert merged.train == recipes.load(recipe, ["train.epochs=2"]).train
+    assert merged.train.lr == written.train.lr == 1e-3 and merged.train.epochs == 2.0
+    assert (merged.method.r, merged.method.alpha) == (written.method.r, 32)
+    assert recipes.load(recipe, ["method.r=4", "method={name: lora, alpha: 32}"]).method.r == 4
+    assert recipes.load(recipe, ["method={name: full}"]).method.name == "full"

@@ -39,7 +39,7 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
         raise UserError(f"{file}: the run's recipe is damaged (not a mapping); restore it or run the recipe again")
     if task_from:
         raw["task"] = read_yaml(find_recipe(task_from))["task"]
-    bad = [o for o in task_overrides or [] if not o.startswith("task.")]
+    bad = [o for o in task_overrides or [] if o.partition("=")[0].strip().split(".")[0] != "task"]
     if bad:
         raise UserError(f"override '{bad[0]}': only task.* settings can change when scoring a run")
     return parse(apply_overrides(raw, task_overrides or []))

@@ -261,9 +261,20 @@ def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     return _deep_merge(merged, raw)
 
 
+def _leaves(value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The dotted paths a value sets: a mapping sets each of its keys, anything else its own path."""
+    if isinstance(value, dict) and value:
+        return [leaf for k, v in value.items() for leaf in _leaves(v, path + (str(k),))]
+    return [path]
+
+
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """`train.lr=3e-4 method.r=16`: values are parsed as YAML scalars."""
+    """`train.lr=3e-4 method.r=16`: values are parsed as YAML scalars. A mapping value merges into
+    the section as an `extends` base's would (`train={epochs: 1}` keeps the recipe's lr), and a
+    setting given twice (`train.lr=1 train.lr=2`, or `train.lr` and `train={lr: ...}`) is refused,
+    as a key given twice in one YAML mapping is: neither silently wins."""
     raw = json.loads(json.dumps(raw))
+    given: dict[tuple[str, ...], str] = {}
     for item in overrides:
         if "=" not in item:
             raise UserError(f"override '{item}': expected key=value, e.g. train.lr=3e-4")
@@ -276,7 +287,14 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
                 raise UserError(f"override '{item}': '{part}' is not a section")
         if not all(parts):
             raise UserError(f"override '{item}': empty key part; write section.key=value")
-        node[parts[-1]] = safe_yaml(value, f"override '{item}'") if value != "" else None
+        parsed = safe_yaml(value, f"override '{item}'") if value != "" else None
+        for leaf in _leaves(parsed, tuple(parts)):
+            earlier = next((given[p] for p in given if p[:len(leaf)] == leaf or leaf[:len(p)] == p), None)
+            if earlier is not None:
+                raise UserError(f"override '{item}': {'.'.join(leaf)} is already set by '{earlier}'; "
+                                "give each setting once")
+        given.update(dict.fromkeys(_leaves(parsed, tuple(parts)), item))
+        node[parts[-1]] = _deep_merge(node, {parts[-1]: parsed})[parts[-1]]  # another plug-in: replaced
     return raw
 
 
