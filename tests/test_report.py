@@ -227,3 +227,54 @@ def test_report_out_an_existing_file_is_one_line(tmp_path: Path, cli) -> None:
     code, _, err = cli("report", str(tmp_path), "--out", str(tmp_path / "taken"), "--no-plots")
     assert code == 2 and err.strip().endswith("is a file; --out names the folder report.md and the plots go to")
     assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_a_metric_recorded_as_null_is_left_out_and_named_never_a_traceback(tmp_path: Path, cli) -> None:
+    """A run writes a NaN or infinite metric as null (strict JSON); the report raised a TypeError
+    on it. Now it is left out of every mean and n (the GLUE average too) and a note names the run;
+    every other field the report reads, null or missing, shows as "–" (plots: no bar)."""
+    fake_run(tmp_path, "stsb", "full", 42, {"pearson": 0.80, "spearmanr": 0.70}, main="pearson")
+    fake_run(tmp_path, "stsb", "full", 43, {"pearson": 0.90, "spearmanr": 0.90}, main="pearson")
+    bad = fake_run(tmp_path, "stsb", "full", 44, {"pearson": 0.5, "spearmanr": 0.5}, main="pearson")
+    data = json.loads((bad / "metrics.json").read_text())
+    data["eval"]["pearson"] = None
+    for key, kind in report.core.METRICS_FIELDS.items():  # every number the report reads: null, or gone
+        if kind == report.core.NUMBER and key != "seed":
+            data[key] = None
+    del data["trainable_params"]
+    (bad / "metrics.json").write_text(json.dumps(data))
+    code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--glue")
+    assert code == 0, err
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert p.cells[("stsb", "full")].stat.values == [0.80, 0.90]  # n=2: the null is not a seed's score
+    assert f"| stsb | 85.00 ± {100 * statistics.stdev([0.8, 0.9]):.2f} (n=2) |" in text
+    assert f"{bad}: pearson not a number (null in metrics.json: NaN or infinite); left out of every mean" in text
+    glue = glue_report._rows(report.collect(tmp_path))["tiny full"]["stsb"]
+    assert sorted(m["metrics"]["seed"] for m in glue) == [42, 43]  # the GLUE score needs both metrics
+    assert "| glue/stsb/tiny-full | full | 3 | 85.00 ± 7.07 (n=2) | 70.00 ± 20.00 |" in text  # spearmanr: all 3
+
+
+def test_one_run_counts_once_in_a_mean(tmp_path: Path, cli) -> None:
+    """`toolkit report runs runs/glue` read each run twice (n=4 for two seeds, a std of 5.77 for
+    7.07); a copied run folder, or the same recipe and seed rerun on other data or processes, was
+    averaged as a second seed. A folder counts once; one setting with one seed twice is one line."""
+    for seed, acc in ((42, 0.80), (43, 0.90)):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
+    (p,) = report.pivots(report.collect([tmp_path, tmp_path / "glue"]), "task", "method")
+    assert p.cells[("sst2", "full")].stat.values == [0.80, 0.90]
+    code, text, _ = cli("report", tmp_path, tmp_path / "glue", "--rows", "task", "--cols", "method", "--no-plots")
+    assert code == 0 and "| sst2 | 85.00 ± 7.07 (n=2) |" in text
+    import shutil
+
+    shutil.copytree(tmp_path / "glue", tmp_path / "copy")
+    code, _, err = cli("report", tmp_path, "--no-plots")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "are one setting with one seed (train.seed=42), so a mean would count that seed twice" in err
+    with pytest.raises(UserError, match="one setting with one seed"):
+        toolkit_report([tmp_path])
+
+
+def toolkit_report(folders: list[Path]) -> str:
+    import toolkit
+
+    return toolkit.report(folders)

@@ -75,12 +75,15 @@ def check_metrics(data: dict, file: Path) -> None:
 def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     """Every finished run below the root(s): its metrics.json plus the recipe it came from."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
-    found = []
+    found, seen = [], set()
     for root in roots:
         if not root.is_dir():
             raise UserError(f"report: {root} is not a folder of runs")
         for metrics in sorted(root.rglob("metrics.json")):
             run = metrics.parent
+            if run.resolve() in seen:  # one folder reached from two roots (runs and runs/glue) counts once
+                continue
+            seen.add(run.resolve())
             try:
                 recipe = safe_yaml((run / "recipe.yaml").read_text(), str(run / "recipe.yaml")) if (run / "recipe.yaml").is_file() else {}
                 data = json.loads(metrics.read_text())
@@ -94,10 +97,35 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             name = str(run.parent.relative_to(root)) if run.parent != root else run.name
             if (recipe or {}).get("smoke"):
                 name += " (smoke: random weights)"
-            found.append({"run": run, "name": name, "recipe": with_old_defaults(recipe or {}), "metrics": data})
+            evals = data.get("eval") or {}  # null: NaN or infinite when the run wrote it (strict JSON)
+            data["eval"] = {k: v for k, v in evals.items() if v is not None}
+            found.append({"run": run, "name": name, "recipe": with_old_defaults(recipe or {}), "metrics": data,
+                          "not_numbers": [k for k, v in evals.items() if v is None]})
     if not found:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
+    one_seed_once(found)
     return found
+
+
+def one_seed_once(items: list[dict]) -> None:
+    """Runs of one setting are its seeds, and a mean over seeds counts each seed once: two runs of
+    one setting and one seed (a copied folder, the run redone on other data, processes or a
+    machine) would be averaged as two seeds with a spread that is not seed noise."""
+    first: dict[tuple[str, Any], dict] = {}
+    for item in items:
+        key = (setting(item), _dig(item["recipe"], "train.seed"))
+        if key in first:
+            raise UserError(f"report: {first[key]['run']} and {item['run']} are one setting with one seed "
+                            f"(train.seed={key[1]}), so a mean would count that seed twice; report them "
+                            "separately, or remove one")
+        first[key] = item
+
+
+def not_numbers_notes(items: list[dict]) -> list[str]:
+    """Each run whose metrics.json holds a metric as null (not a finite number): it is left out of
+    every mean and n of that metric, and said here rather than dropped without a word."""
+    return [f"{item['run']}: {', '.join(item['not_numbers'])} not a number (null in metrics.json: NaN or "
+            "infinite); left out of every mean and n of that metric" for item in items if item.get("not_numbers")]
 
 
 def _dig(data: Any, dotted: str) -> Any:
@@ -246,6 +274,21 @@ def _fmt(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
     return Stat(values).fmt(scale, digits, show_n=False)
 
 
+# Cost fields a run may lack or hold as null (check_metrics lets both through): "–", never a crash.
+def _number(value: Any, spec: str) -> str:
+    return format(value, spec) if _is_number(value) else "–"
+
+
+def _spread(ms: list[dict], key: str) -> str:
+    values = [m[key] for m in ms if _is_number(m.get(key))]
+    return _fmt(values, digits=1) if values else "–"
+
+
+def _peak(ms: list[dict]) -> str:
+    values = [m["peak_memory_mb"] for m in ms if _is_number(m.get("peak_memory_mb"))]
+    return f"{max(values):.0f}" if values else "–"
+
+
 def groups(items: list[dict]) -> dict[tuple, list[dict]]:
     """Runs of one name and setting (all but the seed), in name order."""
     out: dict[tuple, list[dict]] = defaultdict(list)
@@ -281,11 +324,10 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
         row = [names[key], ms[0].get("method", "?"), str(len(ms))]
         for metric in metric_names:
             vals = [m["eval"][metric] for m in ms if metric in m.get("eval", {})]
-            row.append(_fmt(vals, decls[metric].scale) if vals else "")
-        row += [f"{ms[0]['trainable_percent']:.3f}", f"{ms[0]['trainable_params']:,}",
-                _fmt([m["train_runtime_s"] for m in ms], digits=1),
-                _fmt([m["train_samples_per_second"] for m in ms], digits=1),
-                f"{max(m['peak_memory_mb'] for m in ms):.0f}"]
+            # fewer values than seeds (a run without this metric, or with it null): n says how many
+            row.append(Stat(vals).fmt(decls[metric].scale, show_n=len(vals) != len(ms)) if vals else "")
+        row += [_number(ms[0].get("trainable_percent"), ".3f"), _number(ms[0].get("trainable_params"), ","),
+                _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms)]
         table.append(row)
     return header, table
 
@@ -304,7 +346,7 @@ def runs_notes(items: list[dict]) -> list[str]:
     notes = []
     for (task, metric), entries in by_task.items():
         notes += overlap_notes(entries, decls.get(metric, declaration(metric)), task)
-    return notes
+    return notes + not_numbers_notes(items)
 
 
 def budget(item: dict) -> str:
@@ -462,10 +504,9 @@ def cost_table(p: Pivot) -> str:
     for (r, c), cell in sorted(p.cells.items()):
         ms = [i["metrics"] for i in cell.items]
         devices = sorted({m.get("device_name") or m.get("device", "?") for m in ms})
-        table.append([r, c, f"{ms[0]['trainable_params']:,}", f"{ms[0]['trainable_percent']:.3f}",
-                      Stat([m["train_runtime_s"] for m in ms]).fmt(digits=1, show_n=False),
-                      Stat([m["train_samples_per_second"] for m in ms]).fmt(digits=1, show_n=False),
-                      f"{max(m['peak_memory_mb'] for m in ms):.0f}", ", ".join(devices)])
+        table.append([r, c, _number(ms[0].get("trainable_params"), ","), _number(ms[0].get("trainable_percent"), ".3f"),
+                      _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms),
+                      ", ".join(devices)])
     return markdown(head, table)
 
 

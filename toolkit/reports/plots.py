@@ -123,8 +123,8 @@ def params(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, runs in group.items():
         vals = [r["metrics"]["eval"][metric_name] for r in runs if metric_name in r["metrics"]["eval"]]
-        n_params = runs[0]["metrics"].get("trainable_params", 0)
-        if not vals or n_params <= 0:
+        n_params = runs[0]["metrics"].get("trainable_params")
+        if not vals or not report._is_number(n_params) or n_params <= 0:
             continue
         stat = report.Stat(vals)
         ax.errorbar([n_params], [stat.mean * metric.scale], yerr=[stat.std * metric.scale], fmt="o",
@@ -147,9 +147,12 @@ def cost(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     height = max(2.5, 0.45 * len(names) + 1.2)
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, height), sharey=True)
     for ax, key, xlabel in ((ax_t, "train_runtime_s", "train time (s)"), (ax_m, "peak_memory_mb", "peak memory (MB)")):
-        stats = [report.Stat([r["metrics"].get(key, 0.0) for r in group[n]]) for n in names]
-        ax.barh(range(len(names)), [s.mean for s in stats], xerr=[s.std for s in stats], capsize=3,
-                color="#4C72B0")
+        # a run that did not record the field has no bar (NaN), never a bar at 0
+        stats = [report.Stat([r["metrics"][key] for r in group[n] if report._is_number(r["metrics"].get(key))])
+                 for n in names]
+        nan = float("nan")
+        ax.barh(range(len(names)), [s.mean if s.n else nan for s in stats],
+                xerr=[s.std if s.n else nan for s in stats], capsize=3, color="#4C72B0")
         ax.set(xlabel=xlabel)
         ax.grid(True, axis="x", alpha=0.3)
     ax_t.set_yticks(range(len(names)), names, fontsize=8)
