@@ -278,3 +278,20 @@ def toolkit_report(folders: list[Path]) -> str:
     import toolkit
 
     return toolkit.report(folders)
+
+
+def test_runs_on_other_process_counts_are_not_seeds_of_one_entry(tmp_path: Path) -> None:
+    """The number of processes sets the global batch (it is in the run id): seeds 44 and 45 on 2
+    processes were averaged with seeds 42 and 43 on 1 as one entry of n=4."""
+    for seed, acc, procs in ((42, 0.80, 1), (43, 0.82, 1), (44, 0.60, 2), (45, 0.62, 2)):
+        run = fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
+        data = json.loads((run / "metrics.json").read_text())
+        (run / "metrics.json").write_text(json.dumps({**data, "num_processes": procs}))
+    items = report.collect(tmp_path)
+    header, table = report.rows(items)
+    acc = header.index("accuracy (%) ↑")
+    assert sorted((row[0], row[2], row[acc]) for row in table) == [
+        ("glue/sst2/tiny-full [processes=1]", "2", "81.00 ± 1.41"),
+        ("glue/sst2/tiny-full [processes=2]", "2", "61.00 ± 1.41")]
+    cell = report.pivots(items, "task", "method")[0].cells[("sst2", "full")]
+    assert cell.stat.values == [0.80, 0.82] and cell.chosen == "processes=1"  # a grid, listed in its note

@@ -164,11 +164,17 @@ def check_axis(key: str, where: str) -> None:
                         "or a recipe field such as train.lr")
 
 
-def setting(item: dict) -> str:
-    """The resolved recipe without its seed: runs with equal settings are seeds of one entry."""
+def _setting(item: dict) -> dict:
+    """The resolved recipe without its seed, with the number of processes it ran on: that sets the
+    global batch (batch × grad_accum × processes), so a 2-process run is not a seed of a 1-process one."""
     recipe = json.loads(json.dumps(item["recipe"]))
     recipe.get("train", {}).pop("seed", None)
-    return json.dumps(recipe, sort_keys=True)
+    return {**recipe, "processes": item["metrics"].get("num_processes")}
+
+
+def setting(item: dict) -> str:
+    """The resolved recipe without its seed: runs with equal settings are seeds of one entry."""
+    return json.dumps(_setting(item), sort_keys=True)
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -188,7 +194,7 @@ def varying(settings: list[str]) -> list[str]:
 
 
 def describe_setting(item: dict, keys: list[str]) -> str:
-    return " ".join(f"{k}={_dig(item['recipe'], k)}" for k in keys)
+    return " ".join(f"{k}={_dig(_setting(item), k)}" for k in keys)
 
 
 # --- statistics ------------------------------------------------------------------------------
@@ -404,7 +410,7 @@ def best_setting(items: list[dict], metric: Metric) -> Cell | None:
     cell = Cell(by_setting[best], stats[best])
     if len(stats) > 1:
         keys = varying(list(stats))
-        order = sorted(stats, key=lambda s: [_sortable(_dig(by_setting[s][0]["recipe"], k)) for k in keys])
+        order = sorted(stats, key=lambda s: [_sortable(_dig(_setting(by_setting[s][0]), k)) for k in keys])
         cell.grid = [(describe_setting(by_setting[s][0], keys), stats[s]) for s in order]  # 3e-05 before 0.0001
         cell.chosen = describe_setting(by_setting[best][0], keys)
         cell.edge = grid_edge({s: by_setting[s][0] for s in stats}, best, keys)
@@ -427,7 +433,7 @@ def grid_edge(firsts: dict[str, dict], best: str, keys: list[str]) -> str:
     largest, say which: the optimum may lie outside the grid."""
     if len(keys) != 1 or len(firsts) < 3:
         return ""
-    values = {s: _dig(item["recipe"], keys[0]) for s, item in firsts.items()}
+    values = {s: _dig(_setting(item), keys[0]) for s, item in firsts.items()}
     if not all(map(_numeric, values.values())):
         return ""
     if values[best] == max(values.values()):
