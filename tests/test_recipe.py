@@ -49,6 +49,9 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
     (["model.attention=spda"], "model.attention: unknown attention 'spda' (did you mean 'sdpa'?)"),
     (["train.metric=f1"], "train.metric: 'f1' is not a metric of this task"),
     (["trian.lr=1"], "trian: unknown section (did you mean 'train'?)"),
+    # both used to pass, and the loop took warmup_steps without a word about the ratio
+    (["train.warmup_ratio=0.1", "train.warmup_steps=5"],
+     "train.warmup_steps: 5 and train.warmup_ratio: 0.1 both set the warm-up; keep one (set the other to 0)"),
     # names users bring from transformers, run_glue and PEFT say where the toolkit keeps them
     (["train.learning_rate=1e-4"], "train.learning_rate: unknown key (transformers' learning_rate is train.lr)"),
     (["train.per_device_train_batch_size=8"],
