@@ -128,6 +128,39 @@ def test_score_reads_only_tagged_positions() -> None:
         entity_scores([["B-PER", "I-PER", "O"], ["B-LOC"]], [["B-PER", "I-PER", "O"], ["B-LOC"]])
 
 
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "bart", "t5"])
+def test_words_tokenize_as_in_running_text(tiny_checkpoint, family: str) -> None:
+    """Byte-level BPE tokenizers read each word of a list as if it began the text ('rejects',
+    not 'Ġrejects') unless loaded with add_prefix_space: tokens pretraining seldom saw."""
+    from toolkit import models
+
+    words = ["EU", "rejects", "German", "call", "to", "boycott", "Brötchen", "."]
+    sentence = " ".join(words)
+    tok = models.load_tokenizer(tiny_checkpoint(family), words=True)
+    as_list = tok(words, is_split_into_words=True, add_special_tokens=False)["input_ids"]
+    assert as_list == tok(sentence, add_special_tokens=False)["input_ids"]
+    if family in ("roberta", "gpt2", "bart"):  # the default load is the case the rule is for
+        plain = models.load_tokenizer(tiny_checkpoint(family))
+        assert plain(words, is_split_into_words=True, add_special_tokens=False)["input_ids"] != \
+            plain(sentence, add_special_tokens=False)["input_ids"]
+
+
+def test_a_bpe_ner_run_saves_and_predicts_with_words_read_as_text(tmp_path: Path, cli) -> None:
+    from toolkit import models
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}").replace("bert-base-uncased", "roberta-base"))
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs", "task.max_train_samples=8",
+                       "task.max_eval_samples=8", "train.max_steps=1")
+    assert code == 0, err
+    run = next((tmp_path / "runs").rglob("metrics.json")).parent
+    assert models.words_read_as_text(models.load_tokenizer(str(run / "model")))  # what predict loads
+    source = tmp_path / "new.jsonl"
+    source.write_text(json.dumps({"tokens": ["Peter", "visited", "Zürich"]}) + "\n", encoding="utf-8")
+    code, _, err = cli("predict", run, "--input", source, "--output", tmp_path / "out.jsonl")
+    assert code == 0, err
+    assert len(json.loads((tmp_path / "out.jsonl").read_text())["tags"]) == 3
+
+
 @pytest.mark.parametrize("method, stop_after", [("{name: full}", 1), ("{name: lora, r: 4}", 2)])
 def test_ner_resumed_run_equals_uninterrupted(tmp_path: Path, cli, method: str, stop_after: int) -> None:
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method=method))

@@ -53,7 +53,7 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
     base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
     head = recipe.method.head(recipe.task, models.family_of(base))
     if not recipe.method.trains:
-        model, tok = models.load(base, head, recipe.task.head_kwargs())
+        model, tok = models.load(base, head, recipe.task.head_kwargs(), words=recipe.task.words_given)
         return model.eval(), tok
     if not folder.is_dir():
         raise UserError(f"{run}: no model/ folder; the run saved nothing to load")

@@ -367,12 +367,31 @@ def _set_dropout(config: Any, p: float) -> None:
             setattr(config, key, p)
 
 
-def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+def load_tokenizer(path: str, words: bool = False) -> PreTrainedTokenizerBase:
+    """The tokenizer of `path`, its pad token set. `words`: inputs will come as lists of words
+    (NER): each word must then tokenize as it does inside running text. A byte-level BPE
+    tokenizer (GPT-2, RoBERTa, BART) does so only when loaded with add_prefix_space=True;
+    without it every word is tokenized as if it began the text ('world', not 'Ġworld'), tokens
+    pretraining seldom saw, and the scores drop with no error (transformers 5 no longer refuses
+    this as 4 did). It is saved with the run, so `predict` reads words the same way."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
+    if words and not words_read_as_text(tok):
+        tok = AutoTokenizer.from_pretrained(path, add_prefix_space=True)
+        if not words_read_as_text(tok):
+            raise UserError(f"model.checkpoint: the tokenizer in {path} tokenizes a list of words unlike "
+                            "the same words in running text, even with add_prefix_space=True; this task "
+                            "takes its input as words: use a checkpoint with another tokenizer")
     _ensure_pad(tok)
     return tok
+
+
+def words_read_as_text(tok: PreTrainedTokenizerBase) -> bool:
+    """Whether words given as a list tokenize as the same words do in a sentence."""
+    words = ["a", "word", "Zürich"]
+    as_list = tok(words, is_split_into_words=True, add_special_tokens=False)["input_ids"]
+    return as_list == tok(" ".join(words), add_special_tokens=False)["input_ids"]
 
 
 def warm_start_encoder_decoder(path: str, tok: PreTrainedTokenizerBase, dropout: float | None) -> torch.nn.Module:
@@ -396,7 +415,7 @@ def warm_start_encoder_decoder(path: str, tok: PreTrainedTokenizerBase, dropout:
 
 
 def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
-         dropout: float | None = None, warm_start: str | None = None) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+         dropout: float | None = None, warm_start: str | None = None, words: bool = False) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Tokenizer + model with the task head; fp32 weights (mixed precision is accelerate's job).
     `attention` is a transformers name or a toolkit.attention module's settings."""
     import torch
@@ -404,7 +423,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
 
     path = resolve(checkpoint)
     try:
-        tok = load_tokenizer(path)
+        tok = load_tokenizer(path, words)
     except (OSError, ValueError, TypeError) as exc:
         raise UserError(f"model.checkpoint: no usable tokenizer in {checkpoint} "
                         f"({type(exc).__name__}); save the tokenizer beside the model") from None

@@ -81,6 +81,10 @@ class Task:
     name: ClassVar[str] = ""
     head: ClassVar[str] = heads.SEQUENCE_CLASSIFICATION  # a toolkit.heads name
     eval_suffixes: ClassVar[tuple[str, ...]] = ("",)  # one per eval split (MNLI: "", "_mm")
+    # whether the task tokenizes text given as lists of words (is_split_into_words): its
+    # tokenizer is then loaded to tokenize each word as it reads inside running text
+    # (models.load_tokenizer), which byte-level BPE tokenizers do only with add_prefix_space
+    words_given: ClassVar[bool] = False
 
     max_length: int = field(default=128, metadata={"min": 8})
     data_dir: str | None = None  # default: $TOOLKIT_DATA

@@ -148,6 +148,7 @@ def entity_scores(true: list[list[str]], pred: list[list[str]]) -> dict[str, flo
 @dataclass(kw_only=True)
 class Ner(Task):
     head = TOKEN_CLASSIFICATION
+    words_given = True
 
     train_file: str | None = "$TOOLKIT_DATA/ner/conll2003/train.txt"  # CoNLL, or .jsonl/.json records
     eval_file: str = "$TOOLKIT_DATA/ner/conll2003/valid.txt"
