@@ -295,3 +295,36 @@ def test_runs_on_other_process_counts_are_not_seeds_of_one_entry(tmp_path: Path)
         ("glue/sst2/tiny-full [processes=2]", "2", "61.00 ± 1.41")]
     cell = report.pivots(items, "task", "method")[0].cells[("sst2", "full")]
     assert cell.stat.values == [0.80, 0.82] and cell.chosen == "processes=1"  # a grid, listed in its note
+
+
+def _stamp(run: Path, **fields: str) -> None:
+    data = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**data, **fields}))
+
+
+def test_seeds_on_other_data_are_not_one_entry(tmp_path: Path) -> None:
+    """Seeds 44 and 45 ran after the data file was edited (another data_sha256): they are another
+    entry, not two more seeds of the first."""
+    for seed, acc, data in ((42, 0.80, "a" * 64), (43, 0.82, "a" * 64), (44, 0.60, "b" * 64), (45, 0.62, "b" * 64)):
+        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc}), data_sha256=data)
+    header, table = report.rows(report.collect(tmp_path))
+    acc = header.index("accuracy (%) ↑")
+    assert sorted((row[2], row[acc]) for row in table) == [("2", "61.00 ± 1.41"), ("2", "81.00 ± 1.41")]
+
+
+def test_a_comparison_across_eval_sets_is_said(tmp_path: Path) -> None:
+    """LoRA scored on 500 dev examples beside full fine-tuning scored on all of them: the pivot and
+    the runs table say the numbers are not a comparison; on one eval set they say nothing."""
+    for seed in (42, 43):
+        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 1000}), eval_sha256="e" * 64)
+        _stamp(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.70 + seed / 1000}), eval_sha256="f" * 64)
+    items = report.collect(tmp_path)
+    (p,) = report.pivots(items, "task", "method")
+    said = [n for n in report.pivot_notes(p) + report.runs_notes(items) if "different eval sets" in n]
+    assert len(said) == 2 and all("full" in n and "lora" in n for n in said)
+    for run in tmp_path.rglob("metrics.json"):
+        _stamp(run.parent, eval_sha256="e" * 64)
+    items = report.collect(tmp_path)
+    (p,) = report.pivots(items, "task", "method")
+    assert not [n for n in report.pivot_notes(p) + report.runs_notes(items) if "eval sets" in n]
+

@@ -112,6 +112,15 @@ def test_full_model_reloads_with_plain_transformers(tmp_path: Path, cli, runs_di
     assert metrics["trainable_params"] == metrics["total_params"] > 0
     assert {"train_runtime_s", "train_samples_per_second", "peak_memory_mb", "recipe_hash", "seed",
             "eval_runtime_s", "eval_samples_per_second"} <= set(metrics)
+    # what the scores are of: the task's files, and the examples scored (the 32 of max_eval_samples)
+    from toolkit import run_metrics, runs
+    from toolkit.tasks.glue import Glue
+
+    task = Glue(subset="sst2", max_length=64, max_eval_samples=32)
+    assert metrics["data_sha256"] == runs.data_fingerprint(task.data_files())
+    assert metrics["eval_sha256"] == run_metrics.examples_fingerprint(task.load()["eval"])
+    other = Glue(subset="sst2", max_length=64, max_eval_samples=31).load()["eval"]
+    assert metrics["eval_sha256"] != run_metrics.examples_fingerprint(other)
 
 
 def test_lora_adapter_reloads_with_peft(tmp_path: Path, cli, runs_dir: Path, tiny_checkpoint) -> None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
 from importlib.metadata import version
 from pathlib import Path
@@ -12,7 +14,7 @@ import torch
 import transformers
 from accelerate import Accelerator
 
-from toolkit import devices, provenance
+from toolkit import devices, provenance, runs
 from toolkit.checkpoints import State
 from toolkit.recipe_data import Recipe
 
@@ -41,6 +43,10 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "text_columns": getattr(setup.task, "text_columns", None),  # likewise when read from the header
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
         "peak_memory_mb": state.peak_memory_mb or devices.peak_memory_mb(acc.device),
+        # what the scores are of: a report pools seeds only on one data_sha256 (the task's files)
+        # and notes a comparison across eval_sha256 (the examples scored: files, subset, filters)
+        "data_sha256": runs.data_fingerprint(setup.task.data_files()),
+        "eval_sha256": examples_fingerprint(setup.raw_evals),
         "recipe_hash": recipe.hash, "run_id": out.name, "seed": recipe.train.seed, "method": recipe.method.name,
         "num_processes": acc.num_processes, "distributed_type": str(acc.distributed_type.value),
         "device": str(acc.device), "mixed_precision": recipe.train.mixed_precision,
@@ -52,3 +58,14 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()
     return result
+
+
+def examples_fingerprint(splits: dict[str, Any]) -> str:
+    """sha256 over the examples of each eval split, in order (each split a datasets.Dataset)."""
+    digest = hashlib.sha256()
+    for name in sorted(splits):
+        digest.update(name.encode())
+        split = splits[name]
+        for batch in (split.iter(batch_size=1000) if hasattr(split, "iter") else [list(split)]):
+            digest.update(json.dumps(batch, sort_keys=True, default=str).encode())
+    return digest.hexdigest()

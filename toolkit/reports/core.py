@@ -169,7 +169,8 @@ def _setting(item: dict) -> dict:
     global batch (batch × grad_accum × processes), so a 2-process run is not a seed of a 1-process one."""
     recipe = json.loads(json.dumps(item["recipe"]))
     recipe.get("train", {}).pop("seed", None)
-    return {**recipe, "processes": item["metrics"].get("num_processes")}
+    # the task's data files (sha256): seeds of one entry ran on one version of the data
+    return {**recipe, "processes": item["metrics"].get("num_processes"), "data": (item["metrics"].get("data_sha256") or "")[:12] or None}
 
 
 def setting(item: dict) -> str:
@@ -352,7 +353,28 @@ def runs_notes(items: list[dict]) -> list[str]:
     notes = []
     for (task, metric), entries in by_task.items():
         notes += overlap_notes(entries, decls.get(metric, declaration(metric)), task)
+    by_label: dict[str, list[tuple[str, list[dict]]]] = defaultdict(list)
+    for key, members in grouped.items():
+        by_label[label(members[0], "task")].append((names[key], members))
+    for task, entries in by_label.items():
+        notes += eval_set_notes(entries, task)
     return notes + not_numbers_notes(items)
+
+
+def eval_set_notes(entries: list[tuple[str, list[dict]]], context: str) -> list[str]:
+    """One line where entries compared side by side were scored on different examples (another
+    eval file, max_eval_samples, or edited data): their numbers are not a comparison. Runs that
+    predate `eval_sha256` in metrics.json are not judged."""
+    sets: dict[str, list[str]] = defaultdict(list)
+    for name, members in entries:
+        for digest in dict.fromkeys(m["metrics"].get("eval_sha256") for m in members):
+            if digest is not None:
+                sets[digest].append(name)
+    if len(sets) < 2:
+        return []
+    groups_ = "; ".join(", ".join(names) for names in sets.values())
+    return [f"{context}: scored on {len(sets)} different eval sets ({groups_}): not comparable "
+            "(another eval file, task.max_eval_samples or edited data)"]
 
 
 def budget(item: dict) -> str:
@@ -492,6 +514,7 @@ def pivot_notes(p: Pivot) -> list[str]:
     notes = []
     for r in p.rows:
         notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
+        notes += eval_set_notes([(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells], r)
     for (r, c), cell in sorted(p.cells.items()):
         if cell.grid:
             grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" for desc, st in cell.grid)
