@@ -45,6 +45,7 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
     (["task.name=glu"], "task.name: unknown task 'glu' (did you mean 'glue'?)"),
     (["method.name=lorra"], "method.name: unknown method 'lorra' (did you mean 'lora'?)"),
     (["method.rank=4"], "method.rank: unknown key"),
+    (["method={name: full}", "method.r=4"], "method.r: unknown key (method full takes no settings)"),
     (["train.mixed_precision=fp8"], "train.mixed_precision: 'fp8' is not allowed"),
     (["model.attention=spda"], "model.attention: unknown attention 'spda' (did you mean 'sdpa'?)"),
     (["train.metric=f1"], "train.metric: 'f1' is not a metric of this task"),

@@ -88,7 +88,8 @@ def build_dataclass(cls: type, raw: Any, where: str) -> Any:
     hints = typing.get_type_hints(cls)
     for key in raw:
         if key not in fields:
-            hint = foreign_hint(str(key)) or did_you_mean(str(key), list(fields))
+            hint = foreign_hint(str(key)) or (did_you_mean(str(key), list(fields)) if fields
+                                              else f" ({where} {getattr(cls, 'name', '') or cls.__name__} takes no settings)")
             raise UserError(f"{where}.{key}: unknown key{hint}")
     kwargs = {}
     for name, f in fields.items():
