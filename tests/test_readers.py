@@ -70,40 +70,6 @@ def test_every_reader_refuses_what_is_not_text_up_front(tmp_path: Path, monkeypa
     assert str(caught.value).startswith("<stdin>:" if reader == "predict stdin" else str(path))
 
 
-VERSIONS = {  # suffix -> two versions of one file, the same size
-    ".csv": ("text,label\ngood film,pos\nbad film,neg\n", "text,label\nbad film,neg\ngood film,pos\n"),
-    ".tsv": ("sentence\tlabel\ngood film\t1\nbad film\t0\n", "sentence\tlabel\nbad film\t0\ngood film\t1\n"),
-    ".json": ('[{"text": "good", "label": 1}, {"text": "bad", "label": 0}]',
-              '[{"text": "bad", "label": 0}, {"text": "good", "label": 1}]'),
-    ".jsonl": ('{"text": "good", "label": 1}\n{"text": "bad", "label": 0}\n',
-               '{"text": "bad", "label": 0}\n{"text": "good", "label": 1}\n'),
-    ".txt": ("good film\nbad film\n", "bad film\ngood film\n"),
-}
-
-
-@pytest.mark.parametrize("reader", sorted(r for r in READERS if r != "ner lines"))  # NER's scan reads no rows
-def test_a_file_replaced_with_its_time_kept_is_read_anew(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         reader: str) -> None:
-    """`cp -p`, `rsync -a` and `tar x` keep a file's mtime: datasets' cache, keyed by path and
-    mtime, returned the old rows for the new file. The key is the file's contents."""
-    import os
-
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
-    suffix, read = READERS[reader]
-    first, second = VERSIONS[suffix]
-    path, fresh = tmp_path / f"data{suffix}", tmp_path / "fresh" / f"data{suffix}"
-    path.write_text(first)
-    before = read(path, monkeypatch)
-    stat = path.stat()
-    path.write_text(second)
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    fresh.parent.mkdir()
-    fresh.write_text(second)
-    rows = lambda result: result[:] if hasattr(result, "column_names") else result  # a Dataset: its columns
-    after = rows(read(path, monkeypatch))
-    assert after == rows(read(fresh, monkeypatch)) and after != rows(before)
-
-
 def test_plain_text_splits_at_line_breaks_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """U+2028, U+0085, form feed and friends are text inside a line (str.splitlines would split);
     \\r\\n is one break; a .txt whose first line starts with `{` is text (the extension decides)."""

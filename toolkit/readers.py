@@ -19,7 +19,6 @@ from __future__ import annotations
 import codecs
 import csv
 import gzip
-import hashlib
 import io
 import json
 import logging
@@ -64,23 +63,6 @@ def file_format(path: Path, allowed: tuple[str, ...] = ("csv", "tsv", "json", "j
         names = ", ".join("." + ("txt" if a == "text" else a) for a in allowed)
         raise UserError(f"{path}: unknown data format (use {names}, optionally .gz)")
     return fmt
-
-
-_DIGESTS: dict[tuple, str] = {}
-
-
-def digest(path: Path) -> str:
-    """sha256 of the file's bytes, computed once per version of the file: remembered under its
-    inode, size, mtime and ctime (any rewrite moves ctime, which no tool sets back)."""
-    stat = path.stat()
-    key = (str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-    if key not in _DIGESTS:
-        h = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(CHUNK), b""):
-                h.update(block)
-        _DIGESTS[key] = h.hexdigest()
-    return _DIGESTS[key]
 
 
 def _open_bytes(path: Path) -> Any:
@@ -243,11 +225,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         builder, kwargs = "text", {"sample_by": sample_by, "encoding": "utf-8-sig"}
     try:
         with _quiet_builders():
-            # the cache is keyed by the file's contents (the config name): datasets keys it by
-            # path and mtime, so a file replaced with its mtime kept (cp -p, rsync -a, tar x)
-            # would be read as the version cached before
-            ds = load_dataset(builder, name=f"sha256-{digest(path)[:24]}", data_files=str(path),
-                              split="train", **kwargs)
+            ds = load_dataset(builder, data_files=str(path), split="train", **kwargs)
     except UserError:
         raise
     except Exception as exc:
