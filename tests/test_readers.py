@@ -1,11 +1,14 @@
 """Issue 37 rule 6: readers read text as written. Every reader (each format `readers.read` takes,
 predict's plain-text lines from a file and from standard input, NER's line reader, GLUE's TSVs) refuses a
 binary file, a file of NUL bytes, bytes that are not UTF-8 and a file without line breaks up
-front, in bounded memory and in one line; plain text splits at \\n and \\r\\n only."""
+front, in bounded memory and in one line; plain text splits at \\n and \\r\\n only, and a carriage
+return inside a line is refused by every plain-text reader. What a file holds, not its path and
+mtime, decides what is read, and a CSV/TSV row is never shifted under its header."""
 
 from __future__ import annotations
 
 import io
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -33,9 +36,15 @@ READERS: dict[str, tuple[str, Callable]] = {  # name -> (file suffix, read it)
     **{fmt: (suffix, _read(fmt)) for suffix, fmt in readers.FORMATS.items()},
     "predict lines": (".txt", lambda path, monkeypatch: readers.read_lines(str(path))[0]),
     "predict stdin": (".txt", _lines_from_stdin),
-    "ner lines": (".txt", lambda path, monkeypatch: readers.scan(path)),  # NER scans, then reads lines
+    "ner lines": (".txt", lambda path, monkeypatch: _conll(path)),
     "glue tsv": (".tsv", lambda path, monkeypatch: _glue_tsv(path)),
 }
+
+
+def _conll(path: Path) -> list:
+    from toolkit.tasks.ner import read_conll
+
+    return read_conll(path).tokens
 
 
 def _glue_tsv(path: Path) -> dict:
@@ -93,3 +102,68 @@ def test_the_head_check_reads_a_bounded_head(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text('\n{"transcript": "a", "notes": "b"}\nnot json\n')
     assert readers.head_names(path) == ["transcript", "notes"]
+
+
+PLAIN = ["text", "predict lines", "predict stdin", "ner lines"]  # the readers of plain text, line by line
+
+
+@pytest.mark.parametrize("at_chunk_end", [False, True])
+@pytest.mark.parametrize("reader", PLAIN)
+def test_a_carriage_return_inside_a_line_is_refused_by_every_plain_text_reader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str, at_chunk_end: bool) -> None:
+    """datasets' text builder (pretraining, parallel translation files) and Python's text files
+    (CoNLL) break a line at a lone \\r, which the other readers keep inside it: parallel files
+    shifted silently. Every plain-text reader refuses it at its line, a \\r at the end of a 1 MiB
+    chunk included; \\r\\n stays one line end."""
+    suffix, read = READERS[reader]
+    head = b"EU B-ORG\r\n" + (b"x" * (readers.CHUNK - 17) + b" O\n" if at_chunk_end else b"")
+    path = tmp_path / f"data{suffix}"
+    path.write_bytes(head + b"two\rthree O\n")
+    assert at_chunk_end == (len(head + b"two\r") == readers.CHUNK)  # the \\r is a chunk's last byte
+    with pytest.raises(UserError, match=r":%d: a carriage return \(\\r\) inside a line" % (3 if at_chunk_end else 2)):
+        read(path, monkeypatch)
+    path.write_bytes(head + b"two three O\r\n")
+    assert len(read(path, monkeypatch)) in (1, 2 + at_chunk_end)
+
+
+@pytest.mark.parametrize("fmt", sorted(set(readers.FORMATS.values())))
+def test_a_file_replaced_with_its_mtime_kept_is_read_anew(tmp_path: Path, fmt: str) -> None:
+    """datasets keys its cache on a file's path and mtime: a file replaced by one of the same
+    mtime (cp -p, rsync -t, unzip) was read as it was before, under a run id of the new bytes."""
+    rows = {"csv": "text,label\n{0},{1}\n{1},{0}\n", "tsv": "text\tlabel\n{0}\t{1}\n{1}\t{0}\n",
+            "json": '[{{"text": "{0}", "label": "{1}"}}, {{"text": "{1}", "label": "{0}"}}]',
+            "jsonl": '{{"text": "{0}", "label": "{1}"}}\n{{"text": "{1}", "label": "{0}"}}\n', "text": "{0} {1}\n{1} {0}\n"}
+    path = tmp_path / ("data" + next(k for k, v in readers.FORMATS.items() if v == fmt))
+    path.write_text(rows[fmt].format("aa", "bb"))
+    before = readers.read(path, fmt)["text"]
+    mtime = path.stat().st_mtime_ns
+    path.write_text(rows[fmt].format("bb", "aa"))
+    os.utime(path, ns=(mtime, mtime))
+    assert readers.read(path, fmt)["text"] == list(reversed(before))
+
+
+@pytest.mark.parametrize("fmt, header, row", [("csv", "text,label", "Loved it, truly,pos"),
+                                              ("csv", "text,label", "good,pos,"),
+                                              ("tsv", "sentence\tlabel", "good\tfilm\t1")])
+def test_a_first_row_with_more_fields_than_the_header_is_refused(tmp_path: Path, fmt: str, header: str, row: str) -> None:
+    """pandas takes the extra first fields of such a file for an index and shifts every column:
+    'Loved it, truly,pos' was read as text ' truly', label 'pos', with no word said."""
+    path = tmp_path / f"d.{fmt}"
+    path.write_text(f"{header}\n\n{row}\n{row}\n")
+    with pytest.raises(UserError, match=r"d\.%s:3: expected 2 fields like the header \(%s-separated\), got 3"
+                       % (fmt, "tab" if fmt == "tsv" else "comma")):
+        readers.read(path, fmt)
+    path.write_text(f'{header}\n"Loved it, truly",pos\n' if fmt == "csv" else f"{header}\ngood film\t1\n")
+    assert len(readers.read(path, fmt).column_names) == 2
+
+
+def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path: Path) -> None:
+    """A no-break space (or U+2028) is part of a CoNLL word, as CoNLL's readers split at spaces:
+    str.split cut 'New\\u00a0York' to 'New', silently."""
+    from toolkit.tasks.ner import read_conll
+
+    path = tmp_path / "n.txt"
+    path.write_text("New\u00a0York NNP\tB-LOC\nis  O\nbig\u2028one O\n \t \nParis B-LOC\n")
+    read = read_conll(path)
+    assert read.tokens == [["New\u00a0York", "is", "big\u2028one"], ["Paris"]]
+    assert read.tags == [["B-LOC", "O", "O"], ["B-LOC"]]

@@ -108,7 +108,7 @@ def test_text_pair_and_regression(tmp_path: Path) -> None:
     (b'{"text": "a", "label": "pos"}\n{"text": "b", "label"\n', "jsonl", ":2: not valid JSON"),
     (b"review,stars\na,pos\nb,neg\n", "csv", "cannot tell which columns hold the text and which the label "
      "(columns: 'review', 'stars'); set task.text_columns and task.label_column, e.g. task.text_columns=[review]"),
-    (b"text,label\na,pos\nb,\n", "csv", ":3: label '' is not one of neg, pos (task.labels)"),
+    (b"text,label\na,pos\nb,\n", "csv", ":3: label column 'label' is empty; every row needs a label (one of neg, pos)"),
     (b"text\tlabel\na\tpos\nb\tneg\n", "csv", "column 'label' is missing"),  # a TSV named .csv
 ])
 def test_bad_files_are_one_line_naming_file_and_row(tmp_path: Path, content: bytes, fmt: str, message: str) -> None:

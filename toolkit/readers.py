@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 import csv
 import gzip
+import hashlib
 import io
 import json
 import logging
@@ -69,20 +70,23 @@ def _open_bytes(path: Path) -> Any:
     return gzip.open(path, "rb") if path.suffix.lower() == ".gz" else path.open("rb")
 
 
-def scan(path: Path, lines: bool = True, name: str | None = None) -> int:
+def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = False,
+         digest: Any = None) -> int:
     """One streaming pass over the (decompressed) bytes: the file is there, within the size limit,
     a whole gzip, UTF-8 (the first bad byte named by line), free of NUL bytes, not only whitespace
     and, for line formats (`lines`: all but a JSON document), without a line longer than
     TOOLKIT_MAX_LINE_MB: a binary file or one with no line breaks is refused here, in bounded
     memory, before a builder reads a whole "line" into memory. Returns the decompressed size.
-    `name`: how to call the file in messages (`<stdin>` for standard input spooled to a file)."""
+    `name`: how to call the file in messages (`<stdin>` for standard input spooled to a file);
+    `plain`: text read line by line, where a carriage return that ends no line is refused
+    (`_bare_cr`); `digest`: a hashlib object fed every byte (what the file holds, for the cache)."""
     shown = name or str(path)
     if not path.is_file():
         raise UserError(f"{shown}: no such file" if not path.exists() else f"{shown}: is not a file")
     limit = limit_bytes("TOOLKIT_MAX_INPUT_MB", 20480)
     longest = limit_bytes("TOOLKIT_MAX_LINE_MB", 64) if lines else None
     decoder = codecs.getincrementaldecoder("utf-8")()
-    size, count, text_seen, run = 0, 0, False, 0
+    size, count, text_seen, run, cr = 0, 0, False, 0, False
     try:
         with _open_bytes(path) as handle:
             while chunk := handle.read(CHUNK):
@@ -103,6 +107,9 @@ def scan(path: Path, lines: bool = True, name: str | None = None) -> int:
                     raise UserError(f"{shown}:{line}: holds a NUL byte (binary data, or UTF-16 text?); "
                                     "expected UTF-8 text")
                 run = _line_run(chunk, run, longest, shown, count)
+                cr = _bare_cr(chunk, cr, shown, count) if plain else False
+                if digest is not None:
+                    digest.update(chunk)
                 count += chunk.count(b"\n")
                 text_seen = text_seen or bool(chunk.strip().lstrip(codecs.BOM_UTF8).strip())
             decoder.decode(b"", final=True)
@@ -129,6 +136,22 @@ def _line_run(chunk: bytes, run: int, longest: int | None, shown: str, count: in
     return lengths[-1]
 
 
+def _bare_cr(chunk: bytes, carried: bool, shown: str, count: int) -> bool:
+    """Refuses a carriage return that is not part of a \\r\\n line end (`carried`: the last chunk
+    ended with one); returns whether this chunk does. datasets' text builder and Python's text
+    files break a line there, other readers (and `wc -l`) do not: line-aligned files would shift."""
+    found = 0 if carried and not chunk.startswith(b"\n") else None
+    if found is None:
+        match = re.search(rb"\r(?!\n)", chunk[:-1] if chunk.endswith(b"\r") else chunk)
+        found = match.start() if match else None
+    if found is not None:
+        line = count + chunk[:found].count(b"\n") + 1
+        raise UserError(f"{shown}:{line}: a carriage return (\\r) inside a line, where datasets' text reader "
+                        "would break it and line-aligned files would shift; lines end at \\n or \\r\\n: "
+                        "remove it (or save the file with \\n line ends)")
+    return chunk.endswith(b"\r")
+
+
 def read_lines(source: str) -> tuple[list[str], str]:
     """(the non-blank lines, the name to show) of a plain-text file or of standard input (`-`),
     with the checks every file gets (`scan`), split at \\n and \\r\\n only: U+2028 and the other
@@ -140,7 +163,7 @@ def read_lines(source: str) -> tuple[list[str], str]:
 
 
 def read_lines_of(path: Path, name: str) -> list[str]:
-    scan(path, name=name)
+    scan(path, name=name, plain=True)
     with _open_bytes(path) as raw:
         text = raw.read().decode("utf-8-sig")
     return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
@@ -197,7 +220,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     from datasets import Features, Value, load_dataset
 
     fmt = fmt or file_format(path)
-    size = scan(path, lines=fmt != "json")
+    digest = hashlib.sha256()
+    size = scan(path, lines=fmt != "json", plain=fmt == "text", digest=digest)
     kwargs: dict[str, Any] = {}
     if fmt in ("csv", "tsv"):
         header = csv_header(path, fmt)
@@ -225,7 +249,10 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         builder, kwargs = "text", {"sample_by": sample_by, "encoding": "utf-8-sig"}
     try:
         with _quiet_builders():
-            ds = load_dataset(builder, data_files=str(path), split="train", **kwargs)
+            # the cache is named by the bytes: datasets alone keys it on path and mtime, and a file
+            # replaced with its mtime kept (cp -p, rsync -t, unzip) would be read as it was
+            ds = load_dataset(builder, name=f"sha256-{digest.hexdigest()}", data_files=str(path),
+                              split="train", **kwargs)
     except UserError:
         raise
     except Exception as exc:
@@ -238,12 +265,19 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
 
 
 def csv_header(path: Path, fmt: str) -> list[str]:
-    """The header row; a column named twice is refused (pandas would rename it `label.1`)."""
+    """The header row; a column named twice is refused (pandas would rename it `label.1`), and so
+    is a first record with more fields than the header: pandas would take the first ones for an
+    index and shift every column silently (later rows with more fields it refuses itself)."""
     csv.field_size_limit(sys.maxsize)
     delimiter, quoting = ("\t", csv.QUOTE_NONE) if fmt == "tsv" else (",", csv.QUOTE_MINIMAL)
     with _open_bytes(path) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        header = next(csv.reader(text, delimiter=delimiter, quoting=quoting), [])
+        rows = csv.reader(text, delimiter=delimiter, quoting=quoting)
+        header = next(rows, [])
+        start = rows.line_num + 1
+        first = next(rows, None)
+        while first == []:  # blank lines, which pandas skips too
+            start, first = rows.line_num + 1, next(rows, None)
     if not header or not any(h.strip() for h in header):
         raise UserError(f"{path}:1: the first line should be a header naming the columns")
     for i, name in enumerate(header):
@@ -252,7 +286,14 @@ def csv_header(path: Path, fmt: str) -> list[str]:
         if name in header[:i]:
             raise UserError(f"{path}:1: the header names column '{name}' twice (columns "
                             f"{header.index(name) + 1} and {i + 1}); rename one")
+    if first is not None and len(first) > len(header):
+        raise UserError(_field_count(path, fmt, len(header), start, len(first)))
     return header
+
+
+def _field_count(path: Path, fmt: str, want: Any, line: Any, got: Any) -> str:
+    return (f"{path}:{line}: expected {want} fields like the header ({'tab' if fmt == 'tsv' else 'comma'}-"
+            f"separated), got {got}" + ("" if fmt == "tsv" else "; quote a field that holds a comma"))
 
 
 HEAD_BYTES = 1 << 20  # what head_names reads of a file: a header or a first record fits in it
@@ -312,8 +353,7 @@ def _builder_error(path: Path, fmt: str, exc: Exception, field: str | None) -> U
         found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", message)
         if found:
             want, line, got = found.groups()
-            return UserError(f"{path}:{line}: expected {want} fields like the header "
-                             f"({'tab' if fmt == 'tsv' else 'comma'}-separated), got {got}")
+            return UserError(_field_count(path, fmt, want, line, got))
     elif fmt == "jsonl":
         problem = _jsonl_problem(path)
         if problem:
@@ -333,10 +373,10 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return dict(pairs)
 
 
-def _jsonl_problem(path: Path) -> str | None:
+def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
     """The first line that is not one JSON object with distinct keys, or whose field changes
-    type (a line-by-line re-read)."""
-    kinds = _Kinds()
+    type (a line-by-line re-read; `only`: that field's type alone)."""
+    kinds = _Kinds(only)
     with _open_bytes(path) as raw:
         for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
             if not line.strip():
@@ -358,12 +398,13 @@ def _jsonl_problem(path: Path) -> str | None:
 class _Kinds:
     """The JSON type each field had first: a field that changes type is named with both lines."""
 
-    def __init__(self) -> None:
+    def __init__(self, only: str | None = None) -> None:
         self.first: dict[str, tuple[str, Any]] = {}
+        self.only = only
 
     def change(self, record: dict, where: Any) -> str | None:
         for key, value in record.items():
-            if value is None:
+            if value is None or self.only not in (None, key):
                 continue
             kind = json_type(value)
             seen = self.first.setdefault(key, (kind, where))
@@ -376,7 +417,7 @@ def _at(where: Any) -> str:
     return f"line {where}" if isinstance(where, int) else str(where)
 
 
-def _json_problem(path: Path, field: str | None) -> str | None:
+def _json_problem(path: Path, field: str | None, only: str | None = None) -> str | None:
     text = read_small_text(path)
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates)
@@ -390,7 +431,7 @@ def _json_problem(path: Path, field: str | None) -> str | None:
         value = value[field]
     if not isinstance(value, list):
         return f"{path}: expected a JSON list of records, got {json_type(value)}"
-    kinds = _Kinds()
+    kinds = _Kinds(only)
     for i, item in enumerate(value):
         keys = ([field] if field else []) + [i]
         if not isinstance(item, dict):
@@ -539,8 +580,10 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
 
 
 def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
-    """Every value of `column` is a string, a number or true/false (a label): the first list or
-    object is one line naming file and line (str() would make `[1]` a class of its own)."""
+    """Every value of `column` is a string, a number or true/false (a label), all of one JSON
+    type: the first list or object, or the first value whose type differs from the first one's,
+    is one line naming file and line (str() would make `[1]` a class of its own, and 1, "1" and
+    true three classes)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -558,6 +601,10 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
             value = json.loads(value) if isinstance(value, str) else value
             raise UserError(f"{where(path, fmt, offset + bad)}: {what} is {json_type(value)}, expected "
                             "text or a number")
+        if isinstance(values.type, pa.BaseExtensionType):  # scalars of more than one JSON type
+            # the table cannot say which: datasets stores "1" beside 1 as 1. The file can.
+            problem = _jsonl_problem(path, column) if fmt == "jsonl" else _json_problem(path, None, column)
+            raise UserError(problem or f"{path}: {what} holds values of more than one type; one type per field")
         offset += len(batch)
 
 

@@ -52,8 +52,10 @@ class Sentences:
 
 def read_conll(path: Path) -> Sentences:
     """One sentence per blank-line-separated block of `token ... TAG` lines (`-DOCSTART-` lines
-    are skipped). The shared reader's byte scan checks it first (there, size limit, gzip, UTF-8)."""
-    readers.scan(path)
+    are skipped). The shared reader's byte scan checks it first (there, size limit, gzip, UTF-8).
+    Columns are separated by spaces and tabs only, as CoNLL's readers split them: a no-break space
+    or U+2028 is part of the word (str.split would cut 'New\u00a0York' to 'New')."""
+    readers.scan(path, plain=True)
     out = Sentences(path, [], [], [])
     words: list[str] = []
     tags: list[str] = []
@@ -61,7 +63,8 @@ def read_conll(path: Path) -> Sentences:
     with readers.open_text(path) as handle:
         text = list(handle)  # the sentences are kept anyway: the text is no larger
     for number, line in enumerate(text + [""], start=1):
-        parts = line.split()
+        parts = line.strip(" \t\r\n").replace("\t", " ").split(" ")
+        parts = [p for p in parts if p]
         if not parts or parts[0] == "-DOCSTART-":
             if words:
                 out.tokens.append(words)

@@ -178,7 +178,7 @@ def _answers(value: Any, context: str, where: Any) -> tuple[list[str], list[int]
         _need(ans, dict, where, "an answer")
         text = _need(ans.get("text"), str, where, "an answer's 'text'")
         start = _need(ans.get("answer_start"), int, where, "an answer's 'answer_start'")
-        if not text or context[start:start + len(text)] != text:
+        if not text or start < 0 or context[start:start + len(text)] != text:
             raise UserError(f"{where()}: answer {text!r} at answer_start {start} does not match the "
                             f"context there ({context[max(start, 0):max(start, 0) + len(text)]!r}); "
                             "fix answer_start")

@@ -219,7 +219,14 @@ class TextClassification(Classification):
         return ds.select_columns(keep).add_column("label", labels)
 
     def _label_id(self, value: Any, ids: dict[str, int], where: Callable[[], str]) -> int | float:
+        if value is None or str(value).strip() == "":
+            raise UserError(f"{where()}: label column '{self.label_column}' is empty; every row needs "
+                            + ("a number (problem: regression)" if self.problem == "regression" else
+                               f"a label (one of {', '.join(ids)})"))
         if self.problem == "regression":
+            if isinstance(value, bool):  # float(True) is 1.0: a JSON true/false is not a score
+                raise UserError(f"{where()}: label {str(value).lower()} is true/false, not a number "
+                                "(problem: regression)")
             try:
                 number = float(value)
             except (TypeError, ValueError):
@@ -227,7 +234,7 @@ class TextClassification(Classification):
             if not math.isfinite(number):
                 raise UserError(f"{where()}: label '{value}' is not a finite number")
             return number
-        text = "" if value is None else str(value)
+        text = str(value)
         if text not in ids:
             raise UserError(f"{where()}: label '{text}' is not one of {', '.join(ids)}"
                             + ("" if self.labels is None else " (task.labels)"))
