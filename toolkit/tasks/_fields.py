@@ -36,10 +36,20 @@ class Keys:
     target: str
 
 
-def named(columns: list[str], names: tuple[str, ...], skip: tuple[str, ...] = ()) -> str | None:
-    """The first column (case and spaces ignored) bearing one of `names`, in `names`' order."""
-    folded = {c.strip().lower(): c for c in columns if c not in skip}
-    return next((folded[n] for n in names if n in folded), None)
+def named(columns: list[str], names: tuple[str, ...], skip: tuple[str, ...] = (), where: str = "") -> str | None:
+    """The first column (case and outer spaces ignored) bearing one of `names`, in `names`' order;
+    two columns of that one name (`label` and `Label `) are one line, never the last one taken."""
+    folded: dict[str, list[str]] = {}
+    for c in columns:
+        if c not in skip:
+            folded.setdefault(c.strip().lower(), []).append(c)
+    for n in names:
+        if n in folded:
+            if len(folded[n]) > 1:
+                raise UserError(f"{where}: the fields {' and '.join(repr(c) for c in folded[n])} are one name "
+                                "once case and spaces are ignored; rename one")
+            return folded[n][0]
+    return None
 
 
 def candidates(columns: list[str], taken: tuple[str, ...] = ()) -> list[str]:
@@ -79,8 +89,8 @@ def pick_pair(ds: Any, where: str, source: str | None, target: str | None, keys:
                             f"{', '.join(repr(c) for c in columns)}")
     if source is not None and source == target:
         raise UserError(f"{keys.source} and {keys.target} are both '{source}'; name two fields")
-    source = source or named(columns, inputs, skip=(target,))
-    target = target or named(columns, outputs, skip=(source,))
+    source = source or named(columns, inputs, skip=(target,), where=where)
+    target = target or named(columns, outputs, skip=(source,), where=where)
     rest = candidates(columns, taken=tuple(c for c in (source, target) if c))
     if source is None and target is not None and len(rest) == 1 and fill:
         source = rest[0]
@@ -98,7 +108,7 @@ def pick_pair(ds: Any, where: str, source: str | None, target: str | None, keys:
 def pick_text(ds: Any, where: str, key: str, names: tuple[str, ...] = TEXT_INPUTS) -> str:
     """The one text field of a file of documents: conventional names, else its only column."""
     columns = list(ds.column_names)
-    found = named(columns, names)
+    found = named(columns, names, where=where)
     rest = candidates(columns)
     if found is None and len(rest) == 1:
         found = rest[0]

@@ -252,7 +252,7 @@ def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_colu
         raise UserError(f"{where}: column 'label' is missing (it has: {columns[0]!r}); a text and a label "
                         "column are needed: is the delimiter right? (.csv: commas, .tsv: tabs)")
     if label_column is None:
-        label_column = _fields.named(columns, _fields.LABEL_OUTPUTS, skip=tuple(text_columns or ()))
+        label_column = _fields.named(columns, _fields.LABEL_OUTPUTS, skip=tuple(text_columns or ()), where=where)
     if label_column is None and text_columns is None:
         text_columns = _run_glue_names(columns)
     if label_column is None:
