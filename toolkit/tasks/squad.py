@@ -396,10 +396,15 @@ class Squad(TextToText):
         return outputs.start_logits[:, -t:].float(), outputs.end_logits[:, -t:].float()
 
     def loss(self, outputs: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(b,) mean of the start and end cross-entropies of each window (run_qa.py's loss)."""
+        """(b,) mean of the start and end cross-entropies of each window (run_qa.py's loss), over
+        the window's own tokens: the padding a batch adds is no position the answer can take, and
+        counted in the softmax it made a window's loss (the eval loss too) depend on the longest
+        window it was batched with, so on the batch size and order."""
         if not self.extractive:
             return super().loss(outputs, batch)
         start, end = self._logits(outputs, batch)
+        padding = batch["attention_mask"] == 0  # (b, t)
+        start, end = (x.masked_fill(padding, torch.finfo(x.dtype).min) for x in (start, end))
         return (F.cross_entropy(start, batch["start_positions"], reduction="none")
                 + F.cross_entropy(end, batch["end_positions"], reduction="none")) / 2
 
