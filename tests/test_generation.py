@@ -46,6 +46,23 @@ def test_bleu_and_chrf_equal_sacrebleu_with_signature() -> None:
     assert signatures["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
 
 
+@pytest.mark.parametrize("lang, fits", [("zh", "zh"), ("ja", "ja-mecab")])
+def test_a_target_written_without_spaces_refuses_a_space_based_bleu_tokenizer(lang: str, fits: str) -> None:
+    """Finding: Chinese scored with the default 13a gave BLEU 0.0 where sacreBLEU's `zh` gives 67.7
+    (two close translations): 13a splits at spaces, so a sentence is one word."""
+    from toolkit.tasks.translation import Translation
+
+    chinese = (["我喜欢在公园里散步。", "今天天气很好。"], ["我喜欢在公园散步。", "今天的天气很好。"])
+    assert sacrebleu_scores(*chinese, "13a")[0]["bleu"] == 0.0 < 50 < sacrebleu_scores(*chinese, "zh")[0]["bleu"]
+    for tokenize in ("13a", "intl", "none"):
+        with pytest.raises(UserError, match=rf"task.bleu_tokenize: '{tokenize}' splits words at spaces, .* "
+                                            rf"set task.bleu_tokenize={fits} \(sacreBLEU's for {lang}\) or char"):
+            Translation(subset="custom", eval_file="x.jsonl", target_lang=lang, bleu_tokenize=tokenize).check()
+    for tokenize in (fits, "char"):
+        Translation(subset="custom", eval_file="x.jsonl", target_lang=lang, bleu_tokenize=tokenize).check()
+    Translation(subset="custom", eval_file="x.jsonl", target_lang="de", bleu_tokenize="13a").check()
+
+
 def _gz(path: Path, lines: list[str]) -> Path:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,36 @@ def test_correlations_match_hand_computed_values() -> None:
     # Spearman on ranks (same values here) = 1 - 6*sum(d^2)/(n(n^2-1)) = 1 - 6*2/60 = 0.8
     got = glue_metrics(("pearson", "spearmanr"), preds, labels)
     assert got == pytest.approx({"pearson": 4 / 5, "spearmanr": 0.8})
+
+
+@pytest.mark.parametrize("preds, labels, flat", [
+    ([2.5, 2.5, 2.5], [1.0, 2.0, 3.0], "predictions do not vary over 3"),  # a collapsed regressor
+    ([1.0, 2.0, 3.0], [4.0, 4.0, 4.0], "labels do not vary over 3"),
+    ([2.5], [1.0], "predictions and labels do not vary over 1"),  # a split of one example
+])
+def test_an_undefined_correlation_is_nan_and_said_never_zero(capsys, tmp_path: Path, preds, labels, flat) -> None:
+    """Pearson and Spearman of a side that does not vary are undefined (scipy's, and so `evaluate`'s
+    GLUE metric, NaN): the run records null and says why, instead of a 0.0 that reads as a score,
+    averages into the GLUE score and, first seen, blocked best-model selection (nothing beat it)."""
+    from test_report import fake_run
+    from toolkit import reports, runs
+    from toolkit.tasks import CATALOGUE
+    from toolkit.train import improves
+
+    got = glue_metrics(("pearson", "spearmanr"), np.array(preds), np.array(labels))
+    assert all(np.isnan(v) for v in got.values()), got
+    err = capsys.readouterr().err
+    assert f"warning: pearson is undefined ({flat} example(s)); recorded as null" in err
+    assert "warning: spearmanr is undefined" in err
+    pearson = CATALOGUE["pearson"]
+    assert not improves(pearson, float("nan"), 0.5, None, None)  # an undefined score is not kept as best
+    assert improves(pearson, -0.2, 0.9, float("nan"), 0.5)  # and any defined one beats it
+    run = fake_run(tmp_path, "stsb", "full", 42, {"pearson": 0.5, "spearmanr": 0.5}, main="pearson")
+    metrics = json.loads((run / "metrics.json").read_text())
+    runs.write_json(run / "metrics.json", {**metrics, "eval": {**got, "loss": 1.0}})
+    assert json.loads((run / "metrics.json").read_text())["eval"]["pearson"] is None
+    (item,) = reports.collect(tmp_path)  # the report reads null as not recorded
+    assert "pearson" not in item["metrics"]["eval"] and item["metrics"]["eval"]["loss"] == 1.0
 
 
 @pytest.mark.parametrize("subset, n_dev, labels", [

@@ -181,6 +181,15 @@ def test_sliding_windows_score_every_token_once() -> None:
                        ([4, 5, 6, 7], [IGNORE, IGNORE, 6, 7]), ([6, 7, 8, 9], [IGNORE, IGNORE, 8, 9])]
     scored = [t for _, labels in windows for t in labels[1:] if t != IGNORE]  # the model shifts
     assert scored == list(range(1, 10))
+    for stride in range(1, 4):  # every stride CausalLM.check lets through, over odd lengths too
+        for n in (2, 9, 10, 11):
+            scored = [t for _, labels in sliding_windows(list(range(n)), 4, stride)
+                      for t in labels[1:] if t != IGNORE]
+            assert scored == list(range(1, n)), (stride, n)
+    # stride = max_length is run_clm's blocks (the parity benchmark's setting): each block's first
+    # token (4, 8) has no context and is predicted by no position, as run_clm scores it
+    assert [t for _, labels in sliding_windows(list(range(10)), 4, 4) for t in labels[1:] if t != IGNORE] \
+        == [1, 2, 3, 5, 6, 7, 9]
 
 
 def test_clm_perplexity_matches_the_documented_sliding_window_loop(tiny_checkpoint) -> None:

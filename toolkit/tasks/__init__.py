@@ -47,7 +47,11 @@ class Metric:
     scale: float = 1.0  # multiply for display: 100 turns a fraction into percent
 
     def better(self, value: float, than: float | None) -> bool:
-        if than is None:
+        """Whether `value` beats `than` (None: nothing yet). An undefined score (NaN: a
+        correlation of constant predictions) beats nothing, and anything defined beats it."""
+        if value != value:
+            return False
+        if than is None or than != than:
             return True
         return value > than if self.higher_is_better else value < than
 

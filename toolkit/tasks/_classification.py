@@ -7,6 +7,8 @@ per-example loss, the argmax evaluation step and the official metric functions f
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,13 +46,26 @@ def classification_metrics(names: tuple[str, ...] | list[str], preds: np.ndarray
             out[name] = float(skm.f1_score(labels, preds, average=average, pos_label=1, zero_division=0))
         elif name == "matthews_correlation":
             out[name] = float(skm.matthews_corrcoef(labels, preds))
-        elif name == "pearson":
-            out[name] = float(stats.pearsonr(preds, labels)[0]) if np.std(preds) > 0 else 0.0
-        elif name == "spearmanr":
-            out[name] = float(stats.spearmanr(preds, labels)[0]) if np.std(preds) > 0 else 0.0
+        elif name in REGRESSION_METRICS:
+            out[name] = correlation(stats, name, preds, labels)
         else:
             raise ValueError(f"unknown classification metric {name}")
     return out
+
+
+def correlation(stats: Any, name: str, preds: np.ndarray, labels: np.ndarray) -> float:
+    """Pearson or Spearman as scipy (and `evaluate`'s GLUE metric) computes them. Undefined where
+    either side does not vary (a model that predicts one value, a split of one example): NaN,
+    written null in metrics.json, with a warning saying why; never a 0.0 that reads as "no
+    correlation" and averages into a GLUE score."""
+    flat = [side for side, values in (("predictions", preds), ("labels", labels))
+            if len(values) < 2 or np.ptp(values) == 0]
+    if flat:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"warning: {name} is undefined ({' and '.join(flat)} do not vary over {len(preds)} "
+                  "example(s)); recorded as null", file=sys.stderr)
+        return float("nan")
+    return float((stats.pearsonr if name == "pearson" else stats.spearmanr)(preds, labels)[0])
 
 
 @dataclass(kw_only=True)

@@ -5,7 +5,9 @@ every token predicts the next. Evaluation: perplexity of the whole held-out text
 window (the "perplexity of fixed-length models" method in transformers' documentation): windows
 of `max_length` tokens start every `eval_stride` tokens and each scores only the tokens the
 previous window did not, so every token after the first is scored once, with up to
-`max_length - eval_stride` tokens of context before it.
+`max_length - eval_stride` tokens of context before it. At `eval_stride = max_length` the windows
+are run_clm's blocks, and as there the first token of each block is not scored (no position
+predicts it).
 """
 
 from __future__ import annotations

@@ -399,16 +399,19 @@ class Squad(TextToText):
         """(b,) mean of the start and end cross-entropies of each window (run_qa.py's loss)."""
         if not self.extractive:
             return super().loss(outputs, batch)
-        start, end = self._logits(outputs, batch)
-        return (F.cross_entropy(start, batch["start_positions"], reduction="none")
-                + F.cross_entropy(end, batch["end_positions"], reduction="none")) / 2
+        return span_loss(*self._logits(outputs, batch), batch)
 
     def eval_step(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The eval loss is over each window's own tokens: the padding a batch adds is no place an
+        answer can be, and in the softmax it made a window's loss depend on the longest window
+        batched with it, so on train.eval_batch_size. Training keeps run_qa's loss as it is."""
         if not self.extractive:
             return super().eval_step(model, batch)
         outputs = model(**self.model_inputs(batch))
         start, end = self._logits(outputs, batch)
-        return {"loss": self.loss(outputs, batch), "units": self.units(batch), "start_logits": start,
+        padding = batch["attention_mask"] == 0  # (b, t)
+        unpadded = [x.masked_fill(padding, torch.finfo(x.dtype).min) for x in (start, end)]
+        return {"loss": span_loss(*unpadded, batch), "units": self.units(batch), "start_logits": start,
                 "end_logits": end, "offsets": batch["offsets"], "example_index": batch["example_index"]}
 
     def eval_pad(self, key: str) -> float:
@@ -521,6 +524,12 @@ class Squad(TextToText):
         return best_spans(np.concatenate(starts), np.concatenate(ends), batch["offsets"].numpy(),
                           batch["example_index"].numpy(), [r["context"] for r in raw], self.n_best,
                           self.max_answer_length)
+
+
+def span_loss(start: torch.Tensor, end: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(b,) mean of the start and end cross-entropies of each window, from (b, t) logits."""
+    return (F.cross_entropy(start, batch["start_positions"], reduction="none")
+            + F.cross_entropy(end, batch["end_positions"], reduction="none")) / 2
 
 
 def unique_ids(ids: list[str]) -> list[str]:

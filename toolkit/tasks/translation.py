@@ -32,6 +32,10 @@ LOCAL = {
                 "$TOOLKIT_DATA/translation/iwslt14-de-en/test.{lang}", ("de", "en")),
 }
 HUB = {"wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16"}
+# Languages written without spaces between words -> the BLEU tokenizers that find their words
+# (sacreBLEU's own choice for the language first): the space-based ones would score whole phrases
+# as single words, a BLEU near 0 for a good translation
+SPACELESS = {"zh": ("zh", "char"), "ja": ("ja-mecab", "char")}
 
 
 @TASKS.register("translation")
@@ -54,6 +58,12 @@ class Translation(TextToText):
             raise UserError(f"task.target_lang: '{self.target_lang}' is also the source language")
         if self.subset == "custom" and not self.eval_file:
             raise UserError("task.eval_file: subset 'custom' reads local files; set task.eval_file")
+        fits = SPACELESS.get(self.target_lang)
+        if fits and self.bleu_tokenize not in fits:
+            raise UserError(f"task.bleu_tokenize: '{self.bleu_tokenize}' splits words at spaces, which "
+                            f"{LANGUAGES[self.target_lang]} (task.target_lang {self.target_lang}) does not "
+                            f"write, so BLEU would be near 0 for any translation; set task.bleu_tokenize="
+                            f"{fits[0]} (sacreBLEU's for {self.target_lang}) or {fits[1]}")
         if self.subset in LOCAL and not self.eval_file:
             langs = LOCAL[self.subset][2]
             for key in ("source_lang", "target_lang"):
