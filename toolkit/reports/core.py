@@ -94,12 +94,11 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             if not isinstance(data, dict) or not isinstance(recipe or {}, dict):
                 raise UserError(f"report: {metrics} is not a run's metrics (not a JSON object)")
             check_metrics(data, metrics)
-            if isinstance(data.get("eval"), dict):  # null: undefined (a constant model's Pearson), not a 0
-                data["eval"] = {k: v for k, v in data["eval"].items() if v is not None}
             name = str(run.parent.relative_to(root)) if run.parent != root else run.name
             if (recipe or {}).get("smoke"):
                 name += " (smoke: random weights)"
-            evals = data.get("eval") or {}  # null: NaN or infinite when the run wrote it (strict JSON)
+            # null: NaN or infinite when the run wrote it (strict JSON), e.g. an undefined Pearson
+            evals = data.get("eval") or {}
             data["eval"] = {k: v for k, v in evals.items() if v is not None}
             found.append({"run": run, "name": name, "recipe": with_old_defaults(recipe or {}), "metrics": data,
                           "not_numbers": [k for k, v in evals.items() if v is None]})
