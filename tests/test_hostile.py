@@ -168,6 +168,8 @@ DATA: dict[str, tuple[str, Make, str]] = {
                                  "d.csv:3: label '2' is not one of 0, 1"),
     "csv regression word": ("classification", classify("text,label\na,1.5\nb,high\n", extra=", problem: regression"),
                             "d.csv:3: label 'high' is not a number"),
+    "csv regression 1_0": ("classification", classify("text,label\na,1.5\nb,1_0\n", extra=", problem: regression"),
+                           "d.csv:3: label '1_0' is not a number"),
     "csv regression inf": ("classification", classify("text,label\na,1.5\nb,inf\n", extra=", problem: regression"),
                            "d.csv:3: label 'inf' is not a finite number"),
     "csv header of blanks": ("classification", classify(",\na,1\n"), "d.csv:1: the first line should be a header"),

@@ -308,8 +308,10 @@ def test_reference_can_train_on_the_toolkits_batches(parity, tmp_path: Path, sha
     from toolkit.batching import EpochBatches
 
     path = parity.checkpoint_path(parity.MINILM, True)
-    over = [*parity.overrides("translation", True, path, 7), "train.batch_size=3", "train.epochs=2",
-            "task.max_train_samples=14"]
+    from toolkit.recipe_data import layered
+
+    over = layered(parity.overrides("translation", True, path, 7), ["train.batch_size=3", "train.epochs=2",
+                                                                      "task.max_train_samples=14"])
     recipe = parity.resolved_recipe("translation", over)
     tok = AutoTokenizer.from_pretrained(path)
     train = recipe.method.encoder(recipe.task, tok)(recipe.task.load()["train"])  # the toolkit's features
@@ -538,13 +540,13 @@ def test_bad_set_is_one_line(parity, value: str, message: str, capsys) -> None:
 
 
 def test_set_reaches_both_sides(parity, monkeypatch, shared_lists) -> None:
-    """--set KEY=VALUE: after the budget's overrides (so it wins), and passed on to each side's
+    """--set KEY=VALUE: in place of the budget's own value of that setting, and passed on to each side's
     process; the table's heading names it."""
     seen = []
     monkeypatch.setattr(parity.sides.subprocess, "Popen", lambda cmd, **kw: seen.append(cmd))
     parity.SET[:] = ["train.epochs=2"]
     over = parity.overrides("qa", False, "ckpt", 42)
-    assert over.index("train.epochs=2") > over.index("train.epochs=1")
+    assert "train.epochs=2" in over and "train.epochs=1" not in over  # it replaces the budget's
     parity.start_side("qa", "reference", 42, False, False, threads=None)
     assert "--set=train.epochs=2" in seen[0]
     rows = [{"side": s, "seed": 42, "metrics": {"f1": 0.5, "exact_match": 0.4}, "train_samples_per_s": 1.0,

@@ -112,7 +112,7 @@ def test_report_shows_each_metric_at_its_declared_scale_and_direction(tmp_path: 
                               ("b", 1, {"bleu": 27.5, "perplexity": 12.0})):
         run = tmp_path / name / str(seed)
         run.mkdir(parents=True)
-        (run / "recipe.yaml").write_text(f"train: {{seed: {seed}}}\n")
+        (run / "recipe.yaml").write_text(f"task: {{name: {name}}}\ntrain: {{seed: {seed}}}\n")  # two recipes
         decl = {"perplexity": {"higher_is_better": False, "scale": 1.0}}
         (run / "metrics.json").write_text(json.dumps({
             "eval": evals, "metric_declarations": decl, "method": "lora", "trainable_percent": 1.0,

@@ -303,9 +303,9 @@ def test_each_evaluation_logs_the_epochs_completed(tmp_path: Path, cli, runs_dir
     one too); 2 epochs of 3 steps cut at 4 steps (--smoke's cap): the final evaluation is inside
     the second epoch, with 1 done."""
     recipe = make_recipe(tmp_path)
-    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir, "train.epochs=2", "train.batch_size=4",
-                       f"task.max_train_samples={samples}", "task.max_eval_samples=8",
-                       *(["train.batch_size=8"] if samples == 24 else []))
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir, "train.epochs=2",
+                       f"train.batch_size={8 if samples == 24 else 4}",
+                       f"task.max_train_samples={samples}", "task.max_eval_samples=8")
     assert code == 0, err
     evals = [json.loads(l) for l in (only_run(runs_dir) / "log.jsonl").read_text().splitlines() if "eval" in l]
     assert [(e["step"], e["epoch"]) for e in evals] == list(zip(steps, epochs))

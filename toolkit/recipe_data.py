@@ -268,6 +268,19 @@ def _leaves(value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [path]
 
 
+def layered(*groups: Any) -> list[str]:
+    """Lists of overrides, each later list replacing the settings an earlier one gives (a tool's
+    own defaults under what its user asked): one override per setting, as apply_overrides wants.
+    For tools that build overrides in layers; a user's own repeated setting stays an error."""
+    out: dict[str, str] = {}
+    for group in groups:
+        for item in group:
+            key = item.partition("=")[0].strip()
+            out.pop(key, None)
+            out[key] = item
+    return list(out.values())
+
+
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """`train.lr=3e-4 method.r=16`: values are parsed as YAML scalars. A mapping value merges into
     the section as an `extends` base's would (`train={epochs: 1}` keeps the recipe's lr), and a

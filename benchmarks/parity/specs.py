@@ -113,7 +113,9 @@ def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = F
     budget = () if full else spec.smoke if smoke else spec.real
     files = {"squad_v2": squad_v2_file} if any("{squad_v2}" in o for o in spec.extra) else {}
     extra = [o.format(**{k: make() for k, make in files.items()}) for o in spec.extra]
-    return [*COMMON, *extra, *budget, *SET, f"model.checkpoint={checkpoint}", f"train.seed={seed}"]
+    from toolkit.recipe_data import layered
+
+    return layered(COMMON, extra, budget, SET, [f"model.checkpoint={checkpoint}", f"train.seed={seed}"])
 
 
 def resolved_recipe(task: str, over: list[str]) -> Any:

@@ -8,6 +8,7 @@ checked on the Arrow table), which names file and line for every malformed recor
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -227,6 +228,11 @@ class TextClassification(Classification):
             if isinstance(value, bool):  # float(True) is 1.0: a JSON true/false is not a score
                 raise UserError(f"{where()}: label {str(value).lower()} is true/false, not a number "
                                 "(problem: regression)")
+            # a number as CSV and JSON write one: float() alone also takes 1_0 (10.0) and other
+            # scripts' digits, which no file means as a score
+            if isinstance(value, str) and not DECIMAL.fullmatch(value.strip()) \
+                    and value.strip().lower().lstrip("+-") not in ("inf", "infinity", "nan"):  # said below
+                raise UserError(f"{where()}: label '{value}' is not a number (problem: regression)")
             try:
                 number = float(value)
             except (TypeError, ValueError):
@@ -239,6 +245,9 @@ class TextClassification(Classification):
             raise UserError(f"{where()}: label '{text}' is not one of {', '.join(ids)}"
                             + ("" if self.labels is None else " (task.labels)"))
         return ids[text]
+
+
+DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
 
 def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_column: str | None,
