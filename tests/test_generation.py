@@ -5,6 +5,7 @@ two processes equal to one."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import socket
@@ -59,7 +60,12 @@ def test_a_target_written_without_spaces_refuses_a_space_based_bleu_tokenizer(la
                                             rf"set task.bleu_tokenize={fits} \(sacreBLEU's for {lang}\) or char"):
             Translation(subset="custom", eval_file="x.jsonl", target_lang=lang, bleu_tokenize=tokenize).check()
     for tokenize in (fits, "char"):
-        Translation(subset="custom", eval_file="x.jsonl", target_lang=lang, bleu_tokenize=tokenize).check()
+        task = Translation(subset="custom", eval_file="x.jsonl", target_lang=lang, bleu_tokenize=tokenize)
+        if tokenize == "ja-mecab" and importlib.util.find_spec("MeCab") is None:  # said at validate, not
+            with pytest.raises(UserError, match=r"ja-mecab needs MeCab, which is not installed"):  # after training
+                task.check()
+        else:
+            task.check()
     Translation(subset="custom", eval_file="x.jsonl", target_lang="de", bleu_tokenize="13a").check()
 
 

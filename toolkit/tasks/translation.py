@@ -8,6 +8,7 @@ their signatures are recorded in metrics.json (`metric_info`).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -58,6 +59,9 @@ class Translation(TextToText):
             raise UserError(f"task.target_lang: '{self.target_lang}' is also the source language")
         if self.subset == "custom" and not self.eval_file:
             raise UserError("task.eval_file: subset 'custom' reads local files; set task.eval_file")
+        if self.bleu_tokenize == "ja-mecab" and importlib.util.find_spec("MeCab") is None:
+            raise UserError("task.bleu_tokenize: ja-mecab needs MeCab, which is not installed "
+                            "(pip install 'sacrebleu[ja]'), or use task.bleu_tokenize=char")
         fits = SPACELESS.get(self.target_lang)
         if fits and self.bleu_tokenize not in fits:
             raise UserError(f"task.bleu_tokenize: '{self.bleu_tokenize}' splits words at spaces, which "
