@@ -134,3 +134,31 @@ def test_keep_best_breaks_a_tie_on_the_metric_with_the_lower_eval_loss() -> None
     assert not improves(accuracy, 1.0, 0.70, 1.0, 0.64)  # same accuracy, worse loss
     assert not improves(accuracy, 0.9, 0.01, 1.0, 0.64)  # the metric comes first
     assert improves(accuracy, 1.0, 0.50, 1.0, None)  # an older run's state has no loss yet
+
+
+def _tasks_with_own_files() -> list[str]:
+    import dataclasses
+
+    from toolkit.tasks import TASKS
+
+    return sorted(n for n in TASKS.names() if {"train_file", "eval_file"} <= {f.name for f in dataclasses.fields(TASKS.get(n))})
+
+
+@pytest.mark.parametrize("name", _tasks_with_own_files())
+def test_an_eval_file_that_is_the_train_file_is_said(tmp_path: Path, name: str) -> None:
+    """One file (or a copy of it) as both task.train_file and task.eval_file: the scores are of
+    training examples. Said once as a warning for every task that reads its own files."""
+    import shutil
+
+    from toolkit.tasks import TASKS
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "a b c"}\n')
+    shutil.copy(data, tmp_path / "copy.jsonl")
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"text": "d e f"}\n')
+    cls = TASKS.get(name)
+    for eval_file, said in ((data, True), (tmp_path / "copy.jsonl", True), (other, False)):
+        task = cls(train_file=str(data), eval_file=str(eval_file))
+        task._note_eval_is_train()
+        assert ("eval is train" in task.notices()) == said, eval_file

@@ -276,6 +276,21 @@ class Task:
         end), kept under `key` so that it is said once however often the data is read."""
         self.__dict__.setdefault("_notes", {}).setdefault(key, line)
 
+    def _note_eval_is_train(self) -> None:
+        """task.train_file and task.eval_file naming one file, or two files of the same bytes:
+        the run trains and scores on the same examples (and in-context prompting could draw a
+        query as its own demonstration). Said, not refused: a smoke check may mean it."""
+        import filecmp
+
+        given = [getattr(self, key, None) for key in ("train_file", "eval_file")]
+        if not all(isinstance(g, str) and "{" not in g for g in given):
+            return
+        train, held = (data_path(g, self.data_dir) for g in given)
+        if train.is_file() and held.is_file() and (train.resolve() == held.resolve()
+                                                   or filecmp.cmp(train, held, shallow=False)):
+            self.note("eval is train", f"task.eval_file {held} holds the same data as task.train_file: the "
+                      "scores are of training examples, not held-out ones")
+
     def notices(self) -> dict[str, str]:
         """key -> warning line: the notes, and one line per kind of cut with its count."""
         lines = dict(self.__dict__.get("_notes", {}))
@@ -288,6 +303,7 @@ class Task:
     def say_notices(self) -> None:
         """Each notice as one `warning:` line on stderr, once per run (rank 0 only); the run's
         setup calls this once its splits are encoded, so the counts cover every split."""
+        self._note_eval_is_train()
         said = self.__dict__.setdefault("_said", set())
         for key, line in self.notices().items():
             if key not in said and os.environ.get("RANK", "0") == "0":
