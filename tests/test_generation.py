@@ -265,3 +265,54 @@ def test_decoder_only_loss_takes_the_logits_of_target_positions_only(tiny_checkp
     assert kept.shape[1] == 5 and full.shape[1] == 9 + (4 if method == "prompt_tuning" else 0)
     ours, theirs = token_losses(kept, batch["labels"], shift=True), token_losses(full, batch["labels"], shift=True)
     assert torch.allclose(ours, theirs, rtol=1e-5) and bool((ours > 0).all())
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in ("summarization", "translation", "squad")
+                                          for f in ("gpt2", "bart")])
+def test_every_sequence_fits_the_positions_when_the_check_passes(name: str, family: str) -> None:
+    """A decoder-only model reads source, suffix, target and EOS (or the generated tokens) as one
+    sequence: at the largest task.max_length the check lets through, the longest example's
+    training sequence and prompt + max_new_tokens fill the positions exactly, and one token more
+    is refused in one line (GPT-2 at max_length 1024 ran off its position table mid-run). An
+    encoder-decoder's decoder is held to the target's or the generation's length."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+
+    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                                            {"gpt2": "gpt2", "bart": "bart-base"}[family]))
+    tok.pad_token = tok.pad_token or tok.eos_token
+    limit, long = 256, "word " * 600
+    extra = {"squad": {"mode": "generative"}, "translation": {"subset": "custom", "eval_file": "x.json"},
+             "summarization": {"subset": "custom", "eval_file": "x.json"}}[name]
+    task = TASKS.get(name)(max_target_length=40, **extra)
+    task.generation.max_new_tokens = 30
+    task.model_head(family)
+    if family == "bart":
+        assert task.positions_problem(tok, 128, limit) is None
+        task.generation.max_new_tokens = limit + 1
+        assert task.positions_problem(tok, 128, limit).startswith("task.max_target_length: 40 target")
+        return
+    fits = max(n for n in range(8, limit) if task.positions_problem(tok, n, limit) is None)
+    problem = task.positions_problem(tok, fits + 1, limit)
+    assert problem.startswith(f"task.max_length: {fits + 1} source tokens") and f"at most {fits} " in problem
+    task.max_length = fits
+    rows = ([{"id": "0", "title": "t", "question": "why?", "context": long, "answers": {"text": [long],
+              "answer_start": [0]}}] if name == "squad" else [{"source": long, "target": long}])
+    enc = task.encode(Dataset.from_list(rows), tok)[0]
+    assert len(enc["input_ids"]) <= limit and len(enc["prompt_ids"]) + task.generation.max_new_tokens <= limit
+    assert limit in (len(enc["input_ids"]), len(enc["prompt_ids"]) + task.generation.max_new_tokens)
+
+
+def test_a_decoder_only_sequence_past_the_positions_is_one_line_at_setup(tmp_path: Path, cli,
+                                                                        tiny_checkpoint) -> None:
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps([{"document": "a b c", "summary": "a"}] * 2))
+    path = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {tiny_checkpoint('gpt2')}}}\n"
+                        f"task: {{name: summarization, subset: custom, train_file: {data}, eval_file: {data}, "
+                        "max_length: 1024}\nmethod: {name: full}\ntrain: {epochs: 1}\n")
+    code, _, err = cli("run", path, "--runs-dir", str(tmp_path / "runs"))
+    assert code == 2 and "Traceback" not in err and [l for l in err.splitlines() if l.startswith("error:")]
+    assert "task.max_length: 1024 source tokens, 5 of task.suffix and 129 for the target" in err
+    assert "use task.max_length at most 890 to stay within the 1024 positions" in err

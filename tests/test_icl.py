@@ -143,6 +143,10 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
     ("t5-base", "sst2", "{name: icl, verbalizers: [good]}", "method.verbalizers: need 2 distinct"),
     ("gpt2", "rte", "{name: icl, template: 'Q: {text_c} A: {label}'}", "unknown field '{text_c}'"),
     ("gpt2", "rte", "{name: icl, template: 'Q: {text_a}'}", "needs '{label}' exactly once"),
+    # the query is the template up to {label}: a field after it is never shown for the example
+    ("gpt2", "rte", "{name: icl, template: 'P: {text_a} A: {label} H: {text_b}'}",
+     "method.template: '{text_b}' comes after '{label}'"),
+    ("t5-base", "sst2", "{name: icl, template: '{label}: {text_a}'}", "'{text_a}' comes after '{label}'"),
 ])
 def test_validate_refuses_what_cannot_run(tmp_path: Path, cli, checkpoint: str, subset: str,
                                           method: str, message: str) -> None:
@@ -162,3 +166,20 @@ def test_own_data_with_the_wrong_number_of_verbalizers_is_one_line(tmp_path: Pat
     code, _, err = cli("validate", path)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "method.verbalizers: need 2 distinct non-empty words, one per label (neg, pos)" in err
+
+
+def test_every_default_template_shows_the_example_before_its_label() -> None:
+    """The rule above, over every GLUE task icl can run: the query (the template up to the label
+    word) holds each of the task's text fields."""
+    from toolkit.methods.icl import template_problem
+    from toolkit.tasks.glue import SPECS
+
+    for subset in SPECS:
+        task = Glue(subset=subset)
+        if task.is_regression:
+            continue
+        template = default_template(task)
+        assert template_problem(template, task.text_columns) is None, subset
+        row = {c: f"<{c}>" for c in task.text_columns}
+        prompt, _ = Prompter(template, list(task.verbalizers), list(task.text_columns)).query(row)
+        assert all(f"<{c}>" in prompt for c in task.text_columns), subset

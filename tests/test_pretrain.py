@@ -408,3 +408,37 @@ def test_shifted_token_losses_by_hand() -> None:
     predicting = logits.grad.abs().sum(-1) > 0
     assert predicting.tolist() == [[True, True, True, False], [True, False, False, False]]
     assert math.isclose(float(logits.grad[0, 0].sum()), 0.0, abs_tol=1e-6)  # softmax - one-hot sums to 0
+
+
+@pytest.mark.parametrize("name, tokenizer", [("mlm", "bert-base-uncased"), ("denoise", "bart-base"),
+                                             ("span_corruption", "t5")])
+def test_objective_settings_at_their_bounds_corrupt_or_are_refused(name: str, tokenizer: str) -> None:
+    """Each numeric setting of an objective at its declared minimum and maximum is either refused
+    in one line at check or corrupts blocks of every length, a 1-token block up to a full one
+    (denoise's mask_ratio 0 raised an IndexError, its poisson_lambda 0 never returned)."""
+    import dataclasses
+    import os
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+
+    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
+    cls = TASKS.get(name)
+    bounded = [(f.name, f.metadata[k]) for f in dataclasses.fields(cls) for k in ("min", "max")
+               if k in f.metadata and f.name not in ("max_length", "max_train_samples", "max_eval_samples")
+               and isinstance(f.default, float)]
+    assert bounded, name
+    docs = ["Cats.", "The cat sat. A dog ran!", "word " * 40]
+    for field_name, value in bounded:
+        task = cls(train_file="unused.txt", max_length=24, **{field_name: value})
+        try:
+            task.check()
+        except UserError as exc:
+            assert len(str(exc).splitlines()) == 1 and str(exc).startswith("task."), exc
+            continue
+        for doc in docs:
+            for block in task.pack(Dataset.from_dict({"text": [doc]}), tok):
+                out = task.corrupt(block, RNG(1), tok)
+                assert out["input_ids"] and out["labels"], (field_name, value, doc)

@@ -51,6 +51,9 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     if limit is not None and length > limit:
         raise UserError(f"task.max_length: {length} is more than the {limit} positions "
                         f"{recipe.model.checkpoint} has; use at most {limit}")
+    problem = task.positions_problem(tok, length, limit) if limit is not None else None
+    if problem:
+        raise UserError(f"{problem} {recipe.model.checkpoint} has")
     recipe.method.check_data(task, raw)
     if recipe.train.gradient_checkpointing and not getattr(model, "supports_gradient_checkpointing", False):
         raise UserError(f"train.gradient_checkpointing: {type(model).__name__} does not support it")

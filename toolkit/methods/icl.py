@@ -67,6 +67,13 @@ def template_problem(template: str, columns: Sequence[str]) -> str | None:
     if unknown:
         return (f"method.template: unknown field '{{{unknown[0]}}}' "
                 f"(this task has: {', '.join('{' + c + '}' for c in (*columns, 'label'))})")
+    # The query is the template up to the label word: a field after it is never shown for the
+    # example being labelled, and with none before it every example gets the same prompt
+    after = names[names.index("label") + 1:]
+    if after or not names.index("label"):
+        field = f"'{{{after[0]}}}' comes after '{{label}}'" if after else "no field comes before '{label}'"
+        return (f"method.template: {field}; an example is shown up to its label word, so every "
+                "field of it must come before '{label}'")
     return None
 
 

@@ -246,6 +246,12 @@ class Task:
         """Strings recorded beside the float metrics in metrics.json (sacreBLEU's signature)."""
         return {}
 
+    def positions_problem(self, tokenizer: Any, max_length: int, limit: int) -> str | None:
+        """Why a sequence this task builds can be longer than the model's `limit` positions when
+        `task.max_length` alone fits them (setup checks that first), or None. Most tasks give the
+        model nothing longer than max_length."""
+        return None
+
     # --- what the task changed or may misread in the user's data (rule 8: say what is cut) ------
     def tokenize(self, tokenizer: Any, *texts: Any, limit: int, text_target: Any = None, **kwargs: Any) -> Any:
         """`tokenizer(..., truncation=True, max_length=limit)` with a `cut` list beside: per row,

@@ -139,6 +139,35 @@ class TextToText(TokenTask):
     def decoder_only(self) -> bool:
         return getattr(self, "_decoder_only", False)
 
+    def positions_problem(self, tokenizer: Any, max_length: int, limit: int) -> str | None:
+        """A decoder-only model reads the prompt (source, suffix) and then the target and its EOS,
+        or the generated tokens, as ONE sequence; an encoder-decoder's decoder reads the target
+        or the generated tokens after its start token. Past `limit` the position table runs out
+        (an IndexError mid-run, on whichever example is long enough)."""
+        target = self.answer_room()
+        if not self.decoder_only:
+            if target <= limit:
+                return None
+            return (f"task.max_target_length: {self.max_target_length} target tokens (their EOS among "
+                    f"them) or generation.max_new_tokens {self.generation.max_new_tokens} are more than the "
+                    f"{limit} positions")
+        _, suffix = self.affixes()
+        extra = len(tokenizer(suffix, add_special_tokens=False)["input_ids"]) if suffix else 0
+        if max_length + extra + target <= limit:
+            return None
+        fix = (f"use task.max_length at most {limit - extra - target}" if limit - extra - target >= 8
+               else "lower task.max_target_length and generation.max_new_tokens")
+        return (f"task.max_length: {max_length} source tokens, {extra} of task.suffix and {target} for the "
+                f"target and its EOS (task.max_target_length {self.max_target_length}, "
+                f"generation.max_new_tokens {self.generation.max_new_tokens}) are one sequence of "
+                f"{max_length + extra + target} in a decoder-only model; {fix} to stay within the {limit} positions")
+
+    def answer_room(self) -> int:
+        """Positions the target takes (a decoder-only model's prompt comes before): the target
+        with its EOS (counted in max_target_length by an encoder-decoder's tokenizer, appended
+        after it for a decoder-only model), or the generated tokens."""
+        return max(self.max_target_length + int(self.decoder_only), self.generation.max_new_tokens)
+
     # --- what subclasses say -----------------------------------------------------------------
     def source_text(self, row: dict) -> str:
         return row["source"]
@@ -198,7 +227,7 @@ class TextToText(TokenTask):
         if demos:  # demonstrations cut from the left so the whole sequence fits the positions
             demo = tok(demos, add_special_tokens=False)["input_ids"]
             limit = token_limit(tok) or 1024
-            room = [limit - len(s) - len(suf) - self.max_target_length - 1 for s in src]
+            room = [limit - len(s) - len(suf) - self.answer_room() for s in src]
             src = [(demo[-r:] if r > 0 else []) + s for s, r in zip(src, room)]
         enc = self.tokenize(tok, [" " + t for t in targets], limit=self.max_target_length, add_special_tokens=False)
         self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, enc["cut"])

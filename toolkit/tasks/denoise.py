@@ -56,7 +56,10 @@ def text_infilling(ids: np.ndarray, rng: np.random.Generator, mask_id: int, rati
         return ids
     if starts[0] != 0:
         starts = np.concatenate([[0], starts])
-    lengths = span_lengths(math.ceil(len(starts) * ratio), rng, poisson_lambda)
+    budget = math.ceil(len(starts) * ratio)
+    if budget == 0:  # mask_ratio 0: sentence permutation alone (one of BART's ablations)
+        return ids
+    lengths = span_lengths(budget, rng, poisson_lambda)
     spans, inserts = lengths[lengths > 0][:len(starts)], int((lengths == 0).sum())
     chosen = rng.permutation(len(starts))[:len(spans)]  # word index each span starts at
     bounds = np.append(starts, n)  # token where each word starts, then the end
@@ -93,6 +96,11 @@ class Denoise(TextTask):
     poisson_lambda: float = field(default=3.0, metadata={"min": 0.0})
     permute_sentences: bool = True
 
+    def check(self) -> None:
+        super().check()
+        if self.poisson_lambda <= 0:  # every span would be empty: no draw ever covers the budget
+            raise UserError(f"task.poisson_lambda: {self.poisson_lambda} gives only zero-length spans, "
+                            "which never reach task.mask_ratio of the words; use a mean above 0 (BART: 3)")
 
     def block_length(self, tokenizer: Any) -> int:
         return self.max_length - 2  # room for <s> and </s>

@@ -355,6 +355,9 @@ class Squad(TextToText):
         return ds["train"], ds["validation"]
 
     # --- generative: what the text-to-text base needs -------------------------------------------
+    def positions_problem(self, tokenizer: Any, max_length: int, limit: int) -> str | None:
+        return None if self.extractive else super().positions_problem(tokenizer, max_length, limit)
+
     def source_text(self, row: dict) -> str:
         return f"question: {row['question']} context: {row['context']}"
 
