@@ -82,6 +82,19 @@ def test_bart_text_infilling_masks_30_percent_one_mask_per_span_in_order() -> No
     assert removed / masks > 2.5  # one mask per span of ~3 tokens, not one per token
 
 
+@pytest.mark.parametrize("poisson_lambda", [0.05, 0.5, 1.0, 3.0])
+def test_bart_noisy_input_is_never_longer_than_its_block(poisson_lambda: float) -> None:
+    """Zero-length spans insert a mask each; with a small lambda most spans are empty, and the
+    inserts made the input longer than the block (past the model's positions at max_length)."""
+    from toolkit.tasks.denoise import text_infilling
+
+    rng = RNG(9)
+    for n in (1, 2, 7, 64, 254):
+        for _ in range(50):
+            out = text_infilling(np.arange(n), rng, -1, 0.3, poisson_lambda)
+            assert len(out) <= n and (out == -1).any()
+
+
 def test_bart_whole_word_spans_and_sentence_permutation() -> None:
     from toolkit.tasks.denoise import permute_sentences, text_infilling
 

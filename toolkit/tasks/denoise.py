@@ -48,7 +48,10 @@ def span_lengths(budget: int, rng: np.random.Generator, poisson_lambda: float = 
 def text_infilling(ids: np.ndarray, rng: np.random.Generator, mask_id: int, ratio: float = 0.3,
                    poisson_lambda: float = 3.0, word_start: np.ndarray | None = None) -> np.ndarray:
     """`ids` with spans of whole words (Poisson lengths, `ratio` of the words in all) each
-    replaced by one `mask_id`, and one `mask_id` inserted per zero-length span."""
+    replaced by one `mask_id`, and one `mask_id` inserted per zero-length span, up to the tokens
+    the spans removed: the noisy input is never longer than `ids`, so a block of max_length fits
+    the positions (with a small poisson_lambda most spans are empty, and uncapped inserts made the
+    input longer than the block: past BART's 1024 positions an IndexError mid-run)."""
     ids = np.asarray(ids, dtype=np.int64)
     n = len(ids)
     starts = np.flatnonzero(np.ones(n, bool) if word_start is None else np.asarray(word_start, bool))
@@ -70,7 +73,7 @@ def text_infilling(ids: np.ndarray, rng: np.random.Generator, mask_id: int, rati
         covered[a + 1:b] = True
     keep_as_mask = masked & ~covered  # span starts not swallowed by an earlier span
     out = np.where(keep_as_mask, mask_id, ids)[~masked | keep_as_mask]
-    return insert_masks(out, inserts, rng, mask_id)
+    return insert_masks(out, min(inserts, n - len(out)), rng, mask_id)
 
 
 def insert_masks(ids: np.ndarray, count: int, rng: np.random.Generator, mask_id: int) -> np.ndarray:
