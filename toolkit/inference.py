@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import set_seed
 
-from toolkit import evaluation, heads, hub, models, readers, runs
+from toolkit import attention, evaluation, heads, hub, models, readers, runs
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, parse, read_yaml, safe_yaml
@@ -42,31 +43,80 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     bad = [o for o in task_overrides or [] if o.partition("=")[0].strip().split(".")[0] != "task"]
     if bad:
         raise UserError(f"override '{bad[0]}': only task.* settings can change when scoring a run")
+    model = raw.get("model")
+    if isinstance(model, dict) and isinstance(model.get("checkpoint"), dict):  # chained: the run it started
+        raw["model"] = {**model, "checkpoint": str(chained_base(run, str(raw.get("name"))))}  # from, not its recipe
     return parse(apply_overrides(raw, task_overrides or []))
 
 
 def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
-    """(model, tokenizer) of a finished run, in eval mode; the model is None for in-context runs."""
+    """(model, tokenizer) of a finished run, in eval mode; the model is None for in-context runs.
+    It is built as the run built it: the same base (a chained run's upstream model/), the same
+    model settings (attention module and its saved parameters, warm start), then the saved result."""
     if not runs.is_finished(run):
         raise UserError(f"{run}: the run is not finished (no metrics.json); run it to the end first")
     folder = run / "model"
-    base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
-    head = recipe.method.head(recipe.task, models.family_of(base))
+    base = base_checkpoint(run, recipe)
+    settings = recipe.model
+    head = recipe.method.head(recipe.task, models.recipe_family(base, settings.warm_start))
+
+    def build(checkpoint: str, head_kwargs: dict, warm_start: str | None) -> torch.nn.Module:
+        set_seed(recipe.train.seed)  # weights the base lacks (a pooler) start as they did in the run
+        return models.load(checkpoint, head, head_kwargs, settings.attention, warm_start=warm_start,
+                           words=recipe.task.words_given)[0]
+
     if not recipe.method.trains:
-        model, tok = models.load(base, head, recipe.task.head_kwargs(), words=recipe.task.words_given)
+        model, tok = models.load(base, head, recipe.task.head_kwargs(), settings.attention,
+                                 warm_start=settings.warm_start, words=recipe.task.words_given)
         return model.eval(), tok
     if not folder.is_dir():
         raise UserError(f"{run}: no model/ folder; the run saved nothing to load")
     check_saved(folder)
     tok = models.load_tokenizer(str(folder))
+    adopt_saved(run, recipe)
+    model = recipe.method.load(folder, lambda: build(base, recipe.task.head_kwargs(), settings.warm_start),
+                               lambda: build(str(folder), {}, None))  # saved whole: warm-started already
+    attention.load_saved(model, folder, settings.attention)  # what the method's format leaves out
+    return model.eval(), tok
+
+
+def base_checkpoint(run: Path, recipe: Recipe) -> str:
+    """The checkpoint a finished run started from: a chained run's upstream model/ (run_recipe
+    put it in place of the reference), a smoke run's small model, else the checkpoint as written."""
+    if isinstance(runs_json(run / "metrics.json").get("base_run"), str):
+        return recipe.model.checkpoint  # already small under --smoke: the upstream smoke run's
+    return models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
+
+
+def chained_base(run: Path, name: str) -> Path:
+    """The model/ of the run a chained run (model.checkpoint: {run: ...}) started from, in the runs
+    root this run lives in, as its metrics.json records it: found without the recipes it names."""
+    if not runs.is_finished(run):
+        raise UserError(f"{run}: the run is not finished (no metrics.json); run it to the end first")
+    upstream = runs_json(run / "metrics.json").get("base_run")
+    if not isinstance(upstream, str):
+        raise UserError(f"{run}: a chained run (model.checkpoint: {{run: ...}}) whose metrics.json does not "
+                        "name the run it started from; run it again with --force")
+    folder = run.resolve().parents[len(Path(name).parts)] / upstream / "model"
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{run}: it started from the run {upstream}, whose model is not at {folder}; "
+                        "keep a chained run in the runs folder of the run it started from")
+    return folder
+
+
+def adopt_saved(run: Path, recipe: Recipe) -> None:
+    """Label names and text columns that training read from the files (the recipe says null):
+    the model's, so data read now is mapped onto the classes the model has."""
     saved = runs_json(run / "metrics.json")
     if saved.get("label_names") and getattr(recipe.task, "label_names", "n/a") is None:  # read from files
         recipe.task.adopt_labels(list(saved["label_names"]))
     if saved.get("text_columns") and getattr(recipe.task, "text_columns", "n/a") is None:
         recipe.task.text_columns = list(saved["text_columns"])
-    model = recipe.method.load(folder, lambda: models.load(base, head, recipe.task.head_kwargs())[0],
-                               lambda: models.load(str(folder), head, {})[0])
-    return model.eval(), tok
+    names = getattr(recipe.task, "label_names", "n/a")
+    if "label_names" in saved and names != "n/a" and (names and list(names)) != saved["label_names"]:
+        raise UserError(f"{run}: the model's labels are {', '.join(saved['label_names'] or ['(a regression)'])}; "
+                        f"this task's are {', '.join(names or ['(a regression)'])}: a run is scored on the "
+                        "labels it was trained on")
 
 
 def runs_json(path: Path) -> Any:
@@ -116,6 +166,8 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
 
 
     recipe = run_recipe(run, task_overrides, task_from)
+    if runs.is_finished(run):  # the model's classes, before the data is read and mapped to ids
+        adopt_saved(run, recipe)
     data = recipe.task.load()
     raw = split_of(data, split)
     model, tok = load_model(run, recipe)
@@ -240,6 +292,9 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     """Predictions as JSONL (to a file or stdout); returns how many were written."""
     if output:
         check_destination(Path(output), folder=False, what="--output")
+        if source != "-" and Path(output).exists() and Path(source).exists() and Path(output).samefile(source):
+            raise UserError(f"--output: {output} is the --input file; writing there would replace the "
+                            "inputs with their predictions: give another file")
     recipe, model, tok, names = _predicting_run(run)
     out = recipe.task.predict(model, tok, read_inputs(source, names, recipe.task.predict_word_lists))
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
@@ -262,24 +317,35 @@ def glue_test(run: Path, out_dir: Path) -> list[Path]:
     return recipe.task.submission(lambda: load_model(run, recipe), out_dir)
 
 
-def _embed_base(recipe: Recipe, out: Path, prompt_learning: bool) -> str:
-    """An unmerged PEFT export carries its base: config.json (the run's label names in
+def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool) -> str:
+    """An unmerged export carries its base: config.json (the run's label names in
     id2label/label2id) and the base weights beside the adapter. transformers loads such a folder
     from itself, adapter included (its PEFT integration takes a folder with config.json as the
-    base), offline and wherever the base was served from (a package, a cache, a local folder);
-    prompt methods, which only peft loads, get the base in base/. adapter_config.json keeps the
-    base's Hub id for --push-to-hub. Says how to load the folder."""
-    base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
-    head = recipe.method.head(recipe.task, models.family_of(base))
-    base_model, _ = models.load(base, head, recipe.task.head_kwargs())  # load_model adopted the labels
+    base), offline and wherever the base was served from (a package, a cache, a local folder).
+    What that integration does not rebuild as trained (`_transformers_loads`) gets the base in
+    base/, and the line names the load that does. adapter_config.json keeps the base's Hub id for
+    --push-to-hub. Says how to load the folder."""
+    base = base_checkpoint(run, recipe)
+    head = recipe.method.head(recipe.task, models.recipe_family(base, recipe.model.warm_start))
+    set_seed(recipe.train.seed)  # weights the base lacks (a pooler, frozen) start as they did in the run
+    base_model, _ = models.load(base, head, recipe.task.head_kwargs(),  # load_model adopted the labels
+                                warm_start=recipe.model.warm_start)
     auto = heads.get(head).auto_class
-    if prompt_learning:  # transformers' integration loads LoRA-like adapters only: the base apart
+    if apart:
         base_model.save_pretrained(out / "base")
-        return (f"the {recipe.method.name} folder with its base in base/; load it with peft: "
-                f"PeftModel.from_pretrained({auto}.from_pretrained(OUT/base), OUT)")
+        load = recipe.method.export_load.format(base=f"{auto}.from_pretrained(OUT/base)")
+        return f"the {recipe.method.name} folder with its base in base/; load it with {load}"
     base_model.save_pretrained(out)
     return (f"the {recipe.method.name} adapter with its base beside it; {auto}.from_pretrained(OUT) "
             "loads both, offline (peft installed); --merge makes a plain model")
+
+
+def _transformers_loads(config: Any) -> bool:
+    """Whether transformers' PEFT integration (`from_pretrained` on the folder) rebuilds this
+    adapter as trained: LoRA and IA3 do; transformers 5.24 drops DoRA's trained magnitudes
+    (other outputs, no error) and refuses AdaLoRA, and it loads no prompt method.
+    tests/test_export.py performs every method's load and compares it with `toolkit predict`."""
+    return config.peft_type.value in ("LORA", "IA3") and not getattr(config, "use_dora", False)
 
 
 NOTHING_KEPT = "nothing was kept there: free some space or write elsewhere"
@@ -314,14 +380,18 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
 
 def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str, Any, Any]:
     folder = run / "model"
+    if isinstance(recipe.model.attention, attention.Attention):
+        raise UserError(f"export: the run uses the toolkit's attention module '{recipe.model.attention.name}', "
+                        "which plain transformers does not have: a transformers folder would load with its "
+                        "default attention and predict otherwise; use toolkit predict (or toolkit.predict)")
     if (folder / BOTTLENECK_CONFIG).is_file():
         if merge:
             raise UserError("--merge: bottleneck adapters add a non-linear layer, which no weight of "
                             "the base can absorb; export without --merge keeps the adapter folder")
         check_saved(folder)
+        adopt_saved(run, recipe)
         shutil.copytree(folder, out)
-        return (f"the adapters folder (load it with toolkit.methods.adapters.load_adapters on "
-                f"{recipe.model.checkpoint})"), None, None
+        return _embed_base(run, recipe, out, apart=True), None, None
     model, tok = load_model(run, recipe)
     note = "a plain transformers model folder"
     peft_config = getattr(model, "peft_config", None)
@@ -332,11 +402,11 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
         model = model.merge_and_unload()
         note += " (adapter merged into the base)"
     elif peft_config is not None:
-        note = _embed_base(recipe, out, next(iter(peft_config.values())).is_prompt_learning)
+        note = _embed_base(run, recipe, out, apart=not _transformers_loads(next(iter(peft_config.values()))))
     model.save_pretrained(out)
     tok.save_pretrained(out)
     if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays
-        models.make_portable(out, recipe.model.checkpoint)
+        models.make_portable(out, base_checkpoint(run, recipe))
     return note, model, tok
 
 

@@ -41,6 +41,9 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # config.json to hold them, and eval/predict/export rebuild the head from these
         "label_names": getattr(setup.task, "label_names", None),
         "text_columns": getattr(setup.task, "text_columns", None),  # likewise when read from the header
+        # a chained run's base (model.checkpoint: {run: ...}): the run folder it started from,
+        # relative to the runs root, so eval/predict/export load that base without the recipe files
+        "base_run": base_run(recipe, setup, out),
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
         "peak_memory_mb": state.peak_memory_mb or devices.peak_memory_mb(acc.device),
         # what the scores are of: a report pools seeds only on one data_sha256 (the task's files)
@@ -58,6 +61,14 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()
     return result
+
+
+def base_run(recipe: Recipe, setup: Any, out: Path) -> str | None:
+    """The upstream run folder of a chained run, relative to the runs root both live in."""
+    if not isinstance(recipe.model.checkpoint, dict):
+        return None
+    root = out.parents[len(Path(recipe.name).parts)]
+    return Path(setup.source).parent.resolve().relative_to(root.resolve()).as_posix()
 
 
 def examples_fingerprint(splits: dict[str, Any]) -> str:

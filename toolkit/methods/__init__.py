@@ -44,6 +44,9 @@ class Method:
     # why train.compile leaves this method's step eager (one line), None where it compiles;
     # tests/test_compile.py walks the registry: every other method compiles in one graph
     compile_eager: ClassVar[str | None] = None
+    # how a user loads an unmerged export whose base is in base/ ({base}: that base's load);
+    # a method whose `loaded` readies the model says the call that does it here
+    export_load: ClassVar[str] = "peft: PeftModel.from_pretrained({base}, OUT)"
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         """Why this method cannot run on this model family and task, or None; checked at validate."""

@@ -33,7 +33,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
@@ -95,6 +95,7 @@ class Adapters(Method):
     bottleneck_size: int | None = field(default=None, metadata={"min": 1})  # wins over the factor
     non_linearity: Literal["relu", "gelu", "swish", "silu", "tanh"] = "relu"
     layers: list[int] | None = field(default=None, metadata={"min": 0, "min_items": 1})  # layer indices to adapt (each stack); None = all
+    export_load: ClassVar[str] = "the toolkit: toolkit.methods.adapters.load_adapters({base}, OUT)"
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if family is not None and family not in PLACES:

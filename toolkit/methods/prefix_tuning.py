@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from toolkit.attention import ATTENTION, attention_layers, causal_keep, is_causal, is_cross, min_value
 from toolkit.errors import UserError
@@ -73,6 +73,10 @@ class PrefixTuning(Method):
 
     def loaded(self, model: torch.nn.Module) -> torch.nn.Module:
         return install(model)
+
+    # PEFT's own prefix route needs a cache transformers 5.24's models no longer take
+    export_load: ClassVar[str] = ("peft and the toolkit's prefix route: "
+                                  "toolkit.methods.prefix_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
 
 def one_stack_refusal(family: str | None) -> str:

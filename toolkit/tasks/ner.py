@@ -206,7 +206,7 @@ class Ner(Task):
         for sentences in files.values():
             self._names_for_numbers(sentences)
         self._found_scheme = _tags.check_files(files, self.scheme)
-        if self.labels is None:
+        if self.label_names is None:  # not adopted from a trained model (eval)
             self._found_labels = _tags.label_order({t for f in files.values() for s in f.tags for t in s})
         ids = {split: self._ids(sentences) for split, sentences in files.items()}
         limit = {"train": self.max_train_samples, "eval": self.max_eval_samples}

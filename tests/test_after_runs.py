@@ -1,0 +1,140 @@
+"""A finished run is loaded as it was built, by every entry point that uses it (eval, predict,
+export and their API twins): every method's export loads as its line says and predicts what
+`toolkit predict` does; a chained run finds the run it started from; a swapped attention module
+comes back with its parameters; eval maps its data onto the model's own labels."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import toolkit
+from toolkit.methods import METHODS
+
+SHORT = ["model.checkpoint=bert-base-uncased", "task.max_train_samples=16", "task.max_eval_samples=8",
+         "train.max_steps=2", "train.lr=0.05"]
+TEXTS = ["a wonderful film", "a dull mess that goes on and on", "great"]
+SETTINGS = {"lora": ", r: 4", "dora": ", r: 4", "prompt_tuning": ", num_virtual_tokens: 4",
+            "prefix_tuning": ", num_virtual_tokens: 4", "p_tuning": ", num_virtual_tokens: 4"}
+TRAINED = sorted(n for n in METHODS.names() if METHODS.get(n).trains)
+
+
+def exported_model(out: Path, note: str) -> torch.nn.Module:
+    """The model loaded exactly as the export's line says (`load it with ...: EXPR`), else the
+    plain `AutoModelForSequenceClassification.from_pretrained(OUT)` the line names."""
+    import toolkit.methods.adapters  # noqa: F401  (the lines name these modules)
+    import toolkit.methods.prefix_tuning  # noqa: F401
+    from peft import PeftModel  # noqa: F401
+    from transformers import AutoModelForSequenceClassification  # noqa: F401
+
+    expr = note.split("load it with ", 1)[1].split(": ", 1)[1] if "load it with " in note else \
+        "AutoModelForSequenceClassification.from_pretrained(OUT)"
+    return eval(expr.replace("OUT/base", "OUT / 'base'"), {**globals(), **locals(), "OUT": out, "toolkit": toolkit})
+
+
+@pytest.mark.parametrize("method", TRAINED)
+def test_every_methods_export_loads_as_its_line_says_and_predicts_as_the_run(tmp_path: Path, method: str) -> None:
+    from transformers import AutoTokenizer
+
+    run = toolkit.run("demo/sst2/minilm-lora", [*SHORT, f"method={{name: {method}{SETTINGS.get(method, '')}}}"],
+                      runs_dir=tmp_path / "runs", smoke=True)
+    want = [r["probabilities"] for r in toolkit.predict(run, TEXTS)]
+    exported = 0
+    for merge in (False, True):
+        out = tmp_path / f"out-{merge}"
+        try:
+            note = toolkit.export(run, out, merge=merge)
+        except toolkit.UserError as exc:
+            assert merge and re.search(r"--merge: .* (virtual tokens|non-linear layer)", str(exc)), exc
+            continue
+        model, tok = exported_model(out, note).eval(), AutoTokenizer.from_pretrained(out)
+        with torch.no_grad():
+            probs = model(**tok(TEXTS, return_tensors="pt", padding=True)).logits.softmax(-1)
+        config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
+        got = [{config.id2label[i]: float(p[i]) for i in range(len(p))} for p in probs]
+        assert [set(g) for g in got] == [{"negative", "positive"}] * len(TEXTS)
+        for g, w in zip(got, want):
+            assert g == pytest.approx(w, abs=1e-5), (method, merge, note)
+        exported += 1
+    assert exported >= 1
+
+
+def test_a_chained_run_is_loaded_from_the_run_it_started_from(tmp_path: Path, cli, monkeypatch) -> None:
+    """model.checkpoint: {run: ...} with LoRA on top: eval gives the run's own metrics (the MLM
+    base has no pooler: it starts as in the run), predict and export work from any folder, and a
+    run moved away from its base is one line."""
+    runs = tmp_path / "runs"
+    run = toolkit.run("demo/sst2/minilm-full-from-wikitext", ["method={name: lora, r: 4}", *SHORT[1:]],
+                      runs_dir=runs, smoke=True)
+    assert json.loads((run.dir / "metrics.json").read_text())["base_run"].startswith("pretrain/wikitext-2/minilm-mlm/")
+    monkeypatch.chdir(tmp_path)  # the recipes the chain names are not here: the run folder is enough
+    got = toolkit.evaluate(run)["eval"]
+    assert got == pytest.approx(json.loads((run.dir / "metrics.json").read_text())["eval"], abs=1e-6)
+    (row,) = toolkit.predict(run, ["a fine film"])
+    assert row["label"] in ("negative", "positive")
+    assert "loads both" in toolkit.export(run, tmp_path / "out")
+    moved = tmp_path / "elsewhere" / run.dir.relative_to(runs)
+    moved.parent.mkdir(parents=True)
+    run.dir.rename(moved)
+    code, _, err = cli("predict", moved, "--input", "-")
+    assert code == 2 and "whose model is not at" in err and "keep a chained run in the runs folder" in err
+
+
+def test_a_swapped_attention_module_comes_back_with_its_parameters(tmp_path: Path, cli) -> None:
+    from safetensors.torch import load_file
+
+    from toolkit.inference import load_model, run_recipe
+
+    for method in ("{name: full}", "{name: lora, r: 4}"):
+        run = toolkit.run("demo/sst2/minilm-lora", [*SHORT, "model.attention=additive", f"method={method}"],
+                          runs_dir=tmp_path / "runs", smoke=True)
+        recipe = run_recipe(run.dir)
+        model, _ = load_model(run.dir, recipe)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        assert base.config._attn_implementation == "additive"
+        saved = load_file(str(run.dir / "model" / "attention.safetensors"))
+        mine = {k.removeprefix("base_model.model."): v for k, v in model.state_dict().items() if "tk_attn" in k}
+        assert mine and all(torch.equal(mine[k], saved[k]) for k in saved)
+        code, _, err = cli("export", run.dir, tmp_path / f"out-{method[7:11]}")
+        assert code == 2 and "toolkit's attention module 'additive'" in err
+
+
+def write_rows(path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([("premise", "hypothesis", "label"), *rows])
+    return path
+
+
+def test_eval_scores_a_file_on_the_models_labels(tmp_path: Path) -> None:
+    rows = [(f"sentence {i} about cats", f"another {i % 3} dogs", ("maybe", "no", "yes")[i % 3]) for i in range(24)]
+    train, dev = write_rows(tmp_path / "train.csv", rows), write_rows(tmp_path / "dev.csv", rows[:9])
+    run = toolkit.run("demo/own-data/minilm-lora", [f"task.train_file={train}", f"task.eval_file={dev}",
+                                                     "task.text_columns=[premise, hypothesis]", *SHORT[1:]],
+                      runs_dir=tmp_path / "runs", smoke=True)
+    two = write_rows(tmp_path / "two.csv", [r for r in rows[:9] if r[2] != "maybe"])  # a label fewer
+    subset = toolkit.evaluate(run, overrides={"task.eval_file": str(two), "task.train_file": None})
+    full = {r["premise"]: r["label"] for r in toolkit.predict(run, [{"premise": a, "hypothesis": b} for a, b, _ in rows[:9]])}
+    right = sum(full[a] == y for a, _, y in rows[:9] if y != "maybe")
+    assert subset["examples"] == {"": 6} and subset["eval"]["accuracy"] == pytest.approx(right / 6)
+    other = write_rows(tmp_path / "other.csv", [(a, b, "perhaps" if y == "maybe" else y) for a, b, y in rows[:9]])
+    with pytest.raises(toolkit.UserError, match=r"other.csv:2: label 'perhaps' is not one of maybe, no, yes"):
+        toolkit.evaluate(run, overrides={"task.eval_file": str(other), "task.train_file": None})
+    with pytest.raises(toolkit.UserError, match="the model's labels are maybe, no, yes; this task's are yes, no, maybe"):
+        toolkit.evaluate(run, overrides={"task.labels": ["yes", "no", "maybe"]})
+
+
+def test_predict_output_onto_its_own_input_is_refused(tmp_path: Path, cli) -> None:
+    run = toolkit.run("demo/sst2/minilm-lora", SHORT, runs_dir=tmp_path / "runs", smoke=True)
+    source = tmp_path / "in.txt"
+    source.write_text("a fine film\n")
+    os.link(source, tmp_path / "same.txt")
+    for out in (source, tmp_path / "same.txt"):
+        code, _, err = cli("predict", run.dir, "--input", source, "--output", out)
+        assert code == 2 and "is the --input file" in err
+    assert source.read_text() == "a fine film\n"
