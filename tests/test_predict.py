@@ -134,6 +134,23 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     check_rows(trained, read_inputs(str(source), names, settings.predict_word_lists), rows)
 
+    # a field that is not text is one line from the API and from JSONL on standard input, never
+    # predicted as the text "None" or "5"
+    first = as_rows(names, inputs)[0]
+    for bad, said in ((None, "null"), (5, r"a number \(5\)"), ("  ", "blank text"), ([], r"a list \(\[\]\)")):
+        with pytest.raises(toolkit.UserError, match=rf"^predict: input 0: field '{names[0]}' is {said}; expected text"):
+            toolkit.predict(run.dir, [{**first, names[0]: bad}])
+    stdin = tmp_path / "stdin.jsonl"
+    stdin.write_text(json.dumps({**first, names[0]: 5}) + "\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.stdin", stdin.open(encoding="utf-8"))
+        code, _, err = cli("predict", run.dir, "--input", "-")
+    assert code == 2 and f"<stdin>: example 1: field '{names[0]}' is a number (5); expected text" in err
+    if file[0].endswith(".txt"):  # plain text: a blank line between examples is said, not dropped unsaid
+        source.write_text(file[1].replace("\n", "\n\n", 1) + "\n\n")
+        code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
+        assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
+
 
 def test_every_text_to_text_and_tagging_task_predicts() -> None:
     """The rule over the registry: only the pretraining objectives have no prediction path."""

@@ -85,9 +85,9 @@ def test_plain_text_splits_at_line_breaks_only(tmp_path: Path, monkeypatch: pyte
     path = tmp_path / "in.txt"
     path.write_bytes("one\u2028still one\r\ntwo\x0cand\x85more\n\n{\"text\": \"three\"}\n".encode())
     expected = ["one\u2028still one", "two\x0cand\x85more", '{"text": "three"}']
-    assert readers.read_lines(str(path)) == (expected, str(path))
+    assert readers.read_lines(str(path)) == (expected, str(path), [3])  # the blank line 3 is counted
     _stdin(monkeypatch, path)
-    assert readers.read_lines("-") == (expected, "<stdin>")
+    assert readers.read_lines("-") == (expected, "<stdin>", [3])
 
 
 def test_the_head_check_reads_a_bounded_head(tmp_path: Path) -> None:

@@ -203,9 +203,13 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = ()) ->
             raise UserError(f"--input: {path} does not exist")
         if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
             return _read_structured(path, columns, lists)
-    lines, name = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
+    lines, name, blank = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
     if not lines:
         raise UserError(f"--input: {name} holds no examples")
+    if blank:  # output row N is then not input line N: each row carries its text, and this says so
+        print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
+              f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
+              "output has one row per non-blank line, each with its text", file=sys.stderr)
     if source == "-" and lines[0].lstrip().startswith("{"):  # no extension to decide: JSONL by its look
         rows = []
         for i, line in enumerate(lines, start=1):
@@ -223,7 +227,21 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = ()) ->
         if missing:
             raise UserError(f"{name}: example {i} lacks field '{missing[0]}' (the task reads: "
                             f"{', '.join(columns)})")
+        _check_fields(row, columns, lists, f"{name}: example {i}")
     return rows
+
+
+def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: str) -> None:
+    """Each field the task reads is text that is not blank (or, where the task reads words, a
+    list of words), as training's readers require: 5 or None would be predicted as "5", "None"."""
+    for c in columns:
+        value = row[c]
+        words = c in lists and isinstance(value, list) and bool(value) and all(isinstance(w, str) and w.strip() for w in value)
+        if not words and not (isinstance(value, str) and value.strip()):
+            shown = ("blank text" if isinstance(value, str) else "null" if value is None
+                     else f"{readers.json_type(value)} ({json.dumps(value, default=str)[:40]})")
+            raise UserError(f"{where}: field '{c}' is {shown}; expected text"
+                            + (" or a list of words" if c in lists else ""))
 
 
 def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...]) -> list[dict]:
@@ -271,13 +289,16 @@ def _as_row(i: int, item: Any, names: list[str], lists: tuple[str, ...]) -> dict
         missing = [n for n in names if n not in item]
         if missing:
             raise UserError(f"predict: input {i} has no '{missing[0]}' ({expected})")
+        _check_fields(item, names, lists, f"predict: input {i}")
         return item
     if len(names) == 1 and names[0] in lists and isinstance(item, list) and all(isinstance(w, str) for w in item):
         return {names[0]: item}
     parts = [item] if isinstance(item, str) else list(item) if isinstance(item, (tuple, list)) else [item]
     if len(parts) != len(names) or not all(isinstance(p, str) for p in parts):
         raise UserError(f"predict: input {i} should be {len(names)} text(s) ({', '.join(names)}), got {item!r}")
-    return dict(zip(names, parts))
+    row = dict(zip(names, parts))
+    _check_fields(row, names, lists, f"predict: input {i}")
+    return row
 
 
 def predict_rows(run: Path, texts: list[Any]) -> list[dict]:

@@ -152,21 +152,28 @@ def _bare_cr(chunk: bytes, carried: bool, shown: str, count: int) -> bool:
     return chunk.endswith(b"\r")
 
 
-def read_lines(source: str) -> tuple[list[str], str]:
-    """(the non-blank lines, the name to show) of a plain-text file or of standard input (`-`),
-    with the checks every file gets (`scan`), split at \\n and \\r\\n only: U+2028 and the other
-    characters str.splitlines breaks at are text inside a line (as the `text` builder reads them)."""
+def read_lines(source: str) -> tuple[list[str], str, list[int]]:
+    """(the non-blank lines, the name to show, the numbers of the blank lines between them) of a
+    plain-text file or of standard input (`-`), with the checks every file gets (`scan`), split at
+    \\n and \\r\\n only: U+2028 and the other characters str.splitlines breaks at are text inside a
+    line (as the `text` builder reads them). Blank lines after the last text are not counted."""
     if source == "-":
         with spooled_stdin() as path:
-            return read_lines_of(path, "<stdin>"), "<stdin>"
-    return read_lines_of(Path(source), source), source
+            return _lines(path, "<stdin>")
+    return _lines(Path(source), source)
 
 
-def read_lines_of(path: Path, name: str) -> list[str]:
+def _lines(path: Path, name: str) -> tuple[list[str], str, list[int]]:
+    lines = [line.removesuffix("\r") for line in _text_of(path, name).split("\n")]
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    return ([line for line in lines if line.strip()], name,
+            [i + 1 for i, line in enumerate(lines[:last]) if not line.strip()])
+
+
+def _text_of(path: Path, name: str) -> str:
     scan(path, name=name, plain=True)
     with _open_bytes(path) as raw:
-        text = raw.read().decode("utf-8-sig")
-    return [line.removesuffix("\r") for line in text.split("\n") if line.strip()]
+        return raw.read().decode("utf-8-sig")
 
 
 @contextmanager
