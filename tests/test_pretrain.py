@@ -318,6 +318,24 @@ train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
     assert torch.equal(tuned[query], merged[query])  # lr 0: the fine-tuning run's body is the pretrained one
 
 
+@pytest.mark.parametrize("method, fix", [
+    ("{name: lora, r: 4, target_modules: [query, value]}", "set method.merge: true in that recipe"),
+    ("{name: ia3}", "ia3 has no method.merge: chain from"),
+])
+def test_chaining_from_a_run_that_saved_no_model_names_what_would(tmp_path: Path, cli, tiny_checkpoint,
+                                                                   method: str, fix: str) -> None:
+    """The advice fits the upstream method: only a method with `merge` can be told to merge."""
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm", method)
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}}
+method: {{name: full}}
+""")
+    runs = tmp_path / "runs"
+    assert cli("run", pre, "--runs-dir", runs)[0] == 0
+    code, _, err = cli("run", fine, "--runs-dir", runs)
+    assert code == 2 and "saved " in err and "own parameters, not a model; " + fix in err
+
+
 # --- loading a body under a new head ---------------------------------------------------------
 def test_only_heads_may_be_reinitialised(tmp_path: Path, tiny_checkpoint) -> None:
     import shutil

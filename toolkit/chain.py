@@ -45,8 +45,12 @@ def resolve(plan: RunPlan, root: Path) -> None:
                         f"run it first: {command}{' --smoke' if recipe.smoke else ''} --runs-dir {root}")
     model = folder / "model"
     if not (model / "config.json").is_file():
-        raise UserError(f"model.checkpoint: run {ref['run']} saved an adapter, not a model; set "
-                        "method.merge: true in that recipe so its result is a plain transformers folder")
+        method = plan.upstream.recipe.method
+        fix = ("set method.merge: true in that recipe so its result is a plain transformers folder"
+               if hasattr(method, "merge") else f"{method.name} has no method.merge: chain from "
+               "a run that saves a whole model (full, freeze, bitfit, or lora with method.merge: true)")
+        raise UserError(f"model.checkpoint: run {ref['run']} saved {method.name}'s own parameters, not a "
+                        f"model; {fix}")
     plan.checkpoint_path = str(model)
 
 
