@@ -88,6 +88,7 @@ def test_glue_test_submission_files(tmp_path: Path, cli, subset: str, file_name:
     assert code == 0, err
     lines = (tmp_path / "sub" / file_name).read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == rows + 1
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == [file_name]  # written whole: no partial left
     assert [l.split("\t")[0] for l in lines[1:4]] == ["0", "1", "2"]
     assert {l.split("\t")[1] for l in lines[1:]} <= values
 

@@ -365,7 +365,7 @@ def _transformers_loads(config: Any) -> bool:
     """Whether transformers' PEFT integration (`from_pretrained` on the folder) rebuilds this
     adapter as trained: LoRA and IA3 do; transformers 5.24 drops DoRA's trained magnitudes
     (other outputs, no error) and refuses AdaLoRA, and it loads no prompt method.
-    tests/test_export.py performs every method's load and compares it with `toolkit predict`."""
+    tests/test_after_runs.py performs every method's load and compares it with `toolkit predict`."""
     return config.peft_type.value in ("LORA", "IA3") and not getattr(config, "use_dora", False)
 
 

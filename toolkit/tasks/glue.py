@@ -212,7 +212,10 @@ class Glue(Classification):
             else:
                 values = [self.spec.labels[self.label_names.index(p["label"])] for p in preds]
             path = out_dir / file_name
-            path.write_text("index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in zip(index, values)))
+            # whole or not at all: the folder may gather other tasks' files for one submission
+            partial = path.with_name(f".{file_name}.partial")
+            partial.write_text("index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in zip(index, values)))
+            partial.replace(path)
             written.append(path)
         return written
 
