@@ -655,6 +655,13 @@ def odd_labels_as_written(tmp: Path) -> None:
     assert len(set(data["train"]["label"])) == 3
 
 
+def odd_json_numbers_by_value(tmp: Path) -> None:
+    """JSON 1 and 1.0 are one number: one class named "1" (a column with both is read as floats)."""
+    task, data = _classification(tmp, "d.jsonl", jsonl({"text": "a", "label": 0}, {"text": "b", "label": 1.0},
+                                                       {"text": "c", "label": 1}))
+    assert task.label_names == ["0", "1"] and data["train"]["label"] == [0, 1, 1]
+
+
 def odd_numbers_are_text(tmp: Path) -> None:
     _, data = _classification(tmp, "d.csv", "text,label\n007,a\n1e5,b\n")
     assert data["train"]["text"] == ["007", "1e5"]
@@ -714,7 +721,7 @@ def odd_squad_v2_unanswerable(tmp: Path) -> None:
 
 
 ODD: dict[str, Callable[[Path], None]] = {f.__name__[4:]: f for f in (
-    odd_long_cell, odd_labels_as_written, odd_numbers_are_text, odd_bom_and_crlf, odd_gzip_tsv_quotes,
+    odd_long_cell, odd_labels_as_written, odd_json_numbers_by_value, odd_numbers_are_text, odd_bom_and_crlf, odd_gzip_tsv_quotes,
     odd_jsonl_blank_lines_and_unicode, odd_quoted_newline_cell, odd_summary_data_field, odd_parallel_gz,
     odd_blank_line_documents, odd_squad_v2_unanswerable)}
 

@@ -57,7 +57,7 @@ class TextClassification(Classification):
     def __post_init__(self) -> None:
         self._found_labels: list[str] | None = None  # label names read from the data at load
         if self.labels is not None:  # `labels: [0, 1]` and `labels: ["0", "1"]` mean the same
-            self.labels = [str(v) for v in self.labels]
+            self.labels = [label_text(v) for v in self.labels]
 
     # --- validation (no data read) -----------------------------------------------------------
     def check(self) -> None:
@@ -181,7 +181,7 @@ class TextClassification(Classification):
     def _label_set(self, splits: dict[str, Any]) -> list[str]:
         """Label names from the training data (else the eval data), sorted; numbers numerically."""
         ds, path, fmt = splits.get("train") or splits["eval"]
-        values = {str(v) for v in ds[self.label_column] if v is not None and str(v).strip() != ""}
+        values = {label_text(v) for v in ds[self.label_column] if v is not None and str(v).strip() != ""}
         if len(values) < 2:
             raise UserError(f"{path}: column '{self.label_column}' has {len(values)} distinct "
                             "label(s); classification needs at least 2")
@@ -240,11 +240,20 @@ class TextClassification(Classification):
             if not math.isfinite(number):
                 raise UserError(f"{where()}: label '{value}' is not a finite number")
             return number
-        text = str(value)
+        text = label_text(value)
         if text not in ids:
             raise UserError(f"{where()}: label '{text}' is not one of {', '.join(ids)}"
                             + ("" if self.labels is None else " (task.labels)"))
         return ids[text]
+
+
+def label_text(value: Any) -> str:
+    """A label's name: as written for text (CSV cells are text: 01 and 1 stay two classes); a JSON
+    number by its value, so that 1 and 1.0 are one class named "1" (a column holding both is read
+    as floats, and every class was named "0.0", "1.0")."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
