@@ -35,7 +35,8 @@ def test_correlations_match_hand_computed_values() -> None:
     ([1.0, 2.0, 3.0], [4.0, 4.0, 4.0], "labels do not vary over 3"),
     ([2.5], [1.0], "predictions and labels do not vary over 1"),  # a split of one example
 ])
-def test_an_undefined_correlation_is_nan_and_said_never_zero(capsys, tmp_path: Path, preds, labels, flat) -> None:
+def test_an_undefined_correlation_is_nan_and_said_never_zero(capsys, monkeypatch, tmp_path: Path, preds, labels,
+                                                             flat) -> None:
     """Pearson and Spearman of a side that does not vary are undefined (scipy's, and so `evaluate`'s
     GLUE metric, NaN): the run records null and says why, instead of a 0.0 that reads as a score,
     averages into the GLUE score and, first seen, blocked best-model selection (nothing beat it)."""
@@ -44,11 +45,14 @@ def test_an_undefined_correlation_is_nan_and_said_never_zero(capsys, tmp_path: P
     from toolkit.tasks import CATALOGUE
     from toolkit.train import improves
 
+    monkeypatch.setattr("toolkit.tasks._classification._SAID", set())  # what this process said already
     got = glue_metrics(("pearson", "spearmanr"), np.array(preds), np.array(labels))
     assert all(np.isnan(v) for v in got.values()), got
     err = capsys.readouterr().err
     assert f"warning: pearson is undefined ({flat} example(s)); recorded as null" in err
     assert "warning: spearmanr is undefined" in err
+    glue_metrics(("pearson", "spearmanr"), np.array(preds), np.array(labels))  # the next evaluation
+    assert "undefined" not in capsys.readouterr().err  # said once, not at every evaluation
     pearson = CATALOGUE["pearson"]
     assert not improves(pearson, float("nan"), 0.5, None, None)  # an undefined score is not kept as best
     assert improves(pearson, -0.2, 0.9, float("nan"), 0.5)  # and any defined one beats it

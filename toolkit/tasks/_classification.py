@@ -53,6 +53,9 @@ def classification_metrics(names: tuple[str, ...] | list[str], preds: np.ndarray
     return out
 
 
+_SAID: set[str] = set()
+
+
 def correlation(stats: Any, name: str, preds: np.ndarray, labels: np.ndarray) -> float:
     """Pearson or Spearman as scipy (and `evaluate`'s GLUE metric) computes them. Undefined where
     either side does not vary (a model that predicts one value, a split of one example): NaN,
@@ -61,9 +64,11 @@ def correlation(stats: Any, name: str, preds: np.ndarray, labels: np.ndarray) ->
     flat = [side for side, values in (("predictions", preds), ("labels", labels))
             if len(values) < 2 or np.ptp(values) == 0]
     if flat:
-        if os.environ.get("RANK", "0") == "0":
-            print(f"warning: {name} is undefined ({' and '.join(flat)} do not vary over {len(preds)} "
-                  "example(s)); recorded as null", file=sys.stderr)
+        line = (f"warning: {name} is undefined ({' and '.join(flat)} do not vary over {len(preds)} "
+                "example(s)); recorded as null")
+        if os.environ.get("RANK", "0") == "0" and line not in _SAID:  # once, not at every evaluation
+            _SAID.add(line)
+            print(line, file=sys.stderr)
         return float("nan")
     return float((stats.pearsonr if name == "pearson" else stats.spearmanr)(preds, labels)[0])
 
