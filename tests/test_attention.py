@@ -172,6 +172,33 @@ def test_cached_generation_equals_full_forward(stock, name: str) -> None:
     torch.testing.assert_close(step, full, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name, family", [(n, f) for n in SMALL for f in ("gpt2", "bart")])
+def test_gradient_checkpointing_changes_nothing(stock, name: str, family: str) -> None:
+    """Activation checkpointing runs each layer's forward again in backward: the gradients and
+    every buffer (performer's draw counter, redrawing every pass here) are those of one plain pass."""
+    settings = dict(SMALL[name], **({"redraw_every": 1} if name == "performer" else {}))
+    entry = stock(family)
+    plain = swapped(entry, name, settings, family)
+    inputs = batch(family, entry[1])
+    results = []
+    for checkpointed in (False, True):
+        model = swapped(entry, name, settings, family)
+        model.load_state_dict(plain.state_dict())  # the added parameters too
+        if checkpointed:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        torch.manual_seed(0)
+        output(model, inputs).float().pow(2).mean().backward()
+        results.append(({n: p.grad for n, p in model.named_parameters() if p.grad is not None},
+                        {n: b.clone() for n, b in model.named_buffers() if "tk_attn_" in n}))
+    (grads, buffers), (grads_ck, buffers_ck) = results
+    assert grads.keys() == grads_ck.keys() and grads
+    for n in grads:
+        torch.testing.assert_close(grads_ck[n], grads[n], atol=1e-8, rtol=1e-4, msg=n)
+    assert buffers.keys() == buffers_ck.keys() and all(torch.equal(buffers[n], buffers_ck[n]) for n in buffers)
+    assert all(int(b) == 1 for b in buffers.values())  # performer: one pass counted
+
+
 def test_sparsemax_gives_exact_zeros_and_sums_to_one() -> None:
     from toolkit.attention.sparsemax import sparsemax
 
