@@ -255,6 +255,24 @@ def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, e
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_positional_modules_refuse_prefix_tuning(tmp_path: Path, cli, name: str) -> None:
+    """Prefix tuning's keys have no position; a positional module took them for tokens before the
+    text (bigbird then ran dense, equal to dot; local hid them beyond the window)."""
+    from toolkit.attention import ATTENTION
+
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: gpt2, attention: {name}}}\n"
+                          "task: {name: glue, subset: sst2}\nmethod: {name: prefix_tuning}\n")
+    code, _, err = cli("validate", recipe)
+    if ATTENTION.get(name).positional:
+        assert code == 2 and "prefix_tuning adds keys that have no position" in err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    else:
+        assert code == 0, err
+    recipe.write_text(recipe.read_text().replace("prefix_tuning", "lora"))  # only its keys are real tokens
+    assert cli("validate", recipe)[0] == 0
+
+
 def test_settings_are_hashed_and_listed(tmp_path: Path, cli) -> None:
     from toolkit import recipe as recipes
 

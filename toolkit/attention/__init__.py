@@ -73,6 +73,15 @@ class Attention:
                     f"which {self.name} never forms; without it T5 would be order-blind")
         return None
 
+    def incompatible_method(self, method: Any) -> str | None:
+        """Why this module cannot run with this method, or None; checked before weights load."""
+        if self.positional and getattr(method, "positionless_keys", False):
+            return (f"{method.name} adds keys that have no position, and {self.name} places every "
+                    "key by its position (they would be taken for tokens before the text: hidden "
+                    "by a window, dense for bigbird, penalised or bucketed by distance); use a "
+                    "module that is not positional, or another method")
+        return None
+
     # --- after loading ----------------------------------------------------------------------
     def prepare(self, model: nn.Module) -> nn.Module:
         """Hand every attention layer these settings and its role; add parameters if any."""
