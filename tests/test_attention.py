@@ -199,6 +199,27 @@ def test_gradient_checkpointing_changes_nothing(stock, name: str, family: str) -
     assert all(int(b) == 1 for b in buffers.values())  # performer: one pass counted
 
 
+@pytest.mark.parametrize("name, family", [(n, f) for n in SMALL for f in ("bert", "bart")])
+def test_output_attentions_or_one_line(stock, name: str, family: str) -> None:
+    """output_attentions=True gives a weight tensor per layer where the module forms weights, and
+    one line where it does not (transformers returned an empty tuple, silently)."""
+    from toolkit.errors import UserError
+
+    entry = stock(family)
+    model, inputs = swapped(entry, name, SMALL[name], family), batch(family, entry[1])
+    weightless = name in ("local", "bigbird", "linear", "performer")
+    with torch.no_grad():
+        if weightless:
+            with pytest.raises(UserError, match=f"output_attentions: {name} attention forms no attention weights"):
+                model(**inputs, output_attentions=True)
+            return
+        result = model(**inputs, output_attentions=True)
+    found = result.attentions if family == "bert" else result.encoder_attentions + result.cross_attentions
+    layers = model.config.num_hidden_layers if family == "bert" else 2 * model.config.encoder_layers
+    assert len(found) == layers and all(a.shape[-1] == inputs["input_ids"].shape[-1] for a in found)
+    torch.testing.assert_close(found[0].sum(-1), torch.ones_like(found[0].sum(-1)), atol=1e-4, rtol=0)
+
+
 def test_sparsemax_gives_exact_zeros_and_sums_to_one() -> None:
     from toolkit.attention.sparsemax import sparsemax
 

@@ -160,7 +160,12 @@ def attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     bias = kwargs.get("position_bias")  # T5: (1 or b, h, tq, tk), additive
     if getattr(module, "tk_cross", False) and not settings.cross:
         settings = ATTENTION.get("dot")()
-    return settings.attend(module, query, key, value, pad, scaling, dropout, bias)
+    out, weights = settings.attend(module, query, key, value, pad, scaling, dropout, bias)
+    if weights is None and kwargs.get("output_attentions"):  # else transformers returns () silently
+        raise UserError(f"output_attentions: {settings.name} attention forms no attention weights "
+                        "(it never builds the full query x key matrix); ask for them with a module "
+                        "that does (dot, bilinear, relative, ...), or leave output_attentions off")
+    return out, weights
 
 
 def is_causal(module: nn.Module) -> bool:
