@@ -172,6 +172,54 @@ def test_cached_generation_equals_full_forward(stock, name: str) -> None:
     torch.testing.assert_close(step, full, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name, family", [(n, f) for n in SMALL for f in ("gpt2", "bart")])
+def test_gradient_checkpointing_changes_nothing(stock, name: str, family: str) -> None:
+    """Activation checkpointing runs each layer's forward again in backward: the gradients and
+    every buffer (performer's draw counter, redrawing every pass here) are those of one plain pass."""
+    settings = dict(SMALL[name], **({"redraw_every": 1} if name == "performer" else {}))
+    entry = stock(family)
+    plain = swapped(entry, name, settings, family)
+    inputs = batch(family, entry[1])
+    results = []
+    for checkpointed in (False, True):
+        model = swapped(entry, name, settings, family)
+        model.load_state_dict(plain.state_dict())  # the added parameters too
+        if checkpointed:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        torch.manual_seed(0)
+        output(model, inputs).float().pow(2).mean().backward()
+        results.append(({n: p.grad for n, p in model.named_parameters() if p.grad is not None},
+                        {n: b.clone() for n, b in model.named_buffers() if "tk_attn_" in n}))
+    (grads, buffers), (grads_ck, buffers_ck) = results
+    assert grads.keys() == grads_ck.keys() and grads
+    for n in grads:
+        torch.testing.assert_close(grads_ck[n], grads[n], atol=1e-8, rtol=1e-4, msg=n)
+    assert buffers.keys() == buffers_ck.keys() and all(torch.equal(buffers[n], buffers_ck[n]) for n in buffers)
+    assert all(int(b) == 1 for b in buffers.values())  # performer: one pass counted
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in SMALL for f in ("bert", "bart")])
+def test_output_attentions_or_one_line(stock, name: str, family: str) -> None:
+    """output_attentions=True gives a weight tensor per layer where the module forms weights, and
+    one line where it does not (transformers returned an empty tuple, silently)."""
+    from toolkit.errors import UserError
+
+    entry = stock(family)
+    model, inputs = swapped(entry, name, SMALL[name], family), batch(family, entry[1])
+    weightless = name in ("local", "bigbird", "linear", "performer")
+    with torch.no_grad():
+        if weightless:
+            with pytest.raises(UserError, match=f"output_attentions: {name} attention forms no attention weights"):
+                model(**inputs, output_attentions=True)
+            return
+        result = model(**inputs, output_attentions=True)
+    found = result.attentions if family == "bert" else result.encoder_attentions + result.cross_attentions
+    layers = model.config.num_hidden_layers if family == "bert" else 2 * model.config.encoder_layers
+    assert len(found) == layers and all(a.shape[-1] == inputs["input_ids"].shape[-1] for a in found)
+    torch.testing.assert_close(found[0].sum(-1), torch.ones_like(found[0].sum(-1)), atol=1e-4, rtol=0)
+
+
 def test_sparsemax_gives_exact_zeros_and_sums_to_one() -> None:
     from toolkit.attention.sparsemax import sparsemax
 
@@ -226,6 +274,24 @@ def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, e
                           "task: {name: glue, subset: sst2}\nmethod: {name: full}\n")
     code, _, err = cli("validate", recipe)
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_positional_modules_refuse_prefix_tuning(tmp_path: Path, cli, name: str) -> None:
+    """Prefix tuning's keys have no position; a positional module took them for tokens before the
+    text (bigbird then ran dense, equal to dot; local hid them beyond the window)."""
+    from toolkit.attention import ATTENTION
+
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: gpt2, attention: {name}}}\n"
+                          "task: {name: glue, subset: sst2}\nmethod: {name: prefix_tuning}\n")
+    code, _, err = cli("validate", recipe)
+    if ATTENTION.get(name).positional:
+        assert code == 2 and "prefix_tuning adds keys that have no position" in err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    else:
+        assert code == 0, err
+    recipe.write_text(recipe.read_text().replace("prefix_tuning", "lora"))  # only its keys are real tokens
+    assert cli("validate", recipe)[0] == 0
 
 
 def test_settings_are_hashed_and_listed(tmp_path: Path, cli) -> None:

@@ -89,6 +89,11 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
                         "attention; remove model.attention or model.warm_start")
     family = models.recipe_family(base.model.checkpoint, base.model.warm_start)
     models.check_attention(recipe.model.attention, family)
+    if isinstance(recipe.model.attention, attention.Attention):
+        reason = recipe.model.attention.incompatible_method(recipe.method)
+        if reason:
+            raise UserError(f"model.attention: '{recipe.model.attention.name}' cannot run with "
+                            f"method {recipe.method.name}: {reason}")
     models.check_head(base.model.checkpoint, family, recipe.method.head(task, family))
     reason = recipe.method.incompatible(family, task)
     if reason:

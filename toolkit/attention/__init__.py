@@ -73,6 +73,15 @@ class Attention:
                     f"which {self.name} never forms; without it T5 would be order-blind")
         return None
 
+    def incompatible_method(self, method: Any) -> str | None:
+        """Why this module cannot run with this method, or None; checked before weights load."""
+        if self.positional and getattr(method, "positionless_keys", False):
+            return (f"{method.name} adds keys that have no position, and {self.name} places every "
+                    "key by its position (they would be taken for tokens before the text: hidden "
+                    "by a window, dense for bigbird, penalised or bucketed by distance); use a "
+                    "module that is not positional, or another method")
+        return None
+
     # --- after loading ----------------------------------------------------------------------
     def prepare(self, model: nn.Module) -> nn.Module:
         """Hand every attention layer these settings and its role; add parameters if any."""
@@ -151,7 +160,12 @@ def attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     bias = kwargs.get("position_bias")  # T5: (1 or b, h, tq, tk), additive
     if getattr(module, "tk_cross", False) and not settings.cross:
         settings = ATTENTION.get("dot")()
-    return settings.attend(module, query, key, value, pad, scaling, dropout, bias)
+    out, weights = settings.attend(module, query, key, value, pad, scaling, dropout, bias)
+    if weights is None and kwargs.get("output_attentions"):  # else transformers returns () silently
+        raise UserError(f"output_attentions: {settings.name} attention forms no attention weights "
+                        "(it never builds the full query x key matrix); ask for them with a module "
+                        "that does (dot, bilinear, relative, ...), or leave output_attentions off")
+    return out, weights
 
 
 def is_causal(module: nn.Module) -> bool:

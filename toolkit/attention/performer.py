@@ -5,6 +5,11 @@ The projections are not learned: they are drawn from a seed, the layer's index a
 number, and redrawn every `redraw_every` training forward passes (0 = never). The pass counter
 is a buffer (`tk_attn_draws`), so it is checkpointed and a resumed run redraws exactly when an
 uninterrupted one does. In evaluation the current draw is used. Refused for T5 (see Attention).
+
+A pass is counted by a forward pre-hook on the whole model, never inside the attention layer:
+activation checkpointing (train.gradient_checkpointing) runs a layer's forward again in
+backward, and a count there advanced the counter twice per pass and, at a round's boundary,
+took the gradient of another draw than the loss was computed with.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, Attention, is_causal, key_keep
+from toolkit.attention import ATTENTION, PREFIX, Attention, attention_layers, is_causal, key_keep
 from toolkit.attention.linear import kernel_attention
 from toolkit.lazy import lazy
 
@@ -55,16 +60,28 @@ class Performer(Attention):
     def buffers(self) -> dict[str, torch.Tensor]:
         return {"draws": torch.zeros((), dtype=torch.long)}
 
+    def prepare(self, model):
+        model = super().prepare(model)
+        counted = [layer for _, layer in attention_layers(model) if hasattr(layer, PREFIX + "draws")]
+
+        def count(top, args):  # once per training pass of the whole model, recomputation or not
+            if top.training and torch.is_grad_enabled():
+                for layer in counted:
+                    layer.tk_attn_draws += 1
+
+        model.register_forward_pre_hook(count)
+        return model
+
     def projection(self, module, d: int, device: torch.device) -> torch.Tensor:
         passes = int(module.tk_attn_draws)
+        if module.training and torch.is_grad_enabled():
+            passes -= 1  # the model's pre-hook counted this pass before it ran
         round_ = passes // self.redraw_every if self.redraw_every else 0
         cached = getattr(module, "_tk_features", None)
         if cached is None or cached[0] != round_ or cached[1].shape[-1] != d:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + module.tk_index * 10_007 + round_)
             cached = (round_, orthogonal_features(self.features, d, g).to(device))
             module._tk_features = cached
-        if module.training and torch.is_grad_enabled():
-            module.tk_attn_draws += 1
         return cached[1]
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):

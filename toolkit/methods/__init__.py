@@ -47,6 +47,9 @@ class Method:
     # how a user loads an unmerged export whose base is in base/ ({base}: that base's load);
     # a method whose `loaded` readies the model says the call that does it here
     export_load: ClassVar[str] = "peft: PeftModel.from_pretrained({base}, OUT)"
+    # adds keys and values that have no position to every attention layer (prefix tuning's
+    # prefixes): a positional attention module (toolkit.attention) cannot place them
+    positionless_keys: ClassVar[bool] = False
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         """Why this method cannot run on this model family and task, or None; checked at validate."""

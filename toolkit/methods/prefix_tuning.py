@@ -53,6 +53,7 @@ class PrefixTuning(Method):
     num_virtual_tokens: int = field(default=20, metadata={"min": 1})
     prefix_projection: bool = False  # True: prefixes come from an MLP (Li & Liang's reparameterisation)
     encoder_hidden_size: int | None = field(default=None, metadata={"min": 1})  # the MLP's width; None: the model's hidden size
+    positionless_keys: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if self.head(task) == "masked-lm":
