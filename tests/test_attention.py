@@ -307,6 +307,23 @@ def test_settings_are_hashed_and_listed(tmp_path: Path, cli) -> None:
     assert code == 0 and "sdpa" in out and "bigbird" in out and "performer" in out
 
 
+@pytest.mark.parametrize("module", ["performer", "bigbird"])
+def test_random_draws_follow_the_runs_seed_unless_one_is_set(tmp_path: Path, module: str) -> None:
+    """The seeds of a sweep redraw a module's random features (its spread counts the draws); the
+    recipe keeps `seed: null`, so a report still groups those runs as seeds of one setting."""
+    from toolkit import recipe as recipes
+    from toolkit.reports.core import setting
+
+    path = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: bert-base-uncased, attention: {module}}}\n"
+                        "task: {name: glue, subset: sst2}\nmethod: {name: full}\n")
+    a, b = (recipes.load(path, [f"train.seed={s}"]) for s in (1, 2))
+    assert a.model.attention.draw_seed() == 1 and b.model.attention.draw_seed() == 2
+    assert a.to_dict()["model"]["attention"]["seed"] is None
+    assert setting({"recipe": a.to_dict(), "metrics": {}}) == setting({"recipe": b.to_dict(), "metrics": {}})
+    fixed = [recipes.load(path, [f"train.seed={s}", f"model.attention={{name: {module}, seed: 5}}"]) for s in (1, 2)]
+    assert [r.model.attention.draw_seed() for r in fixed] == [5, 5]
+
+
 RECIPE = """model: {{checkpoint: {checkpoint}, attention: {attention}}}
 task: {{name: glue, subset: sst2, max_length: 32}}
 method: {method}

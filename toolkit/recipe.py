@@ -52,6 +52,8 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
             raise UserError(f"{key}: required section is missing")
     built = {key: build_dataclass(cls, raw.get(key, {}), key) for key, cls in SECTIONS.items()}
     built["model"].attention = attention.from_recipe(built["model"].attention, "model.attention")
+    if isinstance(built["model"].attention, attention.Attention):
+        built["model"].attention.run_seed = built["train"].seed  # draws follow the run's seed
     task = build_plugin(tasks.TASKS, raw["task"], "task")
     method = build_plugin(methods.METHODS, raw["method"], "method")
     recipe = Recipe(model=built["model"], task=task, method=method, train=built["train"],

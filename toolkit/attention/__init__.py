@@ -61,6 +61,15 @@ class Attention:
     compile_eager: ClassVar[str | None] = None  # why train.compile leaves the step eager, or None
     cross: bool = True  # also replace cross-attention (False: cross-attention stays `dot`)
 
+    run_seed: ClassVar[int] = 0  # the run's train.seed (set per instance by the recipe; not a setting)
+
+    def draw_seed(self) -> int:
+        """The seed of a module's random draws (performer, bigbird): its `seed` setting, else
+        (None, the default) the run's train.seed, so that the seeds of a sweep redraw and its
+        spread counts the draws. Not in the settings: the recipe and its hash keep None."""
+        seed = getattr(self, "seed", None)
+        return self.run_seed if seed is None else seed
+
     # --- validate ---------------------------------------------------------------------------
     def incompatible(self, family: str | None) -> str | None:
         """Why this module cannot run on this family, or None; checked before weights load."""

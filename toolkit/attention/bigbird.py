@@ -27,10 +27,10 @@ class BigBird(Attention):
     block: int = field(default=64, metadata={"min": 1})
     global_blocks: int = field(default=1, metadata={"min": 0})
     random_blocks: int = field(default=2, metadata={"min": 0})
-    seed: int = 0
+    seed: int | None = None  # None: the run's train.seed (draw_seed)
 
     def pattern(self, nb: int) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(self.seed * 7919 + nb)
+        g = torch.Generator().manual_seed(self.draw_seed() * 7919 + nb)
         extra = [torch.arange(min(self.global_blocks, nb)).expand(nb, -1),
                  torch.randint(0, nb, (nb, self.random_blocks), generator=g)]
         return neighbours(nb, [-1, 0, 1], torch.cat(extra, dim=1))

@@ -54,7 +54,7 @@ class Performer(Attention):
     compile_eager = "it draws its random features from a torch.Generator made in the forward (opaque to dynamo)"
     features: int = field(default=64, metadata={"min": 1})
     redraw_every: int = field(default=100, metadata={"min": 0})  # training forward passes; 0 = never
-    seed: int = 0
+    seed: int | None = None  # None: the run's train.seed (draw_seed)
     chunk: int = field(default=64, metadata={"min": 1})
 
     def buffers(self) -> dict[str, torch.Tensor]:
@@ -79,7 +79,7 @@ class Performer(Attention):
         round_ = passes // self.redraw_every if self.redraw_every else 0
         cached = getattr(module, "_tk_features", None)
         if cached is None or cached[0] != round_ or cached[1].shape[-1] != d:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + module.tk_index * 10_007 + round_)
+            g = torch.Generator().manual_seed(self.draw_seed() * 1_000_003 + module.tk_index * 10_007 + round_)
             cached = (round_, orthogonal_features(self.features, d, g).to(device))
             module._tk_features = cached
         return cached[1]
