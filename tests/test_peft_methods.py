@@ -235,3 +235,27 @@ def test_every_pair_is_either_tested_or_refused():
         for family in FAMILIES:
             refused = METHODS.get(name)(**settings).incompatible(family, _Task()) is not None
             assert refused == ((name, family) in REFUSED), (name, family)
+
+
+# one layer of each family's body, and one layer name found only in its head (trained whole)
+BODY_LAYER = {"bert": "query", "roberta": "query", "gpt2": "c_attn", "bart": "q_proj", "t5": "q"}
+HEAD_LAYER = {"bert": "classifier", "roberta": "out_proj", "gpt2": "score", "bart": "dense", "t5": "dense"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", ["lora", "dora", "adalora", "ia3"])
+def test_every_target_module_name_matches_a_body_layer(tiny_checkpoint, name, family):
+    """PEFT adapts what some names match and ignores the others: a typo, or a head layer's name,
+    silently left those layers out of the run; each name must match a layer of the body."""
+    from toolkit.errors import UserError
+
+    extra = {"feedforward_modules": []} if name == "ia3" else {}
+    good = BODY_LAYER[family]
+    for wrong in ("vlaue", HEAD_LAYER[family]):
+        base, tok = load(tiny_checkpoint(family))
+        with pytest.raises(UserError, match=rf"method.target_modules: \['{wrong}'\] match no layer of "
+                                            rf"this model's body \(its linear layers: .*\b{good}\b"):
+            METHODS.get(name)(target_modules=[good, wrong], **extra).apply(base, context(base, tok))
+    base, tok = load(tiny_checkpoint(family))
+    model = METHODS.get(name)(target_modules=[good], **extra).apply(base, context(base, tok))
+    assert model.targeted_module_names and all(n.endswith("." + good) for n in model.targeted_module_names)
