@@ -36,7 +36,7 @@ class ModelConfig:
     # str | dict | None: a transformers name (eager, sdpa, ...), a toolkit module ({name: local,
     # window: 64}, or its bare name) built into its settings at parse time; None = the default
     attention: Any = None
-    dropout: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
+    dropout: float | None = field(default=None, metadata={"min": 0.0, "below": 1.0})  # 1 drops everything
     # encoder-decoder: an EncoderDecoderModel warm-started from the checkpoint as both encoder and
     # decoder (Rothe et al. 2020), so an encoder such as MiniLM can summarize
     warm_start: Literal["encoder-decoder"] | None = None
