@@ -51,6 +51,13 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     if limit is not None and length > limit:
         raise UserError(f"task.max_length: {length} is more than the {limit} positions "
                         f"{recipe.model.checkpoint} has; use at most {limit}")
+    added = recipe.method.added_positions() if limit is not None else 0  # soft prompts come first
+    if added and length + added > limit:
+        raise UserError(f"task.max_length: {length} tokens after the method's {added} virtual tokens "
+                        f"(method.num_virtual_tokens) are more than the {limit} positions "
+                        f"{recipe.model.checkpoint} has; " + (f"use task.max_length at most {limit - added}"
+                        if limit - added >= 8 else "use fewer method.num_virtual_tokens"))
+    limit = limit - added if limit is not None else None  # what the task's own sequences may use
     problem = task.positions_problem(tok, length, limit) if limit is not None else None
     if problem:
         raise UserError(f"{problem} {recipe.model.checkpoint} has")

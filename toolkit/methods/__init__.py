@@ -55,6 +55,11 @@ class Method:
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         raise NotImplementedError
 
+    def added_positions(self) -> int:
+        """Positions the method puts ahead of every input (soft prompts fed as `inputs_embeds`),
+        which the model's position table holds beside task.max_length; setup checks the sum."""
+        return 0
+
     def check_data(self, task: Any, raw: dict[str, Any]) -> None:
         """Refuse settings that the loaded data cannot satisfy (before the run folder exists)."""
 
