@@ -339,6 +339,9 @@ def smoke_sized(raw: dict, task: Any = None) -> dict:
         if isinstance(node, dict):
             value = node.get(key)
             node[key] = cap if not isinstance(value, int) or isinstance(value, bool) else min(value, cap)
+    warmup = raw["train"].get("warmup_steps") if isinstance(raw["train"], dict) else None
+    if isinstance(warmup, int) and not isinstance(warmup, bool):  # a warm-up within the few steps
+        raw["train"]["warmup_steps"] = min(warmup, raw["train"]["max_steps"])
     node = raw.get("task")
     if task is None or not isinstance(node, dict):
         return raw

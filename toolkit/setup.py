@@ -70,6 +70,10 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     train = encode(raw["train"]) if recipe.method.trains else raw["train"]
     evals = {sfx: encode(ds) for sfx, ds in raw["eval"].items()}
     steps = recipe.train.optimizer_steps(len(train), processes)[1] if recipe.method.trains else 0
+    if recipe.train.warmup_steps > steps and recipe.method.trains:  # the ratio is within the run by its bound
+        raise UserError(f"train.warmup_steps: {recipe.train.warmup_steps} is more than the run's {steps} "
+                        "optimizer steps: the warm-up would not end within the run, and the learning rate "
+                        f"would stop short of train.lr; use at most {steps}, or train.warmup_ratio")
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=heads.get(head).peft_task_type, tokenizer=tok,
                   instruction=getattr(task, "instruction", None), total_steps=steps)
