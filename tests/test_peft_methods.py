@@ -235,3 +235,46 @@ def test_every_pair_is_either_tested_or_refused():
         for family in FAMILIES:
             refused = METHODS.get(name)(**settings).incompatible(family, _Task()) is not None
             assert refused == ((name, family) in REFUSED), (name, family)
+
+
+# one layer of each family's body, and one layer name found only in its head (trained whole)
+BODY_LAYER = {"bert": "query", "roberta": "query", "gpt2": "c_attn", "bart": "q_proj", "t5": "q"}
+HEAD_LAYER = {"bert": "classifier", "roberta": "out_proj", "gpt2": "score", "bart": "dense", "t5": "dense"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", ["lora", "dora", "adalora", "ia3"])
+def test_every_target_module_name_matches_a_body_layer(tiny_checkpoint, name, family):
+    """PEFT adapts what some names match and ignores the others: a typo, or a head layer's name,
+    silently left those layers out of the run; each name must match a layer of the body."""
+    from toolkit.errors import UserError
+
+    extra = {"feedforward_modules": []} if name == "ia3" else {}
+    good = BODY_LAYER[family]
+    for wrong in ("vlaue", HEAD_LAYER[family]):
+        base, tok = load(tiny_checkpoint(family))
+        with pytest.raises(UserError, match=rf"method.target_modules: \['{wrong}'\] match no layer of "
+                                            rf"this model's body \(its linear layers: .*\b{good}\b"):
+            METHODS.get(name)(target_modules=[good, wrong], **extra).apply(base, context(base, tok))
+    base, tok = load(tiny_checkpoint(family))
+    model = METHODS.get(name)(target_modules=[good], **extra).apply(base, context(base, tok))
+    assert model.targeted_module_names and all(n.endswith("." + good) for n in model.targeted_module_names)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("name", sorted(n for n in METHODS.names() if METHODS.get(n)().added_positions()))
+def test_soft_prompts_and_max_length_must_fit_the_positions(tiny_checkpoint, cli, tmp_path, runs_dir, name, family):
+    """PEFT puts the virtual tokens before the text, so they take positions too: max_length 512
+    on a 512-position model ran until the first long batch, then a traceback from the embeddings
+    (500 virtual tokens: on the third step of an SST-2 run)."""
+    path = write_recipe(tmp_path / "r.yaml", (
+        f"model: {{checkpoint: {tiny_checkpoint(family)}}}\n"
+        "task: {name: glue, subset: sst2, max_length: 493}\n"
+        f"method: {{name: {name}, num_virtual_tokens: 20}}\ntrain: {{epochs: 1, batch_size: 8}}\n"))
+    code, _, err = cli("run", path, "--runs-dir", runs_dir, "--smoke")
+    assert code == 2 and err.count("error: ") == 1 and err.endswith("492\n"), err  # one line
+    assert "task.max_length: 493 tokens after the method's 20 virtual tokens" in err
+    assert "the 512 positions" in err and "use task.max_length at most 492" in err
+    assert not runs_dir.exists()
+    code, _, err = cli("run", path, "--runs-dir", runs_dir, "--smoke", "method.num_virtual_tokens=600")
+    assert code == 2 and "use fewer method.num_virtual_tokens" in err, err

@@ -53,6 +53,8 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
     # both used to pass, and the loop took warmup_steps without a word about the ratio
     (["train.warmup_ratio=0.1", "train.warmup_steps=5"],
      "train.warmup_steps: 5 and train.warmup_ratio: 0.1 both set the warm-up; keep one (set the other to 0)"),
+    # the loop's schedule takes at least one step: 0 epochs trained one silently
+    (["train.epochs=0"], "train.epochs: 0 trains no epoch, yet the run would take one optimizer step"),
     # names users bring from transformers, run_glue and PEFT say where the toolkit keeps them
     (["train.learning_rate=1e-4"], "train.learning_rate: unknown key (transformers' learning_rate is train.lr)"),
     (["train.per_device_train_batch_size=8"],
@@ -211,3 +213,26 @@ def test_a_mapping_override_merges_into_the_section() -> None:
     assert (merged.method.r, merged.method.alpha) == (written.method.r, 32)
     assert recipes.load(recipe, ["method.r=4", "method={name: lora, alpha: 32}"]).method.r == 4
     assert recipes.load(recipe, ["method={name: full}"]).method.name == "full"
+
+
+def test_every_dropout_and_beta_refuses_one() -> None:
+    """A probability that keeps nothing: dropout 1 zeroes what it drops (LoRA's adapters saw only
+    zeros and never trained, the head alone did) and an importance average with beta 1 never
+    moves. Every such field of the model section and of every method is open at 1."""
+    import dataclasses
+
+    from toolkit.methods import METHODS
+    from toolkit.recipe_data import ModelConfig
+    from toolkit.schema import build_dataclass
+
+    checked = []
+    for cls in [ModelConfig, *(METHODS.get(n) for n in METHODS.names())]:
+        for f in dataclasses.fields(cls):
+            if "dropout" not in f.name and not f.name.startswith("beta"):
+                continue
+            base = {"checkpoint": "x"} if cls is ModelConfig else {}
+            assert getattr(build_dataclass(cls, {**base, f.name: 0.5}, "s"), f.name) == 0.5
+            with pytest.raises(UserError, match=rf"s.{f.name}: 1.0 must be below 1.0"):
+                build_dataclass(cls, {**base, f.name: 1.0}, "s")
+            checked.append(f"{cls.__name__}.{f.name}")
+    assert {"ModelConfig.dropout", "Lora.dropout", "Dora.dropout", "AdaLora.dropout", "AdaLora.beta1"} <= set(checked)

@@ -82,6 +82,9 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
         raise UserError(f"train.precision_mode: bf16_master keeps the weights in bf16, so it needs "
                         f"train.mixed_precision: bf16 (got {train.mixed_precision}); set that, or "
                         "precision_mode: autocast")
+    if recipe.method.trains and not train.max_steps and train.epochs == 0:  # the loop takes >= 1 step
+        raise UserError("train.epochs: 0 trains no epoch, yet the run would take one optimizer step; "
+                        "set epochs above 0, or train.max_steps")
     if train.warmup_steps and train.warmup_ratio:  # the loop would take the steps, the ratio unsaid
         raise UserError(f"train.warmup_steps: {train.warmup_steps} and train.warmup_ratio: {train.warmup_ratio} "
                         "both set the warm-up; keep one (set the other to 0)")

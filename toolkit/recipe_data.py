@@ -36,7 +36,7 @@ class ModelConfig:
     # str | dict | None: a transformers name (eager, sdpa, ...), a toolkit module ({name: local,
     # window: 64}, or its bare name) built into its settings at parse time; None = the default
     attention: Any = None
-    dropout: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
+    dropout: float | None = field(default=None, metadata={"min": 0.0, "below": 1.0})  # 1 drops everything
     # encoder-decoder: an EncoderDecoderModel warm-started from the checkpoint as both encoder and
     # decoder (Rothe et al. 2020), so an encoder such as MiniLM can summarize
     warm_start: Literal["encoder-decoder"] | None = None
@@ -339,6 +339,9 @@ def smoke_sized(raw: dict, task: Any = None) -> dict:
         if isinstance(node, dict):
             value = node.get(key)
             node[key] = cap if not isinstance(value, int) or isinstance(value, bool) else min(value, cap)
+    warmup = raw["train"].get("warmup_steps") if isinstance(raw["train"], dict) else None
+    if isinstance(warmup, int) and not isinstance(warmup, bool):  # a warm-up within the few steps
+        raw["train"]["warmup_steps"] = min(warmup, raw["train"]["max_steps"])
     node = raw.get("task")
     if task is None or not isinstance(node, dict):
         return raw

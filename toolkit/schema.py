@@ -1,6 +1,6 @@
 """The settings schema, at the bottom of the toolkit: a raw mapping -> a settings dataclass,
 each value checked against its field's type (Literal choices, lists, nested blocks; ints widen to
-floats) and its declared bounds (`min`, `max`, `min_items` in the field's metadata), every
+floats) and its declared bounds (`min`, `max`, `below`, `min_items` in the field's metadata), every
 mistake one line naming the field. Recipes, methods, tasks and attention modules all use it."""
 
 from __future__ import annotations
@@ -69,15 +69,18 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def _check_bounds(value: Any, metadata: Any, where: str) -> None:
-    """Finite, and within the field's declared `min` / `max` (field metadata)."""
+    """Finite, and within the field's declared `min` / `max` / `below` (field metadata); `below`
+    is an open bound: a dropout or a moving average's beta of 1 would keep nothing."""
     if isinstance(value, float) and not math.isfinite(value):
         raise UserError(f"{where}: {value} is not a finite number")
-    lo, hi = metadata.get("min"), metadata.get("max")
+    lo, hi, below = metadata.get("min"), metadata.get("max"), metadata.get("below")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if lo is not None and value < lo:
             raise UserError(f"{where}: {value} is below the minimum {lo}")
         if hi is not None and value > hi:
             raise UserError(f"{where}: {value} is above the maximum {hi}")
+        if below is not None and value >= below:
+            raise UserError(f"{where}: {value} must be below {below}")
 
 
 def build_dataclass(cls: type, raw: Any, where: str) -> Any:

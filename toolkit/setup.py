@@ -51,6 +51,13 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     if limit is not None and length > limit:
         raise UserError(f"task.max_length: {length} is more than the {limit} positions "
                         f"{recipe.model.checkpoint} has; use at most {limit}")
+    added = recipe.method.added_positions() if limit is not None else 0  # soft prompts come first
+    if added and length + added > limit:
+        raise UserError(f"task.max_length: {length} tokens after the method's {added} virtual tokens "
+                        f"(method.num_virtual_tokens) are more than the {limit} positions "
+                        f"{recipe.model.checkpoint} has; " + (f"use task.max_length at most {limit - added}"
+                        if limit - added >= 8 else "use fewer method.num_virtual_tokens"))
+    limit = limit - added if limit is not None else None  # what the task's own sequences may use
     problem = task.positions_problem(tok, length, limit) if limit is not None else None
     if problem:
         raise UserError(f"{problem} {recipe.model.checkpoint} has")
@@ -63,6 +70,10 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     train = encode(raw["train"]) if recipe.method.trains else raw["train"]
     evals = {sfx: encode(ds) for sfx, ds in raw["eval"].items()}
     steps = recipe.train.optimizer_steps(len(train), processes)[1] if recipe.method.trains else 0
+    if recipe.train.warmup_steps > steps and recipe.method.trains:  # the ratio is within the run by its bound
+        raise UserError(f"train.warmup_steps: {recipe.train.warmup_steps} is more than the run's {steps} "
+                        "optimizer steps: the warm-up would not end within the run, and the learning rate "
+                        f"would stop short of train.lr; use at most {steps}, or train.warmup_ratio")
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=heads.get(head).peft_task_type, tokenizer=tok,
                   instruction=getattr(task, "instruction", None), total_steps=steps)

@@ -58,6 +58,11 @@ class Method:
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         raise NotImplementedError
 
+    def added_positions(self) -> int:
+        """Positions the method puts ahead of every input (soft prompts fed as `inputs_embeds`),
+        which the model's position table holds beside task.max_length; setup checks the sum."""
+        return 0
+
     def check_data(self, task: Any, raw: dict[str, Any]) -> None:
         """Refuse settings that the loaded data cannot satisfy (before the run folder exists)."""
 
@@ -132,19 +137,37 @@ def keep_label_maps(config: Any, path: Path) -> None:
 
 
 def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
-    """get_peft_model, with a target list that matches nothing said in one line with the names
-    that would (PEFT raises a ValueError with a paragraph of advice instead)."""
+    """get_peft_model, with every name of a target list matching a layer of the body. PEFT raises
+    a ValueError with a paragraph of advice when no name matches, and says nothing when only some
+    do (`[query, vlaue]` adapted `query` alone; a head layer's name, the head being trained
+    whole, adapted nothing): either is one line with the names that would match."""
     from peft import get_peft_model
 
+    asked = sorted(config.target_modules or [])  # PEFT fills in its defaults when None
+    leaves = _linear_leaves(model, config)  # before PEFT puts its own layers in
     try:
-        return get_peft_model(model, config)
+        wrapped = get_peft_model(model, config)
     except ValueError as exc:
         if "target" not in str(exc).lower():
             raise
-        leaves = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
-                         if type(m).__name__ in ("Linear", "Conv1D") and "." in n})
-        raise UserError(f"method.target_modules: {sorted(config.target_modules or [])} match no "
-                        f"layer of this model (its linear layers: {', '.join(leaves)})") from None
+        raise UserError(_no_target(asked, "match no layer of this model", leaves)) from None
+    found = wrapped.targeted_module_names
+    unmatched = [t for t in asked if not any(n == t or n.endswith("." + t) for n in found)]
+    if unmatched:
+        raise UserError(_no_target(unmatched, "match no layer of this model's body", leaves))
+    return wrapped
+
+
+def _linear_leaves(model: torch.nn.Module, config: Any) -> list[str]:
+    """The names a target list may give: the last part of each linear layer's name, the head's
+    (`modules_to_save`, trained whole and never adapted) left out."""
+    heads = list(config.modules_to_save or [])
+    return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                   if type(m).__name__ in ("Linear", "Conv1D") and "." in n and not is_head(n, heads)})
+
+
+def _no_target(names: list[str], what: str, leaves: list[str]) -> str:
+    return f"method.target_modules: {names} {what} (its linear layers: {', '.join(leaves)})"
 
 
 def peft_task_type(ctx: Context) -> Any:

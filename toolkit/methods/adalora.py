@@ -33,13 +33,13 @@ class AdaLora(Method):
     init_r: int = field(default=12, metadata={"min": 1})  # rank of every layer at the start
     target_r: int = field(default=8, metadata={"min": 1})  # average rank at the end
     alpha: int = field(default=16, metadata={"min": 1})
-    dropout: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})
+    dropout: float = field(default=0.0, metadata={"min": 0.0, "below": 1.0})  # 1: the adapters see zeros, never train
     target_modules: list[str] | None = None  # None: PEFT's default for the family (query/value)
     tinit_ratio: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})  # steps at full rank first
     tfinal_ratio: float = field(default=0.2, metadata={"min": 0.0, "max": 1.0})  # steps at the final ranks last
     delta_t: int = field(default=10, metadata={"min": 1})  # steps between two re-allocations
-    beta1: float = field(default=0.85, metadata={"min": 0.0, "max": 1.0})  # importance smoothing
-    beta2: float = field(default=0.85, metadata={"min": 0.0, "max": 1.0})  # uncertainty smoothing
+    beta1: float = field(default=0.85, metadata={"min": 0.0, "below": 1.0})  # importance smoothing (1: never updated)
+    beta2: float = field(default=0.85, metadata={"min": 0.0, "below": 1.0})  # uncertainty smoothing
     orth_reg_weight: float = field(default=0.5, metadata={"min": 0.0})
     merge: bool = False  # save the weights merged into the base: a plain transformers folder
 

@@ -27,6 +27,9 @@ class PTuning(Method):
     def incompatible(self, family: str | None, task: Any) -> str | None:
         return soft_prompt_refusal(self.name, family, self.head(task))
 
+    def added_positions(self) -> int:
+        return self.num_virtual_tokens
+
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import PromptEncoderConfig, get_peft_model
 

@@ -59,6 +59,9 @@ class PromptTuning(Method):
             return "method.init is text but the task has no instruction; set method.init_text"
         return soft_prompt_refusal(self.name, family, self.head(task))
 
+    def added_positions(self) -> int:
+        return self.num_virtual_tokens
+
     def _init_kwargs(self, ctx: Context) -> dict[str, Any]:
         """PEFT re-loads the tokenizer by name to embed the init text, so pass where ours came from."""
         from peft import PromptTuningInit
