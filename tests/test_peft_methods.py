@@ -278,3 +278,27 @@ def test_soft_prompts_and_max_length_must_fit_the_positions(tiny_checkpoint, cli
     assert not runs_dir.exists()
     code, _, err = cli("run", path, "--runs-dir", runs_dir, "--smoke", "method.num_virtual_tokens=600")
     assert code == 2 and "use fewer method.num_virtual_tokens" in err, err
+
+
+@pytest.mark.parametrize("name, settings, free", [
+    ("ia3", {}, "ia3_l"),  # scales that start at 1: decay would pull them toward 0
+    ("lora", {"r": 1}, None),  # rank 1: A and B are still matrices, and decay
+])
+def test_weight_decay_goes_where_the_method_says(tiny_checkpoint, name, settings, free) -> None:
+    """The optimizer's groups: matrices decay, biases, norms and IA3's (n, 1) scales do not."""
+    from types import SimpleNamespace
+
+    from toolkit.train import _optimizer
+
+    base, tok = load(tiny_checkpoint("bert"))
+    method = METHODS.get(name)(**settings)
+    model = method.apply(base, context(base, tok))
+    recipe = SimpleNamespace(method=method, train=SimpleNamespace(weight_decay=0.1, lr=1e-3, precision_mode="autocast"))
+    decayed, kept = (_optimizer(model, recipe, torch.device("cpu")).param_groups[i]["params"] for i in (0, 1))
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {names[id(p)] for p in decayed} and {names[id(p)] for p in kept}
+    for p in decayed:
+        assert p.dim() >= 2 and (free is None or free not in names[id(p)])
+    scales = [n for n, p in model.named_parameters() if p.requires_grad and free and free in n]
+    assert all(p.dim() < 2 or (free and free in names[id(p)]) for p in kept) and (scales or free is None)
+    assert not free or {names[id(p)] for p in kept} >= set(scales)

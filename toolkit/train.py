@@ -44,14 +44,14 @@ __all__ = ["EpochBatches", "LengthOrder", "Setup", "State", "build", "eval_batch
 
 def _optimizer(model: torch.nn.Module, recipe: Recipe, device: torch.device) -> torch.optim.Optimizer:
     """AdamW, fused (one kernel for all parameters, no temporary copies: what Trainer defaults to);
-    no weight decay on biases and norms (parameters with fewer than 2 dimensions). With
+    weight decay where the method says it applies (`Method.decays`: not on biases and norms, nor
+    on IA3's scales). With
     train.precision_mode: bf16_master the model is cast to bf16 on `device` here and the optimizer
     steps fp32 masters of its parameters (toolkit/precision.py)."""
-    params = [p for p in model.parameters() if p.requires_grad]  # build() refused none
-    # the parameter's own shape: ZeRO-3 partitioned at load leaves each an empty 1-d tensor
-    matrix = [len(getattr(p, "ds_shape", p.shape)) >= 2 for p in params]
-    groups = [{"params": [p for p, m in zip(params, matrix) if m], "weight_decay": recipe.train.weight_decay},
-              {"params": [p for p, m in zip(params, matrix) if not m], "weight_decay": 0.0}]
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # build() refused none
+    decays = [recipe.method.decays(n, p) for n, p in named]
+    groups = [{"params": [p for (_, p), d in zip(named, decays) if d], "weight_decay": recipe.train.weight_decay},
+              {"params": [p for (_, p), d in zip(named, decays) if not d], "weight_decay": 0.0}]
     groups = [g for g in groups if g["params"]]  # ZeRO-3 drops an empty group, and the schedule's lrs with it
     if recipe.train.precision_mode == "bf16_master":
         return precision.bf16_master(model, groups, recipe.train.lr, device)

@@ -58,6 +58,12 @@ class Method:
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         raise NotImplementedError
 
+    def decays(self, name: str, param: torch.nn.Parameter) -> bool:
+        """Whether train.weight_decay applies to this trainable parameter: matrices do, biases and
+        norms (fewer than 2 dimensions) do not, as in Trainer. A method whose parameters are not
+        weights to pull toward 0 says so (IA3's scales)."""
+        return len(getattr(param, "ds_shape", param.shape)) >= 2  # ZeRO-3 leaves each an empty 1-d tensor
+
     def added_positions(self) -> int:
         """Positions the method puts ahead of every input (soft prompts fed as `inputs_embeds`),
         which the model's position table holds beside task.max_length; setup checks the sum."""

@@ -35,6 +35,12 @@ class IA3(Method):
             return f"method.feedforward_modules must be among target_modules; not there: {sorted(extra)}"
         return None
 
+    def decays(self, name: str, param: torch.nn.Parameter) -> bool:
+        """The learned vectors are scales that start at 1 (the identity): weight decay would pull
+        them toward 0, shrinking the activations they scale, not toward the base model. PEFT
+        stores them as (n, 1) matrices, so the fewer-than-2-dimensions rule missed them."""
+        return "ia3_l" not in name and super().decays(name, param)
+
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import IA3Config
 
