@@ -343,7 +343,7 @@ def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool) -> str:
     id2label/label2id) and the base weights beside the adapter. transformers loads such a folder
     from itself, adapter included (its PEFT integration takes a folder with config.json as the
     base), offline and wherever the base was served from (a package, a cache, a local folder).
-    What that integration does not rebuild as trained (`_transformers_loads`) gets the base in
+    What that integration does not rebuild as trained (`Method.transformers_loads`) gets the base in
     base/, and the line names the load that does. adapter_config.json keeps the base's Hub id for
     --push-to-hub. Says how to load the folder."""
     base = base_checkpoint(run, recipe)
@@ -359,14 +359,6 @@ def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool) -> str:
     base_model.save_pretrained(out)
     return (f"the {recipe.method.name} adapter with its base beside it; {auto}.from_pretrained(OUT) "
             "loads both, offline (peft installed); --merge makes a plain model")
-
-
-def _transformers_loads(config: Any) -> bool:
-    """Whether transformers' PEFT integration (`from_pretrained` on the folder) rebuilds this
-    adapter as trained: LoRA and IA3 do; transformers 5.24 drops DoRA's trained magnitudes
-    (other outputs, no error) and refuses AdaLoRA, and it loads no prompt method.
-    tests/test_after_runs.py performs every method's load and compares it with `toolkit predict`."""
-    return config.peft_type.value in ("LORA", "IA3") and not getattr(config, "use_dora", False)
 
 
 NOTHING_KEPT = "nothing was kept there: free some space or write elsewhere"
@@ -423,7 +415,7 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
         model = model.merge_and_unload()
         note += " (adapter merged into the base)"
     elif peft_config is not None:
-        note = _embed_base(run, recipe, out, apart=not _transformers_loads(next(iter(peft_config.values()))))
+        note = _embed_base(run, recipe, out, apart=not recipe.method.transformers_loads)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays

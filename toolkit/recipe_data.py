@@ -301,12 +301,13 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         if not all(parts):
             raise UserError(f"override '{item}': empty key part; write section.key=value")
         parsed = safe_yaml(value, f"override '{item}'") if value != "" else None
-        for leaf in _leaves(parsed, tuple(parts)):
+        leaves = _leaves(parsed, tuple(parts))
+        for leaf in leaves:
             earlier = next((given[p] for p in given if p[:len(leaf)] == leaf or leaf[:len(p)] == p), None)
             if earlier is not None:
                 raise UserError(f"override '{item}': {'.'.join(leaf)} is already set by '{earlier}'; "
                                 "give each setting once")
-        given.update(dict.fromkeys(_leaves(parsed, tuple(parts)), item))
+        given.update(dict.fromkeys(leaves, item))
         node[parts[-1]] = _deep_merge(node, {parts[-1]: parsed})[parts[-1]]  # another plug-in: replaced
     return raw
 

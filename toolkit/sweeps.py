@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit import recipe as recipe_module, runs
+from toolkit.recipe_data import layered
 from toolkit.errors import UserError
 
 
@@ -261,12 +262,10 @@ def measure(point: Point, recipe, smoke: bool) -> Timing:
     per_step = tr.batch_size * tr.grad_accum
     caps = [f"train.max_steps={n}", "train.eval_every=0", "train.log_every=1", "train.early_stopping_patience=0",
             f"task.max_train_samples={n * per_step}", f"task.max_eval_samples={2 * tr.batch_size}"]
-    capped = {c.partition("=")[0] for c in caps}  # the caps replace the point's own (a setting is given once)
-    kept = [o for o in point.overrides if o.partition("=")[0].strip() not in capped]
     with tempfile.TemporaryDirectory(prefix="toolkit-estimate-") as tmp:
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe), *kept,
-                               *caps, *(["--smoke"] if smoke else []), "--runs-dir", tmp],
+        done = subprocess.run([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),  # caps replace the point's own
+                               *layered(point.overrides, caps), *(["--smoke"] if smoke else []), "--runs-dir", tmp],
                               capture_output=True, text=True)
         wall = time.perf_counter() - start
         if done.returncode != 0:

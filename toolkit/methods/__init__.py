@@ -47,6 +47,10 @@ class Method:
     # how a user loads an unmerged export whose base is in base/ ({base}: that base's load);
     # a method whose `loaded` readies the model says the call that does it here
     export_load: ClassVar[str] = "peft: PeftModel.from_pretrained({base}, OUT)"
+    # whether transformers' PEFT integration (`from_pretrained` on an export holding the base
+    # beside the adapter) rebuilds this method's result as trained; where not, the base goes in
+    # base/ and `export_load` says the load that does (tests/test_after_runs.py performs each)
+    transformers_loads: ClassVar[bool] = False
     # adds keys and values that have no position to every attention layer (prefix tuning's
     # prefixes): a positional attention module (toolkit.attention) cannot place them
     positionless_keys: ClassVar[bool] = False

@@ -13,4 +13,5 @@ from toolkit.methods.lora import Lora
 @dataclass
 class Dora(Lora):
     use_dora = True
+    transformers_loads = False  # transformers 5.24 drops the trained magnitudes (other outputs, no error)
     compile_eager = "PEFT's DoRA layer makes a call dynamo cannot trace (a graph break in every layer)"

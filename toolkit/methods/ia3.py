@@ -8,7 +8,7 @@ Target and feed-forward modules default to PEFT's per-family choice; the task he
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
@@ -20,6 +20,7 @@ torch = lazy("torch", globals())
 @METHODS.register("ia3")
 @dataclass
 class IA3(Method):
+    transformers_loads: ClassVar[bool] = True
     target_modules: list[str] | None = None  # None: PEFT's default for the family
     feedforward_modules: list[str] | None = None  # a subset of target_modules, scaled on their input
 

@@ -23,6 +23,7 @@ class Lora(Method):
     bias: Literal["none", "all", "lora_only"] = "none"
     merge: bool = False  # save the weights merged into the base: a plain transformers folder
     use_dora: ClassVar[bool] = False  # methods/dora.py: the same settings, PEFT's DoRA
+    transformers_loads: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         defaults = table("peft.utils.constants", "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING")

@@ -110,8 +110,9 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
 
 def one_seed_once(items: list[dict]) -> None:
     """Runs of one setting are its seeds, and a mean over seeds counts each seed once: two runs of
-    one setting and one seed (a copied folder, the run redone on other data, processes or a
-    machine) would be averaged as two seeds with a spread that is not seed noise."""
+    one setting and one seed (a copied folder, the run redone on another machine; other data and
+    other process counts are other settings) would be averaged as two seeds with a spread that is
+    not seed noise."""
     first: dict[tuple[str, Any], dict] = {}
     for item in items:
         key = (setting(item), _dig(item["recipe"], "train.seed"))
