@@ -109,6 +109,37 @@ def test_module_on_family(stock, name: str, family: str) -> None:
         assert p.grad is not None and p.grad.abs().sum() > 0, n
 
 
+def _registered() -> list[str]:
+    from toolkit.attention import ATTENTION
+
+    return sorted(ATTENTION.names())
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in _registered() for f in ("bert", "gpt2")])
+def test_eval_outputs_do_not_depend_on_the_batch(stock, name: str, family: str) -> None:
+    """No score depends on train.eval_batch_size (tests/test_evaluation.py), so no module's eval
+    output may depend on what shares a sentence's batch: its padded length, and for GPT-2 the
+    left padding that moves its first token. Finding: bigbird drew its random blocks from the
+    padded length (and laid its block grid from the first padded position), so a sentence
+    scored differently beside a longer one. Every registered module, at SMALL's settings (several
+    windows, blocks and chunks to a sentence)."""
+    entry = stock(family)
+    model, tok = swapped(entry, name, SMALL[name], family), entry[1]
+    tok.padding_side = "left" if family == "gpt2" else "right"
+    short = "a shorter one, of a few words spanning blocks"
+    alone = dict(tok([short], return_tensors="pt"))
+    beside = dict(tok([short, "this sentence is quite a bit longer than that one, and longer still: "
+                              "it runs on for many more words than the other"], padding=True, return_tensors="pt"))
+    if family == "gpt2":  # positions counted from the first real token, as generate() gives them
+        for inputs in (alone, beside):
+            inputs["position_ids"] = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        a = output(model, alone)[0]
+        b = output(model, beside)[0][beside["attention_mask"][0].bool()]
+    assert beside["attention_mask"][0].sum() < beside["attention_mask"].shape[1]  # it was padded
+    torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
 def _assert_no_future_leak(model, inputs: dict, family: str, base: torch.Tensor) -> None:
     key = "decoder_input_ids" if HEAD[family] == "seq2seq-lm" else "input_ids"
     t = 5
