@@ -10,10 +10,13 @@ first real token: a left-padded row (a decoder's prompts) is rolled so that its 
 last, attended in blocks, and rolled back; otherwise its blocks and global tokens would move
 with the padding its batch gave it.
 
-Causal layers keep the pattern and mask future keys. A block covering the sequence is plain
-softmax attention. With a cache (generation) the new queries attend densely to every cached key:
-the pattern is defined over a whole sequence, not a growing one. Cross-attention stays `dot` unless `cross: true`, which is refused where a
-family has cross-attention (the pattern is over positions of one sequence).
+Causal layers keep the pattern and mask future keys. A sequence of at most `global_blocks` + 2
+blocks is plain softmax attention (each block outside the global ones sees its neighbours: all
+of them); setup says so in one warning line where that covers the longest sequence a run feeds
+(`dense_within`). With a cache (generation) the new queries attend densely to every cached key:
+the pattern is defined over a whole sequence, not a growing one. Cross-attention stays `dot`
+unless `cross: true`, which is refused where a family has cross-attention (the pattern is over
+positions of one sequence).
 """
 
 from __future__ import annotations
@@ -44,6 +47,16 @@ class BigBird(Attention):
             g = torch.Generator().manual_seed(self.draw_seed() * 7919 + nb)
             extra.append(torch.randint(0, nb, (nb, self.random_blocks), generator=g))
         return neighbours(nb, [-1, 0, 1], torch.cat(extra, dim=1))
+
+    def dense_within(self, length: int) -> tuple[str, str] | None:
+        """Dense when every query block outside the global ones sees every key block without the
+        random ones: at most global_blocks + 2 blocks."""
+        if -(-length // self.block) > self.global_blocks + 2:
+            return None
+        most = (length - 1) // (self.global_blocks + 2)
+        fix = (f"set model.attention.block at most {most} to make it sparse" if most >= 1
+               else "sequences this short are dense at any block")
+        return f"blocks of {self.block}, global_blocks {self.global_blocks}", fix
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
         lead = leading_pads(pad, q.shape[0]) if q.shape[-2] == k.shape[-2] else None
