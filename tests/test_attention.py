@@ -77,12 +77,19 @@ def real(inputs: dict, out: torch.Tensor) -> torch.Tensor:
     return out[inputs["attention_mask"].bool()]
 
 
-CASES = [(n, f) for n in SMALL for f in FAMILIES]
+def _registered() -> list[str]:
+    from toolkit.attention import ATTENTION
+
+    return sorted(ATTENTION.names())
+
+
+CASES = [(n, f) for n in _registered() for f in FAMILIES]  # SMALL must name every module
 
 
 @pytest.mark.parametrize("name, family", CASES)
 def test_module_on_family(stock, name: str, family: str) -> None:
-    """Padded tokens change nothing; no future token leaks; gradients reach the new parameters."""
+    """Padded tokens change nothing; no future token leaks; a sentence's eval output is the same
+    alone and beside a longer one; gradients reach the new parameters."""
     from toolkit.attention import ATTENTION, PREFIX
 
     reason = ATTENTION.get(name)(**SMALL[name]).incompatible(family)
@@ -101,6 +108,7 @@ def test_module_on_family(stock, name: str, family: str) -> None:
     assert not any(torch.isnan(t).any() for t in (base, changed))
     if family in ("gpt2", "bart", "t5"):
         _assert_no_future_leak(model, inputs, family, base)
+    _assert_batch_invariant(model, tok, family)
     model.train()
     output(model, inputs).float().pow(2).mean().backward()
     added = {n: p for n, p in model.named_parameters() if PREFIX in n}
@@ -109,34 +117,29 @@ def test_module_on_family(stock, name: str, family: str) -> None:
         assert p.grad is not None and p.grad.abs().sum() > 0, n
 
 
-def _registered() -> list[str]:
-    from toolkit.attention import ATTENTION
-
-    return sorted(ATTENTION.names())
-
-
-@pytest.mark.parametrize("name, family", [(n, f) for n in _registered() for f in ("bert", "gpt2")])
-def test_eval_outputs_do_not_depend_on_the_batch(stock, name: str, family: str) -> None:
+def _assert_batch_invariant(model, tok, family: str) -> None:
     """No score depends on train.eval_batch_size (tests/test_evaluation.py), so no module's eval
     output may depend on what shares a sentence's batch: its padded length, and for GPT-2 the
-    left padding that moves its first token. Finding: bigbird drew its random blocks from the
-    padded length (and laid its block grid from the first padded position), so a sentence
-    scored differently beside a longer one. Every registered module, at SMALL's settings (several
-    windows, blocks and chunks to a sentence)."""
-    entry = stock(family)
-    model, tok = swapped(entry, name, SMALL[name], family), entry[1]
+    left padding that moves its first token (positions counted from the first real token, as
+    generate() gives them). Finding: bigbird drew its random blocks from the padded length and
+    laid its block grid from the first padded position, so a sentence scored differently beside
+    a longer one (on BERT and on GPT-2)."""
     tok.padding_side = "left" if family == "gpt2" else "right"
     short = "a shorter one, of a few words spanning blocks"
     alone = dict(tok([short], return_tensors="pt"))
     beside = dict(tok([short, "this sentence is quite a bit longer than that one, and longer still: "
                               "it runs on for many more words than the other"], padding=True, return_tensors="pt"))
-    if family == "gpt2":  # positions counted from the first real token, as generate() gives them
+    assert beside["attention_mask"][0].sum() < beside["attention_mask"].shape[1]  # it was padded
+    if family == "gpt2":
         for inputs in (alone, beside):
             inputs["position_ids"] = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    if HEAD[family] == "seq2seq-lm":  # the same decoder input beside each: the encoder is what is padded
+        for inputs in (alone, beside):
+            inputs["decoder_input_ids"] = torch.tensor([[0, 5, 9, 12]]).repeat(len(inputs["input_ids"]), 1)
     with torch.no_grad():
-        a = output(model, alone)[0]
-        b = output(model, beside)[0][beside["attention_mask"][0].bool()]
-    assert beside["attention_mask"][0].sum() < beside["attention_mask"].shape[1]  # it was padded
+        a, b = output(model, alone)[0], output(model, beside)[0]
+    if HEAD[family] != "seq2seq-lm":
+        b = b[beside["attention_mask"][0].bool()]
     torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
 
 
