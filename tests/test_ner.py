@@ -7,11 +7,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 
 from conftest import SHARED, write_recipe
 from test_adalora_dora import resumed_and_uninterrupted
 from toolkit.errors import UserError
+from toolkit.methods import METHODS
 from toolkit.tasks.ner import CONLL_TAGS, IGNORE, Ner, align_labels, entity_scores, read_conll
 
 RECIPE = """model: {{checkpoint: bert-base-uncased}}
@@ -238,3 +240,32 @@ def test_bad_jsonl_sentences_are_one_line(tmp_path: Path, record: dict, settings
     file.write_text(json.dumps(record) + "\n")
     with pytest.raises(UserError, match=message):
         Ner(train_file=None, eval_file=str(file), labels=None, **settings).load()
+
+
+@pytest.mark.parametrize("name", sorted(n for n in METHODS.names() if METHODS.get(n)().added_positions()))
+def test_soft_prompts_leave_one_tag_per_sub_token(tiny_checkpoint, name: str) -> None:
+    """Methods that add virtual positions: PEFT prepends the soft prompt, and the token
+    classifier gives it logits too. Finding: `method=prompt_tuning` on ner stopped with a
+    traceback in the loss (`Expected target size [8, 20], got [8, 16]`); the input's own
+    positions are the last ones. Loss, eval outputs and predict line up with the words."""
+    from datasets import Dataset
+
+    from toolkit import models
+    from toolkit.methods import Context
+
+    task = Ner(max_length=16)
+    path = tiny_checkpoint("bert")
+    model, tok = models.load(path, "token-classification", task.head_kwargs(), "eager")
+    method = METHODS.get(name)(num_virtual_tokens=4)
+    model = method.apply(model, Context(model.config.model_type, models.head_names(model), "TOKEN_CLS", tok))
+    words = [["Peter", "Blackburn", "visited", "Geneva"], ["EU", "rejects", "German", "call"] * 3]
+    tags = [[1, 2, 0, 5], [3, 0, 7, 0] * 3]
+    encoded = task.encode(Dataset.from_dict({"tokens": words, "tags": tags}), tok)
+    batch = task.collator(tok)([encoded[i] for i in range(2)])
+    with torch.no_grad():
+        out = task.eval_step(model.eval(), batch)
+    assert out["preds"].shape == batch["labels"].shape and torch.isfinite(out["loss"]).all()
+    scores = task.score({k: v.numpy() for k, v in out.items()}, {"tags": tags})
+    assert 0 <= scores["accuracy"] <= 1
+    rows = task.predict(model, tok, [{"tokens": w} for w in words])
+    assert [len(r["tags"]) for r in rows] == [len(w) for w in words]

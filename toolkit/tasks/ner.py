@@ -332,13 +332,21 @@ class Ner(Task):
         """(b,) tagged words: the loss is a mean over words, as Trainer's is over the batch."""
         return (batch["labels"] != IGNORE).sum(-1)
 
+    @staticmethod
+    def tag_logits(outputs: Any, width: int) -> torch.Tensor:
+        """(b, width, c): the logits of the input's own positions. PEFT's soft prompts (prompt
+        tuning, p-tuning) come first and get logits too; kept, they shifted every tag by the
+        virtual tokens (a traceback in the loss)."""
+        return outputs.logits[:, -width:]
+
     def loss(self, outputs: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        logits, labels = outputs.logits.float(), batch["labels"]  # (b, t, c), (b, t)
+        labels = batch["labels"]  # (b, t)
+        logits = self.tag_logits(outputs, labels.shape[1]).float()  # (b, t, c)
         per_token = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
         return per_token.sum(-1)  # (b,)
 
     def outputs(self, outputs: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {"preds": outputs.logits.argmax(-1), WORD_INDEX: batch[WORD_INDEX]}
+        return {"preds": self.tag_logits(outputs, batch["labels"].shape[1]).argmax(-1), WORD_INDEX: batch[WORD_INDEX]}
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         """Every gold word of every sentence (the raw split's tags), against the prediction at
@@ -369,7 +377,8 @@ class Ner(Task):
             enc = tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.max_length,
                             return_tensors="pt")
             with torch.no_grad():
-                ids = model(**{k: v.to(device) for k, v in enc.items()}).logits[0].argmax(-1).tolist()
+                outputs = model(**{k: v.to(device) for k, v in enc.items()})
+                ids = self.tag_logits(outputs, enc["input_ids"].shape[1])[0].argmax(-1).tolist()
             firsts = first_words(enc.word_ids(0))
             tags = word_tags(ids, firsts, len(words), self.labels)
             seen = sum(w != IGNORE for w in firsts)
