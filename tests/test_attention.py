@@ -77,12 +77,19 @@ def real(inputs: dict, out: torch.Tensor) -> torch.Tensor:
     return out[inputs["attention_mask"].bool()]
 
 
-CASES = [(n, f) for n in SMALL for f in FAMILIES]
+def _registered() -> list[str]:
+    from toolkit.attention import ATTENTION
+
+    return sorted(ATTENTION.names())
+
+
+CASES = [(n, f) for n in _registered() for f in FAMILIES]  # SMALL must name every module
 
 
 @pytest.mark.parametrize("name, family", CASES)
 def test_module_on_family(stock, name: str, family: str) -> None:
-    """Padded tokens change nothing; no future token leaks; gradients reach the new parameters."""
+    """Padded tokens change nothing; no future token leaks; a sentence's eval output is the same
+    alone and beside a longer one; gradients reach the new parameters."""
     from toolkit.attention import ATTENTION, PREFIX
 
     reason = ATTENTION.get(name)(**SMALL[name]).incompatible(family)
@@ -101,12 +108,39 @@ def test_module_on_family(stock, name: str, family: str) -> None:
     assert not any(torch.isnan(t).any() for t in (base, changed))
     if family in ("gpt2", "bart", "t5"):
         _assert_no_future_leak(model, inputs, family, base)
+    _assert_batch_invariant(model, tok, family)
     model.train()
     output(model, inputs).float().pow(2).mean().backward()
     added = {n: p for n, p in model.named_parameters() if PREFIX in n}
     assert bool(added) == (name in ("additive", "bilinear", "relative"))
     for n, p in added.items():
         assert p.grad is not None and p.grad.abs().sum() > 0, n
+
+
+def _assert_batch_invariant(model, tok, family: str) -> None:
+    """No score depends on train.eval_batch_size (tests/test_evaluation.py), so no module's eval
+    output may depend on what shares a sentence's batch: its padded length, and for GPT-2 the
+    left padding that moves its first token (positions counted from the first real token, as
+    generate() gives them). Finding: bigbird drew its random blocks from the padded length and
+    laid its block grid from the first padded position, so a sentence scored differently beside
+    a longer one (on BERT and on GPT-2)."""
+    tok.padding_side = "left" if family == "gpt2" else "right"
+    short = "a shorter one, of a few words spanning blocks"
+    alone = dict(tok([short], return_tensors="pt"))
+    beside = dict(tok([short, "this sentence is quite a bit longer than that one, and longer still: "
+                              "it runs on for many more words than the other"], padding=True, return_tensors="pt"))
+    assert beside["attention_mask"][0].sum() < beside["attention_mask"].shape[1]  # it was padded
+    if family == "gpt2":
+        for inputs in (alone, beside):
+            inputs["position_ids"] = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    if HEAD[family] == "seq2seq-lm":  # the same decoder input beside each: the encoder is what is padded
+        for inputs in (alone, beside):
+            inputs["decoder_input_ids"] = torch.tensor([[0, 5, 9, 12]]).repeat(len(inputs["input_ids"]), 1)
+    with torch.no_grad():
+        a, b = output(model, alone)[0], output(model, beside)[0]
+    if HEAD[family] != "seq2seq-lm":
+        b = b[beside["attention_mask"][0].bool()]
+    torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
 
 
 def _assert_no_future_leak(model, inputs: dict, family: str, base: torch.Tensor) -> None:
@@ -360,3 +394,66 @@ def test_resume_is_exact(tmp_path: Path, cli, checkpoint: str, attention: str, m
         state = {modules._canonical(n): t for n, t in model.state_dict().items() if modules.PREFIX in n}
         assert state.keys() == a.keys() and all(torch.equal(state[k], a[k]) for k in a)
         assert int(a["transformer.h.0.attn.tk_attn_draws"]) > 0
+
+
+def _restricting(name: str) -> str | None:
+    """The setting that bounds who attends to whom (a window, a block), or None."""
+    from dataclasses import fields
+
+    from toolkit.attention import ATTENTION
+
+    return next((f.name for f in fields(ATTENTION.get(name)) if f.name in ("window", "block")), None)
+
+
+def _bounds(name: str, length: int) -> tuple[dict, dict]:
+    """(settings just dense at `length`, settings just short of it) for a restricting module."""
+    if name == "local":
+        return {"window": length - 1}, {"window": length - 2}
+    if name == "bigbird":  # dense at <= global_blocks + 2 = 3 blocks
+        return {"block": -(-length // 3), "random_blocks": 1}, {"block": (length - 1) // 3, "random_blocks": 1}
+    raise AssertionError(f"{name} bounds attention by '{_restricting(name)}': give its boundary here")
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in _registered() for f in ("bert", "gpt2")])
+def test_dense_within_says_exactly_when_a_module_is_dense(stock, name: str, family: str) -> None:
+    """A module that bounds attention (a window, a block) claims to be dense at a length exactly
+    when it equals softmax attention there: one setting at the boundary equals the stock model,
+    one short of it does not. A module that bounds nothing never claims it."""
+    from toolkit.attention import ATTENTION
+
+    if _restricting(name) is None:
+        assert all(ATTENTION.get(name)().dense_within(n) is None for n in (2, 16, 4096))
+        return
+    entry = stock(family)
+    inputs = dict(entry[1](["one sentence of some fourteen tokens or so, to cut in blocks"], return_tensors="pt"))
+    length = inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        stock_out = output(entry[0], inputs)
+        for settings, dense in zip(_bounds(name, length), (True, False)):
+            assert (ATTENTION.get(name)(**settings).dense_within(length) is not None) == dense
+            ours = output(swapped(entry, name, settings, family), inputs)
+            assert torch.allclose(ours, stock_out, atol=1e-5) == dense, (settings, dense)
+
+
+@pytest.mark.parametrize("recipe, overrides, says", [
+    ("glue/sst2/bert-base-uncased-prompt_tuning", ["model.attention={name: local, window: 19}", "task.max_length=16",
+                                                   "method.num_virtual_tokens=4"],
+     "local (window 19) covers the longest sequence this run feeds (20 tokens: task.max_length 16 + 4 virtual tokens)"),
+    ("squad/v1.1/gpt2-full", ["model.attention={name: bigbird, block: 24}", "task.max_length=32",
+                              "task.doc_stride=8", "task.max_target_length=32", "task.generation.max_new_tokens=8"],
+     "bigbird (blocks of 24, global_blocks 1) covers the longest sequence this run feeds (68 tokens: "
+     "task.max_length 32 + 3 suffix + 33 answer tokens)"),  # the target and its EOS
+])
+def test_a_window_covering_every_sequence_is_said_at_setup(capsys, recipe: str, overrides: list, says: str) -> None:
+    """Finding: a `local` window or bigbird block as long as the sequences ran plain dense softmax
+    under the module's name, silently. The longest sequence counts a method's virtual tokens and
+    a decoder's prompt suffix and answer; one warning line, said once."""
+    from toolkit import recipe as recipes
+    from toolkit.setup import build
+
+    plan = recipes.plan(f"recipes/{recipe}.yaml", ["task.max_train_samples=4", "task.max_eval_samples=4", *overrides],
+                        smoke=True)
+    build(plan)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "covers the longest sequence" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"warning: model.attention: {says}"), lines
+    assert "plain dense softmax attention, not" in lines[0]

@@ -1,5 +1,7 @@
 """The evaluation loop: a score is the same whatever the eval batch size (so whatever padding a
-batch adds and whichever examples share it), for every kind of task."""
+batch adds and whichever examples share it), for every kind of task. Every registered attention
+module is held to the same at module level (tests/test_attention.py,
+test_module_on_family, on all five families): a whole run per module would cost minutes."""
 
 from __future__ import annotations
 

@@ -7,11 +7,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 
 from conftest import SHARED, write_recipe
 from test_adalora_dora import resumed_and_uninterrupted
 from toolkit.errors import UserError
+from toolkit.methods import METHODS
 from toolkit.tasks.ner import CONLL_TAGS, IGNORE, Ner, align_labels, entity_scores, read_conll
 
 RECIPE = """model: {{checkpoint: bert-base-uncased}}
@@ -119,13 +121,65 @@ def test_entity_scores_as_seqeval_defines_them() -> None:
     assert (s["precision"], s["recall"]) == (1 / 3, 1 / 2) and s["f1"] == pytest.approx(0.4)
 
 
-def test_score_reads_only_tagged_positions() -> None:
+def test_score_reads_every_gold_word() -> None:
+    """A sentence is scored on all its gold words: the prediction at each word's first sub-token
+    (`word_index`), `O` for a word the model never saw (cut off, or no sub-token). Finding: words
+    past task.max_length were dropped from gold and prediction alike, as in run_ner: an entity
+    after the cut was neither missed nor counted."""
     task = Ner()
     per, i_per, o, loc = (CONLL_TAGS.index(t) for t in ("B-PER", "I-PER", "O", "B-LOC"))
-    labels = np.array([[IGNORE, per, i_per, IGNORE, o, IGNORE], [IGNORE, loc, IGNORE, IGNORE, IGNORE, IGNORE]])
-    preds = np.array([[o, per, i_per, o, o, per], [loc, loc, IGNORE, IGNORE, IGNORE, IGNORE]])
-    assert task.score({"preds": preds, "labels": labels}, None) == \
-        entity_scores([["B-PER", "I-PER", "O"], ["B-LOC"]], [["B-PER", "I-PER", "O"], ["B-LOC"]])
+    raw = {"tags": [[per, i_per, o, loc, loc], [loc, o, per]]}
+    # sentence 1 cut after its third word (B-LOC, B-LOC unseen); sentence 2's middle word has no sub-token
+    words = np.array([[IGNORE, 0, 1, IGNORE, 2, IGNORE], [IGNORE, 0, IGNORE, 2, IGNORE, IGNORE]])
+    preds = np.array([[o, per, i_per, o, o, per], [loc, loc, IGNORE, per, IGNORE, IGNORE]])
+    expected = entity_scores([["B-PER", "I-PER", "O", "B-LOC", "B-LOC"], ["B-LOC", "O", "B-PER"]],
+                             [["B-PER", "I-PER", "O", "O", "O"], ["B-LOC", "O", "B-PER"]])
+    assert task.score({"preds": preds, "word_index": words}, raw) == expected
+    assert expected["recall"] == 0.6 and expected["precision"] == 1.0  # the cut LOCs are missed
+
+
+def test_a_bpe_ner_run_scores_cut_sentences_alike_at_every_entry_point(tmp_path: Path, cli) -> None:
+    """One rule at every entry point: the run's eval, `toolkit eval` and `toolkit predict`'s tags
+    (scored here by hand) agree on sentences cut at task.max_length, with the cut words counted
+    as predicted O; the warning counts the words the model never sees, checked against the
+    tokenizer read whole. The run is RoBERTa's: its saved tokenizer reads words as running text."""
+    from toolkit import models
+
+    names = ["Peter", "Blackburn", "visited", "Zürich", "and", "Geneva", "with", "the", "EU", "team"]
+    tags = ["B-PER", "I-PER", "O", "B-LOC", "O", "B-LOC", "O", "O", "B-ORG", "O"]
+    sentences = [(names * k, tags * k) for k in (1, 2, 3, 1)]  # the longer ones run past 16 tokens
+    conll = lambda rows: "".join("".join(f"{w} {t}\n" for w, t in zip(*r)) + "\n" for r in rows)
+    (tmp_path / "train.txt").write_text(conll(sentences[:1] * 4))
+    (tmp_path / "eval.txt").write_text(conll(sentences))
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}").replace("bert-base-uncased", "roberta-base"))
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs", "train.max_steps=2",
+                       "task.max_length=16", f"task.train_file={tmp_path / 'train.txt'}",
+                       f"task.eval_file={tmp_path / 'eval.txt'}")
+    assert code == 0, err
+    run = next((tmp_path / "runs").rglob("metrics.json")).parent
+    tok = models.load_tokenizer(str(run / "model"))  # what predict loads
+    assert models.words_read_as_text(tok)
+    unseen = 0
+    for words, _ in sentences:
+        firsts = {w: i for i, w in reversed(list(enumerate(tok(words, is_split_into_words=True).word_ids())))
+                  if w is not None}
+        unseen += sum(firsts[w] > 16 - 2 for w in range(len(words)))  # [CLS] .. [SEP] in 16
+    assert unseen > 0 and f"warning: {unseen} of {40 + 70} words are never seen by the model" in err  # 40 train + 70 eval
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"tokens": w}) + "\n" for w, _ in sentences))
+    code, _, err = cli("predict", run, "--input", source, "--output", tmp_path / "out.jsonl")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [len(r["tags"]) for r in rows] == [len(w) for w, _ in sentences]  # every word tagged
+    by_hand = entity_scores([t for _, t in sentences], [r["tags"] for r in rows])
+    ran = json.loads((run / "metrics.json").read_text())["eval"]
+    assert {k: ran[k] for k in by_hand} == pytest.approx(by_hand)
+    code, _, err = cli("eval", run)
+    assert code == 0, err
+    assert json.loads((run / "eval-eval.json").read_text())["eval"] == pytest.approx(ran)
+    seen = [r.get("tagged", len(r["tags"])) for r in rows]
+    head_only = entity_scores([t[:n] for (_, t), n in zip(sentences, seen)], [r["tags"][:n] for r, n in zip(rows, seen)])
+    assert head_only != by_hand  # what scoring the seen words alone (run_ner) would have said
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "bart", "t5"])
@@ -143,22 +197,6 @@ def test_words_tokenize_as_in_running_text(tiny_checkpoint, family: str) -> None
         plain = models.load_tokenizer(tiny_checkpoint(family))
         assert plain(words, is_split_into_words=True, add_special_tokens=False)["input_ids"] != \
             plain(sentence, add_special_tokens=False)["input_ids"]
-
-
-def test_a_bpe_ner_run_saves_and_predicts_with_words_read_as_text(tmp_path: Path, cli) -> None:
-    from toolkit import models
-
-    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}").replace("bert-base-uncased", "roberta-base"))
-    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs", "task.max_train_samples=8",
-                       "task.max_eval_samples=8", "train.max_steps=1")
-    assert code == 0, err
-    run = next((tmp_path / "runs").rglob("metrics.json")).parent
-    assert models.words_read_as_text(models.load_tokenizer(str(run / "model")))  # what predict loads
-    source = tmp_path / "new.jsonl"
-    source.write_text(json.dumps({"tokens": ["Peter", "visited", "Zürich"]}) + "\n", encoding="utf-8")
-    code, _, err = cli("predict", run, "--input", source, "--output", tmp_path / "out.jsonl")
-    assert code == 0, err
-    assert len(json.loads((tmp_path / "out.jsonl").read_text())["tags"]) == 3
 
 
 @pytest.mark.parametrize("method, stop_after", [("{name: full}", 1), ("{name: lora, r: 4}", 2)])
@@ -202,3 +240,32 @@ def test_bad_jsonl_sentences_are_one_line(tmp_path: Path, record: dict, settings
     file.write_text(json.dumps(record) + "\n")
     with pytest.raises(UserError, match=message):
         Ner(train_file=None, eval_file=str(file), labels=None, **settings).load()
+
+
+@pytest.mark.parametrize("name", sorted(n for n in METHODS.names() if METHODS.get(n)().added_positions()))
+def test_soft_prompts_leave_one_tag_per_sub_token(tiny_checkpoint, name: str) -> None:
+    """Methods that add virtual positions: PEFT prepends the soft prompt, and the token
+    classifier gives it logits too. Finding: `method=prompt_tuning` on ner stopped with a
+    traceback in the loss (`Expected target size [8, 20], got [8, 16]`); the input's own
+    positions are the last ones. Loss, eval outputs and predict line up with the words."""
+    from datasets import Dataset
+
+    from toolkit import models
+    from toolkit.methods import Context
+
+    task = Ner(max_length=16)
+    path = tiny_checkpoint("bert")
+    model, tok = models.load(path, "token-classification", task.head_kwargs(), "eager")
+    method = METHODS.get(name)(num_virtual_tokens=4)
+    model = method.apply(model, Context(model.config.model_type, models.head_names(model), "TOKEN_CLS", tok))
+    words = [["Peter", "Blackburn", "visited", "Geneva"], ["EU", "rejects", "German", "call"] * 3]
+    tags = [[1, 2, 0, 5], [3, 0, 7, 0] * 3]
+    encoded = task.encode(Dataset.from_dict({"tokens": words, "tags": tags}), tok)
+    batch = task.collator(tok)([encoded[i] for i in range(2)])
+    with torch.no_grad():
+        out = task.eval_step(model.eval(), batch)
+    assert out["preds"].shape == batch["labels"].shape and torch.isfinite(out["loss"]).all()
+    scores = task.score({k: v.numpy() for k, v in out.items()}, {"tags": tags})
+    assert 0 <= scores["accuracy"] <= 1
+    rows = task.predict(model, tok, [{"tokens": w} for w in words])
+    assert [len(r["tags"]) for r in rows] == [len(w) for w in words]

@@ -106,7 +106,8 @@ def eval_loaders(recipe: Recipe, setup: Any) -> tuple[dict[str, DataLoader], dic
 
 # How each sequence a collator may return is padded: (key, value); a collator's own padding.
 PAD_VALUES = {"input_ids": None, "decoder_input_ids": None, "attention_mask": 0, "decoder_attention_mask": 0,
-              "token_type_ids": 0, "special_tokens_mask": 1, "labels": -100, "offsets": -1}
+              "token_type_ids": 0, "special_tokens_mask": 1, "labels": -100, "offsets": -1,
+              "word_index": -100}  # ner: the word each first sub-token starts
 
 
 def bucket_length(length: int, multiple: int, buckets: list[int], limit: int | None = None) -> int:

@@ -58,6 +58,12 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
                         f"{recipe.model.checkpoint} has; " + (f"use task.max_length at most {limit - added}"
                         if limit - added >= 8 else "use fewer method.num_virtual_tokens"))
     limit = limit - added if limit is not None else None  # what the task's own sequences may use
+    longest, parts = task.longest_sequence(tok, length)
+    virtual = recipe.method.added_positions()  # soft prompts lengthen every sequence
+    dense = attention.dense_warning(recipe.model.attention, longest + virtual,
+                                    parts + (f" + {virtual} virtual tokens" if virtual else ""))
+    if dense:
+        task.note("dense attention", dense)  # said with the data's notices, once per run
     problem = task.positions_problem(tok, length, limit) if limit is not None else None
     if problem:
         raise UserError(f"{problem} {recipe.model.checkpoint} has")

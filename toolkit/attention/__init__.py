@@ -91,6 +91,13 @@ class Attention:
                     "module that is not positional, or another method")
         return None
 
+    def dense_within(self, length: int) -> tuple[str, str] | None:
+        """(what covers them, the setting that would not) where this module, which restricts who
+        attends to whom, restricts nothing on sequences of at most `length` tokens (every query
+        sees every key: plain softmax attention); None otherwise, and for modules that never
+        restrict (dot, additive, linear, ...)."""
+        return None
+
     # --- after loading ----------------------------------------------------------------------
     def prepare(self, model: nn.Module) -> nn.Module:
         """Hand every attention layer these settings and its role; add parameters if any."""
@@ -136,6 +143,19 @@ class Attention:
 
     def to_dict(self) -> dict:
         return {"name": self.name, **dataclasses.asdict(self)}
+
+
+def dense_warning(attention: Any, longest: int, parts: str) -> str | None:
+    """One line where the module's window or blocks cover the longest sequence the run can feed
+    (`parts` says what makes it that long): a comparison row would claim a sparse module while
+    every token attends to every other. Said, not refused: a length sweep may mean it (its short
+    points are then dense), and the line keeps that row from passing for sparse."""
+    dense = attention.dense_within(longest) if isinstance(attention, Attention) else None
+    if dense is None:
+        return None
+    return (f"model.attention: {attention.name} ({dense[0]}) covers the longest sequence this run feeds "
+            f"({longest} tokens: {parts}), so every token attends to every other: this is plain dense "
+            f"softmax attention, not {attention.name}; {dense[1]}")
 
 
 # --- the two functions transformers calls ------------------------------------------------------

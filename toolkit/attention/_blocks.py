@@ -57,3 +57,25 @@ def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: tor
     weights = F.dropout(torch.softmax(scores, dim=-1), p=dropout, training=training)
     out = torch.matmul(weights, vg)  # (b, h, nb, block, d)
     return out.view(b, h, nb * block, d)[:, :, :n]
+
+
+def leading_pads(pad: torch.Tensor | None, b: int) -> torch.Tensor | None:
+    """(b,) how many padded keys come before each row's first real one (left padding), or None
+    where no row has any (the usual right padding: nothing to move)."""
+    if pad is None:
+        return None
+    keys = pad.any(dim=-2)[:, 0, :].expand(b, -1)  # (b, tk)
+    lead = keys.int().argmax(dim=-1)  # first True; an all-padded row: 0
+    if not torch.compiler.is_compiling() and not bool(lead.any()):  # a host read, skipped when compiled
+        return None
+    return lead
+
+
+def roll_rows(x: torch.Tensor, shift: torch.Tensor, dim: int) -> torch.Tensor:
+    """x (b, ...) with each row's positions along `dim` rolled left by its own `shift` (b,):
+    position i takes what was at (i + shift) mod n. A negative shift rolls back."""
+    n = x.shape[dim]
+    index = (torch.arange(n, device=x.device)[None, :] + shift[:, None]) % n  # (b, n)
+    shape = [x.shape[0]] + [1] * (x.ndim - 1)
+    shape[dim] = n
+    return x.gather(dim, index.view(shape).expand(x.shape))

@@ -2,10 +2,21 @@
 blocks, `global_blocks` leading blocks (which in turn see everything) and `random_blocks` blocks
 drawn once per sequence length from `seed`, so a batch and its replay see the same pattern.
 
-Causal layers keep the pattern and mask future keys. A block covering the sequence is plain
-softmax attention. With a cache (generation) the new queries attend densely to every cached key:
-the pattern is defined over a whole sequence, not a growing one. Cross-attention stays `dot` unless `cross: true`, which is refused where a
-family has cross-attention (the pattern is over positions of one sequence).
+No eval output depends on what shares a sentence's batch (no score may move with
+train.eval_batch_size). So in evaluation the random blocks are left out, as transformers' BigBird
+does (its random block mask is all zeros when not training): drawn over the padded length, they
+changed with the longest sentence of the batch. And the block grid starts at each sequence's
+first real token: a left-padded row (a decoder's prompts) is rolled so that its padding comes
+last, attended in blocks, and rolled back; otherwise its blocks and global tokens would move
+with the padding its batch gave it.
+
+Causal layers keep the pattern and mask future keys. A sequence of at most `global_blocks` + 2
+blocks is plain softmax attention (each block outside the global ones sees its neighbours: all
+of them); setup says so in one warning line where that covers the longest sequence a run feeds
+(`dense_within`). With a cache (generation) the new queries attend densely to every cached key:
+the pattern is defined over a whole sequence, not a growing one. Cross-attention stays `dot`
+unless `cross: true`, which is refused where a family has cross-attention (the pattern is over
+positions of one sequence).
 """
 
 from __future__ import annotations
@@ -13,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from toolkit.attention import ATTENTION, Attention, allowed, is_causal, key_keep, softmax_attention
-from toolkit.attention._blocks import block_attention, neighbours
+from toolkit.attention._blocks import block_attention, leading_pads, neighbours, roll_rows
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -29,13 +40,38 @@ class BigBird(Attention):
     random_blocks: int = field(default=2, metadata={"min": 0})
     seed: int | None = None  # None: the run's train.seed (draw_seed)
 
-    def pattern(self, nb: int) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(self.draw_seed() * 7919 + nb)
-        extra = [torch.arange(min(self.global_blocks, nb)).expand(nb, -1),
-                 torch.randint(0, nb, (nb, self.random_blocks), generator=g)]
+    def pattern(self, nb: int, training: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Neighbours, global blocks and (training only: see the module's docstring) random ones."""
+        extra = [torch.arange(min(self.global_blocks, nb)).expand(nb, -1)]
+        if training and self.random_blocks:
+            g = torch.Generator().manual_seed(self.draw_seed() * 7919 + nb)
+            extra.append(torch.randint(0, nb, (nb, self.random_blocks), generator=g))
         return neighbours(nb, [-1, 0, 1], torch.cat(extra, dim=1))
 
+    def dense_within(self, length: int) -> tuple[str, str] | None:
+        """Dense when every query block outside the global ones sees every key block without the
+        random ones: at most global_blocks + 2 blocks."""
+        if -(-length // self.block) > self.global_blocks + 2:
+            return None
+        most = (length - 1) // (self.global_blocks + 2)
+        fix = (f"set model.attention.block at most {most} to make it sparse" if most >= 1
+               else "sequences this short are dense at any block")
+        return f"blocks of {self.block}, global_blocks {self.global_blocks}", fix
+
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
+        lead = leading_pads(pad, q.shape[0]) if q.shape[-2] == k.shape[-2] else None
+        if lead is None:
+            return self._attend(module, q, k, v, pad, scaling, dropout, bias)
+        b = q.shape[0]
+        pad = roll_rows(pad.expand(b, *pad.shape[1:]), lead, 3)  # (b, 1, tq|1, tk)
+        if pad.shape[2] > 1:  # a custom (tq, tk) mask: its query rows move too
+            pad = roll_rows(pad, lead, 2)
+        if bias is not None:  # T5's (tq, tk) bias: both positions move
+            bias = roll_rows(roll_rows(bias.expand(b, *bias.shape[1:]), lead, 2), lead, 3)
+        out, _ = self._attend(module, *(roll_rows(x, lead, 2) for x in (q, k, v)), pad, scaling, dropout, bias)
+        return roll_rows(out, -lead, 1), None  # (b, tq, h, d), each row's padding back in front
+
+    def _attend(self, module, q, k, v, pad, scaling, dropout, bias):
         causal = is_causal(module)
         b, h, tq, _ = q.shape
         tk = k.shape[-2]
@@ -44,7 +80,7 @@ class BigBird(Attention):
             scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
             return softmax_attention(module, scores, v, allowed(module, pad, tq, tk, q.device), dropout, bias)
         nb = -(-tq // self.block)
-        index, valid = self.pattern(nb)
+        index, valid = self.pattern(nb, module.training)
         rule = (lambda i, j: j <= i) if causal else (lambda i, j: torch.ones_like(i - j, dtype=torch.bool))
         keys = key_keep(pad, b, tk, q.device)
         out = block_attention(q, k, v, keys, scaling, self.block, index, valid, rule, bias, dropout,

@@ -2,7 +2,8 @@
 layers: the `window` tokens before it), computed in blocks of `window` tokens so that time and
 memory grow as n * 3 * window rather than n^2.
 
-A window covering the sequence is plain softmax attention. `causal: true` also hides the right
+A window covering the sequence is plain softmax attention; setup says so in one warning line
+where it covers the longest sequence a run feeds (`dense_within`). `causal: true` also hides the right
 context in bidirectional layers; it is refused on families with an encoder, whose pretrained
 layers were trained to use both sides. Cross-attention stays `dot` (positions of two sequences are
 not comparable); `cross: true` is refused where a family has cross-attention.
@@ -33,6 +34,13 @@ class Local(Attention):
                     "its pretrained layers were trained to use; leave causal false (decoder "
                     "layers are causal already)")
         return super().incompatible(family)
+
+    def dense_within(self, length: int) -> tuple[str, str] | None:
+        if self.window < length - 1:  # tokens length - 1 apart are the farthest pair
+            return None
+        fix = (f"set model.attention.window below {length - 1} to make it local" if length > 2
+               else "sequences this short are dense at any window")
+        return f"window {self.window}", fix
 
     def rule(self, causal: bool):
         w = self.window

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -198,8 +199,14 @@ def is_head(name: str, head_names: list[str]) -> bool:
 
 
 def count_params(model: torch.nn.Module) -> tuple[int, int]:
-    """(trainable, total), each parameter counted once even when tied, at its whole size."""
-    seen: set[int] = set()
+    """(trainable, total): every parameter of the model the forward computes, counted once even
+    when tied, at its whole size; trainable is what the optimizer steps (train._optimizer takes
+    the parameters that require grad).
+
+    PEFT keeps a `modules_to_save` head twice: the original, frozen and idle while the adapter
+    is active (kept to unload), and the trained copy the forward runs. Counting both put the head
+    in total_params twice; the idle original is left out (`idle_copies`)."""
+    seen: set[int] = idle_copies(model)
     trainable = total = 0
     for param in model.parameters():
         if id(param) in seen:
@@ -209,6 +216,27 @@ def count_params(model: torch.nn.Module) -> tuple[int, int]:
         total += size
         trainable += size if param.requires_grad else 0
     return trainable, total
+
+
+def idle_copies(model: torch.nn.Module) -> set[int]:
+    """ids of the parameters PEFT keeps but the forward does not run: those reached only through
+    the original module of a `modules_to_save` wrapper whose trained copy is active (a weight
+    tied elsewhere, an LM head's to the embeddings, still counts). Empty where PEFT was never
+    imported (no wrapper can exist)."""
+    other = sys.modules.get("peft.utils.other")
+    wrapper = getattr(other, "ModulesToSaveWrapper", None)
+    if wrapper is None:
+        return set()
+    idle = [f"{name}.original_module." for name, module in model.named_modules()
+            if isinstance(module, wrapper) and not module.disable_adapters
+            and any(a in module.modules_to_save for a in module.active_adapters)]
+    if not idle:
+        return set()
+    places: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        places.setdefault(id(param), []).append(name)
+    return {pid for pid, names in places.items()
+            if all(any(n.startswith(prefix) for prefix in idle) for n in names)}
 
 
 for _info in pkgutil.iter_modules(__path__):

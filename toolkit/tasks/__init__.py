@@ -252,6 +252,12 @@ class Task:
         model nothing longer than max_length."""
         return None
 
+    def longest_sequence(self, tokenizer: Any, max_length: int) -> tuple[int, str]:
+        """(tokens, what makes them) of the longest sequence any self-attention layer reads: what
+        an attention module's window is held against (attention.dense_warning). Most tasks
+        give the model nothing longer than max_length."""
+        return max_length, f"task.max_length {max_length}"
+
     # --- what the task changed or may misread in the user's data (rule 8: say what is cut) ------
     def tokenize(self, tokenizer: Any, *texts: Any, limit: int, text_target: Any = None, **kwargs: Any) -> Any:
         """`tokenizer(..., truncation=True, max_length=limit)` with a `cut` list beside: per row,

@@ -162,6 +162,17 @@ class TextToText(TokenTask):
                 f"generation.max_new_tokens {self.generation.max_new_tokens}) are one sequence of "
                 f"{max_length + extra + target} in a decoder-only model; {fix} to stay within the {limit} positions")
 
+    def longest_sequence(self, tokenizer: Any, max_length: int) -> tuple[int, str]:
+        """A decoder-only model reads the prompt (its suffix too) and the answer as one sequence;
+        an encoder-decoder's decoder reads the answer alone."""
+        room = self.answer_room()
+        if not self.decoder_only:
+            return (max_length, f"task.max_length {max_length}") if max_length >= room else \
+                (room, "the target or the generated tokens")
+        _, suffix = self.affixes()
+        extra = len(tokenizer(suffix, add_special_tokens=False)["input_ids"]) if suffix else 0
+        return max_length + extra + room, f"task.max_length {max_length} + {extra} suffix + {room} answer tokens"
+
     def answer_room(self) -> int:
         """Positions the target takes (a decoder-only model's prompt comes before): the target
         with its EOS (counted in max_target_length by an encoder-decoder's tokenizer, appended

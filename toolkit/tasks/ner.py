@@ -8,6 +8,16 @@ sub-token and the other sub-tokens are left out of loss and scoring (-100). Scor
 precision, recall and F1 as seqeval computes them (an entity counts when its type and span both
 match; the default, conlleval-compatible mode), plus token accuracy.
 
+A sentence is scored on all its gold words. Unlike run_ner, which drops the words past
+`task.max_length` from both the gold and the predicted tags (an entity F1 of the sentence's head
+only, optimistic where sentences are cut), a word the model never saw (past the cut, or one the
+tokenizer turns into no sub-token) is predicted `O` against its gold tag: a missed entity counts as
+missed. Each encoded row carries `word_index` (the word each first sub-token starts) so the
+scorer maps predictions back to words without the tokenizer; `toolkit predict` tags unseen words
+`O` by the same rule. Not a sliding window: that would make one sentence several features, with
+their merge in every entry point, where raising task.max_length (the warning says by how many
+words) is the real fix.
+
 The task declares its own head (`token-classification`) and its prediction path (tags per word),
 so neither the model loader nor `toolkit predict` knows it by name.
 """
@@ -33,6 +43,8 @@ TOKEN_CLASSIFICATION = heads.declare("token-classification", heads.Head(
 # CoNLL-2003's tags in the order of the Hub's conll2003 data set (its ClassLabel ids)
 CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 IGNORE = -100
+WORD_INDEX = "word_index"  # per sub-token: the word it starts (first sub-token), else -100
+OUTSIDE = "O"  # the tag of a word the model never saw
 
 
 @dataclass
@@ -135,6 +147,45 @@ def align_labels(word_ids: list[int | None], tags: list[int]) -> list[int]:
         out.append(IGNORE if word is None or word == previous else tags[word])
         previous = word
     return out
+
+
+def first_words(word_ids: list[int | None]) -> list[int]:
+    """Per sub-token, the index of the word it starts (its first sub-token), else -100: where
+    align_labels puts each word's tag, so that scoring maps predictions back to words."""
+    out, previous = [], None
+    for word in word_ids:
+        out.append(IGNORE if word is None or word == previous else word)
+        previous = word
+    return out
+
+
+def word_tags(preds: Any, words: Any, count: int, names: list[str]) -> list[str]:
+    """One predicted tag per word of a sentence of `count` words: the prediction at the word's
+    first sub-token, `O` for a word no sub-token of which the model saw."""
+    tags = [OUTSIDE] * count
+    for pred, word in zip(preds, words):
+        if 0 <= word < count:
+            tags[word] = names[pred]
+    return tags
+
+
+class WordCollator:
+    """transformers' DataCollatorForTokenClassification, with `word_index` padded as the labels
+    are (-100, on the tokenizer's padding side): that collator pads `labels` alone."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        from transformers import DataCollatorForTokenClassification
+
+        self.inner = DataCollatorForTokenClassification(tokenizer, return_tensors="pt")
+        self.left = tokenizer.padding_side == "left"
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        rows = [list(f[WORD_INDEX]) for f in features]
+        batch = self.inner([{k: v for k, v in f.items() if k != WORD_INDEX} for f in features])
+        width = batch["labels"].shape[1]
+        fill = lambda row: [IGNORE] * (width - len(row))
+        batch[WORD_INDEX] = torch.tensor([fill(r) + r if self.left else r + fill(r) for r in rows])
+        return batch
 
 
 def entity_scores(true: list[list[str]], pred: list[list[str]]) -> dict[str, float]:
@@ -244,38 +295,66 @@ class Ner(Task):
         def tok(batch: dict) -> dict:
             out = self.tokenize(tokenizer, batch["tokens"], limit=self.max_length, is_split_into_words=True)
             out["labels"] = [align_labels(out.word_ids(i), tags) for i, tags in enumerate(batch["tags"])]
+            out[WORD_INDEX] = [first_words(out.word_ids(i)) for i in range(len(batch["tags"]))]
+            out["unseen"] = [len(words) - sum(w != IGNORE for w in firsts)
+                             for words, firsts in zip(batch["tokens"], out[WORD_INDEX])]
             return out
 
         encoded = dataset.map(tok, batched=True, remove_columns=dataset.column_names,
-                              new_fingerprint=fingerprint(dataset, tokenizer, self, "encode, cut counted"))
+                              new_fingerprint=fingerprint(dataset, tokenizer, self, "encode, words mapped"))
         self.note_cut("sentences", "task.max_length", self.max_length, encoded["cut"])
-        return encoded.remove_columns("cut")
+        self._note_unseen(sum(encoded["unseen"]), sum(len(t) for t in dataset["tokens"]))
+        return encoded.remove_columns(["cut", "unseen"])
+
+    def _note_unseen(self, unseen: int, total: int) -> None:
+        """Words no sub-token of which the model sees, summed over the splits encoded in this run
+        (said beside the count of cut sentences, `notices`)."""
+        done, words = self.__dict__.get("_unseen", (0, 0))
+        self.__dict__["_unseen"] = (done + unseen, words + total)
+
+    def notices(self) -> dict[str, str]:
+        lines = super().notices()
+        unseen, total = self.__dict__.get("_unseen", (0, 0))
+        if unseen:
+            lines["unseen words"] = (f"{unseen} of {total} words are never seen by the model (past "
+                                     f"task.max_length={self.max_length} tokens, or no sub-token): not "
+                                     f"trained on, and scored as tagged {OUTSIDE} against their gold tags")
+        return lines
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
-        from transformers import DataCollatorForTokenClassification
+        return WordCollator(tokenizer)
 
-        return DataCollatorForTokenClassification(tokenizer, return_tensors="pt")
+    def model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in batch.items() if k not in ("labels", WORD_INDEX)}
 
     # --- loss and evaluation -------------------------------------------------------------------
     def units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(b,) tagged words: the loss is a mean over words, as Trainer's is over the batch."""
         return (batch["labels"] != IGNORE).sum(-1)
 
+    @staticmethod
+    def tag_logits(outputs: Any, width: int) -> torch.Tensor:
+        """(b, width, c): the logits of the input's own positions. PEFT's soft prompts (prompt
+        tuning, p-tuning) come first and get logits too; kept, they shifted every tag by the
+        virtual tokens (a traceback in the loss)."""
+        return outputs.logits[:, -width:]
+
     def loss(self, outputs: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        logits, labels = outputs.logits.float(), batch["labels"]  # (b, t, c), (b, t)
+        labels = batch["labels"]  # (b, t)
+        logits = self.tag_logits(outputs, labels.shape[1]).float()  # (b, t, c)
         per_token = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
         return per_token.sum(-1)  # (b,)
 
     def outputs(self, outputs: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {"preds": outputs.logits.argmax(-1), "labels": batch["labels"]}
+        return {"preds": self.tag_logits(outputs, batch["labels"].shape[1]).argmax(-1), WORD_INDEX: batch[WORD_INDEX]}
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
-        true, pred = [], []
-        for p_row, l_row in zip(outputs["preds"], outputs["labels"]):
-            keep = l_row != IGNORE
-            names = self.label_names or []
-            true.append([names[i] for i in l_row[keep]])
-            pred.append([names[i] for i in p_row[keep]])
+        """Every gold word of every sentence (the raw split's tags), against the prediction at
+        its first sub-token, or `O` where the model never saw it (see the module's docstring)."""
+        names = self.label_names or []
+        true = [[names[i] for i in tags] for tags in raw["tags"]]
+        pred = [word_tags(p_row, w_row, len(gold), names)
+                for p_row, w_row, gold in zip(outputs["preds"], outputs[WORD_INDEX], true)]
         return entity_scores(true, pred)
 
     # --- prediction ----------------------------------------------------------------------------
@@ -288,8 +367,8 @@ class Ner(Task):
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
         """Per row its words (`tokens`: a list, or a string split at white space) and one tag per
-        word. Words past task.max_length sub-tokens are not seen by the model: `tagged` says how
-        many were, and the rest are left untagged (None)."""
+        word. Words the model does not see (past task.max_length sub-tokens) are tagged `O`, as
+        the scorer counts them; `tagged` says how many words it saw, where that is fewer."""
         self.predict_fields(model)
         out = []
         device = next(model.parameters()).device
@@ -298,11 +377,10 @@ class Ner(Task):
             enc = tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.max_length,
                             return_tensors="pt")
             with torch.no_grad():
-                ids = model(**{k: v.to(device) for k, v in enc.items()}).logits[0].argmax(-1).tolist()
-            tags: list[str | None] = [None] * len(words)
-            for position, word in enumerate(enc.word_ids(0)):
-                if word is not None and tags[word] is None:
-                    tags[word] = self.labels[ids[position]]
-            seen = sum(t is not None for t in tags)
+                outputs = model(**{k: v.to(device) for k, v in enc.items()})
+                ids = self.tag_logits(outputs, enc["input_ids"].shape[1])[0].argmax(-1).tolist()
+            firsts = first_words(enc.word_ids(0))
+            tags = word_tags(ids, firsts, len(words), self.labels)
+            seen = sum(w != IGNORE for w in firsts)
             out.append({"tokens": words, "tags": tags, **({"tagged": seen} if seen < len(words) else {})})
         return out
