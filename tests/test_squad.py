@@ -3,6 +3,7 @@ span post-processing on hand-made contexts, and bad SQuAD files."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -111,6 +112,47 @@ def test_post_processing_picks_the_answer_from_the_second_window() -> None:
     (short,) = best_spans(start, end, offsets, np.array([0, 0]), [context], n_best=20, max_answer_length=1)
     assert short.text == "Marie"  # a 2-token span is too long: window 0's "Marie" (2.0 + 2.5) wins
 
+
+@functools.lru_cache(maxsize=None)
+def _tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / name))
+    tok.pad_token = tok.pad_token or tok.eos_token
+    return tok
+
+
+# contexts where a span's characters are easy to get wrong: odd whitespace, non-Latin text, the
+# answer as the context's last characters, and (with 20-token windows) in a later window only
+HARD_CONTEXTS = [
+    ("Alpha beta gamma. The answer comes at the very end: Curie", "Curie"),
+    ("Alpha\u00a0beta. Marie\u00a0Curie\u3000was\there.\r\n\n  Then more text follows it.", "Marie\u00a0Curie"),
+    ("Éloïse met Ægir in Köln 🙂 and Zoë in 東京 on Tuesday, then went home again.", "Köln"),
+    (" ".join(["filler words go here"] * 12) + "\n\n The answer:  (1990).\n", "(1990)."),
+]
+
+
+@pytest.mark.parametrize("tok_name", ["bert-base-uncased", "roberta-base", "bart-base", "gpt2"])
+@pytest.mark.parametrize("context, answer", HARD_CONTEXTS, ids=["end", "whitespace", "unicode", "later-window"])
+def test_the_labelled_span_comes_back_as_the_answer_text_exactly(tok_name: str, context: str, answer: str) -> None:
+    """Windows, labels and span search together, for every tokenizer kind (WordPiece, byte-level
+    BPE with and without trim_offsets): logits that point at each window's labelled tokens give
+    the gold answer's characters back, nothing more (GPT-2's offsets hold the space before a
+    word: its spans came back as " Curie")."""
+    from toolkit.tasks._qa import WindowCollator
+
+    tok = _tokenizer(tok_name)
+    gold = {"text": [answer], "answer_start": [context.index(answer)]}
+    feats = window_features(tok, ["Who is it?"], [context], [gold], max_length=20 + 12 * (len(context) < 200), stride=4)
+    batch = WindowCollator(tok)([{k: feats[k][i] for k in feats} for i in range(len(feats["input_ids"]))])
+    start, end = np.zeros(batch["input_ids"].shape), np.zeros(batch["input_ids"].shape)  # (windows, t)
+    for w, (s, e) in enumerate(zip(feats["start_positions"], feats["end_positions"])):
+        start[w, s], end[w, e] = (5.0, 5.0) if s else (0.0, 0.0)
+    if len(context) > 200:  # the long context: its answer is in a later window, not the first
+        assert len(feats["input_ids"]) > 2 and feats["start_positions"][0] == 0
+    (best,) = best_spans(start, end, batch["offsets"].numpy(), batch["example_index"].numpy(), [context],
+                         n_best=20, max_answer_length=30)
+    assert best.text == answer
 
 def _squad_file(path: Path, articles: int = 4, bad: bool = False) -> Path:
     data = []

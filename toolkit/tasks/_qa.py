@@ -24,7 +24,12 @@ def window_features(tokenizer: Any, questions: list[str], contexts: list[str],
                     answers: list[dict], max_length: int, stride: int) -> dict[str, list]:
     """Tokenised windows of (question, context) with offsets (-1 outside the context) and the
     labelled start/end token of the first gold answer, or the first token when the window does
-    not hold the whole answer (or there is none)."""
+    not hold the whole answer (or there is none).
+
+    A context token's offsets are those of its characters less the whitespace around them
+    (`_trimmed`): byte-level BPE without trim_offsets (GPT-2's) folds the space before a word into
+    its token, and a span cut at those offsets came back as " Curie" in predictions and in the
+    answers file the official script reads."""
     pad_right = tokenizer.padding_side == "right"
     enc = tokenizer([q.lstrip() for q in questions] if pad_right else contexts,
                     contexts if pad_right else [q.lstrip() for q in questions],
@@ -36,7 +41,8 @@ def window_features(tokenizer: Any, questions: list[str], contexts: list[str],
     for i, offsets in enumerate(enc["offset_mapping"]):
         example = enc["overflow_to_sample_mapping"][i]
         seq = enc.sequence_ids(i)
-        offsets = [list(o) if s == context_side else [-1, -1] for o, s in zip(offsets, seq)]
+        context = contexts[example]
+        offsets = [_trimmed(context, *o) if s == context_side else [-1, -1] for o, s in zip(offsets, seq)]
         start, end = _label(offsets, answers[example])
         out["offsets"].append(offsets)
         out["start_positions"].append(start)
@@ -47,12 +53,26 @@ def window_features(tokenizer: Any, questions: list[str], contexts: list[str],
     return out
 
 
+def _trimmed(context: str, first: int, last: int) -> list[int]:
+    """[first, last) without the whitespace at either end; [-1, -1] (no place a span can start
+    or end) for a token of whitespace alone, such as a byte-level token of line breaks."""
+    while first < last and context[first].isspace():
+        first += 1
+    while last > first and context[last - 1].isspace():
+        last -= 1
+    return [first, last] if first < last else [-1, -1]
+
+
 def _label(offsets: list[list[int]], answer: dict) -> tuple[int, int]:
-    """Token positions of the first answer's characters in this window; (0, 0) if not all in it."""
+    """Token positions of the first answer's characters (less the whitespace around them) in
+    this window; (0, 0) if not all in it."""
     if not answer["text"]:
         return 0, 0
-    first = answer["answer_start"][0]
-    last = first + len(answer["text"][0])  # exclusive
+    text = answer["text"][0]
+    first = answer["answer_start"][0] + len(text) - len(text.lstrip())
+    last = answer["answer_start"][0] + len(text.rstrip())  # exclusive
+    if first >= last:  # an answer of whitespace alone: no token holds it
+        return 0, 0
     inside = [i for i, (a, _) in enumerate(offsets) if a >= 0]  # context tokens
     if not inside or offsets[inside[0]][0] > first or offsets[inside[-1]][1] < last:
         return 0, 0
