@@ -69,6 +69,32 @@ def test_a_target_written_without_spaces_refuses_a_space_based_bleu_tokenizer(la
     Translation(subset="custom", eval_file="x.jsonl", target_lang="de", bleu_tokenize="13a").check()
 
 
+@pytest.mark.parametrize("summary, refused", [
+    ("Мария рассказала Ивану о поездке в Москву.", True),
+    ("玛丽告诉约翰她去了北京。", True),
+    ("Ο Γιάννης πήγε στην Αθήνα με τη Μαρία.", True),
+    ("Marie a raconté à Jean son voyage à Paris, où elle était allée.", False),
+    ("Mary told John about her trip to Moscow.", False),
+], ids=["russian", "chinese", "greek", "french", "english"])
+def test_summaries_rouge_cannot_tokenize_are_refused_before_training(tmp_path: Path, summary: str,
+                                                                      refused: bool) -> None:
+    """Finding: rouge-score keeps a-z and 0-9 alone, so a summary in Cyrillic, Chinese or Greek
+    that equals its reference scored ROUGE 0 (exit 0). Such references are refused at load;
+    accented Latin text (some letters dropped, on both sides alike) still scores."""
+    from toolkit.tasks.summarization import Summarization
+
+    assert (rouge([summary], [summary])["rouge1"] == 0.0) == refused  # why: rouge-score's own tokens
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({"source": f"Dialogue {i}: {summary}", "target": summary},
+                                       ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
+    task = Summarization(subset="custom", eval_file=str(path))
+    if refused:
+        with pytest.raises(UserError, match=r"task.eval_file: 100% of the letters in the reference summaries "
+                                            r"of .*s.jsonl are outside a-z and 0-9, which ROUGE's tokenizer"):
+            task.load()
+    else:
+        assert len(task.load()["eval"][""]) == 3
+
 def _gz(path: Path, lines: list[str]) -> Path:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))
