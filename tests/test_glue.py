@@ -130,3 +130,41 @@ def test_bad_label_and_missing_column_name_file_and_line(tmp_path: Path) -> None
         task.load()
 
 
+
+
+# a head trained with GLUE's labels in another id order (roberta-large-mnli's first), one per head layout
+LABEL_ORDERS = [("bert", "mnli", ["CONTRADICTION", "NEUTRAL", "ENTAILMENT"]),
+                ("gpt2", "mnli", ["neutral", "contradiction", "entailment"]),
+                ("bart", "qnli", ["NOT_ENTAILMENT", "ENTAILMENT"])]
+
+
+@pytest.mark.parametrize("family, subset, theirs", LABEL_ORDERS, ids=[f"{f}-{s}" for f, s, _ in LABEL_ORDERS])
+def test_a_checkpoint_with_the_labels_in_another_order_predicts_the_same_labels(
+        tmp_path: Path, tiny_checkpoint, family: str, subset: str, theirs: list[str]) -> None:
+    """Finding: the task's id2label replaced the checkpoint's, so a head trained with contradiction
+    at id 0 had every "contradiction" read as "entailment" (accuracy wrong, exit 0). Loaded for the
+    task, each example gets the label the checkpoint itself gives it, under the task's ids (as
+    run_glue maps labels to the model's ids), whatever the head's layout."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from toolkit import models
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint(family))
+    torch.manual_seed(0)
+    theirs_model = AutoModelForSequenceClassification.from_pretrained(
+        tiny_checkpoint(family), id2label=dict(enumerate(theirs)), label2id={n: i for i, n in enumerate(theirs)},
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id).eval()
+    theirs_model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    task = Glue(subset=subset)
+    ours, _ = models.load(str(tmp_path / "m"), "sequence-classification", task.head_kwargs())
+    texts = ["A man plays a guitar on stage.", "Nobody is here.", "The cat sat on the mat."]
+    with torch.no_grad():
+        pairs = tok(*[texts] * len(task.text_columns), padding=True, return_tensors="pt")  # as classify reads them
+        ids = theirs_model(**pairs).logits.argmax(-1).tolist()
+    want = [theirs[i] for i in ids]
+    assert [w.lower() for w in want] != [task.label_names[i] for i in ids]  # their ids read as the task's: wrong
+    got = [p["label"] for p in task.classify(ours.eval(), tok, [{c: t for c in task.text_columns} for t in texts])]
+    assert [g.lower() for g in got] == [w.lower() for w in want]
+    assert [ours.config.id2label[i] for i in range(task.num_labels)] == task.label_names
