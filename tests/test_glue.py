@@ -168,3 +168,35 @@ def test_a_checkpoint_with_the_labels_in_another_order_predicts_the_same_labels(
     got = [p["label"] for p in task.classify(ours.eval(), tok, [{c: t for c in task.text_columns} for t in texts])]
     assert [g.lower() for g in got] == [w.lower() for w in want]
     assert [ours.config.id2label[i] for i in range(task.num_labels)] == task.label_names
+
+
+def _submission(task: Glue, tmp_path: Path) -> dict[str, list[str]]:
+    """task.submission with a stand-in classifier that answers each label name in turn."""
+    names = task.label_names
+    task.classify = lambda model, tok, rows: [{"label": names[i % len(names)]} for i in range(len(rows))]
+    written = task.submission(lambda: (None, None), tmp_path / "sub")
+    return {p.name: p.read_text().splitlines() for p in written}
+
+
+def test_mnli_submission_holds_both_test_sets_and_the_diagnostic_in_glues_label_names(tmp_path: Path) -> None:
+    """Finding: --glue-test for MNLI wrote MNLI-m.tsv and MNLI-mm.tsv but no AX.tsv, which the
+    GLUE server reads (the diagnostic set, predicted by the MNLI model) with every submission."""
+    mnli, diagnostic = tmp_path / "glue" / "MNLI", tmp_path / "glue" / "diagnostic"
+    mnli.mkdir(parents=True)
+    test_header = "\t".join(MNLI_HEADER.split("\t")[:10])
+    for name in ("test_matched.tsv", "test_mismatched.tsv"):
+        (mnli / name).write_text("\n".join([test_header] + [_mnli_row(i, "")[:-2].rstrip("\t") for i in range(4)]) + "\n")
+    task = Glue(subset="mnli", data_dir=str(tmp_path))
+    with pytest.raises(UserError, match=r"--glue-test: .*glue/diagnostic/diagnostic.tsv is not there \(the "
+                                        r"diagnostic set, whose AX.tsv the GLUE server reads"):
+        _submission(task, tmp_path)
+    assert not (tmp_path / "sub").exists()  # refused before anything is written
+    diagnostic.mkdir()
+    (diagnostic / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tA dog.\tAn animal.\n1\tX.\tY.\n")
+    files = _submission(task, tmp_path)
+    assert sorted(files) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"]
+    assert files["AX.tsv"] == ["index\tprediction", "0\tentailment", "1\tneutral"]
+    assert files["MNLI-m.tsv"][1:] == ["0\tentailment", "1\tneutral", "2\tcontradiction", "3\tentailment"]
+    (diagnostic / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tA dog.\tAn animal.\n1\tX.\n")
+    with pytest.raises(UserError, match=r"diagnostic.tsv:3: expected at least 3 columns, got 2"):
+        _submission(task, tmp_path)
