@@ -200,3 +200,23 @@ def test_mnli_submission_holds_both_test_sets_and_the_diagnostic_in_glues_label_
     (diagnostic / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tA dog.\tAn animal.\n1\tX.\n")
     with pytest.raises(UserError, match=r"diagnostic.tsv:3: expected at least 3 columns, got 2"):
         _submission(task, tmp_path)
+
+
+@pytest.mark.parametrize("task, said", [
+    (Glue(subset="mrpc"), "F1 of label 'equivalent' (id 1) as the positive class"),
+    (Glue(subset="qqp"), "F1 of label 'duplicate' (id 1) as the positive class"),
+    (Glue(subset="sst2"), None), (Glue(subset="stsb"), None),
+    ("positive,negative", "F1 of label 'negative' (id 1) as the positive class"),
+    ("a,b,c", "macro F1: the unweighted mean of the 3 labels' F1"),
+], ids=["mrpc", "qqp", "sst2", "stsb", "own-two", "own-three"])
+def test_metrics_json_says_which_f1_it_is(task, said: str | None) -> None:
+    """F1 over two labels is label id 1's alone; with a user's labels (as `labels:` orders them)
+    that can be the class not meant, so metrics.json names it, and the score is that class's."""
+    from toolkit.tasks.text_classification import TextClassification
+
+    if isinstance(task, str):
+        task = TextClassification(train_file="x.csv", eval_file="x.csv", labels=task.split(","),
+                                  metrics=["f1", "accuracy"])
+    assert task.metric_info().get("f1") == said
+    if said and "(id 1)" in said:  # predicted all label 1 on labels [1, 0]: F1 of label 1 = 2/3
+        assert task.compute_metrics([1, 1], [1, 0])["f1"] == pytest.approx(2 / 3)
