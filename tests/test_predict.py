@@ -196,3 +196,25 @@ def test_own_data_text_to_text_predicts_by_the_field_found_in_the_file(tmp_path:
     (row,) = [json.loads(line) for line in out.splitlines() if line.startswith("{")]  # after the run's own lines
     assert set(row) == {"transcript", "prediction"} and row["transcript"] == "A: lunch at noon? B: sure"
     assert toolkit.predict(run.dir, [{"transcript": "A: lunch at noon? B: sure"}]) == [row]
+
+
+@pytest.mark.parametrize("text", ["line\u2028separator", "para\u2029graph", "next\u0085line",
+                                  "tab\tnew\nline \"quoted\", 'comma' é 東京 🙂"],
+                         ids=["u2028", "u2029", "nel", "tab-newline-quotes-unicode"])
+def test_predictions_written_read_back_one_row_per_line_as_they_were(tmp_path: Path, monkeypatch, text: str) -> None:
+    """Finding: json.dumps(ensure_ascii=False) leaves U+2028, U+2029 and NEL raw, which
+    str.splitlines() (and JSONL readers that follow it) break a line at: a prediction holding one
+    came back as two broken rows. Every predicted text reads back whole, one row per line."""
+    from types import SimpleNamespace
+
+    from toolkit import inference
+
+    rows = [{"source": text, "prediction": text + "!"}, {"source": "plain", "prediction": ""}]
+    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=())
+    monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
+    monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists: rows)
+    out = tmp_path / "out.jsonl"
+    assert inference.predict_run(tmp_path, "-", str(out)) == 2
+    written = out.read_text(encoding="utf-8")
+    assert [json.loads(line) for line in written.splitlines()] == rows
+    assert all(ch in written for ch in text if ord(ch) > 127 and ch not in inference.LINE_BREAKS)  # as written

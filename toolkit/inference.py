@@ -318,7 +318,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
                             "inputs with their predictions: give another file")
     recipe, model, tok, names = _predicting_run(run)
     out = recipe.task.predict(model, tok, read_inputs(source, names, recipe.task.predict_word_lists))
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
+    text = "".join(jsonl_line(r) for r in out)
     if output:
         partial = Path(output).with_name(f".{Path(output).name}.partial")
         try:  # whole or nothing: a full disk leaves no cut-short file at --output
@@ -330,6 +330,20 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     else:
         sys.stdout.write(text)
     return len(out)
+
+
+LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def jsonl_line(row: dict) -> str:
+    """One JSON line, text kept as written (ensure_ascii off), except the characters that
+    Python's str.splitlines() and some JSONL readers break a line at besides \\n (NEL, U+2028,
+    U+2029: json.dumps leaves them raw), which are escaped: a generated text or a context holding
+    one was read back as two broken rows."""
+    line = json.dumps(row, ensure_ascii=False)
+    for raw, escaped in LINE_BREAKS.items():
+        line = line.replace(raw, escaped)
+    return line + "\n"
 
 
 def glue_test(run: Path, out_dir: Path) -> list[Path]:
