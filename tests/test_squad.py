@@ -325,3 +325,28 @@ def test_v2_recipe_writes_what_the_official_script_reads_and_it_gives_the_run_sc
     best, _ = best_null_threshold(per_question, [na_prob[i] for i in ids], [bool(golds[i]) for i in ids],
                                   [bool(answers[i]) for i in ids])
     assert best == pytest.approx(scores["best_exact"])
+
+
+@pytest.mark.parametrize("tok_name", ["bert-base-uncased", "roberta-base", "bart-base", "gpt2"])
+def test_a_question_longer_than_a_window_allows_is_cut_and_its_answer_still_found(tok_name: str) -> None:
+    """Finding: a question leaving a window no more than task.doc_stride context tokens stopped
+    the run with a Rust panic from the tokenizer (a traceback, as in run_qa.py). It is cut to its
+    first tokens that fit (as BERT's run_squad cuts at max_query_length), said once with the
+    count, and the windows still slide over the whole context."""
+    from datasets import Dataset
+
+    from toolkit.tasks.squad import Squad
+
+    tok = _tokenizer(tok_name)
+    long_question = "Which of the many people named in this rather long question " * 8 + "is it?"
+    rows = [{"question": q, "context": CONTEXT, "answers": {"text": ["Marie Curie"],
+             "answer_start": [CONTEXT.index("Marie Curie")]}} for q in (long_question, "Who is it?")]
+    task = Squad(max_length=48, doc_stride=16, mode="extractive")
+    task.model_head("bert")
+    feats = task.encode(Dataset.from_list(rows), tok)
+    assert max(len(ids) for ids in feats["input_ids"]) <= 48
+    assert all(sum(o[0] >= 0 for o in offsets) > 16 for offsets in feats["offsets"])  # context beside it
+    for example in (0, 1):  # the answer labelled in some window of each question
+        assert any(s for s, e in zip(feats["start_positions"], feats["example_index"]) if e == example)
+    (line,) = [v for k, v in task.notices().items() if k == "cut questions"]
+    assert line.startswith("1 of 2 questions cut to their first ") and "task.doc_stride=16" in line

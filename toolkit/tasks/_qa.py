@@ -31,8 +31,8 @@ def window_features(tokenizer: Any, questions: list[str], contexts: list[str],
     its token, and a span cut at those offsets came back as " Curie" in predictions and in the
     answers file the official script reads."""
     pad_right = tokenizer.padding_side == "right"
-    enc = tokenizer([q.lstrip() for q in questions] if pad_right else contexts,
-                    contexts if pad_right else [q.lstrip() for q in questions],
+    questions, _, _ = cut_questions(tokenizer, questions, max_length, stride)
+    enc = tokenizer(questions if pad_right else contexts, contexts if pad_right else questions,
                     truncation="only_second" if pad_right else "only_first", max_length=max_length,
                     stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True)
     context_side = 1 if pad_right else 0
@@ -51,6 +51,33 @@ def window_features(tokenizer: Any, questions: list[str], contexts: list[str],
     if "token_type_ids" in enc:
         out["token_type_ids"] = enc["token_type_ids"]
     return out
+
+
+def question_room(tokenizer: Any, max_length: int, stride: int) -> int:
+    """The most question tokens a window can hold: the context side must keep more than `stride`
+    tokens, or the tokenizer cannot slide its windows (a Rust panic, a traceback, in run_qa.py
+    as here) for one long question."""
+    return max_length - tokenizer.num_special_tokens_to_add(pair=True) - stride - 1
+
+
+def cut_questions(tokenizer: Any, questions: list[str], max_length: int, stride: int) -> tuple[list[str], int, int]:
+    """(questions without leading space, how many were cut, the room): each question whole where
+    it fits `question_room`, else its first tokens that do (BERT's run_squad cuts a question at
+    max_query_length), so that the windows still hold its context instead of the run stopping."""
+    room = question_room(tokenizer, max_length, stride)
+    out = [q.lstrip() for q in questions]
+    enc = tokenizer(out, add_special_tokens=False, return_offsets_mapping=True)
+    cut = 0
+    for i, ids in enumerate(enc["input_ids"]):
+        if len(ids) <= room:
+            continue
+        cut += 1
+        for keep in range(room, 0, -1):  # a prefix can tokenize longer than it did inside the text
+            text = out[i][:enc["offset_mapping"][i][keep - 1][1]].rstrip()
+            if len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= room:
+                break
+        out[i] = text
+    return out, cut, room
 
 
 def _trimmed(context: str, first: int, last: int) -> list[int]:
