@@ -293,6 +293,62 @@ def test_decoder_only_loss_takes_the_logits_of_target_positions_only(tiny_checkp
     assert torch.allclose(ours, theirs, rtol=1e-5) and bool((ours > 0).all())
 
 
+def _successor_gpt2(path: str, edges: dict[int, int]):
+    """A tiny GPT-2 that, greedily, follows token t with edges[t]: attention and MLP outputs
+    zeroed (the last hidden state is the token's own embedding), positions zeroed, and an
+    untied LM head whose row edges[t] holds token t's normalised embedding."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("attn.c_proj.weight", "attn.c_proj.bias", "mlp.c_proj.weight", "mlp.c_proj.bias", "wpe.weight")):
+                param.zero_()
+        table = model.transformer.wte.weight
+        head = torch.zeros_like(table)
+        for t, following in edges.items():
+            head[following] += 10 * model.transformer.ln_f(table[t])
+    model.lm_head.weight = torch.nn.Parameter(head)
+    return model
+
+
+@pytest.mark.parametrize("method", ["full", "prompt_tuning"])
+def test_no_repeat_ngram_bans_repeats_within_the_output_not_the_prompts_words(tiny_checkpoint, method: str) -> None:
+    """Finding: transformers bans every n-gram of generate's input_ids, which for a decoder-only
+    model begin with the prompt, so `no_repeat_ngram_size: 3` (the SAMSum recipes') forbade a GPT-2
+    summary any three words of its dialogue; an encoder-decoder's output is only checked
+    against itself. The prompt here ends "20" and holds "20 21 22": the model continues 21 22
+    23 20, which repeats nothing of its own; transformers' own ban turned 22 into another token.
+    Repeats within the output are still banned."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint("gpt2")
+    model = _successor_gpt2(path, {**{t: t + 1 for t in range(19, 30) if t != 23}, 23: 20})  # 20 21 22 23 20 ...
+    if method == "prompt_tuning":  # virtual tokens come first: the continuation still starts after the prompt
+        from peft import PromptTuningConfig, get_peft_model
+
+        model = get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4))
+    task = Summarization(generation=Generation(no_repeat_ngram_size=3, max_new_tokens=4))
+    task.model_head("gpt2")
+    task._tokenizer = AutoTokenizer.from_pretrained(path)
+    task._tokenizer.pad_token = task._tokenizer.eos_token
+    prompt = torch.tensor([[5, 20, 21, 22, 7, 20]])
+    batch = {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)}
+    if method == "full":  # transformers' ban on the whole sequence: 22 was in the prompt after "20 21"
+        theirs = model.generate(input_ids=prompt, attention_mask=batch["prompt_mask"], max_new_tokens=4,
+                                no_repeat_ngram_size=3, do_sample=False, pad_token_id=50256)
+        assert theirs[0, 6:8].tolist()[0] == 21 and theirs[0, 7].item() != 22
+    assert task.generate(model, batch)[0].tolist() == [21, 22, 23, 20]
+    task.generation.max_new_tokens = 8  # its own repeats are still banned: 20 21 22 once in the output
+    cycle = torch.tensor([[5, 19]])
+    out = task.generate(model, {"prompt_ids": cycle, "prompt_mask": torch.ones_like(cycle)})[0].tolist()
+    assert out[:6] == [20, 21, 22, 23, 20, 21] and out[6] != 22
+
 @pytest.mark.parametrize("name, family", [(n, f) for n in ("summarization", "translation", "squad")
                                           for f in ("gpt2", "bart")])
 def test_every_sequence_fits_the_positions_when_the_check_passes(name: str, family: str) -> None:

@@ -262,6 +262,9 @@ class TextToText(TokenTask):
         kwargs = {**self.generation.kwargs(), "pad_token_id": tok.pad_token_id}
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
+            size = kwargs.pop("no_repeat_ngram_size")
+            if size:  # within the continuation, as an encoder-decoder's decoder has it
+                kwargs["logits_processor"] = continuation_no_repeat(size, ids.shape[1])
             out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
             return out[:, ids.shape[1]:]  # (b, new) left padding: every prompt ends at the same column
         return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
@@ -331,6 +334,25 @@ class TextToText(TokenTask):
                                            clean_up_tokenization_spaces=True)
             found.update(zip(batch["example_index"].tolist(), (t.strip() for t in texts)))
         return [found[i] for i in range(len(raw))]
+
+
+def continuation_no_repeat(size: int, start: int) -> Any:
+    """transformers' NoRepeatNGramLogitsProcessor over the tokens from column `start` on.
+
+    `generate` bans every n-gram of `input_ids`, and a decoder-only model's input_ids begin with
+    the prompt (and its left padding): `no_repeat_ngram_size: 3` forbade a GPT-2 summary every
+    three words of the dialogue it summarises (names, phrases a summary copies), where for an
+    encoder-decoder the same setting bans only repeats within the output. Left padding puts every
+    prompt's end at one column, so the continuation starts at `start` in every row and beam."""
+    from transformers import LogitsProcessor, LogitsProcessorList, NoRepeatNGramLogitsProcessor
+
+    class Continuation(LogitsProcessor):
+        inner = NoRepeatNGramLogitsProcessor(size)
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            return self.inner(input_ids[:, start:], scores)
+
+    return LogitsProcessorList([Continuation()])
 
 
 class TextToTextCollator:
