@@ -486,8 +486,9 @@ def follow_label_order(model: Any, theirs: list[str], task: list[str], info: dic
     lower = [n.lower() for n in theirs]
     if lower == [n.lower() for n in task] or sorted(lower) != sorted(n.lower() for n in task) or len(set(lower)) < len(lower):
         return
-    layers = [(name, m) for name, m in model.named_modules()
-              if isinstance(m, torch.nn.Linear) and m.out_features == len(task)]
+    layers = [(name, m) for name, m in model.named_modules()  # the head's output layer, nothing of the body
+              if isinstance(m, torch.nn.Linear) and m.out_features == len(task)
+              and set(name.split(".")) & set(HEAD_MODULES)]
     new = set(info.get("missing_keys") or []) | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or []}
     if not layers or any(k.startswith(layers[-1][0] + ".") for k in new):
         return  # a new head: nothing was trained in the checkpoint's order
