@@ -349,6 +349,32 @@ def test_no_repeat_ngram_bans_repeats_within_the_output_not_the_prompts_words(ti
     out = task.generate(model, {"prompt_ids": cycle, "prompt_mask": torch.ones_like(cycle)})[0].tolist()
     assert out[:6] == [20, 21, 22, 23, 20, 21] and out[6] != 22
 
+@pytest.mark.parametrize("setting, value", [("min_new_tokens", 5), ("min_length", 6)])
+def test_a_checkpoints_length_constraints_do_not_reach_generation(tiny_checkpoint, setting: str, value: int) -> None:
+    """Finding: `generate` starts from the checkpoint's generation_config, so one saved with a
+    minimum length (bart-large-cnn's min_length 56) kept the end of text off every output shorter
+    than that, whatever the recipe's generation settings (exit 0). The model here ends after 22."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint("gpt2")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = _successor_gpt2(path, {19: 20, 20: 21, 21: 22, 22: tok.eos_token_id})
+    prompt = torch.tensor([[5, 19]])
+    plain = dict(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False,
+                 pad_token_id=tok.eos_token_id)
+    setattr(model.generation_config, setting, value)
+    assert len(model.generate(**plain)[0]) > 6  # transformers keeps the checkpoint's minimum
+    task = Summarization(generation=Generation(max_new_tokens=6))
+    task.model_head("gpt2")
+    task._tokenizer = tok
+    tok.pad_token = tok.eos_token
+    out = task.generate(model, {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)})[0].tolist()
+    assert out == [20, 21, 22, tok.eos_token_id]
+
 @pytest.mark.parametrize("name, family", [(n, f) for n in ("summarization", "translation", "squad")
                                           for f in ("gpt2", "bart")])
 def test_every_sequence_fits_the_positions_when_the_check_passes(name: str, family: str) -> None:

@@ -43,9 +43,18 @@ class Generation:
     no_repeat_ngram_size: int = field(default=0, metadata={"min": 0, "max": 16})
 
     def kwargs(self) -> dict[str, Any]:
+        """These settings, and the length and repetition constraints a recipe cannot set unset
+        (`UNSET`): `generate` starts from the checkpoint's generation_config, so a checkpoint
+        saved with, say, bart-large-cnn's min_length 56 forced every summary to 56 tokens."""
         return {"num_beams": self.num_beams, "length_penalty": self.length_penalty,
                 "max_new_tokens": self.max_new_tokens, "no_repeat_ngram_size": self.no_repeat_ngram_size,
-                "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1}
+                "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1, **UNSET}
+
+
+# generation_config fields that change which text is chosen and that no recipe setting names
+# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's)
+UNSET = dict.fromkeys(("min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
+                       "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty"))
 
 
 def read_records(path: Path, fields: tuple[str, ...] | None = None,
