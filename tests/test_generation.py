@@ -69,6 +69,32 @@ def test_a_target_written_without_spaces_refuses_a_space_based_bleu_tokenizer(la
     Translation(subset="custom", eval_file="x.jsonl", target_lang="de", bleu_tokenize="13a").check()
 
 
+@pytest.mark.parametrize("summary, refused", [
+    ("Мария рассказала Ивану о поездке в Москву.", True),
+    ("玛丽告诉约翰她去了北京。", True),
+    ("Ο Γιάννης πήγε στην Αθήνα με τη Μαρία.", True),
+    ("Marie a raconté à Jean son voyage à Paris, où elle était allée.", False),
+    ("Mary told John about her trip to Moscow.", False),
+], ids=["russian", "chinese", "greek", "french", "english"])
+def test_summaries_rouge_cannot_tokenize_are_refused_before_training(tmp_path: Path, summary: str,
+                                                                      refused: bool) -> None:
+    """Finding: rouge-score keeps a-z and 0-9 alone, so a summary in Cyrillic, Chinese or Greek
+    that equals its reference scored ROUGE 0 (exit 0). Such references are refused at load;
+    accented Latin text (some letters dropped, on both sides alike) still scores."""
+    from toolkit.tasks.summarization import Summarization
+
+    assert (rouge([summary], [summary])["rouge1"] == 0.0) == refused  # why: rouge-score's own tokens
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({"source": f"Dialogue {i}: {summary}", "target": summary},
+                                       ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
+    task = Summarization(subset="custom", eval_file=str(path))
+    if refused:
+        with pytest.raises(UserError, match=r"task.eval_file: 100% of the letters in the reference summaries "
+                                            r"of .*s.jsonl are outside a-z and 0-9, which ROUGE's tokenizer"):
+            task.load()
+    else:
+        assert len(task.load()["eval"][""]) == 3
+
 def _gz(path: Path, lines: list[str]) -> Path:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))
@@ -266,6 +292,88 @@ def test_decoder_only_loss_takes_the_logits_of_target_positions_only(tiny_checkp
     ours, theirs = token_losses(kept, batch["labels"], shift=True), token_losses(full, batch["labels"], shift=True)
     assert torch.allclose(ours, theirs, rtol=1e-5) and bool((ours > 0).all())
 
+
+def _successor_gpt2(path: str, edges: dict[int, int]):
+    """A tiny GPT-2 that, greedily, follows token t with edges[t]: attention and MLP outputs
+    zeroed (the last hidden state is the token's own embedding), positions zeroed, and an
+    untied LM head whose row edges[t] holds token t's normalised embedding."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("attn.c_proj.weight", "attn.c_proj.bias", "mlp.c_proj.weight", "mlp.c_proj.bias", "wpe.weight")):
+                param.zero_()
+        table = model.transformer.wte.weight
+        head = torch.zeros_like(table)
+        for t, following in edges.items():
+            head[following] += 10 * model.transformer.ln_f(table[t])
+    model.lm_head.weight = torch.nn.Parameter(head)
+    return model
+
+
+@pytest.mark.parametrize("method", ["full", "prompt_tuning"])
+def test_no_repeat_ngram_bans_repeats_within_the_output_not_the_prompts_words(tiny_checkpoint, method: str) -> None:
+    """Finding: transformers bans every n-gram of generate's input_ids, which for a decoder-only
+    model begin with the prompt, so `no_repeat_ngram_size: 3` (the SAMSum recipes') forbade a GPT-2
+    summary any three words of its dialogue; an encoder-decoder's output is only checked
+    against itself. The prompt here ends "20" and holds "20 21 22": the model continues 21 22
+    23 20, which repeats nothing of its own; transformers' own ban turned 22 into another token.
+    Repeats within the output are still banned."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint("gpt2")
+    model = _successor_gpt2(path, {**{t: t + 1 for t in range(19, 30) if t != 23}, 23: 20})  # 20 21 22 23 20 ...
+    if method == "prompt_tuning":  # virtual tokens come first: the continuation still starts after the prompt
+        from peft import PromptTuningConfig, get_peft_model
+
+        model = get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4))
+    task = Summarization(generation=Generation(no_repeat_ngram_size=3, max_new_tokens=4))
+    task.model_head("gpt2")
+    task._tokenizer = AutoTokenizer.from_pretrained(path)
+    task._tokenizer.pad_token = task._tokenizer.eos_token
+    prompt = torch.tensor([[5, 20, 21, 22, 7, 20]])
+    batch = {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)}
+    if method == "full":  # transformers' ban on the whole sequence: 22 was in the prompt after "20 21"
+        theirs = model.generate(input_ids=prompt, attention_mask=batch["prompt_mask"], max_new_tokens=4,
+                                no_repeat_ngram_size=3, do_sample=False, pad_token_id=50256)
+        assert theirs[0, 6:8].tolist()[0] == 21 and theirs[0, 7].item() != 22
+    assert task.generate(model, batch)[0].tolist() == [21, 22, 23, 20]
+    task.generation.max_new_tokens = 8  # its own repeats are still banned: 20 21 22 once in the output
+    cycle = torch.tensor([[5, 19]])
+    out = task.generate(model, {"prompt_ids": cycle, "prompt_mask": torch.ones_like(cycle)})[0].tolist()
+    assert out[:6] == [20, 21, 22, 23, 20, 21] and out[6] != 22
+
+@pytest.mark.parametrize("setting, value", [("min_new_tokens", 5), ("min_length", 6)])
+def test_a_checkpoints_length_constraints_do_not_reach_generation(tiny_checkpoint, setting: str, value: int) -> None:
+    """Finding: `generate` starts from the checkpoint's generation_config, so one saved with a
+    minimum length (bart-large-cnn's min_length 56) kept the end of text off every output shorter
+    than that, whatever the recipe's generation settings (exit 0). The model here ends after 22."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint("gpt2")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = _successor_gpt2(path, {19: 20, 20: 21, 21: 22, 22: tok.eos_token_id})
+    prompt = torch.tensor([[5, 19]])
+    plain = dict(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False,
+                 pad_token_id=tok.eos_token_id)
+    setattr(model.generation_config, setting, value)
+    assert len(model.generate(**plain)[0]) > 6  # transformers keeps the checkpoint's minimum
+    task = Summarization(generation=Generation(max_new_tokens=6))
+    task.model_head("gpt2")
+    task._tokenizer = tok
+    tok.pad_token = tok.eos_token
+    out = task.generate(model, {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)})[0].tolist()
+    assert out == [20, 21, 22, tok.eos_token_id]
 
 @pytest.mark.parametrize("name, family", [(n, f) for n in ("summarization", "translation", "squad")
                                           for f in ("gpt2", "bart")])

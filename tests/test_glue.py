@@ -130,3 +130,93 @@ def test_bad_label_and_missing_column_name_file_and_line(tmp_path: Path) -> None
         task.load()
 
 
+
+
+# a head trained with GLUE's labels in another id order (roberta-large-mnli's first), one per head layout
+LABEL_ORDERS = [("bert", "mnli", ["CONTRADICTION", "NEUTRAL", "ENTAILMENT"]),
+                ("gpt2", "mnli", ["neutral", "contradiction", "entailment"]),
+                ("bart", "qnli", ["NOT_ENTAILMENT", "ENTAILMENT"])]
+
+
+@pytest.mark.parametrize("family, subset, theirs", LABEL_ORDERS, ids=[f"{f}-{s}" for f, s, _ in LABEL_ORDERS])
+def test_a_checkpoint_with_the_labels_in_another_order_predicts_the_same_labels(
+        tmp_path: Path, tiny_checkpoint, family: str, subset: str, theirs: list[str]) -> None:
+    """Finding: the task's id2label replaced the checkpoint's, so a head trained with contradiction
+    at id 0 had every "contradiction" read as "entailment" (accuracy wrong, exit 0). Loaded for the
+    task, each example gets the label the checkpoint itself gives it, under the task's ids (as
+    run_glue maps labels to the model's ids), whatever the head's layout."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from toolkit import models
+
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint(family))
+    torch.manual_seed(0)
+    theirs_model = AutoModelForSequenceClassification.from_pretrained(
+        tiny_checkpoint(family), id2label=dict(enumerate(theirs)), label2id={n: i for i, n in enumerate(theirs)},
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id).eval()
+    theirs_model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    task = Glue(subset=subset)
+    ours, _ = models.load(str(tmp_path / "m"), "sequence-classification", task.head_kwargs())
+    texts = ["A man plays a guitar on stage.", "Nobody is here.", "The cat sat on the mat."]
+    with torch.no_grad():
+        pairs = tok(*[texts] * len(task.text_columns), padding=True, return_tensors="pt")  # as classify reads them
+        ids = theirs_model(**pairs).logits.argmax(-1).tolist()
+    want = [theirs[i] for i in ids]
+    assert [w.lower() for w in want] != [task.label_names[i] for i in ids]  # their ids read as the task's: wrong
+    got = [p["label"] for p in task.classify(ours.eval(), tok, [{c: t for c in task.text_columns} for t in texts])]
+    assert [g.lower() for g in got] == [w.lower() for w in want]
+    assert [ours.config.id2label[i] for i in range(task.num_labels)] == task.label_names
+
+
+def _submission(task: Glue, tmp_path: Path) -> dict[str, list[str]]:
+    """task.submission with a stand-in classifier that answers each label name in turn."""
+    names = task.label_names
+    task.classify = lambda model, tok, rows: [{"label": names[i % len(names)]} for i in range(len(rows))]
+    written = task.submission(lambda: (None, None), tmp_path / "sub")
+    return {p.name: p.read_text().splitlines() for p in written}
+
+
+def test_mnli_submission_holds_both_test_sets_and_the_diagnostic_in_glues_label_names(tmp_path: Path) -> None:
+    """Finding: --glue-test for MNLI wrote MNLI-m.tsv and MNLI-mm.tsv but no AX.tsv, which the
+    GLUE server reads (the diagnostic set, predicted by the MNLI model) with every submission."""
+    mnli, diagnostic = tmp_path / "glue" / "MNLI", tmp_path / "glue" / "diagnostic"
+    mnli.mkdir(parents=True)
+    test_header = "\t".join(MNLI_HEADER.split("\t")[:10])
+    for name in ("test_matched.tsv", "test_mismatched.tsv"):
+        (mnli / name).write_text("\n".join([test_header] + [_mnli_row(i, "")[:-2].rstrip("\t") for i in range(4)]) + "\n")
+    task = Glue(subset="mnli", data_dir=str(tmp_path))
+    with pytest.raises(UserError, match=r"--glue-test: .*glue/diagnostic/diagnostic.tsv is not there \(the "
+                                        r"diagnostic set, whose AX.tsv the GLUE server reads"):
+        _submission(task, tmp_path)
+    assert not (tmp_path / "sub").exists()  # refused before anything is written
+    diagnostic.mkdir()
+    (diagnostic / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tA dog.\tAn animal.\n1\tX.\tY.\n")
+    files = _submission(task, tmp_path)
+    assert sorted(files) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"]
+    assert files["AX.tsv"] == ["index\tprediction", "0\tentailment", "1\tneutral"]
+    assert files["MNLI-m.tsv"][1:] == ["0\tentailment", "1\tneutral", "2\tcontradiction", "3\tentailment"]
+    (diagnostic / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tA dog.\tAn animal.\n1\tX.\n")
+    with pytest.raises(UserError, match=r"diagnostic.tsv:3: expected at least 3 columns, got 2"):
+        _submission(task, tmp_path)
+
+
+@pytest.mark.parametrize("task, said", [
+    (Glue(subset="mrpc"), "F1 of label 'equivalent' (id 1) as the positive class"),
+    (Glue(subset="qqp"), "F1 of label 'duplicate' (id 1) as the positive class"),
+    (Glue(subset="sst2"), None), (Glue(subset="stsb"), None),
+    ("positive,negative", "F1 of label 'negative' (id 1) as the positive class"),
+    ("a,b,c", "macro F1: the unweighted mean of the 3 labels' F1"),
+], ids=["mrpc", "qqp", "sst2", "stsb", "own-two", "own-three"])
+def test_metrics_json_says_which_f1_it_is(task, said: str | None) -> None:
+    """F1 over two labels is label id 1's alone; with a user's labels (as `labels:` orders them)
+    that can be the class not meant, so metrics.json names it, and the score is that class's."""
+    from toolkit.tasks.text_classification import TextClassification
+
+    if isinstance(task, str):
+        task = TextClassification(train_file="x.csv", eval_file="x.csv", labels=task.split(","),
+                                  metrics=["f1", "accuracy"])
+    assert task.metric_info().get("f1") == said
+    if said and "(id 1)" in said:  # predicted all label 1 on labels [1, 0]: F1 of label 1 = 2/3
+        assert task.compute_metrics([1, 1], [1, 0])["f1"] == pytest.approx(2 / 3)

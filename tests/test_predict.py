@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import toolkit
+from toolkit.errors import UserError
 from toolkit.tasks import TASKS
 
 SHORT = ["task.max_train_samples=8", "task.max_eval_samples=4", "train.max_steps=2"]
@@ -196,3 +197,57 @@ def test_own_data_text_to_text_predicts_by_the_field_found_in_the_file(tmp_path:
     (row,) = [json.loads(line) for line in out.splitlines() if line.startswith("{")]  # after the run's own lines
     assert set(row) == {"transcript", "prediction"} and row["transcript"] == "A: lunch at noon? B: sure"
     assert toolkit.predict(run.dir, [{"transcript": "A: lunch at noon? B: sure"}]) == [row]
+
+
+TRICKY = ["line\u2028separator", "para\u2029graph", "next\u0085line", "tab\tnew\nline\r\nend",
+          "\"quoted\", 'comma', semi; colon", "é 東京 🙂 \u00a0nbsp", " spaced ", ""]
+
+
+def _read_back(path: Path, name: str) -> list[dict]:
+    """The written predictions as a reader gets them: JSON lines split as str.splitlines() splits
+    them, a JSON list, or CSV/TSV through the toolkit's own reader (what --input reads)."""
+    import gzip
+
+    from toolkit import readers
+
+    raw = gzip.decompress(path.read_bytes()) if name.endswith(".gz") else path.read_bytes()
+    text = raw.decode("utf-8")
+    if ".jsonl" in name:
+        return [json.loads(line) for line in text.splitlines()]
+    if ".json" in name:
+        return json.loads(text)
+    plain = path.with_name("back" + name.removesuffix(".gz")[3:])
+    plain.write_text(text, encoding="utf-8")
+    rows = readers.read(plain, readers.file_format(plain)).to_list()
+    return [{k: json.loads(v) if k in ("probabilities", "tags") else v for k, v in r.items()} for r in rows]
+
+
+@pytest.mark.parametrize("name", ["out.jsonl", "out.json", "out.csv", "out.csv.gz", "out.jsonl.gz", "out.tsv"])
+def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(tmp_path: Path, monkeypatch,
+                                                                               name: str) -> None:
+    """Findings: `--output preds.csv` got JSON lines (exit 0); and json.dumps(ensure_ascii=False)
+    leaves U+2028, U+2029 and NEL raw, which str.splitlines() breaks a line at, so a prediction
+    holding one came back as two broken rows. The output's name says its format, as the input's
+    does, and every text (line breaks, tabs, quotes, the delimiter, unicode) and nested value
+    (every label's probability, a word's tags) reads back as it was."""
+    from types import SimpleNamespace
+
+    from toolkit import inference
+
+    rows = [{"source": t, "prediction": t[::-1], "probabilities": {"pos": 0.25, t or "x": 0.75}, "tags": [t, "O"]}
+            for t in TRICKY]
+    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=())
+    monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
+    monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists: rows)
+    out = tmp_path / name
+    if name.endswith(".tsv"):  # unquoted values: no tab or line break can be written in one
+        with pytest.raises(UserError, match=r"--output: .*out.tsv: TSV holds no tab or line break inside a value"):
+            inference.predict_run(tmp_path, "-", str(out))
+        return
+    assert inference.predict_run(tmp_path, "-", str(out)) == len(rows)
+    back = _read_back(out, name)
+    if ".csv" in name:  # a CSV cell has no null: the empty text reads back as None
+        back = [{k: "" if v is None else v for k, v in r.items()} for r in back]
+    assert back == rows
+    written = out.read_bytes().decode("utf-8") if not name.endswith(".gz") else ""
+    assert all(ch in written for ch in "é東京🙂") or name.endswith(".gz")  # text as written, not \\u-escaped

@@ -3,6 +3,7 @@ span post-processing on hand-made contexts, and bad SQuAD files."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -111,6 +112,47 @@ def test_post_processing_picks_the_answer_from_the_second_window() -> None:
     (short,) = best_spans(start, end, offsets, np.array([0, 0]), [context], n_best=20, max_answer_length=1)
     assert short.text == "Marie"  # a 2-token span is too long: window 0's "Marie" (2.0 + 2.5) wins
 
+
+@functools.lru_cache(maxsize=None)
+def _tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / name))
+    tok.pad_token = tok.pad_token or tok.eos_token
+    return tok
+
+
+# contexts where a span's characters are easy to get wrong: odd whitespace, non-Latin text, the
+# answer as the context's last characters, and (with 20-token windows) in a later window only
+HARD_CONTEXTS = [
+    ("Alpha beta gamma. The answer comes at the very end: Curie", "Curie"),
+    ("Alpha\u00a0beta. Marie\u00a0Curie\u3000was\there.\r\n\n  Then more text follows it.", "Marie\u00a0Curie"),
+    ("Éloïse met Ægir in Köln 🙂 and Zoë in 東京 on Tuesday, then went home again.", "Köln"),
+    (" ".join(["filler words go here"] * 12) + "\n\n The answer:  (1990).\n", "(1990)."),
+]
+
+
+@pytest.mark.parametrize("tok_name", ["bert-base-uncased", "roberta-base", "bart-base", "gpt2"])
+@pytest.mark.parametrize("context, answer", HARD_CONTEXTS, ids=["end", "whitespace", "unicode", "later-window"])
+def test_the_labelled_span_comes_back_as_the_answer_text_exactly(tok_name: str, context: str, answer: str) -> None:
+    """Windows, labels and span search together, for every tokenizer kind (WordPiece, byte-level
+    BPE with and without trim_offsets): logits that point at each window's labelled tokens give
+    the gold answer's characters back, nothing more (GPT-2's offsets hold the space before a
+    word: its spans came back as " Curie")."""
+    from toolkit.tasks._qa import WindowCollator
+
+    tok = _tokenizer(tok_name)
+    gold = {"text": [answer], "answer_start": [context.index(answer)]}
+    feats = window_features(tok, ["Who is it?"], [context], [gold], max_length=20 + 12 * (len(context) < 200), stride=4)
+    batch = WindowCollator(tok)([{k: feats[k][i] for k in feats} for i in range(len(feats["input_ids"]))])
+    start, end = np.zeros(batch["input_ids"].shape), np.zeros(batch["input_ids"].shape)  # (windows, t)
+    for w, (s, e) in enumerate(zip(feats["start_positions"], feats["end_positions"])):
+        start[w, s], end[w, e] = (5.0, 5.0) if s else (0.0, 0.0)
+    if len(context) > 200:  # the long context: its answer is in a later window, not the first
+        assert len(feats["input_ids"]) > 2 and feats["start_positions"][0] == 0
+    (best,) = best_spans(start, end, batch["offsets"].numpy(), batch["example_index"].numpy(), [context],
+                         n_best=20, max_answer_length=30)
+    assert best.text == answer
 
 def _squad_file(path: Path, articles: int = 4, bad: bool = False) -> Path:
     data = []
@@ -283,3 +325,28 @@ def test_v2_recipe_writes_what_the_official_script_reads_and_it_gives_the_run_sc
     best, _ = best_null_threshold(per_question, [na_prob[i] for i in ids], [bool(golds[i]) for i in ids],
                                   [bool(answers[i]) for i in ids])
     assert best == pytest.approx(scores["best_exact"])
+
+
+@pytest.mark.parametrize("tok_name", ["bert-base-uncased", "roberta-base", "bart-base", "gpt2"])
+def test_a_question_longer_than_a_window_allows_is_cut_and_its_answer_still_found(tok_name: str) -> None:
+    """Finding: a question leaving a window no more than task.doc_stride context tokens stopped
+    the run with a Rust panic from the tokenizer (a traceback, as in run_qa.py). It is cut to its
+    first tokens that fit (as BERT's run_squad cuts at max_query_length), said once with the
+    count, and the windows still slide over the whole context."""
+    from datasets import Dataset
+
+    from toolkit.tasks.squad import Squad
+
+    tok = _tokenizer(tok_name)
+    long_question = "Which of the many people named in this rather long question " * 8 + "is it?"
+    rows = [{"question": q, "context": CONTEXT, "answers": {"text": ["Marie Curie"],
+             "answer_start": [CONTEXT.index("Marie Curie")]}} for q in (long_question, "Who is it?")]
+    task = Squad(max_length=48, doc_stride=16, mode="extractive")
+    task.model_head("bert")
+    feats = task.encode(Dataset.from_list(rows), tok)
+    assert max(len(ids) for ids in feats["input_ids"]) <= 48
+    assert all(sum(o[0] >= 0 for o in offsets) > 16 for offsets in feats["offsets"])  # context beside it
+    for example in (0, 1):  # the answer labelled in some window of each question
+        assert any(s for s, e in zip(feats["start_positions"], feats["example_index"]) if e == example)
+    (line,) = [v for k, v in task.notices().items() if k == "cut questions"]
+    assert line.startswith("1 of 2 questions cut to their first ") and "task.doc_stride=16" in line

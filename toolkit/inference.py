@@ -7,6 +7,7 @@ whole model), so one loader serves every method without asking which one trained
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -316,20 +317,75 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
         if source != "-" and Path(output).exists() and Path(source).exists() and Path(output).samefile(source):
             raise UserError(f"--output: {output} is the --input file; writing there would replace the "
                             "inputs with their predictions: give another file")
+    fmt = output_format(output)  # before the model loads: a name it cannot write is refused first
     recipe, model, tok, names = _predicting_run(run)
     out = recipe.task.predict(model, tok, read_inputs(source, names, recipe.task.predict_word_lists))
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
+    text = render(out, fmt)
     if output:
         partial = Path(output).with_name(f".{Path(output).name}.partial")
+        data = text.encode("utf-8")
         try:  # whole or nothing: a full disk leaves no cut-short file at --output
             with writing(Path(output), NOTHING_KEPT):
-                partial.write_text(text)
+                partial.write_bytes(gzip.compress(data, mtime=0) if output.lower().endswith(".gz") else data)
                 partial.replace(output)
         finally:
             partial.unlink(missing_ok=True)
     else:
         sys.stdout.write(text)
     return len(out)
+
+
+OUTPUT_FORMATS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv"}
+
+
+def output_format(output: str | None) -> str:
+    """What --output's name asks for, as --input's name says what it holds: .csv, .json (one
+    list) or .jsonl (`.gz` too, compressed); standard output and other names get JSONL. A .csv
+    name had JSON lines written into it (exit 0). TSV is refused: its values are read unquoted
+    (as GLUE's files are), so a text holding a tab or a line break cannot be written in one."""
+    if not output:
+        return "jsonl"
+    suffixes = [x.lower() for x in Path(output).suffixes if x.lower() != ".gz"]
+    suffix = suffixes[-1] if suffixes else ""
+    if suffix == ".tsv":
+        raise UserError(f"--output: {output}: TSV holds no tab or line break inside a value, which "
+                        "predicted and input text may hold; name it .csv, .json or .jsonl")
+    return OUTPUT_FORMATS.get(suffix, "jsonl")
+
+
+def render(rows: list[dict], fmt: str) -> str:
+    """Prediction rows as text in `fmt`. CSV: a column per field (in first-seen order), a
+    list or mapping (NER's tags, every label's probability) as JSON in its cell, quoted where a
+    value holds the delimiter, a quote or a line break, so a reader gets each value back."""
+    import csv
+    import io
+
+    if fmt == "jsonl":
+        return "".join(jsonl_line(r) for r in rows)
+    if fmt == "json":
+        return json.dumps(rows, ensure_ascii=False, indent=1) + "\n"
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fields, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v
+                         for k, v in r.items()})
+    return buffer.getvalue()
+
+
+LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def jsonl_line(row: dict) -> str:
+    """One JSON line, text kept as written (ensure_ascii off), except the characters that
+    Python's str.splitlines() and some JSONL readers break a line at besides \\n (NEL, U+2028,
+    U+2029: json.dumps leaves them raw), which are escaped: a generated text or a context holding
+    one was read back as two broken rows."""
+    line = json.dumps(row, ensure_ascii=False)
+    for raw, escaped in LINE_BREAKS.items():
+        line = line.replace(raw, escaped)
+    return line + "\n"
 
 
 def glue_test(run: Path, out_dir: Path) -> list[Path]:

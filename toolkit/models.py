@@ -430,6 +430,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     if warm_start == "encoder-decoder":
         return warm_start_encoder_decoder(path, tok, dropout), tok
     config = transformers.AutoConfig.from_pretrained(path, **head_kwargs)
+    theirs = label_names(transformers.AutoConfig.from_pretrained(path)) if "id2label" in head_kwargs else None
     if dropout is not None:
         _set_dropout(config, dropout)
     if config.pad_token_id is None:
@@ -463,7 +464,38 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         attention.prepare(model)
         modules.load_saved(model, Path(path), attention)  # an earlier run's, same settings
     check_new_weights(checkpoint, info)
+    if theirs:
+        follow_label_order(model, theirs, [head_kwargs["id2label"][i] for i in range(len(head_kwargs["id2label"]))],
+                           info)
     return model, tok
+
+
+def label_names(config: Any) -> list[str] | None:
+    """A checkpoint's own label names in id order; None for transformers' generic LABEL_i."""
+    names = [str(config.id2label[i]) for i in range(len(getattr(config, "id2label", None) or {}))]
+    return None if not names or names == [f"LABEL_{i}" for i in range(len(names))] else names
+
+
+def follow_label_order(model: Any, theirs: list[str], task: list[str], info: dict) -> None:
+    """A head trained on the task's labels in another id order (an MNLI model with contradiction
+    at 0 where GLUE's files put entailment) gets its output rows put in the task's order, as
+    transformers' run_glue maps labels to the model's ids; kept as loaded, every prediction was
+    read as another label (a wrong score, exit 0). Names compare case-blind, as run_glue does."""
+    import torch
+
+    lower = [n.lower() for n in theirs]
+    if lower == [n.lower() for n in task] or sorted(lower) != sorted(n.lower() for n in task) or len(set(lower)) < len(lower):
+        return
+    layers = [(name, m) for name, m in model.named_modules()  # the head's output layer, nothing of the body
+              if isinstance(m, torch.nn.Linear) and m.out_features == len(task)
+              and set(name.split(".")) & set(HEAD_MODULES)]
+    new = set(info.get("missing_keys") or []) | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or []}
+    if not layers or any(k.startswith(layers[-1][0] + ".") for k in new):
+        return  # a new head: nothing was trained in the checkpoint's order
+    rows = [lower.index(n.lower()) for n in task]  # the task's label i is the checkpoint's row rows[i]
+    with torch.no_grad():
+        for param in layers[-1][1].parameters(recurse=False):
+            param.copy_(param[rows])
 
 
 def _weights_file(path: str) -> str:

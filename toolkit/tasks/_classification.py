@@ -90,6 +90,17 @@ class Classification(Task):
         """Label names a trained model carries, for tasks that read theirs from data (predicting
         without loading the training data); tasks with fixed names keep them."""
 
+    def metric_info(self) -> dict[str, str]:
+        """Which F1 `f1` is, in metrics.json: with two labels it is the F1 of label id 1 alone (GLUE's
+        positive class: MRPC's equivalent, QQP's duplicate), so the name of that label is said;
+        with a user's labels (sorted, or as `labels:` lists them) it need not be the one meant."""
+        if "f1" not in self.metric_list() or self.is_regression or not self.label_names:
+            return {}
+        names = self.label_names
+        if len(names) <= 2:
+            return {"f1": f"F1 of label '{names[-1]}' (id {len(names) - 1}) as the positive class"}
+        return {"f1": f"macro F1: the unweighted mean of the {len(names)} labels' F1"}
+
     # --- derived ---------------------------------------------------------------------------------
     @property
     def is_regression(self) -> bool:

@@ -43,9 +43,18 @@ class Generation:
     no_repeat_ngram_size: int = field(default=0, metadata={"min": 0, "max": 16})
 
     def kwargs(self) -> dict[str, Any]:
+        """These settings, and the length and repetition constraints a recipe cannot set unset
+        (`UNSET`): `generate` starts from the checkpoint's generation_config, so a checkpoint
+        saved with, say, bart-large-cnn's min_length 56 forced every summary to 56 tokens."""
         return {"num_beams": self.num_beams, "length_penalty": self.length_penalty,
                 "max_new_tokens": self.max_new_tokens, "no_repeat_ngram_size": self.no_repeat_ngram_size,
-                "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1}
+                "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1, **UNSET}
+
+
+# generation_config fields that change which text is chosen and that no recipe setting names
+# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's)
+UNSET = dict.fromkeys(("min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
+                       "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty"))
 
 
 def read_records(path: Path, fields: tuple[str, ...] | None = None,
@@ -273,6 +282,9 @@ class TextToText(TokenTask):
         kwargs = {**self.generation.kwargs(), "pad_token_id": tok.pad_token_id}
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
+            size = kwargs.pop("no_repeat_ngram_size")
+            if size:  # within the continuation, as an encoder-decoder's decoder has it
+                kwargs["logits_processor"] = continuation_no_repeat(size, ids.shape[1])
             out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
             return out[:, ids.shape[1]:]  # (b, new) left padding: every prompt ends at the same column
         return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
@@ -342,6 +354,25 @@ class TextToText(TokenTask):
                                            clean_up_tokenization_spaces=True)
             found.update(zip(batch["example_index"].tolist(), (t.strip() for t in texts)))
         return [found[i] for i in range(len(raw))]
+
+
+def continuation_no_repeat(size: int, start: int) -> Any:
+    """transformers' NoRepeatNGramLogitsProcessor over the tokens from column `start` on.
+
+    `generate` bans every n-gram of `input_ids`, and a decoder-only model's input_ids begin with
+    the prompt (and its left padding): `no_repeat_ngram_size: 3` forbade a GPT-2 summary every
+    three words of the dialogue it summarises (names, phrases a summary copies), where for an
+    encoder-decoder the same setting bans only repeats within the output. Left padding puts every
+    prompt's end at one column, so the continuation starts at `start` in every row and beam."""
+    from transformers import LogitsProcessor, LogitsProcessorList, NoRepeatNGramLogitsProcessor
+
+    class Continuation(LogitsProcessor):
+        inner = NoRepeatNGramLogitsProcessor(size)
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            return self.inner(input_ids[:, start:], scores)
+
+    return LogitsProcessorList([Continuation()])
 
 
 class TextToTextCollator:

@@ -24,10 +24,15 @@ def window_features(tokenizer: Any, questions: list[str], contexts: list[str],
                     answers: list[dict], max_length: int, stride: int) -> dict[str, list]:
     """Tokenised windows of (question, context) with offsets (-1 outside the context) and the
     labelled start/end token of the first gold answer, or the first token when the window does
-    not hold the whole answer (or there is none)."""
+    not hold the whole answer (or there is none).
+
+    A context token's offsets are those of its characters less the whitespace around them
+    (`_trimmed`): byte-level BPE without trim_offsets (GPT-2's) folds the space before a word into
+    its token, and a span cut at those offsets came back as " Curie" in predictions and in the
+    answers file the official script reads."""
     pad_right = tokenizer.padding_side == "right"
-    enc = tokenizer([q.lstrip() for q in questions] if pad_right else contexts,
-                    contexts if pad_right else [q.lstrip() for q in questions],
+    questions, _, _ = cut_questions(tokenizer, questions, max_length, stride)
+    enc = tokenizer(questions if pad_right else contexts, contexts if pad_right else questions,
                     truncation="only_second" if pad_right else "only_first", max_length=max_length,
                     stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True)
     context_side = 1 if pad_right else 0
@@ -36,7 +41,8 @@ def window_features(tokenizer: Any, questions: list[str], contexts: list[str],
     for i, offsets in enumerate(enc["offset_mapping"]):
         example = enc["overflow_to_sample_mapping"][i]
         seq = enc.sequence_ids(i)
-        offsets = [list(o) if s == context_side else [-1, -1] for o, s in zip(offsets, seq)]
+        context = contexts[example]
+        offsets = [_trimmed(context, *o) if s == context_side else [-1, -1] for o, s in zip(offsets, seq)]
         start, end = _label(offsets, answers[example])
         out["offsets"].append(offsets)
         out["start_positions"].append(start)
@@ -47,12 +53,53 @@ def window_features(tokenizer: Any, questions: list[str], contexts: list[str],
     return out
 
 
+def question_room(tokenizer: Any, max_length: int, stride: int) -> int:
+    """The most question tokens a window can hold: the context side must keep more than `stride`
+    tokens, or the tokenizer cannot slide its windows (a Rust panic, a traceback, in run_qa.py
+    as here) for one long question."""
+    return max_length - tokenizer.num_special_tokens_to_add(pair=True) - stride - 1
+
+
+def cut_questions(tokenizer: Any, questions: list[str], max_length: int, stride: int) -> tuple[list[str], int, int]:
+    """(questions without leading space, how many were cut, the room): each question whole where
+    it fits `question_room`, else its first tokens that do (BERT's run_squad cuts a question at
+    max_query_length), so that the windows still hold its context instead of the run stopping."""
+    room = question_room(tokenizer, max_length, stride)
+    out = [q.lstrip() for q in questions]
+    enc = tokenizer(out, add_special_tokens=False, return_offsets_mapping=True)
+    cut = 0
+    for i, ids in enumerate(enc["input_ids"]):
+        if len(ids) <= room:
+            continue
+        cut += 1
+        for keep in range(room, 0, -1):  # a prefix can tokenize longer than it did inside the text
+            text = out[i][:enc["offset_mapping"][i][keep - 1][1]].rstrip()
+            if len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= room:
+                break
+        out[i] = text
+    return out, cut, room
+
+
+def _trimmed(context: str, first: int, last: int) -> list[int]:
+    """[first, last) without the whitespace at either end; [-1, -1] (no place a span can start
+    or end) for a token of whitespace alone, such as a byte-level token of line breaks."""
+    while first < last and context[first].isspace():
+        first += 1
+    while last > first and context[last - 1].isspace():
+        last -= 1
+    return [first, last] if first < last else [-1, -1]
+
+
 def _label(offsets: list[list[int]], answer: dict) -> tuple[int, int]:
-    """Token positions of the first answer's characters in this window; (0, 0) if not all in it."""
+    """Token positions of the first answer's characters (less the whitespace around them) in
+    this window; (0, 0) if not all in it."""
     if not answer["text"]:
         return 0, 0
-    first = answer["answer_start"][0]
-    last = first + len(answer["text"][0])  # exclusive
+    text = answer["text"][0]
+    first = answer["answer_start"][0] + len(text) - len(text.lstrip())
+    last = answer["answer_start"][0] + len(text.rstrip())  # exclusive
+    if first >= last:  # an answer of whitespace alone: no token holds it
+        return 0, 0
     inside = [i for i, (a, _) in enumerate(offsets) if a >= 0]  # context tokens
     if not inside or offsets[inside[0]][0] > first or offsets[inside[-1]][1] < last:
         return 0, 0

@@ -48,6 +48,24 @@ def rouge(predictions: Sequence[str], references: Sequence[str]) -> dict[str, fl
     return {k: v / n for k, v in totals.items()}
 
 
+_LETTERS = re.compile(r"[^\W_]", re.UNICODE)  # letters and digits of any script
+_ROUGE_KEPT = re.compile(r"[a-z0-9]")  # what rouge-score's tokenizer keeps once text is lower-cased
+
+
+def rouge_dropped(texts: Sequence[str]) -> float:
+    """The fraction of the letters and digits in `texts` that rouge-score's tokenizer drops.
+
+    Its tokenizer (the one `evaluate`'s rouge and transformers' summarization example use)
+    lower-cases and keeps a-z and 0-9 alone, everything else a separator: Cyrillic, Greek,
+    Arabic or CJK text is no tokens at all, and a summary identical to its reference scores 0."""
+    letters = kept = 0
+    for text in texts:
+        found = _LETTERS.findall(text.lower())
+        letters += len(found)
+        kept += sum(bool(_ROUGE_KEPT.fullmatch(ch)) for ch in found)
+    return 1 - kept / letters if letters else 0.0
+
+
 def sacrebleu_scores(predictions: Sequence[str], references: Sequence[str],
                      tokenize: str = "13a") -> tuple[dict[str, float], dict[str, str]]:
     """Corpus BLEU and chrF on detokenised text, and their sacreBLEU signatures."""

@@ -9,6 +9,7 @@ column or unknown label with its file and line, and yields the same columns as t
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,9 @@ class Spec:
 
 
 NLI3 = ("entailment", "neutral", "contradiction")
+# GLUE's diagnostic set (download_glue_data.py --tasks diagnostic: glue/diagnostic/diagnostic.tsv):
+# the server reads its AX.tsv, predicted by the MNLI model, with every submission
+DIAGNOSTIC = "../diagnostic/diagnostic.tsv"
 NLI2 = ("entailment", "not_entailment")
 SPECS: dict[str, Spec] = {
     "cola": Spec("CoLA", (3,), ("sentence",), 1, ("0", "1"), ("matthews_correlation",),
@@ -71,7 +75,8 @@ SPECS: dict[str, Spec] = {
                  ("yes", "maybe", "no"),
                  dev_files={"": "dev_matched.tsv", "_mm": "dev_mismatched.tsv"},
                  hub_dev_splits={"": "validation_matched", "_mm": "validation_mismatched"},
-                 submissions={"test_matched.tsv": "MNLI-m.tsv", "test_mismatched.tsv": "MNLI-mm.tsv"}),
+                 submissions={"test_matched.tsv": "MNLI-m.tsv", "test_mismatched.tsv": "MNLI-mm.tsv",
+                              DIAGNOSTIC: "AX.tsv"}),
     "qnli": Spec("QNLI", ("question", "sentence"), ("question", "sentence"), "label", NLI2,
                  ("accuracy",), "accuracy", "Does the sentence answer the question?", ("yes", "no"),
                  submissions={"test.tsv": "QNLI.tsv"}),
@@ -90,17 +95,7 @@ def read_tsv(path: Path, spec: Spec) -> dict[str, list]:
     if not path.is_file():
         raise UserError(f"GLUE file {path} is not there (expected the GLUE download layout: "
                         f"<data>/glue/{spec.folder}/{path.name})")
-    readers.scan(path)  # UTF-8, no NUL byte, line breaks: checked streaming, before rows are read
-    csv.field_size_limit(sys.maxsize)  # a long document is a row like any other
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); GLUE files are UTF-8") from None
-    except csv.Error as exc:
-        raise UserError(f"{path}: not a readable TSV ({exc})") from None
-    if not rows:
-        raise UserError(f"{path}: the file is empty")
+    rows = _tsv_rows(path)  # UTF-8, no NUL byte, line breaks: checked streaming, before rows are read
     if spec.header:
         header, rows, first = rows[0], rows[1:], 2
         wanted = list(spec.columns) + [spec.label_column]
@@ -129,25 +124,47 @@ def read_tsv(path: Path, spec: Spec) -> dict[str, list]:
 
 def read_test(task: "Glue") -> dict[str, tuple[list[str], list[dict]]]:
     """{submission file name: (index column, rows with the task's text columns)} from the
-    test file(s) of the GLUE download (unlabelled: what the GLUE server scores)."""
+    test file(s) of the GLUE download (unlabelled: what the GLUE server scores); MNLI's include
+    the diagnostic set (AX.tsv). A row short of a column is one error at its line."""
     spec, folder = task.spec, data_root(task.data_dir) / "glue" / task.spec.folder
     columns = spec.test_columns or spec.columns
     out = {}
     for test_file, submission in spec.submissions.items():
-        path = folder / test_file
+        path = Path(os.path.normpath(folder / test_file))
         if not path.is_file():
-            raise UserError(f"--glue-test: {path} is not there (GLUE's {spec.folder} test file)")
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
-        header, body = rows[0], [r for r in rows[1:] if r]
+            what = ("the diagnostic set, whose AX.tsv the GLUE server reads predicted by the MNLI model "
+                    "(download_glue_data.py --tasks diagnostic)" if test_file == DIAGNOSTIC
+                    else f"GLUE's {spec.folder} test file")
+            raise UserError(f"--glue-test: {path} is not there ({what})")
+        rows = _tsv_rows(path)
+        header, body = rows[0], [(n, r) for n, r in enumerate(rows[1:], start=2) if r]
         first = "index" if "index" in header else "id"
         for col in (first, *columns):
             if col not in header:
                 raise UserError(f"{path}: column '{col}' is missing (header has: {', '.join(header)})")
         at = [header.index(c) for c in (first, *columns)]
-        out[submission] = ([r[at[0]] for r in body],
-                           [dict(zip(task.text_columns, (r[i] for i in at[1:]))) for r in body])
+        for lineno, r in body:
+            if len(r) <= max(at):
+                raise UserError(f"{path}:{lineno}: expected at least {max(at) + 1} columns, got {len(r)}")
+        out[submission] = ([r[at[0]] for _, r in body],
+                           [dict(zip(task.text_columns, (r[i] for i in at[1:]))) for _, r in body])
     return out
+
+
+def _tsv_rows(path: Path) -> list[list[str]]:
+    """A GLUE TSV's rows (tab-separated, no quoting), checked as the training files are."""
+    readers.scan(path)
+    csv.field_size_limit(sys.maxsize)
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); GLUE files are UTF-8") from None
+    except csv.Error as exc:
+        raise UserError(f"{path}: not a readable TSV ({exc})") from None
+    if not rows:
+        raise UserError(f"{path}: the file is empty")
+    return rows
 
 
 def _label(raw: str, spec: Spec, where: str) -> int | float:
@@ -201,11 +218,13 @@ class Glue(Classification):
         return list(self.spec.metrics)
 
     def submission(self, load: Any, out_dir: Path) -> list[Path]:
-        """`index<TAB>prediction` per test example, in the file names the GLUE server reads."""
+        """`index<TAB>prediction` per test example, in the file names the GLUE server reads. The
+        test files are read (and refused) before the model loads or anything is written."""
+        tests = read_test(self)
         model, tok = load()
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
-        for file_name, (index, rows) in read_test(self).items():
+        for file_name, (index, rows) in tests.items():
             preds = self.classify(model, tok, rows)
             if self.spec.labels is None:  # STS-B: a similarity score, clipped to the task's range
                 values = [f"{min(max(p['score'], 0.0), 5.0):.3f}" for p in preds]

@@ -36,7 +36,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.tasks import TASKS, Metric, data_path, declaration, hub_offline, subset
 from toolkit.tasks._generation import Generation, TextToText
-from toolkit.tasks._qa import Best, WindowCollator, best_spans, window_features
+from toolkit.tasks._qa import Best, WindowCollator, best_spans, cut_questions, window_features
 from toolkit.tasks._text_metrics import (best_null_threshold, best_over, exact_match, squad_scores,
                                          token_f1, v2_golds)
 from toolkit.models import kind_of
@@ -377,9 +377,22 @@ class Squad(TextToText):
         from datasets import Dataset
 
         self._tokenizer = tokenizer
+        self._note_long_questions(tokenizer, list(dataset["question"]))
         feats = window_features(tokenizer, list(dataset["question"]), list(dataset["context"]), list(dataset["answers"]),
                                 self.max_length, self.doc_stride)
         return Dataset.from_dict(feats)
+
+    def _note_long_questions(self, tokenizer: Any, questions: list[str]) -> None:
+        """Questions too long to leave a window more than task.doc_stride context tokens are cut
+        to their first tokens that fit (`cut_questions`): counted over the splits, said once."""
+        _, cut, room = cut_questions(tokenizer, questions, self.max_length, self.doc_stride)
+        done, total = getattr(self, "_question_cuts", (0, 0))
+        self._question_cuts = (done + cut, total + len(questions))
+        if done + cut:
+            self.__dict__.setdefault("_notes", {})["cut questions"] = (
+                f"{done + cut} of {total + len(questions)} questions cut to their first {room} tokens: a "
+                f"window of task.max_length={self.max_length} tokens must keep more than task.doc_stride="
+                f"{self.doc_stride} for the context; raise task.max_length or lower task.doc_stride to keep them whole")
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         return WindowCollator(tokenizer) if self.extractive else super().collator(tokenizer, model)

@@ -16,7 +16,9 @@ import numpy as np
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, Metric, _fields, declaration, hub_offline, subset
 from toolkit.tasks._generation import TextToText, read_pairs
-from toolkit.tasks._text_metrics import ROUGE_KEYS, rouge
+from toolkit.tasks._text_metrics import ROUGE_KEYS, rouge, rouge_dropped
+
+ROUGE_DROPPED_MAX = 0.5  # more of the summaries' letters outside a-z/0-9: ROUGE cannot score them
 
 # subset -> (local train file, local eval file, Hub id, Hub config, source field, target field)
 PRESETS: dict[str, tuple[str | None, str | None, str | None, str | None, str, str]] = {
@@ -132,7 +134,22 @@ class Summarization(TextToText):
         return (hub_pairs(hub_id, config, "train", src, tgt), hub_pairs(hub_id, config, eval_split, src, tgt))
 
     def load(self) -> dict[str, Any]:
-        return load_pairs(self)
+        data = load_pairs(self)
+        self.check_rouge(data["eval"][""]["target"])
+        return data
+
+    def check_rouge(self, summaries: list[str]) -> None:
+        """ROUGE is scored on rouge-score's tokens, which are a-z and 0-9 (`rouge_dropped`):
+        summaries written mostly in other letters would score near 0 whatever the model writes
+        (a summary equal to its reference: 0, exit 0). Refused before training, as translation
+        refuses a BLEU tokenizer that does not split its target language."""
+        dropped = rouge_dropped(summaries)
+        if dropped > ROUGE_DROPPED_MAX:
+            where = self.eval_file or PRESETS[self.subset][1] or self.subset
+            raise UserError(f"task.eval_file: {dropped:.0%} of the letters in the reference summaries of "
+                            f"{where} are outside a-z and 0-9, which ROUGE's tokenizer (rouge-score, as "
+                            "transformers' summarization example scores) drops: every summary would score "
+                            "near 0 whatever the model writes; summarization here scores Latin-script text")
 
     def source_name(self) -> str:
         if (self.train_file or self.eval_file) and not self.source_field:
