@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT, write_recipe
 from toolkit import recipe as recipes
@@ -236,3 +237,59 @@ def test_every_dropout_and_beta_refuses_one() -> None:
                 build_dataclass(cls, {**base, f.name: 1.0}, "s")
             checked.append(f"{cls.__name__}.{f.name}")
     assert {"ModelConfig.dropout", "Lora.dropout", "Dora.dropout", "AdaLora.dropout", "AdaLora.beta1"} <= set(checked)
+
+
+# --- YAML 1.2 core scalars: a value reaches the run as written, or is one line -------------------
+AS_WRITTEN = [("train.seed", "010", 10), ("train.seed", "0o17", 15), ("train.seed", "0x1f", 31),
+              ("train.seed", "+7", 7), ("train.lr", "5e-5", 5e-5), ("train.lr", "1E-3", 1e-3),
+              ("train.lr", ".5", 0.5), ("train.metric", "2020-01-01", "2020-01-01"),
+              ("train.metric", "=", "="), ("train.mixed_precision", "no", "no")]
+REFUSED = [("train.seed", "1:30", r"train.seed: expected int, got str '1:30'"),  # YAML 1.1: 90
+           ("train.batch_size", "1_000", r"train.batch_size: expected int, got str '1_000'"),
+           ("train.lr", ".nan", r"train.lr: nan is not a finite number"),
+           ("train.lr", "!!binary aGk=", r"not valid YAML at line \d+, column \d+ .*binary"),
+           ("train.metric", "!!timestamp 2020-01-01", r"not valid YAML .*timestamp"),
+           ("train.metric", "!!set {a}", r"not valid YAML .*set")]
+
+
+def _written(tmp_path: Path, key: str, text: str) -> Path:
+    """A recipe file over the demo recipe setting `key` (section.field) to `text` as written."""
+    section, field = key.split(".")
+    return write_recipe(tmp_path / "r.yaml", f"extends: {ROOT / 'recipes/demo/sst2/minilm-lora.yaml'}\n"
+                        f"{section}:\n  {field}: {text}\n")
+
+
+@pytest.mark.parametrize("key, text, value", AS_WRITTEN)
+def test_a_value_reaches_the_run_as_written(tmp_path: Path, key: str, text: str, value) -> None:
+    """PyYAML reads YAML 1.1: `seed: 010` ran with seed 8 (octal), `1:30` as 90, `5e-5` was a
+    string, `2020-01-01` a date that crashed the recipe's hash with a TypeError. Recipes, overrides
+    and a run's recipe.yaml are read as YAML 1.2's core schema: the same value from a file, an
+    override and the Python API, and the saved recipe.yaml reads back as the same recipe."""
+    import toolkit.api as api
+
+    demo = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    section, field = key.split(".")
+    sources = [(demo, [f"{key}={text}"]), (demo, api.override_list({key: value})), (_written(tmp_path, key, text), [])]
+    if key == "train.metric":  # a string: the task's metric check names it as written
+        for path, overrides in sources:
+            with pytest.raises(UserError, match=f"train.metric: '{re.escape(text)}' is not a metric"):
+                recipes.load(path, overrides)
+        return
+    loaded = [recipes.load(path, overrides) for path, overrides in sources]
+    for recipe in loaded:
+        got = getattr(getattr(recipe, section), field)
+        assert got == value and type(got) is type(value), (recipe, got)
+    saved = recipes.dump(loaded[0])
+    assert recipes.parse(recipes.safe_yaml(saved, "recipe.yaml")).hash == loaded[0].hash
+    assert yaml.safe_load(saved)[section][field] == value  # and a YAML 1.1 reader of recipe.yaml
+
+
+@pytest.mark.parametrize("key, text, message", REFUSED)
+def test_a_value_yaml_11_would_misread_is_one_line(tmp_path: Path, cli, key: str, text: str, message: str) -> None:
+    """What YAML 1.2 does not read as a number (`1:30`, `1_000`), or a tag naming a type a recipe
+    cannot hold, is one line naming the field or the position, from a file and an override."""
+    path = _written(tmp_path, key, text)
+    for command in (["validate", path], ["validate", ROOT / "recipes/demo/sst2/minilm-lora.yaml", f"{key}={text}"]):
+        code, _, err = cli(*command)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and re.search(message, lines[0]), (command, err)

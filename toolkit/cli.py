@@ -14,6 +14,7 @@ from toolkit.api import _check_runs_root, _one_export, _run_folder, run_one
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
+from toolkit.recipe_data import dump_yaml
 from toolkit.versions import warn_if_untested
 
 
@@ -132,8 +133,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_cp(args: argparse.Namespace) -> int:
     """Copy a shipped recipe to edit, with its `extends` bases merged in (it stands alone)."""
-    import yaml
-
     source = find_recipe(args.name)
     dest = Path(args.dest)
     if dest.is_dir():
@@ -142,7 +141,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
         raise UserError(f"{dest} exists; --force overwrites it")
     merged = read_yaml(source)
     dest.write_text(f"# copied from {args.name} (bases merged in); edit freely\n"
-                    + yaml.safe_dump(merged, sort_keys=False))
+                    + dump_yaml(merged))
     print(dest)
     return 0
 

@@ -181,9 +181,11 @@ def _at(node: yaml.Node) -> str:
 
 class StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader, strict: a key given twice in one mapping is refused with both positions,
-    and only true/false (any case) are booleans, as in YAML 1.2: PyYAML's YAML 1.1 also reads
-    yes/no/on/off/y/n so, which turns labels `[no, yes]` into False, True and a setting `no` into
-    False. Every YAML the toolkit reads (recipes, overrides, a run's recipe.yaml) goes through it."""
+    and plain scalars resolve as YAML 1.2's core schema says (`CORE_SCALARS`), not as PyYAML's
+    YAML 1.1: there `no`/`on`/`y` are booleans (labels `[no, yes]` became False, True), `010` is
+    octal 8, `1:30` is 90, `1e-4` is a string and `2020-01-01` a date. Only what JSON holds comes
+    out (an explicit `!!binary`, `!!set` or `!!timestamp` is refused with its position). Every
+    YAML the toolkit reads (recipes, overrides, a run's recipe.yaml) goes through it."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, yaml.Node] = {}
@@ -197,12 +199,53 @@ class StrictLoader(yaml.SafeLoader):
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """YAML 1.2 core: decimal (`010` is ten), `0o17` octal, `0x1f` hexadecimal."""
+        text = self.construct_scalar(node)
+        body = text.lstrip("+-")
+        sign = -1 if text.startswith("-") else 1
+        if body[:2] in ("0o", "0x"):
+            return sign * int(body[2:], 8 if body[1] == "o" else 16)
+        try:
+            return int(text, 10)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(None, None, f"'{text}' is not a YAML 1.2 integer "
+                                                    "(e.g. 1000, 0o17, 0x1f)", node.start_mark) from None
 
-StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+
+# YAML 1.2 core schema (yaml.org/spec/1.2.2 10.3.2): the only plain scalars that are not strings
+_INT, _FLOAT, _BOOL = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"
+CORE_SCALARS = [
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    (_BOOL, r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
+    (_INT, r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", list("-+0123456789")),
+    (_FLOAT, r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+             r"|\.(?:nan|NaN|NAN))$", list("-+0123456789.")),
+]
+StrictLoader.yaml_implicit_resolvers = {  # `<<` merge keys stay: anchors and merges are YAML
+    first: [(tag, regexp) for tag, regexp in resolvers if tag == "tag:yaml.org,2002:merge"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                   list("tTfF"))
+for _tag, _regexp, _first in CORE_SCALARS:  # int before float: the float pattern matches `10` too
+    StrictLoader.add_implicit_resolver(_tag, re.compile(_regexp), _first)
+StrictLoader.yaml_constructors = {tag: make for tag, make in yaml.SafeLoader.yaml_constructors.items()
+                                  if tag not in {f"tag:yaml.org,2002:{t}" for t in
+                                                 ("binary", "timestamp", "omap", "pairs", "set")}}
+StrictLoader.add_constructor(_INT, StrictLoader.construct_yaml_int)
+
+
+class StrictDumper(yaml.SafeDumper):
+    """Writes what StrictLoader reads back unchanged, and any YAML 1.1 reader too: a string that
+    either schema would read as something else (`1e-4`, `0o17`, `no`, `2020-01-01`) is quoted."""
+
+
+StrictDumper.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeDumper.yaml_implicit_resolvers.items()}
+for _tag, _regexp, _first in CORE_SCALARS:
+    StrictDumper.add_implicit_resolver(_tag, re.compile(_regexp), _first)
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML that every reader, StrictLoader and YAML 1.1 ones alike, reads back as `data`."""
+    return yaml.dump(data, Dumper=StrictDumper, sort_keys=False)
 
 
 def safe_yaml(text: str, where: str) -> Any:
@@ -358,7 +401,7 @@ def smoke_sized(raw: dict, task: Any = None) -> dict:
 
 def dump(recipe: Recipe) -> str:
     """The resolved recipe as YAML: itself a valid recipe (`toolkit run runs/.../recipe.yaml`)."""
-    return yaml.safe_dump({"name": recipe.name, **recipe.to_dict()}, sort_keys=False)
+    return dump_yaml({"name": recipe.name, **recipe.to_dict()})
 
 
 # --- finding recipes: a path, or the name of a shipped one ------------------------------------

@@ -54,7 +54,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if tp is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+    if tp is float and isinstance(value, str):  # a quoted number ("3e-4"), or a YAML 1.1 reader's string
         try:
             return float(value)
         except ValueError:
