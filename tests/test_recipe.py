@@ -12,6 +12,7 @@ from conftest import ROOT, write_recipe
 from toolkit import recipe as recipes
 from toolkit.errors import UserError
 
+RECIPE_FILES = [p for p in (ROOT / "recipes").rglob("*.yaml") if not p.name.startswith("_")]
 BASE = """model: {checkpoint: bert-base-uncased}
 task: {name: glue, subset: sst2}
 method: {name: lora, r: 4}
@@ -84,10 +85,16 @@ def test_validate_cli_exit_codes(tmp_path: Path, cli) -> None:
 
 
 def test_every_shipped_recipe_validates(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every shipped recipe is valid; the only refusals allowed are data files the recipe names
+    that this machine does not hold (SQuAD v2.0's dev file is the user's to download): `validate`
+    says so, as the run would, rather than "valid"."""
     monkeypatch.chdir(ROOT)
     code, out, err = cli("validate")
-    assert code == 0, err
-    assert "recipes valid" in out
+    errors = [line for line in err.splitlines() if line.strip()]
+    absent = [line for line in errors if (m := re.search(r": task\.\w+_file: (\S+): no such file$", line))
+              and not Path(m.group(1)).exists()]
+    assert errors == absent and code == (2 if absent else 0), err
+    assert f"{len(RECIPE_FILES) - len(absent)} of {len(RECIPE_FILES)} recipes valid" in out
 
 
 def test_extends_with_another_method_starts_from_its_defaults(tmp_path: Path) -> None:

@@ -107,6 +107,7 @@ def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | Non
 def _run_folder(run_dir: PathArg) -> Path:
     """A run folder, checked before torch is imported: the line inference would say, at once."""
     folder = Path(run_dir)
+    recipe_module.check_environment()
     if not (folder / "recipe.yaml").is_file():
         raise UserError(f"{folder}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
     return folder

@@ -99,6 +99,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     names = [a for a in args.recipes if "=" not in a]
     overrides = [a for a in args.recipes if "=" in a]
     files = [find_recipe(r) for r in names] if names else recipe_files([])
+    recipes.check_environment()  # said once, not once per recipe
     failed = 0
     for path in files:
         try:
@@ -292,7 +293,10 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+# a full disk, a place that cannot be written, or a file where a folder goes (or a folder where a
+# file goes): the user's to fix, said with the path
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
+               errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG}
 
 
 def disk_error(exc: Exception) -> str:
