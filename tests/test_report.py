@@ -4,6 +4,7 @@ overlap note, the GLUE average as GLUE defines it, published numbers, report.md 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -328,3 +329,68 @@ def test_a_comparison_across_eval_sets_is_said(tmp_path: Path) -> None:
     (p,) = report.pivots(items, "task", "method")
     assert not [n for n in report.pivot_notes(p) + report.runs_notes(items) if "eval sets" in n]
 
+
+
+# --- metrics.json / recipe.yaml written elsewhere: one line, or a NaN left out and named ----------
+def _edit_metrics(run: Path, change) -> None:
+    file = run / "metrics.json"
+    file.write_text(change(file.read_text()))
+
+
+DAMAGED = [
+    ("NaN token", lambda r: _edit_metrics(r, lambda t: t.replace('"accuracy": 0.8', '"accuracy": NaN')), None),
+    ("Infinity token", lambda r: _edit_metrics(r, lambda t: t.replace('"accuracy": 0.8', '"accuracy": -Infinity')), None),
+    ("declaration not a mapping", lambda r: _edit_metrics(r, lambda t: t.replace(
+        '"accuracy": {"higher_is_better": true, "scale": 100.0}', '"accuracy": [1]')),
+     r"'metric_declarations.accuracy' should be \{higher_is_better: true/false, scale: a number\}, got \[1\]"),
+    ("declaration without its direction", lambda r: _edit_metrics(r, lambda t: t.replace(
+        '"accuracy": {"higher_is_better": true, "scale": 100.0}', '"accuracy": {"scale": 100.0}')),
+     r"'metric_declarations.accuracy' should be"),
+    ("data_sha256 a number", lambda r: _edit_metrics(r, lambda t: t.replace('"eval": {', '"data_sha256": 5, "eval": {')),
+     r"'data_sha256' should be a string, got 5"),
+    ("recipe section a list", lambda r: (r / "recipe.yaml").write_text("train: [1, 2]\n"),
+     r"recipe.yaml: 'train' should be a mapping, got \[1, 2\]"),
+]
+
+
+@pytest.mark.parametrize("case, damage, message", DAMAGED, ids=[c[0] for c in DAMAGED])
+def test_a_metrics_json_written_elsewhere_is_one_line_or_a_named_gap(tmp_path: Path, cli, case: str, damage,
+                                                                      message: str | None) -> None:
+    """Python's json reads NaN / Infinity tokens, so a metrics.json holding one (a run writes null)
+    crashed the report inside statistics.mean; malformed metric declarations, a recipe section that
+    is not a mapping, or a fingerprint that is not a string crashed it with KeyError / TypeError.
+    A non-number is left out and named as a null is; the rest is one line naming the file (CLI and API)."""
+    import toolkit
+
+    runs = [fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}) for seed, acc in ((42, 0.8), (43, 0.82), (44, 0.84))]
+    damage(runs[0])
+    code, out, err = cli("report", tmp_path, "--rows", "task", "--no-plots")
+    if message is None:
+        assert code == 0, err
+        (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+        assert p.cells[("sst2", "lora")].stat.values == [0.82, 0.84]
+        assert f"{runs[0]}: accuracy not a number" in out and "| sst2 | 83.00 ± 1.41 (n=2) |" in out
+        return
+    assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(message, err), err
+    assert str(runs[0]) in err
+    with pytest.raises(UserError, match=message):
+        toolkit.report(tmp_path)
+
+
+def test_a_tie_for_the_best_setting_is_said_and_does_not_follow_folder_names(tmp_path: Path) -> None:
+    """Two settings of a grid with one mean: the cell reported whichever came first in the run
+    folders' (hash) names and called it "the best". The first in grid order is reported, the same
+    whatever the folders are called, and the note says the grid is tied."""
+    for seed, acc in ((42, 0.80), (43, 0.82)):
+        for lr in (1e-4, 1e-3, 3e-3):
+            fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc - (lr == 3e-3) * 0.1}, lr=lr)
+    chosen = []
+    for prefix in ("a", "z"):  # the 1e-3 runs' folders named to sort first, then last
+        for run in tmp_path.rglob("*0.001"):
+            run.rename(run.with_name(prefix + run.name.lstrip("az")))
+        (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+        cell = p.cells[("sst2", "lora")]
+        chosen.append(cell.chosen)
+        assert cell.tied == ["train.lr=0.001"] and not cell.edge  # tied: not "the grid's smallest"
+        assert any("tied on the mean with train.lr=0.001" in n for n in report.pivot_notes(p))
+    assert chosen == ["train.lr=0.0001", "train.lr=0.0001"]
