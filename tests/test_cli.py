@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from conftest import write_recipe
+import pytest
+
+from conftest import ROOT, write_recipe
 from toolkit.recipe_data import recipe_files
 
 RECIPE = """model: {checkpoint: bert-base-uncased}
@@ -81,3 +84,31 @@ def test_a_wrong_recipe_name_gets_three_names_and_where_the_rest_are(cli) -> Non
                          f"{len(recipe_files([]))})") and line.count("demo/") == 4
     code, _, err = cli("validate", "nothing/like/this")
     assert code == 2 and err.strip().endswith(f"(`toolkit ls recipes` lists all {len(recipe_files([]))})")
+
+
+DAMAGED_METRICS = {"cut short": b'{"eval": {"accu', "not an object": b"[1, 2]\n", "not UTF-8": b'{"eval": "\xff"}'}
+
+
+@pytest.mark.parametrize("content", DAMAGED_METRICS.values(), ids=DAMAGED_METRICS.keys())
+def test_a_damaged_metrics_json_is_not_a_finished_run(tmp_path: Path, cli, content: bytes) -> None:
+    """A metrics.json cut short counted as finished: `run` said "finished already" (exit 0), a
+    sweep skipped the point and listed it [finished], and only `report` found it. Every entry
+    point that asks whether a run is finished says the one line; --force runs it again."""
+    import toolkit
+    from toolkit import recipe as recipes, runs
+
+    recipe, root = ROOT / "recipes/demo/sst2/minilm-lora.yaml", tmp_path / "runs"
+    out = runs.run_dir(recipes.load(recipe), root)
+    out.mkdir(parents=True)
+    (out / "recipe.yaml").write_text(recipes.dump(recipes.load(recipe)))
+    (out / "metrics.json").write_bytes(content)
+    said = f"{out / 'metrics.json'}: damaged ("
+    for command in (["run", recipe], ["sweep", recipe], ["sweep", recipe, "--dry-run"], ["eval", out],
+                    ["predict", out, "--input", recipe], ["export", out, tmp_path / "export"]):
+        code, _, err = cli(*command, *(["--runs-dir", root] if command[0] in ("run", "sweep") else []))
+        assert code == 2 and err.startswith(f"error: {said}") and err.count("\n") == 1, (command, err)
+    for call in (lambda: toolkit.run(recipe, runs_dir=root), lambda: toolkit.sweep([recipe], runs_dir=root),
+                 lambda: toolkit.evaluate(out), lambda: toolkit.Run(out).metrics):
+        with pytest.raises(toolkit.UserError, match=re.escape(str(out / "metrics.json")) + ": damaged"):
+            call()
+    assert (out / "metrics.json").read_bytes() == content  # nothing ran

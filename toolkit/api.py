@@ -174,9 +174,11 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
     root = runs.runs_root(None if runs_dir is None else os.fspath(runs_dir))
     _check_runs_root(root)
     seed_text = str(seeds) if isinstance(seeds, (int, str)) else ",".join(map(str, seeds))
-    points, _ = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_text, root, smoke)
-    for point in points:
+    points, folders = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_text, root, smoke)
+    for point, out in zip(points, folders):
         recipe_module.check_data(recipe_module.load(point.recipe, point.overrides, smoke=smoke))
+        if not force:
+            runs.is_finished(out)  # a damaged metrics.json: said before the first run
     return [run(p.recipe, p.overrides, runs_dir=root, smoke=smoke, force=force) for p in points]
 
 
@@ -214,7 +216,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     chain.resolve(plan, root)  # model.checkpoint: {run: ...}
     out = runs.run_dir(plan.recipe, root)
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    if runs.is_finished(out) and not force:
+    if not force and runs.is_finished(out):
         if rank0:
             print(f"{out} is finished already (metrics.json); --force runs it again")
         return out

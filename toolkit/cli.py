@@ -31,14 +31,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     root = runs.runs_root(args.runs_dir)
     _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
-    for point in points:  # every point's data files' heads, before the first run starts
+    for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
         recipes.check_data(recipes.load(point.recipe, point.overrides, smoke=args.smoke))
+        if not args.force:
+            runs.is_finished(out)  # and a damaged metrics.json
     if args.dry_run or args.estimate:
         print_plan(points, folders, args.estimate, args.smoke)
         return 0
     for i, (point, out) in enumerate(zip(points, folders), 1):
         print(f"[{i}/{len(points)}] {point}", flush=True)
-        if runs.is_finished(out) and not args.force:
+        if not args.force and runs.is_finished(out):
             print(f"{out} is finished already (metrics.json); --force runs it again", flush=True)
             continue
         # One process per point: peak memory (CPU: the process's max RSS) and library state

@@ -93,7 +93,21 @@ def locked(out: Path):
 
 
 def is_finished(path: Path) -> bool:
-    return (path / "metrics.json").is_file()
+    """metrics.json is there and reads as a JSON object. A damaged one (a copy cut short, a hand
+    edit) is one line: it used to count as finished, so `run` said "finished already" (exit 0),
+    a sweep skipped it, and only the report found it."""
+    file = path / "metrics.json"
+    if not file.is_file():
+        return False
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        reason = None if isinstance(data, dict) else "not a JSON object"
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+    if reason:
+        raise UserError(f"{file}: damaged ({reason}), so the run is not finished; --force runs it again "
+                        "(or remove that folder)")
+    return True
 
 
 def checkpoints(path: Path) -> list[Path]:
