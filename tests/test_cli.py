@@ -112,3 +112,26 @@ def test_a_damaged_metrics_json_is_not_a_finished_run(tmp_path: Path, cli, conte
         with pytest.raises(toolkit.UserError, match=re.escape(str(out / "metrics.json")) + ": damaged"):
             call()
     assert (out / "metrics.json").read_bytes() == content  # nothing ran
+
+
+MAKE_PATHS = [("run", "RECIPE", ""), ("demo", "RUNS", "/demo"), ("glue", "RUNS", "/glue"),
+              ("compare", "RUNS", "/compare-"), ("compare", "COMPARE_RUNS", ""), ("chain", "PRETRAIN", ""),
+              ("chain", "FINETUNE", ""), ("chain", "RUNS", "/chain"), ("attention", "RUNS", "/attention"),
+              ("smoke", "RUNS", "/smoke"), ("clean", "RUNS", "")]
+
+
+@pytest.mark.parametrize("target, variable, tail", MAKE_PATHS)
+def test_make_passes_a_path_with_spaces_as_one_argument(target: str, variable: str, tail: str) -> None:
+    """`make run RECIPE="my recipes/r.yaml"` ran `toolkit run my recipes/r.yaml` (two arguments),
+    and `make compare RUNS="my runs"` reported `my` and `runs/...`: every path a target takes
+    reaches the command quoted, as one argument."""
+    import shlex
+    import subprocess
+
+    path = "/tmp/my runs é/x.yaml" if variable in ("RECIPE", "PRETRAIN", "FINETUNE") else "/tmp/my runs é"
+    out = subprocess.run(["make", "-n", target, f"{variable}={path}", "MODEL=minilm"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    assert path in out, out
+    assert out.count(path) == out.count(f'"{path}{tail}') + out.count(f"{{run: {path},"), out  # every use quoted
+    line = next(line for line in out.splitlines() if f'"{path}' in line)
+    assert any(arg.startswith(path) for arg in shlex.split(line.replace("\\", ""))), line
