@@ -300,3 +300,36 @@ def test_a_value_yaml_11_would_misread_is_one_line(tmp_path: Path, cli, key: str
         code, _, err = cli(*command)
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1 and re.search(message, lines[0]), (command, err)
+
+
+@pytest.mark.parametrize("name", ["../../elsewhere", "/tmp/elsewhere", "a/../../b", "~/runs", "a//b", "."])
+def test_a_name_never_puts_the_run_outside_the_runs_folder(tmp_path: Path, cli, name: str) -> None:
+    """`name: /tmp/x` (in a recipe, an override or a hand-edited recipe.yaml) put the run folder at
+    /tmp/x/<hash>, and `../..` above the runs folder, with exit 0: a name is a relative path of
+    folder names, refused otherwise before anything is written."""
+    recipe = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    written = write_recipe(tmp_path / "r.yaml", f"extends: {recipe}\nname: '{name}'\n")
+    message = f"name: '{re.escape(name)}' is not a relative path of folder names"
+    for path, overrides in ((written, []), (recipe, [f"name='{name}'"])):
+        with pytest.raises(UserError, match=message):
+            recipes.load(path, overrides)
+        code, _, err = cli("run", path, *overrides, "--runs-dir", tmp_path / "runs")
+        assert code == 2 and re.search(message, err) and err.count("\n") == 1, err
+    assert recipes.load(recipe, ["name=my/own-name"]).name == "my/own-name"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_extends_names_the_file_that_extends_and_reads_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing base said `recipe /x/base.yaml does not exist`, without the file that named it;
+    `extends: ~/base.yaml` looked for a folder named `~`; `extends=...` as an override was `unknown
+    section (did you mean 'extends'?)`."""
+    home = tmp_path / "home"
+    write_recipe(home / "base.yaml", BASE)
+    monkeypatch.setenv("HOME", str(home))
+    leaf = write_recipe(tmp_path / "leaf.yaml", "extends: ~/base.yaml\ntrain: {batch_size: 8}\n")
+    assert recipes.load(leaf).train.batch_size == 8 and recipes.load(leaf).method.r == 4
+    lost = write_recipe(tmp_path / "lost.yaml", "extends: [base.yaml]\n")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(lost))}: extends: base.yaml: {tmp_path}/base.yaml does not exist$"):
+        recipes.load(lost)
+    with pytest.raises(UserError, match=r"^extends: only a recipe file names its bases; an override"):
+        recipes.load(leaf, ["extends=base.yaml"])

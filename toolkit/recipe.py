@@ -45,8 +45,14 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
         raise UserError(f"smoke: expected true or false, got {saved_smoke!r}")
     if saved_name is not None and not isinstance(saved_name, str):
         raise UserError(f"name: expected a string, got {saved_name!r}")
+    if saved_name and not _plain_relative(saved_name):  # the run folder is runs/<name>/<hash>
+        raise UserError(f"name: '{saved_name}' is not a relative path of folder names (e.g. "
+                        "demo/sst2/minilm-lora); a run folder is <runs>/<name>/<hash>, inside the runs folder")
     name, smoke = saved_name or name, smoke or saved_smoke
     allowed = {"model", "task", "method", "train"}
+    if "extends" in raw:  # read_yaml takes a file's own; what is left came from elsewhere
+        raise UserError("extends: only a recipe file names its bases; an override or a run's recipe.yaml "
+                        "cannot add one (write a recipe file that extends it)")
     for key in raw:
         if key not in allowed:
             hint = foreign_hint(str(key)) or did_you_mean(str(key), sorted(allowed | {'extends'}))
@@ -67,6 +73,13 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
     check(recipe, checked.base)
     return checked
+
+
+def _plain_relative(name: str) -> bool:
+    """`demo/sst2/x`: relative, each part a folder name (not empty, `.`, `..` or with a backslash)."""
+    parts = name.split("/")
+    return not name.startswith(("/", "~")) and all(p not in ("", ".", "..") and "\\" not in p and ":" not in p[1:2]
+                                                   for p in parts)
 
 
 def check(recipe: Recipe, base: Recipe | None = None) -> None:

@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,7 +301,10 @@ def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         raise UserError(f"{path}: extends: expected a file name or a list of them, got {bases!r}")
     merged: dict = {}
     for base in bases:
-        merged = _deep_merge(merged, read_yaml(path.parent / base, seen + (path.resolve(),)))
+        file = path.parent / Path(os.path.expandvars(base)).expanduser()  # relative to this file
+        if not file.is_file():
+            raise UserError(f"{path}: extends: {base}: {file} " + ("is not a file" if file.exists() else "does not exist"))
+        merged = _deep_merge(merged, read_yaml(file, seen + (path.resolve(),)))
     return _deep_merge(merged, raw)
 
 
