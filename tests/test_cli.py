@@ -135,3 +135,10 @@ def test_make_passes_a_path_with_spaces_as_one_argument(target: str, variable: s
     assert out.count(path) == out.count(f'"{path}{tail}') + out.count(f"{{run: {path},"), out  # every use quoted
     line = next(line for line in out.splitlines() if f'"{path}' in line)
     assert any(arg.startswith(path) for arg in shlex.split(line.replace("\\", ""))), line
+
+
+def test_cp_into_a_missing_folder_is_one_line(tmp_path: Path, cli) -> None:
+    """`toolkit cp NAME missing/x.yaml` traced back with FileNotFoundError."""
+    code, _, err = cli("cp", "demo/sst2/minilm-lora", tmp_path / "missing" / "x.yaml")
+    assert code == 2 and err == f"error: cp: {tmp_path / 'missing'} does not exist; create it first\n"
+    assert not (tmp_path / "missing").exists()

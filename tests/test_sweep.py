@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import write_recipe
-from toolkit import sweeps as sweep
+from toolkit import recipe as recipes, sweeps as sweep
 from toolkit.errors import UserError
 
 RECIPE = """model: {checkpoint: bert-base-uncased}
@@ -64,6 +64,11 @@ def test_scaled_values_multiply_the_recipes_own_value(tmp_path: Path) -> None:
     assert point.overrides == ["train.lr=0.001", "train.epochs=3", "method.name=freeze"]
     with pytest.raises(UserError, match="no number there"):
         sweep.resolve(sweep.Point(leaf, ["train.warmup_steps=x2"]))
+    # an int setting scaled to a whole number is that int at any size (`.6g` made 1234567 x1 a float)
+    big = write_recipe(tmp_path / "big.yaml", "extends: _base.yaml\ntrain: {max_steps: 1234567, seed: 4294967295}\n")
+    point = sweep.resolve(sweep.Point(big, ["train.max_steps=x1", "train.seed=x1"]))
+    assert point.overrides == ["train.max_steps=1234567", "train.seed=4294967295"]
+    assert recipes.load(big, point.overrides).train.max_steps == 1234567
 
 
 def test_dry_run_lists_and_a_rerun_skips_finished_and_resumes_interrupted(tmp_path: Path, cli,

@@ -142,6 +142,8 @@ def cmd_cp(args: argparse.Namespace) -> int:
         dest = dest / source.name
     if dest.exists() and not args.force:
         raise UserError(f"{dest} exists; --force overwrites it")
+    if not dest.parent.is_dir():
+        raise UserError(f"cp: {dest.parent} does not exist; create it first")
     merged = read_yaml(source)
     dest.write_text(f"# copied from {args.name} (bases merged in); edit freely\n"
                     + dump_yaml(merged))

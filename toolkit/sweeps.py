@@ -110,7 +110,11 @@ def resolve_scaled(raw: dict, overrides: list[str], where: str) -> list[str]:
                 base = float(base)
             if not isinstance(base, (int, float)) or isinstance(base, bool):
                 raise UserError(f"{where}: '{item}' scales {key}, but the recipe has no number there")
-            item = f"{key}={float(value[1:]) * base:.6g}"
+            scaled = float(value[1:]) * base
+            # an int setting scaled to a whole number stays that int, whatever its size (`.6g` wrote
+            # max_steps 1234567 x1 as 1.23457e+06, a float the int field refused)
+            whole = isinstance(base, int) and scaled.is_integer()
+            item = f"{key}={int(scaled) if whole else format(scaled, '.6g')}"
         out.append(item)
     return out
 
