@@ -114,3 +114,32 @@ def test_a_toolkit_folder_variable_naming_no_folder_is_one_line_everywhere(
         with pytest.raises(toolkit.UserError, match=f"^{variable}: "):
             call()
     assert not runs_dir.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["runs_dir", "report_out"])
+def test_a_file_where_a_folder_goes_is_the_same_line_from_the_cli_and_the_api(tmp_path: Path, cli, where: str) -> None:
+    """A file on the way to a folder the toolkit writes: the CLI said one line, the Python API
+    raised a bare NotADirectoryError (report) or started the run (runs_dir under a file). Both say
+    the same line now, before anything is written."""
+    from conftest import ROOT
+    from test_report import fake_run
+
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("x\n")
+    recipe, place = ROOT / "recipes/demo/sst2/minilm-lora.yaml", blocker / "sub"
+    if where == "runs_dir":
+        line = f"--runs-dir: {blocker} is a file, not a folder (in {place})"
+        calls = [(["run", recipe, "--runs-dir", place], lambda: toolkit.run(recipe, runs_dir=place)),
+                 (["sweep", recipe, "--runs-dir", place], lambda: toolkit.sweep([recipe], runs_dir=place))]
+    else:
+        fake_run(tmp_path / "runs", "sst2", "lora", 42, {"accuracy": 0.8})
+        line = f"{place}: not a directory"
+        calls = [(["report", tmp_path / "runs", "--out", place, "--no-plots"],
+                  lambda: toolkit.report([tmp_path / "runs"], out=place))]
+    for command, call in calls:
+        code, _, err = cli(*command)
+        assert code == 2 and err == f"error: {line}\n", (command, err)
+        with pytest.raises(toolkit.UserError) as caught:
+            call()
+        assert str(caught.value) == line
+    assert blocker.read_text() == "x\n"

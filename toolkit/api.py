@@ -21,6 +21,8 @@ imports what it uses.
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
 import shutil
@@ -31,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Union
 
 from toolkit import chain, quiet, recipe as recipe_module, reports, runs, sweeps
 from toolkit.arguments import check, typed
-from toolkit.errors import Interrupted, UserError, writing
+from toolkit.errors import Interrupted, UserError, disk_full, writing
 from toolkit.recipe import RunPlan, find_recipe
 
 __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep"]
@@ -43,6 +45,37 @@ __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "
 PathArg = Union[str, os.PathLike]
 Overrides = Union[Mapping[str, Any], Iterable[str], None]
 Text = Union[str, tuple[str, str], list[str], Mapping[str, Any]]
+
+
+# a full disk, a place that cannot be written, or a file where a folder goes (or a folder where a
+# file goes): the user's to fix, said with the path
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
+               errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG}
+
+
+def _disk_error(exc: BaseException) -> str:
+    """A full disk or a place that cannot be written, said as such with the path (the user's to fix)."""
+    where = getattr(exc, "filename", None) or "a file"
+    if getattr(exc, "errno", errno.ENOSPC) in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left on the device while writing {where} "
+                f"({'disk quota exceeded' if exc.errno == errno.EDQUOT else 'disk full'}); free some "
+                "space or write elsewhere (--runs-dir, --output)")
+    reason = getattr(exc, "strerror", None)  # read or written: the system's own words
+    return f"{where}: {reason.lower() if reason else 'permission denied'}"
+
+
+def _one_line(fn):
+    """The API says what the CLI says: a full disk, an unwritable place, or a file where a folder
+    goes (DISK_ERRORS) is the UserError with the CLI's line, not a bare OSError."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            if exc.errno not in DISK_ERRORS and not disk_full(exc):
+                raise
+            raise UserError(_disk_error(exc)) from None
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -93,6 +126,7 @@ def override_list(overrides: Mapping[str, Any] | list[str] | None) -> list[str]:
     return out
 
 
+@_one_line
 @typed
 def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | None = None,
         smoke: bool = False, force: bool = False) -> Run:
@@ -113,6 +147,7 @@ def _run_folder(run_dir: PathArg) -> Path:
     return folder
 
 
+@_one_line
 @typed
 def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None) -> dict:
     """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
@@ -123,6 +158,7 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None)
     return inference.evaluate_run(folder, split, items, None)
 
 
+@_one_line
 @typed
 def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     """One dict per input of a trained run: its fields and the task's prediction (classification:
@@ -137,6 +173,7 @@ def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     return inference.predict_rows(folder, list(texts))
 
 
+@_one_line
 @typed
 def export(run_dir: PathArg, out: PathArg, merge: bool = False) -> str:
     """A plain transformers (or PEFT) folder at `out`; returns the line saying what was written.
@@ -165,6 +202,7 @@ def _one_export(target: Path) -> Iterator[None]:
         lock.__exit__(None, None, None)
 
 
+@_one_line
 @typed
 def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seeds: Union[int, str, Iterable[int]] = 42,
           runs_dir: PathArg | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
@@ -182,6 +220,7 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
     return [run(p.recipe, p.overrides, runs_dir=root, smoke=smoke, force=force) for p in points]
 
 
+@_one_line
 @typed
 def report(runs_dir: Iterable[PathArg], *, row_key: str | None = None, col_key: str | None = None,
            metrics: Iterable[str] | None = None, glue: bool = False, plots: bool = False,
@@ -276,6 +315,8 @@ def _check_runs_root(root: Path) -> None:
     if root.exists() and not root.is_dir():
         raise UserError(f"--runs-dir: {root} is a file, not a folder")
     existing = next((p for p in [root, *root.parents] if p.exists()), Path("."))
+    if not existing.is_dir():  # runs_dir=notes.txt/runs: a file on the way
+        raise UserError(f"--runs-dir: {existing} is a file, not a folder (in {root})")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--runs-dir: {existing} is not writable")
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
-from toolkit.api import _check_runs_root, _one_export, _run_folder, run_one
+from toolkit.api import DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder, run_one
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
@@ -295,23 +294,6 @@ def _version() -> str:
         return version("toolkit")
     except PackageNotFoundError:
         return "unknown (not installed)"
-
-
-# a full disk, a place that cannot be written, or a file where a folder goes (or a folder where a
-# file goes): the user's to fix, said with the path
-DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
-               errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG}
-
-
-def disk_error(exc: Exception) -> str:
-    """A full disk or a place that cannot be written, said as such with the path (the user's to fix)."""
-    where = getattr(exc, "filename", None) or "a file"
-    if getattr(exc, "errno", errno.ENOSPC) in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left on the device while writing {where} "
-                f"({'disk quota exceeded' if exc.errno == errno.EDQUOT else 'disk full'}); free some "
-                "space or write elsewhere (--runs-dir, --output)")
-    reason = getattr(exc, "strerror", None)  # read or written: the system's own words
-    return f"{where}: {reason.lower() if reason else 'permission denied'}"
 
 
 def main(argv: list[str] | None = None) -> int:
