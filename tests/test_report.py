@@ -394,3 +394,26 @@ def test_a_tie_for_the_best_setting_is_said_and_does_not_follow_folder_names(tmp
         assert cell.tied == ["train.lr=0.001"] and not cell.edge  # tied: not "the grid's smallest"
         assert any("tied on the mean with train.lr=0.001" in n for n in report.pivot_notes(p))
     assert chosen == ["train.lr=0.0001", "train.lr=0.0001"]
+
+
+def test_a_cell_never_chooses_between_tasks_or_models(tmp_path: Path) -> None:
+    """`--rows method --cols model` over SST-2 and RTE runs filled the cell with SST-2's 81 and the
+    note `reported task.subset=sst2, the best of the grid [rte; sst2]`: a cell is a grid of one
+    task and one model, so that is one line naming the axis to add; the curves' legend likewise
+    keeps one line per model rather than the best model under the method's name."""
+    from toolkit.reports import plots
+
+    for seed, (a, b) in ((42, (0.8, 0.6)), (43, (0.82, 0.62))):
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": a})
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": b})
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": b + 0.1}, model="org/other")
+    items = report.collect(tmp_path)
+    with pytest.raises(UserError, match=r"^report: the cell lora / tiny \(method \\ model\) holds runs of 2 tasks "
+                       r"\(rte, sst2\), .*; put task on --rows or --cols"):
+        report.pivots(items, "method", "model")
+    with pytest.raises(UserError, match=r"the cell rte / lora \(task \\ method\) holds runs of 2 models \(other, tiny\)"):
+        report.pivots(items, "task", "method")
+    (p,) = report.pivots(items, "task", "model")
+    assert p.cells[("rte", "tiny")].stat.values == [0.6, 0.62] and p.cells[("rte", "other")].stat.values == [0.7, 0.72]
+    curves = plots.entries(items)
+    assert sorted(curves["rte"]) == ["other lora", "tiny lora"] and list(curves["sst2"]) == ["lora"]

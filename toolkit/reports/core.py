@@ -522,11 +522,25 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
         for item in items:
             if name in item["metrics"].get("eval", {}):
                 members[(label(item, row_key), label(item, col_key))].append(item)
+        for (r, c), runs in sorted(members.items()):
+            one_task_and_model(runs, f"{r} / {c}", row_key, col_key)
         cells = {k: c for k, v in members.items() if (c := best_setting(v, metric)) is not None}
         row_names = sorted({r for r, _ in cells})
         col_names = sorted({c for _, c in cells})
         out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key))
     return out
+
+
+def one_task_and_model(items: list[dict], cell: str, row_key: str, col_key: str) -> None:
+    """A cell reports the best of its settings on dev: a grid of training settings of one task
+    and one model. Runs of several tasks (or models) in one cell had the "best" chosen across
+    them (`reported task.subset=sst2, the best of [rte; sst2]`): refused, naming the axis to add."""
+    for axis in ("task", "model"):
+        found = sorted({label(i, axis) for i in items})
+        if len(found) > 1:
+            raise UserError(f"report: the cell {cell} ({row_key} \\ {col_key}) holds runs of {len(found)} "
+                            f"{axis}s ({', '.join(found)}), and a cell reports the best setting of one {axis}; "
+                            f"put {axis} on --rows or --cols, or report those runs apart")
 
 
 def pivot_markdown(p: Pivot) -> str:
