@@ -417,3 +417,19 @@ def test_a_cell_never_chooses_between_tasks_or_models(tmp_path: Path) -> None:
     assert p.cells[("rte", "tiny")].stat.values == [0.6, 0.62] and p.cells[("rte", "other")].stat.values == [0.7, 0.72]
     curves = plots.entries(items)
     assert sorted(curves["rte"]) == ["other lora", "tiny lora"] and list(curves["sst2"]) == ["lora"]
+
+
+def test_runs_from_before_main_metric_pivot_on_a_score_not_the_loss(tmp_path: Path, cli) -> None:
+    """metrics.json from before `main_metric` was written, with the loss first in eval: the pivot
+    was of the loss; one such run that scored nothing (eval {}) crashed the report with
+    `RuntimeError: generator raised StopIteration`."""
+    runs = [fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}) for seed, acc in ((42, 0.8), (43, 0.82), (44, 0.9))]
+    for run in runs:
+        data = json.loads((run / "metrics.json").read_text())
+        del data["main_metric"]
+        data["eval"] = {} if run == runs[2] else {"loss": data["eval"]["loss"], "accuracy": data["eval"]["accuracy"]}
+        (run / "metrics.json").write_text(json.dumps(data))
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert p.metric.name == "accuracy" and p.cells[("sst2", "lora")].stat.values == [0.8, 0.82]
+    code, out, err = cli("report", tmp_path, "--rows", "task", "--no-plots")
+    assert code == 0 and "## accuracy (%) ↑: task × method" in out, err

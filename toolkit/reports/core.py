@@ -294,8 +294,14 @@ def column(metric: Metric) -> str:
     return f"{metric.name}{unit} {'↑' if metric.higher_is_better else '↓'}"
 
 
-def main_metric(items: list[dict]) -> str:
-    return items[0]["metrics"].get("main_metric") or next(iter(items[0]["metrics"]["eval"]))
+def main_metric(items: list[dict]) -> str | None:
+    """The main metric the runs declared; for runs from before that field, the first metric that
+    is not a loss (`loss` first in eval made the loss the main metric); None: nothing was scored."""
+    declared = next((i["metrics"]["main_metric"] for i in items if i["metrics"].get("main_metric")), None)
+    if declared:
+        return declared
+    names = [n for i in items for n in i["metrics"].get("eval") or {}]
+    return next((n for n in names if n.split("_")[0] != "loss"), names[0] if names else None)
 
 
 # --- the table of every run ------------------------------------------------------------------
@@ -511,7 +517,8 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     check_axis(row_key, "--rows")
     check_axis(col_key, "--cols")
     decls = declarations(items)
-    wanted = metrics or list(dict.fromkeys(main_metric([i]) for i in items))
+    # by default each task's main metric that some run scored (a null one is named in the notes)
+    wanted = metrics or [m for m in dict.fromkeys(main_metric([i]) for i in items) if m in decls]
     for name in wanted:
         if name not in decls:
             raise UserError(f"report --metric '{name}': no run has it (runs have: {', '.join(decls)})")

@@ -124,7 +124,9 @@ def curves(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
 def params(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     """Metric against trainable parameters, log x: what each method buys per parameter."""
     metric_name = report.main_metric(next(iter(group.values())))
-    metric = report.declarations([i for g in group.values() for i in g])[metric_name]
+    metric = report.declarations([i for g in group.values() for i in g]).get(metric_name)
+    if metric is None:  # no run of the task scored its main metric (null, or an older run)
+        return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, runs in group.items():
