@@ -333,3 +333,42 @@ def test_extends_names_the_file_that_extends_and_reads_home(tmp_path: Path, monk
         recipes.load(lost)
     with pytest.raises(UserError, match=r"^extends: only a recipe file names its bases; an override"):
         recipes.load(leaf, ["extends=base.yaml"])
+
+
+def _list_fields() -> list[tuple[str, type, str, object]]:
+    """(where, settings class, field, an item of its type) for every list setting of the train and
+    model sections, every method and every task."""
+    import dataclasses
+    import typing
+
+    from toolkit.methods import METHODS
+    from toolkit.recipe_data import ModelConfig, TrainConfig
+    from toolkit.tasks import TASKS
+
+    classes = [("train", TrainConfig), ("model", ModelConfig), *(("method", METHODS.get(n)) for n in METHODS.names()),
+               *(("task", TASKS.get(n)) for n in TASKS.names())]
+    out = []
+    for where, cls in classes:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            tp = next((a for a in (hints[f.name], *typing.get_args(hints[f.name])) if typing.get_origin(a) is list), None)
+            if tp is None:
+                continue
+            (inner,) = typing.get_args(tp)
+            item = typing.get_args(inner)[0] if typing.get_origin(inner) is typing.Literal else 3 if inner is int else "x"
+            out.append((f"{where}.{getattr(cls, 'name', cls.__name__)}.{f.name}", cls, f.name, item))
+    return out
+
+
+@pytest.mark.parametrize("where, cls, name, item", _list_fields(), ids=[w for w, *_ in _list_fields()])
+def test_every_list_setting_refuses_an_item_given_twice(where: str, cls: type, name: str, item: object) -> None:
+    """`train.report_to: [tensorboard, tensorboard]`, `method.target_modules: [query, query]`,
+    `length_buckets: [64, 32, 64]` validated: another recipe hash for the same run (a sweep ran it
+    twice), and for verbalizers or labels two classes nothing tells apart. Every list setting is a
+    set: an item given twice is one line naming it."""
+    from toolkit.recipe_data import ModelConfig
+    from toolkit.schema import build_dataclass
+
+    base = {"checkpoint": "x"} if cls is ModelConfig else {}
+    with pytest.raises(UserError, match=rf"^s.{name}: {re.escape(repr(item))} is listed twice; give each once$"):
+        build_dataclass(cls, {**base, name: [item, item]}, "s")
