@@ -263,6 +263,11 @@ def safe_yaml(text: str, where: str) -> Any:
             loader.dispose()
     except _KeyTwice as exc:
         raise UserError(f"{where}: {exc}") from None
+    except yaml.reader.ReaderError as exc:  # a control character, a lone surrogate (undecodable argv)
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in where)
+        raise UserError(f"{shown}: not valid YAML: character {char} "
+                        f"at position {exc.position} is not allowed ({exc.reason})") from None
     except yaml.YAMLError as exc:  # the position and the problem, never the file's text
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
