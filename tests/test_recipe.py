@@ -375,3 +375,23 @@ def test_every_list_setting_refuses_an_item_given_twice(where: str, cls: type, n
     base = {"checkpoint": "x"} if cls is ModelConfig else {}
     with pytest.raises(UserError, match=rf"^s.{name}: {re.escape(repr(item))} is listed twice; give each once$"):
         build_dataclass(cls, {**base, name: [item, item]}, "s")
+
+
+def test_a_chained_run_is_a_new_run_when_its_upstream_recipe_changes(tmp_path: Path) -> None:
+    """Fine-tuning from `{run: pre.yaml}` kept its run folder when pre.yaml was edited (more
+    epochs) and run again into a new folder: `toolkit run fine.yaml` said "finished already" with
+    the scores of a model tuned from the old pretraining. The run id holds the upstream run's id
+    (its recipe, data and processes); the recipe and its hash still say what was written."""
+    from toolkit import runs
+
+    pre = write_recipe(tmp_path / "recipes" / "pre.yaml", f"extends: {ROOT / 'recipes/pretrain/wikitext-2/minilm-mlm.yaml'}\n")
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"extends: {ROOT / 'recipes/demo/sst2/minilm-full.yaml'}\n"
+                        f"model: {{checkpoint: {{run: {pre}}}}}\n")
+    before = recipes.load(fine)
+    pre.write_text(pre.read_text() + "train: {epochs: 2}\n")
+    after = recipes.load(fine)
+    assert before.hash == after.hash and before.upstream_id != after.upstream_id
+    assert after.upstream_id == runs.run_id(recipes.load(pre))
+    assert runs.run_dir(before, tmp_path) != runs.run_dir(after, tmp_path)
+    plain = recipes.load(ROOT / "recipes/demo/sst2/minilm-full.yaml")  # no chain: the id is as before
+    assert plain.upstream_id is None

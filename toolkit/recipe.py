@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from toolkit import attention, chain, methods, models, readers, tasks, tracking
+from toolkit import attention, chain, methods, models, readers, runs, tasks, tracking
 from toolkit.errors import UserError
 from toolkit.recipe_data import (SECTIONS, SMOKE_CAPS, SMOKE_LENGTHS, SMOKE_NEW_TOKENS, ModelConfig, Recipe,
                                  RunPlan, TrainConfig, apply_overrides, dump, find_recipe, read_yaml,
@@ -71,6 +71,7 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
     checked = RunPlan(recipe)
     if isinstance(recipe.model.checkpoint, dict):
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
+        recipe.upstream_id = runs.run_id(checked.upstream.recipe)
     check(recipe, checked.base)
     return checked
 

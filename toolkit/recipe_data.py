@@ -95,6 +95,10 @@ class Recipe:
     train: TrainConfig
     name: str = "recipe"
     smoke: bool = False
+    # a chained run (model.checkpoint: {run: ...}): the run folder id of the run it starts from,
+    # set when the chain is planned (toolkit/recipe.py). Not in the hash (the recipe says the same);
+    # in the run id, so an upstream recipe edited and run again makes this a new run too
+    upstream_id: str | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""

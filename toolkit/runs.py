@@ -54,6 +54,9 @@ def run_id(recipe: Recipe, processes: int | None = None) -> str:
     """What a run's result depends on: the resolved recipe, the number of processes (the global
     batch) and the data files' contents. Two launches that differ in any of these are two runs."""
     blob = f"{recipe.hash}|{processes or world_size()}|{data_fingerprint(recipe.task.data_files())}"
+    upstream = getattr(recipe, "upstream_id", None)  # a chained run is of the run it starts from
+    if upstream:
+        blob += f"|{upstream}"
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
