@@ -303,11 +303,14 @@ def _stamp(run: Path, **fields: str) -> None:
     (run / "metrics.json").write_text(json.dumps({**data, **fields}))
 
 
-def test_seeds_on_other_data_are_not_one_entry(tmp_path: Path) -> None:
-    """Seeds 44 and 45 ran after the data file was edited (another data_sha256): they are another
-    entry, not two more seeds of the first."""
-    for seed, acc, data in ((42, 0.80, "a" * 64), (43, 0.82, "a" * 64), (44, 0.60, "b" * 64), (45, 0.62, "b" * 64)):
-        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc}), data_sha256=data)
+@pytest.mark.parametrize("field, first, second", [("data_sha256", "a" * 64, "b" * 64),
+                                                   ("base_run", "pre/aaaaaaaaaaaa", "pre/bbbbbbbbbbbb")])
+def test_seeds_on_other_data_are_not_one_entry(tmp_path: Path, field: str, first: str, second: str) -> None:
+    """Seeds 44 and 45 ran after the data file was edited (another data_sha256), or fine-tuned
+    from another run of the pretraining they chain to (another base_run): they are another entry,
+    not two more seeds of the first."""
+    for seed, acc, value in ((42, 0.80, first), (43, 0.82, first), (44, 0.60, second), (45, 0.62, second)):
+        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc}), **{field: value})
     header, table = report.rows(report.collect(tmp_path))
     acc = header.index("accuracy (%) ↑")
     assert sorted((row[2], row[acc]) for row in table) == [("2", "61.00 ± 1.41"), ("2", "81.00 ± 1.41")]

@@ -50,6 +50,7 @@ METRICS_FIELDS: dict[str, str] = {
     "trainable_percent": NUMBER, "train_runtime_s": NUMBER, "train_samples_per_second": NUMBER,
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
+    "base_run": "a string",
 }
 
 
@@ -196,7 +197,9 @@ def _setting(item: dict) -> dict:
     recipe = json.loads(json.dumps(item["recipe"]))
     recipe.get("train", {}).pop("seed", None)
     # the task's data files (sha256): seeds of one entry ran on one version of the data
-    return {**recipe, "processes": item["metrics"].get("num_processes"), "data": (item["metrics"].get("data_sha256") or "")[:12] or None}
+    # and a chained run's upstream run folder (base_run): seeds of one entry started from one model
+    return {**recipe, "processes": item["metrics"].get("num_processes"),
+            "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run")}
 
 
 def setting(item: dict) -> str:
