@@ -142,3 +142,21 @@ def test_cp_into_a_missing_folder_is_one_line(tmp_path: Path, cli) -> None:
     code, _, err = cli("cp", "demo/sst2/minilm-lora", tmp_path / "missing" / "x.yaml")
     assert code == 2 and err == f"error: cp: {tmp_path / 'missing'} does not exist; create it first\n"
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("given, said", [("recipes/demo/sst2", "is a folder; give its .yaml files"),
+                                         ("/dev/null", "is not a regular file")])
+def test_a_recipe_that_is_a_folder_or_a_device_is_said_as_such(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                                given: str, said: str) -> None:
+    """`toolkit run recipes/demo/sst2` said `recipe recipes/demo/sst2 does not exist`, of a folder
+    that is there; /dev/null likewise. Every entry point says what it is."""
+    import toolkit
+
+    monkeypatch.chdir(ROOT)
+    line = f"recipe {given} {said}"
+    for command in (["run", given], ["validate", given], ["sweep", given, "--dry-run"]):
+        code, _, err = cli(*command, *(["--runs-dir", tmp_path / "runs"] if command[0] != "validate" else []))
+        assert code == 2 and line in err.splitlines()[0], (command, err)
+    with pytest.raises(toolkit.UserError, match=re.escape(line)):
+        toolkit.run(given, runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()

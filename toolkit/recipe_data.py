@@ -284,6 +284,10 @@ RECIPE_KEYS = {"model", "task", "method", "train", "extends", "name", "smoke"}
 
 def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     """Load a recipe file with its `extends:` bases merged underneath."""
+    if path.is_dir():  # `toolkit validate recipes/demo`: the recipes are the files in it
+        raise UserError(f"recipe {path} is a folder; give its .yaml files (e.g. {path}/*.yaml)")
+    if path.exists() and not path.is_file():
+        raise UserError(f"recipe {path} is not a regular file (a device or a pipe); give a .yaml file")
     if not path.is_file():
         raise UserError(f"recipe {path} does not exist")
     if path.resolve() in seen:
