@@ -221,6 +221,13 @@ def test_a_mapping_override_merges_into_the_section() -> None:
     assert (merged.method.r, merged.method.alpha) == (written.method.r, 32)
     assert recipes.load(recipe, ["method.r=4", "method={name: lora, alpha: 32}"]).method.r == 4
     assert recipes.load(recipe, ["method={name: full}"]).method.name == "full"
+    # the dotted spelling of another plug-in is the same recipe (it said `method.r: unknown key`
+    # for full, and dora kept lora's section), whatever the order of the settings beside it
+    for other in ("full", "dora", "ia3"):
+        assert recipes.load(recipe, [f"method.name={other}"]).hash == recipes.load(recipe, [f"method={{name: {other}}}"]).hash
+    assert recipes.load(recipe, ["method.r=4", "method.name=dora"]).method.r == 4
+    assert recipes.load(recipe, ["method.name=dora", "method.r=4"]).method.r == 4
+    assert recipes.load(recipe, ["method.name=lora"]).method == written.method  # the same plug-in: merged
 
 
 def test_every_dropout_and_beta_refuses_one() -> None:

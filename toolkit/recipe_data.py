@@ -348,16 +348,12 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     as a key given twice in one YAML mapping is: neither silently wins."""
     raw = json.loads(json.dumps(raw))
     given: dict[tuple[str, ...], str] = {}
-    for item in overrides:
+    parsed_items = []
+    for item in overrides:  # each parsed and checked in the order written
         if "=" not in item:
             raise UserError(f"override '{item}': expected key=value, e.g. train.lr=3e-4")
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
-        node = raw
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise UserError(f"override '{item}': '{part}' is not a section")
         if not all(parts):
             raise UserError(f"override '{item}': empty key part; write section.key=value")
         parsed = safe_yaml(value, f"override '{item}'") if value != "" else None
@@ -368,6 +364,18 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
                 raise UserError(f"override '{item}': {'.'.join(leaf)} is already set by '{earlier}'; "
                                 "give each setting once")
         given.update(dict.fromkeys(leaves, item))
+        parsed_items.append((item, parts, parsed))
+    # `method.name=full` names another plug-in as `method={name: full}` does: the section starts
+    # afresh (lora's `r` is not full's). Names go first, so `method.r=4 method.name=dora` keeps the
+    # r given beside it, whatever the order.
+    for item, parts, parsed in sorted(parsed_items, key=lambda p: p[1][-1] != "name"):
+        node = raw
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError(f"override '{item}': '{part}' is not a section")
+        if parts[-1] == "name" and len(parts) > 1 and node.get("name") not in (None, parsed):
+            node.clear()  # another plug-in: its own defaults, not the other's settings
         node[parts[-1]] = _deep_merge(node, {parts[-1]: parsed})[parts[-1]]  # another plug-in: replaced
     return raw
 
