@@ -180,3 +180,21 @@ def test_make_estimate_skips_the_report() -> None:
     dry = subprocess.run(["make", "-n", "compare", "ARGS=--estimate"], cwd=root, capture_output=True, text=True,
                          check=True).stdout
     assert "--estimate" in dry and "toolkit report" not in dry
+
+
+@pytest.mark.parametrize("seeds, expected", [([3], [3]), ([3, 7], [3, 7]), ((5,), [5]), (3, [42, 43, 44]),
+                                             ("3", [42, 43, 44]), ("3,7", [3, 7]), (1234, [1234])])
+def test_api_seeds_as_a_list_are_seeds_never_a_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     seeds, expected: list[int]) -> None:
+    """`toolkit.sweep(recipe, seeds=[3])` ran seeds 42, 43 and 44: the list was joined into "3",
+    which `--seeds` reads as a count. A list holds seeds; an int or a string reads as --seeds does."""
+    import toolkit
+    from toolkit import api
+
+    recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(api, "run", lambda path, overrides, **kw: ran.append(overrides))
+    toolkit.sweep([recipe], seeds=seeds, runs_dir=tmp_path / "runs")
+    assert ran == [[f"train.seed={s}"] for s in expected]
+    with pytest.raises(UserError, match=r"seeds \[3, 3\]: a seed is listed twice"):
+        toolkit.sweep([recipe], seeds=[3, 3], runs_dir=tmp_path / "runs")

@@ -135,11 +135,20 @@ def resolve(point: Point) -> Point:
     return Point(point.recipe, resolve_scaled(raw, point.overrides, str(point.recipe)))
 
 
-def plan(recipes: list[Path], axis_items: list[str], seeds: str | None, root: Path,
+def listed_seeds(seeds: list[int]) -> list[int]:
+    """Seeds given as a list (the Python API): each one is a seed, never a count (`[3]` is the
+    seed 3, where `--seeds 3` is three seeds); a seed listed twice is refused as in `--seeds`."""
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"seeds {seeds}: a seed is listed twice")
+    return list(seeds)
+
+
+def plan(recipes: list[Path], axis_items: list[str], seeds: str | list[int] | None, root: Path,
          smoke: bool) -> tuple[list[Point], list[Path]]:
     """Every point of the grid and its run folder; every point is checked (its recipe loads) and
     no two are the same run, before the first one runs."""
-    points = [resolve(p) for p in grid(recipes, parse_axes(axis_items), parse_seeds(seeds))]
+    seed_list = listed_seeds(seeds) if isinstance(seeds, list) else parse_seeds(seeds)
+    points = [resolve(p) for p in grid(recipes, parse_axes(axis_items), seed_list)]
     folders = [runs.run_dir(recipe_module.load(p.recipe, p.overrides, smoke=smoke), root) for p in points]
     same_runs(folders, points)
     return points, folders
