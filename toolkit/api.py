@@ -207,8 +207,9 @@ def _one_export(target: Path) -> Iterator[None]:
 def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seeds: Union[int, str, Iterable[int]] = 42,
           runs_dir: PathArg | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
     """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`; one string is one axis)
-    x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3), run one after another in this process; every point is
-    checked, its data files' heads included, before the first one runs."""
+    x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3), run
+    one after another in this process; every point is checked, its data files' heads included,
+    before the first one runs."""
     root = runs.runs_root(None if runs_dir is None else os.fspath(runs_dir))
     _check_runs_root(root)
     # 3 or "3" is a count, as `--seeds 3` is; [3] is the seed 3 (it ran 42, 43 and 44)
