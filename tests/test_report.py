@@ -436,3 +436,11 @@ def test_runs_from_before_main_metric_pivot_on_a_score_not_the_loss(tmp_path: Pa
     assert p.metric.name == "accuracy" and p.cells[("sst2", "lora")].stat.values == [0.8, 0.82]
     code, out, err = cli("report", tmp_path, "--rows", "task", "--no-plots")
     assert code == 0 and "## accuracy (%) ↑: task × method" in out, err
+
+
+def test_a_numeric_pivot_axis_is_in_numeric_order(tmp_path: Path) -> None:
+    """`--rows train.lr` listed 0.0001, 0.001, 1e-05 (text order): numbers are in numeric order."""
+    for lr in (1e-3, 1e-5, 1e-4):
+        fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.8}, lr=lr)
+    (p,) = report.pivots(report.collect(tmp_path), "train.lr", "method")
+    assert p.rows == ["1e-05", "0.0001", "0.001"]

@@ -535,10 +535,19 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
         for (r, c), runs in sorted(members.items()):
             one_task_and_model(runs, f"{r} / {c}", row_key, col_key)
         cells = {k: c for k, v in members.items() if (c := best_setting(v, metric)) is not None}
-        row_names = sorted({r for r, _ in cells})
-        col_names = sorted({c for _, c in cells})
+        row_names = sorted({r for r, _ in cells}, key=_axis_order)
+        col_names = sorted({c for _, c in cells}, key=_axis_order)
         out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key))
     return out
+
+
+def _axis_order(value: str) -> tuple:
+    """A pivot axis in numeric order where its labels are numbers (`--rows train.lr`: 1e-05 before
+    0.0001, not after 0.001 as text sorts them), else by text."""
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
 
 
 def one_task_and_model(items: list[dict], cell: str, row_key: str, col_key: str) -> None:
