@@ -101,6 +101,7 @@ else
 endif
 
 glue:  ## every GLUE task with a recipe for MODEL x METHOD, SEEDS seeds; GLUE table beside published numbers
+	$(if $(GLUE_TASKS),,$(error make glue: no recipes/glue/*/$(GLUE_MODEL)-$(METHOD).yaml; MODEL and METHOD name a shipped pair, e.g. MODEL=roberta-base METHOD=lora (toolkit ls recipes)))
 	$(BIN)/toolkit sweep $(foreach t,$(GLUE_TASKS),recipes/glue/$(t)/$(GLUE_MODEL)-$(METHOD).yaml) \
 	  --seeds "$(SEEDS)" --runs-dir "$(RUNS)/glue" $(ARGS)
 	$(if $(DRY_RUN),,$(BIN)/toolkit report "$(RUNS)/glue" --glue)

@@ -160,3 +160,13 @@ def test_a_recipe_that_is_a_folder_or_a_device_is_said_as_such(tmp_path: Path, c
     with pytest.raises(toolkit.UserError, match=re.escape(line)):
         toolkit.run(given, runs_dir=tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_make_glue_with_no_recipe_for_model_and_method_says_so() -> None:
+    """`make glue MODEL=robrta-base` ran `toolkit sweep` with no recipe: `sweep: no recipe given,
+    e.g. toolkit sweep recipes/demo/...`, about a recipe the user never named."""
+    import subprocess
+
+    done = subprocess.run(["make", "-n", "glue", "MODEL=robrta-base"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "no recipes/glue/*/robrta-base-lora.yaml; MODEL and METHOD name" in done.stderr
+    assert "toolkit sweep" not in done.stdout
