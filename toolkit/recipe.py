@@ -79,8 +79,7 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
 def _plain_relative(name: str) -> bool:
     """`demo/sst2/x`: relative, each part a folder name (not empty, `.`, `..` or with a backslash)."""
     parts = name.split("/")
-    return not name.startswith(("/", "~")) and all(p not in ("", ".", "..") and "\\" not in p and ":" not in p[1:2]
-                                                   for p in parts)
+    return not name.startswith(("/", "~")) and all(p not in ("", ".", "..") and "\\" not in p for p in parts)
 
 
 def check(recipe: Recipe, base: Recipe | None = None) -> None:
