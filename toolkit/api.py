@@ -144,6 +144,7 @@ def _run_folder(run_dir: PathArg) -> Path:
     recipe_module.check_environment()
     if not (folder / "recipe.yaml").is_file():
         raise UserError(f"{folder}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
+    runs.is_finished(folder)  # a damaged metrics.json: said here, before torch is imported
     return folder
 
 
@@ -249,6 +250,8 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     recipe_module.check_data(plan.recipe)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
+    if not force:
+        runs.is_finished(runs.run_dir(plan.recipe, root))  # a damaged metrics.json, said before torch
     quiet.libraries()
     from toolkit import train  # torch: imported on the first run, after every check above
 
