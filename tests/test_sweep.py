@@ -47,6 +47,9 @@ def test_seeds_lists_counts_and_refusals() -> None:
         sweep.parse_axes(["train.lr=1e-4,3e-4,1e-4"])
     with pytest.raises(UserError, match="a count of seeds is 1 to 10"):
         sweep.parse_seeds("0")
+    # a quoted value is one value (`"a,b"` was split into `"a` and `b"`); an apostrophe inside a word is a letter
+    assert sweep.split_values('"a,b", c,[1, 2],{a: 1, b: 2}') == ['"a,b"', "c", "[1, 2]", "{a: 1, b: 2}"]
+    assert sweep.split_values("don't,x") == ["don't", "x"]
 
 
 def test_two_points_that_are_one_run_are_refused_before_anything_runs(tmp_path: Path, cli, runs_dir: Path) -> None:
@@ -198,3 +201,5 @@ def test_api_seeds_as_a_list_are_seeds_never_a_count(tmp_path: Path, monkeypatch
     assert ran == [[f"train.seed={s}"] for s in expected]
     with pytest.raises(UserError, match=r"seeds \[3, 3\]: a seed is listed twice"):
         toolkit.sweep([recipe], seeds=[3, 3], runs_dir=tmp_path / "runs")
+    with pytest.raises(UserError, match=r"overrides\['train.lr=1'\]: a key is a dotted setting"):
+        toolkit.run(recipe, {"train.lr=1": 2}, runs_dir=tmp_path / "runs")

@@ -117,6 +117,9 @@ def override_list(overrides: Mapping[str, Any] | list[str] | None) -> list[str]:
         return list(overrides)
     out = []
     for key, value in overrides.items():
+        if not isinstance(key, str) or "=" in key or not key.strip():
+            raise UserError(f"overrides[{key!r}]: a key is a dotted setting such as 'train.lr', the value "
+                            "its own item: {'train.lr': 3e-4}")
         value = os.fspath(value) if isinstance(value, os.PathLike) else value
         try:
             out.append(f"{key}={json.dumps(value, allow_nan=False)}")

@@ -33,9 +33,13 @@ class Point:
 
 
 def split_values(text: str) -> list[str]:
-    """`1e-4,3e-4` -> two values; commas inside [...] or {...} belong to one YAML value."""
-    out, depth, start = [], 0, 0
+    """`1e-4,3e-4` -> two values; commas inside [...], {...} or quotes belong to one YAML value."""
+    out, depth, start, quote = [], 0, 0, ""
     for i, char in enumerate(text):
+        if quote:  # inside '...' or "...": nothing splits
+            quote = "" if char == quote else quote
+            continue
+        quote = char if char in "'\"" and depth == 0 and not text[start:i].strip() else ""  # a value's first char
         depth += char in "[{"
         depth -= char in "]}"
         if char == "," and depth == 0:
