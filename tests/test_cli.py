@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from conftest import write_recipe
+import pytest
+
+from conftest import ROOT, write_recipe
 from toolkit.recipe_data import recipe_files
 
 RECIPE = """model: {checkpoint: bert-base-uncased}
@@ -81,3 +84,89 @@ def test_a_wrong_recipe_name_gets_three_names_and_where_the_rest_are(cli) -> Non
                          f"{len(recipe_files([]))})") and line.count("demo/") == 4
     code, _, err = cli("validate", "nothing/like/this")
     assert code == 2 and err.strip().endswith(f"(`toolkit ls recipes` lists all {len(recipe_files([]))})")
+
+
+DAMAGED_METRICS = {"cut short": b'{"eval": {"accu', "not an object": b"[1, 2]\n", "not UTF-8": b'{"eval": "\xff"}'}
+
+
+@pytest.mark.parametrize("content", DAMAGED_METRICS.values(), ids=DAMAGED_METRICS.keys())
+def test_a_damaged_metrics_json_is_not_a_finished_run(tmp_path: Path, cli, content: bytes) -> None:
+    """A metrics.json cut short counted as finished: `run` said "finished already" (exit 0), a
+    sweep skipped the point and listed it [finished], and only `report` found it. Every entry
+    point that asks whether a run is finished says the one line; --force runs it again."""
+    import toolkit
+    from toolkit import recipe as recipes, runs
+
+    recipe, root = ROOT / "recipes/demo/sst2/minilm-lora.yaml", tmp_path / "runs"
+    out = runs.run_dir(recipes.load(recipe), root)
+    out.mkdir(parents=True)
+    (out / "recipe.yaml").write_text(recipes.dump(recipes.load(recipe)))
+    (out / "metrics.json").write_bytes(content)
+    said = f"{out / 'metrics.json'}: damaged ("
+    for command in (["run", recipe], ["sweep", recipe], ["sweep", recipe, "--dry-run"], ["eval", out],
+                    ["predict", out, "--input", recipe], ["export", out, tmp_path / "export"]):
+        code, _, err = cli(*command, *(["--runs-dir", root] if command[0] in ("run", "sweep") else []))
+        assert code == 2 and err.startswith(f"error: {said}") and err.count("\n") == 1, (command, err)
+    for call in (lambda: toolkit.run(recipe, runs_dir=root), lambda: toolkit.sweep([recipe], runs_dir=root),
+                 lambda: toolkit.evaluate(out), lambda: toolkit.Run(out).metrics):
+        with pytest.raises(toolkit.UserError, match=re.escape(str(out / "metrics.json")) + ": damaged"):
+            call()
+    assert (out / "metrics.json").read_bytes() == content  # nothing ran
+
+
+MAKE_PATHS = [("run", "RECIPE", ""), ("demo", "RUNS", "/demo"), ("glue", "RUNS", "/glue"),
+              ("compare", "RUNS", "/compare-"), ("compare", "COMPARE_RUNS", ""), ("chain", "PRETRAIN", ""),
+              ("chain", "FINETUNE", ""), ("chain", "RUNS", "/chain"), ("attention", "RUNS", "/attention"),
+              ("smoke", "RUNS", "/smoke"), ("clean", "RUNS", "")]
+
+
+@pytest.mark.parametrize("target, variable, tail", MAKE_PATHS)
+def test_make_passes_a_path_with_spaces_as_one_argument(target: str, variable: str, tail: str) -> None:
+    """`make run RECIPE="my recipes/r.yaml"` ran `toolkit run my recipes/r.yaml` (two arguments),
+    and `make compare RUNS="my runs"` reported `my` and `runs/...`: every path a target takes
+    reaches the command quoted, as one argument."""
+    import shlex
+    import subprocess
+
+    path = "/tmp/my runs é/x.yaml" if variable in ("RECIPE", "PRETRAIN", "FINETUNE") else "/tmp/my runs é"
+    out = subprocess.run(["make", "-n", target, f"{variable}={path}", "MODEL=minilm"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    assert path in out, out
+    assert out.count(path) == out.count(f'"{path}{tail}') + out.count(f"{{run: {path},"), out  # every use quoted
+    line = next(line for line in out.splitlines() if f'"{path}' in line)
+    assert any(arg.startswith(path) for arg in shlex.split(line.replace("\\", ""))), line
+
+
+def test_cp_into_a_missing_folder_is_one_line(tmp_path: Path, cli) -> None:
+    """`toolkit cp NAME missing/x.yaml` traced back with FileNotFoundError."""
+    code, _, err = cli("cp", "demo/sst2/minilm-lora", tmp_path / "missing" / "x.yaml")
+    assert code == 2 and err == f"error: cp: {tmp_path / 'missing'} does not exist; create it first\n"
+    assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("given, said", [("recipes/demo/sst2", "is a folder; give its .yaml files"),
+                                         ("/dev/null", "is not a regular file")])
+def test_a_recipe_that_is_a_folder_or_a_device_is_said_as_such(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                                given: str, said: str) -> None:
+    """`toolkit run recipes/demo/sst2` said `recipe recipes/demo/sst2 does not exist`, of a folder
+    that is there; /dev/null likewise. Every entry point says what it is."""
+    import toolkit
+
+    monkeypatch.chdir(ROOT)
+    line = f"recipe {given} {said}"
+    for command in (["run", given], ["validate", given], ["sweep", given, "--dry-run"]):
+        code, _, err = cli(*command, *(["--runs-dir", tmp_path / "runs"] if command[0] != "validate" else []))
+        assert code == 2 and line in err.splitlines()[0], (command, err)
+    with pytest.raises(toolkit.UserError, match=re.escape(line)):
+        toolkit.run(given, runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_make_glue_with_no_recipe_for_model_and_method_says_so() -> None:
+    """`make glue MODEL=robrta-base` ran `toolkit sweep` with no recipe: `sweep: no recipe given,
+    e.g. toolkit sweep recipes/demo/...`, about a recipe the user never named."""
+    import subprocess
+
+    done = subprocess.run(["make", "-n", "glue", "MODEL=robrta-base"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "no recipes/glue/*/robrta-base-lora.yaml; MODEL and METHOD name" in done.stderr
+    assert "toolkit sweep" not in done.stdout

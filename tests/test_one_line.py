@@ -49,3 +49,97 @@ class _Unpicklable:
 
     def __reduce__(self):
         return (dict, ())
+
+
+# --- what the environment and the task's settings name: folders and files that are there ---------
+def _task_file_settings() -> list[tuple[str, str]]:
+    import dataclasses
+
+    from toolkit.tasks import TASKS
+
+    return [(name, f.name) for name in TASKS.names() for f in dataclasses.fields(TASKS.get(name))
+            if f.name.endswith("_file")]
+
+
+@pytest.mark.parametrize("task, setting", _task_file_settings())
+def test_every_file_a_task_names_is_checked_before_the_run(tmp_path: Path, task: str, setting: str) -> None:
+    """`toolkit validate` said "valid" for an NER, SQuAD, summarization or LM recipe whose data
+    file was not there (only tasks with columns to check looked): the run then failed after torch
+    and the model loaded. Every `*_file` setting of every registered task is checked as written."""
+    from types import SimpleNamespace
+
+    from toolkit import recipe as recipes
+    from toolkit.schema import build_dataclass
+    from toolkit.tasks import TASKS
+
+    missing, folder = tmp_path / "nowhere.jsonl", tmp_path
+    for path, said in ((missing, "no such file"), (folder, "is not a file")):
+        settings = build_dataclass(TASKS.get(task), {setting: str(path)}, "task")
+        with pytest.raises(toolkit.UserError, match=f"^task.{setting}: {path}: {said}$"):
+            recipes.check_data(SimpleNamespace(task=settings))
+
+
+ENV_CASES = [("TOOLKIT_DATA", "file", "is a file; set it to a folder of data sets"),
+             ("TOOLKIT_DATA", "nowhere", "does not exist; set it to a folder of data sets"),
+             ("TOOLKIT_TOKENIZERS", "nowhere", "does not exist; set it to a folder of tokenizers"),
+             ("TOOLKIT_CACHE", "file", "is a file; set it to a folder the toolkit may write"),
+             ("TOOLKIT_RUNS", "file", "is a file; set it to a folder of runs")]
+
+
+@pytest.mark.parametrize("variable, kind, said", ENV_CASES)
+def test_a_toolkit_folder_variable_naming_no_folder_is_one_line_everywhere(
+        tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, variable: str, kind: str, said: str) -> None:
+    """TOOLKIT_CACHE set to a file crashed `toolkit run` with NotADirectoryError (the run lock),
+    and TOOLKIT_DATA set to no folder validated as fine. Every entry point says the one line
+    before anything runs: run, validate, sweep, eval, predict, export, and the Python API."""
+    from conftest import ROOT
+
+    target = tmp_path / "a-file" if kind == "file" else tmp_path / "nowhere"
+    if kind == "file":
+        target.write_text("x\n")
+    monkeypatch.setenv(variable, str(target))
+    recipe, runs_dir = ROOT / "recipes/demo/sst2/minilm-lora.yaml", tmp_path / "runs"
+    run = tmp_path / "run"  # a run folder as far as eval/predict/export read it first
+    run.mkdir()
+    (run / "recipe.yaml").write_text("model: {checkpoint: x}\n")
+    line = f"error: {variable}: {target} {said}"
+    for command in (["run", recipe, "--runs-dir", runs_dir], ["validate", recipe],
+                    ["sweep", recipe, "--dry-run", "--runs-dir", runs_dir], ["eval", run],
+                    ["predict", run, "--input", recipe], ["export", run, tmp_path / "out"]):
+        code, _, err = cli(*command)
+        assert code == 2 and err.splitlines()[0].startswith(line) and err.count("\n") == 1, (command, err)
+    for call in (lambda: toolkit.run(recipe, runs_dir=runs_dir), lambda: toolkit.sweep([recipe], runs_dir=runs_dir),
+                 lambda: toolkit.evaluate(run), lambda: toolkit.predict(run, ["a"]),
+                 lambda: toolkit.export(run, tmp_path / "out")):
+        with pytest.raises(toolkit.UserError, match=f"^{variable}: "):
+            call()
+    assert not runs_dir.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["runs_dir", "report_out"])
+def test_a_file_where_a_folder_goes_is_the_same_line_from_the_cli_and_the_api(tmp_path: Path, cli, where: str) -> None:
+    """A file on the way to a folder the toolkit writes: the CLI said one line, the Python API
+    raised a bare NotADirectoryError (report) or started the run (runs_dir under a file). Both say
+    the same line now, before anything is written."""
+    from conftest import ROOT
+    from test_report import fake_run
+
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("x\n")
+    recipe, place = ROOT / "recipes/demo/sst2/minilm-lora.yaml", blocker / "sub"
+    if where == "runs_dir":
+        line = f"--runs-dir: {blocker} is a file, not a folder (in {place})"
+        calls = [(["run", recipe, "--runs-dir", place], lambda: toolkit.run(recipe, runs_dir=place)),
+                 (["sweep", recipe, "--runs-dir", place], lambda: toolkit.sweep([recipe], runs_dir=place))]
+    else:
+        fake_run(tmp_path / "runs", "sst2", "lora", 42, {"accuracy": 0.8})
+        line = f"{place}: not a directory"
+        calls = [(["report", tmp_path / "runs", "--out", place, "--no-plots"],
+                  lambda: toolkit.report([tmp_path / "runs"], out=place))]
+    for command, call in calls:
+        code, _, err = cli(*command)
+        assert code == 2 and err == f"error: {line}\n", (command, err)
+        with pytest.raises(toolkit.UserError) as caught:
+            call()
+        assert str(caught.value) == line
+    assert blocker.read_text() == "x\n"

@@ -4,6 +4,7 @@ overlap note, the GLUE average as GLUE defines it, published numbers, report.md 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -302,11 +303,14 @@ def _stamp(run: Path, **fields: str) -> None:
     (run / "metrics.json").write_text(json.dumps({**data, **fields}))
 
 
-def test_seeds_on_other_data_are_not_one_entry(tmp_path: Path) -> None:
-    """Seeds 44 and 45 ran after the data file was edited (another data_sha256): they are another
-    entry, not two more seeds of the first."""
-    for seed, acc, data in ((42, 0.80, "a" * 64), (43, 0.82, "a" * 64), (44, 0.60, "b" * 64), (45, 0.62, "b" * 64)):
-        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc}), data_sha256=data)
+@pytest.mark.parametrize("field, first, second", [("data_sha256", "a" * 64, "b" * 64),
+                                                   ("base_run", "pre/aaaaaaaaaaaa", "pre/bbbbbbbbbbbb")])
+def test_seeds_on_other_data_are_not_one_entry(tmp_path: Path, field: str, first: str, second: str) -> None:
+    """Seeds 44 and 45 ran after the data file was edited (another data_sha256), or fine-tuned
+    from another run of the pretraining they chain to (another base_run): they are another entry,
+    not two more seeds of the first."""
+    for seed, acc, value in ((42, 0.80, first), (43, 0.82, first), (44, 0.60, second), (45, 0.62, second)):
+        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc}), **{field: value})
     header, table = report.rows(report.collect(tmp_path))
     acc = header.index("accuracy (%) ↑")
     assert sorted((row[2], row[acc]) for row in table) == [("2", "61.00 ± 1.41"), ("2", "81.00 ± 1.41")]
@@ -328,3 +332,115 @@ def test_a_comparison_across_eval_sets_is_said(tmp_path: Path) -> None:
     (p,) = report.pivots(items, "task", "method")
     assert not [n for n in report.pivot_notes(p) + report.runs_notes(items) if "eval sets" in n]
 
+
+
+# --- metrics.json / recipe.yaml written elsewhere: one line, or a NaN left out and named ----------
+def _edit_metrics(run: Path, change) -> None:
+    file = run / "metrics.json"
+    file.write_text(change(file.read_text()))
+
+
+DAMAGED = [
+    ("NaN token", lambda r: _edit_metrics(r, lambda t: t.replace('"accuracy": 0.8', '"accuracy": NaN')), None),
+    ("Infinity token", lambda r: _edit_metrics(r, lambda t: t.replace('"accuracy": 0.8', '"accuracy": -Infinity')), None),
+    ("declaration not a mapping", lambda r: _edit_metrics(r, lambda t: t.replace(
+        '"accuracy": {"higher_is_better": true, "scale": 100.0}', '"accuracy": [1]')),
+     r"'metric_declarations.accuracy' should be \{higher_is_better: true/false, scale: a number\}, got \[1\]"),
+    ("declaration without its direction", lambda r: _edit_metrics(r, lambda t: t.replace(
+        '"accuracy": {"higher_is_better": true, "scale": 100.0}', '"accuracy": {"scale": 100.0}')),
+     r"'metric_declarations.accuracy' should be"),
+    ("data_sha256 a number", lambda r: _edit_metrics(r, lambda t: t.replace('"eval": {', '"data_sha256": 5, "eval": {')),
+     r"'data_sha256' should be a string, got 5"),
+    ("recipe section a list", lambda r: (r / "recipe.yaml").write_text("train: [1, 2]\n"),
+     r"recipe.yaml: 'train' should be a mapping, got \[1, 2\]"),
+]
+
+
+@pytest.mark.parametrize("case, damage, message", DAMAGED, ids=[c[0] for c in DAMAGED])
+def test_a_metrics_json_written_elsewhere_is_one_line_or_a_named_gap(tmp_path: Path, cli, case: str, damage,
+                                                                      message: str | None) -> None:
+    """Python's json reads NaN / Infinity tokens, so a metrics.json holding one (a run writes null)
+    crashed the report inside statistics.mean; malformed metric declarations, a recipe section that
+    is not a mapping, or a fingerprint that is not a string crashed it with KeyError / TypeError.
+    A non-number is left out and named as a null is; the rest is one line naming the file (CLI and API)."""
+    import toolkit
+
+    runs = [fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}) for seed, acc in ((42, 0.8), (43, 0.82), (44, 0.84))]
+    damage(runs[0])
+    code, out, err = cli("report", tmp_path, "--rows", "task", "--no-plots")
+    if message is None:
+        assert code == 0, err
+        (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+        assert p.cells[("sst2", "lora")].stat.values == [0.82, 0.84]
+        assert f"{runs[0]}: accuracy not a number" in out and "| sst2 | 83.00 ± 1.41 (n=2) |" in out
+        return
+    assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(message, err), err
+    assert str(runs[0]) in err
+    with pytest.raises(UserError, match=message):
+        toolkit.report(tmp_path)
+
+
+def test_a_tie_for_the_best_setting_is_said_and_does_not_follow_folder_names(tmp_path: Path) -> None:
+    """Two settings of a grid with one mean: the cell reported whichever came first in the run
+    folders' (hash) names and called it "the best". The first in grid order is reported, the same
+    whatever the folders are called, and the note says the grid is tied."""
+    for seed, acc in ((42, 0.80), (43, 0.82)):
+        for lr in (1e-4, 1e-3, 3e-3):
+            fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc - (lr == 3e-3) * 0.1}, lr=lr)
+    chosen = []
+    for prefix in ("a", "z"):  # the 1e-3 runs' folders named to sort first, then last
+        for run in tmp_path.rglob("*0.001"):
+            run.rename(run.with_name(prefix + run.name.lstrip("az")))
+        (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+        cell = p.cells[("sst2", "lora")]
+        chosen.append(cell.chosen)
+        assert cell.tied == ["train.lr=0.001"] and not cell.edge  # tied: not "the grid's smallest"
+        assert any("tied on the mean with train.lr=0.001" in n for n in report.pivot_notes(p))
+    assert chosen == ["train.lr=0.0001", "train.lr=0.0001"]
+
+
+def test_a_cell_never_chooses_between_tasks_or_models(tmp_path: Path) -> None:
+    """`--rows method --cols model` over SST-2 and RTE runs filled the cell with SST-2's 81 and the
+    note `reported task.subset=sst2, the best of the grid [rte; sst2]`: a cell is a grid of one
+    task and one model, so that is one line naming the axis to add; the curves' legend likewise
+    keeps one line per model rather than the best model under the method's name."""
+    from toolkit.reports import plots
+
+    for seed, (a, b) in ((42, (0.8, 0.6)), (43, (0.82, 0.62))):
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": a})
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": b})
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": b + 0.1}, model="org/other")
+    items = report.collect(tmp_path)
+    with pytest.raises(UserError, match=r"^report: the cell lora / tiny \(method \\ model\) holds runs of 2 tasks "
+                       r"\(rte, sst2\), .*; put task on --rows or --cols"):
+        report.pivots(items, "method", "model")
+    with pytest.raises(UserError, match=r"the cell rte / lora \(task \\ method\) holds runs of 2 models \(other, tiny\)"):
+        report.pivots(items, "task", "method")
+    (p,) = report.pivots(items, "task", "model")
+    assert p.cells[("rte", "tiny")].stat.values == [0.6, 0.62] and p.cells[("rte", "other")].stat.values == [0.7, 0.72]
+    curves = plots.entries(items)
+    assert sorted(curves["rte"]) == ["other lora", "tiny lora"] and list(curves["sst2"]) == ["lora"]
+
+
+def test_runs_from_before_main_metric_pivot_on_a_score_not_the_loss(tmp_path: Path, cli) -> None:
+    """metrics.json from before `main_metric` was written, with the loss first in eval: the pivot
+    was of the loss; one such run that scored nothing (eval {}) crashed the report with
+    `RuntimeError: generator raised StopIteration`."""
+    runs = [fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}) for seed, acc in ((42, 0.8), (43, 0.82), (44, 0.9))]
+    for run in runs:
+        data = json.loads((run / "metrics.json").read_text())
+        del data["main_metric"]
+        data["eval"] = {} if run == runs[2] else {"loss": data["eval"]["loss"], "accuracy": data["eval"]["accuracy"]}
+        (run / "metrics.json").write_text(json.dumps(data))
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert p.metric.name == "accuracy" and p.cells[("sst2", "lora")].stat.values == [0.8, 0.82]
+    code, out, err = cli("report", tmp_path, "--rows", "task", "--no-plots")
+    assert code == 0 and "## accuracy (%) ↑: task × method" in out, err
+
+
+def test_a_numeric_pivot_axis_is_in_numeric_order(tmp_path: Path) -> None:
+    """`--rows train.lr` listed 0.0001, 0.001, 1e-05 (text order): numbers are in numeric order."""
+    for lr in (1e-3, 1e-5, 1e-4):
+        fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.8}, lr=lr)
+    (p,) = report.pivots(report.collect(tmp_path), "train.lr", "method")
+    assert p.rows == ["1e-05", "0.0001", "0.001"]

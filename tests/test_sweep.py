@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import write_recipe
-from toolkit import sweeps as sweep
+from toolkit import recipe as recipes, sweeps as sweep
 from toolkit.errors import UserError
 
 RECIPE = """model: {checkpoint: bert-base-uncased}
@@ -47,6 +47,9 @@ def test_seeds_lists_counts_and_refusals() -> None:
         sweep.parse_axes(["train.lr=1e-4,3e-4,1e-4"])
     with pytest.raises(UserError, match="a count of seeds is 1 to 10"):
         sweep.parse_seeds("0")
+    # a quoted value is one value (`"a,b"` was split into `"a` and `b"`); an apostrophe inside a word is a letter
+    assert sweep.split_values('"a,b", c,[1, 2],{a: 1, b: 2}') == ['"a,b"', "c", "[1, 2]", "{a: 1, b: 2}"]
+    assert sweep.split_values("don't,x") == ["don't", "x"]
 
 
 def test_two_points_that_are_one_run_are_refused_before_anything_runs(tmp_path: Path, cli, runs_dir: Path) -> None:
@@ -64,6 +67,11 @@ def test_scaled_values_multiply_the_recipes_own_value(tmp_path: Path) -> None:
     assert point.overrides == ["train.lr=0.001", "train.epochs=3", "method.name=freeze"]
     with pytest.raises(UserError, match="no number there"):
         sweep.resolve(sweep.Point(leaf, ["train.warmup_steps=x2"]))
+    # an int setting scaled to a whole number is that int at any size (`.6g` made 1234567 x1 a float)
+    big = write_recipe(tmp_path / "big.yaml", "extends: _base.yaml\ntrain: {max_steps: 1234567, seed: 4294967295}\n")
+    point = sweep.resolve(sweep.Point(big, ["train.max_steps=x1", "train.seed=x1"]))
+    assert point.overrides == ["train.max_steps=1234567", "train.seed=4294967295"]
+    assert recipes.load(big, point.overrides).train.max_steps == 1234567
 
 
 def test_dry_run_lists_and_a_rerun_skips_finished_and_resumes_interrupted(tmp_path: Path, cli,
@@ -175,3 +183,23 @@ def test_make_estimate_skips_the_report() -> None:
     dry = subprocess.run(["make", "-n", "compare", "ARGS=--estimate"], cwd=root, capture_output=True, text=True,
                          check=True).stdout
     assert "--estimate" in dry and "toolkit report" not in dry
+
+
+@pytest.mark.parametrize("seeds, expected", [([3], [3]), ([3, 7], [3, 7]), ((5,), [5]), (3, [42, 43, 44]),
+                                             ("3", [42, 43, 44]), ("3,7", [3, 7]), (1234, [1234])])
+def test_api_seeds_as_a_list_are_seeds_never_a_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     seeds, expected: list[int]) -> None:
+    """`toolkit.sweep(recipe, seeds=[3])` ran seeds 42, 43 and 44: the list was joined into "3",
+    which `--seeds` reads as a count. A list holds seeds; an int or a string reads as --seeds does."""
+    import toolkit
+    from toolkit import api
+
+    recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(api, "run", lambda path, overrides, **kw: ran.append(overrides))
+    toolkit.sweep([recipe], seeds=seeds, runs_dir=tmp_path / "runs")
+    assert ran == [[f"train.seed={s}"] for s in expected]
+    with pytest.raises(UserError, match=r"seeds \[3, 3\]: a seed is listed twice"):
+        toolkit.sweep([recipe], seeds=[3, 3], runs_dir=tmp_path / "runs")
+    with pytest.raises(UserError, match=r"overrides\['train.lr=1'\]: a key is a dotted setting"):
+        toolkit.run(recipe, {"train.lr=1": 2}, runs_dir=tmp_path / "runs")

@@ -21,6 +21,8 @@ imports what it uses.
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
 import shutil
@@ -31,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Union
 
 from toolkit import chain, quiet, recipe as recipe_module, reports, runs, sweeps
 from toolkit.arguments import check, typed
-from toolkit.errors import Interrupted, UserError, writing
+from toolkit.errors import Interrupted, UserError, disk_full, writing
 from toolkit.recipe import RunPlan, find_recipe
 
 __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep"]
@@ -43,6 +45,37 @@ __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "
 PathArg = Union[str, os.PathLike]
 Overrides = Union[Mapping[str, Any], Iterable[str], None]
 Text = Union[str, tuple[str, str], list[str], Mapping[str, Any]]
+
+
+# a full disk, a place that cannot be written, or a file where a folder goes (or a folder where a
+# file goes): the user's to fix, said with the path
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
+               errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG}
+
+
+def _disk_error(exc: BaseException) -> str:
+    """A full disk or a place that cannot be written, said as such with the path (the user's to fix)."""
+    where = getattr(exc, "filename", None) or "a file"
+    if getattr(exc, "errno", errno.ENOSPC) in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left on the device while writing {where} "
+                f"({'disk quota exceeded' if exc.errno == errno.EDQUOT else 'disk full'}); free some "
+                "space or write elsewhere (--runs-dir, --output)")
+    reason = getattr(exc, "strerror", None)  # read or written: the system's own words
+    return f"{where}: {reason.lower() if reason else 'permission denied'}"
+
+
+def _one_line(fn):
+    """The API says what the CLI says: a full disk, an unwritable place, or a file where a folder
+    goes (DISK_ERRORS) is the UserError with the CLI's line, not a bare OSError."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OSError as exc:
+            if exc.errno not in DISK_ERRORS and not disk_full(exc):
+                raise
+            raise UserError(_disk_error(exc)) from None
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -84,6 +117,9 @@ def override_list(overrides: Mapping[str, Any] | list[str] | None) -> list[str]:
         return list(overrides)
     out = []
     for key, value in overrides.items():
+        if not isinstance(key, str) or "=" in key or not key.strip():
+            raise UserError(f"overrides[{key!r}]: a key is a dotted setting such as 'train.lr', the value "
+                            "its own item: {'train.lr': 3e-4}")
         value = os.fspath(value) if isinstance(value, os.PathLike) else value
         try:
             out.append(f"{key}={json.dumps(value, allow_nan=False)}")
@@ -93,6 +129,7 @@ def override_list(overrides: Mapping[str, Any] | list[str] | None) -> list[str]:
     return out
 
 
+@_one_line
 @typed
 def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | None = None,
         smoke: bool = False, force: bool = False) -> Run:
@@ -107,11 +144,14 @@ def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | Non
 def _run_folder(run_dir: PathArg) -> Path:
     """A run folder, checked before torch is imported: the line inference would say, at once."""
     folder = Path(run_dir)
+    recipe_module.check_environment()
     if not (folder / "recipe.yaml").is_file():
         raise UserError(f"{folder}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
+    runs.is_finished(folder)  # a damaged metrics.json: said here, before torch is imported
     return folder
 
 
+@_one_line
 @typed
 def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None) -> dict:
     """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
@@ -122,6 +162,7 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None)
     return inference.evaluate_run(folder, split, items, None)
 
 
+@_one_line
 @typed
 def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     """One dict per input of a trained run: its fields and the task's prediction (classification:
@@ -136,6 +177,7 @@ def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     return inference.predict_rows(folder, list(texts))
 
 
+@_one_line
 @typed
 def export(run_dir: PathArg, out: PathArg, merge: bool = False) -> str:
     """A plain transformers (or PEFT) folder at `out`; returns the line saying what was written.
@@ -164,21 +206,27 @@ def _one_export(target: Path) -> Iterator[None]:
         lock.__exit__(None, None, None)
 
 
+@_one_line
 @typed
 def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seeds: Union[int, str, Iterable[int]] = 42,
           runs_dir: PathArg | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
     """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`; one string is one axis)
-    x seeds (42, "42,43" or [42, 43]), run one after another in this process; every point is
-    checked, its data files' heads included, before the first one runs."""
+    x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3), run
+    one after another in this process; every point is checked, its data files' heads included,
+    before the first one runs."""
     root = runs.runs_root(None if runs_dir is None else os.fspath(runs_dir))
     _check_runs_root(root)
-    seed_text = str(seeds) if isinstance(seeds, (int, str)) else ",".join(map(str, seeds))
-    points, _ = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_text, root, smoke)
-    for point in points:
+    # 3 or "3" is a count, as `--seeds 3` is; [3] is the seed 3 (it ran 42, 43 and 44)
+    seed_arg = str(seeds) if isinstance(seeds, (int, str)) else list(seeds)
+    points, folders = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_arg, root, smoke)
+    for point, out in zip(points, folders):
         recipe_module.check_data(recipe_module.load(point.recipe, point.overrides, smoke=smoke))
+        if not force:
+            runs.is_finished(out)  # a damaged metrics.json: said before the first run
     return [run(p.recipe, p.overrides, runs_dir=root, smoke=smoke, force=force) for p in points]
 
 
+@_one_line
 @typed
 def report(runs_dir: Iterable[PathArg], *, row_key: str | None = None, col_key: str | None = None,
            metrics: Iterable[str] | None = None, glue: bool = False, plots: bool = False,
@@ -205,6 +253,8 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     recipe_module.check_data(plan.recipe)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
+    if not force:
+        runs.is_finished(runs.run_dir(plan.recipe, root))  # a damaged metrics.json, said before torch
     quiet.libraries()
     from toolkit import train  # torch: imported on the first run, after every check above
 
@@ -213,7 +263,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     chain.resolve(plan, root)  # model.checkpoint: {run: ...}
     out = runs.run_dir(plan.recipe, root)
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    if runs.is_finished(out) and not force:
+    if not force and runs.is_finished(out):
         if rank0:
             print(f"{out} is finished already (metrics.json); --force runs it again")
         return out
@@ -273,6 +323,8 @@ def _check_runs_root(root: Path) -> None:
     if root.exists() and not root.is_dir():
         raise UserError(f"--runs-dir: {root} is a file, not a folder")
     existing = next((p for p in [root, *root.parents] if p.exists()), Path("."))
+    if not existing.is_dir():  # runs_dir=notes.txt/runs: a file on the way
+        raise UserError(f"--runs-dir: {existing} is a file, not a folder (in {root})")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--runs-dir: {existing} is not writable")
 

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
-from toolkit.api import _check_runs_root, _one_export, _run_folder, run_one
+from toolkit.api import DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder, run_one
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
+from toolkit.recipe_data import dump_yaml
 from toolkit.versions import warn_if_untested
 
 
@@ -30,14 +30,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     root = runs.runs_root(args.runs_dir)
     _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
-    for point in points:  # every point's data files' heads, before the first run starts
+    for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
         recipes.check_data(recipes.load(point.recipe, point.overrides, smoke=args.smoke))
+        if not args.force:
+            runs.is_finished(out)  # and a damaged metrics.json
     if args.dry_run or args.estimate:
         print_plan(points, folders, args.estimate, args.smoke)
         return 0
     for i, (point, out) in enumerate(zip(points, folders), 1):
         print(f"[{i}/{len(points)}] {point}", flush=True)
-        if runs.is_finished(out) and not args.force:
+        if not args.force and runs.is_finished(out):
             print(f"{out} is finished already (metrics.json); --force runs it again", flush=True)
             continue
         # One process per point: peak memory (CPU: the process's max RSS) and library state
@@ -98,6 +100,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     names = [a for a in args.recipes if "=" not in a]
     overrides = [a for a in args.recipes if "=" in a]
     files = [find_recipe(r) for r in names] if names else recipe_files([])
+    recipes.check_environment()  # said once, not once per recipe
     failed = 0
     for path in files:
         try:
@@ -132,17 +135,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_cp(args: argparse.Namespace) -> int:
     """Copy a shipped recipe to edit, with its `extends` bases merged in (it stands alone)."""
-    import yaml
-
     source = find_recipe(args.name)
     dest = Path(args.dest)
     if dest.is_dir():
         dest = dest / source.name
     if dest.exists() and not args.force:
         raise UserError(f"{dest} exists; --force overwrites it")
+    if not dest.parent.is_dir():
+        raise UserError(f"cp: {dest.parent} does not exist; create it first")
     merged = read_yaml(source)
     dest.write_text(f"# copied from {args.name} (bases merged in); edit freely\n"
-                    + yaml.safe_dump(merged, sort_keys=False))
+                    + dump_yaml(merged))
     print(dest)
     return 0
 
@@ -291,20 +294,6 @@ def _version() -> str:
         return version("toolkit")
     except PackageNotFoundError:
         return "unknown (not installed)"
-
-
-DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
-
-
-def disk_error(exc: Exception) -> str:
-    """A full disk or a place that cannot be written, said as such with the path (the user's to fix)."""
-    where = getattr(exc, "filename", None) or "a file"
-    if getattr(exc, "errno", errno.ENOSPC) in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left on the device while writing {where} "
-                f"({'disk quota exceeded' if exc.errno == errno.EDQUOT else 'disk full'}); free some "
-                "space or write elsewhere (--runs-dir, --output)")
-    reason = getattr(exc, "strerror", None)  # read or written: the system's own words
-    return f"{where}: {reason.lower() if reason else 'permission denied'}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,9 +8,12 @@ head x method x task, attention, a `{run: ...}` checkpoint's own recipe).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from pathlib import Path
+from typing import Any
 
-from toolkit import attention, chain, methods, models, readers, tasks, tracking
+from toolkit import attention, chain, methods, models, readers, runs, tasks, tracking
 from toolkit.errors import UserError
 from toolkit.recipe_data import (SECTIONS, SMOKE_CAPS, SMOKE_LENGTHS, SMOKE_NEW_TOKENS, ModelConfig, Recipe,
                                  RunPlan, TrainConfig, apply_overrides, dump, find_recipe, read_yaml,
@@ -20,7 +23,8 @@ from toolkit.schema import build_dataclass, build_plugin
 
 # what callers read from here (the data and schema below are re-exported: one name to import)
 __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS",
-           "TrainConfig", "apply_overrides", "build_dataclass", "build_plugin", "check", "check_data", "dump", "find_recipe",
+           "TrainConfig", "apply_overrides", "build_dataclass", "build_plugin", "check", "check_data", "check_environment",
+           "dump", "find_recipe",
            "load", "parse", "parse_plan", "plan", "read_yaml", "recipe_files", "recipe_name", "recipes_root",
            "safe_yaml", "smoke_sized", "upstream"]
 
@@ -41,8 +45,14 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
         raise UserError(f"smoke: expected true or false, got {saved_smoke!r}")
     if saved_name is not None and not isinstance(saved_name, str):
         raise UserError(f"name: expected a string, got {saved_name!r}")
+    if saved_name and not _plain_relative(saved_name):  # the run folder is runs/<name>/<hash>
+        raise UserError(f"name: '{saved_name}' is not a relative path of folder names (e.g. "
+                        "demo/sst2/minilm-lora); a run folder is <runs>/<name>/<hash>, inside the runs folder")
     name, smoke = saved_name or name, smoke or saved_smoke
     allowed = {"model", "task", "method", "train"}
+    if "extends" in raw:  # read_yaml takes a file's own; what is left came from elsewhere
+        raise UserError("extends: only a recipe file names its bases; an override or a run's recipe.yaml "
+                        "cannot add one (write a recipe file that extends it)")
     for key in raw:
         if key not in allowed:
             hint = foreign_hint(str(key)) or did_you_mean(str(key), sorted(allowed | {'extends'}))
@@ -61,8 +71,15 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
     checked = RunPlan(recipe)
     if isinstance(recipe.model.checkpoint, dict):
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
+        recipe.upstream_id = runs.run_id(checked.upstream.recipe)
     check(recipe, checked.base)
     return checked
+
+
+def _plain_relative(name: str) -> bool:
+    """`demo/sst2/x`: relative, each part a folder name (not empty, `.`, `..` or with a backslash)."""
+    parts = name.split("/")
+    return not name.startswith(("/", "~")) and all(p not in ("", ".", "..") and "\\" not in p for p in parts)
 
 
 def check(recipe: Recipe, base: Recipe | None = None) -> None:
@@ -105,10 +122,50 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
         raise UserError(f"method.name: '{recipe.method.name}' cannot run here: {reason}")
 
 
+# The folders the toolkit reads from the environment. Set, each names a folder: one that is a file,
+# or (for what is read, not made) names nothing, is a mistake said before anything runs.
+ENV_FOLDERS = {"TOOLKIT_DATA": "a folder of data sets", "TOOLKIT_TOKENIZERS": "a folder of tokenizers",
+               "TOOLKIT_CACHE": "a folder the toolkit may write (locks, smoke models)",
+               "TOOLKIT_RUNS": "a folder of runs"}
+MADE_FOLDERS = ("TOOLKIT_CACHE", "TOOLKIT_RUNS")  # created when missing
+
+
+def check_environment() -> None:
+    """Each TOOLKIT_* folder variable that is set names a folder (TOOLKIT_CACHE and TOOLKIT_RUNS
+    may name one still to be made): a file there crashed with NotADirectoryError deep in a run,
+    and a data folder that is not there read as "valid" and left the task to look elsewhere."""
+    for name, what in ENV_FOLDERS.items():
+        value = os.environ.get(name)
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{name}: {path} is a file; set it to {what}, or unset it")
+        if not path.exists() and name not in MADE_FOLDERS:
+            raise UserError(f"{name}: {path} does not exist; set it to {what}, or unset it")
+
+
+def named_files(task: Any) -> list[tuple[str, Path]]:
+    """(setting, path) of every file the task's `*_file` settings name, as `load` reads them
+    (`$TOOLKIT_DATA` / task.data_dir expanded, `{lang}` as each side's language)."""
+    langs = [v for v in (getattr(task, "source_lang", None), getattr(task, "target_lang", None)) if isinstance(v, str)]
+    out = []
+    for f in dataclasses.fields(task):
+        value = getattr(task, f.name)
+        if f.name.endswith("_file") and isinstance(value, str) and value:
+            names = [value.replace("{lang}", lang) for lang in langs] if "{lang}" in value else [value]
+            out += [(f"task.{f.name}", Path(task.expand(n))) for n in names]
+    return out
+
+
 def check_data(recipe: Recipe) -> None:
-    """Each local data file the task names is there, and its header or first record holds the
-    columns / fields the recipe reads, each read for one purpose: said in milliseconds, before
-    torch or datasets load (a run, `toolkit validate`, the Python API)."""
+    """The TOOLKIT_* folders are folders, each local data file the task names is there, and its
+    header or first record holds the columns / fields the recipe reads, each read for one purpose:
+    said in milliseconds, before torch or datasets load (a run, `toolkit validate`, the Python API)."""
+    check_environment()
+    for setting, path in named_files(recipe.task):
+        if not path.is_file():
+            raise UserError(f"{setting}: {path}: " + ("is not a file" if path.exists() else "no such file"))
     for setting, path, named in recipe.task.head_fields():
         for i, (column, key) in enumerate(named):
             other = next((k for c, k in named[:i] if c == column and k != key), None)

@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,10 @@ class Recipe:
     train: TrainConfig
     name: str = "recipe"
     smoke: bool = False
+    # a chained run (model.checkpoint: {run: ...}): the run folder id of the run it starts from,
+    # set when the chain is planned (toolkit/recipe.py). Not in the hash (the recipe says the same);
+    # in the run id, so an upstream recipe edited and run again makes this a new run too
+    upstream_id: str | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""
@@ -181,9 +186,11 @@ def _at(node: yaml.Node) -> str:
 
 class StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader, strict: a key given twice in one mapping is refused with both positions,
-    and only true/false (any case) are booleans, as in YAML 1.2: PyYAML's YAML 1.1 also reads
-    yes/no/on/off/y/n so, which turns labels `[no, yes]` into False, True and a setting `no` into
-    False. Every YAML the toolkit reads (recipes, overrides, a run's recipe.yaml) goes through it."""
+    and plain scalars resolve as YAML 1.2's core schema says (`CORE_SCALARS`), not as PyYAML's
+    YAML 1.1: there `no`/`on`/`y` are booleans (labels `[no, yes]` became False, True), `010` is
+    octal 8, `1:30` is 90, `1e-4` is a string and `2020-01-01` a date. Only what JSON holds comes
+    out (an explicit `!!binary`, `!!set` or `!!timestamp` is refused with its position). Every
+    YAML the toolkit reads (recipes, overrides, a run's recipe.yaml) goes through it."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, yaml.Node] = {}
@@ -197,12 +204,53 @@ class StrictLoader(yaml.SafeLoader):
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """YAML 1.2 core: decimal (`010` is ten), `0o17` octal, `0x1f` hexadecimal."""
+        text = self.construct_scalar(node)
+        body = text.lstrip("+-")
+        sign = -1 if text.startswith("-") else 1
+        if body[:2] in ("0o", "0x"):
+            return sign * int(body[2:], 8 if body[1] == "o" else 16)
+        try:
+            return int(text, 10)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(None, None, f"'{text}' is not a YAML 1.2 integer "
+                                                    "(e.g. 1000, 0o17, 0x1f)", node.start_mark) from None
 
-StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+
+# YAML 1.2 core schema (yaml.org/spec/1.2.2 10.3.2): the only plain scalars that are not strings
+_INT, _FLOAT, _BOOL = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"
+CORE_SCALARS = [
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    (_BOOL, r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
+    (_INT, r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", list("-+0123456789")),
+    (_FLOAT, r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+             r"|\.(?:nan|NaN|NAN))$", list("-+0123456789.")),
+]
+StrictLoader.yaml_implicit_resolvers = {  # `<<` merge keys stay: anchors and merges are YAML
+    first: [(tag, regexp) for tag, regexp in resolvers if tag == "tag:yaml.org,2002:merge"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                   list("tTfF"))
+for _tag, _regexp, _first in CORE_SCALARS:  # int before float: the float pattern matches `10` too
+    StrictLoader.add_implicit_resolver(_tag, re.compile(_regexp), _first)
+StrictLoader.yaml_constructors = {tag: make for tag, make in yaml.SafeLoader.yaml_constructors.items()
+                                  if tag not in {f"tag:yaml.org,2002:{t}" for t in
+                                                 ("binary", "timestamp", "omap", "pairs", "set")}}
+StrictLoader.add_constructor(_INT, StrictLoader.construct_yaml_int)
+
+
+class StrictDumper(yaml.SafeDumper):
+    """Writes what StrictLoader reads back unchanged, and any YAML 1.1 reader too: a string that
+    either schema would read as something else (`1e-4`, `0o17`, `no`, `2020-01-01`) is quoted."""
+
+
+StrictDumper.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeDumper.yaml_implicit_resolvers.items()}
+for _tag, _regexp, _first in CORE_SCALARS:
+    StrictDumper.add_implicit_resolver(_tag, re.compile(_regexp), _first)
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML that every reader, StrictLoader and YAML 1.1 ones alike, reads back as `data`."""
+    return yaml.dump(data, Dumper=StrictDumper, sort_keys=False)
 
 
 def safe_yaml(text: str, where: str) -> Any:
@@ -219,6 +267,11 @@ def safe_yaml(text: str, where: str) -> Any:
             loader.dispose()
     except _KeyTwice as exc:
         raise UserError(f"{where}: {exc}") from None
+    except yaml.reader.ReaderError as exc:  # a control character, a lone surrogate (undecodable argv)
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in where)
+        raise UserError(f"{shown}: not valid YAML: character {char} "
+                        f"at position {exc.position} is not allowed ({exc.reason})") from None
     except yaml.YAMLError as exc:  # the position and the problem, never the file's text
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -231,6 +284,10 @@ RECIPE_KEYS = {"model", "task", "method", "train", "extends", "name", "smoke"}
 
 def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     """Load a recipe file with its `extends:` bases merged underneath."""
+    if path.is_dir():  # `toolkit validate recipes/demo`: the recipes are the files in it
+        raise UserError(f"recipe {path} is a folder; give its .yaml files (e.g. {path}/*.yaml)")
+    if path.exists() and not path.is_file():
+        raise UserError(f"recipe {path} is not a regular file (a device or a pipe); give a .yaml file")
     if not path.is_file():
         raise UserError(f"recipe {path} does not exist")
     if path.resolve() in seen:
@@ -257,7 +314,10 @@ def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         raise UserError(f"{path}: extends: expected a file name or a list of them, got {bases!r}")
     merged: dict = {}
     for base in bases:
-        merged = _deep_merge(merged, read_yaml(path.parent / base, seen + (path.resolve(),)))
+        file = path.parent / Path(os.path.expandvars(base)).expanduser()  # relative to this file
+        if not file.is_file():
+            raise UserError(f"{path}: extends: {base}: {file} " + ("is not a file" if file.exists() else "does not exist"))
+        merged = _deep_merge(merged, read_yaml(file, seen + (path.resolve(),)))
     return _deep_merge(merged, raw)
 
 
@@ -288,16 +348,12 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     as a key given twice in one YAML mapping is: neither silently wins."""
     raw = json.loads(json.dumps(raw))
     given: dict[tuple[str, ...], str] = {}
-    for item in overrides:
+    parsed_items = []
+    for item in overrides:  # each parsed and checked in the order written
         if "=" not in item:
             raise UserError(f"override '{item}': expected key=value, e.g. train.lr=3e-4")
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
-        node = raw
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise UserError(f"override '{item}': '{part}' is not a section")
         if not all(parts):
             raise UserError(f"override '{item}': empty key part; write section.key=value")
         parsed = safe_yaml(value, f"override '{item}'") if value != "" else None
@@ -308,6 +364,18 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
                 raise UserError(f"override '{item}': {'.'.join(leaf)} is already set by '{earlier}'; "
                                 "give each setting once")
         given.update(dict.fromkeys(leaves, item))
+        parsed_items.append((item, parts, parsed))
+    # `method.name=full` names another plug-in as `method={name: full}` does: the section starts
+    # afresh (lora's `r` is not full's). Names go first, so `method.r=4 method.name=dora` keeps the
+    # r given beside it, whatever the order.
+    for item, parts, parsed in sorted(parsed_items, key=lambda p: p[1][-1] != "name"):
+        node = raw
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError(f"override '{item}': '{part}' is not a section")
+        if parts[-1] == "name" and len(parts) > 1 and node.get("name") not in (None, parsed):
+            node.clear()  # another plug-in: its own defaults, not the other's settings
         node[parts[-1]] = _deep_merge(node, {parts[-1]: parsed})[parts[-1]]  # another plug-in: replaced
     return raw
 
@@ -358,7 +426,7 @@ def smoke_sized(raw: dict, task: Any = None) -> dict:
 
 def dump(recipe: Recipe) -> str:
     """The resolved recipe as YAML: itself a valid recipe (`toolkit run runs/.../recipe.yaml`)."""
-    return yaml.safe_dump({"name": recipe.name, **recipe.to_dict()}, sort_keys=False)
+    return dump_yaml({"name": recipe.name, **recipe.to_dict()})
 
 
 # --- finding recipes: a path, or the name of a shipped one ------------------------------------

@@ -54,6 +54,9 @@ def run_id(recipe: Recipe, processes: int | None = None) -> str:
     """What a run's result depends on: the resolved recipe, the number of processes (the global
     batch) and the data files' contents. Two launches that differ in any of these are two runs."""
     blob = f"{recipe.hash}|{processes or world_size()}|{data_fingerprint(recipe.task.data_files())}"
+    upstream = getattr(recipe, "upstream_id", None)  # a chained run is of the run it starts from
+    if upstream:
+        blob += f"|{upstream}"
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -93,7 +96,21 @@ def locked(out: Path):
 
 
 def is_finished(path: Path) -> bool:
-    return (path / "metrics.json").is_file()
+    """metrics.json is there and reads as a JSON object. A damaged one (a copy cut short, a hand
+    edit) is one line: it used to count as finished, so `run` said "finished already" (exit 0),
+    a sweep skipped it, and only the report found it."""
+    file = path / "metrics.json"
+    if not file.is_file():
+        return False
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        reason = None if isinstance(data, dict) else "not a JSON object"
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+    if reason:
+        raise UserError(f"{file}: damaged ({reason}), so the run is not finished; --force runs it again "
+                        "(or remove that folder)")
+    return True
 
 
 def checkpoints(path: Path) -> list[Path]:

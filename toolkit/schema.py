@@ -54,7 +54,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if tp is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+    if tp is float and isinstance(value, str):  # a quoted number ("3e-4"), or a YAML 1.1 reader's string
         try:
             return float(value)
         except ValueError:
@@ -83,6 +83,17 @@ def _check_bounds(value: Any, metadata: Any, where: str) -> None:
             raise UserError(f"{where}: {value} must be below {below}")
 
 
+def _once_each(items: list, where: str) -> None:
+    """Every list setting is a set of names or numbers (modules, layers, labels, columns, trackers,
+    buckets): an item given twice means nothing more, yet made another recipe hash (another run of
+    the same thing) or, for labels and verbalizers, a class no prediction can name apart."""
+    seen: list = []
+    for item in items:
+        if any(item == other and type(item) is type(other) for other in seen):
+            raise UserError(f"{where}: {item!r} is listed twice; give each once")
+        seen.append(item)
+
+
 def build_dataclass(cls: type, raw: Any, where: str) -> Any:
     """Raw mapping -> `cls`, naming the field of any unknown key, wrong type or out-of-range value."""
     if not isinstance(raw, dict):
@@ -104,6 +115,7 @@ def build_dataclass(cls: type, raw: Any, where: str) -> Any:
         if isinstance(value, list):
             if len(value) < f.metadata.get("min_items", 0):
                 raise UserError(f"{where}.{name}: needs at least {f.metadata['min_items']} item(s)")
+            _once_each(value, f"{where}.{name}")
             for i, item in enumerate(value):
                 _check_bounds(item, f.metadata, f"{where}.{name}[{i}]")
         else:

@@ -33,9 +33,13 @@ class Point:
 
 
 def split_values(text: str) -> list[str]:
-    """`1e-4,3e-4` -> two values; commas inside [...] or {...} belong to one YAML value."""
-    out, depth, start = [], 0, 0
+    """`1e-4,3e-4` -> two values; commas inside [...], {...} or quotes belong to one YAML value."""
+    out, depth, start, quote = [], 0, 0, ""
     for i, char in enumerate(text):
+        if quote:  # inside '...' or "...": nothing splits
+            quote = "" if char == quote else quote
+            continue
+        quote = char if char in "'\"" and depth == 0 and not text[start:i].strip() else ""  # a value's first char
         depth += char in "[{"
         depth -= char in "]}"
         if char == "," and depth == 0:
@@ -110,7 +114,11 @@ def resolve_scaled(raw: dict, overrides: list[str], where: str) -> list[str]:
                 base = float(base)
             if not isinstance(base, (int, float)) or isinstance(base, bool):
                 raise UserError(f"{where}: '{item}' scales {key}, but the recipe has no number there")
-            item = f"{key}={float(value[1:]) * base:.6g}"
+            scaled = float(value[1:]) * base
+            # an int setting scaled to a whole number stays that int, whatever its size (`.6g` wrote
+            # max_steps 1234567 x1 as 1.23457e+06, a float the int field refused)
+            whole = isinstance(base, int) and scaled.is_integer()
+            item = f"{key}={int(scaled) if whole else format(scaled, '.6g')}"
         out.append(item)
     return out
 
@@ -131,11 +139,20 @@ def resolve(point: Point) -> Point:
     return Point(point.recipe, resolve_scaled(raw, point.overrides, str(point.recipe)))
 
 
-def plan(recipes: list[Path], axis_items: list[str], seeds: str | None, root: Path,
+def listed_seeds(seeds: list[int]) -> list[int]:
+    """Seeds given as a list (the Python API): each one is a seed, never a count (`[3]` is the
+    seed 3, where `--seeds 3` is three seeds); a seed listed twice is refused as in `--seeds`."""
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"seeds {seeds}: a seed is listed twice")
+    return list(seeds)
+
+
+def plan(recipes: list[Path], axis_items: list[str], seeds: str | list[int] | None, root: Path,
          smoke: bool) -> tuple[list[Point], list[Path]]:
     """Every point of the grid and its run folder; every point is checked (its recipe loads) and
     no two are the same run, before the first one runs."""
-    points = [resolve(p) for p in grid(recipes, parse_axes(axis_items), parse_seeds(seeds))]
+    seed_list = listed_seeds(seeds) if isinstance(seeds, list) else parse_seeds(seeds)
+    points = [resolve(p) for p in grid(recipes, parse_axes(axis_items), seed_list)]
     folders = [runs.run_dir(recipe_module.load(p.recipe, p.overrides, smoke=smoke), root) for p in points]
     same_runs(folders, points)
     return points, folders

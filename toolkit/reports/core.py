@@ -49,8 +49,23 @@ METRICS_FIELDS: dict[str, str] = {
     "git_commit": "a string", "seed": NUMBER, "trainable_params": NUMBER, "total_params": NUMBER,
     "trainable_percent": NUMBER, "train_runtime_s": NUMBER, "train_samples_per_second": NUMBER,
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
-    "peak_memory_mb": NUMBER,
+    "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
+    "base_run": "a string",
 }
+
+
+def _not_a_number(token: str) -> None:
+    """NaN / Infinity tokens (Python's json writes them; a run writes null): read as null, so a
+    metric is left out of its means and named, as a null one is, never a NaN mean."""
+    return None
+
+
+def _declaration_problem(declared: Any) -> str | None:
+    """What is wrong with metric_declarations (name -> {higher_is_better: bool, scale: number})."""
+    for name, d in declared.items():
+        if not isinstance(d, dict) or not isinstance(d.get("higher_is_better"), bool) or not _is_number(d.get("scale")):
+            return f"'metric_declarations.{name}' should be {{higher_is_better: true/false, scale: a number}}, got {json.dumps(d)[:60]}"
+    return None
 
 
 def _is_number(value: Any) -> bool:
@@ -67,9 +82,12 @@ def check_metrics(data: dict, file: Path) -> None:
                 "an object": isinstance(value, dict),
                 "an object of numbers": isinstance(value, dict) and all(
                     _is_number(v) or v is None for v in value.values())}[kind]
-        if not fits:
-            raise UserError(f"report: {file}: '{key}' should be {kind}, got {json.dumps(value)[:60]}; "
-                            "this is not the metrics.json a run writes: remove or re-run that run")
+        problem = None if fits else f"'{key}' should be {kind}, got {json.dumps(value)[:60]}"
+        if fits and key == "metric_declarations":
+            problem = _declaration_problem(value)
+        if problem:
+            raise UserError(f"report: {file}: {problem}; this is not the metrics.json a run writes: remove or "
+                            "re-run that run")
 
 
 def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
@@ -86,13 +104,20 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             seen.add(run.resolve())
             try:
                 recipe = safe_yaml((run / "recipe.yaml").read_text(), str(run / "recipe.yaml")) if (run / "recipe.yaml").is_file() else {}
-                data = json.loads(metrics.read_text())
+                data = json.loads(metrics.read_text(), parse_constant=_not_a_number)
             except (ValueError, UserError, UnicodeDecodeError) as exc:
                 raise UserError(f"report: {run} holds an unreadable metrics.json or recipe.yaml "
                                 f"({str(exc).split(': ')[-1] if isinstance(exc, UserError) else type(exc).__name__}); "
                                 "remove or re-run that run") from None
             if not isinstance(data, dict) or not isinstance(recipe or {}, dict):
                 raise UserError(f"report: {metrics} is not a run's metrics (not a JSON object)")
+            section = next((k for k in (*SECTIONS, "name") if k in (recipe or {})
+                            and not isinstance(recipe[k], dict if k != "name" else str)), None)
+            if section is not None:
+                raise UserError(f"report: {run / 'recipe.yaml'}: '{section}' should be "
+                                f"{'a mapping' if section != 'name' else 'a string'}, got "
+                                f"{json.dumps(recipe[section], default=str)[:60]}; this is not the recipe.yaml a "
+                                "run writes: remove or re-run that run")
             check_metrics(data, metrics)
             name = str(run.parent.relative_to(root)) if run.parent != root else run.name
             if (recipe or {}).get("smoke"):
@@ -172,7 +197,9 @@ def _setting(item: dict) -> dict:
     recipe = json.loads(json.dumps(item["recipe"]))
     recipe.get("train", {}).pop("seed", None)
     # the task's data files (sha256): seeds of one entry ran on one version of the data
-    return {**recipe, "processes": item["metrics"].get("num_processes"), "data": (item["metrics"].get("data_sha256") or "")[:12] or None}
+    # and a chained run's upstream run folder (base_run): seeds of one entry started from one model
+    return {**recipe, "processes": item["metrics"].get("num_processes"),
+            "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run")}
 
 
 def setting(item: dict) -> str:
@@ -270,8 +297,14 @@ def column(metric: Metric) -> str:
     return f"{metric.name}{unit} {'↑' if metric.higher_is_better else '↓'}"
 
 
-def main_metric(items: list[dict]) -> str:
-    return items[0]["metrics"].get("main_metric") or next(iter(items[0]["metrics"]["eval"]))
+def main_metric(items: list[dict]) -> str | None:
+    """The main metric the runs declared; for runs from before that field, the first metric that
+    is not a loss (`loss` first in eval made the loss the main metric); None: nothing was scored."""
+    declared = next((i["metrics"]["main_metric"] for i in items if i["metrics"].get("main_metric")), None)
+    if declared:
+        return declared
+    names = [n for i in items for n in i["metrics"].get("eval") or {}]
+    return next((n for n in names if n.split("_")[0] != "loss"), names[0] if names else None)
 
 
 # --- the table of every run ------------------------------------------------------------------
@@ -415,6 +448,7 @@ class Cell:
     grid: list[tuple[str, Stat]] = field(default_factory=list)  # (setting, stat) when > 1 setting
     chosen: str = ""
     edge: str = ""  # "smallest train.lr" when the best is at an end of a one-number grid
+    tied: list[str] = field(default_factory=list)  # other settings of the grid with the best's mean
 
     @property
     def smoke(self) -> bool:
@@ -430,14 +464,18 @@ def best_setting(items: list[dict], metric: Metric) -> Cell | None:
     if not by_setting:
         return None
     stats = {s: Stat([i["metrics"]["eval"][metric.name] for i in members]) for s, members in by_setting.items()}
-    best = max(stats, key=lambda s: stats[s].mean if metric.higher_is_better else -stats[s].mean)
+    keys = varying(list(stats)) if len(stats) > 1 else []
+    # grid order (3e-05 before 0.0001, then the setting's text): the best of equal means is the
+    # first in it, whatever the run folders' names, and the others are said as tied
+    order = sorted(stats, key=lambda s: ([_sortable(_dig(_setting(by_setting[s][0]), k)) for k in keys], s))
+    score = {s: stats[s].mean if metric.higher_is_better else -stats[s].mean for s in order}
+    best = max(order, key=score.__getitem__)
     cell = Cell(by_setting[best], stats[best])
     if len(stats) > 1:
-        keys = varying(list(stats))
-        order = sorted(stats, key=lambda s: [_sortable(_dig(_setting(by_setting[s][0]), k)) for k in keys])
-        cell.grid = [(describe_setting(by_setting[s][0], keys), stats[s]) for s in order]  # 3e-05 before 0.0001
+        cell.grid = [(describe_setting(by_setting[s][0], keys), stats[s]) for s in order]
         cell.chosen = describe_setting(by_setting[best][0], keys)
-        cell.edge = grid_edge({s: by_setting[s][0] for s in stats}, best, keys)
+        cell.tied = [describe_setting(by_setting[s][0], keys) for s in order if s != best and score[s] == score[best]]
+        cell.edge = "" if cell.tied else grid_edge({s: by_setting[s][0] for s in stats}, best, keys)
     return cell
 
 
@@ -482,7 +520,8 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     check_axis(row_key, "--rows")
     check_axis(col_key, "--cols")
     decls = declarations(items)
-    wanted = metrics or list(dict.fromkeys(main_metric([i]) for i in items))
+    # by default each task's main metric that some run scored (a null one is named in the notes)
+    wanted = metrics or [m for m in dict.fromkeys(main_metric([i]) for i in items) if m in decls]
     for name in wanted:
         if name not in decls:
             raise UserError(f"report --metric '{name}': no run has it (runs have: {', '.join(decls)})")
@@ -493,11 +532,34 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
         for item in items:
             if name in item["metrics"].get("eval", {}):
                 members[(label(item, row_key), label(item, col_key))].append(item)
+        for (r, c), runs in sorted(members.items()):
+            one_task_and_model(runs, f"{r} / {c}", row_key, col_key)
         cells = {k: c for k, v in members.items() if (c := best_setting(v, metric)) is not None}
-        row_names = sorted({r for r, _ in cells})
-        col_names = sorted({c for _, c in cells})
+        row_names = sorted({r for r, _ in cells}, key=_axis_order)
+        col_names = sorted({c for _, c in cells}, key=_axis_order)
         out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key))
     return out
+
+
+def _axis_order(value: str) -> tuple:
+    """A pivot axis in numeric order where its labels are numbers (`--rows train.lr`: 1e-05 before
+    0.0001, not after 0.001 as text sorts them), else by text."""
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def one_task_and_model(items: list[dict], cell: str, row_key: str, col_key: str) -> None:
+    """A cell reports the best of its settings on dev: a grid of training settings of one task
+    and one model. Runs of several tasks (or models) in one cell had the "best" chosen across
+    them (`reported task.subset=sst2, the best of [rte; sst2]`): refused, naming the axis to add."""
+    for axis in ("task", "model"):
+        found = sorted({label(i, axis) for i in items})
+        if len(found) > 1:
+            raise UserError(f"report: the cell {cell} ({row_key} \\ {col_key}) holds runs of {len(found)} "
+                            f"{axis}s ({', '.join(found)}), and a cell reports the best setting of one {axis}; "
+                            f"put {axis} on --rows or --cols, or report those runs apart")
 
 
 def pivot_markdown(p: Pivot) -> str:
@@ -522,7 +584,9 @@ def pivot_notes(p: Pivot) -> list[str]:
             grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" for desc, st in cell.grid)
             notes.append(f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
                          f"[{grid}] (selected and scored on the same dev set: optimistic, as in the papers)"
-                         + (f"; the best is the grid's {cell.edge}, so a wider grid may do better" if cell.edge else ""))
+                         + (f"; the best is the grid's {cell.edge}, so a wider grid may do better" if cell.edge else "")
+                         + (f"; tied on the mean with {', '.join(cell.tied)}: the first in grid order is reported, "
+                            "the data does not choose between them" if cell.tied else ""))
     if any(c.smoke for c in p.cells.values()):
         notes.append("† smoke run: a small random-weight model; the number only shows the path runs")
     return notes

@@ -69,7 +69,7 @@ def _rows(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
             if task_score(m["metrics"]["eval"], task) is not None:
                 by_setting[report.setting(m)].append(m)
         if by_setting:
-            best = max(by_setting.values(),
+            best = max((by_setting[s] for s in sorted(by_setting)),  # equal means: the same one every time
                        key=lambda ms: statistics.mean(task_score(m["metrics"]["eval"], task) for m in ms))
             out[row][task] = best
     return dict(out)

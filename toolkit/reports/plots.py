@@ -33,8 +33,14 @@ def entries(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
     metric, as the pivot reports it: a learning-rate grid shows as its winner, not as 3 lines."""
     by_task: dict[str, dict[str, list[dict]]] = defaultdict(dict)
     cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    models: dict[str, set[str]] = defaultdict(set)
     for item in items:
-        name = report.method_label(item) + (" (smoke)" if item["recipe"].get("smoke") else "")
+        models[report.label(item, "task")].add(report.label(item, "model"))
+    for item in items:
+        # several models on a task: a line per model and method, never the best model as "lora"
+        several = len(models[report.label(item, "task")]) > 1
+        name = (f"{report.label(item, 'model')} " * several + report.method_label(item)
+                + (" (smoke)" if item["recipe"].get("smoke") else ""))
         cells[(report.label(item, "task"), name)].append(item)
     for (task, name), members in sorted(cells.items()):
         metric = report.declarations(members).get(report.main_metric(members))
@@ -118,7 +124,9 @@ def curves(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
 def params(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     """Metric against trainable parameters, log x: what each method buys per parameter."""
     metric_name = report.main_metric(next(iter(group.values())))
-    metric = report.declarations([i for g in group.values() for i in g])[metric_name]
+    metric = report.declarations([i for g in group.values() for i in g]).get(metric_name)
+    if metric is None:  # no run of the task scored its main metric (null, or an older run)
+        return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, runs in group.items():
