@@ -251,3 +251,19 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
     assert back == rows
     written = out.read_bytes().decode("utf-8") if not name.endswith(".gz") else ""
     assert all(ch in written for ch in "é東京🙂") or name.endswith(".gz")  # text as written, not \\u-escaped
+
+
+@pytest.mark.parametrize("writer", ["runs.write_jsonl", "inference.render"])
+def test_every_jsonl_the_toolkit_writes_reads_back_one_row_a_line(tmp_path: Path, writer: str) -> None:
+    """A run folder's predictions.jsonl and predict's output alike: NEL, U+2028 and U+2029 in a
+    text are escaped, so a reader splitting at any line break still sees one row a line."""
+    from toolkit import inference, runs
+
+    rows = [{"prediction": f"a{c}b", "i": i} for i, c in enumerate("\u0085\u2028\u2029\n")]
+    path = tmp_path / "p.jsonl"
+    if writer == "runs.write_jsonl":
+        runs.write_jsonl(path, rows)
+    else:
+        path.write_text(inference.render(rows, "jsonl"))
+    lines = path.read_text().splitlines()
+    assert [json.loads(line) for line in lines] == rows

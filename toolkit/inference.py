@@ -361,7 +361,7 @@ def render(rows: list[dict], fmt: str) -> str:
     import io
 
     if fmt == "jsonl":
-        return "".join(jsonl_line(r) for r in rows)
+        return "".join(runs.jsonl_line(r) for r in rows)
     if fmt == "json":
         return json.dumps(rows, ensure_ascii=False, indent=1) + "\n"
     fields = list(dict.fromkeys(k for r in rows for k in r))
@@ -372,20 +372,6 @@ def render(rows: list[dict], fmt: str) -> str:
         writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v
                          for k, v in r.items()})
     return buffer.getvalue()
-
-
-LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def jsonl_line(row: dict) -> str:
-    """One JSON line, text kept as written (ensure_ascii off), except the characters that
-    Python's str.splitlines() and some JSONL readers break a line at besides \\n (NEL, U+2028,
-    U+2029: json.dumps leaves them raw), which are escaped: a generated text or a context holding
-    one was read back as two broken rows."""
-    line = json.dumps(row, ensure_ascii=False)
-    for raw, escaped in LINE_BREAKS.items():
-        line = line.replace(raw, escaped)
-    return line + "\n"
 
 
 def glue_test(run: Path, out_dir: Path) -> list[Path]:

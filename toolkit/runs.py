@@ -181,9 +181,23 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def jsonl_line(row: dict) -> str:
+    """One JSON line, text kept as written (ensure_ascii off), except the characters that
+    Python's str.splitlines() and some JSONL readers break a line at besides \\n (NEL, U+2028,
+    U+2029: json.dumps leaves them raw), which are escaped: a generated text or a context holding
+    one was read back as two broken rows."""
+    line = json.dumps(row, ensure_ascii=False)
+    for raw, escaped in LINE_BREAKS.items():
+        line = line.replace(raw, escaped)
+    return line + "\n"
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    tmp.write_text("".join(jsonl_line(row) for row in rows))
     os.replace(tmp, path)
 
 
