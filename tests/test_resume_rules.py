@@ -6,7 +6,9 @@ small random model of its family, with dropout on), and between them every metho
 The stop lands after an accumulation window that ends an epoch early (3 micro-batches an epoch,
 2 a step), one step into the next epoch, after an evaluation moved the best-checkpoint and
 early-stopping bookkeeping; the data-side draws (masks, noise, order) and dropout must continue
-as if nothing had stopped.
+as if nothing had stopped. The resumed run is then interrupted while it finishes (after model/,
+before metrics.json): the rerun, from the final checkpoint, must still write every file the
+uninterrupted run wrote (the predictions were lost: they were only in memory).
 """
 
 from __future__ import annotations
@@ -84,7 +86,10 @@ def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("task", sorted(RESUMES))
-def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path: Path, cli, text_file: Path, task: str) -> None:
+def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                           text_file: Path, task: str) -> None:
+    from toolkit import run_metrics
+
     recipe, method = RESUMES[task]
     args = [f"recipes/{recipe}", *COMMON, *([f"method={method}"] if method else [])]
     if recipe.startswith("pretrain/"):
@@ -94,6 +99,14 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path: Path, cli, 
     code, _, err = cli("run", *args, "--runs-dir", tmp_path / "parts", "--stop-after", STOP)
     assert code == 0, err
     assert not (_only(tmp_path / "parts") / "metrics.json").exists()
+    with monkeypatch.context() as m:  # killed while finishing: model/ written, metrics.json not yet
+        m.setattr(run_metrics, "build", _interrupt)
+        code, out, err = cli("run", *args, "--runs-dir", tmp_path / "parts")
+    assert code == 130 and f"resuming from" in out and f"step {STOP} of 4" in out, out + err
     code, out, err = cli("run", *args, "--runs-dir", tmp_path / "parts")
-    assert code == 0 and f"resuming from" in out and f"step {STOP} of 4" in out, out + err
+    assert code == 0 and "step 4 of 4" in out, out + err
     _same_run(_only(tmp_path / "whole"), _only(tmp_path / "parts"))
+
+
+def _interrupt(*args: object, **kwargs: object) -> None:
+    raise KeyboardInterrupt

@@ -123,6 +123,7 @@ class Loop:
             accelerator.register_for_checkpointing(MethodState(self.method, self.unwrapped))
         self.evals = dict(zip(evals, prepared[4:]))
         self.state = State()
+        self.evaluated = False  # in this process: a resumed run's last evaluation may be on disk only
         self.tally = Tally(accelerator.device)
         # fp16's loss scaler decides on the host; a method's after_step must not see a skipped step
         self.host_checked = accelerator.scaler is not None or type(self.method).after_step is not Method.after_step
@@ -187,6 +188,8 @@ class Loop:
             return None
         if self.state.last_eval is None or self.state.last_eval.get("step") != self.state.step:
             self._eval_and_save()
+        elif not self.evaluated:
+            self._evaluate_again()
         return finish(self.recipe, self.setup, self.acc, self.out, self.state, model=self.model,
                        evals=self.evals, orders=self.eval_orders)
 
@@ -364,7 +367,18 @@ class Loop:
             self.save()
         return False
 
+    def _evaluate_again(self) -> None:
+        """Resumed from the final checkpoint (killed while finishing: writing model/, the
+        predictions or metrics.json): the last evaluation's metrics came back with the state, but
+        its predictions were only in memory. The same evaluation again gives them, unless
+        `finish` evaluates the best step's weights anyway."""
+        if self.cfg.keep_best and self.state.best_step not in (None, self.state.step):
+            return
+        evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
+                            sink=self.setup.predictions, orders=self.eval_orders)
+
     def _eval_and_save(self) -> None:
+        self.evaluated = True
         self._read()  # a run past its non-finite limit stops before evaluating
         start = time.perf_counter()
         metrics = evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
