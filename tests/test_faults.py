@@ -41,6 +41,10 @@ def same_result(a: Path, b: Path) -> None:
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     assert ma["eval"] == mb["eval"] and ma["train_steps"] == mb["train_steps"]
+    clock = ("samples_per_second", "eval_runtime_s")  # the log: one run's, nothing of a killed attempt
+    logs = [[{k: v for k, v in json.loads(line).items() if k not in clock}
+             for line in (r / "log.jsonl").read_text().splitlines()] for r in (a, b)]
+    assert logs[0] == logs[1]
 
 
 @pytest.mark.parametrize("method, kills", [("{name: full}", 2), ("{name: lora, r: 4}", 1),
@@ -97,6 +101,46 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path, cl
     if damage != "trainer_state.json":  # without its state file a folder is not a checkpoint at all
         assert "step-000007 is unusable" in out + err
     same_result(clean, the_run(root))
+
+
+class Killed(BaseException):
+    """SIGKILL in-process: nothing in the toolkit catches it (only `finally` blocks run)."""
+
+
+@pytest.mark.parametrize("where, nth", [
+    ("toolkit.runs.manifest", 1),  # mid the first checkpoint's write: nothing to resume from
+    ("toolkit.evaluation.evaluate", 2),  # mid the second evaluation
+    ("toolkit.runs.manifest", 3),  # mid the third checkpoint's write (save_total_limit 2)
+    ("toolkit.attention.save", 1),  # mid the export of model/, after the weights
+])
+def test_killed_anywhere_then_rerun_ends_as_the_uninterrupted_run(tmp_path: Path, cli, clean_full,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  where: str, nth: int) -> None:
+    """Whatever a kill leaves half-written is not taken as good, and nothing of the killed attempt
+    stays in the result: the log is one run's (a run killed before its first checkpoint and run
+    again appended a second copy of every step to log.jsonl), the weights and metrics equal."""
+    import importlib
+
+    recipe, clean = clean_full
+    module, name = where.rsplit(".", 1)
+    real, calls = getattr(importlib.import_module(module), name), []
+
+    def kill(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == nth:
+            raise Killed
+        return real(*args, **kwargs)
+
+    root = tmp_path / "killed"
+    with monkeypatch.context() as m:
+        m.setattr(importlib.import_module(module), name, kill)
+        with pytest.raises(Killed):
+            cli("run", recipe, "--runs-dir", root)
+    code, _, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0, err
+    run = the_run(root)
+    same_result(clean, run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
 
 
 def test_nonfinite_loss_stops_with_one_line_and_nothing_finished(tmp_path: Path, cli) -> None:

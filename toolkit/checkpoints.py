@@ -90,6 +90,14 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     return State()
 
 
+def start(acc: Accelerator, out: Path) -> None:
+    """A run from its first step: the log lines of an attempt killed before its first checkpoint
+    are dropped (they were kept, and the run's log held every step twice)."""
+    if acc.is_main_process:
+        runs.truncate_log(out, 0)
+    acc.wait_for_everyone()
+
+
 def _load_kwargs(acc: Accelerator) -> dict:
     """Not strict: a lean checkpoint holds the trainable weights only. DeepSpeed's engine saves
     its whole module and takes no such argument."""

@@ -170,6 +170,8 @@ class Loop:
     def train(self, resume: bool, stop_after: int | None) -> dict | None:
         if resume:
             self.restore()
+        else:  # what a killed attempt wrote before its first checkpoint is not part of this run
+            checkpoints.start(self.acc, self.out)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
