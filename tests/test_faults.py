@@ -165,6 +165,25 @@ def test_the_same_run_twice_at_once_refuses_the_second(tmp_path: Path, cli) -> N
     assert cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")[0] == 0  # released
 
 
+def test_the_same_run_from_another_cache_is_refused_too(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                       bert: str) -> None:
+    """The lock in $TOOLKIT_CACHE binds only launches that share it: two users (or two machines
+    on one shared runs folder) with their own caches trained into one run folder at once."""
+    from toolkit import recipe as recipes, runs
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
+    out = runs.run_dir(recipes.load(recipe), tmp_path / "runs")
+    with runs.locked(out, folder=True):
+        with monkeypatch.context() as m:
+            m.setenv("TOOLKIT_CACHE", str(tmp_path / "another-cache"))
+            code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+        assert code == 2 and "is being run by another process" in err and len(err.splitlines()) == 1, err
+        assert list(out.iterdir()) == []  # the refused launch wrote nothing there
+    assert not out.exists() and not (tmp_path / "runs").exists()  # an empty lock leaves no folder
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs", "train.max_steps=1")
+    assert code == 0, err
+
+
 def test_identity_covers_processes_and_data(tmp_path: Path) -> None:
     from toolkit import recipe as recipes, runs
 

@@ -102,7 +102,7 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path: Path, cli, 
     with monkeypatch.context() as m:  # killed while finishing: model/ written, metrics.json not yet
         m.setattr(run_metrics, "build", _interrupt)
         code, out, err = cli("run", *args, "--runs-dir", tmp_path / "parts")
-    assert code == 130 and f"resuming from" in out and f"step {STOP} of 4" in out, out + err
+    assert code == 130 and "resuming from" in out and f"step {STOP} of 4" in out, out + err
     code, out, err = cli("run", *args, "--runs-dir", tmp_path / "parts")
     assert code == 0 and "step 4 of 4" in out, out + err
     _same_run(_only(tmp_path / "whole"), _only(tmp_path / "parts"))
