@@ -110,3 +110,49 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path: Path, cli, 
 
 def _interrupt(*args: object, **kwargs: object) -> None:
     raise KeyboardInterrupt
+
+
+CHANGES = {  # what changes between an interrupted run and the next launch -> what the note names
+    "data": ([], "train.csv changed"),
+    "lr": (["train.lr=2.0e-3"], "train.lr 0.001 (now 0.002)"),
+    "seed": (["train.seed=8"], "train.seed 7 (now 8)"),
+    "max_steps": (["train.max_steps=3"], "train.max_steps 2 (now 3)"),
+    "method": (["method={name: lora, r: 4}"], "method.name 'full' (now 'lora')"),
+    "processes": ([], "2 process(es) (now 1)"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_changed_launch_is_another_run_and_names_what_changed(tmp_path: Path, cli, tiny_checkpoint,
+                                                                 change: str) -> None:
+    """The run id covers the recipe, the data and the process count, so a changed launch never
+    resumes the interrupted run's checkpoint (no mix); it used to start over without a word,
+    where the user expected the resume. Now one note names the run left and what differs."""
+    from conftest import write_recipe
+
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16)))
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16}}
+method: {{name: full}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+    runs = tmp_path / "runs"
+    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    (first,) = [p.parent for p in runs.rglob("recipe.yaml")]
+    overrides, named = CHANGES[change]
+    if change == "data":
+        data.write_text(data.read_text().replace("sentence 3", "sentence three"))
+    if change == "processes":  # the run as a 2-process launch would have left it: its own id
+        identity = json.loads((first / "identity.json").read_text())
+        first = first.rename(first.with_name("2-processes"))
+        (first / "identity.json").write_text(json.dumps({**identity, "processes": 2}))
+    code, out, err = cli("run", recipe, "--runs-dir", runs, *overrides, "--resume")
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and str(first) in notes[0] and named in notes[0], err
+    assert "resuming from" not in out
+    assert sorted(p.name for p in (first / "checkpoints").iterdir()) == ["step-000001"]  # left as it was
+    if change == "lr":  # the unchanged launch still resumes the first run
+        code, out, err = cli("run", recipe, "--runs-dir", runs)
+        assert code == 0 and "resuming from" in out and str(first) in out and "note:" not in err, out + err

@@ -226,6 +226,8 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
         if force and rank0:
             runs.clear(out)  # its contents: the folder itself is what the lock holds
         resume = resume or (existed and bool(runs.checkpoints(out)))
+        if not runs.checkpoints(out) and rank0 and not os.environ.get("TOOLKIT_SWEEP_CHILD"):
+            train.checkpoints.say_other_attempt(out, plan.recipe, runs.world_size())  # what changed
         if resume and not runs.checkpoints(out) and rank0:
             print(f"no checkpoint in {out}: starting from the beginning")
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,83 @@ def start(acc: Accelerator, out: Path) -> None:
     if acc.is_main_process:
         runs.truncate_log(out, 0)
     acc.wait_for_everyone()
+
+
+def say_other_attempt(out: Path, recipe: Any, processes: int) -> None:
+    """Before a run with no checkpoint yet: a note on stderr naming an interrupted run of the
+    same recipe under another id, and what differs (`other_attempt`)."""
+    note = other_attempt(out, recipe, processes)
+    if note:
+        print(note, file=sys.stderr)
+
+
+IDENTITY = "identity.json"  # what the run id hashes, written beside recipe.yaml (train.run)
+
+
+def identity(recipe: Any, processes: int) -> dict:
+    """What the run id hashes (runs.run_id), part by part: the resolved recipe's settings, the
+    process count and each data file's sha256."""
+    return {"recipe": _flat(recipe.to_dict()), "processes": processes,
+            "data": {str(f): runs.data_fingerprint([Path(f)]) for f in recipe.task.data_files()}}
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    flat: dict = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def other_attempt(out: Path, recipe: Any, processes: int) -> str | None:
+    """A run starting from step 0 whose recipe has an interrupted run under another id (the
+    recipe, its data or the process count changed since): one line naming that run and what
+    differs. The changed run is a run of its own; nothing of the other is taken, nor is it
+    touched (rerun it unchanged to finish it)."""
+    others = [p for p in out.parent.iterdir() if p.is_dir() and p != out and not runs.is_finished(p)
+              and runs.checkpoints(p)] if out.parent.is_dir() else []
+    if not others:
+        return None
+    other = max(others, key=lambda p: runs.checkpoints(p)[-1].stat().st_mtime)
+    now, then = identity(recipe, processes), _saved_identity(other)
+    if then is None:
+        changed = "its recipe, data or process count"
+    else:
+        changed = "; ".join(_differences(then, now)) or "the toolkit's run id"
+    more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+    return (f"note: {other} is an interrupted run of this recipe (checkpoint of step "
+            f"{runs.last_step(other)}){more}, with {changed}; this is another run and starts from "
+            "step 0 (the same settings and data as that one resume it)")
+
+
+def _saved_identity(run: Path) -> dict | None:
+    """What an earlier run hashed: identity.json, else its recipe.yaml alone (runs before it)."""
+    from toolkit.recipe_data import safe_yaml
+
+    try:
+        if (run / IDENTITY).is_file():
+            return runs.read_json(run / IDENTITY)
+        saved = safe_yaml((run / "recipe.yaml").read_text(), str(run / "recipe.yaml"))
+        saved.pop("name", None), saved.pop("smoke", None)
+        return {"recipe": _flat(saved)}
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _differences(then: dict, now: dict) -> list[str]:
+    """'train.lr 0.001 (now 0.002)', 'train.csv changed', '2 processes (now 1)'."""
+    said = []
+    keys = sorted(set(then["recipe"]) | set(now["recipe"]))
+    said += [f"{k} {then['recipe'].get(k)!r} (now {now['recipe'].get(k)!r})" for k in keys
+             if then["recipe"].get(k) != now["recipe"].get(k) and k != "smoke"]
+    if "processes" in then and then["processes"] != now["processes"]:
+        said.append(f"{then['processes']} process(es) (now {now['processes']})")
+    for f in sorted(set(then.get("data", {})) | set(now["data"])) if "data" in then else []:
+        if then["data"].get(f) != now["data"].get(f):
+            said.append(f"{f} {'changed' if f in then['data'] and f in now['data'] else 'other files'}")
+    return said
 
 
 def _load_kwargs(acc: Accelerator) -> dict:

@@ -84,10 +84,12 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
     sharding.enable(accelerator, recipe)  # FSDP on CPU processes, which accelerate leaves off
     check_strategy(accelerator.distributed_type.value)
     reset_peak_memory(accelerator.device)  # a sweep runs many recipes in one process
+    identity = checkpoints.identity(recipe, accelerator.num_processes)  # as hashed: before build fills it in
     setup = build(plan, accelerator.num_processes)
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(dump(recipe))
+        runs.write_json(out / checkpoints.IDENTITY, identity)
     accelerator.wait_for_everyone()
     tracking.start(accelerator, recipe.name, recipe.to_dict())
     if not recipe.method.trains:
@@ -170,7 +172,7 @@ class Loop:
     def train(self, resume: bool, stop_after: int | None) -> dict | None:
         if resume:
             self.restore()
-        else:  # what a killed attempt wrote before its first checkpoint is not part of this run
+        if self.state.step == 0:  # what a killed attempt wrote before its first checkpoint is not this run's
             checkpoints.start(self.acc, self.out)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
