@@ -143,6 +143,27 @@ def test_killed_anywhere_then_rerun_ends_as_the_uninterrupted_run(tmp_path: Path
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
 
 
+def test_killed_after_early_stopping_stays_stopped(tmp_path: Path, cli, bert: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Early stopping fired at step 4 (lr 0: the second evaluation ties the first, loss
+    included), the run was killed while finishing; the rerun trained on past the stop (5 steps,
+    another evaluation) and reported it, exit 0. The stop is part of the state it resumes."""
+    from toolkit import run_metrics
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
+    args = ["train.lr=0.0", "train.eval_every=2", "train.early_stopping_patience=1", "train.keep_best=false"]
+    assert cli("run", recipe, *args, "--runs-dir", tmp_path / "whole")[0] == 0
+    with monkeypatch.context() as m:
+        m.setattr(run_metrics, "build", lambda *a, **k: (_ for _ in ()).throw(Killed()))
+        with pytest.raises(Killed):
+            cli("run", recipe, *args, "--runs-dir", tmp_path / "killed")
+    code, out, err = cli("run", recipe, *args, "--runs-dir", tmp_path / "killed")
+    assert code == 0 and "step 4 of 12" in out, out + err
+    whole, killed = the_run(tmp_path / "whole"), the_run(tmp_path / "killed")
+    assert json.loads((whole / "metrics.json").read_text())["train_steps"] == 4
+    same_result(whole, killed)
+
+
 def test_nonfinite_loss_stops_with_one_line_and_nothing_finished(tmp_path: Path, cli) -> None:
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: full}"))
     code, _, err = cli("run", recipe, "--smoke", "train.lr=1.0e+12", "train.max_grad_norm=null",

@@ -178,7 +178,7 @@ class Loop:
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
                    mininterval=0.5 if sys.stderr.isatty() else 30.0)
-        stop = False
+        stop = self._stopping(None)  # a run resumed after early stopping fired stays stopped
         try:
             while self.state.step < self.total_steps and not stop:
                 stop = self._epoch(bar, stop_after)
