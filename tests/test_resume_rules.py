@@ -156,3 +156,38 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
     if change == "lr":  # the unchanged launch still resumes the first run
         code, out, err = cli("run", recipe, "--runs-dir", runs)
         assert code == 0 and "resuming from" in out and str(first) in out and "note:" not in err, out + err
+
+
+def test_a_lean_checkpoint_resumes_only_on_the_base_it_trained_on(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """A LoRA checkpoint holds the adapter, not the base; the run id names the base folder, not
+    its contents. A base folder whose weights changed between the stop and the resume trained
+    the saved adapter on other weights, exit 0; now one line names the file. The same bytes
+    copied anew (another time stamp) resume."""
+    import os
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16)))
+    dev = tmp_path / "dev.csv"
+    dev.write_text("text,label\n" + "".join(f"line {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(8)))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""model: {{checkpoint: {base}}}
+task: {{name: text_classification, train_file: {data}, eval_file: {dev}, max_length: 16}}
+method: {{name: lora, r: 4}}
+train: {{max_steps: 3, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+    runs = tmp_path / "runs"
+    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    weights_file = base / "model.safetensors"
+    os.utime(weights_file, ns=(1, 1))  # touched: the same bytes
+    code, out, err = cli("run", recipe, "--runs-dir", runs, "--stop-after", 2)
+    assert code == 0 and "resuming from" in out, err
+    tensors = load_file(weights_file)
+    name = next(k for k in tensors if k.endswith("query.weight"))
+    tensors[name] = tensors[name] + 0.01
+    save_file(tensors, weights_file, metadata={"format": "pt"})
+    code, _, err = cli("run", recipe, "--runs-dir", runs)
+    assert code == 2 and str(weights_file) in err and "step 2" in err and len(err.strip().splitlines()) == 1, err

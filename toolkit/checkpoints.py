@@ -16,6 +16,7 @@ import torch
 from accelerate import Accelerator
 
 from toolkit import devices, runs, sharding
+from toolkit.errors import UserError
 
 
 @dataclass
@@ -35,6 +36,7 @@ class State:
     peak_memory_mb: float = 0.0  # of training itself: checkpoint writing is not counted
     skipped_nonfinite: int = 0  # batches skipped for a non-finite loss or gradient
     eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
+    base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)
 
 
 
@@ -174,6 +176,41 @@ def _differences(then: dict, now: dict) -> list[str]:
         if then["data"].get(f) != now["data"].get(f):
             said.append(f"{f} {'changed' if f in then['data'] and f in now['data'] else 'other files'}")
     return said
+
+
+BASE_FILES = ("*.safetensors", "*.bin", "config.json")
+
+
+def base_files(source: str, model: torch.nn.Module) -> dict | None:
+    """{file: [size, mtime_ns, sha256]} of the weights and config in a local base folder, where
+    the run's checkpoints are lean (a LoRA, adapter or prompt run saves what trains, not the
+    frozen base): the base is part of what such a checkpoint resumes, and no run id covers a
+    folder's contents. None for full fine-tuning (its checkpoint holds every weight) and a Hub id."""
+    folder = Path(source)
+    if not folder.is_dir() or all(p.requires_grad for p in model.parameters()):
+        return None
+    files = sorted({p for pattern in BASE_FILES for p in folder.glob(pattern) if p.is_file()})
+    return {p.name: [p.stat().st_size, p.stat().st_mtime_ns, runs.data_fingerprint([p])] for p in files}
+
+
+def check_base(saved: dict | None, source: str, model: torch.nn.Module, step: int) -> None:
+    """Resuming a lean checkpoint on a base folder whose weights changed since would train the
+    saved adapter on other weights: one line naming the file. A file with its size and time as
+    saved is not read again; a copy of the same bytes passes."""
+    if saved is None:
+        return
+    now = Path(source)
+    names = sorted({p.name for pattern in BASE_FILES for p in now.glob(pattern) if p.is_file()})
+    changed = sorted(set(names) ^ set(saved))
+    for name in (n for n in names if n in saved and not changed):
+        stat, (size, mtime, digest) = (now / name).stat(), saved[name]
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime) and runs.data_fingerprint([now / name]) != digest:
+            changed.append(name)
+    if changed:
+        raise UserError(f"model.checkpoint: {now / changed[0]} changed since this run's checkpoint of step {step} "
+                        "was written, and that checkpoint holds only what trains, not the base it "
+                        "trained on; put the base back as it was, or rerun with --force to start "
+                        "again on the new one")
 
 
 def _load_kwargs(acc: Accelerator) -> dict:
