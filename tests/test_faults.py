@@ -143,6 +143,32 @@ def test_killed_anywhere_then_rerun_ends_as_the_uninterrupted_run(tmp_path: Path
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
 
 
+def test_killed_mid_the_metrics_write_leaves_no_partial_file(tmp_path: Path, cli, clean_full,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after metrics.json's temporary file was written, before its rename: the run is not
+    finished (no metrics.json), the rerun finishes it, and the partial file is gone."""
+    from toolkit import runs
+
+    recipe, clean = clean_full
+    real = runs.write_json
+
+    def cut(path: Path, data: object) -> None:
+        if path.name == "metrics.json":
+            path.with_suffix(".json.999.tmp").write_text(json.dumps(data)[:40])
+            raise Killed
+        real(path, data)
+
+    with monkeypatch.context() as m:
+        m.setattr(runs, "write_json", cut)
+        with pytest.raises(Killed):
+            cli("run", recipe, "--runs-dir", tmp_path / "killed")
+    assert not list((tmp_path / "killed").rglob("metrics.json"))
+    assert cli("run", recipe, "--runs-dir", tmp_path / "killed")[0] == 0
+    run = the_run(tmp_path / "killed")
+    same_result(clean, run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
+
+
 def test_killed_after_early_stopping_stays_stopped(tmp_path: Path, cli, bert: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Early stopping fired at step 4 (lr 0: the second evaluation ties the first, loss

@@ -101,6 +101,16 @@ def start(acc: Accelerator, out: Path) -> None:
     acc.wait_for_everyone()
 
 
+def clear_partial(acc: Accelerator, out: Path) -> None:
+    """Files a kill left half-written in the run folder (metrics.json, the predictions, written
+    under `<name>.<pid>.tmp` and renamed when whole) go before the run goes on: nothing of them
+    is read, and they stayed beside the finished run's files."""
+    if acc.is_main_process:
+        for partial in out.glob("*.tmp"):
+            partial.unlink(missing_ok=True)
+    acc.wait_for_everyone()
+
+
 def say_other_attempt(out: Path, recipe: Any, processes: int) -> None:
     """Before a run with no checkpoint yet: a note on stderr naming an interrupted run of the
     same recipe under another id, and what differs (`other_attempt`)."""

@@ -177,6 +177,7 @@ class Loop:
             self.state.base = checkpoints.base_files(self.setup.source, self.unwrapped)
         else:  # a lean checkpoint resumes on the base it trained on, or not at all
             checkpoints.check_base(self.state.base, self.setup.source, self.unwrapped, self.state.step)
+        checkpoints.clear_partial(self.acc, self.out)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
@@ -191,7 +192,8 @@ class Loop:
         bar.close()
         self._read()
         if stop_after and self.state.step >= stop_after and self.state.step < self.total_steps:
-            self.save()  # a simulated interruption: checkpoint and leave the run unfinished
+            if runs.last_step(self.out) != self.state.step:  # not twice: the second removes the first
+                self.save()  # a simulated interruption: checkpoint and leave the run unfinished
             return None
         if self.state.last_eval is None or self.state.last_eval.get("step") != self.state.step:
             self._eval_and_save()
