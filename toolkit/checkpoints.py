@@ -17,6 +17,7 @@ from accelerate import Accelerator
 
 from toolkit import devices, runs, sharding
 from toolkit.errors import UserError
+from toolkit.recipe_data import safe_yaml
 
 
 @dataclass
@@ -162,8 +163,6 @@ def other_attempt(out: Path, recipe: Any, processes: int) -> str | None:
 
 def _saved_identity(run: Path) -> dict | None:
     """What an earlier run hashed: identity.json, else its recipe.yaml alone (runs before it)."""
-    from toolkit.recipe_data import safe_yaml
-
     try:
         if (run / IDENTITY).is_file():
             return runs.read_json(run / IDENTITY)
