@@ -41,6 +41,10 @@ def same_result(a: Path, b: Path) -> None:
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     assert ma["eval"] == mb["eval"] and ma["train_steps"] == mb["train_steps"]
+    clock = ("samples_per_second", "eval_runtime_s")  # the log: one run's, nothing of a killed attempt
+    logs = [[{k: v for k, v in json.loads(line).items() if k not in clock}
+             for line in (r / "log.jsonl").read_text().splitlines()] for r in (a, b)]
+    assert logs[0] == logs[1]
 
 
 @pytest.mark.parametrize("method, kills", [("{name: full}", 2), ("{name: lora, r: 4}", 1),
@@ -99,6 +103,93 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path, cl
     same_result(clean, the_run(root))
 
 
+class Killed(BaseException):
+    """SIGKILL in-process: nothing in the toolkit catches it (only `finally` blocks run)."""
+
+
+@pytest.mark.parametrize("where, nth", [
+    ("toolkit.runs.manifest", 1),  # mid the first checkpoint's write: nothing to resume from
+    ("toolkit.evaluation.evaluate", 2),  # mid the second evaluation
+    ("toolkit.runs.manifest", 3),  # mid the third checkpoint's write (save_total_limit 2)
+    ("toolkit.attention.save", 1),  # mid the export of model/, after the weights
+])
+def test_killed_anywhere_then_rerun_ends_as_the_uninterrupted_run(tmp_path: Path, cli, clean_full,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  where: str, nth: int) -> None:
+    """Whatever a kill leaves half-written is not taken as good, and nothing of the killed attempt
+    stays in the result: the log is one run's (a run killed before its first checkpoint and run
+    again appended a second copy of every step to log.jsonl), the weights and metrics equal."""
+    import importlib
+
+    recipe, clean = clean_full
+    module, name = where.rsplit(".", 1)
+    real, calls = getattr(importlib.import_module(module), name), []
+
+    def kill(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == nth:
+            raise Killed
+        return real(*args, **kwargs)
+
+    root = tmp_path / "killed"
+    with monkeypatch.context() as m:
+        m.setattr(importlib.import_module(module), name, kill)
+        with pytest.raises(Killed):
+            cli("run", recipe, "--runs-dir", root)
+    code, _, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0, err
+    run = the_run(root)
+    same_result(clean, run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
+
+
+def test_killed_mid_the_metrics_write_leaves_no_partial_file(tmp_path: Path, cli, clean_full,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after metrics.json's temporary file was written, before its rename: the run is not
+    finished (no metrics.json), the rerun finishes it, and the partial file is gone."""
+    from toolkit import runs
+
+    recipe, clean = clean_full
+    real = runs.write_json
+
+    def cut(path: Path, data: object) -> None:
+        if path.name == "metrics.json":
+            path.with_suffix(".json.999.tmp").write_text(json.dumps(data)[:40])
+            raise Killed
+        real(path, data)
+
+    with monkeypatch.context() as m:
+        m.setattr(runs, "write_json", cut)
+        with pytest.raises(Killed):
+            cli("run", recipe, "--runs-dir", tmp_path / "killed")
+    assert not list((tmp_path / "killed").rglob("metrics.json"))
+    assert cli("run", recipe, "--runs-dir", tmp_path / "killed")[0] == 0
+    run = the_run(tmp_path / "killed")
+    same_result(clean, run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
+
+
+def test_killed_after_early_stopping_stays_stopped(tmp_path: Path, cli, bert: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Early stopping fired at step 4 (lr 0: the second evaluation ties the first, loss
+    included), the run was killed while finishing; the rerun trained on past the stop (5 steps,
+    another evaluation) and reported it, exit 0. The stop is part of the state it resumes."""
+    from toolkit import run_metrics
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
+    args = ["train.lr=0.0", "train.eval_every=2", "train.early_stopping_patience=1", "train.keep_best=false"]
+    assert cli("run", recipe, *args, "--runs-dir", tmp_path / "whole")[0] == 0
+    with monkeypatch.context() as m:
+        m.setattr(run_metrics, "build", lambda *a, **k: (_ for _ in ()).throw(Killed()))
+        with pytest.raises(Killed):
+            cli("run", recipe, *args, "--runs-dir", tmp_path / "killed")
+    code, out, err = cli("run", recipe, *args, "--runs-dir", tmp_path / "killed")
+    assert code == 0 and "step 4 of 12" in out, out + err
+    whole, killed = the_run(tmp_path / "whole"), the_run(tmp_path / "killed")
+    assert json.loads((whole / "metrics.json").read_text())["train_steps"] == 4
+    same_result(whole, killed)
+
+
 def test_nonfinite_loss_stops_with_one_line_and_nothing_finished(tmp_path: Path, cli) -> None:
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: full}"))
     code, _, err = cli("run", recipe, "--smoke", "train.lr=1.0e+12", "train.max_grad_norm=null",
@@ -119,6 +210,25 @@ def test_the_same_run_twice_at_once_refuses_the_second(tmp_path: Path, cli) -> N
         code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
     assert code == 2 and "is being run by process" in err
     assert cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")[0] == 0  # released
+
+
+def test_the_same_run_from_another_cache_is_refused_too(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                       bert: str) -> None:
+    """The lock in $TOOLKIT_CACHE binds only launches that share it: two users (or two machines
+    on one shared runs folder) with their own caches trained into one run folder at once."""
+    from toolkit import recipe as recipes, runs
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
+    out = runs.run_dir(recipes.load(recipe), tmp_path / "runs")
+    with runs.locked(out, folder=True):
+        with monkeypatch.context() as m:
+            m.setenv("TOOLKIT_CACHE", str(tmp_path / "another-cache"))
+            code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+        assert code == 2 and "is being run by another process" in err and len(err.splitlines()) == 1, err
+        assert list(out.iterdir()) == []  # the refused launch wrote nothing there
+    assert not out.exists() and not (tmp_path / "runs").exists()  # an empty lock leaves no folder
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs", "train.max_steps=1")
+    assert code == 0, err
 
 
 def test_identity_covers_processes_and_data(tmp_path: Path) -> None:

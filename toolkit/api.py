@@ -267,11 +267,17 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
         if rank0:
             print(f"{out} is finished already (metrics.json); --force runs it again")
         return out
-    with runs.locked(out):  # a second launch of the same run refuses here
-        if force and out.exists() and rank0:
-            shutil.rmtree(out)
-        existed = out.exists()
+    existed = out.exists() and not force
+    with runs.locked(out, folder=True):  # a second launch of the same run refuses here
+        if runs.is_finished(out) and not force:  # by the launch that held the lock a moment ago
+            if rank0:
+                print(f"{out} is finished already (metrics.json); --force runs it again")
+            return out
+        if force and rank0:
+            runs.clear(out)  # its contents: the folder itself is what the lock holds
         resume = resume or (existed and bool(runs.checkpoints(out)))
+        if not runs.checkpoints(out) and rank0 and not os.environ.get("TOOLKIT_SWEEP_CHILD"):
+            train.checkpoints.say_other_attempt(out, plan.recipe, runs.world_size())  # what changed
         if resume and not runs.checkpoints(out) and rank0:
             print(f"no checkpoint in {out}: starting from the beginning")
         try:
@@ -315,7 +321,9 @@ def _smoke_upstream(plan: RunPlan, root: Path) -> None:
     _smoke_upstream(up, root)
     chain.resolve(up, root)
     out = runs.run_dir(up.recipe, root)
-    train.run(up, out, resume=bool(runs.checkpoints(out)))
+    with runs.locked(out, folder=True):  # two smoke runs chained to one upstream run train it once
+        if not runs.is_finished(out):
+            train.run(up, out, resume=bool(runs.checkpoints(out)))
 
 
 def _check_runs_root(root: Path) -> None:

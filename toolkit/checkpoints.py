@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ import torch
 from accelerate import Accelerator
 
 from toolkit import devices, runs, sharding
+from toolkit.errors import UserError
+from toolkit.recipe_data import safe_yaml
 
 
 @dataclass
@@ -34,6 +37,7 @@ class State:
     peak_memory_mb: float = 0.0  # of training itself: checkpoint writing is not counted
     skipped_nonfinite: int = 0  # batches skipped for a non-finite loss or gradient
     eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
+    base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)
 
 
 
@@ -88,6 +92,134 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     if acc.is_main_process:
         runs.truncate_log(out, 0)
     return State()
+
+
+def start(acc: Accelerator, out: Path) -> None:
+    """A run from its first step: the log lines of an attempt killed before its first checkpoint
+    are dropped (they were kept, and the run's log held every step twice)."""
+    if acc.is_main_process:
+        runs.truncate_log(out, 0)
+    acc.wait_for_everyone()
+
+
+def clear_partial(acc: Accelerator, out: Path) -> None:
+    """Files a kill left half-written in the run folder (metrics.json, the predictions, written
+    under `<name>.<pid>.tmp` and renamed when whole) go before the run goes on: nothing of them
+    is read, and they stayed beside the finished run's files."""
+    if acc.is_main_process:
+        for partial in out.glob("*.tmp"):
+            partial.unlink(missing_ok=True)
+    acc.wait_for_everyone()
+
+
+def say_other_attempt(out: Path, recipe: Any, processes: int) -> None:
+    """Before a run with no checkpoint yet: a note on stderr naming an interrupted run of the
+    same recipe under another id, and what differs (`other_attempt`)."""
+    note = other_attempt(out, recipe, processes)
+    if note:
+        print(note, file=sys.stderr)
+
+
+IDENTITY = "identity.json"  # what the run id hashes, written beside recipe.yaml (train.run)
+
+
+def identity(recipe: Any, processes: int) -> dict:
+    """What the run id hashes (runs.run_id), part by part: the resolved recipe's settings, the
+    process count and each data file's sha256."""
+    return {"recipe": _flat(recipe.to_dict()), "processes": processes,
+            "data": {str(f): runs.data_fingerprint([Path(f)]) for f in recipe.task.data_files()}}
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    flat: dict = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def other_attempt(out: Path, recipe: Any, processes: int) -> str | None:
+    """A run starting from step 0 whose recipe has an interrupted run under another id (the
+    recipe, its data or the process count changed since): one line naming that run and what
+    differs. The changed run is a run of its own; nothing of the other is taken, nor is it
+    touched (rerun it unchanged to finish it)."""
+    others = [p for p in out.parent.iterdir() if p.is_dir() and p != out and not runs.is_finished(p)
+              and runs.checkpoints(p)] if out.parent.is_dir() else []
+    if not others:
+        return None
+    other = max(others, key=lambda p: runs.checkpoints(p)[-1].stat().st_mtime)
+    now, then = identity(recipe, processes), _saved_identity(other)
+    if then is None:
+        changed = "its recipe, data or process count"
+    else:
+        changed = "; ".join(_differences(then, now)) or "the toolkit's run id"
+    more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+    return (f"note: {other} is an interrupted run of this recipe (checkpoint of step "
+            f"{runs.last_step(other)}){more}, with {changed}; this is another run and starts from "
+            "step 0 (the same settings and data as that one resume it)")
+
+
+def _saved_identity(run: Path) -> dict | None:
+    """What an earlier run hashed: identity.json, else its recipe.yaml alone (runs before it)."""
+    try:
+        if (run / IDENTITY).is_file():
+            return runs.read_json(run / IDENTITY)
+        saved = safe_yaml((run / "recipe.yaml").read_text(), str(run / "recipe.yaml"))
+        saved.pop("name", None), saved.pop("smoke", None)
+        return {"recipe": _flat(saved)}
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _differences(then: dict, now: dict) -> list[str]:
+    """'train.lr 0.001 (now 0.002)', 'train.csv changed', '2 processes (now 1)'."""
+    said = []
+    keys = sorted(set(then["recipe"]) | set(now["recipe"]))
+    said += [f"{k} {then['recipe'].get(k)!r} (now {now['recipe'].get(k)!r})" for k in keys
+             if then["recipe"].get(k) != now["recipe"].get(k) and k != "smoke"]
+    if "processes" in then and then["processes"] != now["processes"]:
+        said.append(f"{then['processes']} process(es) (now {now['processes']})")
+    for f in sorted(set(then.get("data", {})) | set(now["data"])) if "data" in then else []:
+        if then["data"].get(f) != now["data"].get(f):
+            said.append(f"{f} {'changed' if f in then['data'] and f in now['data'] else 'other files'}")
+    return said
+
+
+BASE_FILES = ("*.safetensors", "*.bin", "config.json")
+
+
+def base_files(source: str, model: torch.nn.Module) -> dict | None:
+    """{file: [size, mtime_ns, sha256]} of the weights and config in a local base folder, where
+    the run's checkpoints are lean (a LoRA, adapter or prompt run saves what trains, not the
+    frozen base): the base is part of what such a checkpoint resumes, and no run id covers a
+    folder's contents. None for full fine-tuning (its checkpoint holds every weight) and a Hub id."""
+    folder = Path(source)
+    if not folder.is_dir() or all(p.requires_grad for p in model.parameters()):
+        return None
+    files = sorted({p for pattern in BASE_FILES for p in folder.glob(pattern) if p.is_file()})
+    return {p.name: [p.stat().st_size, p.stat().st_mtime_ns, runs.data_fingerprint([p])] for p in files}
+
+
+def check_base(saved: dict | None, source: str, model: torch.nn.Module, step: int) -> None:
+    """Resuming a lean checkpoint on a base folder whose weights changed since would train the
+    saved adapter on other weights: one line naming the file. A file with its size and time as
+    saved is not read again; a copy of the same bytes passes."""
+    if saved is None:
+        return
+    now = Path(source)
+    names = sorted({p.name for pattern in BASE_FILES for p in now.glob(pattern) if p.is_file()})
+    changed = sorted(set(names) ^ set(saved))
+    for name in (n for n in names if n in saved and not changed):
+        stat, (size, mtime, digest) = (now / name).stat(), saved[name]
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime) and runs.data_fingerprint([now / name]) != digest:
+            changed.append(name)
+    if changed:
+        raise UserError(f"model.checkpoint: {now / changed[0]} changed since this run's checkpoint of step {step} "
+                        "was written, and that checkpoint holds only what trains, not the base it "
+                        "trained on; put the base back as it was, or rerun with --force to start "
+                        "again on the new one")
 
 
 def _load_kwargs(acc: Accelerator) -> dict:

@@ -65,12 +65,49 @@ def run_dir(recipe: Recipe, root: Path, processes: int | None = None) -> Path:
 
 
 @contextmanager
-def locked(out: Path):
+def locked(out: Path, folder: bool = False):
     """One process at a time per run folder. flock is released by the kernel when its holder
-    dies, so a killed run never leaves the lock stuck."""
+    dies, so a killed run never leaves the lock stuck. With `folder`, the run folder itself is
+    locked too (made if need be, removed again if left empty): the lock in the cache binds only
+    processes that share $TOOLKIT_CACHE, and two launches with different caches (two users, two
+    machines on one shared runs folder) trained into one folder at once."""
     if int(os.environ.get("RANK", "0")) != 0:  # rank 0 holds it for the whole launch
         yield
         return
+    with _cache_lock(out):
+        if not folder:
+            yield
+            return
+        with _folder_lock(out):
+            yield
+
+
+@contextmanager
+def _folder_lock(out: Path):
+    """flock on the run folder's own directory: no file is added to it."""
+    made = [p for p in [out, *out.parents] if not p.exists()]
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"{out} is being run by another process right now (one that uses another "
+                        "$TOOLKIT_CACHE); wait for it to finish (or use another --runs-dir)") from None
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+        for path in (p for p in made if p.exists()):  # nothing written: the folders this launch made go
+            try:
+                path.rmdir()
+            except OSError:  # not empty: the run wrote there
+                break
+
+
+@contextmanager
+def _cache_lock(out: Path):
     # Locks live in the cache, not the runs folder: a run refused early leaves no folder behind.
     folder = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "locks"
     folder.mkdir(parents=True, exist_ok=True)
@@ -93,6 +130,15 @@ def locked(out: Path):
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+def clear(path: Path) -> None:
+    """Everything in a run folder (--force), the folder itself kept: a run holds its lock on it."""
+    for child in path.iterdir() if path.is_dir() else []:
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def is_finished(path: Path) -> bool:

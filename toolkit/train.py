@@ -84,10 +84,12 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
     sharding.enable(accelerator, recipe)  # FSDP on CPU processes, which accelerate leaves off
     check_strategy(accelerator.distributed_type.value)
     reset_peak_memory(accelerator.device)  # a sweep runs many recipes in one process
+    identity = checkpoints.identity(recipe, accelerator.num_processes)  # as hashed: before build fills it in
     setup = build(plan, accelerator.num_processes)
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(dump(recipe))
+        runs.write_json(out / checkpoints.IDENTITY, identity)
     accelerator.wait_for_everyone()
     tracking.start(accelerator, recipe.name, recipe.to_dict())
     if not recipe.method.trains:
@@ -123,6 +125,7 @@ class Loop:
             accelerator.register_for_checkpointing(MethodState(self.method, self.unwrapped))
         self.evals = dict(zip(evals, prepared[4:]))
         self.state = State()
+        self.evaluated = False  # in this process: a resumed run's last evaluation may be on disk only
         self.tally = Tally(accelerator.device)
         # fp16's loss scaler decides on the host; a method's after_step must not see a skipped step
         self.host_checked = accelerator.scaler is not None or type(self.method).after_step is not Method.after_step
@@ -169,11 +172,17 @@ class Loop:
     def train(self, resume: bool, stop_after: int | None) -> dict | None:
         if resume:
             self.restore()
+        if self.state.step == 0:  # what a killed attempt wrote before its first checkpoint is not this run's
+            checkpoints.start(self.acc, self.out)
+            self.state.base = checkpoints.base_files(self.setup.source, self.unwrapped)
+        else:  # a lean checkpoint resumes on the base it trained on, or not at all
+            checkpoints.check_base(self.state.base, self.setup.source, self.unwrapped, self.state.step)
+        checkpoints.clear_partial(self.acc, self.out)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
                    mininterval=0.5 if sys.stderr.isatty() else 30.0)
-        stop = False
+        stop = self._stopping(None)  # a run resumed after early stopping fired stays stopped
         try:
             while self.state.step < self.total_steps and not stop:
                 stop = self._epoch(bar, stop_after)
@@ -183,10 +192,13 @@ class Loop:
         bar.close()
         self._read()
         if stop_after and self.state.step >= stop_after and self.state.step < self.total_steps:
-            self.save()  # a simulated interruption: checkpoint and leave the run unfinished
+            if runs.last_step(self.out) != self.state.step:  # not twice: the second removes the first
+                self.save()  # a simulated interruption: checkpoint and leave the run unfinished
             return None
         if self.state.last_eval is None or self.state.last_eval.get("step") != self.state.step:
             self._eval_and_save()
+        elif not self.evaluated:
+            self._evaluate_again()
         return finish(self.recipe, self.setup, self.acc, self.out, self.state, model=self.model,
                        evals=self.evals, orders=self.eval_orders)
 
@@ -364,7 +376,18 @@ class Loop:
             self.save()
         return False
 
+    def _evaluate_again(self) -> None:
+        """Resumed from the final checkpoint (killed while finishing: writing model/, the
+        predictions or metrics.json): the last evaluation's metrics came back with the state, but
+        its predictions were only in memory. The same evaluation again gives them, unless
+        `finish` evaluates the best step's weights anyway."""
+        if self.cfg.keep_best and self.state.best_step not in (None, self.state.step):
+            return
+        evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
+                            sink=self.setup.predictions, orders=self.eval_orders)
+
     def _eval_and_save(self) -> None:
+        self.evaluated = True
         self._read()  # a run past its non-finite limit stops before evaluating
         start = time.perf_counter()
         metrics = evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,

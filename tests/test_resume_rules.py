@@ -1,0 +1,193 @@
+"""Exact resume, by rule (docs/reliability.md, "Exact resume"): for every registered task, a run
+stopped and resumed ends where the uninterrupted run ends, bit for bit on CPU fp32: the loss
+trace, the evaluations, the weights, the predictions. One shipped recipe per task (--smoke: the
+small random model of its family, with dropout on), and between them every method family.
+
+The stop lands after an accumulation window that ends an epoch early (3 micro-batches an epoch,
+2 a step), one step into the next epoch, after an evaluation moved the best-checkpoint and
+early-stopping bookkeeping; the data-side draws (masks, noise, order) and dropout must continue
+as if nothing had stopped. The resumed run is then interrupted while it finishes (after model/,
+before metrics.json): the rerun, from the final checkpoint, must still write every file the
+uninterrupted run wrote (the predictions were lost: they were only in memory).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_train import weights
+
+# task -> (shipped recipe, method override or None for the recipe's own). Every registered task
+# has a row (a new task without one fails below), and each method family appears at least once.
+RESUMES = {
+    "glue": ("glue/stsb/bert-base-uncased-full.yaml", None),  # regression
+    "text_classification": ("demo/own-data/minilm-full.yaml", "{name: adapters, config: pfeiffer}"),
+    "ner": ("ner/conll2003/minilm-lora.yaml", None),
+    "squad": ("squad/v1.1/roberta-base-full.yaml", "{name: prompt_tuning, num_virtual_tokens: 4}"),
+    "summarization": ("summarization/samsum/t5-base-lora.yaml", None),
+    "translation": ("translation/multi30k/bart-base-full.yaml", "{name: prefix_tuning, num_virtual_tokens: 4}"),
+    "clm": ("pretrain/wikitext-2/gpt2-clm.yaml", "{name: lora, r: 4}"),
+    "mlm": ("pretrain/wikitext-2/roberta-base-mlm.yaml", None),
+    "denoise": ("pretrain/wikitext-2/bart-base-denoise.yaml", None),
+    "span_corruption": ("pretrain/wikitext-2/t5-base-span_corruption.yaml", "{name: adapters, config: houlsby}"),
+}
+# 3 micro-batches an epoch, 2 a step: steps 2 and 4 end an epoch on a window of one; evaluations at
+# 2 and 4; the stop after step 3 is one window into the second epoch, after the best moved.
+# Pretraining tasks read a small text file of their own (WikiText-2 takes seconds to pack).
+COMMON = ["--smoke", "model.dropout=0.1", "task.max_train_samples=12", "task.max_eval_samples=6",
+          "train.batch_size=4", "train.grad_accum=2", "train.max_steps=4", "train.eval_every=2",
+          "train.log_every=1", "train.keep_best=true", "train.warmup_steps=1", "train.warmup_ratio=0"]
+STOP = 3
+
+
+def test_every_task_has_a_resume_row() -> None:
+    from toolkit.tasks import TASKS
+
+    assert set(TASKS.names()) == set(RESUMES)
+
+
+def _only(root: Path) -> Path:
+    found = [p.parent for p in root.rglob("recipe.yaml")]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _log(run: Path) -> list[dict]:
+    """log.jsonl without the wall-clock fields."""
+    clock = ("samples_per_second", "eval_runtime_s")
+    return [{k: v for k, v in json.loads(line).items() if k not in clock}
+            for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+def _same_run(a: Path, b: Path) -> None:
+    assert _log(a) == _log(b)
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    assert [k for k in wa if not torch.equal(wa[k], wb[k])] == []
+    ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
+    for key in ("eval", "train_steps", "best_step", "epochs"):
+        assert ma.get(key) == mb.get(key), key
+    files = sorted(p.name for p in a.glob("predictions*"))
+    assert files == sorted(p.name for p in b.glob("predictions*"))
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Enough documents for 12 training and 6 held-out blocks of --smoke's 128 tokens."""
+    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex many bold jocks".split()
+    path = tmp_path_factory.mktemp("text") / "docs.txt"
+    path.write_text("".join(" ".join(words[(i + j) % len(words)] for j in range(40)) + " .\n" for i in range(80)))
+    return path
+
+
+@pytest.mark.parametrize("task", sorted(RESUMES))
+def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                           text_file: Path, task: str) -> None:
+    from toolkit import run_metrics
+
+    recipe, method = RESUMES[task]
+    args = [f"recipes/{recipe}", *COMMON, *([f"method={method}"] if method else [])]
+    if recipe.startswith("pretrain/"):
+        args += [f"task.train_file={text_file}", f"task.eval_file={text_file}"]
+    code, _, err = cli("run", *args, "--runs-dir", tmp_path / "whole")
+    assert code == 0, err
+    code, _, err = cli("run", *args, "--runs-dir", tmp_path / "parts", "--stop-after", STOP)
+    assert code == 0, err
+    assert not (_only(tmp_path / "parts") / "metrics.json").exists()
+    with monkeypatch.context() as m:  # killed while finishing: model/ written, metrics.json not yet
+        m.setattr(run_metrics, "build", _interrupt)
+        code, out, err = cli("run", *args, "--runs-dir", tmp_path / "parts")
+    assert code == 130 and "resuming from" in out and f"step {STOP} of 4" in out, out + err
+    code, out, err = cli("run", *args, "--runs-dir", tmp_path / "parts")
+    assert code == 0 and "step 4 of 4" in out, out + err
+    _same_run(_only(tmp_path / "whole"), _only(tmp_path / "parts"))
+
+
+def _interrupt(*args: object, **kwargs: object) -> None:
+    raise KeyboardInterrupt
+
+
+CHANGES = {  # what changes between an interrupted run and the next launch -> what the note names
+    "data": ([], "train.csv changed"),
+    "lr": (["train.lr=2.0e-3"], "train.lr 0.001 (now 0.002)"),
+    "seed": (["train.seed=8"], "train.seed 7 (now 8)"),
+    "max_steps": (["train.max_steps=3"], "train.max_steps 2 (now 3)"),
+    "method": (["method={name: lora, r: 4}"], "method.name 'full' (now 'lora')"),
+    "processes": ([], "2 process(es) (now 1)"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_changed_launch_is_another_run_and_names_what_changed(tmp_path: Path, cli, tiny_checkpoint,
+                                                                 change: str) -> None:
+    """The run id covers the recipe, the data and the process count, so a changed launch never
+    resumes the interrupted run's checkpoint (no mix); it used to start over without a word,
+    where the user expected the resume. Now one note names the run left and what differs."""
+    from conftest import write_recipe
+
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16)))
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16}}
+method: {{name: full}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+    runs = tmp_path / "runs"
+    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    (first,) = [p.parent for p in runs.rglob("recipe.yaml")]
+    overrides, named = CHANGES[change]
+    if change == "data":
+        data.write_text(data.read_text().replace("sentence 3", "sentence three"))
+    if change == "processes":  # the run as a 2-process launch would have left it: its own id
+        identity = json.loads((first / "identity.json").read_text())
+        first = first.rename(first.with_name("2-processes"))
+        (first / "identity.json").write_text(json.dumps({**identity, "processes": 2}))
+    code, out, err = cli("run", recipe, "--runs-dir", runs, *overrides, "--resume")
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and str(first) in notes[0] and named in notes[0], err
+    assert "resuming from" not in out
+    assert sorted(p.name for p in (first / "checkpoints").iterdir()) == ["step-000001"]  # left as it was
+    if change == "lr":  # the unchanged launch still resumes the first run
+        code, out, err = cli("run", recipe, "--runs-dir", runs)
+        assert code == 0 and "resuming from" in out and str(first) in out and "note:" not in err, out + err
+
+
+def test_a_lean_checkpoint_resumes_only_on_the_base_it_trained_on(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """A LoRA checkpoint holds the adapter, not the base; the run id names the base folder, not
+    its contents. A base folder whose weights changed between the stop and the resume trained
+    the saved adapter on other weights, exit 0; now one line names the file. The same bytes
+    copied anew (another time stamp) resume."""
+    import os
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16)))
+    dev = tmp_path / "dev.csv"
+    dev.write_text("text,label\n" + "".join(f"line {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(8)))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""model: {{checkpoint: {base}}}
+task: {{name: text_classification, train_file: {data}, eval_file: {dev}, max_length: 16}}
+method: {{name: lora, r: 4}}
+train: {{max_steps: 3, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+    runs = tmp_path / "runs"
+    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    weights_file = base / "model.safetensors"
+    os.utime(weights_file, ns=(1, 1))  # touched: the same bytes
+    code, out, err = cli("run", recipe, "--runs-dir", runs, "--stop-after", 2)
+    assert code == 0 and "resuming from" in out, err
+    tensors = load_file(weights_file)
+    name = next(k for k in tensors if k.endswith("query.weight"))
+    tensors[name] = tensors[name] + 0.01
+    save_file(tensors, weights_file, metadata={"format": "pt"})
+    code, _, err = cli("run", recipe, "--runs-dir", runs)
+    assert code == 2 and str(weights_file) in err and "step 2" in err and len(err.strip().splitlines()) == 1, err
