@@ -65,6 +65,17 @@ class EpochBatches(Sampler):
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / self.batch_size)
 
+    def own_rows(self, position: int) -> int:
+        """How many leading rows of the epoch's `position`-th batch (0-based, counted over all
+        processes: process p serves positions p, p+N, ...) are examples of the epoch; the rest of
+        what a process is served there is padding. Only the epoch's last batch can be short
+        (every step but the tail is whole), and past it there are no batches of the epoch at all.
+        accelerate (`even_batches`, its default) fills a short last batch, and gives a process
+        with no batch left a whole one, with examples from the epoch's start, so that every
+        process takes as many equal-sized steps; counted as data they would weigh those examples
+        twice in the last optimizer step of the epoch on N processes and not on one."""
+        return max(0, min(self.batch_size, len(self.lengths) - position * self.batch_size))
+
 
 class LengthOrder(Sampler):
     """Evaluation order: longest first, so each batch pads to a length close to its members'

@@ -229,8 +229,9 @@ class Loop:
         count and finite flag go to `self.tally`, read at the steps that log (`_read`); a
         non-finite step is skipped on the device. fp16's loss scaler and a method's `after_step`
         need the flag on the host, so they take `_host_step` (one read per step, as before)."""
-        units, samples = self._counts(group)
-        loss_t = self._backward(group, units)
+        weighted = self._own_examples(group)
+        units, samples = self._counts(weighted)
+        loss_t = self._backward(weighted, units)
         norm_t = self._clip_grads()
         if norm_t is None:  # not clipped: the loss alone says whether the step is finite
             norm_t = torch.zeros((), device=loss_t.device)
@@ -246,24 +247,39 @@ class Loop:
         self.optimizer.zero_grad(set_to_none=True)
         self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
 
-    def _counts(self, group: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _own_examples(self, group: list[dict]) -> list[tuple[dict, float]]:
+        """Each micro-batch of the step cut to the epoch's own examples, with its weight: 0.0 for
+        one that is all padding (`EpochBatches.own_rows`: accelerate evens out the epoch's last
+        batches across processes by repeating its first examples). Such a batch still runs
+        forward and backward, so every process takes part in the same collectives (DDP's
+        gradient all-reduce, FSDP's gathers), and counts for nothing."""
+        first = self.state.batch_in_epoch - len(group)  # this process's index of group[0]
+        out = []
+        for i, batch in enumerate(group):
+            rows = self.sampler.own_rows((first + i) * self.acc.num_processes + self.acc.process_index)
+            size = self.setup.task.batch_size(batch)
+            out.append((_first_rows(batch, rows, size) if 0 < rows < size else batch, 1.0 if rows else 0.0))
+        return out
+
+    def _counts(self, group: list[tuple[dict, float]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss units, examples) of the step over all processes, in one all-reduce; on the
         device (torch.full is a fill kernel, where torch.tensor would copy from the host)."""
         task = self.setup.task
-        n = float(sum(task.batch_size(b) for b in group))
-        local = torch.stack([sum(task.units(b).sum() for b in group).float(),
+        n = float(sum(task.batch_size(b) * w for b, w in group))
+        local = torch.stack([sum(task.units(b).sum() * w for b, w in group).float(),
                              torch.full((), n, device=self.acc.device)])
         units, samples = self.acc.reduce(local, reduction="sum")
         return units, samples
 
-    def _backward(self, group: list[dict], units: torch.Tensor) -> torch.Tensor:
-        """Forward and backward of every micro-batch; the step's mean loss over all processes."""
+    def _backward(self, group: list[tuple[dict, float]], units: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of every micro-batch (weighted: `_own_examples`); the step's mean
+        loss over all processes."""
         scale = self.acc.num_processes / units.clamp(min=1)
         summed = torch.zeros((), device=self.acc.device)
-        for i, batch in enumerate(group):
+        for i, (batch, weight) in enumerate(group):
             sync = nullcontext() if i == len(group) - 1 else self.acc.no_sync(self.model)
             with sync:
-                loss_sum = self._forward(batch)
+                loss_sum = self._forward(batch) * weight
                 extra = self.method.extra_loss(self.unwrapped)  # a per-step term: 1/k per micro-batch
                 self.acc.backward(loss_sum * scale + (extra / len(group) if extra is not None else 0.0))
             summed += loss_sum.detach()
@@ -381,6 +397,12 @@ class Loop:
         self.save()
 
 
+
+
+def _first_rows(batch: dict, rows: int, size: int) -> dict:
+    """The batch's first `rows` examples: every tensor whose first dimension is the batch's."""
+    return {k: v[:rows] if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == size else v
+            for k, v in batch.items()}
 
 
 def improves(metric: Any, value: float, loss: float | None, best: float | None,

@@ -1,0 +1,157 @@
+"""Loss normalisation and batch accounting, walked over the task types.
+
+Rule A: the training trajectory does not depend on how a global batch is split: 8 x 1 micro-batch
+on one process equals 2 x 2 accumulated micro-batches on each of 2 processes, with an epoch whose
+last step is short (30 examples in steps of 8: the last has 6, in 3 micro-batches of 2 over 2
+processes, one of them padding that accelerate adds).
+Rule B: the schedule, the logged steps, epochs and samples count optimizer steps and examples.
+Rule C: evaluation on 2 processes scores each example once: the metrics of a 1-process
+evaluation of the same weights (eval sets not divisible by processes x batch, QA windows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, write_recipe
+from test_train import only_run, train_losses, weights
+
+# One recipe per kind of loss the tasks have: per example (classification), per token with a
+# causal shift (CLM), per token with random masks (MLM), per target token of an encoder-decoder
+# (summarization, translation), per tagged word (NER), per window (extractive QA, several per
+# example at this doc_stride).
+TASKS = {
+    "glue": "model: {checkpoint: bert-base-uncased}\ntask: {name: glue, subset: mrpc, max_length: 64}",
+    "clm": "model: {checkpoint: gpt2}\ntask: {name: clm, max_length: 32, train_file: $TOOLKIT_DATA/lm/ptb/ptb.valid.txt, "
+           "eval_file: $TOOLKIT_DATA/lm/ptb/ptb.test.txt}",
+    "mlm": "model: {checkpoint: roberta-base}\ntask: {name: mlm, max_length: 32, "
+           "train_file: $TOOLKIT_DATA/lm/wikitext-2/valid.txt, eval_file: $TOOLKIT_DATA/lm/wikitext-2/test.txt}",
+    "summarization": "model: {checkpoint: t5-base}\ntask: {name: summarization, subset: samsum, max_length: 96, "
+                     "max_target_length: 24, generation: {num_beams: 2, max_new_tokens: 8}}",
+    "translation": "model: {checkpoint: gpt2}\ntask: {name: translation, subset: multi30k, source_lang: en, "
+                   "target_lang: de, max_length: 48, max_target_length: 24, generation: {max_new_tokens: 8}}",
+    "ner": "model: {checkpoint: bert-base-uncased}\ntask: {name: ner, max_length: 48}",
+    "squad": "model: {checkpoint: bert-base-uncased}\ntask: {name: squad, version: v1, max_length: 64, "
+             "doc_stride: 24, max_answer_length: 10}",
+}
+TRAIN = """
+method: {method}
+train: {{epochs: 1, lr: 1.0e-2, warmup_steps: 1, seed: 3, eval_batch_size: 4, log_every: 1, keep_best: false,
+         eval_every: 0}}
+"""
+# 30 examples (blocks, windows): steps of 8, the last one 6. 13 eval examples: not a multiple of 2 x 4.
+COMMON = ["--smoke", "model.dropout=0.0", "task.max_train_samples=30", "task.max_eval_samples=13"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(*args: str) -> None:
+    # torchrun of the interpreter running the suite (make test-oldest's venv is not .venv)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+           str(_free_port()), "-m", "toolkit.cli", *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _log(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+def _metrics(run: Path) -> dict:
+    return json.loads((run / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def split_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path):
+    """task -> (8 x 1 on one process, 2 x 4 accumulated on one, 2 x 2 accumulated on each of 2
+    processes), made once for the rules that read them."""
+    from toolkit.cli import main
+
+    made: dict[str, tuple[Path, Path, Path]] = {}
+
+    def get(task: str) -> tuple[Path, Path, Path]:
+        if task not in made:
+            tmp = tmp_path_factory.mktemp(task)
+            method = "{name: prompt_tuning, num_virtual_tokens: 3}" if task == "clm" else "{name: full}"
+            recipe = write_recipe(tmp / "r.yaml", TASKS[task] + TRAIN.format(method=method))
+            for name, batch, accum in (("one", 8, 1), ("accum", 2, 4)):
+                assert main(["run", str(recipe), "--runs-dir", str(tmp / name), *COMMON, f"train.batch_size={batch}",
+                             f"train.grad_accum={accum}"]) == 0
+            _torchrun("run", str(recipe), "--runs-dir", str(tmp / "two"), *COMMON, "train.batch_size=2",
+                      "train.grad_accum=2")
+            made[task] = only_run(tmp / "one"), only_run(tmp / "accum"), only_run(tmp / "two")
+        return made[task]
+
+    return get
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_runs, task: str) -> None:
+    """Per-step losses, learning rates, epochs and final weights of 8 x 1 on one process equal
+    those of 2 x 4 accumulated (the epoch's last window has fewer micro-batches, its last one
+    short) and of 2 x 2 on each of 2 processes (where accelerate pads the epoch's last batches)."""
+    one, *others = split_runs(task)
+    reference = _metrics(one)
+    assert reference["train_steps"] * 8 > reference["train_samples"] % 8 > 0  # the epoch's short step was taken
+    for run in others:
+        m = _metrics(run)
+        assert (m["train_samples"], m["train_steps"]) == (reference["train_samples"], reference["train_steps"])
+        la, lb = ([(e["step"], e["epoch"], e["lr"]) for e in _log(r) if "loss" in e] for r in (one, run))
+        assert la == lb
+        assert train_losses(run) == pytest.approx(train_losses(one), abs=2e-5)
+        wa, wb = weights(one), weights(run)
+        for key in wa:
+            torch.testing.assert_close(wb[key], wa[key], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_rule_c_two_processes_score_each_example_once(split_runs, cli, task: str) -> None:
+    """The 2-process run's evaluation (13 examples, or their QA windows, in batches of 4 per
+    process) equals a 1-process evaluation of the same saved weights: scores exactly, predictions
+    row for row, the loss to float summation order."""
+    _, _, two = split_runs(task)
+    code, _, err = cli("eval", two)
+    assert code == 0, err
+    alone = json.loads((two / "eval-eval.json").read_text())["eval"]
+    both = _metrics(two)["eval"]
+    assert {k: v for k, v in both.items() if k != "loss"} == {k: v for k, v in alone.items() if k != "loss"}
+    assert both["loss"] == pytest.approx(alone["loss"], rel=1e-5)
+    if (two / "predictions.jsonl").exists():
+        assert (two / "predictions.jsonl").read_text() == (two / "predictions-eval.jsonl").read_text()
+
+
+def test_rule_b_schedule_and_counts_are_in_optimizer_steps(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """10 examples in micro-batches of 2, 2 accumulated: 3 optimizer steps an epoch (the last of
+    one micro-batch); max_steps 5 cuts the second epoch after 2 of its 3 steps. The warm-up (2)
+    and the decay to 0 at step 5 count optimizer steps, the log names each step's epoch, and the
+    examples counted are those the 5 steps took (4 + 4 + 2 + 4 + 4)."""
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}, dropout: 0.0}}
+task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 10, max_eval_samples: 8}}
+method: {{name: full}}
+train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, grad_accum: 2, log_every: 1,
+         eval_every: 0, keep_best: false, seed: 3}}
+""")
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    run = only_run(tmp_path / "runs")
+    log = _log(run)
+    steps = [(e["step"], e["epoch"]) for e in log if "loss" in e]
+    assert steps == [(1, 0), (2, 0), (3, 0), (4, 1), (5, 1)]
+    assert [e["lr"] for e in log if "loss" in e] == pytest.approx([1e-3 * min(s / 2, (5 - s) / 3) for s in range(1, 6)])
+    assert [(e["step"], e["epoch"]) for e in log if "eval" in e] == [(3, 1), (5, 1)]  # the epoch's end, the cut
+    m = _metrics(run)
+    assert m["train_steps"] == 5 and m["train_samples"] == 10
+    assert m["train_samples_per_second"] * m["train_runtime_s"] == pytest.approx(18)
