@@ -40,6 +40,7 @@ TASKS = {
                    "target_lang: de, max_length: 48, max_target_length: 24, generation: {max_new_tokens: 8}}",
     "ner": "model: {checkpoint: bert-base-uncased}\ntask: {name: ner, max_length: 48}",
     "squad": "model: {checkpoint: bert-base-uncased}\ntask: {name: squad, version: v1, max_length: 64, "
+             "eval_file: $TOOLKIT_DATA/squad/v1.1/dev-v1.1.json, split_articles: 0.834, split_seed: 0, "
              "doc_stride: 24, max_answer_length: 10}",
 }
 TRAIN = """
@@ -47,8 +48,10 @@ method: {method}
 train: {{epochs: 1, lr: 1.0e-2, warmup_steps: 1, seed: 3, eval_batch_size: 4, log_every: 1, keep_best: false,
          eval_every: 0}}
 """
-# 30 examples (blocks, windows): steps of 8, the last one 6. 13 eval examples: not a multiple of 2 x 4.
-COMMON = ["--smoke", "model.dropout=0.0", "task.max_train_samples=30", "task.max_eval_samples=13"]
+# Training examples (lines, QA examples) giving under 32 rows (blocks, windows) and not a multiple
+# of 8: the epoch's last step is short. 13 eval examples: not a multiple of 2 processes x 4.
+TRAIN_EXAMPLES = {"mlm": 8, "squad": 3}  # 26 blocks, 28 windows; the others' 30 examples are 30 rows
+COMMON = ["--smoke", "model.dropout=0.0", "task.max_eval_samples=13"]
 
 
 def _free_port() -> int:
@@ -87,10 +90,11 @@ def split_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path):
             tmp = tmp_path_factory.mktemp(task)
             method = "{name: prompt_tuning, num_virtual_tokens: 3}" if task == "clm" else "{name: full}"
             recipe = write_recipe(tmp / "r.yaml", TASKS[task] + TRAIN.format(method=method))
+            common = [*COMMON, f"task.max_train_samples={TRAIN_EXAMPLES.get(task, 30)}"]
             for name, batch, accum in (("one", 8, 1), ("accum", 2, 4)):
-                assert main(["run", str(recipe), "--runs-dir", str(tmp / name), *COMMON, f"train.batch_size={batch}",
+                assert main(["run", str(recipe), "--runs-dir", str(tmp / name), *common, f"train.batch_size={batch}",
                              f"train.grad_accum={accum}"]) == 0
-            _torchrun("run", str(recipe), "--runs-dir", str(tmp / "two"), *COMMON, "train.batch_size=2",
+            _torchrun("run", str(recipe), "--runs-dir", str(tmp / "two"), *common, "train.batch_size=2",
                       "train.grad_accum=2")
             made[task] = only_run(tmp / "one"), only_run(tmp / "accum"), only_run(tmp / "two")
         return made[task]
@@ -112,9 +116,15 @@ def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_r
         la, lb = ([(e["step"], e["epoch"], e["lr"]) for e in _log(r) if "loss" in e] for r in (one, run))
         assert la == lb
         assert train_losses(run) == pytest.approx(train_losses(one), abs=2e-5)
+        # the last step's update, which no logged loss sees: the final model's eval loss
+        assert m["eval"]["loss"] == pytest.approx(reference["eval"]["loss"], rel=2e-5)
+        # Weights: within a tenth of train.lr. AdamW turns float noise on a gradient that is 0 in
+        # exact arithmetic (QA's qa_outputs.bias: a softmax does not see a shift of all its
+        # logits) into steps of about lr, in directions that change no output (the eval loss
+        # above); a wrongly weighted step moves the weights that matter by about lr.
         wa, wb = weights(one), weights(run)
         for key in wa:
-            torch.testing.assert_close(wb[key], wa[key], atol=2e-5, rtol=1e-4)
+            torch.testing.assert_close(wb[key], wa[key], atol=1e-3, rtol=0)
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))

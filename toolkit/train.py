@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from toolkit import (attention, checkpoints, compiling, dropout, evaluation, models, precision, run_metrics, runs,
                      sharding, tracking)
-from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, train_loaders
+from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, pad_inputs, train_loaders
 from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
 from toolkit.errors import Interrupted, UserError
@@ -130,6 +130,7 @@ class Loop:
         if self.compiled:  # a wrapper: evaluation calls self.model, which stays eager
             self.forward_loss = compiling.compile_step(self._forward_loss, accelerator.device)
         self.metric = setup.task.declaration(self.cfg.metric or setup.task.main_metric())
+        self.pad_id = setup.tokenizer.pad_token_id if setup.tokenizer.pad_token_id is not None else 0
 
     def _compiles(self, device: torch.device) -> bool:
         """train.compile resolved here; a method left eager says so in one line."""
@@ -254,12 +255,24 @@ class Loop:
         forward and backward, so every process takes part in the same collectives (DDP's
         gradient all-reduce, FSDP's gathers), and counts for nothing."""
         first = self.state.batch_in_epoch - len(group)  # this process's index of group[0]
+        width = self._step_width(first // self.cfg.grad_accum)
         out = []
         for i, batch in enumerate(group):
             rows = self.sampler.own_rows((first + i) * self.acc.num_processes + self.acc.process_index)
             size = self.setup.task.batch_size(batch)
-            out.append((_first_rows(batch, rows, size) if 0 < rows < size else batch, 1.0 if rows else 0.0))
+            batch = _first_rows(batch, rows, size) if 0 < rows < size else batch
+            out.append((batch if width is None else pad_inputs(batch, width, self.pad_id), 1.0 if rows else 0.0))
         return out
+
+    def _step_width(self, step: int) -> int | None:
+        """Where the task's loss sees the padding (extractive QA: run_qa's softmax runs over the
+        padded positions), the width every micro-batch of the step is padded to: that of the
+        step's longest example (bucketed as the collator buckets), on every process, so that an
+        example's loss is that of one whole-step batch however the step is split. None elsewhere."""
+        if not self.setup.task.loss_sees_padding():
+            return None
+        length = self.sampler.step_length(step)
+        return getattr(self.loader.collate_fn, "length_of", lambda n: n)(length)
 
     def _counts(self, group: list[tuple[dict, float]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss units, examples) of the step over all processes, in one all-reduce; on the
