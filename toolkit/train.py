@@ -380,7 +380,7 @@ class Loop:
             r = self._read()  # every process: a stop must stop them all
             if self.acc.is_main_process and r is not None:
                 lr = self.scheduler.get_last_lr()[0]
-                entry = {"step": s.step, "epoch": s.epoch, "loss": r.loss, "lr": lr,
+                entry = {"step": s.step, "epoch": self._epochs_done(), "loss": r.loss, "lr": lr,
                          "grad_norm": r.grad_norm if self.cfg.max_grad_norm else None,
                          "samples_per_second": s.samples / max(s.train_time, 1e-9)}
                 runs.append_log(self.out, entry)
@@ -393,6 +393,11 @@ class Loop:
             self.save()
         return False
 
+    def _epochs_done(self) -> int:
+        """The epochs completed at this step, what the log's `epoch` says: the step that takes an
+        epoch's last batch completes it (the state counts it only once the loop leaves it)."""
+        return self.state.epoch + int(self.state.batch_in_epoch >= len(self.loader))
+
     def _eval_and_save(self) -> None:
         self._read()  # a run past its non-finite limit stops before evaluating
         start = time.perf_counter()
@@ -403,7 +408,7 @@ class Loop:
         self.state.last_eval = {"step": self.state.step, **metrics}
         self._keep_if_best(metrics)
         if self.acc.is_main_process:
-            runs.append_log(self.out, {"step": self.state.step, "epoch": self.state.epoch, "eval": metrics,
+            runs.append_log(self.out, {"step": self.state.step, "epoch": self._epochs_done(), "eval": metrics,
                                        "eval_runtime_s": runtime})
             tracking.log(self.acc, {"eval": metrics}, self.state.step)
             tqdm.write(f"step {self.state.step}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
