@@ -12,6 +12,7 @@ evaluation of the same weights (eval sets not divisible by processes x batch, QA
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -65,12 +66,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun(*args: str) -> None:
-    # torchrun of the interpreter running the suite (make test-oldest's venv is not .venv)
+# One launch of 2 processes runs every task's 2-process run in turn (each `toolkit run` resets
+# accelerate's state, as a sweep does): a launch's start-up is most of a tiny run's time.
+LAUNCHER = """import json, sys
+sys.path.insert(0, {root!r})
+from toolkit.cli import main
+for args in json.loads(open(sys.argv[1]).read()):
+    if main(args) != 0:
+        sys.exit(f"failed: {{args}}")
+"""
+
+
+def _torchrun(tmp: Path, jobs: list[list[str]]) -> None:
+    """`toolkit run` with each of `jobs` on 2 gloo processes (torchrun of the interpreter running
+    the suite: make test-oldest's venv is not .venv)."""
+    (tmp / "launch.py").write_text(LAUNCHER.format(root=str(ROOT)))
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(_free_port()), "-m", "toolkit.cli", *args]
+           str(_free_port()), str(tmp / "launch.py"), str(tmp / "jobs.json")]
     proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -83,28 +98,24 @@ def _metrics(run: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def split_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path):
+def split_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path) -> dict[str, tuple[Path, Path, Path]]:
     """task -> (8 x 1 on one process, 2 x 4 accumulated on one, 2 x 2 accumulated on each of 2
     processes), made once for the rules that read them."""
     from toolkit.cli import main
 
-    made: dict[str, tuple[Path, Path, Path]] = {}
-
-    def get(task: str) -> tuple[Path, Path, Path]:
-        if task not in made:
-            tmp = tmp_path_factory.mktemp(task)
-            method = "{name: prompt_tuning, num_virtual_tokens: 3}" if task == "clm" else "{name: full}"
-            recipe = write_recipe(tmp / "r.yaml", TASKS[task] + TRAIN.format(method=method))
-            common = [*COMMON, f"task.max_train_samples={TRAIN_EXAMPLES.get(task, 30)}"]
-            for name, batch, accum in (("one", 8, 1), ("accum", 2, 4)):
-                assert main(["run", str(recipe), "--runs-dir", str(tmp / name), *common, f"train.batch_size={batch}",
-                             f"train.grad_accum={accum}"]) == 0
-            _torchrun("run", str(recipe), "--runs-dir", str(tmp / "two"), *common, "train.batch_size=2",
-                      "train.grad_accum=2")
-            made[task] = only_run(tmp / "one"), only_run(tmp / "accum"), only_run(tmp / "two")
-        return made[task]
-
-    return get
+    tmp = tmp_path_factory.mktemp("split")
+    two_process_jobs = []
+    for task in TASKS:
+        method = "{name: prompt_tuning, num_virtual_tokens: 3}" if task == "clm" else "{name: full}"
+        recipe = write_recipe(tmp / task / "r.yaml", TASKS[task] + TRAIN.format(method=method))
+        common = [*COMMON, f"task.max_train_samples={TRAIN_EXAMPLES.get(task, 30)}"]
+        for name, batch, accum in (("one", 8, 1), ("accum", 2, 4)):
+            assert main(["run", str(recipe), "--runs-dir", str(tmp / task / name), *common,
+                         f"train.batch_size={batch}", f"train.grad_accum={accum}"]) == 0
+        two_process_jobs.append(["run", str(recipe), "--runs-dir", str(tmp / task / "two"), *common,
+                                 "train.batch_size=2", "train.grad_accum=2"])
+    _torchrun(tmp, two_process_jobs)
+    return {task: tuple(only_run(tmp / task / name) for name in ("one", "accum", "two")) for task in TASKS}
 
 
 def test_every_registered_task_is_walked() -> None:
@@ -119,12 +130,19 @@ def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_r
     """Per-step losses, learning rates, epochs and final weights of 8 x 1 on one process equal
     those of 2 x 4 accumulated (the epoch's last window has fewer micro-batches, its last one
     short) and of 2 x 2 on each of 2 processes (where accelerate pads the epoch's last batches)."""
-    one, *others = split_runs(task)
+    one, *others = split_runs[task]
     reference = _metrics(one)
-    assert reference["train_steps"] * 8 > reference["train_samples"] % 8 > 0  # the epoch's short step was taken
+    examples, steps = reference["train_samples"], reference["train_steps"]
+    per_epoch = math.ceil(examples / 8)
+    assert examples % 8 and steps >= per_epoch  # the epoch's short step was taken
+    taken = steps // per_epoch * examples + steps % per_epoch * 8  # only an epoch's last step is short
+    for run in (one, *others):
+        m = _metrics(run)
+        assert (m["train_samples"], m["train_steps"]) == (examples, steps)
+        # the examples the steps took (metrics.json has their rate and the time), each once
+        assert m["train_samples_per_second"] * m["train_runtime_s"] == pytest.approx(taken)
     for run in others:
         m = _metrics(run)
-        assert (m["train_samples"], m["train_steps"]) == (reference["train_samples"], reference["train_steps"])
         la, lb = ([(e["step"], e["epoch"], e["lr"]) for e in _log(r) if "loss" in e] for r in (one, run))
         assert la == lb
         assert train_losses(run) == pytest.approx(train_losses(one), abs=2e-5)
@@ -144,7 +162,7 @@ def test_rule_c_two_processes_score_each_example_once(split_runs, cli, task: str
     """The 2-process run's evaluation (13 examples, or their QA windows, in batches of 4 per
     process) equals a 1-process evaluation of the same saved weights: scores exactly, predictions
     row for row, the loss to float summation order."""
-    _, _, two = split_runs(task)
+    _, _, two = split_runs[task]
     code, _, err = cli("eval", two)
     assert code == 0, err
     alone = json.loads((two / "eval-eval.json").read_text())["eval"]
