@@ -1,9 +1,10 @@
 """Loss normalisation and batch accounting, walked over the task types.
 
 Rule A: the training trajectory does not depend on how a global batch is split: 8 x 1 micro-batch
-on one process equals 2 x 2 accumulated micro-batches on each of 2 processes, with an epoch whose
-last step is short (30 examples in steps of 8: the last has 6, in 3 micro-batches of 2 over 2
-processes, one of them padding that accelerate adds).
+on one process equals 2 x 4 accumulated on one (the epoch's last window has fewer micro-batches)
+and 2 x 2 accumulated on each of 2 processes, with an epoch whose last step is short (30 examples
+in steps of 8: the last has 6, in 3 micro-batches of 2 over 2 processes, the fourth one padding
+that accelerate adds; glue runs 4 x 1 on 26, where a process's whole last step is that padding).
 Rule B: the schedule, the logged steps, epochs and samples count optimizer steps and examples.
 Rule C: evaluation on 2 processes scores each example once: the metrics of a 1-process
 evaluation of the same weights (eval sets not divisible by processes x batch, QA windows).
@@ -56,7 +57,10 @@ train: {{epochs: 1, lr: 1.0e-2, warmup_steps: 1, seed: 3, eval_batch_size: 4, lo
 """
 # Training examples (lines, QA examples) giving under 32 rows (blocks, windows) and not a multiple
 # of 8: the epoch's last step is short. 13 eval examples: not a multiple of 2 processes x 4.
-TRAIN_EXAMPLES = {"mlm": 8, "squad": 3}  # 26 blocks, 28 windows; the others' 30 examples are 30 rows
+TRAIN_EXAMPLES = {"mlm": 8, "squad": 3, "glue": 26}  # 26 blocks, 28 windows; the others' are rows
+# (batch, grad_accum) of each of the 2 processes: 2 x 2, and for glue 4 x 1, where 26 examples are 7
+# batches, so the second process's last step is one batch that accelerate made all of repeats
+TWO_PROCESSES = {"glue": (4, 1)}
 COMMON = ["--smoke", "model.dropout=0.0", "task.max_eval_samples=13"]
 
 
@@ -99,8 +103,8 @@ def _metrics(run: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def split_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path) -> dict[str, tuple[Path, Path, Path]]:
-    """task -> (8 x 1 on one process, 2 x 4 accumulated on one, 2 x 2 accumulated on each of 2
-    processes), made once for the rules that read them."""
+    """task -> (8 x 1 on one process, 2 x 4 accumulated on one, 2 x 2 accumulated (glue: 4 x 1)
+    on each of 2 processes), made once for the rules that read them."""
     from toolkit.cli import main
 
     tmp = tmp_path_factory.mktemp("split")
@@ -112,8 +116,9 @@ def split_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path) -> 
         for name, batch, accum in (("one", 8, 1), ("accum", 2, 4)):
             assert main(["run", str(recipe), "--runs-dir", str(tmp / task / name), *common,
                          f"train.batch_size={batch}", f"train.grad_accum={accum}"]) == 0
+        batch, accum = TWO_PROCESSES.get(task, (2, 2))
         two_process_jobs.append(["run", str(recipe), "--runs-dir", str(tmp / task / "two"), *common,
-                                 "train.batch_size=2", "train.grad_accum=2"])
+                                 f"train.batch_size={batch}", f"train.grad_accum={accum}"])
     _torchrun(tmp, two_process_jobs)
     return {task: tuple(only_run(tmp / task / name) for name in ("one", "accum", "two")) for task in TASKS}
 

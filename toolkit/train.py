@@ -278,8 +278,9 @@ class Loop:
         """(loss units, examples) of the step over all processes, in one all-reduce; on the
         device (torch.full is a fill kernel, where torch.tensor would copy from the host)."""
         task = self.setup.task
-        n = float(sum(task.batch_size(b) * w for b, w in group))
-        local = torch.stack([sum(task.units(b).sum() * w for b, w in group).float(),
+        n = float(sum(task.batch_size(b) for b, w in group if w))
+        none = torch.zeros((), device=self.acc.device)  # a process whose micro-batches are all padding
+        local = torch.stack([sum((task.units(b).sum() for b, w in group if w), none).float(),
                              torch.full((), n, device=self.acc.device)])
         units, samples = self.acc.reduce(local, reduction="sum")
         return units, samples
@@ -292,7 +293,9 @@ class Loop:
         for i, (batch, weight) in enumerate(group):
             sync = nullcontext() if i == len(group) - 1 else self.acc.no_sync(self.model)
             with sync:
-                loss_sum = self._forward(batch) * weight
+                loss_sum = self._forward(batch)
+                if not weight:  # all padding: its gradient is zeros, for the collectives only
+                    loss_sum = loss_sum * 0.0
                 extra = self.method.extra_loss(self.unwrapped)  # a per-step term: 1/k per micro-batch
                 self.acc.backward(loss_sum * scale + (extra / len(group) if extra is not None else 0.0))
             summed += loss_sum.detach()
