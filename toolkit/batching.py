@@ -43,13 +43,21 @@ class EpochBatches(Sampler):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.epoch_batches())
+
+    def epoch_batches(self) -> list[list[int]]:
+        """The current epoch's batches, in the order the processes take them (kept for the
+        epoch: `step_length` reads them at every step)."""
+        if getattr(self, "_made", (None,))[0] != self.epoch:
+            self._made = (self.epoch, self._batches())
+        return self._made[1]
+
+    def _batches(self) -> list[list[int]]:
         g = torch.Generator().manual_seed(self.seed * 1000 + self.epoch)
         order = torch.randperm(len(self.lengths), generator=g).tolist()
         bs = self.batch_size
         if not self.group_by_length:
-            for start in range(0, len(order), bs):
-                yield order[start:start + bs]
-            return
+            return [order[start:start + bs] for start in range(0, len(order), bs)]
         mega, step = self.MEGA * self.step, self.step
         steps = []
         for s in range(0, len(order), mega):
@@ -57,13 +65,34 @@ class EpochBatches(Sampler):
             steps += [chunk[b:b + step] for b in range(0, len(chunk), step)]
         # a short step (the epoch's tail) stays last, as without grouping
         tail = [steps.pop()] if steps and len(steps[-1]) < step else []
+        out = []
         for i in torch.randperm(len(steps), generator=g).tolist() + ([len(steps)] if tail else []):
             members = steps[i] if i < len(steps) else tail[0]
-            for b in range(0, len(members), bs):
-                yield members[b:b + bs]
+            out += [members[b:b + bs] for b in range(0, len(members), bs)]
+        return out
+
+    def step_length(self, step: int) -> int:
+        """The longest example of the epoch's `step`-th optimizer step (0-based), over all its
+        micro-batches on all processes: the width a task whose loss sees the padding
+        (`Task.loss_sees_padding`) pads each of them to, so that the loss of an example does not
+        depend on how its step is split into micro-batches and processes."""
+        per_step = max(1, self.step // self.batch_size)  # micro-batches x processes
+        batches = self.epoch_batches()[step * per_step:(step + 1) * per_step]
+        return max(self.lengths[i] for b in batches for i in b)
 
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / self.batch_size)
+
+    def own_rows(self, position: int) -> int:
+        """How many leading rows of the epoch's `position`-th batch (0-based, counted over all
+        processes: process p serves positions p, p+N, ...) are examples of the epoch; the rest of
+        what a process is served there is padding. Only the epoch's last batch can be short
+        (every step but the tail is whole), and past it there are no batches of the epoch at all.
+        accelerate (`even_batches`, its default) fills a short last batch, and gives a process
+        with no batch left a whole one, with examples from the epoch's start, so that every
+        process takes as many equal-sized steps; counted as data they would weigh those examples
+        twice in the last optimizer step of the epoch on N processes and not on one."""
+        return max(0, min(self.batch_size, len(self.lengths) - position * self.batch_size))
 
 
 class LengthOrder(Sampler):
@@ -136,6 +165,10 @@ class BucketPadding:
                  limit: int | None = None) -> None:
         self.collate, self.pad_id, self.multiple, self.buckets, self.limit = collate, pad_id, multiple, buckets, limit
 
+    def length_of(self, length: int) -> int:
+        """The padded length of a sequence of `length` tokens."""
+        return bucket_length(length, self.multiple, self.buckets, self.limit)
+
     def __getattr__(self, name: str) -> Any:  # use_epoch and the like reach the task's collator
         if "collate" not in self.__dict__:
             raise AttributeError(name)
@@ -145,16 +178,9 @@ class BucketPadding:
         batch = self.collate(features)
         width = batch["input_ids"].shape[1] if isinstance(batch.get("input_ids"), torch.Tensor) else None
         for key, tensor in list(batch.items()):
-            if not isinstance(tensor, torch.Tensor) or tensor.ndim < 2 or key not in PAD_VALUES:
-                continue
-            if key == "labels" and tensor.is_floating_point():  # per-example targets, not a sequence
-                continue
-            length = tensor.shape[1]
-            extra = bucket_length(length, self.multiple, self.buckets, self.limit) - length
-            if extra > 0:
-                value = self.pad_id if PAD_VALUES[key] is None else PAD_VALUES[key]
-                fill = tensor.new_full((tensor.shape[0], extra, *tensor.shape[2:]), value)
-                batch[key] = torch.cat([tensor, fill], dim=1)  # (b, bucket, ...)
+            if padded_sequence(key, tensor):
+                length = tensor.shape[1]
+                batch[key] = pad_to(tensor, key, self.length_of(length), self.pad_id)
         if isinstance(batch.get("logits_to_keep"), int) and width is not None:
             # counted from the end: the padding adds positions there; rounded up to a bucket so
             # that it takes a few values only (more kept positions are prompt ones, labels -100)
@@ -162,6 +188,30 @@ class BucketPadding:
             keep = batch["logits_to_keep"] + padded - width
             batch["logits_to_keep"] = min(padded, bucket_length(keep, self.multiple, self.buckets))
         return batch
+
+
+def padded_sequence(key: str, tensor: Any) -> bool:
+    """Whether `tensor` is a (b, t, ...) sequence of the batch that padding may lengthen."""
+    if not isinstance(tensor, torch.Tensor) or tensor.ndim < 2 or key not in PAD_VALUES:
+        return False
+    return not (key == "labels" and tensor.is_floating_point())  # per-example targets, not a sequence
+
+
+def pad_to(tensor: torch.Tensor, key: str, length: int, pad_id: int) -> torch.Tensor:
+    """A (b, t, ...) sequence padded on the right to `length` with its key's padding value."""
+    extra = length - tensor.shape[1]
+    if extra <= 0:
+        return tensor
+    value = pad_id if PAD_VALUES[key] is None else PAD_VALUES[key]
+    fill = tensor.new_full((tensor.shape[0], extra, *tensor.shape[2:]), value)
+    return torch.cat([tensor, fill], dim=1)  # (b, length, ...)
+
+
+def pad_inputs(batch: dict, length: int, pad_id: int) -> dict:
+    """The batch with its input-side sequences (those as wide as input_ids) padded to `length`."""
+    width = batch["input_ids"].shape[1]
+    return {k: pad_to(v, k, length, pad_id) if padded_sequence(k, v) and v.shape[1] == width else v
+            for k, v in batch.items()}
 
 
 def pad_multiple(recipe: Recipe, compiled: bool) -> int:

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from toolkit import (attention, checkpoints, compiling, dropout, evaluation, models, precision, run_metrics, runs,
                      sharding, tracking)
-from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, train_loaders
+from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, pad_inputs, train_loaders
 from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
 from toolkit.errors import Interrupted, UserError
@@ -133,6 +133,7 @@ class Loop:
         if self.compiled:  # a wrapper: evaluation calls self.model, which stays eager
             self.forward_loss = compiling.compile_step(self._forward_loss, accelerator.device)
         self.metric = setup.task.declaration(self.cfg.metric or setup.task.main_metric())
+        self.pad_id = setup.tokenizer.pad_token_id if setup.tokenizer.pad_token_id is not None else 0
 
     def _compiles(self, device: torch.device) -> bool:
         """train.compile resolved here; a method left eager says so in one line."""
@@ -241,8 +242,9 @@ class Loop:
         count and finite flag go to `self.tally`, read at the steps that log (`_read`); a
         non-finite step is skipped on the device. fp16's loss scaler and a method's `after_step`
         need the flag on the host, so they take `_host_step` (one read per step, as before)."""
-        units, samples = self._counts(group)
-        loss_t = self._backward(group, units)
+        weighted = self._own_examples(group)
+        units, samples = self._counts(weighted)
+        loss_t = self._backward(weighted, units)
         norm_t = self._clip_grads()
         if norm_t is None:  # not clipped: the loss alone says whether the step is finite
             norm_t = torch.zeros((), device=loss_t.device)
@@ -258,24 +260,54 @@ class Loop:
         self.optimizer.zero_grad(set_to_none=True)
         self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
 
-    def _counts(self, group: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _own_examples(self, group: list[dict]) -> list[tuple[dict, float]]:
+        """Each micro-batch of the step cut to the epoch's own examples, with its weight: 0.0 for
+        one that is all padding (`EpochBatches.own_rows`: accelerate evens out the epoch's last
+        batches across processes by repeating its first examples). Such a batch still runs
+        forward and backward, so every process takes part in the same collectives (DDP's
+        gradient all-reduce, FSDP's gathers), and counts for nothing."""
+        first = self.state.batch_in_epoch - len(group)  # this process's index of group[0]
+        width = self._step_width(first // self.cfg.grad_accum)
+        out = []
+        for i, batch in enumerate(group):
+            rows = self.sampler.own_rows((first + i) * self.acc.num_processes + self.acc.process_index)
+            size = self.setup.task.batch_size(batch)
+            batch = _first_rows(batch, rows, size) if 0 < rows < size else batch
+            out.append((batch if width is None else pad_inputs(batch, width, self.pad_id), 1.0 if rows else 0.0))
+        return out
+
+    def _step_width(self, step: int) -> int | None:
+        """Where the task's loss sees the padding (extractive QA: run_qa's softmax runs over the
+        padded positions), the width every micro-batch of the step is padded to: that of the
+        step's longest example (bucketed as the collator buckets), on every process, so that an
+        example's loss is that of one whole-step batch however the step is split. None elsewhere."""
+        if not self.setup.task.loss_sees_padding():
+            return None
+        length = self.sampler.step_length(step)
+        return getattr(self.loader.collate_fn, "length_of", lambda n: n)(length)
+
+    def _counts(self, group: list[tuple[dict, float]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss units, examples) of the step over all processes, in one all-reduce; on the
         device (torch.full is a fill kernel, where torch.tensor would copy from the host)."""
         task = self.setup.task
-        n = float(sum(task.batch_size(b) for b in group))
-        local = torch.stack([sum(task.units(b).sum() for b in group).float(),
+        n = float(sum(task.batch_size(b) for b, w in group if w))
+        none = torch.zeros((), device=self.acc.device)  # a process whose micro-batches are all padding
+        local = torch.stack([sum((task.units(b).sum() for b, w in group if w), none).float(),
                              torch.full((), n, device=self.acc.device)])
         units, samples = self.acc.reduce(local, reduction="sum")
         return units, samples
 
-    def _backward(self, group: list[dict], units: torch.Tensor) -> torch.Tensor:
-        """Forward and backward of every micro-batch; the step's mean loss over all processes."""
+    def _backward(self, group: list[tuple[dict, float]], units: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of every micro-batch (weighted: `_own_examples`); the step's mean
+        loss over all processes."""
         scale = self.acc.num_processes / units.clamp(min=1)
         summed = torch.zeros((), device=self.acc.device)
-        for i, batch in enumerate(group):
+        for i, (batch, weight) in enumerate(group):
             sync = nullcontext() if i == len(group) - 1 else self.acc.no_sync(self.model)
             with sync:
                 loss_sum = self._forward(batch)
+                if not weight:  # all padding: its gradient is zeros, for the collectives only
+                    loss_sum = loss_sum * 0.0
                 extra = self.method.extra_loss(self.unwrapped)  # a per-step term: 1/k per micro-batch
                 self.acc.backward(loss_sum * scale + (extra / len(group) if extra is not None else 0.0))
             summed += loss_sum.detach()
@@ -363,7 +395,7 @@ class Loop:
             r = self._read()  # every process: a stop must stop them all
             if self.acc.is_main_process and r is not None:
                 lr = self.scheduler.get_last_lr()[0]
-                entry = {"step": s.step, "epoch": s.epoch, "loss": r.loss, "lr": lr,
+                entry = {"step": s.step, "epoch": self._epochs_done(), "loss": r.loss, "lr": lr,
                          "grad_norm": r.grad_norm if self.cfg.max_grad_norm else None,
                          "samples_per_second": s.samples / max(s.train_time, 1e-9)}
                 runs.append_log(self.out, entry)
@@ -386,6 +418,11 @@ class Loop:
         evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
                             sink=self.setup.predictions, orders=self.eval_orders)
 
+    def _epochs_done(self) -> int:
+        """The epochs completed at this step, what the log's `epoch` says: the step that takes an
+        epoch's last batch completes it (the state counts it only once the loop leaves it)."""
+        return self.state.epoch + int(self.state.batch_in_epoch >= len(self.loader))
+
     def _eval_and_save(self) -> None:
         self.evaluated = True
         self._read()  # a run past its non-finite limit stops before evaluating
@@ -397,13 +434,19 @@ class Loop:
         self.state.last_eval = {"step": self.state.step, **metrics}
         self._keep_if_best(metrics)
         if self.acc.is_main_process:
-            runs.append_log(self.out, {"step": self.state.step, "epoch": self.state.epoch, "eval": metrics,
+            runs.append_log(self.out, {"step": self.state.step, "epoch": self._epochs_done(), "eval": metrics,
                                        "eval_runtime_s": runtime})
             tracking.log(self.acc, {"eval": metrics}, self.state.step)
             tqdm.write(f"step {self.state.step}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         self.save()
 
 
+
+
+def _first_rows(batch: dict, rows: int, size: int) -> dict:
+    """The batch's first `rows` examples: every tensor whose first dimension is the batch's."""
+    return {k: v[:rows] if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == size else v
+            for k, v in batch.items()}
 
 
 def improves(metric: Any, value: float, loss: float | None, best: float | None,

@@ -176,6 +176,11 @@ class Task:
         return int(batch["input_ids"].shape[0])
 
     # --- loss ----------------------------------------------------------------------------------
+    def loss_sees_padding(self) -> bool:
+        """Whether an example's training loss depends on how far its batch pads it (the loop then
+        pads every micro-batch of a step alike: train.Loop._step_width)."""
+        return False
+
     def units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(b,) loss terms per example: 1 for classification, target tokens for generation."""
         return torch.ones(self.batch_size(batch), device=batch["input_ids"].device)

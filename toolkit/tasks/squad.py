@@ -402,6 +402,10 @@ class Squad(TextToText):
             return super().model_inputs(batch)
         return {k: v for k, v in batch.items() if k not in QA_KEYS}
 
+    def loss_sees_padding(self) -> bool:
+        """Extractive: run_qa's training loss takes the softmax over the padded positions too."""
+        return self.extractive
+
     def units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if not self.extractive:
             return super().units(batch)

@@ -1,0 +1,203 @@
+"""Loss normalisation and batch accounting, walked over the task types.
+
+Rule A: the training trajectory does not depend on how a global batch is split: 8 x 1 micro-batch
+on one process equals 2 x 4 accumulated on one (the epoch's last window has fewer micro-batches)
+and 2 x 2 accumulated on each of 2 processes, with an epoch whose last step is short (30 examples
+in steps of 8: the last has 6, in 3 micro-batches of 2 over 2 processes, the fourth one padding
+that accelerate adds; glue runs 4 x 1 on 26, where a process's whole last step is that padding).
+Rule B: the schedule, the logged steps, epochs and samples count optimizer steps and examples.
+Rule C: evaluation on 2 processes scores each example once: the metrics of a 1-process
+evaluation of the same weights (eval sets not divisible by processes x batch, QA windows).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, write_recipe
+from test_train import only_run, train_losses, weights
+
+# One recipe per kind of loss the tasks have: per example (classification), per token with a
+# causal shift (CLM), per token with random masks (MLM), per target token of an encoder-decoder
+# (summarization, translation), per tagged word (NER), per window (extractive QA, several per
+# example at this doc_stride).
+TASKS = {
+    "glue": "model: {checkpoint: bert-base-uncased}\ntask: {name: glue, subset: mrpc, max_length: 64}",
+    "clm": "model: {checkpoint: gpt2}\ntask: {name: clm, max_length: 32, train_file: $TOOLKIT_DATA/lm/ptb/ptb.valid.txt, "
+           "eval_file: $TOOLKIT_DATA/lm/ptb/ptb.test.txt}",
+    "mlm": "model: {checkpoint: roberta-base}\ntask: {name: mlm, max_length: 32, "
+           "train_file: $TOOLKIT_DATA/lm/wikitext-2/valid.txt, eval_file: $TOOLKIT_DATA/lm/wikitext-2/test.txt}",
+    "summarization": "model: {checkpoint: t5-base}\ntask: {name: summarization, subset: samsum, max_length: 96, "
+                     "max_target_length: 24, generation: {num_beams: 2, max_new_tokens: 8}}",
+    "translation": "model: {checkpoint: gpt2}\ntask: {name: translation, subset: multi30k, source_lang: en, "
+                   "target_lang: de, max_length: 48, max_target_length: 24, generation: {max_new_tokens: 8}}",
+    "ner": "model: {checkpoint: bert-base-uncased}\ntask: {name: ner, max_length: 48}",
+    "squad": "model: {checkpoint: bert-base-uncased}\ntask: {name: squad, version: v1, max_length: 64, "
+             "eval_file: $TOOLKIT_DATA/squad/v1.1/dev-v1.1.json, split_articles: 0.834, split_seed: 0, "
+             "doc_stride: 24, max_answer_length: 10}",
+}
+# Registered tasks whose loss and batches take the path of one above: text_classification is
+# glue's classification loss and collator on the user's files; denoise (BART) and span_corruption
+# (T5) are an encoder-decoder's target-token loss (as summarization) on noise drawn per example and
+# epoch by the same collator as MLM's (tasks/_text.py).
+SAME_PATH = {"text_classification": "glue", "denoise": "mlm", "span_corruption": "mlm"}
+TRAIN = """
+method: {method}
+train: {{epochs: 1, lr: 1.0e-2, warmup_steps: 1, seed: 3, eval_batch_size: 4, log_every: 1, keep_best: false,
+         eval_every: 0}}
+"""
+# Training examples (lines, QA examples) giving under 32 rows (blocks, windows) and not a multiple
+# of 8: the epoch's last step is short. 13 eval examples: not a multiple of 2 processes x 4.
+TRAIN_EXAMPLES = {"mlm": 8, "squad": 3, "glue": 26}  # 26 blocks, 28 windows; the others' are rows
+# (batch, grad_accum) of each of the 2 processes: 2 x 2, and for glue 4 x 1, where 26 examples are 7
+# batches, so the second process's last step is one batch that accelerate made all of repeats
+TWO_PROCESSES = {"glue": (4, 1)}
+COMMON = ["--smoke", "model.dropout=0.0", "task.max_eval_samples=13"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# One launch of 2 processes runs every task's 2-process run in turn (each `toolkit run` resets
+# accelerate's state, as a sweep does): a launch's start-up is most of a tiny run's time.
+LAUNCHER = """import json, sys
+sys.path.insert(0, {root!r})
+from toolkit.cli import main
+for args in json.loads(open(sys.argv[1]).read()):
+    if main(args) != 0:
+        sys.exit(f"failed: {{args}}")
+"""
+
+
+def _torchrun(tmp: Path, jobs: list[list[str]]) -> None:
+    """`toolkit run` with each of `jobs` on 2 gloo processes (torchrun of the interpreter running
+    the suite: make test-oldest's venv is not .venv)."""
+    (tmp / "launch.py").write_text(LAUNCHER.format(root=str(ROOT)))
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+           str(_free_port()), str(tmp / "launch.py"), str(tmp / "jobs.json")]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _log(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+def _metrics(run: Path) -> dict:
+    return json.loads((run / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def split_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path) -> dict[str, tuple[Path, Path, Path]]:
+    """task -> (8 x 1 on one process, 2 x 4 accumulated on one, 2 x 2 accumulated (glue: 4 x 1)
+    on each of 2 processes), made once for the rules that read them."""
+    from toolkit.cli import main
+
+    tmp = tmp_path_factory.mktemp("split")
+    two_process_jobs = []
+    for task in TASKS:
+        method = "{name: prompt_tuning, num_virtual_tokens: 3}" if task == "clm" else "{name: full}"
+        recipe = write_recipe(tmp / task / "r.yaml", TASKS[task] + TRAIN.format(method=method))
+        common = [*COMMON, f"task.max_train_samples={TRAIN_EXAMPLES.get(task, 30)}"]
+        for name, batch, accum in (("one", 8, 1), ("accum", 2, 4)):
+            assert main(["run", str(recipe), "--runs-dir", str(tmp / task / name), *common,
+                         f"train.batch_size={batch}", f"train.grad_accum={accum}"]) == 0
+        batch, accum = TWO_PROCESSES.get(task, (2, 2))
+        two_process_jobs.append(["run", str(recipe), "--runs-dir", str(tmp / task / "two"), *common,
+                                 f"train.batch_size={batch}", f"train.grad_accum={accum}"])
+    _torchrun(tmp, two_process_jobs)
+    return {task: tuple(only_run(tmp / task / name) for name in ("one", "accum", "two")) for task in TASKS}
+
+
+def test_every_registered_task_is_walked() -> None:
+    """A task added to the registry fails here until the rules below walk it (or its path)."""
+    from toolkit import tasks
+
+    assert sorted(tasks.TASKS.names()) == sorted([*TASKS, *SAME_PATH])
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_runs, task: str) -> None:
+    """Per-step losses, learning rates, epochs and final weights of 8 x 1 on one process equal
+    those of 2 x 4 accumulated (the epoch's last window has fewer micro-batches, its last one
+    short) and of 2 x 2 on each of 2 processes (where accelerate pads the epoch's last batches)."""
+    one, *others = split_runs[task]
+    reference = _metrics(one)
+    examples, steps = reference["train_samples"], reference["train_steps"]
+    per_epoch = math.ceil(examples / 8)
+    assert examples % 8 and steps >= per_epoch  # the epoch's short step was taken
+    taken = steps // per_epoch * examples + steps % per_epoch * 8  # only an epoch's last step is short
+    for run in (one, *others):
+        m = _metrics(run)
+        assert (m["train_samples"], m["train_steps"]) == (examples, steps)
+        # the examples the steps took (metrics.json has their rate and the time), each once
+        assert m["train_samples_per_second"] * m["train_runtime_s"] == pytest.approx(taken)
+    for run in others:
+        m = _metrics(run)
+        la, lb = ([(e["step"], e["epoch"], e["lr"]) for e in _log(r) if "loss" in e] for r in (one, run))
+        assert la == lb
+        assert train_losses(run) == pytest.approx(train_losses(one), abs=2e-5)
+        # the last step's update, which no logged loss sees: the final model's eval loss
+        assert m["eval"]["loss"] == pytest.approx(reference["eval"]["loss"], rel=2e-5)
+        # Weights: within a tenth of train.lr. AdamW turns float noise on a gradient that is 0 in
+        # exact arithmetic (QA's qa_outputs.bias: a softmax does not see a shift of all its
+        # logits) into steps of about lr, in directions that change no output (the eval loss
+        # above); a wrongly weighted step moves the weights that matter by about lr.
+        wa, wb = weights(one), weights(run)
+        for key in wa:
+            torch.testing.assert_close(wb[key], wa[key], atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_rule_c_two_processes_score_each_example_once(split_runs, cli, task: str) -> None:
+    """The 2-process run's evaluation (13 examples, or their QA windows, in batches of 4 per
+    process) equals a 1-process evaluation of the same saved weights: scores exactly, predictions
+    row for row, the loss to float summation order."""
+    _, _, two = split_runs[task]
+    code, _, err = cli("eval", two)
+    assert code == 0, err
+    alone = json.loads((two / "eval-eval.json").read_text())["eval"]
+    both = _metrics(two)["eval"]
+    assert {k: v for k, v in both.items() if k != "loss"} == {k: v for k, v in alone.items() if k != "loss"}
+    assert both["loss"] == pytest.approx(alone["loss"], rel=1e-5)
+    if (two / "predictions.jsonl").exists():
+        assert (two / "predictions.jsonl").read_text() == (two / "predictions-eval.jsonl").read_text()
+
+
+def test_rule_b_schedule_and_counts_are_in_optimizer_steps(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """10 examples in micro-batches of 2, 2 accumulated: 3 optimizer steps an epoch (the last of
+    one micro-batch); max_steps 5 cuts the second epoch after 2 of its 3 steps. The warm-up (2)
+    and the decay to 0 at step 5 count optimizer steps, the log says the epochs completed at each
+    step (Trainer's epoch is 1.0 after the first epoch's last step), and the
+    examples counted are those the 5 steps took (4 + 4 + 2 + 4 + 4)."""
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}, dropout: 0.0}}
+task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 10, max_eval_samples: 8}}
+method: {{name: full}}
+train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, grad_accum: 2, log_every: 1,
+         eval_every: 0, keep_best: false, seed: 3}}
+""")
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    run = only_run(tmp_path / "runs")
+    log = _log(run)
+    steps = [(e["step"], e["epoch"]) for e in log if "loss" in e]
+    assert steps == [(1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]  # epochs completed: step 3 ends the first
+    assert [e["lr"] for e in log if "loss" in e] == pytest.approx([1e-3 * min(s / 2, (5 - s) / 3) for s in range(1, 6)])
+    assert [(e["step"], e["epoch"]) for e in log if "eval" in e] == [(3, 1), (5, 1)]  # the epoch's end, the cut
+    m = _metrics(run)
+    assert m["train_steps"] == 5 and m["train_samples"] == 10
+    assert m["train_samples_per_second"] * m["train_runtime_s"] == pytest.approx(18)
