@@ -548,6 +548,7 @@ def test_full_disk_is_said_as_such_and_leaves_nothing(tmp_path: Path, cli, finis
     run = _copy(finished, tmp_path)
     (tmp_path / "in.txt").write_text("a fine movie\n")
     monkeypatch.setattr(Path, "write_text", _enospc)
+    monkeypatch.setattr(Path, "write_bytes", _enospc)  # predict writes bytes (.gz, CSV, JSON alike)
     code, _, err = cli("predict", run, "--input", tmp_path / "in.txt", "--output", tmp_path / "p.jsonl")
     _check_one_line(tmp_path, code, err, "no space left on the device while writing")
     assert not list(tmp_path.glob("*p.jsonl*"))  # no cut-short file, no temporary one
