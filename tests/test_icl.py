@@ -15,8 +15,8 @@ from conftest import write_recipe
 from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
-from toolkit.methods.icl import (ICL, Prompter, calibrated, default_template, draw_demonstrations,
-                                 label_scores)
+from toolkit.methods.icl import (ICL, Prompter, calibrated, cut_prompts, default_template,
+                                 draw_demonstrations, label_scores)
 
 from toolkit.tasks.glue import Glue
 
@@ -183,3 +183,31 @@ def test_every_default_template_shows_the_example_before_its_label() -> None:
         row = {c: f"<{c}>" for c in task.text_columns}
         prompt, _ = Prompter(template, list(task.verbalizers), list(task.text_columns)).query(row)
         assert all(f"<{c}>" in prompt for c in task.text_columns), subset
+
+
+@pytest.mark.parametrize("family", ["gpt2", "t5", "bart"])
+def test_prompts_cut_to_fit_are_counted_and_said(tiny_checkpoint, family: str, capsys) -> None:
+    """A k-shot prompt longer than the limit is cut from the left (its first demonstrations go):
+    the count is exactly the prompts whose scores the cut changes, and evaluate says it in one line."""
+    from accelerate import Accelerator
+
+    seq2seq = family in ("t5", "bart")
+    model, tok = models.load(tiny_checkpoint(family), "seq2seq-lm" if seq2seq else "causal-lm", {})
+    model.eval()
+    words = ["no", "absolutely yes indeed"]
+    prompter = Prompter("Review: {text_a}\nSentiment: {label}", words, ["text_a"], draw_demonstrations(TRAIN, 2, 0))
+    queries = [prompter.query(r) for r in ROWS]
+    whole, cut = (label_scores(model, tok, queries, words, n, batch_size=1) for n in (1024, 50))  # no padding
+    changed = sum(not torch.equal(a, b) for a, b in zip(whole, cut))
+    assert 0 < cut_prompts(tok, queries, words, 50, seq2seq) == changed < len(queries)
+    assert cut_prompts(tok, queries, words, 1024, seq2seq) == 0
+    setup = SimpleNamespace(task=Glue(subset="sst2"), tokenizer=tok, train=TRAIN,
+                            evals={"": Dataset.from_dict({"text_a": [r["text_a"] for r in ROWS], "label": [0, 1, 1]})}, seed=0)
+    method = ICL(shots=2, max_length=40)
+    method.evaluate(model, setup, Accelerator(cpu=True))
+    expected = cut_prompts(tok, [method.prompter(setup.task, TRAIN, 0).query(r) for r in ROWS],
+                           setup.task.verbalizers, 40, seq2seq)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "prompts cut" in line]
+    assert lines == [f"warning: {expected} of 3 prompts cut from the left at 40 tokens (method.max_length or the "
+                     "model's positions): their first demonstrations are not seen, so they are scored with fewer "
+                     "than method.shots=2; lower method.shots to keep them whole"]

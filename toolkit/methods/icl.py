@@ -194,6 +194,28 @@ def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str
     return torch.cat(out).view(len(queries), len(verbalizers))  # (n*L,) -> (n, L)
 
 
+def cut_prompts(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
+                max_length: int, seq2seq: bool) -> int:
+    """How many prompts label_scores cuts from the left to fit `max_length` (with the longest
+    label word after it, for a decoder): each loses its first demonstrations, or with none left,
+    the start of its example (rule 8: what is cut is said, with its count)."""
+    if not queries:
+        return 0
+    prompts = tokenizer([prompt for prompt, _ in queries])["input_ids"]
+    if seq2seq:
+        return sum(len(p) > max_length for p in prompts)
+    longest = {gap: max(len(tokenizer(gap + w, add_special_tokens=False)["input_ids"]) for w in verbalizers)
+               for gap in {gap for _, gap in queries}}
+    return sum(len(p) > max(max_length - longest[gap], 1) for p, (_, gap) in zip(prompts, queries))
+
+
+def cut_warning(cut: int, total: int, max_length: int, shots: int) -> str:
+    lost = (f"their first demonstrations are not seen, so they are scored with fewer than method.shots={shots}; "
+            "lower method.shots" if shots else "the start of the example is not seen; shorten the template")
+    return (f"warning: {cut} of {total} prompts cut from the left at {max_length} tokens (method.max_length or "
+            f"the model's positions): {lost} to keep them whole")
+
+
 def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
     """p(y|x) / p(y|content-free), renormalised: Zhao et al.'s diagonal W = diag(prior)^-1, b = 0."""
     probs = scores.softmax(-1) / prior.softmax(-1)  # (n, L) / (L,)
@@ -289,6 +311,11 @@ class ICL(Method):
                 return label_scores(model, tok, queries, prompter.verbalizers, limit, self.batch_size,
                                     progress="scoring" if accelerator.is_main_process else None)
 
+        if accelerator.is_main_process:  # every prompt of every eval split, counted once
+            queries = [prompter.query(row) for dataset in setup.evals.values() for row in dataset]
+            seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+            if cut := cut_prompts(tok, queries, prompter.verbalizers, limit, seq2seq):
+                print(cut_warning(cut, len(queries), limit, self.shots), file=sys.stderr)
         prior = scores([prompter.content_free()])[0] if self.calibrate else None
         out: dict[str, float] = {}
         for suffix, dataset in setup.evals.items():
