@@ -211,3 +211,21 @@ def test_prompts_cut_to_fit_are_counted_and_said(tiny_checkpoint, family: str, c
     assert lines == [f"warning: {expected} of 3 prompts cut from the left at 40 tokens (method.max_length or the "
                      "model's positions): their first demonstrations are not seen, so they are scored with fewer "
                      "than method.shots=2; lower method.shots to keep them whole"]
+
+
+@pytest.mark.parametrize("shown", [0, 2])
+def test_an_eval_example_among_the_demonstrations_is_said(tiny_checkpoint, shown: int, capsys) -> None:
+    """An eval example that is one of the drawn demonstrations (own train and eval files that
+    overlap) has its label in its own prompt: counted over every eval split, in one line."""
+    from accelerate import Accelerator
+
+    model, tok = models.load(tiny_checkpoint("gpt2"), "causal-lm", {})
+    demos = draw_demonstrations(TRAIN, 2, seed=3)
+    rows = ROWS + [{"text_a": d["text_a"], "label": d["label"]} for d in demos[:shown]]
+    split = Dataset.from_dict({"text_a": [r["text_a"] for r in rows], "label": [r["label"] for r in rows]})
+    setup = SimpleNamespace(task=Glue(subset="sst2"), tokenizer=tok, train=TRAIN, evals={"": split, "_2": split}, seed=3)
+    ICL(shots=2).evaluate(model, setup, Accelerator(cpu=True))
+    lines = [line for line in capsys.readouterr().err.splitlines() if "among the" in line]
+    assert lines == ([f"warning: {2 * shown} of {2 * len(rows)} eval examples are among the 2 demonstrations (the "
+                      "same text in train): each has its own label in its prompt, so it scores as seen; remove "
+                      "them from the eval data, or draw other demonstrations (train.seed)"] if shown else [])

@@ -8,6 +8,9 @@ Use"), which removes the model's prior for one label word over another.
 
 Demonstrations are drawn by plain (not label-balanced) sampling without replacement from the
 train split with `random.Random(seed)`, once per run: every test example sees the same ones.
+What may make a k-shot number something else is said in one `warning:` line each (rule 8): prompts
+cut from the left to fit the model (their first demonstrations lost), and eval examples that are
+themselves demonstrations (their label in their own prompt).
 """
 
 from __future__ import annotations
@@ -117,6 +120,13 @@ class Prompter:
 
     def content_free(self) -> tuple[str, str]:
         return self.query({c: CONTENT_FREE for c in self.columns})
+
+    def shown(self, rows: Any) -> int:
+        """How many of `rows` are one of the demonstrations (the same text in every field the
+        template shows): such an example has its own label in its prompt, so it scores as seen
+        (own train and eval files that overlap, a dev set with train duplicates)."""
+        demos = {tuple(str(d[c]) for c in self.columns) for d in self.demos}
+        return sum(tuple(str(row[c]) for c in self.columns) in demos for row in rows) if demos else 0
 
 
 def _batches(items: list, size: int) -> list[list]:
@@ -316,6 +326,10 @@ class ICL(Method):
             seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
             if cut := cut_prompts(tok, queries, prompter.verbalizers, limit, seq2seq):
                 print(cut_warning(cut, len(queries), limit, self.shots), file=sys.stderr)
+            if seen := sum(prompter.shown(dataset) for dataset in setup.evals.values()):
+                print(f"warning: {seen} of {len(queries)} eval examples are among the {self.shots} demonstrations "
+                      "(the same text in train): each has its own label in its prompt, so it scores as seen; "
+                      "remove them from the eval data, or draw other demonstrations (train.seed)", file=sys.stderr)
         prior = scores([prompter.content_free()])[0] if self.calibrate else None
         out: dict[str, float] = {}
         for suffix, dataset in setup.evals.items():
