@@ -15,8 +15,8 @@ from conftest import write_recipe
 from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
-from toolkit.methods.icl import (ICL, Prompter, calibrated, default_template, draw_demonstrations,
-                                 label_scores)
+from toolkit.methods.icl import (ICL, Prompter, calibrated, cut_prompts, default_template,
+                                 draw_demonstrations, label_scores)
 
 from toolkit.tasks.glue import Glue
 
@@ -183,3 +183,49 @@ def test_every_default_template_shows_the_example_before_its_label() -> None:
         row = {c: f"<{c}>" for c in task.text_columns}
         prompt, _ = Prompter(template, list(task.verbalizers), list(task.text_columns)).query(row)
         assert all(f"<{c}>" in prompt for c in task.text_columns), subset
+
+
+@pytest.mark.parametrize("family", ["gpt2", "t5", "bart"])
+def test_prompts_cut_to_fit_are_counted_and_said(tiny_checkpoint, family: str, capsys) -> None:
+    """A k-shot prompt longer than the limit is cut from the left (its first demonstrations go):
+    the count is exactly the prompts whose scores the cut changes, and evaluate says it in one line."""
+    from accelerate import Accelerator
+
+    seq2seq = family in ("t5", "bart")
+    model, tok = models.load(tiny_checkpoint(family), "seq2seq-lm" if seq2seq else "causal-lm", {})
+    model.eval()
+    words = ["no", "absolutely yes indeed"]
+    prompter = Prompter("Review: {text_a}\nSentiment: {label}", words, ["text_a"], draw_demonstrations(TRAIN, 2, 0))
+    queries = [prompter.query(r) for r in ROWS]
+    whole, cut = (label_scores(model, tok, queries, words, n, batch_size=1) for n in (1024, 50))  # no padding
+    changed = sum(not torch.equal(a, b) for a, b in zip(whole, cut))
+    assert 0 < cut_prompts(tok, queries, words, 50, seq2seq) == changed < len(queries)
+    assert cut_prompts(tok, queries, words, 1024, seq2seq) == 0
+    setup = SimpleNamespace(task=Glue(subset="sst2"), tokenizer=tok, train=TRAIN,
+                            evals={"": Dataset.from_dict({"text_a": [r["text_a"] for r in ROWS], "label": [0, 1, 1]})}, seed=0)
+    method = ICL(shots=2, max_length=40)
+    method.evaluate(model, setup, Accelerator(cpu=True))
+    expected = cut_prompts(tok, [method.prompter(setup.task, TRAIN, 0).query(r) for r in ROWS],
+                           setup.task.verbalizers, 40, seq2seq)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "prompts cut" in line]
+    assert lines == [f"warning: {expected} of 3 prompts cut from the left at 40 tokens (method.max_length or the "
+                     "model's positions): their first demonstrations are not seen, so they are scored with fewer "
+                     "than method.shots=2; lower method.shots to keep them whole"]
+
+
+@pytest.mark.parametrize("shown", [0, 2])
+def test_an_eval_example_among_the_demonstrations_is_said(tiny_checkpoint, shown: int, capsys) -> None:
+    """An eval example that is one of the drawn demonstrations (own train and eval files that
+    overlap) has its label in its own prompt: counted over every eval split, in one line."""
+    from accelerate import Accelerator
+
+    model, tok = models.load(tiny_checkpoint("gpt2"), "causal-lm", {})
+    demos = draw_demonstrations(TRAIN, 2, seed=3)
+    rows = ROWS + [{"text_a": d["text_a"], "label": d["label"]} for d in demos[:shown]]
+    split = Dataset.from_dict({"text_a": [r["text_a"] for r in rows], "label": [r["label"] for r in rows]})
+    setup = SimpleNamespace(task=Glue(subset="sst2"), tokenizer=tok, train=TRAIN, evals={"": split, "_2": split}, seed=3)
+    ICL(shots=2).evaluate(model, setup, Accelerator(cpu=True))
+    lines = [line for line in capsys.readouterr().err.splitlines() if "among the" in line]
+    assert lines == ([f"warning: {2 * shown} of {2 * len(rows)} eval examples are among the 2 demonstrations (the "
+                      "same text in train): each has its own label in its prompt, so it scores as seen; remove "
+                      "them from the eval data, or draw other demonstrations (train.seed)"] if shown else [])

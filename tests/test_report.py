@@ -444,3 +444,121 @@ def test_a_numeric_pivot_axis_is_in_numeric_order(tmp_path: Path) -> None:
         fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.8}, lr=lr)
     (p,) = report.pivots(report.collect(tmp_path), "train.lr", "method")
     assert p.rows == ["1e-05", "0.0001", "0.001"]
+
+
+T_975 = {1: 12.706205, 2: 4.302653, 3: 3.182446}  # Student's t, 97.5% quantile, by degrees of freedom
+
+
+@pytest.mark.parametrize("case, a, b, expected", [
+    # B is A + 1 point at every seed, listed in another order: mean ± std overlap, yet paired by
+    # seed the gap is the same on every seed (pairing by order would pair 80 with 84 + 1 ...)
+    ("same gap every seed", ([0.80, 0.84, 0.82], [42, 43, 44]), ([0.83, 0.81, 0.85], [44, 42, 43]),
+     "b − a = +1.00, 95% CI [+1.00, +1.00] (paired by seed over 3 seeds 42, 43, 44; t, 2 df): separated"),
+    ("noisy gap", ([0.80, 0.84, 0.82], [42, 43, 44]), ([0.81, 0.86, 0.85], [42, 43, 44]),
+     f"b − a = +2.00, 95% CI [{2 - T_975[2] / 3 ** 0.5:+.2f}, {2 + T_975[2] / 3 ** 0.5:+.2f}] (paired by seed "
+     "over 3 seeds 42, 43, 44; t, 2 df): not separated"),
+    ("unmatched seeds left out", ([0.80, 0.84, 0.70], [42, 43, 45]), ([0.81, 0.86, 0.90], [42, 43, 46]),
+     f"b − a = +1.50, 95% CI [{1.5 - T_975[1] * 0.5:+.2f}, {1.5 + T_975[1] * 0.5:+.2f}] (paired by seed over 2 "
+     "seeds 42, 43; t, 1 df): not separated by these seeds; seeds without a partner, left out: 45, 46"),
+])
+def test_a_comparison_over_matched_seeds_is_their_paired_difference(case: str, a, b, expected: str) -> None:
+    """Two entries run on the same seeds are compared by the per-seed difference (matched by the
+    seed's value) and its t interval with n − 1 df; a seed only one side ran is named, not paired."""
+    acc = report.declaration("accuracy")
+    notes = report.overlap_notes([("a", report.Stat(*a)), ("b", report.Stat(*b))], acc, "sst2")
+    assert len(notes) == 1 and notes[0].startswith("b and a (sst2): accuracy ") and expected in notes[0], notes
+
+
+def test_a_pivot_of_seeded_runs_says_the_paired_difference(tmp_path: Path) -> None:
+    for seed, acc in ((42, 0.80), (43, 0.84), (44, 0.82)):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc + 0.01})
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert any(n.startswith("lora and full (sst2): accuracy lora − full = +1.00") and n.endswith(
+        "2 df): separated by these seeds") for n in report.pivot_notes(p)), report.pivot_notes(p)
+
+
+def _recipe_edit(run: Path, section: str, **fields) -> None:
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+    recipe.setdefault(section, {}).update(fields)
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+
+
+PROTOCOL = [  # (what differs between the compared cells, how the lora runs are changed)
+    ("train.epochs", lambda run: _recipe_edit(run, "train", epochs=10)),
+    ("task.max_length", lambda run: _recipe_edit(run, "task", max_length=512)),
+    ("task.max_train_samples", lambda run: _recipe_edit(run, "task", max_train_samples=1000)),
+    ("model.checkpoint", lambda run: _recipe_edit(run, "model", checkpoint="org/other")),
+    ("processes", lambda run: _stamp_json(run, num_processes=2)),
+    ("toolkit commit", lambda run: _stamp_json(run, git_commit="b" * 40)),
+]
+
+
+def _stamp_json(run: Path, **fields) -> None:
+    data = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**data, **fields}))
+
+
+@pytest.mark.parametrize("field, change", PROTOCOL, ids=[p[0] for p in PROTOCOL])
+def test_cells_compared_side_by_side_on_other_protocols_are_said(tmp_path: Path, field: str, change) -> None:
+    """LoRA beside full in one pivot row: a difference in anything but the method (each method's
+    own learning rate and the grid selected on dev excepted) is named, with each cell's value."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 1e3}, lr=1e-4)
+        for lr in (1e-3, 3e-3):  # a grid, and another lr than full's: neither is a protocol difference
+            fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.81 + lr}, lr=lr, extra={"r": 8})
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert not [n for n in report.pivot_notes(p) if "differ in more than method" in n]
+    for run in tmp_path.glob("glue/sst2/tiny-lora/*"):
+        change(run)
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    (note,) = [n for n in report.pivot_notes(p) if "differ in more than method" in n]
+    assert note.startswith(f"sst2: full, lora differ in more than method: {field} (full: ") and "train.lr" not in note
+
+
+@pytest.mark.parametrize("entry, cells, average", [
+    # BERT (test server): F1 alone on MRPC, Spearman alone on STS-B: not GLUE's task score
+    ("bert-base-test", ["52.1", "88.9 (F1 only)", "85.8 (Spearman only)"], "–"),
+    # LoRA's Table 2: accuracy alone on MRPC, Pearson alone on STS-B
+    ("roberta-base-lora", ["63.4", "89.7 (acc only)", "91.5 (Pearson only)"], "–"),
+    # DistilBERT: no metric stated per task, so nothing is claimed either way
+    ("distilbert-dev", ["51.3", "87.5", "86.9"], f"{(51.3 + 87.5 + 86.9) / 3:.1f}"),
+])
+def test_a_published_number_on_another_metric_is_said_and_kept_out_of_the_average(
+        tmp_path: Path, entry: str, cells: list[str], average: str) -> None:
+    evals = {"cola": {"matthews_correlation": 0.5}, "mrpc": {"accuracy": 0.8, "f1": 0.9},
+             "stsb": {"pearson": 0.88, "spearmanr": 0.86}}
+    for task, ev in evals.items():
+        fake_run(tmp_path, task, "lora", 42, ev, main=glue_report.SPECS[task].main)
+    rows = glue_report._rows(report.collect(tmp_path))
+    published = {e["id"]: e for e in glue_report.published()}
+    table = glue_report.side_by_side(rows, ["cola", "mrpc", "stsb"], [published[entry]])
+    line = next(line for line in table.splitlines() if line.startswith(f"| {entry} "))
+    assert [c.strip() for c in line.strip("|").split("|")][1:5] == [*cells, average]
+
+
+def test_a_glue_average_over_fewer_seeds_than_ran_says_which(tmp_path: Path) -> None:
+    """The GLUE average is per seed over seeds every task ran: a seed one task lacks is named."""
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, "cola", "lora", seed, {"matthews_correlation": 0.5 + seed / 1e3}, main="matthews_correlation")
+    for seed in (42, 43):
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.9 + seed / 1e3})
+    text = glue_report.render(report.collect(tmp_path))
+    per_seed = [(0.5 + s / 1e3 + 0.9 + s / 1e3) / 2 * 100 for s in (42, 43)]
+    line = next(row for row in text.splitlines() if row.startswith("| tiny lora"))
+    assert line.rstrip(" |").endswith(f"{statistics.mean(per_seed):.2f} ± {statistics.stdev(per_seed):.2f} (n=2) "
+                                      "(seeds run on every task only: 42, 43)")
+
+
+def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> None:
+    """`make glue` with a learning-rate grid: each task's number is the best setting on dev, which
+    is optimistic when reported on that dev set; the protocol line says which cells were chosen."""
+    for seed in (42, 43):
+        for lr, acc in ((1e-4, 0.60), (1e-3, 0.70)):
+            fake_run(tmp_path, "rte", "lora", seed, {"accuracy": acc + seed / 1e3}, lr=lr)
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.9})
+    text = glue_report.render(report.collect(tmp_path))
+    (line,) = [row for row in text.splitlines() if row.startswith("- **ours: tiny lora**")]
+    assert ("rte: lr 0.001, batch None, epochs None, max length None, seeds [42, 43], the best of 2 settings "
+            "(train.lr) on the dev score, selected and scored on the same dev set: optimistic; sst2:") in line
+    assert line.count("the best of") == 1  # sst2 ran one setting: nothing was chosen

@@ -8,6 +8,9 @@ Use"), which removes the model's prior for one label word over another.
 
 Demonstrations are drawn by plain (not label-balanced) sampling without replacement from the
 train split with `random.Random(seed)`, once per run: every test example sees the same ones.
+What may make a k-shot number something else is said in one `warning:` line each (rule 8): prompts
+cut from the left to fit the model (their first demonstrations lost), and eval examples that are
+themselves demonstrations (their label in their own prompt).
 """
 
 from __future__ import annotations
@@ -118,6 +121,13 @@ class Prompter:
     def content_free(self) -> tuple[str, str]:
         return self.query({c: CONTENT_FREE for c in self.columns})
 
+    def shown(self, rows: Any) -> int:
+        """How many of `rows` are one of the demonstrations (the same text in every field the
+        template shows): such an example has its own label in its prompt, so it scores as seen
+        (own train and eval files that overlap, a dev set with train duplicates)."""
+        demos = {tuple(str(d[c]) for c in self.columns) for d in self.demos}
+        return sum(tuple(str(row[c]) for c in self.columns) in demos for row in rows) if demos else 0
+
 
 def _batches(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
@@ -192,6 +202,28 @@ def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str
     if not out:
         return torch.zeros((0, len(verbalizers)))
     return torch.cat(out).view(len(queries), len(verbalizers))  # (n*L,) -> (n, L)
+
+
+def cut_prompts(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
+                max_length: int, seq2seq: bool) -> int:
+    """How many prompts label_scores cuts from the left to fit `max_length` (with the longest
+    label word after it, for a decoder): each loses its first demonstrations, or with none left,
+    the start of its example (rule 8: what is cut is said, with its count)."""
+    if not queries:
+        return 0
+    prompts = tokenizer([prompt for prompt, _ in queries])["input_ids"]
+    if seq2seq:
+        return sum(len(p) > max_length for p in prompts)
+    longest = {gap: max(len(tokenizer(gap + w, add_special_tokens=False)["input_ids"]) for w in verbalizers)
+               for gap in {gap for _, gap in queries}}
+    return sum(len(p) > max(max_length - longest[gap], 1) for p, (_, gap) in zip(prompts, queries))
+
+
+def cut_warning(cut: int, total: int, max_length: int, shots: int) -> str:
+    lost = (f"their first demonstrations are not seen, so they are scored with fewer than method.shots={shots}; "
+            "lower method.shots" if shots else "the start of the example is not seen; shorten the template")
+    return (f"warning: {cut} of {total} prompts cut from the left at {max_length} tokens (method.max_length or "
+            f"the model's positions): {lost} to keep them whole")
 
 
 def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
@@ -289,6 +321,15 @@ class ICL(Method):
                 return label_scores(model, tok, queries, prompter.verbalizers, limit, self.batch_size,
                                     progress="scoring" if accelerator.is_main_process else None)
 
+        if accelerator.is_main_process:  # every prompt of every eval split, counted once
+            queries = [prompter.query(row) for dataset in setup.evals.values() for row in dataset]
+            seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+            if cut := cut_prompts(tok, queries, prompter.verbalizers, limit, seq2seq):
+                print(cut_warning(cut, len(queries), limit, self.shots), file=sys.stderr)
+            if seen := sum(prompter.shown(dataset) for dataset in setup.evals.values()):
+                print(f"warning: {seen} of {len(queries)} eval examples are among the {self.shots} demonstrations "
+                      "(the same text in train): each has its own label in its prompt, so it scores as seen; "
+                      "remove them from the eval data, or draw other demonstrations (train.seed)", file=sys.stderr)
         prior = scores([prompter.content_free()])[0] if self.calibrate else None
         out: dict[str, float] = {}
         for suffix, dataset in setup.evals.items():

@@ -233,6 +233,7 @@ class Stat:
     """Values of one metric over the seeds of one setting."""
 
     values: list[float]
+    seeds: list[Any] = field(default_factory=list)  # values[i] came from the run of seeds[i]; [] if unknown
 
     @property
     def n(self) -> int:
@@ -262,13 +263,53 @@ def overlaps(a: Stat, b: Stat) -> bool:
     return a.n > 1 and b.n > 1 and lo_a <= hi_b and lo_b <= hi_a
 
 
+CONFIDENCE = 0.95
+
+
+def paired(a: Stat, b: Stat) -> tuple[list[float], list[Any], list[str]]:
+    """a − b per seed both ran, matched by the seed's value (never by the runs' order), the
+    seeds matched, and the seeds only one side ran (left out of the difference)."""
+    va, vb = dict(zip(a.seeds, a.values)), dict(zip(b.seeds, b.values))
+    common = sorted((s for s in va if s in vb), key=_sortable)
+    return [va[s] - vb[s] for s in common], common, sorted(set(va) ^ set(vb), key=_sortable)
+
+
+def t_interval(values: list[float], level: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(mean, low, high): Student's t interval of the mean with n − 1 degrees of freedom (two
+    seeds: 1 df, t = 12.7), the interval a handful of seeds supports; scipy's t quantile."""
+    from scipy.stats import t
+
+    mean = statistics.mean(values)
+    half = t.ppf(0.5 + level / 2, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    return mean, mean - half, mean + half
+
+
+def paired_note(name_a: str, a: Stat, name_b: str, b: Stat, metric: Metric, where: str) -> str | None:
+    """The difference of two entries over their matched seeds with its t interval: a seed moves
+    both runs together (same data order, same init), so seeds that overlap as mean ± std can still
+    separate two methods, and ones that look apart may not. None: fewer than two matched seeds."""
+    diffs, common, unmatched = paired(a, b)
+    if len(common) < 2:
+        return None
+    mean, low, high = (v * metric.scale for v in t_interval(diffs))
+    apart = low > 0 or high < 0
+    text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = {mean:+.2f}, "
+            f"{CONFIDENCE:.0%} CI [{low:+.2f}, {high:+.2f}] (paired by seed over {len(common)} seeds "
+            f"{', '.join(map(str, common))}; t, {len(common) - 1} df): "
+            + ("separated by these seeds" if apart else "not separated by these seeds"))
+    return text + (f"; seeds without a partner, left out: {', '.join(map(str, unmatched))}" if unmatched else "")
+
+
 def overlap_notes(entries: list[tuple[str, Stat]], metric: Metric, context: str = "") -> list[str]:
-    """Neighbours by rank whose mean ± std intervals overlap: their order is within seed noise."""
+    """Neighbours by rank: with two or more matched seeds, their paired difference and its t
+    interval; otherwise where their mean ± std intervals overlap (their order is within noise)."""
     ranked = sorted(entries, key=lambda e: e[1].mean, reverse=metric.higher_is_better)
     notes = []
     for (name_a, a), (name_b, b) in zip(ranked, ranked[1:]):
-        if overlaps(a, b):
-            where = f" ({context})" if context else ""
+        where = f" ({context})" if context else ""
+        if (note := paired_note(name_a, a, name_b, b, metric, where)) is not None:
+            notes.append(note)
+        elif overlaps(a, b):
             notes.append(f"{name_a} and {name_b}{where}: {metric.name} {a.fmt(metric.scale, show_n=False)} vs "
                          f"{b.fmt(metric.scale, show_n=False)} overlap (mean ± std): not separated by these seeds")
     single = [name for name, s in entries if s.n == 1]
@@ -308,6 +349,20 @@ def main_metric(items: list[dict]) -> str | None:
 
 
 # --- the table of every run ------------------------------------------------------------------
+def seed_of(item: dict) -> Any:
+    """The run's seed: its recipe's train.seed, else the one metrics.json recorded."""
+    seed = _dig(item["recipe"], "train.seed")
+    return item["metrics"].get("seed") if seed is None else seed
+
+
+def seeded_stat(items: list[dict], metric: str) -> Stat:
+    """The metric over these runs, each value with its run's seed (for pairing by seed); seeds
+    unknown or repeated: no seeds, so nothing is paired."""
+    seeds = [seed_of(i) for i in items]
+    known = None not in seeds and len(set(map(str, seeds))) == len(seeds)
+    return Stat([i["metrics"]["eval"][metric] for i in items], seeds if known else [])
+
+
 def _group_key(item: dict) -> tuple:
     return item["name"], setting(item)
 
@@ -382,9 +437,9 @@ def runs_notes(items: list[dict]) -> list[str]:
     names = shown_names(grouped)
     for key, members in grouped.items():
         metric = main_metric(members)
-        values = [m["metrics"]["eval"][metric] for m in members if metric in m["metrics"].get("eval", {})]
-        if values:
-            by_task[(label(members[0], "task"), metric)].append((names[key], Stat(values)))
+        scored = [m for m in members if metric in m["metrics"].get("eval", {})]
+        if scored:
+            by_task[(label(members[0], "task"), metric)].append((names[key], seeded_stat(scored, metric)))
     notes = []
     for (task, metric), entries in by_task.items():
         notes += overlap_notes(entries, decls.get(metric, declaration(metric)), task)
@@ -449,6 +504,7 @@ class Cell:
     chosen: str = ""
     edge: str = ""  # "smallest train.lr" when the best is at an end of a one-number grid
     tied: list[str] = field(default_factory=list)  # other settings of the grid with the best's mean
+    keys: list[str] = field(default_factory=list)  # the recipe fields the grid varied (selected on dev)
 
     @property
     def smoke(self) -> bool:
@@ -463,7 +519,7 @@ def best_setting(items: list[dict], metric: Metric) -> Cell | None:
             by_setting[setting(item)].append(item)
     if not by_setting:
         return None
-    stats = {s: Stat([i["metrics"]["eval"][metric.name] for i in members]) for s, members in by_setting.items()}
+    stats = {s: seeded_stat(members, metric.name) for s, members in by_setting.items()}
     keys = varying(list(stats)) if len(stats) > 1 else []
     # grid order (3e-05 before 0.0001, then the setting's text): the best of equal means is the
     # first in it, whatever the run folders' names, and the others are said as tied
@@ -474,6 +530,7 @@ def best_setting(items: list[dict], metric: Metric) -> Cell | None:
     if len(stats) > 1:
         cell.grid = [(describe_setting(by_setting[s][0], keys), stats[s]) for s in order]
         cell.chosen = describe_setting(by_setting[best][0], keys)
+        cell.keys = keys
         cell.tied = [describe_setting(by_setting[s][0], keys) for s in order if s != best and score[s] == score[best]]
         cell.edge = "" if cell.tied else grid_edge({s: by_setting[s][0] for s in stats}, best, keys)
     return cell
@@ -579,6 +636,7 @@ def pivot_notes(p: Pivot) -> list[str]:
     for r in p.rows:
         notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
         notes += eval_set_notes([(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells], r)
+        notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
     for (r, c), cell in sorted(p.cells.items()):
         if cell.grid:
             grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" for desc, st in cell.grid)
@@ -590,6 +648,48 @@ def pivot_notes(p: Pivot) -> list[str]:
     if any(c.smoke for c in p.cells.values()):
         notes.append("† smoke run: a small random-weight model; the number only shows the path runs")
     return notes
+
+
+# Recipe fields that do not change a run's numbers (its name and folder, where it logs, what it
+# keeps on disk, how memory is saved), and the learning rate, which each method runs at its own
+# (LoRA 1e-3 beside full 1e-4, as the papers and the shipped recipes do; the grid it was chosen
+# from is said in the grid note).
+NOT_PROTOCOL = {"name", "out", "train.lr", "train.log_every", "train.report_to", "train.save_total_limit",
+                "train.save_every", "train.keep_checkpoints", "train.gradient_checkpointing",
+                "train.eval_batch_size"}
+
+
+def _protocol(item: dict) -> dict[str, Any]:
+    """What a run's numbers depend on besides its seed: the resolved recipe, the process count,
+    the data and base run (as _setting), and the toolkit's commit (its version)."""
+    commit = str(item["metrics"].get("git_commit") or "")[:12] or None
+    return {**_flat(_setting(item)), "toolkit commit": commit}
+
+
+def _on_axis(key: str, axis: str) -> bool:
+    """Whether a flat recipe field is the compared axis itself (`method` covers method.r), or
+    follows from it."""
+    follows = {"task": "data", "model": "base"}  # another task has other data; another model, another base run
+    return axis != "run" and (key == axis or key.startswith(axis + ".") or key == follows.get(axis))
+
+
+def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> list[str]:
+    """One line where cells shown side by side (one pivot row) differ in more than the compared
+    axis, a grid's selected fields and the learning rate: epochs, max length, a training subset,
+    process count, the toolkit's version... Their gap is not the axis's alone. Eval sets are said
+    by eval_set_notes."""
+    if len(cells) < 2:
+        return []
+    protocols = [(name, _protocol(cell.items[0])) for name, cell in cells]
+    selected = {k for _, cell in cells for k in cell.keys}
+    keys = sorted({k for _, pr in protocols for k in pr})
+    differ = [k for k in keys if k not in NOT_PROTOCOL and k not in selected and not _on_axis(k, axis)
+              and len({json.dumps(pr.get(k), sort_keys=True, default=str) for _, pr in protocols}) > 1]
+    if not differ:
+        return []
+    said = "; ".join(f"{k} (" + ", ".join(f"{name}: {pr.get(k)}" for name, pr in protocols) + ")" for k in differ)
+    return [f"{context}: {', '.join(name for name, _ in cells)} differ in more than {axis}: {said}; "
+            f"their gap is not the {axis}'s alone: run them on one protocol to compare them"]
 
 
 def cost_table(p: Pivot) -> str:
