@@ -263,15 +263,11 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     chain.resolve(plan, root)  # model.checkpoint: {run: ...}
     out = runs.run_dir(plan.recipe, root)
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    if not force and runs.is_finished(out):
-        if rank0:
-            print(f"{out} is finished already (metrics.json); --force runs it again")
+    if _finished_already(out, force, rank0):
         return out
     existed = out.exists() and not force
     with runs.locked(out, folder=True):  # a second launch of the same run refuses here
-        if runs.is_finished(out) and not force:  # by the launch that held the lock a moment ago
-            if rank0:
-                print(f"{out} is finished already (metrics.json); --force runs it again")
+        if _finished_already(out, force, rank0):  # by the launch that held the lock a moment ago
             return out
         if force and rank0:
             runs.clear(out)  # its contents: the folder itself is what the lock holds
@@ -309,6 +305,15 @@ def _interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[s
         shutil.rmtree(out, ignore_errors=True)
     return Interrupted(f"interrupted {reached}, before any checkpoint: nothing was kept; "
                        f"`{shlex.join(again)}` starts it again", step, total)
+
+
+def _finished_already(out: Path, force: bool, rank0: bool) -> bool:
+    """A finished run is not repeated (--force runs it again): said once, by rank 0."""
+    if force or not runs.is_finished(out):
+        return False
+    if rank0:
+        print(f"{out} is finished already (metrics.json); --force runs it again")
+    return True
 
 
 def _smoke_upstream(plan: RunPlan, root: Path) -> None:

@@ -51,17 +51,16 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     if limit is not None and length > limit:
         raise UserError(f"task.max_length: {length} is more than the {limit} positions "
                         f"{recipe.model.checkpoint} has; use at most {limit}")
-    added = recipe.method.added_positions() if limit is not None else 0  # soft prompts come first
-    if added and length + added > limit:
+    added = recipe.method.added_positions()  # soft prompts come first, and lengthen every sequence
+    if limit is not None and added and length + added > limit:
         raise UserError(f"task.max_length: {length} tokens after the method's {added} virtual tokens "
                         f"(method.num_virtual_tokens) are more than the {limit} positions "
                         f"{recipe.model.checkpoint} has; " + (f"use task.max_length at most {limit - added}"
                         if limit - added >= 8 else "use fewer method.num_virtual_tokens"))
     limit = limit - added if limit is not None else None  # what the task's own sequences may use
     longest, parts = task.longest_sequence(tok, length)
-    virtual = recipe.method.added_positions()  # soft prompts lengthen every sequence
-    dense = attention.dense_warning(recipe.model.attention, longest + virtual,
-                                    parts + (f" + {virtual} virtual tokens" if virtual else ""))
+    dense = attention.dense_warning(recipe.model.attention, longest + added,
+                                    parts + (f" + {added} virtual tokens" if added else ""))
     if dense:
         task.note("dense attention", dense)  # said with the data's notices, once per run
     problem = task.positions_problem(tok, length, limit) if limit is not None else None
