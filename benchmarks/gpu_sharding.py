@@ -47,6 +47,7 @@ def _port() -> int:
 
 def random_checkpoint(name: str, where: Path) -> str:
     """A full-size model of `name`'s family with random weights and its real tokenizer."""
+    import torch
     from transformers import AutoModel, AutoTokenizer, BertConfig, GPT2Config
 
     folder = where / f"random-{name}"
@@ -55,7 +56,10 @@ def random_checkpoint(name: str, where: Path) -> str:
     tok = AutoTokenizer.from_pretrained(Path(os.environ.get("TOOLKIT_TOKENIZERS", ROOT.parent / "shared" / "tokenizers")) / name)
     config = {"bert-base-uncased": BertConfig, "gpt2": GPT2Config}[name]()
     config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    AutoModel.from_config(config).save_pretrained(folder)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # the same model in every call: rows of two calls compare
+        model = AutoModel.from_config(config)
+    model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return str(folder)
 
@@ -136,12 +140,14 @@ def row(name: str, method: str, strategy: str, work: Path, smoke: bool, plain: d
 
 def rows(smoke: bool = False, work: Path | None = None, cases: list | None = None,
          strategies: list[str] | None = None) -> list[dict]:
-    """Every case under every strategy (the plain run first: the others are compared to it)."""
+    """Every case under every strategy, the plain run first whether asked for or not: the others
+    are compared to it."""
     work = Path(work or tempfile.mkdtemp(prefix="gpu-sharding-"))
     out = []
+    order = ["plain"] + [s for s in strategies or STRATEGIES if s != "plain"]
     for name, method in cases or CASES:
         plain = None
-        for strategy in strategies or STRATEGIES:
+        for strategy in order:
             got = row(name, method, strategy, work, smoke, plain)
             plain = got if strategy == "plain" else plain
             out.append(got)
@@ -170,8 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="", help="model names to run, comma-separated (default: all)")
     parser.add_argument("--strategies", default="", help="comma-separated subset of " + ",".join(STRATEGIES))
     args = parser.parse_args(argv)
-    cases = [c for c in CASES if not args.cases or c[0] in args.cases.split(",")]
-    found = rows(args.smoke, cases=cases, strategies=[s for s in args.strategies.split(",") if s] or None)
+    asked = {"--cases": ([c for c in args.cases.split(",") if c], [c[0] for c in CASES]),
+             "--strategies": ([s for s in args.strategies.split(",") if s], STRATEGIES)}
+    for flag, (names, known) in asked.items():
+        unknown = [n for n in names if n not in known]
+        if unknown:  # one line, before any launch (the first GPU call ran 'fsdp2' into a traceback)
+            print(f"error: {flag}: no '{unknown[0]}'; choose from {', '.join(known)}", file=sys.stderr)
+            return 2
+    cases = [c for c in CASES if not asked["--cases"][0] or c[0] in asked["--cases"][0]]
+    found = rows(args.smoke, cases=cases, strategies=asked["--strategies"][0] or None)
     print(table(found))
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=2) + "\n")

@@ -102,3 +102,21 @@ def test_a_spent_budget_starts_no_row_and_still_prints_the_table(tmp_path: Path,
     assert result["rows"] == [] and result["failed"] == labels + list(gpu_check.EXTRA_ROWS)  # other issues' too
     captured = capsys.readouterr()
     assert "# make gpu-check" in captured.out and "s of --budget-s 1.0 left" in captured.err
+
+
+def test_profiled_steps_are_kept_out_of_the_rates() -> None:
+    """The profiled steps run slower (the profiler records every kernel); the row's whole-run and
+    steady rates are those of the other steps. A run of 100 steps of 8 at 0.1 s, of which 10 from
+    step 60 took 5 s under the profiler: 80 samples/s both ways, not the 57 the log says."""
+    from bench.trainer import StepProfile, steady_rate, without_profile
+
+    profiled = StepProfile(60, 10)
+    profiled.steps, profiled.span = 10, 5.0
+    seconds = [0.1 * s + (5.0 - 1.0 if s > 60 else 0.0) for s in range(1, 101)]  # the 10 steps cost 5 s, not 1
+    logged = [{"step": s, "samples_per_second": 8 * s / t} for s, t in zip(range(1, 101), seconds)]
+    metrics = {"train_steps": 100, "train_samples_per_second": logged[-1]["samples_per_second"]}
+    assert metrics["train_samples_per_second"] == pytest.approx(800 / 14.0)
+    assert without_profile(metrics, 8, profiled) == pytest.approx(80.0)
+    assert steady_rate(logged, 8, profiled) == pytest.approx(80.0)
+    assert steady_rate(logged, 8) < 70  # what the rates were before
+    assert without_profile(metrics, 8, StepProfile(60, 0)) == metrics["train_samples_per_second"]

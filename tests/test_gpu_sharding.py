@@ -15,7 +15,9 @@ import gpu_sharding  # noqa: E402
 
 
 def test_smoke_rows(tmp_path: Path) -> None:
-    rows = gpu_sharding.rows(smoke=True, work=tmp_path, cases=gpu_sharding.CASES[:1], strategies=["plain", "zero3"])
+    # the plain run comes first, asked for or not: the first GPU call asked for zero3 first and
+    # got no loss comparison
+    rows = gpu_sharding.rows(smoke=True, work=tmp_path, cases=gpu_sharding.CASES[:1], strategies=["zero3"])
     by = {r["strategy"]: r for r in rows}
     assert list(by) == ["plain", "zero3"]
     assert by["plain"]["ran"] == by["zero3"]["ran"] == "yes", rows
@@ -31,3 +33,12 @@ def test_launches_keep_the_callers_python_path(monkeypatch) -> None:
     is too old and it has no DeepSpeed): every launch keeps it, behind this checkout."""
     monkeypatch.setenv("PYTHONPATH", "/carried/site")
     assert gpu_sharding._pythonpath().split(":") == [str(ROOT), "/carried/site"]
+
+
+def test_unknown_names_are_refused_in_one_line(capsys) -> None:
+    """Before any launch: 'fsdp2' (the strategy is 'fsdp', FSDP2 inside) ran into a traceback
+    on the GPU machine."""
+    assert gpu_sharding.main(["--strategies", "zero3,fsdp2"]) == 2
+    assert capsys.readouterr().err == "error: --strategies: no 'fsdp2'; choose from plain, fsdp, zero2, zero3\n"
+    assert gpu_sharding.main(["--cases", "t5"]) == 2
+    assert "error: --cases: no 't5'; choose from bert-base-uncased, gpt2" in capsys.readouterr().err

@@ -440,8 +440,10 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     kwargs = {"attn_implementation": name} if name else {}
     try:
         auto_class = getattr(transformers, heads.get(head).auto_class)
-        model, info = auto_class.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True,
-                                                 ignore_mismatched_sizes=True, **kwargs)
+        with _partitioned_new_weights_drawn_as_whole() as redraw:
+            model, info = auto_class.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True,
+                                                     ignore_mismatched_sizes=True, **kwargs)
+            redraw(model, info)
     except OSError as exc:  # a folder with a config and no weights, or unreadable ones
         raise UserError(f"model.checkpoint: {checkpoint} has no loadable weights "
                         f"({' '.join(str(exc).split())[:160]})") from None
@@ -505,6 +507,82 @@ def _weights_file(path: str) -> str:
         return str(folder)
     found = sorted(folder.glob("*.bin")) + sorted(folder.glob("*.pt"))
     return str(found[0]) if found else str(folder / "pytorch_model.bin")
+
+
+def new_weights(model: Any, info: dict) -> list[Any]:
+    """The parameters `from_pretrained` initialised itself (missing from the checkpoint, or of
+    another shape there), in the model's order."""
+    names = set(info.get("missing_keys") or []) | {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or []}
+    return [p for name, p in model.named_parameters() if name in names]
+
+
+def redraw_new_weights(model: Any, info: dict) -> None:
+    """Draw the weights new to the checkpoint again, as a whole model on the CPU draws them:
+    transformers' own initialisation (`initialize_weights`, in its module order), run on CPU
+    copies of those parameters and from the CPU generator, then written back to where they live.
+
+    Why: under a ZeRO-3 launch (DeepSpeed's zero.Init, accelerate's zero3_init_flag) transformers
+    draws them on the accelerator the parameters are partitioned on, from that device's
+    generator: on a GPU, another task head (and, the CPU stream left where it was, other LoRA
+    weights after it) than a plain, DDP or FSDP run of the same seed, whose model is built on the
+    CPU. The second GPU check (2026-11-27, H100) measured gpt2 LoRA under ZeRO-3 against the plain
+    run with a 0.48 relative loss difference from the first step on. No library offers the
+    device-independent draw, so this is written here; it relies on transformers' per-parameter
+    `_is_hf_initialized` flags (its `initialization` functions skip a flagged tensor)."""
+    import torch
+
+    params = new_weights(model, info)
+    if not params:
+        return
+    ids = {id(p) for p in params}  # every module holding one, at any depth: as transformers left them
+    owners = [m for m in model.modules() if any(id(p) in ids for p in m.parameters())]  # unflagged (T5's head)
+    with _gathered(params), torch.no_grad():
+        held = []
+        for param in params:
+            held.append(param.data)
+            param.data = torch.empty(param.shape, dtype=param.dtype, device="cpu")
+            param._is_hf_initialized = False
+        for module in owners:
+            module._is_hf_initialized = False
+        model.initialize_weights()
+        for param, where in zip(params, held):
+            where.copy_(param.data)
+            param.data = where
+            param._is_hf_initialized = True
+
+
+@contextmanager
+def _gathered(params: list[Any]) -> Iterator[None]:
+    """ZeRO-3 parameters whole for the block (every process draws the same values, process 0's
+    are kept); other parameters as they are."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
+        yield
+
+
+@contextmanager
+def _partitioned_new_weights_drawn_as_whole() -> Iterator[Callable[[Any, dict], None]]:
+    """Under a ZeRO-3 launch: every random generator as it was before the load (transformers drew
+    the new weights from the accelerator's), then the new weights drawn on the CPU
+    (`redraw_new_weights`), so that the CPU generator moves on as in a plain run. Elsewhere: nothing."""
+    import torch
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        yield lambda model, info: None
+        return
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        drawn: list[tuple[Any, dict]] = []
+        yield lambda model, info: drawn.append((model, info))
+    for model, info in drawn:
+        redraw_new_weights(model, info)
 
 
 def check_new_weights(checkpoint: str, info: dict) -> None:

@@ -135,7 +135,14 @@ class StepProfile:
     the ops' self time). Wall far above the device's busy time: the step waits on the host, and
     `host_parts_ms` says where: the forward call (compiled: guards and graph replay), autograd's
     backward, the loss-unit count, clipping, and the rest (optimizer, schedule, tally), with the
-    batch's fetch as wall less the step. Patches `train.Loop` while in use; read `result` after."""
+    batch's fetch as wall less the step. Patches `train.Loop` while in use; read `result` after.
+
+    The profiled steps are slower than the others (the profiler records every kernel, and reading
+    its events back takes seconds in an eager run), so they are kept out of the row's rates:
+    `span` is the wall time from the profiler's start to its end, `steps` the steps inside it,
+    and the events are read only after the run (`__exit__`). Left in, 10 profiled steps of a
+    60-step MiniLM run on a CPU took its steady rate from 80-103 to 49-50 samples/s, and the second
+    GPU check's rates (2026-11-27) were halved by them."""
 
     PARTS = ("_forward", "_backward", "_counts", "_clip_grads")  # Loop methods timed (_backward calls _forward)
 
@@ -146,12 +153,13 @@ class StepProfile:
         self.parts = dict.fromkeys(self.PARTS, 0.0)
         self.prof: Any = None
         self.originals: dict[str, Any] = {}
+        self.span, self.steps, self.began = 0.0, 0, 0.0  # the profiled steps' wall, count, start
 
     def _timed(self, name: str) -> Any:
         original, me = getattr(train.Loop, name), self
 
         def timed(loop: Any, *args: Any) -> Any:
-            if me.prof is None or me.result:
+            if me.prof is None or me.steps:
                 return original(loop, *args)
             begin = time.perf_counter()
             try:
@@ -172,10 +180,11 @@ class StepProfile:
         def step(loop: Any, group: list[dict]) -> None:
             done = loop.state.step
             if done == me.start and me.prof is None:
+                me.began = time.perf_counter()
                 sync()
                 me.prof = profile(activities=[ProfilerActivity.CUDA] if cuda() else [ProfilerActivity.CPU])
                 me.prof.__enter__()
-            tracing = me.prof is not None and not me.result
+            tracing = me.prof is not None and not me.steps
             if tracing:
                 me.entries.append(time.perf_counter())
             begin = time.perf_counter()
@@ -186,7 +195,8 @@ class StepProfile:
                     sync()
                     me.entries.append(time.perf_counter())
                     me.prof.__exit__(None, None, None)
-                    me._summarise(len(me.entries) - 1)
+                    me.steps = len(me.entries) - 1
+                    me.span = time.perf_counter() - me.began
 
         self.originals = {name: getattr(train.Loop, name) for name in self.PARTS}
         for name in self.PARTS:
@@ -207,6 +217,8 @@ class StepProfile:
                        "device_busy_ms": 1000 * busy / steps, "host_parts_ms": parts}
 
     def __exit__(self, *exc: Any) -> None:
+        if self.steps:
+            self._summarise(self.steps)
         train.Loop.step = self.original
         for name, original in self.originals.items():
             setattr(train.Loop, name, original)
@@ -233,24 +245,38 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
     return {"row": "a", "tool": "toolkit", "method": method, "padding": "dynamic", "precision": args.precision,
             "compile": recipe.train.compile, **speed_settings(args),
             "train_batch": args.batch_size, "eval_batch": train.eval_batch_size(recipe),
-            "train_samples_per_s": metrics["train_samples_per_second"],
+            "train_samples_per_s": without_profile(metrics, args.batch_size, profiled),
             "eval_samples_per_s": n_eval / evals[-1]["eval_runtime_s"], "eval_examples": n_eval,
             "peak_mb": metrics["peak_memory_mb"], "accuracy": metrics["eval"]["accuracy"],
             "trainable": metrics["trainable_params"], "steps": metrics["train_steps"],
-            "steady_samples_per_s": steady_rate(logged, args.batch_size), **counts,
+            "steady_samples_per_s": steady_rate(logged, args.batch_size, profiled), **counts,
             **({"step_profile": profiled.result} if profiled.result else {})}
 
 
-def steady_rate(logged: list[dict], batch: int) -> float | None:
+def without_profile(metrics: dict, batch: int, profiled: StepProfile) -> float:
+    """The run's train samples/s (the loop's own: examples / summed step time) less the profiled
+    steps and their time (`StepProfile`)."""
+    rate = metrics["train_samples_per_second"]
+    if not profiled.steps:
+        return rate
+    samples = metrics["train_steps"] * batch
+    seconds = samples / rate - profiled.span
+    return (samples - profiled.steps * batch) / seconds if seconds > 0 else rate
+
+
+def steady_rate(logged: list[dict], batch: int, profiled: StepProfile | None = None) -> float | None:
     """Train samples/s between the logged step nearest a fifth of the run and the last one: the
-    rate once compilation and warm-up are over (train_samples_per_second counts them)."""
-    points = [(e["step"] * batch, e["step"] * batch / e["samples_per_second"])
+    rate once compilation and warm-up are over (train_samples_per_second counts them), less the
+    profiled steps and their time where they fall inside."""
+    points = [(e["step"], e["step"] * batch / e["samples_per_second"])
               for e in logged if e.get("samples_per_second")]
     if len(points) < 3:
         return None
     first = points[max(1, len(points) // 5)]
-    samples, seconds = points[-1][0] - first[0], points[-1][1] - first[1]
-    return samples / seconds if seconds > 0 else None
+    steps, seconds = points[-1][0] - first[0], points[-1][1] - first[1]
+    if profiled is not None and profiled.steps and profiled.start >= first[0]:
+        steps, seconds = steps - profiled.steps, seconds - profiled.span
+    return steps * batch / seconds if seconds > 0 and steps > 0 else None
 
 
 def padded_encode(task: Glue, dataset: Any, tokenizer: Any, max_length: int) -> Any:
