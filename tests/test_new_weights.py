@@ -83,3 +83,65 @@ def test_every_family_has_a_head_with_new_weights(tiny_checkpoint) -> None:
         model, info = transformers.AutoModelForSequenceClassification.from_pretrained(
             tiny_checkpoint(family), config=cfg, output_loading_info=True)
         assert models.new_weights(model, info), family
+
+
+PARTITIONED = r'''
+import json, os, sys
+import deepspeed, torch
+from transformers.integrations import HfDeepSpeedConfig
+from toolkit import models
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[3], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+deepspeed.init_distributed(dist_backend="gloo")
+names = ["negative", "positive"]
+kwargs = {"num_labels": 2, "id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
+out = {}
+for name, checkpoint in (("new head", sys.argv[1]), ("trained head, other label order", sys.argv[2])):
+    torch.manual_seed(7)
+    plain = {k: v.clone() for k, v in models.load(checkpoint, "sequence-classification", kwargs)[0].state_dict().items()}
+    after_plain = torch.rand(4)
+    launch = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    torch.manual_seed(7)
+    model = models.load(checkpoint, "sequence-classification", kwargs)[0]
+    after = torch.rand(4)
+    partitioned = all(p.numel() == 0 for p in model.parameters())
+    with deepspeed.zero.GatheredParameters(list(model.parameters())):
+        whole = {k: v.clone() for k, v in model.state_dict().items()}
+    from transformers.integrations import deepspeed as hf_deepspeed
+    hf_deepspeed.unset_hf_deepspeed_config()
+    out[name] = {"partitioned": partitioned, "same": [k for k in plain if torch.equal(plain[k], whole[k])] == list(plain),
+                 "same_next_draw": torch.equal(after_plain, after)}
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_a_real_zero3_load_gives_the_plain_weights(tmp_path, tiny_checkpoint) -> None:
+    """DeepSpeed's zero.Init on a CPU process (gloo, one rank): the model loads partitioned, and
+    gathered it equals the plain load, for a new head and for a trained head whose labels the
+    checkpoint orders otherwise (its rows put in the task's order, each shard gathered for it)."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    body = tiny_checkpoint("bert")
+    trained = tmp_path / "trained"
+    torch.manual_seed(3)
+    names = ["positive", "negative"]  # the checkpoint's order; the task's is the other
+    cfg = transformers.AutoConfig.from_pretrained(body, num_labels=2, id2label=dict(enumerate(names)),
+                                                  label2id={n: i for i, n in enumerate(names)})
+    transformers.AutoModelForSequenceClassification.from_pretrained(body, config=cfg).save_pretrained(trained)
+    transformers.AutoTokenizer.from_pretrained(body).save_pretrained(trained)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-c", PARTITIONED, body, str(trained), str(port)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}, timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    result = json.loads(lines[0][7:])
+    assert result == {name: {"partitioned": True, "same": True, "same_next_draw": True}
+                      for name in ("new head", "trained head, other label order")}

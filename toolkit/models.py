@@ -495,8 +495,9 @@ def follow_label_order(model: Any, theirs: list[str], task: list[str], info: dic
     if not layers or any(k.startswith(layers[-1][0] + ".") for k in new):
         return  # a new head: nothing was trained in the checkpoint's order
     rows = [lower.index(n.lower()) for n in task]  # the task's label i is the checkpoint's row rows[i]
-    with torch.no_grad():
-        for param in layers[-1][1].parameters(recurse=False):
+    params = list(layers[-1][1].parameters(recurse=False))
+    with _gathered(params), torch.no_grad():  # under ZeRO-3 each process holds a shard of the rows
+        for param in params:
             param.copy_(param[rows])
 
 
