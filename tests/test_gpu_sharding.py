@@ -42,3 +42,28 @@ def test_unknown_names_are_refused_in_one_line(capsys) -> None:
     assert capsys.readouterr().err == "error: --strategies: no 'fsdp2'; choose from plain, fsdp, zero2, zero3\n"
     assert gpu_sharding.main(["--cases", "t5"]) == 2
     assert "error: --cases: no 't5'; choose from bert-base-uncased, gpt2" in capsys.readouterr().err
+
+
+def test_deepspeed_buckets_are_sized_from_the_model() -> None:
+    """accelerate's YAML route gives DeepSpeed no bucket sizes, and ZeRO-3 then allocated its
+    default 5e8-element gradient bucket (2 GB in fp32) for any model: gpt2 LoRA peaked at 2852 MB
+    on an H100 against 799-853 MB plain (2026-11-27). They are now "auto", which accelerate fills
+    from the model's hidden size as it prepares it; sizes a config gives are kept."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    from toolkit import sharding
+
+    for stage, keys in ((3, set(sharding.BUCKETS)), (2, {"reduce_bucket_size"})):
+        plugin = DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": stage, "reduce_scatter": True}})
+        sharding.buckets_from_the_model(plugin.deepspeed_config)
+        zero = plugin.deepspeed_config["zero_optimization"]
+        assert {k for k in sharding.BUCKETS if zero.get(k) == "auto"} == keys
+        hidden = 768  # what accelerate's _prepare_deepspeed passes for such a model
+        plugin.deepspeed_config_process(must_match=False, **{
+            "zero_optimization.reduce_bucket_size": hidden * hidden,
+            "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+            "zero_optimization.stage3_param_persistence_threshold": 10 * hidden})
+        assert zero["reduce_bucket_size"] == hidden * hidden < 5e8
+    given = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 12345}}
+    sharding.buckets_from_the_model(given)
+    assert given["zero_optimization"]["reduce_bucket_size"] == 12345

@@ -95,6 +95,23 @@ def enable(accelerator: Any, recipe: Any) -> None:
         # batch_size for accelerate to read: the recipe says it
         if plugin.is_auto("train_micro_batch_size_per_gpu"):
             plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = recipe.train.batch_size
+        buckets_from_the_model(plugin.deepspeed_config)
+
+
+# DeepSpeed's sizes that transformers' DeepSpeed guide sets "auto" (accelerate then sizes them from
+# the model's hidden size: h*h, 0.9*h*h, 10*h); a key a config leaves out gets DeepSpeed's default
+BUCKETS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+
+
+def buckets_from_the_model(config: dict) -> None:
+    """A DeepSpeed config that leaves the bucket sizes out (accelerate's YAML route always does:
+    its `deepspeed_config` keys cannot name them) gets them as "auto", for accelerate to size from
+    the model. Left out, ZeRO-3 allocates DeepSpeed's default gradient bucket, 5e8 elements (2 GB in
+    fp32), whatever the model: on an H100 a gpt2 LoRA run under ZeRO-3 peaked at 2852 MB against
+    the plain run's 799-853 (2026-11-27). Sizes a config gives are kept."""
+    zero = config.setdefault("zero_optimization", {})
+    for key in BUCKETS if int(zero.get("stage", 0) or 0) == 3 else BUCKETS[:1]:
+        zero.setdefault(key, "auto")
 
 
 def _deepspeed_on_cpu(accelerator: Any) -> None:
