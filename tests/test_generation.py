@@ -554,8 +554,9 @@ def test_a_prediction_equal_to_its_reference_scores_as_the_reference(name: str) 
 
 def test_every_entry_point_generates_up_to_the_target_length(tmp_path: Path, cli, tiny_checkpoint,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The budget reaches `generate` the same way from train's evaluation, `toolkit eval` (an
-    override of the target length alone moves it), `toolkit predict` and the Python API."""
+    """The budget reaches `generate` the same way from train's evaluation, `toolkit eval`, the
+    API's evaluate (an override of the target length alone moves it), `toolkit predict` and the
+    API's predict."""
     import transformers
 
     import toolkit
@@ -577,10 +578,11 @@ def test_every_entry_point_generates_up_to_the_target_length(tmp_path: Path, cli
     run = only_run(tmp_path / "runs")
     seen = {"train": set(budgets)}
     for name, call in (("eval", lambda: cli("eval", run)[0]),
-                       ("eval, target length 9", lambda: cli("eval", run, "task.max_target_length=9")[0]),
+                       ("api eval, target length 9",
+                        lambda: toolkit.evaluate(run, overrides=["task.max_target_length=9"]) and 0),
                        ("predict", lambda: cli("predict", run, "--input", files["summarization"])[0]),
                        ("api", lambda: toolkit.predict(run, ["the red car is fast"]) and 0)):
         budgets.clear()
         assert call() == 0, name
         seen[name] = set(budgets)
-    assert seen == {"train": {7}, "eval": {7}, "eval, target length 9": {9}, "predict": {7}, "api": {7}}
+    assert seen == {"train": {7}, "eval": {7}, "api eval, target length 9": {9}, "predict": {7}, "api": {7}}
