@@ -12,6 +12,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, write_recipe
@@ -424,3 +425,164 @@ def test_a_decoder_only_sequence_past_the_positions_is_one_line_at_setup(tmp_pat
     assert code == 2 and "Traceback" not in err and [l for l in err.splitlines() if l.startswith("error:")]
     assert "task.max_length: 1024 source tokens, 5 of task.suffix and 129 for the target" in err
     assert "use task.max_length at most 890 to stay within the 1024 positions" in err
+
+
+# --- the generation budget and the decoded text (docs/task-types.md, "Generation") -------------
+def _generating_tasks() -> list[str]:
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import TextToText
+
+    return [n for n in TASKS.names() if issubclass(TASKS.get(n), TextToText)]
+
+
+class _Recorder:
+    """A stand-in model whose `generate` records its arguments and writes `width` new tokens."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def generate(self, input_ids, **kwargs):
+        import torch
+
+        self.calls.append(kwargs)
+        return torch.zeros(input_ids.shape[0], input_ids.shape[1] + kwargs["max_new_tokens"], dtype=torch.long)
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in _generating_tasks() for f in ("gpt2", "bart")])
+def test_the_generation_budget_covers_every_target_unless_set_lower(name: str, family: str) -> None:
+    """Finding: `max_new_tokens` was 64 whatever `max_target_length` (128, as run_translation /
+    run_summarization generate up to): IWSLT14 references past 64 tokens (2-4% of them) had their
+    outputs cut there, and BLEU fell, exit 0. The budget is now the task's target length unless
+    the recipe sets it, for every generating task and each family's generate call."""
+    import torch
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
+    budgets = {None: 40, 12: 12, 60: 60}  # max_new_tokens given -> the budget, max_target_length 40
+    for given, want in budgets.items():
+        task = TASKS.get(name)(max_target_length=40, generation=Generation(max_new_tokens=given), **extra)
+        task.model_head(family)
+        task._tokenizer = type("Tok", (), {"pad_token_id": 0})()
+        ids = torch.ones(2, 5, dtype=torch.long)
+        batch = {"input_ids": ids, "attention_mask": ids, "prompt_ids": ids, "prompt_mask": ids}
+        model = _Recorder()
+        assert task.new_tokens() == want and tuple(task.generate(model, batch).shape) == (2, want + 5 * (family == "bart"))
+        assert model.calls[0]["max_new_tokens"] == want
+    assert TASKS.get(name)(**extra).new_tokens() == TASKS.get(name)(**extra).max_target_length  # the defaults
+
+
+GENERATING_RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if not p.name.startswith("_")
+                            and p.parts[len(ROOT.parts) + 1] in ("summarization", "translation", "squad"))
+
+
+def test_every_shipped_generating_recipe_generates_up_to_its_target_length() -> None:
+    """The shipped recipes set 64 new tokens beside 128 target tokens; now none sets a budget
+    below its target length, and a recipe (or an override) that sets one of the two alone
+    gets a budget that follows it."""
+    from toolkit import recipe as recipes
+
+    assert len(GENERATING_RECIPES) >= 10
+    for path in GENERATING_RECIPES:
+        task = recipes.load(path).task
+        assert task.new_tokens() >= task.max_target_length, path
+        assert recipes.load(path, ["task.max_target_length=200"]).task.new_tokens() == 200, path
+        assert recipes.load(path, ["task.generation.max_new_tokens=7"]).task.new_tokens() == 7, path
+    smoke = recipes.load(GENERATING_RECIPES[0], smoke=True).task
+    assert smoke.new_tokens() == 16 < smoke.max_target_length  # --smoke keeps its short outputs
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bart-base"])
+def test_a_budget_set_below_the_targets_is_said_with_its_count(tmp_path: Path, family: str) -> None:
+    """Set lower on purpose it is kept, and said: how many targets are longer than the budget."""
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.translation import Translation
+
+    path = tmp_path / "d.jsonl"
+    targets = ["zwei Hunde", " ".join(["ein sehr langer Satz"] * 6), "ein Hund"]
+    path.write_text("".join(json.dumps({"en": "a dog", "de": t}) + "\n" for t in targets))
+    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / family)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    for given, said in ((None, None), (64, None), (10, "1 of 3 target sentences are longer than "
+                                                        "generation.max_new_tokens=10 tokens")):
+        task = Translation(subset="custom", eval_file=str(path), max_target_length=64,
+                           generation=Generation(max_new_tokens=given))
+        task.model_head("gpt2" if family == "gpt2" else "bart")
+        task.encode(task.load()["eval"][""], tok)
+        line = task.notices().get("over budget")
+        assert (line and line.split(":")[0]) == said, line
+        assert said is None or "leave it unset to generate up to task.max_target_length (64)" in line
+
+
+IWSLT_STYLE = ["it 's a test , is n't it ?", "we 're here .", "c' est la vie , non ?", "Bonjour ! Ça va ?"]
+
+
+@pytest.mark.parametrize("name", ["t5", "bart-base", "gpt2", "roberta-base", "bert-base-uncased"])
+def test_a_prediction_equal_to_its_reference_scores_as_the_reference(name: str) -> None:
+    """Finding: predictions were decoded with clean_up_tokenization_spaces=True, which for T5
+    (SentencePiece, whose decoding gives back the text it read) deleted spaces the model wrote:
+    IWSLT14-style tokenised text ("it 's a test , is n't it ?") reproduced exactly became "it's
+    a test, isn't it?" and these three lines scored BLEU 53.0 against themselves, exit 0. References are the data's own text, so the clean-up is
+    for a tokenizer that spaces every token (WordPiece) alone, where it gives the text back."""
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks._generation import decode_texts
+    from toolkit.tasks.translation import Translation
+
+    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / name)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    if name == "bert-base-uncased":  # WordPiece: "a man , don ' t ." without the clean-up
+        natural = "a man, a plan. don't stop! we're here?"
+        assert decode_texts(tok, [tok(natural)["input_ids"]]) == [natural]
+        assert tok.decode(tok(natural)["input_ids"], skip_special_tokens=True) != natural
+        return
+    from datasets import Dataset
+
+    refs = IWSLT_STYLE if name != "t5" else IWSLT_STYLE[:3]  # T5's vocabulary has no "Ç"
+    ids = tok(refs)["input_ids"]
+    width = max(map(len, ids))
+    task = Translation(subset="custom", eval_file="x.json", bleu_tokenize="13a")
+    task._tokenizer = tok
+    outputs = {"generated": np.array([r + [-100] * (width - len(r)) for r in ids]),
+               "example_index": np.arange(len(refs))}
+    assert task.decoded(outputs) == refs
+    assert task.score(outputs, Dataset.from_dict({"source": refs, "target": refs}))["bleu"] == pytest.approx(100.0)
+
+
+def test_every_entry_point_generates_up_to_the_target_length(tmp_path: Path, cli, tiny_checkpoint,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget reaches `generate` the same way from train's evaluation, `toolkit eval`, the
+    API's evaluate (an override of the target length alone moves it), `toolkit predict` and the
+    API's predict."""
+    import transformers
+
+    import toolkit
+
+    budgets: list[int] = []
+    real = transformers.GenerationMixin.generate
+
+    def recording(self, *args, **kwargs):
+        budgets.append(kwargs["max_new_tokens"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.GenerationMixin, "generate", recording)
+    files = _data(tmp_path)
+    task = (f"{{name: summarization, subset: custom, train_file: {files['summarization']}, eval_file: "
+            f"{files['summarization']}, max_length: 16, max_target_length: 7, max_eval_samples: 4}}")
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bart"), task=task,
+                                                             steps=1, lr=1.0e-3))
+    assert cli("run", recipe, "--runs-dir", tmp_path / "runs")[0] == 0
+    run = only_run(tmp_path / "runs")
+    seen = {"train": set(budgets)}
+    for name, call in (("eval", lambda: cli("eval", run)[0]),
+                       ("api eval, target length 9",
+                        lambda: toolkit.evaluate(run, overrides=["task.max_target_length=9"]) and 0),
+                       ("predict", lambda: cli("predict", run, "--input", files["summarization"])[0]),
+                       ("api", lambda: toolkit.predict(run, ["the red car is fast"]) and 0)):
+        budgets.clear()
+        assert call() == 0, name
+        seen[name] = set(budgets)
+    assert seen == {"train": {7}, "eval": {7}, "api eval, target length 9": {9}, "predict": {7}, "api": {7}}

@@ -16,6 +16,7 @@ import pytest
 import toolkit
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS
+from toolkit.tasks._generation import decode_texts
 
 SHORT = ["task.max_train_samples=8", "task.max_eval_samples=4", "train.max_steps=2"]
 BRIEF = ["task.generation.max_new_tokens=12"]  # generated text: short, still past the prompt
@@ -54,9 +55,9 @@ def direct_generate(model: Any, tok: Any, task: Any, source: str) -> str:
         enc = {"input_ids": toolkit_tensor([ids]), "attention_mask": toolkit_tensor([[1] * len(ids)])}
     else:
         enc = dict(tok(prefix + source + suffix, return_tensors="pt"))
-    out = model.generate(**enc, **task.generation.kwargs(), pad_token_id=tok.pad_token_id)
+    out = model.generate(**enc, **task.generation.kwargs(task.max_target_length), pad_token_id=tok.pad_token_id)
     new = out[0, enc["input_ids"].shape[1]:] if task.decoder_only else out[0]
-    return tok.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=True).strip()
+    return decode_texts(tok, [new])[0]  # the evaluation's decoding (spaces as the tokenizer keeps them)
 
 
 def toolkit_tensor(rows: list) -> Any:

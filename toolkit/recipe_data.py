@@ -418,8 +418,8 @@ def smoke_sized(raw: dict, task: Any = None) -> dict:
         value = getattr(task, key, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > cap:
             node[key] = cap
-    generation = getattr(task, "generation", None)
-    if getattr(generation, "max_new_tokens", 0) > SMOKE_NEW_TOKENS and isinstance(node.get("generation", {}), dict):
+    budget = task.new_tokens() if hasattr(task, "new_tokens") else 0  # unset: the target length
+    if budget > SMOKE_NEW_TOKENS and isinstance(node.get("generation", {}), dict):
         node["generation"] = {**node.get("generation", {}), "max_new_tokens": SMOKE_NEW_TOKENS}
     return raw
 

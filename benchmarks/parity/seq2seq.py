@@ -25,7 +25,7 @@ def encoder_decoder(path: str, tok: Any, **config: Any) -> Any:
 
 def generation_kwargs(task: Any) -> dict:
     g = task.generation
-    return {"num_beams": g.num_beams, "max_new_tokens": g.max_new_tokens, "length_penalty": g.length_penalty,
+    return {"num_beams": g.num_beams, "max_new_tokens": task.new_tokens(), "length_penalty": g.length_penalty,
             "no_repeat_ngram_size": g.no_repeat_ngram_size, "do_sample": False, "early_stopping": g.num_beams > 1}
 
 
@@ -82,15 +82,17 @@ def reference_seq2seq(recipe: Any, path: str, out: Path) -> dict:
 
 
 def decode(tok: Any, ids: Any) -> list[str]:
-    """Generated ids -> texts, as the toolkit decodes them: special tokens dropped and the
-    tokenizer's spaces before punctuation and inside contractions cleaned up ("he's", not
-    "he ' s"). Finding: transformers 5 leaves `clean_up_tokenization_spaces` off for MiniLM's
+    """Generated ids -> texts, as the toolkit decodes them (`decode_texts`): special tokens
+    dropped and, for a tokenizer that spaces every token (MiniLM's WordPiece), the spaces before
+    punctuation and inside contractions cleaned up ("he's", not "he ' s"). Finding: transformers 5 leaves `clean_up_tokenization_spaces` off for MiniLM's
     tokenizer, so the reference's texts had a space around every mark and the table's word
     counts read longer on its side for the same tokens (10.6 against 8.8 words on one trained
     MiniLM2MiniLM's SAMSum summaries). ROUGE scores both spellings the same (rouge-score keeps
     letters and digits only); sacreBLEU's 13a tokenizer keeps an apostrophe inside a word, so
     BLEU could differ where outputs hold contractions."""
-    return [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)]
+    from toolkit.tasks._generation import decode_texts
+
+    return decode_texts(tok, ids)
 
 
 def summed_loss(model: Any, batch: dict, shifted: bool) -> tuple[float, int]:

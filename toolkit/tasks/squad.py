@@ -287,7 +287,7 @@ class Squad(TextToText):
     context_field: str | None = None
     answers_field: str | None = None
     id_field: str | None = None
-    generation: Generation = field(default_factory=lambda: Generation(max_new_tokens=32))
+    generation: Generation = field(default_factory=Generation)  # budget: max_target_length
 
     def __post_init__(self) -> None:
         if self.train_file and self.split_articles is not None:
