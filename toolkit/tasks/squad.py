@@ -489,7 +489,10 @@ class Squad(TextToText):
         `answers` (id -> answer) and, for extractive v2.0, `na_prob` (id -> no_answer_score) with
         each question's best non-empty span in `answers`, so that
         `evaluate-v2.0.py DATASET ANSWERS --na-prob-file NA_PROB --na-prob-thresh 0` gives the
-        run's exact_match, f1, their HasAns/NoAns parts, best_exact and best_f1."""
+        run's best_exact and best_f1, and its exact_match, f1 and HasAns/NoAns parts but in one
+        place where the script with that file scores otherwise than on predictions alone: an
+        abstention on a question whose every listed answer normalises to nothing ("the") is
+        wrong there, right in the run (and in the script given predictions with "" in them)."""
         ids = unique_ids([r["id"] for r in rows])
         files: dict[str, Any] = {"dataset": squad_layout(raw.to_list(), self.version, ids)}
         if rows and "no_answer_score" in rows[0]:
