@@ -488,3 +488,24 @@ def test_a_question_longer_than_a_window_allows_is_cut_and_its_answer_still_foun
         assert any(s for s, e in zip(feats["start_positions"], feats["example_index"]) if e == example)
     (line,) = [v for k, v in task.notices().items() if k == "cut questions"]
     assert line.startswith("1 of 2 questions cut to their first ") and "task.doc_stride=16" in line
+
+
+@pytest.mark.parametrize("checkpoint, mode, valid", [
+    ("bert-base-uncased", "auto", True), ("bert-base-uncased", "extractive", True),
+    ("gpt2", "auto", False), ("t5-base", "generative", False), ("gpt2", "extractive", True),
+])
+def test_best_thresholds_are_selectable_exactly_where_the_run_has_them(tmp_path: Path, cli, checkpoint: str,
+                                                                     mode: str, valid: bool) -> None:
+    """best_* come from the null score of an extractive v2.0 run: train.metric=best_f1 validates
+    there, and a generative run (which has none) is refused at validate in one line, not by a
+    KeyError at its first evaluation."""
+    data = _v2_file(tmp_path / "dev-v2.json")
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {checkpoint}}}
+task: {{name: squad, version: v2, mode: {mode}, eval_file: {data}, split_articles: 0.5}}
+method: {{name: full}}
+train: {{metric: best_f1}}
+""")
+    code, _, err = cli("validate", recipe)
+    assert code == (0 if valid else 2), err
+    if not valid:
+        assert len(err.strip().splitlines()) == 1 and "train.metric: 'best_f1' is not a metric of this task" in err

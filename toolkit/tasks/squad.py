@@ -315,7 +315,8 @@ class Squad(TextToText):
         if self.version == "v2":
             names += ["HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1"]
         out = [Metric(n, True, 100.0) if n.startswith(("HasAns", "NoAns")) else declaration(n) for n in names]
-        if self.version == "v2":  # extractive runs only (generative v2 answers "" or not by itself)
+        if self.version == "v2" and self.extractive:  # a generative model answers "" or not by itself:
+            # no null score to tune a threshold on (so train.metric cannot select best_* there)
             out += [Metric("best_exact", True, 100.0), Metric("best_f1", True, 100.0),
                     Metric("best_exact_thresh", True, 1.0), Metric("best_f1_thresh", True, 1.0)]
         return out
