@@ -15,8 +15,8 @@ from conftest import write_recipe
 from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
-from toolkit.methods.icl import (ICL, Prompter, calibrated, cut_prompts, default_template,
-                                 draw_demonstrations, label_scores)
+from toolkit.methods.icl import (CHOICE_RULES, ICL, Prompter, calibrated, cut_prompts, default_template,
+                                 draw_demonstrations, harness_picks, label_scores, per_rule)
 
 from toolkit.tasks.glue import Glue
 
@@ -115,7 +115,10 @@ def test_evaluate_uses_calibrated_scores(tiny_checkpoint) -> None:
             prior = label_scores(model, tok, [prompter.content_free()], task.verbalizers, 1024, 8)[0]
             scores = calibrated(scores, prior)
         loss = got.pop("loss")
+        harness = {rule: got.pop(rule) for rule in ("acc", "acc_norm", "acc_bytes")}
         assert got == task.compute_metrics(scores.argmax(-1).numpy(), evals["label"])
+        if not calibrate:  # the default rule is the harness's acc: the summed log-probability
+            assert harness["acc"] == got["accuracy"]
         logp = scores.log() if calibrate else scores.log_softmax(-1)  # over the label words
         gold = torch.tensor(evals["label"])
         assert loss == pytest.approx(float(-logp.gather(-1, gold.view(-1, 1)).mean()), rel=1e-5)
@@ -132,6 +135,8 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
     (metrics_file,) = runs_dir.rglob("metrics.json")
     metrics = json.loads(metrics_file.read_text())
     assert 0.0 <= metrics["eval"]["accuracy"] <= 1.0
+    assert {"acc", "acc_norm", "acc_bytes"} <= set(metrics["eval"])  # the harness's, beside
+    assert metrics["metric_declarations"]["acc_norm"] == {"higher_is_better": True, "scale": 100.0}
     assert metrics["trainable_params"] == 0 and metrics["total_params"] > 0
     assert metrics["method"] == "icl" and metrics["train_steps"] == 0
 
@@ -147,6 +152,7 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
     ("gpt2", "rte", "{name: icl, template: 'P: {text_a} A: {label} H: {text_b}'}",
      "method.template: '{text_b}' comes after '{label}'"),
     ("t5-base", "sst2", "{name: icl, template: '{label}: {text_a}'}", "'{text_a}' comes after '{label}'"),
+    ("gpt2", "sst2", "{name: icl, choose_by: acc_nrom}", "did you mean 'acc_norm'"),
 ])
 def test_validate_refuses_what_cannot_run(tmp_path: Path, cli, checkpoint: str, subset: str,
                                           method: str, message: str) -> None:
@@ -155,6 +161,64 @@ def test_validate_refuses_what_cannot_run(tmp_path: Path, cli, checkpoint: str, 
     code, out, err = cli("validate", path)
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_choose_by_on_a_generation_task_is_refused_in_one_line(tmp_path: Path, cli) -> None:
+    """A text-to-text task generates its answers: no label words are compared, so a rule for
+    comparing them would be ignored under its name."""
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        "task: {name: squad, version: v1}\nmethod: {name: icl, choose_by: acc_norm}\n")
+    code, _, err = cli("validate", path)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "method.choose_by: acc_norm compares label words, and this task generates its answers" in err
+
+
+def test_harness_rules_worked_by_hand() -> None:
+    """lm-evaluation-harness's multiple-choice accuracies: acc is the argmax of the summed
+    log-probabilities, acc_norm of the sums per character of the choice, acc_bytes per UTF-8
+    byte. 'no' (2 chars) at -3.0 beats 'absolutely' (10 chars) at -5.0 by the sum; per character
+    -1.5 against -0.5, the long word wins; 'née' is 3 characters but 4 bytes."""
+    words = ["no", "absolutely", "née"]
+    scores = torch.tensor([[-3.0, -5.0, -4.0],    # acc: no; acc_norm: absolutely (-0.5); bytes: absolutely
+                           [-3.0, -20.0, -1.6],   # acc: née; acc_norm: née (-0.53 vs -1.5); bytes: née (-0.4)
+                           [-1.0, -20.0, -1.65]])  # acc: no; acc_norm: no (-0.5 vs -0.55); bytes: née (-0.41)
+    torch.testing.assert_close(per_rule(scores, words, "acc_norm")[0], torch.tensor([-1.5, -0.5, -4.0 / 3]))
+    torch.testing.assert_close(per_rule(scores, words, "acc_bytes")[0], torch.tensor([-1.5, -0.5, -1.0]))
+    assert CHOICE_RULES == ("acc", "acc_norm", "acc_bytes")
+    assert harness_picks(scores, words).tolist() == [[0, 1, 1], [2, 2, 2], [0, 0, 2]]
+
+
+def test_the_chosen_rule_makes_the_task_metrics_and_every_rule_is_recorded(tiny_checkpoint) -> None:
+    """Label words of 1 and 4+ tokens, every rule with and without calibration: the task's
+    metrics and loss are made of the chosen rule's scores (calibrated by the same rule's
+    content-free prior when asked); acc, acc_norm and acc_bytes beside them are the harness's,
+    uncalibrated, whatever was chosen."""
+    from accelerate import Accelerator
+
+    model, tok = models.load(tiny_checkpoint("gpt2"), "causal-lm", {})
+    task = Glue(subset="sst2")
+    words = ["no", "absolutely yes indeed"]
+    evals = Dataset.from_dict({"text_a": [r["text_a"] for r in ROWS] * 2, "label": [0, 1, 1, 1, 0, 0]})
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=TRAIN, evals={"": evals}, seed=3)
+    prompter = ICL(shots=2, verbalizers=words).prompter(task, TRAIN, seed=3)
+    raw = label_scores(model, tok, [prompter.query(r) for r in evals], words, 1024, 8)
+    prior = label_scores(model, tok, [prompter.content_free()], words, 1024, 8)
+    gold = torch.tensor(evals["label"])
+    picks = harness_picks(raw, words)
+    assert (picks[:, 0] != picks[:, 1]).any()  # the sum and the per-character rule disagree here
+    for choose_by in CHOICE_RULES:
+        for calibrate in (False, True):
+            method = ICL(shots=2, verbalizers=words, choose_by=choose_by, calibrate=calibrate)
+            got = method.evaluate(method.apply(model, None), setup, Accelerator(cpu=True))
+            for j, rule in enumerate(CHOICE_RULES):
+                assert got[rule] == pytest.approx(float((picks[:, j] == gold).float().mean()))
+            chosen = per_rule(raw, words, choose_by)
+            logp = (calibrated(chosen, per_rule(prior, words, choose_by)[0]).log() if calibrate
+                    else chosen.log_softmax(-1))
+            assert got["accuracy"] == pytest.approx(float((logp.argmax(-1) == gold).float().mean()))
+            assert got["loss"] == pytest.approx(float(-logp.gather(-1, gold.view(-1, 1)).mean()), rel=1e-5)
+            if not calibrate:
+                assert got["accuracy"] == got[choose_by]
 
 
 def test_own_data_with_the_wrong_number_of_verbalizers_is_one_line(tmp_path: Path, cli) -> None:

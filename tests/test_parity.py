@@ -69,10 +69,10 @@ def test_squad_v2_scorer_hand_worked(parity, prediction: str, golds: list[str], 
     toolkit = squad_scores([prediction], [golds], "v2")
     for scores in (got, toolkit):
         assert scores["exact_match"] == pytest.approx(em) and scores["f1"] == pytest.approx(f1)
-    # HasAns is what the file lists (the official qid_to_has_ans), on both scorers (the toolkit
-    # splits only a mixed set: an unanswerable partner question, answered right, sits beside it)
+    # HasAns is what the file lists (the official qid_to_has_ans), on both scorers, alone and
+    # beside a partner question of the other set, answered right
     split = "HasAns" if golds else "NoAns"
-    assert got[f"{split}_f1"] == pytest.approx(f1)
+    assert got[f"{split}_f1"] == pytest.approx(f1) and toolkit[f"{split}_f1"] == pytest.approx(f1)
     mixed = squad_scores([prediction, ""], [golds, [] if golds else ["x"]], "v2")
     assert mixed[f"{split}_f1"] == pytest.approx(f1)
 

@@ -3,8 +3,11 @@ span post-processing on hand-made contexts, and bad SQuAD files."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
+import re
+import string
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +29,11 @@ def test_normalisation_and_scores_worked_by_hand() -> None:
     assert token_f1("the cat sat on", "a cat sat") == pytest.approx(0.8)
     assert token_f1("", "") == 1.0 and token_f1("x", "") == 0.0
     # the best over gold answers: second gold matches exactly
-    scores = squad_scores(["Broncos", "1990"], [["Denver Broncos", "Broncos"], ["in 1991"]])
+    scores = squad_scores(["Broncos", "1990"], [["Denver Broncos", "Broncos"], ["in 1991"]], "v1")
     assert scores == pytest.approx({"exact_match": 0.5, "f1": 0.5})  # (1 + 0) / 2 both
+    # v2.0 adds the HasAns breakdown whenever a question is answerable, as its script does
+    assert squad_scores(["Broncos", "1990"], [["Denver Broncos", "Broncos"], ["in 1991"]], "v2") == pytest.approx(
+        {"exact_match": 0.5, "f1": 0.5, "HasAns_exact_match": 0.5, "HasAns_f1": 0.5})
     v2 = squad_scores(["", "paris", "x"], [[], ["Paris"], []])
     assert v2["HasAns_exact_match"] == 1.0 and v2["NoAns_exact_match"] == 0.5
     assert v2["exact_match"] == pytest.approx(2 / 3)
@@ -58,12 +64,148 @@ def test_golds_that_normalise_to_nothing_follow_each_official_script() -> None:
     assert v1["exact_match"] == 1.0 and v1["f1"] == 0.0
     # v2.0 drops it from the golds, so "" is the right answer; the question stays HasAns, since
     # the official script's qid_to_has_ans is bool(qa['answers']): q0 "" vs [""] 1, q1 "the"
-    # (normalises to "") vs ["Paris"] 0, q2 "x" vs [""] 0. No NoAns question, so no split.
+    # (normalises to "") vs ["Paris"] 0, q2 "x" vs [""] 0. All three HasAns, no NoAns key.
     v2 = squad_scores(["", "the", "x"], [["the"], ["the", "Paris"], ["."]], "v2")
-    assert v2 == pytest.approx({"exact_match": 1 / 3, "f1": 1 / 3})
+    assert v2 == pytest.approx({"exact_match": 1 / 3, "f1": 1 / 3, "HasAns_exact_match": 1 / 3, "HasAns_f1": 1 / 3})
     # with a truly unanswerable question (no answers listed) beside it, NoAns holds only that one
     v2 = squad_scores(["", ""], [["the"], []], "v2")
     assert v2["HasAns_f1"] == 1.0 and v2["NoAns_f1"] == 1.0 and v2["f1"] == 1.0
+
+
+# --- the official scripts' rules, written out here as a second reading of them --------------------
+def _official_tokens(text: str) -> list[str]:
+    """evaluate-v1.1.py / evaluate-v2.0.py's normalize_answer, then split."""
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    return re.sub(r"\b(a|an|the)\b", " ", text).split()
+
+
+def _official_f1(gold: list[str], pred: list[str], v2: bool) -> float:
+    if v2 and (not gold or not pred):  # v2.0 only: an empty side scores 1 when both are empty
+        return float(gold == pred)
+    same = sum((collections.Counter(gold) & collections.Counter(pred)).values())
+    return 0.0 if not same else 2 * same / (len(pred) + len(gold))  # 2PR / (P + R)
+
+
+def official_v1(golds: dict, preds: dict) -> dict:
+    em = [max(float(_official_tokens(g) == _official_tokens(preds[q])) for g in gs) for q, gs in golds.items()]
+    f1 = [max(_official_f1(_official_tokens(g), _official_tokens(preds[q]), False) for g in gs)
+          for q, gs in golds.items()]
+    return {"exact_match": sum(em) / len(em), "f1": sum(f1) / len(f1)}
+
+
+def official_v2(golds: dict, preds: dict, na_probs: dict | None = None, thresh: float = 1.0) -> dict:
+    """evaluate-v2.0.py: raw scores against the golds that normalise to something (else ""),
+    the no-answer threshold applied by the file's has-answers, HasAns/NoAns where they have
+    questions, and with an na_prob file the best threshold (starting at 0.0). Fractions."""
+    raw: dict[str, dict] = {"exact": {}, "f1": {}}
+    for q, gs in golds.items():
+        kept = [g for g in gs if _official_tokens(g)] or [""]
+        pred = _official_tokens(preds[q])
+        raw["exact"][q] = max(float(_official_tokens(g) == pred) for g in kept)
+        raw["f1"][q] = max(_official_f1(_official_tokens(g), pred, True) for g in kept)
+    has = {q: bool(gs) for q, gs in golds.items()}
+    na = na_probs or dict.fromkeys(golds, 0.0)
+    out: dict[str, float] = {}
+    for key, scores in raw.items():
+        final = {q: float(not has[q]) if na[q] > thresh else s for q, s in scores.items()}
+        out[key] = sum(final.values()) / len(final)
+        for name, qs in (("HasAns", [q for q in golds if has[q]]), ("NoAns", [q for q in golds if not has[q]])):
+            if qs:
+                out[f"{name}_{key}"] = sum(final[q] for q in qs) / len(qs)
+        if na_probs is not None:
+            best = score = float(sum(not h for h in has.values()))
+            out[f"best_{key}_thresh"] = 0.0
+            for q in sorted(na, key=na.get):
+                score += scores[q] if has[q] else (-1.0 if preds[q] else 0.0)
+                if score > best:
+                    best, out[f"best_{key}_thresh"] = score, na[q]
+            out[f"best_{key}"] = best / len(golds)
+    return out
+
+
+def _toolkit_names(official: dict) -> dict:
+    """The official keys under the toolkit's names (`exact` -> `exact_match`, best_* as they are)."""
+    return {k.replace("exact", "exact_match") if not k.startswith("best") else k: v for k, v in official.items()}
+
+
+# (golds as listed, best non-empty span, null score minus the span's score): "" when above 0.0
+V2_CASES = {
+    "mixed": [(["Paris"], "Paris", -1.0), (["Big Ben"], "Ben", -2.0), ([], "London", -0.5),
+              ([], "x", 1.5), (["Eiffel Tower", "the tower"], "the eiffel tower.", 0.5)],
+    # golds that normalise to nothing: the question is HasAns, and "" (or "the") is its right answer
+    "empty golds": [(["the"], "x", 2.0), (["."], "the", -1.0), (["a", "Rome"], "an", -3.0),
+                    ([], "The", -0.25), (["Oslo"], "Oslo", 0.75)],
+    "all answerable": [(["Paris"], "Paris", -1.0), (["one two three"], "two three four", -0.5),
+                       (["Nile"], "Amazon", 0.2)],
+    "all unanswerable": [([], "x", 1.0), ([], "y", -1.0), ([], "z", 0.1)],
+}
+
+
+def _raw(golds: list[list[str]]):
+    from datasets import Dataset
+
+    context = " ".join(sorted({t for g in golds for t in g})) + " and more"  # holds every gold
+    return Dataset.from_list([{"id": f"q{i}", "question": "?", "context": context,
+                               "answers": {"text": g, "answer_start": [context.index(t) for t in g]}}
+                              for i, g in enumerate(golds)])
+
+
+@pytest.mark.parametrize("case", list(V2_CASES))
+def test_v2_extractive_scores_equal_the_official_script(case: str, monkeypatch) -> None:
+    """Squad.score (the training loop's, toolkit eval's and icl's entry) on crafted spans: its
+    exact_match, f1, HasAns_*/NoAns_* are evaluate-v2.0.py's on the run's predictions ("" where
+    the null score wins), its best_* the script's with --na-prob-file (thresholds below 0.0
+    allowed). With the na_prob file at threshold 0 the script's own fixed-threshold figures differ
+    in one place, its own: an abstention on a HasAns question whose every gold normalises to
+    nothing scores 0 there and 1 on the predictions."""
+    from toolkit.tasks._qa import Best
+    from toolkit.tasks.squad import Squad
+
+    rows = V2_CASES[case]
+    golds = {f"q{i}": g for i, (g, _, _) in enumerate(rows)}
+    spans = {f"q{i}": s for i, (_, s, _) in enumerate(rows)}
+    gaps = {f"q{i}": gap for i, (_, _, gap) in enumerate(rows)}
+    task = Squad(version="v2", mode="extractive")
+    task._extractive = True
+    monkeypatch.setattr(task, "spans", lambda outputs, raw: [Best(spans[q], 0.0, gaps[q]) for q in golds])
+    got = task.score({}, _raw(list(golds.values())))
+
+    predicted = {q: "" if gaps[q] > 0.0 else spans[q] for q in golds}
+    plain = _toolkit_names(official_v2(golds, predicted))
+    with_file = _toolkit_names(official_v2(golds, spans, gaps, thresh=0.0))
+    assert {k: v for k, v in got.items() if not k.startswith("best")} == pytest.approx(plain)
+    for key in ("best_exact", "best_f1"):
+        assert got[key] == pytest.approx(with_file[key])
+        assert got[f"{key}_thresh"] == (with_file[f"{key}_thresh"] if got[f"{key}_thresh"] > float("-inf") else
+                                        got[f"{key}_thresh"])
+    odd = sum(gaps[q] > 0.0 and bool(golds[q]) and not any(_official_tokens(g) for g in golds[q]) for q in golds)
+    assert got["exact_match"] - with_file["exact_match"] == pytest.approx(odd / len(golds))
+    assert (odd > 0) == (case == "empty golds")
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("mode", ["extractive", "generative"])
+def test_every_squad_scoring_path_equals_its_versions_official_script(version: str, mode: str, monkeypatch) -> None:
+    """Each version is scored as its own script scores the same predictions: v1.1 keeps a gold of
+    "the" (EM 1 for "", F1 0) and has no HasAns/NoAns; v2.0 drops it. A generative v2.0 model's
+    "unanswerable" is the empty answer."""
+    from toolkit.tasks._qa import Best
+    from toolkit.tasks.squad import NO_ANSWER, Squad
+
+    golds = {"q0": ["the"], "q1": ["Paris", "a"], "q2": ["Big Ben"], "q3": ["Nile"]}
+    texts = {"q0": "", "q1": "an", "q2": "big ben.", "q3": "Amazon Nile river"}
+    if version == "v2":
+        golds["q4"], texts["q4"] = [], ""
+    task = Squad(version=version, mode=mode)
+    task._extractive = mode == "extractive"
+    if mode == "extractive":  # null scores below every span: the spans are the predictions
+        monkeypatch.setattr(task, "spans", lambda outputs, raw: [Best(texts[q], 0.0, -1.0) for q in golds])
+    else:
+        monkeypatch.setattr(task, "decoded", lambda outputs: [texts[q] or NO_ANSWER for q in golds])
+    got = task.score({}, _raw(list(golds.values())))
+    official = official_v1(golds, texts) if version == "v1" else _toolkit_names(official_v2(golds, texts))
+    assert {k: v for k, v in got.items() if not k.startswith("best")} == pytest.approx(official)
+    assert got["exact_match"] != got["f1"]  # "" against "the": EM 1, F1 0 (v1.1); 1, 1 (v2.0)
 
 
 CONTEXT = "Alpha beta gamma delta. The answer is Marie Curie herself. Epsilon zeta eta theta iota kappa."
@@ -317,14 +459,10 @@ def test_v2_recipe_writes_what_the_official_script_reads_and_it_gives_the_run_sc
     golds = {qa["id"]: [a["text"] for a in qa["answers"]]
              for article in dataset["data"] for p in article["paragraphs"] for qa in p["qas"]}
     assert set(golds) == set(answers) == set(na_prob) == {r["id"] for r in rows}
-    ids = list(golds)
-    thresholded = [("" if na_prob[i] > 0 else answers[i]) for i in ids]
-    assert squad_scores(thresholded, [golds[i] for i in ids]) == pytest.approx(
-        {k: scores[k] for k in ("exact_match", "f1", "HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1")})
-    per_question = [max((exact_match(answers[i], g) for g in golds[i] if normalize_answer(g)), default=0.0) for i in ids]
-    best, _ = best_null_threshold(per_question, [na_prob[i] for i in ids], [bool(golds[i]) for i in ids],
-                                  [bool(answers[i]) for i in ids])
-    assert best == pytest.approx(scores["best_exact"])
+    official = _toolkit_names(official_v2(golds, answers, na_prob, thresh=0.0))  # no gold here is "the"
+    for key in ("exact_match", "f1", "HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1",
+                "best_exact", "best_f1"):
+        assert scores[key] == pytest.approx(official[key]), key
 
 
 @pytest.mark.parametrize("tok_name", ["bert-base-uncased", "roberta-base", "bart-base", "gpt2"])
@@ -350,3 +488,24 @@ def test_a_question_longer_than_a_window_allows_is_cut_and_its_answer_still_foun
         assert any(s for s, e in zip(feats["start_positions"], feats["example_index"]) if e == example)
     (line,) = [v for k, v in task.notices().items() if k == "cut questions"]
     assert line.startswith("1 of 2 questions cut to their first ") and "task.doc_stride=16" in line
+
+
+@pytest.mark.parametrize("checkpoint, mode, valid", [
+    ("bert-base-uncased", "auto", True), ("bert-base-uncased", "extractive", True),
+    ("gpt2", "auto", False), ("t5-base", "generative", False), ("gpt2", "extractive", True),
+])
+def test_best_thresholds_are_selectable_exactly_where_the_run_has_them(tmp_path: Path, cli, checkpoint: str,
+                                                                     mode: str, valid: bool) -> None:
+    """best_* come from the null score of an extractive v2.0 run: train.metric=best_f1 validates
+    there, and a generative run (which has none) is refused at validate in one line, not by a
+    KeyError at its first evaluation."""
+    data = _v2_file(tmp_path / "dev-v2.json")
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {checkpoint}}}
+task: {{name: squad, version: v2, mode: {mode}, eval_file: {data}, split_articles: 0.5}}
+method: {{name: full}}
+train: {{metric: best_f1}}
+""")
+    code, _, err = cli("validate", recipe)
+    assert code == (0 if valid else 2), err
+    if not valid:
+        assert len(err.strip().splitlines()) == 1 and "train.metric: 'best_f1' is not a metric of this task" in err

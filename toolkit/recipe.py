@@ -88,11 +88,6 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     keeps the model family of its base; None: this recipe names its model itself."""
     task = recipe.task
     task.check()
-    if recipe.train.metric is not None:
-        names = task.metric_names()
-        if recipe.train.metric not in names:
-            raise UserError(f"train.metric: '{recipe.train.metric}' is not a metric of this task"
-                            f"{did_you_mean(recipe.train.metric, names)}")
     tracking.check(recipe.train.report_to)
     train = recipe.train
     if train.precision_mode == "bf16_master" and train.mixed_precision != "bf16":  # toolkit/precision.py
@@ -117,6 +112,11 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
             raise UserError(f"model.attention: '{recipe.model.attention.name}' cannot run with "
                             f"method {recipe.method.name}: {reason}")
     models.check_head(base.model.checkpoint, family, recipe.method.head(task, family))
+    if recipe.train.metric is not None:  # after the head: a task's metrics may follow it (squad v2's best_*)
+        names = task.metric_names()
+        if recipe.train.metric not in names:
+            raise UserError(f"train.metric: '{recipe.train.metric}' is not a metric of this task"
+                            f"{did_you_mean(recipe.train.metric, names)}")
     reason = recipe.method.incompatible(family, task)
     if reason:
         raise UserError(f"method.name: '{recipe.method.name}' cannot run here: {reason}")

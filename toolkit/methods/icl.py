@@ -2,7 +2,13 @@
 
 No parameter changes. Each test example becomes a prompt (k demonstrations from the train split,
 then the example), and the label whose verbalizer is the most probable continuation wins
-(Brown et al. 2020). With `calibrate`, the label probabilities are divided by those the same
+(Brown et al. 2020). Label words of different lengths are compared by one of the rules
+lm-evaluation-harness names its multiple-choice accuracies after (`method.choose_by`): `acc`, the
+summed log-probability (the default: the harness's GLUE tasks report it); `acc_norm`, that sum
+per character of the word; `acc_bytes`, per UTF-8 byte. The chosen rule makes the task's metrics
+(`accuracy`, `f1`, ...), which reports compare; all three harness accuracies are recorded beside
+them, uncalibrated as the harness computes them, so that a number is never read under another
+rule's name. With `calibrate`, the chosen scores' label probabilities are divided by those the same
 prompt gives a content-free input ("N/A") and renormalised (Zhao et al. 2021, "Calibrate Before
 Use"), which removes the model's prior for one label word over another.
 
@@ -19,7 +25,7 @@ import random
 import sys
 import string
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
@@ -232,6 +238,27 @@ def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
     return probs / probs.sum(-1, keepdim=True)
 
 
+# lm-evaluation-harness's names for its multiple-choice accuracies, by what divides a choice's
+# summed log-probability before the argmax: nothing, its characters, its UTF-8 bytes
+CHOICE_RULES = ("acc", "acc_norm", "acc_bytes")
+
+
+def per_rule(scores: torch.Tensor, words: Sequence[str], rule: str) -> torch.Tensor:
+    """(n, L) summed log-probabilities of the label words -> what `rule` compares: divided by
+    each word's length in characters (acc_norm) or UTF-8 bytes (acc_bytes), the word without the
+    space before it, as the harness measures its choices without their target delimiter."""
+    if rule == "acc":
+        return scores
+    lengths = [len(w) if rule == "acc_norm" else len(w.encode("utf-8")) for w in words]
+    return scores / torch.tensor(lengths, dtype=scores.dtype)
+
+
+def harness_picks(scores: torch.Tensor, words: Sequence[str]) -> torch.Tensor:
+    """(n, len(CHOICE_RULES)) the label each harness rule picks (the first of tied ones, as
+    numpy's argmax in the harness)."""
+    return torch.stack([per_rule(scores, words, r).argmax(-1) for r in CHOICE_RULES], -1)
+
+
 def _max_positions(model: torch.nn.Module, tokenizer: Any) -> int:
     limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
     tok_limit = token_limit(tokenizer)
@@ -249,6 +276,7 @@ class ICL(Method):
     shots: int = field(default=0, metadata={"min": 0})
     template: str | None = None  # format string over text_a, [text_b], label; None: per task
     verbalizers: list[str] | None = None  # one word per label; None: the task's
+    choose_by: Literal["acc", "acc_norm", "acc_bytes"] = "acc"  # CHOICE_RULES: sum, per char, per byte
     calibrate: bool = False
     separator: str = "\n\n"
     max_length: int | None = field(default=None, metadata={"min": 8})  # None: the model's limit
@@ -260,6 +288,9 @@ class ICL(Method):
             return (f"'{family}' is encoder-only and cannot score a continuation; use a decoder "
                     "(gpt2) or encoder-decoder (t5, bart) model")
         if hasattr(task, "generation"):  # a text-to-text task: demonstrations, then generation
+            if self.choose_by != "acc":
+                return (f"method.choose_by: {self.choose_by} compares label words, and this task "
+                        "generates its answers (none are compared); leave it at acc")
             return None
         if getattr(task, "is_regression", False):
             return "icl scores label words and this task is a regression (STS-B)"
@@ -334,17 +365,35 @@ class ICL(Method):
         out: dict[str, float] = {}
         for suffix, dataset in setup.evals.items():
             with accelerator.split_between_processes(list(range(len(dataset)))) as mine:
-                local = scores([prompter.query(dataset[i]) for i in mine])
-                # (n, L) log-probabilities over the label words, renormalised over them
-                logp = calibrated(local, prior).log() if prior is not None else local.log_softmax(-1)
+                local = scores([prompter.query(dataset[i]) for i in mine])  # (n, L) summed log-probs
                 gold = torch.tensor([int(dataset[i]["label"]) for i in mine], dtype=torch.long)
-                nll = -logp.gather(-1, gold.view(-1, 1)).squeeze(-1) if len(gold) else torch.zeros(0)
-            pairs = gather_object(list(zip(logp.argmax(-1).tolist(), nll.tolist())))
-            metrics = task.compute_metrics(np.asarray([p for p, _ in pairs]), np.asarray(dataset["label"]))
-            # the eval loss: cross-entropy of the gold label among the label words
-            metrics["loss"] = float(np.mean([l for _, l in pairs])) if pairs else float("nan")
-            out.update({f"{k}{suffix}": v for k, v in metrics.items()})
+                rows = self._choices(local, prior, prompter.verbalizers, gold)
+            out.update({f"{k}{suffix}": v for k, v in self._metrics(task, gather_object(rows), dataset).items()})
         return out
+
+    def _choices(self, scores: torch.Tensor, prior: torch.Tensor | None, words: Sequence[str],
+                 gold: torch.Tensor) -> list[tuple[int, float, list[int]]]:
+        """Per example (the label the chosen rule picks, calibrated if asked; the cross-entropy of
+        the gold label among the label words under that rule; the label each harness rule picks)."""
+        chosen = per_rule(scores, words, self.choose_by)
+        if prior is not None:
+            logp = calibrated(chosen, per_rule(prior[None], words, self.choose_by)[0]).log()
+        else:
+            logp = chosen.log_softmax(-1)  # over the label words
+        nll = -logp.gather(-1, gold.view(-1, 1)).squeeze(-1) if len(gold) else torch.zeros(0)
+        return list(zip(logp.argmax(-1).tolist(), nll.tolist(), harness_picks(scores, words).tolist()))
+
+    @staticmethod
+    def _metrics(task: Any, rows: list[tuple[int, float, list[int]]], dataset: Any) -> dict[str, float]:
+        """The task's metrics of the chosen picks, the eval loss, and each harness accuracy."""
+        labels = np.asarray(dataset["label"])
+        metrics = task.compute_metrics(np.asarray([p for p, _, _ in rows]), labels)
+        # the eval loss: cross-entropy of the gold label among the label words
+        metrics["loss"] = float(np.mean([l for _, l, _ in rows])) if rows else float("nan")
+        picks = np.asarray([r for _, _, r in rows]).reshape(len(rows), len(CHOICE_RULES))
+        for j, rule in enumerate(CHOICE_RULES):
+            metrics[rule] = float(np.mean(picks[:, j] == labels)) if rows else float("nan")
+        return metrics
 
     def _generate(self, model: torch.nn.Module, setup: Any, accelerator: Any) -> dict[str, float]:
         """Text-to-text tasks: the same k demonstrations before every eval example, then the

@@ -67,6 +67,8 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
     Metric("rouge1", True, 100.0), Metric("rouge2", True, 100.0), Metric("rougeL", True, 100.0),
     Metric("rougeLsum", True, 100.0), Metric("bleu", True, 1.0), Metric("chrf", True, 1.0),
     Metric("perplexity", False, 1.0), Metric("loss", False, 1.0),
+    # in-context prompting's label-word accuracies, as lm-evaluation-harness names them
+    Metric("acc", True, 100.0), Metric("acc_norm", True, 100.0), Metric("acc_bytes", True, 100.0),
 ]}
 
 

@@ -120,12 +120,16 @@ def best_over(metric, prediction: str, golds: Sequence[str]) -> float:
 
 def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]],
                  version: str = "v2") -> dict[str, float]:
-    """exact_match and f1 as fractions (the official script prints them times 100); with
-    unanswerable questions (empty gold list), HasAns_/NoAns_ breakdowns as well. v2.0 first drops
-    golds that normalise to nothing (`v2_golds`), as its official script does; v1.1 keeps them.
-    HasAns / NoAns split by the gold list as given, before that dropping: the official script's
-    `qid_to_has_ans` is `bool(qa['answers'])`, so a question whose only answer is "the" is HasAns
-    (and scored against ""), not NoAns."""
+    """exact_match and f1 as fractions (the official script prints them times 100), each version
+    as its own official script scores the same predictions.
+
+    v1.1 (evaluate-v1.1.py) takes the golds as listed ("the" included: EM 1 for "", F1 0) and
+    has no breakdown. v2.0 (evaluate-v2.0.py on a predictions file, the leaderboard's call and
+    `evaluate`'s squad_v2 as run_qa calls it) first drops golds that normalise to nothing
+    (`v2_golds`), so a question left with none has "" as its one right answer; HasAns_/NoAns_
+    are reported for whichever of the two sets has questions (the script's `if has_ans_qids`),
+    split by the gold list as given, before that dropping (its `qid_to_has_ans` is
+    `bool(qa['answers'])`): a question whose only answer is "the" is HasAns, scored against ""."""
     has = [i for i, g in enumerate(golds) if g]
     if version == "v2":
         golds = [v2_golds(g) for g in golds]
@@ -134,8 +138,9 @@ def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]],
     f1 = [best_over(f1_of, p, g) for p, g in zip(predictions, golds)]
     n = max(len(em), 1)
     out = {"exact_match": sum(em) / n, "f1": sum(f1) / n}
-    if len(has) < len(golds):
-        no = [i for i in range(len(golds)) if i not in set(has)]
+    if version == "v2":
+        answerable = set(has)
+        no = [i for i in range(len(golds)) if i not in answerable]
         for name, idx in (("HasAns", has), ("NoAns", no)):
             if idx:
                 out[f"{name}_exact_match"] = sum(em[i] for i in idx) / len(idx)

@@ -315,7 +315,8 @@ class Squad(TextToText):
         if self.version == "v2":
             names += ["HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1"]
         out = [Metric(n, True, 100.0) if n.startswith(("HasAns", "NoAns")) else declaration(n) for n in names]
-        if self.version == "v2":  # extractive runs only (generative v2 answers "" or not by itself)
+        if self.version == "v2" and self.extractive:  # a generative model answers "" or not by itself:
+            # no null score to tune a threshold on (so train.metric cannot select best_* there)
             out += [Metric("best_exact", True, 100.0), Metric("best_f1", True, 100.0),
                     Metric("best_exact_thresh", True, 1.0), Metric("best_f1_thresh", True, 1.0)]
         return out
@@ -489,7 +490,10 @@ class Squad(TextToText):
         `answers` (id -> answer) and, for extractive v2.0, `na_prob` (id -> no_answer_score) with
         each question's best non-empty span in `answers`, so that
         `evaluate-v2.0.py DATASET ANSWERS --na-prob-file NA_PROB --na-prob-thresh 0` gives the
-        run's exact_match, f1, their HasAns/NoAns parts, best_exact and best_f1."""
+        run's best_exact and best_f1, and its exact_match, f1 and HasAns/NoAns parts but in one
+        place where the script with that file scores otherwise than on predictions alone: an
+        abstention on a question whose every listed answer normalises to nothing ("the") is
+        wrong there, right in the run (and in the script given predictions with "" in them)."""
         ids = unique_ids([r["id"] for r in rows])
         files: dict[str, Any] = {"dataset": squad_layout(raw.to_list(), self.version, ids)}
         if rows and "no_answer_score" in rows[0]:
