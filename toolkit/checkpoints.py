@@ -65,8 +65,10 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
         torch.cuda.reset_peak_memory_stats(acc.device)
     acc.wait_for_everyone()  # every rank's RNG file is in
     if acc.is_main_process:
-        runs.write_json(tmp / "trainer_state.json", {**state.__dict__, "manifest": runs.manifest(tmp)})
         runs.sync_tree(tmp)  # on disk, not in the page cache only, before any older one goes
+        runs.write_json(tmp / "trainer_state.json", {**state.__dict__, "manifest": runs.manifest(tmp)})
+        runs.fsync(tmp / "trainer_state.json")
+        runs.sync_tree(tmp, files=False)
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)

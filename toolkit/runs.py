@@ -277,28 +277,30 @@ def prune(path: Path, keep: int, protect: int | None = None, upto: int | None = 
 
 
 def sync_tree(folder: Path, files: bool = True) -> None:
-    """fsync every file below `folder` (with `files`) and the folder itself: a rename of an
-    unsynced folder can survive a power cut or a host crash with files cut short, and rotation
-    had by then deleted the older checkpoints. Where a file system cannot fsync a directory, the
+    """fsync every file below `folder` (with `files`), then its folders and `folder` itself: a
+    rename of an unsynced folder can survive a power cut or a host crash with files cut short,
+    and rotation had by then deleted the older checkpoints."""
+    below = sorted(folder.rglob("*")) if files else []
+    for path in [p for p in below if p.is_file()] + [p for p in below if p.is_dir()] + [folder]:
+        fsync(path)
+
+
+def fsync(path: Path) -> None:
+    """One file or folder to disk. A file system that cannot fsync a folder is let be: the
     files' fsync is what there is."""
-    for path in sorted(folder.rglob("*")) if files else []:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
         if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    for directory in ([*sorted(p for p in folder.rglob("*") if p.is_dir())] if files else []) + [folder]:
-        try:
-            fd = os.open(directory, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass  # a directory fsync is not supported here
-        finally:
-            os.close(fd)
+            raise
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        if path.is_file():
+            raise
+    finally:
+        os.close(fd)
 
 
 def step_name(step: int) -> str:
