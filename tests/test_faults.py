@@ -314,3 +314,21 @@ def test_lean_checkpoints_hold_what_trains(tmp_path: Path, cli, bert: str) -> No
     recipe = tmp_path / "lora.yaml"
     assert cli("run", recipe, "--runs-dir", tmp_path / "keep", "train.keep_checkpoints=true")[0] == 0
     assert list((tmp_path / "keep").rglob("step-*"))
+
+
+def test_a_damaged_best_checkpoint_is_one_line_not_the_result(tmp_path: Path, cli, bert: str) -> None:
+    """lr 0: every evaluation ties, so the best step stays 3 and is kept beside the newest. Its
+    weights changed on disk (same size, so only the manifest's hash tells) were loaded as the
+    run's final model, scored and exported, exit 0; resume checked the newest checkpoint only."""
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
+    args = ["train.lr=0.0", "--runs-dir", tmp_path / "runs"]
+    assert cli("run", recipe, *args, "--stop-after", "7")[0] == 0
+    (best,) = (tmp_path / "runs").rglob("step-000003/model.safetensors")
+    data = bytearray(best.read_bytes())
+    data[-8:] = bytes(8)  # the last weight's bytes, the header intact: it loads
+    best.write_bytes(bytes(data))
+    code, _, err = cli("run", recipe, *args)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "best step" in errors[0], err
+    assert "model.safetensors changed since it was written" in errors[0]
+    assert not list((tmp_path / "runs").rglob("metrics.json")) and not list((tmp_path / "runs").rglob("model"))

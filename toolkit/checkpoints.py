@@ -353,13 +353,18 @@ def lean_weights(models_: list, weights: list, output_dir: str) -> None:
 
 
 def load_best(model: torch.nn.Module, folder: Path, acc: Accelerator) -> None:
-    """The weights accelerate's save_state wrote at the best step, into the prepared model (tied
-    copies are left out of that file, hence strict=False; anything unexpected is a bug). Under
+    """The weights accelerate's save_state wrote at the best step, into the prepared model, once
+    its files are checked against the manifest (a changed byte was loaded as a weight without a
+    word). Tied copies are left out of that file, hence strict=False; anything unexpected is a bug. Under
     FSDP the checkpoint is sharded (torch.distributed.checkpoint): accelerate reads it back; under
     DeepSpeed the engine reads its own."""
     from accelerate.utils import SAFE_WEIGHTS_NAME
     from safetensors.torch import load_file
 
+    problem = runs.check_manifest(folder)  # what resume checks, checked here too: these are the result
+    if problem is not None:
+        raise UserError(f"{folder}: the checkpoint of the best step, whose weights are this run's result "
+                        f"(train.keep_best), is unusable ({problem}); --force runs it again")
     if sharding.is_fsdp(acc):
         from accelerate.utils.fsdp_utils import load_fsdp_model
 
