@@ -98,9 +98,56 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path, cl
         target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])  # truncated
     code, out, err = cli("run", recipe, "--runs-dir", root)
     assert code == 0, err
-    if damage != "trainer_state.json":  # without its state file a folder is not a checkpoint at all
-        assert "step-000007 is unusable" in out + err
+    assert "step-000007 is unusable" in out + err  # a step folder without its state file too
     same_result(clean, the_run(root))
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_checkpoints_there_but_none_usable_is_one_line_not_a_restart(tmp_path: Path, cli, clean_full,
+                                                                      entry: str) -> None:
+    """train.save_total_limit 1 (the default) and no best kept: one checkpoint. Cut short after
+    the stop, the rerun said "no usable checkpoint: starting from the beginning" on stdout and
+    trained from step 0, exit 0, where the user asked to go on. Now one line, exit 2 (the API
+    raises it), and the folder is left as it was for a copy to be put back."""
+    from toolkit import api
+    from toolkit.errors import UserError
+
+    recipe, _ = clean_full
+    args = ["train.save_total_limit=1", "train.keep_best=false"]
+    root = tmp_path / "hurt"
+    assert cli("run", recipe, *args, "--runs-dir", root, "--stop-after", "4")[0] == 0
+    (only,) = root.rglob("step-*")
+    target = only / "optimizer.bin"
+    target.write_bytes(target.read_bytes()[:100])
+    log = (only.parent.parent / "log.jsonl").read_text()
+    if entry == "cli":
+        code, _, err = cli("run", recipe, *args, "--runs-dir", root)
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    else:
+        with pytest.raises(UserError) as caught:
+            api.run(recipe, args, runs_dir=root)
+        err = str(caught.value)
+    assert "none of its 1 checkpoint(s) is usable" in err and "optimizer.bin has 100 bytes" in err, err
+    assert "--force" in err
+    assert list(root.rglob("step-*")) == [only] and target.stat().st_size == 100
+    assert not list(root.rglob("metrics.json")) and (only.parent.parent / "log.jsonl").read_text() == log
+
+
+def test_rotation_keeps_the_checkpoint_just_written_not_a_stale_newer_one(tmp_path: Path) -> None:
+    """The newest checkpoint (step 7) was unusable, the resume went back to the best (step 3) and
+    wrote step 6. Counted as the newest, the stale step 7 made rotation (save_total_limit 1)
+    delete step 6 the moment it was written, leaving the damaged one."""
+    from toolkit import runs
+
+    for step in (3, 6, 7):
+        folder = tmp_path / "checkpoints" / runs.step_name(step)
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text("{}")
+    runs.prune(tmp_path, 1, protect=3, upto=6)
+    assert [p.name for p in runs.checkpoints(tmp_path)] == ["step-000003", "step-000006"]
+    runs.prune(tmp_path, 1, protect=None, upto=6)
+    assert [p.name for p in runs.checkpoints(tmp_path)] == ["step-000006"]
 
 
 class Killed(BaseException):
@@ -267,3 +314,21 @@ def test_lean_checkpoints_hold_what_trains(tmp_path: Path, cli, bert: str) -> No
     recipe = tmp_path / "lora.yaml"
     assert cli("run", recipe, "--runs-dir", tmp_path / "keep", "train.keep_checkpoints=true")[0] == 0
     assert list((tmp_path / "keep").rglob("step-*"))
+
+
+def test_a_damaged_best_checkpoint_is_one_line_not_the_result(tmp_path: Path, cli, bert: str) -> None:
+    """lr 0: every evaluation ties, so the best step stays 3 and is kept beside the newest. Its
+    weights changed on disk (same size, so only the manifest's hash tells) were loaded as the
+    run's final model, scored and exported, exit 0; resume checked the newest checkpoint only."""
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
+    args = ["train.lr=0.0", "--runs-dir", tmp_path / "runs"]
+    assert cli("run", recipe, *args, "--stop-after", "7")[0] == 0
+    (best,) = (tmp_path / "runs").rglob("step-000003/model.safetensors")
+    data = bytearray(best.read_bytes())
+    data[-8:] = bytes(8)  # the last weight's bytes, the header intact: it loads
+    best.write_bytes(bytes(data))
+    code, _, err = cli("run", recipe, *args)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "best step" in errors[0], err
+    assert "model.safetensors changed since it was written" in errors[0]
+    assert not list((tmp_path / "runs").rglob("metrics.json")) and not list((tmp_path / "runs").rglob("model"))

@@ -213,7 +213,8 @@ def test_a_metrics_field_of_the_wrong_type_is_one_line(tmp_path: Path, field: st
     """Every field the report reads, given the wrong JSON type: one line naming file and field."""
     run = fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.9})
     data = json.loads((run / "metrics.json").read_text())
-    data[field] = {"a": "text"} if "number" in report.core.METRICS_FIELDS[field] else ["not", "this"]
+    kind = report.core.METRICS_FIELDS[field]
+    data[field] = {"a": "text"} if "number" in kind or kind == "a list" else ["not", "this"]
     if field == "eval":
         data[field] = {"accuracy": "high"}
     (run / "metrics.json").write_text(json.dumps(data))
@@ -562,3 +563,48 @@ def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> Non
     assert ("rte: lr 0.001, batch None, epochs None, max length None, seeds [42, 43], the best of 2 settings "
             "(train.lr) on the dev score, selected and scored on the same dev set: optimistic; sst2:") in line
     assert line.count("the best of") == 1  # sst2 ran one setting: nothing was chosen
+
+
+OTHER_CODE = {  # how seed 44 of full fine-tuning differs -> what the line names (None: not a difference)
+    "toolkit commit": ({"git_commit": "b" * 40}, "toolkit commit aaaaaaaaaaaa (seeds 42, 43), bbbbbbbbbbbb (seed 44)"),
+    "uncommitted changes": ({"git_dirty": True}, "aaaaaaaaaaaa + uncommitted changes (seed 44)"),
+    "torch version": ({"versions": {"torch": "9.9", "peft": "0.2"}}, "torch 2.0 (seeds 42, 43), 9.9 (seed 44)"),
+    "code record": ({"code": {"toolkit": "a" * 12, "torch": "2.0", "accelerate": "1.0"}}, None),  # the same code
+    "code record, other peft": ({"code": {"toolkit": "a" * 12, "torch": "2.0", "peft": "0.1"}},
+                                "peft 0.2 (seeds 42, 43), 0.1 (seed 44)"),
+    "resumed mid-run": ({"resumed_under_other_code": [{"step": 3, "was": {"torch": "1.0"}, "now": {"torch": "2.0"}}]},
+                        "seed 44 resumed under other code than it started on"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHER_CODE))
+def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_path: Path, cli, case: str) -> None:
+    """Seed 44 ran after a `git pull` (or a library upgrade, or was resumed under one): its score
+    was pooled with seeds 42 and 43 into one mean ± std, the spread read as seed noise, nothing
+    said. Now each entry pooling runs of other code is marked ‡ with one line naming what differs
+    and which seeds ran on what: the runs table, the pivot, the GLUE table; `toolkit report` and
+    toolkit.report. A field one run did not record is not a difference (runs from before it)."""
+    import toolkit
+
+    change, named = OTHER_CODE[case]
+    for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.84)):
+        run = fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
+        _stamp_json(run, **{"versions": {"torch": "2.0", "peft": "0.2"}, **(change if seed == 44 else {})})
+    for seed in (42, 43):
+        _stamp_json(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.8}), versions={"torch": "2.0", "peft": "0.2"})
+    items = report.collect(tmp_path)
+    header, table = report.rows(items)
+    seeds = {row[0]: row[2] for row in table}
+    assert seeds == {"glue/sst2/tiny-full": "3 ‡" if named else "3", "glue/sst2/tiny-lora": "2"}
+    (p,) = report.pivots(items, "task", "method")
+    notes = [n for n in report.runs_notes(items) + report.pivot_notes(p) + glue_report.render(items).splitlines()
+             if "did not all run on one code" in n]
+    if named is None:
+        assert notes == [] and "‡" not in report.pivot_markdown(p)
+        return
+    assert len(notes) == 3 and all(named in n and "tiny-lora" not in n and " lora" not in n for n in notes), notes
+    assert "| sst2 | 82.00 ± 2.00 (n=3) ‡ |" in report.pivot_markdown(p)
+    code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+    assert code == 0, err
+    for said in (text, toolkit.report([tmp_path], row_key="task", col_key="method")):
+        assert [line.startswith("- ‡ ") for line in said.splitlines() if named in line] == [True, True], said

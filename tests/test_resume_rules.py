@@ -191,3 +191,72 @@ train: {{max_steps: 3, lr: 1.0e-3, batch_size: 4, seed: 7}}
     save_file(tensors, weights_file, metadata={"format": "pt"})
     code, _, err = cli("run", recipe, "--runs-dir", runs)
     assert code == 2 and str(weights_file) in err and "step 2" in err and len(err.strip().splitlines()) == 1, err
+
+
+def _tiny_classification(tmp_path: Path, tiny_checkpoint) -> Path:
+    """A 2-step text_classification recipe on the tiny BERT (seconds)."""
+    from conftest import write_recipe
+
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16)))
+    return write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16}}
+method: {{name: full}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+
+
+OTHER_CODE = {  # what the checkpoint says it was written under -> the entry point that resumes it
+    "same": (None, "cli"),
+    "torch": ("torch", "cli"),
+    "toolkit commit": ("toolkit", "api"),
+    "unreadable": ("transformers", "cli"),  # and its files do not load under these versions
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHER_CODE))
+def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path, cli, capsys, tiny_checkpoint,
+                                                                  monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """A run stopped under one torch / transformers / peft / accelerate / datasets / toolkit commit
+    and resumed under another went on as an exact resume, and metrics.json named the last versions
+    only. Now each checkpoint records what wrote it; a resume under other code goes on (as
+    transformers' Trainer does) with one note, and metrics.json keeps the change; a checkpoint
+    that will not load under the new versions is one line naming them, not a traceback."""
+    from accelerate import Accelerator
+
+    from toolkit import api, checkpoints
+
+    recipe, (key, entry) = _tiny_classification(tmp_path, tiny_checkpoint), OTHER_CODE[case]
+    runs = tmp_path / "runs"
+    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    (state_file,) = runs.rglob("step-000001/trainer_state.json")
+    state = json.loads(state_file.read_text())
+    assert state["code"] == checkpoints.code_versions()  # recorded when the run started
+    if key:
+        state["code"][key] = "0.0.1-old"
+        state_file.write_text(json.dumps(state))
+    if case == "unreadable":
+        monkeypatch.setattr(Accelerator, "load_state", lambda *a, **k: (_ for _ in ()).throw(KeyError("slot")))
+        code, _, err = cli("run", recipe, "--runs-dir", runs)
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and len(errors) == 1 and "transformers 0.0.1-old (now" in errors[0], err
+        return
+    if entry == "api":
+        metrics = api.run(recipe, runs_dir=runs).metrics
+        said = capsys.readouterr()
+        out, err = said.out, said.err
+    else:
+        code, out, err = cli("run", recipe, "--runs-dir", runs)
+        assert code == 0, err
+        (metrics_file,) = runs.rglob("metrics.json")
+        metrics = json.loads(metrics_file.read_text())
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert "resuming from" in out and len(notes) == (1 if key else 0), out + err
+    if key:
+        assert f"{key} 0.0.1-old (now {checkpoints.code_versions()[key]})" in notes[0] and "step 1" in notes[0]
+    assert metrics["code"] == checkpoints.code_versions()
+    if key is None:
+        assert metrics["resumed_under_other_code"] is None
+    else:
+        (changed,) = metrics["resumed_under_other_code"]
+        assert changed["step"] == 1 and changed["was"][key] == "0.0.1-old" and changed["now"] == metrics["code"]

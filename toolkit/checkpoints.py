@@ -5,17 +5,22 @@ states; the loop's bookkeeping and the manifest are the toolkit's."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
+import platform
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator
 
-from toolkit import devices, runs, sharding
+from toolkit import devices, provenance, runs, sharding, versions
 from toolkit.errors import UserError
 from toolkit.recipe_data import safe_yaml
 
@@ -38,6 +43,8 @@ class State:
     skipped_nonfinite: int = 0  # batches skipped for a non-finite loss or gradient
     eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
     base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)
+    code: dict | None = None  # the toolkit's code and the libraries that trained it (code_versions)
+    resumed_under_other_code: list | None = None  # each resume under other code: step and what changed
 
 
 
@@ -49,6 +56,7 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
     name = runs.step_name(state.step)
     folder, tmp = out / "checkpoints" / name, out / "checkpoints" / f"tmp-{name}"
     state.peak_memory_mb = max(state.peak_memory_mb, devices.peak_memory_mb(acc.device))
+    state.code = state.code or code_versions()  # the first checkpoint records what started the run
     if acc.is_main_process and tmp.exists():
         shutil.rmtree(tmp)
     acc.wait_for_everyone()
@@ -57,28 +65,32 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
         torch.cuda.reset_peak_memory_stats(acc.device)
     acc.wait_for_everyone()  # every rank's RNG file is in
     if acc.is_main_process:
+        runs.sync_tree(tmp)  # on disk, not in the page cache only, before any older one goes
         runs.write_json(tmp / "trainer_state.json", {**state.__dict__, "manifest": runs.manifest(tmp)})
+        runs.fsync(tmp / "trainer_state.json")
+        runs.sync_tree(tmp, files=False)
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)
-        runs.prune(out, save_total_limit, keep)
+        runs.sync_tree(folder.parent, files=False)  # the rename itself
+        runs.prune(out, save_total_limit, keep, upto=state.step)
     acc.wait_for_everyone()
 
 
 def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     """The state of the newest checkpoint that is whole (loaded into what `acc` prepared); a
-    truncated or corrupt one is said and skipped; a fresh State when none is usable."""
-    for folder in reversed(runs.checkpoints(out)):
+    truncated or corrupt one is said and the one before is tried (the same run, an earlier step:
+    the result is the same). Checkpoints there but none usable is one line (UserError): the run
+    used to start again from step 0 without a word, exit 0. A fresh State when there is none."""
+    found, problems = runs.checkpoints(out), []
+    for folder in reversed(found):
         problem = runs.check_manifest(folder)
         if problem is None:
-            try:
-                acc.load_state(str(folder), **_load_kwargs(acc))
-            except Exception as exc:
-                if runs.read_json(folder / "trainer_state.json").get("manifest"):
-                    raise  # every file is as it was written: failing to read it is a bug, not damage
-                problem = f"{type(exc).__name__} while loading it"  # written before manifests
+            problem = _load(acc, folder)
         if problem is not None:
-            acc.print(f"checkpoint {folder} is unusable ({problem}); trying the one before")
+            problems.append(f"{folder.name}: {problem}")
+            if folder != found[0]:
+                acc.print(f"checkpoint {folder} is unusable ({problem}); trying the one before")
             continue
         saved = runs.read_json(folder / "trainer_state.json")
         saved.pop("manifest", None)
@@ -86,12 +98,97 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
         if acc.is_main_process:
             runs.truncate_log(out, state.step)
             acc.print(f"resuming from {folder} (step {state.step} of {total_steps})")
+        note_other_code(acc, out, state)
         return state
-    if runs.checkpoints(out):
-        acc.print("no usable checkpoint: starting from the beginning")
+    if found:
+        raise UserError(f"{out}: none of its {len(found)} checkpoint(s) is usable ({'; '.join(problems)}), so "
+                        "the run cannot go on from where it stopped; --force starts it again from step 0 "
+                        "(or put back an intact copy of that folder)")
     if acc.is_main_process:
         runs.truncate_log(out, 0)
     return State()
+
+
+def _load(acc: Accelerator, folder: Path) -> str | None:
+    """Loads a checkpoint whose files are as written; what makes it unusable, else None. A
+    checkpoint from before manifests that fails to load is damage; one with a manifest that fails
+    is not damage: under other library versions it is said in one line, otherwise it is a bug."""
+    try:
+        acc.load_state(str(folder), **_load_kwargs(acc))
+    except Exception as exc:
+        saved = runs.read_json(folder / "trainer_state.json")
+        if not saved.get("manifest"):
+            return f"{type(exc).__name__} while loading it"  # written before manifests
+        changed = code_changes(saved.get("code"), code_versions())
+        if changed:
+            raise UserError(f"{folder}: written under {changed}, it cannot be read under these ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); resume under the versions it "
+                            "was written with, or --force to start again") from None
+        raise  # every file is as it was written: failing to read it is a bug, not damage
+    return None
+
+
+# --- the code a run trains under -----------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def code_versions() -> dict[str, str | None]:
+    """The toolkit's code (git commit, plus a hash of uncommitted changes; its package version
+    outside a checkout) and the versions of the libraries a step's numbers depend on: what a
+    checkpoint and metrics.json record, and what a resume compares. Once per process."""
+    record: dict[str, str | None] = {"toolkit": _toolkit_code(), "python": platform.python_version()}
+    for name in versions.TRACKED:
+        try:
+            record[name] = version(name)
+        except PackageNotFoundError:
+            record[name] = None
+    return record
+
+
+def _toolkit_code() -> str | None:
+    here = Path(__file__).resolve().parent
+    commit = provenance.git_commit()
+    if commit is None:
+        try:
+            return f"version {version('toolkit')}"
+        except PackageNotFoundError:
+            return None
+    try:
+        diff = subprocess.run(["git", "-C", str(here), "diff", "HEAD", "--", "."], capture_output=True,
+                              timeout=20, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        diff = b""
+    return commit[:12] + (f" + uncommitted changes {hashlib.sha256(diff).hexdigest()[:8]}" if diff else "")
+
+
+def code_changes(then: dict | None, now: dict) -> str:
+    """'torch 2.1.0 (now 2.2.0); toolkit 0123abcd4567 (now ...)': what differs; '' when nothing
+    does or the earlier record is unknown (a checkpoint written before records existed)."""
+    if not then:
+        return ""
+    return "; ".join(f"{k} {then.get(k)} (now {now.get(k)})" for k in sorted(set(then) | set(now))
+                     if then.get(k) != now.get(k))
+
+
+def note_other_code(acc: Accelerator, out: Path, state: State) -> None:
+    """A resume under other library versions or another toolkit commit than the checkpoint's goes
+    on, as transformers' Trainer does (a long run is not thrown away for an upgrade), but it is no
+    longer the exact resume the run would claim: one line on stderr, and the change goes into every
+    later checkpoint and metrics.json (`resumed_under_other_code`), which a report marks."""
+    now = code_versions()
+    changed = code_changes(state.code, now)
+    if changed:
+        if acc.is_main_process:
+            print(f"note: {out} resumes step {state.step} under other code than its checkpoint was written "
+                  f"with: {changed}; its result may differ from an uninterrupted run's, and metrics.json "
+                  "records it (resumed_under_other_code)", file=sys.stderr)
+        state.resumed_under_other_code = [*(state.resumed_under_other_code or []),
+                                          {"step": state.step, "was": state.code, "now": now}]
+    state.code = now
+
+
+def record(state: State) -> dict:
+    """metrics.json's fields on the code: what trained the run's last steps (or evaluated it) and
+    each resume under other code than before (null: none)."""
+    return {"code": state.code or code_versions(), "resumed_under_other_code": state.resumed_under_other_code}
 
 
 def start(acc: Accelerator, out: Path) -> None:
@@ -256,13 +353,18 @@ def lean_weights(models_: list, weights: list, output_dir: str) -> None:
 
 
 def load_best(model: torch.nn.Module, folder: Path, acc: Accelerator) -> None:
-    """The weights accelerate's save_state wrote at the best step, into the prepared model (tied
-    copies are left out of that file, hence strict=False; anything unexpected is a bug). Under
+    """The weights accelerate's save_state wrote at the best step, into the prepared model, once
+    its files are checked against the manifest (a changed byte was loaded as a weight without a
+    word). Tied copies are left out of that file, hence strict=False; anything unexpected is a bug. Under
     FSDP the checkpoint is sharded (torch.distributed.checkpoint): accelerate reads it back; under
     DeepSpeed the engine reads its own."""
     from accelerate.utils import SAFE_WEIGHTS_NAME
     from safetensors.torch import load_file
 
+    problem = runs.check_manifest(folder)  # what resume checks, checked here too: these are the result
+    if problem is not None:
+        raise UserError(f"{folder}: the checkpoint of the best step, whose weights are this run's result "
+                        f"(train.keep_best), is unusable ({problem}); --force runs it again")
     if sharding.is_fsdp(acc):
         from accelerate.utils.fsdp_utils import load_fsdp_model
 

@@ -15,7 +15,7 @@ import transformers
 from accelerate import Accelerator
 
 from toolkit import devices, provenance, runs
-from toolkit.checkpoints import State
+from toolkit.checkpoints import State, record
 from toolkit.recipe_data import Recipe
 
 
@@ -57,6 +57,7 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      # peft's version without importing it (2 s for a run that needs no PEFT)
                      "peft": version("peft"), "python": platform.python_version()},
+        **record(state),  # the code and libraries that trained it, and each resume under others
     }
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()

@@ -160,11 +160,13 @@ def is_finished(path: Path) -> bool:
 
 
 def checkpoints(path: Path) -> list[Path]:
-    """Step checkpoints, oldest first; a checkpoint counts once its state file is written."""
+    """Step checkpoints, oldest first. A folder is named step-N only once whole (save renames it
+    from tmp-step-N), so one without its state file is a damaged checkpoint, not none: it is
+    listed, and resume says it is unusable (it was passed over as if never written)."""
     folder = path / "checkpoints"
     if not folder.is_dir():
         return []
-    found = [p for p in folder.glob("step-*") if (p / "trainer_state.json").is_file()]
+    found = [p for p in folder.glob("step-*") if p.is_dir() and p.name.split("-")[1].isdigit()]
     return sorted(found, key=step_of)
 
 
@@ -206,9 +208,11 @@ def manifest(folder: Path) -> dict[str, list]:
 def check_manifest(folder: Path) -> str | None:
     """What is wrong with a checkpoint (a missing, truncated or changed file), or None.
     Checkpoints written before manifests existed are taken as they are."""
+    if not (folder / "trainer_state.json").is_file():
+        return "trainer_state.json is missing"
     try:
         listed = read_json(folder / "trainer_state.json").get("manifest")
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, AttributeError) as exc:
         return f"trainer_state.json unreadable: {type(exc).__name__}"
     for rel, (size, digest) in (listed or {}).items():
         path = folder / rel
@@ -258,11 +262,45 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
-def prune(path: Path, keep: int, protect: int | None = None) -> None:
-    """Keep the newest `keep` step checkpoints, and step `protect` (the best model's weights)."""
-    for old in checkpoints(path)[:-keep]:
+def prune(path: Path, keep: int, protect: int | None = None, upto: int | None = None) -> None:
+    """Keep the newest `keep` step checkpoints up to step `upto` (the one just written), and step
+    `protect` (the best model's weights). Called only once the new one is whole and on disk.
+    Checkpoints past `upto` are left by an attempt whose newest was unusable (the resume went back
+    to an earlier one): they are of no step this run reaches again unwritten, and counted as the
+    newest they made rotation delete the checkpoint just written."""
+    found = checkpoints(path)
+    stale = [p for p in found if upto is not None and step_of(p) > upto]
+    ours = [p for p in found if p not in stale]
+    for old in stale + ours[:-keep]:
         if protect is None or old.name != step_name(protect):
             shutil.rmtree(old, ignore_errors=True)
+
+
+def sync_tree(folder: Path, files: bool = True) -> None:
+    """fsync every file below `folder` (with `files`), then its folders and `folder` itself: a
+    rename of an unsynced folder can survive a power cut or a host crash with files cut short,
+    and rotation had by then deleted the older checkpoints."""
+    below = sorted(folder.rglob("*")) if files else []
+    for path in [p for p in below if p.is_file()] + [p for p in below if p.is_dir()] + [folder]:
+        fsync(path)
+
+
+def fsync(path: Path) -> None:
+    """One file or folder to disk. A file system that cannot fsync a folder is let be: the
+    files' fsync is what there is."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if path.is_file():
+            raise
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        if path.is_file():
+            raise
+    finally:
+        os.close(fd)
 
 
 def step_name(step: int) -> str:

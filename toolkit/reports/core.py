@@ -50,7 +50,7 @@ METRICS_FIELDS: dict[str, str] = {
     "trainable_percent": NUMBER, "train_runtime_s": NUMBER, "train_samples_per_second": NUMBER,
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
-    "base_run": "a string",
+    "base_run": "a string", "code": "an object", "versions": "an object", "resumed_under_other_code": "a list",
 }
 
 
@@ -79,7 +79,7 @@ def check_metrics(data: dict, file: Path) -> None:
         if value is None:
             continue
         fits = {NUMBER: _is_number(value), "a string": isinstance(value, str),
-                "an object": isinstance(value, dict),
+                "an object": isinstance(value, dict), "a list": isinstance(value, list),
                 "an object of numbers": isinstance(value, dict) and all(
                     _is_number(v) or v is None for v in value.values())}[kind]
         problem = None if fits else f"'{key}' should be {kind}, got {json.dumps(value)[:60]}"
@@ -355,6 +355,54 @@ def seed_of(item: dict) -> Any:
     return item["metrics"].get("seed") if seed is None else seed
 
 
+# --- the code a number came from --------------------------------------------------------------
+def code_of(item: dict) -> dict[str, str]:
+    """What computed a run's numbers: the toolkit's commit (with a hash of uncommitted changes) and
+    the library versions, from metrics.json's `code` (what checkpoints.code_versions records), or
+    for runs written before it from `git_commit`, `git_dirty` and `versions`. Unrecorded fields
+    are absent: they are not a difference."""
+    m = item["metrics"]
+    if isinstance(m.get("code"), dict):
+        return {str(k): str(v) for k, v in m["code"].items() if v is not None}
+    out = {str(k): str(v) for k, v in (m.get("versions") or {}).items() if v is not None}
+    if m.get("git_commit"):
+        out["toolkit"] = str(m["git_commit"])[:12] + (" + uncommitted changes" if m.get("git_dirty") else "")
+    return out
+
+
+def mixed_code(members: list[dict]) -> str:
+    """'torch 2.1.0 (seeds 42, 43), 2.2.0 (seed 44); seed 45 resumed under other code' where the
+    runs pooled into one mean ± std did not all run on one code and one set of library versions
+    (or one of them changed code mid-run): their spread is not seed noise alone. '' when they did."""
+    records = [code_of(m) for m in members]
+    parts = []
+    for key in sorted({k for r in records for k in r}):
+        by_value: dict[str, list] = defaultdict(list)
+        for member, record in zip(members, records):
+            if key in record:
+                by_value[record[key]].append(seed_of(member))
+        if len(by_value) > 1:
+            parts.append(f"{'toolkit commit' if key == 'toolkit' else key} " + ", ".join(
+                f"{value} ({_seeds(seeds)})" for value, seeds in by_value.items()))
+    resumed = [seed_of(m) for m in members if m["metrics"].get("resumed_under_other_code")]
+    if resumed:
+        parts.append(f"{_seeds(resumed)} resumed under other code than it started on")
+    return "; ".join(parts)
+
+
+def _seeds(seeds: list) -> str:
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
+
+
+def mixed_code_note(where: str, members: list[dict]) -> list[str]:
+    """One line for an entry (a pivot cell, a row of the runs table) whose seeds ran on other code."""
+    said = mixed_code(members)
+    if not said:
+        return []
+    return [f"‡ {where}: its {len(members)} runs did not all run on one code: {said}; its mean ± std pools "
+            "them as seeds, so the spread is not seed noise alone: rerun them on one version to compare"]
+
+
 def seeded_stat(items: list[dict], metric: str) -> Stat:
     """The metric over these runs, each value with its run's seed (for pairing by seed); seeds
     unknown or repeated: no seeds, so nothing is paired."""
@@ -418,7 +466,7 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
     names = shown_names(grouped)
     for key, members in grouped.items():
         ms = [m["metrics"] for m in members]
-        row = [names[key], ms[0].get("method", "?"), str(len(ms))]
+        row = [names[key], ms[0].get("method", "?"), str(len(ms)) + (" ‡" if mixed_code(members) else "")]
         for metric in metric_names:
             vals = [m["eval"][metric] for m in ms if metric in m.get("eval", {})]
             # fewer values than seeds (a run without this metric, or with it null): n says how many
@@ -448,6 +496,8 @@ def runs_notes(items: list[dict]) -> list[str]:
         by_label[label(members[0], "task")].append((names[key], members))
     for task, entries in by_label.items():
         notes += eval_set_notes(entries, task)
+    for key, members in grouped.items():
+        notes += mixed_code_note(names[key], members)
     return notes + not_numbers_notes(items)
 
 
@@ -626,7 +676,8 @@ def pivot_markdown(p: Pivot) -> str:
         row = [r]
         for c in p.cols:
             cell = p.cells.get((r, c))
-            row.append("" if cell is None else cell.stat.fmt(p.metric.scale) + (" †" if cell.smoke else ""))
+            row.append("" if cell is None else cell.stat.fmt(p.metric.scale) + (" †" if cell.smoke else "")
+                       + (" ‡" if mixed_code(cell.items) else ""))
         table.append(row)
     return markdown(head, table)
 
@@ -638,6 +689,7 @@ def pivot_notes(p: Pivot) -> list[str]:
         notes += eval_set_notes([(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells], r)
         notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
     for (r, c), cell in sorted(p.cells.items()):
+        notes += mixed_code_note(f"{r} / {c}", cell.items)
         if cell.grid:
             grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" for desc, st in cell.grid)
             notes.append(f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
@@ -662,8 +714,8 @@ NOT_PROTOCOL = {"name", "out", "train.lr", "train.log_every", "train.report_to",
 def _protocol(item: dict) -> dict[str, Any]:
     """What a run's numbers depend on besides its seed: the resolved recipe, the process count,
     the data and base run (as _setting), and the toolkit's commit (its version)."""
-    commit = str(item["metrics"].get("git_commit") or "")[:12] or None
-    return {**_flat(_setting(item)), "toolkit commit": commit}
+    code = {("toolkit commit" if k == "toolkit" else f"{k} version"): v for k, v in code_of(item).items()}
+    return {**_flat(_setting(item)), **code}
 
 
 def _on_axis(key: str, axis: str) -> bool:
@@ -683,8 +735,10 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
     protocols = [(name, _protocol(cell.items[0])) for name, cell in cells]
     selected = {k for _, cell in cells for k in cell.keys}
     keys = sorted({k for _, pr in protocols for k in pr})
+    code = {k for _, pr in protocols for k in pr if k == "toolkit commit" or k.endswith(" version")}
     differ = [k for k in keys if k not in NOT_PROTOCOL and k not in selected and not _on_axis(k, axis)
-              and len({json.dumps(pr.get(k), sort_keys=True, default=str) for _, pr in protocols}) > 1]
+              and len({json.dumps(pr.get(k), sort_keys=True, default=str) for _, pr in protocols
+                       if k not in code or k in pr}) > 1]  # a version not recorded is not a difference
     if not differ:
         return []
     said = "; ".join(f"{k} (" + ", ".join(f"{name}: {pr.get(k)}" for name, pr in protocols) + ")" for k in differ)

@@ -116,7 +116,8 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
         for t in tasks:
             for key in official(t):
                 vals = [m["metrics"]["eval"][key] for m in cells.get(t, [])]
-                line.append(report.Stat(vals).fmt(100.0) if vals else "–")
+                mark = " ‡" if report.mixed_code(cells.get(t, [])) else ""  # seeds on other code: a line below
+                line.append(report.Stat(vals).fmt(100.0) + mark if vals else "–")
         stat, paired = _average_stat(cells)
         note = "" if set(cells) == set(tasks) else f" over {len(cells)} tasks"
         # a seed some task lacks is out of the per-seed average: said, so n is not read as every seed
@@ -223,6 +224,8 @@ def render(items: list[dict]) -> str:
     notes = ["GLUE avg: per task the mean of its official metrics (MRPC/QQP: accuracy and F1; STS-B: "
              "Pearson and Spearman; MNLI: matched and mismatched), then the unweighted mean over tasks; "
              "computed per seed, then mean ± std over seeds."]
+    notes += [n for row, cells in rows.items() for t, ms in cells.items()
+              for n in report.mixed_code_note(f"{row} / {TITLES[t]}", ms)]
     if missing:
         notes.append(f"Not in these runs: {', '.join(missing)}. The average is over the {len(tasks)} tasks "
                      "above only and is not comparable with a nine-task GLUE score.")
