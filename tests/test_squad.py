@@ -509,3 +509,24 @@ train: {{metric: best_f1}}
     assert code == (0 if valid else 2), err
     if not valid:
         assert len(err.strip().splitlines()) == 1 and "train.metric: 'best_f1' is not a metric of this task" in err
+
+
+def test_a_selected_metric_the_evaluation_does_not_give_is_one_line(tmp_path: Path, cli) -> None:
+    """A v2.0 split with no unanswerable question gives no NoAns_* (as its official script): a run
+    selecting NoAns_f1 passed validate and ended in a KeyError at its first evaluation."""
+    data = _v2_file(tmp_path / "dev-v2.json")
+    rows = json.loads(data.read_text())
+    for article in rows["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["qas"] = [q for q in paragraph["qas"] if not q["is_impossible"]]
+    data.write_text(json.dumps(rows))
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: squad, version: v2, eval_file: {data}, split_articles: 0.5, max_length: 64, doc_stride: 16}}
+method: {{name: full}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, metric: NoAns_f1}}
+""")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    lines = [line for line in err.replace("\r", "\n").splitlines() if "error" in line]  # beside the bar
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("error: train.metric: 'NoAns_f1' is not among what this evaluation gives (")
+    assert "HasAns_f1" in lines[0] and "exact_match" in lines[0]

@@ -162,6 +162,10 @@ class Loop:
     def _keep_if_best(self, metrics: dict) -> None:
         """The best weights are the step checkpoint `save` writes right after this evaluation
         (kept from pruning): no second copy of the parameters, in memory or on disk."""
+        if self.metric.name not in metrics:  # the data decides some (SQuAD v2's HasAns_*/NoAns_*)
+            given = ", ".join(sorted(k for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"))
+            raise UserError(f"train.metric: '{self.metric.name}' is not among what this evaluation gives "
+                            f"({given}); choose one of those")
         value, loss = metrics[self.metric.name], metrics.get("loss")
         if improves(self.metric, value, loss, self.state.best_metric, self.state.best_loss):
             self.state.best_metric, self.state.best_step, self.state.bad_evals = value, self.state.step, 0
