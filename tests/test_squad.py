@@ -526,7 +526,7 @@ method: {{name: full}}
 train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, metric: NoAns_f1}}
 """)
     code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
-    lines = [line for line in err.replace("\r", "\n").splitlines() if "error" in line]  # beside the bar
+    lines = [line for line in err.splitlines() if "error" in line]  # on a line of its own, after the bar
     assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith("error: train.metric: 'NoAns_f1' is not among what this evaluation gives (")
     assert "HasAns_f1" in lines[0] and "exact_match" in lines[0]

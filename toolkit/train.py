@@ -192,9 +192,9 @@ class Loop:
             while self.state.step < self.total_steps and not stop:
                 stop = self._epoch(bar, stop_after)
         except KeyboardInterrupt:  # Ctrl-C: the caller says where it stopped and how to resume
-            bar.close()
             raise Interrupted(step=self.state.step, total=self.total_steps) from None
-        bar.close()
+        finally:  # whatever stops the loop: its line starts on a line of its own, not after the bar
+            bar.close()
         self._read()
         if stop_after and self.state.step >= stop_after and self.state.step < self.total_steps:
             if runs.last_step(self.out) != self.state.step:  # not twice: the second removes the first
