@@ -151,9 +151,10 @@ class Loop:
         DDP, no fp16 loss scaler), the step calls torch directly: the wrappers' per-step work
         (a package look-up on the file system in every `optimizer.step`, a signature inspection
         in every `zero_grad`, a walk over the parameters for DTensors in every clip, a division
-        by 1 and its backward in every `backward`) was host time a GPU waited on (issue 35). FSDP, DeepSpeed and XLA keep accelerate's path, which
-        does real work there. `self.trainable` is listed once: no method changes which
-        parameters train once the run has begun."""
+        by 1 and its backward in every `backward`) was host time a GPU waited on (issue 35).
+        FSDP, DeepSpeed, XLA and fp16 keep accelerate's path, which does real work there.
+        `self.trainable` is listed once: no method changes which parameters train once the run
+        has begun (a frozen parameter has no gradient for the clip to see anyway)."""
         from accelerate.utils import DistributedType
 
         plain = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
