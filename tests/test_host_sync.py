@@ -16,6 +16,7 @@ Two reads are not the loop's and are left out, each for a reason that holds on a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -112,3 +113,46 @@ def test_the_tally_names_the_step_past_the_limit() -> None:
     r = tally.read()
     assert (r.samples, r.skipped, r.over_step, r.over_norm) == (8, 3, 4, False)
     assert tally.read().skipped == 0  # the sums restart after a read
+
+
+@pytest.mark.parametrize("method", ["{name: full}", "{name: lora, r: 4}", "{name: adalora, init_r: 4, target_r: 2}"])
+def test_torch_called_directly_steps_exactly_as_accelerates_wrappers(tmp_path: Path, cli, monkeypatch,
+                                                                     tiny_checkpoint, method: str) -> None:
+    """One process without a loss scaler, the loop calls torch's optimizer, `zero_grad`,
+    `clip_grad_norm_` and `backward` itself (`Loop._plain_steps`: less host time per step); the
+    run is bit for bit the one accelerate's wrappers give: the logged losses and gradient norms
+    and the trained weights. Two micro-batches a step; AdaLoRA adds its `extra_loss` and takes
+    the host-checked step."""
+    from safetensors.torch import load_file
+
+    from toolkit import train
+
+    taken: list[bool] = []
+    plain_steps = train.Loop._plain_steps
+
+    def recorded(self, accelerator):  # noqa: ANN001
+        plain_steps(self, accelerator)
+        taken.append(self.plain)
+
+    def wrapped(self, accelerator):  # noqa: ANN001 - accelerate's path, as under FSDP or DeepSpeed
+        plain_steps(self, accelerator)
+        self.plain, self.stepper = False, self.optimizer
+
+    text = RECIPE.format(checkpoint=tiny_checkpoint("bert"), method=method).replace(
+        "max_steps: 8", "max_steps: 4, grad_accum: 2").replace("log_every: 4", "log_every: 1")
+    recipe = write_recipe(tmp_path / "r.yaml", text)
+    results = []
+    for name, patch in (("direct", recorded), ("wrapped", wrapped)):
+        monkeypatch.setattr(train.Loop, "_plain_steps", patch)
+        code, _, err = cli("run", recipe, "--runs-dir", tmp_path / name)
+        assert code == 0, err
+        (log,) = (tmp_path / name).rglob("log.jsonl")
+        entries = [json.loads(line) for line in log.read_text().splitlines()]
+        (model,) = (tmp_path / name).rglob("model")
+        tensors = {k: v for f in sorted(model.glob("*.safetensors")) for k, v in load_file(f).items()}
+        results.append(([(e["loss"], e["grad_norm"]) for e in entries if "loss" in e], tensors))
+    assert taken == [True]
+    (direct_log, direct), (wrapped_log, wrapped_weights) = results
+    assert len(direct_log) == 4 and direct_log == wrapped_log
+    assert direct.keys() == wrapped_weights.keys()
+    assert all(torch.equal(direct[k], wrapped_weights[k]) for k in direct)

@@ -2,9 +2,9 @@
 
 Reading a number to the host (`.item()`, `.tolist()`, `float(t)`, `if t:`) makes the host wait
 for every queued kernel: on a GPU the step becomes launch-bound, and CUDA graphs cannot run ahead.
-So the loop adds each step's loss, gradient norm, sample count and finite flag here with device
-operations only, and reads them back in one transfer at the steps that log, evaluate or save, and
-at the end (`read`). A non-finite step is skipped on the device by the optimizer itself (fused
+So the loop adds each step's loss, gradient norm, sample count and finite flag here with one
+device operation, and reads them back in one transfer at the steps that log, evaluate or save,
+and at the end (`read`). A non-finite step is skipped on the device by the optimizer itself (fused
 AdamW's `found_inf`, the mechanism the fp16 loss scaler uses), so the weights never take a
 non-finite update while nobody is looking; `read` then names the step at which the run went past
 `train.skip_nonfinite`.
@@ -12,6 +12,7 @@ non-finite update while nobody is looking; `read` then names the step at which t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -33,41 +34,49 @@ class Reading:
 
 
 class Tally:
-    """Device-side sums between two reads; `allowed` is how many more skips the run may take."""
+    """Each step's loss, gradient norm, examples and finite flag, one small device tensor per step,
+    between two reads; the counting (samples, skips, the step past the limit) is done on the host
+    at the read. One stack per step: the sums this once kept on the device took some forty small
+    ops per step, each a kernel launch the host paid for on a GPU (issue 35)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.reset()
 
     def reset(self) -> None:
-        zero = torch.zeros((), device=self.device)
-        self.loss, self.norm, self.over_loss = zero, zero, zero
-        self.counts = torch.zeros(6, dtype=torch.long, device=self.device)
-        # samples, skipped, over_step, over_norm, first_skip, first_norm
-        self.pending = False
+        self.rows: list[torch.Tensor] = []  # per step: loss, norm, samples, finite (float32, on the device)
+        self.steps: list[tuple[int, int]] = []  # per step: (its number, the skips still allowed)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.rows)
 
     def add(self, step: int, loss: torch.Tensor, norm: torch.Tensor, samples: torch.Tensor,
             ok: torch.Tensor, allowed: int) -> None:
         """Record optimizer step `step` (1-based); device operations only, no host read."""
-        bad = (~ok).long()
-        samples_c, skipped_c = self.counts[0] + samples.long() * ok.long(), self.counts[1] + bad
-        over = bad.bool() & (skipped_c > allowed) & (self.counts[2] == 0)
-        over_step = torch.where(over, torch.full_like(self.counts[2], step), self.counts[2])
-        over_norm = torch.where(over, torch.isfinite(loss).long(), self.counts[3])
-        first = bad.bool() & (self.counts[4] == 0)
-        first_skip = torch.where(first, torch.full_like(self.counts[4], step), self.counts[4])
-        first_norm = torch.where(first, torch.isfinite(loss).long(), self.counts[5])
-        self.counts = torch.stack([samples_c, skipped_c, over_step, over_norm, first_skip, first_norm])
-        self.over_loss = torch.where(over, loss.float(), self.over_loss)
-        self.loss, self.norm, self.pending = loss.float(), norm.float(), True
+        self.rows.append(torch.stack([loss.float(), norm.float(), samples.float(), ok.float()]))
+        self.steps.append((step, allowed))
 
     def read(self) -> Reading:
-        """One transfer to the host (two tensors of different dtypes), then the sums restart."""
-        floats = torch.stack([self.loss, self.norm, self.over_loss]).tolist()
-        counts = self.counts.tolist()
+        """One transfer to the host, then the record restarts."""
+        values = torch.stack(self.rows).tolist() if self.rows else [[0.0, 0.0, 0.0, 1.0]]
+        steps = self.steps or [(0, 0)]
         self.reset()
-        return Reading(loss=floats[0], grad_norm=floats[1], samples=counts[0], skipped=counts[1], first_skip=counts[4], first_norm=bool(counts[5]),
-                       over_step=counts[2], over_loss=floats[2], over_norm=bool(counts[3]))
+        samples = skipped = first_skip = over_step = 0
+        first_norm = over_norm = False
+        over_loss = 0.0
+        for (loss, _, n, ok), (step, allowed) in zip(values, steps):
+            if ok:
+                samples += int(n)
+                continue
+            skipped += 1
+            if not first_skip:
+                first_skip, first_norm = step, math.isfinite(loss)
+            if skipped > allowed and not over_step:
+                over_step, over_loss, over_norm = step, loss, math.isfinite(loss)
+        return Reading(loss=values[-1][0], grad_norm=values[-1][1], samples=samples, skipped=skipped,
+                       first_skip=first_skip, first_norm=first_norm, over_step=over_step, over_loss=over_loss,
+                       over_norm=over_norm)
 
 
 def skip_unless(optimizer: torch.optim.Optimizer, ok: torch.Tensor) -> None:

@@ -120,6 +120,7 @@ class Loop:
         prepared = sharding.prepare(accelerator, setup.model, optimizer, train_loader, scheduler, *evals.values())
         accelerator.register_save_state_pre_hook(checkpoints.lean_weights)
         self.model, self.optimizer, self.loader, self.scheduler = prepared[:4]
+        self._plain_steps(accelerator)
         self.unwrapped = accelerator.unwrap_model(self.model)  # what the method's hooks see
         if self.method.stateful:  # its own state travels with every checkpoint
             accelerator.register_for_checkpointing(MethodState(self.method, self.unwrapped))
@@ -144,6 +145,23 @@ class Loop:
         if reason:
             tqdm.write(f"train.compile: the step runs eager: {reason}")
         return reason is None
+
+    def _plain_steps(self, accelerator: Accelerator) -> None:
+        """Where accelerate's optimizer and clipping wrappers only pass through (one process or
+        DDP, no fp16 loss scaler), the step calls torch directly: the wrappers' per-step work
+        (a package look-up on the file system in every `optimizer.step`, a signature inspection
+        in every `zero_grad`, a walk over the parameters for DTensors in every clip, a division
+        by 1 and its backward in every `backward`) was host time a GPU waited on (issue 35).
+        FSDP, DeepSpeed, XLA and fp16 keep accelerate's path, which does real work there.
+        `self.trainable` is listed once: no method changes which parameters train once the run
+        has begun (a frozen parameter has no gradient for the clip to see anyway)."""
+        from accelerate.utils import DistributedType
+
+        plain = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
+        self.plain = (accelerator.distributed_type in plain and accelerator.scaler is None
+                      and accelerator.gradient_accumulation_steps == 1)  # the loop accumulates, not accelerate
+        self.stepper = self.optimizer.optimizer if self.plain else self.optimizer  # AcceleratedOptimizer's
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
 
     def _forward_loss(self, batch: dict) -> torch.Tensor:
         """The summed loss of one micro-batch (the part `train.compile` compiles)."""
@@ -257,11 +275,11 @@ class Loop:
             self._host_step(loss_t, norm_t, samples, ok)
             return
         skip_unless(self.optimizer, ok)
-        self.optimizer.step()
+        self.stepper.step()
         clear_skip(self.optimizer)
         self.scheduler.step()  # a skipped batch takes its step slot: the schedule moves on
         self.state.step += 1
-        self.optimizer.zero_grad(set_to_none=True)
+        self.stepper.zero_grad(set_to_none=True)
         self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
 
     def _own_examples(self, group: list[dict]) -> list[tuple[dict, float]]:
@@ -313,7 +331,11 @@ class Loop:
                 if not weight:  # all padding: its gradient is zeros, for the collectives only
                     loss_sum = loss_sum * 0.0
                 extra = self.method.extra_loss(self.unwrapped)  # a per-step term: 1/k per micro-batch
-                self.acc.backward(loss_sum * scale + (extra / len(group) if extra is not None else 0.0))
+                loss = loss_sum * scale if extra is None else loss_sum * scale + extra / len(group)
+                if self.plain:  # accelerate would divide by its accumulation steps, 1 here: two kernels
+                    loss.backward()
+                else:
+                    self.acc.backward(loss)
             summed += loss_sum.detach()
         return self.acc.reduce(summed, reduction="sum") / units
 
@@ -331,6 +353,8 @@ class Loop:
         off; clipping a non-finite gradient is harmless: the step is skipped."""
         if not self.cfg.max_grad_norm:
             return None
+        if self.plain:  # what accelerate's clip_grad_norm_ calls here, on the parameters listed once
+            return torch.nn.utils.clip_grad_norm_(self.trainable, self.cfg.max_grad_norm)
         # a DTensor under FSDP2, a float under DeepSpeed: a plain device tensor either way
         return sharding.full(self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm),
                              self.acc.device)

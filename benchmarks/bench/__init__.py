@@ -15,6 +15,9 @@ Sections (`--sections`, default all four; each can run alone):
   startup  wall time of `toolkit ls`, `toolkit validate` and a `--smoke` run, against targets.
   methods  (not in the default set) the toolkit's loop per adaptation method, same data and steps.
 
+`python benchmarks/bench/host_step.py --before REV` (a script of its own, CPU): the host ms of
+the loop's step by part, tiny BERT, compiled (aot_eager) and eager, before and after a revision.
+
 Every measured row runs in its own process (no row inherits another's warm kernels, caches or
 memory) after the same warm-up; tables are Markdown under a header naming the device, torch
 version, precision and date. `--json PATH` writes every row.

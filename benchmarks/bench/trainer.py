@@ -9,6 +9,7 @@ import math
 import statistics
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
@@ -146,8 +147,10 @@ class StepProfile:
 
     PARTS = ("_forward", "_backward", "_counts", "_clip_grads")  # Loop methods timed (_backward calls _forward)
 
-    def __init__(self, start: int, count: int) -> None:
-        self.start, self.count, self.result = start, count, {}
+    def __init__(self, start: int, count: int, trace: bool = True) -> None:
+        """`trace=False`: the parts timed, the profiler off (the device's busy time is then not
+        measured: on a CPU the profiler's per-op recording would dominate a tiny model's step)."""
+        self.start, self.count, self.result, self.trace = start, count, {}, trace
         self.entries: list[float] = []
         self.host = 0.0
         self.parts = dict.fromkeys(self.PARTS, 0.0)
@@ -182,7 +185,8 @@ class StepProfile:
             if done == me.start and me.prof is None:
                 me.began = time.perf_counter()
                 sync()
-                me.prof = profile(activities=[ProfilerActivity.CUDA] if cuda() else [ProfilerActivity.CPU])
+                me.prof = (profile(activities=[ProfilerActivity.CUDA] if cuda() else [ProfilerActivity.CPU])
+                           if me.trace else nullcontext())
                 me.prof.__enter__()
             tracing = me.prof is not None and not me.steps
             if tracing:
@@ -205,7 +209,7 @@ class StepProfile:
         return self
 
     def _summarise(self, steps: int) -> None:
-        events = self.prof.key_averages()
+        events = self.prof.key_averages() if self.trace else []
         busy = sum((e.self_device_time_total if cuda() else e.self_cpu_time_total) for e in events) / 1e6
         wall = self.entries[-1] - self.entries[0]
         ms = {name: 1000 * value / steps for name, value in self.parts.items()}
@@ -214,7 +218,7 @@ class StepProfile:
                  "forward call": ms["_forward"], "backward": ms["_backward"] - ms["_forward"], "clip": ms["_clip_grads"],
                  "optimizer, schedule, tally": host - ms["_counts"] - ms["_backward"] - ms["_clip_grads"]}
         self.result = {"steps": steps, "wall_ms": 1000 * wall / steps, "host_in_step_ms": host,
-                       "device_busy_ms": 1000 * busy / steps, "host_parts_ms": parts}
+                       "device_busy_ms": 1000 * busy / steps if self.trace else None, "host_parts_ms": parts}
 
     def __exit__(self, *exc: Any) -> None:
         if self.steps:
