@@ -530,3 +530,45 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, metric: NoAns_f1}}
     assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith("error: train.metric: 'NoAns_f1' is not among what this evaluation gives (")
     assert "HasAns_f1" in lines[0] and "exact_match" in lines[0]
+
+
+def _answerable_only(path: Path) -> Path:
+    """`_v2_file` less its unanswerable questions: a file SQuAD v1.1 reads."""
+    rows = json.loads(_v2_file(path).read_text())
+    for article in rows["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["qas"] = [q for q in paragraph["qas"] if not q["is_impossible"]]
+    path.write_text(json.dumps(rows))
+    return path
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("checkpoint, mode, windows", [
+    ("bert-base-uncased", "auto", True), ("gpt2", "extractive", True),
+    ("t5-base", "auto", False), ("gpt2", "generative", False),
+])
+def test_the_window_rule_holds_exactly_where_the_run_makes_windows(tmp_path: Path, cli, version: str,
+                                                                  checkpoint: str, mode: str, windows: bool) -> None:
+    """Finding: a generative run (T5 by `auto`, or `mode: generative`) with task.doc_stride at or
+    above half of task.max_length was refused at validate by the extractive window rule, though it
+    makes no windows (question and context are one source, cut at max_length). The rule holds
+    where the mode resolves to extractive, through validate and run alike, and nowhere else."""
+    data = (_v2_file if version == "v2" else _answerable_only)(tmp_path / f"dev-{version}.json")
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {checkpoint}}}
+task: {{name: squad, version: {version}, mode: {mode}, eval_file: {data}, split_articles: 0.5,
+        max_length: 64, doc_stride: 32, max_target_length: 8, generation: {{max_new_tokens: 4}}}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 4}}
+""")
+    rule = "task.doc_stride: 32 must be below half of task.max_length (64) so windows move forward"
+    code, _, err = cli("validate", recipe)
+    assert (code, err.strip().endswith(rule)) == ((2, True) if windows else (0, False)), err
+    assert len(err.strip().splitlines()) == windows
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    if windows:
+        assert code == 2 and err.strip().splitlines()[-1] == f"error: {rule}", err
+        assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.json"))
+    else:
+        assert code == 0, err
+        (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+        assert "f1" in json.loads(metrics.read_text())["eval"]

@@ -294,9 +294,8 @@ class Squad(TextToText):
             self.split_articles = None  # own-data recipes: the user's train file replaces the split
 
     def check(self) -> None:
-        if self.doc_stride >= self.max_length // 2:
-            raise UserError(f"task.doc_stride: {self.doc_stride} must be below half of task.max_length "
-                            f"({self.max_length}) so windows move forward")
+        if self.mode == "extractive":  # said before the family is known; `auto` waits for model_head
+            self._check_windows()
         if self.split_articles is not None and not self.eval_file:
             raise UserError("task.split_articles: splits task.eval_file by article; set task.eval_file")
 
@@ -324,7 +323,18 @@ class Squad(TextToText):
     def model_head(self, family: str | None) -> str:
         kind = kind_of(family) if family and family != "encoder-decoder" else family
         self._extractive = self.mode == "extractive" or (self.mode == "auto" and kind == "encoder")
+        if self._extractive:  # validate reaches this through the head check (recipe.check)
+            self._check_windows()
         return "question-answering" if self._extractive else super().model_head(family)
+
+    def _check_windows(self) -> None:
+        """The window rule, where the run makes windows: an extractive run only. A generative
+        run reads question and context as one source cut at task.max_length (the cut counted in
+        a warning), so doc_stride, n_best and max_answer_length do nothing there, and are not
+        checked, as generation settings do nothing in, and are not checked for, an extractive run."""
+        if self.doc_stride >= self.max_length // 2:
+            raise UserError(f"task.doc_stride: {self.doc_stride} must be below half of task.max_length "
+                            f"({self.max_length}) so windows move forward")
 
     @property
     def extractive(self) -> bool:
