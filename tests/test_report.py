@@ -565,45 +565,88 @@ def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> Non
     assert line.count("the best of") == 1  # sst2 ran one setting: nothing was chosen
 
 
-OTHER_CODE = {  # how seed 44 of full fine-tuning differs -> what the line names (None: not a difference)
-    "toolkit commit": ({"git_commit": "b" * 40}, "toolkit commit aaaaaaaaaaaa (seeds 42, 43), bbbbbbbbbbbb (seed 44)"),
-    "uncommitted changes": ({"git_dirty": True}, "aaaaaaaaaaaa + uncommitted changes (seed 44)"),
-    "torch version": ({"versions": {"torch": "9.9", "peft": "0.2"}}, "torch 2.0 (seeds 42, 43), 9.9 (seed 44)"),
-    "code record": ({"code": {"toolkit": "a" * 12, "torch": "2.0", "accelerate": "1.0"}}, None),  # the same code
+OTHER_CODE = {  # how seed 44 of full fine-tuning (and both RTE lora seeds) differ -> what the lines name:
+    # (full's sst2 seeds, lora's GLUE average over its SST-2 and RTE cells); None: not a difference
+    "toolkit commit": ({"git_commit": "b" * 40}, "toolkit commit aaaaaaaaaaaa (seeds 42, 43), bbbbbbbbbbbb (seed 44)",
+                       "toolkit commit aaaaaaaaaaaa (SST-2 seeds 42, 43), bbbbbbbbbbbb (RTE seeds 42, 43)"),
+    "uncommitted changes": ({"git_dirty": True}, "aaaaaaaaaaaa + uncommitted changes (seed 44)",
+                            "toolkit commit aaaaaaaaaaaa (SST-2 seeds 42, 43), aaaaaaaaaaaa + uncommitted changes "
+                            "(RTE seeds 42, 43)"),
+    "torch version": ({"versions": {"torch": "9.9", "peft": "0.2"}}, "torch 2.0 (seeds 42, 43), 9.9 (seed 44)",
+                      "torch 2.0 (SST-2 seeds 42, 43), 9.9 (RTE seeds 42, 43)"),
+    "code record": ({"code": {"toolkit": "a" * 12, "torch": "2.0", "accelerate": "1.0"}}, None, None),  # the same code
     "code record, other peft": ({"code": {"toolkit": "a" * 12, "torch": "2.0", "peft": "0.1"}},
-                                "peft 0.2 (seeds 42, 43), 0.1 (seed 44)"),
+                                "peft 0.2 (seeds 42, 43), 0.1 (seed 44)",
+                                "peft 0.2 (SST-2 seeds 42, 43), 0.1 (RTE seeds 42, 43)"),
     "resumed mid-run": ({"resumed_under_other_code": [{"step": 3, "was": {"torch": "1.0"}, "now": {"torch": "2.0"}}]},
-                        "seed 44 resumed under other code than it started on"),
+                        "seed 44 resumed under other code than it started on",
+                        "RTE seeds 42, 43 resumed under other code than it started on"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(OTHER_CODE))
-def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_path: Path, cli, case: str) -> None:
+def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_path: Path, cli, monkeypatch,
+                                                                        case: str) -> None:
     """Seed 44 ran after a `git pull` (or a library upgrade, or was resumed under one): its score
     was pooled with seeds 42 and 43 into one mean ± std, the spread read as seed noise, nothing
-    said. Now each entry pooling runs of other code is marked ‡ with one line naming what differs
-    and which seeds ran on what: the runs table, the pivot, the GLUE table; `toolkit report` and
-    toolkit.report. A field one run did not record is not a difference (runs from before it)."""
+    said. Now each figure derived from runs of other code is marked ‡ with one line naming what
+    differs and which seeds ran on what: the runs table, the pivot, the GLUE table, its average
+    (a task of mixed code, or tasks that ran on different code from one another: lora's RTE
+    seeds ran on other code than its SST-2 seeds) and the side-by-side table, and each plot's
+    legend or labels; `toolkit report` and toolkit.report. A field one run did not record is not
+    a difference (runs from before it)."""
+    import matplotlib.text
     import toolkit
+    from toolkit.reports import plots
 
-    change, named = OTHER_CODE[case]
+    change, named, across = OTHER_CODE[case]
     for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.84)):
         run = fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
         _stamp_json(run, **{"versions": {"torch": "2.0", "peft": "0.2"}, **(change if seed == 44 else {})})
     for seed in (42, 43):
         _stamp_json(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.8}), versions={"torch": "2.0", "peft": "0.2"})
+        _stamp_json(fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6}),
+                    **{"versions": {"torch": "2.0", "peft": "0.2"}, **change})
+    resumed = case == "resumed mid-run"  # each RTE lora run changed code itself: that cell is marked too
     items = report.collect(tmp_path)
     header, table = report.rows(items)
     seeds = {row[0]: row[2] for row in table}
-    assert seeds == {"glue/sst2/tiny-full": "3 ‡" if named else "3", "glue/sst2/tiny-lora": "2"}
+    assert seeds == {"glue/sst2/tiny-full": "3 ‡" if named else "3", "glue/sst2/tiny-lora": "2",
+                     "glue/rte/tiny-lora": "2 ‡" if resumed else "2"}
     (p,) = report.pivots(items, "task", "method")
-    notes = [n for n in report.runs_notes(items) + report.pivot_notes(p) + glue_report.render(items).splitlines()
-             if "did not all run on one code" in n]
+    glue_text = glue_report.render(items)
+    drawn: list[list[str]] = []  # each figure's texts (titles, legends, tick labels), nothing written
+
+    def keep(fig, path: Path) -> Path:
+        drawn.append([t.get_text() for t in fig.findobj(matplotlib.text.Text)])
+        plots._plt().close(fig)
+        return path
+
+    monkeypatch.setattr(plots, "_save", keep)
+    md = report.render(tmp_path, glue=True, out=tmp_path / "out")
+    notes = [n.removeprefix("- ").removeprefix("‡ ").split(":")[0] for n in report.runs_notes(items) + report.pivot_notes(p)
+             + glue_text.splitlines() + plots.plot_notes(items) if "did not all run on one code" in n]
     if named is None:
-        assert notes == [] and "‡" not in report.pivot_markdown(p)
+        assert notes == [] and "‡" not in report.pivot_markdown(p) + glue_text + md
+        assert drawn and not any("‡" in t for texts in drawn for t in texts)
         return
-    assert len(notes) == 3 and all(named in n and "tiny-lora" not in n and " lora" not in n for n in notes), notes
+    # full's GLUE average is over SST-2 alone: the same runs as its SST-2 cell, whose line says it
+    assert sorted(notes) == sorted(["glue/sst2/tiny-full", "sst2 / full", "tiny full / SST-2",
+                                    "tiny lora / GLUE avg", "sst2 / full (plots)"]
+                                   + ["glue/rte/tiny-lora", "rte / lora", "tiny lora / RTE", "rte / lora (plots)"] * resumed)
+    for line in md.splitlines():
+        if line.startswith(("- ‡ tiny full", "- ‡ sst2 / full", "- ‡ glue/sst2/tiny-full")):
+            assert named in line, line
+    assert f"- ‡ tiny lora / GLUE avg: its 4 runs did not all run on one code: {across}; it averages them" in md
     assert "| sst2 | 82.00 ± 2.00 (n=3) ‡ |" in report.pivot_markdown(p)
+    ours = {line.split("|")[1].strip(): line for line in glue_text.splitlines() if line.startswith(("| tiny", "| ours"))}
+    assert ours["tiny full"].rstrip(" |").endswith("82.00 ± 2.00 (n=3) ‡ over 1 tasks")  # SST-2 and its average
+    assert ours["tiny lora"].rstrip(" |").endswith(" ‡")  # the average over SST-2 and RTE
+    assert "82.00 ± 2.00 ‡" in ours["ours: tiny full"] and ours["ours: tiny lora"].count("‡") == 1 + resumed
+    sst2_figures = [texts for texts in drawn if any(t.startswith("sst2") for t in texts)]
+    assert len(sst2_figures) == 3  # curves, params, cost: each names full with its mark, lora without
+    for texts in sst2_figures:
+        assert any(t.startswith("full ‡") for t in texts) and not any(t.startswith("lora ‡") for t in texts), texts
     code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
     assert code == 0, err
     for said in (text, toolkit.report([tmp_path], row_key="task", col_key="method")):

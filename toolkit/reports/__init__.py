@@ -42,6 +42,7 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
         pngs = plotting.all_plots(items, out)
         if pngs:
             parts += ["## Plots", "\n".join(f"![{p.stem}]({p.name})" for p in pngs)]
+            parts += _bullets(plotting.plot_notes(items))
     text = "\n\n".join(parts) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(text)

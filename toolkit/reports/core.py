@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from toolkit.errors import UserError
 from toolkit.recipe_data import safe_yaml
@@ -370,37 +370,54 @@ def code_of(item: dict) -> dict[str, str]:
     return out
 
 
-def mixed_code(members: list[dict]) -> str:
+def mixed_code(members: list[dict], part: Callable[[dict], str] | None = None) -> str:
     """'torch 2.1.0 (seeds 42, 43), 2.2.0 (seed 44); seed 45 resumed under other code' where the
-    runs pooled into one mean ± std did not all run on one code and one set of library versions
-    (or one of them changed code mid-run): their spread is not seed noise alone. '' when they did."""
+    runs pooled into one figure (a mean ± std, a GLUE average) did not all run on one code and one
+    set of library versions (or one of them changed code mid-run): its spread, or its value, is
+    not of one code. '' when they did. `part` names the part of the figure a run is in (a GLUE
+    average's task): where the runs span several parts, each seed is named with its part
+    ('torch 2.1.0 (CoLA seeds 42, 43), 2.2.0 (SST-2 seeds 42, 43)')."""
     records = [code_of(m) for m in members]
+    name = part if part and len({part(m) for m in members}) > 1 else None
     parts = []
     for key in sorted({k for r in records for k in r}):
         by_value: dict[str, list] = defaultdict(list)
         for member, record in zip(members, records):
             if key in record:
-                by_value[record[key]].append(seed_of(member))
+                by_value[record[key]].append(member)
         if len(by_value) > 1:
             parts.append(f"{'toolkit commit' if key == 'toolkit' else key} " + ", ".join(
-                f"{value} ({_seeds(seeds)})" for value, seeds in by_value.items()))
-    resumed = [seed_of(m) for m in members if m["metrics"].get("resumed_under_other_code")]
+                f"{value} ({_who(runs, name)})" for value, runs in by_value.items()))
+    resumed = [m for m in members if m["metrics"].get("resumed_under_other_code")]
     if resumed:
-        parts.append(f"{_seeds(resumed)} resumed under other code than it started on")
+        parts.append(f"{_who(resumed, name)} resumed under other code than it started on")
     return "; ".join(parts)
+
+
+def _who(runs: list[dict], part: Callable[[dict], str] | None) -> str:
+    """'seeds 42, 43', or with parts 'CoLA seeds 42, 43; SST-2 seed 44' (parts in first-seen order)."""
+    if part is None:
+        return _seeds([seed_of(r) for r in runs])
+    by_part: dict[str, list] = defaultdict(list)
+    for r in runs:
+        by_part[part(r)].append(seed_of(r))
+    return "; ".join(f"{p} {_seeds(seeds)}" for p, seeds in by_part.items())
 
 
 def _seeds(seeds: list) -> str:
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
 
 
-def mixed_code_note(where: str, members: list[dict]) -> list[str]:
-    """One line for an entry (a pivot cell, a row of the runs table) whose seeds ran on other code."""
-    said = mixed_code(members)
+def mixed_code_note(where: str, members: list[dict], part: Callable[[dict], str] | None = None) -> list[str]:
+    """One line for an entry (a pivot cell, a row of the runs table, a plotted line, a GLUE
+    average) whose runs ran on other code; `part` as in mixed_code."""
+    said = mixed_code(members, part)
     if not said:
         return []
-    return [f"‡ {where}: its {len(members)} runs did not all run on one code: {said}; its mean ± std pools "
-            "them as seeds, so the spread is not seed noise alone: rerun them on one version to compare"]
+    pooled = ("its mean ± std pools them as seeds, so the spread is not seed noise alone" if part is None else
+              "it averages them, so it is no one code's score")
+    return [f"‡ {where}: its {len(members)} runs did not all run on one code: {said}; {pooled}: rerun them "
+            "on one version to compare"]
 
 
 def seeded_stat(items: list[dict], metric: str) -> Stat:

@@ -102,6 +102,23 @@ def _average_stat(cells: dict[str, list[dict]]) -> tuple[report.Stat, bool]:
     return report.Stat([glue_average({t: statistics.mean(v.values()) for t, v in per_seed.items()})]), False
 
 
+def _average_runs(cells: dict[str, list[dict]]) -> list[dict]:
+    """The runs the GLUE average is computed from (`_average_stat`): those of the seeds every task
+    ran, or every run where no seed is common to all tasks."""
+    common = set.intersection(*({report.seed_of(m) for m in ms} for ms in cells.values()))
+    return [m for t in sorted(cells, key=ORDER.index) for m in cells[t] if not common or report.seed_of(m) in common]
+
+
+def _task_of(item: dict) -> str:
+    return TITLES.get(report.label(item, "task"), report.label(item, "task"))
+
+
+def _average_mark(cells: dict[str, list[dict]]) -> str:
+    """' ‡' where the GLUE average pools runs of other code: a task cell of mixed code, or tasks
+    that ran on different code from one another (each cell of one code)."""
+    return " ‡" if report.mixed_code(_average_runs(cells), _task_of) else ""
+
+
 def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
     head = ["model / method"]
     for t in tasks:
@@ -124,7 +141,7 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
         ran = {report.seed_of(m) for ms in cells.values() for m in ms}
         if paired and len(stat.seeds) < len(ran):
             note += f" (seeds run on every task only: {', '.join(map(str, stat.seeds))})"
-        line.append(stat.fmt(100.0) + note + ("" if paired else " (seeds differ by task)"))
+        line.append(stat.fmt(100.0) + _average_mark(cells) + note + ("" if paired else " (seeds differ by task)"))
         table.append(line)
     return report.markdown(head, table)
 
@@ -155,9 +172,10 @@ def side_by_side(rows: dict[str, dict[str, list[dict]]], tasks: list[str], entri
         line = [f"ours: {row}"]
         for t in tasks:
             vals = [task_score(m["metrics"]["eval"], t) for m in cells.get(t, [])]
-            line.append(report.Stat(vals).fmt(100.0, show_n=False) if vals else "–")
+            mark = " ‡" if report.mixed_code(cells.get(t, [])) else ""  # the runs of the line above's ‡
+            line.append(report.Stat(vals).fmt(100.0, show_n=False) + mark if vals else "–")
         stat, _ = _average_stat(cells)
-        line += [stat.fmt(100.0, show_n=False) if set(cells) == set(tasks) else "–", "–"]
+        line += [stat.fmt(100.0, show_n=False) + _average_mark(cells) if set(cells) == set(tasks) else "–", "–"]
         table.append(line)
     for e in entries:
         vals = {t: _published_score(e, t) for t in tasks}
@@ -226,6 +244,8 @@ def render(items: list[dict]) -> str:
              "computed per seed, then mean ± std over seeds."]
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.mixed_code_note(f"{row} / {TITLES[t]}", ms)]
+    notes += [n for row, cells in rows.items() if len(cells) > 1  # one task: its cell's line says it
+              for n in report.mixed_code_note(f"{row} / GLUE avg", _average_runs(cells), _task_of)]
     if missing:
         notes.append(f"Not in these runs: {', '.join(missing)}. The average is over the {len(tasks)} tasks "
                      "above only and is not comparable with a nine-task GLUE score.")

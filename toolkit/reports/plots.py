@@ -4,6 +4,7 @@
   a labelled marker, not a line);
 - params-<task>.png: the metric against trainable parameters (log x), error bars over seeds;
 - cost-<task>.png: train time and peak memory per entry, horizontal bars (names stay readable).
+An entry whose seeds ran on other code is named with ‡ in every plot, and said in `plot_notes`.
 Legends sit outside the axes so labels never cover data.
 """
 
@@ -45,9 +46,16 @@ def entries(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
     for (task, name), members in sorted(cells.items()):
         metric = report.declarations(members).get(report.main_metric(members))
         cell = report.best_setting(members, metric) if metric else None
-        if cell is not None:
-            by_task[task][name] = cell.items
+        if cell is not None:  # seeds of other code: marked in every legend and label (plot_notes)
+            by_task[task][name + (" ‡" if report.mixed_code(cell.items) else "")] = cell.items
     return by_task
+
+
+def plot_notes(items: list[dict]) -> list[str]:
+    """The ‡ line of each plotted entry (a line, a point, a bar) whose seeds ran on other code: the
+    plots draw their mean as the pivot does, so they say so as the pivot does."""
+    return [n for task, group in sorted(entries(items).items()) for name, runs in group.items()
+            for n in report.mixed_code_note(f"{task} / {name.removesuffix(' ‡')} (plots)", runs)]
 
 
 def _log(run: Path) -> list[dict]:
