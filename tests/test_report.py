@@ -627,7 +627,7 @@ def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_pa
     notes = [n.removeprefix("- ").removeprefix("‡ ").split(":")[0] for n in report.runs_notes(items) + report.pivot_notes(p)
              + glue_text.splitlines() + plots.plot_notes(items) if "did not all run on one code" in n]
     if named is None:
-        assert notes == [] and "‡" not in report.pivot_markdown(p) + glue_text + md
+        assert notes == [] and "‡" not in report.pivot_markdown(p) + report.cost_table(p) + glue_text + md
         assert drawn and not any("‡" in t for texts in drawn for t in texts)
         return
     # full's GLUE average is over SST-2 alone: the same runs as its SST-2 cell, whose line says it
@@ -639,6 +639,7 @@ def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_pa
             assert named in line, line
     assert f"- ‡ tiny lora / GLUE avg: its 4 runs did not all run on one code: {across}; it averages them" in md
     assert "| sst2 | 82.00 ± 2.00 (n=3) ‡ |" in report.pivot_markdown(p)
+    assert "| sst2 | full ‡ |" in report.cost_table(p) and "| sst2 | lora |" in report.cost_table(p)
     ours = {line.split("|")[1].strip(): line for line in glue_text.splitlines() if line.startswith(("| tiny", "| ours"))}
     assert ours["tiny full"].rstrip(" |").endswith("82.00 ± 2.00 (n=3) ‡ over 1 tasks")  # SST-2 and its average
     assert ours["tiny lora"].rstrip(" |").endswith(" ‡")  # the average over SST-2 and RTE

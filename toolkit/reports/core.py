@@ -764,13 +764,15 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
 
 
 def cost_table(p: Pivot) -> str:
-    """Per cell, at the reported setting: parameters, time, throughput, memory and device."""
+    """Per cell, at the reported setting: parameters, time, throughput, memory and device; a
+    cell whose seeds ran on other code is marked ‡ as in the pivot."""
     head = [p.row_key, p.col_key, "trainable", "trainable %", "train s", "samples/s", "peak MB", "device"]
     table = []
     for (r, c), cell in sorted(p.cells.items()):
         ms = [i["metrics"] for i in cell.items]
         devices = sorted({m.get("device_name") or m.get("device", "?") for m in ms})
-        table.append([r, c, _number(ms[0].get("trainable_params"), ","), _number(ms[0].get("trainable_percent"), ".3f"),
+        mark = " ‡" if mixed_code(cell.items) else ""  # the pivot cell's line says which code ran what
+        table.append([r, c + mark, _number(ms[0].get("trainable_params"), ","), _number(ms[0].get("trainable_percent"), ".3f"),
                       _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms),
                       ", ".join(devices)])
     return markdown(head, table)
