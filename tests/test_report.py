@@ -623,12 +623,15 @@ def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_pa
         return path
 
     monkeypatch.setattr(plots, "_save", keep)
-    md = report.render(tmp_path, glue=True, out=tmp_path / "out")
+    draw = case in ("toolkit commit", "code record")  # the figures do not depend on what differs: drawn twice
+    md = report.render(tmp_path, glue=True, out=tmp_path / "out", plots=draw)
+    assert [name for group in plots.entries(items).values() for name in group] == (
+        ["lora ‡" if resumed else "lora", "full ‡" if named else "full", "lora"])  # rte, then sst2
     notes = [n.removeprefix("- ").removeprefix("‡ ").split(":")[0] for n in report.runs_notes(items) + report.pivot_notes(p)
              + glue_text.splitlines() + plots.plot_notes(items) if "did not all run on one code" in n]
     if named is None:
         assert notes == [] and "‡" not in report.pivot_markdown(p) + report.cost_table(p) + glue_text + md
-        assert drawn and not any("‡" in t for texts in drawn for t in texts)
+        assert drawn and not any("‡" in t for texts in drawn for t in texts)  # drawn: this case
         return
     # full's GLUE average is over SST-2 alone: the same runs as its SST-2 cell, whose line says it
     assert sorted(notes) == sorted(["glue/sst2/tiny-full", "sst2 / full", "tiny full / SST-2",
@@ -645,7 +648,7 @@ def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_pa
     assert ours["tiny lora"].rstrip(" |").endswith(" ‡")  # the average over SST-2 and RTE
     assert "82.00 ± 2.00 ‡" in ours["ours: tiny full"] and ours["ours: tiny lora"].count("‡") == 1 + resumed
     sst2_figures = [texts for texts in drawn if any(t.startswith("sst2") for t in texts)]
-    assert len(sst2_figures) == 3  # curves, params, cost: each names full with its mark, lora without
+    assert len(sst2_figures) == 3 * draw  # curves, params, cost: each names full with its mark, lora without
     for texts in sst2_figures:
         assert any(t.startswith("full ‡") for t in texts) and not any(t.startswith("lora ‡") for t in texts), texts
     code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
