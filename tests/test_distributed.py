@@ -28,23 +28,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("checkpoint, method", [
+TWO_PROCESS_CASES = [
     ("roberta-base", "{name: lora, r: 4}"),
     ("bert-base-uncased", "{name: adapters, config: pfeiffer}"),
     ("roberta-base", "{name: prompt_tuning, num_virtual_tokens: 4}"),
     ("gpt2", "{name: icl, shots: 2}"),
-])
-def test_two_processes_equal_one(tmp_path: Path, cli, checkpoint: str, method: str) -> None:
-    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=checkpoint, method=method))
-    one, two = tmp_path / "one", tmp_path / "two"
+]
+
+
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path) -> dict[tuple[str, str], Path]:
+    """(checkpoint, method) -> (recipe, runs folder of its 2-process run): every case's run in one
+    torchrun launch, in turn (test_accounting's launcher), made once for the module: a launch's
+    start-up (two interpreters importing torch and transformers) is most of a --smoke run's time."""
+    from test_accounting import _torchrun
+
+    tmp = tmp_path_factory.mktemp("two")
+    out, jobs = {}, []
+    for i, (checkpoint, method) in enumerate(TWO_PROCESS_CASES):
+        recipe = write_recipe(tmp / str(i) / "r.yaml", RECIPE.format(checkpoint=checkpoint, method=method))
+        out[checkpoint, method] = (recipe, tmp / str(i) / "two")
+        jobs.append(["run", str(recipe), "--smoke", "--runs-dir", str(tmp / str(i) / "two"), "train.batch_size=4"])
+    _torchrun(tmp, jobs)
+    return out
+
+
+@pytest.mark.parametrize("checkpoint, method", TWO_PROCESS_CASES)
+def test_two_processes_equal_one(tmp_path: Path, cli, two_process_runs, checkpoint: str, method: str) -> None:
+    recipe, two = two_process_runs[checkpoint, method]
+    one = tmp_path / "one"
     assert cli("run", recipe, "--smoke", "--runs-dir", one, "train.batch_size=8")[0] == 0
-    # torchrun of the interpreter running the suite (make test-oldest's venv is not .venv)
-    cmd = [__import__("sys").executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", str(_free_port()), "-m", "toolkit.cli",
-           "run", str(recipe), "--smoke", "--runs-dir", str(two), "train.batch_size=4"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     a, b = only_run(one), only_run(two)
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     assert mb["num_processes"] == 2 and ma["num_processes"] == 1
