@@ -130,3 +130,29 @@ def test_smoke_model_is_built_whole_under_a_zero3_launch(tmp_path: Path, monkeyp
     del launch_config
     weights = load_file(Path(folder) / "model.safetensors")
     assert weights and all(w.numel() > 0 for w in weights.values())
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero3"])
+def test_two_runs_in_one_sharded_launch_each_run_as_alone(tmp_path: Path, tiny_checkpoint, strategy: str) -> None:
+    """A second run in the same launch (the Python API called twice, a script of runs): the first
+    run's sharding state was left in accelerate's shared state, and the second was refused under
+    FSDP ('fsdp_version: the toolkit runs FSDP2 only') and raised an AttributeError under ZeRO-3.
+    Each run now starts from the launch's state (`sharding.restore_launch_kind`)."""
+    from test_accounting import LAUNCHER
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("gpt2"),
+                                                            method="{name: lora, r: 4}"))
+    small = ["task.max_train_samples=16", "task.max_eval_samples=8", "train.eval_every=0"]
+    jobs = [["run", str(recipe), "--runs-dir", str(tmp_path / f"runs-{seed}"), *small, f"train.seed={seed}"]
+            for seed in (1, 2)]
+    (tmp_path / "launch.py").write_text(LAUNCHER.format(root=str(ROOT)))
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(ROOT / "configs" / "accelerate" / f"{strategy}.yaml"), "--num_processes", "1",
+           "--main_process_port", str(_free_port()), str(tmp_path / "launch.py"), str(tmp_path / "jobs.json")]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kinds = [json.loads((only_run(tmp_path / f"runs-{seed}") / "metrics.json").read_text())["distributed_type"]
+             for seed in (1, 2)]
+    assert kinds == [SHARDED[strategy][0]] * 2

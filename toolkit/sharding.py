@@ -68,7 +68,6 @@ def enable(accelerator: Any, recipe: Any) -> None:
     """Turn accelerate's FSDP on for CPU processes where the launch asked for it (see the module
     docstring; the plugin is read from the launch's FSDP_* environment as accelerate reads it),
     and refuse what the strategy cannot run as the recipe asks (`unsupported`, `deepspeed_conflict`)."""
-    from accelerate.state import PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
     if asked() == "fsdp" and accelerator.distributed_type == DistributedType.MULTI_CPU:
@@ -79,7 +78,7 @@ def enable(accelerator: Any, recipe: Any) -> None:
         # both shared states, as AcceleratorState.__init__ does on GPUs (a later AcceleratorState()
         # copies PartialState's over its own)
         accelerator.state.distributed_type = DistributedType.FSDP
-        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+        _set_launch_kind(DistributedType.FSDP)
     if asked() == "deepspeed" and accelerator.distributed_type == DistributedType.MULTI_CPU:
         _deepspeed_on_cpu(accelerator)
     kind = accelerator.distributed_type
@@ -114,6 +113,29 @@ def buckets_from_the_model(config: dict) -> None:
         zero.setdefault(key, "auto")
 
 
+_LAUNCH_KIND: dict[str, Any] = {}  # PartialState's distributed_type as the launch made it, once changed
+
+
+def _set_launch_kind(kind: Any) -> None:
+    """PartialState's kind of launch set to FSDP or DeepSpeed on CPU processes (accelerate's own
+    says MULTI_CPU there), the launch's own kept for `restore_launch_kind`."""
+    from accelerate.state import PartialState
+
+    _LAUNCH_KIND.setdefault("distributed_type", PartialState._shared_state["distributed_type"])
+    PartialState._shared_state["distributed_type"] = kind
+
+
+def restore_launch_kind() -> None:
+    """Before the next run in the same process: PartialState as the launch made it. Left as the
+    last run set it, a second `toolkit.run` in one CPU FSDP launch was refused ('fsdp_version:
+    the toolkit runs FSDP2 only'), and under ZeRO-3 it raised an AttributeError: accelerate
+    took the kind for its own and skipped setting the plugin up."""
+    from accelerate.state import PartialState
+
+    if "distributed_type" in _LAUNCH_KIND and PartialState._shared_state:
+        PartialState._shared_state["distributed_type"] = _LAUNCH_KIND.pop("distributed_type")
+
+
 def _deepspeed_on_cpu(accelerator: Any) -> None:
     """DeepSpeed on CPU processes, which accelerate leaves plain data parallel (AcceleratorState
     turns ACCELERATE_USE_DEEPSPEED into DistributedType.DEEPSPEED only when not on the CPU):
@@ -123,7 +145,6 @@ def _deepspeed_on_cpu(accelerator: Any) -> None:
     ninja at start-up (minutes on a small machine): the collectives go through gloo instead, as
     DeepSpeed itself does where that op is not compatible."""
     import deepspeed.ops
-    from accelerate.state import PartialState
     from accelerate.utils import DeepSpeedPlugin, DistributedType
     from deepspeed import comm
 
@@ -137,7 +158,7 @@ def _deepspeed_on_cpu(accelerator: Any) -> None:
     state.deepspeed_plugins = plugin
     state._mixed_precision = "no"  # DeepSpeed casts itself, from its config (as AcceleratorState sets)
     state.distributed_type = DistributedType.DEEPSPEED
-    PartialState._shared_state["distributed_type"] = DistributedType.DEEPSPEED
+    _set_launch_kind(DistributedType.DEEPSPEED)
 
 
 def deepspeed_conflict(train: Any, plugin: Any) -> None:

@@ -72,6 +72,7 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
     if not torch.cuda.is_available():
         sharding.check_cpu_launch()
     precision.check_strategy(recipe.train.precision_mode, sharding.asked())
+    sharding.restore_launch_kind()  # several runs in one process: each starts from the launch's state
     AcceleratorState._reset_state()  # several runs in one process may differ in mixed precision
     # step_scheduler_with_optimizer=False: accelerate would otherwise step the schedule once per
     # process per optimizer step; total_steps here already counts optimizer steps of the global batch.
