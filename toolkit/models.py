@@ -440,10 +440,12 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     kwargs = {"attn_implementation": name} if name else {}
     try:
         auto_class = getattr(transformers, heads.get(head).auto_class)
-        with _partitioned_new_weights_drawn_as_whole() as redraw:
+        partitioned = _zero3()
+        with _generators_kept(partitioned):  # under ZeRO-3 the load drew new weights elsewhere
             model, info = auto_class.from_pretrained(path, config=config, dtype=torch.float32, output_loading_info=True,
                                                      ignore_mismatched_sizes=True, **kwargs)
-            redraw(model, info)
+        if partitioned:
+            redraw_new_weights(model, info)  # on the CPU, from where the generators were
     except OSError as exc:  # a folder with a config and no weights, or unreadable ones
         raise UserError(f"model.checkpoint: {checkpoint} has no loadable weights "
                         f"({' '.join(str(exc).split())[:160]})") from None
@@ -556,9 +558,7 @@ def redraw_new_weights(model: Any, info: dict) -> None:
 def _gathered(params: list[Any]) -> Iterator[None]:
     """ZeRO-3 parameters whole for the block (every process draws the same values, process 0's
     are kept); other parameters as they are."""
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    if not is_deepspeed_zero3_enabled():
+    if not _zero3():
         yield
         return
     import deepspeed
@@ -567,23 +567,24 @@ def _gathered(params: list[Any]) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def _partitioned_new_weights_drawn_as_whole() -> Iterator[Callable[[Any, dict], None]]:
-    """Under a ZeRO-3 launch: every random generator as it was before the load (transformers drew
-    the new weights from the accelerator's), then the new weights drawn on the CPU
-    (`redraw_new_weights`), so that the CPU generator moves on as in a plain run. Elsewhere: nothing."""
-    import torch
+def _zero3() -> bool:
     from transformers.integrations import is_deepspeed_zero3_enabled
 
-    if not is_deepspeed_zero3_enabled():
-        yield lambda model, info: None
+    return is_deepspeed_zero3_enabled()
+
+
+@contextmanager
+def _generators_kept(active: bool) -> Iterator[None]:
+    """With `active`: every random generator (the CPU's, the current GPU's) as it was before the
+    block. A ZeRO-3 load draws the new weights from the accelerator's generator; put back, the
+    CPU's moves on only in `redraw_new_weights`, as in a plain load."""
+    import torch
+
+    if not active:
+        yield
         return
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        drawn: list[tuple[Any, dict]] = []
-        yield lambda model, info: drawn.append((model, info))
-    for model, info in drawn:
-        redraw_new_weights(model, info)
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
+        yield
 
 
 def check_new_weights(checkpoint: str, info: dict) -> None:
