@@ -16,7 +16,7 @@ from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
 from toolkit.methods.icl import (CHOICE_RULES, ICL, Prompter, calibrated, cut_prompts, default_template,
-                                 draw_demonstrations, harness_picks, label_scores, per_rule)
+                                 demonstration_sets, draw_demonstrations, harness_picks, label_scores, per_rule)
 
 from toolkit.tasks.glue import Glue
 
@@ -29,38 +29,117 @@ ROWS = [{"text_a": "short", "label": 0},
         {"text_a": "middle length text here", "label": 1}]
 
 
+FAMILIES = ["gpt2", "t5", "bart"]
+TEMPLATE = "Review: {text_a}\nSentiment: {label}"
+
+
+def _load(tiny_checkpoint, family: str):
+    model, tok = models.load(tiny_checkpoint(family), "seq2seq-lm" if family in ("t5", "bart") else "causal-lm", {})
+    return model.eval(), tok
+
+
+# --- lm-evaluation-harness's rules, written out here from its source (lm_eval/api/model.py
+# loglikelihood and _encode_pair; lm_eval/models/huggingface.py tok_encode, _loglikelihood_tokens;
+# lm_eval/api/task.py fewshot_context, construct_requests, process_results; lm_eval/api/samplers.py)
+def harness_context(rows_shown: list[dict], row: dict, words: list[str]) -> str:
+    """doc_to_text "Review: x\nSentiment:", target_delimiter " ", fewshot_delimiter "\n\n"."""
+    shots = "".join(f"Review: {d['text_a']}\nSentiment: {words[d['label']]}\n\n" for d in rows_shown)
+    return shots + f"Review: {row['text_a']}\nSentiment:"
+
+
+def harness_encode(tok, context: str, continuation: str, seq2seq: bool) -> tuple[list[int], list[int]]:
+    if context == "":
+        cont = tok(continuation, add_special_tokens=False)["input_ids"]
+        prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        return ([prefix], cont) if prefix != cont[0] else (cont[:1], cont[1:])
+    n = len(context) - len(context.rstrip())
+    if n:
+        context, continuation = context[:-n], context[-n:] + continuation
+    if seq2seq:
+        return tok(context)["input_ids"], tok(continuation, add_special_tokens=False)["input_ids"]
+    whole, ctx = tok(context + continuation)["input_ids"], tok(context)["input_ids"]
+    return ctx, whole[len(ctx):]
+
+
 @torch.no_grad()
-def reference_scores(model: torch.nn.Module, tok, queries, words, max_length: int) -> torch.Tensor:
-    """One example, one label, no padding: log-probs read straight off the logits."""
-    out = torch.zeros(len(queries), len(words))
-    for i, (prompt, gap) in enumerate(queries):
-        p = tok(prompt)["input_ids"]
-        for j, word in enumerate(words):
-            if model.config.is_encoder_decoder:
-                c = tok(text_target=word)["input_ids"]
-                logits = model(input_ids=torch.tensor([p[-max_length:]]), labels=torch.tensor([c])).logits[0]
-                out[i, j] = sum(logits.log_softmax(-1)[t, c[t]] for t in range(len(c)))
-            else:
-                c = tok(gap + word, add_special_tokens=False)["input_ids"]
-                ids = p[-(max_length - len(c)):] + c
-                logp = model(input_ids=torch.tensor([ids])).logits[0].log_softmax(-1)
-                n = len(ids) - len(c)
-                out[i, j] = sum(logp[n - 1 + t, c[t]] for t in range(len(c)))
-    return out
+def harness_loglikelihood(model, tok, context: str, continuation: str, max_length: int) -> float:
+    """One request, no padding: the decoder's input is (ctx + cont)[-(max_length + 1):][:-1] and the
+    last len(cont) logits score it; the encoder-decoder's is ctx[-max_length:], cont its labels."""
+    seq2seq = model.config.is_encoder_decoder
+    ctx, cont = harness_encode(tok, context, continuation, seq2seq)
+    if seq2seq:
+        logp = model(input_ids=torch.tensor([ctx[-max_length:]]), labels=torch.tensor([cont])).logits[0].log_softmax(-1)
+        return float(sum(logp[t, cont[t]] for t in range(len(cont))))
+    inp = (ctx + cont)[-(max_length + 1):][:-1]
+    logp = model(input_ids=torch.tensor([inp])).logits[0].log_softmax(-1)[len(inp) - len(cont):]
+    return float(sum(logp[t, cont[t]] for t in range(len(cont))))
 
 
-@pytest.mark.parametrize("family", ["gpt2", "t5", "bart"])
-def test_batched_scores_equal_one_at_a_time_reference(tiny_checkpoint, family: str) -> None:
-    head = "seq2seq-lm" if family in ("t5", "bart") else "causal-lm"
-    model, tok = models.load(tiny_checkpoint(family), head, {})
-    model.eval()
+def harness_accuracies(model, tok, train: Dataset, rows: list[dict], words: list[str], shots: int,
+                       seed: int, max_length: int) -> dict[str, float]:
+    """acc, acc_norm, acc_bytes: the default sampler (one Random(seed), rnd.sample(docs, shots) per
+    eval doc in order), " " + choice as continuation, argmax of lls, lls / len(choice),
+    lls / len(choice.encode())."""
+    import random
+
+    import numpy as np
+
+    rnd, docs = random.Random(seed), list(train)
+    hits = {"acc": [], "acc_norm": [], "acc_bytes": []}
+    for row in rows:
+        context = harness_context(rnd.sample(docs, shots), row, words)
+        lls = np.array([harness_loglikelihood(model, tok, context, f" {w}", max_length) for w in words])
+        for rule, by in (("acc", 1.0), ("acc_norm", np.array([len(w) for w in words], dtype=float)),
+                         ("acc_bytes", np.array([len(w.encode()) for w in words], dtype=float))):
+            hits[rule].append(float(np.argmax(lls / by) == row["label"]))
+    return {rule: float(np.mean(h)) for rule, h in hits.items()}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_scored_tokens_are_the_harness_ones(tiny_checkpoint, family: str) -> None:
+    """Tokenizer level, the real tokenizers: the (context, continuation) ids of every query and
+    label word equal the harness's. T5 and BART score the word alone: no EOS, no BOS, with the
+    space before it (BART's ' positive' is another token than 'positive'); GPT-2 the tokens the
+    whole text has beyond the prompt's. Gaps ' ', '\n', none; an empty context is the prefix token."""
+    from toolkit.methods.icl import encode_pairs
+
+    tok = models.load_tokenizer(tiny_checkpoint(family))  # the real tokenizer of the family
+    seq2seq = family != "gpt2"
+    words = ["positive", "absolutely yes indeed", "née"]
+    for template in (TEMPLATE, "Review: {text_a}\nSentiment:\n{label}", "Review: {text_a} =>{label}", "{text_a} {label}"):
+        prompter = Prompter(template, words, ["text_a"])
+        demos = draw_demonstrations(TRAIN, 2, seed=0)
+        rows = [*ROWS, {"text_a": "", "label": 0}] if template.startswith("{") else ROWS
+        queries = [prompter.query(r, demos if r["text_a"] else ()) for r in rows]
+        got = encode_pairs(tok, queries, words, seq2seq)
+        want = [harness_encode(tok, prompt + gap, w, seq2seq) for prompt, gap in queries for w in words]
+        prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        # a context of whitespace alone encodes to no token, where the harness stops (assert
+        # len(context_enc) > 0); the toolkit conditions on the prefix token, as for an empty one
+        want = [(ctx or [prefix], cont) for ctx, cont in want]
+        assert got == want, template
+    gaps = [gap for _, gap in queries for _ in words]
+    for (_, cont), word, gap in zip(got, words * len(queries), gaps):
+        if seq2seq:
+            assert tok.eos_token_id not in cont and tok.bos_token_id not in cont
+            assert cont == tok(gap + word, add_special_tokens=False)["input_ids"]
+    if family == "bart":
+        assert tok(" positive", add_special_tokens=False)["input_ids"] != tok("positive", add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batched_scores_equal_the_harness_loglikelihood(tiny_checkpoint, family: str) -> None:
+    """label_scores (batched, padded) = the harness's loglikelihood of each request computed one at
+    a time, whole and cut from the left (max_length 40: the harness's window of max_length + 1)."""
+    model, tok = _load(tiny_checkpoint, family)
     words = ["no", "absolutely yes indeed"]  # label words of different token lengths
-    prompter = Prompter("Review: {text_a}\nSentiment: {label}", words, ["text_a"],
-                        draw_demonstrations(TRAIN, 2, seed=0))
-    queries = [prompter.query(r) for r in ROWS] + [prompter.content_free()]
+    demos = draw_demonstrations(TRAIN, 2, seed=0)
+    prompter = Prompter(TEMPLATE, words, ["text_a"])
+    queries = [prompter.query(r, demos) for r in ROWS] + [prompter.content_free(demos)]
+    contexts = [harness_context(demos, r, words) for r in ROWS] + [harness_context(demos, {"text_a": "N/A"}, words)]
     for max_length in (1024, 40):  # 40: the long prompts are cut from the left
         fast = label_scores(model, tok, queries, words, max_length, batch_size=3)
-        slow = reference_scores(model, tok, queries, words, max_length)
+        slow = torch.tensor([[harness_loglikelihood(model, tok, c, f" {w}", max_length) for w in words] for c in contexts])
         assert fast.shape == (len(queries), 2)
         torch.testing.assert_close(fast, slow, atol=1e-5, rtol=0)
 
@@ -80,28 +159,48 @@ def test_calibration_divides_by_the_content_free_prior() -> None:
 
 
 def test_demonstrations_are_seeded_and_verbalized() -> None:
+    """Each eval example its own draw, as the harness's sampler: the sets of one split follow one
+    Random(seed) in order (the harness's rnd.sample(docs, k) per doc), and a seed repeats them."""
+    import random
+
     task = Glue(subset="sst2")
-    first, again = draw_demonstrations(TRAIN, 4, seed=1), draw_demonstrations(TRAIN, 4, seed=1)
-    assert first == again and first != draw_demonstrations(TRAIN, 4, seed=2)
-    prompter = ICL(shots=4).prompter(task, TRAIN, seed=1)
-    prompt, gap = prompter.query({"text_a": "a test review", "label": 0})
+    first, again = demonstration_sets(TRAIN, 4, 1, 5), demonstration_sets(TRAIN, 4, 1, 5)
+    assert first == again and first != demonstration_sets(TRAIN, 4, 2, 5)
+    rnd = random.Random(1)
+    assert first == [rnd.sample(list(TRAIN), 4) for _ in range(5)]
+    assert len({tuple(d["text_a"] for d in demos) for demos in first}) > 1  # not one set for all
+    assert draw_demonstrations(TRAIN, 4, seed=1) == first[0]
+    prompter = ICL(shots=4).prompter(task)
+    prompt, gap = prompter.query({"text_a": "a test review", "label": 0}, first[0])
     parts = prompt.split("\n\n")
     assert len(parts) == 5 and gap == " "
-    for demo, text in zip(first, parts[:4]):
-        assert demo["text_a"] in TRAIN["text_a"]
+    for demo, text in zip(first[0], parts[:4]):
         assert text.startswith(f"Sentence: {demo['text_a']}\nQuestion: {task.instruction}")
         assert text.endswith(f"Answer: {task.verbalizers[demo['label']]}")
     assert parts[4] == default_template(task).format(text_a="a test review", label="").rstrip()
-    assert ICL(shots=0).prompter(task, None, seed=1).query(ROWS[0])[0].startswith("Sentence: short")
-    with pytest.raises(UserError, match="need a train split"):
-        draw_demonstrations(None, 2, seed=0)
+    assert prompter.query(ROWS[0])[0].startswith("Sentence: short")
+    assert demonstration_sets(None, 0, 1, 3) == [[], [], []]
+    for shots, message in ((2, "need a train split"), (13, "13 is more than the 12 train examples")):
+        with pytest.raises(UserError, match=message):
+            demonstration_sets(None if shots == 2 else TRAIN, shots, 0, 3)
+
+
+def _evals(rows: list[dict]) -> Dataset:
+    return Dataset.from_dict({"text_a": [r["text_a"] for r in rows], "label": [r["label"] for r in rows]})
+
+
+def _queries(method: ICL, task, evals: Dataset, seed: int) -> tuple[list, list]:
+    prompter = method.prompter(task)
+    demos = demonstration_sets(TRAIN, method.shots, seed, len(evals))
+    return [prompter.query(r, d) for r, d in zip(evals, demos)], [prompter.content_free(d) for d in demos]
 
 
 def test_evaluate_uses_calibrated_scores(tiny_checkpoint) -> None:
-    """evaluate() = argmax of the batched scores, calibrated by the content-free prior."""
+    """evaluate() = argmax of the batched scores, calibrated by each example's content-free prior
+    (its own demonstrations, then "N/A")."""
     from accelerate import Accelerator
 
-    model, tok = models.load(tiny_checkpoint("gpt2"), "causal-lm", {})
+    model, tok = _load(tiny_checkpoint, "gpt2")
     task = Glue(subset="sst2")
     evals = Dataset.from_dict({"text_a": [r["text_a"] for r in ROWS] * 3, "label": [0, 1, 1] * 3})
     setup = SimpleNamespace(task=task, tokenizer=tok, train=TRAIN, evals={"": evals}, seed=3)
@@ -109,10 +208,11 @@ def test_evaluate_uses_calibrated_scores(tiny_checkpoint) -> None:
         method = ICL(shots=2, calibrate=calibrate)
         method.apply(model, None)
         got = method.evaluate(model, setup, Accelerator(cpu=True))
-        prompter = method.prompter(task, TRAIN, seed=3)
-        scores = label_scores(model, tok, [prompter.query(r) for r in evals], task.verbalizers, 1024, 8)
+        queries, free = _queries(method, task, evals, 3)
+        scores = label_scores(model, tok, queries, task.verbalizers, 1024, 8)
         if calibrate:
-            prior = label_scores(model, tok, [prompter.content_free()], task.verbalizers, 1024, 8)[0]
+            prior = label_scores(model, tok, free, task.verbalizers, 1024, 8)  # (n, L): one per example
+            assert not torch.allclose(prior[0], prior[1])  # other demonstrations, another prior
             scores = calibrated(scores, prior)
         loss = got.pop("loss")
         harness = {rule: got.pop(rule) for rule in ("acc", "acc_norm", "acc_bytes")}
@@ -188,32 +288,34 @@ def test_harness_rules_worked_by_hand() -> None:
     assert harness_picks(scores, words).tolist() == [[0, 1, 1], [2, 2, 2], [0, 0, 2]]
 
 
-def test_the_chosen_rule_makes_the_task_metrics_and_every_rule_is_recorded(tiny_checkpoint) -> None:
-    """Label words of 1 and 4+ tokens, every rule with and without calibration: the task's
-    metrics and loss are made of the chosen rule's scores (calibrated by the same rule's
-    content-free prior when asked); acc, acc_norm and acc_bytes beside them are the harness's,
-    uncalibrated, whatever was chosen."""
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_chosen_rule_makes_the_task_metrics_and_every_rule_is_recorded(tiny_checkpoint, family: str) -> None:
+    """Every family x choose_by, with and without calibration: acc, acc_norm and acc_bytes in
+    metrics are the harness's, computed here request by request by its rules (its sampler, its
+    encoding, its window at max_length 48, which cuts the long prompts); the task's metrics and
+    loss are made of the chosen rule's scores (calibrated by the same rule's per-example
+    content-free prior when asked)."""
     from accelerate import Accelerator
 
-    model, tok = models.load(tiny_checkpoint("gpt2"), "causal-lm", {})
+    model, tok = _load(tiny_checkpoint, family)
     task = Glue(subset="sst2")
     words = ["no", "absolutely yes indeed"]
-    evals = Dataset.from_dict({"text_a": [r["text_a"] for r in ROWS] * 2, "label": [0, 1, 1, 1, 0, 0]})
+    rows = [{"text_a": r["text_a"], "label": g} for r, g in zip(ROWS * 2, [0, 1, 1, 1, 0, 0])]
+    evals = _evals(rows)
     setup = SimpleNamespace(task=task, tokenizer=tok, train=TRAIN, evals={"": evals}, seed=3)
-    prompter = ICL(shots=2, verbalizers=words).prompter(task, TRAIN, seed=3)
-    raw = label_scores(model, tok, [prompter.query(r) for r in evals], words, 1024, 8)
-    prior = label_scores(model, tok, [prompter.content_free()], words, 1024, 8)
+    base = ICL(shots=2, verbalizers=words, template=TEMPLATE, max_length=48)
+    want = harness_accuracies(model, tok, TRAIN, rows, words, shots=2, seed=3, max_length=48)
+    queries, free = _queries(base, task, evals, 3)
+    raw, prior = (label_scores(model, tok, q, words, 48, 8) for q in (queries, free))
     gold = torch.tensor(evals["label"])
-    picks = harness_picks(raw, words)
-    assert (picks[:, 0] != picks[:, 1]).any()  # the sum and the per-character rule disagree here
     for choose_by in CHOICE_RULES:
         for calibrate in (False, True):
-            method = ICL(shots=2, verbalizers=words, choose_by=choose_by, calibrate=calibrate)
+            method = ICL(shots=2, verbalizers=words, template=TEMPLATE, max_length=48, choose_by=choose_by,
+                         calibrate=calibrate)
             got = method.evaluate(method.apply(model, None), setup, Accelerator(cpu=True))
-            for j, rule in enumerate(CHOICE_RULES):
-                assert got[rule] == pytest.approx(float((picks[:, j] == gold).float().mean()))
+            assert {rule: got[rule] for rule in CHOICE_RULES} == pytest.approx(want)
             chosen = per_rule(raw, words, choose_by)
-            logp = (calibrated(chosen, per_rule(prior, words, choose_by)[0]).log() if calibrate
+            logp = (calibrated(chosen, per_rule(prior, words, choose_by)).log() if calibrate
                     else chosen.log_softmax(-1))
             assert got["accuracy"] == pytest.approx(float((logp.argmax(-1) == gold).float().mean()))
             assert got["loss"] == pytest.approx(float(-logp.gather(-1, gold.view(-1, 1)).mean()), rel=1e-5)
@@ -259,8 +361,8 @@ def test_prompts_cut_to_fit_are_counted_and_said(tiny_checkpoint, family: str, c
     model, tok = models.load(tiny_checkpoint(family), "seq2seq-lm" if seq2seq else "causal-lm", {})
     model.eval()
     words = ["no", "absolutely yes indeed"]
-    prompter = Prompter("Review: {text_a}\nSentiment: {label}", words, ["text_a"], draw_demonstrations(TRAIN, 2, 0))
-    queries = [prompter.query(r) for r in ROWS]
+    prompter = Prompter(TEMPLATE, words, ["text_a"])
+    queries = [prompter.query(r, draw_demonstrations(TRAIN, 2, 0)) for r in ROWS]
     whole, cut = (label_scores(model, tok, queries, words, n, batch_size=1) for n in (1024, 50))  # no padding
     changed = sum(not torch.equal(a, b) for a, b in zip(whole, cut))
     assert 0 < cut_prompts(tok, queries, words, 50, seq2seq) == changed < len(queries)
@@ -269,8 +371,8 @@ def test_prompts_cut_to_fit_are_counted_and_said(tiny_checkpoint, family: str, c
                             evals={"": Dataset.from_dict({"text_a": [r["text_a"] for r in ROWS], "label": [0, 1, 1]})}, seed=0)
     method = ICL(shots=2, max_length=40)
     method.evaluate(model, setup, Accelerator(cpu=True))
-    expected = cut_prompts(tok, [method.prompter(setup.task, TRAIN, 0).query(r) for r in ROWS],
-                           setup.task.verbalizers, 40, seq2seq)
+    expected = cut_prompts(tok, _queries(method, setup.task, setup.evals[""], 0)[0], setup.task.verbalizers, 40, seq2seq)
+    assert expected > 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "prompts cut" in line]
     assert lines == [f"warning: {expected} of 3 prompts cut from the left at 40 tokens (method.max_length or the "
                      "model's positions): their first demonstrations are not seen, so they are scored with fewer "
@@ -278,18 +380,21 @@ def test_prompts_cut_to_fit_are_counted_and_said(tiny_checkpoint, family: str, c
 
 
 @pytest.mark.parametrize("shown", [0, 2])
-def test_an_eval_example_among_the_demonstrations_is_said(tiny_checkpoint, shown: int, capsys) -> None:
-    """An eval example that is one of the drawn demonstrations (own train and eval files that
-    overlap) has its label in its own prompt: counted over every eval split, in one line."""
+def test_an_eval_example_among_its_demonstrations_is_said(tiny_checkpoint, shown: int, capsys) -> None:
+    """An eval example that is one of its own drawn demonstrations (own train and eval files that
+    overlap) has its label in its own prompt: counted over every eval split, in one line. A train
+    row among other examples' demonstrations only is not counted."""
     from accelerate import Accelerator
 
-    model, tok = models.load(tiny_checkpoint("gpt2"), "causal-lm", {})
-    demos = draw_demonstrations(TRAIN, 2, seed=3)
-    rows = ROWS + [{"text_a": d["text_a"], "label": d["label"]} for d in demos[:shown]]
-    split = Dataset.from_dict({"text_a": [r["text_a"] for r in rows], "label": [r["label"] for r in rows]})
+    model, tok = _load(tiny_checkpoint, "gpt2")
+    n = len(ROWS) + shown + 1
+    sets = demonstration_sets(TRAIN, 2, 3, n)  # the draws depend on the count alone, not the rows
+    others = next(r for r in TRAIN if r["text_a"] not in {d["text_a"] for d in sets[-1]})
+    rows = ROWS + [dict(sets[len(ROWS) + j][0]) for j in range(shown)] + [others]
+    split = _evals(rows)
     setup = SimpleNamespace(task=Glue(subset="sst2"), tokenizer=tok, train=TRAIN, evals={"": split, "_2": split}, seed=3)
     ICL(shots=2).evaluate(model, setup, Accelerator(cpu=True))
-    lines = [line for line in capsys.readouterr().err.splitlines() if "among the" in line]
-    assert lines == ([f"warning: {2 * shown} of {2 * len(rows)} eval examples are among the 2 demonstrations (the "
+    lines = [line for line in capsys.readouterr().err.splitlines() if "among their own" in line]
+    assert lines == ([f"warning: {2 * shown} of {2 * n} eval examples are among their own 2 demonstrations (the "
                       "same text in train): each has its own label in its prompt, so it scores as seen; remove "
                       "them from the eval data, or draw other demonstrations (train.seed)"] if shown else [])

@@ -2,21 +2,31 @@
 
 No parameter changes. Each test example becomes a prompt (k demonstrations from the train split,
 then the example), and the label whose verbalizer is the most probable continuation wins
-(Brown et al. 2020). Label words of different lengths are compared by one of the rules
-lm-evaluation-harness names its multiple-choice accuracies after (`method.choose_by`): `acc`, the
-summed log-probability (the default: the harness's GLUE tasks report it); `acc_norm`, that sum
-per character of the word; `acc_bytes`, per UTF-8 byte. The chosen rule makes the task's metrics
-(`accuracy`, `f1`, ...), which reports compare; all three harness accuracies are recorded beside
-them, uncalibrated as the harness computes them, so that a number is never read under another
-rule's name. With `calibrate`, the chosen scores' label probabilities are divided by those the same
-prompt gives a content-free input ("N/A") and renormalised (Zhao et al. 2021, "Calibrate Before
-Use"), which removes the model's prior for one label word over another.
+(Brown et al. 2020). A continuation is scored as lm-evaluation-harness scores one
+(`HFLM._encode_pair`, `_loglikelihood_tokens`), so that a k-shot number here is the harness's:
+the whitespace that ends the prompt moves onto the label word (" positive"); a decoder scores the
+tokens the whole text has beyond the prompt's own (no special token of the word), an
+encoder-decoder the word alone as decoder target (no BOS, no EOS: T5's `</s>` and BART's
+`<s>`/`</s>` are not scored); a too-long decoder prompt is cut from the left to fit
+`max_length + 1` tokens with its label word (the last token only a target), an encoder-decoder's
+to `max_length`. Label words of different lengths are compared by one of the rules the harness
+names its multiple-choice accuracies after (`method.choose_by`): `acc`, the summed
+log-probability (the default: the harness's GLUE tasks report it); `acc_norm`, that sum per
+character of the word (without the space before it); `acc_bytes`, per UTF-8 byte. The chosen rule
+makes the task's metrics (`accuracy`, `f1`, ...), which reports compare; all three harness
+accuracies are recorded beside them, uncalibrated as the harness computes them, so that a number
+is never read under another rule's name. With `calibrate`, the chosen scores' label probabilities
+are divided by those the same prompt gives a content-free input ("N/A") and renormalised (Zhao et
+al. 2021, "Calibrate Before Use"), which removes the model's prior for one label word over another.
 
-Demonstrations are drawn by plain (not label-balanced) sampling without replacement from the
-train split with `random.Random(seed)`, once per run: every test example sees the same ones.
-What may make a k-shot number something else is said in one `warning:` line each (rule 8): prompts
-cut from the left to fit the model (their first demonstrations lost), and eval examples that are
-themselves demonstrations (their label in their own prompt).
+Demonstrations are drawn as the harness's default sampler draws them: for each eval split one
+`random.Random(seed)`, and for each example in order a plain (not label-balanced) sample without
+replacement of `shots` train rows, so each example has its own (with train.seed 1234, the
+harness's default fewshot seed, and the same train split, the same ones). What may make a k-shot
+number something else is said in one `warning:` line each (rule 8): prompts cut from the left to
+fit the model (their first demonstrations lost), and eval examples that are among their own
+demonstrations (their label in their own prompt; the harness leaves them in too when the
+demonstrations come from another split, as here).
 """
 
 from __future__ import annotations
@@ -86,17 +96,38 @@ def template_problem(template: str, columns: Sequence[str]) -> str | None:
     return None
 
 
-def draw_demonstrations(train: Any, shots: int, seed: int) -> list[dict]:
-    """`shots` train rows, plain random sampling without replacement, in the drawn order."""
-    if shots == 0:
-        return []
+def _check_shots(train: Any, shots: int) -> None:
     if train is None:
         raise UserError(f"method.shots: {shots} demonstrations need a train split and this task "
                         "has none; set method.shots=0")
     if shots > len(train):
         raise UserError(f"method.shots: {shots} is more than the {len(train)} train examples")
+
+
+def draw_demonstrations(train: Any, shots: int, seed: int) -> list[dict]:
+    """`shots` train rows, plain random sampling without replacement, in the drawn order: one set
+    for a whole run (the text-to-text tasks' prompts, and the shots bound at validate)."""
+    if shots == 0:
+        return []
+    _check_shots(train, shots)
     picked = random.Random(seed).sample(range(len(train)), shots)
     return [train[i] for i in picked]
+
+
+def demonstration_sets(train: Any, shots: int, seed: int, n: int) -> list[list[dict]]:
+    """The demonstrations of each of `n` eval examples, in order, as lm-evaluation-harness's
+    default ContextSampler draws them: one `random.Random(seed)` for the split, then per example
+    `rnd.sample(train, shots)` (Random.sample picks by index from the length alone, so drawing
+    from range(len(train)) gives the harness's rows). Each example gets its own; none is removed
+    for being the example itself, as the harness removes none when they come from another split."""
+    if shots == 0:
+        return [[] for _ in range(n)]
+    _check_shots(train, shots)
+    rnd, rows = random.Random(seed), {}
+    draws = [rnd.sample(range(len(train)), shots) for _ in range(n)]
+    for i in {i for d in draws for i in d}:
+        rows[i] = train[i]
+    return [[rows[i] for i in d] for d in draws]
 
 
 @dataclass
@@ -106,56 +137,106 @@ class Prompter:
     template: str
     verbalizers: list[str]
     columns: list[str]
-    demos: list[dict] = field(default_factory=list)
     separator: str = "\n\n"
 
     def demonstration(self, row: dict) -> str:
         return self.template.format(**{c: row[c] for c in self.columns},
                                     label=self.verbalizers[int(row["label"])])
 
-    def query(self, row: dict) -> tuple[str, str]:
+    def query(self, row: dict, demos: Sequence[dict] = ()) -> tuple[str, str]:
         """(prompt, gap): the text up to the label word, and the whitespace that precedes it.
 
-        The gap moves onto the label word (" positive"), as byte-level BPE tokenizes a word with
-        its leading space; the prompt then ends where the demonstrations' label words begin.
+        The gap moves onto the label word (" positive"), as the harness's _encode_pair moves a
+        context's trailing whitespace onto its continuation (byte-level BPE tokenizes a word with
+        its leading space); the prompt then ends where the demonstrations' label words begin.
         """
         prefix = self.template.split("{label}", 1)[0].format(**{c: row[c] for c in self.columns})
         prompt = prefix.rstrip()
-        parts = [self.demonstration(d) for d in self.demos] + [prompt]
+        parts = [self.demonstration(d) for d in demos] + [prompt]
         return self.separator.join(parts), prefix[len(prompt):]
 
-    def content_free(self) -> tuple[str, str]:
-        return self.query({c: CONTENT_FREE for c in self.columns})
+    def content_free(self, demos: Sequence[dict] = ()) -> tuple[str, str]:
+        return self.query({c: CONTENT_FREE for c in self.columns}, demos)
 
-    def shown(self, rows: Any) -> int:
-        """How many of `rows` are one of the demonstrations (the same text in every field the
-        template shows): such an example has its own label in its prompt, so it scores as seen
+    def shown(self, rows: Any, demo_sets: Sequence[Sequence[dict]]) -> int:
+        """How many of `rows` are one of their own demonstrations (the same text in every field
+        the template shows): such an example has its own label in its prompt, so it scores as seen
         (own train and eval files that overlap, a dev set with train duplicates)."""
-        demos = {tuple(str(d[c]) for c in self.columns) for d in self.demos}
-        return sum(tuple(str(row[c]) for c in self.columns) in demos for row in rows) if demos else 0
+        def key(row: dict) -> tuple:
+            return tuple(str(row[c]) for c in self.columns)
+        return sum(key(row) in {key(d) for d in demos} for row, demos in zip(rows, demo_sets) if demos)
 
 
 def _batches(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+def _prefix_token(tokenizer: Any) -> int:
+    """What the harness conditions on when there is no context: BOS, else EOS (prefix_token_id)."""
+    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+
+def encode_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
+                 seq2seq: bool) -> list[tuple[list[int], list[int]]]:
+    """(context ids, continuation ids) of every (query, label word), query-major, by the harness's
+    `_encode_pair`: the context is the prompt with the tokenizer's own special tokens; the
+    continuation is the gap and the word, for a decoder the tokens of the whole text beyond the
+    prompt's count (so it never holds a BOS the tokenizer puts first), for an encoder-decoder the
+    gap and word encoded alone without special tokens (no EOS scored). An empty context is the
+    harness's prefix token (BOS, else EOS), or the word's own first token when that is it."""
+    ctx = tokenizer([p for p, _ in queries])["input_ids"] if queries else []
+    if seq2seq:
+        texts = {g + w for _, g in queries for w in verbalizers}
+        own = {t: tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts}
+        conts = [own[g + w] for _, g in queries for w in verbalizers]
+    else:
+        whole = tokenizer([p + g + w for p, g in queries for w in verbalizers])["input_ids"] if queries else []
+        conts = [whole[i][len(ctx[i // len(verbalizers)]):] for i in range(len(whole))]
+    pairs = []
+    for i, cont in enumerate(conts):
+        c, word = list(ctx[i // len(verbalizers)]), verbalizers[i % len(verbalizers)]
+        if not cont:  # the word merged into the prompt's last token: nothing of it to score
+            raise UserError(f"method.template: the label word {word!r} joins the token before it in "
+                            f"'...{queries[i // len(verbalizers)][0][-20:]}'; put a space or a colon before "
+                            "'{label}'")
+        if not c:
+            prefix = _prefix_token(tokenizer)
+            c, cont = ([prefix], cont) if cont[0] != prefix else (cont[:1], cont[1:])
+        pairs.append((c, cont))
+    return pairs
+
+
+def window(ctx: list[int], cont: list[int], max_length: int, seq2seq: bool) -> list[int]:
+    """The model's input for one pair, cut from the left as the harness cuts it: an
+    encoder-decoder's context to its last `max_length` tokens; a decoder's context and
+    continuation to their last `max_length + 1` tokens, less the last one (only a target)."""
+    if seq2seq:
+        return ctx[-max_length:]
+    return (ctx + cont)[-(max_length + 1):-1]
+
+
+def is_cut(ctx: list[int], cont: list[int], max_length: int, seq2seq: bool) -> bool:
+    return len(ctx) > max_length if seq2seq else len(ctx) + len(cont) > max_length + 1
+
+
 @no_grad
 def _causal_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int]]], pad: int) -> torch.Tensor:
-    """Summed log-prob of each continuation after its prompt; left padding so that every
-    continuation ends at the last position and only the last k+1 logits are computed."""
+    """Summed log-prob of each continuation, its input being the window (context and all of the
+    continuation but its last token); left padding so that every input ends at the last position
+    and only the last k logits are computed, the last len(cont) of them predicting it."""
     device = next(model.parameters()).device
-    seqs = [p + c for p, c in pairs]
-    b, t, k = len(seqs), max(map(len, seqs)), max(len(c) for _, c in pairs)
+    b, t, k = len(pairs), max(len(p) for p, _ in pairs), max(len(c) for _, c in pairs)
     ids = torch.full((b, t), pad, dtype=torch.long)
     mask = torch.zeros((b, t), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, t - len(s):], mask[i, t - len(s):] = torch.tensor(s), 1
-    ids, mask = ids.to(device), mask.to(device)
+    targets = torch.zeros((b, k), dtype=torch.long)
+    for i, (p, c) in enumerate(pairs):
+        ids[i, t - len(p):], mask[i, t - len(p):] = torch.tensor(p), 1
+        targets[i, k - len(c):] = torch.tensor(c)
+    ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (b, t): 0.. from each row's first real token
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                   logits_to_keep=k + 1).logits.float()  # (b, k+1, V): positions t-k-1 .. t-1
-    logp = logits[:, :-1].log_softmax(-1)  # (b, k, V): predicts tokens t-k .. t-1
-    token_lp = logp.gather(-1, ids[:, t - k:].unsqueeze(-1)).squeeze(-1)  # (b, k)
+                   logits_to_keep=k).logits.float()  # (b, k, V): positions t-k .. t-1
+    token_lp = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (b, k)
     lengths = torch.tensor([len(c) for _, c in pairs], device=device)
     is_cont = torch.arange(k, device=device)[None, :] >= (k - lengths)[:, None]  # (b, k)
     return torch.where(is_cont, token_lp, 0.0).sum(-1).cpu()
@@ -163,7 +244,8 @@ def _causal_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int]
 
 @no_grad
 def _seq2seq_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int]]], pad: int) -> torch.Tensor:
-    """Summed log-prob of each target as the decoder's output given its prompt as encoder input."""
+    """Summed log-prob of each target as the decoder's output given its prompt as encoder input
+    (the decoder starts from the model's decoder_start_token_id, as `labels=` makes it)."""
     device = next(model.parameters()).device
     b, t, k = len(pairs), max(len(p) for p, _ in pairs), max(len(c) for _, c in pairs)
     ids = torch.full((b, t), pad, dtype=torch.long)
@@ -182,23 +264,16 @@ def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str
                  verbalizers: Sequence[str], max_length: int, batch_size: int,
                  progress: str | None = None) -> torch.Tensor:
     """(n, L) log-probabilities of every label word for every query, in batches of
-    (query, label) pairs; prompts are truncated from the left to fit `max_length`."""
+    (query, label) pairs encoded and cut to `max_length` as the harness does (encode_pairs, window)."""
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     pairs = []
-    for prompt, gap in queries:
-        p = tokenizer(prompt)["input_ids"]
-        for word in verbalizers:
-            if seq2seq:
-                c = tokenizer(text_target=word)["input_ids"]
-                pairs.append((p[-max_length:], c))
-            else:
-                c = tokenizer(gap + word, add_special_tokens=False)["input_ids"]
-                keep = max(max_length - len(c), 1)
-                start = p[-keep:] or [tokenizer.bos_token_id if tokenizer.bos_token_id is not None
-                                      else tokenizer.eos_token_id]
-                pairs.append((start, c))
+    for i, (ctx, cont) in enumerate(encode_pairs(tokenizer, queries, verbalizers, seq2seq)):
+        if len(cont) > max_length:
+            raise UserError(f"method.max_length: {max_length} tokens cannot hold the label word "
+                            f"{verbalizers[i % len(verbalizers)]!r} ({len(cont)} tokens); raise it or shorten the word")
+        pairs.append((window(ctx, cont, max_length, seq2seq), cont))
     batch = _seq2seq_batch if seq2seq else _causal_batch
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _prefix_token(tokenizer)
     chunks = _batches(pairs, batch_size)
     if progress and len(chunks) > 1:  # scoring thousands of prompts takes minutes on a CPU
         from tqdm.auto import tqdm
@@ -212,17 +287,15 @@ def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str
 
 def cut_prompts(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
                 max_length: int, seq2seq: bool) -> int:
-    """How many prompts label_scores cuts from the left to fit `max_length` (with the longest
-    label word after it, for a decoder): each loses its first demonstrations, or with none left,
-    the start of its example (rule 8: what is cut is said, with its count)."""
+    """How many prompts label_scores cuts from the left to fit `max_length` (with any of its label
+    words, for a decoder): each loses its first demonstrations, or with none left, the start of
+    its example (rule 8: what is cut is said, with its count)."""
     if not queries:
         return 0
-    prompts = tokenizer([prompt for prompt, _ in queries])["input_ids"]
-    if seq2seq:
-        return sum(len(p) > max_length for p in prompts)
-    longest = {gap: max(len(tokenizer(gap + w, add_special_tokens=False)["input_ids"]) for w in verbalizers)
-               for gap in {gap for _, gap in queries}}
-    return sum(len(p) > max(max_length - longest[gap], 1) for p, (_, gap) in zip(prompts, queries))
+    pairs = encode_pairs(tokenizer, queries, verbalizers, seq2seq)
+    n = len(verbalizers)
+    return sum(any(is_cut(*pair, max_length, seq2seq) for pair in pairs[i * n:(i + 1) * n])
+               for i in range(len(queries)))
 
 
 def cut_warning(cut: int, total: int, max_length: int, shots: int) -> str:
@@ -233,8 +306,9 @@ def cut_warning(cut: int, total: int, max_length: int, shots: int) -> str:
 
 
 def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
-    """p(y|x) / p(y|content-free), renormalised: Zhao et al.'s diagonal W = diag(prior)^-1, b = 0."""
-    probs = scores.softmax(-1) / prior.softmax(-1)  # (n, L) / (L,)
+    """p(y|x) / p(y|content-free), renormalised: Zhao et al.'s diagonal W = diag(prior)^-1, b = 0;
+    `prior` one (L,) for all, or (n, L): each example's own (its demonstrations, then "N/A")."""
+    probs = scores.softmax(-1) / prior.softmax(-1)  # (n, L) / (L,) or (n, L)
     return probs / probs.sum(-1, keepdim=True)
 
 
@@ -260,9 +334,13 @@ def harness_picks(scores: torch.Tensor, words: Sequence[str]) -> torch.Tensor:
 
 
 def _max_positions(model: torch.nn.Module, tokenizer: Any) -> int:
-    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
-    tok_limit = token_limit(tokenizer)
-    return min(x for x in (limit, tok_limit, 1024) if x)
+    """The length prompts are cut to, resolved as the harness resolves it (resolve_max_length):
+    the (text) config's n_positions, max_position_embeddings or n_ctx, the first set; else the
+    tokenizer's model_max_length; else 2048."""
+    config = getattr(model.config, "text_config", None) or model.config
+    limit = next((getattr(config, a) for a in ("n_positions", "max_position_embeddings", "n_ctx")
+                  if getattr(config, a, None) is not None), None)
+    return int(limit or token_limit(tokenizer) or 2048)
 
 
 @METHODS.register("icl")
@@ -309,7 +387,8 @@ class ICL(Method):
         return template_problem(self._template(task), task.text_columns)
 
     def check_data(self, task: Any, raw: dict[str, Any]) -> None:
-        draw_demonstrations(raw.get("train"), self.shots, 0)  # the shots bound, said up front
+        if self.shots:  # the shots bound, said up front
+            _check_shots(raw.get("train"), self.shots)
 
     def head(self, task: Any, family: str | None = None) -> str:
         """Decoder or encoder-decoder LM head by family (incompatible() has refused the rest)."""
@@ -328,9 +407,8 @@ class ICL(Method):
     def _template(self, task: Any) -> str:
         return self.template if self.template is not None else default_template(task)
 
-    def prompter(self, task: Any, train: Any, seed: int) -> Prompter:
-        return Prompter(self._template(task), self._words(task), list(task.text_columns),
-                        draw_demonstrations(train, self.shots, seed), self.separator)
+    def prompter(self, task: Any) -> Prompter:
+        return Prompter(self._template(task), self._words(task), list(task.text_columns), self.separator)
 
     def evaluate(self, model: torch.nn.Module, setup: Any, accelerator: Any) -> dict[str, float]:
         """Each process scores a contiguous slice of every eval split; gather_object joins the
@@ -341,35 +419,45 @@ class ICL(Method):
         task, tok = setup.task, setup.tokenizer
         if hasattr(task, "generation"):
             return self._generate(model, setup, accelerator)
-        # Until Setup carries train.seed: build()'s set_seed left it as torch's initial seed (except
-        # on the --smoke run that first builds the small model, which reseeds torch with 0)
-        seed = getattr(setup, "seed", None)
-        prompter = self.prompter(task, setup.train, torch.initial_seed() if seed is None else seed)
+        prompter = self.prompter(task)
         limit = self.max_length or _max_positions(model, tok)
+        demos = {sfx: demonstration_sets(setup.train, self.shots, setup.seed, len(ds)) for sfx, ds in setup.evals.items()}
+        queries = {sfx: [prompter.query(row, d) for row, d in zip(ds, demos[sfx])] for sfx, ds in setup.evals.items()}
 
-        def scores(queries: list[tuple[str, str]]) -> torch.Tensor:
+        def scores(qs: list[tuple[str, str]]) -> torch.Tensor:
             with accelerator.autocast():
-                return label_scores(model, tok, queries, prompter.verbalizers, limit, self.batch_size,
+                return label_scores(model, tok, qs, prompter.verbalizers, limit, self.batch_size,
                                     progress="scoring" if accelerator.is_main_process else None)
 
         if accelerator.is_main_process:  # every prompt of every eval split, counted once
-            queries = [prompter.query(row) for dataset in setup.evals.values() for row in dataset]
+            every = [q for qs in queries.values() for q in qs]
             seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-            if cut := cut_prompts(tok, queries, prompter.verbalizers, limit, seq2seq):
-                print(cut_warning(cut, len(queries), limit, self.shots), file=sys.stderr)
-            if seen := sum(prompter.shown(dataset) for dataset in setup.evals.values()):
-                print(f"warning: {seen} of {len(queries)} eval examples are among the {self.shots} demonstrations "
+            if cut := cut_prompts(tok, every, prompter.verbalizers, limit, seq2seq):
+                print(cut_warning(cut, len(every), limit, self.shots), file=sys.stderr)
+            if seen := sum(prompter.shown(ds, demos[sfx]) for sfx, ds in setup.evals.items()):
+                print(f"warning: {seen} of {len(every)} eval examples are among their own {self.shots} demonstrations "
                       "(the same text in train): each has its own label in its prompt, so it scores as seen; "
                       "remove them from the eval data, or draw other demonstrations (train.seed)", file=sys.stderr)
-        prior = scores([prompter.content_free()])[0] if self.calibrate else None
         out: dict[str, float] = {}
         for suffix, dataset in setup.evals.items():
             with accelerator.split_between_processes(list(range(len(dataset)))) as mine:
-                local = scores([prompter.query(dataset[i]) for i in mine])  # (n, L) summed log-probs
+                local = scores([queries[suffix][i] for i in mine])  # (n, L) summed log-probs
+                prior = self._priors(prompter, [demos[suffix][i] for i in mine], scores) if self.calibrate else None
                 gold = torch.tensor([int(dataset[i]["label"]) for i in mine], dtype=torch.long)
                 rows = self._choices(local, prior, prompter.verbalizers, gold)
             out.update({f"{k}{suffix}": v for k, v in self._metrics(task, gather_object(rows), dataset).items()})
         return out
+
+    @staticmethod
+    def _priors(prompter: Prompter, demo_sets: list[list[dict]], scores: Any) -> torch.Tensor:
+        """(n, L) label-word scores of each example's content-free prompt (its own demonstrations,
+        then "N/A"), each distinct prompt scored once (with no shots, one for all)."""
+        free = [prompter.content_free(d) for d in demo_sets]
+        distinct = list(dict.fromkeys(free))
+        if not distinct:
+            return torch.zeros((0, len(prompter.verbalizers)))
+        at = {q: i for i, q in enumerate(distinct)}
+        return scores(distinct)[[at[q] for q in free]]
 
     def _choices(self, scores: torch.Tensor, prior: torch.Tensor | None, words: Sequence[str],
                  gold: torch.Tensor) -> list[tuple[int, float, list[int]]]:
@@ -377,7 +465,7 @@ class ICL(Method):
         the gold label among the label words under that rule; the label each harness rule picks)."""
         chosen = per_rule(scores, words, self.choose_by)
         if prior is not None:
-            logp = calibrated(chosen, per_rule(prior[None], words, self.choose_by)[0]).log()
+            logp = calibrated(chosen, per_rule(prior, words, self.choose_by)).log()  # (n, L) priors
         else:
             logp = chosen.log_softmax(-1)  # over the label words
         nll = -logp.gather(-1, gold.view(-1, 1)).squeeze(-1) if len(gold) else torch.zeros(0)
