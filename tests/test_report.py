@@ -655,3 +655,63 @@ def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_pa
     assert code == 0, err
     for said in (text, toolkit.report([tmp_path], row_key="task", col_key="method")):
         assert [line.startswith("- ‡ ") for line in said.splitlines() if named in line] == [True, True], said
+
+# (method, seed, lr, accuracy, torch) of each run -> whether each comparison note is ‡, and what it names
+V1, V2 = {"torch": "2.0"}, {"torch": "9.9"}
+COMPARED = {
+    "one code": ([("full", 42, 1e-3, 0.80, V1), ("full", 43, 1e-3, 0.84, V1), ("lora", 42, 1e-3, 0.81, V1),
+                  ("lora", 43, 1e-3, 0.86, V1)], {"paired": None}),
+    # each seed's pair ran on two codes: every difference is partly the code's
+    "pairs across code": ([("full", 42, 1e-3, 0.80, V1), ("full", 43, 1e-3, 0.84, V1), ("lora", 42, 1e-3, 0.81, V2),
+                           ("lora", 43, 1e-3, 0.86, V2)],
+                          {"paired": "torch 9.9 (lora seeds 42, 43), 2.0 (full seeds 42, 43)"}),
+    # each pair on one code, the seeds on two: the differences pooled as seeds are not seed noise
+    "seeds across code": ([("full", 42, 1e-3, 0.80, V1), ("full", 43, 1e-3, 0.84, V2), ("lora", 42, 1e-3, 0.81, V1),
+                           ("lora", 43, 1e-3, 0.86, V2)],
+                          {"paired": "torch 2.0 (lora seed 42; full seed 42), 9.9 (lora seed 43; full seed 43)"}),
+    # the seed on other code has no partner: left out of the difference, which is of one code
+    "unpaired seed on other code": ([("full", 42, 1e-3, 0.80, V1), ("full", 43, 1e-3, 0.84, V1),
+                                     ("full", 44, 1e-3, 0.82, V2), ("lora", 42, 1e-3, 0.81, V1),
+                                     ("lora", 43, 1e-3, 0.86, V1)], {"paired": None}),
+    # no seed in common: the mean ± std overlap note reads every run of both
+    "overlap across code": ([("full", 42, 1e-3, 0.80, V1), ("full", 43, 1e-3, 0.84, V1), ("lora", 44, 1e-3, 0.81, V2),
+                             ("lora", 45, 1e-3, 0.85, V2)],
+                            {"overlap": "torch 9.9 (lora seeds 44, 45), 2.0 (full seeds 42, 43)"}),
+    # a grid whose settings ran on two codes: the best of them is chosen across code
+    "grid across code": ([("full", 42, 1e-3, 0.80, V1), ("full", 43, 1e-3, 0.84, V1), ("full", 42, 3e-3, 0.82, V2),
+                          ("full", 43, 3e-3, 0.83, V2)],
+                         {"grid": "torch 2.0 (train.lr=0.001 seeds 42, 43), 9.9 (train.lr=0.003 seeds 42, 43)",
+                          # the runs table shows both settings as rows: their paired difference too
+                          "paired": "torch 9.9 (full [train.lr=0.003] seeds 42, 43), 2.0 (full [train.lr=0.001] seeds 42, 43)"}),
+}
+COMPARISONS = {"paired": "paired by seed", "overlap": "overlap (mean ± std)", "grid": "the best mean accuracy"}
+
+
+@pytest.mark.parametrize("case", sorted(COMPARED))
+def test_comparisons_of_runs_on_other_code_are_marked(tmp_path: Path, case: str) -> None:
+    """A paired difference subtracts seed s of one entry from seed s of the other, and pools the
+    differences as seeds; an overlap note and a grid's choice read every seed of the entries they
+    compare. Where the runs such a note reads did not all run on one code (one side upgraded, or
+    seed 43 of both), the note is marked ‡ and names which runs ran on what, in the runs notes,
+    the pivot notes and the rendered report, as pooled cells are; the same runs on one code, or
+    a seed on other code that the difference leaves out, are not marked."""
+    runs, expected = COMPARED[case]
+    for method, seed, lr, acc, torch_version in runs:
+        _stamp_json(fake_run(tmp_path, "sst2", method, seed, {"accuracy": acc}, lr=lr), versions=torch_version)
+    items = report.collect(tmp_path)
+    (p,) = report.pivots(items, "task", "method")
+    md = report.render(tmp_path, glue=True, out=tmp_path / "out", plots=False, row_key="task", col_key="method")
+    for kind, phrase in COMPARISONS.items():
+        notes = [n for n in report.runs_notes(items) + report.pivot_notes(p) if phrase in n]
+        lines = [line for line in md.splitlines() if phrase in line]
+        if kind not in expected:
+            assert not [n for n in notes if n.startswith("‡")], notes
+            continue
+        assert notes and len(lines) == len(notes), (notes, lines)
+        named = expected[kind]
+        for note in notes:
+            assert note.startswith("‡ ") == bool(named), note
+            if named:
+                short = note.replace("glue/sst2/tiny-", "")  # the runs notes name runs, the pivot's methods
+                assert f"its runs did not all run on one code: {named}: " in short, note
+        assert all(line.startswith("- ‡ ") == bool(named) for line in lines), lines

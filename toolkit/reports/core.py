@@ -234,6 +234,7 @@ class Stat:
 
     values: list[float]
     seeds: list[Any] = field(default_factory=list)  # values[i] came from the run of seeds[i]; [] if unknown
+    runs: list[dict] = field(default_factory=list)  # values[i] came from runs[i] (its code); [] if not known
 
     @property
     def n(self) -> int:
@@ -287,7 +288,8 @@ def t_interval(values: list[float], level: float = CONFIDENCE) -> tuple[float, f
 def paired_note(name_a: str, a: Stat, name_b: str, b: Stat, metric: Metric, where: str) -> str | None:
     """The difference of two entries over their matched seeds with its t interval: a seed moves
     both runs together (same data order, same init), so seeds that overlap as mean ± std can still
-    separate two methods, and ones that look apart may not. None: fewer than two matched seeds."""
+    separate two methods, and ones that look apart may not. None: fewer than two matched seeds.
+    Marked ‡ where the paired runs did not all run on one code (comparison_code)."""
     diffs, common, unmatched = paired(a, b)
     if len(common) < 2:
         return None
@@ -297,12 +299,38 @@ def paired_note(name_a: str, a: Stat, name_b: str, b: Stat, metric: Metric, wher
             f"{CONFIDENCE:.0%} CI [{low:+.2f}, {high:+.2f}] (paired by seed over {len(common)} seeds "
             f"{', '.join(map(str, common))}; t, {len(common) - 1} df): "
             + ("separated by these seeds" if apart else "not separated by these seeds"))
-    return text + (f"; seeds without a partner, left out: {', '.join(map(str, unmatched))}" if unmatched else "")
+    text += f"; seeds without a partner, left out: {', '.join(map(str, unmatched))}" if unmatched else ""
+    matched = [(name_a, _runs_of(a, common)), (name_b, _runs_of(b, common))]
+    return _code_marked(text, matched, "the per-seed differences are not the entries' alone")
+
+
+def _runs_of(s: Stat, seeds: list) -> list[dict]:
+    """The runs behind `seeds` of `s` (all of its runs when `seeds` is None); [] where unknown."""
+    if len(s.runs) != len(s.values):
+        return []
+    if seeds is None:
+        return list(s.runs)
+    by_seed = dict(zip(s.seeds, s.runs))
+    return [by_seed[x] for x in seeds if x in by_seed]
+
+
+def comparison_code(sides: list[tuple[str, list[dict]]]) -> str:
+    """mixed_code over the runs a comparison of entries reads (the matched seeds of a paired
+    difference, every seed of an overlap of mean ± std), each seed named with its entry: the
+    rule of a pooled figure, for a figure of two entries. '' when they ran on one code."""
+    owner = {id(run): name for name, runs in sides for run in runs}
+    return mixed_code([run for _, runs in sides for run in runs], lambda run: owner[id(run)])
+
+
+def _code_marked(text: str, sides: list[tuple[str, list[dict]]], meaning: str) -> str:
+    said = comparison_code(sides)
+    return f"‡ {text}; its runs did not all run on one code: {said}: {meaning}" if said else text
 
 
 def overlap_notes(entries: list[tuple[str, Stat]], metric: Metric, context: str = "") -> list[str]:
     """Neighbours by rank: with two or more matched seeds, their paired difference and its t
-    interval; otherwise where their mean ± std intervals overlap (their order is within noise)."""
+    interval; otherwise where their mean ± std intervals overlap (their order is within noise).
+    Either is marked ‡ where the runs it reads did not all run on one code."""
     ranked = sorted(entries, key=lambda e: e[1].mean, reverse=metric.higher_is_better)
     notes = []
     for (name_a, a), (name_b, b) in zip(ranked, ranked[1:]):
@@ -310,8 +338,10 @@ def overlap_notes(entries: list[tuple[str, Stat]], metric: Metric, context: str 
         if (note := paired_note(name_a, a, name_b, b, metric, where)) is not None:
             notes.append(note)
         elif overlaps(a, b):
-            notes.append(f"{name_a} and {name_b}{where}: {metric.name} {a.fmt(metric.scale, show_n=False)} vs "
-                         f"{b.fmt(metric.scale, show_n=False)} overlap (mean ± std): not separated by these seeds")
+            text = (f"{name_a} and {name_b}{where}: {metric.name} {a.fmt(metric.scale, show_n=False)} vs "
+                    f"{b.fmt(metric.scale, show_n=False)} overlap (mean ± std): not separated by these seeds")
+            notes.append(_code_marked(text, [(name_a, _runs_of(a, None)), (name_b, _runs_of(b, None))],
+                                      "the spreads are not seed noise alone"))
     single = [name for name, s in entries if s.n == 1]
     if single and len(entries) > 1:
         notes.append(f"one seed only{f' ({context})' if context else ''}: {', '.join(single)}: no spread to compare")
@@ -425,7 +455,7 @@ def seeded_stat(items: list[dict], metric: str) -> Stat:
     unknown or repeated: no seeds, so nothing is paired."""
     seeds = [seed_of(i) for i in items]
     known = None not in seeds and len(set(map(str, seeds))) == len(seeds)
-    return Stat([i["metrics"]["eval"][metric] for i in items], seeds if known else [])
+    return Stat([i["metrics"]["eval"][metric] for i in items], seeds if known else [], list(items))
 
 
 def _group_key(item: dict) -> tuple:
@@ -708,12 +738,16 @@ def pivot_notes(p: Pivot) -> list[str]:
     for (r, c), cell in sorted(p.cells.items()):
         notes += mixed_code_note(f"{r} / {c}", cell.items)
         if cell.grid:
-            grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" for desc, st in cell.grid)
-            notes.append(f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
+            grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" + (" ‡" if mixed_code(st.runs) else "")
+                             for desc, st in cell.grid)
+            said = comparison_code([(desc, st.runs) for desc, st in cell.grid])  # the choice reads them all
+            notes.append(("‡ " if said else "") + f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
                          f"[{grid}] (selected and scored on the same dev set: optimistic, as in the papers)"
                          + (f"; the best is the grid's {cell.edge}, so a wider grid may do better" if cell.edge else "")
                          + (f"; tied on the mean with {', '.join(cell.tied)}: the first in grid order is reported, "
-                            "the data does not choose between them" if cell.tied else ""))
+                            "the data does not choose between them" if cell.tied else "")
+                         + (f"; its runs did not all run on one code: {said}: the choice is not between the "
+                            "settings alone" if said else ""))
     if any(c.smoke for c in p.cells.values()):
         notes.append("† smoke run: a small random-weight model; the number only shows the path runs")
     return notes
