@@ -55,9 +55,14 @@ def harness_encode(tok, context: str, continuation: str, seq2seq: bool) -> tuple
     n = len(context) - len(context.rstrip())
     if n:
         context, continuation = context[:-n], context[-n:] + continuation
+    prefix = tok.decode([tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id])
+
+    def tok_encode(text: str) -> list[int]:  # has_bos_prefix: a text opening with it gets no special tokens
+        return tok(text, add_special_tokens=not text.startswith(prefix))["input_ids"]
+
     if seq2seq:
-        return tok(context)["input_ids"], tok(continuation, add_special_tokens=False)["input_ids"]
-    whole, ctx = tok(context + continuation)["input_ids"], tok(context)["input_ids"]
+        return tok_encode(context), tok(continuation, add_special_tokens=False)["input_ids"]
+    whole, ctx = tok_encode(context + continuation), tok_encode(context)
     return ctx, whole[len(ctx):]
 
 
@@ -100,13 +105,16 @@ def test_scored_tokens_are_the_harness_ones(tiny_checkpoint, family: str) -> Non
     """Tokenizer level, the real tokenizers: the (context, continuation) ids of every query and
     label word equal the harness's. T5 and BART score the word alone: no EOS, no BOS, with the
     space before it (BART's ' positive' is another token than 'positive'); GPT-2 the tokens the
-    whole text has beyond the prompt's. Gaps ' ', '\n', none; an empty context is the prefix token."""
+    whole text has beyond the prompt's. Gaps ' ', '\n', none; a prompt opening with the prefix
+    token's text gets no special tokens added; an empty context is the prefix token."""
     from toolkit.methods.icl import encode_pairs
 
     tok = models.load_tokenizer(tiny_checkpoint(family))  # the real tokenizer of the family
     seq2seq = family != "gpt2"
     words = ["positive", "absolutely yes indeed", "née"]
-    for template in (TEMPLATE, "Review: {text_a}\nSentiment:\n{label}", "Review: {text_a} =>{label}", "{text_a} {label}"):
+    opening = tok.decode([tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id])  # "<s>" ...
+    for template in (TEMPLATE, "Review: {text_a}\nSentiment:\n{label}", "Review: {text_a} =>{label}",
+                     opening + TEMPLATE, "{text_a} {label}"):
         prompter = Prompter(template, words, ["text_a"])
         demos = draw_demonstrations(TRAIN, 2, seed=0)
         rows = [*ROWS, {"text_a": "", "label": 0}] if template.startswith("{") else ROWS

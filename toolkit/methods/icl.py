@@ -176,6 +176,20 @@ def _prefix_token(tokenizer: Any) -> int:
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
 
 
+def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """The tokenizer's ids with its own special tokens, except for a text that already starts with
+    the prefix token's text (a template opening with "<s>"), as the harness's tok_encode
+    (has_bos_prefix): its BOS is not doubled."""
+    prefix = _prefix_token(tokenizer)
+    mark = tokenizer.decode([prefix]) if prefix is not None else ""
+    plain = [bool(mark) and t.startswith(mark) for t in texts]
+    out = tokenizer(texts)["input_ids"] if texts and not all(plain) else [None] * len(texts)
+    if any(plain):
+        own = tokenizer([t for t, p in zip(texts, plain) if p], add_special_tokens=False)["input_ids"]
+        out = [own.pop(0) if p else ids for ids, p in zip(out, plain)]
+    return [list(ids) for ids in out]
+
+
 def encode_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
                  seq2seq: bool) -> list[tuple[list[int], list[int]]]:
     """(context ids, continuation ids) of every (query, label word), query-major, by the harness's
@@ -183,14 +197,15 @@ def encode_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Se
     continuation is the gap and the word, for a decoder the tokens of the whole text beyond the
     prompt's count (so it never holds a BOS the tokenizer puts first), for an encoder-decoder the
     gap and word encoded alone without special tokens (no EOS scored). An empty context is the
-    harness's prefix token (BOS, else EOS), or the word's own first token when that is it."""
-    ctx = tokenizer([p for p, _ in queries])["input_ids"] if queries else []
+    harness's prefix token (BOS, else EOS), or the word's own first token when that is it.
+    Special tokens are not added to a text that starts with the prefix token's text (_encode)."""
+    ctx = _encode(tokenizer, [p for p, _ in queries])
     if seq2seq:
         texts = {g + w for _, g in queries for w in verbalizers}
         own = {t: tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts}
         conts = [own[g + w] for _, g in queries for w in verbalizers]
     else:
-        whole = tokenizer([p + g + w for p, g in queries for w in verbalizers])["input_ids"] if queries else []
+        whole = _encode(tokenizer, [p + g + w for p, g in queries for w in verbalizers])
         conts = [whole[i][len(ctx[i // len(verbalizers)]):] for i in range(len(whole))]
     pairs = []
     for i, cont in enumerate(conts):
