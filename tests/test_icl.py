@@ -406,3 +406,16 @@ def test_an_eval_example_among_its_demonstrations_is_said(tiny_checkpoint, shown
     assert lines == ([f"warning: {2 * shown} of {2 * n} eval examples are among their own 2 demonstrations (the "
                       "same text in train): each has its own label in its prompt, so it scores as seen; remove "
                       "them from the eval data, or draw other demonstrations (train.seed)"] if shown else [])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_label_word_that_cannot_be_scored_is_one_line(tiny_checkpoint, family: str) -> None:
+    """Where the harness stops on an assertion (a continuation longer than max_length, or one with
+    no token of its own), one line names the word and the setting to change."""
+    model, tok = _load(tiny_checkpoint, family)
+    long_word = "absolutely yes indeed and many more words after it"
+    with pytest.raises(UserError, match=f"^method.max_length: 8 tokens cannot hold the label word '{long_word}' "):
+        label_scores(model, tok, [("Review: fine\nSentiment:", " ")], ["no", long_word], 8, batch_size=2)
+    if family == "gpt2":  # 'ye' + 's' is the one token 'yes': nothing of the word is left to score
+        with pytest.raises(UserError, match="^method.template: the label word 's' joins the token before it"):
+            label_scores(model, tok, [("Answer: ye", "")], ["s", "t"], 64, batch_size=2)
