@@ -119,6 +119,8 @@ def test_scored_tokens_are_the_harness_ones(tiny_checkpoint, family: str) -> Non
         demos = draw_demonstrations(TRAIN, 2, seed=0)
         rows = [*ROWS, {"text_a": "", "label": 0}] if template.startswith("{") else ROWS
         queries = [prompter.query(r, demos if r["text_a"] else ()) for r in rows]
+        if template.startswith("{"):  # and no context at all (a template "{text_a}{label}", text "")
+            queries.append(("", ""))
         got = encode_pairs(tok, queries, words, seq2seq)
         want = [harness_encode(tok, prompt + gap, w, seq2seq) for prompt, gap in queries for w in words]
         prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id

@@ -196,8 +196,10 @@ def encode_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Se
     `_encode_pair`: the context is the prompt with the tokenizer's own special tokens; the
     continuation is the gap and the word, for a decoder the tokens of the whole text beyond the
     prompt's count (so it never holds a BOS the tokenizer puts first), for an encoder-decoder the
-    gap and word encoded alone without special tokens (no EOS scored). An empty context is the
-    harness's prefix token (BOS, else EOS), or the word's own first token when that is it.
+    gap and word encoded alone without special tokens (no EOS scored). No context at all (an
+    empty prompt and gap) is, for every family, the harness's prefix token (BOS, else EOS) before
+    the word encoded alone, or the word's own first token when that is it; so is a decoder's
+    context of whitespace alone (no token; the harness stops there on an assertion).
     Special tokens are not added to a text that starts with the prefix token's text (_encode)."""
     ctx = _encode(tokenizer, [p for p, _ in queries])
     if seq2seq:
@@ -214,6 +216,8 @@ def encode_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Se
             raise UserError(f"method.template: the label word {word!r} joins the token before it in "
                             f"'...{queries[i // len(verbalizers)][0][-20:]}'; put a space or a colon before "
                             "'{label}'")
+        if not "".join(queries[i // len(verbalizers)]):  # no context at all: the word alone
+            c, cont = [], tokenizer(word, add_special_tokens=False)["input_ids"]
         if not c:
             prefix = _prefix_token(tokenizer)
             c, cont = ([prefix], cont) if cont[0] != prefix else (cont[:1], cont[1:])
