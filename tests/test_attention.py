@@ -457,3 +457,63 @@ def test_a_window_covering_every_sequence_is_said_at_setup(capsys, recipe: str, 
     lines = [line for line in capsys.readouterr().err.splitlines() if "covers the longest sequence" in line]
     assert len(lines) == 1 and lines[0].startswith(f"warning: model.attention: {says}"), lines
     assert "plain dense softmax attention, not" in lines[0]
+
+
+def _bare_layer(name: str, settings: dict, heads: int, dim: int, causal: bool):
+    """An attention layer as `prepare` leaves it (settings, role, added parameters moved off their
+    initial values), without a model around it: the module's `attend` alone."""
+    from toolkit.attention import ATTENTION, PREFIX
+
+    attention = ATTENTION.get(name)(**settings)
+    layer = torch.nn.Module()
+    layer.is_causal, layer.tk_cross, layer.tk_index, layer.tk_settings = causal, False, 0, attention
+    g = torch.Generator().manual_seed(1)
+    for pname, value in attention.parameters(heads, dim).items():
+        layer.register_parameter(PREFIX + pname, torch.nn.Parameter(value + 0.1 * torch.randn(value.shape, generator=g)))
+    for bname, value in attention.buffers().items():
+        layer.register_buffer(PREFIX + bname, value)
+    return attention, layer.eval()
+
+
+@pytest.mark.parametrize("name", _registered())
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_low_precision_stays_within_its_rounding(name: str, causal: bool) -> None:
+    """bf16 weights / mixed precision (autocast) and fp16 give each module's float64 output within
+    the dtype's rounding, as they do for `dot`; no NaN. Findings: sparsemax's support test ran on a
+    bf16 cumulative sum and let masked (future, padded) keys in (causal outputs off by 5e4
+    relative); in fp16 it raised an overflow error. linear's unnormalised sums over 1,024 keys
+    overflowed fp16 (NaN); performer's bf16 features doubled dot's error."""
+    b, h, n, d = 2, 1, 512, 16
+    settings = {**SMALL[name], **{"local": {"window": 16}, "bigbird": {"block": 16}}.get(name, {})}
+    attention, layer = _bare_layer(name, settings, h, d, causal)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, h, n, d, generator=g, dtype=torch.float64) * 3 + 2 for _ in range(3))
+    pad = torch.ones(b, 1, 1, n, dtype=torch.bool)
+    pad[0, ..., n // 2:] = False
+    with torch.no_grad():
+        exact, _ = attention.attend(layer.double(), q, k, v, pad, d ** -0.5, 0.0, None)
+        for dtype, tolerance in ((torch.bfloat16, 4e-2), (torch.float16, 1e-2)):
+            low, _ = attention.attend(layer.to(dtype), q.to(dtype), k.to(dtype), v.to(dtype), pad, d ** -0.5, 0.0, None)
+            assert low.dtype == dtype and torch.isfinite(low).all(), dtype
+            with torch.autocast("cpu", dtype=dtype):  # float32 weights under mixed precision
+                mixed, _ = attention.attend(layer.float(), q.float(), k.float(), v.float(), pad, d ** -0.5, 0.0, None)
+            for out in (low, mixed):
+                real = pad[:, 0, 0, :, None, None].expand_as(exact)  # (b, n, h, d): real query rows
+                error = (out.double() - exact)[real].norm() / exact[real].norm()
+                assert error < tolerance, (dtype, out.dtype, float(error))
+
+
+@pytest.mark.parametrize("name", _registered())
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_a_row_without_real_tokens_stays_finite(name: str, causal: bool) -> None:
+    """A batch row whose attention mask is all zeros (an empty text) gives finite outputs in every
+    module: a NaN there reaches the loss's gradient through the masked sum (NaN * 0 is NaN) and
+    every weight after one step. Finding: performer's key features took their stabilising maximum
+    over the real keys only, -inf for such a row, and exp overflowed to NaN."""
+    attention, layer = _bare_layer(name, SMALL[name], 2, 8, causal)
+    q, k, v = (torch.randn(2, 2, 12, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    pad = torch.ones(2, 1, 1, 12, dtype=torch.bool)
+    pad[1] = False
+    with torch.no_grad():
+        out, _ = attention.attend(layer, q, k, v, pad, 8 ** -0.5, 0.0, None)
+    assert torch.isfinite(out).all()

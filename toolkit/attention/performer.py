@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from toolkit.attention import ATTENTION, PREFIX, Attention, attention_layers, is_causal, key_keep
-from toolkit.attention.linear import kernel_attention
+from toolkit.attention.linear import kernel_attention, wide
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -41,9 +41,10 @@ def positive_features(x: torch.Tensor, w: torch.Tensor, keys: torch.Tensor | Non
     logits = wx - 0.5 * (x * x).sum(dim=-1, keepdim=True)
     if keys is None:  # queries: a per-row constant cancels between numerator and denominator
         shift = logits.amax(dim=-1, keepdim=True)
-    else:  # keys: one constant per (b, h), taken over real keys only
+    else:  # keys: one constant per (b, h), taken over real keys only (a row without any: all)
         real = logits.masked_fill(~keys[:, None, :, None], float("-inf"))
-        shift = real.amax(dim=(-2, -1), keepdim=True).clamp(min=-1e4)
+        shift = real.amax(dim=(-2, -1), keepdim=True)
+        shift = torch.where(torch.isfinite(shift), shift, logits.amax(dim=(-2, -1), keepdim=True))
     return torch.exp(logits - shift.detach()) / math.sqrt(w.shape[0])
 
 
@@ -85,9 +86,13 @@ class Performer(Attention):
         return cached[1]
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
+        """The features in float32 whatever q's dtype: exp of bf16 logits doubled the error of
+        every other module's bf16 output (kernel_attention sums in float32 likewise)."""
         keys = key_keep(pad, q.shape[0], k.shape[-2], q.device)
+        q, k = wide(q), wide(k)
         w = self.projection(module, q.shape[-1], q.device).to(q.dtype)
         root = scaling ** 0.5  # q.k * scaling = (root q).(root k)
-        phi_q = positive_features(q * root, w, None)
-        phi_k = positive_features(k * root, w, keys)
+        with torch.autocast(q.device.type, enabled=False):
+            phi_q = positive_features(q * root, w, None)
+            phi_k = positive_features(k * root, w, keys)
         return kernel_attention(phi_q, phi_k, v, keys, is_causal(module), self.chunk), None
