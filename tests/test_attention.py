@@ -447,6 +447,13 @@ def test_resume_is_exact(tmp_path: Path, cli, checkpoint: str, attention: str, m
         state = {modules._canonical(n): t for n, t in model.state_dict().items() if modules.PREFIX in n}
         assert state.keys() == a.keys() and all(torch.equal(state[k], a[k]) for k in a)
         assert int(a["transformer.h.0.attn.tk_attn_draws"]) > 0
+        # by hand as toolkit eval does: the same features (drawn from the run's train.seed: 7)
+        from toolkit.inference import load_model, run_recipe
+
+        theirs, tok = load_model(runs[0], run_recipe(runs[0]))
+        inputs = tok(["a sentence to score", "and another, longer one"], padding=True, return_tensors="pt")
+        with torch.no_grad():
+            torch.testing.assert_close(model.eval()(**inputs).logits, theirs(**inputs).logits, atol=0, rtol=0)
 
 
 def _restricting(name: str) -> str | None:

@@ -299,7 +299,8 @@ def save(model: nn.Module, folder: Path, attention: Any) -> None:
     if not isinstance(attention, Attention):
         return
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / SETTINGS_FILE).write_text(json.dumps(attention.to_dict(), indent=2) + "\n")
+    saved = {**attention.to_dict(), "run_seed": attention.run_seed}  # the draws of `seed: null`
+    (folder / SETTINGS_FILE).write_text(json.dumps(saved, indent=2) + "\n")
     tensors = {_canonical(n): t.detach().cpu().contiguous() for n, t in model.state_dict().items() if PREFIX in n}
     if tensors:
         save_file(tensors, str(folder / FILE))
@@ -327,9 +328,18 @@ def load_saved(model: nn.Module, folder: Path, expected: Any = None) -> int:
 
 
 def settings_of(folder: Path) -> Any:
-    """The settings an earlier run saved (attention.json), or None."""
+    """The settings an earlier run saved (attention.json), or None; with the run's train.seed,
+    which its random draws followed where `seed` is null (performer's features: reloaded by hand
+    without it, they were drawn from seed 0 and the outputs were another model's)."""
     file = Path(folder) / SETTINGS_FILE
-    return from_recipe(json.loads(file.read_text()), str(file)) if file.is_file() else None
+    if not file.is_file():
+        return None
+    raw = json.loads(file.read_text())
+    run_seed = raw.pop("run_seed", None) if isinstance(raw, dict) else None
+    settings = from_recipe(raw, str(file))
+    if run_seed is not None and isinstance(settings, Attention):
+        settings.run_seed = int(run_seed)
+    return settings
 
 
 def register() -> None:
