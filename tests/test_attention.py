@@ -577,3 +577,21 @@ def test_a_row_without_real_tokens_stays_finite(name: str, causal: bool) -> None
     with torch.no_grad():
         out, _ = attention.attend(layer, q, k, v, pad, 8 ** -0.5, 0.0, None)
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", _registered())
+@pytest.mark.parametrize("model_type", ["llama", "mt5", "distilbert"])
+def test_families_outside_the_tested_five_are_refused(tmp_path: Path, cli, name: str, model_type: str) -> None:
+    """Each family hands its attention function its own extras, so a module is only known right on
+    the families it is tested on. Findings: on llama (grouped key/value heads), gemma2 and mistral
+    `prepare` raised a traceback at load; on distilbert and gpt_neox the first forward did; on mt5
+    (T5's relative bias under another family name) linear and performer would have run
+    order-blind, as they are refused on t5 for. Now one line at validate, for every module."""
+    folder = tmp_path / model_type
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {folder}, attention: {name}}}\n"
+                          "task: {name: glue, subset: sst2}\nmethod: {name: full}\n")
+    code, _, err = cli("validate", recipe)
+    assert code == 2 and f"model.attention: '{name}' cannot run on {model_type}: the toolkit's attention modules run on" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

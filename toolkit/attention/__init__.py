@@ -44,6 +44,13 @@ PREFIX = "tk_attn_"  # every parameter or buffer an attention module adds carrie
 CROSS_NAMES = ("crossattention", "encoder_attn", "EncDecAttention")  # BERT/GPT-2, BART, T5
 HAS_CROSS = ("bart", "t5")  # families whose decoder attends to an encoder
 ENCODERS = ("bert", "roberta", "bart", "t5")  # families with bidirectional self-attention
+# The families every module is wired and tested on (tests/test_attention.py walks them all); any
+# other model_type is refused at validate. Each family hands its attention function its own
+# extras, which a module would drop or break on: grouped key/value heads (llama, mistral: a shape
+# error), sliding windows (mistral), logit soft-capping (gemma2), T5's relative bias under another
+# name (mt5, umt5: linear and performer would run order-blind), layers `prepare` cannot find
+# (distilbert, gpt_neox: a traceback at the first forward).
+FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
 FILE, SETTINGS_FILE = "attention.safetensors", "attention.json"
 
 
@@ -73,6 +80,12 @@ class Attention:
     # --- validate ---------------------------------------------------------------------------
     def incompatible(self, family: str | None) -> str | None:
         """Why this module cannot run on this family, or None; checked before weights load."""
+        if family is not None and family not in FAMILIES:
+            return (f"the toolkit's attention modules run on {', '.join(FAMILIES[:-1])} and "
+                    f"{FAMILIES[-1]} only, the families they are tested on (each family passes "
+                    "its attention its own extras: grouped key/value heads, sliding windows, "
+                    "soft-capping, position biases); use one of transformers' own (eager, sdpa) "
+                    f"on {family}")
         if self.positional and self.cross and family in HAS_CROSS:
             return (f"{self.name} uses token positions, and in cross-attention a target token's "
                     "position says nothing about its distance to a source token; set "
