@@ -54,8 +54,8 @@ def swapped(stock_entry, name: str, settings: dict, family: str):
 
 def resettled(stock_entry, name: str, settings: dict):
     """The stock model with a module swapped in without a reload (a copy, its attention switched,
-    `prepare`): what models.load builds (test_resettled_is_what_load_builds), without the second
-    of a tokenizer load."""
+    `prepare`): what models.load builds (test_module_on_family holds them equal for every module
+    and family), without the second models.load spends loading the tokenizer again."""
     import copy
 
     from toolkit.attention import ATTENTION
@@ -119,6 +119,10 @@ def test_module_on_family(stock, name: str, family: str) -> None:
         changed = output(model, other)
     torch.testing.assert_close(real(inputs, changed), real(inputs, base), atol=1e-5, rtol=0)
     assert not any(torch.isnan(t).any() for t in (base, changed))
+    rebuilt = resettled(entry, name, SMALL[name])  # what the other tests build without a reload
+    rebuilt.load_state_dict(model.state_dict())  # its added parameters' random start too
+    with torch.no_grad():
+        torch.testing.assert_close(output(rebuilt, inputs), base, atol=0, rtol=0)
     if family in ("gpt2", "bart", "t5"):
         _assert_no_future_leak(model, inputs, family, base)
     _assert_batch_invariant(model, tok, family)
@@ -171,7 +175,7 @@ def _assert_no_future_leak(model, inputs: dict, family: str, base: torch.Tensor)
 @pytest.mark.parametrize("name, family", [(n, f) for n in REDUCES for f in FAMILIES])
 def test_reduces_to_stock_softmax(stock, name: str, family: str) -> None:
     entry = stock(family)
-    model, tok = swapped(entry, name, REDUCES[name], family), entry[1]
+    model, tok = resettled(entry, name, REDUCES[name]), entry[1]
     inputs = batch(family, tok)
     with torch.no_grad():
         ours, theirs = (real(inputs, output(m, inputs)) for m in (model, entry[0]))
@@ -185,7 +189,7 @@ def test_dot_equals_sdpa(stock, family: str) -> None:
     entry = stock(family)
     sdpa, _ = models.load(entry[2], HEAD[family], {}, "sdpa")
     sdpa.load_state_dict(entry[0].state_dict())
-    model, inputs = swapped(entry, "dot", {}, family), batch(family, entry[1])
+    model, inputs = resettled(entry, "dot", {}), batch(family, entry[1])
     with torch.no_grad():
         ours, theirs = (real(inputs, output(m, inputs)) for m in (model, sdpa.eval()))
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
@@ -197,7 +201,7 @@ def test_t5_relative_bias_reaches_every_module(stock, name: str) -> None:
     that forms scores adds it to them (the stock-equality test above shows it is added exactly
     where eager adds it), and removing the bias changes the output."""
     entry = stock("t5")
-    model, inputs = swapped(entry, name, SMALL[name], "t5"), batch("t5", entry[1])
+    model, inputs = resettled(entry, name, SMALL[name]), batch("t5", entry[1])
     with torch.no_grad():
         base = output(model, inputs)
         for layer in model.modules():
@@ -265,11 +269,11 @@ def test_gradient_checkpointing_changes_nothing(stock, name: str, family: str) -
     every buffer (performer's draw counter, redrawing every pass here) are those of one plain pass."""
     settings = dict(SMALL[name], **({"redraw_every": 1} if name == "performer" else {}))
     entry = stock(family)
-    plain = swapped(entry, name, settings, family)
+    plain = resettled(entry, name, settings)
     inputs = batch(family, entry[1])
     results = []
     for checkpointed in (False, True):
-        model = swapped(entry, name, settings, family)
+        model = resettled(entry, name, settings)
         model.load_state_dict(plain.state_dict())  # the added parameters too
         if checkpointed:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -293,7 +297,7 @@ def test_output_attentions_or_one_line(stock, name: str, family: str) -> None:
     from toolkit.errors import UserError
 
     entry = stock(family)
-    model, inputs = swapped(entry, name, SMALL[name], family), batch(family, entry[1])
+    model, inputs = resettled(entry, name, SMALL[name]), batch(family, entry[1])
     weightless = name in ("local", "bigbird", "linear", "performer")
     with torch.no_grad():
         if weightless:
@@ -327,7 +331,7 @@ def test_attention_parameters_stay_trainable(stock, tmp_path: Path, method: str,
     from toolkit.methods import METHODS as REGISTRY, Context
 
     entry = stock("bert")
-    model = swapped(entry, "bilinear", {}, "bert")
+    model = resettled(entry, "bilinear", {})
     ctx = Context(family="bert", head_names=models.head_names(model), peft_task_type="SEQ_CLS", tokenizer=entry[1])
     model = REGISTRY.get(method)(**settings).apply(model, ctx)
     attention.keep_trainable(model)
@@ -339,7 +343,7 @@ def test_attention_parameters_stay_trainable(stock, tmp_path: Path, method: str,
     settings_obj = attention.ATTENTION.get("bilinear")()
     attention.save(model, tmp_path, settings_obj)
     assert attention.settings_of(tmp_path) == settings_obj
-    fresh = swapped(entry, "bilinear", {}, "bert")
+    fresh = resettled(entry, "bilinear", {})
     assert attention.load_saved(fresh, tmp_path) == 2
     saved = {attention._canonical(n): p for n, p in added.items()}
     for n, p in fresh.named_parameters():
@@ -491,7 +495,7 @@ def test_dense_within_says_exactly_when_a_module_is_dense(stock, name: str, fami
         stock_out = output(entry[0], inputs)
         for settings, dense in zip(_bounds(name, length), (True, False)):
             assert (ATTENTION.get(name)(**settings).dense_within(length) is not None) == dense
-            ours = output(swapped(entry, name, settings, family), inputs)
+            ours = output(resettled(entry, name, settings), inputs)
             assert torch.allclose(ours, stock_out, atol=1e-5) == dense, (settings, dense)
 
 
