@@ -126,6 +126,7 @@ def test_module_on_family(stock, name: str, family: str) -> None:
     if family in ("gpt2", "bart", "t5"):
         _assert_no_future_leak(model, inputs, family, base)
     _assert_batch_invariant(model, tok, family)
+    _assert_other_side_padding_unseen(model, tok, family)
     model.train()
     output(model, inputs).float().pow(2).mean().backward()
     added = {n: p for n, p in model.named_parameters() if PREFIX in n}
@@ -158,6 +159,27 @@ def _assert_batch_invariant(model, tok, family: str) -> None:
     if HEAD[family] != "seq2seq-lm":
         b = b[beside["attention_mask"][0].bool()]
     torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+def _assert_other_side_padding_unseen(model, tok, family: str) -> None:
+    """The padding side `batch` does not use (encoders left, GPT-2 right), beside a row with no
+    real token: the padding's content reaches no real position and nothing is NaN. Positions are
+    given (RoBERTa counts them from the ids, so changing a pad id would move them)."""
+    tok.padding_side = "right" if family == "gpt2" else "left"
+    inputs = dict(tok(["a short one", "this sentence is quite a bit longer than that one", "x"], padding=True,
+                      return_tensors="pt"))
+    inputs["attention_mask"][2] = 0
+    if family in ("bert", "roberta", "gpt2"):
+        inputs["position_ids"] = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    if HEAD[family] == "seq2seq-lm":
+        inputs["decoder_input_ids"] = inputs["input_ids"][1:2, :6].repeat(3, 1)
+    with torch.no_grad():
+        base = output(model, inputs)
+        changed = output(model, dict(inputs, input_ids=inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, 42)))
+    assert torch.isfinite(base).all() and torch.isfinite(changed).all()
+    rows = slice(0, 2)  # the all-padding row's outputs are an average of padding: nobody reads them
+    torch.testing.assert_close(real({k: v[rows] for k, v in inputs.items()}, changed[rows]),
+                               real({k: v[rows] for k, v in inputs.items()}, base[rows]), atol=1e-5, rtol=0)
 
 
 def _assert_no_future_leak(model, inputs: dict, family: str, base: torch.Tensor) -> None:
