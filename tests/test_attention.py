@@ -381,6 +381,8 @@ def test_attention_parameters_stay_trainable(stock, tmp_path: Path, method: str,
     ("{name: local, window: 0}", "bert-base-uncased", "model.attention.window: 0 is below the minimum 1"),
     ("{name: lokal}", "bert-base-uncased", "did you mean 'local'"),
     ("flash_attention_2", "bert-base-uncased", "needs the flash_attn package"),
+    ("{name: performer, seed: 5000000000}", "bert-base-uncased", "model.attention.seed: 5000000000 is above the maximum"),
+    ("{name: bigbird, seed: -1}", "bert-base-uncased", "model.attention.seed: -1 is below the minimum 0"),
 ])
 def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, expected: str) -> None:
     recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {family}, attention: {attention}}}\n"

@@ -41,7 +41,9 @@ class BigBird(Attention):
     block: int = field(default=64, metadata={"min": 1})
     global_blocks: int = field(default=1, metadata={"min": 0})
     random_blocks: int = field(default=2, metadata={"min": 0})
-    seed: int | None = None  # None: the run's train.seed (draw_seed)
+    # None: the run's train.seed (draw_seed); a number within train.seed's bounds (a larger one
+    # overflowed torch.Generator.manual_seed at the first forward, a traceback)
+    seed: int | None = field(default=None, metadata={"min": 0, "max": 2**32 - 1})
 
     def pattern(self, nb: int, training: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Neighbours, global blocks and (training only: see the module's docstring) random ones."""

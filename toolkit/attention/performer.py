@@ -55,7 +55,9 @@ class Performer(Attention):
     compile_eager = "it draws its random features from a torch.Generator made in the forward (opaque to dynamo)"
     features: int = field(default=64, metadata={"min": 1})
     redraw_every: int = field(default=100, metadata={"min": 0})  # training forward passes; 0 = never
-    seed: int | None = None  # None: the run's train.seed (draw_seed)
+    # None: the run's train.seed (draw_seed); a number within train.seed's bounds (a larger one
+    # overflowed torch.Generator.manual_seed at the first forward, a traceback)
+    seed: int | None = field(default=None, metadata={"min": 0, "max": 2**32 - 1})
     chunk: int = field(default=64, metadata={"min": 1})
 
     def buffers(self) -> dict[str, torch.Tensor]:
