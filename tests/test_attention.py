@@ -623,3 +623,18 @@ def test_families_outside_the_tested_five_are_refused(tmp_path: Path, cli, name:
     code, _, err = cli("validate", recipe)
     assert code == 2 and f"model.attention: '{name}' cannot run on {model_type}: the toolkit's attention modules run on" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", _registered())
+def test_a_forward_under_inference_mode_leaves_training_possible(name: str) -> None:
+    """Whatever a module keeps between calls (performer's drawn features) must not carry
+    torch.inference_mode into a later training pass. Finding: performer cached its features from
+    an inference-mode forward and the next backward raised "Inference tensors cannot be saved"."""
+    attention, layer = _bare_layer(name, SMALL[name], 2, 8, False)
+    q, k, v = (torch.randn(1, 2, 9, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    with torch.inference_mode():
+        before, _ = attention.attend(layer, q, k, v, None, 8 ** -0.5, 0.0, None)
+    q.requires_grad_(True)
+    after, _ = attention.attend(layer, q, k, v, None, 8 ** -0.5, 0.0, None)
+    after.sum().backward()
+    assert q.grad is not None and torch.equal(after.detach(), before.clone())  # the same draw

@@ -81,7 +81,9 @@ class Performer(Attention):
             passes -= 1  # the model's pre-hook counted this pass before it ran
         round_ = passes // self.redraw_every if self.redraw_every else 0
         cached = getattr(module, "_tk_features", None)
-        if cached is None or cached[0] != round_ or cached[1].shape[-1] != d or cached[1].device != device:
+        stale = cached is None or cached[0] != round_ or cached[1].shape[-1] != d or cached[1].device != device
+        # drawn under torch.inference_mode: autograd refuses it afterwards (a training pass raised)
+        if stale or (cached[1].is_inference() and not torch.is_inference_mode_enabled()):
             g = torch.Generator().manual_seed(self.draw_seed() * 1_000_003 + module.tk_index * 10_007 + round_)
             cached = (round_, orthogonal_features(self.features, d, g).to(device))
             module._tk_features = cached
