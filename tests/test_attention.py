@@ -204,7 +204,7 @@ def test_reduces_to_stock_softmax(stock, name: str, family: str) -> None:
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "t5"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_dot_equals_sdpa(stock, family: str) -> None:
     from toolkit import models
 
