@@ -54,8 +54,8 @@ def swapped(stock_entry, name: str, settings: dict, family: str):
 
 def resettled(stock_entry, name: str, settings: dict):
     """The stock model with a module swapped in without a reload (a copy, its attention switched,
-    `prepare`): what models.load builds (test_module_on_family holds them equal for every module
-    and family), without the second models.load spends loading the tokenizer again."""
+    `prepare`): what models.load builds (test_load_builds_what_the_tests_build), without the
+    second models.load spends loading the tokenizer again."""
     import copy
 
     from toolkit.attention import ATTENTION
@@ -111,7 +111,7 @@ def test_module_on_family(stock, name: str, family: str) -> None:
         return
     assert reason is None
     entry = stock(family)
-    model, tok = swapped(entry, name, SMALL[name], family), entry[1]
+    model, tok = resettled(entry, name, SMALL[name]), entry[1]
     inputs = batch(family, tok)
     with torch.no_grad():
         base = output(model, inputs)
@@ -119,10 +119,6 @@ def test_module_on_family(stock, name: str, family: str) -> None:
         changed = output(model, other)
     torch.testing.assert_close(real(inputs, changed), real(inputs, base), atol=1e-5, rtol=0)
     assert not any(torch.isnan(t).any() for t in (base, changed))
-    rebuilt = resettled(entry, name, SMALL[name])  # what the other tests build without a reload
-    rebuilt.load_state_dict(model.state_dict())  # its added parameters' random start too
-    with torch.no_grad():
-        torch.testing.assert_close(output(rebuilt, inputs), base, atol=0, rtol=0)
     if family in ("gpt2", "bart", "t5"):
         _assert_no_future_leak(model, inputs, family, base)
     _assert_batch_invariant(model, tok, family)
@@ -159,6 +155,21 @@ def _assert_batch_invariant(model, tok, family: str) -> None:
     if HEAD[family] != "seq2seq-lm":
         b = b[beside["attention_mask"][0].bool()]
     torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, family", sorted({(n, "bart") for n in _registered()} | {("additive", f) for f in FAMILIES}))
+def test_load_builds_what_the_tests_build(stock, name: str, family: str) -> None:
+    """models.load (the toolkit's one build: registration, attn_implementation, prepare) gives
+    the model `resettled` builds without a reload, which the other tests use: every module on
+    BART (encoder, causal decoder and cross-attention) and one with parameters on every family."""
+    entry = stock(family)
+    loaded, rebuilt = swapped(entry, name, SMALL[name], family), resettled(entry, name, SMALL[name])
+    assert loaded.config._attn_implementation == rebuilt.config._attn_implementation == name
+    assert {n for n, _ in loaded.named_parameters()} == {n for n, _ in rebuilt.named_parameters()}
+    rebuilt.load_state_dict(loaded.state_dict())  # the added parameters' random start too
+    inputs = batch(family, entry[1])
+    with torch.no_grad():
+        torch.testing.assert_close(output(rebuilt, inputs), output(loaded, inputs), atol=0, rtol=0)
 
 
 def _assert_other_side_padding_unseen(model, tok, family: str) -> None:
