@@ -210,6 +210,7 @@ def check_attention(attention: Any, family: str | None = None) -> None:
         return
     if name not in hf_tables.valid_attention():  # transformers' own names, read from its source
         valid = hf_tables.valid_attention(registered=True)  # imported: names registered since too
+        valid = sorted(set(valid) | set(modules.ATTENTION.names()))  # the toolkit's, registered or not yet
         if name not in valid:
             raise UserError(f"model.attention: unknown attention '{name}'{did_you_mean(name, valid)}")
     package = KERNEL_PACKAGES.get(name.split("|")[-1])

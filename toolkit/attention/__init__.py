@@ -44,6 +44,13 @@ PREFIX = "tk_attn_"  # every parameter or buffer an attention module adds carrie
 CROSS_NAMES = ("crossattention", "encoder_attn", "EncDecAttention")  # BERT/GPT-2, BART, T5
 HAS_CROSS = ("bart", "t5")  # families whose decoder attends to an encoder
 ENCODERS = ("bert", "roberta", "bart", "t5")  # families with bidirectional self-attention
+# The families every module is wired and tested on (tests/test_attention.py walks them all); any
+# other model_type is refused at validate. Each family hands its attention function its own
+# extras, which a module would drop or break on: grouped key/value heads (llama, mistral: a shape
+# error), sliding windows (mistral), logit soft-capping (gemma2), T5's relative bias under another
+# name (mt5, umt5: linear and performer would run order-blind), layers `prepare` cannot find
+# (distilbert, gpt_neox: a traceback at the first forward).
+FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
 FILE, SETTINGS_FILE = "attention.safetensors", "attention.json"
 
 
@@ -73,6 +80,12 @@ class Attention:
     # --- validate ---------------------------------------------------------------------------
     def incompatible(self, family: str | None) -> str | None:
         """Why this module cannot run on this family, or None; checked before weights load."""
+        if family is not None and family not in FAMILIES:
+            return (f"the toolkit's attention modules run on {', '.join(FAMILIES[:-1])} and "
+                    f"{FAMILIES[-1]} only, the families they are tested on (each family passes "
+                    "its attention its own extras: grouped key/value heads, sliding windows, "
+                    "soft-capping, position biases); use one of transformers' own (eager, sdpa) "
+                    f"on {family}")
         if self.positional and self.cross and family in HAS_CROSS:
             return (f"{self.name} uses token positions, and in cross-attention a target token's "
                     "position says nothing about its distance to a source token; set "
@@ -299,7 +312,8 @@ def save(model: nn.Module, folder: Path, attention: Any) -> None:
     if not isinstance(attention, Attention):
         return
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / SETTINGS_FILE).write_text(json.dumps(attention.to_dict(), indent=2) + "\n")
+    saved = {**attention.to_dict(), "run_seed": attention.run_seed}  # the draws of `seed: null`
+    (folder / SETTINGS_FILE).write_text(json.dumps(saved, indent=2) + "\n")
     tensors = {_canonical(n): t.detach().cpu().contiguous() for n, t in model.state_dict().items() if PREFIX in n}
     if tensors:
         save_file(tensors, str(folder / FILE))
@@ -327,9 +341,18 @@ def load_saved(model: nn.Module, folder: Path, expected: Any = None) -> int:
 
 
 def settings_of(folder: Path) -> Any:
-    """The settings an earlier run saved (attention.json), or None."""
+    """The settings an earlier run saved (attention.json), or None; with the run's train.seed,
+    which its random draws followed where `seed` is null (performer's features: reloaded by hand
+    without it, they were drawn from seed 0 and the outputs were another model's)."""
     file = Path(folder) / SETTINGS_FILE
-    return from_recipe(json.loads(file.read_text()), str(file)) if file.is_file() else None
+    if not file.is_file():
+        return None
+    raw = json.loads(file.read_text())
+    run_seed = raw.pop("run_seed", None) if isinstance(raw, dict) else None
+    settings = from_recipe(raw, str(file))
+    if run_seed is not None and isinstance(settings, Attention):
+        settings.run_seed = int(run_seed)
+    return settings
 
 
 def register() -> None:

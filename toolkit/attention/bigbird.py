@@ -13,8 +13,11 @@ with the padding its batch gave it.
 Causal layers keep the pattern and mask future keys. A sequence of at most `global_blocks` + 2
 blocks is plain softmax attention (each block outside the global ones sees its neighbours: all
 of them); setup says so in one warning line where that covers the longest sequence a run feeds
-(`dense_within`). With a cache (generation) the new queries attend densely to every cached key:
-the pattern is defined over a whole sequence, not a growing one. Cross-attention stays `dot`
+(`dense_within`). With a cache (generation) each new query keeps exactly the keys the full
+forward over the sequence so far gives it at its position (its neighbouring and global blocks,
+counted from the row's first real token; a global query keeps all): cached decoding equals
+decoding without a cache, and a model is scored with the attention it was trained with (the new
+queries used to attend densely to every cached key). Cross-attention stays `dot`
 unless `cross: true`, which is refused where a family has cross-attention (the pattern is over
 positions of one sequence).
 """
@@ -38,7 +41,9 @@ class BigBird(Attention):
     block: int = field(default=64, metadata={"min": 1})
     global_blocks: int = field(default=1, metadata={"min": 0})
     random_blocks: int = field(default=2, metadata={"min": 0})
-    seed: int | None = None  # None: the run's train.seed (draw_seed)
+    # None: the run's train.seed (draw_seed); a number within train.seed's bounds (a larger one
+    # overflowed torch.Generator.manual_seed at the first forward, a traceback)
+    seed: int | None = field(default=None, metadata={"min": 0, "max": 2**32 - 1})
 
     def pattern(self, nb: int, training: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Neighbours, global blocks and (training only: see the module's docstring) random ones."""
@@ -59,7 +64,9 @@ class BigBird(Attention):
         return f"blocks of {self.block}, global_blocks {self.global_blocks}", fix
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
-        lead = leading_pads(pad, q.shape[0]) if q.shape[-2] == k.shape[-2] else None
+        if q.shape[-2] != k.shape[-2]:  # new queries against a cache
+            return self._cached(module, q, k, v, pad, scaling, dropout, bias)
+        lead = leading_pads(pad, q.shape[0])
         if lead is None:
             return self._attend(module, q, k, v, pad, scaling, dropout, bias)
         b = q.shape[0]
@@ -71,12 +78,31 @@ class BigBird(Attention):
         out, _ = self._attend(module, *(roll_rows(x, lead, 2) for x in (q, k, v)), pad, scaling, dropout, bias)
         return roll_rows(out, -lead, 1), None  # (b, tq, h, d), each row's padding back in front
 
+    def _cached(self, module, q, k, v, pad, scaling, dropout, bias):
+        """The last tq of tk positions (a KV cache before them), as dense rows masked to the keys
+        `_attend` gives those positions in one pass over all tk: the block grid starts at each
+        row's first real token, and a padded key, rolled after the text there, is masked anyway."""
+        b, tq, tk, dev = q.shape[0], q.shape[-2], k.shape[-2], q.device
+        lead = leading_pads(pad, b)
+        lead = torch.zeros(b, dtype=torch.long, device=dev) if lead is None else lead
+        i = torch.arange(tk - tq, tk, device=dev)[None, :] - lead[:, None]  # (b, tq) from the first real token
+        j = (torch.arange(tk, device=dev)[None, :] - lead[:, None]) % tk  # (b, tk), as rolled
+        nb = -(-tk // self.block)
+        index, valid = self.pattern(nb, module.training)  # (nb, K) key blocks of each query block
+        sees = ((index[:, :, None] == torch.arange(nb)[None, None, :]) & valid[:, :, None]).any(dim=1).to(dev)
+        near = sees[(i // self.block)[:, :, None], (j // self.block)[:, None, :]]  # (b, tq, tk)
+        keep = (near | (i < self.global_blocks * self.block)[:, :, None])[:, None]  # (b, 1, tq, tk)
+        causal_and_pad = allowed(module, pad, tq, tk, dev)
+        keep = keep if causal_and_pad is None else keep & causal_and_pad
+        scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
+        return softmax_attention(module, scores, v, keep, dropout, bias)[0], None  # as _attend: no weights
+
     def _attend(self, module, q, k, v, pad, scaling, dropout, bias):
         causal = is_causal(module)
         b, h, tq, _ = q.shape
         tk = k.shape[-2]
         n_global = min(self.global_blocks * self.block, tq)
-        if tq != tk or n_global >= tq:  # a cache, or global rows cover everything: dense rows
+        if n_global >= tq:  # global rows cover everything: dense rows
             scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
             return softmax_attention(module, scores, v, allowed(module, pad, tq, tk, q.device), dropout, bias)
         nb = -(-tq // self.block)

@@ -4,6 +4,10 @@ phi = elu + 1, so that sum_j phi(k_j) v_j^T is formed once and memory is O(n) in
 Causal layers use prefix sums over chunks: inside a chunk of `chunk` tokens a small masked
 (chunk x chunk) product, across chunks a running (features x d) state; nothing is n x n.
 There are no attention weights, hence no attention dropout. Refused for T5 (see Attention).
+
+The sums run in float32 whatever the inputs' dtype: numerator and denominator are unnormalised
+sums over every key, which grow with the length (softmax attention never forms one); in fp16
+(mixed_precision: fp16) they overflowed to inf at about 4k tokens and the output was NaN.
 """
 
 from __future__ import annotations
@@ -19,9 +23,23 @@ F = lazy("torch.nn.functional", globals())
 EPS = 1e-6
 
 
+def wide(x: torch.Tensor) -> torch.Tensor:
+    """x in float32 where its dtype is narrower (bf16, fp16); as it is otherwise."""
+    return x.float() if torch.finfo(x.dtype).bits < 32 else x
+
+
 def kernel_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor,
                      causal: bool, chunk: int) -> torch.Tensor:
-    """phi_q (b, h, tq, m), phi_k (b, h, tk, m), v (b, h, tk, d), keys (b, tk) bool -> (b, tq, h, d)."""
+    """phi_q (b, h, tq, m), phi_k (b, h, tk, m), v (b, h, tk, d), keys (b, tk) bool -> (b, tq, h, d),
+    summed in float32 (see the module's docstring) and returned in v's dtype."""
+    dtype = v.dtype
+    phi_q, phi_k, v = (wide(x) for x in (phi_q, phi_k, v))
+    with torch.autocast(v.device.type, enabled=False):  # else its matmuls go back to bf16 / fp16
+        return _kernel_sums(phi_q, phi_k, v, keys, causal, chunk).to(dtype)
+
+
+def _kernel_sums(phi_q, phi_k, v, keys, causal, chunk):
+    """kernel_attention's sums, in the inputs' dtype."""
     phi_k = phi_k * keys[:, None, :, None].to(phi_k.dtype)  # padded keys contribute nothing
     tq, tk = phi_q.shape[-2], phi_k.shape[-2]
     if not causal:

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from toolkit.attention import ATTENTION, PREFIX, Attention, attention_layers, is_causal, key_keep
-from toolkit.attention.linear import kernel_attention
+from toolkit.attention.linear import kernel_attention, wide
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -41,9 +41,10 @@ def positive_features(x: torch.Tensor, w: torch.Tensor, keys: torch.Tensor | Non
     logits = wx - 0.5 * (x * x).sum(dim=-1, keepdim=True)
     if keys is None:  # queries: a per-row constant cancels between numerator and denominator
         shift = logits.amax(dim=-1, keepdim=True)
-    else:  # keys: one constant per (b, h), taken over real keys only
+    else:  # keys: one constant per (b, h), taken over real keys only (a row without any: all)
         real = logits.masked_fill(~keys[:, None, :, None], float("-inf"))
-        shift = real.amax(dim=(-2, -1), keepdim=True).clamp(min=-1e4)
+        shift = real.amax(dim=(-2, -1), keepdim=True)
+        shift = torch.where(torch.isfinite(shift), shift, logits.amax(dim=(-2, -1), keepdim=True))
     return torch.exp(logits - shift.detach()) / math.sqrt(w.shape[0])
 
 
@@ -54,7 +55,9 @@ class Performer(Attention):
     compile_eager = "it draws its random features from a torch.Generator made in the forward (opaque to dynamo)"
     features: int = field(default=64, metadata={"min": 1})
     redraw_every: int = field(default=100, metadata={"min": 0})  # training forward passes; 0 = never
-    seed: int | None = None  # None: the run's train.seed (draw_seed)
+    # None: the run's train.seed (draw_seed); a number within train.seed's bounds (a larger one
+    # overflowed torch.Generator.manual_seed at the first forward, a traceback)
+    seed: int | None = field(default=None, metadata={"min": 0, "max": 2**32 - 1})
     chunk: int = field(default=64, metadata={"min": 1})
 
     def buffers(self) -> dict[str, torch.Tensor]:
@@ -78,16 +81,22 @@ class Performer(Attention):
             passes -= 1  # the model's pre-hook counted this pass before it ran
         round_ = passes // self.redraw_every if self.redraw_every else 0
         cached = getattr(module, "_tk_features", None)
-        if cached is None or cached[0] != round_ or cached[1].shape[-1] != d:
+        stale = cached is None or cached[0] != round_ or cached[1].shape[-1] != d or cached[1].device != device
+        # drawn under torch.inference_mode: autograd refuses it afterwards (a training pass raised)
+        if stale or (cached[1].is_inference() and not torch.is_inference_mode_enabled()):
             g = torch.Generator().manual_seed(self.draw_seed() * 1_000_003 + module.tk_index * 10_007 + round_)
             cached = (round_, orthogonal_features(self.features, d, g).to(device))
             module._tk_features = cached
         return cached[1]
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
+        """The features in float32 whatever q's dtype: exp of bf16 logits doubled the error of
+        every other module's bf16 output (kernel_attention sums in float32 likewise)."""
         keys = key_keep(pad, q.shape[0], k.shape[-2], q.device)
+        q, k = wide(q), wide(k)
         w = self.projection(module, q.shape[-1], q.device).to(q.dtype)
         root = scaling ** 0.5  # q.k * scaling = (root q).(root k)
-        phi_q = positive_features(q * root, w, None)
-        phi_k = positive_features(k * root, w, keys)
+        with torch.autocast(q.device.type, enabled=False):
+            phi_q = positive_features(q * root, w, None)
+            phi_k = positive_features(k * root, w, keys)
         return kernel_attention(phi_q, phi_k, v, keys, is_causal(module), self.chunk), None
