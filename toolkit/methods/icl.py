@@ -26,7 +26,9 @@ harness's default fewshot seed, and the same train split, the same ones). What m
 number something else is said in one `warning:` line each (rule 8): prompts cut from the left to
 fit the model (their first demonstrations lost), and eval examples that are among their own
 demonstrations (their label in their own prompt; the harness leaves them in too when the
-demonstrations come from another split, as here).
+demonstrations come from another split, as here). Text-to-text tasks draw theirs the same way
+(`demonstration_sets`); the task builds, cuts and stops each prompt as the harness's
+generate_until does (`TextToText._encode_in_context`, `stop_at`).
 """
 
 from __future__ import annotations
@@ -102,16 +104,6 @@ def _check_shots(train: Any, shots: int) -> None:
                         "has none; set method.shots=0")
     if shots > len(train):
         raise UserError(f"method.shots: {shots} is more than the {len(train)} train examples")
-
-
-def draw_demonstrations(train: Any, shots: int, seed: int) -> list[dict]:
-    """`shots` train rows, plain random sampling without replacement, in the drawn order: one set
-    for a whole run (the text-to-text tasks' prompts, and the shots bound at validate)."""
-    if shots == 0:
-        return []
-    _check_shots(train, shots)
-    picked = random.Random(seed).sample(range(len(train)), shots)
-    return [train[i] for i in picked]
 
 
 def demonstration_sets(train: Any, shots: int, seed: int, n: int) -> list[list[dict]]:
@@ -324,6 +316,12 @@ def cut_warning(cut: int, total: int, max_length: int, shots: int) -> str:
             f"the model's positions): {lost} to keep them whole")
 
 
+def seen_warning(seen: int, total: int, shots: int, answer: str = "label") -> str:
+    return (f"warning: {seen} of {total} eval examples are among their own {shots} demonstrations "
+            f"(the same text in train): each has its own {answer} in its prompt, so it scores as seen; "
+            "remove them from the eval data, or draw other demonstrations (train.seed)")
+
+
 def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
     """p(y|x) / p(y|content-free), renormalised: Zhao et al.'s diagonal W = diag(prior)^-1, b = 0;
     `prior` one (L,) for all, or (n, L): each example's own (its demonstrations, then "N/A")."""
@@ -454,9 +452,7 @@ class ICL(Method):
             if cut := cut_prompts(tok, every, prompter.verbalizers, limit, seq2seq):
                 print(cut_warning(cut, len(every), limit, self.shots), file=sys.stderr)
             if seen := sum(prompter.shown(ds, demos[sfx]) for sfx, ds in setup.evals.items()):
-                print(f"warning: {seen} of {len(every)} eval examples are among their own {self.shots} demonstrations "
-                      "(the same text in train): each has its own label in its prompt, so it scores as seen; "
-                      "remove them from the eval data, or draw other demonstrations (train.seed)", file=sys.stderr)
+                print(seen_warning(seen, len(every), self.shots), file=sys.stderr)
         out: dict[str, float] = {}
         for suffix, dataset in setup.evals.items():
             with accelerator.split_between_processes(list(range(len(dataset)))) as mine:
@@ -503,19 +499,31 @@ class ICL(Method):
         return metrics
 
     def _generate(self, model: torch.nn.Module, setup: Any, accelerator: Any) -> dict[str, float]:
-        """Text-to-text tasks: the same k demonstrations before every eval example, then the
-        task's own evaluation step (loss of the reference, greedy or beam generation, its metrics)."""
+        """Text-to-text tasks: each eval example after its own demonstrations, drawn as for label
+        words (`demonstration_sets`), then the task's own evaluation step (loss of the reference,
+        generation, its metrics); the task builds, cuts and stops its prompts as the harness's
+        generate_until (`TextToText._encode_in_context`)."""
         from torch.utils.data import DataLoader
 
         from toolkit import evaluation
 
         task, tok = setup.task, setup.tokenizer
         task.model_head(model.config.model_type)  # the prompt layout follows the family
-        demos = draw_demonstrations(setup.train, self.shots, setup.seed)
-        task.demonstrations = [(task.source_text(d), task.target_text(d)) for d in demos]
+        limit = self.max_length or _max_positions(model, tok)
         collate = task.collator(tok, model)
-        loaders = {sfx: accelerator.prepare(DataLoader(task.encode(raw, tok), batch_size=self.batch_size,
-                                                       collate_fn=collate))
-                   for sfx, raw in setup.raw_evals.items()}
+        loaders, contexts, seen = {}, [], 0
+        for sfx, raw in setup.raw_evals.items():
+            sets = demonstration_sets(setup.train, self.shots, setup.seed, len(raw))
+            pairs = [[(task.source_text(d), task.target_text(d)) for d in demos] for demos in sets]
+            seen += sum(task.source_text(row) in {s for s, _ in p} for row, p in zip(raw, pairs))
+            contexts.append(task.prompt_in_context(pairs, self.separator, limit, lambda texts: _encode(tok, texts)))
+            loaders[sfx] = accelerator.prepare(DataLoader(task.encode(raw, tok), batch_size=self.batch_size,
+                                                          collate_fn=collate))
+        total = sum(c.total for c in contexts)
+        if accelerator.is_main_process:
+            if cut := sum(c.cut for c in contexts):
+                print(cut_warning(cut, total, limit, self.shots), file=sys.stderr)
+            if seen:
+                print(seen_warning(seen, total, self.shots, "answer"), file=sys.stderr)
         return evaluation.evaluate(model, loaders, task, accelerator, setup.raw_evals,
                                    sink=getattr(setup, "predictions", None))
