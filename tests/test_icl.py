@@ -511,3 +511,66 @@ def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_ch
     assert cut > 0 and lines == [f"warning: {cut} of 4 prompts cut from the left at 32 tokens (method.max_length or "
                                  "the model's positions): their first demonstrations are not seen, so they are "
                                  "scored with fewer than method.shots=3; lower method.shots to keep them whole"]
+
+
+# --- a user error leaves no half-made run folder ------------------------------------------------
+def _runs_left(runs_dir: Path) -> list[str]:
+    return sorted(str(p.relative_to(runs_dir)) for p in runs_dir.rglob("*")) if runs_dir.exists() else []
+
+
+@pytest.mark.parametrize("method, message", [
+    # GPT-2's 'ye' + 's' is the one token 'yes': nothing of the word is left to score
+    ("{name: icl, template: '{text_a} ye{label}', verbalizers: [s, t]}",
+     "method.template: the label word 's' joins the token before it"),
+    ("{name: icl, max_length: 8, verbalizers: [no, absolutely yes indeed and many more words after it]}",
+     "method.max_length: 8 tokens cannot hold the label word 'absolutely yes indeed"),
+])
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_label_word_that_cannot_be_scored_stops_the_run_before_its_folder(tmp_path: Path, cli, monkeypatch,
+                                                                           method: str, message: str,
+                                                                           entry: str) -> None:
+    """Finding: the label-word check ran at evaluation, after the run folder was made: exit 2 with
+    one line, and a folder holding only recipe.yaml and identity.json was left. It is now checked
+    while the run is built (the tokenizer and the model's limit are needed, so not at validate):
+    the evaluation never starts."""
+    from toolkit import api
+
+    monkeypatch.setattr(ICL, "evaluate", lambda *a, **k: pytest.fail("the run reached its evaluation"))
+
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        f"task: {{name: glue, subset: sst2, max_eval_samples: 8}}\nmethod: {method}\n")
+    runs_dir = tmp_path / "runs"
+    if entry == "cli":
+        code, _, err = cli("run", path, "--smoke", "--runs-dir", runs_dir)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and message in err
+    else:
+        with pytest.raises(UserError, match=message.replace("(", r"\(")):
+            api.run(path, runs_dir=runs_dir, smoke=True)
+    assert _runs_left(runs_dir) == []
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path: Path, cli, monkeypatch,
+                                                                       entry: str) -> None:
+    """The rule for every user error raised after a run has made its folder and before its first
+    checkpoint (here one at evaluation): the folder goes, so no half-made run is left to be
+    mistaken for one; one made by an earlier launch is kept."""
+    from toolkit import api
+
+    def refuse(*args, **kwargs):
+        raise UserError("method: refused at evaluation")
+
+    monkeypatch.setattr(ICL, "evaluate", refuse)
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        "task: {name: glue, subset: sst2, max_eval_samples: 8}\nmethod: {name: icl}\n")
+    runs_dir = tmp_path / "runs"
+    for existed in (False, True):
+        if existed:
+            (runs_dir / "keep").mkdir(parents=True)
+        if entry == "cli":
+            code, _, err = cli("run", path, "--smoke", "--runs-dir", runs_dir)
+            assert code == 2 and err.strip() == "error: method: refused at evaluation"
+        else:
+            with pytest.raises(UserError, match="^method: refused at evaluation$"):
+                api.run(path, runs_dir=runs_dir, smoke=True)
+        assert _runs_left(runs_dir) == (["keep"] if existed else [])

@@ -284,6 +284,10 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
             again = ["toolkit", "run", str(path), *overrides] + ["--smoke"] * smoke + \
                 (["--runs-dir", runs_dir] if runs_dir else [])
             raise _interrupted(exc, out, existed and rank0, again) from None
+        except UserError:
+            if not existed and rank0 and not runs.checkpoints(out):  # nothing half-made is left:
+                runs.clear(out)  # emptied here; the lock removes the folders this launch made
+            raise
     if metrics is not None and rank0:
         evals = ", ".join(f"{k}={v:.4f}" for k, v in metrics["eval"].items())
         print(f"{out}: {evals}")

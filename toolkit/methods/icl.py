@@ -271,18 +271,27 @@ def _seq2seq_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int
     return torch.where(labels != -100, token_lp, 0.0).sum(-1).cpu()
 
 
+def scorable_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
+                   max_length: int, seq2seq: bool) -> list[tuple[list[int], list[int]]]:
+    """encode_pairs, and one line for a label word that cannot be scored: one that merges into the
+    prompt's last token (encode_pairs says it), or one longer than `max_length` tokens (the
+    harness stops on an assertion at both)."""
+    pairs = encode_pairs(tokenizer, queries, verbalizers, seq2seq)
+    for i, (_, cont) in enumerate(pairs):
+        if len(cont) > max_length:
+            raise UserError(f"method.max_length: {max_length} tokens cannot hold the label word "
+                            f"{verbalizers[i % len(verbalizers)]!r} ({len(cont)} tokens); raise it or shorten the word")
+    return pairs
+
+
 def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str, str]],
                  verbalizers: Sequence[str], max_length: int, batch_size: int,
                  progress: str | None = None) -> torch.Tensor:
     """(n, L) log-probabilities of every label word for every query, in batches of
     (query, label) pairs encoded and cut to `max_length` as the harness does (encode_pairs, window)."""
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-    pairs = []
-    for i, (ctx, cont) in enumerate(encode_pairs(tokenizer, queries, verbalizers, seq2seq)):
-        if len(cont) > max_length:
-            raise UserError(f"method.max_length: {max_length} tokens cannot hold the label word "
-                            f"{verbalizers[i % len(verbalizers)]!r} ({len(cont)} tokens); raise it or shorten the word")
-        pairs.append((window(ctx, cont, max_length, seq2seq), cont))
+    pairs = [(window(ctx, cont, max_length, seq2seq), cont)
+             for ctx, cont in scorable_pairs(tokenizer, queries, verbalizers, max_length, seq2seq)]
     batch = _seq2seq_batch if seq2seq else _causal_batch
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _prefix_token(tokenizer)
     chunks = _batches(pairs, batch_size)
@@ -412,11 +421,30 @@ class ICL(Method):
         return lm_head(family) or "causal-lm"
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        """Frozen; and the label words checked against every eval example's prompt here, while the
+        run is being built (before its folder exists), not minutes later at evaluation."""
         set_trainable(model, lambda _: False)
+        for task, dataset in self.__dict__.pop("_unchecked", []):
+            self.check_words(model, ctx.tokenizer, task, dataset)
         return model.eval()
 
     def encoder(self, task: Any, tokenizer: Any) -> Any:
-        return lambda dataset: dataset  # prompts are built at evaluation, from raw examples
+        """Prompts are built at evaluation, from raw examples: the rows pass as they are, and a
+        label-word task's eval splits are kept for `apply`, which has the model to check them by."""
+        def keep(dataset: Any) -> Any:
+            if not hasattr(task, "generation"):
+                self.__dict__.setdefault("_unchecked", []).append((task, dataset))
+            return dataset
+        return keep
+
+    def check_words(self, model: torch.nn.Module, tokenizer: Any, task: Any, dataset: Any) -> None:
+        """Every label word can be scored after every example's prompt (`scorable_pairs`), or one
+        line. The prompts are the examples alone: what the word follows is the end of its own
+        example's text, which demonstrations before it (after the separator) leave as it is."""
+        prompter = self.prompter(task)
+        queries = list(dict.fromkeys(prompter.query(row) for row in dataset))
+        scorable_pairs(tokenizer, queries, prompter.verbalizers, self.max_length or _max_positions(model, tokenizer),
+                       bool(getattr(model.config, "is_encoder_decoder", False)))
 
     def _words(self, task: Any) -> list[str]:
         return list(self.verbalizers) if self.verbalizers is not None else list(task.verbalizers)
