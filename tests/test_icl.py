@@ -518,14 +518,13 @@ def _runs_left(runs_dir: Path) -> list[str]:
     return sorted(str(p.relative_to(runs_dir)) for p in runs_dir.rglob("*")) if runs_dir.exists() else []
 
 
-@pytest.mark.parametrize("method, message", [
+@pytest.mark.parametrize("entry, method, message", [
     # GPT-2's 'ye' + 's' is the one token 'yes': nothing of the word is left to score
-    ("{name: icl, template: '{text_a} ye{label}', verbalizers: [s, t]}",
+    ("cli", "{name: icl, template: '{text_a} ye{label}', verbalizers: [s, t]}",
      "method.template: the label word 's' joins the token before it"),
-    ("{name: icl, max_length: 8, verbalizers: [no, absolutely yes indeed and many more words after it]}",
+    ("api", "{name: icl, max_length: 8, verbalizers: [no, absolutely yes indeed and many more words after it]}",
      "method.max_length: 8 tokens cannot hold the label word 'absolutely yes indeed"),
 ])
-@pytest.mark.parametrize("entry", ["cli", "api"])
 def test_a_label_word_that_cannot_be_scored_stops_the_run_before_its_folder(tmp_path: Path, cli, monkeypatch,
                                                                            method: str, message: str,
                                                                            entry: str) -> None:
@@ -564,7 +563,7 @@ def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path:
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
                         "task: {name: glue, subset: sst2, max_eval_samples: 8}\nmethod: {name: icl}\n")
     runs_dir = tmp_path / "runs"
-    for existed in (False, True):
+    for existed in (False, True) if entry == "cli" else (False,):
         if existed:
             (runs_dir / "keep").mkdir(parents=True)
         if entry == "cli":

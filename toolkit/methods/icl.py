@@ -461,6 +461,7 @@ class ICL(Method):
         from accelerate.utils import gather_object
 
         model = accelerator.unwrap_model(model).eval()
+        self.__dict__.pop("_unchecked", None)  # `toolkit evaluate` encodes without apply: checked below
         task, tok = setup.task, setup.tokenizer
         if hasattr(task, "generation"):
             return self._generate(model, setup, accelerator)
