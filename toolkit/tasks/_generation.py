@@ -319,7 +319,8 @@ class TextToText(TokenTask):
         out: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": [], "prompt_ids": []}
         for prompt, t in zip(prompts, enc["input_ids"]):
             answer = t + [tok.eos_token_id]
-            seq, labels = (prompt + answer)[-(limit or 0):], ([IGNORE] * len(prompt) + answer)[-(limit or 0):]
+            start = max(0, len(prompt) + len(answer) - limit) if limit else 0  # tokens cut from the left
+            seq, labels = (prompt + answer)[start:], ([IGNORE] * len(prompt) + answer)[start:]
             out["prompt_ids"].append(prompt)
             out["input_ids"].append(seq)
             out["attention_mask"].append([1] * len(seq))
