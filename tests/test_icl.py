@@ -548,12 +548,13 @@ def test_a_label_word_that_cannot_be_scored_stops_the_run_before_its_folder(tmp_
     assert _runs_left(runs_dir) == []
 
 
-@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("entry", ["cli", "api", "chained"])
 def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path: Path, cli, monkeypatch,
                                                                        entry: str) -> None:
     """The rule for every user error raised after a run has made its folder and before its first
     checkpoint (here one at evaluation): the folder goes, so no half-made run is left to be
-    mistaken for one; one made by an earlier launch is kept."""
+    mistaken for one; one made by an earlier launch is kept. Also for the run a --smoke run
+    chained to another runs first (its upstream)."""
     from toolkit import api
 
     def refuse(*args, **kwargs):
@@ -563,10 +564,13 @@ def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path:
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
                         "task: {name: glue, subset: sst2, max_eval_samples: 8}\nmethod: {name: icl}\n")
     runs_dir = tmp_path / "runs"
+    if entry == "chained":  # the upstream (this icl run) is run first, and refused
+        path = write_recipe(tmp_path / "down.yaml", f"model: {{checkpoint: {{run: {path}}}}}\n"
+                            "task: {name: glue, subset: sst2}\nmethod: {name: full}\n")
     for existed in (False, True) if entry == "cli" else (False,):
         if existed:
             (runs_dir / "keep").mkdir(parents=True)
-        if entry == "cli":
+        if entry != "api":
             code, _, err = cli("run", path, "--smoke", "--runs-dir", runs_dir)
             assert code == 2 and err.strip() == "error: method: refused at evaluation"
         else:
