@@ -441,22 +441,23 @@ def _text_rows(name: str, n: int, start: int) -> list[dict]:
 
 
 def harness_generation(model, tok, task, rows: list[dict], train: list[dict], shots: int, seed: int,
-                       limit: int, budget: int) -> tuple[list[list[int]], list[str], int]:
+                       limit: int, budget: int) -> tuple[list[list[int]], list[str], int, int]:
     """Per row the harness's context ids and its answer: one Random(seed) per split, a fresh
     rnd.sample(train, shots) per row (none removed: train is another split); the context is the
     demonstrations (doc_to_text, " ", target), "\\n\\n" between, then doc_to_text; encoded with
     the tokenizer's special tokens and cut from the left to limit - max_gen_toks (decoder) or
     limit (encoder-decoder); greedy generation; the text decoded without special tokens and cut
     at the first "\\n\\n" (the until a task without one gets: its fewshot delimiter). Also: how
-    many contexts were cut."""
+    many contexts were cut, and how many rows are among their own demonstrations."""
     import random
 
     seq2seq = model.config.is_encoder_decoder
     prefix, suffix = task.affixes()
     text = lambda r: f"{prefix}{task.source_text(r)}{suffix}"  # noqa: E731  doc_to_text
-    rnd, contexts, answers, cut = random.Random(seed), [], [], 0
+    rnd, contexts, answers, cut, seen = random.Random(seed), [], [], 0, 0
     for row in rows:
         demos = rnd.sample(train, shots)
+        seen += row in demos
         context = "\n\n".join([f"{text(d)} {task.target_text(d)}" for d in demos] + [text(row)])
         whole = tok(context)["input_ids"]
         ids = whole[-(limit if seq2seq else limit - budget):]
@@ -466,7 +467,7 @@ def harness_generation(model, tok, task, rows: list[dict], train: list[dict], sh
         cont = out[0] if seq2seq else out[0, len(ids):]
         contexts.append(ids)
         answers.append(tok.decode(cont, skip_special_tokens=True).split("\n\n")[0].strip())
-    return contexts, answers, cut
+    return contexts, answers, cut, seen
 
 
 @pytest.mark.parametrize("name, family", [(n, f) for n in ("squad", "summarization", "translation")
@@ -488,14 +489,15 @@ def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_ch
     model, tok = _load(tiny_checkpoint, family)
     extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
     task = TASKS.get(name)(max_target_length=8, generation=Generation(max_new_tokens=6), **extra)
-    train, rows = _text_rows(name, 6, 0), _text_rows(name, 4, 10)
+    train = _text_rows(name, 6, 0)
+    rows = _text_rows(name, 2, 10) + train[:2]  # two train rows: among their own draws here
     predictions: dict = {}
     setup = SimpleNamespace(task=task, tokenizer=tok, train=Dataset.from_list(train), seed=5,
                             raw_evals={"": Dataset.from_list(rows)}, predictions=predictions)
     method = ICL(shots=3, max_length=32, batch_size=1)  # one row a batch: no padding
     got = method.evaluate(model, setup, Accelerator(cpu=True))
     assert "loss" in got
-    contexts, answers, cut = harness_generation(model, tok, task, rows, train, 3, 5, 32, 6)
+    contexts, answers, cut, seen = harness_generation(model, tok, task, rows, train, 3, 5, 32, 6)
     encoded = task.encode(Dataset.from_list(rows), tok)  # the last split's demonstrations, as encoded
     key = "input_ids" if model.config.is_encoder_decoder else "prompt_ids"
     assert [encoded[[e["example_index"] for e in encoded].index(i)][key] for i in range(4)] == contexts
@@ -507,10 +509,14 @@ def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_ch
                   return_tensors="pt")["input_ids"]
         assert decode_texts(tok, ids, ["\n\n"]) == ["yes", "no stop here"]
         assert stop_at(tok, ["\n\n"], 0)[0](ids, None).tolist() == [True, False]
-    lines = [line for line in capsys.readouterr().err.splitlines() if "prompts cut" in line]
-    assert cut > 0 and lines == [f"warning: {cut} of 4 prompts cut from the left at 32 tokens (method.max_length or "
-                                 "the model's positions): their first demonstrations are not seen, so they are "
-                                 "scored with fewer than method.shots=3; lower method.shots to keep them whole"]
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert cut > 0 and seen == 2 and lines == [
+        f"warning: {cut} of 4 prompts cut from the left at 32 tokens (method.max_length or the model's "
+        "positions): their first demonstrations are not seen, so they are scored with fewer than method.shots=3; "
+        "lower method.shots to keep them whole",
+        "warning: 2 of 4 eval examples are among their own 3 demonstrations (the same text in train): each has "
+        "its own answer in its prompt, so it scores as seen; remove them from the eval data, or draw other "
+        "demonstrations (train.seed)"]
 
 
 # --- a user error leaves no half-made run folder ------------------------------------------------
