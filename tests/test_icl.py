@@ -272,14 +272,20 @@ def test_validate_refuses_what_cannot_run(tmp_path: Path, cli, checkpoint: str, 
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_choose_by_on_a_generation_task_is_refused_in_one_line(tmp_path: Path, cli) -> None:
-    """A text-to-text task generates its answers: no label words are compared, so a rule for
-    comparing them would be ignored under its name."""
+@pytest.mark.parametrize("method, message", [
+    # a text-to-text task generates its answers: a rule for comparing label words would be ignored
+    ("{name: icl, choose_by: acc_norm}",
+     "method.choose_by: acc_norm compares label words, and this task generates its answers"),
+    # a decoder's prompt is cut to max_length less the tokens it generates: none would be left
+    ("{name: icl, max_length: 32}", "method.max_length: 32 tokens leave no room for a prompt before the 32"),
+])
+def test_what_a_generation_task_cannot_do_is_refused_in_one_line(tmp_path: Path, cli, method: str,
+                                                                   message: str) -> None:
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
-                        "task: {name: squad, version: v1}\nmethod: {name: icl, choose_by: acc_norm}\n")
+                        f"task: {{name: squad, version: v1}}\nmethod: {method}\n")
     code, _, err = cli("validate", path)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "method.choose_by: acc_norm compares label words, and this task generates its answers" in err
+    assert message in err
 
 
 def test_harness_rules_worked_by_hand() -> None:

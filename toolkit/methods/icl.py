@@ -395,6 +395,10 @@ class ICL(Method):
             if self.choose_by != "acc":
                 return (f"method.choose_by: {self.choose_by} compares label words, and this task "
                         "generates its answers (none are compared); leave it at acc")
+            if head == "causal-lm" and self.max_length is not None and self.max_length <= task.new_tokens():
+                return (f"method.max_length: {self.max_length} tokens leave no room for a prompt before the "
+                        f"{task.new_tokens()} a decoder generates in them (task.generation.max_new_tokens, else "
+                        "task.max_target_length); raise it or lower those")
             return None
         if getattr(task, "is_regression", False):
             return "icl scores label words and this task is a regression (STS-B)"
