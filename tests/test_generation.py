@@ -231,8 +231,9 @@ method: {name: full}
 
 
 def test_icl_generates_after_k_demonstrations(tmp_path: Path, cli) -> None:
-    """icl on a text-to-text task: no training, the same k train examples before every eval
-    example's prompt (checked in the encoded input), then the task's generation and metrics."""
+    """icl on a text-to-text task: no training, each eval example's own k train examples before
+    its prompt (checked in the encoded input; tests/test_icl.py holds them to the harness's), then
+    the task's generation and metrics."""
     from toolkit import models
     from toolkit.tasks.summarization import Summarization
 
@@ -240,8 +241,8 @@ def test_icl_generates_after_k_demonstrations(tmp_path: Path, cli) -> None:
     task = Summarization(subset="custom", train_file=str(files["summarization"]), eval_file=str(files["summarization"]),
                          source_field="dialogue", target_field="summary")
     task.model_head("gpt2")
-    task.demonstrations = [("the red car is fast", "red car")]
     tok = models.load_tokenizer(str(ROOT.parent / "shared" / "tokenizers" / "gpt2"))
+    task.prompt_in_context([[("the red car is fast", "red car")]], "\n\n", 1024, lambda t: tok(t)["input_ids"])
     raw = task.load()["eval"][""]
     encoded = task.encode(raw.select([1]), tok)
     prompt = tok.decode(encoded[0]["prompt_ids"])

@@ -16,7 +16,7 @@ from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
 from toolkit.methods.icl import (CHOICE_RULES, ICL, Prompter, calibrated, cut_prompts, default_template,
-                                 demonstration_sets, draw_demonstrations, harness_picks, label_scores, per_rule)
+                                 demonstration_sets, harness_picks, label_scores, per_rule)
 
 from toolkit.tasks.glue import Glue
 
@@ -116,7 +116,7 @@ def test_scored_tokens_are_the_harness_ones(tiny_checkpoint, family: str) -> Non
     for template in (TEMPLATE, "Review: {text_a}\nSentiment:\n{label}", "Review: {text_a} =>{label}",
                      opening + TEMPLATE, "{text_a} {label}"):
         prompter = Prompter(template, words, ["text_a"])
-        demos = draw_demonstrations(TRAIN, 2, seed=0)
+        demos = demonstration_sets(TRAIN, 2, 0, 1)[0]
         rows = [*ROWS, {"text_a": "", "label": 0}] if template.startswith("{") else ROWS
         queries = [prompter.query(r, demos if r["text_a"] else ()) for r in rows]
         if template.startswith("{"):  # and no context at all (a template "{text_a}{label}", text "")
@@ -143,7 +143,7 @@ def test_batched_scores_equal_the_harness_loglikelihood(tiny_checkpoint, family:
     a time, whole and cut from the left (max_length 40: the harness's window of max_length + 1)."""
     model, tok = _load(tiny_checkpoint, family)
     words = ["no", "absolutely yes indeed"]  # label words of different token lengths
-    demos = draw_demonstrations(TRAIN, 2, seed=0)
+    demos = demonstration_sets(TRAIN, 2, 0, 1)[0]
     prompter = Prompter(TEMPLATE, words, ["text_a"])
     queries = [prompter.query(r, demos) for r in ROWS] + [prompter.content_free(demos)]
     contexts = [harness_context(demos, r, words) for r in ROWS] + [harness_context(demos, {"text_a": "N/A"}, words)]
@@ -179,7 +179,6 @@ def test_demonstrations_are_seeded_and_verbalized() -> None:
     rnd = random.Random(1)
     assert first == [rnd.sample(list(TRAIN), 4) for _ in range(5)]
     assert len({tuple(d["text_a"] for d in demos) for demos in first}) > 1  # not one set for all
-    assert draw_demonstrations(TRAIN, 4, seed=1) == first[0]
     prompter = ICL(shots=4).prompter(task)
     prompt, gap = prompter.query({"text_a": "a test review", "label": 0}, first[0])
     parts = prompt.split("\n\n")
@@ -273,14 +272,20 @@ def test_validate_refuses_what_cannot_run(tmp_path: Path, cli, checkpoint: str, 
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_choose_by_on_a_generation_task_is_refused_in_one_line(tmp_path: Path, cli) -> None:
-    """A text-to-text task generates its answers: no label words are compared, so a rule for
-    comparing them would be ignored under its name."""
+@pytest.mark.parametrize("method, message", [
+    # a text-to-text task generates its answers: a rule for comparing label words would be ignored
+    ("{name: icl, choose_by: acc_norm}",
+     "method.choose_by: acc_norm compares label words, and this task generates its answers"),
+    # a decoder's prompt is cut to max_length less the tokens it generates: none would be left
+    ("{name: icl, max_length: 32}", "method.max_length: 32 tokens leave no room for a prompt before the 32"),
+])
+def test_what_a_generation_task_cannot_do_is_refused_in_one_line(tmp_path: Path, cli, method: str,
+                                                                   message: str) -> None:
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
-                        "task: {name: squad, version: v1}\nmethod: {name: icl, choose_by: acc_norm}\n")
+                        f"task: {{name: squad, version: v1}}\nmethod: {method}\n")
     code, _, err = cli("validate", path)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "method.choose_by: acc_norm compares label words, and this task generates its answers" in err
+    assert message in err
 
 
 def test_harness_rules_worked_by_hand() -> None:
@@ -372,7 +377,7 @@ def test_prompts_cut_to_fit_are_counted_and_said(tiny_checkpoint, family: str, c
     model.eval()
     words = ["no", "absolutely yes indeed"]
     prompter = Prompter(TEMPLATE, words, ["text_a"])
-    queries = [prompter.query(r, draw_demonstrations(TRAIN, 2, 0)) for r in ROWS]
+    queries = [prompter.query(r, demonstration_sets(TRAIN, 2, 0, 1)[0]) for r in ROWS]
     whole, cut = (label_scores(model, tok, queries, words, n, batch_size=1) for n in (1024, 50))  # no padding
     changed = sum(not torch.equal(a, b) for a, b in zip(whole, cut))
     assert 0 < cut_prompts(tok, queries, words, 50, seq2seq) == changed < len(queries)
@@ -421,3 +426,166 @@ def test_a_label_word_that_cannot_be_scored_is_one_line(tiny_checkpoint, family:
     if family == "gpt2":  # 'ye' + 's' is the one token 'yes': nothing of the word is left to score
         with pytest.raises(UserError, match="^method.template: the label word 's' joins the token before it"):
             label_scores(model, tok, [("Answer: ye", "")], ["s", "t"], 64, batch_size=2)
+
+
+# --- text-to-text tasks: lm-evaluation-harness's generate_until (lm_eval/api/task.py
+# fewshot_context; lm_eval/models/huggingface.py generate_until, tok_batch_encode, _model_generate;
+# lm_eval/models/utils.py postprocess_generated_text), written out one request at a time
+def _generating_tasks() -> list[str]:
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import TextToText
+
+    return [n for n in TASKS.names() if issubclass(TASKS.get(n), TextToText)]
+
+
+def _text_rows(name: str, n: int, start: int) -> list[dict]:
+    words = [f"item {i} is " + "very " * (i % 4 + 2) + "red" for i in range(start, start + n)]
+    if name == "squad":
+        return [{"id": str(i), "title": "t", "question": f"what is item {i}?", "context": w,
+                 "answers": {"text": ["red"], "answer_start": [len(w) - 3]}} for i, w in enumerate(words)]
+    return [{"source": w, "target": w.split()[-1]} for w in words]
+
+
+def harness_generation(model, tok, task, rows: list[dict], train: list[dict], shots: int, seed: int,
+                       limit: int, budget: int) -> tuple[list[list[int]], list[str], int, int]:
+    """Per row the harness's context ids and its answer: one Random(seed) per split, a fresh
+    rnd.sample(train, shots) per row (none removed: train is another split); the context is the
+    demonstrations (doc_to_text, " ", target), "\\n\\n" between, then doc_to_text; encoded with
+    the tokenizer's special tokens and cut from the left to limit - max_gen_toks (decoder) or
+    limit (encoder-decoder); greedy generation; the text decoded without special tokens and cut
+    at the first "\\n\\n" (the until a task without one gets: its fewshot delimiter). Also: how
+    many contexts were cut, and how many rows are among their own demonstrations."""
+    import random
+
+    seq2seq = model.config.is_encoder_decoder
+    prefix, suffix = task.affixes()
+    text = lambda r: f"{prefix}{task.source_text(r)}{suffix}"  # noqa: E731  doc_to_text
+    rnd, contexts, answers, cut, seen = random.Random(seed), [], [], 0, 0
+    for row in rows:
+        demos = rnd.sample(train, shots)
+        seen += row in demos
+        context = "\n\n".join([f"{text(d)} {task.target_text(d)}" for d in demos] + [text(row)])
+        whole = tok(context)["input_ids"]
+        ids = whole[-(limit if seq2seq else limit - budget):]
+        cut += len(ids) < len(whole)
+        out = model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             max_new_tokens=budget, do_sample=False, pad_token_id=tok.pad_token_id)
+        cont = out[0] if seq2seq else out[0, len(ids):]
+        contexts.append(ids)
+        answers.append(tok.decode(cont, skip_special_tokens=True).split("\n\n")[0].strip())
+    return contexts, answers, cut, seen
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in ("squad", "summarization", "translation")
+                                          for f in FAMILIES])
+def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_checkpoint, name: str,
+                                                                         family: str, capsys) -> None:
+    """Every generating task x family: each eval example gets its own demonstrations (the
+    label-word path's draw), the prompt is encoded, cut and generated from as the harness's
+    generate_until, and the answer ends before the first separator; the prompts cut to fit are
+    counted in one line. Finding: one draw served every example, a decoder's prompt had no BOS
+    rule, T5/BART put "\\n" before a demonstration's target, and answers ran on into the next
+    made-up demonstration (never cut at "\\n\\n")."""
+    from accelerate import Accelerator
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    assert set(_generating_tasks()) == {"squad", "summarization", "translation"}  # a new one joins here
+    model, tok = _load(tiny_checkpoint, family)
+    extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
+    task = TASKS.get(name)(max_target_length=8, generation=Generation(max_new_tokens=6), **extra)
+    train = _text_rows(name, 6, 0)
+    rows = _text_rows(name, 2, 10) + train[:2]  # two train rows: among their own draws here
+    predictions: dict = {}
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=Dataset.from_list(train), seed=5,
+                            raw_evals={"": Dataset.from_list(rows)}, predictions=predictions)
+    method = ICL(shots=3, max_length=32, batch_size=1)  # one row a batch: no padding
+    got = method.evaluate(model, setup, Accelerator(cpu=True))
+    assert "loss" in got
+    contexts, answers, cut, seen = harness_generation(model, tok, task, rows, train, 3, 5, 32, 6)
+    encoded = task.encode(Dataset.from_list(rows), tok)  # the last split's demonstrations, as encoded
+    key = "input_ids" if model.config.is_encoder_decoder else "prompt_ids"
+    assert [encoded[[e["example_index"] for e in encoded].index(i)][key] for i in range(4)] == contexts
+    assert [p["prediction"] for p in predictions[""]] == answers
+    if family != "t5":  # T5 writes no newline: "\n\n" never comes out of it
+        from toolkit.tasks._generation import decode_texts, stop_at
+
+        ids = tok(["yes\n\nQuestion: more", "no stop here"], add_special_tokens=False, padding=True,
+                  return_tensors="pt")["input_ids"]
+        assert decode_texts(tok, ids, ["\n\n"]) == ["yes", "no stop here"]
+        assert stop_at(tok, ["\n\n"], 0)[0](ids, None).tolist() == [True, False]
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert cut > 0 and seen == 2 and lines == [
+        f"warning: {cut} of 4 prompts cut from the left at 32 tokens (method.max_length or the model's "
+        "positions): their first demonstrations are not seen, so they are scored with fewer than method.shots=3; "
+        "lower method.shots to keep them whole",
+        "warning: 2 of 4 eval examples are among their own 3 demonstrations (the same text in train): each has "
+        "its own answer in its prompt, so it scores as seen; remove them from the eval data, or draw other "
+        "demonstrations (train.seed)"]
+
+
+# --- a user error leaves no half-made run folder ------------------------------------------------
+def _runs_left(runs_dir: Path) -> list[str]:
+    return sorted(str(p.relative_to(runs_dir)) for p in runs_dir.rglob("*")) if runs_dir.exists() else []
+
+
+@pytest.mark.parametrize("entry, method, message", [
+    # GPT-2's 'ye' + 's' is the one token 'yes': nothing of the word is left to score
+    ("cli", "{name: icl, template: '{text_a} ye{label}', verbalizers: [s, t]}",
+     "method.template: the label word 's' joins the token before it"),
+    ("api", "{name: icl, max_length: 8, verbalizers: [no, absolutely yes indeed and many more words after it]}",
+     "method.max_length: 8 tokens cannot hold the label word 'absolutely yes indeed"),
+])
+def test_a_label_word_that_cannot_be_scored_stops_the_run_before_its_folder(tmp_path: Path, cli, monkeypatch,
+                                                                           method: str, message: str,
+                                                                           entry: str) -> None:
+    """Finding: the label-word check ran at evaluation, after the run folder was made: exit 2 with
+    one line, and a folder holding only recipe.yaml and identity.json was left. It is now checked
+    while the run is built (the tokenizer and the model's limit are needed, so not at validate):
+    the evaluation never starts."""
+    from toolkit import api
+
+    monkeypatch.setattr(ICL, "evaluate", lambda *a, **k: pytest.fail("the run reached its evaluation"))
+
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        f"task: {{name: glue, subset: sst2, max_eval_samples: 8}}\nmethod: {method}\n")
+    runs_dir = tmp_path / "runs"
+    if entry == "cli":
+        code, _, err = cli("run", path, "--smoke", "--runs-dir", runs_dir)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and message in err
+    else:
+        with pytest.raises(UserError, match=message.replace("(", r"\(")):
+            api.run(path, runs_dir=runs_dir, smoke=True)
+    assert _runs_left(runs_dir) == []
+
+
+@pytest.mark.parametrize("entry", ["cli", "api", "chained"])
+def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path: Path, cli, monkeypatch,
+                                                                       entry: str) -> None:
+    """The rule for every user error raised after a run has made its folder and before its first
+    checkpoint (here one at evaluation): the folder goes, so no half-made run is left to be
+    mistaken for one; one made by an earlier launch is kept. Also for the run a --smoke run
+    chained to another runs first (its upstream)."""
+    from toolkit import api
+
+    def refuse(*args, **kwargs):
+        raise UserError("method: refused at evaluation")
+
+    monkeypatch.setattr(ICL, "evaluate", refuse)
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        "task: {name: glue, subset: sst2, max_eval_samples: 8}\nmethod: {name: icl}\n")
+    runs_dir = tmp_path / "runs"
+    if entry == "chained":  # the upstream (this icl run) is run first, and refused
+        path = write_recipe(tmp_path / "down.yaml", f"model: {{checkpoint: {{run: {path}}}}}\n"
+                            "task: {name: glue, subset: sst2}\nmethod: {name: full}\n")
+    for existed in (False, True) if entry == "cli" else (False,):
+        if existed:
+            (runs_dir / "keep").mkdir(parents=True)
+        if entry != "api":
+            code, _, err = cli("run", path, "--smoke", "--runs-dir", runs_dir)
+            assert code == 2 and err.strip() == "error: method: refused at evaluation"
+        else:
+            with pytest.raises(UserError, match="^method: refused at evaluation$"):
+                api.run(path, runs_dir=runs_dir, smoke=True)
+        assert _runs_left(runs_dir) == (["keep"] if existed else [])

@@ -277,8 +277,9 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
         if resume and not runs.checkpoints(out) and rank0:
             print(f"no checkpoint in {out}: starting from the beginning")
         try:
-            with writing(out, "free some space (or use another --runs-dir): the same command goes on "
-                         "from the last checkpoint", ask_the_disk=True):
+            with _whole_or_gone(out, made_here=not existed), \
+                    writing(out, "free some space (or use another --runs-dir): the same command goes on "
+                            "from the last checkpoint", ask_the_disk=True):
                 metrics = train.run(plan, out, resume=resume, stop_after=stop_after)
         except KeyboardInterrupt as exc:
             again = ["toolkit", "run", str(path), *overrides] + ["--smoke"] * smoke + \
@@ -288,6 +289,20 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
         evals = ", ".join(f"{k}={v:.4f}" for k, v in metrics["eval"].items())
         print(f"{out}: {evals}")
     return out
+
+
+@contextmanager
+def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
+    """A user error before a run's first checkpoint leaves no half-made run folder (recipe.yaml and
+    identity.json alone, which looks like a run): one this launch made (or emptied with --force)
+    is emptied, and the folder lock then removes the folders it made. One an earlier launch made,
+    or one with a checkpoint to resume from, is kept."""
+    try:
+        yield
+    except UserError:
+        if made_here and int(os.environ.get("RANK", "0")) == 0 and not runs.checkpoints(out):
+            runs.clear(out)
+        raise
 
 
 def _interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[str]) -> Interrupted:
@@ -326,9 +341,11 @@ def _smoke_upstream(plan: RunPlan, root: Path) -> None:
     _smoke_upstream(up, root)
     chain.resolve(up, root)
     out = runs.run_dir(up.recipe, root)
+    existed = out.exists()
     with runs.locked(out, folder=True):  # two smoke runs chained to one upstream run train it once
         if not runs.is_finished(out):
-            train.run(up, out, resume=bool(runs.checkpoints(out)))
+            with _whole_or_gone(out, made_here=not existed):
+                train.run(up, out, resume=bool(runs.checkpoints(out)))
 
 
 def _check_runs_root(root: Path) -> None:

@@ -26,7 +26,9 @@ harness's default fewshot seed, and the same train split, the same ones). What m
 number something else is said in one `warning:` line each (rule 8): prompts cut from the left to
 fit the model (their first demonstrations lost), and eval examples that are among their own
 demonstrations (their label in their own prompt; the harness leaves them in too when the
-demonstrations come from another split, as here).
+demonstrations come from another split, as here). Text-to-text tasks draw theirs the same way
+(`demonstration_sets`); the task builds, cuts and stops each prompt as the harness's
+generate_until does (`TextToText._encode_in_context`, `stop_at`).
 """
 
 from __future__ import annotations
@@ -102,16 +104,6 @@ def _check_shots(train: Any, shots: int) -> None:
                         "has none; set method.shots=0")
     if shots > len(train):
         raise UserError(f"method.shots: {shots} is more than the {len(train)} train examples")
-
-
-def draw_demonstrations(train: Any, shots: int, seed: int) -> list[dict]:
-    """`shots` train rows, plain random sampling without replacement, in the drawn order: one set
-    for a whole run (the text-to-text tasks' prompts, and the shots bound at validate)."""
-    if shots == 0:
-        return []
-    _check_shots(train, shots)
-    picked = random.Random(seed).sample(range(len(train)), shots)
-    return [train[i] for i in picked]
 
 
 def demonstration_sets(train: Any, shots: int, seed: int, n: int) -> list[list[dict]]:
@@ -279,18 +271,27 @@ def _seq2seq_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int
     return torch.where(labels != -100, token_lp, 0.0).sum(-1).cpu()
 
 
+def scorable_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
+                   max_length: int, seq2seq: bool) -> list[tuple[list[int], list[int]]]:
+    """encode_pairs, and one line for a label word that cannot be scored: one that merges into the
+    prompt's last token (encode_pairs says it), or one longer than `max_length` tokens (the
+    harness stops on an assertion at both)."""
+    pairs = encode_pairs(tokenizer, queries, verbalizers, seq2seq)
+    for i, (_, cont) in enumerate(pairs):
+        if len(cont) > max_length:
+            raise UserError(f"method.max_length: {max_length} tokens cannot hold the label word "
+                            f"{verbalizers[i % len(verbalizers)]!r} ({len(cont)} tokens); raise it or shorten the word")
+    return pairs
+
+
 def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str, str]],
                  verbalizers: Sequence[str], max_length: int, batch_size: int,
                  progress: str | None = None) -> torch.Tensor:
     """(n, L) log-probabilities of every label word for every query, in batches of
     (query, label) pairs encoded and cut to `max_length` as the harness does (encode_pairs, window)."""
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-    pairs = []
-    for i, (ctx, cont) in enumerate(encode_pairs(tokenizer, queries, verbalizers, seq2seq)):
-        if len(cont) > max_length:
-            raise UserError(f"method.max_length: {max_length} tokens cannot hold the label word "
-                            f"{verbalizers[i % len(verbalizers)]!r} ({len(cont)} tokens); raise it or shorten the word")
-        pairs.append((window(ctx, cont, max_length, seq2seq), cont))
+    pairs = [(window(ctx, cont, max_length, seq2seq), cont)
+             for ctx, cont in scorable_pairs(tokenizer, queries, verbalizers, max_length, seq2seq)]
     batch = _seq2seq_batch if seq2seq else _causal_batch
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _prefix_token(tokenizer)
     chunks = _batches(pairs, batch_size)
@@ -322,6 +323,12 @@ def cut_warning(cut: int, total: int, max_length: int, shots: int) -> str:
             "lower method.shots" if shots else "the start of the example is not seen; shorten the template")
     return (f"warning: {cut} of {total} prompts cut from the left at {max_length} tokens (method.max_length or "
             f"the model's positions): {lost} to keep them whole")
+
+
+def seen_warning(seen: int, total: int, shots: int, answer: str = "label") -> str:
+    return (f"warning: {seen} of {total} eval examples are among their own {shots} demonstrations "
+            f"(the same text in train): each has its own {answer} in its prompt, so it scores as seen; "
+            "remove them from the eval data, or draw other demonstrations (train.seed)")
 
 
 def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
@@ -388,6 +395,10 @@ class ICL(Method):
             if self.choose_by != "acc":
                 return (f"method.choose_by: {self.choose_by} compares label words, and this task "
                         "generates its answers (none are compared); leave it at acc")
+            if head == "causal-lm" and self.max_length is not None and self.max_length <= task.new_tokens():
+                return (f"method.max_length: {self.max_length} tokens leave no room for a prompt before the "
+                        f"{task.new_tokens()} a decoder generates in them (task.generation.max_new_tokens, else "
+                        "task.max_target_length); raise it or lower those")
             return None
         if getattr(task, "is_regression", False):
             return "icl scores label words and this task is a regression (STS-B)"
@@ -414,11 +425,30 @@ class ICL(Method):
         return lm_head(family) or "causal-lm"
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        """Frozen; and the label words checked against every eval example's prompt here, while the
+        run is being built (before its folder exists), not minutes later at evaluation."""
         set_trainable(model, lambda _: False)
+        for task, dataset in self.__dict__.pop("_unchecked", []):
+            self.check_words(model, ctx.tokenizer, task, dataset)
         return model.eval()
 
     def encoder(self, task: Any, tokenizer: Any) -> Any:
-        return lambda dataset: dataset  # prompts are built at evaluation, from raw examples
+        """Prompts are built at evaluation, from raw examples: the rows pass as they are, and a
+        label-word task's eval splits are kept for `apply`, which has the model to check them by."""
+        def keep(dataset: Any) -> Any:
+            if not hasattr(task, "generation"):
+                self.__dict__.setdefault("_unchecked", []).append((task, dataset))
+            return dataset
+        return keep
+
+    def check_words(self, model: torch.nn.Module, tokenizer: Any, task: Any, dataset: Any) -> None:
+        """Every label word can be scored after every example's prompt (`scorable_pairs`), or one
+        line. The prompts are the examples alone: what the word follows is the end of its own
+        example's text, which demonstrations before it (after the separator) leave as it is."""
+        prompter = self.prompter(task)
+        queries = list(dict.fromkeys(prompter.query(row) for row in dataset))
+        scorable_pairs(tokenizer, queries, prompter.verbalizers, self.max_length or _max_positions(model, tokenizer),
+                       bool(getattr(model.config, "is_encoder_decoder", False)))
 
     def _words(self, task: Any) -> list[str]:
         return list(self.verbalizers) if self.verbalizers is not None else list(task.verbalizers)
@@ -435,6 +465,7 @@ class ICL(Method):
         from accelerate.utils import gather_object
 
         model = accelerator.unwrap_model(model).eval()
+        self.__dict__.pop("_unchecked", None)  # `toolkit evaluate` encodes without apply: checked below
         task, tok = setup.task, setup.tokenizer
         if hasattr(task, "generation"):
             return self._generate(model, setup, accelerator)
@@ -454,9 +485,7 @@ class ICL(Method):
             if cut := cut_prompts(tok, every, prompter.verbalizers, limit, seq2seq):
                 print(cut_warning(cut, len(every), limit, self.shots), file=sys.stderr)
             if seen := sum(prompter.shown(ds, demos[sfx]) for sfx, ds in setup.evals.items()):
-                print(f"warning: {seen} of {len(every)} eval examples are among their own {self.shots} demonstrations "
-                      "(the same text in train): each has its own label in its prompt, so it scores as seen; "
-                      "remove them from the eval data, or draw other demonstrations (train.seed)", file=sys.stderr)
+                print(seen_warning(seen, len(every), self.shots), file=sys.stderr)
         out: dict[str, float] = {}
         for suffix, dataset in setup.evals.items():
             with accelerator.split_between_processes(list(range(len(dataset)))) as mine:
@@ -503,19 +532,31 @@ class ICL(Method):
         return metrics
 
     def _generate(self, model: torch.nn.Module, setup: Any, accelerator: Any) -> dict[str, float]:
-        """Text-to-text tasks: the same k demonstrations before every eval example, then the
-        task's own evaluation step (loss of the reference, greedy or beam generation, its metrics)."""
+        """Text-to-text tasks: each eval example after its own demonstrations, drawn as for label
+        words (`demonstration_sets`), then the task's own evaluation step (loss of the reference,
+        generation, its metrics); the task builds, cuts and stops its prompts as the harness's
+        generate_until (`TextToText._encode_in_context`)."""
         from torch.utils.data import DataLoader
 
         from toolkit import evaluation
 
         task, tok = setup.task, setup.tokenizer
         task.model_head(model.config.model_type)  # the prompt layout follows the family
-        demos = draw_demonstrations(setup.train, self.shots, setup.seed)
-        task.demonstrations = [(task.source_text(d), task.target_text(d)) for d in demos]
+        limit = self.max_length or _max_positions(model, tok)
         collate = task.collator(tok, model)
-        loaders = {sfx: accelerator.prepare(DataLoader(task.encode(raw, tok), batch_size=self.batch_size,
-                                                       collate_fn=collate))
-                   for sfx, raw in setup.raw_evals.items()}
+        loaders, contexts, seen = {}, [], 0
+        for sfx, raw in setup.raw_evals.items():
+            sets = demonstration_sets(setup.train, self.shots, setup.seed, len(raw))
+            pairs = [[(task.source_text(d), task.target_text(d)) for d in demos] for demos in sets]
+            seen += sum(task.source_text(row) in {s for s, _ in p} for row, p in zip(raw, pairs))
+            contexts.append(task.prompt_in_context(pairs, self.separator, limit, lambda texts: _encode(tok, texts)))
+            loaders[sfx] = accelerator.prepare(DataLoader(task.encode(raw, tok), batch_size=self.batch_size,
+                                                          collate_fn=collate))
+        total = sum(c.total for c in contexts)
+        if accelerator.is_main_process:
+            if cut := sum(c.cut for c in contexts):
+                print(cut_warning(cut, total, limit, self.shots), file=sys.stderr)
+            if seen:
+                print(seen_warning(seen, total, self.shots, "answer"), file=sys.stderr)
         return evaluation.evaluate(model, loaders, task, accelerator, setup.raw_evals,
                                    sink=getattr(setup, "predictions", None))

@@ -26,7 +26,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._lm import IGNORE, TokenTask
-from toolkit.models import kind_of, token_limit
+from toolkit.models import kind_of
 
 torch = lazy("torch", globals())
 
@@ -125,6 +125,27 @@ def read_pairs(pattern: str, source_field: str | None, target_field: str | None,
     return ds.rename_columns({chosen[0][0]: "source", chosen[0][1]: "target"})
 
 
+@dataclass
+class InContext:
+    """What method icl gives a text-to-text task for one eval split: per row its demonstrations
+    ((source, target) pairs), the separator between prompt parts, the token limit prompts are cut
+    to, the encoder of a decoder's prompt texts (the harness's, with its BOS rule), and the stop
+    strings that end a generated answer; `cut`/`total` count the prompts cut to fit."""
+
+    demonstrations: list[list[tuple[str, str]]]
+    separator: str
+    limit: int
+    encode: Callable[[list[str]], list[list[int]]]
+    cut: int = 0
+    total: int = 0
+
+    @property
+    def stops(self) -> list[str]:
+        """The harness's `until` when a task names none: its fewshot delimiter (EOS ends the
+        generation by itself, and decodes to nothing)."""
+        return [self.separator] if self.separator else []
+
+
 @dataclass(kw_only=True)
 class TextToText(TokenTask):
     """Source text -> target text, trained with teacher forcing and scored on generated text."""
@@ -220,8 +241,11 @@ class TextToText(TokenTask):
         rows = dataset.to_list()
         sources = [self.source_text(r) for r in rows]
         targets = [self.target_text(r) for r in rows]
-        enc = self._encode_decoder_only if self.decoder_only else self._encode_seq2seq
-        features = enc(tokenizer, [prefix + s for s in sources], targets, suffix, self._demo_text(prefix, suffix))
+        if self.in_context is not None:
+            features = self._encode_in_context(tokenizer, sources, targets, prefix, suffix)
+        else:
+            enc = self._encode_decoder_only if self.decoder_only else self._encode_seq2seq
+            features = enc(tokenizer, [prefix + s for s in sources], targets, suffix)
         features["example_index"] = list(range(len(rows)))
         from datasets import Dataset
 
@@ -230,52 +254,77 @@ class TextToText(TokenTask):
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # longest first: even batches
         return encoded.select(order)
 
-    def _demo_text(self, prefix: str, suffix: str) -> str:
-        """In-context demonstrations (method icl) as text before each source; empty otherwise."""
-        demos = getattr(self, "demonstrations", None) or []
-        gap = " " if self.decoder_only else "\n"
-        return "".join(f"{prefix}{s}{suffix}{gap}{t}\n\n" for s, t in demos)
+    # in-context prompting (method icl): set on the instance before each eval split is encoded
+    in_context: ClassVar[InContext | None] = None
 
-    def _encode_seq2seq(self, tok: Any, sources: list[str], targets: list[str], suffix: str,
-                        demos: str = "") -> dict:
-        side = tok.truncation_side
-        tok.truncation_side = "left" if demos else side  # cut demonstrations, never the query
-        try:  # with demonstrations the cut falls on them (left), not on the user's source
-            enc = self.tokenize(tok, [demos + s + suffix for s in sources], limit=self.max_length)
-        finally:
-            tok.truncation_side = side
-        if not demos:
-            self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
+    def prompt_in_context(self, demonstrations: list[list[tuple[str, str]]], separator: str, limit: int,
+                          encode: Callable[[list[str]], list[list[int]]]) -> InContext:
+        """From now on, encode prompts for in-context prompting (`InContext`); returned, to read
+        its counts after encoding."""
+        self.in_context = InContext(demonstrations, separator, limit, encode)
+        return self.in_context
+
+    def _encode_in_context(self, tok: Any, sources: list[str], targets: list[str], prefix: str,
+                           suffix: str) -> dict:
+        """Prompts as lm-evaluation-harness builds and cuts a generate_until request: each row's
+        own demonstrations (`doc_to_text`, the target delimiter " ", the target), the separator
+        between them, then the row's `prefix + source + suffix`; encoded whole with the
+        tokenizer's own special tokens (`InContext.encode`), and only cut from the left: a
+        decoder's prompt to `limit - new tokens` (room for what it generates), an encoder's to
+        `limit`. The source is not cut at task.max_length (the harness cuts nothing else)."""
+        ic = self.in_context
+        texts = [ic.separator.join([f"{prefix}{s}{suffix} {t}" for s, t in demos] + [f"{prefix}{src}{suffix}"])
+                 for src, demos in zip(sources, ic.demonstrations)]
+        ids = ic.encode(texts) if self.decoder_only else [list(x) for x in tok(texts)["input_ids"]]
+        keep = ic.limit - self.new_tokens() if self.decoder_only else ic.limit
+        if keep <= 0:
+            raise UserError(f"method.max_length: {ic.limit} tokens leave no room for a prompt before the "
+                            f"{self.new_tokens()} generated (generation.max_new_tokens, else "
+                            "task.max_target_length); raise it or lower those")
+        ic.cut += sum(len(x) > keep for x in ids)
+        ic.total += len(ids)
+        prompts = [x[-keep:] for x in ids]
+        if not self.decoder_only:
+            labels = self.tokenize(tok, text_target=targets, limit=self.max_target_length)
+            self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, labels["cut"])
+            self.note_budget([len(t) for t in labels["input_ids"]])
+            return {"input_ids": prompts, "attention_mask": [[1] * len(p) for p in prompts],
+                    "labels": labels["input_ids"]}
+        return self._join_answers(tok, prompts, targets, ic.limit)
+
+    def _encode_seq2seq(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
+        enc = self.tokenize(tok, [s + suffix for s in sources], limit=self.max_length)
+        self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
         labels = self.tokenize(tok, text_target=targets, limit=self.max_target_length)
         self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, labels["cut"])
         self.note_budget([len(t) for t in labels["input_ids"]])  # their start and end tokens, as generated
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                 "labels": labels["input_ids"]}
 
-    def _encode_decoder_only(self, tok: Any, sources: list[str], targets: list[str], suffix: str,
-                             demos: str = "") -> dict:
-        """prompt = [demonstrations] + source (truncated) + suffix; input = prompt + target + EOS;
-        loss on the target."""
+    def _encode_decoder_only(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
+        """prompt = source (truncated) + suffix; input = prompt + target + EOS; loss on the target."""
         enc = self.tokenize(tok, sources, limit=self.max_length, add_special_tokens=False)
         self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
-        src = enc["input_ids"]
         suf = tok(suffix, add_special_tokens=False)["input_ids"] if suffix else []
-        if demos:  # demonstrations cut from the left so the whole sequence fits the positions
-            demo = tok(demos, add_special_tokens=False)["input_ids"]
-            limit = token_limit(tok) or 1024
-            room = [limit - len(s) - len(suf) - self.answer_room() for s in src]
-            src = [(demo[-r:] if r > 0 else []) + s for s, r in zip(src, room)]
+        return self._join_answers(tok, [s + suf for s in enc["input_ids"]], targets)
+
+    def _join_answers(self, tok: Any, prompts: list[list[int]], targets: list[str],
+                      limit: int | None = None) -> dict:
+        """A decoder's sequences: prompt, then " " + target (cut at max_target_length) and EOS, the
+        loss on the answer alone; with `limit`, a sequence longer than it loses its first tokens
+        (the prompt that `generate` reads stays whole: it was cut to leave the generated room)."""
         enc = self.tokenize(tok, [" " + t for t in targets], limit=self.max_target_length, add_special_tokens=False)
         self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, enc["cut"])
-        tgt = enc["input_ids"]
-        self.note_budget([len(t) for t in tgt])  # the text's tokens: the EOS after them adds no text
+        self.note_budget([len(t) for t in enc["input_ids"]])  # the text's tokens: the EOS after them adds no text
         out: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": [], "prompt_ids": []}
-        for s, t in zip(src, tgt):
-            prompt, answer = s + suf, t + [tok.eos_token_id]
+        for prompt, t in zip(prompts, enc["input_ids"]):
+            answer = t + [tok.eos_token_id]
+            start = max(0, len(prompt) + len(answer) - limit) if limit else 0  # tokens cut from the left
+            seq, labels = (prompt + answer)[start:], ([IGNORE] * len(prompt) + answer)[start:]
             out["prompt_ids"].append(prompt)
-            out["input_ids"].append(prompt + answer)
-            out["attention_mask"].append([1] * (len(prompt) + len(answer)))
-            out["labels"].append([IGNORE] * len(prompt) + answer)
+            out["input_ids"].append(seq)
+            out["attention_mask"].append([1] * len(seq))
+            out["labels"].append(labels)
         return out
 
     def note_budget(self, lengths: list[int]) -> None:
@@ -314,20 +363,25 @@ class TextToText(TokenTask):
             model = model.module  # generate() is the wrapped model's; nothing trains here
         tok = self._tokenizer
         kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id}
+        stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
             size = kwargs.pop("no_repeat_ngram_size")
             if size:  # within the continuation, as an encoder-decoder's decoder has it
                 kwargs["logits_processor"] = continuation_no_repeat(size, ids.shape[1])
+            if stops:
+                kwargs["stopping_criteria"] = stop_at(tok, stops, ids.shape[1])
             out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
             return out[:, ids.shape[1]:]  # (b, new) left padding: every prompt ends at the same column
+        if stops:
+            kwargs["stopping_criteria"] = stop_at(tok, stops, 0)
         return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
 
     def decoded(self, outputs: dict[str, np.ndarray]) -> list[str]:
         """Generated texts in raw order (the loop gathered them in encoded, length-sorted, order)."""
         ids = outputs["generated"].astype(np.int64)
         ids[ids < 0] = self._tokenizer.pad_token_id  # -100 filled where batches were narrower
-        texts = decode_texts(self._tokenizer, ids)
+        texts = decode_texts(self._tokenizer, ids, self.in_context.stops if self.in_context is not None else ())
         order = np.argsort(outputs["example_index"], kind="stable")
         return [texts[i] for i in order]
 
@@ -391,15 +445,19 @@ class TextToText(TokenTask):
 SPACING_PROBE = "yes, it's here. isn't it? no!"  # lower case: uncased tokenizers give it back too
 
 
-def decode_texts(tokenizer: Any, ids: Any) -> list[str]:
+def decode_texts(tokenizer: Any, ids: Any, stops: Any = ()) -> list[str]:
     """Generated ids -> the text that is scored and written, as transformers' run_summarization
     and run_translation decode (`batch_decode(..., skip_special_tokens=True)`, stripped), with
     transformers' clean-up of spaces before punctuation only where the tokenizer's decoding
     needs it (`respaces`). Those scripts score against labels decoded the same way; here the
     references are the data's own text (what sacreBLEU asks for), so the prediction is held to
     the text the model wrote: T5's decoding cleaned up turned a tokenised reference's "it 's ."
-    or a French "Bonjour !" the model reproduced into "it's." and "Bonjour!"."""
+    or a French "Bonjour !" the model reproduced into "it's." and "Bonjour!".
+    With `stops` (in-context prompting), each text ends before the first of them it holds, as
+    lm-evaluation-harness's generate_until cuts a continuation at its `until` strings."""
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=respaces(tokenizer))
+    for stop in (s for s in stops if s):
+        texts = [t.split(stop, 1)[0] for t in texts]
     return [t.strip() for t in texts]
 
 
@@ -431,6 +489,21 @@ def continuation_no_repeat(size: int, start: int) -> Any:
             return self.inner(input_ids[:, start:], scores)
 
     return LogitsProcessorList([Continuation()])
+
+
+def stop_at(tokenizer: Any, stops: list[str], start: int) -> Any:
+    """A StoppingCriteriaList that ends each row once its text from column `start` on holds one
+    of `stops`, as lm-evaluation-harness's stop_sequences_criteria (the text, not the tokens: a
+    stop may be written as several tokens). transformers' own `stop_strings` refuses a string no
+    token of the vocabulary holds (T5 has no newline), where here it simply never matches."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Stop(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+            texts = tokenizer.batch_decode(input_ids[:, start:], skip_special_tokens=True)
+            return torch.tensor([any(s in t for s in stops) for t in texts], device=input_ids.device)
+
+    return StoppingCriteriaList([Stop()])
 
 
 class TextToTextCollator:
