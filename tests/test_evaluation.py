@@ -6,6 +6,7 @@ test_module_on_family, on all five families): a whole run per module would cost 
 from __future__ import annotations
 
 import pytest
+from test_resume_rules import RESUMES
 
 # one shipped recipe per kind of evaluation step: pooled classification on a decoder (GPT-2 reads
 # the last real token), tags per sub-token, extractive QA windows, generation by a decoder
@@ -36,3 +37,47 @@ def test_scores_do_not_depend_on_the_eval_batch_size(name: str) -> None:
     assert "loss" in scores[0] and len(scores[0]) > 1
     assert scores[1] == pytest.approx(scores[0], rel=1e-5, nan_ok=True)
     assert scores[2] == pytest.approx(scores[0], rel=1e-5, nan_ok=True)
+
+
+def _broken(model) -> None:
+    """Every float weight NaN: the outputs of any task's evaluation step are NaN."""
+    import torch
+
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.is_floating_point():
+                param.fill_(float("nan"))
+
+
+@pytest.mark.parametrize("task", sorted(RESUMES))
+def test_non_finite_outputs_are_never_scored(task: str) -> None:
+    """Finding: a run whose weights had diverged (train.lr=1e12, train.skip_nonfinite=100) scored
+    accuracy 0.5417 from NaN outputs (an argmax over NaN is class 0) and finished with exit 0.
+    Every task's evaluation refuses non-finite outputs in one line instead of scoring them."""
+    from accelerate import Accelerator
+
+    from toolkit import evaluation, recipe as recipes
+    from toolkit.batching import eval_loaders
+    from toolkit.setup import build
+
+    recipe, _ = RESUMES[task]
+    plan = recipes.plan(f"recipes/{recipe}", ["task.max_eval_samples=2", "task.max_train_samples=2"], smoke=True)
+    setup = build(plan)
+    _broken(setup.model)
+    loaders, orders = eval_loaders(plan.recipe, setup)
+    with pytest.raises(evaluation.NotFinite, match=r"outputs on the eval\S* split are not finite \(the loss of (\d+) of \1 examples"):
+        evaluation.evaluate(setup.model, loaders, setup.task, Accelerator(cpu=True), setup.raw_evals, orders=orders)
+
+
+def test_in_context_scoring_refuses_non_finite_outputs_too() -> None:
+    """The ICL method evaluates through its own scoring, over the same loop: refused alike."""
+    from accelerate import Accelerator
+
+    from toolkit import evaluation, recipe as recipes
+    from toolkit.setup import build
+
+    plan = recipes.plan("recipes/glue/sst2/gpt2-icl-0shot.yaml", ["task.max_eval_samples=2"], smoke=True)
+    setup = build(plan)
+    _broken(setup.model)
+    with pytest.raises(evaluation.NotFinite, match="are not finite"):
+        plan.recipe.method.evaluate(setup.model, setup, Accelerator(cpu=True))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -237,15 +238,42 @@ def test_killed_after_early_stopping_stays_stopped(tmp_path: Path, cli, bert: st
     same_result(whole, killed)
 
 
-def test_nonfinite_loss_stops_with_one_line_and_nothing_finished(tmp_path: Path, cli) -> None:
+@pytest.mark.parametrize("skip, said", [
+    ("0", r"step \d+: the loss is not finite .*train\.skip_nonfinite"),
+    # every step after the first skipped, the weights diverged: the evaluation refuses to score them
+    ("100", r"step 3: the model's outputs on the eval split are not finite \(the loss of 24 of 24 examples\)")])
+def test_a_diverged_run_stops_with_one_line_and_leaves_nothing(tmp_path: Path, cli, skip: str, said: str) -> None:
+    """Finding: with train.skip_nonfinite=100 a run whose weights diverged at step 1 went on to
+    score accuracy 0.5417 from NaN outputs and finished with exit 0."""
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: full}"))
     code, _, err = cli("run", recipe, "--smoke", "train.lr=1.0e+12", "train.max_grad_norm=null",
-                       "--runs-dir", tmp_path / "runs")
-    assert code == 2 and "is not finite" in err and "train.skip_nonfinite" in err, err
-    assert not list((tmp_path / "runs").rglob("metrics.json"))
-    for log in (tmp_path / "runs").rglob("log.jsonl"):
-        for line in log.read_text().splitlines():
-            json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c} in log.jsonl"))
+                       f"train.skip_nonfinite={skip}", "--runs-dir", tmp_path / "runs")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and re.search(said, errors[0]), err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.json*"))  # nothing before a checkpoint
+
+
+def test_a_skipped_batch_is_logged_as_null_and_the_run_finishes(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A non-finite batch within train.skip_nonfinite: log.jsonl stays strict JSON (null, never a
+    bare NaN) and metrics.json counts the skip."""
+    from toolkit import train
+
+    original, calls = train.Loop._forward_loss, []
+
+    def once_nan(self, batch):
+        calls.append(1)
+        loss = original(self, batch)
+        return loss * float("nan") if len(calls) == 2 else loss
+
+    monkeypatch.setattr(train.Loop, "_forward_loss", once_nan)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: full}"))
+    code, _, err = cli("run", recipe, "--smoke", "train.max_steps=4", "train.skip_nonfinite=1", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    run = the_run(tmp_path / "runs")
+    entries = [json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c} in log.jsonl"))
+               for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [e["loss"] for e in entries if "loss" in e and e["step"] == 2] == [None]
+    assert json.loads((run / "metrics.json").read_text())["skipped_nonfinite"] == 1
 
 
 def test_the_same_run_twice_at_once_refuses_the_second(tmp_path: Path, cli) -> None:

@@ -9,6 +9,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from toolkit.errors import UserError
+
+
+class NotFinite(UserError):
+    """The model's outputs on an eval split are NaN or infinite: nothing is scored
+    from them (an argmax over NaN logits is class 0, an accuracy with exit 0). The training loop
+    adds the step and stops as it does for a non-finite training loss."""
+
 
 def _pad_to(t: torch.Tensor, width: int, value: float) -> torch.Tensor:
     """Pad dim 1 of a (b, w, ...) tensor to `width` with `value`."""
@@ -51,6 +59,7 @@ def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, acceler
             for key, value in accelerator.gather_for_metrics(step).items():
                 collected[key].append(value.cpu())
         arrays = {k: stack(v, task.eval_pad(k)) for k, v in collected.items()}
+        refuse_not_finite(arrays, suffix)
         if orders and suffix in orders:
             back = np.argsort(np.asarray(orders[suffix]), kind="stable")  # served position of each example
             arrays = {k: v[back] for k, v in arrays.items()}
@@ -62,3 +71,21 @@ def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, acceler
         out.update({f"{k}{suffix}": float(v) for k, v in metrics.items()})
     model.train(was_training)
     return out
+
+
+def refuse_not_finite(arrays: dict[str, np.ndarray], suffix: str) -> None:
+    """Raise `NotFinite` where a float output (logits, scores, the per-example loss) is NaN or
+    infinite. Every task's evaluation step gives a per-example `loss`, and infinite logits make it
+    NaN; the outputs themselves are checked too. No task returns -inf as an output (SQuAD masks
+    padded positions with the dtype's minimum inside its loss only); padding is -100."""
+    loss = arrays.get("loss")
+    bad_loss = int((~np.isfinite(loss)).sum()) if loss is not None else 0
+    nan_keys = sorted(k for k, v in arrays.items()
+                      if k != "loss" and np.issubdtype(v.dtype, np.floating) and not np.isfinite(v).all())
+    if not bad_loss and not nan_keys:
+        return
+    split = "eval" + suffix
+    what = (f"the loss of {bad_loss} of {len(loss)} examples" if bad_loss else "") + \
+        (" and " if bad_loss and nan_keys else "") + (f"its {', '.join(nan_keys)}" if nan_keys else "")
+    raise NotFinite(f"the model's outputs on the {split} split are not finite ({what}): nothing is scored "
+                    f"from them; the weights have diverged or are broken")

@@ -456,8 +456,12 @@ class Loop:
         self.evaluated = True
         self._read()  # a run past its non-finite limit stops before evaluating
         start = time.perf_counter()
-        metrics = evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
-                                      sink=self.setup.predictions, orders=self.eval_orders)
+        try:
+            metrics = evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
+                                          sink=self.setup.predictions, orders=self.eval_orders)
+        except evaluation.NotFinite as broken:  # before this step's checkpoint: none holds these weights
+            raise UserError(f"step {self.state.step}: {broken}; stopped, keeping the last good checkpoint "
+                            "(lower train.lr, or set train.max_grad_norm)") from None
         runtime = time.perf_counter() - start  # generation tasks: eval speed is generation speed
         self.state.eval_runtime_s = runtime
         self.state.last_eval = {"step": self.state.step, **metrics}

@@ -464,6 +464,8 @@ class ICL(Method):
         slices in rank order, so N processes predict exactly what one does, in the same order."""
         from accelerate.utils import gather_object
 
+        from toolkit import evaluation
+
         model = accelerator.unwrap_model(model).eval()
         self.__dict__.pop("_unchecked", None)  # `toolkit evaluate` encodes without apply: checked below
         task, tok = setup.task, setup.tokenizer
@@ -493,7 +495,9 @@ class ICL(Method):
                 prior = self._priors(prompter, [demos[suffix][i] for i in mine], scores) if self.calibrate else None
                 gold = torch.tensor([int(dataset[i]["label"]) for i in mine], dtype=torch.long)
                 rows = self._choices(local, prior, prompter.verbalizers, gold)
-            out.update({f"{k}{suffix}": v for k, v in self._metrics(task, gather_object(rows), dataset).items()})
+            rows = gather_object(rows)  # every process checks the same rows: all stop, or none
+            evaluation.refuse_not_finite({"loss": np.asarray([nll for _, nll, _ in rows], dtype=float)}, suffix)
+            out.update({f"{k}{suffix}": v for k, v in self._metrics(task, rows, dataset).items()})
         return out
 
     @staticmethod
