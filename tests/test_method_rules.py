@@ -1,0 +1,130 @@
+"""Rules every training method keeps, walked over the method registry (`METHODS`) and the
+families and task types each one takes (those it refuses are left to `incompatible`'s tests).
+
+- Generation: what `generate` writes is the trained model's own greedy choice (the forward the
+  loss trains, step by step, unpadded), with the KV cache on or off, greedy or beam, and whatever
+  padding a batch-mate adds.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+from transformers.utils import logging as hf_logging
+
+from toolkit.methods import METHODS, Context
+
+# settings that fit a 2-layer, width-32 model
+SMALL = {"lora": {"r": 4}, "dora": {"r": 4}, "adalora": {"init_r": 4, "target_r": 2},
+         "prompt_tuning": {"num_virtual_tokens": 4}, "prefix_tuning": {"num_virtual_tokens": 4},
+         "p_tuning": {"num_virtual_tokens": 4, "encoder_hidden_size": 16}}
+TRAINED = sorted(n for n in METHODS.names() if METHODS.get(n).trains)
+TEXTS = ["a great movie with a lot of talking in it", "bad"]
+NEW = 5
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    hf_logging.set_verbosity_error()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Width-32 models gain nothing from threads on a busy machine (see test_adapters.py)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class _LMTask:
+    """What `incompatible` reads of a text-to-text task (summarization, translation)."""
+
+    instruction = "Summarize:"
+
+    def model_head(self, family: str | None) -> str:
+        return "causal-lm" if family == "gpt2" else "seq2seq-lm"
+
+
+def _generators() -> list[tuple[str, str]]:
+    return [(m, f) for m in TRAINED for f in ("gpt2", "bart", "t5")
+            if METHODS.get(m)(**SMALL.get(m, {})).incompatible(f, _LMTask()) is None]
+
+
+_PRISTINE: dict[str, tuple[torch.nn.Module, object]] = {}
+
+
+def _shaken(method: str, family: str, tiny: str) -> tuple[torch.nn.Module, object]:
+    """The family's LM under `method`, every trainable parameter moved off its start (a LoRA B,
+    an adapter's up-projection and IA3's scales start as the identity), in eval mode."""
+    if family not in _PRISTINE:  # loaded once, then copied: loading dominated the time
+        tok = AutoTokenizer.from_pretrained(tiny)
+        model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(tiny)
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+            model.config.pad_token_id = tok.eos_token_id
+        model.generation_config.forced_eos_token_id = None  # BART's: an end token forced at the budget
+        _PRISTINE[family] = model, tok
+    torch.manual_seed(0)
+    model, tok = copy.deepcopy(_PRISTINE[family][0]), _PRISTINE[family][1]
+    ctx = Context(family, [], "CAUSAL_LM" if family == "gpt2" else "SEQ_2_SEQ_LM", tok, total_steps=10)
+    model = METHODS.get(method)(**SMALL.get(method, {})).apply(model, ctx)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.5)
+    return model.eval(), tok
+
+
+def _generate(model, tok, texts: list[str], decoder_only: bool, **settings) -> list[list[int]]:
+    """New tokens per text, padded as the toolkit pads (a decoder's prompt on the left), with
+    no stopping rule or logits processor but the end token."""
+    tok.padding_side = "left" if decoder_only else "right"
+    enc = tok(texts, padding=True, return_tensors="pt")
+    config = GenerationConfig(max_new_tokens=NEW, do_sample=False, pad_token_id=tok.pad_token_id,
+                              eos_token_id=tok.eos_token_id, **settings)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config.decoder_start_token_id = getattr(base.config, "decoder_start_token_id", None)
+    with torch.no_grad():
+        out = model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, generation_config=config)
+    out = out[:, enc.input_ids.shape[1]:] if decoder_only else out[:, 1:]
+    return [[t for t in row.tolist() if t != tok.pad_token_id] for row in out]
+
+
+def _greedy_by_forward(model, tok, text: str, decoder_only: bool) -> list[int]:
+    """The greedy continuation by the forward the loss trains on, one full pass per token."""
+    ids = tok([text], return_tensors="pt").input_ids
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    seq = ids if decoder_only else torch.tensor([[base.config.decoder_start_token_id]])
+    new = []
+    with torch.no_grad():
+        for _ in range(NEW):
+            if decoder_only:
+                logits = model(input_ids=seq, attention_mask=torch.ones_like(seq)).logits
+            else:
+                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), decoder_input_ids=seq).logits
+            token = logits[:, -1].argmax(-1)
+            new.append(int(token))
+            seq = torch.cat([seq, token[:, None]], dim=1)
+            if int(token) == tok.eos_token_id:
+                break
+    return [t for t in new if t != tok.pad_token_id]
+
+
+@pytest.mark.parametrize("method, family", _generators())
+def test_generation_is_the_trained_models_choice_cache_beams_and_padding(tiny_checkpoint, method, family):
+    """Finding: prompt and p-tuning on GPT-2 generated other text with the KV cache than without
+    it (PEFT put the soft prompt in again at every new token: transformers 5.24 passes the
+    cache as `cache`, where PEFT looks for `past_key_values`), and a short example's output
+    changed with a longer batch-mate (PEFT drops the position ids, so left padding shifted the
+    text's positions). Summarization and generative SQuAD were scored on that text, exit 0."""
+    model, tok = _shaken(method, family, tiny_checkpoint(family))
+    decoder_only = family == "gpt2"
+    want = [_greedy_by_forward(model, tok, text, decoder_only) for text in TEXTS]
+    assert _generate(model, tok, TEXTS, decoder_only) == want, "greedy (cached, padded)"
+    beams = _generate(model, tok, TEXTS, decoder_only, num_beams=3)
+    assert _generate(model, tok, TEXTS[1:], decoder_only, num_beams=3, use_cache=False) == beams[1:], \
+        "beam search padded and cached, unpadded without the cache"
