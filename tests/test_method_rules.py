@@ -128,3 +128,77 @@ def test_generation_is_the_trained_models_choice_cache_beams_and_padding(tiny_ch
     beams = _generate(model, tok, TEXTS, decoder_only, num_beams=3)
     assert _generate(model, tok, TEXTS[1:], decoder_only, num_beams=3, use_cache=False) == beams[1:], \
         "beam search padded and cached, unpadded without the cache"
+
+
+# --- what trains: every head a task may ask for, on a family that has it --------------------------
+HEADS = [("bert", "token-classification"), ("roberta", "question-answering"), ("bert", "masked-lm"),
+         ("gpt2", "causal-lm"), ("bart", "seq2seq-lm")]  # sequence classification: test_methods.py
+
+
+class _HeadTask:
+    instruction = "Tag the words:"
+
+    def __init__(self, head: str) -> None:
+        self.head = head
+
+    def model_head(self, family: str | None) -> str:
+        return self.head
+
+
+def _accepted() -> list[tuple[str, str, str]]:
+    return [(m, f, h) for f, h in HEADS for m in TRAINED
+            if METHODS.get(m)(**SMALL.get(m, {})).incompatible(f, _HeadTask(h)) is None]
+
+
+_LOADED: dict[tuple[str, str], tuple[torch.nn.Module, object]] = {}
+
+
+def _scalar(outputs) -> torch.Tensor:
+    """A loss-like number of every output the head gives (logits, or QA's start and end)."""
+    parts = [getattr(outputs, k) for k in ("logits", "start_logits", "end_logits") if getattr(outputs, k, None) is not None]
+    return sum(p.float().pow(2).mean() for p in parts)
+
+
+@pytest.mark.parametrize("method, family, head", _accepted())
+def test_what_validate_accepts_trains_and_only_that_moves(tiny_checkpoint, method, family, head):
+    """For every method, head and family `incompatible` lets through: something trains (freeze on
+    the mlm task passed `toolkit validate` and stopped after loading model and data: a masked LM
+    has no task head); the optimizer holds exactly the trainable parameters, each of which gets a
+    gradient; a step leaves every frozen parameter bit-identical; total_params counts what the
+    forward runs."""
+    from types import SimpleNamespace
+
+    import toolkit.tasks  # noqa: F401  (the tasks declare their heads)
+    from toolkit import heads, models
+    from toolkit.methods import count_params
+    from toolkit.train import _optimizer
+
+    if (family, head) not in _LOADED:
+        torch.manual_seed(0)
+        _LOADED[family, head] = models.load(tiny_checkpoint(family), head, {"num_labels": 3} if "class" in head else {})
+    model, tok = copy.deepcopy(_LOADED[family, head][0]), _LOADED[family, head][1]
+    ctx = Context(family, models.head_names(model), heads.get(head).peft_task_type, tok,
+                  instruction="Tag the words:", total_steps=10)
+    spec = METHODS.get(method)(**SMALL.get(method, {}))
+    model = spec.apply(model, ctx).train()
+    trainable, total = count_params(model)
+    assert trainable > 0, "accepted, and nothing trains"
+    recipe = SimpleNamespace(method=spec, train=SimpleNamespace(weight_decay=0.1, precision_mode="fp32", lr=1e-2))
+    optimizer = _optimizer(model, recipe, torch.device("cpu"))
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    assert held == {id(p) for p in model.parameters() if p.requires_grad}
+    assert sum(p.numel() for g in optimizer.param_groups for p in g["params"]) == trainable
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    if head == "seq2seq-lm":
+        batch["decoder_input_ids"] = batch["input_ids"][:, :3]
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    _scalar(model(**batch)).backward()
+    assert not [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None], "trainable, no gradient"
+    optimizer.step()
+    assert not [n for n, p in model.named_parameters() if n in before and not torch.equal(p, before[n])]
+    for p in model.parameters():  # what the forward runs: every parameter a backward reaches
+        p.requires_grad_(True)
+        p.grad = None
+    _scalar(model(**batch)).backward()
+    reached = {id(p): p.numel() for p in model.parameters() if p.grad is not None}
+    assert total == sum(reached.values())
