@@ -2,8 +2,10 @@
 families and task types each one takes (those it refuses are left to `incompatible`'s tests).
 
 - Generation: what `generate` writes is the trained model's own greedy choice (the forward the
-  loss trains, step by step, unpadded), with the KV cache on or off, greedy or beam, and whatever
-  padding a batch-mate adds.
+  loss trains, step by step, unpadded), with the KV cache on or off, greedy or beam, under the
+  task's no-repeat rule, and whatever padding a batch-mate adds.
+- What validate accepts trains: for every method, head and family it lets through, something
+  trains, exactly that is stepped and gets gradients, and the rest stays bit-identical.
 """
 
 from __future__ import annotations
@@ -80,23 +82,35 @@ def _shaken(method: str, family: str, tiny: str) -> tuple[torch.nn.Module, objec
     return model.eval(), tok
 
 
-def _generate(model, tok, texts: list[str], decoder_only: bool, **settings) -> list[list[int]]:
+def _generate(model, tok, texts: list[str], decoder_only: bool, no_repeat: int = 0, **settings) -> list[list[int]]:
     """New tokens per text, padded as the toolkit pads (a decoder's prompt on the left), with
-    no stopping rule or logits processor but the end token."""
+    no stopping rule or logits processor but the end token and the task's no-repeat rule (for a
+    decoder, within its continuation: the task's own processor)."""
+    from toolkit.tasks._generation import continuation_no_repeat
+
     tok.padding_side = "left" if decoder_only else "right"
     enc = tok(texts, padding=True, return_tensors="pt")
     config = GenerationConfig(max_new_tokens=NEW, do_sample=False, pad_token_id=tok.pad_token_id,
                               eos_token_id=tok.eos_token_id, **settings)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config.decoder_start_token_id = getattr(base.config, "decoder_start_token_id", None)
+    extra = {}
+    if no_repeat and decoder_only:
+        extra["logits_processor"] = continuation_no_repeat(no_repeat, enc.input_ids.shape[1])
+    elif no_repeat:
+        config.no_repeat_ngram_size = no_repeat
     with torch.no_grad():
-        out = model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, generation_config=config)
+        out = model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, generation_config=config,
+                             **extra)
     out = out[:, enc.input_ids.shape[1]:] if decoder_only else out[:, 1:]
     return [[t for t in row.tolist() if t != tok.pad_token_id] for row in out]
 
 
-def _greedy_by_forward(model, tok, text: str, decoder_only: bool) -> list[int]:
-    """The greedy continuation by the forward the loss trains on, one full pass per token."""
+def _greedy_by_forward(model, tok, text: str, decoder_only: bool, no_repeat: int = 0) -> list[int]:
+    """The greedy continuation by the forward the loss trains on, one full pass per token; with
+    `no_repeat`, no n-gram of the output (the decoder's start token included) twice."""
+    from transformers import NoRepeatNGramLogitsProcessor
+
     ids = tok([text], return_tensors="pt").input_ids
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     seq = ids if decoder_only else torch.tensor([[base.config.decoder_start_token_id]])
@@ -107,7 +121,10 @@ def _greedy_by_forward(model, tok, text: str, decoder_only: bool) -> list[int]:
                 logits = model(input_ids=seq, attention_mask=torch.ones_like(seq)).logits
             else:
                 logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), decoder_input_ids=seq).logits
-            token = logits[:, -1].argmax(-1)
+            scores = logits[:, -1]
+            if no_repeat:
+                scores = NoRepeatNGramLogitsProcessor(no_repeat)(seq[:, ids.shape[1]:] if decoder_only else seq, scores)
+            token = scores.argmax(-1)
             new.append(int(token))
             seq = torch.cat([seq, token[:, None]], dim=1)
             if int(token) == tok.eos_token_id:
@@ -129,6 +146,8 @@ def test_generation_is_the_trained_models_choice_cache_beams_and_padding(tiny_ch
     beams = _generate(model, tok, TEXTS, decoder_only, num_beams=3)
     assert _generate(model, tok, TEXTS[1:], decoder_only, num_beams=3, use_cache=False) == beams[1:], \
         "beam search padded and cached, unpadded without the cache"
+    want = [_greedy_by_forward(model, tok, text, decoder_only, no_repeat=2) for text in TEXTS]
+    assert _generate(model, tok, TEXTS, decoder_only, no_repeat=2) == want, "greedy with no repeated bigram"
 
 
 # --- what trains: every head a task may ask for, on a family that has it --------------------------

@@ -119,9 +119,29 @@ def soft_prompt_generate(self: Any, input_ids: torch.Tensor, attention_mask: tor
     embeds = self.word_embeddings(input_ids)
     prompts = self.get_prompt(batch_size=input_ids.shape[0]).to(embeds.dtype)
     mask = torch.cat([attention_mask.new_ones(prompts.shape[:2]), attention_mask], dim=1)
+    if kwargs.get("logits_processor"):
+        kwargs["logits_processor"] = _seeing_the_input(kwargs["logits_processor"], input_ids)
     out = self.get_base_model().generate(inputs_embeds=torch.cat([prompts, embeds], dim=1),
                                          attention_mask=mask, **kwargs)
     if not isinstance(out, torch.Tensor):
         raise ValueError("soft-prompt generation returns token ids only (no return_dict_in_generate)")
     rows = out.shape[0] // input_ids.shape[0]  # num_return_sequences
     return torch.cat([input_ids.repeat_interleave(rows, dim=0), out], dim=1)
+
+
+def _seeing_the_input(processors: Any, input_ids: torch.Tensor) -> Any:
+    """The caller's logits processors, each shown the input ids before the new tokens, as
+    `generate` on input ids shows them: from embeddings `generate` shows the new tokens alone,
+    and a processor counting columns from the prompt's end (the toolkit's no-repeat rule for a
+    decoder's continuation) read the wrong tokens."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class SeeingInput(LogitsProcessor):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __call__(self, seen: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            before = input_ids.repeat_interleave(seen.shape[0] // input_ids.shape[0], dim=0)  # beams
+            return self.inner(torch.cat([before.to(seen.device), seen], dim=1), scores)
+
+    return LogitsProcessorList([SeeingInput(p) for p in processors])
