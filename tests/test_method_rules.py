@@ -86,7 +86,7 @@ def _generate(model, tok, texts: list[str], decoder_only: bool, no_repeat: int =
     """New tokens per text, padded as the toolkit pads (a decoder's prompt on the left), with
     no stopping rule or logits processor but the end token and the task's no-repeat rule (for a
     decoder, within its continuation: the task's own processor)."""
-    from toolkit.tasks._generation import continuation_no_repeat
+    from toolkit.tasks._generation import UNSET, continuation_no_repeat
 
     tok.padding_side = "left" if decoder_only else "right"
     enc = tok(texts, padding=True, return_tensors="pt")
@@ -94,7 +94,7 @@ def _generate(model, tok, texts: list[str], decoder_only: bool, no_repeat: int =
                               eos_token_id=tok.eos_token_id, **settings)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config.decoder_start_token_id = getattr(base.config, "decoder_start_token_id", None)
-    extra = {}
+    extra = dict(UNSET)  # as the task's generate passes them
     if no_repeat and decoder_only:
         extra["logits_processor"] = continuation_no_repeat(no_repeat, enc.input_ids.shape[1])
     elif no_repeat:

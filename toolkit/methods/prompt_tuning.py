@@ -119,6 +119,8 @@ def soft_prompt_generate(self: Any, input_ids: torch.Tensor, attention_mask: tor
     embeds = self.word_embeddings(input_ids)
     prompts = self.get_prompt(batch_size=input_ids.shape[0]).to(embeds.dtype)
     mask = torch.cat([attention_mask.new_ones(prompts.shape[:2]), attention_mask], dim=1)
+    if "min_length" in kwargs and kwargs["min_length"] is None:  # unset (the task's UNSET): no minimum,
+        kwargs["min_length"] = 0  # which from embeddings transformers subtracts the input's length from
     if kwargs.get("logits_processor"):
         kwargs["logits_processor"] = _seeing_the_input(kwargs["logits_processor"], input_ids)
     out = self.get_base_model().generate(inputs_embeds=torch.cat([prompts, embeds], dim=1),
