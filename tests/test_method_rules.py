@@ -222,3 +222,39 @@ def test_what_validate_accepts_trains_and_only_that_moves(tiny_checkpoint, metho
     _scalar(model(**batch)).backward()
     reached = {id(p): p.numel() for p in model.parameters() if p.grad is not None}
     assert total == sum(reached.values())
+
+
+@pytest.mark.parametrize("method", TRAINED)
+def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
+    """model.warm_start: encoder-decoder (MiniLM2MiniLM, an EncoderDecoderModel) under every method:
+    what `incompatible` lets through applies and trains; what it refuses is one line, and the
+    soft-prompt refusal is still needed (prompt, p- and prefix tuning raised PEFT's ValueError
+    "Please specify `num_layers`" after the model and data had loaded: a traceback mid-run)."""
+    from conftest import MINILM
+    from toolkit import models
+    from toolkit.methods import count_params
+    from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL
+
+    spec = METHODS.get(method)(**SMALL.get(method, {}))
+    reason = spec.incompatible(COMPOSITE, _LMTask())
+    if reason is not None and "\n" in reason:
+        pytest.fail(f"a refusal of more than one line: {reason!r}")
+    if COMPOSITE not in _PRISTINE:
+        torch.manual_seed(0)
+        _PRISTINE[COMPOSITE] = models.load(models.smoke_checkpoint(MINILM), "seq2seq-lm", {}, warm_start=COMPOSITE)
+    model, tok = copy.deepcopy(_PRISTINE[COMPOSITE][0]), _PRISTINE[COMPOSITE][1]
+    ctx = Context(COMPOSITE, [], "SEQ_2_SEQ_LM", tok, instruction="Summarize:", total_steps=10)
+    if reason == COMPOSITE_REFUSAL.format(method=method):
+        with pytest.raises(ValueError, match="num_layers"):
+            spec.apply(model, ctx)
+        return
+    if reason is not None:
+        return
+    model = spec.apply(model, ctx)
+    assert count_params(model)[0] > 0
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    model(**batch, decoder_input_ids=batch["input_ids"][:, :3]).logits.float().pow(2).mean().backward()
+    # every trainable parameter but the encoder's pooler (BERT's, which the warm start keeps and no
+    # decoder reads: counted as trainable, it never trains; see docs/methods.md) gets a gradient
+    idle = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert all(n.startswith("encoder.pooler.") for n in idle), idle

@@ -27,6 +27,16 @@ MLM_REFUSAL = ("{method} needs a PEFT task type and PEFT has none for masked LM 
                "use lora, ia3, adapters, bitfit or full")
 
 
+# a warm-started EncoderDecoderModel (model.warm_start: encoder-decoder): its config nests the
+# encoder's and the decoder's, where PEFT's prompt-learning methods read the layer count, heads and
+# width from the top level; PEFT raised a ValueError when the method was applied, after the model
+# and the data had loaded (a traceback mid-run)
+COMPOSITE = "encoder-decoder"
+COMPOSITE_REFUSAL = ("{method}: PEFT reads the layer count, heads and width from the model's config, and "
+                     "an EncoderDecoderModel (model.warm_start: encoder-decoder) keeps them in its "
+                     "encoder's and decoder's configs; use lora (with target_modules), bitfit or full")
+
+
 def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | None:
     """Why soft tokens fed as `inputs_embeds` cannot drive this family's classification head.
 
@@ -37,6 +47,8 @@ def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | Non
     """
     if head == "masked-lm":
         return MLM_REFUSAL.format(method=method)
+    if family == COMPOSITE:
+        return COMPOSITE_REFUSAL.format(method=method)
     if head != SEQ_CLS_HEAD:
         return None
     if family in ("bart", "t5"):
