@@ -6,6 +6,7 @@ families and task types each one takes (those it refuses are left to `incompatib
   task's no-repeat rule, and whatever padding a batch-mate adds.
 - What validate accepts trains: for every method, head and family it lets through, something
   trains, exactly that is stepped and gets gradients, and the rest stays bit-identical.
+- A merged export is plain transformers with the run's logits, on every family's classifier.
 """
 
 from __future__ import annotations
@@ -258,3 +259,47 @@ def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
     # decoder reads: counted as trainable, it never trains; see docs/methods.md) gets a gradient
     idle = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert all(n.startswith("encoder.pooler.") for n in idle), idle
+
+
+# --- merging: every method whose deltas merge, on every family's classifier ----------------------
+CLASSIFIERS = ["bert", "roberta", "gpt2", "bart", "t5"]
+
+
+@pytest.mark.parametrize("family", CLASSIFIERS)
+@pytest.mark.parametrize("method", TRAINED)
+def test_merged_export_is_plain_transformers_with_the_trained_head(tiny_checkpoint, tmp_path, method, family):
+    """What `export --merge` writes for a method whose result is PEFT weight deltas (the others are
+    refused there, or save a whole model): a folder plain AutoModelForSequenceClassification loads
+    to the same logits, trained head included. Finding: IA3's merge was an AttributeError on
+    RoBERTa, BART and T5, whose classifier heads are several layers (PEFT read `.weight` off the
+    head's modules_to_save wrapper)."""
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification
+
+    from toolkit import models
+    from toolkit.methods import keep_label_maps, merged
+
+    spec = METHODS.get(method)(**SMALL.get(method, {}))
+    if spec.incompatible(family, _HeadTask("sequence-classification")) is not None:
+        return
+    torch.manual_seed(0)
+    model, tok = models.load(tiny_checkpoint(family), "sequence-classification", {"num_labels": 2})
+    ctx = Context(family, models.head_names(model), "SEQ_CLS", tok, total_steps=10)
+    model = spec.apply(model, ctx)
+    config = getattr(model, "peft_config", {}).get("default")
+    if config is None or config.is_prompt_learning:
+        return  # saved whole, or virtual tokens: export --merge is refused (test_after_runs)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.1)
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    with torch.no_grad():
+        want = model.eval()(**batch).logits
+        plain = merged(model)
+        assert not isinstance(plain, PeftModel)
+        torch.testing.assert_close(plain(**batch).logits, want, rtol=1e-4, atol=1e-4)
+        plain.save_pretrained(tmp_path)
+        keep_label_maps(plain.config, tmp_path)  # as every save of the toolkit does
+        again = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+        torch.testing.assert_close(again(**batch).logits, want, rtol=1e-4, atol=1e-4)
