@@ -282,8 +282,10 @@ def test_merged_export_is_plain_transformers_with_the_trained_head(tiny_checkpoi
     spec = METHODS.get(method)(**SMALL.get(method, {}))
     if spec.incompatible(family, _HeadTask("sequence-classification")) is not None:
         return
-    torch.manual_seed(0)
-    model, tok = models.load(tiny_checkpoint(family), "sequence-classification", {"num_labels": 2})
+    if (family, "classifier") not in _LOADED:
+        torch.manual_seed(0)
+        _LOADED[family, "classifier"] = models.load(tiny_checkpoint(family), "sequence-classification", {"num_labels": 2})
+    model, tok = copy.deepcopy(_LOADED[family, "classifier"][0]), _LOADED[family, "classifier"][1]
     ctx = Context(family, models.head_names(model), "SEQ_CLS", tok, total_steps=10)
     model = spec.apply(model, ctx)
     config = getattr(model, "peft_config", {}).get("default")
