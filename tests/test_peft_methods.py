@@ -1,4 +1,4 @@
-"""PEFT-style methods (prompt/prefix/p-tuning, IA3, BitFit, LoRA) on every family's classifier.
+"""PEFT-style methods (prompt/prefix/p-tuning, IA3, BitFit, LoRA, DoRA, AdaLoRA) on every family's classifier.
 
 Each working (method, family) pair trains a few steps on a fixed batch: the loss falls, only the
 intended parameters move, the saved result reloads to the same predictions and the trainable
@@ -30,7 +30,8 @@ LABELS = torch.tensor([1, 0, 1, 1])
 INSTRUCTION = "Is the sentiment of this sentence positive or negative?"
 
 SETTINGS = {"prompt_tuning": {"num_virtual_tokens": 4}, "prefix_tuning": {"num_virtual_tokens": 4},
-            "p_tuning": {"num_virtual_tokens": 4, "encoder_hidden_size": 16}, "ia3": {}, "bitfit": {}}
+            "p_tuning": {"num_virtual_tokens": 4, "encoder_hidden_size": 16}, "ia3": {}, "bitfit": {},
+            "dora": {"r": 4}, "adalora": {"init_r": 4, "target_r": 2}}
 REFUSED = {("prompt_tuning", f) for f in ("gpt2", "bart", "t5")} | \
           {("p_tuning", f) for f in ("gpt2", "bart", "t5")} | \
           {("prefix_tuning", "bart"), ("prefix_tuning", "t5"), ("bitfit", "t5")}
@@ -115,8 +116,8 @@ def expected_trainable(name: str, settings: dict, base: dict[str, torch.Tensor],
     if name == "p_tuning" and settings.get("encoder_reparameterization_type") != "LSTM":
         h = settings["encoder_hidden_size"]
         return head + n * d + (d * h + h) + (h * h + h) + (h * d + d)  # embedding + 3-layer MLP
-    if name == "p_tuning":
-        return None  # LSTM: checked by the other assertions only
+    if name in ("p_tuning", "dora", "adalora"):
+        return None  # LSTM, and ranks PEFT lays out per layer: checked by the other assertions only
     if name == "ia3":  # one scale per output (keys, values) or per input (feed-forward)
         return head + sum(m.in_features if m.is_feedforward else m.out_features
                           for m in adapted.modules() if isinstance(m, IA3Layer))

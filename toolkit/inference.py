@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from toolkit import attention, evaluation, heads, hub, models, readers, runs
+from toolkit import attention, evaluation, heads, hub, methods, models, readers, runs
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, parse, read_yaml, safe_yaml
@@ -454,7 +454,7 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
         if next(iter(peft_config.values())).is_prompt_learning:
             raise UserError(f"--merge: {recipe.method.name} adds virtual tokens, not weight deltas; "
                             "it stays a PEFT folder (export without --merge)")
-        model = model.merge_and_unload()
+        model = methods.merged(model)
         note += " (adapter merged into the base)"
     elif peft_config is not None:
         note = _embed_base(run, recipe, out, apart=not recipe.method.transformers_loads)

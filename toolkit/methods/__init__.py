@@ -181,6 +181,21 @@ def _no_target(names: list[str], what: str, leaves: list[str]) -> str:
     return f"method.target_modules: {names} {what} (its linear layers: {', '.join(leaves)})"
 
 
+def merged(model: torch.nn.Module) -> torch.nn.Module:
+    """A PEFT model's weight deltas folded into its base (PEFT's merge_and_unload), each
+    `modules_to_save` head first put in place as its trained copy. IA3's unload took the head's
+    wrapper for a layer and read its `.weight`, which a head built of several layers (RoBERTa's
+    classifier, BART's and T5's classification_head) has not: `export --merge` of every such IA3
+    run was an AttributeError traceback."""
+    wrapper = getattr(sys.modules.get("peft.utils.other"), "ModulesToSaveWrapper", None)
+    for name, module in list(model.named_modules()):
+        if wrapper is not None and isinstance(module, wrapper) and not module.disable_adapters:
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child,
+                    module.modules_to_save[module.active_adapters[0]])
+    return model.merge_and_unload()
+
+
 def peft_task_type(ctx: Context) -> Any:
     """PEFT's TaskType for the head, or None (masked LM: PEFT has none, a plain PeftModel wraps it)."""
     from peft import TaskType

@@ -12,6 +12,7 @@ from typing import Any
 
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
+from toolkit.methods.freeze import LM_HEADS
 
 torch = lazy("torch", globals())
 
@@ -27,8 +28,9 @@ class BitFit(Method):
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if family == "t5":
+            other = "lora or ia3" if self.head(task, family) in LM_HEADS else "method freeze for that, or lora/ia3"
             return ("bitfit trains bias terms and T5 has none (its linear and layer-norm layers are "
-                    "bias-free), so only the head would train; use method freeze for that, or lora/ia3")
+                    f"bias-free), so only the head would train; use {other}")
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:

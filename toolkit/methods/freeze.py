@@ -10,14 +10,19 @@ from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
 
 torch = lazy("torch", globals())
 
+# heads with no task head module (models.HEAD_MODULES) to train: their output layer is tied to the
+# input embeddings (masked LM too: BERT's and RoBERTa's decoders are), so freeze would train nothing
+# and the run stopped only after loading the model and the data
+LM_HEADS = ("causal-lm", "seq2seq-lm", "masked-lm")
+
 
 @METHODS.register("freeze")
 @dataclass
 class Freeze(Method):
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
-        if self.head(task, family) in ("causal-lm", "seq2seq-lm"):
-            return ("freeze trains the task head only, and a language-model head is the input "
+        if self.head(task, family) in LM_HEADS:
+            return ("freeze trains the task head only, and a language model's head is its input "
                     "embedding matrix (tied), so nothing would train; use lora, ia3 or bitfit")
         return None
 

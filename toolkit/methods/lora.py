@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, keep_label_maps, peft_task_type, wrap_peft
+from toolkit.methods import merged as methods_merged
 
 torch = lazy("torch", globals())
 
@@ -52,6 +53,6 @@ class Lora(Method):
 
 def save_merged(model: torch.nn.Module, path: Path) -> None:
     """A PEFT model's deltas folded into its base weights (PEFT's merge_and_unload) and saved."""
-    merged = model.merge_and_unload()
+    merged = methods_merged(model)
     merged.save_pretrained(path)
     keep_label_maps(merged.config, path)

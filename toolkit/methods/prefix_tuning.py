@@ -38,7 +38,7 @@ from toolkit.attention import ATTENTION, attention_layers, causal_keep, is_causa
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
-from toolkit.methods.prompt_tuning import MLM_REFUSAL
+from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL, MLM_REFUSAL
 
 torch = lazy("torch", globals())
 
@@ -58,6 +58,8 @@ class PrefixTuning(Method):
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if self.head(task) == "masked-lm":
             return MLM_REFUSAL.format(method=self.name)
+        if family == COMPOSITE:
+            return COMPOSITE_REFUSAL.format(method=self.name)
         if self.head(task) == SEQ_CLS_HEAD and family in ("bart", "t5"):
             return one_stack_refusal(family)
         return None

@@ -3,13 +3,16 @@
 The task head trains alongside as `modules_to_save`. `init: text` starts the soft tokens from the
 embeddings of the task's instruction (PEFT's PromptTuningInit.TEXT), which Lester et al. found
 converges faster and more stably than random vectors on smaller models.
+
+A decoder-only model (GPT-2) generates through `soft_prompt_generate` (see `install`), not PEFT's
+own `generate`, which gave other text than the trained model with transformers 5.
 """
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
+from typing import Any, ClassVar, Literal
 
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
@@ -24,6 +27,16 @@ MLM_REFUSAL = ("{method} needs a PEFT task type and PEFT has none for masked LM 
                "use lora, ia3, adapters, bitfit or full")
 
 
+# a warm-started EncoderDecoderModel (model.warm_start: encoder-decoder): its config nests the
+# encoder's and the decoder's, where PEFT's prompt-learning methods read the layer count, heads and
+# width from the top level; PEFT raised a ValueError when the method was applied, after the model
+# and the data had loaded (a traceback mid-run)
+COMPOSITE = "encoder-decoder"
+COMPOSITE_REFUSAL = ("{method}: PEFT reads the layer count, heads and width from the model's config, and "
+                     "an EncoderDecoderModel (model.warm_start: encoder-decoder) keeps them in its "
+                     "encoder's and decoder's configs; use lora (with target_modules), bitfit or full")
+
+
 def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | None:
     """Why soft tokens fed as `inputs_embeds` cannot drive this family's classification head.
 
@@ -34,6 +47,8 @@ def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | Non
     """
     if head == "masked-lm":
         return MLM_REFUSAL.format(method=method)
+    if family == COMPOSITE:
+        return COMPOSITE_REFUSAL.format(method=method)
     if head != SEQ_CLS_HEAD:
         return None
     if family in ("bart", "t5"):
@@ -53,6 +68,9 @@ class PromptTuning(Method):
     num_virtual_tokens: int = field(default=20, metadata={"min": 1})
     init: Literal["random", "text"] = "random"  # text: from the task's instruction (or init_text)
     init_text: str | None = None  # overrides the task's instruction when init is text
+
+    export_load: ClassVar[str] = ("peft and the toolkit's soft-prompt generation: "
+                                  "toolkit.methods.prompt_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if self.init == "text" and not (self.init_text or getattr(task, "instruction", None)):
@@ -79,4 +97,65 @@ class PromptTuning(Method):
             task_type=peft_task_type(ctx), num_virtual_tokens=self.num_virtual_tokens,
             modules_to_save=list(ctx.head_names) or None, **self._init_kwargs(ctx),
         )
-        return get_peft_model(model, config)
+        return install(get_peft_model(model, config))
+
+    def loaded(self, model: torch.nn.Module) -> torch.nn.Module:
+        return install(model)
+
+
+# --- generation with soft prompts -----------------------------------------------------------------
+def install(peft_model: Any) -> Any:
+    """A decoder-only PEFT prompt model (prompt tuning, p-tuning) generates with
+    `soft_prompt_generate`; returns the same model. Other task types keep PEFT's forward and
+    generate: an encoder-decoder's prompt is in its encoder input, read once."""
+    if peft_model.active_peft_config.task_type == "CAUSAL_LM":  # a str enum, or the str when loaded
+        peft_model.generate = types.MethodType(soft_prompt_generate, peft_model)
+    return peft_model
+
+
+def soft_prompt_generate(self: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                         **kwargs: Any) -> torch.Tensor:
+    """The soft prompt embedded once before the (left-padded) input, and transformers' own
+    `generate` from those embeddings; returns the input ids followed by the new tokens, as
+    `generate` on input ids does.
+
+    PEFT's route (its `prepare_inputs_for_generation`) broke twice with transformers 5, exit 0:
+    it looks for the cache under `past_key_values`, which transformers 5.24 passes as `cache`, so
+    with the cache on it put the prompt in again at every new token (other text than without
+    the cache); and it drops the position ids, so a left-padded prompt's tokens took positions
+    shifted by their padding (a batch-mate changed an example's output). Here the prompt comes
+    first, the mask covers it, and `generate` counts positions from the mask: the prompt at
+    0..n-1 and the text at n.., as in training (right-padded), with or without padding."""
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    embeds = self.word_embeddings(input_ids)
+    prompts = self.get_prompt(batch_size=input_ids.shape[0]).to(embeds.dtype)
+    mask = torch.cat([attention_mask.new_ones(prompts.shape[:2]), attention_mask], dim=1)
+    if "min_length" in kwargs and kwargs["min_length"] is None:  # unset (the task's UNSET): no minimum,
+        kwargs["min_length"] = 0  # which from embeddings transformers subtracts the input's length from
+    if kwargs.get("logits_processor"):
+        kwargs["logits_processor"] = _seeing_the_input(kwargs["logits_processor"], input_ids)
+    out = self.get_base_model().generate(inputs_embeds=torch.cat([prompts, embeds], dim=1),
+                                         attention_mask=mask, **kwargs)
+    if not isinstance(out, torch.Tensor):
+        raise ValueError("soft-prompt generation returns token ids only (no return_dict_in_generate)")
+    rows = out.shape[0] // input_ids.shape[0]  # num_return_sequences
+    return torch.cat([input_ids.repeat_interleave(rows, dim=0), out], dim=1)
+
+
+def _seeing_the_input(processors: Any, input_ids: torch.Tensor) -> Any:
+    """The caller's logits processors, each shown the input ids before the new tokens, as
+    `generate` on input ids shows them: from embeddings `generate` shows the new tokens alone,
+    and a processor counting columns from the prompt's end (the toolkit's no-repeat rule for a
+    decoder's continuation) read the wrong tokens."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class SeeingInput(LogitsProcessor):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __call__(self, seen: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            before = input_ids.repeat_interleave(seen.shape[0] // input_ids.shape[0], dim=0)  # beams
+            return self.inner(torch.cat([before.to(seen.device), seen], dim=1), scores)
+
+    return LogitsProcessorList([SeeingInput(p) for p in processors])
