@@ -6,6 +6,7 @@ again on the CPU (`models.redraw_new_weights`). Walked over every family and eve
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import pytest
@@ -21,6 +22,16 @@ importlib.import_module("toolkit.tasks")  # every task's head declared (NER's am
 MODEL_TYPES = {"bert": "bert", "roberta": "roberta", "gpt2": "gpt2", "bart": "bart", "t5": "t5"}
 CASES = [(family, name) for family in FAMILY_IDS for name, head in sorted(heads.HEADS.items())
          if MODEL_TYPES[family] in getattr(modeling_auto, head.table)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_tokenizer_per_checkpoint():
+    """Each case loads its model twice and a tokenizer each time (1.2 s of reading tokenizer.json,
+    most of a case's time): the rule is about the model's weights, which the tokenizer neither draws
+    nor sets, so each checkpoint's tokenizer is read once for the module."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models, "load_tokenizer", functools.cache(models.load_tokenizer))
+        yield
 
 
 def _load(checkpoint: str, head: str) -> tuple[dict, torch.Tensor]:
