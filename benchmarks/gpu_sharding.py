@@ -93,12 +93,27 @@ def _losses(run: Path) -> list[float]:
     return [l["loss"] for l in lines if "loss" in l]
 
 
-def _reload(run: Path) -> dict:
-    """The saved model scored in one fresh process (from_pretrained / PEFT)."""
-    proc = subprocess.run([sys.executable, "-m", "toolkit.cli", "eval", str(run)], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": _pythonpath()}, capture_output=True, text=True, timeout=1800)
-    file = run / "eval-eval.json"
-    return json.loads(file.read_text())["eval"] if proc.returncode == 0 and file.is_file() else {}
+RELOAD = """import sys
+from toolkit.cli import main
+for run in sys.argv[1:]:
+    try:
+        main(["eval", run])
+    except Exception as exc:  # this run's model does not reload; the next is still scored
+        print(f"error: {run}: {type(exc).__name__}: {exc}", file=sys.stderr)
+"""
+
+
+def _reload(runs: list[Path]) -> list[dict]:
+    """Each saved model scored in turn in one fresh process, apart from the launches that trained
+    them (from_pretrained / PEFT); {} for one that did not load or score. One process for all: an
+    interpreter's start-up was most of a --smoke reload's time."""
+    for run in runs:
+        (run / "eval-eval.json").unlink(missing_ok=True)
+    if runs:
+        subprocess.run([sys.executable, "-c", RELOAD, *map(str, runs)], cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": _pythonpath()}, capture_output=True, text=True, timeout=1800)
+    files = [run / "eval-eval.json" for run in runs]
+    return [json.loads(file.read_text())["eval"] if file.is_file() else {} for file in files]
 
 
 def _last_line(proc: subprocess.CompletedProcess) -> str:
@@ -126,9 +141,7 @@ def row(name: str, method: str, strategy: str, work: Path, smoke: bool, plain: d
     out.update(ran="yes", device=metrics["device"], distributed_type=metrics["distributed_type"],
                steps=metrics["train_steps"], eval=metrics["eval"], losses=losses,
                peak_memory_mb=round(metrics["peak_memory_mb"], 1))
-    reloaded = _reload(run)
-    out["reloads"] = bool(reloaded) and all(abs(reloaded[k] - v) <= 1e-4 * max(1.0, abs(v))
-                                            for k, v in metrics["eval"].items())
+    out["run"] = run  # scored again after every launch (`rows`), for "reloads"
     if plain is not None and plain.get("ran") == "yes":
         ref = plain["losses"]
         out["max_rel_loss_diff"] = (max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref))
@@ -151,6 +164,10 @@ def rows(smoke: bool = False, work: Path | None = None, cases: list | None = Non
             got = row(name, method, strategy, work, smoke, plain)
             plain = got if strategy == "plain" else plain
             out.append(got)
+    done = [r for r in out if r.get("ran") == "yes"]
+    for r, reloaded in zip(done, _reload([r.pop("run") for r in done])):
+        r["reloads"] = bool(reloaded) and all(abs(reloaded[k] - v) <= 1e-4 * max(1.0, abs(v))
+                                              for k, v in r["eval"].items())
     return out
 
 

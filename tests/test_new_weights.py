@@ -6,6 +6,7 @@ again on the CPU (`models.redraw_new_weights`). Walked over every family and eve
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import pytest
@@ -21,6 +22,16 @@ importlib.import_module("toolkit.tasks")  # every task's head declared (NER's am
 MODEL_TYPES = {"bert": "bert", "roberta": "roberta", "gpt2": "gpt2", "bart": "bart", "t5": "t5"}
 CASES = [(family, name) for family in FAMILY_IDS for name, head in sorted(heads.HEADS.items())
          if MODEL_TYPES[family] in getattr(modeling_auto, head.table)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_tokenizer_per_checkpoint():
+    """Each case loads its model twice and a tokenizer each time (1.2 s of reading tokenizer.json,
+    most of a case's time): the rule is about the model's weights, which the tokenizer neither draws
+    nor sets, so each checkpoint's tokenizer is read once for the module."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models, "load_tokenizer", functools.cache(models.load_tokenizer))
+        yield
 
 
 def _load(checkpoint: str, head: str) -> tuple[dict, torch.Tensor]:
@@ -87,12 +98,15 @@ def test_every_family_has_a_head_with_new_weights(tiny_checkpoint) -> None:
 
 PARTITIONED = r'''
 import json, os, sys
-import deepspeed, torch
+import deepspeed, deepspeed.ops, torch
 from transformers.integrations import HfDeepSpeedConfig
 from toolkit import models
 
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[3], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-deepspeed.init_distributed(dist_backend="gloo")
+# as toolkit.sharding starts DeepSpeed on the CPU: its shm all-reduce op is not JIT-compiled with
+# ninja at init (40-260 s here, and the whole test's time in a fresh clone's suite: 169 s)
+deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
 names = ["negative", "positive"]
 kwargs = {"num_labels": 2, "id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
 out = {}

@@ -28,58 +28,127 @@ train: {{epochs: 1, lr: 1.0e-3, seed: 5, batch_size: 4, eval_batch_size: 8, log_
 STEPS = 20  # 160 examples / (4 per process x 2 processes)
 
 
-def launch(strategy: str, recipe: Path, runs: Path, *args: str) -> subprocess.CompletedProcess:
-    """Two CPU processes under `accelerate launch --config_file configs/accelerate/<strategy>.yaml`."""
+# One launch per strategy runs every case's runs in turn (an interrupted run, then its resumption,
+# as two runs in the launch); the main process marks where each run starts in the output and
+# lists the runs folder after it: a launch's start-up (two interpreters importing torch,
+# transformers and DeepSpeed) is most of a tiny run's time. Several runs in one launch each run as
+# alone (`sharding.restore_launch_kind`: the second was refused under FSDP and raised an
+# AttributeError under ZeRO-3): every case below is then also a later run of its launch.
+LAUNCHER = """import json, os, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from toolkit.cli import main
+first = os.environ.get("RANK", "0") == "0"
+for i, (args, runs) in enumerate(json.loads(open(sys.argv[1]).read())):
+    print(f"=== run {{i}}", flush=True) if first else None
+    if main(args) != 0:
+        sys.exit(f"failed: {{args}}")
+    if first:
+        listing = sorted(str(p.relative_to(runs)) for p in Path(runs).rglob("*"))
+        Path(f"{{sys.argv[1]}}.{{i}}").write_text(json.dumps(listing))
+"""
+
+
+def launch(strategy: str, tmp: Path, jobs: list[tuple[list[str], Path]]) -> list[tuple[str, list[str]]]:
+    """`jobs` (toolkit.cli arguments, runs folder) in turn on two CPU processes under
+    `accelerate launch --config_file configs/accelerate/<strategy>.yaml`: per job, what the main
+    process printed and the runs folder's files after it."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "launch.py").write_text(LAUNCHER.format(root=str(ROOT)))
+    (tmp / "jobs.json").write_text(json.dumps([[[str(a) for a in args], str(runs)] for args, runs in jobs]))
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "configs" / "accelerate" / f"{strategy}.yaml"), "--num_processes", "2",
-           "--main_process_port", str(_free_port()), "-m", "toolkit.cli", "run", str(recipe),
-           "--runs-dir", str(runs), *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-
-
-def _ok(proc: subprocess.CompletedProcess) -> None:
+           "--main_process_port", str(_free_port()), str(tmp / "launch.py"), str(tmp / "jobs.json")]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=900)
     assert proc.returncode == 0, (proc.stdout[-1500:], proc.stderr[-4000:])
+    printed = proc.stdout.split("=== run ")[1:]
+    assert [int(p.split("\n")[0]) for p in printed] == list(range(len(jobs)))
+    return [(p, json.loads(Path(f"{tmp / 'jobs.json'}.{i}").read_text())) for i, p in enumerate(printed)]
 
 
 SHARDED = {"fsdp": ("FSDP", "pytorch_model_fsdp_0"), "zero2": ("DEEPSPEED", "pytorch_model"),
            "zero3": ("DEEPSPEED", "pytorch_model")}  # distributed_type, the sharded checkpoint's folder
-
-
-@pytest.mark.parametrize("strategy, family, method, reference, stop_after", [
-    ("fsdp", "bert", "{name: full}", "ddp", None),  # BERT: the family accelerate 1.15 cannot shard
-    # against one process with the same global batch (which equals DDP: test_distributed), to
-    # spare a launch: resumed from the sharded checkpoint of step 7; T5's tied embeddings, and
-    # its evaluation generating under FSDP
-    ("fsdp", "gpt2", "{name: lora, r: 4}", "one", 7),
-    ("fsdp", "t5", "{name: lora, r: 4}", "one", None),
+# Each family's one method and its reference: plain data parallel (ddp.yaml) for BERT, the family
+# accelerate 1.15 cannot shard; one process at the same global batch (which equals DDP:
+# test_distributed) for the others, to spare a launch. Each reference serves every strategy.
+METHODS = {"bert": "{name: full}", "gpt2": "{name: lora, r: 4}", "t5": "{name: lora, r: 4}"}
+REFERENCE = {"bert": "ddp", "gpt2": "one", "t5": "one"}
+CASES = [
+    ("fsdp", "bert", None),
+    # resumed from the sharded checkpoint of step 7; T5's tied embeddings, and its evaluation
+    # generating under FSDP
+    ("fsdp", "gpt2", 7),
+    ("fsdp", "t5", None),
     # DeepSpeed's engine on CPU processes: ZeRO-2 (optimizer state and gradients sharded); ZeRO-3
     # with zero3_init_flag (the model partitioned as it loads), resumed from the engine's own
     # checkpoint, a LoRA with no 1-d parameter to train (one optimizer group); T5 generating with
     # its parameters partitioned
-    ("zero2", "bert", "{name: full}", "one", None),
-    ("zero3", "gpt2", "{name: lora, r: 4}", "one", 7),
-    ("zero3", "t5", "{name: lora, r: 4}", "one", None),
-])
-def test_sharded_equals_ddp(tmp_path: Path, cli, tiny_checkpoint, strategy: str, family: str, method: str,
-                            reference: str, stop_after: int | None) -> None:
+    ("zero2", "bert", None),
+    ("zero3", "gpt2", 7),
+    ("zero3", "t5", None),
+]
+
+
+@pytest.fixture(scope="module")
+def sharded_runs(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint):
+    """(strategy, family) -> (reference run, sharded run, what its last run printed, the runs
+    folder's files after the interrupted run or None). Each strategy's launch and each family's
+    reference is made when a test first asks for it, once for the module (a worker that takes
+    only some of these tests launches only what they need)."""
+    from toolkit.cli import main
+
+    tmp = tmp_path_factory.mktemp("sharded")
+    recipes = {family: write_recipe(tmp / family / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint(family),
+                                                                          method=method))
+               for family, method in METHODS.items()}
+    references: dict[str, Path] = {}
+    launched: dict[str, dict] = {}
+
+    def reference(family: str) -> Path:
+        if family not in references:
+            runs = tmp / family / "reference"
+            if REFERENCE[family] == "ddp":
+                launch("ddp", tmp / "ddp", [(["run", recipes[family], "--runs-dir", runs], runs)])
+            else:
+                assert main(["run", str(recipes[family]), "--runs-dir", str(runs), "train.batch_size=8"]) == 0
+            references[family] = only_run(runs)
+        return references[family]
+
+    def get(strategy: str, family: str) -> tuple[Path, Path, str, list[str] | None]:
+        if strategy not in launched:
+            jobs, last, stopped = [], {}, {}
+            for s, f, stop_after in CASES:
+                if s == strategy:
+                    runs = tmp / strategy / f
+                    run = ["run", recipes[f], "--runs-dir", runs]
+                    if stop_after:
+                        stopped[f] = len(jobs)
+                        jobs.append(([*run, "--stop-after", stop_after], runs))
+                    last[f] = len(jobs)
+                    jobs.append((run, runs))
+            done = launch(strategy, tmp / strategy, jobs)
+            launched[strategy] = {f: (only_run(tmp / strategy / f), done[i][0],
+                                      done[stopped[f]][1] if f in stopped else None) for f, i in last.items()}
+        run, printed, stopped = launched[strategy][family]
+        return reference(family), run, printed, stopped
+
+    return get
+
+
+@pytest.mark.parametrize("strategy, family, stop_after", CASES)
+def test_sharded_equals_ddp(cli, sharded_runs, strategy: str, family: str, stop_after: int | None) -> None:
     """The small random model of the family (not --smoke, which caps a run at 4 steps)."""
-    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint(family), method=method))
-    ddp, sharded = tmp_path / "ddp", tmp_path / strategy
-    if reference == "ddp":
-        _ok(launch("ddp", recipe, ddp))
+    a, b, printed, stopped = sharded_runs(strategy, family)
+    if stop_after:  # the interrupted run left a sharded checkpoint and no result
+        assert stopped and not any(p.endswith("/metrics.json") for p in stopped)
+        assert any("/checkpoints/step-" in p and p.endswith("/" + SHARDED[strategy][1]) for p in stopped)
     else:
-        assert cli("run", recipe, "--runs-dir", ddp, "train.batch_size=8")[0] == 0
-    if stop_after:
-        _ok(launch(strategy, recipe, sharded, "--stop-after", str(stop_after)))
-        assert not (only_run(sharded) / "metrics.json").exists()
-        assert list((only_run(sharded) / "checkpoints").glob(f"step-*/{SHARDED[strategy][1]}"))  # sharded
-    proc = launch(strategy, recipe, sharded)
-    _ok(proc)
-    assert ("resuming from" in proc.stdout) == bool(stop_after)
-    a, b = only_run(ddp), only_run(sharded)
+        assert stopped is None
+    assert ("resuming from" in printed) == bool(stop_after)
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
-    assert (ma["distributed_type"], mb["distributed_type"]) == ({"ddp": "MULTI_CPU", "one": "NO"}[reference], SHARDED[strategy][0])
+    assert (ma["distributed_type"], mb["distributed_type"]) == ({"ddp": "MULTI_CPU", "one": "NO"}[REFERENCE[family]],
+                                                                SHARDED[strategy][0])
     assert ma["train_steps"] == mb["train_steps"] == STEPS
     assert train_losses(b) == pytest.approx(train_losses(a), rel=1e-4)
     assert mb["eval"] == pytest.approx(ma["eval"], rel=1e-4)
@@ -130,29 +199,3 @@ def test_smoke_model_is_built_whole_under_a_zero3_launch(tmp_path: Path, monkeyp
     del launch_config
     weights = load_file(Path(folder) / "model.safetensors")
     assert weights and all(w.numel() > 0 for w in weights.values())
-
-
-@pytest.mark.parametrize("strategy", ["fsdp", "zero3"])
-def test_two_runs_in_one_sharded_launch_each_run_as_alone(tmp_path: Path, tiny_checkpoint, strategy: str) -> None:
-    """A second run in the same launch (the Python API called twice, a script of runs): the first
-    run's sharding state was left in accelerate's shared state, and the second was refused under
-    FSDP ('fsdp_version: the toolkit runs FSDP2 only') and raised an AttributeError under ZeRO-3.
-    Each run now starts from the launch's state (`sharding.restore_launch_kind`)."""
-    from test_accounting import LAUNCHER
-
-    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("gpt2"),
-                                                            method="{name: lora, r: 4}"))
-    small = ["task.max_train_samples=16", "task.max_eval_samples=8", "train.eval_every=0"]
-    jobs = [["run", str(recipe), "--runs-dir", str(tmp_path / f"runs-{seed}"), *small, f"train.seed={seed}"]
-            for seed in (1, 2)]
-    (tmp_path / "launch.py").write_text(LAUNCHER.format(root=str(ROOT)))
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "configs" / "accelerate" / f"{strategy}.yaml"), "--num_processes", "1",
-           "--main_process_port", str(_free_port()), str(tmp_path / "launch.py"), str(tmp_path / "jobs.json")]
-    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    kinds = [json.loads((only_run(tmp_path / f"runs-{seed}") / "metrics.json").read_text())["distributed_type"]
-             for seed in (1, 2)]
-    assert kinds == [SHARDED[strategy][0]] * 2

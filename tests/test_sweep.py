@@ -81,14 +81,18 @@ def test_dry_run_lists_and_a_rerun_skips_finished_and_resumes_interrupted(tmp_pa
                        "--runs-dir", runs_dir)
     assert code == 0 and out.count("[to run]") == 2 and "2 runs (dry run" in out and not runs_dir.exists()
     assert "s.yaml train.lr=1e-3 train.seed=42  ->  " in out
-    # interrupt the second point on purpose, as a killed sweep would leave it
+    # the first point finished and the second interrupted on purpose, as a killed sweep leaves
+    # them (each the `toolkit run` a sweep starts per point, here in this process: a point's own
+    # process is a run's start-up again, and a point to run starts the same child as one to resume)
+    assert cli("run", recipe, "train.lr=1e-3", "train.seed=42", "--smoke", "--runs-dir", runs_dir)[0] == 0
     assert cli("run", recipe, "train.lr=2e-3", "train.seed=42", "--smoke", "--stop-after", "2",
                "--runs-dir", runs_dir)[0] == 0
     code, out, _ = cli("sweep", recipe, "train.lr=1e-3,2e-3", "--seeds", "42", "--smoke", "--dry-run",
                        "--runs-dir", runs_dir)
-    assert "[to run]" in out and "[resumes]" in out
+    listed = [line for line in out.splitlines() if "  ->  " in line]
+    assert [line.rsplit("  ", 1)[1] for line in listed] == ["[finished]", "[resumes]"]
     code, out, _ = cli("sweep", recipe, "train.lr=1e-3,2e-3", "--seeds", "42", "--smoke", "--runs-dir", runs_dir)
-    assert code == 0 and "sweep: 2 runs done" in out
+    assert code == 0 and "sweep: 2 runs done" in out and out.count("finished already") == 1
     finished = sorted(runs_dir.rglob("metrics.json"))
     assert len(finished) == 2
     assert sorted(json.loads(f.read_text())["train_steps"] for f in finished) == [4, 4]

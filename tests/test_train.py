@@ -141,9 +141,10 @@ def test_lora_adapter_reloads_with_peft(tmp_path: Path, cli, runs_dir: Path, tin
 
 
 def test_real_minilm_learns_sst2(tmp_path: Path, cli, runs_dir: Path) -> None:
-    """The real pretrained checkpoint, real data: well above chance after a short full fine-tune."""
+    """The real pretrained checkpoint, real data: well above chance after a short full fine-tune
+    (20 steps: 0.765 on these 400; 40 steps gave 0.7575)."""
     recipe = make_recipe(tmp_path, MINILM)
-    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, "task.max_train_samples=640",
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, "task.max_train_samples=320",
                        "task.max_eval_samples=400", "train.lr=3e-4", "train.batch_size=16",
                        "task.max_length=48")
     assert code == 0, err
