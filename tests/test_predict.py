@@ -153,6 +153,26 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
         code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
         assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
 
+    # a model whose outputs are not finite predicts nothing: one line, and no --output file
+    from toolkit import inference
+
+    def broken(*args, **kwargs):
+        import torch
+
+        model, tok = load(*args, **kwargs)
+        with torch.no_grad():
+            for param in (p for p in model.parameters() if p.is_floating_point()):
+                param.fill_(float("nan"))
+        return model, tok
+
+    load = inference.load_model
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference, "load_model", broken)
+        with pytest.raises(toolkit.UserError, match=r"^the model's outputs are not finite \(its \w*logits\)"):
+            toolkit.predict(run.dir, inputs)
+        code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "nan.jsonl")
+    assert code == 2 and "error: the model's outputs are not finite" in err and not (tmp_path / "nan.jsonl").exists()
+
 
 def test_every_text_to_text_and_tagging_task_predicts() -> None:
     """The rule over the registry: only the pretraining objectives have no prediction path."""

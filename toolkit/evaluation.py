@@ -4,7 +4,8 @@ processes in dataset order (the padded tail counted once), then the task's scori
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -89,3 +90,26 @@ def refuse_not_finite(arrays: dict[str, np.ndarray], suffix: str) -> None:
         (" and " if bad_loss and nan_keys else "") + (f"its {', '.join(nan_keys)}" if nan_keys else "")
     raise NotFinite(f"the model's outputs on the {split} split are not finite ({what}): nothing is scored "
                     f"from them; the weights have diverged or are broken")
+
+
+OUTPUT_KEYS = ("logits", "start_logits", "end_logits")  # what a head gives that predictions come from
+
+
+@contextmanager
+def finite_outputs() -> Iterator[None]:
+    """Prediction outside the evaluation loop (`toolkit predict`, `toolkit.predict`): every
+    module's forward output that carries logits is checked as it is made (a global forward hook:
+    generation from embeddings calls the base model, not the wrapper), and the first non-finite
+    one raises `NotFinite` before a label, tag, span or text is made of it."""
+    def check(module: torch.nn.Module, args: Any, output: Any) -> None:
+        for key in OUTPUT_KEYS:
+            value = getattr(output, key, None)  # a ModelOutput's field; None on a tensor or tuple
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
+                raise NotFinite(f"the model's outputs are not finite (its {key}): nothing is predicted from "
+                                "them; the weights have diverged or are broken")
+
+    handle = torch.nn.modules.module.register_module_forward_hook(check)
+    try:
+        yield
+    finally:
+        handle.remove()

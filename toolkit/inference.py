@@ -307,7 +307,8 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     `score` and `probabilities`, tags per word, generated text, an answer span), in input order."""
     recipe, model, tok, names = _predicting_run(run)
     inputs = [_as_row(i, item, names, recipe.task.predict_word_lists) for i, item in enumerate(texts)]
-    return recipe.task.predict(model, tok, inputs)
+    with evaluation.finite_outputs():
+        return recipe.task.predict(model, tok, inputs)
 
 
 def predict_run(run: Path, source: str, output: str | None) -> int:
@@ -319,7 +320,9 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
                             "inputs with their predictions: give another file")
     fmt = output_format(output)  # before the model loads: a name it cannot write is refused first
     recipe, model, tok, names = _predicting_run(run)
-    out = recipe.task.predict(model, tok, read_inputs(source, names, recipe.task.predict_word_lists))
+    rows = read_inputs(source, names, recipe.task.predict_word_lists)
+    with evaluation.finite_outputs():  # before anything is written
+        out = recipe.task.predict(model, tok, rows)
     text = render(out, fmt)
     if output:
         partial = Path(output).with_name(f".{Path(output).name}.partial")
