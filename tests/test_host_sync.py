@@ -110,17 +110,27 @@ def test_a_step_that_does_not_log_reads_nothing_to_the_host(tmp_path: Path, cli,
     assert all(per_step[step] for step in (1, 4)), per_step  # the counter sees the log steps' reads
 
 
-def test_a_nonfinite_step_is_skipped_on_the_device_and_named_at_the_next_read(tmp_path: Path, cli) -> None:
+def test_a_nonfinite_step_is_skipped_on_the_device_and_named_at_the_next_read(tmp_path: Path, cli,
+                                                                           monkeypatch) -> None:
     """Steps skipped on the device leave the weights finite; past train.skip_nonfinite the run
-    stops naming the step at which it went past, and no metrics.json is written."""
+    stops naming the step at which it went past, and no metrics.json is written. The compiled
+    optimizer step (train.compile_optimizer) skips and names the same steps."""
+    from toolkit import compiling
+
+    monkeypatch.setattr(compiling, "BACKEND", "aot_eager")
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: full}"))
-    code, out, err = cli("run", recipe, "--smoke", "train.lr=1.0e+12", "train.max_grad_norm=null",
-                         "train.skip_nonfinite=1", "--runs-dir", tmp_path / "runs")
-    stop = re.search(r"error: step (\d+): the loss is not finite \(nan\)", err)
-    skipped = re.search(r"step (\d+): non-finite loss; 1 batch skipped \(1 of train.skip_nonfinite=1\)", out + err)
-    assert code == 2 and stop and skipped, (out, err)
-    assert int(skipped.group(1)) < int(stop.group(1))  # read at the end of the run, named as it happened
-    assert not list((tmp_path / "runs").rglob("metrics.json"))
+    named = []
+    for setting in ("false", "true"):
+        code, out, err = cli("run", recipe, "--smoke", "train.lr=1.0e+12", "train.max_grad_norm=null",
+                             "train.skip_nonfinite=1", f"train.compile_optimizer={setting}", "train.compile=false",
+                             "--runs-dir", tmp_path / setting)
+        stop = re.search(r"error: step (\d+): the loss is not finite \(nan\)", err)
+        skipped = re.search(r"step (\d+): non-finite loss; 1 batch skipped \(1 of train.skip_nonfinite=1\)", out + err)
+        assert code == 2 and stop and skipped, (out, err)
+        assert int(skipped.group(1)) < int(stop.group(1))  # read at the end of the run, named as it happened
+        assert not list((tmp_path / setting).rglob("metrics.json"))
+        named.append((skipped.group(1), stop.group(1)))
+    assert named[0] == named[1]
 
 
 def test_the_tally_names_the_step_past_the_limit() -> None:
