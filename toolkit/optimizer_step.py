@@ -124,8 +124,8 @@ class CompiledStep:
                     state[t]["step"] = torch.zeros((), dtype=torch.float32, device=t.device)
                     state[t]["exp_avg"] = torch.zeros_like(t, memory_format=torch.preserve_format)
                     state[t]["exp_avg_sq"] = torch.zeros_like(t, memory_format=torch.preserve_format)
-                for key in ("step", "exp_avg", "exp_avg_sq"):
-                    torch._dynamo.mark_static_address(state[t][key])
+                for tensor in (t, state[t]["step"], state[t]["exp_avg"], state[t]["exp_avg_sq"]):
+                    torch._dynamo.mark_static_address(tensor)  # updated in place: kept by a CUDA graph
             lists["sources"].append([s for s, _ in kept])
             lists["targets"].append([t for _, t in kept])
             for key, name in (("steps", "step"), ("exp_avgs", "exp_avg"), ("exp_avg_sqs", "exp_avg_sq")):

@@ -161,7 +161,7 @@ class Loop:
                             "set train.compile_optimizer: false")
         return optimizer_step.CompiledStep(
             self.stepper, self.cfg.max_grad_norm,
-            lambda fn: compiling.compile_step(fn, device, fullgraph=True, dynamic=False))
+            lambda fn: compiling.compile_step(fn, device, fullgraph=True, dynamic=False, size_asserts=False))
 
     def _plain_steps(self, accelerator: Accelerator) -> None:
         """Where accelerate's optimizer and clipping wrappers only pass through (one process or
