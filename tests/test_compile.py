@@ -229,10 +229,12 @@ def test_a_shape_past_the_limit_stops_with_one_line_not_eager_in_silence(aot_eag
 
     monkeypatch.setattr(compiling, "BACKEND", "eager")
     step = compiling.compile_step(lambda x: (x * 2).sum(), torch.device("cpu"))
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
-    step(torch.ones(2))
-    with pytest.raises(Exception) as caught:
-        step(torch.ones(3))  # a second shape: dynamo would run it eager; here it raises
+    # config.patch, not monkeypatch: monkeypatch's undo left the setting missing from dynamo's
+    # config module, and every later compile_step in the process failed on it
+    with torch._dynamo.config.patch(recompile_limit=1):
+        step(torch.ones(2))
+        with pytest.raises(Exception) as caught:
+            step(torch.ones(3))  # a second shape: dynamo would run it eager; here it raises
     error = compiling.step_error(caught.value)
     assert isinstance(error, UserError) and "train.pad_multiple" in str(error) and "\n" not in str(error)
 
