@@ -96,7 +96,7 @@ def compile_step(fn: Callable, device: torch.device, fullgraph: bool = False, dy
         kwargs["mode"] = mode
     else:  # the same mode, without Inductor's check of every input's size and stride on each call:
         # dynamo's guards check them already; over the optimizer's ~800 tensors the checks cost
-        # about 1.5 ms a call on this CPU for 40 parameters (benchmarks/bench/optimizer_step.py)
+        # about 1.5 ms a call on this CPU for 40 parameters (benchmarks/bench/optimizer_host.py)
         kwargs["options"] = {**({"triton.cudagraphs": True} if mode == "reduce-overhead" else {}),
                              "size_asserts": False, "alignment_asserts": False}
     return torch.compile(fn, **kwargs)

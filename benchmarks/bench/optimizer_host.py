@@ -13,7 +13,7 @@ what is left is the host's work), one call per step, the learning rate changing 
   "aot_eager" (the suite's backend: the graph's ops run one by one from Python, so it shows the
   guards and the call, not the fusion).
 
-    python benchmarks/bench/optimizer_step.py --backend inductor --steps 200
+    python benchmarks/bench/optimizer_host.py --backend inductor --steps 200
 
 Prints host ms per step (median of `--repeats` timed blocks of `--steps`), the compilations, and
 the largest difference of the weights from the eager run's.
