@@ -7,6 +7,8 @@ One Markdown table on stdout and the same rows as JSON (`--json`, default gpu-ch
   "vs Trainer" ratio is of whole runs, like for like);
 - MFU at 32 x 128 of an eager and a compiled step (bench's matmul row) and of each toolkit row
   (6N x real tokens/s once warm, over the measured matmul rate of its precision);
+- the compiled bf16 row again with train.compile_optimizer (clipping and the AdamW update compiled
+  too, toolkit/optimizer_step.py), right after it;
 - LoRA vs full step time and peak memory (bench's lora rows);
 - distinct batch shapes and compilations of each toolkit row (torch's own graph counter, and the
   step's compiled variants where they disagree), and 10 of its steady steps profiled: wall, host
@@ -86,7 +88,10 @@ add_rows("FSDP2 and DeepSpeed (issue 36)", _sharding_rows, _sharding_table)
 # faster at equal accuracy becomes the default for mixed_precision: bf16 on CUDA (issue 35 part 4)
 MASTER_LABEL = "bf16 master weights"
 MASTER = f"toolkit, {MASTER_LABEL}"
-TOOLKIT_ROWS = ("toolkit", MASTER)
+# train.compile_optimizer (toolkit/optimizer_step.py) beside the compiled bf16 row: the second
+# check found that step host-bound, clipping and the optimizer 5.7 of its 14.7 host ms
+OPTIMIZER = "toolkit, compiled optimizer"
+TOOLKIT_ROWS = ("toolkit", MASTER, OPTIMIZER)
 
 MIN_ROW_S = 30  # --budget-s: no row starts with less left (the quickest GPU rows took 19-31 s)
 
@@ -111,7 +116,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None = None,
-                checkpoint: str | None = None, mode: str | None = None) -> list[str]:
+                checkpoint: str | None = None, mode: str | None = None, optimizer: bool = False) -> list[str]:
     """The bench command line of one row: the issue's bert-base setting (or the smoke one)."""
     if args.smoke:
         flags = ["--steps", "3", "--batch-size", "4", "--max-length", "32", "--eval-samples", "8",
@@ -131,6 +136,8 @@ def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None 
         flags += ["--compile", "true" if compiled else "false"]
     if mode is not None:
         flags += ["--precision-mode", mode]
+    if optimizer:  # train.compile_optimizer: clipping and the AdamW update compiled as well
+        flags += ["--compile-optimizer", "true"]
     return flags + (["--checkpoint", checkpoint] if checkpoint else [])
 
 
@@ -194,6 +201,8 @@ def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, s
     rows the targets are judged on. The bf16-master rows (part 4, measured on 2026-11-26: slower
     than autocast compiled, level eager, so autocast stayed the default) run with --master only."""
     out = [("toolkit", "toolkit", speed, bench_flags(args, "bf16", True)),
+           # right after the row it is measured against (the 2026-11-27 budget ran 6 rows)
+           (OPTIMIZER, "toolkit", speed, bench_flags(args, "bf16", True, optimizer=True)),
            ("toolkit", "toolkit", speed, bench_flags(args, "bf16", False)),
            ("Trainer, dynamic padding", "trainer-dynamic", speed, bench_flags(args, "bf16")),
            ("toolkit", "toolkit", speed, bench_flags(args, "no", True))]

@@ -229,10 +229,12 @@ def test_a_shape_past_the_limit_stops_with_one_line_not_eager_in_silence(aot_eag
 
     monkeypatch.setattr(compiling, "BACKEND", "eager")
     step = compiling.compile_step(lambda x: (x * 2).sum(), torch.device("cpu"))
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
-    step(torch.ones(2))
-    with pytest.raises(Exception) as caught:
-        step(torch.ones(3))  # a second shape: dynamo would run it eager; here it raises
+    # config.patch, not monkeypatch: monkeypatch's undo left the setting missing from dynamo's
+    # config module, and every later compile_step in the process failed on it
+    with torch._dynamo.config.patch(recompile_limit=1):
+        step(torch.ones(2))
+        with pytest.raises(Exception) as caught:
+            step(torch.ones(3))  # a second shape: dynamo would run it eager; here it raises
     error = compiling.step_error(caught.value)
     assert isinstance(error, UserError) and "train.pad_multiple" in str(error) and "\n" not in str(error)
 
@@ -248,3 +250,153 @@ def test_zero3_leaves_the_step_eager_with_one_line() -> None:
     assert why and "ZeRO-3" in why and "\n" not in why
     assert compiling.strategy_reason(SimpleNamespace(zero_stage=2)) is None
     assert compiling.strategy_reason(None) is None
+
+
+# --- part 2: the compiled optimizer step (train.compile_optimizer) --------------------------------
+def _twin_optimizers(masters: bool):
+    """Two identical small models with the loop's two AdamW groups (decay / none), an unused
+    parameter (no gradient: no state, as in fused AdamW) and the loop's linear schedule; the first
+    stepped eager (fused AdamW + clip_grad_norm_ + found_inf), the second through CompiledStep."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from toolkit import compiling, optimizer_step, precision
+
+    twins = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2), torch.nn.Linear(2, 2))
+        params = list(model.parameters())
+        groups = [{"params": params[0:1] + params[2:3] + params[4:5], "weight_decay": 0.1},
+                  {"params": params[1:2] + params[3:4] + params[5:6], "weight_decay": 0.0}]
+        if masters:
+            opt = precision.bf16_master(model, groups, 1e-2, torch.device("cpu"))
+        else:
+            opt = torch.optim.AdamW(groups, lr=1e-2, fused=True)
+        twins.append((model, opt, get_linear_schedule_with_warmup(opt, 2, 12)))
+    compiled = optimizer_step.CompiledStep(twins[1][1], 1.0, lambda fn: compiling.compile_step(
+        fn, torch.device("cpu"), fullgraph=True, dynamic=False))
+    return twins, compiled
+
+
+def _eager_step(model, opt, loss):
+    from toolkit.tally import clear_skip, skip_unless
+
+    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+    ok = torch.isfinite(loss) & torch.isfinite(norm)
+    skip_unless(opt, ok)
+    opt.step()
+    clear_skip(opt)
+    return norm, ok
+
+
+def _everything(model, opt) -> list[torch.Tensor]:
+    """Weights, and per optimizer tensor: step count, both moments (and bf16_master's masters)."""
+    state = [t for s in opt.state.values() for t in (s["step"], s["exp_avg"], s["exp_avg_sq"])]
+    return [p.detach().clone() for p in model.parameters()] + [t.clone() for t in state] + [
+        m.clone() for m in getattr(opt, "masters", [])]
+
+
+@pytest.mark.parametrize("masters", [False, True], ids=["fp32", "bf16_master"])
+def test_the_compiled_optimizer_steps_as_fused_adamw_skips_on_the_device_and_resumes_either_way(
+        aot_eager, masters: bool) -> None:
+    """12 steps whose learning rate changes every step: one compilation (torch's counter); the
+    losses, norms, weights and optimizer state of the eager fused step to rounding; a step with an
+    infinite gradient (step 5) leaves every weight, moment and step count bit for bit as it was,
+    in both; the optimizer state_dict of either loads into the other and the steps go on alike."""
+    from torch._dynamo.utils import counters
+
+    twins, compiled = _twin_optimizers(masters)
+    dtype = torch.bfloat16 if masters else torch.float32
+    generator = torch.Generator().manual_seed(1)
+    inputs = [torch.randn(4, 6, generator=generator, dtype=dtype) for _ in range(12)]
+    before = compiling_graphs = counters["stats"]["unique_graphs"]
+    seen = [[], []]
+    for i, x in enumerate(inputs):
+        for k, (model, opt, schedule) in enumerate(twins):
+            loss = model[:3](x).float().pow(2).mean()
+            loss.backward()
+            if i == 4:  # an infinite gradient: the step is skipped on the device
+                model[0].weight.grad[0, 0] = float("inf")
+                kept = _everything(model, opt)
+            norm, ok = compiled(loss.detach()) if k else _eager_step(model, opt, loss.detach())
+            if i == 4:
+                assert not ok and all(torch.equal(a, b) for a, b in zip(kept, _everything(model, opt)))
+            schedule.step()
+            opt.zero_grad(set_to_none=True)
+            seen[k].append((loss.item(), norm.item()))
+        if i == 7:  # each loads the other's state: the run goes on from either
+            states = [twins[1][1].state_dict(), twins[0][1].state_dict()]
+            for (_, opt, _), state in zip(twins, states):
+                opt.load_state_dict(state)
+    assert counters["stats"]["unique_graphs"] - compiling_graphs == 1, before
+    assert len({round(lr, 9) for lr in (g["lr"] for g in twins[1][1].param_groups)}) == 1
+    finite = [(a, b) for a, b in zip(*seen) if math.isfinite(a[1])]
+    assert len(finite) == 11 and all(a == pytest.approx(b, rel=1e-5, abs=1e-7) for a, b in finite)
+    eager, mine = (_everything(model, opt) for model, opt, _ in twins)
+    assert len(eager) == len(mine) == 6 + 3 * 4 + 6 * masters  # no state for the unused layer (2 tensors)
+    for a, b in zip(eager, mine):
+        torch.testing.assert_close(b, a, rtol=1e-4 if masters else 1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method, accumulate", [("full", 2), ("lora", 1)])
+def test_compiled_optimizer_runs_give_the_eager_run_and_resume_exactly(tmp_path: Path, cli, aot_eager,
+                                                                       tiny_checkpoint, method: str,
+                                                                       accumulate: int) -> None:
+    """The loop with train.compile_optimizer (the forward eager, so only the optimizer is
+    compiled): the eager run's logged losses and gradient norms and trained weights, to rounding,
+    with one compilation; stopped after 3 steps and resumed, the uninterrupted run bit for bit."""
+    from torch._dynamo.utils import counters
+
+    from test_train import only_run, weights
+
+    recipe = recipe_file(tmp_path, "bert", method, hub_id=tiny_checkpoint("bert"))
+    common = ["train.max_steps=6", f"train.grad_accum={accumulate}", "train.compile=false", "train.eval_every=1000",
+              "task.max_length=32", "train.warmup_steps=2"]
+    assert cli("run", recipe, *common, "train.compile_optimizer=false", "--runs-dir", tmp_path / "eager")[0] == 0
+    before = counters["stats"]["unique_graphs"]
+    on = [*common, "train.compile_optimizer=true"]
+    assert cli("run", recipe, *on, "--runs-dir", tmp_path / "compiled")[0] == 0
+    assert counters["stats"]["unique_graphs"] - before == 1
+    logs = [[(e["loss"], e["grad_norm"]) for e in map(json.loads, next(root.rglob("log.jsonl")).read_text().splitlines())
+             if "loss" in e] for root in (tmp_path / "eager", tmp_path / "compiled")]
+    assert len(logs[0]) == 6 and all(a == pytest.approx(b, rel=1e-5) for a, b in zip(*logs))
+    eager, compiled = weights(only_run(tmp_path / "eager")), weights(only_run(tmp_path / "compiled"))
+    for key in eager:
+        torch.testing.assert_close(compiled[key], eager[key], rtol=1e-4, atol=1e-6)
+    if method != "full":
+        return
+    parts = tmp_path / "parts"
+    assert cli("run", recipe, *on, "--runs-dir", parts, "--stop-after", 3)[0] == 0
+    assert cli("run", recipe, *on, "--runs-dir", parts)[0] == 0
+    resumed = weights(only_run(parts))
+    assert all(torch.equal(resumed[k], compiled[k]) for k in compiled)
+
+
+@pytest.mark.parametrize("name", _registered("method"))
+def test_compiled_optimizer_is_refused_in_one_line_where_it_cannot_be_the_eager_step(name: str) -> None:
+    """The rule over the method registry: a method with an `after_step` (it sees each step's
+    gradients on the host) is refused with train.compile_optimizer: true, every other trains
+    with it; fp16 (a loss scaler deciding on the host) is refused for all, and FSDP / DeepSpeed at
+    launch. Each refusal one line naming the field."""
+    from types import SimpleNamespace
+
+    from toolkit import optimizer_step, recipe as recipes
+    from toolkit.errors import UserError
+    from toolkit.methods import METHODS, Method
+
+    cls = METHODS.get(name)
+    method = cls.__new__(cls)  # the checks read class attributes only
+    for precision in ("no", "bf16", "fp16"):
+        train = SimpleNamespace(compile_optimizer=True, mixed_precision=precision)
+        refused = cls.trains and (precision == "fp16" or cls.after_step is not Method.after_step)
+        if not refused:
+            recipes._check_compile_optimizer(SimpleNamespace(train=train, method=method))
+            continue
+        with pytest.raises(UserError) as caught:
+            recipes._check_compile_optimizer(SimpleNamespace(train=train, method=method))
+        assert str(caught.value).startswith("train.compile_optimizer: true with") and "\n" not in str(caught.value)
+    for strategy in ("fsdp", "deepspeed"):
+        with pytest.raises(UserError, match=f"train.compile_optimizer: true under {strategy}"):
+            optimizer_step.check_strategy(True, strategy)
+    optimizer_step.check_strategy(True, None)
+    optimizer_step.check_strategy(False, "fsdp")

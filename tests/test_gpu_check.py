@@ -46,6 +46,9 @@ def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
     assert [r["method"] for r in rows if "method" in r and r["row"].endswith("step (tiny roberta)")] == ["full", "lora"]
     accuracy = [r for r in rows if r["row"] == "MiniLM SST-2 accuracy"]
     assert [r["compile"] for r in accuracy] == [False, True] and all(0 <= r["accuracy"] <= 1 for r in accuracy)
+    (optimizer,) = [r for r in rows if r["row"] == "toolkit, compiled optimizer"]  # train.compile_optimizer
+    assert (optimizer["precision"], optimizer["compile"], optimizer["compile_optimizer"]) == ("bf16", True, True)
+    assert optimizer["step_profile"]["steps"] == 2 and optimizer["compiled_graphs"] >= 2  # the step's, the optimizer's
 
 
 def test_other_issues_rows_join_the_table(monkeypatch) -> None:
@@ -82,7 +85,9 @@ def test_the_plan_puts_the_targets_first_and_the_master_rows_on_request() -> Non
     args = gpu_check.parser().parse_args([])
     rows = gpu_check.plan(args, "bert", "minilm")
     labels = [label for label, *_ in rows]
-    assert labels[:4] == ["toolkit", "toolkit", "Trainer, dynamic padding", "toolkit"]
+    assert labels[:5] == ["toolkit", gpu_check.OPTIMIZER, "toolkit", "Trainer, dynamic padding", "toolkit"]
+    assert [("--compile-optimizer" in flags, flags[flags.index("--compile") + 1]) for *_, flags in rows[:2]] == [
+        (False, "true"), (True, "true")]  # the compiled bf16 step, then the same with its optimizer compiled
     assert not any(gpu_check.MASTER_LABEL in label for label in labels)
     assert all("--length-buckets" not in flags and "--pad-multiple" not in flags for *_, flags in rows)
     assert all("--size" not in flags for label, _, _, flags in rows if label.startswith("MiniLM"))

@@ -12,9 +12,10 @@ and the first GPU check spent 80 s of a 113 s row compiling one.) What still rec
 argument that changes, say) is bounded by the recompile limit, raised to SHAPE_LIMIT, past which
 the run stops in one line rather than running the shape eager in silence.
 
-The optimizer is fused AdamW (one multi-tensor kernel, no Python loop over parameters), which is
-what a compiled optimizer step would give; it stays outside the graph because its learning rate
-changes every step (a Python float there would recompile the step each time).
+The optimizer is fused AdamW (one multi-tensor kernel) outside the graph; `train.compile_optimizer:
+true` compiles clipping and the AdamW update into a second function of their own
+(toolkit/optimizer_step.py: the learning rate a 0-d tensor, so the schedule does not recompile it).
+Its `auto` is off until a GPU has measured it.
 
 `auto` compiles on CUDA and not on a CPU: on a CPU the step is compute-bound, Inductor's C++
 compilation takes minutes, and the toolkit's CPU dropout (toolkit/dropout.py) is already fused.
@@ -65,10 +66,17 @@ def strategy_reason(deepspeed_plugin: Any) -> str | None:
     return None
 
 
+def optimizer_wanted(setting: Any) -> bool:
+    """train.compile_optimizer resolved: auto is off everywhere until a GPU check has measured it
+    (docs/gpu.md); true compiles it on any device."""
+    return setting is True
+
+
 SHAPE_LIMIT = 64  # compiled shapes of one step; past it the run stops (never eager in silence)
 
 
-def compile_step(fn: Callable, device: torch.device, fullgraph: bool = False) -> Callable:
+def compile_step(fn: Callable, device: torch.device, fullgraph: bool = False, dynamic: bool | None = None,
+                 size_asserts: bool = True) -> Callable:
     """`fn` (one micro-batch -> its summed loss) compiled; call it on `mark_dynamic(batch)`. Dynamo would run a
     shape past its recompile limit eager without a word: here it raises instead (`step_error`)."""
     import torch._dynamo
@@ -79,12 +87,18 @@ def compile_step(fn: Callable, device: torch.device, fullgraph: bool = False) ->
     config.fail_on_recompile_limit_hit = True
     mode = "reduce-overhead" if device.type == "cuda" and BACKEND is None else None
     # dynamic=None: the marked dimensions are symbolic from the first compilation; anything else
-    # that varies becomes symbolic at its first recompile (torch's "automatic dynamic")
-    kwargs: dict[str, Any] = {"dynamic": None, "fullgraph": fullgraph}
+    # that varies becomes symbolic at its first recompile (torch's "automatic dynamic"); False:
+    # every shape static (the optimizer's: the parameters' shapes never change)
+    kwargs: dict[str, Any] = {"dynamic": dynamic, "fullgraph": fullgraph}
     if BACKEND is not None:
         kwargs["backend"] = BACKEND
-    else:
+    elif size_asserts:
         kwargs["mode"] = mode
+    else:  # the same mode, without Inductor's check of every input's size and stride on each call:
+        # dynamo's guards check them already; over the optimizer's ~800 tensors the checks cost
+        # about 1.5 ms a call on this CPU for 40 parameters (benchmarks/bench/optimizer_host.py)
+        kwargs["options"] = {**({"triton.cudagraphs": True} if mode == "reduce-overhead" else {}),
+                             "size_asserts": False, "alignment_asserts": False}
     return torch.compile(fn, **kwargs)
 
 

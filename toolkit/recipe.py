@@ -82,6 +82,20 @@ def _plain_relative(name: str) -> bool:
     return not name.startswith(("/", "~")) and all(p not in ("", ".", "..") and "\\" not in p for p in parts)
 
 
+def _check_compile_optimizer(recipe: Recipe) -> None:
+    """train.compile_optimizer: true where the compiled update cannot be the eager one (it skips a
+    non-finite step on the device and reads nothing to the host; toolkit/optimizer_step.py)."""
+    train = recipe.train
+    if train.compile_optimizer is not True or not recipe.method.trains:
+        return
+    if train.mixed_precision == "fp16":
+        raise UserError("train.compile_optimizer: true with mixed_precision: fp16, whose loss scaler decides "
+                        "on the host each step; use bf16, or compile_optimizer: false")
+    if type(recipe.method).after_step is not methods.Method.after_step:
+        raise UserError(f"train.compile_optimizer: true with method {recipe.method.name}, whose after_step "
+                        "reads each step's gradients on the host; set compile_optimizer: false")
+
+
 def check(recipe: Recipe, base: Recipe | None = None) -> None:
     """Cross-field checks: task settings, attention, model family x head x method x task. `base`
     is the recipe at the bottom of a `{run: ...}` chain (RunPlan.base): continued pretraining
@@ -94,6 +108,7 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
         raise UserError(f"train.precision_mode: bf16_master keeps the weights in bf16, so it needs "
                         f"train.mixed_precision: bf16 (got {train.mixed_precision}); set that, or "
                         "precision_mode: autocast")
+    _check_compile_optimizer(recipe)
     if recipe.method.trains and not train.max_steps and train.epochs == 0:  # the loop takes >= 1 step
         raise UserError("train.epochs: 0 trains no epoch, yet the run would take one optimizer step; "
                         "set epochs above 0, or train.max_steps")

@@ -25,8 +25,8 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from toolkit import (attention, checkpoints, compiling, dropout, evaluation, models, precision, run_metrics, runs,
-                     sharding, tracking)
+from toolkit import (attention, checkpoints, compiling, dropout, evaluation, models, optimizer_step, precision,
+                     run_metrics, runs, sharding, tracking)
 from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, pad_inputs, train_loaders
 from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
@@ -72,6 +72,7 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
     if not torch.cuda.is_available():
         sharding.check_cpu_launch()
     precision.check_strategy(recipe.train.precision_mode, sharding.asked())
+    optimizer_step.check_strategy(compiling.optimizer_wanted(recipe.train.compile_optimizer), sharding.asked())
     sharding.restore_launch_kind()  # several runs in one process: each starts from the launch's state
     AcceleratorState._reset_state()  # several runs in one process may differ in mixed precision
     # step_scheduler_with_optimizer=False: accelerate would otherwise step the schedule once per
@@ -131,6 +132,7 @@ class Loop:
         self.tally = Tally(accelerator.device)
         # fp16's loss scaler decides on the host; a method's after_step must not see a skipped step
         self.host_checked = accelerator.scaler is not None or type(self.method).after_step is not Method.after_step
+        self.opt_step = self._compiled_optimizer(accelerator.device)
         self.forward_loss = self._forward_loss
         if self.compiled:  # a wrapper: evaluation calls self.model, which stays eager
             self.forward_loss = compiling.compile_step(self._forward_loss, accelerator.device)
@@ -146,6 +148,20 @@ class Loop:
         if reason:
             tqdm.write(f"train.compile: the step runs eager: {reason}")
         return reason is None
+
+    def _compiled_optimizer(self, device: torch.device) -> optimizer_step.CompiledStep | None:
+        """train.compile_optimizer resolved: clipping and the AdamW update as one compiled function
+        (toolkit/optimizer_step.py), None where they run eager. fp16 and a method's after_step are
+        refused with the recipe, FSDP and DeepSpeed at launch (`optimizer_step.check_strategy`)."""
+        if not compiling.optimizer_wanted(self.cfg.compile_optimizer):
+            return None
+        if not self.plain or self.host_checked:  # what the checks above leave: accelerate steps it
+            raise UserError(f"train.compile_optimizer: true needs the loop to step torch's optimizer itself "
+                            f"(one process or DDP, no loss scaler; here {self.acc.distributed_type.value}); "
+                            "set train.compile_optimizer: false")
+        return optimizer_step.CompiledStep(
+            self.stepper, self.cfg.max_grad_norm,
+            lambda fn: compiling.compile_step(fn, device, fullgraph=True, dynamic=False, size_asserts=False))
 
     def _plain_steps(self, accelerator: Accelerator) -> None:
         """Where accelerate's optimizer and clipping wrappers only pass through (one process or
@@ -268,6 +284,10 @@ class Loop:
         weighted = self._own_examples(group)
         units, samples = self._counts(weighted)
         loss_t = self._backward(weighted, units)
+        if self.opt_step is not None:  # clipped and stepped in one compiled call, skipped on the device
+            norm_t, ok = self.opt_step(loss_t)
+            self._next_step(loss_t, norm_t, samples, ok)
+            return
         norm_t = self._clip_grads()
         if norm_t is None:  # not clipped: the loss alone says whether the step is finite
             norm_t = torch.zeros((), device=loss_t.device)
@@ -278,7 +298,12 @@ class Loop:
         skip_unless(self.optimizer, ok)
         self.stepper.step()
         clear_skip(self.optimizer)
-        self.scheduler.step()  # a skipped batch takes its step slot: the schedule moves on
+        self._next_step(loss_t, norm_t, samples, ok)
+
+    def _next_step(self, loss_t: torch.Tensor, norm_t: torch.Tensor, samples: torch.Tensor,
+                   ok: torch.Tensor) -> None:
+        """After the optimizer (a skipped batch takes its step slot: the schedule moves on)."""
+        self.scheduler.step()
         self.state.step += 1
         self.stepper.zero_grad(set_to_none=True)
         self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())

@@ -88,6 +88,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["no", "bf16", "fp16"], default="no")
     p.add_argument("--compile", choices=["auto", "true", "false"], default=None,
                    help="the toolkit's train.compile (default: the toolkit's default, auto)")
+    p.add_argument("--compile-optimizer", choices=["auto", "true", "false"], default=None,
+                   help="the toolkit's train.compile_optimizer (default: the toolkit's default, auto: off)")
     p.add_argument("--precision-mode", choices=["autocast", "bf16_master"], default=None,
                    help="the toolkit's train.precision_mode with --precision bf16 (default: the toolkit's, autocast)")
     p.add_argument("--pad-multiple", type=int, default=None, help="the toolkit's train.pad_multiple")

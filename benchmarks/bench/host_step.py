@@ -8,6 +8,13 @@ profiler off: on a CPU the profiler's per-op recording would be most of what it 
 
     python benchmarks/bench/host_step.py --before HEAD~1      # before/after, one table
 
+Modes: "aot_eager" and "eager" (the forward and backward compiled or not), each also with "+opt":
+`train.compile_optimizer: true`, clipping and the AdamW update compiled too (their host time is
+then all in "optimizer, schedule, tally"; the "clip + optimizer, schedule, tally" row compares).
+"aot_eager" runs a graph's ops one by one from Python, which for the optimizer's ~15 small ops
+per parameter costs more than fused AdamW's single kernel: "eager+inductor" compiles the
+optimizer alone with Inductor (C++ kernels on a CPU, about 2 minutes of compilation per run).
+
 Each figure is the least (and the median) of `--repeats` child processes, alternating before and after (this VM's
 speed drifts), each a `train.run` of the tiny BERT on SST-2 with the step compiled by the
 "aot_eager" backend (dynamo's guards, AOT autograd's backward, eager kernels) and eager.
@@ -41,16 +48,17 @@ def child(args: argparse.Namespace) -> None:
     from bench.trainer import StepProfile
 
     torch.manual_seed(0)
-    if args.compile == "aot_eager":
-        compiling.BACKEND = "aot_eager"
+    forward, _, optimizer = args.compile.partition("+")
+    if args.compile != "eager" and optimizer != "inductor":  # "eager+opt": the optimizer's backend too
+        compiling.BACKEND = "aot_eager"  # "eager+inductor": the optimizer alone, by Inductor (C++ here)
     raw = {"model": {"checkpoint": models.smoke_checkpoint("bert-base-uncased")},
            "task": {"name": "glue", "subset": "sst2", "max_length": 64,
                     "max_train_samples": args.steps * args.batch_size, "max_eval_samples": 8},
            "method": {"name": args.method},
            "train": {"epochs": 1, "max_steps": args.steps, "batch_size": args.batch_size, "lr": 1e-3,
                      "log_every": 1000, "eval_every": 0, "keep_best": False, "fast_dropout": False,
-                     "max_grad_norm": args.max_grad_norm, "compile": args.compile != "eager",
-                     "pad_multiple": 16}}
+                     "max_grad_norm": args.max_grad_norm, "compile": forward != "eager",
+                     "pad_multiple": 16, **({"compile_optimizer": True} if optimizer else {})}}
     recipe = recipes.parse(raw, name="host-step")
     with tempfile.TemporaryDirectory() as out:
         with StepProfile(args.steps - args.count - 1, args.count, trace=False) as profiled:
@@ -89,8 +97,9 @@ def measure(args: argparse.Namespace, tree: str, compile_: str) -> dict:
 def best_row(results: list[dict]) -> dict:
     """Each part's least ms over the runs: other work on this VM's shared cores only ever adds
     time to a run, so the least is the closest to the step's own cost (the median is printed too)."""
-    rows = [{**r["host_parts_ms"], "host in step": r["host_in_step_ms"], "wall per step": r["wall_ms"]}
-            for r in results]
+    rows = [{**r["host_parts_ms"], "clip + optimizer, schedule, tally": r["host_parts_ms"]["clip"]
+             + r["host_parts_ms"]["optimizer, schedule, tally"], "host in step": r["host_in_step_ms"],
+             "wall per step": r["wall_ms"]} for r in results]
     return {part: (min(row[part] for row in rows), statistics.median(row[part] for row in rows)) for part in rows[0]}
 
 
@@ -103,7 +112,9 @@ def main() -> None:
     p.add_argument("--method", default="full")
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--modes", default="aot_eager,eager")
+    p.add_argument("--modes", default="aot_eager,eager,aot_eager+opt,eager+opt",
+                   help="the step compiled (aot_eager) or eager; +opt: with train.compile_optimizer "
+                        "(its clipping and AdamW update compiled; the --before tree runs without it)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tree", default=str(ROOT), help=argparse.SUPPRESS)
     p.add_argument("--compile", default="aot_eager", help=argparse.SUPPRESS)
@@ -117,7 +128,8 @@ def main() -> None:
         if args.before:
             trees = {"before": worktree(args.before, Path(tmp) / "before"), **trees}
         try:
-            results = {(label, mode): [] for label in trees for mode in args.modes.split(",")}
+            results = {(label, mode): [] for label in trees for mode in args.modes.split(",")
+                       if label == "after" or "+opt" not in mode}  # an older tree has no compile_optimizer
             for _ in range(args.repeats):
                 for label, mode in results:
                     results[label, mode].append(measure(args, trees[label], mode))

@@ -105,11 +105,13 @@ def toolkit_recipe(args: argparse.Namespace, checkpoint: str, method: str = "ful
 
 
 def speed_settings(args: argparse.Namespace) -> dict:
-    """The toolkit's few-shapes, compile and precision-mode settings the bench was given (else its
-    defaults)."""
+    """The toolkit's few-shapes, compile (step and optimizer) and precision-mode settings the bench
+    was given (else its defaults)."""
     out: dict[str, Any] = {}
     if getattr(args, "compile", None) is not None:
         out["compile"] = {"true": True, "false": False}.get(args.compile, args.compile)
+    if getattr(args, "compile_optimizer", None) is not None:
+        out["compile_optimizer"] = {"true": True, "false": False}.get(args.compile_optimizer, args.compile_optimizer)
     if getattr(args, "precision_mode", None) is not None:
         out["precision_mode"] = args.precision_mode
     if getattr(args, "pad_multiple", None) is not None:
