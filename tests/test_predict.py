@@ -151,7 +151,7 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
 
     # a field that is not text is one line from the API and from JSONL on standard input, never
     # predicted as the text "None" or "5" (the inputs are checked after the model loads: it is
-    # loaded once for these five calls)
+    # loaded once for these calls)
     from toolkit import inference
 
     first = as_rows(names, inputs)[0]
@@ -164,11 +164,11 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
         stdin.write_text(json.dumps({**first, names[0]: 5}) + "\n")
         patch.setattr("sys.stdin", stdin.open(encoding="utf-8"))
         code, _, err = cli("predict", run.dir, "--input", "-")
-    assert code == 2 and f"<stdin>: example 1: field '{names[0]}' is a number (5); expected text" in err
-    if file[0].endswith(".txt"):  # plain text: a blank line between examples is said, not dropped unsaid
-        source.write_text(file[1].replace("\n", "\n\n", 1) + "\n\n")
-        code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
-        assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
+        assert code == 2 and f"<stdin>: example 1: field '{names[0]}' is a number (5); expected text" in err
+        if file[0].endswith(".txt"):  # plain text: a blank line between examples is said, not dropped unsaid
+            source.write_text(file[1].replace("\n", "\n\n", 1) + "\n\n")
+            code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
+            assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
 
     # a model whose outputs are not finite predicts nothing: one line, and no --output file
     def broken(*args, **kwargs):
