@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -19,23 +20,27 @@ BAD = ["a dull mess", "terrible acting and a boring plot", "I hated every minute
        "a waste of time", "poor direction", "lifeless and ugly", "clumsy and stupid"]
 TEXTS = ["a wonderful film", "a dull mess", "great acting"]
 
-# What the README's "Your own data" section shows, run as a user would: a fresh process, offline.
+# What the README's "Your own data" section shows, run as a user would: a fresh process, offline,
+# that never imports the toolkit. One such process serves the module (a request a line: texts, base,
+# folders), its interpreter's start-up (torch, transformers, peft) being most of a load's time.
 LOAD = """
 import json, sys, torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
-texts, base, results = json.loads(sys.argv[1]), sys.argv[2], []
-for out in sys.argv[3:]:
-    if base:  # a prompt method: peft loads it on the base exported beside it
-        from peft import PeftModel
-        model = PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(base), out)
-    else:
-        model = AutoModelForSequenceClassification.from_pretrained(out)
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    with torch.no_grad():
-        probs = model.eval()(**tokenizer(texts, return_tensors="pt", padding=True)).logits.softmax(-1)
-    labels = model.config.id2label
-    results.append([{labels[i]: float(p[i]) for i in range(len(p))} for p in probs])
-print(json.dumps(results))
+for request in sys.stdin:
+    texts, base, folders = json.loads(request)
+    results = []
+    for out in folders:
+        if base:  # a prompt method: peft loads it on the base exported beside it
+            from peft import PeftModel
+            model = PeftModel.from_pretrained(AutoModelForSequenceClassification.from_pretrained(base), out)
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(out)
+        tokenizer = AutoTokenizer.from_pretrained(out)
+        with torch.no_grad():
+            probs = model.eval()(**tokenizer(texts, return_tensors="pt", padding=True)).logits.softmax(-1)
+        labels = model.config.id2label
+        results.append([{labels[i]: float(p[i]) for i in range(len(p))} for p in probs])
+    print("RESULT", json.dumps(results), flush=True)
 """
 
 
@@ -45,14 +50,30 @@ def write_csv(path: Path, rows: int) -> Path:
     return path
 
 
-def load_offline(*folders: Path, base: str = "") -> list[list[dict[str, float]]]:
-    """Each folder's probabilities for TEXTS, loaded in one fresh offline process."""
+@pytest.fixture(scope="module")
+def load_offline(tmp_path_factory: pytest.TempPathFactory):
+    """load(*folders, base="") -> each folder's probabilities for TEXTS, loaded by the module's
+    fresh offline process (LOAD), which has nothing of the toolkit's: the folders alone."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    env.pop("TOOLKIT_CACHE", None)  # nothing of the toolkit's: the folders alone
-    done = subprocess.run([sys.executable, "-c", LOAD, json.dumps(TEXTS), base, *map(str, folders)],
-                          capture_output=True, text=True, env=env, cwd=folders[0].parent, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    env.pop("TOOLKIT_CACHE", None)
+    where = tmp_path_factory.mktemp("offline")
+    with (where / "stderr.txt").open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", LOAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, text=True, env=env, cwd=where)
+
+        def load(*folders: Path, base: str = "") -> list[list[dict[str, float]]]:
+            proc.stdin.write(json.dumps([TEXTS, base, [str(f) for f in folders]]) + "\n")
+            proc.stdin.flush()
+            while True:  # its answer's line (a library may print lines of its own)
+                ready, _, _ = select.select([proc.stdout], [], [], 300)
+                line = proc.stdout.readline() if ready else ""
+                assert line, (where / "stderr.txt").read_text()[-2000:]  # it died or hung: its stderr
+                if line.startswith("RESULT "):
+                    return json.loads(line[len("RESULT "):])
+
+        yield load
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0, (where / "stderr.txt").read_text()[-2000:]
 
 
 def predicted(cli, run: Path, tmp_path: Path) -> list[dict[str, float]]:
@@ -78,7 +99,7 @@ def own_run(cli, tmp_path: Path, *overrides: str, smoke: bool = True) -> Path:
     return metrics.parent
 
 
-def test_own_csv_predict_and_both_exports_load_offline_with_the_users_labels(tmp_path: Path, cli) -> None:
+def test_own_csv_predict_and_both_exports_load_offline_with_the_users_labels(tmp_path: Path, cli, load_offline) -> None:
     run = own_run(cli, tmp_path)
     want = predicted(cli, run, tmp_path)
     adapter_base = json.loads((run / "model" / "adapter_config.json").read_text())["base_model_name_or_path"]
@@ -98,7 +119,7 @@ def test_own_csv_predict_and_both_exports_load_offline_with_the_users_labels(tmp
     same(merged, want)
 
 
-def test_prompt_method_export_loads_with_peft_on_the_base_beside_it(tmp_path: Path, cli) -> None:
+def test_prompt_method_export_loads_with_peft_on_the_base_beside_it(tmp_path: Path, cli, load_offline) -> None:
     run = own_run(cli, tmp_path, "method={name: prompt_tuning, num_virtual_tokens: 4}")
     want = predicted(cli, run, tmp_path)
     code, out, err = cli("export", run, tmp_path / "o")
@@ -108,7 +129,7 @@ def test_prompt_method_export_loads_with_peft_on_the_base_beside_it(tmp_path: Pa
     same(loaded, want)
 
 
-def test_export_of_a_packaged_base_loads_offline_and_keeps_its_hub_id(tmp_path: Path, cli) -> None:
+def test_export_of_a_packaged_base_loads_offline_and_keeps_its_hub_id(tmp_path: Path, cli, load_offline) -> None:
     """The real all-MiniLM-L6-v2, served from its PyPI package's folder: one optimizer step."""
     run = own_run(cli, tmp_path, "train.max_steps=1", "task.max_length=32", smoke=False)
     want = predicted(cli, run, tmp_path)

@@ -75,6 +75,19 @@ def loaded(run_dir: Path) -> tuple[Any, Any, Any, list[str]]:
     return recipe.task, model, tok, recipe.task.predict_fields(model)
 
 
+def loaded_once(load: Any) -> Any:
+    """`load_model` that loads each run once and then returns that (model, tokenizer): for the
+    calls of a test that check what happens after the load (a refused input, non-finite outputs),
+    a model load each being most of such a call's time."""
+    made: dict[str, Any] = {}
+
+    def once(run: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(run) not in made:
+            made[str(run)] = load(run, *args, **kwargs)
+        return made[str(run)]
+    return once
+
+
 def check_rows(run: tuple[Any, Any, Any, list[str]], given: list[dict], rows: list[dict]) -> None:
     """Each row: the input's fields as given, and the task's prediction of the right shape."""
     task, model, tok, names = run
@@ -137,25 +150,27 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
     check_rows(trained, read_inputs(str(source), names, settings.predict_word_lists), rows)
 
     # a field that is not text is one line from the API and from JSONL on standard input, never
-    # predicted as the text "None" or "5"
-    first = as_rows(names, inputs)[0]
-    for bad, said in ((None, "null"), (5, r"a number \(5\)"), ("  ", "blank text"), ([], r"a list \(\[\]\)")):
-        with pytest.raises(toolkit.UserError, match=rf"^predict: input 0: field '{names[0]}' is {said}; expected text"):
-            toolkit.predict(run.dir, [{**first, names[0]: bad}])
-    stdin = tmp_path / "stdin.jsonl"
-    stdin.write_text(json.dumps({**first, names[0]: 5}) + "\n")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("sys.stdin", stdin.open(encoding="utf-8"))
-        code, _, err = cli("predict", run.dir, "--input", "-")
-    assert code == 2 and f"<stdin>: example 1: field '{names[0]}' is a number (5); expected text" in err
-    if file[0].endswith(".txt"):  # plain text: a blank line between examples is said, not dropped unsaid
-        source.write_text(file[1].replace("\n", "\n\n", 1) + "\n\n")
-        code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
-        assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
-
-    # a model whose outputs are not finite predicts nothing: one line, and no --output file
+    # predicted as the text "None" or "5" (the inputs are checked after the model loads: it is
+    # loaded once for these calls)
     from toolkit import inference
 
+    first = as_rows(names, inputs)[0]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference, "load_model", loaded_once(inference.load_model))
+        for bad, said in ((None, "null"), (5, r"a number \(5\)"), ("  ", "blank text"), ([], r"a list \(\[\]\)")):
+            with pytest.raises(toolkit.UserError, match=rf"^predict: input 0: field '{names[0]}' is {said}; expected text"):
+                toolkit.predict(run.dir, [{**first, names[0]: bad}])
+        stdin = tmp_path / "stdin.jsonl"
+        stdin.write_text(json.dumps({**first, names[0]: 5}) + "\n")
+        patch.setattr("sys.stdin", stdin.open(encoding="utf-8"))
+        code, _, err = cli("predict", run.dir, "--input", "-")
+        assert code == 2 and f"<stdin>: example 1: field '{names[0]}' is a number (5); expected text" in err
+        if file[0].endswith(".txt"):  # plain text: a blank line between examples is said, not dropped unsaid
+            source.write_text(file[1].replace("\n", "\n\n", 1) + "\n\n")
+            code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
+            assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
+
+    # a model whose outputs are not finite predicts nothing: one line, and no --output file
     def broken(*args, **kwargs):
         import torch
 
@@ -167,7 +182,7 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
 
     load = inference.load_model
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(inference, "load_model", broken)
+        patch.setattr(inference, "load_model", loaded_once(broken))  # the API's and the CLI's: one load
         with pytest.raises(toolkit.UserError, match=r"^the model's outputs are not finite \(its \w*logits\)"):
             toolkit.predict(run.dir, inputs)
         code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "nan.jsonl")
