@@ -81,15 +81,14 @@ def refuse_not_finite(arrays: dict[str, np.ndarray], suffix: str) -> None:
     padded positions with the dtype's minimum inside its loss only); padding is -100."""
     loss = arrays.get("loss")
     bad_loss = int((~np.isfinite(loss)).sum()) if loss is not None else 0
-    nan_keys = sorted(k for k, v in arrays.items()
+    bad_keys = sorted(k for k, v in arrays.items()
                       if k != "loss" and np.issubdtype(v.dtype, np.floating) and not np.isfinite(v).all())
-    if not bad_loss and not nan_keys:
+    what = ([f"the loss of {bad_loss} of {len(loss)} examples"] if bad_loss else []) + \
+        ([f"its {', '.join(bad_keys)}"] if bad_keys else [])
+    if not what:
         return
-    split = "eval" + suffix
-    what = (f"the loss of {bad_loss} of {len(loss)} examples" if bad_loss else "") + \
-        (" and " if bad_loss and nan_keys else "") + (f"its {', '.join(nan_keys)}" if nan_keys else "")
-    raise NotFinite(f"the model's outputs on the {split} split are not finite ({what}): nothing is scored "
-                    f"from them; the weights have diverged or are broken")
+    raise NotFinite(f"the model's outputs on the eval{suffix} split are not finite ({' and '.join(what)}): "
+                    "nothing is scored from them; the weights have diverged or are broken")
 
 
 OUTPUT_KEYS = ("logits", "start_logits", "end_logits")  # what a head gives that predictions come from

@@ -91,7 +91,7 @@ def _check_compile_optimizer(recipe: Recipe) -> None:
     if train.mixed_precision == "fp16":
         raise UserError("train.compile_optimizer: true with mixed_precision: fp16, whose loss scaler decides "
                         "on the host each step; use bf16, or compile_optimizer: false")
-    if type(recipe.method).after_step is not methods.Method.after_step:
+    if recipe.method.steps_on_host:
         raise UserError(f"train.compile_optimizer: true with method {recipe.method.name}, whose after_step "
                         "reads each step's gradients on the host; set compile_optimizer: false")
 

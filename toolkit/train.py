@@ -31,7 +31,6 @@ from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_lo
 from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
 from toolkit.errors import Interrupted, UserError
-from toolkit.methods import Method
 from toolkit.recipe import Recipe, RunPlan, dump
 from toolkit.setup import Setup, build
 from toolkit.tally import Reading, Tally, clear_skip, skip_unless
@@ -131,7 +130,7 @@ class Loop:
         self.evaluated = False  # in this process: a resumed run's last evaluation may be on disk only
         self.tally = Tally(accelerator.device)
         # fp16's loss scaler decides on the host; a method's after_step must not see a skipped step
-        self.host_checked = accelerator.scaler is not None or type(self.method).after_step is not Method.after_step
+        self.host_checked = accelerator.scaler is not None or self.method.steps_on_host
         self.opt_step = self._compiled_optimizer(accelerator.device)
         self.forward_loss = self._forward_loss
         if self.compiled:  # a wrapper: evaluation calls self.model, which stays eager

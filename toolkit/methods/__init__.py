@@ -101,6 +101,12 @@ class Method:
         (1 after the first): AdaLoRA re-allocates its ranks here."""
 
     @property
+    def steps_on_host(self) -> bool:
+        """Whether the method has an `after_step` (it reads each step's gradients on the host, so a
+        step cannot be skipped on the device unseen by it)."""
+        return type(self).after_step is not Method.after_step
+
+    @property
     def stateful(self) -> bool:
         """Whether the method keeps state beside the weights that a resumed run needs back."""
         return type(self).state_dict is not Method.state_dict
