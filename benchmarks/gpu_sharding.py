@@ -5,6 +5,11 @@ the same dev scores, the saved model reloading in one process with the same scor
 
     python benchmarks/gpu_sharding.py            # on a GPU: full-size models with random weights
     python benchmarks/gpu_sharding.py --smoke    # on CPU: --smoke models, each strategy on a CPU process
+    python benchmarks/gpu_sharding.py --cases gpt2 --strategies zero3,fsdp --budget-s 240 --json rows.json
+
+Each row is printed (stderr) and written to --json as it finishes, so a call cut short keeps the
+rows it measured; with --budget-s no launch outlives the budget (the H200 call of 2026-11-27 asked
+for four launches under a 300 s limit, took them all in silence and came back with nothing).
 
 The models are random-weight bert-base / gpt2 built from their configs with the real tokenizers
 ($TOOLKIT_TOKENIZERS): no download, the real sizes. `rows()` returns the rows (dicts) for
@@ -16,12 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 # Everything a benchmark reads is here (the data, the tokenizers, random-weight or packaged
 # models): off-line, a Hub id is not looked up on the network first (a machine without one, as the
@@ -70,8 +77,11 @@ def _pythonpath() -> str:
     return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
-def launch(strategy: str, recipe: Path, runs: Path, smoke: bool) -> subprocess.CompletedProcess:
-    """One process: plain `toolkit run`, or `accelerate launch` with the strategy's config."""
+def launch(strategy: str, recipe: Path, runs: Path, smoke: bool,
+           timeout: float = 1800) -> subprocess.CompletedProcess:
+    """One process: plain `toolkit run`, or `accelerate launch` with the strategy's config.
+    Stopped after `timeout` seconds with everything it started (accelerate's launcher starts
+    the training process as its child: killing the launcher alone left that one on the GPU)."""
     tail = ["-m", "toolkit.cli", "run", str(recipe), "--runs-dir", str(runs)] + ["--smoke"] * smoke
     if strategy == "plain":
         cmd = [sys.executable, *tail]
@@ -80,7 +90,21 @@ def launch(strategy: str, recipe: Path, runs: Path, smoke: bool) -> subprocess.C
                str(ROOT / "configs" / "accelerate" / f"{strategy}.yaml"), "--num_processes", "1",
                "--main_process_port", str(_port()), *tail]
     env = {**os.environ, "PYTHONPATH": _pythonpath(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    return run_group(cmd, timeout, cwd=ROOT, env=env)
+
+
+def run_group(cmd: list[str], timeout: float, **popen: object) -> subprocess.CompletedProcess:
+    """`cmd` run to its end, its output kept; past `timeout` seconds it is killed with every
+    process it started (its own process group), and TimeoutExpired raised."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **popen)  # type: ignore[call-overload]
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _run_folder(runs: Path) -> Path | None:
@@ -121,7 +145,8 @@ def _last_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0] if lines else (proc.stderr.strip().splitlines() or ["?"])[-1][:200]
 
 
-def row(name: str, method: str, strategy: str, work: Path, smoke: bool, plain: dict | None) -> dict:
+def row(name: str, method: str, strategy: str, work: Path, smoke: bool, plain: dict | None,
+        timeout: float = 1800) -> dict:
     """One launch measured; `plain` is the plain run's row (None for the plain run itself)."""
     checkpoint = name if smoke else random_checkpoint(name, work)
     sizes = {"train": 64, "eval": 32} if smoke else {"train": 160, "eval": 200}  # 20 steps of 8
@@ -131,7 +156,11 @@ def row(name: str, method: str, strategy: str, work: Path, smoke: bool, plain: d
     out = {"model": name, "method": method.split(",")[0].split(":")[1].strip(" }"), "strategy": strategy,
            "processes": 1}
     start = time.perf_counter()
-    proc = launch(strategy, recipe, runs, smoke)
+    try:
+        proc = launch(strategy, recipe, runs, smoke, timeout)
+    except subprocess.TimeoutExpired:
+        return {**out, "ran": "stopped", "seconds": round(time.perf_counter() - start, 1),
+                "note": f"--budget-s ran out after {timeout:.0f} s of it"}
     out["seconds"] = round(time.perf_counter() - start, 1)
     run = _run_folder(runs)
     if proc.returncode != 0 or run is None or not (run / "metrics.json").is_file():
@@ -151,21 +180,47 @@ def row(name: str, method: str, strategy: str, work: Path, smoke: bool, plain: d
     return out
 
 
+MIN_LAUNCH_S = 45  # --budget-s: no launch starts with less left (a gpt2 launch took 60-90 s on a GPU)
+RELOAD_S = 40  # kept back from --budget-s for the reload of the saved models
+
+
 def rows(smoke: bool = False, work: Path | None = None, cases: list | None = None,
-         strategies: list[str] | None = None) -> list[dict]:
+         strategies: list[str] | None = None, budget_s: float | None = None,
+         on_row: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Every case under every strategy, the plain run first whether asked for or not: the others
-    are compared to it."""
+    are compared to it. `on_row(rows so far)` after each launch; with `budget_s`, a launch gets
+    what is left of it (less RELOAD_S), and those with under MIN_LAUNCH_S left are listed as not
+    run."""
     work = Path(work or tempfile.mkdtemp(prefix="gpu-sharding-"))
-    out = []
+    began = time.perf_counter()
+
+    def left() -> float:
+        return 1800.0 if budget_s is None else budget_s - (time.perf_counter() - began)
+
+    out: list[dict] = []
     order = ["plain"] + [s for s in strategies or STRATEGIES if s != "plain"]
     for name, method in cases or CASES:
         plain = None
         for strategy in order:
-            got = row(name, method, strategy, work, smoke, plain)
+            room = left() - (RELOAD_S if budget_s is not None else 0)
+            if room < MIN_LAUNCH_S:
+                got = {"model": name, "strategy": strategy, "ran": "not run",
+                       "note": f"{max(left(), 0):.0f} s of --budget-s {budget_s:g} left"}
+            else:
+                got = row(name, method, strategy, work, smoke, plain, room)
             plain = got if strategy == "plain" else plain
             out.append(got)
+            print(f"{name} {strategy}: {got['ran']}, {got.get('seconds', 0):.0f} s"
+                  + (f" ({got['note']})" if got.get("note") else ""), file=sys.stderr, flush=True)
+            if on_row is not None:
+                on_row(out)
     done = [r for r in out if r.get("ran") == "yes"]
-    for r, reloaded in zip(done, _reload([r.pop("run") for r in done])):
+    runs = [r.pop("run") for r in done]
+    if done and left() < RELOAD_S / 2:
+        for r in done:
+            r["reloads"], r["note"] = None, "reload not run: --budget-s spent"
+        return out
+    for r, reloaded in zip(done, _reload(runs)):
         r["reloads"] = bool(reloaded) and all(abs(reloaded[k] - v) <= 1e-4 * max(1.0, abs(v))
                                               for k, v in r["eval"].items())
     return out
@@ -192,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--cases", default="", help="model names to run, comma-separated (default: all)")
     parser.add_argument("--strategies", default="", help="comma-separated subset of " + ",".join(STRATEGIES))
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds for the whole call: no launch outlives it, the rest are listed as not run")
     args = parser.parse_args(argv)
     asked = {"--cases": ([c for c in args.cases.split(",") if c], [c[0] for c in CASES]),
              "--strategies": ([s for s in args.strategies.split(",") if s], STRATEGIES)}
@@ -201,11 +258,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {flag}: no '{unknown[0]}'; choose from {', '.join(known)}", file=sys.stderr)
             return 2
     cases = [c for c in CASES if not asked["--cases"][0] or c[0] in asked["--cases"][0]]
-    found = rows(args.smoke, cases=cases, strategies=asked["--strategies"][0] or None)
+    def write(found: list[dict]) -> None:  # after every launch: a call cut short keeps its rows
+        if args.json:
+            Path(args.json).write_text(json.dumps(found, indent=2, default=str) + "\n")
+
+    found = rows(args.smoke, cases=cases, strategies=asked["--strategies"][0] or None, budget_s=args.budget_s,
+                 on_row=write)
+    write(found)
     print(table(found))
-    if args.json:
-        Path(args.json).write_text(json.dumps(found, indent=2) + "\n")
-    return 0
+    return 0 if all(r.get("ran") in ("yes", "refused") for r in found) else 1
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
     out = tmp_path / "gpu-check.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke", "--json", str(out)],
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke", "--optimizer", "--json", str(out)],
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "# make gpu-check" in done.stdout and "| row | precision | compile |" in done.stdout
@@ -49,6 +49,7 @@ def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
     (optimizer,) = [r for r in rows if r["row"] == "toolkit, compiled optimizer"]  # train.compile_optimizer
     assert (optimizer["precision"], optimizer["compile"], optimizer["compile_optimizer"]) == ("bf16", True, True)
     assert optimizer["step_profile"]["steps"] == 2 and optimizer["compiled_graphs"] >= 2  # the step's, the optimizer's
+    assert all(r["cudagraph_skips"] == 0 for r in toolkit)  # counted in every toolkit row (none asked on a CPU)
 
 
 def test_other_issues_rows_join_the_table(monkeypatch) -> None:
@@ -77,22 +78,51 @@ def test_the_sharding_rows_are_part_of_gpu_check() -> None:
     assert gpu_check.EXTRA_ROWS[name](argparse.Namespace(smoke=True, skip_sharding=False), {}) == []
 
 
-def test_the_plan_puts_the_targets_first_and_the_master_rows_on_request() -> None:
-    """The rows the targets are judged on come first (a run cut short keeps them); the speed
-    rows use the toolkit's own padding default (no forced buckets); bf16-master rows need --master."""
+def test_the_plan_puts_the_targets_first_and_the_measured_levers_on_request() -> None:
+    """The rows the targets are judged on come first, then those no GPU check has reached (a run
+    cut short keeps them); the speed rows use the toolkit's own padding default (no forced
+    buckets); the levers measured and not taken (bf16 master weights, the compiled optimizer)
+    need --master / --optimizer."""
     import gpu_check
 
     args = gpu_check.parser().parse_args([])
     rows = gpu_check.plan(args, "bert", "minilm")
     labels = [label for label, *_ in rows]
-    assert labels[:5] == ["toolkit", gpu_check.OPTIMIZER, "toolkit", "Trainer, dynamic padding", "toolkit"]
-    assert [("--compile-optimizer" in flags, flags[flags.index("--compile") + 1]) for *_, flags in rows[:2]] == [
-        (False, "true"), (True, "true")]  # the compiled bf16 step, then the same with its optimizer compiled
-    assert not any(gpu_check.MASTER_LABEL in label for label in labels)
+    assert labels[:7] == ["toolkit", "Trainer, dynamic padding", "full step (roberta-base shape)",
+                          "lora step (roberta-base shape)", "MiniLM SST-2 accuracy", "MiniLM SST-2 accuracy", "toolkit"]
+    assert [(flags[flags.index("--precision") + 1], flags[flags.index("--compile") + 1])
+            for label, _, _, flags in rows if label == "toolkit"][:2] == [("bf16", "true"), ("no", "true")]
+    assert not any(gpu_check.MASTER_LABEL in label or label == gpu_check.OPTIMIZER for label in labels)
     assert all("--length-buckets" not in flags and "--pad-multiple" not in flags for *_, flags in rows)
     assert all("--size" not in flags for label, _, _, flags in rows if label.startswith("MiniLM"))
     with_master = gpu_check.plan(gpu_check.parser().parse_args(["--master"]), "bert", "minilm")
     assert sum(gpu_check.MASTER_LABEL in label for label, *_ in with_master) == 3
+    with_optimizer = gpu_check.plan(gpu_check.parser().parse_args(["--optimizer"]), "bert", "minilm")
+    assert [label for label, *_ in with_optimizer][:2] == ["toolkit", gpu_check.OPTIMIZER]
+    assert "--compile-optimizer" in with_optimizer[1][3] and "--compile-optimizer" not in with_optimizer[0][3]
+
+
+def test_cuda_graphs_not_recorded_are_counted_with_their_reasons() -> None:
+    """Inductor's reduce-overhead mode runs a step without CUDA graphs, with a warning only, when
+    it cannot record them: the toolkit rows count the skips (torch's counter) and keep each
+    reason, and the table says so under the rows."""
+    from bench.trainer import CudagraphSkips
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    import gpu_check
+
+    with CudagraphSkips() as skipped:
+        for _ in range(2):
+            log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to cpu device (arg3_1)")
+    assert skipped.count == 2 and skipped.reasons == ["skipping cudagraphs due to cpu device (arg3_1)"]
+    rows = [{"row": "toolkit", "precision": "bf16", "compile": True, "cudagraph_skips": 2,
+             "cudagraph_skip_reasons": skipped.reasons},
+            {"row": "toolkit", "precision": "no", "compile": True, "cudagraph_skips": 0, "cudagraph_skip_reasons": []},
+            {"row": "toolkit", "precision": "bf16", "compile": False, "cudagraph_skips": 0}]
+    text = gpu_check.graph_notes({"cuda": "13.0"}, rows)
+    assert "- toolkit, bf16: 2 graphs not recorded (skipping cudagraphs due to cpu device (arg3_1))" in text
+    assert "- toolkit, fp32: every graph recorded" in text and text.count("\n- ") == 2
+    assert gpu_check.graph_notes({"cuda": None}, rows[1:]) == ""  # a CPU: no graph was asked for
 
 
 def test_a_spent_budget_starts_no_row_and_still_prints_the_table(tmp_path: Path, capsys) -> None:

@@ -67,3 +67,45 @@ def test_deepspeed_buckets_are_sized_from_the_model() -> None:
     given = {"zero_optimization": {"stage": 3, "reduce_bucket_size": 12345}}
     sharding.buckets_from_the_model(given)
     assert given["zero_optimization"]["reduce_bucket_size"] == 12345
+
+
+def test_a_budget_lists_what_it_leaves_out_and_writes_each_row(tmp_path: Path) -> None:
+    """--budget-s: a launch with too little left is listed as not run (no launch), each row is
+    handed on as it is done (the JSON is written after every launch), and the call says it fell
+    short (exit 1). The H200 call of 2026-11-27 ran past its limit and brought back nothing."""
+    seen: list[int] = []
+    rows = gpu_sharding.rows(smoke=True, work=tmp_path, cases=gpu_sharding.CASES[:1], strategies=["zero3", "fsdp"],
+                             budget_s=gpu_sharding.RELOAD_S + gpu_sharding.MIN_LAUNCH_S - 1,
+                             on_row=lambda found: seen.append(len(found)))
+    assert [(r["strategy"], r["ran"]) for r in rows] == [("plain", "not run"), ("zero3", "not run"), ("fsdp", "not run")]
+    assert seen == [1, 2, 3] and "of --budget-s" in rows[0]["note"]
+    assert not list(tmp_path.iterdir())  # nothing launched, nothing written
+    out = tmp_path / "rows.json"
+    assert gpu_sharding.main(["--smoke", "--cases", "gpt2", "--strategies", "zero3", "--budget-s", "1",
+                              "--json", str(out)]) == 1
+    assert [r["ran"] for r in __import__("json").loads(out.read_text())] == ["not run", "not run"]
+
+
+def test_a_launch_past_its_time_is_stopped_with_its_children(tmp_path: Path) -> None:
+    """accelerate's launcher starts the training process as its child: when the time is up both
+    go (killing the launcher alone would leave the child on the GPU)."""
+    import subprocess
+    import threading
+
+    marker = str(tmp_path / "child-marker")
+    raised: list[type] = []
+
+    def stop() -> None:  # a parent waiting on a child, as the launcher does
+        try:
+            gpu_sharding.run_group(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(60)' {marker} & wait"],
+                                   timeout=1.5)
+        except subprocess.TimeoutExpired as exc:
+            raised.append(type(exc))
+
+    waiting = threading.Thread(target=stop, daemon=True)
+    waiting.start()
+    waiting.join(30)  # a child left alive keeps the output pipes open: the call would not return
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    subprocess.run(["pkill", "-f", marker])
+    assert left == [] and raised == [subprocess.TimeoutExpired]
+    assert gpu_sharding.run_group(["sh", "-c", "echo ok"], timeout=30).stdout == "ok\n"

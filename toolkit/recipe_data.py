@@ -67,7 +67,7 @@ class TrainConfig:
     length_buckets: list[int] = field(default_factory=list, metadata=_min(1))
     compile: bool | Literal["auto"] = "auto"  # torch.compile the step; auto: on a CUDA GPU only
     # clipping and the AdamW update as one compiled function (toolkit/optimizer_step.py); auto: off
-    # until a GPU has measured it (docs/gpu.md)
+    # (measured on an H200: no faster than fused AdamW; docs/gpu.md)
     compile_optimizer: bool | Literal["auto"] = "auto"
     eval_every: int = field(default=0, metadata=_min(0))  # optimizer steps; 0 = end of each epoch
     log_every: int = field(default=10, metadata=_min(1))

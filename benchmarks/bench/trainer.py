@@ -230,6 +230,40 @@ class StepProfile:
             setattr(train.Loop, name, original)
 
 
+class CudagraphSkips:
+    """CUDA graph recordings Inductor declined while in use (`mode="reduce-overhead"` compiles
+    the step and then runs it without graphs, with a warning nobody sees in a row's captured
+    output): torch's own counter and each distinct reason. The second GPU checks found the
+    compiled step's forward and backward calls at 2-6 ms of host time, which a replayed graph
+    would not take; this says whether the graphs ran."""
+
+    def __init__(self) -> None:
+        self.count, self.reasons = 0, []
+
+    def __enter__(self) -> CudagraphSkips:
+        import logging
+
+        from torch._dynamo.utils import counters
+        from torch._inductor import cudagraph_utils
+
+        me = self
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                text = record.getMessage()
+                if text.startswith("skipping cudagraphs") and text not in me.reasons:
+                    me.reasons.append(text)
+
+        self.counters, self.before = counters, counters["inductor"]["cudagraph_skips"]
+        self.logger, self.handler = cudagraph_utils.cudagraphs_log, Keep()
+        self.logger.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.logger.removeHandler(self.handler)
+        self.count = self.counters["inductor"]["cudagraph_skips"] - self.before
+
+
 def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: str = "full",
                 train_overrides: dict | None = None) -> dict:
     """Row (a): `train.run`, the same function `toolkit run` calls. Train samples/s is the
@@ -240,7 +274,8 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
     recipe = toolkit_recipe(args, checkpoint, method, train_overrides)
     collators = count_toolkit_collators()
     graphs, variants = compiling.graph_count(), step_compilations()
-    with StepProfile(max(1, (3 * args.steps) // 5), getattr(args, "profile_steps", 0)) as profiled:  # steady
+    with StepProfile(max(1, (3 * args.steps) // 5), getattr(args, "profile_steps", 0)) as profiled, \
+            CudagraphSkips() as skipped:  # steady steps profiled; CUDA graphs declined, and why
         metrics = train.run(recipes.RunPlan(recipe), out)
     training = [c for c in collators if c.training]  # none if the loop stops calling use_epoch
     counts = {**training[-1].per_example(), "compiled_graphs": compiling.graph_count() - graphs,
@@ -256,6 +291,7 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
             "peak_mb": metrics["peak_memory_mb"], "accuracy": metrics["eval"]["accuracy"],
             "trainable": metrics["trainable_params"], "steps": metrics["train_steps"],
             "steady_samples_per_s": steady_rate(logged, args.batch_size, profiled), **counts,
+            "cudagraph_skips": skipped.count, "cudagraph_skip_reasons": skipped.reasons,
             **({"step_profile": profiled.result} if profiled.result else {})}
 
 
