@@ -255,10 +255,36 @@ def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
     assert count_params(model)[0] > 0
     batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
     model(**batch, decoder_input_ids=batch["input_ids"][:, :3]).logits.float().pow(2).mean().backward()
-    # every trainable parameter but the encoder's pooler (BERT's, which the warm start keeps and no
-    # decoder reads: counted as trainable, it never trains; see docs/methods.md) gets a gradient
+    # every trainable parameter gets a gradient: the encoder's BERT pooler, which transformers'
+    # warm start built and no decoder reads, counted as trainable and never trained (dropped now)
     idle = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
-    assert all(n.startswith("encoder.pooler.") for n in idle), idle
+    assert idle == []
+
+
+def test_a_warm_started_encoder_decoder_has_no_unread_pooler(tmp_path):
+    """transformers' warm start builds the encoder as a whole BertModel, pooler included, which no
+    decoder reads: the toolkit drops it, so the trainable count is what trains; a folder saved
+    with a pooler (by transformers, or by the toolkit before) loads to the same model without it."""
+    from transformers import EncoderDecoderModel
+
+    from conftest import MINILM
+    from toolkit import models
+    from toolkit.methods.prompt_tuning import COMPOSITE
+
+    base = models.smoke_checkpoint(MINILM)
+    with_pooler = EncoderDecoderModel.from_encoder_decoder_pretrained(base, base)
+    assert with_pooler.encoder.pooler is not None  # what transformers builds
+    with_pooler.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    warm, tok = models.load(base, "seq2seq-lm", {}, warm_start=COMPOSITE)
+    reloaded, _ = models.load(str(tmp_path), "seq2seq-lm", {})
+    for model in (warm, reloaded):
+        assert model.encoder.pooler is None and not any(".pooler." in n for n, _ in model.named_parameters())
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    with torch.no_grad():
+        kept = with_pooler(**batch, decoder_input_ids=batch["input_ids"][:, :3]).logits
+        dropped = reloaded.eval()(**batch, decoder_input_ids=batch["input_ids"][:, :3]).logits
+    assert torch.equal(kept, dropped)
 
 
 # --- merging: every method whose deltas merge, on every family's classifier ----------------------
