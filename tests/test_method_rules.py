@@ -225,6 +225,57 @@ def test_what_validate_accepts_trains_and_only_that_moves(tiny_checkpoint, metho
     assert total == sum(reached.values())
 
 
+PER_POSITION = [(m, f, h) for m, f, h in _accepted() if h in ("token-classification", "question-answering")]
+
+
+@pytest.mark.parametrize("method, family, head", PER_POSITION)
+def test_per_position_outputs_have_the_inputs_width_under_every_method(tiny_checkpoint, tmp_path, method, family, head):
+    """A token classifier's and an extractive QA model's outputs have one position per input
+    token under every method, for anyone who calls the model: PEFT's soft prompts (prompt and
+    p-tuning) returned the virtual positions too, so an exported NER model loaded as the export
+    line says tagged each word with the tag of the position 20 before it, and labels or answer
+    positions given to it were matched to the wrong positions. Given labels, the loss is
+    transformers' own over those positions; a saved soft prompt loads back (PEFT, then the
+    method's `install`, as the export line says) to the same outputs."""
+    import torch.nn.functional as F
+    from peft import PeftModel
+
+    from toolkit import models
+    from toolkit.methods import Context
+
+    importlib.import_module("toolkit.tasks")
+    from toolkit import heads
+
+    torch.manual_seed(0)
+    base, tok = models.load(tiny_checkpoint(family), head, {"num_labels": 3} if "class" in head else {})
+    pristine = copy.deepcopy(base)
+    ctx = Context(family, models.head_names(base), heads.get(head).peft_task_type, tok,
+                  instruction="Tag the words:", total_steps=10)
+    spec = METHODS.get(method)(**SMALL.get(method, {}))
+    model = spec.apply(base, ctx).eval()
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    width = batch["input_ids"].shape[1]
+    with torch.no_grad():
+        out = model(**batch)
+        keys = [k for k in ("logits", "start_logits", "end_logits") if out.get(k) is not None]
+        assert keys and all(out[k].shape[1] == width for k in keys), {k: out[k].shape for k in keys}
+        if head == "token-classification":
+            labels = torch.randint(0, 3, (len(TEXTS), width)).masked_fill(batch["attention_mask"] == 0, -100)
+            want = F.cross_entropy(out.logits.reshape(-1, 3), labels.reshape(-1))
+            got = model(**batch, labels=labels).loss
+        else:
+            start, end = torch.tensor([1, 0]), torch.tensor([2, 0])
+            want = (F.cross_entropy(out.start_logits, start) + F.cross_entropy(out.end_logits, end)) / 2
+            got = model(**batch, start_positions=start, end_positions=end).loss
+        assert torch.allclose(got, want), (got, want)
+        if not getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False):
+            return
+        model.save_pretrained(tmp_path)
+        loaded = spec.loaded(PeftModel.from_pretrained(pristine, tmp_path)).eval()  # each export line's install
+        again = loaded(**batch)
+        assert all(torch.equal(again[k], out[k]) for k in keys)
+
+
 @pytest.mark.parametrize("method", TRAINED)
 def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
     """model.warm_start: encoder-decoder (MiniLM2MiniLM, an EncoderDecoderModel) under every method:

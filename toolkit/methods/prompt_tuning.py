@@ -69,7 +69,7 @@ class PromptTuning(Method):
     init: Literal["random", "text"] = "random"  # text: from the task's instruction (or init_text)
     init_text: str | None = None  # overrides the task's instruction when init is text
 
-    export_load: ClassVar[str] = ("peft and the toolkit's soft-prompt generation: "
+    export_load: ClassVar[str] = ("peft and the toolkit's soft-prompt route (generation, per-token outputs): "
                                   "toolkit.methods.prompt_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
@@ -105,12 +105,48 @@ class PromptTuning(Method):
 
 # --- generation with soft prompts -----------------------------------------------------------------
 def install(peft_model: Any) -> Any:
-    """A decoder-only PEFT prompt model (prompt tuning, p-tuning) generates with
-    `soft_prompt_generate`; returns the same model. Other task types keep PEFT's forward and
-    generate: an encoder-decoder's prompt is in its encoder input, read once."""
-    if peft_model.active_peft_config.task_type == "CAUSAL_LM":  # a str enum, or the str when loaded
+    """A PEFT prompt model (prompt tuning, p-tuning) made to answer as the run did; returns the
+    same model. A decoder-only one generates with `soft_prompt_generate`. A token classifier's or
+    extractive QA model's outputs keep the input's own positions only (`_own_positions`). Other
+    task types keep PEFT's forward and generate: an encoder-decoder's prompt is in its encoder
+    input, read once; a sequence classifier reads one position."""
+    task = str(getattr(peft_model.active_peft_config.task_type, "value", peft_model.active_peft_config.task_type))
+    if task == "CAUSAL_LM":  # a str enum, or the str when loaded
         peft_model.generate = types.MethodType(soft_prompt_generate, peft_model)
+    elif task in ("TOKEN_CLS", "QUESTION_ANS") and not getattr(peft_model, "tk_own_positions", False):
+        peft_model.forward = types.MethodType(_own_positions, peft_model)
+        peft_model.tk_own_positions = True
     return peft_model
+
+
+def _own_positions(self: Any, input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
+    """PEFT's forward, its logits cut to the input's positions, the loss taken over those.
+
+    PEFT puts the soft prompt before the input and returns logits for the virtual positions too
+    (PeftModelForTokenClassification, PeftModelForQuestionAnswering): an exported NER model
+    loaded as the export line said gave each word the tag of the position `num_virtual_tokens`
+    before it, and labels or answer positions given to it were matched to the wrong positions
+    (start/end positions silently, labels with a shape error). The toolkit's tasks cut the logits
+    themselves (`tag_logits`, squad's `_logits`); this does the same for anyone who calls the
+    model, and computes the loss as transformers' heads do (cross-entropy over the tags,
+    ignoring -100; the mean of the start and end cross-entropies, positions clamped)."""
+    import torch.nn.functional as F
+
+    labels, start, end = (kwargs.pop(k, None) for k in ("labels", "start_positions", "end_positions"))
+    out = type(self).forward(self, input_ids=input_ids, **kwargs)
+    if not hasattr(out, "keys"):
+        raise ValueError("a soft-prompt token classifier or QA model returns its outputs as a dict (no return_dict=False)")
+    width = (input_ids if input_ids is not None else kwargs["inputs_embeds"]).shape[1]
+    for key in ("logits", "start_logits", "end_logits"):
+        if out.get(key) is not None:
+            out[key] = out[key][:, -width:]
+    if labels is not None and out.get("logits") is not None:
+        out["loss"] = F.cross_entropy(out["logits"].reshape(-1, out["logits"].shape[-1]), labels.reshape(-1))
+    elif start is not None and end is not None and out.get("start_logits") is not None:
+        start, end = start.reshape(-1).clamp(0, width), end.reshape(-1).clamp(0, width)
+        out["loss"] = (F.cross_entropy(out["start_logits"], start, ignore_index=width)
+                       + F.cross_entropy(out["end_logits"], end, ignore_index=width)) / 2
+    return out
 
 
 def soft_prompt_generate(self: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
