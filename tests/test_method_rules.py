@@ -246,8 +246,10 @@ def test_per_position_outputs_have_the_inputs_width_under_every_method(tiny_chec
     importlib.import_module("toolkit.tasks")
     from toolkit import heads
 
-    torch.manual_seed(0)
-    base, tok = models.load(tiny_checkpoint(family), head, {"num_labels": 3} if "class" in head else {})
+    if (family, head) not in _LOADED:  # shared with the test above: one load per family and head
+        torch.manual_seed(0)
+        _LOADED[family, head] = models.load(tiny_checkpoint(family), head, {"num_labels": 3} if "class" in head else {})
+    base, tok = copy.deepcopy(_LOADED[family, head][0]), _LOADED[family, head][1]
     pristine = copy.deepcopy(base)
     ctx = Context(family, models.head_names(base), heads.get(head).peft_task_type, tok,
                   instruction="Tag the words:", total_steps=10)
