@@ -158,39 +158,80 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
         assert code == 0 and "resuming from" in out and str(first) in out and "note:" not in err, out + err
 
 
-def test_a_lean_checkpoint_resumes_only_on_the_base_it_trained_on(tmp_path: Path, cli, tiny_checkpoint) -> None:
-    """A LoRA checkpoint holds the adapter, not the base; the run id names the base folder, not
-    its contents. A base folder whose weights changed between the stop and the resume trained
-    the saved adapter on other weights, exit 0; now one line names the file. The same bytes
-    copied anew (another time stamp) resume."""
+def _swap_good_and_bad(base: Path) -> Path:
+    """The tokenizer edited: 'good' and 'bad' trade ids (every sentence's tokens change)."""
+    file = base / "tokenizer.json"
+    data = json.loads(file.read_text())
+    vocab = data["model"]["vocab"]
+    vocab["good"], vocab["bad"] = vocab["bad"], vocab["good"]
+    file.write_text(json.dumps(data))
+    return file
+
+
+def _more_dropout(base: Path) -> Path:
+    file = base / "config.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "hidden_dropout_prob": 0.5}))
+    return file
+
+
+def _shifted_query(base: Path) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    file = base / "model.safetensors"
+    tensors = load_file(file)
+    name = next(k for k in tensors if k.endswith("query.weight"))
+    tensors[name] = tensors[name] + 0.01
+    save_file(tensors, file, metadata={"format": "pt"})
+    return file
+
+
+# method -> what is edited in the base folder between the stop and the resume -> refused?
+BASE_EDITS = {
+    "lora, weights": ("{name: lora, r: 4}", _shifted_query, True),  # the checkpoint holds the adapter only
+    "lora, tokenizer": ("{name: lora, r: 4}", _swap_good_and_bad, True),
+    "full, tokenizer": ("{name: full}", _swap_good_and_bad, True),  # the checkpoint holds no tokenizer
+    "full, config": ("{name: full}", _more_dropout, True),  # nor the config's dropout
+    "full, weights": ("{name: full}", _shifted_query, False),  # it holds every weight: nothing is read
+}
+
+
+@pytest.mark.parametrize("case", sorted(BASE_EDITS))
+def test_a_checkpoint_resumes_only_on_the_base_folder_it_trained_on(tmp_path: Path, cli, tiny_checkpoint,
+                                                                     case: str) -> None:
+    """The run id names a local base folder, not its contents, and a resume reads that folder
+    again: its tokenizer and config always, its frozen weights where the checkpoint is lean (a
+    LoRA, adapter or prompt run saves what trains). A base whose weights changed between the stop
+    and the resume trained the saved adapter on other weights, and one whose tokenizer changed
+    went on on other token ids, exit 0; now one line names the file. The same bytes written
+    anew (another time stamp) resume; what the checkpoint holds itself (full fine-tuning's
+    weights) is not checked."""
     import os
     import shutil
 
-    from safetensors.torch import load_file, save_file
-
+    method, edit, refused = BASE_EDITS[case]
     base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
     data = tmp_path / "train.csv"
     data.write_text("text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16)))
     dev = tmp_path / "dev.csv"
-    dev.write_text("text,label\n" + "".join(f"line {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(8)))
+    dev.write_text("text,label\nline 1 is good,1\nline 2 is bad,0\n")
     recipe = tmp_path / "r.yaml"
     recipe.write_text(f"""model: {{checkpoint: {base}}}
 task: {{name: text_classification, train_file: {data}, eval_file: {dev}, max_length: 16}}
-method: {{name: lora, r: 4}}
+method: {method}
 train: {{max_steps: 3, lr: 1.0e-3, batch_size: 4, seed: 7}}
 """)
     runs = tmp_path / "runs"
     assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
-    weights_file = base / "model.safetensors"
-    os.utime(weights_file, ns=(1, 1))  # touched: the same bytes
+    for file in base.iterdir():
+        os.utime(file, ns=(1, 1))  # touched: the same bytes
     code, out, err = cli("run", recipe, "--runs-dir", runs, "--stop-after", 2)
     assert code == 0 and "resuming from" in out, err
-    tensors = load_file(weights_file)
-    name = next(k for k in tensors if k.endswith("query.weight"))
-    tensors[name] = tensors[name] + 0.01
-    save_file(tensors, weights_file, metadata={"format": "pt"})
-    code, _, err = cli("run", recipe, "--runs-dir", runs)
-    assert code == 2 and str(weights_file) in err and "step 2" in err and len(err.strip().splitlines()) == 1, err
+    changed = edit(base)
+    code, out, err = cli("run", recipe, "--runs-dir", runs)
+    if refused:
+        assert code == 2 and str(changed) in err and "step 2" in err and len(err.strip().splitlines()) == 1, err
+    else:
+        assert code == 0 and "resuming from" in out and "step 2" in out, out + err
 
 
 def _tiny_classification(tmp_path: Path, tiny_checkpoint) -> Path:

@@ -50,6 +50,47 @@ def data_fingerprint(files: list[Path]) -> str:
     return digest.hexdigest()
 
 
+# A local base folder's files, by what reads them: the weights (what a lean run's result sits
+# on), and the config and tokenizer files every load of the folder reads.
+BASE_WEIGHTS = ("*.safetensors", "*.bin")
+BASE_READ = ("config.json", "tokenizer*.json", "special_tokens_map.json", "added_tokens.json",
+             "vocab*", "merges.txt", "*.model")
+_OLD_RECORD = ("*.safetensors", "*.bin", "config.json")  # checkpoints written before the record had patterns
+
+
+def _base_names(folder: Path, patterns: tuple[str, ...] | list[str]) -> list[str]:
+    return sorted({p.name for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+
+
+def base_record(folder: Path, patterns: tuple[str, ...]) -> dict | None:
+    """{patterns, files: {name: [size, mtime_ns, sha256]}} of a local base folder's files that
+    match `patterns` (None where the base is no local folder: a Hub id): no run id covers a
+    folder's contents, so a checkpoint or a finished run records what it sits on."""
+    if not folder.is_dir():
+        return None
+    files = {name: [(folder / name).stat().st_size, (folder / name).stat().st_mtime_ns,
+                    data_fingerprint([folder / name])] for name in _base_names(folder, patterns)}
+    return {"patterns": list(patterns), "files": files}
+
+
+def base_changed(saved: dict | None, folder: Path) -> Path | None:
+    """The first file of `saved` (base_record) that changed in `folder`, was removed, or was
+    added; None when all are as recorded. A file with its size and time as recorded is not read
+    again; the same bytes written anew (another time stamp) are unchanged."""
+    if not saved:
+        return None
+    files, patterns = (saved["files"], saved["patterns"]) if "files" in saved else (saved, _OLD_RECORD)
+    names = _base_names(folder, patterns)
+    differ = sorted(set(names) ^ set(files))
+    if differ:
+        return folder / differ[0]
+    for name in names:
+        stat, (size, mtime, digest) = (folder / name).stat(), files[name]
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime) and data_fingerprint([folder / name]) != digest:
+            return folder / name
+    return None
+
+
 def run_id(recipe: Recipe, processes: int | None = None) -> str:
     """What a run's result depends on: the resolved recipe, the number of processes (the global
     batch) and the data files' contents. Two launches that differ in any of these are two runs."""
