@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import toolkit
 from conftest import ROOT, write_recipe
 from toolkit import recipe as recipes
 from toolkit.errors import UserError
@@ -402,3 +403,39 @@ def test_a_chained_run_is_a_new_run_when_its_upstream_recipe_changes(tmp_path: P
     assert runs.run_dir(before, tmp_path) != runs.run_dir(after, tmp_path)
     plain = recipes.load(ROOT / "recipes/demo/sst2/minilm-full.yaml")  # no chain: the id is as before
     assert plain.upstream_id is None
+
+
+# how the name comes -> (the name as Python holds it, what the line says of it)
+ODD_NAMES = {"newline in name:": ("a\nb", r"a control character \('\\n'\)"),
+             "NUL in name:": ("a\x00b", r"a control character \('\\x00'\)"),
+             "tab in the file's name": ("r\tx", r"a control character \('\\t'\)"),
+             "byte 0xff in the file's name": ("r\udcffx", "a byte that is not UTF-8")}
+
+
+@pytest.mark.parametrize("how", sorted(ODD_NAMES))
+def test_a_run_name_is_printable_text_at_every_entry_point(tmp_path: Path, cli, how: str) -> None:
+    """A run's name is a folder name printed in lines, notes and report tables. `name: "a|b\\nc"`
+    ran, and its report row split in two with every cell under another column's header; a NUL
+    raised ValueError and a recipe file named with the byte 0xff a UnicodeEncodeError (the run's
+    lock), tracebacks. A control character or a byte that is not UTF-8 in the name (`name:`, or
+    the recipe file's name it defaults to) is one line at validate, run, sweep and the API."""
+    import json
+
+    name, said = ODD_NAMES[how]
+    base = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    if how.endswith("name:"):
+        recipe, overrides = base, [f"name={json.dumps(name)}"]  # YAML reads JSON's escapes
+    else:
+        recipe, overrides = write_recipe(tmp_path / f"{name}.yaml", f"extends: {base}\n"), []
+    message = f"name: {re.escape(ascii(name))}.* holds {said}; a run's name is a folder name"
+    runs_dir = tmp_path / "runs"
+    for command in (["validate", recipe, *overrides], ["run", recipe, *overrides, "--runs-dir", runs_dir],
+                    ["sweep", recipe, *overrides, "--dry-run", "--runs-dir", runs_dir]):
+        code, _, err = cli(*command)
+        assert code == 2 and re.search(message, err) and err.count("\n") == 1, (command, err)
+    for call in (lambda: toolkit.run(recipe, overrides, runs_dir=runs_dir),
+                 lambda: toolkit.sweep([recipe], overrides, runs_dir=runs_dir)):
+        with pytest.raises(UserError, match=message):
+            call()
+    assert not runs_dir.exists()
+    assert recipes.load(base, ["name='a|b é'"]).name == "a|b é"  # printable text of any kind is a name

@@ -107,7 +107,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             recipes.check_data(recipes.load(path, overrides))
         except UserError as exc:  # the prefix `run` gives, and the file once
             text = str(exc)
-            print(f"error: {text}" if str(path) in text else f"error: {path}: {text}", file=sys.stderr)
+            print(printable(f"error: {text}" if str(path) in text else f"error: {path}: {text}"), file=sys.stderr)
             failed += 1
     print(f"{len(files) - failed} of {len(files)} recipes valid")
     return 2 if failed else 0
@@ -287,6 +287,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def printable(line: str) -> str:
+    """A line as any stream can write it: a path's bytes that are not UTF-8 (lone surrogates) as
+    backslash escapes, as Python's own stderr writes them."""
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -313,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(printable(f"error: {exc}"), file=sys.stderr)
         return 2
     except BrokenPipeError:  # `toolkit report runs | head`: the reader left; end quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -147,12 +147,23 @@ def _folder_lock(out: Path):
                 break
 
 
+def check_utf8(path: Path | str, what: str) -> None:
+    """A path the libraries read or write (tokenizers saves and loads through Rust, which takes
+    UTF-8 only) holding bytes that are not UTF-8 (Python keeps them as lone surrogates): one line
+    before anything starts, not a UnicodeEncodeError once a run has trained."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{what}: {ascii(os.fspath(path))} holds bytes that are not UTF-8, which the "
+                        "tokenizers library cannot read or write; rename it or choose another") from None
+
+
 @contextmanager
 def _cache_lock(out: Path):
     # Locks live in the cache, not the runs folder: a run refused early leaves no folder behind.
     folder = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "locks"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24] + ".lock")
+    path = folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")
     handle = path.open("a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
