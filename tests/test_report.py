@@ -715,3 +715,31 @@ def test_comparisons_of_runs_on_other_code_are_marked(tmp_path: Path, case: str)
                 short = note.replace("glue/sst2/tiny-", "")  # the runs notes name runs, the pivot's methods
                 assert f"its runs did not all run on one code: {named}: " in short, note
         assert all(line.startswith("- ‡ ") == bool(named) for line in lines), lines
+
+
+def _tables(text: str) -> list[list[str]]:
+    """The Markdown tables of a report, each as its lines."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables, current = tables + [current], []
+    return tables
+
+
+@pytest.mark.parametrize("rows", [None, "model", "train.lr"])
+def test_a_bar_in_a_name_stays_in_its_cell_in_every_table(tmp_path: Path, rows: str | None) -> None:
+    """A model (or run) named with `|` split its row of the runs table, the pivot and the GLUE
+    table: every later cell sat under another column's header (the accuracy under `seeds`), exit
+    0. Each row of every table now has its header's columns; the bar is escaped."""
+    for seed, acc in ((42, 0.80), (43, 0.84)):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc}, model="org/x|y")
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc - 0.1}, model="org/x|y")
+    text = report.render(tmp_path, plots=False, row_key=rows, glue=True)
+    tables = _tables(text)
+    assert len(tables) >= (3 if rows else 2)
+    for table in tables:
+        widths = {len(re.split(r"(?<!\\)\|", line)) for line in table}
+        assert len(widths) == 1, table
+    assert any("x\\|y" in line for table in tables for line in table)

@@ -585,9 +585,12 @@ def budget_notes(items: list[dict]) -> list[str]:
 
 
 def markdown(header: list[str], table: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in table]
-    return "\n".join(lines)
+    """A Markdown table; a `|` or a line break inside a cell (a run or model name, a setting's
+    value) is escaped, or every later cell of its row would sit under another column's header."""
+    def row(cells: list[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\r", " ").replace("\n", " ") for c in cells) + " |"
+
+    return "\n".join([row(header), "|" + "|".join("---" for _ in header) + "|", *map(row, table)])
 
 
 # --- pivots ----------------------------------------------------------------------------------
