@@ -173,7 +173,7 @@ def _not_utf8_cases(tmp_path: Path, place: str, model: str) -> tuple[str, list, 
                                     lambda: toolkit.sweep([recipe], runs_dir=runs_dir)],
                      "run folder": [lambda: toolkit.evaluate(run), lambda: toolkit.predict(run, ["a"]),
                                     lambda: toolkit.export(run, out)]}[place]
-        return ascii(str(odd.absolute())), cli_calls, api_calls
+        return ascii(str(odd)), cli_calls, api_calls
     shutil.copytree(model, odd)  # model.checkpoint: a real model folder under that name
     over = [f"model.checkpoint={json.dumps(str(odd), ensure_ascii=True)}"]  # YAML reads the \\udcff escape
     return ascii(str(odd)), [["validate", recipe, *over], ["run", recipe, *over, "--runs-dir", runs_dir],

@@ -145,7 +145,7 @@ def _run_folder(run_dir: PathArg) -> Path:
     """A run folder, checked before torch is imported: the line inference would say, at once."""
     folder = Path(run_dir)
     recipe_module.check_environment()
-    runs.check_utf8(folder.resolve(), "run folder")
+    runs.check_utf8(folder, "run folder")
     if not (folder / "recipe.yaml").is_file():
         raise UserError(f"{folder}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
     runs.is_finished(folder)  # a damaged metrics.json: said here, before torch is imported
@@ -351,7 +351,7 @@ def _smoke_upstream(plan: RunPlan, root: Path) -> None:
 
 def _check_runs_root(root: Path) -> None:
     """A runs folder that cannot take a run is said before any model loads."""
-    runs.check_utf8(root.resolve(), "--runs-dir")
+    runs.check_utf8(root, "--runs-dir")
     if root.exists() and not root.is_dir():
         raise UserError(f"--runs-dir: {root} is a file, not a folder")
     existing = next((p for p in [root, *root.parents] if p.exists()), Path("."))

@@ -482,7 +482,7 @@ def check_destination(path: Path, folder: bool, what: str) -> None:
     """A place the user names for output, refused before any model loads: a folder that exists
     and is not empty (or is a file), a missing parent, a parent that cannot be written."""
     if folder:  # an export: the tokenizer is saved there
-        runs.check_utf8(path.absolute(), what)
+        runs.check_utf8(path, what)
     if folder and path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UserError(f"{what}: {path} exists and is {'not empty' if path.is_dir() else 'a file'}; "
                         "choose a new folder")

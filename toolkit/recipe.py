@@ -136,7 +136,7 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
         raise UserError("model.attention: a warm-started encoder-decoder keeps the encoder's own "
                         "attention; remove model.attention or model.warm_start")
     if isinstance(base.model.checkpoint, str):  # a local folder the tokenizer is loaded from
-        runs.check_utf8(Path(base.model.checkpoint).expanduser().absolute(), "model.checkpoint")
+        runs.check_utf8(base.model.checkpoint, "model.checkpoint")
     family = models.recipe_family(base.model.checkpoint, base.model.warm_start)
     models.check_attention(recipe.model.attention, family)
     if isinstance(recipe.model.attention, attention.Attention):
