@@ -185,7 +185,10 @@ def _cache_lock(out: Path):
 
 
 def clear(path: Path) -> None:
-    """Everything in a run folder (--force), the folder itself kept: a run holds its lock on it."""
+    """Everything in a run folder (--force), the folder itself kept: a run holds its lock on it.
+    metrics.json, the mark of a finished run, goes first: a clearing stopped half-way (Ctrl-C, a
+    kill) left it beside a half-removed model/, and the next run said "finished already"."""
+    (path / "metrics.json").unlink(missing_ok=True)
     for child in path.iterdir() if path.is_dir() else []:
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
