@@ -394,3 +394,37 @@ def test_a_force_rerun_stopped_while_clearing_leaves_no_finished_run(tmp_path: P
     assert not runs.is_finished(run)
     code, out, err = cli("run", recipe, *args, "--runs-dir", tmp_path / "runs")
     assert code == 0 and "finished already" not in out and (run / "model").is_dir() and runs.is_finished(run), out + err
+
+
+@pytest.mark.parametrize("writer", ["write_json", "write_jsonl"])
+def test_writers_at_once_each_leave_a_whole_file_and_no_partial_one(tmp_path: Path, writer: str) -> None:
+    """Two `toolkit eval` of one run at once (or two threads of the API) write the same
+    predictions-<split>.jsonl and eval-<split>.json. The temporary file they shared (`.tmp`,
+    `.<pid>.tmp`) was truncated by one writer while the other renamed it: a cut file or a
+    FileNotFoundError. Each writer now writes its own temporary file: the result is one
+    writer's whole file, and none is left."""
+    import threading
+
+    from toolkit import runs
+
+    target = tmp_path / ("eval-eval.json" if writer == "write_json" else "predictions-eval.jsonl")
+    bodies = {i: [{"id": i, "text": "x" * 20000, "row": r} for r in range(20)] for i in range(6)}
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        try:
+            for _ in range(15):
+                getattr(runs, writer)(target, {"rows": bodies[i]} if writer == "write_json" else bodies[i])
+        except BaseException as exc:  # collected: a thread's exception would be lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    text = target.read_text(encoding="utf-8")
+    rows = json.loads(text)["rows"] if writer == "write_json" else [json.loads(line) for line in text.splitlines()]
+    assert rows in bodies.values()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -280,10 +281,24 @@ def check_manifest(folder: Path) -> str | None:
     return None
 
 
+def write_whole(path: Path, text: str) -> None:
+    """`text` at `path`, whole or not at all: written to a temporary file of this call's own
+    beside it (`<name>.<random>.tmp`) and renamed over it. A kill leaves the old file; two
+    writers at once (two `toolkit eval` of one run, two threads of the API) each rename their
+    own whole file, where a temporary name they shared was truncated by one while the other
+    renamed it (a cut file, or FileNotFoundError)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode as umask says
+    try:
+        with tmp.open("x", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(finite(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(finite(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -301,9 +316,7 @@ def jsonl_line(row: dict) -> str:
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(jsonl_line(row) for row in rows))
-    os.replace(tmp, path)
+    write_whole(path, "".join(jsonl_line(row) for row in rows))
 
 
 def write_predictions(path: Path, rows: list[dict], files: dict[str, Any]) -> None:

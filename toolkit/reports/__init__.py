@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
+from toolkit import runs as run_folders
 from toolkit.errors import UserError
 from toolkit.reports import glue as glue_report, plots as plotting
 from toolkit.reports.core import (
@@ -45,7 +46,7 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
             parts += _bullets(plotting.plot_notes(items))
     text = "\n\n".join(parts) + "\n"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(text)
+    run_folders.write_whole(out / "report.md", text)  # whole or the previous one, killed at any moment
     return text
 
 
