@@ -145,6 +145,21 @@ def test_a_key_given_twice_is_refused_with_both_positions(tmp_path: Path) -> Non
     path.write_text("model: {checkpoint: bert-base-uncased}\nmodel: {checkpoint: roberta-base}\n")
     with pytest.raises(UserError, match=r"the key 'model' is given twice .*\(line 1, column 1 and line 2, column 1\)"):
         recipes.load(path)
+    # a merge key is a key too: PyYAML merged both and let the second's lr win without a word
+    path.write_text(f"extends: {ROOT / 'recipes/demo/sst2/minilm-lora.yaml'}\n"
+                    "train:\n  <<: {lr: 1.0e-3}\n  <<: {lr: 5.0e-5}\n")
+    with pytest.raises(UserError, match=r"the key '<<' is given twice in one mapping \(line 3, column 3 and line 4, "
+                       r"column 3\); merge several in one: <<: \[\*a, \*b\]"):
+        recipes.load(path)
+    with pytest.raises(UserError, match=r"override 'train=\{<<: \{lr: 1\}, <<: \{lr: 2\}\}': the key '<<' is given twice"):
+        recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml", ["train={<<: {lr: 1}, <<: {lr: 2}}"])
+    path.write_text(f"extends: {ROOT / 'recipes/demo/sst2/minilm-lora.yaml'}\n"
+                    "train:\n  <<: [{lr: 1.0e-3}, {lr: 5.0e-5, seed: 3}]\n  seed: 4\n")
+    # YAML's merge order: the first mapping named wins, the mapping's own keys over all; PyYAML
+    # 6.0.4 let the last one named win (it tells a merged key by its string object's identity)
+    assert (recipes.load(path).train.lr, recipes.load(path).train.seed) == (1.0e-3, 4)
+    assert recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml",
+                        ["train={<<: [{lr: 0.5}, {lr: 0.25, seed: 3}], seed: 4}"]).train.lr == 0.5
 
 
 def test_only_true_and_false_are_booleans(tmp_path: Path) -> None:
