@@ -301,3 +301,59 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
     else:
         (changed,) = metrics["resumed_under_other_code"]
         assert changed["step"] == 1 and changed["was"][key] == "0.0.1-old" and changed["now"] == metrics["code"]
+
+
+def _revision(hub: Path, commit: str, source: Path, shift: float = 0.0) -> None:
+    """The Hub cache's layout for org/tiny after a download of `commit` (refs/main moved there)."""
+    import shutil
+
+    repo = hub / "models--org--tiny"
+    snapshot = Path(shutil.copytree(source, repo / "snapshots" / commit))
+    if shift:
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(snapshot / "model.safetensors")
+        name = next(k for k in tensors if k.endswith("query.weight"))
+        tensors[name] = tensors[name] + shift
+        save_file(tensors, snapshot / "model.safetensors", metadata={"format": "pt"})
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_a_hub_id_resumes_and_loads_only_on_the_revision_it_trained_on(tmp_path: Path, cli, tiny_checkpoint,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub id names no fixed weights: a later download moves the cache's refs/main to another
+    snapshot, which the run id does not see. A LoRA run stopped on one revision resumed its
+    adapter on the next one's weights, and a finished one was scored and predicted on them, exit
+    0. The cached snapshot is recorded and checked as a local base folder is: a new revision with
+    the same files resumes; one with other weights is one line, at resume, eval and predict."""
+    import huggingface_hub.constants
+
+    import toolkit
+
+    hub = tmp_path / "hub"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
+    _revision(hub, "a" * 40, Path(tiny_checkpoint("bert")))
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16)))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""model: {{checkpoint: org/tiny}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16, max_eval_samples: 4}}
+method: {{name: lora, r: 4}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+    runs = tmp_path / "runs"
+    for seed in (7, 8):
+        assert cli("run", recipe, f"train.seed={seed}", "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    _revision(hub, "b" * 40, hub / "models--org--tiny" / "snapshots" / ("a" * 40))  # the same files again
+    code, out, err = cli("run", recipe, "train.seed=7", "--runs-dir", runs)
+    assert code == 0 and "resuming from" in out, out + err
+    finished = Path(out.strip().splitlines()[-1].split(":")[0])
+    _revision(hub, "c" * 40, hub / "models--org--tiny" / "snapshots" / ("b" * 40), shift=0.01)
+    weights = hub / "models--org--tiny" / "snapshots" / ("c" * 40) / "model.safetensors"
+    code, _, err = cli("run", recipe, "train.seed=8", "--runs-dir", runs)
+    assert code == 2 and f"model.checkpoint: {weights} changed since this run's checkpoint of step 1" in err, err
+    code, _, err = cli("predict", finished, "--input", data)
+    assert code == 2 and f"model.checkpoint {weights} changed since the run finished" in err and err.count("\n") == 1, err
+    with pytest.raises(toolkit.UserError, match="changed since the run finished"):
+        toolkit.evaluate(finished)

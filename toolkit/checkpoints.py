@@ -288,17 +288,18 @@ def base_files(source: str, model: torch.nn.Module) -> dict | None:
     """The files of a local base folder a resume reads again (runs.base_record): its config and
     tokenizer always (the checkpoint holds weights, not the tokenizer that made the token ids
     nor the config's dropout), and its weights where the checkpoint is lean (a LoRA, adapter or
-    prompt run saves what trains, not the frozen base). No run id covers a folder's contents.
-    None for a Hub id (a fixed revision) or a --smoke run's small model."""
+    prompt run saves what trains, not the frozen base). No run id covers a folder's contents, nor
+    which revision of a Hub id the Hub cache holds: a Hub id's cached snapshot is read the same
+    way (runs.base_folder)."""
     lean = not all(p.requires_grad for p in model.parameters())
-    return runs.base_record(Path(source), runs.BASE_READ + (runs.BASE_WEIGHTS if lean else ()))
+    return runs.base_record(source, runs.BASE_READ + (runs.BASE_WEIGHTS if lean else ()))
 
 
 def check_base(saved: dict | None, source: str, step: int) -> None:
     """Resuming on a base folder whose weights, config or tokenizer changed since the checkpoint
     would go on training on other weights or other token ids: one line naming the file. A file
     with its size and time as saved is not read again; a copy of the same bytes passes."""
-    changed = runs.base_changed(saved, Path(source))
+    changed = runs.base_changed(saved, source)
     if changed is not None:
         raise UserError(f"model.checkpoint: {changed} changed since this run's checkpoint of step {step} "
                         "was written; the run goes on from its base folder as it trained (the tokenizer "

@@ -90,7 +90,7 @@ def base_checkpoint(run: Path, recipe: Recipe) -> str:
         base = recipe.model.checkpoint  # already small under --smoke: the upstream smoke run's
     else:
         base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
-    changed = runs.base_changed(saved.get("base_files"), Path(base))
+    changed = runs.base_changed(saved.get("base_files"), base)
     if changed is not None:
         raise UserError(f"{run}: model.checkpoint {changed} changed since the run finished, and the run's "
                         "result is loaded onto that base (model/ holds only what trained; an in-context "

@@ -85,12 +85,12 @@ def result_base(recipe: Recipe, setup: Any, out: Path) -> dict | None:
     """The files of a local base folder that the finished run's result is loaded onto again
     (runs.base_record): the weights and config under an adapter or prompt folder, and the
     tokenizer too for an in-context run (its model is the base itself). A changed base would
-    score and predict as another model under this run's name; None where model/ is whole or the
-    base is a Hub id."""
-    if recipe.method.trains and not saved_on_base(out / "model"):
-        return None
+    score and predict as another model under this run's name (a Hub id: its cached snapshot,
+    which a later download moves); None where model/ is whole."""
+    if recipe.smoke or recipe.method.trains and not saved_on_base(out / "model"):
+        return None  # a smoke run's base is the small model built again alike from its seed
     patterns = runs.BASE_WEIGHTS + (("config.json",) if recipe.method.trains else runs.BASE_READ)
-    return runs.base_record(Path(setup.source), patterns)
+    return runs.base_record(setup.source, patterns)
 
 
 def examples_fingerprint(splits: dict[str, Any]) -> str:

@@ -63,23 +63,45 @@ def _base_names(folder: Path, patterns: tuple[str, ...] | list[str]) -> list[str
     return sorted({p.name for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
 
 
-def base_record(folder: Path, patterns: tuple[str, ...]) -> dict | None:
-    """{patterns, files: {name: [size, mtime_ns, sha256]}} of a local base folder's files that
-    match `patterns` (None where the base is no local folder: a Hub id): no run id covers a
-    folder's contents, so a checkpoint or a finished run records what it sits on."""
-    if not folder.is_dir():
+def base_folder(source: str) -> Path | None:
+    """The folder a base checkpoint is read from: a local folder as named, or the snapshot of a
+    Hub id in the Hub cache (which a later download moves to another revision: the id alone
+    names no fixed weights); None where neither is here."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(source, "config.json")
+    except Exception:  # not a valid repo id
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def base_record(source: str, patterns: tuple[str, ...]) -> dict | None:
+    """{patterns, files: {name: [size, mtime_ns, sha256]}} of the files matching `patterns` in
+    the folder the base `source` is read from (base_folder; None where there is none): no run id
+    covers a folder's contents or a Hub id's revision, so a checkpoint or a finished run records
+    what it sits on."""
+    folder = base_folder(source)
+    if folder is None:
         return None
     files = {name: [(folder / name).stat().st_size, (folder / name).stat().st_mtime_ns,
                     data_fingerprint([folder / name])] for name in _base_names(folder, patterns)}
     return {"patterns": list(patterns), "files": files}
 
 
-def base_changed(saved: dict | None, folder: Path) -> Path | None:
-    """The first file of `saved` (base_record) that changed in `folder`, was removed, or was
-    added; None when all are as recorded. A file with its size and time as recorded is not read
-    again; the same bytes written anew (another time stamp) are unchanged."""
+def base_changed(saved: dict | None, source: str) -> Path | None:
+    """The first file of `saved` (base_record) that changed where `source` is read from now, was
+    removed, or was added (the base folder itself where it is gone); None when all are as
+    recorded. A file with its size and time as recorded is not read again; the same bytes written
+    anew (another time stamp, another snapshot) are unchanged."""
     if not saved:
         return None
+    folder = base_folder(source)
+    if folder is None:
+        return Path(source)
     files, patterns = (saved["files"], saved["patterns"]) if "files" in saved else (saved, _OLD_RECORD)
     names = _base_names(folder, patterns)
     differ = sorted(set(names) ^ set(files))
