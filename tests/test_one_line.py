@@ -218,3 +218,26 @@ def test_a_path_with_bytes_that_are_not_utf8_is_one_line_everywhere(tmp_path: Pa
             call()
     assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
     assert place not in ("--runs-dir", "export") or not (tmp_path / NOT_UTF8).exists()
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_eval_of_a_run_folder_it_cannot_write_is_one_line_before_it_runs(tmp_path: Path, cli, entry: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`toolkit eval` writes eval-<split>.json into the run folder: on a shared, read-only runs
+    folder it evaluated the whole split and then failed writing (permission denied), the scores
+    lost. It is said first now, before anything loads."""
+    import os
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.yaml").write_text("model: {checkpoint: x}\n")
+    (run / "metrics.json").write_text("{}\n")
+    real = os.access  # what a read-only folder answers (as root, chmod alone does not stop writes)
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == run else real(p, mode, **kw))
+    said = f"{run}: eval writes eval-test.json (and the predictions) into the run folder, which cannot be written here"
+    if entry == "cli":
+        code, _, err = cli("eval", run, "--split", "test")
+        assert code == 2 and err.startswith(f"error: {said}") and err.count("\n") == 1, err
+    else:
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            toolkit.evaluate(run, "test")

@@ -152,11 +152,22 @@ def _run_folder(run_dir: PathArg) -> Path:
     return folder
 
 
+def _scored_here(folder: Path, split: str) -> None:
+    """eval writes eval-<split>.json (and the predictions) into the run folder: one it cannot
+    write (a shared, read-only runs folder) is said before the evaluation runs, not after it,
+    when the scores are lost."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{folder}: eval writes eval-{split}.json (and the predictions) into the run "
+                        "folder, which cannot be written here (permission denied); copy the run folder "
+                        "somewhere writable and evaluate the copy")
+
+
 @_one_line
 @typed
 def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None) -> dict:
     """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
     folder, items = _run_folder(run_dir), override_list(overrides)
+    _scored_here(folder, split)
     quiet.libraries()
     from toolkit import inference
 

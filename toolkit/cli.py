@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
-from toolkit.api import DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder, run_one
+from toolkit.api import (DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder,
+                         _scored_here, run_one)
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
@@ -151,7 +152,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    _run_folder(args.run)
+    _scored_here(_run_folder(args.run), args.split)
     quiet.libraries()
     from toolkit import inference
 
