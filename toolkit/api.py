@@ -225,7 +225,8 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
     """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`; one string is one axis)
     x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3), run
     one after another in this process; every point is checked, its data files' heads included,
-    before the first one runs."""
+    before the first one runs. A point another process is running right now is left to it (its
+    Run is returned, not finished), as `toolkit sweep` does."""
     root = runs.runs_root(None if runs_dir is None else os.fspath(runs_dir))
     _check_runs_root(root)
     # 3 or "3" is a count, as `--seeds 3` is; [3] is the seed 3 (it ran 42, 43 and 44)
@@ -235,7 +236,14 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
         recipe_module.check_data(recipe_module.load(point.recipe, point.overrides, smoke=smoke))
         if not force:
             runs.is_finished(out)  # a damaged metrics.json: said before the first run
-    return [run(p.recipe, p.overrides, runs_dir=root, smoke=smoke, force=force) for p in points]
+    done = []
+    for point, out in zip(points, folders):  # a point another process is running is left to it, as the CLI does
+        holder = runs.run_elsewhere(out) if force or not runs.is_finished(out) else None
+        if holder is not None:
+            print(f"{holder} right now: left to it; the sweep goes on with the next point")
+        done.append(Run(out) if holder is not None else run(point.recipe, point.overrides, runs_dir=root,
+                                                             smoke=smoke, force=force))
+    return done
 
 
 @_one_line

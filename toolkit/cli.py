@@ -38,10 +38,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run or args.estimate:
         print_plan(points, folders, args.estimate, args.smoke)
         return 0
+    left: list[Path] = []
     for i, (point, out) in enumerate(zip(points, folders), 1):
         print(f"[{i}/{len(points)}] {point}", flush=True)
         if not args.force and runs.is_finished(out):
             print(f"{out} is finished already (metrics.json); --force runs it again", flush=True)
+            continue
+        if (holder := runs.run_elsewhere(out)) is not None:
+            print(f"{holder} right now: left to it; the sweep goes on with the next point", flush=True)
+            left.append(out)
             continue
         # One process per point: peak memory (CPU: the process's max RSS) and library state
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
@@ -59,7 +64,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if code != 0:
             raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed (exit {code}); finished "
                             "runs are kept: the same command continues from there")
-    print(f"sweep: {len(points)} runs done")
+    print(f"sweep: {len(points) - len(left)} runs done" + (f"; {len(left)} left to the processes running them "
+          f"right now ({', '.join(map(str, left))}): the same command later skips them once finished" if left else ""))
     return 0
 
 

@@ -146,6 +146,18 @@ def locked(out: Path, folder: bool = False):
             yield
 
 
+def run_elsewhere(out: Path) -> str | None:
+    """Who is running the run `out` right now ("<out> is being run by process N"), None when no
+    one is: a sweep leaves such a point to that process and goes on with its next one (two
+    sweeps of one grid at once share it out, where the second stopped at the first point the
+    other held). Asked by taking the run's locks and letting them go."""
+    try:
+        with locked(out, folder=True):
+            return None
+    except UserError as exc:
+        return str(exc).split(" right now")[0]
+
+
 @contextmanager
 def _folder_lock(out: Path):
     """flock on the run folder's own directory: no file is added to it."""
