@@ -147,14 +147,18 @@ def runs_on_base_folders(tmp_path_factory, tiny_checkpoint) -> dict[str, tuple[P
     import shutil
 
     tmp = tmp_path_factory.mktemp("on-a-base")
+    train, dev = write_rows(tmp / "train.csv", [(f"film {i}", "and more", ("neg", "pos")[i % 2]) for i in range(8)]), \
+        write_rows(tmp / "dev.csv", [(f"play {i}", "and more", ("neg", "pos")[i % 2]) for i in range(4)])
     made = {}
-    for kind, family, overrides in (
-            ("lora", "bert", ["method={name: lora, r: 4}", "train.max_steps=2"]),
-            ("icl", "gpt2", ["method={name: icl, shots: 1}"])):
+    for kind, family, method in (("lora", "bert", "{name: lora, r: 4}"),
+                                 ("icl", "gpt2", "{name: icl, shots: 1, verbalizers: [bad, good]}")):
         base = Path(shutil.copytree(tiny_checkpoint(family), tmp / f"base-{kind}"))
-        run = toolkit.run("demo/sst2/minilm-lora", [f"model.checkpoint={base}", "task.max_train_samples=16",
-                                                     "task.max_eval_samples=4", *overrides], runs_dir=tmp / "runs")
-        made[kind] = (run.dir, base)
+        recipe = tmp / f"{kind}.yaml"
+        recipe.write_text(f"model: {{checkpoint: {base}}}\n"
+                          f"task: {{name: text_classification, train_file: {train}, eval_file: {dev}, labels: [neg, pos], "
+                          "text_columns: [premise, hypothesis], max_length: 16}\n"
+                          f"method: {method}\ntrain: {{max_steps: 2, batch_size: 4}}\n")
+        made[kind] = (toolkit.run(recipe, runs_dir=tmp / "runs").dir, base)
     return made
 
 
@@ -162,12 +166,12 @@ def _load_through(entry: str, run: Path, tmp_path: Path, cli) -> str:
     """The error line of one entry point that loads a finished run ('' when it succeeded)."""
     command, _, how = entry.partition("-")
     if how == "cli":
-        args = {"eval": [], "predict": ["--input", str(tmp_path / "in.txt")], "export": [str(tmp_path / "out")]}
-        (tmp_path / "in.txt").write_text("a fine film\n")
+        args = {"eval": [], "predict": ["--input", str(tmp_path / "in.csv")], "export": [str(tmp_path / "out")]}
+        write_rows(tmp_path / "in.csv", [("a fine film", "yes", "pos")])
         code, _, err = cli(command, run, *args[command])
         assert (code == 0) == (err.strip() == "" or "error:" not in err), err
         return err.strip() if code else ""
-    call = {"eval": lambda: toolkit.evaluate(run), "predict": lambda: toolkit.predict(run, ["a fine film"]),
+    call = {"eval": lambda: toolkit.evaluate(run), "predict": lambda: toolkit.predict(run, [("a fine film", "yes")]),
             "export": lambda: toolkit.export(run, tmp_path / "out")}[command]
     try:
         call()
