@@ -187,6 +187,9 @@ def _at(node: yaml.Node) -> str:
     return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
 
 
+_MERGE = object()  # the merge key `<<`, apart from a quoted "<<" (a plain string key)
+
+
 def _node_key(node: yaml.Node) -> Any:
     """What makes two key nodes one key for merging: a scalar's resolved tag and text."""
     return (node.tag, node.value) if isinstance(node, yaml.ScalarNode) else id(node)
@@ -206,11 +209,11 @@ class StrictLoader(yaml.SafeLoader):
             if not isinstance(key_node, yaml.ScalarNode):
                 continue
             merge = key_node.tag == "tag:yaml.org,2002:merge"  # `<<` twice: PyYAML let the last one win
-            key = "<<" if merge else self.construct_object(key_node, deep=True)
+            key = _MERGE if merge else self.construct_object(key_node, deep=True)
             if key in seen:
-                raise _KeyTwice(f"the key '{key}' is given twice in one mapping ({_at(seen[key])} and "
-                                f"{_at(key_node)}); " + ("merge several in one: <<: [*a, *b] (the first "
-                                                         "named wins)" if merge else "keep one"))
+                raise _KeyTwice(f"the key '{'<<' if merge else key}' is given twice in one mapping "
+                                f"({_at(seen[key])} and {_at(key_node)}); "
+                                + ("merge several in one: <<: [*a, *b] (the first named wins)" if merge else "keep one"))
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
