@@ -138,3 +138,70 @@ def test_predict_output_onto_its_own_input_is_refused(tmp_path: Path, cli) -> No
         code, _, err = cli("predict", run.dir, "--input", source, "--output", out)
         assert code == 2 and "is the --input file" in err
     assert source.read_text() == "a fine film\n"
+
+
+@pytest.fixture(scope="module")
+def runs_on_base_folders(tmp_path_factory, tiny_checkpoint) -> dict[str, tuple[Path, Path]]:
+    """A LoRA run and an in-context run, each on a local copy of a tiny base folder:
+    kind -> (run folder, base folder)."""
+    import shutil
+
+    tmp = tmp_path_factory.mktemp("on-a-base")
+    train, dev = write_rows(tmp / "train.csv", [(f"film {i}", "and more", ("neg", "pos")[i % 2]) for i in range(8)]), \
+        write_rows(tmp / "dev.csv", [(f"play {i}", "and more", ("neg", "pos")[i % 2]) for i in range(4)])
+    made = {}
+    for kind, family, method in (("lora", "bert", "{name: lora, r: 4}"),
+                                 ("icl", "gpt2", "{name: icl, shots: 1, verbalizers: [bad, good]}")):
+        base = Path(shutil.copytree(tiny_checkpoint(family), tmp / f"base-{kind}"))
+        recipe = tmp / f"{kind}.yaml"
+        recipe.write_text(f"model: {{checkpoint: {base}}}\n"
+                          f"task: {{name: text_classification, train_file: {train}, eval_file: {dev}, labels: [neg, pos], "
+                          "text_columns: [premise, hypothesis], max_length: 16}\n"
+                          f"method: {method}\ntrain: {{max_steps: 2, batch_size: 4}}\n")
+        made[kind] = (toolkit.run(recipe, runs_dir=tmp / "runs").dir, base)
+    return made
+
+
+def _load_through(entry: str, run: Path, tmp_path: Path, cli) -> str:
+    """The error line of one entry point that loads a finished run ('' when it succeeded)."""
+    command, _, how = entry.partition("-")
+    if how == "cli":
+        args = {"eval": [], "predict": ["--input", str(tmp_path / "in.csv")], "export": [str(tmp_path / "out")]}
+        write_rows(tmp_path / "in.csv", [("a fine film", "yes", "pos")])
+        code, _, err = cli(command, run, *args[command])
+        assert (code == 0) == (err.strip() == "" or "error:" not in err), err
+        return err.strip() if code else ""
+    call = {"eval": lambda: toolkit.evaluate(run), "predict": lambda: toolkit.predict(run, [("a fine film", "yes")]),
+            "export": lambda: toolkit.export(run, tmp_path / "out")}[command]
+    try:
+        call()
+    except toolkit.UserError as exc:
+        return f"error: {exc}"
+    return ""
+
+
+# every entry point that loads a finished run, with the file of its base folder that is edited
+BASE_LOADS = [(kind, f"{command}-{how}", file) for how in ("cli", "api")
+              for kind, command, file in (("lora", "eval", "model.safetensors"), ("lora", "predict", "config.json"),
+                                          ("lora", "export", "model.safetensors"), ("icl", "eval", "tokenizer.json"))]
+
+
+@pytest.mark.parametrize("kind, entry, file", BASE_LOADS)
+def test_a_result_on_a_base_folder_loads_only_on_that_base(runs_on_base_folders, tmp_path: Path, cli,
+                                                          kind: str, entry: str, file: str) -> None:
+    """A LoRA run's model/ holds the adapter, an in-context run's result is its base: both are
+    loaded onto the base folder the recipe names, and nothing named that folder's contents. With
+    the base edited after the run finished, eval, predict and export scored and predicted as
+    another model under the run's name, exit 0 (the probabilities moved, the run did not); now
+    each is one line naming the file. The same bytes written back (another time stamp) load."""
+    run, base = runs_on_base_folders[kind]
+    edited = base / file
+    kept = edited.read_bytes()
+    edited.write_bytes(kept[:-1] + b" " if file.endswith(".json") else kept[:-1] + bytes([kept[-1] ^ 1]))
+    try:
+        said = _load_through(entry, run, tmp_path, cli)
+    finally:
+        edited.write_bytes(kept)
+    assert said.startswith("error: ") and len(said.splitlines()) == 1, said
+    assert f"{edited} changed since the run finished" in said and str(run) in said, said
+    assert _load_through(entry, run, tmp_path, cli) == ""

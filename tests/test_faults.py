@@ -360,3 +360,71 @@ def test_a_damaged_best_checkpoint_is_one_line_not_the_result(tmp_path: Path, cl
     assert code == 2 and len(errors) == 1 and "best step" in errors[0], err
     assert "model.safetensors changed since it was written" in errors[0]
     assert not list((tmp_path / "runs").rglob("metrics.json")) and not list((tmp_path / "runs").rglob("model"))
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_force_rerun_stopped_while_clearing_leaves_no_finished_run(tmp_path: Path, cli, bert: str,
+                                                                     monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """`run --force` empties the run folder before training again; stopped half-way (Ctrl-C, a
+    kill) after model/ went and before metrics.json did, the next plain run said "finished
+    already" (exit 0) over a run with no model, and eval/predict/export failed on it. The mark of a
+    finished run goes first now: the rerun trains again."""
+    import shutil
+
+    import toolkit
+    from toolkit import runs
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
+    args = ["train.max_steps=1", "train.eval_every=0", "task.max_eval_samples=8"]
+    assert cli("run", recipe, *args, "--runs-dir", tmp_path / "runs")[0] == 0
+    run = the_run(tmp_path / "runs")
+    real = shutil.rmtree
+
+    def stopped(path, *a, **k):  # the first folder removed, then the Ctrl-C
+        real(path, *a, **k)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(runs.shutil, "rmtree", stopped)
+        if entry == "cli":
+            assert cli("run", recipe, *args, "--force", "--runs-dir", tmp_path / "runs")[0] == 130
+        else:
+            with pytest.raises(KeyboardInterrupt):
+                toolkit.run(recipe, args, runs_dir=tmp_path / "runs", force=True)
+    assert not runs.is_finished(run)
+    code, out, err = cli("run", recipe, *args, "--runs-dir", tmp_path / "runs")
+    assert code == 0 and "finished already" not in out and (run / "model").is_dir() and runs.is_finished(run), out + err
+
+
+@pytest.mark.parametrize("writer", ["write_json", "write_jsonl"])
+def test_writers_at_once_each_leave_a_whole_file_and_no_partial_one(tmp_path: Path, writer: str) -> None:
+    """Two `toolkit eval` of one run at once (or two threads of the API) write the same
+    predictions-<split>.jsonl and eval-<split>.json. The temporary file they shared (`.tmp`,
+    `.<pid>.tmp`) was truncated by one writer while the other renamed it: a cut file or a
+    FileNotFoundError. Each writer now writes its own temporary file: the result is one
+    writer's whole file, and none is left."""
+    import threading
+
+    from toolkit import runs
+
+    target = tmp_path / ("eval-eval.json" if writer == "write_json" else "predictions-eval.jsonl")
+    bodies = {i: [{"id": i, "text": "x" * 20000, "row": r} for r in range(20)] for i in range(6)}
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        try:
+            for _ in range(15):
+                getattr(runs, writer)(target, {"rows": bodies[i]} if writer == "write_json" else bodies[i])
+        except BaseException as exc:  # collected: a thread's exception would be lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    text = target.read_text(encoding="utf-8")
+    rows = json.loads(text)["rows"] if writer == "write_json" else [json.loads(line) for line in text.splitlines()]
+    assert rows in bodies.values()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]

@@ -16,7 +16,7 @@ from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
 from toolkit.methods.icl import (CHOICE_RULES, ICL, Prompter, calibrated, cut_prompts, default_template,
-                                 demonstration_sets, harness_picks, label_scores, per_rule)
+                                 demonstration_sets, harness_picks, label_scores, per_rule, template_problem)
 
 from toolkit.tasks.glue import Glue
 
@@ -589,3 +589,42 @@ def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path:
             with pytest.raises(UserError, match="^method: refused at evaluation$"):
                 api.run(path, runs_dir=runs_dir, smoke=True)
         assert _runs_left(runs_dir) == (["keep"] if existed else [])
+
+
+@pytest.mark.parametrize("columns", [["text"], ["premise", "hypothesis"]])
+def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Path, cli, columns: list[str]) -> None:
+    """A user's own classification data has no instruction (none is known for it): icl without
+    a `template` crashed at validate (AttributeError on the missing instruction), a traceback
+    from validate, run and the API. The default template then shows the example and the answer,
+    with no question line; it holds every text field before the label word."""
+    import toolkit
+    from toolkit.tasks.text_classification import TextClassification
+
+    data = tmp_path / "d.csv"
+    data.write_text(",".join([*columns, "label"]) + "\n" + "".join(",".join([f"{c} {i}" for c in columns] + [("neg", "pos")[i % 2]]) + "\n" for i in range(4)))
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        f"task: {{name: text_classification, eval_file: {data}, labels: [neg, pos], "
+                        f"text_columns: [{', '.join(columns)}]}}\nmethod: {{name: icl, verbalizers: [bad, good]}}\n")
+    code, out, err = cli("validate", path)
+    assert code == 0 and "1 of 1 recipes valid" in out, err
+    assert toolkit.recipe.load(path).method.name == "icl"
+    task = TextClassification(eval_file=str(data), labels=["neg", "pos"], text_columns=columns)
+    template = default_template(task)
+    assert "Question" not in template and template_problem(template, columns) is None
+    prompt, _ = Prompter(template, ["bad", "good"], columns).query({c: f"<{c}>" for c in columns})
+    assert all(f"<{c}>" in prompt for c in columns) and prompt.endswith("Answer:"), prompt
+
+
+def test_own_data_with_its_labels_unset_is_not_called_a_regression(tmp_path: Path, cli) -> None:
+    """Own data whose labels are read from the file (task.labels unset) was refused as "a
+    regression (STS-B)": its label names are not known at validate, and their absence read as a
+    regression. It is asked for what icl needs; a problem: regression task is named as one."""
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\ngreat,pos\nawful,neg\n")
+    for task, said in (("text_columns: [text]", "icl pairs method.verbalizers with task.labels in order"),
+                       ("text_columns: [text], problem: regression", "a regression (task.problem: regression)")):
+        path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                            f"task: {{name: text_classification, eval_file: {data}, {task}}}\n"
+                            "method: {name: icl, verbalizers: [bad, good]}\n")
+        code, _, err = cli("validate", path)
+        assert code == 2 and said in err and "STS-B" not in err and len(err.strip().splitlines()) == 1, err

@@ -4,6 +4,8 @@ the wrong types and `report --out FILE` are in test_report.py)."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -143,3 +145,99 @@ def test_a_file_where_a_folder_goes_is_the_same_line_from_the_cli_and_the_api(tm
             call()
         assert str(caught.value) == line
     assert blocker.read_text() == "x\n"
+
+
+NOT_UTF8 = "d\udcffir"  # the byte 0xff in a file name, as Python keeps it (a lone surrogate)
+
+
+def _not_utf8_cases(tmp_path: Path, place: str, model: str) -> tuple[str, list, list]:
+    """(what the line names, CLI commands, API calls) that meet a path holding bytes that are not
+    UTF-8 at `place`."""
+    from conftest import ROOT
+
+    recipe, runs_dir, odd = ROOT / "recipes/demo/sst2/minilm-lora.yaml", tmp_path / "runs", tmp_path / NOT_UTF8
+    run = tmp_path / "run"  # a run folder as far as eval/predict/export read it first
+    run.mkdir()
+    (run / "recipe.yaml").write_text("model: {checkpoint: x}\n")
+    if place == "run folder":
+        run = Path(shutil.copytree(run, odd / "run"))
+        odd = run
+    if place in ("export", "--runs-dir", "run folder"):
+        out = odd if place == "export" else tmp_path / "out"
+        runs_dir = odd if place == "--runs-dir" else runs_dir
+        cli_calls = {"export": [["export", run, out]], "--runs-dir": [["run", recipe, "--runs-dir", runs_dir],
+                                                                       ["sweep", recipe, "--runs-dir", runs_dir]],
+                     "run folder": [["eval", run], ["predict", run, "--input", recipe], ["export", run, out]]}[place]
+        api_calls = {"export": [lambda: toolkit.export(run, out)],
+                     "--runs-dir": [lambda: toolkit.run(recipe, runs_dir=runs_dir),
+                                    lambda: toolkit.sweep([recipe], runs_dir=runs_dir)],
+                     "run folder": [lambda: toolkit.evaluate(run), lambda: toolkit.predict(run, ["a"]),
+                                    lambda: toolkit.export(run, out)]}[place]
+        return ascii(str(odd)), cli_calls, api_calls
+    shutil.copytree(model, odd)  # model.checkpoint: a real model folder under that name
+    over = [f"model.checkpoint={json.dumps(str(odd), ensure_ascii=True)}"]  # YAML reads the \\udcff escape
+    return ascii(str(odd)), [["validate", recipe, *over], ["run", recipe, *over, "--runs-dir", runs_dir],
+                             ["sweep", recipe, *over, "--runs-dir", runs_dir]], \
+        [lambda: toolkit.run(recipe, {"model.checkpoint": str(odd)}, runs_dir=runs_dir),
+         lambda: toolkit.sweep([recipe], [f"model.checkpoint={json.dumps(str(odd))}"], runs_dir=runs_dir)]
+
+
+@pytest.mark.parametrize("place", ["TOOLKIT_DATA", "TOOLKIT_TOKENIZERS", "TOOLKIT_CACHE", "TOOLKIT_RUNS",
+                                   "--runs-dir", "model.checkpoint", "export", "run folder"])
+def test_a_path_with_bytes_that_are_not_utf8_is_one_line_everywhere(tmp_path: Path, cli, capsys, tiny_checkpoint,
+                                                                     monkeypatch: pytest.MonkeyPatch, place: str) -> None:
+    """A runs folder whose name held the byte 0xff trained a whole run, then crashed with a
+    UnicodeEncodeError saving the tokenizer (tokenizers writes through Rust, UTF-8 only), after
+    the lock had crashed the same way. Every path the libraries read or write (the TOOLKIT_*
+    folders, --runs-dir, a local model.checkpoint, an export's target, a run folder) is one line
+    now, at every entry point, before anything is written."""
+    if place.startswith("TOOLKIT_"):
+        from conftest import ROOT
+
+        odd = tmp_path / NOT_UTF8
+        odd.mkdir()
+        monkeypatch.setenv(place, str(odd))
+        recipe, run = ROOT / "recipes/demo/sst2/minilm-lora.yaml", tmp_path / "run"
+        run.mkdir()
+        (run / "recipe.yaml").write_text("model: {checkpoint: x}\n")
+        named = ascii(str(odd))
+        commands = [["run", recipe, "--runs-dir", tmp_path / "runs"], ["validate", recipe],
+                    ["sweep", recipe, "--dry-run", "--runs-dir", tmp_path / "runs"], ["eval", run],
+                    ["predict", run, "--input", recipe], ["export", run, tmp_path / "out"]]
+        calls = [lambda: toolkit.run(recipe, runs_dir=tmp_path / "runs"), lambda: toolkit.evaluate(run),
+                 lambda: toolkit.predict(run, ["a"]), lambda: toolkit.export(run, tmp_path / "out")]
+    else:
+        named, commands, calls = _not_utf8_cases(tmp_path, place, tiny_checkpoint("bert"))
+        capsys.readouterr()  # the tiny model's build, where this test builds it first
+    said = f"{named} holds bytes that are not UTF-8"
+    for command in commands:
+        code, _, err = cli(*command)
+        assert code == 2 and said in err and err.startswith("error: ") and err.count("\n") == 1, (command, err)
+    for call in calls:
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            call()
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
+    assert place not in ("--runs-dir", "export") or not (tmp_path / NOT_UTF8).exists()
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_eval_of_a_run_folder_it_cannot_write_is_one_line_before_it_runs(tmp_path: Path, cli, entry: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`toolkit eval` writes eval-<split>.json into the run folder: on a shared, read-only runs
+    folder it evaluated the whole split and then failed writing (permission denied), the scores
+    lost. It is said first now, before anything loads."""
+    import os
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.yaml").write_text("model: {checkpoint: x}\n")
+    (run / "metrics.json").write_text("{}\n")
+    real = os.access  # what a read-only folder answers (as root, chmod alone does not stop writes)
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == run else real(p, mode, **kw))
+    said = f"{run}: eval writes eval-test.json (and the predictions) into the run folder, which cannot be written here"
+    if entry == "cli":
+        code, _, err = cli("eval", run, "--split", "test")
+        assert code == 2 and err.startswith(f"error: {said}") and err.count("\n") == 1, err
+    else:
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            toolkit.evaluate(run, "test")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import toolkit
 from conftest import ROOT, write_recipe
 from toolkit import recipe as recipes
 from toolkit.errors import UserError
@@ -144,6 +145,21 @@ def test_a_key_given_twice_is_refused_with_both_positions(tmp_path: Path) -> Non
     path.write_text("model: {checkpoint: bert-base-uncased}\nmodel: {checkpoint: roberta-base}\n")
     with pytest.raises(UserError, match=r"the key 'model' is given twice .*\(line 1, column 1 and line 2, column 1\)"):
         recipes.load(path)
+    # a merge key is a key too: PyYAML merged both and let the second's lr win without a word
+    path.write_text(f"extends: {ROOT / 'recipes/demo/sst2/minilm-lora.yaml'}\n"
+                    "train:\n  <<: {lr: 1.0e-3}\n  <<: {lr: 5.0e-5}\n")
+    with pytest.raises(UserError, match=r"the key '<<' is given twice in one mapping \(line 3, column 3 and line 4, "
+                       r"column 3\); merge several in one: <<: \[\*a, \*b\]"):
+        recipes.load(path)
+    with pytest.raises(UserError, match=r"override 'train=\{<<: \{lr: 1\}, <<: \{lr: 2\}\}': the key '<<' is given twice"):
+        recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml", ["train={<<: {lr: 1}, <<: {lr: 2}}"])
+    path.write_text(f"extends: {ROOT / 'recipes/demo/sst2/minilm-lora.yaml'}\n"
+                    "train:\n  <<: [{lr: 1.0e-3}, {lr: 5.0e-5, seed: 3}]\n  seed: 4\n")
+    # YAML's merge order: the first mapping named wins, the mapping's own keys over all; PyYAML
+    # 6.0.4 let the last one named win (it tells a merged key by its string object's identity)
+    assert (recipes.load(path).train.lr, recipes.load(path).train.seed) == (1.0e-3, 4)
+    assert recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml",
+                        ["train={<<: [{lr: 0.5}, {lr: 0.25, seed: 3}], seed: 4}"]).train.lr == 0.5
 
 
 def test_only_true_and_false_are_booleans(tmp_path: Path) -> None:
@@ -402,3 +418,39 @@ def test_a_chained_run_is_a_new_run_when_its_upstream_recipe_changes(tmp_path: P
     assert runs.run_dir(before, tmp_path) != runs.run_dir(after, tmp_path)
     plain = recipes.load(ROOT / "recipes/demo/sst2/minilm-full.yaml")  # no chain: the id is as before
     assert plain.upstream_id is None
+
+
+# how the name comes -> (the name as Python holds it, what the line says of it)
+ODD_NAMES = {"newline in name:": ("a\nb", r"a control character \('\\n'\)"),
+             "NUL in name:": ("a\x00b", r"a control character \('\\x00'\)"),
+             "tab in the file's name": ("r\tx", r"a control character \('\\t'\)"),
+             "byte 0xff in the file's name": ("r\udcffx", "a byte that is not UTF-8")}
+
+
+@pytest.mark.parametrize("how", sorted(ODD_NAMES))
+def test_a_run_name_is_printable_text_at_every_entry_point(tmp_path: Path, cli, how: str) -> None:
+    """A run's name is a folder name printed in lines, notes and report tables. `name: "a|b\\nc"`
+    ran, and its report row split in two with every cell under another column's header; a NUL
+    raised ValueError and a recipe file named with the byte 0xff a UnicodeEncodeError (the run's
+    lock), tracebacks. A control character or a byte that is not UTF-8 in the name (`name:`, or
+    the recipe file's name it defaults to) is one line at validate, run, sweep and the API."""
+    import json
+
+    name, said = ODD_NAMES[how]
+    base = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    if how.endswith("name:"):
+        recipe, overrides = base, [f"name={json.dumps(name)}"]  # YAML reads JSON's escapes
+    else:
+        recipe, overrides = write_recipe(tmp_path / f"{name}.yaml", f"extends: {base}\n"), []
+    message = f"name: {re.escape(ascii(name))}.* holds {said}; a run's name is a folder name"
+    runs_dir = tmp_path / "runs"
+    for command in (["validate", recipe, *overrides], ["run", recipe, *overrides, "--runs-dir", runs_dir],
+                    ["sweep", recipe, *overrides, "--dry-run", "--runs-dir", runs_dir]):
+        code, _, err = cli(*command)
+        assert code == 2 and re.search(message, err) and err.count("\n") == 1, (command, err)
+    for call in (lambda: toolkit.run(recipe, overrides, runs_dir=runs_dir),
+                 lambda: toolkit.sweep([recipe], overrides, runs_dir=runs_dir)):
+        with pytest.raises(UserError, match=message):
+            call()
+    assert not runs_dir.exists()
+    assert recipes.load(base, ["name='a|b é'"]).name == "a|b é"  # printable text of any kind is a name

@@ -715,3 +715,59 @@ def test_comparisons_of_runs_on_other_code_are_marked(tmp_path: Path, case: str)
                 short = note.replace("glue/sst2/tiny-", "")  # the runs notes name runs, the pivot's methods
                 assert f"its runs did not all run on one code: {named}: " in short, note
         assert all(line.startswith("- ‡ ") == bool(named) for line in lines), lines
+
+
+def _tables(text: str) -> list[list[str]]:
+    """The Markdown tables of a report, each as its lines."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables, current = tables + [current], []
+    return tables
+
+
+@pytest.mark.parametrize("rows", [None, "model", "train.lr"])
+def test_a_bar_in_a_name_stays_in_its_cell_in_every_table(tmp_path: Path, rows: str | None) -> None:
+    """A model (or run) named with `|` split its row of the runs table, the pivot and the GLUE
+    table: every later cell sat under another column's header (the accuracy under `seeds`), exit
+    0. Each row of every table now has its header's columns; the bar is escaped."""
+    for seed, acc in ((42, 0.80), (43, 0.84)):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc}, model="org/x|y")
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc - 0.1}, model="org/x|y")
+    text = report.render(tmp_path, plots=False, row_key=rows, glue=True)
+    tables = _tables(text)
+    assert len(tables) >= (3 if rows else 2)
+    for table in tables:
+        widths = {len(re.split(r"(?<!\\)\|", line)) for line in table}
+        assert len(widths) == 1, table
+    assert any("x\\|y" in line for table in tables for line in table)
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_runs_not_finished_are_named_not_dropped_without_a_word(tmp_path: Path, cli, entry: str) -> None:
+    """Three seeds of LoRA were started and one diverged and stopped (its folder keeps a
+    checkpoint, no metrics.json): the report gave LoRA's mean over the two that finished, n=2,
+    with no word of the third, a mean that flatters the method. Each run folder below the roots
+    that is not finished is now named, with the step it kept, in one note."""
+    import toolkit
+
+    for seed, acc in ((42, 0.80), (43, 0.84), (44, 0.82)):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
+    for seed in (42, 43):
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.9})
+    stopped = fake_run(tmp_path, "sst2", "lora", 44, {"accuracy": 0.1})
+    (stopped / "metrics.json").unlink()
+    (stopped / "checkpoints" / "step-000004").mkdir(parents=True)
+    killed = fake_run(tmp_path, "sst2", "lora", 45, {"accuracy": 0.1})
+    (killed / "metrics.json").unlink()
+    if entry == "cli":
+        code, text, err = cli("report", tmp_path, "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit.report([tmp_path])
+    (note,) = [line for line in text.splitlines() if "not finished" in line]
+    assert note.startswith("- 2 run(s) not finished") and f"{stopped} (checkpoint of step 4)" in note \
+        and f"{killed} (no checkpoint)" in note, note
+    assert "90.00 ± 0.00 | " in text and "| 2 |" in text  # the two finished seeds, as before

@@ -158,39 +158,80 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
         assert code == 0 and "resuming from" in out and str(first) in out and "note:" not in err, out + err
 
 
-def test_a_lean_checkpoint_resumes_only_on_the_base_it_trained_on(tmp_path: Path, cli, tiny_checkpoint) -> None:
-    """A LoRA checkpoint holds the adapter, not the base; the run id names the base folder, not
-    its contents. A base folder whose weights changed between the stop and the resume trained
-    the saved adapter on other weights, exit 0; now one line names the file. The same bytes
-    copied anew (another time stamp) resume."""
+def _swap_good_and_bad(base: Path) -> Path:
+    """The tokenizer edited: 'good' and 'bad' trade ids (every sentence's tokens change)."""
+    file = base / "tokenizer.json"
+    data = json.loads(file.read_text())
+    vocab = data["model"]["vocab"]
+    vocab["good"], vocab["bad"] = vocab["bad"], vocab["good"]
+    file.write_text(json.dumps(data))
+    return file
+
+
+def _more_dropout(base: Path) -> Path:
+    file = base / "config.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "hidden_dropout_prob": 0.5}))
+    return file
+
+
+def _shifted_query(base: Path) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    file = base / "model.safetensors"
+    tensors = load_file(file)
+    name = next(k for k in tensors if k.endswith("query.weight"))
+    tensors[name] = tensors[name] + 0.01
+    save_file(tensors, file, metadata={"format": "pt"})
+    return file
+
+
+# method -> what is edited in the base folder between the stop and the resume -> refused?
+BASE_EDITS = {
+    "lora, weights": ("{name: lora, r: 4}", _shifted_query, True),  # the checkpoint holds the adapter only
+    "lora, tokenizer": ("{name: lora, r: 4}", _swap_good_and_bad, True),
+    "full, tokenizer": ("{name: full}", _swap_good_and_bad, True),  # the checkpoint holds no tokenizer
+    "full, config": ("{name: full}", _more_dropout, True),  # nor the config's dropout
+    "full, weights": ("{name: full}", _shifted_query, False),  # it holds every weight: nothing is read
+}
+
+
+@pytest.mark.parametrize("case", sorted(BASE_EDITS))
+def test_a_checkpoint_resumes_only_on_the_base_folder_it_trained_on(tmp_path: Path, cli, tiny_checkpoint,
+                                                                     case: str) -> None:
+    """The run id names a local base folder, not its contents, and a resume reads that folder
+    again: its tokenizer and config always, its frozen weights where the checkpoint is lean (a
+    LoRA, adapter or prompt run saves what trains). A base whose weights changed between the stop
+    and the resume trained the saved adapter on other weights, and one whose tokenizer changed
+    went on on other token ids, exit 0; now one line names the file. The same bytes written
+    anew (another time stamp) resume; what the checkpoint holds itself (full fine-tuning's
+    weights) is not checked."""
     import os
     import shutil
 
-    from safetensors.torch import load_file, save_file
-
+    method, edit, refused = BASE_EDITS[case]
     base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
     data = tmp_path / "train.csv"
     data.write_text("text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16)))
     dev = tmp_path / "dev.csv"
-    dev.write_text("text,label\n" + "".join(f"line {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(8)))
+    dev.write_text("text,label\nline 1 is good,1\nline 2 is bad,0\n")
     recipe = tmp_path / "r.yaml"
     recipe.write_text(f"""model: {{checkpoint: {base}}}
 task: {{name: text_classification, train_file: {data}, eval_file: {dev}, max_length: 16}}
-method: {{name: lora, r: 4}}
+method: {method}
 train: {{max_steps: 3, lr: 1.0e-3, batch_size: 4, seed: 7}}
 """)
     runs = tmp_path / "runs"
     assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
-    weights_file = base / "model.safetensors"
-    os.utime(weights_file, ns=(1, 1))  # touched: the same bytes
+    for file in base.iterdir():
+        os.utime(file, ns=(1, 1))  # touched: the same bytes
     code, out, err = cli("run", recipe, "--runs-dir", runs, "--stop-after", 2)
     assert code == 0 and "resuming from" in out, err
-    tensors = load_file(weights_file)
-    name = next(k for k in tensors if k.endswith("query.weight"))
-    tensors[name] = tensors[name] + 0.01
-    save_file(tensors, weights_file, metadata={"format": "pt"})
-    code, _, err = cli("run", recipe, "--runs-dir", runs)
-    assert code == 2 and str(weights_file) in err and "step 2" in err and len(err.strip().splitlines()) == 1, err
+    changed = edit(base)
+    code, out, err = cli("run", recipe, "--runs-dir", runs)
+    if refused:
+        assert code == 2 and str(changed) in err and "step 2" in err and len(err.strip().splitlines()) == 1, err
+    else:
+        assert code == 0 and "resuming from" in out and "step 2" in out, out + err
 
 
 def _tiny_classification(tmp_path: Path, tiny_checkpoint) -> Path:
@@ -260,3 +301,59 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
     else:
         (changed,) = metrics["resumed_under_other_code"]
         assert changed["step"] == 1 and changed["was"][key] == "0.0.1-old" and changed["now"] == metrics["code"]
+
+
+def _revision(hub: Path, commit: str, source: Path, shift: float = 0.0) -> None:
+    """The Hub cache's layout for org/tiny after a download of `commit` (refs/main moved there)."""
+    import shutil
+
+    repo = hub / "models--org--tiny"
+    snapshot = Path(shutil.copytree(source, repo / "snapshots" / commit))
+    if shift:
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(snapshot / "model.safetensors")
+        name = next(k for k in tensors if k.endswith("query.weight"))
+        tensors[name] = tensors[name] + shift
+        save_file(tensors, snapshot / "model.safetensors", metadata={"format": "pt"})
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_a_hub_id_resumes_and_loads_only_on_the_revision_it_trained_on(tmp_path: Path, cli, tiny_checkpoint,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub id names no fixed weights: a later download moves the cache's refs/main to another
+    snapshot, which the run id does not see. A LoRA run stopped on one revision resumed its
+    adapter on the next one's weights, and a finished one was scored and predicted on them, exit
+    0. The cached snapshot is recorded and checked as a local base folder is: a new revision with
+    the same files resumes; one with other weights is one line, at resume, eval and predict."""
+    import huggingface_hub.constants
+
+    import toolkit
+
+    hub = tmp_path / "hub"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
+    _revision(hub, "a" * 40, Path(tiny_checkpoint("bert")))
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16)))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""model: {{checkpoint: org/tiny}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16, max_eval_samples: 4}}
+method: {{name: lora, r: 4}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+    runs = tmp_path / "runs"
+    for seed in (7, 8):
+        assert cli("run", recipe, f"train.seed={seed}", "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    _revision(hub, "b" * 40, hub / "models--org--tiny" / "snapshots" / ("a" * 40))  # the same files again
+    code, out, err = cli("run", recipe, "train.seed=7", "--runs-dir", runs)
+    assert code == 0 and "resuming from" in out, out + err
+    finished = Path(out.strip().splitlines()[-1].split(":")[0])
+    _revision(hub, "c" * 40, hub / "models--org--tiny" / "snapshots" / ("b" * 40), shift=0.01)
+    weights = hub / "models--org--tiny" / "snapshots" / ("c" * 40) / "model.safetensors"
+    code, _, err = cli("run", recipe, "train.seed=8", "--runs-dir", runs)
+    assert code == 2 and f"model.checkpoint: {weights} changed since this run's checkpoint of step 1" in err, err
+    code, _, err = cli("predict", finished, "--input", data)
+    assert code == 2 and f"model.checkpoint {weights} changed since the run finished" in err and err.count("\n") == 1, err
+    with pytest.raises(toolkit.UserError, match="changed since the run finished"):
+        toolkit.evaluate(finished)

@@ -4,6 +4,7 @@ skips finished points and resumes an interrupted one (two --smoke points)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,32 @@ def test_api_seeds_as_a_list_are_seeds_never_a_count(tmp_path: Path, monkeypatch
         toolkit.sweep([recipe], seeds=[3, 3], runs_dir=tmp_path / "runs")
     with pytest.raises(UserError, match=r"overrides\['train.lr=1'\]: a key is a dotted setting"):
         toolkit.run(recipe, {"train.lr=1": 2}, runs_dir=tmp_path / "runs")
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_point_another_process_is_running_is_left_to_it(tmp_path: Path, cli, capsys, runs_dir: Path,
+                                                          entry: str) -> None:
+    """Two sweeps of one grid at once (two terminals, `make compare` twice): the second stopped
+    at the first point the other was running, with the run's refusal and the sweep's failure
+    (exit 2), where the rest of the grid was free. Such a point is now left to the process that
+    runs it, said in one line, and the sweep goes on; its last line names what it left."""
+    import toolkit
+    from toolkit import runs
+
+    recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
+    points, folders = sweep.plan([recipe], ["train.lr=1e-3,2e-3"], "42", runs_dir, True)
+    with runs.locked(folders[0], folder=True), runs.locked(folders[1], folder=True):  # both held elsewhere
+        if entry == "cli":
+            code, out, err = cli("sweep", recipe, "train.lr=1e-3,2e-3", "--seeds", "42", "--smoke", "--runs-dir", runs_dir)
+            assert code == 0 and err == "", err
+        else:
+            got = toolkit.sweep([recipe], ["train.lr=1e-3,2e-3"], seeds="42", runs_dir=runs_dir, smoke=True)
+            out = capsys.readouterr().out
+            assert [r.dir for r in got] == folders and all(r.metrics == {} for r in got)
+    said = [line for line in out.splitlines() if "left to it" in line]
+    assert said == [f"{f} is being run by process {os.getpid()} right now: left to it; the sweep goes on with the "
+                    "next point" for f in folders], out
+    assert entry == "api" or out.splitlines()[-1] == (f"sweep: 0 runs done; 2 left to the processes running them right "
+                                                      f"now ({folders[0]}, {folders[1]}): the same command later skips "
+                                                      "them once finished")
+    assert not list(runs_dir.rglob("recipe.yaml"))  # nothing was started here

@@ -145,10 +145,21 @@ def _run_folder(run_dir: PathArg) -> Path:
     """A run folder, checked before torch is imported: the line inference would say, at once."""
     folder = Path(run_dir)
     recipe_module.check_environment()
+    runs.check_utf8(folder, "run folder")
     if not (folder / "recipe.yaml").is_file():
         raise UserError(f"{folder}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
     runs.is_finished(folder)  # a damaged metrics.json: said here, before torch is imported
     return folder
+
+
+def _scored_here(folder: Path, split: str) -> None:
+    """eval writes eval-<split>.json (and the predictions) into the run folder: one it cannot
+    write (a shared, read-only runs folder) is said before the evaluation runs, not after it,
+    when the scores are lost."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{folder}: eval writes eval-{split}.json (and the predictions) into the run "
+                        "folder, which cannot be written here (permission denied); copy the run folder "
+                        "somewhere writable and evaluate the copy")
 
 
 @_one_line
@@ -156,6 +167,7 @@ def _run_folder(run_dir: PathArg) -> Path:
 def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None) -> dict:
     """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
     folder, items = _run_folder(run_dir), override_list(overrides)
+    _scored_here(folder, split)
     quiet.libraries()
     from toolkit import inference
 
@@ -213,7 +225,8 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
     """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`; one string is one axis)
     x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3), run
     one after another in this process; every point is checked, its data files' heads included,
-    before the first one runs."""
+    before the first one runs. A point another process is running right now is left to it (its
+    Run is returned, not finished), as `toolkit sweep` does."""
     root = runs.runs_root(None if runs_dir is None else os.fspath(runs_dir))
     _check_runs_root(root)
     # 3 or "3" is a count, as `--seeds 3` is; [3] is the seed 3 (it ran 42, 43 and 44)
@@ -223,7 +236,14 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
         recipe_module.check_data(recipe_module.load(point.recipe, point.overrides, smoke=smoke))
         if not force:
             runs.is_finished(out)  # a damaged metrics.json: said before the first run
-    return [run(p.recipe, p.overrides, runs_dir=root, smoke=smoke, force=force) for p in points]
+    done = []
+    for point, out in zip(points, folders):  # a point another process is running is left to it, as the CLI does
+        holder = runs.run_elsewhere(out) if force or not runs.is_finished(out) else None
+        if holder is not None:
+            print(f"{holder} right now: left to it; the sweep goes on with the next point")
+        done.append(Run(out) if holder is not None else run(point.recipe, point.overrides, runs_dir=root,
+                                                             smoke=smoke, force=force))
+    return done
 
 
 @_one_line
@@ -350,6 +370,7 @@ def _smoke_upstream(plan: RunPlan, root: Path) -> None:
 
 def _check_runs_root(root: Path) -> None:
     """A runs folder that cannot take a run is said before any model loads."""
+    runs.check_utf8(root, "--runs-dir")
     if root.exists() and not root.is_dir():
         raise UserError(f"--runs-dir: {root} is a file, not a folder")
     existing = next((p for p in [root, *root.parents] if p.exists()), Path("."))

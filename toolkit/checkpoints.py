@@ -284,38 +284,27 @@ def _differences(then: dict, now: dict) -> list[str]:
     return said
 
 
-BASE_FILES = ("*.safetensors", "*.bin", "config.json")
-
-
 def base_files(source: str, model: torch.nn.Module) -> dict | None:
-    """{file: [size, mtime_ns, sha256]} of the weights and config in a local base folder, where
-    the run's checkpoints are lean (a LoRA, adapter or prompt run saves what trains, not the
-    frozen base): the base is part of what such a checkpoint resumes, and no run id covers a
-    folder's contents. None for full fine-tuning (its checkpoint holds every weight) and a Hub id."""
-    folder = Path(source)
-    if not folder.is_dir() or all(p.requires_grad for p in model.parameters()):
-        return None
-    files = sorted({p for pattern in BASE_FILES for p in folder.glob(pattern) if p.is_file()})
-    return {p.name: [p.stat().st_size, p.stat().st_mtime_ns, runs.data_fingerprint([p])] for p in files}
+    """The files of a local base folder a resume reads again (runs.base_record): its config and
+    tokenizer always (the checkpoint holds weights, not the tokenizer that made the token ids
+    nor the config's dropout), and its weights where the checkpoint is lean (a LoRA, adapter or
+    prompt run saves what trains, not the frozen base). No run id covers a folder's contents, nor
+    which revision of a Hub id the Hub cache holds: a Hub id's cached snapshot is read the same
+    way (runs.base_folder)."""
+    lean = not all(p.requires_grad for p in model.parameters())
+    return runs.base_record(source, runs.BASE_READ + (runs.BASE_WEIGHTS if lean else ()))
 
 
-def check_base(saved: dict | None, source: str, model: torch.nn.Module, step: int) -> None:
-    """Resuming a lean checkpoint on a base folder whose weights changed since would train the
-    saved adapter on other weights: one line naming the file. A file with its size and time as
-    saved is not read again; a copy of the same bytes passes."""
-    if saved is None:
-        return
-    now = Path(source)
-    names = sorted({p.name for pattern in BASE_FILES for p in now.glob(pattern) if p.is_file()})
-    changed = sorted(set(names) ^ set(saved))
-    for name in (n for n in names if n in saved and not changed):
-        stat, (size, mtime, digest) = (now / name).stat(), saved[name]
-        if (stat.st_size, stat.st_mtime_ns) != (size, mtime) and runs.data_fingerprint([now / name]) != digest:
-            changed.append(name)
-    if changed:
-        raise UserError(f"model.checkpoint: {now / changed[0]} changed since this run's checkpoint of step {step} "
-                        "was written, and that checkpoint holds only what trains, not the base it "
-                        "trained on; put the base back as it was, or rerun with --force to start "
+def check_base(saved: dict | None, source: str, step: int) -> None:
+    """Resuming on a base folder whose weights, config or tokenizer changed since the checkpoint
+    would go on training on other weights or other token ids: one line naming the file. A file
+    with its size and time as saved is not read again; a copy of the same bytes passes."""
+    changed = runs.base_changed(saved, source)
+    if changed is not None:
+        raise UserError(f"model.checkpoint: {changed} changed since this run's checkpoint of step {step} "
+                        "was written; the run goes on from its base folder as it trained (the tokenizer "
+                        "and config, and a LoRA, adapter or prompt run's frozen weights, are not in the "
+                        "checkpoint): put the base back as it was, or rerun with --force to start "
                         "again on the new one")
 
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
-from toolkit.api import DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder, run_one
+from toolkit.api import (DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder,
+                         _scored_here, run_one)
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
@@ -37,10 +38,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run or args.estimate:
         print_plan(points, folders, args.estimate, args.smoke)
         return 0
+    left: list[Path] = []
     for i, (point, out) in enumerate(zip(points, folders), 1):
         print(f"[{i}/{len(points)}] {point}", flush=True)
         if not args.force and runs.is_finished(out):
             print(f"{out} is finished already (metrics.json); --force runs it again", flush=True)
+            continue
+        if (holder := runs.run_elsewhere(out)) is not None:
+            print(f"{holder} right now: left to it; the sweep goes on with the next point", flush=True)
+            left.append(out)
             continue
         # One process per point: peak memory (CPU: the process's max RSS) and library state
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
@@ -58,7 +64,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if code != 0:
             raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed (exit {code}); finished "
                             "runs are kept: the same command continues from there")
-    print(f"sweep: {len(points)} runs done")
+    print(f"sweep: {len(points) - len(left)} runs done" + (f"; {len(left)} left to the processes running them "
+          f"right now ({', '.join(map(str, left))}): the same command later skips them once finished" if left else ""))
     return 0
 
 
@@ -107,7 +114,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             recipes.check_data(recipes.load(path, overrides))
         except UserError as exc:  # the prefix `run` gives, and the file once
             text = str(exc)
-            print(f"error: {text}" if str(path) in text else f"error: {path}: {text}", file=sys.stderr)
+            print(printable(f"error: {text}" if str(path) in text else f"error: {path}: {text}"), file=sys.stderr)
             failed += 1
     print(f"{len(files) - failed} of {len(files)} recipes valid")
     return 2 if failed else 0
@@ -151,7 +158,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    _run_folder(args.run)
+    _scored_here(_run_folder(args.run), args.split)
     quiet.libraries()
     from toolkit import inference
 
@@ -287,6 +294,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def printable(line: str) -> str:
+    """A line as any stream can write it: a path's bytes that are not UTF-8 (lone surrogates) as
+    backslash escapes, as Python's own stderr writes them."""
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -313,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(printable(f"error: {exc}"), file=sys.stderr)
         return 2
     except BrokenPipeError:  # `toolkit report runs | head`: the reader left; end quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

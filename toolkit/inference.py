@@ -83,10 +83,20 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
 
 def base_checkpoint(run: Path, recipe: Recipe) -> str:
     """The checkpoint a finished run started from: a chained run's upstream model/ (run_recipe
-    put it in place of the reference), a smoke run's small model, else the checkpoint as written."""
-    if isinstance(runs_json(run / "metrics.json").get("base_run"), str):
-        return recipe.model.checkpoint  # already small under --smoke: the upstream smoke run's
-    return models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
+    put it in place of the reference), a smoke run's small model, else the checkpoint as written;
+    checked against the files the run recorded of it (every load of the result goes through here)."""
+    saved = runs_json(run / "metrics.json")
+    if isinstance(saved.get("base_run"), str):
+        base = recipe.model.checkpoint  # already small under --smoke: the upstream smoke run's
+    else:
+        base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
+    changed = runs.base_changed(saved.get("base_files"), base)
+    if changed is not None:
+        raise UserError(f"{run}: model.checkpoint {changed} changed since the run finished, and the run's "
+                        "result is loaded onto that base (model/ holds only what trained; an in-context "
+                        "run is the base itself): put the base back as it was, or run the recipe again "
+                        "with --force on the new one")
+    return base
 
 
 def chained_base(run: Path, name: str) -> Path:
@@ -471,6 +481,8 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
 def check_destination(path: Path, folder: bool, what: str) -> None:
     """A place the user names for output, refused before any model loads: a folder that exists
     and is not empty (or is a file), a missing parent, a parent that cannot be written."""
+    if folder:  # an export: the tokenizer is saved there
+        runs.check_utf8(path, what)
     if folder and path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UserError(f"{what}: {path} exists and is {'not empty' if path.is_dir() else 'a file'}; "
                         "choose a new folder")

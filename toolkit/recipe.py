@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
         raise UserError(f"name: '{saved_name}' is not a relative path of folder names (e.g. "
                         "demo/sst2/minilm-lora); a run folder is <runs>/<name>/<hash>, inside the runs folder")
     name, smoke = saved_name or name, smoke or saved_smoke
+    _check_printable(name, named=bool(saved_name))
     allowed = {"model", "task", "method", "train"}
     if "extends" in raw:  # read_yaml takes a file's own; what is left came from elsewhere
         raise UserError("extends: only a recipe file names its bases; an override or a run's recipe.yaml "
@@ -74,6 +76,20 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
         recipe.upstream_id = runs.run_id(checked.upstream.recipe)
     check(recipe, checked.base)
     return checked
+
+
+def _check_printable(name: str, named: bool) -> None:
+    """A run's name (`name:`, else the recipe file's path) is a folder name of the run and is
+    printed in lines, notes and report tables: a control character (a newline split every table
+    row it stood in) or a byte that is not UTF-8 (a lone surrogate: the run's lock and files could
+    not be named, a traceback) is refused before anything is written."""
+    odd = next((c for c in name if unicodedata.category(c) in ("Cc", "Cs")), None)
+    if odd is None:
+        return
+    what = "a byte that is not UTF-8" if unicodedata.category(odd) == "Cs" else f"a control character ({ascii(odd)})"
+    source = "" if named else " (from the recipe file's name)"
+    raise UserError(f"name: {ascii(name)}{source} holds {what}; a run's name is a folder name printed in lines "
+                    "and tables: rename the file or set name: to printable text")
 
 
 def _plain_relative(name: str) -> bool:
@@ -119,6 +135,8 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     if recipe.model.warm_start and recipe.model.attention is not None:
         raise UserError("model.attention: a warm-started encoder-decoder keeps the encoder's own "
                         "attention; remove model.attention or model.warm_start")
+    if isinstance(base.model.checkpoint, str):  # a local folder the tokenizer is loaded from
+        runs.check_utf8(base.model.checkpoint, "model.checkpoint")
     family = models.recipe_family(base.model.checkpoint, base.model.warm_start)
     models.check_attention(recipe.model.attention, family)
     if isinstance(recipe.model.attention, attention.Attention):
@@ -154,6 +172,7 @@ def check_environment() -> None:
         if not value:
             continue
         path = Path(value).expanduser()
+        runs.check_utf8(path, name)
         if path.exists() and not path.is_dir():
             raise UserError(f"{name}: {path} is a file; set it to {what}, or unset it")
         if not path.exists() and name not in MADE_FOLDERS:

@@ -187,6 +187,14 @@ def _at(node: yaml.Node) -> str:
     return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
 
 
+_MERGE = object()  # the merge key `<<`, apart from a quoted "<<" (a plain string key)
+
+
+def _node_key(node: yaml.Node) -> Any:
+    """What makes two key nodes one key for merging: a scalar's resolved tag and text."""
+    return (node.tag, node.value) if isinstance(node, yaml.ScalarNode) else id(node)
+
+
 class StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader, strict: a key given twice in one mapping is refused with both positions,
     and plain scalars resolve as YAML 1.2's core schema says (`CORE_SCALARS`), not as PyYAML's
@@ -198,14 +206,42 @@ class StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+            if not isinstance(key_node, yaml.ScalarNode):
                 continue
-            key = self.construct_object(key_node, deep=True)
+            merge = key_node.tag == "tag:yaml.org,2002:merge"  # `<<` twice: PyYAML let the last one win
+            key = _MERGE if merge else self.construct_object(key_node, deep=True)
             if key in seen:
-                raise _KeyTwice(f"the key '{key}' is given twice in one mapping ({_at(seen[key])} and "
-                                f"{_at(key_node)}); keep one")
+                raise _KeyTwice(f"the key '{'<<' if merge else key}' is given twice in one mapping "
+                                f"({_at(seen[key])} and {_at(key_node)}); "
+                                + ("merge several in one: <<: [*a, *b] (the first named wins)" if merge else "keep one"))
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """YAML's merge key (yaml.org/type/merge.html): a mapping's own keys win over merged ones,
+        and in `<<: [*a, *b]` the keys of a win over b's. PyYAML 6.0.4 tells a key already merged
+        by the identity of its string object, so two equal keys both went in and the last mapping
+        named won (`<<: [*fast, *slow]` read slow's lr)."""
+        merged, seen, own = [], set(), []
+        for key_node, value_node in node.value:
+            if key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.tag == "tag:yaml.org,2002:value":  # as PyYAML: `=` as a plain key
+                    key_node.tag = "tag:yaml.org,2002:str"
+                own.append((key_node, value_node))
+                continue
+            sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode):
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"expected a mapping or a list of mappings to merge, but found {source.id}", source.start_mark)
+                self.flatten_mapping(source)
+                for pair in source.value:
+                    if _node_key(pair[0]) not in seen:
+                        seen.add(_node_key(pair[0]))
+                        merged.append(pair)
+        mine = {_node_key(k) for k, _ in own}  # each key once: a mapping merged later reads it so
+        node.value = [pair for pair in merged if _node_key(pair[0]) not in mine] + own
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         """YAML 1.2 core: decimal (`010` is ten), `0o17` octal, `0x1f` hexadecimal."""

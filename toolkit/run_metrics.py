@@ -15,6 +15,7 @@ import transformers
 from accelerate import Accelerator
 
 from toolkit import devices, provenance, runs
+from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.checkpoints import State, record
 from toolkit.recipe_data import Recipe
 
@@ -44,6 +45,8 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # a chained run's base (model.checkpoint: {run: ...}): the run folder it started from,
         # relative to the runs root, so eval/predict/export load that base without the recipe files
         "base_run": base_run(recipe, setup, out),
+        # a local base folder's files that eval/predict/export load model/ onto (result_base)
+        "base_files": result_base(recipe, setup, out),
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
         "peak_memory_mb": state.peak_memory_mb or devices.peak_memory_mb(acc.device),
         # what the scores are of: a report pools seeds only on one data_sha256 (the task's files)
@@ -70,6 +73,24 @@ def base_run(recipe: Recipe, setup: Any, out: Path) -> str | None:
         return None
     root = out.parents[len(Path(recipe.name).parts)]
     return Path(setup.source).parent.resolve().relative_to(root.resolve()).as_posix()
+
+
+def saved_on_base(folder: Path) -> bool:
+    """Whether a run's model/ is loaded onto its base (a PEFT or bottleneck adapter folder), not
+    a whole model that loads alone."""
+    return (folder / "adapter_config.json").is_file() or (folder / BOTTLENECK_CONFIG).is_file()
+
+
+def result_base(recipe: Recipe, setup: Any, out: Path) -> dict | None:
+    """The files of a local base folder that the finished run's result is loaded onto again
+    (runs.base_record): the weights and config under an adapter or prompt folder, and the
+    tokenizer too for an in-context run (its model is the base itself). A changed base would
+    score and predict as another model under this run's name (a Hub id: its cached snapshot,
+    which a later download moves); None where model/ is whole."""
+    if recipe.smoke or recipe.method.trains and not saved_on_base(out / "model"):
+        return None  # a smoke run's base is the small model built again alike from its seed
+    patterns = runs.BASE_WEIGHTS + (("config.json",) if recipe.method.trains else runs.BASE_READ)
+    return runs.base_record(setup.source, patterns)
 
 
 def examples_fingerprint(splits: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,6 +51,69 @@ def data_fingerprint(files: list[Path]) -> str:
     return digest.hexdigest()
 
 
+# A local base folder's files, by what reads them: the weights (what a lean run's result sits
+# on), and the config and tokenizer files every load of the folder reads.
+BASE_WEIGHTS = ("*.safetensors", "*.bin")
+BASE_READ = ("config.json", "tokenizer*.json", "special_tokens_map.json", "added_tokens.json",
+             "vocab*", "merges.txt", "*.model")
+_OLD_RECORD = ("*.safetensors", "*.bin", "config.json")  # checkpoints written before the record had patterns
+
+
+def _base_names(folder: Path, patterns: tuple[str, ...] | list[str]) -> list[str]:
+    return sorted({p.name for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+
+
+def base_folder(source: str) -> Path | None:
+    """The folder a base checkpoint is read from: a local folder as named, or the snapshot of a
+    Hub id in the Hub cache (which a later download moves to another revision: the id alone
+    names no fixed weights); None where neither is here."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(source, "config.json")
+    except Exception:  # not a valid repo id
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def base_record(source: str, patterns: tuple[str, ...]) -> dict | None:
+    """{patterns, files: {name: [size, mtime_ns, sha256]}} of the files matching `patterns` in
+    the folder the base `source` is read from (base_folder; None where there is none): no run id
+    covers a folder's contents or a Hub id's revision, so a checkpoint or a finished run records
+    what it sits on."""
+    folder = base_folder(source)
+    if folder is None:
+        return None
+    files = {name: [(folder / name).stat().st_size, (folder / name).stat().st_mtime_ns,
+                    data_fingerprint([folder / name])] for name in _base_names(folder, patterns)}
+    return {"patterns": list(patterns), "files": files}
+
+
+def base_changed(saved: dict | None, source: str) -> Path | None:
+    """The first file of `saved` (base_record) that changed where `source` is read from now, was
+    removed, or was added (the base folder itself where it is gone); None when all are as
+    recorded. A file with its size and time as recorded is not read again; the same bytes written
+    anew (another time stamp, another snapshot) are unchanged."""
+    if not saved:
+        return None
+    folder = base_folder(source)
+    if folder is None:
+        return Path(source)
+    files, patterns = (saved["files"], saved["patterns"]) if "files" in saved else (saved, _OLD_RECORD)
+    names = _base_names(folder, patterns)
+    differ = sorted(set(names) ^ set(files))
+    if differ:
+        return folder / differ[0]
+    for name in names:
+        stat, (size, mtime, digest) = (folder / name).stat(), files[name]
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime) and data_fingerprint([folder / name]) != digest:
+            return folder / name
+    return None
+
+
 def run_id(recipe: Recipe, processes: int | None = None) -> str:
     """What a run's result depends on: the resolved recipe, the number of processes (the global
     batch) and the data files' contents. Two launches that differ in any of these are two runs."""
@@ -82,6 +146,18 @@ def locked(out: Path, folder: bool = False):
             yield
 
 
+def run_elsewhere(out: Path) -> str | None:
+    """Who is running the run `out` right now ("<out> is being run by process N"), None when no
+    one is: a sweep leaves such a point to that process and goes on with its next one (two
+    sweeps of one grid at once share it out, where the second stopped at the first point the
+    other held). Asked by taking the run's locks and letting them go."""
+    try:
+        with locked(out, folder=True):
+            return None
+    except UserError as exc:
+        return str(exc).split(" right now")[0]
+
+
 @contextmanager
 def _folder_lock(out: Path):
     """flock on the run folder's own directory: no file is added to it."""
@@ -106,12 +182,23 @@ def _folder_lock(out: Path):
                 break
 
 
+def check_utf8(path: Path | str, what: str) -> None:
+    """A path the libraries read or write (tokenizers saves and loads through Rust, which takes
+    UTF-8 only) holding bytes that are not UTF-8 (Python keeps them as lone surrogates): one line
+    before anything starts, not a UnicodeEncodeError once a run has trained."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{what}: {ascii(os.fspath(path))} holds bytes that are not UTF-8, which the "
+                        "tokenizers library cannot read or write; rename it or choose another") from None
+
+
 @contextmanager
 def _cache_lock(out: Path):
     # Locks live in the cache, not the runs folder: a run refused early leaves no folder behind.
     folder = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "locks"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:24] + ".lock")
+    path = folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")
     handle = path.open("a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -133,7 +220,10 @@ def _cache_lock(out: Path):
 
 
 def clear(path: Path) -> None:
-    """Everything in a run folder (--force), the folder itself kept: a run holds its lock on it."""
+    """Everything in a run folder (--force), the folder itself kept: a run holds its lock on it.
+    metrics.json, the mark of a finished run, goes first: a clearing stopped half-way (Ctrl-C, a
+    kill) left it beside a half-removed model/, and the next run said "finished already"."""
+    (path / "metrics.json").unlink(missing_ok=True)
     for child in path.iterdir() if path.is_dir() else []:
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
@@ -225,10 +315,24 @@ def check_manifest(folder: Path) -> str | None:
     return None
 
 
+def write_whole(path: Path, text: str) -> None:
+    """`text` at `path`, whole or not at all: written to a temporary file of this call's own
+    beside it (`<name>.<random>.tmp`) and renamed over it. A kill leaves the old file; two
+    writers at once (two `toolkit eval` of one run, two threads of the API) each rename their
+    own whole file, where a temporary name they shared was truncated by one while the other
+    renamed it (a cut file, or FileNotFoundError)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode as umask says
+    try:
+        with tmp.open("x", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(finite(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(finite(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -246,9 +350,7 @@ def jsonl_line(row: dict) -> str:
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(jsonl_line(row) for row in rows))
-    os.replace(tmp, path)
+    write_whole(path, "".join(jsonl_line(row) for row in rows))
 
 
 def write_predictions(path: Path, rows: list[dict], files: dict[str, Any]) -> None:

@@ -213,9 +213,9 @@ class Loop:
             self.restore()
         if self.state.step == 0:  # what a killed attempt wrote before its first checkpoint is not this run's
             checkpoints.start(self.acc, self.out)
-            self.state.base = checkpoints.base_files(self.setup.source, self.unwrapped)
+            self.state.base = None if self.recipe.smoke else checkpoints.base_files(self.setup.source, self.unwrapped)
         else:  # a lean checkpoint resumes on the base it trained on, or not at all
-            checkpoints.check_base(self.state.base, self.setup.source, self.unwrapped, self.state.step)
+            checkpoints.check_base(self.state.base, self.setup.source, self.state.step)
         checkpoints.clear_partial(self.acc, self.out)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,

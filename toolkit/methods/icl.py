@@ -66,14 +66,17 @@ def lm_head(family: str | None) -> str | None:
 
 
 def default_template(task: Any) -> str:
-    """The task's own instruction as the question, its text columns as labelled lines."""
-    esc = task.instruction.replace("{", "{{").replace("}", "}}")
+    """The task's own instruction as the question, its text columns as labelled lines. A task
+    with no instruction (a user's own data: none is known) asks none (an AttributeError at
+    validate, a traceback, before)."""
     cols = task.text_columns
     if len(cols) == 1:
         lines = [f"Sentence: {{{cols[0]}}}"]
     else:
         lines = [f"Sentence {i + 1}: {{{c}}}" for i, c in enumerate(cols)]
-    return "\n".join([*lines, f"Question: {esc}", "Answer: {label}"])
+    if task.instruction:
+        lines.append("Question: " + task.instruction.replace("{", "{{").replace("}", "}}"))
+    return "\n".join([*lines, "Answer: {label}"])
 
 
 def template_problem(template: str, columns: Sequence[str]) -> str | None:
@@ -400,16 +403,20 @@ class ICL(Method):
                         f"{task.new_tokens()} a decoder generates in them (task.generation.max_new_tokens, else "
                         "task.max_target_length); raise it or lower those")
             return None
-        if getattr(task, "is_regression", False):
-            return "icl scores label words and this task is a regression (STS-B)"
+        # own data says its problem; its label names, read from the files later, are not known yet
+        # (is_regression reads their absence as a regression: own data with labels unset was refused
+        # as "a regression (STS-B)")
+        if task.problem == "regression" if hasattr(task, "problem") else getattr(task, "is_regression", False):
+            return ("icl scores label words and this task is a regression ("
+                    + ("task.problem: regression)" if hasattr(task, "problem") else "STS-B)"))
         if hasattr(task, "text_columns") and task.text_columns is None:
             return "icl fills its template from task.text_columns; set them for your own files"
-        if not getattr(task, "verbalizers", None) or not hasattr(task, "text_columns"):
-            return "icl needs a classification task with label words (GLUE)"
-        names = task.label_names
-        if names is None:  # own data with labels read from the files: no order to pair words with
+        names = getattr(task, "label_names", None)
+        if hasattr(task, "problem") and names is None:  # own data, labels read from the files: no order
             return ("icl pairs method.verbalizers with task.labels in order; set task.labels "
                     "(the label names, in the order of the verbalizers)")
+        if not getattr(task, "verbalizers", None) or not hasattr(task, "text_columns") or names is None:
+            return "icl needs a classification task with label words (GLUE)"
         words = self._words(task)
         if len(words) != len(names) or len(set(words)) != len(words) or not all(words):
             return (f"method.verbalizers: need {len(names)} distinct non-empty words, "

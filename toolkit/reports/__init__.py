@@ -6,13 +6,14 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
+from toolkit import runs as run_folders
 from toolkit.errors import UserError
 from toolkit.reports import glue as glue_report, plots as plotting
 from toolkit.reports.core import (
     BEFORE_FIELD, best_setting, budget, budget_notes, Cell, check_axis, collect, column, cost_table, declaration,
     declarations, describe_setting, grid_edge, groups, label, LABELS, main_metric, markdown,
     method_label, Metric, comparison_code, mixed_code, mixed_code_note, code_of, overlap_notes, overlaps, paired, Pivot, protocol_notes, t_interval, pivot_markdown, pivot_notes, pivots,
-    provenance, rows, runs_notes, SECTIONS, setting, shown_names, Stat, varying, with_old_defaults)
+    provenance, rows, runs_notes, SECTIONS, unfinished_notes, setting, shown_names, Stat, varying, with_old_defaults)
 
 
 def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = None,
@@ -36,7 +37,7 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
                 parts += ["### Cost at the reported setting", cost_table(p)]
     header, table = rows(items)
     parts += ["## Every run (mean ± std over seeds)", markdown(header, table)]
-    parts += _bullets(runs_notes(items))
+    parts += _bullets(runs_notes(items) + unfinished_notes(roots))
     parts += ["### Budget of each row", *_bullets(budget_notes(items))]
     if plots:
         pngs = plotting.all_plots(items, out)
@@ -45,7 +46,7 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
             parts += _bullets(plotting.plot_notes(items))
     text = "\n\n".join(parts) + "\n"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(text)
+    run_folders.write_whole(out / "report.md", text)  # whole or the previous one, killed at any moment
     return text
 
 

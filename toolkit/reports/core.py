@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from toolkit import runs as run_folders
 from toolkit.errors import UserError
 from toolkit.recipe_data import safe_yaml
 from toolkit.tasks import Metric, declaration
@@ -131,6 +132,26 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
     one_seed_once(found)
     return found
+
+
+def unfinished_notes(roots: Iterable[Path]) -> list[str]:
+    """Run folders below the roots with a recipe.yaml and no metrics.json (stopped, failed, killed,
+    or running now) are in no table, and said: a mean over the seeds that finished is not the mean
+    over the seeds that ran (a seed that diverged and stopped, dropped without a word, flatters
+    its method), and an n of 2 does not tell that a third was started."""
+    seen, left = set(), []
+    for root in roots:
+        for recipe in sorted(Path(root).rglob("recipe.yaml")):
+            run = recipe.parent
+            if (run / "metrics.json").is_file() or run.resolve() in seen:
+                continue
+            seen.add(run.resolve())
+            step = run_folders.last_step(run)
+            left.append(f"{run} ({'checkpoint of step ' + str(step) if step is not None else 'no checkpoint'})")
+    if not left:
+        return []
+    return [f"{len(left)} run(s) not finished (no metrics.json: stopped, failed, killed, or running now), "
+            f"left out of every table and mean above: {'; '.join(left)}"]
 
 
 def one_seed_once(items: list[dict]) -> None:
@@ -585,9 +606,12 @@ def budget_notes(items: list[dict]) -> list[str]:
 
 
 def markdown(header: list[str], table: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in table]
-    return "\n".join(lines)
+    """A Markdown table; a `|` or a line break inside a cell (a run or model name, a setting's
+    value) is escaped, or every later cell of its row would sit under another column's header."""
+    def row(cells: list[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\r", " ").replace("\n", " ") for c in cells) + " |"
+
+    return "\n".join([row(header), "|" + "|".join("---" for _ in header) + "|", *map(row, table)])
 
 
 # --- pivots ----------------------------------------------------------------------------------
