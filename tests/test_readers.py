@@ -167,3 +167,49 @@ def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path: Path) -> None:
     read = read_conll(path)
     assert read.tokens == [["New\u00a0York", "is", "big\u2028one"], ["Paris"]]
     assert read.tags == [["B-LOC", "O", "O"], ["B-LOC"]]
+
+
+def _write_records(path: Path, rows: list[dict]) -> Path:
+    import json
+
+    text = json.dumps(rows, indent=1) if path.suffix == ".json" else "".join(json.dumps(r) + "\n" for r in rows)
+    path.write_text(text)
+    return path
+
+
+def _label_names(path: Path, values: list) -> list[str]:
+    from toolkit.tasks import TASKS
+
+    rows = [{"text": f"text {i}", "label": v} for i, v in enumerate(values)]
+    task = TASKS.get("text_classification")(train_file=str(_write_records(path, rows)), eval_file=str(path))
+    task.load()
+    return task.label_names
+
+
+def _qa_ids(path: Path, values: list) -> list[str]:
+    from toolkit.tasks.squad import read_squad
+
+    context = "The tower is in Paris."
+    rows = [{"id": v, "question": "Where?", "context": context,
+             "answers": {"text": ["Paris"], "answer_start": [context.index("Paris")]}} for v in values]
+    return [r["id"] for r in read_squad(str(_write_records(path, rows)), "v1")]
+
+
+NAMED_BY_NUMBERS = {"label": _label_names, "qa id": _qa_ids}  # every reader that names things by a JSON number
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+@pytest.mark.parametrize("reader", sorted(NAMED_BY_NUMBERS))
+def test_numbers_that_name_something_are_held_as_written(tmp_path: Path, reader: str, fmt: str) -> None:
+    """Finding: JSON labels 9007199254740993, 9007199254740992 and 12345678901234567890 were read
+    as doubles (one value past int64 makes the column float) and became two classes, the first two
+    one class, exit 0; a QA id 7 beside 7.5 was named "7.0". A number that names something is
+    named by its value (7 and 7.0 are "7"), and one a double cannot hold exactly is one line."""
+    read = NAMED_BY_NUMBERS[reader]
+    names = read(tmp_path / f"a.{fmt}", [7, 7.5, 8])
+    assert sorted(set(names)) == ["7", "7.5", "8"]
+    assert read(tmp_path / f"b.{fmt}", [9007199254740993, 9007199254740992, 3]) == (
+        ["3", "9007199254740992", "9007199254740993"] if reader == "label" else ["9007199254740993", "9007199254740992", "3"])
+    with pytest.raises(UserError, match=rf"c\.{fmt}:\d+: .* is a whole number of 2\^53 or more in a JSON column "
+                                        r"read as doubles .* write them as strings"):
+        read(tmp_path / f"c.{fmt}", [9007199254740993, 9007199254740992, 12345678901234567890])

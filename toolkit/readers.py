@@ -615,6 +615,39 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
         offset += len(batch)
 
 
+EXACT = 2 ** 53  # a double holds every whole number below it, and not every one above
+
+
+def check_exact(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
+    """Numbers that name something (a label, an id) are held as written: a JSON column the reader
+    holds as doubles (a whole number past int64, or one beside a fraction) rounds whole numbers
+    of 2^53 and more, so labels 12345678901234567890 and 12345678901234567891 (or 2^53 + 1 beside
+    2^53) were read as one class, exit 0. The first such value is one line naming its place."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offset = 0
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        values = batch.column(batch.schema.get_field_index(column))
+        if pa.types.is_floating(values.type):
+            whole = pc.and_(pc.greater_equal(pc.abs(values), float(EXACT)), pc.equal(pc.floor(values), values))
+            bad = pc.index(pc.fill_null(whole, False), True).as_py()
+            if bad >= 0:
+                raise UserError(f"{where(path, fmt, offset + bad)}: {what} is a whole number of 2^53 or more "
+                                "in a JSON column read as doubles (about 16 digits): two such numbers can read "
+                                "as one; write them as strings (\"...\")")
+        offset += len(batch)
+
+
+def number_name(value: Any) -> str:
+    """The name of a value that names something (a label, an id): text as written (CSV cells are
+    text: 01 and 1 stay two); a JSON number by its value, so that 1 and 1.0 are one name, "1"
+    (a column holding both is read as doubles, and every name came out "0.0", "1.0")."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def _keys(keys: Any, index: int) -> list[Any] | None:
     return keys(index) if callable(keys) else None
 

@@ -128,7 +128,10 @@ class TextClassification(Classification):
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
             if fmt != "hub":
-                readers.check_scalar(ds, self.label_column, Path(path), fmt, f"label column '{self.label_column}'")
+                what = f"label column '{self.label_column}'"
+                readers.check_scalar(ds, self.label_column, Path(path), fmt, what)
+                if self.problem == "classification":  # a class is named by its number: held exactly
+                    readers.check_exact(ds, self.label_column, Path(path), fmt, what)
         if self.problem == "classification" and self.labels is None and self._found_labels is None:
             self._found_labels = self._label_set(splits)
         out = {k: (self._normalise(*s) if s is not None else None) for k, s in splits.items()}
@@ -248,12 +251,8 @@ class TextClassification(Classification):
 
 
 def label_text(value: Any) -> str:
-    """A label's name: as written for text (CSV cells are text: 01 and 1 stay two classes); a JSON
-    number by its value, so that 1 and 1.0 are one class named "1" (a column holding both is read
-    as floats, and every class was named "0.0", "1.0")."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    """A label's name (`readers.number_name`: 1 and 1.0 are the class "1")."""
+    return readers.number_name(value)
 
 
 DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
