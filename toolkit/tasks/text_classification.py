@@ -68,6 +68,7 @@ class TextClassification(Classification):
             raise UserError("task.eval_file: required (or task.dataset for a Hub data set)")
         if self.dataset is not None and (self.train_file or self.eval_file or self.test_file):
             raise UserError("task.dataset: give either a Hub data set or files, not both")
+        reserved_text_column(self.text_columns)
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise UserError(f"task.labels: names repeat ({', '.join(self.labels)})")
         if self.problem == "regression" and self.labels is not None:
@@ -122,6 +123,7 @@ class TextClassification(Classification):
             ds, path, _ = splits.get("train") or splits["eval"]
             self.text_columns, self.label_column = pick_columns(
                 ds, path, self.text_columns, self.label_column, self.problem)
+            reserved_text_column(self.text_columns)
         for ds, path, _ in (s for s in splits.values() if s is not None):
             _fields.note_spaced(self, list(ds.column_names), path)
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
@@ -248,6 +250,15 @@ class TextClassification(Classification):
             raise UserError(f"{where()}: label '{text}' is not one of {', '.join(ids)}"
                             + ("" if self.labels is None else " (task.labels)"))
         return ids[text]
+
+
+def reserved_text_column(text_columns: list[str] | None) -> None:
+    """A text column may not be named `label`: the examples carry their label (an id) under that
+    name, in the encoded data, predict's rows and an ICL template's {label}, and a text column of
+    that name crashed the load (a table with two `label` columns)."""
+    if text_columns and "label" in text_columns:
+        raise UserError("task.text_columns: a text column named 'label' is the name every example's label "
+                        "(its id) is kept under; rename that column in the files (and task.text_columns)")
 
 
 def label_text(value: Any) -> str:
