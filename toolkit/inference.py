@@ -308,7 +308,9 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     recipe, model, tok, names = _predicting_run(run)
     inputs = [_as_row(i, item, names, recipe.task.predict_word_lists) for i, item in enumerate(texts)]
     with evaluation.finite_outputs():
-        return recipe.task.predict(model, tok, inputs)
+        rows = recipe.task.predict(model, tok, inputs)
+    recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
+    return rows
 
 
 def predict_run(run: Path, source: str, output: str | None) -> int:
@@ -323,6 +325,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     rows = read_inputs(source, names, recipe.task.predict_word_lists)
     with evaluation.finite_outputs():  # before anything is written
         out = recipe.task.predict(model, tok, rows)
+    recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
     text = render(out, fmt)
     if output:
         partial = Path(output).with_name(f".{Path(output).name}.partial")
