@@ -213,3 +213,45 @@ def test_numbers_that_name_something_are_held_as_written(tmp_path: Path, reader:
     with pytest.raises(UserError, match=rf"c\.{fmt}:\d+: .* is a whole number of 2\^53 or more in a JSON column "
                                         r"read as doubles .* write them as strings"):
         read(tmp_path / f"c.{fmt}", [9007199254740993, 9007199254740992, 12345678901234567890])
+
+
+def _classification_rows(path: Path) -> list:
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=["text"],
+                                            label_column="label")
+    return task.load()["train"]["text"]
+
+
+def _pairs_rows(path: Path) -> list:
+    from toolkit.tasks._generation import read_records
+
+    return read_records(path, ("text", "label"))["text"]
+
+
+def _predict_rows(path: Path) -> list:
+    from toolkit.inference import read_inputs
+
+    return [r["text"] for r in read_inputs(str(path), ["text"])]
+
+
+CSV_READERS = {"read": lambda p: readers.read(p, "csv")["text"], "text_classification": _classification_rows,
+               "summarization/translation": _pairs_rows, "predict": _predict_rows}
+
+
+@pytest.mark.parametrize("reader", sorted(CSV_READERS))
+@pytest.mark.parametrize("body, line", [
+    ('"Best phone ever,pos\nbad one,neg\ngreat,pos\nawful "quoted" thing,neg\nfine,pos\n', 3),
+    ('"Best phone ever,pos\nbad one,neg\n', 3),
+    ('"Best" phone ever,pos\nbad one,neg\n', 3)], ids=["closed by a later quote", "never closed", "text after"])
+def test_a_quoted_csv_field_closes_where_it_ends(tmp_path: Path, reader: str, body: str, line: int) -> None:
+    """Finding: a review opening with an unclosed quote ran on over the next rows, up to a later
+    quote, and was read as one text (three examples lost, exit 0); text after a closing quote was
+    joined silently. Every CSV reader refuses both in one line naming the line the field starts
+    on, and reads a quoted line break and a doubled quote as written."""
+    path = tmp_path / "d.csv"
+    path.write_text("text,label\ngood,pos\n" + body)
+    with pytest.raises(UserError, match=rf"d\.csv:{line}: a quoted field does not close where the field ends"):
+        CSV_READERS[reader](path)
+    path.write_text('text,label\ngood,pos\n"two\nlines, and a ""quote""",neg\n')
+    assert list(CSV_READERS[reader](path)) == ["good", 'two\nlines, and a "quote"']
