@@ -281,7 +281,7 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
 
     rows = [{"source": t, "prediction": t[::-1], "probabilities": {"pos": 0.25, t or "x": 0.75}, "tags": [t, "O"]}
             for t in TRICKY]
-    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=())
+    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
     monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists: rows)
     out = tmp_path / name
