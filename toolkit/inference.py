@@ -383,7 +383,9 @@ def render(rows: list[dict], fmt: str) -> str:
 def glue_test(run: Path, out_dir: Path) -> list[Path]:
     """GLUE server submission files (`SST-2.tsv`, ...: `index<TAB>prediction`) from test.tsv."""
     recipe = run_recipe(run)
-    return recipe.task.submission(lambda: load_model(run, recipe), out_dir)
+    written = recipe.task.submission(lambda: load_model(run, recipe), out_dir)
+    recipe.task.say_notices(run=False)  # the test texts cut to fit, as a run says it (rule 8)
+    return written
 
 
 def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool) -> str:
