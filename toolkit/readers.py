@@ -363,7 +363,12 @@ def head_names(path: Path) -> list[str] | None:
         record = json.JSONDecoder().raw_decode(line.strip() if fmt == "jsonl" else line)[0]
     except ValueError:
         return None
-    return list(record) if isinstance(record, dict) and record else None
+    if not isinstance(record, dict) or not record:
+        return None
+    names = list(record)  # and an object field's own fields, as text-to-text readers lift them
+    for value in record.values():
+        names += [k for k in value if k not in names] if isinstance(value, dict) else []
+    return names
 
 
 def _root(exc: BaseException) -> BaseException:
