@@ -11,6 +11,7 @@ import io
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import pytest
@@ -255,3 +256,52 @@ def test_a_quoted_csv_field_closes_where_it_ends(tmp_path: Path, reader: str, bo
         CSV_READERS[reader](path)
     path.write_text('text,label\ngood,pos\n"two\nlines, and a ""quote""",neg\n')
     assert list(CSV_READERS[reader](path)) == ["good", 'two\nlines, and a "quote"']
+
+
+def _squad_layout(path: Path, text: str) -> None:
+    from toolkit.tasks.squad import read_squad
+
+    context = "The tower is in Paris."
+    qa = '{"id": "1", "question": "Where?", "question": "Which?", "answers": [{"text": "Paris", "answer_start": 16}]}'
+    path.write_text('{"data": [{"title": "t", "paragraphs": [{"context": "%s", "qas": [%s]}]}]}' % (context, qa))
+    read_squad(str(path), "v1")
+
+
+def _json_entry(read: Callable) -> Callable:
+    def run(path: Path, text: str) -> None:
+        path.write_text(text)
+        read(path)
+    return run
+
+
+def _ner_json(path: Path, text: str) -> None:
+    from toolkit.tasks.ner import read_jsonl
+
+    path.write_text('[{"tokens": ["EU", "rejects"], "tokens": ["x"], "ner_tags": ["B-ORG", "O"]}]')
+    read_jsonl(path)
+
+
+def _text_json(path: Path, text: str) -> None:
+    from toolkit.tasks._text import _read_files
+
+    path.write_text(text)
+    _read_files({"train": str(path)}, "json", "line", None, SimpleNamespace(note=lambda *a: None))
+
+
+JSON_DOCUMENT_READERS = {
+    "read": _json_entry(lambda p: readers.read(p, "json")),
+    "text_classification": _json_entry(lambda p: _classification_rows(p)),
+    "summarization/translation": _json_entry(lambda p: _pairs_rows(p)),
+    "predict": _json_entry(lambda p: _predict_rows(p)),
+    "squad": _squad_layout, "ner": _ner_json, "pretraining text": _text_json}
+
+
+@pytest.mark.parametrize("reader", sorted(JSON_DOCUMENT_READERS))
+def test_a_key_twice_in_a_json_object_is_one_line(tmp_path: Path, reader: str) -> None:
+    """Finding: `{"text": "first", "text": "second", ...}` in a JSON document was read as "second"
+    without a word (the builder keeps the last), where the same record in JSONL is refused. Every
+    reader of JSON documents refuses it, naming the key."""
+    path = tmp_path / "d.json"
+    with pytest.raises(UserError, match=r"d\.json: the key '\w+' appears twice in one object"):
+        JSON_DOCUMENT_READERS[reader](path, '[{"text": "good", "label": "pos"},\n'
+                                            ' {"text": "first", "text": "second", "label": "neg"}]')

@@ -266,6 +266,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         raise
     except Exception as exc:
         raise _builder_error(path, fmt, exc, field) from None
+    if fmt == "json":
+        json_keys_once(path, field)
     if fmt in ("csv", "tsv") and len(ds) == 0:
         raise UserError(f"{path}: has a header and no rows")
     if len(ds) == 0:
@@ -398,6 +400,24 @@ def _builder_error(path: Path, fmt: str, exc: Exception, field: str | None) -> U
         if problem:
             return UserError(problem)
     return Unreadable(f"{path}: could not be read as {fmt} ({type(root).__name__}: {message[:200]})")
+
+
+def _distinct(pairs: list[tuple[str, Any]]) -> dict:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("a key twice")
+    return found
+
+
+def json_keys_once(path: Path, field: str | None) -> None:
+    """No object of a JSON document names a key twice: the builder kept the last silently
+    (`{"text": "first", "text": "second"}` read as "second"), where a JSONL file of the same
+    record is refused. A second parse of a document already under TOOLKIT_MAX_JSON_MB (a fast
+    check; the key and place are looked for only when one repeats)."""
+    try:
+        json.loads(read_small_text(path), object_pairs_hook=_distinct)
+    except ValueError:
+        raise UserError(_json_problem(path, field) or f"{path}: an object names a key twice") from None
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
