@@ -206,7 +206,8 @@ def test_records_with_their_texts_in_an_object_read_as_flat_ones(tmp_path: Path,
     """Finding: run_translation's own JSON layout (and WMT's on the Hub), `{"translation": {"en":
     ..., "de": ...}}`, was refused with a hint (task.source_field=translation) that named an
     object, not a text. An object field's own fields are read as the record's, by their names,
-    for every text-to-text reader, found or named (the validate-time head check too)."""
+    for every text-to-text reader, found or named (the validate-time head check too), and in
+    predict's input."""
     from toolkit.recipe import check_data
     from toolkit.tasks import TASKS
 
@@ -223,3 +224,6 @@ def test_records_with_their_texts_in_an_object_read_as_flat_ones(tmp_path: Path,
         data = made.load()
         loaded.append((data["train"].to_list(), data["eval"][""].to_list(), made.source_name()))
     assert loaded[1] == loaded[0] and loaded[0][0][0]["source"] == rows[0][src] and loaded[0][2] == src
+    from toolkit.inference import read_inputs  # predict's input in the same layout: read alike
+
+    assert [r[src] for r in read_inputs(str(nested), [src])] == [r[src] for r in rows]

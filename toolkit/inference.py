@@ -248,7 +248,7 @@ def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: 
 def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...]) -> list[dict]:
     """A CSV/TSV/JSON(L) input file through the shared reader (FILE:LINE for every bad record)."""
     fmt = readers.file_format(path)
-    ds = readers.read(path, fmt)
+    ds = readers.lift_nested(readers.read(path, fmt))  # {"translation": {"en": ...}} as a run reads it
     missing = [c for c in columns if c not in ds.column_names]
     if missing:
         raise UserError(f"{path}: field '{missing[0]}' is missing (it has: {', '.join(ds.column_names)}); "

@@ -592,6 +592,26 @@ def _skip(text: str, pos: int) -> int:
     return pos
 
 
+def lift_nested(ds: Any) -> Any:
+    """Records whose object fields hold the texts, as run_translation.py reads its JSON files and
+    WMT comes from the Hub (`{"translation": {"en": ..., "de": ...}}`): each inner field becomes a
+    field of the record under its own name (`en`, `de`; `translation.en` where the record has an
+    `en` of its own), so the fields are found as in flat records. They were refused, with a hint
+    (task.source_field=translation) that named an object, not a text."""
+    nested = [name for name, feature in ds.features.items() if isinstance(feature, dict)]
+    if not nested:
+        return ds
+    flat = ds.flatten()
+    taken = set(flat.column_names)
+    rename = {}
+    for name in nested:
+        for inner in ds.features[name]:
+            if inner not in taken:
+                rename[f"{name}.{inner}"] = inner
+                taken.add(inner)
+    return flat.rename_columns(rename)
+
+
 # --- checks on the table -----------------------------------------------------------------------
 def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = None,
                keys: Any = None, blank_ok: bool = False) -> None:

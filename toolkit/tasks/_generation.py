@@ -80,32 +80,12 @@ def read_records(path: Path, fields: tuple[str, ...] | None = None,
                         "(optionally .gz), or parallel text files named with {lang}")
     fmt = readers.file_format(path, ("json", "jsonl", "csv"))
     field = "data" if fmt == "json" and readers.first_char(path) == "{" else None
-    ds = lift_nested(readers.read(path, fmt, field=field))
+    ds = readers.lift_nested(readers.read(path, fmt, field=field))
     fields = pick(ds, str(path)) if pick is not None else fields
     keys = (lambda i: ["data", i]) if field else None
     for name in fields:
         readers.check_text(ds, name, path, fmt, what=f"'{name}'", keys=keys)
     return ds.select_columns(list(fields))
-
-
-def lift_nested(ds: Any) -> Any:
-    """Records whose object fields hold the texts, as run_translation.py reads its JSON files and
-    WMT comes from the Hub (`{"translation": {"en": ..., "de": ...}}`): each inner field becomes a
-    field of the record under its own name (`en`, `de`; `translation.en` where the record has an
-    `en` of its own), so the fields are found as in flat records. They were refused, with a hint
-    (task.source_field=translation) that named an object, not a text."""
-    nested = [name for name, feature in ds.features.items() if isinstance(feature, dict)]
-    if not nested:
-        return ds
-    flat = ds.flatten()
-    taken = set(flat.column_names)
-    rename = {}
-    for name in nested:
-        for inner in ds.features[name]:
-            if inner not in taken:
-                rename[f"{name}.{inner}"] = inner
-                taken.add(inner)
-    return flat.rename_columns(rename)
 
 
 def read_parallel(source: Path, target: Path) -> Any:
