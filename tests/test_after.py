@@ -4,6 +4,7 @@ CLI (saved recipes run again, fp16 on a CPU refused, scalars for one-element lis
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,8 @@ def test_glue_test_submission_files(tmp_path: Path, cli, subset: str, file_name:
     assert [p.name for p in (tmp_path / "sub").iterdir()] == [file_name]  # written whole: no partial left
     assert [l.split("\t")[0] for l in lines[1:4]] == ["0", "1", "2"]
     assert {l.split("\t")[1] for l in lines[1:]} <= values
+    # the test texts cut to fit are said, as a run says its own (rule 8): they were cut silently
+    assert re.search(rf"warning: [1-9]\d* of {rows} texts cut at task\.max_length=32 tokens", err), err
 
 
 def test_export_merges_lora_into_a_plain_model(tmp_path: Path, cli) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import pytest
@@ -187,3 +188,42 @@ def test_a_transcript_notes_jsonl_summarizes_with_two_arguments_and_an_edit_is_a
     code, out, err = cli(*args)
     assert code == 0 and "finished already" not in out + err
     assert len(list((tmp_path / "runs").rglob("metrics.json"))) == 2
+
+
+NESTED = {  # task -> (settings, the object field, its text fields, named settings)
+    "translation": ({"subset": "custom", "source_lang": "en", "target_lang": "de"}, "translation", ("en", "de"),
+                    {"source_field": "en", "target_field": "de"}),
+    "summarization": ({"subset": "custom"}, "sample", ("dialogue", "summary"),
+                      {"source_field": "dialogue", "target_field": "summary"}),
+}
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["found", "named"])
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+@pytest.mark.parametrize("task", sorted(NESTED))
+def test_records_with_their_texts_in_an_object_read_as_flat_ones(tmp_path: Path, task: str, fmt: str,
+                                                                 named: bool) -> None:
+    """Finding: run_translation's own JSON layout (and WMT's on the Hub), `{"translation": {"en":
+    ..., "de": ...}}`, was refused with a hint (task.source_field=translation) that named an
+    object, not a text. An object field's own fields are read as the record's, by their names,
+    for every text-to-text reader, found or named (the validate-time head check too), and in
+    predict's input."""
+    from toolkit.recipe import check_data
+    from toolkit.tasks import TASKS
+
+    settings, outer, (src, tgt), names = NESTED[task]
+    rows = [{src: sentence(i), tgt: sentence(i + 3, 4)} for i in range(6)]
+    flat, nested = tmp_path / f"flat.{fmt}", tmp_path / f"nested.{fmt}"
+    for path, records in ((flat, rows), (nested, [{"id": i, outer: r} for i, r in enumerate(rows)])):
+        path.write_text(json.dumps(records) if fmt == "json" else "".join(json.dumps(r) + "\n" for r in records))
+    loaded = []
+    for path in (flat, nested):
+        made = TASKS.get(task)(train_file=str(path), eval_file=str(path), **settings, **(names if named else {}))
+        made.check()
+        check_data(SimpleNamespace(task=made))
+        data = made.load()
+        loaded.append((data["train"].to_list(), data["eval"][""].to_list(), made.source_name()))
+    assert loaded[1] == loaded[0] and loaded[0][0][0]["source"] == rows[0][src] and loaded[0][2] == src
+    from toolkit.inference import read_inputs  # predict's input in the same layout: read alike
+
+    assert [r[src] for r in read_inputs(str(nested), [src])] == [r[src] for r in rows]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,14 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
         patch.setattr("sys.stdin", stdin.open(encoding="utf-8"))
         code, _, err = cli("predict", run.dir, "--input", "-")
         assert code == 2 and f"<stdin>: example 1: field '{names[0]}' is a number (5); expected text" in err
+        # an input cut to fit the model is said, as a run says it (rule 8): it was cut silently.
+        # NER's rows say how many words were tagged, extractive QA reads windows: nothing cut there
+        long = tmp_path / "long.jsonl"
+        words = ["word"] * 600
+        long.write_text(json.dumps({n: words if n in settings.predict_word_lists else " ".join(words) for n in names}) + "\n")
+        code, _, err = cli("predict", run.dir, "--input", long, "--output", tmp_path / "long-out.jsonl")
+        cuts = settings.name != "ner" and not getattr(settings, "extractive", False)
+        assert code == 0 and bool(re.search(r"warning: 1 of 1 [\w ]+ cut at task\.max_length=\d+ tokens", err)) == cuts, err
         if file[0].endswith(".txt"):  # plain text: a blank line between examples is said, not dropped unsaid
             source.write_text(file[1].replace("\n", "\n\n", 1) + "\n\n")
             code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
@@ -272,7 +281,7 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
 
     rows = [{"source": t, "prediction": t[::-1], "probabilities": {"pos": 0.25, t or "x": 0.75}, "tags": [t, "O"]}
             for t in TRICKY]
-    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=())
+    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
     monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists: rows)
     out = tmp_path / name

@@ -455,3 +455,27 @@ def test_objective_settings_at_their_bounds_corrupt_or_are_refused(name: str, to
             for block in task.pack(Dataset.from_dict({"text": [doc]}), tok):
                 out = task.corrupt(block, RNG(1), tok)
                 assert out["input_ids"] and out["labels"], (field_name, value, doc)
+
+
+@pytest.mark.parametrize("family, task, train, held_out, said", [
+    ("bert", "mlm", None, "hi\nok\n", "error: the eval split has nothing to score: its 1 example(s) hold no token"),
+    ("t5", "span_corruption", "\u200b\n\u200b \u200b\n", None, "error: task: the span_corruption training split holds no example once encoded")])
+def test_text_too_short_to_learn_or_score_is_one_line_before_training(tmp_path: Path, cli, tiny_checkpoint, family: str,
+                                                                       task: str, train: str | None,
+                                                                       held_out: str | None, said: str) -> None:
+    """Findings: MLM held out on one-word lines (15% of one token masks none) scored perplexity
+    1.0000 and loss 0.0000 from nothing, exit 0; T5 span corruption on text that tokenises to
+    nothing made no training block, and the loop evaluated and saved step 0 for ever. Both are
+    one line before training, and leave no run folder (every task: test_evaluation.py)."""
+    files = {"train": train or None, "test": held_out or None}
+    for key, text in files.items():
+        if text is not None:
+            (tmp_path / f"{key}.txt").write_text(text)
+    named = {key: tmp_path / f"{key}.txt" if text is not None else f"{WIKI}/{'valid' if key == 'train' else key}.txt"
+             for key, text in files.items()}
+    recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task)
+    recipe.write_text(recipe.read_text().replace(f"{WIKI}/valid.txt", str(named["train"]))
+                      .replace(f"{WIKI}/test.txt", str(named["test"])))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 2 and said in err and "Traceback" not in err and err.count("error:") == 1, err
+    assert not list((tmp_path / "runs").rglob("recipe.yaml"))

@@ -11,6 +11,7 @@ import io
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import pytest
@@ -167,3 +168,140 @@ def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path: Path) -> None:
     read = read_conll(path)
     assert read.tokens == [["New\u00a0York", "is", "big\u2028one"], ["Paris"]]
     assert read.tags == [["B-LOC", "O", "O"], ["B-LOC"]]
+
+
+def _write_records(path: Path, rows: list[dict]) -> Path:
+    import json
+
+    text = json.dumps(rows, indent=1) if path.suffix == ".json" else "".join(json.dumps(r) + "\n" for r in rows)
+    path.write_text(text)
+    return path
+
+
+def _label_names(path: Path, values: list) -> list[str]:
+    from toolkit.tasks import TASKS
+
+    rows = [{"text": f"text {i}", "label": v} for i, v in enumerate(values)]
+    task = TASKS.get("text_classification")(train_file=str(_write_records(path, rows)), eval_file=str(path))
+    task.load()
+    return task.label_names
+
+
+def _qa_ids(path: Path, values: list) -> list[str]:
+    from toolkit.tasks.squad import read_squad
+
+    context = "The tower is in Paris."
+    rows = [{"id": v, "question": "Where?", "context": context,
+             "answers": {"text": ["Paris"], "answer_start": [context.index("Paris")]}} for v in values]
+    return [r["id"] for r in read_squad(str(_write_records(path, rows)), "v1")]
+
+
+NAMED_BY_NUMBERS = {"label": _label_names, "qa id": _qa_ids}  # every reader that names things by a JSON number
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+@pytest.mark.parametrize("reader", sorted(NAMED_BY_NUMBERS))
+def test_numbers_that_name_something_are_held_as_written(tmp_path: Path, reader: str, fmt: str) -> None:
+    """Finding: JSON labels 9007199254740993, 9007199254740992 and 12345678901234567890 were read
+    as doubles (one value past int64 makes the column float) and became two classes, the first two
+    one class, exit 0; a QA id 7 beside 7.5 was named "7.0". A number that names something is
+    named by its value (7 and 7.0 are "7"), and one a double cannot hold exactly is one line."""
+    read = NAMED_BY_NUMBERS[reader]
+    names = read(tmp_path / f"a.{fmt}", [7, 7.5, 8])
+    assert sorted(set(names)) == ["7", "7.5", "8"]
+    assert read(tmp_path / f"b.{fmt}", [9007199254740993, 9007199254740992, 3]) == (
+        ["3", "9007199254740992", "9007199254740993"] if reader == "label" else ["9007199254740993", "9007199254740992", "3"])
+    with pytest.raises(UserError, match=rf"c\.{fmt}:\d+: .* is a whole number of 2\^53 or more in a JSON column "
+                                        r"read as doubles .* write them as strings"):
+        read(tmp_path / f"c.{fmt}", [9007199254740993, 9007199254740992, 12345678901234567890])
+
+
+def _classification_rows(path: Path) -> list:
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=["text"],
+                                            label_column="label")
+    return task.load()["train"]["text"]
+
+
+def _pairs_rows(path: Path) -> list:
+    from toolkit.tasks._generation import read_records
+
+    return read_records(path, ("text", "label"))["text"]
+
+
+def _predict_rows(path: Path) -> list:
+    from toolkit.inference import read_inputs
+
+    return [r["text"] for r in read_inputs(str(path), ["text"])]
+
+
+CSV_READERS = {"read": lambda p: readers.read(p, "csv")["text"], "text_classification": _classification_rows,
+               "summarization/translation": _pairs_rows, "predict": _predict_rows}
+
+
+@pytest.mark.parametrize("reader", sorted(CSV_READERS))
+@pytest.mark.parametrize("body, line", [
+    ('"Best phone ever,pos\nbad one,neg\ngreat,pos\nawful "quoted" thing,neg\nfine,pos\n', 3),
+    ('"Best phone ever,pos\nbad one,neg\n', 3),
+    ('"Best" phone ever,pos\nbad one,neg\n', 3)], ids=["closed by a later quote", "never closed", "text after"])
+def test_a_quoted_csv_field_closes_where_it_ends(tmp_path: Path, reader: str, body: str, line: int) -> None:
+    """Finding: a review opening with an unclosed quote ran on over the next rows, up to a later
+    quote, and was read as one text (three examples lost, exit 0); text after a closing quote was
+    joined silently. Every CSV reader refuses both in one line naming the line the field starts
+    on, and reads a quoted line break and a doubled quote as written."""
+    path = tmp_path / "d.csv"
+    path.write_text("text,label\ngood,pos\n" + body)
+    with pytest.raises(UserError, match=rf"d\.csv:{line}: a quoted field does not close where the field ends"):
+        CSV_READERS[reader](path)
+    path.write_text('text,label\ngood,pos\n"two\nlines, and a ""quote""",neg\n')
+    assert list(CSV_READERS[reader](path)) == ["good", 'two\nlines, and a "quote"']
+
+
+def _squad_layout(path: Path, text: str) -> None:
+    from toolkit.tasks.squad import read_squad
+
+    context = "The tower is in Paris."
+    qa = '{"id": "1", "question": "Where?", "question": "Which?", "answers": [{"text": "Paris", "answer_start": 16}]}'
+    path.write_text('{"data": [{"title": "t", "paragraphs": [{"context": "%s", "qas": [%s]}]}]}' % (context, qa))
+    read_squad(str(path), "v1")
+
+
+def _json_entry(read: Callable) -> Callable:
+    def run(path: Path, text: str) -> None:
+        path.write_text(text)
+        read(path)
+    return run
+
+
+def _ner_json(path: Path, text: str) -> None:
+    from toolkit.tasks.ner import read_jsonl
+
+    path.write_text('[{"tokens": ["EU", "rejects"], "tokens": ["x"], "ner_tags": ["B-ORG", "O"]}]')
+    read_jsonl(path)
+
+
+def _text_json(path: Path, text: str) -> None:
+    from toolkit.tasks._text import _read_files
+
+    path.write_text(text)
+    _read_files({"train": str(path)}, "json", "line", None, SimpleNamespace(note=lambda *a: None))
+
+
+JSON_DOCUMENT_READERS = {
+    "read": _json_entry(lambda p: readers.read(p, "json")),
+    "text_classification": _json_entry(lambda p: _classification_rows(p)),
+    "summarization/translation": _json_entry(lambda p: _pairs_rows(p)),
+    "predict": _json_entry(lambda p: _predict_rows(p)),
+    "squad": _squad_layout, "ner": _ner_json, "pretraining text": _text_json}
+
+
+@pytest.mark.parametrize("reader", sorted(JSON_DOCUMENT_READERS))
+def test_a_key_twice_in_a_json_object_is_one_line(tmp_path: Path, reader: str) -> None:
+    """Finding: `{"text": "first", "text": "second", ...}` in a JSON document was read as "second"
+    without a word (the builder keeps the last), where the same record in JSONL is refused. Every
+    reader of JSON documents refuses it, naming the key."""
+    path = tmp_path / "d.json"
+    with pytest.raises(UserError, match=r"d\.json: the key '\w+' appears twice in one object"):
+        JSON_DOCUMENT_READERS[reader](path, '[{"text": "good", "label": "pos"},\n'
+                                            ' {"text": "first", "text": "second", "label": "neg"}]')

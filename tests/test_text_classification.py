@@ -128,6 +128,18 @@ def test_label_outside_the_data_is_named_with_its_row(tmp_path: Path) -> None:
         TextClassification(train_file=str(train), eval_file=str(dev)).load()
 
 
+@pytest.mark.parametrize("given", [{"text_columns": ["label"], "label_column": "y"}, {"label_column": "y"}])
+def test_a_text_column_named_label_is_one_line_given_or_picked(tmp_path: Path, given: dict) -> None:
+    """Finding: a text column named `label` (the label in `y`) crashed the load with a traceback
+    (a table with two `label` columns): the examples keep their label id under that name. Named
+    in the recipe or picked from the header, it is one line."""
+    train = write(tmp_path / "train.csv", ROWS, "csv", cols=("label", "y"))
+    with pytest.raises(UserError, match=r"^task.text_columns: a text column named 'label'"):
+        task = TextClassification(train_file=str(train), eval_file=str(train), **given)
+        task.check()
+        task.load()
+
+
 @pytest.mark.parametrize("override, message", [
     ("task.metrics=[pearson]", "task.metrics: 'pearson' is not a classification metric"),
     ("task.text_columns=[a,b,c]", "task.text_columns: at most two"),
@@ -135,6 +147,7 @@ def test_label_outside_the_data_is_named_with_its_row(tmp_path: Path) -> None:
     ("task.eval_file=null", "task.eval_file: required"),
     ("task.label_colum=x", "task.label_colum: unknown key (did you mean 'label_column'?)"),
     ("task.problem=regresion", "task.problem: 'regresion' is not allowed (did you mean 'regression'?)"),
+    ("task.text_columns=[label]", "task.text_columns: a text column named 'label' is the name every example's label"),
 ])
 def test_recipe_mistakes_are_refused_at_validate(tmp_path: Path, cli, override: str, message: str) -> None:
     train = write(tmp_path / "train.csv", ROWS, "csv")

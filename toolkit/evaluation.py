@@ -13,6 +13,12 @@ import torch
 from toolkit.errors import UserError
 
 
+class NothingScored(UserError):
+    """An eval split none of whose examples holds a unit of the loss (a masked token, a token
+    to predict): its loss would be 0/0, read as 0, and perplexity exp(0) = 1, a perfect score of
+    nothing (a held-out file of one-word lines under MLM's 15% masking)."""
+
+
 class NotFinite(UserError):
     """The model's outputs on an eval split are NaN or infinite: nothing is scored
     from them (an argmax over NaN logits is class 0, an accuracy with exit 0). The training loop
@@ -60,6 +66,7 @@ def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, acceler
             for key, value in accelerator.gather_for_metrics(step).items():
                 collected[key].append(value.cpu())
         arrays = {k: stack(v, task.eval_pad(k)) for k, v in collected.items()}
+        refuse_nothing_scored(arrays, suffix)
         refuse_not_finite(arrays, suffix)
         if orders and suffix in orders:
             back = np.argsort(np.asarray(orders[suffix]), kind="stable")  # served position of each example
@@ -68,7 +75,7 @@ def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, acceler
         rows = task.predictions(arrays, raw[suffix])
         if rows is not None and sink is not None:
             sink[suffix] = rows
-        metrics["loss"] = float(arrays["loss"].sum() / max(arrays["units"].sum(), 1.0))
+        metrics["loss"] = float(arrays["loss"].sum() / arrays["units"].sum())
         out.update({f"{k}{suffix}": float(v) for k, v in metrics.items()})
     model.train(was_training)
     return out
@@ -89,6 +96,39 @@ def refuse_not_finite(arrays: dict[str, np.ndarray], suffix: str) -> None:
         return
     raise NotFinite(f"the model's outputs on the eval{suffix} split are not finite ({' and '.join(what)}): "
                     "nothing is scored from them; the weights have diverged or are broken")
+
+
+def refuse_nothing_scored(arrays: dict[str, np.ndarray], suffix: str) -> None:
+    """Raise `NothingScored` where the split's examples hold no loss unit between them: every
+    task's loss and perplexity are sums over units divided by their count, and every score of
+    such a split would be made of nothing."""
+    units = arrays.get("units")
+    count = len(units) if units is not None else 0
+    if count and units.sum() > 0:
+        return
+    held = (f"its {count} example(s) hold no token the loss is taken on (each too short for the task to "
+            "mask, predict or label any of it)") if count else "it holds no example once encoded"
+    raise NothingScored(f"the eval{suffix} split has nothing to score: {held}, so its loss would be 0 and "
+                        "perplexity 1 from nothing; give the held-out data more text")
+
+
+def has_units(task: Any, collate: Any, ds: Any, batch_size: int = 64) -> bool:
+    """Whether an encoded split holds a loss unit anywhere: its examples collated in order until
+    one batch has one (the first batch, but for a split that has none). A pure function of the
+    split: training blocks are corrupted from generators seeded per block, not from the global one."""
+    for start in range(0, len(ds), batch_size):
+        batch = collate([ds[i] for i in range(start, min(start + batch_size, len(ds)))])
+        if task.units(batch).sum() > 0:
+            return True
+    return False
+
+
+def check_something_to_score(task: Any, collate: Any, evals: dict[str, Any]) -> None:
+    """Before training: `refuse_nothing_scored`'s line at setup rather than after the training
+    it would end."""
+    for suffix, ds in evals.items():
+        if not has_units(task, collate, ds):
+            refuse_nothing_scored({"units": np.zeros(len(ds))}, suffix)
 
 
 OUTPUT_KEYS = ("logits", "start_logits", "end_logits")  # what a head gives that predictions come from

@@ -258,7 +258,7 @@ def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: 
 def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...]) -> list[dict]:
     """A CSV/TSV/JSON(L) input file through the shared reader (FILE:LINE for every bad record)."""
     fmt = readers.file_format(path)
-    ds = readers.read(path, fmt)
+    ds = readers.lift_nested(readers.read(path, fmt))  # {"translation": {"en": ...}} as a run reads it
     missing = [c for c in columns if c not in ds.column_names]
     if missing:
         raise UserError(f"{path}: field '{missing[0]}' is missing (it has: {', '.join(ds.column_names)}); "
@@ -318,7 +318,9 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     recipe, model, tok, names = _predicting_run(run)
     inputs = [_as_row(i, item, names, recipe.task.predict_word_lists) for i, item in enumerate(texts)]
     with evaluation.finite_outputs():
-        return recipe.task.predict(model, tok, inputs)
+        rows = recipe.task.predict(model, tok, inputs)
+    recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
+    return rows
 
 
 def predict_run(run: Path, source: str, output: str | None) -> int:
@@ -333,6 +335,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     rows = read_inputs(source, names, recipe.task.predict_word_lists)
     with evaluation.finite_outputs():  # before anything is written
         out = recipe.task.predict(model, tok, rows)
+    recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
     text = render(out, fmt)
     if output:
         partial = Path(output).with_name(f".{Path(output).name}.partial")
@@ -390,7 +393,9 @@ def render(rows: list[dict], fmt: str) -> str:
 def glue_test(run: Path, out_dir: Path) -> list[Path]:
     """GLUE server submission files (`SST-2.tsv`, ...: `index<TAB>prediction`) from test.tsv."""
     recipe = run_recipe(run)
-    return recipe.task.submission(lambda: load_model(run, recipe), out_dir)
+    written = recipe.task.submission(lambda: load_model(run, recipe), out_dir)
+    recipe.task.say_notices(run=False)  # the test texts cut to fit, as a run says it (rule 8)
+    return written
 
 
 def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool) -> str:

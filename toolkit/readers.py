@@ -232,6 +232,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     kwargs: dict[str, Any] = {}
     if fmt in ("csv", "tsv"):
         header = csv_header(path, fmt)
+        if fmt == "csv":
+            csv_quotes(path)
         kwargs = {"keep_default_na": False, "encoding": "utf-8-sig",
                   "features": Features({name: Value("string") for name in header})}
         if fmt == "tsv":
@@ -264,6 +266,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         raise
     except Exception as exc:
         raise _builder_error(path, fmt, exc, field) from None
+    if fmt == "json":
+        json_keys_once(path, field)
     if fmt in ("csv", "tsv") and len(ds) == 0:
         raise UserError(f"{path}: has a header and no rows")
     if len(ds) == 0:
@@ -296,6 +300,27 @@ def csv_header(path: Path, fmt: str) -> list[str]:
     if first is not None and len(first) > len(header):
         raise UserError(_field_count(path, fmt, len(header), start, len(first)))
     return header
+
+
+def csv_quotes(path: Path) -> None:
+    """Every quoted CSV field closes where the field ends (RFC 4180: a quote inside one is
+    written twice): one line naming the line the field starts on. A review opening with an
+    unclosed quote (`"Best phone ever,pos`) ran on over the next rows, read as one text up to a
+    later quote, and three examples were lost, exit 0 (pandas reads past it; text after a
+    closing quote, `"Best" phone`, it joins silently). One streaming pass of Python's csv module
+    in strict mode, which refuses both."""
+    csv.field_size_limit(sys.maxsize)
+    with _open_bytes(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        rows = csv.reader(text, strict=True)
+        start = 1
+        try:
+            for _ in rows:
+                start = rows.line_num + 1
+        except csv.Error as exc:
+            raise UserError(f"{path}:{start}: a quoted field does not close where the field ends ({exc}); a "
+                            "quote inside a field is written twice (\"\"), and a field that holds a comma, "
+                            "quote or line break is quoted whole") from None
 
 
 def _field_count(path: Path, fmt: str, want: Any, line: Any, got: Any) -> str:
@@ -340,7 +365,12 @@ def head_names(path: Path) -> list[str] | None:
         record = json.JSONDecoder().raw_decode(line.strip() if fmt == "jsonl" else line)[0]
     except ValueError:
         return None
-    return list(record) if isinstance(record, dict) and record else None
+    if not isinstance(record, dict) or not record:
+        return None
+    names = list(record)  # and an object field's own fields, as text-to-text readers lift them
+    for value in record.values():
+        names += [k for k in value if k not in names] if isinstance(value, dict) else []
+    return names
 
 
 def _root(exc: BaseException) -> BaseException:
@@ -370,6 +400,24 @@ def _builder_error(path: Path, fmt: str, exc: Exception, field: str | None) -> U
         if problem:
             return UserError(problem)
     return Unreadable(f"{path}: could not be read as {fmt} ({type(root).__name__}: {message[:200]})")
+
+
+def _distinct(pairs: list[tuple[str, Any]]) -> dict:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("a key twice")
+    return found
+
+
+def json_keys_once(path: Path, field: str | None) -> None:
+    """No object of a JSON document names a key twice: the builder kept the last silently
+    (`{"text": "first", "text": "second"}` read as "second"), where a JSONL file of the same
+    record is refused. A second parse of a document already under TOOLKIT_MAX_JSON_MB (a fast
+    check; the key and place are looked for only when one repeats)."""
+    try:
+        json.loads(read_small_text(path), object_pairs_hook=_distinct)
+    except ValueError:
+        raise UserError(_json_problem(path, field) or f"{path}: an object names a key twice") from None
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
@@ -544,6 +592,26 @@ def _skip(text: str, pos: int) -> int:
     return pos
 
 
+def lift_nested(ds: Any) -> Any:
+    """Records whose object fields hold the texts, as run_translation.py reads its JSON files and
+    WMT comes from the Hub (`{"translation": {"en": ..., "de": ...}}`): each inner field becomes a
+    field of the record under its own name (`en`, `de`; `translation.en` where the record has an
+    `en` of its own), so the fields are found as in flat records. They were refused, with a hint
+    (task.source_field=translation) that named an object, not a text."""
+    nested = [name for name, feature in ds.features.items() if isinstance(feature, dict)]
+    if not nested:
+        return ds
+    flat = ds.flatten()
+    taken = set(flat.column_names)
+    rename = {}
+    for name in nested:
+        for inner in ds.features[name]:
+            if inner not in taken:
+                rename[f"{name}.{inner}"] = inner
+                taken.add(inner)
+    return flat.rename_columns(rename)
+
+
 # --- checks on the table -----------------------------------------------------------------------
 def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = None,
                keys: Any = None, blank_ok: bool = False) -> None:
@@ -613,6 +681,39 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
             problem = _jsonl_problem(path, column) if fmt == "jsonl" else _json_problem(path, None, column)
             raise UserError(problem or f"{path}: {what} holds values of more than one type; one type per field")
         offset += len(batch)
+
+
+EXACT = 2 ** 53  # a double holds every whole number below it, and not every one above
+
+
+def check_exact(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
+    """Numbers that name something (a label, an id) are held as written: a JSON column the reader
+    holds as doubles (a whole number past int64, or one beside a fraction) rounds whole numbers
+    of 2^53 and more, so labels 12345678901234567890 and 12345678901234567891 (or 2^53 + 1 beside
+    2^53) were read as one class, exit 0. The first such value is one line naming its place."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offset = 0
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        values = batch.column(batch.schema.get_field_index(column))
+        if pa.types.is_floating(values.type):
+            whole = pc.and_(pc.greater_equal(pc.abs(values), float(EXACT)), pc.equal(pc.floor(values), values))
+            bad = pc.index(pc.fill_null(whole, False), True).as_py()
+            if bad >= 0:
+                raise UserError(f"{where(path, fmt, offset + bad)}: {what} is a whole number of 2^53 or more "
+                                "in a JSON column read as doubles (about 16 digits): two such numbers can read "
+                                "as one; write them as strings (\"...\")")
+        offset += len(batch)
+
+
+def number_name(value: Any) -> str:
+    """The name of a value that names something (a label, an id): text as written (CSV cells are
+    text: 01 and 1 stay two); a JSON number by its value, so that 1 and 1.0 are one name, "1"
+    (a column holding both is read as doubles, and every name came out "0.0", "1.0")."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _keys(keys: Any, index: int) -> list[Any] | None:

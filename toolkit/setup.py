@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from toolkit import attention, chain, heads, models
+from toolkit import attention, chain, evaluation, heads, models
 from toolkit.errors import UserError
 from toolkit.methods import Context, count_params
 from toolkit.recipe_data import RunPlan
@@ -31,6 +31,18 @@ class Setup:
     seed: int = 0  # train.seed: what methods that draw at random (icl demonstrations) use
     predictions: dict = field(default_factory=dict)  # suffix -> rows of the latest evaluation
     source: str = ""  # the checkpoint as models.load got it before --smoke (a chained run's model/)
+
+
+def check_units(task: Task, collate: Any, train: Any, evals: dict[str, Any]) -> None:
+    """Something to learn from and something to score, before the model trains: a training split
+    with no example would have the loop wait forever for its first batch (evaluating and saving
+    step 0 again and again), one with no loss unit (text too short to mask) would stop at step 1
+    as if the loss had diverged, and an eval split with none would score perplexity 1 from nothing."""
+    if len(train) == 0 or not evaluation.has_units(task, collate, train):
+        held = "no example" if len(train) == 0 else f"{len(train)} example(s) and no token the loss is taken on"
+        raise UserError(f"task: the {task.name} training split holds {held} once encoded (its text is too "
+                        "short for the task to make, mask or predict any of it); give it more text")
+    evaluation.check_something_to_score(task, collate, evals)
 
 
 def build(plan: RunPlan, processes: int = 1) -> Setup:
@@ -74,6 +86,8 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     encode = recipe.method.encoder(task, tok)
     train = encode(raw["train"]) if recipe.method.trains else raw["train"]
     evals = {sfx: encode(ds) for sfx, ds in raw["eval"].items()}
+    if recipe.method.trains:  # a method that does not train scores by its own rules (evaluate)
+        check_units(task, task.collator(tok, model), train, evals)
     steps = recipe.train.optimizer_steps(len(train), processes)[1] if recipe.method.trains else 0
     if recipe.train.warmup_steps > steps and recipe.method.trains:  # the ratio is within the run by its bound
         raise UserError(f"train.warmup_steps: {recipe.train.warmup_steps} is more than the run's {steps} "

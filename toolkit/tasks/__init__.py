@@ -319,10 +319,12 @@ class Task:
                                         f"is not seen); raise {setting} to keep them whole")
         return lines
 
-    def say_notices(self) -> None:
+    def say_notices(self, run: bool = True) -> None:
         """Each notice as one `warning:` line on stderr, once per run (rank 0 only); the run's
-        setup calls this once its splits are encoded, so the counts cover every split."""
-        self._note_eval_is_train()
+        setup calls this once its splits are encoded, so the counts cover every split, and
+        prediction (`run=False`: the recipe's own files are not its business) once its inputs are."""
+        if run:
+            self._note_eval_is_train()
         said = self.__dict__.setdefault("_said", set())
         for key, line in self.notices().items():
             if key not in said and os.environ.get("RANK", "0") == "0":

@@ -80,7 +80,7 @@ def read_records(path: Path, fields: tuple[str, ...] | None = None,
                         "(optionally .gz), or parallel text files named with {lang}")
     fmt = readers.file_format(path, ("json", "jsonl", "csv"))
     field = "data" if fmt == "json" and readers.first_char(path) == "{" else None
-    ds = readers.read(path, fmt, field=field)
+    ds = readers.lift_nested(readers.read(path, fmt, field=field))
     fields = pick(ds, str(path)) if pick is not None else fields
     keys = (lambda i: ["data", i]) if field else None
     for name in fields:

@@ -236,6 +236,8 @@ def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[d
     kinds = {name: "text" if getattr(feature, "dtype", None) in ("string", "large_string") else "other"
              for name, feature in ds.features.items()}
     role = fields.resolve(path, kinds)
+    if role["id"]:
+        readers.check_exact(ds, role["id"], path, fmt, f"'{role['id']}' (the id)")
     contexts: dict[str, int] = {}  # a distinct context is an "article": split_articles keeps it on one side
     rows = []
     for i, record in enumerate(ds.to_list()):
@@ -246,7 +248,7 @@ def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[d
               "question": record.get(role["question"]), "answers": record.get(role["answers"]),
               "is_impossible": record.get("is_impossible")}
         if isinstance(qa["id"], (int, float)) and not isinstance(qa["id"], bool):
-            qa["id"] = str(qa["id"])
+            qa["id"] = readers.number_name(qa["id"])  # 7 beside 7.5 in one file: "7", not "7.0"
         _need(qa["id"], str, named, f"'{role['id']}' (the id)")
         _need(qa["question"], str, named, f"'{role['question']}' (the question)")
         article = contexts.setdefault(context, len(contexts))

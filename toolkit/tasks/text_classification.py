@@ -68,6 +68,7 @@ class TextClassification(Classification):
             raise UserError("task.eval_file: required (or task.dataset for a Hub data set)")
         if self.dataset is not None and (self.train_file or self.eval_file or self.test_file):
             raise UserError("task.dataset: give either a Hub data set or files, not both")
+        reserved_text_column(self.text_columns)
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise UserError(f"task.labels: names repeat ({', '.join(self.labels)})")
         if self.problem == "regression" and self.labels is not None:
@@ -122,13 +123,17 @@ class TextClassification(Classification):
             ds, path, _ = splits.get("train") or splits["eval"]
             self.text_columns, self.label_column = pick_columns(
                 ds, path, self.text_columns, self.label_column, self.problem)
+            reserved_text_column(self.text_columns)
         for ds, path, _ in (s for s in splits.values() if s is not None):
             _fields.note_spaced(self, list(ds.column_names), path)
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
             if fmt != "hub":
-                readers.check_scalar(ds, self.label_column, Path(path), fmt, f"label column '{self.label_column}'")
+                what = f"label column '{self.label_column}'"
+                readers.check_scalar(ds, self.label_column, Path(path), fmt, what)
+                if self.problem == "classification":  # a class is named by its number: held exactly
+                    readers.check_exact(ds, self.label_column, Path(path), fmt, what)
         if self.problem == "classification" and self.labels is None and self._found_labels is None:
             self._found_labels = self._label_set(splits)
         out = {k: (self._normalise(*s) if s is not None else None) for k, s in splits.items()}
@@ -247,13 +252,18 @@ class TextClassification(Classification):
         return ids[text]
 
 
+def reserved_text_column(text_columns: list[str] | None) -> None:
+    """A text column may not be named `label`: the examples carry their label (an id) under that
+    name, in the encoded data, predict's rows and an ICL template's {label}, and a text column of
+    that name crashed the load (a table with two `label` columns)."""
+    if text_columns and "label" in text_columns:
+        raise UserError("task.text_columns: a text column named 'label' is the name every example's label "
+                        "(its id) is kept under; rename that column in the files (and task.text_columns)")
+
+
 def label_text(value: Any) -> str:
-    """A label's name: as written for text (CSV cells are text: 01 and 1 stay two classes); a JSON
-    number by its value, so that 1 and 1.0 are one class named "1" (a column holding both is read
-    as floats, and every class was named "0.0", "1.0")."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    """A label's name (`readers.number_name`: 1 and 1.0 are the class "1")."""
+    return readers.number_name(value)
 
 
 DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
