@@ -310,13 +310,16 @@ class Task:
             self.note("eval is train", f"task.eval_file {held} holds the same data as task.train_file: the "
                       "scores are of training examples, not held-out ones")
 
-    def notices(self) -> dict[str, str]:
-        """key -> warning line: the notes, and one line per kind of cut with its count."""
+    def notices(self, run: bool = True) -> dict[str, str]:
+        """key -> warning line: the notes, and one line per kind of cut with its count. What to do
+        about a cut differs: a run can raise the setting; a finished run's predictions are cut
+        where its training was (raising it means training again)."""
         lines = dict(self.__dict__.get("_notes", {}))
         for (what, setting, limit), (done, total) in self.__dict__.get("_cut_counts", {}).items():
             if done:
-                lines[f"cut {what}"] = (f"{done} of {total} {what} cut at {setting}={limit} tokens (the rest "
-                                        f"is not seen); raise {setting} to keep them whole")
+                advice = (f"raise {setting} to keep them whole" if run else
+                          f"the run was trained at {setting}={limit}; a run with a higher one reads more")
+                lines[f"cut {what}"] = f"{done} of {total} {what} cut at {setting}={limit} tokens (the rest is not seen); {advice}"
         return lines
 
     def say_notices(self, run: bool = True) -> None:
@@ -326,7 +329,7 @@ class Task:
         if run:
             self._note_eval_is_train()
         said = self.__dict__.setdefault("_said", set())
-        for key, line in self.notices().items():
+        for key, line in self.notices(run).items():
             if key not in said and os.environ.get("RANK", "0") == "0":
                 print(f"warning: {line}", file=sys.stderr)
             said.add(key)

@@ -334,8 +334,8 @@ class TextToText(TokenTask):
         budget = self.new_tokens()
         self._over_budget = (done + sum(n > budget for n in lengths), total + len(lengths))
 
-    def notices(self) -> dict[str, str]:
-        lines = super().notices()
+    def notices(self, run: bool = True) -> dict[str, str]:
+        lines = super().notices(run)
         done, total = self.__dict__.get("_over_budget", (0, 0))
         if done:
             lines["over budget"] = (f"{done} of {total} {self.names[1]} are longer than generation.max_new_tokens="

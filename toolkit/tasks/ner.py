@@ -312,8 +312,8 @@ class Ner(Task):
         done, words = self.__dict__.get("_unseen", (0, 0))
         self.__dict__["_unseen"] = (done + unseen, words + total)
 
-    def notices(self) -> dict[str, str]:
-        lines = super().notices()
+    def notices(self, run: bool = True) -> dict[str, str]:
+        lines = super().notices(run)
         unseen, total = self.__dict__.get("_unseen", (0, 0))
         if unseen:
             lines["unseen words"] = (f"{unseen} of {total} words are never seen by the model (past "
