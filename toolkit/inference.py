@@ -64,7 +64,7 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
     def build(checkpoint: str, head_kwargs: dict, warm_start: str | None) -> torch.nn.Module:
         set_seed(recipe.train.seed)  # weights the base lacks (a pooler) start as they did in the run
         return models.load(checkpoint, head, head_kwargs, settings.attention, warm_start=warm_start,
-                           words=recipe.task.words_given)[0]
+                           words=recipe.task.words_given, tokenizer=tok)[0]  # the run's, read once
 
     if not recipe.method.trains:
         model, tok = models.load(base, head, recipe.task.head_kwargs(), settings.attention,

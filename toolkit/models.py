@@ -308,20 +308,25 @@ def smoke_checkpoint(checkpoint: str) -> str:
     if shared_name is None:
         raise UserError(f"--smoke: no small model for a {family} checkpoint (it is neither an "
                         "encoder, a decoder nor an encoder-decoder with an LM head)")
+    cache = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "smoke"
+    # A built model is looked for before its tokenizer is read (a tenth to a half of a second
+    # each time; a cached folder holds its tokenizer): the checkpoint's own, then the shared one.
     try:
         source = resolve(checkpoint)
+        target = cache / (family + "-" + Path(checkpoint).name.replace("/", "_"))
+        if (target / "config.json").is_file():
+            return str(target)
         tok = AutoTokenizer.from_pretrained(source)
-        tag = family + "-" + Path(checkpoint).name.replace("/", "_")
     except (UserError, OSError, ValueError):
         shared = tokenizer_dir() / shared_name
         if not shared.is_dir():
             raise UserError(f"--smoke: no tokenizer for '{checkpoint}' and none at {shared}; set "
                             "TOOLKIT_TOKENIZERS to a folder of tokenizers") from None
-        tok, tag = AutoTokenizer.from_pretrained(str(shared)), family + "-shared"
-    cache = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "smoke"
-    target = cache / tag
-    if (target / "config.json").is_file():
-        return str(target)
+        target = cache / (family + "-shared")
+        if (target / "config.json").is_file():
+            return str(target)
+        tok = AutoTokenizer.from_pretrained(str(shared))
+    tag = target.name
     _ensure_pad(tok)
     config = _tiny_config(family, len(tok), tok)
     with torch.random.fork_rng(devices=[]), _whole():  # building the cache must not move the run's RNG
@@ -416,15 +421,18 @@ def warm_start_encoder_decoder(path: str, tok: PreTrainedTokenizerBase, dropout:
 
 
 def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
-         dropout: float | None = None, warm_start: str | None = None, words: bool = False) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+         dropout: float | None = None, warm_start: str | None = None, words: bool = False,
+         tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Tokenizer + model with the task head; fp32 weights (mixed precision is accelerate's job).
-    `attention` is a transformers name or a toolkit.attention module's settings."""
+    `attention` is a transformers name or a toolkit.attention module's settings. `tokenizer`: the
+    one already loaded for this model (a finished run's saved copy of its base's), not read again
+    (a tenth to a half of a second a load)."""
     import torch
     import transformers
 
     path = resolve(checkpoint)
     try:
-        tok = load_tokenizer(path, words)
+        tok = tokenizer if tokenizer is not None else load_tokenizer(path, words)
     except (OSError, ValueError, TypeError) as exc:
         raise UserError(f"model.checkpoint: no usable tokenizer in {checkpoint} "
                         f"({type(exc).__name__}); save the tokenizer beside the model") from None
