@@ -379,7 +379,60 @@ def load_tokenizer(path: str, words: bool = False) -> PreTrainedTokenizerBase:
     tokenizer (GPT-2, RoBERTa, BART) does so only when loaded with add_prefix_space=True;
     without it every word is tokenized as if it began the text ('world', not 'Ġworld'), tokens
     pretraining seldom saw, and the scores drop with no error (transformers 5 no longer refuses
-    this as 4 did). It is saved with the run, so `predict` reads words the same way."""
+    this as 4 did). It is saved with the run, so `predict` reads words the same way.
+    A folder read before in this process, its files unchanged, is not read again (`_READ`)."""
+    key = _read_key(path, words)
+    kept = _READ.pop(key, None) if key is not None else None
+    if kept is not None and _vocabulary_size(kept[0]) == kept[1]:  # nothing added tokens to it
+        _READ[key] = kept  # the most recently used last
+        return _lent(kept[0])
+    tok = _read_tokenizer(path, words)
+    if key is None or _vocabulary_size(tok) is None:  # a Python-only tokenizer: nothing to share
+        return tok
+    _READ[key] = (tok, _vocabulary_size(tok))
+    while len(_READ) > READ_KEPT:
+        _READ.pop(next(iter(_READ)))
+    return _lent(tok)
+
+
+# Tokenizers read in this process: (folder, words, its files' names, sizes and times) -> (the
+# tokenizer, its backend's vocabulary size with added tokens). A read takes a tenth to half a
+# second (GPT-2's and RoBERTa's 50,000 merges are rebuilt in Python each time), and a run, its
+# evaluation, predict, export and a sweep's next point read the same folders again. Each caller
+# gets its own copy (`_lent`); the few most recent folders are kept.
+_READ: dict[tuple, tuple[PreTrainedTokenizerBase, int]] = {}
+READ_KEPT = 8
+
+
+def _read_key(path: str, words: bool) -> tuple | None:
+    """What decides a folder's tokenizer, or None where it is no local folder (a Hub id)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    try:
+        files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
+    except OSError:
+        return None
+    return str(folder.resolve()), words, files
+
+
+def _vocabulary_size(tok: PreTrainedTokenizerBase) -> int | None:
+    backend = getattr(tok, "backend_tokenizer", None)
+    return None if backend is None else backend.get_vocab_size(with_added_tokens=True)
+
+
+def _lent(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """A copy of a kept tokenizer for one caller: its Python side (special tokens, padding and
+    truncation sides, ...) its own, so that what a caller sets stays with it; the Rust backend
+    shared, which transformers sets up afresh (truncation, padding) for every call that encodes.
+    A caller that adds tokens changes the shared vocabulary: load_tokenizer then reads the folder
+    again rather than lend that one (the toolkit adds none)."""
+    copy = object.__new__(type(tok))
+    copy.__dict__.update({k: v.copy() if isinstance(v, (dict, list, set)) else v for k, v in tok.__dict__.items()})
+    return copy
+
+
+def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
