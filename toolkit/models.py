@@ -395,7 +395,7 @@ def load_tokenizer(path: str, words: bool = False) -> PreTrainedTokenizerBase:
     return _lent(tok)
 
 
-# Tokenizers read in this process: (folder, words, its files' names, sizes and times) -> (the
+# Tokenizers read in this process: (folder, words, a hash of its files but the weights) -> (the
 # tokenizer, its backend's vocabulary size with added tokens). A read takes a tenth to half a
 # second (GPT-2's and RoBERTa's 50,000 merges are rebuilt in Python each time), and a run, its
 # evaluation, predict, export and a sweep's next point read the same folders again. Each caller
@@ -404,16 +404,26 @@ _READ: dict[tuple, tuple[PreTrainedTokenizerBase, int]] = {}
 READ_KEPT = 8
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx")
+
+
 def _read_key(path: str, words: bool) -> tuple | None:
-    """What decides a folder's tokenizer, or None where it is no local folder (a Hub id)."""
+    """What decides a folder's tokenizer (every file's content but the weights': its tokenizer
+    files and config.json, which can name the class; a file's time is too coarse to tell two
+    writes apart), or None where it is no local folder (a Hub id)."""
+    import hashlib
+
     folder = Path(path)
     if not folder.is_dir():
         return None
+    digest = hashlib.sha1()
     try:
-        files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
+        for file in sorted(f for f in folder.iterdir() if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES)):
+            digest.update(f"{file.name}\0{file.stat().st_size}\0".encode())
+            digest.update(file.read_bytes())
     except OSError:
         return None
-    return str(folder.resolve()), words, files
+    return str(folder.resolve()), words, digest.hexdigest()
 
 
 def _vocabulary_size(tok: PreTrainedTokenizerBase) -> int | None:
