@@ -130,6 +130,28 @@ def test_bad_label_and_missing_column_name_file_and_line(tmp_path: Path) -> None
         task.load()
 
 
+def test_a_file_read_again_is_its_current_content(tmp_path: Path) -> None:
+    """read_tsv keeps the files it parsed (SST-2's train.tsv: a third of a second a run): a
+    caller changing its lists changes no later read, a file rewritten (the same size, even the
+    same time stamp) is read again, and an error is said at every read."""
+    import os
+
+    from toolkit.tasks.glue import SPECS, read_tsv
+
+    path = tmp_path / "train.tsv"
+    path.write_text("sentence\tlabel\ngood film\t1\nbad film\t0\n")
+    first = read_tsv(path, SPECS["sst2"])
+    assert first == {"text_a": ["good film", "bad film"], "label": [1, 0]}
+    first["text_a"][0], first["label"] = "changed", []
+    assert read_tsv(path, SPECS["sst2"]) == {"text_a": ["good film", "bad film"], "label": [1, 0]}
+    stamp = path.stat().st_mtime_ns
+    path.write_text("sentence\tlabel\nfine film\t1\nbad film\t1\n")
+    os.utime(path, ns=(stamp, stamp))
+    assert read_tsv(path, SPECS["sst2"]) == {"text_a": ["fine film", "bad film"], "label": [1, 1]}
+    path.write_text("sentence\tlabel\nfine film\t1\nbad film\t7\n")
+    for _ in range(2):
+        with pytest.raises(UserError, match=r"train.tsv:3: label '7' is not one of 0, 1"):
+            read_tsv(path, SPECS["sst2"])
 
 
 # a head trained with GLUE's labels in another id order (roberta-large-mnli's first), one per head layout

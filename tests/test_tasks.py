@@ -162,3 +162,36 @@ def test_an_eval_file_that_is_the_train_file_is_said(tmp_path: Path, name: str) 
         task = cls(train_file=str(data), eval_file=str(eval_file))
         task._note_eval_is_train()
         assert ("eval is train" in task.notices()) == said, eval_file
+
+
+@pytest.mark.parametrize("family", ["bert-base-uncased", "roberta-base", "gpt2", "bart-base", "t5"])
+def test_a_tokenizer_read_again_is_the_folders_whatever_earlier_callers_did(tmp_path: Path, family: str) -> None:
+    """models.load_tokenizer keeps the folders it read (a read is a tenth to half a second, and a
+    run, its evaluation, predict and export read the same folder): every load is what a fresh
+    read of the folder gives, whatever an earlier caller set on its copy or added to it, and a
+    folder whose files changed is read again."""
+    import shutil
+
+    folder = tmp_path / family
+    shutil.copytree(models.tokenizer_dir() / family, folder)
+    text = ["Zürich's tokenizer, read twice.", "a b"]
+
+    def same_as_fresh(tok, fresh) -> None:
+        assert (type(tok), len(tok), tok.pad_token, tok.padding_side, tok.truncation_side, tok.model_max_length) == (
+            type(fresh), len(fresh), fresh.pad_token, fresh.padding_side, fresh.truncation_side, fresh.model_max_length)
+        for kwargs in ({"padding": True}, {"padding": "max_length", "truncation": True, "max_length": 6}):
+            assert tok(text, **kwargs)["input_ids"] == fresh(text, **kwargs)["input_ids"]
+
+    fresh = models._read_tokenizer(str(folder), False)
+    first = models.load_tokenizer(str(folder))
+    first.padding_side, first.truncation_side = "left", "left"  # what callers set on their copy
+    first.pad_token = first.unk_token or first.eos_token
+    first(text, padding="max_length", truncation=True, max_length=3)  # the backend's settings of one call
+    same_as_fresh(models.load_tokenizer(str(folder)), fresh)
+    first.add_tokens(["<added-by-a-caller>"])  # into the shared backend: the next load reads the folder
+    same_as_fresh(models.load_tokenizer(str(folder)), fresh)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "model_max_length": 77}))
+    changed = models.load_tokenizer(str(folder))
+    assert changed.model_max_length == 77
+    same_as_fresh(changed, models._read_tokenizer(str(folder), False))

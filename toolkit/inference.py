@@ -64,7 +64,7 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
     def build(checkpoint: str, head_kwargs: dict, warm_start: str | None) -> torch.nn.Module:
         set_seed(recipe.train.seed)  # weights the base lacks (a pooler) start as they did in the run
         return models.load(checkpoint, head, head_kwargs, settings.attention, warm_start=warm_start,
-                           words=recipe.task.words_given)[0]
+                           words=recipe.task.words_given, tokenizer=tok)[0]  # the run's, read once
 
     if not recipe.method.trains:
         model, tok = models.load(base, head, recipe.task.head_kwargs(), settings.attention,
@@ -423,19 +423,19 @@ def glue_test(run: Path, out_dir: Path) -> list[Path]:
     return written
 
 
-def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool) -> str:
+def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool, tokenizer: Any = None) -> str:
     """An unmerged export carries its base: config.json (the run's label names in
     id2label/label2id) and the base weights beside the adapter. transformers loads such a folder
     from itself, adapter included (its PEFT integration takes a folder with config.json as the
     base), offline and wherever the base was served from (a package, a cache, a local folder).
     What that integration does not rebuild as trained (`Method.transformers_loads`) gets the base in
     base/, and the line names the load that does. adapter_config.json keeps the base's Hub id for
-    --push-to-hub. Says how to load the folder."""
+    --push-to-hub. Says how to load the folder. `tokenizer`: the run's, where it is loaded already."""
     base = base_checkpoint(run, recipe)
     head = recipe.method.head(recipe.task, models.recipe_family(base, recipe.model.warm_start))
     set_seed(recipe.train.seed)  # weights the base lacks (a pooler, frozen) start as they did in the run
     base_model, _ = models.load(base, head, recipe.task.head_kwargs(),  # load_model adopted the labels
-                                warm_start=recipe.model.warm_start)
+                                warm_start=recipe.model.warm_start, tokenizer=tokenizer)
     auto = heads.get(head).auto_class
     if apart:
         base_model.save_pretrained(out / "base")
@@ -500,7 +500,7 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
         model = methods.merged(model)
         note += " (adapter merged into the base)"
     elif peft_config is not None:
-        note = _embed_base(run, recipe, out, apart=not recipe.method.transformers_loads)
+        note = _embed_base(run, recipe, out, apart=not recipe.method.transformers_loads, tokenizer=tok)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays

@@ -308,20 +308,25 @@ def smoke_checkpoint(checkpoint: str) -> str:
     if shared_name is None:
         raise UserError(f"--smoke: no small model for a {family} checkpoint (it is neither an "
                         "encoder, a decoder nor an encoder-decoder with an LM head)")
+    cache = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "smoke"
+    # A built model is looked for before its tokenizer is read (a tenth to a half of a second
+    # each time; a cached folder holds its tokenizer): the checkpoint's own, then the shared one.
     try:
         source = resolve(checkpoint)
+        target = cache / (family + "-" + Path(checkpoint).name.replace("/", "_"))
+        if (target / "config.json").is_file():
+            return str(target)
         tok = AutoTokenizer.from_pretrained(source)
-        tag = family + "-" + Path(checkpoint).name.replace("/", "_")
     except (UserError, OSError, ValueError):
         shared = tokenizer_dir() / shared_name
         if not shared.is_dir():
             raise UserError(f"--smoke: no tokenizer for '{checkpoint}' and none at {shared}; set "
                             "TOOLKIT_TOKENIZERS to a folder of tokenizers") from None
-        tok, tag = AutoTokenizer.from_pretrained(str(shared)), family + "-shared"
-    cache = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "smoke"
-    target = cache / tag
-    if (target / "config.json").is_file():
-        return str(target)
+        target = cache / (family + "-shared")
+        if (target / "config.json").is_file():
+            return str(target)
+        tok = AutoTokenizer.from_pretrained(str(shared))
+    tag = target.name
     _ensure_pad(tok)
     config = _tiny_config(family, len(tok), tok)
     with torch.random.fork_rng(devices=[]), _whole():  # building the cache must not move the run's RNG
@@ -374,7 +379,71 @@ def load_tokenizer(path: str, words: bool = False) -> PreTrainedTokenizerBase:
     tokenizer (GPT-2, RoBERTa, BART) does so only when loaded with add_prefix_space=True;
     without it every word is tokenized as if it began the text ('world', not 'Ġworld'), tokens
     pretraining seldom saw, and the scores drop with no error (transformers 5 no longer refuses
-    this as 4 did). It is saved with the run, so `predict` reads words the same way."""
+    this as 4 did). It is saved with the run, so `predict` reads words the same way.
+    A folder read before in this process, its files unchanged, is not read again (`_READ`)."""
+    key = _read_key(path, words)
+    kept = _READ.pop(key, None) if key is not None else None
+    if kept is not None and _vocabulary_size(kept[0]) == kept[1]:  # nothing added tokens to it
+        _READ[key] = kept  # the most recently used last
+        return _lent(kept[0])
+    tok = _read_tokenizer(path, words)
+    if key is None or _vocabulary_size(tok) is None:  # a Python-only tokenizer: nothing to share
+        return tok
+    _READ[key] = (tok, _vocabulary_size(tok))
+    while len(_READ) > READ_KEPT:
+        _READ.pop(next(iter(_READ)))
+    return _lent(tok)
+
+
+# Tokenizers read in this process: (folder, words, a hash of its files but the weights) -> (the
+# tokenizer, its backend's vocabulary size with added tokens). A read takes a tenth to half a
+# second (GPT-2's and RoBERTa's 50,000 merges are rebuilt in Python each time), and a run, its
+# evaluation, predict, export and a sweep's next point read the same folders again. Each caller
+# gets its own copy (`_lent`); the 8 most recent folders are kept (a GPT-2 tokenizer holds about
+# 30 MB: 240 MB at most).
+_READ: dict[tuple, tuple[PreTrainedTokenizerBase, int]] = {}
+READ_KEPT = 8
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx")
+
+
+def _read_key(path: str, words: bool) -> tuple | None:
+    """What decides a folder's tokenizer (every file's content but the weights': its tokenizer
+    files and config.json, which can name the class; a file's time is too coarse to tell two
+    writes apart), or None where it is no local folder (a Hub id)."""
+    import hashlib
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha1()
+    try:
+        for file in sorted(f for f in folder.iterdir() if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES)):
+            digest.update(f"{file.name}\0{file.stat().st_size}\0".encode())
+            digest.update(file.read_bytes())
+    except OSError:
+        return None
+    return str(folder.resolve()), words, digest.hexdigest()
+
+
+def _vocabulary_size(tok: PreTrainedTokenizerBase) -> int | None:
+    backend = getattr(tok, "backend_tokenizer", None)
+    return None if backend is None else backend.get_vocab_size(with_added_tokens=True)
+
+
+def _lent(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """A copy of a kept tokenizer for one caller: its Python side (special tokens, padding and
+    truncation sides, ...) its own, so that what a caller sets stays with it; the Rust backend
+    shared, which transformers sets up afresh (truncation, padding) for every call that encodes.
+    A caller that adds tokens changes the shared vocabulary: load_tokenizer then reads the folder
+    again rather than lend that one (the toolkit adds none)."""
+    copy = object.__new__(type(tok))
+    copy.__dict__.update({k: v.copy() if isinstance(v, (dict, list, set)) else v for k, v in tok.__dict__.items()})
+    return copy
+
+
+def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
@@ -416,15 +485,18 @@ def warm_start_encoder_decoder(path: str, tok: PreTrainedTokenizerBase, dropout:
 
 
 def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
-         dropout: float | None = None, warm_start: str | None = None, words: bool = False) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+         dropout: float | None = None, warm_start: str | None = None, words: bool = False,
+         tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Tokenizer + model with the task head; fp32 weights (mixed precision is accelerate's job).
-    `attention` is a transformers name or a toolkit.attention module's settings."""
+    `attention` is a transformers name or a toolkit.attention module's settings. `tokenizer`: the
+    one already loaded for this model (a finished run's saved copy of its base's), not read again
+    (a tenth to a half of a second a load)."""
     import torch
     import transformers
 
     path = resolve(checkpoint)
     try:
-        tok = load_tokenizer(path, words)
+        tok = tokenizer if tokenizer is not None else load_tokenizer(path, words)
     except (OSError, ValueError, TypeError) as exc:
         raise UserError(f"model.checkpoint: no usable tokenizer in {checkpoint} "
                         f"({type(exc).__name__}); save the tokenizer beside the model") from None
