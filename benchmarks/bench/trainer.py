@@ -244,7 +244,6 @@ class CudagraphSkips:
         import logging
 
         from torch._dynamo.utils import counters
-        from torch._inductor import cudagraph_utils
 
         me = self
 
@@ -255,7 +254,9 @@ class CudagraphSkips:
                     me.reasons.append(text)
 
         self.counters, self.before = counters, counters["inductor"]["cudagraph_skips"]
-        self.logger, self.handler = cudagraph_utils.cudagraphs_log, Keep()
+        # Inductor's package logger: the skip is said by a logger below it (torch 2.13's
+        # `cudagraphs` artifact, older ones' perf hints), whichever the GPU image's torch has
+        self.logger, self.handler = logging.getLogger("torch._inductor"), Keep()
         self.logger.addHandler(self.handler)
         return self
 
