@@ -317,8 +317,9 @@ def test_every_jsonl_the_toolkit_writes_reads_back_one_row_a_line(tmp_path: Path
 
 def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path, monkeypatch) -> None:
     """Two predicts to one --output at once shared one fixed temporary name (one cut the other's
-    file, or renamed it away: FileNotFoundError). Each call now has its own; those a killed
-    predict left (its process gone) are removed by the next, a running one's are left alone."""
+    file, or renamed it away: FileNotFoundError). Each call now writes through the run folder's
+    writer (`runs.write_whole`, a name of its own); what a killed writer left (its process gone)
+    is removed by the next, a running one's is left alone."""
     from types import SimpleNamespace
 
     from toolkit import inference
@@ -328,12 +329,11 @@ def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path,
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
     monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists: rows)
     out = tmp_path / "o[1].jsonl"  # glob characters in the name are the name's own
-    assert inference._partial_name(out) != inference._partial_name(out)
-    dead = tmp_path / f".{out.name}.{2 ** 22 + 7}-abcd.partial"  # past pid_max: no such process
-    running = tmp_path / f".{out.name}.{os.getpid()}-beef.partial"
-    other = tmp_path / ".other.jsonl.1-abcd.partial"
+    dead = tmp_path / f"{out.name}.{2 ** 22 + 7}-abcd.tmp"  # past pid_max: no such process
+    running = tmp_path / f"{out.name}.{os.getpid()}-beef.tmp"
+    other = tmp_path / "other.jsonl.1-abcd.tmp"
     for f in (dead, running, other):
         f.write_text("half")
     assert inference.predict_run(tmp_path, "-", str(out)) == 1
     assert json.loads(out.read_text()) == rows[0]
-    assert sorted(p.name for p in tmp_path.glob(".*.partial")) == sorted([running.name, other.name])
+    assert sorted(p.name for p in tmp_path.glob("*.tmp")) == sorted([running.name, other.name])

@@ -338,42 +338,12 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
     text = render(out, fmt)
     if output:
-        partial = _partial_name(Path(output))
         data = text.encode("utf-8")
-        try:  # whole or nothing: a full disk leaves no cut-short file at --output
-            with writing(Path(output), NOTHING_KEPT):
-                partial.write_bytes(gzip.compress(data, mtime=0) if output.lower().endswith(".gz") else data)
-                partial.replace(output)
-        finally:
-            partial.unlink(missing_ok=True)
+        with writing(Path(output), NOTHING_KEPT):  # whole or nothing: a full disk leaves no cut-short file
+            runs.write_whole(Path(output), gzip.compress(data, mtime=0) if output.lower().endswith(".gz") else data)
     else:
         sys.stdout.write(text)
     return len(out)
-
-
-def _partial_name(output: Path) -> Path:
-    """This call's own temporary name beside `output` (`.<name>.<pid>-<random>.partial`): two
-    predicts to one file at once shared one fixed name, so one cut the other's file or renamed it
-    away from under it (FileNotFoundError). Those a killed predict left (its process gone) are
-    removed first."""
-    import glob
-    import secrets
-
-    for stale in output.parent.glob(f".{glob.escape(output.name)}.*.partial"):
-        pid = stale.name[len(output.name) + 2:].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            stale.unlink(missing_ok=True)
-    return output.with_name(f".{output.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
 
 
 OUTPUT_FORMATS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv"}

@@ -315,20 +315,41 @@ def check_manifest(folder: Path) -> str | None:
     return None
 
 
-def write_whole(path: Path, text: str) -> None:
-    """`text` at `path`, whole or not at all: written to a temporary file of this call's own
-    beside it (`<name>.<random>.tmp`) and renamed over it. A kill leaves the old file; two
-    writers at once (two `toolkit eval` of one run, two threads of the API) each rename their
-    own whole file, where a temporary name they shared was truncated by one while the other
-    renamed it (a cut file, or FileNotFoundError)."""
+def write_whole(path: Path, text: str | bytes) -> None:
+    """`text` (or bytes) at `path`, whole or not at all: written to a temporary file of this
+    call's own beside it (`<name>.<pid>-<random>.tmp`) and renamed over it. A kill leaves the
+    old file; two writers at once (two `toolkit eval` of one run, two threads of the API, two
+    predicts to one --output) each rename their own whole file, where a temporary name they
+    shared was truncated by one while the other renamed it (a cut file, or FileNotFoundError).
+    What a killed writer left (its process gone) is removed here."""
+    _remove_stale_temporaries(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode as umask says
     try:
-        with tmp.open("x", encoding="utf-8") as stream:
-            stream.write(text)
+        tmp.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)  # the name is this call's alone
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """`write_whole`'s temporary files beside `path` whose writer process no longer exists."""
+    import glob
+
+    for stale in path.parent.glob(f"{glob.escape(path.name)}.*-*.tmp"):
+        pid = stale.name[len(path.name) + 1:].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def write_json(path: Path, data: Any) -> None:
