@@ -400,3 +400,34 @@ def test_compiled_optimizer_is_refused_in_one_line_where_it_cannot_be_the_eager_
             optimizer_step.check_strategy(True, strategy)
     optimizer_step.check_strategy(True, None)
     optimizer_step.check_strategy(False, "fsdp")
+
+
+@pytest.mark.parametrize("setting, examples, grad_accum, compiles", [
+    ("auto", 120 * 32, 1, False),  # the H200's 120-step row: compiled, the whole run was 4.7x slower
+    ("auto", 2000 * 32, 1, True),
+    ("auto", 2000 * 32, 2, True),  # micro-batches are what compiling pays back on: 1,000 steps x 2
+    ("auto", 1999 * 32, 1, False),
+    (True, 120 * 32, 1, True),  # asked: compiled however short
+    (False, 9000 * 32, 1, False)])
+def test_auto_compiles_a_cuda_run_only_when_it_is_long_enough_to_repay_it(capsys, setting, examples: int,
+                                                                          grad_accum: int, compiles: bool) -> None:
+    """`train.compile: auto` on CUDA: a run shorter than the compilation's payback stays eager and
+    says so in one line, with how to compile anyway; `true` always compiles (decided on the CUDA
+    device object alone: no GPU needed). Never on a CPU under auto."""
+    from types import SimpleNamespace
+
+    from toolkit.recipe_data import TrainConfig
+    from toolkit.train import Loop
+
+    cfg = TrainConfig(batch_size=32, epochs=1, grad_accum=grad_accum, compile=setting)
+    loop = SimpleNamespace(cfg=cfg, setup=SimpleNamespace(train=range(examples)), method=SimpleNamespace(name="full"),
+                           acc=SimpleNamespace(num_processes=1, state=SimpleNamespace(deepspeed_plugin=None)),
+                           recipe=SimpleNamespace(model=SimpleNamespace(attention=None)))
+    assert Loop._compiles(loop, torch.device("cuda")) is compiles
+    said = capsys.readouterr().out.strip()
+    if setting == "auto" and not compiles:
+        steps = examples // 32
+        assert said.count("\n") == 0 and f"{steps} micro-batches eager" in said and "train.compile: true" in said
+    else:
+        assert said == ""
+    assert Loop._compiles(loop, torch.device("cpu")) is (setting is True)

@@ -38,11 +38,29 @@ from toolkit.methods import METHODS
 BACKEND: str | None = None
 
 
+# Micro-batches from which `auto` compiles on CUDA. Compilation costs about a minute before the
+# first step (bert-base shape: 80 s on the first H100 check, 65 s on the second, 60 s on an H200)
+# and saves 28-56 ms a step against eager bf16 (44 -> 15.7, 61.0 -> 16.3, 67.3 -> 11.7 ms): it pays
+# from 2,850, 1,450 and 1,080 steps. Below this count a compiled run ends later than an eager one
+# (the H200's 120-step row: 61 samples/s over the whole run compiled, 286 eager): docs/gpu.md.
+AUTO_MIN_STEPS = 2000
+
+
 def wanted(setting: Any, device: torch.device) -> bool:
-    """train.compile resolved on this device: auto is on for CUDA only."""
+    """train.compile resolved on this device: auto is on for CUDA only (and, in the loop, only
+    for a run long enough to repay the compilation: `too_short`)."""
     if setting == "auto":
         return device.type == "cuda"
     return bool(setting)
+
+
+def too_short(setting: Any, micro_batches: int) -> str | None:
+    """Why `auto` leaves a CUDA run of this many micro-batches eager; None where it compiles.
+    `true` compiles whatever the length (the user asked for it)."""
+    if setting != "auto" or micro_batches >= AUTO_MIN_STEPS:
+        return None
+    return (f"train.compile: auto runs this run's {micro_batches} micro-batches eager: compiling takes about "
+            f"a minute and pays from about {AUTO_MIN_STEPS} (train.compile: true compiles anyway)")
 
 
 def eager_reason(method: str, attention: Any = None) -> str | None:

@@ -142,6 +142,11 @@ class Loop:
         """train.compile resolved here; a method left eager says so in one line."""
         if not compiling.wanted(self.cfg.compile, device):
             return False
+        steps = self.cfg.optimizer_steps(len(self.setup.train), self.acc.num_processes)[1]
+        short = compiling.too_short(self.cfg.compile, steps * self.cfg.grad_accum)
+        if short:
+            tqdm.write(short)
+            return False
         reason = (compiling.eager_reason(self.method.name, self.recipe.model.attention)
                   or compiling.strategy_reason(self.acc.state.deepspeed_plugin))
         if reason:
