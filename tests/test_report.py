@@ -454,7 +454,12 @@ T_975 = {1: 12.706205, 2: 4.302653, 3: 3.182446}  # Student's t, 97.5% quantile,
     # B is A + 1 point at every seed, listed in another order: mean ± std overlap, yet paired by
     # seed the gap is the same on every seed (pairing by order would pair 80 with 84 + 1 ...)
     ("same gap every seed", ([0.80, 0.84, 0.82], [42, 43, 44]), ([0.83, 0.81, 0.85], [44, 42, 43]),
-     "b − a = +1.00, 95% CI [+1.00, +1.00] (paired by seed over 3 seeds 42, 43, 44; t, 2 df): separated"),
+     "b − a = +1.00 on each of the 3 seeds 42, 43, 44: no spread (every seed's difference is the same, so its t "
+     "interval has zero width and measures no noise): not judged separated"),
+    ("same gap, two seeds", ([0.80, 0.84], [42, 43]), ([0.83, 0.87], [42, 43]),
+     "b − a = +3.00 on each of the 2 seeds 42, 43: no spread"),
+    ("equal on every seed", ([0.80, 0.84], [42, 43]), ([0.80, 0.84], [42, 43]),
+     "a − b = +0.00 on each of the 2 seeds 42, 43: no spread"),
     ("noisy gap", ([0.80, 0.84, 0.82], [42, 43, 44]), ([0.81, 0.86, 0.85], [42, 43, 44]),
      f"b − a = +2.00, 95% CI [{2 - T_975[2] / 3 ** 0.5:+.2f}, {2 + T_975[2] / 3 ** 0.5:+.2f}] (paired by seed "
      "over 3 seeds 42, 43, 44; t, 2 df): not separated"),
@@ -467,15 +472,17 @@ def test_a_comparison_over_matched_seeds_is_their_paired_difference(case: str, a
     seed's value) and its t interval with n − 1 df; a seed only one side ran is named, not paired."""
     acc = report.declaration("accuracy")
     notes = report.overlap_notes([("a", report.Stat(*a)), ("b", report.Stat(*b))], acc, "sst2")
-    assert len(notes) == 1 and notes[0].startswith("b and a (sst2): accuracy ") and expected in notes[0], notes
+    first = expected[0]  # the better-ranked entry is named first
+    assert len(notes) == 1 and notes[0].startswith(f"{first} and {'ab'[first == 'a']} (sst2): accuracy ") \
+        and expected in notes[0], notes
 
 
 def test_a_pivot_of_seeded_runs_says_the_paired_difference(tmp_path: Path) -> None:
-    for seed, acc in ((42, 0.80), (43, 0.84), (44, 0.82)):
+    for seed, acc, gap in ((42, 0.80, 0.010), (43, 0.84, 0.012), (44, 0.82, 0.011)):
         fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
-        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc + 0.01})
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc + gap})
     (p,) = report.pivots(report.collect(tmp_path), "task", "method")
-    assert any(n.startswith("lora and full (sst2): accuracy lora − full = +1.00") and n.endswith(
+    assert any(n.startswith("lora and full (sst2): accuracy lora − full = +1.10") and n.endswith(
         "2 df): separated by these seeds") for n in report.pivot_notes(p)), report.pivot_notes(p)
 
 
