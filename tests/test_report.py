@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from toolkit import reports as report
-from toolkit.reports import glue as glue_report
+from toolkit.reports import glue as glue_report, plots as plotting
 from toolkit.errors import UserError
 
 DECL = {"accuracy": {"higher_is_better": True, "scale": 100.0}, "f1": {"higher_is_better": True, "scale": 100.0},
@@ -254,6 +254,32 @@ def test_a_metric_recorded_as_null_is_left_out_and_named_never_a_traceback(tmp_p
     glue = glue_report._rows(report.collect(tmp_path))["tiny full"]["stsb"]
     assert sorted(m["metrics"]["seed"] for m in glue) == [42, 43]  # the GLUE score needs both metrics
     assert "| glue/stsb/tiny-full | full | 3 | 85.00 ± 7.07 (n=2) | 70.00 ± 20.00 |" in text  # spearmanr: all 3
+
+
+@pytest.mark.parametrize("line", ["train loss", "dev pearson"])
+def test_a_curve_point_is_the_mean_of_every_seed_or_left_out_and_said(tmp_path: Path, line: str) -> None:
+    """A seed whose log.jsonl holds a null at a step (an undefined Pearson, a NaN loss) made that
+    step's point of the curve the mean of the other seeds: a jump that is not the training's,
+    drawn without a word. A point is now the mean of every seed of the entry, or it is left out
+    and the plot notes name the step."""
+    runs = [fake_run(tmp_path, "stsb", "full", seed, {"pearson": 0.8}, main="pearson") for seed in (42, 43, 44)]
+    log = [json.loads(x) for x in (runs[2] / "log.jsonl").read_text().splitlines()]
+    hole = 10 if line == "train loss" else 20
+    for entry in log:
+        if entry["step"] == hole and (("eval" in entry) == (line != "train loss")):
+            if "eval" in entry:
+                entry["eval"]["pearson"] = None
+            else:
+                entry["loss"] = None
+    (runs[2] / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    items = report.collect(tmp_path)
+    value = plotting._train_loss if line == "train loss" else plotting._dev_metric("pearson")
+    steps, _ = plotting._mean_curve(items, value)
+    assert hole not in steps and steps == sorted({1, 10, 20} - {hole} if line == "train loss" else set())
+    notes = plotting.plot_notes(items)
+    assert notes == [f"curves-stsb.png, full: its {line} line leaves out step(s) {hole}, where not all of its 3 seeds "
+                     "have a value (null in log.jsonl: NaN or infinite; or not logged): a mean over fewer seeds is "
+                     "not the line's"], notes
 
 
 def test_one_run_counts_once_in_a_mean(tmp_path: Path, cli) -> None:
