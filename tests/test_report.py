@@ -253,6 +253,8 @@ def test_a_metric_recorded_as_null_is_left_out_and_named_never_a_traceback(tmp_p
     assert f"{bad}: pearson not a number (null in metrics.json: NaN or infinite); left out of every mean" in text
     glue = glue_report._rows(report.collect(tmp_path))["tiny full"]["stsb"]
     assert sorted(m["metrics"]["seed"] for m in glue) == [42, 43]  # the GLUE score needs both metrics
+    assert (f"- {bad}: STS-B pearson not a number (null in metrics.json: NaN or infinite): seed 44 has no STS-B "
+            "score, and is left out of that cell and of the per-seed GLUE average") in text.split("### Beside")[0]
     assert "| glue/stsb/tiny-full | full | 3 | 85.00 ± 7.07 (n=2) | 70.00 ± 20.00 |" in text  # spearmanr: all 3
 
 
@@ -581,7 +583,7 @@ def test_a_glue_average_over_fewer_seeds_than_ran_says_which(tmp_path: Path) -> 
     per_seed = [(0.5 + s / 1e3 + 0.9 + s / 1e3) / 2 * 100 for s in (42, 43)]
     line = next(row for row in text.splitlines() if row.startswith("| tiny lora"))
     assert line.rstrip(" |").endswith(f"{statistics.mean(per_seed):.2f} ± {statistics.stdev(per_seed):.2f} (n=2) "
-                                      "(seeds run on every task only: 42, 43)")
+                                      "(seeds scored on every task only: 42, 43)")
 
 
 def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> None:
