@@ -68,6 +68,37 @@ def test_a_target_written_without_spaces_refuses_a_space_based_bleu_tokenizer(la
     Translation(subset="custom", eval_file="x.jsonl", target_lang="de", bleu_tokenize="13a").check()
 
 
+SPACELESS_REFS = {  # two close translations each; the target language's code is none `check` knows
+    "zh-CN": (["我喜欢在公园里散步。", "今天天气很好。"], ["我喜欢在公园散步。", "今天的天气很好。"], "Chinese characters", "zh or char"),
+    "ja_JP": (["私は公園を散歩するのが好きです。", "今日はいい天気です。"],
+              ["私は公園で散歩するのが好きです。", "今日はいい天気ですね。"], "Japanese kana", "ja-mecab or char"),
+    "th": (["ฉันชอบเดินเล่นในสวนสาธารณะ", "วันนี้อากาศดีมาก"], ["ฉันชอบเดินในสวนสาธารณะ", "วันนี้อากาศดี"], "Thai", "char"),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(SPACELESS_REFS))
+def test_references_in_a_script_without_spaces_refuse_a_space_based_bleu_tokenizer(tmp_path: Path, lang: str) -> None:
+    """Finding: target_lang zh-CN (or ja_JP, th: codes `check` does not know) with the default 13a
+    scored two close translations BLEU 0.0, exit 0. The references' script now decides, at load."""
+    from toolkit.tasks.translation import Translation
+
+    preds, refs, script, fits = SPACELESS_REFS[lang]
+    assert sacrebleu_scores(preds, refs, "13a")[0]["bleu"] < 10 < sacrebleu_scores(preds, refs, "char")[0]["bleu"]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"source": "x", "target": r}, ensure_ascii=False) + "\n" for r in refs),
+                    encoding="utf-8")
+    for tokenize in ("13a", "intl", "none"):
+        task = Translation(subset="custom", train_file=str(data), eval_file=str(data), source_lang="en",
+                           target_lang=lang, bleu_tokenize=tokenize)
+        task.check()
+        with pytest.raises(UserError, match=rf"task.bleu_tokenize: '{tokenize}' splits words at spaces, and 100% "
+                                            rf"of the letters of the references in {data} are {script}, .* set "
+                                            rf"task.bleu_tokenize={fits}$"):
+            task.load()
+    Translation(subset="custom", train_file=str(data), eval_file=str(data), source_lang="en", target_lang=lang,
+                bleu_tokenize="char").load()
+
+
 @pytest.mark.parametrize("summary, refused", [
     ("Мария рассказала Ивану о поездке в Москву.", True),
     ("玛丽告诉约翰她去了北京。", True),
