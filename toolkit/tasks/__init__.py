@@ -73,10 +73,15 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
 
 
 def declaration(name: str, declared: list[Metric] | None = None) -> Metric:
-    """The declaration of `name`, split suffixes (`accuracy_mm`) included; unknown: scale 1, higher."""
-    for metric in list(declared or []) + list(CATALOGUE.values()):
-        if name == metric.name or name.startswith(metric.name + "_"):
-            return Metric(name, metric.higher_is_better, metric.scale)
+    """The declaration of `name`, split suffixes (`accuracy_mm`) included; unknown: scale 1, higher.
+    A metric declared under its own name is that declaration, and otherwise the longest declared
+    name it extends with a suffix: SQuAD v2's `best_f1_thresh` (a logit threshold, scale 1) was
+    read as `best_f1` plus a suffix, a percentage, and reported 100 times its value."""
+    known = list(declared or []) + list(CATALOGUE.values())
+    exact = [m for m in known if m.name == name]
+    extended = sorted((m for m in known if name.startswith(m.name + "_")), key=lambda m: -len(m.name))
+    for metric in exact + extended:
+        return Metric(name, metric.higher_is_better, metric.scale)
     return Metric(name)
 
 
