@@ -45,6 +45,10 @@ class Metric:
     name: str
     higher_is_better: bool = True
     scale: float = 1.0  # multiply for display: 100 turns a fraction into percent
+    # False: a number the evaluation reports that is not a score (SQuAD v2's best_f1_thresh, a
+    # threshold tuned on the split): no checkpoint is better for a higher one, so train.metric
+    # cannot select on it
+    score: bool = True
 
     def better(self, value: float, than: float | None) -> bool:
         """Whether `value` beats `than` (None: nothing yet). An undefined score (NaN: a
@@ -113,8 +117,9 @@ class Task:
         return self.declared_metrics()[0].name
 
     def metric_names(self) -> list[str]:
-        """Every key `eval` may hold: each declared metric per eval split, and the loss."""
-        names = [m.name + sfx for sfx in self.suffixes() for m in self.declared_metrics()]
+        """The keys of `eval` a run may select its best checkpoint on (train.metric): each declared
+        score per eval split, and the loss."""
+        names = [m.name + sfx for sfx in self.suffixes() for m in self.declared_metrics() if m.score]
         return names + ["loss" + sfx for sfx in self.suffixes()]
 
     def suffixes(self) -> tuple[str, ...]:
