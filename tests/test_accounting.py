@@ -201,3 +201,11 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
     m = _metrics(run)
     assert m["train_steps"] == 5 and m["train_samples"] == 10
     assert m["train_samples_per_second"] * m["train_runtime_s"] == pytest.approx(18)
+    # logged every 2 steps (and at step 1), the same run logs the mean loss since the last logged step,
+    # as Trainer does, across the epoch-end evaluation at step 3 that read the steps in between
+    losses = [e["loss"] for e in log if "loss" in e]
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "every2", "train.log_every=2")
+    assert code == 0, err
+    every2 = [(e["step"], e["loss"]) for e in _log(only_run(tmp_path / "every2")) if "loss" in e]
+    assert every2 == [(1, pytest.approx(losses[0])), (2, pytest.approx(losses[1])),
+                      (4, pytest.approx((losses[2] + losses[3]) / 2))]

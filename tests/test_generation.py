@@ -46,6 +46,31 @@ def test_bleu_and_chrf_equal_sacrebleu_with_signature() -> None:
     assert signatures["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
 
 
+@pytest.mark.parametrize("subset, source, target", [("multi30k", "en", "de"), ("iwslt14", "de", "en")])
+def test_bleu_on_the_real_dev_references_equals_sacrebleu_on_the_files_lines(subset: str, source: str, target: str) -> None:
+    """The references a translation run scores against are the eval file's lines as they are
+    (nothing stripped, re-spaced or cut at max_target_length): the task's BLEU and chrF of a fixed
+    hypothesis set equal sacreBLEU's corpus scores against the raw lines, on the shipped data."""
+    import sacrebleu
+
+    from toolkit.tasks.translation import LOCAL, Translation
+
+    task = Translation(subset=subset, source_lang=source, target_lang=target, max_target_length=8)
+    raw = task.load()["eval"][""]
+    path = Path(os.path.expandvars(LOCAL[subset][1].format(lang=target)))
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    lines = lines[:-1] if lines[-1] == "" else lines
+    assert [r[0] for r in task.references(raw)] == lines
+    head = raw.select(range(300))  # scored on 300 of them: sacreBLEU takes a second per thousand
+    hypotheses = [" ".join(line.split()[::2]) for line in lines[:300]]  # every other word: far from 0 and 100
+    task.decoded = lambda outputs: hypotheses  # what the model generated, decoded
+    ours = task.score({}, head)
+    assert ours["bleu"] == sacrebleu.corpus_bleu(hypotheses, [lines[:300]]).score
+    assert ours["chrf"] == sacrebleu.corpus_chrf(hypotheses, [lines[:300]]).score
+
+
 @pytest.mark.parametrize("lang, fits", [("zh", "zh"), ("ja", "ja-mecab")])
 def test_a_target_written_without_spaces_refuses_a_space_based_bleu_tokenizer(lang: str, fits: str) -> None:
     """Finding: Chinese scored with the default 13a gave BLEU 0.0 where sacreBLEU's `zh` gives 67.7
@@ -66,6 +91,37 @@ def test_a_target_written_without_spaces_refuses_a_space_based_bleu_tokenizer(la
         else:
             task.check()
     Translation(subset="custom", eval_file="x.jsonl", target_lang="de", bleu_tokenize="13a").check()
+
+
+SPACELESS_REFS = {  # two close translations each; the target language's code is none `check` knows
+    "zh-CN": (["我喜欢在公园里散步。", "今天天气很好。"], ["我喜欢在公园散步。", "今天的天气很好。"], "Chinese characters", "zh or char"),
+    "ja_JP": (["私は公園を散歩するのが好きです。", "今日はいい天気です。"],
+              ["私は公園で散歩するのが好きです。", "今日はいい天気ですね。"], "Japanese kana", "ja-mecab or char"),
+    "th": (["ฉันชอบเดินเล่นในสวนสาธารณะ", "วันนี้อากาศดีมาก"], ["ฉันชอบเดินในสวนสาธารณะ", "วันนี้อากาศดี"], "Thai", "char"),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(SPACELESS_REFS))
+def test_references_in_a_script_without_spaces_refuse_a_space_based_bleu_tokenizer(tmp_path: Path, lang: str) -> None:
+    """Finding: target_lang zh-CN (or ja_JP, th: codes `check` does not know) with the default 13a
+    scored two close translations BLEU 0.0, exit 0. The references' script now decides, at load."""
+    from toolkit.tasks.translation import Translation
+
+    preds, refs, script, fits = SPACELESS_REFS[lang]
+    assert sacrebleu_scores(preds, refs, "13a")[0]["bleu"] < 10 < sacrebleu_scores(preds, refs, "char")[0]["bleu"]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"source": "x", "target": r}, ensure_ascii=False) + "\n" for r in refs),
+                    encoding="utf-8")
+    for tokenize in ("13a", "intl", "none"):
+        task = Translation(subset="custom", train_file=str(data), eval_file=str(data), source_lang="en",
+                           target_lang=lang, bleu_tokenize=tokenize)
+        task.check()
+        with pytest.raises(UserError, match=rf"task.bleu_tokenize: '{tokenize}' splits words at spaces, and 100% "
+                                            rf"of the letters of the references in {data} are {script}, .* set "
+                                            rf"task.bleu_tokenize={fits}$"):
+            task.load()
+    Translation(subset="custom", train_file=str(data), eval_file=str(data), source_lang="en", target_lang=lang,
+                bleu_tokenize="char").load()
 
 
 @pytest.mark.parametrize("summary, refused", [

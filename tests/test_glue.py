@@ -229,7 +229,8 @@ def test_mnli_submission_holds_both_test_sets_and_the_diagnostic_in_glues_label_
     (Glue(subset="qqp"), "F1 of label 'duplicate' (id 1) as the positive class"),
     (Glue(subset="sst2"), None), (Glue(subset="stsb"), None),
     ("positive,negative", "F1 of label 'negative' (id 1) as the positive class"),
-    ("a,b,c", "macro F1: the unweighted mean of the 3 labels' F1"),
+    ("a,b,c", "macro F1: the unweighted mean of the F1 of each of the 3 labels that occurs in the gold labels or "
+              "the predictions (scikit-learn's macro average)"),
 ], ids=["mrpc", "qqp", "sst2", "stsb", "own-two", "own-three"])
 def test_metrics_json_says_which_f1_it_is(task, said: str | None) -> None:
     """F1 over two labels is label id 1's alone; with a user's labels (as `labels:` orders them)
@@ -242,3 +243,5 @@ def test_metrics_json_says_which_f1_it_is(task, said: str | None) -> None:
     assert task.metric_info().get("f1") == said
     if said and "(id 1)" in said:  # predicted all label 1 on labels [1, 0]: F1 of label 1 = 2/3
         assert task.compute_metrics([1, 1], [1, 0])["f1"] == pytest.approx(2 / 3)
+    if said and "macro" in said:  # label c in neither: the mean over a and b (F1 2/3 each), not 4/9
+        assert task.compute_metrics([0, 1, 1], [0, 1, 0])["f1"] == pytest.approx(2 / 3)

@@ -583,6 +583,7 @@ def test_set_where_nothing_trains_is_one_line(parity, argv: list[str], capsys) -
     ([1.0, 2.0, 3.0], [0.5, 1.0, 2.0], "+0.83 ± 0.29 (t = +5.00, n = 3)"),  # diffs .5, 1, 1
     ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], "+0.00 ± 0.00 (equal on every seed, n = 3)"),
     ([2.0, 3.0], [1.0, 2.0], "+1.00 ± 0.00 (the same difference on every seed, n = 2)"),
+    ([0.83, 0.87], [0.80, 0.84], "+0.03 ± 0.00 (the same difference on every seed, n = 2)"),  # to float rounding
     ([2.0], [1.5], "+0.50 (1 seed)"),
 ])
 def test_paired_difference_hand_worked(parity, ours: list[float], theirs: list[float], shown: str) -> None:

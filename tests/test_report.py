@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from toolkit import reports as report
-from toolkit.reports import glue as glue_report
+from toolkit.reports import glue as glue_report, plots as plotting
 from toolkit.errors import UserError
 
 DECL = {"accuracy": {"higher_is_better": True, "scale": 100.0}, "f1": {"higher_is_better": True, "scale": 100.0},
@@ -253,7 +253,35 @@ def test_a_metric_recorded_as_null_is_left_out_and_named_never_a_traceback(tmp_p
     assert f"{bad}: pearson not a number (null in metrics.json: NaN or infinite); left out of every mean" in text
     glue = glue_report._rows(report.collect(tmp_path))["tiny full"]["stsb"]
     assert sorted(m["metrics"]["seed"] for m in glue) == [42, 43]  # the GLUE score needs both metrics
+    assert (f"- {bad}: STS-B pearson not a number (null in metrics.json: NaN or infinite): seed 44 has no STS-B "
+            "score, and is left out of that cell and of the per-seed GLUE average") in text.split("### Beside")[0]
     assert "| glue/stsb/tiny-full | full | 3 | 85.00 ± 7.07 (n=2) | 70.00 ± 20.00 |" in text  # spearmanr: all 3
+
+
+@pytest.mark.parametrize("line", ["train loss", "dev pearson"])
+def test_a_curve_point_is_the_mean_of_every_seed_or_left_out_and_said(tmp_path: Path, line: str) -> None:
+    """A seed whose log.jsonl holds a null at a step (an undefined Pearson, a NaN loss) made that
+    step's point of the curve the mean of the other seeds: a jump that is not the training's,
+    drawn without a word. A point is now the mean of every seed of the entry, or it is left out
+    and the plot notes name the step."""
+    runs = [fake_run(tmp_path, "stsb", "full", seed, {"pearson": 0.8}, main="pearson") for seed in (42, 43, 44)]
+    log = [json.loads(x) for x in (runs[2] / "log.jsonl").read_text().splitlines()]
+    hole = 10 if line == "train loss" else 20
+    for entry in log:
+        if entry["step"] == hole and (("eval" in entry) == (line != "train loss")):
+            if "eval" in entry:
+                entry["eval"]["pearson"] = None
+            else:
+                entry["loss"] = None
+    (runs[2] / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    items = report.collect(tmp_path)
+    value = plotting._train_loss if line == "train loss" else plotting._dev_metric("pearson")
+    steps, _ = plotting._mean_curve(items, value)
+    assert hole not in steps and steps == sorted({1, 10, 20} - {hole} if line == "train loss" else set())
+    notes = plotting.plot_notes(items)
+    assert notes == [f"curves-stsb.png, full: its {line} line leaves out step(s) {hole}, where not all of its 3 seeds "
+                     "have a value (null in log.jsonl: NaN or infinite; or not logged): a mean over fewer seeds is "
+                     "not the line's"], notes
 
 
 def test_one_run_counts_once_in_a_mean(tmp_path: Path, cli) -> None:
@@ -454,7 +482,12 @@ T_975 = {1: 12.706205, 2: 4.302653, 3: 3.182446}  # Student's t, 97.5% quantile,
     # B is A + 1 point at every seed, listed in another order: mean ± std overlap, yet paired by
     # seed the gap is the same on every seed (pairing by order would pair 80 with 84 + 1 ...)
     ("same gap every seed", ([0.80, 0.84, 0.82], [42, 43, 44]), ([0.83, 0.81, 0.85], [44, 42, 43]),
-     "b − a = +1.00, 95% CI [+1.00, +1.00] (paired by seed over 3 seeds 42, 43, 44; t, 2 df): separated"),
+     "b − a = +1.00 on each of the 3 seeds 42, 43, 44: no spread (every seed's difference is the same, so its t "
+     "interval has zero width and measures no noise): not judged separated"),
+    ("same gap, two seeds", ([0.80, 0.84], [42, 43]), ([0.83, 0.87], [42, 43]),
+     "b − a = +3.00 on each of the 2 seeds 42, 43: no spread"),
+    ("equal on every seed", ([0.80, 0.84], [42, 43]), ([0.80, 0.84], [42, 43]),
+     "a − b = +0.00 on each of the 2 seeds 42, 43: no spread"),
     ("noisy gap", ([0.80, 0.84, 0.82], [42, 43, 44]), ([0.81, 0.86, 0.85], [42, 43, 44]),
      f"b − a = +2.00, 95% CI [{2 - T_975[2] / 3 ** 0.5:+.2f}, {2 + T_975[2] / 3 ** 0.5:+.2f}] (paired by seed "
      "over 3 seeds 42, 43, 44; t, 2 df): not separated"),
@@ -467,15 +500,17 @@ def test_a_comparison_over_matched_seeds_is_their_paired_difference(case: str, a
     seed's value) and its t interval with n − 1 df; a seed only one side ran is named, not paired."""
     acc = report.declaration("accuracy")
     notes = report.overlap_notes([("a", report.Stat(*a)), ("b", report.Stat(*b))], acc, "sst2")
-    assert len(notes) == 1 and notes[0].startswith("b and a (sst2): accuracy ") and expected in notes[0], notes
+    first = expected[0]  # the better-ranked entry is named first
+    assert len(notes) == 1 and notes[0].startswith(f"{first} and {'ab'[first == 'a']} (sst2): accuracy ") \
+        and expected in notes[0], notes
 
 
 def test_a_pivot_of_seeded_runs_says_the_paired_difference(tmp_path: Path) -> None:
-    for seed, acc in ((42, 0.80), (43, 0.84), (44, 0.82)):
+    for seed, acc, gap in ((42, 0.80, 0.010), (43, 0.84, 0.012), (44, 0.82, 0.011)):
         fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
-        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc + 0.01})
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc + gap})
     (p,) = report.pivots(report.collect(tmp_path), "task", "method")
-    assert any(n.startswith("lora and full (sst2): accuracy lora − full = +1.00") and n.endswith(
+    assert any(n.startswith("lora and full (sst2): accuracy lora − full = +1.10") and n.endswith(
         "2 df): separated by these seeds") for n in report.pivot_notes(p)), report.pivot_notes(p)
 
 
@@ -548,7 +583,7 @@ def test_a_glue_average_over_fewer_seeds_than_ran_says_which(tmp_path: Path) -> 
     per_seed = [(0.5 + s / 1e3 + 0.9 + s / 1e3) / 2 * 100 for s in (42, 43)]
     line = next(row for row in text.splitlines() if row.startswith("| tiny lora"))
     assert line.rstrip(" |").endswith(f"{statistics.mean(per_seed):.2f} ± {statistics.stdev(per_seed):.2f} (n=2) "
-                                      "(seeds run on every task only: 42, 43)")
+                                      "(seeds scored on every task only: 42, 43)")
 
 
 def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> None:

@@ -490,25 +490,28 @@ def test_a_question_longer_than_a_window_allows_is_cut_and_its_answer_still_foun
     assert line.startswith("1 of 2 questions cut to their first ") and "task.doc_stride=16" in line
 
 
-@pytest.mark.parametrize("checkpoint, mode, valid", [
-    ("bert-base-uncased", "auto", True), ("bert-base-uncased", "extractive", True),
-    ("gpt2", "auto", False), ("t5-base", "generative", False), ("gpt2", "extractive", True),
+@pytest.mark.parametrize("checkpoint, mode, metric, valid", [
+    ("bert-base-uncased", "auto", "best_f1", True), ("bert-base-uncased", "extractive", "best_f1", True),
+    ("gpt2", "auto", "best_f1", False), ("t5-base", "generative", "best_f1", False),
+    ("gpt2", "extractive", "best_f1", True),
+    ("bert-base-uncased", "extractive", "best_f1_thresh", False), ("bert-base-uncased", "extractive", "best_exact_thresh", False),
 ])
 def test_best_thresholds_are_selectable_exactly_where_the_run_has_them(tmp_path: Path, cli, checkpoint: str,
-                                                                     mode: str, valid: bool) -> None:
+                                                                     mode: str, metric: str, valid: bool) -> None:
     """best_* come from the null score of an extractive v2.0 run: train.metric=best_f1 validates
     there, and a generative run (which has none) is refused at validate in one line, not by a
-    KeyError at its first evaluation."""
+    KeyError at its first evaluation. The thresholds beside them are not scores (a higher one is
+    no better checkpoint): selecting on them kept the step with the largest threshold, exit 0."""
     data = _v2_file(tmp_path / "dev-v2.json")
     recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {checkpoint}}}
 task: {{name: squad, version: v2, mode: {mode}, eval_file: {data}, split_articles: 0.5}}
 method: {{name: full}}
-train: {{metric: best_f1}}
+train: {{metric: {metric}}}
 """)
     code, _, err = cli("validate", recipe)
     assert code == (0 if valid else 2), err
     if not valid:
-        assert len(err.strip().splitlines()) == 1 and "train.metric: 'best_f1' is not a metric of this task" in err
+        assert len(err.strip().splitlines()) == 1 and f"train.metric: '{metric}' is not a metric of this task" in err
 
 
 def test_a_selected_metric_the_evaluation_does_not_give_is_one_line(tmp_path: Path, cli) -> None:

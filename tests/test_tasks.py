@@ -195,3 +195,33 @@ def test_a_tokenizer_read_again_is_the_folders_whatever_earlier_callers_did(tmp_
     changed = models.load_tokenizer(str(folder))
     assert changed.model_max_length == 77
     same_as_fresh(changed, models._read_tokenizer(str(folder), False))
+
+
+def _metric_variants() -> list[tuple[str, dict, dict]]:
+    """(task, settings, attributes the model sets) for every registered task, and the variants
+    whose declared metrics differ: every GLUE subset, SQuAD v2 extractive (best_* and thresholds)."""
+    from toolkit.tasks import TASKS
+    from toolkit.tasks.glue import SPECS
+
+    out = [(n, {}, {}) for n in sorted(TASKS.names()) if n != "glue"]
+    out += [("glue", {"subset": s}, {}) for s in sorted(SPECS)]
+    out += [("squad", {"version": "v2"}, {"_extractive": e}) for e in (False, True)]
+    out += [("text_classification", {"problem": "regression"}, {})]
+    return out
+
+
+@pytest.mark.parametrize("name, settings, attributes", _metric_variants(),
+                         ids=[f"{n}-{'-'.join(map(str, {**s, **a}.values()))}" for n, s, a in _metric_variants()])
+def test_every_declared_metric_is_reported_with_its_own_declaration(name: str, settings: dict, attributes: dict) -> None:
+    """metrics.json's metric_declarations (and so every report's scale and direction) come from
+    `Task.declaration(name)`: for each metric a task declares, on each of its eval splits, that is
+    the declaration itself, never a shorter declared name it starts with (SQuAD v2's
+    best_f1_thresh, a logit threshold, was declared as best_f1's percentage: 100 times its value)."""
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get(name)(**settings)
+    task.__dict__.update(attributes)
+    for metric in task.declared_metrics():
+        for suffix in task.suffixes():
+            got = task.declaration(metric.name + suffix)
+            assert (got.higher_is_better, got.scale) == (metric.higher_is_better, metric.scale), (metric, suffix, got)

@@ -45,6 +45,9 @@ class State:
     base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)
     code: dict | None = None  # the toolkit's code and the libraries that trained it (code_versions)
     resumed_under_other_code: list | None = None  # each resume under other code: step and what changed
+    # the finite steps' losses since the last logged step, [sum, count] (None: none): the next logged
+    # loss is their mean, and a resumed run logs what the uninterrupted one does
+    log_window: list | None = None
 
 
 

@@ -31,6 +31,8 @@ class Reading:
     over_step: int  # the step at which the skips went past the limit; 0: not past it
     over_loss: float  # that step's loss
     over_norm: bool  # that step's loss was finite: its gradient norm was not
+    loss_sum: float = 0.0  # the losses of the finite steps since the last read, summed
+    finite: int = 0  # how many steps that is (the logged loss is a mean over the steps since the last log)
 
 
 class Tally:
@@ -59,15 +61,18 @@ class Tally:
 
     def read(self) -> Reading:
         """One transfer to the host, then the record restarts."""
-        values = torch.stack(self.rows).tolist() if self.rows else [[0.0, 0.0, 0.0, 1.0]]
+        real = bool(self.rows)  # an empty read stands in one finite step of loss 0: not a loss to average
+        values = torch.stack(self.rows).tolist() if real else [[0.0, 0.0, 0.0, 1.0]]
         steps = self.steps or [(0, 0)]
         self.reset()
         samples = skipped = first_skip = over_step = 0
         first_norm = over_norm = False
-        over_loss = 0.0
+        over_loss = loss_sum = 0.0
+        finite = 0
         for (loss, _, n, ok), (step, allowed) in zip(values, steps):
             if ok:
                 samples += int(n)
+                loss_sum, finite = loss_sum + loss, finite + 1
                 continue
             skipped += 1
             if not first_skip:
@@ -76,7 +81,7 @@ class Tally:
                 over_step, over_loss, over_norm = step, loss, math.isfinite(loss)
         return Reading(loss=values[-1][0], grad_norm=values[-1][1], samples=samples, skipped=skipped,
                        first_skip=first_skip, first_norm=first_norm, over_step=over_step, over_loss=over_loss,
-                       over_norm=over_norm)
+                       over_norm=over_norm, loss_sum=loss_sum, finite=finite if real else 0)
 
 
 def skip_unless(optimizer: torch.optim.Optimizer, ok: torch.Tensor) -> None:

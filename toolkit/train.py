@@ -435,6 +435,10 @@ class Loop:
             return None
         r = self.tally.read()
         self.state.samples += r.samples
+        # the logged loss is the mean over the steps since the last log, as Trainer logs tr_loss,
+        # not the logged step's alone; kept in the state, so a resumed run logs the same
+        total, count = self.state.log_window or (0.0, 0)
+        self.state.log_window = [total + r.loss_sum, count + r.finite]
         if r.skipped:
             left = self.cfg.skip_nonfinite - self.state.skipped_nonfinite
             first = ("gradient norm" if r.first_norm else "loss", r.first_skip)
@@ -453,12 +457,15 @@ class Loop:
             r = self._read()  # every process: a stop must stop them all
             if self.acc.is_main_process and r is not None:
                 lr = self.scheduler.get_last_lr()[0]
-                entry = {"step": s.step, "epoch": self._epochs_done(), "loss": r.loss, "lr": lr,
+                total, count = self.state.log_window or (0.0, 0)
+                loss = total / count if count else r.loss  # every step since the last log skipped: its loss
+                entry = {"step": s.step, "epoch": self._epochs_done(), "loss": loss, "lr": lr,
                          "grad_norm": r.grad_norm if self.cfg.max_grad_norm else None,
                          "samples_per_second": s.samples / max(s.train_time, 1e-9)}
                 runs.append_log(self.out, entry)
                 tracking.log(self.acc, {"train": entry}, s.step)
-                bar.set_postfix(loss=f"{r.loss:.4f}", lr=f"{lr:.2e}")
+                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+            self.state.log_window = None
         if self.cfg.eval_every and s.step % self.cfg.eval_every == 0:
             self._eval_and_save()
             return self._stopping(None)

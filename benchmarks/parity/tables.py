@@ -8,6 +8,7 @@ import statistics
 from typing import Any
 
 from parity.specs import SPECS
+from toolkit.reports.core import no_spread
 
 
 # --- tables -------------------------------------------------------------------------------------
@@ -23,7 +24,7 @@ def paired(ours: list[float], theirs: list[float]) -> str:
     if len(diffs) < 2:
         return f"{diffs[0]:+.2f} (1 seed)"
     sd, mean = statistics.stdev(diffs), statistics.mean(diffs)
-    if not sd:  # no spread: t is undefined (0/0) or infinite, neither worth printing as a number
+    if no_spread(diffs):  # t is undefined (0/0) or infinite (float rounding: 1e15), neither a number to print
         same = "equal on every seed" if not mean else "the same difference on every seed"
         return f"{mean:+.2f} ± 0.00 ({same}, n = {len(diffs)})"
     t = mean / (sd / math.sqrt(len(diffs)))

@@ -296,6 +296,13 @@ def paired(a: Stat, b: Stat) -> tuple[list[float], list[Any], list[str]]:
     return [va[s] - vb[s] for s in common], common, sorted(set(va) ^ set(vb), key=_sortable)
 
 
+def no_spread(values: list[float]) -> bool:
+    """Whether the values are one value to float rounding (0.83 − 0.80 and 0.84 − 0.81 differ in
+    the 17th digit): their sample std is then 0, a t interval of zero width, which reads as
+    certainty where two or three seeds have only failed to show any noise."""
+    return statistics.pstdev(values) <= 1e-9 * max(1.0, max(abs(v) for v in values))
+
+
 def t_interval(values: list[float], level: float = CONFIDENCE) -> tuple[float, float, float]:
     """(mean, low, high): Student's t interval of the mean with n − 1 degrees of freedom (two
     seeds: 1 df, t = 12.7), the interval a handful of seeds supports; scipy's t quantile."""
@@ -314,12 +321,18 @@ def paired_note(name_a: str, a: Stat, name_b: str, b: Stat, metric: Metric, wher
     diffs, common, unmatched = paired(a, b)
     if len(common) < 2:
         return None
-    mean, low, high = (v * metric.scale for v in t_interval(diffs))
-    apart = low > 0 or high < 0
-    text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = {mean:+.2f}, "
-            f"{CONFIDENCE:.0%} CI [{low:+.2f}, {high:+.2f}] (paired by seed over {len(common)} seeds "
-            f"{', '.join(map(str, common))}; t, {len(common) - 1} df): "
-            + ("separated by these seeds" if apart else "not separated by these seeds"))
+    seeds = f"{len(common)} seeds {', '.join(map(str, common))}"
+    if no_spread(diffs):
+        text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = "
+                f"{statistics.mean(diffs) * metric.scale:+.2f} on each of the {seeds}: no spread (every seed's "
+                "difference is the same, so its t interval has zero width and measures no noise): not judged "
+                "separated; more seeds would say")
+    else:
+        mean, low, high = (v * metric.scale for v in t_interval(diffs))
+        apart = low > 0 or high < 0
+        text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = {mean:+.2f}, "
+                f"{CONFIDENCE:.0%} CI [{low:+.2f}, {high:+.2f}] (paired by seed over {seeds}; t, "
+                f"{len(common) - 1} df): " + ("separated by these seeds" if apart else "not separated by these seeds"))
     text += f"; seeds without a partner, left out: {', '.join(map(str, unmatched))}" if unmatched else ""
     matched = [(name_a, _runs_of(a, common)), (name_b, _runs_of(b, common))]
     return _code_marked(text, matched, "the per-seed differences are not the entries' alone")

@@ -140,7 +140,7 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
         # a seed some task lacks is out of the per-seed average: said, so n is not read as every seed
         ran = {report.seed_of(m) for ms in cells.values() for m in ms}
         if paired and len(stat.seeds) < len(ran):
-            note += f" (seeds run on every task only: {', '.join(map(str, stat.seeds))})"
+            note += f" (seeds scored on every task only: {', '.join(map(str, stat.seeds))})"
         line.append(stat.fmt(100.0) + _average_mark(cells) + note + ("" if paired else " (seeds differ by task)"))
         table.append(line)
     return report.markdown(head, table)
@@ -231,6 +231,24 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
     return out
 
 
+def unscored_notes(items: list[dict]) -> list[str]:
+    """One line per GLUE run an official metric of which is null in metrics.json (an undefined
+    Pearson of constant predictions: NaN): that run has no task score, so its seed is out of the
+    task's cell and of its row's per-seed GLUE average; said in the GLUE section itself, where the
+    n of the cell and the seeds of the average would otherwise be read as all that ran."""
+    notes = []
+    for item in items:
+        task = report.label(item, "task")
+        if item["recipe"].get("task", {}).get("name") != "glue" or task not in SPECS:
+            continue
+        null = [k for k in official(task) if k in item.get("not_numbers", [])]
+        if null:
+            notes.append(f"{item['run']}: {TITLES[task]} {', '.join(null)} not a number (null in metrics.json: NaN "
+                         f"or infinite): seed {report.seed_of(item)} has no {TITLES[task]} score, and is left out "
+                         "of that cell and of the per-seed GLUE average")
+    return notes
+
+
 def render(items: list[dict]) -> str:
     rows = _rows(items)
     if not rows:
@@ -246,6 +264,7 @@ def render(items: list[dict]) -> str:
               for n in report.mixed_code_note(f"{row} / {TITLES[t]}", ms)]
     notes += [n for row, cells in rows.items() if len(cells) > 1  # one task: its cell's line says it
               for n in report.mixed_code_note(f"{row} / GLUE avg", _average_runs(cells), _task_of)]
+    notes += unscored_notes(items)
     if missing:
         notes.append(f"Not in these runs: {', '.join(missing)}. The average is over the {len(tasks)} tasks "
                      "above only and is not comparable with a nine-task GLUE score.")

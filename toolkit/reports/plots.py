@@ -1,7 +1,7 @@
 """The report's pictures, one file per task and kind, so no axis mixes metrics of two tasks:
 - curves-<task>.png: train loss and the eval metric against the optimizer step (log.jsonl),
-  one line per method at its reported (best) setting, mean over its seeds (one logged point:
-  a labelled marker, not a line);
+  one line per method at its reported (best) setting, mean over its seeds at the steps all of
+  them have a value at (others are left out and said; one logged point: a labelled marker);
 - params-<task>.png: the metric against trainable parameters (log x), error bars over seeds;
 - cost-<task>.png: train time and peak memory per entry, horizontal bars (names stay readable).
 An entry whose seeds ran on other code is named with ‡ in every plot, and said in `plot_notes`.
@@ -55,7 +55,7 @@ def plot_notes(items: list[dict]) -> list[str]:
     """The ‡ line of each plotted entry (a line, a point, a bar) whose seeds ran on other code: the
     plots draw their mean as the pivot does, so they say so as the pivot does."""
     return [n for task, group in sorted(entries(items).items()) for name, runs in group.items()
-            for n in report.mixed_code_note(f"{task} / {name.removesuffix(' ‡')} (plots)", runs)]
+            for n in report.mixed_code_note(f"{task} / {name.removesuffix(' ‡')} (plots)", runs)] + partial_notes(items)
 
 
 def _log(run: Path) -> list[dict]:
@@ -76,15 +76,49 @@ def _log(run: Path) -> list[dict]:
 
 
 def _mean_curve(runs: list[dict], value) -> tuple[list[int], list[float]]:
-    """Mean over seeds at each step any seed logged (`value(entry)` -> float or None)."""
-    at: dict[int, list[float]] = defaultdict(list)
-    for item in runs:
+    """Mean over seeds at each step every seed has a value at (`value(entry)` -> float or None)."""
+    at, _ = _per_step(runs, value)
+    steps = sorted(s for s, seeds in at.items() if len(seeds) == len(runs))
+    return steps, [statistics.mean(at[s].values()) for s in steps]
+
+
+def _per_step(runs: list[dict], value) -> tuple[dict[int, dict[int, float]], list[int]]:
+    """step -> {seed's position: its value there} (a run's last entry at a step counts), and the
+    steps some seed has a value at and another has none: a null in log.jsonl (an undefined
+    correlation, a NaN loss) or a step not logged. Their mean would be over fewer seeds than the
+    line is of, a jump that is not the training's; `_mean_curve` leaves them out and
+    `partial_notes` says so."""
+    at: dict[int, dict[int, float]] = defaultdict(dict)
+    for position, item in enumerate(runs):
         for entry in _log(item["run"]):
             v = value(entry)
             if v is not None:
-                at[entry["step"]].append(v)
-    steps = sorted(at)
-    return steps, [statistics.mean(at[s]) for s in steps]
+                at[entry["step"]][position] = v
+    return at, sorted(s for s, seeds in at.items() if len(seeds) < len(runs))
+
+
+def _train_loss(entry: dict) -> float | None:
+    return entry.get("loss") if "eval" not in entry else None
+
+
+def _dev_metric(name: str):
+    return lambda entry: (entry.get("eval") or {}).get(name)
+
+
+def partial_notes(items: list[dict]) -> list[str]:
+    """One line per curve that leaves out steps not every seed of its entry has a value at."""
+    notes = []
+    for task, group in sorted(entries(items).items()):
+        metric = report.main_metric(next(iter(group.values())))
+        for name, runs in group.items():
+            for what, value in (("train loss", _train_loss), (f"dev {metric}", _dev_metric(metric))):
+                _, partial = _per_step(runs, value)
+                if partial:
+                    shown = ", ".join(map(str, partial[:8])) + (", ..." if len(partial) > 8 else "")
+                    notes.append(f"curves-{_safe(task)}.png, {name}: its {what} line leaves out step(s) {shown}, where "
+                                 f"not all of its {len(runs)} seeds have a value (null in log.jsonl: NaN or infinite; "
+                                 "or not logged): a mean over fewer seeds is not the line's")
+    return notes
 
 
 def _safe(name: str) -> str:
@@ -112,11 +146,11 @@ def curves(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     fig, (ax_loss, ax_eval) = plt.subplots(1, 2, figsize=(11, 4))
     drawn = False
     for i, (name, runs) in enumerate(group.items()):
-        steps, loss = _mean_curve(runs, lambda e: e.get("loss") if "eval" not in e else None)
+        steps, loss = _mean_curve(runs, _train_loss)
         if steps:
             _trace(ax_loss, steps, loss, name, f"C{i % 10}", linewidth=1.2)
             drawn = True
-        steps, vals = _mean_curve(runs, lambda e: (e.get("eval") or {}).get(metric_name))
+        steps, vals = _mean_curve(runs, _dev_metric(metric_name))
         if steps and metric is not None:
             _trace(ax_eval, steps, [v * metric.scale for v in vals], name, f"C{i % 10}", marker="o", markersize=3)
     if not drawn:

@@ -45,6 +45,10 @@ class Metric:
     name: str
     higher_is_better: bool = True
     scale: float = 1.0  # multiply for display: 100 turns a fraction into percent
+    # False: a number the evaluation reports that is not a score (SQuAD v2's best_f1_thresh, a
+    # threshold tuned on the split): no checkpoint is better for a higher one, so train.metric
+    # cannot select on it
+    score: bool = True
 
     def better(self, value: float, than: float | None) -> bool:
         """Whether `value` beats `than` (None: nothing yet). An undefined score (NaN: a
@@ -73,10 +77,15 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
 
 
 def declaration(name: str, declared: list[Metric] | None = None) -> Metric:
-    """The declaration of `name`, split suffixes (`accuracy_mm`) included; unknown: scale 1, higher."""
-    for metric in list(declared or []) + list(CATALOGUE.values()):
-        if name == metric.name or name.startswith(metric.name + "_"):
-            return Metric(name, metric.higher_is_better, metric.scale)
+    """The declaration of `name`, split suffixes (`accuracy_mm`) included; unknown: scale 1, higher.
+    A metric declared under its own name is that declaration, and otherwise the longest declared
+    name it extends with a suffix: SQuAD v2's `best_f1_thresh` (a logit threshold, scale 1) was
+    read as `best_f1` plus a suffix, a percentage, and reported 100 times its value."""
+    known = list(declared or []) + list(CATALOGUE.values())
+    exact = [m for m in known if m.name == name]
+    extended = sorted((m for m in known if name.startswith(m.name + "_")), key=lambda m: -len(m.name))
+    for metric in exact + extended:
+        return Metric(name, metric.higher_is_better, metric.scale)
     return Metric(name)
 
 
@@ -108,8 +117,9 @@ class Task:
         return self.declared_metrics()[0].name
 
     def metric_names(self) -> list[str]:
-        """Every key `eval` may hold: each declared metric per eval split, and the loss."""
-        names = [m.name + sfx for sfx in self.suffixes() for m in self.declared_metrics()]
+        """The keys of `eval` a run may select its best checkpoint on (train.metric): each declared
+        score per eval split, and the loss."""
+        names = [m.name + sfx for sfx in self.suffixes() for m in self.declared_metrics() if m.score]
         return names + ["loss" + sfx for sfx in self.suffixes()]
 
     def suffixes(self) -> tuple[str, ...]:

@@ -99,7 +99,10 @@ class Classification(Task):
         names = self.label_names
         if len(names) <= 2:
             return {"f1": f"F1 of label '{names[-1]}' (id {len(names) - 1}) as the positive class"}
-        return {"f1": f"macro F1: the unweighted mean of the {len(names)} labels' F1"}
+        # scikit-learn's macro average (evaluate's f1, run_glue): over the labels that occur in the
+        # gold labels or the predictions, so a label neither holds is not counted as an F1 of 0
+        return {"f1": f"macro F1: the unweighted mean of the F1 of each of the {len(names)} labels that occurs "
+                      "in the gold labels or the predictions (scikit-learn's macro average)"}
 
     # --- derived ---------------------------------------------------------------------------------
     @property

@@ -66,6 +66,29 @@ def rouge_dropped(texts: Sequence[str]) -> float:
     return 1 - kept / letters if letters else 0.0
 
 
+# Scripts written without spaces between words -> the sacreBLEU tokenizers that find words in
+# them (sacreBLEU's own for the language first); a space-based one (13a, intl, none) reads a whole
+# sentence as one word. Kana before Han: Japanese text holds both.
+SPACELESS_SCRIPTS = (("Japanese kana", re.compile(r"[\u3040-\u30ff]"), ("ja-mecab", "char")),
+                     ("Chinese characters", re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"), ("zh", "char")),
+                     ("Thai", re.compile(r"[\u0e00-\u0e7f]"), ("char",)), ("Lao", re.compile(r"[\u0e80-\u0eff]"), ("char",)),
+                     ("Khmer", re.compile(r"[\u1780-\u17ff]"), ("char",)), ("Myanmar", re.compile(r"[\u1000-\u109f]"), ("char",)))
+SPACE_BASED = ("13a", "intl", "none")
+
+
+def spaceless_script(texts: Sequence[str]) -> tuple[str, float, tuple[str, ...]] | None:
+    """(script, its share of the letters, the tokenizers that fit it) where most of the letters in
+    `texts` are of scripts written without spaces; None otherwise. The first script listed that
+    occurs names the text (kana: Japanese, though its Han characters are counted with it)."""
+    letters = "".join("".join(_LETTERS.findall(t)) for t in texts)
+    if not letters:
+        return None
+    found = [(name, len(pattern.findall(letters)), fits) for name, pattern, fits in SPACELESS_SCRIPTS]
+    share = sum(n for _, n, _ in found) / len(letters)
+    name, _, fits = next(f for f in found if f[1]) if share > 0.5 else (None, 0, ())
+    return (name, share, fits) if name else None
+
+
 def sacrebleu_scores(predictions: Sequence[str], references: Sequence[str],
                      tokenize: str = "13a") -> tuple[dict[str, float], dict[str, str]]:
     """Corpus BLEU and chrF on detokenised text, and their sacreBLEU signatures."""

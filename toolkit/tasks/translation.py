@@ -18,7 +18,7 @@ import numpy as np
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, Metric, _fields, declaration
 from toolkit.tasks._generation import TextToText, read_pairs
-from toolkit.tasks._text_metrics import sacrebleu_scores, sacrebleu_signatures
+from toolkit.tasks._text_metrics import SPACE_BASED, sacrebleu_scores, sacrebleu_signatures, spaceless_script
 from toolkit.tasks.summarization import hub_pairs, load_pairs
 
 LANGUAGES = {"en": "English", "de": "German", "fr": "French", "ro": "Romanian", "cs": "Czech",
@@ -133,7 +133,23 @@ class Translation(TextToText):
                 hub_pairs(hub_id, config, eval_split, s, t, convert))
 
     def load(self) -> dict[str, Any]:
-        return load_pairs(self)
+        data = load_pairs(self)
+        self.check_bleu_tokenizer(data["eval"][""]["target"])
+        return data
+
+    def check_bleu_tokenizer(self, references: list[str]) -> None:
+        """The references themselves, wherever the language code does not say it (zh-CN, cmn,
+        th, a custom code): a space-based BLEU tokenizer on text mostly in a script written
+        without spaces scores a sentence as one word, BLEU near 0 for any translation. Refused
+        before training, as `check` refuses it for zh and ja by their codes."""
+        found = spaceless_script(references) if self.bleu_tokenize in SPACE_BASED else None
+        if found:
+            script, share, fits = found
+            where = self.eval_file or LOCAL.get(self.subset, ("", self.subset))[1]
+            raise UserError(f"task.bleu_tokenize: '{self.bleu_tokenize}' splits words at spaces, and {share:.0%} of "
+                            f"the letters of the references in {where} are {script}, written without spaces, so "
+                            f"BLEU would be near 0 for any translation; set task.bleu_tokenize="
+                            + " or ".join(fits))
 
     def source_name(self) -> str:
         if (self.train_file or self.eval_file) and not self.source_field:
