@@ -5,6 +5,7 @@ the wrong types and `report --out FILE` are in test_report.py)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -74,8 +75,10 @@ def test_every_file_a_task_names_is_checked_before_the_run(tmp_path: Path, task:
     from toolkit.schema import build_dataclass
     from toolkit.tasks import TASKS
 
-    missing, folder = tmp_path / "nowhere.jsonl", tmp_path
-    for path, said in ((missing, "no such file"), (folder, "is not a file")):
+    missing, folder, fifo = tmp_path / "nowhere.jsonl", tmp_path, tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)  # a pipe gives its bytes once; a run reads its data twice (run id, then training)
+    for path, said in ((missing, "no such file"), (folder, "is not a file"),
+                       (fifo, r"is a pipe, not a file; a run reads its data more than once .*save it to a file and name that")):
         settings = build_dataclass(TASKS.get(task), {setting: str(path)}, "task")
         with pytest.raises(toolkit.UserError, match=f"^task.{setting}: {path}: {said}$"):
             recipes.check_data(SimpleNamespace(task=settings))
