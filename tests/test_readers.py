@@ -258,6 +258,39 @@ def test_a_quoted_csv_field_closes_where_it_ends(tmp_path: Path, reader: str, bo
     assert list(CSV_READERS[reader](path)) == ["good", 'two\nlines, and a "quote"']
 
 
+def _tsv_rows(path: Path) -> list:
+    return readers.read(path, "tsv")["text"]
+
+
+def _glue_rows(path: Path) -> list:
+    from toolkit.tasks.glue import SPECS, read_tsv
+
+    path.write_text(path.read_text().replace("text\tlabel", "sentence\tlabel").replace("pos", "1").replace("neg", "0"))
+    return read_tsv(path, SPECS["sst2"])["text_a"]
+
+
+@pytest.mark.parametrize("reader", sorted(CSV_READERS) + ["tsv", "glue tsv"])
+@pytest.mark.parametrize("after", [" ", "\t", "  \t"])
+def test_whitespace_after_a_closing_quote_is_read_as_the_csv_module_reads_it(tmp_path: Path, reader: str,
+                                                                             after: str) -> None:
+    """Finding: the strict quote pass refused `"abc" ,pos`, which the csv module and pandas read
+    (as `abc `): spaces and tabs between a closing quote and the comma or line end are no
+    swallowed row. Every CSV reader reads them as the csv module does; text after the quote is
+    still refused (above). TSV readers take quotes as text and read the line as written."""
+    import csv
+
+    tsv = reader in ("tsv", "glue tsv")
+    sep, after = ("\t", after.replace("\t", " ")) if tsv else (",", after)  # a tab is TSV's separator
+    body = f'text{sep}label\n"abc"{after}{sep}pos\n"two ""x"""{after}{sep}neg\r\n'
+    path = tmp_path / ("d.tsv" if tsv else "d.csv")
+    path.write_bytes(body.encode())
+    read = {"tsv": _tsv_rows, "glue tsv": _glue_rows}.get(reader) or CSV_READERS[reader]
+    quoting = csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL
+    expected = [row[0] for row in csv.reader(io.StringIO(body, newline=""), delimiter=sep, quoting=quoting)][1:]
+    assert expected[0] == ('"abc"' + after if tsv else "abc" + after)
+    assert list(read(path)) == expected
+
+
 def _squad_layout(path: Path, text: str) -> None:
     from toolkit.tasks.squad import read_squad
 
