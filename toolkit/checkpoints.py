@@ -41,6 +41,7 @@ class State:
     last_eval: dict | None = None
     peak_memory_mb: float = 0.0  # of training itself: checkpoint writing is not counted
     skipped_nonfinite: int = 0  # batches skipped for a non-finite loss or gradient
+    empty_steps: int = 0  # steps whose batches held no loss unit: no update made (not non-finite)
     eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
     base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)
     code: dict | None = None  # the toolkit's code and the libraries that trained it (code_versions)

@@ -31,6 +31,8 @@ class Reading:
     over_step: int  # the step at which the skips went past the limit; 0: not past it
     over_loss: float  # that step's loss
     over_norm: bool  # that step's loss was finite: its gradient norm was not
+    empty: int = 0  # steps since the last read whose batches held no loss unit (no update made)
+    first_empty: int = 0  # the first of them; 0: none
 
 
 class Tally:
@@ -52,21 +54,26 @@ class Tally:
         return bool(self.rows)
 
     def add(self, step: int, loss: torch.Tensor, norm: torch.Tensor, samples: torch.Tensor,
-            ok: torch.Tensor, allowed: int) -> None:
-        """Record optimizer step `step` (1-based); device operations only, no host read."""
-        self.rows.append(torch.stack([loss.float(), norm.float(), samples.float(), ok.float()]))
+            ok: torch.Tensor, allowed: int, empty: torch.Tensor | None = None) -> None:
+        """Record optimizer step `step` (1-based); device operations only, no host read. `empty`:
+        the step's batches held no loss unit (an MLM batch that drew no mask): its loss is 0/0,
+        no update was made, and it is counted as such, not as a non-finite step."""
+        flag = torch.zeros_like(ok, dtype=torch.float32) if empty is None else empty.float()
+        self.rows.append(torch.stack([loss.float(), norm.float(), samples.float(), ok.float(), flag]))
         self.steps.append((step, allowed))
 
     def read(self) -> Reading:
         """One transfer to the host, then the record restarts."""
-        values = torch.stack(self.rows).tolist() if self.rows else [[0.0, 0.0, 0.0, 1.0]]
+        values = torch.stack(self.rows).tolist() if self.rows else [[0.0, 0.0, 0.0, 1.0, 0.0]]
         steps = self.steps or [(0, 0)]
         self.reset()
-        samples = skipped = first_skip = over_step = 0
+        samples = skipped = first_skip = over_step = empty = first_empty = 0
         first_norm = over_norm = False
         over_loss = 0.0
-        for (loss, _, n, ok), (step, allowed) in zip(values, steps):
-            if ok:
+        for (loss, _, n, ok, none), (step, allowed) in zip(values, steps):
+            if none:
+                empty, first_empty = empty + 1, first_empty or step
+            if ok or none:
                 samples += int(n)
                 continue
             skipped += 1
@@ -76,7 +83,7 @@ class Tally:
                 over_step, over_loss, over_norm = step, loss, math.isfinite(loss)
         return Reading(loss=values[-1][0], grad_norm=values[-1][1], samples=samples, skipped=skipped,
                        first_skip=first_skip, first_norm=first_norm, over_step=over_step, over_loss=over_loss,
-                       over_norm=over_norm)
+                       over_norm=over_norm, empty=empty, first_empty=first_empty)
 
 
 def skip_unless(optimizer: torch.optim.Optimizer, ok: torch.Tensor) -> None:
