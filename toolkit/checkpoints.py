@@ -224,7 +224,7 @@ IDENTITY = "identity.json"  # what the run id hashes, written beside recipe.yaml
 def identity(recipe: Any, processes: int) -> dict:
     """What the run id hashes (runs.run_id), part by part: the resolved recipe's settings, the
     process count and each data file's sha256."""
-    return {"recipe": _flat(recipe.to_dict()), "processes": processes,
+    return {"recipe": _flat(recipe.hashed_dict()), "processes": processes,
             "data": {str(f): runs.data_fingerprint([Path(f)]) for f in recipe.task.data_files()}}
 
 
