@@ -767,3 +767,23 @@ def _portable_card(file: Path, checkpoint: str) -> None:
     card.data.tags = [t[:-len(old)] + checkpoint if isinstance(t, str) and t.endswith(":" + old) else t
                       for t in card.data.tags or []] or None
     card.save(file)
+
+
+def parts_lost(tokenizer: Any, parts: list[str], separator: str, dropped: int, length: int) -> int:
+    """How many of `parts` (a prompt's demonstrations, then its query, joined by `separator`) are
+    not seen whole once the first `dropped` of its `length` tokens are cut from the left: a part
+    is whole where the first token kept starts at or before its first character (the fast
+    tokenizer's offsets; the encoding with the tokenizer's special tokens, or without them where
+    that one has `length` tokens, as a prompt opening with BOS's text is encoded)."""
+    if dropped <= 0:
+        return 0
+    text = separator.join(parts)
+    enc = tokenizer(text, return_offsets_mapping=True)
+    if len(enc["input_ids"]) != length:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    kept = next((start for start, end in enc["offset_mapping"][dropped:] if end > start), len(text))
+    starts, at = [], 0
+    for part in parts:
+        starts.append(at)
+        at += len(part) + len(separator)
+    return sum(start < kept for start in starts)
