@@ -84,6 +84,21 @@ def test_every_file_a_task_names_is_checked_before_the_run(tmp_path: Path, task:
             recipes.check_data(SimpleNamespace(task=settings))
 
 
+def test_a_pipe_named_as_a_recipes_data_file_is_one_line_at_every_check(tmp_path: Path) -> None:
+    """`toolkit run demo/own-data/minilm-lora task.train_file=<(zcat d.csv.gz)` said "/dev/fd/63
+    does not exist" (the task's own check at load); a pipe is refused by the recipe's every file
+    check in one line that says why (its bytes are read more than once), where predict --input
+    reads one. The load-time check of every registered task is the test above."""
+    from toolkit import recipe as recipes
+
+    fifo, data = tmp_path / "pipe.csv", tmp_path / "d.csv"
+    os.mkfifo(fifo)
+    data.write_text("sentence,kind\na film,x\nanother,y\n")
+    with pytest.raises(toolkit.UserError, match=f"^task.train_file: {fifo}: is a pipe, not a file; a run reads"):
+        recipes.load(recipes.find_recipe("demo/own-data/minilm-lora"),
+                     [f"task.train_file={fifo}", f"task.eval_file={data}"])
+
+
 ENV_CASES = [("TOOLKIT_DATA", "file", "is a file; set it to a folder of data sets"),
              ("TOOLKIT_DATA", "nowhere", "does not exist; set it to a folder of data sets"),
              ("TOOLKIT_TOKENIZERS", "nowhere", "does not exist; set it to a folder of tokenizers"),

@@ -198,6 +198,18 @@ def stream_kind(path: Path) -> str | None:
             else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
 
 
+def stream_refused(setting: str, path: Path) -> str | None:
+    """The one line for a data file a recipe names that is a pipe or a device (`stream_kind`),
+    None otherwise. `toolkit predict --input` takes one (`spooled`); a recipe does not: a run reads
+    its data more than once (its bytes are part of the run id, then it trains on them, a resume
+    reads them again), and a pipe gives its bytes once."""
+    kind = stream_kind(path)
+    if kind is None:
+        return None
+    return (f"{setting}: {path}: is {kind}, not a file; a run reads its data more than once (the bytes "
+            "name the run, then it trains on them): save it to a file and name that")
+
+
 @contextmanager
 def spooled_stdin() -> Iterator[Path]:
     """Standard input's bytes in a temporary file (bounded by TOOLKIT_MAX_INPUT_MB), so that they

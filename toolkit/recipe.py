@@ -193,15 +193,9 @@ def named_files(task: Any) -> list[tuple[str, Path]]:
 
 
 def not_a_file(setting: str, path: Path) -> str:
-    """Why a data file a recipe names cannot be read. A pipe (bash's `<(...)`, a named FIFO) or
-    a device is refused for a recipe, where `toolkit predict --input` takes one: a run reads its
-    data more than once (its bytes are part of the run id, then the run reads them, a resumed run
-    again), and a pipe gives its bytes once."""
-    kind = readers.stream_kind(path)
-    if kind:
-        return (f"{setting}: {path}: is {kind}, not a file; a run reads its data more than once (the bytes "
-                "name the run, then it trains on them): save it to a file and name that")
-    return f"{setting}: {path}: " + ("is not a file" if path.exists() else "no such file")
+    """Why a data file a recipe names cannot be read (a pipe: `readers.stream_refused`)."""
+    return readers.stream_refused(setting, path) or \
+        f"{setting}: {path}: " + ("is not a file" if path.exists() else "no such file")
 
 
 def check_data(recipe: Recipe) -> None:
