@@ -16,7 +16,7 @@ from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
 from toolkit.methods.icl import (CHOICE_RULES, ICL, Prompter, calibrated, cut_prompts, default_template,
-                                 demonstration_sets, harness_picks, label_scores, per_rule, template_problem)
+                                 demonstration_sets, encode_pairs, harness_picks, label_scores, per_rule, template_problem)
 
 from toolkit.tasks.glue import Glue
 
@@ -386,12 +386,29 @@ def test_prompts_cut_to_fit_are_counted_and_said(tiny_checkpoint, family: str, c
                             evals={"": Dataset.from_dict({"text_a": [r["text_a"] for r in ROWS], "label": [0, 1, 1]})}, seed=0)
     method = ICL(shots=2, max_length=40)
     method.evaluate(model, setup, Accelerator(cpu=True))
-    expected = cut_prompts(tok, _queries(method, setup.task, setup.evals[""], 0)[0], setup.task.verbalizers, 40, seq2seq)
-    assert expected > 0
+    queries = _queries(method, setup.task, setup.evals[""], 0)[0]
+    expected = cut_prompts(tok, queries, setup.task.verbalizers, 40, seq2seq)
+    prompter, sets = method.prompter(setup.task), demonstration_sets(TRAIN, 2, 0, 3)
+    lost = own = 0
+    for row, demos, query in zip(setup.evals[""], sets, queries):
+        pairs = encode_pairs(tok, [query], setup.task.verbalizers, seq2seq)
+        kept = min(len(c) - max(len(c) - 40 if seq2seq else len(c) + len(w) - 41, 0) for c, w in pairs)
+        gone = lost_by_reencoding(tok, prompter.parts(row, demos), prompter.separator, kept)
+        lost, own = lost + min(gone, 2), own + (gone > 2)
+    assert expected > 0 and own == 1  # ROWS[1] is longer than 40 tokens by itself
     lines = [line for line in capsys.readouterr().err.splitlines() if "prompts cut" in line]
     assert lines == [f"warning: {expected} of 3 prompts cut from the left at 40 tokens (method.max_length or the "
-                     "model's positions): their first demonstrations are not seen, so they are scored with fewer "
-                     "than method.shots=2; lower method.shots to keep them whole"]
+                     f"model's positions): {lost} of their {expected * 2} demonstrations not seen whole (scored with "
+                     "fewer than method.shots=2; lower method.shots to keep them); 1 example longer than that by "
+                     "itself, its start not seen (shorten the template or the texts, or raise method.max_length)"]
+
+
+def lost_by_reencoding(tok, parts: list[str], separator: str, kept: int) -> int:
+    """The parts (demonstrations, then the example) of a prompt cut to its last `kept` tokens that
+    are not seen whole, found without token offsets: the first part seen whole is the first whose
+    text from there on encodes within `kept` tokens (the tokenizer's special tokens included)."""
+    return next(j for j in range(len(parts) + 1)
+                if j == len(parts) or len(tok(separator.join(parts[j:]))["input_ids"]) <= kept)
 
 
 @pytest.mark.parametrize("shown", [0, 2])
@@ -447,27 +464,29 @@ def _text_rows(name: str, n: int, start: int) -> list[dict]:
 
 
 def harness_generation(model, tok, task, rows: list[dict], train: list[dict], shots: int, seed: int,
-                       limit: int, budget: int) -> tuple[list[list[int]], list[str], int, int]:
+                       limit: int, budget: int) -> tuple[list[list[int]], list[str], list[int], int]:
     """Per row the harness's context ids and its answer: one Random(seed) per split, a fresh
     rnd.sample(train, shots) per row (none removed: train is another split); the context is the
     demonstrations (doc_to_text, " ", target), "\\n\\n" between, then doc_to_text; encoded with
     the tokenizer's special tokens and cut from the left to limit - max_gen_toks (decoder) or
     limit (encoder-decoder); greedy generation; the text decoded without special tokens and cut
     at the first "\\n\\n" (the until a task without one gets: its fewshot delimiter). Also: how
-    many contexts were cut, and how many rows are among their own demonstrations."""
+    many contexts were cut (with the demonstrations they lost and the rows cut themselves), and
+    how many rows are among their own demonstrations."""
     import random
 
     seq2seq = model.config.is_encoder_decoder
     prefix, suffix = task.affixes()
     text = lambda r: f"{prefix}{task.source_text(r)}{suffix}"  # noqa: E731  doc_to_text
-    rnd, contexts, answers, cut, seen = random.Random(seed), [], [], 0, 0
+    rnd, contexts, answers, cut, seen = random.Random(seed), [], [], [0, 0, 0], 0
     for row in rows:
         demos = rnd.sample(train, shots)
         seen += row in demos
-        context = "\n\n".join([f"{text(d)} {task.target_text(d)}" for d in demos] + [text(row)])
-        whole = tok(context)["input_ids"]
+        parts = [f"{text(d)} {task.target_text(d)}" for d in demos] + [text(row)]
+        whole = tok("\n\n".join(parts))["input_ids"]
         ids = whole[-(limit if seq2seq else limit - budget):]
-        cut += len(ids) < len(whole)
+        gone = lost_by_reencoding(tok, parts, "\n\n", len(ids)) if len(ids) < len(whole) else 0
+        cut = [cut[0] + (len(ids) < len(whole)), cut[1] + min(gone, shots), cut[2] + (gone > shots)]
         out = model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                              max_new_tokens=budget, do_sample=False, pad_token_id=tok.pad_token_id)
         cont = out[0] if seq2seq else out[0, len(ids):]
@@ -516,10 +535,13 @@ def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_ch
         assert decode_texts(tok, ids, ["\n\n"]) == ["yes", "no stop here"]
         assert stop_at(tok, ["\n\n"], 0)[0](ids, None).tolist() == [True, False]
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
-    assert cut > 0 and seen == 2 and lines == [
-        f"warning: {cut} of 4 prompts cut from the left at 32 tokens (method.max_length or the model's "
-        "positions): their first demonstrations are not seen, so they are scored with fewer than method.shots=3; "
-        "lower method.shots to keep them whole",
+    said = [f"{cut[1]} of their {cut[0] * 3} demonstrations not seen whole (scored with fewer than method.shots=3; "
+            "lower method.shots to keep them)"] * bool(cut[1])
+    said += [f"{cut[2]} example{'s' * (cut[2] > 1)} longer than that by {'themselves' if cut[2] > 1 else 'itself'}, "
+             "its start not seen (shorten the template or the texts, or raise method.max_length)"] * bool(cut[2])
+    assert cut[1] > 0 and seen == 2 and lines == [
+        f"warning: {cut[0]} of 4 prompts cut from the left at 32 tokens (method.max_length or the model's "
+        "positions): " + "; ".join(said),
         "warning: 2 of 4 eval examples are among their own 3 demonstrations (the same text in train): each has "
         "its own answer in its prompt, so it scores as seen; remove them from the eval data, or draw other "
         "demonstrations (train.seed)"]

@@ -5,6 +5,7 @@ the wrong types and `report --out FILE` are in test_report.py)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -74,11 +75,28 @@ def test_every_file_a_task_names_is_checked_before_the_run(tmp_path: Path, task:
     from toolkit.schema import build_dataclass
     from toolkit.tasks import TASKS
 
-    missing, folder = tmp_path / "nowhere.jsonl", tmp_path
-    for path, said in ((missing, "no such file"), (folder, "is not a file")):
+    missing, folder, fifo = tmp_path / "nowhere.jsonl", tmp_path, tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)  # a pipe gives its bytes once; a run reads its data twice (run id, then training)
+    for path, said in ((missing, "no such file"), (folder, "is not a file"),
+                       (fifo, r"is a pipe, not a file; a run reads its data more than once .*save it to a file and name that")):
         settings = build_dataclass(TASKS.get(task), {setting: str(path)}, "task")
         with pytest.raises(toolkit.UserError, match=f"^task.{setting}: {path}: {said}$"):
             recipes.check_data(SimpleNamespace(task=settings))
+
+
+def test_a_pipe_named_as_a_recipes_data_file_is_one_line_at_every_check(tmp_path: Path) -> None:
+    """`toolkit run demo/own-data/minilm-lora task.train_file=<(zcat d.csv.gz)` said "/dev/fd/63
+    does not exist" (the task's own check at load); a pipe is refused by the recipe's every file
+    check in one line that says why (its bytes are read more than once), where predict --input
+    reads one. The load-time check of every registered task is the test above."""
+    from toolkit import recipe as recipes
+
+    fifo, data = tmp_path / "pipe.csv", tmp_path / "d.csv"
+    os.mkfifo(fifo)
+    data.write_text("sentence,kind\na film,x\nanother,y\n")
+    with pytest.raises(toolkit.UserError, match=f"^task.train_file: {fifo}: is a pipe, not a file; a run reads"):
+        recipes.load(recipes.find_recipe("demo/own-data/minilm-lora"),
+                     [f"task.train_file={fifo}", f"task.eval_file={data}"])
 
 
 ENV_CASES = [("TOOLKIT_DATA", "file", "is a file; set it to a folder of data sets"),

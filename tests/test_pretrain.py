@@ -5,6 +5,7 @@ chaining into fine-tuning, exact resume, and loading a body under a new head."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -479,3 +480,33 @@ def test_text_too_short_to_learn_or_score_is_one_line_before_training(tmp_path: 
     code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 2 and said in err and "Traceback" not in err and err.count("error:") == 1, err
     assert not list((tmp_path / "runs").rglob("recipe.yaml"))
+
+
+@pytest.mark.parametrize("path", ["device", "host"])
+def test_a_step_with_no_loss_unit_makes_no_update_and_the_run_goes_on(tmp_path: Path, cli, tiny_checkpoint,
+                                                                      path: str) -> None:
+    """Finding: MLM on a tiny corpus of short blocks (8 tokens, 1 a batch) drew no mask in one
+    step's batch; its mean loss was 0/0 and the run stopped with "the loss is not finite (nan)
+    ... lower train.lr", exit 2: wrong advice, since no number diverged. A step with no loss unit
+    (any task: `Task.units` summed over the step and its processes) makes no update, logs its
+    loss as null, is said and counted in metrics.json as `empty_steps`, never as a non-finite
+    skip; the run goes on. Each optimizer path: skipped on the device (fused AdamW; the compiled
+    step skips on the same NaN flag, test_host_sync.py) and on the host (a method with
+    `after_step`, AdaLoRA)."""
+    train = tmp_path / "train.txt"
+    train.write_text("one\ntwo\nthree\nfour\nfive\nsix\n")  # 2 blocks of [CLS] w [SEP] ..., ~3 maskable each
+    method = "{name: adalora, init_r: 4, target_r: 2}" if path == "host" else "{name: full}"
+    recipe = pretrain_recipe(tmp_path, "mlm", tiny_checkpoint("bert"), "mlm", method)
+    recipe.write_text(recipe.read_text().replace(f"{WIKI}/valid.txt", str(train)).replace("batch_size: 4", "batch_size: 1")
+                      .replace("max_length: 32", "max_length: 8"))
+    code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    metrics = json.loads((run / "metrics.json").read_text())
+    said = re.findall(r"step (\d+): (?:its batch holds|(\d+) steps from here hold) no token the loss is taken on "
+                      r"\(nothing masked or predicted\); no update made", out + err)
+    assert metrics["empty_steps"] >= 1 and metrics["skipped_nonfinite"] == 0
+    assert sum(int(n or 1) for _, n in said) == metrics["empty_steps"], out + err
+    if path != "host":  # the host path takes no step for it: the next batch takes the slot
+        losses = [json.loads(l)["loss"] for l in (run / "log.jsonl").read_text().splitlines() if '"eval"' not in l]
+        assert losses.count(None) == metrics["empty_steps"] and len(losses) == 8

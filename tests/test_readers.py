@@ -258,6 +258,39 @@ def test_a_quoted_csv_field_closes_where_it_ends(tmp_path: Path, reader: str, bo
     assert list(CSV_READERS[reader](path)) == ["good", 'two\nlines, and a "quote"']
 
 
+def _tsv_rows(path: Path) -> list:
+    return readers.read(path, "tsv")["text"]
+
+
+def _glue_rows(path: Path) -> list:
+    from toolkit.tasks.glue import SPECS, read_tsv
+
+    path.write_text(path.read_text().replace("text\tlabel", "sentence\tlabel").replace("pos", "1").replace("neg", "0"))
+    return read_tsv(path, SPECS["sst2"])["text_a"]
+
+
+@pytest.mark.parametrize("reader", sorted(CSV_READERS) + ["tsv", "glue tsv"])
+@pytest.mark.parametrize("after", [" ", "\t", "  \t"])
+def test_whitespace_after_a_closing_quote_is_read_as_the_csv_module_reads_it(tmp_path: Path, reader: str,
+                                                                             after: str) -> None:
+    """Finding: the strict quote pass refused `"abc" ,pos`, which the csv module and pandas read
+    (as `abc `): spaces and tabs between a closing quote and the comma or line end are no
+    swallowed row. Every CSV reader reads them as the csv module does; text after the quote is
+    still refused (above). TSV readers take quotes as text and read the line as written."""
+    import csv
+
+    tsv = reader in ("tsv", "glue tsv")
+    sep, after = ("\t", after.replace("\t", " ")) if tsv else (",", after)  # a tab is TSV's separator
+    body = f'text{sep}label\n"abc"{after}{sep}pos\n"two ""x"""{after}{sep}neg\r\n'
+    path = tmp_path / ("d.tsv" if tsv else "d.csv")
+    path.write_bytes(body.encode())
+    read = {"tsv": _tsv_rows, "glue tsv": _glue_rows}.get(reader) or CSV_READERS[reader]
+    quoting = csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL
+    expected = [row[0] for row in csv.reader(io.StringIO(body, newline=""), delimiter=sep, quoting=quoting)][1:]
+    assert expected[0] == ('"abc"' + after if tsv else "abc" + after)
+    assert list(read(path)) == expected
+
+
 def _squad_layout(path: Path, text: str) -> None:
     from toolkit.tasks.squad import read_squad
 
@@ -305,3 +338,72 @@ def test_a_key_twice_in_a_json_object_is_one_line(tmp_path: Path, reader: str) -
     with pytest.raises(UserError, match=r"d\.json: the key '\w+' appears twice in one object"):
         JSON_DOCUMENT_READERS[reader](path, '[{"text": "good", "label": "pos"},\n'
                                             ' {"text": "first", "text": "second", "label": "neg"}]')
+
+
+PIPED = {  # name -> (file name, bytes); each holds the two rows below
+    "plain text": ("in.txt", b"good film\nbad film\n"),
+    "csv": ("in.csv", b"text,x\ngood film,1\nbad film,2\n"),
+    "tsv": ("in.tsv", b"text\tx\ngood film\t1\nbad film\t2\n"),
+    "jsonl": ("in.jsonl", b'{"text": "good film"}\n{"text": "bad film"}\n'),
+    "json": ("in.json", b'[{"text": "good film"}, {"text": "bad film"}]'),
+    "csv.gz": ("in.csv.gz", __import__("gzip").compress(b"text\ngood film\nbad film\n")),
+    "no extension, jsonl": ("in", b'{"text": "good film"}\n{"text": "bad film"}\n'),  # told by its look
+    "no extension, text": ("in", b"good film\nbad film\n"),
+}
+
+
+def _fifo(tmp_path: Path, name: str, data: bytes) -> Path:
+    """A named FIFO that gives `data` once, to the first reader (a daemon writer: a test that
+    never opens it leaves no hung process)."""
+    import threading
+
+    path = tmp_path / "fifo" / name
+    path.parent.mkdir()
+    os.mkfifo(path)
+
+    def write() -> None:
+        with path.open("wb") as out:
+            out.write(data)
+    threading.Thread(target=write, daemon=True).start()
+    return path
+
+
+@pytest.mark.parametrize("case, how", [(c, "named fifo") for c in sorted(PIPED)]
+                         + [(c, "/dev/fd/N") for c in sorted(PIPED) if PIPED[c][0] == "in"])  # <(...): no extension
+def test_predict_reads_a_pipe_once_as_it_reads_a_file(tmp_path: Path, case: str, how: str) -> None:
+    """`toolkit predict --input <(printf ...)` said "/dev/fd/63 does not exist" (only a regular
+    file or `-` was an input). Every readable path the OS opens is one: a pipe is read once, in
+    full, and then read as the file of its name would be (no extension: JSONL or text by its look,
+    as standard input is)."""
+    import threading
+
+    from toolkit.inference import read_inputs
+
+    name, data = PIPED[case]
+    if how == "/dev/fd/N":
+        r, w = os.pipe()
+        threading.Thread(target=lambda: (os.write(w, data), os.close(w)), daemon=True).start()
+        source = f"/dev/fd/{r}"
+    else:
+        source = str(_fifo(tmp_path, name, data))
+    try:
+        assert [row["text"] for row in read_inputs(source, ["text"])] == ["good film", "bad film"]
+    finally:
+        if how == "/dev/fd/N":
+            os.close(r)
+
+
+@pytest.mark.parametrize("name, data, said", [
+    ("in.csv", b'text\n"good film\nbad film\n', ":2: a quoted field does not close"),
+    ("in.jsonl", b'{"text": "good film"}\n{"text": 5}\n', ":2: field 'text' is a number"),
+    ("in.txt", b"good film\n\x00\n", ":2: holds a NUL byte"),
+])
+def test_a_bad_record_in_a_pipe_is_named_by_the_pipe(tmp_path: Path, name: str, data: bytes, said: str) -> None:
+    """What is wrong in a pipe's bytes is said with the path the user gave, never the temporary
+    copy's."""
+    from toolkit.inference import read_inputs
+
+    source = _fifo(tmp_path, name, data)
+    with pytest.raises(UserError) as caught:
+        read_inputs(str(source), ["text"])
+    assert str(caught.value).startswith(f"{source}{said}"), str(caught.value)

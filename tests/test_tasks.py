@@ -169,7 +169,9 @@ def test_a_tokenizer_read_again_is_the_folders_whatever_earlier_callers_did(tmp_
     """models.load_tokenizer keeps the folders it read (a read is a tenth to half a second, and a
     run, its evaluation, predict and export read the same folder): every load is what a fresh
     read of the folder gives, whatever an earlier caller set on its copy or added to it, and a
-    folder whose files changed is read again."""
+    folder whose files changed is read again. Finding: the copies shared one Rust backend, so a
+    caller adding a token changed its live siblings' vocabulary and truncation set by one was the
+    others'; each copy's backend is now its own (models.own_backend)."""
     import shutil
 
     folder = tmp_path / family
@@ -187,8 +189,16 @@ def test_a_tokenizer_read_again_is_the_folders_whatever_earlier_callers_did(tmp_
     first.padding_side, first.truncation_side = "left", "left"  # what callers set on their copy
     first.pad_token = first.unk_token or first.eos_token
     first(text, padding="max_length", truncation=True, max_length=3)  # the backend's settings of one call
-    same_as_fresh(models.load_tokenizer(str(folder)), fresh)
-    first.add_tokens(["<added-by-a-caller>"])  # into the shared backend: the next load reads the folder
+    sibling = models.load_tokenizer(str(folder))  # lent while `first` is alive
+    same_as_fresh(sibling, fresh)
+    assert sibling.backend_tokenizer.to_str() == fresh.backend_tokenizer.to_str()  # the same tokenizer, whole
+    first.add_tokens(["<added-by-a-caller>"])  # into first's own backend: not its live sibling's
+    first.backend_tokenizer.enable_truncation(2)
+    first.backend_tokenizer.enable_padding(length=9)
+    assert len(first) == len(fresh) + 1 and len(sibling) == len(fresh)
+    assert sibling("<added-by-a-caller>")["input_ids"] == fresh("<added-by-a-caller>")["input_ids"]
+    assert (sibling.backend_tokenizer.truncation, sibling.backend_tokenizer.padding) == (None, None)
+    same_as_fresh(sibling, fresh)
     same_as_fresh(models.load_tokenizer(str(folder)), fresh)
     settings = json.loads((folder / "tokenizer_config.json").read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "model_max_length": 77}))

@@ -41,6 +41,7 @@ class State:
     last_eval: dict | None = None
     peak_memory_mb: float = 0.0  # of training itself: checkpoint writing is not counted
     skipped_nonfinite: int = 0  # batches skipped for a non-finite loss or gradient
+    empty_steps: int = 0  # steps whose batches held no loss unit: no update made (not non-finite)
     eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
     base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)
     code: dict | None = None  # the toolkit's code and the libraries that trained it (code_versions)
@@ -226,7 +227,7 @@ IDENTITY = "identity.json"  # what the run id hashes, written beside recipe.yaml
 def identity(recipe: Any, processes: int) -> dict:
     """What the run id hashes (runs.run_id), part by part: the resolved recipe's settings, the
     process count and each data file's sha256."""
-    return {"recipe": _flat(recipe.to_dict()), "processes": processes,
+    return {"recipe": _flat(recipe.hashed_dict()), "processes": processes,
             "data": {str(f): runs.data_fingerprint([Path(f)]) for f in recipe.task.data_files()}}
 
 

@@ -207,12 +207,18 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
 def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = ()) -> list[dict]:
     """Rows to predict on: JSONL or CSV with the task's input fields, or plain text (one example
     per line) for a single-field task; `-` reads standard input. A field in `lists` (NER's words)
-    may hold a list of words instead of text."""
+    may hold a list of words instead of text. A pipe (`<(...)`, /dev/fd/N, a named FIFO) or a
+    device is read like a file, once, in full (readers.spooled); one with no extension is told
+    JSONL or plain text by its look, as standard input is."""
+    stream = source != "-" and readers.stream_kind(Path(source))
     if source != "-":
         path = Path(source)
-        if not path.is_file():
-            raise UserError(f"--input: {path} does not exist")
+        if not path.is_file() and not stream:
+            raise UserError(f"--input: {path} " + ("is a folder; give a file" if path.is_dir() else "does not exist"))
         if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
+            if stream:
+                with readers.spooled(path) as copy:
+                    return _read_structured(copy, columns, lists)
             return _read_structured(path, columns, lists)
     lines, name, blank = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
     if not lines:
@@ -221,7 +227,8 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = ()) ->
         print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
               f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
               "output has one row per non-blank line, each with its text", file=sys.stderr)
-    if source == "-" and lines[0].lstrip().startswith("{"):  # no extension to decide: JSONL by its look
+    if (source == "-" or stream and not Path(source).suffix) and lines[0].lstrip().startswith("{"):
+        # no extension to decide: JSONL by its look
         rows = []
         for i, line in enumerate(lines, start=1):
             try:

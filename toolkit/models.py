@@ -23,6 +23,7 @@ from toolkit.registry import did_you_mean
 
 if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
     import torch
+    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerBase
 
 FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
@@ -380,28 +381,30 @@ def load_tokenizer(path: str, words: bool = False) -> PreTrainedTokenizerBase:
     without it every word is tokenized as if it began the text ('world', not 'Ġworld'), tokens
     pretraining seldom saw, and the scores drop with no error (transformers 5 no longer refuses
     this as 4 did). It is saved with the run, so `predict` reads words the same way.
-    A folder read before in this process, its files unchanged, is not read again (`_READ`)."""
+    A folder read before in this process, its files unchanged, is not read again (`_READ`): each
+    caller gets its own tokenizer (`_lent`), backend included."""
     key = _read_key(path, words)
     kept = _READ.pop(key, None) if key is not None else None
-    if kept is not None and _vocabulary_size(kept[0]) == kept[1]:  # nothing added tokens to it
+    if kept is not None:
         _READ[key] = kept  # the most recently used last
-        return _lent(kept[0])
+        return _lent(kept)
     tok = _read_tokenizer(path, words)
-    if key is None or _vocabulary_size(tok) is None:  # a Python-only tokenizer: nothing to share
+    from tokenizers import Tokenizer
+
+    if key is None or not isinstance(getattr(tok, "_tokenizer", None), Tokenizer):  # a Python-only one
         return tok
-    _READ[key] = (tok, _vocabulary_size(tok))
+    _READ[key] = tok
     while len(_READ) > READ_KEPT:
         _READ.pop(next(iter(_READ)))
     return _lent(tok)
 
 
-# Tokenizers read in this process: (folder, words, a hash of its files but the weights) -> (the
-# tokenizer, its backend's vocabulary size with added tokens). A read takes a tenth to half a
-# second (GPT-2's and RoBERTa's 50,000 merges are rebuilt in Python each time), and a run, its
-# evaluation, predict, export and a sweep's next point read the same folders again. Each caller
-# gets its own copy (`_lent`); the 8 most recent folders are kept (a GPT-2 tokenizer holds about
-# 30 MB: 240 MB at most).
-_READ: dict[tuple, tuple[PreTrainedTokenizerBase, int]] = {}
+# Tokenizers read in this process: (folder, words, a hash of its files but the weights) -> the
+# tokenizer, never handed out itself. A read takes a tenth to half a second (GPT-2's and RoBERTa's
+# 50,000 merges are parsed each time), and a run, its evaluation, predict, export and a sweep's
+# next point read the same folders again. Each caller gets its own copy (`_lent`: under 3 ms);
+# the 8 most recent folders are kept (a GPT-2 tokenizer holds about 30 MB: 240 MB at most).
+_READ: dict[tuple, PreTrainedTokenizerBase] = {}
 READ_KEPT = 8
 
 
@@ -427,20 +430,44 @@ def _read_key(path: str, words: bool) -> tuple | None:
     return str(folder.resolve()), words, digest.hexdigest()
 
 
-def _vocabulary_size(tok: PreTrainedTokenizerBase) -> int | None:
-    backend = getattr(tok, "backend_tokenizer", None)
-    return None if backend is None else backend.get_vocab_size(with_added_tokens=True)
-
-
 def _lent(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
-    """A copy of a kept tokenizer for one caller: its Python side (special tokens, padding and
-    truncation sides, ...) its own, so that what a caller sets stays with it; the Rust backend
-    shared, which transformers sets up afresh (truncation, padding) for every call that encodes.
-    A caller that adds tokens changes the shared vocabulary: load_tokenizer then reads the folder
-    again rather than lend that one (the toolkit adds none)."""
+    """A kept tokenizer's copy for one caller, independent of it and of every other copy: its
+    Python side (special tokens, padding and truncation sides, ...) and its Rust backend
+    (`own_backend`), so a caller that adds tokens or sets truncation or padding changes only its
+    own, and callers on two threads do not race on one backend's settings."""
     copy = object.__new__(type(tok))
     copy.__dict__.update({k: v.copy() if isinstance(v, (dict, list, set)) else v for k, v in tok.__dict__.items()})
+    copy._tokenizer = own_backend(tok._tokenizer)
     return copy
+
+
+def own_backend(backend: Tokenizer) -> Tokenizer:
+    """A `tokenizers.Tokenizer` that encodes as `backend` does and shares with it only what no
+    tokenizer call changes: the model (vocabulary and merges, the costly part to build) and the
+    normalizer, pre-tokenizer, post-processor and decoder objects (replacing one on either side is
+    that side's own; changing a field inside one, `pre_tokenizer.add_prefix_space = ...`, would be
+    seen by both). Its added tokens, truncation and padding are its own. Under 3 ms where copying
+    the whole backend (`copy.deepcopy`, `Tokenizer.from_str(to_str())`) costs as much as reading
+    the folder again (20 to 200 ms): measured in docs/development.md. Where the added tokens would
+    not get the same ids, the whole backend is copied."""
+    from tokenizers import Tokenizer
+
+    new = Tokenizer(backend.model)
+    for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        value = getattr(backend, part)
+        if value is not None:
+            setattr(new, part, value)
+    added = backend.get_added_tokens_decoder()
+    for index in sorted(added):
+        (new.add_special_tokens if added[index].special else new.add_tokens)([added[index]])
+    if new.get_added_tokens_decoder() != added:
+        return Tokenizer.from_str(backend.to_str())
+    if backend.truncation:
+        new.enable_truncation(**backend.truncation)
+    if backend.padding:
+        new.enable_padding(**backend.padding)
+    new.encode_special_tokens = backend.encode_special_tokens
+    return new
 
 
 def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
@@ -740,3 +767,23 @@ def _portable_card(file: Path, checkpoint: str) -> None:
     card.data.tags = [t[:-len(old)] + checkpoint if isinstance(t, str) and t.endswith(":" + old) else t
                       for t in card.data.tags or []] or None
     card.save(file)
+
+
+def parts_lost(tokenizer: Any, parts: list[str], separator: str, dropped: int, length: int) -> int:
+    """How many of `parts` (a prompt's demonstrations, then its query, joined by `separator`) are
+    not seen whole once the first `dropped` of its `length` tokens are cut from the left: a part
+    is whole where the first token kept starts at or before its first character (the fast
+    tokenizer's offsets; the encoding with the tokenizer's special tokens, or without them where
+    that one has `length` tokens, as a prompt opening with BOS's text is encoded)."""
+    if dropped <= 0:
+        return 0
+    text = separator.join(parts)
+    enc = tokenizer(text, return_offsets_mapping=True)
+    if len(enc["input_ids"]) != length:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    kept = next((start for start, end in enc["offset_mapping"][dropped:] if end > start), len(text))
+    starts, at = [], 0
+    for part in parts:
+        starts.append(at)
+        at += len(part) + len(separator)
+    return sum(start < kept for start in starts)

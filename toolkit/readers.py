@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import stat
 import sys
 import zlib
 from contextlib import contextmanager
@@ -82,7 +83,9 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
     (`_bare_cr`); `digest`: a hashlib object fed every byte (what the file holds, for the cache)."""
     shown = name or str(path)
     if not path.is_file():
-        raise UserError(f"{shown}: no such file" if not path.exists() else f"{shown}: is not a file")
+        kind = stream_kind(path)
+        raise UserError(f"{shown}: is {kind}, not a file; save its bytes to a file and name that" if kind
+                        else f"{shown}: no such file" if not path.exists() else f"{shown}: is not a file")
     limit = limit_bytes("TOOLKIT_MAX_INPUT_MB", 20480)
     longest = limit_bytes("TOOLKIT_MAX_LINE_MB", 64) if lines else None
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -154,12 +157,16 @@ def _bare_cr(chunk: bytes, carried: bool, shown: str, count: int) -> bool:
 
 def read_lines(source: str) -> tuple[list[str], str, list[int]]:
     """(the non-blank lines, the name to show, the numbers of the blank lines between them) of a
-    plain-text file or of standard input (`-`), with the checks every file gets (`scan`), split at
-    \\n and \\r\\n only: U+2028 and the other characters str.splitlines breaks at are text inside a
-    line (as the `text` builder reads them). Blank lines after the last text are not counted."""
+    plain-text file, a pipe (`stream_kind`) or standard input (`-`), with the checks every file
+    gets (`scan`), split at \\n and \\r\\n only: U+2028 and the other characters str.splitlines
+    breaks at are text inside a line (as the `text` builder reads them). Blank lines after the
+    last text are not counted."""
     if source == "-":
         with spooled_stdin() as path:
             return _lines(path, "<stdin>")
+    if stream_kind(Path(source)):
+        with spooled(Path(source)) as path:
+            return _lines(path, source)
     return _lines(Path(source), source)
 
 
@@ -176,23 +183,76 @@ def _text_of(path: Path, name: str) -> str:
         return raw.read().decode("utf-8-sig")
 
 
+def stream_kind(path: Path) -> str | None:
+    """What a path the OS opens is when it is not a regular file nor a folder: 'a pipe' (bash's
+    `<(...)`, which names /dev/fd/N, or a named FIFO), 'a device', 'a socket'; None otherwise (a
+    regular file, a folder, nothing there). Such an input gives its bytes once and cannot be
+    measured first: `spooled` reads it whole."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return ("a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+
+
+def stream_refused(setting: str, path: Path) -> str | None:
+    """The one line for a data file a recipe names that is a pipe or a device (`stream_kind`),
+    None otherwise. `toolkit predict --input` takes one (`spooled`); a recipe does not: a run reads
+    its data more than once (its bytes are part of the run id, then it trains on them, a resume
+    reads them again), and a pipe gives its bytes once."""
+    kind = stream_kind(path)
+    if kind is None:
+        return None
+    return (f"{setting}: {path}: is {kind}, not a file; a run reads its data more than once (the bytes "
+            "name the run, then it trains on them): save it to a file and name that")
+
+
 @contextmanager
 def spooled_stdin() -> Iterator[Path]:
     """Standard input's bytes in a temporary file (bounded by TOOLKIT_MAX_INPUT_MB), so that they
     get the checks a file gets, in the same words."""
     import tempfile
 
-    limit = limit_bytes("TOOLKIT_MAX_INPUT_MB", 20480)
     with tempfile.NamedTemporaryFile(prefix="toolkit-stdin-", suffix=".txt") as spool:
-        size = 0
-        while chunk := sys.stdin.buffer.read(CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise UserError(f"<stdin>: holds more than {limit / (1 << 20):.3g} MiB of data; the limit is "
-                                "TOOLKIT_MAX_INPUT_MB")
-            spool.write(chunk)
-        spool.flush()
+        _copy_bounded(sys.stdin.buffer, spool, "<stdin>")
         yield Path(spool.name)
+
+
+@contextmanager
+def spooled(path: Path) -> Iterator[Path]:
+    """A pipe or device (`stream_kind`) read once, in full (bounded by TOOLKIT_MAX_INPUT_MB),
+    into a temporary file of the same name, so that its extension still says its format and
+    every check and reader that opens a file twice (the byte scan, then the builder) reads the
+    same bytes. A UserError that names the temporary file is said again with `path`: messages
+    name what the user gave."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="toolkit-input-") as folder:
+        copy = Path(folder) / (path.name or "input")
+        try:
+            with path.open("rb") as source, copy.open("wb") as spool:
+                _copy_bounded(source, spool, str(path))
+        except OSError as exc:
+            raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        try:
+            yield copy
+        except UserError as exc:
+            raise type(exc)(str(exc).replace(str(copy), str(path))) from None
+
+
+def _copy_bounded(source: Any, spool: Any, shown: str) -> None:
+    limit = limit_bytes("TOOLKIT_MAX_INPUT_MB", 20480)
+    size = 0
+    while chunk := source.read(CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise UserError(f"{shown}: holds more than {limit / (1 << 20):.3g} MiB of data; the limit is "
+                            "TOOLKIT_MAX_INPUT_MB")
+        spool.write(chunk)
+    spool.flush()
 
 
 def open_text(path: Path) -> Any:
@@ -302,17 +362,26 @@ def csv_header(path: Path, fmt: str) -> list[str]:
     return header
 
 
+# a quote followed by spaces or tabs up to a comma or the line end. Where the quote closes a field
+# this is the whitespace strict mode refuses; where it is inside a quoted field (a doubled "") or an
+# unquoted one, taking the whitespace out changes nothing strict mode decides.
+_QUOTE_SPACE = re.compile(r'"[ \t]+(?=,|\r|\n|$)')
+
+
 def csv_quotes(path: Path) -> None:
     """Every quoted CSV field closes where the field ends (RFC 4180: a quote inside one is
     written twice): one line naming the line the field starts on. A review opening with an
     unclosed quote (`"Best phone ever,pos`) ran on over the next rows, read as one text up to a
     later quote, and three examples were lost, exit 0 (pandas reads past it; text after a
     closing quote, `"Best" phone`, it joins silently). One streaming pass of Python's csv module
-    in strict mode, which refuses both."""
+    in strict mode, which refuses both. Spaces and tabs between a closing quote and the comma or
+    line end (`"abc" ,pos`) are what the csv module and pandas read without a word (as `abc `),
+    and no swallowed row: strict mode refuses them too, so they are taken out of what it sees
+    (`_QUOTE_SPACE`; line numbers are kept)."""
     csv.field_size_limit(sys.maxsize)
     with _open_bytes(path) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        rows = csv.reader(text, strict=True)
+        rows = csv.reader((_QUOTE_SPACE.sub('"', line) for line in text), strict=True)
         start = 1
         try:
             for _ in rows:

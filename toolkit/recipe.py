@@ -192,6 +192,12 @@ def named_files(task: Any) -> list[tuple[str, Path]]:
     return out
 
 
+def not_a_file(setting: str, path: Path) -> str:
+    """Why a data file a recipe names cannot be read (a pipe: `readers.stream_refused`)."""
+    return readers.stream_refused(setting, path) or \
+        f"{setting}: {path}: " + ("is not a file" if path.exists() else "no such file")
+
+
 def check_data(recipe: Recipe) -> None:
     """The TOOLKIT_* folders are folders, each local data file the task names is there, and its
     header or first record holds the columns / fields the recipe reads, each read for one purpose:
@@ -199,7 +205,7 @@ def check_data(recipe: Recipe) -> None:
     check_environment()
     for setting, path in named_files(recipe.task):
         if not path.is_file():
-            raise UserError(f"{setting}: {path}: " + ("is not a file" if path.exists() else "no such file"))
+            raise UserError(not_a_file(setting, path))
     for setting, path, named in recipe.task.head_fields():
         for i, (column, key) in enumerate(named):
             other = next((k for c, k in named[:i] if c == column and k != key), None)
@@ -207,7 +213,7 @@ def check_data(recipe: Recipe) -> None:
                 raise UserError(f"{key}: '{column}' is also {other}; a column is read either as "
                                 "text or as the label, not both")
         if not path.is_file():
-            raise UserError(f"{setting}: {path}: " + ("is not a file" if path.exists() else "no such file"))
+            raise UserError(not_a_file(setting, path))
         names = readers.head_names(path)
         if names is None:
             continue

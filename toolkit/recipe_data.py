@@ -25,6 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from toolkit.errors import UserError
+from toolkit.schema import unhashed
 
 
 def _min(v: float) -> dict:
@@ -115,9 +116,17 @@ class Recipe:
         out["smoke"] = self.smoke
         return out
 
+    def hashed_dict(self) -> dict:
+        """`to_dict` without the fields added later that hold the value of the behaviour before
+        them (schema.added): what the hash covers. recipe.yaml keeps every field."""
+        out = self.to_dict()
+        for section in ("model", "task", "method", "train"):
+            out[section] = unhashed(getattr(self, section), out[section])
+        return out
+
     @property
     def hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        blob = json.dumps(self.hashed_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -33,6 +33,7 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
                                     if state.eval_runtime_s else 0.0),
         "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,
         "best_step": state.best_step, "skipped_nonfinite": state.skipped_nonfinite,
+        "empty_steps": state.empty_steps,
         "kept": ({"step": state.best_step, "on": recipe.train.metric or setup.task.main_metric(),
                   "value": state.best_metric, "eval_loss": state.best_loss, "ties": "lower eval loss"}
                  if recipe.train.keep_best and state.best_step is not None else

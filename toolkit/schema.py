@@ -133,3 +133,43 @@ def build_plugin(registry: Any, raw: Any, where: str) -> Any:
         raise UserError(f"{where}.name: required field is missing")
     cls = registry.get(str(raw.pop("name")), f"{where}.name")
     return build_dataclass(cls, raw, where)
+
+
+NEUTRAL = "neutral"  # field metadata: the value that behaves as the toolkit did before the field existed
+
+
+def added(default: Any = dataclasses.MISSING, *, neutral: Any, default_factory: Any = dataclasses.MISSING,
+          **metadata: Any) -> Any:
+    """A settings field added after runs were made without it (`dataclasses.field` otherwise).
+    `neutral`: the value that reproduces what the toolkit did before the field existed. A recipe
+    holding it hashes as if the field were not there (`unhashed`), so the run ids of every recipe
+    and run made before it stay: a toolkit upgrade does not rename runs or train them again. A
+    default other than `neutral` (the behaviour changed) changes the ids, as it must."""
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={**metadata, NEUTRAL: neutral})
+
+
+def is_neutral(f: dataclasses.Field, value: Any) -> bool:
+    """Whether `value` is field `f`'s declared neutral value: equal as numbers (a float field
+    holds 0.0 where `neutral=0` was declared; the schema widens ints), but a boolean only equals
+    a boolean (false is no 0)."""
+    if NEUTRAL not in f.metadata:
+        return False
+    neutral = f.metadata[NEUTRAL]
+    if isinstance(value, bool) or isinstance(neutral, bool):
+        return type(value) is type(neutral) and value == neutral
+    return bool(value == neutral)
+
+
+def unhashed(settings: Any, data: dict) -> dict:
+    """`data` (the settings dataclass `settings` as plain data) without the fields that hold their
+    neutral value (`added`), nested settings blocks too: what a recipe's hash covers."""
+    out = dict(data)
+    for f in dataclasses.fields(settings):
+        if f.name not in out:
+            continue
+        value = getattr(settings, f.name)
+        if is_neutral(f, value):
+            del out[f.name]
+        elif dataclasses.is_dataclass(value) and isinstance(out[f.name], dict):
+            out[f.name] = unhashed(value, out[f.name])
+    return out

@@ -33,6 +33,8 @@ class Reading:
     over_norm: bool  # that step's loss was finite: its gradient norm was not
     loss_sum: float = 0.0  # the losses of the finite steps since the last read, summed
     finite: int = 0  # how many steps that is (the logged loss is a mean over the steps since the last log)
+    empty: int = 0  # steps since the last read whose batches held no loss unit (no update made)
+    first_empty: int = 0  # the first of them; 0: none
 
 
 class Tally:
@@ -54,25 +56,31 @@ class Tally:
         return bool(self.rows)
 
     def add(self, step: int, loss: torch.Tensor, norm: torch.Tensor, samples: torch.Tensor,
-            ok: torch.Tensor, allowed: int) -> None:
-        """Record optimizer step `step` (1-based); device operations only, no host read."""
-        self.rows.append(torch.stack([loss.float(), norm.float(), samples.float(), ok.float()]))
+            ok: torch.Tensor, allowed: int, empty: torch.Tensor | None = None) -> None:
+        """Record optimizer step `step` (1-based); device operations only, no host read. `empty`:
+        the step's batches held no loss unit (an MLM batch that drew no mask): its loss is 0/0,
+        no update was made, and it is counted as such, not as a non-finite step."""
+        flag = torch.zeros_like(ok, dtype=torch.float32) if empty is None else empty.float()
+        self.rows.append(torch.stack([loss.float(), norm.float(), samples.float(), ok.float(), flag]))
         self.steps.append((step, allowed))
 
     def read(self) -> Reading:
         """One transfer to the host, then the record restarts."""
         real = bool(self.rows)  # an empty read stands in one finite step of loss 0: not a loss to average
-        values = torch.stack(self.rows).tolist() if real else [[0.0, 0.0, 0.0, 1.0]]
+        values = torch.stack(self.rows).tolist() if real else [[0.0, 0.0, 0.0, 1.0, 0.0]]
         steps = self.steps or [(0, 0)]
         self.reset()
-        samples = skipped = first_skip = over_step = 0
+        samples = skipped = first_skip = over_step = empty = first_empty = 0
         first_norm = over_norm = False
         over_loss = loss_sum = 0.0
         finite = 0
-        for (loss, _, n, ok), (step, allowed) in zip(values, steps):
-            if ok:
+        for (loss, _, n, ok, none), (step, allowed) in zip(values, steps):
+            if none:
+                empty, first_empty = empty + 1, first_empty or step
+            if ok or none:
                 samples += int(n)
-                loss_sum, finite = loss_sum + loss, finite + 1
+                if not none:  # an empty step's loss is 0/0: not a loss to average
+                    loss_sum, finite = loss_sum + loss, finite + 1
                 continue
             skipped += 1
             if not first_skip:
@@ -81,7 +89,8 @@ class Tally:
                 over_step, over_loss, over_norm = step, loss, math.isfinite(loss)
         return Reading(loss=values[-1][0], grad_norm=values[-1][1], samples=samples, skipped=skipped,
                        first_skip=first_skip, first_norm=first_norm, over_step=over_step, over_loss=over_loss,
-                       over_norm=over_norm, loss_sum=loss_sum, finite=finite if real else 0)
+                       over_norm=over_norm, loss_sum=loss_sum, finite=finite if real else 0, empty=empty,
+                       first_empty=first_empty)
 
 
 def skip_unless(optimizer: torch.optim.Optimizer, ok: torch.Tensor) -> None:

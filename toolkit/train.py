@@ -287,30 +287,31 @@ class Loop:
         need the flag on the host, so they take `_host_step` (one read per step, as before)."""
         weighted = self._own_examples(group)
         units, samples = self._counts(weighted)
-        loss_t = self._backward(weighted, units)
+        loss_t = self._backward(weighted, units)  # 0/0, NaN, where the step has no loss unit:
+        # every optimizer path below then skips it, and the tally counts it as empty (`_empty`)
         if self.opt_step is not None:  # clipped and stepped in one compiled call, skipped on the device
             norm_t, ok = self.opt_step(loss_t)
-            self._next_step(loss_t, norm_t, samples, ok)
+            self._next_step(loss_t, norm_t, samples, ok, units == 0)
             return
         norm_t = self._clip_grads()
         if norm_t is None:  # not clipped: the loss alone says whether the step is finite
             norm_t = torch.zeros((), device=loss_t.device)
         ok = torch.isfinite(loss_t) & torch.isfinite(norm_t)
         if self.host_checked:
-            self._host_step(loss_t, norm_t, samples, ok)
+            self._host_step(loss_t, norm_t, samples, ok, units)
             return
         skip_unless(self.optimizer, ok)
         self.stepper.step()
         clear_skip(self.optimizer)
-        self._next_step(loss_t, norm_t, samples, ok)
+        self._next_step(loss_t, norm_t, samples, ok, units == 0)
 
     def _next_step(self, loss_t: torch.Tensor, norm_t: torch.Tensor, samples: torch.Tensor,
-                   ok: torch.Tensor) -> None:
+                   ok: torch.Tensor, empty: torch.Tensor) -> None:
         """After the optimizer (a skipped batch takes its step slot: the schedule moves on)."""
         self.scheduler.step()
         self.state.step += 1
         self.stepper.zero_grad(set_to_none=True)
-        self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
+        self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left(), empty)
 
     def _own_examples(self, group: list[dict]) -> list[tuple[dict, float]]:
         """Each micro-batch of the step cut to the epoch's own examples, with its weight: 0.0 for
@@ -393,10 +394,14 @@ class Loop:
         return self.cfg.skip_nonfinite - self.state.skipped_nonfinite
 
     def _host_step(self, loss_t: torch.Tensor, norm_t: torch.Tensor, samples: torch.Tensor,
-                   ok: torch.Tensor) -> None:
+                   ok: torch.Tensor, units: torch.Tensor) -> None:
         """The step with one host read: a skipped batch takes no step at all (no schedule step,
         no `after_step` on its gradients), and fp16's loss scaler skips its own overflows."""
-        loss, norm = torch.stack([loss_t.float(), norm_t.float()]).tolist()
+        loss, norm, count = torch.stack([loss_t.float(), norm_t.float(), units.float()]).tolist()
+        if count == 0:  # no loss unit: nothing to learn from, no update, and not a non-finite step
+            self.optimizer.zero_grad(set_to_none=True)
+            self._empty(1, self.state.step + 1)
+            return
         if math.isfinite(loss) and not math.isfinite(norm) and self.acc.scaler is not None:
             # fp16: an overflowing gradient is the loss scaler's business; its step skips the
             # update and lowers the scale, as in Trainer. No optimizer step is counted.
@@ -428,6 +433,16 @@ class Loop:
                             "keeping the last good checkpoint (lower train.lr, or allow "
                             "train.skip_nonfinite: N)")
 
+    def _empty(self, count: int, step: int) -> None:
+        """Steps whose batches held no loss unit (an MLM batch in which no token drew a mask,
+        a chance that short blocks make likely): their mean loss is 0/0 and their gradient zero,
+        so no update is made and the run goes on; said, as a skipped batch is, never taken for
+        a diverged loss."""
+        self.state.empty_steps += count
+        tqdm.write(f"step {step}: {'its batch holds' if count == 1 else f'{count} steps from here hold'} no "
+                   f"token the loss is taken on (nothing masked or predicted); no update made "
+                   f"({self.state.empty_steps} such step{'s' * (self.state.empty_steps > 1)} so far)")
+
     def _read(self) -> Reading | None:
         """Bring the tally to the host (on every process, at the same steps): samples and skips
         into the state; stops the run, naming the step, if the skips went past the limit."""
@@ -439,6 +454,8 @@ class Loop:
         # not the logged step's alone; kept in the state, so a resumed run logs the same
         total, count = self.state.log_window or (0.0, 0)
         self.state.log_window = [total + r.loss_sum, count + r.finite]
+        if r.empty:
+            self._empty(r.empty, r.first_empty)
         if r.skipped:
             left = self.cfg.skip_nonfinite - self.state.skipped_nonfinite
             first = ("gradient norm" if r.first_norm else "loss", r.first_skip)

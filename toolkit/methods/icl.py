@@ -45,7 +45,7 @@ from toolkit.errors import UserError
 from toolkit.hf_tables import model_table
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
-from toolkit.models import token_limit
+from toolkit.models import parts_lost, token_limit
 
 torch = lazy("torch", globals())
 
@@ -146,9 +146,12 @@ class Prompter:
         its leading space); the prompt then ends where the demonstrations' label words begin.
         """
         prefix = self.template.split("{label}", 1)[0].format(**{c: row[c] for c in self.columns})
-        prompt = prefix.rstrip()
-        parts = [self.demonstration(d) for d in demos] + [prompt]
-        return self.separator.join(parts), prefix[len(prompt):]
+        return self.separator.join(self.parts(row, demos)), prefix[len(prefix.rstrip()):]
+
+    def parts(self, row: dict, demos: Sequence[dict] = ()) -> list[str]:
+        """The prompt of `query` as its parts: each demonstration, then the example up to its gap."""
+        prefix = self.template.split("{label}", 1)[0].format(**{c: row[c] for c in self.columns})
+        return [self.demonstration(d) for d in demos] + [prefix.rstrip()]
 
     def content_free(self, demos: Sequence[dict] = ()) -> tuple[str, str]:
         return self.query({c: CONTENT_FREE for c in self.columns}, demos)
@@ -308,24 +311,54 @@ def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str
     return torch.cat(out).view(len(queries), len(verbalizers))  # (n*L,) -> (n, L)
 
 
+def cut_tokens(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
+               max_length: int, seq2seq: bool) -> list[tuple[int, int]]:
+    """Per prompt, (the tokens label_scores cuts from its left to fit `max_length`, the most over
+    its label words; its context's length): each cut loses its first demonstrations, or with none
+    left, the start of its example (rule 8: what is cut is said, with its count)."""
+    if not queries:
+        return []
+    pairs = encode_pairs(tokenizer, queries, verbalizers, seq2seq)
+    n, out = len(verbalizers), []
+    for i in range(len(queries)):
+        mine = pairs[i * n:(i + 1) * n]
+        most = max(len(c) - max_length if seq2seq else len(c) + len(w) - (max_length + 1) for c, w in mine)
+        out.append((max(most, 0), len(mine[0][0])))
+    return out
+
+
 def cut_prompts(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
                 max_length: int, seq2seq: bool) -> int:
-    """How many prompts label_scores cuts from the left to fit `max_length` (with any of its label
-    words, for a decoder): each loses its first demonstrations, or with none left, the start of
-    its example (rule 8: what is cut is said, with its count)."""
-    if not queries:
-        return 0
-    pairs = encode_pairs(tokenizer, queries, verbalizers, seq2seq)
-    n = len(verbalizers)
-    return sum(any(is_cut(*pair, max_length, seq2seq) for pair in pairs[i * n:(i + 1) * n])
-               for i in range(len(queries)))
+    """How many prompts label_scores cuts from the left to fit `max_length` (`cut_tokens`)."""
+    return sum(dropped > 0 for dropped, _ in cut_tokens(tokenizer, queries, verbalizers, max_length, seq2seq))
 
 
-def cut_warning(cut: int, total: int, max_length: int, shots: int) -> str:
-    lost = (f"their first demonstrations are not seen, so they are scored with fewer than method.shots={shots}; "
-            "lower method.shots" if shots else "the start of the example is not seen; shorten the template")
+def cut_counts(tokenizer: Any, prompts: list[list[str]], separator: str,
+               cuts: list[tuple[int, int]], shots: int) -> tuple[int, int, int]:
+    """(prompts cut, demonstrations not seen whole, examples cut themselves) of prompts given as
+    their parts (demonstrations, then the example) and `cuts` (`cut_tokens`): the harness cuts
+    a prompt from the left whatever it holds, so an example longer than the limit by itself loses
+    its own start, which is said apart from the demonstrations lost."""
+    cut = lost = own = 0
+    for parts, (dropped, length) in zip(prompts, cuts):
+        if dropped > 0:
+            gone = parts_lost(tokenizer, parts, separator, dropped, length)
+            cut, lost, own = cut + 1, lost + min(gone, len(parts) - 1), own + (gone >= len(parts))
+    return cut, lost, own
+
+
+def cut_warning(cut: int, total: int, max_length: int, shots: int, lost: int, own: int) -> str:
+    """One line: the prompts cut to fit, the demonstrations they lost (of those they had), and
+    the examples whose own start is cut (longer than the limit with no demonstration left)."""
+    said = []
+    if lost:
+        said.append(f"{lost} of their {cut * shots} demonstrations not seen whole (scored with fewer than "
+                    f"method.shots={shots}; lower method.shots to keep them)")
+    if own:
+        said.append(f"{own} example{'s' * (own > 1)} longer than that by {'themselves' if own > 1 else 'itself'}, "
+                    "its start not seen (shorten the template or the texts, or raise method.max_length)")
     return (f"warning: {cut} of {total} prompts cut from the left at {max_length} tokens (method.max_length or "
-            f"the model's positions): {lost} to keep them whole")
+            f"the model's positions): " + "; ".join(said or ["a demonstration's start not seen"]))
 
 
 def seen_warning(seen: int, total: int, shots: int, answer: str = "label") -> str:
@@ -491,8 +524,11 @@ class ICL(Method):
         if accelerator.is_main_process:  # every prompt of every eval split, counted once
             every = [q for qs in queries.values() for q in qs]
             seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
-            if cut := cut_prompts(tok, every, prompter.verbalizers, limit, seq2seq):
-                print(cut_warning(cut, len(every), limit, self.shots), file=sys.stderr)
+            parts = [prompter.parts(row, d) for sfx, ds in setup.evals.items() for row, d in zip(ds, demos[sfx])]
+            cuts = cut_tokens(tok, every, prompter.verbalizers, limit, seq2seq)
+            cut, lost, own = cut_counts(tok, parts, prompter.separator, cuts, self.shots)
+            if cut:
+                print(cut_warning(cut, len(every), limit, self.shots, lost, own), file=sys.stderr)
             if seen := sum(prompter.shown(ds, demos[sfx]) for sfx, ds in setup.evals.items()):
                 print(seen_warning(seen, len(every), self.shots), file=sys.stderr)
         out: dict[str, float] = {}
@@ -566,7 +602,8 @@ class ICL(Method):
         total = sum(c.total for c in contexts)
         if accelerator.is_main_process:
             if cut := sum(c.cut for c in contexts):
-                print(cut_warning(cut, total, limit, self.shots), file=sys.stderr)
+                print(cut_warning(cut, total, limit, self.shots, sum(c.lost for c in contexts),
+                                  sum(c.own for c in contexts)), file=sys.stderr)
             if seen:
                 print(seen_warning(seen, total, self.shots, "answer"), file=sys.stderr)
         return evaluation.evaluate(model, loaders, task, accelerator, setup.raw_evals,

@@ -26,7 +26,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._lm import IGNORE, TokenTask
-from toolkit.models import kind_of
+from toolkit.models import kind_of, parts_lost
 
 torch = lazy("torch", globals())
 
@@ -130,7 +130,8 @@ class InContext:
     """What method icl gives a text-to-text task for one eval split: per row its demonstrations
     ((source, target) pairs), the separator between prompt parts, the token limit prompts are cut
     to, the encoder of a decoder's prompt texts (the harness's, with its BOS rule), and the stop
-    strings that end a generated answer; `cut`/`total` count the prompts cut to fit."""
+    strings that end a generated answer; `cut`/`total` count the prompts cut to fit, `lost` the
+    demonstrations they lost (not seen whole), `own` those whose example itself is cut."""
 
     demonstrations: list[list[tuple[str, str]]]
     separator: str
@@ -138,6 +139,8 @@ class InContext:
     encode: Callable[[list[str]], list[list[int]]]
     cut: int = 0
     total: int = 0
+    lost: int = 0
+    own: int = 0
 
     @property
     def stops(self) -> list[str]:
@@ -273,15 +276,18 @@ class TextToText(TokenTask):
         decoder's prompt to `limit - new tokens` (room for what it generates), an encoder's to
         `limit`. The source is not cut at task.max_length (the harness cuts nothing else)."""
         ic = self.in_context
-        texts = [ic.separator.join([f"{prefix}{s}{suffix} {t}" for s, t in demos] + [f"{prefix}{src}{suffix}"])
+        parts = [[f"{prefix}{s}{suffix} {t}" for s, t in demos] + [f"{prefix}{src}{suffix}"]
                  for src, demos in zip(sources, ic.demonstrations)]
+        texts = [ic.separator.join(p) for p in parts]
         ids = ic.encode(texts) if self.decoder_only else [list(x) for x in tok(texts)["input_ids"]]
         keep = ic.limit - self.new_tokens() if self.decoder_only else ic.limit
         if keep <= 0:
             raise UserError(f"method.max_length: {ic.limit} tokens leave no room for a prompt before the "
                             f"{self.new_tokens()} generated (generation.max_new_tokens, else "
                             "task.max_target_length); raise it or lower those")
-        ic.cut += sum(len(x) > keep for x in ids)
+        for p, x in zip(parts, ids):  # what a cut loses: whole demonstrations first, the example last
+            gone = parts_lost(tok, p, ic.separator, len(x) - keep, len(x))
+            ic.cut, ic.lost, ic.own = ic.cut + (len(x) > keep), ic.lost + min(gone, len(p) - 1), ic.own + (gone >= len(p))
         ic.total += len(ids)
         prompts = [x[-keep:] for x in ids]
         if not self.decoder_only:
