@@ -414,6 +414,9 @@ def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool, tokenizer: An
     if apart:
         base_model.save_pretrained(out / "base")
         load = recipe.method.export_load.format(base=f"{auto}.from_pretrained(OUT/base)")
+        if heads.get(head).peft_task_type == "QUESTION_ANS" and load.startswith("peft: "):
+            load = ("peft, with the segment ids its QA model drops put back: "
+                    f"toolkit.methods.pass_segments({load.removeprefix('peft: ')})")
         return f"the {recipe.method.name} folder with its base in base/; load it with {load}{decoding}"
     base_model.save_pretrained(out)
     return (f"the {recipe.method.name} adapter with its base beside it; {auto}.from_pretrained(OUT) "
