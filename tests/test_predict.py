@@ -142,7 +142,8 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
     trained = loaded(run.dir)
     settings, names = trained[0], trained[3]
     assert settings.name == task
-    check_rows(trained, as_rows(names, inputs), toolkit.predict(run.dir, inputs))
+    predicted = toolkit.predict(run.dir, inputs)
+    check_rows(trained, as_rows(names, inputs), predicted)
 
     source = tmp_path / file[0]
     source.write_text(file[1])
@@ -199,19 +200,18 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
         code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "nan.jsonl")
     assert code == 2 and "error: the model's outputs are not finite" in err and not (tmp_path / "nan.jsonl").exists()
     if hasattr(settings, "generation") and not getattr(settings, "extractive", False):  # text-to-text
-        check_export_generates_as_the_run(run.dir, inputs, tmp_path)
+        check_export_generates_as_the_run(run.dir, predicted, tmp_path)
 
 
-def check_export_generates_as_the_run(run: Path, inputs: list, tmp_path: Path) -> None:
+def check_export_generates_as_the_run(run: Path, want: list[dict], tmp_path: Path) -> None:
     """A text-to-text run's export, loaded with plain transformers as its line says, generates
     with a bare `generate` (no settings given: those of generation_config.json, a decoder's left
     padding from the saved tokenizer) what `toolkit predict` gives, from the prompt the line
-    shows. Finding: the export kept the base's generation_config (greedy, 20 tokens in all), so
+    shows (`want`: toolkit.predict's rows). Finding: the export kept the base's generation_config (greedy, 20 tokens in all), so
     the folder wrote other text than the run (no beams, cut short; GPT-2's prompt alone passed
     20 tokens), and saved GPT-2's tokenizer padding on the right."""
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
-    want = toolkit.predict(run, inputs)
     for merge in (False,):  # an adapter's base beside it (bart-lora) or the whole model (t5, gpt2)
         out = tmp_path / f"export-{merge}"
         note = toolkit.export(run, out, merge=merge)
