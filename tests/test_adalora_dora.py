@@ -66,6 +66,41 @@ def test_adalora_steps_shrink_the_ranks_to_the_target(tiny_checkpoint) -> None:
     assert len(kept) == 4 and sum(kept) == 2 * len(kept)  # 2 layers x (query, value), 2 on average
 
 
+def test_adalora_saved_adapter_is_the_kept_steps_model(tiny_checkpoint, tmp_path: Path) -> None:
+    """Finding: train.keep_best restores an earlier step's weights, but the rank pattern PEFT saves
+    (and prunes the saved ranks by) was the last step's: the adapter dropped ranks the scored model
+    used, and `toolkit eval` of the run gave another loss than the run (GPT-2: 1.0477 for 1.0457),
+    exit 0. The saved adapter now reloads to the outputs of the weights it was given."""
+    method, model, batch = _adapted(tiny_checkpoint, "adalora", total_steps=8, init_r=4, target_r=1,
+                                    delta_t=1, tinit_ratio=0.0, tfinal_ratio=0.25)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.2)  # ranks that matter
+    kept = None
+    for step in range(1, 6):
+        (torch.nn.functional.cross_entropy(model(**batch).logits, LABELS) + method.extra_loss(model)).backward()
+        opt.step()
+        method.after_step(model, step)
+        opt.zero_grad()
+        if step == 2:  # the step train.keep_best keeps
+            kept = {n: p.detach().clone() for n, p in model.named_parameters()}
+            early = dict(model.peft_config["default"].rank_pattern)
+    assert model.peft_config["default"].rank_pattern != early  # the allocation moved on after it
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(kept[n])
+    model.eval()
+    with torch.no_grad():
+        want = model(**batch).logits
+    method.save(model, tmp_path / "model")
+
+    def base():
+        torch.manual_seed(0)
+        return AutoModelForSequenceClassification.from_pretrained(tiny_checkpoint("bert"), num_labels=2)
+
+    loaded = method.load(tmp_path / "model", base, None).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, want, rtol=0, atol=1e-6)
+
+
 def test_adalora_refuses_a_target_above_its_start(tmp_path: Path, cli) -> None:
     recipe = make_recipe(tmp_path, "bert-base-uncased", "{name: adalora, init_r: 4, target_r: 8}")
     code, _, err = cli("validate", recipe)

@@ -124,6 +124,46 @@ def test_references_in_a_script_without_spaces_refuse_a_space_based_bleu_tokeniz
                 bleu_tokenize="char").load()
 
 
+@pytest.mark.parametrize("fields, source_lang, target_lang, found", [
+    (("en", "zh-CN"), "en", "zh-CN", ("en", "zh-CN")),  # the finding: a code with capitals
+    (("en", "pt_BR"), "en", "pt-BR", ("en", "pt_BR")),  # - or _ between the parts
+    (("EN", "pt_BR"), "en", "pt", ("EN", "pt_BR")),  # the one field of the code's language
+    (("en-US", "de"), "en", "de-DE", ("en-US", "de")),
+    (("zh", "zh-TW"), "zh", "zh-TW", ("zh", "zh-TW")),  # an exact code before a like one
+])
+def test_translation_records_find_the_fields_their_language_codes_name(tmp_path: Path, fields, source_lang,
+                                                                        target_lang, found) -> None:
+    """Finding: a custom translation JSONL whose fields are `en` and `zh-CN` (or `pt_BR`) with
+    target_lang zh-CN was refused, "cannot tell which field is the input and which the output":
+    a language code names its field in any case, with - or _ between its parts, or by its language
+    part where one field alone has it (`_fields.language_field`)."""
+    from toolkit.tasks.translation import Translation
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({fields[0]: f"source {i}", fields[1]: f"target {i}"}) + "\n"
+                            for i in range(3)), encoding="utf-8")
+    task = Translation(subset="custom", train_file=str(data), eval_file=str(data), source_lang=source_lang,
+                       target_lang=target_lang, bleu_tokenize="char")
+    loaded = task.load()
+    assert task._found_fields == found
+    assert loaded["eval"][""]["source"] == [f"source {i}" for i in range(3)]
+    assert loaded["eval"][""]["target"] == [f"target {i}" for i in range(3)]
+
+
+def test_translation_records_with_two_fields_of_one_language_are_refused(tmp_path: Path) -> None:
+    """`zh-CN` and `zh-TW` for target_lang zh: neither is taken; `zh-CN` and `zh_cn` are one code."""
+    from toolkit.tasks.translation import Translation
+
+    for fields, message in ((("en", "zh-CN", "zh-TW"), "cannot tell which field is the input"),
+                            (("en", "zh-CN", "zh_cn"), "'zh-CN' and 'zh_cn' are one language code")):
+        data = tmp_path / "d.jsonl"
+        data.write_text(json.dumps({f: "x" for f in fields}) + "\n", encoding="utf-8")
+        task = Translation(subset="custom", eval_file=str(data), source_lang="en", target_lang="zh-CN"
+                           if "zh_cn" in fields else "zh", bleu_tokenize="char")
+        with pytest.raises(UserError, match=message):
+            task.load()
+
+
 @pytest.mark.parametrize("summary, refused", [
     ("Мария рассказала Ивану о поездке в Москву.", True),
     ("玛丽告诉约翰她去了北京。", True),

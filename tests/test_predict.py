@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import toolkit
 from toolkit.errors import UserError
@@ -33,7 +34,7 @@ CASES = [
      ("in.csv", "sentence1,sentence2\nA man sleeps.,A person rests.\n")),
     ("ner", "ner/conll2003/minilm-lora", [], ["EU rejects German call", ["Peter", "Blackburn"]],
      ("in.jsonl", '{"tokens": ["EU", "rejects", "German", "call"]}\n{"tokens": ["Peter", "Blackburn"]}\n')),
-    ("summarization", "summarization/samsum/bart-base-lora", BRIEF, [DIALOGUE, {"dialogue": "Tom: hi. Ann: hello!"}],
+    ("summarization", "summarization/samsum/bart-base-lora", [*BRIEF, "task.generation.num_beams=2"], [DIALOGUE, {"dialogue": "Tom: hi. Ann: hello!"}],
      ("in.txt", DIALOGUE.replace("\n", " ") + "\nTom: hi. Ann: hello!\n")),
     ("translation", "translation/iwslt14/t5-base-full", BRIEF, ["ein hund läuft im park .", "zwei männer ."],
      ("in.jsonl", '{"de": "ein hund läuft im park ."}\n{"de": "zwei männer ."}\n')),
@@ -141,7 +142,8 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
     trained = loaded(run.dir)
     settings, names = trained[0], trained[3]
     assert settings.name == task
-    check_rows(trained, as_rows(names, inputs), toolkit.predict(run.dir, inputs))
+    predicted = toolkit.predict(run.dir, inputs)
+    check_rows(trained, as_rows(names, inputs), predicted)
 
     source = tmp_path / file[0]
     source.write_text(file[1])
@@ -197,6 +199,39 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
             toolkit.predict(run.dir, inputs)
         code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "nan.jsonl")
     assert code == 2 and "error: the model's outputs are not finite" in err and not (tmp_path / "nan.jsonl").exists()
+    if hasattr(settings, "generation") and not getattr(settings, "extractive", False):  # text-to-text
+        check_export_generates_as_the_run(run.dir, predicted, tmp_path)
+
+
+def check_export_generates_as_the_run(run: Path, want: list[dict], tmp_path: Path) -> None:
+    """A text-to-text run's export, loaded with plain transformers as its line says, generates
+    with a bare `generate` (no settings given: those of generation_config.json, a decoder's left
+    padding from the saved tokenizer) what `toolkit predict` gives, from the prompt the line
+    shows (`want`: toolkit.predict's rows). Finding: the export kept the base's generation_config (greedy, 20 tokens in all), so
+    the folder wrote other text than the run (no beams, cut short; GPT-2's prompt alone passed
+    20 tokens), and saved GPT-2's tokenizer padding on the right."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    for merge in (False,):  # an adapter's base beside it (bart-lora) or the whole model (t5, gpt2)
+        out = tmp_path / f"export-{merge}"
+        note = toolkit.export(run, out, merge=merge)
+        template = json.loads(re.search(r'generate from the prompt ("(?:[^"\\]|\\.)*")', note).group(1))
+        tok = AutoTokenizer.from_pretrained(out)
+        decoder = json.loads((out / "config.json").read_text()).get("is_encoder_decoder") is not True
+        model = (AutoModelForCausalLM if decoder else AutoModelForSeq2SeqLM).from_pretrained(out).eval()
+        prompts = []
+        for row in want:
+            prompt = template
+            for name, value in row.items():
+                prompt = prompt.replace("{" + name + "}", str(value))
+            prompts.append(prompt)
+        batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=not decoder)
+        with torch.no_grad():
+            ids = model.generate(**batch)
+        ids = ids[:, batch["input_ids"].shape[1]:] if decoder else ids
+        assert (tok.padding_side == "left") == decoder, note
+        got = [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True)]
+        assert got == [row["prediction"] for row in want], (merge, note)
 
 
 def test_every_text_to_text_and_tagging_task_predicts() -> None:

@@ -414,13 +414,20 @@ def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool, tokenizer: An
     base_model, _ = models.load(base, head, recipe.task.head_kwargs(),  # load_model adopted the labels
                                 warm_start=recipe.model.warm_start, tokenizer=tokenizer)
     auto = heads.get(head).auto_class
+    tok = tokenizer or models.load_tokenizer(str(out))  # a bottleneck folder: the copied run's
+    decoding = decode_as_run(recipe.task, base_model, tok)  # the base holds the generation config
+    if tokenizer is None:
+        tok.save_pretrained(out)  # its padding side as generation needs it
     if apart:
         base_model.save_pretrained(out / "base")
         load = recipe.method.export_load.format(base=f"{auto}.from_pretrained(OUT/base)")
-        return f"the {recipe.method.name} folder with its base in base/; load it with {load}"
+        if heads.get(head).peft_task_type == "QUESTION_ANS" and load.startswith("peft: "):
+            load = ("peft, with the segment ids its QA model drops put back: "
+                    f"toolkit.methods.pass_segments({load.removeprefix('peft: ')})")
+        return f"the {recipe.method.name} folder with its base in base/; load it with {load}{decoding}"
     base_model.save_pretrained(out)
     return (f"the {recipe.method.name} adapter with its base beside it; {auto}.from_pretrained(OUT) "
-            "loads both, offline (peft installed); --merge makes a plain model")
+            f"loads both, offline (peft installed); --merge makes a plain model{decoding}")
 
 
 NOTHING_KEPT = "nothing was kept there: free some space or write elsewhere"
@@ -476,13 +483,45 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
                             "it stays a PEFT folder (export without --merge)")
         model = methods.merged(model)
         note += " (adapter merged into the base)"
-    elif peft_config is not None:
+    if peft_config is not None and not merge:  # the base beside it holds the generation config
         note = _embed_base(run, recipe, out, apart=not recipe.method.transformers_loads, tokenizer=tok)
+    else:
+        note += decode_as_run(recipe.task, model, tok)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays
         models.make_portable(out, base_checkpoint(run, recipe))
     return note, model, tok
+
+
+def decode_as_run(task: Any, model: Any, tok: Any) -> str:
+    """An exported generation model decodes as the run scored it, for anyone who calls its
+    `generate`: generation_config.json carries the recipe's decoding (num_beams, max_new_tokens,
+    length_penalty, early_stopping, greedy; the length and repetition constraints no recipe sets
+    cleared, as `Generation.kwargs` clears them) and the pad token, and a decoder-only model's
+    tokenizer pads on the left, where its prompts end at one column. The export held the base's
+    generation_config (no beams, transformers' 20-token default), so the folder generated other
+    text than `toolkit predict` on the run. What a config cannot hold (the prompt's affixes; a
+    decoder's repeat ban over its continuation alone) is said in the export's line."""
+    generation = getattr(task, "generation", None)
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if generation is None or not inner.can_generate():
+        return ""  # not a text-to-text task, or one answered by a head (extractive QA)
+    settings = {**generation.kwargs(task.max_target_length), "pad_token_id": tok.pad_token_id}
+    said = []
+    if task.decoder_only:
+        tok.padding_side = tok.init_kwargs["padding_side"] = "left"  # what save_pretrained writes
+        if settings["no_repeat_ngram_size"]:
+            said.append(f"the run banned repeated {settings['no_repeat_ngram_size']}-grams within the "
+                        "continuation alone (generate's no_repeat_ngram_size bans them over the prompt too: "
+                        "it is left unset)")
+            settings["no_repeat_ngram_size"] = None
+    inner.generation_config.update(**settings)
+    prefix, suffix = task.affixes()
+    source = task.source_text(task.raw_input({n: f"{{{n}}}" for n in task.predict_fields(model)}))
+    prompt = json.dumps(prefix + source + suffix, ensure_ascii=False)
+    return "; generate from the prompt " + prompt + " (the run's decoding is in generation_config.json" \
+        + "".join(f"; {s}" for s in said) + ")"
 
 
 def check_destination(path: Path, folder: bool, what: str) -> None:

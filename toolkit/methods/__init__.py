@@ -126,7 +126,7 @@ class Method:
         if (Path(folder) / "adapter_config.json").is_file():
             from peft import PeftModel
 
-            return self.loaded(PeftModel.from_pretrained(base(), str(folder)))
+            return self.loaded(pass_segments(PeftModel.from_pretrained(base(), str(folder))))
         return whole()
 
     def loaded(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -168,6 +168,7 @@ def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
         if "target" not in str(exc).lower():
             raise
         raise UserError(_no_target(asked, "match no layer of this model", leaves)) from None
+    pass_segments(wrapped)
     found = wrapped.targeted_module_names
     unmatched = [t for t in asked if not any(n == t or n.endswith("." + t) for n in found)]
     if unmatched:
@@ -200,6 +201,46 @@ def merged(model: torch.nn.Module) -> torch.nn.Module:
             setattr(model.get_submodule(parent) if parent else model, child,
                     module.modules_to_save[module.active_adapters[0]])
     return model.merge_and_unload()
+
+
+def pass_segments(peft_model: Any) -> Any:
+    """A PEFT question-answering model given the segment ids (`token_type_ids`) it is called with;
+    returns the same model. PeftModelForQuestionAnswering takes `token_type_ids` by name and hands
+    it to no one, so BERT's extractive QA under LoRA, IA3, AdaLoRA, DoRA, prompt or p-tuning
+    trained and scored with every token in segment 0, the question not told from the context, and
+    its export (plain transformers, which passes them) answered otherwise than the run, exit 0.
+    A hook on each segment-embedding module (one with `token_type_embeddings`) puts them back
+    where the call lost them, zeros first for the soft prompt's positions, as PEFT's classifiers
+    do. Hooks, not a replaced forward: a method's own forward (`_own_positions`) calls PEFT's."""
+    task = str(getattr(peft_model.active_peft_config.task_type, "value", peft_model.active_peft_config.task_type))
+    if task != "QUESTION_ANS" or getattr(peft_model, "tk_passes_segments", False):
+        return peft_model
+    peft_model.register_forward_pre_hook(_hold_segments, with_kwargs=True)
+    for module in peft_model.modules():
+        if hasattr(module, "token_type_embeddings"):
+            module.register_forward_pre_hook(_give_segments, with_kwargs=True)
+    peft_model.tk_passes_segments = True
+    return peft_model
+
+
+def _hold_segments(model: Any, args: tuple, kwargs: dict) -> None:
+    """The outer call's segment ids, held on the modules that embed them (None: none given)."""
+    for module in model.modules():
+        if hasattr(module, "token_type_embeddings"):
+            module.tk_segments = kwargs.get("token_type_ids")
+
+
+def _give_segments(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    held, module.tk_segments = getattr(module, "tk_segments", None), None
+    if held is None or kwargs.get("token_type_ids") is not None:
+        return None
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    inputs = ids if ids is not None else kwargs.get("inputs_embeds")
+    extra = inputs.shape[1] - held.shape[1]  # a soft prompt's positions ahead of the input
+    if extra < 0:
+        return None
+    kwargs["token_type_ids"] = torch.cat([held.new_zeros(held.shape[0], extra), held], dim=1)
+    return args, kwargs
 
 
 def peft_task_type(ctx: Context) -> Any:

@@ -98,5 +98,23 @@ class AdaLora(Method):
     def save(self, model: torch.nn.Module, path: Path) -> None:
         """merge: the SVD-form deltas folded into the base weights (PEFT's merge_and_unload)."""
         if not self.merge:
+            pattern_of_weights(model)
             return super().save(model, path)
         save_merged(model, Path(path))
+
+
+def pattern_of_weights(model: torch.nn.Module) -> None:
+    """The rank pattern PEFT saves beside the weights (and prunes the saved ranks by), made the
+    one the weights hold: a rank is kept where its singular value (lora_E) is not 0. The pattern
+    in the config is the last step's allocation, while train.keep_best restores an earlier step's
+    weights (the method's state stays the last step's), whose masked ranks differ: the saved
+    adapter dropped ranks the scored model used and `toolkit eval` of the run gave another loss
+    (GPT-2: 1.0477 for the run's 1.0457), exit 0. A rank whose value is 0 adds nothing, so the
+    pattern read from the weights reloads the model that was scored, exactly."""
+    name = model.active_adapter
+    config = model.peft_config[name]
+    if config.rank_pattern is None:
+        return  # never re-allocated: every rank is saved
+    suffix = f"lora_E.{name}"
+    config.rank_pattern = {n: (p.detach().view(-1) != 0).tolist()
+                           for n, p in model.base_model.model.named_parameters() if n.endswith(suffix)}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, peft_task_type
+from toolkit.methods import METHODS, Context, Method, pass_segments, peft_task_type
 
 torch = lazy("torch", globals())
 
@@ -111,6 +111,7 @@ def install(peft_model: Any) -> Any:
     task types keep PEFT's forward and generate: an encoder-decoder's prompt is in its encoder
     input, read once; a sequence classifier reads one position."""
     task = str(getattr(peft_model.active_peft_config.task_type, "value", peft_model.active_peft_config.task_type))
+    pass_segments(peft_model)  # QA: PEFT drops the segment ids
     if task == "CAUSAL_LM":  # a str enum, or the str when loaded
         peft_model.generate = types.MethodType(soft_prompt_generate, peft_model)
     elif task in ("TOKEN_CLS", "QUESTION_ANS") and not getattr(peft_model, "tk_own_positions", False):

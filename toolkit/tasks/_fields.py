@@ -43,13 +43,32 @@ def named(columns: list[str], names: tuple[str, ...], skip: tuple[str, ...] = ()
     for c in columns:
         if c not in skip:
             folded.setdefault(c.strip().lower(), []).append(c)
-    for n in names:
+    for n in (n.strip().lower() for n in names):  # a name given in capitals (a code: zh-CN) too
         if n in folded:
             if len(folded[n]) > 1:
                 raise UserError(f"{where}: the fields {' and '.join(repr(c) for c in folded[n])} are one name "
                                 "once case and spaces are ignored; rename one")
             return folded[n][0]
     return None
+
+
+def language_tag(code: str) -> tuple[str, ...]:
+    """A BCP-47-ish language code as its parts, case and separator ignored: zh-CN, zh_cn and
+    ZH-cn are one code (BCP 47 tags are case-insensitive; `_` is the POSIX locale's separator)."""
+    return tuple(p for p in code.strip().lower().replace("_", "-").split("-") if p)
+
+
+def language_field(columns: list[str], code: str, where: str) -> str | None:
+    """The field a language code names: the one whose name is that code (any case, `-` or `_`),
+    else the one whose language part is the code's (`pt_BR` for pt, `pt` for pt-BR); None where
+    no field, or several alike (`zh-CN` and `zh-TW` for zh), fit."""
+    tag = language_tag(code)
+    same = [c for c in columns if tag and language_tag(c) == tag]
+    if len(same) > 1:
+        raise UserError(f"{where}: the fields {' and '.join(repr(c) for c in same)} are one language "
+                        f"code ({code}) once case and - or _ are ignored; rename one")
+    alike = same or [c for c in columns if tag and language_tag(c)[:1] == tag[:1]]
+    return alike[0] if len(alike) == 1 else None
 
 
 def candidates(columns: list[str], taken: tuple[str, ...] = ()) -> list[str]:

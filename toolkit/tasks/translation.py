@@ -113,11 +113,15 @@ class Translation(TextToText):
                           (self.source_lang, self.target_lang), pick=self.pick_fields)
 
     def pick_fields(self, ds: Any, where: str) -> tuple[str, str]:
-        """The source and target fields of records: the recipe's, else the languages' codes,
-        else `source` / `target`; never by content (two sentences look alike), so anything else
+        """The source and target fields of records: the recipe's, else the fields the languages'
+        codes name (any case, `-` or `_`: zh-CN, zh_cn; `pt_BR` for pt where it is the one such
+        field, `_fields.language_field`), else `source` / `target`; never by content (two sentences look alike), so anything else
         is one line naming task.source_field / task.target_field."""
         _fields.note_spaced(self, list(ds.column_names), where)
         source, target = self.__dict__.get("_found_fields") or (self.source_field, self.target_field)
+        columns = list(ds.column_names)
+        source = source or _fields.language_field(columns, self.source_lang, where)
+        target = target or _fields.language_field([c for c in columns if c != source], self.target_lang, where)
         found = _fields.pick_pair(ds, where, source, target,
                                   _fields.Keys("task.source_field", "task.target_field"),
                                   (self.source_lang, "source", "src", "input"),
