@@ -331,6 +331,9 @@ def _interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[s
     import shlex
 
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
+    if int(os.environ.get("RANK", "0")) == 0:  # a checkpoint stopped while being written: the one before stays
+        for partial in out.glob("checkpoints/tmp-*"):
+            shutil.rmtree(partial, ignore_errors=True)
     reached = f"at step {step} of {total}" if step is not None else "outside the training steps"
     kept = runs.last_step(out)
     if kept is not None:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
 from toolkit.api import (DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder,
@@ -56,8 +60,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             code = child.wait()
         except KeyboardInterrupt:  # Ctrl-C reached the run too: it stops and keeps its checkpoint
+            if _STOPPED_BY:  # a SIGTERM / SIGHUP sent to the sweep alone: passed on, the run stops as well
+                child.send_signal(_STOPPED_BY[0])
             code = child.wait()
-        if code == 130:  # one line for both: where the sweep is, what the run kept
+        if code in _STOP_CODES:  # one line for both: where the sweep is, what the run kept
             raise Interrupted(f"sweep stopped at run {i} of {len(points)} ({point}): "
                               f"{_kept(out)}; the same command skips the finished runs and goes on "
                               "from there")
@@ -93,6 +99,44 @@ def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bo
 
 
 SWEEP_CHILD = "TOOLKIT_SWEEP_CHILD"  # a sweep's run leaves the Ctrl-C line to the sweep
+# What `kill`, schedulers (SLURM, Kubernetes, systemd) and a closed terminal send: a command stops
+# on them as on Ctrl-C, and exits 128 + the signal's number as shells expect.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# a run stopped by one exits 128 + its number; killed by a repeat of it while the interpreter shuts
+# down (Python's finalization puts the default handlers back), by the signal: -number
+_STOP_CODES = {sign * (base + s) for s in (signal.SIGINT, *STOP_SIGNALS) for sign, base in ((1, 128), (-1, 0))}
+_STOPPED_BY: list[int] = []  # the stop signal received, if any (Ctrl-C itself is not recorded)
+
+
+def _stop(signum: int, frame: object) -> None:
+    """A stop signal raises KeyboardInterrupt, once: every Ctrl-C path then applies (the run keeps
+    its last checkpoint and says how to go on; a folder with no checkpoint goes). Python's default
+    for SIGTERM ends the process on the spot: no line, a run folder before its first checkpoint
+    left behind, and a sweep's current run training on, orphaned. A second signal while the first
+    is handled is ignored, so the clean-up is not cut short."""
+    if not _STOPPED_BY:
+        _STOPPED_BY.append(signum)
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _stops_like_ctrl_c() -> Iterator[None]:
+    """STOP_SIGNALS handled by _stop while a command runs, the earlier handlers back after (main()
+    is called in-process by tests and notebooks). Once one was received the process is ending and
+    _stop stays, ignoring repeats: a sweep's run gets the signal twice (from the process group and
+    passed on by the sweep), and the second, arriving after the first was handled, killed it
+    (exit -15). Off the main thread signals cannot be handled."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _STOPPED_BY.clear()
+    before = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            if not _STOPPED_BY:
+                signal.signal(s, handler)
 
 
 def _kept(out: Path) -> str:
@@ -323,6 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose:
         os.environ[quiet.VERBOSE] = "1"
     quiet.warnings_off()  # the libraries' own chatter goes once they load (quiet.libraries)
+    with _stops_like_ctrl_c():
+        return _outcome(args)
+
+
+def _outcome(args: argparse.Namespace) -> int:
+    """The command run, each way it can end as one line on stderr and its exit code."""
     try:
         return args.func(args)
     except UserError as exc:
@@ -332,11 +382,13 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt as exc:  # Ctrl-C: one line, exit 130 (128 + SIGINT) as shells expect
+        signum = _STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT  # SIGTERM: 143, SIGHUP: 129
         if os.environ.get(SWEEP_CHILD) and args.command == "run":
-            return 130  # the sweep that started this run says it, once
-        print(f"error: {getattr(exc, 'message', None) or 'interrupted; nothing more was written'}",
+            return 128 + signum  # the sweep that started this run says it, once
+        by = "" if signum == signal.SIGINT else f"{signal.Signals(signum).name}: "
+        print(f"error: {by}{getattr(exc, 'message', None) or 'interrupted; nothing more was written'}",
               file=sys.stderr)
-        return 130
+        return 128 + signum
     except Exception as exc:  # a full disk or an unwritable place anywhere: said as such
         if not (isinstance(exc, OSError) and exc.errno in DISK_ERRORS) and not disk_full(exc):
             raise

@@ -1,0 +1,93 @@
+"""Every entry point (the CLI, the Python API, the make targets) as a hostile user or a hostile
+environment tries it: signals a scheduler sends, streams that are closed or cannot encode a
+character, a file size limit, malformed environment variables. Each rule is stated in its test's
+docstring and in docs/reliability.md ("Entry points and the environment")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, write_recipe
+
+STOPS = {"ctrl-c": None, "SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP}
+
+
+@pytest.mark.parametrize("where", ["before the first checkpoint", "while the second checkpoint is written"])
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                      stop: str, where: str) -> None:
+    """Rule: SIGTERM (`kill`, SLURM, Kubernetes) and SIGHUP (a closed terminal) stop a command as
+    Ctrl-C does: one line naming the signal, exit 128 + its number, the last whole checkpoint kept
+    and nothing half-written (no folder without a checkpoint, no checkpoint cut short). Python's
+    default ended the process on the spot, leaving both behind."""
+    from toolkit import checkpoints, runs, train
+
+    def interrupt(*args: Any, **kwargs: Any) -> None:
+        if STOPS[stop] is None:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), STOPS[stop])  # the handler raises in this thread, at once
+        time.sleep(5)
+        raise AssertionError("the signal was not handled")
+
+    sync_tree = runs.sync_tree
+
+    def second_save(folder: Path, **kwargs: Any) -> None:  # its files written, its state file not yet
+        if folder.name.startswith("tmp-") and runs.checkpoints(folder.parent.parent):
+            interrupt()
+        sync_tree(folder, **kwargs)
+
+    if where == "before the first checkpoint":
+        monkeypatch.setattr(train.Loop, "_epoch", interrupt)
+    else:
+        monkeypatch.setattr(checkpoints.runs, "sync_tree", second_save)
+    before = signal.getsignal(signal.SIGTERM)
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "train.save_every=2", "--runs-dir", tmp_path / "runs")
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 128 + (STOPS[stop] or signal.SIGINT) and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("error: interrupted" if STOPS[stop] is None else f"error: {stop}: interrupted"), err
+    assert not list((tmp_path / "runs").rglob("tmp-*"))
+    if where == "before the first checkpoint":
+        assert "nothing was kept" in lines[0] and not list((tmp_path / "runs").rglob("recipe.yaml")), err
+    else:
+        assert "keeps the checkpoint of step 2" in lines[0], err
+        assert [c.name for c in (tmp_path / "runs").rglob("step-*")] == [runs.step_name(2)]
+    if STOPS[stop] is None:  # a handler is installed only while a command runs
+        assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_to_a_sweep_alone_stops_its_run_too(tmp_path: Path, tiny_checkpoint) -> None:
+    """Rule: a stop signal sent to the sweep's process alone (`kill PID`, not the process group as
+    Ctrl-C is) reaches the run it started: the sweep said nothing and died, and its run trained
+    on, orphaned. Now: one line, exit 143, the run keeps its checkpoint and has stopped."""
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"movie {i} was {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(64)))
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16}}
+method: {{name: full}}
+train: {{max_steps: 100000, batch_size: 2, save_every: 2, eval_every: 100000}}
+""")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "sweep", str(recipe), "train.lr=1e-3,1e-4",
+                             "--runs-dir", str(runs)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 120
+    while not list(runs.rglob("trainer_state.json")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)  # the run still writing to the pipe would hold it open
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 143 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("error: SIGTERM: sweep stopped at run 1 of 2") and "keeps the checkpoint" in lines[0]
+    with pytest.raises(ProcessLookupError):  # nothing of the sweep is left running
+        os.killpg(proc.pid, 0)
