@@ -91,3 +91,25 @@ train: {{max_steps: 100000, batch_size: 2, save_every: 2, eval_every: 100000}}
     assert lines[0].startswith("error: SIGTERM: sweep stopped at run 1 of 2") and "keeps the checkpoint" in lines[0]
     with pytest.raises(ProcessLookupError):  # nothing of the sweep is left running
         os.killpg(proc.pid, 0)
+
+
+def _toolkit(*args: Any, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """`python -m toolkit.cli ARGS` in a process of its own, with `env` over the test's environment."""
+    return subprocess.run([sys.executable, "-m", "toolkit.cli", *map(str, args)], cwd=cwd, capture_output=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=120)
+
+
+@pytest.mark.parametrize("encoding", ["ascii:strict", "latin-1:strict"])
+def test_a_stream_that_cannot_encode_a_character_is_no_traceback(tmp_path: Path, encoding: str) -> None:
+    """Rule: standard output is UTF-8 whatever the locale (the bytes report.md and `predict
+    --output` hold), and standard error writes what the terminal cannot show as a backslash
+    escape: `report` (its mean ± std) and `predict` (an input's é) under PYTHONIOENCODING=ascii
+    ended in a UnicodeEncodeError traceback, exit 1, after the work was done."""
+    folder = tmp_path / "données ☃"
+    folder.mkdir()
+    done = _toolkit("cp", "demo/sst2/minilm-lora", folder, PYTHONIOENCODING=encoding)
+    assert done.returncode == 0 and done.stdout.decode("utf-8").strip() == str(folder / "minilm-lora.yaml"), done
+    done = _toolkit("validate", folder / "nö.yaml", PYTHONIOENCODING=encoding)
+    assert done.returncode == 2 and b"Traceback" not in done.stderr and done.stderr.count(b"\n") == 1, done
+    said = done.stderr.decode(encoding.split(":")[0])  # the terminal's own encoding, escapes for the rest
+    assert said.startswith("error: recipe ") and "does not exist" in said and "☃" not in said, said

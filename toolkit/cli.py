@@ -344,6 +344,22 @@ def printable(line: str) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _streams_never_fail() -> None:
+    """Standard output is UTF-8 whatever the locale, as every file the toolkit writes is: `predict`
+    to standard output gives the bytes `--output` would, and `report`'s mean ± std printed under
+    LC_ALL=C or PYTHONIOENCODING=ascii was a UnicodeEncodeError traceback after the work was done.
+    Standard error, for a person, keeps the terminal's encoding and writes a character it cannot
+    show as a backslash escape rather than failing on it."""
+    import codecs
+
+    for stream, utf8 in ((sys.stdout, True), (sys.stderr, False)):
+        if not hasattr(stream, "reconfigure") or not getattr(stream, "encoding", None):
+            continue
+        if codecs.lookup(stream.encoding).name == "utf-8":
+            continue
+        stream.reconfigure(**({"encoding": "utf-8"} if utf8 else {}), errors="backslashreplace")
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -366,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = list(args.overrides) + extra
     if args.verbose:
         os.environ[quiet.VERBOSE] = "1"
+    _streams_never_fail()
     quiet.warnings_off()  # the libraries' own chatter goes once they load (quiet.libraries)
     with _stops_like_ctrl_c():
         return _outcome(args)
