@@ -113,3 +113,35 @@ def test_a_stream_that_cannot_encode_a_character_is_no_traceback(tmp_path: Path,
     assert done.returncode == 2 and b"Traceback" not in done.stderr and done.stderr.count(b"\n") == 1, done
     said = done.stderr.decode(encoding.split(":")[0])  # the terminal's own encoding, escapes for the rest
     assert said.startswith("error: recipe ") and "does not exist" in said and "☃" not in said, said
+
+
+@pytest.mark.parametrize("limit_kb, writer", [(300, "tokenizers (model/ at the end)"), (20, "torch (the first checkpoint)")])
+def test_a_file_size_limit_mid_save_is_one_line_and_the_run_goes_on(tmp_path: Path, cli, limit_kb: int,
+                                                                     writer: str) -> None:
+    """Rule: a write the place cannot take is one line naming the limit, exit 2, and the run goes
+    on from its last whole checkpoint. A file over `ulimit -f` (or over a file system's largest
+    file: FAT32's 4 GiB) fails with EFBIG, as Python ignores SIGXFSZ: tokenizers said `File too
+    large (os error 27)` and torch's writer `unexpected pos`, both tracebacks, exit 1, and the
+    cut checkpoint stayed in checkpoints/tmp-*."""
+    import resource
+
+    from conftest import MINILM
+    from toolkit import models, runs
+
+    models.smoke_checkpoint(MINILM)  # the small model --smoke trains, built (cached) before the limit
+    command = ["run", "demo/sst2/minilm-lora", "--smoke", "train.save_every=2", "--runs-dir", tmp_path / "runs"]
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit_kb * 1024, hard))
+    try:
+        code, _, err = cli(*command)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "file size limit" in lines[0] and "goes on from the last checkpoint" in lines[0], err
+    assert not list((tmp_path / "runs").rglob("tmp-*"))
+    kept = [runs.last_step(f.parent) for f in (tmp_path / "runs").rglob("identity.json")]
+    assert kept == ([4] if limit_kb == 300 else []), (kept, err)  # no checkpoint: no folder either
+    code, out, err = cli(*command)
+    assert code == 0 and ("resuming from" in out + err) == (limit_kb == 300), out + err
+    assert len(list((tmp_path / "runs").rglob("metrics.json"))) == 1

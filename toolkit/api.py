@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Union
 
 from toolkit import chain, quiet, recipe as recipe_module, reports, runs, sweeps
 from toolkit.arguments import check, typed
-from toolkit.errors import Interrupted, UserError, disk_full, writing
+from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
 
 __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep"]
@@ -49,17 +49,16 @@ Text = Union[str, tuple[str, str], list[str], Mapping[str, Any]]
 
 # a full disk, a place that cannot be written, or a file where a folder goes (or a folder where a
 # file goes): the user's to fix, said with the path
-DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
                errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG}
 
 
 def _disk_error(exc: BaseException) -> str:
     """A full disk or a place that cannot be written, said as such with the path (the user's to fix)."""
     where = getattr(exc, "filename", None) or "a file"
-    if getattr(exc, "errno", errno.ENOSPC) in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left on the device while writing {where} "
-                f"({'disk quota exceeded' if exc.errno == errno.EDQUOT else 'disk full'}); free some "
-                "space or write elsewhere (--runs-dir, --output)")
+    said = no_room(exc)
+    if said is not None:
+        return f"{said} while writing {where}; free some space or write elsewhere (--runs-dir, --output)"
     reason = getattr(exc, "strerror", None)  # read or written: the system's own words
     return f"{where}: {reason.lower() if reason else 'permission denied'}"
 
@@ -298,7 +297,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
             print(f"no checkpoint in {out}: starting from the beginning")
         try:
             with _whole_or_gone(out, made_here=not existed), \
-                    writing(out, "free some space (or use another --runs-dir): the same command goes on "
+                    writing(out, "make room (or use another --runs-dir): the same command goes on "
                             "from the last checkpoint", ask_the_disk=True):
                 metrics = train.run(plan, out, resume=resume, stop_after=stop_after)
         except KeyboardInterrupt as exc:
@@ -320,9 +319,18 @@ def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
     try:
         yield
     except UserError:
+        _drop_partial_checkpoint(out)  # a full disk mid-save: the checkpoint before is what resumes
         if made_here and int(os.environ.get("RANK", "0")) == 0 and not runs.checkpoints(out):
             runs.clear(out)
         raise
+
+
+def _drop_partial_checkpoint(out: Path) -> None:
+    """A checkpoint stopped while being written (checkpoints/tmp-*: Ctrl-C, a full disk) is removed;
+    the whole one before it stays and is what `--resume` goes on from."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        for partial in out.glob("checkpoints/tmp-*"):
+            shutil.rmtree(partial, ignore_errors=True)
 
 
 def _interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[str]) -> Interrupted:
@@ -331,9 +339,7 @@ def _interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[s
     import shlex
 
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
-    if int(os.environ.get("RANK", "0")) == 0:  # a checkpoint stopped while being written: the one before stays
-        for partial in out.glob("checkpoints/tmp-*"):
-            shutil.rmtree(partial, ignore_errors=True)
+    _drop_partial_checkpoint(out)
     reached = f"at step {step} of {total}" if step is not None else "outside the training steps"
     kept = runs.last_step(out)
     if kept is not None:
