@@ -92,7 +92,8 @@ run:  ## make run RECIPE=... ARGS="train.epochs=1" [NPROC=8] [STRATEGY=ddp|fsdp|
 ifeq ($(NPROC)$(STRATEGY),1ddp)
 	$(BIN)/toolkit run "$(RECIPE)" $(ARGS)
 else
-	@test -f configs/accelerate/$(STRATEGY).yaml || { echo "STRATEGY=$(STRATEGY): use ddp, fsdp, zero2 or zero3 (configs/accelerate/)"; exit 2; }
+	@case '$(NPROC)' in ''|*[!0-9]*|0|00*) echo "NPROC=$(NPROC): the number of processes, a whole number from 1 (make run NPROC=2)" >&2; exit 2;; esac
+	@test -f configs/accelerate/$(STRATEGY).yaml || { echo "STRATEGY=$(STRATEGY): use ddp, fsdp, zero2 or zero3 (configs/accelerate/)" >&2; exit 2; }
 	@if ! $(BIN)/python -c "import sys, torch; sys.exit(torch.cuda.device_count() < $(NPROC))"; then \
 	  echo "fewer than $(NPROC) GPUs here: $(NPROC) CPU processes (gloo), STRATEGY=$(STRATEGY)"; \
 	fi

@@ -6,6 +6,7 @@ docstring and in docs/reliability.md ("Entry points and the environment")."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -145,3 +146,34 @@ def test_a_file_size_limit_mid_save_is_one_line_and_the_run_goes_on(tmp_path: Pa
     code, out, err = cli(*command)
     assert code == 0 and ("resuming from" in out + err) == (limit_kb == 300), out + err
     assert len(list((tmp_path / "runs").rglob("metrics.json"))) == 1
+
+
+@pytest.mark.parametrize("nproc", ["abc", "0", "-1", "2x", ""])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_make_run_with_a_bad_nproc_is_one_line_before_any_launch(nproc: str, strategy: str) -> None:
+    """Rule: a make variable holding what it cannot be is one line and a non-zero exit before
+    anything starts. `make run NPROC=abc` printed accelerate's 40-line usage, NPROC=0 a torch
+    elastic AssertionError traceback, NPROC=-1 a ValueError traceback."""
+    done = subprocess.run(["make", "run", f"NPROC={nproc}", f"STRATEGY={strategy}", "VENV=/nonexistent"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.splitlines()[0] == f"NPROC={nproc}: the number of processes, a whole number from 1 (make run NPROC=2)"
+
+
+EMPTY_RECIPE = {"run": ["run", ""], "validate": ["validate", ""], "sweep": ["sweep", "", "train.lr=1e-4,1e-3", "--dry-run"],
+                "cp": ["cp", "", "{tmp}"]}
+
+
+@pytest.mark.parametrize("entry", [*EMPTY_RECIPE, "api run", "api sweep"])
+def test_an_empty_recipe_name_is_no_recipe_given(tmp_path: Path, cli, entry: str) -> None:
+    """Rule: an empty recipe name (`make run RECIPE=`, an unset shell variable) is 'no recipe
+    given', at every entry point; it was read as the folder `.` ('recipe . is a folder')."""
+    import toolkit
+
+    said = "no recipe given (an empty name)"
+    if entry.startswith("api"):
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            toolkit.run("", runs_dir=tmp_path) if entry == "api run" else toolkit.sweep([" "], runs_dir=tmp_path)
+        return
+    code, _, err = cli(*[a.format(tmp=tmp_path) for a in EMPTY_RECIPE[entry]])
+    assert code == 2 and err.count("\n") == 1 and said in err, err
