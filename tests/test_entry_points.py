@@ -177,3 +177,18 @@ def test_an_empty_recipe_name_is_no_recipe_given(tmp_path: Path, cli, entry: str
         return
     code, _, err = cli(*[a.format(tmp=tmp_path) for a in EMPTY_RECIPE[entry]])
     assert code == 2 and err.count("\n") == 1 and said in err, err
+
+
+@pytest.mark.parametrize("texts", [[], (), iter([])], ids=["list", "tuple", "iterator"])
+def test_predict_on_no_inputs_is_no_predictions(tmp_path: Path, texts: Any) -> None:
+    """Rule: the API's predict maps inputs to predictions, so no inputs are no predictions (the
+    last, empty chunk of a caller's batching loop): it was a ValueError traceback from inside the
+    task's encoder ("Column 'cut' doesn't exist"). A folder that is no run is still said."""
+    import toolkit
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.yaml").write_text("model: {checkpoint: x}\n")
+    assert toolkit.predict(run, texts) == []
+    with pytest.raises(toolkit.UserError, match="no recipe.yaml here"):
+        toolkit.predict(tmp_path, texts)

@@ -180,12 +180,15 @@ def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     `label`, its `score` and every label's `probabilities`; regression: `score`; NER: `tags` per
     word; summarization, translation, QA: `prediction`, the text; docs/tasks.md). An input is a
     text, a (text, text) pair, a list of words, or a mapping with the task's fields; one text
-    alone is one input."""
-    folder = _run_folder(run_dir)
+    alone is one input. No inputs are no predictions (the tasks' encoders failed on an empty
+    batch with a ValueError about a column)."""
+    folder, items = _run_folder(run_dir), list(texts)
+    if not items:
+        return []
     quiet.libraries()
     from toolkit import inference
 
-    return inference.predict_rows(folder, list(texts))
+    return inference.predict_rows(folder, items)
 
 
 @_one_line
