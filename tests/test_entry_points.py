@@ -5,6 +5,7 @@ docstring and in docs/reliability.md ("Entry points and the environment")."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -192,3 +193,42 @@ def test_predict_on_no_inputs_is_no_predictions(tmp_path: Path, texts: Any) -> N
     assert toolkit.predict(run, texts) == []
     with pytest.raises(toolkit.UserError, match="no recipe.yaml here"):
         toolkit.predict(tmp_path, texts)
+
+
+class _ClosedPipe(io.TextIOBase):
+    """Standard output whose reader left (`toolkit ... | head -1`, after the first line)."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("command", ["ls", "run"])
+def test_a_closed_stdout_ends_the_command_as_sigpipe_would(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                             command: str) -> None:
+    """Rule: a reader that leaves (`| head`) ends the command as SIGPIPE ends a C tool: exit 141,
+    no traceback, nothing half-written. `toolkit run ... | head` died at its first printed line
+    with exit 0, no word, and a run folder without a checkpoint left behind; now the run stops as
+    Ctrl-C stops it (one line on stderr, which is still open; the folder goes)."""
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    args = ["ls", "recipes"] if command == "ls" else ["run", "demo/sst2/minilm-lora", "--smoke", "train.eval_every=2",
+                                                      "train.save_every=2", "--runs-dir", tmp_path / "runs"]
+    code, _, err = cli(*args)
+    assert code == 141 and "Traceback" not in err, err
+    if command == "ls":
+        assert err == ""
+    else:
+        assert err.count("error:") == 1 and "standard output was closed (its reader left): interrupted" in err, err
+        assert "nothing was kept" in err and not list((tmp_path / "runs").rglob("recipe.yaml")), err
+
+
+def test_a_closed_stderr_keeps_the_exit_code() -> None:
+    """Rule: the exit code says what happened whether or not its line could be written: a user
+    error with stderr closed exited 1 (the failed write's traceback, unseen), not 2."""
+    r, w = os.pipe()
+    os.close(r)
+    done = subprocess.run([sys.executable, "-m", "toolkit.cli", "validate", "nonexistent.yaml"], stderr=w,
+                          stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    os.close(w)
+    assert done.returncode == 2 and b"0 of 1" not in done.stdout

@@ -26,6 +26,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,10 +304,13 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
                     writing(out, "make room (or use another --runs-dir): the same command goes on "
                             "from the last checkpoint", ask_the_disk=True):
                 metrics = train.run(plan, out, resume=resume, stop_after=stop_after)
-        except KeyboardInterrupt as exc:
+        except (KeyboardInterrupt, BrokenPipeError) as exc:  # a closed stdout (`| head`) stops it as Ctrl-C does
             again = ["toolkit", "run", str(path), *overrides] + ["--smoke"] * smoke + \
                 (["--runs-dir", runs_dir] if runs_dir else [])
-            raise _interrupted(exc, out, existed and rank0, again) from None
+            stopped = _interrupted(exc, out, existed and rank0, again)
+            if isinstance(exc, BrokenPipeError):
+                stopped.signal = signal.SIGPIPE
+            raise stopped from None
     if metrics is not None and rank0:
         evals = ", ".join(f"{k}={v:.4f}" for k, v in metrics["eval"].items())
         print(f"{out}: {evals}")
@@ -336,14 +340,15 @@ def _drop_partial_checkpoint(out: Path) -> None:
             shutil.rmtree(partial, ignore_errors=True)
 
 
-def _interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[str]) -> Interrupted:
+def _interrupted(exc: BaseException, out: Path, existed: bool, again: list[str]) -> Interrupted:
     """Ctrl-C during a run: one line saying the step reached, what was kept and the command that
     goes on from there. A folder this launch created and that holds no checkpoint is removed."""
     import shlex
 
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
     _drop_partial_checkpoint(out)
-    reached = f"at step {step} of {total}" if step is not None else "outside the training steps"
+    reached = f"at step {step} of {total}" if step is not None else \
+        "outside the training steps" if isinstance(exc, KeyboardInterrupt) else "while training"
     kept = runs.last_step(out)
     if kept is not None:
         return Interrupted(f"interrupted {reached}; {out} keeps the checkpoint of step {kept}: "

@@ -66,7 +66,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if code in _STOP_CODES:  # one line for both: where the sweep is, what the run kept
             raise Interrupted(f"sweep stopped at run {i} of {len(points)} ({point}): "
                               f"{_kept(out)}; the same command skips the finished runs and goes on "
-                              "from there")
+                              "from there", signal=code - 128 if code > 0 else -code)
         if code != 0:
             raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed (exit {code}); finished "
                             "runs are kept: the same command continues from there")
@@ -103,8 +103,12 @@ SWEEP_CHILD = "TOOLKIT_SWEEP_CHILD"  # a sweep's run leaves the Ctrl-C line to t
 # on them as on Ctrl-C, and exits 128 + the signal's number as shells expect.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 # a run stopped by one exits 128 + its number; killed by a repeat of it while the interpreter shuts
-# down (Python's finalization puts the default handlers back), by the signal: -number
-_STOP_CODES = {sign * (base + s) for s in (signal.SIGINT, *STOP_SIGNALS) for sign, base in ((1, 128), (-1, 0))}
+# down (Python's finalization puts the default handlers back), by the signal: -number. SIGPIPE: its
+# standard output was closed (`toolkit sweep ... | head`).
+_STOP_CODES = {sign * (base + s) for s in (signal.SIGINT, signal.SIGPIPE, *STOP_SIGNALS)
+               for sign, base in ((1, 128), (-1, 0))}
+_SAID_AS = {signal.SIGTERM: "SIGTERM: ", signal.SIGHUP: "SIGHUP: ",
+            signal.SIGPIPE: "standard output was closed (its reader left): "}
 _STOPPED_BY: list[int] = []  # the stop signal received, if any (Ctrl-C itself is not recorded)
 
 
@@ -158,7 +162,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             recipes.check_data(recipes.load(path, overrides))
         except UserError as exc:  # the prefix `run` gives, and the file once
             text = str(exc)
-            print(printable(f"error: {text}" if str(path) in text else f"error: {path}: {text}"), file=sys.stderr)
+            _say(f"error: {text}" if str(path) in text else f"error: {path}: {text}")
             failed += 1
     print(f"{len(files) - failed} of {len(files)} recipes valid")
     return 2 if failed else 0
@@ -393,24 +397,42 @@ def _outcome(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except UserError as exc:
-        print(printable(f"error: {exc}"), file=sys.stderr)
+        _say(f"error: {exc}")
         return 2
-    except BrokenPipeError:  # `toolkit report runs | head`: the reader left; end quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:  # `toolkit report runs | head`: the reader left; end quietly, as SIGPIPE would
+        _to_devnull(sys.stdout)
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt as exc:  # Ctrl-C: one line, exit 130 (128 + SIGINT) as shells expect
-        signum = _STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT  # SIGTERM: 143, SIGHUP: 129
+        signum = getattr(exc, "signal", None) or (_STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT)
+        if signum == signal.SIGPIPE:
+            _to_devnull(sys.stdout)
         if os.environ.get(SWEEP_CHILD) and args.command == "run":
             return 128 + signum  # the sweep that started this run says it, once
-        by = "" if signum == signal.SIGINT else f"{signal.Signals(signum).name}: "
-        print(f"error: {by}{getattr(exc, 'message', None) or 'interrupted; nothing more was written'}",
-              file=sys.stderr)
-        return 128 + signum
+        _say(f"error: {_SAID_AS.get(signum, '')}"
+             f"{getattr(exc, 'message', None) or 'interrupted; nothing more was written'}")
+        return 128 + signum  # SIGTERM: 143, SIGHUP: 129, SIGPIPE: 141
     except Exception as exc:  # a full disk or an unwritable place anywhere: said as such
         if not (isinstance(exc, OSError) and exc.errno in DISK_ERRORS) and not disk_full(exc):
             raise
-        print(f"error: {disk_error(exc)}", file=sys.stderr)
+        _say(f"error: {disk_error(exc)}")
         return 2
+
+
+def _say(line: str) -> None:
+    """One line on stderr. A closed stderr (its reader left too) loses the line, not the exit
+    code: the failed write turned exit 2 into a traceback nobody saw and exit 1."""
+    try:
+        print(printable(line), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        _to_devnull(sys.stderr)
+
+
+def _to_devnull(stream: object) -> None:
+    """A closed stream's later writes, and the interpreter's flush at exit, go nowhere, quietly."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())  # type: ignore[attr-defined]
+    except (OSError, ValueError, AttributeError):  # no file behind it (a test's capture)
+        pass
 
 
 if __name__ == "__main__":

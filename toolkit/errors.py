@@ -21,9 +21,11 @@ class Interrupted(KeyboardInterrupt):
     run sets the line to print (what was kept, how to go on). Still a KeyboardInterrupt, so code
     that lets Ctrl-C through keeps doing so."""
 
-    def __init__(self, message: str = "interrupted", step: int | None = None, total: int | None = None) -> None:
+    def __init__(self, message: str = "interrupted", step: int | None = None, total: int | None = None,
+                 signal: int | None = None) -> None:
         super().__init__(message)
         self.message, self.step, self.total = message, step, total
+        self.signal = signal  # what stopped it when not Ctrl-C (SIGPIPE: the reader of the output left)
 
 
 # What a writer says when the place cannot take what it writes: (errno, the text Rust writers such
