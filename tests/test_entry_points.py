@@ -232,3 +232,35 @@ def test_a_closed_stderr_keeps_the_exit_code() -> None:
                           stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     os.close(w)
     assert done.returncode == 2 and b"0 of 1" not in done.stdout
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_eval_from_another_folder_does_not_score_the_run_on_other_data(tmp_path: Path, cli,
+                                                                       monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """Rule: a run folder means the same wherever it is opened from. Its recipe may name data by
+    a path relative to the working directory (docs/tasks.md); `toolkit eval RUN` from another
+    folder holding a file of that name scored the run on that file and wrote the score into the
+    run folder, exit 0. Now it is one line before anything loads, nothing written; from the
+    folder the run was started in, or with the file named, it scores."""
+    import toolkit
+
+    home, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    for folder, flip in ((home, 0), (elsewhere, 1)):
+        folder.mkdir()
+        (folder / "d.csv").write_text("sentence,label\n" + "".join(f"movie {i},{(i + flip) % 2}\n" for i in range(8 + flip)))
+    (home / "r.yaml").write_text(f"extends: {ROOT / 'recipes/demo/sst2/minilm-lora.yaml'}\n"
+                                 "task: {name: text_classification, train_file: d.csv, eval_file: d.csv}\n")
+    monkeypatch.chdir(home)
+    assert cli("run", "r.yaml", "--smoke", "train.max_steps=1", "--runs-dir", tmp_path / "runs")[0] == 0
+    (run,) = [m.parent for m in (tmp_path / "runs").rglob("metrics.json")]
+    monkeypatch.chdir(elsewhere)
+    said = "task.train_file: d.csv is named relative to the working directory, and the file of that name here"
+    if entry == "cli":
+        code, _, err = cli("eval", run)
+        assert code == 2 and said in err and err.count("\n") == 1, err
+    else:
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            toolkit.evaluate(run)
+    assert not (run / "eval-eval.json").exists()
+    monkeypatch.chdir(home)
+    assert toolkit.evaluate(run)["examples"] == {"": 8}

@@ -171,7 +171,34 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None)
     quiet.libraries()
     from toolkit import inference
 
+    _data_of_the_run(folder, items, None)
     return inference.evaluate_run(folder, split, items, None)
+
+
+def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) -> None:
+    """A data file a run's recipe names by a relative path is read from the working directory
+    (docs/tasks.md), so `toolkit eval RUN` from another folder scored the run on whatever file
+    of that name was there and wrote it into the run folder as its score, exit 0. A file named
+    relatively that is missing here, or whose contents are not the data the run was made with
+    (metrics.json data_sha256), is one line; naming the file (task.eval_file=...) or the task
+    (--task-from) is the user's explicit choice and is not checked."""
+    if task_from or any(o.partition("=")[0].strip().endswith(("_file", "data_dir")) for o in overrides):
+        return
+    from toolkit import inference
+
+    recipe = inference.run_recipe(folder, overrides, None)
+    relative = [(setting, path) for setting, path in recipe_module.named_files(recipe.task) if not path.is_absolute()]
+    ran_on = (Run(folder).metrics or {}).get("data_sha256")
+    if not relative or ran_on is None:
+        return
+    missing = next(((s, p) for s, p in relative if not p.is_file()), None)
+    if missing is None and runs.data_fingerprint(recipe.task.data_files()) == ran_on:
+        return
+    setting, path = missing or relative[0]
+    here = "there is no such file here" if missing else \
+        f"the file of that name here ({path.resolve()}) is not the data this run was made with (metrics.json data_sha256)"
+    raise UserError(f"{setting}: {path} is named relative to the working directory, and {here}; run this "
+                    f"from the folder the run was started in, or name the file: {setting}=/full/path")
 
 
 @_one_line

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Iterator
 
 from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
-from toolkit.api import (DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder,
-                         _scored_here, run_one)
+from toolkit.api import (DISK_ERRORS, _check_runs_root, _data_of_the_run, _disk_error as disk_error, _one_export,
+                         _run_folder, _scored_here, run_one)
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
@@ -210,6 +210,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     quiet.libraries()
     from toolkit import inference
 
+    _data_of_the_run(Path(args.run), args.overrides, args.task_from)
     result = inference.evaluate_run(Path(args.run), args.split, args.overrides, args.task_from)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"{args.run} [{args.split}]: " + ", ".join(f"{k}={v:.4f}" for k, v in result["eval"].items()))
