@@ -264,3 +264,31 @@ def test_eval_from_another_folder_does_not_score_the_run_on_other_data(tmp_path:
     assert not (run / "eval-eval.json").exists()
     monkeypatch.chdir(home)
     assert toolkit.evaluate(run)["examples"] == {"": 8}
+
+
+@pytest.mark.parametrize("variable, value, lands", [("TOOLKIT_CACHE", "", "home/.cache/toolkit/locks"),
+                                                    ("TOOLKIT_CACHE", "~/cache", "home/cache/locks"),
+                                                    ("TOOLKIT_RUNS", "~/runs", "home/runs")])
+def test_a_toolkit_folder_variable_is_read_as_it_is_checked(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                            variable: str, value: str, lands: str) -> None:
+    """Rule: a TOOLKIT_* folder variable is read the way `validate` checks it: empty is unset, `~`
+    is expanded. TOOLKIT_CACHE='' put the run locks (and smoke models) in the working directory,
+    so launches of one run from two folders did not see each other's lock; '~/cache' and
+    TOOLKIT_RUNS='~/runs' (a .env file, a systemd unit: no shell expands them) made a folder
+    named `~` in the working directory."""
+    (tmp_path / "home").mkdir()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(variable, value)
+    monkeypatch.chdir(cwd)
+    if variable == "TOOLKIT_RUNS":
+        code, out, err = cli("sweep", "demo/sst2/minilm-lora", "train.lr=1e-4,1e-3", "--dry-run")
+        assert code == 0 and out.count(str(tmp_path / lands)) == 2, out + err
+    else:
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "recipe.yaml").write_text("model: {checkpoint: x}\n")
+        cli("export", run, tmp_path / "out")  # the export's lock, taken before the (fake) run is read
+        assert list((tmp_path / lands).glob("*.lock")), list(tmp_path.rglob("*.lock"))
+    assert list(cwd.iterdir()) == []

@@ -1,6 +1,7 @@
 """What a user can cause: a UserError (one line, exit code 2), Ctrl-C (Interrupted, exit 130), a full disk."""
 
 import errno
+import os
 import resource
 import shutil
 from contextlib import contextmanager
@@ -85,3 +86,12 @@ def writing(target: Path, then: str, ask_the_disk: bool = False) -> Iterator[Non
         if said is None:
             raise
         raise UserError(f"{said} while writing {target}; {then}") from None
+
+
+def env_folder(name: str, default: Path | str) -> Path:
+    """A TOOLKIT_* folder variable read as recipe.check_environment checks it: empty is unset and
+    `~` is expanded. TOOLKIT_CACHE='' (an unset shell variable exported) put the smoke models and
+    the run locks in the working directory, so two launches of one run from two folders did not
+    see each other's lock; TOOLKIT_CACHE='~/c' or TOOLKIT_RUNS='~/runs' (a .env file, a systemd
+    unit: no shell to expand it) made a folder named `~` there."""
+    return Path(os.environ.get(name) or default).expanduser()
