@@ -292,3 +292,50 @@ def test_a_toolkit_folder_variable_is_read_as_it_is_checked(tmp_path: Path, cli,
         cli("export", run, tmp_path / "out")  # the export's lock, taken before the (fake) run is read
         assert list((tmp_path / lands).glob("*.lock")), list(tmp_path.rglob("*.lock"))
     assert list(cwd.iterdir()) == []
+
+
+def _process_state() -> dict:
+    """What a library call could change for its caller: the random generators, warning filters,
+    the libraries' log levels and progress bars, the plotting backend, the environment."""
+    import logging
+    import random
+    import warnings
+
+    import datasets
+    import matplotlib
+    import numpy as np
+    import torch
+    import transformers
+
+    return {"random": random.getstate(), "numpy": repr(np.random.get_state()), "torch": torch.random.get_rng_state(),
+            "filters": list(warnings.filters), "backend": matplotlib.get_backend(),
+            "levels": {n: logging.getLogger(n).level for n in ("transformers", "datasets", "peft", "accelerate")},
+            "bars": (datasets.utils.logging.is_progress_bar_enabled(), transformers.utils.logging.is_progress_bar_enabled()),
+            # what the toolkit sets (the libraries' own, such as torch's TORCHINDUCTOR_CACHE_DIR, are theirs)
+            "environ": {k: v for k, v in os.environ.items() if k.startswith("TOOLKIT_") or k == "TOKENIZERS_PARALLELISM"}}
+
+
+def test_the_api_leaves_the_callers_process_as_it_found_it(tmp_path: Path) -> None:
+    """Rule: a call of the Python API leaves its caller's process as it found it. After
+    `toolkit.run` a notebook's random, numpy and torch generators were reseeded (its own sampling
+    repeated the same numbers after every run), transformers' warnings and the progress bars of
+    datasets and transformers were off, the libraries' FutureWarnings filtered, and
+    `toolkit.report(plots=True)` switched matplotlib to Agg (the notebook's plots stopped showing)."""
+    import matplotlib
+    import torch
+
+    import toolkit
+
+    backend = matplotlib.get_backend()
+    matplotlib.use("svg")  # a backend of the caller's that is not the one the report draws with
+    try:
+        torch.manual_seed(7)
+        before = _process_state()
+        run = toolkit.run("demo/sst2/minilm-lora", {"train.max_steps": 1}, smoke=True, runs_dir=tmp_path)
+        toolkit.report(tmp_path, plots=True)
+        after = _process_state()
+    finally:
+        matplotlib.use(backend)
+    assert run.metrics and list(tmp_path.glob("*.png"))
+    changed = [k for k in before if not (torch.equal(before[k], after[k]) if k == "torch" else before[k] == after[k])]
+    assert changed == [], {k: (before[k], after[k]) for k in changed if k != "filters"}

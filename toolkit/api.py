@@ -70,12 +70,39 @@ def _one_line(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with quiet.as_found(), _generators_as_found():  # the caller's process as it was
+                return fn(*args, **kwargs)
         except OSError as exc:
             if exc.errno not in DISK_ERRORS and not disk_full(exc):
                 raise
             raise UserError(_disk_error(exc)) from None
     return wrapper
+
+
+@contextmanager
+def _generators_as_found() -> Iterator[None]:
+    """A run seeds the global random generators (random, numpy, torch) with its recipe's seed;
+    the caller's states are put back after the call: a notebook's own sampling after `toolkit.run`
+    repeated the same numbers after every run. numpy first imported during the call is seeded
+    from the system's entropy, as its import does; torch's import seeds it with a constant anyway."""
+    import random
+    import sys
+
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    kept = {"random": random.getstate(), "numpy": np and np.random.get_state(),
+            "torch": torch and torch.random.get_rng_state(),
+            "cuda": torch and torch.cuda.is_initialized() and torch.cuda.get_rng_state_all()}
+    try:
+        yield
+    finally:
+        random.setstate(kept["random"])
+        np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+        if np is not None:
+            np.random.set_state(kept["numpy"]) if kept["numpy"] else np.random.seed()
+        if torch is not None and kept["torch"] is not None:
+            torch.random.set_rng_state(kept["torch"])
+            if kept["cuda"]:
+                torch.cuda.set_rng_state_all(kept["cuda"])
 
 
 @dataclass(frozen=True)
