@@ -407,8 +407,8 @@ def _outcome(args: argparse.Namespace) -> int:
         signum = getattr(exc, "signal", None) or (_STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT)
         if signum == signal.SIGPIPE:
             _to_devnull(sys.stdout)
-        if os.environ.get(SWEEP_CHILD) and args.command == "run":
-            return 128 + signum  # the sweep that started this run says it, once
+        if os.environ.get(SWEEP_CHILD) and args.command == "run" or int(os.environ.get("RANK", "0")) != 0:
+            return 128 + signum  # said once: by the sweep that started this run, by rank 0 of a launch
         _say(f"error: {_SAID_AS.get(signum, '')}"
              f"{getattr(exc, 'message', None) or 'interrupted; nothing more was written'}")
         return 128 + signum  # SIGTERM: 143, SIGHUP: 129, SIGPIPE: 141
