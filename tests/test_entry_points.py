@@ -161,23 +161,44 @@ def test_make_run_with_a_bad_nproc_is_one_line_before_any_launch(nproc: str, str
     assert done.stderr.splitlines()[0] == f"NPROC={nproc}: the number of processes, a whole number from 1 (make run NPROC=2)"
 
 
-EMPTY_RECIPE = {"run": ["run", ""], "validate": ["validate", ""], "sweep": ["sweep", "", "train.lr=1e-4,1e-3", "--dry-run"],
-                "cp": ["cp", "", "{tmp}"]}
+EMPTY = {"run": ["run", ""], "validate": ["validate", ""], "sweep": ["sweep", "", "train.lr=1e-4,1e-3", "--dry-run"],
+         "cp": ["cp", "", "{tmp}"],
+         "run --runs-dir": ["run", "demo/sst2/minilm-lora", "--runs-dir", ""],
+         "sweep --runs-dir": ["sweep", "demo/sst2/minilm-lora", "--dry-run", "--runs-dir", " "],
+         "cp dest": ["cp", "demo/sst2/minilm-lora", ""], "eval": ["eval", ""], "predict": ["predict", "", "--glue-test"],
+         "predict --input": ["predict", "{tmp}", "--input", ""], "predict --output": ["predict", "{tmp}", "--output", ""],
+         "export run": ["export", "", "{tmp}/out"], "export out": ["export", "{tmp}", ""], "report": ["report", ""],
+         "report --out": ["report", "{tmp}", "--out", ""]}
+EMPTY_API = {"run": lambda tmp: toolkit_api().run(""), "run runs_dir": lambda tmp: toolkit_api().run("x.yaml", runs_dir=""),
+             "sweep": lambda tmp: toolkit_api().sweep([" "]), "evaluate": lambda tmp: toolkit_api().evaluate(""),
+             "predict": lambda tmp: toolkit_api().predict("", ["a"]), "export": lambda tmp: toolkit_api().export(tmp, ""),
+             "report": lambda tmp: toolkit_api().report(""), "report out": lambda tmp: toolkit_api().report(tmp, out="")}
 
 
-@pytest.mark.parametrize("entry", [*EMPTY_RECIPE, "api run", "api sweep"])
-def test_an_empty_recipe_name_is_no_recipe_given(tmp_path: Path, cli, entry: str) -> None:
-    """Rule: an empty recipe name (`make run RECIPE=`, an unset shell variable) is 'no recipe
-    given', at every entry point; it was read as the folder `.` ('recipe . is a folder')."""
+def toolkit_api() -> Any:
     import toolkit
 
-    said = "no recipe given (an empty name)"
-    if entry.startswith("api"):
-        with pytest.raises(toolkit.UserError, match=re.escape(said)):
-            toolkit.run("", runs_dir=tmp_path) if entry == "api run" else toolkit.sweep([" "], runs_dir=tmp_path)
+    return toolkit
+
+
+@pytest.mark.parametrize("entry", [*EMPTY, *(f"api {k}" for k in EMPTY_API)])
+def test_an_empty_path_is_one_line_at_every_entry_point(tmp_path: Path, cli, capsys: pytest.CaptureFixture,
+                                                         entry: str) -> None:
+    """Rule: an empty path (`make run RECIPE=`, `--runs-dir "$OUT"` with OUT unset) is a mistake,
+    said as one line, never read as the folder `.` or as the default place: a recipe '' was 'recipe
+    . is a folder', `--runs-dir ''` ran into ./runs, `--output ''` wrote to standard output, and
+    `export RUN ''` was an OSError traceback (rmdir '.')."""
+    if entry.startswith("api "):
+        with pytest.raises(toolkit_api().UserError, match="an empty path|no recipe given"):
+            EMPTY_API[entry[4:]](tmp_path)
         return
-    code, _, err = cli(*[a.format(tmp=tmp_path) for a in EMPTY_RECIPE[entry]])
-    assert code == 2 and err.count("\n") == 1 and said in err, err
+    try:
+        code, _, err = cli(*[a.format(tmp=tmp_path) for a in EMPTY[entry]])
+    except SystemExit as exc:  # argparse's own refusal: its usage line, then the one error line
+        code, err = exc.code, capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("usage:")]
+    assert code == 2 and len(lines) == 1 and ("an empty path" in err or "no recipe given" in err), err
+    assert list(Path.cwd().glob("runs")) == [] and not (tmp_path / "minilm-lora.yaml").exists()
 
 
 @pytest.mark.parametrize("texts", [[], (), iter([])], ids=["list", "tuple", "iterator"])

@@ -267,6 +267,18 @@ def _positive(text: str) -> int:
     return value
 
 
+def _given(name: str):
+    """The type of a path argument: not empty. `--runs-dir "$OUT"` with OUT unset put the runs in
+    the default folder, `--output ''` wrote to standard output, `export RUN ''` was an OSError
+    traceback (rmdir '.'), each without a word. A UserError, not argparse's error: one line, not
+    the command's usage first."""
+    def path(text: str) -> str:
+        if not text.strip():
+            raise UserError(f"{name}: an empty path; give a file or a folder")
+        return text
+    return path
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
                                 "recipes: one loop for every family and method.")
@@ -283,7 +295,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     run.add_argument("--force", action="store_true", help="run again even if finished")
-    run.add_argument("--runs-dir", default=None, help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
+    run.add_argument("--runs-dir", default=None, type=_given("--runs-dir"), help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
     run.add_argument("--stop-after", type=_positive, default=None,
                      help="stop (checkpointed, unfinished) after N optimizer steps: an interruption on purpose")
     run.set_defaults(func=cmd_run)
@@ -297,7 +309,7 @@ def parser() -> argparse.ArgumentParser:
                     help="--dry-run plus a wall-time estimate from a few steps of each recipe shape, measured here")
     sw.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
     sw.add_argument("--force", action="store_true", help="run every point again even if finished")
-    sw.add_argument("--runs-dir", default=None, help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
+    sw.add_argument("--runs-dir", default=None, type=_given("--runs-dir"), help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
     sw.set_defaults(func=cmd_sweep)
     val = sub.add_parser("validate", parents=[verbose], help="check recipes, overrides and the data files' heads, in well "
                          "under a second: no library or weights load")
@@ -309,35 +321,35 @@ def parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_ls)
     cp = sub.add_parser("cp", parents=[verbose], help="copy a shipped recipe to edit")
     cp.add_argument("name", help="a recipe name from `toolkit ls recipes`, or a path")
-    cp.add_argument("dest")
+    cp.add_argument("dest", type=_given("dest"))
     cp.add_argument("--force", action="store_true", help="overwrite DEST")
     cp.set_defaults(func=cmd_cp)
     ev = sub.add_parser("eval", parents=[verbose], help="score a finished run on a split (writes eval-<split>.json)")
-    ev.add_argument("run")
+    ev.add_argument("run", type=_given("run"))
     ev.add_argument("overrides", nargs="*", help="task.* settings, e.g. task.max_eval_samples=100")
     ev.add_argument("--split", default="eval", help="eval (default), train, or a labelled test split")
     ev.add_argument("--task-from", default=None, help="score on the task of another recipe")
     ev.set_defaults(func=cmd_eval)
     pr = sub.add_parser("predict", parents=[verbose], help="predictions of a finished run on new text (JSONL)")
-    pr.add_argument("run")
-    pr.add_argument("--input", default=None, help="CSV, TSV or JSONL with the task's text columns, "
+    pr.add_argument("run", type=_given("run"))
+    pr.add_argument("--input", default=None, type=_given("--input"), help="CSV, TSV or JSONL with the task's text columns, "
                     "or plain text (one example a line); - for standard input")
-    pr.add_argument("--output", default=None, help="file (default: standard output)")
+    pr.add_argument("--output", default=None, type=_given("--output"), help="file (default: standard output)")
     pr.add_argument("--glue-test", action="store_true", help="GLUE server submission files from test.tsv")
     pr.set_defaults(func=cmd_predict)
     ex = sub.add_parser("export", parents=[verbose], help="a plain transformers folder from a finished run")
-    ex.add_argument("run")
-    ex.add_argument("out")
+    ex.add_argument("run", type=_given("run"))
+    ex.add_argument("out", type=_given("out"))
     ex.add_argument("--merge", action="store_true", help="merge LoRA / IA3 into the base weights")
     ex.add_argument("--push-to-hub", default=None, metavar="REPO")
     ex.set_defaults(func=cmd_export)
     rep = sub.add_parser("report", parents=[verbose], help="report.md (pivot tables, mean ± std, notes) and PNG plots from finished runs")
-    rep.add_argument("runs_dir", nargs="+", help="folders of run folders (read only; nothing is re-run)")
+    rep.add_argument("runs_dir", nargs="+", type=_given("runs_dir"), help="folders of run folders (read only; nothing is re-run)")
     rep.add_argument("--rows", default=None, help="pivot rows: task, method, model, run or a recipe field (train.lr)")
     rep.add_argument("--cols", default=None, help="pivot columns (default method when --rows is given)")
     rep.add_argument("--metric", action="append", help="metric(s) to pivot (default: each task's main metric)")
     rep.add_argument("--glue", action="store_true", help="the GLUE table: official metrics, GLUE average, published numbers")
-    rep.add_argument("--out", default=None, help="where report.md and the PNGs go (default: the first runs folder)")
+    rep.add_argument("--out", default=None, type=_given("--out"), help="where report.md and the PNGs go (default: the first runs folder)")
     rep.add_argument("--no-plots", action="store_true")
     rep.set_defaults(func=cmd_report)
     return p
@@ -376,7 +388,11 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
+    try:
+        args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
+    except UserError as exc:  # a type of ours refused a value (_given)
+        _say(f"error: {exc}")
+        return 2
     stray = [e for e in extra if args.command not in ("run", "eval", "sweep", "validate") or e.startswith("-")
              or "=" not in e]
     if stray:
