@@ -360,3 +360,27 @@ def test_the_api_leaves_the_callers_process_as_it_found_it(tmp_path: Path) -> No
     assert run.metrics and list(tmp_path.glob("*.png"))
     changed = [k for k in before if not (torch.equal(before[k], after[k]) if k == "torch" else before[k] == after[k])]
     assert changed == [], {k: (before[k], after[k]) for k in changed if k != "filters"}
+
+
+@pytest.mark.parametrize("cache", ["set", "unset"])
+def test_no_home_folder_is_one_line_or_nothing_at_all(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                      cache: str) -> None:
+    """Rule: a process with no home folder (HOME unset under a user id with no passwd entry: a
+    container run as an arbitrary uid; pathlib raises RuntimeError) runs when TOOLKIT_CACHE says
+    where the cache goes, and is one line naming both variables when it does not. The home was
+    looked up first: a RuntimeError traceback either way."""
+    import pathlib
+
+    def no_home(cls: Any) -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(pathlib.Path, "home", classmethod(no_home))
+    monkeypatch.delenv("HOME", raising=False)
+    if cache == "unset":
+        monkeypatch.delenv("TOOLKIT_CACHE")
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "train.max_steps=1", "--runs-dir", tmp_path / "runs")
+    if cache == "set":
+        assert code == 0 and len(list((tmp_path / "runs").rglob("metrics.json"))) == 1, err
+    else:
+        assert code == 2 and err.count("\n") == 1 and "TOOLKIT_CACHE is not set and this process has no home folder" in err
+        assert not (tmp_path / "runs").exists()

@@ -95,3 +95,17 @@ def env_folder(name: str, default: Path | str) -> Path:
     see each other's lock; TOOLKIT_CACHE='~/c' or TOOLKIT_RUNS='~/runs' (a .env file, a systemd
     unit: no shell to expand it) made a folder named `~` there."""
     return Path(os.environ.get(name) or default).expanduser()
+
+
+def cache_dir() -> Path:
+    """$TOOLKIT_CACHE (env_folder), else ~/.cache/toolkit, the home looked up only then. Looked
+    up first, a process with no home to find (HOME unset under a user id with no passwd entry: a
+    container run as an arbitrary uid) was a RuntimeError traceback even with TOOLKIT_CACHE set."""
+    if os.environ.get("TOOLKIT_CACHE"):
+        return env_folder("TOOLKIT_CACHE", "")
+    try:
+        return Path.home() / ".cache" / "toolkit"
+    except RuntimeError:  # what pathlib raises with no HOME and no passwd entry
+        raise UserError(f"TOOLKIT_CACHE is not set and this process has no home folder for ~/.cache/toolkit "
+                        f"(HOME is unset and user id {os.getuid()} has no passwd entry); set TOOLKIT_CACHE "
+                        "(or HOME) to a folder the toolkit may write") from None
