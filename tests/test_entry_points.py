@@ -161,6 +161,15 @@ def test_make_run_with_a_bad_nproc_is_one_line_before_any_launch(nproc: str, str
     assert done.stderr.splitlines()[0] == f"NPROC={nproc}: the number of processes, a whole number from 1 (make run NPROC=2)"
 
 
+@pytest.mark.parametrize("target", ["demo", "glue", "compare", "chain", "attention", "smoke", "clean"])
+def test_make_with_an_empty_runs_is_one_line_not_the_filesystem_root(target: str) -> None:
+    """Rule: a make variable naming a place may not be empty: `make demo RUNS=` (an unset variable
+    exported) ran `toolkit run ... --runs-dir "/demo"`, runs at the filesystem's root."""
+    done = subprocess.run(["make", "-n", target, "RUNS=", "ARGS=--dry-run"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "" and "RUNS is empty: give the folder for the runs" in done.stderr
+
+
 EMPTY = {"run": ["run", ""], "validate": ["validate", ""], "sweep": ["sweep", "", "train.lr=1e-4,1e-3", "--dry-run"],
          "cp": ["cp", "", "{tmp}"],
          "run --runs-dir": ["run", "demo/sst2/minilm-lora", "--runs-dir", ""],
