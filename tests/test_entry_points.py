@@ -393,3 +393,54 @@ def test_no_home_folder_is_one_line_or_nothing_at_all(tmp_path: Path, cli, monke
     else:
         assert code == 2 and err.count("\n") == 1 and "TOOLKIT_CACHE is not set and this process has no home folder" in err
         assert not (tmp_path / "runs").exists()
+
+
+LEFTOVERS = {"ACCELERATE_DYNAMO_BACKEND": ("INDUCTOR", "accelerate would compile the model"),
+             "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": ("4", "accelerate would scale each loss by 1/4"),
+             "ACCELERATE_MIXED_PRECISION": ("bf16", "ACCELERATE_MIXED_PRECISION=bf16: ")}
+
+
+@pytest.mark.parametrize("entry", ["run", "sweep", "eval", "predict", "api run", "api sweep", "api evaluate",
+                                   "api predict"])
+@pytest.mark.parametrize("variable", list(LEFTOVERS))
+def test_accelerate_settings_left_in_the_environment_do_not_change_what_runs(
+        tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, variable: str, entry: str) -> None:
+    """Rule: what the recipe decides, the environment does not change in silence. accelerate reads
+    ACCELERATE_DYNAMO_BACKEND, _GRADIENT_ACCUMULATION_STEPS and _MIXED_PRECISION when an
+    Accelerator is made: one left by another launch compiled a recipe saying compile: false (137 s
+    instead of 12, another loss, the same run folder), and bf16 made eval score a float32 run in
+    bf16, exit 0. A value other than the neutral one `accelerate launch` exports is one line
+    before anything loads; the neutral ones pass."""
+    import toolkit
+
+    value, said = LEFTOVERS[variable]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.yaml").write_text("model: {checkpoint: x}\n")
+    (tmp_path / "in.txt").write_text("a fine film\n")
+    recipe = "demo/sst2/minilm-lora"
+    calls = {"run": lambda: cli("run", recipe, "--runs-dir", tmp_path / "runs"),
+             "sweep": lambda: cli("sweep", recipe, "train.lr=1e-4,1e-3", "--runs-dir", tmp_path / "runs"),
+             "eval": lambda: cli("eval", run), "predict": lambda: cli("predict", run, "--input", tmp_path / "in.txt"),
+             "api run": lambda: toolkit.run(recipe, runs_dir=tmp_path / "runs"),
+             "api sweep": lambda: toolkit.sweep([recipe], ["train.lr=1e-4,1e-3"], runs_dir=tmp_path / "runs"),
+             "api evaluate": lambda: toolkit.evaluate(run), "api predict": lambda: toolkit.predict(run, ["a"])}
+    monkeypatch.setenv(variable, value)
+    if entry.startswith("api"):
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            calls[entry]()
+    else:
+        code, _, err = calls[entry]()
+        assert code == 2 and said in err and "Traceback" not in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_values_accelerate_launch_exports_pass(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other side of the rule above: what `accelerate launch` exports with this repository's
+    configs (dynamo NO, precision 'no' under a bf16 recipe, accumulation 1) is not refused."""
+    for variable, value in {"ACCELERATE_DYNAMO_BACKEND": "NO", "ACCELERATE_MIXED_PRECISION": "no",
+                            "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "1"}.items():
+        monkeypatch.setenv(variable, value)
+    code, out, err = cli("sweep", "demo/sst2/minilm-lora", "train.mixed_precision=no,bf16", "--dry-run",
+                         "--runs-dir", tmp_path / "runs")
+    assert code == 0 and "2 runs (dry run" in out, err

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
-from toolkit import chain, quiet, recipe as recipe_module, reports, runs, sweeps
+from toolkit import chain, devices, quiet, recipe as recipe_module, reports, runs, sweeps
 from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
@@ -195,6 +195,7 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None)
     """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
     folder, items = _run_folder(run_dir), override_list(overrides)
     _scored_here(folder, split)
+    devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
@@ -240,6 +241,7 @@ def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     folder, items = _run_folder(run_dir), list(texts)
     if not items:
         return []
+    devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
@@ -290,7 +292,9 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
     seed_arg = str(seeds) if isinstance(seeds, (int, str)) else list(seeds)
     points, folders = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_arg, root, smoke)
     for point, out in zip(points, folders):
-        recipe_module.check_data(recipe_module.load(point.recipe, point.overrides, smoke=smoke))
+        recipe = recipe_module.load(point.recipe, point.overrides, smoke=smoke)
+        recipe_module.check_data(recipe)
+        devices.check_accelerate_env(recipe.train.mixed_precision)
         if not force:
             runs.is_finished(out)  # a damaged metrics.json: said before the first run
     done = []
@@ -328,6 +332,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     path, runs_dir = os.fspath(path), None if runs_dir is None else os.fspath(runs_dir)
     plan = recipe_module.plan(find_recipe(path), overrides, smoke=smoke)
     recipe_module.check_data(plan.recipe)
+    devices.check_accelerate_env(plan.recipe.train.mixed_precision)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
     if not force:

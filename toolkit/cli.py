@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
+from toolkit import devices, hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
 from toolkit.api import (DISK_ERRORS, _check_runs_root, _data_of_the_run, _disk_error as disk_error, _one_export,
                          _run_folder, _scored_here, run_one)
 from toolkit.attention import ATTENTION
@@ -36,7 +36,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
     for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
-        recipes.check_data(recipes.load(point.recipe, point.overrides, smoke=args.smoke))
+        recipe = recipes.load(point.recipe, point.overrides, smoke=args.smoke)
+        recipes.check_data(recipe)
+        devices.check_accelerate_env(recipe.train.mixed_precision)
         if not args.force:
             runs.is_finished(out)  # and a damaged metrics.json
     if args.dry_run or args.estimate:
@@ -207,6 +209,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     _scored_here(_run_folder(args.run), args.split)
+    devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
@@ -221,6 +224,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     run = _run_folder(args.run)
     if not args.glue_test and args.input is None:
         raise UserError("predict: give --input FILE (or - for standard input), or --glue-test")
+    devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
