@@ -444,3 +444,17 @@ def test_the_values_accelerate_launch_exports_pass(tmp_path: Path, cli, monkeypa
     code, out, err = cli("sweep", "demo/sst2/minilm-lora", "train.mixed_precision=no,bf16", "--dry-run",
                          "--runs-dir", tmp_path / "runs")
     assert code == 0 and "2 runs (dry run" in out, err
+
+
+@pytest.mark.parametrize("seeds", ["", " , ", "api ''", "api []"])
+def test_seeds_given_empty_are_one_line(tmp_path: Path, cli, seeds: str) -> None:
+    """Rule: seeds given but empty (`make glue SEEDS=`, an unset variable; `seeds=[]`) are a
+    mistake: the sweep ran each point once with the recipe's seed, where several were asked."""
+    import toolkit
+
+    if seeds.startswith("api"):
+        with pytest.raises(toolkit.UserError, match="no seed given"):
+            toolkit.sweep(["demo/sst2/minilm-lora"], seeds="" if seeds == "api ''" else [], runs_dir=tmp_path)
+        return
+    code, _, err = cli("sweep", "demo/sst2/minilm-lora", "--seeds", seeds, "--dry-run", "--runs-dir", tmp_path)
+    assert code == 2 and err.count("\n") == 1 and "no seed given" in err, err
