@@ -128,10 +128,11 @@ def _stop(signum: int, frame: object) -> None:
 @contextmanager
 def _stops_like_ctrl_c() -> Iterator[None]:
     """STOP_SIGNALS handled by _stop while a command runs, the earlier handlers back after (main()
-    is called in-process by tests and notebooks). Once one was received the process is ending and
-    _stop stays, ignoring repeats: a sweep's run gets the signal twice (from the process group and
-    passed on by the sweep), and the second, arriving after the first was handled, killed it
-    (exit -15). Off the main thread signals cannot be handled."""
+    is called in-process by tests and notebooks). A sweep's run may get a signal twice (from the
+    process group, or the scheduler signalling every process, and passed on by the sweep): a
+    repeat while the first is handled is ignored, and one after main() returned ends the process
+    with the signal (exit -15), which the sweep reads as stopped too (_STOP_CODES). Off the main
+    thread signals cannot be handled."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -141,8 +142,7 @@ def _stops_like_ctrl_c() -> Iterator[None]:
         yield
     finally:
         for s, handler in before.items():
-            if not _STOPPED_BY:
-                signal.signal(s, handler)
+            signal.signal(s, handler)
 
 
 def _kept(out: Path) -> str:
