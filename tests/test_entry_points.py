@@ -191,11 +191,12 @@ def toolkit_api() -> Any:
 
 @pytest.mark.parametrize("entry", [*EMPTY, *(f"api {k}" for k in EMPTY_API)])
 def test_an_empty_path_is_one_line_at_every_entry_point(tmp_path: Path, cli, capsys: pytest.CaptureFixture,
-                                                         entry: str) -> None:
+                                                         monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
     """Rule: an empty path (`make run RECIPE=`, `--runs-dir "$OUT"` with OUT unset) is a mistake,
     said as one line, never read as the folder `.` or as the default place: a recipe '' was 'recipe
     . is a folder', `--runs-dir ''` ran into ./runs, `--output ''` wrote to standard output, and
     `export RUN ''` was an OSError traceback (rmdir '.')."""
+    monkeypatch.chdir(tmp_path)
     if entry.startswith("api "):
         with pytest.raises(toolkit_api().UserError, match="an empty path|no recipe given"):
             EMPTY_API[entry[4:]](tmp_path)
@@ -206,7 +207,7 @@ def test_an_empty_path_is_one_line_at_every_entry_point(tmp_path: Path, cli, cap
         code, err = exc.code, capsys.readouterr().err
     lines = [line for line in err.splitlines() if not line.startswith("usage:")]
     assert code == 2 and len(lines) == 1 and ("an empty path" in err or "no recipe given" in err), err
-    assert list(Path.cwd().glob("runs")) == [] and not (tmp_path / "minilm-lora.yaml").exists()
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "minilm-lora.yaml").exists()
 
 
 @pytest.mark.parametrize("texts", [[], (), iter([])], ids=["list", "tuple", "iterator"])
@@ -457,3 +458,25 @@ def test_seeds_given_empty_are_one_line(tmp_path: Path, cli, seeds: str) -> None
         return
     code, _, err = cli("sweep", "demo/sst2/minilm-lora", "--seeds", seeds, "--dry-run", "--runs-dir", tmp_path)
     assert code == 2 and err.count("\n") == 1 and "no seed given" in err, err
+
+
+@pytest.mark.parametrize("link, entry", [("loop", "run"), ("dangling", "run"), ("dangling", "sweep"), ("loop", "api")])
+def test_a_runs_folder_that_is_a_broken_link_is_one_line(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                         link: str, entry: str) -> None:
+    """Rule: a runs folder (or a folder on its way) that is a symbolic link to nowhere, or to
+    itself, is said as such before anything runs: a loop was a RuntimeError traceback from the run
+    lock (`Symlink loop from ...`), a link to a missing folder `error: runs: file exists`."""
+    import toolkit
+
+    monkeypatch.chdir(tmp_path)
+    Path("runs").symlink_to("runs" if link == "loop" else str(tmp_path / "gone" / "runs"))
+    said = "--runs-dir: runs is a symbolic link to " + ("runs, which leads back to itself" if link == "loop"
+                                                        else f"{tmp_path / 'gone' / 'runs'}, which does not exist")
+    if entry == "api":
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            toolkit.run("demo/sst2/minilm-lora", smoke=True, runs_dir="runs/mine")
+        return
+    args = ["run", "demo/sst2/minilm-lora", "--smoke"] if entry == "run" else ["sweep", "demo/sst2/minilm-lora", "--dry-run"]
+    code, _, err = cli(*args, "--runs-dir", "runs" if entry == "run" else "runs/mine")
+    assert code == 2 and err.count("\n") == 1 and said in err, err
+    assert not (tmp_path / "gone").exists()

@@ -444,9 +444,24 @@ def _smoke_upstream(plan: RunPlan, root: Path) -> None:
                 train.run(up, out, resume=bool(runs.checkpoints(out)))
 
 
+def _loops(place: Path) -> bool:
+    """A symbolic link whose chain never ends (resolving it raises: RuntimeError before Python
+    3.13, OSError ELOOP after)."""
+    try:
+        place.resolve(strict=True)
+    except (RuntimeError, OSError) as exc:
+        return isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+    return False
+
+
 def _check_runs_root(root: Path) -> None:
     """A runs folder that cannot take a run is said before any model loads."""
     runs.check_utf8(root, "--runs-dir")
+    for place in [root, *root.parents]:  # a link to nowhere: mkdir said "file exists"; a loop: a RuntimeError
+        if place.is_symlink() and not place.exists():
+            said = "leads back to itself; point it at a folder" if _loops(place) else "does not exist; create it"
+            raise UserError(f"--runs-dir: {place} is a symbolic link to {os.readlink(place)}, which {said}, "
+                            "or give another folder")
     if root.exists() and not root.is_dir():
         raise UserError(f"--runs-dir: {root} is a file, not a folder")
     existing = next((p for p in [root, *root.parents] if p.exists()), Path("."))
