@@ -400,8 +400,8 @@ LEFTOVERS = {"ACCELERATE_DYNAMO_BACKEND": ("INDUCTOR", "accelerate would compile
              "ACCELERATE_MIXED_PRECISION": ("bf16", "ACCELERATE_MIXED_PRECISION=bf16: ")}
 
 
-@pytest.mark.parametrize("entry", ["run", "sweep", "eval", "predict", "api run", "api sweep", "api evaluate",
-                                   "api predict"])
+@pytest.mark.parametrize("entry", ["validate", "run", "sweep", "eval", "predict", "api run", "api sweep",
+                                   "api evaluate", "api predict"])
 @pytest.mark.parametrize("variable", list(LEFTOVERS))
 def test_accelerate_settings_left_in_the_environment_do_not_change_what_runs(
         tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, variable: str, entry: str) -> None:
@@ -419,7 +419,7 @@ def test_accelerate_settings_left_in_the_environment_do_not_change_what_runs(
     (run / "recipe.yaml").write_text("model: {checkpoint: x}\n")
     (tmp_path / "in.txt").write_text("a fine film\n")
     recipe = "demo/sst2/minilm-lora"
-    calls = {"run": lambda: cli("run", recipe, "--runs-dir", tmp_path / "runs"),
+    calls = {"validate": lambda: cli("validate", recipe), "run": lambda: cli("run", recipe, "--runs-dir", tmp_path / "runs"),
              "sweep": lambda: cli("sweep", recipe, "train.lr=1e-4,1e-3", "--runs-dir", tmp_path / "runs"),
              "eval": lambda: cli("eval", run), "predict": lambda: cli("predict", run, "--input", tmp_path / "in.txt"),
              "api run": lambda: toolkit.run(recipe, runs_dir=tmp_path / "runs"),

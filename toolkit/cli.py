@@ -161,7 +161,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in files:
         try:
-            recipes.check_data(recipes.load(path, overrides))
+            recipe = recipes.load(path, overrides)
+            recipes.check_data(recipe)
+            devices.check_accelerate_env(recipe.train.mixed_precision)  # what `run` says before loading
         except UserError as exc:  # the prefix `run` gives, and the file once
             text = str(exc)
             _say(f"error: {text}" if str(path) in text else f"error: {path}: {text}")
