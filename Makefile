@@ -10,6 +10,8 @@ export TOOLKIT_TOKENIZERS ?= $(abspath $(firstword $(wildcard ../shared/tokenize
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 RUNS        ?= runs
+# where the targets' runs go; RUNS= (an unset variable exported) put them at the filesystem's root (/demo)
+RUNS_DIR     = $(if $(strip $(RUNS)),$(RUNS),$(error RUNS is empty: give the folder for the runs, e.g. RUNS=runs (the default)))
 RECIPE      ?= recipes/demo/sst2/minilm-lora.yaml
 ARGS        ?=
 NPROC       ?= 1
@@ -24,7 +26,7 @@ METHODS     ?= full lora houlsby prompt_tuning bitfit
 EPOCHS      ?=
 LR_GRID     ?= x1
 COMPARE_MODEL := $(or $(MODEL),minilm)
-COMPARE_RUNS  ?= $(RUNS)/compare-$(subst /,-,$(TASK))-$(COMPARE_MODEL)
+COMPARE_RUNS  ?= $(RUNS_DIR)/compare-$(subst /,-,$(TASK))-$(COMPARE_MODEL)
 BENCH_ARGS  ?=
 PARITY_ARGS ?=
 ATTENTION_ARGS ?=
@@ -84,15 +86,16 @@ test:  ## the whole suite, offline, on CPU (2 workers, one thread each: the fast
 	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist worksteal  # an idle worker takes the other's queued tests
 
 demo:  ## LoRA vs full fine-tuning of the real all-MiniLM-L6-v2 on SST-2, one table
-	$(BIN)/toolkit run recipes/demo/sst2/minilm-full.yaml --runs-dir "$(RUNS)/demo" $(ARGS)
-	$(BIN)/toolkit run recipes/demo/sst2/minilm-lora.yaml --runs-dir "$(RUNS)/demo" $(ARGS)
-	$(BIN)/toolkit report "$(RUNS)/demo"
+	$(BIN)/toolkit run recipes/demo/sst2/minilm-full.yaml --runs-dir "$(RUNS_DIR)/demo" $(ARGS)
+	$(BIN)/toolkit run recipes/demo/sst2/minilm-lora.yaml --runs-dir "$(RUNS_DIR)/demo" $(ARGS)
+	$(BIN)/toolkit report "$(RUNS_DIR)/demo"
 
 run:  ## make run RECIPE=... ARGS="train.epochs=1" [NPROC=8] [STRATEGY=ddp|fsdp|zero2|zero3]
 ifeq ($(NPROC)$(STRATEGY),1ddp)
 	$(BIN)/toolkit run "$(RECIPE)" $(ARGS)
 else
-	@test -f configs/accelerate/$(STRATEGY).yaml || { echo "STRATEGY=$(STRATEGY): use ddp, fsdp, zero2 or zero3 (configs/accelerate/)"; exit 2; }
+	@case '$(NPROC)' in ''|*[!0-9]*|0|00*) echo "NPROC=$(NPROC): the number of processes, a whole number from 1 (make run NPROC=2)" >&2; exit 2;; esac
+	@test -f configs/accelerate/$(STRATEGY).yaml || { echo "STRATEGY=$(STRATEGY): use ddp, fsdp, zero2 or zero3 (configs/accelerate/)" >&2; exit 2; }
 	@if ! $(BIN)/python -c "import sys, torch; sys.exit(torch.cuda.device_count() < $(NPROC))"; then \
 	  echo "fewer than $(NPROC) GPUs here: $(NPROC) CPU processes (gloo), STRATEGY=$(STRATEGY)"; \
 	fi
@@ -103,8 +106,8 @@ endif
 glue:  ## every GLUE task with a recipe for MODEL x METHOD, SEEDS seeds; GLUE table beside published numbers
 	$(if $(GLUE_TASKS),,$(error make glue: no recipes/glue/*/$(GLUE_MODEL)-$(METHOD).yaml; MODEL and METHOD name a shipped pair, e.g. MODEL=roberta-base METHOD=lora (toolkit ls recipes)))
 	$(BIN)/toolkit sweep $(foreach t,$(GLUE_TASKS),recipes/glue/$(t)/$(GLUE_MODEL)-$(METHOD).yaml) \
-	  --seeds "$(SEEDS)" --runs-dir "$(RUNS)/glue" $(ARGS)
-	$(if $(DRY_RUN),,$(BIN)/toolkit report "$(RUNS)/glue" --glue)
+	  --seeds "$(SEEDS)" --runs-dir "$(RUNS_DIR)/glue" $(ARGS)
+	$(if $(DRY_RUN),,$(BIN)/toolkit report "$(RUNS_DIR)/glue" --glue)
 
 compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per method (best on dev); table + plots
 	$(BIN)/toolkit sweep $(foreach m,$(METHODS),recipes/$(TASK)/$(COMPARE_MODEL)-$(m).yaml) \
@@ -112,9 +115,9 @@ compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per met
 	$(if $(DRY_RUN),,$(BIN)/toolkit report "$(COMPARE_RUNS)" --rows task --cols method)
 
 chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARGS=key=value ...] [ARGS=--smoke]
-	$(BIN)/toolkit run "$(PRETRAIN)" $(PRETRAIN_ARGS) --runs-dir "$(RUNS)/chain" $(ARGS)
-	$(BIN)/toolkit run "$(FINETUNE)" "model.checkpoint={run: $(PRETRAIN), overrides: [$(subst $(space),$(comma) ,$(strip $(PRETRAIN_ARGS)))]}" --runs-dir "$(RUNS)/chain" $(ARGS)
-	$(BIN)/toolkit report "$(RUNS)/chain"
+	$(BIN)/toolkit run "$(PRETRAIN)" $(PRETRAIN_ARGS) --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
+	$(BIN)/toolkit run "$(FINETUNE)" "model.checkpoint={run: $(PRETRAIN), overrides: [$(subst $(space),$(comma) ,$(strip $(PRETRAIN_ARGS)))]}" --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
+	$(BIN)/toolkit report "$(RUNS_DIR)/chain"
 
 bench:  ## toolkit vs Trainer, matmul/MFU, LoRA vs full, start-up: Markdown tables [BENCH_ARGS="--sections trainer --json bench.json"]
 	$(BIN)/python benchmarks/bench $(BENCH_ARGS)
@@ -130,14 +133,14 @@ parity:  ## a task type against transformers' own pipeline: TASK=qa|qa2|summariz
 	$(BIN)/python benchmarks/parity $(if $(filter command line environment,$(origin TASK)),$(TASK),qa) $(PARITY_ARGS)
 
 attention:  ## every attention module on the demo setting + a length sweep: report.md and sweep.png
-	$(BIN)/python benchmarks/attention.py --runs-dir "$(RUNS)/attention" $(ATTENTION_ARGS)
+	$(BIN)/python benchmarks/attention.py --runs-dir "$(RUNS_DIR)/attention" $(ATTENTION_ARGS)
 
 validate:  ## every recipe checked without loading weights
 	$(BIN)/toolkit validate
 
 smoke:  ## every recipe end to end on a small random model
 	@for r in $$(find recipes -name '*.yaml' ! -name '_*' | sort); do \
-	  $(BIN)/toolkit run $$r --smoke --runs-dir "$(RUNS)/smoke" || exit $$?; done
+	  $(BIN)/toolkit run $$r --smoke --runs-dir "$(RUNS_DIR)/smoke" || exit $$?; done
 
 clean:
-	rm -rf "$(RUNS)" .pytest_cache
+	rm -rf "$(RUNS_DIR)" .pytest_cache

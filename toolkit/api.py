@@ -26,14 +26,15 @@ import functools
 import json
 import os
 import shutil
+import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
-from toolkit import chain, quiet, recipe as recipe_module, reports, runs, sweeps
+from toolkit import chain, devices, quiet, recipe as recipe_module, reports, runs, sweeps
 from toolkit.arguments import check, typed
-from toolkit.errors import Interrupted, UserError, disk_full, writing
+from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
 
 __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep"]
@@ -49,17 +50,16 @@ Text = Union[str, tuple[str, str], list[str], Mapping[str, Any]]
 
 # a full disk, a place that cannot be written, or a file where a folder goes (or a folder where a
 # file goes): the user's to fix, said with the path
-DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
                errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG}
 
 
 def _disk_error(exc: BaseException) -> str:
     """A full disk or a place that cannot be written, said as such with the path (the user's to fix)."""
     where = getattr(exc, "filename", None) or "a file"
-    if getattr(exc, "errno", errno.ENOSPC) in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left on the device while writing {where} "
-                f"({'disk quota exceeded' if exc.errno == errno.EDQUOT else 'disk full'}); free some "
-                "space or write elsewhere (--runs-dir, --output)")
+    said = no_room(exc)
+    if said is not None:
+        return f"{said} while writing {where}; free some space or write elsewhere (--runs-dir, --output)"
     reason = getattr(exc, "strerror", None)  # read or written: the system's own words
     return f"{where}: {reason.lower() if reason else 'permission denied'}"
 
@@ -70,12 +70,39 @@ def _one_line(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with quiet.as_found(), _generators_as_found():  # the caller's process as it was
+                return fn(*args, **kwargs)
         except OSError as exc:
             if exc.errno not in DISK_ERRORS and not disk_full(exc):
                 raise
             raise UserError(_disk_error(exc)) from None
     return wrapper
+
+
+@contextmanager
+def _generators_as_found() -> Iterator[None]:
+    """A run seeds the global random generators (random, numpy, torch) with its recipe's seed;
+    the caller's states are put back after the call: a notebook's own sampling after `toolkit.run`
+    repeated the same numbers after every run. numpy first imported during the call is seeded
+    from the system's entropy, as its import does; torch's import seeds it with a constant anyway."""
+    import random
+    import sys
+
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    kept = {"random": random.getstate(), "numpy": np and np.random.get_state(),
+            "torch": torch and torch.random.get_rng_state(),
+            "cuda": torch and torch.cuda.is_initialized() and torch.cuda.get_rng_state_all()}
+    try:
+        yield
+    finally:
+        random.setstate(kept["random"])
+        np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+        if np is not None:
+            np.random.set_state(kept["numpy"]) if kept["numpy"] else np.random.seed()
+        if torch is not None and kept["torch"] is not None:
+            torch.random.set_rng_state(kept["torch"])
+            if kept["cuda"]:
+                torch.cuda.set_rng_state_all(kept["cuda"])
 
 
 @dataclass(frozen=True)
@@ -168,10 +195,38 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None)
     """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
     folder, items = _run_folder(run_dir), override_list(overrides)
     _scored_here(folder, split)
+    devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
+    _data_of_the_run(folder, items, None)
     return inference.evaluate_run(folder, split, items, None)
+
+
+def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) -> None:
+    """A data file a run's recipe names by a relative path is read from the working directory
+    (docs/tasks.md), so `toolkit eval RUN` from another folder scored the run on whatever file
+    of that name was there and wrote it into the run folder as its score, exit 0. A file named
+    relatively that is missing here, or whose contents are not the data the run was made with
+    (metrics.json data_sha256), is one line; naming the file (task.eval_file=...) or the task
+    (--task-from) is the user's explicit choice and is not checked."""
+    if task_from or any(o.partition("=")[0].strip().endswith(("_file", "data_dir")) for o in overrides):
+        return
+    from toolkit import inference
+
+    recipe = inference.run_recipe(folder, overrides, None)
+    relative = [(setting, path) for setting, path in recipe_module.named_files(recipe.task) if not path.is_absolute()]
+    ran_on = (Run(folder).metrics or {}).get("data_sha256")
+    if not relative or ran_on is None:
+        return
+    missing = next(((s, p) for s, p in relative if not p.is_file()), None)
+    if missing is None and runs.data_fingerprint(recipe.task.data_files()) == ran_on:
+        return
+    setting, path = missing or relative[0]
+    here = "there is no such file here" if missing else \
+        f"the file of that name here ({path.resolve()}) is not the data this run was made with (metrics.json data_sha256)"
+    raise UserError(f"{setting}: {path} is named relative to the working directory, and {here}; run this "
+                    f"from the folder the run was started in, or name the file: {setting}=/full/path")
 
 
 @_one_line
@@ -181,12 +236,16 @@ def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     `label`, its `score` and every label's `probabilities`; regression: `score`; NER: `tags` per
     word; summarization, translation, QA: `prediction`, the text; docs/tasks.md). An input is a
     text, a (text, text) pair, a list of words, or a mapping with the task's fields; one text
-    alone is one input."""
-    folder = _run_folder(run_dir)
+    alone is one input. No inputs are no predictions (the tasks' encoders failed on an empty
+    batch with a ValueError about a column)."""
+    folder, items = _run_folder(run_dir), list(texts)
+    if not items:
+        return []
+    devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
-    return inference.predict_rows(folder, list(texts))
+    return inference.predict_rows(folder, items)
 
 
 @_one_line
@@ -233,7 +292,9 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
     seed_arg = str(seeds) if isinstance(seeds, (int, str)) else list(seeds)
     points, folders = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_arg, root, smoke)
     for point, out in zip(points, folders):
-        recipe_module.check_data(recipe_module.load(point.recipe, point.overrides, smoke=smoke))
+        recipe = recipe_module.load(point.recipe, point.overrides, smoke=smoke)
+        recipe_module.check_data(recipe)
+        devices.check_accelerate_env(recipe.train.mixed_precision)
         if not force:
             runs.is_finished(out)  # a damaged metrics.json: said before the first run
     done = []
@@ -271,6 +332,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     path, runs_dir = os.fspath(path), None if runs_dir is None else os.fspath(runs_dir)
     plan = recipe_module.plan(find_recipe(path), overrides, smoke=smoke)
     recipe_module.check_data(plan.recipe)
+    devices.check_accelerate_env(plan.recipe.train.mixed_precision)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
     if not force:
@@ -298,13 +360,16 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
             print(f"no checkpoint in {out}: starting from the beginning")
         try:
             with _whole_or_gone(out, made_here=not existed), \
-                    writing(out, "free some space (or use another --runs-dir): the same command goes on "
+                    writing(out, "make room (or use another --runs-dir): the same command goes on "
                             "from the last checkpoint", ask_the_disk=True):
                 metrics = train.run(plan, out, resume=resume, stop_after=stop_after)
-        except KeyboardInterrupt as exc:
+        except (KeyboardInterrupt, BrokenPipeError) as exc:  # a closed stdout (`| head`) stops it as Ctrl-C does
             again = ["toolkit", "run", str(path), *overrides] + ["--smoke"] * smoke + \
                 (["--runs-dir", runs_dir] if runs_dir else [])
-            raise _interrupted(exc, out, existed and rank0, again) from None
+            stopped = _interrupted(exc, out, existed and rank0, again)
+            if isinstance(exc, BrokenPipeError):
+                stopped.signal = signal.SIGPIPE
+            raise stopped from None
     if metrics is not None and rank0:
         evals = ", ".join(f"{k}={v:.4f}" for k, v in metrics["eval"].items())
         print(f"{out}: {evals}")
@@ -320,18 +385,29 @@ def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
     try:
         yield
     except UserError:
+        _drop_partial_checkpoint(out)  # a full disk mid-save: the checkpoint before is what resumes
         if made_here and int(os.environ.get("RANK", "0")) == 0 and not runs.checkpoints(out):
             runs.clear(out)
         raise
 
 
-def _interrupted(exc: KeyboardInterrupt, out: Path, existed: bool, again: list[str]) -> Interrupted:
+def _drop_partial_checkpoint(out: Path) -> None:
+    """A checkpoint stopped while being written (checkpoints/tmp-*: Ctrl-C, a full disk) is removed;
+    the whole one before it stays and is what `--resume` goes on from."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        for partial in out.glob("checkpoints/tmp-*"):
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _interrupted(exc: BaseException, out: Path, existed: bool, again: list[str]) -> Interrupted:
     """Ctrl-C during a run: one line saying the step reached, what was kept and the command that
     goes on from there. A folder this launch created and that holds no checkpoint is removed."""
     import shlex
 
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
-    reached = f"at step {step} of {total}" if step is not None else "outside the training steps"
+    _drop_partial_checkpoint(out)
+    reached = f"at step {step} of {total}" if step is not None else \
+        "outside the training steps" if isinstance(exc, KeyboardInterrupt) else "while training"
     kept = runs.last_step(out)
     if kept is not None:
         return Interrupted(f"interrupted {reached}; {out} keeps the checkpoint of step {kept}: "
@@ -368,9 +444,24 @@ def _smoke_upstream(plan: RunPlan, root: Path) -> None:
                 train.run(up, out, resume=bool(runs.checkpoints(out)))
 
 
+def _loops(place: Path) -> bool:
+    """A symbolic link whose chain never ends (resolving it raises: RuntimeError before Python
+    3.13, OSError ELOOP after)."""
+    try:
+        place.resolve(strict=True)
+    except (RuntimeError, OSError) as exc:
+        return isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+    return False
+
+
 def _check_runs_root(root: Path) -> None:
     """A runs folder that cannot take a run is said before any model loads."""
     runs.check_utf8(root, "--runs-dir")
+    for place in [root, *root.parents]:  # a link to nowhere: mkdir said "file exists"; a loop: a RuntimeError
+        if place.is_symlink() and not place.exists():
+            said = "leads back to itself; point it at a folder" if _loops(place) else "does not exist; create it"
+            raise UserError(f"--runs-dir: {place} is a symbolic link to {os.readlink(place)}, which {said}, "
+                            "or give another folder")
     if root.exists() and not root.is_dir():
         raise UserError(f"--runs-dir: {root} is a file, not a folder")
     existing = next((p for p in [root, *root.parents] if p.exists()), Path("."))

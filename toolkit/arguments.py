@@ -50,7 +50,15 @@ def check(value: Any, tp: Any, where: str) -> Any:
     result = conform(value, tp, where)
     if result is _MISMATCH:
         raise UserError(f"{where}: expected {describe(tp)}, got {_kind(value)}")
+    if isinstance(result, str) and not result.strip() and _is_path(tp):  # runs_dir="" was the default folder
+        raise UserError(f"{where}: an empty path; give a file or a folder" +
+                        (", or None for the default" if type(None) in typing.get_args(tp) else ""))
     return result
+
+
+def _is_path(tp: Any) -> bool:
+    """A path annotation: str | os.PathLike (optionally | None)."""
+    return {str, os.PathLike} <= set(typing.get_args(tp))
 
 
 def conform(value: Any, tp: Any, where: str) -> Any:
@@ -80,7 +88,7 @@ def conform(value: Any, tp: Any, where: str) -> Any:
         (item_tp,) = args or (Any,)
         if isinstance(value, SINGLE):
             single = conform(value, item_tp, where)
-            return _MISMATCH if single is _MISMATCH else [single]
+            return _MISMATCH if single is _MISMATCH else [check(value, item_tp, where)]
         if not isinstance(value, collections.abc.Iterable):
             return _MISMATCH
         return [check(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]

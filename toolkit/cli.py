@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
-from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
-from toolkit.api import (DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder,
-                         _scored_here, run_one)
+from toolkit import devices, hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
+from toolkit.api import (DISK_ERRORS, _check_runs_root, _data_of_the_run, _disk_error as disk_error, _one_export,
+                         _run_folder, _scored_here, run_one)
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
@@ -32,7 +36,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
     for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
-        recipes.check_data(recipes.load(point.recipe, point.overrides, smoke=args.smoke))
+        recipe = recipes.load(point.recipe, point.overrides, smoke=args.smoke)
+        recipes.check_data(recipe)
+        devices.check_accelerate_env(recipe.train.mixed_precision)
         if not args.force:
             runs.is_finished(out)  # and a damaged metrics.json
     if args.dry_run or args.estimate:
@@ -56,11 +62,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             code = child.wait()
         except KeyboardInterrupt:  # Ctrl-C reached the run too: it stops and keeps its checkpoint
+            if _STOPPED_BY:  # a SIGTERM / SIGHUP sent to the sweep alone: passed on, the run stops as well
+                child.send_signal(_STOPPED_BY[0])
             code = child.wait()
-        if code == 130:  # one line for both: where the sweep is, what the run kept
+        if code in _STOP_CODES:  # one line for both: where the sweep is, what the run kept
             raise Interrupted(f"sweep stopped at run {i} of {len(points)} ({point}): "
                               f"{_kept(out)}; the same command skips the finished runs and goes on "
-                              "from there")
+                              "from there", signal=code - 128 if code > 0 else -code)
         if code != 0:
             raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed (exit {code}); finished "
                             "runs are kept: the same command continues from there")
@@ -93,6 +101,48 @@ def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bo
 
 
 SWEEP_CHILD = "TOOLKIT_SWEEP_CHILD"  # a sweep's run leaves the Ctrl-C line to the sweep
+# What `kill`, schedulers (SLURM, Kubernetes, systemd) and a closed terminal send: a command stops
+# on them as on Ctrl-C, and exits 128 + the signal's number as shells expect.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# a run stopped by one exits 128 + its number; killed by a repeat of it while the interpreter shuts
+# down (Python's finalization puts the default handlers back), by the signal: -number. SIGPIPE: its
+# standard output was closed (`toolkit sweep ... | head`).
+_STOP_CODES = {sign * (base + s) for s in (signal.SIGINT, signal.SIGPIPE, *STOP_SIGNALS)
+               for sign, base in ((1, 128), (-1, 0))}
+_SAID_AS = {signal.SIGTERM: "SIGTERM: ", signal.SIGHUP: "SIGHUP: ",
+            signal.SIGPIPE: "standard output was closed (its reader left): "}
+_STOPPED_BY: list[int] = []  # the stop signal received, if any (Ctrl-C itself is not recorded)
+
+
+def _stop(signum: int, frame: object) -> None:
+    """A stop signal raises KeyboardInterrupt, once: every Ctrl-C path then applies (the run keeps
+    its last checkpoint and says how to go on; a folder with no checkpoint goes). Python's default
+    for SIGTERM ends the process on the spot: no line, a run folder before its first checkpoint
+    left behind, and a sweep's current run training on, orphaned. A second signal while the first
+    is handled is ignored, so the clean-up is not cut short."""
+    if not _STOPPED_BY:
+        _STOPPED_BY.append(signum)
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _stops_like_ctrl_c() -> Iterator[None]:
+    """STOP_SIGNALS handled by _stop while a command runs, the earlier handlers back after (main()
+    is called in-process by tests and notebooks). A sweep's run may get a signal twice (from the
+    process group, or the scheduler signalling every process, and passed on by the sweep): a
+    repeat while the first is handled is ignored, and one after main() returned ends the process
+    with the signal (exit -15), which the sweep reads as stopped too (_STOP_CODES). Off the main
+    thread signals cannot be handled."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _STOPPED_BY.clear()
+    before = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def _kept(out: Path) -> str:
@@ -111,10 +161,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in files:
         try:
-            recipes.check_data(recipes.load(path, overrides))
+            recipe = recipes.load(path, overrides)
+            recipes.check_data(recipe)
+            devices.check_accelerate_env(recipe.train.mixed_precision)  # what `run` says before loading
         except UserError as exc:  # the prefix `run` gives, and the file once
             text = str(exc)
-            print(printable(f"error: {text}" if str(path) in text else f"error: {path}: {text}"), file=sys.stderr)
+            _say(f"error: {text}" if str(path) in text else f"error: {path}: {text}")
             failed += 1
     print(f"{len(files) - failed} of {len(files)} recipes valid")
     return 2 if failed else 0
@@ -159,9 +211,11 @@ def cmd_cp(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     _scored_here(_run_folder(args.run), args.split)
+    devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
+    _data_of_the_run(Path(args.run), args.overrides, args.task_from)
     result = inference.evaluate_run(Path(args.run), args.split, args.overrides, args.task_from)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"{args.run} [{args.split}]: " + ", ".join(f"{k}={v:.4f}" for k, v in result["eval"].items()))
@@ -172,6 +226,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     run = _run_folder(args.run)
     if not args.glue_test and args.input is None:
         raise UserError("predict: give --input FILE (or - for standard input), or --glue-test")
+    devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
@@ -218,6 +273,18 @@ def _positive(text: str) -> int:
     return value
 
 
+def _given(name: str):
+    """The type of a path argument: not empty. `--runs-dir "$OUT"` with OUT unset put the runs in
+    the default folder, `--output ''` wrote to standard output, `export RUN ''` was an OSError
+    traceback (rmdir '.'), each without a word. A UserError, not argparse's error: one line, not
+    the command's usage first."""
+    def path(text: str) -> str:
+        if not text.strip():
+            raise UserError(f"{name}: an empty path; give a file or a folder")
+        return text
+    return path
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
                                 "recipes: one loop for every family and method.")
@@ -234,7 +301,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     run.add_argument("--force", action="store_true", help="run again even if finished")
-    run.add_argument("--runs-dir", default=None, help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
+    run.add_argument("--runs-dir", default=None, type=_given("--runs-dir"), help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
     run.add_argument("--stop-after", type=_positive, default=None,
                      help="stop (checkpointed, unfinished) after N optimizer steps: an interruption on purpose")
     run.set_defaults(func=cmd_run)
@@ -248,7 +315,7 @@ def parser() -> argparse.ArgumentParser:
                     help="--dry-run plus a wall-time estimate from a few steps of each recipe shape, measured here")
     sw.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
     sw.add_argument("--force", action="store_true", help="run every point again even if finished")
-    sw.add_argument("--runs-dir", default=None, help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
+    sw.add_argument("--runs-dir", default=None, type=_given("--runs-dir"), help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
     sw.set_defaults(func=cmd_sweep)
     val = sub.add_parser("validate", parents=[verbose], help="check recipes, overrides and the data files' heads, in well "
                          "under a second: no library or weights load")
@@ -260,35 +327,35 @@ def parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_ls)
     cp = sub.add_parser("cp", parents=[verbose], help="copy a shipped recipe to edit")
     cp.add_argument("name", help="a recipe name from `toolkit ls recipes`, or a path")
-    cp.add_argument("dest")
+    cp.add_argument("dest", type=_given("dest"))
     cp.add_argument("--force", action="store_true", help="overwrite DEST")
     cp.set_defaults(func=cmd_cp)
     ev = sub.add_parser("eval", parents=[verbose], help="score a finished run on a split (writes eval-<split>.json)")
-    ev.add_argument("run")
+    ev.add_argument("run", type=_given("run"))
     ev.add_argument("overrides", nargs="*", help="task.* settings, e.g. task.max_eval_samples=100")
     ev.add_argument("--split", default="eval", help="eval (default), train, or a labelled test split")
     ev.add_argument("--task-from", default=None, help="score on the task of another recipe")
     ev.set_defaults(func=cmd_eval)
     pr = sub.add_parser("predict", parents=[verbose], help="predictions of a finished run on new text (JSONL)")
-    pr.add_argument("run")
-    pr.add_argument("--input", default=None, help="CSV, TSV or JSONL with the task's text columns, "
+    pr.add_argument("run", type=_given("run"))
+    pr.add_argument("--input", default=None, type=_given("--input"), help="CSV, TSV or JSONL with the task's text columns, "
                     "or plain text (one example a line); - for standard input")
-    pr.add_argument("--output", default=None, help="file (default: standard output)")
+    pr.add_argument("--output", default=None, type=_given("--output"), help="file (default: standard output)")
     pr.add_argument("--glue-test", action="store_true", help="GLUE server submission files from test.tsv")
     pr.set_defaults(func=cmd_predict)
     ex = sub.add_parser("export", parents=[verbose], help="a plain transformers folder from a finished run")
-    ex.add_argument("run")
-    ex.add_argument("out")
+    ex.add_argument("run", type=_given("run"))
+    ex.add_argument("out", type=_given("out"))
     ex.add_argument("--merge", action="store_true", help="merge LoRA / IA3 into the base weights")
     ex.add_argument("--push-to-hub", default=None, metavar="REPO")
     ex.set_defaults(func=cmd_export)
     rep = sub.add_parser("report", parents=[verbose], help="report.md (pivot tables, mean ± std, notes) and PNG plots from finished runs")
-    rep.add_argument("runs_dir", nargs="+", help="folders of run folders (read only; nothing is re-run)")
+    rep.add_argument("runs_dir", nargs="+", type=_given("runs_dir"), help="folders of run folders (read only; nothing is re-run)")
     rep.add_argument("--rows", default=None, help="pivot rows: task, method, model, run or a recipe field (train.lr)")
     rep.add_argument("--cols", default=None, help="pivot columns (default method when --rows is given)")
     rep.add_argument("--metric", action="append", help="metric(s) to pivot (default: each task's main metric)")
     rep.add_argument("--glue", action="store_true", help="the GLUE table: official metrics, GLUE average, published numbers")
-    rep.add_argument("--out", default=None, help="where report.md and the PNGs go (default: the first runs folder)")
+    rep.add_argument("--out", default=None, type=_given("--out"), help="where report.md and the PNGs go (default: the first runs folder)")
     rep.add_argument("--no-plots", action="store_true")
     rep.set_defaults(func=cmd_report)
     return p
@@ -298,6 +365,22 @@ def printable(line: str) -> str:
     """A line as any stream can write it: a path's bytes that are not UTF-8 (lone surrogates) as
     backslash escapes, as Python's own stderr writes them."""
     return line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _streams_never_fail() -> None:
+    """Standard output is UTF-8 whatever the locale, as every file the toolkit writes is: `predict`
+    to standard output gives the bytes `--output` would, and `report`'s mean ± std printed under
+    LC_ALL=C or PYTHONIOENCODING=ascii was a UnicodeEncodeError traceback after the work was done.
+    Standard error, for a person, keeps the terminal's encoding and writes a character it cannot
+    show as a backslash escape rather than failing on it."""
+    import codecs
+
+    for stream, utf8 in ((sys.stdout, True), (sys.stderr, False)):
+        if not hasattr(stream, "reconfigure") or not getattr(stream, "encoding", None):
+            continue
+        if codecs.lookup(stream.encoding).name == "utf-8":
+            continue
+        stream.reconfigure(**({"encoding": "utf-8"} if utf8 else {}), errors="backslashreplace")
 
 
 def _version() -> str:
@@ -311,7 +394,11 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
+    try:
+        args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
+    except UserError as exc:  # a type of ours refused a value (_given)
+        _say(f"error: {exc}")
+        return 2
     stray = [e for e in extra if args.command not in ("run", "eval", "sweep", "validate") or e.startswith("-")
              or "=" not in e]
     if stray:
@@ -322,26 +409,53 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = list(args.overrides) + extra
     if args.verbose:
         os.environ[quiet.VERBOSE] = "1"
+    _streams_never_fail()
     quiet.warnings_off()  # the libraries' own chatter goes once they load (quiet.libraries)
+    with _stops_like_ctrl_c():
+        return _outcome(args)
+
+
+def _outcome(args: argparse.Namespace) -> int:
+    """The command run, each way it can end as one line on stderr and its exit code."""
     try:
         return args.func(args)
     except UserError as exc:
-        print(printable(f"error: {exc}"), file=sys.stderr)
+        _say(f"error: {exc}")
         return 2
-    except BrokenPipeError:  # `toolkit report runs | head`: the reader left; end quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:  # `toolkit report runs | head`: the reader left; end quietly, as SIGPIPE would
+        _to_devnull(sys.stdout)
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt as exc:  # Ctrl-C: one line, exit 130 (128 + SIGINT) as shells expect
-        if os.environ.get(SWEEP_CHILD) and args.command == "run":
-            return 130  # the sweep that started this run says it, once
-        print(f"error: {getattr(exc, 'message', None) or 'interrupted; nothing more was written'}",
-              file=sys.stderr)
-        return 130
+        signum = getattr(exc, "signal", None) or (_STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT)
+        if signum == signal.SIGPIPE:
+            _to_devnull(sys.stdout)
+        if os.environ.get(SWEEP_CHILD) and args.command == "run" or int(os.environ.get("RANK", "0")) != 0:
+            return 128 + signum  # said once: by the sweep that started this run, by rank 0 of a launch
+        _say(f"error: {_SAID_AS.get(signum, '')}"
+             f"{getattr(exc, 'message', None) or 'interrupted; nothing more was written'}")
+        return 128 + signum  # SIGTERM: 143, SIGHUP: 129, SIGPIPE: 141
     except Exception as exc:  # a full disk or an unwritable place anywhere: said as such
         if not (isinstance(exc, OSError) and exc.errno in DISK_ERRORS) and not disk_full(exc):
             raise
-        print(f"error: {disk_error(exc)}", file=sys.stderr)
+        _say(f"error: {disk_error(exc)}")
         return 2
+
+
+def _say(line: str) -> None:
+    """One line on stderr. A closed stderr (its reader left too) loses the line, not the exit
+    code: the failed write turned exit 2 into a traceback nobody saw and exit 1."""
+    try:
+        print(printable(line), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        _to_devnull(sys.stderr)
+
+
+def _to_devnull(stream: object) -> None:
+    """A closed stream's later writes, and the interpreter's flush at exit, go nowhere, quietly."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())  # type: ignore[attr-defined]
+    except (OSError, ValueError, AttributeError):  # no file behind it (a test's capture)
+        pass
 
 
 if __name__ == "__main__":

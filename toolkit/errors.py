@@ -1,6 +1,8 @@
 """What a user can cause: a UserError (one line, exit code 2), Ctrl-C (Interrupted, exit 130), a full disk."""
 
 import errno
+import os
+import resource
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,22 +22,56 @@ class Interrupted(KeyboardInterrupt):
     run sets the line to print (what was kept, how to go on). Still a KeyboardInterrupt, so code
     that lets Ctrl-C through keeps doing so."""
 
-    def __init__(self, message: str = "interrupted", step: int | None = None, total: int | None = None) -> None:
+    def __init__(self, message: str = "interrupted", step: int | None = None, total: int | None = None,
+                 signal: int | None = None) -> None:
         super().__init__(message)
         self.message, self.step, self.total = message, step, total
+        self.signal = signal  # what stopped it when not Ctrl-C (SIGPIPE: the reader of the output left)
+
+
+# What a writer says when the place cannot take what it writes: (errno, the text Rust writers such
+# as tokenizers' raise in a bare Exception, the system's own text, what the user is told).
+NO_ROOM = [
+    (errno.ENOSPC, "os error 28", "No space left on device", "no space left on the device"),
+    (errno.EDQUOT, "os error 122", "Disk quota exceeded", "no space left on the device (disk quota exceeded)"),
+    (errno.EFBIG, "os error 27", "File too large", "a file larger than the file system or this process's "
+     "file size limit (`ulimit -f`) allows"),
+]
+
+
+def no_room(exc: BaseException) -> str | None:
+    """Why the place could not take the write (NO_ROOM's words), however the writer said it; None
+    for any other failure. A file over the file system's largest size (FAT32's 4 GiB) or over
+    `ulimit -f` (Python ignores SIGXFSZ: the write fails with EFBIG) is the disk's limit as a full
+    disk is, not a bug: it was a traceback."""
+    code, text = getattr(exc, "errno", None), str(exc)
+    for number, rust, system, said in NO_ROOM:
+        if (isinstance(exc, OSError) and code == number) or rust in text or system in text:
+            return said
+    return None
 
 
 def disk_full(exc: BaseException) -> bool:
-    """A full disk, however the writer said it (tokenizers' Rust writer raises a bare Exception
-    carrying `os error 28`)."""
-    return (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or \
-        "os error 28" in str(exc) or "No space left on device" in str(exc)
+    """The place could not take the write (no_room)."""
+    return no_room(exc) is not None
 
 
 def nearly_full(place: Path) -> bool:
     """torch's checkpoint writer reports a full disk as an iostream RuntimeError: ask the disk."""
     where = next((p for p in [place, *place.parents] if p.exists()), Path("."))
     return shutil.disk_usage(where).free < (1 << 20)
+
+
+def _unsaid(exc: BaseException, target: Path) -> str | None:
+    """torch's checkpoint writer says neither a full disk nor a file over `ulimit -f` (EFBIG): an
+    iostream RuntimeError ("unexpected pos"). The disk is asked how much is free, and a failure
+    of that writer under a file size limit is put down to the limit, which is named."""
+    if nearly_full(target):
+        return "no space left on the device"
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY and "inline_container" in str(exc):
+        return f"a file larger than this process's file size limit ({soft} bytes, `ulimit -f`) allows"
+    return None
 
 
 @contextmanager
@@ -46,6 +82,30 @@ def writing(target: Path, then: str, ask_the_disk: bool = False) -> Iterator[Non
     try:
         yield
     except Exception as exc:
-        if not (disk_full(exc) or (ask_the_disk and nearly_full(target))):
+        said = no_room(exc) or (_unsaid(exc, target) if ask_the_disk else None)
+        if said is None:
             raise
-        raise UserError(f"no space left on the device while writing {target}; {then}") from None
+        raise UserError(f"{said} while writing {target}; {then}") from None
+
+
+def env_folder(name: str, default: Path | str) -> Path:
+    """A TOOLKIT_* folder variable read as recipe.check_environment checks it: empty is unset and
+    `~` is expanded. TOOLKIT_CACHE='' (an unset shell variable exported) put the smoke models and
+    the run locks in the working directory, so two launches of one run from two folders did not
+    see each other's lock; TOOLKIT_CACHE='~/c' or TOOLKIT_RUNS='~/runs' (a .env file, a systemd
+    unit: no shell to expand it) made a folder named `~` there."""
+    return Path(os.environ.get(name) or default).expanduser()
+
+
+def cache_dir() -> Path:
+    """$TOOLKIT_CACHE (env_folder), else ~/.cache/toolkit, the home looked up only then. Looked
+    up first, a process with no home to find (HOME unset under a user id with no passwd entry: a
+    container run as an arbitrary uid) was a RuntimeError traceback even with TOOLKIT_CACHE set."""
+    if os.environ.get("TOOLKIT_CACHE"):
+        return env_folder("TOOLKIT_CACHE", "")
+    try:
+        return Path.home() / ".cache" / "toolkit"
+    except RuntimeError:  # what pathlib raises with no HOME and no passwd entry
+        raise UserError(f"TOOLKIT_CACHE is not set and this process has no home folder for ~/.cache/toolkit "
+                        f"(HOME is unset and user id {os.getuid()} has no passwd entry); set TOOLKIT_CACHE "
+                        "(or HOME) to a folder the toolkit may write") from None

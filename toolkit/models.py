@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from toolkit import attention as modules, heads, hf_tables, hub
-from toolkit.errors import UserError
+from toolkit.errors import UserError, cache_dir
 from toolkit.registry import did_you_mean
 
 if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
@@ -309,7 +309,7 @@ def smoke_checkpoint(checkpoint: str) -> str:
     if shared_name is None:
         raise UserError(f"--smoke: no small model for a {family} checkpoint (it is neither an "
                         "encoder, a decoder nor an encoder-decoder with an LM head)")
-    cache = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "smoke"
+    cache = cache_dir() / "smoke"
     # A built model is looked for before its tokenizer is read (a tenth to a half of a second
     # each time; a cached folder holds its tokenizer): the checkpoint's own, then the shared one.
     try:

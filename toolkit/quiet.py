@@ -9,7 +9,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import warnings
+from contextlib import contextmanager
+from typing import Iterator
 
 from toolkit import hub
 
@@ -93,3 +96,45 @@ def libraries() -> None:
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     logging.getLogger("peft").setLevel(logging.ERROR)
+
+
+# Each library's progress-bar switch: (module, is it on, turn it on, turn it off), read by name.
+BARS = [("huggingface_hub.utils", "are_progress_bars_disabled", "enable_progress_bars", "disable_progress_bars"),
+        ("datasets.utils.logging", "is_progress_bar_enabled", "enable_progress_bar", "disable_progress_bar"),
+        ("transformers.utils.logging", "is_progress_bar_enabled", "enable_progress_bar", "disable_progress_bar")]
+
+
+def _bars() -> dict[str, bool]:
+    """Which libraries' progress bars are on, of those imported."""
+    on = {}
+    for module, ask, _, _ in BARS:
+        if module in sys.modules:
+            value = getattr(sys.modules[module], ask)()
+            on[module] = not value if ask.startswith("are_") else bool(value)
+    return on
+
+
+@contextmanager
+def as_found() -> Iterator[None]:
+    """What quiet sets for a call of the Python API is put back after it: the warning filters,
+    the libraries' log levels and filters, their progress bars and TOKENIZERS_PARALLELISM. They
+    stayed set, so a notebook's own transformers / datasets work after `toolkit.run` showed no
+    warning and no progress bar. A library first imported during the call gets its defaults."""
+    filters, parallel = list(warnings.filters), os.environ.get("TOKENIZERS_PARALLELISM")
+    names = (*LIBRARIES, *(name for name, _, _ in LOG_NOISE))
+    loggers = {name: (logging.getLogger(name).level, list(logging.getLogger(name).filters)) for name in names}
+    bars = _bars()
+    try:
+        yield
+    finally:
+        warnings.filters[:] = filters
+        warnings._filters_mutated()  # type: ignore[attr-defined]  # the caches of `warn` forget the old filters
+        if parallel is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        for name, (level, kept) in loggers.items():
+            logger = logging.getLogger(name)
+            logger.setLevel(level)
+            logger.filters[:] = kept
+        for module, _, enable, disable in BARS:
+            if module in sys.modules and _bars().get(module) != bars.get(module, True):
+                getattr(sys.modules[module], enable if bars.get(module, True) else disable)()

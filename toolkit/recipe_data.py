@@ -507,7 +507,11 @@ def closest_recipes(name: str, names: list[str]) -> str:
 
 
 def find_recipe(name: str) -> Path:
-    """A recipe file: a path, or the name of a shipped one (`glue/sst2/roberta-base-lora`)."""
+    """A recipe file: a path, or the name of a shipped one (`glue/sst2/roberta-base-lora`). An
+    empty name (`make run RECIPE=`, an unset shell variable) was read as the folder `.`."""
+    if not name.strip():
+        raise UserError("no recipe given (an empty name); give a recipe file or a shipped recipe's name, "
+                        "e.g. demo/sst2/minilm-lora (`toolkit ls recipes` lists them)")
     path = Path(name)
     if path.is_file() or path.suffix == ".yaml" and path.exists():
         return path

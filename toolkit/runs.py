@@ -17,12 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from toolkit.errors import UserError
+from toolkit.errors import UserError, cache_dir, env_folder
 from toolkit.recipe_data import Recipe
 
 
 def runs_root(override: str | None = None) -> Path:
-    return Path(override or os.environ.get("TOOLKIT_RUNS") or "runs")
+    return Path(override).expanduser() if override else env_folder("TOOLKIT_RUNS", "runs")
 
 
 def world_size() -> int:
@@ -196,7 +196,7 @@ def check_utf8(path: Path | str, what: str) -> None:
 @contextmanager
 def _cache_lock(out: Path):
     # Locks live in the cache, not the runs folder: a run refused early leaves no folder behind.
-    folder = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "locks"
+    folder = cache_dir() / "locks"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")
     handle = path.open("a+")

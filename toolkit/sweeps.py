@@ -73,13 +73,18 @@ MAX_SEED_COUNT = 10
 
 
 def parse_seeds(text: str | None) -> list[int]:
-    """`42,43,44` or `42 43 44`: those seeds; one number up to 10 (`3`) is a count from 42."""
-    if not text or not text.strip():
+    """`42,43,44` or `42 43 44`: those seeds; one number up to 10 (`3`) is a count from 42. None
+    (not given): the recipe's own train.seed. Given but empty (`make glue SEEDS=`, an unset
+    variable) is a mistake: it ran each point once, with the recipe's seed, where seeds were asked."""
+    if text is None:
         return []
     try:
         seeds = [int(s) for s in text.replace(",", " ").split()]
     except ValueError:
         raise UserError(f"--seeds '{text}': expected integers, e.g. --seeds 42,43,44 or --seeds 3") from None
+    if not seeds:
+        raise UserError(f"--seeds '{text}': no seed given; e.g. --seeds 42,43,44 or --seeds 3 (leave --seeds "
+                        "out for the recipe's own train.seed)")
     if len(seeds) == 1 and 0 < seeds[0] <= MAX_SEED_COUNT:
         return list(range(SEED_BASE, SEED_BASE + seeds[0]))
     if seeds == [0]:
@@ -142,6 +147,8 @@ def resolve(point: Point) -> Point:
 def listed_seeds(seeds: list[int]) -> list[int]:
     """Seeds given as a list (the Python API): each one is a seed, never a count (`[3]` is the
     seed 3, where `--seeds 3` is three seeds); a seed listed twice is refused as in `--seeds`."""
+    if not seeds:
+        raise UserError("seeds []: no seed given; e.g. seeds=[42, 43, 44] or seeds=3 (leave it out for 42)")
     if len(set(seeds)) != len(seeds):
         raise UserError(f"seeds {seeds}: a seed is listed twice")
     return list(seeds)

@@ -20,13 +20,26 @@ from toolkit.errors import UserError
 from toolkit.reports import core as report
 
 
+class _Figures:
+    """Figures drawn off-screen without pyplot, with pyplot's two calls used here: the
+    `matplotlib.use("Agg")` this took switched the backend of the whole process, so a notebook's
+    own plots stopped showing after `toolkit.report(..., plots=True)`. A bare Figure saves as PNG
+    through the Agg canvas whatever the backend."""
+
+    @staticmethod
+    def subplots(*args, figsize=None, **kwargs):
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=figsize)
+        return fig, fig.subplots(*args, **kwargs)
+
+    @staticmethod
+    def close(fig) -> None:  # nothing of it is registered anywhere: it goes with its last reference
+        pass
+
+
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return _Figures
 
 
 def entries(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
