@@ -199,3 +199,82 @@ def test_smoke_model_is_built_whole_under_a_zero3_launch(tmp_path: Path, monkeyp
     del launch_config
     weights = load_file(Path(folder) / "model.safetensors")
     assert weights and all(w.numel() > 0 for w in weights.values())
+
+
+# What each launch writes into a checkpoint folder (accelerate's save_state; the sharded ones as the
+# launches above wrote them: test_checkpoint_layouts_are_what_the_launches_wrote), with its process count
+LAYOUTS = {
+    ("no strategy", 1): ["model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl"],
+    ("ddp", 2): ["model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl", "random_states_1.pkl"],
+    ("fsdp", 2): ["pytorch_model_fsdp_0/__0_0.distcp", "pytorch_model_fsdp_0/__1_0.distcp", "optimizer_0/__0_0.distcp",
+                  "optimizer_0/__1_0.distcp", "scheduler.bin", "random_states_0.pkl", "random_states_1.pkl"],
+    ("fsdp", 1): ["pytorch_model_fsdp_0/__0_0.distcp", "optimizer_0/__0_0.distcp", "scheduler.bin",
+                  "random_states_0.pkl"],
+    ("zero2", 2): ["pytorch_model/mp_rank_00_model_states.pt", "pytorch_model/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                   "pytorch_model/zero_pp_rank_1_mp_rank_00_optim_states.pt", "latest", "scheduler.bin",
+                   "random_states_0.pkl", "random_states_1.pkl"],
+    ("zero3", 2): [*(f"pytorch_model/zero_pp_rank_{r}_mp_rank_00_{k}_states.pt" for r in (0, 1) for k in ("model", "optim")),
+                   "latest", "scheduler.bin", "random_states_0.pkl", "random_states_1.pkl"],
+}
+
+
+def _launch(strategy: str, processes: int):
+    """What `sharding.launched_as` reads of an Accelerator launched so."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    kind = {"fsdp": DistributedType.FSDP, "zero2": DistributedType.DEEPSPEED, "zero3": DistributedType.DEEPSPEED,
+            "ddp": DistributedType.MULTI_CPU, "no strategy": DistributedType.NO}[strategy]
+    plugin = SimpleNamespace(zero_stage={"zero2": 2, "zero3": 3}.get(strategy))
+    return SimpleNamespace(distributed_type=kind, num_processes=processes, is_main_process=True,
+                           state=SimpleNamespace(deepspeed_plugin=plugin), print=print,
+                           wait_for_everyone=lambda: None)
+
+
+@pytest.mark.parametrize("written", list(LAYOUTS))
+def test_resume_under_another_strategy_or_process_count_is_refused_in_one_line(tmp_path: Path, monkeypatch,
+                                                                                written: tuple) -> None:
+    """A whole checkpoint (its manifest vouches for every file) resumed under every launch: under
+    the one that wrote it the loader reads it; under any other, one line naming both launches,
+    before the loader (an FSDP checkpoint under ZeRO-2 was a bare AssertionError in DeepSpeed's)."""
+    from toolkit import checkpoints, runs
+    from toolkit.errors import UserError
+
+    folder = tmp_path / "run" / "checkpoints" / "step-000003"
+    for rel in LAYOUTS[written]:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(b"x")
+    runs.write_json(folder / "trainer_state.json", {"step": 3, "manifest": runs.manifest(folder)})
+
+    class Loaded(Exception):
+        pass
+
+    def load(acc, path):
+        raise Loaded
+
+    monkeypatch.setattr(checkpoints, "_load", load)
+    for launch in LAYOUTS:
+        if launch == written:
+            with pytest.raises(Loaded):
+                checkpoints.restore(_launch(*launch), tmp_path / "run", 10)
+            continue
+        with pytest.raises(UserError) as refused:
+            checkpoints.restore(_launch(*launch), tmp_path / "run", 10)
+        said = str(refused.value)
+        assert "\n" not in said and "--force" in said, said
+        def named(s: tuple) -> str:
+            return "1 plain process" if s[0] == "no strategy" else f"STRATEGY={s[0]} on {s[1]} process(es)"
+        assert f"written under {named(written)}, but this launch is {named(launch)};" in said, said
+        assert f"(NPROC={written[1]}{'' if written[0] == 'no strategy' else ' STRATEGY=' + written[0]})" in said, said
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero3"])
+def test_checkpoint_layouts_are_what_the_launches_wrote(sharded_runs, strategy: str) -> None:
+    """LAYOUTS' sharded rows against the files the interrupted runs above left (no extra launch)."""
+    stopped = sharded_runs(strategy, "gpt2")[3]
+    step = next(p.split("/checkpoints/")[1].split("/")[0] for p in stopped if "/checkpoints/step-" in p)
+    files = {p.split(f"/checkpoints/{step}/")[1] for p in stopped if f"/checkpoints/{step}/" in p}
+    expected = set(LAYOUTS[strategy, 2])
+    assert expected - {"latest"} <= files, sorted(files)
+    assert not {f for f in files if f.endswith((".pt", ".distcp", ".pkl"))} - expected  # folders listed too

@@ -90,6 +90,7 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     for folder in reversed(found):
         problem = runs.check_manifest(folder)
         if problem is None:
+            sharding.check_resume(acc, folder)  # another strategy or process count: one line
             problem = _load(acc, folder)
         if problem is not None:
             problems.append(f"{folder.name}: {problem}")

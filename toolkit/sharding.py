@@ -343,3 +343,49 @@ def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
     finally:
         for module, name, param in swapped:
             module._parameters[name] = param
+
+
+# --- resuming a checkpoint under the launch that wrote it ------------------------------------
+def written_under(folder: Any) -> tuple[str, int]:
+    """(strategy, processes) a checkpoint folder was written under, read from accelerate's layout
+    of it: FSDP's sharded `pytorch_model_fsdp_0/` (torch.distributed.checkpoint), DeepSpeed's
+    engine folder `pytorch_model/` (ZeRO-3 writes one `zero_pp_rank_*_model_states.pt` per rank,
+    ZeRO-1/2 one `mp_rank_00_model_states.pt`), else plain weights; one `random_states_<rank>.pkl`
+    per process. Read from the files, it holds for checkpoints written before it was asked."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    processes = len(list(folder.glob("random_states_*.pkl")))
+    if (folder / "pytorch_model_fsdp_0").is_dir():
+        return "fsdp", processes
+    engine = folder / "pytorch_model"
+    if engine.is_dir():
+        return ("zero3" if any(engine.glob("zero_pp_rank_*_model_states.pt")) else "zero2"), processes
+    return ("ddp" if processes > 1 else "no strategy"), processes
+
+
+def launched_as(accelerator: Any) -> tuple[str, int]:
+    """(strategy, processes) of this launch, named as `written_under` names a checkpoint's."""
+    kind = accelerator.distributed_type.value
+    if kind == "FSDP":
+        return "fsdp", accelerator.num_processes
+    if kind == "DEEPSPEED":
+        stage = int(accelerator.state.deepspeed_plugin.zero_stage or 0)
+        return ("zero3" if stage == 3 else "zero2"), accelerator.num_processes
+    return ("ddp" if accelerator.num_processes > 1 else "no strategy"), accelerator.num_processes
+
+
+def check_resume(accelerator: Any, folder: Any) -> None:
+    """A checkpoint resumes under the strategy and process count that wrote it, or not at all: the
+    loaders read only their own layout (an FSDP checkpoint under ZeRO-2 failed with a bare
+    AssertionError inside DeepSpeed's loader, a DDP one under FSDP with a missing file), and a
+    sharded checkpoint is cut per rank. The run id holds the process count but not the strategy,
+    so the same recipe under another STRATEGY finds the other's checkpoints: one line naming both."""
+    then, now = written_under(folder), launched_as(accelerator)
+    if then[1] and then != now:  # (no RNG file: not accelerate's layout; its loader judges it)
+        def say(s: tuple[str, int]) -> str:
+            return f"STRATEGY={s[0]} on {s[1]} process(es)" if s[0] != "no strategy" else "1 plain process"
+        raise UserError(f"{folder}: written under {say(then)}, but this launch is {say(now)}; a checkpoint "
+                        f"resumes only under the launch that wrote it: relaunch as it was (NPROC={then[1]}"
+                        f"{'' if then[0] == 'no strategy' else ' STRATEGY=' + then[0]}), or --force to start "
+                        "this run again from step 0")
