@@ -278,3 +278,38 @@ def test_checkpoint_layouts_are_what_the_launches_wrote(sharded_runs, strategy: 
     expected = set(LAYOUTS[strategy, 2])
     assert expected - {"latest"} <= files, sorted(files)
     assert not {f for f in files if f.endswith((".pt", ".distcp", ".pkl"))} - expected  # folders listed too
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "bart", "t5"])
+def test_a_model_loaded_as_zero3_loads_it_saves_the_names_a_plain_load_saves(tmp_path: Path, tiny_checkpoint,
+                                                                            family: str) -> None:
+    """transformers' ZeRO-3 load path (`_load_state_dict_into_zero3_model`, here on whole
+    parameters: the names do not depend on the partitioning) keeps every weight renaming for the
+    save, used or not: BERT's saved LayerNorms were `gamma`/`beta` after a ZeRO-3 run. Saved as
+    the loop saves under ZeRO-3 (`sharding.save_names_as_loaded`), every family's file has the
+    plain save's names and tensors."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForSequenceClassification
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.integrations.deepspeed import _load_state_dict_into_zero3_model
+    from transformers.modeling_utils import LoadStateDictConfig
+
+    from toolkit import sharding
+
+    checkpoint = tiny_checkpoint(family)
+    torch.manual_seed(0)
+    plain = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2)
+    plain.save_pretrained(tmp_path / "plain")
+    model = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2)
+    state = plain.state_dict()
+    _load_state_dict_into_zero3_model(model, {k: v.clone() for k, v in state.items()},
+                                      LoadStateDictConfig(weight_mapping=get_model_conversion_mapping(model)))
+    model.load_state_dict(state)  # (off a ZeRO-3 launch that loader sets the renamings, not the values)
+    model.save_pretrained(tmp_path / "as-loaded")
+    sharding.save_names_as_loaded(model)
+    model.save_pretrained(tmp_path / "zero3")
+    want, got = (load_file(tmp_path / d / "model.safetensors") for d in ("plain", "zero3"))
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    if family in ("bert", "roberta"):  # the names it saved before: the test sees the difference
+        assert load_file(tmp_path / "as-loaded" / "model.safetensors").keys() != want.keys()

@@ -307,6 +307,19 @@ def full(value: Any, device: Any = None) -> Any:
     return value
 
 
+def save_names_as_loaded(model: torch.nn.Module) -> None:
+    """The weight renamings `save_pretrained` reverts (transformers 5: `_weight_conversions`) cut
+    to those the load used, as a plain load keeps them. transformers' ZeRO-3 load
+    (`_load_state_dict_into_zero3_model`) keeps every registered one, used or not, among them the
+    legacy `LayerNorm.gamma/beta` -> `weight/bias`: a BERT or RoBERTa saved after a ZeRO-3 run
+    (full, bitfit, freeze) named its LayerNorms `gamma`/`beta`, unlike the same run's save
+    without sharding (transformers reads both back alike; other readers of the file do not)."""
+    for module in model.modules():
+        kept = getattr(module, "_weight_conversions", None)
+        if kept and all(hasattr(c, "was_used") for c in kept):
+            module._weight_conversions = [c for c in kept if c.was_used()]
+
+
 @contextmanager
 def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
     """The model with plain, whole parameters (on the CPU, in the main process) in place of its
@@ -319,6 +332,8 @@ def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
 
     if any(hasattr(p, "ds_id") for p in model.parameters()):  # DeepSpeed ZeRO-3: its own gathering
         import deepspeed
+
+        save_names_as_loaded(model)
 
         with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
             yield model
