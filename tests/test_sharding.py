@@ -313,3 +313,31 @@ def test_a_model_loaded_as_zero3_loads_it_saves_the_names_a_plain_load_saves(tmp
     assert all(torch.equal(got[k], want[k]) for k in want)
     if family in ("bert", "roberta"):  # the names it saved before: the test sees the difference
         assert load_file(tmp_path / "as-loaded" / "model.safetensors").keys() != want.keys()
+
+
+@pytest.mark.parametrize("launch", list(LAYOUTS))
+def test_a_checkpoint_cut_short_while_written_is_passed_over_said_and_removed(tmp_path: Path, monkeypatch, capsys,
+                                                                              launch: tuple) -> None:
+    """A process (one rank of a sharded launch) killed while the step-6 checkpoint is written
+    leaves `tmp-step-000006` with some ranks' files only: the resume loads the whole step 3,
+    says so, and the cut one is named and removed (it stayed on disk until that step was saved
+    again, a sharded model's size each)."""
+    from toolkit import checkpoints, runs
+
+    run = tmp_path / "run"
+    whole, cut = run / "checkpoints" / "step-000003", run / "checkpoints" / "tmp-step-000006"
+    for folder, files in ((whole, LAYOUTS[launch]), (cut, LAYOUTS[launch][: len(LAYOUTS[launch]) // 2])):
+        for rel in files:
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_bytes(b"x")
+    runs.write_json(whole / "trainer_state.json", {"step": 3, "manifest": runs.manifest(whole)})
+    loaded = []
+    monkeypatch.setattr(checkpoints, "_load", lambda acc, folder: loaded.append(folder))
+    acc = _launch(*launch)
+    state = checkpoints.restore(acc, run, 10)
+    checkpoints.clear_partial(acc, run)
+    said = capsys.readouterr()
+    assert state.step == 3 and loaded == [whole]
+    assert f"resuming from {whole} (step 3 of 10)" in said.out
+    assert f"note: {cut} is the checkpoint a stopped attempt was writing, not whole: not used" in said.err
+    assert not cut.exists() and whole.exists()
