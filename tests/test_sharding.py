@@ -232,9 +232,15 @@ def _launch(strategy: str, processes: int):
                            wait_for_everyone=lambda: None)
 
 
-@pytest.mark.parametrize("written", list(LAYOUTS))
+# the other files FSDP writes under another fsdp_state_dict_type than the configs' SHARDED_STATE_DICT
+OTHER_LAYOUTS = [(("fsdp", 2), ["pytorch_model_fsdp.bin", "optimizer.bin", "random_states_0.pkl", "random_states_1.pkl"]),
+                 (("fsdp", 2), ["pytorch_model_fsdp_rank0.bin", "pytorch_model_fsdp_rank1.bin", "optimizer_rank0.bin",
+                                "optimizer_rank1.bin", "random_states_0.pkl", "random_states_1.pkl"])]
+
+
+@pytest.mark.parametrize("written, files", [*LAYOUTS.items(), *OTHER_LAYOUTS])
 def test_resume_under_another_strategy_or_process_count_is_refused_in_one_line(tmp_path: Path, monkeypatch,
-                                                                                written: tuple) -> None:
+                                                                                written: tuple, files: list) -> None:
     """A whole checkpoint (its manifest vouches for every file) resumed under every launch: under
     the one that wrote it the loader reads it; under any other, one line naming both launches,
     before the loader (an FSDP checkpoint under ZeRO-2 was a bare AssertionError in DeepSpeed's)."""
@@ -242,7 +248,7 @@ def test_resume_under_another_strategy_or_process_count_is_refused_in_one_line(t
     from toolkit.errors import UserError
 
     folder = tmp_path / "run" / "checkpoints" / "step-000003"
-    for rel in LAYOUTS[written]:
+    for rel in files:
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_bytes(b"x")
     runs.write_json(folder / "trainer_state.json", {"step": 3, "manifest": runs.manifest(folder)})

@@ -363,7 +363,8 @@ def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
 # --- resuming a checkpoint under the launch that wrote it ------------------------------------
 def written_under(folder: Any) -> tuple[str, int]:
     """(strategy, processes) a checkpoint folder was written under, read from accelerate's layout
-    of it: FSDP's sharded `pytorch_model_fsdp_0/` (torch.distributed.checkpoint), DeepSpeed's
+    of it: FSDP's `pytorch_model_fsdp_0/` (torch.distributed.checkpoint; `pytorch_model_fsdp.bin`
+    or `pytorch_model_fsdp_rank<r>.bin` under another fsdp_state_dict_type), DeepSpeed's
     engine folder `pytorch_model/` (ZeRO-3 writes one `zero_pp_rank_*_model_states.pt` per rank,
     ZeRO-1/2 one `mp_rank_00_model_states.pt`), else plain weights; one `random_states_<rank>.pkl`
     per process. Read from the files, it holds for checkpoints written before it was asked."""
@@ -371,7 +372,7 @@ def written_under(folder: Any) -> tuple[str, int]:
 
     folder = Path(folder)
     processes = len(list(folder.glob("random_states_*.pkl")))
-    if (folder / "pytorch_model_fsdp_0").is_dir():
+    if any(folder.glob("pytorch_model_fsdp*")):  # fsdp_state_dict_type SHARDED (a folder), FULL or LOCAL
         return "fsdp", processes
     engine = folder / "pytorch_model"
     if engine.is_dir():
