@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
+from toolkit import hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sharding, sweeps as sweep, tasks
 from toolkit.api import (DISK_ERRORS, _check_runs_root, _disk_error as disk_error, _one_export, _run_folder,
                          _scored_here, run_one)
 from toolkit.attention import ATTENTION
@@ -324,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[quiet.VERBOSE] = "1"
     quiet.warnings_off()  # the libraries' own chatter goes once they load (quiet.libraries)
     try:
+        sharding.check_command(args.command)  # predict, export ... under a launch: once per process
         return args.func(args)
     except UserError as exc:
         print(printable(f"error: {exc}"), file=sys.stderr)

@@ -29,6 +29,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from toolkit import runs
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import Method
@@ -405,3 +406,20 @@ def check_resume(accelerator: Any, folder: Any) -> None:
                         f"resumes only under the launch that wrote it: relaunch as it was (NPROC={then[1]}"
                         f"{'' if then[0] == 'no strategy' else ' STRATEGY=' + then[0]}), or --force to start "
                         "this run again from step 0")
+
+
+# --- commands under a launch of several processes --------------------------------------------
+SHARED_ACROSS_PROCESSES = ("run", "sweep", "eval")  # split their work over a launch's processes
+
+
+def check_command(command: str) -> None:
+    """Under a launch of several processes (torchrun, accelerate launch, `make ... NPROC=2`) only
+    the commands that split their work over the processes run (training, a sweep's runs,
+    evaluation: gathered, written once). Any other does its whole job in every process: `predict`
+    to standard output printed every prediction once per process, exit 0; `export` and `cp`
+    wrote the same folder from every process at once. Refused in one line instead."""
+    processes = runs.world_size()
+    if processes > 1 and command not in SHARED_ACROSS_PROCESSES:
+        raise UserError(f"toolkit {command}: runs in one process, and this launch has {processes} "
+                        f"(WORLD_SIZE={processes}); run it without torchrun / accelerate launch (or NPROC=1); "
+                        f"under a launch only {', '.join(SHARED_ACROSS_PROCESSES)} split their work over the processes")
