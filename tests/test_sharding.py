@@ -347,3 +347,49 @@ def test_a_checkpoint_cut_short_while_written_is_passed_over_said_and_removed(tm
     assert f"resuming from {whole} (step 3 of 10)" in said.out
     assert f"note: {cut} is the checkpoint a stopped attempt was writing, not whole: not used" in said.err
     assert not cut.exists() and whole.exists()
+
+
+def _prepared(strategy: str):
+    """What `sharding.enable` reads of an Accelerator that the launch made FSDP2 or DeepSpeed."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    config = {"zero_optimization": {"stage": {"zero2": 2, "zero3": 3}.get(strategy, 0)}, "gradient_clipping": 1.0,
+              "train_micro_batch_size_per_gpu": "auto"}
+    plugin = SimpleNamespace(deepspeed_config=config, is_auto=lambda key: config.get(key) == "auto")
+    kind = DistributedType.FSDP if strategy == "fsdp" else DistributedType.DEEPSPEED
+    return SimpleNamespace(distributed_type=kind, is_fsdp2=strategy == "fsdp", state=SimpleNamespace(deepspeed_plugin=plugin))
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero2", "zero3"])
+def test_every_method_under_every_strategy_runs_or_is_refused_at_launch_in_one_line(strategy: str) -> None:
+    """Each cell of the method x strategy matrix as the launch decides it (`sharding.enable`, before
+    any weight loads): the methods that ran equal to one process on 2 CPU processes go on
+    (docs/distributed.md), the others are one line naming the method and the strategy; under
+    DeepSpeed the loop's settings its engine would not honour are refused for every method."""
+    from types import SimpleNamespace
+
+    from toolkit import sharding
+    from toolkit.errors import UserError
+    from toolkit.methods import METHODS
+
+    for name in METHODS.names():
+        train = SimpleNamespace(grad_accum=1, max_grad_norm=1.0, skip_nonfinite=0, batch_size=4)
+        recipe = SimpleNamespace(method=METHODS.get(name)(), train=train)
+        recipe.method.name = name
+        if name in RUNS_SHARDED:
+            sharding.enable(_prepared(strategy), recipe)
+            for setting, value in (("grad_accum", 2), ("max_grad_norm", 0.5), ("skip_nonfinite", 3)):
+                bad = SimpleNamespace(method=recipe.method, train=SimpleNamespace(**{**vars(train), setting: value}))
+                if strategy == "fsdp":
+                    sharding.enable(_prepared(strategy), bad)
+                else:
+                    with pytest.raises(UserError, match=f"^train.{setting}: "):
+                        sharding.enable(_prepared(strategy), bad)
+            continue
+        with pytest.raises(UserError) as refused:
+            sharding.enable(_prepared(strategy), recipe)
+        said = str(refused.value)
+        kind = "FSDP" if strategy == "fsdp" else "DEEPSPEED"
+        assert said.startswith(f"method.name: '{name}' under {kind}: ") and "\n" not in said, said
