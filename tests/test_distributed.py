@@ -78,6 +78,8 @@ def test_two_processes_equal_one(tmp_path: Path, cli, two_process_runs, checkpoi
 @pytest.mark.parametrize("env, message", [
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"}, "FSDP needs a distributed launch"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "LOCAL_RANK": "0"}, "runs FSDP2 only"),
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "LOCAL_RANK": "0", "FSDP_OFFLOAD_PARAMS": "true"},
+     "fsdp_offload_params: true offloads to the CPU from a GPU"),
     ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed needs a distributed launch"),
     ({"ACCELERATE_USE_DEEPSPEED": "true", "LOCAL_RANK": "0", "deepspeed": None}, "DeepSpeed is not installed"),
 ])

@@ -63,6 +63,12 @@ def check_cpu_launch() -> None:
         if os.environ.get("FSDP_VERSION", "1") != "2":
             raise UserError("FSDP_VERSION: on CPU processes the toolkit runs FSDP2 only "
                             "(fsdp_version: 2, as configs/accelerate/fsdp.yaml); FSDP1 needs GPUs")
+        # torch's offload policy moves shards between an accelerator and the host: on CPU processes
+        # it failed deep in fully_shard ("Cannot access accelerator device when none is available")
+        if os.environ.get("FSDP_OFFLOAD_PARAMS", "false").lower() == "true":
+            raise UserError("fsdp_offload_params: true offloads to the CPU from a GPU; on CPU processes the "
+                            "parameters are on the CPU already: use fsdp_offload_params: false "
+                            "(as configs/accelerate/fsdp.yaml)")
 
 
 def enable(accelerator: Any, recipe: Any) -> None:
