@@ -191,6 +191,14 @@ def test_a_one_process_command_under_a_launch_of_several_is_refused_in_one_line(
     monkeypatch.setenv("WORLD_SIZE", "2")
     if command in sharding.SHARED_ACROSS_PROCESSES:
         sharding.check_command(command)
+        for env in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):  # eval is not sharded: not under their name
+            monkeypatch.setenv(env, "true")
+            if command == "eval":
+                code, out, err = cli("eval", tmp_path / "run")
+                assert code == 2 and err.startswith("error: toolkit eval: under STRATEGY=") and len(err.splitlines()) == 1
+            else:
+                sharding.check_command(command)
+            monkeypatch.delenv(env)
         return
     args = {"predict": [tmp_path / "run", "--input", tmp_path / "in.jsonl"], "export": [tmp_path / "run", tmp_path / "out"],
             "cp": ["recipes/demo/sst2/minilm-lora.yaml", tmp_path / "out"], "report": [tmp_path]}.get(command, [])

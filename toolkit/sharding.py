@@ -423,8 +423,14 @@ def check_command(command: str) -> None:
     the commands that split their work over the processes run (training, a sweep's runs,
     evaluation: gathered, written once). Any other does its whole job in every process: `predict`
     to standard output printed every prediction once per process, exit 0; `export` and `cp`
-    wrote the same folder from every process at once. Refused in one line instead."""
+    wrote the same folder from every process at once. Refused in one line instead; so is `eval`
+    under FSDP or DeepSpeed, which it would run as plain data parallel under their name."""
     processes = runs.world_size()
+    if command == "eval" and asked():  # (`run` and `sweep`'s runs shard; `eval` would not)
+        raise UserError(f"toolkit eval: under STRATEGY={'fsdp' if asked() == 'fsdp' else 'zero2/zero3'} it would "
+                        "run the whole model in every process (data parallel, not sharded; on GPUs accelerate's "
+                        "own FSDP wrapping, which fails on BERT and T5); launch it with STRATEGY=ddp or in one process: "
+                        "the saved model of a sharded run is a plain folder")
     if processes > 1 and command not in SHARED_ACROSS_PROCESSES:
         raise UserError(f"toolkit {command}: runs in one process, and this launch has {processes} "
                         f"(WORLD_SIZE={processes}); run it without torchrun / accelerate launch (or NPROC=1); "
