@@ -78,6 +78,8 @@ def test_two_processes_equal_one(tmp_path: Path, cli, two_process_runs, checkpoi
 @pytest.mark.parametrize("env, message", [
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"}, "FSDP needs a distributed launch"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "LOCAL_RANK": "0"}, "runs FSDP2 only"),
+    ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "LOCAL_RANK": "0", "FSDP_OFFLOAD_PARAMS": "true"},
+     "fsdp_offload_params: true offloads to the CPU from a GPU"),
     ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed needs a distributed launch"),
     ({"ACCELERATE_USE_DEEPSPEED": "true", "LOCAL_RANK": "0", "deepspeed": None}, "DeepSpeed is not installed"),
 ])
@@ -167,3 +169,40 @@ def test_two_nodes_write_the_run_once_and_resume_after_one_dies(tmp_path: Path, 
     wa, wb = weights(a), weights(b)
     for key in wa:
         torch.testing.assert_close(wa[key], wb[key], atol=1e-5, rtol=1e-4)
+
+
+def _commands() -> list[str]:
+    import argparse
+
+    from toolkit.cli import parser
+
+    (sub,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sorted(sub.choices)
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_a_one_process_command_under_a_launch_of_several_is_refused_in_one_line(tmp_path: Path, cli, monkeypatch,
+                                                                                 command: str) -> None:
+    """Every command of the CLI as one process of a 2-process launch (torchrun's WORLD_SIZE): those
+    that split their work over the processes go on; any other is one line, exit 2, nothing
+    written (`predict` printed each prediction once per process, exit 0)."""
+    from toolkit import sharding
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    if command in sharding.SHARED_ACROSS_PROCESSES:
+        sharding.check_command(command)
+        for env in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):  # eval is not sharded: not under their name
+            monkeypatch.setenv(env, "true")
+            if command == "eval":
+                code, out, err = cli("eval", tmp_path / "run")
+                assert code == 2 and err.startswith("error: toolkit eval: under STRATEGY=") and len(err.splitlines()) == 1
+            else:
+                sharding.check_command(command)
+            monkeypatch.delenv(env)
+        return
+    args = {"predict": [tmp_path / "run", "--input", tmp_path / "in.jsonl"], "export": [tmp_path / "run", tmp_path / "out"],
+            "cp": ["recipes/demo/sst2/minilm-lora.yaml", tmp_path / "out"], "report": [tmp_path]}.get(command, [])
+    code, out, err = cli(command, *args)
+    assert code == 2 and err.startswith(f"error: toolkit {command}: runs in one process, and this launch has 2"), err
+    assert len(err.strip().splitlines()) == 1 and not out
+    assert sorted(tmp_path.iterdir()) == []

@@ -199,3 +199,197 @@ def test_smoke_model_is_built_whole_under_a_zero3_launch(tmp_path: Path, monkeyp
     del launch_config
     weights = load_file(Path(folder) / "model.safetensors")
     assert weights and all(w.numel() > 0 for w in weights.values())
+
+
+# What each launch writes into a checkpoint folder (accelerate's save_state; the sharded ones as the
+# launches above wrote them: test_checkpoint_layouts_are_what_the_launches_wrote), with its process count
+LAYOUTS = {
+    ("no strategy", 1): ["model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl"],
+    ("ddp", 2): ["model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl", "random_states_1.pkl"],
+    ("fsdp", 2): ["pytorch_model_fsdp_0/__0_0.distcp", "pytorch_model_fsdp_0/__1_0.distcp", "optimizer_0/__0_0.distcp",
+                  "optimizer_0/__1_0.distcp", "scheduler.bin", "random_states_0.pkl", "random_states_1.pkl"],
+    ("fsdp", 1): ["pytorch_model_fsdp_0/__0_0.distcp", "optimizer_0/__0_0.distcp", "scheduler.bin",
+                  "random_states_0.pkl"],
+    ("zero2", 2): ["pytorch_model/mp_rank_00_model_states.pt", "pytorch_model/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                   "pytorch_model/zero_pp_rank_1_mp_rank_00_optim_states.pt", "latest", "scheduler.bin",
+                   "random_states_0.pkl", "random_states_1.pkl"],
+    ("zero3", 2): [*(f"pytorch_model/zero_pp_rank_{r}_mp_rank_00_{k}_states.pt" for r in (0, 1) for k in ("model", "optim")),
+                   "latest", "scheduler.bin", "random_states_0.pkl", "random_states_1.pkl"],
+}
+
+
+def _launch(strategy: str, processes: int):
+    """What `sharding.launched_as` reads of an Accelerator launched so."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    kind = {"fsdp": DistributedType.FSDP, "zero2": DistributedType.DEEPSPEED, "zero3": DistributedType.DEEPSPEED,
+            "ddp": DistributedType.MULTI_CPU, "no strategy": DistributedType.NO}[strategy]
+    plugin = SimpleNamespace(zero_stage={"zero2": 2, "zero3": 3}.get(strategy))
+    return SimpleNamespace(distributed_type=kind, num_processes=processes, is_main_process=True,
+                           state=SimpleNamespace(deepspeed_plugin=plugin), print=print,
+                           wait_for_everyone=lambda: None)
+
+
+# the other files FSDP writes under another fsdp_state_dict_type than the configs' SHARDED_STATE_DICT
+OTHER_LAYOUTS = [(("fsdp", 2), ["pytorch_model_fsdp.bin", "optimizer.bin", "random_states_0.pkl", "random_states_1.pkl"]),
+                 (("fsdp", 2), ["pytorch_model_fsdp_rank0.bin", "pytorch_model_fsdp_rank1.bin", "optimizer_rank0.bin",
+                                "optimizer_rank1.bin", "random_states_0.pkl", "random_states_1.pkl"])]
+
+
+@pytest.mark.parametrize("written, files", [*LAYOUTS.items(), *OTHER_LAYOUTS])
+def test_resume_under_another_strategy_or_process_count_is_refused_in_one_line(tmp_path: Path, monkeypatch,
+                                                                                written: tuple, files: list) -> None:
+    """A whole checkpoint (its manifest vouches for every file) resumed under every launch: under
+    the one that wrote it the loader reads it; under any other, one line naming both launches,
+    before the loader (an FSDP checkpoint under ZeRO-2 was a bare AssertionError in DeepSpeed's)."""
+    from toolkit import checkpoints, runs
+    from toolkit.errors import UserError
+
+    folder = tmp_path / "run" / "checkpoints" / "step-000003"
+    for rel in files:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(b"x")
+    runs.write_json(folder / "trainer_state.json", {"step": 3, "manifest": runs.manifest(folder)})
+
+    class Loaded(Exception):
+        pass
+
+    def load(acc, path):
+        raise Loaded
+
+    monkeypatch.setattr(checkpoints, "_load", load)
+    for launch in LAYOUTS:
+        if launch == written:
+            with pytest.raises(Loaded):
+                checkpoints.restore(_launch(*launch), tmp_path / "run", 10)
+            continue
+        with pytest.raises(UserError) as refused:
+            checkpoints.restore(_launch(*launch), tmp_path / "run", 10)
+        said = str(refused.value)
+        assert "\n" not in said and "--force" in said, said
+        def named(s: tuple) -> str:
+            return "1 plain process" if s[0] == "no strategy" else f"STRATEGY={s[0]} on {s[1]} process(es)"
+        assert f"written under {named(written)}, but this launch is {named(launch)};" in said, said
+        assert f"(NPROC={written[1]}{'' if written[0] == 'no strategy' else ' STRATEGY=' + written[0]})" in said, said
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero3"])
+def test_checkpoint_layouts_are_what_the_launches_wrote(sharded_runs, strategy: str) -> None:
+    """LAYOUTS' sharded rows against the files the interrupted runs above left (no extra launch)."""
+    stopped = sharded_runs(strategy, "gpt2")[3]
+    step = next(p.split("/checkpoints/")[1].split("/")[0] for p in stopped if "/checkpoints/step-" in p)
+    files = {p.split(f"/checkpoints/{step}/")[1] for p in stopped if f"/checkpoints/{step}/" in p}
+    expected = set(LAYOUTS[strategy, 2])
+    assert expected - {"latest"} <= files, sorted(files)
+    assert not {f for f in files if f.endswith((".pt", ".distcp", ".pkl"))} - expected  # folders listed too
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "bart", "t5"])
+def test_a_model_loaded_as_zero3_loads_it_saves_the_names_a_plain_load_saves(tmp_path: Path, tiny_checkpoint,
+                                                                            family: str) -> None:
+    """transformers' ZeRO-3 load path (`_load_state_dict_into_zero3_model`, here on whole
+    parameters: the names do not depend on the partitioning) keeps every weight renaming for the
+    save, used or not: BERT's saved LayerNorms were `gamma`/`beta` after a ZeRO-3 run. Saved as
+    the loop saves under ZeRO-3 (`sharding.save_names_as_loaded`), every family's file has the
+    plain save's names and tensors."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForSequenceClassification
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.integrations.deepspeed import _load_state_dict_into_zero3_model
+    from transformers.modeling_utils import LoadStateDictConfig
+
+    from toolkit import sharding
+
+    checkpoint = tiny_checkpoint(family)
+    torch.manual_seed(0)
+    plain = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2)
+    plain.save_pretrained(tmp_path / "plain")
+    model = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2)
+    state = plain.state_dict()
+    _load_state_dict_into_zero3_model(model, {k: v.clone() for k, v in state.items()},
+                                      LoadStateDictConfig(weight_mapping=get_model_conversion_mapping(model)))
+    model.load_state_dict(state)  # (off a ZeRO-3 launch that loader sets the renamings, not the values)
+    model.save_pretrained(tmp_path / "as-loaded")
+    sharding.save_names_as_loaded(model)
+    model.save_pretrained(tmp_path / "zero3")
+    want, got = (load_file(tmp_path / d / "model.safetensors") for d in ("plain", "zero3"))
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    if family in ("bert", "roberta"):  # the names it saved before: the test sees the difference
+        assert load_file(tmp_path / "as-loaded" / "model.safetensors").keys() != want.keys()
+
+
+@pytest.mark.parametrize("launch", list(LAYOUTS))
+def test_a_checkpoint_cut_short_while_written_is_passed_over_said_and_removed(tmp_path: Path, monkeypatch, capsys,
+                                                                              launch: tuple) -> None:
+    """A process (one rank of a sharded launch) killed while the step-6 checkpoint is written
+    leaves `tmp-step-000006` with some ranks' files only: the resume loads the whole step 3,
+    says so, and the cut one is named and removed (it stayed on disk until that step was saved
+    again, a sharded model's size each)."""
+    from toolkit import checkpoints, runs
+
+    run = tmp_path / "run"
+    whole, cut = run / "checkpoints" / "step-000003", run / "checkpoints" / "tmp-step-000006"
+    for folder, files in ((whole, LAYOUTS[launch]), (cut, LAYOUTS[launch][: len(LAYOUTS[launch]) // 2])):
+        for rel in files:
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_bytes(b"x")
+    runs.write_json(whole / "trainer_state.json", {"step": 3, "manifest": runs.manifest(whole)})
+    loaded = []
+    monkeypatch.setattr(checkpoints, "_load", lambda acc, folder: loaded.append(folder))
+    acc = _launch(*launch)
+    state = checkpoints.restore(acc, run, 10)
+    checkpoints.clear_partial(acc, run)
+    said = capsys.readouterr()
+    assert state.step == 3 and loaded == [whole]
+    assert f"resuming from {whole} (step 3 of 10)" in said.out
+    assert f"note: {cut} is the checkpoint a stopped attempt was writing, not whole: not used" in said.err
+    assert not cut.exists() and whole.exists()
+
+
+def _prepared(strategy: str):
+    """What `sharding.enable` reads of an Accelerator that the launch made FSDP2 or DeepSpeed."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    config = {"zero_optimization": {"stage": {"zero2": 2, "zero3": 3}.get(strategy, 0)}, "gradient_clipping": 1.0,
+              "train_micro_batch_size_per_gpu": "auto"}
+    plugin = SimpleNamespace(deepspeed_config=config, is_auto=lambda key: config.get(key) == "auto")
+    kind = DistributedType.FSDP if strategy == "fsdp" else DistributedType.DEEPSPEED
+    return SimpleNamespace(distributed_type=kind, is_fsdp2=strategy == "fsdp", state=SimpleNamespace(deepspeed_plugin=plugin))
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "zero2", "zero3"])
+def test_every_method_under_every_strategy_runs_or_is_refused_at_launch_in_one_line(strategy: str) -> None:
+    """Each cell of the method x strategy matrix as the launch decides it (`sharding.enable`, before
+    any weight loads): the methods that ran equal to one process on 2 CPU processes go on
+    (docs/distributed.md), the others are one line naming the method and the strategy; under
+    DeepSpeed the loop's settings its engine would not honour are refused for every method."""
+    from types import SimpleNamespace
+
+    from toolkit import sharding
+    from toolkit.errors import UserError
+    from toolkit.methods import METHODS
+
+    for name in METHODS.names():
+        train = SimpleNamespace(grad_accum=1, max_grad_norm=1.0, skip_nonfinite=0, batch_size=4)
+        recipe = SimpleNamespace(method=METHODS.get(name)(), train=train)
+        recipe.method.name = name
+        if name in RUNS_SHARDED:
+            sharding.enable(_prepared(strategy), recipe)
+            for setting, value in (("grad_accum", 2), ("max_grad_norm", 0.5), ("skip_nonfinite", 3)):
+                bad = SimpleNamespace(method=recipe.method, train=SimpleNamespace(**{**vars(train), setting: value}))
+                if strategy == "fsdp":
+                    sharding.enable(_prepared(strategy), bad)
+                else:
+                    with pytest.raises(UserError, match=f"^train.{setting}: "):
+                        sharding.enable(_prepared(strategy), bad)
+            continue
+        with pytest.raises(UserError) as refused:
+            sharding.enable(_prepared(strategy), recipe)
+        said = str(refused.value)
+        kind = "FSDP" if strategy == "fsdp" else "DEEPSPEED"
+        assert said.startswith(f"method.name: '{name}' under {kind}: ") and "\n" not in said, said

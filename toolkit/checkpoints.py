@@ -90,6 +90,7 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     for folder in reversed(found):
         problem = runs.check_manifest(folder)
         if problem is None:
+            sharding.check_resume(acc, folder)  # another strategy or process count: one line
             problem = _load(acc, folder)
         if problem is not None:
             problems.append(f"{folder.name}: {problem}")
@@ -205,11 +206,17 @@ def start(acc: Accelerator, out: Path) -> None:
 
 def clear_partial(acc: Accelerator, out: Path) -> None:
     """Files a kill left half-written in the run folder (metrics.json, the predictions, written
-    under `<name>.<pid>.tmp` and renamed when whole) go before the run goes on: nothing of them
-    is read, and they stayed beside the finished run's files."""
+    under `<name>.<pid>.tmp` and renamed when whole; a checkpoint under `tmp-step-N`) go before the
+    run goes on: nothing of them is read, and they stayed beside the finished run's files."""
     if acc.is_main_process:
         for partial in out.glob("*.tmp"):
             partial.unlink(missing_ok=True)
+        # a checkpoint a kill cut short while being written (under sharding, one rank's part
+        # missing): never read (it is renamed step-N only when whole), and said, then gone
+        for partial in sorted(out.glob("checkpoints/tmp-step-*")):
+            print(f"note: {partial} is the checkpoint a stopped attempt was writing, not whole: not used "
+                  "(the run goes on from the newest whole checkpoint, if any), removed", file=sys.stderr)
+            shutil.rmtree(partial, ignore_errors=True)
     acc.wait_for_everyone()
 
 

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from toolkit import devices, hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sweeps as sweep, tasks
+from toolkit import (devices, hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sharding,
+                     sweeps as sweep, tasks)
 from toolkit.api import (DISK_ERRORS, _check_runs_root, _data_of_the_run, _disk_error as disk_error, _one_export,
                          _run_folder, _scored_here, run_one)
 from toolkit.attention import ATTENTION
@@ -418,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
 def _outcome(args: argparse.Namespace) -> int:
     """The command run, each way it can end as one line on stderr and its exit code."""
     try:
+        sharding.check_command(args.command)  # predict, export ... under a launch: once per process
         return args.func(args)
     except UserError as exc:
         _say(f"error: {exc}")

@@ -29,6 +29,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from toolkit import runs
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import Method
@@ -62,6 +63,12 @@ def check_cpu_launch() -> None:
         if os.environ.get("FSDP_VERSION", "1") != "2":
             raise UserError("FSDP_VERSION: on CPU processes the toolkit runs FSDP2 only "
                             "(fsdp_version: 2, as configs/accelerate/fsdp.yaml); FSDP1 needs GPUs")
+        # torch's offload policy moves shards between an accelerator and the host: on CPU processes
+        # it failed deep in fully_shard ("Cannot access accelerator device when none is available")
+        if os.environ.get("FSDP_OFFLOAD_PARAMS", "false").lower() == "true":
+            raise UserError("fsdp_offload_params: true offloads to the CPU from a GPU; on CPU processes the "
+                            "parameters are on the CPU already: use fsdp_offload_params: false "
+                            "(as configs/accelerate/fsdp.yaml)")
 
 
 def enable(accelerator: Any, recipe: Any) -> None:
@@ -307,6 +314,19 @@ def full(value: Any, device: Any = None) -> Any:
     return value
 
 
+def save_names_as_loaded(model: torch.nn.Module) -> None:
+    """The weight renamings `save_pretrained` reverts (transformers 5: `_weight_conversions`) cut
+    to those the load used, as a plain load keeps them. transformers' ZeRO-3 load
+    (`_load_state_dict_into_zero3_model`) keeps every registered one, used or not, among them the
+    legacy `LayerNorm.gamma/beta` -> `weight/bias`: a BERT or RoBERTa saved after a ZeRO-3 run
+    (full, bitfit, freeze) named its LayerNorms `gamma`/`beta`, unlike the same run's save
+    without sharding (transformers reads both back alike; other readers of the file do not)."""
+    for module in model.modules():
+        kept = getattr(module, "_weight_conversions", None)
+        if kept and all(hasattr(c, "was_used") for c in kept):
+            module._weight_conversions = [c for c in kept if c.was_used()]
+
+
 @contextmanager
 def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
     """The model with plain, whole parameters (on the CPU, in the main process) in place of its
@@ -319,6 +339,8 @@ def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
 
     if any(hasattr(p, "ds_id") for p in model.parameters()):  # DeepSpeed ZeRO-3: its own gathering
         import deepspeed
+
+        save_names_as_loaded(model)
 
         with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
             yield model
@@ -343,3 +365,73 @@ def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
     finally:
         for module, name, param in swapped:
             module._parameters[name] = param
+
+
+# --- resuming a checkpoint under the launch that wrote it ------------------------------------
+def written_under(folder: Any) -> tuple[str, int]:
+    """(strategy, processes) a checkpoint folder was written under, read from accelerate's layout
+    of it: FSDP's `pytorch_model_fsdp_0/` (torch.distributed.checkpoint; `pytorch_model_fsdp.bin`
+    or `pytorch_model_fsdp_rank<r>.bin` under another fsdp_state_dict_type), DeepSpeed's
+    engine folder `pytorch_model/` (ZeRO-3 writes one `zero_pp_rank_*_model_states.pt` per rank,
+    ZeRO-1/2 one `mp_rank_00_model_states.pt`), else plain weights; one `random_states_<rank>.pkl`
+    per process. Read from the files, it holds for checkpoints written before it was asked."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    processes = len(list(folder.glob("random_states_*.pkl")))
+    if any(folder.glob("pytorch_model_fsdp*")):  # fsdp_state_dict_type SHARDED (a folder), FULL or LOCAL
+        return "fsdp", processes
+    engine = folder / "pytorch_model"
+    if engine.is_dir():
+        return ("zero3" if any(engine.glob("zero_pp_rank_*_model_states.pt")) else "zero2"), processes
+    return ("ddp" if processes > 1 else "no strategy"), processes
+
+
+def launched_as(accelerator: Any) -> tuple[str, int]:
+    """(strategy, processes) of this launch, named as `written_under` names a checkpoint's."""
+    kind = accelerator.distributed_type.value
+    if kind == "FSDP":
+        return "fsdp", accelerator.num_processes
+    if kind == "DEEPSPEED":
+        stage = int(accelerator.state.deepspeed_plugin.zero_stage or 0)
+        return ("zero3" if stage == 3 else "zero2"), accelerator.num_processes
+    return ("ddp" if accelerator.num_processes > 1 else "no strategy"), accelerator.num_processes
+
+
+def check_resume(accelerator: Any, folder: Any) -> None:
+    """A checkpoint resumes under the strategy and process count that wrote it, or not at all: the
+    loaders read only their own layout (an FSDP checkpoint under ZeRO-2 failed with a bare
+    AssertionError inside DeepSpeed's loader, a DDP one under FSDP with a missing file), and a
+    sharded checkpoint is cut per rank. The run id holds the process count but not the strategy,
+    so the same recipe under another STRATEGY finds the other's checkpoints: one line naming both."""
+    then, now = written_under(folder), launched_as(accelerator)
+    if then[1] and then != now:  # (no RNG file: not accelerate's layout; its loader judges it)
+        def say(s: tuple[str, int]) -> str:
+            return f"STRATEGY={s[0]} on {s[1]} process(es)" if s[0] != "no strategy" else "1 plain process"
+        raise UserError(f"{folder}: written under {say(then)}, but this launch is {say(now)}; a checkpoint "
+                        f"resumes only under the launch that wrote it: relaunch as it was (NPROC={then[1]}"
+                        f"{'' if then[0] == 'no strategy' else ' STRATEGY=' + then[0]}), or --force to start "
+                        "this run again from step 0")
+
+
+# --- commands under a launch of several processes --------------------------------------------
+SHARED_ACROSS_PROCESSES = ("run", "sweep", "eval")  # split their work over a launch's processes
+
+
+def check_command(command: str) -> None:
+    """Under a launch of several processes (torchrun, accelerate launch, `make ... NPROC=2`) only
+    the commands that split their work over the processes run (training, a sweep's runs,
+    evaluation: gathered, written once). Any other does its whole job in every process: `predict`
+    to standard output printed every prediction once per process, exit 0; `export` and `cp`
+    wrote the same folder from every process at once. Refused in one line instead; so is `eval`
+    under FSDP or DeepSpeed, which it would run as plain data parallel under their name."""
+    processes = runs.world_size()
+    if command == "eval" and asked():  # (`run` and `sweep`'s runs shard; `eval` would not)
+        raise UserError(f"toolkit eval: under STRATEGY={'fsdp' if asked() == 'fsdp' else 'zero2/zero3'} it would "
+                        "run the whole model in every process (data parallel, not sharded; on GPUs accelerate's "
+                        "own FSDP wrapping, which fails on BERT and T5); launch it with STRATEGY=ddp or in one process: "
+                        "the saved model of a sharded run is a plain folder")
+    if processes > 1 and command not in SHARED_ACROSS_PROCESSES:
+        raise UserError(f"toolkit {command}: runs in one process, and this launch has {processes} "
+                        f"(WORLD_SIZE={processes}); run it without torchrun / accelerate launch (or NPROC=1); "
+                        f"under a launch only {', '.join(SHARED_ACROSS_PROCESSES)} split their work over the processes")
