@@ -67,7 +67,8 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path: Path, cli, monke
 def test_sigterm_to_a_sweep_alone_stops_its_run_too(tmp_path: Path, tiny_checkpoint) -> None:
     """Rule: a stop signal sent to the sweep's process alone (`kill PID`, not the process group as
     Ctrl-C is) reaches the run it started: the sweep said nothing and died, and its run trained
-    on, orphaned. Now: one line, exit 143, the run keeps its checkpoint and has stopped."""
+    on, orphaned. Now: one line, exit 143, the run keeps its checkpoint and has stopped; also when the
+    sweep was started with the stop signals blocked (the handlers unblock them while a command runs)."""
     data = tmp_path / "d.csv"
     data.write_text("text,label\n" + "".join(f"movie {i} was {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(64)))
     recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
@@ -76,15 +77,23 @@ method: {{name: full}}
 train: {{max_steps: 100000, batch_size: 2, save_every: 2, eval_every: 100000}}
 """)
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "sweep", str(recipe), "train.lr=1e-3,1e-4",
-                             "--runs-dir", str(runs)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    # started with the stop signals blocked, as a launcher or test runner may leave them (a mask is
+    # inherited across exec): the sweep never stopped, and its run trained on (found in the suite)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "sweep", str(recipe), "train.lr=1e-3,1e-4",
+                                 "--runs-dir", str(runs)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     deadline = time.monotonic() + 120
     while not list(runs.rglob("trainer_state.json")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     os.kill(proc.pid, signal.SIGTERM)
     try:
         _, err = proc.communicate(timeout=60)  # the run still writing to the pipe would hold it open
+    except subprocess.TimeoutExpired:  # say which process still runs, and what it does with signals
+        pytest.fail(f"the sweep (exit {proc.poll()}) or its run still runs 60 s after SIGTERM: {_group_state(proc.pid)}")
     finally:
         os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
     lines = [line for line in err.splitlines() if line.startswith("error:")]
@@ -92,6 +101,24 @@ train: {{max_steps: 100000, batch_size: 2, save_every: 2, eval_every: 100000}}
     assert lines[0].startswith("error: SIGTERM: sweep stopped at run 1 of 2") and "keeps the checkpoint" in lines[0]
     with pytest.raises(ProcessLookupError):  # nothing of the sweep is left running
         os.killpg(proc.pid, 0)
+
+
+def _group_state(group: int) -> str:
+    """Each live process of a process group: its command line's tail, state and signal masks
+    (blocked, ignored, caught), read from /proc: what a stop that did not happen needs explained."""
+    out = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if os.getpgid(int(status.parent.name)) != group:
+                continue
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            cmd = (status.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[-80:]
+        except (OSError, ProcessLookupError):
+            continue
+        out.append(f"[{status.parent.name} {cmd.strip()} state {fields.get('State', '?').strip()} blocked "
+                   f"{fields.get('SigBlk', '?').strip()} ignored {fields.get('SigIgn', '?').strip()} caught "
+                   f"{fields.get('SigCgt', '?').strip()}]")
+    return " ".join(out) or "no process left in its group"
 
 
 def _toolkit(*args: Any, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:

@@ -325,7 +325,7 @@ DATA: dict[str, tuple[str, Make, str]] = {
     "mlm carriage return inside a line": ("pretraining", pretrain("one line\r\ntwo\rparts\n"), "t.txt:2: a carriage return (\\r) inside a line"),
     "clm one document": ("pretraining", pretrain("just one line of text\n", objective="clm"), "needs at least 2"),
     "clm a device as eval file": ("pretraining", pretrain("a b\nc d\n", objective="clm", extra=", eval_file: /dev/null"),
-                                  "/dev/null: is not a file"),
+                                  "/dev/null: is a device, not a file"),
 }
 
 

@@ -139,9 +139,13 @@ def _stops_like_ctrl_c() -> Iterator[None]:
         return
     _STOPPED_BY.clear()
     before = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
+    # a blocked mask is inherited across exec (a launcher or test runner that blocked SIGTERM in
+    # the thread that started us): the signal would stay pending, and the command run on
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         yield
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for s, handler in before.items():
             signal.signal(s, handler)
 
