@@ -175,14 +175,20 @@ def test_a_file_size_limit_mid_save_is_one_line_and_the_run_goes_on(tmp_path: Pa
     assert len(list((tmp_path / "runs").rglob("metrics.json"))) == 1
 
 
+def _make(*args: str) -> subprocess.CompletedProcess:
+    """`make ARGS` in the repo as a user types it: not as a sub-make of the suite's own `make test`,
+    whose MAKEFLAGS/MAKELEVEL would make it print "make[1]: Entering directory" on stdout."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(["make", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+
+
 @pytest.mark.parametrize("nproc", ["abc", "0", "-1", "2x", ""])
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_make_run_with_a_bad_nproc_is_one_line_before_any_launch(nproc: str, strategy: str) -> None:
     """Rule: a make variable holding what it cannot be is one line and a non-zero exit before
     anything starts. `make run NPROC=abc` printed accelerate's 40-line usage, NPROC=0 a torch
     elastic AssertionError traceback, NPROC=-1 a ValueError traceback."""
-    done = subprocess.run(["make", "run", f"NPROC={nproc}", f"STRATEGY={strategy}", "VENV=/nonexistent"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = _make("run", f"NPROC={nproc}", f"STRATEGY={strategy}", "VENV=/nonexistent")
     assert done.returncode == 2 and done.stdout == "", done
     assert done.stderr.splitlines()[0] == f"NPROC={nproc}: the number of processes, a whole number from 1 (make run NPROC=2)"
 
@@ -191,8 +197,7 @@ def test_make_run_with_a_bad_nproc_is_one_line_before_any_launch(nproc: str, str
 def test_make_with_an_empty_runs_is_one_line_not_the_filesystem_root(target: str) -> None:
     """Rule: a make variable naming a place may not be empty: `make demo RUNS=` (an unset variable
     exported) ran `toolkit run ... --runs-dir "/demo"`, runs at the filesystem's root."""
-    done = subprocess.run(["make", "-n", target, "RUNS=", "ARGS=--dry-run"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = _make("-n", target, "RUNS=", "ARGS=--dry-run")
     assert done.returncode == 2 and done.stdout == "" and "RUNS is empty: give the folder for the runs" in done.stderr
 
 
