@@ -83,7 +83,7 @@ test-oldest:  ## the suite on every lower bound of pyproject.toml
 	OMP_NUM_THREADS=1 .venv-oldest/bin/pytest -q -n 2
 
 test:  ## the whole suite, offline, on CPU (2 workers, one thread each: the fastest split of 2 cores)
-	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist worksteal  # an idle worker takes the other's queued tests
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist worksteal --durations=30  # an idle worker takes the other's queued tests; the 30 slowest listed
 
 demo:  ## LoRA vs full fine-tuning of the real all-MiniLM-L6-v2 on SST-2, one table
 	$(BIN)/toolkit run recipes/demo/sst2/minilm-full.yaml --runs-dir "$(RUNS_DIR)/demo" $(ARGS)
