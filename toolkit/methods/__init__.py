@@ -7,6 +7,8 @@ and says how its result is saved and loaded.
 
 from __future__ import annotations
 
+import functools
+
 import importlib
 import json
 import pkgutil
@@ -215,19 +217,18 @@ def pass_segments(peft_model: Any) -> Any:
     task = str(getattr(peft_model.active_peft_config.task_type, "value", peft_model.active_peft_config.task_type))
     if task != "QUESTION_ANS" or getattr(peft_model, "tk_passes_segments", False):
         return peft_model
-    peft_model.register_forward_pre_hook(_hold_segments, with_kwargs=True)
-    for module in peft_model.modules():
-        if hasattr(module, "token_type_embeddings"):
-            module.register_forward_pre_hook(_give_segments, with_kwargs=True)
+    embedders = [m for m in peft_model.modules() if hasattr(m, "token_type_embeddings")]  # found once
+    peft_model.register_forward_pre_hook(functools.partial(_hold_segments, embedders), with_kwargs=True)
+    for module in embedders:
+        module.register_forward_pre_hook(_give_segments, with_kwargs=True)
     peft_model.tk_passes_segments = True
     return peft_model
 
 
-def _hold_segments(model: Any, args: tuple, kwargs: dict) -> None:
+def _hold_segments(embedders: list, model: Any, args: tuple, kwargs: dict) -> None:
     """The outer call's segment ids, held on the modules that embed them (None: none given)."""
-    for module in model.modules():
-        if hasattr(module, "token_type_embeddings"):
-            module.tk_segments = kwargs.get("token_type_ids")
+    for module in embedders:
+        module.tk_segments = kwargs.get("token_type_ids")
 
 
 def _give_segments(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
