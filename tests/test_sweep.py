@@ -237,3 +237,45 @@ def test_a_point_another_process_is_running_is_left_to_it(tmp_path: Path, cli, c
                                                       f"now ({folders[0]}, {folders[1]}): the same command later skips "
                                                       "them once finished")
     assert not list(runs_dir.rglob("recipe.yaml"))  # nothing was started here
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_sweep_launched_on_several_processes_speaks_once_and_cannot_leave_a_point(
+        tmp_path: Path, cli, capsys, runs_dir: Path, monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """Rule: the processes of one launch run the same points in the same order. Only rank 0
+    holds (and so sees) a run's locks, so a point held elsewhere was left by rank 0 alone and the
+    launch's processes went on to different points; now the launch stops there in one line
+    (exit 2; torchrun stops the other processes). Its progress lines are said by rank 0 alone
+    (each process printed them)."""
+    import toolkit
+    from toolkit import runs
+
+    recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
+    grid = ["train.lr=1e-3,2e-3"]
+    monkeypatch.setenv("WORLD_SIZE", "2")  # before the plan: a run's folder holds its process count
+    points, folders = sweep.plan([recipe], grid, "42", runs_dir, True)
+    with runs.locked(folders[0], folder=True):  # held by another process
+        if entry == "cli":
+            code, out, err = cli("sweep", recipe, *grid, "--seeds", "42", "--smoke", "--runs-dir", runs_dir)
+            assert code == 2 and out == "[1/2] " + str(points[0]) + "\n", out
+        else:
+            with pytest.raises(UserError) as caught:
+                toolkit.sweep([recipe], grid, seeds="42", runs_dir=runs_dir, smoke=True)
+            err = f"error: {caught.value}\n"
+    assert err == (f"error: sweep: {folders[0]} is being run by process {os.getpid()} right now; a sweep launched "
+                   "on 2 processes cannot leave a point to another process (its processes would run different "
+                   "points): wait for that run to finish, then run the sweep again\n"), err
+    for folder in folders:  # both finished: what each process says of them
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "metrics.json").write_text("{}")
+    said = {}
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        said[rank] = cli("sweep", recipe, *grid, "--seeds", "42", "--smoke", "--runs-dir", runs_dir)
+        assert cli("sweep", recipe, *grid, "--seeds", "42", "--smoke", "--runs-dir", runs_dir,
+                   "--dry-run")[1].count("2 runs (dry run") == (rank == "0")
+    assert said["0"][0] == 0 and said["0"][1].splitlines()[-1] == "sweep: 2 runs done"
+    assert said["1"] == (0, "", "")
+    code, out, err = cli("sweep", recipe, *grid, "--seeds", "42", "--smoke", "--runs-dir", runs_dir, "--estimate")
+    assert code == 2 and err.startswith("error: sweep --estimate: measures one process on this machine, and this "
+                                        "launch has 2"), err

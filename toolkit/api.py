@@ -301,6 +301,7 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
     for point, out in zip(points, folders):  # a point another process is running is left to it, as the CLI does
         holder = runs.run_elsewhere(out) if force or not runs.is_finished(out) else None
         if holder is not None:
+            runs.left_to_another(holder, "sweep")
             print(f"{holder} right now: left to it; the sweep goes on with the next point")
         done.append(Run(out) if holder is not None else run(point.recipe, point.overrides, runs_dir=root,
                                                              smoke=smoke, force=force))

@@ -42,16 +42,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         devices.check_accelerate_env(recipe.train.mixed_precision)
         if not args.force:
             runs.is_finished(out)  # and a damaged metrics.json
+    if args.estimate and runs.world_size() > 1:
+        raise UserError(f"sweep --estimate: measures one process on this machine, and this launch has "
+                        f"{runs.world_size()}; run it as plain `toolkit sweep ... --estimate`")
     if args.dry_run or args.estimate:
-        print_plan(points, folders, args.estimate, args.smoke)
+        if runs.rank() == 0:  # one plan for the launch, not one per process
+            print_plan(points, folders, args.estimate, args.smoke)
         return 0
+    say = print if runs.rank() == 0 else (lambda *_, **__: None)  # the launch's progress, said once
     left: list[Path] = []
     for i, (point, out) in enumerate(zip(points, folders), 1):
-        print(f"[{i}/{len(points)}] {point}", flush=True)
+        say(f"[{i}/{len(points)}] {point}", flush=True)
         if not args.force and runs.is_finished(out):
-            print(f"{out} is finished already (metrics.json); --force runs it again", flush=True)
+            say(f"{out} is finished already (metrics.json); --force runs it again", flush=True)
             continue
         if (holder := runs.run_elsewhere(out)) is not None:
+            runs.left_to_another(holder, "sweep")
             print(f"{holder} right now: left to it; the sweep goes on with the next point", flush=True)
             left.append(out)
             continue
@@ -73,7 +79,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if code != 0:
             raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed (exit {code}); finished "
                             "runs are kept: the same command continues from there")
-    print(f"sweep: {len(points) - len(left)} runs done" + (f"; {len(left)} left to the processes running them "
+    say(f"sweep: {len(points) - len(left)} runs done" + (f"; {len(left)} left to the processes running them "
           f"right now ({', '.join(map(str, left))}): the same command later skips them once finished" if left else ""))
     return 0
 

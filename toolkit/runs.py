@@ -30,6 +30,23 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def rank() -> int:
+    """This process's place in the launch (torchrun / accelerate set RANK): 0 is the one that
+    holds the run's locks, writes its folder and speaks for the launch."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def left_to_another(holder: str, command: str) -> None:
+    """A point of a sweep that another process is running right now. One process leaves it to
+    that process and goes on; a launch of several cannot: only rank 0 holds (and so sees) the
+    locks, so its processes would go on to different points and each point's processes would
+    meet the wrong partners. The launch stops instead (torchrun then stops every process)."""
+    if world_size() > 1:
+        raise UserError(f"{command}: {holder} right now; a sweep launched on {world_size()} processes cannot "
+                        "leave a point to another process (its processes would run different points): "
+                        "wait for that run to finish, then run the sweep again")
+
+
 _FINGERPRINTS: dict[tuple, str] = {}
 
 
