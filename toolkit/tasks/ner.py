@@ -119,7 +119,7 @@ def read_jsonl(path: Path, tokens_field: str | None = None, tags_field: str | No
     for i, record in enumerate(ds.to_list()):
         words, tags = record.get(fields[0]), record.get(fields[1])
         at = lambda: readers.where(path, fmt, i)
-        if not isinstance(words, list) or not words or not all(isinstance(w, str) and w.strip() for w in words):
+        if not isinstance(words, list) or not words or not all(isinstance(w, str) and not readers.blank(w) for w in words):
             raise UserError(f"{at()}: '{fields[0]}' should be a non-empty list of words")
         if not isinstance(tags, list) or len(tags) != len(words):
             count = len(tags) if isinstance(tags, list) else "no"
