@@ -357,6 +357,7 @@ DATA.update({
     "ner only docstart": ("ner", ner("-DOCSTART- O\n\n"), "n.txt: holds no sentences"),
     "ner carriage return inside a line": ("ner", ner("EU B-ORG\nrejects\rO\n"), "n.txt:2: a carriage return (\\r) inside a line"),
     "ner broken gzip": ("ner", ner(b"\x1f\x8b\x08\x00garbage", name="n.txt.gz"), "not a readable gzip file"),
+    "ner invisible word": ("ner", ner("EU B-ORG\n\u200b O\n"), "n.txt:2: the token '\\u200b' is blank"),
     "ner jsonl invisible word": ("ner", ner(jsonl({"tokens": ["EU", "\u200b"], "ner_tags": ["B-ORG", "O"]}), "n.jsonl"),
                                  "n.jsonl:1: 'tokens' should be a non-empty list of words"),
 })

@@ -86,6 +86,9 @@ def read_conll(path: Path) -> Sentences:
             continue
         if len(parts) < 2:
             raise UserError(f"{path}:{number}: expected 'token TAG', got {line.strip()!r}")
+        if readers.blank(parts[0]):  # a zero-width space or a no-break space: no word to tag
+            raise UserError(f"{path}:{number}: the token {parts[0]!r} is blank (nothing but invisible "
+                            "characters); every line needs a word")
         words.append(parts[0])
         tags.append(parts[-1])
         lines.append(number)
