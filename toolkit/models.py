@@ -491,15 +491,11 @@ def as_harness_reads(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
     with (and so each demonstration hold) the prefix token's text, "<s>" or "<|endoftext|>"."""
     import copy
 
-    view = _lent(tok) if isinstance(getattr(tok, "_tokenizer", None), _backend_class()) else copy.copy(tok)
-    view.split_special_tokens = False
-    return view
-
-
-def _backend_class() -> type:
     from tokenizers import Tokenizer
 
-    return Tokenizer
+    view = _lent(tok) if isinstance(getattr(tok, "_tokenizer", None), Tokenizer) else copy.copy(tok)
+    view.split_special_tokens = False
+    return view
 
 
 UNKNOWN_CHARACTER = "\ue000"  # a private-use character no vocabulary of the five families holds
