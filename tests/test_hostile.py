@@ -357,6 +357,28 @@ DATA.update({
     "ner only docstart": ("ner", ner("-DOCSTART- O\n\n"), "n.txt: holds no sentences"),
     "ner carriage return inside a line": ("ner", ner("EU B-ORG\nrejects\rO\n"), "n.txt:2: a carriage return (\\r) inside a line"),
     "ner broken gzip": ("ner", ner(b"\x1f\x8b\x08\x00garbage", name="n.txt.gz"), "not a readable gzip file"),
+    "ner invisible word": ("ner", ner("EU B-ORG\n\u200b O\n"), "n.txt:2: the token '\\u200b' is blank"),
+    "ner jsonl invisible word": ("ner", ner(jsonl({"tokens": ["EU", "\u200b"], "ner_tags": ["B-ORG", "O"]}), "n.jsonl"),
+                                 "n.jsonl:1: 'tokens' should be a non-empty list of words"),
+})
+
+# A text of nothing but whitespace, control and format characters (zero-width space, BOM, soft
+# hyphen) is as empty as a blank one: BERT's and T5's tokenizers drop every character of it, and
+# the model was trained on, or predicted a label for, [CLS] [SEP] alone (exit 0).
+DATA.update({
+    "jsonl text invisible": ("classification", classify(jsonl(GOOD, {"text": "\u200b\ufeff", "label": 0}), "d.jsonl"),
+                             "d.jsonl:2: column 'text' is empty (only U+200B ZERO WIDTH SPACE, U+FEFF ZERO WIDTH "
+                             "NO-BREAK SPACE); every record needs some text"),
+    "csv text control characters": ("classification", classify("text,label\ngood,1\n\x01 \x02,0\n"),
+                                    "d.csv:3: column 'text' is empty (only U+0001 "),
+    "summary source control characters": ("summarization", summarize(jsonl({"source": "a b", "target": "x"},
+                                                                           {"source": "\x07\u00ad", "target": "y"})),
+                                          "d.jsonl:2: 'source' is empty (only U+0007"),
+    "parallel invisible target line": ("translation", translate({"p.en": "a\nb\n", "p.de": "x\n\u200b\u200d\n"}),
+                                       "p.de:2: the target line is empty"),
+    "squad invisible question": ("squad", squad(articles(qa(question="\u200b\u2060"))), "empty context or question"),
+    "mlm jsonl invisible texts": ("pretraining", pretrain(jsonl({"text": "\u200b"}, {"text": "\x01\ufeff"}), "t.jsonl"),
+                                  "has no document with any text"),
 })
 
 SECRET = "hunter2-secret"

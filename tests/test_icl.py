@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from datasets import Dataset
+from transformers import AutoTokenizer
 
 from conftest import write_recipe
 from toolkit import models
@@ -109,7 +110,10 @@ def test_scored_tokens_are_the_harness_ones(tiny_checkpoint, family: str) -> Non
     token's text gets no special tokens added; an empty context is the prefix token."""
     from toolkit.methods.icl import encode_pairs
 
-    tok = models.load_tokenizer(tiny_checkpoint(family))  # the real tokenizer of the family
+    # the real tokenizer of the family, as the method reads prompts with it (special-token strings
+    # are the tokens, models.as_harness_reads), against the harness's plain transformers one
+    tok = models.as_harness_reads(models.load_tokenizer(tiny_checkpoint(family)))
+    harness = AutoTokenizer.from_pretrained(tiny_checkpoint(family))
     seq2seq = family != "gpt2"
     words = ["positive", "absolutely yes indeed", "née"]
     opening = tok.decode([tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id])  # "<s>" ...
@@ -122,7 +126,7 @@ def test_scored_tokens_are_the_harness_ones(tiny_checkpoint, family: str) -> Non
         if template.startswith("{"):  # and no context at all (a template "{text_a}{label}", text "")
             queries.append(("", ""))
         got = encode_pairs(tok, queries, words, seq2seq)
-        want = [harness_encode(tok, prompt + gap, w, seq2seq) for prompt, gap in queries for w in words]
+        want = [harness_encode(harness, prompt + gap, w, seq2seq) for prompt, gap in queries for w in words]
         prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
         # a context of whitespace alone encodes to no token, where the harness stops (assert
         # len(context_enc) > 0); the toolkit conditions on the prefix token, as for an empty one
@@ -650,3 +654,24 @@ def test_own_data_with_its_labels_unset_is_not_called_a_regression(tmp_path: Pat
                             "method: {name: icl, verbalizers: [bad, good]}\n")
         code, _, err = cli("validate", path)
         assert code == 2 and said in err and "STS-B" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_template_holding_the_prefix_token_reads_it_as_the_harness_does(tiny_checkpoint) -> None:
+    """The method reads its prompts as lm-evaluation-harness does (models.as_harness_reads): a
+    template opening with "<|endoftext|>" puts GPT-2's EOS before every demonstration and the
+    example, while the toolkit's own tokenizer elsewhere reads such strings as text."""
+    from accelerate import Accelerator
+
+    model, tok = _load(tiny_checkpoint, "gpt2")
+    task = Glue(subset="sst2")
+    evals = Dataset.from_dict({"text_a": [r["text_a"] for r in ROWS] * 2, "label": [0, 1, 1] * 2})
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=TRAIN, evals={"": evals}, seed=3)
+    method = ICL(shots=2, template=tok.eos_token + TEMPLATE)
+    method.apply(model, None)
+    got = method.evaluate(model, setup, Accelerator(cpu=True))
+    queries, _ = _queries(method, task, evals, 3)
+    harness = models.as_harness_reads(tok)
+    assert all(ctx.count(tok.eos_token_id) == 3 for ctx, _ in encode_pairs(harness, queries, task.verbalizers, False))
+    scores = label_scores(model, harness, queries, task.verbalizers, 1024, 8)
+    assert got["accuracy"] == task.compute_metrics(scores.argmax(-1).numpy(), evals["label"])["accuracy"]
+    assert got["loss"] == pytest.approx(float(-scores.log_softmax(-1).gather(-1, torch.tensor(evals["label"]).view(-1, 1)).mean()), rel=1e-5)

@@ -161,7 +161,8 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
     first = as_rows(names, inputs)[0]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(inference, "load_model", loaded_once(inference.load_model))
-        for bad, said in ((None, "null"), (5, r"a number \(5\)"), ("  ", "blank text"), ([], r"a list \(\[\]\)")):
+        for bad, said in ((None, "null"), (5, r"a number \(5\)"), ("  ", "blank text"), ("\u200b\x01", "blank text"),
+                           ([], r"a list \(\[\]\)")):
             with pytest.raises(toolkit.UserError, match=rf"^predict: input 0: field '{names[0]}' is {said}; expected text"):
                 toolkit.predict(run.dir, [{**first, names[0]: bad}])
         stdin = tmp_path / "stdin.jsonl"
@@ -178,7 +179,7 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
         cuts = settings.name != "ner" and not getattr(settings, "extractive", False)
         assert code == 0 and bool(re.search(r"warning: 1 of 1 [\w ]+ cut at task\.max_length=\d+ tokens \(the rest is not seen\); the run was trained at task\.max_length=\d+; a run with a higher one reads more", err)) == cuts, err
         if file[0].endswith(".txt"):  # plain text: a blank line between examples is said, not dropped unsaid
-            source.write_text(file[1].replace("\n", "\n\n", 1) + "\n\n")
+            source.write_text(file[1].replace("\n", "\n\u200b\n", 1) + "\n\n")  # a line of nothing visible is blank
             code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
             assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
 

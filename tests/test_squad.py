@@ -271,11 +271,13 @@ HARD_CONTEXTS = [
     ("Alpha\u00a0beta. Marie\u00a0Curie\u3000was\there.\r\n\n  Then more text follows it.", "Marie\u00a0Curie"),
     ("Éloïse met Ægir in Köln 🙂 and Zoë in 東京 on Tuesday, then went home again.", "Köln"),
     (" ".join(["filler words go here"] * 12) + "\n\n The answer:  (1990).\n", "(1990)."),
+    # decomposed accents (NFD): BERT uncased strips the combining marks from its tokens' offsets
+    ("Le Zu\u0308rich de ne\u0301e est Cafe\u0301 ici.", "Zu\u0308rich de ne\u0301e est Cafe\u0301"),
 ]
 
 
 @pytest.mark.parametrize("tok_name", ["bert-base-uncased", "roberta-base", "bart-base", "gpt2"])
-@pytest.mark.parametrize("context, answer", HARD_CONTEXTS, ids=["end", "whitespace", "unicode", "later-window"])
+@pytest.mark.parametrize("context, answer", HARD_CONTEXTS, ids=["end", "whitespace", "unicode", "later-window", "nfd"])
 def test_the_labelled_span_comes_back_as_the_answer_text_exactly(tok_name: str, context: str, answer: str) -> None:
     """Windows, labels and span search together, for every tokenizer kind (WordPiece, byte-level
     BPE with and without trim_offsets): logits that point at each window's labelled tokens give

@@ -254,8 +254,8 @@ def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: 
     list of words), as training's readers require: 5 or None would be predicted as "5", "None"."""
     for c in columns:
         value = row[c]
-        words = c in lists and isinstance(value, list) and bool(value) and all(isinstance(w, str) and w.strip() for w in value)
-        if not words and not (isinstance(value, str) and value.strip()):
+        words = c in lists and isinstance(value, list) and bool(value) and all(isinstance(w, str) and not readers.blank(w) for w in value)
+        if not words and not (isinstance(value, str) and not readers.blank(value)):
             shown = ("blank text" if isinstance(value, str) else "null" if value is None
                      else f"{readers.json_type(value)} ({json.dumps(value, default=str)[:40]})")
             raise UserError(f"{where}: field '{c}' is {shown}; expected text"

@@ -481,7 +481,55 @@ def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
                             "the same words in running text, even with add_prefix_space=True; this task "
                             "takes its input as words: use a checkpoint with another tokenizer")
     _ensure_pad(tok)
+    text_is_text(tok)
     return tok
+
+
+def as_harness_reads(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """A copy of `tok` that reads special-token strings in text as the tokens, as plain
+    transformers and lm-evaluation-harness do: the icl method's prompts, whose template may open
+    with (and so each demonstration hold) the prefix token's text, "<s>" or "<|endoftext|>"."""
+    import copy
+
+    from tokenizers import Tokenizer
+
+    view = _lent(tok) if isinstance(getattr(tok, "_tokenizer", None), Tokenizer) else copy.copy(tok)
+    view.split_special_tokens = False
+    return view
+
+
+UNKNOWN_CHARACTER = "\ue000"  # a private-use character no vocabulary of the five families holds
+
+
+def text_is_text(tok: PreTrainedTokenizerBase) -> None:
+    """Text in the user's data is read as text: a special token's string in it ("[SEP]", "</s>",
+    "<|endoftext|>", "<mask>", "<pad>", "<extra_id_0>") is tokenized as the characters it is
+    written with, never as the control token (an EOS that ends a GPT-2 target or a CLM document
+    mid-text, a [SEP] that opens a segment, a <pad> the loss skips, a sentinel colliding with
+    span_corruption's own). transformers reads such strings as the tokens by default
+    (`split_special_tokens=False`); the toolkit sets it on every tokenizer it loads, training and
+    predict alike. It is not saved: a run's exported folder reads text as plain transformers does.
+    The tokens a task adds itself ([CLS] .. [SEP], the EOS after a target, sentinels) are ids,
+    not text, and stay what they are. A tokenizer whose own vocabulary holds special pieces
+    (T5's SentencePiece model has </s>, <pad> and <extra_id_N> as pieces) still reads them from
+    text; where the piece's first character is one the vocabulary does not hold (T5's "<"), a
+    normalizer step writes it as another unknown character first, which tokenizes to the same
+    <unk> and cannot start a special piece."""
+    tok.split_special_tokens = True
+    backend = getattr(tok, "_tokenizer", None)
+    specials = [t for t in tok.all_special_tokens if t != tok.unk_token]
+    if backend is None or not specials:
+        return
+    read = tok(specials, add_special_tokens=False)["input_ids"]
+    still = {s[0] for s, ids in zip(specials, read) if s in tok.convert_ids_to_tokens(ids)}
+    unknown = lambda ch: tok(ch, add_special_tokens=False)["input_ids"][-1:] == [tok.unk_token_id]
+    swap = sorted(ch for ch in still if tok.unk_token_id is not None and unknown(ch) and unknown(UNKNOWN_CHARACTER))
+    if not swap:
+        return
+    from tokenizers import normalizers
+
+    steps = [normalizers.Replace(ch, UNKNOWN_CHARACTER) for ch in swap]
+    backend.normalizer = normalizers.Sequence(([backend.normalizer] if backend.normalizer is not None else []) + steps)
 
 
 def words_read_as_text(tok: PreTrainedTokenizerBase) -> bool:

@@ -27,6 +27,7 @@ import os
 import re
 import stat
 import sys
+import unicodedata
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
@@ -155,6 +156,19 @@ def _bare_cr(chunk: bytes, carried: bool, shown: str, count: int) -> bool:
     return chunk.endswith(b"\r")
 
 
+# Characters nothing is read from: whitespace, control characters (\x00-\x1f but tab and line
+# breaks are whitespace too) and format characters (zero-width space U+200B, joiners, the BOM
+# U+FEFF, the soft hyphen). A text of these alone is blank: BERT's and T5's tokenizers drop them
+# all (the model then reads [CLS] [SEP] or </s> alone, and predicts a label for no text at all).
+INVISIBLE = ("Cc", "Cf", "Zs", "Zl", "Zp")
+BLANK_PATTERN = r"^[\s\p{Z}\p{Cc}\p{Cf}]*$"  # the same rule in RE2, for pyarrow
+
+
+def blank(text: str) -> bool:
+    """Whether `text` holds nothing but whitespace, control and format characters."""
+    return all(ch.isspace() or unicodedata.category(ch) in INVISIBLE for ch in text)
+
+
 def read_lines(source: str) -> tuple[list[str], str, list[int]]:
     """(the non-blank lines, the name to show, the numbers of the blank lines between them) of a
     plain-text file, a pipe (`stream_kind`) or standard input (`-`), with the checks every file
@@ -172,9 +186,9 @@ def read_lines(source: str) -> tuple[list[str], str, list[int]]:
 
 def _lines(path: Path, name: str) -> tuple[list[str], str, list[int]]:
     lines = [line.removesuffix("\r") for line in _text_of(path, name).split("\n")]
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    return ([line for line in lines if line.strip()], name,
-            [i + 1 for i, line in enumerate(lines[:last]) if not line.strip()])
+    last = max((i for i, line in enumerate(lines) if not blank(line)), default=-1)
+    return ([line for line in lines if not blank(line)], name,
+            [i + 1 for i, line in enumerate(lines[:last]) if blank(line)])
 
 
 def _text_of(path: Path, name: str) -> str:
@@ -716,11 +730,19 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
         if missing >= 0:
             raise UserError(f"{where(path, fmt, offset + missing, _keys(keys, offset + missing))}: "
                             f"{what} is missing; every record needs it")
-        blank = -1 if blank_ok else pc.index(pc.equal(pc.utf8_trim_whitespace(text), ""), True).as_py()
-        if blank >= 0:
-            raise UserError(f"{where(path, fmt, offset + blank, _keys(keys, offset + blank))}: {what} is "
-                            "empty; every record needs some text")
+        empty = -1 if blank_ok else pc.index(pc.match_substring_regex(text, BLANK_PATTERN), True).as_py()
+        if empty >= 0:
+            shown = "" if not text[empty].as_py().strip() else f" (only {_invisible(text[empty].as_py())})"
+            raise UserError(f"{where(path, fmt, offset + empty, _keys(keys, offset + empty))}: {what} is "
+                            f"empty{shown}; every record needs some text")
         offset += len(batch)
+
+
+def _invisible(text: str) -> str:
+    """The characters of a blank text that are not whitespace, named: 'U+200B ZERO WIDTH SPACE'."""
+    names = dict.fromkeys(f"U+{ord(ch):04X} {unicodedata.name(ch, unicodedata.category(ch))}"
+                          for ch in text if not ch.isspace())
+    return ", ".join(list(names)[:3]) + (", ..." if len(names) > 3 else "")
 
 
 def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:

@@ -45,7 +45,7 @@ from toolkit.errors import UserError
 from toolkit.hf_tables import model_table
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
-from toolkit.models import parts_lost, token_limit
+from toolkit.models import as_harness_reads, parts_lost, token_limit
 
 torch = lazy("torch", globals())
 
@@ -469,7 +469,7 @@ class ICL(Method):
         run is being built (before its folder exists), not minutes later at evaluation."""
         set_trainable(model, lambda _: False)
         for task, dataset in self.__dict__.pop("_unchecked", []):
-            self.check_words(model, ctx.tokenizer, task, dataset)
+            self.check_words(model, as_harness_reads(ctx.tokenizer), task, dataset)
         return model.eval()
 
     def encoder(self, task: Any, tokenizer: Any) -> Any:
@@ -508,7 +508,7 @@ class ICL(Method):
 
         model = accelerator.unwrap_model(model).eval()
         self.__dict__.pop("_unchecked", None)  # `toolkit evaluate` encodes without apply: checked below
-        task, tok = setup.task, setup.tokenizer
+        task, tok = setup.task, as_harness_reads(setup.tokenizer)
         if hasattr(task, "generation"):
             return self._generate(model, setup, accelerator)
         prompter = self.prompter(task)
@@ -587,7 +587,7 @@ class ICL(Method):
 
         from toolkit import evaluation
 
-        task, tok = setup.task, setup.tokenizer
+        task, tok = setup.task, as_harness_reads(setup.tokenizer)
         task.model_head(model.config.model_type)  # the prompt layout follows the family
         limit = self.max_length or _max_positions(model, tok)
         collate = task.collator(tok, model)

@@ -10,6 +10,7 @@ The null answer's score is the [CLS] (first token) start+end, the lowest over th
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -82,12 +83,19 @@ def cut_questions(tokenizer: Any, questions: list[str], max_length: int, stride:
 
 def _trimmed(context: str, first: int, last: int) -> list[int]:
     """[first, last) without the whitespace at either end; [-1, -1] (no place a span can start
-    or end) for a token of whitespace alone, such as a byte-level token of line breaks."""
+    or end) for a token of whitespace alone, such as a byte-level token of line breaks. The end
+    takes in the combining marks that follow it: a tokenizer that strips accents (BERT uncased)
+    drops a decomposed (NFD) accent from its tokens and their offsets, and an answer cut at them
+    lost it ('Café' came back 'Cafe': exact match 0 against the context's own text)."""
     while first < last and context[first].isspace():
         first += 1
     while last > first and context[last - 1].isspace():
         last -= 1
-    return [first, last] if first < last else [-1, -1]
+    if first >= last:
+        return [-1, -1]
+    while last < len(context) and unicodedata.combining(context[last]):
+        last += 1
+    return [first, last]
 
 
 def _label(offsets: list[list[int]], answer: dict) -> tuple[int, int]:

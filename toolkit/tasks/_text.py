@@ -119,7 +119,7 @@ class TextTask(TokenTask):
                 raise UserError("task.eval_file: must have the same format as task.train_file")
             ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field, self)
             train, heldout = ds["train"], ds.get("eval")
-        train = train.filter(lambda t: bool(t and t.strip()), input_columns="text")
+        train = train.filter(lambda t: bool(t) and not readers.blank(t), input_columns="text")
         if len(train) == 0:
             raise UserError(f"task: the training text ({self.train_file or self.dataset}) has no document "
                             "with any text in it")
@@ -130,7 +130,7 @@ class TextTask(TokenTask):
             parts = train.train_test_split(test_size=self.eval_fraction, seed=self.split_seed)
             train, heldout = parts["train"], parts["test"]
         else:
-            heldout = heldout.filter(lambda t: bool(t and t.strip()), input_columns="text")
+            heldout = heldout.filter(lambda t: bool(t) and not readers.blank(t), input_columns="text")
             if len(heldout) == 0:
                 raise UserError(f"task.eval_file: {self.eval_file} has no document with any text in it")
         heldout = subset(heldout, self.max_eval_samples, self.split_seed)

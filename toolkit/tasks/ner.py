@@ -86,6 +86,9 @@ def read_conll(path: Path) -> Sentences:
             continue
         if len(parts) < 2:
             raise UserError(f"{path}:{number}: expected 'token TAG', got {line.strip()!r}")
+        if readers.blank(parts[0]):  # a zero-width space or a no-break space: no word to tag
+            raise UserError(f"{path}:{number}: the token {parts[0]!r} is blank (nothing but invisible "
+                            "characters); every line needs a word")
         words.append(parts[0])
         tags.append(parts[-1])
         lines.append(number)
@@ -119,7 +122,7 @@ def read_jsonl(path: Path, tokens_field: str | None = None, tags_field: str | No
     for i, record in enumerate(ds.to_list()):
         words, tags = record.get(fields[0]), record.get(fields[1])
         at = lambda: readers.where(path, fmt, i)
-        if not isinstance(words, list) or not words or not all(isinstance(w, str) and w.strip() for w in words):
+        if not isinstance(words, list) or not words or not all(isinstance(w, str) and not readers.blank(w) for w in words):
             raise UserError(f"{at()}: '{fields[0]}' should be a non-empty list of words")
         if not isinstance(tags, list) or len(tags) != len(words):
             count = len(tags) if isinstance(tags, list) else "no"

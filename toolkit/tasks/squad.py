@@ -145,7 +145,7 @@ def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
     question = _need(qa.get("question"), str, where, "'question'")
     if qa.get("id") is None:
         raise UserError(f"{where()}: 'id' is missing")
-    if not context.strip() or not question.strip():
+    if readers.blank(context) or readers.blank(question):
         raise UserError(f"{where()}: empty context or question")
     texts, starts = _answers(qa.get("answers"), context, where)
     impossible = qa.get("is_impossible")
