@@ -247,6 +247,54 @@ def test_a_mapping_override_merges_into_the_section() -> None:
     assert recipes.load(recipe, ["method.name=lora"]).method == written.method  # the same plug-in: merged
 
 
+# (recipe, an override naming another plug-in, the settings given beside it, what they must read)
+RENAMES = [("demo/sst2/minilm-lora", "method={name: dora, r: 4}", ["method.alpha=8", "method.dropout=0.1"],
+            lambda r: (r.method.name, r.method.r, r.method.alpha, r.method.dropout) == ("dora", 4, 8, 0.1)),
+           ("demo/sst2/minilm-lora", "method.name=ia3", ["method.target_modules=[query, value]", "method.feedforward_modules=[value]"],
+            lambda r: (r.method.name, r.method.target_modules) == ("ia3", ["query", "value"])),
+           ("demo/sst2/minilm-lora", "task={name: text_classification, train_file: $TOOLKIT_DATA/glue/RTE/train.tsv}",
+            ["task.eval_file=$TOOLKIT_DATA/glue/RTE/dev.tsv", "task.max_length=32"],
+            lambda r: (r.task.name, r.task.eval_file, r.task.max_length) == ("text_classification",
+                                                                             "$TOOLKIT_DATA/glue/RTE/dev.tsv", 32)),
+           ("attention/sst2/minilm-sdpa", "model.attention.name=local", ["model.attention.window=8"],
+            lambda r: (r.model.attention.name, r.model.attention.window) == ("local", 8))]
+
+
+@pytest.mark.parametrize("recipe, rename, beside, reads", RENAMES, ids=[r[1] for r in RENAMES])
+def test_overrides_are_one_layer_whatever_their_order(tmp_path: Path, recipe: str, rename: str,
+                                                      beside: list[str], reads) -> None:
+    """`method.alpha=8 method={name: dora, r: 4}` ran dora with its default alpha 16, exit 0: the
+    mapping, applied after the setting, named another plug-in and replaced the section, where the
+    other order kept alpha 8 (and `model.attention.window=8 model.attention.name=local` on an sdpa
+    recipe was refused in one order only). The overrides are one layer over the recipe, as a leaf
+    file is over its base: every order is the same recipe and the same run, in `run`, `validate`,
+    the API and each point of a sweep."""
+    import itertools
+
+    from toolkit import runs, sweeps
+
+    path = recipes.find_recipe(recipe)
+    orders = [list(o) for o in itertools.permutations([rename, *beside])]
+    loaded = [recipes.load(path, order) for order in orders]
+    assert all(reads(r) for r in loaded), [r.to_dict() for r in loaded]
+    assert len({r.hash for r in loaded}) == 1
+    folders = {str(f) for order in orders[:2] for f in sweeps.plan([path], order, None, tmp_path, False)[1]}
+    assert folders == {str(runs.run_dir(loaded[0], tmp_path))}
+
+
+def test_a_bare_plugin_name_is_its_mapping() -> None:
+    """`attention: local` is `{name: local}` (docs/recipes.md), yet as an override over a recipe
+    with `{name: local, window: 16}` the bare name reset the window to 64 where the mapping kept
+    16: naming the plug-in already there keeps its settings however it is spelled; another name
+    starts afresh either way."""
+    path = recipes.find_recipe("attention/sst2/minilm-local")
+    written = recipes.load(path)
+    assert written.model.attention.window == 16
+    for spelling in ("model.attention=local", "model.attention={name: local}", "model.attention.name=local"):
+        assert recipes.load(path, [spelling]).hash == written.hash, spelling
+    assert recipes.load(path, ["model.attention=bigbird"]).hash == recipes.load(path, ["model.attention={name: bigbird}"]).hash
+
+
 def test_every_dropout_and_beta_refuses_one() -> None:
     """A probability that keeps nothing: dropout 1 zeroes what it drops (LoRA's adapters saw only
     zeros and never trained, the head alone did) and an importance average with beta 1 never

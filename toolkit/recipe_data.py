@@ -158,9 +158,14 @@ SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 
 def _deep_merge(base: dict, top: dict) -> dict:
     """`top` over `base`, mapping by mapping; a plug-in section (one with a `name`) that names
-    another plug-in replaces the base's, whose settings belong to the other plug-in."""
+    another plug-in replaces the base's, whose settings belong to the other plug-in. A bare name
+    is the mapping `{name: ...}` (`attention: local` is `{name: local}`): naming the plug-in
+    already there keeps its settings, however it is spelled (`model.attention=local` reset a
+    recipe's window 16 to the default 64, where `model.attention={name: local}` kept it)."""
     out = dict(base)
     for key, value in top.items():
+        if isinstance(value, str) and isinstance(out.get(key), dict) and out[key].get("name") == value:
+            value = {"name": value}
         renamed = isinstance(value, dict) and "name" in value and isinstance(out.get(key), dict) \
             and out[key].get("name") not in (None, value["name"])
         if isinstance(value, dict) and isinstance(out.get(key), dict) and not renamed:
@@ -393,9 +398,16 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """`train.lr=3e-4 method.r=16`: values are parsed as YAML scalars. A mapping value merges into
     the section as an `extends` base's would (`train={epochs: 1}` keeps the recipe's lr), and a
     setting given twice (`train.lr=1 train.lr=2`, or `train.lr` and `train={lr: ...}`) is refused,
-    as a key given twice in one YAML mapping is: neither silently wins."""
+    as a key given twice in one YAML mapping is: neither silently wins.
+
+    The overrides are one layer over the recipe, as a leaf file is over its base: each sets its
+    own settings (none twice), so they are gathered into one mapping first and merged once. Their
+    order then cannot matter: `method.alpha=8 method={name: dora}` kept no alpha (the mapping,
+    applied second, named another plug-in and replaced the section), where the reverse order
+    kept it."""
     raw = json.loads(json.dumps(raw))
     given: dict[tuple[str, ...], str] = {}
+    layer: dict = {}
     parsed_items = []
     for item in overrides:  # each parsed and checked in the order written
         if "=" not in item:
@@ -412,20 +424,24 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
                 raise UserError(f"override '{item}': {'.'.join(leaf)} is already set by '{earlier}'; "
                                 "give each setting once")
         given.update(dict.fromkeys(leaves, item))
-        parsed_items.append((item, parts, parsed))
-    # `method.name=full` names another plug-in as `method={name: full}` does: the section starts
-    # afresh (lora's `r` is not full's). Names go first, so `method.r=4 method.name=dora` keeps the
-    # r given beside it, whatever the order.
-    for item, parts, parsed in sorted(parsed_items, key=lambda p: p[1][-1] != "name"):
-        node = raw
+        parsed_items.append((item, parts))
+        layer = _deep_merge(layer, _nested(parts, parsed))  # disjoint settings: a plain union
+    for item, parts in parsed_items:  # `model.attention.window=8` where the recipe says `attention: sdpa`
+        node, named = raw, layer
         for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
+            node, named = node.get(part) if isinstance(node, dict) else None, named[part]
+            if node is not None and not isinstance(node, dict) and "name" not in named:
                 raise UserError(f"override '{item}': '{part}' is not a section")
-        if parts[-1] == "name" and len(parts) > 1 and node.get("name") not in (None, parsed):
-            node.clear()  # another plug-in: its own defaults, not the other's settings
-        node[parts[-1]] = _deep_merge(node, {parts[-1]: parsed})[parts[-1]]  # another plug-in: replaced
-    return raw
+    # A section that names another plug-in (`method.name=full`, `method={name: full}`) starts
+    # afresh: lora's `r` is not full's. The settings given beside the name are kept.
+    return _deep_merge(raw, layer)
+
+
+def _nested(parts: list[str], value: Any) -> dict:
+    """`['method', 'r'], 4` -> {'method': {'r': 4}}."""
+    for part in reversed(parts):
+        value = {part: value}
+    return value
 
 
 def recipe_name(path: Path) -> str:
