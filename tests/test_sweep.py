@@ -75,6 +75,23 @@ def test_scaled_values_multiply_the_recipes_own_value(tmp_path: Path) -> None:
     assert recipes.load(big, point.overrides).train.max_steps == 1234567
 
 
+@pytest.mark.parametrize("lr", ["1.23456789e-4", "0.000166666666666667", "3.0e-4"])
+def test_x1_is_the_recipes_own_value_exactly(tmp_path: Path, lr: str) -> None:
+    """`.6g` rounded every scaled value: lr 1.23456789e-4 x1 ran with 0.000123457, another run
+    than the recipe's own, exit 0. x1 is the value as written; another factor is the product to
+    12 significant digits (3e-4 x0.3 is 9e-05, not 8.999999999999999e-05)."""
+    write_recipe(tmp_path / "_base.yaml", RECIPE)
+    leaf = write_recipe(tmp_path / "leaf.yaml", f"extends: _base.yaml\ntrain: {{lr: {lr}}}\n")
+    own = recipes.load(leaf)
+    point = sweep.resolve(sweep.Point(leaf, ["train.lr=x1"]))
+    assert recipes.load(leaf, point.overrides).hash == own.hash
+    with pytest.raises(UserError, match="are the same run"):
+        sweep.plan([leaf], [f"train.lr=x1,{lr}"], None, tmp_path / "runs", False)
+    for factor in (0.3, 3, 10):
+        scaled = recipes.load(leaf, sweep.resolve(sweep.Point(leaf, [f"train.lr=x{factor}"])).overrides).train.lr
+        assert scaled == pytest.approx(factor * own.train.lr, rel=1e-12) and len(repr(scaled)) <= 20, scaled
+
+
 def test_dry_run_lists_and_a_rerun_skips_finished_and_resumes_interrupted(tmp_path: Path, cli,
                                                                           runs_dir: Path) -> None:
     recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)

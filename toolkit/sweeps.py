@@ -119,11 +119,15 @@ def resolve_scaled(raw: dict, overrides: list[str], where: str) -> list[str]:
                 base = float(base)
             if not isinstance(base, (int, float)) or isinstance(base, bool):
                 raise UserError(f"{where}: '{item}' scales {key}, but the recipe has no number there")
-            scaled = float(value[1:]) * base
+            factor = float(value[1:])
+            # x1 is the recipe's own value, exactly; another factor is the product to 12 significant
+            # digits (a float's noise dropped: 3e-4 x0.3 is 9e-05). `.6g` rounded every product, so
+            # lr 1.23456789e-4 x1 ran with 0.000123457, another run than the recipe's own
+            scaled = base if factor == 1 else float(format(factor * base, ".12g"))
             # an int setting scaled to a whole number stays that int, whatever its size (`.6g` wrote
             # max_steps 1234567 x1 as 1.23457e+06, a float the int field refused)
-            whole = isinstance(base, int) and scaled.is_integer()
-            item = f"{key}={int(scaled) if whole else format(scaled, '.6g')}"
+            whole = isinstance(base, int) and float(scaled).is_integer()
+            item = f"{key}={int(scaled) if whole else repr(float(scaled))}"
         out.append(item)
     return out
 
