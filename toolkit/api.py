@@ -191,16 +191,20 @@ def _scored_here(folder: Path, split: str) -> None:
 
 @_one_line
 @typed
-def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None) -> dict:
-    """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
+def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None, *,
+             task_from: PathArg | None = None) -> dict:
+    """Score a finished run on a split with its task's metrics (also writes eval-<split>.json).
+    `task_from`: score on the task of another recipe (a path or a shipped name), as
+    `toolkit eval --task-from` does."""
     folder, items = _run_folder(run_dir), override_list(overrides)
+    source = None if task_from is None else os.fspath(task_from)
     _scored_here(folder, split)
     devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
-    _data_of_the_run(folder, items, None)
-    return inference.evaluate_run(folder, split, items, None)
+    _data_of_the_run(folder, items, source)
+    return inference.evaluate_run(folder, split, items, source)
 
 
 def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) -> None:
