@@ -37,7 +37,7 @@ from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
 
-__all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep"]
+__all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep", "validate"]
 
 # The argument types the functions below declare (and @typed checks): a path is a string or any
 # os.PathLike (a Run is one); overrides are a mapping {"train.lr": 3e-4} or `key=value` strings
@@ -168,6 +168,27 @@ def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | Non
     return Run(Path(out))
 
 
+@_one_line
+@typed
+def validate(recipe: PathArg, overrides: Overrides = None, *, smoke: bool = False) -> dict:
+    """Check a recipe (a path or a shipped name) with its overrides as `run` checks it before
+    anything loads, as `toolkit validate` does: the recipe and overrides, the TOOLKIT_* folders,
+    each data file and its head, this environment's accelerate settings. Returns the resolved
+    recipe (what the run's recipe.yaml holds); raises the UserError the CLI prints."""
+    plan = _checked(os.fspath(recipe), override_list(overrides), smoke)
+    return {"name": plan.recipe.name, **plan.recipe.to_dict()}
+
+
+def _checked(recipe: str | Path, overrides: list[str], smoke: bool = False) -> RunPlan:
+    """What `run`, `validate` and every point of `sweep` check before torch is imported, in one
+    place, so that `validate` refuses what `run` refuses: the recipe read, overridden and
+    checked, the data files' heads, the accelerate settings left in the environment."""
+    plan = recipe_module.plan(find_recipe(os.fspath(recipe)), overrides, smoke=smoke)
+    recipe_module.check_data(plan.recipe)
+    devices.check_accelerate_env(plan.recipe.train.mixed_precision)
+    return plan
+
+
 def _run_folder(run_dir: PathArg) -> Path:
     """A run folder, checked before torch is imported: the line inference would say, at once."""
     folder = Path(run_dir)
@@ -296,9 +317,7 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seed
     seed_arg = str(seeds) if isinstance(seeds, (int, str)) else list(seeds)
     points, folders = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_arg, root, smoke)
     for point, out in zip(points, folders):
-        recipe = recipe_module.load(point.recipe, point.overrides, smoke=smoke)
-        recipe_module.check_data(recipe)
-        devices.check_accelerate_env(recipe.train.mixed_precision)
+        _checked(point.recipe, point.overrides, smoke)
         if not force:
             runs.is_finished(out)  # a damaged metrics.json: said before the first run
     done = []
@@ -334,9 +353,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     the overrides, the runs folder, each data file's head); then torch is imported. Returns the
     run folder."""
     path, runs_dir = os.fspath(path), None if runs_dir is None else os.fspath(runs_dir)
-    plan = recipe_module.plan(find_recipe(path), overrides, smoke=smoke)
-    recipe_module.check_data(plan.recipe)
-    devices.check_accelerate_env(plan.recipe.train.mixed_precision)
+    plan = _checked(path, list(overrides), smoke)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
     if not force:
