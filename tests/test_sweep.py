@@ -208,19 +208,21 @@ def test_make_estimate_skips_the_report() -> None:
 
 
 @pytest.mark.parametrize("seeds, expected", [([3], [3]), ([3, 7], [3, 7]), ((5,), [5]), (3, [42, 43, 44]),
-                                             ("3", [42, 43, 44]), ("3,7", [3, 7]), (1234, [1234])])
+                                             ("3", [42, 43, 44]), ("3,7", [3, 7]), (1234, [1234]), (None, None)])
 def test_api_seeds_as_a_list_are_seeds_never_a_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      seeds, expected: list[int]) -> None:
     """`toolkit.sweep(recipe, seeds=[3])` ran seeds 42, 43 and 44: the list was joined into "3",
-    which `--seeds` reads as a count. A list holds seeds; an int or a string reads as --seeds does."""
+    which `--seeds` reads as a count. A list holds seeds; an int or a string reads as --seeds does.
+    None (the default) is each recipe's own train.seed, as `toolkit sweep` without --seeds: the
+    default was 42, so a recipe with seed 7 ran 7 from the CLI and 42 from the API, exit 0."""
     import toolkit
     from toolkit import api
 
     recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
     ran: list[list[str]] = []
     monkeypatch.setattr(api, "run", lambda path, overrides, **kw: ran.append(overrides))
-    toolkit.sweep([recipe], seeds=seeds, runs_dir=tmp_path / "runs")
-    assert ran == [[f"train.seed={s}"] for s in expected]
+    toolkit.sweep([recipe], **({} if seeds is None else {"seeds": seeds}), runs_dir=tmp_path / "runs")
+    assert ran == ([[]] if expected is None else [[f"train.seed={s}"] for s in expected])
     with pytest.raises(UserError, match=r"seeds \[3, 3\]: a seed is listed twice"):
         toolkit.sweep([recipe], seeds=[3, 3], runs_dir=tmp_path / "runs")
     with pytest.raises(UserError, match=r"overrides\['train.lr=1'\]: a key is a dotted setting"):
@@ -254,3 +256,45 @@ def test_a_point_another_process_is_running_is_left_to_it(tmp_path: Path, cli, c
                                                       f"now ({folders[0]}, {folders[1]}): the same command later skips "
                                                       "them once finished")
     assert not list(runs_dir.rglob("recipe.yaml"))  # nothing was started here
+
+
+@pytest.mark.parametrize("edit", ["recipe", "base", "data"])
+def test_a_point_is_run_as_planned_or_not_at_all(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                 edit: str) -> None:
+    """A recipe (or a base it extends, or its data) edited while a sweep ran: the later points ran
+    the edited recipe, exit 0, though the sweep had listed and checked the other one (a grid half
+    of one recipe, half of another). The CLI and the API refuse such a point before it starts;
+    the points before it are kept."""
+    import subprocess
+
+    import toolkit
+    from toolkit import api, cli as cli_module
+
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\na fine film,pos\na dull film,neg\n")
+    base = write_recipe(tmp_path / "_base.yaml", RECIPE.replace("glue, subset: sst2", "text_classification, "
+                        f"train_file: {data}, eval_file: {data}"))
+    recipe = write_recipe(tmp_path / "leaf.yaml", "extends: _base.yaml\n")
+    started, popen = [], subprocess.Popen
+
+    def edited_after_the_first(*args, **kwargs):
+        started.append(args)
+        if edit == "data":
+            data.write_text("text,label\na fine film,pos\na poor film,neg\n")
+        else:
+            target = recipe if edit == "recipe" else base
+            target.write_text(target.read_text() + "train: {weight_decay: 0.1}\n" if edit == "recipe"
+                              else target.read_text().replace("max_length: 32", "max_length: 24"))
+        return popen(["true"]) if args and isinstance(args[0], list) else toolkit.Run(tmp_path / "x")
+
+    original = (recipe.read_text(), base.read_text(), data.read_text())
+    monkeypatch.setattr(cli_module.subprocess, "Popen", edited_after_the_first)
+    code, out, err = cli("sweep", recipe, "train.lr=1e-3,2e-3", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and len(started) == 1 and "[2/2]" in out, (out, err)
+    assert "sweep: run 2 of 2 (" in err and "is now another run than planned" in err and err.count("\n") == 1
+    recipe.write_text(original[0]), base.write_text(original[1]), data.write_text(original[2])
+    started.clear()
+    monkeypatch.setattr(api, "run", edited_after_the_first)
+    with pytest.raises(UserError, match=r"^sweep: run 2 of 2 \(.+\) is now another run than planned"):
+        toolkit.sweep([recipe], ["train.lr=1e-3,2e-3"], seeds=None, runs_dir=tmp_path / "runs")
+    assert len(started) == 1

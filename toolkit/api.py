@@ -304,27 +304,31 @@ def _one_export(target: Path) -> Iterator[None]:
 
 @_one_line
 @typed
-def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seeds: Union[int, str, Iterable[int]] = 42,
+def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
+          seeds: Union[int, str, Iterable[int], None] = None,
           runs_dir: PathArg | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
     """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`; one string is one axis)
-    x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3), run
-    one after another in this process; every point is checked, its data files' heads included,
+    x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3; None,
+    the default, each recipe's own train.seed, as `toolkit sweep` without --seeds), run one after another in this process; every point is checked, its data files' heads included,
     before the first one runs. A point another process is running right now is left to it (its
     Run is returned, not finished), as `toolkit sweep` does."""
     root = runs.runs_root(None if runs_dir is None else os.fspath(runs_dir))
     _check_runs_root(root)
     # 3 or "3" is a count, as `--seeds 3` is; [3] is the seed 3 (it ran 42, 43 and 44)
-    seed_arg = str(seeds) if isinstance(seeds, (int, str)) else list(seeds)
+    # None: each recipe's own seed (the default was 42, so a recipe with seed 7 ran 7 from the CLI and 42 here)
+    seed_arg = None if seeds is None else str(seeds) if isinstance(seeds, (int, str)) else list(seeds)
     points, folders = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_arg, root, smoke)
     for point, out in zip(points, folders):
         _checked(point.recipe, point.overrides, smoke)
         if not force:
             runs.is_finished(out)  # a damaged metrics.json: said before the first run
     done = []
-    for point, out in zip(points, folders):  # a point another process is running is left to it, as the CLI does
+    for i, (point, out) in enumerate(zip(points, folders), 1):  # a point another process runs is left to it
         holder = runs.run_elsewhere(out) if force or not runs.is_finished(out) else None
         if holder is not None:
             print(f"{holder} right now: left to it; the sweep goes on with the next point")
+        elif force or not runs.is_finished(out):
+            sweeps.as_planned(point, out, root, smoke, f"run {i} of {len(points)}")
         done.append(Run(out) if holder is not None else run(point.recipe, point.overrides, runs_dir=root,
                                                              smoke=smoke, force=force))
     return done

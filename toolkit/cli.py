@@ -53,6 +53,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{holder} right now: left to it; the sweep goes on with the next point", flush=True)
             left.append(out)
             continue
+        sweep.as_planned(point, out, root, args.smoke, f"run {i} of {len(points)}")
         # One process per point: peak memory (CPU: the process's max RSS) and library state
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
         flags = ["--smoke"] * args.smoke + ["--force"] * args.force + ["--runs-dir", str(root)]

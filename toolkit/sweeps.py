@@ -181,6 +181,17 @@ def same_runs(folders: list[Path], points: list[Point]) -> None:
         seen[folder] = i
 
 
+def as_planned(point: Point, folder: Path, root: Path, smoke: bool, where: str) -> None:
+    """A point is run as it was planned and checked: its recipe file, a base it extends or its
+    data edited while the sweep ran made the point another run than the one listed and checked
+    (the grid's later points silently of another recipe than its first). Said before it starts."""
+    now = runs.run_dir(recipe_module.load(point.recipe, point.overrides, smoke=smoke), root)
+    if now != folder:
+        raise UserError(f"sweep: {where} ({point}) is now another run than planned ({now}, not {folder}): its "
+                        "recipe, a base it extends or its data changed since the sweep started; the finished "
+                        "runs are kept, and the same command plans the grid again")
+
+
 def describe(points: list[Point], folders: list[Path]) -> list[str]:
     """One line per point for --dry-run: its run folder and whether it is finished."""
     lines = []
