@@ -554,3 +554,22 @@ def test_a_field_added_later_keeps_every_run_id_at_its_neutral_value() -> None:
     nested = dataclasses.replace(generation.task, generation=_with_later_field(generation.task.generation, False, True))
     assert dataclasses.replace(generation, task=nested).hash != generation.hash
 
+
+
+@pytest.mark.parametrize("recipe", ["demo/sst2/minilm-lora", "summarization/samsum/t5-base-lora",
+                                    "squad/v1.1/bert-base-uncased-full"])
+def test_smoke_true_is_smoke_however_given(tmp_path: Path, recipe: str) -> None:
+    """`smoke=true` (or `smoke: true` in a recipe) swapped in the small random model but kept the
+    recipe's full data, epochs and lengths: a random 2-layer model trained on all of SST-2, exit
+    0, as another run than `--smoke`. It is --smoke, however given; a smoke run's saved
+    recipe.yaml, read again with or without --smoke, is that same run."""
+    path = recipes.find_recipe(recipe)
+    smoke = recipes.load(path, smoke=True)
+    assert recipes.load(path, ["smoke=true"]).hash == smoke.hash
+    assert recipes.load(path, ["smoke=true"], smoke=True).hash == smoke.hash
+    assert smoke.train.max_steps == 4 and smoke.task.max_train_samples == 32
+    leaf = write_recipe(tmp_path / "leaf.yaml", f"extends: {path.resolve()}\nsmoke: true\n")
+    assert recipes.load(leaf).hash == smoke.hash
+    saved = write_recipe(tmp_path / "run" / "recipe.yaml", recipes.dump(smoke))
+    assert recipes.load(saved).hash == recipes.load(saved, smoke=True).hash == smoke.hash
+    assert recipes.load(saved).name == smoke.name
