@@ -512,3 +512,34 @@ def test_a_runs_folder_that_is_a_broken_link_is_one_line(tmp_path: Path, cli, mo
     code, _, err = cli(*args, "--runs-dir", "runs" if entry == "run" else "runs/mine")
     assert code == 2 and err.count("\n") == 1 and said in err, err
     assert not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("words", [[], ["train.epochs=1", "task.max_train_samples=100"],
+                                   ["train.epochs=1", "method={name: lora, merge: true}",
+                                    "method.target_modules=[query,value]", "train.seed=7"],
+                                   ["train.lr=1e-4", "task.max_length=64", "name=it's mine"]])
+def test_make_chain_fine_tunes_from_the_run_it_pretrained(tmp_path: Path, words: list[str]) -> None:
+    """`make chain PRETRAIN_ARGS=...` pretrains with those overrides, then fine-tunes from the run
+    they make. The second command rebuilt them by joining on spaces, so a value holding a space
+    (`'method={name: lora, merge: true}'`) or a comma (`[query,value]`) came out as other YAML:
+    a refusal after the whole pretraining, or another run. Each word reaches the reference as
+    the pretraining got it, and the reference plans that same run."""
+    import json
+    import shlex
+
+    from toolkit import recipe as recipes, runs
+
+    fake = tmp_path / "venv" / "bin"
+    fake.mkdir(parents=True)
+    (fake / "toolkit").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (fake / "toolkit").chmod(0o755)
+    done = _make("-s", "chain", f"VENV={tmp_path / 'venv'}", f"PRETRAIN_ARGS={shlex.join(words)}", f"RUNS={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    pretrain, finetune, _ = [json.loads(line) for line in done.stdout.splitlines()]
+    assert pretrain[2:2 + len(words)] == words
+    (reference,) = [a for a in finetune if a.startswith("model.checkpoint=")]
+    ref = recipes.safe_yaml(reference.partition("=")[2], "reference")
+    assert ref == {"run": pretrain[1], "overrides": words}
+    if "name=it's mine" not in words:  # the chained recipe plans the very run the first command makes
+        planned = recipes.plan(ROOT / finetune[1], [reference])
+        assert runs.run_id(planned.upstream.recipe) == runs.run_id(recipes.load(ROOT / pretrain[1], words))
