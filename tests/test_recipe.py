@@ -573,3 +573,23 @@ def test_smoke_true_is_smoke_however_given(tmp_path: Path, recipe: str) -> None:
     saved = write_recipe(tmp_path / "run" / "recipe.yaml", recipes.dump(smoke))
     assert recipes.load(saved).hash == recipes.load(saved, smoke=True).hash == smoke.hash
     assert recipes.load(saved).name == smoke.name
+
+
+def test_a_checkpoint_naming_another_run_starts_afresh(tmp_path: Path) -> None:
+    """A `{run: ..., overrides: [...]}` checkpoint names a recipe, and its overrides are that
+    recipe's: `model.checkpoint={run: b.yaml}` over `{run: a.yaml, overrides: [train.lr=3e-4]}`
+    (or a leaf file over such a base) chained from b run with a's overrides, exit 0. Naming
+    another recipe replaces the reference, as naming another plug-in does; the same recipe keeps
+    its overrides."""
+    from toolkit import runs
+
+    a, b = (ROOT / f"recipes/pretrain/wikitext-2/{n}-mlm.yaml" for n in ("minilm", "bert-base-uncased"))
+    base = write_recipe(tmp_path / "base.yaml", f"extends: {ROOT / 'recipes/demo/sst2/minilm-full.yaml'}\n"
+                        f"model: {{checkpoint: {{run: {a}, overrides: [train.lr=3.0e-4]}}}}\n")
+    leaf = write_recipe(tmp_path / "leaf.yaml", f"extends: base.yaml\nmodel: {{checkpoint: {{run: {b}}}}}\n")
+    own = runs.run_id(recipes.load(b))
+    for path, overrides in ((leaf, []), (base, [f"model.checkpoint={{run: {b}}}"]), (base, [f"model.checkpoint.run={b}"])):
+        planned = recipes.plan(path, overrides)
+        assert planned.upstream.recipe.train.lr == 5e-5 and runs.run_id(planned.upstream.recipe) == own, overrides
+    kept = recipes.plan(base, [f"model.checkpoint.run={a}"]).upstream.recipe
+    assert kept.train.lr == 3e-4

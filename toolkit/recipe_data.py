@@ -156,18 +156,25 @@ class RunPlan:
 SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 
 
+# The keys by which a mapping names what its other keys belong to: a plug-in's `name`, and the
+# recipe a chained checkpoint `{run: ..., overrides: [...]}` names (the overrides are that recipe's)
+NAMING = ("name", "run")
+
+
 def _deep_merge(base: dict, top: dict) -> dict:
-    """`top` over `base`, mapping by mapping; a plug-in section (one with a `name`) that names
-    another plug-in replaces the base's, whose settings belong to the other plug-in. A bare name
-    is the mapping `{name: ...}` (`attention: local` is `{name: local}`): naming the plug-in
-    already there keeps its settings, however it is spelled (`model.attention=local` reset a
-    recipe's window 16 to the default 64, where `model.attention={name: local}` kept it)."""
+    """`top` over `base`, mapping by mapping; a mapping that names something else (a plug-in
+    section naming another plug-in, a `{run: ...}` checkpoint naming another recipe) replaces the
+    base's, whose settings belong to the other one (`model.checkpoint={run: b.yaml}` over
+    `{run: a.yaml, overrides: [...]}` ran b with a's overrides). A bare name is the mapping
+    `{name: ...}` (`attention: local` is `{name: local}`): naming the plug-in already there keeps
+    its settings, however it is spelled (`model.attention=local` reset a recipe's window 16 to
+    the default 64, where `model.attention={name: local}` kept it)."""
     out = dict(base)
     for key, value in top.items():
         if isinstance(value, str) and isinstance(out.get(key), dict) and out[key].get("name") == value:
             value = {"name": value}
-        renamed = isinstance(value, dict) and "name" in value and isinstance(out.get(key), dict) \
-            and out[key].get("name") not in (None, value["name"])
+        renamed = isinstance(value, dict) and isinstance(out.get(key), dict) and \
+            any(k in value and out[key].get(k) not in (None, value[k]) for k in NAMING)
         if isinstance(value, dict) and isinstance(out.get(key), dict) and not renamed:
             out[key] = _deep_merge(out[key], value)
         else:
@@ -430,7 +437,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         node, named = raw, layer
         for part in parts[:-1]:
             node, named = node.get(part) if isinstance(node, dict) else None, named[part]
-            if node is not None and not isinstance(node, dict) and "name" not in named:
+            if node is not None and not isinstance(node, dict) and not set(NAMING) & set(named):
                 raise UserError(f"override '{item}': '{part}' is not a section")
     # A section that names another plug-in (`method.name=full`, `method={name: full}`) starts
     # afresh: lora's `r` is not full's. The settings given beside the name are kept.
