@@ -6,6 +6,7 @@ docstring and in docs/reliability.md ("Entry points and the environment")."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import signal
@@ -326,6 +327,16 @@ def test_eval_from_another_folder_does_not_score_the_run_on_other_data(tmp_path:
     assert not (run / "eval-eval.json").exists()
     monkeypatch.chdir(home)
     assert toolkit.evaluate(run)["examples"] == {"": 8}
+    # naming the file is the user's choice, however spelled: `task={eval_file: e.csv}` was refused
+    # as the run's own data where `task.eval_file=e.csv` scored
+    (home / "e.csv").write_text("sentence,label\n" + "".join(f"film {i},{i % 2}\n" for i in range(6)))
+    for spelling in (["task.eval_file=e.csv"], ["task={eval_file: e.csv}"], {"task": {"eval_file": "e.csv"}}):
+        if entry == "cli" and isinstance(spelling, list):
+            code, _, err = cli("eval", run, *spelling)
+            assert code == 0, err
+            assert json.loads((run / "eval-eval.json").read_text())["examples"] == {"": 6}
+        else:
+            assert toolkit.evaluate(run, overrides=spelling)["examples"] == {"": 6}, spelling
 
 
 @pytest.mark.parametrize("variable, value, lands", [("TOOLKIT_CACHE", "", "home/.cache/toolkit/locks"),

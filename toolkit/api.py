@@ -36,6 +36,7 @@ from toolkit import chain, devices, quiet, recipe as recipe_module, reports, run
 from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
+from toolkit.recipe_data import override_leaves
 
 __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep", "validate"]
 
@@ -235,8 +236,8 @@ def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) 
     relatively that is missing here, or whose contents are not the data the run was made with
     (metrics.json data_sha256), is one line; naming the file (task.eval_file=...) or the task
     (--task-from) is the user's explicit choice and is not checked."""
-    if task_from or any(o.partition("=")[0].strip().endswith(("_file", "data_dir")) for o in overrides):
-        return
+    if task_from or any(leaf[-1].endswith("_file") or leaf[-1] == "data_dir" for leaf in override_leaves(overrides)):
+        return  # `task={eval_file: x}` as `task.eval_file=x`: the mapping was refused as the run's own data
     from toolkit import inference
 
     recipe = inference.run_recipe(folder, overrides, None)

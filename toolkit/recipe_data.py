@@ -388,6 +388,16 @@ def _leaves(value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [path]
 
 
+def override_leaves(overrides: list[str]) -> list[tuple[str, ...]]:
+    """The dotted settings `key=value` overrides set, however spelled: `task={eval_file: x}` sets
+    task.eval_file as `task.eval_file=x` does."""
+    out: list[tuple[str, ...]] = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        out += _leaves(safe_yaml(value, f"override '{item}'") if value != "" else None, tuple(key.strip().split(".")))
+    return out
+
+
 def layered(*groups: Any) -> list[str]:
     """Lists of overrides, each later list replacing the settings an earlier one gives (a tool's
     own defaults under what its user asked): one override per setting, as apply_overrides wants.
