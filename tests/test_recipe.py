@@ -593,3 +593,30 @@ def test_a_checkpoint_naming_another_run_starts_afresh(tmp_path: Path) -> None:
         assert planned.upstream.recipe.train.lr == 5e-5 and runs.run_id(planned.upstream.recipe) == own, overrides
     kept = recipes.plan(base, [f"model.checkpoint.run={a}"]).upstream.recipe
     assert kept.train.lr == 3e-4
+
+
+LAYERS = [([["train.max_steps=9", "task.max_train_samples=72"], ["train={max_steps: 100, lr: 1.0e-3}"]],
+           {"train.max_steps": 100, "train.lr": 1e-3, "task.max_train_samples": 72}),
+          ([["train={max_steps: 9, log_every: 1}", "train.eval_every=0"], ["train.max_steps=100"]],
+           {"train.max_steps": 100, "train.log_every": 1, "train.eval_every": 0}),
+          ([["task.labels=[no, yes]", "train.lr=1"], ["train={lr: 2.0e-3}"]],
+           {"task.labels": ["no", "yes"], "train.lr": 2e-3})]
+
+
+@pytest.mark.parametrize("groups, reads", LAYERS)
+def test_layered_overrides_match_settings_however_spelled(groups: list, reads: dict) -> None:
+    """`layered` (a tool's own overrides under its user's: `sweep --estimate`'s caps, `make
+    parity`'s budget under `--set`) matched settings by their text: a user's
+    `train={max_steps: 100}` beside the tool's `train.max_steps=9` kept both, and the run was
+    refused as given twice (`toolkit sweep R "train={max_steps: 100}" --estimate` failed). The
+    later layer replaces what it sets, however spelled, and a user's own repeat is still refused."""
+    from toolkit.recipe_data import apply_overrides, layered
+
+    raw = apply_overrides({}, layered(*groups))
+    for dotted, value in reads.items():
+        node = raw
+        for part in dotted.split("."):
+            node = node[part]
+        assert node == value and type(node) is type(value), (dotted, node)
+    with pytest.raises(UserError, match="train.lr is already set by 'train.lr=2'"):
+        apply_overrides({}, layered(["train.lr=1"], ["train.lr=2", "train.lr=3"]))

@@ -401,14 +401,42 @@ def override_leaves(overrides: list[str]) -> list[tuple[str, ...]]:
 def layered(*groups: Any) -> list[str]:
     """Lists of overrides, each later list replacing the settings an earlier one gives (a tool's
     own defaults under what its user asked): one override per setting, as apply_overrides wants.
-    For tools that build overrides in layers; a user's own repeated setting stays an error."""
-    out: dict[str, str] = {}
+    For tools that build overrides in layers; a user's own repeated setting stays an error (both
+    are kept, and apply_overrides refuses them). Settings are matched by what they set, however
+    spelled: a user's `train={max_steps: 100}` replaces a tool's `train.max_steps=9` (matched by
+    their text, both were kept and the run refused), and a tool's mapping keeps the settings the
+    user left to it."""
+    out: list[tuple[list[tuple[str, ...]], str]] = []
     for group in groups:
-        for item in group:
-            key = item.partition("=")[0].strip()
-            out.pop(key, None)
-            out[key] = item
-    return list(out.values())
+        mine = [(_item_leaves(item), item) for item in group]
+        covered = [leaf for leaves, _ in mine for leaf in leaves]
+        kept: list[tuple[list[tuple[str, ...]], str]] = []
+        for leaves, item in out:
+            rest = [leaf for leaf in leaves if not any(_overlap(leaf, c) for c in covered)]
+            if len(rest) == len(leaves):
+                kept.append((leaves, item))
+            else:  # a mapping some of whose settings were replaced: the others, one by one
+                kept += [([leaf], _leaf_item(item, leaf)) for leaf in rest]
+        out = kept + mine
+    return [item for _, item in out]
+
+
+def _item_leaves(item: str) -> list[tuple[str, ...]]:
+    key, _, value = item.partition("=")
+    return _leaves(safe_yaml(value, f"override '{item}'") if value != "" else None, tuple(key.strip().split(".")))
+
+
+def _overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    return a[:len(b)] == b or b[:len(a)] == a
+
+
+def _leaf_item(item: str, leaf: tuple[str, ...]) -> str:
+    """`train={lr: 1, epochs: 2}`, ('train', 'epochs') -> `train.epochs=2` (JSON: a YAML value)."""
+    key, _, value = item.partition("=")
+    node = safe_yaml(value, f"override '{item}'")
+    for part in leaf[len(key.strip().split(".")):]:
+        node = node[part]
+    return f"{'.'.join(leaf)}={json.dumps(node)}"
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
