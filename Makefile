@@ -35,8 +35,6 @@ FINETUNE    ?= recipes/demo/sst2/minilm-full.yaml
 PRETRAIN_ARGS ?=
 # a sweep's --dry-run (or --estimate) makes no runs to report
 DRY_RUN      = $(findstring --dry-run,$(ARGS))$(findstring --estimate,$(ARGS))
-comma       := ,
-space       := $(subst ,, )
 
 GPU_PY      ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 GPU_SITE    ?= /tmp/site
@@ -116,7 +114,10 @@ compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per met
 
 chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARGS=key=value ...] [ARGS=--smoke]
 	$(BIN)/toolkit run "$(PRETRAIN)" $(PRETRAIN_ARGS) --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
-	$(BIN)/toolkit run "$(FINETUNE)" "model.checkpoint={run: $(PRETRAIN), overrides: [$(subst $(space),$(comma) ,$(strip $(PRETRAIN_ARGS)))]}" --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
+# the fine-tuning names that same run: each word of PRETRAIN_ARGS as the shell split it above, one
+# YAML string (joining on spaces split 'method={name: lora, merge: true}' into four, a comma into two)
+	set -- $(PRETRAIN_ARGS); refs=; for a in "$$@"; do refs="$$refs$${refs:+, }'$$(printf '%s' "$$a" | sed "s/'/''/g")'"; done; \
+	$(BIN)/toolkit run "$(FINETUNE)" "model.checkpoint={run: '$(subst ','',$(PRETRAIN))', overrides: [$$refs]}" --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
 	$(BIN)/toolkit report "$(RUNS_DIR)/chain"
 
 bench:  ## toolkit vs Trainer, matmul/MFU, LoRA vs full, start-up: Markdown tables [BENCH_ARGS="--sections trainer --json bench.json"]

@@ -52,6 +52,23 @@ def test_eval_on_another_split_and_refusals(tmp_path: Path, cli) -> None:
     assert code == 2 and "only task.* settings can change" in err
     code, _, err = cli("eval", tmp_path)
     assert code == 2 and "no recipe.yaml here" in err
+    # --task-from, from the CLI and the API alike: a recipe naming no task (a base of settings)
+    # was a KeyError traceback; the API had no task_from at all
+    import toolkit
+    from toolkit.errors import UserError
+
+    base = write_recipe(tmp_path / "_settings.yaml", "train: {lr: 1.0e-3}\n")
+    code, _, err = cli("eval", run, "--task-from", base)
+    assert code == 2 and err.count("\n") == 1 and "that recipe names no task" in err, err
+    with pytest.raises(UserError, match=f"^--task-from {re.escape(str(base))}: that recipe names no task"):
+        toolkit.evaluate(run, task_from=base)
+    other = write_recipe(tmp_path / "other.yaml", RECIPE.format(checkpoint="bert-base-uncased", subset="sst2",
+                                                                method="{name: full}").replace("max_length: 32", "max_length: 16"))
+    code, _, err = cli("eval", run, "--task-from", other, "task.max_eval_samples=8")
+    assert code == 0, err
+    said = json.loads((run / "eval-eval.json").read_text())
+    assert said["task"]["max_length"] == 16 and said["examples"] == {"": 8}
+    assert toolkit.evaluate(run, overrides={"task.max_eval_samples": 8}, task_from=other)["eval"] == said["eval"]
 
 
 def test_predict_writes_label_names_and_probabilities(tmp_path: Path, cli) -> None:

@@ -4,6 +4,7 @@ UserError, on a user's own `text,label` CSV with string labels."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -163,3 +164,51 @@ def test_damaged_metrics_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(toolkit.UserError, match=r"metrics.json: damaged \(not a JSON object\)"):
         toolkit.Run(str(tmp_path)).metrics
     assert toolkit.Run(tmp_path / "nothing").metrics == {}
+
+
+# what `run` refuses before anything loads, each from another check: the recipe, a data file, a
+# file's head, the accelerate settings of the environment
+REFUSALS = [({}, ["train.lrr=1e-4"], "train.lrr: unknown key"),
+            ({}, ["task.train_file=/nonexistent/t.csv"], "task.train_file: /nonexistent/t.csv does not exist"),
+            ({}, ["task.label_column=kind"], "column 'kind' is missing"),
+            ({"ACCELERATE_MIXED_PRECISION": "bf16"}, [], "ACCELERATE_MIXED_PRECISION=bf16")]
+
+
+@pytest.mark.parametrize("env, overrides, said", REFUSALS, ids=[r[2] for r in REFUSALS])
+def test_validate_refuses_what_run_refuses_at_every_entry_point(tmp_path: Path, cli, monkeypatch, env: dict,
+                                                                 overrides: list[str], said: str) -> None:
+    """The README names `validate` among the API's functions, and there was none: a notebook
+    could not check a recipe before running it. `toolkit.validate`, `toolkit validate` (with
+    `--smoke` as `run --smoke` checks) and both `run`s go through one check (`api._checked`):
+    the same line, and nothing written."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    recipe = "demo/own-data/minilm-lora"
+    runs = tmp_path / "runs"
+    lines = []
+    for smoke in ([], ["--smoke"]):
+        for command in (["run", recipe, *overrides, *smoke, "--runs-dir", runs], ["validate", recipe, *overrides, *smoke]):
+            code, _, err = cli(*command)
+            assert code == 2 and err.count("\n") == 1 and said in err, (command, err)
+            lines.append(re.sub(r"^\S+minilm-lora\.yaml: ", "", err.strip().removeprefix("error: ")))  # validate names the file
+        for call in (toolkit.run, toolkit.validate):
+            with pytest.raises(toolkit.UserError) as caught:
+                call(recipe, overrides, **({"runs_dir": runs} if call is toolkit.run else {}), smoke=bool(smoke))
+            lines.append(str(caught.value))
+    assert len(set(lines)) == 1, lines
+    assert not runs.exists()
+
+
+def test_validate_returns_the_recipe_the_run_saves(cli) -> None:
+    """`toolkit.validate` gives the resolved recipe, as the run's recipe.yaml holds it; --smoke
+    the smoke-sized one."""
+    from toolkit import recipe as recipes
+
+    path = recipes.find_recipe("demo/sst2/minilm-lora")
+    for smoke in (False, True):
+        want = recipes.load(path, ["method.r=4"], smoke=smoke)
+        got = toolkit.validate("demo/sst2/minilm-lora", {"method.r": 4}, smoke=smoke)
+        assert got == {"name": want.name, **want.to_dict()}
+    assert toolkit.validate(path)["method"]["r"] == 8
+    code, out, _ = cli("validate", "demo/sst2/minilm-lora", "method.r=4", "--smoke")
+    assert code == 0 and "1 of 1 recipes valid" in out

@@ -132,7 +132,7 @@ def test_make_passes_a_path_with_spaces_as_one_argument(target: str, variable: s
     out = subprocess.run(["make", "-n", target, f"{variable}={path}", "MODEL=minilm"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
     assert path in out, out
-    assert out.count(path) == out.count(f'"{path}{tail}') + out.count(f"{{run: {path},"), out  # every use quoted
+    assert out.count(path) == out.count(f'"{path}{tail}') + out.count(f"{{run: '{path}',"), out  # every use quoted
     line = next(line for line in out.splitlines() if f'"{path}' in line)
     assert any(arg.startswith(path) for arg in shlex.split(line.replace("\\", ""))), line
 

@@ -6,6 +6,7 @@ docstring and in docs/reliability.md ("Entry points and the environment")."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import signal
@@ -326,6 +327,16 @@ def test_eval_from_another_folder_does_not_score_the_run_on_other_data(tmp_path:
     assert not (run / "eval-eval.json").exists()
     monkeypatch.chdir(home)
     assert toolkit.evaluate(run)["examples"] == {"": 8}
+    # naming the file is the user's choice, however spelled: `task={eval_file: e.csv}` was refused
+    # as the run's own data where `task.eval_file=e.csv` scored
+    (home / "e.csv").write_text("sentence,label\n" + "".join(f"film {i},{i % 2}\n" for i in range(6)))
+    for spelling in (["task.eval_file=e.csv"], ["task={eval_file: e.csv}"], {"task": {"eval_file": "e.csv"}}):
+        if entry == "cli" and isinstance(spelling, list):
+            code, _, err = cli("eval", run, *spelling)
+            assert code == 0, err
+            assert json.loads((run / "eval-eval.json").read_text())["examples"] == {"": 6}
+        else:
+            assert toolkit.evaluate(run, overrides=spelling)["examples"] == {"": 6}, spelling
 
 
 @pytest.mark.parametrize("variable, value, lands", [("TOOLKIT_CACHE", "", "home/.cache/toolkit/locks"),
@@ -512,3 +523,34 @@ def test_a_runs_folder_that_is_a_broken_link_is_one_line(tmp_path: Path, cli, mo
     code, _, err = cli(*args, "--runs-dir", "runs" if entry == "run" else "runs/mine")
     assert code == 2 and err.count("\n") == 1 and said in err, err
     assert not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("words", [[], ["train.epochs=1", "task.max_train_samples=100"],
+                                   ["train.epochs=1", "method={name: lora, merge: true}",
+                                    "method.target_modules=[query,value]", "train.seed=7"],
+                                   ["train.lr=1e-4", "task.max_length=64", "name=it's mine"]])
+def test_make_chain_fine_tunes_from_the_run_it_pretrained(tmp_path: Path, words: list[str]) -> None:
+    """`make chain PRETRAIN_ARGS=...` pretrains with those overrides, then fine-tunes from the run
+    they make. The second command rebuilt them by joining on spaces, so a value holding a space
+    (`'method={name: lora, merge: true}'`) or a comma (`[query,value]`) came out as other YAML:
+    a refusal after the whole pretraining, or another run. Each word reaches the reference as
+    the pretraining got it, and the reference plans that same run."""
+    import json
+    import shlex
+
+    from toolkit import recipe as recipes, runs
+
+    fake = tmp_path / "venv" / "bin"
+    fake.mkdir(parents=True)
+    (fake / "toolkit").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (fake / "toolkit").chmod(0o755)
+    done = _make("-s", "chain", f"VENV={tmp_path / 'venv'}", f"PRETRAIN_ARGS={shlex.join(words)}", f"RUNS={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    pretrain, finetune, _ = [json.loads(line) for line in done.stdout.splitlines()]
+    assert pretrain[2:2 + len(words)] == words
+    (reference,) = [a for a in finetune if a.startswith("model.checkpoint=")]
+    ref = recipes.safe_yaml(reference.partition("=")[2], "reference")
+    assert ref == {"run": pretrain[1], "overrides": words}
+    if "name=it's mine" not in words:  # the chained recipe plans the very run the first command makes
+        planned = recipes.plan(ROOT / finetune[1], [reference])
+        assert runs.run_id(planned.upstream.recipe) == runs.run_id(recipes.load(ROOT / pretrain[1], words))

@@ -247,6 +247,54 @@ def test_a_mapping_override_merges_into_the_section() -> None:
     assert recipes.load(recipe, ["method.name=lora"]).method == written.method  # the same plug-in: merged
 
 
+# (recipe, an override naming another plug-in, the settings given beside it, what they must read)
+RENAMES = [("demo/sst2/minilm-lora", "method={name: dora, r: 4}", ["method.alpha=8", "method.dropout=0.1"],
+            lambda r: (r.method.name, r.method.r, r.method.alpha, r.method.dropout) == ("dora", 4, 8, 0.1)),
+           ("demo/sst2/minilm-lora", "method.name=ia3", ["method.target_modules=[query, value]", "method.feedforward_modules=[value]"],
+            lambda r: (r.method.name, r.method.target_modules) == ("ia3", ["query", "value"])),
+           ("demo/sst2/minilm-lora", "task={name: text_classification, train_file: $TOOLKIT_DATA/glue/RTE/train.tsv}",
+            ["task.eval_file=$TOOLKIT_DATA/glue/RTE/dev.tsv", "task.max_length=32"],
+            lambda r: (r.task.name, r.task.eval_file, r.task.max_length) == ("text_classification",
+                                                                             "$TOOLKIT_DATA/glue/RTE/dev.tsv", 32)),
+           ("attention/sst2/minilm-sdpa", "model.attention.name=local", ["model.attention.window=8"],
+            lambda r: (r.model.attention.name, r.model.attention.window) == ("local", 8))]
+
+
+@pytest.mark.parametrize("recipe, rename, beside, reads", RENAMES, ids=[r[1] for r in RENAMES])
+def test_overrides_are_one_layer_whatever_their_order(tmp_path: Path, recipe: str, rename: str,
+                                                      beside: list[str], reads) -> None:
+    """`method.alpha=8 method={name: dora, r: 4}` ran dora with its default alpha 16, exit 0: the
+    mapping, applied after the setting, named another plug-in and replaced the section, where the
+    other order kept alpha 8 (and `model.attention.window=8 model.attention.name=local` on an sdpa
+    recipe was refused in one order only). The overrides are one layer over the recipe, as a leaf
+    file is over its base: every order is the same recipe and the same run, in `run`, `validate`,
+    the API and each point of a sweep."""
+    import itertools
+
+    from toolkit import runs, sweeps
+
+    path = recipes.find_recipe(recipe)
+    orders = [list(o) for o in itertools.permutations([rename, *beside])]
+    loaded = [recipes.load(path, order) for order in orders]
+    assert all(reads(r) for r in loaded), [r.to_dict() for r in loaded]
+    assert len({r.hash for r in loaded}) == 1
+    folders = {str(f) for order in orders[:2] for f in sweeps.plan([path], order, None, tmp_path, False)[1]}
+    assert folders == {str(runs.run_dir(loaded[0], tmp_path))}
+
+
+def test_a_bare_plugin_name_is_its_mapping() -> None:
+    """`attention: local` is `{name: local}` (docs/recipes.md), yet as an override over a recipe
+    with `{name: local, window: 16}` the bare name reset the window to 64 where the mapping kept
+    16: naming the plug-in already there keeps its settings however it is spelled; another name
+    starts afresh either way."""
+    path = recipes.find_recipe("attention/sst2/minilm-local")
+    written = recipes.load(path)
+    assert written.model.attention.window == 16
+    for spelling in ("model.attention=local", "model.attention={name: local}", "model.attention.name=local"):
+        assert recipes.load(path, [spelling]).hash == written.hash, spelling
+    assert recipes.load(path, ["model.attention=bigbird"]).hash == recipes.load(path, ["model.attention={name: bigbird}"]).hash
+
+
 def test_every_dropout_and_beta_refuses_one() -> None:
     """A probability that keeps nothing: dropout 1 zeroes what it drops (LoRA's adapters saw only
     zeros and never trained, the head alone did) and an importance average with beta 1 never
@@ -506,3 +554,69 @@ def test_a_field_added_later_keeps_every_run_id_at_its_neutral_value() -> None:
     nested = dataclasses.replace(generation.task, generation=_with_later_field(generation.task.generation, False, True))
     assert dataclasses.replace(generation, task=nested).hash != generation.hash
 
+
+
+@pytest.mark.parametrize("recipe", ["demo/sst2/minilm-lora", "summarization/samsum/t5-base-lora",
+                                    "squad/v1.1/bert-base-uncased-full"])
+def test_smoke_true_is_smoke_however_given(tmp_path: Path, recipe: str) -> None:
+    """`smoke=true` (or `smoke: true` in a recipe) swapped in the small random model but kept the
+    recipe's full data, epochs and lengths: a random 2-layer model trained on all of SST-2, exit
+    0, as another run than `--smoke`. It is --smoke, however given; a smoke run's saved
+    recipe.yaml, read again with or without --smoke, is that same run."""
+    path = recipes.find_recipe(recipe)
+    smoke = recipes.load(path, smoke=True)
+    assert recipes.load(path, ["smoke=true"]).hash == smoke.hash
+    assert recipes.load(path, ["smoke=true"], smoke=True).hash == smoke.hash
+    assert smoke.train.max_steps == 4 and smoke.task.max_train_samples == 32
+    leaf = write_recipe(tmp_path / "leaf.yaml", f"extends: {path.resolve()}\nsmoke: true\n")
+    assert recipes.load(leaf).hash == smoke.hash
+    saved = write_recipe(tmp_path / "run" / "recipe.yaml", recipes.dump(smoke))
+    assert recipes.load(saved).hash == recipes.load(saved, smoke=True).hash == smoke.hash
+    assert recipes.load(saved).name == smoke.name
+
+
+def test_a_checkpoint_naming_another_run_starts_afresh(tmp_path: Path) -> None:
+    """A `{run: ..., overrides: [...]}` checkpoint names a recipe, and its overrides are that
+    recipe's: `model.checkpoint={run: b.yaml}` over `{run: a.yaml, overrides: [train.lr=3e-4]}`
+    (or a leaf file over such a base) chained from b run with a's overrides, exit 0. Naming
+    another recipe replaces the reference, as naming another plug-in does; the same recipe keeps
+    its overrides."""
+    from toolkit import runs
+
+    a, b = (ROOT / f"recipes/pretrain/wikitext-2/{n}-mlm.yaml" for n in ("minilm", "bert-base-uncased"))
+    base = write_recipe(tmp_path / "base.yaml", f"extends: {ROOT / 'recipes/demo/sst2/minilm-full.yaml'}\n"
+                        f"model: {{checkpoint: {{run: {a}, overrides: [train.lr=3.0e-4]}}}}\n")
+    leaf = write_recipe(tmp_path / "leaf.yaml", f"extends: base.yaml\nmodel: {{checkpoint: {{run: {b}}}}}\n")
+    own = runs.run_id(recipes.load(b))
+    for path, overrides in ((leaf, []), (base, [f"model.checkpoint={{run: {b}}}"]), (base, [f"model.checkpoint.run={b}"])):
+        planned = recipes.plan(path, overrides)
+        assert planned.upstream.recipe.train.lr == 5e-5 and runs.run_id(planned.upstream.recipe) == own, overrides
+    kept = recipes.plan(base, [f"model.checkpoint.run={a}"]).upstream.recipe
+    assert kept.train.lr == 3e-4
+
+
+LAYERS = [([["train.max_steps=9", "task.max_train_samples=72"], ["train={max_steps: 100, lr: 1.0e-3}"]],
+           {"train.max_steps": 100, "train.lr": 1e-3, "task.max_train_samples": 72}),
+          ([["train={max_steps: 9, log_every: 1}", "train.eval_every=0"], ["train.max_steps=100"]],
+           {"train.max_steps": 100, "train.log_every": 1, "train.eval_every": 0}),
+          ([["task.labels=[no, yes]", "train.lr=1"], ["train={lr: 2.0e-3}"]],
+           {"task.labels": ["no", "yes"], "train.lr": 2e-3})]
+
+
+@pytest.mark.parametrize("groups, reads", LAYERS)
+def test_layered_overrides_match_settings_however_spelled(groups: list, reads: dict) -> None:
+    """`layered` (a tool's own overrides under its user's: `sweep --estimate`'s caps, `make
+    parity`'s budget under `--set`) matched settings by their text: a user's
+    `train={max_steps: 100}` beside the tool's `train.max_steps=9` kept both, and the run was
+    refused as given twice (`toolkit sweep R "train={max_steps: 100}" --estimate` failed). The
+    later layer replaces what it sets, however spelled, and a user's own repeat is still refused."""
+    from toolkit.recipe_data import apply_overrides, layered
+
+    raw = apply_overrides({}, layered(*groups))
+    for dotted, value in reads.items():
+        node = raw
+        for part in dotted.split("."):
+            node = node[part]
+        assert node == value and type(node) is type(value), (dotted, node)
+    with pytest.raises(UserError, match="train.lr is already set by 'train.lr=2'"):
+        apply_overrides({}, layered(["train.lr=1"], ["train.lr=2", "train.lr=3"]))

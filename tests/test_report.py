@@ -806,3 +806,23 @@ def test_runs_not_finished_are_named_not_dropped_without_a_word(tmp_path: Path, 
     assert note.startswith("- 2 run(s) not finished") and f"{stopped} (checkpoint of step 4)" in note \
         and f"{killed} (no checkpoint)" in note, note
     assert "90.00 ± 0.00 | " in text and "| 2 |" in text  # the two finished seeds, as before
+
+
+def test_a_recipe_field_no_run_has_is_not_a_pivot_axis(tmp_path: Path, cli) -> None:
+    """`--rows train.lrr` (a typo) pivoted every run into one row labelled '–', exit 0, as if no
+    run had set the field: one line with a did-you-mean, from the CLI and the API. A field some
+    run has, null in others (method.r beside full fine-tuning), is an axis as before."""
+    import toolkit
+
+    for seed in (42, 43):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.8})
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.7}, extra={"r": 8})
+    said = "report --rows 'train.lrr': no run's recipe has that field (did you mean 'train.lr'?)"
+    code, _, err = cli("report", tmp_path, "--rows", "train.lrr", "--no-plots")
+    assert code == 2 and err == f"error: {said}\n"
+    with pytest.raises(toolkit.UserError, match=re.escape(said)):
+        toolkit.report(tmp_path, row_key="train.lrr")
+    with pytest.raises(toolkit.UserError, match=re.escape("report --cols 'method.rank': no run's recipe")):
+        report.pivots(report.collect(tmp_path), "task", "method.rank")
+    (p,) = report.pivots(report.collect(tmp_path), "method.r", "method")
+    assert p.rows == ["8", "–"]

@@ -75,6 +75,23 @@ def test_scaled_values_multiply_the_recipes_own_value(tmp_path: Path) -> None:
     assert recipes.load(big, point.overrides).train.max_steps == 1234567
 
 
+@pytest.mark.parametrize("lr", ["1.23456789e-4", "0.000166666666666667", "3.0e-4"])
+def test_x1_is_the_recipes_own_value_exactly(tmp_path: Path, lr: str) -> None:
+    """`.6g` rounded every scaled value: lr 1.23456789e-4 x1 ran with 0.000123457, another run
+    than the recipe's own, exit 0. x1 is the value as written; another factor is the product to
+    12 significant digits (3e-4 x0.3 is 9e-05, not 8.999999999999999e-05)."""
+    write_recipe(tmp_path / "_base.yaml", RECIPE)
+    leaf = write_recipe(tmp_path / "leaf.yaml", f"extends: _base.yaml\ntrain: {{lr: {lr}}}\n")
+    own = recipes.load(leaf)
+    point = sweep.resolve(sweep.Point(leaf, ["train.lr=x1"]))
+    assert recipes.load(leaf, point.overrides).hash == own.hash
+    with pytest.raises(UserError, match="are the same run"):
+        sweep.plan([leaf], [f"train.lr=x1,{lr}"], None, tmp_path / "runs", False)
+    for factor in (0.3, 3, 10):
+        scaled = recipes.load(leaf, sweep.resolve(sweep.Point(leaf, [f"train.lr=x{factor}"])).overrides).train.lr
+        assert scaled == pytest.approx(factor * own.train.lr, rel=1e-12) and len(repr(scaled)) <= 20, scaled
+
+
 def test_dry_run_lists_and_a_rerun_skips_finished_and_resumes_interrupted(tmp_path: Path, cli,
                                                                           runs_dir: Path) -> None:
     recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
@@ -191,19 +208,21 @@ def test_make_estimate_skips_the_report() -> None:
 
 
 @pytest.mark.parametrize("seeds, expected", [([3], [3]), ([3, 7], [3, 7]), ((5,), [5]), (3, [42, 43, 44]),
-                                             ("3", [42, 43, 44]), ("3,7", [3, 7]), (1234, [1234])])
+                                             ("3", [42, 43, 44]), ("3,7", [3, 7]), (1234, [1234]), (None, None)])
 def test_api_seeds_as_a_list_are_seeds_never_a_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      seeds, expected: list[int]) -> None:
     """`toolkit.sweep(recipe, seeds=[3])` ran seeds 42, 43 and 44: the list was joined into "3",
-    which `--seeds` reads as a count. A list holds seeds; an int or a string reads as --seeds does."""
+    which `--seeds` reads as a count. A list holds seeds; an int or a string reads as --seeds does.
+    None (the default) is each recipe's own train.seed, as `toolkit sweep` without --seeds: the
+    default was 42, so a recipe with seed 7 ran 7 from the CLI and 42 from the API, exit 0."""
     import toolkit
     from toolkit import api
 
     recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
     ran: list[list[str]] = []
     monkeypatch.setattr(api, "run", lambda path, overrides, **kw: ran.append(overrides))
-    toolkit.sweep([recipe], seeds=seeds, runs_dir=tmp_path / "runs")
-    assert ran == [[f"train.seed={s}"] for s in expected]
+    toolkit.sweep([recipe], **({} if seeds is None else {"seeds": seeds}), runs_dir=tmp_path / "runs")
+    assert ran == ([[]] if expected is None else [[f"train.seed={s}"] for s in expected])
     with pytest.raises(UserError, match=r"seeds \[3, 3\]: a seed is listed twice"):
         toolkit.sweep([recipe], seeds=[3, 3], runs_dir=tmp_path / "runs")
     with pytest.raises(UserError, match=r"overrides\['train.lr=1'\]: a key is a dotted setting"):
@@ -279,3 +298,45 @@ def test_a_sweep_launched_on_several_processes_speaks_once_and_cannot_leave_a_po
     code, out, err = cli("sweep", recipe, *grid, "--seeds", "42", "--smoke", "--runs-dir", runs_dir, "--estimate")
     assert code == 2 and err.startswith("error: sweep --estimate: measures one process on this machine, and this "
                                         "launch has 2"), err
+
+
+@pytest.mark.parametrize("edit", ["recipe", "base", "data"])
+def test_a_point_is_run_as_planned_or_not_at_all(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                 edit: str) -> None:
+    """A recipe (or a base it extends, or its data) edited while a sweep ran: the later points ran
+    the edited recipe, exit 0, though the sweep had listed and checked the other one (a grid half
+    of one recipe, half of another). The CLI and the API refuse such a point before it starts;
+    the points before it are kept."""
+    import subprocess
+
+    import toolkit
+    from toolkit import api, cli as cli_module
+
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\na fine film,pos\na dull film,neg\n")
+    base = write_recipe(tmp_path / "_base.yaml", RECIPE.replace("glue, subset: sst2", "text_classification, "
+                        f"train_file: {data}, eval_file: {data}"))
+    recipe = write_recipe(tmp_path / "leaf.yaml", "extends: _base.yaml\n")
+    started, popen = [], subprocess.Popen
+
+    def edited_after_the_first(*args, **kwargs):
+        started.append(args)
+        if edit == "data":
+            data.write_text("text,label\na fine film,pos\na poor film,neg\n")
+        else:
+            target = recipe if edit == "recipe" else base
+            target.write_text(target.read_text() + "train: {weight_decay: 0.1}\n" if edit == "recipe"
+                              else target.read_text().replace("max_length: 32", "max_length: 24"))
+        return popen(["true"]) if args and isinstance(args[0], list) else toolkit.Run(tmp_path / "x")
+
+    original = (recipe.read_text(), base.read_text(), data.read_text())
+    monkeypatch.setattr(cli_module.subprocess, "Popen", edited_after_the_first)
+    code, out, err = cli("sweep", recipe, "train.lr=1e-3,2e-3", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and len(started) == 1 and "[2/2]" in out, (out, err)
+    assert "sweep: run 2 of 2 (" in err and "is now another run than planned" in err and err.count("\n") == 1
+    recipe.write_text(original[0]), base.write_text(original[1]), data.write_text(original[2])
+    started.clear()
+    monkeypatch.setattr(api, "run", edited_after_the_first)
+    with pytest.raises(UserError, match=r"^sweep: run 2 of 2 \(.+\) is now another run than planned"):
+        toolkit.sweep([recipe], ["train.lr=1e-3,2e-3"], seeds=None, runs_dir=tmp_path / "runs")
+    assert len(started) == 1

@@ -36,8 +36,9 @@ from toolkit import chain, devices, quiet, recipe as recipe_module, reports, run
 from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
+from toolkit.recipe_data import override_leaves
 
-__all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep"]
+__all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep", "validate"]
 
 # The argument types the functions below declare (and @typed checks): a path is a string or any
 # os.PathLike (a Run is one); overrides are a mapping {"train.lr": 3e-4} or `key=value` strings
@@ -168,6 +169,27 @@ def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | Non
     return Run(Path(out))
 
 
+@_one_line
+@typed
+def validate(recipe: PathArg, overrides: Overrides = None, *, smoke: bool = False) -> dict:
+    """Check a recipe (a path or a shipped name) with its overrides as `run` checks it before
+    anything loads, as `toolkit validate` does: the recipe and overrides, the TOOLKIT_* folders,
+    each data file and its head, this environment's accelerate settings. Returns the resolved
+    recipe (what the run's recipe.yaml holds); raises the UserError the CLI prints."""
+    plan = _checked(os.fspath(recipe), override_list(overrides), smoke)
+    return {"name": plan.recipe.name, **plan.recipe.to_dict()}
+
+
+def _checked(recipe: str | Path, overrides: list[str], smoke: bool = False) -> RunPlan:
+    """What `run`, `validate` and every point of `sweep` check before torch is imported, in one
+    place, so that `validate` refuses what `run` refuses: the recipe read, overridden and
+    checked, the data files' heads, the accelerate settings left in the environment."""
+    plan = recipe_module.plan(find_recipe(os.fspath(recipe)), overrides, smoke=smoke)
+    recipe_module.check_data(plan.recipe)
+    devices.check_accelerate_env(plan.recipe.train.mixed_precision)
+    return plan
+
+
 def _run_folder(run_dir: PathArg) -> Path:
     """A run folder, checked before torch is imported: the line inference would say, at once."""
     folder = Path(run_dir)
@@ -191,16 +213,20 @@ def _scored_here(folder: Path, split: str) -> None:
 
 @_one_line
 @typed
-def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None) -> dict:
-    """Score a finished run on a split with its task's metrics (also writes eval-<split>.json)."""
+def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None, *,
+             task_from: PathArg | None = None) -> dict:
+    """Score a finished run on a split with its task's metrics (also writes eval-<split>.json).
+    `task_from`: score on the task of another recipe (a path or a shipped name), as
+    `toolkit eval --task-from` does."""
     folder, items = _run_folder(run_dir), override_list(overrides)
+    source = None if task_from is None else os.fspath(task_from)
     _scored_here(folder, split)
     devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
 
-    _data_of_the_run(folder, items, None)
-    return inference.evaluate_run(folder, split, items, None)
+    _data_of_the_run(folder, items, source)
+    return inference.evaluate_run(folder, split, items, source)
 
 
 def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) -> None:
@@ -210,8 +236,8 @@ def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) 
     relatively that is missing here, or whose contents are not the data the run was made with
     (metrics.json data_sha256), is one line; naming the file (task.eval_file=...) or the task
     (--task-from) is the user's explicit choice and is not checked."""
-    if task_from or any(o.partition("=")[0].strip().endswith(("_file", "data_dir")) for o in overrides):
-        return
+    if task_from or any(leaf[-1].endswith("_file") or leaf[-1] == "data_dir" for leaf in override_leaves(overrides)):
+        return  # `task={eval_file: x}` as `task.eval_file=x`: the mapping was refused as the run's own data
     from toolkit import inference
 
     recipe = inference.run_recipe(folder, overrides, None)
@@ -279,30 +305,32 @@ def _one_export(target: Path) -> Iterator[None]:
 
 @_one_line
 @typed
-def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *, seeds: Union[int, str, Iterable[int]] = 42,
+def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
+          seeds: Union[int, str, Iterable[int], None] = None,
           runs_dir: PathArg | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
     """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`; one string is one axis)
-    x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3), run
-    one after another in this process; every point is checked, its data files' heads included,
+    x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3; None,
+    the default, each recipe's own train.seed, as `toolkit sweep` without --seeds), run one after another in this process; every point is checked, its data files' heads included,
     before the first one runs. A point another process is running right now is left to it (its
     Run is returned, not finished), as `toolkit sweep` does."""
     root = runs.runs_root(None if runs_dir is None else os.fspath(runs_dir))
     _check_runs_root(root)
     # 3 or "3" is a count, as `--seeds 3` is; [3] is the seed 3 (it ran 42, 43 and 44)
-    seed_arg = str(seeds) if isinstance(seeds, (int, str)) else list(seeds)
+    # None: each recipe's own seed (the default was 42, so a recipe with seed 7 ran 7 from the CLI and 42 here)
+    seed_arg = None if seeds is None else str(seeds) if isinstance(seeds, (int, str)) else list(seeds)
     points, folders = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_arg, root, smoke)
     for point, out in zip(points, folders):
-        recipe = recipe_module.load(point.recipe, point.overrides, smoke=smoke)
-        recipe_module.check_data(recipe)
-        devices.check_accelerate_env(recipe.train.mixed_precision)
+        _checked(point.recipe, point.overrides, smoke)
         if not force:
             runs.is_finished(out)  # a damaged metrics.json: said before the first run
     done = []
-    for point, out in zip(points, folders):  # a point another process is running is left to it, as the CLI does
+    for i, (point, out) in enumerate(zip(points, folders), 1):  # a point another process runs is left to it
         holder = runs.run_elsewhere(out) if force or not runs.is_finished(out) else None
         if holder is not None:
             runs.left_to_another(holder, "sweep")
             print(f"{holder} right now: left to it; the sweep goes on with the next point")
+        elif force or not runs.is_finished(out):
+            sweeps.as_planned(point, out, root, smoke, f"run {i} of {len(points)}")
         done.append(Run(out) if holder is not None else run(point.recipe, point.overrides, runs_dir=root,
                                                              smoke=smoke, force=force))
     return done
@@ -331,9 +359,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     the overrides, the runs folder, each data file's head); then torch is imported. Returns the
     run folder."""
     path, runs_dir = os.fspath(path), None if runs_dir is None else os.fspath(runs_dir)
-    plan = recipe_module.plan(find_recipe(path), overrides, smoke=smoke)
-    recipe_module.check_data(plan.recipe)
-    devices.check_accelerate_env(plan.recipe.train.mixed_precision)
+    plan = _checked(path, list(overrides), smoke)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
     if not force:

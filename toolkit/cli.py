@@ -15,7 +15,7 @@ from typing import Iterator
 from toolkit import (devices, hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sharding,
                      sweeps as sweep, tasks)
 from toolkit.api import (DISK_ERRORS, _check_runs_root, _data_of_the_run, _disk_error as disk_error, _one_export,
-                         _run_folder, _scored_here, run_one)
+                         _run_folder, _scored_here, _checked, run_one)
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError, disk_full
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
@@ -37,9 +37,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
     for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
-        recipe = recipes.load(point.recipe, point.overrides, smoke=args.smoke)
-        recipes.check_data(recipe)
-        devices.check_accelerate_env(recipe.train.mixed_precision)
+        _checked(point.recipe, point.overrides, args.smoke)
         if not args.force:
             runs.is_finished(out)  # and a damaged metrics.json
     if args.estimate and runs.world_size() > 1:
@@ -61,6 +59,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{holder} right now: left to it; the sweep goes on with the next point", flush=True)
             left.append(out)
             continue
+        sweep.as_planned(point, out, root, args.smoke, f"run {i} of {len(points)}")
         # One process per point: peak memory (CPU: the process's max RSS) and library state
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
         flags = ["--smoke"] * args.smoke + ["--force"] * args.force + ["--runs-dir", str(root)]
@@ -172,9 +171,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in files:
         try:
-            recipe = recipes.load(path, overrides)
-            recipes.check_data(recipe)
-            devices.check_accelerate_env(recipe.train.mixed_precision)  # what `run` says before loading
+            _checked(path, overrides, args.smoke)  # what `run` checks before loading anything (api._checked)
         except UserError as exc:  # the prefix `run` gives, and the file once
             text = str(exc)
             _say(f"error: {text}" if str(path) in text else f"error: {path}: {text}")
@@ -332,6 +329,7 @@ def parser() -> argparse.ArgumentParser:
                          "under a second: no library or weights load")
     val.add_argument("recipes", nargs="*", metavar="RECIPE|key=value",
                      help="recipes (default: every shipped one), then overrides as for run: train.lr=3e-4")
+    val.add_argument("--smoke", action="store_true", help="check the recipes as `run --smoke` runs them")
     val.set_defaults(func=cmd_validate)
     ls = sub.add_parser("ls", parents=[verbose], help="list registered names or recipes")
     ls.add_argument("what", nargs="?", choices=["methods", "tasks", "attention", "recipes"])

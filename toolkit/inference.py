@@ -40,7 +40,11 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     if not isinstance(raw, dict):
         raise UserError(f"{file}: the run's recipe is damaged (not a mapping); restore it or run the recipe again")
     if task_from:
-        raw["task"] = read_yaml(find_recipe(task_from))["task"]
+        task = read_yaml(find_recipe(task_from)).get("task")
+        if not isinstance(task, dict):  # a base file of settings alone: a KeyError traceback
+            raise UserError(f"--task-from {task_from}: that recipe names no task (no task section, nor one in "
+                            "its extends bases); give a recipe with a task")
+        raw["task"] = task
     bad = [o for o in task_overrides or [] if o.partition("=")[0].strip().split(".")[0] != "task"]
     if bad:
         raise UserError(f"override '{bad[0]}': only task.* settings can change when scoring a run")

@@ -239,7 +239,9 @@ def plan(path: str | Path, overrides: list[str] | None = None, smoke: bool = Fal
     raw = apply_overrides(read_yaml(path), overrides or [])
     seen = seen + (path.resolve(),)
     written = parse_plan(raw, name=recipe_name(path), origin=path, seen=seen)
-    if smoke and not written.recipe.smoke:
+    # `smoke: true` (in the file or `smoke=true`) is --smoke: it swapped in the small random model
+    # but kept the full data and steps. Sizing is idempotent: a smoke run's recipe.yaml is the same run
+    if smoke or written.recipe.smoke:
         small = parse_plan(smoke_sized(raw, written.recipe.task), name=written.recipe.name, smoke=True,
                            origin=path, seen=seen)
         small.written_max_length = written.recipe.task.max_length

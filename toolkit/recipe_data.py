@@ -156,13 +156,25 @@ class RunPlan:
 SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 
 
+# The keys by which a mapping names what its other keys belong to: a plug-in's `name`, and the
+# recipe a chained checkpoint `{run: ..., overrides: [...]}` names (the overrides are that recipe's)
+NAMING = ("name", "run")
+
+
 def _deep_merge(base: dict, top: dict) -> dict:
-    """`top` over `base`, mapping by mapping; a plug-in section (one with a `name`) that names
-    another plug-in replaces the base's, whose settings belong to the other plug-in."""
+    """`top` over `base`, mapping by mapping; a mapping that names something else (a plug-in
+    section naming another plug-in, a `{run: ...}` checkpoint naming another recipe) replaces the
+    base's, whose settings belong to the other one (`model.checkpoint={run: b.yaml}` over
+    `{run: a.yaml, overrides: [...]}` ran b with a's overrides). A bare name is the mapping
+    `{name: ...}` (`attention: local` is `{name: local}`): naming the plug-in already there keeps
+    its settings, however it is spelled (`model.attention=local` reset a recipe's window 16 to
+    the default 64, where `model.attention={name: local}` kept it)."""
     out = dict(base)
     for key, value in top.items():
-        renamed = isinstance(value, dict) and "name" in value and isinstance(out.get(key), dict) \
-            and out[key].get("name") not in (None, value["name"])
+        if isinstance(value, str) and isinstance(out.get(key), dict) and out[key].get("name") == value:
+            value = {"name": value}
+        renamed = isinstance(value, dict) and isinstance(out.get(key), dict) and \
+            any(k in value and out[key].get(k) not in (None, value[k]) for k in NAMING)
         if isinstance(value, dict) and isinstance(out.get(key), dict) and not renamed:
             out[key] = _deep_merge(out[key], value)
         else:
@@ -376,26 +388,71 @@ def _leaves(value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [path]
 
 
+def override_leaves(overrides: list[str]) -> list[tuple[str, ...]]:
+    """The dotted settings `key=value` overrides set, however spelled: `task={eval_file: x}` sets
+    task.eval_file as `task.eval_file=x` does."""
+    out: list[tuple[str, ...]] = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        out += _leaves(safe_yaml(value, f"override '{item}'") if value != "" else None, tuple(key.strip().split(".")))
+    return out
+
+
 def layered(*groups: Any) -> list[str]:
     """Lists of overrides, each later list replacing the settings an earlier one gives (a tool's
     own defaults under what its user asked): one override per setting, as apply_overrides wants.
-    For tools that build overrides in layers; a user's own repeated setting stays an error."""
-    out: dict[str, str] = {}
+    For tools that build overrides in layers; a user's own repeated setting stays an error (both
+    are kept, and apply_overrides refuses them). Settings are matched by what they set, however
+    spelled: a user's `train={max_steps: 100}` replaces a tool's `train.max_steps=9` (matched by
+    their text, both were kept and the run refused), and a tool's mapping keeps the settings the
+    user left to it."""
+    out: list[tuple[list[tuple[str, ...]], str]] = []
     for group in groups:
-        for item in group:
-            key = item.partition("=")[0].strip()
-            out.pop(key, None)
-            out[key] = item
-    return list(out.values())
+        mine = [(_item_leaves(item), item) for item in group]
+        covered = [leaf for leaves, _ in mine for leaf in leaves]
+        kept: list[tuple[list[tuple[str, ...]], str]] = []
+        for leaves, item in out:
+            rest = [leaf for leaf in leaves if not any(_overlap(leaf, c) for c in covered)]
+            if len(rest) == len(leaves):
+                kept.append((leaves, item))
+            else:  # a mapping some of whose settings were replaced: the others, one by one
+                kept += [([leaf], _leaf_item(item, leaf)) for leaf in rest]
+        out = kept + mine
+    return [item for _, item in out]
+
+
+def _item_leaves(item: str) -> list[tuple[str, ...]]:
+    key, _, value = item.partition("=")
+    return _leaves(safe_yaml(value, f"override '{item}'") if value != "" else None, tuple(key.strip().split(".")))
+
+
+def _overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    return a[:len(b)] == b or b[:len(a)] == a
+
+
+def _leaf_item(item: str, leaf: tuple[str, ...]) -> str:
+    """`train={lr: 1, epochs: 2}`, ('train', 'epochs') -> `train.epochs=2` (JSON: a YAML value)."""
+    key, _, value = item.partition("=")
+    node = safe_yaml(value, f"override '{item}'")
+    for part in leaf[len(key.strip().split(".")):]:
+        node = node[part]
+    return f"{'.'.join(leaf)}={json.dumps(node)}"
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """`train.lr=3e-4 method.r=16`: values are parsed as YAML scalars. A mapping value merges into
     the section as an `extends` base's would (`train={epochs: 1}` keeps the recipe's lr), and a
     setting given twice (`train.lr=1 train.lr=2`, or `train.lr` and `train={lr: ...}`) is refused,
-    as a key given twice in one YAML mapping is: neither silently wins."""
+    as a key given twice in one YAML mapping is: neither silently wins.
+
+    The overrides are one layer over the recipe, as a leaf file is over its base: each sets its
+    own settings (none twice), so they are gathered into one mapping first and merged once. Their
+    order then cannot matter: `method.alpha=8 method={name: dora}` kept no alpha (the mapping,
+    applied second, named another plug-in and replaced the section), where the reverse order
+    kept it."""
     raw = json.loads(json.dumps(raw))
     given: dict[tuple[str, ...], str] = {}
+    layer: dict = {}
     parsed_items = []
     for item in overrides:  # each parsed and checked in the order written
         if "=" not in item:
@@ -412,20 +469,24 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
                 raise UserError(f"override '{item}': {'.'.join(leaf)} is already set by '{earlier}'; "
                                 "give each setting once")
         given.update(dict.fromkeys(leaves, item))
-        parsed_items.append((item, parts, parsed))
-    # `method.name=full` names another plug-in as `method={name: full}` does: the section starts
-    # afresh (lora's `r` is not full's). Names go first, so `method.r=4 method.name=dora` keeps the
-    # r given beside it, whatever the order.
-    for item, parts, parsed in sorted(parsed_items, key=lambda p: p[1][-1] != "name"):
-        node = raw
+        parsed_items.append((item, parts))
+        layer = _deep_merge(layer, _nested(parts, parsed))  # disjoint settings: a plain union
+    for item, parts in parsed_items:  # `model.attention.window=8` where the recipe says `attention: sdpa`
+        node, named = raw, layer
         for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
+            node, named = node.get(part) if isinstance(node, dict) else None, named[part]
+            if node is not None and not isinstance(node, dict) and not set(NAMING) & set(named):
                 raise UserError(f"override '{item}': '{part}' is not a section")
-        if parts[-1] == "name" and len(parts) > 1 and node.get("name") not in (None, parsed):
-            node.clear()  # another plug-in: its own defaults, not the other's settings
-        node[parts[-1]] = _deep_merge(node, {parts[-1]: parsed})[parts[-1]]  # another plug-in: replaced
-    return raw
+    # A section that names another plug-in (`method.name=full`, `method={name: full}`) starts
+    # afresh: lora's `r` is not full's. The settings given beside the name are kept.
+    return _deep_merge(raw, layer)
+
+
+def _nested(parts: list[str], value: Any) -> dict:
+    """`['method', 'r'], 4` -> {'method': {'r': 4}}."""
+    for part in reversed(parts):
+        value = {part: value}
+    return value
 
 
 def recipe_name(path: Path) -> str:

@@ -119,11 +119,15 @@ def resolve_scaled(raw: dict, overrides: list[str], where: str) -> list[str]:
                 base = float(base)
             if not isinstance(base, (int, float)) or isinstance(base, bool):
                 raise UserError(f"{where}: '{item}' scales {key}, but the recipe has no number there")
-            scaled = float(value[1:]) * base
+            factor = float(value[1:])
+            # x1 is the recipe's own value, exactly; another factor is the product to 12 significant
+            # digits (a float's noise dropped: 3e-4 x0.3 is 9e-05). `.6g` rounded every product, so
+            # lr 1.23456789e-4 x1 ran with 0.000123457, another run than the recipe's own
+            scaled = base if factor == 1 else float(format(factor * base, ".12g"))
             # an int setting scaled to a whole number stays that int, whatever its size (`.6g` wrote
             # max_steps 1234567 x1 as 1.23457e+06, a float the int field refused)
-            whole = isinstance(base, int) and scaled.is_integer()
-            item = f"{key}={int(scaled) if whole else format(scaled, '.6g')}"
+            whole = isinstance(base, int) and float(scaled).is_integer()
+            item = f"{key}={int(scaled) if whole else repr(float(scaled))}"
         out.append(item)
     return out
 
@@ -175,6 +179,17 @@ def same_runs(folders: list[Path], points: list[Point]) -> None:
             raise UserError(f"sweep: points {j + 1} ({points[j]}) and {i + 1} ({points[i]}) are the same run "
                             f"({folder}); drop one of the values")
         seen[folder] = i
+
+
+def as_planned(point: Point, folder: Path, root: Path, smoke: bool, where: str) -> None:
+    """A point is run as it was planned and checked: its recipe file, a base it extends or its
+    data edited while the sweep ran made the point another run than the one listed and checked
+    (the grid's later points silently of another recipe than its first). Said before it starts."""
+    now = runs.run_dir(recipe_module.load(point.recipe, point.overrides, smoke=smoke), root)
+    if now != folder:
+        raise UserError(f"sweep: {where} ({point}) is now another run than planned ({now}, not {folder}): its "
+                        "recipe, a base it extends or its data changed since the sweep started; the finished "
+                        "runs are kept, and the same command plans the grid again")
 
 
 def describe(points: list[Point], folders: list[Path]) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 
 from toolkit import runs as run_folders
 from toolkit.errors import UserError
+from toolkit.registry import did_you_mean
 from toolkit.recipe_data import safe_yaml
 from toolkit.tasks import Metric, declaration
 
@@ -706,10 +707,28 @@ class Pivot:
     col_key: str
 
 
+def _has(data: Any, dotted: str) -> bool:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data.get(part) if isinstance(data, dict) else None
+    return isinstance(data, dict) and last in data
+
+
+def _in_some_recipe(items: list[dict], key: str, where: str) -> None:
+    """A recipe field as a pivot axis is a field some run's recipe has: `--rows train.lrr` (a typo)
+    made one row labelled '–', exit 0, as if no run had set it."""
+    if key in LABELS or any(_has(item["recipe"], key) for item in items):
+        return
+    fields = sorted({k for item in items for k in _flat(item["recipe"])})
+    raise UserError(f"report {where} '{key}': no run's recipe has that field{did_you_mean(key, fields)}")
+
+
 def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | None = None) -> list[Pivot]:
     """One table per metric: rows x cols, each cell the best setting's mean ± std (n)."""
     check_axis(row_key, "--rows")
     check_axis(col_key, "--cols")
+    _in_some_recipe(items, row_key, "--rows")
+    _in_some_recipe(items, col_key, "--cols")
     decls = declarations(items)
     # by default each task's main metric that some run scored (a null one is named in the notes)
     wanted = metrics or [m for m in dict.fromkeys(main_metric([i]) for i in items) if m in decls]
