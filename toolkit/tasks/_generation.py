@@ -61,7 +61,22 @@ class Generation:
                 "max_new_tokens": self.budget(target_length), "no_repeat_ngram_size": self.no_repeat_ngram_size,
                 "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1, **UNSET}
 
+    def saved(self, target_length: int) -> dict[str, Any]:
+        """`kwargs` as a generation_config.json holds them (`toolkit export`): the same decoding,
+        with what it ignores unset: sampling's fields (a base saved for sampling, temperature 0.6
+        say) and, greedy, the beam search's length penalty. transformers refuses to save a config
+        that sets one beside greedy or beam settings, and `toolkit export` of such a run was a
+        traceback with nothing exported."""
+        out = {**self.kwargs(target_length), **SAMPLING_ONLY}
+        if self.num_beams == 1:
+            out["length_penalty"] = None
+        return out
 
+
+# generation_config fields that sampling alone reads (do_sample=True): greedy and beam search, all a
+# recipe decodes with, ignore them
+SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "min_p", "top_h", "epsilon_cutoff",
+                               "eta_cutoff"))
 # generation_config fields that change which text is chosen and that no recipe setting names
 # (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's)
 UNSET = dict.fromkeys(("min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
