@@ -445,6 +445,43 @@ def test_a_checkpoints_length_constraints_do_not_reach_generation(tiny_checkpoin
     out = task.generate(model, {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)})[0].tolist()
     assert out == [20, 21, 22, tok.eos_token_id]
 
+@pytest.mark.parametrize("family, beams, penalty", [("bart", 1, 2.0), ("gpt2", 1, 2.0), ("bart", 2, 0.5),
+                                                     ("t5", 1, 1.0)])
+def test_an_export_saves_the_runs_decoding_whatever_the_base_samples_with(tmp_path: Path, tiny_checkpoint,
+                                                                          family: str, beams: int,
+                                                                          penalty: float) -> None:
+    """Finding: `toolkit export` of a greedy run with a length_penalty (inherited, or left from a
+    beam recipe) or of a model whose base generation_config samples (temperature, top_p: as
+    published for sampling) was a ValueError traceback, nothing exported: transformers refuses to
+    save a config that sets beam-only or sampling-only fields beside greedy settings. The export
+    writes the run's decoding with what it ignores unset, and generates what the run generates."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    from toolkit.inference import decode_as_run
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(path).eval()
+    model.generation_config.update(do_sample=True, temperature=0.6, top_p=0.9, top_k=10)  # a sampling base
+    task = Summarization(generation=Generation(num_beams=beams, length_penalty=penalty, max_new_tokens=5))
+    task.model_head(family)
+    decode_as_run(task, model, tok)
+    model.save_pretrained(tmp_path)  # was: ValueError, GenerationConfig is invalid
+    saved = GenerationConfig.from_pretrained(tmp_path)
+    assert (saved.do_sample, saved.num_beams, saved.max_new_tokens) == (False, beams, 5)
+    assert saved.length_penalty == (penalty if beams > 1 else None)
+    reloaded = type(model).from_pretrained(tmp_path).eval()
+    ids = torch.tensor([tok("a b c d e f", add_special_tokens=family != "gpt2")["input_ids"]])
+    with torch.no_grad():  # the folder's plain generate is the run's decoding
+        run = model.generate(input_ids=ids, **task.generation.kwargs(task.max_target_length),
+                             pad_token_id=tok.pad_token_id)
+        assert torch.equal(reloaded.generate(input_ids=ids), run)
+
+
 @pytest.mark.parametrize("name, family", [(n, f) for n in ("summarization", "translation", "squad")
                                           for f in ("gpt2", "bart")])
 def test_every_sequence_fits_the_positions_when_the_check_passes(name: str, family: str) -> None:

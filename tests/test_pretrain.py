@@ -511,3 +511,27 @@ def test_a_step_with_no_loss_unit_makes_no_update_and_the_run_goes_on(tmp_path: 
     if path != "host":  # the host path takes no step for it: the next batch takes the slot
         losses = [json.loads(l)["loss"] for l in (run / "log.jsonl").read_text().splitlines() if '"eval"' not in l]
         assert losses.count(None) == metrics["empty_steps"] and len(losses) == 8
+
+
+def _perplexity_tasks() -> list[str]:
+    from toolkit.tasks import TASKS
+
+    return sorted(n for n in TASKS.names() if getattr(TASKS.get(n), "perplexity", None) is True)
+
+
+@pytest.mark.parametrize("name", _perplexity_tasks())
+def test_perplexity_is_exp_of_the_token_weighted_mean_loss_over_the_split(name: str) -> None:
+    """exp(summed token loss / token count) of the whole split, as run_clm / run_mlm give it
+    (infinite where exp overflows). Finding: the loss was capped at 50 first, so every model whose
+    held-out loss passed 50 scored perplexity 5.2e21, whatever its loss (a tie best-model
+    selection broke by order)."""
+    import math
+
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get(name)(train_file="x.txt")
+    score = lambda losses, units: task.score({"loss": np.array(losses), "units": np.array(units)}, None)["perplexity"]
+    assert score([6.0, 3.0], [2, 1]) == pytest.approx(math.exp(3.0))  # per token, not per example
+    assert score([600.0, 30.0], [10, 2]) == pytest.approx(math.exp(52.5))
+    assert score([600.0, 30.0], [10, 2]) != score([800.0, 40.0], [10, 2])
+    assert score([1.0e4], [1]) == math.inf

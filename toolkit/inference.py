@@ -502,8 +502,10 @@ def decode_as_run(task: Any, model: Any, tok: Any) -> str:
     """An exported generation model decodes as the run scored it, for anyone who calls its
     `generate`: generation_config.json carries the recipe's decoding (num_beams, max_new_tokens,
     length_penalty, early_stopping, greedy; the length and repetition constraints no recipe sets
-    cleared, as `Generation.kwargs` clears them) and the pad token, and a decoder-only model's
-    tokenizer pads on the left, where its prompts end at one column. The export held the base's
+    cleared, as `Generation.kwargs` clears them; what greedy or beam search ignores unset,
+    `Generation.saved`) and the pad token, and a decoder-only model's
+    tokenizer pads on the left, where its prompts end at one column, an encoder-decoder's on the
+    right, as the run padded its sources (BART's learnt positions move with left padding). The export held the base's
     generation_config (no beams, transformers' 20-token default), so the folder generated other
     text than `toolkit predict` on the run. What a config cannot hold (the prompt's affixes; a
     decoder's repeat ban over its continuation alone) is said in the export's line."""
@@ -511,10 +513,11 @@ def decode_as_run(task: Any, model: Any, tok: Any) -> str:
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     if generation is None or not inner.can_generate():
         return ""  # not a text-to-text task, or one answered by a head (extractive QA)
-    settings = {**generation.kwargs(task.max_target_length), "pad_token_id": tok.pad_token_id}
+    settings = {**generation.saved(task.max_target_length), "pad_token_id": tok.pad_token_id}
     said = []
+    side = "left" if task.decoder_only else "right"
+    tok.padding_side = tok.init_kwargs["padding_side"] = side  # what save_pretrained writes
     if task.decoder_only:
-        tok.padding_side = tok.init_kwargs["padding_side"] = "left"  # what save_pretrained writes
         if settings["no_repeat_ngram_size"]:
             said.append(f"the run banned repeated {settings['no_repeat_ngram_size']}-grams within the "
                         "continuation alone (generate's no_repeat_ngram_size bans them over the prompt too: "

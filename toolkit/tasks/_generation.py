@@ -3,8 +3,9 @@
 Not a plug-in itself. One raw example is a source text and a target text (and, for scoring, one
 or more references). How they become model inputs depends on the family:
 - encoder-decoder (T5, BART, an EncoderDecoderModel): source -> encoder, target -> labels; the
-  collator is transformers' DataCollatorForSeq2Seq, which pads labels with -100 and asks the model
-  to build decoder_input_ids from them (each family shifts its own way);
+  collator pads on the right (whatever the tokenizer's padding side), labels with -100, and asks
+  the model to build decoder_input_ids from them (each family shifts its own way), as
+  transformers' DataCollatorForSeq2Seq does;
 - decoder-only (GPT-2): prompt + target + EOS in one sequence, the prompt's positions -100 in the
   labels so the loss is over the target alone; for generation the prompt alone, left-padded.
 
@@ -60,7 +61,22 @@ class Generation:
                 "max_new_tokens": self.budget(target_length), "no_repeat_ngram_size": self.no_repeat_ngram_size,
                 "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1, **UNSET}
 
+    def saved(self, target_length: int) -> dict[str, Any]:
+        """`kwargs` as a generation_config.json holds them (`toolkit export`): the same decoding,
+        with what it ignores unset: sampling's fields (a base saved for sampling, temperature 0.6
+        say) and, greedy, the beam search's length penalty. transformers refuses to save a config
+        that sets one beside greedy or beam settings, and `toolkit export` of such a run was a
+        traceback with nothing exported."""
+        out = {**self.kwargs(target_length), **SAMPLING_ONLY}
+        if self.num_beams == 1:
+            out["length_penalty"] = None
+        return out
 
+
+# generation_config fields that sampling alone reads (do_sample=True): greedy and beam search, all a
+# recipe decodes with, ignore them
+SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "min_p", "top_h", "epsilon_cutoff",
+                               "eta_cutoff"))
 # generation_config fields that change which text is chosen and that no recipe setting names
 # (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's)
 UNSET = dict.fromkeys(("min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
@@ -515,7 +531,13 @@ def stop_at(tokenizer: Any, stops: list[str], start: int) -> Any:
 class TextToTextCollator:
     """Pads a batch for training and generation.
 
-    Encoder-decoder: DataCollatorForSeq2Seq (labels -100, decoder inputs from the model). Decoder
+    Encoder-decoder: what DataCollatorForSeq2Seq gives (labels -100, decoder inputs built by the
+    model's `prepare_decoder_input_ids_from_labels`), always padded on the right. That collator
+    pads on the tokenizer's `padding_side`: a checkpoint saved padding left (as one prepared for a
+    decoder's generation is) had its labels left-padded, so the decoder read padding after its
+    start token and before the target (T5's loss moved with the batch), and BART's learnt
+    positions moved with each batch's padding: scores that changed with the eval batch size and
+    that side (ROUGE-1 0.007 at batch 1, 0.026 at 3, on the same BART weights). Decoder
     only: inputs right-padded for the loss, the prompt alone left-padded for `generate`, and
     `logits_to_keep`: how many positions at the end of the sequence the loss needs logits for
     (from the position before the batch's first target token). The prompt's positions are -100
@@ -527,19 +549,19 @@ class TextToTextCollator:
     `token_losses` lines the kept logits up with the labels' last positions."""
 
     def __init__(self, tokenizer: Any, model: Any, decoder_only: bool) -> None:
-        from transformers import DataCollatorForSeq2Seq
-
-        self.tok, self.decoder_only = tokenizer, decoder_only
+        self.tok, self.decoder_only, self.model = tokenizer, decoder_only, model
         self.keep_logits = decoder_only and keeps_logits(model)
-        self.seq2seq = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=IGNORE,
-                                              return_tensors="pt")
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         index = torch.tensor([f["example_index"] for f in features])
-        if not self.decoder_only:
-            batch = self.seq2seq([{k: f[k] for k in ("input_ids", "attention_mask", "labels")} for f in features])
-            return {**batch, "example_index": index}
         pad = self.tok.pad_token_id
+        if not self.decoder_only:  # on the right, whatever the tokenizer's padding_side
+            batch = {"input_ids": _pad([f["input_ids"] for f in features], pad, left=False),
+                     "attention_mask": _pad([f["attention_mask"] for f in features], 0, left=False),
+                     "labels": _pad([f["labels"] for f in features], IGNORE, left=False)}
+            if self.model is not None and hasattr(self.model, "prepare_decoder_input_ids_from_labels"):
+                batch["decoder_input_ids"] = self.model.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
+            return {**batch, "example_index": index}
         batch = {"input_ids": _pad([f["input_ids"] for f in features], pad, left=False),
                  "attention_mask": _pad([f["attention_mask"] for f in features], 0, left=False),
                  "labels": _pad([f["labels"] for f in features], IGNORE, left=False),

@@ -7,7 +7,7 @@ of `max_length` tokens start every `eval_stride` tokens and each scores only the
 previous window did not, so every token after the first is scored once, with up to
 `max_length - eval_stride` tokens of context before it. At `eval_stride = max_length` the windows
 are run_clm's blocks, and as there the first token of each block is not scored (no position
-predicts it).
+predicts it); the last, shorter block is scored, where run_clm's `group_texts` drops it.
 """
 
 from __future__ import annotations
