@@ -530,8 +530,49 @@ def test_perplexity_is_exp_of_the_token_weighted_mean_loss_over_the_split(name: 
     from toolkit.tasks import TASKS
 
     task = TASKS.get(name)(train_file="x.txt")
-    score = lambda losses, units: task.score({"loss": np.array(losses), "units": np.array(units)}, None)["perplexity"]
+    score = lambda losses, units: task.score({"loss": np.array(losses), "units": np.array(units),
+                                              "hits": np.zeros(len(units))}, None)["perplexity"]
     assert score([6.0, 3.0], [2, 1]) == pytest.approx(math.exp(3.0))  # per token, not per example
     assert score([600.0, 30.0], [10, 2]) == pytest.approx(math.exp(52.5))
     assert score([600.0, 30.0], [10, 2]) != score([800.0, 40.0], [10, 2])
     assert score([1.0e4], [1]) == math.inf
+
+
+@pytest.mark.parametrize("name", ["clm", "mlm"])
+def test_token_accuracy_is_run_clm_and_run_mlm_s_over_the_whole_split(name: str) -> None:
+    """Beside perplexity, mlm and clm report the accuracy of the labelled tokens as run_mlm and
+    run_clm compute it (argmax of the logits against the labels, -100 left out; clm: the logits
+    of position t against the label at t+1), summed over the split before dividing. Checked on
+    random logits against that definition written with numpy, with the virtual positions a soft
+    prompt puts ahead of the logits and a decoder's `logits_to_keep` tail."""
+    import torch
+
+    from toolkit.tasks import TASKS, declaration
+    from toolkit.tasks._lm import IGNORE, token_hits, token_losses, token_units
+
+    task = TASKS.get(name)(train_file="x.txt")
+    assert [m.name for m in task.declared_metrics()] == ["perplexity", "accuracy"]
+    assert declaration("accuracy", task.declared_metrics()).higher_is_better
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 5, generator=gen)
+    labels = torch.randint(0, 5, (3, 7), generator=gen)
+    labels[0, :3] = IGNORE  # a window's context / an unmasked position
+    labels[2, 5:] = IGNORE  # padding
+    labels[1, 2] = logits[1, 1].argmax() if name == "clm" else logits[1, 2].argmax()  # a sure hit
+    shift = name == "clm"
+    p, y = logits.argmax(-1).numpy(), labels.numpy()
+    if shift:  # run_clm: preds[:, :-1] against labels[:, 1:]
+        p, y = p[:, :-1], y[:, 1:]
+    expected = ((p == y) & (y != IGNORE)).sum(-1)
+    assert token_hits(logits, labels, shift).tolist() == expected.tolist() and expected.sum() >= 1
+    assert token_units(labels, shift).tolist() == (y != IGNORE).sum(-1).tolist()
+    prompt = torch.randn(3, 4, 5, generator=gen)  # virtual tokens ahead of the sequence's logits
+    assert token_hits(torch.cat([prompt, logits], 1), labels, shift).tolist() == expected.tolist()
+    if shift:  # logits_to_keep: the last 4 positions only (the earlier ones predict no label here)
+        tail = labels.clone()
+        tail[:, :4] = IGNORE  # the first kept position (3) predicts the label at 4
+        kept = token_hits(logits[:, 3:], tail, shift)
+        assert kept.tolist() == token_hits(logits, tail, shift).tolist()
+        assert token_losses(logits[:, 3:], tail, shift).tolist() == pytest.approx(token_losses(logits, tail, shift).tolist())
+    outputs = {"loss": np.ones(3), "units": token_units(labels, shift).numpy(), "hits": expected.astype(float)}
+    assert task.score(outputs, None)["accuracy"] == pytest.approx(expected.sum() / (y != IGNORE).sum())

@@ -44,6 +44,20 @@ def token_losses(logits: torch.Tensor, labels: torch.Tensor, shift: bool) -> tor
     return flat.view(b, t).sum(-1)  # (b,)
 
 
+def token_hits(logits: torch.Tensor, labels: torch.Tensor, shift: bool) -> torch.Tensor:
+    """(b,) labelled tokens whose most likely prediction is the label: the numerator of the token
+    accuracy run_mlm and run_clm report beside perplexity (argmax over the vocabulary, the same
+    positions and labels `token_losses` scores)."""
+    extra = logits.shape[1] - labels.shape[1]
+    if extra > 0:
+        logits = logits[:, extra:]
+    if shift:
+        labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE)
+    if extra < 0:
+        labels = labels[:, -extra:]
+    return ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum(-1).float()
+
+
 def token_units(labels: torch.Tensor, shift: bool) -> torch.Tensor:
     """(b,) labelled tokens per example: what the loss is normalised by."""
     if shift:

@@ -25,7 +25,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.models import kind_of
 from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_offline, subset
-from toolkit.tasks._lm import IGNORE, TokenTask
+from toolkit.tasks._lm import IGNORE, TokenTask, token_hits
 
 torch = lazy("torch", globals())
 
@@ -102,10 +102,23 @@ class TextTask(TokenTask):
         return self.head
 
     def declared_metrics(self) -> list[Metric]:
-        return [CATALOGUE["perplexity" if self.perplexity else "loss"]]  # the loop adds the loss
+        if not self.perplexity:
+            return [CATALOGUE["loss"]]  # the loop adds the loss
+        return [CATALOGUE["perplexity"], CATALOGUE["accuracy"]]
+
+    def outputs(self, outputs: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if not self.perplexity:
+            return {}
+        return {"hits": token_hits(outputs.logits, batch["labels"], self._shift(batch))}
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
-        return super().score(outputs, raw) if self.perplexity else {}
+        """Perplexity and, as run_mlm and run_clm report it, the accuracy of the labelled tokens
+        (the most likely token is the label; masked tokens for mlm, each next token once for clm),
+        both over the whole split."""
+        if not self.perplexity:
+            return {}
+        return {**super().score(outputs, raw),
+                "accuracy": float(outputs["hits"].sum() / max(outputs["units"].sum(), 1.0))}
 
     # --- raw documents ---------------------------------------------------------------------
     def load(self) -> dict[str, Any]:
