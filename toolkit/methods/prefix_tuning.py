@@ -38,11 +38,10 @@ from toolkit.attention import ATTENTION, attention_layers, causal_keep, is_causa
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
-from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL, MLM_REFUSAL
+from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL, MLM_REFUSAL, encoder_decoder_head, instead
 
 torch = lazy("torch", globals())
 
-SEQ_CLS_HEAD = "sequence-classification"
 WRAPPED = "tk_prefix+"  # the attention implementation name is WRAPPED + the model's own
 BUILTIN = ("eager", "sdpa")  # transformers' implementations the prefix can wrap (mask in hand)
 
@@ -60,8 +59,9 @@ class PrefixTuning(Method):
             return MLM_REFUSAL.format(method=self.name)
         if family == COMPOSITE:
             return COMPOSITE_REFUSAL.format(method=self.name)
-        if self.head(task) == SEQ_CLS_HEAD and family in ("bart", "t5"):
-            return one_stack_refusal(family)
+        cls = encoder_decoder_head(family, self.head(task))
+        if cls is not None:  # PEFT lays out two stacks for a seq2seq LM only
+            return one_stack_refusal(family, cls)
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
@@ -82,10 +82,11 @@ class PrefixTuning(Method):
                                   "toolkit.methods.prefix_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
 
-def one_stack_refusal(family: str | None) -> str:
-    cls = "BartForSequenceClassification" if family == "bart" else "T5ForSequenceClassification"
-    return (f"prefix_tuning: PEFT lays out a classifier's prefixes as one stack of layers, and {cls} "
-            "has two (encoder and decoder), so no layer would know its prefix; use lora, ia3 or bitfit")
+def one_stack_refusal(family: str | None, cls: str | None = None) -> str:
+    cls = cls or f"{family}'s model"
+    return (f"prefix_tuning: PEFT lays out the prefixes of any model but a seq2seq LM as one stack of "
+            f"layers, and {cls} runs two (encoder and decoder), so no layer would know its prefix; "
+            f"{instead(family)}")
 
 
 # --- putting the prefixes in -------------------------------------------------------------------
@@ -104,7 +105,7 @@ def install(peft_model: Any) -> Any:
                             "function through transformers' attention interface")
     two = config.num_transformer_submodules == 2
     if base.config.is_encoder_decoder and not two:
-        raise ValueError(one_stack_refusal(base.config.model_type))
+        raise ValueError(one_stack_refusal(base.config.model_type, type(base).__name__))
     index: dict[str, int] = {}
     for path, layer in attention_layers(base):
         kind = "cross" if is_cross(path, layer) else (
