@@ -469,3 +469,51 @@ def test_merged_export_is_plain_transformers_with_the_trained_head(tiny_checkpoi
         keep_label_maps(plain.config, tmp_path)  # as every save of the toolkit does
         again = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
         torch.testing.assert_close(again(**batch).logits, want, rtol=1e-4, atol=1e-4)
+
+
+_FROM_MLM: dict[str, tuple[torch.nn.Module, object, str]] = {}
+
+
+@pytest.mark.parametrize("method", TRAINED)
+def test_weights_the_checkpoint_lacks_train_under_every_method(tiny_checkpoint, tmp_path_factory, method):
+    """Finding: a BERT classifier loaded from a masked LM (every `model.checkpoint: {run: ...}`
+    chained from mlm; a masked-LM folder saves no pooler) has a new, random pooler between the
+    body and the classifier, and every method but full left it frozen at its random start (bitfit
+    trained its bias only): LoRA, IA3, the prompt methods, adapters and freeze fine-tuned through
+    a random tanh layer, exit 0. Under every method it now trains with the head, gets a gradient,
+    is saved, and loads back (`Method.load`, what eval, predict and export use) as trained."""
+    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    from toolkit import models
+
+    if "bert" not in _FROM_MLM:
+        folder = tmp_path_factory.mktemp("mlm")
+        torch.manual_seed(0)
+        base, tok = models.load(tiny_checkpoint("bert"), "masked-lm", {})
+        AutoModelForMaskedLM.from_pretrained(tiny_checkpoint("bert")).save_pretrained(folder)  # as a run saves it
+        tok.save_pretrained(folder)
+        torch.manual_seed(0)
+        model, tok = models.load(str(folder), "sequence-classification", {"num_labels": 2})
+        _FROM_MLM["bert"] = model, tok, str(folder)
+    pristine, tok, folder = _FROM_MLM["bert"]
+    assert "bert.pooler" in models.head_names(pristine)
+    spec = METHODS.get(method)(**SMALL.get(method, {}))
+    ctx = Context("bert", models.head_names(pristine), "SEQ_CLS", tok, instruction="Classify:", total_steps=10)
+    model = spec.apply(copy.deepcopy(pristine), ctx).train()
+    pooler = {n: p for n, p in model.named_parameters() if ".pooler." in n and "original_module" not in n}
+    assert pooler and all(p.requires_grad for p in pooler.values()), sorted(pooler)
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    model(**batch).logits.pow(2).mean().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in pooler.values())
+    with torch.no_grad():
+        for p in pooler.values():
+            p.add_(torch.randn_like(p))
+    model.eval()
+    with torch.no_grad():
+        want = model(**batch).logits
+    out = tmp_path_factory.mktemp("saved")
+    spec.save(model, out)
+    loaded = spec.load(out, lambda: copy.deepcopy(pristine),
+                       lambda: AutoModelForSequenceClassification.from_pretrained(out)).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, want, rtol=0, atol=1e-5)
