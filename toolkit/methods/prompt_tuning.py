@@ -14,8 +14,10 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from toolkit import heads, hf_tables
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, pass_segments, peft_task_type
+from toolkit.models import kind_of
 
 torch = lazy("torch", globals())
 
@@ -44,9 +46,6 @@ COMPOSITE_REFUSAL = ("{method}: PEFT reads the layer count, heads and width from
 def encoder_decoder_head(family: str | None, head: str) -> str | None:
     """transformers' class for `head` on an encoder-decoder `family` where that head runs the
     decoder on input_ids (a classifier, extractive QA), else None."""
-    from toolkit import heads, hf_tables
-    from toolkit.models import kind_of
-
     if head not in DECODER_FROM_IDS or not family or kind_of(family) != "encoder-decoder":
         return None
     return hf_tables.model_table(heads.get(head).table).get(family) or f"{family}'s {head} model"
