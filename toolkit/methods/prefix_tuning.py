@@ -55,6 +55,9 @@ class PrefixTuning(Method):
     positionless_keys: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        if self.encoder_hidden_size is not None and not self.prefix_projection:  # PEFT's MLP only
+            return ("method.encoder_hidden_size is the width of the prefix projection, and "
+                    "method.prefix_projection is false (no projection to size); set prefix_projection: true")
         if self.head(task) == "masked-lm":
             return MLM_REFUSAL.format(method=self.name)
         if family == COMPOSITE:

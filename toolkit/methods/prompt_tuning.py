@@ -93,6 +93,9 @@ class PromptTuning(Method):
                                   "toolkit.methods.prompt_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        if self.init_text is not None and self.init != "text":  # PEFT reads it under TEXT only
+            return (f"method.init_text is read with method.init: text only, and init is {self.init} "
+                    "(the prompt would start random); set method.init: text")
         if self.init == "text" and not (self.init_text or getattr(task, "instruction", None)):
             return "method.init is text but the task has no instruction; set method.init_text"
         return soft_prompt_refusal(self.name, family, self.head(task))
