@@ -328,3 +328,19 @@ def test_a_setting_read_only_under_another_is_refused_without_it(tiny_checkpoint
     assert not runs_dir.exists()
     code, _, err = cli("validate", recipe(f"{setting}, {needs}"))
     assert code == 0, err
+
+
+@pytest.mark.parametrize("name", ["lora", "dora", "adalora", "ia3"])
+def test_an_empty_target_list_is_refused_at_validate(tiny_checkpoint, cli, tmp_path, runs_dir, name):
+    """`method.target_modules: []` passed validate and was refused only after the model and the
+    data had loaded, as "[] match no layer"; now one line at validate (None is PEFT's default)."""
+    extra = ", feedforward_modules: []" if name == "ia3" else ""
+    recipe = write_recipe(tmp_path / "r.yaml", (
+        f"model: {{checkpoint: {tiny_checkpoint('bert')}}}\n"
+        "task: {name: glue, subset: sst2, max_length: 32}\n"
+        f"method: {{name: {name}, target_modules: []{extra}}}\ntrain: {{epochs: 1, batch_size: 8}}\n"))
+    for command in (("validate", recipe), ("run", recipe, "--runs-dir", runs_dir)):
+        code, _, err = cli(*command)
+        (line,) = [line for line in err.splitlines() if "error:" in line]
+        assert code == 2 and "method.target_modules: needs at least 1 item" in line, err
+    assert not runs_dir.exists()
