@@ -97,8 +97,7 @@ def _adapt_normed(module: nn.Module, inputs: tuple, output: torch.Tensor) -> tor
     """Forward hook on a post-LN layer's LayerNorm, whose input s is the feed-forward block's output
     plus its residual: LN(s + A(LN(s))), AdapterHub's Pfeiffer (the adapter's own residual, then
     the layer's residual, then the layer's LayerNorm again)."""
-    summed = inputs[0] + getattr(module, CHILD).delta(output)
-    return torch.nn.functional.layer_norm(summed, module.normalized_shape, module.weight, module.bias, module.eps)
+    return module.forward(inputs[0] + getattr(module, CHILD).delta(output))  # forward: not this hook again
 
 
 def _adapt_stream(module: nn.Module, inputs: tuple, output: Any) -> Any:
