@@ -73,7 +73,7 @@ class PrefixTuning(Method):
         config = PrefixTuningConfig(
             task_type=peft_task_type(ctx), num_virtual_tokens=self.num_virtual_tokens,
             prefix_projection=self.prefix_projection, encoder_hidden_size=self.encoder_hidden_size,
-            modules_to_save=list(ctx.head_names) or None,
+            modules_to_save=list(ctx.head_names) or None, token_dim=key_width(model.config),
         )
         return install(get_peft_model(model, config))
 
@@ -83,6 +83,17 @@ class PrefixTuning(Method):
     # PEFT's own prefix route needs a cache transformers 5.24's models no longer take
     export_load: ClassVar[str] = ("peft and the toolkit's prefix route: "
                                   "toolkit.methods.prefix_tuning.install(PeftModel.from_pretrained({base}, OUT))")
+
+
+def key_width(config: Any) -> int | None:
+    """The width of a layer's keys (heads x head size) where it is not the model's hidden size,
+    else None (PEFT takes the hidden size). PEFT sizes each prefix by the hidden size, and T5's
+    heads are `d_kv` wide whatever `d_model` is: t5-3b's and t5-11b's (d_kv 128, 32 and 128
+    heads of a 1024 width) stopped at the first batch with a shape error."""
+    heads, size = getattr(config, "num_heads", None), getattr(config, "d_kv", None)
+    if heads and size and heads * size != getattr(config, "d_model", heads * size):
+        return heads * size
+    return None
 
 
 def one_stack_refusal(family: str | None, cls: str | None = None) -> str:
