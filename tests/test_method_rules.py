@@ -365,16 +365,22 @@ def test_soft_prompts_on_encoder_decoder_qa_are_refused_at_validate_and_still_ne
 
 @pytest.mark.parametrize("method", TRAINED)
 def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
-    """model.warm_start: encoder-decoder (MiniLM2MiniLM, an EncoderDecoderModel) under every method:
-    what `incompatible` lets through applies and trains; what it refuses is one line, and the
-    soft-prompt refusal is still needed (prompt, p- and prefix tuning raised PEFT's ValueError
-    "Please specify `num_layers`" after the model and data had loaded: a traceback mid-run)."""
+    """model.warm_start: encoder-decoder (MiniLM2MiniLM, an EncoderDecoderModel) under every method
+    (the weight methods with the target names the composite needs): what `incompatible` lets
+    through applies and trains, the decoder's new cross-attention and LM-head transform included
+    (under lora, ia3 and bitfit they stayed frozen at their random start, exit 0); what it refuses
+    is one line, and the soft-prompt refusal is still needed (prompt, p- and prefix tuning raised
+    PEFT's ValueError "Please specify `num_layers`" after the model and data had loaded: a
+    traceback mid-run)."""
     from conftest import MINILM
     from toolkit import models
     from toolkit.methods import count_params
     from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL
 
-    spec = METHODS.get(method)(**SMALL.get(method, {}))
+    targets = {"target_modules": ["query", "value"]}  # PEFT has no defaults for the composite
+    settings = {**SMALL.get(method, {}), **({**targets, "feedforward_modules": []} if method == "ia3" else
+                                           targets if method in ("lora", "dora", "adalora") else {})}
+    spec = METHODS.get(method)(**settings)
     reason = spec.incompatible(COMPOSITE, _LMTask())
     if reason is not None and "\n" in reason:
         pytest.fail(f"a refusal of more than one line: {reason!r}")
@@ -382,7 +388,7 @@ def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
         torch.manual_seed(0)
         _PRISTINE[COMPOSITE] = models.load(models.smoke_checkpoint(MINILM), "seq2seq-lm", {}, warm_start=COMPOSITE)
     model, tok = copy.deepcopy(_PRISTINE[COMPOSITE][0]), _PRISTINE[COMPOSITE][1]
-    ctx = Context(COMPOSITE, [], "SEQ_2_SEQ_LM", tok, instruction="Summarize:", total_steps=10)
+    ctx = Context(COMPOSITE, models.head_names(model), "SEQ_2_SEQ_LM", tok, instruction="Summarize:", total_steps=10)
     if reason == COMPOSITE_REFUSAL.format(method=method):
         with pytest.raises(ValueError, match="num_layers"):
             spec.apply(model, ctx)
@@ -397,6 +403,12 @@ def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
     # warm start built and no decoder reads, counted as trainable and never trained (dropped now)
     idle = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert idle == []
+    # the decoder's cross-attention and LM-head transform start random (the checkpoint has none):
+    # they train under every method (under lora they stayed frozen at their random start)
+    new = [n for n, p in model.named_parameters() if ("crossattention" in n or "predictions.transform" in n)
+           and "original_module" not in n]
+    frozen = [n for n in new if not dict(model.named_parameters())[n].requires_grad]
+    assert new and frozen == []
 
 
 def test_a_warm_started_encoder_decoder_has_no_unread_pooler(tmp_path):

@@ -495,13 +495,23 @@ def warm_start_encoder_decoder(path: str, tok: PreTrainedTokenizerBase, dropout:
     """An EncoderDecoderModel whose encoder and decoder both start from the encoder checkpoint
     (Rothe et al. 2020, BERT2BERT); the decoder's cross-attention is new. BERT-style special
     tokens play the sequence roles: [CLS] starts decoding, [SEP] ends it."""
-    from transformers import EncoderDecoderModel
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, EncoderDecoderModel
 
     extra = {}
     if dropout is not None:
         for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            extra[f"encoder_{key}"] = extra[f"decoder_{key}"] = dropout
-    model = EncoderDecoderModel.from_encoder_decoder_pretrained(path, path, **extra)
+            extra[key] = dropout
+    # transformers' from_encoder_decoder_pretrained, its two loads made here in its order (the
+    # same random draws) so that the decoder's loading report says what it lacked
+    encoder_config = AutoConfig.from_pretrained(path, **extra)
+    encoder_config.is_decoder = encoder_config.add_cross_attention = False
+    encoder = AutoModel.from_pretrained(path, config=encoder_config)
+    decoder_config = AutoConfig.from_pretrained(path, **extra)
+    decoder_config.is_decoder = decoder_config.add_cross_attention = True
+    decoder, info = AutoModelForCausalLM.from_pretrained(path, config=decoder_config, output_loading_info=True)
+    model = EncoderDecoderModel.from_encoder_decoder_pretrained(path, path, encoder_model=encoder, decoder_model=decoder)
+    # the decoder's cross-attention and LM-head transform are new: they train with every method
+    model.tk_new_modules = new_modules(model, {"missing_keys": {f"decoder.{k}" for k in info.get("missing_keys") or []}})
     start = tok.cls_token_id if tok.cls_token_id is not None else tok.bos_token_id
     end = tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id
     model.config.decoder_start_token_id, model.config.eos_token_id = start, end
