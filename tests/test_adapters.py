@@ -189,3 +189,113 @@ def test_smoke_run_saves_only_adapters(cli, runs_dir: Path) -> None:
     loaded = load_adapters(base, folder).eval()
     assert sum(isinstance(m, Bottleneck) for m in loaded.modules()) == 4
     assert torch.isfinite(_logits(loaded, dict(tok(TEXTS, padding=True, return_tensors="pt")))).all()
+
+
+# the feed-forward sub-block of layer 0 of the first stack, where AdapterHub's mixins call
+# bottleneck_layer_forward: (module that gives the adapted output, how to read h and x off the
+# base model's modules, the layer's own LayerNorm after the residual add or None for pre-LN)
+FEED_FORWARD = {"bert": "layer.0.output", "roberta": "layer.0.output", "gpt2": "h.0",
+                "bart": "encoder.layers.0", "t5": "encoder.block.0.layer.1"}
+ATTENTION_PARTS = ("attention", "attn", "SelfAttention", "self_attn")
+
+
+def _module(model: torch.nn.Module, suffix: str) -> torch.nn.Module:
+    (found,) = [m for n, m in model.named_modules() if n == suffix or n.endswith("." + suffix)]
+    return found
+
+
+def _h_x_ln(base: torch.nn.Module, family: str, batch: dict):
+    """The feed-forward block's output h (before its residual add), the residual x, and the
+    LayerNorm applied after the add (None: pre-LN), read off the base model's own modules."""
+    seen = {}
+    block = _module(base, FEED_FORWARD[family])
+    hooks = []
+    if family in ("bert", "roberta"):
+        hooks.append(block.register_forward_pre_hook(lambda m, a: seen.update(h=m.dense(a[0]), x=a[1])))
+        ln = block.LayerNorm
+    elif family == "gpt2":
+        hooks.append(block.mlp.register_forward_hook(lambda m, a, o: seen.update(h=o)))
+        hooks.append(block.ln_2.register_forward_pre_hook(lambda m, a: seen.update(x=a[0])))
+        ln = None
+    elif family == "bart":
+        hooks.append(block.fc2.register_forward_hook(lambda m, a, o: seen.update(h=o)))
+        hooks.append(block.fc1.register_forward_pre_hook(lambda m, a: seen.update(x=a[0])))
+        ln = block.final_layer_norm
+    else:
+        hooks.append(block.register_forward_pre_hook(
+            lambda m, a: seen.update(x=a[0], h=m.DenseReluDense(m.layer_norm(a[0])))))
+        ln = None
+    with torch.no_grad():
+        base(**batch)
+    for hook in hooks:
+        hook.remove()
+    return seen["h"], seen["x"], ln
+
+
+def _adapterhub(h, x, ln, adapter, config: str) -> torch.Tensor:
+    """AdapterHub's bottleneck_layer_forward for one adapter at the feed-forward block
+    (Adapter.pre_forward, forward, post_forward), with SeqBnConfig (pfeiffer: original_ln_before,
+    residual_before_ln, original_ln_after) or DoubleSeqBnConfig (houlsby: original_ln_after only)."""
+    residual = h
+    hidden = h
+    if config == "pfeiffer":  # original_ln_before
+        hidden = h + x if ln is None else ln(h + x)
+    out = adapter.delta(hidden) + residual  # no ln_before/ln_after, scaling 1
+    return out + x if ln is None else ln(out + x)  # original_ln_after
+
+
+@pytest.mark.parametrize("family, config", CASES)
+def test_the_feed_forward_adapter_is_adapterhubs(tiny_checkpoint, family: str, config: str) -> None:
+    """Finding: `config: pfeiffer` put its adapter on the feed-forward projection's output, before
+    the residual add, as houlsby's second adapter; AdapterHub's Pfeiffer (SeqBnConfig) reads the
+    block's output after the residual add (and the layer's LayerNorm, on a post-LN model) and adds
+    to the stream there: another function of the weights, trained and scored under the name
+    Pfeiffer with exit 0. Each family's feed-forward adapter, randomised, gives AdapterHub's
+    output computed from the base model's own h and x; houlsby's stays what it was."""
+    model, batch = _load(tiny_checkpoint, family)
+    base = copy.deepcopy(model)
+    Adapters(config=config).apply(model, _ctx(model))
+    model.eval()
+    prefix = FEED_FORWARD[family]
+    adapters = {n: m for n, m in model.named_modules() if isinstance(m, Bottleneck)}
+    torch.manual_seed(1)
+    chosen = None
+    with torch.no_grad():
+        for name, adapter in adapters.items():
+            mine = (f".{prefix}." in f".{name}" and not any(f".{p}." in f".{name}." for p in ATTENTION_PARTS))
+            for p in adapter.parameters():
+                p.copy_(torch.randn_like(p) if mine else torch.zeros_like(p))
+            chosen = adapter if mine else chosen
+    assert chosen is not None
+    h, x, ln = _h_x_ln(base, family, batch)
+    got = {}
+    hook = _module(model, prefix).register_forward_hook(lambda m, a, o: got.update(out=o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        model(**batch)
+        want = _adapterhub(h, x, ln, chosen, config)
+    hook.remove()
+    torch.testing.assert_close(got["out"], want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_pfeiffer_folder_saved_before_the_adapterhub_placement_loads_as_it_ran(tiny_checkpoint, tmp_path: Path,
+                                                                                family: str) -> None:
+    """A folder whose config has no `placement` (saved with the feed-forward projection's
+    placement) loads back to the outputs it was saved with; a new folder records its placement."""
+    from toolkit.methods import set_trainable
+
+    model, batch = _load(tiny_checkpoint, family)
+    method = Adapters(config="pfeiffer")
+    method.inject(model, legacy=True)
+    set_trainable(model, lambda n: is_adapter(n) or is_head(n, models.head_names(model)))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.3)
+    expected = _logits(model, batch)
+    method.save(model, tmp_path)
+    info = json.loads((tmp_path / CONFIG_FILE).read_text())
+    assert info.pop("placement") == "adapterhub"
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(info))
+    loaded = load_adapters(_load(tiny_checkpoint, family)[0], tmp_path)
+    torch.testing.assert_close(_logits(loaded.eval(), batch), expected, rtol=0, atol=1e-6)

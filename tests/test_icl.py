@@ -292,6 +292,21 @@ def test_what_a_generation_task_cannot_do_is_refused_in_one_line(tmp_path: Path,
     assert message in err
 
 
+@pytest.mark.parametrize("checkpoint", ["gpt2", "t5-base", "facebook/bart-base"])
+def test_icl_on_extractive_qa_is_refused_in_one_line(tmp_path: Path, cli, checkpoint: str) -> None:
+    """Finding: `task.mode: extractive` SQuAD under icl passed validate, loaded the LM and stopped
+    at evaluation with an AttributeError traceback (the task read start/end logits off an LM's
+    output). icl writes answers; a span head's task is refused at validate and at run."""
+    path = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {checkpoint}}}\n"
+                        "task: {name: squad, version: v1, mode: extractive, max_eval_samples: 4}\n"
+                        "method: {name: icl}\n")
+    for command in (("validate", path), ("run", path, "--smoke", "--runs-dir", tmp_path / "runs")):
+        code, _, err = cli(*command)
+        (line,) = [line for line in err.splitlines() if "error:" in line]
+        assert code == 2 and "question-answering head" in line and "task.mode: generative" in line, err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_harness_rules_worked_by_hand() -> None:
     """lm-evaluation-harness's multiple-choice accuracies: acc is the argmax of the summed
     log-probabilities, acc_norm of the sums per character of the choice, acc_bytes per UTF-8

@@ -153,7 +153,8 @@ def test_generation_is_the_trained_models_choice_cache_beams_and_padding(tiny_ch
 
 # --- what trains: every head a task may ask for, on a family that has it --------------------------
 HEADS = [("bert", "token-classification"), ("roberta", "question-answering"), ("bert", "masked-lm"),
-         ("gpt2", "causal-lm"), ("bart", "seq2seq-lm")]  # sequence classification: test_methods.py
+         ("gpt2", "causal-lm"), ("bart", "seq2seq-lm"),  # sequence classification: test_methods.py
+         ("bart", "question-answering"), ("t5", "question-answering")]  # squad with task.mode: extractive
 
 
 class _HeadTask:
@@ -318,18 +319,68 @@ def test_segment_ids_reach_a_question_answering_model_under_every_method(tiny_ch
     torch.testing.assert_close(again.end_logits, out.end_logits, rtol=0, atol=1e-5)
 
 
+ENCODER_DECODER_QA = [(m, f) for m in TRAINED for f in ("bart", "t5")
+                      if METHODS.get(m)(**SMALL.get(m, {})).incompatible(f, _HeadTask("question-answering"))
+                      and m in ("prompt_tuning", "p_tuning", "prefix_tuning")]
+
+
+def test_soft_prompts_on_encoder_decoder_qa_are_refused():
+    assert sorted(ENCODER_DECODER_QA) == sorted((m, f) for m in ("p_tuning", "prefix_tuning", "prompt_tuning")
+                                                for f in ("bart", "t5"))
+
+
+@pytest.mark.parametrize("method, family", ENCODER_DECODER_QA)
+def test_soft_prompts_on_encoder_decoder_qa_are_refused_at_validate_and_still_needed(
+        tiny_checkpoint, cli, tmp_path, runs_dir, method, family):
+    """Finding: extractive SQuAD (`task.mode: extractive`) on BART or T5 under prompt, p- or
+    prefix tuning passed `toolkit validate` and stopped at the first batch with a ValueError
+    traceback (BartForQuestionAnswering and T5ForQuestionAnswering make the decoder's input from
+    input_ids, which PEFT's soft prompts replace by inputs_embeds; PEFT lays out a QA model's
+    prefixes as one stack, and these run two). Now one line at validate and at run, nothing
+    written; and the refusal is still needed with these library versions."""
+    from conftest import write_recipe
+    from toolkit import heads, models
+
+    importlib.import_module("toolkit.tasks")
+    spec = METHODS.get(method)(**SMALL.get(method, {}))
+    reason = spec.incompatible(family, _HeadTask("question-answering"))
+    assert "\n" not in reason
+    recipe = write_recipe(tmp_path / "r.yaml", (
+        f"model: {{checkpoint: {tiny_checkpoint(family)}}}\n"
+        "task: {name: squad, mode: extractive, max_length: 64, doc_stride: 16, max_train_samples: 8, max_eval_samples: 8}\n"
+        f"method: {{name: {method}, num_virtual_tokens: 4}}\ntrain: {{epochs: 1, batch_size: 4}}\n"))
+    for command in (("validate", recipe), ("run", recipe, "--smoke", "--runs-dir", runs_dir)):
+        code, _, err = cli(*command)
+        assert code == 2 and reason in err, err
+    assert not runs_dir.exists()
+    head = "question-answering"
+    if (family, head) not in _LOADED:
+        torch.manual_seed(0)
+        _LOADED[family, head] = models.load(tiny_checkpoint(family), head, {})
+    model, tok = copy.deepcopy(_LOADED[family, head][0]), _LOADED[family, head][1]
+    ctx = Context(family, models.head_names(model), heads.get(head).peft_task_type, tok, total_steps=10)
+    with pytest.raises(ValueError):
+        spec.apply(model, ctx)(**dict(tok(TEXTS, padding=True, return_tensors="pt")))
+
+
 @pytest.mark.parametrize("method", TRAINED)
 def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
-    """model.warm_start: encoder-decoder (MiniLM2MiniLM, an EncoderDecoderModel) under every method:
-    what `incompatible` lets through applies and trains; what it refuses is one line, and the
-    soft-prompt refusal is still needed (prompt, p- and prefix tuning raised PEFT's ValueError
-    "Please specify `num_layers`" after the model and data had loaded: a traceback mid-run)."""
+    """model.warm_start: encoder-decoder (MiniLM2MiniLM, an EncoderDecoderModel) under every method
+    (the weight methods with the target names the composite needs): what `incompatible` lets
+    through applies and trains, the decoder's new cross-attention and LM-head transform included
+    (under lora, ia3 and bitfit they stayed frozen at their random start, exit 0); what it refuses
+    is one line, and the soft-prompt refusal is still needed (prompt, p- and prefix tuning raised
+    PEFT's ValueError "Please specify `num_layers`" after the model and data had loaded: a
+    traceback mid-run)."""
     from conftest import MINILM
     from toolkit import models
     from toolkit.methods import count_params
     from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL
 
-    spec = METHODS.get(method)(**SMALL.get(method, {}))
+    targets = {"target_modules": ["query", "value"]}  # PEFT has no defaults for the composite
+    settings = {**SMALL.get(method, {}), **({**targets, "feedforward_modules": []} if method == "ia3" else
+                                           targets if method in ("lora", "dora", "adalora") else {})}
+    spec = METHODS.get(method)(**settings)
     reason = spec.incompatible(COMPOSITE, _LMTask())
     if reason is not None and "\n" in reason:
         pytest.fail(f"a refusal of more than one line: {reason!r}")
@@ -337,7 +388,7 @@ def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
         torch.manual_seed(0)
         _PRISTINE[COMPOSITE] = models.load(models.smoke_checkpoint(MINILM), "seq2seq-lm", {}, warm_start=COMPOSITE)
     model, tok = copy.deepcopy(_PRISTINE[COMPOSITE][0]), _PRISTINE[COMPOSITE][1]
-    ctx = Context(COMPOSITE, [], "SEQ_2_SEQ_LM", tok, instruction="Summarize:", total_steps=10)
+    ctx = Context(COMPOSITE, models.head_names(model), "SEQ_2_SEQ_LM", tok, instruction="Summarize:", total_steps=10)
     if reason == COMPOSITE_REFUSAL.format(method=method):
         with pytest.raises(ValueError, match="num_layers"):
             spec.apply(model, ctx)
@@ -352,6 +403,12 @@ def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
     # warm start built and no decoder reads, counted as trainable and never trained (dropped now)
     idle = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert idle == []
+    # the decoder's cross-attention and LM-head transform start random (the checkpoint has none):
+    # they train under every method (under lora they stayed frozen at their random start)
+    new = [n for n, p in model.named_parameters() if ("crossattention" in n or "predictions.transform" in n)
+           and "original_module" not in n]
+    frozen = [n for n in new if not dict(model.named_parameters())[n].requires_grad]
+    assert new and frozen == []
 
 
 def test_a_warm_started_encoder_decoder_has_no_unread_pooler(tmp_path):
@@ -424,3 +481,49 @@ def test_merged_export_is_plain_transformers_with_the_trained_head(tiny_checkpoi
         keep_label_maps(plain.config, tmp_path)  # as every save of the toolkit does
         again = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
         torch.testing.assert_close(again(**batch).logits, want, rtol=1e-4, atol=1e-4)
+
+
+_FROM_MLM: dict[str, tuple[torch.nn.Module, object, str]] = {}
+
+
+@pytest.mark.parametrize("method", TRAINED)
+def test_weights_the_checkpoint_lacks_train_under_every_method(tiny_checkpoint, tmp_path_factory, method):
+    """Finding: a BERT classifier loaded from a masked LM (every `model.checkpoint: {run: ...}`
+    chained from mlm; a masked-LM folder saves no pooler) has a new, random pooler between the
+    body and the classifier, and every method but full left it frozen at its random start (bitfit
+    trained its bias only): LoRA, IA3, the prompt methods, adapters and freeze fine-tuned through
+    a random tanh layer, exit 0. Under every method it now trains with the head, gets a gradient,
+    is saved, and loads back (`Method.load`, what eval, predict and export use) as trained."""
+    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    from toolkit import models
+
+    if "bert" not in _FROM_MLM:
+        folder = tmp_path_factory.mktemp("mlm")
+        AutoModelForMaskedLM.from_pretrained(tiny_checkpoint("bert")).save_pretrained(folder)  # as a run saves it
+        models.load_tokenizer(tiny_checkpoint("bert")).save_pretrained(folder)
+        torch.manual_seed(0)
+        model, tok = models.load(str(folder), "sequence-classification", {"num_labels": 2})
+        _FROM_MLM["bert"] = model, tok, str(folder)
+    pristine, tok, folder = _FROM_MLM["bert"]
+    assert "bert.pooler" in models.head_names(pristine)
+    spec = METHODS.get(method)(**SMALL.get(method, {}))
+    ctx = Context("bert", models.head_names(pristine), "SEQ_CLS", tok, instruction="Classify:", total_steps=10)
+    model = spec.apply(copy.deepcopy(pristine), ctx).train()
+    pooler = {n: p for n, p in model.named_parameters() if ".pooler." in n and "original_module" not in n}
+    assert pooler and all(p.requires_grad for p in pooler.values()), sorted(pooler)
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    model(**batch).logits.pow(2).mean().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in pooler.values())
+    with torch.no_grad():
+        for p in pooler.values():
+            p.add_(torch.randn_like(p))
+    model.eval()
+    with torch.no_grad():
+        want = model(**batch).logits
+    out = tmp_path_factory.mktemp("saved")
+    spec.save(model, out)
+    loaded = spec.load(out, lambda: copy.deepcopy(pristine),
+                       lambda: AutoModelForSequenceClassification.from_pretrained(out)).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, want, rtol=0, atol=1e-5)

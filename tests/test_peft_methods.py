@@ -303,3 +303,44 @@ def test_weight_decay_goes_where_the_method_says(tiny_checkpoint, name, settings
     scales = [n for n, p in model.named_parameters() if p.requires_grad and free and free in n]
     assert all(p.dim() < 2 or (free and free in names[id(p)]) for p in kept) and (scales or free is None)
     assert not free or {names[id(p)] for p in kept} >= set(scales)
+
+
+@pytest.mark.parametrize("method, setting, needs", [
+    ("prompt_tuning", "init_text: classify the sentiment", "init: text"),
+    ("prefix_tuning", "encoder_hidden_size: 16", "prefix_projection: true"),
+])
+def test_a_setting_read_only_under_another_is_refused_without_it(tiny_checkpoint, cli, tmp_path, runs_dir,
+                                                                method, setting, needs):
+    """Finding: `method.init_text` without `init: text` (the default is random) and prefix
+    tuning's `encoder_hidden_size` without `prefix_projection` passed validate and trained a
+    prompt that PEFT built without them (a random start; no projection), exit 0. Refused in one
+    line at validate and run, nothing written; accepted with the setting they need."""
+    def recipe(extra: str) -> Path:
+        return write_recipe(tmp_path / "r.yaml", (
+            f"model: {{checkpoint: {tiny_checkpoint('bert')}}}\n"
+            "task: {name: glue, subset: sst2, max_length: 32}\n"
+            f"method: {{name: {method}, num_virtual_tokens: 4, {extra}}}\ntrain: {{epochs: 1, batch_size: 8}}\n"))
+
+    for command in (("validate",), ("run", "--runs-dir", runs_dir)):
+        code, _, err = cli(command[0], recipe(setting), *command[1:])
+        (line,) = [line for line in err.splitlines() if "error:" in line]
+        assert code == 2 and f"method.{setting.split(':')[0]}" in line and needs in line, err
+    assert not runs_dir.exists()
+    code, _, err = cli("validate", recipe(f"{setting}, {needs}"))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("name", ["lora", "dora", "adalora", "ia3"])
+def test_an_empty_target_list_is_refused_at_validate(tiny_checkpoint, cli, tmp_path, runs_dir, name):
+    """`method.target_modules: []` passed validate and was refused only after the model and the
+    data had loaded, as "[] match no layer"; now one line at validate (None is PEFT's default)."""
+    extra = ", feedforward_modules: []" if name == "ia3" else ""
+    recipe = write_recipe(tmp_path / "r.yaml", (
+        f"model: {{checkpoint: {tiny_checkpoint('bert')}}}\n"
+        "task: {name: glue, subset: sst2, max_length: 32}\n"
+        f"method: {{name: {name}, target_modules: []{extra}}}\ntrain: {{epochs: 1, batch_size: 8}}\n"))
+    for command in (("validate", recipe), ("run", recipe, "--runs-dir", runs_dir)):
+        code, _, err = cli(*command)
+        (line,) = [line for line in err.splitlines() if "error:" in line]
+        assert code == 2 and "method.target_modules: needs at least 1 item" in line, err
+    assert not runs_dir.exists()

@@ -543,13 +543,23 @@ def warm_start_encoder_decoder(path: str, tok: PreTrainedTokenizerBase, dropout:
     """An EncoderDecoderModel whose encoder and decoder both start from the encoder checkpoint
     (Rothe et al. 2020, BERT2BERT); the decoder's cross-attention is new. BERT-style special
     tokens play the sequence roles: [CLS] starts decoding, [SEP] ends it."""
-    from transformers import EncoderDecoderModel
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, EncoderDecoderModel
 
     extra = {}
     if dropout is not None:
         for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            extra[f"encoder_{key}"] = extra[f"decoder_{key}"] = dropout
-    model = EncoderDecoderModel.from_encoder_decoder_pretrained(path, path, **extra)
+            extra[key] = dropout
+    # transformers' from_encoder_decoder_pretrained, its two loads made here in its order (the
+    # same random draws) so that the decoder's loading report says what it lacked
+    encoder_config = AutoConfig.from_pretrained(path, **extra)
+    encoder_config.is_decoder = encoder_config.add_cross_attention = False
+    encoder = AutoModel.from_pretrained(path, config=encoder_config)
+    decoder_config = AutoConfig.from_pretrained(path, **extra)
+    decoder_config.is_decoder = decoder_config.add_cross_attention = True
+    decoder, info = AutoModelForCausalLM.from_pretrained(path, config=decoder_config, output_loading_info=True)
+    model = EncoderDecoderModel.from_encoder_decoder_pretrained(path, path, encoder_model=encoder, decoder_model=decoder)
+    # the decoder's cross-attention and LM-head transform are new: they train with every method
+    model.tk_new_modules = new_modules(model, {"missing_keys": {f"decoder.{k}" for k in info.get("missing_keys") or []}})
     start = tok.cls_token_id if tok.cls_token_id is not None else tok.bos_token_id
     end = tok.sep_token_id if tok.sep_token_id is not None else tok.eos_token_id
     model.config.decoder_start_token_id, model.config.eos_token_id = start, end
@@ -616,6 +626,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         attention.prepare(model)
         modules.load_saved(model, Path(path), attention)  # an earlier run's, same settings
     check_new_weights(checkpoint, info)
+    model.tk_new_modules = new_modules(model, info)  # trained with the head (head_names)
     if theirs:
         follow_label_order(model, theirs, [head_kwargs["id2label"][i] for i in range(len(head_kwargs["id2label"]))],
                            info)
@@ -780,7 +791,39 @@ def token_limit(tokenizer: Any) -> int | None:
 
 
 def head_names(model: torch.nn.Module) -> list[str]:
-    return [name for name, _ in model.named_children() if name in HEAD_MODULES]
+    """What every training method trains besides its own parameters (PEFT's `modules_to_save`):
+    the task head, and the modules the checkpoint did not hold, which `models.load` found
+    (`new_modules`: BERT's pooler under a classifier loaded from a masked LM, a chained
+    pretraining run's folder among them; a masked-LM head's transform on a checkpoint of the
+    body alone)."""
+    top = [name for name, _ in model.named_children() if name in HEAD_MODULES]
+    return top + [name for name in getattr(model, "tk_new_modules", ()) if name not in top]
+
+
+def new_modules(model: torch.nn.Module, info: dict) -> list[str]:
+    """The outermost modules outside the task head whose every parameter `from_pretrained`
+    initialised (missing from the checkpoint, or of another shape there). Left out of the
+    trained set, such a module stayed at its random start under every method but full: BERT's
+    pooler (a random tanh layer before the classifier, frozen) under lora, ia3, the prompt
+    methods, adapters, freeze and bitfit (its bias alone), wherever the checkpoint was a masked
+    LM, as every `model.checkpoint: {run: ...}` chained from mlm is. A module holding a weight
+    the checkpoint gave (an LM head's decoder, tied to the embeddings) is not one of them: trained
+    apart, the tie would be cut."""
+    new = {k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys") or []}
+    new |= set(info.get("missing_keys") or [])
+    if not new:
+        return []
+    places: dict[int, int] = {}  # a parameter's names in the model: more than one where tied
+    for _, param in model.named_parameters(remove_duplicate=False):
+        places[id(param)] = places.get(id(param), 0) + 1
+    found: list[str] = []
+    for name, module in model.named_modules():
+        if not name or name.split(".")[0] in HEAD_MODULES or any(name.startswith(f + ".") for f in found):
+            continue
+        params = list(module.named_parameters(prefix=name, remove_duplicate=False))
+        if params and all(n in new and places[id(p)] == 1 for n, p in params):
+            found.append(name)
+    return found
 
 
 def make_portable(folder: Path, checkpoint: str) -> None:

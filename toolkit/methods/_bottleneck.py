@@ -27,5 +27,9 @@ class Bottleneck(nn.Module):
         nn.init.zeros_(self.up.weight)
         nn.init.zeros_(self.up.bias)
 
+    def delta(self, hidden: torch.Tensor) -> torch.Tensor:
+        """up(act(down(h))): what the adapter adds."""
+        return self.up(self.act(self.down(hidden)))
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden + self.up(self.act(self.down(hidden)))
+        return hidden + self.delta(hidden)

@@ -34,7 +34,7 @@ class AdaLora(Method):
     target_r: int = field(default=8, metadata={"min": 1})  # average rank at the end
     alpha: int = field(default=16, metadata={"min": 1})
     dropout: float = field(default=0.0, metadata={"min": 0.0, "below": 1.0})  # 1: the adapters see zeros, never train
-    target_modules: list[str] | None = None  # None: PEFT's default for the family (query/value)
+    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1})  # None: PEFT's default for the family (query/value)
     tinit_ratio: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})  # steps at full rank first
     tfinal_ratio: float = field(default=0.2, metadata={"min": 0.0, "max": 1.0})  # steps at the final ranks last
     delta_t: int = field(default=10, metadata={"min": 1})  # steps between two re-allocations

@@ -4,19 +4,30 @@ No maintained library provides them for transformers 5 (the `adapters` package p
 transformers 4.x and PEFT has none), so this file is a small injection module of our own.
 
 An adapter is `h + up(act(down(h)))` with `up` initialised to zero, so the adapted model starts
-exactly equal to the pretrained one. It sits on a sub-block's output *before* that block's
-residual add and LayerNorm (Houlsby's placement): we attach it to the sub-block's output
-projection as a child module named `bottleneck_adapter` and apply it with a forward hook.
-The projection stays the same object with the same parameter names, so code that reads it
+exactly equal to the pretrained one. Where it reads and adds is AdapterHub's (the `adapters`
+library's DoubleSeqBnConfig and SeqBnConfig, the definitions of Houlsby and Pfeiffer there):
+
+- houlsby: on each sub-block's output *before* that block's residual add and LayerNorm, after
+  self-attention and after the feed-forward block: attached to the sub-block's output projection
+  as a child module named `bottleneck_adapter` and applied with a forward hook;
+- pfeiffer: once per layer, after the feed-forward block, reading what follows the block's
+  residual add: a post-LayerNorm family (BERT, RoBERTa, BART) `LN(s + A(LN(s)))` with s the
+  block's output plus its residual and LN the layer's own LayerNorm (hooked there); a pre-LayerNorm
+  family (GPT-2, T5) `s + A(s)` on the residual stream after the block (hooked on the block, or
+  T5's feed-forward sub-layer). Until this placement it read the feed-forward projection's output,
+  as houlsby's second adapter does, which is not Pfeiffer's adapter (other results, exit 0);
+  a folder saved so loads the same way (its config has no `placement`).
+
+The hooked modules stay the same objects with the same parameter names, so code that reads them
 (T5 checks `wo.weight.dtype`) and every base state-dict key keep working.
 
-Where they go, per family (`houlsby`: both places; `pfeiffer`: the feed-forward one only):
+Where they go, per family (`houlsby`: the first two; `pfeiffer`: the third):
 
-    family         after attention                     after feed-forward
-    bert, roberta  layer.N.attention.output.dense      layer.N.output.dense
-    gpt2           h.N.attn.c_proj                     h.N.mlp.c_proj
-    bart           layers.N.self_attn.out_proj         layers.N.fc2
-    t5             block.N.layer.0.SelfAttention.o     block.N.layer.K.DenseReluDense.wo
+    family         after attention                  after feed-forward           pfeiffer
+    bert, roberta  layer.N.attention.output.dense   layer.N.output.dense         layer.N.output.LayerNorm
+    gpt2           h.N.attn.c_proj                  h.N.mlp.c_proj               h.N
+    bart           layers.N.self_attn.out_proj      layers.N.fc2                 layers.N.final_layer_norm
+    t5             block.N.layer.0.SelfAttention.o  block.N.layer.K.DenseReluDense.wo  block.N.layer.K
 
 In encoder-decoder models both stacks are adapted and `layers` indexes each stack. Decoder
 cross-attention (BART `encoder_attn`, T5 `EncDecAttention`) gets no adapter: Houlsby's
@@ -52,6 +63,17 @@ PLACES: dict[str, tuple[str, str]] = {
     "bart": (r"layers\.(\d+)\.self_attn\.out_proj", r"layers\.(\d+)\.fc2"),
     "t5": (r"block\.(\d+)\.layer\.0\.SelfAttention\.o", r"block\.(\d+)\.layer\.\d+\.DenseReluDense\.wo"),
 }
+# family -> Pfeiffer's place: (module-name pattern, group 1 = layer index; how it is read: "norm",
+# the LayerNorm after the feed-forward residual add of a post-LN layer; "stream", the output of a
+# pre-LN block or sub-layer after its residual add; a child the module must have, or None)
+PFEIFFER: dict[str, tuple[str, str, str | None]] = {
+    "bert": (r"layer\.(\d+)\.output\.LayerNorm", "norm", None),
+    "roberta": (r"layer\.(\d+)\.output\.LayerNorm", "norm", None),
+    "gpt2": (r"h\.(\d+)", "stream", None),
+    "bart": (r"layers\.(\d+)\.final_layer_norm", "norm", None),
+    "t5": (r"block\.(\d+)\.layer\.\d+", "stream", "DenseReluDense"),
+}
+PLACEMENT = "adapterhub"  # written into a saved config; a folder without it is the earlier placement
 CHILD = "bottleneck_adapter"  # the child module name, and the marker of adapter parameters
 CONFIG_FILE = BOTTLENECK_CONFIG
 WEIGHTS_FILE = "bottleneck_adapters.safetensors"
@@ -71,18 +93,38 @@ def _adapt_output(module: nn.Module, inputs: tuple, output: torch.Tensor) -> tor
     return getattr(module, CHILD)(output)
 
 
+def _adapt_normed(module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
+    """Forward hook on a post-LN layer's LayerNorm, whose input s is the feed-forward block's output
+    plus its residual: LN(s + A(LN(s))), AdapterHub's Pfeiffer (the adapter's own residual, then
+    the layer's residual, then the layer's LayerNorm again)."""
+    return module.forward(inputs[0] + getattr(module, CHILD).delta(output))  # forward: not this hook again
+
+
+def _adapt_stream(module: nn.Module, inputs: tuple, output: Any) -> Any:
+    """Forward hook on a pre-LN block (or sub-layer) whose output is the residual stream: s + A(s)."""
+    if isinstance(output, tuple):
+        return (getattr(module, CHILD)(output[0]),) + output[1:]
+    return getattr(module, CHILD)(output)
+
+
+HOOKS = {"output": _adapt_output, "norm": _adapt_normed, "stream": _adapt_stream}
+
+
 def is_adapter(name: str) -> bool:
     """Whether a parameter name belongs to an injected adapter (what trains and is saved)."""
     return f".{CHILD}." in f".{name}"
 
 
-def _out_width(module: nn.Module) -> int:
-    """Output features of a Linear, or of GPT-2's Conv1D (whose weight is (in, out))."""
+def _out_width(module: nn.Module, model: nn.Module) -> int:
+    """Output features of a Linear, of GPT-2's Conv1D (whose weight is (in, out)) or of a
+    LayerNorm; a block's is the model's hidden size."""
     if isinstance(module, nn.Linear):
         return module.out_features
     if hasattr(module, "nf"):
         return int(module.nf)
-    raise TypeError(f"cannot tell the output width of {type(module).__name__}")
+    if isinstance(module, nn.LayerNorm):
+        return int(module.normalized_shape[-1])
+    return int(model.config.hidden_size)
 
 
 @METHODS.register("adapters")
@@ -106,22 +148,31 @@ class Adapters(Method):
         """An explicit bottleneck_size wins, so a recipe can match a paper's absolute size."""
         return self.bottleneck_size or max(1, width // self.reduction_factor)
 
-    def targets(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
-        """(name, module) of every output projection that gets an adapter, in model order."""
+    def places(self, family: str, legacy: bool = False) -> list[tuple[str, str, str | None]]:
+        """(pattern, hook kind, child the module must have) of each place this config adapts.
+        `legacy`: a pfeiffer folder saved before the AdapterHub placement (the feed-forward
+        projection's output, as houlsby's second adapter)."""
+        attention, feed_forward = PLACES[family]
+        if self.config == "houlsby":
+            return [(attention, "output", None), (feed_forward, "output", None)]
+        return [(feed_forward, "output", None)] if legacy else [PFEIFFER[family]]
+
+    def targets(self, model: nn.Module, legacy: bool = False) -> list[tuple[str, nn.Module, str]]:
+        """(name, module, hook kind) of every module that gets an adapter, in model order."""
         family = model.config.model_type
         if family not in PLACES:
             raise UserError(f"method.name: bottleneck adapters know the layers of {', '.join(PLACES)}, "
                             f"not '{family}'")
-        places = PLACES[family] if self.config == "houlsby" else PLACES[family][1:]
-        patterns = [re.compile(r"(?:.*\.)?" + p) for p in places]
+        places = [(re.compile(r"(?:.*\.)?" + p), kind, child) for p, kind, child in self.places(family, legacy)]
         found, seen = [], set()
         for name, module in model.named_modules():
-            match = next((m for m in (p.fullmatch(name) for p in patterns) if m), None)
+            match = next(((m, kind) for m, kind in ((p.fullmatch(name), kind) for p, kind, child in places
+                                                     if child is None or hasattr(module, child)) if m), None)
             if match is None:
                 continue
-            seen.add(int(match.group(1)))
-            if self.layers is None or int(match.group(1)) in self.layers:
-                found.append((name, module))
+            seen.add(int(match[0].group(1)))
+            if self.layers is None or int(match[0].group(1)) in self.layers:
+                found.append((name, module, match[1]))
         if not seen:
             raise UserError(f"method.name: found no {family} layer to put bottleneck adapters in")
         missing = sorted(set(self.layers or []) - seen)
@@ -130,20 +181,20 @@ class Adapters(Method):
                             f"so no layer {missing[0]}")
         return found
 
-    def inject(self, model: nn.Module) -> int:
+    def inject(self, model: nn.Module, legacy: bool = False) -> int:
         """Attach an adapter to every target; returns how many. Refuses a model adapted already."""
         from toolkit.methods._bottleneck import Bottleneck
 
-        targets = self.targets(model)
-        adapted = [name for name, module in targets if hasattr(module, CHILD)]
+        targets = self.targets(model, legacy)
+        adapted = [name for name, module, _ in targets if hasattr(module, CHILD)]
         if adapted:
             raise UserError(f"{adapted[0]} has a bottleneck adapter already; use a fresh base model")
-        for _, module in targets:
-            width = _out_width(module)
+        for _, module, kind in targets:
+            width = _out_width(module, model)
             weight = next(module.parameters())
             adapter = Bottleneck(width, self.size_for(width), self.non_linearity)
             module.add_module(CHILD, adapter.to(device=weight.device, dtype=weight.dtype))
-            module.register_forward_hook(_adapt_output)
+            module.register_forward_hook(HOOKS[kind])
         return len(targets)
 
     def apply(self, model: nn.Module, ctx: Context) -> nn.Module:
@@ -164,7 +215,7 @@ class Adapters(Method):
         save_file(tensors, str(path / WEIGHTS_FILE))
         info = {"method": self.name, "settings": dataclasses.asdict(self),
                 "base_model": getattr(model.config, "_name_or_path", None),
-                "model_type": model.config.model_type, "head_names": heads,
+                "model_type": model.config.model_type, "head_names": heads, "placement": PLACEMENT,
                 "adapters": sum(1 for n in tensors if is_adapter(n) and n.endswith(".up.weight"))}
         (path / CONFIG_FILE).write_text(json.dumps(info, indent=2) + "\n")
 
@@ -185,7 +236,7 @@ def load_adapters(base_model: nn.Module, path: str | Path) -> nn.Module:
         raise UserError(f"{path}: no {CONFIG_FILE} here; point at the model/ folder of an adapters run")
     info = json.loads((path / CONFIG_FILE).read_text())
     method = Adapters(**info["settings"])
-    method.inject(base_model)
+    method.inject(base_model, legacy=info.get("placement") != PLACEMENT)
     tensors = load_file(str(path / WEIGHTS_FILE))
     current = base_model.state_dict()
     wrong = [k for k, v in tensors.items() if k not in current or current[k].shape != v.shape]

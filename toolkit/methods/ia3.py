@@ -7,7 +7,7 @@ Target and feed-forward modules default to PEFT's per-family choice; the task he
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from toolkit.hf_tables import table
@@ -21,7 +21,7 @@ torch = lazy("torch", globals())
 @dataclass
 class IA3(Method):
     transformers_loads: ClassVar[bool] = True
-    target_modules: list[str] | None = None  # None: PEFT's default for the family
+    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1})  # None: PEFT's default for the family
     feedforward_modules: list[str] | None = None  # a subset of target_modules, scaled on their input
 
     def incompatible(self, family: str | None, task: Any) -> str | None:

@@ -428,6 +428,11 @@ class ICL(Method):
             return (f"'{family}' is encoder-only and cannot score a continuation; use a decoder "
                     "(gpt2) or encoder-decoder (t5, bart) model")
         if hasattr(task, "generation"):  # a text-to-text task: demonstrations, then generation
+            wanted = task.model_head(family) if family is not None else head
+            if wanted != head:  # SQuAD with task.mode: extractive: a span head reads the answers
+                return (f"icl writes its answers with the model's LM head, and this task reads them off "
+                        f"a {wanted} head (a span of the context); let the task generate them "
+                        "(squad: task.mode: generative or auto)")
             if self.choose_by != "acc":
                 return (f"method.choose_by: {self.choose_by} compares label words, and this task "
                         "generates its answers (none are compared); leave it at acc")

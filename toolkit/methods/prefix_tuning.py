@@ -38,11 +38,10 @@ from toolkit.attention import ATTENTION, attention_layers, causal_keep, is_causa
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
-from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL, MLM_REFUSAL
+from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL, MLM_REFUSAL, encoder_decoder_head, instead
 
 torch = lazy("torch", globals())
 
-SEQ_CLS_HEAD = "sequence-classification"
 WRAPPED = "tk_prefix+"  # the attention implementation name is WRAPPED + the model's own
 BUILTIN = ("eager", "sdpa")  # transformers' implementations the prefix can wrap (mask in hand)
 
@@ -56,12 +55,16 @@ class PrefixTuning(Method):
     positionless_keys: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        if self.encoder_hidden_size is not None and not self.prefix_projection:  # PEFT's MLP only
+            return ("method.encoder_hidden_size is the width of the prefix projection, and "
+                    "method.prefix_projection is false (no projection to size); set prefix_projection: true")
         if self.head(task) == "masked-lm":
             return MLM_REFUSAL.format(method=self.name)
         if family == COMPOSITE:
             return COMPOSITE_REFUSAL.format(method=self.name)
-        if self.head(task) == SEQ_CLS_HEAD and family in ("bart", "t5"):
-            return one_stack_refusal(family)
+        cls = encoder_decoder_head(family, self.head(task))
+        if cls is not None:  # PEFT lays out two stacks for a seq2seq LM only
+            return one_stack_refusal(family, cls)
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
@@ -70,7 +73,7 @@ class PrefixTuning(Method):
         config = PrefixTuningConfig(
             task_type=peft_task_type(ctx), num_virtual_tokens=self.num_virtual_tokens,
             prefix_projection=self.prefix_projection, encoder_hidden_size=self.encoder_hidden_size,
-            modules_to_save=list(ctx.head_names) or None,
+            modules_to_save=list(ctx.head_names) or None, token_dim=key_width(model.config),
         )
         return install(get_peft_model(model, config))
 
@@ -82,10 +85,22 @@ class PrefixTuning(Method):
                                   "toolkit.methods.prefix_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
 
-def one_stack_refusal(family: str | None) -> str:
-    cls = "BartForSequenceClassification" if family == "bart" else "T5ForSequenceClassification"
-    return (f"prefix_tuning: PEFT lays out a classifier's prefixes as one stack of layers, and {cls} "
-            "has two (encoder and decoder), so no layer would know its prefix; use lora, ia3 or bitfit")
+def key_width(config: Any) -> int | None:
+    """The width of a layer's keys (heads x head size) where it is not the model's hidden size,
+    else None (PEFT takes the hidden size). PEFT sizes each prefix by the hidden size, and T5's
+    heads are `d_kv` wide whatever `d_model` is: t5-3b's and t5-11b's (d_kv 128, 32 and 128
+    heads of a 1024 width) stopped at the first batch with a shape error."""
+    heads, size = getattr(config, "num_heads", None), getattr(config, "d_kv", None)
+    if heads and size and heads * size != getattr(config, "d_model", heads * size):
+        return heads * size
+    return None
+
+
+def one_stack_refusal(family: str | None, cls: str | None = None) -> str:
+    cls = cls or f"{family}'s model"
+    return (f"prefix_tuning: PEFT lays out the prefixes of any model but a seq2seq LM as one stack of "
+            f"layers, and {cls} runs two (encoder and decoder), so no layer would know its prefix; "
+            f"{instead(family)}")
 
 
 # --- putting the prefixes in -------------------------------------------------------------------
@@ -104,7 +119,7 @@ def install(peft_model: Any) -> Any:
                             "function through transformers' attention interface")
     two = config.num_transformer_submodules == 2
     if base.config.is_encoder_decoder and not two:
-        raise ValueError(one_stack_refusal(base.config.model_type))
+        raise ValueError(one_stack_refusal(base.config.model_type, type(base).__name__))
     index: dict[str, int] = {}
     for path, layer in attention_layers(base):
         kind = "cross" if is_cross(path, layer) else (

@@ -14,12 +14,18 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from toolkit import heads, hf_tables
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, pass_segments, peft_task_type
+from toolkit.models import kind_of
 
 torch = lazy("torch", globals())
 
 SEQ_CLS_HEAD = "sequence-classification"
+# heads of an encoder-decoder model (BART, T5) that run the encoder and the decoder on input_ids:
+# the classifier pools the EOS token it finds in them, and both make the decoder's input from them
+# (T5's token classifier is its encoder alone, and takes inputs_embeds)
+DECODER_FROM_IDS = (SEQ_CLS_HEAD, "question-answering")
 
 
 # PEFT's prompt-learning models are chosen by task type, and PEFT has none for masked LM.
@@ -37,25 +43,39 @@ COMPOSITE_REFUSAL = ("{method}: PEFT reads the layer count, heads and width from
                      "encoder's and decoder's configs; use lora (with target_modules), bitfit or full")
 
 
+def encoder_decoder_head(family: str | None, head: str) -> str | None:
+    """transformers' class for `head` on an encoder-decoder `family` where that head runs the
+    decoder on input_ids (a classifier, extractive QA), else None."""
+    if head not in DECODER_FROM_IDS or not family or kind_of(family) != "encoder-decoder":
+        return None
+    return hf_tables.model_table(heads.get(head).table).get(family) or f"{family}'s {head} model"
+
+
+def instead(family: str | None) -> str:
+    """The methods that adapt weights, for a refusal's advice (T5 has no biases for bitfit)."""
+    return "use lora or ia3" if family == "t5" else "use lora, ia3 or bitfit"
+
+
 def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | None:
-    """Why soft tokens fed as `inputs_embeds` cannot drive this family's classification head.
+    """Why soft tokens fed as `inputs_embeds` cannot drive this family's head.
 
     PEFT prepends prompt embeddings and calls the model with `inputs_embeds` only. With
-    transformers 5.x, BART/T5 classification heads need `input_ids` to find the EOS token they pool,
-    and GPT-2's cannot find the last real token without them, so right-padded examples would be
-    classified from a pad position (predictions would change with the batch they are padded in).
+    transformers 5.x, BART/T5 classification heads need `input_ids` to find the EOS token they
+    pool, BART/T5 extractive QA to make the decoder's input (both passed validate and stopped
+    at the first batch with a ValueError traceback), and GPT-2's classifier cannot find the last
+    real token without them, so right-padded examples would be classified from a pad position
+    (predictions would change with the batch they are padded in).
     """
     if head == "masked-lm":
         return MLM_REFUSAL.format(method=method)
     if family == COMPOSITE:
         return COMPOSITE_REFUSAL.format(method=method)
-    if head != SEQ_CLS_HEAD:
-        return None
-    if family in ("bart", "t5"):
-        cls = "BartForSequenceClassification" if family == "bart" else "T5ForSequenceClassification"
-        return (f"{method} feeds the model inputs_embeds, and {cls} refuses them (it needs input_ids "
-                "to find the EOS token it classifies from); use lora, ia3 or bitfit")
-    if family == "gpt2":
+    cls = encoder_decoder_head(family, head)
+    if cls is not None:
+        why = ("to find the EOS token it classifies from" if head == SEQ_CLS_HEAD
+               else "to make its decoder's input")
+        return f"{method} feeds the model inputs_embeds, and {cls} refuses them (it needs input_ids {why}); {instead(family)}"
+    if head == SEQ_CLS_HEAD and family == "gpt2":
         return (f"{method} feeds the model inputs_embeds, from which GPT2ForSequenceClassification "
                 "cannot find the last non-pad token, so padded examples would be classified from a "
                 "pad position; use prefix_tuning, lora, ia3 or bitfit")
@@ -73,6 +93,9 @@ class PromptTuning(Method):
                                   "toolkit.methods.prompt_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        if self.init_text is not None and self.init != "text":  # PEFT reads it under TEXT only
+            return (f"method.init_text is read with method.init: text only, and init is {self.init} "
+                    "(the prompt would start random); set method.init: text")
         if self.init == "text" and not (self.init_text or getattr(task, "instruction", None)):
             return "method.init is text but the task has no instruction; set method.init_text"
         return soft_prompt_refusal(self.name, family, self.head(task))
