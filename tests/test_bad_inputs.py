@@ -77,9 +77,17 @@ def mismatched_tokenizer(tmp: Path) -> list:
 
     from toolkit.models import tokenizer_dir
 
+    from transformers.utils import logging as hf_logging
+
     folder = tmp / "mixed"
-    BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32)).save_pretrained(folder)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # the save's own bar is not the command's output this test reads
+    try:
+        BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=32)).save_pretrained(folder)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     AutoTokenizer.from_pretrained(tokenizer_dir() / "gpt2").save_pretrained(folder)
     return ["run", write_recipe(tmp / "r.yaml", GOOD.replace("bert-base-uncased", str(folder)))]
 
