@@ -196,7 +196,19 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
     log = _log(run)
     steps = [(e["step"], e["epoch"]) for e in log if "loss" in e]
     assert steps == [(1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]  # epochs completed: step 3 ends the first
-    assert [e["lr"] for e in log if "loss" in e] == pytest.approx([1e-3 * min(s / 2, (5 - s) / 3) for s in range(1, 6)])
+    # each step's lr is the one it trained at, as Trainer logs it: transformers' linear schedule read
+    # after the optimizer's step and before the schedule's (the next step's lr was logged: step 5
+    # said 0.0, and step 1 said half the peak though it trained at 0)
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1e-3)
+    schedule, trained_at = get_scheduler("linear", optimizer, num_warmup_steps=2, num_training_steps=5), []
+    for _ in range(5):
+        optimizer.step()
+        trained_at.append(schedule.get_last_lr()[0])
+        schedule.step()
+    assert trained_at == pytest.approx([0.0, 5e-4, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3])
+    assert [e["lr"] for e in log if "loss" in e] == pytest.approx(trained_at)
     assert [(e["step"], e["epoch"]) for e in log if "eval" in e] == [(3, 1), (5, 1)]  # the epoch's end, the cut
     m = _metrics(run)
     assert m["train_steps"] == 5 and m["train_samples"] == 10
