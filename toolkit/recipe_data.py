@@ -457,8 +457,8 @@ def smoke_sized(raw: dict, task: Any = None) -> dict:
             value = node.get(key)
             node[key] = cap if not isinstance(value, int) or isinstance(value, bool) else min(value, cap)
     warmup = raw["train"].get("warmup_steps") if isinstance(raw["train"], dict) else None
-    if isinstance(warmup, int) and not isinstance(warmup, bool):  # a warm-up within the few steps
-        raw["train"]["warmup_steps"] = min(warmup, raw["train"]["max_steps"])
+    if isinstance(warmup, int) and not isinstance(warmup, bool):  # a warm-up that ends within the few steps
+        raw["train"]["warmup_steps"] = min(warmup, raw["train"]["max_steps"] - 1)
     node = raw.get("task")
     if task is None or not isinstance(node, dict):
         return raw
