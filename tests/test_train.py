@@ -337,3 +337,28 @@ def test_a_warmup_that_does_not_end_within_the_run_is_refused(tmp_path: Path, cl
     code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "smoke", "train.warmup_ratio=0",
                        "train.warmup_steps=500")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "bart", "t5"])
+def test_full_fine_tuning_decays_what_trainer_decays(tiny_checkpoint, family: str) -> None:
+    """The optimizer's decayed group holds the tensors Trainer decays
+    (`Trainer.get_decay_parameter_names`), no more: T5's relative_attention_bias, a 2-d table of
+    biases, was decayed, which Trainer keeps out by its name (exit 0)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, Trainer
+
+    from conftest import FAMILY_IDS
+    from toolkit import models
+    from toolkit.methods import METHODS
+    from toolkit.train import _optimizer
+
+    path = tiny_checkpoint(family)
+    head = "seq2seq-lm" if AutoConfig.from_pretrained(path).is_encoder_decoder else "sequence-classification"
+    model = models.load(path, head, {"num_labels": 2} if head.startswith("sequence") else {})[0]
+    recipe = SimpleNamespace(method=METHODS.get("full")(),
+                             train=SimpleNamespace(weight_decay=0.1, lr=1e-3, precision_mode="autocast"))
+    decayed = {id(p) for p in _optimizer(model, recipe, torch.device("cpu")).param_groups[0]["params"]}
+    trainer = {id(model.get_parameter(n)) for n in Trainer.get_decay_parameter_names(None, model)}
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert sorted(names[i] for i in decayed ^ trainer) == [], FAMILY_IDS[family]
