@@ -362,3 +362,13 @@ def test_full_fine_tuning_decays_what_trainer_decays(tiny_checkpoint, family: st
     trainer = {id(model.get_parameter(n)) for n in Trainer.get_decay_parameter_names(None, model)}
     names = {id(p): n for n, p in model.named_parameters()}
     assert sorted(names[i] for i in decayed ^ trainer) == [], FAMILY_IDS[family]
+
+
+def test_more_epochs_than_steps_can_count_is_one_line(tmp_path: Path, cli, runs_dir: Path, tiny_checkpoint) -> None:
+    """A finite train.epochs whose steps pass a float's range was an OverflowError traceback."""
+    recipe = make_recipe(tmp_path, checkpoint=tiny_checkpoint("bert"))
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, "task.max_train_samples=8", "task.max_eval_samples=8",
+                       "train.batch_size=4", "train.epochs=1e308")
+    assert code == 2 and err.count("error: ") == 1 and "Traceback" not in err, err
+    assert "error: train.epochs: 1e+308 epochs of 2 optimizer steps are more steps than can be counted" in err
+    assert not runs_dir.exists()

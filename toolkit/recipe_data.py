@@ -88,7 +88,12 @@ class TrainConfig:
         loop's schedule, known before any model loads (AdaLoRA's budget, a sweep's --dry-run)."""
         per_process = math.ceil(math.ceil(examples / self.batch_size) / processes)
         per_epoch = math.ceil(per_process / self.grad_accum)
-        return per_epoch, self.max_steps or max(1, math.ceil(self.epochs * per_epoch))
+        if self.max_steps:
+            return per_epoch, self.max_steps
+        if not math.isfinite(self.epochs * per_epoch):  # finite epochs, steps past a float: OverflowError
+            raise UserError(f"train.epochs: {self.epochs:g} epochs of {per_epoch} optimizer steps are more steps "
+                            "than can be counted; use fewer epochs, or train.max_steps")
+        return per_epoch, max(1, math.ceil(self.epochs * per_epoch))
 
 
 @dataclass
