@@ -372,3 +372,22 @@ def test_more_epochs_than_steps_can_count_is_one_line(tmp_path: Path, cli, runs_
     assert code == 2 and err.count("error: ") == 1 and "Traceback" not in err, err
     assert "error: train.epochs: 1e+308 epochs of 2 optimizer steps are more steps than can be counted" in err
     assert not runs_dir.exists()
+
+
+@pytest.mark.parametrize("metric, kept, loss", [("accuracy_mm", 2, 0.8), ("accuracy", 1, 1.0), ("loss_mm", 2, 0.8)])
+def test_a_tie_on_the_metric_goes_to_the_lower_loss_of_its_own_split(metric: str, kept: int, loss: float) -> None:
+    """MNLI is scored on two splits; selecting on accuracy_mm, a tie went to the lower eval loss of
+    the matched split (the wrong step kept, and `kept.eval_loss` the other split's), exit 0."""
+    from types import SimpleNamespace
+
+    from toolkit.checkpoints import State
+    from toolkit.tasks import declaration
+    from toolkit.train import Loop
+
+    loop = SimpleNamespace(metric=declaration(metric), state=State(),
+                           setup=SimpleNamespace(task=SimpleNamespace(suffixes=lambda: ("", "_mm"))))
+    for step, evaluation in ((1, {"accuracy": 0.5, "loss": 1.0, "accuracy_mm": 0.6, "loss_mm": 0.9}),
+                             (2, {"accuracy": 0.5, "loss": 1.1, "accuracy_mm": 0.6, "loss_mm": 0.8})):
+        loop.state.step = step
+        Loop._keep_if_best(loop, evaluation)
+    assert (loop.state.best_step, loop.state.best_loss) == (kept, loss)

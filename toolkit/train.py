@@ -206,7 +206,9 @@ class Loop:
             given = ", ".join(sorted(k for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"))
             raise UserError(f"train.metric: '{self.metric.name}' is not among what this evaluation gives "
                             f"({given}); choose one of those")
-        value, loss = metrics[self.metric.name], metrics.get("loss")
+        # a tie is broken by the eval loss of the metric's own split (MNLI's accuracy_mm: loss_mm)
+        split = max((s for s in self.setup.task.suffixes() if s and self.metric.name.endswith(s)), key=len, default="")
+        value, loss = metrics[self.metric.name], metrics.get("loss" + split)
         if improves(self.metric, value, loss, self.state.best_metric, self.state.best_loss):
             self.state.best_metric, self.state.best_step, self.state.bad_evals = value, self.state.step, 0
             self.state.best_loss = loss
