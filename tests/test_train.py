@@ -391,3 +391,26 @@ def test_a_tie_on_the_metric_goes_to_the_lower_loss_of_its_own_split(metric: str
         loop.state.step = step
         Loop._keep_if_best(loop, evaluation)
     assert (loop.state.best_step, loop.state.best_loss) == (kept, loss)
+
+
+def test_no_defined_score_keeps_the_last_step_and_says_why(tmp_path: Path, cli, runs_dir: Path, tiny_checkpoint,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """train.keep_best where every evaluation's metric is undefined (NaN: a correlation of
+    constant predictions): no step is better, the last is kept, and `kept` said 'keep_best is
+    false or nothing was evaluated', neither of which was so."""
+    from toolkit import evaluation
+
+    real = evaluation.evaluate
+
+    def undefined(*args, **kwargs):
+        return {**real(*args, **kwargs), "accuracy": float("nan")}
+
+    monkeypatch.setattr(evaluation, "evaluate", undefined)
+    recipe = make_recipe(tmp_path, checkpoint=tiny_checkpoint("bert"))
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, "task.max_train_samples=8", "task.max_eval_samples=8",
+                       "train.batch_size=4", "train.keep_best=true", "train.eval_every=1")
+    assert code == 0, err
+    metrics = json.loads((only_run(runs_dir) / "metrics.json").read_text())
+    assert metrics["best_step"] is None and metrics["train_steps"] == 2
+    assert metrics["kept"] == {"step": 2, "on": "the last step (train.keep_best: no evaluation gave accuracy a "
+                                                "defined value)"}
