@@ -62,6 +62,8 @@ TRAIN_EXAMPLES = {"mlm": 8, "squad": 3, "glue": 26}  # 26 blocks, 28 windows; th
 # batches, so the second process's last step is one batch that accelerate made all of repeats
 TWO_PROCESSES = {"glue": (4, 1)}
 COMMON = ["--smoke", "model.dropout=0.0", "task.max_eval_samples=13"]
+# Parameters whose gradient is 0 in exact arithmetic (a shift of every logit a softmax sees)
+NO_OUTPUT_CHANGES = {"squad": ("qa_outputs.bias",)}
 
 
 def _free_port() -> int:
@@ -156,10 +158,12 @@ def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_r
         # Weights: within a tenth of train.lr. AdamW turns float noise on a gradient that is 0 in
         # exact arithmetic (QA's qa_outputs.bias: a softmax does not see a shift of all its
         # logits) into steps of about lr, in directions that change no output (the eval loss
-        # above); a wrongly weighted step moves the weights that matter by about lr.
+        # above); a wrongly weighted step moves the weights that matter by about lr. Such a
+        # parameter is left out: its steps are the noise's sign, up to lr each (0.0024 seen here)
         wa, wb = weights(one), weights(run)
         for key in wa:
-            torch.testing.assert_close(wb[key], wa[key], atol=1e-3, rtol=0)
+            if key not in NO_OUTPUT_CHANGES.get(task, ()):
+                torch.testing.assert_close(wb[key], wa[key], atol=1e-3, rtol=0)
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
