@@ -62,6 +62,8 @@ TRAIN_EXAMPLES = {"mlm": 8, "squad": 3, "glue": 26}  # 26 blocks, 28 windows; th
 # batches, so the second process's last step is one batch that accelerate made all of repeats
 TWO_PROCESSES = {"glue": (4, 1)}
 COMMON = ["--smoke", "model.dropout=0.0", "task.max_eval_samples=13"]
+# Parameters whose gradient is 0 in exact arithmetic (a shift of every logit a softmax sees)
+NO_OUTPUT_CHANGES = {"squad": ("qa_outputs.bias",)}
 
 
 def _free_port() -> int:
@@ -156,10 +158,12 @@ def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_r
         # Weights: within a tenth of train.lr. AdamW turns float noise on a gradient that is 0 in
         # exact arithmetic (QA's qa_outputs.bias: a softmax does not see a shift of all its
         # logits) into steps of about lr, in directions that change no output (the eval loss
-        # above); a wrongly weighted step moves the weights that matter by about lr.
+        # above); a wrongly weighted step moves the weights that matter by about lr. Such a
+        # parameter is left out: its steps are the noise's sign, up to lr each (0.0024 seen here)
         wa, wb = weights(one), weights(run)
         for key in wa:
-            torch.testing.assert_close(wb[key], wa[key], atol=1e-3, rtol=0)
+            if key not in NO_OUTPUT_CHANGES.get(task, ()):
+                torch.testing.assert_close(wb[key], wa[key], atol=1e-3, rtol=0)
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
@@ -196,7 +200,19 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
     log = _log(run)
     steps = [(e["step"], e["epoch"]) for e in log if "loss" in e]
     assert steps == [(1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]  # epochs completed: step 3 ends the first
-    assert [e["lr"] for e in log if "loss" in e] == pytest.approx([1e-3 * min(s / 2, (5 - s) / 3) for s in range(1, 6)])
+    # each step's lr is the one it trained at, as Trainer logs it: transformers' linear schedule read
+    # after the optimizer's step and before the schedule's (the next step's lr was logged: step 5
+    # said 0.0, and step 1 said half the peak though it trained at 0)
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1e-3)
+    schedule, trained_at = get_scheduler("linear", optimizer, num_warmup_steps=2, num_training_steps=5), []
+    for _ in range(5):
+        optimizer.step()
+        trained_at.append(schedule.get_last_lr()[0])
+        schedule.step()
+    assert trained_at == pytest.approx([0.0, 5e-4, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3])
+    assert [e["lr"] for e in log if "loss" in e] == pytest.approx(trained_at)
     assert [(e["step"], e["epoch"]) for e in log if "eval" in e] == [(3, 1), (5, 1)]  # the epoch's end, the cut
     m = _metrics(run)
     assert m["train_steps"] == 5 and m["train_samples"] == 10

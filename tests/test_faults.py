@@ -191,6 +191,43 @@ def test_killed_anywhere_then_rerun_ends_as_the_uninterrupted_run(tmp_path: Path
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
 
 
+@pytest.mark.parametrize("settings, saves_before", [
+    # 96 examples in batches of 8 for 2 epochs of 12 steps, evaluated at each epoch's end: step 12
+    # is saved by save_every, then evaluated (the epoch is whole) and saved again
+    (["train.max_steps=null", "train.epochs=2", "train.eval_every=0", "train.save_every=6"], 2),
+    # the last step (12) is saved by save_every, then evaluated as the last step and saved again
+    (["train.eval_every=5", "train.save_every=4"], 5)])
+def test_killed_between_an_evaluation_and_its_save_logs_the_evaluation_once(
+        tmp_path: Path, cli, bert: str, monkeypatch: pytest.MonkeyPatch, settings: list, saves_before: int) -> None:
+    """A step saved before it is evaluated (save_every at an epoch's end, or at the last step),
+    killed after its evaluation was logged and before the checkpoint that follows was whole: the
+    resume goes on from the first checkpoint of that step, evaluates it again and logged the
+    evaluation a second time (exit 0). The log keeps an evaluation of the checkpoint's own step
+    only where the checkpoint's state holds it."""
+    from toolkit import runs
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
+    assert cli("run", recipe, *settings, "--runs-dir", tmp_path / "whole")[0] == 0
+    real, calls = runs.manifest, []
+
+    def kill(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == saves_before + 1:  # the checkpoint written after the evaluation
+            raise Killed
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(runs, "manifest", kill)
+        with pytest.raises(Killed):
+            cli("run", recipe, *settings, "--runs-dir", tmp_path / "killed")
+    killed = next((tmp_path / "killed").rglob("log.jsonl")).parent
+    assert [json.loads(line)["step"] for line in (killed / "log.jsonl").read_text().splitlines()
+            if "eval" in line][-1] == 12  # the evaluation was logged before the kill
+    code, out, err = cli("run", recipe, *settings, "--runs-dir", tmp_path / "killed")
+    assert code == 0 and "resuming from" in out and "(step 12 of" in out, out + err
+    same_result(the_run(tmp_path / "whole"), the_run(tmp_path / "killed"))
+
+
 def test_killed_mid_the_metrics_write_leaves_no_partial_file(tmp_path: Path, cli, clean_full,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed after metrics.json's temporary file was written, before its rename: the run is not

@@ -314,21 +314,103 @@ def test_each_evaluation_logs_the_epochs_completed(tmp_path: Path, cli, runs_dir
     assert [(e["step"], e["epoch"]) for e in evals] == list(zip(steps, epochs))
 
 
-def test_a_warmup_longer_than_the_run_is_refused(tmp_path: Path, cli, runs_dir: Path, tiny_checkpoint) -> None:
-    """8 examples in batches of 4 are 2 optimizer steps: with warmup_steps 3 the warm-up never
-    ended (the run's lr stopped at 1/3 of train.lr, and it said nothing). --smoke keeps the
-    warm-up within its few steps, so a recipe's warm-up still smoke-runs."""
+@pytest.mark.parametrize("warmup, said", [(3, "more than"), (2, "all")])
+def test_a_warmup_that_does_not_end_within_the_run_is_refused(tmp_path: Path, cli, runs_dir: Path, tiny_checkpoint,
+                                                              warmup: int, said: str) -> None:
+    """8 examples in batches of 4 are 2 optimizer steps. Step k of a warm-up of W steps trains at
+    (k-1)/W of train.lr (transformers' linear schedule), so train.lr is first taken at step W+1:
+    with warmup_steps 3 the run stopped at 1/3 of it, and with 2 (all of its steps; it was let
+    through) at 1/2, and said nothing. A warm-up of one step less reaches it at the last step.
+    --smoke keeps the warm-up within its few steps, so a recipe's warm-up still smoke-runs."""
     recipe = make_recipe(tmp_path, checkpoint=tiny_checkpoint("bert"))
     common = ["--runs-dir", runs_dir, "task.max_train_samples=8", "task.max_eval_samples=8", "train.batch_size=4",
               "train.warmup_ratio=0"]
-    code, _, err = cli("run", recipe, *common, "train.warmup_steps=3")
+    code, _, err = cli("run", recipe, *common, f"train.warmup_steps={warmup}")
     assert code == 2 and err.count("error: ") == 1, err
-    assert "error: train.warmup_steps: 3 is more than the run's 2 optimizer steps: the warm-up would not end" in err
+    assert (f"error: train.warmup_steps: {warmup} is {said} the run's 2 optimizer steps: the warm-up would not "
+            "end within the run") in err and "use at most 1," in err
     assert not runs_dir.exists()
-    code, _, err = cli("run", recipe, *common, "train.warmup_steps=2", "train.log_every=1")
+    code, _, err = cli("run", recipe, *common, "train.warmup_steps=1", "train.log_every=1")
     assert code == 0, err
     lrs = [json.loads(l)["lr"] for l in (only_run(runs_dir) / "log.jsonl").read_text().splitlines() if '"lr"' in l]
-    assert lrs == pytest.approx([5e-4, 0.0])  # the lr for the next step: up to the peak, down to 0 at the end
+    assert lrs == pytest.approx([0.0, 1e-3])  # the lr each step trained at: train.lr at the last
     code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "smoke", "train.warmup_ratio=0",
                        "train.warmup_steps=500")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "bart", "t5"])
+def test_full_fine_tuning_decays_what_trainer_decays(tiny_checkpoint, family: str) -> None:
+    """The optimizer's decayed group holds the tensors Trainer decays
+    (`Trainer.get_decay_parameter_names`), no more: T5's relative_attention_bias, a 2-d table of
+    biases, was decayed, which Trainer keeps out by its name (exit 0)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, Trainer
+
+    from conftest import FAMILY_IDS
+    from toolkit import models
+    from toolkit.methods import METHODS
+    from toolkit.train import _optimizer
+
+    path = tiny_checkpoint(family)
+    head = "seq2seq-lm" if AutoConfig.from_pretrained(path).is_encoder_decoder else "sequence-classification"
+    model = models.load(path, head, {"num_labels": 2} if head.startswith("sequence") else {})[0]
+    recipe = SimpleNamespace(method=METHODS.get("full")(),
+                             train=SimpleNamespace(weight_decay=0.1, lr=1e-3, precision_mode="autocast"))
+    decayed = {id(p) for p in _optimizer(model, recipe, torch.device("cpu")).param_groups[0]["params"]}
+    trainer = {id(model.get_parameter(n)) for n in Trainer.get_decay_parameter_names(None, model)}
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert sorted(names[i] for i in decayed ^ trainer) == [], FAMILY_IDS[family]
+
+
+def test_more_epochs_than_steps_can_count_is_one_line(tmp_path: Path, cli, runs_dir: Path, tiny_checkpoint) -> None:
+    """A finite train.epochs whose steps pass a float's range was an OverflowError traceback."""
+    recipe = make_recipe(tmp_path, checkpoint=tiny_checkpoint("bert"))
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, "task.max_train_samples=8", "task.max_eval_samples=8",
+                       "train.batch_size=4", "train.epochs=1e308")
+    assert code == 2 and err.count("error: ") == 1 and "Traceback" not in err, err
+    assert "error: train.epochs: 1e+308 epochs of 2 optimizer steps are more steps than can be counted" in err
+    assert not runs_dir.exists()
+
+
+@pytest.mark.parametrize("metric, kept, loss", [("accuracy_mm", 2, 0.8), ("accuracy", 1, 1.0), ("loss_mm", 2, 0.8)])
+def test_a_tie_on_the_metric_goes_to_the_lower_loss_of_its_own_split(metric: str, kept: int, loss: float) -> None:
+    """MNLI is scored on two splits; selecting on accuracy_mm, a tie went to the lower eval loss of
+    the matched split (the wrong step kept, and `kept.eval_loss` the other split's), exit 0."""
+    from types import SimpleNamespace
+
+    from toolkit.checkpoints import State
+    from toolkit.tasks import declaration
+    from toolkit.train import Loop
+
+    loop = SimpleNamespace(metric=declaration(metric), state=State(),
+                           setup=SimpleNamespace(task=SimpleNamespace(suffixes=lambda: ("", "_mm"))))
+    for step, evaluation in ((1, {"accuracy": 0.5, "loss": 1.0, "accuracy_mm": 0.6, "loss_mm": 0.9}),
+                             (2, {"accuracy": 0.5, "loss": 1.1, "accuracy_mm": 0.6, "loss_mm": 0.8})):
+        loop.state.step = step
+        Loop._keep_if_best(loop, evaluation)
+    assert (loop.state.best_step, loop.state.best_loss) == (kept, loss)
+
+
+def test_no_defined_score_keeps_the_last_step_and_says_why(tmp_path: Path, cli, runs_dir: Path, tiny_checkpoint,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """train.keep_best where every evaluation's metric is undefined (NaN: a correlation of
+    constant predictions): no step is better, the last is kept, and `kept` said 'keep_best is
+    false or nothing was evaluated', neither of which was so."""
+    from toolkit import evaluation
+
+    real = evaluation.evaluate
+
+    def undefined(*args, **kwargs):
+        return {**real(*args, **kwargs), "accuracy": float("nan")}
+
+    monkeypatch.setattr(evaluation, "evaluate", undefined)
+    recipe = make_recipe(tmp_path, checkpoint=tiny_checkpoint("bert"))
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, "task.max_train_samples=8", "task.max_eval_samples=8",
+                       "train.batch_size=4", "train.keep_best=true", "train.eval_every=1")
+    assert code == 0, err
+    metrics = json.loads((only_run(runs_dir) / "metrics.json").read_text())
+    assert metrics["best_step"] is None and metrics["train_steps"] == 2
+    assert metrics["kept"] == {"step": 2, "on": "the last step (train.keep_best: no evaluation gave accuracy a "
+                                                "defined value)"}

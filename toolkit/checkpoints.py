@@ -101,7 +101,8 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
         saved.pop("manifest", None)
         state = State(**saved)
         if acc.is_main_process:
-            runs.truncate_log(out, state.step)
+            evaluated = (state.last_eval or {}).get("step") == state.step
+            runs.truncate_log(out, state.step, evaluated)
             acc.print(f"resuming from {folder} (step {state.step} of {total_steps})")
         note_other_code(acc, out, state)
         return state

@@ -88,7 +88,12 @@ class TrainConfig:
         loop's schedule, known before any model loads (AdaLoRA's budget, a sweep's --dry-run)."""
         per_process = math.ceil(math.ceil(examples / self.batch_size) / processes)
         per_epoch = math.ceil(per_process / self.grad_accum)
-        return per_epoch, self.max_steps or max(1, math.ceil(self.epochs * per_epoch))
+        if self.max_steps:
+            return per_epoch, self.max_steps
+        if not math.isfinite(self.epochs * per_epoch):  # finite epochs, steps past a float: OverflowError
+            raise UserError(f"train.epochs: {self.epochs:g} epochs of {per_epoch} optimizer steps are more steps "
+                            "than can be counted; use fewer epochs, or train.max_steps")
+        return per_epoch, max(1, math.ceil(self.epochs * per_epoch))
 
 
 @dataclass
@@ -518,8 +523,8 @@ def smoke_sized(raw: dict, task: Any = None) -> dict:
             value = node.get(key)
             node[key] = cap if not isinstance(value, int) or isinstance(value, bool) else min(value, cap)
     warmup = raw["train"].get("warmup_steps") if isinstance(raw["train"], dict) else None
-    if isinstance(warmup, int) and not isinstance(warmup, bool):  # a warm-up within the few steps
-        raw["train"]["warmup_steps"] = min(warmup, raw["train"]["max_steps"])
+    if isinstance(warmup, int) and not isinstance(warmup, bool):  # a warm-up that ends within the few steps
+        raw["train"]["warmup_steps"] = min(warmup, raw["train"]["max_steps"] - 1)
     node = raw.get("task")
     if task is None or not isinstance(node, dict):
         return raw

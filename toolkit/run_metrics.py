@@ -37,7 +37,7 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "kept": ({"step": state.best_step, "on": recipe.train.metric or setup.task.main_metric(),
                   "value": state.best_metric, "eval_loss": state.best_loss, "ties": "lower eval loss"}
                  if recipe.train.keep_best and state.best_step is not None else
-                 {"step": state.step, "on": "the last step (train.keep_best is false or nothing was evaluated)"}),
+                 {"step": state.step, "on": last_step_kept(recipe, setup)}),
         "main_metric": setup.task.main_metric(),
         # the classes read from the user's files (task.labels: null): an adapter folder has no
         # config.json to hold them, and eval/predict/export rebuild the head from these
@@ -66,6 +66,15 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()
     return result
+
+
+def last_step_kept(recipe: Recipe, setup: Any) -> str:
+    """Why `kept` is the last step: keep_best off, nothing trained, or no evaluation gave the
+    selection metric a defined value (each NaN: a correlation of constant predictions)."""
+    if not recipe.train.keep_best or not recipe.method.trains:
+        return "the last step (train.keep_best is false or nothing was trained)"
+    metric = recipe.train.metric or setup.task.main_metric()
+    return f"the last step (train.keep_best: no evaluation gave {metric} a defined value)"
 
 
 def base_run(recipe: Recipe, setup: Any, out: Path) -> str | None:

@@ -452,15 +452,20 @@ def append_log(path: Path, entry: dict) -> None:
         handle.write(json.dumps(finite(entry), allow_nan=False) + "\n")
 
 
-def truncate_log(path: Path, step: int) -> None:
-    """On resume, drop log lines an interrupted run wrote after its last checkpoint."""
+def truncate_log(path: Path, step: int, evaluated: bool = True) -> None:
+    """On resume, drop log lines an interrupted run wrote after its last checkpoint: those of
+    later steps, and (`evaluated` False) an evaluation of the checkpoint's own step that its state
+    does not hold. A step can be saved before it is evaluated (`save_every` at an epoch's end or
+    at the last step); killed between the two, the resumed run evaluates that step again, and its
+    log held the evaluation twice."""
     log = path / "log.jsonl"
     if not log.is_file():
         return
     keep = []
     for line in log.read_text(errors="replace").splitlines():
         try:
-            if json.loads(line)["step"] <= step:
+            entry = json.loads(line)
+            if entry["step"] < step or entry["step"] == step and (evaluated or "eval" not in entry):
                 keep.append(line)
         except (ValueError, KeyError, TypeError):  # a line cut short by a kill
             continue

@@ -89,10 +89,15 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     if recipe.method.trains:  # a method that does not train scores by its own rules (evaluate)
         check_units(task, task.collator(tok, model), train, evals)
     steps = recipe.train.optimizer_steps(len(train), processes)[1] if recipe.method.trains else 0
-    if recipe.train.warmup_steps > steps and recipe.method.trains:  # the ratio is within the run by its bound
-        raise UserError(f"train.warmup_steps: {recipe.train.warmup_steps} is more than the run's {steps} "
-                        "optimizer steps: the warm-up would not end within the run, and the learning rate "
-                        f"would stop short of train.lr; use at most {steps}, or train.warmup_ratio")
+    # step k of a warm-up of W steps trains at (k-1)/W of train.lr (transformers' linear schedule, step 1
+    # at 0): train.lr is first reached at step W+1, so a warm-up of all the run's steps never reaches it
+    # (and one of 1 step in a 1-step run trains at 0). A ratio is Trainer's: ceil(ratio x steps)
+    if recipe.train.warmup_steps >= steps and recipe.method.trains:
+        raise UserError(f"train.warmup_steps: {recipe.train.warmup_steps} is "
+                        f"{'all' if recipe.train.warmup_steps == steps else 'more than'} the run's {steps} "
+                        "optimizer steps: the warm-up would not end within the run (its step k trains at "
+                        "(k-1)/warmup_steps of train.lr), and the learning rate would stop short of train.lr; "
+                        f"use at most {steps - 1}, or train.warmup_ratio")
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=heads.get(head).peft_task_type, tokenizer=tok,
                   instruction=getattr(task, "instruction", None), total_steps=steps)

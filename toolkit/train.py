@@ -127,6 +127,7 @@ class Loop:
             accelerator.register_for_checkpointing(MethodState(self.method, self.unwrapped))
         self.evals = dict(zip(evals, prepared[4:]))
         self.state = State()
+        self.step_lr = 0.0  # the learning rate the latest optimizer step took (set before the schedule moves)
         self.evaluated = False  # in this process: a resumed run's last evaluation may be on disk only
         self.tally = Tally(accelerator.device)
         # fp16's loss scaler decides on the host; a method's after_step must not see a skipped step
@@ -205,7 +206,9 @@ class Loop:
             given = ", ".join(sorted(k for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"))
             raise UserError(f"train.metric: '{self.metric.name}' is not among what this evaluation gives "
                             f"({given}); choose one of those")
-        value, loss = metrics[self.metric.name], metrics.get("loss")
+        # a tie is broken by the eval loss of the metric's own split (MNLI's accuracy_mm: loss_mm)
+        split = max((s for s in self.setup.task.suffixes() if s and self.metric.name.endswith(s)), key=len, default="")
+        value, loss = metrics[self.metric.name], metrics.get("loss" + split)
         if improves(self.metric, value, loss, self.state.best_metric, self.state.best_loss):
             self.state.best_metric, self.state.best_step, self.state.bad_evals = value, self.state.step, 0
             self.state.best_loss = loss
@@ -308,6 +311,7 @@ class Loop:
     def _next_step(self, loss_t: torch.Tensor, norm_t: torch.Tensor, samples: torch.Tensor,
                    ok: torch.Tensor, empty: torch.Tensor) -> None:
         """After the optimizer (a skipped batch takes its step slot: the schedule moves on)."""
+        self.step_lr = self.scheduler.get_last_lr()[0]  # what this step trained at: the log's lr
         self.scheduler.step()
         self.state.step += 1
         self.stepper.zero_grad(set_to_none=True)
@@ -413,6 +417,7 @@ class Loop:
             self._nonfinite(loss, "loss" if not math.isfinite(loss) else "gradient norm", self.state.step + 1)
             return
         self.optimizer.step()
+        self.step_lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self.state.step += 1
         self.method.after_step(self.unwrapped, self.state.step)  # gradients still in place
@@ -473,7 +478,7 @@ class Loop:
         if s.step % self.cfg.log_every == 0 or s.step == 1:
             r = self._read()  # every process: a stop must stop them all
             if self.acc.is_main_process and r is not None:
-                lr = self.scheduler.get_last_lr()[0]
+                lr = self.step_lr  # the rate the logged step trained at, as Trainer logs it (not the next one's)
                 total, count = self.state.log_window or (0.0, 0)
                 loss = total / count if count else r.loss  # every step since the last log skipped: its loss
                 entry = {"step": s.step, "epoch": self._epochs_done(), "loss": loss, "lr": lr,

@@ -12,6 +12,7 @@ import functools
 import importlib
 import json
 import pkgutil
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ from toolkit.errors import UserError
 torch = lazy("torch", globals())
 
 METHODS: Registry[type] = Registry("method")
+# parameter names Trainer keeps out of weight decay (Trainer.get_decay_parameter_names)
+NOT_DECAYED = re.compile(r"bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.)")
 
 
 @dataclass
@@ -67,8 +70,12 @@ class Method:
 
     def decays(self, name: str, param: torch.nn.Parameter) -> bool:
         """Whether train.weight_decay applies to this trainable parameter: matrices do, biases and
-        norms (fewer than 2 dimensions) do not, as in Trainer. A method whose parameters are not
-        weights to pull toward 0 says so (IA3's scales)."""
+        norms do not, as in Trainer: neither anything of fewer than 2 dimensions nor a parameter
+        whose name says it is a bias or a norm (Trainer's `get_decay_parameter_names` patterns:
+        T5's relative_attention_bias, a 2-d table of biases, was decayed). A method whose
+        parameters are not weights to pull toward 0 says so (IA3's scales)."""
+        if NOT_DECAYED.search(name.lower()):
+            return False
         return len(getattr(param, "ds_shape", param.shape)) >= 2  # ZeRO-3 leaves each an empty 1-d tensor
 
     def added_positions(self) -> int:
