@@ -296,6 +296,52 @@ def test_cached_decoding_equals_the_full_forward(stock, name: str, family: str) 
         torch.testing.assert_close(logits[1], other, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name", _registered())
+def test_soft_prompt_generation_does_not_move_with_the_batch(stock, name: str) -> None:
+    """A decoder's soft prompt (prompt tuning, p-tuning) generates from embeddings with the
+    virtual tokens before the left-padded prompt: padding inside the row, between the soft
+    tokens and the text. Every score of every generated token (with the cache) is the same with
+    a longer prompt beside it as alone, for every module. Finding: local, bigbird, relative and
+    alibi placed keys by their index in the row, so the padding a batch-mate gave a prompt moved
+    the text away from its soft tokens (hidden beyond local's window, penalised by alibi, another
+    relative bucket, another block): generated text that changed with train.eval_batch_size,
+    exit 0. Now a key's position counts real tokens only (`token_positions`), as generate's
+    position ids do, and the block modules run on rows with their padding moved after the text."""
+    from transformers import LogitsProcessor
+
+    from toolkit.methods import METHODS as REGISTRY, Context
+
+    entry = stock("gpt2")
+    tok = entry[1]
+    tok.padding_side = "left"
+    model = resettled(entry, name, SMALL[name])
+    ctx = Context(family="gpt2", head_names=[], peft_task_type="CAUSAL_LM", tokenizer=tok)
+    model = REGISTRY.get("prompt_tuning")(num_virtual_tokens=3).apply(model, ctx).eval()
+    for n, p in model.named_parameters():  # relative's tables start at zero: give them a say
+        if "tk_attn_" in n:
+            torch.nn.init.normal_(p, std=0.5)
+
+    class Scores(LogitsProcessor):
+        def __init__(self) -> None:
+            self.seen: list = []
+
+        def __call__(self, ids, scores):
+            self.seen.append(scores.clone())
+            return scores
+
+    def scores(texts: list) -> torch.Tensor:
+        record = Scores()
+        enc = tok(texts, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            model.generate(**enc, max_new_tokens=3, do_sample=False, logits_processor=[record],
+                           pad_token_id=tok.pad_token_id)
+        return torch.stack([s[0] for s in record.seen])  # the first row's steps
+
+    alone = scores(["a short one"])
+    beside = scores(["a short one", "this sentence is quite a bit longer than that one, and longer still"])
+    torch.testing.assert_close(beside, alone, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("name, family", [(n, f) for n in SMALL for f in ("gpt2", "bart")])
 def test_gradient_checkpointing_changes_nothing(stock, name: str, family: str) -> None:
     """Activation checkpointing runs each layer's forward again in backward: the gradients and

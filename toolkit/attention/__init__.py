@@ -237,6 +237,18 @@ def key_keep(pad: torch.Tensor | None, b: int, tk: int, device: torch.device) ->
     return pad.any(dim=-2)[:, 0, :].expand(b, tk)  # a custom (tq, tk) mask: any query's keys
 
 
+def token_positions(pad: torch.Tensor | None, b: int, tk: int, device: torch.device) -> torch.Tensor:
+    """(b|1, tk) each key's position among its row's real keys, for the positional modules (local,
+    bigbird, relative, alibi): padding anywhere in a row, before the text or inside it (a soft
+    prompt before a left-padded prompt, as `generate` from embeddings gets it), takes no position,
+    as `generate` counts position ids from the mask. A query is the key at its own position (the
+    last tq of tk: a cache comes first). Padded keys get the position of the real key before
+    them (-1 before the first); they are masked anyway."""
+    if pad is None:
+        return torch.arange(tk, device=device)[None, :]
+    return key_keep(pad, b, tk, device).long().cumsum(dim=-1) - 1
+
+
 def softmax_attention(module: nn.Module, scores: torch.Tensor, v: torch.Tensor,
                       keep: torch.Tensor | None, dropout: float, bias: torch.Tensor | None,
                       normalize: Any = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -59,23 +59,41 @@ def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: tor
     return out.view(b, h, nb * block, d)[:, :, :n]
 
 
-def leading_pads(pad: torch.Tensor | None, b: int) -> torch.Tensor | None:
-    """(b,) how many padded keys come before each row's first real one (left padding), or None
-    where no row has any (the usual right padding: nothing to move)."""
+def packing(pad: torch.Tensor | None, b: int) -> torch.Tensor | None:
+    """(b, tk) for each row the order that brings its real keys first, in their order, and its
+    padding after them; None where no row has a padded key before a real one (the usual right
+    padding: nothing to move). Left padding is a roll; a soft prompt before a left-padded prompt
+    (generation from embeddings) leaves a gap inside the row, which packing closes."""
     if pad is None:
         return None
     keys = pad.any(dim=-2)[:, 0, :].expand(b, -1)  # (b, tk)
-    lead = keys.int().argmax(dim=-1)  # first True; an all-padded row: 0
-    if not torch.compiler.is_compiling() and not bool(lead.any()):  # a host read, skipped when compiled
+    later_real = keys.flip(-1).cummax(dim=-1).values.flip(-1)  # a real key at or after j
+    if not torch.compiler.is_compiling() and not bool((later_real & ~keys).any()):  # a host read
         return None
-    return lead
+    return torch.sort((~keys).int(), dim=-1, stable=True).indices
 
 
-def roll_rows(x: torch.Tensor, shift: torch.Tensor, dim: int) -> torch.Tensor:
-    """x (b, ...) with each row's positions along `dim` rolled left by its own `shift` (b,):
-    position i takes what was at (i + shift) mod n. A negative shift rolls back."""
-    n = x.shape[dim]
-    index = (torch.arange(n, device=x.device)[None, :] + shift[:, None]) % n  # (b, n)
+def take(x: torch.Tensor, order: torch.Tensor, dim: int) -> torch.Tensor:
+    """x (b, ...) with each row's positions along `dim` taken in its own `order` (b, n)."""
     shape = [x.shape[0]] + [1] * (x.ndim - 1)
-    shape[dim] = n
-    return x.gather(dim, index.view(shape).expand(x.shape))
+    shape[dim] = x.shape[dim]
+    return x.gather(dim, order.view(shape).expand(x.shape))
+
+
+def in_packed_rows(attend, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pad: torch.Tensor | None,
+                   bias: torch.Tensor | None) -> torch.Tensor:
+    """attend(q, k, v, pad, bias) -> (b, n, h, d) run on self-attention rows whose padding is moved
+    after their text (`packing`), and its output moved back: a block grid and a window then count
+    positions from each row's first real token and skip padding inside the row, so no output
+    depends on the padding a batch gave the row."""
+    b = q.shape[0]
+    order = packing(pad, b)
+    if order is None:
+        return attend(q, k, v, pad, bias)
+    pad = take(pad.expand(b, *pad.shape[1:]), order, 3)  # (b, 1, tq|1, tk)
+    if pad.shape[2] > 1:  # a custom (tq, tk) mask: its query rows move too
+        pad = take(pad, order, 2)
+    if bias is not None:  # T5's (tq, tk) bias: both positions move
+        bias = take(take(bias.expand(b, *bias.shape[1:]), order, 2), order, 3)
+    out = attend(*(take(x, order, 2) for x in (q, k, v)), pad, bias)
+    return take(out, order.argsort(dim=-1), 1)  # (b, n, h, d), each row's padding back in place

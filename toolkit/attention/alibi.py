@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, Attention, allowed, softmax_attention
+from toolkit.attention import ATTENTION, Attention, allowed, softmax_attention, token_positions
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -30,10 +30,10 @@ class Alibi(Attention):
     scale: float = field(default=1.0, metadata={"min": 0.0})
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
-        h, tq, tk = q.shape[1], q.shape[-2], k.shape[-2]
-        i = torch.arange(tq, device=q.device)[:, None] + (tk - tq)
-        distance = (torch.arange(tk, device=q.device)[None, :] - i).abs().to(q.dtype)  # (tq, tk)
-        penalty = -self.scale * slopes(h).to(q)[:, None, None] * distance  # (h, tq, tk)
+        b, h, tq, tk = q.shape[0], q.shape[1], q.shape[-2], k.shape[-2]
+        pos = token_positions(pad, b, tk, q.device)  # (b|1, tk): padding takes no position
+        distance = (pos[:, None, :] - pos[:, tk - tq:, None]).abs().to(q.dtype)  # (b|1, tq, tk)
+        penalty = -self.scale * slopes(h).to(q)[:, None, None] * distance[:, None]  # (b|1, h, tq, tk)
         scores = torch.matmul(q, k.transpose(-1, -2)) * scaling + penalty  # (b, h, tq, tk)
         keep = allowed(module, pad, tq, tk, q.device)
         return softmax_attention(module, scores, v, keep, dropout, bias)

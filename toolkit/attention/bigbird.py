@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, Attention, allowed, is_causal, key_keep, softmax_attention
-from toolkit.attention._blocks import block_attention, leading_pads, neighbours, roll_rows
+from toolkit.attention import (ATTENTION, Attention, allowed, is_causal, key_keep, softmax_attention,
+                               token_positions)
+from toolkit.attention._blocks import block_attention, in_packed_rows, neighbours
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -66,32 +67,24 @@ class BigBird(Attention):
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
         if q.shape[-2] != k.shape[-2]:  # new queries against a cache
             return self._cached(module, q, k, v, pad, scaling, dropout, bias)
-        lead = leading_pads(pad, q.shape[0])
-        if lead is None:
-            return self._attend(module, q, k, v, pad, scaling, dropout, bias)
-        b = q.shape[0]
-        pad = roll_rows(pad.expand(b, *pad.shape[1:]), lead, 3)  # (b, 1, tq|1, tk)
-        if pad.shape[2] > 1:  # a custom (tq, tk) mask: its query rows move too
-            pad = roll_rows(pad, lead, 2)
-        if bias is not None:  # T5's (tq, tk) bias: both positions move
-            bias = roll_rows(roll_rows(bias.expand(b, *bias.shape[1:]), lead, 2), lead, 3)
-        out, _ = self._attend(module, *(roll_rows(x, lead, 2) for x in (q, k, v)), pad, scaling, dropout, bias)
-        return roll_rows(out, -lead, 1), None  # (b, tq, h, d), each row's padding back in front
+        out = in_packed_rows(lambda q, k, v, pad, bias: self._attend(module, q, k, v, pad, scaling, dropout, bias)[0],
+                             q, k, v, pad, bias)
+        return out, None  # (b, tq, h, d)
 
     def _cached(self, module, q, k, v, pad, scaling, dropout, bias):
         """The last tq of tk positions (a KV cache before them), as dense rows masked to the keys
-        `_attend` gives those positions in one pass over all tk: the block grid starts at each
-        row's first real token, and a padded key, rolled after the text there, is masked anyway."""
+        `_attend` gives those positions in one pass over all tk: the block grid counts each
+        row's real tokens only (`token_positions`), as `in_packed_rows` does, and a padded key
+        is masked anyway."""
         b, tq, tk, dev = q.shape[0], q.shape[-2], k.shape[-2], q.device
-        lead = leading_pads(pad, b)
-        lead = torch.zeros(b, dtype=torch.long, device=dev) if lead is None else lead
-        i = torch.arange(tk - tq, tk, device=dev)[None, :] - lead[:, None]  # (b, tq) from the first real token
-        j = (torch.arange(tk, device=dev)[None, :] - lead[:, None]) % tk  # (b, tk), as rolled
+        pos = token_positions(pad, b, tk, dev)  # (b|1, tk)
+        i = pos[:, tk - tq:]  # (b|1, tq) from the first real token
+        j = pos % tk  # (b|1, tk); a padded key before the text: anywhere, it is masked
         nb = -(-tk // self.block)
         index, valid = self.pattern(nb, module.training)  # (nb, K) key blocks of each query block
         sees = ((index[:, :, None] == torch.arange(nb)[None, None, :]) & valid[:, :, None]).any(dim=1).to(dev)
-        near = sees[(i // self.block)[:, :, None], (j // self.block)[:, None, :]]  # (b, tq, tk)
-        keep = (near | (i < self.global_blocks * self.block)[:, :, None])[:, None]  # (b, 1, tq, tk)
+        near = sees[(i // self.block)[:, :, None], (j // self.block)[:, None, :]]  # (b|1, tq, tk)
+        keep = (near | (i < self.global_blocks * self.block)[:, :, None])[:, None]  # (b|1, 1, tq, tk)
         causal_and_pad = allowed(module, pad, tq, tk, dev)
         keep = keep if causal_and_pad is None else keep & causal_and_pad
         scores = torch.matmul(q, k.transpose(-1, -2)) * scaling

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, ENCODERS, Attention, is_causal, key_keep, softmax_attention
-from toolkit.attention._blocks import block_attention, neighbours
+from toolkit.attention import (ATTENTION, ENCODERS, Attention, is_causal, key_keep, softmax_attention,
+                               token_positions)
+from toolkit.attention._blocks import block_attention, in_packed_rows, neighbours
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -52,15 +53,19 @@ class Local(Attention):
         causal = is_causal(module) or (self.causal and not getattr(module, "tk_cross", False))
         tq, tk = q.shape[-2], k.shape[-2]
         if tq != tk:  # generation with a cache: few queries, a dense masked product is cheap
-            i = torch.arange(tq, device=q.device)[:, None] + (tk - tq)
-            near = self.rule(causal)(i, torch.arange(tk, device=q.device)[None, :])  # (tq, tk)
-            keep = near[None, None] if pad is None else pad & near
+            pos = token_positions(pad, q.shape[0], tk, q.device)  # (b|1, tk): padding takes none
+            near = self.rule(causal)(pos[:, tk - tq:, None], pos[:, None, :])  # (b|1, tq, tk)
+            keep = near[:, None] if pad is None else pad & near[:, None]
             scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
             return softmax_attention(module, scores, v, keep, dropout, bias)
         block = max(1, min(self.window, tq))
         nb = -(-tq // block)
         index, valid = neighbours(nb, [-1, 0] if causal else [-1, 0, 1])
-        keys = key_keep(pad, q.shape[0], tk, q.device)
-        out = block_attention(q, k, v, keys, scaling, block, index, valid, self.rule(causal), bias,
-                              dropout, module.training)
-        return out.transpose(1, 2).contiguous(), None  # (b, tq, h, d)
+
+        def windows(q, k, v, pad, bias):  # rows with their padding after the text
+            keys = key_keep(pad, q.shape[0], tk, q.device)
+            out = block_attention(q, k, v, keys, scaling, block, index, valid, self.rule(causal), bias,
+                                  dropout, module.training)
+            return out.transpose(1, 2)  # (b, tq, h, d)
+
+        return in_packed_rows(windows, q, k, v, pad, bias).contiguous(), None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, Attention, allowed, softmax_attention
+from toolkit.attention import ATTENTION, Attention, allowed, softmax_attention, token_positions
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -29,9 +29,9 @@ class Relative(Attention):
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
         b, h, tq, _ = q.shape
         tk = k.shape[-2]
-        i = torch.arange(tq, device=q.device)[:, None] + (tk - tq)  # query positions (cache offset)
-        rel = torch.arange(tk, device=q.device)[None, :] - i  # (tq, tk): j - i
-        index = (rel.clamp(-self.k, self.k) + self.k).expand(b, h, tq, tk)
+        pos = token_positions(pad, b, tk, q.device)  # (b|1, tk): padding takes no position
+        rel = pos[:, None, :] - pos[:, tk - tq:, None]  # (b|1, tq, tk): j - i (a cache comes first)
+        index = (rel.clamp(-self.k, self.k) + self.k)[:, None].expand(b, h, tq, tk)
         scores = torch.matmul(q, k.transpose(-1, -2))  # (b, h, tq, tk)
         by_distance = torch.matmul(q, module.tk_attn_key.t())  # (b, h, tq, 2k+1)
         scores = (scores + by_distance.gather(-1, index)) * scaling
