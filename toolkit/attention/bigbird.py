@@ -6,8 +6,9 @@ No eval output depends on what shares a sentence's batch (no score may move with
 train.eval_batch_size). So in evaluation the random blocks are left out, as transformers' BigBird
 does (its random block mask is all zeros when not training): drawn over the padded length, they
 changed with the longest sentence of the batch. And the block grid starts at each sequence's
-first real token: a left-padded row (a decoder's prompts) is rolled so that its padding comes
-last, attended in blocks, and rolled back; otherwise its blocks and global tokens would move
+first real token: a row with padding before real tokens (a decoder's left-padded prompts, a soft
+prompt before them) is packed so that its padding comes last, attended in blocks, and put back
+(`in_packed_rows`); otherwise its blocks and global tokens would move
 with the padding its batch gave it.
 
 Causal layers keep the pattern and mask future keys. A sequence of at most `global_blocks` + 2
