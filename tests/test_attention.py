@@ -342,6 +342,28 @@ def test_soft_prompt_generation_does_not_move_with_the_batch(stock, name: str) -
     torch.testing.assert_close(beside, alone, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("redraw_every", [1, 2])
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_performer_evaluates_with_the_draw_it_last_trained_with(stock, family: str, redraw_every: int) -> None:
+    """An evaluation after training passes scores the model with the random features its last
+    training pass used (as the reference Performer, which redraws at the start of a training pass
+    only), whatever the pass count. Finding: evaluation took the draw the *next* training pass
+    would use, so where the count was a multiple of `redraw_every` (eval_steps a multiple of it,
+    the end of such a run, the saved model, `toolkit eval`) the model was scored with features
+    no training pass had used, exit 0."""
+    entry = stock(family)
+    model = resettled(entry, "performer", dict(SMALL["performer"], redraw_every=redraw_every))
+    for module in model.modules():  # dropout off: the training pass's output is the model's
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    inputs = batch(family, entry[1])
+    for _ in range(2 * redraw_every + 1):  # passes ending on a boundary and between two
+        trained = real(inputs, output(model.train(), inputs))
+        with torch.no_grad():
+            scored = real(inputs, output(model.eval(), inputs))
+        torch.testing.assert_close(scored, trained.detach(), atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("name, family", [(n, f) for n in SMALL for f in ("gpt2", "bart")])
 def test_gradient_checkpointing_changes_nothing(stock, name: str, family: str) -> None:
     """Activation checkpointing runs each layer's forward again in backward: the gradients and

@@ -4,7 +4,8 @@ orthogonal random features phi(x) = exp(w^T x - |x|^2 / 2) / sqrt(m), in O(n) me
 The projections are not learned: they are drawn from a seed, the layer's index and a round
 number, and redrawn every `redraw_every` training forward passes (0 = never). The pass counter
 is a buffer (`tk_attn_draws`), so it is checkpointed and a resumed run redraws exactly when an
-uninterrupted one does. In evaluation the current draw is used. Refused for T5 (see Attention).
+uninterrupted one does. Evaluation uses the draw of the last training pass (a draw is taken
+at the start of a training pass, as in the reference implementation). Refused for T5 (see Attention).
 
 A pass is counted by a forward pre-hook on the whole model, never inside the attention layer:
 activation checkpointing (train.gradient_checkpointing) runs a layer's forward again in
@@ -76,9 +77,10 @@ class Performer(Attention):
         return model
 
     def projection(self, module, d: int, device: torch.device) -> torch.Tensor:
-        passes = int(module.tk_attn_draws)
-        if module.training and torch.is_grad_enabled():
-            passes -= 1  # the model's pre-hook counted this pass before it ran
+        # the training pass running now (the model's pre-hook counted it before it ran), else the
+        # last one that ran: evaluation scores the draw the model last trained with (the next
+        # pass's, taken at a multiple of redraw_every, was one no pass had used)
+        passes = max(int(module.tk_attn_draws) - 1, 0)
         round_ = passes // self.redraw_every if self.redraw_every else 0
         cached = getattr(module, "_tk_features", None)
         stale = cached is None or cached[0] != round_ or cached[1].shape[-1] != d or cached[1].device != device
