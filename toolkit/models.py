@@ -482,7 +482,26 @@ def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
                             "takes its input as words: use a checkpoint with another tokenizer")
     _ensure_pad(tok)
     text_is_text(tok)
+    own_sides(tok)
     return tok
+
+
+def own_sides(tok: PreTrainedTokenizerBase) -> None:
+    """Every tokenizer the toolkit loads pads and cuts on the right, whatever the checkpoint's
+    tokenizer was saved with: the sides are the toolkit's, not the checkpoint's. transformers'
+    collators (DataCollatorWithPadding, ...ForTokenClassification) pad on `padding_side`, and a
+    BERT whose tokenizer was saved padding left scored STS-B Pearson -0.26, 0.03 and -0.04 at eval
+    batch 1, 3 and 6 on the same weights (its absolute positions moved with each batch's padding;
+    GPT-2's classifier alike); `truncation_side: left` kept the end of every text, source and
+    target where the task documents its start kept, and extractive QA read `padding_side` as
+    which side the question goes. What is left-padded or cut from the left is the task's own
+    doing, on ids: a decoder's generation prompts (TextToTextCollator), in-context prompts cut as
+    lm-evaluation-harness cuts them (methods/icl.py). Set in `init_kwargs` too, which
+    save_pretrained writes: a run's exported tokenizer says the same (inference.decode_as_run
+    saves a decoder-only generation model's padding left, where its prompts end at one column)."""
+    for key in ("padding_side", "truncation_side"):
+        setattr(tok, key, "right")
+        tok.init_kwargs[key] = "right"
 
 
 def as_harness_reads(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
