@@ -481,9 +481,39 @@ def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
                             "the same words in running text, even with add_prefix_space=True; this task "
                             "takes its input as words: use a checkpoint with another tokenizer")
     _ensure_pad(tok)
+    problem = settings_problem(tok)
+    if problem:
+        raise UserError(f"model.checkpoint: the tokenizer in {path} {problem}")
     text_is_text(tok)
     own_sides(tok)
     return tok
+
+
+# (text, the same text lower-cased and without accents, the settings that make the difference)
+NORMALISING_PROBES = (("Paris", "paris", "do_lower_case"), ("Café", "cafe", "strip_accents"))
+
+
+def settings_problem(tok: PreTrainedTokenizerBase) -> str | None:
+    """Why a tokenizer's saved settings cannot give the model text it can read, or None: no pad
+    token (and no end-of-text token to pad with), so no batch can be padded (transformers'
+    collators stopped on a ValueError traceback); a WordPiece tokenizer saved to keep case or
+    accents (`do_lower_case: false`, `strip_accents: false`) over a vocabulary that has neither
+    (an uncased BERT's), so that every capitalised or accented word read as [UNK] and the run
+    scored on that with exit 0 (STS-B Pearson 0.03 where the same weights score -0.26 with the
+    checkpoint's own setting). Which setting the model was trained with cannot be known here:
+    the user corrects the file."""
+    if tok.pad_token is None:
+        return ("has no pad token and no end-of-text token to pad with: batches cannot be padded; "
+                "set pad_token in its tokenizer_config.json")
+    unk = tok.unk_token_id
+    for text, plain, setting in NORMALISING_PROBES:
+        if unk is None or setting not in tok.init_kwargs:
+            continue
+        if unk in tok(text, add_special_tokens=False)["input_ids"] and unk not in tok(plain, add_special_tokens=False)["input_ids"]:
+            return (f"is saved with {setting}: {tok.init_kwargs[setting]!r}, and its vocabulary does not hold what that "
+                    f"keeps: {text!r} reads as {tok.unk_token} where {plain!r} does not (so would every such word); "
+                    f"set {setting} in its tokenizer_config.json to what the model was trained with")
+    return None
 
 
 def own_sides(tok: PreTrainedTokenizerBase) -> None:
