@@ -204,20 +204,27 @@ REFUSED = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(REFUSED))
+REFUSED_GPT2 = {
+    "pad-from-text-gpt2": ({"pad_token": "!"}, r"pad token '!' is one text can tokenize to: a gpt2 classifier"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED) + sorted(REFUSED_GPT2))
 def test_unusable_saved_settings_are_one_line(case: str, tiny_checkpoint, tmp_path: Path) -> None:
     """Findings: an uncased BERT whose tokenizer was saved with `do_lower_case: false` (or
     `strip_accents: false`) read every capitalised (accented) word as [UNK] and scored STS-B
     Pearson 0.03 where the same weights score -0.26, exit 0; one saved without a pad token
     stopped on transformers' ValueError traceback in the collator; a model_max_length below
-    task.max_length was refused as the model's own number of positions."""
+    task.max_length was refused as the model's own number of positions; GPT-2's classifier, whose
+    tokenizer pads with a token text gives ("!"), read "Great!" at "Great"."""
     from toolkit import recipe as recipes
     from toolkit.errors import UserError
     from toolkit.setup import build
 
-    settings, message = REFUSED[case]
-    folder = _with_tokenizer(tiny_checkpoint("bert"), tmp_path / "odd", **settings)
-    plan = recipes.plan("recipes/glue/stsb/bert-base-uncased-full.yaml",
+    family = "gpt2" if case in REFUSED_GPT2 else "bert"
+    settings, message = {**REFUSED, **REFUSED_GPT2}[case]
+    folder = _with_tokenizer(tiny_checkpoint(family), tmp_path / "odd", **settings)
+    plan = recipes.plan(f"recipes/glue/stsb/{'gpt2' if family == 'gpt2' else 'bert-base-uncased'}-full.yaml",
                         [f"model.checkpoint={folder}", "task.max_eval_samples=2", "task.max_train_samples=2"])
     with pytest.raises(UserError, match=message) as error:
         build(plan)

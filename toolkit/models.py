@@ -506,12 +506,13 @@ def settings_problem(tok: PreTrainedTokenizerBase) -> str | None:
         return ("has no pad token and no end-of-text token to pad with: batches cannot be padded; "
                 "set pad_token in its tokenizer_config.json")
     unk = tok.unk_token_id
+    unknown = lambda text: unk in tok(text, add_special_tokens=False)["input_ids"]
     for text, plain, setting in NORMALISING_PROBES:
         if unk is None or setting not in tok.init_kwargs:
             continue
-        if unk in tok(text, add_special_tokens=False)["input_ids"] and unk not in tok(plain, add_special_tokens=False)["input_ids"]:
-            return (f"is saved with {setting}: {tok.init_kwargs[setting]!r}, and its vocabulary does not hold what that "
-                    f"keeps: {text!r} reads as {tok.unk_token} where {plain!r} does not (so would every such word); "
+        if unknown(text) and not unknown(plain):
+            return (f"is saved with {setting}: {tok.init_kwargs[setting]!r}, and its vocabulary does not hold "
+                    f"what that keeps: {text!r} reads as {tok.unk_token} where {plain!r} does not (so would every such word); "
                     f"set {setting} in its tokenizer_config.json to what the model was trained with")
     return None
 
