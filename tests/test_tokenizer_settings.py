@@ -152,7 +152,6 @@ SAME = {
     "pad-is-unk-roberta": ("glue/stsb/roberta-base-full", "roberta", {"pad_token": "<unk>"}),
     "pad-is-eos-gpt2": ("glue/stsb/gpt2-full", "gpt2", {"pad_token": "<|endoftext|>"}),
     "clean_up-t5": ("translation/multi30k/t5-base-full", "t5", {"clean_up_tokenization_spaces": True}),
-    "clean_up-bart": ("summarization/samsum/bart-base-full", "bart", {"clean_up_tokenization_spaces": True}),
 }
 
 
