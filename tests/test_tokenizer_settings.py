@@ -151,6 +151,11 @@ SAME = {
                                      {"model_max_length": 1000000000000000019884624838656}),
     "pad-is-unk-roberta": ("glue/stsb/roberta-base-full", "roberta", {"pad_token": "<unk>"}),
     "pad-is-eos-gpt2": ("glue/stsb/gpt2-full", "gpt2", {"pad_token": "<|endoftext|>"}),
+    # the inputs the tokenizer gives: BERT's token types (a pair's two sentences), the mask
+    "model_input_names-no-types": ("glue/stsb/bert-base-uncased-full", "bert",
+                                   {"model_input_names": ["input_ids", "attention_mask"]}),
+    "model_input_names-no-mask": ("glue/stsb/bert-base-uncased-full", "bert",
+                                  {"model_input_names": ["input_ids", "token_type_ids"]}),
     "clean_up-t5": ("translation/multi30k/t5-base-full", "t5", {"clean_up_tokenization_spaces": True}),
 }
 
@@ -160,7 +165,7 @@ def test_scores_do_not_depend_on_other_saved_settings(case: str, tiny_checkpoint
     recipe, family, settings = SAME[case]
     base = tiny_checkpoint(family)
     overrides = ["task.max_length=12", "task.generation.max_new_tokens=6"] if "generation" in case or "clean" in case \
-        else ["task.max_length=12"]
+        else ["task.max_length=48"]  # some pairs shorter: batches pad
     setup, ((scores, texts),) = _scores(recipe, _with_tokenizer(base, tmp_path / "plain"), overrides, (3,))
     _, seen = _scores(recipe, _with_tokenizer(base, tmp_path / "odd", **settings), overrides, (1, 6),
                       setup.model.state_dict())
