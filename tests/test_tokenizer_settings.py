@@ -156,6 +156,8 @@ SAME = {
                                    {"model_input_names": ["input_ids", "attention_mask"]}),
     "model_input_names-no-mask": ("glue/stsb/bert-base-uncased-full", "bert",
                                   {"model_input_names": ["input_ids", "token_type_ids"]}),
+    # byte-level BPE's offsets with the space before a word (the answer span's characters)
+    "trim_offsets-squad-roberta": ("squad/v1.1/roberta-base-full", "roberta", {"trim_offsets": False}),
     "clean_up-t5": ("translation/multi30k/t5-base-full", "t5", {"clean_up_tokenization_spaces": True}),
 }
 
@@ -164,8 +166,8 @@ SAME = {
 def test_scores_do_not_depend_on_other_saved_settings(case: str, tiny_checkpoint, tmp_path: Path) -> None:
     recipe, family, settings = SAME[case]
     base = tiny_checkpoint(family)
-    overrides = ["task.max_length=12", "task.generation.max_new_tokens=6"] if "generation" in case or "clean" in case \
-        else ["task.max_length=48"]  # some pairs shorter: batches pad
+    overrides = ["task.max_length=12", "task.generation.max_new_tokens=6"] if "clean" in case \
+        else ["task.max_length=48"] + (["task.doc_stride=16"] if "squad" in case else [])  # some pairs shorter: batches pad
     setup, ((scores, texts),) = _scores(recipe, _with_tokenizer(base, tmp_path / "plain"), overrides, (3,))
     _, seen = _scores(recipe, _with_tokenizer(base, tmp_path / "odd", **settings), overrides, (1, 6),
                       setup.model.state_dict())
@@ -178,6 +180,8 @@ def test_decoded_text_does_not_depend_on_the_saved_clean_up(tmp_path: Path) -> N
     """Generated text is decoded with the clean-up its tokenizer's decoding needs (WordPiece's
     spaces around punctuation undone, SentencePiece's and BPE's text kept as written), and a
     stop string is looked for in the text so decoded: never by the saved setting."""
+    import torch
+
     from toolkit import models
     from toolkit.tasks._generation import decode_texts, stop_at
 
@@ -188,10 +192,8 @@ def test_decoded_text_does_not_depend_on_the_saved_clean_up(tmp_path: Path) -> N
         for value in (True, False):
             tok = models.load_tokenizer(_with_tokenizer(base, tmp_path / f"{name}-{value}",
                                                         clean_up_tokenization_spaces=value))
-            import torch
-
-            ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(t) for t in tok(text, add_special_tokens=False)["input_ids"]],
-                                                  batch_first=True, padding_value=tok.pad_token_id)
+            rows = [torch.tensor(t) for t in tok(text, add_special_tokens=False)["input_ids"]]
+            ids = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=tok.pad_token_id)
             stops = stop_at(tok, ["'s"], 0)(ids, None).tolist()
             seen.append((decode_texts(tok, ids), stops))
         assert seen[0] == seen[1], name
