@@ -212,6 +212,7 @@ REFUSED = {
 
 REFUSED_GPT2 = {
     "pad-from-text-gpt2": ({"pad_token": "!"}, r"pad token '!' is one text can tokenize to: a gpt2 classifier"),
+    "pad-not-the-config's-gpt2": ({}, r"pads with '<\|endoftext\|>' \(id 50256\) and the model's config.pad_token_id is 0"),
 }
 
 
@@ -230,6 +231,9 @@ def test_unusable_saved_settings_are_one_line(case: str, tiny_checkpoint, tmp_pa
     family = "gpt2" if case in REFUSED_GPT2 else "bert"
     settings, message = {**REFUSED, **REFUSED_GPT2}[case]
     folder = _with_tokenizer(tiny_checkpoint(family), tmp_path / "odd", **settings)
+    if case == "pad-not-the-config's-gpt2":  # the model's config names another pad than its tokenizer
+        config = json.loads((Path(folder) / "config.json").read_text())
+        (Path(folder) / "config.json").write_text(json.dumps({**config, "pad_token_id": 0}))
     plan = recipes.plan(f"recipes/glue/stsb/{'gpt2' if family == 'gpt2' else 'bert-base-uncased'}-full.yaml",
                         [f"model.checkpoint={folder}", "task.max_eval_samples=2", "task.max_train_samples=2"])
     with pytest.raises(UserError, match=message) as error:
