@@ -481,8 +481,75 @@ def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
                             "the same words in running text, even with add_prefix_space=True; this task "
                             "takes its input as words: use a checkpoint with another tokenizer")
     _ensure_pad(tok)
+    problem = settings_problem(tok)
+    if problem:
+        raise UserError(f"model.checkpoint: the tokenizer in {path} {problem}")
     text_is_text(tok)
+    own_sides(tok)
+    own_inputs(tok)
     return tok
+
+
+def own_inputs(tok: PreTrainedTokenizerBase) -> None:
+    """The inputs the tokenizer gives are its family's, whatever `model_input_names` its
+    checkpoint was saved with: the names its own class declares (BERT's token_type_ids, which
+    tell a pair's two sentences apart; a saved list without them read STS-B pairs as one
+    segment, Pearson 0.13 where the same weights score 0.34), the saved list where its class is
+    transformers' generic one, and the attention mask always (without it every padded batch
+    read its padding, and a score moved with the eval batch size). Saved so, too."""
+    declared = next((c.__dict__["model_input_names"] for c in type(tok).__mro__
+                     if "model_input_names" in c.__dict__ and c.__name__ != "PreTrainedTokenizerBase"), None)
+    names = list(declared if declared is not None else tok.model_input_names)
+    if "attention_mask" not in names:
+        names.append("attention_mask")
+    tok.model_input_names = names
+    tok.init_kwargs["model_input_names"] = list(names)
+
+
+# (text, the same text lower-cased and without accents, the settings that make the difference)
+NORMALISING_PROBES = (("Paris", "paris", "do_lower_case"), ("Café", "cafe", "strip_accents"))
+
+
+def settings_problem(tok: PreTrainedTokenizerBase) -> str | None:
+    """Why a tokenizer's saved settings cannot give the model text it can read, or None: no pad
+    token (and no end-of-text token to pad with), so no batch can be padded (transformers'
+    collators stopped on a ValueError traceback); a WordPiece tokenizer saved to keep case or
+    accents (`do_lower_case: false`, `strip_accents: false`) over a vocabulary that has neither
+    (an uncased BERT's), so that every capitalised or accented word read as [UNK] and the run
+    scored on that with exit 0 (STS-B Pearson 0.03 where the same weights score -0.26 with the
+    checkpoint's own setting). Which setting the model was trained with cannot be known here:
+    the user corrects the file."""
+    if tok.pad_token is None:
+        return ("has no pad token and no end-of-text token to pad with: batches cannot be padded; "
+                "set pad_token in its tokenizer_config.json")
+    unk = tok.unk_token_id
+    unknown = lambda text: unk in tok(text, add_special_tokens=False)["input_ids"]
+    for text, plain, setting in NORMALISING_PROBES:
+        if unk is None or setting not in tok.init_kwargs:
+            continue
+        if unknown(text) and not unknown(plain):
+            return (f"is saved with {setting}: {tok.init_kwargs[setting]!r}, and its vocabulary does not hold "
+                    f"what that keeps: {text!r} reads as {tok.unk_token} where {plain!r} does not (so would every such word); "
+                    f"set {setting} in its tokenizer_config.json to what the model was trained with")
+    return None
+
+
+def own_sides(tok: PreTrainedTokenizerBase) -> None:
+    """Every tokenizer the toolkit loads pads and cuts on the right, whatever the checkpoint's
+    tokenizer was saved with: the sides are the toolkit's, not the checkpoint's. transformers'
+    collators (DataCollatorWithPadding, ...ForTokenClassification) pad on `padding_side`, and a
+    BERT whose tokenizer was saved padding left scored STS-B Pearson -0.26, 0.03 and -0.04 at eval
+    batch 1, 3 and 6 on the same weights (its absolute positions moved with each batch's padding;
+    GPT-2's classifier alike); `truncation_side: left` kept the end of every text, source and
+    target where the task documents its start kept, and extractive QA read `padding_side` as
+    which side the question goes. What is left-padded or cut from the left is the task's own
+    doing, on ids: a decoder's generation prompts (TextToTextCollator), in-context prompts cut as
+    lm-evaluation-harness cuts them (methods/icl.py). Set in `init_kwargs` too, which
+    save_pretrained writes: a run's exported tokenizer says the same (inference.decode_as_run
+    saves a decoder-only generation model's padding left, where its prompts end at one column)."""
+    for key in ("padding_side", "truncation_side"):
+        setattr(tok, key, "right")
+        tok.init_kwargs[key] = "right"
 
 
 def as_harness_reads(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:

@@ -61,8 +61,10 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     limit = models.max_positions(model.config, tok)
     length = max(task.max_length, plan.written_max_length or 0)  # --smoke: the length as written
     if limit is not None and length > limit:
+        held = (f" (its tokenizer's model_max_length; the model's config has {models.max_positions(model.config, None)})"
+                if limit != models.max_positions(model.config, None) else "")
         raise UserError(f"task.max_length: {length} is more than the {limit} positions "
-                        f"{recipe.model.checkpoint} has; use at most {limit}")
+                        f"{recipe.model.checkpoint} has{held}; use at most {limit}")
     added = recipe.method.added_positions()  # soft prompts come first, and lengthen every sequence
     if limit is not None and added and length + added > limit:
         raise UserError(f"task.max_length: {length} tokens after the method's {added} virtual tokens "

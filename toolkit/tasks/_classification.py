@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from toolkit.lazy import lazy
+from toolkit.errors import UserError
+from toolkit.models import UNKNOWN_CHARACTER, kind_of
 from toolkit.tasks import Metric, Task, declaration, fingerprint
 
 torch = lazy("torch", globals())
@@ -141,6 +143,10 @@ class Classification(Task):
         metric_libraries(self.metric_list())  # imported with the data, not in the first eval_runtime_s
         from transformers import DataCollatorWithPadding
 
+        if model is not None:
+            problem = last_token_problem(model.config, tokenizer)
+            if problem:
+                raise UserError(f"model.checkpoint: {problem}")
         return DataCollatorWithPadding(tokenizer, return_tensors="pt")
 
     # --- loss, evaluation, metrics ---------------------------------------------------------------
@@ -200,3 +206,30 @@ class Classification(Task):
                 out.append({"label": self.label_names[best], "score": p[best],
                             "probabilities": dict(zip(self.label_names, p))})
         return out
+
+
+def last_token_problem(config: Any, tokenizer: Any) -> str | None:
+    """Why a decoder's classifier would not read each example at its last token, or None.
+    transformers' decoder classifiers (GPT-2's) read an example at its last token whose id is
+    not `config.pad_token_id`, not at the attention mask's last position: with batches padded
+    by the tokenizer's pad token, a config pad id other than the tokenizer's read the padding
+    (a prediction that moved with the batch's padding), and a pad token that text tokenizes to
+    (a checkpoint's tokenizer saved with `pad_token: "!"`, or the unknown token where text can
+    give it) read "Great!" at "Great". The end-of-text token, which the toolkit reads text
+    without ever producing (models.text_is_text), is the pad that works."""
+    if kind_of(getattr(config, "model_type", "")) != "decoder":
+        return None
+    pad, theirs = tokenizer.pad_token_id, getattr(config, "pad_token_id", None)
+    if theirs is not None and theirs != pad:
+        return (f"the tokenizer pads with {tokenizer.pad_token!r} (id {pad}) and the model's config.pad_token_id "
+                f"is {theirs}: a {config.model_type} classifier reads each example at its last token that is "
+                "not the config's pad, which would be the padding; save both with the same pad token")
+    # text as the toolkit reads it: a special token's string as its characters (text_is_text)
+    reads = lambda text: tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    from_text = pad in reads(tokenizer.pad_token) or (pad == tokenizer.unk_token_id and pad in reads(UNKNOWN_CHARACTER))
+    if from_text:
+        return (f"the tokenizer's pad token {tokenizer.pad_token!r} is one text can tokenize to: a "
+                f"{config.model_type} classifier reads each example at its last token that is not the pad, "
+                "so a text ending in it would be read before it; set pad_token to the end-of-text token "
+                f"{tokenizer.eos_token!r} in its tokenizer_config.json")
+    return None

@@ -520,9 +520,12 @@ def stop_at(tokenizer: Any, stops: list[str], start: int) -> Any:
     token of the vocabulary holds (T5 has no newline), where here it simply never matches."""
     from transformers import StoppingCriteria, StoppingCriteriaList
 
+    clean = respaces(tokenizer)  # decoded as decode_texts decodes, whatever the tokenizer was saved with
+
     class Stop(StoppingCriteria):
         def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-            texts = tokenizer.batch_decode(input_ids[:, start:], skip_special_tokens=True)
+            texts = tokenizer.batch_decode(input_ids[:, start:], skip_special_tokens=True,
+                                           clean_up_tokenization_spaces=clean)
             return torch.tensor([any(s in t for s in stops) for t in texts], device=input_ids.device)
 
     return StoppingCriteriaList([Stop()])

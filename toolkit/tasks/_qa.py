@@ -31,12 +31,13 @@ def window_features(tokenizer: Any, questions: list[str], contexts: list[str],
     (`_trimmed`): byte-level BPE without trim_offsets (GPT-2's) folds the space before a word into
     its token, and a span cut at those offsets came back as " Curie" in predictions and in the
     answers file the official script reads."""
-    pad_right = tokenizer.padding_side == "right"
     questions, _, _ = cut_questions(tokenizer, questions, max_length, stride)
-    enc = tokenizer(questions if pad_right else contexts, contexts if pad_right else questions,
-                    truncation="only_second" if pad_right else "only_first", max_length=max_length,
+    # the question first, the context second and cut into windows, for every family: run_qa.py
+    # swaps them where the tokenizer pads on the left (XLNet's convention), so a BERT checkpoint
+    # whose tokenizer was saved with `padding_side: left` read its windows context first
+    enc = tokenizer(questions, contexts, truncation="only_second", max_length=max_length,
                     stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True)
-    context_side = 1 if pad_right else 0
+    context_side = 1
     out: dict[str, list] = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                             "offsets": [], "start_positions": [], "end_positions": [], "example_index": []}
     for i, offsets in enumerate(enc["offset_mapping"]):
