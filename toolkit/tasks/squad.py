@@ -390,22 +390,30 @@ class Squad(TextToText):
         from datasets import Dataset
 
         self._tokenizer = tokenizer
-        self._note_long_questions(tokenizer, list(dataset["question"]))
-        feats = window_features(tokenizer, list(dataset["question"]), list(dataset["context"]), list(dataset["answers"]),
-                                self.max_length, self.doc_stride)
-        return Dataset.from_dict(feats)
+        return Dataset.from_dict(self.windows(tokenizer, list(dataset["question"]), list(dataset["context"]),
+                                              list(dataset["answers"])))
 
-    def _note_long_questions(self, tokenizer: Any, questions: list[str]) -> None:
-        """Questions too long to leave a window more than task.doc_stride context tokens are cut
-        to their first tokens that fit (`cut_questions`): counted over the splits, said once."""
+    def windows(self, tokenizer: Any, questions: list[str], contexts: list[str], answers: list[dict]) -> dict[str, list]:
+        """`window_features` of the task's settings, the one way a run's splits and predict's inputs
+        are windowed. Questions too long to leave a window more than task.doc_stride context tokens
+        are cut to their first tokens that fit (`cut_questions`): counted over the calls and said
+        once (`notices`); predict cut them unsaid, exit 0."""
         _, cut, room = cut_questions(tokenizer, questions, self.max_length, self.doc_stride)
-        done, total = getattr(self, "_question_cuts", (0, 0))
-        self._question_cuts = (done + cut, total + len(questions))
-        if done + cut:
-            self.__dict__.setdefault("_notes", {})["cut questions"] = (
-                f"{done + cut} of {total + len(questions)} questions cut to their first {room} tokens: a "
-                f"window of task.max_length={self.max_length} tokens must keep more than task.doc_stride="
-                f"{self.doc_stride} for the context; raise task.max_length or lower task.doc_stride to keep them whole")
+        done, total, _ = self.__dict__.get("_question_cuts", (0, 0, room))
+        self.__dict__["_question_cuts"] = (done + cut, total + len(questions), room)
+        return window_features(tokenizer, questions, contexts, answers, self.max_length, self.doc_stride)
+
+    def notices(self, run: bool = True) -> dict[str, str]:
+        lines = super().notices(run)
+        cut, total, room = self.__dict__.get("_question_cuts", (0, 0, 0))
+        if cut:
+            advice = ("raise task.max_length or lower task.doc_stride to keep them whole" if run else
+                      "the run was trained with these windows: shorten the question to keep it whole")
+            lines["cut questions"] = (
+                f"{cut} of {total} questions cut to their first {room} tokens (the rest is not seen): a window "
+                f"of task.max_length={self.max_length} tokens must keep more than task.doc_stride="
+                f"{self.doc_stride} for the context; {advice}")
+        return lines
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         return WindowCollator(tokenizer) if self.extractive else super().collator(tokenizer, model)
@@ -547,8 +555,8 @@ class Squad(TextToText):
 
     def best_answers(self, model: Any, tokenizer: Any, raw: list[dict], batch_size: int = 32) -> list[Any]:
         """The best span of each raw row over its windows (windowed and searched as in evaluation)."""
-        feats = window_features(tokenizer, [r["question"] for r in raw], [r["context"] for r in raw],
-                                [r["answers"] for r in raw], self.max_length, self.doc_stride)
+        feats = self.windows(tokenizer, [r["question"] for r in raw], [r["context"] for r in raw],
+                             [r["answers"] for r in raw])
         batch = WindowCollator(tokenizer)([{k: feats[k][i] for k in feats} for i in range(len(feats["input_ids"]))])
         device, starts, ends = next(model.parameters()).device, [], []
         for first in range(0, len(batch["input_ids"]), batch_size):
