@@ -474,7 +474,7 @@ class Squad(TextToText):
         bests = bests or self.spans(outputs, raw)
         if self.version == "v1":
             return [b.text for b in bests], {}
-        gaps = [b.null_score - b.score for b in bests]
+        gaps = [b.no_answer_score for b in bests]
         preds = ["" if gap > NULL_THRESHOLD else b.text for b, gap in zip(bests, gaps)]
         listed = [[] if g == [""] else g for g in self.references(raw)]
         golds = [v2_golds(g) for g in listed]
@@ -501,7 +501,7 @@ class Squad(TextToText):
                  "prediction": p} for r, p in zip(raw.to_list(), preds)]
         if bests is not None and self.version == "v2":
             for row, b in zip(rows, bests):
-                row["best_span"], row["no_answer_score"] = b.text, b.null_score - b.score
+                row["best_span"], row["no_answer_score"] = b.text, b.no_answer_score
         return rows
 
     def prediction_files(self, rows: list[dict], raw: Any) -> dict[str, Any]:
@@ -548,7 +548,7 @@ class Squad(TextToText):
         for r, b in zip(raw, self.best_answers(model, tokenizer, raw)):
             row = {"question": r["question"], "context": r["context"], "prediction": b.text}
             if self.version == "v2":
-                gap = b.null_score - b.score
+                gap = b.no_answer_score
                 row.update(prediction="" if gap > NULL_THRESHOLD else b.text, best_span=b.text, no_answer_score=gap)
             out.append(row)
         return out
