@@ -603,7 +603,7 @@ def test_a_question_with_no_span_in_any_window_writes_files_the_official_script_
             super().__init__()
             self.w = torch.nn.Parameter(torch.zeros(1))
 
-        def forward(self, input_ids: torch.Tensor, **_: Any) -> Any:
+        def forward(self, input_ids: torch.Tensor, **_: object) -> types.SimpleNamespace:
             ramp = torch.arange(input_ids.shape[1], dtype=torch.float).expand(input_ids.shape)
             return types.SimpleNamespace(start_logits=ramp, end_logits=-ramp)
 
