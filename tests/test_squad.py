@@ -430,6 +430,10 @@ def test_a_question_id_given_twice_is_scored_apart_in_the_official_files(capsys)
     assert unique_ids(["a", "b", "a", "a"]) == ["a", "b", "a#2", "a#3"]
     assert capsys.readouterr().err.count("warning: 1 question id(s) appear more than once") == 1
     assert unique_ids(["a", "b"]) == ["a", "b"] and not capsys.readouterr().err
+    # a renamed repeat never takes a name the file gives another question (a#2 twice: one answer
+    # scored for both questions in the official files)
+    given = ["a", "a", "a#2", "a", "a#2"]
+    assert unique_ids(given) == ["a", "a#3", "a#2", "a#4", "a#2#2"]
 
 
 def test_version_override_files_the_run_under_its_version() -> None:

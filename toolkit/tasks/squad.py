@@ -578,12 +578,23 @@ def span_loss(start: torch.Tensor, end: torch.Tensor, batch: dict[str, torch.Ten
 
 def unique_ids(ids: list[str]) -> list[str]:
     """The official scripts key answers by id: a question id given twice is written `id#2` (and
-    so on) in their files, so that each question is scored on its own answer (said once)."""
+    so on) in their files, so that each question is scored on its own answer (said once). A name
+    the file itself gives another question is skipped (`a#3` beside `a`, `a`, `a#2`): `a#2`
+    twice made the script score one question's answer for both."""
     seen: dict[str, int] = {}
+    taken = set(ids)
     out = []
     for i in ids:
         seen[i] = seen.get(i, 0) + 1
-        out.append(i if seen[i] == 1 else f"{i}#{seen[i]}")
+        if seen[i] == 1:
+            out.append(i)
+            continue
+        n = seen[i]
+        while f"{i}#{n}" in taken:
+            n += 1
+        seen[i] = n
+        taken.add(f"{i}#{n}")
+        out.append(f"{i}#{n}")
     repeated = sum(n > 1 for n in seen.values())
     if repeated and os.environ.get("RANK", "0") == "0":
         print(f"warning: {repeated} question id(s) appear more than once among the scored questions; "
