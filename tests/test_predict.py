@@ -134,7 +134,7 @@ def as_rows(names: list[str], inputs: list) -> list[dict]:
 
 
 @pytest.mark.parametrize("task, recipe, overrides, inputs, file", CASES, ids=IDS)
-def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, recipe: str, overrides: list,
+def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, task: str, recipe: str, overrides: list,
                                              inputs: list, file: tuple[str, str]) -> None:
     from toolkit.inference import read_inputs
 
@@ -178,6 +178,13 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, task: str, rec
         code, _, err = cli("predict", run.dir, "--input", long, "--output", tmp_path / "long-out.jsonl")
         cuts = settings.name != "ner" and not getattr(settings, "extractive", False)
         assert code == 0 and bool(re.search(r"warning: 1 of 1 [\w ]+ cut at task\.max_length=\d+ tokens \(the rest is not seen\); the run was trained at task\.max_length=\d+; a run with a higher one reads more", err)) == cuts, err
+        if getattr(settings, "extractive", False):  # but a question longer than a window leaves room
+            # is cut to its first tokens that fit, as in a run: said by the CLI and the API (it was unsaid)
+            said = r"warning: 1 of 1 questions cut to their first \d+ tokens \(the rest is not seen\): .*the run was trained with these windows: shorten the question"
+            assert re.search(said, err), err
+            capsys.readouterr()
+            toolkit.predict(run.dir, [{"question": " ".join(words), "context": QA["context"]}])
+            assert re.search(said, capsys.readouterr().err)
         if file[0].endswith(".txt"):  # plain text: a blank line between examples is said, not dropped unsaid
             source.write_text(file[1].replace("\n", "\n\u200b\n", 1) + "\n\n")  # a line of nothing visible is blank
             code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")

@@ -430,6 +430,10 @@ def test_a_question_id_given_twice_is_scored_apart_in_the_official_files(capsys)
     assert unique_ids(["a", "b", "a", "a"]) == ["a", "b", "a#2", "a#3"]
     assert capsys.readouterr().err.count("warning: 1 question id(s) appear more than once") == 1
     assert unique_ids(["a", "b"]) == ["a", "b"] and not capsys.readouterr().err
+    # a renamed repeat never takes a name the file gives another question (a#2 twice: one answer
+    # scored for both questions in the official files)
+    given = ["a", "a", "a#2", "a", "a#2"]
+    assert unique_ids(given) == ["a", "a#3", "a#2", "a#4", "a#2#2"]
 
 
 def test_version_override_files_the_run_under_its_version() -> None:
@@ -577,3 +581,52 @@ train: {{max_steps: 1, batch_size: 4}}
         assert code == 0, err
         (metrics,) = (tmp_path / "runs").rglob("metrics.json")
         assert "f1" in json.loads(metrics.read_text())["eval"]
+
+
+def test_a_question_with_no_span_in_any_window_writes_files_the_official_script_reads(tmp_path: Path) -> None:
+    """Finding: with task.n_best=1 every window's best start came after its best end, so no span
+    was left: no_answer_score was infinite, written `Infinity` (not JSON) in predictions.jsonl and
+    predict's rows and null in na_prob.json, on which evaluate-v2.0.py stops with a TypeError. It
+    answers "" at every threshold, with the largest finite score, over the run's and eval's rows
+    and files and predict's rows; the files give the script the run's best_exact and best_f1."""
+    import types
+
+    import torch
+
+    from toolkit import runs
+    from toolkit.tasks._qa import WindowCollator
+    from toolkit.tasks.squad import Squad
+
+    tok = _tokenizer("bert-base-uncased")
+    raw = _raw([["Marie Curie"], []]).add_column("title", ["T", "T"])
+    task = Squad(version="v2", mode="extractive", max_length=32, doc_stride=8, n_best=1)
+    task.model_head("bert")
+
+    class Ramp(torch.nn.Module):  # best start: a window's last token, best end: its first
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, input_ids: torch.Tensor, **_: object) -> types.SimpleNamespace:
+            ramp = torch.arange(input_ids.shape[1], dtype=torch.float).expand(input_ids.shape)
+            return types.SimpleNamespace(start_logits=ramp, end_logits=-ramp)
+
+    feats = task.windows(tok, list(raw["question"]), list(raw["context"]), list(raw["answers"]))
+    batch = WindowCollator(tok)([{k: feats[k][i] for k in feats} for i in range(len(feats["input_ids"]))])
+    out = Ramp()(batch["input_ids"])
+    outputs = {"start_logits": out.start_logits.numpy(), "end_logits": out.end_logits.numpy(),
+               "offsets": batch["offsets"].numpy(), "example_index": batch["example_index"].numpy()}
+    metrics = task.score(outputs, raw)
+    rows = task.predictions(outputs, raw)
+    runs.write_predictions(tmp_path / "predictions.jsonl", rows, task.prediction_files(rows, raw))
+    strict = functools.partial(json.loads, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    rows = [strict(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    answers, na_prob = (strict((tmp_path / f"predictions.{n}.json").read_text()) for n in ("answers", "na_prob"))
+    predicted = task.predict(Ramp(), tok, [{"question": r["question"], "context": r["context"]} for r in raw])
+    strict(runs.jsonl_line(predicted[0]))
+    for row in [*rows, *predicted]:
+        assert row["prediction"] == row["best_span"] == "" and row["no_answer_score"] > 0.0
+    golds = {r["id"]: r["answers"]["text"] for r in raw}
+    official = official_v2(golds, answers, na_prob, thresh=0.0)  # a number each: the script sorts them
+    assert (metrics["best_exact"], metrics["best_f1"], metrics["exact_match"]) == pytest.approx(
+        (official["best_exact"], official["best_f1"], 0.5))

@@ -10,6 +10,7 @@ The null answer's score is the [CLS] (first token) start+end, the lowest over th
 
 from __future__ import annotations
 
+import sys
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -120,8 +121,17 @@ def _label(offsets: list[list[int]], answer: dict) -> tuple[int, int]:
 @dataclass
 class Best:
     text: str
-    score: float  # best non-null start+end logit
+    score: float  # best non-null start+end logit; -inf: no span within the limits in any window
     null_score: float  # lowest [CLS] start+end over the example's windows
+
+    @property
+    def no_answer_score(self) -> float:
+        """The null score minus the best span's score (logits; above a threshold the answer is "").
+        A question with no span at all (no start before an end among the `n_best` of any window
+        within `max_answer_length`: n_best 1, say) answers "" at every threshold: the largest
+        finite float, not infinity, which predictions.jsonl wrote as `Infinity` (not JSON) and
+        na_prob.json as null, on which the official evaluate-v2.0.py stops with a TypeError."""
+        return self.null_score - self.score if np.isfinite(self.score) else sys.float_info.max
 
 
 def best_spans(start: np.ndarray, end: np.ndarray, offsets: np.ndarray, example_index: np.ndarray,

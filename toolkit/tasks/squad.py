@@ -390,22 +390,30 @@ class Squad(TextToText):
         from datasets import Dataset
 
         self._tokenizer = tokenizer
-        self._note_long_questions(tokenizer, list(dataset["question"]))
-        feats = window_features(tokenizer, list(dataset["question"]), list(dataset["context"]), list(dataset["answers"]),
-                                self.max_length, self.doc_stride)
-        return Dataset.from_dict(feats)
+        return Dataset.from_dict(self.windows(tokenizer, list(dataset["question"]), list(dataset["context"]),
+                                              list(dataset["answers"])))
 
-    def _note_long_questions(self, tokenizer: Any, questions: list[str]) -> None:
-        """Questions too long to leave a window more than task.doc_stride context tokens are cut
-        to their first tokens that fit (`cut_questions`): counted over the splits, said once."""
+    def windows(self, tokenizer: Any, questions: list[str], contexts: list[str], answers: list[dict]) -> dict[str, list]:
+        """`window_features` of the task's settings, the one way a run's splits and predict's inputs
+        are windowed. Questions too long to leave a window more than task.doc_stride context tokens
+        are cut to their first tokens that fit (`cut_questions`): counted over the calls and said
+        once (`notices`); predict cut them unsaid, exit 0."""
         _, cut, room = cut_questions(tokenizer, questions, self.max_length, self.doc_stride)
-        done, total = getattr(self, "_question_cuts", (0, 0))
-        self._question_cuts = (done + cut, total + len(questions))
-        if done + cut:
-            self.__dict__.setdefault("_notes", {})["cut questions"] = (
-                f"{done + cut} of {total + len(questions)} questions cut to their first {room} tokens: a "
-                f"window of task.max_length={self.max_length} tokens must keep more than task.doc_stride="
-                f"{self.doc_stride} for the context; raise task.max_length or lower task.doc_stride to keep them whole")
+        done, total, _ = self.__dict__.get("_question_cuts", (0, 0, room))
+        self.__dict__["_question_cuts"] = (done + cut, total + len(questions), room)
+        return window_features(tokenizer, questions, contexts, answers, self.max_length, self.doc_stride)
+
+    def notices(self, run: bool = True) -> dict[str, str]:
+        lines = super().notices(run)
+        cut, total, room = self.__dict__.get("_question_cuts", (0, 0, 0))
+        if cut:
+            advice = ("raise task.max_length or lower task.doc_stride to keep them whole" if run else
+                      "the run was trained with these windows: shorten the question to keep it whole")
+            lines["cut questions"] = (
+                f"{cut} of {total} questions cut to their first {room} tokens (the rest is not seen): a window "
+                f"of task.max_length={self.max_length} tokens must keep more than task.doc_stride="
+                f"{self.doc_stride} for the context; {advice}")
+        return lines
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         return WindowCollator(tokenizer) if self.extractive else super().collator(tokenizer, model)
@@ -466,7 +474,7 @@ class Squad(TextToText):
         bests = bests or self.spans(outputs, raw)
         if self.version == "v1":
             return [b.text for b in bests], {}
-        gaps = [b.null_score - b.score for b in bests]
+        gaps = [b.no_answer_score for b in bests]
         preds = ["" if gap > NULL_THRESHOLD else b.text for b, gap in zip(bests, gaps)]
         listed = [[] if g == [""] else g for g in self.references(raw)]
         golds = [v2_golds(g) for g in listed]
@@ -493,7 +501,7 @@ class Squad(TextToText):
                  "prediction": p} for r, p in zip(raw.to_list(), preds)]
         if bests is not None and self.version == "v2":
             for row, b in zip(rows, bests):
-                row["best_span"], row["no_answer_score"] = b.text, b.null_score - b.score
+                row["best_span"], row["no_answer_score"] = b.text, b.no_answer_score
         return rows
 
     def prediction_files(self, rows: list[dict], raw: Any) -> dict[str, Any]:
@@ -540,15 +548,15 @@ class Squad(TextToText):
         for r, b in zip(raw, self.best_answers(model, tokenizer, raw)):
             row = {"question": r["question"], "context": r["context"], "prediction": b.text}
             if self.version == "v2":
-                gap = b.null_score - b.score
+                gap = b.no_answer_score
                 row.update(prediction="" if gap > NULL_THRESHOLD else b.text, best_span=b.text, no_answer_score=gap)
             out.append(row)
         return out
 
     def best_answers(self, model: Any, tokenizer: Any, raw: list[dict], batch_size: int = 32) -> list[Any]:
         """The best span of each raw row over its windows (windowed and searched as in evaluation)."""
-        feats = window_features(tokenizer, [r["question"] for r in raw], [r["context"] for r in raw],
-                                [r["answers"] for r in raw], self.max_length, self.doc_stride)
+        feats = self.windows(tokenizer, [r["question"] for r in raw], [r["context"] for r in raw],
+                             [r["answers"] for r in raw])
         batch = WindowCollator(tokenizer)([{k: feats[k][i] for k in feats} for i in range(len(feats["input_ids"]))])
         device, starts, ends = next(model.parameters()).device, [], []
         for first in range(0, len(batch["input_ids"]), batch_size):
@@ -570,12 +578,23 @@ def span_loss(start: torch.Tensor, end: torch.Tensor, batch: dict[str, torch.Ten
 
 def unique_ids(ids: list[str]) -> list[str]:
     """The official scripts key answers by id: a question id given twice is written `id#2` (and
-    so on) in their files, so that each question is scored on its own answer (said once)."""
+    so on) in their files, so that each question is scored on its own answer (said once). A name
+    the file itself gives another question is skipped (`a#3` beside `a`, `a`, `a#2`): `a#2`
+    twice made the script score one question's answer for both."""
     seen: dict[str, int] = {}
+    taken = set(ids)
     out = []
     for i in ids:
         seen[i] = seen.get(i, 0) + 1
-        out.append(i if seen[i] == 1 else f"{i}#{seen[i]}")
+        if seen[i] == 1:
+            out.append(i)
+            continue
+        n = seen[i]
+        while f"{i}#{n}" in taken:
+            n += 1
+        seen[i] = n
+        taken.add(f"{i}#{n}")
+        out.append(f"{i}#{n}")
     repeated = sum(n > 1 for n in seen.values())
     if repeated and os.environ.get("RANK", "0") == "0":
         print(f"warning: {repeated} question id(s) appear more than once among the scored questions; "
