@@ -7,8 +7,8 @@ the rows carry the task's fields and its prediction, and generated text equals a
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -356,6 +356,27 @@ def test_every_jsonl_the_toolkit_writes_reads_back_one_row_a_line(tmp_path: Path
         path.write_text(inference.render(rows, "jsonl"))
     lines = path.read_text().splitlines()
     assert [json.loads(line) for line in lines] == rows
+
+
+@pytest.mark.parametrize("writer", ["runs.write_jsonl", "inference.render jsonl", "inference.render json"])
+def test_every_json_the_toolkit_writes_is_strict_json(tmp_path: Path, writer: str) -> None:
+    """Rule: NaN and infinities are null in every JSON the toolkit writes, as metrics.json and
+    log.jsonl already wrote them. A run folder's predictions.jsonl and predict's JSONL / JSON
+    output wrote `NaN` / `Infinity` (not JSON: strict readers such as jq, JavaScript's JSON.parse
+    or SQuAD v2.0's official script refuse or misread them), e.g. a v2.0 question no span fits."""
+    from toolkit import inference, runs
+
+    rows = [{"prediction": "x", "no_answer_score": math.inf, "probabilities": {"a": math.nan, "b": -math.inf}}]
+    path = tmp_path / "p.json"
+    if writer == "runs.write_jsonl":
+        runs.write_jsonl(path, rows)
+    else:
+        path.write_text(inference.render(rows, writer.split()[-1]))
+    strict = lambda constant: pytest.fail(f"{constant} is not JSON")
+    text = path.read_text()
+    back = json.loads(text, parse_constant=strict) if writer.endswith("json") else \
+        [json.loads(line, parse_constant=strict) for line in text.splitlines()]
+    assert back == [{"prediction": "x", "no_answer_score": None, "probabilities": {"a": None, "b": None}}]
 
 
 def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path, monkeypatch) -> None:

@@ -385,7 +385,7 @@ def render(rows: list[dict], fmt: str) -> str:
     if fmt == "jsonl":
         return "".join(runs.jsonl_line(r) for r in rows)
     if fmt == "json":
-        return json.dumps(rows, ensure_ascii=False, indent=1) + "\n"
+        return json.dumps(runs.finite(rows), ensure_ascii=False, indent=1, allow_nan=False) + "\n"
     fields = list(dict.fromkeys(k for r in rows for k in r))
     buffer = io.StringIO(newline="")
     writer = csv.DictWriter(buffer, fields, lineterminator="\n")

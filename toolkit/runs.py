@@ -380,8 +380,9 @@ def jsonl_line(row: dict) -> str:
     """One JSON line, text kept as written (ensure_ascii off), except the characters that
     Python's str.splitlines() and some JSONL readers break a line at besides \\n (NEL, U+2028,
     U+2029: json.dumps leaves them raw), which are escaped: a generated text or a context holding
-    one was read back as two broken rows."""
-    line = json.dumps(row, ensure_ascii=False)
+    one was read back as two broken rows. NaN and infinities are null, as in every JSON file the
+    toolkit writes (`finite`): `NaN`/`Infinity` are not JSON, and strict readers refuse the line."""
+    line = json.dumps(finite(row), ensure_ascii=False, allow_nan=False)
     for raw, escaped in LINE_BREAKS.items():
         line = line.replace(raw, escaped)
     return line + "\n"
