@@ -4,6 +4,7 @@ code 2, and no run folder that looks finished."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -62,9 +63,12 @@ def glue_dev(content: bytes) -> Callable[[Path], list]:
 
 
 def checkpoint_folder(files: dict[str, str]) -> Callable[[Path], list]:
+    """A checkpoint folder of `files` beside BERT's real tokenizer (the case is the model's files)."""
     def make(tmp: Path) -> list:
+        from toolkit.models import tokenizer_dir
+
         folder = tmp / "ckpt"
-        folder.mkdir()
+        shutil.copytree(tokenizer_dir() / "bert-base-uncased", folder)
         for name, text in files.items():
             (folder / name).write_text(text)
         return ["run", write_recipe(tmp / "r.yaml", GOOD.replace("bert-base-uncased", str(folder)))]
@@ -90,6 +94,51 @@ def mismatched_tokenizer(tmp: Path) -> list:
             hf_logging.enable_progress_bar()
     AutoTokenizer.from_pretrained(tokenizer_dir() / "gpt2").save_pretrained(folder)
     return ["run", write_recipe(tmp / "r.yaml", GOOD.replace("bert-base-uncased", str(folder)))]
+
+
+def _tokenizer_folder(tmp: Path, damage: str) -> Path:
+    """A small BERT saved with BERT's real tokenizer, its tokenizer files then damaged."""
+    from transformers import BertConfig, BertModel
+    from transformers.utils import logging as hf_logging
+
+    from toolkit.models import tokenizer_dir
+
+    folder = tmp / f"tok-{damage}"
+    shutil.copytree(tokenizer_dir() / "bert-base-uncased", folder)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=32)).save_pretrained(folder)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    config = folder / "tokenizer_config.json"
+    if damage == "no tokenizer files":  # the model saved alone: transformers builds an empty tokenizer
+        for file in folder.iterdir():
+            if file.name not in ("config.json", "model.safetensors"):
+                file.unlink()
+    elif damage == "a key that clashes":
+        config.write_text(json.dumps({**json.loads(config.read_text()), "add_special_tokens": False}))
+    elif damage == "config not JSON":
+        config.write_text("{nope")
+    elif damage == "tokenizer.json of another shape":
+        (folder / "tokenizer.json").write_text('{"x": 1}')
+    elif damage == "tokenizer.json not UTF-8":
+        (folder / "tokenizer.json").write_bytes(b"\xff\xfe garbage")
+    return folder
+
+
+TOKENIZER_DAMAGE = {"no tokenizer files": "it has no vocabulary", "a key that clashes": "AttributeError: add_special_tokens",
+                    "config not JSON": "JSONDecodeError", "tokenizer.json of another shape": "KeyError",
+                    "tokenizer.json not UTF-8": "UnicodeDecodeError"}
+
+
+def damaged_tokenizer(damage: str) -> Callable[[Path], list]:
+    def make(tmp: Path) -> list:
+        folder = _tokenizer_folder(tmp, damage)
+        return ["run", write_recipe(tmp / "r.yaml", GOOD.replace("bert-base-uncased", str(folder)))]
+    return make
 
 
 def runs_dir_is_a_file(tmp: Path) -> list:
@@ -157,6 +206,8 @@ CASES: dict[str, tuple[Callable[[Path], list], str]] = {
                                    "has no loadable weights"),
     "checkpoint with broken config": (checkpoint_folder({"config.json": "{nope"}), "config.json is not valid JSON"),
     "tokenizer that does not match": (mismatched_tokenizer, "they do not belong together"),
+    **{f"tokenizer: {d}": (damaged_tokenizer(d), f"the tokenizer in " if d == "no tokenizer files" else
+                           f"model.checkpoint: no usable tokenizer in ") for d in TOKENIZER_DAMAGE},
     "runs dir is a file": (runs_dir_is_a_file, "--runs-dir: "),
     "corrupt metrics.json": (corrupt_metrics, "unreadable metrics.json"),
     "attention ignored by a warm start": (override("model.checkpoint=sentence-transformers/all-MiniLM-L6-v2",
@@ -195,3 +246,21 @@ def test_stop_after_must_be_positive(tmp_path: Path, cli, capsys) -> None:
     with pytest.raises(SystemExit) as info:
         cli("run", write_recipe(tmp_path / "r.yaml", GOOD), "--stop-after", "0")
     assert info.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", list(TOKENIZER_DAMAGE))
+def test_a_tokenizer_the_libraries_refuse_or_build_empty_is_one_line_wherever_it_is_read(tmp_path: Path,
+                                                                                         damage: str) -> None:
+    """Rule: a checkpoint's tokenizer files that cannot give the model its text are one line,
+    wherever a tokenizer is read (`models.load_tokenizer`: run, and a finished run's eval,
+    predict and export read its saved copy through it). transformers 5 builds an empty tokenizer
+    (special tokens alone) from a folder with none of its files, and a model saved without its
+    tokenizer trained and scored on [UNK] alone, exit 0; the other damages were tracebacks."""
+    from toolkit import models
+    from toolkit.errors import UserError
+
+    folder = _tokenizer_folder(tmp_path, damage)
+    with pytest.raises(UserError) as caught:
+        models.load_tokenizer(str(folder))
+    assert TOKENIZER_DAMAGE[damage] in str(caught.value) and str(folder) in str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1

@@ -470,12 +470,25 @@ def own_backend(backend: Tokenizer) -> Tokenizer:
     return new
 
 
-def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
+def _tokenizer_files(path: str, **kwargs: Any) -> PreTrainedTokenizerBase:
+    """AutoTokenizer.from_pretrained, its refusal of the folder's files one line: a config key
+    that clashes with a tokenizer method (`add_special_tokens: false`: an AttributeError), a
+    tokenizer.json of another shape (a KeyError), a file that is not JSON or not UTF-8 were
+    tracebacks at `eval` and `predict` (and from `run` for the first two)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
+    try:
+        return AutoTokenizer.from_pretrained(path, **kwargs)
+    except Exception as exc:  # the libraries' own refusal (the Rust backend raises a bare Exception)
+        said = " ".join(str(exc).split())[:160]
+        raise UserError(f"model.checkpoint: no usable tokenizer in {path} ({type(exc).__name__}"
+                        f"{': ' + said if said else ''}); save the model's own tokenizer beside it") from None
+
+
+def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
+    tok = _tokenizer_files(path)
     if words and not words_read_as_text(tok):
-        tok = AutoTokenizer.from_pretrained(path, add_prefix_space=True)
+        tok = _tokenizer_files(path, add_prefix_space=True)
         if not words_read_as_text(tok):
             raise UserError(f"model.checkpoint: the tokenizer in {path} tokenizes a list of words unlike "
                             "the same words in running text, even with add_prefix_space=True; this task "
@@ -510,6 +523,12 @@ def own_inputs(tok: PreTrainedTokenizerBase) -> None:
 NORMALISING_PROBES = (("Paris", "paris", "do_lower_case"), ("Café", "cafe", "strip_accents"))
 
 
+# Characters and a word every vocabulary of the supported families holds (letters and digits are
+# in WordPiece's, SentencePiece's and byte-level BPE's alike): a tokenizer that reads them all as
+# its unknown token has no vocabulary at all.
+VOCABULARY_PROBE = "the a e 1"
+
+
 def settings_problem(tok: PreTrainedTokenizerBase) -> str | None:
     """Why a tokenizer's saved settings cannot give the model text it can read, or None: no pad
     token (and no end-of-text token to pad with), so no batch can be padded (transformers'
@@ -518,11 +537,17 @@ def settings_problem(tok: PreTrainedTokenizerBase) -> str | None:
     (an uncased BERT's), so that every capitalised or accented word read as [UNK] and the run
     scored on that with exit 0 (STS-B Pearson 0.03 where the same weights score -0.26 with the
     checkpoint's own setting). Which setting the model was trained with cannot be known here:
-    the user corrects the file."""
+    the user corrects the file. And a tokenizer with no vocabulary: transformers 5 builds an
+    empty one (its special tokens alone) from a folder with no tokenizer files, so a model saved
+    without its tokenizer trained and scored on [UNK] alone, exit 0."""
     if tok.pad_token is None:
         return ("has no pad token and no end-of-text token to pad with: batches cannot be padded; "
                 "set pad_token in its tokenizer_config.json")
     unk = tok.unk_token_id
+    if unk is not None and set(tok(VOCABULARY_PROBE, add_special_tokens=False)["input_ids"]) <= {unk}:
+        return (f"reads every word as {tok.unk_token} ({VOCABULARY_PROBE!r}: {len(tok)} tokens in all): it has no "
+                "vocabulary (transformers builds an empty one where the folder holds no tokenizer.json, vocab.txt, "
+                "vocab.json or spiece.model); save the model's tokenizer beside it")
     unknown = lambda text: unk in tok(text, add_special_tokens=False)["input_ids"]
     for text, plain, setting in NORMALISING_PROBES:
         if unk is None or setting not in tok.init_kwargs:
@@ -647,11 +672,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     import transformers
 
     path = resolve(checkpoint)
-    try:
-        tok = tokenizer if tokenizer is not None else load_tokenizer(path, words)
-    except (OSError, ValueError, TypeError) as exc:
-        raise UserError(f"model.checkpoint: no usable tokenizer in {checkpoint} "
-                        f"({type(exc).__name__}); save the tokenizer beside the model") from None
+    tok = tokenizer if tokenizer is not None else load_tokenizer(path, words)  # a refusal: one line
     if warm_start == "encoder-decoder":
         return drop_unread_pooler(warm_start_encoder_decoder(path, tok, dropout)), tok
     config = transformers.AutoConfig.from_pretrained(path, **head_kwargs)
