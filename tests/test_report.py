@@ -633,6 +633,34 @@ def test_a_glue_cell_scored_on_part_of_dev_says_so(tmp_path: Path, task_extra: d
     assert f"rte: lr 0.001, batch None, epochs None, scored on {part}, max length" in protocol
 
 
+LAST = "the last step (train.keep_best is false or nothing was trained)"
+BEST = "the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the papers do)"
+
+
+@pytest.mark.parametrize("rte, sst2, says", [
+    ("best", "best", BEST + "."),
+    (LAST, "best", BEST + ", except where a task below says what was kept."),
+    (LAST, "the last step (train.keep_best: no evaluation gave accuracy a defined value)",
+     "not selected on dev (each task below says what was kept)."),
+])
+def test_the_glue_protocol_says_which_checkpoint_each_task_kept(tmp_path: Path, rte: str, sst2: str, says: str) -> None:
+    """The protocol said "the best checkpoint on dev (keep_best)" of every row, also of runs with
+    train.keep_best false and of in-context runs (nothing trained): now it is said only where each
+    run's metrics.json `kept` says so, and a task that kept its last step says why."""
+    for seed in (42, 43):
+        for task, kept in (("rte", rte), ("sst2", sst2)):
+            run = fake_run(tmp_path, task, "lora", seed, {"accuracy": 0.7})
+            metrics = json.loads((run / "metrics.json").read_text())
+            metrics["kept"] = {"step": 20, "on": "accuracy", "value": 0.7} if kept == "best" else {"step": 20, "on": kept}
+            (run / "metrics.json").write_text(json.dumps(metrics))
+    text = glue_report.render(report.collect(tmp_path))
+    (line,) = [row for row in text.splitlines() if row.startswith("- **ours: tiny lora**")]
+    assert line.startswith(f"- **ours: tiny lora**: dev split, mean ± sample std over seeds, {says} rte:"), line
+    for task, kept in (("rte", rte), ("sst2", sst2)):
+        cell = line.split(f"{task}: ", 1)[1].split(";")[0].removesuffix(".")
+        assert cell.endswith(f"seeds [42, 43], kept {kept}" if kept != "best" else "seeds [42, 43]"), cell
+
+
 OTHER_CODE = {  # how seed 44 of full fine-tuning (and both RTE lora seeds) differ -> what the lines name:
     # (full's sst2 seeds, lora's GLUE average over its SST-2 and RTE cells); None: not a difference
     "toolkit commit": ({"git_commit": "b" * 40}, "toolkit commit aaaaaaaaaaaa (seeds 42, 43), bbbbbbbbbbbb (seed 44)",

@@ -233,6 +233,14 @@ def _training_set(metrics: dict, task: dict) -> str:
     return f", a fixed random {cap} of the training examples" if cap and size >= cap else f", all {size} training examples"
 
 
+def not_best(runs: list[dict]) -> list[str]:
+    """Why runs of a cell kept their last step, not the best one on dev, as metrics.json's `kept`
+    says (train.keep_best off, an in-context run that trains nothing, no defined selection
+    metric), each reason once; [] where every run kept its best (or predates `kept`)."""
+    return list(dict.fromkeys(m["metrics"]["kept"]["on"] for m in runs
+                              if isinstance(m["metrics"].get("kept"), dict) and "value" not in m["metrics"]["kept"]))
+
+
 def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str, str], str] | None = None) -> list[str]:
     """What each of our cells was trained with, from its recipe: the protocol beside the number,
     and where it was chosen among settings on dev (`chosen`, from grids())."""
@@ -247,12 +255,17 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
             subset += f", scored on {part}" if part else ""
             parts.append(f"{t}: lr {tr.get('lr')}, batch {tr.get('batch_size')}, {budget}{subset}, "
                          f"max length {task.get('max_length')}, seeds {sorted(m['metrics'].get('seed') for m in ms)}"
-                         + (f", {(chosen or {})[(row, t)]}" if (row, t) in (chosen or {}) else ""))
+                         + (f", {(chosen or {})[(row, t)]}" if (row, t) in (chosen or {}) else "")
+                         + "".join(f", kept {why}" for why in not_best(ms)))
         method = next(iter(cells.values()))[0]["recipe"].get("method", {})  # one method per row
         settings = ", ".join(f"{k} {v}" for k, v in method.items() if k != "name" and v is not None and not isinstance(v, (dict, list)))
+        # the best checkpoint on dev only where every run kept it: the others' tasks say what they kept
+        last = sum(bool(not_best(ms)) for ms in cells.values())
+        best = ("the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the papers do)"
+                + (", except where a task below says what was kept" if last else ""))
+        kept = "not selected on dev (each task below says what was kept)" if last == len(cells) else best
         out.append(f"**ours: {row}**{f' ({settings})' if settings else ''}: dev split, mean ± sample std over "
-                   f"seeds, the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the "
-                   f"papers do). " + "; ".join(parts) + ".")
+                   f"seeds, {kept}. " + "; ".join(parts) + ".")
     return out
 
 
