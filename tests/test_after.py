@@ -125,6 +125,10 @@ def test_glue_test_submission_files(tmp_path: Path, cli, monkeypatch, subset: st
                 param.fill_(float("nan"))
         return model, tok
 
+    (tmp_path / "a-file").write_text("")  # a file is no folder: refused before the model loads
+    monkeypatch.setattr(inference, "load_model", None)
+    code, _, err = cli("predict", metrics.parent, "--glue-test", "--output", tmp_path / "a-file")
+    assert code == 2 and f"error: --output: {tmp_path / 'a-file'} is a file; --glue-test writes a folder" in err, err
     monkeypatch.setattr(inference, "load_model", broken)
     code, _, err = cli("predict", metrics.parent, "--glue-test", "--output", tmp_path / "nan")
     assert code == 2 and "error: the model's outputs are not finite" in err and not (tmp_path / "nan").exists(), err
