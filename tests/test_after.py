@@ -94,7 +94,8 @@ def test_predict_writes_label_names_and_probabilities(tmp_path: Path, cli) -> No
     ("sst2", "SST-2.tsv", 1821, {"0", "1"}),
     ("qnli", "QNLI.tsv", 5463, {"entailment", "not_entailment"}),
 ])
-def test_glue_test_submission_files(tmp_path: Path, cli, subset: str, file_name: str, rows: int, values: set) -> None:
+def test_glue_test_submission_files(tmp_path: Path, cli, monkeypatch, subset: str, file_name: str, rows: int,
+                                    values: set) -> None:
     method = "{name: full}"
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", subset=subset,
                                                             method=method).replace("max_length: 32",
@@ -111,6 +112,40 @@ def test_glue_test_submission_files(tmp_path: Path, cli, subset: str, file_name:
     assert {l.split("\t")[1] for l in lines[1:]} <= values
     # the test texts cut to fit are said, as a run says its own (rule 8): they were cut silently
     assert re.search(rf"warning: [1-9]\d* of {rows} texts cut at task\.max_length=32 tokens", err), err
+    # a diverged model's outputs make no submission: NaN logits were written as label 0 (STS-B:
+    # "nan") with exit 0; now one line, exit 2, and nothing written (as `toolkit predict`)
+    from toolkit import inference
+
+    load = inference.load_model
+
+    def broken(*args, **kwargs):
+        model, tok = load(*args, **kwargs)
+        with torch.no_grad():
+            for param in (p for p in model.parameters() if p.is_floating_point()):
+                param.fill_(float("nan"))
+        return model, tok
+
+    (tmp_path / "a-file").write_text("")  # a file is no folder: refused before the model loads
+    monkeypatch.setattr(inference, "load_model", None)
+    code, _, err = cli("predict", metrics.parent, "--glue-test", "--output", tmp_path / "a-file")
+    assert code == 2 and f"error: --output: {tmp_path / 'a-file'} is a file; --glue-test writes a folder" in err, err
+    monkeypatch.setattr(inference, "load_model", broken)
+    code, _, err = cli("predict", metrics.parent, "--glue-test", "--output", tmp_path / "nan")
+    assert code == 2 and "error: the model's outputs are not finite" in err and not (tmp_path / "nan").exists(), err
+
+
+def test_glue_test_refuses_an_in_context_run(tmp_path: Path, cli) -> None:
+    """--glue-test on an in-context run ran the base LM as a classifier: a traceback (IndexError
+    on its vocabulary-sized logits), or, where the top token's id was a label's, labels made of
+    nothing the method scores. It predicts with trained runs only, as `toolkit predict` does."""
+    recipe = write_recipe(tmp_path / "icl.yaml", "model: {checkpoint: gpt2}\n"
+                          "task: {name: glue, subset: sst2, max_length: 32, max_eval_samples: 4}\n"
+                          "method: {name: icl, shots: 0}\ntrain: {seed: 42}\n")
+    assert cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")[0] == 0
+    (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+    code, out, err = cli("predict", metrics.parent, "--glue-test", "--output", tmp_path / "sub")
+    assert code == 2 and err.count("\n") == 1 and "--glue-test predicts with trained runs (this is glue with icl" in err, err
+    assert not (tmp_path / "sub").exists()
 
 
 def test_export_merges_lora_into_a_plain_model(tmp_path: Path, cli) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +193,10 @@ def test_a_checkpoint_with_the_labels_in_another_order_predicts_the_same_labels(
     assert [ours.config.id2label[i] for i in range(task.num_labels)] == task.label_names
 
 
+def _read(folder: Path) -> dict[str, list[str]]:
+    return {p.name: p.read_text().splitlines() for p in folder.iterdir()}
+
+
 def _submission(task: Glue, tmp_path: Path) -> dict[str, list[str]]:
     """task.submission with a stand-in classifier that answers each label name in turn."""
     names = task.label_names
@@ -219,6 +224,25 @@ def test_mnli_submission_holds_both_test_sets_and_the_diagnostic_in_glues_label_
     assert sorted(files) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"]
     assert files["AX.tsv"] == ["index\tprediction", "0\tentailment", "1\tneutral"]
     assert files["MNLI-m.tsv"][1:] == ["0\tentailment", "1\tneutral", "2\tcontradiction", "3\tentailment"]
+    # a failure predicting a later file (a non-finite output on AX) left MNLI-m.tsv and MNLI-mm.tsv
+    # of this model beside the previous model's AX.tsv; now every file is predicted before any is written
+    calls = []
+
+    def fails_at_the_third(model, tok, rows):
+        calls.append(1)
+        if len(calls) == 3:
+            raise UserError("the model's outputs are not finite")
+        return [{"label": "neutral"} for _ in rows]
+
+    task.classify = fails_at_the_third
+    with pytest.raises(UserError, match="not finite"):
+        task.submission(lambda: (None, None), tmp_path / "sub")
+    assert _read(tmp_path / "sub") == files  # the earlier submission, untouched
+    shutil.rmtree(tmp_path / "sub")
+    calls.clear()
+    with pytest.raises(UserError, match="not finite"):
+        task.submission(lambda: (None, None), tmp_path / "sub")
+    assert not (tmp_path / "sub").exists()
     (diagnostic / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tA dog.\tAn animal.\n1\tX.\n")
     with pytest.raises(UserError, match=r"diagnostic.tsv:3: expected at least 3 columns, got 2"):
         _submission(task, tmp_path)

@@ -600,6 +600,67 @@ def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> Non
     assert line.count("the best of") == 1  # sst2 ran one setting: nothing was chosen
 
 
+@pytest.mark.parametrize("task_extra, part", [
+    ({"max_eval_samples": 50}, "at most a fixed random 50 dev examples (task.max_eval_samples=50)"),
+    ({"train_from_dev": 0.5}, "the 50% of the dev split left after training on a seeded 50% of it "
+                              "(task.train_from_dev=0.5; no train.tsv)"),
+    ({"train_from_dev": 0.25, "max_eval_samples": 100}, "the 75% of the dev split left after training on a seeded "
+     "25% of it (task.train_from_dev=0.25; no train.tsv), of that at most a fixed random 100 dev examples "
+     "(task.max_eval_samples=100)"),
+    ({"max_train_samples": 100}, None),  # a cut training set: scored on the whole dev split
+])
+def test_a_glue_cell_scored_on_part_of_dev_says_so(tmp_path: Path, task_extra: dict, part: str | None) -> None:
+    """A cell scored on part of dev (task.max_eval_samples, or QNLI trained on dev by
+    task.train_from_dev and scored on the rest) stood under "GLUE (dev)" beside the published
+    whole-dev numbers, its protocol "dev split": now the cell, the averages holding it and a
+    note say on what it was scored."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.7}, task_extra=task_extra)
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.9})
+    text = glue_report.render(report.collect(tmp_path))
+    ours = [row for row in text.splitlines() if row.startswith(("| tiny lora", "| ours: tiny lora"))]
+    assert len(ours) == 2
+    for row in ours:  # SST-2, RTE, the average
+        cells = [c.strip() for c in row.strip("|").split("|")][1:4]
+        assert [c.endswith("§") for c in cells] == [False, part is not None, part is not None], row
+    notes = [line for line in text.splitlines() if line.startswith("- §")]
+    (protocol,) = [row for row in text.splitlines() if row.startswith("- **ours: tiny lora**")]
+    if part is None:
+        assert not notes and "rte: lr 0.001, batch None, epochs None, at most 100 training examples, max length" in protocol
+        return
+    assert notes == [f"- § tiny lora / RTE: scored on {part}, not the whole dev split that GLUE's dev numbers and the "
+                     "published dev rows are on: not comparable with them, nor is an average that holds it"]
+    assert f"rte: lr 0.001, batch None, epochs None, scored on {part}, max length" in protocol
+
+
+LAST = "the last step (train.keep_best is false or nothing was trained)"
+BEST = "the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the papers do)"
+
+
+@pytest.mark.parametrize("rte, sst2, says", [
+    ("best", "best", BEST + "."),
+    (LAST, "best", BEST + ", except where a task below says what was kept."),
+    (LAST, "the last step (train.keep_best: no evaluation gave accuracy a defined value)",
+     "not selected on dev (each task below says what was kept)."),
+])
+def test_the_glue_protocol_says_which_checkpoint_each_task_kept(tmp_path: Path, rte: str, sst2: str, says: str) -> None:
+    """The protocol said "the best checkpoint on dev (keep_best)" of every row, also of runs with
+    train.keep_best false and of in-context runs (nothing trained): now it is said only where each
+    run's metrics.json `kept` says so, and a task that kept its last step says why."""
+    for seed in (42, 43):
+        for task, kept in (("rte", rte), ("sst2", sst2)):
+            run = fake_run(tmp_path, task, "lora", seed, {"accuracy": 0.7})
+            metrics = json.loads((run / "metrics.json").read_text())
+            metrics["kept"] = {"step": 20, "on": "accuracy", "value": 0.7} if kept == "best" else {"step": 20, "on": kept}
+            (run / "metrics.json").write_text(json.dumps(metrics))
+    text = glue_report.render(report.collect(tmp_path))
+    (line,) = [row for row in text.splitlines() if row.startswith("- **ours: tiny lora**")]
+    assert line.startswith(f"- **ours: tiny lora**: dev split, mean ± sample std over seeds, {says} rte:"), line
+    for task, kept in (("rte", rte), ("sst2", sst2)):
+        cell = line.split(f"{task}: ", 1)[1].split(";")[0].removesuffix(".")
+        assert cell.endswith(f"seeds [42, 43], kept {kept}" if kept != "best" else "seeds [42, 43]"), cell
+
+
 OTHER_CODE = {  # how seed 44 of full fine-tuning (and both RTE lora seeds) differ -> what the lines name:
     # (full's sst2 seeds, lora's GLUE average over its SST-2 and RTE cells); None: not a difference
     "toolkit commit": ({"git_commit": "b" * 40}, "toolkit commit aaaaaaaaaaaa (seeds 42, 43), bbbbbbbbbbbb (seed 44)",

@@ -397,9 +397,19 @@ def render(rows: list[dict], fmt: str) -> str:
 
 
 def glue_test(run: Path, out_dir: Path) -> list[Path]:
-    """GLUE server submission files (`SST-2.tsv`, ...: `index<TAB>prediction`) from test.tsv."""
+    """GLUE server submission files (`SST-2.tsv`, ...: `index<TAB>prediction`) from test.tsv, by a
+    trained run (as `toolkit predict`: an in-context run's labels come from its method's scoring,
+    which predicts within `run`/`eval` only), from outputs checked finite as they are made."""
     recipe = run_recipe(run)
-    written = recipe.task.submission(lambda: load_model(run, recipe), out_dir)
+    if not recipe.method.trains:
+        raise UserError(f"{run}: --glue-test predicts with trained runs (this is {recipe.task.name} with "
+                        f"{recipe.method.name}, which trains nothing; its label words are scored by "
+                        "`toolkit run` and `toolkit eval` on labelled splits only)")
+    if out_dir.exists() and not out_dir.is_dir():  # was an OSError after every test set was predicted
+        raise UserError(f"--output: {out_dir} is a file; --glue-test writes a folder (GLUE's files, one per test "
+                        "set, beside other tasks' files already there): give a folder")
+    with evaluation.finite_outputs():  # a diverged model's NaN logits made labels and scores unsaid
+        written = recipe.task.submission(lambda: load_model(run, recipe), out_dir)
     recipe.task.say_notices(run=False)  # the test texts cut to fit, as a run says it (rule 8)
     return written
 

@@ -109,14 +109,35 @@ def _average_runs(cells: dict[str, list[dict]]) -> list[dict]:
     return [m for t in sorted(cells, key=ORDER.index) for m in cells[t] if not common or report.seed_of(m) in common]
 
 
+def part_of_dev(runs: list[dict]) -> str | None:
+    """What a cell's runs were scored on where it is not the whole dev split that GLUE's dev numbers
+    and the published dev rows are on (their recipe's task: one setting per cell), else None:
+    a carved remainder (task.train_from_dev: trained on the rest of dev, not on train.tsv) or a
+    random subset (task.max_eval_samples)."""
+    task = runs[0]["recipe"].get("task", {}) if runs else {}
+    carve, cap = task.get("train_from_dev"), task.get("max_eval_samples")
+    parts = []
+    if carve:
+        parts.append(f"the {1 - carve:.0%} of the dev split left after training on a seeded {carve:.0%} of it "
+                     f"(task.train_from_dev={carve}; no train.tsv)")
+    if cap:
+        parts.append(f"{'of that ' if carve else ''}at most a fixed random {cap} dev examples (task.max_eval_samples={cap})")
+    return ", ".join(parts) or None
+
+
+PART = " §"  # a cell scored on part of dev: its note says which part
+
+
 def _task_of(item: dict) -> str:
     return TITLES.get(report.label(item, "task"), report.label(item, "task"))
 
 
 def _average_mark(cells: dict[str, list[dict]]) -> str:
     """' ‡' where the GLUE average pools runs of other code: a task cell of mixed code, or tasks
-    that ran on different code from one another (each cell of one code)."""
-    return " ‡" if report.mixed_code(_average_runs(cells), _task_of) else ""
+    that ran on different code from one another (each cell of one code); then ' §' where a task
+    scored on part of dev (`part_of_dev`): the average holds a number not on GLUE's dev split."""
+    return ((" ‡" if report.mixed_code(_average_runs(cells), _task_of) else "")
+            + (PART if any(part_of_dev(ms) for ms in cells.values()) else ""))
 
 
 def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
@@ -134,6 +155,7 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
             for key in official(t):
                 vals = [m["metrics"]["eval"][key] for m in cells.get(t, [])]
                 mark = " ‡" if report.mixed_code(cells.get(t, [])) else ""  # seeds on other code: a line below
+                mark += PART if vals and part_of_dev(cells[t]) else ""
                 line.append(report.Stat(vals).fmt(100.0) + mark if vals else "–")
         stat, paired = _average_stat(cells)
         note = "" if set(cells) == set(tasks) else f" over {len(cells)} tasks"
@@ -173,6 +195,7 @@ def side_by_side(rows: dict[str, dict[str, list[dict]]], tasks: list[str], entri
         for t in tasks:
             vals = [task_score(m["metrics"]["eval"], t) for m in cells.get(t, [])]
             mark = " ‡" if report.mixed_code(cells.get(t, [])) else ""  # the runs of the line above's ‡
+            mark += PART if vals and part_of_dev(cells[t]) else ""
             line.append(report.Stat(vals).fmt(100.0, show_n=False) + mark if vals else "–")
         stat, _ = _average_stat(cells)
         line += [stat.fmt(100.0, show_n=False) + _average_mark(cells) if set(cells) == set(tasks) else "–", "–"]
@@ -210,6 +233,14 @@ def _training_set(metrics: dict, task: dict) -> str:
     return f", a fixed random {cap} of the training examples" if cap and size >= cap else f", all {size} training examples"
 
 
+def not_best(runs: list[dict]) -> list[str]:
+    """Why runs of a cell kept their last step, not the best one on dev, as metrics.json's `kept`
+    says (train.keep_best off, an in-context run that trains nothing, no defined selection
+    metric), each reason once; [] where every run kept its best (or predates `kept`)."""
+    return list(dict.fromkeys(m["metrics"]["kept"]["on"] for m in runs
+                              if isinstance(m["metrics"].get("kept"), dict) and "value" not in m["metrics"]["kept"]))
+
+
 def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str, str], str] | None = None) -> list[str]:
     """What each of our cells was trained with, from its recipe: the protocol beside the number,
     and where it was chosen among settings on dev (`chosen`, from grids())."""
@@ -220,14 +251,21 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
             tr, task = ms[0]["recipe"].get("train", {}), ms[0]["recipe"].get("task", {})
             budget = f"max steps {tr['max_steps']}" if tr.get("max_steps") else f"epochs {tr.get('epochs')}"
             subset = _training_set(ms[0]["metrics"], task)
+            part = part_of_dev(ms)
+            subset += f", scored on {part}" if part else ""
             parts.append(f"{t}: lr {tr.get('lr')}, batch {tr.get('batch_size')}, {budget}{subset}, "
                          f"max length {task.get('max_length')}, seeds {sorted(m['metrics'].get('seed') for m in ms)}"
-                         + (f", {(chosen or {})[(row, t)]}" if (row, t) in (chosen or {}) else ""))
+                         + (f", {(chosen or {})[(row, t)]}" if (row, t) in (chosen or {}) else "")
+                         + "".join(f", kept {why}" for why in not_best(ms)))
         method = next(iter(cells.values()))[0]["recipe"].get("method", {})  # one method per row
         settings = ", ".join(f"{k} {v}" for k, v in method.items() if k != "name" and v is not None and not isinstance(v, (dict, list)))
+        # the best checkpoint on dev only where every run kept it: the others' tasks say what they kept
+        last = sum(bool(not_best(ms)) for ms in cells.values())
+        best = ("the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the papers do)"
+                + (", except where a task below says what was kept" if last else ""))
+        kept = "not selected on dev (each task below says what was kept)" if last == len(cells) else best
         out.append(f"**ours: {row}**{f' ({settings})' if settings else ''}: dev split, mean ± sample std over "
-                   f"seeds, the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the "
-                   f"papers do). " + "; ".join(parts) + ".")
+                   f"seeds, {kept}. " + "; ".join(parts) + ".")
     return out
 
 
@@ -265,6 +303,9 @@ def render(items: list[dict]) -> str:
     notes += [n for row, cells in rows.items() if len(cells) > 1  # one task: its cell's line says it
               for n in report.mixed_code_note(f"{row} / GLUE avg", _average_runs(cells), _task_of)]
     notes += unscored_notes(items)
+    notes += [f"§ {row} / {TITLES[t]}: scored on {part_of_dev(ms)}, not the whole dev split that GLUE's dev numbers "
+              "and the published dev rows are on: not comparable with them, nor is an average that holds it"
+              for row, cells in rows.items() for t, ms in cells.items() if part_of_dev(ms)]
     if missing:
         notes.append(f"Not in these runs: {', '.join(missing)}. The average is over the {len(tasks)} tasks "
                      "above only and is not comparable with a nine-task GLUE score.")

@@ -242,14 +242,17 @@ class Glue(Classification):
         test files are read (and refused) before the model loads or anything is written."""
         tests = read_test(self)
         model, tok = load()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        written = []
+        predicted = {}  # every file's predictions before any is written: MNLI's three, all or none
         for file_name, (index, rows) in tests.items():
             preds = self.classify(model, tok, rows)
             if self.spec.labels is None:  # STS-B: a similarity score, clipped to the task's range
                 values = [f"{min(max(p['score'], 0.0), 5.0):.3f}" for p in preds]
             else:
                 values = [self.spec.labels[self.label_names.index(p["label"])] for p in preds]
+            predicted[file_name] = (index, values)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for file_name, (index, values) in predicted.items():
             path = out_dir / file_name
             # whole or not at all: the folder may gather other tasks' files for one submission
             partial = path.with_name(f".{file_name}.partial")
