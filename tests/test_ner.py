@@ -211,6 +211,41 @@ def test_ner_resumed_run_equals_uninterrupted(tmp_path: Path, cli, method: str, 
     assert metrics["main_metric"] == "f1"
 
 
+def test_predict_splits_words_as_the_training_reader_does(tmp_path: Path, cli) -> None:
+    """One word rule: a CoNLL line's token 'New\u00a0York' is one word, so predict's text inputs
+    (a plain-text line, a JSONL string, the API's string) split at spaces and tabs alone and tag
+    it once, as a list of the same words is tagged; a blank word is one line, exit 2, at every
+    entry point (str.split made it two words and two tags, exit 0)."""
+    from toolkit import api
+
+    words = ["Peter", "visited", "New\u00a0York", "\u3000Tokyo"]
+    (tmp_path / "train.txt").write_text("Peter B-PER\nvisited O\nNew\u00a0York B-LOC\n\u3000Tokyo B-LOC\n\n" * 4)
+    assert read_conll(tmp_path / "train.txt").tokens[0] == words
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}"))
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs", "train.max_steps=1",
+                       f"task.train_file={tmp_path / 'train.txt'}", f"task.eval_file={tmp_path / 'train.txt'}")
+    assert code == 0, err
+    run = next((tmp_path / "runs").rglob("metrics.json")).parent
+    text = "Peter  visited\tNew\u00a0York \u3000Tokyo"
+    (tmp_path / "in.txt").write_text(text + "\n")
+    (tmp_path / "in.jsonl").write_text(json.dumps({"tokens": text}) + "\n")
+    (tmp_path / "list.jsonl").write_text(json.dumps({"tokens": words}) + "\n")
+    rows = []
+    for source in ("in.txt", "in.jsonl", "list.jsonl"):
+        code, _, err = cli("predict", run, "--input", tmp_path / source, "--output", tmp_path / f"out-{source}.jsonl")
+        assert code == 0, err
+        rows += [json.loads(line) for line in (tmp_path / f"out-{source}.jsonl").read_text().splitlines()]
+    rows += api.predict(run, [text, words])
+    assert [r["tokens"] for r in rows] == [words] * 5
+    assert all(len(r["tags"]) == 4 and r["tags"] == rows[0]["tags"] for r in rows)
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"tokens": "Peter \u200b visited"}) + "\n")
+    code, _, err = cli("predict", run, "--input", tmp_path / "bad.jsonl", "--output", tmp_path / "bad-out.jsonl")
+    assert code == 2 and "predict: input 0: 'tokens' word 2 ('\\u200b') is blank" in err
+    assert not (tmp_path / "bad-out.jsonl").exists()
+    with pytest.raises(UserError, match="input 1: 'tokens' word 2 .* is blank"):
+        api.predict(run, [words, ["Peter", "\u00a0"]])
+
+
 def test_labels_must_hold_o_once(tmp_path: Path, cli) -> None:
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}"))
     code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs", "task.labels=[B-PER,B-PER,O]")

@@ -20,6 +20,7 @@ import toolkit
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS
 from toolkit.tasks._generation import decode_texts
+from toolkit.tasks.ner import split_words
 
 SHORT = ["task.max_train_samples=8", "task.max_eval_samples=4", "train.max_steps=2"]
 BRIEF = ["task.generation.max_new_tokens=12"]  # generated text: short, still past the prompt
@@ -97,7 +98,7 @@ def check_rows(run: tuple[Any, Any, Any, list[str]], given: list[dict], rows: li
     assert len(rows) == len(given)
     for inp, row in zip(given, rows):
         if task.name == "ner":
-            words = inp["tokens"].split() if isinstance(inp["tokens"], str) else inp["tokens"]
+            words = split_words(inp["tokens"]) if isinstance(inp["tokens"], str) else inp["tokens"]
             assert row["tokens"] == words and len(row["tags"]) == len(words)
             assert set(row["tags"]) <= set(task.labels)
             continue

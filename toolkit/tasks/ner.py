@@ -24,6 +24,7 @@ so neither the model loader nor `toolkit predict` knows it by name.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -62,11 +63,22 @@ class Sentences:
         return readers.where(self.path, "jsonl", sentence)
 
 
+WORD_BREAK = re.compile(r"[ \t\r\n]+")
+
+
+def split_words(text: str) -> list[str]:
+    """A text's words as a CoNLL file separates them: at spaces and tabs (and the line breaks
+    that end its lines), the one rule of the file reader and of `toolkit predict`'s text inputs.
+    A no-break space, U+2028 or U+3000 is part of a word: str.split broke 'New\u00a0York', one
+    word of a training file, into two words at predict (two tags, exit 0)."""
+    return [word for word in WORD_BREAK.split(text) if word]
+
+
 def read_conll(path: Path) -> Sentences:
     """One sentence per blank-line-separated block of `token ... TAG` lines (`-DOCSTART-` lines
     are skipped). The shared reader's byte scan checks it first (there, size limit, gzip, UTF-8).
-    Columns are separated by spaces and tabs only, as CoNLL's readers split them: a no-break space
-    or U+2028 is part of the word (str.split would cut 'New\u00a0York' to 'New')."""
+    Columns are separated by spaces and tabs only, as CoNLL's readers split them (`split_words`):
+    a no-break space or U+2028 is part of the word (str.split would cut 'New\u00a0York' to 'New')."""
     readers.scan(path, plain=True)
     out = Sentences(path, [], [], [])
     words: list[str] = []
@@ -75,8 +87,7 @@ def read_conll(path: Path) -> Sentences:
     with readers.open_text(path) as handle:
         text = list(handle)  # the sentences are kept anyway: the text is no larger
     for number, line in enumerate(text + [""], start=1):
-        parts = line.strip(" \t\r\n").replace("\t", " ").split(" ")
-        parts = [p for p in parts if p]
+        parts = split_words(line)
         if not parts or parts[0] == "-DOCSTART-":
             if words:
                 out.tokens.append(words)
@@ -369,14 +380,14 @@ class Ner(Task):
         return ["tokens"]
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
-        """Per row its words (`tokens`: a list, or a string split at white space) and one tag per
+        """Per row its words (`tokens`: a list, or a string split at spaces and tabs, `words_of`) and one tag per
         word. Words the model does not see (past task.max_length sub-tokens) are tagged `O`, as
         the scorer counts them; `tagged` says how many words it saw, where that is fewer."""
         self.predict_fields(model)
         out = []
         device = next(model.parameters()).device
-        for row in rows:
-            words = row["tokens"].split() if isinstance(row["tokens"], str) else [str(w) for w in row["tokens"]]
+        for i, row in enumerate(rows):
+            words = self.words_of(row["tokens"], i)
             enc = tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.max_length,
                             return_tensors="pt")
             with torch.no_grad():
@@ -387,3 +398,16 @@ class Ner(Task):
             seen = sum(w != IGNORE for w in firsts)
             out.append({"tokens": words, "tags": tags, **({"tagged": seen} if seen < len(words) else {})})
         return out
+
+    @staticmethod
+    def words_of(value: Any, row: int) -> list[str]:
+        """A predict input's words: a list as given, a text split as a CoNLL file's line is
+        (`split_words`); a blank word (a zero-width or no-break space alone) refused as the
+        readers refuse it in training files, where the model would tag nothing it could see."""
+        words = split_words(value) if isinstance(value, str) else [str(w) for w in value]
+        bad = next((j for j, w in enumerate(words) if readers.blank(w)), None)
+        if bad is not None or not words:
+            shown = f"word {bad + 1} ({words[bad]!r}) is blank" if bad is not None else "holds no words"
+            raise UserError(f"predict: input {row}: 'tokens' {shown}; every word needs a visible "
+                            "character (words are split at spaces and tabs only, as in a CoNLL file)")
+        return words
