@@ -138,12 +138,13 @@ def test_score_reads_every_gold_word() -> None:
     assert expected["recall"] == 0.6 and expected["precision"] == 1.0  # the cut LOCs are missed
 
 
-def test_a_bpe_ner_run_scores_cut_sentences_alike_at_every_entry_point(tmp_path: Path, cli) -> None:
+def test_a_bpe_ner_run_scores_cut_sentences_alike_at_every_entry_point(tmp_path: Path, cli, capsys) -> None:
     """One rule at every entry point: the run's eval, `toolkit eval` and `toolkit predict`'s tags
     (scored here by hand) agree on sentences cut at task.max_length, with the cut words counted
     as predicted O; the warning counts the words the model never sees, checked against the
-    tokenizer read whole. The run is RoBERTa's: its saved tokenizer reads words as running text."""
-    from toolkit import models
+    tokenizer read whole, at predict too (CLI and API: its cuts went unsaid, exit 0). The run is
+    RoBERTa's: its saved tokenizer reads words as running text."""
+    from toolkit import api, models
 
     names = ["Peter", "Blackburn", "visited", "Zürich", "and", "Geneva", "with", "the", "EU", "team"]
     tags = ["B-PER", "I-PER", "O", "B-LOC", "O", "B-LOC", "O", "O", "B-ORG", "O"]
@@ -171,6 +172,13 @@ def test_a_bpe_ner_run_scores_cut_sentences_alike_at_every_entry_point(tmp_path:
     assert code == 0, err
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [len(r["tags"]) for r in rows] == [len(w) for w, _ in sentences]  # every word tagged
+    cut = sum(len(tok(words, is_split_into_words=True)["input_ids"]) > 16 for words, _ in sentences)
+    said = [f"warning: {unseen} of 70 words are never seen by the model", "): tagged O\n",
+            f"warning: {cut} of 4 sentences cut at task.max_length=16 tokens"]
+    assert all(line in err for line in said), err  # predict says its cuts as the run does
+    assert api.predict(run, [w for w, _ in sentences]) == rows
+    api_err = capsys.readouterr().err
+    assert all(line in api_err for line in said), api_err
     by_hand = entity_scores([t for _, t in sentences], [r["tags"] for r in rows])
     ran = json.loads((run / "metrics.json").read_text())["eval"]
     assert {k: ran[k] for k in by_hand} == pytest.approx(by_hand)
