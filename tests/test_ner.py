@@ -138,12 +138,13 @@ def test_score_reads_every_gold_word() -> None:
     assert expected["recall"] == 0.6 and expected["precision"] == 1.0  # the cut LOCs are missed
 
 
-def test_a_bpe_ner_run_scores_cut_sentences_alike_at_every_entry_point(tmp_path: Path, cli) -> None:
+def test_a_bpe_ner_run_scores_cut_sentences_alike_at_every_entry_point(tmp_path: Path, cli, capsys) -> None:
     """One rule at every entry point: the run's eval, `toolkit eval` and `toolkit predict`'s tags
     (scored here by hand) agree on sentences cut at task.max_length, with the cut words counted
     as predicted O; the warning counts the words the model never sees, checked against the
-    tokenizer read whole. The run is RoBERTa's: its saved tokenizer reads words as running text."""
-    from toolkit import models
+    tokenizer read whole, at predict too (CLI and API: its cuts went unsaid, exit 0). The run is
+    RoBERTa's: its saved tokenizer reads words as running text."""
+    from toolkit import api, models
 
     names = ["Peter", "Blackburn", "visited", "Zürich", "and", "Geneva", "with", "the", "EU", "team"]
     tags = ["B-PER", "I-PER", "O", "B-LOC", "O", "B-LOC", "O", "O", "B-ORG", "O"]
@@ -171,6 +172,13 @@ def test_a_bpe_ner_run_scores_cut_sentences_alike_at_every_entry_point(tmp_path:
     assert code == 0, err
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [len(r["tags"]) for r in rows] == [len(w) for w, _ in sentences]  # every word tagged
+    cut = sum(len(tok(words, is_split_into_words=True)["input_ids"]) > 16 for words, _ in sentences)
+    said = [f"warning: {unseen} of 70 words are never seen by the model", "): tagged O\n",
+            f"warning: {cut} of 4 sentences cut at task.max_length=16 tokens"]
+    assert all(line in err for line in said), err  # predict says its cuts as the run does
+    assert api.predict(run, [w for w, _ in sentences]) == rows
+    api_err = capsys.readouterr().err
+    assert all(line in api_err for line in said), api_err
     by_hand = entity_scores([t for _, t in sentences], [r["tags"] for r in rows])
     ran = json.loads((run / "metrics.json").read_text())["eval"]
     assert {k: ran[k] for k in by_hand} == pytest.approx(by_hand)
@@ -209,6 +217,41 @@ def test_ner_resumed_run_equals_uninterrupted(tmp_path: Path, cli, method: str, 
     metrics = json.loads((a / "metrics.json").read_text())
     assert set(metrics["eval"]) == {"f1", "precision", "recall", "accuracy", "loss"}
     assert metrics["main_metric"] == "f1"
+
+
+def test_predict_splits_words_as_the_training_reader_does(tmp_path: Path, cli) -> None:
+    """One word rule: a CoNLL line's token 'New\u00a0York' is one word, so predict's text inputs
+    (a plain-text line, a JSONL string, the API's string) split at spaces and tabs alone and tag
+    it once, as a list of the same words is tagged; a blank word is one line, exit 2, at every
+    entry point (str.split made it two words and two tags, exit 0)."""
+    from toolkit import api
+
+    words = ["Peter", "visited", "New\u00a0York", "\u3000Tokyo"]
+    (tmp_path / "train.txt").write_text("Peter B-PER\nvisited O\nNew\u00a0York B-LOC\n\u3000Tokyo B-LOC\n\n" * 4)
+    assert read_conll(tmp_path / "train.txt").tokens[0] == words
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}"))
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs", "train.max_steps=1",
+                       f"task.train_file={tmp_path / 'train.txt'}", f"task.eval_file={tmp_path / 'train.txt'}")
+    assert code == 0, err
+    run = next((tmp_path / "runs").rglob("metrics.json")).parent
+    text = "Peter  visited\tNew\u00a0York \u3000Tokyo"
+    (tmp_path / "in.txt").write_text(text + "\n")
+    (tmp_path / "in.jsonl").write_text(json.dumps({"tokens": text}) + "\n")
+    (tmp_path / "list.jsonl").write_text(json.dumps({"tokens": words}) + "\n")
+    rows = []
+    for source in ("in.txt", "in.jsonl", "list.jsonl"):
+        code, _, err = cli("predict", run, "--input", tmp_path / source, "--output", tmp_path / f"out-{source}.jsonl")
+        assert code == 0, err
+        rows += [json.loads(line) for line in (tmp_path / f"out-{source}.jsonl").read_text().splitlines()]
+    rows += api.predict(run, [text, words])
+    assert [r["tokens"] for r in rows] == [words] * 5
+    assert all(len(r["tags"]) == 4 and r["tags"] == rows[0]["tags"] for r in rows)
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"tokens": "Peter \u200b visited"}) + "\n")
+    code, _, err = cli("predict", run, "--input", tmp_path / "bad.jsonl", "--output", tmp_path / "bad-out.jsonl")
+    assert code == 2 and "predict: input 0: 'tokens' word 2 ('\\u200b') is blank" in err
+    assert not (tmp_path / "bad-out.jsonl").exists()
+    with pytest.raises(UserError, match="input 1: 'tokens' word 2 .* is blank"):
+        api.predict(run, [words, ["Peter", "\u00a0"]])
 
 
 def test_labels_must_hold_o_once(tmp_path: Path, cli) -> None:

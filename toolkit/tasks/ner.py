@@ -13,10 +13,10 @@ A sentence is scored on all its gold words. Unlike run_ner, which drops the word
 only, optimistic where sentences are cut), a word the model never saw (past the cut, or one the
 tokenizer turns into no sub-token) is predicted `O` against its gold tag: a missed entity counts as
 missed. Each encoded row carries `word_index` (the word each first sub-token starts) so the
-scorer maps predictions back to words without the tokenizer; `toolkit predict` tags unseen words
-`O` by the same rule. Not a sliding window: that would make one sentence several features, with
-their merge in every entry point, where raising task.max_length (the warning says by how many
-words) is the real fix.
+scorer maps predictions back to words without the tokenizer; `toolkit predict` encodes as
+training does, tags unseen words `O` by the same rule and counts them in the same warnings. Not
+a sliding window: that would make one sentence several features, with their merge in every
+entry point, where raising task.max_length (the warning says by how many words) is the real fix.
 
 The task declares its own head (`token-classification`) and its prediction path (tags per word),
 so neither the model loader nor `toolkit predict` knows it by name.
@@ -24,6 +24,7 @@ so neither the model loader nor `toolkit predict` knows it by name.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -62,11 +63,22 @@ class Sentences:
         return readers.where(self.path, "jsonl", sentence)
 
 
+WORD_BREAK = re.compile(r"[ \t\r\n]+")
+
+
+def split_words(text: str) -> list[str]:
+    """A text's words as a CoNLL file separates them: at spaces and tabs (and the line breaks
+    that end its lines), the one rule of the file reader and of `toolkit predict`'s text inputs.
+    A no-break space, U+2028 or U+3000 is part of a word: str.split broke 'New\u00a0York', one
+    word of a training file, into two words at predict (two tags, exit 0)."""
+    return [word for word in WORD_BREAK.split(text) if word]
+
+
 def read_conll(path: Path) -> Sentences:
     """One sentence per blank-line-separated block of `token ... TAG` lines (`-DOCSTART-` lines
     are skipped). The shared reader's byte scan checks it first (there, size limit, gzip, UTF-8).
-    Columns are separated by spaces and tabs only, as CoNLL's readers split them: a no-break space
-    or U+2028 is part of the word (str.split would cut 'New\u00a0York' to 'New')."""
+    Columns are separated by spaces and tabs only, as CoNLL's readers split them (`split_words`):
+    a no-break space or U+2028 is part of the word (str.split would cut 'New\u00a0York' to 'New')."""
     readers.scan(path, plain=True)
     out = Sentences(path, [], [], [])
     words: list[str] = []
@@ -75,8 +87,7 @@ def read_conll(path: Path) -> Sentences:
     with readers.open_text(path) as handle:
         text = list(handle)  # the sentences are kept anyway: the text is no larger
     for number, line in enumerate(text + [""], start=1):
-        parts = line.strip(" \t\r\n").replace("\t", " ").split(" ")
-        parts = [p for p in parts if p]
+        parts = split_words(line)
         if not parts or parts[0] == "-DOCSTART-":
             if words:
                 out.tokens.append(words)
@@ -319,9 +330,10 @@ class Ner(Task):
         lines = super().notices(run)
         unseen, total = self.__dict__.get("_unseen", (0, 0))
         if unseen:
+            fate = (f"not trained on, and scored as tagged {OUTSIDE} against their gold tags" if run
+                    else f"tagged {OUTSIDE}")
             lines["unseen words"] = (f"{unseen} of {total} words are never seen by the model (past "
-                                     f"task.max_length={self.max_length} tokens, or no sub-token): not "
-                                     f"trained on, and scored as tagged {OUTSIDE} against their gold tags")
+                                     f"task.max_length={self.max_length} tokens, or no sub-token): {fate}")
         return lines
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
@@ -369,21 +381,38 @@ class Ner(Task):
         return ["tokens"]
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
-        """Per row its words (`tokens`: a list, or a string split at white space) and one tag per
-        word. Words the model does not see (past task.max_length sub-tokens) are tagged `O`, as
-        the scorer counts them; `tagged` says how many words it saw, where that is fewer."""
+        """Per row its words (`tokens`: a list, or a string split at spaces and tabs, `words_of`)
+        and one tag per word. Words are encoded as training encodes them (`Task.tokenize`), and
+        what the model does not see (past task.max_length sub-tokens) is tagged `O`, as the
+        scorer counts it, and said in the run's warnings (the cut sentences, the unseen words);
+        `tagged` says how many words a row's model saw, where that is fewer."""
         self.predict_fields(model)
+        sentences = [self.words_of(row["tokens"], i) for i, row in enumerate(rows)]
+        enc = self.tokenize(tokenizer, sentences, limit=self.max_length, is_split_into_words=True)
+        firsts = [first_words(enc.word_ids(i)) for i in range(len(sentences))]
+        seen = [sum(w != IGNORE for w in row) for row in firsts]
+        self.note_cut("sentences", "task.max_length", self.max_length, enc["cut"])
+        self._note_unseen(sum(len(w) for w in sentences) - sum(seen), sum(len(w) for w in sentences))
         out = []
         device = next(model.parameters()).device
-        for row in rows:
-            words = row["tokens"].split() if isinstance(row["tokens"], str) else [str(w) for w in row["tokens"]]
-            enc = tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.max_length,
-                            return_tensors="pt")
+        for i, words in enumerate(sentences):
+            inputs = {k: torch.tensor([v[i]], device=device) for k, v in enc.items() if k != "cut"}
             with torch.no_grad():
-                outputs = model(**{k: v.to(device) for k, v in enc.items()})
-                ids = self.tag_logits(outputs, enc["input_ids"].shape[1])[0].argmax(-1).tolist()
-            firsts = first_words(enc.word_ids(0))
-            tags = word_tags(ids, firsts, len(words), self.labels)
-            seen = sum(w != IGNORE for w in firsts)
-            out.append({"tokens": words, "tags": tags, **({"tagged": seen} if seen < len(words) else {})})
+                outputs = model(**inputs)
+                ids = self.tag_logits(outputs, inputs["input_ids"].shape[1])[0].argmax(-1).tolist()
+            tags = word_tags(ids, firsts[i], len(words), self.labels)
+            out.append({"tokens": words, "tags": tags, **({"tagged": seen[i]} if seen[i] < len(words) else {})})
         return out
+
+    @staticmethod
+    def words_of(value: Any, row: int) -> list[str]:
+        """A predict input's words: a list as given, a text split as a CoNLL file's line is
+        (`split_words`); a blank word (a zero-width or no-break space alone) refused as the
+        readers refuse it in training files, where the model would tag nothing it could see."""
+        words = split_words(value) if isinstance(value, str) else [str(w) for w in value]
+        bad = next((j for j, w in enumerate(words) if readers.blank(w)), None)
+        if bad is not None or not words:
+            shown = f"word {bad + 1} ({words[bad]!r}) is blank" if bad is not None else "holds no words"
+            raise UserError(f"predict: input {row}: 'tokens' {shown}; every word needs a visible "
+                            "character (words are split at spaces and tabs only, as in a CoNLL file)")
+        return words
