@@ -319,6 +319,59 @@ method: {{name: full}}
     assert code == 2 and "saved " in err and "own parameters, not a model; " + fix in err
 
 
+@pytest.mark.parametrize("family, task, entry", [("bert", "mlm", "validate"), ("gpt2", "clm", "run"),
+                                                 ("bert", "mlm", "api")])
+def test_a_chain_from_a_run_with_an_attention_module_names_it(tmp_path: Path, cli, tiny_checkpoint, family: str,
+                                                              task: str, entry: str) -> None:
+    """The upstream's model is its weights under its attention module: a fine-tuning recipe that
+    names none ran the body with transformers' default attention, the module's parameters left
+    behind (exit 0). It is refused before anything runs, at every entry point; naming the module
+    (or another attention) runs."""
+    import toolkit
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint(family), task)
+    pre.write_text(pre.read_text().replace("model: {", "model: {attention: {name: additive, dim: 8}, "))
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}}
+method: {{name: lora, r: 4}}
+""")
+    runs = tmp_path / "runs"
+    if entry == "api":
+        with pytest.raises(UserError) as caught:
+            toolkit.run(fine, runs_dir=runs)
+        code, err = 2, str(caught.value)
+    else:
+        code, _, err = cli(entry, fine, *(["--runs-dir", runs] if entry == "run" else []))
+    assert code == 2 and "trained with attention module 'additive'" in err, err
+    assert "set model.attention: {name: additive, cross: true, dim: 8}" in err and not runs.exists()
+    for named in ("model.attention={name: additive, cross: true, dim: 8}", "model.attention=sdpa"):
+        assert cli("validate", fine, named)[0] == 0
+
+
+def test_a_chain_gets_the_upstream_attention_parameters_exactly(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """Naming the upstream's module, the fine-tuning run starts from its trained parameters and
+    body bit for bit (lr 0: what the run saves is what it loaded)."""
+    from safetensors.torch import load_file
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm")
+    pre.write_text(pre.read_text().replace("model: {", "model: {attention: additive, ").replace("max_steps: 8", "max_steps: 2"))
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}, attention: additive}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}}
+method: {{name: full}}
+train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
+""")
+    runs = tmp_path / "runs"
+    assert cli("run", pre, "--runs-dir", runs)[0] == 0
+    code, _, err = cli("run", fine, "--runs-dir", runs)
+    assert code == 0, err
+    (pre_model,), (fine_model,) = (runs / "pre").glob("*/model"), (runs / "fine").glob("*/model")
+    for file in ("attention.safetensors", "model.safetensors"):
+        up, down = load_file(pre_model / file), load_file(fine_model / file)
+        shared = [k for k in down if k in up]
+        assert len(shared) > 6 or file == "attention.safetensors" and len(shared) == len(up) > 0
+        assert all(torch.equal(up[k], down[k]) for k in shared), file
+
+
 # --- loading a body under a new head ---------------------------------------------------------
 def test_only_heads_may_be_reinitialised(tmp_path: Path, tiny_checkpoint) -> None:
     import shutil

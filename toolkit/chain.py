@@ -10,11 +10,12 @@ a chain's smoke run starts from the smoke run of its pretraining (whose small mo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from toolkit import runs
 from toolkit.errors import UserError
-from toolkit.recipe_data import RunPlan
+from toolkit.recipe_data import Recipe, RunPlan
 
 KEYS = ("run", "overrides")
 
@@ -28,6 +29,29 @@ def recipe_file(run: str, origin: Path | None) -> Path:
         if parent.name == "recipes" and (parent.parent / path).is_file():
             return parent.parent / path
     return path
+
+
+def check(recipe: Recipe, upstream: Recipe) -> None:
+    """The model a `{run: ...}` checkpoint names is its weights with the attention module they were
+    trained under (its settings and parameters, saved beside them): a fine-tuning recipe that says
+    no `model.attention` ran the pretrained body with transformers' default attention and left
+    the module's parameters behind, exit 0. It names the module (its parameters come with it) or,
+    to leave it, another attention."""
+    theirs = upstream.model.attention
+    if recipe.model.attention is not None or isinstance(theirs, (str, type(None))):
+        return  # no toolkit module upstream (a transformers name changes no weight), or one asked for here
+    ref = recipe.model.checkpoint
+    keep = ("a warm-started encoder-decoder cannot keep it: chain from a run without it" if recipe.model.warm_start
+            else f"set model.attention: {_settings(theirs)} to go on with it (its parameters come with it), or "
+            "name the attention to use instead (model.attention: sdpa drops it)")
+    raise UserError(f"model.attention: the run model.checkpoint names ({ref['run']}) was trained with attention "
+                    f"module '{theirs.name}', which this recipe would leave out; {keep}")
+
+
+def _settings(attention: object) -> str:
+    """A module's settings as a recipe writes them: `{name: additive, ...}`."""
+    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in attention.to_dict().items() if k != "name")
+    return f"{{name: {attention.name}{', ' + fields if fields else ''}}}"
 
 
 def resolve(plan: RunPlan, root: Path) -> None:

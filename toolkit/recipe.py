@@ -73,6 +73,7 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
     checked = RunPlan(recipe)
     if isinstance(recipe.model.checkpoint, dict):
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
+        chain.check(recipe, checked.upstream.recipe)
         recipe.upstream_id = runs.run_id(checked.upstream.recipe)
     check(recipe, checked.base)
     return checked
