@@ -372,6 +372,49 @@ train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
         assert all(torch.equal(up[k], down[k]) for k in shared), file
 
 
+@pytest.mark.parametrize("method, smoke", [("{name: full}", False), ("{name: lora, r: 4}", True)])
+def test_a_finished_chained_run_follows_its_upstream_weights(tmp_path: Path, cli, tiny_checkpoint, method: str,
+                                                             smoke: bool) -> None:
+    """The run id names the upstream by its recipe, not by the weights its run left: run again
+    with --force into other weights (another GPU's draws, other libraries), the finished
+    fine-tuning run below it said "finished already", its metrics of the earlier weights, and
+    (smoke) evaluated its adapter on the new base, exit 0. Now both are one line; --force trains
+    it again from the new weights, bit for bit (lr 0)."""
+    from safetensors.torch import load_file, save_file
+
+    import toolkit
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm")
+    pre.write_text(pre.read_text().replace("max_steps: 8", "max_steps: 2"))
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}}
+method: {method}
+train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
+""")
+    runs, flags = tmp_path / "runs", ["--smoke"] * smoke
+    assert cli("run", pre, "--runs-dir", runs, *flags)[0] == 0
+    code, _, err = cli("run", fine, "--runs-dir", runs, *flags)
+    assert code == 0, err
+    (pre_model,), (fine_run,) = (runs / "pre").glob("*/model"), (runs / "fine").glob("*")
+    weights = load_file(pre_model / "model.safetensors")
+    query = "bert.encoder.layer.0.attention.self.query.weight"
+    weights[query] = weights[query] + 1e-3  # what a rerun with other draws leaves in the same folder
+    save_file(weights, pre_model / "model.safetensors", metadata={"format": "pt"})
+    if smoke:
+        with pytest.raises(UserError, match="model.safetensors changed since the run finished"):
+            toolkit.evaluate(fine_run)
+        with pytest.raises(UserError) as caught:
+            toolkit.run(fine, runs_dir=runs, smoke=True)
+        code, err = 2, str(caught.value)
+    else:
+        code, _, err = cli("run", fine, "--runs-dir", runs)
+    assert code == 2 and "model.safetensors there changed since" in err and "again with --force" in err, err
+    assert cli("run", fine, "--runs-dir", runs, *flags, "--force")[0] == 0
+    if not smoke:  # the new weights are where it started
+        assert torch.equal(load_file(fine_run / "model" / "model.safetensors")[query], weights[query])
+    assert cli("run", fine, "--runs-dir", runs, *flags)[0] == 0  # finished, on the weights there now
+
+
 # --- loading a body under a new head ---------------------------------------------------------
 def test_only_heads_may_be_reinitialised(tmp_path: Path, tiny_checkpoint) -> None:
     import shutil

@@ -78,6 +78,38 @@ def resolve(plan: RunPlan, root: Path) -> None:
     plan.checkpoint_path = str(model)
 
 
+# what a chained run records of the upstream model/ it started from (metrics.json `base_run_files`):
+# the weights (the attention module's too), config and tokenizer
+MODEL_FILES = runs.BASE_WEIGHTS + runs.BASE_READ + ("attention.json",)
+
+
+def record(folder: str) -> dict | None:
+    """The upstream model/ files a chained run started from, as runs.base_record gives them."""
+    return runs.base_record(folder, MODEL_FILES)
+
+
+def check_current(plan: RunPlan | None, root: Path) -> None:
+    """A finished chained run (and every finished run under it in the chain) started from its
+    upstream's model/ as that is now. The run id names the upstream by its recipe, data and
+    processes, not by the weights its run left: an upstream run again with --force (another GPU
+    draw, other library versions) left other weights under the same folder, and the finished
+    fine-tuning run below it still said "finished already", its metrics of the earlier weights,
+    exit 0. Recorded in metrics.json (`base_run_files`); a run that recorded none is not checked."""
+    what = "this recipe"
+    while plan is not None and plan.upstream is not None:
+        out, ref = runs.run_dir(plan.recipe, root), plan.recipe.model.checkpoint
+        if runs.is_finished(out):
+            saved = runs.read_json(out / "metrics.json").get("base_run_files")
+            model = runs.run_dir(plan.upstream.recipe, root) / "model"
+            changed = runs.base_changed(saved, str(model)) if saved else None
+            if changed is not None:
+                raise UserError(f"{out}: this finished run started from {model} as it was then, and "
+                                f"{changed.name} there changed since (the run {ref['run']} was run again): its "
+                                f"result is of the earlier weights; run {what} again with --force, or put that "
+                                "model back")
+        plan, what = plan.upstream, ref["run"]
+
+
 def source(plan: RunPlan) -> str:
     """What models.load is given: the resolved run folder, or the checkpoint as written."""
     if plan.upstream is None:
