@@ -378,8 +378,9 @@ def test_a_finished_chained_run_follows_its_upstream_weights(tmp_path: Path, cli
     """The run id names the upstream by its recipe, not by the weights its run left: run again
     with --force into other weights (another GPU's draws, other libraries), the finished
     fine-tuning run below it said "finished already", its metrics of the earlier weights, and
-    (smoke) evaluated its adapter on the new base, exit 0. Now both are one line; --force trains
-    it again from the new weights, bit for bit (lr 0)."""
+    (smoke) evaluated its adapter on the new base, or resumed it there, exit 0 (a smoke run's base
+    went unrecorded, as if it were the small model rebuilt alike). Now each is one line; --force
+    trains it again from the new weights, bit for bit (lr 0)."""
     from safetensors.torch import load_file, save_file
 
     import toolkit
@@ -393,12 +394,20 @@ train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
 """)
     runs, flags = tmp_path / "runs", ["--smoke"] * smoke
     assert cli("run", pre, "--runs-dir", runs, *flags)[0] == 0
-    code, _, err = cli("run", fine, "--runs-dir", runs, *flags)
-    assert code == 0, err
-    (pre_model,), (fine_run,) = (runs / "pre").glob("*/model"), (runs / "fine").glob("*")
+    (pre_model,) = (runs / "pre").glob("*/model")
     weights = load_file(pre_model / "model.safetensors")
     query = "bert.encoder.layer.0.attention.self.query.weight"
     weights[query] = weights[query] + 1e-3  # what a rerun with other draws leaves in the same folder
+    if smoke:  # a resume goes on on the base it trained on, or not at all (a smoke chain's was unchecked)
+        assert cli("run", fine, "--runs-dir", runs, *flags, "train.max_steps=2", "--stop-after", 1)[0] == 0
+        kept = (pre_model / "model.safetensors").read_bytes()
+        save_file(weights, pre_model / "model.safetensors", metadata={"format": "pt"})
+        code, _, err = cli("run", fine, "--runs-dir", runs, *flags, "train.max_steps=2")
+        assert code == 2 and "model.safetensors changed since this run's checkpoint of step 1" in err, err
+        (pre_model / "model.safetensors").write_bytes(kept)
+    code, _, err = cli("run", fine, "--runs-dir", runs, *flags)
+    assert code == 0, err
+    (fine_run,) = [r for r in (runs / "fine").iterdir() if (r / "metrics.json").is_file()]  # not the stopped one
     save_file(weights, pre_model / "model.safetensors", metadata={"format": "pt"})
     if smoke:
         with pytest.raises(UserError, match="model.safetensors changed since the run finished"):

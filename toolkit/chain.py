@@ -83,6 +83,13 @@ def resolve(plan: RunPlan, root: Path) -> None:
 MODEL_FILES = runs.BASE_WEIGHTS + runs.BASE_READ + ("attention.json",)
 
 
+def rebuilt_base(recipe: Recipe) -> bool:
+    """Whether a run's base is built again alike from its recipe, so that no record of its files
+    is kept: a smoke run's small random model. A chained smoke run's base is its upstream smoke
+    run's model/, which a rerun with --force may leave other (recorded like any base folder)."""
+    return recipe.smoke and not isinstance(recipe.model.checkpoint, dict)
+
+
 def record(folder: str) -> dict | None:
     """The upstream model/ files a chained run started from, as runs.base_record gives them."""
     return runs.base_record(folder, MODEL_FILES)

@@ -99,8 +99,7 @@ def result_base(recipe: Recipe, setup: Any, out: Path) -> dict | None:
     tokenizer too for an in-context run (its model is the base itself). A changed base would
     score and predict as another model under this run's name (a Hub id: its cached snapshot,
     which a later download moves); None where model/ is whole."""
-    chained = isinstance(recipe.model.checkpoint, dict)  # on the upstream run's model/, smoke or not
-    if recipe.smoke and not chained or recipe.method.trains and not saved_on_base(out / "model"):
+    if chain.rebuilt_base(recipe) or recipe.method.trains and not saved_on_base(out / "model"):
         return None  # a smoke run's base is the small model built again alike from its seed
     patterns = runs.BASE_WEIGHTS + (("config.json",) if recipe.method.trains else runs.BASE_READ)
     return runs.base_record(setup.source, patterns)
