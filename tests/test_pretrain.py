@@ -424,6 +424,39 @@ train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
     assert cli("run", fine, "--runs-dir", runs, *flags)[0] == 0  # finished, on the weights there now
 
 
+def test_a_chain_warm_starts_an_encoder_decoder_from_the_pretrained_body(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """Continued MLM pretraining, then MiniLM2MiniLM-style summarization from its result
+    (`model.warm_start: encoder-decoder` on a `{run: ...}` checkpoint) was refused: the family was
+    taken with the warm start of the recipe at the bottom of the chain, not this one's ("no
+    seq2seq-lm head for bert"). Now it runs, encoder and decoder starting from the pretrained
+    weights bit for bit (lr 0), the cross-attention alone new, and `eval` scores it the same."""
+    from safetensors.torch import load_file
+
+    import toolkit
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm")
+    pre.write_text(pre.read_text().replace("max_steps: 8", "max_steps: 2"))
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}, warm_start: encoder-decoder}}
+task: {{name: summarization, subset: samsum, max_length: 32, max_target_length: 8, max_train_samples: 4,
+        max_eval_samples: 2}}
+method: {{name: full}}
+train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
+""")
+    runs = tmp_path / "runs"
+    assert cli("validate", fine)[0] == 0
+    assert cli("run", pre, "--runs-dir", runs)[0] == 0
+    code, _, err = cli("run", fine, "--runs-dir", runs)
+    assert code == 0, err
+    (pre_model,), (fine_run,) = (runs / "pre").glob("*/model"), (runs / "fine").glob("*")
+    up, down = load_file(pre_model / "model.safetensors"), load_file(fine_run / "model" / "model.safetensors")
+    for side in ("encoder.", "decoder."):
+        mine = {k.removeprefix(side): v for k, v in down.items() if k.startswith(side)}
+        loaded = {k: v for k, v in mine.items() if "crossattention" not in k}
+        theirs = {k: up[k if k in up else "bert." + k] for k in loaded}
+        assert len(loaded) > 30 and all(torch.equal(v, theirs[k]) for k, v in loaded.items()), side
+    assert toolkit.evaluate(fine_run)["eval"] == pytest.approx(json.loads((fine_run / "metrics.json").read_text())["eval"])
+
+
 # --- loading a body under a new head ---------------------------------------------------------
 def test_only_heads_may_be_reinitialised(tmp_path: Path, tiny_checkpoint) -> None:
     import shutil
