@@ -6,6 +6,9 @@ family is this run's), and resolved when the run starts: the named recipe with i
 hashed into its run folder under the same runs root (`--runs-dir`), which must be finished and
 hold a plain transformers model. Under `--smoke` the named recipe is taken at smoke size too, so
 a chain's smoke run starts from the smoke run of its pretraining (whose small model it is).
+The upstream's model is its weights, tokenizer and attention module: `check` has the recipe name
+that module, and a finished chained run records the upstream files it started from, which
+`check_current` compares before the run is called finished again.
 """
 
 from __future__ import annotations
