@@ -75,6 +75,20 @@ def checkpoint_folder(files: dict[str, str]) -> Callable[[Path], list]:
     return make
 
 
+def cut_weights(tmp: Path) -> list:
+    """A model folder whose model.safetensors was cut short (a copy or a run's save that stopped):
+    an upstream run's model/ named by `{run: ...}` as much as any folder."""
+    import shutil
+
+    from toolkit.models import smoke_checkpoint
+
+    folder = tmp / "ckpt"
+    shutil.copytree(smoke_checkpoint("bert-base-uncased"), folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    return ["run", write_recipe(tmp / "r.yaml", GOOD.replace("bert-base-uncased", str(folder)))]
+
+
 def mismatched_tokenizer(tmp: Path) -> list:
     """A small BERT (30522 embeddings) saved with GPT-2's tokenizer (50257 tokens)."""
     from transformers import AutoTokenizer, BertConfig, BertModel
@@ -204,6 +218,7 @@ CASES: dict[str, tuple[Callable[[Path], list], str]] = {
     "glue unknown label": (glue_dev(b"sentence\tlabel\nok\t7\n"), "dev.tsv:2: label '7' is not one of 0, 1"),
     "checkpoint without weights": (checkpoint_folder({"config.json": json.dumps({"model_type": "bert"})}),
                                    "has no loadable weights"),
+    "checkpoint with cut weights": (cut_weights, "a weights file is damaged (Error while deserializing header"),
     "checkpoint with broken config": (checkpoint_folder({"config.json": "{nope"}), "config.json is not valid JSON"),
     "tokenizer that does not match": (mismatched_tokenizer, "they do not belong together"),
     **{f"tokenizer: {d}": (damaged_tokenizer(d), f"the tokenizer in " if d == "no tokenizer files" else

@@ -319,6 +319,144 @@ method: {{name: full}}
     assert code == 2 and "saved " in err and "own parameters, not a model; " + fix in err
 
 
+@pytest.mark.parametrize("family, task, entry", [("bert", "mlm", "validate"), ("gpt2", "clm", "run"),
+                                                 ("bert", "mlm", "api")])
+def test_a_chain_from_a_run_with_an_attention_module_names_it(tmp_path: Path, cli, tiny_checkpoint, family: str,
+                                                              task: str, entry: str) -> None:
+    """The upstream's model is its weights under its attention module: a fine-tuning recipe that
+    names none ran the body with transformers' default attention, the module's parameters left
+    behind (exit 0). It is refused before anything runs, at every entry point; naming the module
+    (or another attention) runs."""
+    import toolkit
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint(family), task)
+    pre.write_text(pre.read_text().replace("model: {", "model: {attention: {name: additive, dim: 8}, "))
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}}
+method: {{name: lora, r: 4}}
+""")
+    runs = tmp_path / "runs"
+    if entry == "api":
+        with pytest.raises(UserError) as caught:
+            toolkit.run(fine, runs_dir=runs)
+        code, err = 2, str(caught.value)
+    else:
+        code, _, err = cli(entry, fine, *(["--runs-dir", runs] if entry == "run" else []))
+    assert code == 2 and "trained with attention module 'additive'" in err, err
+    assert "set model.attention: {name: additive, cross: true, dim: 8}" in err and not runs.exists()
+    for named in ("model.attention={name: additive, cross: true, dim: 8}", "model.attention=sdpa"):
+        assert cli("validate", fine, named)[0] == 0
+
+
+def test_a_chain_gets_the_upstream_attention_parameters_exactly(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """Naming the upstream's module, the fine-tuning run starts from its trained parameters and
+    body bit for bit (lr 0: what the run saves is what it loaded)."""
+    from safetensors.torch import load_file
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm")
+    pre.write_text(pre.read_text().replace("model: {", "model: {attention: additive, ").replace("max_steps: 8", "max_steps: 2"))
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}, attention: additive}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}}
+method: {{name: full}}
+train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
+""")
+    runs = tmp_path / "runs"
+    assert cli("run", pre, "--runs-dir", runs)[0] == 0
+    code, _, err = cli("run", fine, "--runs-dir", runs)
+    assert code == 0, err
+    (pre_model,), (fine_model,) = (runs / "pre").glob("*/model"), (runs / "fine").glob("*/model")
+    for file in ("attention.safetensors", "model.safetensors"):
+        up, down = load_file(pre_model / file), load_file(fine_model / file)
+        shared = [k for k in down if k in up]
+        assert len(shared) > 6 or file == "attention.safetensors" and len(shared) == len(up) > 0
+        assert all(torch.equal(up[k], down[k]) for k in shared), file
+
+
+@pytest.mark.parametrize("method, smoke", [("{name: full}", False), ("{name: lora, r: 4}", True)])
+def test_a_finished_chained_run_follows_its_upstream_weights(tmp_path: Path, cli, tiny_checkpoint, method: str,
+                                                             smoke: bool) -> None:
+    """The run id names the upstream by its recipe, not by the weights its run left: run again
+    with --force into other weights (another GPU's draws, other libraries), the finished
+    fine-tuning run below it said "finished already", its metrics of the earlier weights, and
+    (smoke) evaluated its adapter on the new base, or resumed it there, exit 0 (a smoke run's base
+    went unrecorded, as if it were the small model rebuilt alike). Now each is one line; --force
+    trains it again from the new weights, bit for bit (lr 0)."""
+    from safetensors.torch import load_file, save_file
+
+    import toolkit
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm")
+    pre.write_text(pre.read_text().replace("max_steps: 8", "max_steps: 2"))
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}}
+method: {method}
+train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
+""")
+    runs, flags = tmp_path / "runs", ["--smoke"] * smoke
+    assert cli("run", pre, "--runs-dir", runs, *flags)[0] == 0
+    (pre_model,) = (runs / "pre").glob("*/model")
+    weights = load_file(pre_model / "model.safetensors")
+    query = "bert.encoder.layer.0.attention.self.query.weight"
+    weights[query] = weights[query] + 1e-3  # what a rerun with other draws leaves in the same folder
+    if smoke:  # a resume goes on on the base it trained on, or not at all (a smoke chain's was unchecked)
+        assert cli("run", fine, "--runs-dir", runs, *flags, "train.max_steps=2", "--stop-after", 1)[0] == 0
+        kept = (pre_model / "model.safetensors").read_bytes()
+        save_file(weights, pre_model / "model.safetensors", metadata={"format": "pt"})
+        code, _, err = cli("run", fine, "--runs-dir", runs, *flags, "train.max_steps=2")
+        assert code == 2 and "model.safetensors changed since this run's checkpoint of step 1" in err, err
+        (pre_model / "model.safetensors").write_bytes(kept)
+    code, _, err = cli("run", fine, "--runs-dir", runs, *flags)
+    assert code == 0, err
+    (fine_run,) = [r for r in (runs / "fine").iterdir() if (r / "metrics.json").is_file()]  # not the stopped one
+    save_file(weights, pre_model / "model.safetensors", metadata={"format": "pt"})
+    if smoke:
+        with pytest.raises(UserError, match="model.safetensors changed since the run finished"):
+            toolkit.evaluate(fine_run)
+        with pytest.raises(UserError) as caught:
+            toolkit.run(fine, runs_dir=runs, smoke=True)
+        code, err = 2, str(caught.value)
+    else:
+        code, _, err = cli("run", fine, "--runs-dir", runs)
+    assert code == 2 and "model.safetensors there changed since" in err and "again with --force" in err, err
+    assert cli("run", fine, "--runs-dir", runs, *flags, "--force")[0] == 0
+    if not smoke:  # the new weights are where it started
+        assert torch.equal(load_file(fine_run / "model" / "model.safetensors")[query], weights[query])
+    assert cli("run", fine, "--runs-dir", runs, *flags)[0] == 0  # finished, on the weights there now
+
+
+def test_a_chain_warm_starts_an_encoder_decoder_from_the_pretrained_body(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """Continued MLM pretraining, then MiniLM2MiniLM-style summarization from its result
+    (`model.warm_start: encoder-decoder` on a `{run: ...}` checkpoint) was refused: the family was
+    taken with the warm start of the recipe at the bottom of the chain, not this one's ("no
+    seq2seq-lm head for bert"). Now it runs, encoder and decoder starting from the pretrained
+    weights bit for bit (lr 0), the cross-attention alone new, and `eval` scores it the same."""
+    from safetensors.torch import load_file
+
+    import toolkit
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm")
+    pre.write_text(pre.read_text().replace("max_steps: 8", "max_steps: 2"))
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}, warm_start: encoder-decoder}}
+task: {{name: summarization, subset: samsum, max_length: 32, max_target_length: 8, max_train_samples: 4,
+        max_eval_samples: 2}}
+method: {{name: full}}
+train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
+""")
+    runs = tmp_path / "runs"
+    assert cli("validate", fine)[0] == 0
+    assert cli("run", pre, "--runs-dir", runs)[0] == 0
+    code, _, err = cli("run", fine, "--runs-dir", runs)
+    assert code == 0, err
+    (pre_model,), (fine_run,) = (runs / "pre").glob("*/model"), (runs / "fine").glob("*")
+    up, down = load_file(pre_model / "model.safetensors"), load_file(fine_run / "model" / "model.safetensors")
+    for side in ("encoder.", "decoder."):
+        mine = {k.removeprefix(side): v for k, v in down.items() if k.startswith(side)}
+        loaded = {k: v for k, v in mine.items() if "crossattention" not in k}
+        theirs = {k: up[k if k in up else "bert." + k] for k in loaded}
+        assert len(loaded) > 30 and all(torch.equal(v, theirs[k]) for k, v in loaded.items()), side
+    assert toolkit.evaluate(fine_run)["eval"] == pytest.approx(json.loads((fine_run / "metrics.json").read_text())["eval"])
+
+
 # --- loading a body under a new head ---------------------------------------------------------
 def test_only_heads_may_be_reinitialised(tmp_path: Path, tiny_checkpoint) -> None:
     import shutil

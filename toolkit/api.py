@@ -370,6 +370,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     if plan.recipe.smoke:
         _smoke_upstream(plan, root)
     chain.resolve(plan, root)  # model.checkpoint: {run: ...}
+    chain.check_current(plan.upstream if force else plan, root)  # each finished run on its upstream as it is
     out = runs.run_dir(plan.recipe, root)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if _finished_already(out, force, rank0):

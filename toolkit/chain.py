@@ -6,15 +6,19 @@ family is this run's), and resolved when the run starts: the named recipe with i
 hashed into its run folder under the same runs root (`--runs-dir`), which must be finished and
 hold a plain transformers model. Under `--smoke` the named recipe is taken at smoke size too, so
 a chain's smoke run starts from the smoke run of its pretraining (whose small model it is).
+The upstream's model is its weights, tokenizer and attention module: `check` has the recipe name
+that module, and a finished chained run records the upstream files it started from, which
+`check_current` compares before the run is called finished again.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from toolkit import runs
 from toolkit.errors import UserError
-from toolkit.recipe_data import RunPlan
+from toolkit.recipe_data import Recipe, RunPlan
 
 KEYS = ("run", "overrides")
 
@@ -28,6 +32,29 @@ def recipe_file(run: str, origin: Path | None) -> Path:
         if parent.name == "recipes" and (parent.parent / path).is_file():
             return parent.parent / path
     return path
+
+
+def check(recipe: Recipe, upstream: Recipe) -> None:
+    """The model a `{run: ...}` checkpoint names is its weights with the attention module they were
+    trained under (its settings and parameters, saved beside them): a fine-tuning recipe that says
+    no `model.attention` ran the pretrained body with transformers' default attention and left
+    the module's parameters behind, exit 0. It names the module (its parameters come with it) or,
+    to leave it, another attention."""
+    theirs = upstream.model.attention
+    if recipe.model.attention is not None or isinstance(theirs, (str, type(None))):
+        return  # no toolkit module upstream (a transformers name changes no weight), or one asked for here
+    ref = recipe.model.checkpoint
+    keep = ("a warm-started encoder-decoder cannot keep it: chain from a run without it" if recipe.model.warm_start
+            else f"set model.attention: {_settings(theirs)} to go on with it (its parameters come with it), or "
+            "name the attention to use instead (model.attention: sdpa drops it)")
+    raise UserError(f"model.attention: the run model.checkpoint names ({ref['run']}) was trained with attention "
+                    f"module '{theirs.name}', which this recipe would leave out; {keep}")
+
+
+def _settings(attention: object) -> str:
+    """A module's settings as a recipe writes them: `{name: additive, ...}`."""
+    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in attention.to_dict().items() if k != "name")
+    return f"{{name: {attention.name}{', ' + fields if fields else ''}}}"
 
 
 def resolve(plan: RunPlan, root: Path) -> None:
@@ -52,6 +79,45 @@ def resolve(plan: RunPlan, root: Path) -> None:
         raise UserError(f"model.checkpoint: run {ref['run']} saved {method.name}'s own parameters, not a "
                         f"model; {fix}")
     plan.checkpoint_path = str(model)
+
+
+# what a chained run records of the upstream model/ it started from (metrics.json `base_run_files`):
+# the weights (the attention module's too), config and tokenizer
+MODEL_FILES = runs.BASE_WEIGHTS + runs.BASE_READ + ("attention.json",)
+
+
+def rebuilt_base(recipe: Recipe) -> bool:
+    """Whether a run's base is built again alike from its recipe, so that no record of its files
+    is kept: a smoke run's small random model. A chained smoke run's base is its upstream smoke
+    run's model/, which a rerun with --force may leave other (recorded like any base folder)."""
+    return recipe.smoke and not isinstance(recipe.model.checkpoint, dict)
+
+
+def record(folder: str) -> dict | None:
+    """The upstream model/ files a chained run started from, as runs.base_record gives them."""
+    return runs.base_record(folder, MODEL_FILES)
+
+
+def check_current(plan: RunPlan | None, root: Path) -> None:
+    """A finished chained run (and every finished run under it in the chain) started from its
+    upstream's model/ as that is now. The run id names the upstream by its recipe, data and
+    processes, not by the weights its run left: an upstream run again with --force (another GPU
+    draw, other library versions) left other weights under the same folder, and the finished
+    fine-tuning run below it still said "finished already", its metrics of the earlier weights,
+    exit 0. Recorded in metrics.json (`base_run_files`); a run that recorded none is not checked."""
+    what = "this recipe"
+    while plan is not None and plan.upstream is not None:
+        out, ref = runs.run_dir(plan.recipe, root), plan.recipe.model.checkpoint
+        if runs.is_finished(out):
+            saved = runs.read_json(out / "metrics.json").get("base_run_files")
+            model = runs.run_dir(plan.upstream.recipe, root) / "model"
+            changed = runs.base_changed(saved, str(model)) if saved else None
+            if changed is not None:
+                raise UserError(f"{out}: this finished run started from {model} as it was then, and "
+                                f"{changed.name} there changed since (the run {ref['run']} was run again): its "
+                                f"result is of the earlier weights; run {what} again with --force, or put that "
+                                "model back")
+        plan, what = plan.upstream, ref["run"]
 
 
 def source(plan: RunPlan) -> str:

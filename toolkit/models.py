@@ -696,6 +696,9 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         raise UserError(f"model.checkpoint: {checkpoint} has no loadable weights "
                         f"({' '.join(str(exc).split())[:160]})") from None
     except Exception as exc:
+        if type(exc).__name__ == "SafetensorError":  # a cut or overwritten file: a traceback was all it said
+            raise UserError(f"model.checkpoint: {checkpoint}: a weights file is damaged ({str(exc).splitlines()[0]}); "
+                            "copy it again whole, or run again with --force the run that saved it") from None
         if type(exc).__name__ == "UnpicklingError":  # torch's weights-only loader refused the file
             raise UserError(f"model.checkpoint: {_weights_file(path)}: torch refuses to load it (it holds "
                             "Python objects besides tensors; torch reads weights only); save the model as "

@@ -73,6 +73,7 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
     checked = RunPlan(recipe)
     if isinstance(recipe.model.checkpoint, dict):
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
+        chain.check(recipe, checked.upstream.recipe)
         recipe.upstream_id = runs.run_id(checked.upstream.recipe)
     check(recipe, checked.base)
     return checked
@@ -137,7 +138,8 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
                         "attention; remove model.attention or model.warm_start")
     if isinstance(base.model.checkpoint, str):  # a local folder the tokenizer is loaded from
         runs.check_utf8(base.model.checkpoint, "model.checkpoint")
-    family = models.recipe_family(base.model.checkpoint, base.model.warm_start)
+    # the model this recipe builds: a chained recipe may warm-start an encoder-decoder from its base's body
+    family = models.recipe_family(base.model.checkpoint, recipe.model.warm_start or base.model.warm_start)
     models.check_attention(recipe.model.attention, family)
     if isinstance(recipe.model.attention, attention.Attention):
         reason = recipe.model.attention.incompatible_method(recipe.method)

@@ -14,7 +14,7 @@ import torch
 import transformers
 from accelerate import Accelerator
 
-from toolkit import devices, provenance, runs
+from toolkit import chain, devices, provenance, runs
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.checkpoints import State, record
 from toolkit.recipe_data import Recipe
@@ -46,6 +46,8 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # a chained run's base (model.checkpoint: {run: ...}): the run folder it started from,
         # relative to the runs root, so eval/predict/export load that base without the recipe files
         "base_run": base_run(recipe, setup, out),
+        # and its files (weights, config, tokenizer) as this run started from them (chain.check_current)
+        "base_run_files": chain.record(setup.source) if isinstance(recipe.model.checkpoint, dict) else None,
         # a local base folder's files that eval/predict/export load model/ onto (result_base)
         "base_files": result_base(recipe, setup, out),
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
@@ -97,7 +99,7 @@ def result_base(recipe: Recipe, setup: Any, out: Path) -> dict | None:
     tokenizer too for an in-context run (its model is the base itself). A changed base would
     score and predict as another model under this run's name (a Hub id: its cached snapshot,
     which a later download moves); None where model/ is whole."""
-    if recipe.smoke or recipe.method.trains and not saved_on_base(out / "model"):
+    if chain.rebuilt_base(recipe) or recipe.method.trains and not saved_on_base(out / "model"):
         return None  # a smoke run's base is the small model built again alike from its seed
     patterns = runs.BASE_WEIGHTS + (("config.json",) if recipe.method.trains else runs.BASE_READ)
     return runs.base_record(setup.source, patterns)

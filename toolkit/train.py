@@ -25,7 +25,7 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from toolkit import (attention, checkpoints, compiling, dropout, evaluation, models, optimizer_step, precision,
+from toolkit import (attention, chain, checkpoints, compiling, dropout, evaluation, models, optimizer_step, precision,
                      run_metrics, runs, sharding, tracking)
 from toolkit.batching import EpochBatches, LengthOrder, eval_batch_size, eval_loaders, pad_inputs, train_loaders
 from toolkit.checkpoints import MethodState, State
@@ -221,7 +221,8 @@ class Loop:
             self.restore()
         if self.state.step == 0:  # what a killed attempt wrote before its first checkpoint is not this run's
             checkpoints.start(self.acc, self.out)
-            self.state.base = None if self.recipe.smoke else checkpoints.base_files(self.setup.source, self.unwrapped)
+            self.state.base = (None if chain.rebuilt_base(self.recipe)
+                               else checkpoints.base_files(self.setup.source, self.unwrapped))
         else:  # a lean checkpoint resumes on the base it trained on, or not at all
             checkpoints.check_base(self.state.base, self.setup.source, self.state.step)
         checkpoints.clear_partial(self.acc, self.out)
