@@ -221,8 +221,8 @@ CASES: dict[str, tuple[Callable[[Path], list], str]] = {
     "checkpoint with cut weights": (cut_weights, "a weights file is damaged (Error while deserializing header"),
     "checkpoint with broken config": (checkpoint_folder({"config.json": "{nope"}), "config.json is not valid JSON"),
     "tokenizer that does not match": (mismatched_tokenizer, "they do not belong together"),
-    **{f"tokenizer: {d}": (damaged_tokenizer(d), f"the tokenizer in " if d == "no tokenizer files" else
-                           f"model.checkpoint: no usable tokenizer in ") for d in TOKENIZER_DAMAGE},
+    **{f"tokenizer: {d}": (damaged_tokenizer(d), "the tokenizer in " if d == "no tokenizer files" else
+                           "model.checkpoint: no usable tokenizer in ") for d in TOKENIZER_DAMAGE},
     "runs dir is a file": (runs_dir_is_a_file, "--runs-dir: "),
     "corrupt metrics.json": (corrupt_metrics, "unreadable metrics.json"),
     "attention ignored by a warm start": (override("model.checkpoint=sentence-transformers/all-MiniLM-L6-v2",
