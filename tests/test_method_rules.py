@@ -427,6 +427,7 @@ def test_a_warm_started_encoder_decoder_has_no_unread_pooler(tmp_path):
     with_pooler.save_pretrained(tmp_path)
     torch.manual_seed(0)
     warm, tok = models.load(base, "seq2seq-lm", {}, warm_start=COMPOSITE)
+    tok.save_pretrained(tmp_path)  # a saved model with its tokenizer (without it: refused, no vocabulary)
     reloaded, _ = models.load(str(tmp_path), "seq2seq-lm", {})
     for model in (warm, reloaded):
         assert model.encoder.pooler is None and not any(".pooler." in n for n, _ in model.named_parameters())
