@@ -178,3 +178,40 @@ train: {{epochs: 2, lr: 1.0e-3, batch_size: 8}}
     assert metrics["metric_declarations"]["loss"] == {"higher_is_better": False, "scale": 1.0}
     clf = pipeline("text-classification", model=str(metrics_file.parent / "model"))
     assert clf("a great movie")[0]["label"] in {"neg", "pos"}
+
+
+SPELLED = ["1", "1.0", "0", "00", "+1", "0"]  # two numbers, each written more than one way
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "json"])  # JSON: the labels as strings, as written
+def test_a_number_written_two_ways_is_two_classes_and_said(tmp_path: Path, fmt: str) -> None:
+    """CSV cells and JSON strings are label names as written, so `1`, `1.0` and `+1` are three
+    classes: that was silent (a run trained 5 classes for 2, exit 0); it is now said, naming them,
+    as labels that differ only in case are."""
+    rows = [(f"text {i}", SPELLED[i % 6]) for i in range(12)]
+    train = write(tmp_path / f"train.{fmt}", rows, fmt)
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert task.label_names == ["+1", "0", "00", "1", "1.0"]  # as written: 5 classes
+    assert list(task.notices().values()) == [
+        f"{train}: 2 group(s) of labels differ only in case, spaces or how a number is written "
+        "('+1' / '1' / '1.0'; '0' / '00'); each is its own class: write them alike if they are one"]
+    # trained on one way of writing them, an eval file's other way is refused, not mapped to a class
+    one_way = write(tmp_path / f"t.{fmt}", [(f"text {i}", str(i % 2)) for i in range(4)], fmt)
+    with pytest.raises(UserError, match=r"label '1\.0' is not one of 0, 1$"):
+        TextClassification(train_file=str(one_way), eval_file=str(train)).load()
+
+
+def test_a_number_written_two_ways_is_said_by_a_run(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    rows = [(f"text {i}", SPELLED[i % 6]) for i in range(12)]
+    train = write(tmp_path / "train.csv", rows, "csv")
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+task: {{name: text_classification, train_file: {train}, eval_file: {train}}}
+method: {{name: full}}
+train: {{epochs: 1, batch_size: 12}}
+""")
+    code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    assert "differ only in case, spaces or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
+    (config,) = (tmp_path / "runs").rglob("model/config.json")
+    assert json.loads(config.read_text())["id2label"] == {"0": "+1", "1": "0", "2": "00", "3": "1", "4": "1.0"}

@@ -195,15 +195,18 @@ class TextClassification(Classification):
         return sorted(values, key=lambda v: (int(v) if numeric else 0, v))
 
     def _note_case(self, values: set[str], path: str) -> None:
-        """Labels that differ only in case (or spaces at an end) are separate classes: said once."""
-        groups: dict[str, list[str]] = {}
+        """Labels that differ only in case, spaces at an end or how a number is written (`1`,
+        `1.0`, `01`, `+1`: CSV cells and JSON strings are names as written) are separate
+        classes: said once, naming them."""
+        groups: dict[Any, list[str]] = {}
         for value in values:
-            groups.setdefault(value.strip().casefold(), []).append(value)
+            groups.setdefault(_alike_key(value), []).append(value)
         alike = sorted(sorted(g) for g in groups.values() if len(g) > 1)
         if alike:
             shown = "; ".join(" / ".join(repr(v) for v in g) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
-            self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case or spaces "
-                                    f"({shown}); each is its own class: write them alike if they are one")
+            self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case, spaces or "
+                                    f"how a number is written ({shown}); each is its own class: write them "
+                                    "alike if they are one")
 
     def _normalise(self, ds: Any, path: str, fmt: str) -> Any:
         """Text columns kept; the label column becomes `label` (an id, or a float)."""
@@ -326,6 +329,13 @@ def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: st
     hint = "" if label_column in columns else f" and task.label_column (no '{label_column}' column)"
     raise UserError(f"{where}: cannot tell which columns hold the text ({_fields.quoted(rest)}); set "
                     f"task.text_columns, e.g. task.text_columns=[{rest[0]}]{hint}")
+
+
+def _alike_key(value: str) -> Any:
+    """What two label names that read as one share: a number's value (`1`, `1.0`, `01`, ` +1`
+    are 1.0), else the text without case or spaces at its ends."""
+    text = value.strip()
+    return ("number", float(text)) if DECIMAL.fullmatch(text) else ("text", text.casefold())
 
 
 def _is_int(text: str) -> bool:
