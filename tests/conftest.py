@@ -62,6 +62,20 @@ def cli(capsys: pytest.CaptureFixture):
     return call
 
 
+def with_nan_weights(load):
+    """`load` (inference.load_model) giving a model whose float weights are all NaN: a run that
+    diverged, for the tests that every prediction path refuses non-finite outputs."""
+    def broken(*args, **kwargs):
+        import torch
+
+        model, tok = load(*args, **kwargs)
+        with torch.no_grad():
+            for param in (p for p in model.parameters() if p.is_floating_point()):
+                param.fill_(float("nan"))
+        return model, tok
+    return broken
+
+
 def write_recipe(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

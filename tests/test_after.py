@@ -116,14 +116,9 @@ def test_glue_test_submission_files(tmp_path: Path, cli, monkeypatch, subset: st
     # "nan") with exit 0; now one line, exit 2, and nothing written (as `toolkit predict`)
     from toolkit import inference
 
-    load = inference.load_model
+    from conftest import with_nan_weights
 
-    def broken(*args, **kwargs):
-        model, tok = load(*args, **kwargs)
-        with torch.no_grad():
-            for param in (p for p in model.parameters() if p.is_floating_point()):
-                param.fill_(float("nan"))
-        return model, tok
+    broken = with_nan_weights(inference.load_model)
 
     (tmp_path / "a-file").write_text("")  # a file is no folder: refused before the model loads
     monkeypatch.setattr(inference, "load_model", None)

@@ -89,36 +89,12 @@ def cut_weights(tmp: Path) -> list:
     return ["run", write_recipe(tmp / "r.yaml", GOOD.replace("bert-base-uncased", str(folder)))]
 
 
-def mismatched_tokenizer(tmp: Path) -> list:
-    """A small BERT (30522 embeddings) saved with GPT-2's tokenizer (50257 tokens)."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from toolkit.models import tokenizer_dir
-
-    from transformers.utils import logging as hf_logging
-
-    folder = tmp / "mixed"
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # the save's own bar is not the command's output this test reads
-    try:
-        BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                             intermediate_size=32)).save_pretrained(folder)
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-    AutoTokenizer.from_pretrained(tokenizer_dir() / "gpt2").save_pretrained(folder)
-    return ["run", write_recipe(tmp / "r.yaml", GOOD.replace("bert-base-uncased", str(folder)))]
-
-
-def _tokenizer_folder(tmp: Path, damage: str) -> Path:
-    """A small BERT saved with BERT's real tokenizer, its tokenizer files then damaged."""
+def _save_small_bert(folder: Path) -> None:
+    """A one-layer BERT's weights and config into `folder`, with transformers' progress bar off:
+    the save's own bar is not the command's output these tests read."""
     from transformers import BertConfig, BertModel
     from transformers.utils import logging as hf_logging
 
-    from toolkit.models import tokenizer_dir
-
-    folder = tmp / f"tok-{damage}"
-    shutil.copytree(tokenizer_dir() / "bert-base-uncased", folder)
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -127,6 +103,27 @@ def _tokenizer_folder(tmp: Path, damage: str) -> Path:
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+
+
+def mismatched_tokenizer(tmp: Path) -> list:
+    """A small BERT (30522 embeddings) saved with GPT-2's tokenizer (50257 tokens)."""
+    from transformers import AutoTokenizer
+
+    from toolkit.models import tokenizer_dir
+
+    folder = tmp / "mixed"
+    _save_small_bert(folder)
+    AutoTokenizer.from_pretrained(tokenizer_dir() / "gpt2").save_pretrained(folder)
+    return ["run", write_recipe(tmp / "r.yaml", GOOD.replace("bert-base-uncased", str(folder)))]
+
+
+def _tokenizer_folder(tmp: Path, damage: str) -> Path:
+    """A small BERT saved with BERT's real tokenizer, its tokenizer files then damaged."""
+    from toolkit.models import tokenizer_dir
+
+    folder = tmp / f"tok-{damage}"
+    shutil.copytree(tokenizer_dir() / "bert-base-uncased", folder)
+    _save_small_bert(folder)
     config = folder / "tokenizer_config.json"
     if damage == "no tokenizer files":  # the model saved alone: transformers builds an empty tokenizer
         for file in folder.iterdir():

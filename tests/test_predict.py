@@ -192,16 +192,9 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, task: 
             assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
 
     # a model whose outputs are not finite predicts nothing: one line, and no --output file
-    def broken(*args, **kwargs):
-        import torch
+    from conftest import with_nan_weights
 
-        model, tok = load(*args, **kwargs)
-        with torch.no_grad():
-            for param in (p for p in model.parameters() if p.is_floating_point()):
-                param.fill_(float("nan"))
-        return model, tok
-
-    load = inference.load_model
+    broken = with_nan_weights(inference.load_model)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(inference, "load_model", loaded_once(broken))  # the API's and the CLI's: one load
         with pytest.raises(toolkit.UserError, match=r"^the model's outputs are not finite \(its \w*logits\)"):
