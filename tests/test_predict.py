@@ -395,3 +395,81 @@ def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path,
     assert inference.predict_run(tmp_path, "-", str(out)) == 1
     assert json.loads(out.read_text()) == rows[0]
     assert sorted(p.name for p in tmp_path.glob("*.tmp")) == sorted([running.name, other.name])
+
+
+# One example per case, the fields a task reads (NER: words; a pair task: two texts), and what
+# reading it gives: the row itself, or the refusal said after the place it was found.
+SAME_EXAMPLE = {
+    "ner text beside words": (["tokens"], [{"tokens": "EU rejects"}, {"tokens": ["Peter", "Blackburn"]}], None),
+    "ner words": (["tokens"], [{"tokens": ["EU", "rejects"]}], None),
+    "ner text": (["tokens"], [{"tokens": "EU rejects German call"}, {"tokens": "Peter"}], None),
+    "ner null word": (["tokens"], [{"tokens": ["Peter", None]}], "'tokens' word 2 (None) is null"),
+    "ner blank word": (["tokens"], [{"tokens": ["Peter", "\u200b"]}], "'tokens' word 2 ('\\u200b') is blank"),
+    "ner number word": (["tokens"], [{"tokens": ["Peter", 5]}], "'tokens' word 2 (5) is a number"),
+    "ner no words": (["tokens"], [{"tokens": []}], "field 'tokens' is a list ([]); expected text or a list of words"),
+    "ner null": (["tokens"], [{"tokens": ["EU"]}, {"tokens": None}], "field 'tokens' is null; expected text or"),
+    "single text": (["sentence"], [{"sentence": "a fine film"}, {"sentence": "dull"}], None),
+    "pair": (["sentence1", "sentence2"], [{"sentence1": "A man sleeps.", "sentence2": "A person, resting."}], None),
+}
+
+
+def _written_as(fmt: str, names: list[str], rows: list[dict], tmp_path: Path, monkeypatch) -> str:
+    """`rows` written in `fmt`: the source read_inputs gets."""
+    import csv
+    import io
+    import sys
+
+    if fmt in ("csv", "tsv"):
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, names, delimiter="," if fmt == "csv" else "\t", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buffer.getvalue()
+    elif fmt == "txt":
+        text = "".join(r[names[0]] + "\n" for r in rows)
+    elif fmt == "json":
+        text = json.dumps(rows)
+    else:  # jsonl, on standard input too
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    if fmt == "stdin":
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        return "-"
+    path = tmp_path / f"in.{fmt}"
+    path.write_text(text)
+    return str(path)
+
+
+def _holds(fmt: str, names: list[str], rows: list[dict]) -> bool:
+    """Whether `fmt` can hold the rows: CSV and TSV texts only, plain text one text a line."""
+    texts = all(isinstance(r[n], str) for r in rows for n in names)
+    return fmt not in ("csv", "tsv", "txt") or texts and (fmt != "txt" or len(names) == 1)
+
+
+@pytest.mark.parametrize("case, fmt", [(c, f) for c in SAME_EXAMPLE for f in ["csv", "tsv", "jsonl", "json", "txt", "stdin", "api"]
+                                       if _holds(f, *SAME_EXAMPLE[c][:2])])
+def test_the_same_example_in_every_input_format_reads_alike_or_is_refused_alike(tmp_path: Path, monkeypatch,
+                                                                                 case: str, fmt: str) -> None:
+    """CSV, TSV, JSONL, a JSON list, plain text, standard input and the Python API give the same
+    rows for the same example, or refuse it with the same words after its place. A .jsonl file
+    read words apart from standard input: text beside word lists in one file was refused as 'a
+    list, expected text' (NER reads lists), a null word was predicted as the word 'None' (exit 0),
+    and a blank word or an empty list was said in other words from a file than from standard input."""
+    from toolkit.inference import _as_row, read_inputs
+
+    names, rows, refused = SAME_EXAMPLE[case]
+    lists = ("tokens",)
+    if fmt == "api":
+        def read() -> list[dict]:
+            return [_as_row(i, r, names, lists) for i, r in enumerate(rows)]
+    else:
+        source = _written_as(fmt, names, rows, tmp_path, monkeypatch)
+
+        def read() -> list[dict]:
+            return read_inputs(source, names, lists)
+    if refused is None:
+        assert [{n: r[n] for n in names} for r in read()] == rows
+        return
+    with pytest.raises(UserError) as caught:
+        read()
+    assert refused in str(caught.value), str(caught.value)
+    assert "\n" not in str(caught.value)

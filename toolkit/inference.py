@@ -245,7 +245,7 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = ()) ->
         raise UserError(f"--input: this task reads {len(columns)} fields ({', '.join(columns)}); "
                         "give JSONL or CSV with those fields")
     for i, row in enumerate(rows, start=1):
-        missing = [c for c in columns if not isinstance(row, dict) or row.get(c) is None]
+        missing = [c for c in columns if not isinstance(row, dict) or c not in row]  # null: _check_fields
         if missing:
             raise UserError(f"{name}: example {i} lacks field '{missing[0]}' (the task reads: "
                             f"{', '.join(columns)})")
@@ -258,8 +258,15 @@ def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: 
     list of words), as training's readers require: 5 or None would be predicted as "5", "None"."""
     for c in columns:
         value = row[c]
-        words = c in lists and isinstance(value, list) and bool(value) and all(isinstance(w, str) and not readers.blank(w) for w in value)
-        if not words and not (isinstance(value, str) and not readers.blank(value)):
+        if c in lists and isinstance(value, list) and value:  # words: each one text that shows
+            bad = next((j for j, w in enumerate(value) if not isinstance(w, str) or readers.blank(w)), None)
+            if bad is not None:
+                word = value[bad]
+                shown = "blank" if isinstance(word, str) else "null" if word is None else readers.json_type(word)
+                raise UserError(f"{where}: '{c}' word {bad + 1} ({word!r:.40}) is {shown}; every word needs "
+                                "to be text with a visible character")
+            continue
+        if not (isinstance(value, str) and not readers.blank(value)):
             shown = ("blank text" if isinstance(value, str) else "null" if value is None
                      else f"{readers.json_type(value)} ({json.dumps(value, default=str)[:40]})")
             raise UserError(f"{where}: field '{c}' is {shown}; expected text"
@@ -275,21 +282,16 @@ def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...]) -> 
         raise UserError(f"{path}: field '{missing[0]}' is missing (it has: {', '.join(ds.column_names)}); "
                         f"this task reads {', '.join(columns)}")
     for column in columns:
-        if column in lists and _word_lists(ds, column):
-            continue
-        readers.check_text(ds, column, path, fmt, what=f"field '{column}'")
-    return ds.to_list()
-
-
-def _word_lists(ds: Any, column: str) -> bool:
-    """Whether every value of `column` is a list of words (texts), none missing."""
-    import pyarrow as pa
-
-    column_type = ds.data.schema.field(column).type
-    if not (pa.types.is_list(column_type) or pa.types.is_large_list(column_type)):
-        return False
-    item = column_type.value_type
-    return (pa.types.is_string(item) or pa.types.is_large_string(item)) and ds.data.column(column).null_count == 0
+        if column not in lists:
+            readers.check_text(ds, column, path, fmt, what=f"field '{column}'")
+    rows = ds.to_list()
+    words = [c for c in columns if c in lists]
+    for i, row in enumerate(rows if words else []):  # a field of words: each row checked as standard
+        try:  # input's and the API's are (a null or blank word, a null row, a text beside lists)
+            _check_fields(row, words, lists, "")
+        except UserError as exc:
+            raise UserError(f"{readers.where(path, fmt, i)}{exc}") from None
+    return rows
 
 
 def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]:
@@ -313,7 +315,8 @@ def _as_row(i: int, item: Any, names: list[str], lists: tuple[str, ...]) -> dict
             raise UserError(f"predict: input {i} has no '{missing[0]}' ({expected})")
         _check_fields(item, names, lists, f"predict: input {i}")
         return item
-    if len(names) == 1 and names[0] in lists and isinstance(item, list) and all(isinstance(w, str) for w in item):
+    if len(names) == 1 and names[0] in lists and isinstance(item, list):  # words, checked as a file's are
+        _check_fields({names[0]: item}, names, lists, f"predict: input {i}")
         return {names[0]: item}
     parts = [item] if isinstance(item, str) else list(item) if isinstance(item, (tuple, list)) else [item]
     if len(parts) != len(names) or not all(isinstance(p, str) for p in parts):
