@@ -45,6 +45,8 @@ def test_every_methods_export_loads_as_its_line_says_and_predicts_as_the_run(tmp
     run = toolkit.run("demo/sst2/minilm-lora", [*SHORT, f"method={{name: {method}{SETTINGS.get(method, '')}}}"],
                       runs_dir=tmp_path / "runs", smoke=True)
     want = [r["probabilities"] for r in toolkit.predict(run, TEXTS)]
+    from toolkit import recipe as recipes  # what a chain is told at validate is what was saved
+    assert recipes.load(run.dir / "recipe.yaml", []).method.saves_model() == (run.dir / "model" / "config.json").is_file()
     exported = 0
     for merge in (False, True):
         out = tmp_path / f"out-{merge}"

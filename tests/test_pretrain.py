@@ -304,19 +304,23 @@ train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
 @pytest.mark.parametrize("method, fix", [
     ("{name: lora, r: 4, target_modules: [query, value]}", "set method.merge: true in that recipe"),
     ("{name: ia3}", "ia3 has no method.merge: chain from"),
+    ("{name: adapters}", "adapters has no method.merge: chain from"),
 ])
 def test_chaining_from_a_run_that_saved_no_model_names_what_would(tmp_path: Path, cli, tiny_checkpoint,
                                                                    method: str, fix: str) -> None:
-    """The advice fits the upstream method: only a method with `merge` can be told to merge."""
+    """The advice fits the upstream method: only a method with `merge` can be told to merge. Said
+    at validate and at run before the upstream trains (`Method.saves_model`): it was said only
+    when the chained run started, after the whole pretraining run had run for nothing."""
     pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm", method)
     fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}}}
 task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}}
 method: {{name: full}}
 """)
     runs = tmp_path / "runs"
-    assert cli("run", pre, "--runs-dir", runs)[0] == 0
-    code, _, err = cli("run", fine, "--runs-dir", runs)
-    assert code == 2 and "saved " in err and "own parameters, not a model; " + fix in err
+    for command in (["validate", fine], ["run", fine, "--runs-dir", runs]):
+        code, _, err = cli(*command)
+        assert code == 2 and f"model.checkpoint: run {pre} saves " in err and "own parameters, not a model; " + fix in err, err
+    assert not runs.exists() or not list(runs.rglob("recipe.yaml"))  # the upstream never started
 
 
 @pytest.mark.parametrize("family, task, entry", [("bert", "mlm", "validate"), ("gpt2", "clm", "run"),

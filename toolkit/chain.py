@@ -40,6 +40,8 @@ def check(recipe: Recipe, upstream: Recipe) -> None:
     no `model.attention` ran the pretrained body with transformers' default attention and left
     the module's parameters behind, exit 0. It names the module (its parameters come with it) or,
     to leave it, another attention."""
+    if not upstream.method.saves_model():
+        raise UserError(not_a_model(recipe.model.checkpoint, upstream.method))
     theirs = upstream.model.attention
     if recipe.model.attention is not None or isinstance(theirs, (str, type(None))):
         return  # no toolkit module upstream (a transformers name changes no weight), or one asked for here
@@ -71,14 +73,20 @@ def resolve(plan: RunPlan, root: Path) -> None:
         raise UserError(f"model.checkpoint: run {ref['run']} {state} ({folder} has no metrics.json); "
                         f"run it first: {command}{' --smoke' if recipe.smoke else ''} --runs-dir {root}")
     model = folder / "model"
-    if not (model / "config.json").is_file():
-        method = plan.upstream.recipe.method
-        fix = ("set method.merge: true in that recipe so its result is a plain transformers folder"
-               if hasattr(method, "merge") else f"{method.name} has no method.merge: chain from "
-               "a run that saves a whole model (full, freeze, bitfit, or lora with method.merge: true)")
-        raise UserError(f"model.checkpoint: run {ref['run']} saved {method.name}'s own parameters, not a "
-                        f"model; {fix}")
+    if not (model / "config.json").is_file():  # (check says so at validate; a run an older toolkit wrote)
+        raise UserError(not_a_model(ref, plan.upstream.recipe.method))
     plan.checkpoint_path = str(model)
+
+
+def not_a_model(ref: dict, method: object) -> str:
+    """The line for a chain whose upstream run saves its method's own parameters (an adapter,
+    soft prompts) or nothing (in-context prompting), not a model another run can start from."""
+    fix = ("set method.merge: true in that recipe so its result is a plain transformers folder"
+           if hasattr(method, "merge") else f"{method.name} has no method.merge: chain from "
+           "a run that saves a whole model (full, freeze, bitfit, or lora with method.merge: true)")
+    what = "saves nothing to start from" if not getattr(method, "trains", True) else \
+        f"saves {method.name}'s own parameters, not a model"
+    return f"model.checkpoint: run {ref['run']} {what}; {fix}"
 
 
 # what a chained run records of the upstream model/ it started from (metrics.json `base_run_files`):

@@ -60,6 +60,9 @@ class Method:
     # adds keys and values that have no position to every attention layer (prefix tuning's
     # prefixes): a positional attention module (toolkit.attention) cannot place them
     positionless_keys: ClassVar[bool] = False
+    # `save` writes a whole transformers model (config.json and every weight), which a chained
+    # run (`model.checkpoint: {run: ...}`) can start from; otherwise the method's own parameters
+    whole_model: ClassVar[bool] = False
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         """Why this method cannot run on this model family and task, or None; checked at validate."""
@@ -141,6 +144,13 @@ class Method:
     def loaded(self, model: torch.nn.Module) -> torch.nn.Module:
         """A saved result just loaded back (`PeftModel.from_pretrained`): ready it to run."""
         return model
+
+    def saves_model(self) -> bool:
+        """Whether this run's `model/` will be a whole model another run can start from (said at
+        validate for a chain, before the upstream run trains: it was said only when the chained
+        run started, after the upstream had run). tests/test_after_runs.py checks it against every
+        method's saved folder."""
+        return self.whole_model
 
     def save(self, model: torch.nn.Module, path: Path) -> None:
         """Write the trained result in the format plain transformers / peft load."""

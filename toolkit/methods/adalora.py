@@ -95,6 +95,9 @@ class AdaLora(Method):
             setattr(allocator, key, {n: t.to(device) for n, t in state[key].items()})
         model.peft_config[model.active_adapter].rank_pattern = state["rank_pattern"]
 
+    def saves_model(self) -> bool:
+        return self.merge  # merged: a plain transformers folder; else the adapter alone
+
     def save(self, model: torch.nn.Module, path: Path) -> None:
         """merge: the SVD-form deltas folded into the base weights (PEFT's merge_and_unload)."""
         if not self.merge:

@@ -8,7 +8,7 @@ toolkit code; the biases alone would be smaller but would need a custom loader.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
@@ -25,6 +25,7 @@ def is_bias(name: str) -> bool:
 @METHODS.register("bitfit")
 @dataclass
 class BitFit(Method):
+    whole_model: ClassVar[bool] = True  # save_pretrained of the whole model: a chain can start from it
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if family == "t5":

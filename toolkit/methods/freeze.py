@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
@@ -19,6 +19,7 @@ LM_HEADS = ("causal-lm", "seq2seq-lm", "masked-lm")
 @METHODS.register("freeze")
 @dataclass
 class Freeze(Method):
+    whole_model: ClassVar[bool] = True  # save_pretrained of the whole model: a chain can start from it
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if self.head(task, family) in LM_HEADS:

@@ -43,6 +43,9 @@ class Lora(Method):
         )
         return wrap_peft(model, config)
 
+    def saves_model(self) -> bool:
+        return self.merge  # merged: a plain transformers folder; else the adapter alone
+
     def save(self, model: torch.nn.Module, path: Path) -> None:
         """merge: W + BA folded into the base weights (PEFT's merge_and_unload), so the result
         loads without PEFT and can be a later run's checkpoint (continued pretraining)."""
