@@ -617,15 +617,22 @@ def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path:
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
                         "task: {name: glue, subset: sst2, max_eval_samples: 8}\nmethod: {name: icl}\n")
     runs_dir = tmp_path / "runs"
-    if entry == "chained":  # the upstream (this icl run) is run first, and refused
-        path = write_recipe(tmp_path / "down.yaml", f"model: {{checkpoint: {{run: {path}}}}}\n"
+    if entry == "chained":  # the upstream is run first, and refused at its evaluation (an icl
+        # upstream saves no model to start from: refused at validate, before any folder)
+        from toolkit import evaluation
+
+        monkeypatch.setattr(evaluation, "evaluate", refuse)
+        up = write_recipe(tmp_path / "up.yaml", "model: {checkpoint: gpt2}\n"
+                          "task: {name: glue, subset: sst2, max_eval_samples: 8}\nmethod: {name: full}\n")
+        path = write_recipe(tmp_path / "down.yaml", f"model: {{checkpoint: {{run: {up}}}}}\n"
                             "task: {name: glue, subset: sst2}\nmethod: {name: full}\n")
     for existed in (False, True) if entry == "cli" else (False,):
         if existed:
             (runs_dir / "keep").mkdir(parents=True)
         if entry != "api":
             code, _, err = cli("run", path, "--smoke", "--runs-dir", runs_dir)
-            assert code == 2 and err.strip() == "error: method: refused at evaluation"
+            said = [line for line in err.splitlines() if "error:" in line or "Traceback" in line]
+            assert code == 2 and said == ["error: method: refused at evaluation"], err  # (a trained upstream's bar before it)
         else:
             with pytest.raises(UserError, match="^method: refused at evaluation$"):
                 api.run(path, runs_dir=runs_dir, smoke=True)
