@@ -53,6 +53,52 @@ def test_whole_word_masking_selects_whole_words() -> None:
     assert per_word.mean() == pytest.approx(0.15, abs=0.005)
 
 
+@pytest.mark.parametrize("name, tokenizer, settings", [("mlm", "bert-base-uncased", {"whole_word_mask": True}),
+                                                       ("mlm", "roberta-base", {"whole_word_mask": True}),
+                                                       ("denoise", "bart-base", {"permute_sentences": False})])
+def test_a_block_that_starts_inside_a_word_starts_a_word(name: str, tokenizer: str, settings: dict) -> None:
+    """Whole-word corruption on blocks that the packing cut inside a word. Findings: a block of one
+    word longer than the block (a protein, a URL, 600 letters) held no word start; whole-word
+    masking raised an IndexError (RoBERTa, BERT) and BART's infilling passed it through with no
+    noise, a copy task scored as denoising, exit 0; a block's leading fragment was masked with the
+    next word. The first token of a block begins a word: every block is corrupted, held out (at
+    encode) and in training (the collator), and the fragment is drawn on its own."""
+    import os
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._text import HELDOUT
+    from toolkit.tasks.denoise import text_infilling
+    from toolkit.tasks.mlm import mask_tokens
+
+    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
+    task = TASKS.get(name)(train_file="unused.txt", max_length=16, **settings)
+    rng = RNG(0)
+    words = ["".join(rng.choice(list("acdefghiklmnpqrstvwy"), 90)) for _ in range(3)]  # < BERT's 100 chars
+    text = Dataset.from_dict({"text": words})
+    blocks = task.encode(text, tok)
+    inside = [i for i, b in enumerate(blocks) if not any(b["word_start"][1:])]
+    assert len(inside) >= 3  # blocks inside one word
+    heldout = task.encode(text.add_column(HELDOUT, [True] * len(text)), tok)  # corrupted at encode
+    model = SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=tok.eos_token_id))  # BART's
+    trained = task.collator(tok, model)([blocks[i] for i in range(len(blocks))])  # corrupted in the collator
+    if name == "mlm":
+        for i in inside:  # a one-word block is selected whole or not at all
+            chosen = (trained["labels"][i] != IGNORE)[:len(blocks[i]["input_ids"])].numpy()
+            assert chosen.all() or not chosen.any()
+        draws = [mask_tokens(np.arange(4), np.zeros(4, bool), RNG(s), -1, 10, 0.5, word_start=[0, 0, 1, 1])[1]
+                 for s in range(200)]
+        fragment, word = np.array([d[:2] != IGNORE for d in draws]), np.array([d[2] != IGNORE for d in draws])
+        assert (fragment[:, 0] == fragment[:, 1]).all() and (fragment[:, 0] != word).any()
+    else:
+        assert all(b["input_ids"] != b["labels"] for b in heldout)  # every block noised
+        assert (trained["input_ids"] == tok.mask_token_id).any(-1).all()
+        assert text_infilling(np.arange(10), rng, -1, 0.3, 3.0, np.zeros(10, int)).tolist() == [-1]
+
+
 def test_bart_span_lengths_are_poisson_3_and_fill_the_budget() -> None:
     from toolkit.tasks.denoise import span_lengths
 

@@ -54,11 +54,12 @@ def text_infilling(ids: np.ndarray, rng: np.random.Generator, mask_id: int, rati
     input longer than the block: past BART's 1024 positions an IndexError mid-run)."""
     ids = np.asarray(ids, dtype=np.int64)
     n = len(ids)
-    starts = np.flatnonzero(np.ones(n, bool) if word_start is None else np.asarray(word_start, bool))
-    if n == 0 or len(starts) == 0:
+    if n == 0:
         return ids
-    if starts[0] != 0:
-        starts = np.concatenate([[0], starts])
+    flags = np.ones(n, bool) if word_start is None else np.asarray(word_start, bool).copy()
+    flags[0] = True  # the block's first token begins a word (the tail of a word its start cut):
+    # a block with no word start at all (one word longer than the block) went through unmasked
+    starts = np.flatnonzero(flags)
     budget = math.ceil(len(starts) * ratio)
     if budget == 0:  # mask_ratio 0: sentence permutation alone (one of BART's ablations)
         return ids

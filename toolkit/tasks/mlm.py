@@ -30,14 +30,19 @@ def mask_tokens(ids: np.ndarray, special: np.ndarray, rng: np.random.Generator, 
                 random_ratio: float = 0.1, word_start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(input_ids, labels) of one block: each token (or each word, given `word_start`) is selected
     with `probability`; selected tokens become `mask_id` with `mask_ratio`, a random id with
-    `random_ratio`, else stay. `special` (1 = never select) covers [CLS], [SEP], padding."""
+    `random_ratio`, else stay. `special` (1 = never select) covers [CLS], [SEP], padding. The
+    first token always begins a word."""
     ids = np.asarray(ids, dtype=np.int64)
     allowed = ~np.asarray(special, dtype=bool)
     if word_start is None:
         selected = rng.random(len(ids)) < probability
     else:
-        word = np.cumsum(np.asarray(word_start, dtype=np.int64)) - 1  # word index of each token
-        selected = (rng.random(int(word[-1]) + 1) < probability)[np.maximum(word, 0)]
+        starts = np.asarray(word_start, dtype=np.int64).copy()
+        starts[:1] = 1  # the block's first token begins a word: the tail of a word the block's
+        # start cut is a word of its own here. It was merged into the next word, and a block
+        # with no word start at all (one long word: a protein, a URL) was an IndexError
+        word = np.cumsum(starts) - 1  # word index of each token
+        selected = (rng.random(int(word[-1]) + 1) < probability)[word]
     selected &= allowed
     labels = np.where(selected, ids, IGNORE)
     roll = rng.random(len(ids))
