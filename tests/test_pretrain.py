@@ -178,6 +178,30 @@ def test_t5_lengths_match_the_reference_and_nothing_is_truncated() -> None:
     assert noise_seen / sum(spans_seen) == pytest.approx(3.0, abs=0.1)
 
 
+@pytest.mark.parametrize("density", [0.01, 0.15, 0.5])
+@pytest.mark.parametrize("mean_span", [1.0, 3.0, 20.0])
+def test_t5_input_never_passes_max_length_and_each_span_has_its_sentinel(density: float, mean_span: float) -> None:
+    """Over the settings' bounds and every max_length from 8: the corrupted input is at most
+    max_length, the target as long as computed, and the block holds as many sentinels as spans
+    counted. Findings: at mean_noise_span_length 1 (every length) and on short blocks whose span
+    count is raised to 1 the input was max_length + 1 (the reference's length search only went
+    up from max_length raw tokens and counted spans unclamped); at density 0.5 on odd blocks more
+    spans than kept tokens ran two spans together."""
+    from toolkit.tasks.span_corruption import (compute_input_and_target_lengths, noise_counts,
+                                               random_spans_noise_mask, span_corruption)
+
+    sentinels = list(range(10**6, 10**6 - 1000, -1))
+    for max_length in range(8, 160, 3):
+        tokens, targets = compute_input_and_target_lengths(max_length, density, mean_span)
+        for seed in range(3):
+            noise = random_spans_noise_mask(tokens, RNG(seed), density, mean_span)
+            inputs, target = span_corruption(np.arange(tokens), noise, sentinels, -1)
+            assert len(inputs) <= max_length and len(target) == targets, (max_length, tokens)
+            assert np.isin(inputs, sentinels).sum() == noise_counts(tokens, density, mean_span)[1]
+        if density != 0.5:  # the reference trims density 0.5 by one token, so targets fit the inputs
+            assert len(inputs) >= max_length - 1
+
+
 def test_t5_sentinels_in_order_and_the_text_reconstructs() -> None:
     from toolkit.tasks.span_corruption import span_corruption
 

@@ -3,8 +3,8 @@
 15% of a block's tokens (noise density) are split into spans of mean length 3; the input keeps
 the other tokens and puts one sentinel (<extra_id_0>, <extra_id_1>, ...) in place of each span;
 the target is each sentinel followed by the span it hides. Both end with </s>. Raw blocks are
-sized by T5's `compute_input_and_target_lengths` so that the input is exactly `max_length` long
-and nothing is truncated. The noise mask follows the reference `random_spans_noise_mask`
+sized by T5's `compute_input_and_target_lengths` so that the input is `max_length` long (never
+more) and nothing is truncated. The noise mask follows the reference `random_spans_noise_mask`
 (t5.data.preprocessors; transformers' run_t5_mlm_flax.py), re-written here on a numpy Generator
 because neither library exposes it as a function of (length, rng).
 """
@@ -22,21 +22,32 @@ from toolkit.tasks._text import TextTask
 
 
 def noise_counts(length: int, density: float, mean_span: float) -> tuple[int, int]:
-    """(noise tokens, noise spans) of a block of `length` tokens, as the reference rounds them."""
-    noise = min(max(int(round(length * density)), 1), length - 1)
-    return noise, max(int(round(noise / mean_span)), 1)
+    """(noise tokens, noise spans) of a block of `length` tokens, as the reference rounds them:
+    at least one of each kind of token, and no more spans than either kind has tokens (each
+    noise span sits between two non-empty kept runs). The spans were noise / mean_span: at
+    mean_noise_span_length 1 on an odd block at density 0.5 more spans than kept tokens, so two
+    spans ran together and the block held fewer sentinels than counted."""
+    noise = int(round(length * density))
+    kept = length - noise
+    noise = min(max(noise, 1), length - 1)
+    return noise, max(int(round(min(noise, kept) / mean_span)), 1)
 
 
 def compute_input_and_target_lengths(inputs_length: int, density: float = 0.15,
                                      mean_span: float = 3.0) -> tuple[int, int]:
     """(raw tokens per block, target length) so that the corrupted input, sentinels and </s>
-    included, is at most `inputs_length` long (T5's reference computation)."""
+    included, is at most `inputs_length` long (T5's reference computation, on the counts the
+    noise mask draws: `noise_counts`). The reference counts unclamped spans and only searches
+    upwards from `inputs_length` raw tokens: where a block's spans are as many as its noise
+    tokens (mean_noise_span_length 1, or a short block whose span count is raised to 1) the input
+    came out one token longer than max_length."""
     def lengths(tokens: int) -> tuple[int, int]:
-        noise = int(round(tokens * density))
-        spans = int(round(noise / mean_span))
+        noise, spans = noise_counts(tokens, density, mean_span)
         return tokens - noise + spans + 1, noise + spans + 1
 
     tokens = inputs_length
+    while tokens > 2 and lengths(tokens)[0] > inputs_length:
+        tokens -= 1
     while lengths(tokens + 1)[0] <= inputs_length:
         tokens += 1
     _, targets = lengths(tokens)
