@@ -184,7 +184,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     if runs.is_finished(run):  # the model's classes, before the data is read and mapped to ids
         adopt_saved(run, recipe)
     data = recipe.task.load()
-    raw = split_of(data, split)
+    raw = {suffix: recipe.task.as_scored(ds) for suffix, ds in split_of(data, split).items()}
     model, tok = load_model(run, recipe)
     acc = Accelerator(cpu=not torch.cuda.is_available())
     encode = recipe.method.encoder(recipe.task, tok)  # in-context: the raw rows as they are

@@ -145,6 +145,11 @@ class Task:
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         raise NotImplementedError
 
+    def as_scored(self, dataset: Any) -> Any:
+        """A raw split that `toolkit eval --split` scores (the train split among them), made what
+        `encode` takes for an evaluation split: most tasks encode every split alike."""
+        return dataset
+
     def collator(self, tokenizer: Any, model: Any = None) -> Any:
         raise NotImplementedError
 

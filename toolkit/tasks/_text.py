@@ -150,6 +150,16 @@ class TextTask(TokenTask):
         heldout = heldout.add_column(HELDOUT, [True] * len(heldout))
         return {"train": subset(train, self.max_train_samples, self.split_seed), "eval": {"": heldout}}
 
+    def as_scored(self, dataset: Any) -> Any:
+        """Any split scored is scored by the held-out rules: corrupted once from corruption_seed
+        (masks by block index), clm's sliding windows. The train split was encoded as training
+        blocks, so `toolkit eval --split train` scored clm on run_clm's blocks (no context at a
+        block's start, its first token unscored) and the others on the training masks, numbers
+        of another definition than the eval split's on the same text, exit 0."""
+        if dataset is None or HELDOUT in dataset.column_names:
+            return dataset
+        return dataset.add_column(HELDOUT, [True] * len(dataset))
+
     def _load_hub(self) -> tuple[Any, Any]:
         if hub_offline():
             raise UserError(f"task.dataset: '{self.dataset}' is on the Hub and the Hub is off-line "
