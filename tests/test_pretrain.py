@@ -242,6 +242,37 @@ def test_heldout_masks_are_fixed_by_the_seed(tiny_checkpoint) -> None:
     assert enc[0]["labels"] != enc[2]["labels"]
 
 
+def test_a_cached_encoding_is_made_again_when_the_task_code_changes(tmp_path: Path, tiny_checkpoint,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding: datasets caches each `map` of a file's data on disk under `tasks.fingerprint`,
+    which held the data, tokenizer and settings but not the code: after the word-start fix to
+    denoise a file's held-out blocks stayed un-noised, read back from the cache written before
+    it, exit 0. The key holds a hash of the task package's sources: a changed corruption (here
+    mask_tokens replaced, and the hash changed as an edit changes it) is drawn again."""
+    import toolkit.tasks as tasks
+    from toolkit import models
+    from toolkit.tasks import mlm
+    from toolkit.tasks.mlm import MaskedLM
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "a.py").write_text("x = 1\n")
+    before = tasks.code_key(tmp_path / "code")
+    (tmp_path / "code" / "a.py").write_text("x = 2\n")
+    tasks._CODE_KEYS.clear()
+    assert tasks.code_key(tmp_path / "code") != before  # an edit is another key
+
+    text = tmp_path / "held.txt"
+    text.write_text("".join(f"line {i} of the held out text, in words.\n" for i in range(40)))
+    tok = models.load_tokenizer(tiny_checkpoint("bert"))
+    task = MaskedLM(train_file=str(text), eval_file=str(text), max_length=32)
+    first = task.encode(task.load()["eval"][""], tok)["labels"]
+    nothing = lambda ids, special, *args, **kwargs: (np.asarray(ids), np.full(len(ids), IGNORE))  # noqa: E731
+    monkeypatch.setattr(mlm, "mask_tokens", nothing)
+    monkeypatch.setitem(tasks._CODE_KEYS, Path(tasks.__file__).resolve().parent, "edited")
+    again = task.encode(task.load()["eval"][""], tok)["labels"]
+    assert any(l != IGNORE for row in first for l in row) and all(l == IGNORE for row in again for l in row)
+
+
 def test_training_masks_are_new_each_epoch_and_repeatable(tiny_checkpoint) -> None:
     from toolkit import models
     from toolkit.tasks.mlm import MaskedLM

@@ -383,9 +383,26 @@ def fingerprint(dataset: Any, tokenizer: Any, *parts: Any) -> str:
     and all: about 0.7 s a call on this project's tokenizers, paid by every run and test, and
     mostly for in-memory datasets that are never cached. The key here is what decides the
     output instead: the input's own fingerprint, the tokenizer (its class, path, settings and
-    the full serialised fast tokenizer) and `parts` (the task's settings, the step's name)."""
-    h = hashlib.sha256(f"{dataset._fingerprint}|{_tokenizer_key(tokenizer)}|{parts!r}".encode())
+    the full serialised fast tokenizer), `parts` (the task's settings, the step's name) and the
+    code that maps (`code_key`). Without the code, a cache written before a fix to an encoding
+    or a corruption was read back after it: a file's held-out masks stayed the old ones, exit 0."""
+    h = hashlib.sha256(f"{dataset._fingerprint}|{_tokenizer_key(tokenizer)}|{code_key()}|{parts!r}".encode())
     return h.hexdigest()[:16]
+
+
+def code_key(folder: Path | None = None) -> str:
+    """A hash of the sources of the task package (`folder`: another one), whose functions every
+    fingerprinted `map` runs; read once per process."""
+    folder = Path(__file__).resolve().parent if folder is None else folder
+    if folder not in _CODE_KEYS:
+        h = hashlib.sha256()
+        for path in sorted(folder.glob("*.py")):
+            h.update(f"{path.name}|".encode() + path.read_bytes())
+        _CODE_KEYS[folder] = h.hexdigest()[:16]
+    return _CODE_KEYS[folder]
+
+
+_CODE_KEYS: dict[Path, str] = {}
 
 
 def _tokenizer_key(tokenizer: Any) -> str:
