@@ -200,14 +200,18 @@ class TextTask(TokenTask):
 
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         heldout = HELDOUT in dataset.column_names
-        blocks = self.pack(dataset, tokenizer)
+        blocks = self.pack(dataset, tokenizer, whole=heldout)
         if heldout:
             return self.encode_heldout(blocks, tokenizer)
         return blocks.add_column("block", list(range(len(blocks))))  # seeds its masks
 
-    def pack(self, dataset: Any, tokenizer: Any) -> Any:
-        """Documents -> blocks of `block_length` tokens (the remainder of each 1000 documents is
-        dropped, as run_mlm.py's group_texts does; a short corpus keeps one shorter block)."""
+    def pack(self, dataset: Any, tokenizer: Any, whole: bool = False) -> Any:
+        """Documents -> blocks of `block_length` tokens. Training (`whole` False): the remainder
+        of each 1000 documents is dropped, as run_mlm.py's group_texts does (a short corpus keeps
+        one shorter block). Held out (`whole`): the split is one stream and its last, shorter
+        block is kept, so every held-out token is scored, as clm's windows score them. It was
+        packed as training is: up to block_length - 1 tokens per 1000 documents went unscored
+        (half of an eval file 1.5 blocks long), and the perplexity was not the whole split's."""
         size, end, starts = self.block_length(tokenizer), self.document_end(tokenizer), self.word_starts()
         special = self.add_special_tokens()
 
@@ -223,7 +227,7 @@ class TextTask(TokenTask):
 
         def group(batch: dict) -> dict:
             total = sum(len(x) for x in batch["input_ids"])
-            usable = (total // size) * size if total >= size else total
+            usable = total if whole or total < size else (total // size) * size
             out = {}
             for key, rows in batch.items():
                 flat = [v for row in rows for v in row][:usable]
@@ -234,8 +238,9 @@ class TextTask(TokenTask):
         key = (self, special, starts, end, size)
         tokenised = dataset.map(tok, batched=True, remove_columns=cols, desc="tokenising",
                                 new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise"))
-        return tokenised.map(group, batched=True, desc=f"packing into blocks of {size}",
-                             new_fingerprint=fingerprint(tokenised, tokenizer, key, "pack"))
+        return tokenised.map(group, batched=True, batch_size=None if whole else 1000,
+                             desc=f"packing into blocks of {size}",
+                             new_fingerprint=fingerprint(tokenised, tokenizer, key, "pack", whole))
 
     def encode_heldout(self, blocks: Any, tokenizer: Any) -> Any:
         """The held-out blocks corrupted once, each with its own seeded generator."""
