@@ -305,6 +305,42 @@ def test_weight_decay_goes_where_the_method_says(tiny_checkpoint, name, settings
     assert not free or {names[id(p)] for p in kept} >= set(scales)
 
 
+_PRISTINE: dict[str, tuple[torch.nn.Module, object]] = {}
+DECAY_CASES = [(m, s, f) for m, s in [*((n, SETTINGS.get(n, {"r": 4} if n == "lora" else {}))
+                                         for n in METHODS.names() if METHODS.get(n).trains),
+                                       ("adapters", {"config": "pfeiffer"})]
+               for f in FAMILIES if METHODS.get(m)(**s).incompatible(f, _Task()) is None]
+
+
+@pytest.mark.parametrize("name, settings, family", DECAY_CASES,
+                         ids=[f"{m}{'-' + s['config'] if 'config' in s else ''}-{f}" for m, s, f in DECAY_CASES])
+def test_weight_decay_follows_what_each_parameter_is_not_where_it_hangs(tiny_checkpoint, name, settings, family):
+    """Every trainable parameter decays exactly when it is a matrix of a layer that is not a norm
+    (by the type of the module that holds it): a Pfeiffer adapter hangs under the LayerNorm it
+    follows, and its matrices were kept out of weight decay on BERT, RoBERTa and BART. Left out
+    as not decayed by design: T5's relative_attention_bias (a table of biases) and IA3's scales."""
+    import copy
+
+    if family not in _PRISTINE:
+        _PRISTINE[family] = load(tiny_checkpoint(family))
+    base, tok = _PRISTINE[family]
+    method = METHODS.get(name)(**settings)
+    model = method.apply(copy.deepcopy(base), context(base, tok))
+    owners = {f"{m}.{n}" if m else n: (module, n) for m, module in model.named_modules()
+              for n, _ in module.named_parameters(recurse=False)}
+    checked = 0
+    for full, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        module, own = owners[full]
+        freed = "relative_attention_bias" in full or "ia3_l" in full
+        entry = isinstance(module, torch.nn.ParameterDict)  # AdaLoRA's A, E, B: parameters in a dict
+        matrix = (own == "weight" or entry) and param.dim() >= 2 and "norm" not in type(module).__name__.lower()
+        assert method.decays(full, param) == (matrix and not freed), (full, type(module).__name__)
+        checked += matrix
+    assert checked or name in ("bitfit", "ia3")
+
+
 @pytest.mark.parametrize("method, setting, needs", [
     ("prompt_tuning", "init_text: classify the sentiment", "init: text"),
     ("prefix_tuning", "encoder_hidden_size: 16", "prefix_projection: true"),

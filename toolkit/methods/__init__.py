@@ -76,8 +76,12 @@ class Method:
         norms do not, as in Trainer: neither anything of fewer than 2 dimensions nor a parameter
         whose name says it is a bias or a norm (Trainer's `get_decay_parameter_names` patterns:
         T5's relative_attention_bias, a 2-d table of biases, was decayed). A method whose
-        parameters are not weights to pull toward 0 says so (IA3's scales)."""
-        if NOT_DECAYED.search(name.lower()):
+        parameters are not weights to pull toward 0 says so (IA3's scales).
+        The name read is the parameter's own (its module's name and its own: `LayerNorm.bias`,
+        `down.weight`), not the modules above it: a Pfeiffer adapter hangs under the LayerNorm it
+        follows (`output.LayerNorm.bottleneck_adapter.down.weight`), and its matrices were kept
+        out of weight decay on BERT, RoBERTa and BART, while Houlsby's were decayed."""
+        if NOT_DECAYED.search(".".join(name.split(".")[-2:]).lower()):
             return False
         return len(getattr(param, "ds_shape", param.shape)) >= 2  # ZeRO-3 leaves each an empty 1-d tensor
 
