@@ -27,11 +27,7 @@ class Lora(Method):
     transformers_loads: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
-        defaults = table("peft.utils.constants", "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING")
-        if self.target_modules is None and family not in defaults:
-            return (f"PEFT has no default LoRA target modules for {family}; set "
-                    "method.target_modules to its attention projections' names")
-        return None
+        return no_default_targets(self.target_modules, family, "LORA")
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import LoraConfig
@@ -59,3 +55,17 @@ def save_merged(model: torch.nn.Module, path: Path) -> None:
     merged = methods_merged(model)
     merged.save_pretrained(path)
     keep_label_maps(merged.config, path)
+
+
+def no_default_targets(target_modules: list[str] | None, family: str | None, peft_type: str) -> str | None:
+    """Why PEFT cannot pick the target modules itself: none given and none in PEFT's table of
+    defaults for this method (`TRANSFORMERS_MODELS_TO_{peft_type}_TARGET_MODULES_MAPPING`, one per
+    method: AdaLoRA's lacks families LoRA's has, XLM-RoBERTa and ELECTRA among them). Checked
+    against LoRA's table, an AdaLoRA run on those passed validate and stopped after loading the
+    model and the data, saying `method.target_modules: []` matched no layer."""
+    defaults = table("peft.utils.constants", f"TRANSFORMERS_MODELS_TO_{peft_type}_TARGET_MODULES_MAPPING")
+    if target_modules is None and family not in defaults:
+        name = {"LORA": "LoRA", "ADALORA": "AdaLoRA"}.get(peft_type, peft_type)
+        return (f"PEFT has no default {name} target modules for {family}; set "
+                "method.target_modules to its attention projections' names")
+    return None
