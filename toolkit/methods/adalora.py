@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, peft_task_type, wrap_peft
+from toolkit.methods import METHODS, Context, Method, check_mergeable, peft_task_type, wrap_peft
 from toolkit.methods.lora import no_default_targets, save_merged
 
 torch = lazy("torch", globals())
@@ -63,7 +63,10 @@ class AdaLora(Method):
             orth_reg_weight=0.0,  # the loop adds it (extra_loss): PEFT would add it to outputs.loss
             total_step=steps, modules_to_save=list(ctx.head_names) or None,
         )
-        return wrap_peft(model, config)
+        wrapped = wrap_peft(model, config)
+        if self.merge:  # before training: the save would refuse it after the whole run
+            check_mergeable(wrapped, "method.merge")
+        return wrapped
 
     # --- the loop's hooks ----------------------------------------------------------------------
     def extra_loss(self, model: torch.nn.Module) -> torch.Tensor | None:

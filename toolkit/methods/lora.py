@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, keep_label_maps, peft_task_type, wrap_peft
+from toolkit.methods import METHODS, Context, Method, check_mergeable, keep_label_maps, peft_task_type, wrap_peft
 from toolkit.methods import merged as methods_merged
 
 torch = lazy("torch", globals())
@@ -37,7 +37,10 @@ class Lora(Method):
             lora_dropout=self.dropout, target_modules=self.target_modules, bias=self.bias,
             modules_to_save=list(ctx.head_names) or None, use_dora=self.use_dora,
         )
-        return wrap_peft(model, config)
+        wrapped = wrap_peft(model, config)
+        if self.merge:  # before training: the save would refuse it after the whole run
+            check_mergeable(wrapped, "method.merge")
+        return wrapped
 
     def saves_model(self) -> bool:
         return self.merge  # merged: a plain transformers folder; else the adapter alone
@@ -52,7 +55,7 @@ class Lora(Method):
 
 def save_merged(model: torch.nn.Module, path: Path) -> None:
     """A PEFT model's deltas folded into its base weights (PEFT's merge_and_unload) and saved."""
-    merged = methods_merged(model)
+    merged = methods_merged(model, "method.merge")
     merged.save_pretrained(path)
     keep_label_maps(merged.config, path)
 
