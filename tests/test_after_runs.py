@@ -55,6 +55,7 @@ def test_every_methods_export_loads_as_its_line_says_and_predicts_as_the_run(tmp
         except toolkit.UserError as exc:
             assert merge and re.search(r"--merge: .* (virtual tokens|non-linear layer)", str(exc)), exc
             continue
+        _starts_from_export_or_refuses(out)
         model, tok = exported_model(out, note).eval(), AutoTokenizer.from_pretrained(out)
         with torch.no_grad():
             probs = model(**tok(TEXTS, return_tensors="pt", padding=True)).logits.softmax(-1)
@@ -65,6 +66,20 @@ def test_every_methods_export_loads_as_its_line_says_and_predicts_as_the_run(tmp
             assert g == pytest.approx(w, abs=1e-5), (method, merge, note)
         exported += 1
     assert exported >= 1
+
+
+def _starts_from_export_or_refuses(out: Path) -> None:
+    """An export as the next run's model.checkpoint: a plain model is accepted; a base with a PEFT
+    adapter beside it (transformers would load it unmerged and the method train over it, LoRA's
+    new adapter replacing it) is one line at validate, naming the merged export."""
+    adapter = (out / "adapter_config.json").is_file() and (out / "config.json").is_file()
+    try:
+        toolkit.validate("demo/sst2/minilm-lora", [f"model.checkpoint={out}"])
+    except toolkit.UserError as exc:
+        assert adapter or not (out / "config.json").is_file(), exc
+        assert "\n" not in str(exc) and (not adapter or "holds a PEFT adapter" in str(exc) and "--merge" in str(exc)), exc
+    else:
+        assert not adapter, f"{out}: a base with an unmerged adapter beside it was accepted as a checkpoint"
 
 
 def test_a_chained_run_is_loaded_from_the_run_it_started_from(tmp_path: Path, cli, monkeypatch) -> None:

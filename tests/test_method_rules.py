@@ -484,6 +484,53 @@ def test_merged_export_is_plain_transformers_with_the_trained_head(tiny_checkpoi
         torch.testing.assert_close(again(**batch).logits, want, rtol=1e-4, atol=1e-4)
 
 
+# an LM whose output layer is tied to its input embeddings, and a target list naming that layer
+TIED = {"gpt2": ("causal-lm", "CAUSAL_LM", ["c_attn", "lm_head"]),
+        "bart": ("seq2seq-lm", "SEQ_2_SEQ_LM", ["q_proj", "lm_head"]),
+        "t5": ("seq2seq-lm", "SEQ_2_SEQ_LM", ["q", "lm_head"]),
+        "bert": ("masked-lm", "", ["query", "decoder"])}
+TARGETED = [m for m in TRAINED if "target_modules" in METHODS.get(m).__dataclass_fields__]
+
+
+@pytest.mark.parametrize("family", sorted(TIED))
+@pytest.mark.parametrize("method", TARGETED)
+def test_merging_a_layer_tied_to_the_embeddings_is_refused(tiny_checkpoint, method, family):
+    """Finding: a target list naming an LM head tied to the input embeddings (GPT-2's, BART's and
+    T5's `lm_head`, BERT's MLM `decoder`) trains as asked unmerged, but merging wrote the delta into
+    the one shared tensor, the embeddings too: the merged GPT-2 was 80 logits away from the model
+    it trained, exit 0. `export --merge` and `method.merge` (before training) now refuse it in one
+    line; with the tied layer left out the same list merges to the same logits."""
+    from toolkit import models
+    from toolkit.errors import UserError
+    from toolkit.methods import merged
+
+    head, peft_type, targets = TIED[family]
+    if (family, head) not in _LOADED:
+        _LOADED[family, head] = models.load(tiny_checkpoint(family), head, {})
+    base, tok = _LOADED[family, head]
+    ctx = Context(family, models.head_names(base), peft_type, tok, total_steps=10)
+    settings = {**SMALL.get(method, {}), **({"feedforward_modules": []} if method == "ia3" else {})}
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    if family in ("bart", "t5"):
+        batch["decoder_input_ids"] = batch["input_ids"][:, :3]
+    for names, tied in ((targets, True), (targets[:1], False)):
+        torch.manual_seed(0)
+        model = METHODS.get(method)(target_modules=names, **settings).apply(copy.deepcopy(base), ctx).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.add_(torch.randn_like(p) * 0.3)
+            want = model(**batch).logits
+            if not tied:
+                torch.testing.assert_close(merged(model)(**batch).logits, want, rtol=1e-4, atol=1e-4)
+                continue
+            with pytest.raises(UserError, match=rf"^--merge: the adapted layer \S*{names[-1]} shares its weight"):
+                merged(model)
+        if "merge" in METHODS.get(method).__dataclass_fields__:
+            with pytest.raises(UserError, match=r"^method\.merge: .*tied.*leave \w+ out of method\.target_modules$"):
+                METHODS.get(method)(target_modules=names, merge=True, **settings).apply(copy.deepcopy(base), ctx)
+
+
 _FROM_MLM: dict[str, tuple[torch.nn.Module, object, str]] = {}
 
 

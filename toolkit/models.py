@@ -55,11 +55,24 @@ _offline = hub.offline  # the name inference.export_run calls
 def _local_dir(checkpoint: str) -> Path | None:
     """A local model folder, or the `model/` folder of an earlier run."""
     path = Path(checkpoint).expanduser()
-    if (path / "config.json").is_file():
-        return path
-    if (path / "model" / "config.json").is_file():
-        return path / "model"
+    for folder in (path, path / "model"):
+        if (folder / "config.json").is_file():
+            _no_adapter(folder)
+            return folder
     return None
+
+
+def _no_adapter(folder: Path) -> None:
+    """Refuse a base model with a PEFT adapter beside it (an unmerged LoRA or IA3 export):
+    transformers' PEFT integration loads the adapter into the base unmerged, and a method then
+    trained over it as if it were the base: LoRA, IA3 and the others re-initialised the adapter
+    named `default` (the run started from the base, not from the adapted model), full fine-tuning
+    trained the adapter's matrices beside the weights and stopped at its save with a traceback,
+    all after the whole run. The merged export is the model as it was adapted."""
+    if (folder / "adapter_config.json").is_file():
+        raise UserError(f"model.checkpoint: {folder} holds a PEFT adapter (adapter_config.json) beside "
+                        "its base model, which would load unmerged and be trained over (a method's new "
+                        "adapter replaced it); start from the merged model: toolkit export RUN OUT --merge")
 
 
 def _cached(repo_id: str) -> bool:

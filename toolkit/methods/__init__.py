@@ -76,8 +76,12 @@ class Method:
         norms do not, as in Trainer: neither anything of fewer than 2 dimensions nor a parameter
         whose name says it is a bias or a norm (Trainer's `get_decay_parameter_names` patterns:
         T5's relative_attention_bias, a 2-d table of biases, was decayed). A method whose
-        parameters are not weights to pull toward 0 says so (IA3's scales)."""
-        if NOT_DECAYED.search(name.lower()):
+        parameters are not weights to pull toward 0 says so (IA3's scales).
+        The name read is the parameter's own (its module's name and its own: `LayerNorm.bias`,
+        `down.weight`), not the modules above it: a Pfeiffer adapter hangs under the LayerNorm it
+        follows (`output.LayerNorm.bottleneck_adapter.down.weight`), and its matrices were kept
+        out of weight decay on BERT, RoBERTa and BART, while Houlsby's were decayed."""
+        if NOT_DECAYED.search(".".join(name.split(".")[-2:]).lower()):
             return False
         return len(getattr(param, "ds_shape", param.shape)) >= 2  # ZeRO-3 leaves each an empty 1-d tensor
 
@@ -207,7 +211,7 @@ def _no_target(names: list[str], what: str, leaves: list[str]) -> str:
     return f"method.target_modules: {names} {what} (its linear layers: {', '.join(leaves)})"
 
 
-def merged(model: torch.nn.Module) -> torch.nn.Module:
+def merged(model: torch.nn.Module, setting: str = "--merge") -> torch.nn.Module:
     """A PEFT model's weight deltas folded into its base (PEFT's merge_and_unload), each
     `modules_to_save` head first put in place as its trained copy. IA3's unload took the head's
     wrapper for a layer and read its `.weight`, which a head built of several layers (RoBERTa's
@@ -219,7 +223,27 @@ def merged(model: torch.nn.Module) -> torch.nn.Module:
             parent, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, child,
                     module.modules_to_save[module.active_adapters[0]])
+    check_mergeable(model, setting)
     return model.merge_and_unload()
+
+
+def check_mergeable(model: torch.nn.Module, setting: str) -> None:
+    """Refuse to merge an adapted layer whose weight another layer shares (an LM head tied to the
+    input embeddings: GPT-2's `lm_head`, T5's and BART's, BERT's MLM `decoder`, when a target list
+    names it). Merging writes the delta into that one tensor, so it reached the embeddings too: a
+    GPT-2 saved merged 80 logits away from the model it trained, exit 0; and transformers 5 saves
+    no untied copy of BART's (the reloaded encoder and decoder embeddings came out random)."""
+    places: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        places.setdefault(id(param), []).append(name)
+    for name, module in model.named_modules():
+        weight = getattr(getattr(module, "base_layer", None), "weight", None)
+        shared = [n for n in places.get(id(weight), []) if not n.startswith(name + ".")]
+        if weight is not None and shared:
+            layer = name.removeprefix("base_model.model.")
+            raise UserError(f"{setting}: the adapted layer {layer} shares its weight with "
+                            f"{shared[0].removeprefix('base_model.model.')} (tied), so merging would change both; "
+                            f"keep the adapter unmerged, or leave {layer.rsplit('.', 1)[-1]} out of method.target_modules")
 
 
 def pass_segments(peft_model: Any) -> Any:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, peft_task_type, wrap_peft
-from toolkit.methods.lora import Lora, save_merged
+from toolkit.methods import METHODS, Context, Method, check_mergeable, peft_task_type, wrap_peft
+from toolkit.methods.lora import no_default_targets, save_merged
 
 torch = lazy("torch", globals())
 
@@ -34,7 +34,7 @@ class AdaLora(Method):
     target_r: int = field(default=8, metadata={"min": 1})  # average rank at the end
     alpha: int = field(default=16, metadata={"min": 1})
     dropout: float = field(default=0.0, metadata={"min": 0.0, "below": 1.0})  # 1: the adapters see zeros, never train
-    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1})  # None: PEFT's default for the family (query/value)
+    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1})  # None: PEFT's AdaLoRA default for the family (RoBERTa: query, key, value, dense)
     tinit_ratio: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})  # steps at full rank first
     tfinal_ratio: float = field(default=0.2, metadata={"min": 0.0, "max": 1.0})  # steps at the final ranks last
     delta_t: int = field(default=10, metadata={"min": 1})  # steps between two re-allocations
@@ -49,7 +49,7 @@ class AdaLora(Method):
         if self.tinit_ratio + self.tfinal_ratio >= 1.0:
             return (f"method.tinit_ratio + method.tfinal_ratio: {self.tinit_ratio} + {self.tfinal_ratio} "
                     "leave no steps to re-allocate ranks in; keep their sum below 1")
-        return Lora.incompatible(self, family, task)  # the same default target modules as LoRA
+        return no_default_targets(self.target_modules, family, "ADALORA")  # PEFT's own table for AdaLoRA
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import AdaLoraConfig
@@ -63,7 +63,10 @@ class AdaLora(Method):
             orth_reg_weight=0.0,  # the loop adds it (extra_loss): PEFT would add it to outputs.loss
             total_step=steps, modules_to_save=list(ctx.head_names) or None,
         )
-        return wrap_peft(model, config)
+        wrapped = wrap_peft(model, config)
+        if self.merge:  # before training: the save would refuse it after the whole run
+            check_mergeable(wrapped, "method.merge")
+        return wrapped
 
     # --- the loop's hooks ----------------------------------------------------------------------
     def extra_loss(self, model: torch.nn.Module) -> torch.Tensor | None:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, keep_label_maps, peft_task_type, wrap_peft
+from toolkit.methods import METHODS, Context, Method, check_mergeable, keep_label_maps, peft_task_type, wrap_peft
 from toolkit.methods import merged as methods_merged
 
 torch = lazy("torch", globals())
@@ -27,11 +27,7 @@ class Lora(Method):
     transformers_loads: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
-        defaults = table("peft.utils.constants", "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING")
-        if self.target_modules is None and family not in defaults:
-            return (f"PEFT has no default LoRA target modules for {family}; set "
-                    "method.target_modules to its attention projections' names")
-        return None
+        return no_default_targets(self.target_modules, family, "LORA")
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import LoraConfig
@@ -41,7 +37,10 @@ class Lora(Method):
             lora_dropout=self.dropout, target_modules=self.target_modules, bias=self.bias,
             modules_to_save=list(ctx.head_names) or None, use_dora=self.use_dora,
         )
-        return wrap_peft(model, config)
+        wrapped = wrap_peft(model, config)
+        if self.merge:  # before training: the save would refuse it after the whole run
+            check_mergeable(wrapped, "method.merge")
+        return wrapped
 
     def saves_model(self) -> bool:
         return self.merge  # merged: a plain transformers folder; else the adapter alone
@@ -56,6 +55,20 @@ class Lora(Method):
 
 def save_merged(model: torch.nn.Module, path: Path) -> None:
     """A PEFT model's deltas folded into its base weights (PEFT's merge_and_unload) and saved."""
-    merged = methods_merged(model)
+    merged = methods_merged(model, "method.merge")
     merged.save_pretrained(path)
     keep_label_maps(merged.config, path)
+
+
+def no_default_targets(target_modules: list[str] | None, family: str | None, peft_type: str) -> str | None:
+    """Why PEFT cannot pick the target modules itself: none given and none in PEFT's table of
+    defaults for this method (`TRANSFORMERS_MODELS_TO_{peft_type}_TARGET_MODULES_MAPPING`, one per
+    method: AdaLoRA's lacks families LoRA's has, XLM-RoBERTa and ELECTRA among them). Checked
+    against LoRA's table, an AdaLoRA run on those passed validate and stopped after loading the
+    model and the data, saying `method.target_modules: []` matched no layer."""
+    defaults = table("peft.utils.constants", f"TRANSFORMERS_MODELS_TO_{peft_type}_TARGET_MODULES_MAPPING")
+    if target_modules is None and family not in defaults:
+        name = {"LORA": "LoRA", "ADALORA": "AdaLoRA"}.get(peft_type, peft_type)
+        return (f"PEFT has no default {name} target modules for {family}; set "
+                "method.target_modules to its attention projections' names")
+    return None
