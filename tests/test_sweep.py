@@ -156,18 +156,30 @@ def own_recipe(tmp_path: Path, checkpoint: str) -> Path:
                                                           dev=tmp_path / "dev.csv"))
 
 
-def test_dry_run_gives_each_points_steps_examples_and_the_total(tmp_path: Path, cli, runs_dir: Path,
-                                                                tiny_checkpoint) -> None:
+# processes -> (steps with grad_accum 1, with 3, (examples, evaluations) of train.max_steps=5): 60
+# examples in batches of 8 are 8 micro-batches an epoch, 4 on each of 2 processes (whose 5 steps are
+# an epoch and a step of 16, evaluated at the epoch's end and the last step)
+DRY_RUN_STEPS = {1: (16, 6, (40, 1)), 2: (8, 4, (76, 2))}
+
+
+@pytest.mark.parametrize("processes", sorted(DRY_RUN_STEPS))
+def test_dry_run_gives_each_points_steps_examples_and_the_total(tmp_path: Path, cli, runs_dir: Path, monkeypatch,
+                                                                tiny_checkpoint, processes: int) -> None:
+    """The plan's steps are those the launch takes: under torchrun of 2 processes each step reads
+    batch x grad_accum examples on each (the dry run counted one process's, twice the steps)."""
     recipe = own_recipe(tmp_path, tiny_checkpoint("bert"))
+    monkeypatch.setenv("WORLD_SIZE", str(processes))
     code, out, err = cli("sweep", recipe, "train.grad_accum=1,3", "--dry-run", "--runs-dir", runs_dir)
     assert code == 0, err
-    # 60 examples in batches of 8: 8 micro-batches an epoch; 2 epochs of 8 steps, or of ceil(8/3) = 3
-    assert "60 train examples, 16 optimizer steps reading 120 examples; 2 evaluations of 20" in out
-    assert "60 train examples, 6 optimizer steps reading 120 examples; 2 evaluations of 20" in out
-    assert "2 runs (dry run: nothing was started): 22 optimizer steps reading 240 training examples in all" in out
+    # 2 epochs of 8 / processes steps, or of ceil(8 / processes / 3)
+    one, three, five = DRY_RUN_STEPS[processes]
+    assert f"60 train examples, {one} optimizer steps reading 120 examples; 2 evaluations of 20" in out
+    assert f"60 train examples, {three} optimizer steps reading 120 examples; 2 evaluations of 20" in out
+    assert (f"2 runs (dry run: nothing was started): {one + three} optimizer steps reading 240 training examples "
+            "in all") in out
     assert "about" not in out and not runs_dir.exists()
-    (c,) = sweep.costs([sweep.Point(recipe, ["train.max_steps=5"])], smoke=False)
-    assert (c.steps, c.examples_seen, c.evals) == (5, 40, 1)
+    (c,) = sweep.costs([sweep.Point(recipe, ["train.max_steps=5"])], smoke=False, processes=processes)
+    assert (c.steps, c.examples_seen, c.evals) == (5, *five)
 
 
 def test_estimate_extrapolates_measured_times_once_per_recipe_shape(tmp_path: Path, monkeypatch, tiny_checkpoint) -> None:

@@ -86,7 +86,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool) -> None:
     """--dry-run: each point, its state and its cost; --estimate: and the measured wall time of
     each point still to run."""
-    point_costs = sweep.costs(points, smoke)
+    # the launch's processes: under torchrun each step takes batch x grad_accum on every one
+    point_costs = sweep.costs(points, smoke, runs.world_size())
     todo = [i for i, f in enumerate(folders) if not runs.is_finished(f)]
     times: dict[int, float] = {}
     if with_estimate and todo:
