@@ -446,6 +446,9 @@ def _outcome(args: argparse.Namespace) -> int:
              f"{getattr(exc, 'message', None) or 'interrupted; nothing more was written'}")
         return 128 + signum  # SIGTERM: 143, SIGHUP: 129, SIGPIPE: 141
     except Exception as exc:  # a full disk or an unwritable place anywhere: said as such
+        if (gone := sharding.peer_stopped(exc)) is not None:  # under a launch: another process's error
+            _say(f"error: {gone}")
+            return 2
         if not (isinstance(exc, OSError) and exc.errno in DISK_ERRORS) and not disk_full(exc):
             raise
         _say(f"error: {disk_error(exc)}")

@@ -435,3 +435,22 @@ def check_command(command: str) -> None:
         raise UserError(f"toolkit {command}: runs in one process, and this launch has {processes} "
                         f"(WORLD_SIZE={processes}); run it without torchrun / accelerate launch (or NPROC=1); "
                         f"under a launch only {', '.join(SHARED_ACROSS_PROCESSES)} split their work over the processes")
+
+
+# What a collective raises in a process whose peer has gone (gloo's TCP pair, NCCL's abort): the
+# peer stopped first, on its own error (said on its own line), a signal or a crash.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+             "NCCL communicator was aborted", "remote process exiting prematurely")
+
+
+def peer_stopped(exc: BaseException) -> str | None:
+    """Under a launch of several processes, the one line for a collective that failed because
+    another process of the launch stopped; None for any other exception. The process that
+    stopped first said why on its own line (a user error, a full disk), and this one's traceback
+    (gloo's `Connection closed by peer` from a barrier, 40 lines per process) buried it."""
+    if runs.world_size() < 2 or not isinstance(exc, RuntimeError):
+        return None
+    if not any(marker in str(exc) for marker in PEER_GONE):
+        return None
+    return (f"process {runs.rank()} of {runs.world_size()} stopped with the launch: another of its processes "
+            "stopped first (its own `error:` line, or the launcher's report of its exit, says why)")
