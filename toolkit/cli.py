@@ -64,7 +64,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
         flags = ["--smoke"] * args.smoke + ["--force"] * args.force + ["--runs-dir", str(root)]
         child = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),
-                                  *point.overrides, *flags], env={**os.environ, SWEEP_CHILD: "1"})
+                                  *point.overrides, *flags],
+                                 env={**os.environ, SWEEP_CHILD: "1", **sharding.point_launch(i)})
         try:
             code = child.wait()
         except KeyboardInterrupt:  # Ctrl-C reached the run too: it stops and keeps its checkpoint

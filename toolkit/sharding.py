@@ -454,3 +454,31 @@ def peer_stopped(exc: BaseException) -> str | None:
         return None
     return (f"process {runs.rank()} of {runs.world_size()} stopped with the launch: another of its processes "
             "stopped first (its own `error:` line, or the launcher's report of its exit, says why)")
+
+
+def point_launch(point: int) -> dict[str, str]:
+    """The environment of a sweep's `point`-th run (its own `toolkit run` processes, one per process
+    of the launch) under a torchrun / accelerate launch: a rendezvous store of its own.
+
+    torchrun's workers meet in the launcher's store (TORCHELASTIC_USE_AGENT_STORE), whose keys
+    hold each member's address under names that every process group of the launch's first
+    generation shares. A sweep's first point ran; the second point's processes read the first
+    one's addresses, left in the store, and gloo failed to connect to the gone processes
+    ("Connection refused", a traceback, the sweep stopped at its second point). Each point's run
+    now hosts a fresh store on a port rank 0 picks and passes to the others through the
+    launcher's store, under a key of the point's own."""
+    if runs.world_size() < 2 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}  # one process, or a launcher whose rank 0 hosts a new store for every process group
+    import socket
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    agent = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                     timeout=timedelta(minutes=30))
+    key = f"toolkit/sweep/point-{point}/port"
+    if runs.rank() == 0:
+        with socket.socket() as s:  # a free port of this host (the launch's MASTER_ADDR)
+            s.bind(("", 0))
+            agent.set(key, str(s.getsockname()[1]))
+    return {"MASTER_PORT": agent.get(key).decode(), "TORCHELASTIC_USE_AGENT_STORE": "False"}
