@@ -25,6 +25,7 @@ and the gathering of ZeRO-3's partitions for the saved model.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -456,6 +457,9 @@ def peer_stopped(exc: BaseException) -> str | None:
             "stopped first (its own `error:` line, or the launcher's report of its exit, says why)")
 
 
+_ASKED = itertools.count()  # point_launch's calls in this process
+
+
 def point_launch(point: int) -> dict[str, str]:
     """The environment of a sweep's `point`-th run (its own `toolkit run` processes, one per process
     of the launch) under a torchrun / accelerate launch: a rendezvous store of its own.
@@ -476,7 +480,9 @@ def point_launch(point: int) -> dict[str, str]:
 
     agent = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                      timeout=timedelta(minutes=30))
-    key = f"toolkit/sweep/point-{point}/port"
+    # every process of the launch asks for the same points in the same order: the n-th ask is the
+    # same key on each, and a second sweep in one launch (the API, a script) does not read the first's
+    key = f"toolkit/sweep/{next(_ASKED)}/point-{point}/port"
     if runs.rank() == 0:
         with socket.socket() as s:  # a free port of this host (the launch's MASTER_ADDR)
             s.bind(("", 0))
