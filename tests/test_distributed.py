@@ -257,3 +257,8 @@ def test_an_error_in_one_process_stops_the_launch_in_one_line_per_process(tmp_pa
     assert lines[0].startswith(said) and lines[1:] in ([], [other]), proc.stderr[-3000:]
     assert "exitcode  : 2 (pid: " in proc.stderr  # the launcher's report: the first to stop, exit 2
     assert not list((tmp_path / "runs").rglob("metrics.json"))
+    # what is left: the checkpoint before the full disk (the same command resumes from it), or
+    # nothing where the error came before the first checkpoint (rank 0 left the half-made folder)
+    left = sorted(p.name for p in (tmp_path / "runs").rglob("*") if p.is_file())
+    assert ("recipe.yaml" in left) == (rank == 0) and (left == []) == (rank == 1), left
+    assert bool(list((tmp_path / "runs").rglob("step-*"))) == (rank == 0)

@@ -410,12 +410,21 @@ def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
     identity.json alone, which looks like a run): one this launch made (or emptied with --force)
     is emptied, and the folder lock then removes the folders it made. One an earlier launch made,
     or one with a checkpoint to resume from, is kept."""
+    from toolkit import sharding
+
     try:
         yield
-    except UserError:
+    except (UserError, RuntimeError) as exc:
+        # another process of the launch stopped on its own error: this one stops with it, as on
+        # a user error (the folder was left half-made where rank 1's error came first)
+        gone = sharding.peer_stopped(exc) if not isinstance(exc, UserError) else None
+        if not isinstance(exc, UserError) and gone is None:
+            raise
         _drop_partial_checkpoint(out)  # a full disk mid-save: the checkpoint before is what resumes
         if made_here and int(os.environ.get("RANK", "0")) == 0 and not runs.checkpoints(out):
             runs.clear(out)
+        if gone is not None:
+            raise UserError(gone) from None
         raise
 
 
