@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
-from toolkit import chain, devices, quiet, recipe as recipe_module, reports, runs, sweeps
+from toolkit import chain, devices, quiet, recipe as recipe_module, reports, runs, sharding, sweeps
 from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
@@ -410,8 +410,6 @@ def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
     identity.json alone, which looks like a run): one this launch made (or emptied with --force)
     is emptied, and the folder lock then removes the folders it made. One an earlier launch made,
     or one with a checkpoint to resume from, is kept."""
-    from toolkit import sharding
-
     try:
         yield
     except (UserError, RuntimeError) as exc:
