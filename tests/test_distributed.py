@@ -206,3 +206,59 @@ def test_a_one_process_command_under_a_launch_of_several_is_refused_in_one_line(
     assert code == 2 and err.startswith(f"error: toolkit {command}: runs in one process, and this launch has 2"), err
     assert len(err.strip().splitlines()) == 1 and not out
     assert sorted(tmp_path.iterdir()) == []
+
+
+# A launch whose process `rank` stops on an error of its own: a full disk as rank 0 alone writes
+# metrics.json, or a user error in rank 1's evaluation while rank 0 gathers.
+FAILING_LAUNCHER = """import errno, json, os, sys
+sys.path.insert(0, {root!r})
+from toolkit import evaluation, runs
+from toolkit.errors import UserError
+rank, failing = os.environ["RANK"], os.environ["FAILING_RANK"]
+write_json, evaluate = runs.write_json, evaluation.evaluate
+
+def full_disk(path, *args, **kwargs):
+    if rank == failing == "0" and path.name == "metrics.json":
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    return write_json(path, *args, **kwargs)
+
+def refused(*args, **kwargs):
+    if rank == failing == "1":
+        raise UserError("rank 1 refuses")
+    return evaluate(*args, **kwargs)
+
+runs.write_json, evaluation.evaluate = full_disk, refused
+from toolkit.cli import main
+sys.exit(main(json.loads(sys.argv[1])))
+"""
+
+
+@pytest.mark.parametrize("rank, said", [(0, "error: no space left on the device while writing"),
+                                        (1, "error: rank 1 refuses")])
+def test_an_error_in_one_process_stops_the_launch_in_one_line_per_process(tmp_path: Path, tiny_checkpoint,
+                                                                          rank: int, said: str) -> None:
+    """Rule: a process of a launch that stops on its own error (one line, exit 2) stops the others
+    with one line each, not a traceback: the others' next collective fails on the lost peer
+    (gloo's `Connection closed by peer` from a barrier, 40 lines each, the first error buried
+    under them), or the launcher stops them first (SIGTERM: silent)."""
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
+    (tmp_path / "launch.py").write_text(FAILING_LAUNCHER.format(root=str(ROOT)))
+    args = ["run", str(recipe), "--runs-dir", str(tmp_path / "runs"), "train.batch_size=4", "task.max_train_samples=8"]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(_free_port()), str(tmp_path / "launch.py"), json.dumps(args)], cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "FAILING_RANK": str(rank)}, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "[rank" not in proc.stderr, proc.stderr[-3000:]  # no process's traceback
+    # (rank 0's progress bar and rank 1's line share the launch's stderr: a line may follow the bar)
+    lines = [line[line.index("error:"):] for line in proc.stderr.splitlines() if "error:" in line]
+    other = (f"error: process {1 - rank} of 2 stopped with the launch: another of its processes stopped first (its "
+             "own `error:` line, or the launcher's report of its exit, says why)")
+    assert lines[0].startswith(said) and lines[1:] in ([], [other]), proc.stderr[-3000:]
+    assert "exitcode  : 2 (pid: " in proc.stderr  # the launcher's report: the first to stop, exit 2
+    assert not list((tmp_path / "runs").rglob("metrics.json"))
+    # what is left: the checkpoint before the full disk (the same command resumes from it), or
+    # nothing where the error came before the first checkpoint (rank 0 left the half-made folder)
+    left = sorted(p.name for p in (tmp_path / "runs").rglob("*") if p.is_file())
+    assert ("recipe.yaml" in left) == (rank == 0) and (left == []) == (rank == 1), left
+    assert bool(list((tmp_path / "runs").rglob("step-*"))) == (rank == 0)

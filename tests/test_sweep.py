@@ -156,18 +156,30 @@ def own_recipe(tmp_path: Path, checkpoint: str) -> Path:
                                                           dev=tmp_path / "dev.csv"))
 
 
-def test_dry_run_gives_each_points_steps_examples_and_the_total(tmp_path: Path, cli, runs_dir: Path,
-                                                                tiny_checkpoint) -> None:
+# processes -> (steps with grad_accum 1, with 3, (examples, evaluations) of train.max_steps=5): 60
+# examples in batches of 8 are 8 micro-batches an epoch, 4 on each of 2 processes (whose 5 steps are
+# an epoch and a step of 16, evaluated at the epoch's end and the last step)
+DRY_RUN_STEPS = {1: (16, 6, (40, 1)), 2: (8, 4, (76, 2))}
+
+
+@pytest.mark.parametrize("processes", sorted(DRY_RUN_STEPS))
+def test_dry_run_gives_each_points_steps_examples_and_the_total(tmp_path: Path, cli, runs_dir: Path, monkeypatch,
+                                                                tiny_checkpoint, processes: int) -> None:
+    """The plan's steps are those the launch takes: under torchrun of 2 processes each step reads
+    batch x grad_accum examples on each (the dry run counted one process's, twice the steps)."""
     recipe = own_recipe(tmp_path, tiny_checkpoint("bert"))
+    monkeypatch.setenv("WORLD_SIZE", str(processes))
     code, out, err = cli("sweep", recipe, "train.grad_accum=1,3", "--dry-run", "--runs-dir", runs_dir)
     assert code == 0, err
-    # 60 examples in batches of 8: 8 micro-batches an epoch; 2 epochs of 8 steps, or of ceil(8/3) = 3
-    assert "60 train examples, 16 optimizer steps reading 120 examples; 2 evaluations of 20" in out
-    assert "60 train examples, 6 optimizer steps reading 120 examples; 2 evaluations of 20" in out
-    assert "2 runs (dry run: nothing was started): 22 optimizer steps reading 240 training examples in all" in out
+    # 2 epochs of 8 / processes steps, or of ceil(8 / processes / 3)
+    one, three, five = DRY_RUN_STEPS[processes]
+    assert f"60 train examples, {one} optimizer steps reading 120 examples; 2 evaluations of 20" in out
+    assert f"60 train examples, {three} optimizer steps reading 120 examples; 2 evaluations of 20" in out
+    assert (f"2 runs (dry run: nothing was started): {one + three} optimizer steps reading 240 training examples "
+            "in all") in out
     assert "about" not in out and not runs_dir.exists()
-    (c,) = sweep.costs([sweep.Point(recipe, ["train.max_steps=5"])], smoke=False)
-    assert (c.steps, c.examples_seen, c.evals) == (5, 40, 1)
+    (c,) = sweep.costs([sweep.Point(recipe, ["train.max_steps=5"])], smoke=False, processes=processes)
+    assert (c.steps, c.examples_seen, c.evals) == (5, *five)
 
 
 def test_estimate_extrapolates_measured_times_once_per_recipe_shape(tmp_path: Path, monkeypatch, tiny_checkpoint) -> None:
@@ -298,6 +310,35 @@ def test_a_sweep_launched_on_several_processes_speaks_once_and_cannot_leave_a_po
     code, out, err = cli("sweep", recipe, *grid, "--seeds", "42", "--smoke", "--runs-dir", runs_dir, "--estimate")
     assert code == 2 and err.startswith("error: sweep --estimate: measures one process on this machine, and this "
                                         "launch has 2"), err
+
+
+def test_a_sweep_under_torchrun_runs_every_point_on_the_launchs_processes(tmp_path: Path, runs_dir: Path,
+                                                                         tiny_checkpoint) -> None:
+    """Rule: under a launch each point's runs (one `toolkit run` per process) meet in a rendezvous
+    store of their own. In the launcher's store, shared by every point, the second point's
+    processes read the first point's addresses and gloo failed to connect to processes gone
+    ("Connection refused", a traceback): the sweep stopped at its second point
+    (`sharding.point_launch`)."""
+    import socket
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    recipe = write_recipe(tmp_path / "s.yaml", RECIPE.replace("bert-base-uncased", tiny_checkpoint("bert")))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(port), "-m", "toolkit.cli", "sweep", str(recipe), "train.lr=1e-3,2e-3", "--seeds", "42",
+                           "--runs-dir", str(runs_dir), "task.max_train_samples=8", "task.max_eval_samples=4",
+                           "train.batch_size=2"], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == "sweep: 2 runs done"
+    finished = sorted(runs_dir.rglob("metrics.json"))
+    assert len(finished) == 2
+    assert [json.loads(m.read_text())["num_processes"] for m in finished] == [2, 2]
 
 
 @pytest.mark.parametrize("edit", ["recipe", "base", "data"])

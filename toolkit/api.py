@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
-from toolkit import chain, devices, quiet, recipe as recipe_module, reports, runs, sweeps
+from toolkit import chain, devices, quiet, recipe as recipe_module, reports, runs, sharding, sweeps
 from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
@@ -412,10 +412,17 @@ def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
     or one with a checkpoint to resume from, is kept."""
     try:
         yield
-    except UserError:
+    except (UserError, RuntimeError) as exc:
+        # another process of the launch stopped on its own error: this one stops with it, as on
+        # a user error (the folder was left half-made where rank 1's error came first)
+        gone = sharding.peer_stopped(exc) if not isinstance(exc, UserError) else None
+        if not isinstance(exc, UserError) and gone is None:
+            raise
         _drop_partial_checkpoint(out)  # a full disk mid-save: the checkpoint before is what resumes
         if made_here and int(os.environ.get("RANK", "0")) == 0 and not runs.checkpoints(out):
             runs.clear(out)
+        if gone is not None:
+            raise UserError(gone) from None
         raise
 
 

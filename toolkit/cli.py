@@ -64,7 +64,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
         flags = ["--smoke"] * args.smoke + ["--force"] * args.force + ["--runs-dir", str(root)]
         child = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),
-                                  *point.overrides, *flags], env={**os.environ, SWEEP_CHILD: "1"})
+                                  *point.overrides, *flags],
+                                 env={**os.environ, SWEEP_CHILD: "1", **sharding.point_launch(i)})
         try:
             code = child.wait()
         except KeyboardInterrupt:  # Ctrl-C reached the run too: it stops and keeps its checkpoint
@@ -86,7 +87,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool) -> None:
     """--dry-run: each point, its state and its cost; --estimate: and the measured wall time of
     each point still to run."""
-    point_costs = sweep.costs(points, smoke)
+    # the launch's processes: under torchrun each step takes batch x grad_accum on every one
+    point_costs = sweep.costs(points, smoke, runs.world_size())
     todo = [i for i, f in enumerate(folders) if not runs.is_finished(f)]
     times: dict[int, float] = {}
     if with_estimate and todo:
@@ -445,6 +447,9 @@ def _outcome(args: argparse.Namespace) -> int:
              f"{getattr(exc, 'message', None) or 'interrupted; nothing more was written'}")
         return 128 + signum  # SIGTERM: 143, SIGHUP: 129, SIGPIPE: 141
     except Exception as exc:  # a full disk or an unwritable place anywhere: said as such
+        if (gone := sharding.peer_stopped(exc)) is not None:  # under a launch: another process's error
+            _say(f"error: {gone}")
+            return 2
         if not (isinstance(exc, OSError) and exc.errno in DISK_ERRORS) and not disk_full(exc):
             raise
         _say(f"error: {disk_error(exc)}")

@@ -25,6 +25,7 @@ and the gathering of ZeRO-3's partitions for the saved model.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -435,3 +436,55 @@ def check_command(command: str) -> None:
         raise UserError(f"toolkit {command}: runs in one process, and this launch has {processes} "
                         f"(WORLD_SIZE={processes}); run it without torchrun / accelerate launch (or NPROC=1); "
                         f"under a launch only {', '.join(SHARED_ACROSS_PROCESSES)} split their work over the processes")
+
+
+# What a collective raises in a process whose peer has gone (gloo's TCP pair, NCCL's abort): the
+# peer stopped first, on its own error (said on its own line), a signal or a crash.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+             "NCCL communicator was aborted", "remote process exiting prematurely")
+
+
+def peer_stopped(exc: BaseException) -> str | None:
+    """Under a launch of several processes, the one line for a collective that failed because
+    another process of the launch stopped; None for any other exception. The process that
+    stopped first said why on its own line (a user error, a full disk), and this one's traceback
+    (gloo's `Connection closed by peer` from a barrier, 40 lines per process) buried it."""
+    if runs.world_size() < 2 or not isinstance(exc, RuntimeError):
+        return None
+    if not any(marker in str(exc) for marker in PEER_GONE):
+        return None
+    return (f"process {runs.rank()} of {runs.world_size()} stopped with the launch: another of its processes "
+            "stopped first (its own `error:` line, or the launcher's report of its exit, says why)")
+
+
+_ASKED = itertools.count()  # point_launch's calls in this process
+
+
+def point_launch(point: int) -> dict[str, str]:
+    """The environment of a sweep's `point`-th run (its own `toolkit run` processes, one per process
+    of the launch) under a torchrun / accelerate launch: a rendezvous store of its own.
+
+    torchrun's workers meet in the launcher's store (TORCHELASTIC_USE_AGENT_STORE), whose keys
+    hold each member's address under names that every process group of the launch's first
+    generation shares. A sweep's first point ran; the second point's processes read the first
+    one's addresses, left in the store, and gloo failed to connect to the gone processes
+    ("Connection refused", a traceback, the sweep stopped at its second point). Each point's run
+    now hosts a fresh store on a port rank 0 picks and passes to the others through the
+    launcher's store, under a key of the point's own."""
+    if runs.world_size() < 2 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}  # one process, or a launcher whose rank 0 hosts a new store for every process group
+    import socket
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    agent = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                     timeout=timedelta(minutes=30))
+    # every process of the launch asks for the same points in the same order: the n-th ask is the
+    # same key on each, and a second sweep in one launch (the API, a script) does not read the first's
+    key = f"toolkit/sweep/{next(_ASKED)}/point-{point}/port"
+    if runs.rank() == 0:
+        with socket.socket() as s:  # a free port of this host (the launch's MASTER_ADDR)
+            s.bind(("", 0))
+            agent.set(key, str(s.getsockname()[1]))
+    return {"MASTER_PORT": agent.get(key).decode(), "TORCHELASTIC_USE_AGENT_STORE": "False"}

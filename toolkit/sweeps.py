@@ -205,7 +205,8 @@ def describe(points: list[Point], folders: list[Path]) -> list[str]:
 @dataclass
 class Cost:
     """What one point will train: its training set, optimizer steps, the examples those steps
-    read, and its evaluations (one process: the loop's schedule, TrainConfig.optimizer_steps)."""
+    read, and its evaluations (on the launch's processes: the loop's schedule,
+    TrainConfig.optimizer_steps)."""
 
     train_examples: int
     steps: int
@@ -221,23 +222,25 @@ def sizes(recipe) -> tuple[int | None, int]:
     return (None if train is None else len(train)), sum(len(ds) for ds in (data.get("eval") or {}).values())
 
 
-def cost(recipe, n_train: int | None, n_eval: int) -> Cost:
-    """The point's optimizer steps, examples read and evaluations, from its data's sizes."""
+def cost(recipe, n_train: int | None, n_eval: int, processes: int = 1) -> Cost:
+    """The point's optimizer steps, examples read and evaluations, from its data's sizes, on
+    `processes` processes (a step takes batch x grad_accum examples on each)."""
     import math
 
     if n_train is None or not recipe.method.trains:  # in-context: one evaluation, no step
         return Cost(0, 0, 0, 1, n_eval)
     tr = recipe.train
-    per_epoch, steps = tr.optimizer_steps(n_train)
+    per_epoch, steps = tr.optimizer_steps(n_train, processes)
     per_epoch = max(1, per_epoch)
     whole, rest = divmod(steps, per_epoch)  # an epoch's last step may be short
-    seen = whole * n_train + min(rest * tr.batch_size * tr.grad_accum, n_train)
+    seen = whole * n_train + min(rest * tr.batch_size * tr.grad_accum * processes, n_train)
     n_evals = math.ceil(steps / tr.eval_every) if tr.eval_every else math.ceil(steps / per_epoch)
     return Cost(n_train, steps, seen, n_evals, n_eval)
 
 
-def costs(points: list[Point], smoke: bool) -> list[Cost]:
-    """Each point's cost; data is loaded once per distinct task (a sweep repeats its tasks)."""
+def costs(points: list[Point], smoke: bool, processes: int = 1) -> list[Cost]:
+    """Each point's cost on `processes` processes (a launch's: `runs.world_size()`); data is
+    loaded once per distinct task (a sweep repeats its tasks)."""
     import json
 
     loaded: dict[str, tuple[int | None, int]] = {}
@@ -247,7 +250,7 @@ def costs(points: list[Point], smoke: bool) -> list[Cost]:
         key = json.dumps(recipe.to_dict()["task"], sort_keys=True, default=str)
         if key not in loaded:
             loaded[key] = sizes(recipe)
-        out.append(cost(recipe, *loaded[key]))
+        out.append(cost(recipe, *loaded[key], processes))
     return out
 
 
