@@ -692,3 +692,58 @@ def test_every_entry_point_generates_up_to_the_target_length(tmp_path: Path, cli
         assert call() == 0, name
         seen[name] = set(budgets)
     assert seen == {"train": {7}, "eval": {7}, "api eval, target length 9": {9}, "predict": {7}, "api": {7}}
+
+
+@pytest.mark.parametrize("name", _generating_tasks())
+@pytest.mark.parametrize("bos", [True, False], ids=["adds-bos", "no-bos"])
+def test_a_decoder_prompt_begins_as_its_tokenizer_begins_a_text(name: str, bos: bool) -> None:
+    """Finding: a decoder-only prompt was the source's tokens without the tokenizer's special
+    tokens, so a decoder whose tokenizer begins every text with BOS (Llama, Gemma, OPT: as they
+    read text in pretraining, and as transformers' pipeline and TRL tokenize a prompt) trained,
+    scored and predicted from prompts without it, and its exported folder, prompted through its
+    own tokenizer, read another sequence than the run trained on, exit 0. The prompt now starts
+    with the tokens the tokenizer puts before a text (counted in task.max_length); the answer and
+    EOS follow as before. GPT-2's tokenizer puts none: its prompts are unchanged."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._lm import IGNORE
+
+    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2", add_bos_token=bos)
+    tok.pad_token = tok.eos_token
+    lead = [tok.bos_token_id] if bos else []
+    extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
+    task = TASKS.get(name)(max_length=12, max_target_length=6, **extra)
+    task.model_head("gpt2")
+    long, short = "one two three four five six seven eight nine ten eleven twelve thirteen", "a red car"
+    rows = ([{"id": str(i), "title": "t", "question": "why?", "context": c,
+              "answers": {"text": ["red car"], "answer_start": [0]}} for i, c in enumerate((long, short))]
+            if name == "squad" else [{"source": s, "target": "red car"} for s in (long, short)])
+    enc = sorted(task.encode(Dataset.from_list(rows), tok), key=lambda e: e["example_index"])
+    prefix, suffix = task.affixes()
+    suf = tok(suffix, add_special_tokens=False)["input_ids"]
+    answer = tok(" red car", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    for row, e in zip(rows, enc):
+        whole = tok(prefix + task.source_text(row), truncation=True, max_length=task.max_length)["input_ids"]
+        assert whole[:len(lead)] == lead and len(whole) <= task.max_length
+        assert e["prompt_ids"] == whole + suf
+        assert e["input_ids"] == whole + suf + answer
+        assert e["labels"] == [IGNORE] * len(whole + suf) + answer
+    assert len(enc[0]["prompt_ids"]) == task.max_length + len(suf)  # the long one is cut, BOS counted in
+    assert len(enc[0]["input_ids"]) <= task.longest_sequence(tok, task.max_length)[0]  # the positions check holds
+
+    class Model(torch.nn.Module):  # what predict hands `generate`
+        def __init__(self) -> None:
+            super().__init__()
+            self.w, self.prompts = torch.nn.Parameter(torch.zeros(1)), []
+
+        def generate(self, input_ids, attention_mask, **kwargs):
+            self.prompts += [ids[m.bool()].tolist() for ids, m in zip(input_ids, attention_mask)]
+            return torch.cat([input_ids, torch.full((len(input_ids), 1), tok.eos_token_id)], 1)
+
+    model = Model()
+    given = {f: rows[1].get(f, short) for f in task.predict_fields(model)}  # a user's row
+    assert task.predict(model, tok, [given])[0]["prediction"] == ""
+    assert model.prompts == [tok(prefix + task.source_text(task.raw_input(given)) + suffix)["input_ids"]]

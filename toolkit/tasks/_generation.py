@@ -324,11 +324,16 @@ class TextToText(TokenTask):
                 "labels": labels["input_ids"]}
 
     def _encode_decoder_only(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
-        """prompt = source (truncated) + suffix; input = prompt + target + EOS; loss on the target."""
-        enc = self.tokenize(tok, sources, limit=self.max_length, add_special_tokens=False)
+        """prompt = what the tokenizer puts before a text (`leading_special`: BOS where it adds
+        one) + source, cut together at task.max_length, + suffix; input = prompt + target + EOS;
+        loss on the target. Without the BOS a Llama/Gemma/OPT decoder trained, scored and
+        predicted from prompts it never read in pretraining, and its export, prompted through
+        its own tokenizer (transformers' pipeline, TRL), read another sequence than the run."""
+        lead = leading_special(tok)
+        enc = self.tokenize(tok, sources, limit=self.max_length - len(lead), add_special_tokens=False)
         self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
         suf = tok(suffix, add_special_tokens=False)["input_ids"] if suffix else []
-        return self._join_answers(tok, [s + suf for s in enc["input_ids"]], targets)
+        return self._join_answers(tok, [lead + s + suf for s in enc["input_ids"]], targets)
 
     def _join_answers(self, tok: Any, prompts: list[list[int]], targets: list[str],
                       limit: int | None = None) -> dict:
@@ -462,6 +467,18 @@ class TextToText(TokenTask):
             batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             found.update(zip(batch["example_index"].tolist(), decode_texts(tokenizer, self.generate(model, batch))))
         return [found[i] for i in range(len(raw))]
+
+
+def leading_special(tokenizer: Any) -> list[int]:
+    """The ids the tokenizer puts before a text's own (its BOS, where it adds one: Llama, Gemma,
+    OPT; none for GPT-2), found by encoding a probe with and without its special tokens; what it
+    puts after (an EOS some add) is no part of a prompt."""
+    full = list(tokenizer("a")["input_ids"])
+    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    for start in range(len(full) - len(bare) + 1):
+        if full[start:start + len(bare)] == bare:
+            return full[:start]
+    return []
 
 
 SPACING_PROBE = "yes, it's here. isn't it? no!"  # lower case: uncased tokenizers give it back too
