@@ -747,3 +747,45 @@ def test_a_decoder_prompt_begins_as_its_tokenizer_begins_a_text(name: str, bos: 
     given = {f: rows[1].get(f, short) for f in task.predict_fields(model)}  # a user's row
     assert task.predict(model, tok, [given])[0]["prediction"] == ""
     assert model.prompts == [tok(prefix + task.source_text(task.raw_input(given)) + suffix)["input_ids"]]
+
+
+@pytest.mark.parametrize("name", _generating_tasks())
+@pytest.mark.parametrize("family", ["t5", "bart", "gpt2"])
+def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family: str) -> None:
+    """Finding: an encoder-decoder read prefix + source + suffix cut at task.max_length as one
+    text, so a long source lost the recipe's suffix (an instruction after the document, as
+    Flan-T5's templates put it) with exit 0, in training, evaluation and predict alike, where a
+    decoder's prompt keeps it. The source alone is cut now, for every family; a suffix that
+    leaves no room for the source is one line."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+
+    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                                        {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
+    tok.pad_token = tok.pad_token or tok.eos_token
+    extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
+    suffix = " Answer briefly, please."
+    task = TASKS.get(name)(max_length=20, suffix=suffix, **extra)
+    task.model_head(family)
+    long, short = " ".join(["word"] * 40), "a red car"
+    rows = ([{"id": str(i), "title": "t", "question": "why?", "context": c,
+              "answers": {"text": ["red"], "answer_start": [2]}} for i, c in enumerate((long, short))]
+            if name == "squad" else [{"source": s, "target": "red"} for s in (long, short)])
+    enc = sorted(task.encode(Dataset.from_list(rows), tok), key=lambda e: e["example_index"])
+    key = "prompt_ids" if family == "gpt2" else "input_ids"
+    prefix = task.affixes()[0]
+    suf = tok(suffix, add_special_tokens=False)["input_ids"]
+    after = [] if family == "gpt2" else tok("a")["input_ids"][-1:]  # BART's and T5's </s>
+    for row, e in zip(rows, enc):
+        ids = e[key]
+        assert ids[len(ids) - len(suf) - len(after):] == suf + after  # the suffix, whole, in place
+        if row is rows[1]:  # not cut: the text as the tokenizer reads it
+            assert ids == tok(prefix + task.source_text(row) + suffix)["input_ids"]
+    assert len(enc[0][key]) == task.max_length + (len(suf) if family == "gpt2" else 0)
+    assert task.notices()[f"cut {task.names[0]}"].startswith(f"1 of 2 {task.names[0]} cut at task.max_length=20")
+    if family != "gpt2":
+        task.suffix = " ".join(["word"] * 30)
+        with pytest.raises(UserError, match="^task.suffix: its 30 tokens and the tokenizer's"):
+            task.encode(Dataset.from_list(rows), tok)

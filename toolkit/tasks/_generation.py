@@ -315,13 +315,32 @@ class TextToText(TokenTask):
         return self._join_answers(tok, prompts, targets, ic.limit)
 
     def _encode_seq2seq(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
-        enc = self.tokenize(tok, [s + suffix for s in sources], limit=self.max_length)
+        """The encoder reads the tokenizer's special tokens around prefix + source + suffix, the
+        source alone cut to fit task.max_length: the suffix is kept whole, as a decoder's prompt
+        keeps it (cut with the source, a long document lost the instruction after it, exit 0)."""
+        if suffix:
+            enc = self._cut_before_suffix(tok, sources, suffix)
+        else:
+            enc = self.tokenize(tok, sources, limit=self.max_length)
         self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
         labels = self.tokenize(tok, text_target=targets, limit=self.max_target_length)
         self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, labels["cut"])
         self.note_budget([len(t) for t in labels["input_ids"]])  # their start and end tokens, as generated
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                 "labels": labels["input_ids"]}
+
+    def _cut_before_suffix(self, tok: Any, sources: list[str], suffix: str) -> dict:
+        """An encoder's ids of each source and `suffix` within task.max_length, the source cut."""
+        before, after = special_frame(tok)
+        suf = tok(suffix, add_special_tokens=False)["input_ids"]
+        room = self.max_length - len(before) - len(suf) - len(after)
+        if room < 1:
+            raise UserError(f"task.suffix: its {len(suf)} tokens and the tokenizer's {len(before) + len(after)} "
+                            f"special tokens leave no room for the source in task.max_length {self.max_length}; "
+                            "raise task.max_length or shorten task.suffix")
+        enc = self.tokenize(tok, sources, limit=room, add_special_tokens=False)
+        ids = [before + s + suf + after for s in enc["input_ids"]]
+        return {"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids], "cut": enc["cut"]}
 
     def _encode_decoder_only(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
         """prompt = what the tokenizer puts before a text (`leading_special`: BOS where it adds
@@ -469,16 +488,22 @@ class TextToText(TokenTask):
         return [found[i] for i in range(len(raw))]
 
 
-def leading_special(tokenizer: Any) -> list[int]:
-    """The ids the tokenizer puts before a text's own (its BOS, where it adds one: Llama, Gemma,
-    OPT; none for GPT-2), found by encoding a probe with and without its special tokens; what it
-    puts after (an EOS some add) is no part of a prompt."""
+def special_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """(before, after): the ids the tokenizer puts around a text's own (BART: <s> and </s>, T5:
+    none and </s>, Llama/Gemma/OPT: BOS and none, GPT-2: none), found by encoding a probe with
+    and without its special tokens."""
     full = list(tokenizer("a")["input_ids"])
     bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
     for start in range(len(full) - len(bare) + 1):
         if full[start:start + len(bare)] == bare:
-            return full[:start]
-    return []
+            return full[:start], full[start + len(bare):]
+    return [], []
+
+
+def leading_special(tokenizer: Any) -> list[int]:
+    """The ids the tokenizer puts before a text (its BOS, where it adds one); what it puts after
+    (an EOS some add) is no part of a decoder's prompt."""
+    return special_frame(tokenizer)[0]
 
 
 SPACING_PROBE = "yes, it's here. isn't it? no!"  # lower case: uncased tokenizers give it back too
