@@ -789,3 +789,38 @@ def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family
         task.suffix = " ".join(["word"] * 30)
         with pytest.raises(UserError, match="^task.suffix: its 30 tokens and the tokenizer's"):
             task.encode(Dataset.from_list(rows), tok)
+
+
+@pytest.mark.parametrize("setting", [{"num_beams": 4, "num_return_sequences": 2},
+                                     {"return_dict_in_generate": True, "output_scores": True}],
+                         ids=["two-sequences", "dict-output"])
+@pytest.mark.parametrize("family", ["bart", "t5", "gpt2"])
+def test_a_checkpoints_output_settings_do_not_reach_generation(tiny_checkpoint, family: str, setting: dict) -> None:
+    """Finding: `generate` starts from the checkpoint's generation_config, so one saved with
+    num_return_sequences 2 gave a beam-searching run two rows per example, which evaluation and
+    predict paired with other examples' references and inputs (exit 0), and one saved with
+    return_dict_in_generate gave an output object the task could not read (a traceback after
+    training). The task now pins one sequence per input, as a tensor, for every family; an
+    export saves that."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(path).eval()
+    task = Summarization(generation=Generation(max_new_tokens=4, num_beams=2))
+    task.model_head(family)
+    task._tokenizer = tok
+    ids = torch.tensor([[5, 19, 7], [8, 9, 10], [11, 12, 13]])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "prompt_ids": ids, "prompt_mask": torch.ones_like(ids)}
+    plain = task.generate(model, batch)
+    for key, value in setting.items():
+        setattr(model.generation_config, key, value)
+    out = task.generate(model, batch)
+    assert isinstance(out, torch.Tensor) and torch.equal(out, plain) and len(out) == len(ids)
+    saved = task.generation.saved(task.max_target_length)
+    assert saved["num_return_sequences"] == 1 and saved["return_dict_in_generate"] is False

@@ -56,10 +56,10 @@ class Generation:
         """These settings (the budget `budget(target_length)`), and the length and repetition
         constraints a recipe cannot set unset (`UNSET`): `generate` starts from the checkpoint's
         generation_config, so a checkpoint saved with, say, bart-large-cnn's min_length 56
-        forced every summary to 56 tokens."""
+        forced every summary to 56 tokens. What `generate` returns is pinned too (`ONE_TENSOR`)."""
         return {"num_beams": self.num_beams, "length_penalty": self.length_penalty,
                 "max_new_tokens": self.budget(target_length), "no_repeat_ngram_size": self.no_repeat_ngram_size,
-                "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1, **UNSET}
+                "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1, **UNSET, **ONE_TENSOR}
 
     def saved(self, target_length: int) -> dict[str, Any]:
         """`kwargs` as a generation_config.json holds them (`toolkit export`): the same decoding,
@@ -81,6 +81,12 @@ SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "mi
 # (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's)
 UNSET = dict.fromkeys(("min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
                        "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty"))
+# what `generate` returns, pinned to one tensor of one sequence per input: a checkpoint's
+# generation_config with num_return_sequences 2 (beside beams) gave two rows per example, which
+# scoring paired with the wrong references (exit 0), and one with return_dict_in_generate gave an
+# output object the task could not read (a traceback after training)
+ONE_TENSOR = {"num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False,
+              "output_logits": False, "output_attentions": False, "output_hidden_states": False}
 
 
 def read_records(path: Path, fields: tuple[str, ...] | None = None,
