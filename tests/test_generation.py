@@ -459,7 +459,7 @@ def test_an_export_saves_the_runs_decoding_whatever_the_base_samples_with(tmp_pa
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
     from toolkit.inference import decode_as_run
-    from toolkit.tasks._generation import Generation
+    from toolkit.tasks._generation import ONE_TENSOR, SAMPLING_ONLY, UNSET, Generation
     from toolkit.tasks.summarization import Summarization
 
     path = tiny_checkpoint(family)
@@ -791,36 +791,56 @@ def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family
             task.encode(Dataset.from_list(rows), tok)
 
 
-@pytest.mark.parametrize("setting", [{"num_beams": 4, "num_return_sequences": 2},
-                                     {"return_dict_in_generate": True, "output_scores": True}],
-                         ids=["two-sequences", "dict-output"])
+CHECKPOINT_DECODING = {"two-sequences": {"num_beams": 4, "num_return_sequences": 2},
+                       "dict-output": {"return_dict_in_generate": True, "output_scores": True},
+                       "max_time": {"max_time": 1e-6}, "stop_strings": {"stop_strings": ["a"]},
+                       "contrastive": {"penalty_alpha": 0.6, "top_k": 4}, "dola": {"dola_layers": "low"},
+                       "groups": {"num_beam_groups": 2, "diversity_penalty": 1.0},
+                       "constrained": {"force_words_ids": [[7]]}, "token_healing": {"token_healing": True},
+                       "watermark": {"watermarking_config": {"greenlist_ratio": 0.25}},
+                       "sequence_bias": {"sequence_bias": {(5,): 5.0}}, "guidance": {"guidance_scale": 3.0}}
+
+
 @pytest.mark.parametrize("family", ["bart", "t5", "gpt2"])
-def test_a_checkpoints_output_settings_do_not_reach_generation(tiny_checkpoint, family: str, setting: dict) -> None:
+def test_a_checkpoints_decoding_settings_do_not_reach_generation(tiny_checkpoint, family: str) -> None:
     """Finding: `generate` starts from the checkpoint's generation_config, so one saved with
     num_return_sequences 2 gave a beam-searching run two rows per example, which evaluation and
     predict paired with other examples' references and inputs (exit 0), and one saved with
     return_dict_in_generate gave an output object the task could not read (a traceback after
-    training). The task now pins one sequence per input, as a tensor, for every family; an
-    export saves that."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+    training); one saved with max_time, a watermark, a sequence bias or guidance wrote other text
+    (exit 0), with stop strings, contrastive search, DoLa, beam groups, constraints or token
+    healing it stopped after training with a traceback. The task now decodes as the recipe says
+    whatever the checkpoint saved, one sequence per input as a tensor, for every family, greedy
+    and beam; an export saves that."""
+    import copy
 
-    from toolkit.tasks._generation import Generation
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, WatermarkingConfig
+
+    from toolkit.tasks._generation import ONE_TENSOR, SAMPLING_ONLY, UNSET, Generation
     from toolkit.tasks.summarization import Summarization
 
     path = tiny_checkpoint(family)
     tok = AutoTokenizer.from_pretrained(path)
     tok.pad_token = tok.pad_token or tok.eos_token
     model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(path).eval()
-    task = Summarization(generation=Generation(max_new_tokens=4, num_beams=2))
+    task = Summarization(generation=Generation(max_new_tokens=4))
     task.model_head(family)
     task._tokenizer = tok
     ids = torch.tensor([[5, 19, 7], [8, 9, 10], [11, 12, 13]])
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "prompt_ids": ids, "prompt_mask": torch.ones_like(ids)}
-    plain = task.generate(model, batch)
-    for key, value in setting.items():
-        setattr(model.generation_config, key, value)
-    out = task.generate(model, batch)
-    assert isinstance(out, torch.Tensor) and torch.equal(out, plain) and len(out) == len(ids)
+    base = copy.deepcopy(model.generation_config)
+    for beams in (1, 2):
+        task.generation.num_beams = beams
+        model.generation_config = copy.deepcopy(base)
+        plain = task.generate(model, batch)
+        for case, settings in CHECKPOINT_DECODING.items():
+            model.generation_config = copy.deepcopy(base)
+            for key, value in settings.items():
+                setattr(model.generation_config, key, WatermarkingConfig(**value) if key == "watermarking_config" else value)
+            out = task.generate(model, batch)
+            assert isinstance(out, torch.Tensor) and torch.equal(out, plain) and len(out) == len(ids), (case, beams)
     saved = task.generation.saved(task.max_target_length)
-    assert saved["num_return_sequences"] == 1 and saved["return_dict_in_generate"] is False
+    pinned = {**UNSET, **ONE_TENSOR, **SAMPLING_ONLY, "num_beams": 2}
+    for case, settings in CHECKPOINT_DECODING.items():
+        assert {key: saved[key] for key in settings} == {key: pinned[key] for key in settings}, case

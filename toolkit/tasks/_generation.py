@@ -78,9 +78,16 @@ class Generation:
 SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "min_p", "top_h", "epsilon_cutoff",
                                "eta_cutoff"))
 # generation_config fields that change which text is chosen and that no recipe setting names
-# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's)
+# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's): length and
+# repetition constraints; a wall-clock cut (max_time: outputs cut where the machine was slow) and
+# stop strings; other decoding strategies (contrastive search, DoLa, group and constrained beam
+# search, token healing: transformers 5 refuses most of them without remote code, a traceback
+# after training); logits changed by watermarking, a sequence bias or classifier-free guidance
 UNSET = dict.fromkeys(("min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
-                       "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty"))
+                       "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty",
+                       "max_time", "stop_strings", "penalty_alpha", "dola_layers", "num_beam_groups",
+                       "diversity_penalty", "constraints", "force_words_ids", "token_healing",
+                       "watermarking_config", "sequence_bias", "guidance_scale"))
 # what `generate` returns, pinned to one tensor of one sequence per input: a checkpoint's
 # generation_config with num_return_sequences 2 (beside beams) gave two rows per example, which
 # scoring paired with the wrong references (exit 0), and one with return_dict_in_generate gave an
