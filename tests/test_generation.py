@@ -459,7 +459,7 @@ def test_an_export_saves_the_runs_decoding_whatever_the_base_samples_with(tmp_pa
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
     from toolkit.inference import decode_as_run
-    from toolkit.tasks._generation import ONE_TENSOR, SAMPLING_ONLY, UNSET, Generation
+    from toolkit.tasks._generation import Generation
     from toolkit.tasks.summarization import Summarization
 
     path = tiny_checkpoint(family)
