@@ -844,3 +844,47 @@ def test_a_checkpoints_decoding_settings_do_not_reach_generation(tiny_checkpoint
     pinned = {**UNSET, **ONE_TENSOR, **SAMPLING_ONLY, "num_beams": 2}
     for case, settings in CHECKPOINT_DECODING.items():
         assert {key: saved[key] for key in settings} == {key: pinned[key] for key in settings}, case
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bart", "t5"])
+def test_generation_ends_at_the_token_every_target_was_trained_to_end_with(tiny_checkpoint, family: str) -> None:
+    """Finding: `generate` stopped at the checkpoint's generation_config eos_token_id alone, and
+    every target trains to end with the tokenizer's own end token (a decoder's EOS the task
+    appends, an encoder-decoder's label end: </s>, [SEP]). A checkpoint whose two differ (a Llama-3
+    tokenizer set to end on <|eot_id|> beside a generation_config of <|end_of_text|>, a config with
+    none) wrote on past the answer's end to max_new_tokens, and that text, the end token skipped
+    in decoding, was scored and predicted, exit 0. Generation now ends at either; an export saves
+    both."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from toolkit.tasks._generation import Generation, special_frame
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    end = tok.eos_token_id
+    assert family == "gpt2" or special_frame(tok)[1][-1] == end  # what the labels end with
+    task = Summarization(generation=Generation(max_new_tokens=6))
+    task.model_head(family)
+    task._tokenizer = tok
+    if family == "gpt2":  # a model that writes 20 21, its end, then 22 23 ...
+        model = _successor_gpt2(path, {19: 20, 20: 21, 21: end, end: 22, 22: 23, 23: 24, 24: 25})
+    else:
+        model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
+    prompt = torch.tensor([[5, 19]])
+    batch = {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt), "input_ids": prompt,
+             "attention_mask": torch.ones_like(prompt)}
+    for saved in (None, 7, [7, 8]):  # the checkpoint's own: none, another token, a list without it
+        model.generation_config.eos_token_id = saved
+        seen = []
+        real = model.generate
+        model.generate = lambda **kwargs: seen.append(kwargs["eos_token_id"]) or real(**kwargs)
+        out = task.generate(model, batch)
+        del model.generate
+        ends = [saved] if isinstance(saved, int) else list(saved or [])
+        assert sorted(seen[0]) == sorted({*ends, end}), saved
+        if family == "gpt2":
+            assert out[0].tolist()[:3] == [20, 21, end] and set(out[0].tolist()[3:]) <= {tok.pad_token_id}, saved
+    assert task.generation.saved(task.max_target_length)  # the export's settings: see decode_as_run

@@ -421,7 +421,8 @@ class TextToText(TokenTask):
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             model = model.module  # generate() is the wrapped model's; nothing trains here
         tok = self._tokenizer
-        kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id}
+        kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id,
+                  "eos_token_id": self.end_ids(model, tok)}
         stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
@@ -435,6 +436,20 @@ class TextToText(TokenTask):
         if stops:
             kwargs["stopping_criteria"] = stop_at(tok, stops, 0)
         return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
+
+    def end_ids(self, model: Any, tok: Any) -> list[int] | None:
+        """Where generation ends: the checkpoint's generation_config eos_token_id and the token
+        every target was trained to end with (the tokenizer's EOS, which a decoder's answer gets
+        appended and an encoder-decoder's labels end with; BERT's [SEP] where it has none). With
+        the latter missing (a tokenizer set to end on another token than the config, a config
+        with none) the model wrote on past the answer's end to max_new_tokens, and that text,
+        the end token skipped, was scored and predicted."""
+        saved = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        ends = [] if saved is None else [saved] if isinstance(saved, int) else list(saved)
+        trained = getattr(tok, "eos_token_id", None)
+        trained = getattr(tok, "sep_token_id", None) if trained is None else trained
+        ends += [trained] if trained is not None and trained not in ends else []
+        return ends or None
 
     def decoded(self, outputs: dict[str, np.ndarray]) -> list[str]:
         """Generated texts in raw order (the loop gathered them in encoded, length-sorted, order)."""
