@@ -692,3 +692,199 @@ def test_every_entry_point_generates_up_to_the_target_length(tmp_path: Path, cli
         assert call() == 0, name
         seen[name] = set(budgets)
     assert seen == {"train": {7}, "eval": {7}, "api eval, target length 9": {9}, "predict": {7}, "api": {7}}
+
+
+@pytest.mark.parametrize("name", _generating_tasks())
+@pytest.mark.parametrize("bos", [True, False], ids=["adds-bos", "no-bos"])
+def test_a_decoder_prompt_begins_as_its_tokenizer_begins_a_text(name: str, bos: bool) -> None:
+    """Finding: a decoder-only prompt was the source's tokens without the tokenizer's special
+    tokens, so a decoder whose tokenizer begins every text with BOS (Llama, Gemma, OPT: as they
+    read text in pretraining, and as transformers' pipeline and TRL tokenize a prompt) trained,
+    scored and predicted from prompts without it, and its exported folder, prompted through its
+    own tokenizer, read another sequence than the run trained on, exit 0. The prompt now starts
+    with the tokens the tokenizer puts before a text (counted in task.max_length); the answer and
+    EOS follow as before. GPT-2's tokenizer puts none: its prompts are unchanged."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._lm import IGNORE
+
+    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2", add_bos_token=bos)
+    tok.pad_token = tok.eos_token
+    lead = [tok.bos_token_id] if bos else []
+    extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
+    task = TASKS.get(name)(max_length=12, max_target_length=6, **extra)
+    task.model_head("gpt2")
+    long, short = "one two three four five six seven eight nine ten eleven twelve thirteen", "a red car"
+    rows = ([{"id": str(i), "title": "t", "question": "why?", "context": c,
+              "answers": {"text": ["red car"], "answer_start": [0]}} for i, c in enumerate((long, short))]
+            if name == "squad" else [{"source": s, "target": "red car"} for s in (long, short)])
+    enc = sorted(task.encode(Dataset.from_list(rows), tok), key=lambda e: e["example_index"])
+    prefix, suffix = task.affixes()
+    suf = tok(suffix, add_special_tokens=False)["input_ids"]
+    answer = tok(" red car", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    for row, e in zip(rows, enc):
+        whole = tok(prefix + task.source_text(row), truncation=True, max_length=task.max_length)["input_ids"]
+        assert whole[:len(lead)] == lead and len(whole) <= task.max_length
+        assert e["prompt_ids"] == whole + suf
+        assert e["input_ids"] == whole + suf + answer
+        assert e["labels"] == [IGNORE] * len(whole + suf) + answer
+    assert len(enc[0]["prompt_ids"]) == task.max_length + len(suf)  # the long one is cut, BOS counted in
+    assert len(enc[0]["input_ids"]) <= task.longest_sequence(tok, task.max_length)[0]  # the positions check holds
+
+    class Model(torch.nn.Module):  # what predict hands `generate`
+        def __init__(self) -> None:
+            super().__init__()
+            self.w, self.prompts = torch.nn.Parameter(torch.zeros(1)), []
+
+        def generate(self, input_ids, attention_mask, **kwargs):
+            self.prompts += [ids[m.bool()].tolist() for ids, m in zip(input_ids, attention_mask)]
+            return torch.cat([input_ids, torch.full((len(input_ids), 1), tok.eos_token_id)], 1)
+
+    model = Model()
+    given = {f: rows[1].get(f, short) for f in task.predict_fields(model)}  # a user's row
+    assert task.predict(model, tok, [given])[0]["prediction"] == ""
+    assert model.prompts == [tok(prefix + task.source_text(task.raw_input(given)) + suffix)["input_ids"]]
+
+
+@pytest.mark.parametrize("name", _generating_tasks())
+@pytest.mark.parametrize("family", ["t5", "bart", "gpt2"])
+def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family: str) -> None:
+    """Finding: an encoder-decoder read prefix + source + suffix cut at task.max_length as one
+    text, so a long source lost the recipe's suffix (an instruction after the document, as
+    Flan-T5's templates put it) with exit 0, in training, evaluation and predict alike, where a
+    decoder's prompt keeps it. The source alone is cut now, for every family; a suffix that
+    leaves no room for the source is one line."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+
+    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                                        {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
+    tok.pad_token = tok.pad_token or tok.eos_token
+    extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
+    suffix = " Answer briefly, please."
+    task = TASKS.get(name)(max_length=20, suffix=suffix, **extra)
+    task.model_head(family)
+    long, short = " ".join(["word"] * 40), "a red car"
+    rows = ([{"id": str(i), "title": "t", "question": "why?", "context": c,
+              "answers": {"text": ["red"], "answer_start": [2]}} for i, c in enumerate((long, short))]
+            if name == "squad" else [{"source": s, "target": "red"} for s in (long, short)])
+    enc = sorted(task.encode(Dataset.from_list(rows), tok), key=lambda e: e["example_index"])
+    key = "prompt_ids" if family == "gpt2" else "input_ids"
+    prefix = task.affixes()[0]
+    suf = tok(suffix, add_special_tokens=False)["input_ids"]
+    after = [] if family == "gpt2" else tok("a")["input_ids"][-1:]  # BART's and T5's </s>
+    for row, e in zip(rows, enc):
+        ids = e[key]
+        assert ids[len(ids) - len(suf) - len(after):] == suf + after  # the suffix, whole, in place
+        if row is rows[1]:  # not cut: the text as the tokenizer reads it
+            assert ids == tok(prefix + task.source_text(row) + suffix)["input_ids"]
+    assert len(enc[0][key]) == task.max_length + (len(suf) if family == "gpt2" else 0)
+    assert task.notices()[f"cut {task.names[0]}"].startswith(f"1 of 2 {task.names[0]} cut at task.max_length=20")
+    if family != "gpt2":
+        task.suffix = " ".join(["word"] * 30)
+        with pytest.raises(UserError, match="^task.suffix: its 30 tokens and the tokenizer's"):
+            task.encode(Dataset.from_list(rows), tok)
+
+
+CHECKPOINT_DECODING = {"two-sequences": {"num_beams": 4, "num_return_sequences": 2},
+                       "dict-output": {"return_dict_in_generate": True, "output_scores": True},
+                       "max_time": {"max_time": 1e-6}, "stop_strings": {"stop_strings": ["a"]},
+                       "contrastive": {"penalty_alpha": 0.6, "top_k": 4}, "dola": {"dola_layers": "low"},
+                       "groups": {"num_beam_groups": 2, "diversity_penalty": 1.0},
+                       "constrained": {"force_words_ids": [[7]]}, "token_healing": {"token_healing": True},
+                       "watermark": {"watermarking_config": {"greenlist_ratio": 0.25}},
+                       "sequence_bias": {"sequence_bias": {(5,): 5.0}}, "guidance": {"guidance_scale": 3.0}}
+
+
+@pytest.mark.parametrize("family", ["bart", "t5", "gpt2"])
+def test_a_checkpoints_decoding_settings_do_not_reach_generation(tiny_checkpoint, family: str) -> None:
+    """Finding: `generate` starts from the checkpoint's generation_config, so one saved with
+    num_return_sequences 2 gave a beam-searching run two rows per example, which evaluation and
+    predict paired with other examples' references and inputs (exit 0), and one saved with
+    return_dict_in_generate gave an output object the task could not read (a traceback after
+    training); one saved with max_time, a watermark, a sequence bias or guidance wrote other text
+    (exit 0), with stop strings, contrastive search, DoLa, beam groups, constraints or token
+    healing it stopped after training with a traceback. The task now decodes as the recipe says
+    whatever the checkpoint saved, one sequence per input as a tensor, for every family, greedy
+    and beam; an export saves that."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, WatermarkingConfig
+
+    from toolkit.tasks._generation import ONE_TENSOR, SAMPLING_ONLY, UNSET, Generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(path).eval()
+    task = Summarization(generation=Generation(max_new_tokens=4))
+    task.model_head(family)
+    task._tokenizer = tok
+    ids = torch.tensor([[5, 19, 7], [8, 9, 10], [11, 12, 13]])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "prompt_ids": ids, "prompt_mask": torch.ones_like(ids)}
+    base = copy.deepcopy(model.generation_config)
+    for beams in (1, 2):
+        task.generation.num_beams = beams
+        model.generation_config = copy.deepcopy(base)
+        plain = task.generate(model, batch)
+        for case, settings in CHECKPOINT_DECODING.items():
+            model.generation_config = copy.deepcopy(base)
+            for key, value in settings.items():
+                setattr(model.generation_config, key, WatermarkingConfig(**value) if key == "watermarking_config" else value)
+            out = task.generate(model, batch)
+            assert isinstance(out, torch.Tensor) and torch.equal(out, plain) and len(out) == len(ids), (case, beams)
+    saved = task.generation.saved(task.max_target_length)
+    pinned = {**UNSET, **ONE_TENSOR, **SAMPLING_ONLY, "num_beams": 2}
+    for case, settings in CHECKPOINT_DECODING.items():
+        assert {key: saved[key] for key in settings} == {key: pinned[key] for key in settings}, case
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bart", "t5"])
+def test_generation_ends_at_the_token_every_target_was_trained_to_end_with(tiny_checkpoint, family: str) -> None:
+    """Finding: `generate` stopped at the checkpoint's generation_config eos_token_id alone, and
+    every target trains to end with the tokenizer's own end token (a decoder's EOS the task
+    appends, an encoder-decoder's label end: </s>, [SEP]). A checkpoint whose two differ (a Llama-3
+    tokenizer set to end on <|eot_id|> beside a generation_config of <|end_of_text|>, a config with
+    none) wrote on past the answer's end to max_new_tokens, and that text, the end token skipped
+    in decoding, was scored and predicted, exit 0. Generation now ends at either; an export saves
+    both."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from toolkit.tasks._generation import Generation, special_frame
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    end = tok.eos_token_id
+    assert family == "gpt2" or special_frame(tok)[1][-1] == end  # what the labels end with
+    task = Summarization(generation=Generation(max_new_tokens=6))
+    task.model_head(family)
+    task._tokenizer = tok
+    if family == "gpt2":  # a model that writes 20 21, its end, then 22 23 ...
+        model = _successor_gpt2(path, {19: 20, 20: 21, 21: end, end: 22, 22: 23, 23: 24, 24: 25})
+    else:
+        model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
+    prompt = torch.tensor([[5, 19]])
+    batch = {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt), "input_ids": prompt,
+             "attention_mask": torch.ones_like(prompt)}
+    for saved in (None, 7, [7, 8]):  # the checkpoint's own: none, another token, a list without it
+        model.generation_config.eos_token_id = saved
+        seen = []
+        real = model.generate
+        model.generate = lambda **kwargs: seen.append(kwargs["eos_token_id"]) or real(**kwargs)
+        out = task.generate(model, batch)
+        del model.generate
+        ends = [saved] if isinstance(saved, int) else list(saved or [])
+        assert sorted(seen[0]) == sorted({*ends, end}), saved
+        if family == "gpt2":
+            assert out[0].tolist()[:3] == [20, 21, end] and set(out[0].tolist()[3:]) <= {tok.pad_token_id}, saved
+    assert task.generation.saved(task.max_target_length)  # the export's settings: see decode_as_run

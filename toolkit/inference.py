@@ -526,7 +526,8 @@ def decode_as_run(task: Any, model: Any, tok: Any) -> str:
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     if generation is None or not inner.can_generate():
         return ""  # not a text-to-text task, or one answered by a head (extractive QA)
-    settings = {**generation.saved(task.max_target_length), "pad_token_id": tok.pad_token_id}
+    settings = {**generation.saved(task.max_target_length), "pad_token_id": tok.pad_token_id,
+                "eos_token_id": task.end_ids(inner, tok)}
     said = []
     side = "left" if task.decoder_only else "right"
     tok.padding_side = tok.init_kwargs["padding_side"] = side  # what save_pretrained writes

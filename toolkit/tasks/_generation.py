@@ -56,10 +56,10 @@ class Generation:
         """These settings (the budget `budget(target_length)`), and the length and repetition
         constraints a recipe cannot set unset (`UNSET`): `generate` starts from the checkpoint's
         generation_config, so a checkpoint saved with, say, bart-large-cnn's min_length 56
-        forced every summary to 56 tokens."""
+        forced every summary to 56 tokens. What `generate` returns is pinned too (`ONE_TENSOR`)."""
         return {"num_beams": self.num_beams, "length_penalty": self.length_penalty,
                 "max_new_tokens": self.budget(target_length), "no_repeat_ngram_size": self.no_repeat_ngram_size,
-                "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1, **UNSET}
+                "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1, **UNSET, **ONE_TENSOR}
 
     def saved(self, target_length: int) -> dict[str, Any]:
         """`kwargs` as a generation_config.json holds them (`toolkit export`): the same decoding,
@@ -78,9 +78,22 @@ class Generation:
 SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "min_p", "top_h", "epsilon_cutoff",
                                "eta_cutoff"))
 # generation_config fields that change which text is chosen and that no recipe setting names
-# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's)
+# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's): length and
+# repetition constraints; a wall-clock cut (max_time: outputs cut where the machine was slow) and
+# stop strings; other decoding strategies (contrastive search, DoLa, group and constrained beam
+# search, token healing: transformers 5 refuses most of them without remote code, a traceback
+# after training); logits changed by watermarking, a sequence bias or classifier-free guidance
 UNSET = dict.fromkeys(("min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
-                       "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty"))
+                       "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty",
+                       "max_time", "stop_strings", "penalty_alpha", "dola_layers", "num_beam_groups",
+                       "diversity_penalty", "constraints", "force_words_ids", "token_healing",
+                       "watermarking_config", "sequence_bias", "guidance_scale"))
+# what `generate` returns, pinned to one tensor of one sequence per input: a checkpoint's
+# generation_config with num_return_sequences 2 (beside beams) gave two rows per example, which
+# scoring paired with the wrong references (exit 0), and one with return_dict_in_generate gave an
+# output object the task could not read (a traceback after training)
+ONE_TENSOR = {"num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False,
+              "output_logits": False, "output_attentions": False, "output_hidden_states": False}
 
 
 def read_records(path: Path, fields: tuple[str, ...] | None = None,
@@ -315,7 +328,13 @@ class TextToText(TokenTask):
         return self._join_answers(tok, prompts, targets, ic.limit)
 
     def _encode_seq2seq(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
-        enc = self.tokenize(tok, [s + suffix for s in sources], limit=self.max_length)
+        """The encoder reads the tokenizer's special tokens around prefix + source + suffix, the
+        source alone cut to fit task.max_length: the suffix is kept whole, as a decoder's prompt
+        keeps it (cut with the source, a long document lost the instruction after it, exit 0)."""
+        if suffix:
+            enc = self._cut_before_suffix(tok, sources, suffix)
+        else:
+            enc = self.tokenize(tok, sources, limit=self.max_length)
         self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
         labels = self.tokenize(tok, text_target=targets, limit=self.max_target_length)
         self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, labels["cut"])
@@ -323,12 +342,30 @@ class TextToText(TokenTask):
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                 "labels": labels["input_ids"]}
 
+    def _cut_before_suffix(self, tok: Any, sources: list[str], suffix: str) -> dict:
+        """An encoder's ids of each source and `suffix` within task.max_length, the source cut."""
+        before, after = special_frame(tok)
+        suf = tok(suffix, add_special_tokens=False)["input_ids"]
+        room = self.max_length - len(before) - len(suf) - len(after)
+        if room < 1:
+            raise UserError(f"task.suffix: its {len(suf)} tokens and the tokenizer's {len(before) + len(after)} "
+                            f"special tokens leave no room for the source in task.max_length {self.max_length}; "
+                            "raise task.max_length or shorten task.suffix")
+        enc = self.tokenize(tok, sources, limit=room, add_special_tokens=False)
+        ids = [before + s + suf + after for s in enc["input_ids"]]
+        return {"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids], "cut": enc["cut"]}
+
     def _encode_decoder_only(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
-        """prompt = source (truncated) + suffix; input = prompt + target + EOS; loss on the target."""
-        enc = self.tokenize(tok, sources, limit=self.max_length, add_special_tokens=False)
+        """prompt = what the tokenizer puts before a text (`leading_special`: BOS where it adds
+        one) + source, cut together at task.max_length, + suffix; input = prompt + target + EOS;
+        loss on the target. Without the BOS a Llama/Gemma/OPT decoder trained, scored and
+        predicted from prompts it never read in pretraining, and its export, prompted through
+        its own tokenizer (transformers' pipeline, TRL), read another sequence than the run."""
+        lead = leading_special(tok)
+        enc = self.tokenize(tok, sources, limit=self.max_length - len(lead), add_special_tokens=False)
         self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
         suf = tok(suffix, add_special_tokens=False)["input_ids"] if suffix else []
-        return self._join_answers(tok, [s + suf for s in enc["input_ids"]], targets)
+        return self._join_answers(tok, [lead + s + suf for s in enc["input_ids"]], targets)
 
     def _join_answers(self, tok: Any, prompts: list[list[int]], targets: list[str],
                       limit: int | None = None) -> dict:
@@ -384,7 +421,8 @@ class TextToText(TokenTask):
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             model = model.module  # generate() is the wrapped model's; nothing trains here
         tok = self._tokenizer
-        kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id}
+        kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id,
+                  "eos_token_id": self.end_ids(model, tok)}
         stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
@@ -398,6 +436,20 @@ class TextToText(TokenTask):
         if stops:
             kwargs["stopping_criteria"] = stop_at(tok, stops, 0)
         return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
+
+    def end_ids(self, model: Any, tok: Any) -> list[int] | None:
+        """Where generation ends: the checkpoint's generation_config eos_token_id and the token
+        every target was trained to end with (the tokenizer's EOS, which a decoder's answer gets
+        appended and an encoder-decoder's labels end with; BERT's [SEP] where it has none). With
+        the latter missing (a tokenizer set to end on another token than the config, a config
+        with none) the model wrote on past the answer's end to max_new_tokens, and that text,
+        the end token skipped, was scored and predicted."""
+        saved = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        ends = [] if saved is None else [saved] if isinstance(saved, int) else list(saved)
+        trained = getattr(tok, "eos_token_id", None)
+        trained = getattr(tok, "sep_token_id", None) if trained is None else trained
+        ends += [trained] if trained is not None and trained not in ends else []
+        return ends or None
 
     def decoded(self, outputs: dict[str, np.ndarray]) -> list[str]:
         """Generated texts in raw order (the loop gathered them in encoded, length-sorted, order)."""
@@ -462,6 +514,24 @@ class TextToText(TokenTask):
             batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             found.update(zip(batch["example_index"].tolist(), decode_texts(tokenizer, self.generate(model, batch))))
         return [found[i] for i in range(len(raw))]
+
+
+def special_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """(before, after): the ids the tokenizer puts around a text's own (BART: <s> and </s>, T5:
+    none and </s>, Llama/Gemma/OPT: BOS and none, GPT-2: none), found by encoding a probe with
+    and without its special tokens."""
+    full = list(tokenizer("a")["input_ids"])
+    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    for start in range(len(full) - len(bare) + 1):
+        if full[start:start + len(bare)] == bare:
+            return full[:start], full[start + len(bare):]
+    return [], []
+
+
+def leading_special(tokenizer: Any) -> list[int]:
+    """The ids the tokenizer puts before a text (its BOS, where it adds one); what it puts after
+    (an EOS some add) is no part of a decoder's prompt."""
+    return special_frame(tokenizer)[0]
 
 
 SPACING_PROBE = "yes, it's here. isn't it? no!"  # lower case: uncased tokenizers give it back too
