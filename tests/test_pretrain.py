@@ -330,6 +330,34 @@ def test_every_heldout_token_is_scored_once(name: str, tokenizer: str) -> None:
     assert len(stream) % task.block_length(tok) and rebuilt == (stream[1:] if name == "clm" else stream)
 
 
+@pytest.mark.parametrize("bos", [True, False], ids=["adds-bos", "no-bos"])
+def test_a_clm_document_begins_as_its_tokenizer_begins_a_text(bos: bool) -> None:
+    """Finding: clm tokenised every document without the tokenizer's special tokens, so a decoder
+    whose tokenizer begins a text with BOS (Llama, Gemma, OPT; run_clm's tokenizer(text) puts it
+    there) trained and was scored on documents without it, exit 0. Every document, in the
+    training blocks and the held-out windows alike, is now what the tokenizer makes of a text
+    (BOS where it adds one) followed by the end-of-text token; GPT-2's puts nothing before."""
+    import os
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._text import HELDOUT
+
+    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2"), add_bos_token=bos)
+    task = TASKS.get("clm")(train_file="unused.txt", max_length=8)
+    lines = ["the red car is fast and new", "a blue boat sails on the lake today", "one more line"]
+    stream = [t for doc in tok(lines)["input_ids"] for t in doc + [tok.eos_token_id]]
+    assert (stream[0] == tok.bos_token_id) == bos and len(stream) == len(tok(lines, add_special_tokens=False)["input_ids"][0]) \
+        + len(tok(lines, add_special_tokens=False)["input_ids"][1]) + len(tok(lines, add_special_tokens=False)["input_ids"][2]) \
+        + (6 if bos else 3)  # BOS (where the tokenizer adds one) and EOS around each of the three
+    blocks = task.encode(Dataset.from_dict({"text": lines}), tok)
+    assert [t for b in blocks["input_ids"] for t in b] == stream[:len(stream) // 8 * 8]
+    held = task.encode(Dataset.from_dict({"text": lines, HELDOUT: [True] * 3}), tok)
+    assert [y for labels in held["labels"] for y in labels[1:] if y != IGNORE] == stream[1:]
+
+
 def test_sliding_windows_score_every_token_once() -> None:
     from toolkit.tasks.clm import sliding_windows
 

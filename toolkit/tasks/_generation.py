@@ -26,7 +26,7 @@ from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
-from toolkit.tasks._lm import IGNORE, TokenTask
+from toolkit.tasks._lm import IGNORE, TokenTask, leading_special, special_frame
 from toolkit.models import kind_of, parts_lost
 
 torch = lazy("torch", globals())
@@ -514,24 +514,6 @@ class TextToText(TokenTask):
             batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             found.update(zip(batch["example_index"].tolist(), decode_texts(tokenizer, self.generate(model, batch))))
         return [found[i] for i in range(len(raw))]
-
-
-def special_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
-    """(before, after): the ids the tokenizer puts around a text's own (BART: <s> and </s>, T5:
-    none and </s>, Llama/Gemma/OPT: BOS and none, GPT-2: none), found by encoding a probe with
-    and without its special tokens."""
-    full = list(tokenizer("a")["input_ids"])
-    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
-    for start in range(len(full) - len(bare) + 1):
-        if full[start:start + len(bare)] == bare:
-            return full[:start], full[start + len(bare):]
-    return [], []
-
-
-def leading_special(tokenizer: Any) -> list[int]:
-    """The ids the tokenizer puts before a text (its BOS, where it adds one); what it puts after
-    (an EOS some add) is no part of a decoder's prompt."""
-    return special_frame(tokenizer)[0]
 
 
 SPACING_PROBE = "yes, it's here. isn't it? no!"  # lower case: uncased tokenizers give it back too

@@ -93,3 +93,21 @@ class TokenTask(Task):
             return {"perplexity": math.exp(mean)}
         except OverflowError:
             return {"perplexity": math.inf}
+
+
+def special_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """(before, after): the ids the tokenizer puts around a text's own (BART: <s> and </s>, T5:
+    none and </s>, Llama/Gemma/OPT: BOS and none, GPT-2: none), found by encoding a probe with
+    and without its special tokens."""
+    full = list(tokenizer("a")["input_ids"])
+    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    for start in range(len(full) - len(bare) + 1):
+        if full[start:start + len(bare)] == bare:
+            return full[:start], full[start + len(bare):]
+    return [], []
+
+
+def leading_special(tokenizer: Any) -> list[int]:
+    """The ids the tokenizer puts before a text (its BOS, where it adds one); what it puts after
+    (an EOS some add) is no part of a decoder's prompt."""
+    return special_frame(tokenizer)[0]

@@ -190,6 +190,11 @@ class TextTask(TokenTask):
         """Tokenise each document with the tokenizer's own special tokens ([CLS] .. [SEP])."""
         return False
 
+    def document_start(self, tokenizer: Any) -> list[int]:
+        """Token ids put before every document before packing (clm: the BOS a Llama-style
+        tokenizer begins a text with, as run_clm's tokenizer(text) puts it there)."""
+        return []
+
     def document_end(self, tokenizer: Any) -> list[int]:
         """Token ids appended to every document before packing (GPT-2: <|endoftext|>)."""
         return []
@@ -213,16 +218,17 @@ class TextTask(TokenTask):
         packed as training is: up to block_length - 1 tokens per 1000 documents went unscored
         (half of an eval file 1.5 blocks long), and the perplexity was not the whole split's."""
         size, end, starts = self.block_length(tokenizer), self.document_end(tokenizer), self.word_starts()
-        special = self.add_special_tokens()
+        special, begin = self.add_special_tokens(), self.document_start(tokenizer)
 
         def tok(batch: dict) -> dict:
             enc = tokenizer(batch["text"], add_special_tokens=special, return_special_tokens_mask=special)
-            ids = [x + end for x in enc["input_ids"]]
+            ids = [begin + x + end for x in enc["input_ids"]]
             out = {"input_ids": ids}
             if special:
-                out["special_tokens_mask"] = enc["special_tokens_mask"]
+                out["special_tokens_mask"] = [[1] * len(begin) + m + [1] * len(end) for m in enc["special_tokens_mask"]]
             if starts:
-                out["word_start"] = [_word_starts(enc.word_ids(i), len(end)) for i in range(len(ids))]
+                out["word_start"] = [_word_starts([None] * len(begin) + enc.word_ids(i), len(end))
+                                     for i in range(len(ids))]
             return out
 
         def group(batch: dict) -> dict:
@@ -235,7 +241,7 @@ class TextTask(TokenTask):
             return out
 
         cols = dataset.column_names
-        key = (self, special, starts, end, size)
+        key = (self, special, starts, begin, end, size)
         tokenised = dataset.map(tok, batched=True, remove_columns=cols, desc="tokenising",
                                 new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise"))
         return tokenised.map(group, batched=True, batch_size=None if whole else 1000,

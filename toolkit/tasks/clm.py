@@ -19,7 +19,7 @@ import numpy as np
 
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, fingerprint
-from toolkit.tasks._lm import IGNORE
+from toolkit.tasks._lm import IGNORE, leading_special
 from toolkit.tasks._text import HELDOUT, TextTask
 
 
@@ -55,6 +55,9 @@ class CausalLM(TextTask):
                             f"{self.max_length}; tokens between windows would never be scored")
 
 
+    def document_start(self, tokenizer: Any) -> list[int]:
+        return leading_special(tokenizer)  # a Llama-style BOS; GPT-2's tokenizer puts none
+
     def document_end(self, tokenizer: Any) -> list[int]:
         return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
@@ -65,14 +68,15 @@ class CausalLM(TextTask):
         if HELDOUT not in dataset.column_names:
             return super().encode(dataset, tokenizer)  # packed training blocks
         stride, end = self.eval_stride or max(1, self.max_length // 2), self.document_end(tokenizer)
+        begin = self.document_start(tokenizer)
 
         def windows(batch: dict) -> dict:
             enc = tokenizer(batch["text"], add_special_tokens=False)["input_ids"]
-            stream = [t for doc in enc for t in doc + end]
+            stream = [t for doc in enc for t in begin + doc + end]
             pairs = sliding_windows(stream, self.max_length, stride)
             return {"input_ids": [p[0] for p in pairs], "labels": [p[1] for p in pairs]}
 
         # the whole split is one stream: one batch (batch_size=None)
         return dataset.map(windows, batched=True, batch_size=None, remove_columns=dataset.column_names,
                            desc=f"sliding windows (stride {stride})",
-                           new_fingerprint=fingerprint(dataset, tokenizer, self, "windows", stride, end))
+                           new_fingerprint=fingerprint(dataset, tokenizer, self, "windows", stride, begin, end))
