@@ -573,6 +573,30 @@ def test_a_published_number_on_another_metric_is_said_and_kept_out_of_the_averag
     assert [c.strip() for c in line.strip("|").split("|")][1:5] == [*cells, average]
 
 
+@pytest.mark.parametrize("entry, cells, average", [
+    # MiniLM's release prints MNLI-m: the matched split alone, not GLUE's MNLI score (m and mm)
+    ("minilm-l12-dev", ["85.7 (matched only)", "91.5"], "–"),
+    # BERT prints both splits: their mean is GLUE's MNLI score, as ours is
+    ("bert-base-test", [f"{(84.6 + 83.4) / 2:.1f}", "90.5"], f"{((84.6 + 83.4) / 2 + 90.5) / 2:.1f}"),
+    # LoRA's overall accuracy on matched and mismatched together (stated in words): as printed
+    ("roberta-base-lora", ["87.5", "93.3"], f"{(87.5 + 93.3) / 2:.1f}"),
+])
+def test_a_published_mnli_number_on_one_split_is_said_and_kept_out_of_the_average(
+        tmp_path: Path, entry: str, cells: list[str], average: str) -> None:
+    """A published MNLI number on the matched split alone (MiniLM's MNLI-m) stood beside our MNLI
+    score, the mean of matched and mismatched, and in its row's average, as the same score (exit 0)."""
+    evals = {"mnli": {"accuracy": 0.84, "accuracy_mm": 0.82}, "qnli": {"accuracy": 0.9}}
+    for task, ev in evals.items():
+        fake_run(tmp_path, task, "full", 42, ev, main=glue_report.SPECS[task].main)
+    rows = glue_report._rows(report.collect(tmp_path))
+    published = {e["id"]: e for e in glue_report.published()}
+    table = glue_report.side_by_side(rows, ["mnli", "qnli"], [published[entry]])
+    line = next(line for line in table.splitlines() if line.startswith(f"| {entry} "))
+    assert [c.strip() for c in line.strip("|").split("|")][1:4] == [*cells, average]
+    ours = next(line for line in table.splitlines() if line.startswith("| ours: "))
+    assert [c.strip() for c in ours.strip("|").split("|")][1:4] == ["83.00", "90.00", "86.50"]
+
+
 def test_a_glue_average_over_fewer_seeds_than_ran_says_which(tmp_path: Path) -> None:
     """The GLUE average is per seed over seeds every task ran: a seed one task lacks is named."""
     for seed in (42, 43, 44):

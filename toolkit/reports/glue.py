@@ -175,15 +175,31 @@ def _published_score(entry: dict, task: str) -> float | None:
     return scores.get(task)
 
 
-def other_metric(entry: dict, task: str) -> str | None:
-    """The metric a published number is on where it is not GLUE's task score, which ours is
-    (BERT's MRPC: F1 alone, not the mean of accuracy and F1; LoRA's STS-B: Pearson alone, not with
-    Spearman): "F1 only". None: the same score, or a source that does not state its metric."""
+def published_keys(entry: dict, task: str) -> list[str] | None:
+    """The official eval keys (`official`) a published task number is on: its stated metric on each
+    dev split the entry has a number for (`mnli` is matched, `mnli_mm` mismatched, as
+    published.yaml says). None: a source that does not state its metric (shown as printed)."""
     stated = entry.get("metrics", {})
     metric = stated.get(task, stated.get("other"))
-    if metric not in SHORT or task not in SPECS or [metric] == list(SPECS[task].metrics):
+    if metric not in SHORT or task not in SPECS:
         return None
-    return f"{SHORT[metric]} only"
+    scores = entry.get("scores", {})
+    return [metric + sfx for sfx in SPECS[task].dev_files if task + sfx in scores]
+
+
+def other_metric(entry: dict, task: str) -> str | None:
+    """What a published number is on where it is not GLUE's task score, which ours is (BERT's
+    MRPC: F1 alone, not the mean of accuracy and F1; LoRA's STS-B: Pearson alone, not with
+    Spearman; MiniLM's MNLI: the matched split alone, not matched and mismatched): "F1 only",
+    "matched only". None: the same score, or a source that does not state its metric."""
+    keys = published_keys(entry, task)
+    if not keys or sorted(keys) == sorted(official(task)):
+        return None
+    metrics = list(dict.fromkeys(k.removesuffix("_mm") for k in keys))
+    splits = [("mismatched" if k.endswith("_mm") else "matched") for k in keys if k.startswith(metrics[0])]
+    said = [SHORT[m] for m in metrics] if len(metrics) < len(SPECS[task].metrics) else []
+    said += splits if len(splits) < len(SPECS[task].dev_files) else []
+    return f"{', '.join(said)} only"
 
 
 def side_by_side(rows: dict[str, dict[str, list[dict]]], tasks: list[str], entries: list[dict]) -> str:
@@ -314,8 +330,9 @@ def render(items: list[dict]) -> str:
               side_by_side(rows, tasks, entries),
               "- Published numbers differ from ours in split, statistic, initialisation and metric variant, "
               "listed below. Where a source reports one metric of a two-metric task (BERT: F1 on MRPC, "
-              "Spearman on STS-B; LoRA: accuracy on MRPC, Pearson on STS-B), its number is not the GLUE "
-              "task score ours is: it is shown with its metric (\"F1 only\") and left out of its row's "
+              "Spearman on STS-B; LoRA: accuracy on MRPC, Pearson on STS-B), or MNLI's matched split alone "
+              "(MiniLM), its number is not the GLUE task score ours is: it is shown with what it is on "
+              "(\"F1 only\", \"matched only\") and left out of its row's "
               "average over our tasks. A row on the test split is not our dev split: its label says so.",
               "### Protocols", "\n".join(f"- {p}" for p in ours_protocol(rows, grids(items)) + protocols(entries))]
     return "\n\n".join(parts)
