@@ -451,6 +451,50 @@ def test_a_cell_never_chooses_between_tasks_or_models(tmp_path: Path) -> None:
     assert sorted(curves["rte"]) == ["other lora", "tiny lora"] and list(curves["sst2"]) == ["lora"]
 
 
+DATA_SETS = {  # two data sets of one task name, told apart by what they read
+    "files": ({"train_file": "/d/easy/train.csv", "eval_file": "/d/easy/dev.csv"},
+              {"train_file": "/d/hard/train.csv", "eval_file": "/d/hard/dev.csv"},
+              "eval_file easy/dev.csv, train_file easy/train.csv"),
+    "hub split": ({"dataset": "org/set", "eval_split": "validation"}, {"dataset": "org/set", "eval_split": "test"},
+                  "eval_split validation"),
+    "label column": ({"train_file": "/d/a.csv", "label_column": "topic"},
+                     {"train_file": "/d/a.csv", "label_column": "sentiment"}, "label_column topic"),
+}
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("case", sorted(DATA_SETS))
+def test_runs_of_one_task_name_on_other_data_are_other_tasks(tmp_path: Path, cli, case: str, entry: str) -> None:
+    """Own-data runs of one task name on two data sets (files, a Hub split, another label column)
+    were one task on every axis: the pivot's lora cell took the easy set's 99.25 as the 'best' of a
+    grid beside full's 74.25 on the hard set, the notes paired the two sets by seed and one plot
+    drew them as one task, exit 0. The task's label now names the data that tells them apart."""
+    easy, hard, said = DATA_SETS[case]
+    for seed in (42, 43):
+        for data, method, acc in ((easy, "lora", 0.95), (hard, "lora", 0.60), (hard, "full", 0.70)):
+            run = fake_run(tmp_path, "x", method, seed, {"accuracy": acc + seed / 1000}, task_name="text_classification",
+                           task_extra=data)
+            _recipe_edit(run, "task", subset=None)
+            run.rename(run.parent / f"{run.name}-{'easy' if data is easy else 'hard'}")
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0
+    else:
+        import toolkit
+
+        text = toolkit.report([tmp_path], row_key="task", col_key="method")
+    pivot = [[c.strip() for c in line.strip("|").split("|")] for line in _tables(text)[0][2:]]
+    other = said.replace("easy", "hard").replace("validation", "test").replace("topic", "sentiment")
+    assert {r[0]: r[1:] for r in pivot} == {f"text_classification ({said})": ["", "99.25 ± 0.07 (n=2)"],
+                                            f"text_classification ({other})": ["74.25 ± 0.07 (n=2)", "64.25 ± 0.07 (n=2)"]}
+    assert "best mean accuracy on dev of the grid" not in text  # no grid across data sets
+    pairs = [line for line in text.splitlines() if " − " in line]
+    assert len(pairs) == 2 and all("hard" in p or "test" in p or "sentiment" in p for p in pairs)
+    plotted = plotting.entries(report.collect(tmp_path))
+    assert sorted(plotted) == sorted(r[0] for r in pivot) and sorted(plotted[f"text_classification ({other})"]) == [
+        "full", "lora"]
+
+
 def test_runs_from_before_main_metric_pivot_on_a_score_not_the_loss(tmp_path: Path, cli) -> None:
     """metrics.json from before `main_metric` was written, with the loss first in eval: the pivot
     was of the loss; one such run that scored nothing (eval {}) crashed the report with

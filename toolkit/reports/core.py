@@ -132,6 +132,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     if not found:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
     one_seed_once(found)
+    task_labels(found)
     return found
 
 
@@ -197,14 +198,57 @@ def label(item: dict, key: str) -> str:
     if key == "run":
         return item["name"]
     if key == "task":
-        task = recipe.get("task", {})
-        return str(task.get("subset") or task.get("name") or "?")
+        return item.get("task_label") or _task_name(recipe)
     if key == "method":
         return method_label(item)
     if key == "model":
         return str(_dig(recipe, "model.checkpoint") or "?").rstrip("/").split("/")[-1]
     value = _dig(recipe, key)
     return "–" if value is None else str(value)
+
+
+def _task_name(recipe: dict) -> str:
+    task = recipe.get("task", {})
+    return str(task.get("subset") or task.get("name") or "?")
+
+
+def _data_fields(recipe: dict) -> dict[str, str]:
+    """The task fields that say which data it reads and what in it is the task: files, folders, a
+    Hub data set, its config and splits, the columns read (train_file, eval_file, data_dir, dataset,
+    eval_split, label_column, text_field...)."""
+    task = recipe.get("task", {})
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in task.items() if v is not None
+            and (k in ("dataset", "dataset_config") or k.endswith(DATA_SUFFIXES))}
+
+
+DATA_SUFFIXES = ("_file", "_dir", "_split", "_field", "_column", "_columns")
+
+
+def _tail(value: str, others: set[str]) -> str:
+    """The fewest trailing path parts of `value` that no other value ends with the same way."""
+    parts = value.split("/")
+    for n in range(1, len(parts) + 1):
+        tail = "/".join(parts[-n:])
+        if not any(o != value and "/".join(o.split("/")[-n:]) == tail for o in others):
+            return tail
+    return value
+
+
+def task_labels(items: list[dict]) -> None:
+    """Each run's task on a report axis: its name (a GLUE subset), and, where runs of one name read
+    other data (two of one's own CSV sets, another eval file or split), the data fields that tell
+    them apart. `text_classification` over two data sets was one task: a pivot cell took the best
+    of the two as if a grid, notes paired them by seed and one plot drew them as one task."""
+    by_name: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_name[_task_name(item["recipe"])].append(item)
+    for name, members in by_name.items():
+        fields = [_data_fields(m["recipe"]) for m in members]
+        keys = sorted({k for f in fields for k in f})
+        differ = [k for k in keys if len({f.get(k) for f in fields}) > 1]
+        for member, f in zip(members, fields):
+            said = [f"{k} {_tail(f[k], {g.get(k) for g in fields if g.get(k)}) if k in f else '–'}" for k in differ]
+            member["task_label"] = f"{name} ({', '.join(said)})" if said else name
 
 
 def check_axis(key: str, where: str) -> None:

@@ -56,7 +56,7 @@ def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]
     """(row label: model + method, task) -> setting -> its runs that have the task score."""
     cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for item in items:
-        task = report.label(item, "task")
+        task = _subset(item)
         if item["recipe"].get("task", {}).get("name") == "glue" and task in SPECS:
             row = f"{report.label(item, 'model')} {report.method_label(item)}"
             if item["recipe"].get("smoke"):
@@ -129,7 +129,12 @@ PART = " §"  # a cell scored on part of dev: its note says which part
 
 
 def _task_of(item: dict) -> str:
-    return TITLES.get(report.label(item, "task"), report.label(item, "task"))
+    return TITLES.get(_subset(item), _subset(item))
+
+
+def _subset(item: dict) -> str:
+    """The GLUE task a run is of (its recipe's task.subset), whatever its report axis label says."""
+    return str(item["recipe"].get("task", {}).get("subset"))
 
 
 def _average_mark(cells: dict[str, list[dict]]) -> str:
@@ -292,7 +297,7 @@ def unscored_notes(items: list[dict]) -> list[str]:
     n of the cell and the seeds of the average would otherwise be read as all that ran."""
     notes = []
     for item in items:
-        task = report.label(item, "task")
+        task = _subset(item)
         if item["recipe"].get("task", {}).get("name") != "glue" or task not in SPECS:
             continue
         null = [k for k in official(task) if k in item.get("not_numbers", [])]
