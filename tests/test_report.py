@@ -495,6 +495,47 @@ def test_runs_of_one_task_name_on_other_data_are_other_tasks(tmp_path: Path, cli
         "full", "lora"]
 
 
+NO_EFFECT_VALUES = {"name": "mine/sst2-lora", "train.log_every": 50, "train.report_to": ["tensorboard"],
+                    "train.save_total_limit": 3, "train.save_every": 100, "train.keep_checkpoints": True,
+                    "train.gradient_checkpointing": True, "train.eval_batch_size": 64}
+
+
+@pytest.mark.parametrize("entry", ["cli", "glue"])
+@pytest.mark.parametrize("field", sorted(NO_EFFECT_VALUES))
+def test_a_seed_rerun_with_a_field_that_changes_no_number_is_a_seed_not_a_grid(
+        tmp_path: Path, cli, field: str, entry: str) -> None:
+    """Three seeds, and a fourth run with report_to on (or another log_every, eval_batch_size, a
+    copy of the recipe under another name): two settings, so the pivot reported the fourth seed's
+    90.00 (n=1) as the best of a 'grid' over that field, and the GLUE table its 90.00, exit 0.
+    Fields that change no number are not part of a setting: one entry of four seeds, and the same
+    seed run twice that way is refused as counted twice."""
+    assert set(NO_EFFECT_VALUES) == report.core.NO_EFFECT - {"out"}
+    section, _, key = field.rpartition(".")
+
+    def rerun(seed: int, acc: float) -> Path:
+        run = fake_run(tmp_path / "again", "rte", "lora", seed, {"accuracy": acc})
+        if section:
+            _recipe_edit(run, section, **{key: NO_EFFECT_VALUES[field]})
+        else:
+            recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+            (run / "recipe.yaml").write_text(yaml.safe_dump({**recipe, key: NO_EFFECT_VALUES[field]}))
+        return run
+
+    for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.84)):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": acc})
+    rerun(45, 0.90)
+    expected = f"84.00 ± {statistics.stdev([80, 82, 84, 90]):.2f} (n=4)"
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0 and f"| rte | {expected} |" in text and "of the grid" not in text
+    else:
+        text = glue_report.render(report.collect(tmp_path))
+        assert f"| tiny lora | {expected} | {expected} |" in text and "settings" not in text
+    twice = rerun(42, 0.70)
+    code, _, err = cli("report", tmp_path, "--no-plots")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(twice) in err and "count that seed twice" in err
+
+
 def test_runs_from_before_main_metric_pivot_on_a_score_not_the_loss(tmp_path: Path, cli) -> None:
     """metrics.json from before `main_metric` was written, with the loss first in eval: the pivot
     was of the loss; one such run that scored nothing (eval {}) crashed the report with

@@ -257,11 +257,23 @@ def check_axis(key: str, where: str) -> None:
                         "or a recipe field such as train.lr")
 
 
+# Recipe fields that do not change a run's numbers: its name, where it logs, what it keeps on disk,
+# how memory is saved. Runs that differ only in them (a seed rerun with report_to, another
+# eval_batch_size, a copy of the recipe under another name) are seeds of one setting: as two
+# settings, a pivot cell chose the "best" of them, a seed reported as a grid's winner.
+NO_EFFECT = {"name", "out", "train.log_every", "train.report_to", "train.save_total_limit", "train.save_every",
+             "train.keep_checkpoints", "train.gradient_checkpointing", "train.eval_batch_size"}
+
+
 def _setting(item: dict) -> dict:
     """The resolved recipe without its seed, with the number of processes it ran on: that sets the
     global batch (batch × grad_accum × processes), so a 2-process run is not a seed of a 1-process one."""
     recipe = json.loads(json.dumps(item["recipe"]))
-    recipe.get("train", {}).pop("seed", None)
+    for dotted in ("train.seed", *NO_EFFECT):
+        *parents, last = dotted.split(".")
+        section = _dig(recipe, ".".join(parents)) if parents else recipe
+        if isinstance(section, dict):
+            section.pop(last, None)
     # the task's data files (sha256): seeds of one entry ran on one version of the data
     # and a chained run's upstream run folder (base_run): seeds of one entry started from one model
     return {**recipe, "processes": item["metrics"].get("num_processes"),
@@ -853,13 +865,11 @@ def pivot_notes(p: Pivot) -> list[str]:
     return notes
 
 
-# Recipe fields that do not change a run's numbers (its name and folder, where it logs, what it
-# keeps on disk, how memory is saved), and the learning rate, which each method runs at its own
-# (LoRA 1e-3 beside full 1e-4, as the papers and the shipped recipes do; the grid it was chosen
-# from is said in the grid note).
-NOT_PROTOCOL = {"name", "out", "train.lr", "train.log_every", "train.report_to", "train.save_total_limit",
-                "train.save_every", "train.keep_checkpoints", "train.gradient_checkpointing",
-                "train.eval_batch_size"}
+# The learning rate, which each method runs at its own (LoRA 1e-3 beside full 1e-4, as the papers
+# and the shipped recipes do; the grid it was chosen from is said in the grid note), and the fields
+# that do not change a run's numbers (NO_EFFECT): cells side by side that differ in them are on one
+# protocol.
+NOT_PROTOCOL = NO_EFFECT | {"train.lr"}
 
 
 def _protocol(item: dict) -> dict[str, Any]:
