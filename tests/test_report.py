@@ -495,6 +495,29 @@ def test_runs_of_one_task_name_on_other_data_are_other_tasks(tmp_path: Path, cli
         "full", "lora"]
 
 
+@pytest.mark.parametrize("entry", ["pivot", "glue", "plots"])
+@pytest.mark.parametrize("a, b, labels", [
+    ("/runs/a/123/model", "/runs/b/456/model", ["123/model", "456/model"]),  # two fine-tuned model/ folders
+    ("org1/minilm", "org2/minilm", ["org1/minilm", "org2/minilm"]),
+])
+def test_two_models_whose_checkpoints_end_alike_are_two_models(tmp_path: Path, cli, entry: str, a: str, b: str,
+                                                                labels: list[str]) -> None:
+    """Checkpoints that end in the same name (`.../model` of two runs) were one model on every axis:
+    a cell took the better of the two as the best of a grid, the GLUE table gave them one row, exit 0."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.60 + seed / 1000}, model=a)
+        fake_run(tmp_path / "b", "rte", "lora", seed, {"accuracy": 0.70 + seed / 1000}, model=b)
+    if entry == "pivot":
+        code, text, _ = cli("report", tmp_path, "--rows", "method", "--cols", "model", "--no-plots")
+        assert code == 0 and f"| method \\ model | {labels[0]} | {labels[1]} |" in text
+        assert "| lora | 64.25 ± 0.07 (n=2) | 74.25 ± 0.07 (n=2) |" in text and "of the grid" not in text
+    elif entry == "glue":
+        text = glue_report.render(report.collect(tmp_path))
+        assert f"| {labels[0]} lora | 64.25 ± 0.07 (n=2) |" in text and f"| {labels[1]} lora | 74.25 ± 0.07 (n=2) |" in text
+    else:
+        assert sorted(plotting.entries(report.collect(tmp_path))["rte"]) == [f"{label} lora" for label in labels]
+
+
 NO_EFFECT_VALUES = {"name": "mine/sst2-lora", "train.log_every": 50, "train.report_to": ["tensorboard"],
                     "train.save_total_limit": 3, "train.save_every": 100, "train.keep_checkpoints": True,
                     "train.gradient_checkpointing": True, "train.eval_batch_size": 64}

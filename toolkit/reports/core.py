@@ -133,6 +133,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
     one_seed_once(found)
     task_labels(found)
+    model_labels(found)
     return found
 
 
@@ -202,7 +203,7 @@ def label(item: dict, key: str) -> str:
     if key == "method":
         return method_label(item)
     if key == "model":
-        return str(_dig(recipe, "model.checkpoint") or "?").rstrip("/").split("/")[-1]
+        return item.get("model_label") or _checkpoint(recipe).split("/")[-1]
     value = _dig(recipe, key)
     return "–" if value is None else str(value)
 
@@ -249,6 +250,21 @@ def task_labels(items: list[dict]) -> None:
         for member, f in zip(members, fields):
             said = [f"{k} {_tail(f[k], {g.get(k) for g in fields if g.get(k)}) if k in f else '–'}" for k in differ]
             member["task_label"] = f"{name} ({', '.join(said)})" if said else name
+
+
+def _checkpoint(recipe: dict) -> str:
+    checkpoint = _dig(recipe, "model.checkpoint") or "?"
+    return (checkpoint if isinstance(checkpoint, str) else json.dumps(checkpoint, sort_keys=True)).rstrip("/")
+
+
+def model_labels(items: list[dict]) -> None:
+    """Each run's model on a report axis: the checkpoint's last path part, or as many of its last
+    parts as tell it from another checkpoint of the runs that ends alike (two fine-tuned `.../model`
+    folders, `org1/minilm` and `org2/minilm`): as one label, a cell, a GLUE row and a plot took
+    the better of two models as if a grid of one."""
+    checkpoints = {_checkpoint(item["recipe"]) for item in items}
+    for item in items:
+        item["model_label"] = _tail(_checkpoint(item["recipe"]), checkpoints)
 
 
 def check_axis(key: str, where: str) -> None:
