@@ -304,10 +304,10 @@ def test_one_run_counts_once_in_a_mean(tmp_path: Path, cli) -> None:
         toolkit_report([tmp_path])
 
 
-def toolkit_report(folders: list[Path]) -> str:
+def toolkit_report(folders: list[Path], **options) -> str:
     import toolkit
 
-    return toolkit.report(folders)
+    return toolkit.report(folders, **options)
 
 
 def test_runs_on_other_process_counts_are_not_seeds_of_one_entry(tmp_path: Path) -> None:
@@ -407,6 +407,26 @@ def test_a_metrics_json_written_elsewhere_is_one_line_or_a_named_gap(tmp_path: P
     assert str(runs[0]) in err
     with pytest.raises(UserError, match=message):
         toolkit.report(tmp_path)
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("recorded", [None, "absent"])
+def test_a_seed_metrics_json_does_not_record_is_its_recipes(tmp_path: Path, cli, entry: str, recorded) -> None:
+    """The GLUE protocol listed each cell's seeds from metrics.json alone: a run whose metrics.json
+    has no seed (null, or written before the field) was a TypeError traceback; every table reads a
+    run's seed one way (its recipe's train.seed, else metrics.json's)."""
+    for seed in (43, 42):
+        run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6 + seed / 1000})
+        if seed == 43:
+            data = json.loads((run / "metrics.json").read_text())
+            data.pop("seed") if recorded == "absent" else data.update(seed=None)
+            (run / "metrics.json").write_text(json.dumps(data))
+    if entry == "cli":
+        code, text, err = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit_report([tmp_path], glue=True)
+    assert "rte: lr 0.001, batch None, epochs None, max length None, seeds [42, 43]" in text
 
 
 def test_a_tie_for_the_best_setting_is_said_and_does_not_follow_folder_names(tmp_path: Path) -> None:

@@ -164,7 +164,7 @@ def one_seed_once(items: list[dict]) -> None:
     not seed noise."""
     first: dict[tuple[str, Any], dict] = {}
     for item in items:
-        key = (setting(item), _dig(item["recipe"], "train.seed"))
+        key = (setting(item), seed_of(item))
         if key in first:
             raise UserError(f"report: {first[key]['run']} and {item['run']} are one setting with one seed "
                             f"(train.seed={key[1]}), so a mean would count that seed twice; report them "
