@@ -162,6 +162,30 @@ def test_report_md_and_pngs_are_written_into_the_runs_folder(tmp_path: Path, cli
         report.pivots(report.collect(tmp_path), "task", "method", ["bleu"])
 
 
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("damage", ["not JSON", "not a log entry"])
+def test_a_report_that_fails_leaves_the_last_one_whole(tmp_path: Path, cli, entry: str, damage: str) -> None:
+    """A damaged log.jsonl of a later task stopped the report (exit 2) after the earlier tasks'
+    PNGs were written over the last report's, beside that report's report.md: half a report. Now
+    nothing is written until every table, note and plot is drawn."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "full", seed, {"accuracy": 0.60 + seed / 1000})
+    assert cli("report", tmp_path)[0] == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert set(before) == {"report.md", "curves-rte.png", "params-rte.png", "cost-rte.png"}
+    fake_run(tmp_path, "rte", "full", 44, {"accuracy": 0.70})  # the next report's RTE plots differ
+    for seed in (42, 43):
+        run = fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80})
+    (run / "log.jsonl").write_text((run / "log.jsonl").read_text() + ("{cut\n" if damage == "not JSON" else "[1]\n"))
+    if entry == "cli":
+        code, _, err = cli("report", tmp_path)
+        assert code == 2 and f"{run / 'log.jsonl'}:5" in err
+    else:
+        with pytest.raises(UserError, match="log.jsonl:5"):
+            toolkit_report([tmp_path], plots=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
 def test_runs_from_before_fast_dropout_are_reported_as_torchs_dropout(tmp_path: Path) -> None:
     """A recipe.yaml written before train.fast_dropout existed ran torch's dropout: the report
     calls it fast_dropout=False, beside new runs' True, never None."""
@@ -865,10 +889,10 @@ def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_pa
     glue_text = glue_report.render(items)
     drawn: list[list[str]] = []  # each figure's texts (titles, legends, tick labels), nothing written
 
-    def keep(fig, path: Path) -> Path:
+    def keep(fig, path: Path) -> tuple[Path, bytes]:
         drawn.append([t.get_text() for t in fig.findobj(matplotlib.text.Text)])
         plots._plt().close(fig)
-        return path
+        return path, b""
 
     monkeypatch.setattr(plots, "_save", keep)
     draw = case in ("toolkit commit", "code record")  # the figures do not depend on what differs: drawn twice
