@@ -453,6 +453,17 @@ def test_a_seed_metrics_json_does_not_record_is_its_recipes(tmp_path: Path, cli,
     assert "rte: lr 0.001, batch None, epochs None, max length None, seeds [42, 43]" in text
 
 
+def test_means_equal_to_float_rounding_are_a_tie(tmp_path: Path) -> None:
+    """Means of 0.85 and 0.8500000000000001 (seeds 0.84, 0.86 and 0.80, 0.90): the 16th digit chose
+    lr 0.001 as 'the best' of the grid; equal to float rounding is a tie, said, by grid order."""
+    for seed, low, high in ((42, 0.84, 0.80), (43, 0.86, 0.90)):
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": low}, lr=1e-4)
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": high}, lr=1e-3)
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    cell = p.cells[("sst2", "lora")]
+    assert cell.chosen == "train.lr=0.0001" and cell.tied == ["train.lr=0.001"]
+
+
 def test_a_tie_for_the_best_setting_is_said_and_does_not_follow_folder_names(tmp_path: Path) -> None:
     """Two settings of a grid with one mean: the cell reported whichever came first in the run
     folders' (hash) names and called it "the best". The first in grid order is reported, the same
@@ -774,6 +785,23 @@ def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> Non
     assert ("rte: lr 0.001, batch None, epochs None, max length None, seeds [42, 43], the best of 2 settings "
             "(train.lr) on the dev score, selected and scored on the same dev set: optimistic; sst2:") in line
     assert line.count("the best of") == 1  # sst2 ran one setting: nothing was chosen
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_glue_tie_between_settings_is_said_and_goes_by_grid_order(tmp_path: Path, cli, entry: str) -> None:
+    """Two learning rates with one MRPC task score (accuracy and F1 traded): the GLUE table took the
+    setting whose text sorted first (lr 0.0001 before 3e-05) and did not say it was a tie; the
+    pivot's rule (core.choose) takes the first in grid order and says the tie."""
+    for lr, acc, f1 in ((1e-4, 0.84, 0.86), (3e-5, 0.80, 0.90)):
+        fake_run(tmp_path, "mrpc", "full", 42, {"accuracy": acc, "f1": f1}, lr=lr, main="f1")
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], glue=True)
+    assert "| tiny full | 80.00 (n=1) | 90.00 (n=1) | 85.00 (n=1) |" in text
+    assert ("the best of 2 settings (train.lr) on the dev score, selected and scored on the same dev set: "
+            "optimistic; train.lr=3e-05 reported, tied on the mean with train.lr=0.0001") in text
 
 
 @pytest.mark.parametrize("task_extra, part", [

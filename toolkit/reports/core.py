@@ -718,6 +718,21 @@ class Cell:
         return any(i["recipe"].get("smoke") for i in self.items)
 
 
+def choose(by_setting: dict[str, list[dict]], score: Callable[[str], float]) -> tuple[str, list[str], list[str]]:
+    """(the best setting by `score`, higher better; the settings in grid order; the others whose
+    score equals the best's). Grid order (3e-05 before 0.0001, then the setting's text): the best
+    of equal scores is the first in it, whatever the run folders' names or the settings' text, and
+    the others are said as tied. One rule for every table that picks a setting on dev."""
+    keys = varying(list(by_setting)) if len(by_setting) > 1 else []
+    order = sorted(by_setting, key=lambda s: ([_sortable(_dig(_setting(by_setting[s][0]), k)) for k in keys], s))
+    scores = {s: score(s) for s in order}
+    top = max(scores.values())
+    # equal to float rounding is equal: MRPC's (0.84 + 0.86) / 2 and (0.80 + 0.90) / 2 differ in
+    # the 16th digit, which chose between them (the rule of no_spread)
+    level = [s for s in order if top - scores[s] <= 1e-9 * max(1.0, abs(top))]
+    return level[0], order, level[1:]
+
+
 def best_setting(items: list[dict], metric: Metric) -> Cell | None:
     """Group by setting; the best mean on `metric` (its declared direction) is reported."""
     by_setting: dict[str, list[dict]] = defaultdict(list)
@@ -728,17 +743,13 @@ def best_setting(items: list[dict], metric: Metric) -> Cell | None:
         return None
     stats = {s: seeded_stat(members, metric.name) for s, members in by_setting.items()}
     keys = varying(list(stats)) if len(stats) > 1 else []
-    # grid order (3e-05 before 0.0001, then the setting's text): the best of equal means is the
-    # first in it, whatever the run folders' names, and the others are said as tied
-    order = sorted(stats, key=lambda s: ([_sortable(_dig(_setting(by_setting[s][0]), k)) for k in keys], s))
-    score = {s: stats[s].mean if metric.higher_is_better else -stats[s].mean for s in order}
-    best = max(order, key=score.__getitem__)
+    best, order, tied = choose(by_setting, lambda s: stats[s].mean if metric.higher_is_better else -stats[s].mean)
     cell = Cell(by_setting[best], stats[best])
     if len(stats) > 1:
         cell.grid = [(describe_setting(by_setting[s][0], keys), stats[s]) for s in order]
         cell.chosen = describe_setting(by_setting[best][0], keys)
         cell.keys = keys
-        cell.tied = [describe_setting(by_setting[s][0], keys) for s in order if s != best and score[s] == score[best]]
+        cell.tied = [describe_setting(by_setting[s][0], keys) for s in tied]
         cell.edge = "" if cell.tied else grid_edge({s: by_setting[s][0] for s in stats}, best, keys)
     return cell
 
