@@ -573,6 +573,32 @@ def test_two_models_whose_checkpoints_end_alike_are_two_models(tmp_path: Path, c
         assert sorted(plotting.entries(report.collect(tmp_path))["rte"]) == [f"{label} lora" for label in labels]
 
 
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_smoke_runs_are_another_model_than_their_checkpoint(tmp_path: Path, cli, entry: str) -> None:
+    """A smoke run (a small random-weight model) beside the real runs of its recipe: a pivot cell
+    chose between them as a grid over `smoke` (`reported smoke=True`, exit 0). Its model is
+    another model: a cell holding both is refused as one of two models, `--rows model` parts them."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.50 + seed / 1000})
+        recipe = fake_run(tmp_path / "smoke", "rte", "lora", seed, {"accuracy": 0.60}) / "recipe.yaml"
+        recipe.write_text(recipe.read_text().replace("smoke: false", "smoke: true"))
+
+    def pivot(*axes: str) -> tuple[int, str]:
+        if entry == "cli":
+            code, out, err = cli("report", tmp_path, "--rows", axes[0], "--cols", axes[1], "--no-plots")
+            return code, out + err
+        try:
+            return 0, toolkit_report([tmp_path], row_key=axes[0], col_key=axes[1])
+        except UserError as exc:
+            return 2, str(exc)
+
+    code, text = pivot("task", "method")
+    assert code == 2 and "holds runs of 2 models (tiny, tiny (smoke: random weights))" in text
+    code, text = pivot("model", "method")
+    assert code == 0 and "| tiny | 54.25 ± 0.07 (n=2) |" in text and "of the grid" not in text
+    assert "| tiny (smoke: random weights) | 60.00 ± 0.00 (n=2) † |" in text
+
+
 NO_EFFECT_VALUES = {"name": "mine/sst2-lora", "train.log_every": 50, "train.report_to": ["tensorboard"],
                     "train.save_total_limit": 3, "train.save_every": 100, "train.keep_checkpoints": True,
                     "train.gradient_checkpointing": True, "train.eval_batch_size": 64}

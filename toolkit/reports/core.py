@@ -123,7 +123,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             check_metrics(data, metrics)
             name = str(run.parent.relative_to(root)) if run.parent != root else run.name
             if (recipe or {}).get("smoke"):
-                name += " (smoke: random weights)"
+                name += SMOKE
             # null: NaN or infinite when the run wrote it (strict JSON), e.g. an undefined Pearson
             evals = data.get("eval") or {}
             data["eval"] = {k: v for k, v in evals.items() if v is not None}
@@ -261,10 +261,15 @@ def model_labels(items: list[dict]) -> None:
     """Each run's model on a report axis: the checkpoint's last path part, or as many of its last
     parts as tell it from another checkpoint of the runs that ends alike (two fine-tuned `.../model`
     folders, `org1/minilm` and `org2/minilm`): as one label, a cell, a GLUE row and a plot took
-    the better of two models as if a grid of one."""
+    the better of two models as if a grid of one. A smoke run's is marked so: its model is not
+    the checkpoint (a pivot cell chose between smoke and real runs as a grid over `smoke`)."""
     checkpoints = {_checkpoint(item["recipe"]) for item in items}
     for item in items:
-        item["model_label"] = _tail(_checkpoint(item["recipe"]), checkpoints)
+        # a smoke run's model is a small random-weight one, not the checkpoint: another model
+        item["model_label"] = _tail(_checkpoint(item["recipe"]), checkpoints) + SMOKE * bool(item["recipe"].get("smoke"))
+
+
+SMOKE = " (smoke: random weights)"
 
 
 def check_axis(key: str, where: str) -> None:

@@ -58,9 +58,8 @@ def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]
     for item in items:
         task = _subset(item)
         if item["recipe"].get("task", {}).get("name") == "glue" and task in SPECS:
-            row = f"{report.label(item, 'model')} {report.method_label(item)}"
-            if item["recipe"].get("smoke"):
-                row += " (smoke: random weights)"
+            model = report.label(item, "model")  # a smoke run's says so, kept at the row's end
+            row = f"{model.removesuffix(report.SMOKE)} {report.method_label(item)}" + report.SMOKE * model.endswith(report.SMOKE)
             cells[(row, task)].append(item)
     out: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for (row, task), members in sorted(cells.items()):

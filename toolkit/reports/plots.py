@@ -54,8 +54,8 @@ def entries(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
     for item in items:
         # several models on a task: a line per model and method, never the best model as "lora"
         several = len(models[report.label(item, "task")]) > 1
-        name = (f"{report.label(item, 'model')} " * several + report.method_label(item)
-                + (" (smoke)" if item["recipe"].get("smoke") else ""))
+        model = report.label(item, "model").removesuffix(report.SMOKE)  # a smoke run's says so: once, at the end
+        name = f"{model} " * several + report.method_label(item) + (" (smoke)" if item["recipe"].get("smoke") else "")
         cells[(report.label(item, "task"), name)].append(item)
     for (task, name), members in sorted(cells.items()):
         metric = report.declarations(members).get(report.main_metric(members))
