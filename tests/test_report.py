@@ -273,13 +273,45 @@ def test_a_metric_recorded_as_null_is_left_out_and_named_never_a_traceback(tmp_p
     assert code == 0, err
     (p,) = report.pivots(report.collect(tmp_path), "task", "method")
     assert p.cells[("stsb", "full")].stat.values == [0.80, 0.90]  # n=2: the null is not a seed's score
-    assert f"| stsb | 85.00 ± {100 * statistics.stdev([0.8, 0.9]):.2f} (n=2) |" in text
+    assert f"| stsb | 85.00 ± {100 * statistics.stdev([0.8, 0.9]):.2f} (n=2; 1 null) |" in text
     assert f"{bad}: pearson not a number (null in metrics.json: NaN or infinite); left out of every mean" in text
     glue = glue_report._rows(report.collect(tmp_path))["tiny full"]["stsb"]
     assert sorted(m["metrics"]["seed"] for m in glue) == [42, 43]  # the GLUE score needs both metrics
     assert (f"- {bad}: STS-B pearson not a number (null in metrics.json: NaN or infinite): seed 44 has no STS-B "
             "score, and is left out of that cell and of the per-seed GLUE average") in text.split("### Beside")[0]
     assert "| glue/stsb/tiny-full | full | 3 | 85.00 ± 7.07 (n=2) | 70.00 ± 20.00 |" in text  # spearmanr: all 3
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("null_seeds, cell", [
+    ((44,), "94.25 ± 0.07 (n=2; 1 null)"),  # a diverged seed: n=2 read as all that ran, the mean flattered
+    ((42, 43, 44), "– (n=0; 3 null)"),  # every seed: a blank cell read as never run
+])
+def test_a_pivot_cell_says_its_null_runs(tmp_path: Path, cli, entry: str, null_seeds: tuple, cell: str) -> None:
+    """A run whose main metric is null (NaN: diverged, or an undefined Pearson) was left out of its
+    pivot cell with no word there: the cell's n read as every seed that ran (a diverged seed
+    dropped, the mean over the others flattering its method), or a blank as a method never run;
+    with the main metric null in every run the pivot was not printed at all (exit 0). The cell
+    counts its nulls and a note under the pivot names the runs."""
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, "stsb", "full", seed, {"pearson": 0.8, "spearmanr": 0.8}, main="pearson")
+        run = fake_run(tmp_path, "stsb", "lora", seed, {"pearson": 0.9 + seed / 1000, "spearmanr": 0.5}, main="pearson")
+        if seed in null_seeds:
+            _edit_metrics(run, lambda t: t.replace(f'"pearson": {0.9 + seed / 1000}', '"pearson": NaN'))
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], row_key="task", col_key="method")
+    assert f"| stsb | 80.00 ± 0.00 (n=3) | {cell} |" in text
+    (note,) = [line for line in text.splitlines() if line.startswith("- stsb / lora: pearson is null")]
+    assert f"in {len(null_seeds)} run(s), left out of the cell's mean, its n and its choice of setting" in note
+    assert sorted(note.split(": ")[-1].split("; ")) == sorted(str(r.parent) for r in tmp_path.rglob("metrics.json")
+                                                              if "NaN" in r.read_text())
+    for run in tmp_path.rglob("metrics.json"):  # the main metric null in every run: still a table
+        _edit_metrics(run.parent, lambda t: re.sub(r'"pearson": [0-9.]+', '"pearson": NaN', t))
+    code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+    assert code == 0 and "| stsb | – (n=0; 3 null) | – (n=0; 3 null) |" in text
 
 
 @pytest.mark.parametrize("line", ["train loss", "dev pearson"])
@@ -425,7 +457,7 @@ def test_a_metrics_json_written_elsewhere_is_one_line_or_a_named_gap(tmp_path: P
         assert code == 0, err
         (p,) = report.pivots(report.collect(tmp_path), "task", "method")
         assert p.cells[("sst2", "lora")].stat.values == [0.82, 0.84]
-        assert f"{runs[0]}: accuracy not a number" in out and "| sst2 | 83.00 ± 1.41 (n=2) |" in out
+        assert f"{runs[0]}: accuracy not a number" in out and "| sst2 | 83.00 ± 1.41 (n=2; 1 null) |" in out
         return
     assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(message, err), err
     assert str(runs[0]) in err

@@ -793,6 +793,7 @@ class Pivot:
     cells: dict[tuple[str, str], Cell]
     row_key: str
     col_key: str
+    nulls: dict[tuple[str, str], list[dict]] = field(default_factory=dict)  # runs whose metric is null
 
 
 def _has(data: Any, dotted: str) -> bool:
@@ -818,7 +819,13 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     _in_some_recipe(items, row_key, "--rows")
     _in_some_recipe(items, col_key, "--cols")
     decls = declarations(items)
-    # by default each task's main metric that some run scored (a null one is named in the notes)
+    # a metric null in some run (NaN or infinite: a diverged seed, an undefined correlation): its
+    # cells say so, and a main metric null in every run is still a table, of its nulls
+    nulled = {n: i for i in reversed(items) for n in i.get("not_numbers", [])}
+    for name, item in nulled.items():
+        declared = item["metrics"].get("metric_declarations", {}).get(name)
+        decls.setdefault(name, Metric(name, declared["higher_is_better"], declared["scale"]) if declared
+                         else declaration(name))
     wanted = metrics or [m for m in dict.fromkeys(main_metric([i]) for i in items) if m in decls]
     for name in wanted:
         if name not in decls:
@@ -827,15 +834,19 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     for name in wanted:
         metric = decls[name]
         members: dict[tuple[str, str], list[dict]] = defaultdict(list)
+        nulls: dict[tuple[str, str], list[dict]] = defaultdict(list)
         for item in items:
+            key = (label(item, row_key), label(item, col_key))
             if name in item["metrics"].get("eval", {}):
-                members[(label(item, row_key), label(item, col_key))].append(item)
-        for (r, c), runs in sorted(members.items()):
-            one_task_and_model(runs, f"{r} / {c}", row_key, col_key)
+                members[key].append(item)
+            elif name in item.get("not_numbers", []):
+                nulls[key].append(item)
+        for (r, c) in sorted(set(members) | set(nulls)):
+            one_task_and_model(members.get((r, c), []) + nulls.get((r, c), []), f"{r} / {c}", row_key, col_key)
         cells = {k: c for k, v in members.items() if (c := best_setting(v, metric)) is not None}
-        row_names = sorted({r for r, _ in cells}, key=_axis_order)
-        col_names = sorted({c for _, c in cells}, key=_axis_order)
-        out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key))
+        row_names = sorted({r for r, _ in [*cells, *nulls]}, key=_axis_order)
+        col_names = sorted({c for _, c in [*cells, *nulls]}, key=_axis_order)
+        out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key, dict(nulls)))
     return out
 
 
@@ -866,9 +877,10 @@ def pivot_markdown(p: Pivot) -> str:
     for r in p.rows:
         row = [r]
         for c in p.cols:
-            cell = p.cells.get((r, c))
-            row.append("" if cell is None else cell.stat.fmt(p.metric.scale) + (" †" if cell.smoke else "")
-                       + (" ‡" if mixed_code(cell.items) else ""))
+            cell, null = p.cells.get((r, c)), len(p.nulls.get((r, c), []))
+            text = "" if cell is None else cell.stat.fmt(p.metric.scale, show_n=False) + f" (n={cell.stat.n}"
+            text += (f"; {null} null)" if text else f"– (n=0; {null} null)") if null else (")" if text else "")
+            row.append(text + ("" if cell is None else (" †" if cell.smoke else "") + (" ‡" if mixed_code(cell.items) else "")))
         table.append(row)
     return markdown(head, table)
 
@@ -879,6 +891,10 @@ def pivot_notes(p: Pivot) -> list[str]:
         notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
         notes += eval_set_notes([(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells], r)
         notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
+    for (r, c), runs in sorted(p.nulls.items()):
+        notes.append(f"{r} / {c}: {p.metric.name} is null (NaN or infinite: a diverged run, an undefined correlation) "
+                     f"in {len(runs)} run(s), left out of the cell's mean, its n and its choice of setting, never "
+                     f"dropped without a word: {'; '.join(str(i['run']) for i in runs)}")
     for (r, c), cell in sorted(p.cells.items()):
         notes += mixed_code_note(f"{r} / {c}", cell.items)
         if cell.grid:
