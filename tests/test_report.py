@@ -314,6 +314,27 @@ def test_a_pivot_cell_says_its_null_runs(tmp_path: Path, cli, entry: str, null_s
     assert code == 0 and "| stsb | – (n=0; 3 null) | – (n=0; 3 null) |" in text
 
 
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_seed_that_skipped_non_finite_batches_is_said_where_it_is_pooled(tmp_path: Path, cli, entry: str) -> None:
+    """A run with train.skip_nonfinite that skipped 37 of its 100 updates finished, and was pooled
+    as a seed like the others in the runs table, the pivot and the GLUE table with no word (its
+    metrics.json's skipped_nonfinite was read by nothing). Each section that pools it says so."""
+    for seed in (42, 43):
+        run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6})
+    _stamp_json(run, skipped_nonfinite=37, train_steps=100)
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--glue", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], row_key="task", col_key="method", glue=True)
+    said = (f"{run}: skipped 37 batch(es) of its 100 steps for a non-finite loss (train.skip_nonfinite: no update "
+            "on them); it is pooled as a seed, with fewer updates than its recipe's")
+    glue_part, pivot_part, runs_part = (text.split("## GLUE")[1].split("## accuracy")[0],
+                                        text.split("## accuracy")[1].split("## Every run")[0], text.split("## Every run")[1])
+    assert f"- tiny lora / RTE: {said}" in glue_part and f"- rte / lora: {said}" in pivot_part and f"- {said}" in runs_part
+    assert text.count("skipped 37") == 3
+
+
 @pytest.mark.parametrize("line", ["train loss", "dev pearson"])
 def test_a_curve_point_is_the_mean_of_every_seed_or_left_out_and_said(tmp_path: Path, line: str) -> None:
     """A seed whose log.jsonl holds a null at a step (an undefined Pearson, a NaN loss) made that

@@ -52,7 +52,7 @@ METRICS_FIELDS: dict[str, str] = {
     "trainable_percent": NUMBER, "train_runtime_s": NUMBER, "train_samples_per_second": NUMBER,
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
-    "base_run": "a string", "code": "an object", "versions": "an object", "resumed_under_other_code": "a list",
+    "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object", "resumed_under_other_code": "a list",
 }
 
 
@@ -170,6 +170,16 @@ def one_seed_once(items: list[dict]) -> None:
                             f"(train.seed={key[1]}), so a mean would count that seed twice; report them "
                             "separately, or remove one")
         first[key] = item
+
+
+def skipped_notes(items: list[dict], where: str = "") -> list[str]:
+    """Each run that skipped batches for a non-finite loss (train.skip_nonfinite: no update on
+    them): it finished, so it is pooled as a seed of its entry, and said, or a seed that trained
+    on part of its updates read as one that trained on all of them."""
+    return [f"{where}{item['run']}: skipped {item['metrics']['skipped_nonfinite']} batch(es) of its "
+            f"{item['metrics'].get('train_steps', '?')} steps for a non-finite loss (train.skip_nonfinite: no update "
+            "on them); it is pooled as a seed, with fewer updates than its recipe's"
+            for item in items if (item["metrics"].get("skipped_nonfinite") or 0) > 0]
 
 
 def not_numbers_notes(items: list[dict]) -> list[str]:
@@ -657,7 +667,7 @@ def runs_notes(items: list[dict]) -> list[str]:
         notes += eval_set_notes(entries, task)
     for key, members in grouped.items():
         notes += mixed_code_note(names[key], members)
-    return notes + not_numbers_notes(items)
+    return notes + not_numbers_notes(items) + skipped_notes(items)
 
 
 def eval_set_notes(entries: list[tuple[str, list[dict]]], context: str) -> list[str]:
@@ -897,6 +907,7 @@ def pivot_notes(p: Pivot) -> list[str]:
                      f"dropped without a word: {'; '.join(str(i['run']) for i in runs)}")
     for (r, c), cell in sorted(p.cells.items()):
         notes += mixed_code_note(f"{r} / {c}", cell.items)
+        notes += skipped_notes(cell.items, f"{r} / {c}: ")
         if cell.grid:
             grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" + (" ‡" if mixed_code(st.runs) else "")
                              for desc, st in cell.grid)
