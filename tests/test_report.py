@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 from pathlib import Path
 
@@ -371,7 +372,6 @@ def test_one_run_counts_once_in_a_mean(tmp_path: Path, cli) -> None:
     assert p.cells[("sst2", "full")].stat.values == [0.80, 0.90]
     code, text, _ = cli("report", tmp_path, tmp_path / "glue", "--rows", "task", "--cols", "method", "--no-plots")
     assert code == 0 and "| sst2 | 85.00 ± 7.07 (n=2) |" in text
-    import shutil
 
     shutil.copytree(tmp_path / "glue", tmp_path / "copy")
     code, _, err = cli("report", tmp_path, "--no-plots")
@@ -792,6 +792,29 @@ def test_cells_compared_side_by_side_on_other_protocols_are_said(tmp_path: Path,
     (p,) = report.pivots(report.collect(tmp_path), "task", "method")
     (note,) = [n for n in report.pivot_notes(p) if "differ in more than method" in n]
     assert note.startswith(f"sst2: full, lora differ in more than method: {field} (full: ") and "train.lr" not in note
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_grid_in_one_cell_does_not_excuse_the_field_in_the_others(tmp_path: Path, cli, entry: str) -> None:
+    """LoRA chosen among 1 and 3 epochs beside full's one setting of 10 epochs: the epochs were the
+    LoRA cell's selection, and the row's protocol note left them out for full too (exit 0, no word
+    that full trained 10 epochs). A field is excused only where every cell of the row chose it."""
+    for seed in (42, 43):
+        _recipe_edit(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80}), "train", epochs=10)
+        for epochs in (1, 3):
+            _recipe_edit(fake_run(tmp_path / f"e{epochs}", "sst2", "lora", seed, {"accuracy": 0.80 + epochs / 100}),
+                         "train", epochs=epochs)
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], row_key="task", col_key="method")
+    assert ("- sst2: full, lora differ in more than method: train.epochs (full: 10, lora: 3); their gap is not the "
+            "method's alone") in text
+    for run in tmp_path.glob("glue/sst2/tiny-full/*"):  # full chose among epochs too: both cells' selections
+        shutil.copytree(run, tmp_path / "e5" / run.relative_to(tmp_path))
+        _recipe_edit(tmp_path / "e5" / run.relative_to(tmp_path), "train", epochs=5)
+    assert "differ in more than method" not in toolkit_report([tmp_path], row_key="task", col_key="method")
 
 
 @pytest.mark.parametrize("entry, cells, average", [

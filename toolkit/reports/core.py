@@ -953,7 +953,9 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
     if len(cells) < 2:
         return []
     protocols = [(name, _protocol(cell.items[0])) for name, cell in cells]
-    selected = {k for _, cell in cells for k in cell.keys}
+    # a field is a selection, not a difference, where every cell chose it on dev: LoRA the best of
+    # 1 and 3 epochs beside full's one run of 10 was not said (one cell's grid excused the other's)
+    selected = set.intersection(*(set(cell.keys) for _, cell in cells))
     keys = sorted({k for _, pr in protocols for k in pr})
     code = {k for _, pr in protocols for k in pr if k == "toolkit commit" or k.endswith(" version")}
     differ = [k for k in keys if k not in NOT_PROTOCOL and k not in selected and not _on_axis(k, axis)
