@@ -336,6 +336,35 @@ def test_a_seed_that_skipped_non_finite_batches_is_said_where_it_is_pooled(tmp_p
     assert text.count("skipped 37") == 3
 
 
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("how", ["null", "absent"])
+@pytest.mark.parametrize("seeds", [(43,), (42, 43)])
+def test_a_glue_run_without_a_task_score_is_said_in_the_glue_section(tmp_path: Path, cli, entry: str, how: str,
+                                                                     seeds: tuple) -> None:
+    """An MRPC run whose metrics.json holds no F1 (null, or not at all: a run from before it was
+    scored, an edited file) has no GLUE task score. Absent, it dropped out of the GLUE table with no
+    word (n=1 read as every seed), and with every MRPC run so the table said 'Not in these runs:
+    MRPC', or 'No finished GLUE run here', exit 0."""
+    for seed in (42, 43):
+        run = fake_run(tmp_path, "mrpc", "lora", seed, {"accuracy": 0.80, "f1": 0.90}, main="f1")
+        if seed in seeds:
+            _edit_metrics(run, lambda t: t.replace('"f1": 0.9, ', '"f1": NaN, ' if how == "null" else ""))
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], glue=True)
+    glue = text.split("## Every run")[0]
+    what = "f1 not a number (null in metrics.json: NaN or infinite)" if how == "null" else "f1 not in its metrics.json"
+    for seed in seeds:
+        assert (f"{tmp_path}/glue/mrpc/tiny-lora/mrpclora{seed}0.001: MRPC {what}: seed {seed} has no MRPC score, "
+                "and is left out of that cell and of the per-seed GLUE average") in glue
+    if len(seeds) == 1:
+        assert "| tiny lora | 80.00 (n=1) | 90.00 (n=1) |" in glue
+    else:
+        assert "No finished GLUE run here has a task score:" in glue and "No finished GLUE run here." not in glue
+
+
 @pytest.mark.parametrize("line", ["train loss", "dev pearson"])
 def test_a_curve_point_is_the_mean_of_every_seed_or_left_out_and_said(tmp_path: Path, line: str) -> None:
     """A seed whose log.jsonl holds a null at a step (an undefined Pearson, a NaN loss) made that

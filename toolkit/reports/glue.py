@@ -315,19 +315,28 @@ def unscored_notes(items: list[dict]) -> list[str]:
         if item["recipe"].get("task", {}).get("name") != "glue" or task not in SPECS:
             continue
         null = [k for k in official(task) if k in item.get("not_numbers", [])]
-        if null:
-            notes.append(f"{item['run']}: {TITLES[task]} {', '.join(null)} not a number (null in metrics.json: NaN "
-                         f"or infinite): seed {report.seed_of(item)} has no {TITLES[task]} score, and is left out "
-                         "of that cell and of the per-seed GLUE average")
+        # an official metric metrics.json does not hold at all (a run from before it was scored, or
+        # a file edited): the run dropped out of the table, its task listed as "not in these runs"
+        absent = [k for k in official(task) if k not in item["metrics"].get("eval", {}) and k not in null]
+        if null or absent:
+            what = "; ".join(part for part in (
+                f"{', '.join(null)} not a number (null in metrics.json: NaN or infinite)" if null else "",
+                f"{', '.join(absent)} not in its metrics.json" if absent else "") if part)
+            notes.append(f"{item['run']}: {TITLES[task]} {what}: seed {report.seed_of(item)} has no {TITLES[task]} "
+                         "score, and is left out of that cell and of the per-seed GLUE average")
     return notes
 
 
 def render(items: list[dict]) -> str:
     rows = _rows(items)
-    if not rows:
-        return "## GLUE\n\nNo finished GLUE run here."
+    ran = {_subset(i) for i in items if i["recipe"].get("task", {}).get("name") == "glue"}
+    if not rows:  # finished GLUE runs none of which has a task score are said, not "no run"
+        unscored = unscored_notes(items)
+        return "## GLUE\n\n" + ("No finished GLUE run here." if not unscored else
+                                 "No finished GLUE run here has a task score:\n\n" + "\n".join(f"- {n}" for n in unscored))
     tasks = [t for t in ORDER if any(t in cells for cells in rows.values())]
-    missing = [TITLES[t] for t in ORDER if t not in tasks]
+    missing = [TITLES[t] + (" (ran, but no run has a task score: see above)" if t in ran else "")
+               for t in ORDER if t not in tasks]
     entries = published()
     parts = ["## GLUE (dev): official metrics, mean ± std over seeds (n)", ours_table(rows, tasks)]
     notes = ["GLUE avg: per task the mean of its official metrics (MRPC/QQP: accuracy and F1; STS-B: "
