@@ -52,7 +52,8 @@ METRICS_FIELDS: dict[str, str] = {
     "trainable_percent": NUMBER, "train_runtime_s": NUMBER, "train_samples_per_second": NUMBER,
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
-    "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object", "resumed_under_other_code": "a list",
+    "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
+    "resumed_under_other_code": "a list",
 }
 
 
