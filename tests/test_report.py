@@ -824,6 +824,32 @@ def test_cells_compared_side_by_side_on_other_protocols_are_said(tmp_path: Path,
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("field, change", PROTOCOL, ids=[p[0] for p in PROTOCOL])
+def test_rows_of_the_runs_table_on_other_protocols_are_said(tmp_path: Path, cli, entry: str, field: str,
+                                                            change) -> None:
+    """The runs table's notes compared LoRA and full of one task by seed ('separated by these
+    seeds') with no word that they ran other epochs, lengths, models or code, where the pivot of the
+    same runs said it; the runs table says it by the same rule (protocol_notes)."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 1e3}, lr=1e-4)
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.85 + seed / 1e3}, extra={"r": 8})
+
+    def runs_section() -> str:
+        if entry == "cli":
+            code, text, _ = cli("report", tmp_path, "--no-plots")
+            assert code == 0
+        else:
+            text = toolkit_report([tmp_path])
+        return text.split("## Every run")[1]
+
+    assert "differ in more than method" not in runs_section()  # the method and its lr: the comparison
+    for run in tmp_path.glob("glue/sst2/tiny-lora/*"):
+        change(run)
+    (note,) = [line for line in runs_section().splitlines() if "differ in more than method" in line]
+    assert note.startswith("- sst2: glue/sst2/tiny-full, glue/sst2/tiny-lora") and f": {field} (glue/sst2/tiny-full: " in note
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
 def test_a_grid_in_one_cell_does_not_excuse_the_field_in_the_others(tmp_path: Path, cli, entry: str) -> None:
     """LoRA chosen among 1 and 3 epochs beside full's one setting of 10 epochs: the epochs were the
     LoRA cell's selection, and the row's protocol note left them out for full too (exit 0, no word
@@ -843,7 +869,8 @@ def test_a_grid_in_one_cell_does_not_excuse_the_field_in_the_others(tmp_path: Pa
     for run in tmp_path.glob("glue/sst2/tiny-full/*"):  # full chose among epochs too: both cells' selections
         shutil.copytree(run, tmp_path / "e5" / run.relative_to(tmp_path))
         _recipe_edit(tmp_path / "e5" / run.relative_to(tmp_path), "train", epochs=5)
-    assert "differ in more than method" not in toolkit_report([tmp_path], row_key="task", col_key="method")
+    pivot = toolkit_report([tmp_path], row_key="task", col_key="method").split("## Every run")[0]
+    assert "differ in more than method" not in pivot
 
 
 @pytest.mark.parametrize("entry, cells, average", [

@@ -666,6 +666,9 @@ def runs_notes(items: list[dict]) -> list[str]:
         by_label[label(members[0], "task")].append((names[key], members))
     for task, entries in by_label.items():
         notes += eval_set_notes(entries, task)
+        # rows of one task are compared above as the pivot's cells are: where they differ in more
+        # than the method and its learning rate (epochs, max length, the model...), said as there
+        notes += protocol_notes([(name, Cell(members, Stat([]))) for name, members in entries], "method", task)
     for key, members in grouped.items():
         notes += mixed_code_note(names[key], members)
     return notes + not_numbers_notes(items) + skipped_notes(items)
