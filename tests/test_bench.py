@@ -144,6 +144,19 @@ def test_peak_tensor_memory_counts_weights_state_and_activations() -> None:
     assert large - small >= 0.9 * activations_mb
 
 
+@pytest.mark.parametrize("model, shape", [("tiny", "small roberta shape)\n\nhidden 32, 2 layers, 2 heads, FFN 64,")])
+def test_the_lora_section_names_the_shape_it_ran(monkeypatch, model: str, shape: str) -> None:
+    """`--lora-model tiny` ran a 32-wide, 2-layer model under a heading and text of roberta-base's
+    768 x 12 layers (exit 0); the section says the shape of the model it built."""
+    import bench.lora as section
+
+    args = bench.parse(["--lora-model", model, "--lora-steps", "1", "--lora-repeats", "1", "--lora-length", "8"])
+    args.lora_batch = 2
+    monkeypatch.setattr(section, "run_row", lambda kind, checkpoint: section.lora_row(args, kind.split(":")[1]))
+    _, text = section.section_lora(args, "unused")
+    assert shape in text and "768" not in text
+
+
 def test_lora_table_reports_both_memory_measures() -> None:
     rows = [{"method": "full", "trainable": 100, "step_s": 2.0, "peak_mb": 3000.0, "before_training_mb": 1000.0,
              "increase_mb": 2000.0, "peak_tensor_mb": 2000.0},

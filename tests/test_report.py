@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 from pathlib import Path
 
@@ -162,6 +163,30 @@ def test_report_md_and_pngs_are_written_into_the_runs_folder(tmp_path: Path, cli
         report.pivots(report.collect(tmp_path), "task", "method", ["bleu"])
 
 
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("damage", ["not JSON", "not a log entry"])
+def test_a_report_that_fails_leaves_the_last_one_whole(tmp_path: Path, cli, entry: str, damage: str) -> None:
+    """A damaged log.jsonl of a later task stopped the report (exit 2) after the earlier tasks'
+    PNGs were written over the last report's, beside that report's report.md: half a report. Now
+    nothing is written until every table, note and plot is drawn."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "full", seed, {"accuracy": 0.60 + seed / 1000})
+    assert cli("report", tmp_path)[0] == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert set(before) == {"report.md", "curves-rte.png", "params-rte.png", "cost-rte.png"}
+    fake_run(tmp_path, "rte", "full", 44, {"accuracy": 0.70})  # the next report's RTE plots differ
+    for seed in (42, 43):
+        run = fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80})
+    (run / "log.jsonl").write_text((run / "log.jsonl").read_text() + ("{cut\n" if damage == "not JSON" else "[1]\n"))
+    if entry == "cli":
+        code, _, err = cli("report", tmp_path)
+        assert code == 2 and f"{run / 'log.jsonl'}:5" in err
+    else:
+        with pytest.raises(UserError, match="log.jsonl:5"):
+            toolkit_report([tmp_path], plots=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
 def test_runs_from_before_fast_dropout_are_reported_as_torchs_dropout(tmp_path: Path) -> None:
     """A recipe.yaml written before train.fast_dropout existed ran torch's dropout: the report
     calls it fast_dropout=False, beside new runs' True, never None."""
@@ -249,13 +274,95 @@ def test_a_metric_recorded_as_null_is_left_out_and_named_never_a_traceback(tmp_p
     assert code == 0, err
     (p,) = report.pivots(report.collect(tmp_path), "task", "method")
     assert p.cells[("stsb", "full")].stat.values == [0.80, 0.90]  # n=2: the null is not a seed's score
-    assert f"| stsb | 85.00 ± {100 * statistics.stdev([0.8, 0.9]):.2f} (n=2) |" in text
+    assert f"| stsb | 85.00 ± {100 * statistics.stdev([0.8, 0.9]):.2f} (n=2; 1 null) |" in text
     assert f"{bad}: pearson not a number (null in metrics.json: NaN or infinite); left out of every mean" in text
     glue = glue_report._rows(report.collect(tmp_path))["tiny full"]["stsb"]
     assert sorted(m["metrics"]["seed"] for m in glue) == [42, 43]  # the GLUE score needs both metrics
     assert (f"- {bad}: STS-B pearson not a number (null in metrics.json: NaN or infinite): seed 44 has no STS-B "
             "score, and is left out of that cell and of the per-seed GLUE average") in text.split("### Beside")[0]
     assert "| glue/stsb/tiny-full | full | 3 | 85.00 ± 7.07 (n=2) | 70.00 ± 20.00 |" in text  # spearmanr: all 3
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("null_seeds, cell", [
+    ((44,), "94.25 ± 0.07 (n=2; 1 null)"),  # a diverged seed: n=2 read as all that ran, the mean flattered
+    ((42, 43, 44), "– (n=0; 3 null)"),  # every seed: a blank cell read as never run
+])
+def test_a_pivot_cell_says_its_null_runs(tmp_path: Path, cli, entry: str, null_seeds: tuple, cell: str) -> None:
+    """A run whose main metric is null (NaN: diverged, or an undefined Pearson) was left out of its
+    pivot cell with no word there: the cell's n read as every seed that ran (a diverged seed
+    dropped, the mean over the others flattering its method), or a blank as a method never run;
+    with the main metric null in every run the pivot was not printed at all (exit 0). The cell
+    counts its nulls and a note under the pivot names the runs."""
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, "stsb", "full", seed, {"pearson": 0.8, "spearmanr": 0.8}, main="pearson")
+        run = fake_run(tmp_path, "stsb", "lora", seed, {"pearson": 0.9 + seed / 1000, "spearmanr": 0.5}, main="pearson")
+        if seed in null_seeds:
+            _edit_metrics(run, lambda t: t.replace(f'"pearson": {0.9 + seed / 1000}', '"pearson": NaN'))
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], row_key="task", col_key="method")
+    assert f"| stsb | 80.00 ± 0.00 (n=3) | {cell} |" in text
+    (note,) = [line for line in text.splitlines() if line.startswith("- stsb / lora: pearson is null")]
+    assert f"in {len(null_seeds)} run(s), left out of the cell's mean, its n and its choice of setting" in note
+    assert sorted(note.split(": ")[-1].split("; ")) == sorted(str(r.parent) for r in tmp_path.rglob("metrics.json")
+                                                              if "NaN" in r.read_text())
+    for run in tmp_path.rglob("metrics.json"):  # the main metric null in every run: still a table
+        _edit_metrics(run.parent, lambda t: re.sub(r'"pearson": [0-9.]+', '"pearson": NaN', t))
+    code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+    assert code == 0 and "| stsb | – (n=0; 3 null) | – (n=0; 3 null) |" in text
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_seed_that_skipped_non_finite_batches_is_said_where_it_is_pooled(tmp_path: Path, cli, entry: str) -> None:
+    """A run with train.skip_nonfinite that skipped 37 of its 100 updates finished, and was pooled
+    as a seed like the others in the runs table, the pivot and the GLUE table with no word (its
+    metrics.json's skipped_nonfinite was read by nothing). Each section that pools it says so."""
+    for seed in (42, 43):
+        run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6})
+    _stamp_json(run, skipped_nonfinite=37, train_steps=100)
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--glue", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], row_key="task", col_key="method", glue=True)
+    said = (f"{run}: skipped 37 batch(es) of its 100 steps for a non-finite loss (train.skip_nonfinite: no update "
+            "on them); it is pooled as a seed, with fewer updates than its recipe's")
+    glue_part, pivot_part, runs_part = (text.split("## GLUE")[1].split("## accuracy")[0],
+                                        text.split("## accuracy")[1].split("## Every run")[0], text.split("## Every run")[1])
+    assert f"- tiny lora / RTE: {said}" in glue_part and f"- rte / lora: {said}" in pivot_part and f"- {said}" in runs_part
+    assert text.count("skipped 37") == 3
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("how", ["null", "absent"])
+@pytest.mark.parametrize("seeds", [(43,), (42, 43)])
+def test_a_glue_run_without_a_task_score_is_said_in_the_glue_section(tmp_path: Path, cli, entry: str, how: str,
+                                                                     seeds: tuple) -> None:
+    """An MRPC run whose metrics.json holds no F1 (null, or not at all: a run from before it was
+    scored, an edited file) has no GLUE task score. Absent, it dropped out of the GLUE table with no
+    word (n=1 read as every seed), and with every MRPC run so the table said 'Not in these runs:
+    MRPC', or 'No finished GLUE run here', exit 0."""
+    for seed in (42, 43):
+        run = fake_run(tmp_path, "mrpc", "lora", seed, {"accuracy": 0.80, "f1": 0.90}, main="f1")
+        if seed in seeds:
+            _edit_metrics(run, lambda t: t.replace('"f1": 0.9, ', '"f1": NaN, ' if how == "null" else ""))
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], glue=True)
+    glue = text.split("## Every run")[0]
+    what = "f1 not a number (null in metrics.json: NaN or infinite)" if how == "null" else "f1 not in its metrics.json"
+    for seed in seeds:
+        assert (f"{tmp_path}/glue/mrpc/tiny-lora/mrpclora{seed}0.001: MRPC {what}: seed {seed} has no MRPC score, "
+                "and is left out of that cell and of the per-seed GLUE average") in glue
+    if len(seeds) == 1:
+        assert "| tiny lora | 80.00 (n=1) | 90.00 (n=1) |" in glue
+    else:
+        assert "No finished GLUE run here has a task score:" in glue and "No finished GLUE run here." not in glue
 
 
 @pytest.mark.parametrize("line", ["train loss", "dev pearson"])
@@ -294,7 +401,6 @@ def test_one_run_counts_once_in_a_mean(tmp_path: Path, cli) -> None:
     assert p.cells[("sst2", "full")].stat.values == [0.80, 0.90]
     code, text, _ = cli("report", tmp_path, tmp_path / "glue", "--rows", "task", "--cols", "method", "--no-plots")
     assert code == 0 and "| sst2 | 85.00 ± 7.07 (n=2) |" in text
-    import shutil
 
     shutil.copytree(tmp_path / "glue", tmp_path / "copy")
     code, _, err = cli("report", tmp_path, "--no-plots")
@@ -304,10 +410,10 @@ def test_one_run_counts_once_in_a_mean(tmp_path: Path, cli) -> None:
         toolkit_report([tmp_path])
 
 
-def toolkit_report(folders: list[Path]) -> str:
+def toolkit_report(folders: list[Path], **options) -> str:
     import toolkit
 
-    return toolkit.report(folders)
+    return toolkit.report(folders, **options)
 
 
 def test_runs_on_other_process_counts_are_not_seeds_of_one_entry(tmp_path: Path) -> None:
@@ -401,12 +507,43 @@ def test_a_metrics_json_written_elsewhere_is_one_line_or_a_named_gap(tmp_path: P
         assert code == 0, err
         (p,) = report.pivots(report.collect(tmp_path), "task", "method")
         assert p.cells[("sst2", "lora")].stat.values == [0.82, 0.84]
-        assert f"{runs[0]}: accuracy not a number" in out and "| sst2 | 83.00 ± 1.41 (n=2) |" in out
+        assert f"{runs[0]}: accuracy not a number" in out and "| sst2 | 83.00 ± 1.41 (n=2; 1 null) |" in out
         return
     assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(message, err), err
     assert str(runs[0]) in err
     with pytest.raises(UserError, match=message):
         toolkit.report(tmp_path)
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("recorded", [None, "absent"])
+def test_a_seed_metrics_json_does_not_record_is_its_recipes(tmp_path: Path, cli, entry: str, recorded) -> None:
+    """The GLUE protocol listed each cell's seeds from metrics.json alone: a run whose metrics.json
+    has no seed (null, or written before the field) was a TypeError traceback; every table reads a
+    run's seed one way (its recipe's train.seed, else metrics.json's)."""
+    for seed in (43, 42):
+        run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6 + seed / 1000})
+        if seed == 43:
+            data = json.loads((run / "metrics.json").read_text())
+            data.pop("seed") if recorded == "absent" else data.update(seed=None)
+            (run / "metrics.json").write_text(json.dumps(data))
+    if entry == "cli":
+        code, text, err = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit_report([tmp_path], glue=True)
+    assert "rte: lr 0.001, batch None, epochs None, max length None, seeds [42, 43]" in text
+
+
+def test_means_equal_to_float_rounding_are_a_tie(tmp_path: Path) -> None:
+    """Means of 0.85 and 0.8500000000000001 (seeds 0.84, 0.86 and 0.80, 0.90): the 16th digit chose
+    lr 0.001 as 'the best' of the grid; equal to float rounding is a tie, said, by grid order."""
+    for seed, low, high in ((42, 0.84, 0.80), (43, 0.86, 0.90)):
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": low}, lr=1e-4)
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": high}, lr=1e-3)
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    cell = p.cells[("sst2", "lora")]
+    assert cell.chosen == "train.lr=0.0001" and cell.tied == ["train.lr=0.001"]
 
 
 def test_a_tie_for_the_best_setting_is_said_and_does_not_follow_folder_names(tmp_path: Path) -> None:
@@ -449,6 +586,140 @@ def test_a_cell_never_chooses_between_tasks_or_models(tmp_path: Path) -> None:
     assert p.cells[("rte", "tiny")].stat.values == [0.6, 0.62] and p.cells[("rte", "other")].stat.values == [0.7, 0.72]
     curves = plots.entries(items)
     assert sorted(curves["rte"]) == ["other lora", "tiny lora"] and list(curves["sst2"]) == ["lora"]
+
+
+DATA_SETS = {  # two data sets of one task name, told apart by what they read
+    "files": ({"train_file": "/d/easy/train.csv", "eval_file": "/d/easy/dev.csv"},
+              {"train_file": "/d/hard/train.csv", "eval_file": "/d/hard/dev.csv"},
+              "eval_file easy/dev.csv, train_file easy/train.csv"),
+    "hub split": ({"dataset": "org/set", "eval_split": "validation"}, {"dataset": "org/set", "eval_split": "test"},
+                  "eval_split validation"),
+    "label column": ({"train_file": "/d/a.csv", "label_column": "topic"},
+                     {"train_file": "/d/a.csv", "label_column": "sentiment"}, "label_column topic"),
+}
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("case", sorted(DATA_SETS))
+def test_runs_of_one_task_name_on_other_data_are_other_tasks(tmp_path: Path, cli, case: str, entry: str) -> None:
+    """Own-data runs of one task name on two data sets (files, a Hub split, another label column)
+    were one task on every axis: the pivot's lora cell took the easy set's 99.25 as the 'best' of a
+    grid beside full's 74.25 on the hard set, the notes paired the two sets by seed and one plot
+    drew them as one task, exit 0. The task's label now names the data that tells them apart."""
+    easy, hard, said = DATA_SETS[case]
+    for seed in (42, 43):
+        for data, method, acc in ((easy, "lora", 0.95), (hard, "lora", 0.60), (hard, "full", 0.70)):
+            run = fake_run(tmp_path, "x", method, seed, {"accuracy": acc + seed / 1000}, task_name="text_classification",
+                           task_extra=data)
+            _recipe_edit(run, "task", subset=None)
+            run.rename(run.parent / f"{run.name}-{'easy' if data is easy else 'hard'}")
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0
+    else:
+        import toolkit
+
+        text = toolkit.report([tmp_path], row_key="task", col_key="method")
+    pivot = [[c.strip() for c in line.strip("|").split("|")] for line in _tables(text)[0][2:]]
+    other = said.replace("easy", "hard").replace("validation", "test").replace("topic", "sentiment")
+    assert {r[0]: r[1:] for r in pivot} == {f"text_classification ({said})": ["", "99.25 ± 0.07 (n=2)"],
+                                            f"text_classification ({other})": ["74.25 ± 0.07 (n=2)", "64.25 ± 0.07 (n=2)"]}
+    assert "best mean accuracy on dev of the grid" not in text  # no grid across data sets
+    pairs = [line for line in text.splitlines() if " − " in line]
+    assert len(pairs) == 2 and all("hard" in p or "test" in p or "sentiment" in p for p in pairs)
+    plotted = plotting.entries(report.collect(tmp_path))
+    assert sorted(plotted) == sorted(r[0] for r in pivot) and sorted(plotted[f"text_classification ({other})"]) == [
+        "full", "lora"]
+
+
+@pytest.mark.parametrize("entry", ["pivot", "glue", "plots"])
+@pytest.mark.parametrize("a, b, labels", [
+    ("/runs/a/123/model", "/runs/b/456/model", ["123/model", "456/model"]),  # two fine-tuned model/ folders
+    ("org1/minilm", "org2/minilm", ["org1/minilm", "org2/minilm"]),
+])
+def test_two_models_whose_checkpoints_end_alike_are_two_models(tmp_path: Path, cli, entry: str, a: str, b: str,
+                                                                labels: list[str]) -> None:
+    """Checkpoints that end in the same name (`.../model` of two runs) were one model on every axis:
+    a cell took the better of the two as the best of a grid, the GLUE table gave them one row, exit 0."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.60 + seed / 1000}, model=a)
+        fake_run(tmp_path / "b", "rte", "lora", seed, {"accuracy": 0.70 + seed / 1000}, model=b)
+    if entry == "pivot":
+        code, text, _ = cli("report", tmp_path, "--rows", "method", "--cols", "model", "--no-plots")
+        assert code == 0 and f"| method \\ model | {labels[0]} | {labels[1]} |" in text
+        assert "| lora | 64.25 ± 0.07 (n=2) | 74.25 ± 0.07 (n=2) |" in text and "of the grid" not in text
+    elif entry == "glue":
+        text = glue_report.render(report.collect(tmp_path))
+        assert f"| {labels[0]} lora | 64.25 ± 0.07 (n=2) |" in text and f"| {labels[1]} lora | 74.25 ± 0.07 (n=2) |" in text
+    else:
+        assert sorted(plotting.entries(report.collect(tmp_path))["rte"]) == [f"{label} lora" for label in labels]
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_smoke_runs_are_another_model_than_their_checkpoint(tmp_path: Path, cli, entry: str) -> None:
+    """A smoke run (a small random-weight model) beside the real runs of its recipe: a pivot cell
+    chose between them as a grid over `smoke` (`reported smoke=True`, exit 0). Its model is
+    another model: a cell holding both is refused as one of two models, `--rows model` parts them."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.50 + seed / 1000})
+        recipe = fake_run(tmp_path / "smoke", "rte", "lora", seed, {"accuracy": 0.60}) / "recipe.yaml"
+        recipe.write_text(recipe.read_text().replace("smoke: false", "smoke: true"))
+
+    def pivot(*axes: str) -> tuple[int, str]:
+        if entry == "cli":
+            code, out, err = cli("report", tmp_path, "--rows", axes[0], "--cols", axes[1], "--no-plots")
+            return code, out + err
+        try:
+            return 0, toolkit_report([tmp_path], row_key=axes[0], col_key=axes[1])
+        except UserError as exc:
+            return 2, str(exc)
+
+    code, text = pivot("task", "method")
+    assert code == 2 and "holds runs of 2 models (tiny, tiny (smoke: random weights))" in text
+    code, text = pivot("model", "method")
+    assert code == 0 and "| tiny | 54.25 ± 0.07 (n=2) |" in text and "of the grid" not in text
+    assert "| tiny (smoke: random weights) | 60.00 ± 0.00 (n=2) † |" in text
+
+
+NO_EFFECT_VALUES = {"name": "mine/sst2-lora", "train.log_every": 50, "train.report_to": ["tensorboard"],
+                    "train.save_total_limit": 3, "train.save_every": 100, "train.keep_checkpoints": True,
+                    "train.gradient_checkpointing": True, "train.eval_batch_size": 64}
+
+
+@pytest.mark.parametrize("entry", ["cli", "glue"])
+@pytest.mark.parametrize("field", sorted(NO_EFFECT_VALUES))
+def test_a_seed_rerun_with_a_field_that_changes_no_number_is_a_seed_not_a_grid(
+        tmp_path: Path, cli, field: str, entry: str) -> None:
+    """Three seeds, and a fourth run with report_to on (or another log_every, eval_batch_size, a
+    copy of the recipe under another name): two settings, so the pivot reported the fourth seed's
+    90.00 (n=1) as the best of a 'grid' over that field, and the GLUE table its 90.00, exit 0.
+    Fields that change no number are not part of a setting: one entry of four seeds, and the same
+    seed run twice that way is refused as counted twice."""
+    assert set(NO_EFFECT_VALUES) == report.core.NO_EFFECT - {"out"}
+    section, _, key = field.rpartition(".")
+
+    def rerun(seed: int, acc: float) -> Path:
+        run = fake_run(tmp_path / "again", "rte", "lora", seed, {"accuracy": acc})
+        if section:
+            _recipe_edit(run, section, **{key: NO_EFFECT_VALUES[field]})
+        else:
+            recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+            (run / "recipe.yaml").write_text(yaml.safe_dump({**recipe, key: NO_EFFECT_VALUES[field]}))
+        return run
+
+    for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.84)):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": acc})
+    rerun(45, 0.90)
+    expected = f"84.00 ± {statistics.stdev([80, 82, 84, 90]):.2f} (n=4)"
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0 and f"| rte | {expected} |" in text and "of the grid" not in text
+    else:
+        text = glue_report.render(report.collect(tmp_path))
+        assert f"| tiny lora | {expected} | {expected} |" in text and "settings" not in text
+    twice = rerun(42, 0.70)
+    code, _, err = cli("report", tmp_path, "--no-plots")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(twice) in err and "count that seed twice" in err
 
 
 def test_runs_from_before_main_metric_pivot_on_a_score_not_the_loss(tmp_path: Path, cli) -> None:
@@ -552,6 +823,56 @@ def test_cells_compared_side_by_side_on_other_protocols_are_said(tmp_path: Path,
     assert note.startswith(f"sst2: full, lora differ in more than method: {field} (full: ") and "train.lr" not in note
 
 
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("field, change", PROTOCOL, ids=[p[0] for p in PROTOCOL])
+def test_rows_of_the_runs_table_on_other_protocols_are_said(tmp_path: Path, cli, entry: str, field: str,
+                                                            change) -> None:
+    """The runs table's notes compared LoRA and full of one task by seed ('separated by these
+    seeds') with no word that they ran other epochs, lengths, models or code, where the pivot of the
+    same runs said it; the runs table says it by the same rule (protocol_notes)."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 1e3}, lr=1e-4)
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.85 + seed / 1e3}, extra={"r": 8})
+
+    def runs_section() -> str:
+        if entry == "cli":
+            code, text, _ = cli("report", tmp_path, "--no-plots")
+            assert code == 0
+        else:
+            text = toolkit_report([tmp_path])
+        return text.split("## Every run")[1]
+
+    assert "differ in more than method" not in runs_section()  # the method and its lr: the comparison
+    for run in tmp_path.glob("glue/sst2/tiny-lora/*"):
+        change(run)
+    (note,) = [line for line in runs_section().splitlines() if "differ in more than method" in line]
+    assert note.startswith("- sst2: glue/sst2/tiny-full, glue/sst2/tiny-lora") and f": {field} (glue/sst2/tiny-full: " in note
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_grid_in_one_cell_does_not_excuse_the_field_in_the_others(tmp_path: Path, cli, entry: str) -> None:
+    """LoRA chosen among 1 and 3 epochs beside full's one setting of 10 epochs: the epochs were the
+    LoRA cell's selection, and the row's protocol note left them out for full too (exit 0, no word
+    that full trained 10 epochs). A field is excused only where every cell of the row chose it."""
+    for seed in (42, 43):
+        _recipe_edit(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80}), "train", epochs=10)
+        for epochs in (1, 3):
+            _recipe_edit(fake_run(tmp_path / f"e{epochs}", "sst2", "lora", seed, {"accuracy": 0.80 + epochs / 100}),
+                         "train", epochs=epochs)
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], row_key="task", col_key="method")
+    assert ("- sst2: full, lora differ in more than method: train.epochs (full: 10, lora: 3); their gap is not the "
+            "method's alone") in text
+    for run in tmp_path.glob("glue/sst2/tiny-full/*"):  # full chose among epochs too: both cells' selections
+        shutil.copytree(run, tmp_path / "e5" / run.relative_to(tmp_path))
+        _recipe_edit(tmp_path / "e5" / run.relative_to(tmp_path), "train", epochs=5)
+    pivot = toolkit_report([tmp_path], row_key="task", col_key="method").split("## Every run")[0]
+    assert "differ in more than method" not in pivot
+
+
 @pytest.mark.parametrize("entry, cells, average", [
     # BERT (test server): F1 alone on MRPC, Spearman alone on STS-B: not GLUE's task score
     ("bert-base-test", ["52.1", "88.9 (F1 only)", "85.8 (Spearman only)"], "–"),
@@ -571,6 +892,30 @@ def test_a_published_number_on_another_metric_is_said_and_kept_out_of_the_averag
     table = glue_report.side_by_side(rows, ["cola", "mrpc", "stsb"], [published[entry]])
     line = next(line for line in table.splitlines() if line.startswith(f"| {entry} "))
     assert [c.strip() for c in line.strip("|").split("|")][1:5] == [*cells, average]
+
+
+@pytest.mark.parametrize("entry, cells, average", [
+    # MiniLM's release prints MNLI-m: the matched split alone, not GLUE's MNLI score (m and mm)
+    ("minilm-l12-dev", ["85.7 (matched only)", "91.5"], "–"),
+    # BERT prints both splits: their mean is GLUE's MNLI score, as ours is
+    ("bert-base-test", [f"{(84.6 + 83.4) / 2:.1f}", "90.5"], f"{((84.6 + 83.4) / 2 + 90.5) / 2:.1f}"),
+    # LoRA's overall accuracy on matched and mismatched together (stated in words): as printed
+    ("roberta-base-lora", ["87.5", "93.3"], f"{(87.5 + 93.3) / 2:.1f}"),
+])
+def test_a_published_mnli_number_on_one_split_is_said_and_kept_out_of_the_average(
+        tmp_path: Path, entry: str, cells: list[str], average: str) -> None:
+    """A published MNLI number on the matched split alone (MiniLM's MNLI-m) stood beside our MNLI
+    score, the mean of matched and mismatched, and in its row's average, as the same score (exit 0)."""
+    evals = {"mnli": {"accuracy": 0.84, "accuracy_mm": 0.82}, "qnli": {"accuracy": 0.9}}
+    for task, ev in evals.items():
+        fake_run(tmp_path, task, "full", 42, ev, main=glue_report.SPECS[task].main)
+    rows = glue_report._rows(report.collect(tmp_path))
+    published = {e["id"]: e for e in glue_report.published()}
+    table = glue_report.side_by_side(rows, ["mnli", "qnli"], [published[entry]])
+    line = next(line for line in table.splitlines() if line.startswith(f"| {entry} "))
+    assert [c.strip() for c in line.strip("|").split("|")][1:4] == [*cells, average]
+    ours = next(line for line in table.splitlines() if line.startswith("| ours: "))
+    assert [c.strip() for c in ours.strip("|").split("|")][1:4] == ["83.00", "90.00", "86.50"]
 
 
 def test_a_glue_average_over_fewer_seeds_than_ran_says_which(tmp_path: Path) -> None:
@@ -598,6 +943,23 @@ def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> Non
     assert ("rte: lr 0.001, batch None, epochs None, max length None, seeds [42, 43], the best of 2 settings "
             "(train.lr) on the dev score, selected and scored on the same dev set: optimistic; sst2:") in line
     assert line.count("the best of") == 1  # sst2 ran one setting: nothing was chosen
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_glue_tie_between_settings_is_said_and_goes_by_grid_order(tmp_path: Path, cli, entry: str) -> None:
+    """Two learning rates with one MRPC task score (accuracy and F1 traded): the GLUE table took the
+    setting whose text sorted first (lr 0.0001 before 3e-05) and did not say it was a tie; the
+    pivot's rule (core.choose) takes the first in grid order and says the tie."""
+    for lr, acc, f1 in ((1e-4, 0.84, 0.86), (3e-5, 0.80, 0.90)):
+        fake_run(tmp_path, "mrpc", "full", 42, {"accuracy": acc, "f1": f1}, lr=lr, main="f1")
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], glue=True)
+    assert "| tiny full | 80.00 (n=1) | 90.00 (n=1) | 85.00 (n=1) |" in text
+    assert ("the best of 2 settings (train.lr) on the dev score, selected and scored on the same dev set: "
+            "optimistic; train.lr=3e-05 reported, tied on the mean with train.lr=0.0001") in text
 
 
 @pytest.mark.parametrize("task_extra, part", [
@@ -713,10 +1075,10 @@ def test_seeds_on_other_code_are_marked_in_every_table_they_are_pooled_in(tmp_pa
     glue_text = glue_report.render(items)
     drawn: list[list[str]] = []  # each figure's texts (titles, legends, tick labels), nothing written
 
-    def keep(fig, path: Path) -> Path:
+    def keep(fig, path: Path) -> tuple[Path, bytes]:
         drawn.append([t.get_text() for t in fig.findobj(matplotlib.text.Text)])
         plots._plt().close(fig)
-        return path
+        return path, b""
 
     monkeypatch.setattr(plots, "_save", keep)
     draw = case in ("toolkit commit", "code record")  # the figures do not depend on what differs: drawn twice

@@ -34,7 +34,10 @@ def lora_row(args: argparse.Namespace, method: str) -> dict:
     memory: dict = {}
     times = time_training_steps(model, batch, args.precision, warmup=1, steps=args.lora_steps, memory=memory)
     peak = memory["peak_mb"]
-    return {"method": method, "trainable": trainable, "batch": args.lora_batch, "length": args.lora_length,
+    config = model.config
+    shape = (f"hidden {config.hidden_size}, {config.num_hidden_layers} layers, {config.num_attention_heads} heads, "
+             f"FFN {config.intermediate_size}")
+    return {"method": method, "shape": shape, "trainable": trainable, "batch": args.lora_batch, "length": args.lora_length,
             "steps": args.lora_steps, "step_s": statistics.median(times), "times": times, "peak_mb": peak,
             "before_training_mb": before, "increase_mb": peak - before,
             "peak_tensor_mb": memory["peak_tensor_mb"]}
@@ -69,8 +72,10 @@ def section_lora(args: argparse.Namespace, checkpoint: str) -> tuple[list[dict],
         times = [t for r in mine for t in r["times"]]
         rows.append({**mine[0], "times": times, "step_s": statistics.median(times), "repeats": len(mine)})
     where = "on CPU, a batch small enough to finish; pass --lora-batch-size for more" if not cuda() else "CUDA"
-    text = (f"### LoRA vs full fine-tuning (random-weight roberta-base shape)\n\n"
-            f"hidden 768, 12 layers, 12 heads, FFN 3072, roberta-base tokenizer; batch {args.lora_batch} x "
+    # the model's own shape: `--lora-model tiny` (32 wide, 2 layers) was labelled roberta-base's 768 x 12
+    base = rows[0]["shape"] == "hidden 768, 12 layers, 12 heads, FFN 3072"
+    text = (f"### LoRA vs full fine-tuning (random-weight {'roberta-base' if base else 'small roberta'} shape)\n\n"
+            f"{rows[0]['shape']}, roberta-base tokenizer; batch {args.lora_batch} x "
             f"{args.lora_length} random tokens ({where}); step time: median of {args.lora_steps} steps after 1 "
             f"untimed, in each of {args.lora_repeats} processes per method, full and LoRA alternating; "
             f"LoRA r 8, alpha 16 on query/value, head trained.\n\n{lora_table(rows)}\n\n"

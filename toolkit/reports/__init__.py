@@ -39,13 +39,15 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
     parts += ["## Every run (mean ± std over seeds)", markdown(header, table)]
     parts += _bullets(runs_notes(items) + unfinished_notes(roots))
     parts += ["### Budget of each row", *_bullets(budget_notes(items))]
-    if plots:
-        pngs = plotting.all_plots(items, out)
-        if pngs:
-            parts += ["## Plots", "\n".join(f"![{p.stem}]({p.name})" for p in pngs)]
-            parts += _bullets(plotting.plot_notes(items))
+    pngs = plotting.draw_all(items, out) if plots else {}  # drawn, not written yet
+    if pngs:
+        parts += ["## Plots", "\n".join(f"![{p.stem}]({p.name})" for p in pngs)]
+        parts += _bullets(plotting.plot_notes(items))
     text = "\n\n".join(parts) + "\n"
+    # nothing is written before every table, note and plot is drawn: a damaged log.jsonl left
+    # some PNGs new beside the previous report.md, exit 2
     out.mkdir(parents=True, exist_ok=True)
+    plotting.write_all(pngs)
     run_folders.write_whole(out / "report.md", text)  # whole or the previous one, killed at any moment
     return text
 

@@ -52,7 +52,8 @@ METRICS_FIELDS: dict[str, str] = {
     "trainable_percent": NUMBER, "train_runtime_s": NUMBER, "train_samples_per_second": NUMBER,
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
-    "base_run": "a string", "code": "an object", "versions": "an object", "resumed_under_other_code": "a list",
+    "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
+    "resumed_under_other_code": "a list",
 }
 
 
@@ -123,7 +124,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             check_metrics(data, metrics)
             name = str(run.parent.relative_to(root)) if run.parent != root else run.name
             if (recipe or {}).get("smoke"):
-                name += " (smoke: random weights)"
+                name += SMOKE
             # null: NaN or infinite when the run wrote it (strict JSON), e.g. an undefined Pearson
             evals = data.get("eval") or {}
             data["eval"] = {k: v for k, v in evals.items() if v is not None}
@@ -132,6 +133,8 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     if not found:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
     one_seed_once(found)
+    task_labels(found)
+    model_labels(found)
     return found
 
 
@@ -162,12 +165,22 @@ def one_seed_once(items: list[dict]) -> None:
     not seed noise."""
     first: dict[tuple[str, Any], dict] = {}
     for item in items:
-        key = (setting(item), _dig(item["recipe"], "train.seed"))
+        key = (setting(item), seed_of(item))
         if key in first:
             raise UserError(f"report: {first[key]['run']} and {item['run']} are one setting with one seed "
                             f"(train.seed={key[1]}), so a mean would count that seed twice; report them "
                             "separately, or remove one")
         first[key] = item
+
+
+def skipped_notes(items: list[dict], where: str = "") -> list[str]:
+    """Each run that skipped batches for a non-finite loss (train.skip_nonfinite: no update on
+    them): it finished, so it is pooled as a seed of its entry, and said, or a seed that trained
+    on part of its updates read as one that trained on all of them."""
+    return [f"{where}{item['run']}: skipped {item['metrics']['skipped_nonfinite']} batch(es) of its "
+            f"{item['metrics'].get('train_steps', '?')} steps for a non-finite loss (train.skip_nonfinite: no update "
+            "on them); it is pooled as a seed, with fewer updates than its recipe's"
+            for item in items if (item["metrics"].get("skipped_nonfinite") or 0) > 0]
 
 
 def not_numbers_notes(items: list[dict]) -> list[str]:
@@ -197,14 +210,77 @@ def label(item: dict, key: str) -> str:
     if key == "run":
         return item["name"]
     if key == "task":
-        task = recipe.get("task", {})
-        return str(task.get("subset") or task.get("name") or "?")
+        return item.get("task_label") or _task_name(recipe)
     if key == "method":
         return method_label(item)
     if key == "model":
-        return str(_dig(recipe, "model.checkpoint") or "?").rstrip("/").split("/")[-1]
+        return item.get("model_label") or _checkpoint(recipe).split("/")[-1]
     value = _dig(recipe, key)
     return "–" if value is None else str(value)
+
+
+def _task_name(recipe: dict) -> str:
+    task = recipe.get("task", {})
+    return str(task.get("subset") or task.get("name") or "?")
+
+
+def _data_fields(recipe: dict) -> dict[str, str]:
+    """The task fields that say which data it reads and what in it is the task: files, folders, a
+    Hub data set, its config and splits, the columns read (train_file, eval_file, data_dir, dataset,
+    eval_split, label_column, text_field...)."""
+    task = recipe.get("task", {})
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in task.items() if v is not None
+            and (k in ("dataset", "dataset_config") or k.endswith(DATA_SUFFIXES))}
+
+
+DATA_SUFFIXES = ("_file", "_dir", "_split", "_field", "_column", "_columns")
+
+
+def _tail(value: str, others: set[str]) -> str:
+    """The fewest trailing path parts of `value` that no other value ends with the same way."""
+    parts = value.split("/")
+    for n in range(1, len(parts) + 1):
+        tail = "/".join(parts[-n:])
+        if not any(o != value and "/".join(o.split("/")[-n:]) == tail for o in others):
+            return tail
+    return value
+
+
+def task_labels(items: list[dict]) -> None:
+    """Each run's task on a report axis: its name (a GLUE subset), and, where runs of one name read
+    other data (two of one's own CSV sets, another eval file or split), the data fields that tell
+    them apart. `text_classification` over two data sets was one task: a pivot cell took the best
+    of the two as if a grid, notes paired them by seed and one plot drew them as one task."""
+    by_name: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_name[_task_name(item["recipe"])].append(item)
+    for name, members in by_name.items():
+        fields = [_data_fields(m["recipe"]) for m in members]
+        keys = sorted({k for f in fields for k in f})
+        differ = [k for k in keys if len({f.get(k) for f in fields}) > 1]
+        for member, f in zip(members, fields):
+            said = [f"{k} {_tail(f[k], {g.get(k) for g in fields if g.get(k)}) if k in f else '–'}" for k in differ]
+            member["task_label"] = f"{name} ({', '.join(said)})" if said else name
+
+
+def _checkpoint(recipe: dict) -> str:
+    checkpoint = _dig(recipe, "model.checkpoint") or "?"
+    return (checkpoint if isinstance(checkpoint, str) else json.dumps(checkpoint, sort_keys=True)).rstrip("/")
+
+
+def model_labels(items: list[dict]) -> None:
+    """Each run's model on a report axis: the checkpoint's last path part, or as many of its last
+    parts as tell it from another checkpoint of the runs that ends alike (two fine-tuned `.../model`
+    folders, `org1/minilm` and `org2/minilm`): as one label, a cell, a GLUE row and a plot took
+    the better of two models as if a grid of one. A smoke run's is marked so: its model is not
+    the checkpoint (a pivot cell chose between smoke and real runs as a grid over `smoke`)."""
+    checkpoints = {_checkpoint(item["recipe"]) for item in items}
+    for item in items:
+        # a smoke run's model is a small random-weight one, not the checkpoint: another model
+        item["model_label"] = _tail(_checkpoint(item["recipe"]), checkpoints) + SMOKE * bool(item["recipe"].get("smoke"))
+
+
+SMOKE = " (smoke: random weights)"
 
 
 def check_axis(key: str, where: str) -> None:
@@ -213,11 +289,23 @@ def check_axis(key: str, where: str) -> None:
                         "or a recipe field such as train.lr")
 
 
+# Recipe fields that do not change a run's numbers: its name, where it logs, what it keeps on disk,
+# how memory is saved. Runs that differ only in them (a seed rerun with report_to, another
+# eval_batch_size, a copy of the recipe under another name) are seeds of one setting: as two
+# settings, a pivot cell chose the "best" of them, a seed reported as a grid's winner.
+NO_EFFECT = {"name", "out", "train.log_every", "train.report_to", "train.save_total_limit", "train.save_every",
+             "train.keep_checkpoints", "train.gradient_checkpointing", "train.eval_batch_size"}
+
+
 def _setting(item: dict) -> dict:
     """The resolved recipe without its seed, with the number of processes it ran on: that sets the
     global batch (batch × grad_accum × processes), so a 2-process run is not a seed of a 1-process one."""
     recipe = json.loads(json.dumps(item["recipe"]))
-    recipe.get("train", {}).pop("seed", None)
+    for dotted in ("train.seed", *NO_EFFECT):
+        *parents, last = dotted.split(".")
+        section = _dig(recipe, ".".join(parents)) if parents else recipe
+        if isinstance(section, dict):
+            section.pop(last, None)
     # the task's data files (sha256): seeds of one entry ran on one version of the data
     # and a chained run's upstream run folder (base_run): seeds of one entry started from one model
     return {**recipe, "processes": item["metrics"].get("num_processes"),
@@ -578,9 +666,12 @@ def runs_notes(items: list[dict]) -> list[str]:
         by_label[label(members[0], "task")].append((names[key], members))
     for task, entries in by_label.items():
         notes += eval_set_notes(entries, task)
+        # rows of one task are compared above as the pivot's cells are: where they differ in more
+        # than the method and its learning rate (epochs, max length, the model...), said as there
+        notes += protocol_notes([(name, Cell(members, Stat([]))) for name, members in entries], "method", task)
     for key, members in grouped.items():
         notes += mixed_code_note(names[key], members)
-    return notes + not_numbers_notes(items)
+    return notes + not_numbers_notes(items) + skipped_notes(items)
 
 
 def eval_set_notes(entries: list[tuple[str, list[dict]]], context: str) -> list[str]:
@@ -646,6 +737,21 @@ class Cell:
         return any(i["recipe"].get("smoke") for i in self.items)
 
 
+def choose(by_setting: dict[str, list[dict]], score: Callable[[str], float]) -> tuple[str, list[str], list[str]]:
+    """(the best setting by `score`, higher better; the settings in grid order; the others whose
+    score equals the best's). Grid order (3e-05 before 0.0001, then the setting's text): the best
+    of equal scores is the first in it, whatever the run folders' names or the settings' text, and
+    the others are said as tied. One rule for every table that picks a setting on dev."""
+    keys = varying(list(by_setting)) if len(by_setting) > 1 else []
+    order = sorted(by_setting, key=lambda s: ([_sortable(_dig(_setting(by_setting[s][0]), k)) for k in keys], s))
+    scores = {s: score(s) for s in order}
+    top = max(scores.values())
+    # equal to float rounding is equal: MRPC's (0.84 + 0.86) / 2 and (0.80 + 0.90) / 2 differ in
+    # the 16th digit, which chose between them (the rule of no_spread)
+    level = [s for s in order if top - scores[s] <= 1e-9 * max(1.0, abs(top))]
+    return level[0], order, level[1:]
+
+
 def best_setting(items: list[dict], metric: Metric) -> Cell | None:
     """Group by setting; the best mean on `metric` (its declared direction) is reported."""
     by_setting: dict[str, list[dict]] = defaultdict(list)
@@ -656,17 +762,13 @@ def best_setting(items: list[dict], metric: Metric) -> Cell | None:
         return None
     stats = {s: seeded_stat(members, metric.name) for s, members in by_setting.items()}
     keys = varying(list(stats)) if len(stats) > 1 else []
-    # grid order (3e-05 before 0.0001, then the setting's text): the best of equal means is the
-    # first in it, whatever the run folders' names, and the others are said as tied
-    order = sorted(stats, key=lambda s: ([_sortable(_dig(_setting(by_setting[s][0]), k)) for k in keys], s))
-    score = {s: stats[s].mean if metric.higher_is_better else -stats[s].mean for s in order}
-    best = max(order, key=score.__getitem__)
+    best, order, tied = choose(by_setting, lambda s: stats[s].mean if metric.higher_is_better else -stats[s].mean)
     cell = Cell(by_setting[best], stats[best])
     if len(stats) > 1:
         cell.grid = [(describe_setting(by_setting[s][0], keys), stats[s]) for s in order]
         cell.chosen = describe_setting(by_setting[best][0], keys)
         cell.keys = keys
-        cell.tied = [describe_setting(by_setting[s][0], keys) for s in order if s != best and score[s] == score[best]]
+        cell.tied = [describe_setting(by_setting[s][0], keys) for s in tied]
         cell.edge = "" if cell.tied else grid_edge({s: by_setting[s][0] for s in stats}, best, keys)
     return cell
 
@@ -705,6 +807,7 @@ class Pivot:
     cells: dict[tuple[str, str], Cell]
     row_key: str
     col_key: str
+    nulls: dict[tuple[str, str], list[dict]] = field(default_factory=dict)  # runs whose metric is null
 
 
 def _has(data: Any, dotted: str) -> bool:
@@ -730,7 +833,13 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     _in_some_recipe(items, row_key, "--rows")
     _in_some_recipe(items, col_key, "--cols")
     decls = declarations(items)
-    # by default each task's main metric that some run scored (a null one is named in the notes)
+    # a metric null in some run (NaN or infinite: a diverged seed, an undefined correlation): its
+    # cells say so, and a main metric null in every run is still a table, of its nulls
+    nulled = {n: i for i in reversed(items) for n in i.get("not_numbers", [])}
+    for name, item in nulled.items():
+        declared = item["metrics"].get("metric_declarations", {}).get(name)
+        decls.setdefault(name, Metric(name, declared["higher_is_better"], declared["scale"]) if declared
+                         else declaration(name))
     wanted = metrics or [m for m in dict.fromkeys(main_metric([i]) for i in items) if m in decls]
     for name in wanted:
         if name not in decls:
@@ -739,15 +848,19 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     for name in wanted:
         metric = decls[name]
         members: dict[tuple[str, str], list[dict]] = defaultdict(list)
+        nulls: dict[tuple[str, str], list[dict]] = defaultdict(list)
         for item in items:
+            key = (label(item, row_key), label(item, col_key))
             if name in item["metrics"].get("eval", {}):
-                members[(label(item, row_key), label(item, col_key))].append(item)
-        for (r, c), runs in sorted(members.items()):
-            one_task_and_model(runs, f"{r} / {c}", row_key, col_key)
+                members[key].append(item)
+            elif name in item.get("not_numbers", []):
+                nulls[key].append(item)
+        for (r, c) in sorted(set(members) | set(nulls)):
+            one_task_and_model(members.get((r, c), []) + nulls.get((r, c), []), f"{r} / {c}", row_key, col_key)
         cells = {k: c for k, v in members.items() if (c := best_setting(v, metric)) is not None}
-        row_names = sorted({r for r, _ in cells}, key=_axis_order)
-        col_names = sorted({c for _, c in cells}, key=_axis_order)
-        out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key))
+        row_names = sorted({r for r, _ in [*cells, *nulls]}, key=_axis_order)
+        col_names = sorted({c for _, c in [*cells, *nulls]}, key=_axis_order)
+        out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key, dict(nulls)))
     return out
 
 
@@ -778,9 +891,10 @@ def pivot_markdown(p: Pivot) -> str:
     for r in p.rows:
         row = [r]
         for c in p.cols:
-            cell = p.cells.get((r, c))
-            row.append("" if cell is None else cell.stat.fmt(p.metric.scale) + (" †" if cell.smoke else "")
-                       + (" ‡" if mixed_code(cell.items) else ""))
+            cell, null = p.cells.get((r, c)), len(p.nulls.get((r, c), []))
+            text = "" if cell is None else cell.stat.fmt(p.metric.scale, show_n=False) + f" (n={cell.stat.n}"
+            text += (f"; {null} null)" if text else f"– (n=0; {null} null)") if null else (")" if text else "")
+            row.append(text + ("" if cell is None else (" †" if cell.smoke else "") + (" ‡" if mixed_code(cell.items) else "")))
         table.append(row)
     return markdown(head, table)
 
@@ -791,8 +905,13 @@ def pivot_notes(p: Pivot) -> list[str]:
         notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
         notes += eval_set_notes([(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells], r)
         notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
+    for (r, c), runs in sorted(p.nulls.items()):
+        notes.append(f"{r} / {c}: {p.metric.name} is null (NaN or infinite: a diverged run, an undefined correlation) "
+                     f"in {len(runs)} run(s), left out of the cell's mean, its n and its choice of setting, never "
+                     f"dropped without a word: {'; '.join(str(i['run']) for i in runs)}")
     for (r, c), cell in sorted(p.cells.items()):
         notes += mixed_code_note(f"{r} / {c}", cell.items)
+        notes += skipped_notes(cell.items, f"{r} / {c}: ")
         if cell.grid:
             grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" + (" ‡" if mixed_code(st.runs) else "")
                              for desc, st in cell.grid)
@@ -809,13 +928,11 @@ def pivot_notes(p: Pivot) -> list[str]:
     return notes
 
 
-# Recipe fields that do not change a run's numbers (its name and folder, where it logs, what it
-# keeps on disk, how memory is saved), and the learning rate, which each method runs at its own
-# (LoRA 1e-3 beside full 1e-4, as the papers and the shipped recipes do; the grid it was chosen
-# from is said in the grid note).
-NOT_PROTOCOL = {"name", "out", "train.lr", "train.log_every", "train.report_to", "train.save_total_limit",
-                "train.save_every", "train.keep_checkpoints", "train.gradient_checkpointing",
-                "train.eval_batch_size"}
+# The learning rate, which each method runs at its own (LoRA 1e-3 beside full 1e-4, as the papers
+# and the shipped recipes do; the grid it was chosen from is said in the grid note), and the fields
+# that do not change a run's numbers (NO_EFFECT): cells side by side that differ in them are on one
+# protocol.
+NOT_PROTOCOL = NO_EFFECT | {"train.lr"}
 
 
 def _protocol(item: dict) -> dict[str, Any]:
@@ -840,7 +957,9 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
     if len(cells) < 2:
         return []
     protocols = [(name, _protocol(cell.items[0])) for name, cell in cells]
-    selected = {k for _, cell in cells for k in cell.keys}
+    # a field is a selection, not a difference, where every cell chose it on dev: LoRA the best of
+    # 1 and 3 epochs beside full's one run of 10 was not said (one cell's grid excused the other's)
+    selected = set.intersection(*(set(cell.keys) for _, cell in cells))
     keys = sorted({k for _, pr in protocols for k in pr})
     code = {k for _, pr in protocols for k in pr if k == "toolkit commit" or k.endswith(" version")}
     differ = [k for k in keys if k not in NOT_PROTOCOL and k not in selected and not _on_axis(k, axis)

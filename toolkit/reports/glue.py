@@ -56,11 +56,10 @@ def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]
     """(row label: model + method, task) -> setting -> its runs that have the task score."""
     cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for item in items:
-        task = report.label(item, "task")
+        task = _subset(item)
         if item["recipe"].get("task", {}).get("name") == "glue" and task in SPECS:
-            row = f"{report.label(item, 'model')} {report.method_label(item)}"
-            if item["recipe"].get("smoke"):
-                row += " (smoke: random weights)"
+            model = report.label(item, "model")  # a smoke run's says so, kept at the row's end
+            row = f"{model.removesuffix(report.SMOKE)} {report.method_label(item)}" + report.SMOKE * model.endswith(report.SMOKE)
             cells[(row, task)].append(item)
     out: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for (row, task), members in sorted(cells.items()):
@@ -77,17 +76,32 @@ def _rows(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
     """row label (model + method) -> task -> the runs of its best setting (on the task score)."""
     out: dict[str, dict[str, list[dict]]] = defaultdict(dict)
     for (row, task), by_setting in _settings(items).items():
-        out[row][task] = max((by_setting[s] for s in sorted(by_setting)),  # equal means: the same one every time
-                             key=lambda ms: statistics.mean(task_score(m["metrics"]["eval"], task) for m in ms))
+        out[row][task] = by_setting[_choice(by_setting, task)[0]]
     return dict(out)
+
+
+def _choice(by_setting: dict[str, list[dict]], task: str) -> tuple[str, list[str], list[str]]:
+    """The best setting on the mean task score, the grid order and the tied: the pivot's rule
+    (core.choose). A tie went to the setting whose text sorted first (lr 0.0001 before 3e-05),
+    and was not said."""
+    return report.choose(by_setting, lambda s: statistics.mean(task_score(m["metrics"]["eval"], task)
+                                                              for m in by_setting[s]))
 
 
 def grids(items: list[dict]) -> dict[tuple[str, str], str]:
     """(row, task) -> "the best of 3 settings (train.lr)" where a cell's number was chosen on dev
     among several: reported on that same dev set, it is optimistic, and the protocol says so."""
-    return {key: f"the best of {len(by)} settings ({', '.join(report.varying(list(by)))}) on the dev score, "
-                 "selected and scored on the same dev set: optimistic"
-            for key, by in _settings(items).items() if len(by) > 1}
+    out = {}
+    for (row, task), by in _settings(items).items():
+        if len(by) > 1:
+            keys = report.varying(list(by))
+            best, _, tied = _choice(by, task)
+            out[(row, task)] = (f"the best of {len(by)} settings ({', '.join(keys)}) on the dev score, "
+                                "selected and scored on the same dev set: optimistic"
+                                + (f"; {report.describe_setting(by[best][0], keys)} reported, tied on the mean with "
+                                   f"{', '.join(report.describe_setting(by[s][0], keys) for s in tied)} (the first "
+                                   "in grid order; the data does not choose between them)" if tied else ""))
+    return out
 
 
 def _average_stat(cells: dict[str, list[dict]]) -> tuple[report.Stat, bool]:
@@ -129,7 +143,12 @@ PART = " §"  # a cell scored on part of dev: its note says which part
 
 
 def _task_of(item: dict) -> str:
-    return TITLES.get(report.label(item, "task"), report.label(item, "task"))
+    return TITLES.get(_subset(item), _subset(item))
+
+
+def _subset(item: dict) -> str:
+    """The GLUE task a run is of (its recipe's task.subset), whatever its report axis label says."""
+    return str(item["recipe"].get("task", {}).get("subset"))
 
 
 def _average_mark(cells: dict[str, list[dict]]) -> str:
@@ -175,15 +194,31 @@ def _published_score(entry: dict, task: str) -> float | None:
     return scores.get(task)
 
 
-def other_metric(entry: dict, task: str) -> str | None:
-    """The metric a published number is on where it is not GLUE's task score, which ours is
-    (BERT's MRPC: F1 alone, not the mean of accuracy and F1; LoRA's STS-B: Pearson alone, not with
-    Spearman): "F1 only". None: the same score, or a source that does not state its metric."""
+def published_keys(entry: dict, task: str) -> list[str] | None:
+    """The official eval keys (`official`) a published task number is on: its stated metric on each
+    dev split the entry has a number for (`mnli` is matched, `mnli_mm` mismatched, as
+    published.yaml says). None: a source that does not state its metric (shown as printed)."""
     stated = entry.get("metrics", {})
     metric = stated.get(task, stated.get("other"))
-    if metric not in SHORT or task not in SPECS or [metric] == list(SPECS[task].metrics):
+    if metric not in SHORT or task not in SPECS:
         return None
-    return f"{SHORT[metric]} only"
+    scores = entry.get("scores", {})
+    return [metric + sfx for sfx in SPECS[task].dev_files if task + sfx in scores]
+
+
+def other_metric(entry: dict, task: str) -> str | None:
+    """What a published number is on where it is not GLUE's task score, which ours is (BERT's
+    MRPC: F1 alone, not the mean of accuracy and F1; LoRA's STS-B: Pearson alone, not with
+    Spearman; MiniLM's MNLI: the matched split alone, not matched and mismatched): "F1 only",
+    "matched only". None: the same score, or a source that does not state its metric."""
+    keys = published_keys(entry, task)
+    if not keys or sorted(keys) == sorted(official(task)):
+        return None
+    metrics = list(dict.fromkeys(k.removesuffix("_mm") for k in keys))
+    splits = [("mismatched" if k.endswith("_mm") else "matched") for k in keys if k.startswith(metrics[0])]
+    said = [SHORT[m] for m in metrics] if len(metrics) < len(SPECS[task].metrics) else []
+    said += splits if len(splits) < len(SPECS[task].dev_files) else []
+    return f"{', '.join(said)} only"
 
 
 def side_by_side(rows: dict[str, dict[str, list[dict]]], tasks: list[str], entries: list[dict]) -> str:
@@ -254,7 +289,7 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
             part = part_of_dev(ms)
             subset += f", scored on {part}" if part else ""
             parts.append(f"{t}: lr {tr.get('lr')}, batch {tr.get('batch_size')}, {budget}{subset}, "
-                         f"max length {task.get('max_length')}, seeds {sorted(m['metrics'].get('seed') for m in ms)}"
+                         f"max length {task.get('max_length')}, seeds {sorted((report.seed_of(m) for m in ms), key=report._sortable)}"
                          + (f", {(chosen or {})[(row, t)]}" if (row, t) in (chosen or {}) else "")
                          + "".join(f", kept {why}" for why in not_best(ms)))
         method = next(iter(cells.values()))[0]["recipe"].get("method", {})  # one method per row
@@ -276,23 +311,32 @@ def unscored_notes(items: list[dict]) -> list[str]:
     n of the cell and the seeds of the average would otherwise be read as all that ran."""
     notes = []
     for item in items:
-        task = report.label(item, "task")
+        task = _subset(item)
         if item["recipe"].get("task", {}).get("name") != "glue" or task not in SPECS:
             continue
         null = [k for k in official(task) if k in item.get("not_numbers", [])]
-        if null:
-            notes.append(f"{item['run']}: {TITLES[task]} {', '.join(null)} not a number (null in metrics.json: NaN "
-                         f"or infinite): seed {report.seed_of(item)} has no {TITLES[task]} score, and is left out "
-                         "of that cell and of the per-seed GLUE average")
+        # an official metric metrics.json does not hold at all (a run from before it was scored, or
+        # a file edited): the run dropped out of the table, its task listed as "not in these runs"
+        absent = [k for k in official(task) if k not in item["metrics"].get("eval", {}) and k not in null]
+        if null or absent:
+            what = "; ".join(part for part in (
+                f"{', '.join(null)} not a number (null in metrics.json: NaN or infinite)" if null else "",
+                f"{', '.join(absent)} not in its metrics.json" if absent else "") if part)
+            notes.append(f"{item['run']}: {TITLES[task]} {what}: seed {report.seed_of(item)} has no {TITLES[task]} "
+                         "score, and is left out of that cell and of the per-seed GLUE average")
     return notes
 
 
 def render(items: list[dict]) -> str:
     rows = _rows(items)
-    if not rows:
-        return "## GLUE\n\nNo finished GLUE run here."
+    ran = {_subset(i) for i in items if i["recipe"].get("task", {}).get("name") == "glue"}
+    if not rows:  # finished GLUE runs none of which has a task score are said, not "no run"
+        unscored = unscored_notes(items)
+        return "## GLUE\n\n" + ("No finished GLUE run here." if not unscored else
+                                 "No finished GLUE run here has a task score:\n\n" + "\n".join(f"- {n}" for n in unscored))
     tasks = [t for t in ORDER if any(t in cells for cells in rows.values())]
-    missing = [TITLES[t] for t in ORDER if t not in tasks]
+    missing = [TITLES[t] + (" (ran, but no run has a task score: see above)" if t in ran else "")
+               for t in ORDER if t not in tasks]
     entries = published()
     parts = ["## GLUE (dev): official metrics, mean ± std over seeds (n)", ours_table(rows, tasks)]
     notes = ["GLUE avg: per task the mean of its official metrics (MRPC/QQP: accuracy and F1; STS-B: "
@@ -303,6 +347,8 @@ def render(items: list[dict]) -> str:
     notes += [n for row, cells in rows.items() if len(cells) > 1  # one task: its cell's line says it
               for n in report.mixed_code_note(f"{row} / GLUE avg", _average_runs(cells), _task_of)]
     notes += unscored_notes(items)
+    notes += [n for row, cells in rows.items() for t, ms in cells.items()
+              for n in report.skipped_notes(ms, f"{row} / {TITLES[t]}: ")]
     notes += [f"§ {row} / {TITLES[t]}: scored on {part_of_dev(ms)}, not the whole dev split that GLUE's dev numbers "
               "and the published dev rows are on: not comparable with them, nor is an average that holds it"
               for row, cells in rows.items() for t, ms in cells.items() if part_of_dev(ms)]
@@ -314,8 +360,9 @@ def render(items: list[dict]) -> str:
               side_by_side(rows, tasks, entries),
               "- Published numbers differ from ours in split, statistic, initialisation and metric variant, "
               "listed below. Where a source reports one metric of a two-metric task (BERT: F1 on MRPC, "
-              "Spearman on STS-B; LoRA: accuracy on MRPC, Pearson on STS-B), its number is not the GLUE "
-              "task score ours is: it is shown with its metric (\"F1 only\") and left out of its row's "
+              "Spearman on STS-B; LoRA: accuracy on MRPC, Pearson on STS-B), or MNLI's matched split alone "
+              "(MiniLM), its number is not the GLUE task score ours is: it is shown with what it is on "
+              "(\"F1 only\", \"matched only\") and left out of its row's "
               "average over our tasks. A row on the test split is not our dev split: its label says so.",
               "### Protocols", "\n".join(f"- {p}" for p in ours_protocol(rows, grids(items)) + protocols(entries))]
     return "\n\n".join(parts)

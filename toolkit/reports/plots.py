@@ -16,6 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from toolkit import runs as run_folders
 from toolkit.errors import UserError
 from toolkit.reports import core as report
 
@@ -53,8 +54,8 @@ def entries(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
     for item in items:
         # several models on a task: a line per model and method, never the best model as "lora"
         several = len(models[report.label(item, "task")]) > 1
-        name = (f"{report.label(item, 'model')} " * several + report.method_label(item)
-                + (" (smoke)" if item["recipe"].get("smoke") else ""))
+        model = report.label(item, "model").removesuffix(report.SMOKE)  # a smoke run's says so: once, at the end
+        name = f"{model} " * several + report.method_label(item) + (" (smoke)" if item["recipe"].get("smoke") else "")
         cells[(report.label(item, "task"), name)].append(item)
     for (task, name), members in sorted(cells.items()):
         metric = report.declarations(members).get(report.main_metric(members))
@@ -152,7 +153,7 @@ def _trace(ax, steps: list[int], values: list[float], name: str, color: str, **l
         ax.plot(steps, values, label=name, color=color, **line)
 
 
-def curves(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
+def curves(task: str, group: dict[str, list[dict]], out: Path) -> tuple[Path, bytes] | None:
     metric_name = report.main_metric(next(iter(group.values())))
     metric = report.declarations([i for g in group.values() for i in g]).get(metric_name)
     plt = _plt()
@@ -176,7 +177,7 @@ def curves(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     return _save(fig, out / f"curves-{_safe(task)}.png")
 
 
-def params(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
+def params(task: str, group: dict[str, list[dict]], out: Path) -> tuple[Path, bytes] | None:
     """Metric against trainable parameters, log x: what each method buys per parameter."""
     metric_name = report.main_metric(next(iter(group.values())))
     metric = report.declarations([i for g in group.values() for i in g]).get(metric_name)
@@ -203,7 +204,7 @@ def params(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     return _save(fig, out / f"params-{_safe(task)}.png")
 
 
-def cost(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
+def cost(task: str, group: dict[str, list[dict]], out: Path) -> tuple[Path, bytes] | None:
     """Train time and peak memory per entry (mean over seeds; error bars: std)."""
     plt = _plt()
     names = list(group)
@@ -224,20 +225,40 @@ def cost(task: str, group: dict[str, list[dict]], out: Path) -> Path | None:
     return _save(fig, out / f"cost-{_safe(task)}.png")
 
 
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _save(fig, path: Path) -> tuple[Path, bytes]:
+    """The figure as PNG bytes for `path`, drawn in memory: nothing is written until every plot
+    and the report's text are drawn (`draw_all`, `render`)."""
+    import io
+
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
     _plt().close(fig)
-    return path
+    return path, png.getvalue()
+
+
+def draw_all(items: list[dict], out: Path) -> dict[Path, bytes]:
+    """Every plot for every task of the runs, as path -> PNG bytes, none of them written yet: a
+    damaged log.jsonl of the third task stopped the report after the first task's PNGs were
+    written over the last report's, beside its report.md (exit 2, a half-written report)."""
+    drawn = {}
+    for task, group in sorted(entries(items).items()):
+        for draw in (curves, params, cost):
+            png = draw(task, group, out)
+            if png is not None:
+                drawn[png[0]] = png[1]
+    return drawn
 
 
 def all_plots(items: list[dict], out: Path) -> list[Path]:
-    """Every plot for every task of the runs; returns the files written."""
-    written = []
-    for task, group in sorted(entries(items).items()):
-        for draw in (curves, params, cost):
-            path = draw(task, group, out)
-            if path is not None:
-                written.append(path)
-    return written
+    """Every plot for every task of the runs, written once all are drawn; returns the files."""
+    drawn = draw_all(items, out)
+    write_all(drawn)
+    return list(drawn)
+
+
+def write_all(files: dict[Path, bytes]) -> None:
+    """Each file whole (runs.write_whole), its folder made."""
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        run_folders.write_whole(path, data)
