@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -168,6 +169,35 @@ def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path: Path) -> None:
     read = read_conll(path)
     assert read.tokens == [["New\u00a0York", "is", "big\u2028one"], ["Paris"]]
     assert read.tags == [["B-LOC", "O", "O"], ["B-LOC"]]
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+@pytest.mark.parametrize("name", ["n.txt", "n.conll.gz"])
+@pytest.mark.parametrize("line", ["New York B-LOC", "New\tYork\tB-LOC", "York"])
+def test_every_conll_word_line_holds_the_same_columns(tmp_path: Path, split: str, name: str, line: str) -> None:
+    """Finding: a word line with more columns than the file's others (a word holding a space,
+    `New York B-LOC` among `word TAG` lines) was read as its first and last column: the word
+    'New' tagged B-LOC, 'York' lost, exit 0. Every word line of a CoNLL file, train or eval,
+    plain or gzip, holds as many columns as the first; else one line naming both lines."""
+    import gzip
+
+    from toolkit.tasks import TASKS
+
+    text = f"-DOCSTART- -X- O\n\nPeter B-PER\nlives O\nin O\n\n{line}\nis O\n"
+    bad = tmp_path / name
+    bad.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    good = tmp_path / "good.txt"
+    good.write_text("Peter B-PER\nlives O\n\nParis B-LOC\n")
+    files = {"train_file": str(bad if split == "train" else good), "eval_file": str(bad if split == "eval" else good)}
+    task = TASKS.get("ner")(**files)
+    said = r":7: expected 'token TAG'" if line == "York" else r":7: 3 columns where line 3 has 2; .*a word cannot hold a space"
+    with pytest.raises(UserError, match=re.escape(str(bad)) + said):
+        task.load()
+    bad.write_bytes(gzip.compress(text.replace(line, "York B-LOC").encode()) if name.endswith(".gz")
+                    else text.replace(line, "York B-LOC").encode())
+    loaded = TASKS.get("ner")(**files).load()
+    read = loaded["train"] if split == "train" else loaded["eval"][""]
+    assert read["tokens"] == [["Peter", "lives", "in"], ["York", "is"]]
 
 
 def _write_records(path: Path, rows: list[dict]) -> Path:
