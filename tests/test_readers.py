@@ -200,6 +200,35 @@ def test_every_conll_word_line_holds_the_same_columns(tmp_path: Path, split: str
     assert read["tokens"] == [["Peter", "lives", "in"], ["York", "is"]]
 
 
+@pytest.mark.parametrize("task", ["mlm", "clm", "denoise", "span_corruption"])
+@pytest.mark.parametrize("name", ["docs.csv", "docs.TSV", "docs.csv.gz"])
+@pytest.mark.parametrize("key", ["train_file", "eval_file"])
+def test_a_pretraining_task_refuses_a_csv_it_would_read_as_plain_text(tmp_path: Path, task: str, name: str,
+                                                                      key: str) -> None:
+    """Finding: the pretraining objectives read any file not named .json/.jsonl as plain text, so
+    a CSV of documents trained on its header line `text` as a document and on its quotes, exit 0.
+    A CSV or TSV file is one line naming the setting, at the recipe's check (validate, run, the
+    API) and at load; any other name is still plain text (WikiText's .tokens)."""
+    import gzip
+
+    from toolkit.tasks import TASKS
+
+    columns = tmp_path / name
+    body = b'text\n"one, two"\nthree\n'
+    columns.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    plain = tmp_path / "docs.tokens"
+    plain.write_text("one two\nthree four\nfive six\n")
+    files = {"train_file": str(plain), "eval_file": str(plain), key: str(columns)}
+    said = rf"task.{key}: {re.escape(str(columns))}: a [CT]SV file is not read as plain text"
+    made = TASKS.get(task)(**files)
+    with pytest.raises(UserError, match=said):
+        made.check()
+    with pytest.raises(UserError, match=said):
+        made.load()
+    assert TASKS.get(task)(train_file=str(plain), eval_file=str(plain)).load()["train"]["text"] == \
+        ["one two", "three four", "five six"]
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

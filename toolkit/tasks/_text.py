@@ -61,8 +61,18 @@ def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str
     return DatasetDict(out), text_field
 
 
-def _format(file: str) -> str:
+COLUMNS = (".csv", ".tsv")  # files of columns: not documents, one a line
+
+
+def _format(file: str, setting: str) -> str:
+    """json (.json, .jsonl) or text (any other name: .txt, WikiText's .tokens, .raw); a CSV or
+    TSV file is refused: read as plain text its header line was a document and its quoting part
+    of the text, exit 0."""
     name = file.lower().removesuffix(".gz")
+    if name.endswith(COLUMNS):
+        raise UserError(f"{setting}: {file}: a {name.rsplit('.', 1)[1].upper()} file is not read as plain text "
+                        "(its header line would be a document, its quotes text); give .txt (one document a "
+                        "line) or .jsonl (a text field)")
     return "json" if name.endswith((".jsonl", ".json")) else "text"
 
 
@@ -96,6 +106,9 @@ class TextTask(TokenTask):
                             "and task.dataset (a Hub data set id)")
         if self.dataset is not None and self.eval_file is not None:
             raise UserError("task.eval_file: goes with task.train_file; a Hub data set uses task.eval_split")
+        for key in ("train_file", "eval_file"):
+            if getattr(self, key):
+                _format(getattr(self, key), f"task.{key}")
 
     def model_head(self, family: str | None) -> str:
         require_kind(self.name, family, self.kind, self.examples, self.instead)
@@ -127,7 +140,7 @@ class TextTask(TokenTask):
         else:
             files = {"train": self.expand(self.train_file),
                      **({"eval": self.expand(self.eval_file)} if self.eval_file else {})}
-            fmts = {_format(f) for f in files.values()}
+            fmts = {_format(f, f"task.{split}_file") for split, f in files.items()}
             if len(fmts) > 1:
                 raise UserError("task.eval_file: must have the same format as task.train_file")
             ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field, self)
