@@ -680,19 +680,76 @@ def lift_nested(ds: Any) -> Any:
     WMT comes from the Hub (`{"translation": {"en": ..., "de": ...}}`): each inner field becomes a
     field of the record under its own name (`en`, `de`; `translation.en` where the record has an
     `en` of its own), so the fields are found as in flat records. They were refused, with a hint
-    (task.source_field=translation) that named an object, not a text."""
-    nested = [name for name, feature in ds.features.items() if isinstance(feature, dict)]
-    if not nested:
+    (task.source_field=translation) that named an object, not a text. Objects whose fields differ
+    from record to record (one lacks `de`, one adds `fr`) the json builder keeps as JSON text
+    (datasets' `Json` feature): their fields are lifted the same way (`_lift_json`), a record
+    without one then missing it at its line, where the file was refused with that same hint."""
+    from datasets import Json
+
+    nested = {name: list(feature) for name, feature in ds.features.items() if isinstance(feature, dict)}
+    mixed = {name: keys for name, feature in ds.features.items()
+             if isinstance(feature, Json) and (keys := _object_keys(ds, name))}
+    if not nested and not mixed:
         return ds
-    flat = ds.flatten()
+    flat = _lift_json(ds, mixed) if mixed else ds
+    flat = flat.flatten() if nested else flat
     taken = set(flat.column_names)
     rename = {}
-    for name in nested:
-        for inner in ds.features[name]:
+    for name, inners in {**nested, **mixed}.items():
+        for inner in inners:
             if inner not in taken:
                 rename[f"{name}.{inner}"] = inner
                 taken.add(inner)
     return flat.rename_columns(rename)
+
+
+def _object_keys(ds: Any, column: str) -> list[str] | None:
+    """The fields, in order of first appearance, of a JSON-text column whose every value is an
+    object (or null); None where one is not."""
+    import pyarrow.compute as pc
+
+    keys: dict[str, None] = {}
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        values = batch.column(batch.schema.get_field_index(column)).storage
+        if not pc.all(pc.fill_null(pc.starts_with(pc.utf8_ltrim_whitespace(values), "{"), True)).as_py():
+            return None
+        for text in values.drop_null().to_pylist():
+            keys.update(dict.fromkeys(json.loads(text)))
+    return list(keys) or None
+
+
+def _lift_json(ds: Any, mixed: dict[str, list[str]]) -> Any:
+    """Each JSON-text object column of `mixed` as a column per field, `name.field`, holding each
+    value as JSON text (`Json`), null where a record lacks it: what `check_text` reads, so a
+    number or a missing text is said at its line as in any other column."""
+    from datasets import Features, Json
+
+    features = Features({**{k: v for k, v in ds.features.items() if k not in mixed},
+                         **{f"{name}.{key}": Json() for name, keys in mixed.items() for key in keys}})
+
+    def lift(batch: dict) -> dict:
+        out = {}
+        for name, keys in mixed.items():
+            for key in keys:
+                found = [record.get(key) if isinstance(record, dict) else None for record in batch[name]]
+                out[f"{name}.{key}"] = [None if value is None else json.dumps(value) for value in found]
+        return out
+
+    with _quiet_builders():
+        return ds.map(lift, batched=True, remove_columns=list(mixed), features=features)
+
+
+def as_text(ds: Any, columns: list[str]) -> Any:
+    """`columns` as plain string columns once `check_text` has found every value text: a column
+    kept as JSON text (`Json`, `_lift_json`) becomes the strings it holds."""
+    from datasets import Features, Json, Value
+
+    encoded = [c for c in columns if isinstance(ds.features[c], Json)]
+    if not encoded:
+        return ds
+    features = Features({k: Value("string") if k in encoded else v for k, v in ds.features.items()})
+    with _quiet_builders():
+        return ds.map(lambda batch: {c: batch[c] for c in encoded}, batched=True, features=features)
 
 
 # --- checks on the table -----------------------------------------------------------------------

@@ -101,7 +101,7 @@ def read_records(path: Path, fields: tuple[str, ...] | None = None,
     keys = (lambda i: ["data", i]) if field else None
     for name in fields:
         readers.check_text(ds, name, path, fmt, what=f"'{name}'", keys=keys)
-    return ds.select_columns(list(fields))
+    return readers.as_text(ds.select_columns(list(fields)), list(fields))
 
 
 def read_parallel(source: Path, target: Path) -> Any:
