@@ -229,6 +229,25 @@ def test_a_pretraining_task_refuses_a_csv_it_would_read_as_plain_text(tmp_path: 
         ["one two", "three four", "five six"]
 
 
+@pytest.mark.parametrize("split", ["train_file", "eval_file"])
+@pytest.mark.parametrize("problem", ["classification", "regression"])
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_json_label_that_is_not_a_json_number_is_refused(tmp_path: Path, split: str, problem: str, value: str) -> None:
+    """Finding: a JSONL label NaN (what Python's json.dumps writes for a missing float; not JSON)
+    was read by the json builder as a float and became the class "nan", trained on, exit 0. NaN
+    and +-Infinity are one line naming the record, in a train or an eval file, for either problem."""
+    from toolkit.tasks import TASKS
+
+    rows = "".join(f'{{"text": "text {i}", "label": {i % 2}}}\n' for i in range(4))
+    bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
+    good.write_text(rows)
+    bad.write_text(rows + f'{{"text": "text 4", "label": {value}}}\n')
+    files = {"train_file": str(good), "eval_file": str(good), split: str(bad)}
+    task = TASKS.get("text_classification")(**files, problem=problem)
+    with pytest.raises(UserError, match=re.escape(f"{bad}:5: label column 'label' is {value}, which JSON has no number")):
+        task.load()
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

@@ -824,6 +824,15 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
             value = json.loads(value) if isinstance(value, str) else value
             raise UserError(f"{where(path, fmt, offset + bad)}: {what} is {json_type(value)}, expected "
                             "text or a number")
+        if pa.types.is_floating(values.type):  # NaN, Infinity: not JSON, yet Python's json.dumps
+            # writes a missing float so, and it was read as the class "nan", exit 0
+            bad = pc.index(pc.fill_null(pc.invert(pc.is_finite(values)), False), True).as_py()
+            if bad >= 0:
+                value = values[bad].as_py()
+                shown = "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+                raise UserError(f"{where(path, fmt, offset + bad)}: {what} is {shown}, which JSON "
+                                "has no number for (NaN and Infinity are Python's, not JSON's); give the value, "
+                                "or leave the record out")
         if isinstance(values.type, pa.BaseExtensionType):  # scalars of more than one JSON type
             # the table cannot say which: datasets stores "1" beside 1 as 1. The file can.
             problem = _jsonl_problem(path, column) if fmt == "jsonl" else _json_problem(path, None, column)
