@@ -248,6 +248,40 @@ def test_a_json_label_that_is_not_a_json_number_is_refused(tmp_path: Path, split
         task.load()
 
 
+HEADERS = {  # a valid file's bytes -> (format, the columns its full read names)
+    "cr line ends": (b"text,label\rgood,a\rbad,b\r", "csv", ["text", "label"]),
+    "cr line ends tsv": (b"text\tlabel\rgood\ta\rbad\tb\r", "tsv", ["text", "label"]),
+    "crlf and a bom": (b"\xef\xbb\xbftext,label\r\ngood,a\r\nbad,b\r\n", "csv", ["text", "label"]),
+    "a line break in a quoted name": (b'"review\ntext",label\ngood,a\nbad,b\n', "csv", ["review\ntext", "label"]),
+    "a comma in a quoted name": (b'"text, raw",label\ngood,a\nbad,b\n', "csv", ["text, raw", "label"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADERS))
+def test_the_head_check_reads_the_header_the_full_read_reads(tmp_path: Path, case: str) -> None:
+    """Finding: the validate-time head check cut the header at the first \\n: a file with \\r line
+    ends (which the full read takes) was a csv.Error traceback at `toolkit validate` / run, and a
+    quoted name holding a line break made a valid file's 'label' column "missing". The head check
+    names the columns the full read names, for a recipe that names them (check_data); a header
+    it cannot parse says nothing there (the full read says what is wrong)."""
+    from types import SimpleNamespace
+
+    from toolkit.recipe import check_data
+    from toolkit.tasks import TASKS
+
+    data, fmt, columns = HEADERS[case]
+    path = tmp_path / f"d.{fmt}"
+    path.write_bytes(data)
+    assert readers.head_names(path) == readers.read(path, fmt).column_names == columns
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=[columns[0]],
+                                            label_column="label")
+    check_data(SimpleNamespace(task=task))
+    assert task.load()["train"]["text" if columns[0] == "text" else columns[0]] == ["good", "bad"]
+    for broken in (b'"text,label\ngood,a\n', b'text,"label"x\ngood,a\n') if fmt == "csv" else ():  # the full read says
+        path.write_bytes(broken)
+        assert readers.head_names(path) is None
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

@@ -430,11 +430,16 @@ def head_names(path: Path) -> list[str] | None:
     if "\x00" in head:
         return None
     if fmt in ("csv", "tsv"):
-        if "\n" not in head and len(head) >= HEAD_BYTES // 4:
-            return None
-        first = head.split("\n", 1)[0].rstrip("\r")
+        # the first record as csv_header reads it: a quoted name may hold a line break, and a line
+        # may end at \r alone (a header cut at the first \n was a wrong header, or a traceback)
+        stream = io.StringIO(head, newline="")
         quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-        names = next(csv.reader([first], delimiter="\t" if fmt == "tsv" else ",", quoting=quoting), [])
+        try:
+            names = next(csv.reader(stream, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True), [])
+        except csv.Error:
+            return None
+        if stream.tell() >= len(head) and len(head) >= HEAD_BYTES // 4:  # the header may go on past the head
+            return None
         ok = names and all(n.strip() for n in names) and len(set(names)) == len(names)
         return names if ok else None  # a header that is not one: csv_header says why
     if fmt == "jsonl":
