@@ -282,6 +282,49 @@ def test_the_head_check_reads_the_header_the_full_read_reads(tmp_path: Path, cas
         assert readers.head_names(path) is None
 
 
+def _classified(split: str) -> Callable:
+    def read(path: Path) -> None:
+        from toolkit.tasks import TASKS
+
+        good = path.with_name("good.csv")
+        good.write_text("text,label\ngood,a\nbad,b\n")
+        files = {"train_file": str(good), "eval_file": str(good), split: str(path)}
+        TASKS.get("text_classification")(**files).load()
+    return read
+
+
+def _summarized(path: Path) -> None:
+    from toolkit.tasks._generation import read_records
+
+    read_records(path, ("text", "label"))
+
+
+def _predicted(path: Path) -> None:
+    from toolkit.inference import read_inputs
+
+    read_inputs(str(path), ["text"])
+
+
+LONG_ROW_READERS = {"reader": lambda path: readers.read(path, "csv"), "classification train": _classified("train_file"),
+                    "classification eval": _classified("eval_file"), "classification test": _classified("test_file"),
+                    "summarization": _summarized, "predict input": _predicted}
+
+
+@pytest.mark.parametrize("name", ["d.csv", "d.csv.gz"])
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS))
+def test_a_row_with_too_many_fields_is_named_by_its_line(tmp_path: Path, reader: str, name: str) -> None:
+    """Finding: pandas counts a record with a quoted line break as one line, and a row with a
+    field too many after such a record was said at the wrong line (line 4 for line 6). The line
+    is the file's, for every reader of CSV files."""
+    import gzip
+
+    body = b'text,label\n"two\nline",a\r\n"three\r\nline\r\nreview",b\nbad,b,extra\n'
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    with pytest.raises(UserError, match=re.escape(f"{path}:7: expected 2 fields like the header (comma-separated), got 3")):
+        LONG_ROW_READERS[reader](path)
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

@@ -406,6 +406,22 @@ def csv_quotes(path: Path) -> None:
                             "quote or line break is quoted whole") from None
 
 
+def _long_row(path: Path, fmt: str, want: int) -> tuple[int, int] | None:
+    """(line, fields) of the first record with more than `want` fields, the line the one it starts
+    on (error path: a re-read with the csv module, as `where` reads)."""
+    csv.field_size_limit(sys.maxsize)
+    with _open_bytes(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+        rows = csv.reader(text, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
+        start = 1
+        for row in rows:
+            if len(row) > want:
+                return start, len(row)
+            start = rows.line_num + 1
+    return None
+
+
 def _field_count(path: Path, fmt: str, want: Any, line: Any, got: Any) -> str:
     return (f"{path}:{line}: expected {want} fields like the header ({'tab' if fmt == 'tsv' else 'comma'}-"
             f"separated), got {got}" + ("" if fmt == "tsv" else "; quote a field that holds a comma"))
@@ -476,9 +492,9 @@ def _builder_error(path: Path, fmt: str, exc: Exception, field: str | None) -> U
         return UserError(f"{path}: " + ("has a header and no rows" if fmt in ("csv", "tsv") else "holds no records"))
     if fmt in ("csv", "tsv"):
         found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", message)
-        if found:
+        if found:  # pandas' "line" is its count of records (a quoted line break is not one): ours is the file's
             want, line, got = found.groups()
-            return UserError(_field_count(path, fmt, want, line, got))
+            return UserError(_field_count(path, fmt, want, *(_long_row(path, fmt, int(want)) or (line, got))))
     elif fmt == "jsonl":
         problem = _jsonl_problem(path)
         if problem:
