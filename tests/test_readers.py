@@ -325,6 +325,53 @@ def test_a_row_with_too_many_fields_is_named_by_its_line(tmp_path: Path, reader:
         LONG_ROW_READERS[reader](path)
 
 
+LATE = {  # the last record of a JSONL file longer than one builder chunk -> what reading it gives
+    "a fraction after whole numbers": ({"label": 1.5}, ("label", 1.5)),
+    "a field null, then text": ({"label": 1, "note": "late"}, ("note", "late")),
+    "a field first seen late": ({"label": 1, "extra": "late"}, ("extra", "late")),
+    "a string label after numbers": ({"label": "1"}, r":401: 'label' is a string here but a number at line 1"),
+    "a number text after strings": ({"text": 5, "label": 1}, r":401: 'text' is a number here but a string at line 1"),
+}
+
+
+@pytest.mark.parametrize("name", ["d.jsonl", "d.jsonl.gz"])
+@pytest.mark.parametrize("case", sorted(LATE))
+def test_a_jsonl_file_is_typed_by_all_its_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str,
+                                                  name: str) -> None:
+    """Finding: datasets' json builder types each field by a JSONL file's first 10 MiB and casts
+    the rest to it: a later label "1" beside numbers was read as 1 and a later text 5 as "5",
+    exit 0 (a smaller file is refused at that line), and a later 1.5 beside whole numbers, or a
+    field null or absent at first, was a traceback-worded refusal of a valid file. Every record
+    counts, as in a file of one chunk: a type change is said at its line, the rest is read."""
+    import gzip
+    import json
+
+    from toolkit.tasks import TASKS
+
+    monkeypatch.setattr(readers, "JSONL_CHUNK", 16 << 10)
+    late, expected = LATE[case]
+    rows = [{"text": f"{'padding ' * 10}{i}", "label": i % 2, **({"note": None} if "null" in case else {})}
+            for i in range(400)]
+    body = ("".join(json.dumps(r) + "\n" for r in rows) + json.dumps({"text": "late", **late}) + "\n").encode()
+    assert len(body) > 2 * readers.JSONL_CHUNK
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    if isinstance(expected, str):
+        with pytest.raises(UserError, match=re.escape(str(path)) + expected):
+            readers.read(path, "jsonl")
+        for split in ("train_file", "eval_file"):
+            with pytest.raises(UserError, match=re.escape(str(path)) + expected):
+                TASKS.get("text_classification")(**{"train_file": str(good), "eval_file": str(good), split: str(path)}).load()
+        return
+    column, value = expected
+    assert readers.read(path, "jsonl")[-1][column] == value
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(good),
+                                            problem="regression" if column == "label" else "classification")
+    assert task.load()["train"]["text"][-1] == "late"
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

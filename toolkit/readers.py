@@ -5,7 +5,9 @@ cache; the checks then run on the Arrow table, batch by batch, so a large file c
 disk and a bounded amount of memory. What the builders would report as a pyarrow or pandas
 traceback without the file or line is found here first, by one streaming pass over the bytes
 (`scan`: size, gzip, UTF-8, nothing but whitespace), or afterwards, on the error path only, by
-re-reading the file to put a line number on the record the table names (`where`).
+re-reading the file to put a line number on the record the table names (`where`). A JSONL file
+longer than the builder's chunk, whose later chunks it would cast to the first one's types, gets
+one more streaming pass first (`_jsonl_types`).
 
 Limits (environment, MiB): TOOLKIT_MAX_INPUT_MB (default 20480) caps the bytes of any file after
 decompression, a gzip bomb included; TOOLKIT_MAX_JSON_MB (default 2048) caps a single JSON
@@ -327,15 +329,38 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
             raise UserError(_json_problem(path, None) or f"{path}: expected a JSON list of objects")
         builder, kwargs = "json", ({"field": field} if field else {})
     elif fmt == "jsonl":
-        builder = "json"
+        builder, kwargs = "json", {"chunksize": JSONL_CHUNK}
+        if size > JSONL_CHUNK:  # the builder types each field by the first chunk and casts the rest to it
+            problem = _jsonl_types(path)
+            if problem:
+                raise UserError(problem)
     else:
         builder, kwargs = "text", {"sample_by": sample_by, "encoding": "utf-8-sig"}
-    try:
+
+    def load(**settings: Any) -> Any:
         with _quiet_builders():
             # the cache is named by the bytes: datasets alone keys it on path and mtime, and a file
             # replaced with its mtime kept (cp -p, rsync -t, unzip) would be read as it was
-            ds = load_dataset(builder, name=f"sha256-{digest.hexdigest()}", data_files=str(path),
-                              split="train", **kwargs)
+            return load_dataset(builder, name=f"sha256-{digest.hexdigest()}", data_files=str(path),
+                                split="train", **{**kwargs, **settings})
+
+    try:
+        try:
+            ds = load()
+        except Exception as exc:
+            error = _builder_error(path, fmt, exc, field)
+            if not (isinstance(error, Unreadable) and fmt == "jsonl" and size > JSONL_CHUNK):
+                raise error from None
+            # types the first chunk set that later records do not fit, though JSON's type holds (a whole
+            # number, later a fraction; a field null or absent at first): typed by the whole file, as a
+            # smaller one is, within the memory a JSON document may take
+            limit = limit_bytes("TOOLKIT_MAX_JSON_MB", 2048)
+            if size > limit:
+                raise UserError(f"{path}: a field's values after the first {JSONL_CHUNK >> 20} MiB do not fit the "
+                                f"type its first records gave it, and typing it by the whole {size / (1 << 20):.0f} "
+                                f"MiB file passes TOOLKIT_MAX_JSON_MB ({limit / (1 << 20):.3g}): raise it, or give "
+                                f"the first records every field, numbers as written later ({exc})") from None
+            ds = load(chunksize=size + 1)
     except UserError:
         raise
     except Exception as exc:
@@ -347,6 +372,32 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
     return ds
+
+
+# What datasets' json builder reads of a JSONL file at a time (its JsonConfig.chunksize default):
+# each field is typed by the first chunk, and later chunks are cast to those types
+JSONL_CHUNK = 10 << 20
+
+
+def _jsonl_types(path: Path) -> str | None:
+    """The first record of a JSONL file whose field has another JSON type than earlier records
+    gave it, said as `_jsonl_problem` says it; None where every field keeps its type. For a file
+    larger than one chunk: the builder cast a later string "1" beside numbers to 1, a later
+    number 5 in a text field to "5", exit 0, where a smaller file is refused at that line. A
+    streaming pass of the json module (a line that is not JSON is the builder's to say)."""
+    kinds = _Kinds()
+    with _open_bytes(path) as raw:
+        for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError:
+                return None
+            changed = kinds.change(value, n) if isinstance(value, dict) else None
+            if changed:
+                return f"{path}:{n}: {changed}"
+    return None
 
 
 def csv_header(path: Path, fmt: str) -> list[str]:
