@@ -331,7 +331,13 @@ LATE = {  # the last record of a JSONL file longer than one builder chunk -> wha
     "a field first seen late": ({"label": 1, "extra": "late"}, ("extra", "late")),
     "a string label after numbers": ({"label": "1"}, r":401: 'label' is a string here but a number at line 1"),
     "a number text after strings": ({"text": 5, "label": 1}, r":401: 'text' is a number here but a string at line 1"),
+    "a number word after words": ({"label": 1, "words": [5]}, r":401: 'words\[\]' is a number here but a string at line 1"),
+    "a string start after numbers": ({"label": 1, "span": {"start": ["3"]}},
+                                     r":401: 'span.start\[\]' is a string here but a number at line 1"),
 }
+
+
+NESTED_LATE = {"a number word after words", "a string start after numbers"}
 
 
 @pytest.mark.parametrize("name", ["d.jsonl", "d.jsonl.gz"])
@@ -350,7 +356,8 @@ def test_a_jsonl_file_is_typed_by_all_its_records(tmp_path: Path, monkeypatch: p
 
     monkeypatch.setattr(readers, "JSONL_CHUNK", 16 << 10)
     late, expected = LATE[case]
-    rows = [{"text": f"{'padding ' * 10}{i}", "label": i % 2, **({"note": None} if "null" in case else {})}
+    rows = [{"text": f"{'padding ' * 10}{i}", "label": i % 2, **({"note": None} if "null" in case else {}),
+             **({"words": ["a", "b"], "span": {"start": [1]}} if case in NESTED_LATE else {})}
             for i in range(400)]
     body = ("".join(json.dumps(r) + "\n" for r in rows) + json.dumps({"text": "late", **late}) + "\n").encode()
     assert len(body) > 2 * readers.JSONL_CHUNK

@@ -384,8 +384,10 @@ def _jsonl_types(path: Path) -> str | None:
     gave it, said as `_jsonl_problem` says it; None where every field keeps its type. For a file
     larger than one chunk: the builder cast a later string "1" beside numbers to 1, a later
     number 5 in a text field to "5", exit 0, where a smaller file is refused at that line. A
-    streaming pass of the json module (a line that is not JSON is the builder's to say)."""
-    kinds = _Kinds()
+    streaming pass of the json module (a line that is not JSON is the builder's to say). Inside
+    lists and objects too (`tokens[]`, `answers.answer_start[]`): a later word 5 in a list of
+    words became "5", a later answer_start "3" became 3."""
+    first: dict[str, tuple[str, int]] = {}
     with _open_bytes(path) as raw:
         for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
             if not line.strip():
@@ -394,9 +396,29 @@ def _jsonl_types(path: Path) -> str | None:
                 value = json.loads(line)
             except ValueError:
                 return None
-            changed = kinds.change(value, n) if isinstance(value, dict) else None
-            if changed:
-                return f"{path}:{n}: {changed}"
+            if isinstance(value, dict):
+                for key, inner in value.items():
+                    changed = _type_change(inner, key, first, n)
+                    if changed:
+                        return f"{path}:{n}: {changed}"
+    return None
+
+
+def _type_change(value: Any, name: str, first: dict[str, tuple[str, int]], line: int) -> str | None:
+    """`value`'s JSON type against the one `name` had first (`first`, updated), and so on inside
+    it; nulls fit any type."""
+    if value is None:
+        return None
+    kind = json_type(value)
+    seen = first.setdefault(name, (kind, line))
+    if seen[0] != kind:
+        return f"'{name}' is {kind} here but {seen[0]} at line {seen[1]}; one type per field"
+    inner = value.items() if isinstance(value, dict) else \
+        ((None, v) for v in value) if isinstance(value, list) else ()
+    for key, item in inner:
+        changed = _type_change(item, f"{name}.{key}" if key is not None else f"{name}[]", first, line)
+        if changed:
+            return changed
     return None
 
 
