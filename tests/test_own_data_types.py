@@ -267,3 +267,18 @@ def test_objects_whose_fields_differ_by_record_are_lifted_too(tmp_path: Path, ta
                 TASKS.get(task)(**files, **settings).load()
     with pytest.raises(UserError, match=f"^{tmp_path / ('lacking.' + fmt)}:{line}: field '{tgt}' is missing"):
         read_inputs(str(tmp_path / f"lacking.{fmt}"), [tgt])
+
+
+@pytest.mark.parametrize("key", ["train_file", "eval_file"])
+@pytest.mark.parametrize("name", sorted({**ROWS, **ELSEWHERE}))
+def test_a_folder_given_as_a_data_file_is_called_a_folder(tmp_path: Path, name: str, key: str) -> None:
+    """Finding: a folder named like a data file (`train.csv/`) was "does not exist" for
+    text_classification, which sent the user looking for a missing path; every own-data recipe
+    says it is there and is not a file, in one line naming the setting."""
+    from toolkit.recipe import check_data
+
+    folder = tmp_path / ("data.txt" if name in ("minilm-mlm", "gpt2-clm", "minilm-lora-ner") else "data.jsonl")
+    folder.mkdir()
+    with pytest.raises(UserError, match=rf"^task\.{key}: {folder}:? (is a folder, not a file|is not a file)$"):
+        recipe = recipes.load(OWN / f"{name}.yaml", [f"task.{key}={folder}"])
+        check_data(recipe)

@@ -83,7 +83,8 @@ class TextClassification(Classification):
             if value is not None:
                 path = data_path(value, self.data_dir)
                 if not path.is_file():
-                    raise UserError(readers.stream_refused(f"task.{key}", path) or f"task.{key}: {path} does not exist")
+                    raise UserError(readers.stream_refused(f"task.{key}", path) or f"task.{key}: {path} "
+                                    + ("is a folder, not a file" if path.is_dir() else "does not exist"))
                 file_format(path)
 
     def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
