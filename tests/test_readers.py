@@ -379,6 +379,44 @@ def test_a_jsonl_file_is_typed_by_all_its_records(tmp_path: Path, monkeypatch: p
     assert task.load()["train"]["text"][-1] == "late"
 
 
+def _ner_jsonl(path: Path) -> None:
+    from toolkit.tasks.ner import read_jsonl
+
+    read_jsonl(path)
+
+
+def _qa_jsonl(path: Path) -> None:
+    from toolkit.tasks.squad import read_squad
+
+    read_squad(str(path), "v1")
+
+
+JOINED = {  # reader -> (a good record, the same record with a fault, read the file)
+    "classification": ({"text": "good", "label": "a"}, {"text": "", "label": "b"}, _classified("train_file")),
+    "summarization": ({"text": "a dialogue", "label": "its summary"}, {"text": "a dialogue", "label": ""}, _summarized),
+    "predict input": ({"text": "good"}, {"text": " "}, _predicted),
+    "ner": ({"tokens": ["Paris"], "ner_tags": ["B-LOC"]}, {"tokens": ["Paris"], "ner_tags": ["B-LOC", "O"]}, _ner_jsonl),
+    "qa": ({"question": "Where?", "context": "In Paris.", "answers": {"text": ["Paris"], "answer_start": [3]}},
+           {"question": "Where?", "context": "In Paris.", "answers": {"text": ["Paris"], "answer_start": [4]}}, _qa_jsonl),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(JOINED))
+def test_records_joined_on_one_jsonl_line_keep_later_lines_right(tmp_path: Path, reader: str) -> None:
+    """Finding: two records on one line (`{...}{...}`: a file that ended without a line break,
+    another appended) are two records to the json builder, and every later record was said one
+    line too far down (here line 3 for line 2, or a line past the end). A line counts the JSON
+    values it holds, for every reader that names a JSONL record's line."""
+    import json
+
+    good, bad, read = JOINED[reader]
+    path = tmp_path / "d.jsonl"
+    second = {**good, **({"label": "b"} if reader == "classification" else {})}
+    path.write_text(json.dumps(good) + json.dumps(second) + "\n" + json.dumps(bad) + "\n" + json.dumps(good) + "\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}:2:")):
+        read(path)
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

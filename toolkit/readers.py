@@ -724,8 +724,8 @@ def _line_of(path: Path, fmt: str, index: int, keys: list[Any] | None) -> int | 
         if fmt == "jsonl":
             seen = -1
             for n, line in enumerate(text, start=1):
-                seen += bool(line.strip())
-                if seen == index:
+                seen += _values_on(line) if line.strip() else 0
+                if seen >= index:
                     return n
             return None
         csv.field_size_limit(sys.maxsize)
@@ -739,6 +739,20 @@ def _line_of(path: Path, fmt: str, index: int, keys: list[Any] | None) -> int | 
                     return start
             start = rows.line_num + 1
     return None
+
+
+def _values_on(line: str) -> int:
+    """How many JSON values a JSONL line holds: one, or more where records were joined on one line
+    (`{...}{...}`, a file that ended without a line break and another after it), which the json
+    builder reads as that many records; a later record's line counts them."""
+    decoder, pos, count = json.JSONDecoder(), _skip(line, 0), 0
+    while pos < len(line):
+        try:
+            pos = _skip(line, decoder.raw_decode(line, pos)[1])
+        except ValueError:
+            return max(count, 1)
+        count += 1
+    return max(count, 1)
 
 
 def json_line(text: str, keys: list[Any]) -> int:
