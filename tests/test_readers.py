@@ -417,6 +417,31 @@ def test_records_joined_on_one_jsonl_line_keep_later_lines_right(tmp_path: Path,
         read(path)
 
 
+WHITESPACE_LINES = {  # a file with a line of spaces or tabs alone -> the one line said
+    "a first record that would shift": (b"text,label\n \t \nLoved it, truly,pos\nHated it, really,neg\n",
+                                        ":3: expected 2 fields like the header (comma-separated), got 3"),
+    "a later row too long": (b'text,label\n"good",a\n   \r\n\t\nbad,b,extra\n', ":5: expected 2 fields"),
+    "a later empty label": (b'text,label\n"good",a\n   \r\n\t\nbad,\nfine,b\n', ":5: label column 'label' is empty"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WHITESPACE_LINES))
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS))
+def test_a_line_of_spaces_is_skipped_by_every_csv_reread_as_by_pandas(tmp_path: Path, reader: str, case: str) -> None:
+    """Finding: pandas skips a line of nothing but spaces and tabs, where the csv module reads a
+    record of one field. After such a line every line named was one too early, and one right after
+    the header hid the first record from the check that it has no more fields than the header:
+    `Loved it, truly,pos` was read as text ' truly', label 'pos', exit 0. The re-reads skip
+    what pandas skips, for every reader of CSV files."""
+    body, said = WHITESPACE_LINES[case]
+    path = tmp_path / "d.csv"
+    path.write_bytes(body)
+    if case == "a later empty label" and not reader.startswith("classification"):
+        return  # only classification reads labels
+    with pytest.raises(UserError, match=re.escape(f"{path}{said}")):
+        LONG_ROW_READERS[reader](path)
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

@@ -426,16 +426,13 @@ def csv_header(path: Path, fmt: str) -> list[str]:
     """The header row; a column named twice is refused (pandas would rename it `label.1`), and so
     is a first record with more fields than the header: pandas would take the first ones for an
     index and shift every column silently (later rows with more fields it refuses itself)."""
-    csv.field_size_limit(sys.maxsize)
-    delimiter, quoting = ("\t", csv.QUOTE_NONE) if fmt == "tsv" else (",", csv.QUOTE_MINIMAL)
-    with _open_bytes(path) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        rows = csv.reader(text, delimiter=delimiter, quoting=quoting)
-        header = next(rows, [])
-        start = rows.line_num + 1
-        first = next(rows, None)
-        while first == []:  # blank lines, which pandas skips too
-            start, first = rows.line_num + 1, next(rows, None)
+    records = _records(path, fmt)
+    try:
+        line, header = next(records, (1, []))
+        header = header if line == 1 else []
+        start, first = next(records, (None, None))  # past blank and whitespace-only lines, as pandas
+    finally:
+        records.close()
     if not header or not any(h.strip() for h in header):
         raise UserError(f"{path}:1: the first line should be a header naming the columns")
     for i, name in enumerate(header):
@@ -482,17 +479,33 @@ def csv_quotes(path: Path) -> None:
 def _long_row(path: Path, fmt: str, want: int) -> tuple[int, int] | None:
     """(line, fields) of the first record with more than `want` fields, the line the one it starts
     on (error path: a re-read with the csv module, as `where` reads)."""
+    return next(((line, len(row)) for line, row in _records(path, fmt) if len(row) > want), None)
+
+
+def _records(path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
+    """(the line it starts on, its fields) of each record of a CSV/TSV file that pandas reads, the
+    header first: Python's csv module, past what pandas skips, blank lines and lines of nothing but
+    spaces and tabs (which the csv module reads as a record of one field: every later line named
+    was one line too early, and such a line after the header hid a first record that would shift
+    every column)."""
     csv.field_size_limit(sys.maxsize)
+    last = [""]
+
+    def lines(text: Any) -> Iterator[str]:
+        for line in text:
+            last[0] = line
+            yield line
+
     with _open_bytes(path) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-        rows = csv.reader(text, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
+        rows = csv.reader(lines(text), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
         start = 1
         for row in rows:
-            if len(row) > want:
-                return start, len(row)
+            skipped = not row or len(row) == 1 and rows.line_num == start and not last[0].strip(" \t\r\n")
+            if not skipped:
+                yield start, row
             start = rows.line_num + 1
-    return None
 
 
 def _field_count(path: Path, fmt: str, want: Any, line: Any, got: Any) -> str:
@@ -719,26 +732,15 @@ def _line_of(path: Path, fmt: str, index: int, keys: list[Any] | None) -> int | 
         return json_line(read_small_text(path), keys if keys is not None else [index])
     if fmt == "text":
         return index + 1
-    with _open_bytes(path) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="" if fmt in ("csv", "tsv") else None)
-        if fmt == "jsonl":
+    if fmt == "jsonl":
+        with _open_bytes(path) as raw:
             seen = -1
-            for n, line in enumerate(text, start=1):
+            for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
                 seen += _values_on(line) if line.strip() else 0
                 if seen >= index:
                     return n
-            return None
-        csv.field_size_limit(sys.maxsize)
-        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-        rows = csv.reader(text, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
-        start, seen = 1, -2  # the header is record -1
-        for row in rows:
-            if row:
-                seen += 1
-                if seen == index:
-                    return start
-            start = rows.line_num + 1
-    return None
+        return None
+    return next((line for i, (line, _) in enumerate(_records(path, fmt)) if i == index + 1), None)  # 0: the header
 
 
 def _values_on(line: str) -> int:
