@@ -442,6 +442,28 @@ def test_a_line_of_spaces_is_skipped_by_every_csv_reread_as_by_pandas(tmp_path: 
         LONG_ROW_READERS[reader](path)
 
 
+@pytest.mark.parametrize("task", ["mlm", "clm", "denoise", "span_corruption"])
+@pytest.mark.parametrize("separator", [" ", "\t", "\u200b", "  \r"])
+@pytest.mark.parametrize("name", ["docs.txt", "docs.txt.gz"])
+def test_blank_line_documents_end_at_any_blank_line(tmp_path: Path, task: str, separator: str, name: str) -> None:
+    """Finding: `task.documents: blank_line` split documents where datasets' text builder splits
+    paragraphs, at an empty line only: a line of spaces (WikiText's separator lines are one space)
+    joined the documents around it, and WikiText-2's valid.txt was one document, exit 0; the last
+    document kept a line break the others did not. A line that is blank by the readers' rule
+    (`readers.blank`) ends a document, in train and eval files, plain or gzip."""
+    import gzip
+
+    from toolkit.tasks import TASKS
+
+    text = f"one a\none b\n\ntwo\n{separator}\nthree\n{separator}\n{separator}\nfour\n".replace("\n", "\r\n" if "\r" in separator else "\n")
+    text = text.replace("\r\r", "\r")
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    loaded = TASKS.get(task)(train_file=str(path), eval_file=str(path), documents="blank_line").load()
+    for split in (loaded["train"], loaded["eval"][""]):
+        assert sorted(split["text"]) == ["four", "one a\none b", "three", "two"]
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

@@ -56,9 +56,40 @@ def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str
             readers.check_text(ds, text_field, path, kind, what=f"'{text_field}'", blank_ok=True)
             ds = ds.select_columns([text_field])
             out[split] = ds.rename_column(text_field, "text") if text_field != "text" else ds
+        elif documents == "blank_line":
+            out[split] = _blank_line_documents(readers.read(path, "text", sample_by="paragraph"))
         else:
-            out[split] = readers.read(path, "text", sample_by="paragraph" if documents == "blank_line" else "line")
+            out[split] = readers.read(path, "text", sample_by="line")
     return DatasetDict(out), text_field
+
+
+def _blank_line_documents(paragraphs: Any) -> Any:
+    """Documents separated by lines with nothing in them (`readers.blank`), from datasets' text
+    builder's paragraphs, which it splits at an empty line only: WikiText's separators are lines
+    of one space, and its whole valid.txt was one document. Each document is its lines joined by
+    \n, without the line break datasets leaves after a file's last paragraph."""
+
+    def split(batch: dict) -> dict:
+        out: list[str] = []
+        for text in batch["text"]:
+            lines: list[str] = []
+            for line in text.split("\n") + [""]:
+                if not readers.blank(line):
+                    lines.append(line)
+                elif lines:
+                    out.append("\n".join(lines))
+                    lines = []
+        return {"text": out}
+
+    from datasets.utils import logging as ds_logging
+
+    bars = ds_logging.is_progress_bar_enabled()
+    ds_logging.disable_progress_bar()
+    try:
+        return paragraphs.map(split, batched=True)
+    finally:
+        if bars:
+            ds_logging.enable_progress_bar()
 
 
 COLUMNS = (".csv", ".tsv")  # files of columns: not documents, one a line
