@@ -634,6 +634,38 @@ def test_a_key_twice_in_a_json_object_is_one_line(tmp_path: Path, reader: str) -
                                             ' {"text": "first", "text": "second", "label": "neg"}]')
 
 
+def _summaries_of(path: Path) -> None:
+    from toolkit.tasks._generation import read_records
+
+    read_records(path, ("dialogue", "summary"))
+
+
+def _squad_of(path: Path) -> None:
+    from toolkit.tasks.squad import read_squad
+
+    read_squad(str(path), "v1")
+
+
+DATA_FIELD_READERS = {  # the readers of {"data": [...]} documents -> one good record of theirs
+    "summarization": (_summaries_of, {"dialogue": "A: hi", "summary": "A greets."}),
+    "squad": (_squad_of, {"title": "t", "paragraphs": [{"context": "In Paris.", "qas": [
+        {"id": "a", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 3}]}]}]}),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(DATA_FIELD_READERS))
+def test_a_data_list_given_twice_is_said_as_a_key_twice(tmp_path: Path, reader: str) -> None:
+    """Finding: `{"data": [...], "data": []}` was "holds no records": the builder kept the last,
+    empty list and failed before the key check ran. The key check comes first."""
+    import json
+
+    read, record = DATA_FIELD_READERS[reader]
+    path = tmp_path / "d.json"
+    path.write_text('{"data": ' + json.dumps([record]) + ', "data": []}')
+    with pytest.raises(UserError, match=re.escape(f"{path}: the key 'data' appears twice in one object")):
+        read(path)
+
+
 PIPED = {  # name -> (file name, bytes); each holds the two rows below
     "plain text": ("in.txt", b"good film\nbad film\n"),
     "csv": ("in.csv", b"text,x\ngood film,1\nbad film,2\n"),

@@ -327,6 +327,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
             raise UserError(f"{path}: expected a JSON object with a '{field}' list")
         if field is None and first_item_char(path) not in "{]":  # datasets reads ["a", "b"] as `text`
             raise UserError(_json_problem(path, None) or f"{path}: expected a JSON list of objects")
+        json_keys_once(path, field)  # first: a repeated key can empty what the builder reads ({"data": []} last)
         builder, kwargs = "json", ({"field": field} if field else {})
     elif fmt == "jsonl":
         builder, kwargs = "json", {"chunksize": JSONL_CHUNK}
@@ -365,8 +366,6 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         raise
     except Exception as exc:
         raise _builder_error(path, fmt, exc, field) from None
-    if fmt == "json":
-        json_keys_once(path, field)
     if fmt in ("csv", "tsv") and len(ds) == 0:
         raise UserError(f"{path}: has a header and no rows")
     if len(ds) == 0:
