@@ -58,6 +58,10 @@ BAD = {  # name -> (bytes, what the one line says)
     "binary": (b"text,label\n\x89PNG\r\n\x1a\n\x00\x00", r":2: (holds a NUL byte|not UTF-8 text)"),
     "latin-1": ("text,label\ncaf\xe9,1\n".encode("latin-1"), r":2: not UTF-8 text \(byte 0xe9\)"),
     "no line break": (b"a" * (3 << 20), r":1: no line break within 1 MiB"),
+    "gzip not named .gz": (__import__("gzip").compress(b"text,label\ngood,1\n"),
+                           r": holds gzip-compressed data, not text; (name it data\.\w+\.gz|decompress it first)"),
+    "bzip2": (__import__("bz2").compress(b"text,label\ngood,1\n"), r": holds bzip2-compressed data, not text"),
+    "xz": (__import__("lzma").compress(b"text,label\ngood,1\n"), r": holds xz-compressed data, not text"),
 }
 
 

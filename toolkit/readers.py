@@ -96,6 +96,8 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
     try:
         with _open_bytes(path) as handle:
             while chunk := handle.read(CHUNK):
+                if size == 0:
+                    _not_compressed(chunk, shown, path)
                 size += len(chunk)
                 if size > limit:
                     raise UserError(f"{shown}: holds more than {limit / (1 << 20):.3g} MiB of data"
@@ -126,6 +128,23 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
     if not text_seen:
         raise UserError(f"{shown}: the file is empty" + (" (only whitespace)" if size else ""))
     return size
+
+
+# The first bytes of compressed files: what a file holds when its name does not say so
+COMPRESSED = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd",
+              b"BZh": "bzip2"}
+
+
+def _not_compressed(head: bytes, shown: str, path: Path) -> None:
+    """A (decompressed) file that is itself compressed is one line naming the compression: it was
+    "not UTF-8 text (byte 0x8b)". A gzip file is read when its name ends in .gz; the others are
+    to be decompressed first."""
+    for magic, kind in COMPRESSED.items():
+        if head.startswith(magic) and (kind != "bzip2" or head[3:10].startswith(b"1AY&SY", 1)):
+            inner = " inside the .gz" if path.suffix.lower() == ".gz" else ""
+            fix = (f"name it {path.name}.gz" if kind == "gzip" and not inner and shown == str(path) else
+                   "decompress it first (only gzip is read, by a name ending in .gz)")
+            raise UserError(f"{shown}: holds {kind}-compressed data{inner}, not text; {fix}")
 
 
 def _line_run(chunk: bytes, run: int, longest: int | None, shown: str, count: int) -> int:
