@@ -468,6 +468,19 @@ def test_blank_line_documents_end_at_any_blank_line(tmp_path: Path, task: str, s
         assert sorted(split["text"]) == ["four", "one a\none b", "three", "two"]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "text", "tsv"])  # a JSON document begins with [ or {
+def test_text_beginning_as_a_compressed_file_does_is_one_line(tmp_path: Path, fmt: str) -> None:
+    """datasets' readers take a file beginning with bzip2's mark `BZh` (or zip's, lz4's) for such
+    an archive whatever its name, and a valid text file so begun was "could not be read (OSError:
+    Invalid data stream)". One line names the mark, for every format the reader takes."""
+    body = {"csv": "BZh,label\na,b\n", "tsv": "BZh\tlabel\na\tb\n", "jsonl": "BZh\n",
+            "text": "BZh is how it begins\n"}[fmt]
+    path = tmp_path / f"d.{'txt' if fmt == 'text' else fmt}"
+    path.write_text(body)
+    with pytest.raises(UserError, match=re.escape(f"{path}:1: begins with 'BZh', the mark of a bzip2 file")):
+        readers.read(path, fmt)
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

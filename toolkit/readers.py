@@ -135,6 +135,12 @@ COMPRESSED = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"\xfd7zXZ\x00": "xz", 
               b"BZh": "bzip2"}
 
 
+# What datasets' readers take a file beginning so for, whatever its name (its magic numbers that
+# UTF-8 text can begin with): such a text file cannot be read by them
+DATASETS_MAGIC = {b"BZh": "bzip2", b"PK\x03\x04": "zip", b"PK\x05\x06": "zip", b"PK\x07\x08": "zip",
+                  b"\x04\x22\x4d\x18": "lz4"}
+
+
 def _not_compressed(head: bytes, shown: str, path: Path) -> None:
     """A (decompressed) file that is itself compressed is one line naming the compression: it was
     "not UTF-8 text (byte 0x8b)". A gzip file is read when its name ends in .gz; the others are
@@ -592,6 +598,12 @@ def _builder_error(path: Path, fmt: str, exc: Exception, field: str | None) -> U
     """What the builder could not read, said with a line number where one can be found."""
     root = _root(exc)
     message = str(root).splitlines()[0] if str(root) else type(root).__name__
+    with _open_bytes(path) as raw:
+        head = raw.read(8)
+    mark = next((m for m in DATASETS_MAGIC if head.startswith(m)), None)
+    if mark is not None:  # text (the byte scan passed) that begins as a compressed file does
+        return UserError(f"{path}:1: begins with {mark.decode('latin-1')!r}, the mark of a {DATASETS_MAGIC[mark]} "
+                         "file, and datasets' reader takes the file for one; put other text first")
     if "corresponds to no data" in message:  # the builder made an empty table
         return UserError(f"{path}: " + ("has a header and no rows" if fmt in ("csv", "tsv") else "holds no records"))
     if fmt in ("csv", "tsv"):
