@@ -481,6 +481,21 @@ def test_text_beginning_as_a_compressed_file_does_is_one_line(tmp_path: Path, fm
         readers.read(path, fmt)
 
 
+@pytest.mark.parametrize("reader", sorted(JOINED))
+def test_a_json_list_named_jsonl_is_refused(tmp_path: Path, reader: str) -> None:
+    """Finding: a .jsonl file holding a JSON list (`[` on its own line, a record a line) is read
+    by the json builder as a list, and a bad record was said at the line before its own. It is
+    one line asking to name it .json, for every reader of JSONL files."""
+    import json
+
+    good, bad, read = JOINED[reader]
+    path = tmp_path / "d.jsonl"
+    path.write_text("[\n" + ",\n".join(json.dumps(r) for r in (good, good, bad)) + "\n]\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}: holds a JSON list, not JSON lines (one object a line); "
+                                                  "name it .json")):
+        read(path)
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

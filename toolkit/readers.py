@@ -355,6 +355,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         json_keys_once(path, field)  # first: a repeated key can empty what the builder reads ({"data": []} last)
         builder, kwargs = "json", ({"field": field} if field else {})
     elif fmt == "jsonl":
+        if first_char(path) == "[":  # the builder reads it as a list, and no record's line could be named
+            raise UserError(f"{path}: holds a JSON list, not JSON lines (one object a line); name it .json")
         builder, kwargs = "json", {"chunksize": JSONL_CHUNK}
         if size > JSONL_CHUNK:  # the builder types each field by the first chunk and casts the rest to it
             problem = _jsonl_types(path)
