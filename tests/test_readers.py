@@ -496,6 +496,22 @@ def test_a_json_list_named_jsonl_is_refused(tmp_path: Path, reader: str) -> None
         read(path)
 
 
+@pytest.mark.parametrize("join", ["plain", "with their BOMs", "gzip"])
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS))
+def test_a_header_repeated_inside_a_csv_is_refused(tmp_path: Path, reader: str, join: str) -> None:
+    """Finding: two CSV files joined with their headers (`cat a.csv b.csv`) were read with the
+    second header as a row: text 'text' with a class 'label' of its own, trained on, exit 0. A
+    record that repeats the header is one line naming it, for every reader of CSV files."""
+    import gzip
+
+    bom = "\ufeff" if join == "with their BOMs" else ""
+    body = (f"{bom}text,label\ngood,a\nbad,b\n" * 2).encode()
+    path = tmp_path / ("d.csv.gz" if join == "gzip" else "d.csv")
+    path.write_bytes(gzip.compress(body) if join == "gzip" else body)
+    with pytest.raises(UserError, match=re.escape(f"{path}:4: repeats the header line (text, label)")):
+        LONG_ROW_READERS[reader](path)
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 

@@ -395,6 +395,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         raise _builder_error(path, fmt, exc, field) from None
     if fmt in ("csv", "tsv") and len(ds) == 0:
         raise UserError(f"{path}: has a header and no rows")
+    if fmt in ("csv", "tsv"):
+        _no_header_again(ds, header, path, fmt)
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
     return ds
@@ -470,6 +472,33 @@ def csv_header(path: Path, fmt: str) -> list[str]:
     if first is not None and len(first) > len(header):
         raise UserError(_field_count(path, fmt, len(header), start, len(first)))
     return header
+
+
+def _no_header_again(ds: Any, header: list[str], path: Path, fmt: str) -> None:
+    """No record repeats the header, as two files joined with their headers (`cat a.csv b.csv`)
+    do: pandas reads the second header as a row, and a class named like the label column was
+    trained on, exit 0. Each column compared with its name (a UTF-8 BOM before the first one
+    ignored), over the Arrow table."""
+    import pyarrow.compute as pc
+
+    offset = 0
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        same = None
+        for i, name in enumerate(header):
+            values = batch.column(batch.schema.get_field_index(name))
+            values = pc.utf8_ltrim(values, characters="\ufeff") if i == 0 else values
+            equal = pc.fill_null(pc.equal(values, name), False)
+            same = equal if same is None else pc.and_(same, equal)
+        bad = pc.index(same, True).as_py()
+        if bad >= 0:
+            raise UserError(f"{where(path, fmt, offset + bad)}: repeats the header line ({_field_names(header)}), "
+                            "as files joined with their headers do; keep the first header only")
+        offset += len(batch)
+
+
+def _field_names(names: list[str]) -> str:
+    shown = ", ".join(names[:4])
+    return shown + (", ..." if len(names) > 4 else "")
 
 
 # a quote followed by spaces or tabs up to a comma or the line end. Where the quote closes a field
