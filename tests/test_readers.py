@@ -512,6 +512,36 @@ def test_a_header_repeated_inside_a_csv_is_refused(tmp_path: Path, reader: str, 
         LONG_ROW_READERS[reader](path)
 
 
+@pytest.mark.parametrize("key", ["train_file", "eval_file"])
+@pytest.mark.parametrize("side", ["en", "de"])
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_blank_lines_that_end_a_parallel_file_are_not_lines(tmp_path: Path, key: str, side: str, suffix: str) -> None:
+    """Finding: a parallel file ending in an extra line break or two (an editor's) was "2 lines
+    but ... has 3", the files line-aligned; blank lines after a file's last text are not lines of
+    it (as predict's plain-text reader counts them), in train and eval files, plain or gzip. A
+    blank line between texts is still refused at its line."""
+    import gzip
+
+    from toolkit.tasks.translation import Translation
+
+    texts = {"en": "a cat\na dog\n", "de": "eine Katze\nein Hund\n"}
+    texts[side] += "\n \n\t\n"
+    for lang, text in texts.items():
+        (tmp_path / f"p.{lang}{suffix}").write_bytes(gzip.compress(text.encode()) if suffix else text.encode())
+    pattern = str(tmp_path / f"p.{{lang}}{suffix}")
+    loaded = Translation(subset="custom", **{key: pattern, "eval_file": pattern}).load()
+    read = loaded["train"] if key == "train_file" else loaded["eval"][""]
+    assert read["source"] == ["a cat", "a dog"] and read["target"] == ["eine Katze", "ein Hund"]
+    other = "de" if side == "en" else "en"
+    texts[side] = texts[side].replace("\n", "\n\n", 1)  # line 2 blank, three lines of text around it
+    texts[other] += "one more\n"
+    for lang, text in texts.items():
+        (tmp_path / f"p.{lang}{suffix}").write_bytes(gzip.compress(text.encode()) if suffix else text.encode())
+    path = tmp_path / f"p.{side}{suffix}"
+    with pytest.raises(UserError, match=re.escape(f"{path}:2: the {'source' if side == 'en' else 'target'} line is empty")):
+        Translation(subset="custom", **{key: pattern, "eval_file": pattern}).load()
+
+
 def _write_records(path: Path, rows: list[dict]) -> Path:
     import json
 
