@@ -517,9 +517,9 @@ def test_a_header_repeated_inside_a_csv_is_refused(tmp_path: Path, reader: str, 
 @pytest.mark.parametrize("suffix", ["", ".gz"])
 def test_blank_lines_that_end_a_parallel_file_are_not_lines(tmp_path: Path, key: str, side: str, suffix: str) -> None:
     """Finding: a parallel file ending in an extra line break or two (an editor's) was "2 lines
-    but ... has 3", the files line-aligned; blank lines after a file's last text are not lines of
-    it (as predict's plain-text reader counts them), in train and eval files, plain or gzip. A
-    blank line between texts is still refused at its line."""
+    but ... has 3", the files line-aligned; blank lines after the last text of both files are not
+    lines (as predict's plain-text reader counts them), in train and eval files, plain or gzip. A
+    blank line facing a text is still refused at its line."""
     import gzip
 
     from toolkit.tasks.translation import Translation

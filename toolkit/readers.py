@@ -966,17 +966,16 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
         offset += len(batch)
 
 
-def without_trailing_blanks(ds: Any, column: str) -> Any:
-    """`ds` without the rows after its last one with text in `column` (blank by `blank`'s rule):
-    the blank lines that end a text file, which `read_lines` does not count either."""
+def text_end(ds: Any, column: str) -> int:
+    """The number of rows up to the last one with text in `column` (blank by `blank`'s rule):
+    what a text file holds before the blank lines that end it."""
     import numpy as np
     import pyarrow.compute as pc
 
     blanks = np.concatenate([pc.match_substring_regex(chunk, BLANK_PATTERN).to_numpy(zero_copy_only=False)
                              for chunk in ds.data.column(column).chunks] or [np.zeros(0, bool)])
     texts = np.flatnonzero(~blanks)
-    end = int(texts[-1]) + 1 if len(texts) else 0
-    return ds if end == len(ds) else ds.select(range(end))
+    return int(texts[-1]) + 1 if len(texts) else 0
 
 
 def _invisible(text: str) -> str:
