@@ -227,3 +227,58 @@ def test_records_with_their_texts_in_an_object_read_as_flat_ones(tmp_path: Path,
     from toolkit.inference import read_inputs  # predict's input in the same layout: read alike
 
     assert [r[src] for r in read_inputs(str(nested), [src])] == [r[src] for r in rows]
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+@pytest.mark.parametrize("task", sorted(NESTED))
+def test_objects_whose_fields_differ_by_record_are_lifted_too(tmp_path: Path, task: str, fmt: str) -> None:
+    """Finding: an object whose fields differ from record to record (one adds `fr`, or lacks the
+    target) is kept by datasets' json builder as JSON text (its `Json` feature), and such a file
+    was refused with the hint to set task.source_field to the object. Its fields are lifted as a
+    regular object's are: an extra field is read past, a record lacking the target or holding a
+    number there is one line naming that record's line, in training and eval files and in
+    predict's input alike."""
+    from toolkit.inference import read_inputs
+    from toolkit.tasks import TASKS
+
+    settings, outer, (src, tgt), _ = NESTED[task]
+    rows = [{src: sentence(i), tgt: sentence(i + 3, 4)} for i in range(6)]
+
+    def write(name: str, records: list[dict]) -> Path:
+        path = tmp_path / f"{name}.{fmt}"
+        wrapped = [{outer: r} for r in records]
+        path.write_text("[\n" + ",\n".join(json.dumps(r) for r in wrapped) + "\n]" if fmt == "json"
+                        else "".join(json.dumps(r) + "\n" for r in wrapped))
+        return path
+
+    ragged = write("ragged", rows[:3] + [{**rows[3], "note": "extra"}] + rows[4:])
+    for split in ("train", "eval"):
+        data = TASKS.get(task)(**{"train_file": str(ragged), "eval_file": str(ragged)}, **settings).load()
+        read = data["train"] if split == "train" else data["eval"][""]
+        assert read["source"] == [r[src] for r in rows] and read["target"] == [r[tgt] for r in rows]
+    assert [r[src] for r in read_inputs(str(ragged), [src])] == [r[src] for r in rows]
+    line = 3 if fmt == "json" else 2  # the record's line: after the list's "[" line in JSON
+    for name, record, said in (("lacking", {src: rows[1][src]}, f"'{tgt}' is missing"),
+                               ("number", {src: rows[1][src], tgt: 7}, f"'{tgt}' is a number")):
+        bad = write(name, [rows[0], record, *rows[2:]])
+        good = write("good", rows)
+        for files in ({"train_file": str(bad), "eval_file": str(good)}, {"train_file": str(good), "eval_file": str(bad)}):
+            with pytest.raises(UserError, match=f"^{bad}:{line}: {said}"):
+                TASKS.get(task)(**files, **settings).load()
+    with pytest.raises(UserError, match=f"^{tmp_path / ('lacking.' + fmt)}:{line}: field '{tgt}' is missing"):
+        read_inputs(str(tmp_path / f"lacking.{fmt}"), [tgt])
+
+
+@pytest.mark.parametrize("key", ["train_file", "eval_file"])
+@pytest.mark.parametrize("name", sorted({**ROWS, **ELSEWHERE}))
+def test_a_folder_given_as_a_data_file_is_called_a_folder(tmp_path: Path, name: str, key: str) -> None:
+    """Finding: a folder named like a data file (`train.csv/`) was "does not exist" for
+    text_classification, which sent the user looking for a missing path; every own-data recipe
+    says it is there and is not a file, in one line naming the setting."""
+    from toolkit.recipe import check_data
+
+    folder = tmp_path / ("data.txt" if name in ("minilm-mlm", "gpt2-clm", "minilm-lora-ner") else "data.jsonl")
+    folder.mkdir()
+    with pytest.raises(UserError, match=rf"^task\.{key}: {folder}:? (is a folder, not a file|is not a file)$"):
+        recipe = recipes.load(OWN / f"{name}.yaml", [f"task.{key}={folder}"])
+        check_data(recipe)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -57,6 +58,10 @@ BAD = {  # name -> (bytes, what the one line says)
     "binary": (b"text,label\n\x89PNG\r\n\x1a\n\x00\x00", r":2: (holds a NUL byte|not UTF-8 text)"),
     "latin-1": ("text,label\ncaf\xe9,1\n".encode("latin-1"), r":2: not UTF-8 text \(byte 0xe9\)"),
     "no line break": (b"a" * (3 << 20), r":1: no line break within 1 MiB"),
+    "gzip not named .gz": (__import__("gzip").compress(b"text,label\ngood,1\n"),
+                           r": holds gzip-compressed data, not text; (name it data\.\w+\.gz|decompress it first)"),
+    "bzip2": (__import__("bz2").compress(b"text,label\ngood,1\n"), r": holds bzip2-compressed data, not text"),
+    "xz": (__import__("lzma").compress(b"text,label\ngood,1\n"), r": holds xz-compressed data, not text"),
 }
 
 
@@ -123,7 +128,7 @@ def test_a_carriage_return_inside_a_line_is_refused_by_every_plain_text_reader(
     assert at_chunk_end == (len(head + b"two\r") == readers.CHUNK)  # the \\r is a chunk's last byte
     with pytest.raises(UserError, match=r":%d: a carriage return \(\\r\) inside a line" % (3 if at_chunk_end else 2)):
         read(path, monkeypatch)
-    path.write_bytes(head + b"two three O\r\n")
+    path.write_bytes(head + b"two-three O\r\n")
     assert len(read(path, monkeypatch)) in (1, 2 + at_chunk_end)
 
 
@@ -164,10 +169,377 @@ def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path: Path) -> None:
     from toolkit.tasks.ner import read_conll
 
     path = tmp_path / "n.txt"
-    path.write_text("New\u00a0York NNP\tB-LOC\nis  O\nbig\u2028one O\n \t \nParis B-LOC\n")
+    path.write_text("New\u00a0York NNP\tB-LOC\nis  VBZ O\nbig\u2028one JJ O\n \t \nParis NNP B-LOC\n")
     read = read_conll(path)
     assert read.tokens == [["New\u00a0York", "is", "big\u2028one"], ["Paris"]]
     assert read.tags == [["B-LOC", "O", "O"], ["B-LOC"]]
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+@pytest.mark.parametrize("name", ["n.txt", "n.conll.gz"])
+@pytest.mark.parametrize("line", ["New York B-LOC", "New\tYork\tB-LOC", "York"])
+def test_every_conll_word_line_holds_the_same_columns(tmp_path: Path, split: str, name: str, line: str) -> None:
+    """Finding: a word line with more columns than the file's others (a word holding a space,
+    `New York B-LOC` among `word TAG` lines) was read as its first and last column: the word
+    'New' tagged B-LOC, 'York' lost, exit 0. Every word line of a CoNLL file, train or eval,
+    plain or gzip, holds as many columns as the first; else one line naming both lines."""
+    import gzip
+
+    from toolkit.tasks import TASKS
+
+    text = f"-DOCSTART- -X- O\n\nPeter B-PER\nlives O\nin O\n\n{line}\nis O\n"
+    bad = tmp_path / name
+    bad.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    good = tmp_path / "good.txt"
+    good.write_text("Peter B-PER\nlives O\n\nParis B-LOC\n")
+    files = {"train_file": str(bad if split == "train" else good), "eval_file": str(bad if split == "eval" else good)}
+    task = TASKS.get("ner")(**files)
+    said = r":7: expected 'token TAG'" if line == "York" else r":7: 3 columns where line 3 has 2; .*a word cannot hold a space"
+    with pytest.raises(UserError, match=re.escape(str(bad)) + said):
+        task.load()
+    bad.write_bytes(gzip.compress(text.replace(line, "York B-LOC").encode()) if name.endswith(".gz")
+                    else text.replace(line, "York B-LOC").encode())
+    loaded = TASKS.get("ner")(**files).load()
+    read = loaded["train"] if split == "train" else loaded["eval"][""]
+    assert read["tokens"] == [["Peter", "lives", "in"], ["York", "is"]]
+
+
+@pytest.mark.parametrize("task", ["mlm", "clm", "denoise", "span_corruption"])
+@pytest.mark.parametrize("name", ["docs.csv", "docs.TSV", "docs.csv.gz"])
+@pytest.mark.parametrize("key", ["train_file", "eval_file"])
+def test_a_pretraining_task_refuses_a_csv_it_would_read_as_plain_text(tmp_path: Path, task: str, name: str,
+                                                                      key: str) -> None:
+    """Finding: the pretraining objectives read any file not named .json/.jsonl as plain text, so
+    a CSV of documents trained on its header line `text` as a document and on its quotes, exit 0.
+    A CSV or TSV file is one line naming the setting, at the recipe's check (validate, run, the
+    API) and at load; any other name is still plain text (WikiText's .tokens)."""
+    import gzip
+
+    from toolkit.tasks import TASKS
+
+    columns = tmp_path / name
+    body = b'text\n"one, two"\nthree\n'
+    columns.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    plain = tmp_path / "docs.tokens"
+    plain.write_text("one two\nthree four\nfive six\n")
+    files = {"train_file": str(plain), "eval_file": str(plain), key: str(columns)}
+    said = rf"task.{key}: {re.escape(str(columns))}: a [CT]SV file is not read as plain text"
+    made = TASKS.get(task)(**files)
+    with pytest.raises(UserError, match=said):
+        made.check()
+    with pytest.raises(UserError, match=said):
+        made.load()
+    assert TASKS.get(task)(train_file=str(plain), eval_file=str(plain)).load()["train"]["text"] == \
+        ["one two", "three four", "five six"]
+
+
+@pytest.mark.parametrize("split", ["train_file", "eval_file"])
+@pytest.mark.parametrize("problem", ["classification", "regression"])
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_json_label_that_is_not_a_json_number_is_refused(tmp_path: Path, split: str, problem: str, value: str) -> None:
+    """Finding: a JSONL label NaN (what Python's json.dumps writes for a missing float; not JSON)
+    was read by the json builder as a float and became the class "nan", trained on, exit 0. NaN
+    and +-Infinity are one line naming the record, in a train or an eval file, for either problem."""
+    from toolkit.tasks import TASKS
+
+    rows = "".join(f'{{"text": "text {i}", "label": {i % 2}}}\n' for i in range(4))
+    bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
+    good.write_text(rows)
+    bad.write_text(rows + f'{{"text": "text 4", "label": {value}}}\n')
+    files = {"train_file": str(good), "eval_file": str(good), split: str(bad)}
+    task = TASKS.get("text_classification")(**files, problem=problem)
+    with pytest.raises(UserError, match=re.escape(f"{bad}:5: label column 'label' is {value}, which JSON has no number")):
+        task.load()
+
+
+HEADERS = {  # a valid file's bytes -> (format, the columns its full read names)
+    "cr line ends": (b"text,label\rgood,a\rbad,b\r", "csv", ["text", "label"]),
+    "cr line ends tsv": (b"text\tlabel\rgood\ta\rbad\tb\r", "tsv", ["text", "label"]),
+    "crlf and a bom": (b"\xef\xbb\xbftext,label\r\ngood,a\r\nbad,b\r\n", "csv", ["text", "label"]),
+    "a line break in a quoted name": (b'"review\ntext",label\ngood,a\nbad,b\n', "csv", ["review\ntext", "label"]),
+    "a comma in a quoted name": (b'"text, raw",label\ngood,a\nbad,b\n', "csv", ["text, raw", "label"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADERS))
+def test_the_head_check_reads_the_header_the_full_read_reads(tmp_path: Path, case: str) -> None:
+    """Finding: the validate-time head check cut the header at the first \\n: a file with \\r line
+    ends (which the full read takes) was a csv.Error traceback at `toolkit validate` / run, and a
+    quoted name holding a line break made a valid file's 'label' column "missing". The head check
+    names the columns the full read names, for a recipe that names them (check_data); a header
+    it cannot parse says nothing there (the full read says what is wrong)."""
+    from types import SimpleNamespace
+
+    from toolkit.recipe import check_data
+    from toolkit.tasks import TASKS
+
+    data, fmt, columns = HEADERS[case]
+    path = tmp_path / f"d.{fmt}"
+    path.write_bytes(data)
+    assert readers.head_names(path) == readers.read(path, fmt).column_names == columns
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=[columns[0]],
+                                            label_column="label")
+    check_data(SimpleNamespace(task=task))
+    assert task.load()["train"]["text" if columns[0] == "text" else columns[0]] == ["good", "bad"]
+    for broken in (b'"text,label\ngood,a\n', b'text,"label"x\ngood,a\n') if fmt == "csv" else ():  # the full read says
+        path.write_bytes(broken)
+        assert readers.head_names(path) is None
+
+
+def _classified(split: str) -> Callable:
+    def read(path: Path) -> None:
+        from toolkit.tasks import TASKS
+
+        good = path.with_name("good.csv")
+        good.write_text("text,label\ngood,a\nbad,b\n")
+        files = {"train_file": str(good), "eval_file": str(good), split: str(path)}
+        TASKS.get("text_classification")(**files).load()
+    return read
+
+
+def _summarized(path: Path) -> None:
+    from toolkit.tasks._generation import read_records
+
+    read_records(path, ("text", "label"))
+
+
+def _predicted(path: Path) -> None:
+    from toolkit.inference import read_inputs
+
+    read_inputs(str(path), ["text"])
+
+
+LONG_ROW_READERS = {"reader": lambda path: readers.read(path, "csv"), "classification train": _classified("train_file"),
+                    "classification eval": _classified("eval_file"), "classification test": _classified("test_file"),
+                    "summarization": _summarized, "predict input": _predicted}
+
+
+@pytest.mark.parametrize("name", ["d.csv", "d.csv.gz"])
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS))
+def test_a_row_with_too_many_fields_is_named_by_its_line(tmp_path: Path, reader: str, name: str) -> None:
+    """Finding: pandas counts a record with a quoted line break as one line, and a row with a
+    field too many after such a record was said at the wrong line (line 4 for line 6). The line
+    is the file's, for every reader of CSV files."""
+    import gzip
+
+    body = b'text,label\n"two\nline",a\r\n"three\r\nline\r\nreview",b\nbad,b,extra\n'
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    with pytest.raises(UserError, match=re.escape(f"{path}:7: expected 2 fields like the header (comma-separated), got 3")):
+        LONG_ROW_READERS[reader](path)
+
+
+LATE = {  # the last record of a JSONL file longer than one builder chunk -> what reading it gives
+    "a fraction after whole numbers": ({"label": 1.5}, ("label", 1.5)),
+    "a field null, then text": ({"label": 1, "note": "late"}, ("note", "late")),
+    "a field first seen late": ({"label": 1, "extra": "late"}, ("extra", "late")),
+    "a string label after numbers": ({"label": "1"}, r":401: 'label' is a string here but a number at line 1"),
+    "a number text after strings": ({"text": 5, "label": 1}, r":401: 'text' is a number here but a string at line 1"),
+    "a number word after words": ({"label": 1, "words": [5]}, r":401: 'words\[\]' is a number here but a string at line 1"),
+    "a string start after numbers": ({"label": 1, "span": {"start": ["3"]}},
+                                     r":401: 'span.start\[\]' is a string here but a number at line 1"),
+}
+
+
+NESTED_LATE = {"a number word after words", "a string start after numbers"}
+
+
+@pytest.mark.parametrize("name", ["d.jsonl", "d.jsonl.gz"])
+@pytest.mark.parametrize("case", sorted(LATE))
+def test_a_jsonl_file_is_typed_by_all_its_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str,
+                                                  name: str) -> None:
+    """Finding: datasets' json builder types each field by a JSONL file's first 10 MiB and casts
+    the rest to it: a later label "1" beside numbers was read as 1 and a later text 5 as "5",
+    exit 0 (a smaller file is refused at that line), and a later 1.5 beside whole numbers, or a
+    field null or absent at first, was a traceback-worded refusal of a valid file. Every record
+    counts, as in a file of one chunk: a type change is said at its line, the rest is read."""
+    import gzip
+    import json
+
+    from toolkit.tasks import TASKS
+
+    monkeypatch.setattr(readers, "JSONL_CHUNK", 16 << 10)
+    late, expected = LATE[case]
+    rows = [{"text": f"{'padding ' * 10}{i}", "label": i % 2, **({"note": None} if "null" in case else {}),
+             **({"words": ["a", "b"], "span": {"start": [1]}} if case in NESTED_LATE else {})}
+            for i in range(400)]
+    body = ("".join(json.dumps(r) + "\n" for r in rows) + json.dumps({"text": "late", **late}) + "\n").encode()
+    assert len(body) > 2 * readers.JSONL_CHUNK
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    if isinstance(expected, str):
+        with pytest.raises(UserError, match=re.escape(str(path)) + expected):
+            readers.read(path, "jsonl")
+        for split in ("train_file", "eval_file"):
+            with pytest.raises(UserError, match=re.escape(str(path)) + expected):
+                TASKS.get("text_classification")(**{"train_file": str(good), "eval_file": str(good), split: str(path)}).load()
+        return
+    column, value = expected
+    assert readers.read(path, "jsonl")[-1][column] == value
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(good),
+                                            problem="regression" if column == "label" else "classification")
+    assert task.load()["train"]["text"][-1] == "late"
+
+
+def _ner_jsonl(path: Path) -> None:
+    from toolkit.tasks.ner import read_jsonl
+
+    read_jsonl(path)
+
+
+def _qa_jsonl(path: Path) -> None:
+    from toolkit.tasks.squad import read_squad
+
+    read_squad(str(path), "v1")
+
+
+JOINED = {  # reader -> (a good record, the same record with a fault, read the file)
+    "classification": ({"text": "good", "label": "a"}, {"text": "", "label": "b"}, _classified("train_file")),
+    "summarization": ({"text": "a dialogue", "label": "its summary"}, {"text": "a dialogue", "label": ""}, _summarized),
+    "predict input": ({"text": "good"}, {"text": " "}, _predicted),
+    "ner": ({"tokens": ["Paris"], "ner_tags": ["B-LOC"]}, {"tokens": ["Paris"], "ner_tags": ["B-LOC", "O"]}, _ner_jsonl),
+    "qa": ({"question": "Where?", "context": "In Paris.", "answers": {"text": ["Paris"], "answer_start": [3]}},
+           {"question": "Where?", "context": "In Paris.", "answers": {"text": ["Paris"], "answer_start": [4]}}, _qa_jsonl),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(JOINED))
+def test_records_joined_on_one_jsonl_line_keep_later_lines_right(tmp_path: Path, reader: str) -> None:
+    """Finding: two records on one line (`{...}{...}`: a file that ended without a line break,
+    another appended) are two records to the json builder, and every later record was said one
+    line too far down (here line 3 for line 2, or a line past the end). A line counts the JSON
+    values it holds, for every reader that names a JSONL record's line."""
+    import json
+
+    good, bad, read = JOINED[reader]
+    path = tmp_path / "d.jsonl"
+    second = {**good, **({"label": "b"} if reader == "classification" else {})}
+    path.write_text(json.dumps(good) + json.dumps(second) + "\n" + json.dumps(bad) + "\n" + json.dumps(good) + "\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}:2:")):
+        read(path)
+
+
+WHITESPACE_LINES = {  # a file with a line of spaces or tabs alone -> the one line said
+    "a first record that would shift": (b"text,label\n \t \nLoved it, truly,pos\nHated it, really,neg\n",
+                                        ":3: expected 2 fields like the header (comma-separated), got 3"),
+    "a later row too long": (b'text,label\n"good",a\n   \r\n\t\nbad,b,extra\n', ":5: expected 2 fields"),
+    "a later empty label": (b'text,label\n"good",a\n   \r\n\t\nbad,\nfine,b\n', ":5: label column 'label' is empty"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WHITESPACE_LINES))
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS))
+def test_a_line_of_spaces_is_skipped_by_every_csv_reread_as_by_pandas(tmp_path: Path, reader: str, case: str) -> None:
+    """Finding: pandas skips a line of nothing but spaces and tabs, where the csv module reads a
+    record of one field. After such a line every line named was one too early, and one right after
+    the header hid the first record from the check that it has no more fields than the header:
+    `Loved it, truly,pos` was read as text ' truly', label 'pos', exit 0. The re-reads skip
+    what pandas skips, for every reader of CSV files."""
+    body, said = WHITESPACE_LINES[case]
+    path = tmp_path / "d.csv"
+    path.write_bytes(body)
+    if case == "a later empty label" and not reader.startswith("classification"):
+        return  # only classification reads labels
+    with pytest.raises(UserError, match=re.escape(f"{path}{said}")):
+        LONG_ROW_READERS[reader](path)
+
+
+@pytest.mark.parametrize("task", ["mlm", "clm", "denoise", "span_corruption"])
+@pytest.mark.parametrize("separator", [" ", "\t", "\u200b", "  \r"])
+@pytest.mark.parametrize("name", ["docs.txt", "docs.txt.gz"])
+def test_blank_line_documents_end_at_any_blank_line(tmp_path: Path, task: str, separator: str, name: str) -> None:
+    """Finding: `task.documents: blank_line` split documents where datasets' text builder splits
+    paragraphs, at an empty line only: a line of spaces (WikiText's separator lines are one space)
+    joined the documents around it, and WikiText-2's valid.txt was one document, exit 0; the last
+    document kept a line break the others did not. A line that is blank by the readers' rule
+    (`readers.blank`) ends a document, in train and eval files, plain or gzip."""
+    import gzip
+
+    from toolkit.tasks import TASKS
+
+    text = f"one a\none b\n\ntwo\n{separator}\nthree\n{separator}\n{separator}\nfour\n".replace("\n", "\r\n" if "\r" in separator else "\n")
+    text = text.replace("\r\r", "\r")
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    loaded = TASKS.get(task)(train_file=str(path), eval_file=str(path), documents="blank_line").load()
+    for split in (loaded["train"], loaded["eval"][""]):
+        assert sorted(split["text"]) == ["four", "one a\none b", "three", "two"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "text", "tsv"])  # a JSON document begins with [ or {
+def test_text_beginning_as_a_compressed_file_does_is_one_line(tmp_path: Path, fmt: str) -> None:
+    """datasets' readers take a file beginning with bzip2's mark `BZh` (or zip's, lz4's) for such
+    an archive whatever its name, and a valid text file so begun was "could not be read (OSError:
+    Invalid data stream)". One line names the mark, for every format the reader takes."""
+    body = {"csv": "BZh,label\na,b\n", "tsv": "BZh\tlabel\na\tb\n", "jsonl": "BZh\n",
+            "text": "BZh is how it begins\n"}[fmt]
+    path = tmp_path / f"d.{'txt' if fmt == 'text' else fmt}"
+    path.write_text(body)
+    with pytest.raises(UserError, match=re.escape(f"{path}:1: begins with 'BZh', the mark of a bzip2 file")):
+        readers.read(path, fmt)
+
+
+@pytest.mark.parametrize("reader", sorted(JOINED))
+def test_a_json_list_named_jsonl_is_refused(tmp_path: Path, reader: str) -> None:
+    """Finding: a .jsonl file holding a JSON list (`[` on its own line, a record a line) is read
+    by the json builder as a list, and a bad record was said at the line before its own. It is
+    one line asking to name it .json, for every reader of JSONL files."""
+    import json
+
+    good, bad, read = JOINED[reader]
+    path = tmp_path / "d.jsonl"
+    path.write_text("[\n" + ",\n".join(json.dumps(r) for r in (good, good, bad)) + "\n]\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}: holds a JSON list, not JSON lines (one object a line); "
+                                                  "name it .json")):
+        read(path)
+
+
+@pytest.mark.parametrize("join", ["plain", "with their BOMs", "gzip"])
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS))
+def test_a_header_repeated_inside_a_csv_is_refused(tmp_path: Path, reader: str, join: str) -> None:
+    """Finding: two CSV files joined with their headers (`cat a.csv b.csv`) were read with the
+    second header as a row: text 'text' with a class 'label' of its own, trained on, exit 0. A
+    record that repeats the header is one line naming it, for every reader of CSV files."""
+    import gzip
+
+    bom = "\ufeff" if join == "with their BOMs" else ""
+    body = (f"{bom}text,label\ngood,a\nbad,b\n" * 2).encode()
+    path = tmp_path / ("d.csv.gz" if join == "gzip" else "d.csv")
+    path.write_bytes(gzip.compress(body) if join == "gzip" else body)
+    with pytest.raises(UserError, match=re.escape(f"{path}:4: repeats the header line (text, label)")):
+        LONG_ROW_READERS[reader](path)
+
+
+@pytest.mark.parametrize("key", ["train_file", "eval_file"])
+@pytest.mark.parametrize("side", ["en", "de"])
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_blank_lines_that_end_a_parallel_file_are_not_lines(tmp_path: Path, key: str, side: str, suffix: str) -> None:
+    """Finding: a parallel file ending in an extra line break or two (an editor's) was "2 lines
+    but ... has 3", the files line-aligned; blank lines after the last text of both files are not
+    lines (as predict's plain-text reader counts them), in train and eval files, plain or gzip. A
+    blank line facing a text is still refused at its line."""
+    import gzip
+
+    from toolkit.tasks.translation import Translation
+
+    texts = {"en": "a cat\na dog\n", "de": "eine Katze\nein Hund\n"}
+    texts[side] += "\n \n\t\n"
+    for lang, text in texts.items():
+        (tmp_path / f"p.{lang}{suffix}").write_bytes(gzip.compress(text.encode()) if suffix else text.encode())
+    pattern = str(tmp_path / f"p.{{lang}}{suffix}")
+    loaded = Translation(subset="custom", **{key: pattern, "eval_file": pattern}).load()
+    read = loaded["train"] if key == "train_file" else loaded["eval"][""]
+    assert read["source"] == ["a cat", "a dog"] and read["target"] == ["eine Katze", "ein Hund"]
+    other = "de" if side == "en" else "en"
+    texts[side] = texts[side].replace("\n", "\n\n", 1)  # line 2 blank, three lines of text around it
+    texts[other] += "one more\n"
+    for lang, text in texts.items():
+        (tmp_path / f"p.{lang}{suffix}").write_bytes(gzip.compress(text.encode()) if suffix else text.encode())
+    path = tmp_path / f"p.{side}{suffix}"
+    with pytest.raises(UserError, match=re.escape(f"{path}:2: the {'source' if side == 'en' else 'target'} line is empty")):
+        Translation(subset="custom", **{key: pattern, "eval_file": pattern}).load()
 
 
 def _write_records(path: Path, rows: list[dict]) -> Path:
@@ -338,6 +710,38 @@ def test_a_key_twice_in_a_json_object_is_one_line(tmp_path: Path, reader: str) -
     with pytest.raises(UserError, match=r"d\.json: the key '\w+' appears twice in one object"):
         JSON_DOCUMENT_READERS[reader](path, '[{"text": "good", "label": "pos"},\n'
                                             ' {"text": "first", "text": "second", "label": "neg"}]')
+
+
+def _summaries_of(path: Path) -> None:
+    from toolkit.tasks._generation import read_records
+
+    read_records(path, ("dialogue", "summary"))
+
+
+def _squad_of(path: Path) -> None:
+    from toolkit.tasks.squad import read_squad
+
+    read_squad(str(path), "v1")
+
+
+DATA_FIELD_READERS = {  # the readers of {"data": [...]} documents -> one good record of theirs
+    "summarization": (_summaries_of, {"dialogue": "A: hi", "summary": "A greets."}),
+    "squad": (_squad_of, {"title": "t", "paragraphs": [{"context": "In Paris.", "qas": [
+        {"id": "a", "question": "Where?", "answers": [{"text": "Paris", "answer_start": 3}]}]}]}),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(DATA_FIELD_READERS))
+def test_a_data_list_given_twice_is_said_as_a_key_twice(tmp_path: Path, reader: str) -> None:
+    """Finding: `{"data": [...], "data": []}` was "holds no records": the builder kept the last,
+    empty list and failed before the key check ran. The key check comes first."""
+    import json
+
+    read, record = DATA_FIELD_READERS[reader]
+    path = tmp_path / "d.json"
+    path.write_text('{"data": ' + json.dumps([record]) + ', "data": []}')
+    with pytest.raises(UserError, match=re.escape(f"{path}: the key 'data' appears twice in one object")):
+        read(path)
 
 
 PIPED = {  # name -> (file name, bytes); each holds the two rows below

@@ -215,3 +215,19 @@ train: {{epochs: 1, batch_size: 12}}
     assert "differ only in case, spaces or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
     (config,) = (tmp_path / "runs").rglob("model/config.json")
     assert json.loads(config.read_text())["id2label"] == {"0": "+1", "1": "0", "2": "00", "3": "1", "4": "1.0"}
+
+
+@pytest.mark.parametrize("fmt,blank", [("csv", ""), ("tsv", ""), ("json", ""), ("jsonl.gz", None)])
+def test_a_test_file_with_its_label_column_left_blank_is_unlabelled(tmp_path: Path, fmt: str, blank) -> None:
+    """Finding: a test file whose label column is there and left blank (as test sets are handed
+    out) had each empty label refused, and with it the whole run, train and eval files valid. A
+    label column blank in every row of the test file means no labels; one filled in part is
+    still refused at the first empty one."""
+    train = write(tmp_path / f"train.{fmt}", ROWS, fmt)
+    test = write(tmp_path / f"test.{fmt}", [(text, blank) for text, _ in ROWS[:3]], fmt)
+    task = TextClassification(train_file=str(train), eval_file=str(train), test_file=str(test))
+    loaded = task.load()
+    assert loaded["test"].column_names == ["text"] and loaded["test"]["text"] == [t for t, _ in ROWS[:3]]
+    part = write(tmp_path / f"part.{fmt}", [(ROWS[0][0], "pos"), (ROWS[1][0], blank)], fmt)
+    with pytest.raises(UserError, match="label column 'label' is empty"):
+        TextClassification(train_file=str(train), eval_file=str(train), test_file=str(part)).load()

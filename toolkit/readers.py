@@ -5,7 +5,9 @@ cache; the checks then run on the Arrow table, batch by batch, so a large file c
 disk and a bounded amount of memory. What the builders would report as a pyarrow or pandas
 traceback without the file or line is found here first, by one streaming pass over the bytes
 (`scan`: size, gzip, UTF-8, nothing but whitespace), or afterwards, on the error path only, by
-re-reading the file to put a line number on the record the table names (`where`).
+re-reading the file to put a line number on the record the table names (`where`). A JSONL file
+longer than the builder's chunk, whose later chunks it would cast to the first one's types, gets
+one more streaming pass first (`_jsonl_types`).
 
 Limits (environment, MiB): TOOLKIT_MAX_INPUT_MB (default 20480) caps the bytes of any file after
 decompression, a gzip bomb included; TOOLKIT_MAX_JSON_MB (default 2048) caps a single JSON
@@ -94,6 +96,8 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
     try:
         with _open_bytes(path) as handle:
             while chunk := handle.read(CHUNK):
+                if size == 0:
+                    _not_compressed(chunk, shown, path)
                 size += len(chunk)
                 if size > limit:
                     raise UserError(f"{shown}: holds more than {limit / (1 << 20):.3g} MiB of data"
@@ -124,6 +128,29 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
     if not text_seen:
         raise UserError(f"{shown}: the file is empty" + (" (only whitespace)" if size else ""))
     return size
+
+
+# The first bytes of compressed files: what a file holds when its name does not say so
+COMPRESSED = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd",
+              b"BZh": "bzip2"}
+
+
+# What datasets' readers take a file beginning so for, whatever its name (its magic numbers that
+# UTF-8 text can begin with): such a text file cannot be read by them
+DATASETS_MAGIC = {b"BZh": "bzip2", b"PK\x03\x04": "zip", b"PK\x05\x06": "zip", b"PK\x07\x08": "zip",
+                  b"\x04\x22\x4d\x18": "lz4"}
+
+
+def _not_compressed(head: bytes, shown: str, path: Path) -> None:
+    """A (decompressed) file that is itself compressed is one line naming the compression: it was
+    "not UTF-8 text (byte 0x8b)". A gzip file is read when its name ends in .gz; the others are
+    to be decompressed first."""
+    for magic, kind in COMPRESSED.items():
+        if head.startswith(magic) and (kind != "bzip2" or head[3:10].startswith(b"1AY&SY", 1)):
+            inner = " inside the .gz" if path.suffix.lower() == ".gz" else ""
+            fix = (f"name it {path.name}.gz" if kind == "gzip" and not inner and shown == str(path) else
+                   "decompress it first (only gzip is read, by a name ending in .gz)")
+            raise UserError(f"{shown}: holds {kind}-compressed data{inner}, not text; {fix}")
 
 
 def _line_run(chunk: bytes, run: int, longest: int | None, shown: str, count: int) -> int:
@@ -325,44 +352,115 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
             raise UserError(f"{path}: expected a JSON object with a '{field}' list")
         if field is None and first_item_char(path) not in "{]":  # datasets reads ["a", "b"] as `text`
             raise UserError(_json_problem(path, None) or f"{path}: expected a JSON list of objects")
+        json_keys_once(path, field)  # first: a repeated key can empty what the builder reads ({"data": []} last)
         builder, kwargs = "json", ({"field": field} if field else {})
     elif fmt == "jsonl":
-        builder = "json"
+        if first_char(path) == "[":  # the builder reads it as a list, and no record's line could be named
+            raise UserError(f"{path}: holds a JSON list, not JSON lines (one object a line); name it .json")
+        builder, kwargs = "json", {"chunksize": JSONL_CHUNK}
+        if size > JSONL_CHUNK:  # the builder types each field by the first chunk and casts the rest to it
+            problem = _jsonl_types(path)
+            if problem:
+                raise UserError(problem)
     else:
         builder, kwargs = "text", {"sample_by": sample_by, "encoding": "utf-8-sig"}
-    try:
+
+    def load(**settings: Any) -> Any:
         with _quiet_builders():
             # the cache is named by the bytes: datasets alone keys it on path and mtime, and a file
             # replaced with its mtime kept (cp -p, rsync -t, unzip) would be read as it was
-            ds = load_dataset(builder, name=f"sha256-{digest.hexdigest()}", data_files=str(path),
-                              split="train", **kwargs)
+            return load_dataset(builder, name=f"sha256-{digest.hexdigest()}", data_files=str(path),
+                                split="train", **{**kwargs, **settings})
+
+    try:
+        try:
+            ds = load()
+        except Exception as exc:
+            error = _builder_error(path, fmt, exc, field)
+            if not (isinstance(error, Unreadable) and fmt == "jsonl" and size > JSONL_CHUNK):
+                raise error from None
+            # types the first chunk set that later records do not fit, though JSON's type holds (a whole
+            # number, later a fraction; a field null or absent at first): typed by the whole file, as a
+            # smaller one is, within the memory a JSON document may take
+            limit = limit_bytes("TOOLKIT_MAX_JSON_MB", 2048)
+            if size > limit:
+                raise UserError(f"{path}: a field's values after the first {JSONL_CHUNK >> 20} MiB do not fit the "
+                                f"type its first records gave it, and typing it by the whole {size / (1 << 20):.0f} "
+                                f"MiB file passes TOOLKIT_MAX_JSON_MB ({limit / (1 << 20):.3g}): raise it, or give "
+                                f"the first records every field, numbers as written later ({exc})") from None
+            ds = load(chunksize=size + 1)
     except UserError:
         raise
     except Exception as exc:
         raise _builder_error(path, fmt, exc, field) from None
-    if fmt == "json":
-        json_keys_once(path, field)
     if fmt in ("csv", "tsv") and len(ds) == 0:
         raise UserError(f"{path}: has a header and no rows")
+    if fmt in ("csv", "tsv"):
+        _no_header_again(ds, header, path, fmt)
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
     return ds
+
+
+# What datasets' json builder reads of a JSONL file at a time (its JsonConfig.chunksize default):
+# each field is typed by the first chunk, and later chunks are cast to those types
+JSONL_CHUNK = 10 << 20
+
+
+def _jsonl_types(path: Path) -> str | None:
+    """The first record of a JSONL file whose field has another JSON type than earlier records
+    gave it, said as `_jsonl_problem` says it; None where every field keeps its type. For a file
+    larger than one chunk: the builder cast a later string "1" beside numbers to 1, a later
+    number 5 in a text field to "5", exit 0, where a smaller file is refused at that line. A
+    streaming pass of the json module (a line that is not JSON is the builder's to say). Inside
+    lists and objects too (`tokens[]`, `answers.answer_start[]`): a later word 5 in a list of
+    words became "5", a later answer_start "3" became 3."""
+    first: dict[str, tuple[str, int]] = {}
+    with _open_bytes(path) as raw:
+        for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError:
+                return None
+            if isinstance(value, dict):
+                for key, inner in value.items():
+                    changed = _type_change(inner, key, first, n)
+                    if changed:
+                        return f"{path}:{n}: {changed}"
+    return None
+
+
+def _type_change(value: Any, name: str, first: dict[str, tuple[str, int]], line: int) -> str | None:
+    """`value`'s JSON type against the one `name` had first (`first`, updated), and so on inside
+    it; nulls fit any type."""
+    if value is None:
+        return None
+    kind = json_type(value)
+    seen = first.setdefault(name, (kind, line))
+    if seen[0] != kind:
+        return f"'{name}' is {kind} here but {seen[0]} at line {seen[1]}; one type per field"
+    inner = value.items() if isinstance(value, dict) else \
+        ((None, v) for v in value) if isinstance(value, list) else ()
+    for key, item in inner:
+        changed = _type_change(item, f"{name}.{key}" if key is not None else f"{name}[]", first, line)
+        if changed:
+            return changed
+    return None
 
 
 def csv_header(path: Path, fmt: str) -> list[str]:
     """The header row; a column named twice is refused (pandas would rename it `label.1`), and so
     is a first record with more fields than the header: pandas would take the first ones for an
     index and shift every column silently (later rows with more fields it refuses itself)."""
-    csv.field_size_limit(sys.maxsize)
-    delimiter, quoting = ("\t", csv.QUOTE_NONE) if fmt == "tsv" else (",", csv.QUOTE_MINIMAL)
-    with _open_bytes(path) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        rows = csv.reader(text, delimiter=delimiter, quoting=quoting)
-        header = next(rows, [])
-        start = rows.line_num + 1
-        first = next(rows, None)
-        while first == []:  # blank lines, which pandas skips too
-            start, first = rows.line_num + 1, next(rows, None)
+    records = _records(path, fmt)
+    try:
+        line, header = next(records, (1, []))
+        header = header if line == 1 else []
+        start, first = next(records, (None, None))  # past blank and whitespace-only lines, as pandas
+    finally:
+        records.close()
     if not header or not any(h.strip() for h in header):
         raise UserError(f"{path}:1: the first line should be a header naming the columns")
     for i, name in enumerate(header):
@@ -374,6 +472,33 @@ def csv_header(path: Path, fmt: str) -> list[str]:
     if first is not None and len(first) > len(header):
         raise UserError(_field_count(path, fmt, len(header), start, len(first)))
     return header
+
+
+def _no_header_again(ds: Any, header: list[str], path: Path, fmt: str) -> None:
+    """No record repeats the header, as two files joined with their headers (`cat a.csv b.csv`)
+    do: pandas reads the second header as a row, and a class named like the label column was
+    trained on, exit 0. Each column compared with its name (a UTF-8 BOM before the first one
+    ignored), over the Arrow table."""
+    import pyarrow.compute as pc
+
+    offset = 0
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        same = None
+        for i, name in enumerate(header):
+            values = batch.column(batch.schema.get_field_index(name))
+            values = pc.utf8_ltrim(values, characters="\ufeff") if i == 0 else values
+            equal = pc.fill_null(pc.equal(values, name), False)
+            same = equal if same is None else pc.and_(same, equal)
+        bad = pc.index(same, True).as_py()
+        if bad >= 0:
+            raise UserError(f"{where(path, fmt, offset + bad)}: repeats the header line ({_field_names(header)}), "
+                            "as files joined with their headers do; keep the first header only")
+        offset += len(batch)
+
+
+def _field_names(names: list[str]) -> str:
+    shown = ", ".join(names[:4])
+    return shown + (", ..." if len(names) > 4 else "")
 
 
 # a quote followed by spaces or tabs up to a comma or the line end. Where the quote closes a field
@@ -406,6 +531,38 @@ def csv_quotes(path: Path) -> None:
                             "quote or line break is quoted whole") from None
 
 
+def _long_row(path: Path, fmt: str, want: int) -> tuple[int, int] | None:
+    """(line, fields) of the first record with more than `want` fields, the line the one it starts
+    on (error path: a re-read with the csv module, as `where` reads)."""
+    return next(((line, len(row)) for line, row in _records(path, fmt) if len(row) > want), None)
+
+
+def _records(path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
+    """(the line it starts on, its fields) of each record of a CSV/TSV file that pandas reads, the
+    header first: Python's csv module, past what pandas skips, blank lines and lines of nothing but
+    spaces and tabs (which the csv module reads as a record of one field: every later line named
+    was one line too early, and such a line after the header hid a first record that would shift
+    every column)."""
+    csv.field_size_limit(sys.maxsize)
+    last = [""]
+
+    def lines(text: Any) -> Iterator[str]:
+        for line in text:
+            last[0] = line
+            yield line
+
+    with _open_bytes(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+        rows = csv.reader(lines(text), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
+        start = 1
+        for row in rows:
+            skipped = not row or len(row) == 1 and rows.line_num == start and not last[0].strip(" \t\r\n")
+            if not skipped:
+                yield start, row
+            start = rows.line_num + 1
+
+
 def _field_count(path: Path, fmt: str, want: Any, line: Any, got: Any) -> str:
     return (f"{path}:{line}: expected {want} fields like the header ({'tab' if fmt == 'tsv' else 'comma'}-"
             f"separated), got {got}" + ("" if fmt == "tsv" else "; quote a field that holds a comma"))
@@ -430,11 +587,16 @@ def head_names(path: Path) -> list[str] | None:
     if "\x00" in head:
         return None
     if fmt in ("csv", "tsv"):
-        if "\n" not in head and len(head) >= HEAD_BYTES // 4:
-            return None
-        first = head.split("\n", 1)[0].rstrip("\r")
+        # the first record as csv_header reads it: a quoted name may hold a line break, and a line
+        # may end at \r alone (a header cut at the first \n was a wrong header, or a traceback)
+        stream = io.StringIO(head, newline="")
         quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-        names = next(csv.reader([first], delimiter="\t" if fmt == "tsv" else ",", quoting=quoting), [])
+        try:
+            names = next(csv.reader(stream, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting, strict=True), [])
+        except csv.Error:
+            return None
+        if stream.tell() >= len(head) and len(head) >= HEAD_BYTES // 4:  # the header may go on past the head
+            return None
         ok = names and all(n.strip() for n in names) and len(set(names)) == len(names)
         return names if ok else None  # a header that is not one: csv_header says why
     if fmt == "jsonl":
@@ -467,13 +629,19 @@ def _builder_error(path: Path, fmt: str, exc: Exception, field: str | None) -> U
     """What the builder could not read, said with a line number where one can be found."""
     root = _root(exc)
     message = str(root).splitlines()[0] if str(root) else type(root).__name__
+    with _open_bytes(path) as raw:
+        head = raw.read(8)
+    mark = next((m for m in DATASETS_MAGIC if head.startswith(m)), None)
+    if mark is not None:  # text (the byte scan passed) that begins as a compressed file does
+        return UserError(f"{path}:1: begins with {mark.decode('latin-1')!r}, the mark of a {DATASETS_MAGIC[mark]} "
+                         "file, and datasets' reader takes the file for one; put other text first")
     if "corresponds to no data" in message:  # the builder made an empty table
         return UserError(f"{path}: " + ("has a header and no rows" if fmt in ("csv", "tsv") else "holds no records"))
     if fmt in ("csv", "tsv"):
         found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", message)
-        if found:
+        if found:  # pandas' "line" is its count of records (a quoted line break is not one): ours is the file's
             want, line, got = found.groups()
-            return UserError(_field_count(path, fmt, want, line, got))
+            return UserError(_field_count(path, fmt, want, *(_long_row(path, fmt, int(want)) or (line, got))))
     elif fmt == "jsonl":
         problem = _jsonl_problem(path)
         if problem:
@@ -625,26 +793,29 @@ def _line_of(path: Path, fmt: str, index: int, keys: list[Any] | None) -> int | 
         return json_line(read_small_text(path), keys if keys is not None else [index])
     if fmt == "text":
         return index + 1
-    with _open_bytes(path) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="" if fmt in ("csv", "tsv") else None)
-        if fmt == "jsonl":
+    if fmt == "jsonl":
+        with _open_bytes(path) as raw:
             seen = -1
-            for n, line in enumerate(text, start=1):
-                seen += bool(line.strip())
-                if seen == index:
+            for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
+                seen += _values_on(line) if line.strip() else 0
+                if seen >= index:
                     return n
-            return None
-        csv.field_size_limit(sys.maxsize)
-        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-        rows = csv.reader(text, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
-        start, seen = 1, -2  # the header is record -1
-        for row in rows:
-            if row:
-                seen += 1
-                if seen == index:
-                    return start
-            start = rows.line_num + 1
-    return None
+        return None
+    return next((line for i, (line, _) in enumerate(_records(path, fmt)) if i == index + 1), None)  # 0: the header
+
+
+def _values_on(line: str) -> int:
+    """How many JSON values a JSONL line holds: one, or more where records were joined on one line
+    (`{...}{...}`, a file that ended without a line break and another after it), which the json
+    builder reads as that many records; a later record's line counts them."""
+    decoder, pos, count = json.JSONDecoder(), _skip(line, 0), 0
+    while pos < len(line):
+        try:
+            pos = _skip(line, decoder.raw_decode(line, pos)[1])
+        except ValueError:
+            return max(count, 1)
+        count += 1
+    return max(count, 1)
 
 
 def json_line(text: str, keys: list[Any]) -> int:
@@ -680,19 +851,76 @@ def lift_nested(ds: Any) -> Any:
     WMT comes from the Hub (`{"translation": {"en": ..., "de": ...}}`): each inner field becomes a
     field of the record under its own name (`en`, `de`; `translation.en` where the record has an
     `en` of its own), so the fields are found as in flat records. They were refused, with a hint
-    (task.source_field=translation) that named an object, not a text."""
-    nested = [name for name, feature in ds.features.items() if isinstance(feature, dict)]
-    if not nested:
+    (task.source_field=translation) that named an object, not a text. Objects whose fields differ
+    from record to record (one lacks `de`, one adds `fr`) the json builder keeps as JSON text
+    (datasets' `Json` feature): their fields are lifted the same way (`_lift_json`), a record
+    without one then missing it at its line, where the file was refused with that same hint."""
+    from datasets import Json
+
+    nested = {name: list(feature) for name, feature in ds.features.items() if isinstance(feature, dict)}
+    mixed = {name: keys for name, feature in ds.features.items()
+             if isinstance(feature, Json) and (keys := _object_keys(ds, name))}
+    if not nested and not mixed:
         return ds
-    flat = ds.flatten()
+    flat = _lift_json(ds, mixed) if mixed else ds
+    flat = flat.flatten() if nested else flat
     taken = set(flat.column_names)
     rename = {}
-    for name in nested:
-        for inner in ds.features[name]:
+    for name, inners in {**nested, **mixed}.items():
+        for inner in inners:
             if inner not in taken:
                 rename[f"{name}.{inner}"] = inner
                 taken.add(inner)
     return flat.rename_columns(rename)
+
+
+def _object_keys(ds: Any, column: str) -> list[str] | None:
+    """The fields, in order of first appearance, of a JSON-text column whose every value is an
+    object (or null); None where one is not."""
+    import pyarrow.compute as pc
+
+    keys: dict[str, None] = {}
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        values = batch.column(batch.schema.get_field_index(column)).storage
+        if not pc.all(pc.fill_null(pc.starts_with(pc.utf8_ltrim_whitespace(values), "{"), True)).as_py():
+            return None
+        for text in values.drop_null().to_pylist():
+            keys.update(dict.fromkeys(json.loads(text)))
+    return list(keys) or None
+
+
+def _lift_json(ds: Any, mixed: dict[str, list[str]]) -> Any:
+    """Each JSON-text object column of `mixed` as a column per field, `name.field`, holding each
+    value as JSON text (`Json`), null where a record lacks it: what `check_text` reads, so a
+    number or a missing text is said at its line as in any other column."""
+    from datasets import Features, Json
+
+    features = Features({**{k: v for k, v in ds.features.items() if k not in mixed},
+                         **{f"{name}.{key}": Json() for name, keys in mixed.items() for key in keys}})
+
+    def lift(batch: dict) -> dict:
+        out = {}
+        for name, keys in mixed.items():
+            for key in keys:
+                found = [record.get(key) if isinstance(record, dict) else None for record in batch[name]]
+                out[f"{name}.{key}"] = [None if value is None else json.dumps(value) for value in found]
+        return out
+
+    with _quiet_builders():
+        return ds.map(lift, batched=True, remove_columns=list(mixed), features=features)
+
+
+def as_text(ds: Any, columns: list[str]) -> Any:
+    """`columns` as plain string columns once `check_text` has found every value text: a column
+    kept as JSON text (`Json`, `_lift_json`) becomes the strings it holds."""
+    from datasets import Features, Json, Value
+
+    encoded = [c for c in columns if isinstance(ds.features[c], Json)]
+    if not encoded:
+        return ds
+    features = Features({k: Value("string") if k in encoded else v for k, v in ds.features.items()})
+    with _quiet_builders():
+        return ds.map(lambda batch: {c: batch[c] for c in encoded}, batched=True, features=features)
 
 
 # --- checks on the table -----------------------------------------------------------------------
@@ -738,6 +966,18 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
         offset += len(batch)
 
 
+def text_end(ds: Any, column: str) -> int:
+    """The number of rows up to the last one with text in `column` (blank by `blank`'s rule):
+    what a text file holds before the blank lines that end it."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    blanks = np.concatenate([pc.match_substring_regex(chunk, BLANK_PATTERN).to_numpy(zero_copy_only=False)
+                             for chunk in ds.data.column(column).chunks] or [np.zeros(0, bool)])
+    texts = np.flatnonzero(~blanks)
+    return int(texts[-1]) + 1 if len(texts) else 0
+
+
 def _invisible(text: str) -> str:
     """The characters of a blank text that are not whitespace, named: 'U+200B ZERO WIDTH SPACE'."""
     names = dict.fromkeys(f"U+{ord(ch):04X} {unicodedata.name(ch, unicodedata.category(ch))}"
@@ -767,6 +1007,15 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
             value = json.loads(value) if isinstance(value, str) else value
             raise UserError(f"{where(path, fmt, offset + bad)}: {what} is {json_type(value)}, expected "
                             "text or a number")
+        if pa.types.is_floating(values.type):  # NaN, Infinity: not JSON, yet Python's json.dumps
+            # writes a missing float so, and it was read as the class "nan", exit 0
+            bad = pc.index(pc.fill_null(pc.invert(pc.is_finite(values)), False), True).as_py()
+            if bad >= 0:
+                value = values[bad].as_py()
+                shown = "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+                raise UserError(f"{where(path, fmt, offset + bad)}: {what} is {shown}, which JSON "
+                                "has no number for (NaN and Infinity are Python's, not JSON's); give the value, "
+                                "or leave the record out")
         if isinstance(values.type, pa.BaseExtensionType):  # scalars of more than one JSON type
             # the table cannot say which: datasets stores "1" beside 1 as 1. The file can.
             problem = _jsonl_problem(path, column) if fmt == "jsonl" else _json_problem(path, None, column)

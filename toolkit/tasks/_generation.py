@@ -114,14 +114,18 @@ def read_records(path: Path, fields: tuple[str, ...] | None = None,
     keys = (lambda i: ["data", i]) if field else None
     for name in fields:
         readers.check_text(ds, name, path, fmt, what=f"'{name}'", keys=keys)
-    return ds.select_columns(list(fields))
+    return readers.as_text(ds.select_columns(list(fields)), list(fields))
 
 
 def read_parallel(source: Path, target: Path) -> Any:
-    """Line-aligned parallel text (`.gz` too): line i of one file translates line i of the other."""
+    """Line-aligned parallel text (`.gz` too): line i of one file translates line i of the other.
+    Blank lines after the last text of both files are not lines (an editor's extra line break
+    made `2 lines but ... has 3`); a blank line facing a text is refused at its line."""
     from datasets import concatenate_datasets
 
     src, tgt = (readers.read(p, "text") for p in (source, target))
+    end = max(readers.text_end(src, "text"), readers.text_end(tgt, "text"))  # blank lines after both texts end
+    src, tgt = (ds.select(range(end)) if len(ds) > end else ds for ds in (src, tgt))
     if len(src) != len(tgt):
         raise UserError(f"{source}: {len(src)} lines but {target} has {len(tgt)}; parallel files must "
                         "be line-aligned")

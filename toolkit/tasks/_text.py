@@ -56,13 +56,54 @@ def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str
             readers.check_text(ds, text_field, path, kind, what=f"'{text_field}'", blank_ok=True)
             ds = ds.select_columns([text_field])
             out[split] = ds.rename_column(text_field, "text") if text_field != "text" else ds
+        elif documents == "blank_line":
+            out[split] = _blank_line_documents(readers.read(path, "text", sample_by="paragraph"))
         else:
-            out[split] = readers.read(path, "text", sample_by="paragraph" if documents == "blank_line" else "line")
+            out[split] = readers.read(path, "text", sample_by="line")
     return DatasetDict(out), text_field
 
 
-def _format(file: str) -> str:
+def _blank_line_documents(paragraphs: Any) -> Any:
+    """Documents separated by lines with nothing in them (`readers.blank`), from datasets' text
+    builder's paragraphs, which it splits at an empty line only: WikiText's separators are lines
+    of one space, and its whole valid.txt was one document. Each document is its lines joined by
+    \n, without the line break datasets leaves after a file's last paragraph."""
+
+    def split(batch: dict) -> dict:
+        out: list[str] = []
+        for text in batch["text"]:
+            lines: list[str] = []
+            for line in text.split("\n") + [""]:
+                if not readers.blank(line):
+                    lines.append(line)
+                elif lines:
+                    out.append("\n".join(lines))
+                    lines = []
+        return {"text": out}
+
+    from datasets.utils import logging as ds_logging
+
+    bars = ds_logging.is_progress_bar_enabled()
+    ds_logging.disable_progress_bar()
+    try:
+        return paragraphs.map(split, batched=True)
+    finally:
+        if bars:
+            ds_logging.enable_progress_bar()
+
+
+COLUMNS = (".csv", ".tsv")  # files of columns: not documents, one a line
+
+
+def _format(file: str, setting: str) -> str:
+    """json (.json, .jsonl) or text (any other name: .txt, WikiText's .tokens, .raw); a CSV or
+    TSV file is refused: read as plain text its header line was a document and its quoting part
+    of the text, exit 0."""
     name = file.lower().removesuffix(".gz")
+    if name.endswith(COLUMNS):
+        raise UserError(f"{setting}: {file}: a {name.rsplit('.', 1)[1].upper()} file is not read as plain text "
+                        "(its header line would be a document, its quotes text); give .txt (one document a "
+                        "line) or .jsonl (a text field)")
     return "json" if name.endswith((".jsonl", ".json")) else "text"
 
 
@@ -96,6 +137,9 @@ class TextTask(TokenTask):
                             "and task.dataset (a Hub data set id)")
         if self.dataset is not None and self.eval_file is not None:
             raise UserError("task.eval_file: goes with task.train_file; a Hub data set uses task.eval_split")
+        for key in ("train_file", "eval_file"):
+            if getattr(self, key):
+                _format(getattr(self, key), f"task.{key}")
 
     def model_head(self, family: str | None) -> str:
         require_kind(self.name, family, self.kind, self.examples, self.instead)
@@ -127,7 +171,7 @@ class TextTask(TokenTask):
         else:
             files = {"train": self.expand(self.train_file),
                      **({"eval": self.expand(self.eval_file)} if self.eval_file else {})}
-            fmts = {_format(f) for f in files.values()}
+            fmts = {_format(f, f"task.{split}_file") for split, f in files.items()}
             if len(fmts) > 1:
                 raise UserError("task.eval_file: must have the same format as task.train_file")
             ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field, self)

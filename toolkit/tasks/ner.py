@@ -76,7 +76,9 @@ def split_words(text: str) -> list[str]:
 
 def read_conll(path: Path) -> Sentences:
     """One sentence per blank-line-separated block of `token ... TAG` lines (`-DOCSTART-` lines
-    are skipped). The shared reader's byte scan checks it first (there, size limit, gzip, UTF-8).
+    are skipped), each with as many columns as the first: a line of more (a word holding a space,
+    `New York B-LOC`) was read as its first and last column, the word 'New', exit 0. The shared
+    reader's byte scan checks it first (there, size limit, gzip, UTF-8).
     Columns are separated by spaces and tabs only, as CoNLL's readers split them (`split_words`):
     a no-break space or U+2028 is part of the word (str.split would cut 'New\u00a0York' to 'New')."""
     readers.scan(path, plain=True)
@@ -84,6 +86,7 @@ def read_conll(path: Path) -> Sentences:
     words: list[str] = []
     tags: list[str] = []
     lines: list[int] = []
+    width: tuple[int, int] | None = None  # (columns, line) of the first word line: every one has as many
     with readers.open_text(path) as handle:
         text = list(handle)  # the sentences are kept anyway: the text is no larger
     for number, line in enumerate(text + [""], start=1):
@@ -97,6 +100,12 @@ def read_conll(path: Path) -> Sentences:
             continue
         if len(parts) < 2:
             raise UserError(f"{path}:{number}: expected 'token TAG', got {line.strip()!r}")
+        if width is None:
+            width = (len(parts), number)
+        elif len(parts) != width[0]:  # 'New York B-LOC' beside 'word TAG' lines: the word was 'New'
+            raise UserError(f"{path}:{number}: {len(parts)} columns where line {width[1]} has {width[0]}; every "
+                            "word line holds the same columns (the word first, the tag last), separated by spaces "
+                            "or tabs: a word cannot hold a space")
         if readers.blank(parts[0]):  # a zero-width space or a no-break space: no word to tag
             raise UserError(f"{path}:{number}: the token {parts[0]!r} is blank (nothing but invisible "
                             "characters); every line needs a word")

@@ -83,7 +83,8 @@ class TextClassification(Classification):
             if value is not None:
                 path = data_path(value, self.data_dir)
                 if not path.is_file():
-                    raise UserError(readers.stream_refused(f"task.{key}", path) or f"task.{key}: {path} does not exist")
+                    raise UserError(readers.stream_refused(f"task.{key}", path) or f"task.{key}: {path} "
+                                    + ("is a folder, not a file" if path.is_dir() else "does not exist"))
                 file_format(path)
 
     def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
@@ -126,6 +127,9 @@ class TextClassification(Classification):
             reserved_text_column(self.text_columns)
         for ds, path, _ in (s for s in splits.values() if s is not None):
             _fields.note_spaced(self, list(ds.column_names), path)
+        test = splits.get("test")
+        if test is not None and self.label_column in test[0].column_names and _unlabelled(test[0], self.label_column):
+            splits["test"] = (test[0].remove_columns(self.label_column), *test[1:])  # a column left blank: no labels
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
@@ -253,6 +257,23 @@ class TextClassification(Classification):
             raise UserError(f"{where()}: label '{text}' is not one of {', '.join(ids)}"
                             + ("" if self.labels is None else " (task.labels)"))
         return ids[text]
+
+
+def _unlabelled(ds: Any, column: str) -> bool:
+    """Whether every value of `column` is empty (a test file whose label column is there and left
+    blank, as test sets are handed out): the split then has no labels, where each empty label was
+    refused and the run with it, train and eval files valid."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for chunk in ds.data.column(column).chunks:
+        if pa.types.is_null(chunk.type):
+            continue
+        if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
+            return False
+        if not pc.all(pc.fill_null(pc.equal(pc.utf8_trim_whitespace(chunk), ""), True)).as_py():
+            return False
+    return True
 
 
 def reserved_text_column(text_columns: list[str] | None) -> None:
