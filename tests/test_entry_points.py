@@ -339,6 +339,35 @@ def test_eval_from_another_folder_does_not_score_the_run_on_other_data(tmp_path:
             assert toolkit.evaluate(run, overrides=spelling)["examples"] == {"": 6}, spelling
 
 
+def test_eval_does_not_score_a_run_on_its_data_edited_since(tmp_path: Path, cli) -> None:
+    """Rule: `toolkit eval RUN` on the run's own data scores the data the run was made with,
+    whatever path names it. A file named by an absolute path and edited (or removed) after the
+    run was scored as the run's data and written into the run folder, exit 0 (only relative
+    paths were checked). Now one line at the CLI and the API, nothing written; restored, it
+    scores; naming the file on purpose scores the named file."""
+    import toolkit
+
+    data = tmp_path / "d.csv"
+    rows = lambda flip: "sentence,label\n" + "".join(f"movie {i},{(i + flip) % 2}\n" for i in range(8))  # noqa: E731
+    data.write_text(rows(0))
+    (tmp_path / "r.yaml").write_text(f"extends: {ROOT / 'recipes/demo/sst2/minilm-lora.yaml'}\n"
+                                     f"task: {{name: text_classification, train_file: {data}, eval_file: {data}}}\n")
+    assert cli("run", tmp_path / "r.yaml", "--smoke", "train.max_steps=1", "--runs-dir", tmp_path / "runs")[0] == 0
+    (run,) = [m.parent for m in (tmp_path / "runs").rglob("metrics.json")]
+    for edit, said in ((lambda: data.write_text(rows(1)), "not the data this run was made with"),
+                       (data.unlink, f"task.train_file: {data} does not exist")):
+        edit()
+        code, _, err = cli("eval", run)
+        assert code == 2 and said in err and err.count("\n") == 1, err
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            toolkit.evaluate(run)
+        assert not (run / "eval-eval.json").exists()
+    data.write_text(rows(0))
+    assert toolkit.evaluate(run)["examples"] == {"": 8}
+    data.write_text(rows(1))
+    assert toolkit.evaluate(run, overrides=[f"task.eval_file={data}"])["examples"] == {"": 8}
+
+
 @pytest.mark.parametrize("variable, value, lands", [("TOOLKIT_CACHE", "", "home/.cache/toolkit/locks"),
                                                     ("TOOLKIT_CACHE", "~/cache", "home/cache/locks"),
                                                     ("TOOLKIT_RUNS", "~/runs", "home/runs")])

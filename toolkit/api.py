@@ -230,24 +230,31 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None,
 
 
 def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) -> None:
-    """A data file a run's recipe names by a relative path is read from the working directory
-    (docs/tasks.md), so `toolkit eval RUN` from another folder scored the run on whatever file
-    of that name was there and wrote it into the run folder as its score, exit 0. A file named
-    relatively that is missing here, or whose contents are not the data the run was made with
-    (metrics.json data_sha256), is one line; naming the file (task.eval_file=...) or the task
-    (--task-from) is the user's explicit choice and is not checked."""
+    """`toolkit eval RUN` scores the run on the data its recipe names, and writes the score into
+    the run folder as the run's. Those files must be the data the run was made with (metrics.json
+    data_sha256), or it is one line: a file named by a relative path is read from the working
+    directory (docs/tasks.md), so eval from another folder scored whatever file of that name was
+    there; and a file edited (or replaced) since the run, by any path, was scored as the run's
+    data, exit 0 (only relative paths were checked). Naming the file (task.eval_file=...) or the
+    task (--task-from) is the user's explicit choice and is not checked."""
     if task_from or any(leaf[-1].endswith("_file") or leaf[-1] == "data_dir" for leaf in override_leaves(overrides)):
         return  # `task={eval_file: x}` as `task.eval_file=x`: the mapping was refused as the run's own data
     from toolkit import inference
 
     recipe = inference.run_recipe(folder, overrides, None)
-    relative = [(setting, path) for setting, path in recipe_module.named_files(recipe.task) if not path.is_absolute()]
+    named = recipe_module.named_files(recipe.task)
     ran_on = (Run(folder).metrics or {}).get("data_sha256")
-    if not relative or ran_on is None:
+    if not named or ran_on is None:
         return
-    missing = next(((s, p) for s, p in relative if not p.is_file()), None)
+    relative = [(s, p) for s, p in named if not p.is_absolute()]
+    missing = next(((s, p) for s, p in named if not p.is_file()), None)
     if missing is None and runs.data_fingerprint(recipe.task.data_files()) == ran_on:
         return
+    if not relative:  # (a file gone was said as the recipe was read)
+        which = ", ".join(f"{s}={p}" for s, p in named)
+        raise UserError(f"{which}: not the data this run was made with (metrics.json data_sha256): a file "
+                        f"changed since the run; put it back, or name the data to score on, on purpose: "
+                        f"{named[0][0]}=/full/path")
     setting, path = missing or relative[0]
     here = "there is no such file here" if missing else \
         f"the file of that name here ({path.resolve()}) is not the data this run was made with (metrics.json data_sha256)"
