@@ -252,6 +252,16 @@ def test_predict_splits_words_as_the_training_reader_does(tmp_path: Path, cli) -
     assert not (tmp_path / "bad-out.jsonl").exists()
     with pytest.raises(UserError, match="input 1: 'tokens' word 2 .* is blank"):
         api.predict(run, [words, ["Peter", "\u00a0"]])
+    # a CoNLL file (as training reads it, -DOCSTART- and all) is sentences of its first column, not a
+    # sentence per 'word TAG' line ('Peter B-PER' tagged as two words, exit 0); plain lines stay lines
+    (tmp_path / "test.txt").write_text("-DOCSTART- O\n\n" + (tmp_path / "train.txt").read_text())
+    (tmp_path / "plain.txt").write_text("Peter visited\nTokyo today\n")
+    for source, expect, note in (("test.txt", [words] * 4, "read as a CoNLL file"),
+                                 ("plain.txt", [["Peter", "visited"], ["Tokyo", "today"]], None)):
+        code, _, err = cli("predict", run, "--input", tmp_path / source, "--output", tmp_path / "conll-out.jsonl")
+        assert code == 0 and (note in err if note else "CoNLL" not in err), err
+        out = [json.loads(line) for line in (tmp_path / "conll-out.jsonl").read_text().splitlines()]
+        assert [r["tokens"] for r in out] == expect and all(len(r["tags"]) == len(r["tokens"]) for r in out)
 
 
 def test_labels_must_hold_o_once(tmp_path: Path, cli) -> None:

@@ -208,8 +208,9 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     return result
 
 
-def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = ()) -> list[dict]:
-    """Rows to predict on: JSONL or CSV with the task's input fields, or plain text (one example
+def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), task: Any = None) -> list[dict]:
+    """Rows to predict on: JSONL or CSV with the task's input fields, a plain file in the task's
+    own training-file format (`task.rows_of_own_format`: NER's CoNLL), or plain text (one example
     per line) for a single-field task; `-` reads standard input. A field in `lists` (NER's words)
     may hold a list of words instead of text. A pipe (`<(...)`, /dev/fd/N, a named FIFO) or a
     device is read like a file, once, in full (readers.spooled); one with no extension is told
@@ -227,6 +228,9 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = ()) ->
     lines, name, blank = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
     if not lines:
         raise UserError(f"--input: {name} holds no examples")
+    own = task.rows_of_own_format(lines, blank, name) if task is not None else None
+    if own is not None:  # the task's own training-file format (NER: CoNLL)
+        return own
     if blank:  # output row N is then not input line N: each row carries its text, and this says so
         print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
               f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
@@ -346,7 +350,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
                             "inputs with their predictions: give another file")
     fmt = output_format(output)  # before the model loads: a name it cannot write is refused first
     recipe, model, tok, names = _predicting_run(run)
-    rows = read_inputs(source, names, recipe.task.predict_word_lists)
+    rows = read_inputs(source, names, recipe.task.predict_word_lists, recipe.task)
     with evaluation.finite_outputs():  # before anything is written
         out = recipe.task.predict(model, tok, rows)
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)

@@ -249,6 +249,12 @@ class Task:
     predicts: ClassVar[bool] = False  # whether the task has a prediction path (the two below)
     predict_word_lists: ClassVar[tuple[str, ...]] = ()  # input fields that may be a list of words
 
+    def rows_of_own_format(self, lines: list[str], blank: list[int], name: str) -> list[dict] | None:
+        """Input rows of a plain-text predict input (its non-blank `lines`, the numbers of the
+        blank lines between them) that is written in the task's own training-file format (NER: a
+        CoNLL file), as that format reads; None where it is not (one example per line)."""
+        return None
+
     def predict_fields(self, model: torch.nn.Module) -> list[str]:
         """The fields an input row needs, once the task has taken what it needs of the trained
         `model` (label names a classifier's config carries)."""

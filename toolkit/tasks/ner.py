@@ -25,6 +25,7 @@ so neither the model loader nor `toolkit predict` knows it by name.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -412,6 +413,33 @@ class Ner(Task):
             tags = word_tags(ids, firsts[i], len(words), self.labels)
             out.append({"tokens": words, "tags": tags, **({"tagged": seen[i]} if seen[i] < len(words) else {})})
         return out
+
+    def rows_of_own_format(self, lines: list[str], blank: list[int], name: str) -> list[dict] | None:
+        """A CoNLL file given to predict (`word ... TAG` lines, as training and evaluation read)
+        was predicted line by line, each line a sentence of its word and its tag ('EU B-ORG'
+        tagged as two words), exit 0. A plain input is read as CoNLL where every word line holds
+        the same columns, at least two, the last one of the run's tags, and it has two word lines
+        or a -DOCSTART- line: sentences end at blank lines, words are the first column, the tags
+        are not read (they are what is predicted). Said in one note."""
+        cols = [split_words(line) for line in lines]
+        words = [c for c in cols if c[0] != "-DOCSTART-"]
+        tags = set(self.labels or ())
+        if not words or len({len(c) for c in words}) != 1 or len(words[0]) < 2 \
+                or any(c[-1] not in tags for c in words) or (len(words) < 2 and len(words) == len(cols)):
+            return None
+        sentences: list[list[str]] = [[]]
+        pending, gaps = iter(cols), set(blank)
+        for number in range(1, len(lines) + len(blank) + 1):
+            c = None if number in gaps else next(pending)
+            if c is None or c[0] == "-DOCSTART-":
+                if sentences[-1]:
+                    sentences.append([])
+            else:
+                sentences[-1].append(c[0])
+        rows = [{"tokens": s} for s in sentences if s]
+        print(f"note: {name}: read as a CoNLL file ({len(words[0])} columns, the last one of this run's tags): "
+              f"{len(rows)} sentences, each word's first column predicted; its tags are not read", file=sys.stderr)
+        return rows
 
     @staticmethod
     def words_of(value: Any, row: int) -> list[str]:
