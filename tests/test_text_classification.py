@@ -215,3 +215,54 @@ train: {{epochs: 1, batch_size: 12}}
     assert "differ only in case, spaces or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
     (config,) = (tmp_path / "runs").rglob("model/config.json")
     assert json.loads(config.read_text())["id2label"] == {"0": "+1", "1": "0", "2": "00", "3": "1", "4": "1.0"}
+
+
+QUESTIONS = ["What came into force?", "Who wrote the play?", "When did the war end?", "Where is the river?",
+             "Why did prices rise?", "How many people live there?"]
+SENTENCES = ["The new constitution came into force that day.", "The play was first staged in 1603 in London.",
+             "The fighting stopped in the spring of 1945.", "The river runs through the old town centre.",
+             "Prices rose as the harvest failed for two years.", "About two million people live in the region."]
+LONG = [s + " " + s + " " + s + " " + s for s in SENTENCES]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_a_pair_is_not_read_as_its_named_half(tmp_path: Path, cli, fmt: str) -> None:
+    """Finding: a file of QNLI's layout (question, sentence, label) was read as `sentence` alone,
+    its question never seen (a pair task trained on half of it, exit 0): the name picked one
+    text and the other, as text-like, was dropped with no word. It is one line asking which, at
+    load and from the CLI (exit 2, nothing written); columns that are not text-like stay unread."""
+    rows = [(q, s, "entailment" if i % 2 else "not_entailment") for i, (q, s) in enumerate(zip(QUESTIONS, SENTENCES))]
+    train = write(tmp_path / f"train.{fmt}", rows, fmt, cols=("question", "sentence", "label"))  # type: ignore[arg-type]
+    message = (f"{train}: cannot tell whether the text is 'sentence' alone or a pair with 'question', which reads "
+               "as text as much as it; set task.text_columns, e.g. task.text_columns=[question, sentence] or "
+               "task.text_columns=[sentence]")
+    with pytest.raises(UserError) as info:
+        TextClassification(train_file=str(train), eval_file=str(train)).load()
+    assert str(info.value) == message
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: text_classification, train_file: {train}, eval_file: {train}}}
+method: {{name: lora}}
+""")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err == f"error: {message}\n"
+    assert not list((tmp_path / "runs").rglob("metrics.json"))
+    task = TextClassification(train_file=str(train), eval_file=str(train), text_columns=["question", "sentence"])
+    assert task.load()["train"]["question"] == QUESTIONS  # named: read as named
+
+
+@pytest.mark.parametrize("cols, values, picked", [
+    (("text", "label", "source"), ["web", "web", "news", "web", "news", "web"], ["text"]),  # few values
+    (("sentence", "label", "date"), [f"2024-0{i + 1}-1{i}" for i in range(6)], ["sentence"]),  # far shorter
+    (("title", "text", "label"), QUESTIONS, ["text"]),  # a title far shorter than its text
+    (("sentence", "label", "year"), [str(1990 + i) for i in range(6)], ["sentence"]),  # numbers
+    (("idx", "review", "label"), [str(i) for i in range(6)], ["review"]),  # an id is not text
+])
+def test_columns_that_are_not_a_second_text_stay_unread(tmp_path: Path, cols: tuple, values: list, picked: list) -> None:
+    cells = {"label": ["pos", "neg"] * 3, cols[0 if cols[0] not in ("text", "sentence", "review") else 2]: values}
+    text = next(c for c in cols if c not in cells)
+    cells[text] = LONG
+    rows = [tuple(cells[c][i] for c in cols) for i in range(6)]
+    train = write(tmp_path / "t.csv", rows, "csv", cols=cols)  # type: ignore[arg-type]
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert task.text_columns == picked

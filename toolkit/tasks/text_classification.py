@@ -299,7 +299,7 @@ def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_colu
                             f"task.label_column, e.g. task.text_columns=[{(rest or columns)[0]}] "
                             f"task.label_column={(rest or columns)[-1]}")
     if text_columns is None:
-        text_columns = pick_text_columns(columns, label_column, where)
+        text_columns = pick_text_columns(ds, label_column, where)
     return list(text_columns), label_column
 
 
@@ -310,19 +310,51 @@ def _run_glue_names(columns: list[str]) -> list[str] | None:
     return None
 
 
-def pick_text_columns(columns: list[str], label_column: str, where: str) -> list[str]:
+def pick_text_columns(ds: Any, label_column: str, where: str) -> list[str]:
     """The text column(s) of a file whose recipe names none, by run_glue's names: `sentence1`
-    and `sentence2`, else `sentence`, else `text`, else the one column beside the label. More
-    than one candidate is one line listing them (run_glue would take the first two silently)."""
+    and `sentence2`, else `sentence`, else `text`, else the one column beside the label (id-like
+    columns, `idx` and the like, are not text). More than one candidate is one line listing
+    them (run_glue would take the first two silently), and so is a single text picked by its
+    name beside another column as text-like as it (`_pair_unread`)."""
+    columns = list(ds.column_names)
     named = _run_glue_names([c for c in columns if c != label_column])
+    rest = _fields.candidates(columns, taken=(label_column,))
     if named:
+        if len(named) == 1:
+            _pair_unread(ds, named[0], [c for c in rest if c != named[0]], where)
         return named
-    rest = [c for c in columns if c != label_column]
     if len(rest) == 1:
         return rest
     if not rest:
         raise UserError(f"{where}: has no column besides '{label_column}' to read text from")
     return _ambiguous(rest, label_column, columns, where)
+
+
+def _pair_unread(ds: Any, picked: str, others: list[str], where: str) -> None:
+    """A single text found by its name (`sentence`, `text`) beside another column that reads as
+    text as much as it, distinct in about as many rows and not far shorter (QNLI's file:
+    `question`, `sentence`, `label`): that column is a pair's first half as likely as metadata,
+    and read as `sentence` alone the question was never seen (exit 0). One line asks which;
+    columns that are not text-like (a `source` of few values, dates and numbers, far shorter
+    than the text) are left unread as before."""
+    head = ds.select(range(min(_fields.SAMPLE, len(ds))))
+    length, share = _fields.text_likeness(head[picked])
+    alike = []
+    for other in others:
+        values = [v for v in head[other] if v is not None]
+        if not values or all(isinstance(v, (int, float)) or DECIMAL.fullmatch(str(v).strip()) for v in values):
+            continue
+        other_length, other_share = _fields.text_likeness(values)
+        if other_share * _fields.MARGIN >= share and other_length * TEXT_LENGTH_RATIO >= length:
+            alike.append(other)
+    if alike:
+        pair = [c for c in ds.column_names if c in (alike[0], picked)]
+        raise UserError(f"{where}: cannot tell whether the text is {picked!r} alone or a pair with "
+                        f"{_fields.quoted(alike)}, which reads as text as much as it; set task.text_columns, "
+                        f"e.g. task.text_columns=[{', '.join(pair)}] or task.text_columns=[{picked}]")
+
+
+TEXT_LENGTH_RATIO = 4  # a column this many times shorter than the text (a title, a date) is not its pair
 
 
 def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: str) -> list[str]:
