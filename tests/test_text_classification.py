@@ -142,6 +142,7 @@ def test_a_text_column_named_label_is_one_line_given_or_picked(tmp_path: Path, g
 
 @pytest.mark.parametrize("override, message", [
     ("task.metrics=[pearson]", "task.metrics: 'pearson' is not a classification metric"),
+    ("task.metrics=[]", "task.metrics: needs at least 1 item(s)"),  # was the default, accuracy, silently
     ("task.text_columns=[a,b,c]", "task.text_columns: at most two"),
     ("task.eval_file=nope.csv", "task.eval_file: nope.csv does not exist"),
     ("task.eval_file=null", "task.eval_file: required"),

@@ -52,7 +52,8 @@ class TextClassification(Classification):
     label_column: str | None = None  # None: `label` or the like, else the column beside the text
     labels: list[Any] | None = field(default=None, metadata={"min_items": 2})  # names, in id order
     problem: Literal["classification", "regression"] = "classification"
-    metrics: list[str] | None = None  # default: accuracy (classification), pearson + spearmanr
+    # default: accuracy (classification), pearson + spearmanr; `[]` is refused, not read as the default
+    metrics: list[str] | None = field(default=None, metadata={"min_items": 1})
 
     def __post_init__(self) -> None:
         self._found_labels: list[str] | None = None  # label names read from the data at load
