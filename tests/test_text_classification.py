@@ -195,7 +195,7 @@ def test_a_number_written_two_ways_is_two_classes_and_said(tmp_path: Path, fmt: 
     task.load()
     assert task.label_names == ["+1", "0", "00", "1", "1.0"]  # as written: 5 classes
     assert list(task.notices().values()) == [
-        f"{train}: 2 group(s) of labels differ only in case, spaces or how a number is written "
+        f"{train}: 2 group(s) of labels differ only in case, spaces, Unicode form or how a number is written "
         "('+1' / '1' / '1.0'; '0' / '00'); each is its own class: write them alike if they are one"]
     # trained on one way of writing them, an eval file's other way is refused, not mapped to a class
     one_way = write(tmp_path / f"t.{fmt}", [(f"text {i}", str(i % 2)) for i in range(4)], fmt)
@@ -213,7 +213,7 @@ train: {{epochs: 1, batch_size: 12}}
 """)
     code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
-    assert "differ only in case, spaces or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
+    assert "differ only in case, spaces, Unicode form or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
     (config,) = (tmp_path / "runs").rglob("model/config.json")
     assert json.loads(config.read_text())["id2label"] == {"0": "+1", "1": "0", "2": "00", "3": "1", "4": "1.0"}
 
@@ -267,3 +267,18 @@ def test_columns_that_are_not_a_second_text_stay_unread(tmp_path: Path, cols: tu
     task = TextClassification(train_file=str(train), eval_file=str(train))
     task.load()
     assert task.text_columns == picked
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "json"])
+def test_labels_in_two_unicode_forms_are_said(tmp_path: Path, fmt: str) -> None:
+    """Finding: `café` written as one code point and as `e` + a combining accent (two writers, or
+    a file from macOS) trained as two classes that print alike, with no word (a 3-class model
+    for 2, id2label holding 'café' twice, exit 0). Said as labels differing in case are, escaped."""
+    rows = [(f"text {i}", ["caf\u00e9", "cafe\u0301", "tea"][i % 3]) for i in range(6)]
+    train = write(tmp_path / f"train.{fmt}", rows, fmt)
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert len(task.label_names) == 3  # as written: still their own classes
+    assert list(task.notices().values()) == [
+        f"{train}: 1 group(s) of labels differ only in case, spaces, Unicode form or how a number is written "
+        "('cafe\\u0301' / 'caf\\xe9'); each is its own class: write them alike if they are one"]

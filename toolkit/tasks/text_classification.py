@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -196,18 +197,19 @@ class TextClassification(Classification):
         return sorted(values, key=lambda v: (int(v) if numeric else 0, v))
 
     def _note_case(self, values: set[str], path: str) -> None:
-        """Labels that differ only in case, spaces at an end or how a number is written (`1`,
-        `1.0`, `01`, `+1`: CSV cells and JSON strings are names as written) are separate
-        classes: said once, naming them."""
+        """Labels that differ only in case, spaces at an end, Unicode form (`café` written with
+        one code point or two: they look alike) or how a number is written (`1`, `1.0`, `01`,
+        `+1`: CSV cells and JSON strings are names as written) are separate classes: said once,
+        naming them (escaped where they would look the same)."""
         groups: dict[Any, list[str]] = {}
         for value in values:
             groups.setdefault(_alike_key(value), []).append(value)
         alike = sorted(sorted(g) for g in groups.values() if len(g) > 1)
         if alike:
-            shown = "; ".join(" / ".join(repr(v) for v in g) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
-            self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case, spaces or "
-                                    f"how a number is written ({shown}); each is its own class: write them "
-                                    "alike if they are one")
+            shown = "; ".join(" / ".join(map(_shown(g), g)) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
+            self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case, spaces, Unicode "
+                                    f"form or how a number is written ({shown}); each is its own class: write "
+                                    "them alike if they are one")
 
     def _normalise(self, ds: Any, path: str, fmt: str) -> Any:
         """Text columns kept; the label column becomes `label` (an id, or a float)."""
@@ -366,9 +368,17 @@ def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: st
 
 def _alike_key(value: str) -> Any:
     """What two label names that read as one share: a number's value (`1`, `1.0`, `01`, ` +1`
-    are 1.0), else the text without case or spaces at its ends."""
-    text = value.strip()
+    are 1.0), else the text in Unicode's compatibility form (NFKC: a letter and its accent as
+    one code point or two, full-width letters) without case or spaces at its ends."""
+    text = unicodedata.normalize("NFKC", value).strip()
     return ("number", float(text)) if DECIMAL.fullmatch(text) else ("text", text.casefold())
+
+
+def _shown(group: list[str]) -> Callable[[str], str]:
+    """How a group of alike labels is written in the warning: quoted, and escaped (`ascii`)
+    where two would look the same (one Unicode form and another)."""
+    looks = {unicodedata.normalize("NFC", v) for v in group}
+    return repr if len(looks) == len(group) else ascii
 
 
 def _is_int(text: str) -> bool:
