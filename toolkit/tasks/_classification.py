@@ -43,6 +43,11 @@ def classification_metrics(names: tuple[str, ...] | list[str], preds: np.ndarray
     for name in names:
         if name == "accuracy":
             out[name] = float((preds == labels).mean())
+        elif name == "f1" and num_labels <= 2 and not ((labels == 1).any() or (preds == 1).any()):
+            # 2TP / (2TP + FP + FN) is 0/0: scikit-learn's zero_division stand-in (0.0) would read
+            # as a model that found none of the positives, and average into a GLUE score as one
+            out[name] = undefined(f"warning: f1 is undefined (the positive class, label id 1, is in neither the "
+                                  f"labels nor the predictions of {len(preds)} example(s)); recorded as null")
         elif name == "f1":
             average = "binary" if num_labels <= 2 else "macro"
             out[name] = float(skm.f1_score(labels, preds, average=average, pos_label=1, zero_division=0))
@@ -66,13 +71,18 @@ def correlation(stats: Any, name: str, preds: np.ndarray, labels: np.ndarray) ->
     flat = [side for side, values in (("predictions", preds), ("labels", labels))
             if len(values) < 2 or np.ptp(values) == 0]
     if flat:
-        line = (f"warning: {name} is undefined ({' and '.join(flat)} do not vary over {len(preds)} "
-                "example(s)); recorded as null")
-        if os.environ.get("RANK", "0") == "0" and line not in _SAID:  # once, not at every evaluation
-            _SAID.add(line)
-            print(line, file=sys.stderr)
-        return float("nan")
+        return undefined(f"warning: {name} is undefined ({' and '.join(flat)} do not vary over {len(preds)} "
+                         "example(s)); recorded as null")
     return float((stats.pearsonr if name == "pearson" else stats.spearmanr)(preds, labels)[0])
+
+
+def undefined(line: str) -> float:
+    """NaN for a score the data leaves undefined, its warning line said once per process (not at
+    every evaluation)."""
+    if os.environ.get("RANK", "0") == "0" and line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
+    return float("nan")
 
 
 @dataclass(kw_only=True)
