@@ -285,3 +285,26 @@ def test_labels_in_two_unicode_forms_are_said(tmp_path: Path, fmt: str) -> None:
     assert list(task.notices().values()) == [
         f"{train}: 1 group(s) of labels differ only in case, spaces, Unicode form or how a number is written "
         "('cafe\\u0301' / 'caf\\xe9'); each is its own class: write them alike if they are one"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_training_data_of_one_class_is_refused_when_labels_are_given(tmp_path: Path, cli, fmt: str) -> None:
+    """Finding: with task.labels given, a training file holding one of them trained a classifier
+    that answers that class alone, exit 0 (labels read from the data were refused so already).
+    One line, at load and from the CLI (exit 2, nothing written)."""
+    train = write(tmp_path / f"train.{fmt}", [r for r in ROWS if r[1] == "pos"], fmt)
+    dev = write(tmp_path / f"dev.{fmt}", ROWS, fmt)
+    message = (f"{train}: column 'label' has 1 distinct label(s) ('pos') of the 2 named; classification needs "
+               "at least 2 in the training data")
+    with pytest.raises(UserError) as info:
+        TextClassification(train_file=str(train), eval_file=str(dev), labels=["neg", "pos"]).load()
+    assert str(info.value) == message
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: text_classification, train_file: {train}, eval_file: {dev}, labels: [neg, pos]}}
+method: {{name: full}}
+""")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err == f"error: {message}\n"
+    assert not list((tmp_path / "runs").rglob("metrics.json"))
+    # a training file of two of three named classes is a choice, not refused
+    TextClassification(train_file=str(dev), eval_file=str(dev), labels=["neg", "pos", "meh"]).load()

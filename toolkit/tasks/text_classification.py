@@ -142,6 +142,8 @@ class TextClassification(Classification):
         if self.problem == "classification" and self.labels is None and self._found_labels is None:
             self._found_labels = self._label_set(splits)
         out = {k: (self._normalise(*s) if s is not None else None) for k, s in splits.items()}
+        if self.problem == "classification" and out.get("train") is not None:
+            self._check_trained_classes(set(out["train"]["label"]), splits["train"][1])
         return {"train": subset(out.get("train"), self.max_train_samples, SAMPLE_SEED),
                 "eval": {"": subset(out["eval"], self.max_eval_samples, SAMPLE_SEED)},
                 "test": out.get("test")}
@@ -198,6 +200,16 @@ class TextClassification(Classification):
         numeric = all(_is_int(v) for v in values)
         self._note_case(values, path)
         return sorted(values, key=lambda v: (int(v) if numeric else 0, v))
+
+    def _check_trained_classes(self, ids: set[int], path: str) -> None:
+        """The training data holds at least two classes, wherever the names come from: with
+        `task.labels` (or a Hub data set's label names) given, a file of one class trained a
+        classifier that can answer nothing else, exit 0 (names read from the data are refused
+        so in `_label_set`)."""
+        if len(ids) < 2:
+            held = ", ".join(repr(self.label_names[i]) for i in sorted(ids))
+            raise UserError(f"{path}: column '{self.label_column}' has {len(ids)} distinct label(s) ({held}) of the "
+                            f"{len(self.label_names or [])} named; classification needs at least 2 in the training data")
 
     def _note_case(self, values: set[str], path: str) -> None:
         """Labels that differ only in case, spaces at an end, Unicode form (`café` written with
