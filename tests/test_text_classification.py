@@ -272,6 +272,17 @@ def test_columns_that_are_not_a_second_text_stay_unread(tmp_path: Path, cols: tu
     assert task.text_columns == picked
 
 
+def test_json_values_that_are_not_text_are_not_a_second_text(tmp_path: Path) -> None:
+    """A record's metadata (an object, a list, a number per row) is never taken for a pair's half."""
+    rows = [{"text": LONG[i], "label": ["pos", "neg"][i % 2], "meta": {"summary": SENTENCES[i], "n": i},
+             "tags": [f"t{i}", "x"], "n": i * 1.5} for i in range(6)]
+    train = tmp_path / "t.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert task.text_columns == ["text"]
+
+
 @pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "json"])
 def test_labels_in_two_unicode_forms_are_said(tmp_path: Path, fmt: str) -> None:
     """Finding: `café` written as one code point and as `e` + a combining accent (two writers, or

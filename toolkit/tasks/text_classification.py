@@ -354,14 +354,14 @@ def _pair_unread(ds: Any, picked: str, others: list[str], where: str) -> None:
     `question`, `sentence`, `label`): that column is a pair's first half as likely as metadata,
     and read as `sentence` alone the question was never seen (exit 0). One line asks which;
     columns that are not text-like (a `source` of few values, dates and numbers, far shorter
-    than the text) are left unread as before."""
+    than the text, JSON values that are not strings) are left unread as before."""
     head = ds.select(range(min(_fields.SAMPLE, len(ds))))
     length, share = _fields.text_likeness(head[picked])
     alike = []
     for other in others:
         values = [v for v in head[other] if v is not None]
-        if not values or all(isinstance(v, (int, float)) or DECIMAL.fullmatch(str(v).strip()) for v in values):
-            continue
+        if not values or not all(isinstance(v, str) for v in values) or all(DECIMAL.fullmatch(v.strip()) for v in values):
+            continue  # JSON numbers, lists and objects (a record's metadata), or numbers written as text
         other_length, other_share = _fields.text_likeness(values)
         if other_share * _fields.MARGIN >= share and other_length * TEXT_LENGTH_RATIO >= length:
             alike.append(other)
