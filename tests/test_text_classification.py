@@ -52,6 +52,11 @@ def test_integer_labels_sort_numerically_and_given_labels_fix_the_order(tmp_path
     task = TextClassification(train_file=str(train), eval_file=str(train))
     task.load()
     assert task.label_names == [str(i) for i in range(11)]
+    # decimals too: "10.5" sorted before "2.5" as text made 2.5 F1's positive class (id 1) of two labels
+    decimals = TextClassification(train_file=str(write(tmp_path / "d.csv", [("a", "10.5"), ("b", "2.5")], "csv")),
+                                  eval_file=str(tmp_path / "d.csv"))
+    decimals.load()
+    assert decimals.label_names == ["2.5", "10.5"]
     given = TextClassification(train_file=str(write(tmp_path / "s.csv", ROWS, "csv")),
                                eval_file=str(tmp_path / "s.csv"), labels=["pos", "neg"])
     assert given.load()["train"]["label"][:2] == [0, 1]
@@ -196,7 +201,7 @@ def test_a_number_written_two_ways_is_two_classes_and_said(tmp_path: Path, fmt: 
     train = write(tmp_path / f"train.{fmt}", rows, fmt)
     task = TextClassification(train_file=str(train), eval_file=str(train))
     task.load()
-    assert task.label_names == ["+1", "0", "00", "1", "1.0"]  # as written: 5 classes
+    assert task.label_names == ["0", "00", "+1", "1", "1.0"]  # as written: 5 classes, by value
     assert list(task.notices().values()) == [
         f"{train}: 2 group(s) of labels differ only in case, spaces, Unicode form or how a number is written "
         "('+1' / '1' / '1.0'; '0' / '00'); each is its own class: write them alike if they are one"]
@@ -218,7 +223,7 @@ train: {{epochs: 1, batch_size: 12}}
     assert code == 0, err
     assert "differ only in case, spaces, Unicode form or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
     (config,) = (tmp_path / "runs").rglob("model/config.json")
-    assert json.loads(config.read_text())["id2label"] == {"0": "+1", "1": "0", "2": "00", "3": "1", "4": "1.0"}
+    assert json.loads(config.read_text())["id2label"] == {"0": "0", "1": "00", "2": "+1", "3": "1", "4": "1.0"}
 
 
 QUESTIONS = ["What came into force?", "Who wrote the play?", "When did the war end?", "Where is the river?",

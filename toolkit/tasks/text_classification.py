@@ -197,9 +197,12 @@ class TextClassification(Classification):
         if len(values) < 2:
             raise UserError(f"{path}: column '{self.label_column}' has {len(values)} distinct "
                             "label(s); classification needs at least 2")
-        numeric = all(_is_int(v) for v in values)
         self._note_case(values, path)
-        return sorted(values, key=lambda v: (int(v) if numeric else 0, v))
+        if all(_is_int(v) for v in values):
+            return sorted(values, key=lambda v: (int(v), v))  # exact, past 2^53 too
+        if all(DECIMAL.fullmatch(v.strip()) for v in values):  # 2.5 before 10.5, as run_glue sorts them
+            return sorted(values, key=lambda v: (float(v), v))
+        return sorted(values)
 
     def _check_trained_classes(self, ids: set[int], path: str) -> None:
         """The training data holds at least two classes, wherever the names come from: with
