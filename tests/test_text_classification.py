@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -324,3 +325,22 @@ method: {{name: full}}
     assert not list((tmp_path / "runs").rglob("metrics.json"))
     # a training file of two of three named classes is a choice, not refused
     TextClassification(train_file=str(dev), eval_file=str(dev), labels=["neg", "pos", "meh"]).load()
+
+
+def test_scores_read_as_classes_are_said(tmp_path: Path) -> None:
+    """Finding: STS-B's file read with the default task.problem (classification) trained 161
+    classes, one per score as written, with no word (exit 0 where the eval split held no score
+    training lacked). Labels that are numbers with fractions are said, naming task.problem; whole
+    numbers (star ratings) are classes as often as not, and are not."""
+    sts = Path(os.environ["TOOLKIT_DATA"]) / "glue" / "STS-B" / "dev.tsv"
+    task = TextClassification(train_file=str(sts), eval_file=str(sts))
+    task.load()
+    assert len(task.label_names) == 161 and task.text_columns == ["sentence1", "sentence2"]
+    assert task.notices()["label scores"] == (
+        f"{sts}: the 161 labels are numbers, 137 with a fraction (0.083, 0.100, 0.2, ...); each is its own "
+        "class (task.problem: classification): set task.problem=regression if they are scores")
+    assert "label scores" not in TextClassification(train_file=str(sts), eval_file=str(sts), problem="regression").notices()
+    stars = write(tmp_path / "stars.csv", [(f"t{i}", str(1 + i % 5)) for i in range(10)], "csv")
+    ratings = TextClassification(train_file=str(stars), eval_file=str(stars))
+    ratings.load()
+    assert ratings.label_names == ["1", "2", "3", "4", "5"] and "label scores" not in ratings.notices()

@@ -201,6 +201,7 @@ class TextClassification(Classification):
         if all(_is_int(v) for v in values):
             return sorted(values, key=lambda v: (int(v), v))  # exact, past 2^53 too
         if all(DECIMAL.fullmatch(v.strip()) for v in values):  # 2.5 before 10.5, as run_glue sorts them
+            self._note_scores(values, path)
             return sorted(values, key=lambda v: (float(v), v))
         return sorted(values)
 
@@ -213,6 +214,18 @@ class TextClassification(Classification):
             held = ", ".join(repr(self.label_names[i]) for i in sorted(ids))
             raise UserError(f"{path}: column '{self.label_column}' has {len(ids)} distinct label(s) ({held}) of the "
                             f"{len(self.label_names or [])} named; classification needs at least 2 in the training data")
+
+    def _note_scores(self, values: set[str], path: str) -> None:
+        """Labels that are all numbers, some with a fraction (STS-B's 0.0 .. 5.0 scores), read as
+        classes: each value its own class, a score the model is told is no nearer its neighbour
+        than any other, exit 0 where the eval split held no value training lacked. Said, naming
+        task.problem: whole numbers (star ratings) as classes are common and meant."""
+        fractions = sorted((v for v in values if not float(v).is_integer()), key=lambda v: (float(v), v))
+        if fractions:
+            shown = ", ".join(fractions[:3]) + (", ..." if len(fractions) > 3 else "")
+            self.note("label scores", f"{path}: the {len(values)} labels are numbers, {len(fractions)} with a fraction "
+                                      f"({shown}); each is its own class (task.problem: classification): set "
+                                      "task.problem=regression if they are scores")
 
     def _note_case(self, values: set[str], path: str) -> None:
         """Labels that differ only in case, spaces at an end, Unicode form (`café` written with
