@@ -344,3 +344,12 @@ def test_scores_read_as_classes_are_said(tmp_path: Path) -> None:
     ratings = TextClassification(train_file=str(stars), eval_file=str(stars))
     ratings.load()
     assert ratings.label_names == ["1", "2", "3", "4", "5"] and "label scores" not in ratings.notices()
+
+
+def test_a_label_outside_many_is_named_in_a_short_line(tmp_path: Path) -> None:
+    """The line naming a label outside the training labels lists 20 of them and the count (161 for
+    STS-B's scores read as classes: one line of 1,100 characters)."""
+    train = write(tmp_path / "train.csv", [(f"t{i}", str(i)) for i in range(30)], "csv")
+    dev = write(tmp_path / "dev.csv", [("x", "0"), ("y", "31")], "csv")
+    with pytest.raises(UserError, match=r"dev.csv:3: label '31' is not one of 0, 1, 2, .*, 19, \.\.\. \(30 in all\)$"):
+        TextClassification(train_file=str(train), eval_file=str(dev)).load()

@@ -265,7 +265,7 @@ class TextClassification(Classification):
         if value is None or str(value).strip() == "":
             raise UserError(f"{where()}: label column '{self.label_column}' is empty; every row needs "
                             + ("a number (problem: regression)" if self.problem == "regression" else
-                               f"a label (one of {', '.join(ids)})"))
+                               f"a label (one of {_listed(ids)})"))
         if self.problem == "regression":
             if isinstance(value, bool):  # float(True) is 1.0: a JSON true/false is not a score
                 raise UserError(f"{where()}: label {str(value).lower()} is true/false, not a number "
@@ -284,9 +284,16 @@ class TextClassification(Classification):
             return number
         text = label_text(value)
         if text not in ids:
-            raise UserError(f"{where()}: label '{text}' is not one of {', '.join(ids)}"
+            raise UserError(f"{where()}: label '{text}' is not one of {_listed(ids)}"
                             + ("" if self.labels is None else " (task.labels)"))
         return ids[text]
+
+
+def _listed(names: Any, shown: int = 20) -> str:
+    """Label names for a message: the first `shown`, then how many there are (STS-B's scores read as
+    classes listed 161 names in one line)."""
+    names = list(names)
+    return ", ".join(names[:shown]) + (f", ... ({len(names)} in all)" if len(names) > shown else "")
 
 
 def reserved_text_column(text_columns: list[str] | None) -> None:
