@@ -154,7 +154,7 @@ class Classification(Task):
         from transformers import DataCollatorWithPadding
 
         if model is not None:
-            problem = last_token_problem(model.config, tokenizer)
+            problem = last_token_problem(model.config, tokenizer) or eos_token_problem(model.config, tokenizer)
             if problem:
                 raise UserError(f"model.checkpoint: {problem}")
         return DataCollatorWithPadding(tokenizer, return_tensors="pt")
@@ -242,4 +242,26 @@ def last_token_problem(config: Any, tokenizer: Any) -> str | None:
                 f"{config.model_type} classifier reads each example at its last token that is not the pad, "
                 "so a text ending in it would be read before it; set pad_token to the end-of-text token "
                 f"{tokenizer.eos_token!r} in its tokenizer_config.json")
+    return None
+
+
+def eos_token_problem(config: Any, tokenizer: Any) -> str | None:
+    """Why an encoder-decoder's classifier could not read the examples at their end-of-sequence
+    token, or None. transformers' BART and T5 classifiers read each example at its last token whose
+    id is `config.eos_token_id` and stop (a ValueError traceback, at the first padded batch) where
+    the rows of a batch hold different numbers of it: a tokenizer that pads with that token gives
+    each row as many more as its padding, and one that ends texts with another id gives none. Text
+    never gives it (models.text_is_text)."""
+    if kind_of(getattr(config, "model_type", "")) != "encoder-decoder":
+        return None
+    eos = getattr(config, "eos_token_id", None)
+    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id == eos:
+        return (f"the tokenizer pads with {tokenizer.pad_token!r} (id {eos}), the model's end-of-sequence token "
+                f"(config.eos_token_id): a {config.model_type} classifier reads each example at its last "
+                "end-of-sequence token and needs every row of a batch to hold as many, which padding changes; "
+                "set pad_token to the tokenizer's own pad token in its tokenizer_config.json")
+    if tokenizer.eos_token_id != eos:
+        return (f"the tokenizer ends each text with {tokenizer.eos_token!r} (id {tokenizer.eos_token_id}) and the "
+                f"model's config.eos_token_id is {eos}: a {config.model_type} classifier reads each example at "
+                "its config's end-of-sequence token, which no example would hold; save the model with its own tokenizer")
     return None
