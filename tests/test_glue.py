@@ -12,6 +12,7 @@ import pytest
 from toolkit.errors import UserError
 
 from toolkit.tasks.glue import Glue, glue_metrics
+from toolkit.tasks.text_classification import TextClassification
 
 
 def test_metrics_match_hand_computed_values() -> None:
@@ -191,6 +192,29 @@ def test_a_checkpoint_with_the_labels_in_another_order_predicts_the_same_labels(
     got = [p["label"] for p in task.classify(ours.eval(), tok, [{c: t for c in task.text_columns} for t in texts])]
     assert [g.lower() for g in got] == [w.lower() for w in want]
     assert [ours.config.id2label[i] for i in range(task.num_labels)] == task.label_names
+
+
+F1_TASKS = [Glue(subset="mrpc"), Glue(subset="qqp"),  # GLUE's F1 tasks, and a user's two labels
+            TextClassification(eval_file="unused.csv", labels=["neg", "pos"], metrics=["accuracy", "f1"])]
+
+
+@pytest.mark.parametrize("task", F1_TASKS, ids=["mrpc", "qqp", "own-data"])
+def test_f1_with_no_positive_anywhere_is_nan_and_said_never_zero(capsys, monkeypatch, task) -> None:
+    """F1 = 2TP / (2TP + FP + FN) is 0/0 where the positive class (id 1) is in neither the labels
+    nor the predictions (an eval split of negatives, every one predicted negative): it was 0.0,
+    scikit-learn's zero_division stand-in, read as a model that found no positive and averaged
+    into a GLUE score. NaN (null in metrics.json) with a warning, as an undefined correlation; a
+    positive on either side keeps F1 defined, 0.0 where none is found (every path that scores
+    a classifier: training's evaluation, toolkit eval and in-context prompting call compute_metrics)."""
+    monkeypatch.setattr("toolkit.tasks._classification._SAID", set())
+    got = task.compute_metrics(np.array([0, 0, 0]), np.array([0, 0, 0]))
+    assert np.isnan(got["f1"]) and got["accuracy"] == 1.0
+    assert ("warning: f1 is undefined (the positive class, label id 1, is in neither the labels nor the predictions "
+            "of 3 example(s)); recorded as null") in capsys.readouterr().err
+    assert task.compute_metrics(np.array([0, 0, 0]), np.array([0, 1, 0]))["f1"] == 0.0  # a positive missed
+    assert task.compute_metrics(np.array([1, 0, 0]), np.array([0, 0, 0]))["f1"] == 0.0  # a false positive
+    macro = TextClassification(eval_file="unused.csv", labels=["a", "b", "c"], metrics=["f1"])
+    assert macro.compute_metrics(np.array([0, 0, 2]), np.array([0, 0, 0]))["f1"] == pytest.approx(0.4)  # (0.8 + 0) / 2
 
 
 def _read(folder: Path) -> dict[str, list[str]]:

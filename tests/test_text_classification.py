@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,11 @@ def test_integer_labels_sort_numerically_and_given_labels_fix_the_order(tmp_path
     task = TextClassification(train_file=str(train), eval_file=str(train))
     task.load()
     assert task.label_names == [str(i) for i in range(11)]
+    # decimals too: "10.5" sorted before "2.5" as text made 2.5 F1's positive class (id 1) of two labels
+    decimals = TextClassification(train_file=str(write(tmp_path / "d.csv", [("a", "10.5"), ("b", "2.5")], "csv")),
+                                  eval_file=str(tmp_path / "d.csv"))
+    decimals.load()
+    assert decimals.label_names == ["2.5", "10.5"]
     given = TextClassification(train_file=str(write(tmp_path / "s.csv", ROWS, "csv")),
                                eval_file=str(tmp_path / "s.csv"), labels=["pos", "neg"])
     assert given.load()["train"]["label"][:2] == [0, 1]
@@ -142,12 +148,16 @@ def test_a_text_column_named_label_is_one_line_given_or_picked(tmp_path: Path, g
 
 @pytest.mark.parametrize("override, message", [
     ("task.metrics=[pearson]", "task.metrics: 'pearson' is not a classification metric"),
+    ("task.metrics=[]", "task.metrics: needs at least 1 item(s)"),  # was the default, accuracy, silently
     ("task.text_columns=[a,b,c]", "task.text_columns: at most two"),
     ("task.eval_file=nope.csv", "task.eval_file: nope.csv does not exist"),
     ("task.eval_file=null", "task.eval_file: required"),
     ("task.label_colum=x", "task.label_colum: unknown key (did you mean 'label_column'?)"),
     ("task.problem=regresion", "task.problem: 'regresion' is not allowed (did you mean 'regression'?)"),
     ("task.text_columns=[label]", "task.text_columns: a text column named 'label' is the name every example's label"),
+    # the label read as the text: every class learned from its own name, accuracy 1.0, exit 0
+    ("task.text_columns=[text] task.label_column=text", "task.label_column: 'text' is also in task.text_columns"),
+    ("task.text_columns=[text,label] task.label_column=label", "task.label_column: 'label' is also in task.text_columns"),
 ])
 def test_recipe_mistakes_are_refused_at_validate(tmp_path: Path, cli, override: str, message: str) -> None:
     train = write(tmp_path / "train.csv", ROWS, "csv")
@@ -155,7 +165,7 @@ def test_recipe_mistakes_are_refused_at_validate(tmp_path: Path, cli, override: 
 task: {{name: text_classification, train_file: {train}, eval_file: {train}}}
 method: {{name: lora}}
 """)
-    code, _, err = cli("run", recipe, override, "--runs-dir", tmp_path / "runs")
+    code, _, err = cli("run", recipe, *override.split(" "), "--runs-dir", tmp_path / "runs")
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "runs").exists()
 
@@ -192,9 +202,9 @@ def test_a_number_written_two_ways_is_two_classes_and_said(tmp_path: Path, fmt: 
     train = write(tmp_path / f"train.{fmt}", rows, fmt)
     task = TextClassification(train_file=str(train), eval_file=str(train))
     task.load()
-    assert task.label_names == ["+1", "0", "00", "1", "1.0"]  # as written: 5 classes
+    assert task.label_names == ["0", "00", "+1", "1", "1.0"]  # as written: 5 classes, by value
     assert list(task.notices().values()) == [
-        f"{train}: 2 group(s) of labels differ only in case, spaces or how a number is written "
+        f"{train}: 2 group(s) of labels differ only in case, spaces, Unicode form or how a number is written "
         "('+1' / '1' / '1.0'; '0' / '00'); each is its own class: write them alike if they are one"]
     # trained on one way of writing them, an eval file's other way is refused, not mapped to a class
     one_way = write(tmp_path / f"t.{fmt}", [(f"text {i}", str(i % 2)) for i in range(4)], fmt)
@@ -212,9 +222,9 @@ train: {{epochs: 1, batch_size: 12}}
 """)
     code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
-    assert "differ only in case, spaces or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
+    assert "differ only in case, spaces, Unicode form or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
     (config,) = (tmp_path / "runs").rglob("model/config.json")
-    assert json.loads(config.read_text())["id2label"] == {"0": "+1", "1": "0", "2": "00", "3": "1", "4": "1.0"}
+    assert json.loads(config.read_text())["id2label"] == {"0": "0", "1": "00", "2": "+1", "3": "1", "4": "1.0"}
 
 
 @pytest.mark.parametrize("fmt,blank", [("csv", ""), ("tsv", ""), ("json", ""), ("jsonl.gz", None)])
@@ -231,3 +241,131 @@ def test_a_test_file_with_its_label_column_left_blank_is_unlabelled(tmp_path: Pa
     part = write(tmp_path / f"part.{fmt}", [(ROWS[0][0], "pos"), (ROWS[1][0], blank)], fmt)
     with pytest.raises(UserError, match="label column 'label' is empty"):
         TextClassification(train_file=str(train), eval_file=str(train), test_file=str(part)).load()
+
+
+QUESTIONS = ["What came into force?", "Who wrote the play?", "When did the war end?", "Where is the river?",
+             "Why did prices rise?", "How many people live there?"]
+SENTENCES = ["The new constitution came into force that day.", "The play was first staged in 1603 in London.",
+             "The fighting stopped in the spring of 1945.", "The river runs through the old town centre.",
+             "Prices rose as the harvest failed for two years.", "About two million people live in the region."]
+LONG = [s + " " + s + " " + s + " " + s for s in SENTENCES]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_a_pair_is_not_read_as_its_named_half(tmp_path: Path, cli, fmt: str) -> None:
+    """Finding: a file of QNLI's layout (question, sentence, label) was read as `sentence` alone,
+    its question never seen (a pair task trained on half of it, exit 0): the name picked one
+    text and the other, as text-like, was dropped with no word. It is one line asking which, at
+    load and from the CLI (exit 2, nothing written); columns that are not text-like stay unread."""
+    rows = [(q, s, "entailment" if i % 2 else "not_entailment") for i, (q, s) in enumerate(zip(QUESTIONS, SENTENCES))]
+    train = write(tmp_path / f"train.{fmt}", rows, fmt, cols=("question", "sentence", "label"))  # type: ignore[arg-type]
+    message = (f"{train}: cannot tell whether the text is 'sentence' alone or a pair with 'question', which reads "
+               "as text as much as it; set task.text_columns, e.g. task.text_columns=[question, sentence] or "
+               "task.text_columns=[sentence]")
+    with pytest.raises(UserError) as info:
+        TextClassification(train_file=str(train), eval_file=str(train)).load()
+    assert str(info.value) == message
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: text_classification, train_file: {train}, eval_file: {train}}}
+method: {{name: lora}}
+""")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err == f"error: {message}\n"
+    assert not list((tmp_path / "runs").rglob("metrics.json"))
+    task = TextClassification(train_file=str(train), eval_file=str(train), text_columns=["question", "sentence"])
+    assert task.load()["train"]["question"] == QUESTIONS  # named: read as named
+
+
+@pytest.mark.parametrize("cols, values, picked", [
+    (("text", "label", "source"), ["web", "web", "news", "web", "news", "web"], ["text"]),  # few values
+    (("sentence", "label", "date"), [f"2024-0{i + 1}-1{i}" for i in range(6)], ["sentence"]),  # far shorter
+    (("title", "text", "label"), QUESTIONS, ["text"]),  # a title far shorter than its text
+    (("sentence", "label", "year"), [str(1990 + i) for i in range(6)], ["sentence"]),  # numbers
+    (("idx", "review", "label"), [str(i) for i in range(6)], ["review"]),  # an id is not text
+])
+def test_columns_that_are_not_a_second_text_stay_unread(tmp_path: Path, cols: tuple, values: list, picked: list) -> None:
+    cells = {"label": ["pos", "neg"] * 3, cols[0 if cols[0] not in ("text", "sentence", "review") else 2]: values}
+    text = next(c for c in cols if c not in cells)
+    cells[text] = LONG
+    rows = [tuple(cells[c][i] for c in cols) for i in range(6)]
+    train = write(tmp_path / "t.csv", rows, "csv", cols=cols)  # type: ignore[arg-type]
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert task.text_columns == picked
+
+
+def test_json_values_that_are_not_text_are_not_a_second_text(tmp_path: Path) -> None:
+    """A record's metadata (an object, a list, a number per row) is never taken for a pair's half."""
+    rows = [{"text": LONG[i], "label": ["pos", "neg"][i % 2], "meta": {"summary": SENTENCES[i], "n": i},
+             "tags": [f"t{i}", "x"], "n": i * 1.5} for i in range(6)]
+    train = tmp_path / "t.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert task.text_columns == ["text"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "json"])
+def test_labels_in_two_unicode_forms_are_said(tmp_path: Path, fmt: str) -> None:
+    """Finding: `café` written as one code point and as `e` + a combining accent (two writers, or
+    a file from macOS) trained as two classes that print alike, with no word (a 3-class model
+    for 2, id2label holding 'café' twice, exit 0). Said as labels differing in case are, escaped."""
+    rows = [(f"text {i}", ["caf\u00e9", "cafe\u0301", "tea"][i % 3]) for i in range(6)]
+    train = write(tmp_path / f"train.{fmt}", rows, fmt)
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert len(task.label_names) == 3  # as written: still their own classes
+    assert list(task.notices().values()) == [
+        f"{train}: 1 group(s) of labels differ only in case, spaces, Unicode form or how a number is written "
+        "('cafe\\u0301' / 'caf\\xe9'); each is its own class: write them alike if they are one"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_training_data_of_one_class_is_refused_when_labels_are_given(tmp_path: Path, cli, fmt: str) -> None:
+    """Finding: with task.labels given, a training file holding one of them trained a classifier
+    that answers that class alone, exit 0 (labels read from the data were refused so already).
+    One line, at load and from the CLI (exit 2, nothing written)."""
+    train = write(tmp_path / f"train.{fmt}", [r for r in ROWS if r[1] == "pos"], fmt)
+    dev = write(tmp_path / f"dev.{fmt}", ROWS, fmt)
+    message = (f"{train}: column 'label' has 1 distinct label(s) ('pos') of the 2 named; classification needs "
+               "at least 2 in the training data")
+    with pytest.raises(UserError) as info:
+        TextClassification(train_file=str(train), eval_file=str(dev), labels=["neg", "pos"]).load()
+    assert str(info.value) == message
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: text_classification, train_file: {train}, eval_file: {dev}, labels: [neg, pos]}}
+method: {{name: full}}
+""")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err == f"error: {message}\n"
+    assert not list((tmp_path / "runs").rglob("metrics.json"))
+    # a training file of two of three named classes is a choice, not refused
+    TextClassification(train_file=str(dev), eval_file=str(dev), labels=["neg", "pos", "meh"]).load()
+
+
+def test_scores_read_as_classes_are_said(tmp_path: Path) -> None:
+    """Finding: STS-B's file read with the default task.problem (classification) trained 161
+    classes, one per score as written, with no word (exit 0 where the eval split held no score
+    training lacked). Labels that are numbers with fractions are said, naming task.problem; whole
+    numbers (star ratings) are classes as often as not, and are not."""
+    sts = Path(os.environ["TOOLKIT_DATA"]) / "glue" / "STS-B" / "dev.tsv"
+    task = TextClassification(train_file=str(sts), eval_file=str(sts))
+    task.load()
+    assert len(task.label_names) == 161 and task.text_columns == ["sentence1", "sentence2"]
+    assert task.notices()["label scores"] == (
+        f"{sts}: the 161 labels are numbers, 137 with a fraction (0.083, 0.100, 0.2, ...); each is its own "
+        "class (task.problem: classification): set task.problem=regression if they are scores")
+    assert "label scores" not in TextClassification(train_file=str(sts), eval_file=str(sts), problem="regression").notices()
+    stars = write(tmp_path / "stars.csv", [(f"t{i}", str(1 + i % 5)) for i in range(10)], "csv")
+    ratings = TextClassification(train_file=str(stars), eval_file=str(stars))
+    ratings.load()
+    assert ratings.label_names == ["1", "2", "3", "4", "5"] and "label scores" not in ratings.notices()
+
+
+def test_a_label_outside_many_is_named_in_a_short_line(tmp_path: Path) -> None:
+    """The line naming a label outside the training labels lists 20 of them and the count (161 for
+    STS-B's scores read as classes: one line of 1,100 characters)."""
+    train = write(tmp_path / "train.csv", [(f"t{i}", str(i)) for i in range(30)], "csv")
+    dev = write(tmp_path / "dev.csv", [("x", "0"), ("y", "31")], "csv")
+    with pytest.raises(UserError, match=r"dev.csv:3: label '31' is not one of 0, 1, 2, .*, 19, \.\.\. \(30 in all\)$"):
+        TextClassification(train_file=str(train), eval_file=str(dev)).load()

@@ -216,6 +216,40 @@ REFUSED_GPT2 = {
 }
 
 
+REFUSED_EOS = {  # an encoder-decoder classifier reads each example at its last EOS (config.eos_token_id)
+    "pad-is-eos-bart": ("bart", {"pad_token": "</s>"}, r"pads with '</s>' \(id 2\), the model's end-of-sequence "
+                        r"token \(config.eos_token_id\): a bart classifier reads each example at its last"),
+    "pad-is-eos-t5": ("t5", {"pad_token": "</s>"}, r"pads with '</s>' \(id 1\), the model's end-of-sequence "
+                      r"token \(config.eos_token_id\): a t5 classifier"),
+    "eos-not-the-config's-bart": ("bart", {}, r"ends each text with '</s>' \(id 2\) and the model's "
+                                  r"config.eos_token_id is 0: a bart classifier"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_EOS))
+def test_an_encoder_decoder_classifier_that_cannot_find_its_eos_is_one_line(case: str, tiny_checkpoint,
+                                                                           tmp_path: Path) -> None:
+    """Finding: a BART or T5 checkpoint whose tokenizer pads with its end-of-sequence token (or
+    ends texts with another id than config.eos_token_id) stopped at the first padded batch on
+    transformers' ValueError traceback ("All examples must have the same number of <eos>
+    tokens"). One line at setup, naming the setting (training, eval and predict build the same
+    collator)."""
+    from toolkit import recipe as recipes
+    from toolkit.errors import UserError
+    from toolkit.setup import build
+
+    family, settings, message = REFUSED_EOS[case]
+    folder = _with_tokenizer(tiny_checkpoint(family), tmp_path / "odd", **settings)
+    if case.startswith("eos-not"):
+        config = json.loads((Path(folder) / "config.json").read_text())
+        (Path(folder) / "config.json").write_text(json.dumps({**config, "eos_token_id": 0}))
+    plan = recipes.plan(f"recipes/glue/stsb/{'bart' if family == 'bart' else 't5'}-base-full.yaml",
+                        [f"model.checkpoint={folder}", "task.max_eval_samples=2", "task.max_train_samples=2"])
+    with pytest.raises(UserError, match=message) as error:
+        build(plan)
+    assert "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize("case", sorted(REFUSED) + sorted(REFUSED_GPT2))
 def test_unusable_saved_settings_are_one_line(case: str, tiny_checkpoint, tmp_path: Path) -> None:
     """Findings: an uncased BERT whose tokenizer was saved with `do_lower_case: false` (or

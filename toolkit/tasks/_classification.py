@@ -43,6 +43,11 @@ def classification_metrics(names: tuple[str, ...] | list[str], preds: np.ndarray
     for name in names:
         if name == "accuracy":
             out[name] = float((preds == labels).mean())
+        elif name == "f1" and num_labels <= 2 and not ((labels == 1).any() or (preds == 1).any()):
+            # 2TP / (2TP + FP + FN) is 0/0: scikit-learn's zero_division stand-in (0.0) would read
+            # as a model that found none of the positives, and average into a GLUE score as one
+            out[name] = undefined(f"warning: f1 is undefined (the positive class, label id 1, is in neither the "
+                                  f"labels nor the predictions of {len(preds)} example(s)); recorded as null")
         elif name == "f1":
             average = "binary" if num_labels <= 2 else "macro"
             out[name] = float(skm.f1_score(labels, preds, average=average, pos_label=1, zero_division=0))
@@ -66,13 +71,18 @@ def correlation(stats: Any, name: str, preds: np.ndarray, labels: np.ndarray) ->
     flat = [side for side, values in (("predictions", preds), ("labels", labels))
             if len(values) < 2 or np.ptp(values) == 0]
     if flat:
-        line = (f"warning: {name} is undefined ({' and '.join(flat)} do not vary over {len(preds)} "
-                "example(s)); recorded as null")
-        if os.environ.get("RANK", "0") == "0" and line not in _SAID:  # once, not at every evaluation
-            _SAID.add(line)
-            print(line, file=sys.stderr)
-        return float("nan")
+        return undefined(f"warning: {name} is undefined ({' and '.join(flat)} do not vary over {len(preds)} "
+                         "example(s)); recorded as null")
     return float((stats.pearsonr if name == "pearson" else stats.spearmanr)(preds, labels)[0])
+
+
+def undefined(line: str) -> float:
+    """NaN for a score the data leaves undefined, its warning line said once per process (not at
+    every evaluation)."""
+    if os.environ.get("RANK", "0") == "0" and line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
+    return float("nan")
 
 
 @dataclass(kw_only=True)
@@ -144,7 +154,7 @@ class Classification(Task):
         from transformers import DataCollatorWithPadding
 
         if model is not None:
-            problem = last_token_problem(model.config, tokenizer)
+            problem = last_token_problem(model.config, tokenizer) or eos_token_problem(model.config, tokenizer)
             if problem:
                 raise UserError(f"model.checkpoint: {problem}")
         return DataCollatorWithPadding(tokenizer, return_tensors="pt")
@@ -232,4 +242,26 @@ def last_token_problem(config: Any, tokenizer: Any) -> str | None:
                 f"{config.model_type} classifier reads each example at its last token that is not the pad, "
                 "so a text ending in it would be read before it; set pad_token to the end-of-text token "
                 f"{tokenizer.eos_token!r} in its tokenizer_config.json")
+    return None
+
+
+def eos_token_problem(config: Any, tokenizer: Any) -> str | None:
+    """Why an encoder-decoder's classifier could not read the examples at their end-of-sequence
+    token, or None. transformers' BART and T5 classifiers read each example at its last token whose
+    id is `config.eos_token_id` and stop (a ValueError traceback, at the first padded batch) where
+    the rows of a batch hold different numbers of it: a tokenizer that pads with that token gives
+    each row as many more as its padding, and one that ends texts with another id gives none. Text
+    never gives it (models.text_is_text)."""
+    if kind_of(getattr(config, "model_type", "")) != "encoder-decoder":
+        return None
+    eos = getattr(config, "eos_token_id", None)
+    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id == eos:
+        return (f"the tokenizer pads with {tokenizer.pad_token!r} (id {eos}), the model's end-of-sequence token "
+                f"(config.eos_token_id): a {config.model_type} classifier reads each example at its last "
+                "end-of-sequence token and needs every row of a batch to hold as many, which padding changes; "
+                "set pad_token to the tokenizer's own pad token in its tokenizer_config.json")
+    if tokenizer.eos_token_id != eos:
+        return (f"the tokenizer ends each text with {tokenizer.eos_token!r} (id {tokenizer.eos_token_id}) and the "
+                f"model's config.eos_token_id is {eos}: a {config.model_type} classifier reads each example at "
+                "its config's end-of-sequence token, which no example would hold; save the model with its own tokenizer")
     return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -52,7 +53,8 @@ class TextClassification(Classification):
     label_column: str | None = None  # None: `label` or the like, else the column beside the text
     labels: list[Any] | None = field(default=None, metadata={"min_items": 2})  # names, in id order
     problem: Literal["classification", "regression"] = "classification"
-    metrics: list[str] | None = None  # default: accuracy (classification), pearson + spearmanr
+    # default: accuracy (classification), pearson + spearmanr; `[]` is refused, not read as the default
+    metrics: list[str] | None = field(default=None, metadata={"min_items": 1})
 
     def __post_init__(self) -> None:
         self._found_labels: list[str] | None = None  # label names read from the data at load
@@ -68,6 +70,9 @@ class TextClassification(Classification):
             raise UserError("task.eval_file: required (or task.dataset for a Hub data set)")
         if self.dataset is not None and (self.train_file or self.eval_file or self.test_file):
             raise UserError("task.dataset: give either a Hub data set or files, not both")
+        if self.label_column is not None and self.label_column in (self.text_columns or []):
+            raise UserError(f"task.label_column: '{self.label_column}' is also in task.text_columns: the model would "
+                            "read each example's label in its own text; name the column that holds the label")
         reserved_text_column(self.text_columns)
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise UserError(f"task.labels: names repeat ({', '.join(self.labels)})")
@@ -141,6 +146,8 @@ class TextClassification(Classification):
         if self.problem == "classification" and self.labels is None and self._found_labels is None:
             self._found_labels = self._label_set(splits)
         out = {k: (self._normalise(*s) if s is not None else None) for k, s in splits.items()}
+        if self.problem == "classification" and out.get("train") is not None:
+            self._check_trained_classes(set(out["train"]["label"]), splits["train"][1])
         return {"train": subset(out.get("train"), self.max_train_samples, SAMPLE_SEED),
                 "eval": {"": subset(out["eval"], self.max_eval_samples, SAMPLE_SEED)},
                 "test": out.get("test")}
@@ -194,23 +201,50 @@ class TextClassification(Classification):
         if len(values) < 2:
             raise UserError(f"{path}: column '{self.label_column}' has {len(values)} distinct "
                             "label(s); classification needs at least 2")
-        numeric = all(_is_int(v) for v in values)
         self._note_case(values, path)
-        return sorted(values, key=lambda v: (int(v) if numeric else 0, v))
+        if all(_is_int(v) for v in values):
+            return sorted(values, key=lambda v: (int(v), v))  # exact, past 2^53 too
+        if all(DECIMAL.fullmatch(v.strip()) for v in values):  # 2.5 before 10.5, as run_glue sorts them
+            self._note_scores(values, path)
+            return sorted(values, key=lambda v: (float(v), v))
+        return sorted(values)
+
+    def _check_trained_classes(self, ids: set[int], path: str) -> None:
+        """The training data holds at least two classes, wherever the names come from: with
+        `task.labels` (or a Hub data set's label names) given, a file of one class trained a
+        classifier that can answer nothing else, exit 0 (names read from the data are refused
+        so in `_label_set`)."""
+        if len(ids) < 2:
+            held = ", ".join(repr(self.label_names[i]) for i in sorted(ids))
+            raise UserError(f"{path}: column '{self.label_column}' has {len(ids)} distinct label(s) ({held}) of the "
+                            f"{len(self.label_names or [])} named; classification needs at least 2 in the training data")
+
+    def _note_scores(self, values: set[str], path: str) -> None:
+        """Labels that are all numbers, some with a fraction (STS-B's 0.0 .. 5.0 scores), read as
+        classes: each value its own class, a score the model is told is no nearer its neighbour
+        than any other, exit 0 where the eval split held no value training lacked. Said, naming
+        task.problem: whole numbers (star ratings) as classes are common and meant."""
+        fractions = sorted((v for v in values if not float(v).is_integer()), key=lambda v: (float(v), v))
+        if fractions:
+            shown = ", ".join(fractions[:3]) + (", ..." if len(fractions) > 3 else "")
+            self.note("label scores", f"{path}: the {len(values)} labels are numbers, {len(fractions)} with a fraction "
+                                      f"({shown}); each is its own class (task.problem: classification): set "
+                                      "task.problem=regression if they are scores")
 
     def _note_case(self, values: set[str], path: str) -> None:
-        """Labels that differ only in case, spaces at an end or how a number is written (`1`,
-        `1.0`, `01`, `+1`: CSV cells and JSON strings are names as written) are separate
-        classes: said once, naming them."""
+        """Labels that differ only in case, spaces at an end, Unicode form (`café` written with
+        one code point or two: they look alike) or how a number is written (`1`, `1.0`, `01`,
+        `+1`: CSV cells and JSON strings are names as written) are separate classes: said once,
+        naming them (escaped where they would look the same)."""
         groups: dict[Any, list[str]] = {}
         for value in values:
             groups.setdefault(_alike_key(value), []).append(value)
         alike = sorted(sorted(g) for g in groups.values() if len(g) > 1)
         if alike:
-            shown = "; ".join(" / ".join(repr(v) for v in g) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
-            self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case, spaces or "
-                                    f"how a number is written ({shown}); each is its own class: write them "
-                                    "alike if they are one")
+            shown = "; ".join(" / ".join(map(_shown(g), g)) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
+            self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case, spaces, Unicode "
+                                    f"form or how a number is written ({shown}); each is its own class: write "
+                                    "them alike if they are one")
 
     def _normalise(self, ds: Any, path: str, fmt: str) -> Any:
         """Text columns kept; the label column becomes `label` (an id, or a float)."""
@@ -235,7 +269,7 @@ class TextClassification(Classification):
         if value is None or str(value).strip() == "":
             raise UserError(f"{where()}: label column '{self.label_column}' is empty; every row needs "
                             + ("a number (problem: regression)" if self.problem == "regression" else
-                               f"a label (one of {', '.join(ids)})"))
+                               f"a label (one of {_listed(ids)})"))
         if self.problem == "regression":
             if isinstance(value, bool):  # float(True) is 1.0: a JSON true/false is not a score
                 raise UserError(f"{where()}: label {str(value).lower()} is true/false, not a number "
@@ -254,7 +288,7 @@ class TextClassification(Classification):
             return number
         text = label_text(value)
         if text not in ids:
-            raise UserError(f"{where()}: label '{text}' is not one of {', '.join(ids)}"
+            raise UserError(f"{where()}: label '{text}' is not one of {_listed(ids)}"
                             + ("" if self.labels is None else " (task.labels)"))
         return ids[text]
 
@@ -274,6 +308,13 @@ def _unlabelled(ds: Any, column: str) -> bool:
         if not pc.all(pc.fill_null(pc.equal(pc.utf8_trim_whitespace(chunk), ""), True)).as_py():
             return False
     return True
+
+
+def _listed(names: Any, shown: int = 20) -> str:
+    """Label names for a message: the first `shown`, then how many there are (STS-B's scores read as
+    classes listed 161 names in one line)."""
+    names = list(names)
+    return ", ".join(names[:shown]) + (f", ... ({len(names)} in all)" if len(names) > shown else "")
 
 
 def reserved_text_column(text_columns: list[str] | None) -> None:
@@ -320,7 +361,7 @@ def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_colu
                             f"task.label_column, e.g. task.text_columns=[{(rest or columns)[0]}] "
                             f"task.label_column={(rest or columns)[-1]}")
     if text_columns is None:
-        text_columns = pick_text_columns(columns, label_column, where)
+        text_columns = pick_text_columns(ds, label_column, where)
     return list(text_columns), label_column
 
 
@@ -331,19 +372,51 @@ def _run_glue_names(columns: list[str]) -> list[str] | None:
     return None
 
 
-def pick_text_columns(columns: list[str], label_column: str, where: str) -> list[str]:
+def pick_text_columns(ds: Any, label_column: str, where: str) -> list[str]:
     """The text column(s) of a file whose recipe names none, by run_glue's names: `sentence1`
-    and `sentence2`, else `sentence`, else `text`, else the one column beside the label. More
-    than one candidate is one line listing them (run_glue would take the first two silently)."""
+    and `sentence2`, else `sentence`, else `text`, else the one column beside the label (id-like
+    columns, `idx` and the like, are not text). More than one candidate is one line listing
+    them (run_glue would take the first two silently), and so is a single text picked by its
+    name beside another column as text-like as it (`_pair_unread`)."""
+    columns = list(ds.column_names)
     named = _run_glue_names([c for c in columns if c != label_column])
+    rest = _fields.candidates(columns, taken=(label_column,))
     if named:
+        if len(named) == 1:
+            _pair_unread(ds, named[0], [c for c in rest if c != named[0]], where)
         return named
-    rest = [c for c in columns if c != label_column]
     if len(rest) == 1:
         return rest
     if not rest:
         raise UserError(f"{where}: has no column besides '{label_column}' to read text from")
     return _ambiguous(rest, label_column, columns, where)
+
+
+def _pair_unread(ds: Any, picked: str, others: list[str], where: str) -> None:
+    """A single text found by its name (`sentence`, `text`) beside another column that reads as
+    text as much as it, distinct in about as many rows and not far shorter (QNLI's file:
+    `question`, `sentence`, `label`): that column is a pair's first half as likely as metadata,
+    and read as `sentence` alone the question was never seen (exit 0). One line asks which;
+    columns that are not text-like (a `source` of few values, dates and numbers, far shorter
+    than the text, JSON values that are not strings) are left unread as before."""
+    head = ds.select(range(min(_fields.SAMPLE, len(ds))))
+    length, share = _fields.text_likeness(head[picked])
+    alike = []
+    for other in others:
+        values = [v for v in head[other] if v is not None]
+        if not values or not all(isinstance(v, str) for v in values) or all(DECIMAL.fullmatch(v.strip()) for v in values):
+            continue  # JSON numbers, lists and objects (a record's metadata), or numbers written as text
+        other_length, other_share = _fields.text_likeness(values)
+        if other_share * _fields.MARGIN >= share and other_length * TEXT_LENGTH_RATIO >= length:
+            alike.append(other)
+    if alike:
+        pair = [c for c in ds.column_names if c in (alike[0], picked)]
+        raise UserError(f"{where}: cannot tell whether the text is {picked!r} alone or a pair with "
+                        f"{_fields.quoted(alike)}, which reads as text as much as it; set task.text_columns, "
+                        f"e.g. task.text_columns=[{', '.join(pair)}] or task.text_columns=[{picked}]")
+
+
+TEXT_LENGTH_RATIO = 4  # a column this many times shorter than the text (a title, a date) is not its pair
 
 
 def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: str) -> list[str]:
@@ -354,9 +427,17 @@ def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: st
 
 def _alike_key(value: str) -> Any:
     """What two label names that read as one share: a number's value (`1`, `1.0`, `01`, ` +1`
-    are 1.0), else the text without case or spaces at its ends."""
-    text = value.strip()
+    are 1.0), else the text in Unicode's compatibility form (NFKC: a letter and its accent as
+    one code point or two, full-width letters) without case or spaces at its ends."""
+    text = unicodedata.normalize("NFKC", value).strip()
     return ("number", float(text)) if DECIMAL.fullmatch(text) else ("text", text.casefold())
+
+
+def _shown(group: list[str]) -> Callable[[str], str]:
+    """How a group of alike labels is written in the warning: quoted, and escaped (`ascii`)
+    where two would look the same (one Unicode form and another)."""
+    looks = {unicodedata.normalize("NFC", v) for v in group}
+    return repr if len(looks) == len(group) else ascii
 
 
 def _is_int(text: str) -> bool:
