@@ -531,6 +531,28 @@ def test_merging_a_layer_tied_to_the_embeddings_is_refused(tiny_checkpoint, meth
                 METHODS.get(method)(target_modules=names, merge=True, **settings).apply(copy.deepcopy(base), ctx)
 
 
+@pytest.mark.parametrize("family", ["t5", "bart"])
+@pytest.mark.parametrize("method", ["lora", "dora"])  # AdaLoRA and IA3 take no embedding layer (one line already)
+def test_a_targeted_layer_that_never_runs_is_refused(tiny_checkpoint, method, family):
+    """Finding: T5's and BART's `shared` embedding is read through the encoder's and decoder's
+    `embed_tokens` (the same weight, other modules): LoRA on `shared` got no gradient and trained
+    nothing, its parameters counted as trainable, exit 0. A targeted layer that the model's forward
+    never calls is one line naming the layers that do read the weight; targeting those applies."""
+    from toolkit import models
+    from toolkit.errors import UserError
+
+    head = "seq2seq-lm"
+    if (family, head) not in _LOADED:
+        _LOADED[family, head] = models.load(tiny_checkpoint(family), head, {})
+    base, tok = _LOADED[family, head]
+    ctx = Context(family, models.head_names(base), "SEQ_2_SEQ_LM", tok, total_steps=10)
+    settings = SMALL.get(method, {})
+    with pytest.raises(UserError, match=r"^method\.target_modules: \S*shared never runs in this model's forward.*"
+                                        r"through \S*decoder\.embed_tokens, \S*encoder\.embed_tokens: target those"):
+        METHODS.get(method)(target_modules=["shared"], **settings).apply(copy.deepcopy(base), ctx)
+    METHODS.get(method)(target_modules=["embed_tokens"], **settings).apply(copy.deepcopy(base), ctx)
+
+
 _FROM_MLM: dict[str, tuple[torch.nn.Module, object, str]] = {}
 
 

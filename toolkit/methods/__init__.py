@@ -196,7 +196,48 @@ def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
     unmatched = [t for t in asked if not any(n == t or n.endswith("." + t) for n in found)]
     if unmatched:
         raise UserError(_no_target(unmatched, "match no layer of this model's body", leaves))
+    idle = _never_run(wrapped)
+    if idle:
+        raise UserError(f"method.target_modules: {', '.join(idle)} never run{'s' * (len(idle) == 1)} in this model's "
+                        "forward, so an adapter there trains nothing (its parameters counted as trainable); "
+                        f"{_run_instead(wrapped, idle)}")
     return wrapped
+
+
+def _never_run(wrapped: torch.nn.Module) -> list[str]:
+    """The adapted layers a forward pass of the model on its own dummy inputs never calls. T5's and
+    BART's `shared` embedding is read through the encoder's and decoder's `embed_tokens`, which hold
+    the same weight: LoRA on `shared` alone got no gradient and trained nothing, its parameters
+    counted as trainable, exit 0. Empty where the model has no dummy inputs or they do not run."""
+    names = list(getattr(wrapped, "targeted_module_names", None) or [])
+    base = wrapped.get_base_model()
+    dummy = getattr(base, "dummy_inputs", None)
+    if not names or not isinstance(dummy, dict):
+        return []
+    called: set[str] = set()
+    hooks = [base.get_submodule(n).register_forward_hook(lambda *_, n=n: called.add(n)) for n in names]
+    try:
+        device = next(base.parameters()).device
+        with torch.no_grad():
+            base(**{k: v.to(device) if hasattr(v, "to") else v for k, v in dummy.items()})
+    except Exception:  # noqa: BLE001 -- a check only: a model its dummy inputs cannot drive is not judged
+        return []
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [n for n in names if n not in called]
+
+
+def _run_instead(wrapped: torch.nn.Module, idle: list[str]) -> str:
+    """What does run in their place: the layers holding the same weight."""
+    base = wrapped.get_base_model()
+    layers = [getattr(base.get_submodule(n), "base_layer", None) for n in idle]
+    weights, kinds = {id(getattr(m, "weight", None)) for m in layers}, {type(m) for m in layers}
+    sharing = sorted(n for n, m in base.named_modules() if n not in idle and id(getattr(m, "weight", None)) in weights
+                     and type(m) in kinds and not n.endswith(".base_layer"))  # embeddings, not a tied LM head
+    if sharing:
+        return f"the model reads that weight through {', '.join(sharing)}: target those, or leave it out"
+    return "leave it out of the list"
 
 
 def _linear_leaves(model: torch.nn.Module, config: Any) -> list[str]:
