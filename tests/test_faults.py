@@ -254,6 +254,66 @@ def test_killed_mid_the_metrics_write_leaves_no_partial_file(tmp_path: Path, cli
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
 
 
+# step 12 is saved by save_every, then evaluated as the last step and saved again over itself; with
+# one checkpoint kept and no best step, step-000012 is the run's only checkpoint when it is replaced
+AGAIN = ["train.eval_every=5", "train.save_every=4", "train.keep_best=false", "train.save_total_limit=1"]
+
+
+@pytest.fixture(scope="module")
+def saved_twice(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> tuple[Path, Path]:
+    """(recipe, run folder) of one uninterrupted run whose last step is saved twice (AGAIN)."""
+    from toolkit.cli import main
+
+    tmp = tmp_path_factory.mktemp("again")
+    recipe = write_recipe(tmp / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
+    assert main(["run", str(recipe), *AGAIN, "--runs-dir", str(tmp / "runs")]) == 0
+    return recipe, the_run(tmp / "runs")
+
+
+@pytest.mark.parametrize("stop", [Killed, KeyboardInterrupt])
+@pytest.mark.parametrize("removed", ["part", "all"])
+def test_killed_while_a_step_is_saved_over_itself_goes_on_from_that_step(
+        tmp_path: Path, cli, saved_twice, monkeypatch: pytest.MonkeyPatch, stop: type, removed: str) -> None:
+    """Saving a step again (save_every, then its evaluation) removes the older step-N just before
+    the whole new one is renamed from tmp-step-N. Killed in between, the only whole copy of the
+    step was under the temporary name and was deleted as partial: the rerun said none of the
+    checkpoints was usable, exit 2 and --force (the old one half removed), or trained again from
+    step 0 without a word (all of it removed); Ctrl-C's line said nothing was kept. The whole one
+    takes its step's place: the run goes on from step 12 and ends as the uninterrupted run."""
+    import shutil
+
+    from toolkit import runs
+
+    recipe, whole = saved_twice
+    real, calls = shutil.rmtree, []
+
+    def cut(path, *args, **kwargs):
+        path = Path(path)
+        if path.name == "step-000012" and (path.parent / "tmp-step-000012").is_dir() and not calls:
+            calls.append(path)
+            if removed == "part":
+                sorted(path.iterdir())[0].unlink()
+            else:
+                real(path, *args, **kwargs)
+            raise stop
+        return real(path, *args, **kwargs)
+
+    root = tmp_path / "killed"
+    with monkeypatch.context() as m:
+        m.setattr(runs.shutil, "rmtree", cut)  # the module checkpoints.save calls too
+        if stop is Killed:
+            with pytest.raises(Killed):
+                cli("run", recipe, *AGAIN, "--runs-dir", root)
+        else:
+            code, _, err = cli("run", recipe, *AGAIN, "--runs-dir", root)
+            assert code == 130 and "keeps the checkpoint of step 12" in err, err
+    code, out, err = cli("run", recipe, *AGAIN, "--runs-dir", root)
+    assert code == 0 and "(step 12 of 12)" in out, out + err
+    run = the_run(root)
+    same_result(whole, run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in whole.iterdir())
+
+
 def test_killed_after_early_stopping_stays_stopped(tmp_path: Path, cli, bert: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Early stopping fired at step 4 (lr 0: the second evaluation ties the first, loss

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -381,6 +382,9 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
             return out
         if force and rank0:
             runs.clear(out)  # its contents: the folder itself is what the lock holds
+        if rank0:  # a checkpoint a kill left whole under its temporary name is one to go on from
+            for said in runs.settle_checkpoints(out):
+                print(f"note: {said}", file=sys.stderr)
         resume = resume or (existed and bool(runs.checkpoints(out)))
         if not runs.checkpoints(out) and rank0 and not os.environ.get("TOOLKIT_SWEEP_CHILD"):
             train.checkpoints.say_other_attempt(out, plan.recipe, runs.world_size())  # what changed
@@ -420,11 +424,11 @@ def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
 
 
 def _drop_partial_checkpoint(out: Path) -> None:
-    """A checkpoint stopped while being written (checkpoints/tmp-*: Ctrl-C, a full disk) is removed;
-    the whole one before it stays and is what `--resume` goes on from."""
+    """A checkpoint stopped while being written (checkpoints/tmp-*: Ctrl-C, a full disk) is removed,
+    and one stopped while being renamed, whole, is kept under its step's name
+    (runs.settle_checkpoints); the newest whole one is what `--resume` goes on from."""
     if int(os.environ.get("RANK", "0")) == 0:
-        for partial in out.glob("checkpoints/tmp-*"):
-            shutil.rmtree(partial, ignore_errors=True)
+        runs.settle_checkpoints(out)
 
 
 def _interrupted(exc: BaseException, out: Path, existed: bool, again: list[str]) -> Interrupted:

@@ -207,17 +207,17 @@ def start(acc: Accelerator, out: Path) -> None:
 
 def clear_partial(acc: Accelerator, out: Path) -> None:
     """Files a kill left half-written in the run folder (metrics.json, the predictions, written
-    under `<name>.<pid>.tmp` and renamed when whole; a checkpoint under `tmp-step-N`) go before the
-    run goes on: nothing of them is read, and they stayed beside the finished run's files."""
+    under `<name>.<pid>.tmp` and renamed when whole) go, and a checkpoint left under `tmp-step-N`
+    is settled (runs.settle_checkpoints: whole, it takes step-N's place; else it goes), before
+    the run looks for a checkpoint to go on from: nothing cut short is read, and none stays
+    beside the finished run's files. Said on stderr."""
     if acc.is_main_process:
         for partial in out.glob("*.tmp"):
             partial.unlink(missing_ok=True)
         # a checkpoint a kill cut short while being written (under sharding, one rank's part
-        # missing): never read (it is renamed step-N only when whole), and said, then gone
-        for partial in sorted(out.glob("checkpoints/tmp-step-*")):
-            print(f"note: {partial} is the checkpoint a stopped attempt was writing, not whole: not used "
-                  "(the run goes on from the newest whole checkpoint, if any), removed", file=sys.stderr)
-            shutil.rmtree(partial, ignore_errors=True)
+        # missing) is never read: renamed step-N only when whole
+        for said in runs.settle_checkpoints(out):
+            print(f"note: {said}", file=sys.stderr)
     acc.wait_for_everyone()
 
 

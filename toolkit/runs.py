@@ -277,6 +277,41 @@ def checkpoints(path: Path) -> list[Path]:
     return sorted(found, key=step_of)
 
 
+def settle_checkpoints(path: Path) -> list[str]:
+    """What a kill left under `checkpoints/tmp-step-N` (a checkpoint is written there and renamed
+    step-N when whole), settled before anything looks for a checkpoint; returns what was done, one
+    sentence each. One that is whole (its trainer_state.json, written last, is there and every file
+    matches its manifest) is step N's newest state and takes step-N's place: saving a step again
+    (`train.save_every` then its evaluation, or a stale newer step) removes the older step-N just
+    before the rename, and a kill in between left the only whole copy of the step under the
+    temporary name, which was deleted as partial (the run went back to an older checkpoint, or
+    with `train.save_total_limit` 1 said none was usable, or started again from step 0). Any
+    other is cut short: removed, never read."""
+    done = []
+    for partial in sorted((path / "checkpoints").glob("tmp-step-*")) if (path / "checkpoints").is_dir() else []:
+        folder = partial.with_name(partial.name[len("tmp-"):])
+        if _whole(partial) and folder.name.split("-")[1].isdigit():
+            if folder.exists():
+                shutil.rmtree(folder)  # killed here, the next settle does the same again
+            os.replace(partial, folder)
+            sync_tree(folder.parent, files=False)
+            done.append(f"{partial} is a whole checkpoint a stopped attempt was renaming: kept as {folder.name}")
+        else:
+            shutil.rmtree(partial, ignore_errors=True)
+            done.append(f"{partial} is the checkpoint a stopped attempt was writing, not whole: not used (the "
+                        "run goes on from the newest whole checkpoint, if any), removed")
+    return done
+
+
+def _whole(folder: Path) -> bool:
+    """Written by this toolkit to the end: a manifest in its state file, and every file as listed."""
+    try:
+        listed = read_json(folder / "trainer_state.json").get("manifest")
+    except (ValueError, OSError, AttributeError):
+        return False
+    return bool(listed) and check_manifest(folder) is None
+
+
 def step_of(checkpoint: Path) -> int:
     return int(checkpoint.name.split("-")[1])
 

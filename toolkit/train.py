@@ -217,7 +217,8 @@ class Loop:
 
     # --- the loop ----------------------------------------------------------------------------
     def train(self, resume: bool, stop_after: int | None) -> dict | None:
-        if resume:
+        checkpoints.clear_partial(self.acc, self.out)  # what a kill left, settled before it is looked for
+        if resume or runs.checkpoints(self.out):  # a whole checkpoint settled just now is gone on from too
             self.restore()
         if self.state.step == 0:  # what a killed attempt wrote before its first checkpoint is not this run's
             checkpoints.start(self.acc, self.out)
@@ -225,7 +226,6 @@ class Loop:
                                else checkpoints.base_files(self.setup.source, self.unwrapped))
         else:  # a lean checkpoint resumes on the base it trained on, or not at all
             checkpoints.check_base(self.state.base, self.setup.source, self.state.step)
-        checkpoints.clear_partial(self.acc, self.out)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
