@@ -314,6 +314,34 @@ def test_killed_while_a_step_is_saved_over_itself_goes_on_from_that_step(
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in whole.iterdir())
 
 
+def test_killed_while_a_resume_rewrites_the_log_keeps_it(tmp_path: Path, cli, clean_full,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume drops the log lines written after its checkpoint by rewriting log.jsonl; rewritten
+    in place, a kill mid-write left it cut, and the finished run's log lacked its first steps
+    (exit 0). The kept lines now replace the log whole, or not at all."""
+    recipe, clean = clean_full
+    root = tmp_path / "killed"
+    assert cli("run", recipe, "--runs-dir", root, "--stop-after", "7")[0] == 0
+    real_text, real_bytes = Path.write_text, Path.write_bytes
+
+    def cut(real):
+        def write(self: Path, data, *args, **kwargs):
+            if self.name.startswith("log.jsonl"):
+                real(self, data[: len(data) // 2], *args, **kwargs)
+                raise Killed
+            return real(self, data, *args, **kwargs)
+        return write
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "write_text", cut(real_text))
+        m.setattr(Path, "write_bytes", cut(real_bytes))
+        with pytest.raises(Killed):
+            cli("run", recipe, "--runs-dir", root)
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0 and "(step 7 of 12)" in out, out + err
+    same_result(clean, the_run(root))
+
+
 def test_killed_after_early_stopping_stays_stopped(tmp_path: Path, cli, bert: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Early stopping fired at step 4 (lr 0: the second evaluation ties the first, loss

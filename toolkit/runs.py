@@ -493,7 +493,9 @@ def truncate_log(path: Path, step: int, evaluated: bool = True) -> None:
     later steps, and (`evaluated` False) an evaluation of the checkpoint's own step that its state
     does not hold. A step can be saved before it is evaluated (`save_every` at an epoch's end or
     at the last step); killed between the two, the resumed run evaluates that step again, and its
-    log held the evaluation twice."""
+    log held the evaluation twice. The kept lines replace the log whole (`write_whole`): rewritten
+    in place, a kill during the rewrite left the log empty or cut, and the run's earlier steps
+    were gone from it for good."""
     log = path / "log.jsonl"
     if not log.is_file():
         return
@@ -505,4 +507,4 @@ def truncate_log(path: Path, step: int, evaluated: bool = True) -> None:
                 keep.append(line)
         except (ValueError, KeyError, TypeError):  # a line cut short by a kill
             continue
-    log.write_text("".join(line + "\n" for line in keep))
+    write_whole(log, "".join(line + "\n" for line in keep))
