@@ -103,6 +103,58 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path, cl
     same_result(clean, the_run(root))
 
 
+@pytest.mark.parametrize("edit", ["step", "best_metric", "another_run"])
+def test_an_edited_or_foreign_checkpoint_state_is_not_resumed_from(tmp_path: Path, cli, clean_full, edit: str) -> None:
+    """The manifest covered every file but trainer_state.json itself, and nothing said which run a
+    checkpoint is of: a hand-edited state (the step, the best metric) or a checkpoint copied in from
+    another run (another seed) was resumed from as written, exit 0, and the result under this run's
+    id was not this recipe's. Now either is unusable, said, and the one before is used."""
+    import shutil
+
+    recipe, clean = clean_full
+    root = tmp_path / "hurt"
+    assert cli("run", recipe, "--runs-dir", root, "--stop-after", "7")[0] == 0
+    latest = sorted(root.rglob("step-*"))[-1]
+    if edit == "another_run":
+        assert cli("run", recipe, "train.seed=6", "--runs-dir", tmp_path / "other", "--stop-after", "7")[0] == 0
+        shutil.rmtree(latest)
+        shutil.copytree(sorted((tmp_path / "other").rglob("step-000007"))[-1], latest)
+        said = f"written by run {the_other(tmp_path / 'other').name}, not this one"
+    else:
+        state = json.loads((latest / "trainer_state.json").read_text())
+        state[edit] = 3 if edit == "step" else 0.99
+        (latest / "trainer_state.json").write_text(json.dumps(state))
+        said = "trainer_state.json changed since it was written"
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0 and f"step-000007 is unusable ({said}" in out + err, out + err
+    same_result(clean, the_run(root))
+
+
+def the_other(root: Path) -> Path:
+    (state,) = root.rglob("recipe.yaml")
+    return state.parent
+
+
+def test_a_state_field_this_toolkit_does_not_know_is_one_line(tmp_path: Path, cli, clean_full) -> None:
+    """A checkpoint written by another version of the toolkit, whose state holds a field this one
+    lacks: a TypeError traceback from State(**saved). Now one line naming the field."""
+    from toolkit import runs
+
+    recipe, _ = clean_full
+    root = tmp_path / "newer"
+    assert cli("run", recipe, "--runs-dir", root, "--stop-after", "7", "train.save_total_limit=1",
+               "train.keep_best=false")[0] == 0
+    (state_file,) = root.rglob("trainer_state.json")
+    state = json.loads(state_file.read_text())
+    state["new_counter"] = 1
+    state["state_sha256"] = runs.state_digest({k: v for k, v in state.items() if k not in ("manifest", "state_sha256")})
+    state_file.write_text(json.dumps(state))
+    code, _, err = cli("run", recipe, "--runs-dir", root, "train.save_total_limit=1", "train.keep_best=false")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert "holds new_counter, which this version of the toolkit does not know" in errors[0], err
+
+
 @pytest.mark.parametrize("entry", ["cli", "api"])
 def test_checkpoints_there_but_none_usable_is_one_line_not_a_restart(tmp_path: Path, cli, clean_full,
                                                                       entry: str) -> None:
@@ -469,21 +521,33 @@ def test_lean_checkpoints_hold_what_trains(tmp_path: Path, cli, bert: str) -> No
     assert list((tmp_path / "keep").rglob("step-*"))
 
 
-def test_a_damaged_best_checkpoint_is_one_line_not_the_result(tmp_path: Path, cli, bert: str) -> None:
+@pytest.mark.parametrize("damage", ["changed", "another_run"])
+def test_a_damaged_best_checkpoint_is_one_line_not_the_result(tmp_path: Path, cli, bert: str, damage: str) -> None:
     """lr 0: every evaluation ties, so the best step stays 3 and is kept beside the newest. Its
-    weights changed on disk (same size, so only the manifest's hash tells) were loaded as the
-    run's final model, scored and exported, exit 0; resume checked the newest checkpoint only."""
+    weights changed on disk (same size, so only the manifest's hash tells), or the folder copied in
+    from another run, were loaded as the run's final model, scored and exported, exit 0; resume
+    checked the newest checkpoint only."""
+    import shutil
+
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
     args = ["train.lr=0.0", "--runs-dir", tmp_path / "runs"]
     assert cli("run", recipe, *args, "--stop-after", "7")[0] == 0
     (best,) = (tmp_path / "runs").rglob("step-000003/model.safetensors")
-    data = bytearray(best.read_bytes())
-    data[-8:] = bytes(8)  # the last weight's bytes, the header intact: it loads
-    best.write_bytes(bytes(data))
+    if damage == "changed":
+        data = bytearray(best.read_bytes())
+        data[-8:] = bytes(8)  # the last weight's bytes, the header intact: it loads
+        best.write_bytes(bytes(data))
+        said = "model.safetensors changed since it was written"
+    else:
+        other = tmp_path / "other"
+        assert cli("run", recipe, "train.lr=0.0", "train.seed=6", "--runs-dir", other, "--stop-after", "4")[0] == 0
+        shutil.rmtree(best.parent)
+        shutil.copytree(next(other.rglob("step-000003")), best.parent)
+        said = "a checkpoint of another run"
     code, _, err = cli("run", recipe, *args)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "best step" in errors[0], err
-    assert "model.safetensors changed since it was written" in errors[0]
+    assert said in errors[0]
     assert not list((tmp_path / "runs").rglob("metrics.json")) and not list((tmp_path / "runs").rglob("model"))
 
 

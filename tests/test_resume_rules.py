@@ -265,7 +265,7 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
     that will not load under the new versions is one line naming them, not a traceback."""
     from accelerate import Accelerator
 
-    from toolkit import api, checkpoints
+    from toolkit import api, checkpoints, runs as run_files
 
     recipe, (key, entry) = _tiny_classification(tmp_path, tiny_checkpoint), OTHER_CODE[case]
     runs = tmp_path / "runs"
@@ -274,7 +274,9 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
     state = json.loads(state_file.read_text())
     assert state["code"] == checkpoints.code_versions()  # recorded when the run started
     if key:
-        state["code"][key] = "0.0.1-old"
+        state["code"][key] = "0.0.1-old"  # as the other code wrote it: its state digest with it
+        state["state_sha256"] = run_files.state_digest({k: v for k, v in state.items()
+                                                         if k not in ("manifest", "state_sha256")})
         state_file.write_text(json.dumps(state))
     if case == "unreadable":
         monkeypatch.setattr(Accelerator, "load_state", lambda *a, **k: (_ for _ in ()).throw(KeyError("slot")))

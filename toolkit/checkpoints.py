@@ -70,7 +70,9 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
     acc.wait_for_everyone()  # every rank's RNG file is in
     if acc.is_main_process:
         runs.sync_tree(tmp)  # on disk, not in the page cache only, before any older one goes
-        runs.write_json(tmp / "trainer_state.json", {**state.__dict__, "manifest": runs.manifest(tmp)})
+        fields = {**state.__dict__, "run": out.name}  # the run id: what a resume checks it belongs to
+        runs.write_json(tmp / "trainer_state.json", {**fields, "manifest": runs.manifest(tmp),
+                                                     "state_sha256": runs.state_digest(fields)})
         runs.fsync(tmp / "trainer_state.json")
         runs.sync_tree(tmp, files=False)
         if folder.exists():
@@ -88,7 +90,7 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     used to start again from step 0 without a word, exit 0. A fresh State when there is none."""
     found, problems = runs.checkpoints(out), []
     for folder in reversed(found):
-        problem = runs.check_manifest(folder)
+        problem = runs.check_manifest(folder) or _other_run(folder, out)
         if problem is None:
             sharding.check_resume(acc, folder)  # another strategy or process count: one line
             problem = _load(acc, folder)
@@ -97,9 +99,7 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
             if folder != found[0]:
                 acc.print(f"checkpoint {folder} is unusable ({problem}); trying the one before")
             continue
-        saved = runs.read_json(folder / "trainer_state.json")
-        saved.pop("manifest", None)
-        state = State(**saved)
+        state = _state(folder)
         if acc.is_main_process:
             evaluated = (state.last_eval or {}).get("step") == state.step
             runs.truncate_log(out, state.step, evaluated)
@@ -113,6 +113,33 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     if acc.is_main_process:
         runs.truncate_log(out, 0)
     return State()
+
+
+def _other_run(folder: Path, out: Path) -> str | None:
+    """A checkpoint records the run that wrote it (its folder's name, the run id): one copied in
+    from another run (another seed, learning rate or data) was resumed as this run's, and the
+    result, under this run's id, was a mix of the two, exit 0. Unrecorded (older checkpoints): taken."""
+    try:
+        written_by = runs.read_json(folder / "trainer_state.json").get("run")
+    except (ValueError, OSError, AttributeError):
+        return None  # check_manifest said it
+    if written_by is None or written_by == out.name:
+        return None
+    return f"written by run {written_by}, not this one ({out.name}): a checkpoint of another run"
+
+
+def _state(folder: Path) -> State:
+    """The loop's State as a checkpoint saved it; fields this toolkit's State lacks (a checkpoint
+    of another version) are one line, not a TypeError traceback."""
+    saved = runs.read_json(folder / "trainer_state.json")
+    for key in ("manifest", "state_sha256", "run"):
+        saved.pop(key, None)
+    unknown = sorted(set(saved) - set(State.__dataclass_fields__))
+    if unknown:
+        raise UserError(f"{folder}: its trainer_state.json holds {', '.join(unknown)}, which this version of the "
+                        "toolkit does not know (written by another version); resume under the version that "
+                        "wrote it, or --force to start again")
+    return State(**saved)
 
 
 def _load(acc: Accelerator, folder: Path) -> str | None:
@@ -362,7 +389,7 @@ def load_best(model: torch.nn.Module, folder: Path, acc: Accelerator) -> None:
     from accelerate.utils import SAFE_WEIGHTS_NAME
     from safetensors.torch import load_file
 
-    problem = runs.check_manifest(folder)  # what resume checks, checked here too: these are the result
+    problem = runs.check_manifest(folder) or _other_run(folder, folder.parent.parent)  # as resume checks it
     if problem is not None:
         raise UserError(f"{folder}: the checkpoint of the best step, whose weights are this run's result "
                         f"(train.keep_best), is unusable ({problem}); --force runs it again")

@@ -347,15 +347,27 @@ def manifest(folder: Path) -> dict[str, list]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def state_digest(fields: dict) -> str:
+    """sha256 of a checkpoint's trainer_state.json fields beside its manifest and this digest: the
+    manifest covers every other file, and an edited state (a step, a best metric, the data
+    position) was resumed from as written, exit 0."""
+    return hashlib.sha256(json.dumps(finite(fields), sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
 def check_manifest(folder: Path) -> str | None:
-    """What is wrong with a checkpoint (a missing, truncated or changed file), or None.
-    Checkpoints written before manifests existed are taken as they are."""
+    """What is wrong with a checkpoint (a missing, truncated or changed file, its state file
+    included), or None. Checkpoints written before manifests existed are taken as they are."""
     if not (folder / "trainer_state.json").is_file():
         return "trainer_state.json is missing"
     try:
-        listed = read_json(folder / "trainer_state.json").get("manifest")
+        saved = read_json(folder / "trainer_state.json")
+        listed = saved.get("manifest")
     except (ValueError, OSError, AttributeError) as exc:
         return f"trainer_state.json unreadable: {type(exc).__name__}"
+    sealed = saved.get("state_sha256")
+    if sealed is not None and state_digest({k: v for k, v in saved.items()
+                                            if k not in ("manifest", "state_sha256")}) != sealed:
+        return "trainer_state.json changed since it was written"
     for rel, (size, digest) in (listed or {}).items():
         path = folder / rel
         if not path.is_file():
