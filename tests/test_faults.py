@@ -394,6 +394,58 @@ def test_killed_while_a_resume_rewrites_the_log_keeps_it(tmp_path: Path, cli, cl
     same_result(clean, the_run(root))
 
 
+@pytest.mark.parametrize("where", ["weights", "state", "log"])
+def test_a_full_disk_mid_run_is_one_line_keeps_the_last_checkpoint_and_goes_on(
+        tmp_path: Path, cli, clean_full, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """No space left while the third checkpoint's weights or its state file are written, or while
+    a log line is appended: one line naming the run folder, exit 2, nothing half-written left in
+    checkpoints/, the checkpoint before kept; with room again the same command ends as the
+    uninterrupted run."""
+    import errno
+
+    import accelerate
+
+    from toolkit import runs
+
+    recipe, clean = clean_full
+    calls: list[int] = []
+
+    def full(real, nth: int, match=lambda *a: True):
+        def write(*args, **kwargs):
+            if match(*args):
+                calls.append(1)
+                if len(calls) == nth:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+            return real(*args, **kwargs)
+        return write
+
+    real_save = accelerate.Accelerator.save_state
+
+    def cut(acc, folder, *args, **kwargs):  # the third checkpoint's weights file begun, then no room
+        calls.append(1)
+        if len(calls) < 3:
+            return real_save(acc, folder, *args, **kwargs)
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        if where == "weights":
+            m.setattr(accelerate.Accelerator, "save_state", cut)
+        elif where == "state":
+            m.setattr(runs, "write_json", full(runs.write_json, 3, lambda path, *a: path.name == "trainer_state.json"))
+        else:
+            m.setattr(runs, "append_log", full(runs.append_log, 8))
+        code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "full")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "no space left on the device while writing" in errors[0], err
+    (checkpoints,) = (tmp_path / "full").rglob("checkpoints")
+    assert [p.name for p in checkpoints.iterdir()] != [] and not list(checkpoints.glob("tmp-*"))
+    code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "full")
+    assert code == 0 and "resuming from" in out, out + err
+    same_result(clean, the_run(tmp_path / "full"))
+
+
 def test_killed_after_early_stopping_stays_stopped(tmp_path: Path, cli, bert: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Early stopping fired at step 4 (lr 0: the second evaluation ties the first, loss
