@@ -155,6 +155,24 @@ def test_a_state_field_this_toolkit_does_not_know_is_one_line(tmp_path: Path, cl
     assert "holds new_counter, which this version of the toolkit does not know" in errors[0], err
 
 
+def test_stop_after_a_step_the_run_is_at_or_past_trains_no_further(tmp_path: Path, cli, clean_full) -> None:
+    """`--stop-after N` stops at step N; run again (the same command, or a smaller N) on a run
+    already there, it took one more step each time (4, then 5, then 6) and checkpointed it. Now
+    it trains nothing, and the run still ends as the uninterrupted one."""
+    from toolkit import runs
+
+    recipe, clean = clean_full
+    root = tmp_path / "stopped"
+    for stop in (4, 4, 2):
+        code, out, err = cli("run", recipe, "--runs-dir", root, "--stop-after", stop)
+        assert code == 0, err
+        (run,) = [p.parent for p in root.rglob("recipe.yaml")]
+        assert runs.last_step(run) == 4, out + err
+        assert max(json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()) == 4
+    assert cli("run", recipe, "--runs-dir", root)[0] == 0
+    same_result(clean, the_run(root))
+
+
 @pytest.mark.parametrize("entry", ["cli", "api"])
 def test_checkpoints_there_but_none_usable_is_one_line_not_a_restart(tmp_path: Path, cli, clean_full,
                                                                       entry: str) -> None:

@@ -230,7 +230,9 @@ class Loop:
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
                    mininterval=0.5 if sys.stderr.isatty() else 30.0)
-        stop = self._stopping(None)  # a run resumed after early stopping fired stays stopped
+        # a run resumed after early stopping fired stays stopped, and one at or past --stop-after N
+        # is not trained further (it took one more step each time: N, N+1, N+2 ...)
+        stop = self._stopping(stop_after)
         try:
             while self.state.step < self.total_steps and not stop:
                 stop = self._epoch(bar, stop_after)
