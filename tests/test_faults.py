@@ -464,6 +464,40 @@ def test_a_full_disk_mid_run_is_one_line_keeps_the_last_checkpoint_and_goes_on(
     same_result(clean, the_run(tmp_path / "full"))
 
 
+@pytest.mark.parametrize("removed", ["part", "all"])
+def test_ctrl_c_after_the_run_finished_keeps_it_and_says_so(tmp_path: Path, cli, clean_full,
+                                                             monkeypatch: pytest.MonkeyPatch, removed: str) -> None:
+    """Ctrl-C after metrics.json was written, while the step checkpoints were removed (or a tracker
+    closed): the line said "nothing was kept" and the finished run's new folder was deleted whole
+    (all checkpoints gone already), or it said a half-removed checkpoint was kept to resume from.
+    Now the finished run stays, the line says it finished, and the next launch says "finished
+    already" and removes the checkpoints left."""
+    import shutil
+
+    recipe, clean = clean_full
+    real = shutil.rmtree
+
+    def stopped(path, *args, **kwargs):
+        if Path(path).name == "checkpoints":
+            if removed == "part":
+                real(sorted(Path(path).iterdir())[0])
+            else:
+                real(path, *args, **kwargs)
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(shutil, "rmtree", stopped)
+        code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 130 and len(errors) == 1 and "interrupted after the run finished" in errors[0], err
+    run = the_run(tmp_path / "runs")
+    code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0 and "finished already" in out, out + err
+    same_result(clean, run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
+
+
 def test_killed_after_early_stopping_stays_stopped(tmp_path: Path, cli, bert: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Early stopping fired at step 4 (lr 0: the second evaluation ties the first, loss

@@ -374,7 +374,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     chain.check_current(plan.upstream if force else plan, root)  # each finished run on its upstream as it is
     out = runs.run_dir(plan.recipe, root)
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    if _finished_already(out, force, rank0):
+    if _finished_already(out, force, rank0, plan.recipe):
         return out
     existed = out.exists() and not force
     with runs.locked(out, folder=True):  # a second launch of the same run refuses here
@@ -433,11 +433,18 @@ def _drop_partial_checkpoint(out: Path) -> None:
 
 def _interrupted(exc: BaseException, out: Path, existed: bool, again: list[str]) -> Interrupted:
     """Ctrl-C during a run: one line saying the step reached, what was kept and the command that
-    goes on from there. A folder this launch created and that holds no checkpoint is removed."""
+    goes on from there. A folder this launch created and that holds no checkpoint is removed,
+    unless the run finished: stopped after metrics.json was written (while its checkpoints were
+    removed, or a tracker closed), the finished run of a new folder was deleted whole ("nothing
+    was kept"), or said to keep a half-removed checkpoint to resume from."""
     import shlex
 
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
     _drop_partial_checkpoint(out)
+    if runs.is_finished(out):  # stopped after metrics.json (removing checkpoints/, closing trackers)
+        return Interrupted(f"interrupted after the run finished: {out} holds its whole result (metrics.json, "
+                           f"model/); `{shlex.join(again)}` says so and removes what it was still clearing "
+                           "away", step, total)
     reached = f"at step {step} of {total}" if step is not None else \
         "outside the training steps" if isinstance(exc, KeyboardInterrupt) else "while training"
     kept = runs.last_step(out)
@@ -450,12 +457,22 @@ def _interrupted(exc: BaseException, out: Path, existed: bool, again: list[str])
                        f"`{shlex.join(again)}` starts it again", step, total)
 
 
-def _finished_already(out: Path, force: bool, rank0: bool) -> bool:
-    """A finished run is not repeated (--force runs it again): said once, by rank 0."""
+def _finished_already(out: Path, force: bool, rank0: bool, recipe: Any = None) -> bool:
+    """A finished run is not repeated (--force runs it again): said once, by rank 0. With `recipe`,
+    step checkpoints a stopped launch left in it (stopped while removing them, after metrics.json)
+    are removed where `train.keep_checkpoints` says a finished run keeps none."""
     if force or not runs.is_finished(out):
         return False
     if rank0:
         print(f"{out} is finished already (metrics.json); --force runs it again")
+        if recipe is not None and not recipe.train.keep_checkpoints and (out / "checkpoints").is_dir():
+            try:
+                with runs.locked(out, folder=True):  # not while a --force launch trains it anew
+                    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+                    print(f"note: removed the step checkpoints a stopped launch left in {out} "
+                          "(train.keep_checkpoints: false)", file=sys.stderr)
+            except UserError:
+                pass
     return True
 
 
