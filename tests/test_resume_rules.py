@@ -158,6 +158,24 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
         assert code == 0 and "resuming from" in out and str(first) in out and "note:" not in err, out + err
 
 
+@pytest.mark.parametrize("entry", ["fresh", "force"])
+def test_a_damaged_run_beside_does_not_stop_another_run(tmp_path: Path, cli, tiny_checkpoint, entry: str) -> None:
+    """The note on an interrupted run of the same recipe (above) read every run beside the new
+    one: one with a damaged metrics.json refused the new launch in its name ("damaged ...; --force
+    runs it again", exit 2), and --force of the new run did not help. A damaged run is said when it
+    is launched itself; another run starts as asked."""
+    from conftest import write_recipe
+
+    recipe = _tiny_classification(tmp_path, tiny_checkpoint)
+    runs = tmp_path / "runs"
+    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    (first,) = [p.parent for p in runs.rglob("recipe.yaml")]
+    (first / "metrics.json").write_text('{"eval": ')  # a copy cut short
+    other = write_recipe(tmp_path / "r.yaml", recipe.read_text().replace("lr: 1.0e-3", "lr: 2.0e-3"))
+    code, _, err = cli("run", other, "--runs-dir", runs, *["--force"] * (entry == "force"))
+    assert code == 0 and "metrics.json: damaged" not in err, err
+
+
 def _swap_good_and_bad(base: Path) -> Path:
     """The tokenizer edited: 'good' and 'bad' trade ids (every sentence's tokens change)."""
     file = base / "tokenizer.json"

@@ -281,7 +281,7 @@ def other_attempt(out: Path, recipe: Any, processes: int) -> str | None:
     recipe, its data or the process count changed since): one line naming that run and what
     differs. The changed run is a run of its own; nothing of the other is taken, nor is it
     touched (rerun it unchanged to finish it)."""
-    others = [p for p in out.parent.iterdir() if p.is_dir() and p != out and not runs.is_finished(p)
+    others = [p for p in out.parent.iterdir() if p.is_dir() and p != out and _interrupted(p)
               and runs.checkpoints(p)] if out.parent.is_dir() else []
     if not others:
         return None
@@ -295,6 +295,16 @@ def other_attempt(out: Path, recipe: Any, processes: int) -> str | None:
     return (f"note: {other} is an interrupted run of this recipe (checkpoint of step "
             f"{runs.last_step(other)}){more}, with {changed}; this is another run and starts from "
             "step 0 (the same settings and data as that one resume it)")
+
+
+def _interrupted(run: Path) -> bool:
+    """Not finished. One with a damaged metrics.json is neither: it is said when it is launched
+    itself (runs.is_finished), not in the name of another run, which it refused (exit 2, and
+    --force of that other run did not help)."""
+    try:
+        return not runs.is_finished(run)
+    except UserError:
+        return False
 
 
 def _saved_identity(run: Path) -> dict | None:
