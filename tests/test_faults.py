@@ -103,6 +103,76 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path, cl
     same_result(clean, the_run(root))
 
 
+@pytest.mark.parametrize("edit", ["step", "best_metric", "another_run"])
+def test_an_edited_or_foreign_checkpoint_state_is_not_resumed_from(tmp_path: Path, cli, clean_full, edit: str) -> None:
+    """The manifest covered every file but trainer_state.json itself, and nothing said which run a
+    checkpoint is of: a hand-edited state (the step, the best metric) or a checkpoint copied in from
+    another run (another seed) was resumed from as written, exit 0, and the result under this run's
+    id was not this recipe's. Now either is unusable, said, and the one before is used."""
+    import shutil
+
+    recipe, clean = clean_full
+    root = tmp_path / "hurt"
+    assert cli("run", recipe, "--runs-dir", root, "--stop-after", "7")[0] == 0
+    latest = sorted(root.rglob("step-*"))[-1]
+    if edit == "another_run":
+        assert cli("run", recipe, "train.seed=6", "--runs-dir", tmp_path / "other", "--stop-after", "7")[0] == 0
+        shutil.rmtree(latest)
+        shutil.copytree(sorted((tmp_path / "other").rglob("step-000007"))[-1], latest)
+        said = f"written by run {the_other(tmp_path / 'other').name}, not this one"
+    else:
+        state = json.loads((latest / "trainer_state.json").read_text())
+        state[edit] = 3 if edit == "step" else 0.99
+        (latest / "trainer_state.json").write_text(json.dumps(state))
+        said = "trainer_state.json changed since it was written"
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0 and f"step-000007 is unusable ({said}" in out + err, out + err
+    same_result(clean, the_run(root))
+
+
+def the_other(root: Path) -> Path:
+    (state,) = root.rglob("recipe.yaml")
+    return state.parent
+
+
+def test_a_state_field_this_toolkit_does_not_know_is_one_line(tmp_path: Path, cli, clean_full) -> None:
+    """A checkpoint written by another version of the toolkit, whose state holds a field this one
+    lacks: a TypeError traceback from State(**saved). Now one line naming the field."""
+    from toolkit import runs
+
+    recipe, _ = clean_full
+    root = tmp_path / "newer"
+    assert cli("run", recipe, "--runs-dir", root, "--stop-after", "7", "train.save_total_limit=1",
+               "train.keep_best=false")[0] == 0
+    (state_file,) = root.rglob("trainer_state.json")
+    state = json.loads(state_file.read_text())
+    state["new_counter"] = 1
+    state["state_sha256"] = runs.state_digest({k: v for k, v in state.items() if k not in ("manifest", "state_sha256")})
+    state_file.write_text(json.dumps(state))
+    code, _, err = cli("run", recipe, "--runs-dir", root, "train.save_total_limit=1", "train.keep_best=false")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert "holds new_counter, which this version of the toolkit does not know" in errors[0], err
+
+
+def test_stop_after_a_step_the_run_is_at_or_past_trains_no_further(tmp_path: Path, cli, clean_full) -> None:
+    """`--stop-after N` stops at step N; run again (the same command, or a smaller N) on a run
+    already there, it took one more step each time (4, then 5, then 6) and checkpointed it. Now
+    it trains nothing, and the run still ends as the uninterrupted one."""
+    from toolkit import runs
+
+    recipe, clean = clean_full
+    root = tmp_path / "stopped"
+    for stop in (4, 4, 2):
+        code, out, err = cli("run", recipe, "--runs-dir", root, "--stop-after", stop)
+        assert code == 0, err
+        (run,) = [p.parent for p in root.rglob("recipe.yaml")]
+        assert runs.last_step(run) == 4, out + err
+        assert max(json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()) == 4
+    assert cli("run", recipe, "--runs-dir", root)[0] == 0
+    same_result(clean, the_run(root))
+
+
 @pytest.mark.parametrize("entry", ["cli", "api"])
 def test_checkpoints_there_but_none_usable_is_one_line_not_a_restart(tmp_path: Path, cli, clean_full,
                                                                       entry: str) -> None:
@@ -254,6 +324,180 @@ def test_killed_mid_the_metrics_write_leaves_no_partial_file(tmp_path: Path, cli
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
 
 
+# step 12 is saved by save_every, then evaluated as the last step and saved again over itself; with
+# one checkpoint kept and no best step, step-000012 is the run's only checkpoint when it is replaced
+AGAIN = ["train.eval_every=5", "train.save_every=4", "train.keep_best=false", "train.save_total_limit=1"]
+
+
+@pytest.fixture(scope="module")
+def saved_twice(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> tuple[Path, Path]:
+    """(recipe, run folder) of one uninterrupted run whose last step is saved twice (AGAIN)."""
+    from toolkit.cli import main
+
+    tmp = tmp_path_factory.mktemp("again")
+    recipe = write_recipe(tmp / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
+    assert main(["run", str(recipe), *AGAIN, "--runs-dir", str(tmp / "runs")]) == 0
+    return recipe, the_run(tmp / "runs")
+
+
+@pytest.mark.parametrize("stop", [Killed, KeyboardInterrupt])
+@pytest.mark.parametrize("removed", ["part", "all"])
+def test_killed_while_a_step_is_saved_over_itself_goes_on_from_that_step(
+        tmp_path: Path, cli, saved_twice, monkeypatch: pytest.MonkeyPatch, stop: type, removed: str) -> None:
+    """Saving a step again (save_every, then its evaluation) removes the older step-N just before
+    the whole new one is renamed from tmp-step-N. Killed in between, the only whole copy of the
+    step was under the temporary name and was deleted as partial: the rerun said none of the
+    checkpoints was usable, exit 2 and --force (the old one half removed), or trained again from
+    step 0 without a word (all of it removed); Ctrl-C's line said nothing was kept. The whole one
+    takes its step's place: the run goes on from step 12 and ends as the uninterrupted run."""
+    import shutil
+
+    from toolkit import runs
+
+    recipe, whole = saved_twice
+    real, calls = shutil.rmtree, []
+
+    def cut(path, *args, **kwargs):
+        path = Path(path)
+        if path.name == "step-000012" and (path.parent / "tmp-step-000012").is_dir() and not calls:
+            calls.append(path)
+            if removed == "part":
+                sorted(path.iterdir())[0].unlink()
+            else:
+                real(path, *args, **kwargs)
+            raise stop
+        return real(path, *args, **kwargs)
+
+    root = tmp_path / "killed"
+    with monkeypatch.context() as m:
+        m.setattr(runs.shutil, "rmtree", cut)  # the module checkpoints.save calls too
+        if stop is Killed:
+            with pytest.raises(Killed):
+                cli("run", recipe, *AGAIN, "--runs-dir", root)
+        else:
+            code, _, err = cli("run", recipe, *AGAIN, "--runs-dir", root)
+            assert code == 130 and "keeps the checkpoint of step 12" in err, err
+    code, out, err = cli("run", recipe, *AGAIN, "--runs-dir", root)
+    assert code == 0 and "(step 12 of 12)" in out, out + err
+    run = the_run(root)
+    same_result(whole, run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in whole.iterdir())
+
+
+def test_killed_while_a_resume_rewrites_the_log_keeps_it(tmp_path: Path, cli, clean_full,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume drops the log lines written after its checkpoint by rewriting log.jsonl; rewritten
+    in place, a kill mid-write left it cut, and the finished run's log lacked its first steps
+    (exit 0). The kept lines now replace the log whole, or not at all."""
+    recipe, clean = clean_full
+    root = tmp_path / "killed"
+    assert cli("run", recipe, "--runs-dir", root, "--stop-after", "7")[0] == 0
+    real_text, real_bytes = Path.write_text, Path.write_bytes
+
+    def cut(real):
+        def write(self: Path, data, *args, **kwargs):
+            if self.name.startswith("log.jsonl"):
+                real(self, data[: len(data) // 2], *args, **kwargs)
+                raise Killed
+            return real(self, data, *args, **kwargs)
+        return write
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "write_text", cut(real_text))
+        m.setattr(Path, "write_bytes", cut(real_bytes))
+        with pytest.raises(Killed):
+            cli("run", recipe, "--runs-dir", root)
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0 and "(step 7 of 12)" in out, out + err
+    same_result(clean, the_run(root))
+
+
+@pytest.mark.parametrize("where", ["weights", "state", "log"])
+def test_a_full_disk_mid_run_is_one_line_keeps_the_last_checkpoint_and_goes_on(
+        tmp_path: Path, cli, clean_full, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """No space left while the third checkpoint's weights or its state file are written, or while
+    a log line is appended: one line naming the run folder, exit 2, nothing half-written left in
+    checkpoints/, the checkpoint before kept; with room again the same command ends as the
+    uninterrupted run."""
+    import errno
+
+    import accelerate
+
+    from toolkit import runs
+
+    recipe, clean = clean_full
+    calls: list[int] = []
+
+    def full(real, nth: int, match=lambda *a: True):
+        def write(*args, **kwargs):
+            if match(*args):
+                calls.append(1)
+                if len(calls) == nth:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+            return real(*args, **kwargs)
+        return write
+
+    real_save = accelerate.Accelerator.save_state
+
+    def cut(acc, folder, *args, **kwargs):  # the third checkpoint's weights file begun, then no room
+        calls.append(1)
+        if len(calls) < 3:
+            return real_save(acc, folder, *args, **kwargs)
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        if where == "weights":
+            m.setattr(accelerate.Accelerator, "save_state", cut)
+        elif where == "state":
+            m.setattr(runs, "write_json", full(runs.write_json, 3, lambda path, *a: path.name == "trainer_state.json"))
+        else:
+            m.setattr(runs, "append_log", full(runs.append_log, 8))
+        code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "full")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "no space left on the device while writing" in errors[0], err
+    (checkpoints,) = (tmp_path / "full").rglob("checkpoints")
+    assert [p.name for p in checkpoints.iterdir()] != [] and not list(checkpoints.glob("tmp-*"))
+    code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "full")
+    assert code == 0 and "resuming from" in out, out + err
+    same_result(clean, the_run(tmp_path / "full"))
+
+
+@pytest.mark.parametrize("removed", ["part", "all"])
+def test_ctrl_c_after_the_run_finished_keeps_it_and_says_so(tmp_path: Path, cli, clean_full,
+                                                             monkeypatch: pytest.MonkeyPatch, removed: str) -> None:
+    """Ctrl-C after metrics.json was written, while the step checkpoints were removed (or a tracker
+    closed): the line said "nothing was kept" and the finished run's new folder was deleted whole
+    (all checkpoints gone already), or it said a half-removed checkpoint was kept to resume from.
+    Now the finished run stays, the line says it finished, and the next launch says "finished
+    already" and removes the checkpoints left."""
+    import shutil
+
+    recipe, clean = clean_full
+    real = shutil.rmtree
+
+    def stopped(path, *args, **kwargs):
+        if Path(path).name == "checkpoints":
+            if removed == "part":
+                real(sorted(Path(path).iterdir())[0])
+            else:
+                real(path, *args, **kwargs)
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(shutil, "rmtree", stopped)
+        code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 130 and len(errors) == 1 and "interrupted after the run finished" in errors[0], err
+    run = the_run(tmp_path / "runs")
+    code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0 and "finished already" in out, out + err
+    same_result(clean, run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in clean.iterdir())
+
+
 def test_killed_after_early_stopping_stays_stopped(tmp_path: Path, cli, bert: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Early stopping fired at step 4 (lr 0: the second evaluation ties the first, loss
@@ -381,21 +625,33 @@ def test_lean_checkpoints_hold_what_trains(tmp_path: Path, cli, bert: str) -> No
     assert list((tmp_path / "keep").rglob("step-*"))
 
 
-def test_a_damaged_best_checkpoint_is_one_line_not_the_result(tmp_path: Path, cli, bert: str) -> None:
+@pytest.mark.parametrize("damage", ["changed", "another_run"])
+def test_a_damaged_best_checkpoint_is_one_line_not_the_result(tmp_path: Path, cli, bert: str, damage: str) -> None:
     """lr 0: every evaluation ties, so the best step stays 3 and is kept beside the newest. Its
-    weights changed on disk (same size, so only the manifest's hash tells) were loaded as the
-    run's final model, scored and exported, exit 0; resume checked the newest checkpoint only."""
+    weights changed on disk (same size, so only the manifest's hash tells), or the folder copied in
+    from another run, were loaded as the run's final model, scored and exported, exit 0; resume
+    checked the newest checkpoint only."""
+    import shutil
+
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method="{name: full}"))
     args = ["train.lr=0.0", "--runs-dir", tmp_path / "runs"]
     assert cli("run", recipe, *args, "--stop-after", "7")[0] == 0
     (best,) = (tmp_path / "runs").rglob("step-000003/model.safetensors")
-    data = bytearray(best.read_bytes())
-    data[-8:] = bytes(8)  # the last weight's bytes, the header intact: it loads
-    best.write_bytes(bytes(data))
+    if damage == "changed":
+        data = bytearray(best.read_bytes())
+        data[-8:] = bytes(8)  # the last weight's bytes, the header intact: it loads
+        best.write_bytes(bytes(data))
+        said = "model.safetensors changed since it was written"
+    else:
+        other = tmp_path / "other"
+        assert cli("run", recipe, "train.lr=0.0", "train.seed=6", "--runs-dir", other, "--stop-after", "4")[0] == 0
+        shutil.rmtree(best.parent)
+        shutil.copytree(next(other.rglob("step-000003")), best.parent)
+        said = "a checkpoint of another run"
     code, _, err = cli("run", recipe, *args)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "best step" in errors[0], err
-    assert "model.safetensors changed since it was written" in errors[0]
+    assert said in errors[0]
     assert not list((tmp_path / "runs").rglob("metrics.json")) and not list((tmp_path / "runs").rglob("model"))
 
 

@@ -158,6 +158,24 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
         assert code == 0 and "resuming from" in out and str(first) in out and "note:" not in err, out + err
 
 
+@pytest.mark.parametrize("entry", ["fresh", "force"])
+def test_a_damaged_run_beside_does_not_stop_another_run(tmp_path: Path, cli, tiny_checkpoint, entry: str) -> None:
+    """The note on an interrupted run of the same recipe (above) read every run beside the new
+    one: one with a damaged metrics.json refused the new launch in its name ("damaged ...; --force
+    runs it again", exit 2), and --force of the new run did not help. A damaged run is said when it
+    is launched itself; another run starts as asked."""
+    from conftest import write_recipe
+
+    recipe = _tiny_classification(tmp_path, tiny_checkpoint)
+    runs = tmp_path / "runs"
+    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    (first,) = [p.parent for p in runs.rglob("recipe.yaml")]
+    (first / "metrics.json").write_text('{"eval": ')  # a copy cut short
+    other = write_recipe(tmp_path / "r.yaml", recipe.read_text().replace("lr: 1.0e-3", "lr: 2.0e-3"))
+    code, _, err = cli("run", other, "--runs-dir", runs, *["--force"] * (entry == "force"))
+    assert code == 0 and "metrics.json: damaged" not in err, err
+
+
 def _swap_good_and_bad(base: Path) -> Path:
     """The tokenizer edited: 'good' and 'bad' trade ids (every sentence's tokens change)."""
     file = base / "tokenizer.json"
@@ -265,7 +283,7 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
     that will not load under the new versions is one line naming them, not a traceback."""
     from accelerate import Accelerator
 
-    from toolkit import api, checkpoints
+    from toolkit import api, checkpoints, runs as run_files
 
     recipe, (key, entry) = _tiny_classification(tmp_path, tiny_checkpoint), OTHER_CODE[case]
     runs = tmp_path / "runs"
@@ -274,7 +292,9 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
     state = json.loads(state_file.read_text())
     assert state["code"] == checkpoints.code_versions()  # recorded when the run started
     if key:
-        state["code"][key] = "0.0.1-old"
+        state["code"][key] = "0.0.1-old"  # as the other code wrote it: its state digest with it
+        state["state_sha256"] = run_files.state_digest({k: v for k, v in state.items()
+                                                         if k not in ("manifest", "state_sha256")})
         state_file.write_text(json.dumps(state))
     if case == "unreadable":
         monkeypatch.setattr(Accelerator, "load_state", lambda *a, **k: (_ for _ in ()).throw(KeyError("slot")))

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -380,7 +381,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     chain.check_current(plan.upstream if force else plan, root)  # each finished run on its upstream as it is
     out = runs.run_dir(plan.recipe, root)
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    if _finished_already(out, force, rank0):
+    if _finished_already(out, force, rank0, plan.recipe):
         return out
     existed = out.exists() and not force
     with runs.locked(out, folder=True):  # a second launch of the same run refuses here
@@ -388,6 +389,9 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
             return out
         if force and rank0:
             runs.clear(out)  # its contents: the folder itself is what the lock holds
+        if rank0:  # a checkpoint a kill left whole under its temporary name is one to go on from
+            for said in runs.settle_checkpoints(out):
+                print(f"note: {said}", file=sys.stderr)
         resume = resume or (existed and bool(runs.checkpoints(out)))
         if not runs.checkpoints(out) and rank0 and not os.environ.get("TOOLKIT_SWEEP_CHILD"):
             train.checkpoints.say_other_attempt(out, plan.recipe, runs.world_size())  # what changed
@@ -434,20 +438,27 @@ def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
 
 
 def _drop_partial_checkpoint(out: Path) -> None:
-    """A checkpoint stopped while being written (checkpoints/tmp-*: Ctrl-C, a full disk) is removed;
-    the whole one before it stays and is what `--resume` goes on from."""
+    """A checkpoint stopped while being written (checkpoints/tmp-*: Ctrl-C, a full disk) is removed,
+    and one stopped while being renamed, whole, is kept under its step's name
+    (runs.settle_checkpoints); the newest whole one is what `--resume` goes on from."""
     if int(os.environ.get("RANK", "0")) == 0:
-        for partial in out.glob("checkpoints/tmp-*"):
-            shutil.rmtree(partial, ignore_errors=True)
+        runs.settle_checkpoints(out)
 
 
 def _interrupted(exc: BaseException, out: Path, existed: bool, again: list[str]) -> Interrupted:
     """Ctrl-C during a run: one line saying the step reached, what was kept and the command that
-    goes on from there. A folder this launch created and that holds no checkpoint is removed."""
+    goes on from there. A folder this launch created and that holds no checkpoint is removed,
+    unless the run finished: stopped after metrics.json was written (while its checkpoints were
+    removed, or a tracker closed), the finished run of a new folder was deleted whole ("nothing
+    was kept"), or said to keep a half-removed checkpoint to resume from."""
     import shlex
 
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
     _drop_partial_checkpoint(out)
+    if runs.is_finished(out):  # stopped after metrics.json (removing checkpoints/, closing trackers)
+        return Interrupted(f"interrupted after the run finished: {out} holds its whole result (metrics.json, "
+                           f"model/); `{shlex.join(again)}` says so and removes what it was still clearing "
+                           "away", step, total)
     reached = f"at step {step} of {total}" if step is not None else \
         "outside the training steps" if isinstance(exc, KeyboardInterrupt) else "while training"
     kept = runs.last_step(out)
@@ -460,12 +471,22 @@ def _interrupted(exc: BaseException, out: Path, existed: bool, again: list[str])
                        f"`{shlex.join(again)}` starts it again", step, total)
 
 
-def _finished_already(out: Path, force: bool, rank0: bool) -> bool:
-    """A finished run is not repeated (--force runs it again): said once, by rank 0."""
+def _finished_already(out: Path, force: bool, rank0: bool, recipe: Any = None) -> bool:
+    """A finished run is not repeated (--force runs it again): said once, by rank 0. With `recipe`,
+    step checkpoints a stopped launch left in it (stopped while removing them, after metrics.json)
+    are removed where `train.keep_checkpoints` says a finished run keeps none."""
     if force or not runs.is_finished(out):
         return False
     if rank0:
         print(f"{out} is finished already (metrics.json); --force runs it again")
+        if recipe is not None and not recipe.train.keep_checkpoints and (out / "checkpoints").is_dir():
+            try:
+                with runs.locked(out, folder=True):  # not while a --force launch trains it anew
+                    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+                    print(f"note: removed the step checkpoints a stopped launch left in {out} "
+                          "(train.keep_checkpoints: false)", file=sys.stderr)
+            except UserError:
+                pass
     return True
 
 

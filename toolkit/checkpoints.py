@@ -70,7 +70,9 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
     acc.wait_for_everyone()  # every rank's RNG file is in
     if acc.is_main_process:
         runs.sync_tree(tmp)  # on disk, not in the page cache only, before any older one goes
-        runs.write_json(tmp / "trainer_state.json", {**state.__dict__, "manifest": runs.manifest(tmp)})
+        fields = {**state.__dict__, "run": out.name}  # the run id: what a resume checks it belongs to
+        runs.write_json(tmp / "trainer_state.json", {**fields, "manifest": runs.manifest(tmp),
+                                                     "state_sha256": runs.state_digest(fields)})
         runs.fsync(tmp / "trainer_state.json")
         runs.sync_tree(tmp, files=False)
         if folder.exists():
@@ -88,7 +90,7 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     used to start again from step 0 without a word, exit 0. A fresh State when there is none."""
     found, problems = runs.checkpoints(out), []
     for folder in reversed(found):
-        problem = runs.check_manifest(folder)
+        problem = runs.check_manifest(folder) or _other_run(folder, out)
         if problem is None:
             sharding.check_resume(acc, folder)  # another strategy or process count: one line
             problem = _load(acc, folder)
@@ -97,9 +99,7 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
             if folder != found[0]:
                 acc.print(f"checkpoint {folder} is unusable ({problem}); trying the one before")
             continue
-        saved = runs.read_json(folder / "trainer_state.json")
-        saved.pop("manifest", None)
-        state = State(**saved)
+        state = _state(folder)
         if acc.is_main_process:
             evaluated = (state.last_eval or {}).get("step") == state.step
             runs.truncate_log(out, state.step, evaluated)
@@ -113,6 +113,33 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
     if acc.is_main_process:
         runs.truncate_log(out, 0)
     return State()
+
+
+def _other_run(folder: Path, out: Path) -> str | None:
+    """A checkpoint records the run that wrote it (its folder's name, the run id): one copied in
+    from another run (another seed, learning rate or data) was resumed as this run's, and the
+    result, under this run's id, was a mix of the two, exit 0. Unrecorded (older checkpoints): taken."""
+    try:
+        written_by = runs.read_json(folder / "trainer_state.json").get("run")
+    except (ValueError, OSError, AttributeError):
+        return None  # check_manifest said it
+    if written_by is None or written_by == out.name:
+        return None
+    return f"written by run {written_by}, not this one ({out.name}): a checkpoint of another run"
+
+
+def _state(folder: Path) -> State:
+    """The loop's State as a checkpoint saved it; fields this toolkit's State lacks (a checkpoint
+    of another version) are one line, not a TypeError traceback."""
+    saved = runs.read_json(folder / "trainer_state.json")
+    for key in ("manifest", "state_sha256", "run"):
+        saved.pop(key, None)
+    unknown = sorted(set(saved) - set(State.__dataclass_fields__))
+    if unknown:
+        raise UserError(f"{folder}: its trainer_state.json holds {', '.join(unknown)}, which this version of the "
+                        "toolkit does not know (written by another version); resume under the version that "
+                        "wrote it, or --force to start again")
+    return State(**saved)
 
 
 def _load(acc: Accelerator, folder: Path) -> str | None:
@@ -207,17 +234,17 @@ def start(acc: Accelerator, out: Path) -> None:
 
 def clear_partial(acc: Accelerator, out: Path) -> None:
     """Files a kill left half-written in the run folder (metrics.json, the predictions, written
-    under `<name>.<pid>.tmp` and renamed when whole; a checkpoint under `tmp-step-N`) go before the
-    run goes on: nothing of them is read, and they stayed beside the finished run's files."""
+    under `<name>.<pid>.tmp` and renamed when whole) go, and a checkpoint left under `tmp-step-N`
+    is settled (runs.settle_checkpoints: whole, it takes step-N's place; else it goes), before
+    the run looks for a checkpoint to go on from: nothing cut short is read, and none stays
+    beside the finished run's files. Said on stderr."""
     if acc.is_main_process:
         for partial in out.glob("*.tmp"):
             partial.unlink(missing_ok=True)
         # a checkpoint a kill cut short while being written (under sharding, one rank's part
-        # missing): never read (it is renamed step-N only when whole), and said, then gone
-        for partial in sorted(out.glob("checkpoints/tmp-step-*")):
-            print(f"note: {partial} is the checkpoint a stopped attempt was writing, not whole: not used "
-                  "(the run goes on from the newest whole checkpoint, if any), removed", file=sys.stderr)
-            shutil.rmtree(partial, ignore_errors=True)
+        # missing) is never read: renamed step-N only when whole
+        for said in runs.settle_checkpoints(out):
+            print(f"note: {said}", file=sys.stderr)
     acc.wait_for_everyone()
 
 
@@ -254,7 +281,7 @@ def other_attempt(out: Path, recipe: Any, processes: int) -> str | None:
     recipe, its data or the process count changed since): one line naming that run and what
     differs. The changed run is a run of its own; nothing of the other is taken, nor is it
     touched (rerun it unchanged to finish it)."""
-    others = [p for p in out.parent.iterdir() if p.is_dir() and p != out and not runs.is_finished(p)
+    others = [p for p in out.parent.iterdir() if p.is_dir() and p != out and _interrupted(p)
               and runs.checkpoints(p)] if out.parent.is_dir() else []
     if not others:
         return None
@@ -268,6 +295,16 @@ def other_attempt(out: Path, recipe: Any, processes: int) -> str | None:
     return (f"note: {other} is an interrupted run of this recipe (checkpoint of step "
             f"{runs.last_step(other)}){more}, with {changed}; this is another run and starts from "
             "step 0 (the same settings and data as that one resume it)")
+
+
+def _interrupted(run: Path) -> bool:
+    """Not finished. One with a damaged metrics.json is neither: it is said when it is launched
+    itself (runs.is_finished), not in the name of another run, which it refused (exit 2, and
+    --force of that other run did not help)."""
+    try:
+        return not runs.is_finished(run)
+    except UserError:
+        return False
 
 
 def _saved_identity(run: Path) -> dict | None:
@@ -362,7 +399,7 @@ def load_best(model: torch.nn.Module, folder: Path, acc: Accelerator) -> None:
     from accelerate.utils import SAFE_WEIGHTS_NAME
     from safetensors.torch import load_file
 
-    problem = runs.check_manifest(folder)  # what resume checks, checked here too: these are the result
+    problem = runs.check_manifest(folder) or _other_run(folder, folder.parent.parent)  # as resume checks it
     if problem is not None:
         raise UserError(f"{folder}: the checkpoint of the best step, whose weights are this run's result "
                         f"(train.keep_best), is unusable ({problem}); --force runs it again")

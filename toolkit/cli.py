@@ -158,6 +158,8 @@ def _stops_like_ctrl_c() -> Iterator[None]:
 
 
 def _kept(out: Path) -> str:
+    if runs.is_finished(out):  # stopped after its metrics.json: the point is done
+        return f"{out} finished (metrics.json)"
     step = runs.last_step(out)
     return f"{out} keeps the checkpoint of step {step}" if step is not None else "it had no checkpoint yet"
 

@@ -277,6 +277,41 @@ def checkpoints(path: Path) -> list[Path]:
     return sorted(found, key=step_of)
 
 
+def settle_checkpoints(path: Path) -> list[str]:
+    """What a kill left under `checkpoints/tmp-step-N` (a checkpoint is written there and renamed
+    step-N when whole), settled before anything looks for a checkpoint; returns what was done, one
+    sentence each. One that is whole (its trainer_state.json, written last, is there and every file
+    matches its manifest) is step N's newest state and takes step-N's place: saving a step again
+    (`train.save_every` then its evaluation, or a stale newer step) removes the older step-N just
+    before the rename, and a kill in between left the only whole copy of the step under the
+    temporary name, which was deleted as partial (the run went back to an older checkpoint, or
+    with `train.save_total_limit` 1 said none was usable, or started again from step 0). Any
+    other is cut short: removed, never read."""
+    done = []
+    for partial in sorted((path / "checkpoints").glob("tmp-step-*")) if (path / "checkpoints").is_dir() else []:
+        folder = partial.with_name(partial.name[len("tmp-"):])
+        if _whole(partial) and folder.name.split("-")[1].isdigit():
+            if folder.exists():
+                shutil.rmtree(folder)  # killed here, the next settle does the same again
+            os.replace(partial, folder)
+            sync_tree(folder.parent, files=False)
+            done.append(f"{partial} is a whole checkpoint a stopped attempt was renaming: kept as {folder.name}")
+        else:
+            shutil.rmtree(partial, ignore_errors=True)
+            done.append(f"{partial} is the checkpoint a stopped attempt was writing, not whole: not used (the "
+                        "run goes on from the newest whole checkpoint, if any), removed")
+    return done
+
+
+def _whole(folder: Path) -> bool:
+    """Written by this toolkit to the end: a manifest in its state file, and every file as listed."""
+    try:
+        listed = read_json(folder / "trainer_state.json").get("manifest")
+    except (ValueError, OSError, AttributeError):
+        return False
+    return bool(listed) and check_manifest(folder) is None
+
+
 def step_of(checkpoint: Path) -> int:
     return int(checkpoint.name.split("-")[1])
 
@@ -312,15 +347,27 @@ def manifest(folder: Path) -> dict[str, list]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def state_digest(fields: dict) -> str:
+    """sha256 of a checkpoint's trainer_state.json fields beside its manifest and this digest: the
+    manifest covers every other file, and an edited state (a step, a best metric, the data
+    position) was resumed from as written, exit 0."""
+    return hashlib.sha256(json.dumps(finite(fields), sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
 def check_manifest(folder: Path) -> str | None:
-    """What is wrong with a checkpoint (a missing, truncated or changed file), or None.
-    Checkpoints written before manifests existed are taken as they are."""
+    """What is wrong with a checkpoint (a missing, truncated or changed file, its state file
+    included), or None. Checkpoints written before manifests existed are taken as they are."""
     if not (folder / "trainer_state.json").is_file():
         return "trainer_state.json is missing"
     try:
-        listed = read_json(folder / "trainer_state.json").get("manifest")
+        saved = read_json(folder / "trainer_state.json")
+        listed = saved.get("manifest")
     except (ValueError, OSError, AttributeError) as exc:
         return f"trainer_state.json unreadable: {type(exc).__name__}"
+    sealed = saved.get("state_sha256")
+    if sealed is not None and state_digest({k: v for k, v in saved.items()
+                                            if k not in ("manifest", "state_sha256")}) != sealed:
+        return "trainer_state.json changed since it was written"
     for rel, (size, digest) in (listed or {}).items():
         path = folder / rel
         if not path.is_file():
@@ -458,7 +505,9 @@ def truncate_log(path: Path, step: int, evaluated: bool = True) -> None:
     later steps, and (`evaluated` False) an evaluation of the checkpoint's own step that its state
     does not hold. A step can be saved before it is evaluated (`save_every` at an epoch's end or
     at the last step); killed between the two, the resumed run evaluates that step again, and its
-    log held the evaluation twice."""
+    log held the evaluation twice. The kept lines replace the log whole (`write_whole`): rewritten
+    in place, a kill during the rewrite left the log empty or cut, and the run's earlier steps
+    were gone from it for good."""
     log = path / "log.jsonl"
     if not log.is_file():
         return
@@ -470,4 +519,4 @@ def truncate_log(path: Path, step: int, evaluated: bool = True) -> None:
                 keep.append(line)
         except (ValueError, KeyError, TypeError):  # a line cut short by a kill
             continue
-    log.write_text("".join(line + "\n" for line in keep))
+    write_whole(log, "".join(line + "\n" for line in keep))

@@ -217,7 +217,8 @@ class Loop:
 
     # --- the loop ----------------------------------------------------------------------------
     def train(self, resume: bool, stop_after: int | None) -> dict | None:
-        if resume:
+        checkpoints.clear_partial(self.acc, self.out)  # what a kill left, settled before it is looked for
+        if resume or runs.checkpoints(self.out):  # a whole checkpoint settled just now is gone on from too
             self.restore()
         if self.state.step == 0:  # what a killed attempt wrote before its first checkpoint is not this run's
             checkpoints.start(self.acc, self.out)
@@ -225,12 +226,13 @@ class Loop:
                                else checkpoints.base_files(self.setup.source, self.unwrapped))
         else:  # a lean checkpoint resumes on the base it trained on, or not at all
             checkpoints.check_base(self.state.base, self.setup.source, self.state.step)
-        checkpoints.clear_partial(self.acc, self.out)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
                    mininterval=0.5 if sys.stderr.isatty() else 30.0)
-        stop = self._stopping(None)  # a run resumed after early stopping fired stays stopped
+        # a run resumed after early stopping fired stays stopped, and one at or past --stop-after N
+        # is not trained further (it took one more step each time: N, N+1, N+2 ...)
+        stop = self._stopping(stop_after)
         try:
             while self.state.step < self.total_steps and not stop:
                 stop = self._epoch(bar, stop_after)
