@@ -697,3 +697,67 @@ def test_a_template_holding_the_prefix_token_reads_it_as_the_harness_does(tiny_c
     scores = label_scores(model, harness, queries, task.verbalizers, 1024, 8)
     assert got["accuracy"] == task.compute_metrics(scores.argmax(-1).numpy(), evals["label"])["accuracy"]
     assert got["loss"] == pytest.approx(float(-scores.log_softmax(-1).gather(-1, torch.tensor(evals["label"]).view(-1, 1)).mean()), rel=1e-5)
+
+
+# --- scoring the train split: each example left out of its own demonstrations --------------------
+def test_the_train_split_scored_draws_its_demonstrations_without_the_example() -> None:
+    """When the split scored is the one the demonstrations come from, the harness's sampler draws
+    shots + 1 and drops the example itself (`x != doc`), keeping the first `shots` (lm_eval/api/
+    samplers.py get_context). Written out here; and the bound counts the example left out."""
+    import random
+
+    rows = list(TRAIN)
+    got = demonstration_sets(TRAIN, 3, 7, len(rows), scored=TRAIN)
+    rnd = random.Random(7)
+    assert got == [[x for x in rnd.sample(rows, 4) if x != doc][:3] for doc in rows]
+    assert all(len(d) == 3 and doc not in d for doc, d in zip(rows, got))
+    assert any(doc in d for doc, d in zip(rows, demonstration_sets(TRAIN, 3, 7, len(rows))))  # another split: kept
+    with pytest.raises(UserError, match="method.shots: 12 is more than the 12 train examples less the example scored"):
+        demonstration_sets(TRAIN, 12, 0, 3, scored=TRAIN)
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_evaluate_on_the_train_split_leaves_each_example_out_of_its_prompt(tmp_path: Path, cli, capsys,
+                                                                           entry: str) -> None:
+    """Finding: `toolkit eval RUN --split train` of an icl run drew each example's demonstrations
+    from the split it scored, the example among them (its label in its own prompt: half of the 6
+    rows here, said only in a warning), exit 0. Scored as the harness scores its fewshot split:
+    each example left out of its own draw."""
+    import toolkit
+
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        "task: {name: glue, subset: sst2, max_train_samples: 6, max_eval_samples: 2}\n"
+                        "method: {name: icl, shots: 3, verbalizers: [bad, good]}\n")
+    code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+    if entry == "cli":
+        code, _, err = cli("eval", metrics.parent, "--split", "train")
+        assert code == 0, err
+    else:
+        toolkit.evaluate(metrics.parent, split="train")
+        err = capsys.readouterr().err
+    assert "among their own" not in err
+    assert json.loads((metrics.parent / "eval-train.json").read_text())["examples"] == {"": 6}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_text_to_text_train_split_scored_leaves_each_example_out(tiny_checkpoint, family: str, capsys) -> None:
+    """The same rule for generated answers: no example of the scored train split among its own
+    demonstrations (each has its answer in its prompt otherwise)."""
+    from accelerate import Accelerator
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    model, tok = _load(tiny_checkpoint, family)
+    task = TASKS.get("summarization")(max_target_length=8, generation=Generation(max_new_tokens=2),
+                                      subset="custom", eval_file="x.json")
+    train = Dataset.from_list(_text_rows("summarization", 6, 0))
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=train, seed=7, raw_evals={"": train},
+                            predictions={}, scores_train=True)
+    assert any(row in d for row, d in zip(train, demonstration_sets(train, 3, 7, 6)))  # drawn as for another split
+    ICL(shots=3, max_length=128).evaluate(model, setup, Accelerator(cpu=True))
+    assert all((row["source"], row["target"]) not in demos for row, demos in zip(train, task.in_context.demonstrations))
+    assert all(len(demos) == 3 for demos in task.in_context.demonstrations)
+    assert "among their own" not in capsys.readouterr().err

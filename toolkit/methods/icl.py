@@ -101,28 +101,38 @@ def template_problem(template: str, columns: Sequence[str]) -> str | None:
     return None
 
 
-def _check_shots(train: Any, shots: int) -> None:
+def _check_shots(train: Any, shots: int, drawn: int | None = None) -> None:
     if train is None:
         raise UserError(f"method.shots: {shots} demonstrations need a train split and this task "
                         "has none; set method.shots=0")
-    if shots > len(train):
-        raise UserError(f"method.shots: {shots} is more than the {len(train)} train examples")
+    if (drawn or shots) > len(train):
+        raise UserError(f"method.shots: {shots} is more than the {len(train)} train examples"
+                        + (f" less the example scored (the eval split is the train split: {drawn} are "
+                           "drawn and the example itself left out)" if drawn else ""))
 
 
-def demonstration_sets(train: Any, shots: int, seed: int, n: int) -> list[list[dict]]:
+def demonstration_sets(train: Any, shots: int, seed: int, n: int,
+                       scored: Sequence[dict] | None = None) -> list[list[dict]]:
     """The demonstrations of each of `n` eval examples, in order, as lm-evaluation-harness's
     default ContextSampler draws them: one `random.Random(seed)` for the split, then per example
     `rnd.sample(train, shots)` (Random.sample picks by index from the length alone, so drawing
     from range(len(train)) gives the harness's rows). Each example gets its own; none is removed
-    for being the example itself, as the harness removes none when they come from another split."""
+    for being the example itself, as the harness removes none when they come from another split.
+    `scored`: the eval rows when they are the train split itself (`toolkit evaluate --split
+    train`); then, as the harness does when its fewshot split is the split it scores, `shots + 1`
+    are drawn and the rows equal to the example dropped, the first `shots` left kept (its own
+    label was in its prompt, exit 0)."""
     if shots == 0:
         return [[] for _ in range(n)]
-    _check_shots(train, shots)
+    drawn = shots + 1 if scored is not None else shots
+    _check_shots(train, shots, drawn if scored is not None else None)
     rnd, rows = random.Random(seed), {}
-    draws = [rnd.sample(range(len(train)), shots) for _ in range(n)]
+    draws = [rnd.sample(range(len(train)), drawn) for _ in range(n)]
     for i in {i for d in draws for i in d}:
         rows[i] = train[i]
-    return [[rows[i] for i in d] for d in draws]
+    if scored is None:
+        return [[rows[i] for i in d] for d in draws]
+    return [[rows[i] for i in d if rows[i] != scored[j]][:shots] for j, d in enumerate(draws)]
 
 
 @dataclass
@@ -163,6 +173,12 @@ class Prompter:
         def key(row: dict) -> tuple:
             return tuple(str(row[c]) for c in self.columns)
         return sum(key(row) in {key(d) for d in demos} for row, demos in zip(rows, demo_sets) if demos)
+
+
+def _scored(setup: Any, suffix: str) -> Any:
+    """The raw rows of eval split `suffix` when it is the train split itself (demonstration_sets
+    leaves each example out of its own draw), else None."""
+    return setup.raw_evals[suffix] if getattr(setup, "scores_train", False) else None
 
 
 def _batches(items: list, size: int) -> list[list]:
@@ -518,7 +534,8 @@ class ICL(Method):
             return self._generate(model, setup, accelerator)
         prompter = self.prompter(task)
         limit = self.max_length or _max_positions(model, tok)
-        demos = {sfx: demonstration_sets(setup.train, self.shots, setup.seed, len(ds)) for sfx, ds in setup.evals.items()}
+        demos = {sfx: demonstration_sets(setup.train, self.shots, setup.seed, len(ds), _scored(setup, sfx))
+                 for sfx, ds in setup.evals.items()}
         queries = {sfx: [prompter.query(row, d) for row, d in zip(ds, demos[sfx])] for sfx, ds in setup.evals.items()}
 
         def scores(qs: list[tuple[str, str]]) -> torch.Tensor:
@@ -598,7 +615,7 @@ class ICL(Method):
         collate = task.collator(tok, model)
         loaders, contexts, seen = {}, [], 0
         for sfx, raw in setup.raw_evals.items():
-            sets = demonstration_sets(setup.train, self.shots, setup.seed, len(raw))
+            sets = demonstration_sets(setup.train, self.shots, setup.seed, len(raw), _scored(setup, sfx))
             pairs = [[(task.source_text(d), task.target_text(d)) for d in demos] for demos in sets]
             seen += sum(task.source_text(row) in {s for s, _ in p} for row, p in zip(raw, pairs))
             contexts.append(task.prompt_in_context(pairs, self.separator, limit, lambda texts: _encode(tok, texts)))
