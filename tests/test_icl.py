@@ -761,3 +761,28 @@ def test_a_text_to_text_train_split_scored_leaves_each_example_out(tiny_checkpoi
     assert all((row["source"], row["target"]) not in demos for row, demos in zip(train, task.in_context.demonstrations))
     assert all(len(demos) == 3 for demos in task.in_context.demonstrations)
     assert "among their own" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("template", ["Say {{label}}: {text_a}\nAnswer: {label}", "{{{text_a}}} {{x}} -> {label} {{y}}",
+                                      "Review: {text_a:.40}\nSentiment: {label}"])
+def test_a_template_is_cut_at_its_label_field_not_at_the_text_label(tiny_checkpoint, template: str) -> None:
+    """Finding: the example's prompt was the template up to the first text "{label}", which an
+    escaped "{{label}}" before the field also holds: a "Single '{'" ValueError traceback while the
+    run was built. The prompt is now the template parsed up to its field; braces in the data stay
+    text; the demonstrations are the template filled whole."""
+    from accelerate import Accelerator
+
+    task = Glue(subset="sst2")
+    method = ICL(shots=1, template=template)
+    assert method.incompatible("gpt2", task) is None
+    row = {"text_a": "a {text_a} {label} {0} } {", "label": 1}
+    prompt, gap = method.prompter(task).query(row, [TRAIN[0]])
+    whole = template.format(text_a=row["text_a"], label="\0")
+    assert prompt == template.format(text_a=TRAIN[0]["text_a"], label="negative") + "\n\n" + whole.split("\0")[0].rstrip()
+    assert gap == " "
+    model, tok = _load(tiny_checkpoint, "gpt2")
+    evals = _evals([row, ROWS[0]])
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=TRAIN, evals={"": evals}, seed=3)
+    assert 0.0 <= method.evaluate(model, setup, Accelerator(cpu=True))["accuracy"] <= 1.0
+    head, _, tail = template.rpartition("{label}")  # the field, not the escaped text
+    assert "needs '{label}' exactly once" in ICL(template=head + "{label!r}" + tail).incompatible("gpt2", task)

@@ -82,10 +82,11 @@ def default_template(task: Any) -> str:
 def template_problem(template: str, columns: Sequence[str]) -> str | None:
     """Why `template` cannot format an example of these columns, or None."""
     try:
-        names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
         return f"method.template: not a format string ({exc})"
-    if names.count("label") != 1 or "{label}" not in template:
+    names = [f for f, _, _ in fields]
+    if names.count("label") != 1 or ("label", "", None) not in fields:  # an escaped {{label}} is text
         return "method.template: needs '{label}' exactly once (where the label word goes)"
     unknown = [n for n in names if n not in (*columns, "label")]
     if unknown:
@@ -99,6 +100,20 @@ def template_problem(template: str, columns: Sequence[str]) -> str | None:
         return (f"method.template: {field}; an example is shown up to its label word, so every "
                 "field of it must come before '{label}'")
     return None
+
+
+def before_label(template: str) -> str:
+    """The template up to its `{label}` field, as a format string: found by parsing, not by the
+    text "{label}", which an escaped "{{label}}" before the field also holds (the prompt was cut
+    there, a "Single '{'" traceback)."""
+    out = []
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        out.append(literal.replace("{", "{{").replace("}", "}}"))
+        if name == "label":
+            break
+        if name is not None:
+            out.append("{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}")
+    return "".join(out)
 
 
 def _check_shots(train: Any, shots: int, drawn: int | None = None) -> None:
@@ -155,12 +170,12 @@ class Prompter:
         context's trailing whitespace onto its continuation (byte-level BPE tokenizes a word with
         its leading space); the prompt then ends where the demonstrations' label words begin.
         """
-        prefix = self.template.split("{label}", 1)[0].format(**{c: row[c] for c in self.columns})
+        prefix = before_label(self.template).format(**{c: row[c] for c in self.columns})
         return self.separator.join(self.parts(row, demos)), prefix[len(prefix.rstrip()):]
 
     def parts(self, row: dict, demos: Sequence[dict] = ()) -> list[str]:
         """The prompt of `query` as its parts: each demonstration, then the example up to its gap."""
-        prefix = self.template.split("{label}", 1)[0].format(**{c: row[c] for c in self.columns})
+        prefix = before_label(self.template).format(**{c: row[c] for c in self.columns})
         return [self.demonstration(d) for d in demos] + [prefix.rstrip()]
 
     def content_free(self, demos: Sequence[dict] = ()) -> tuple[str, str]:
