@@ -786,3 +786,34 @@ def test_a_template_is_cut_at_its_label_field_not_at_the_text_label(tiny_checkpo
     assert 0.0 <= method.evaluate(model, setup, Accelerator(cpu=True))["accuracy"] <= 1.0
     head, _, tail = template.rpartition("{label}")  # the field, not the escaped text
     assert "needs '{label}' exactly once" in ICL(template=head + "{label!r}" + tail).incompatible("gpt2", task)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_label_words_the_tokenizer_cannot_tell_apart_are_one_line(tiny_checkpoint, family: str) -> None:
+    """Finding: T5 reads every character it does not know as one <unk> and drops trailing spaces,
+    so label words '正面'/'负面' (or 'positive'/'positive ') were the same tokens: tied scores, the
+    first label picked for every example (accuracy = that label's share), exit 0. Words that are
+    the same tokens after a prompt are one line; byte-level tokenizers (GPT-2, BART) tell any two
+    strings apart and score them."""
+    model, tok = _load(tiny_checkpoint, family)
+    query = [("Review: fine\nSentiment:", " ")]
+    for words in (["正面", "负面"], ["positive", "positive "]):
+        if family == "t5":
+            with pytest.raises(UserError, match=f"^method.verbalizers: '{words[0]}' and '{words[1]}' are the same "
+                                                "tokens to this tokenizer") as caught:
+                label_scores(model, tok, query, ["other", *words], 64, batch_size=2)
+            assert "\n" not in str(caught.value)
+        else:
+            scores = label_scores(model, tok, query, words, 64, batch_size=2)
+            assert scores[0, 0] != scores[0, 1]
+
+
+def test_a_run_whose_label_words_are_the_same_tokens_stops_before_its_folder(tmp_path: Path, cli) -> None:
+    """The same line from `toolkit run`, said while the run is built (no run folder left)."""
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: t5-base}\n"
+                        "task: {name: glue, subset: sst2, max_eval_samples: 4}\n"
+                        "method: {name: icl, verbalizers: [负面, 正面]}\n")
+    code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "method.verbalizers: '负面' and '正面' are the same tokens" in err
+    assert _runs_left(tmp_path / "runs") == []

@@ -243,7 +243,7 @@ def encode_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Se
         c, word = list(ctx[i // len(verbalizers)]), verbalizers[i % len(verbalizers)]
         if not cont:  # the word merged into the prompt's last token: nothing of it to score
             raise UserError(f"method.template: the label word {word!r} joins the token before it in "
-                            f"'...{queries[i // len(verbalizers)][0][-20:]}'; put a space or a colon before "
+                            f"{'...' + queries[i // len(verbalizers)][0][-20:]!r}; put a space or a colon before "
                             "'{label}'")
         if not "".join(queries[i // len(verbalizers)]):  # no context at all: the word alone
             c, cont = [], tokenizer(word, add_special_tokens=False)["input_ids"]
@@ -312,12 +312,25 @@ def scorable_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: 
                    max_length: int, seq2seq: bool) -> list[tuple[list[int], list[int]]]:
     """encode_pairs, and one line for a label word that cannot be scored: one that merges into the
     prompt's last token (encode_pairs says it), or one longer than `max_length` tokens (the
-    harness stops on an assertion at both)."""
+    harness stops on an assertion at both), or two words that are the same tokens after a prompt
+    (T5 reads every character it does not know, Chinese or '{', as one <unk>, and drops trailing
+    spaces: tied scores, the first word picked for every example, exit 0)."""
     pairs = encode_pairs(tokenizer, queries, verbalizers, seq2seq)
     for i, (_, cont) in enumerate(pairs):
         if len(cont) > max_length:
             raise UserError(f"method.max_length: {max_length} tokens cannot hold the label word "
                             f"{verbalizers[i % len(verbalizers)]!r} ({len(cont)} tokens); raise it or shorten the word")
+    n = len(verbalizers)
+    for q in range(len(queries)):  # words the tokenizer does not tell apart always score the same
+        seen: dict[tuple, int] = {}
+        for j, (ctx, cont) in enumerate(pairs[q * n:(q + 1) * n]):
+            if (key := (tuple(ctx), tuple(cont))) in seen:
+                raise UserError(
+                    f"method.verbalizers: {verbalizers[seen[key]]!r} and {verbalizers[j]!r} are the same tokens "
+                    f"to this tokenizer ({tokenizer.convert_ids_to_tokens(list(cont))}) after "
+                    f"{'...' + queries[q][0][-20:]!r}, so they always score the same and the first would win every "
+                    "example; use words it tells apart (a character it does not know is its unknown token)")
+            seen[key] = j
     return pairs
 
 
