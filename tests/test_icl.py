@@ -276,17 +276,28 @@ def test_validate_refuses_what_cannot_run(tmp_path: Path, cli, checkpoint: str, 
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("method, message", [
+GENERATING = ["{name: squad, version: v1}", "{name: summarization, subset: samsum}",
+              "{name: translation, subset: multi30k}"]
+
+
+@pytest.mark.parametrize("task, method, message", [
     # a text-to-text task generates its answers: a rule for comparing label words would be ignored
-    ("{name: icl, choose_by: acc_norm}",
+    ("{name: squad, version: v1}", "{name: icl, choose_by: acc_norm}",
      "method.choose_by: acc_norm compares label words, and this task generates its answers"),
     # a decoder's prompt is cut to max_length less the tokens it generates: none would be left
-    ("{name: icl, max_length: 32}", "method.max_length: 32 tokens leave no room for a prompt before the 32"),
+    ("{name: squad, version: v1}", "{name: icl, max_length: 32}",
+     "method.max_length: 32 tokens leave no room for a prompt before the 32"),
+    # settings only label words use were ignored by a task that generates (a run of something
+    # else than asked, exit 0): refused for every text-to-text task
+    *[(task, method, message) for task in GENERATING for method, message in (
+        ("{name: icl, template: 'Q: {source} A: {label}'}", "method.template: this task generates its answers"),
+        ("{name: icl, verbalizers: [yes, no]}", "method.verbalizers: this task generates its answers"),
+        ("{name: icl, calibrate: true}", "method.calibrate: calibration divides label-word probabilities"))],
 ])
-def test_what_a_generation_task_cannot_do_is_refused_in_one_line(tmp_path: Path, cli, method: str,
+def test_what_a_generation_task_cannot_do_is_refused_in_one_line(tmp_path: Path, cli, task: str, method: str,
                                                                    message: str) -> None:
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
-                        f"task: {{name: squad, version: v1}}\nmethod: {method}\n")
+                        f"task: {task}\nmethod: {method}\n")
     code, _, err = cli("validate", path)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert message in err

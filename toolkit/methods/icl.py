@@ -480,6 +480,15 @@ class ICL(Method):
             if self.choose_by != "acc":
                 return (f"method.choose_by: {self.choose_by} compares label words, and this task "
                         "generates its answers (none are compared); leave it at acc")
+            # what only label words use would be ignored here (a run of something else than asked)
+            for name, value in (("template", self.template), ("verbalizers", self.verbalizers)):
+                if value is not None:
+                    return (f"method.{name}: this task generates its answers from prompts of its own "
+                            "(task.prefix, the source, task.suffix) and fills no template with label words; "
+                            "leave it unset (set task.prefix / task.suffix to change the prompt)")
+            if self.calibrate:
+                return ("method.calibrate: calibration divides label-word probabilities by their prior, and "
+                        "this task generates its answers (no label words); leave it off")
             if head == "causal-lm" and self.max_length is not None and self.max_length <= task.new_tokens():
                 return (f"method.max_length: {self.max_length} tokens leave no room for a prompt before the "
                         f"{task.new_tokens()} a decoder generates in them (task.generation.max_new_tokens, else "
