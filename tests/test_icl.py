@@ -650,12 +650,14 @@ def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path:
         assert _runs_left(runs_dir) == (["keep"] if existed else [])
 
 
-@pytest.mark.parametrize("columns", [["text"], ["premise", "hypothesis"]])
+@pytest.mark.parametrize("columns", [["text"], ["premise", "hypothesis"], ["review.text"], ["0", "q[1]"]])
 def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Path, cli, columns: list[str]) -> None:
     """A user's own classification data has no instruction (none is known for it): icl without
     a `template` crashed at validate (AttributeError on the missing instruction), a traceback
     from validate, run and the API. The default template then shows the example and the answer,
-    with no question line; it holds every text field before the label word."""
+    with no question line; it holds every text field before the label word. A field is its
+    column by its whole name (finding: "review.text" was read as attribute `text` of `review`,
+    "0" as a positional argument: a KeyError/IndexError traceback from `run`)."""
     import toolkit
     from toolkit.tasks.text_classification import TextClassification
 
@@ -663,7 +665,7 @@ def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Pa
     data.write_text(",".join([*columns, "label"]) + "\n" + "".join(",".join([f"{c} {i}" for c in columns] + [("neg", "pos")[i % 2]]) + "\n" for i in range(4)))
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
                         f"task: {{name: text_classification, eval_file: {data}, labels: [neg, pos], "
-                        f"text_columns: [{', '.join(columns)}]}}\nmethod: {{name: icl, verbalizers: [bad, good]}}\n")
+                        f"text_columns: [{', '.join(map(json.dumps, columns))}]}}\nmethod: {{name: icl, verbalizers: [bad, good]}}\n")
     code, out, err = cli("validate", path)
     assert code == 0 and "1 of 1 recipes valid" in out, err
     assert toolkit.recipe.load(path).method.name == "icl"
@@ -672,6 +674,11 @@ def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Pa
     assert "Question" not in template and template_problem(template, columns) is None
     prompt, _ = Prompter(template, ["bad", "good"], columns).query({c: f"<{c}>" for c in columns})
     assert all(f"<{c}>" in prompt for c in columns) and prompt.endswith("Answer:"), prompt
+    if columns == ["review.text"]:  # the run itself
+        path.write_text(path.read_text().replace("eval_file:", f"train_file: {data}, eval_file:")
+                        .replace("name: icl,", "name: icl, shots: 1,"))
+        code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 0, err
 
 
 def test_own_data_with_its_labels_unset_is_not_called_a_regression(tmp_path: Path, cli) -> None:

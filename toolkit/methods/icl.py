@@ -102,6 +102,20 @@ def template_problem(template: str, columns: Sequence[str]) -> str | None:
     return None
 
 
+class _WholeNames(string.Formatter):
+    """str.format, a field's name looked up whole: a column called "review.text" or "1" is that
+    column (str.format reads "review.text" as attribute `text` of `review`, a KeyError traceback,
+    and "1" as the second positional argument)."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
+        return kwargs[field_name], field_name
+
+
+def fill(template: str, values: dict[str, Any]) -> str:
+    """`template` with its fields filled from `values` by their whole names (`_WholeNames`)."""
+    return _WholeNames().vformat(template, (), values)
+
+
 def before_label(template: str) -> str:
     """The template up to its `{label}` field, as a format string: found by parsing, not by the
     text "{label}", which an escaped "{{label}}" before the field also holds (the prompt was cut
@@ -160,8 +174,7 @@ class Prompter:
     separator: str = "\n\n"
 
     def demonstration(self, row: dict) -> str:
-        return self.template.format(**{c: row[c] for c in self.columns},
-                                    label=self.verbalizers[int(row["label"])])
+        return fill(self.template, {**{c: row[c] for c in self.columns}, "label": self.verbalizers[int(row["label"])]})
 
     def query(self, row: dict, demos: Sequence[dict] = ()) -> tuple[str, str]:
         """(prompt, gap): the text up to the label word, and the whitespace that precedes it.
@@ -170,12 +183,12 @@ class Prompter:
         context's trailing whitespace onto its continuation (byte-level BPE tokenizes a word with
         its leading space); the prompt then ends where the demonstrations' label words begin.
         """
-        prefix = before_label(self.template).format(**{c: row[c] for c in self.columns})
+        prefix = fill(before_label(self.template), {c: row[c] for c in self.columns})
         return self.separator.join(self.parts(row, demos)), prefix[len(prefix.rstrip()):]
 
     def parts(self, row: dict, demos: Sequence[dict] = ()) -> list[str]:
         """The prompt of `query` as its parts: each demonstration, then the example up to its gap."""
-        prefix = before_label(self.template).format(**{c: row[c] for c in self.columns})
+        prefix = fill(before_label(self.template), {c: row[c] for c in self.columns})
         return [self.demonstration(d) for d in demos] + [prefix.rstrip()]
 
     def content_free(self, demos: Sequence[dict] = ()) -> tuple[str, str]:
