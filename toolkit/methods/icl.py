@@ -92,6 +92,12 @@ def template_problem(template: str, columns: Sequence[str]) -> str | None:
     if unknown:
         return (f"method.template: unknown field '{{{unknown[0]}}}' "
                 f"(this task has: {', '.join('{' + c + '}' for c in (*columns, 'label'))})")
+    # every text of an example is shown: an RTE template without {text_b} labels entailment from
+    # the premise alone (an SST-2 template reused, exit 0)
+    missing = [c for c in columns if c not in names]
+    if missing:
+        return (f"method.template: does not show '{{{missing[0]}}}', a text of every example of this task "
+                f"(it has: {', '.join('{' + c + '}' for c in columns)}); each must come before '{{label}}'")
     # The query is the template up to the label word: a field after it is never shown for the
     # example being labelled, and with none before it every example gets the same prompt
     after = names[names.index("label") + 1:]
