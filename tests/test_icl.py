@@ -172,6 +172,21 @@ def test_calibration_divides_by_the_content_free_prior() -> None:
     torch.testing.assert_close(uniform, probs)
 
 
+@pytest.mark.parametrize("choose_by", CHOICE_RULES)
+def test_calibration_holds_label_words_far_apart(choose_by: str) -> None:
+    """Finding: calibration divided probabilities, so label words ~100 nats apart (long words
+    under acc) underflowed to 0: the gold label's loss was -log 0 = inf, a prior's 0/0 NaN, and
+    the run stopped as "not finite ... the weights have diverged", exit 2, on a working model.
+    In log space the pick and the loss are Zhao et al.'s, finite."""
+    words = ["no", "ok"]  # the same length: every rule divides both alike
+    scores = torch.tensor([[0.0, -240.0], [0.0, -20.0]])
+    prior = torch.tensor([[0.0, 0.0], [0.0, -240.0]])
+    rows = ICL(calibrate=True, choose_by=choose_by)._choices(scores, prior, words, torch.tensor([1, 0]))
+    scale = {"acc": 1.0, "acc_norm": 2.0, "acc_bytes": 2.0}[choose_by]
+    assert [r[0] for r in rows] == [0, 1]  # the second: 220 nats more for "ok" than its prior says
+    assert [r[1] for r in rows] == pytest.approx([240.0 / scale, 220.0 / scale], rel=1e-5)
+
+
 def test_demonstrations_are_seeded_and_verbalized() -> None:
     """Each eval example its own draw, as the harness's sampler: the sets of one split follow one
     Random(seed) in order (the harness's rnd.sample(docs, k) per doc), and a seed repeats them."""

@@ -433,8 +433,14 @@ def seen_warning(seen: int, total: int, shots: int, answer: str = "label") -> st
 def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
     """p(y|x) / p(y|content-free), renormalised: Zhao et al.'s diagonal W = diag(prior)^-1, b = 0;
     `prior` one (L,) for all, or (n, L): each example's own (its demonstrations, then "N/A")."""
-    probs = scores.softmax(-1) / prior.softmax(-1)  # (n, L) / (L,) or (n, L)
-    return probs / probs.sum(-1, keepdim=True)
+    return calibrated_log(scores, prior).exp()
+
+
+def calibrated_log(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """The log of `calibrated`, computed in log space: label words whose log-probabilities are
+    ~100 nats apart (long words under acc) underflowed to probability 0, the gold label's loss
+    -log 0 = inf or a prior's 0/0 = NaN, and a working model's run stopped as "not finite"."""
+    return (scores.log_softmax(-1) - prior.log_softmax(-1)).log_softmax(-1)  # (n, L) - (L,) or (n, L)
 
 
 # lm-evaluation-harness's names for its multiple-choice accuracies, by what divides a choice's
@@ -638,7 +644,7 @@ class ICL(Method):
         the gold label among the label words under that rule; the label each harness rule picks)."""
         chosen = per_rule(scores, words, self.choose_by)
         if prior is not None:
-            logp = calibrated(chosen, per_rule(prior, words, self.choose_by)).log()  # (n, L) priors
+            logp = calibrated_log(chosen, per_rule(prior, words, self.choose_by))  # (n, L) priors
         else:
             logp = chosen.log_softmax(-1)  # over the label words
         nll = -logp.gather(-1, gold.view(-1, 1)).squeeze(-1) if len(gold) else torch.zeros(0)
