@@ -593,7 +593,12 @@ def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_ch
         "positions): " + "; ".join(said),
         "warning: 2 of 4 eval examples are among their own 3 demonstrations (the same text in train): each has "
         "its own answer in its prompt, so it scores as seen; remove them from the eval data, or draw other "
-        "demonstrations (train.seed)"]
+        "demonstrations (train.seed)"] + [
+        # T5 reads "\n\n" as a space: its answers cannot stop at the separator, which is said
+        "warning: method.separator '\\n\\n' does not survive this tokenizer (it reads 'a\\n\\nb' back as 'a b'): "
+        "the demonstrations run together and no answer can stop at it, so each is written to "
+        "generation.max_new_tokens (what follows its answer scored with it); use a separator the tokenizer keeps"
+    ] * (family == "t5")
 
 
 # --- a user error leaves no half-made run folder ------------------------------------------------

@@ -215,6 +215,12 @@ def _scored(setup: Any, suffix: str) -> Any:
     return setup.raw_evals[suffix] if getattr(setup, "scores_train", False) else None
 
 
+def _read_back(tokenizer: Any, separator: str) -> str:
+    """'a' + separator + 'b' encoded and decoded: whether the tokenizer keeps the separator (T5
+    reads a newline as a space)."""
+    return tokenizer.decode(tokenizer("a" + separator + "b", add_special_tokens=False)["input_ids"])
+
+
 def _batches(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
@@ -690,5 +696,11 @@ class ICL(Method):
                                   sum(c.own for c in contexts)), file=sys.stderr)
             if seen:
                 print(seen_warning(seen, total, self.shots, "answer"), file=sys.stderr)
+            if self.separator and self.separator not in _read_back(tok, self.separator):
+                print(f"warning: method.separator {self.separator!r} does not survive this tokenizer (it reads "
+                      f"{'a' + self.separator + 'b'!r} back as {_read_back(tok, self.separator)!r}): the demonstrations run "
+                      "together and no answer can stop at it, so each is written to generation.max_new_tokens "
+                      "(what follows its answer scored with it); use a separator the tokenizer keeps",
+                      file=sys.stderr)
         return evaluation.evaluate(model, loaders, task, accelerator, setup.raw_evals,
                                    sink=getattr(setup, "predictions", None))
