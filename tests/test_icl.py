@@ -859,3 +859,31 @@ def test_a_run_whose_label_words_are_the_same_tokens_stops_before_its_folder(tmp
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "method.verbalizers: '负面' and '正面' are the same tokens" in err
     assert _runs_left(tmp_path / "runs") == []
+
+
+def _encoders_with_a_causal_class() -> list[str]:
+    """Families transformers has both a masked-LM and a CausalLM class for, encoder-decoders
+    aside: BERT-style encoders whose CausalLM class attends both ways unless configured (and XLM
+    and Reformer, encoders to models.kind_of as to the clm task)."""
+    from toolkit import hf_tables
+
+    both = set(hf_tables.model_table("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")) & set(
+        hf_tables.model_table("MODEL_FOR_MASKED_LM_MAPPING_NAMES"))
+    return sorted(both - set(hf_tables.model_table("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES")))
+
+
+@pytest.mark.parametrize("family", _encoders_with_a_causal_class())
+def test_every_encoder_family_is_refused_as_the_clm_task_refuses_it(family: str) -> None:
+    """Finding: icl kept its own list of encoder-only families, which missed RemBERT, BigBird,
+    RoFormer, ERNIE, Megatron-BERT, XLM-R XL, ...: their MLM checkpoints were loaded as CausalLM
+    (attending both ways) and scored label words, exit 0, and on a text-to-text task were refused
+    as reading "a seq2seq-lm head (a span of the context)". icl now reads a family's kind as the
+    rest of the toolkit does (models.kind_of), for label-word and text-to-text tasks alike."""
+    from toolkit.tasks import TASKS
+
+    assert {"bert", "roberta", "rembert", "big_bird"} <= set(_encoders_with_a_causal_class())
+    for task in (Glue(subset="sst2"), TASKS.get("summarization")()):
+        said = ICL().incompatible(family, task)
+        assert said is not None and said.startswith(f"'{family}' is encoder-only"), said
+    for family, head in (("gpt2", "causal-lm"), ("llama", "causal-lm"), ("t5", "seq2seq-lm"), ("bart", "seq2seq-lm")):
+        assert ICL().incompatible(family, Glue(subset="sst2")) is None and ICL().head(None, family) == head

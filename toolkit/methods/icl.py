@@ -42,27 +42,24 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from toolkit.errors import UserError
-from toolkit.hf_tables import model_table
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
-from toolkit.models import as_harness_reads, parts_lost, token_limit
+from toolkit.models import as_harness_reads, kind_of, parts_lost, token_limit
 
 torch = lazy("torch", globals())
 
-ENCODER_ONLY = frozenset({"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
-                          "xlm-roberta", "mpnet", "camembert", "modernbert"})
 CONTENT_FREE = "N/A"
 
 
 def lm_head(family: str | None) -> str | None:
-    """The head (a toolkit.heads name) a family scores continuations with; None: it cannot."""
+    """The head (a toolkit.heads name) a family scores continuations with; None: it cannot. By
+    the toolkit's one rule for a family's kind (`models.kind_of`, as the clm task and text-to-text
+    tasks read it): a family with a masked-LM head is an encoder even where transformers also has
+    a CausalLM class for it (RemBERT, BigBird, RoFormer, ERNIE, ...: loaded so, an MLM checkpoint
+    attends both ways and scored continuations it could see, exit 0)."""
     if family is None:
         return "causal-lm"  # unknown family: the model loader will say if it has no LM head
-    if family in model_table("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"):  # before causal: BART is in both
-        return "seq2seq-lm"
-    if family in ENCODER_ONLY or family not in model_table("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"):
-        return None
-    return "causal-lm"
+    return {"encoder-decoder": "seq2seq-lm", "decoder": "causal-lm"}.get(kind_of(family) or "")
 
 
 def default_template(task: Any) -> str:
@@ -501,7 +498,9 @@ class ICL(Method):
         head = lm_head(family)
         if head is None:
             return (f"'{family}' is encoder-only and cannot score a continuation; use a decoder "
-                    "(gpt2) or encoder-decoder (t5, bart) model")
+                    "(gpt2) or encoder-decoder (t5, bart) model") if kind_of(family) == "encoder" else (
+                f"'{family}' has no language-model head to score a continuation with; use a decoder "
+                "(gpt2) or encoder-decoder (t5, bart) model")
         if hasattr(task, "generation"):  # a text-to-text task: demonstrations, then generation
             wanted = task.model_head(family) if family is not None else head
             if wanted != head:  # SQuAD with task.mode: extractive: a span head reads the answers
