@@ -887,3 +887,16 @@ def test_every_encoder_family_is_refused_as_the_clm_task_refuses_it(family: str)
         assert said is not None and said.startswith(f"'{family}' is encoder-only"), said
     for family, head in (("gpt2", "causal-lm"), ("llama", "causal-lm"), ("t5", "seq2seq-lm"), ("bart", "seq2seq-lm")):
         assert ICL().incompatible(family, Glue(subset="sst2")) is None and ICL().head(None, family) == head
+
+
+def test_own_data_template_leaving_out_a_text_is_one_line(tmp_path: Path, cli) -> None:
+    """The every-text rule for a user's own pair data, as for GLUE's pairs."""
+    data = tmp_path / "d.csv"
+    data.write_text("premise,hypothesis,label\na,b,yes\nc,d,no\n")
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        f"task: {{name: text_classification, eval_file: {data}, labels: [no, yes], "
+                        "text_columns: [premise, hypothesis]}\n"
+                        "method: {name: icl, template: 'P: {premise} A: {label}'}\n")
+    code, _, err = cli("validate", path)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "method.template: does not show '{hypothesis}', a text of every example of this task" in err
