@@ -281,6 +281,8 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
      "method.template: '{text_b}' comes after '{label}'"),
     ("t5-base", "sst2", "{name: icl, template: '{label}: {text_a}'}", "'{text_a}' comes after '{label}'"),
     ("gpt2", "sst2", "{name: icl, choose_by: acc_nrom}", "did you mean 'acc_norm'"),
+    ("gpt2", "sst2", "{name: icl, template: 'S: {text_a:{width}} A: {label}'}",
+     "method.template: '{text_a:{width}}' has a field inside its format spec"),
     # every text of a pair task is shown (an SST-2 template on RTE labelled from the premise alone)
     ("gpt2", "rte", "{name: icl, template: 'Sentence: {text_a} Answer: {label}'}",
      "method.template: does not show '{text_b}', a text of every example of this task"),

@@ -83,6 +83,9 @@ def template_problem(template: str, columns: Sequence[str]) -> str | None:
     except ValueError as exc:
         return f"method.template: not a format string ({exc})"
     names = [f for f, _, _ in fields]
+    nested = next((f"{{{f}:{spec}}}" for f, spec, _ in fields if "{" in (spec or "")), None)
+    if nested:  # its inner field is looked up at fill time, past these checks (a KeyError traceback)
+        return f"method.template: '{nested}' has a field inside its format spec; give the spec literally"
     if names.count("label") != 1 or ("label", "", None) not in fields:  # an escaped {{label}} is text
         return "method.template: needs '{label}' exactly once (where the label word goes)"
     unknown = [n for n in names if n not in (*columns, "label")]
