@@ -902,3 +902,26 @@ def test_own_data_template_leaving_out_a_text_is_one_line(tmp_path: Path, cli) -
     code, _, err = cli("validate", path)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "method.template: does not show '{hypothesis}', a text of every example of this task" in err
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_what_encoding_a_text_to_text_split_finds_is_said(tiny_checkpoint, family: str, capsys) -> None:
+    """Finding: icl encodes a text-to-text task's eval splits at evaluation, after the run said
+    its notices: references longer than generation.max_new_tokens (outputs stop short of them:
+    lower scores) or cut at task.max_target_length were never said, exit 0 (a trained run says
+    both). They are said once the splits are encoded."""
+    from accelerate import Accelerator
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    model, tok = _load(tiny_checkpoint, family)
+    task = TASKS.get("summarization")(max_target_length=3, generation=Generation(max_new_tokens=2),
+                                      subset="custom", eval_file="x.json")
+    rows = [{"source": f"item {i} is red", "target": "a long summary of many words " * 2} for i in range(3)]
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=Dataset.from_list(rows), seed=1,
+                            raw_evals={"": Dataset.from_list(rows)}, predictions={})
+    ICL(shots=1, max_length=128).evaluate(model, setup, Accelerator(cpu=True))
+    err = capsys.readouterr().err
+    assert "warning: 3 of 3 summaries are longer than generation.max_new_tokens=2 tokens" in err
+    assert "warning: 3 of 3 summaries cut at task.max_target_length=3 tokens" in err

@@ -691,6 +691,8 @@ class ICL(Method):
             contexts.append(task.prompt_in_context(pairs, self.separator, limit, lambda texts: _encode(tok, texts)))
             loaders[sfx] = accelerator.prepare(DataLoader(task.encode(raw, tok), batch_size=self.batch_size,
                                                           collate_fn=collate))
+        task.say_notices()  # what encoding the splits here found (targets cut, over the budget): the run
+        # said its notices before (build), when nothing of these splits had been encoded yet
         total = sum(c.total for c in contexts)
         if accelerator.is_main_process:
             if cut := sum(c.cut for c in contexts):
