@@ -925,3 +925,20 @@ def test_what_encoding_a_text_to_text_split_finds_is_said(tiny_checkpoint, famil
     err = capsys.readouterr().err
     assert "warning: 3 of 3 summaries are longer than generation.max_new_tokens=2 tokens" in err
     assert "warning: 3 of 3 summaries cut at task.max_target_length=3 tokens" in err
+
+
+@pytest.mark.parametrize("task", ["{name: glue, subset: sst2}", "{name: summarization, subset: samsum}"])
+def test_a_warm_started_encoder_decoder_is_not_scored_untrained(tmp_path: Path, cli, task: str) -> None:
+    """Finding: icl on `model.warm_start: encoder-decoder` (BERT as both halves, the decoder's
+    cross-attention new and random) passed validate and scored that untrained model, exit 0.
+    Refused at validate, from the CLI and the API, for label-word and text-to-text tasks."""
+    import toolkit
+
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: bert-base-uncased, warm_start: encoder-decoder}\n"
+                        f"task: {task}\nmethod: {{name: icl}}\n")
+    code, _, err = cli("validate", path)
+    said = "model.warm_start: encoder-decoder joins copies of the encoder by new, untrained cross-attention"
+    assert code == 2 and len(err.strip().splitlines()) == 1 and said in err, err
+    with pytest.raises(UserError, match=said):
+        toolkit.run(path, runs_dir=tmp_path / "runs")
+    assert _runs_left(tmp_path / "runs") == []
