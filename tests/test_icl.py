@@ -942,3 +942,41 @@ def test_a_warm_started_encoder_decoder_is_not_scored_untrained(tmp_path: Path, 
     with pytest.raises(UserError, match=said):
         toolkit.run(path, runs_dir=tmp_path / "runs")
     assert _runs_left(tmp_path / "runs") == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("kind", ["label words", "text-to-text"])
+def test_a_max_length_past_the_models_positions_is_one_line(tiny_checkpoint, family: str, kind: str) -> None:
+    """Finding: method.max_length above the model's position table let prompts that long into the
+    model: an IndexError traceback (a device-side assert on a GPU), label words and generation
+    alike. One line now, at evaluation (`toolkit eval`) as while the run is built; T5's relative
+    positions have no table and take it."""
+    from accelerate import Accelerator
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    model, tok = _load(tiny_checkpoint, family)
+    if kind == "label words":
+        setup = SimpleNamespace(task=Glue(subset="sst2"), tokenizer=tok, train=TRAIN, evals={"": _evals(ROWS)}, seed=0)
+    else:
+        task = TASKS.get("summarization")(max_target_length=4, generation=Generation(max_new_tokens=2),
+                                          subset="custom", eval_file="x.json")
+        rows = _text_rows("summarization", 3, 0)
+        setup = SimpleNamespace(task=task, tokenizer=tok, train=Dataset.from_list(rows), seed=1,
+                                raw_evals={"": Dataset.from_list(rows)}, predictions={})
+    method = ICL(shots=1, max_length=4096)
+    if family == "t5":
+        assert "loss" in method.evaluate(model, setup, Accelerator(cpu=True))
+        return
+    with pytest.raises(UserError, match="^method.max_length: 4096 is more than the 1024 positions this "
+                                        f"{model.config.model_type} model has; use at most 1024"):
+        method.evaluate(model, setup, Accelerator(cpu=True))
+
+
+def test_a_run_with_a_max_length_past_the_positions_stops_before_its_folder(tmp_path: Path, cli) -> None:
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        "task: {name: glue, subset: sst2, max_eval_samples: 4}\nmethod: {name: icl, max_length: 4096}\n")
+    code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "method.max_length: 4096 is more than" in err, err
+    assert _runs_left(tmp_path / "runs") == []

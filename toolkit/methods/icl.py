@@ -44,7 +44,7 @@ import numpy as np
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
-from toolkit.models import as_harness_reads, kind_of, parts_lost, token_limit
+from toolkit.models import as_harness_reads, kind_of, max_positions, parts_lost, token_limit
 
 torch = lazy("torch", globals())
 
@@ -559,9 +559,22 @@ class ICL(Method):
         """Frozen; and the label words checked against every eval example's prompt here, while the
         run is being built (before its folder exists), not minutes later at evaluation."""
         set_trainable(model, lambda _: False)
+        if ctx is not None:
+            self._limit(model, ctx.tokenizer)
         for task, dataset in self.__dict__.pop("_unchecked", []):
             self.check_words(model, as_harness_reads(ctx.tokenizer), task, dataset)
         return model.eval()
+
+    def _limit(self, model: torch.nn.Module, tokenizer: Any) -> int:
+        """The length prompts are cut to: method.max_length, else the model's (`_max_positions`).
+        A method.max_length past the model's position table is one line (prompts that long were an
+        IndexError traceback inside the model, a device-side assert on a GPU); T5's relative
+        positions have no table."""
+        most = max_positions(model.config, tokenizer)
+        if self.max_length is not None and most is not None and self.max_length > most:
+            raise UserError(f"method.max_length: {self.max_length} is more than the {most} positions "
+                            f"this {model.config.model_type} model has; use at most {most}, or leave it unset")
+        return self.max_length or _max_positions(model, tokenizer)
 
     def encoder(self, task: Any, tokenizer: Any) -> Any:
         """Prompts are built at evaluation, from raw examples: the rows pass as they are, and a
@@ -578,7 +591,7 @@ class ICL(Method):
         example's text, which demonstrations before it (after the separator) leave as it is."""
         prompter = self.prompter(task)
         queries = list(dict.fromkeys(prompter.query(row) for row in dataset))
-        scorable_pairs(tokenizer, queries, prompter.verbalizers, self.max_length or _max_positions(model, tokenizer),
+        scorable_pairs(tokenizer, queries, prompter.verbalizers, self._limit(model, tokenizer),
                        bool(getattr(model.config, "is_encoder_decoder", False)))
 
     def _words(self, task: Any) -> list[str]:
@@ -603,7 +616,7 @@ class ICL(Method):
         if hasattr(task, "generation"):
             return self._generate(model, setup, accelerator)
         prompter = self.prompter(task)
-        limit = self.max_length or _max_positions(model, tok)
+        limit = self._limit(model, tok)
         demos = {sfx: demonstration_sets(setup.train, self.shots, setup.seed, len(ds), _scored(setup, sfx))
                  for sfx, ds in setup.evals.items()}
         queries = {sfx: [prompter.query(row, d) for row, d in zip(ds, demos[sfx])] for sfx, ds in setup.evals.items()}
@@ -681,7 +694,7 @@ class ICL(Method):
 
         task, tok = setup.task, as_harness_reads(setup.tokenizer)
         task.model_head(model.config.model_type)  # the prompt layout follows the family
-        limit = self.max_length or _max_positions(model, tok)
+        limit = self._limit(model, tok)
         collate = task.collator(tok, model)
         loaders, contexts, seen = {}, [], 0
         for sfx, raw in setup.raw_evals.items():
