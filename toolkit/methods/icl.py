@@ -22,7 +22,9 @@ al. 2021, "Calibrate Before Use"), which removes the model's prior for one label
 Demonstrations are drawn as the harness's default sampler draws them: for each eval split one
 `random.Random(seed)`, and for each example in order a plain (not label-balanced) sample without
 replacement of `shots` train rows, so each example has its own (with train.seed 1234, the
-harness's default fewshot seed, and the same train split, the same ones). What may make a k-shot
+harness's default fewshot seed, and the same train split, the same ones); where the split scored
+is the train split itself (`toolkit eval --split train`), `shots + 1` are drawn and the example
+left out, as the harness does for its fewshot split. What may make a k-shot
 number something else is said in one `warning:` line each (rule 8): prompts cut from the left to
 fit the model (their first demonstrations lost), and eval examples that are among their own
 demonstrations (their label in their own prompt; the harness leaves them in too when the
