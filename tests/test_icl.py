@@ -172,6 +172,21 @@ def test_calibration_divides_by_the_content_free_prior() -> None:
     torch.testing.assert_close(uniform, probs)
 
 
+@pytest.mark.parametrize("choose_by", CHOICE_RULES)
+def test_calibration_holds_label_words_far_apart(choose_by: str) -> None:
+    """Finding: calibration divided probabilities, so label words ~100 nats apart (long words
+    under acc) underflowed to 0: the gold label's loss was -log 0 = inf, a prior's 0/0 NaN, and
+    the run stopped as "not finite ... the weights have diverged", exit 2, on a working model.
+    In log space the pick and the loss are Zhao et al.'s, finite."""
+    words = ["no", "ok"]  # the same length: every rule divides both alike
+    scores = torch.tensor([[0.0, -240.0], [0.0, -20.0]])
+    prior = torch.tensor([[0.0, 0.0], [0.0, -240.0]])
+    rows = ICL(calibrate=True, choose_by=choose_by)._choices(scores, prior, words, torch.tensor([1, 0]))
+    scale = {"acc": 1.0, "acc_norm": 2.0, "acc_bytes": 2.0}[choose_by]
+    assert [r[0] for r in rows] == [0, 1]  # the second: 220 nats more for "ok" than its prior says
+    assert [r[1] for r in rows] == pytest.approx([240.0 / scale, 220.0 / scale], rel=1e-5)
+
+
 def test_demonstrations_are_seeded_and_verbalized() -> None:
     """Each eval example its own draw, as the harness's sampler: the sets of one split follow one
     Random(seed) in order (the harness's rnd.sample(docs, k) per doc), and a seed repeats them."""
@@ -266,6 +281,12 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
      "method.template: '{text_b}' comes after '{label}'"),
     ("t5-base", "sst2", "{name: icl, template: '{label}: {text_a}'}", "'{text_a}' comes after '{label}'"),
     ("gpt2", "sst2", "{name: icl, choose_by: acc_nrom}", "did you mean 'acc_norm'"),
+    ("gpt2", "sst2", "{name: icl, template: 'S: {text_a:{width}} A: {label}'}",
+     "method.template: '{text_a:{width}}' has a field inside its format spec"),
+    # every text of a pair task is shown (an SST-2 template on RTE labelled from the premise alone)
+    ("gpt2", "rte", "{name: icl, template: 'Sentence: {text_a} Answer: {label}'}",
+     "method.template: does not show '{text_b}', a text of every example of this task"),
+    ("t5-base", "mnli", "{name: icl, template: 'H: {text_b} Answer: {label}'}", "does not show '{text_a}'"),
 ])
 def test_validate_refuses_what_cannot_run(tmp_path: Path, cli, checkpoint: str, subset: str,
                                           method: str, message: str) -> None:
@@ -276,17 +297,28 @@ def test_validate_refuses_what_cannot_run(tmp_path: Path, cli, checkpoint: str, 
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("method, message", [
+GENERATING = ["{name: squad, version: v1}", "{name: summarization, subset: samsum}",
+              "{name: translation, subset: multi30k}"]
+
+
+@pytest.mark.parametrize("task, method, message", [
     # a text-to-text task generates its answers: a rule for comparing label words would be ignored
-    ("{name: icl, choose_by: acc_norm}",
+    ("{name: squad, version: v1}", "{name: icl, choose_by: acc_norm}",
      "method.choose_by: acc_norm compares label words, and this task generates its answers"),
     # a decoder's prompt is cut to max_length less the tokens it generates: none would be left
-    ("{name: icl, max_length: 32}", "method.max_length: 32 tokens leave no room for a prompt before the 32"),
+    ("{name: squad, version: v1}", "{name: icl, max_length: 32}",
+     "method.max_length: 32 tokens leave no room for a prompt before the 32"),
+    # settings only label words use were ignored by a task that generates (a run of something
+    # else than asked, exit 0): refused for every text-to-text task
+    *[(task, method, message) for task in GENERATING for method, message in (
+        ("{name: icl, template: 'Q: {source} A: {label}'}", "method.template: this task generates its answers"),
+        ("{name: icl, verbalizers: [yes, no]}", "method.verbalizers: this task generates its answers"),
+        ("{name: icl, calibrate: true}", "method.calibrate: calibration divides label-word probabilities"))],
 ])
-def test_what_a_generation_task_cannot_do_is_refused_in_one_line(tmp_path: Path, cli, method: str,
+def test_what_a_generation_task_cannot_do_is_refused_in_one_line(tmp_path: Path, cli, task: str, method: str,
                                                                    message: str) -> None:
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
-                        f"task: {{name: squad, version: v1}}\nmethod: {method}\n")
+                        f"task: {task}\nmethod: {method}\n")
     code, _, err = cli("validate", path)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert message in err
@@ -563,7 +595,12 @@ def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_ch
         "positions): " + "; ".join(said),
         "warning: 2 of 4 eval examples are among their own 3 demonstrations (the same text in train): each has "
         "its own answer in its prompt, so it scores as seen; remove them from the eval data, or draw other "
-        "demonstrations (train.seed)"]
+        "demonstrations (train.seed)"] + [
+        # T5 reads "\n\n" as a space: its answers cannot stop at the separator, which is said
+        "warning: method.separator '\\n\\n' does not survive this tokenizer (it reads 'a\\n\\nb' back as 'a b'): "
+        "the demonstrations run together and no answer can stop at it, so each is written to "
+        "generation.max_new_tokens (what follows its answer scored with it); use a separator the tokenizer keeps"
+    ] * (family == "t5")
 
 
 # --- a user error leaves no half-made run folder ------------------------------------------------
@@ -639,12 +676,14 @@ def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path:
         assert _runs_left(runs_dir) == (["keep"] if existed else [])
 
 
-@pytest.mark.parametrize("columns", [["text"], ["premise", "hypothesis"]])
+@pytest.mark.parametrize("columns", [["text"], ["premise", "hypothesis"], ["review.text"], ["0", "q[1]"]])
 def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Path, cli, columns: list[str]) -> None:
     """A user's own classification data has no instruction (none is known for it): icl without
     a `template` crashed at validate (AttributeError on the missing instruction), a traceback
     from validate, run and the API. The default template then shows the example and the answer,
-    with no question line; it holds every text field before the label word."""
+    with no question line; it holds every text field before the label word. A field is its
+    column by its whole name (finding: "review.text" was read as attribute `text` of `review`,
+    "0" as a positional argument: a KeyError/IndexError traceback from `run`)."""
     import toolkit
     from toolkit.tasks.text_classification import TextClassification
 
@@ -652,7 +691,7 @@ def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Pa
     data.write_text(",".join([*columns, "label"]) + "\n" + "".join(",".join([f"{c} {i}" for c in columns] + [("neg", "pos")[i % 2]]) + "\n" for i in range(4)))
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
                         f"task: {{name: text_classification, eval_file: {data}, labels: [neg, pos], "
-                        f"text_columns: [{', '.join(columns)}]}}\nmethod: {{name: icl, verbalizers: [bad, good]}}\n")
+                        f"text_columns: [{', '.join(map(json.dumps, columns))}]}}\nmethod: {{name: icl, verbalizers: [bad, good]}}\n")
     code, out, err = cli("validate", path)
     assert code == 0 and "1 of 1 recipes valid" in out, err
     assert toolkit.recipe.load(path).method.name == "icl"
@@ -661,6 +700,11 @@ def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Pa
     assert "Question" not in template and template_problem(template, columns) is None
     prompt, _ = Prompter(template, ["bad", "good"], columns).query({c: f"<{c}>" for c in columns})
     assert all(f"<{c}>" in prompt for c in columns) and prompt.endswith("Answer:"), prompt
+    if columns == ["review.text"]:  # the run itself
+        path.write_text(path.read_text().replace("eval_file:", f"train_file: {data}, eval_file:")
+                        .replace("name: icl,", "name: icl, shots: 1,"))
+        code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 0, err
 
 
 def test_own_data_with_its_labels_unset_is_not_called_a_regression(tmp_path: Path, cli) -> None:
@@ -697,3 +741,242 @@ def test_a_template_holding_the_prefix_token_reads_it_as_the_harness_does(tiny_c
     scores = label_scores(model, harness, queries, task.verbalizers, 1024, 8)
     assert got["accuracy"] == task.compute_metrics(scores.argmax(-1).numpy(), evals["label"])["accuracy"]
     assert got["loss"] == pytest.approx(float(-scores.log_softmax(-1).gather(-1, torch.tensor(evals["label"]).view(-1, 1)).mean()), rel=1e-5)
+
+
+# --- scoring the train split: each example left out of its own demonstrations --------------------
+def test_the_train_split_scored_draws_its_demonstrations_without_the_example() -> None:
+    """When the split scored is the one the demonstrations come from, the harness's sampler draws
+    shots + 1 and drops the example itself (`x != doc`), keeping the first `shots` (lm_eval/api/
+    samplers.py get_context). Written out here; and the bound counts the example left out."""
+    import random
+
+    rows = list(TRAIN)
+    got = demonstration_sets(TRAIN, 3, 7, len(rows), scored=TRAIN)
+    rnd = random.Random(7)
+    assert got == [[x for x in rnd.sample(rows, 4) if x != doc][:3] for doc in rows]
+    assert all(len(d) == 3 and doc not in d for doc, d in zip(rows, got))
+    assert any(doc in d for doc, d in zip(rows, demonstration_sets(TRAIN, 3, 7, len(rows))))  # another split: kept
+    with pytest.raises(UserError, match="method.shots: 12 is more than the 12 train examples less the example scored"):
+        demonstration_sets(TRAIN, 12, 0, 3, scored=TRAIN)
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_evaluate_on_the_train_split_leaves_each_example_out_of_its_prompt(tmp_path: Path, cli, capsys,
+                                                                           entry: str) -> None:
+    """Finding: `toolkit eval RUN --split train` of an icl run drew each example's demonstrations
+    from the split it scored, the example among them (its label in its own prompt: half of the 6
+    rows here, said only in a warning), exit 0. Scored as the harness scores its fewshot split:
+    each example left out of its own draw."""
+    import toolkit
+
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        "task: {name: glue, subset: sst2, max_train_samples: 6, max_eval_samples: 2}\n"
+                        "method: {name: icl, shots: 3, verbalizers: [bad, good]}\n")
+    code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+    if entry == "cli":
+        code, _, err = cli("eval", metrics.parent, "--split", "train")
+        assert code == 0, err
+    else:
+        toolkit.evaluate(metrics.parent, split="train")
+        err = capsys.readouterr().err
+    assert "among their own" not in err
+    assert json.loads((metrics.parent / "eval-train.json").read_text())["examples"] == {"": 6}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_text_to_text_train_split_scored_leaves_each_example_out(tiny_checkpoint, family: str, capsys) -> None:
+    """The same rule for generated answers: no example of the scored train split among its own
+    demonstrations (each has its answer in its prompt otherwise)."""
+    from accelerate import Accelerator
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    model, tok = _load(tiny_checkpoint, family)
+    task = TASKS.get("summarization")(max_target_length=8, generation=Generation(max_new_tokens=2),
+                                      subset="custom", eval_file="x.json")
+    train = Dataset.from_list(_text_rows("summarization", 6, 0))
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=train, seed=7, raw_evals={"": train},
+                            predictions={}, scores_train=True)
+    assert any(row in d for row, d in zip(train, demonstration_sets(train, 3, 7, 6)))  # drawn as for another split
+    ICL(shots=3, max_length=128).evaluate(model, setup, Accelerator(cpu=True))
+    assert all((row["source"], row["target"]) not in demos for row, demos in zip(train, task.in_context.demonstrations))
+    assert all(len(demos) == 3 for demos in task.in_context.demonstrations)
+    assert "among their own" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("template", ["Say {{label}}: {text_a}\nAnswer: {label}", "{{{text_a}}} {{x}} -> {label} {{y}}",
+                                      "Review: {text_a:.40}\nSentiment: {label}"])
+def test_a_template_is_cut_at_its_label_field_not_at_the_text_label(tiny_checkpoint, template: str) -> None:
+    """Finding: the example's prompt was the template up to the first text "{label}", which an
+    escaped "{{label}}" before the field also holds: a "Single '{'" ValueError traceback while the
+    run was built. The prompt is now the template parsed up to its field; braces in the data stay
+    text; the demonstrations are the template filled whole."""
+    from accelerate import Accelerator
+
+    task = Glue(subset="sst2")
+    method = ICL(shots=1, template=template)
+    assert method.incompatible("gpt2", task) is None
+    row = {"text_a": "a {text_a} {label} {0} } {", "label": 1}
+    prompt, gap = method.prompter(task).query(row, [TRAIN[0]])
+    whole = template.format(text_a=row["text_a"], label="\0")
+    assert prompt == template.format(text_a=TRAIN[0]["text_a"], label="negative") + "\n\n" + whole.split("\0")[0].rstrip()
+    assert gap == " "
+    model, tok = _load(tiny_checkpoint, "gpt2")
+    evals = _evals([row, ROWS[0]])
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=TRAIN, evals={"": evals}, seed=3)
+    assert 0.0 <= method.evaluate(model, setup, Accelerator(cpu=True))["accuracy"] <= 1.0
+    head, _, tail = template.rpartition("{label}")  # the field, not the escaped text
+    assert "needs '{label}' exactly once" in ICL(template=head + "{label!r}" + tail).incompatible("gpt2", task)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_label_words_the_tokenizer_cannot_tell_apart_are_one_line(tiny_checkpoint, family: str) -> None:
+    """Finding: T5 reads every character it does not know as one <unk> and drops trailing spaces,
+    so label words '正面'/'负面' (or 'positive'/'positive ') were the same tokens: tied scores, the
+    first label picked for every example (accuracy = that label's share), exit 0. Words that are
+    the same tokens after a prompt are one line; byte-level tokenizers (GPT-2, BART) tell any two
+    strings apart and score them."""
+    model, tok = _load(tiny_checkpoint, family)
+    query = [("Review: fine\nSentiment:", " ")]
+    for words in (["正面", "负面"], ["positive", "positive "]):
+        if family == "t5":
+            with pytest.raises(UserError, match=f"^method.verbalizers: '{words[0]}' and '{words[1]}' are the same "
+                                                "tokens to this tokenizer") as caught:
+                label_scores(model, tok, query, ["other", *words], 64, batch_size=2)
+            assert "\n" not in str(caught.value)
+        else:
+            scores = label_scores(model, tok, query, words, 64, batch_size=2)
+            assert scores[0, 0] != scores[0, 1]
+
+
+def test_a_run_whose_label_words_are_the_same_tokens_stops_before_its_folder(tmp_path: Path, cli) -> None:
+    """The same line from `toolkit run`, said while the run is built (no run folder left)."""
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: t5-base}\n"
+                        "task: {name: glue, subset: sst2, max_eval_samples: 4}\n"
+                        "method: {name: icl, verbalizers: [负面, 正面]}\n")
+    code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "method.verbalizers: '负面' and '正面' are the same tokens" in err
+    assert _runs_left(tmp_path / "runs") == []
+
+
+def _encoders_with_a_causal_class() -> list[str]:
+    """Families transformers has both a masked-LM and a CausalLM class for, encoder-decoders
+    aside: BERT-style encoders whose CausalLM class attends both ways unless configured (and XLM
+    and Reformer, encoders to models.kind_of as to the clm task)."""
+    from toolkit import hf_tables
+
+    both = set(hf_tables.model_table("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")) & set(
+        hf_tables.model_table("MODEL_FOR_MASKED_LM_MAPPING_NAMES"))
+    return sorted(both - set(hf_tables.model_table("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES")))
+
+
+@pytest.mark.parametrize("family", _encoders_with_a_causal_class())
+def test_every_encoder_family_is_refused_as_the_clm_task_refuses_it(family: str) -> None:
+    """Finding: icl kept its own list of encoder-only families, which missed RemBERT, BigBird,
+    RoFormer, ERNIE, Megatron-BERT, XLM-R XL, ...: their MLM checkpoints were loaded as CausalLM
+    (attending both ways) and scored label words, exit 0, and on a text-to-text task were refused
+    as reading "a seq2seq-lm head (a span of the context)". icl now reads a family's kind as the
+    rest of the toolkit does (models.kind_of), for label-word and text-to-text tasks alike."""
+    from toolkit.tasks import TASKS
+
+    assert {"bert", "roberta", "rembert", "big_bird"} <= set(_encoders_with_a_causal_class())
+    for task in (Glue(subset="sst2"), TASKS.get("summarization")()):
+        said = ICL().incompatible(family, task)
+        assert said is not None and said.startswith(f"'{family}' is encoder-only"), said
+    for family, head in (("gpt2", "causal-lm"), ("llama", "causal-lm"), ("t5", "seq2seq-lm"), ("bart", "seq2seq-lm")):
+        assert ICL().incompatible(family, Glue(subset="sst2")) is None and ICL().head(None, family) == head
+
+
+def test_own_data_template_leaving_out_a_text_is_one_line(tmp_path: Path, cli) -> None:
+    """The every-text rule for a user's own pair data, as for GLUE's pairs."""
+    data = tmp_path / "d.csv"
+    data.write_text("premise,hypothesis,label\na,b,yes\nc,d,no\n")
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        f"task: {{name: text_classification, eval_file: {data}, labels: [no, yes], "
+                        "text_columns: [premise, hypothesis]}\n"
+                        "method: {name: icl, template: 'P: {premise} A: {label}'}\n")
+    code, _, err = cli("validate", path)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "method.template: does not show '{hypothesis}', a text of every example of this task" in err
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_what_encoding_a_text_to_text_split_finds_is_said(tiny_checkpoint, family: str, capsys) -> None:
+    """Finding: icl encodes a text-to-text task's eval splits at evaluation, after the run said
+    its notices: references longer than generation.max_new_tokens (outputs stop short of them:
+    lower scores) or cut at task.max_target_length were never said, exit 0 (a trained run says
+    both). They are said once the splits are encoded."""
+    from accelerate import Accelerator
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    model, tok = _load(tiny_checkpoint, family)
+    task = TASKS.get("summarization")(max_target_length=3, generation=Generation(max_new_tokens=2),
+                                      subset="custom", eval_file="x.json")
+    rows = [{"source": f"item {i} is red", "target": "a long summary of many words " * 2} for i in range(3)]
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=Dataset.from_list(rows), seed=1,
+                            raw_evals={"": Dataset.from_list(rows)}, predictions={})
+    ICL(shots=1, max_length=128).evaluate(model, setup, Accelerator(cpu=True))
+    err = capsys.readouterr().err
+    assert "warning: 3 of 3 summaries are longer than generation.max_new_tokens=2 tokens" in err
+    assert "warning: 3 of 3 summaries cut at task.max_target_length=3 tokens" in err
+
+
+@pytest.mark.parametrize("task", ["{name: glue, subset: sst2}", "{name: summarization, subset: samsum}"])
+def test_a_warm_started_encoder_decoder_is_not_scored_untrained(tmp_path: Path, cli, task: str) -> None:
+    """Finding: icl on `model.warm_start: encoder-decoder` (BERT as both halves, the decoder's
+    cross-attention new and random) passed validate and scored that untrained model, exit 0.
+    Refused at validate, from the CLI and the API, for label-word and text-to-text tasks."""
+    import toolkit
+
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: bert-base-uncased, warm_start: encoder-decoder}\n"
+                        f"task: {task}\nmethod: {{name: icl}}\n")
+    code, _, err = cli("validate", path)
+    said = "model.warm_start: encoder-decoder joins copies of the encoder by new, untrained cross-attention"
+    assert code == 2 and len(err.strip().splitlines()) == 1 and said in err, err
+    with pytest.raises(UserError, match=said):
+        toolkit.run(path, runs_dir=tmp_path / "runs")
+    assert _runs_left(tmp_path / "runs") == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("kind", ["label words", "text-to-text"])
+def test_a_max_length_past_the_models_positions_is_one_line(tiny_checkpoint, family: str, kind: str) -> None:
+    """Finding: method.max_length above the model's position table let prompts that long into the
+    model: an IndexError traceback (a device-side assert on a GPU), label words and generation
+    alike. One line now, at evaluation (`toolkit eval`) as while the run is built; T5's relative
+    positions have no table and take it."""
+    from accelerate import Accelerator
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    model, tok = _load(tiny_checkpoint, family)
+    if kind == "label words":
+        setup = SimpleNamespace(task=Glue(subset="sst2"), tokenizer=tok, train=TRAIN, evals={"": _evals(ROWS)}, seed=0)
+    else:
+        task = TASKS.get("summarization")(max_target_length=4, generation=Generation(max_new_tokens=2),
+                                          subset="custom", eval_file="x.json")
+        rows = _text_rows("summarization", 3, 0)
+        setup = SimpleNamespace(task=task, tokenizer=tok, train=Dataset.from_list(rows), seed=1,
+                                raw_evals={"": Dataset.from_list(rows)}, predictions={})
+    method = ICL(shots=1, max_length=4096)
+    if family == "t5":
+        assert "loss" in method.evaluate(model, setup, Accelerator(cpu=True))
+        return
+    with pytest.raises(UserError, match="^method.max_length: 4096 is more than the 1024 positions this "
+                                        f"{model.config.model_type} model has; use at most 1024"):
+        method.evaluate(model, setup, Accelerator(cpu=True))
+
+
+def test_a_run_with_a_max_length_past_the_positions_stops_before_its_folder(tmp_path: Path, cli) -> None:
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        "task: {name: glue, subset: sst2, max_eval_samples: 4}\nmethod: {name: icl, max_length: 4096}\n")
+    code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "method.max_length: 4096 is more than" in err, err
+    assert _runs_left(tmp_path / "runs") == []

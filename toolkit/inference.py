@@ -189,7 +189,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     acc = Accelerator(cpu=not torch.cuda.is_available())
     encode = recipe.method.encoder(recipe.task, tok)  # in-context: the raw rows as they are
     setup = Setup(recipe.task, model, tok, data.get("train"), {k: encode(ds) for k, ds in raw.items()},
-                  raw, 0, 0, recipe.train.seed)
+                  raw, 0, 0, recipe.train.seed, scores_train=split == "train")
     prepared = acc.prepare_model(model, evaluation_mode=True)
     if not recipe.method.trains:  # in-context: the method scores, as in the run itself
         metrics = recipe.method.evaluate(prepared, setup, acc)

@@ -133,6 +133,11 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
         raise UserError(f"train.warmup_steps: {train.warmup_steps} and train.warmup_ratio: {train.warmup_ratio} "
                         "both set the warm-up; keep one (set the other to 0)")
     base = base or recipe
+    if recipe.model.warm_start and not recipe.method.trains:  # in-context prompting scores the model as it is
+        raise UserError(f"model.warm_start: {recipe.model.warm_start} joins copies of the encoder by new, "
+                        f"untrained cross-attention, and method {recipe.method.name} trains nothing: it would "
+                        "score a model no one trained; remove model.warm_start, or train it first and chain "
+                        "to that run")
     if recipe.model.warm_start and recipe.model.attention is not None:
         raise UserError("model.attention: a warm-started encoder-decoder keeps the encoder's own "
                         "attention; remove model.attention or model.warm_start")

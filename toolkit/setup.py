@@ -31,6 +31,7 @@ class Setup:
     seed: int = 0  # train.seed: what methods that draw at random (icl demonstrations) use
     predictions: dict = field(default_factory=dict)  # suffix -> rows of the latest evaluation
     source: str = ""  # the checkpoint as models.load got it before --smoke (a chained run's model/)
+    scores_train: bool = False  # the eval splits are the train split (toolkit evaluate --split train)
 
 
 def check_units(task: Task, collate: Any, train: Any, evals: dict[str, Any]) -> None:

@@ -22,7 +22,9 @@ al. 2021, "Calibrate Before Use"), which removes the model's prior for one label
 Demonstrations are drawn as the harness's default sampler draws them: for each eval split one
 `random.Random(seed)`, and for each example in order a plain (not label-balanced) sample without
 replacement of `shots` train rows, so each example has its own (with train.seed 1234, the
-harness's default fewshot seed, and the same train split, the same ones). What may make a k-shot
+harness's default fewshot seed, and the same train split, the same ones); where the split scored
+is the train split itself (`toolkit eval --split train`), `shots + 1` are drawn and the example
+left out, as the harness does for its fewshot split. What may make a k-shot
 number something else is said in one `warning:` line each (rule 8): prompts cut from the left to
 fit the model (their first demonstrations lost), and eval examples that are among their own
 demonstrations (their label in their own prompt; the harness leaves them in too when the
@@ -42,27 +44,24 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from toolkit.errors import UserError
-from toolkit.hf_tables import model_table
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
-from toolkit.models import as_harness_reads, parts_lost, token_limit
+from toolkit.models import as_harness_reads, kind_of, max_positions, parts_lost, token_limit
 
 torch = lazy("torch", globals())
 
-ENCODER_ONLY = frozenset({"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
-                          "xlm-roberta", "mpnet", "camembert", "modernbert"})
 CONTENT_FREE = "N/A"
 
 
 def lm_head(family: str | None) -> str | None:
-    """The head (a toolkit.heads name) a family scores continuations with; None: it cannot."""
+    """The head (a toolkit.heads name) a family scores continuations with; None: it cannot. By
+    the toolkit's one rule for a family's kind (`models.kind_of`, as the clm task and text-to-text
+    tasks read it): a family with a masked-LM head is an encoder even where transformers also has
+    a CausalLM class for it (RemBERT, BigBird, RoFormer, ERNIE, ...: loaded so, an MLM checkpoint
+    attends both ways and scored continuations it could see, exit 0)."""
     if family is None:
         return "causal-lm"  # unknown family: the model loader will say if it has no LM head
-    if family in model_table("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"):  # before causal: BART is in both
-        return "seq2seq-lm"
-    if family in ENCODER_ONLY or family not in model_table("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"):
-        return None
-    return "causal-lm"
+    return {"encoder-decoder": "seq2seq-lm", "decoder": "causal-lm"}.get(kind_of(family) or "")
 
 
 def default_template(task: Any) -> str:
@@ -82,15 +81,25 @@ def default_template(task: Any) -> str:
 def template_problem(template: str, columns: Sequence[str]) -> str | None:
     """Why `template` cannot format an example of these columns, or None."""
     try:
-        names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
         return f"method.template: not a format string ({exc})"
-    if names.count("label") != 1 or "{label}" not in template:
+    names = [f for f, _, _ in fields]
+    nested = next((f"{{{f}:{spec}}}" for f, spec, _ in fields if "{" in (spec or "")), None)
+    if nested:  # its inner field is looked up at fill time, past these checks (a KeyError traceback)
+        return f"method.template: '{nested}' has a field inside its format spec; give the spec literally"
+    if names.count("label") != 1 or ("label", "", None) not in fields:  # an escaped {{label}} is text
         return "method.template: needs '{label}' exactly once (where the label word goes)"
     unknown = [n for n in names if n not in (*columns, "label")]
     if unknown:
         return (f"method.template: unknown field '{{{unknown[0]}}}' "
                 f"(this task has: {', '.join('{' + c + '}' for c in (*columns, 'label'))})")
+    # every text of an example is shown: an RTE template without {text_b} labels entailment from
+    # the premise alone (an SST-2 template reused, exit 0)
+    missing = [c for c in columns if c not in names]
+    if missing:
+        return (f"method.template: does not show '{{{missing[0]}}}', a text of every example of this task "
+                f"(it has: {', '.join('{' + c + '}' for c in columns)}); each must come before '{{label}}'")
     # The query is the template up to the label word: a field after it is never shown for the
     # example being labelled, and with none before it every example gets the same prompt
     after = names[names.index("label") + 1:]
@@ -101,28 +110,66 @@ def template_problem(template: str, columns: Sequence[str]) -> str | None:
     return None
 
 
-def _check_shots(train: Any, shots: int) -> None:
+class _WholeNames(string.Formatter):
+    """str.format, a field's name looked up whole: a column called "review.text" or "1" is that
+    column (str.format reads "review.text" as attribute `text` of `review`, a KeyError traceback,
+    and "1" as the second positional argument)."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
+        return kwargs[field_name], field_name
+
+
+def fill(template: str, values: dict[str, Any]) -> str:
+    """`template` with its fields filled from `values` by their whole names (`_WholeNames`)."""
+    return _WholeNames().vformat(template, (), values)
+
+
+def before_label(template: str) -> str:
+    """The template up to its `{label}` field, as a format string: found by parsing, not by the
+    text "{label}", which an escaped "{{label}}" before the field also holds (the prompt was cut
+    there, a "Single '{'" traceback)."""
+    out = []
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        out.append(literal.replace("{", "{{").replace("}", "}}"))
+        if name == "label":
+            break
+        if name is not None:
+            out.append("{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}")
+    return "".join(out)
+
+
+def _check_shots(train: Any, shots: int, drawn: int | None = None) -> None:
     if train is None:
         raise UserError(f"method.shots: {shots} demonstrations need a train split and this task "
                         "has none; set method.shots=0")
-    if shots > len(train):
-        raise UserError(f"method.shots: {shots} is more than the {len(train)} train examples")
+    if (drawn or shots) > len(train):
+        raise UserError(f"method.shots: {shots} is more than the {len(train)} train examples"
+                        + (f" less the example scored (the eval split is the train split: {drawn} are "
+                           "drawn and the example itself left out)" if drawn else ""))
 
 
-def demonstration_sets(train: Any, shots: int, seed: int, n: int) -> list[list[dict]]:
+def demonstration_sets(train: Any, shots: int, seed: int, n: int,
+                       scored: Sequence[dict] | None = None) -> list[list[dict]]:
     """The demonstrations of each of `n` eval examples, in order, as lm-evaluation-harness's
     default ContextSampler draws them: one `random.Random(seed)` for the split, then per example
     `rnd.sample(train, shots)` (Random.sample picks by index from the length alone, so drawing
     from range(len(train)) gives the harness's rows). Each example gets its own; none is removed
-    for being the example itself, as the harness removes none when they come from another split."""
+    for being the example itself, as the harness removes none when they come from another split.
+    `scored`: the eval rows when they are the train split itself (`toolkit evaluate --split
+    train`); then, as the harness does when its fewshot split is the split it scores, `shots + 1`
+    are drawn and the rows equal to the example dropped, the first `shots` left kept (its own
+    label was in its prompt, exit 0)."""
     if shots == 0:
         return [[] for _ in range(n)]
-    _check_shots(train, shots)
+    drawn = shots + 1 if scored is not None else shots
+    _check_shots(train, shots, drawn if scored is not None else None)
     rnd, rows = random.Random(seed), {}
-    draws = [rnd.sample(range(len(train)), shots) for _ in range(n)]
+    draws = [rnd.sample(range(len(train)), drawn) for _ in range(n)]
     for i in {i for d in draws for i in d}:
         rows[i] = train[i]
-    return [[rows[i] for i in d] for d in draws]
+    if scored is None:
+        return [[rows[i] for i in d] for d in draws]
+    return [[rows[i] for i in d if rows[i] != scored[j]][:shots] for j, d in enumerate(draws)]
 
 
 @dataclass
@@ -135,8 +182,7 @@ class Prompter:
     separator: str = "\n\n"
 
     def demonstration(self, row: dict) -> str:
-        return self.template.format(**{c: row[c] for c in self.columns},
-                                    label=self.verbalizers[int(row["label"])])
+        return fill(self.template, {**{c: row[c] for c in self.columns}, "label": self.verbalizers[int(row["label"])]})
 
     def query(self, row: dict, demos: Sequence[dict] = ()) -> tuple[str, str]:
         """(prompt, gap): the text up to the label word, and the whitespace that precedes it.
@@ -145,12 +191,12 @@ class Prompter:
         context's trailing whitespace onto its continuation (byte-level BPE tokenizes a word with
         its leading space); the prompt then ends where the demonstrations' label words begin.
         """
-        prefix = self.template.split("{label}", 1)[0].format(**{c: row[c] for c in self.columns})
+        prefix = fill(before_label(self.template), {c: row[c] for c in self.columns})
         return self.separator.join(self.parts(row, demos)), prefix[len(prefix.rstrip()):]
 
     def parts(self, row: dict, demos: Sequence[dict] = ()) -> list[str]:
         """The prompt of `query` as its parts: each demonstration, then the example up to its gap."""
-        prefix = self.template.split("{label}", 1)[0].format(**{c: row[c] for c in self.columns})
+        prefix = fill(before_label(self.template), {c: row[c] for c in self.columns})
         return [self.demonstration(d) for d in demos] + [prefix.rstrip()]
 
     def content_free(self, demos: Sequence[dict] = ()) -> tuple[str, str]:
@@ -163,6 +209,18 @@ class Prompter:
         def key(row: dict) -> tuple:
             return tuple(str(row[c]) for c in self.columns)
         return sum(key(row) in {key(d) for d in demos} for row, demos in zip(rows, demo_sets) if demos)
+
+
+def _scored(setup: Any, suffix: str) -> Any:
+    """The raw rows of eval split `suffix` when it is the train split itself (demonstration_sets
+    leaves each example out of its own draw), else None."""
+    return setup.raw_evals[suffix] if getattr(setup, "scores_train", False) else None
+
+
+def _read_back(tokenizer: Any, separator: str) -> str:
+    """'a' + separator + 'b' encoded and decoded: whether the tokenizer keeps the separator (T5
+    reads a newline as a space)."""
+    return tokenizer.decode(tokenizer("a" + separator + "b", add_special_tokens=False)["input_ids"])
 
 
 def _batches(items: list, size: int) -> list[list]:
@@ -212,7 +270,7 @@ def encode_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Se
         c, word = list(ctx[i // len(verbalizers)]), verbalizers[i % len(verbalizers)]
         if not cont:  # the word merged into the prompt's last token: nothing of it to score
             raise UserError(f"method.template: the label word {word!r} joins the token before it in "
-                            f"'...{queries[i // len(verbalizers)][0][-20:]}'; put a space or a colon before "
+                            f"{'...' + queries[i // len(verbalizers)][0][-20:]!r}; put a space or a colon before "
                             "'{label}'")
         if not "".join(queries[i // len(verbalizers)]):  # no context at all: the word alone
             c, cont = [], tokenizer(word, add_special_tokens=False)["input_ids"]
@@ -281,12 +339,25 @@ def scorable_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: 
                    max_length: int, seq2seq: bool) -> list[tuple[list[int], list[int]]]:
     """encode_pairs, and one line for a label word that cannot be scored: one that merges into the
     prompt's last token (encode_pairs says it), or one longer than `max_length` tokens (the
-    harness stops on an assertion at both)."""
+    harness stops on an assertion at both), or two words that are the same tokens after a prompt
+    (T5 reads every character it does not know, Chinese or '{', as one <unk>, and drops trailing
+    spaces: tied scores, the first word picked for every example, exit 0)."""
     pairs = encode_pairs(tokenizer, queries, verbalizers, seq2seq)
     for i, (_, cont) in enumerate(pairs):
         if len(cont) > max_length:
             raise UserError(f"method.max_length: {max_length} tokens cannot hold the label word "
                             f"{verbalizers[i % len(verbalizers)]!r} ({len(cont)} tokens); raise it or shorten the word")
+    n = len(verbalizers)
+    for q in range(len(queries)):  # words the tokenizer does not tell apart always score the same
+        seen: dict[tuple, int] = {}
+        for j, (ctx, cont) in enumerate(pairs[q * n:(q + 1) * n]):
+            if (key := (tuple(ctx), tuple(cont))) in seen:
+                raise UserError(
+                    f"method.verbalizers: {verbalizers[seen[key]]!r} and {verbalizers[j]!r} are the same tokens "
+                    f"to this tokenizer ({tokenizer.convert_ids_to_tokens(list(cont))}) after "
+                    f"{'...' + queries[q][0][-20:]!r}, so they always score the same and the first would win every "
+                    "example; use words it tells apart (a character it does not know is its unknown token)")
+            seen[key] = j
     return pairs
 
 
@@ -370,8 +441,14 @@ def seen_warning(seen: int, total: int, shots: int, answer: str = "label") -> st
 def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
     """p(y|x) / p(y|content-free), renormalised: Zhao et al.'s diagonal W = diag(prior)^-1, b = 0;
     `prior` one (L,) for all, or (n, L): each example's own (its demonstrations, then "N/A")."""
-    probs = scores.softmax(-1) / prior.softmax(-1)  # (n, L) / (L,) or (n, L)
-    return probs / probs.sum(-1, keepdim=True)
+    return calibrated_log(scores, prior).exp()
+
+
+def calibrated_log(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """The log of `calibrated`, computed in log space: label words whose log-probabilities are
+    ~100 nats apart (long words under acc) underflowed to probability 0, the gold label's loss
+    -log 0 = inf or a prior's 0/0 = NaN, and a working model's run stopped as "not finite"."""
+    return (scores.log_softmax(-1) - prior.log_softmax(-1)).log_softmax(-1)  # (n, L) - (L,) or (n, L)
 
 
 # lm-evaluation-harness's names for its multiple-choice accuracies, by what divides a choice's
@@ -426,7 +503,9 @@ class ICL(Method):
         head = lm_head(family)
         if head is None:
             return (f"'{family}' is encoder-only and cannot score a continuation; use a decoder "
-                    "(gpt2) or encoder-decoder (t5, bart) model")
+                    "(gpt2) or encoder-decoder (t5, bart) model") if kind_of(family) == "encoder" else (
+                f"'{family}' has no language-model head to score a continuation with; use a decoder "
+                "(gpt2) or encoder-decoder (t5, bart) model")
         if hasattr(task, "generation"):  # a text-to-text task: demonstrations, then generation
             wanted = task.model_head(family) if family is not None else head
             if wanted != head:  # SQuAD with task.mode: extractive: a span head reads the answers
@@ -436,6 +515,15 @@ class ICL(Method):
             if self.choose_by != "acc":
                 return (f"method.choose_by: {self.choose_by} compares label words, and this task "
                         "generates its answers (none are compared); leave it at acc")
+            # what only label words use would be ignored here (a run of something else than asked)
+            for name, value in (("template", self.template), ("verbalizers", self.verbalizers)):
+                if value is not None:
+                    return (f"method.{name}: this task generates its answers from prompts of its own "
+                            "(task.prefix, the source, task.suffix) and fills no template with label words; "
+                            "leave it unset (set task.prefix / task.suffix to change the prompt)")
+            if self.calibrate:
+                return ("method.calibrate: calibration divides label-word probabilities by their prior, and "
+                        "this task generates its answers (no label words); leave it off")
             if head == "causal-lm" and self.max_length is not None and self.max_length <= task.new_tokens():
                 return (f"method.max_length: {self.max_length} tokens leave no room for a prompt before the "
                         f"{task.new_tokens()} a decoder generates in them (task.generation.max_new_tokens, else "
@@ -473,9 +561,22 @@ class ICL(Method):
         """Frozen; and the label words checked against every eval example's prompt here, while the
         run is being built (before its folder exists), not minutes later at evaluation."""
         set_trainable(model, lambda _: False)
+        if ctx is not None:
+            self._limit(model, ctx.tokenizer)
         for task, dataset in self.__dict__.pop("_unchecked", []):
             self.check_words(model, as_harness_reads(ctx.tokenizer), task, dataset)
         return model.eval()
+
+    def _limit(self, model: torch.nn.Module, tokenizer: Any) -> int:
+        """The length prompts are cut to: method.max_length, else the model's (`_max_positions`).
+        A method.max_length past the model's position table is one line (prompts that long were an
+        IndexError traceback inside the model, a device-side assert on a GPU); T5's relative
+        positions have no table."""
+        most = max_positions(model.config, tokenizer)
+        if self.max_length is not None and most is not None and self.max_length > most:
+            raise UserError(f"method.max_length: {self.max_length} is more than the {most} positions "
+                            f"this {model.config.model_type} model has; use at most {most}, or leave it unset")
+        return self.max_length or _max_positions(model, tokenizer)
 
     def encoder(self, task: Any, tokenizer: Any) -> Any:
         """Prompts are built at evaluation, from raw examples: the rows pass as they are, and a
@@ -492,7 +593,7 @@ class ICL(Method):
         example's text, which demonstrations before it (after the separator) leave as it is."""
         prompter = self.prompter(task)
         queries = list(dict.fromkeys(prompter.query(row) for row in dataset))
-        scorable_pairs(tokenizer, queries, prompter.verbalizers, self.max_length or _max_positions(model, tokenizer),
+        scorable_pairs(tokenizer, queries, prompter.verbalizers, self._limit(model, tokenizer),
                        bool(getattr(model.config, "is_encoder_decoder", False)))
 
     def _words(self, task: Any) -> list[str]:
@@ -517,8 +618,9 @@ class ICL(Method):
         if hasattr(task, "generation"):
             return self._generate(model, setup, accelerator)
         prompter = self.prompter(task)
-        limit = self.max_length or _max_positions(model, tok)
-        demos = {sfx: demonstration_sets(setup.train, self.shots, setup.seed, len(ds)) for sfx, ds in setup.evals.items()}
+        limit = self._limit(model, tok)
+        demos = {sfx: demonstration_sets(setup.train, self.shots, setup.seed, len(ds), _scored(setup, sfx))
+                 for sfx, ds in setup.evals.items()}
         queries = {sfx: [prompter.query(row, d) for row, d in zip(ds, demos[sfx])] for sfx, ds in setup.evals.items()}
 
         def scores(qs: list[tuple[str, str]]) -> torch.Tensor:
@@ -565,7 +667,7 @@ class ICL(Method):
         the gold label among the label words under that rule; the label each harness rule picks)."""
         chosen = per_rule(scores, words, self.choose_by)
         if prior is not None:
-            logp = calibrated(chosen, per_rule(prior, words, self.choose_by)).log()  # (n, L) priors
+            logp = calibrated_log(chosen, per_rule(prior, words, self.choose_by))  # (n, L) priors
         else:
             logp = chosen.log_softmax(-1)  # over the label words
         nll = -logp.gather(-1, gold.view(-1, 1)).squeeze(-1) if len(gold) else torch.zeros(0)
@@ -594,16 +696,18 @@ class ICL(Method):
 
         task, tok = setup.task, as_harness_reads(setup.tokenizer)
         task.model_head(model.config.model_type)  # the prompt layout follows the family
-        limit = self.max_length or _max_positions(model, tok)
+        limit = self._limit(model, tok)
         collate = task.collator(tok, model)
         loaders, contexts, seen = {}, [], 0
         for sfx, raw in setup.raw_evals.items():
-            sets = demonstration_sets(setup.train, self.shots, setup.seed, len(raw))
+            sets = demonstration_sets(setup.train, self.shots, setup.seed, len(raw), _scored(setup, sfx))
             pairs = [[(task.source_text(d), task.target_text(d)) for d in demos] for demos in sets]
             seen += sum(task.source_text(row) in {s for s, _ in p} for row, p in zip(raw, pairs))
             contexts.append(task.prompt_in_context(pairs, self.separator, limit, lambda texts: _encode(tok, texts)))
             loaders[sfx] = accelerator.prepare(DataLoader(task.encode(raw, tok), batch_size=self.batch_size,
                                                           collate_fn=collate))
+        task.say_notices()  # what encoding the splits here found (targets cut, over the budget): the run
+        # said its notices before (build), when nothing of these splits had been encoded yet
         total = sum(c.total for c in contexts)
         if accelerator.is_main_process:
             if cut := sum(c.cut for c in contexts):
@@ -611,5 +715,11 @@ class ICL(Method):
                                   sum(c.own for c in contexts)), file=sys.stderr)
             if seen:
                 print(seen_warning(seen, total, self.shots, "answer"), file=sys.stderr)
+            if self.separator and self.separator not in _read_back(tok, self.separator):
+                print(f"warning: method.separator {self.separator!r} does not survive this tokenizer (it reads "
+                      f"{'a' + self.separator + 'b'!r} back as {_read_back(tok, self.separator)!r}): the demonstrations run "
+                      "together and no answer can stop at it, so each is written to generation.max_new_tokens "
+                      "(what follows its answer scored with it); use a separator the tokenizer keeps",
+                      file=sys.stderr)
         return evaluation.evaluate(model, loaders, task, accelerator, setup.raw_evals,
                                    sink=getattr(setup, "predictions", None))
