@@ -470,6 +470,81 @@ def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, e
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.fixture(scope="module")
+def saved_folders(stock, tmp_path_factory):
+    """module name -> an earlier run's folder holding model/ saved with that module (SMALL settings)."""
+    from toolkit import attention
+
+    root, made = tmp_path_factory.mktemp("trained"), {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            entry = stock("bert")
+            model, settings = resettled(entry, name, SMALL[name]), attention.ATTENTION.get(name)(**SMALL[name])
+            folder = root / name / "model"
+            model.save_pretrained(folder)
+            entry[1].save_pretrained(folder)
+            attention.save(model, folder, settings)
+            made[name] = folder.parent
+        return made[name]
+
+    return get
+
+
+def _other_settings(name: str) -> str:
+    """The module with one setting other than SMALL's (`cross`, which every module has)."""
+    from toolkit.attention import ATTENTION, as_recipe_text
+
+    settings = ATTENTION.get(name)(**SMALL[name])
+    settings.cross = not settings.cross
+    return as_recipe_text(settings)
+
+
+@pytest.mark.parametrize("spelled", ["model", "run"])
+@pytest.mark.parametrize("name", _registered())
+def test_a_checkpoint_trained_with_a_module_is_not_loaded_without_it(saved_folders, tmp_path: Path, cli, name: str,
+                                                                     spelled: str) -> None:
+    """An earlier run's model/ (or its run folder) as model.checkpoint is its weights under the
+    module they trained with, as a `{run: ...}` chain is: a recipe naming no attention ran them under
+    transformers' default attention, and one naming the module with other settings started the
+    module's trained parameters afresh (load_saved loads only under the very settings), exit 0
+    both. Refused at validate, at run and through the API, before anything is written; the
+    module's own settings, another attention, and other settings of a module without parameters run."""
+    import toolkit
+    from toolkit.attention import ATTENTION, as_recipe_text
+    from toolkit.errors import UserError
+
+    run = saved_folders(name)
+    checkpoint = run / "model" if spelled == "model" else run
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {checkpoint}}}\n"
+                          "task: {name: glue, subset: sst2, max_length: 16}\nmethod: {name: lora, r: 4}\n")
+    runs = tmp_path / "runs"
+    own = as_recipe_text(ATTENTION.get(name)(**SMALL[name]))
+    has_parameters = bool(ATTENTION.get(name)().parameters(1, 1))
+    for override, refused in ([], "would leave out"), ([f"model.attention={_other_settings(name)}"],
+                                                       "would start them afresh" if has_parameters else None):
+        for entry in ("validate", "run", "api"):
+            if entry == "api":
+                try:
+                    toolkit.validate(recipe, overrides=override) if refused is None else toolkit.run(
+                        recipe, runs_dir=runs, overrides=override)
+                    code, err = 0, ""
+                except UserError as exc:
+                    code, err = 2, str(exc)
+            elif entry == "run" and refused is None:
+                continue  # validating is enough where it runs
+            else:
+                code, _, err = cli(entry, recipe, *override, *(["--runs-dir", runs] if entry == "run" else []))
+            if refused is None:
+                assert code == 0, err
+                continue
+            assert code == 2 and refused in err and f"trained with attention module '{name}'" in err, err
+            assert f"set model.attention: {own}" in err and "Traceback" not in err
+            assert not runs.exists()
+    for named in (f"model.attention={own}", "model.attention=sdpa"):
+        assert cli("validate", recipe, named)[0] == 0
+
+
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_positional_modules_refuse_prefix_tuning(tmp_path: Path, cli, name: str) -> None:
     """Prefix tuning's keys have no position; a positional module took them for tokens before the

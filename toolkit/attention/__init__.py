@@ -352,6 +352,37 @@ def load_saved(model: nn.Module, folder: Path, expected: Any = None) -> int:
     return len(state)
 
 
+def as_recipe_text(attention: Attention) -> str:
+    """A module's settings as a recipe writes them: `{name: additive, cross: true, dim: 8}`."""
+    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in attention.to_dict().items() if k != "name")
+    return f"{{name: {attention.name}{', ' + fields if fields else ''}}}"
+
+
+def left_behind(trained: Any, asked: Any, warm_start: bool = False) -> str | None:
+    """Why a recipe asking for attention `asked` would leave behind the module `trained` that its
+    checkpoint's weights were trained under (a `{run: ...}` upstream, a run's model/ folder as a
+    path), or None. Naming none ran the trained body under transformers' default attention, the
+    module's parameters unread; naming the same module with other settings started its trained
+    parameters afresh (`load_saved` loads only what was saved under the very settings), exit 0
+    both. Naming another attention (sdpa, another module) leaves it on purpose."""
+    if not isinstance(trained, Attention):
+        return None  # no toolkit module there (a transformers name changes no weight)
+    if asked is None:
+        if warm_start:
+            return ("which this recipe would leave out; a warm-started encoder-decoder cannot keep it: start "
+                    "from a model trained without it")
+        return (f"which this recipe would leave out; set model.attention: {as_recipe_text(trained)} to go on "
+                "with it (its parameters come with it), or name the attention to use instead "
+                "(model.attention: sdpa drops it)")
+    if not isinstance(asked, Attention) or asked.name != trained.name or asked == trained:
+        return None
+    if not trained.parameters(1, 1):
+        return None  # nothing trained to leave (a window, a block size, a seed changes no weight)
+    return (f"whose trained parameters (tk_attn_*) load only under those very settings, and this recipe's "
+            f"{as_recipe_text(asked)} would start them afresh; set model.attention: {as_recipe_text(trained)} "
+            "to go on with them, or name another attention to leave them")
+
+
 def settings_of(folder: Path) -> Any:
     """The settings an earlier run saved (attention.json), or None; with the run's train.seed,
     which its random draws followed where `seed` is null (performer's features: reloaded by hand
