@@ -545,6 +545,26 @@ def test_a_checkpoint_trained_with_a_module_is_not_loaded_without_it(saved_folde
         assert cli("validate", recipe, named)[0] == 0
 
 
+@pytest.mark.parametrize("checkpoint", ["gpt2", "t5-base"])
+def test_an_in_context_run_with_a_random_module_scores_again_as_it_ran(tmp_path: Path, checkpoint: str) -> None:
+    """An in-context run (no training) loads its base with the module, whose parameters may start
+    random (additive): the run drew them after seeding with train.seed, and `toolkit eval` or
+    `predict` on the run (inference.load_model) must build that very model. Finding: the
+    in-context load was not seeded, so each eval drew other parameters and scored another model
+    than the run's (loss 0.6938, then 0.6936, then 0.6935), exit 0."""
+    import toolkit
+
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {checkpoint}, attention: {{name: additive, dim: 4}}}}\n"
+                          "task: {name: glue, subset: rte, max_eval_samples: 8, max_length: 64}\n"
+                          "method: {name: icl, shots: 1}\ntrain: {seed: 42}\n")
+    run = toolkit.run(recipe, runs_dir=tmp_path / "runs", smoke=True)
+    ran = json.loads((run.dir / "metrics.json").read_text())["eval"]
+    torch.manual_seed(1234)  # whatever the process drew before: the reload is seeded as the run was
+    again = toolkit.evaluate(run)
+    again = again.get("eval", again)
+    assert again["loss"] == pytest.approx(ran["loss"], abs=1e-6), (again, ran)  # float summation order alone
+
+
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_positional_modules_refuse_prefix_tuning(tmp_path: Path, cli, name: str) -> None:
     """Prefix tuning's keys have no position; a positional module took them for tokens before the
