@@ -870,3 +870,33 @@ def test_a_forward_under_inference_mode_leaves_training_possible(name: str) -> N
     after, _ = attention.attend(layer, q, k, v, None, 8 ** -0.5, 0.0, None)
     after.sum().backward()
     assert q.grad is not None and torch.equal(after.detach(), before.clone())  # the same draw
+
+
+def test_make_attention_deviation_is_of_the_model_the_run_starts_from(monkeypatch) -> None:
+    """`make attention`'s "deviation from stock before training" measures the swapped model its
+    run starts from. Finding: it seeded with 0, the run with train.seed, so additive's random
+    start there was another draw than the one the row's run trained."""
+    import importlib.util
+
+    from toolkit import models, recipe as recipes
+    from toolkit.setup import build
+
+    spec = importlib.util.spec_from_file_location("attention_bench", Path(__file__).parents[1] / "benchmarks" / "attention.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plan = recipes.plan("recipes/attention/sst2/minilm-additive.yaml", ["task.max_train_samples=4", "task.max_eval_samples=4",
+                                                                        "model.attention={name: additive, dim: 4}"], smoke=True)
+    started = {n: p.detach().clone() for n, p in build(plan).model.named_parameters() if "tk_attn_" in n}
+    loaded, load = [], models.load
+
+    def keep(*args, **kwargs):
+        loaded.append(load(*args, **kwargs)[0])
+        return loaded[-1], None
+
+    recipe = plan.recipe
+    recipe.model.checkpoint = models.smoke_checkpoint(recipe.model.checkpoint)  # the smoke run's model
+    monkeypatch.setattr(models, "load", keep)
+    monkeypatch.setattr(bench, "_dev_lines", lambda: ["a fine film", "not good at all, and long"])
+    assert set(bench.deviation(recipe)) == {"dev_max_abs", "dev_rel"}
+    measured = {n: p for n, p in loaded[-1].named_parameters() if "tk_attn_" in n}
+    assert measured.keys() == started.keys() and all(torch.equal(measured[n], started[n]) for n in started)
