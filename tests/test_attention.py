@@ -900,3 +900,29 @@ def test_make_attention_deviation_is_of_the_model_the_run_starts_from(monkeypatc
     assert set(bench.deviation(recipe)) == {"dev_max_abs", "dev_rel"}
     measured = {n: p for n, p in loaded[-1].named_parameters() if "tk_attn_" in n}
     assert measured.keys() == started.keys() and all(torch.equal(measured[n], started[n]) for n in started)
+
+
+@pytest.mark.parametrize("method, settings", [("full", {}), ("lora", {"r": 4}), ("prompt_tuning", {"num_virtual_tokens": 4})])
+@pytest.mark.parametrize("name", [n for n in _registered() if n in ("additive", "bilinear", "relative")])
+def test_weight_decay_leaves_a_parameter_that_starts_at_the_identity(stock, tmp_path: Path, name: str, method: str,
+                                                                   settings: dict) -> None:
+    """bilinear's W starts at the identity, where the module is dot-product attention; weight
+    decay pulled it to 0 (every score to 0: uniform attention) whatever the data, as it would
+    IA3's scales. It is kept out of decay under every method; tables and matrices that start at 0
+    or at random (relative's, additive's) are decayed as any matrix."""
+    from toolkit import attention, models, recipe as recipes
+    from toolkit.methods import Context
+    from toolkit.train import _optimizer
+
+    recipe = recipes.load(write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: bert-base-uncased, attention: {name}}}\n"
+                                       f"task: {{name: glue, subset: sst2}}\nmethod: {{name: {method}}}\n"
+                                       "train: {weight_decay: 0.1}\n"), [f"method.{k}={v}" for k, v in settings.items()])
+    entry = stock("bert")
+    model = resettled(entry, name, SMALL[name])
+    ctx = Context(family="bert", head_names=models.head_names(model), peft_task_type="SEQ_CLS", tokenizer=entry[1])
+    model = recipe.method.apply(model, ctx)
+    attention.keep_trainable(model)
+    groups = {id(p): g["weight_decay"] for g in _optimizer(model, recipe, torch.device("cpu")).param_groups
+              for p in g["params"]}
+    added = {n.rsplit(".", 1)[-1]: groups[id(p)] for n, p in model.named_parameters() if attention.PREFIX in n}
+    assert added and all(decay == (0.0 if n == "tk_attn_w" else 0.1) for n, decay in added.items()), added

@@ -67,6 +67,10 @@ class Attention:
     forms_scores: ClassVar[bool] = True  # has a (q, kv) score matrix that T5's bias can join
     compile_eager: ClassVar[str | None] = None  # why train.compile leaves the step eager, or None
     cross: bool = True  # also replace cross-attention (False: cross-attention stays `dot`)
+    # added parameters (names without the prefix) that start at a multiplicative identity, where
+    # the module is softmax attention: train.weight_decay would pull them to 0, away from where
+    # the pretrained model is, whatever the data (as IA3's scales, which start at 1)
+    not_decayed: ClassVar[tuple[str, ...]] = ()
 
     run_seed: ClassVar[int] = 0  # the run's train.seed (set per instance by the recipe; not a setting)
 
@@ -300,6 +304,14 @@ def from_recipe(value: Any, where: str = "model.attention") -> Any:
 
 def name_of(attention: Any) -> str | None:
     return attention.name if isinstance(attention, Attention) else attention
+
+
+def decays(name: str, attention: Any) -> bool:
+    """Whether train.weight_decay may apply to this parameter as far as the attention module is
+    concerned: not to one of its added parameters that starts at an identity (`not_decayed`)."""
+    if not isinstance(attention, Attention) or PREFIX not in name:
+        return True
+    return name.rsplit(".", 1)[-1].removeprefix(PREFIX) not in attention.not_decayed
 
 
 def keep_trainable(model: nn.Module) -> None:
