@@ -306,12 +306,16 @@ def name_of(attention: Any) -> str | None:
     return attention.name if isinstance(attention, Attention) else attention
 
 
-def decays(name: str, attention: Any) -> bool:
-    """Whether train.weight_decay may apply to this parameter as far as the attention module is
-    concerned: not to one of its added parameters that starts at an identity (`not_decayed`)."""
-    if not isinstance(attention, Attention) or PREFIX not in name:
-        return True
-    return name.rsplit(".", 1)[-1].removeprefix(PREFIX) not in attention.not_decayed
+def undecayed(model: nn.Module) -> set[int]:
+    """ids of the added parameters that train.weight_decay must leave: those a layer's module
+    names in `not_decayed` (they start at an identity), read off the layers themselves."""
+    kept = set()
+    for _, layer in attention_layers(model):
+        for pname in getattr(getattr(layer, "tk_settings", None), "not_decayed", ()):
+            param = getattr(layer, PREFIX + pname, None)
+            if isinstance(param, nn.Parameter):
+                kept.add(id(param))
+    return kept
 
 
 def keep_trainable(model: nn.Module) -> None:
