@@ -55,7 +55,11 @@ def train_all(runs: Path, extra: list[str]) -> list[dict]:
 
 
 def deviation(recipe) -> dict:
-    """Last hidden states of the swapped vs the stock model on 64 dev sentences, before training."""
+    """Last hidden states of the swapped vs the stock model on 64 dev sentences, before training:
+    the swapped model as its run started (seeded with train.seed, as setup seeds it: a module's
+    random start, additive's, is the run's draw; seed 0 measured another draw than the one trained)."""
+    from accelerate.utils import set_seed
+
     from toolkit import models
 
     tok = models.load_tokenizer(models.resolve(recipe.model.checkpoint))
@@ -63,7 +67,7 @@ def deviation(recipe) -> dict:
     batch = tok(texts, padding=True, truncation=True, max_length=recipe.task.max_length, return_tensors="pt")
     states = []
     for attention in ("eager", recipe.model.attention):
-        torch.manual_seed(0)
+        set_seed(recipe.train.seed)
         model, _ = models.load(recipe.model.checkpoint, "sequence-classification", {"num_labels": 2}, attention)
         with torch.no_grad():
             states.append(model.eval()(**batch, output_hidden_states=True).hidden_states[-1])

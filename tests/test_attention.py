@@ -24,9 +24,36 @@ REDUCES = {"dot": {}, "bilinear": {}, "local": {"window": 64}, "bigbird": {"bloc
 REFUSED = {("linear", "t5"), ("performer", "t5")}
 
 
+SHARPEN = 8.0  # query and key weights x8: scores x64, a few units at most, as T5's and a trained model's
+
+
+def sharpen(model, factor: float = SHARPEN) -> None:
+    """Scale every attention layer's query and key projections (weights and biases) by `factor`.
+    A small random model's attention is near uniform (scores below 0.06 on BERT, RoBERTa, GPT-2
+    and BART), where a swapped module whose scores were 1% off (a wrong scale, a bias at another
+    position) still gave the stock outputs within 2e-6: every parity check at 1e-5 passed it.
+    Sharpened, such an error shows at 4e-5 or more on every family
+    (test_parity_sees_a_one_percent_score_error). T5's projections are already that sharp."""
+    from toolkit.layers import attention_layers
+
+    with torch.no_grad():
+        for _, layer in attention_layers(model):
+            for name in ("query", "key", "q_proj", "k_proj"):  # BERT/RoBERTa, BART
+                projection = getattr(layer, name, None)
+                if projection is not None:
+                    projection.weight.mul_(factor)
+                    if projection.bias is not None:
+                        projection.bias.mul_(factor)
+            if hasattr(layer, "c_attn"):  # GPT-2: query, key and value side by side (Conv1D: in x 3 out)
+                width = layer.embed_dim
+                layer.c_attn.weight[:, :2 * width].mul_(factor)
+                layer.c_attn.bias[:2 * width].mul_(factor)
+
+
 @pytest.fixture(scope="module")
 def stock(tiny_checkpoint):
-    """family -> (eager model, tokenizer, checkpoint), loaded once."""
+    """family -> (eager model, tokenizer, checkpoint), loaded once; attention sharpened (`sharpen`)
+    where the small random model's is near uniform."""
     from toolkit import models
 
     cache: dict = {}
@@ -35,6 +62,8 @@ def stock(tiny_checkpoint):
         if family not in cache:
             ck = tiny_checkpoint(family)
             model, tok = models.load(ck, HEAD[family], {}, "eager")
+            if family != "t5":
+                sharpen(model)
             cache[family] = (model.eval(), tok, ck)
         return cache[family]
 
@@ -112,6 +141,7 @@ def test_module_on_family(stock, name: str, family: str) -> None:
     assert reason is None
     entry = stock(family)
     model, tok = resettled(entry, name, SMALL[name]), entry[1]
+    moved_off_their_start(model)
     inputs = batch(family, tok)
     with torch.no_grad():
         base = output(model, inputs)
@@ -129,6 +159,19 @@ def test_module_on_family(stock, name: str, family: str) -> None:
     assert bool(added) == (name in ("additive", "bilinear", "relative"))
     for n, p in added.items():
         assert p.grad is not None and p.grad.abs().sum() > 0, n
+
+
+def moved_off_their_start(model) -> None:
+    """The added parameters moved off their initial values, as training moves them: `relative`'s
+    tables start at zero and `bilinear`'s W at the identity, where both are `dot`, and a check of
+    padding, causality or batch invariance run there passed whatever their positions or masks did."""
+    from toolkit.attention import PREFIX
+
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if PREFIX in n:
+                p.add_(0.5 * torch.randn(p.shape, generator=g))
 
 
 def _assert_batch_invariant(model, tok, family: str) -> None:
@@ -216,6 +259,30 @@ def test_reduces_to_stock_softmax(stock, name: str, family: str) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_parity_sees_a_one_percent_score_error(stock, family: str) -> None:
+    """The models the parity checks run on can tell: `dot` with its scores 1% off (scaling x1.01)
+    is further from the stock model than the 1e-5 every parity check allows, on every family.
+    Finding: on the small random models' near-uniform attention it was within 2.4e-6 (BERT,
+    RoBERTa, BART), so a module off by that much passed every equality with stock."""
+    from toolkit.attention import ATTENTION
+
+    entry = stock(family)
+    model, inputs = resettled(entry, "dot", {}), batch(family, entry[1])
+    dot = ATTENTION.get("dot")
+    exact = dot.attend
+    with torch.no_grad():
+        theirs = real(inputs, output(entry[0], inputs))
+        torch.testing.assert_close(real(inputs, output(model, inputs)), theirs, atol=1e-5, rtol=0)
+        try:
+            dot.attend = lambda self, module, q, k, v, pad, scaling, *rest: exact(self, module, q, k, v, pad,
+                                                                                scaling * 1.01, *rest)
+            off = real(inputs, output(model, inputs))
+        finally:
+            dot.attend = exact
+    assert (off - theirs).abs().max() > 2e-5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_dot_equals_sdpa(stock, family: str) -> None:
     from toolkit import models
 
@@ -246,16 +313,6 @@ def test_t5_relative_bias_reaches_every_module(stock, name: str) -> None:
 DECODERS = ("gpt2", "bart", "t5")
 
 
-def _resettle(model, name: str, settings: dict) -> None:
-    """Hand every layer of a swapped model other settings of its module (no reload)."""
-    from toolkit.attention import ATTENTION
-
-    attention = ATTENTION.get(name)(**settings)
-    for layer in model.modules():
-        if hasattr(layer, "tk_settings"):
-            layer.tk_settings = attention
-
-
 @pytest.mark.parametrize("name, family", [(n, f) for n in _registered() for f in DECODERS if (n, f) not in REFUSED])
 def test_cached_decoding_equals_the_full_forward(stock, name: str, family: str) -> None:
     """Generation with a KV cache (greedy and beam search alike) scores each new token as a full
@@ -281,12 +338,13 @@ def test_cached_decoding_equals_the_full_forward(stock, name: str, family: str) 
         full = dict(enc, decoder_input_ids=dec)
         first, step = dict(enc, decoder_input_ids=dec[:, :-1]), dict(enc, decoder_input_ids=dec[:, -1:])
     model = resettled(entry, name, SMALL[name])
-    runs = [(model, SMALL[name])] + ([(model, {**SMALL[name], **REDUCES[name]}), (entry[0], None)] if name in REDUCES else [])
+    moved_off_their_start(model)  # relative's tables and bilinear's W in use, not at dot's start
+    runs = [model]
+    if name in REDUCES:  # at their start, with settings that reduce to softmax; the stock model
+        runs += [resettled(entry, name, {**SMALL[name], **REDUCES[name]}), entry[0]]
     logits = []
     with torch.no_grad():
-        for model, settings in runs:
-            if settings is not None:  # the same layers (and added parameters), other settings
-                _resettle(model, name, settings)
+        for model in runs:
             whole = model(**full, use_cache=False).logits[:, -1]
             past = model(**first, use_cache=True).past_key_values
             cached = model(**step, past_key_values=past).logits[:, -1]
@@ -468,6 +526,101 @@ def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, e
                           "task: {name: glue, subset: sst2}\nmethod: {name: full}\n")
     code, _, err = cli("validate", recipe)
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def saved_folders(stock, tmp_path_factory):
+    """module name -> an earlier run's folder holding model/ saved with that module (SMALL settings)."""
+    from toolkit import attention
+
+    root, made = tmp_path_factory.mktemp("trained"), {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            entry = stock("bert")
+            model, settings = resettled(entry, name, SMALL[name]), attention.ATTENTION.get(name)(**SMALL[name])
+            folder = root / name / "model"
+            model.save_pretrained(folder)
+            entry[1].save_pretrained(folder)
+            attention.save(model, folder, settings)
+            made[name] = folder.parent
+        return made[name]
+
+    return get
+
+
+def _other_settings(name: str) -> str:
+    """The module with one setting other than SMALL's (`cross`, which every module has)."""
+    from toolkit.attention import ATTENTION, as_recipe_text
+
+    settings = ATTENTION.get(name)(**SMALL[name])
+    settings.cross = not settings.cross
+    return as_recipe_text(settings)
+
+
+@pytest.mark.parametrize("spelled", ["model", "run"])
+@pytest.mark.parametrize("name", _registered())
+def test_a_checkpoint_trained_with_a_module_is_not_loaded_without_it(saved_folders, tmp_path: Path, cli, name: str,
+                                                                     spelled: str) -> None:
+    """An earlier run's model/ (or its run folder) as model.checkpoint is its weights under the
+    module they trained with, as a `{run: ...}` chain is: a recipe naming no attention ran them under
+    transformers' default attention, and one naming the module with other settings started the
+    module's trained parameters afresh (load_saved loads only under the very settings), exit 0
+    both. Refused at validate, at run and through the API, before anything is written; the
+    module's own settings, another attention, and other settings of a module without parameters run."""
+    import toolkit
+    from toolkit.attention import ATTENTION, as_recipe_text
+    from toolkit.errors import UserError
+
+    run = saved_folders(name)
+    checkpoint = run / "model" if spelled == "model" else run
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {checkpoint}}}\n"
+                          "task: {name: glue, subset: sst2, max_length: 16}\nmethod: {name: lora, r: 4}\n")
+    runs = tmp_path / "runs"
+    own = as_recipe_text(ATTENTION.get(name)(**SMALL[name]))
+    has_parameters = bool(ATTENTION.get(name)().parameters(1, 1))
+    for override, refused in ([], "would leave out"), ([f"model.attention={_other_settings(name)}"],
+                                                       "would start them afresh" if has_parameters else None):
+        for entry in ("validate", "run", "api"):
+            if entry == "api":
+                try:
+                    toolkit.validate(recipe, overrides=override) if refused is None else toolkit.run(
+                        recipe, runs_dir=runs, overrides=override)
+                    code, err = 0, ""
+                except UserError as exc:
+                    code, err = 2, str(exc)
+            elif entry == "run" and refused is None:
+                continue  # validating is enough where it runs
+            else:
+                code, _, err = cli(entry, recipe, *override, *(["--runs-dir", runs] if entry == "run" else []))
+            if refused is None:
+                assert code == 0, err
+                continue
+            assert code == 2 and refused in err and f"trained with attention module '{name}'" in err, err
+            assert f"set model.attention: {own}" in err and "Traceback" not in err
+            assert not runs.exists()
+    for named in (f"model.attention={own}", "model.attention=sdpa"):
+        assert cli("validate", recipe, named)[0] == 0
+
+
+@pytest.mark.parametrize("checkpoint", ["gpt2", "t5-base"])
+def test_an_in_context_run_with_a_random_module_scores_again_as_it_ran(tmp_path: Path, checkpoint: str) -> None:
+    """An in-context run (no training) loads its base with the module, whose parameters may start
+    random (additive): the run drew them after seeding with train.seed, and `toolkit eval` or
+    `predict` on the run (inference.load_model) must build that very model. Finding: the
+    in-context load was not seeded, so each eval drew other parameters and scored another model
+    than the run's (loss 0.6938, then 0.6936, then 0.6935), exit 0."""
+    import toolkit
+
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {checkpoint}, attention: {{name: additive, dim: 4}}}}\n"
+                          "task: {name: glue, subset: rte, max_eval_samples: 8, max_length: 64}\n"
+                          "method: {name: icl, shots: 1}\ntrain: {seed: 42}\n")
+    run = toolkit.run(recipe, runs_dir=tmp_path / "runs", smoke=True)
+    ran = json.loads((run.dir / "metrics.json").read_text())["eval"]
+    torch.manual_seed(1234)  # whatever the process drew before: the reload is seeded as the run was
+    again = toolkit.evaluate(run)
+    again = again.get("eval", again)
+    assert again["loss"] == pytest.approx(ran["loss"], abs=1e-6), (again, ran)  # float summation order alone
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -717,3 +870,59 @@ def test_a_forward_under_inference_mode_leaves_training_possible(name: str) -> N
     after, _ = attention.attend(layer, q, k, v, None, 8 ** -0.5, 0.0, None)
     after.sum().backward()
     assert q.grad is not None and torch.equal(after.detach(), before.clone())  # the same draw
+
+
+def test_make_attention_deviation_is_of_the_model_the_run_starts_from(monkeypatch) -> None:
+    """`make attention`'s "deviation from stock before training" measures the swapped model its
+    run starts from. Finding: it seeded with 0, the run with train.seed, so additive's random
+    start there was another draw than the one the row's run trained."""
+    import importlib.util
+
+    from toolkit import models, recipe as recipes
+    from toolkit.setup import build
+
+    spec = importlib.util.spec_from_file_location("attention_bench", Path(__file__).parents[1] / "benchmarks" / "attention.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plan = recipes.plan("recipes/attention/sst2/minilm-additive.yaml", ["task.max_train_samples=4", "task.max_eval_samples=4",
+                                                                        "model.attention={name: additive, dim: 4}"], smoke=True)
+    started = {n: p.detach().clone() for n, p in build(plan).model.named_parameters() if "tk_attn_" in n}
+    loaded, load = [], models.load
+
+    def keep(*args, **kwargs):
+        loaded.append(load(*args, **kwargs)[0])
+        return loaded[-1], None
+
+    recipe = plan.recipe
+    recipe.model.checkpoint = models.smoke_checkpoint(recipe.model.checkpoint)  # the smoke run's model
+    monkeypatch.setattr(models, "load", keep)
+    monkeypatch.setattr(bench, "_dev_lines", lambda: ["a fine film", "not good at all, and long"])
+    assert set(bench.deviation(recipe)) == {"dev_max_abs", "dev_rel"}
+    measured = {n: p for n, p in loaded[-1].named_parameters() if "tk_attn_" in n}
+    assert measured.keys() == started.keys() and all(torch.equal(measured[n], started[n]) for n in started)
+
+
+@pytest.mark.parametrize("method, settings", [("full", {}), ("lora", {"r": 4}), ("prompt_tuning", {"num_virtual_tokens": 4})])
+@pytest.mark.parametrize("name", [n for n in _registered() if n in ("additive", "bilinear", "relative")])
+def test_weight_decay_leaves_a_parameter_that_starts_at_the_identity(stock, tmp_path: Path, name: str, method: str,
+                                                                   settings: dict) -> None:
+    """bilinear's W starts at the identity, where the module is dot-product attention; weight
+    decay pulled it to 0 (every score to 0: uniform attention) whatever the data, as it would
+    IA3's scales. It is kept out of decay under every method; tables and matrices that start at 0
+    or at random (relative's, additive's) are decayed as any matrix."""
+    from toolkit import attention, models, recipe as recipes
+    from toolkit.methods import Context
+    from toolkit.train import _optimizer
+
+    recipe = recipes.load(write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: bert-base-uncased, attention: {name}}}\n"
+                                       f"task: {{name: glue, subset: sst2}}\nmethod: {{name: {method}}}\n"
+                                       "train: {weight_decay: 0.1}\n"), [f"method.{k}={v}" for k, v in settings.items()])
+    entry = stock("bert")
+    model = resettled(entry, name, SMALL[name])
+    ctx = Context(family="bert", head_names=models.head_names(model), peft_task_type="SEQ_CLS", tokenizer=entry[1])
+    model = recipe.method.apply(model, ctx)
+    attention.keep_trainable(model)
+    groups = {id(p): g["weight_decay"] for g in _optimizer(model, recipe, torch.device("cpu")).param_groups
+              for p in g["params"]}
+    added = {n.rsplit(".", 1)[-1]: groups[id(p)] for n, p in model.named_parameters() if attention.PREFIX in n}
+    assert added and all(decay == (0.0 if n == "tk_attn_w" else 0.1) for n, decay in added.items()), added

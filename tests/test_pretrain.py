@@ -514,7 +514,8 @@ def test_a_chain_from_a_run_with_an_attention_module_names_it(tmp_path: Path, cl
     """The upstream's model is its weights under its attention module: a fine-tuning recipe that
     names none ran the body with transformers' default attention, the module's parameters left
     behind (exit 0). It is refused before anything runs, at every entry point; naming the module
-    (or another attention) runs."""
+    (or another attention) runs; naming the module with other settings, whose trained parameters
+    would start afresh, is refused too."""
     import toolkit
 
     pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint(family), task)
@@ -534,6 +535,9 @@ method: {{name: lora, r: 4}}
     assert "set model.attention: {name: additive, cross: true, dim: 8}" in err and not runs.exists()
     for named in ("model.attention={name: additive, cross: true, dim: 8}", "model.attention=sdpa"):
         assert cli("validate", fine, named)[0] == 0
+    # the module under other settings: its trained parameters (saved under dim 8) would start afresh
+    code, _, err = cli("validate", fine, "model.attention={name: additive, dim: 4}")
+    assert code == 2 and "would start them afresh" in err and "set model.attention: {name: additive, cross: true, dim: 8}" in err
 
 
 def test_a_chain_gets_the_upstream_attention_parameters_exactly(tmp_path: Path, cli, tiny_checkpoint) -> None:

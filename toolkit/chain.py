@@ -13,10 +13,9 @@ that module, and a finished chained run records the upstream files it started fr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from toolkit import runs
+from toolkit import attention, runs
 from toolkit.errors import UserError
 from toolkit.recipe_data import Recipe, RunPlan
 
@@ -43,20 +42,10 @@ def check(recipe: Recipe, upstream: Recipe) -> None:
     if not upstream.method.saves_model():
         raise UserError(not_a_model(recipe.model.checkpoint, upstream.method))
     theirs = upstream.model.attention
-    if recipe.model.attention is not None or isinstance(theirs, (str, type(None))):
-        return  # no toolkit module upstream (a transformers name changes no weight), or one asked for here
-    ref = recipe.model.checkpoint
-    keep = ("a warm-started encoder-decoder cannot keep it: chain from a run without it" if recipe.model.warm_start
-            else f"set model.attention: {_settings(theirs)} to go on with it (its parameters come with it), or "
-            "name the attention to use instead (model.attention: sdpa drops it)")
-    raise UserError(f"model.attention: the run model.checkpoint names ({ref['run']}) was trained with attention "
-                    f"module '{theirs.name}', which this recipe would leave out; {keep}")
-
-
-def _settings(attention: object) -> str:
-    """A module's settings as a recipe writes them: `{name: additive, ...}`."""
-    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in attention.to_dict().items() if k != "name")
-    return f"{{name: {attention.name}{', ' + fields if fields else ''}}}"
+    reason = attention.left_behind(theirs, recipe.model.attention, bool(recipe.model.warm_start))
+    if reason:
+        raise UserError(f"model.attention: the run model.checkpoint names ({recipe.model.checkpoint['run']}) was "
+                        f"trained with attention module '{theirs.name}', {reason}")
 
 
 def resolve(plan: RunPlan, root: Path) -> None:

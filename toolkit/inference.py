@@ -70,7 +70,8 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
         return models.load(checkpoint, head, head_kwargs, settings.attention, warm_start=warm_start,
                            words=recipe.task.words_given, tokenizer=tok)[0]  # the run's, read once
 
-    if not recipe.method.trains:
+    if not recipe.method.trains:  # seeded as the run was: an attention module's random start (additive)
+        set_seed(recipe.train.seed)
         model, tok = models.load(base, head, recipe.task.head_kwargs(), settings.attention,
                                  warm_start=settings.warm_start, words=recipe.task.words_given)
         return model.eval(), tok

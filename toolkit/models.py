@@ -52,7 +52,7 @@ PACKAGED: dict[str, Callable[[], str | None]] = {
 _offline = hub.offline  # the name inference.export_run calls
 
 
-def _local_dir(checkpoint: str) -> Path | None:
+def local_dir(checkpoint: str) -> Path | None:
     """A local model folder, or the `model/` folder of an earlier run."""
     path = Path(checkpoint).expanduser()
     for folder in (path, path / "model"):
@@ -86,7 +86,7 @@ def _cached(repo_id: str) -> bool:
 
 def resolve(checkpoint: str) -> str:
     """What `from_pretrained` should be given for `checkpoint`, or a UserError saying what to do."""
-    local = _local_dir(checkpoint)
+    local = local_dir(checkpoint)
     if local is not None:
         return str(local)
     if Path(checkpoint).expanduser().exists():
@@ -163,7 +163,7 @@ def _hub_model_type(checkpoint: str) -> str | None:
 
 def family_of(checkpoint: str) -> str:
     """The model family: the `model_type` of the checkpoint's config, never a guess from its name."""
-    local = _local_dir(checkpoint)
+    local = local_dir(checkpoint)
     if local is None and checkpoint in PACKAGED:
         found = PACKAGED[checkpoint]()
         local = Path(found) if found else None
@@ -934,7 +934,7 @@ def make_portable(folder: Path, checkpoint: str) -> None:
     """Adapter configs and PEFT's model card name their base by the recipe's Hub id, not the folder
     it was served from (a site-packages path or a Hub cache snapshot), so the saved run loads on
     another machine and its card links to the base."""
-    if _local_dir(checkpoint) is not None:
+    if local_dir(checkpoint) is not None:
         return  # a local folder (or an earlier run): its path is the only name it has
     for name, key in (("adapter_config.json", "base_model_name_or_path"),
                       (BOTTLENECK_CONFIG, "base_model")):

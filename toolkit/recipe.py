@@ -146,6 +146,8 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     # the model this recipe builds: a chained recipe may warm-start an encoder-decoder from its base's body
     family = models.recipe_family(base.model.checkpoint, recipe.model.warm_start or base.model.warm_start)
     models.check_attention(recipe.model.attention, family)
+    if isinstance(recipe.model.checkpoint, str):  # a run's model/ (or its run folder) as a path
+        _check_trained_attention(recipe)
     if isinstance(recipe.model.attention, attention.Attention):
         reason = recipe.model.attention.incompatible_method(recipe.method)
         if reason:
@@ -160,6 +162,21 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     reason = recipe.method.incompatible(family, task)
     if reason:
         raise UserError(f"method.name: '{recipe.method.name}' cannot run here: {reason}")
+
+
+def _check_trained_attention(recipe: Recipe) -> None:
+    """A model folder saved with a toolkit attention module (an earlier run's model/, its
+    attention.json beside the weights) is those weights under that module, as a `{run: ...}`
+    checkpoint is (chain.check): a recipe naming no attention, or the module with other settings,
+    left the module or its trained parameters behind, exit 0."""
+    folder = models.local_dir(recipe.model.checkpoint)
+    if folder is None:
+        return
+    trained = attention.settings_of(folder)
+    reason = attention.left_behind(trained, recipe.model.attention, bool(recipe.model.warm_start))
+    if reason:
+        raise UserError(f"model.attention: model.checkpoint {folder} was trained with attention module "
+                        f"'{trained.name}' (its {attention.SETTINGS_FILE}), {reason}")
 
 
 # The folders the toolkit reads from the environment. Set, each names a folder: one that is a file,

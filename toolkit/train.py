@@ -44,11 +44,13 @@ __all__ = ["EpochBatches", "LengthOrder", "Setup", "State", "build", "eval_batch
 def _optimizer(model: torch.nn.Module, recipe: Recipe, device: torch.device) -> torch.optim.Optimizer:
     """AdamW, fused (one kernel for all parameters, no temporary copies: what Trainer defaults to);
     weight decay where the method says it applies (`Method.decays`: not on biases and norms, nor
-    on IA3's scales). With
+    on IA3's scales) and the attention module does (`attention.undecayed`: not on bilinear's W,
+    which starts at the identity). With
     train.precision_mode: bf16_master the model is cast to bf16 on `device` here and the optimizer
     steps fp32 masters of its parameters (toolkit/precision.py)."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # build() refused none
-    decays = [recipe.method.decays(n, p) for n, p in named]
+    kept = attention.undecayed(model)
+    decays = [recipe.method.decays(n, p) and id(p) not in kept for n, p in named]
     groups = [{"params": [p for (_, p), d in zip(named, decays) if d], "weight_decay": recipe.train.weight_decay},
               {"params": [p for (_, p), d in zip(named, decays) if not d], "weight_decay": 0.0}]
     groups = [g for g in groups if g["params"]]  # ZeRO-3 drops an empty group, and the schedule's lrs with it

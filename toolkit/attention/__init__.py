@@ -67,6 +67,10 @@ class Attention:
     forms_scores: ClassVar[bool] = True  # has a (q, kv) score matrix that T5's bias can join
     compile_eager: ClassVar[str | None] = None  # why train.compile leaves the step eager, or None
     cross: bool = True  # also replace cross-attention (False: cross-attention stays `dot`)
+    # added parameters (names without the prefix) that start at a multiplicative identity, where
+    # the module is softmax attention: train.weight_decay would pull them to 0, away from where
+    # the pretrained model is, whatever the data (as IA3's scales, which start at 1)
+    not_decayed: ClassVar[tuple[str, ...]] = ()
 
     run_seed: ClassVar[int] = 0  # the run's train.seed (set per instance by the recipe; not a setting)
 
@@ -302,6 +306,18 @@ def name_of(attention: Any) -> str | None:
     return attention.name if isinstance(attention, Attention) else attention
 
 
+def undecayed(model: nn.Module) -> set[int]:
+    """ids of the added parameters that train.weight_decay must leave: those a layer's module
+    names in `not_decayed` (they start at an identity), read off the layers themselves."""
+    kept = set()
+    for _, layer in attention_layers(model):
+        for pname in getattr(getattr(layer, "tk_settings", None), "not_decayed", ()):
+            param = getattr(layer, PREFIX + pname, None)
+            if isinstance(param, nn.Parameter):
+                kept.add(id(param))
+    return kept
+
+
 def keep_trainable(model: nn.Module) -> None:
     """After a method froze the body: the attention module's own parameters train with every method."""
     for name, param in model.named_parameters():
@@ -350,6 +366,37 @@ def load_saved(model: nn.Module, folder: Path, expected: Any = None) -> int:
         for n, t in state.items():
             t.copy_(saved[_canonical(n)])
     return len(state)
+
+
+def as_recipe_text(attention: Attention) -> str:
+    """A module's settings as a recipe writes them: `{name: additive, cross: true, dim: 8}`."""
+    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in attention.to_dict().items() if k != "name")
+    return f"{{name: {attention.name}{', ' + fields if fields else ''}}}"
+
+
+def left_behind(trained: Any, asked: Any, warm_start: bool = False) -> str | None:
+    """Why a recipe asking for attention `asked` would leave behind the module `trained` that its
+    checkpoint's weights were trained under (a `{run: ...}` upstream, a run's model/ folder as a
+    path), or None. Naming none ran the trained body under transformers' default attention, the
+    module's parameters unread; naming the same module with other settings started its trained
+    parameters afresh (`load_saved` loads only what was saved under the very settings), exit 0
+    both. Naming another attention (sdpa, another module) leaves it on purpose."""
+    if not isinstance(trained, Attention):
+        return None  # no toolkit module there (a transformers name changes no weight)
+    if asked is None:
+        if warm_start:
+            return ("which this recipe would leave out; a warm-started encoder-decoder cannot keep it: start "
+                    "from a model trained without it")
+        return (f"which this recipe would leave out; set model.attention: {as_recipe_text(trained)} to go on "
+                "with it (its parameters come with it), or name the attention to use instead "
+                "(model.attention: sdpa drops it)")
+    if not isinstance(asked, Attention) or asked.name != trained.name or asked == trained:
+        return None
+    if not trained.parameters(1, 1):
+        return None  # nothing trained to leave (a window, a block size, a seed changes no weight)
+    return (f"whose trained parameters (tk_attn_*) load only under those very settings, and this recipe's "
+            f"{as_recipe_text(asked)} would start them afresh; set model.attention: {as_recipe_text(trained)} "
+            "to go on with them, or name another attention to leave them")
 
 
 def settings_of(folder: Path) -> Any:

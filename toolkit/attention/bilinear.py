@@ -1,7 +1,8 @@
 """Luong's general score q^T W k (Luong et al. 2015), one W per layer and head.
 
 W starts as the identity, so the swapped model starts exactly where the pretrained one is and
-fine-tuning learns how far from plain dot-product scoring to move.
+fine-tuning learns how far from plain dot-product scoring to move. It is kept out of weight
+decay, which would pull it to 0 (every score to 0: uniform attention) whatever the data.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ torch = lazy("torch", globals())
 @ATTENTION.register("bilinear")
 @dataclass
 class Bilinear(Attention):
+    not_decayed = ("w",)  # starts at the identity: weight decay would pull the scores to 0
 
     def parameters(self, heads: int, dim: int) -> dict[str, torch.Tensor]:
         return {"w": torch.eye(dim).repeat(heads, 1, 1)}  # (h, d, d)
