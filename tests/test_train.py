@@ -414,3 +414,81 @@ def test_no_defined_score_keeps_the_last_step_and_says_why(tmp_path: Path, cli, 
     assert metrics["best_step"] is None and metrics["train_steps"] == 2
     assert metrics["kept"] == {"step": 2, "on": "the last step (train.keep_best: no evaluation gave accuracy a "
                                                 "defined value)"}
+
+
+class _OverflowGrad(torch.autograd.Function):
+    """A finite loss whose gradient overflows (what fp16's loss scaler exists for)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return grad * float("inf")
+
+
+@pytest.mark.parametrize("method", ["{name: full}", "{name: adalora, init_r: 4, target_r: 2}"])
+def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: Path, cli, monkeypatch,
+                                                                       tiny_checkpoint, method: str) -> None:
+    """fp16's loss scaler (a CPU GradScaler under accelerate's own fp16 path, which needs a GPU)
+    skips a batch whose gradient overflows: the loop does not count it as an optimizer step, the
+    schedule does not move and a method's after_step does not see it, with train.max_grad_norm
+    1.0 and null alike. With null the loop counted the skipped batch as step 1 (exit 0)."""
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    from toolkit import train
+
+    scalers, after = [], []
+
+    class Scaled(Accelerator):
+        def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+            super().__init__(*args, **kwargs)
+            self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+            scalers.append(self.scaler)
+
+        def unscale_gradients(self, optimizer=None) -> None:  # noqa: ANN001 - accelerate's, off its CUDA check
+            for opt in self._optimizers:
+                while isinstance(opt, AcceleratedOptimizer):
+                    opt = opt.optimizer
+                self.scaler.unscale_(opt)
+
+    forward_loss, calls = train.Loop._forward_loss, []
+
+    def first_overflows(self, batch):  # noqa: ANN001
+        calls.append(1)
+        loss = forward_loss(self, batch)
+        return _OverflowGrad.apply(loss) if len(calls) == 1 else loss
+
+    init = train.Loop.__init__
+
+    def watched(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        init(self, *args, **kwargs)
+        original = self.method.after_step
+        self.method.after_step = lambda model, step: (after.append(step), original(model, step))
+
+    monkeypatch.setattr(train, "Accelerator", Scaled)
+    monkeypatch.setattr(train.Loop, "_forward_loss", first_overflows)
+    monkeypatch.setattr(train.Loop, "__init__", watched)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method=method))
+    logged = []
+    for clip in ("1.0", "null"):
+        calls.clear()
+        after.clear()
+        runs = tmp_path / clip
+        code, _, err = cli("run", recipe, "train.max_steps=3", "train.log_every=1", "train.batch_size=4",
+                           f"train.max_grad_norm={clip}", "task.max_train_samples=32", "task.max_eval_samples=8",
+                           "--runs-dir", runs)
+        assert code == 0, err
+        log = [json.loads(line) for line in next(runs.rglob("log.jsonl")).read_text().splitlines()]
+        steps = [(e["step"], e["loss"], e["lr"]) for e in log if "loss" in e]
+        assert [s for s, _, _ in steps] == [1, 2, 3]
+        assert len(calls) == 4  # the overflowed batch, then three counted steps
+        assert scalers[-1].get_scale() == 2.0 ** 7  # the scaler skipped once and backed off
+        if "adalora" in method:
+            assert after == [1, 2, 3]
+        logged.append(steps)
+    # step 1 is the second batch in both: its loss is taken before any update, so clipping cannot change it
+    assert logged[0][0] == pytest.approx(logged[1][0], abs=1e-6)
+    assert [lr for _, _, lr in logged[0]] == [lr for _, _, lr in logged[1]]

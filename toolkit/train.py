@@ -386,9 +386,16 @@ class Loop:
 
     def _clip_grads(self) -> torch.Tensor | None:
         """The gradient norm before clipping (a device tensor), None where train.max_grad_norm is
-        off; clipping a non-finite gradient is harmless: the step is skipped."""
+        off; clipping a non-finite gradient is harmless: the step is skipped. Under fp16's loss
+        scaler the gradients are unscaled and measured with clipping off too (a clip at an infinite
+        norm, which scales nothing): an overflow is then the scaler's skipped step whatever
+        max_grad_norm says (`_host_step`), where without it the loop counted the step the scaler
+        had skipped (the schedule moved, a method's `after_step` ran on the overflowed gradients)
+        and that `after_step` saw gradients times the loss scale."""
         if not self.cfg.max_grad_norm:
-            return None
+            if self.acc.scaler is None:
+                return None
+            return sharding.full(self.acc.clip_grad_norm_(self.model.parameters(), math.inf), self.acc.device)
         if self.plain:  # what accelerate's clip_grad_norm_ calls here, on the parameters listed once
             return torch.nn.utils.clip_grad_norm_(self.trainable, self.cfg.max_grad_norm)
         # a DTensor under FSDP2, a float under DeepSpeed: a plain device tensor either way
