@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -492,3 +493,42 @@ def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: 
     # step 1 is the second batch in both: its loss is taken before any update, so clipping cannot change it
     assert logged[0][0] == pytest.approx(logged[1][0], abs=1e-6)
     assert [lr for _, _, lr in logged[0]] == [lr for _, _, lr in logged[1]]
+
+
+@pytest.mark.parametrize("method, compiled", [("{name: full}", False), ("{name: full}", True),
+                                              ("{name: adalora, init_r: 4, target_r: 2}", False)])
+def test_a_finite_loss_with_a_non_finite_gradient_is_skipped_with_clipping_off(tmp_path: Path, cli, monkeypatch,
+                                                                               tiny_checkpoint, method: str,
+                                                                               compiled: bool) -> None:
+    """train.max_grad_norm: null still measures the gradient norm (Trainer logs it too), so a
+    batch whose loss is finite and whose gradient is not is a skipped batch, on the eager step,
+    the compiled optimizer step and the host-checked step (AdaLoRA). It was taken: every weight
+    NaN, saved as the 'last good checkpoint', and the run stopped blaming a later step."""
+    from toolkit import compiling, train
+
+    monkeypatch.setattr(compiling, "BACKEND", "aot_eager")
+    forward_loss, calls = train.Loop._forward_loss, []
+
+    def second_overflows(self, batch):  # noqa: ANN001
+        calls.append(1)
+        loss = forward_loss(self, batch)
+        return _OverflowGrad.apply(loss) if len(calls) == 2 else loss
+
+    monkeypatch.setattr(train.Loop, "_forward_loss", second_overflows)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method=method))
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", recipe, "train.max_steps=4", "train.log_every=1", "train.batch_size=4",
+                         "train.max_grad_norm=null", "train.skip_nonfinite=1", "train.save_every=1",
+                         f"train.compile_optimizer={str(compiled).lower()}", "train.compile=false",
+                         "task.max_train_samples=32", "task.max_eval_samples=8", "--runs-dir", runs)
+    assert code == 0, err
+    assert "step 2: non-finite gradient norm; 1 batch skipped" in out + err
+    run = only_run(runs)
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    losses = {e["step"]: e for e in log if "loss" in e}
+    # on the device the skipped batch keeps its step slot (norm null); the host-checked step takes none
+    assert losses[2]["grad_norm"] is None or "adalora" in method
+    assert all(isinstance(losses[s]["grad_norm"], float) for s in (1, 3, 4))  # measured and logged
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["skipped_nonfinite"] == 1 and math.isfinite(metrics["eval"]["loss"])
+    assert all(torch.isfinite(t).all() for t in weights(run).values())
