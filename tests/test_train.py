@@ -429,19 +429,17 @@ class _OverflowGrad(torch.autograd.Function):
         return grad * float("inf")
 
 
-@pytest.mark.parametrize("method", ["{name: full}", "{name: adalora, init_r: 4, target_r: 2}"])
-def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: Path, cli, monkeypatch,
-                                                                       tiny_checkpoint, method: str) -> None:
-    """fp16's loss scaler (a CPU GradScaler under accelerate's own fp16 path, which needs a GPU)
-    skips a batch whose gradient overflows: the loop does not count it as an optimizer step, the
-    schedule does not move and a method's after_step does not see it, with train.max_grad_norm
-    1.0 and null alike. With null the loop counted the skipped batch as step 1 (exit 0)."""
+@pytest.fixture
+def fp16_scaler(monkeypatch) -> list:
+    """The loop under fp16's loss scaler on a CPU: accelerate's own fp16 path needs a GPU, so its
+    Accelerator gets a CPU GradScaler (what it builds on CUDA) and unscales through it; compute
+    stays fp32. Returns the scalers made (one per run)."""
     from accelerate import Accelerator
     from accelerate.optimizer import AcceleratedOptimizer
 
     from toolkit import train
 
-    scalers, after = [], []
+    scalers = []
 
     class Scaled(Accelerator):
         def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
@@ -455,6 +453,20 @@ def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: 
                     opt = opt.optimizer
                 self.scaler.unscale_(opt)
 
+    monkeypatch.setattr(train, "Accelerator", Scaled)
+    return scalers
+
+
+@pytest.mark.parametrize("method", ["{name: full}", "{name: adalora, init_r: 4, target_r: 2}"])
+def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: Path, cli, monkeypatch, fp16_scaler,
+                                                                       tiny_checkpoint, method: str) -> None:
+    """fp16's loss scaler skips a batch whose gradient overflows: the loop does not count it as an
+    optimizer step, the schedule does not move and a method's after_step does not see it, with
+    train.max_grad_norm 1.0 and null alike. With null the loop counted the skipped batch as step 1
+    (exit 0)."""
+    from toolkit import train
+
+    scalers, after = fp16_scaler, []
     forward_loss, calls = train.Loop._forward_loss, []
 
     def first_overflows(self, batch):  # noqa: ANN001
@@ -469,7 +481,6 @@ def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: 
         original = self.method.after_step
         self.method.after_step = lambda model, step: (after.append(step), original(model, step))
 
-    monkeypatch.setattr(train, "Accelerator", Scaled)
     monkeypatch.setattr(train.Loop, "_forward_loss", first_overflows)
     monkeypatch.setattr(train.Loop, "__init__", watched)
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method=method))
@@ -532,3 +543,30 @@ def test_a_finite_loss_with_a_non_finite_gradient_is_skipped_with_clipping_off(t
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["skipped_nonfinite"] == 1 and math.isfinite(metrics["eval"]["loss"])
     assert all(torch.isfinite(t).all() for t in weights(run).values())
+
+
+@pytest.mark.parametrize("clip", ["1.0", "null"])
+def test_an_fp16_batch_skipped_for_its_loss_lets_the_next_step_unscale(tmp_path: Path, cli, monkeypatch, fp16_scaler,
+                                                                       tiny_checkpoint, clip: str) -> None:
+    """Under fp16 a batch whose loss is not finite, skipped within train.skip_nonfinite, had its
+    gradients unscaled (clipping) and no optimizer step, so the scaler's iteration stayed open and
+    the next step's unscale_ raised ('unscale_() has already been called on this optimizer since
+    the last update()'): a traceback where the skip was allowed."""
+    from toolkit import train
+
+    forward_loss, calls = train.Loop._forward_loss, []
+
+    def second_nan(self, batch):  # noqa: ANN001
+        calls.append(1)
+        loss = forward_loss(self, batch)
+        return loss * float("nan") if len(calls) == 2 else loss
+
+    monkeypatch.setattr(train.Loop, "_forward_loss", second_nan)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
+    code, out, err = cli("run", recipe, "train.max_steps=3", "train.batch_size=4", f"train.max_grad_norm={clip}",
+                         "train.skip_nonfinite=1", "task.max_train_samples=32", "task.max_eval_samples=8",
+                         "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    assert "step 2: non-finite loss; 1 batch skipped" in out + err
+    metrics = json.loads((only_run(tmp_path / "runs") / "metrics.json").read_text())
+    assert metrics["train_steps"] == 3 and metrics["skipped_nonfinite"] == 1 and len(calls) == 4

@@ -411,7 +411,7 @@ class Loop:
         no `after_step` on its gradients), and fp16's loss scaler skips its own overflows."""
         loss, norm, count = torch.stack([loss_t.float(), norm_t.float(), units.float()]).tolist()
         if count == 0:  # no loss unit: nothing to learn from, no update, and not a non-finite step
-            self.optimizer.zero_grad(set_to_none=True)
+            self._no_step()
             self._empty(1, self.state.step + 1)
             return
         if math.isfinite(loss) and not math.isfinite(norm) and self.acc.scaler is not None:
@@ -421,7 +421,7 @@ class Loop:
             self.optimizer.zero_grad(set_to_none=True)
             return
         if not math.isfinite(loss) or not math.isfinite(norm):
-            self.optimizer.zero_grad(set_to_none=True)
+            self._no_step()
             self._nonfinite(loss, "loss" if not math.isfinite(loss) else "gradient norm", self.state.step + 1)
             return
         self.optimizer.step()
@@ -432,6 +432,15 @@ class Loop:
         precision.pull_model_writes(self.optimizer)  # bf16_master: what after_step wrote stays
         self.optimizer.zero_grad(set_to_none=True)
         self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
+
+    def _no_step(self) -> None:
+        """A batch that takes no optimizer step: its gradients go; under fp16 the loss scaler's
+        iteration, which `_clip_grads` opened by unscaling, is closed (`update`, which lowers the
+        scale where the gradients held an inf or NaN), else the next step's unscaling raised
+        'unscale_() has already been called on this optimizer since the last update()'."""
+        if self.acc.scaler is not None:
+            self.acc.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _nonfinite(self, loss: float, what: str, step: int, count: int = 1) -> None:
         """Count skipped batches while train.skip_nonfinite allows; else stop, keeping the last
