@@ -457,7 +457,7 @@ def fp16_scaler(monkeypatch) -> list:
     return scalers
 
 
-@pytest.mark.parametrize("method", ["{name: full}", "{name: adalora, init_r: 4, target_r: 2}"])
+@pytest.mark.parametrize("method", ["{name: adalora, init_r: 4, target_r: 2}"])  # the scaler's path is full's too
 def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: Path, cli, monkeypatch, fp16_scaler,
                                                                        tiny_checkpoint, method: str) -> None:
     """fp16's loss scaler skips a batch whose gradient overflows: the loop does not count it as an
@@ -498,8 +498,7 @@ def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: 
         assert [s for s, _, _ in steps] == [1, 2, 3]
         assert len(calls) == 4  # the overflowed batch, then three counted steps
         assert scalers[-1].get_scale() == 2.0 ** 7  # the scaler skipped once and backed off
-        if "adalora" in method:
-            assert after == [1, 2, 3]
+        assert after == [1, 2, 3]  # AdaLoRA's after_step: not on the skipped batch
         logged.append(steps)
     # step 1 is the second batch in both: its loss is taken before any update, so clipping cannot change it
     assert logged[0][0] == pytest.approx(logged[1][0], abs=1e-6)
@@ -545,9 +544,8 @@ def test_a_finite_loss_with_a_non_finite_gradient_is_skipped_with_clipping_off(t
     assert all(torch.isfinite(t).all() for t in weights(run).values())
 
 
-@pytest.mark.parametrize("clip", ["1.0", "null"])
 def test_an_fp16_batch_skipped_for_its_loss_lets_the_next_step_unscale(tmp_path: Path, cli, monkeypatch, fp16_scaler,
-                                                                       tiny_checkpoint, clip: str) -> None:
+                                                                       tiny_checkpoint) -> None:
     """Under fp16 a batch whose loss is not finite, skipped within train.skip_nonfinite, had its
     gradients unscaled (clipping) and no optimizer step, so the scaler's iteration stayed open and
     the next step's unscale_ raised ('unscale_() has already been called on this optimizer since
@@ -563,7 +561,7 @@ def test_an_fp16_batch_skipped_for_its_loss_lets_the_next_step_unscale(tmp_path:
 
     monkeypatch.setattr(train.Loop, "_forward_loss", second_nan)
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
-    code, out, err = cli("run", recipe, "train.max_steps=3", "train.batch_size=4", f"train.max_grad_norm={clip}",
+    code, out, err = cli("run", recipe, "train.max_steps=3", "train.batch_size=4",
                          "train.skip_nonfinite=1", "task.max_train_samples=32", "task.max_eval_samples=8",
                          "--runs-dir", tmp_path / "runs")
     assert code == 0, err
