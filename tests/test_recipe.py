@@ -67,6 +67,12 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
     (["task.max_seq_length=64"], "task.max_seq_length: unknown key (run_glue's max_seq_length is task.max_length)"),
     (["method.lora_r=4"], "method.lora_r: unknown key (PEFT's lora_r is method.r)"),
     (["num_train_epochs=1"], "num_train_epochs: unknown section (transformers' num_train_epochs is train.epochs)"),
+    # Trainer names for what the toolkit fixes were guessed as fields of another meaning
+    # (early_stopping_patience, mixed_precision, fast_dropout)
+    (["train.early_stopping_threshold=0.01"], "train.early_stopping_threshold: unknown key (transformers' "
+     "early_stopping_threshold is not a setting: any improvement of train.metric restarts"),
+    (["train.adam_epsilon=1e-6"], "(transformers' adam_epsilon is not a setting: AdamW's eps is Trainer's default"),
+    (["train.dataloader_drop_last=true"], "(transformers' dataloader_drop_last is not a setting: no batch is dropped"),
 ])
 def test_mistakes_name_the_field(tmp_path: Path, override: list[str], message: str) -> None:
     path = write_recipe(tmp_path / "r.yaml", BASE)

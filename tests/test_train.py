@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -414,3 +415,156 @@ def test_no_defined_score_keeps_the_last_step_and_says_why(tmp_path: Path, cli, 
     assert metrics["best_step"] is None and metrics["train_steps"] == 2
     assert metrics["kept"] == {"step": 2, "on": "the last step (train.keep_best: no evaluation gave accuracy a "
                                                 "defined value)"}
+
+
+class _OverflowGrad(torch.autograd.Function):
+    """A finite loss whose gradient overflows (what fp16's loss scaler exists for)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return grad * float("inf")
+
+
+@pytest.fixture
+def fp16_scaler(monkeypatch) -> list:
+    """The loop under fp16's loss scaler on a CPU: accelerate's own fp16 path needs a GPU, so its
+    Accelerator gets a CPU GradScaler (what it builds on CUDA) and unscales through it; compute
+    stays fp32. Returns the scalers made (one per run)."""
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    from toolkit import train
+
+    scalers = []
+
+    class Scaled(Accelerator):
+        def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+            super().__init__(*args, **kwargs)
+            self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+            scalers.append(self.scaler)
+
+        def unscale_gradients(self, optimizer=None) -> None:  # noqa: ANN001 - accelerate's, off its CUDA check
+            for opt in self._optimizers:
+                while isinstance(opt, AcceleratedOptimizer):
+                    opt = opt.optimizer
+                self.scaler.unscale_(opt)
+
+    monkeypatch.setattr(train, "Accelerator", Scaled)
+    return scalers
+
+
+@pytest.mark.parametrize("method", ["{name: adalora, init_r: 4, target_r: 2}"])  # the scaler's path is full's too
+def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: Path, cli, monkeypatch, fp16_scaler,
+                                                                       tiny_checkpoint, method: str) -> None:
+    """fp16's loss scaler skips a batch whose gradient overflows: the loop does not count it as an
+    optimizer step, the schedule does not move and a method's after_step does not see it, with
+    train.max_grad_norm 1.0 and null alike. With null the loop counted the skipped batch as step 1
+    (exit 0)."""
+    from toolkit import train
+
+    scalers, after = fp16_scaler, []
+    forward_loss, calls = train.Loop._forward_loss, []
+
+    def first_overflows(self, batch):  # noqa: ANN001
+        calls.append(1)
+        loss = forward_loss(self, batch)
+        return _OverflowGrad.apply(loss) if len(calls) == 1 else loss
+
+    init = train.Loop.__init__
+
+    def watched(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        init(self, *args, **kwargs)
+        original = self.method.after_step
+        self.method.after_step = lambda model, step: (after.append(step), original(model, step))
+
+    monkeypatch.setattr(train.Loop, "_forward_loss", first_overflows)
+    monkeypatch.setattr(train.Loop, "__init__", watched)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method=method))
+    logged = []
+    for clip in ("1.0", "null"):
+        calls.clear()
+        after.clear()
+        runs = tmp_path / clip
+        code, _, err = cli("run", recipe, "train.max_steps=3", "train.log_every=1", "train.batch_size=4",
+                           f"train.max_grad_norm={clip}", "task.max_train_samples=32", "task.max_eval_samples=8",
+                           "--runs-dir", runs)
+        assert code == 0, err
+        log = [json.loads(line) for line in next(runs.rglob("log.jsonl")).read_text().splitlines()]
+        steps = [(e["step"], e["loss"], e["lr"]) for e in log if "loss" in e]
+        assert [s for s, _, _ in steps] == [1, 2, 3]
+        assert len(calls) == 4  # the overflowed batch, then three counted steps
+        assert scalers[-1].get_scale() == 2.0 ** 7  # the scaler skipped once and backed off
+        assert after == [1, 2, 3]  # AdaLoRA's after_step: not on the skipped batch
+        logged.append(steps)
+    # step 1 is the second batch in both: its loss is taken before any update, so clipping cannot change it
+    assert logged[0][0] == pytest.approx(logged[1][0], abs=1e-6)
+    assert [lr for _, _, lr in logged[0]] == [lr for _, _, lr in logged[1]]
+
+
+@pytest.mark.parametrize("method, compiled", [("{name: full}", False), ("{name: full}", True),
+                                              ("{name: adalora, init_r: 4, target_r: 2}", False)])
+def test_a_finite_loss_with_a_non_finite_gradient_is_skipped_with_clipping_off(tmp_path: Path, cli, monkeypatch,
+                                                                               tiny_checkpoint, method: str,
+                                                                               compiled: bool) -> None:
+    """train.max_grad_norm: null still measures the gradient norm (Trainer logs it too), so a
+    batch whose loss is finite and whose gradient is not is a skipped batch, on the eager step,
+    the compiled optimizer step and the host-checked step (AdaLoRA). It was taken: every weight
+    NaN, saved as the 'last good checkpoint', and the run stopped blaming a later step."""
+    from toolkit import compiling, train
+
+    monkeypatch.setattr(compiling, "BACKEND", "aot_eager")
+    forward_loss, calls = train.Loop._forward_loss, []
+
+    def second_overflows(self, batch):  # noqa: ANN001
+        calls.append(1)
+        loss = forward_loss(self, batch)
+        return _OverflowGrad.apply(loss) if len(calls) == 2 else loss
+
+    monkeypatch.setattr(train.Loop, "_forward_loss", second_overflows)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method=method))
+    runs = tmp_path / "runs"
+    code, out, err = cli("run", recipe, "train.max_steps=4", "train.log_every=1", "train.batch_size=4",
+                         "train.max_grad_norm=null", "train.skip_nonfinite=1", "train.save_every=1",
+                         f"train.compile_optimizer={str(compiled).lower()}", "train.compile=false",
+                         "task.max_train_samples=32", "task.max_eval_samples=8", "--runs-dir", runs)
+    assert code == 0, err
+    assert "step 2: non-finite gradient norm; 1 batch skipped" in out + err
+    run = only_run(runs)
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    losses = {e["step"]: e for e in log if "loss" in e}
+    # on the device the skipped batch keeps its step slot (norm null); the host-checked step takes none
+    assert losses[2]["grad_norm"] is None or "adalora" in method
+    assert all(isinstance(losses[s]["grad_norm"], float) for s in (1, 3, 4))  # measured and logged
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["skipped_nonfinite"] == 1 and math.isfinite(metrics["eval"]["loss"])
+    assert all(torch.isfinite(t).all() for t in weights(run).values())
+
+
+def test_an_fp16_batch_skipped_for_its_loss_lets_the_next_step_unscale(tmp_path: Path, cli, monkeypatch, fp16_scaler,
+                                                                       tiny_checkpoint) -> None:
+    """Under fp16 a batch whose loss is not finite, skipped within train.skip_nonfinite, had its
+    gradients unscaled (clipping) and no optimizer step, so the scaler's iteration stayed open and
+    the next step's unscale_ raised ('unscale_() has already been called on this optimizer since
+    the last update()'): a traceback where the skip was allowed."""
+    from toolkit import train
+
+    forward_loss, calls = train.Loop._forward_loss, []
+
+    def second_nan(self, batch):  # noqa: ANN001
+        calls.append(1)
+        loss = forward_loss(self, batch)
+        return loss * float("nan") if len(calls) == 2 else loss
+
+    monkeypatch.setattr(train.Loop, "_forward_loss", second_nan)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
+    code, out, err = cli("run", recipe, "train.max_steps=3", "train.batch_size=4",
+                         "train.skip_nonfinite=1", "task.max_train_samples=32", "task.max_eval_samples=8",
+                         "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    assert "step 2: non-finite loss; 1 batch skipped" in out + err
+    metrics = json.loads((only_run(tmp_path / "runs") / "metrics.json").read_text())
+    assert metrics["train_steps"] == 3 and metrics["skipped_nonfinite"] == 1 and len(calls) == 4

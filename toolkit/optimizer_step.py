@@ -50,13 +50,14 @@ def adamw_update(lrs: list[torch.Tensor], hyper: list[tuple[float, float, float,
     """One clipped AdamW step over every group (the function that is compiled). `sources` are the
     parameters whose `.grad` holds the step's gradient, `targets` what AdamW updates: the same
     tensors, or (`masters`) bf16_master's fp32 copies, written back into the bf16 sources after.
-    Returns (the gradient norm before clipping, 0.0 where not clipping; whether the step was
-    finite). The arithmetic is fused AdamW's (decoupled weight decay, bias corrections by the
+    Returns (the gradient norm before clipping, measured where not clipping too; whether the
+    step was finite). The arithmetic is fused AdamW's (decoupled weight decay, bias corrections by the
     step count); it runs in the compiler's kernels, so it equals the eager step to rounding."""
     grads = [[p.grad for p in group] for group in sources]
-    norm = torch.zeros((), device=loss.device)
+    # measured with clipping off too (the eager loop's rule, `Loop._clip_grads`): a finite loss
+    # with a non-finite gradient is a skipped step, not NaN weights
+    norm = torch.nn.utils.get_total_norm([g for group in grads for g in group], 2.0)
     if max_norm:
-        norm = torch.nn.utils.get_total_norm([g for group in grads for g in group], 2.0)
         coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # clip_grad_norm_'s factor
         grads = [torch._foreach_mul(group, coef) for group in grads]  # in the gradients' dtype, as it
     ok = torch.isfinite(loss) & torch.isfinite(norm)

@@ -35,7 +35,25 @@ FOREIGN_NAMES: dict[str, tuple[str, str]] = {
     "eval_strategy": ("train.eval_every (0: each epoch, N: every N steps)", "transformers'"),
     "logging_steps": ("train.log_every", "transformers'"),
     "save_steps": ("train.save_every", "transformers'"),
+    "evaluation_strategy": ("train.eval_every (0: each epoch, N: every N steps)", "transformers'"),
+    "save_strategy": ("train.save_every (0: at each evaluation)", "transformers'"),
     "load_best_model_at_end": ("train.keep_best", "transformers'"),
+    # Trainer's names for what the toolkit fixes: said, where spelling guessed a field of another
+    # meaning (early_stopping_threshold -> early_stopping_patience, adam_epsilon -> mixed_precision)
+    "greater_is_better": ("not a setting: each metric declares its direction (loss and perplexity "
+                          "lower, scores higher)", "transformers'"),
+    "early_stopping_threshold": ("not a setting: any improvement of train.metric restarts "
+                                 "train.early_stopping_patience's count (EarlyStoppingCallback's threshold 0)",
+                                 "transformers'"),
+    "optim": ("not a setting: the optimizer is fused AdamW (adamw_torch_fused)", "transformers'"),
+    "adam_beta1": ("not a setting: AdamW's betas are Trainer's defaults, 0.9 and 0.999", "transformers'"),
+    "adam_beta2": ("not a setting: AdamW's betas are Trainer's defaults, 0.9 and 0.999", "transformers'"),
+    "adam_epsilon": ("not a setting: AdamW's eps is Trainer's default, 1e-8", "transformers'"),
+    "dataloader_drop_last": ("not a setting: no batch is dropped (a short last batch weighs by its examples)",
+                             "transformers'"),
+    "logging_first_step": ("not a setting: step 1 is always logged", "transformers'"),
+    "data_seed": ("not a setting: train.seed orders the data (task.max_train_samples subsets with seed 0)",
+                  "transformers'"),
     "metric_for_best_model": ("train.metric", "transformers'"),
     "output_dir": ("the --runs-dir flag", "transformers'"),
     "max_seq_length": ("task.max_length", "run_glue's"),

@@ -23,7 +23,7 @@ class Reading:
     """What one `Tally.read` brings to the host."""
 
     loss: float  # the last step's loss
-    grad_norm: float  # the last step's (clipped-from) gradient norm; 0.0 where not clipped
+    grad_norm: float  # the last step's gradient norm before clipping (measured with clipping off too)
     samples: int  # examples of the finite steps since the last read
     skipped: int  # non-finite steps since the last read (skipped on the device)
     first_skip: int  # the first skipped step since the last read; 0: none

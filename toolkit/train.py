@@ -302,7 +302,7 @@ class Loop:
             self._next_step(loss_t, norm_t, samples, ok, units == 0)
             return
         norm_t = self._clip_grads()
-        if norm_t is None:  # not clipped: the loss alone says whether the step is finite
+        if norm_t is None:  # DeepSpeed without an engine's norm: the loss alone says whether the step is finite
             norm_t = torch.zeros((), device=loss_t.device)
         ok = torch.isfinite(loss_t) & torch.isfinite(norm_t)
         if self.host_checked:
@@ -389,15 +389,22 @@ class Loop:
             raise compiling.step_error(error) from None
 
     def _clip_grads(self) -> torch.Tensor | None:
-        """The gradient norm before clipping (a device tensor), None where train.max_grad_norm is
-        off; clipping a non-finite gradient is harmless: the step is skipped."""
-        if not self.cfg.max_grad_norm:
-            return None
+        """The gradient norm before clipping (a device tensor; None only where DeepSpeed gives
+        none), measured with train.max_grad_norm off too, as the installed Trainer measures and
+        logs it (a clip at an infinite norm, which scales nothing): a step whose loss is finite
+        and whose gradient is not is then a skipped step with clipping on or off. Without it,
+        clipping off, such a step was taken: every weight NaN, checkpointed as the "last good
+        checkpoint", and the stop blamed the next step. Under fp16's loss scaler this also
+        unscales the gradients, so an overflow is the scaler's skipped step (`_host_step`: not
+        counted, no schedule step, no `after_step`) and a method's `after_step` sees unscaled
+        gradients. Clipping a non-finite gradient is harmless: the step is skipped."""
+        limit = self.cfg.max_grad_norm or math.inf
         if self.plain:  # what accelerate's clip_grad_norm_ calls here, on the parameters listed once
-            return torch.nn.utils.clip_grad_norm_(self.trainable, self.cfg.max_grad_norm)
+            if limit == math.inf:  # measured only: no multiplication by 1 of every gradient
+                return torch.nn.utils.get_total_norm([p.grad for p in self.trainable if p.grad is not None])
+            return torch.nn.utils.clip_grad_norm_(self.trainable, limit)
         # a DTensor under FSDP2, a float under DeepSpeed: a plain device tensor either way
-        return sharding.full(self.acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm),
-                             self.acc.device)
+        return sharding.full(self.acc.clip_grad_norm_(self.model.parameters(), limit), self.acc.device)
 
     def _skips_left(self) -> int:
         return self.cfg.skip_nonfinite - self.state.skipped_nonfinite
@@ -408,7 +415,7 @@ class Loop:
         no `after_step` on its gradients), and fp16's loss scaler skips its own overflows."""
         loss, norm, count = torch.stack([loss_t.float(), norm_t.float(), units.float()]).tolist()
         if count == 0:  # no loss unit: nothing to learn from, no update, and not a non-finite step
-            self.optimizer.zero_grad(set_to_none=True)
+            self._no_step()
             self._empty(1, self.state.step + 1)
             return
         if math.isfinite(loss) and not math.isfinite(norm) and self.acc.scaler is not None:
@@ -418,7 +425,7 @@ class Loop:
             self.optimizer.zero_grad(set_to_none=True)
             return
         if not math.isfinite(loss) or not math.isfinite(norm):
-            self.optimizer.zero_grad(set_to_none=True)
+            self._no_step()
             self._nonfinite(loss, "loss" if not math.isfinite(loss) else "gradient norm", self.state.step + 1)
             return
         self.optimizer.step()
@@ -429,6 +436,15 @@ class Loop:
         precision.pull_model_writes(self.optimizer)  # bf16_master: what after_step wrote stays
         self.optimizer.zero_grad(set_to_none=True)
         self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
+
+    def _no_step(self) -> None:
+        """A batch that takes no optimizer step: its gradients go; under fp16 the loss scaler's
+        iteration, which `_clip_grads` opened by unscaling, is closed (`update`, which lowers the
+        scale where the gradients held an inf or NaN), else the next step's unscaling raised
+        'unscale_() has already been called on this optimizer since the last update()'."""
+        if self.acc.scaler is not None:
+            self.acc.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def _nonfinite(self, loss: float, what: str, step: int, count: int = 1) -> None:
         """Count skipped batches while train.skip_nonfinite allows; else stop, keeping the last
@@ -487,7 +503,7 @@ class Loop:
                 total, count = self.state.log_window or (0.0, 0)
                 loss = total / count if count else r.loss  # every step since the last log skipped: its loss
                 entry = {"step": s.step, "epoch": self._epochs_done(), "loss": loss, "lr": lr,
-                         "grad_norm": r.grad_norm if self.cfg.max_grad_norm else None,
+                         "grad_norm": r.grad_norm,
                          "samples_per_second": s.samples / max(s.train_time, 1e-9)}
                 runs.append_log(self.out, entry)
                 tracking.log(self.acc, {"train": entry}, s.step)
