@@ -321,7 +321,7 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
             for t in TRICKY]
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
-    monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists: rows)
+    monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists, task=None: rows)
     out = tmp_path / name
     if name.endswith(".tsv"):  # unquoted values: no tab or line break can be written in one
         with pytest.raises(UserError, match=r"--output: .*out.tsv: TSV holds no tab or line break inside a value"):
@@ -385,7 +385,7 @@ def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path,
     rows = [{"source": "a", "prediction": "b"}]
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
-    monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists: rows)
+    monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists, task=None: rows)
     out = tmp_path / "o[1].jsonl"  # glob characters in the name are the name's own
     dead = tmp_path / f"{out.name}.{2 ** 22 + 7}-abcd.tmp"  # past pid_max: no such process
     running = tmp_path / f"{out.name}.{os.getpid()}-beef.tmp"

@@ -174,7 +174,7 @@ def test_errors_before_imports(tmp_path: Path, kind: str, mistake: str) -> None:
                           r"dialogues.jsonl: field 'dialogue' is missing \(it has: 'transcript', 'notes'\); "
                           r"set task.source_field"),
         "label as text": (own + ["task.label_column=kind", "task.text_columns=[kind]"],
-                          r"task.label_column: 'kind' is also task.text_columns"),
+                          r"task.label_column: 'kind' is also in task.text_columns"),
     }[mistake]
     result, stderr = _first_error(kind, (["run"] if kind == "cli" else []) + args, tmp_path)
     line = result["line"] if kind == "api" else stderr.strip()
