@@ -35,7 +35,7 @@ TWO_PROCESS_CASES = [
     ("gpt2", "{name: icl, shots: 2, batch_size: 4}"),
 ]
 # icl reads no training setting nor task.max_length (refused where set): its batches are its own
-ICL_RECIPE = """model: {{checkpoint: {checkpoint}, dropout: 0.0}}
+ICL_RECIPE = """model: {{checkpoint: {checkpoint}}}
 task: {{name: glue, subset: mrpc, max_train_samples: 32, max_eval_samples: 30}}
 method: {method}
 train: {{seed: 3}}

@@ -87,7 +87,9 @@ class Method:
         if self.trains:
             return {}
         why = f"method {self.name} trains nothing, so no training step, evaluation schedule or checkpoint reads it"
-        return {f"train.{name}": why for name in TRAINING_ONLY}
+        return {**{f"train.{name}": why for name in TRAINING_ONLY},
+                "model.dropout": f"method {self.name} trains nothing and scores the model in eval mode, where no "
+                                 "dropout is drawn"}
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         raise NotImplementedError

@@ -512,6 +512,9 @@ class ICL(Method):
             out.update({"method.template": prompts, "method.verbalizers": prompts,
                         "method.calibrate": "calibration divides label-word probabilities by their prior, and "
                                             "this task generates its answers (no label words)"})
+        elif self.shots == 0:  # a generating task stops each answer at the separator, whatever the shots
+            out["method.separator"] = ("it goes between demonstrations, and method.shots: 0 shows none; "
+                                       "set shots above 0 to use it")
         return out
 
     def incompatible(self, family: str | None, task: Any) -> str | None:

@@ -337,11 +337,18 @@ class Squad(TextToText):
             why = ("an extractive run (task.mode, or auto on an encoder) reads its answer off a span head "
                    "and generates nothing; set task.mode: generative to use it")
             return {f"task.{name}": why for name in ("max_target_length", "prefix", "suffix")} | {
-                f"task.generation.{f.name}": why for f in dataclasses.fields(Generation)}
+                f"task.generation.{f.name}": why for f in dataclasses.fields(Generation)} | self._split_ignored()
         why = ("a generative run (task.mode, or auto on a decoder or encoder-decoder) reads question and "
                "context as one source cut at task.max_length: no windows or spans; set task.mode: "
                "extractive to use it")
-        return {**super().ignores(), **{f"task.{name}": why for name in ("doc_stride", "max_answer_length", "n_best")}}
+        return {**super().ignores(), **{f"task.{name}": why for name in ("doc_stride", "max_answer_length", "n_best")},
+                **self._split_ignored()}
+
+    def _split_ignored(self) -> dict[str, str]:
+        if self.split_articles is not None:
+            return {}
+        return {"task.split_seed": "it draws the articles task.split_articles splits off, and none is set "
+                                   "(an own train file replaces the split)"}
 
     def _check_windows(self) -> None:
         """The window rule, where the run makes windows: an extractive run only. A generative
