@@ -656,6 +656,9 @@ SQUAD_ON = "model: {{checkpoint: {}}}\ntask: {{name: squad, version: v1}}\nmetho
     *[("model: {checkpoint: gpt2}\ntask: {name: clm, train_file: $TOOLKIT_DATA/lm/ptb/ptb.valid.txt, "
        "eval_file: $TOOLKIT_DATA/lm/ptb/ptb.test.txt}\nmethod: {name: full}\n", s, d)
       for s, d in (("task.eval_fraction", "0.05"), ("task.dataset_config", None), ("task.train_split", "train"))],
+    # a Hub configuration beside files
+    ("model: {checkpoint: bert-base-uncased}\ntask: {name: text_classification, eval_file: "
+     "$TOOLKIT_DATA/glue/SST-2/dev.tsv}\nmethod: {name: full}\n", "task.subset", None),
     # greedy search reads no length penalty
     ("model: {checkpoint: t5-small}\ntask: {name: summarization, subset: samsum}\nmethod: {name: full}\n",
      "task.generation.length_penalty", "1.0"),
@@ -668,7 +671,8 @@ def test_a_setting_the_run_never_reads_is_refused_unless_at_its_default(tmp_path
     path = write_recipe(tmp_path / "r.yaml", recipe)
     odd = {"true": "false", "auto": "true", "1.0": "2.0", "1": "3", "128": "64", None: "7"}.get(default, "5")
     odd = {"task.prefix": "'answer: '", "method.separator": "' | '", "task.eval_fraction": "0.1",
-           "task.train_split": "dev", "task.dataset_config": "raw", "model.dropout": "0.1"}.get(setting, odd)
+           "task.train_split": "dev", "task.dataset_config": "raw", "model.dropout": "0.1",
+           "task.subset": "sst2"}.get(setting, odd)
     for extra in ((), ("--smoke",)):
         code, _, err = cli("validate", path, f"{setting}={odd}", *extra)
         assert code == 2 and len(err.strip().splitlines()) == 1 and f"{setting}: " in err, err
