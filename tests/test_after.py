@@ -134,7 +134,7 @@ def test_glue_test_refuses_an_in_context_run(tmp_path: Path, cli) -> None:
     on its vocabulary-sized logits), or, where the top token's id was a label's, labels made of
     nothing the method scores. It predicts with trained runs only, as `toolkit predict` does."""
     recipe = write_recipe(tmp_path / "icl.yaml", "model: {checkpoint: gpt2}\n"
-                          "task: {name: glue, subset: sst2, max_length: 32, max_eval_samples: 4}\n"
+                          "task: {name: glue, subset: sst2, max_eval_samples: 4}\n"
                           "method: {name: icl, shots: 0}\ntrain: {seed: 42}\n")
     assert cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")[0] == 0
     (metrics,) = (tmp_path / "runs").rglob("metrics.json")

@@ -173,8 +173,8 @@ def runs_on_base_folders(tmp_path_factory, tiny_checkpoint) -> dict[str, tuple[P
         recipe = tmp / f"{kind}.yaml"
         recipe.write_text(f"model: {{checkpoint: {base}}}\n"
                           f"task: {{name: text_classification, train_file: {train}, eval_file: {dev}, labels: [neg, pos], "
-                          "text_columns: [premise, hypothesis], max_length: 16}\n"
-                          f"method: {method}\ntrain: {{max_steps: 2, batch_size: 4}}\n")
+                          "text_columns: [premise, hypothesis]" + (kind != "icl") * ", max_length: 16" + "}\n"
+                          f"method: {method}\n" + (kind != "icl") * "train: {max_steps: 2, batch_size: 4}\n")
         made[kind] = (toolkit.run(recipe, runs_dir=tmp / "runs").dir, base)
     return made
 

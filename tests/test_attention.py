@@ -613,7 +613,7 @@ def test_an_in_context_run_with_a_random_module_scores_again_as_it_ran(tmp_path:
     import toolkit
 
     recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {checkpoint}, attention: {{name: additive, dim: 4}}}}\n"
-                          "task: {name: glue, subset: rte, max_eval_samples: 8, max_length: 64}\n"
+                          "task: {name: glue, subset: rte, max_eval_samples: 8}\n"
                           "method: {name: icl, shots: 1}\ntrain: {seed: 42}\n")
     run = toolkit.run(recipe, runs_dir=tmp_path / "runs", smoke=True)
     ran = json.loads((run.dir / "metrics.json").read_text())["eval"]
@@ -760,7 +760,7 @@ def test_dense_within_says_exactly_when_a_module_is_dense(stock, name: str, fami
                                                    "method.num_virtual_tokens=4"],
      "local (window 19) covers the longest sequence this run feeds (20 tokens: task.max_length 16 + 4 virtual tokens)"),
     ("squad/v1.1/gpt2-full", ["model.attention={name: bigbird, block: 24}", "task.max_length=32",
-                              "task.doc_stride=8", "task.max_target_length=32", "task.generation.max_new_tokens=8"],
+                              "task.max_target_length=32", "task.generation.max_new_tokens=8"],
      "bigbird (blocks of 24, global_blocks 1) covers the longest sequence this run feeds (68 tokens: "
      "task.max_length 32 + 3 suffix + 33 answer tokens)"),  # the target and its EOS
 ])

@@ -32,8 +32,21 @@ TWO_PROCESS_CASES = [
     ("roberta-base", "{name: lora, r: 4}"),
     ("bert-base-uncased", "{name: adapters, config: pfeiffer}"),
     ("roberta-base", "{name: prompt_tuning, num_virtual_tokens: 4}"),
-    ("gpt2", "{name: icl, shots: 2}"),
+    ("gpt2", "{name: icl, shots: 2, batch_size: 4}"),
 ]
+# icl reads no training setting nor task.max_length (refused where set): its batches are its own
+ICL_RECIPE = """model: {{checkpoint: {checkpoint}}}
+task: {{name: glue, subset: mrpc, max_train_samples: 32, max_eval_samples: 30}}
+method: {method}
+train: {{seed: 3}}
+"""
+
+
+def _case(checkpoint: str, method: str, batch_size: int) -> tuple[str, list[str]]:
+    """A two-process case's recipe and the batch override its one- or two-process run takes."""
+    if "icl" in method:
+        return ICL_RECIPE.format(checkpoint=checkpoint, method=method), []
+    return RECIPE.format(checkpoint=checkpoint, method=method), [f"train.batch_size={batch_size}"]
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +59,10 @@ def two_process_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Pat
     tmp = tmp_path_factory.mktemp("two")
     out, jobs = {}, []
     for i, (checkpoint, method) in enumerate(TWO_PROCESS_CASES):
-        recipe = write_recipe(tmp / str(i) / "r.yaml", RECIPE.format(checkpoint=checkpoint, method=method))
+        text, batch = _case(checkpoint, method, 4)
+        recipe = write_recipe(tmp / str(i) / "r.yaml", text)
         out[checkpoint, method] = (recipe, tmp / str(i) / "two")
-        jobs.append(["run", str(recipe), "--smoke", "--runs-dir", str(tmp / str(i) / "two"), "train.batch_size=4"])
+        jobs.append(["run", str(recipe), "--smoke", "--runs-dir", str(tmp / str(i) / "two"), *batch])
     _torchrun(tmp, jobs)
     return out
 
@@ -57,7 +71,7 @@ def two_process_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Pat
 def test_two_processes_equal_one(tmp_path: Path, cli, two_process_runs, checkpoint: str, method: str) -> None:
     recipe, two = two_process_runs[checkpoint, method]
     one = tmp_path / "one"
-    assert cli("run", recipe, "--smoke", "--runs-dir", one, "train.batch_size=8")[0] == 0
+    assert cli("run", recipe, "--smoke", "--runs-dir", one, *_case(checkpoint, method, 8)[1])[0] == 0
     a, b = only_run(one), only_run(two)
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     assert mb["num_processes"] == 2 and ma["num_processes"] == 1

@@ -231,14 +231,17 @@ def _data(tmp_path: Path) -> dict[str, Path]:
             "squad": tmp_path / "q.json"}
 
 
-def _task(name: str, files: dict[str, Path], extra: str = "") -> str:
+def _task(name: str, files: dict[str, Path], extra: str = "", checkpoint: str = "", icl: bool = False) -> str:
+    """The task's settings over the tiny files: only those its run reads (an extractive SQuAD run
+    on `checkpoint` no generation, a generative one no windows, icl no task.max_length)."""
     f = files[name]
-    common = "max_length: 64, max_target_length: 16, generation: {max_new_tokens: 6}"
+    common = ("" if icl else "max_length: 64, ") + "max_target_length: 16, generation: {max_new_tokens: 6}"
     if name == "translation":
         return f"{{name: translation, subset: custom, train_file: '{f}', eval_file: '{f}', {common}{extra}}}"
     if name == "summarization":
         return f"{{name: summarization, subset: custom, train_file: {f}, eval_file: {f}, source_field: dialogue, target_field: summary, {common}{extra}}}"
-    return f"{{name: squad, train_file: {f}, eval_file: {f}, max_length: 48, doc_stride: 8, {common.split(', ', 1)[1]}{extra}}}"
+    reads = "doc_stride: 8" if checkpoint.startswith("bert") else common.split(", ", 1)[1]
+    return f"{{name: squad, train_file: {f}, eval_file: {f}, max_length: 48, {reads}{extra}}}"
 
 
 RECIPE = """model: {{checkpoint: {checkpoint}, dropout: 0.0}}
@@ -258,7 +261,7 @@ def test_tiny_model_learns_each_task(tmp_path: Path, cli, tiny_checkpoint, task:
     files = _data(tmp_path)
     family = {"facebook/bart-base": "bart", "t5-base": "t5", "gpt2": "gpt2", "bert-base-uncased": "bert"}
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint(family[checkpoint]),
-                                                             task=_task(task, files), steps=24, lr=1.0e-2))
+                                                             task=_task(task, files, checkpoint=checkpoint), steps=24, lr=1.0e-2))
     code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
     run = only_run(tmp_path / "runs")
@@ -316,7 +319,7 @@ def test_icl_generates_after_k_demonstrations(tmp_path: Path, cli) -> None:
     prompt = tok.decode(encoded[0]["prompt_ids"])
     assert prompt == "the red car is fast\nTL;DR: red car\n\nthe blue car is fast\nTL;DR:"
     recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: t5-base}}
-task: {_task("summarization", files)}
+task: {_task("summarization", files, icl=True)}
 method: {{name: icl, shots: 2}}
 """)
     code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
@@ -592,6 +595,8 @@ def test_every_shipped_generating_recipe_generates_up_to_its_target_length() -> 
     assert len(GENERATING_RECIPES) >= 10
     for path in GENERATING_RECIPES:
         task = recipes.load(path).task
+        if getattr(task, "extractive", False):  # an extractive SQuAD run generates nothing (its
+            continue  # generation settings are refused: recipe.refuse_ignored)
         assert task.new_tokens() >= task.max_target_length, path
         assert recipes.load(path, ["task.max_target_length=200"]).task.new_tokens() == 200, path
         assert recipes.load(path, ["task.generation.max_new_tokens=7"]).task.new_tokens() == 7, path

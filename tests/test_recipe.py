@@ -626,3 +626,55 @@ def test_layered_overrides_match_settings_however_spelled(groups: list, reads: d
         assert node == value and type(node) is type(value), (dotted, node)
     with pytest.raises(UserError, match="train.lr is already set by 'train.lr=2'"):
         apply_overrides({}, layered(["train.lr=1"], ["train.lr=2", "train.lr=3"]))
+
+
+ICL_GLUE = "model: {checkpoint: gpt2}\ntask: {name: glue, subset: sst2}\nmethod: {name: icl}\n"
+SQUAD_ON = "model: {{checkpoint: {}}}\ntask: {{name: squad, version: v1}}\nmethod: {{name: full}}\n"
+
+
+@pytest.mark.parametrize("recipe, setting, default", [
+    # a method that trains nothing reads no training setting (icl scores with method.batch_size)
+    *[(ICL_GLUE, s, d) for s, d in (("train.lr", "2e-5"), ("train.epochs", "3"), ("train.eval_batch_size", None),
+                                      ("train.grad_accum", "1"), ("train.keep_best", "true"),
+                                      ("train.early_stopping_patience", "0"), ("train.compile_optimizer", "auto"))],
+    (ICL_GLUE.replace("glue, subset: sst2", "summarization, subset: samsum"), "train.max_steps", None),
+    (ICL_GLUE, "model.dropout", None),  # scored in eval mode: no dropout is drawn
+    # icl cuts its prompts at method.max_length, not task.max_length
+    (ICL_GLUE, "task.max_length", "128"),
+    # an extractive SQuAD run generates nothing; a generative one makes no windows or spans
+    *[(SQUAD_ON.format("bert-base-uncased"), s, d) for s, d in (
+        ("task.generation.num_beams", "1"), ("task.max_target_length", "32"), ("task.prefix", None))],
+    *[(SQUAD_ON.format("gpt2"), s, d) for s, d in (("task.doc_stride", "128"), ("task.n_best", "20"))],
+    # without split_articles nothing is drawn with split_seed
+    (SQUAD_ON.format("bert-base-uncased").replace("v1}", "v1, split_articles: null}"), "task.split_seed", "0"),
+    # without demonstrations nothing goes between them (a generating task stops at it: read there)
+    (ICL_GLUE, "method.separator", None),
+    # an adapter sized by bottleneck_size reads no reduction_factor
+    ("model: {checkpoint: bert-base-uncased}\ntask: {name: glue, subset: sst2}\n"
+     "method: {name: adapters, bottleneck_size: 8}\n", "method.reduction_factor", "16"),
+    # a text task's held-out file leaves no fraction to split off; files read no Hub parts
+    *[("model: {checkpoint: gpt2}\ntask: {name: clm, train_file: $TOOLKIT_DATA/lm/ptb/ptb.valid.txt, "
+       "eval_file: $TOOLKIT_DATA/lm/ptb/ptb.test.txt}\nmethod: {name: full}\n", s, d)
+      for s, d in (("task.eval_fraction", "0.05"), ("task.dataset_config", None), ("task.train_split", "train"))],
+    # a Hub configuration beside files
+    ("model: {checkpoint: bert-base-uncased}\ntask: {name: text_classification, eval_file: "
+     "$TOOLKIT_DATA/glue/SST-2/dev.tsv}\nmethod: {name: full}\n", "task.subset", None),
+    # greedy search reads no length penalty
+    ("model: {checkpoint: t5-small}\ntask: {name: summarization, subset: samsum}\nmethod: {name: full}\n",
+     "task.generation.length_penalty", "1.0"),
+])
+def test_a_setting_the_run_never_reads_is_refused_unless_at_its_default(tmp_path: Path, cli, recipe: str,
+                                                                        setting: str, default: str | None) -> None:
+    """Finding: a setting the method or task never reads here (icl's train.*, an extractive
+    SQuAD run's generation) ran with exit 0, recorded in recipe.yaml as if used; now one line at
+    validate (also --smoke, whose own caps stay allowed). At its default it is no request."""
+    path = write_recipe(tmp_path / "r.yaml", recipe)
+    odd = {"true": "false", "auto": "true", "1.0": "2.0", "1": "3", "128": "64", None: "7"}.get(default, "5")
+    odd = {"task.prefix": "'answer: '", "method.separator": "' | '", "task.eval_fraction": "0.1",
+           "task.train_split": "dev", "task.dataset_config": "raw", "model.dropout": "0.1",
+           "task.subset": "sst2"}.get(setting, odd)
+    for extra in ((), ("--smoke",)):
+        code, _, err = cli("validate", path, f"{setting}={odd}", *extra)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and f"{setting}: " in err, err
+    code, _, err = cli("validate", path, *([f"{setting}={default}"] if default else []), "--smoke")
+    assert code == 0, err

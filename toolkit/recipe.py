@@ -162,6 +162,35 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     reason = recipe.method.incompatible(family, task)
     if reason:
         raise UserError(f"method.name: '{recipe.method.name}' cannot run here: {reason}")
+    refuse_ignored(recipe)
+
+
+def _smoke_sets(key: str) -> bool:
+    """Whether --smoke sizes setting `key` itself (recipe_data.smoke_sized): a smoke recipe holds
+    its cap there whatever the recipe wrote, which the recipe as written was checked for."""
+    section, _, name = key.partition(".")
+    return (section, name) in SMOKE_CAPS or section == "task" and (
+        name in SMOKE_LENGTHS or name == "generation.max_new_tokens")
+
+
+def refuse_ignored(recipe: Recipe) -> None:
+    """A setting the method or the task declares it never reads here (`Method.ignores`,
+    `Task.ignores`: icl's training settings, an extractive SQuAD run's generation) set to other
+    than its default: one line, not a run of something else whose recipe.yaml records the value
+    as used. A setting at its default, written or not, is no request (shipped recipes keep theirs)."""
+    ignored = {**recipe.method.ignores(recipe.task), **recipe.task.ignores()}
+    for key, why in ignored.items():
+        *path, name = key.split(".")
+        owner: Any = recipe
+        for part in path:
+            owner = getattr(owner, part)
+        f = next(f for f in dataclasses.fields(owner) if f.name == name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        value = getattr(owner, name)
+        if value == default or recipe.smoke and _smoke_sets(key):
+            continue
+        raise UserError(f"{key}: {why}; remove it (it is {value!r}, which the run would record in "
+                        f"recipe.yaml without using it)")
 
 
 def _check_trained_attention(recipe: Recipe) -> None:

@@ -302,7 +302,9 @@ def measure(point: Point, recipe, smoke: bool) -> Timing:
 
     tr, n = recipe.train, MEASURED_STEPS + 1
     per_step = tr.batch_size * tr.grad_accum
-    caps = [f"train.max_steps={n}", "train.eval_every=0", "train.log_every=1", "train.early_stopping_patience=0",
+    # a method that trains nothing reads no train.* cap (refused where set: recipe.refuse_ignored)
+    steps = [f"train.max_steps={n}", "train.eval_every=0", "train.log_every=1", "train.early_stopping_patience=0"]
+    caps = [*(steps if recipe.method.trains else []),
             f"task.max_train_samples={n * per_step}", f"task.max_eval_samples={2 * tr.batch_size}"]
     with tempfile.TemporaryDirectory(prefix="toolkit-estimate-") as tmp:
         start = time.perf_counter()

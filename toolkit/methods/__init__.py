@@ -41,6 +41,17 @@ class Context:
     total_steps: int = 0  # optimizer steps the run will take (0: it does not train)
 
 
+# The train.* settings only a training loop reads (optimizer, schedule, batches, evaluations,
+# checkpoints, dropout): a method that trains nothing ignores them. train.seed (the draws),
+# mixed_precision (the forward's autocast), compile (said eager, compiling.eager_reason) and
+# report_to (the run's metrics are still logged) are read by every run.
+TRAINING_ONLY = ("epochs", "max_steps", "lr", "batch_size", "eval_batch_size", "grad_accum", "weight_decay",
+                 "warmup_ratio", "warmup_steps", "max_grad_norm", "precision_mode", "group_by_length",
+                 "pad_multiple", "length_buckets", "compile_optimizer", "eval_every", "log_every", "keep_best",
+                 "metric", "early_stopping_patience", "save_total_limit", "save_every", "keep_checkpoints",
+                 "gradient_checkpointing", "fast_dropout", "skip_nonfinite")
+
+
 @dataclass
 class Method:
     """Base of every method's settings dataclass."""
@@ -67,6 +78,18 @@ class Method:
     def incompatible(self, family: str | None, task: Any) -> str | None:
         """Why this method cannot run on this model family and task, or None; checked at validate."""
         return None
+
+    def ignores(self, task: Any) -> dict[str, str]:
+        """The recipe settings this method never reads on `task` ('train.lr', 'task.max_length',
+        'method.calibrate'), each with why: one set to other than its default is refused at
+        validate (recipe.refuse_ignored), as a run that did something else than its recipe.yaml
+        records would be. A method that trains nothing reads none of the training settings."""
+        if self.trains:
+            return {}
+        why = f"method {self.name} trains nothing, so no training step, evaluation schedule or checkpoint reads it"
+        return {**{f"train.{name}": why for name in TRAINING_ONLY},
+                "model.dropout": f"method {self.name} trains nothing and scores the model in eval mode, where no "
+                                 "dropout is drawn"}
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         raise NotImplementedError

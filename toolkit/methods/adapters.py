@@ -144,6 +144,12 @@ class Adapters(Method):
             return f"bottleneck adapters know the layers of {', '.join(PLACES)}, not '{family}'"
         return None
 
+    def ignores(self, task: Any) -> dict[str, str]:
+        if self.bottleneck_size is None:
+            return {}
+        return {"method.reduction_factor": (f"method.bottleneck_size: {self.bottleneck_size} sizes every adapter "
+                                            "and wins over the factor; keep one of the two")}
+
     def size_for(self, width: int) -> int:
         """An explicit bottleneck_size wins, so a recipe can match a paper's absolute size."""
         return self.bottleneck_size or max(1, width // self.reduction_factor)

@@ -499,6 +499,24 @@ class ICL(Method):
     max_length: int | None = field(default=None, metadata={"min": 8})  # None: the model's limit
     batch_size: int = field(default=8, metadata={"min": 1})  # (example, label) pairs per forward
 
+    def ignores(self, task: Any) -> dict[str, str]:
+        """Besides the training settings: task.max_length (prompts are cut at method.max_length,
+        as the harness cuts them), and on a text-to-text task what only label words use."""
+        out = {**super().ignores(task), "task.max_length": (
+            "icl cuts its prompts at method.max_length (unset: the model's limit), as "
+            "lm-evaluation-harness does; set that instead")}
+        if hasattr(task, "generation"):  # a text-to-text task: demonstrations, then generation
+            prompts = ("this task generates its answers from prompts of its own (task.prefix, the source, "
+                       "task.suffix) and fills no template with label words; set task.prefix / task.suffix "
+                       "to change the prompt")
+            out.update({"method.template": prompts, "method.verbalizers": prompts,
+                        "method.calibrate": "calibration divides label-word probabilities by their prior, and "
+                                            "this task generates its answers (no label words)"})
+        elif self.shots == 0:  # a generating task stops each answer at the separator, whatever the shots
+            out["method.separator"] = ("it goes between demonstrations, and method.shots: 0 shows none; "
+                                       "set shots above 0 to use it")
+        return out
+
     def incompatible(self, family: str | None, task: Any) -> str | None:
         head = lm_head(family)
         if head is None:
@@ -515,15 +533,7 @@ class ICL(Method):
             if self.choose_by != "acc":
                 return (f"method.choose_by: {self.choose_by} compares label words, and this task "
                         "generates its answers (none are compared); leave it at acc")
-            # what only label words use would be ignored here (a run of something else than asked)
-            for name, value in (("template", self.template), ("verbalizers", self.verbalizers)):
-                if value is not None:
-                    return (f"method.{name}: this task generates its answers from prompts of its own "
-                            "(task.prefix, the source, task.suffix) and fills no template with label words; "
-                            "leave it unset (set task.prefix / task.suffix to change the prompt)")
-            if self.calibrate:
-                return ("method.calibrate: calibration divides label-word probabilities by their prior, and "
-                        "this task generates its answers (no label words); leave it off")
+            # what only label words use would be ignored here: refused by `ignores`
             if head == "causal-lm" and self.max_length is not None and self.max_length <= task.new_tokens():
                 return (f"method.max_length: {self.max_length} tokens leave no room for a prompt before the "
                         f"{task.new_tokens()} a decoder generates in them (task.generation.max_new_tokens, else "

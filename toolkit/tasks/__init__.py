@@ -110,6 +110,12 @@ class Task:
     def check(self) -> None:
         """Refuse impossible settings (UserError naming the field); no data is read."""
 
+    def ignores(self) -> dict[str, str]:
+        """The task settings ('task.doc_stride', 'task.generation.num_beams') this run of the task
+        never reads, each with why (known once `model_head` has seen the family): one set to other
+        than its default is refused at validate (recipe.refuse_ignored). {}: it reads them all."""
+        return {}
+
     def declared_metrics(self) -> list[Metric]:
         raise NotImplementedError
 

@@ -195,6 +195,13 @@ class TextToText(TokenTask):
     generation: Generation = field(default_factory=Generation)
 
     # --- family ------------------------------------------------------------------------------
+    def ignores(self) -> dict[str, str]:
+        if self.generation.num_beams == 1:  # transformers' greedy search reads no length penalty
+            return {"task.generation.length_penalty": (
+                "it weighs beam-search hypotheses by their length, and generation.num_beams: 1 is greedy "
+                "search, which reads no length penalty; set num_beams above 1 or leave it at 1.0")}
+        return {}
+
     def model_head(self, family: str | None) -> str:
         """causal-lm for decoders, seq2seq-lm otherwise; remembered so encoding knows the layout
         (build calls this before encoding)."""

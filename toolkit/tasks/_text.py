@@ -141,6 +141,18 @@ class TextTask(TokenTask):
             if getattr(self, key):
                 _format(getattr(self, key), f"task.{key}")
 
+    def ignores(self) -> dict[str, str]:
+        """A Hub data set's parts with files; a fraction split off the train documents where the
+        held-out ones are given."""
+        out = {}
+        if self.dataset is None:
+            why = "it names a part of a Hub data set, and this task reads task.train_file; set task.dataset to use it"
+            out = {f"task.{name}": why for name in ("dataset_config", "train_split", "eval_split")}
+        if self.eval_file is not None or self.dataset is not None and self.eval_split is not None:
+            out["task.eval_fraction"] = ("it splits held-out documents off the train ones, and this task's are "
+                                         "given (task.eval_file or task.eval_split); unset those to use it")
+        return out
+
     def model_head(self, family: str | None) -> str:
         require_kind(self.name, family, self.kind, self.examples, self.instead)
         return self.head

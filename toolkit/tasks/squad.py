@@ -26,6 +26,7 @@ import json
 import os
 import random
 import sys
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -328,6 +329,26 @@ class Squad(TextToText):
         if self._extractive:  # validate reaches this through the head check (recipe.check)
             self._check_windows()
         return "question-answering" if self._extractive else super().model_head(family)
+
+    def ignores(self) -> dict[str, str]:
+        """An extractive run reads a span off its QA head: nothing it generates; a generative run
+        reads question and context as one source: no windows, no spans."""
+        if self.extractive:
+            why = ("an extractive run (task.mode, or auto on an encoder) reads its answer off a span head "
+                   "and generates nothing; set task.mode: generative to use it")
+            return {f"task.{name}": why for name in ("max_target_length", "prefix", "suffix")} | {
+                f"task.generation.{f.name}": why for f in dataclasses.fields(Generation)} | self._split_ignored()
+        why = ("a generative run (task.mode, or auto on a decoder or encoder-decoder) reads question and "
+               "context as one source cut at task.max_length: no windows or spans; set task.mode: "
+               "extractive to use it")
+        return {**super().ignores(), **{f"task.{name}": why for name in ("doc_stride", "max_answer_length", "n_best")},
+                **self._split_ignored()}
+
+    def _split_ignored(self) -> dict[str, str]:
+        if self.split_articles is not None:
+            return {}
+        return {"task.split_seed": "it draws the articles task.split_articles splits off, and none is set "
+                                   "(an own train file replaces the split)"}
 
     def _check_windows(self) -> None:
         """The window rule, where the run makes windows: an extractive run only. A generative

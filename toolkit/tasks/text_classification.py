@@ -62,6 +62,12 @@ class TextClassification(Classification):
             self.labels = [label_text(v) for v in self.labels]
 
     # --- validation (no data read) -----------------------------------------------------------
+    def ignores(self) -> dict[str, str]:
+        if self.dataset is not None:
+            return {}
+        return {"task.subset": "it names a configuration of a Hub data set, and this task reads its files; "
+                               "set task.dataset to use it"}
+
     def check(self) -> None:
         if self.text_columns is not None and len(self.text_columns) > 2:
             raise UserError(f"task.text_columns: at most two (a text or a text pair), got "
