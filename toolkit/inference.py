@@ -333,7 +333,8 @@ def _as_row(i: int, item: Any, names: list[str], lists: tuple[str, ...]) -> dict
 def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     """The Python API's predict: per input its fields and the task's prediction (a label with its
     `score` and `probabilities`, tags per word, generated text, an answer span), in input order."""
-    recipe, model, tok, names = _predicting_run(run)
+    with runs.reading(run, "predict with"):
+        recipe, model, tok, names = _predicting_run(run)
     inputs = [_as_row(i, item, names, recipe.task.predict_word_lists) for i, item in enumerate(texts)]
     with evaluation.finite_outputs():
         rows = recipe.task.predict(model, tok, inputs)
@@ -349,7 +350,8 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
             raise UserError(f"--output: {output} is the --input file; writing there would replace the "
                             "inputs with their predictions: give another file")
     fmt = output_format(output)  # before the model loads: a name it cannot write is refused first
-    recipe, model, tok, names = _predicting_run(run)
+    with runs.reading(run, "predict with"):  # its model/ read whole, not while a --force rerun clears it
+        recipe, model, tok, names = _predicting_run(run)
     rows = read_inputs(source, names, recipe.task.predict_word_lists, recipe.task)
     with evaluation.finite_outputs():  # before anything is written
         out = recipe.task.predict(model, tok, rows)
@@ -407,6 +409,11 @@ def glue_test(run: Path, out_dir: Path) -> list[Path]:
     """GLUE server submission files (`SST-2.tsv`, ...: `index<TAB>prediction`) from test.tsv, by a
     trained run (as `toolkit predict`: an in-context run's labels come from its method's scoring,
     which predicts within `run`/`eval` only), from outputs checked finite as they are made."""
+    with runs.reading(run, "predict --glue-test with"):  # writes into the run folder by default
+        return _glue_test(run, out_dir)
+
+
+def _glue_test(run: Path, out_dir: Path) -> list[Path]:
     recipe = run_recipe(run)
     if not recipe.method.trains:
         raise UserError(f"{run}: --glue-test predicts with trained runs (this is {recipe.task.name} with "
@@ -462,6 +469,11 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
         raise UserError(f"--push-to-hub {push_to_hub}: the Hub is off-line (HF_HUB_OFFLINE=1); "
                         "export to a folder and push it where the Hub is reachable")
     check_destination(out, folder=True, what="export")
+    with runs.reading(run, "export"):  # model/ read whole, not while a --force rerun clears it
+        return _export_run(run, out, merge, push_to_hub)
+
+
+def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:
     recipe = run_recipe(run)
     if not recipe.method.trains:
         raise UserError(f"{run}: an in-context run trains nothing; export its base checkpoint instead")

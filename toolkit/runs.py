@@ -176,6 +176,41 @@ def run_elsewhere(out: Path) -> str | None:
 
 
 @contextmanager
+def reading(out: Path, doing: str):
+    """A finished run's folder held while an entry point after training reads or writes it
+    (`eval` writes eval-*.json, `predict --glue-test` its files, `export` and `predict` read
+    model/): a shared flock on both of the run's locks, so any number of them go side by side,
+    while a `run --force` (or a resume) of the same run, which holds them exclusively, is one line
+    either way round. Without it an eval during a --force rerun scored the old model (or half of
+    it) and wrote eval-*.json into the folder being cleared and trained, exit 0. `doing` names
+    the entry point (`eval`), for the line a refused run says."""
+    if int(os.environ.get("RANK", "0")) != 0:  # rank 0 holds it for the whole launch
+        yield
+        return
+    folder = cache_dir() / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = (folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")).open("a+")
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        for lock in (handle, fd):
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() if lock is handle else ""
+                raise UserError(f"{out} is being trained by {holder or 'another process'} right now (a run, a "
+                                f"--force rerun or a resume of it); {doing} it once that has finished") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} ({doing} of the finished run)")
+        handle.flush()
+        yield
+    finally:
+        os.close(fd)  # closing releases the flocks
+        handle.close()
+
+
+@contextmanager
 def _folder_lock(out: Path):
     """flock on the run folder's own directory: no file is added to it."""
     made = [p for p in [out, *out.parents] if not p.exists()]

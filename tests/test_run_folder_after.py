@@ -1,0 +1,83 @@
+"""A finished run's folder as the entry points after training read and write it (eval, predict,
+--glue-test, export; CLI and API): they hold the run's lock (shared), so a --force rerun or a
+resume of the run is one line either way round; the run's recipe.yaml must be the one it was
+made with; eval says what encoding found; a resume needs the run's log of the steps before."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import toolkit
+from toolkit import runs
+
+SHORT = ["task.max_train_samples=16", "task.max_eval_samples=8", "train.max_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A --smoke GLUE (SST-2) LoRA run of two steps, shared by every test here (kept as made)."""
+    return toolkit.run("demo/sst2/minilm-lora", SHORT, runs_dir=tmp_path_factory.mktemp("runs"), smoke=True).dir
+
+
+@pytest.fixture
+def run_copy(trained: Path, tmp_path: Path) -> Path:
+    """A copy of the shared run, at the same depth (runs/<recipe>/<id>), to edit."""
+    copy = tmp_path / "runs" / trained.parent.name / trained.name
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def _inputs(tmp_path: Path) -> Path:
+    source = tmp_path / "in.txt"
+    source.write_text("a fine film\nsomething dull\n")
+    return source
+
+
+# every entry point that reads or writes a finished run: (name, call(run, tmp) -> None, what it writes)
+ENTRY_POINTS = {
+    "cli eval": (lambda cli, run, tmp: _cli(cli, "eval", run), lambda run, tmp: run / "eval-eval.json"),
+    "api evaluate": (lambda cli, run, tmp: toolkit.evaluate(run), lambda run, tmp: run / "eval-eval.json"),
+    "cli predict": (lambda cli, run, tmp: _cli(cli, "predict", run, "--input", _inputs(tmp), "--output", tmp / "p.jsonl"),
+                    lambda run, tmp: tmp / "p.jsonl"),
+    "api predict": (lambda cli, run, tmp: toolkit.predict(run, ["a fine film"]), None),
+    "cli glue-test": (lambda cli, run, tmp: _cli(cli, "predict", run, "--glue-test"), lambda run, tmp: run / "glue-test"),
+    "cli export": (lambda cli, run, tmp: _cli(cli, "export", run, tmp / "out"), lambda run, tmp: tmp / "out"),
+    "api export": (lambda cli, run, tmp: toolkit.export(run, tmp / "out"), lambda run, tmp: tmp / "out"),
+}
+
+
+def _cli(cli, *args) -> None:
+    code, _, err = cli(*args)
+    if code:
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        raise toolkit.UserError(err.strip().removeprefix("error: "))
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_an_entry_point_after_training_refuses_while_the_run_is_trained(run_copy: Path, tmp_path: Path, cli,
+                                                                        entry: str) -> None:
+    """`toolkit eval RUN` during a `--force` rerun (or a resume) of the same run scored the old model
+    and wrote eval-eval.json into the folder being cleared and trained, exit 0; predict and export
+    read a model/ the rerun was replacing. Each now refuses in one line, writing nothing."""
+    call, written = ENTRY_POINTS[entry]
+    (run_copy / "eval-eval.json").unlink(missing_ok=True)
+    with runs.locked(run_copy, folder=True):  # what `toolkit run --force` holds while it trains
+        with pytest.raises(toolkit.UserError, match=r"is being trained by process \d+ right now .*; .* once that has finished"):
+            call(cli, run_copy, tmp_path)
+    assert written is None or not written(run_copy, tmp_path).exists()
+    call(cli, run_copy, tmp_path)  # once it has finished, the same call works
+    assert written is None or written(run_copy, tmp_path).exists()
+
+
+def test_a_rerun_is_refused_while_an_entry_point_reads_the_run(trained: Path, cli) -> None:
+    """The other way round: `run --force` while an eval (or two) reads the run is one line naming it."""
+    root = trained.parent.parent.parent.parent
+    with runs.reading(trained, "evaluate"), runs.reading(trained, "export"):  # readers go side by side
+        code, _, err = cli("run", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--force", "--runs-dir", root)
+    assert code == 2 and re.search(r"is being run by process \d+ \((evaluate|export) of the finished run\)", err), err
+    assert (trained / "metrics.json").is_file() and (trained / "model").is_dir()
