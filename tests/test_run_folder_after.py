@@ -81,3 +81,34 @@ def test_a_rerun_is_refused_while_an_entry_point_reads_the_run(trained: Path, cl
         code, _, err = cli("run", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--force", "--runs-dir", root)
     assert code == 2 and re.search(r"is being run by process \d+ \((evaluate|export) of the finished run\)", err), err
     assert (trained / "metrics.json").is_file() and (trained / "model").is_dir()
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_run_recipe_edited_after_the_run_is_one_line(run_copy: Path, tmp_path: Path, cli, entry: str) -> None:
+    """recipe.yaml edited by hand after the run (here max_length) was read as written: eval scored
+    another setting and wrote it as the run's score, predict and export read the model under it,
+    exit 0. It must hash as metrics.json's recipe_hash, else one line saying what would be right."""
+    call, written = ENTRY_POINTS[entry]
+    (run_copy / "eval-eval.json").unlink(missing_ok=True)
+    text = (run_copy / "recipe.yaml").read_text()
+    edited = re.sub(r"max_length: \d+", "max_length: 16", text)
+    assert edited != text
+    (run_copy / "recipe.yaml").write_text(edited)
+    with pytest.raises(toolkit.UserError, match=r"recipe.yaml: not the recipe this run was made with .*put it back"):
+        call(cli, run_copy, tmp_path)
+    assert written is None or not written(run_copy, tmp_path).exists()
+
+
+def test_an_unedited_run_recipe_is_taken_and_runs_before_the_record_are_not_judged(run_copy: Path, tmp_path: Path,
+                                                                                    cli) -> None:
+    """No false refusal: a smoke run (sized recipe), a chained run ({run: ...} checkpoint, read
+    from the run it started from), an override on purpose, and a run whose metrics.json predates
+    recipe_hash (not judged, even edited)."""
+    chained = toolkit.run("demo/sst2/minilm-full-from-wikitext", SHORT, runs_dir=tmp_path / "chain", smoke=True)
+    assert "accuracy" in toolkit.evaluate(chained)["eval"]
+    assert "accuracy" in toolkit.evaluate(run_copy, overrides={"task.max_length": 16})["eval"]
+    metrics = json.loads((run_copy / "metrics.json").read_text())
+    del metrics["recipe_hash"]
+    (run_copy / "metrics.json").write_text(json.dumps(metrics))
+    (run_copy / "recipe.yaml").write_text(re.sub(r"max_length: \d+", "max_length: 16", (run_copy / "recipe.yaml").read_text()))
+    assert "accuracy" in toolkit.evaluate(run_copy)["eval"]
