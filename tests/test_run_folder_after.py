@@ -112,3 +112,16 @@ def test_an_unedited_run_recipe_is_taken_and_runs_before_the_record_are_not_judg
     (run_copy / "metrics.json").write_text(json.dumps(metrics))
     (run_copy / "recipe.yaml").write_text(re.sub(r"max_length: \d+", "max_length: 16", (run_copy / "recipe.yaml").read_text()))
     assert "accuracy" in toolkit.evaluate(run_copy)["eval"]
+
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+def test_eval_says_what_encoding_its_split_found(trained: Path, cli, capsys, how: str) -> None:
+    """`toolkit eval` (and the API's evaluate) cut texts at max_length without a word, where run
+    and predict say it (rule 8)."""
+    if how == "cli":
+        code, _, err = cli("eval", trained, "task.max_length=8")
+        assert code == 0
+    else:
+        toolkit.evaluate(trained, overrides={"task.max_length": 8})
+        err = capsys.readouterr().err
+    assert re.search(r"warning: \d+ of 8 texts? cut at task.max_length=8 tokens", err), err

@@ -224,6 +224,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
         loaders = {k: acc.prepare(v) for k, v in loaders.items()}
         metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw, sink=setup.predictions,
                                       orders=orders)
+    recipe.task.say_notices(run=False)  # what encoding the split found (texts cut), as run and predict say it
     result = {"split": split, "eval": metrics, "examples": {k: len(v) for k, v in raw.items()},
               "task": recipe.to_dict()["task"]}
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
