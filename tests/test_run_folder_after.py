@@ -125,3 +125,26 @@ def test_eval_says_what_encoding_its_split_found(trained: Path, cli, capsys, how
         toolkit.evaluate(trained, overrides={"task.max_length": 8})
         err = capsys.readouterr().err
     assert re.search(r"warning: \d+ of 8 texts? cut at task.max_length=8 tokens", err), err
+
+
+@pytest.mark.parametrize("how", ["gone", "emptied"])
+def test_a_resume_without_the_runs_log_is_one_line(tmp_path: Path, cli, how: str) -> None:
+    """log.jsonl deleted (or emptied) between launches: the resumed run wrote a log starting at the
+    checkpoint, its curve missing the early steps, exit 0. As a checkpoint with a file gone, it is
+    one line naming the file and what would be right; the folder is left as it was."""
+    common = ["demo/sst2/minilm-lora", *SHORT[:2], "train.max_steps=3", "train.save_every=1", "--smoke",
+              "--runs-dir", tmp_path / "runs"]
+    code, _, err = cli("run", *common, "--stop-after", 2)
+    assert code == 0, err
+    run = next((tmp_path / "runs").rglob("log.jsonl")).parent
+    if how == "gone":
+        (run / "log.jsonl").unlink()
+    else:
+        (run / "log.jsonl").write_text("")
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    code, _, err = cli("run", *common)
+    assert code == 2 and re.search(r"log.jsonl: (is gone|holds no line of step 1).*step 2.*--force", err), err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+    assert not (run / "metrics.json").exists()
+    assert cli("run", *common, "--force")[0] == 0
+    assert json.loads((run / "log.jsonl").read_text().splitlines()[0])["step"] == 1

@@ -535,6 +535,29 @@ def append_log(path: Path, entry: dict) -> None:
         handle.write(json.dumps(finite(entry), allow_nan=False) + "\n")
 
 
+def check_log(path: Path, step: int) -> None:
+    """A run going on from the checkpoint of `step` needs its log of the steps before: every run
+    logs its first step (train.py), so a log that is gone (deleted between launches) or holds no
+    line of step 1 is one line, as a checkpoint with a file gone is. The resumed run wrote a log
+    starting at the checkpoint instead, exit 0: the curve the report and trackers read lacked
+    its early steps, the time per step was the resumed part's."""
+    log = path / "log.jsonl"
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    if step < 1 or any(_step_of_line(line) == 1 for line in lines):
+        return
+    why = "is gone" if not log.is_file() else "holds no line of step 1 (every run logs it)"
+    raise UserError(f"{log}: {why}, so going on from the checkpoint of step {step} would give the run a log "
+                    "without its steps before that; put the run's log.jsonl back, or --force starts the "
+                    "run again from step 0")
+
+
+def _step_of_line(line: str) -> Any:
+    try:
+        return json.loads(line).get("step")
+    except (ValueError, AttributeError):  # a line cut short by a kill
+        return None
+
+
 def truncate_log(path: Path, step: int, evaluated: bool = True) -> None:
     """On resume, drop log lines an interrupted run wrote after its last checkpoint: those of
     later steps, and (`evaluated` False) an evaluation of the checkpoint's own step that its state
