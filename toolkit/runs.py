@@ -187,10 +187,12 @@ def reading(out: Path, doing: str):
     if int(os.environ.get("RANK", "0")) != 0:  # rank 0 holds it for the whole launch
         yield
         return
-    folder = cache_dir() / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = (folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")).open("a+")
-    fd = os.open(out, os.O_RDONLY)
+    handle = _lock_file(out).open("a+")
+    try:
+        fd = os.open(out, os.O_RDONLY)  # a run folder (the entry points checked it is one)
+    except OSError:
+        handle.close()
+        raise
     try:
         for lock in (handle, fd):
             try:
@@ -245,13 +247,17 @@ def check_utf8(path: Path | str, what: str) -> None:
                         "tokenizers library cannot read or write; rename it or choose another") from None
 
 
-@contextmanager
-def _cache_lock(out: Path):
-    # Locks live in the cache, not the runs folder: a run refused early leaves no folder behind.
+def _lock_file(out: Path) -> Path:
+    """The run's lock file. Locks live in the cache, not the runs folder: a run refused early
+    leaves no folder behind."""
     folder = cache_dir() / "locks"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")
-    handle = path.open("a+")
+    return folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")
+
+
+@contextmanager
+def _cache_lock(out: Path):
+    handle = _lock_file(out).open("a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
