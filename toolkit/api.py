@@ -226,8 +226,9 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None,
     quiet.libraries()
     from toolkit import inference
 
-    _data_of_the_run(folder, items, source)
-    return inference.evaluate_run(folder, split, items, source)
+    with runs.reading(folder, "evaluate"):  # not the old model into a folder a --force rerun clears
+        _data_of_the_run(folder, items, source)
+        return inference.evaluate_run(folder, split, items, source)
 
 
 def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) -> None:

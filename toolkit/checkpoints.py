@@ -101,6 +101,7 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
             continue
         state = _state(folder)
         if acc.is_main_process:
+            runs.check_log(out, state.step)
             evaluated = (state.last_eval or {}).get("step") == state.step
             runs.truncate_log(out, state.step, evaluated)
             acc.print(f"resuming from {folder} (step {state.step} of {total_steps})")

@@ -227,8 +227,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     quiet.libraries()
     from toolkit import inference
 
-    _data_of_the_run(Path(args.run), args.overrides, args.task_from)
-    result = inference.evaluate_run(Path(args.run), args.split, args.overrides, args.task_from)
+    with runs.reading(Path(args.run), "evaluate"):  # not the old model into a folder a --force rerun clears
+        _data_of_the_run(Path(args.run), args.overrides, args.task_from)
+        result = inference.evaluate_run(Path(args.run), args.split, args.overrides, args.task_from)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"{args.run} [{args.split}]: " + ", ".join(f"{k}={v:.4f}" for k, v in result["eval"].items()))
     return 0

@@ -39,6 +39,11 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
                         "restore it or run the recipe again") from None
     if not isinstance(raw, dict):
         raise UserError(f"{file}: the run's recipe is damaged (not a mapping); restore it or run the recipe again")
+    model = raw.get("model")
+    chained = isinstance(model, dict) and isinstance(model.get("checkpoint"), dict)
+    if chained:  # the run it started from, not its recipe
+        raw["model"] = {**model, "checkpoint": str(chained_base(run, str(raw.get("name"))))}
+    _made_with(run, raw, model.get("checkpoint") if chained else None)
     if task_from:
         task = read_yaml(find_recipe(task_from)).get("task")
         if not isinstance(task, dict):  # a base file of settings alone: a KeyError traceback
@@ -48,10 +53,31 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     bad = [o for o in task_overrides or [] if o.partition("=")[0].strip().split(".")[0] != "task"]
     if bad:
         raise UserError(f"override '{bad[0]}': only task.* settings can change when scoring a run")
-    model = raw.get("model")
-    if isinstance(model, dict) and isinstance(model.get("checkpoint"), dict):  # chained: the run it started
-        raw["model"] = {**model, "checkpoint": str(chained_base(run, str(raw.get("name"))))}  # from, not its recipe
     return parse(apply_overrides(raw, task_overrides or []))
+
+
+def _made_with(run: Path, raw: dict, chained_from: dict | None) -> None:
+    """The run's recipe.yaml must be the recipe the run was made with: metrics.json records its
+    hash (`recipe_hash`, as `Recipe.hash` computes it; a chained run's hash holds its
+    `{run: ...}` checkpoint, put back here). Edited by hand after the run, it was read as written:
+    eval scored another setting (max_length, eval_file) and wrote it as the run's score, predict
+    and export read the model under other settings, exit 0. A run from before the field, or one
+    not finished, is not judged."""
+    try:
+        made = json.loads((run / "metrics.json").read_text(encoding="utf-8")).get("recipe_hash")
+    except (OSError, ValueError, AttributeError):
+        return  # none, or damaged: said where the run's metrics are read
+    if made is None:
+        return
+    hashed = parse(raw).hashed_dict()
+    if chained_from is not None:
+        hashed["model"]["checkpoint"] = chained_from
+    now = Recipe.digest(hashed)
+    if now != made:
+        raise UserError(f"{run / 'recipe.yaml'}: not the recipe this run was made with (it hashes as {now}; "
+                        f"metrics.json records recipe_hash {made}): it was edited after the run; put it back as "
+                        "the run wrote it, or change a setting on purpose (toolkit eval RUN task.KEY=VALUE, or "
+                        "toolkit run on a copy of it as a recipe of its own, which trains that run)")
 
 
 def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
@@ -199,6 +225,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
         loaders = {k: acc.prepare(v) for k, v in loaders.items()}
         metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw, sink=setup.predictions,
                                       orders=orders)
+    recipe.task.say_notices(run=False)  # what encoding the split found (texts cut), as run and predict say it
     result = {"split": split, "eval": metrics, "examples": {k: len(v) for k, v in raw.items()},
               "task": recipe.to_dict()["task"]}
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
@@ -334,7 +361,8 @@ def _as_row(i: int, item: Any, names: list[str], lists: tuple[str, ...]) -> dict
 def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     """The Python API's predict: per input its fields and the task's prediction (a label with its
     `score` and `probabilities`, tags per word, generated text, an answer span), in input order."""
-    recipe, model, tok, names = _predicting_run(run)
+    with runs.reading(run, "predict with"):
+        recipe, model, tok, names = _predicting_run(run)
     inputs = [_as_row(i, item, names, recipe.task.predict_word_lists) for i, item in enumerate(texts)]
     with evaluation.finite_outputs():
         rows = recipe.task.predict(model, tok, inputs)
@@ -350,7 +378,8 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
             raise UserError(f"--output: {output} is the --input file; writing there would replace the "
                             "inputs with their predictions: give another file")
     fmt = output_format(output)  # before the model loads: a name it cannot write is refused first
-    recipe, model, tok, names = _predicting_run(run)
+    with runs.reading(run, "predict with"):  # its model/ read whole, not while a --force rerun clears it
+        recipe, model, tok, names = _predicting_run(run)
     rows = read_inputs(source, names, recipe.task.predict_word_lists, recipe.task)
     with evaluation.finite_outputs():  # before anything is written
         out = recipe.task.predict(model, tok, rows)
@@ -408,6 +437,11 @@ def glue_test(run: Path, out_dir: Path) -> list[Path]:
     """GLUE server submission files (`SST-2.tsv`, ...: `index<TAB>prediction`) from test.tsv, by a
     trained run (as `toolkit predict`: an in-context run's labels come from its method's scoring,
     which predicts within `run`/`eval` only), from outputs checked finite as they are made."""
+    with runs.reading(run, "predict --glue-test with"):  # writes into the run folder by default
+        return _glue_test(run, out_dir)
+
+
+def _glue_test(run: Path, out_dir: Path) -> list[Path]:
     recipe = run_recipe(run)
     if not recipe.method.trains:
         raise UserError(f"{run}: --glue-test predicts with trained runs (this is {recipe.task.name} with "
@@ -463,6 +497,11 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
         raise UserError(f"--push-to-hub {push_to_hub}: the Hub is off-line (HF_HUB_OFFLINE=1); "
                         "export to a folder and push it where the Hub is reachable")
     check_destination(out, folder=True, what="export")
+    with runs.reading(run, "export"):  # model/ read whole, not while a --force rerun clears it
+        return _export_run(run, out, merge, push_to_hub)
+
+
+def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:
     recipe = run_recipe(run)
     if not recipe.method.trains:
         raise UserError(f"{run}: an in-context run trains nothing; export its base checkpoint instead")

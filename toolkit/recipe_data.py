@@ -131,7 +131,12 @@ class Recipe:
 
     @property
     def hash(self) -> str:
-        blob = json.dumps(self.hashed_dict(), sort_keys=True, separators=(",", ":"))
+        return self.digest(self.hashed_dict())
+
+    @staticmethod
+    def digest(hashed: dict) -> str:
+        """The hash of a `hashed_dict` (a run's recipe.yaml is checked against it, inference)."""
+        blob = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

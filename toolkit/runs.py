@@ -176,6 +176,43 @@ def run_elsewhere(out: Path) -> str | None:
 
 
 @contextmanager
+def reading(out: Path, doing: str):
+    """A finished run's folder held while an entry point after training reads or writes it
+    (`eval` writes eval-*.json, `predict --glue-test` its files, `export` and `predict` read
+    model/): a shared flock on both of the run's locks, so any number of them go side by side,
+    while a `run --force` (or a resume) of the same run, which holds them exclusively, is one line
+    either way round. Without it an eval during a --force rerun scored the old model (or half of
+    it) and wrote eval-*.json into the folder being cleared and trained, exit 0. `doing` names
+    the entry point (`eval`), for the line a refused run says."""
+    if int(os.environ.get("RANK", "0")) != 0:  # rank 0 holds it for the whole launch
+        yield
+        return
+    handle = _lock_file(out).open("a+")
+    try:
+        fd = os.open(out, os.O_RDONLY)  # a run folder (the entry points checked it is one)
+    except OSError:
+        handle.close()
+        raise
+    try:
+        for lock in (handle, fd):
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() if lock is handle else ""
+                raise UserError(f"{out} is being trained by {holder or 'another process'} right now (a run, a "
+                                f"--force rerun or a resume of it); {doing} it once that has finished") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} ({doing} of the finished run)")
+        handle.flush()
+        yield
+    finally:
+        os.close(fd)  # closing releases the flocks
+        handle.close()
+
+
+@contextmanager
 def _folder_lock(out: Path):
     """flock on the run folder's own directory: no file is added to it."""
     made = [p for p in [out, *out.parents] if not p.exists()]
@@ -210,13 +247,17 @@ def check_utf8(path: Path | str, what: str) -> None:
                         "tokenizers library cannot read or write; rename it or choose another") from None
 
 
-@contextmanager
-def _cache_lock(out: Path):
-    # Locks live in the cache, not the runs folder: a run refused early leaves no folder behind.
+def _lock_file(out: Path) -> Path:
+    """The run's lock file. Locks live in the cache, not the runs folder: a run refused early
+    leaves no folder behind."""
     folder = cache_dir() / "locks"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")
-    handle = path.open("a+")
+    return folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")
+
+
+@contextmanager
+def _cache_lock(out: Path):
+    handle = _lock_file(out).open("a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -498,6 +539,29 @@ def step_name(step: int) -> str:
 def append_log(path: Path, entry: dict) -> None:
     with (path / "log.jsonl").open("a") as handle:
         handle.write(json.dumps(finite(entry), allow_nan=False) + "\n")
+
+
+def check_log(path: Path, step: int) -> None:
+    """A run going on from the checkpoint of `step` needs its log of the steps before: every run
+    logs its first step (train.py), so a log that is gone (deleted between launches) or holds no
+    line of step 1 is one line, as a checkpoint with a file gone is. The resumed run wrote a log
+    starting at the checkpoint instead, exit 0: the curve the report and trackers read lacked
+    its early steps, the time per step was the resumed part's."""
+    log = path / "log.jsonl"
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    if step < 1 or any(_step_of_line(line) == 1 for line in lines):
+        return
+    why = "is gone" if not log.is_file() else "holds no line of step 1 (every run logs it)"
+    raise UserError(f"{log}: {why}, so going on from the checkpoint of step {step} would give the run a log "
+                    "without its steps before that; put the run's log.jsonl back, or --force starts the "
+                    "run again from step 0")
+
+
+def _step_of_line(line: str) -> Any:
+    try:
+        return json.loads(line).get("step")
+    except (ValueError, AttributeError):  # a line cut short by a kill
+        return None
 
 
 def truncate_log(path: Path, step: int, evaluated: bool = True) -> None:

@@ -1,0 +1,150 @@
+"""A finished run's folder as the entry points after training read and write it (eval, predict,
+--glue-test, export; CLI and API): they hold the run's lock (shared), so a --force rerun or a
+resume of the run is one line either way round; the run's recipe.yaml must be the one it was
+made with; eval says what encoding found; a resume needs the run's log of the steps before."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import toolkit
+from toolkit import runs
+
+SHORT = ["task.max_train_samples=16", "task.max_eval_samples=8", "train.max_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A --smoke GLUE (SST-2) LoRA run of two steps, shared by every test here (kept as made)."""
+    return toolkit.run("demo/sst2/minilm-lora", SHORT, runs_dir=tmp_path_factory.mktemp("runs"), smoke=True).dir
+
+
+@pytest.fixture
+def run_copy(trained: Path, tmp_path: Path) -> Path:
+    """A copy of the shared run, at the same depth (runs/<recipe>/<id>), to edit."""
+    copy = tmp_path / "runs" / trained.parent.name / trained.name
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def _inputs(tmp_path: Path) -> Path:
+    source = tmp_path / "in.txt"
+    source.write_text("a fine film\nsomething dull\n")
+    return source
+
+
+# every entry point that reads or writes a finished run: (name, call(run, tmp) -> None, what it writes)
+ENTRY_POINTS = {
+    "cli eval": (lambda cli, run, tmp: _cli(cli, "eval", run), lambda run, tmp: run / "eval-eval.json"),
+    "api evaluate": (lambda cli, run, tmp: toolkit.evaluate(run), lambda run, tmp: run / "eval-eval.json"),
+    "cli predict": (lambda cli, run, tmp: _cli(cli, "predict", run, "--input", _inputs(tmp), "--output", tmp / "p.jsonl"),
+                    lambda run, tmp: tmp / "p.jsonl"),
+    "api predict": (lambda cli, run, tmp: toolkit.predict(run, ["a fine film"]), None),
+    "cli glue-test": (lambda cli, run, tmp: _cli(cli, "predict", run, "--glue-test"), lambda run, tmp: run / "glue-test"),
+    "cli export": (lambda cli, run, tmp: _cli(cli, "export", run, tmp / "out"), lambda run, tmp: tmp / "out"),
+    "api export": (lambda cli, run, tmp: toolkit.export(run, tmp / "out"), lambda run, tmp: tmp / "out"),
+}
+
+
+def _cli(cli, *args) -> None:
+    code, _, err = cli(*args)
+    if code:
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        raise toolkit.UserError(err.strip().removeprefix("error: "))
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_an_entry_point_after_training_refuses_while_the_run_is_trained(run_copy: Path, tmp_path: Path, cli,
+                                                                        entry: str) -> None:
+    """`toolkit eval RUN` during a `--force` rerun (or a resume) of the same run scored the old model
+    and wrote eval-eval.json into the folder being cleared and trained, exit 0; predict and export
+    read a model/ the rerun was replacing. Each now refuses in one line, writing nothing."""
+    call, written = ENTRY_POINTS[entry]
+    (run_copy / "eval-eval.json").unlink(missing_ok=True)
+    with runs.locked(run_copy, folder=True):  # what `toolkit run --force` holds while it trains
+        with pytest.raises(toolkit.UserError, match=r"is being trained by process \d+ right now .*; .* once that has finished"):
+            call(cli, run_copy, tmp_path)
+    assert written is None or not written(run_copy, tmp_path).exists()
+    call(cli, run_copy, tmp_path)  # once it has finished, the same call works
+    assert written is None or written(run_copy, tmp_path).exists()
+
+
+def test_a_rerun_is_refused_while_an_entry_point_reads_the_run(trained: Path, cli) -> None:
+    """The other way round: `run --force` while an eval (or two) reads the run is one line naming it."""
+    root = trained.parent.parent.parent.parent
+    with runs.reading(trained, "evaluate"), runs.reading(trained, "export"):  # readers go side by side
+        code, _, err = cli("run", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--force", "--runs-dir", root)
+    assert code == 2 and re.search(r"is being run by process \d+ \((evaluate|export) of the finished run\)", err), err
+    assert (trained / "metrics.json").is_file() and (trained / "model").is_dir()
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_run_recipe_edited_after_the_run_is_one_line(run_copy: Path, tmp_path: Path, cli, entry: str) -> None:
+    """recipe.yaml edited by hand after the run (here max_length) was read as written: eval scored
+    another setting and wrote it as the run's score, predict and export read the model under it,
+    exit 0. It must hash as metrics.json's recipe_hash, else one line saying what would be right."""
+    call, written = ENTRY_POINTS[entry]
+    (run_copy / "eval-eval.json").unlink(missing_ok=True)
+    text = (run_copy / "recipe.yaml").read_text()
+    edited = re.sub(r"max_length: \d+", "max_length: 16", text)
+    assert edited != text
+    (run_copy / "recipe.yaml").write_text(edited)
+    with pytest.raises(toolkit.UserError, match=r"recipe.yaml: not the recipe this run was made with .*put it back"):
+        call(cli, run_copy, tmp_path)
+    assert written is None or not written(run_copy, tmp_path).exists()
+
+
+def test_an_unedited_run_recipe_is_taken_and_runs_before_the_record_are_not_judged(run_copy: Path, tmp_path: Path,
+                                                                                    cli) -> None:
+    """No false refusal: a smoke run (sized recipe), a chained run ({run: ...} checkpoint, read
+    from the run it started from), an override on purpose, and a run whose metrics.json predates
+    recipe_hash (not judged, even edited)."""
+    chained = toolkit.run("demo/sst2/minilm-full-from-wikitext", SHORT, runs_dir=tmp_path / "chain", smoke=True)
+    assert "accuracy" in toolkit.evaluate(chained)["eval"]
+    assert "accuracy" in toolkit.evaluate(run_copy, overrides={"task.max_length": 16})["eval"]
+    metrics = json.loads((run_copy / "metrics.json").read_text())
+    del metrics["recipe_hash"]
+    (run_copy / "metrics.json").write_text(json.dumps(metrics))
+    (run_copy / "recipe.yaml").write_text(re.sub(r"max_length: \d+", "max_length: 16", (run_copy / "recipe.yaml").read_text()))
+    assert "accuracy" in toolkit.evaluate(run_copy)["eval"]
+
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+def test_eval_says_what_encoding_its_split_found(trained: Path, cli, capsys, how: str) -> None:
+    """`toolkit eval` (and the API's evaluate) cut texts at max_length without a word, where run
+    and predict say it (rule 8)."""
+    if how == "cli":
+        code, _, err = cli("eval", trained, "task.max_length=8")
+        assert code == 0
+    else:
+        toolkit.evaluate(trained, overrides={"task.max_length": 8})
+        err = capsys.readouterr().err
+    assert re.search(r"warning: \d+ of 8 texts? cut at task.max_length=8 tokens", err), err
+
+
+@pytest.mark.parametrize("how", ["gone", "emptied"])
+def test_a_resume_without_the_runs_log_is_one_line(tmp_path: Path, cli, how: str) -> None:
+    """log.jsonl deleted (or emptied) between launches: the resumed run wrote a log starting at the
+    checkpoint, its curve missing the early steps, exit 0. As a checkpoint with a file gone, it is
+    one line naming the file and what would be right; the folder is left as it was."""
+    common = ["demo/sst2/minilm-lora", *SHORT[:2], "train.max_steps=3", "train.save_every=1", "--smoke",
+              "--runs-dir", tmp_path / "runs"]
+    code, _, err = cli("run", *common, "--stop-after", 2)
+    assert code == 0, err
+    run = next((tmp_path / "runs").rglob("log.jsonl")).parent
+    if how == "gone":
+        (run / "log.jsonl").unlink()
+    else:
+        (run / "log.jsonl").write_text("")
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    code, _, err = cli("run", *common)
+    assert code == 2 and re.search(r"log.jsonl: (is gone|holds no line of step 1).*step 2.*--force", err), err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+    assert not (run / "metrics.json").exists()
+    assert cli("run", *common, "--force")[0] == 0
+    assert json.loads((run / "log.jsonl").read_text().splitlines()[0])["step"] == 1
