@@ -100,6 +100,10 @@ class Task:
     # tokenizer is then loaded to tokenize each word as it reads inside running text
     # (models.load_tokenizer), which byte-level BPE tokenizers do only with add_prefix_space
     words_given: ClassVar[bool] = False
+    # the recipe keys that name a record's fields (`check_fields`): those the model reads (and ids),
+    # then those it is scored on
+    field_keys: ClassVar[tuple[str, ...]] = ()
+    scored_keys: ClassVar[tuple[str, ...]] = ()
 
     max_length: int = field(default=128, metadata={"min": 8})
     data_dir: str | None = None  # default: $TOOLKIT_DATA
@@ -109,6 +113,29 @@ class Task:
     # --- declarations --------------------------------------------------------------------------
     def check(self) -> None:
         """Refuse impossible settings (UserError naming the field); no data is read."""
+
+    def named_fields(self) -> dict[str, list[str]]:
+        """Recipe key -> the fields it names (`field_keys`, then `scored_keys`); unset keys left out."""
+        out: dict[str, list[str]] = {}
+        for key in self.field_keys + self.scored_keys:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = [value] if isinstance(value, str) else list(value)
+        return out
+
+    def check_fields(self) -> None:
+        """Each field of a record has one role: a field the task scores (its label, target, tags,
+        answers) read as an input too would let the model read each answer in its own input
+        (accuracy 1.0, ROUGE 100, exit 0); two inputs of one field are one input twice."""
+        seen: dict[str, str] = {}
+        for key, names in self.named_fields().items():
+            for name in names:
+                if name in seen:
+                    why = ("the model would read what it is scored on in its own input"
+                           if key in self.scored_keys else "a field holds one thing")
+                    raise UserError(f"task.{key}: '{name}' is also in task.{seen[name]}: {why}; "
+                                    "name a field of its own for each")
+                seen[name] = key
 
     def declared_metrics(self) -> list[Metric]:
         raise NotImplementedError
