@@ -320,6 +320,12 @@ def _quiet_builders() -> Iterator[None]:
             ds_logging.enable_progress_bar()
 
 
+def document_field(path: Path, fmt: str, field: str | None) -> str | None:
+    """`field` where a JSON file is a document (`{"data": [...]}`, first character `{`) and the
+    reader takes that layout, else None: a JSON list, JSONL, CSV, or a reader that takes lists only."""
+    return field if field and fmt == "json" and first_char(path) == "{" else None
+
+
 def read(path: Path, fmt: str | None = None, *, field: str | None = None, columns: list[str] | None = None,
          sample_by: str = "line") -> Any:
     """One file -> a datasets.Dataset read by datasets' builder for its format. CSV/TSV cells are
