@@ -243,6 +243,8 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise UserError(f"{name}:{i}: not valid JSON ({exc.msg})") from None
+            if not isinstance(rows[-1], dict):  # as a file's reader says it (readers._jsonl_problem)
+                raise UserError(f"{name}:{i}: expected a JSON object per line, got {readers.json_type(rows[-1])}")
     elif len(columns) == 1:
         rows = [{columns[0]: line} for line in lines]
     else:

@@ -405,7 +405,25 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         _no_header_again(ds, header, path, fmt)
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
+    if fmt in ("json", "jsonl") and field is None and _a_record_all_null(ds):
+        problem = _not_a_record(path, fmt)  # a `null` line: said as what it is, not as missing fields
+        if problem:
+            raise UserError(problem)
     return ds
+
+
+def _a_record_all_null(ds: Any) -> bool:
+    """Whether some record has every field null (a `null` line, or `{}`: the file then says which)."""
+    import pyarrow.compute as pc
+
+    table = ds.data.table if hasattr(ds.data, "table") else ds.data
+    if table.num_columns == 0:
+        return False
+    nulls = [pc.is_null(table.column(i)) for i in range(table.num_columns)]
+    every = nulls[0]
+    for more in nulls[1:]:
+        every = pc.and_(every, more)
+    return bool(pc.any(every).as_py())
 
 
 # What datasets' json builder reads of a JSONL file at a time (its JsonConfig.chunksize default):
@@ -727,6 +745,14 @@ class _Kinds:
 
 def _at(where: Any) -> str:
     return f"line {where}" if isinstance(where, int) else str(where)
+
+
+def _not_a_record(path: Path, fmt: str) -> str | None:
+    """The first record of a JSON(L) file that is not an object, said as such: the builder reads a
+    `null` line (or list item) as a record whose every field is null, which was then called a
+    missing field. None where every record is an object."""
+    problem = _jsonl_problem(path) if fmt == "jsonl" else _json_problem(path, None)
+    return problem if problem and "expected a JSON object" in problem else None
 
 
 def _json_problem(path: Path, field: str | None, only: str | None = None) -> str | None:
