@@ -850,3 +850,32 @@ def test_a_null_record_is_said_to_be_no_object(tmp_path: Path, monkeypatch, read
     with pytest.raises(UserError) as caught:
         read(path)
     assert ":2: expected a JSON object" in str(caught.value) and "got null" in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("constant", ["-Infinity", "Infinity", "NaN"])
+@pytest.mark.parametrize("reader, layout", [
+    ("text_classification", "list"), ("summarization", "list"), ("summarization", "data"), ("squad", "data"),
+    ("predict", "list"), ("predict", "data")])
+def test_a_json_document_value_json_has_no_number_for_is_named(tmp_path: Path, reader: str, layout: str,
+                                                                 constant: str) -> None:
+    """A JSON list's label `-Infinity` reached the table as null and was called an empty label;
+    every JSON document reader now names the value and its line."""
+    from toolkit.inference import read_inputs
+    from toolkit.tasks import _generation, squad, text_classification
+
+    if reader == "squad":
+        text = ('{"data": [{"title": "t", "paragraphs": [{"context": "a b", "qas": [\n'
+                f'{{"id": "1", "question": "q?", "answers": [{{"text": "a", "answer_start": 0}}], "score": {constant}}}]}}]}}]}}\n')
+    else:
+        records = f'[{{"text": "a b", "dialogue": "x -Infinity y", "summary": "s", "label": 1}},\n{{"text": "c d", "dialogue": "d", "summary": "s", "label": {constant}}}]'
+        text = records if layout == "list" else f'{{"data": {records}}}'
+    path = tmp_path / "x.json"
+    path.write_text(text)
+    task = SimpleNamespace(json_field="data")
+    read = {"text_classification": lambda: text_classification.read_file(path),
+            "summarization": lambda: _generation.read_records(path, ("dialogue", "summary")),
+            "squad": lambda: squad.read_squad(str(path)),
+            "predict": lambda: read_inputs(str(path), ["dialogue"], (), task)}[reader]
+    with pytest.raises(UserError) as caught:
+        read()
+    assert f"x.json:2: a value is {constant}, which JSON has no number for" in str(caught.value), str(caught.value)

@@ -689,10 +689,30 @@ def json_keys_once(path: Path, field: str | None) -> None:
     (`{"text": "first", "text": "second"}` read as "second"), where a JSONL file of the same
     record is refused. A second parse of a document already under TOOLKIT_MAX_JSON_MB (a fast
     check; the key and place are looked for only when one repeats)."""
+    text = read_small_text(path)
     try:
-        json.loads(read_small_text(path), object_pairs_hook=_distinct)
+        json.loads(text, object_pairs_hook=_distinct, parse_constant=_not_json_number)
+    except _NotJsonNumber as exc:  # the builder read it as null ("empty label"), a JSONL line as -inf
+        raise UserError(f"{path}:{_constant_line(text, exc.args[0])}: a value is {exc.args[0]}, which JSON has "
+                        "no number for (NaN and Infinity are Python's, not JSON's); give the value, or leave "
+                        "the record out") from None
     except ValueError:
         raise UserError(_json_problem(path, field) or f"{path}: an object names a key twice") from None
+
+
+class _NotJsonNumber(ValueError):
+    pass
+
+
+def _not_json_number(name: str) -> Any:
+    raise _NotJsonNumber(name)
+
+
+def _constant_line(text: str, name: str) -> int:
+    """The line of the first `name` (NaN, Infinity, -Infinity) outside a string of a JSON text."""
+    blanked = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: " " * len(m.group()), text)
+    at = blanked.find(name)
+    return blanked.count("\n", 0, max(at, 0)) + 1
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
