@@ -473,3 +473,46 @@ def test_the_same_example_in_every_input_format_reads_alike_or_is_refused_alike(
         read()
     assert refused in str(caught.value), str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def _train_read(task: Any, path: Path) -> Any:
+    """The task's own training reader on one file."""
+    from toolkit.tasks import ner, text_classification
+    if hasattr(task, "read"):  # text-to-text: read_pairs / read_records
+        return task.read(str(path))
+    if task.name == "ner":
+        return ner.read_sentences(path, "tokens", "ner_tags")
+    return text_classification.read_file(path)
+
+
+@pytest.mark.parametrize("recipe, overrides, fields", [
+    ("summarization/samsum/t5-base-lora", [], ["dialogue", "summary"]),
+    ("summarization/samsum/t5-base-lora", ["task.source_field=doc", "task.target_field=sum"], ["doc", "sum"]),
+    ("translation/multi30k/t5-base-lora", [], ["en", "de"]),
+    ("glue/sst2/minilm-full", [], ["sentence", "label"]),
+    ("ner/conll2003/minilm-lora", [], ["tokens", "ner_tags"]),
+])
+def test_predict_reads_the_json_layouts_training_reads_or_refuses_alike(tmp_path: Path, recipe: str,
+                                                                       overrides: list, fields: list) -> None:
+    """`{"data": [...]}`, which summarization and translation train on, was refused by predict
+    ("expected a JSON list of objects"); now predict takes every JSON layout the task's training
+    reader takes, and refuses the others with the training reader's words."""
+    from toolkit import recipe as recipe_module
+    from toolkit.inference import read_inputs
+    from toolkit.recipe_data import find_recipe
+
+    task = recipe_module.plan(find_recipe(recipe), overrides).recipe.task
+    values = {"tokens": ["EU", "rejects"], "ner_tags": ["B-ORG", "O"], "label": "1"}
+    records = [{f: values.get(f, f"{f} text {i}") for f in fields} for i in range(2)]
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"data": records}))
+    inputs = fields[:1]
+    try:
+        _train_read(task, path)
+    except UserError as exc:
+        with pytest.raises(UserError) as caught:
+            read_inputs(str(path), inputs, ("tokens",), task)
+        assert str(caught.value) == str(exc)
+        return
+    rows = read_inputs(str(path), inputs, ("tokens",), task)
+    assert [r[inputs[0]] for r in rows] == [r[inputs[0]] for r in records]

@@ -8,6 +8,7 @@ mtime, decides what is read, and a CSV/TSV row is never shifted under its header
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import sys
@@ -811,3 +812,70 @@ def test_a_bad_record_in_a_pipe_is_named_by_the_pipe(tmp_path: Path, name: str, 
     with pytest.raises(UserError) as caught:
         read_inputs(str(source), ["text"])
     assert str(caught.value).startswith(f"{source}{said}"), str(caught.value)
+
+
+def _null_record_readers() -> dict:
+    from toolkit.inference import read_inputs
+    from toolkit.tasks import _generation, ner, squad, text_classification
+    return {
+        "text_classification": (lambda p: text_classification.read_file(p), {"text": "a b", "label": "x"}),
+        "ner": (lambda p: ner.read_sentences(p), {"tokens": ["EU"], "ner_tags": ["B-ORG"]}),
+        "squad": (lambda p: squad.read_squad(str(p)),
+                  {"question": "q?", "context": "a b", "answers": {"text": ["a"], "answer_start": [0]}}),
+        "summarization": (lambda p: _generation.read_records(p, ("dialogue", "summary")), {"dialogue": "a b", "summary": "a"}),
+        "predict": (lambda p: read_inputs(str(p), ["dialogue"]), {"dialogue": "a b"}),
+        "predict-words": (lambda p: read_inputs(str(p), ["tokens"], ("tokens",)), {"tokens": ["EU"]}),
+    }
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "stdin"])
+@pytest.mark.parametrize("reader", ["text_classification", "ner", "squad", "summarization", "predict", "predict-words"])
+def test_a_null_record_is_said_to_be_no_object(tmp_path: Path, monkeypatch, reader: str, fmt: str) -> None:
+    """A `null` line (or list item) was read as a record of nulls and said as "column 'text' is
+    missing" (or a field null, words not a list); every reader now names the record: line 2 is
+    null, not a JSON object."""
+    from toolkit.inference import read_inputs
+
+    read, record = _null_record_readers()[reader]
+    if fmt == "stdin":
+        if not reader.startswith("predict"):
+            pytest.skip("standard input is predict's")
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(f"{json.dumps(record)}\nnull\n".encode())))
+        path = "-"
+        names = list(record)
+        read = lambda p: read_inputs(p, names, ("tokens",))  # noqa: E731
+    else:
+        path = tmp_path / f"x.{fmt}"
+        path.write_text(f"{json.dumps(record)}\nnull\n" if fmt == "jsonl" else f"[{json.dumps(record)},\nnull]\n")
+    with pytest.raises(UserError) as caught:
+        read(path)
+    assert ":2: expected a JSON object" in str(caught.value) and "got null" in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("constant", ["-Infinity", "Infinity", "NaN"])
+@pytest.mark.parametrize("reader, layout", [
+    ("text_classification", "list"), ("summarization", "list"), ("summarization", "data"), ("squad", "data"),
+    ("predict", "list"), ("predict", "data")])
+def test_a_json_document_value_json_has_no_number_for_is_named(tmp_path: Path, reader: str, layout: str,
+                                                                 constant: str) -> None:
+    """A JSON list's label `-Infinity` reached the table as null and was called an empty label;
+    every JSON document reader now names the value and its line."""
+    from toolkit.inference import read_inputs
+    from toolkit.tasks import _generation, squad, text_classification
+
+    if reader == "squad":
+        text = ('{"data": [{"title": "t", "paragraphs": [{"context": "a b", "qas": [\n'
+                f'{{"id": "1", "question": "q?", "answers": [{{"text": "a", "answer_start": 0}}], "score": {constant}}}]}}]}}]}}\n')
+    else:
+        records = f'[{{"text": "a b", "dialogue": "x -Infinity y", "summary": "s", "label": 1}},\n{{"text": "c d", "dialogue": "d", "summary": "s", "label": {constant}}}]'
+        text = records if layout == "list" else f'{{"data": {records}}}'
+    path = tmp_path / "x.json"
+    path.write_text(text)
+    task = SimpleNamespace(json_field="data")
+    read = {"text_classification": lambda: text_classification.read_file(path),
+            "summarization": lambda: _generation.read_records(path, ("dialogue", "summary")),
+            "squad": lambda: squad.read_squad(str(path)),
+            "predict": lambda: read_inputs(str(path), ["dialogue"], (), task)}[reader]
+    with pytest.raises(UserError) as caught:
+        read()
+    assert f"x.json:2: a value is {constant}, which JSON has no number for" in str(caught.value), str(caught.value)

@@ -235,3 +235,50 @@ def test_every_declared_metric_is_reported_with_its_own_declaration(name: str, s
         for suffix in task.suffixes():
             got = task.declaration(metric.name + suffix)
             assert (got.higher_is_better, got.scale) == (metric.higher_is_better, metric.scale), (metric, suffix, got)
+
+
+# Each task's field settings, one field named twice: a scored field as an input (the model reads its
+# own answer: accuracy 1.0, ROUGE 100, exit 0), or two inputs one field.
+ONE_FIELD_TWICE = [
+    ("glue/sst2/minilm-full", "task.name=text_classification task.eval_file=x.csv task.text_columns=[t] task.label_column=t",
+     "task.label_column: 't' is also in task.text_columns: the model would read what it is scored on"),
+    ("ner/conll2003/minilm-lora", "task.tokens_field=w task.tags_field=w",
+     "task.tags_field: 'w' is also in task.tokens_field: the model would read what it is scored on"),
+    ("squad/v1.1/minilm-full", "task.question_field=q task.answers_field=q",
+     "task.answers_field: 'q' is also in task.question_field: the model would read what it is scored on"),
+    ("squad/v1.1/minilm-full", "task.context_field=c task.answers_field=c",
+     "task.answers_field: 'c' is also in task.context_field: the model would read what it is scored on"),
+    ("squad/v1.1/minilm-full", "task.question_field=q task.context_field=q",
+     "task.context_field: 'q' is also in task.question_field: a field holds one thing"),
+    ("squad/v1.1/minilm-full", "task.id_field=q task.question_field=q",
+     "task.question_field: 'q' is also in task.id_field: a field holds one thing"),
+    ("summarization/samsum/t5-base-lora", "task.source_field=x task.target_field=x",
+     "task.target_field: 'x' is also in task.source_field: the model would read what it is scored on"),
+    # the preset's source field (SAMSum: dialogue) named as the target
+    ("summarization/samsum/t5-base-lora", "task.target_field=dialogue",
+     "task.target_field: 'dialogue' is also in task.source_field: the model would read what it is scored on"),
+    ("translation/multi30k/t5-base-lora", "task.source_field=x task.target_field=x",
+     "task.target_field: 'x' is also in task.source_field: the model would read what it is scored on"),
+]
+
+
+def test_every_task_with_field_settings_is_checked_for_one_field_twice() -> None:
+    from toolkit.tasks import TASKS
+    named = {TASKS.get(n).__name__ for n in TASKS.names() if TASKS.get(n).field_keys or TASKS.get(n).scored_keys}
+    assert named == {"TextClassification", "Ner", "Squad", "Summarization", "Translation"}, named
+
+
+@pytest.mark.parametrize("entry", ["validate", "run", "api"])
+@pytest.mark.parametrize("recipe, overrides, message", ONE_FIELD_TWICE)
+def test_one_field_in_two_roles_is_refused_at_validate(tmp_path: Path, cli, entry: str, recipe: str,
+                                                       overrides: str, message: str) -> None:
+    (tmp_path / "x.csv").write_text("t,label\na,b\n")
+    args = [o.replace("x.csv", str(tmp_path / "x.csv")) for o in overrides.split(" ")]
+    if entry == "api":
+        import toolkit
+        with pytest.raises(UserError, match=message):
+            toolkit.validate(recipe, args)
+        return
+    code, out, err = cli(entry, recipe, *args, *(["--runs-dir", tmp_path / "runs"] if entry == "run" else []))
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "runs").exists()

@@ -251,8 +251,8 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
         if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
             if stream:
                 with readers.spooled(path) as copy:
-                    return _read_structured(copy, columns, lists)
-            return _read_structured(path, columns, lists)
+                    return _read_structured(copy, columns, lists, task)
+            return _read_structured(path, columns, lists, task)
     lines, name, blank = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
     if not lines:
         raise UserError(f"--input: {name} holds no examples")
@@ -271,6 +271,8 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise UserError(f"{name}:{i}: not valid JSON ({exc.msg})") from None
+            if not isinstance(rows[-1], dict):  # as a file's reader says it (readers._jsonl_problem)
+                raise UserError(f"{name}:{i}: expected a JSON object per line, got {readers.json_type(rows[-1])}")
     elif len(columns) == 1:
         rows = [{columns[0]: line} for line in lines]
     else:
@@ -305,17 +307,20 @@ def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: 
                             + (" or a list of words" if c in lists else ""))
 
 
-def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...]) -> list[dict]:
-    """A CSV/TSV/JSON(L) input file through the shared reader (FILE:LINE for every bad record)."""
+def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None) -> list[dict]:
+    """A CSV/TSV/JSON(L) input file through the shared reader (FILE:LINE for every bad record), in
+    the JSON layouts the task's training reader takes (`Task.json_field`: `{"data": [...]}`)."""
     fmt = readers.file_format(path)
-    ds = readers.lift_nested(readers.read(path, fmt))  # {"translation": {"en": ...}} as a run reads it
+    field = readers.document_field(path, fmt, getattr(task, "json_field", None))
+    keys = (lambda i: [field, i]) if field else None
+    ds = readers.lift_nested(readers.read(path, fmt, field=field))  # {"translation": {"en": ...}} as a run reads it
     missing = [c for c in columns if c not in ds.column_names]
     if missing:
         raise UserError(f"{path}: field '{missing[0]}' is missing (it has: {', '.join(ds.column_names)}); "
                         f"this task reads {', '.join(columns)}")
     for column in columns:
         if column not in lists:
-            readers.check_text(ds, column, path, fmt, what=f"field '{column}'")
+            readers.check_text(ds, column, path, fmt, what=f"field '{column}'", keys=keys)
     rows = ds.to_list()
     words = [c for c in columns if c in lists]
     for i, row in enumerate(rows if words else []):  # a field of words: each row checked as standard

@@ -320,6 +320,12 @@ def _quiet_builders() -> Iterator[None]:
             ds_logging.enable_progress_bar()
 
 
+def document_field(path: Path, fmt: str, field: str | None) -> str | None:
+    """`field` where a JSON file is a document (`{"data": [...]}`, first character `{`) and the
+    reader takes that layout, else None: a JSON list, JSONL, CSV, or a reader that takes lists only."""
+    return field if field and fmt == "json" and first_char(path) == "{" else None
+
+
 def read(path: Path, fmt: str | None = None, *, field: str | None = None, columns: list[str] | None = None,
          sample_by: str = "line") -> Any:
     """One file -> a datasets.Dataset read by datasets' builder for its format. CSV/TSV cells are
@@ -399,7 +405,25 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         _no_header_again(ds, header, path, fmt)
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
+    if fmt in ("json", "jsonl") and field is None and _a_record_all_null(ds):
+        problem = _not_a_record(path, fmt)  # a `null` line: said as what it is, not as missing fields
+        if problem:
+            raise UserError(problem)
     return ds
+
+
+def _a_record_all_null(ds: Any) -> bool:
+    """Whether some record has every field null (a `null` line, or `{}`: the file then says which)."""
+    import pyarrow.compute as pc
+
+    table = ds.data.table if hasattr(ds.data, "table") else ds.data
+    if table.num_columns == 0:
+        return False
+    nulls = [pc.is_null(table.column(i)) for i in range(table.num_columns)]
+    every = nulls[0]
+    for more in nulls[1:]:
+        every = pc.and_(every, more)
+    return bool(pc.any(every).as_py())
 
 
 # What datasets' json builder reads of a JSONL file at a time (its JsonConfig.chunksize default):
@@ -665,10 +689,30 @@ def json_keys_once(path: Path, field: str | None) -> None:
     (`{"text": "first", "text": "second"}` read as "second"), where a JSONL file of the same
     record is refused. A second parse of a document already under TOOLKIT_MAX_JSON_MB (a fast
     check; the key and place are looked for only when one repeats)."""
+    text = read_small_text(path)
     try:
-        json.loads(read_small_text(path), object_pairs_hook=_distinct)
+        json.loads(text, object_pairs_hook=_distinct, parse_constant=_not_json_number)
+    except _NotJsonNumber as exc:  # the builder read it as null ("empty label"), a JSONL line as -inf
+        raise UserError(f"{path}:{_constant_line(text, exc.args[0])}: a value is {exc.args[0]}, which JSON has "
+                        "no number for (NaN and Infinity are Python's, not JSON's); give the value, or leave "
+                        "the record out") from None
     except ValueError:
         raise UserError(_json_problem(path, field) or f"{path}: an object names a key twice") from None
+
+
+class _NotJsonNumber(ValueError):
+    pass
+
+
+def _not_json_number(name: str) -> Any:
+    raise _NotJsonNumber(name)
+
+
+def _constant_line(text: str, name: str) -> int:
+    """The line of the first `name` (NaN, Infinity, -Infinity) outside a string of a JSON text."""
+    blanked = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: " " * len(m.group()), text)
+    at = blanked.find(name)
+    return blanked.count("\n", 0, max(at, 0)) + 1
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
@@ -721,6 +765,14 @@ class _Kinds:
 
 def _at(where: Any) -> str:
     return f"line {where}" if isinstance(where, int) else str(where)
+
+
+def _not_a_record(path: Path, fmt: str) -> str | None:
+    """The first record of a JSON(L) file that is not an object, said as such: the builder reads a
+    `null` line (or list item) as a record whose every field is null, which was then called a
+    missing field. None where every record is an object."""
+    problem = _jsonl_problem(path) if fmt == "jsonl" else _json_problem(path, None)
+    return problem if problem and "expected a JSON object" in problem else None
 
 
 def _json_problem(path: Path, field: str | None, only: str | None = None) -> str | None:

@@ -118,6 +118,7 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     is the recipe at the bottom of a `{run: ...}` chain (RunPlan.base): continued pretraining
     keeps the model family of its base; None: this recipe names its model itself."""
     task = recipe.task
+    task.check_fields()
     task.check()
     tracking.check(recipe.train.report_to)
     train = recipe.train

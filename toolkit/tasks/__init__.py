@@ -100,6 +100,13 @@ class Task:
     # tokenizer is then loaded to tokenize each word as it reads inside running text
     # (models.load_tokenizer), which byte-level BPE tokenizers do only with add_prefix_space
     words_given: ClassVar[bool] = False
+    # the recipe keys that name a record's fields (`check_fields`): those the model reads (and ids),
+    # then those it is scored on
+    field_keys: ClassVar[tuple[str, ...]] = ()
+    # the key of a JSON document's list of records (`{"data": [...]}`) its training reader takes
+    # besides a JSON list; predict reads the same layouts (inference._read_structured)
+    json_field: ClassVar[str | None] = None
+    scored_keys: ClassVar[tuple[str, ...]] = ()
 
     max_length: int = field(default=128, metadata={"min": 8})
     data_dir: str | None = None  # default: $TOOLKIT_DATA
@@ -115,6 +122,29 @@ class Task:
         never reads, each with why (known once `model_head` has seen the family): one set to other
         than its default is refused at validate (recipe.refuse_ignored). {}: it reads them all."""
         return {}
+
+    def named_fields(self) -> dict[str, list[str]]:
+        """Recipe key -> the fields it names (`field_keys`, then `scored_keys`); unset keys left out."""
+        out: dict[str, list[str]] = {}
+        for key in self.field_keys + self.scored_keys:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = [value] if isinstance(value, str) else list(value)
+        return out
+
+    def check_fields(self) -> None:
+        """Each field of a record has one role: a field the task scores (its label, target, tags,
+        answers) read as an input too would let the model read each answer in its own input
+        (accuracy 1.0, ROUGE 100, exit 0); two inputs of one field are one input twice."""
+        seen: dict[str, str] = {}
+        for key, names in self.named_fields().items():
+            for name in names:
+                if name in seen:
+                    why = ("the model would read what it is scored on in its own input"
+                           if key in self.scored_keys else "a field holds one thing")
+                    raise UserError(f"task.{key}: '{name}' is also in task.{seen[name]}: {why}; "
+                                    "name a field of its own for each")
+                seen[name] = key
 
     def declared_metrics(self) -> list[Metric]:
         raise NotImplementedError

@@ -108,10 +108,10 @@ def read_records(path: Path, fields: tuple[str, ...] | None = None,
         raise UserError(f"{path}: unknown format '{''.join(suffix)}'; use .json, .jsonl or .csv "
                         "(optionally .gz), or parallel text files named with {lang}")
     fmt = readers.file_format(path, ("json", "jsonl", "csv"))
-    field = "data" if fmt == "json" and readers.first_char(path) == "{" else None
+    field = readers.document_field(path, fmt, TextToText.json_field)
     ds = readers.lift_nested(readers.read(path, fmt, field=field))
     fields = pick(ds, str(path)) if pick is not None else fields
-    keys = (lambda i: ["data", i]) if field else None
+    keys = (lambda i: [field, i]) if field else None
     for name in fields:
         readers.check_text(ds, name, path, fmt, what=f"'{name}'", keys=keys)
     return readers.as_text(ds.select_columns(list(fields)), list(fields))
@@ -187,6 +187,7 @@ class TextToText(TokenTask):
     """Source text -> target text, trained with teacher forcing and scored on generated text."""
 
     names: ClassVar[tuple[str, str]] = ("sources", "targets")  # what a cut is counted in
+    json_field: ClassVar[str | None] = "data"  # read_records
 
     max_length: int = field(default=512, metadata={"min": 8})  # source tokens
     max_target_length: int = field(default=128, metadata={"min": 1})

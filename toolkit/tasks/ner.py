@@ -28,7 +28,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -233,6 +233,8 @@ class Ner(Task):
     # tag names in id order; None: every tag the files hold (O first, then by type)
     labels: list[str] | None = field(default_factory=lambda: list(CONLL_TAGS))
     scheme: Literal["auto", "IOB1", "IOB2", "IOBES"] = "auto"  # checked in labels and files (_tags)
+    field_keys: ClassVar[tuple[str, ...]] = ("tokens_field",)
+    scored_keys: ClassVar[tuple[str, ...]] = ("tags_field",)
     tokens_field: str | None = None  # JSONL fields; None: tokens / words
     tags_field: str | None = None  # None: ner_tags / tags / labels / ner
 

@@ -28,7 +28,7 @@ import random
 import sys
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 
@@ -286,6 +286,8 @@ class Squad(TextToText):
     # it off: the resolved recipe then says null)
     split_articles: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
     split_seed: int = 0
+    field_keys: ClassVar[tuple[str, ...]] = ("id_field", "question_field", "context_field")
+    scored_keys: ClassVar[tuple[str, ...]] = ("answers_field",)
     question_field: str | None = None  # a flat file's fields; None: inferred (`QaFields`)
     context_field: str | None = None
     answers_field: str | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -70,6 +70,8 @@ class Summarization(TextToText):
     subset: Literal["samsum", "cnn_dailymail", "xsum", "custom"] = "samsum"
     train_file: str | None = None  # JSON / JSONL / CSV; overrides the preset's
     eval_file: str | None = None
+    field_keys: ClassVar[tuple[str, ...]] = ("source_field",)
+    scored_keys: ClassVar[tuple[str, ...]] = ("target_field",)
     source_field: str | None = None  # default: the preset's (SAMSum: dialogue)
     target_field: str | None = None  # default: the preset's (SAMSum: summary)
 
@@ -77,6 +79,12 @@ class Summarization(TextToText):
         if self.subset == "custom" and not self.eval_file:
             raise UserError("task.eval_file: subset 'custom' reads local files; set task.eval_file "
                             "(and task.train_file to train)")
+
+    def named_fields(self) -> dict[str, list[str]]:
+        """A preset's own files hold the preset's fields: a setting is checked against the other's default."""
+        if self.train_file or self.eval_file:
+            return super().named_fields()
+        return {"source_field": [self.fields()[0]], "target_field": [self.fields()[1]]}
 
     def declared_metrics(self) -> list[Metric]:
         return [declaration(k) for k in ROUGE_KEYS]

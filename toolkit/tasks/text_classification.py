@@ -12,7 +12,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 from toolkit import readers
 from toolkit.errors import UserError
@@ -42,6 +42,8 @@ def _where(path: str, index: int, fmt: str) -> str:
 class TextClassification(Classification):
     """Labelled text of the user's own, from files or the Hub."""
 
+    field_keys: ClassVar[tuple[str, ...]] = ("text_columns",)
+    scored_keys: ClassVar[tuple[str, ...]] = ("label_column",)
 
     train_file: str | None = None
     eval_file: str | None = None
@@ -76,9 +78,6 @@ class TextClassification(Classification):
             raise UserError("task.eval_file: required (or task.dataset for a Hub data set)")
         if self.dataset is not None and (self.train_file or self.eval_file or self.test_file):
             raise UserError("task.dataset: give either a Hub data set or files, not both")
-        if self.label_column is not None and self.label_column in (self.text_columns or []):
-            raise UserError(f"task.label_column: '{self.label_column}' is also in task.text_columns: the model would "
-                            "read each example's label in its own text; name the column that holds the label")
         reserved_text_column(self.text_columns)
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise UserError(f"task.labels: names repeat ({', '.join(self.labels)})")

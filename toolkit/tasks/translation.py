@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -50,6 +50,8 @@ class Translation(TextToText):
     target_lang: str = "de"
     train_file: str | None = None  # parallel text with {lang}, or JSON / JSONL / CSV
     eval_file: str | None = None
+    field_keys: ClassVar[tuple[str, ...]] = ("source_field",)
+    scored_keys: ClassVar[tuple[str, ...]] = ("target_field",)
     source_field: str | None = None  # records: default the language codes
     target_field: str | None = None
     bleu_tokenize: Literal["13a", "intl", "zh", "ja-mecab", "char", "none"] = "13a"
