@@ -337,6 +337,7 @@ def test_a_checkpoint_cut_short_while_written_is_passed_over_said_and_removed(tm
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)
             (folder / rel).write_bytes(b"x")
     runs.write_json(whole / "trainer_state.json", {"step": 3, "manifest": runs.manifest(whole)})
+    (run / "log.jsonl").write_text("".join(f'{{"step": {i}, "loss": 1.0}}\n' for i in (1, 2, 3)))  # the run's log, kept
     loaded = []
     monkeypatch.setattr(checkpoints, "_load", lambda acc, folder: loaded.append(folder))
     acc = _launch(*launch)
