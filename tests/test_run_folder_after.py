@@ -83,6 +83,31 @@ def test_a_rerun_is_refused_while_an_entry_point_reads_the_run(trained: Path, cl
     assert (trained / "metrics.json").is_file() and (trained / "model").is_dir()
 
 
+# the readers of a folder of runs: a run's recipe.yaml says its row, seed group and setting
+REPORTS = {"cli report": lambda cli, root: _cli(cli, "report", root, "--no-plots"),
+           "api report": lambda cli, root: toolkit.report([root])}
+
+
+@pytest.mark.parametrize("entry", REPORTS)
+@pytest.mark.parametrize("edit", [(r"seed: \d+", "seed: 7"), (r"name: lora", "name: ia3"), (r"lr: \S+", "lr: 0.5")],
+                         ids=["seed", "method", "lr"])
+def test_a_report_refuses_a_run_recipe_edited_after_the_run(run_copy: Path, cli, entry: str, edit: tuple) -> None:
+    """`toolkit report` read recipe.yaml as written: a run whose seed, method or lr was edited by
+    hand was reported as another seed, in another row or grid point, exit 0 (eval, predict and
+    export refused it). The same one line as theirs, and no report.md."""
+    root = run_copy.parent.parent
+    text = (run_copy / "recipe.yaml").read_text()
+    edited = re.sub(edit[0], edit[1], text, count=1)
+    assert edited != text
+    (run_copy / "recipe.yaml").write_text(edited)
+    with pytest.raises(toolkit.UserError, match=r"recipe.yaml: not the recipe this run was made with .*put it back"):
+        REPORTS[entry](cli, root)
+    assert not (root / "report.md").exists()
+    (run_copy / "recipe.yaml").write_text(text)
+    REPORTS[entry](cli, root)  # as the run wrote it: reported
+    assert (root / "report.md").is_file()
+
+
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 def test_a_run_recipe_edited_after_the_run_is_one_line(run_copy: Path, tmp_path: Path, cli, entry: str) -> None:
     """recipe.yaml edited by hand after the run (here max_length) was read as written: eval scored
@@ -106,6 +131,7 @@ def test_an_unedited_run_recipe_is_taken_and_runs_before_the_record_are_not_judg
     recipe_hash (not judged, even edited)."""
     chained = toolkit.run("demo/sst2/minilm-full-from-wikitext", SHORT, runs_dir=tmp_path / "chain", smoke=True)
     assert "accuracy" in toolkit.evaluate(chained)["eval"]
+    assert "| accuracy" in toolkit.report([tmp_path / "chain"])  # both runs of the chain, as written
     assert "accuracy" in toolkit.evaluate(run_copy, overrides={"task.max_length": 16})["eval"]
     metrics = json.loads((run_copy / "metrics.json").read_text())
     del metrics["recipe_hash"]

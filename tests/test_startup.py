@@ -59,6 +59,20 @@ def test_validate_every_recipe_imports_no_heavy_library() -> None:
     assert _heavy_after(["validate"]) == {"codes": [expected], "heavy": []}
 
 
+def test_report_imports_no_heavy_library(tmp_path: Path) -> None:
+    """`toolkit report` reads run folders alone, each recipe.yaml checked against the hash its
+    metrics.json records (toolkit/recipe.py `made_with`, as eval does): no torch for that."""
+    from toolkit import recipe as recipes
+
+    made = recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml")
+    run = tmp_path / "runs" / "demo" / "run1"
+    run.mkdir(parents=True)
+    (run / "recipe.yaml").write_text(recipes.dump(made))
+    (run / "metrics.json").write_text(json.dumps({"eval": {"accuracy": 0.5}, "main_metric": "accuracy",
+                                                  "recipe_hash": made.hash, "seed": 42, "method": "lora"}))
+    assert _heavy_after(["report", str(tmp_path / "runs"), "--no-plots"]) == {"codes": [0], "heavy": []}
+
+
 def test_validate_of_a_local_model_folder_reads_its_config(tmp_path: Path) -> None:
     """A local checkpoint's family comes from its config.json, read as JSON."""
     folder = tmp_path / "model"

@@ -21,7 +21,7 @@ from accelerate.utils import set_seed
 from toolkit import attention, evaluation, heads, hub, methods, models, readers, runs
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
-from toolkit.recipe import Recipe, apply_overrides, find_recipe, parse, read_yaml, safe_yaml
+from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
 from toolkit.tasks import TASKS
 from toolkit.train import Setup, eval_loaders
 
@@ -39,11 +39,11 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
                         "restore it or run the recipe again") from None
     if not isinstance(raw, dict):
         raise UserError(f"{file}: the run's recipe is damaged (not a mapping); restore it or run the recipe again")
+    made_with(run, raw, runs_json(run / "metrics.json").get("recipe_hash") if runs.is_finished(run) else None,
+              " (or change a setting on purpose: toolkit eval RUN task.KEY=VALUE)")
     model = raw.get("model")
-    chained = isinstance(model, dict) and isinstance(model.get("checkpoint"), dict)
-    if chained:  # the run it started from, not its recipe
+    if isinstance(model, dict) and isinstance(model.get("checkpoint"), dict):  # the run it started from
         raw["model"] = {**model, "checkpoint": str(chained_base(run, str(raw.get("name"))))}
-    _made_with(run, raw, model.get("checkpoint") if chained else None)
     if task_from:
         task = read_yaml(find_recipe(task_from)).get("task")
         if not isinstance(task, dict):  # a base file of settings alone: a KeyError traceback
@@ -54,30 +54,6 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     if bad:
         raise UserError(f"override '{bad[0]}': only task.* settings can change when scoring a run")
     return parse(apply_overrides(raw, task_overrides or []))
-
-
-def _made_with(run: Path, raw: dict, chained_from: dict | None) -> None:
-    """The run's recipe.yaml must be the recipe the run was made with: metrics.json records its
-    hash (`recipe_hash`, as `Recipe.hash` computes it; a chained run's hash holds its
-    `{run: ...}` checkpoint, put back here). Edited by hand after the run, it was read as written:
-    eval scored another setting (max_length, eval_file) and wrote it as the run's score, predict
-    and export read the model under other settings, exit 0. A run from before the field, or one
-    not finished, is not judged."""
-    try:
-        made = json.loads((run / "metrics.json").read_text(encoding="utf-8")).get("recipe_hash")
-    except (OSError, ValueError, AttributeError):
-        return  # none, or damaged: said where the run's metrics are read
-    if made is None:
-        return
-    hashed = parse(raw).hashed_dict()
-    if chained_from is not None:
-        hashed["model"]["checkpoint"] = chained_from
-    now = Recipe.digest(hashed)
-    if now != made:
-        raise UserError(f"{run / 'recipe.yaml'}: not the recipe this run was made with (it hashes as {now}; "
-                        f"metrics.json records recipe_hash {made}): it was edited after the run; put it back as "
-                        "the run wrote it, or change a setting on purpose (toolkit eval RUN task.KEY=VALUE, or "
-                        "toolkit run on a copy of it as a recipe of its own, which trains that run)")
 
 
 def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:

@@ -24,9 +24,9 @@ from toolkit.schema import build_dataclass, build_plugin
 
 # what callers read from here (the data and schema below are re-exported: one name to import)
 __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS",
-           "TrainConfig", "apply_overrides", "build_dataclass", "build_plugin", "check", "check_data", "check_environment",
+           "TrainConfig", "apply_overrides", "build_dataclass", "build_plugin", "built", "check", "check_data", "check_environment",
            "dump", "find_recipe",
-           "load", "parse", "parse_plan", "plan", "read_yaml", "recipe_files", "recipe_name", "recipes_root",
+           "load", "made_with", "parse", "parse_plan", "plan", "read_yaml", "recipe_files", "recipe_name", "recipes_root",
            "safe_yaml", "smoke_sized", "upstream"]
 
 
@@ -40,6 +40,20 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
                seen: tuple[Path, ...] = ()) -> RunPlan:
     """Raw mapping -> the recipe and the run its `{run: ...}` checkpoint names (loaded to check
     this one: its model family is this run's), kept beside the recipe, out of its hash."""
+    recipe = built(raw, name, smoke)
+    checked = RunPlan(recipe)
+    if isinstance(recipe.model.checkpoint, dict):
+        checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
+        chain.check(recipe, checked.upstream.recipe)
+        recipe.upstream_id = runs.run_id(checked.upstream.recipe)
+    check(recipe, checked.base)
+    return checked
+
+
+def built(raw: dict, name: str = "recipe", smoke: bool = False) -> Recipe:
+    """Raw mapping -> Recipe, each section and plug-in built and its fields checked, without the
+    checks across fields that read a model's config or a chained run's recipe (`check`): what a
+    recipe's hash needs, so a run folder's recipe.yaml is judged on this machine or any other."""
     raw = dict(raw)
     saved_name, saved_smoke = raw.pop("name", None), raw.pop("smoke", False)  # a run's recipe.yaml
     if not isinstance(saved_smoke, bool):
@@ -62,21 +76,36 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
     for key in ("model", "task", "method"):
         if key not in raw:
             raise UserError(f"{key}: required section is missing")
-    built = {key: build_dataclass(cls, raw.get(key, {}), key) for key, cls in SECTIONS.items()}
-    built["model"].attention = attention.from_recipe(built["model"].attention, "model.attention")
-    if isinstance(built["model"].attention, attention.Attention):
-        built["model"].attention.run_seed = built["train"].seed  # draws follow the run's seed
+    sections = {key: build_dataclass(cls, raw.get(key, {}), key) for key, cls in SECTIONS.items()}
+    sections["model"].attention = attention.from_recipe(sections["model"].attention, "model.attention")
+    if isinstance(sections["model"].attention, attention.Attention):
+        sections["model"].attention.run_seed = sections["train"].seed  # draws follow the run's seed
     task = build_plugin(tasks.TASKS, raw["task"], "task")
     method = build_plugin(methods.METHODS, raw["method"], "method")
-    recipe = Recipe(model=built["model"], task=task, method=method, train=built["train"],
-                    name=task.run_name(name), smoke=smoke)
-    checked = RunPlan(recipe)
-    if isinstance(recipe.model.checkpoint, dict):
-        checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
-        chain.check(recipe, checked.upstream.recipe)
-        recipe.upstream_id = runs.run_id(checked.upstream.recipe)
-    check(recipe, checked.base)
-    return checked
+    return Recipe(model=sections["model"], task=task, method=method, train=sections["train"],
+                  name=task.run_name(name), smoke=smoke)
+
+
+def made_with(run: Path, raw: dict, recorded: Any, then: str = "") -> None:
+    """A run folder's recipe.yaml (`raw`, as read) must be the recipe the run was made with:
+    metrics.json records its hash (`recorded`, its `recipe_hash`, as `Recipe.hash` computes it).
+    Edited by hand after the run, it was read as written: eval scored another setting (max_length,
+    eval_file) and wrote it as the run's score, predict and export read the model under other
+    settings, and a report put the run in another seed group or row (seed, method, lr), exit 0.
+    A run from before the field (`recorded` None) is not judged. `then`: what the caller would
+    do on purpose instead (eval's task.KEY=VALUE), said in the line."""
+    if recorded is None:
+        return
+    file = run / "recipe.yaml"
+    try:
+        now = built(raw).hash
+    except UserError as exc:
+        now = f"unreadable ({exc})"
+    if now != recorded:
+        raise UserError(f"{file}: not the recipe this run was made with (it hashes as {now}; metrics.json "
+                        f"records recipe_hash {recorded}): it was edited after the run; put it back as the run "
+                        f"wrote it{then}, or run the changed recipe as a run of its own (toolkit run on a "
+                        "copy of it as a recipe)")
 
 
 def _check_printable(name: str, named: bool) -> None:

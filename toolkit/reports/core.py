@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from toolkit import runs as run_folders
+from toolkit import recipe as recipes, runs as run_folders
 from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
 from toolkit.recipe_data import safe_yaml
@@ -53,7 +53,7 @@ METRICS_FIELDS: dict[str, str] = {
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
     "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
-    "resumed_under_other_code": "a list",
+    "resumed_under_other_code": "a list", "recipe_hash": "a string",
 }
 
 
@@ -122,6 +122,8 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
                                 f"{json.dumps(recipe[section], default=str)[:60]}; this is not the recipe.yaml a "
                                 "run writes: remove or re-run that run")
             check_metrics(data, metrics)
+            if recipe:  # the setting, seed and row it is reported under are the ones it ran
+                recipes.made_with(run, recipe, data.get("recipe_hash"))
             name = str(run.parent.relative_to(root)) if run.parent != root else run.name
             if (recipe or {}).get("smoke"):
                 name += SMOKE
