@@ -451,6 +451,54 @@ def test_seeds_on_other_data_are_not_one_entry(tmp_path: Path, field: str, first
     assert sorted((row[2], row[acc]) for row in table) == [("2", "61.00 ± 1.41"), ("2", "81.00 ± 1.41")]
 
 
+def _as_run_wrote_it(run: Path, data: str | None, ran_on: str, processes: int = 1) -> None:
+    """metrics.json with the recipe's hash and the run id runs.run_id gives for data `ran_on`;
+    data_sha256 recorded as `data` (None: a run from before the field)."""
+    import hashlib
+
+    from toolkit import recipe as recipes
+
+    made = recipes.built(yaml.safe_load((run / "recipe.yaml").read_text())).hash
+    run_id = hashlib.sha256(f"{made}|{processes}|{ran_on}".encode()).hexdigest()[:12]
+    _stamp(run, recipe_hash=made, num_processes=processes, run_id=run_id,
+           **({"data_sha256": data} if data else {}))
+
+
+@pytest.mark.parametrize("table", ["pivot", "runs table", "glue"])
+def test_seeds_from_before_data_sha256_join_new_seeds_on_the_data_their_run_id_proves(tmp_path: Path,
+                                                                                      table: str) -> None:
+    """Seeds 42 and 43 ran before metrics.json recorded data_sha256, 44 and 45 after, one recipe
+    on one data: the old seeds were another setting ('data=None'), a pivot cell reported the
+    better half as a grid's best, the GLUE table averaged half the seeds, exit 0. Their run id
+    proves their data (it hashes recipe, processes and data), so they are seeds of one entry;
+    an old run whose id proves no recorded data (the file was edited since) stays apart."""
+    data = "d" * 64
+    for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.60), (45, 0.62)):
+        run = fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
+        _as_run_wrote_it(run, data if seed > 43 else None, data)
+    items = report.collect(tmp_path)
+
+    def seen() -> list:
+        if table == "pivot":
+            return report.pivots(items, "task", "method")[0].cells[("sst2", "full")].stat.values
+        if table == "runs table":
+            header, rows = report.rows(items)
+            return [(r[2], r[header.index("accuracy (%) ↑")]) for r in rows]
+        return [line for line in glue_report.render(items).splitlines() if "| tiny full" in line]
+
+    got = seen()
+    if table == "pivot":
+        assert sorted(got) == [0.60, 0.62, 0.80, 0.82]
+    elif table == "runs table":
+        assert got == [("4", "71.00 ± 11.60")]
+    else:
+        assert len(got) == 1 and "71.00 ± 11.60" in got[0], got
+    _as_run_wrote_it(next(tmp_path.rglob("*full42*")), None, "e" * 64)  # seed 42 ran on other data
+    items = report.collect(tmp_path)
+    header, rows = report.rows(items)
+    assert sorted(r[2] for r in rows) == ["1", "3"]
+
+
 def test_a_comparison_across_eval_sets_is_said(tmp_path: Path) -> None:
     """LoRA scored on 500 dev examples beside full fine-tuning scored on all of them: the pivot and
     the runs table say the numbers are not a comparison; on one eval set they say nothing."""
