@@ -187,6 +187,30 @@ def test_a_report_that_fails_leaves_the_last_one_whole(tmp_path: Path, cli, entr
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("how", ["rte runs removed", "no plots"])
+def test_a_plot_the_new_report_does_not_draw_is_not_left_beside_it(tmp_path: Path, cli, entry: str, how: str) -> None:
+    """The RTE runs removed (or the report run again with --no-plots): the last report's RTE (or
+    every) PNG stayed beside the new report.md, looking current, exit 0. The plots the previous
+    report.md linked and this one does not draw are removed; nothing else in the folder is."""
+    for seed in (42, 43):
+        for task in ("sst2", "rte"):
+            fake_run(tmp_path, task, "full", seed, {"accuracy": 0.60 + seed / 1000})
+    assert cli("report", tmp_path)[0] == 0
+    assert len(list(tmp_path.glob("*.png"))) == 6
+    (tmp_path / "cost-mine.png").write_bytes(b"a picture of the user's own")
+    if how == "rte runs removed":
+        shutil.rmtree(tmp_path / "glue" / "rte")
+    no_plots = how == "no plots"
+    if entry == "cli":
+        assert cli("report", tmp_path, *(["--no-plots"] if no_plots else []))[0] == 0
+    else:
+        toolkit_report([tmp_path], plots=not no_plots)
+    left = {p.name for p in tmp_path.glob("*.png")}
+    assert left == {"cost-mine.png"} | (set() if no_plots else {"curves-sst2.png", "params-sst2.png", "cost-sst2.png"})
+    assert all(f"({name})" in (tmp_path / "report.md").read_text() for name in left - {"cost-mine.png"})
+
+
 def test_runs_from_before_fast_dropout_are_reported_as_torchs_dropout(tmp_path: Path) -> None:
     """A recipe.yaml written before train.fast_dropout existed ran torch's dropout: the report
     calls it fast_dropout=False, beside new runs' True, never None."""

@@ -47,8 +47,11 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
     # nothing is written before every table, note and plot is drawn: a damaged log.jsonl left
     # some PNGs new beside the previous report.md, exit 2
     out.mkdir(parents=True, exist_ok=True)
+    old = plotting.stale(out, pngs)  # the previous report's plots this one does not draw
     plotting.write_all(pngs)
     run_folders.write_whole(out / "report.md", text)  # whole or the previous one, killed at any moment
+    for path in old:
+        path.unlink(missing_ok=True)
     return text
 
 

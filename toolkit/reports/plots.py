@@ -257,6 +257,23 @@ def all_plots(items: list[dict], out: Path) -> list[Path]:
     return list(drawn)
 
 
+PLOT_LINK = re.compile(r"!\[[^\]\n]*\]\(((?:curves|params|cost)-[^)/\\\n]*\.png)\)")
+
+
+def stale(out: Path, drawn: dict[Path, bytes]) -> list[Path]:
+    """The plots the report.md in `out` links (written by the report before this one) that this
+    report does not draw: a task whose runs were removed, or `--no-plots`. Left beside the new
+    report.md they looked current (a cost-rte.png of runs no longer there). Only files that
+    report linked, by the report's own names: nothing else in the folder is touched."""
+    previous = out / "report.md"
+    try:
+        text = previous.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    names = dict.fromkeys(PLOT_LINK.findall(text))
+    return [out / n for n in names if (out / n).is_file() and out / n not in drawn]
+
+
 def write_all(files: dict[Path, bytes]) -> None:
     """Each file whole (runs.write_whole), its folder made."""
     for path, data in files.items():
