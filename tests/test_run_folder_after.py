@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 import toolkit
 from toolkit import runs
@@ -106,6 +107,32 @@ def test_a_report_refuses_a_run_recipe_edited_after_the_run(run_copy: Path, cli,
     (run_copy / "recipe.yaml").write_text(text)
     REPORTS[entry](cli, root)  # as the run wrote it: reported
     assert (root / "report.md").is_file()
+
+
+@pytest.mark.parametrize("entry", [*REPORTS, "api evaluate", "cli predict"])
+def test_a_run_from_before_a_field_was_added_is_taken_and_judged_as_written(run_copy: Path, tmp_path: Path, cli,
+                                                                           entry: str) -> None:
+    """A run made before train.skip_nonfinite existed: its recipe.yaml lacks the field and its
+    recipe_hash covers the fields it had. Built now, the field's default changed the hash, so
+    the unedited run was refused as edited, by the report and by eval, predict and export alike.
+    Judged as written, it is taken; edited as well, it is still one line."""
+    from toolkit.recipe_data import Recipe
+
+    text = (run_copy / "recipe.yaml").read_text()
+    old = re.sub(r"\n  skip_nonfinite: 0", "", text)
+    assert old != text
+    raw = yaml.safe_load(old)
+    metrics = json.loads((run_copy / "metrics.json").read_text())
+    metrics["recipe_hash"] = Recipe.digest({k: v for k, v in raw.items() if k != "name"})
+    (run_copy / "metrics.json").write_text(json.dumps(metrics))
+    call = REPORTS.get(entry) or (lambda cli, root: ENTRY_POINTS[entry][0](cli, run_copy, tmp_path))
+    for recipe, taken in ((old, True), (re.sub(r"lr: \S+", "lr: 0.5", old, count=1), False)):
+        (run_copy / "recipe.yaml").write_text(recipe)
+        if taken:
+            call(cli, run_copy.parent.parent)
+        else:
+            with pytest.raises(toolkit.UserError, match=r"recipe.yaml: not the recipe this run was made with"):
+                call(cli, run_copy.parent.parent)
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

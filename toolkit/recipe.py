@@ -92,10 +92,17 @@ def made_with(run: Path, raw: dict, recorded: Any, then: str = "") -> None:
     Edited by hand after the run, it was read as written: eval scored another setting (max_length,
     eval_file) and wrote it as the run's score, predict and export read the model under other
     settings, and a report put the run in another seed group or row (seed, method, lr), exit 0.
-    A run from before the field (`recorded` None) is not judged. `then`: what the caller would
-    do on purpose instead (eval's task.KEY=VALUE), said in the line."""
+    A run from before the field (`recorded` None) is not judged. A run made before fields were
+    added to the schema is judged on its recipe as written (its hash then covered the fields it
+    had; built now, the new fields' defaults would change it): unedited, it is taken. `then`:
+    what the caller would do on purpose instead (eval's task.KEY=VALUE), said in the line."""
     if recorded is None:
         return
+    try:
+        if Recipe.digest({"smoke": False, **{k: v for k, v in raw.items() if k != "name"}}) == recorded:
+            return  # as written: every field it has, as the run had them
+    except (TypeError, ValueError):  # keys JSON cannot sort (1: and a:): not what a run writes
+        pass
     file = run / "recipe.yaml"
     try:
         now = built(raw).hash
