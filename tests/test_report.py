@@ -1321,3 +1321,29 @@ def test_a_recipe_field_no_run_has_is_not_a_pivot_axis(tmp_path: Path, cli) -> N
         report.pivots(report.collect(tmp_path), "task", "method.rank")
     (p,) = report.pivots(report.collect(tmp_path), "method.r", "method")
     assert p.rows == ["8", "–"]
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("axis, key", [("--rows", "train"), ("--cols", "train"), ("--rows", "task"),
+                                      ("--cols", "method")])
+def test_a_section_of_settings_is_not_a_pivot_axis(tmp_path: Path, cli, entry: str, axis: str, key: str) -> None:
+    """`--rows train` pivoted on the whole train section as text: a row per seed (the seed is in
+    it), each n=1, labelled by a page of settings, exit 0. It is one line naming fields in it; the
+    sections that are axis labels (task, method, model) stay what they are."""
+    import toolkit
+
+    for seed in (42, 43):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.8 + seed / 1000})
+    rows, cols = (key, "method") if axis == "--rows" else ("task", key)
+    if key in report.LABELS:
+        (p,) = report.pivots(report.collect(tmp_path), rows, cols)
+        assert [c.stat.n for c in p.cells.values()] == [2]
+        return
+    said = f"report {axis} '{key}': that is a section of settings, not one field; name one field of it, such as {key}."
+    if entry == "cli":
+        code, _, err = cli("report", tmp_path, "--rows", rows, "--cols", cols, "--no-plots")
+        assert code == 2 and err.startswith(f"error: {said}") and err.count("\n") == 1, err
+    else:
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            toolkit.report(tmp_path, row_key=rows, col_key=cols)
+    assert not (tmp_path / "report.md").exists()

@@ -845,9 +845,14 @@ def _has(data: Any, dotted: str) -> bool:
 def _in_some_recipe(items: list[dict], key: str, where: str) -> None:
     """A recipe field as a pivot axis is a field some run's recipe has: `--rows train.lrr` (a typo)
     made one row labelled '–', exit 0, as if no run had set it."""
+    fields = sorted({k for item in items for k in _flat(item["recipe"])})
+    if key in SECTIONS and key not in LABELS:
+        # `--rows train`: a row per whole section as text, each seed's its own (the seed is in it), exit 0
+        inside = [f for f in fields if f.startswith(key + ".")]
+        raise UserError(f"report {where} '{key}': that is a section of settings, not one field; name one "
+                        f"field of it, such as {', '.join(inside[:3])}")
     if key in LABELS or any(_has(item["recipe"], key) for item in items):
         return
-    fields = sorted({k for item in items for k in _flat(item["recipe"])})
     raise UserError(f"report {where} '{key}': no run's recipe has that field{did_you_mean(key, fields)}")
 
 
