@@ -124,6 +124,13 @@ def test_glue_test_submission_files(tmp_path: Path, cli, monkeypatch, subset: st
     monkeypatch.setattr(inference, "load_model", None)
     code, _, err = cli("predict", metrics.parent, "--glue-test", "--output", tmp_path / "a-file")
     assert code == 2 and f"error: --output: {tmp_path / 'a-file'} is a file; --glue-test writes a folder" in err, err
+    # --input beside --glue-test was not read: GLUE's files went into a folder named as the
+    # predictions file (`--output pred.jsonl/SST-2.tsv`), exit 0; now one line before the model loads
+    (tmp_path / "in.txt").write_text("a fine film\n")
+    for given in (tmp_path / "in.txt", "-"):
+        code, _, err = cli("predict", metrics.parent, "--glue-test", "--input", given, "--output", tmp_path / "p.jsonl")
+        assert code == 2 and err.count("\n") == 1 and f"error: predict: --glue-test predicts GLUE's test files, and --input {given} " in err, err
+        assert not (tmp_path / "p.jsonl").exists()
     monkeypatch.setattr(inference, "load_model", broken)
     code, _, err = cli("predict", metrics.parent, "--glue-test", "--output", tmp_path / "nan")
     assert code == 2 and "error: the model's outputs are not finite" in err and not (tmp_path / "nan").exists(), err

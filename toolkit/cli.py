@@ -239,6 +239,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     run = _run_folder(args.run)
     if not args.glue_test and args.input is None:
         raise UserError("predict: give --input FILE (or - for standard input), or --glue-test")
+    if args.glue_test and args.input is not None:  # --input was not read: GLUE's test files were predicted
+        raise UserError(f"predict: --glue-test predicts GLUE's test files, and --input {args.input} names "
+                        "inputs of your own; give one of them (two calls for both)")
     devices.check_accelerate_env(None)
     quiet.libraries()
     from toolkit import inference
