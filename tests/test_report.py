@@ -241,6 +241,11 @@ def test_each_row_says_its_budget(tmp_path: Path) -> None:
                      "model’s, lr 0.0003, batch 16 × 2 accumulated"]
     items[0]["recipe"]["train"]["max_steps"] = 200
     assert report.budget(items[0]).startswith("max steps 200 (60 optimizer steps)")
+    # train.batch_size is per process: a 2-process run's batch was said as the papers' global one
+    items[1]["metrics"]["num_processes"] = 2
+    assert report.budget(items[1]).endswith("batch 16 × 2 accumulated × 2 processes")
+    assert report.budget(items[0]).endswith("batch 16")
+    assert "batch 16 × 2 accumulated × 2 processes, epochs 3" in glue_report.ours_protocol({"tiny lora": {"sst2": [items[1]]}})[0]
     assert "### Budget of each row" in report.render(tmp_path, plots=False)
 
 

@@ -723,9 +723,17 @@ def budget(item: dict) -> str:
     if m.get("train_steps") is not None:
         parts[0] += f" ({m['train_steps']} optimizer steps)"
     parts.append(f"{m['train_samples']} train examples" if m.get("train_samples") is not None else "train examples ?")
-    parts += [f"max length {task.get('max_length') or 'the model’s'}", f"lr {tr.get('lr', '?')}",
-              f"batch {tr.get('batch_size', '?')}" + (f" × {tr['grad_accum']} accumulated" if (tr.get("grad_accum") or 1) > 1 else "")]
+    parts += [f"max length {task.get('max_length') or 'the model’s'}", f"lr {tr.get('lr', '?')}", batch(item)]
     return ", ".join(parts)
+
+
+def batch(item: dict) -> str:
+    """'batch 16 × 2 accumulated × 2 processes': train.batch_size is per process, so a run on two
+    processes took twice the examples per step; said as 'batch 16' alone, it read as the papers'
+    (global) batch of 16."""
+    tr, processes = item["recipe"].get("train", {}), item["metrics"].get("num_processes")
+    return (f"batch {tr.get('batch_size', '?')}" + (f" × {tr['grad_accum']} accumulated" if (tr.get("grad_accum") or 1) > 1 else "")
+            + (f" × {processes:g} processes" if _is_number(processes) and processes > 1 else ""))
 
 
 def budget_notes(items: list[dict]) -> list[str]:

@@ -288,7 +288,7 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
             subset = _training_set(ms[0]["metrics"], task)
             part = part_of_dev(ms)
             subset += f", scored on {part}" if part else ""
-            parts.append(f"{t}: lr {tr.get('lr')}, batch {tr.get('batch_size')}, {budget}{subset}, "
+            parts.append(f"{t}: lr {tr.get('lr')}, {report.batch(ms[0])}, {budget}{subset}, "
                          f"max length {task.get('max_length')}, seeds {sorted((report.seed_of(m) for m in ms), key=report._sortable)}"
                          + (f", {(chosen or {})[(row, t)]}" if (row, t) in (chosen or {}) else "")
                          + "".join(f", kept {why}" for why in not_best(ms)))
