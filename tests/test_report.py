@@ -1352,3 +1352,25 @@ def test_a_section_of_settings_is_not_a_pivot_axis(tmp_path: Path, cli, entry: s
         with pytest.raises(toolkit.UserError, match=re.escape(said)):
             toolkit.report(tmp_path, row_key=rows, col_key=cols)
     assert not (tmp_path / "report.md").exists()
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_two_tasks_whose_names_make_one_file_name_get_a_plot_each(tmp_path: Path, cli, entry: str) -> None:
+    """SST-2 read from `/d/x y` and from `/d/x_y` are two tasks, but their plot names were one
+    (`curves-sst2_data_dir_x_y_.png`): the second task's plots were written over the first's and
+    report.md linked both to them, exit 0. Each task now has files of its own."""
+    for folder, acc in (("/d/x y", 0.6), ("/d/x_y", 0.9)):
+        for seed in (42, 43):
+            run = fake_run(tmp_path / folder[-3:], "sst2", "full", seed, {"accuracy": acc}, task_extra={"data_dir": folder})
+            _stamp(run, train_runtime_s=100.0 if acc > 0.8 else 1.0)
+    roots = [tmp_path / "x y", tmp_path / "x_y"]
+    if entry == "cli":
+        assert cli("report", *roots, "--out", tmp_path / "out")[0] == 0
+    else:
+        toolkit_report(roots, plots=True, out=tmp_path / "out")
+    files = sorted(p.name for p in (tmp_path / "out").glob("*.png"))
+    assert len(files) == 6 and len({f.split("-")[0] for f in files}) == 3, files
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert all(f"({f})" in text for f in files)
+    costs = [(tmp_path / "out" / f).read_bytes() for f in files if f.startswith("cost-")]
+    assert costs[0] != costs[1]  # each task's own times

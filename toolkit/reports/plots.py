@@ -10,6 +10,7 @@ Legends sit outside the axes so labels never cover data.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import statistics
@@ -122,14 +123,16 @@ def _dev_metric(name: str):
 def partial_notes(items: list[dict]) -> list[str]:
     """One line per curve that leaves out steps not every seed of its entry has a value at."""
     notes = []
-    for task, group in sorted(entries(items).items()):
+    by_task = entries(items)
+    names = stems(list(by_task))
+    for task, group in sorted(by_task.items()):
         metric = report.main_metric(next(iter(group.values())))
         for name, runs in group.items():
             for what, value in (("train loss", _train_loss), (f"dev {metric}", _dev_metric(metric))):
                 _, partial = _per_step(runs, value)
                 if partial:
                     shown = ", ".join(map(str, partial[:8])) + (", ..." if len(partial) > 8 else "")
-                    notes.append(f"curves-{_safe(task)}.png, {name}: its {what} line leaves out step(s) {shown}, where "
+                    notes.append(f"curves-{names[task]}.png, {name}: its {what} line leaves out step(s) {shown}, where "
                                  f"not all of its {len(runs)} seeds have a value (null in log.jsonl: NaN or infinite; "
                                  "or not logged): a mean over fewer seeds is not the line's")
     return notes
@@ -137,6 +140,18 @@ def partial_notes(items: list[dict]) -> list[str]:
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def stems(tasks: list[str]) -> dict[str, str]:
+    """Each task's part of its plot files' names: `_safe` of its label, and where two labels make
+    one name (`dev 1.csv` and `dev_1.csv`, `données` and `donnèes`), a short hash of the label
+    after it: one name for both, the second task's plots were written over the first's, and
+    report.md linked both tasks to them, exit 0."""
+    out: dict[str, str] = {}
+    for task in tasks:
+        same = [t for t in tasks if _safe(t) == _safe(task)]
+        out[task] = _safe(task) + (f"-{hashlib.sha256(task.encode()).hexdigest()[:8]}" if len(same) > 1 else "")
+    return out
 
 
 def _legend(fig, ax) -> None:
@@ -153,7 +168,7 @@ def _trace(ax, steps: list[int], values: list[float], name: str, color: str, **l
         ax.plot(steps, values, label=name, color=color, **line)
 
 
-def curves(task: str, group: dict[str, list[dict]], out: Path) -> tuple[Path, bytes] | None:
+def curves(task: str, group: dict[str, list[dict]], out: Path, stem: str | None = None) -> tuple[Path, bytes] | None:
     metric_name = report.main_metric(next(iter(group.values())))
     metric = report.declarations([i for g in group.values() for i in g]).get(metric_name)
     plt = _plt()
@@ -174,10 +189,10 @@ def curves(task: str, group: dict[str, list[dict]], out: Path) -> tuple[Path, by
     ax_eval.set(xlabel="optimizer step", ylabel=f"dev {report.column(metric)}" if metric else "dev",
                 title=f"{task}: dev {metric_name}")
     _legend(fig, ax_eval)
-    return _save(fig, out / f"curves-{_safe(task)}.png")
+    return _save(fig, out / f"curves-{stem or _safe(task)}.png")
 
 
-def params(task: str, group: dict[str, list[dict]], out: Path) -> tuple[Path, bytes] | None:
+def params(task: str, group: dict[str, list[dict]], out: Path, stem: str | None = None) -> tuple[Path, bytes] | None:
     """Metric against trainable parameters, log x: what each method buys per parameter."""
     metric_name = report.main_metric(next(iter(group.values())))
     metric = report.declarations([i for g in group.values() for i in g]).get(metric_name)
@@ -201,10 +216,10 @@ def params(task: str, group: dict[str, list[dict]], out: Path) -> tuple[Path, by
            title=f"{task}: {metric_name} vs trainable parameters")
     ax.grid(True, which="both", alpha=0.3)
     _legend(fig, ax)
-    return _save(fig, out / f"params-{_safe(task)}.png")
+    return _save(fig, out / f"params-{stem or _safe(task)}.png")
 
 
-def cost(task: str, group: dict[str, list[dict]], out: Path) -> tuple[Path, bytes] | None:
+def cost(task: str, group: dict[str, list[dict]], out: Path, stem: str | None = None) -> tuple[Path, bytes] | None:
     """Train time and peak memory per entry (mean over seeds; error bars: std)."""
     plt = _plt()
     names = list(group)
@@ -222,7 +237,7 @@ def cost(task: str, group: dict[str, list[dict]], out: Path) -> tuple[Path, byte
     ax_t.set_yticks(range(len(names)), names, fontsize=8)
     ax_t.invert_yaxis()
     fig.suptitle(f"{task}: cost per method")
-    return _save(fig, out / f"cost-{_safe(task)}.png")
+    return _save(fig, out / f"cost-{stem or _safe(task)}.png")
 
 
 def _save(fig, path: Path) -> tuple[Path, bytes]:
@@ -242,9 +257,11 @@ def draw_all(items: list[dict], out: Path) -> dict[Path, bytes]:
     damaged log.jsonl of the third task stopped the report after the first task's PNGs were
     written over the last report's, beside its report.md (exit 2, a half-written report)."""
     drawn = {}
-    for task, group in sorted(entries(items).items()):
+    by_task = entries(items)
+    names = stems(list(by_task))
+    for task, group in sorted(by_task.items()):
         for draw in (curves, params, cost):
-            png = draw(task, group, out)
+            png = draw(task, group, out, names[task])
             if png is not None:
                 drawn[png[0]] = png[1]
     return drawn
