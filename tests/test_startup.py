@@ -61,16 +61,22 @@ def test_validate_every_recipe_imports_no_heavy_library() -> None:
 
 def test_report_imports_no_heavy_library(tmp_path: Path) -> None:
     """`toolkit report` reads run folders alone, each recipe.yaml checked against the hash its
-    metrics.json records (toolkit/recipe.py `made_with`, as eval does): no torch for that."""
+    metrics.json records (toolkit/recipe.py `made_with`, as eval does): no torch for that. Two
+    methods over two seeds, so the paired t interval is computed (scipy's t quantile: the one
+    heavy library it may read)."""
     from toolkit import recipe as recipes
 
-    made = recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml")
-    run = tmp_path / "runs" / "demo" / "run1"
-    run.mkdir(parents=True)
-    (run / "recipe.yaml").write_text(recipes.dump(made))
-    (run / "metrics.json").write_text(json.dumps({"eval": {"accuracy": 0.5}, "main_metric": "accuracy",
-                                                  "recipe_hash": made.hash, "seed": 42, "method": "lora"}))
-    assert _heavy_after(["report", str(tmp_path / "runs"), "--no-plots"]) == {"codes": [0], "heavy": []}
+    for method in ("full", "lora"):
+        for seed in (42, 43):
+            made = recipes.load(ROOT / f"recipes/demo/sst2/minilm-{method}.yaml", [f"train.seed={seed}"])
+            run = tmp_path / "runs" / method / str(seed)
+            run.mkdir(parents=True)
+            (run / "recipe.yaml").write_text(recipes.dump(made))
+            (run / "metrics.json").write_text(json.dumps({
+                "eval": {"accuracy": 0.5 + seed / 100 + (method == "lora") * (seed - 40) / 20}, "main_metric": "accuracy",
+                "recipe_hash": made.hash, "seed": seed, "method": method}))
+    result = _heavy_after(["report", str(tmp_path / "runs"), "--no-plots"])
+    assert result == {"codes": [0], "heavy": ["scipy"]}
 
 
 def test_validate_of_a_local_model_folder_reads_its_config(tmp_path: Path) -> None:
