@@ -1374,3 +1374,36 @@ def test_two_tasks_whose_names_make_one_file_name_get_a_plot_each(tmp_path: Path
     assert all(f"({f})" in text for f in files)
     costs = [(tmp_path / "out" / f).read_bytes() for f in files if f.startswith("cost-")]
     assert costs[0] != costs[1]  # each task's own times
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("given, said", [
+    ({"metric": "f1"}, None),
+    ({"metric": "f1x"}, "report --metric 'f1x': no run has it"),
+    ({"rows": ""}, "report --rows '': expected one of task, method, model, run"),
+    ({"cols": ""}, "report --cols '': expected one of task, method, model, run"),
+], ids=["metric alone", "metric typo alone", "empty rows", "empty cols"])
+def test_a_pivot_option_given_alone_or_empty_is_not_dropped(tmp_path: Path, cli, entry: str, given: dict,
+                                                            said: str | None) -> None:
+    """`--metric f1` without --rows/--cols (or `--rows ''`) made no pivot and said nothing, exit 0:
+    the F1 table asked for was not there, and a misspelt metric was never said. --metric alone
+    pivots on the default axes (task × method); an empty axis is one line."""
+    import toolkit
+
+    for seed in (42, 43):
+        fake_run(tmp_path, "mrpc", "full", seed, {"accuracy": 0.80, "f1": 0.86 + seed / 1000}, main="f1")
+    if entry == "cli":
+        args = [f"--{k}={v}" for k, v in given.items()]
+        code, out, err = cli("report", tmp_path, *args, "--no-plots")
+        assert code == (2 if said else 0) and (err.startswith(f"error: {said}") if said else True), err
+        text = out
+    else:
+        options = {{"metric": "metrics", "rows": "row_key", "cols": "col_key"}[k]: [v] if k == "metric" else v
+                   for k, v in given.items()}
+        if said:
+            with pytest.raises(toolkit.UserError, match=re.escape(said)):
+                toolkit.report(tmp_path, **options)
+        else:
+            text = toolkit.report(tmp_path, **options)
+    if not said:
+        assert "## f1 (%) ↑: task × method" in text and "| mrpc | 90.25 ± 0.07 (n=2) |" in text

@@ -29,8 +29,11 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
     parts = [f"# Report: {', '.join(map(str, roots))}", f"{provenance(items)} Written {when}."]
     if glue:
         parts.append(glue_report.render(items))
-    if row_key or col_key:
-        for i, p in enumerate(pivots(items, row_key or "task", col_key or "method", metrics)):
+    # a pivot where any of its options is given: `--metric f1` alone (the default axes) and an
+    # empty `--rows ''` were dropped without a word, exit 0, the metric's typo never said
+    if row_key is not None or col_key is not None or metrics:
+        rows_by = "task" if row_key is None else row_key
+        for i, p in enumerate(pivots(items, rows_by, "method" if col_key is None else col_key, metrics)):
             parts += [f"## {column(p.metric)}: {p.row_key} × {p.col_key}", pivot_markdown(p)]
             parts += _bullets(pivot_notes(p))
             if i == 0:
