@@ -122,8 +122,8 @@ def test_glue_average_is_glues_definition(tmp_path: Path) -> None:
     assert "MNLI-m acc" in text and "MNLI-mm acc" in text and "Not in these runs: SST-2, QQP, QNLI, RTE, WNLI" in text
     # the protocol beside our numbers: the method's settings and any reduced training set
     assert "**ours: tiny lora** (alpha 16, r 8): dev split" in text
-    assert "mnli: lr 0.001, batch None, epochs None, at most 8000 training examples" in text
-    assert "cola: lr 0.001, batch None, epochs None, max length" in text
+    assert "mnli: lr 0.001, batch ?, epochs None, at most 8000 training examples" in text
+    assert "cola: lr 0.001, batch ?, epochs None, max length" in text
 
 
 def test_protocol_says_whether_the_training_set_was_cut() -> None:
@@ -609,7 +609,7 @@ def test_a_seed_metrics_json_does_not_record_is_its_recipes(tmp_path: Path, cli,
         assert code == 0, err
     else:
         text = toolkit_report([tmp_path], glue=True)
-    assert "rte: lr 0.001, batch None, epochs None, max length None, seeds [42, 43]" in text
+    assert "rte: lr 0.001, batch ?, epochs None, max length None, seeds [42, 43]" in text
 
 
 def test_means_equal_to_float_rounding_are_a_tie(tmp_path: Path) -> None:
@@ -1017,7 +1017,7 @@ def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> Non
         fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.9})
     text = glue_report.render(report.collect(tmp_path))
     (line,) = [row for row in text.splitlines() if row.startswith("- **ours: tiny lora**")]
-    assert ("rte: lr 0.001, batch None, epochs None, max length None, seeds [42, 43], the best of 2 settings "
+    assert ("rte: lr 0.001, batch ?, epochs None, max length None, seeds [42, 43], the best of 2 settings "
             "(train.lr) on the dev score, selected and scored on the same dev set: optimistic; sst2:") in line
     assert line.count("the best of") == 1  # sst2 ran one setting: nothing was chosen
 
@@ -1065,11 +1065,11 @@ def test_a_glue_cell_scored_on_part_of_dev_says_so(tmp_path: Path, task_extra: d
     notes = [line for line in text.splitlines() if line.startswith("- §")]
     (protocol,) = [row for row in text.splitlines() if row.startswith("- **ours: tiny lora**")]
     if part is None:
-        assert not notes and "rte: lr 0.001, batch None, epochs None, at most 100 training examples, max length" in protocol
+        assert not notes and "rte: lr 0.001, batch ?, epochs None, at most 100 training examples, max length" in protocol
         return
     assert notes == [f"- § tiny lora / RTE: scored on {part}, not the whole dev split that GLUE's dev numbers and the "
                      "published dev rows are on: not comparable with them, nor is an average that holds it"]
-    assert f"rte: lr 0.001, batch None, epochs None, scored on {part}, max length" in protocol
+    assert f"rte: lr 0.001, batch ?, epochs None, scored on {part}, max length" in protocol
 
 
 LAST = "the last step (train.keep_best is false or nothing was trained)"
