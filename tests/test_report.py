@@ -226,6 +226,43 @@ def test_runs_from_before_fast_dropout_are_reported_as_torchs_dropout(tmp_path: 
     assert [desc for desc, _ in p.cells[("sst2", "full")].grid] == ["train.fast_dropout=False", "train.fast_dropout=True"]
 
 
+NEW_FIELDS = {"model": {"warm_start": None}, "train": {
+    "skip_nonfinite": 0, "compile": "auto", "pad_multiple": None, "length_buckets": [], "precision_mode": "autocast",
+    "compile_optimizer": "auto", "fast_dropout": False}}
+
+
+@pytest.mark.parametrize("table", ["pivot", "runs table", "glue"])
+def test_seeds_from_before_fields_were_added_join_new_seeds_at_the_value_they_ran(tmp_path: Path, table: str) -> None:
+    """Seeds 42 and 43 ran before train.compile, pad_multiple, length_buckets, precision_mode,
+    compile_optimizer, skip_nonfinite and model.warm_start existed; 44 and 45 after, each field at
+    its default, on a CPU: what the old seeds did. Without the fields they were another setting
+    ('train.compile=None' beside 'auto'): a pivot cell picked the better half of the seeds as a
+    grid's best, the GLUE table half of them, exit 0. On a GPU an old run ran eager, not `auto`
+    (compiled there): another setting, as it was."""
+    for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.60), (45, 0.62)):
+        run = fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
+        _stamp(run, device="cpu")
+        if seed > 43:
+            recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+            for section, fields in NEW_FIELDS.items():
+                recipe[section].update(fields)
+            (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    items = report.collect(tmp_path)
+    if table == "pivot":
+        cell = report.pivots(items, "task", "method")[0].cells[("sst2", "full")]
+        assert sorted(cell.stat.values) == [0.60, 0.62, 0.80, 0.82] and not cell.grid
+    elif table == "runs table":
+        header, rows = report.rows(items)
+        assert [(r[0], r[2], r[header.index("accuracy (%) ↑")]) for r in rows] == [("glue/sst2/tiny-full", "4", "71.00 ± 11.60")]
+    else:
+        (line,) = [l for l in glue_report.render(items).splitlines() if l.startswith("| tiny full")]
+        assert "71.00 ± 11.60 (n=4)" in line
+    for run in tmp_path.rglob("metrics.json"):
+        _stamp(run.parent, device="cuda:0")
+    header, rows = report.rows(report.collect(tmp_path))
+    assert sorted(r[0] for r in rows) == ["glue/sst2/tiny-full [train.compile=False]", "glue/sst2/tiny-full [train.compile=auto]"]
+
+
 def test_each_row_says_its_budget(tmp_path: Path) -> None:
     """The protocol line of every runs-table row: epochs or steps, train examples, length, lr, batch."""
     fake_run(tmp_path, "sst2", "full", 42, {"accuracy": 0.8}, task_extra={"max_length": 64})

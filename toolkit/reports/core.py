@@ -32,14 +32,32 @@ SECTIONS = ("model", "task", "method", "train")
 # --- collecting ------------------------------------------------------------------------------
 # Fields added to recipes after runs were made, with the value those older runs had in effect:
 # a run whose recipe.yaml lacks one ran that way, and is reported so (not as "None").
-BEFORE_FIELD = {("train", "fast_dropout"): False}  # torch's dropout until 2026-11-23
+# A value is a constant, or a function of the run's metrics.json where the value in effect
+# depended on the device. Fields whose value then is the default now are listed too: left out, a
+# run from before them was another setting than a new seed of the same recipe ("train.compile=None"
+# beside "auto"), and a pivot cell picked the better of the two as a grid's best, exit 0.
+BEFORE_FIELD: dict[tuple[str, str], Any] = {
+    ("train", "fast_dropout"): False,  # torch's dropout until 2026-11-23
+    ("model", "warm_start"): None,  # none until 2026-11-22 16:15
+    ("train", "skip_nonfinite"): 0,  # none skipped until 2026-11-22 16:36
+    # until 2026-11-26 17:17 no step was compiled and a batch padded to its longest text: what
+    # `auto` does on a CPU, and `false` (with pad_multiple unset: 1 when not compiled) elsewhere
+    ("train", "compile"): lambda m: ("auto" if str(m.get("device")).startswith("cpu") else False) if m.get("device") else None,
+    ("train", "pad_multiple"): None,
+    ("train", "length_buckets"): [],
+    ("train", "precision_mode"): "autocast",  # bf16 was autocast over fp32 weights until 2026-11-26 18:14
+    ("train", "compile_optimizer"): "auto",  # never compiled until 2026-11-27 09:11; auto is off
+}
 
 
-def with_old_defaults(recipe: dict) -> dict:
-    """`recipe` with each BEFORE_FIELD it lacks set to the value its run had in effect."""
+def with_old_defaults(recipe: dict, metrics: dict | None = None) -> dict:
+    """`recipe` with each BEFORE_FIELD it lacks set to the value its run had in effect (a value
+    that depends on the device: left out where metrics.json does not say the device)."""
     for (section, key), value in BEFORE_FIELD.items():
         if isinstance(recipe.get(section), dict) and key not in recipe[section]:
-            recipe[section][key] = value
+            value = value(metrics or {}) if callable(value) else value
+            if value is not None or not callable(BEFORE_FIELD[(section, key)]):
+                recipe[section][key] = json.loads(json.dumps(value))  # a list of its own per run
     return recipe
 
 
@@ -152,7 +170,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             # null: NaN or infinite when the run wrote it (strict JSON), e.g. an undefined Pearson
             evals = data.get("eval") or {}
             data["eval"] = {k: v for k, v in evals.items() if v is not None}
-            found.append({"run": run, "name": name, "recipe": with_old_defaults(recipe or {}), "metrics": data,
+            found.append({"run": run, "name": name, "recipe": with_old_defaults(recipe or {}, data), "metrics": data,
                           "not_numbers": [k for k, v in evals.items() if v is None]})
     if not found:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
