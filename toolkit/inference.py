@@ -476,7 +476,7 @@ def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool, tokenizer: An
                                 warm_start=recipe.model.warm_start, tokenizer=tokenizer)
     auto = heads.get(head).auto_class
     tok = tokenizer or models.load_tokenizer(str(out))  # a bottleneck folder: the copied run's
-    decoding = decode_as_run(recipe.task, base_model, tok)  # the base holds the generation config
+    decoding = read_as_run(recipe.task, base_model, tok)  # the base holds the generation config
     if tokenizer is None:
         tok.save_pretrained(out)  # its padding side as generation needs it
     if apart:
@@ -515,6 +515,7 @@ def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> s
     try:
         with writing(out, NOTHING_KEPT):
             note, model, tok = _export_into(run, recipe, partial, merge)
+            note += specials_read_otherwise(recipe.task, partial)
         if out.exists():
             out.rmdir()  # empty (checked above)
         partial.rename(out)
@@ -552,12 +553,52 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
     if peft_config is not None and not merge:  # the base beside it holds the generation config
         note = _embed_base(run, recipe, out, apart=not recipe.method.transformers_loads, tokenizer=tok)
     else:
-        note += decode_as_run(recipe.task, model, tok)
+        note += read_as_run(recipe.task, model, tok)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays
         models.make_portable(out, base_checkpoint(run, recipe))
     return note, model, tok
+
+
+def read_as_run(task: Any, model: Any, tok: Any) -> str:
+    """An exported tokenizer reads a prediction input as the run read it, loaded as plain
+    transformers loads it (`AutoTokenizer.from_pretrained`, `pipeline`): special tokens' strings
+    in the text as text (`split_special_tokens`, saved in tokenizer_config.json; models.text_is_text),
+    and cut where the run cut it (`model_max_length` = `Task.reading_limit`). The folder used to read
+    "[SEP]", "</s>" or "<|endoftext|>" in a review as the control token and a text past
+    task.max_length whole (or to the base's 512 positions), so it predicted otherwise than
+    `toolkit predict`, exit 0. A pretraining objective's folder (nothing to predict) keeps
+    transformers' reading: fill-mask finds its [MASK] in the text. Then `decode_as_run`."""
+    said = ""
+    if task.predicts:
+        tok.split_special_tokens = tok.init_kwargs["split_special_tokens"] = True
+        limit = task.reading_limit()
+        if limit is not None:
+            tok.model_max_length = tok.init_kwargs["model_max_length"] = limit
+            said = (f"; its tokenizer cuts at task.max_length={limit} tokens as the run did (model_max_length, "
+                    "where truncation=True cuts)")
+    return said + decode_as_run(task, model, tok)
+
+
+def specials_read_otherwise(task: Any, out: Path) -> str:
+    """What the exported tokenizer, loaded as plain transformers loads it, still reads otherwise
+    than the run: special tokens' strings its own class reads as the tokens whatever
+    `split_special_tokens` says (T5's SentencePiece vocabulary holds "</s>", "<pad>" and its
+    sentinels as pieces; transformers' T5Tokenizer rebuilds its normalizer, so the step
+    models.text_is_text adds is not loaded), said in the export's line."""
+    if not task.predicts:
+        return ""
+    from transformers import AutoTokenizer
+
+    ours, plain = models.load_tokenizer(str(out), words=task.words_given), AutoTokenizer.from_pretrained(out)
+    differ = [t for t in ours.all_special_tokens
+              if ours(t, add_special_tokens=False)["input_ids"] != plain(t, add_special_tokens=False)["input_ids"]]
+    if not differ:
+        return ""
+    shown = ", ".join(json.dumps(t) for t in differ[:3]) + (f" and {len(differ) - 3} more" if len(differ) > 3 else "")
+    return (f"; {type(plain).__name__} reads {shown} in a text as the special token{'s' if len(differ) > 1 else ''}, "
+            "where the run read such strings as text: a text holding one is predicted otherwise")
 
 
 def decode_as_run(task: Any, model: Any, tok: Any) -> str:
@@ -590,6 +631,9 @@ def decode_as_run(task: Any, model: Any, tok: Any) -> str:
     prefix, suffix = task.affixes()
     source = task.source_text(task.raw_input({n: f"{{{n}}}" for n in task.predict_fields(model)}))
     prompt = json.dumps(prefix + source + suffix, ensure_ascii=False)
+    if task.reading_limit() is None:  # the tokenizer's own cut would take the suffix first
+        said.append(f"the run cut each source to fit task.max_length={task.max_length} tokens "
+                    f"before the rest of the prompt; a longer one is read whole")
     return "; generate from the prompt " + prompt + " (the run's decoding is in generation_config.json" \
         + "".join(f"; {s}" for s in said) + ")"
 
