@@ -156,11 +156,11 @@ def test_a_saved_run_reads_text_as_text_and_its_model_folder_as_transformers_rea
 EXPORTED = [*[("glue", _glue, f) for f in ("bert", "roberta", "bart", "t5")],
             *[("text_classification", _classification, f) for f in ("bert", "gpt2")],
             *[("ner", _ner, f) for f in ("bert", "roberta")],
-            *[("summarization", _pairs, f) for f in ("t5", "bart", "gpt2")], ("squad", _squad, "bert")]
+            *[("summarization", _pairs, f) for f in ("t5", "gpt2")], ("squad", _squad, "bert")]
 
 
 def _exported(task_name: str, data: Callable, family: str, tmp: Path, special: bool, tiny_checkpoint) -> tuple:
-    """(task, the toolkit's tokenizer, the export's tokenizer loaded by plain AutoTokenizer, the line)."""
+    """(task, the run's tokenizer as the toolkit loads it, the export's loaded by plain AutoTokenizer, the line)."""
     from transformers import AutoModelForCausalLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, AutoTokenizer
 
     from toolkit import inference
@@ -177,7 +177,7 @@ def _exported(task_name: str, data: Callable, family: str, tmp: Path, special: b
     note = inference.read_as_run(task, model, tok)
     tok.save_pretrained(tmp / "out")
     note += inference.specials_read_otherwise(task, tmp / "out")
-    return task, models.load_tokenizer(str(tmp / "out"), words=task.words_given), AutoTokenizer.from_pretrained(tmp / "out"), note
+    return task, tok, AutoTokenizer.from_pretrained(tmp / "out"), note
 
 
 def _as_predict_reads(task, tok, plain) -> tuple[list, list]:
@@ -204,9 +204,10 @@ def test_an_exported_tokenizer_reads_predict_inputs_as_the_run(task_name: str, d
     """A predicting task's export, its tokenizer loaded by plain transformers (AutoTokenizer,
     pipeline), reads an input as `toolkit predict` reads it: special strings as text
     (split_special_tokens saved) and cut at task.max_length (model_max_length, with truncation=True);
-    what it cannot (T5's vocabulary holds "</s>" as a piece; a prompt's source cut before its
-    suffix) the export's line says. Finding: the export read "[SEP]" or "</s>" in a review as the
-    control token and a text past task.max_length whole, so it predicted otherwise, exit 0."""
+    T5's tokenizer saved as TokenizersBackend (T5Tokenizer rebuilds its normalizer, and its
+    vocabulary holds "</s>" as a piece); what it cannot (a prompt's source cut before its suffix)
+    the line says. Finding: the export read "[SEP]" or "</s>" in a review as the control token and
+    a text past task.max_length whole, so it predicted otherwise, exit 0."""
     task, tok, plain, note = _exported(task_name, data, family, tmp_path / "special", True, tiny_checkpoint)
     assert plain.split_special_tokens
     if task.reading_limit() is None:  # GPT-2's prompt: the source is cut before the suffix
@@ -218,11 +219,10 @@ def test_an_exported_tokenizer_reads_predict_inputs_as_the_run(task_name: str, d
         return
     ours, theirs = _as_predict_reads(task, tok, plain)
     assert any(len(ids) == task.max_length for ids in ours)  # some were cut
-    if family == "t5":  # its vocabulary reads "</s>" from text whatever the setting: said
-        assert re.search(r'; T5Tokenizer reads "</s>", .* in a text as the special tokens, where the run', note), note
-        assert plain("a </s> b")["input_ids"] != tok("a </s> b")["input_ids"]
-        task, tok, plain, note = _exported(task_name, data, family, tmp_path / "plain", False, tiny_checkpoint)
-        ours, theirs = _as_predict_reads(task, tok, plain)
+    if family == "t5":  # T5Tokenizer rebuilds its normalizer: the folder names the class that reads it as saved
+        assert type(plain).__name__ == "TokenizersBackend" and re.search(
+            r'; its tokenizer is saved as TokenizersBackend, .* \(T5Tokenizer would read "</s>", ', note), note
     else:
-        assert "reads" not in note.split("cuts at")[1], note
+        assert "TokenizersBackend" not in note and "special token" not in note, note
+    assert plain("a </s> [SEP] b")["input_ids"] == tok("a </s> [SEP] b")["input_ids"]
     assert ours == theirs

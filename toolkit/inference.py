@@ -582,23 +582,49 @@ def read_as_run(task: Any, model: Any, tok: Any) -> str:
 
 
 def specials_read_otherwise(task: Any, out: Path) -> str:
-    """What the exported tokenizer, loaded as plain transformers loads it, still reads otherwise
-    than the run: special tokens' strings its own class reads as the tokens whatever
-    `split_special_tokens` says (T5's SentencePiece vocabulary holds "</s>", "<pad>" and its
-    sentinels as pieces; transformers' T5Tokenizer rebuilds its normalizer, so the step
-    models.text_is_text adds is not loaded), said in the export's line."""
+    """The exported tokenizer, loaded as plain transformers loads it, reads special tokens'
+    strings as the run did, or the line says which it reads as the tokens. T5's SentencePiece
+    vocabulary holds "</s>", "<pad>" and its sentinels as pieces, read from text whatever
+    `split_special_tokens` says; the normalizer step models.text_is_text adds against that is in
+    the saved tokenizer.json, but T5Tokenizer rebuilds its own normalizer and drops it (a
+    "</s>" in a review was an end of sequence: a batch holding one stopped BART's and T5's
+    classifiers with a ValueError). Such a folder's tokenizer is saved as `TokenizersBackend`,
+    which loads tokenizer.json as written, where that reads and decodes as the run's."""
     if not task.predicts:
         return ""
     from transformers import AutoTokenizer
 
-    ours, plain = models.load_tokenizer(str(out), words=task.words_given), AutoTokenizer.from_pretrained(out)
-    differ = [t for t in ours.all_special_tokens
-              if ours(t, add_special_tokens=False)["input_ids"] != plain(t, add_special_tokens=False)["input_ids"]]
+    ours = models.load_tokenizer(str(out), words=task.words_given)
+    differ = _specials_differ(ours, AutoTokenizer.from_pretrained(out))
     if not differ:
         return ""
-    shown = ", ".join(json.dumps(t) for t in differ[:3]) + (f" and {len(differ) - 3} more" if len(differ) > 3 else "")
-    return (f"; {type(plain).__name__} reads {shown} in a text as the special token{'s' if len(differ) > 1 else ''}, "
+    config_file = out / "tokenizer_config.json"
+    saved = json.loads(config_file.read_text(encoding="utf-8"))
+    own = saved.get("tokenizer_class")
+    config_file.write_text(json.dumps({**saved, "tokenizer_class": "TokenizersBackend"}, indent=2, ensure_ascii=False),
+                           encoding="utf-8")
+    generic = AutoTokenizer.from_pretrained(out)
+    probe = ours(DECODE_PROBE)["input_ids"]
+    if not _specials_differ(ours, generic) and all(
+            ours.decode(probe, skip_special_tokens=skip) == generic.decode(probe, skip_special_tokens=skip)
+            for skip in (False, True)):
+        return (f"; its tokenizer is saved as TokenizersBackend, which reads tokenizer.json as written ({own} "
+                f"would read {_shown(differ)} in a text as the special tokens)")
+    config_file.write_text(json.dumps(saved, indent=2, ensure_ascii=False), encoding="utf-8")
+    return (f"; {own} reads {_shown(differ)} in a text as the special token{'s' if len(differ) > 1 else ''}, "
             "where the run read such strings as text: a text holding one is predicted otherwise")
+
+
+DECODE_PROBE = "Plain text, with <angle> brackets & accents: café, naïve; 3 < 4. </s> [SEP]"
+
+
+def _specials_differ(ours: Any, plain: Any) -> list[str]:
+    return [t for t in ours.all_special_tokens
+            if ours(t, add_special_tokens=False)["input_ids"] != plain(t, add_special_tokens=False)["input_ids"]]
+
+
+def _shown(tokens: list[str]) -> str:
+    return ", ".join(json.dumps(t) for t in tokens[:3]) + (f" and {len(tokens) - 3} more" if len(tokens) > 3 else "")
 
 
 def decode_as_run(task: Any, model: Any, tok: Any) -> str:
