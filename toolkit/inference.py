@@ -522,9 +522,26 @@ def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> s
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     if push_to_hub:
-        model.push_to_hub(push_to_hub)
-        tok.push_to_hub(push_to_hub)
+        push(out, model, push_to_hub)
     return note
+
+
+def push(out: Path, model: Any, repo: str) -> None:
+    """--push-to-hub: the model (a PEFT adapter alone: its adapter_config.json names the base's Hub
+    id) and the tokenizer as the export saved it (its class, split_special_tokens,
+    model_max_length), not the one in memory (T5's saved as TokenizersBackend was pushed as
+    T5Tokenizer). Bottleneck adapters have no model object: their folder is uploaded as written
+    (`None.push_to_hub` was an AttributeError traceback after the export was written)."""
+    from huggingface_hub import HfApi
+    from transformers import AutoTokenizer
+
+    if model is None:
+        api = HfApi()
+        api.create_repo(repo, exist_ok=True)
+        api.upload_folder(folder_path=str(out), repo_id=repo)
+        return
+    model.push_to_hub(repo)
+    AutoTokenizer.from_pretrained(out).push_to_hub(repo)
 
 
 def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str, Any, Any]:
