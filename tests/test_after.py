@@ -266,3 +266,37 @@ train: {{max_steps: 1, batch_size: 8}}
         card = ModelCard.load(card_file)
         assert card.data.base_model == hub_id and f"base_model:adapter:{hub_id}" in card.data.tags
         assert "site-packages" not in card_file.read_text()
+
+
+@pytest.mark.parametrize("method", ["{name: lora, r: 4}", "{name: adapters}"])
+def test_push_to_hub_sends_the_exported_folder_as_saved(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                         method: str) -> None:
+    """--push-to-hub where the Hub is reachable (its calls recorded here): a PEFT adapter pushes
+    itself and the tokenizer as the export saved it (split_special_tokens, model_max_length), not
+    the one in memory; bottleneck adapters, which have no model object, upload their folder as
+    written. Finding: bottleneck adapters' push was an AttributeError traceback ('NoneType' object
+    has no attribute 'push_to_hub') after the folder was written, exit 1."""
+    import huggingface_hub
+    import peft
+    import transformers
+
+    from toolkit import hub
+
+    run = trained(tmp_path, cli, method)
+    pushed: list = []
+    monkeypatch.setattr(hub, "offline", lambda: False)
+    monkeypatch.setattr(peft.PeftModel, "push_to_hub", lambda self, repo, **kw: pushed.append(("model", repo)))
+    monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "push_to_hub",
+                        lambda self, repo, **kw: pushed.append(("tokenizer", repo, self.split_special_tokens,
+                                                                self.model_max_length, self.name_or_path)))
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo, **kw: pushed.append(("repo", repo)))
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
+                        lambda self, folder_path, repo_id, **kw: pushed.append(("folder", repo_id, sorted(
+                            p.name for p in Path(folder_path).iterdir()))))
+    code, _, err = cli("export", run, tmp_path / "out", "--push-to-hub", "me/model")
+    assert code == 0, err
+    limit = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["model_max_length"]
+    if "adapters" in method:
+        assert pushed == [("repo", "me/model"), ("folder", "me/model", sorted(p.name for p in (tmp_path / "out").iterdir()))]
+    else:
+        assert pushed == [("model", "me/model"), ("tokenizer", "me/model", True, limit, str(tmp_path / "out"))]

@@ -19,7 +19,8 @@ from toolkit.methods import METHODS
 
 SHORT = ["model.checkpoint=bert-base-uncased", "task.max_train_samples=16", "task.max_eval_samples=8",
          "train.max_steps=2", "train.lr=0.05"]
-TEXTS = ["a wonderful film", "a dull mess that goes on and on", "great"]
+TEXTS = ["a wonderful film", "a dull mess that goes on and on", "great",
+         "it was [SEP] fine [CLS] ok [MASK] really", "a long " + "and dull " * 200 + "end"]  # past max_length
 SETTINGS = {"lora": ", r: 4", "dora": ", r: 4", "prompt_tuning": ", num_virtual_tokens: 4",
             "prefix_tuning": ", num_virtual_tokens: 4", "p_tuning": ", num_virtual_tokens: 4"}
 TRAINED = sorted(n for n in METHODS.names() if METHODS.get(n).trains)
@@ -33,7 +34,7 @@ def exported_model(out: Path, note: str) -> torch.nn.Module:
     from peft import PeftModel  # noqa: F401
     from transformers import AutoModelForSequenceClassification  # noqa: F401
 
-    expr = note.split("load it with ", 1)[1].split(": ", 1)[1] if "load it with " in note else \
+    expr = note.split("load it with ", 1)[1].split(": ", 1)[1].split("; ")[0] if "load it with " in note else \
         "AutoModelForSequenceClassification.from_pretrained(OUT)"
     return eval(expr.replace("OUT/base", "OUT / 'base'"), {**globals(), **locals(), "OUT": out, "toolkit": toolkit})
 
@@ -58,12 +59,18 @@ def test_every_methods_export_loads_as_its_line_says_and_predicts_as_the_run(tmp
         _starts_from_export_or_refuses(out)
         model, tok = exported_model(out, note).eval(), AutoTokenizer.from_pretrained(out)
         with torch.no_grad():
-            probs = model(**tok(TEXTS, return_tensors="pt", padding=True)).logits.softmax(-1)
+            probs = model(**tok(TEXTS, return_tensors="pt", padding=True, truncation=True)).logits.softmax(-1)
         config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
         got = [{config.id2label[i]: float(p[i]) for i in range(len(p))} for p in probs]
         assert [set(g) for g in got] == [{"negative", "positive"}] * len(TEXTS)
         for g, w in zip(got, want):
             assert g == pytest.approx(w, abs=1e-5), (method, merge, note)
+        if "load it with " not in note:  # a plain folder: transformers' pipeline, as the line says
+            from transformers import pipeline
+
+            classify = pipeline("text-classification", model=str(out), top_k=None, truncation=True)
+            for g, w in zip(classify(TEXTS), want):
+                assert {d["label"]: d["score"] for d in g} == pytest.approx(w, abs=1e-5), (method, merge, note)
         exported += 1
     assert exported >= 1
 

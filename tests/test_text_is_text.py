@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Callable
@@ -133,10 +134,11 @@ def test_special_strings_in_text_are_text(task_name: str, data: Callable, family
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_a_saved_run_reads_text_as_text_and_exports_as_transformers_reads(family: str, tmp_path: Path) -> None:
+def test_a_saved_run_reads_text_as_text_and_its_model_folder_as_transformers_reads(family: str, tmp_path: Path) -> None:
     """The tokenizer saved with a run (what predict, eval and a chained run load) reads special
-    strings as text again when the toolkit loads it; plain transformers loading the same folder (an
-    export) reads them as it always does; every other text encodes to the same ids either way."""
+    strings as text again when the toolkit loads it; plain transformers loading the same folder (the
+    run's model/, a pretraining objective's export: fill-mask finds its [MASK]) reads them as it always
+    does; every other text encodes to the same ids either way. A predicting task's export is below."""
     from transformers import AutoTokenizer
 
     tok = models.load_tokenizer(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / FAMILIES[family]))
@@ -149,3 +151,78 @@ def test_a_saved_run_reads_text_as_text_and_exports_as_transformers_reads(family
     assert control & set(plain(line, add_special_tokens=False)["input_ids"])
     words = "Plain text, with <angle> brackets & accents: café, naïve; 3 < 4."
     assert again(words)["input_ids"] == plain(words)["input_ids"]
+
+
+EXPORTED = [*[("glue", _glue, f) for f in ("bert", "roberta", "bart", "t5")],
+            *[("text_classification", _classification, f) for f in ("bert", "gpt2")],
+            *[("ner", _ner, f) for f in ("bert", "roberta")],
+            *[("summarization", _pairs, f) for f in ("t5", "gpt2")], ("squad", _squad, "bert")]
+
+
+def _exported(task_name: str, data: Callable, family: str, tmp: Path, special: bool, tiny_checkpoint) -> tuple:
+    """(task, the run's tokenizer as the toolkit loads it, the export's loaded by plain AutoTokenizer, the line)."""
+    from transformers import AutoModelForCausalLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from toolkit import inference
+    from toolkit.tasks import TASKS
+
+    tmp.mkdir()
+    shorter = {"max_length": 40, **({"doc_stride": 16} if task_name == "squad" else {})}  # the texts run past it
+    task = TASKS.get(task_name)(**{**data(tmp, special), **shorter})
+    head = task.model_head(family)
+    tok = models.load_tokenizer(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / FAMILIES[family]), words=task.words_given)
+    auto = {"causal-lm": AutoModelForCausalLM, "seq2seq-lm": AutoModelForSeq2SeqLM,
+            "question-answering": AutoModelForQuestionAnswering}.get(head)
+    model = auto.from_pretrained(tiny_checkpoint(family)) if auto else None  # what decode_as_run reads
+    note = inference.read_as_run(task, model, tok)
+    tok.save_pretrained(tmp / "out")
+    note += inference.specials_read_otherwise(task, tmp / "out")
+    return task, tok, AutoTokenizer.from_pretrained(tmp / "out"), note
+
+
+def _as_predict_reads(task, tok, plain) -> tuple[list, list]:
+    """The ids `toolkit predict` gives the model for the task's eval rows, and the ids the export's
+    tokenizer gives them tokenized the documented way (`truncation=True`: its model_max_length)."""
+    raw = next(iter(task.load()["eval"].values()))
+    if task.name == "ner":
+        words = list(raw["tokens"])
+        return (task.tokenize(tok, words, limit=task.max_length, is_split_into_words=True)["input_ids"],
+                plain(words, is_split_into_words=True, truncation=True)["input_ids"])
+    if hasattr(task, "generation"):
+        encoded = task.encode(raw, tok)
+        order = sorted(range(len(encoded)), key=lambda i: encoded["example_index"][i])
+        prefix, _ = task.affixes()
+        return ([encoded["input_ids"][i] for i in order],
+                plain([prefix + task.source_text(r) for r in raw.to_list()], truncation=True)["input_ids"])
+    return (list(task.encode(raw, tok)["input_ids"]),
+            plain(*[list(raw[c]) for c in task.text_columns], truncation=True)["input_ids"])
+
+
+@pytest.mark.parametrize("task_name, data, family", EXPORTED, ids=[f"{t}-{f}" for t, _, f in EXPORTED])
+def test_an_exported_tokenizer_reads_predict_inputs_as_the_run(task_name: str, data: Callable, family: str,
+                                                               tmp_path: Path, tiny_checkpoint) -> None:
+    """A predicting task's export, its tokenizer loaded by plain transformers (AutoTokenizer,
+    pipeline), reads an input as `toolkit predict` reads it: special strings as text
+    (split_special_tokens saved) and cut at task.max_length (model_max_length, with truncation=True);
+    T5's tokenizer saved as TokenizersBackend (T5Tokenizer rebuilds its normalizer, and its
+    vocabulary holds "</s>" as a piece); what it cannot (a prompt's source cut before its suffix)
+    the line says. Finding: the export read "[SEP]" or "</s>" in a review as the control token and
+    a text past task.max_length whole, so it predicted otherwise, exit 0."""
+    task, tok, plain, note = _exported(task_name, data, family, tmp_path / "special", True, tiny_checkpoint)
+    assert plain.split_special_tokens
+    if task.reading_limit() is None:  # GPT-2's prompt: the source is cut before the suffix
+        assert plain.model_max_length == tok.model_max_length > task.max_length, note
+        assert "the run cut each source to fit task.max_length=40 tokens before the rest of the prompt" in note
+        return
+    assert plain.model_max_length == task.max_length and "cuts at task.max_length=40 tokens" in note, note
+    if task_name == "squad":  # windows of max_length: the limit is what a QA reader passes
+        return
+    ours, theirs = _as_predict_reads(task, tok, plain)
+    assert any(len(ids) == task.max_length for ids in ours)  # some were cut
+    if family == "t5":  # T5Tokenizer rebuilds its normalizer: the folder names the class that reads it as saved
+        assert type(plain).__name__ == "TokenizersBackend" and re.search(
+            r'; its tokenizer is saved as TokenizersBackend, .* \(T5Tokenizer would read "</s>", ', note), note
+    else:
+        assert "TokenizersBackend" not in note and "special token" not in note, note
+    assert plain("a </s> [SEP] b")["input_ids"] == tok("a </s> [SEP] b")["input_ids"]
+    assert ours == theirs

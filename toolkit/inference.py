@@ -452,7 +452,7 @@ def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool, tokenizer: An
                                 warm_start=recipe.model.warm_start, tokenizer=tokenizer)
     auto = heads.get(head).auto_class
     tok = tokenizer or models.load_tokenizer(str(out))  # a bottleneck folder: the copied run's
-    decoding = decode_as_run(recipe.task, base_model, tok)  # the base holds the generation config
+    decoding = read_as_run(recipe.task, base_model, tok)  # the base holds the generation config
     if tokenizer is None:
         tok.save_pretrained(out)  # its padding side as generation needs it
     if apart:
@@ -491,15 +491,33 @@ def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> s
     try:
         with writing(out, NOTHING_KEPT):
             note, model, tok = _export_into(run, recipe, partial, merge)
+            note += specials_read_otherwise(recipe.task, partial)
         if out.exists():
             out.rmdir()  # empty (checked above)
         partial.rename(out)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     if push_to_hub:
-        model.push_to_hub(push_to_hub)
-        tok.push_to_hub(push_to_hub)
+        push(out, model, push_to_hub)
     return note
+
+
+def push(out: Path, model: Any, repo: str) -> None:
+    """--push-to-hub: the model (a PEFT adapter alone: its adapter_config.json names the base's Hub
+    id) and the tokenizer as the export saved it (its class, split_special_tokens,
+    model_max_length), not the one in memory (T5's saved as TokenizersBackend was pushed as
+    T5Tokenizer). Bottleneck adapters have no model object: their folder is uploaded as written
+    (`None.push_to_hub` was an AttributeError traceback after the export was written)."""
+    from huggingface_hub import HfApi
+    from transformers import AutoTokenizer
+
+    if model is None:
+        api = HfApi()
+        api.create_repo(repo, exist_ok=True)
+        api.upload_folder(folder_path=str(out), repo_id=repo)
+        return
+    model.push_to_hub(repo)
+    AutoTokenizer.from_pretrained(out).push_to_hub(repo)
 
 
 def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str, Any, Any]:
@@ -528,12 +546,78 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
     if peft_config is not None and not merge:  # the base beside it holds the generation config
         note = _embed_base(run, recipe, out, apart=not recipe.method.transformers_loads, tokenizer=tok)
     else:
-        note += decode_as_run(recipe.task, model, tok)
+        note += read_as_run(recipe.task, model, tok)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays
         models.make_portable(out, base_checkpoint(run, recipe))
     return note, model, tok
+
+
+def read_as_run(task: Any, model: Any, tok: Any) -> str:
+    """An exported tokenizer reads a prediction input as the run read it, loaded as plain
+    transformers loads it (`AutoTokenizer.from_pretrained`, `pipeline`): special tokens' strings
+    in the text as text (`split_special_tokens`, saved in tokenizer_config.json; models.text_is_text),
+    and cut where the run cut it (`model_max_length` = `Task.reading_limit`). The folder used to read
+    "[SEP]", "</s>" or "<|endoftext|>" in a review as the control token and a text past
+    task.max_length whole (or to the base's 512 positions), so it predicted otherwise than
+    `toolkit predict`, exit 0. A pretraining objective's folder (nothing to predict) keeps
+    transformers' reading: fill-mask finds its [MASK] in the text. Then `decode_as_run`."""
+    said = ""
+    if task.predicts:
+        tok.split_special_tokens = tok.init_kwargs["split_special_tokens"] = True
+        limit = task.reading_limit()
+        if limit is not None:
+            tok.model_max_length = tok.init_kwargs["model_max_length"] = limit
+            said = (f"; its tokenizer cuts at task.max_length={limit} tokens as the run did (model_max_length, "
+                    "where truncation=True cuts)")
+    return said + decode_as_run(task, model, tok)
+
+
+def specials_read_otherwise(task: Any, out: Path) -> str:
+    """The exported tokenizer, loaded as plain transformers loads it, reads special tokens'
+    strings as the run did, or the line says which it reads as the tokens. T5's SentencePiece
+    vocabulary holds "</s>", "<pad>" and its sentinels as pieces, read from text whatever
+    `split_special_tokens` says; the normalizer step models.text_is_text adds against that is in
+    the saved tokenizer.json, but T5Tokenizer rebuilds its own normalizer and drops it (a
+    "</s>" in a review was an end of sequence: a batch holding one stopped BART's and T5's
+    classifiers with a ValueError). Such a folder's tokenizer is saved as `TokenizersBackend`,
+    which loads tokenizer.json as written, where that reads and decodes as the run's."""
+    if not task.predicts:
+        return ""
+    from transformers import AutoTokenizer
+
+    ours = models.load_tokenizer(str(out), words=task.words_given)
+    differ = _specials_differ(ours, AutoTokenizer.from_pretrained(out))
+    if not differ:
+        return ""
+    config_file = out / "tokenizer_config.json"
+    saved = json.loads(config_file.read_text(encoding="utf-8"))
+    own = saved.get("tokenizer_class")
+    config_file.write_text(json.dumps({**saved, "tokenizer_class": "TokenizersBackend"}, indent=2, ensure_ascii=False),
+                           encoding="utf-8")
+    generic = AutoTokenizer.from_pretrained(out)
+    probe = ours(DECODE_PROBE)["input_ids"]
+    if not _specials_differ(ours, generic) and all(
+            ours.decode(probe, skip_special_tokens=skip) == generic.decode(probe, skip_special_tokens=skip)
+            for skip in (False, True)):
+        return (f"; its tokenizer is saved as TokenizersBackend, which reads tokenizer.json as written ({own} "
+                f"would read {_shown(differ)} in a text as the special tokens)")
+    config_file.write_text(json.dumps(saved, indent=2, ensure_ascii=False), encoding="utf-8")
+    return (f"; {own} reads {_shown(differ)} in a text as the special token{'s' if len(differ) > 1 else ''}, "
+            "where the run read such strings as text: a text holding one is predicted otherwise")
+
+
+DECODE_PROBE = "Plain text, with <angle> brackets & accents: café, naïve; 3 < 4. </s> [SEP]"
+
+
+def _specials_differ(ours: Any, plain: Any) -> list[str]:
+    return [t for t in ours.all_special_tokens
+            if ours(t, add_special_tokens=False)["input_ids"] != plain(t, add_special_tokens=False)["input_ids"]]
+
+
+def _shown(tokens: list[str]) -> str:
+    return ", ".join(json.dumps(t) for t in tokens[:3]) + (f" and {len(tokens) - 3} more" if len(tokens) > 3 else "")
 
 
 def decode_as_run(task: Any, model: Any, tok: Any) -> str:
@@ -566,6 +650,9 @@ def decode_as_run(task: Any, model: Any, tok: Any) -> str:
     prefix, suffix = task.affixes()
     source = task.source_text(task.raw_input({n: f"{{{n}}}" for n in task.predict_fields(model)}))
     prompt = json.dumps(prefix + source + suffix, ensure_ascii=False)
+    if task.reading_limit() is None:  # the tokenizer's own cut would take the suffix first
+        said.append(f"the run cut each source to fit task.max_length={task.max_length} tokens "
+                    f"before the rest of the prompt; a longer one is read whole")
     return "; generate from the prompt " + prompt + " (the run's decoding is in generation_config.json" \
         + "".join(f"; {s}" for s in said) + ")"
 

@@ -613,7 +613,8 @@ def text_is_text(tok: PreTrainedTokenizerBase) -> None:
     mid-text, a [SEP] that opens a segment, a <pad> the loss skips, a sentinel colliding with
     span_corruption's own). transformers reads such strings as the tokens by default
     (`split_special_tokens=False`); the toolkit sets it on every tokenizer it loads, training and
-    predict alike. It is not saved: a run's exported folder reads text as plain transformers does.
+    predict alike. It is not saved in a run's model/; a predicting task's export saves it
+    (inference.read_as_run), so plain transformers reads the folder's inputs as the run did.
     The tokens a task adds itself ([CLS] .. [SEP], the EOS after a target, sentinels) are ids,
     not text, and stay what they are. A tokenizer whose own vocabulary holds special pieces
     (T5's SentencePiece model has </s>, <pad> and <extra_id_N> as pieces) still reads them from

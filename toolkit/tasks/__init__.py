@@ -310,6 +310,14 @@ class Task:
         """Strings recorded beside the float metrics in metrics.json (sacreBLEU's signature)."""
         return {}
 
+    def reading_limit(self) -> int | None:
+        """The length at which `tokenizer(..., truncation=True)` cuts a prediction input as the run
+        cut it (a text or pair, NER's words, a QA window), saved as an export's `model_max_length`
+        (transformers' token-classification pipeline cuts there by itself, the others with
+        truncation=True); None where the run's cut is not the tokenizer's own (a prompt whose
+        source is cut before its suffix: said in the export's line)."""
+        return self.max_length
+
     def positions_problem(self, tokenizer: Any, max_length: int, limit: int) -> str | None:
         """Why a sequence this task builds can be longer than the model's `limit` positions when
         `task.max_length` alone fits them (setup checks that first), or None. Most tasks give the

@@ -219,6 +219,11 @@ class TextToText(TokenTask):
         return (prefix if self.prefix is None else self.prefix,
                 suffix if self.suffix is None else self.suffix)
 
+    def reading_limit(self) -> int | None:
+        """An encoder's prompt without a suffix is cut whole at task.max_length; a source cut
+        before a suffix (an encoder's, every decoder-only prompt) is no cut the tokenizer makes."""
+        return None if self.decoder_only or self.affixes()[1] else self.max_length
+
     @property
     def decoder_only(self) -> bool:
         return getattr(self, "_decoder_only", False)

@@ -391,6 +391,9 @@ class Squad(TextToText):
         return ds["train"], ds["validation"]
 
     # --- generative: what the text-to-text base needs -------------------------------------------
+    def reading_limit(self) -> int | None:
+        return self.max_length if self.extractive else super().reading_limit()  # windows of max_length
+
     def positions_problem(self, tokenizer: Any, max_length: int, limit: int) -> str | None:
         return None if self.extractive else super().positions_problem(tokenizer, max_length, limit)
 
