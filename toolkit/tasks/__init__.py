@@ -169,6 +169,16 @@ class Task:
         generation tasks pick causal-lm for decoders and seq2seq-lm for encoder-decoders."""
         return self.head
 
+    def settle(self, family: str, trains: bool) -> None:
+        """Settings a recipe leaves to the toolkit, decided when a recipe is launched (run, sweep,
+        validate; not when a run's recipe.yaml is read back) for the model `family` (its
+        model_type) and whether the method trains: what it decides is in recipe.yaml and the run
+        id. Most tasks leave nothing unset."""
+
+    def adapt_tokenizer(self, tokenizer: Any) -> None:
+        """What the task sets in the tokenizer a run trains with, before anything is encoded; the
+        run saves that tokenizer, so eval, predict and an export read as training did."""
+
     def head_kwargs(self) -> dict[str, Any]:
         """Extra from_pretrained kwargs for the head (num_labels, problem_type, label names)."""
         return {}
