@@ -271,9 +271,10 @@ def joined_pairs(tokenizer: Any) -> bool:
     """Whether the tokenizer's pair encoding puts no token between the first text's last token and
     the second's first (GPT-2 has no pair template; BERT puts [SEP], RoBERTa </s></s>, T5 </s>,
     Llama <s>)."""
-    enc = tokenizer("a", "b")
-    ids = enc.sequence_ids() if hasattr(enc, "sequence_ids") else None
-    if ids is None or 0 not in ids or 1 not in ids:
+    if not getattr(tokenizer, "is_fast", False):  # a Python-only tokenizer: no sequence ids to read
+        return False
+    ids = tokenizer("a", "b").sequence_ids()
+    if 0 not in ids or 1 not in ids:
         return False
     return ids.index(1) == len(ids) - 1 - ids[::-1].index(0) + 1
 
