@@ -663,6 +663,11 @@ SQUAD_ON = "model: {{checkpoint: {}}}\ntask: {{name: squad, version: v1}}\nmetho
     # a Hub configuration beside files
     ("model: {checkpoint: bert-base-uncased}\ntask: {name: text_classification, eval_file: "
      "$TOOLKIT_DATA/glue/SST-2/dev.tsv}\nmethod: {name: full}\n", "task.subset", None),
+    # a pair's separator on one text, and under icl (its template holds the texts)
+    ("model: {checkpoint: gpt2}\ntask: {name: glue, subset: sst2}\nmethod: {name: full}\n", "task.pair_separator", None),
+    (ICL_GLUE.replace("sst2", "rte"), "task.pair_separator", None),
+    ("model: {checkpoint: gpt2}\ntask: {name: text_classification, eval_file: $TOOLKIT_DATA/glue/RTE/dev.tsv, "
+     "text_columns: [sentence1]}\nmethod: {name: full}\n", "task.pair_separator", None),
     # greedy search reads no length penalty
     ("model: {checkpoint: t5-small}\ntask: {name: summarization, subset: samsum}\nmethod: {name: full}\n",
      "task.generation.length_penalty", "1.0"),
@@ -676,7 +681,7 @@ def test_a_setting_the_run_never_reads_is_refused_unless_at_its_default(tmp_path
     odd = {"true": "false", "auto": "true", "1.0": "2.0", "1": "3", "128": "64", None: "7"}.get(default, "5")
     odd = {"task.prefix": "'answer: '", "method.separator": "' | '", "task.eval_fraction": "0.1",
            "task.train_split": "dev", "task.dataset_config": "raw", "model.dropout": "0.1",
-           "task.subset": "sst2"}.get(setting, odd)
+           "task.subset": "sst2", "task.pair_separator": "eos"}.get(setting, odd)
     for extra in ((), ("--smoke",)):
         code, _, err = cli("validate", path, f"{setting}={odd}", *extra)
         assert code == 2 and len(err.strip().splitlines()) == 1 and f"{setting}: " in err, err

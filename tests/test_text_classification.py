@@ -467,17 +467,3 @@ train: {{epochs: 1, batch_size: 4}}
     exported = clf.tokenizer(*PAIR)["input_ids"]
     assert _between(clf.tokenizer, exported) == [clf.tokenizer.eos_token_id]
 
-
-@pytest.mark.parametrize("recipe, said", [
-    ("glue/sst2/gpt2-lora", "it goes between a pair's two texts, and this task reads one text"),
-    ("demo/own-data/minilm-lora", "it goes between a pair's two texts, and this task reads one text"),
-    ("glue/rte/gpt2-icl-0shot", "icl writes a pair's texts into method.template")])
-def test_a_pair_separator_the_run_never_reads_is_refused(recipe: str, said: str) -> None:
-    """A setting the run never reads (Task.ignores, Method.ignores): on a single-text task, or
-    under in-context prompting, it would be recorded in recipe.yaml as used."""
-    from toolkit import recipe as recipe_module
-
-    path = Path(__file__).resolve().parents[1] / "recipes" / f"{recipe}.yaml"
-    overrides = ["task.pair_separator=eos"] + (["task.text_columns=[sentence1]"] if "own-data" in recipe else [])
-    with pytest.raises(UserError, match=f"task.pair_separator: {said}"):
-        recipe_module.load(path, overrides)
