@@ -31,7 +31,9 @@ SECTIONS = ("model", "task", "method", "train")
 # --- collecting ------------------------------------------------------------------------------
 # Fields added to recipes after runs were made, with the value those older runs had in effect:
 # a run whose recipe.yaml lacks one ran that way, and is reported so (not as "None").
-BEFORE_FIELD = {("train", "fast_dropout"): False}  # torch's dropout until 2026-11-23
+BEFORE_FIELD = {("train", "fast_dropout"): False,  # torch's dropout until 2026-11-23
+                # the tokenizer's own pair encoding (a classifier's; null where a launch leaves it unset)
+                ("task", "pair_separator"): None}
 
 
 def with_old_defaults(recipe: dict) -> dict:
