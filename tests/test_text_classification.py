@@ -439,9 +439,10 @@ def test_only_a_decoders_pair_runs_record_the_separator(recipe: str, separated: 
 
 
 def test_a_gpt2_pair_run_predicts_and_exports_as_it_trained(tmp_path: Path, cli, tiny_checkpoint) -> None:
-    """Own pair data on GPT-2: the run's recipe.yaml says eos, eval scores as the run did, and
-    toolkit predict and the exported folder in plain transformers' pipeline (text_pair) give the
-    same probabilities, reading the pair with the separator."""
+    """Own pair data on GPT-2: the run's recipe.yaml says eos, eval scores as the run did (and
+    refuses another separator, which its saved tokenizer would not read), and toolkit predict and
+    the exported folder in plain transformers' pipeline (text_pair) give the same probabilities,
+    reading the pair with the separator."""
     import toolkit
     from transformers import pipeline
 
@@ -459,6 +460,8 @@ train: {{epochs: 1, batch_size: 4}}
     assert "pair_separator: eos" in (run / "recipe.yaml").read_text()
     trained = json.loads((run / "metrics.json").read_text())["eval"]
     assert toolkit.evaluate(run)["eval"] == pytest.approx(trained, abs=1e-6)
+    with pytest.raises(UserError, match="task.pair_separator: the run's saved tokenizer holds it as the run trained"):
+        toolkit.evaluate(run, overrides=["task.pair_separator=none"])  # recorded as none, read with eos
     (row,) = toolkit.predict(run, [PAIR])
     toolkit.export(run, tmp_path / "out")
     clf = pipeline("text-classification", model=str(tmp_path / "out"), top_k=None)

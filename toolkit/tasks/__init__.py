@@ -103,6 +103,9 @@ class Task:
     # the recipe keys that name a record's fields (`check_fields`): those the model reads (and ids),
     # then those it is scored on
     field_keys: ClassVar[tuple[str, ...]] = ()
+    # settings a trained run's saved files hold (a classifier's pair separator, in its saved
+    # tokenizer): scoring the run reads them from there, so they cannot change at `toolkit eval`
+    saved_keys: ClassVar[tuple[str, ...]] = ()
     # the key of a JSON document's list of records (`{"data": [...]}`) its training reader takes
     # besides a JSON list; predict reads the same layouts (inference._read_structured)
     json_field: ClassVar[str | None] = None

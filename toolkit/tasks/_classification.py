@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -97,6 +97,7 @@ class Classification(Task):
     # the model (`settle`): "eos" on a decoder-only model, whose tokenizers may have no pair
     # template; an encoder's or an encoder-decoder's tokenizer marks the pair itself ([SEP], </s>).
     pair_separator: Literal["none", "eos"] | None = added(default=None, neutral=None)
+    saved_keys: ClassVar[tuple[str, ...]] = ("pair_separator",)  # in the run's saved tokenizer
 
     # --- what subclasses say (and `text_columns`: the one or two columns holding the text) -------
     @property
