@@ -121,6 +121,48 @@ def test_entity_scores_as_seqeval_defines_them() -> None:
     assert (s["precision"], s["recall"]) == (1 / 3, 1 / 2) and s["f1"] == pytest.approx(0.4)
 
 
+@pytest.mark.parametrize("true, pred, undefined", [
+    ([["O", "O"], ["O"]], [["O", "O"], ["O"]], {"f1", "precision", "recall"}),  # right everywhere, no entity
+    ([["B-PER", "O"]], [["O", "O"]], {"precision"}),  # nothing predicted: recall 0, F1 0
+    ([["O", "O"]], [["B-PER", "O"]], {"recall"}),  # nothing to find: precision 0, F1 0
+    ([["B-PER", "O"]], [["B-PER", "O"]], set()),
+])
+def test_a_score_of_no_entity_is_undefined_never_zero(capsys, monkeypatch, true, pred, undefined) -> None:
+    """Finding: seqeval's zero_division stand-in scored sentences without entities, tagged all O
+    by the model, as F1 0.0, precision 0.0 and recall 0.0 (a model that found nothing, where it was
+    right on every word), exit 0. A score whose denominator is 0 is NaN (null in metrics.json) with
+    a warning, as a GLUE F1 of no positive anywhere is; defined scores stay seqeval's."""
+    monkeypatch.setattr("toolkit.tasks._classification._SAID", set())
+    got = entity_scores(true, pred)
+    assert {k for k, v in got.items() if np.isnan(v)} == undefined
+    err = capsys.readouterr().err
+    assert all(f"warning: {name} is undefined (" in err for name in undefined) and err.count("\n") == len(undefined)
+    assert got["accuracy"] == np.mean([t == p for ts, ps in zip(true, pred) for t, p in zip(ts, ps)])
+    assert all(got[k] in (0.0, 1.0) for k in {"f1", "precision", "recall"} - undefined)
+
+
+def test_a_run_scored_on_sentences_without_entities_records_null(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """Through the run (training's evaluation, metrics.json) and toolkit eval alike."""
+    import toolkit
+
+    train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    train.write_text("EU B-ORG\nrejects O\n\nPeter B-PER\nsaid O\n\n" * 2)
+    dev.write_text("the O\nend O\n\nit O\nrained O\n")
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+task: {{name: ner, train_file: {train}, eval_file: {dev}, labels: null, max_length: 16}}
+method: {{name: full}}
+train: {{epochs: 1, batch_size: 4, keep_best: false}}
+""")
+    code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    scores = json.loads((run / "metrics.json").read_text())["eval"]
+    assert scores["recall"] is None and "warning: recall is undefined (no entity in the gold tags of 2 sentence(s))" in err
+    assert (scores["f1"] is None) == (scores["precision"] is None)  # all O predicted: both undefined; else F1 0
+    again = toolkit.evaluate(run)["eval"]
+    assert np.isnan(again["recall"]) and again["accuracy"] == scores["accuracy"]
+
+
 def test_score_reads_every_gold_word() -> None:
     """A sentence is scored on all its gold words: the prediction at each word's first sub-token
     (`word_index`), `O` for a word the model never saw (cut off, or no sub-token). Finding: words

@@ -1444,3 +1444,21 @@ def test_a_pivot_option_given_alone_or_empty_is_not_dropped(tmp_path: Path, cli,
             text = toolkit.report(tmp_path, **options)
     if not said:
         assert "## f1 (%) ↑: task × method" in text and "| mrpc | 90.25 ± 0.07 (n=2) |" in text
+
+
+def test_runs_from_before_pair_separator_are_seeds_of_one_entry_with_new_ones(tmp_path: Path) -> None:
+    """A recipe.yaml written before task.pair_separator existed, and a new one of a model that
+    leaves it unset (null), ran the same encoding: one entry, its seeds pooled, no grid of
+    'pair_separator=None' beside a setting of no key. A decoder's `eos` runs are an entry of their own."""
+    for seed in (42, 43):
+        fake_run(tmp_path / "old", "rte", "full", seed, {"accuracy": 0.60})  # no pair_separator key
+        for value, folder in ((None, "new"), ("eos", "gpt2")):
+            run = fake_run(tmp_path / folder, "rte", "full", seed + 10, {"accuracy": 0.62})
+            recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+            recipe["task"]["pair_separator"] = value
+            (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    (p,) = report.pivots(report.collect([tmp_path / "old", tmp_path / "new"]), "task", "method")
+    cell = p.cells[("rte", "full")]
+    assert cell.stat.n == 4 and not cell.grid  # one setting: no grid
+    (p,) = report.pivots(report.collect([tmp_path / "old", tmp_path / "gpt2"]), "task", "method")
+    assert sorted(desc for desc, _ in p.cells[("rte", "full")].grid) == ["task.pair_separator=None", "task.pair_separator=eos"]

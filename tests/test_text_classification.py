@@ -369,3 +369,104 @@ def test_a_label_outside_many_is_named_in_a_short_line(tmp_path: Path) -> None:
     dev = write(tmp_path / "dev.csv", [("x", "0"), ("y", "31")], "csv")
     with pytest.raises(UserError, match=r"dev.csv:3: label '31' is not one of 0, 1, 2, .*, 19, \.\.\. \(30 in all\)$"):
         TextClassification(train_file=str(train), eval_file=str(dev)).load()
+
+
+# --- a pair's two texts are told apart, in every family ------------------------------------------
+PAIR = ("The show was at its end", "Start again now.")
+
+
+def _between(tokenizer, ids: list[int]) -> list[int]:
+    """The ids between the first text's tokens and the second's in a pair's encoding."""
+    first = tokenizer(PAIR[0], add_special_tokens=False)["input_ids"]
+    second = tokenizer(PAIR[1], add_special_tokens=False)["input_ids"]
+    start = next(i for i in range(len(ids)) if ids[i:i + len(first)] == first) + len(first)
+    end = next(i for i in range(start, len(ids)) if ids[i:i + len(second)] == second)
+    return ids[start:end]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "roberta", "bart", "t5"])
+@pytest.mark.parametrize("task", ["glue", "own"])
+def test_a_pair_is_encoded_with_a_mark_between_its_texts(tmp_path: Path, family: str, task: str) -> None:
+    """Finding: GPT-2's tokenizer has no pair template, so RTE's "...at its end" + "Start again"
+    was encoded as "...at its endStart again" (run_glue's reading): no mark where the first text
+    ends, and its last word run into the second's first. A launch now sets task.pair_separator to
+    eos on a decoder-only model (recorded in recipe.yaml and its id); the run's tokenizer puts
+    <|endoftext|> there, counted in max_length. Every other family's own marks are left alone,
+    and so are their run ids and a single text's encoding."""
+    from datasets import Dataset
+
+    from conftest import FAMILY_IDS
+    from toolkit import models
+    from toolkit.tasks.glue import Glue
+
+    settings = (Glue(subset="rte", max_length=16) if task == "glue" else
+                TextClassification(train_file="t.csv", eval_file="t.csv", max_length=16))
+    settings.settle(models.family_of(FAMILY_IDS[family]), trains=True)
+    assert settings.pair_separator == ("eos" if family == "gpt2" else None)
+    folder = models.smoke_checkpoint(FAMILY_IDS[family])
+    tok = models.load_tokenizer(folder)
+    own = tok(*PAIR)["input_ids"]
+    settings.adapt_tokenizer(tok)
+    if not isinstance(settings, Glue):
+        settings.text_columns = ["sentence1", "sentence2"]
+    columns = settings.text_columns
+    raw = Dataset.from_dict({columns[0]: [PAIR[0], PAIR[0] * 5], columns[1]: [PAIR[1], PAIR[1]], "label": [0, 1]})
+    ids = settings.encode(raw, tok)["input_ids"]
+    if family == "gpt2":
+        assert _between(tok, ids[0]) == [tok.eos_token_id]
+    else:
+        assert ids[0] == own and _between(tok, own)  # the family's own mark, untouched
+    assert len(ids[1]) == 16  # cut to max_length, the mark counted
+    assert tok(PAIR[0])["input_ids"] == models.load_tokenizer(folder)(PAIR[0])["input_ids"]  # one text: as before
+
+
+@pytest.mark.parametrize("recipe, separated", [
+    ("glue/rte/gpt2-full", True), ("glue/rte/gpt2-lora", True), ("glue/sst2/gpt2-lora", False),
+    ("glue/rte/gpt2-icl-0shot", False), ("glue/rte/bert-base-uncased-full", False),
+    ("glue/rte/roberta-base-lora", False), ("glue/rte/bart-base-full", False), ("glue/rte/t5-base-full", False)])
+def test_only_a_decoders_pair_runs_record_the_separator(recipe: str, separated: bool) -> None:
+    """The setting is decided at launch and is in the run id only where it separates: every
+    other run keeps its id (the field, unset, is out of the hash), and a run's recipe.yaml made
+    before it is read back unset (no separator, as that run trained)."""
+    from toolkit import recipe as recipe_module
+    from toolkit.recipe_data import read_yaml
+
+    path = Path(__file__).resolve().parents[1] / "recipes" / f"{recipe}.yaml"
+    loaded = recipe_module.load(path)
+    assert ("pair_separator" in loaded.hashed_dict()["task"]) is separated
+    assert loaded.task.pair_separator == ("eos" if separated else None)
+    assert recipe_module.parse(read_yaml(path)).task.pair_separator is None  # a recipe.yaml read back
+
+
+def test_a_gpt2_pair_run_predicts_and_exports_as_it_trained(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """Own pair data on GPT-2: the run's recipe.yaml says eos, eval scores as the run did (and
+    refuses another separator, which its saved tokenizer would not read), and toolkit predict and
+    the exported folder in plain transformers' pipeline (text_pair) give the same probabilities,
+    reading the pair with the separator."""
+    import toolkit
+    from transformers import pipeline
+
+    rows = [(f"{a} {i}", b, lab) for i, (a, b, lab) in enumerate([("It rained", "The ground is wet", "yes"),
+                                                                   ("It rained", "The sky is green", "no")] * 4)]
+    train = write(tmp_path / "train.csv", rows, "csv", ("sentence1", "sentence2", "label"))
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: gpt2}}
+task: {{name: text_classification, train_file: {train}, eval_file: {train}}}
+method: {{name: full}}
+train: {{epochs: 1, batch_size: 4}}
+""")
+    code, out, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    assert "pair_separator: eos" in (run / "recipe.yaml").read_text()
+    trained = json.loads((run / "metrics.json").read_text())["eval"]
+    assert toolkit.evaluate(run)["eval"] == pytest.approx(trained, abs=1e-6)
+    with pytest.raises(UserError, match="task.pair_separator: the run's saved tokenizer holds it as the run trained"):
+        toolkit.evaluate(run, overrides=["task.pair_separator=none"])  # recorded as none, read with eos
+    (row,) = toolkit.predict(run, [PAIR])
+    toolkit.export(run, tmp_path / "out")
+    clf = pipeline("text-classification", model=str(tmp_path / "out"), top_k=None)
+    plain = {r["label"]: r["score"] for r in clf({"text": PAIR[0], "text_pair": PAIR[1]})}
+    assert plain == pytest.approx(row["probabilities"], abs=1e-5)
+    exported = clf.tokenizer(*PAIR)["input_ids"]
+    assert _between(clf.tokenizer, exported) == [clf.tokenizer.eos_token_id]
+

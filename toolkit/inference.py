@@ -44,6 +44,7 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     model = raw.get("model")
     if isinstance(model, dict) and isinstance(model.get("checkpoint"), dict):  # the run it started from
         raw["model"] = {**model, "checkpoint": str(chained_base(run, str(raw.get("name"))))}
+    ran = raw.get("task") if isinstance(raw.get("task"), dict) else {}  # the run's own, before --task-from
     if task_from:
         task = read_yaml(find_recipe(task_from)).get("task")
         if not isinstance(task, dict):  # a base file of settings alone: a KeyError traceback
@@ -53,7 +54,14 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     bad = [o for o in task_overrides or [] if o.partition("=")[0].strip().split(".")[0] != "task"]
     if bad:
         raise UserError(f"override '{bad[0]}': only task.* settings can change when scoring a run")
-    return parse(apply_overrides(raw, task_overrides or []))
+    recipe = parse(apply_overrides(raw, task_overrides or []))
+    for key in recipe.task.saved_keys:  # held by the run's saved files (its tokenizer): as the run had them
+        named = any(o.partition("=")[0].strip() == f"task.{key}" for o in task_overrides or [])
+        if named and getattr(recipe.task, key) != ran.get(key):
+            raise UserError(f"task.{key}: the run's saved tokenizer holds it as the run trained; it cannot change "
+                            "when scoring a run (train a run with it instead)")
+        setattr(recipe.task, key, ran.get(key))
+    return recipe
 
 
 def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:

@@ -328,17 +328,26 @@ def plan(path: str | Path, overrides: list[str] | None = None, smoke: bool = Fal
     path = Path(path)
     raw = apply_overrides(read_yaml(path), overrides or [])
     seen = seen + (path.resolve(),)
-    written = parse_plan(raw, name=recipe_name(path), origin=path, seen=seen)
+    written = settled(parse_plan(raw, name=recipe_name(path), origin=path, seen=seen))
     # `smoke: true` (in the file or `smoke=true`) is --smoke: it swapped in the small random model
     # but kept the full data and steps. Sizing is idempotent: a smoke run's recipe.yaml is the same run
     if smoke or written.recipe.smoke:
-        small = parse_plan(smoke_sized(raw, written.recipe.task), name=written.recipe.name, smoke=True,
-                           origin=path, seen=seen)
+        small = settled(parse_plan(smoke_sized(raw, written.recipe.task), name=written.recipe.name, smoke=True,
+                                   origin=path, seen=seen))
         small.written_max_length = written.recipe.task.max_length
         return small
     return written
 
 
+
+
+def settled(plan: RunPlan) -> RunPlan:
+    """The plan with what its task leaves to the toolkit decided for its model (`Task.settle`):
+    a recipe being launched, never a run's recipe.yaml read back, which says what its run did."""
+    recipe, base = plan.recipe, plan.base
+    family = models.recipe_family(base.model.checkpoint, recipe.model.warm_start or base.model.warm_start)
+    recipe.task.settle(family, recipe.method.trains)
+    return plan
 
 
 def upstream(ref: dict, origin: Path | None, smoke: bool, seen: tuple[Path, ...]) -> RunPlan:

@@ -59,6 +59,7 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     head = recipe.method.head(task, models.recipe_family(checkpoint, recipe.model.warm_start))
     model, tok = models.load(checkpoint, head, task.head_kwargs(), recipe.model.attention, recipe.model.dropout,
                              warm_start=recipe.model.warm_start, words=task.words_given)
+    task.adapt_tokenizer(tok)  # saved with the run (train.save_result)
     limit = models.max_positions(model.config, tok)
     length = max(task.max_length, plan.written_max_length or 0)  # --smoke: the length as written
     if limit is not None and length > limit:

@@ -505,6 +505,9 @@ class ICL(Method):
         out = {**super().ignores(task), "task.max_length": (
             "icl cuts its prompts at method.max_length (unset: the model's limit), as "
             "lm-evaluation-harness does; set that instead")}
+        if hasattr(task, "pair_separator"):  # a classifier's pairs: icl fills its template with the texts
+            out["task.pair_separator"] = ("icl writes a pair's texts into method.template, not through the "
+                                          "tokenizer's pair encoding; put the separator in the template")
         if hasattr(task, "generation"):  # a text-to-text task: demonstrations, then generation
             prompts = ("this task generates its answers from prompts of its own (task.prefix, the source, "
                        "task.suffix) and fills no template with label words; set task.prefix / task.suffix "

@@ -47,6 +47,8 @@ BEFORE_FIELD: dict[tuple[str, str], Any] = {
     ("train", "length_buckets"): [],
     ("train", "precision_mode"): "autocast",  # bf16 was autocast over fp32 weights until 2026-11-26 18:14
     ("train", "compile_optimizer"): "auto",  # never compiled until 2026-11-27 09:11; auto is off
+    # the tokenizer's own pair encoding (a classifier's; null where a launch leaves it unset)
+    ("task", "pair_separator"): None,
 }
 
 

@@ -103,6 +103,9 @@ class Task:
     # the recipe keys that name a record's fields (`check_fields`): those the model reads (and ids),
     # then those it is scored on
     field_keys: ClassVar[tuple[str, ...]] = ()
+    # settings a trained run's saved files hold (a classifier's pair separator, in its saved
+    # tokenizer): scoring the run reads them from there, so they cannot change at `toolkit eval`
+    saved_keys: ClassVar[tuple[str, ...]] = ()
     # the key of a JSON document's list of records (`{"data": [...]}`) its training reader takes
     # besides a JSON list; predict reads the same layouts (inference._read_structured)
     json_field: ClassVar[str | None] = None
@@ -168,6 +171,16 @@ class Task:
         """The head (a toolkit.heads name) this task needs on a model of `family` (its model_type):
         generation tasks pick causal-lm for decoders and seq2seq-lm for encoder-decoders."""
         return self.head
+
+    def settle(self, family: str, trains: bool) -> None:
+        """Settings a recipe leaves to the toolkit, decided when a recipe is launched (run, sweep,
+        validate; not when a run's recipe.yaml is read back) for the model `family` (its
+        model_type) and whether the method trains: what it decides is in recipe.yaml and the run
+        id. Most tasks leave nothing unset."""
+
+    def adapt_tokenizer(self, tokenizer: Any) -> None:
+        """What the task sets in the tokenizer a run trains with, before anything is encoded; the
+        run saves that tokenizer, so eval, predict and an export read as training did."""
 
     def head_kwargs(self) -> dict[str, Any]:
         """Extra from_pretrained kwargs for the head (num_labels, problem_type, label names)."""

@@ -10,12 +10,13 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from toolkit.lazy import lazy
 from toolkit.errors import UserError
+from toolkit.schema import added
 from toolkit.models import UNKNOWN_CHARACTER, kind_of
 from toolkit.tasks import Metric, Task, declaration, fingerprint
 
@@ -89,6 +90,15 @@ def undefined(line: str) -> float:
 class Classification(Task):
     """Text (or a text pair) -> one of `label_names`, or a real number when there are none."""
 
+    # What goes between a pair's two texts where the tokenizer's own pair encoding puts nothing
+    # there (GPT-2's: "...its end" + "Start ..." was read as the one word "endStart", no mark where
+    # the first text ends): "eos", its end-of-text token, as GPT-2 read one document after another
+    # in pretraining; "none", nothing (run_glue's reading). Unset (null), a launch decides it for
+    # the model (`settle`): "eos" on a decoder-only model, whose tokenizers may have no pair
+    # template; an encoder's or an encoder-decoder's tokenizer marks the pair itself ([SEP], </s>).
+    pair_separator: Literal["none", "eos"] | None = added(default=None, neutral=None)
+    saved_keys: ClassVar[tuple[str, ...]] = ("pair_separator",)  # in the run's saved tokenizer
+
     # --- what subclasses say (and `text_columns`: the one or two columns holding the text) -------
     @property
     def label_names(self) -> list[str] | None:
@@ -115,6 +125,28 @@ class Classification(Task):
         # gold labels or the predictions, so a label neither holds is not counted as an F1 of 0
         return {"f1": f"macro F1: the unweighted mean of the F1 of each of the {len(names)} labels that occurs "
                       "in the gold labels or the predictions (scikit-learn's macro average)"}
+
+    def ignores(self) -> dict[str, str]:
+        columns = getattr(self, "text_columns", None)
+        if columns is not None and len(columns) == 1:
+            return {"task.pair_separator": "it goes between a pair's two texts, and this task reads one text"}
+        return {}
+
+    def settle(self, family: str, trains: bool) -> None:
+        """`pair_separator` left unset, decided at launch for the model family (recorded in the
+        run's recipe.yaml and so in its id; a run made before the setting reads as it was made)."""
+        columns = getattr(self, "text_columns", None)
+        maybe_pairs = columns is None or len(columns) == 2  # own data: the columns are found at load
+        if self.pair_separator is None and trains and maybe_pairs and kind_of(family) == "decoder":
+            self.pair_separator = "eos"
+
+    def adapt_tokenizer(self, tokenizer: Any) -> None:
+        """With `pair_separator: eos`, a tokenizer whose pair encoding puts no token between the
+        two texts gets its end-of-text token there, in its own pair template: counted when pairs
+        are cut at task.max_length, and saved with the run, so eval, predict and an exported
+        folder (plain transformers' pipeline with text_pair) read pairs as training did."""
+        if self.pair_separator == "eos":
+            separate_pairs(tokenizer)
 
     # --- derived ---------------------------------------------------------------------------------
     @property
@@ -216,6 +248,36 @@ class Classification(Task):
                 out.append({"label": self.label_names[best], "score": p[best],
                             "probabilities": dict(zip(self.label_names, p))})
         return out
+
+
+def separate_pairs(tokenizer: Any) -> bool:
+    """Put the tokenizer's end-of-text token between a pair's texts where its pair encoding puts
+    no token between them (GPT-2: "a" + "b" read as "ab"); True where it did. A decoder classifier
+    reads each example at its last token that is not the pad id, so the separator (the pad id where
+    the end-of-text token pads) is read by the attention and never as the example's end."""
+    from tokenizers import processors
+
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None or tokenizer.eos_token_id is None or not joined_pairs(tokenizer):
+        return False
+    eos = tokenizer.eos_token
+    ours = processors.TemplateProcessing(single="$A:0", pair=f"$A:0 {eos}:0 $B:0",
+                                         special_tokens=[(eos, tokenizer.eos_token_id)])
+    kept = backend.post_processor  # GPT-2's ByteLevel (offsets), or a template of single texts
+    backend.post_processor = ours if kept is None else processors.Sequence([ours, kept])
+    return True
+
+
+def joined_pairs(tokenizer: Any) -> bool:
+    """Whether the tokenizer's pair encoding puts no token between the first text's last token and
+    the second's first (GPT-2 has no pair template; BERT puts [SEP], RoBERTa </s></s>, T5 </s>,
+    Llama <s>)."""
+    if not getattr(tokenizer, "is_fast", False):  # a Python-only tokenizer: no sequence ids to read
+        return False
+    ids = tokenizer("a", "b").sequence_ids()
+    if 0 not in ids or 1 not in ids:
+        return False
+    return ids.index(1) == len(ids) - 1 - ids[::-1].index(0) + 1
 
 
 def last_token_problem(config: Any, tokenizer: Any) -> str | None:

@@ -36,6 +36,7 @@ from toolkit import heads, readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.tasks import TASKS, Metric, Task, _tags, fingerprint, subset
+from toolkit.tasks._classification import undefined
 
 torch = lazy("torch", globals())
 F = lazy("torch.nn.functional", globals())
@@ -213,13 +214,29 @@ class WordCollator:
 
 
 def entity_scores(true: list[list[str]], pred: list[list[str]]) -> dict[str, float]:
-    """seqeval's entity-level precision, recall and F1 (default mode) and token accuracy."""
+    """seqeval's entity-level precision, recall and F1 (default mode) and token accuracy. A score
+    whose denominator is 0 is undefined: NaN (null in metrics.json) with a warning, as a GLUE F1
+    of no positive anywhere is (`_classification.undefined`), never seqeval's zero_division 0.0,
+    which read a split of sentences without entities, tagged all O, as a model that found nothing
+    (F1 0.0 where it was right everywhere). Precision of no predicted entity, recall of no gold
+    entity, F1 of neither (2TP / (2TP + FP + FN)); one entity on either side keeps F1 defined."""
     from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
+    from seqeval.metrics.sequence_labeling import get_entities
 
-    return {"f1": float(f1_score(true, pred, zero_division=0)),
-            "precision": float(precision_score(true, pred, zero_division=0)),
-            "recall": float(recall_score(true, pred, zero_division=0)),
-            "accuracy": float(accuracy_score(true, pred))}
+    gold, found = len(get_entities(true)), len(get_entities(pred))
+    said = f"{len(true)} sentence(s)"
+    out = {"f1": float(f1_score(true, pred, zero_division=0)),
+           "precision": float(precision_score(true, pred, zero_division=0)),
+           "recall": float(recall_score(true, pred, zero_division=0)),
+           "accuracy": float(accuracy_score(true, pred))}
+    if not gold and not found:
+        out["f1"] = undefined(f"warning: f1 is undefined (no entity in the gold tags nor the predictions of {said}); "
+                              "recorded as null")
+    if not found:
+        out["precision"] = undefined(f"warning: precision is undefined (no entity predicted in {said}); recorded as null")
+    if not gold:
+        out["recall"] = undefined(f"warning: recall is undefined (no entity in the gold tags of {said}); recorded as null")
+    return out
 
 
 @TASKS.register("ner")

@@ -66,8 +66,8 @@ class TextClassification(Classification):
     # --- validation (no data read) -----------------------------------------------------------
     def ignores(self) -> dict[str, str]:
         if self.dataset is not None:
-            return {}
-        return {"task.subset": "it names a configuration of a Hub data set, and this task reads its files; "
+            return super().ignores()
+        return {**super().ignores(), "task.subset": "it names a configuration of a Hub data set, and this task reads its files; "
                                "set task.dataset to use it"}
 
     def check(self) -> None:
