@@ -403,6 +403,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         raise UserError(f"{path}: has a header and no rows")
     if fmt in ("csv", "tsv"):
         _no_header_again(ds, header, path, fmt)
+    if fmt == "tsv":
+        _no_csv_quoting(ds, header, path)
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
     if fmt in ("json", "jsonl") and field is None and _a_record_all_null(ds):
@@ -495,7 +497,44 @@ def csv_header(path: Path, fmt: str) -> list[str]:
                             f"{header.index(name) + 1} and {i + 1}); rename one")
     if first is not None and len(first) > len(header):
         raise UserError(_field_count(path, fmt, len(header), start, len(first)))
+    if fmt == "tsv":
+        tsv_quoted_header(path, header)
     return header
+
+
+# A TSV cell as a CSV writer quotes a text that holds a quote (pandas' `to_csv(sep="\t")`, the csv
+# module's writer): the whole field in quotes, each quote inside doubled. GLUE's TSVs, read with
+# quotes as text, hold quoted sentences but never a doubled quote.
+CSV_QUOTED = r'^"([^"]|"")*""([^"]|"")*"$'
+_TSV_ADVICE = ("a .tsv is read with its quotes as text (as GLUE's files are): write it without quoting "
+               "(pandas: quoting=csv.QUOTE_NONE; R: quote=FALSE), or comma-separated as .csv")
+
+
+def tsv_quoted_header(path: Path, names: list[str]) -> None:
+    """A TSV header whose names are in quotes (`"text"<tab>"label"`, as R's write.table and
+    QUOTE_ALL writers put them) is one line: read with quotes as text, the columns were named
+    `"text"`, and every text and label kept its quotes (`"pos"` a class), exit 0."""
+    quoted = [n for n in names if len(n) >= 2 and n.startswith('"') and n.endswith('"')]
+    if quoted:
+        raise UserError(f"{path}:1: the header's names are in quotes ({', '.join(quoted[:3])}), as a CSV "
+                        f"writer quotes them; {_TSV_ADVICE}")
+
+
+def _no_csv_quoting(ds: Any, header: list[str], path: Path) -> None:
+    """No TSV cell is written as a CSV writer quotes a text that holds a quote (`CSV_QUOTED`):
+    such a text was trained on with its outer quotes and each quote inside twice, exit 0."""
+    import pyarrow.compute as pc
+
+    offset = 0
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        for name in header:
+            values = batch.column(batch.schema.get_field_index(name))
+            bad = pc.index(pc.fill_null(pc.match_substring_regex(values, CSV_QUOTED), False), True).as_py()
+            if bad >= 0:
+                raise UserError(f"{where(path, 'tsv', offset + bad)}: column '{name}' is written with CSV "
+                                f"quoting ({values[bad].as_py()[:40]!r}: in quotes, each quote inside doubled); "
+                                + _TSV_ADVICE)
+        offset += len(batch)
 
 
 def _no_header_again(ds: Any, header: list[str], path: Path, fmt: str) -> None:
@@ -622,6 +661,8 @@ def head_names(path: Path) -> list[str] | None:
         if stream.tell() >= len(head) and len(head) >= HEAD_BYTES // 4:  # the header may go on past the head
             return None
         ok = names and all(n.strip() for n in names) and len(set(names)) == len(names)
+        if ok and fmt == "tsv":
+            tsv_quoted_header(path, names)  # said at validate as a run says it
         return names if ok else None  # a header that is not one: csv_header says why
     if fmt == "jsonl":
         line = next((l for l in head.split("\n") if l.strip()), "")
