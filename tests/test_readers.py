@@ -919,3 +919,24 @@ def test_a_tsv_written_with_csv_quoting_is_one_line(tmp_path: Path, reader: str,
         TSV_READERS[reader](path)
     else:
         assert list(TSV_READERS[reader](path)) == ['"Would you?"', 'He said "hi" twice', '"x""']
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("reader", sorted(set(READERS) - {"predict stdin"}))  # standard input is no file
+def test_a_file_that_cannot_be_opened_is_said_so_not_called_a_bad_gzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      reader: str, gz: bool) -> None:
+    """Finding: any OSError of the byte scan was said as `not a readable gzip file`, for a
+    `train.csv` the user may not read (permission denied) or a disk error too. Every reader says
+    what the OS said; a damaged gzip is still said as one."""
+    import gzip
+
+    suffix, read = READERS[reader]
+    path = tmp_path / f"data{suffix}{'.gz' if gz else ''}"
+    path.write_bytes(gzip.compress(b"text\tlabel\n") if gz else b"text\tlabel\n")
+
+    def denied(p: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(readers, "_open_bytes", denied)
+    with pytest.raises(UserError, match=rf"data{re.escape(suffix)}(\.gz)?: cannot be read \(Permission denied\)$"):
+        read(path, monkeypatch)

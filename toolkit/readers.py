@@ -121,8 +121,10 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
                 count += chunk.count(b"\n")
                 text_seen = text_seen or bool(chunk.strip().lstrip(codecs.BOM_UTF8).strip())
             decoder.decode(b"", final=True)
-    except (OSError, EOFError, zlib.error) as exc:
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise UserError(f"{shown}: not a readable gzip file ({exc})") from None
+    except OSError as exc:  # not the gzip's fault: a file it may not read, a disk error
+        raise UserError(f"{shown}: cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise UserError(f"{shown}:{count + 1}: not UTF-8 text (the file ends inside a character)") from None
     if not text_seen:
