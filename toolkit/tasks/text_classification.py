@@ -238,7 +238,9 @@ class TextClassification(Classification):
 
     def _note_case(self, values: set[str], path: str) -> None:
         """Labels that differ only in case, spaces at an end, Unicode form (`café` written with
-        one code point or two: they look alike) or how a number is written (`1`, `1.0`, `01`,
+        one code point or two: they look alike), characters that show nothing (a BOM that two
+        joined files left at a row's start, a zero-width space: `pos` and a BOM then `pos` were two
+        classes that look one, without a word) or how a number is written (`1`, `1.0`, `01`,
         `+1`: CSV cells and JSON strings are names as written) are separate classes: said once,
         naming them (escaped where they would look the same)."""
         groups: dict[Any, list[str]] = {}
@@ -248,8 +250,8 @@ class TextClassification(Classification):
         if alike:
             shown = "; ".join(" / ".join(map(_shown(g), g)) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
             self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case, spaces, Unicode "
-                                    f"form or how a number is written ({shown}); each is its own class: write "
-                                    "them alike if they are one")
+                                    f"form, invisible characters or how a number is written ({shown}); each is "
+                                    "its own class: write them alike if they are one")
 
     def _normalise(self, ds: Any, path: str, fmt: str) -> Any:
         """Text columns kept; the label column becomes `label` (an id, or a float)."""
@@ -434,15 +436,21 @@ def _alike_key(value: str) -> Any:
     """What two label names that read as one share: a number's value (`1`, `1.0`, `01`, ` +1`
     are 1.0), else the text in Unicode's compatibility form (NFKC: a letter and its accent as
     one code point or two, full-width letters) without case or spaces at its ends."""
-    text = unicodedata.normalize("NFKC", value).strip()
+    text = _visible(unicodedata.normalize("NFKC", value)).strip()
     return ("number", float(text)) if DECIMAL.fullmatch(text) else ("text", text.casefold())
 
 
 def _shown(group: list[str]) -> Callable[[str], str]:
     """How a group of alike labels is written in the warning: quoted, and escaped (`ascii`)
     where two would look the same (one Unicode form and another)."""
-    looks = {unicodedata.normalize("NFC", v) for v in group}
+    looks = {_visible(unicodedata.normalize("NFC", v)) for v in group}
     return repr if len(looks) == len(group) else ascii
+
+
+def _visible(text: str) -> str:
+    """`text` without the characters that show nothing but are not spaces (control and format
+    characters: the BOM, zero-width spaces and joiners, the soft hyphen; `readers.INVISIBLE`)."""
+    return "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf"))
 
 
 def _is_int(text: str) -> bool:
