@@ -9,6 +9,7 @@ the file cannot decide, one line lists the fields and the keys to set. The issue
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
@@ -340,3 +341,49 @@ def test_a_dev_file_cut_from_the_train_file_is_said_by_a_run(tmp_path: Path, cli
                        "--smoke", "--runs-dir", tmp_path / "runs")
     assert code == 0, err
     assert err.count(f"warning: task.eval_file {dev}: all 6 eval examples are training examples too") == 1, err
+
+
+def _ner_jsonl(tmp: Path) -> Path:
+    return jsonl(tmp / "n.jsonl", [{"tokens": sentence(i, 3).split(), "ner_tags": ["B-X", "O", "O"]} for i in range(6)])
+
+
+# recipe -> (file builder, the setting naming a field in another case or with a space, the field the file has)
+NEAR = {"minilm-full": (lambda t: _classification(t)[0], "task.text_columns=[Sentence]", "sentence"),
+        "minilm-lora-regression": (lambda t: _regression(t)[0], "task.label_column=Rating", "rating"),
+        "minilm2minilm-summarization": (lambda t: _summaries(t)[0], "task.target_field=Notes", "notes"),
+        "minilm2minilm-translation": (lambda t: _translations(t)[0], "task.source_field=EN", "en"),
+        "minilm-mlm": (lambda t: _documents(t)[0], "task.text_field=BODY", "body"),
+        "minilm-lora-ner": (_ner_jsonl, "task.tokens_field=Tokens", "tokens"),
+        "minilm-full-qa": (lambda t: _own_rows("minilm-full-qa", t / "q.jsonl", list(range(6)), set()),
+                           "task.question_field=Question", "question")}
+
+
+@pytest.mark.parametrize("name", sorted(NEAR))
+def test_a_field_named_in_another_case_is_refused_naming_the_files_own(name: str, tmp_path: Path) -> None:
+    """The lead: a setting naming `Sentence` (or `Rating`) for a file's `sentence` is refused, not
+    read as another field, and the line names the file's field that differs only in case or
+    spaces: it listed the fields alone. Validate (where the head tells) and the task's reader
+    say it alike."""
+    build, setting, there = NEAR[name]
+    data = build(tmp_path)
+    args = [f"task.train_file={data}", f"task.eval_file={data}", setting]
+    said = rf"\('{there}' differs only in case or spaces; names are read as written\)$"
+    recipe = recipes.load(OWN / f"{name}.yaml", args)
+    try:
+        recipes.check_data(recipe)  # validate's head check, for a task whose head names the field
+    except UserError as exc:
+        assert re.search(said, str(exc)), exc
+    with pytest.raises(UserError, match=said):
+        recipe.task.load()
+
+
+def test_predict_names_the_input_field_that_differs_only_in_case(tmp_path: Path) -> None:
+    from toolkit.inference import _as_row, read_inputs
+
+    said = r"\('Text' differs only in case or spaces; names are read as written\)$"
+    for name, text in (("i.jsonl", '{"Text": "a"}\n'), ("i.csv", "Text\na\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UserError, match=said):
+            read_inputs(str(tmp_path / name), ["text"])
+    with pytest.raises(UserError, match=said):
+        _as_row(0, {"Text": "a"}, ["text"], ())

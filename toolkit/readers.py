@@ -867,6 +867,18 @@ def read_small_text(path: Path) -> str:
         return raw.read().decode("utf-8-sig")
 
 
+def near_name(name: str, names: Any) -> str:
+    """For a field `name` a file lacks: the note naming the file's field that differs from it only
+    in case or in spaces at its ends (`Text` for `text`, `'text '`), which fields are not matched
+    by (a setting names a field as written); "" where there is none. Appended to the line that
+    refuses the name, so the fix is in it."""
+    fold = name.strip().casefold()
+    alike = [n for n in names if isinstance(n, str) and n != name and n.strip().casefold() == fold]
+    if not alike:
+        return ""
+    return f" ({' and '.join(repr(n) for n in alike)} differs only in case or spaces; names are read as written)"
+
+
 def json_type(value: Any) -> str:
     names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
     return names.get(type(value), "a number")
@@ -1029,7 +1041,8 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
 
     what = what or f"column '{column}'"
     if column not in ds.column_names:
-        raise UserError(f"{path}: {what} is missing (it has: {', '.join(ds.column_names)})")
+        raise UserError(f"{path}: {what} is missing (it has: {', '.join(ds.column_names)})"
+                        + near_name(column, ds.column_names))
     offset = 0
     for batch in ds.data.to_batches(max_chunksize=65536):
         values = batch.column(batch.schema.get_field_index(column))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit import readers
 from toolkit.errors import UserError
 
 # Columns that are neither input nor output: skipped when counting candidates.
@@ -105,7 +106,7 @@ def pick_pair(ds: Any, where: str, source: str | None, target: str | None, keys:
     for value, key in ((source, keys.source), (target, keys.target)):
         if value is not None and value not in columns:
             raise UserError(f"{where}: has no field '{value}' ({key}); its fields: "
-                            f"{', '.join(repr(c) for c in columns)}")
+                            f"{', '.join(repr(c) for c in columns)}" + readers.near_name(value, columns))
     if source is not None and source == target:
         raise UserError(f"{keys.source} and {keys.target} are both '{source}'; name two fields")
     source = source or named(columns, inputs, skip=(target,), where=where)

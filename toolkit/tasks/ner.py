@@ -131,7 +131,8 @@ def read_jsonl(path: Path, tokens_field: str | None = None, tags_field: str | No
     fields = []
     for setting, given, names in (("tokens_field", tokens_field, TOKENS_FIELDS), ("tags_field", tags_field, TAGS_FIELDS)):
         if given is not None and given not in ds.column_names:
-            raise UserError(f"task.{setting}: {path} has no field '{given}' (it has: {', '.join(ds.column_names)})")
+            raise UserError(f"task.{setting}: {path} has no field '{given}' (it has: {', '.join(ds.column_names)})"
+                            + readers.near_name(given, ds.column_names))
         found = given or next((n for n in names if n in ds.column_names), None)
         free = [n for n in lists if n not in fields and n not in TOKENS_FIELDS + TAGS_FIELDS]
         if found is None and len(free) != 1:

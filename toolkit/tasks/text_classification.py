@@ -197,7 +197,7 @@ class TextClassification(Classification):
             if col not in ds.column_names:
                 raise UserError(f"{path}: column '{col}' is missing (it has: "
                                 f"{_fields.quoted(ds.column_names)}); set task.text_columns / "
-                                "task.label_column")
+                                "task.label_column" + readers.near_name(col, ds.column_names))
 
     def _label_set(self, splits: dict[str, Any]) -> list[str]:
         """Label names from the training data (else the eval data), sorted; numbers numerically."""
@@ -348,6 +348,10 @@ def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_colu
     file of unknown names by content: the label is the column of few distinct values (regression:
     the short one, a number beside a sentence). Else one line naming both keys."""
     columns = list(ds.column_names)
+    for given in (text_columns or []) + ([label_column] if label_column else []):  # named, so not found by others
+        if given not in columns:  # (`Sentence` for `sentence` was "cannot tell which columns ...")
+            raise UserError(f"{where}: column '{given}' is missing (it has: {_fields.quoted(columns)}); set "
+                            "task.text_columns / task.label_column" + readers.near_name(given, columns))
     if label_column is None and len(columns) == 1:
         raise UserError(f"{where}: column 'label' is missing (it has: {columns[0]!r}); a text and a label "
                         "column are needed: is the delimiter right? (.csv: commas, .tsv: tabs)")
