@@ -63,6 +63,10 @@ BAD = {  # name -> (bytes, what the one line says)
                            r": holds gzip-compressed data, not text; (name it data\.\w+\.gz|decompress it first)"),
     "bzip2": (__import__("bz2").compress(b"text,label\ngood,1\n"), r": holds bzip2-compressed data, not text"),
     "xz": (__import__("lzma").compress(b"text,label\ngood,1\n"), r": holds xz-compressed data, not text"),
+    # Excel's "Unicode Text" and Windows' tools: said as what it is, not as a byte 0xff
+    "utf-16": ("text\tlabel\ngood\t1\n".encode("utf-16"), r": holds UTF-16 text \(it begins with UTF-16's byte order mark\)"),
+    "utf-16-be": (b"\xfe\xff" + "text,label\n".encode("utf-16-be"), r": holds UTF-16 text"),
+    "utf-32": ("text,label\ngood,1\n".encode("utf-32"), r": holds UTF-32 text"),
 }
 
 

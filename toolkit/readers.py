@@ -98,6 +98,7 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
             while chunk := handle.read(CHUNK):
                 if size == 0:
                     _not_compressed(chunk, shown, path)
+                    _not_utf16(chunk, shown)
                 size += len(chunk)
                 if size > limit:
                     raise UserError(f"{shown}: holds more than {limit / (1 << 20):.3g} MiB of data"
@@ -153,6 +154,19 @@ def _not_compressed(head: bytes, shown: str, path: Path) -> None:
             fix = (f"name it {path.name}.gz" if kind == "gzip" and not inner and shown == str(path) else
                    "decompress it first (only gzip is read, by a name ending in .gz)")
             raise UserError(f"{shown}: holds {kind}-compressed data{inner}, not text; {fix}")
+
+
+UNICODE_MARKS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32",  # before UTF-16: FF FE begins both
+                 codecs.BOM_UTF16_LE: "UTF-16", codecs.BOM_UTF16_BE: "UTF-16"}
+
+
+def _not_utf16(head: bytes, shown: str) -> None:
+    """A file that begins with UTF-16's (or UTF-32's) byte order mark, as Excel's "Unicode Text"
+    and Windows tools save text, is said as such: it was `not UTF-8 text (byte 0xff)`."""
+    for mark, kind in UNICODE_MARKS.items():
+        if head.startswith(mark):
+            raise UserError(f"{shown}: holds {kind} text (it begins with {kind}'s byte order mark); save the file "
+                            "as UTF-8")
 
 
 def _line_run(chunk: bytes, run: int, longest: int | None, shown: str, count: int) -> int:
