@@ -35,7 +35,7 @@ import numpy as np
 from toolkit import heads, readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.tasks import TASKS, Metric, Task, _tags, fingerprint, subset
+from toolkit.tasks import TASKS, Metric, Task, _fields, _tags, fingerprint, subset
 
 torch = lazy("torch", globals())
 F = lazy("torch.nn.functional", globals())
@@ -286,6 +286,12 @@ class Ner(Task):
         self._found_scheme = _tags.check_files(files, self.scheme)
         if self.label_names is None:  # not adopted from a trained model (eval)
             self._found_labels = _tags.label_order({t for f in files.values() for s in f.tags for t in s})
+            count, shown = _fields.alike_names(self._found_labels)
+            if count:  # `B-PER` and `B-Per` (or B-PER and a zero-width space) were two entity types, silently
+                self.note("label case", f"{', '.join(dict.fromkeys(str(f) for f in (self.train_file, self.eval_file) if f))}: "
+                                        f"{count} group(s) of tags differ only in case, spaces, Unicode form or "
+                                        f"invisible characters ({shown}); each is its own tag (and entity type): "
+                                        "write them alike if they are one")
         ids = {split: self._ids(sentences) for split, sentences in files.items()}
         limit = {"train": self.max_train_samples, "eval": self.max_eval_samples}
         data = {split: subset(Dataset.from_dict(d), limit[split]) for split, d in ids.items()}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
@@ -243,13 +242,9 @@ class TextClassification(Classification):
         classes that look one, without a word) or how a number is written (`1`, `1.0`, `01`,
         `+1`: CSV cells and JSON strings are names as written) are separate classes: said once,
         naming them (escaped where they would look the same)."""
-        groups: dict[Any, list[str]] = {}
-        for value in values:
-            groups.setdefault(_alike_key(value), []).append(value)
-        alike = sorted(sorted(g) for g in groups.values() if len(g) > 1)
-        if alike:
-            shown = "; ".join(" / ".join(map(_shown(g), g)) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
-            self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case, spaces, Unicode "
+        count, shown = _fields.alike_names(values, DECIMAL)
+        if count:
+            self.note("label case", f"{path}: {count} group(s) of labels differ only in case, spaces, Unicode "
                                     f"form, invisible characters or how a number is written ({shown}); each is "
                                     "its own class: write them alike if they are one")
 
@@ -434,27 +429,6 @@ def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: st
     hint = "" if label_column in columns else f" and task.label_column (no '{label_column}' column)"
     raise UserError(f"{where}: cannot tell which columns hold the text ({_fields.quoted(rest)}); set "
                     f"task.text_columns, e.g. task.text_columns=[{rest[0]}]{hint}")
-
-
-def _alike_key(value: str) -> Any:
-    """What two label names that read as one share: a number's value (`1`, `1.0`, `01`, ` +1`
-    are 1.0), else the text in Unicode's compatibility form (NFKC: a letter and its accent as
-    one code point or two, full-width letters) without case or spaces at its ends."""
-    text = _visible(unicodedata.normalize("NFKC", value)).strip()
-    return ("number", float(text)) if DECIMAL.fullmatch(text) else ("text", text.casefold())
-
-
-def _shown(group: list[str]) -> Callable[[str], str]:
-    """How a group of alike labels is written in the warning: quoted, and escaped (`ascii`)
-    where two would look the same (one Unicode form and another)."""
-    looks = {_visible(unicodedata.normalize("NFC", v)) for v in group}
-    return repr if len(looks) == len(group) else ascii
-
-
-def _visible(text: str) -> str:
-    """`text` without the characters that show nothing but are not spaces (control and format
-    characters: the BOM, zero-width spaces and joiners, the soft hyphen; `readers.INVISIBLE`)."""
-    return "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf"))
 
 
 def _is_int(text: str) -> bool:
