@@ -365,3 +365,28 @@ def test_soft_prompts_leave_one_tag_per_sub_token(tiny_checkpoint, name: str) ->
     assert 0 <= scores["accuracy"] <= 1
     rows = task.predict(model, tok, [{"tokens": w} for w in words])
     assert [len(r["tags"]) for r in rows] == [len(w) for w in words]
+
+
+@pytest.mark.parametrize("fmt", ["conll", "jsonl"])
+def test_tags_that_differ_only_in_case_or_invisible_characters_are_said(tmp_path: Path, fmt: str) -> None:
+    """Finding: `B-PER` beside `B-Per`, or beside `B-PER` with a zero-width space (one annotator's
+    tool, a pasted tag), were two tags and two entity types that print alike: a right `PER` span
+    scored wrong against the other, exit 0, without a word (classification labels alike were said).
+    Said once, escaped, for the tags found in either file."""
+    sentences = {"train": [(["John", "runs"], ["B-PER", "O"]), (["Mary", "walks"], ["B-Per", "O"])],
+                 "eval": [(["Ann", "sits"], ["B-PER\u200b", "O"])]}
+    files = {}
+    for split, rows in sentences.items():
+        path = tmp_path / f"{split}.{'txt' if fmt == 'conll' else 'jsonl'}"
+        if fmt == "conll":
+            path.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(*row)) + "\n" for row in rows))
+        else:
+            path.write_text("".join(json.dumps({"tokens": row[0], "ner_tags": row[1]}) + "\n" for row in rows))
+        files[split] = path
+    task = Ner(train_file=str(files["train"]), eval_file=str(files["eval"]), labels=None)  # found in the files
+    task.load()
+    assert len(task.label_names) == 4  # as written: still their own tags
+    assert list(task.notices().values()) == [
+        f"{files['train']}, {files['eval']}: 1 group(s) of tags differ only in case, spaces, Unicode form or invisible "
+        "characters ('B-PER' / 'B-PER\\u200b' / 'B-Per'); each is its own tag (and entity type): write them alike if "
+        "they are one"]

@@ -9,6 +9,7 @@ the file cannot decide, one line lists the fields and the keys to set. The issue
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
@@ -282,3 +283,107 @@ def test_a_folder_given_as_a_data_file_is_called_a_folder(tmp_path: Path, name: 
     with pytest.raises(UserError, match=rf"^task\.{key}: {folder}:? (is a folder, not a file|is not a file)$"):
         recipe = recipes.load(OWN / f"{name}.yaml", [f"task.{key}={folder}"])
         check_data(recipe)
+
+
+def _own_rows(name: str, path: Path, ids: list[int], salted: set[int], id_offset: int = 0) -> Path:
+    """Rows `ids` of a file for the own-data recipe `name`, in a format its task reads; a salted
+    row's texts differ from the unsalted row's."""
+    s = lambda i: " salt" if i in salted else ""
+    if name in ("minilm-full", "minilm-lora-regression"):
+        header, value = ("sentence,kind", lambda i: "ab"[i % 2]) if name == "minilm-full" else \
+            ("comment,rating", lambda i: i % 5 + 0.5)
+        return csv(path, header, [(sentence(i) + s(i), value(i)) for i in ids])
+    if name == "minilm-lora-ner":
+        text = "".join("".join(f"{w}{s(i).strip()} {'B-X' if k == 0 else 'O'}\n" for k, w in enumerate(sentence(i, 4).split()))
+                       + "\n" for i in ids)
+        path.write_text(text)
+        return path
+    row = {"minilm-lora": lambda i: {"sentence1": sentence(i) + s(i), "sentence2": sentence(i + 3), "verdict": "ab"[i % 2]},
+           "minilm2minilm-summarization": lambda i: {"transcript": f"A: {sentence(i, 12)}{s(i)}", "notes": sentence(i, 5)},
+           "minilm2minilm-translation": lambda i: {"de": f"der satz {i}{s(i)}", "en": sentence(i, 4)},
+           "minilm-mlm": lambda i: {"id": i + id_offset, "body": sentence(i, 30) + s(i)},
+           "minilm-full-qa": lambda i: {"id": f"q{i + id_offset}", "question": f"which number{s(i)}?",
+                                        "context": f"the answer is {i} here",
+                                        "answers": {"text": [str(i)], "answer_start": [14]}}}[name]
+    return jsonl(path, [row(i) for i in ids])
+
+
+@pytest.mark.parametrize("name", ["minilm-full", "minilm-lora", "minilm-lora-regression", "minilm2minilm-summarization",
+                                  "minilm2minilm-translation", "minilm-mlm", "minilm-lora-ner", "minilm-full-qa"])
+def test_eval_examples_that_are_training_examples_are_said_whatever_the_bytes(name: str, tmp_path: Path) -> None:
+    """Finding: only an eval file of the train file's bytes was said; its gzip, the dev file cut
+    from the train file and left in it (`head train.csv > dev.csv`), or the same records with
+    other ids scored training examples as held-out ones without a word, exit 0. Every task that
+    reads its own files says how many eval examples are training examples when half or more are
+    (ids aside), and says nothing for held-out ones."""
+    import gzip
+
+    suffix = ".txt" if name == "minilm-lora-ner" else ".csv" if name in ("minilm-full", "minilm-lora-regression") \
+        else ".jsonl"
+    train = _own_rows(name, tmp_path / f"train{suffix}", list(range(20)), set())
+    packed = tmp_path / f"packed{suffix}.gz"
+    packed.write_bytes(gzip.compress(train.read_bytes()))
+    cases = {packed: "all 20", _own_rows(name, tmp_path / f"head{suffix}", list(range(10)), set(), 100): "all 10",
+             _own_rows(name, tmp_path / f"most{suffix}", list(range(12)), {0, 1, 2, 3}, 100): "8 of 12",
+             _own_rows(name, tmp_path / f"held{suffix}", list(range(12)), set(range(7)), 100): None}
+    for held, said in cases.items():
+        recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={train}", f"task.eval_file={held}"])
+        recipe.task.note_eval_in_train(recipe.task.load())
+        line = recipe.task.notices().get("eval is train")
+        assert (line and line.split(": ")[1].split(" eval examples")[0]) == said, (held, line)
+
+
+def test_a_dev_file_cut_from_the_train_file_is_said_by_a_run(tmp_path: Path, cli) -> None:
+    """`toolkit run` says it (setup notes it with the data's other lines), once."""
+    train = _own_rows("minilm-full", tmp_path / "train.csv", list(range(20)), set())
+    dev = _own_rows("minilm-full", tmp_path / "dev.csv", list(range(6)), set())
+    code, _, err = cli("run", "demo/own-data/minilm-full", f"task.train_file={train}", f"task.eval_file={dev}",
+                       "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    assert err.count(f"warning: task.eval_file {dev}: all 6 eval examples are training examples too") == 1, err
+
+
+def _ner_jsonl(tmp: Path) -> Path:
+    return jsonl(tmp / "n.jsonl", [{"tokens": sentence(i, 3).split(), "ner_tags": ["B-X", "O", "O"]} for i in range(6)])
+
+
+# recipe -> (file builder, the setting naming a field in another case or with a space, the field the file has)
+NEAR = {"minilm-full": (lambda t: _classification(t)[0], "task.text_columns=[Sentence]", "sentence"),
+        "minilm-lora-regression": (lambda t: _regression(t)[0], "task.label_column=Rating", "rating"),
+        "minilm2minilm-summarization": (lambda t: _summaries(t)[0], "task.target_field=Notes", "notes"),
+        "minilm2minilm-translation": (lambda t: _translations(t)[0], "task.source_field=EN", "en"),
+        "minilm-mlm": (lambda t: _documents(t)[0], "task.text_field=BODY", "body"),
+        "minilm-lora-ner": (_ner_jsonl, "task.tokens_field=Tokens", "tokens"),
+        "minilm-full-qa": (lambda t: _own_rows("minilm-full-qa", t / "q.jsonl", list(range(6)), set()),
+                           "task.question_field=Question", "question")}
+
+
+@pytest.mark.parametrize("name", sorted(NEAR))
+def test_a_field_named_in_another_case_is_refused_naming_the_files_own(name: str, tmp_path: Path) -> None:
+    """The lead: a setting naming `Sentence` (or `Rating`) for a file's `sentence` is refused, not
+    read as another field, and the line names the file's field that differs only in case or
+    spaces: it listed the fields alone. Validate (where the head tells) and the task's reader
+    say it alike."""
+    build, setting, there = NEAR[name]
+    data = build(tmp_path)
+    args = [f"task.train_file={data}", f"task.eval_file={data}", setting]
+    said = rf"\('{there}' differs only in case or spaces; names are read as written\)$"
+    recipe = recipes.load(OWN / f"{name}.yaml", args)
+    try:
+        recipes.check_data(recipe)  # validate's head check, for a task whose head names the field
+    except UserError as exc:
+        assert re.search(said, str(exc)), exc
+    with pytest.raises(UserError, match=said):
+        recipe.task.load()
+
+
+def test_predict_names_the_input_field_that_differs_only_in_case(tmp_path: Path) -> None:
+    from toolkit.inference import _as_row, read_inputs
+
+    said = r"\('Text' differs only in case or spaces; names are read as written\)$"
+    for name, text in (("i.jsonl", '{"Text": "a"}\n'), ("i.csv", "Text\na\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UserError, match=said):
+            read_inputs(str(tmp_path / name), ["text"])
+    with pytest.raises(UserError, match=said):
+        _as_row(0, {"Text": "a"}, ["text"], ())

@@ -63,6 +63,10 @@ BAD = {  # name -> (bytes, what the one line says)
                            r": holds gzip-compressed data, not text; (name it data\.\w+\.gz|decompress it first)"),
     "bzip2": (__import__("bz2").compress(b"text,label\ngood,1\n"), r": holds bzip2-compressed data, not text"),
     "xz": (__import__("lzma").compress(b"text,label\ngood,1\n"), r": holds xz-compressed data, not text"),
+    # Excel's "Unicode Text" and Windows' tools: said as what it is, not as a byte 0xff
+    "utf-16": ("text\tlabel\ngood\t1\n".encode("utf-16"), r": holds UTF-16 text \(it begins with UTF-16's byte order mark\)"),
+    "utf-16-be": (b"\xfe\xff" + "text,label\n".encode("utf-16-be"), r": holds UTF-16 text"),
+    "utf-32": ("text,label\ngood,1\n".encode("utf-32"), r": holds UTF-32 text"),
 }
 
 
@@ -878,3 +882,65 @@ def test_a_json_document_value_json_has_no_number_for_is_named(tmp_path: Path, r
     with pytest.raises(UserError) as caught:
         read()
     assert f"x.json:2: a value is {constant}, which JSON has no number for" in str(caught.value), str(caught.value)
+
+
+def _tsv_validated(path: Path) -> None:
+    from toolkit.recipe import check_data
+    from toolkit.tasks import TASKS
+
+    check_data(SimpleNamespace(task=TASKS.get("text_classification")(train_file=str(path), eval_file=str(path))))
+    readers.read(path, "tsv")  # validate reads the head only: a cell further down is the run's to say
+
+
+TSV_READERS = {"read": _tsv_rows, "predict": _predict_rows, "validate then run": _tsv_validated,
+               **{f"classification {split}": _classified(f"{split}_file") for split in ("train", "eval", "test")}}
+
+
+@pytest.mark.parametrize("name", ["d.tsv", "d.tsv.gz"])
+@pytest.mark.parametrize("reader", sorted(TSV_READERS))
+@pytest.mark.parametrize("body, said", [
+    ('"text"\t"label"\n"good"\t"pos"\n"bad"\t"neg"\n', r'd\.tsv(\.gz)?:1: the header\'s names are in quotes \("text", "label"\)'),
+    ('text\tlabel\ngood\tpos\n"He said ""hi"" twice"\tneg\n',
+     r'd\.tsv(\.gz)?:3: column \'text\' is written with CSV quoting \(\'"He said ""hi"" twice"\'')],
+    ids=["quoted header (R, QUOTE_ALL)", "a quoted text (pandas, csv module)"])
+def test_a_tsv_written_with_csv_quoting_is_one_line(tmp_path: Path, reader: str, name: str, body: str,
+                                                    said: str) -> None:
+    """Finding: a TSV is read with its quotes as text (GLUE's files hold quoted sentences), and a
+    TSV a CSV writer quoted was read so: R's write.table(sep="\\t") named the columns `"text"` and
+    `"label"`, every text kept its quotes and the classes were `"neg"` and `"pos"`; pandas'
+    to_csv(sep="\\t") wrote a text holding a quote as `"He said ""hi"" twice"`, trained on with
+    its quotes doubled; exit 0 both. Every TSV reader says it in one line; quotes that are text
+    (a quoted sentence, a quote inside a text) are read as written, as GLUE's own are."""
+    import gzip
+
+    path = tmp_path / name
+    pack = gzip.compress if name.endswith(".gz") else (lambda b: b)
+    path.write_bytes(pack(body.encode()))
+    with pytest.raises(UserError, match=said + r".*a \.tsv is read with its quotes as text"):
+        TSV_READERS[reader](path)
+    path.write_bytes(pack(b'text\tlabel\n"Would you?"\ta\nHe said "hi" twice\tb\n"x""\tb\n'))
+    if reader.startswith("classification") or reader == "validate then run":
+        TSV_READERS[reader](path)
+    else:
+        assert list(TSV_READERS[reader](path)) == ['"Would you?"', 'He said "hi" twice', '"x""']
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("reader", sorted(set(READERS) - {"predict stdin"}))  # standard input is no file
+def test_a_file_that_cannot_be_opened_is_said_so_not_called_a_bad_gzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      reader: str, gz: bool) -> None:
+    """Finding: any OSError of the byte scan was said as `not a readable gzip file`, for a
+    `train.csv` the user may not read (permission denied) or a disk error too. Every reader says
+    what the OS said; a damaged gzip is still said as one."""
+    import gzip
+
+    suffix, read = READERS[reader]
+    path = tmp_path / f"data{suffix}{'.gz' if gz else ''}"
+    path.write_bytes(gzip.compress(b"text\tlabel\n") if gz else b"text\tlabel\n")
+
+    def denied(p: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(readers, "_open_bytes", denied)
+    with pytest.raises(UserError, match=rf"data{re.escape(suffix)}(\.gz)?: cannot be read \(Permission denied\)$"):
+        read(path, monkeypatch)

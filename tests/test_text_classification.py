@@ -204,7 +204,7 @@ def test_a_number_written_two_ways_is_two_classes_and_said(tmp_path: Path, fmt: 
     task.load()
     assert task.label_names == ["0", "00", "+1", "1", "1.0"]  # as written: 5 classes, by value
     assert list(task.notices().values()) == [
-        f"{train}: 2 group(s) of labels differ only in case, spaces, Unicode form or how a number is written "
+        f"{train}: 2 group(s) of labels differ only in case, spaces, Unicode form, invisible characters or how a number is written "
         "('+1' / '1' / '1.0'; '0' / '00'); each is its own class: write them alike if they are one"]
     # trained on one way of writing them, an eval file's other way is refused, not mapped to a class
     one_way = write(tmp_path / f"t.{fmt}", [(f"text {i}", str(i % 2)) for i in range(4)], fmt)
@@ -222,7 +222,7 @@ train: {{epochs: 1, batch_size: 12}}
 """)
     code, out, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
-    assert "differ only in case, spaces, Unicode form or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
+    assert "differ only in case, spaces, Unicode form, invisible characters or how a number is written ('+1' / '1' / '1.0'; '0' / '00')" in err
     (config,) = (tmp_path / "runs").rglob("model/config.json")
     assert json.loads(config.read_text())["id2label"] == {"0": "0", "1": "00", "2": "+1", "3": "1", "4": "1.0"}
 
@@ -316,8 +316,31 @@ def test_labels_in_two_unicode_forms_are_said(tmp_path: Path, fmt: str) -> None:
     task.load()
     assert len(task.label_names) == 3  # as written: still their own classes
     assert list(task.notices().values()) == [
-        f"{train}: 1 group(s) of labels differ only in case, spaces, Unicode form or how a number is written "
+        f"{train}: 1 group(s) of labels differ only in case, spaces, Unicode form, invisible characters or how a number is written "
         "('cafe\\u0301' / 'caf\\xe9'); each is its own class: write them alike if they are one"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "json", "joined csv"])
+def test_labels_that_differ_by_invisible_characters_are_said(tmp_path: Path, fmt: str) -> None:
+    """Finding: a label with a character that shows nothing (the BOM two joined CSV files leave
+    at the start of the second one's first row, a zero-width space, a soft hyphen) was a class of
+    its own that prints as another: `pos` and BOM+`pos` trained a 3-class model for 2, id2label
+    holding 'pos' twice, exit 0, without a word. Said as labels differing in case are, escaped."""
+    if fmt == "joined csv":  # cat a.csv b.csv, b saved with a BOM and without its header
+        train = tmp_path / "train.csv"
+        train.write_bytes(b"label,text\npos,a\nneg,b\n" + "\ufeffpos,c\nneg,d\n".encode())
+        shown = "'pos' / '\\ufeffpos'"
+    else:
+        rows = [(f"text {i}", ["pos", "pos\u200b", "neg", "ne\u00adg"][i % 4]) for i in range(8)]
+        train = write(tmp_path / f"train.{fmt}", rows, fmt)
+        shown = "'neg' / 'ne\\xadg'; 'pos' / 'pos\\u200b'"
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert len(task.label_names) == (3 if fmt == "joined csv" else 4)  # as written: still their own classes
+    assert list(task.notices().values()) == [
+        f"{train}: {1 if fmt == 'joined csv' else 2} group(s) of labels differ only in case, spaces, Unicode form, "
+        f"invisible characters or how a number is written ({shown}); each is its own class: write them alike "
+        "if they are one"]
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])

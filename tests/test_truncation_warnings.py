@@ -147,7 +147,7 @@ def test_labels_differing_only_in_case_are_said(tmp_path: Path) -> None:
     task.load()
     assert task.label_names == sorted(labels)  # five classes, as written
     assert list(task.notices().values()) == [
-        f"{path}: 2 group(s) of labels differ only in case, spaces, Unicode form or how a number is written "
+        f"{path}: 2 group(s) of labels differ only in case, spaces, Unicode form, invisible characters or how a number is written "
         "('NEGATIVE ' / 'negative'; "
         "'Positive' / 'positive'); each is its own class: write them alike if they are one"]
 

@@ -266,7 +266,7 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
         missing = [c for c in columns if not isinstance(row, dict) or c not in row]  # null: _check_fields
         if missing:
             raise UserError(f"{name}: example {i} lacks field '{missing[0]}' (the task reads: "
-                            f"{', '.join(columns)})")
+                            f"{', '.join(columns)})" + readers.near_name(missing[0], row if isinstance(row, dict) else {}))
         _check_fields(row, columns, lists, f"{name}: example {i}")
     return rows
 
@@ -301,7 +301,7 @@ def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...], tas
     missing = [c for c in columns if c not in ds.column_names]
     if missing:
         raise UserError(f"{path}: field '{missing[0]}' is missing (it has: {', '.join(ds.column_names)}); "
-                        f"this task reads {', '.join(columns)}")
+                        f"this task reads {', '.join(columns)}" + readers.near_name(missing[0], ds.column_names))
     for column in columns:
         if column not in lists:
             readers.check_text(ds, column, path, fmt, what=f"field '{column}'", keys=keys)
@@ -333,7 +333,7 @@ def _as_row(i: int, item: Any, names: list[str], lists: tuple[str, ...]) -> dict
     if isinstance(item, dict):
         missing = [n for n in names if n not in item]
         if missing:
-            raise UserError(f"predict: input {i} has no '{missing[0]}' ({expected})")
+            raise UserError(f"predict: input {i} has no '{missing[0]}' ({expected})" + readers.near_name(missing[0], item))
         _check_fields(item, names, lists, f"predict: input {i}")
         return item
     if len(names) == 1 and names[0] in lists and isinstance(item, list):  # words, checked as a file's are

@@ -98,6 +98,7 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
             while chunk := handle.read(CHUNK):
                 if size == 0:
                     _not_compressed(chunk, shown, path)
+                    _not_utf16(chunk, shown)
                 size += len(chunk)
                 if size > limit:
                     raise UserError(f"{shown}: holds more than {limit / (1 << 20):.3g} MiB of data"
@@ -121,8 +122,10 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
                 count += chunk.count(b"\n")
                 text_seen = text_seen or bool(chunk.strip().lstrip(codecs.BOM_UTF8).strip())
             decoder.decode(b"", final=True)
-    except (OSError, EOFError, zlib.error) as exc:
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise UserError(f"{shown}: not a readable gzip file ({exc})") from None
+    except OSError as exc:  # not the gzip's fault: a file it may not read, a disk error
+        raise UserError(f"{shown}: cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise UserError(f"{shown}:{count + 1}: not UTF-8 text (the file ends inside a character)") from None
     if not text_seen:
@@ -151,6 +154,19 @@ def _not_compressed(head: bytes, shown: str, path: Path) -> None:
             fix = (f"name it {path.name}.gz" if kind == "gzip" and not inner and shown == str(path) else
                    "decompress it first (only gzip is read, by a name ending in .gz)")
             raise UserError(f"{shown}: holds {kind}-compressed data{inner}, not text; {fix}")
+
+
+UNICODE_MARKS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32",  # before UTF-16: FF FE begins both
+                 codecs.BOM_UTF16_LE: "UTF-16", codecs.BOM_UTF16_BE: "UTF-16"}
+
+
+def _not_utf16(head: bytes, shown: str) -> None:
+    """A file that begins with UTF-16's (or UTF-32's) byte order mark, as Excel's "Unicode Text"
+    and Windows tools save text, is said as such: it was `not UTF-8 text (byte 0xff)`."""
+    for mark, kind in UNICODE_MARKS.items():
+        if head.startswith(mark):
+            raise UserError(f"{shown}: holds {kind} text (it begins with {kind}'s byte order mark); save the file "
+                            "as UTF-8")
 
 
 def _line_run(chunk: bytes, run: int, longest: int | None, shown: str, count: int) -> int:
@@ -403,6 +419,8 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         raise UserError(f"{path}: has a header and no rows")
     if fmt in ("csv", "tsv"):
         _no_header_again(ds, header, path, fmt)
+    if fmt == "tsv":
+        _no_csv_quoting(ds, header, path)
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
     if fmt in ("json", "jsonl") and field is None and _a_record_all_null(ds):
@@ -495,7 +513,44 @@ def csv_header(path: Path, fmt: str) -> list[str]:
                             f"{header.index(name) + 1} and {i + 1}); rename one")
     if first is not None and len(first) > len(header):
         raise UserError(_field_count(path, fmt, len(header), start, len(first)))
+    if fmt == "tsv":
+        tsv_quoted_header(path, header)
     return header
+
+
+# A TSV cell as a CSV writer quotes a text that holds a quote (pandas' `to_csv(sep="\t")`, the csv
+# module's writer): the whole field in quotes, each quote inside doubled. GLUE's TSVs, read with
+# quotes as text, hold quoted sentences but never a doubled quote.
+CSV_QUOTED = r'^"([^"]|"")*""([^"]|"")*"$'
+_TSV_ADVICE = ("a .tsv is read with its quotes as text (as GLUE's files are): write it without quoting "
+               "(pandas: quoting=csv.QUOTE_NONE; R: quote=FALSE), or comma-separated as .csv")
+
+
+def tsv_quoted_header(path: Path, names: list[str]) -> None:
+    """A TSV header whose names are in quotes (`"text"<tab>"label"`, as R's write.table and
+    QUOTE_ALL writers put them) is one line: read with quotes as text, the columns were named
+    `"text"`, and every text and label kept its quotes (`"pos"` a class), exit 0."""
+    quoted = [n for n in names if len(n) >= 2 and n.startswith('"') and n.endswith('"')]
+    if quoted:
+        raise UserError(f"{path}:1: the header's names are in quotes ({', '.join(quoted[:3])}), as a CSV "
+                        f"writer quotes them; {_TSV_ADVICE}")
+
+
+def _no_csv_quoting(ds: Any, header: list[str], path: Path) -> None:
+    """No TSV cell is written as a CSV writer quotes a text that holds a quote (`CSV_QUOTED`):
+    such a text was trained on with its outer quotes and each quote inside twice, exit 0."""
+    import pyarrow.compute as pc
+
+    offset = 0
+    for batch in ds.data.to_batches(max_chunksize=65536):
+        for name in header:
+            values = batch.column(batch.schema.get_field_index(name))
+            bad = pc.index(pc.fill_null(pc.match_substring_regex(values, CSV_QUOTED), False), True).as_py()
+            if bad >= 0:
+                raise UserError(f"{where(path, 'tsv', offset + bad)}: column '{name}' is written with CSV "
+                                f"quoting ({values[bad].as_py()[:40]!r}: in quotes, each quote inside doubled); "
+                                + _TSV_ADVICE)
+        offset += len(batch)
 
 
 def _no_header_again(ds: Any, header: list[str], path: Path, fmt: str) -> None:
@@ -622,6 +677,8 @@ def head_names(path: Path) -> list[str] | None:
         if stream.tell() >= len(head) and len(head) >= HEAD_BYTES // 4:  # the header may go on past the head
             return None
         ok = names and all(n.strip() for n in names) and len(set(names)) == len(names)
+        if ok and fmt == "tsv":
+            tsv_quoted_header(path, names)  # said at validate as a run says it
         return names if ok else None  # a header that is not one: csv_header says why
     if fmt == "jsonl":
         line = next((l for l in head.split("\n") if l.strip()), "")
@@ -824,6 +881,18 @@ def read_small_text(path: Path) -> str:
         return raw.read().decode("utf-8-sig")
 
 
+def near_name(name: str, names: Any) -> str:
+    """For a field `name` a file lacks: the note naming the file's field that differs from it only
+    in case or in spaces at its ends (`Text` for `text`, `'text '`), which fields are not matched
+    by (a setting names a field as written); "" where there is none. Appended to the line that
+    refuses the name, so the fix is in it."""
+    fold = name.strip().casefold()
+    alike = [n for n in names if isinstance(n, str) and n != name and n.strip().casefold() == fold]
+    if not alike:
+        return ""
+    return f" ({' and '.join(repr(n) for n in alike)} differs only in case or spaces; names are read as written)"
+
+
 def json_type(value: Any) -> str:
     names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
     return names.get(type(value), "a number")
@@ -986,7 +1055,8 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
 
     what = what or f"column '{column}'"
     if column not in ds.column_names:
-        raise UserError(f"{path}: {what} is missing (it has: {', '.join(ds.column_names)})")
+        raise UserError(f"{path}: {what} is missing (it has: {', '.join(ds.column_names)})"
+                        + near_name(column, ds.column_names))
     offset = 0
     for batch in ds.data.to_batches(max_chunksize=65536):
         values = batch.column(batch.schema.get_field_index(column))

@@ -311,7 +311,7 @@ def check_data(recipe: Recipe) -> None:
         for column, key in named:
             if column not in names:
                 raise UserError(f"{path}: {kind} '{column}' is missing (it has: "
-                                f"{', '.join(repr(n) for n in names)}); set {key}")
+                                f"{', '.join(repr(n) for n in names)}); set {key}" + readers.near_name(column, names))
 
 
 def load(path: str | Path, overrides: list[str] | None = None, smoke: bool = False) -> Recipe:

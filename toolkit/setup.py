@@ -53,6 +53,7 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     recipe = plan.recipe
     task = recipe.task
     raw = task.load()
+    task.note_eval_in_train(raw)  # said with the data's notices
     source = chain.source(plan)  # a {run: ...} reference: that run's model (smoke-sized or not)
     checkpoint = models.smoke_checkpoint(source) if recipe.smoke and plan.upstream is None else source
     set_seed(recipe.train.seed)  # head and adapter initialisation depend on the seed alone

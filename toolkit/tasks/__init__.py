@@ -388,6 +388,35 @@ class Task:
             self.note("eval is train", f"task.eval_file {held} holds the same data as task.train_file: the "
                       "scores are of training examples, not held-out ones")
 
+    def note_eval_in_train(self, raw: dict[str, Any]) -> None:
+        """The examples of task.eval_file read as training ones too, whatever the files' bytes:
+        a compressed copy of the train file, the same records as JSONL beside a CSV, or a dev file
+        cut from the train file without taking it out (`head -n 200 train.csv > dev.csv`) scored
+        training examples as held-out ones, exit 0, where only a byte-for-byte copy was said. An
+        example is every field the task read but an id (an eval split scored as held out carries
+        a mark of its own); said when at least half the eval examples are training examples."""
+        given = [getattr(self, key, None) for key in ("train_file", "eval_file")]
+        train, held = raw.get("train"), raw.get("eval", {}).get("")
+        if not all(isinstance(g, str) and g for g in given) or train is None or held is None or not len(held):
+            return
+        self._note_eval_is_train()
+        if "eval is train" in self.__dict__.get("_notes", {}):
+            return
+        fields = [c for c in held.column_names if c in train.column_names and c.lower() not in OWN_MARKS]
+        if not fields:
+            return
+        wanted = dict.fromkeys(_example_keys(held, fields))
+        seen = set()
+        for key in _example_keys(train, fields):
+            if key in wanted:
+                seen.add(key)
+        both = sum(1 for key in _example_keys(held, fields) if key in seen)
+        if 2 * both >= len(held):
+            shown = f"all {len(held)}" if both == len(held) else f"{both} of {len(held)}"
+            self.note("eval is train", f"task.eval_file {given[1]}: {shown} eval examples are training examples too "
+                                       f"(task.train_file {given[0]}): the scores are "
+                                       f"{'' if both == len(held) else 'mostly '}of training examples, not held-out ones")
+
     def notices(self, run: bool = True) -> dict[str, str]:
         """key -> warning line: the notes, and one line per kind of cut with its count. What to do
         about a cut differs: a run can raise the setting; a finished run's predictions are cut
@@ -437,6 +466,18 @@ def data_path(value: str, data_dir: str | None = None) -> Path:
 
 
 hub_offline = hub.offline  # the name the task files use
+
+
+OWN_MARKS = ("id", "idx", "guid")  # fields that name an example, not part of it (`note_eval_in_train`)
+
+
+def _example_keys(dataset: Any, fields: list[str]) -> Any:
+    """Each row's `fields` as one hashable text, in row order, read in batches."""
+    import json
+
+    for batch in dataset.select_columns(fields).iter(batch_size=4096):
+        for values in zip(*(batch[f] for f in fields)):
+            yield json.dumps(values, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def fingerprint(dataset: Any, tokenizer: Any, *parts: Any) -> str:

@@ -11,9 +11,11 @@ recipe keys to set: run_summarization would take the first two columns silently.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit import readers
 from toolkit.errors import UserError
 
 # Columns that are neither input nor output: skipped when counting candidates.
@@ -105,7 +107,7 @@ def pick_pair(ds: Any, where: str, source: str | None, target: str | None, keys:
     for value, key in ((source, keys.source), (target, keys.target)):
         if value is not None and value not in columns:
             raise UserError(f"{where}: has no field '{value}' ({key}); its fields: "
-                            f"{', '.join(repr(c) for c in columns)}")
+                            f"{', '.join(repr(c) for c in columns)}" + readers.near_name(value, columns))
     if source is not None and source == target:
         raise UserError(f"{keys.source} and {keys.target} are both '{source}'; name two fields")
     source = source or named(columns, inputs, skip=(target,), where=where)
@@ -149,3 +151,31 @@ def note_spaced(task: Any, columns: list[str], where: str) -> None:
     if spaced:
         task.note(f"spaced names {where}", f"{where}: {len(spaced)} field name(s) with a space at an end "
                                            f"({quoted(spaced)}); they are read as written, spaces included")
+
+
+def alike_names(values: Any, number: Any = None) -> tuple[int, str]:
+    """(how many groups, the first three shown) of names (labels, tags) that differ only in case,
+    spaces at an end, Unicode form (NFKC: `café` as one code point or two, full-width letters),
+    characters that show nothing (control and format characters: a BOM two joined files left,
+    a zero-width space, the soft hyphen) or, where `number` (a compiled pattern) matches, how a
+    number is written (`1`, `1.0`, `01`, `+1`). Each group is written quoted, escaped (`ascii`)
+    where two of it would look the same. (0, "") where none are alike."""
+    groups: dict[Any, list[str]] = {}
+    for value in values:
+        text = _visible(unicodedata.normalize("NFKC", value)).strip()
+        key = ("number", float(text)) if number is not None and number.fullmatch(text) else ("text", text.casefold())
+        groups.setdefault(key, []).append(value)
+    alike = sorted(sorted(g) for g in groups.values() if len(g) > 1)
+    shown = "; ".join(" / ".join(map(_shown(g), g)) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
+    return len(alike), shown
+
+
+def _shown(group: list[str]) -> Any:
+    looks = {_visible(unicodedata.normalize("NFC", v)) for v in group}
+    return repr if len(looks) == len(group) else ascii
+
+
+def _visible(text: str) -> str:
+    """`text` without the characters that show nothing but are not spaces (control and format
+    characters, as `readers.INVISIBLE` counts them)."""
+    return "".join(ch for ch in text if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf"))

@@ -35,7 +35,7 @@ import numpy as np
 from toolkit import heads, readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.tasks import TASKS, Metric, Task, _tags, fingerprint, subset
+from toolkit.tasks import TASKS, Metric, Task, _fields, _tags, fingerprint, subset
 from toolkit.tasks._classification import undefined
 
 torch = lazy("torch", globals())
@@ -132,7 +132,8 @@ def read_jsonl(path: Path, tokens_field: str | None = None, tags_field: str | No
     fields = []
     for setting, given, names in (("tokens_field", tokens_field, TOKENS_FIELDS), ("tags_field", tags_field, TAGS_FIELDS)):
         if given is not None and given not in ds.column_names:
-            raise UserError(f"task.{setting}: {path} has no field '{given}' (it has: {', '.join(ds.column_names)})")
+            raise UserError(f"task.{setting}: {path} has no field '{given}' (it has: {', '.join(ds.column_names)})"
+                            + readers.near_name(given, ds.column_names))
         found = given or next((n for n in names if n in ds.column_names), None)
         free = [n for n in lists if n not in fields and n not in TOKENS_FIELDS + TAGS_FIELDS]
         if found is None and len(free) != 1:
@@ -302,6 +303,12 @@ class Ner(Task):
         self._found_scheme = _tags.check_files(files, self.scheme)
         if self.label_names is None:  # not adopted from a trained model (eval)
             self._found_labels = _tags.label_order({t for f in files.values() for s in f.tags for t in s})
+            count, shown = _fields.alike_names(self._found_labels)
+            if count:  # `B-PER` and `B-Per` (or B-PER and a zero-width space) were two entity types, silently
+                self.note("label case", f"{', '.join(dict.fromkeys(str(f) for f in (self.train_file, self.eval_file) if f))}: "
+                                        f"{count} group(s) of tags differ only in case, spaces, Unicode form or "
+                                        f"invisible characters ({shown}); each is its own tag (and entity type): "
+                                        "write them alike if they are one")
         ids = {split: self._ids(sentences) for split, sentences in files.items()}
         limit = {"train": self.max_train_samples, "eval": self.max_eval_samples}
         data = {split: subset(Dataset.from_dict(d), limit[split]) for split, d in ids.items()}

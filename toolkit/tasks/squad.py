@@ -211,7 +211,7 @@ class QaFields:
         for role, name in chosen.items():
             if name is not None and name not in columns:
                 raise UserError(f"task.{role}_field: {path} has no field '{name}' (it has: "
-                                f"{', '.join(columns)})")
+                                f"{', '.join(columns)})" + readers.near_name(name, columns))
         for role, names in FIELD_NAMES.items():
             if chosen[role] is None:
                 chosen[role] = next((n for n in names if n in columns), None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
@@ -197,7 +196,7 @@ class TextClassification(Classification):
             if col not in ds.column_names:
                 raise UserError(f"{path}: column '{col}' is missing (it has: "
                                 f"{_fields.quoted(ds.column_names)}); set task.text_columns / "
-                                "task.label_column")
+                                "task.label_column" + readers.near_name(col, ds.column_names))
 
     def _label_set(self, splits: dict[str, Any]) -> list[str]:
         """Label names from the training data (else the eval data), sorted; numbers numerically."""
@@ -238,18 +237,16 @@ class TextClassification(Classification):
 
     def _note_case(self, values: set[str], path: str) -> None:
         """Labels that differ only in case, spaces at an end, Unicode form (`café` written with
-        one code point or two: they look alike) or how a number is written (`1`, `1.0`, `01`,
+        one code point or two: they look alike), characters that show nothing (a BOM that two
+        joined files left at a row's start, a zero-width space: `pos` and a BOM then `pos` were two
+        classes that look one, without a word) or how a number is written (`1`, `1.0`, `01`,
         `+1`: CSV cells and JSON strings are names as written) are separate classes: said once,
         naming them (escaped where they would look the same)."""
-        groups: dict[Any, list[str]] = {}
-        for value in values:
-            groups.setdefault(_alike_key(value), []).append(value)
-        alike = sorted(sorted(g) for g in groups.values() if len(g) > 1)
-        if alike:
-            shown = "; ".join(" / ".join(map(_shown(g), g)) for g in alike[:3]) + ("; ..." if len(alike) > 3 else "")
-            self.note("label case", f"{path}: {len(alike)} group(s) of labels differ only in case, spaces, Unicode "
-                                    f"form or how a number is written ({shown}); each is its own class: write "
-                                    "them alike if they are one")
+        count, shown = _fields.alike_names(values, DECIMAL)
+        if count:
+            self.note("label case", f"{path}: {count} group(s) of labels differ only in case, spaces, Unicode "
+                                    f"form, invisible characters or how a number is written ({shown}); each is "
+                                    "its own class: write them alike if they are one")
 
     def _normalise(self, ds: Any, path: str, fmt: str) -> Any:
         """Text columns kept; the label column becomes `label` (an id, or a float)."""
@@ -346,6 +343,10 @@ def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_colu
     file of unknown names by content: the label is the column of few distinct values (regression:
     the short one, a number beside a sentence). Else one line naming both keys."""
     columns = list(ds.column_names)
+    for given in (text_columns or []) + ([label_column] if label_column else []):  # named, so not found by others
+        if given not in columns:  # (`Sentence` for `sentence` was "cannot tell which columns ...")
+            raise UserError(f"{where}: column '{given}' is missing (it has: {_fields.quoted(columns)}); set "
+                            "task.text_columns / task.label_column" + readers.near_name(given, columns))
     if label_column is None and len(columns) == 1:
         raise UserError(f"{where}: column 'label' is missing (it has: {columns[0]!r}); a text and a label "
                         "column are needed: is the delimiter right? (.csv: commas, .tsv: tabs)")
@@ -428,21 +429,6 @@ def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: st
     hint = "" if label_column in columns else f" and task.label_column (no '{label_column}' column)"
     raise UserError(f"{where}: cannot tell which columns hold the text ({_fields.quoted(rest)}); set "
                     f"task.text_columns, e.g. task.text_columns=[{rest[0]}]{hint}")
-
-
-def _alike_key(value: str) -> Any:
-    """What two label names that read as one share: a number's value (`1`, `1.0`, `01`, ` +1`
-    are 1.0), else the text in Unicode's compatibility form (NFKC: a letter and its accent as
-    one code point or two, full-width letters) without case or spaces at its ends."""
-    text = unicodedata.normalize("NFKC", value).strip()
-    return ("number", float(text)) if DECIMAL.fullmatch(text) else ("text", text.casefold())
-
-
-def _shown(group: list[str]) -> Callable[[str], str]:
-    """How a group of alike labels is written in the warning: quoted, and escaped (`ascii`)
-    where two would look the same (one Unicode form and another)."""
-    looks = {unicodedata.normalize("NFC", v) for v in group}
-    return repr if len(looks) == len(group) else ascii
 
 
 def _is_int(text: str) -> bool:
