@@ -9,6 +9,7 @@ import json
 import re
 import string
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -637,3 +638,99 @@ def test_a_question_with_no_span_in_any_window_writes_files_the_official_script_
     official = official_v2(golds, answers, na_prob, thresh=0.0)  # a number each: the script sorts them
     assert (metrics["best_exact"], metrics["best_f1"], metrics["exact_match"]) == pytest.approx(
         (official["best_exact"], official["best_f1"], 0.5))
+
+
+# --- the questions of a file as written, in each layout the reader takes ------------------------
+QA_CONTEXT = "The museum opened in 1901 in Paris."
+
+
+def _qa_file(tmp_path: Path, layout: str, questions: list[dict]) -> Path:
+    """`questions` ({"id", "question", maybe "answers" as SQuAD's list, "is_impossible"}) over one
+    context, each its own article: SQuAD's JSON, flat JSONL (the Hub's answers object) or a flat
+    JSON list (SQuAD's answers list)."""
+    if layout == "squad":
+        doc = {"data": [{"title": f"T{i}", "paragraphs": [{"context": QA_CONTEXT, "qas": [q]}]}
+                        for i, q in enumerate(questions)]}
+        path = tmp_path / "d.json"
+        path.write_text(json.dumps(doc, indent=1))
+        return path
+    rows = []
+    for q in questions:
+        row = {**q, "context": QA_CONTEXT}
+        if layout == "jsonl" and isinstance(q.get("answers"), list):
+            row["answers"] = {"text": [a["text"] for a in q["answers"]],
+                              "answer_start": [a["answer_start"] for a in q["answers"]]}
+        rows.append(row)
+    path = tmp_path / ("d.jsonl" if layout == "jsonl" else "d.json")
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) if layout == "jsonl" else json.dumps(rows, indent=1))
+    return path
+
+
+def _answer(text: str, start: Any = None) -> list[dict]:
+    return [{"text": text, "answer_start": QA_CONTEXT.index(text) if start is None else start}]
+
+
+LAYOUTS = ["squad", "jsonl", "json list"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_question_without_an_answers_field_is_refused_at_its_place(tmp_path: Path, layout: str, version: str) -> None:
+    """An absent (or null) answers field is no list of answers: read as unanswerable, a
+    misspelt key made a v2.0 run score "" right on the question, exit 0. is_impossible: true
+    says it outright, and reads as before."""
+    given = [{"id": "a", "question": "When?", "answers": _answer("1901")},
+             {"id": "b", "question": "Where?", "answer": _answer("Paris")}]
+    path = _qa_file(tmp_path, layout, given)
+    with pytest.raises(UserError, match=r"d.jsonl?:\d+: .*question b: 'answers' is missing; list the question's answers"):
+        read_squad(str(path), version)
+    given[1] = {"id": "b", "question": "Where?", "answers": None}
+    with pytest.raises(UserError, match=r"question b: 'answers' is missing"):
+        read_squad(str(_qa_file(tmp_path, layout, given)), version)
+    if version == "v2":
+        given[1] = {"id": "b", "question": "Where?", "is_impossible": True}
+        rows = read_squad(str(_qa_file(tmp_path, layout, given)), version)
+        assert [r["answers"]["text"] for r in rows] == [["1901"], []]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_answer_starts_are_whole_numbers_by_value_and_a_fraction_is_refused_at_its_own_place(tmp_path: Path,
+                                                                                            layout: str) -> None:
+    """JSON has one number type: a column holding 29.5 is read as doubles, and the first
+    question (answer_start 21) was refused for it; 21.0 is the whole number 21."""
+    given = [{"id": "a", "question": "When?", "answers": _answer("1901")},
+             {"id": "b", "question": "Where?", "answers": _answer("Paris", 29.5)}]
+    with pytest.raises(UserError, match=r"question b: an answer's 'answer_start' is a number, expected a whole"):
+        read_squad(str(_qa_file(tmp_path, layout, given)), "v1")
+    given[1] = {"id": "b", "question": "Where?", "answers": _answer("Paris", 29.0)}
+    rows = read_squad(str(_qa_file(tmp_path, layout, given)), "v1")
+    assert [r["answers"]["answer_start"] for r in rows] == [[21], [29]]
+    assert all(type(s) is int for r in rows for s in r["answers"]["answer_start"])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_question_ids_read_as_written_in_every_layout(tmp_path: Path, layout: str) -> None:
+    """A number id is named by its value (7 beside 7.5 is "7", not "7.0"), and ids of two JSON
+    types (7 beside "a") read as each is written: SQuAD's layout was refused with Arrow's
+    ArrowInvalid where the flat ones read it."""
+    given = [{"id": 7, "question": "When?", "answers": _answer("1901")},
+             {"id": 7.5, "question": "Where?", "answers": _answer("Paris")},
+             {"id": "a", "question": "Who?", "answers": _answer("The museum")},
+             {"id": 2 ** 60 + 1, "question": "What?", "answers": _answer("museum")}]
+    if layout == "jsonl":
+        given = given[:3]  # a whole number past 2^53 beside doubles: refused there (check_exact)
+    rows = read_squad(str(_qa_file(tmp_path, layout, given)), "v1")
+    assert [r["id"] for r in rows] == ["7", "7.5", "a", str(2 ** 60 + 1)][:len(given)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("blank", [" ", "\u200b", "\n\t"])
+def test_a_blank_answer_is_refused_at_its_place(tmp_path: Path, layout: str, blank: str) -> None:
+    """An answer of whitespace or invisible characters alone matched its context there and was
+    trained as no answer (no token holds it) and scored against "" (v1.1: exact 1), exit 0."""
+    context = f"The museum{blank}opened in 1901."
+    given = [{"id": "a", "question": "When?", "answers": [{"text": blank, "answer_start": context.index(blank)}]}]
+    path = _qa_file(tmp_path, layout, given)
+    path.write_text(path.read_text().replace(json.dumps(QA_CONTEXT), json.dumps(context)))
+    with pytest.raises(UserError, match=r"question a: answer .* is blank \(whitespace or invisible characters alone\)"):
+        read_squad(str(path), "v1")

@@ -71,10 +71,10 @@ def read_squad(path_text: str, version: str = "v2", fields: QaFields | None = No
     if fmt == "json" and readers.first_char(path) == "{":
         try:
             articles = readers.read(path, "json", field="data")
-        except readers.Unreadable:  # mixed types the builder cannot type: find the record in Python
-            data = json.loads(readers.read_small_text(path))["data"]
-            _rows(data, _Where(path), _Checks(path, version))
-            raise
+        except readers.Unreadable:  # types the builder cannot unify in one column (an id 7 beside
+            # "a7", a title 5 beside "T"): each question is read and checked as written instead; a
+            # value of the wrong kind is said at its place (it was the builder's ArrowInvalid)
+            articles = json.loads(readers.read_small_text(path))["data"]
         return checks.done(_rows(articles, _Where(path), checks))
     return checks.done(_flat_rows(path, fmt, fields or QaFields(), checks))
 
@@ -117,6 +117,10 @@ class _Checks:
 
 
 def _need(value: Any, kind: type, where: Any, what: str) -> Any:
+    if kind is int and isinstance(value, float) and value.is_integer():
+        # a whole number: JSON has one number type, and the reader holds a column with a 29.5 in
+        # it as doubles, so every 21 there came as 21.0 and the first record was refused
+        return int(value)
     if value is None:
         raise UserError(f"{where()}: {what} is missing")
     if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
@@ -144,14 +148,24 @@ def _rows(articles: Any, at: _Where, checks: _Checks) -> list[dict]:
 
 def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
     question = _need(qa.get("question"), str, where, "'question'")
-    if qa.get("id") is None:
+    qid = qa.get("id")
+    if qid is None:
         raise UserError(f"{where()}: 'id' is missing")
+    if isinstance(qid, (int, float)) and not isinstance(qid, bool):
+        qid = readers.number_name(qid)  # 7 beside 7.5 in one file: "7", not "7.0"
+    _need(qid, str, where, "'id'")
     if readers.blank(context) or readers.blank(question):
         raise UserError(f"{where()}: empty context or question")
-    texts, starts = _answers(qa.get("answers"), context, where)
     impossible = qa.get("is_impossible")
     if impossible is not None:
         _need(impossible, bool, where, "'is_impossible'")
+    if qa.get("answers") is None and impossible is not True:
+        # absent or null is no list of answers: a record without the field (a misspelt key, a
+        # file of questions alone) was read as unanswerable, and a v2.0 run scored "" right on it
+        raise UserError(f"{where()}: 'answers' is missing; list the question's answers, or give "
+                        "\"answers\": [] (or \"is_impossible\": true) for a question without one (SQuAD v2.0)")
+    texts, starts = _answers(qa.get("answers"), context, where)
+    if impossible is not None:
         if impossible and texts:  # never dropped: the official scripts disagree on what it means
             raise UserError(f"{where()}: is_impossible is true but it lists {len(texts)} answer(s) "
                             f"({texts[0]!r}); the official v2.0 script would score it as answerable, "
@@ -160,7 +174,7 @@ def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
         if not impossible and not texts:
             raise UserError(f"{where()}: is_impossible is false but it lists no answer; give its "
                             "answers, or set is_impossible to true")
-    return {"id": str(qa["id"]), "title": title, "context": context, "question": question,
+    return {"id": qid, "title": title, "context": context, "question": question,
             "answers": {"text": texts, "answer_start": starts}, "article": article}
 
 
@@ -179,6 +193,9 @@ def _answers(value: Any, context: str, where: Any) -> tuple[list[str], list[int]
         _need(ans, dict, where, "an answer")
         text = _need(ans.get("text"), str, where, "an answer's 'text'")
         start = _need(ans.get("answer_start"), int, where, "an answer's 'answer_start'")
+        if text and readers.blank(text):  # no token holds it: trained as no answer, scored as ""
+            raise UserError(f"{where()}: answer {text!r} at answer_start {start} is blank (whitespace or "
+                            "invisible characters alone); give the answer's words, or no answer")
         if not text or start < 0 or context[start:start + len(text)] != text:
             raise UserError(f"{where()}: answer {text!r} at answer_start {start} does not match the "
                             f"context there ({context[max(start, 0):max(start, 0) + len(text)]!r}); "
@@ -228,15 +245,29 @@ class QaFields:
         return chosen
 
 
-def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[dict]:
-    """Flat records (JSONL or a JSON list): one question with its context and answers each."""
-    ds = readers.read(path, fmt)
+def flat_fields(path_text: str, fields: QaFields) -> dict[str, str | None] | None:
+    """role -> field of a flat file's records as `read_squad` finds them; None for SQuAD's layout
+    (its fields have their names)."""
+    path = data_path(path_text)
+    fmt = readers.file_format(path, ("json", "jsonl"))
+    if fmt == "json" and readers.first_char(path) == "{":
+        return None
+    return _flat_fields(readers.read(path, fmt), path, fields)
+
+
+def _flat_fields(ds: Any, path: Any, fields: QaFields) -> dict[str, str | None]:
     if "paragraphs" in ds.column_names:
         raise UserError(f"{path}: holds SQuAD articles in a list; expected a JSON object with a 'data' "
                         "list of them ({\"data\": [...]}), or flat records of question, context, answers")
     kinds = {name: "text" if getattr(feature, "dtype", None) in ("string", "large_string") else "other"
              for name, feature in ds.features.items()}
-    role = fields.resolve(path, kinds)
+    return fields.resolve(path, kinds)
+
+
+def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[dict]:
+    """Flat records (JSONL or a JSON list): one question with its context and answers each."""
+    ds = readers.read(path, fmt)
+    role = _flat_fields(ds, path, fields)
     if role["id"]:
         readers.check_exact(ds, role["id"], path, fmt, f"'{role['id']}' (the id)")
     contexts: dict[str, int] = {}  # a distinct context is an "article": split_articles keeps it on one side
@@ -249,7 +280,7 @@ def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[d
               "question": record.get(role["question"]), "answers": record.get(role["answers"]),
               "is_impossible": record.get("is_impossible")}
         if isinstance(qa["id"], (int, float)) and not isinstance(qa["id"], bool):
-            qa["id"] = readers.number_name(qa["id"])  # 7 beside 7.5 in one file: "7", not "7.0"
+            qa["id"] = readers.number_name(qa["id"])
         _need(qa["id"], str, named, f"'{role['id']}' (the id)")
         _need(qa["question"], str, named, f"'{role['question']}' (the question)")
         article = contexts.setdefault(context, len(contexts))
