@@ -580,11 +580,25 @@ class Squad(TextToText):
 
     # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
     def predict_fields(self, model: Any) -> list[str]:
-        """A question and the context to answer it from, in either mode."""
-        return ["question", "context"]
+        """A question and the context to answer it from, in either mode, by the names the run's
+        data gave them: task.question_field / context_field, else those found in the recipe's
+        flat file (found again there, as training found them), else `question` and `context`
+        (SQuAD's layout, the Hub). Predict read `question` and `context` whatever the run read:
+        a file of the training layout (`query`, `passage`) was refused, and one holding both
+        answered another field than the run was trained on, exit 0."""
+        if "_input_names" not in self.__dict__:
+            names = {"question": self.question_field, "context": self.context_field}
+            for name in (self.eval_file, self.train_file):
+                if None in names.values() and name and data_path(self.expand(name)).is_file():
+                    found = flat_fields(self.expand(name), self.fields) or {}
+                    names = {role: names[role] or found.get(role) for role in names}
+                    break
+            self.__dict__["_input_names"] = [names[role] or role for role in ("question", "context")]
+        return list(self.__dict__["_input_names"])
 
     def raw_input(self, row: dict) -> dict:
-        return {"question": str(row["question"]), "context": str(row["context"]),
+        question, context = self.predict_fields(None)
+        return {"question": str(row[question]), "context": str(row[context]),
                 "answers": {"text": [], "answer_start": []}}
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
@@ -598,9 +612,10 @@ class Squad(TextToText):
             out = super().predict(model, tokenizer, rows)
             return [{**r, "prediction": "" if r["prediction"] == NO_ANSWER else r["prediction"]} for r in out]
         raw = [self.raw_input(r) for r in rows]
+        question, context = self.predict_fields(model)
         out = []
         for r, b in zip(raw, self.best_answers(model, tokenizer, raw)):
-            row = {"question": r["question"], "context": r["context"], "prediction": b.text}
+            row = {question: r["question"], context: r["context"], "prediction": b.text}
             if self.version == "v2":
                 gap = b.no_answer_score
                 row.update(prediction="" if gap > NULL_THRESHOLD else b.text, best_span=b.text, no_answer_score=gap)
