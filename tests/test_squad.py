@@ -734,3 +734,53 @@ def test_a_blank_answer_is_refused_at_its_place(tmp_path: Path, layout: str, bla
     path.write_text(path.read_text().replace(json.dumps(QA_CONTEXT), json.dumps(context)))
     with pytest.raises(UserError, match=r"question a: answer .* is blank \(whitespace or invisible characters alone\)"):
         read_squad(str(path), "v1")
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_no_answer_text_is_an_abstention_under_v2_alone(version: str, monkeypatch) -> None:
+    """A generative run answers NO_ANSWER for "no answer" under v2.0 only: v1.1 trains no question
+    towards it, and a gold answer "unanswerable" generated right was scored as "" (exact 0) in
+    the run, and predicted as "", exit 0. Scoring and predict alike."""
+    from datasets import Dataset
+
+    from toolkit.tasks._generation import TextToText
+    from toolkit.tasks.squad import NO_ANSWER, Squad
+
+    context = "The court called it unanswerable."
+    rows = [{"id": "a", "title": "", "question": "What did the court call it?", "context": context, "article": 0,
+             "answers": {"text": [NO_ANSWER], "answer_start": [context.index(NO_ANSWER)]}},
+            {"id": "b", "title": "", "question": "Who wrote it?", "context": context, "article": 0,
+             "answers": {"text": [], "answer_start": []}}][:1 if version == "v1" else 2]
+    task = Squad(version=version, mode="generative")
+    monkeypatch.setattr(Squad, "decoded", lambda self, outputs: [NO_ANSWER] * len(rows))
+    scores = task.score({}, Dataset.from_list(rows))
+    if version == "v1":  # the gold answer, generated
+        assert scores["exact_match"] == 1.0
+    else:  # an abstention: wrong on the answerable question, right on the other
+        assert scores["HasAns_exact_match"] == 0.0 and scores["NoAns_exact_match"] == 1.0
+    monkeypatch.setattr(TextToText, "predict", lambda self, model, tok, given: [{**r, "prediction": NO_ANSWER} for r in given])
+    (row,) = task.predict(None, None, [{"question": "q?", "context": context}])
+    assert row["prediction"] == (NO_ANSWER if version == "v1" else "")
+
+
+@pytest.mark.parametrize("mode, refused", [("generative", True), ("extractive", False)])
+def test_a_v2_answer_that_is_the_no_answer_text_is_refused_where_generated(tmp_path: Path, mode: str,
+                                                                           refused: bool) -> None:
+    """Generative v2.0 would train that question to the abstention and score it wrong where it is
+    right; an extractive run reads spans and abstains by its null score, so it reads the file."""
+    from toolkit.tasks.squad import Squad
+
+    context = "The court called the question unanswerable."
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "q1", "question": "Who?", "context": context, "answers": []},
+        {"id": "q2", "question": "What?", "context": context,
+         "answers": [{"text": "unanswerable", "answer_start": context.index("unanswerable")}]}]))
+    task = Squad(version="v2", mode=mode, train_file=str(path), eval_file=str(path))
+    task.model_head("bert")
+    if refused:
+        with pytest.raises(UserError, match=r"d.jsonl: question q2 has the answer 'unanswerable', the text a "
+                                            r"generative SQuAD v2.0 run answers for a question without one"):
+            task.load()
+    else:
+        assert len(task.load()["eval"][""]) == 2

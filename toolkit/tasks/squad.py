@@ -402,12 +402,16 @@ class Squad(TextToText):
 
         if self.eval_file:
             evaluation = read_squad(self.expand(self.eval_file), self.version, self.fields)
+            self._no_answer_named(evaluation, self.eval_file)
             train = read_squad(self.expand(self.train_file), self.version, self.fields) if self.train_file else None
+            self._no_answer_named(train, self.train_file)
             if self.split_articles is not None:
                 train, evaluation = split_by_article(evaluation, self.split_articles, self.split_seed)
             train, evaluation = (Dataset.from_list(train) if train else None), Dataset.from_list(evaluation)
         else:
             train, evaluation = self._hub()
+            self._no_answer_named(train, f"{HUB_IDS[self.version]} train")
+            self._no_answer_named(evaluation, f"{HUB_IDS[self.version]} validation")
         return {"train": subset(train, self.max_train_samples),
                 "eval": {"": subset(evaluation, self.max_eval_samples)}}
 
@@ -430,6 +434,25 @@ class Squad(TextToText):
 
     def target_text(self, row: dict) -> str:
         return row["answers"]["text"][0] if row["answers"]["text"] else NO_ANSWER
+
+    def abstained(self, texts: list[str]) -> list[str]:
+        """Generated answers as scored: under v2.0, NO_ANSWER is the answer "". v1.1 trains no
+        question towards it, so there it is text like any other (a gold answer "unanswerable"
+        generated right was scored as "", exact 0)."""
+        return ["" if self.version == "v2" and t == NO_ANSWER else t for t in texts]
+
+    def _no_answer_named(self, rows: Any, where: str | None) -> None:
+        """A generative v2.0 run answers NO_ANSWER for "no answer": a question whose answer is that
+        very text would be trained to it and scored as abstaining (exact 0 where it was right)."""
+        if self.version != "v2" or self.extractive or rows is None:
+            return
+        answers = rows["answers"] if not isinstance(rows, list) else [r["answers"] for r in rows]
+        hit = next((i for i, a in enumerate(answers) if NO_ANSWER in (t.strip() for t in a["text"])), None)
+        if hit is not None:
+            raise UserError(f"{where}: question {rows[hit]['id']} has the answer {NO_ANSWER!r}, the text a generative "
+                            "SQuAD v2.0 run answers for a question without one (read back as \"\", it would be "
+                            "scored wrong where it is right); reword that answer, or use an extractive model "
+                            "(task.mode: extractive)")
 
     def default_affixes(self, family: str | None, decoder_only: bool) -> tuple[str, str]:
         return ("", "\nanswer:") if decoder_only else ("", "")
@@ -523,8 +546,7 @@ class Squad(TextToText):
                 bests: list[Best] | None = None) -> tuple[list[str], dict[str, float]]:
         """Predicted answer texts in raw order, and the extra metrics (v2.0's threshold)."""
         if not self.extractive:
-            preds = ["" if p == NO_ANSWER else p for p in self.decoded(outputs)]
-            return preds, {}
+            return self.abstained(self.decoded(outputs)), {}
         bests = bests or self.spans(outputs, raw)
         if self.version == "v1":
             return [b.text for b in bests], {}
@@ -610,7 +632,7 @@ class Squad(TextToText):
         same scale. A generative v2.0 model answers "" itself."""
         if not self.extractive:
             out = super().predict(model, tokenizer, rows)
-            return [{**r, "prediction": "" if r["prediction"] == NO_ANSWER else r["prediction"]} for r in out]
+            return [{**r, "prediction": p} for r, p in zip(out, self.abstained([r["prediction"] for r in out]))]
         raw = [self.raw_input(r) for r in rows]
         question, context = self.predict_fields(model)
         out = []
