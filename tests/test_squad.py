@@ -784,3 +784,28 @@ def test_a_v2_answer_that_is_the_no_answer_text_is_refused_where_generated(tmp_p
             task.load()
     else:
         assert len(task.load()["eval"][""]) == 2
+
+
+def test_scoring_another_eval_file_does_not_split_it_unasked(tmp_path: Path, cli, capsys) -> None:
+    """A run that split its eval file by article, scored on another file (`toolkit eval RUN
+    task.eval_file=OTHER`, the API alike): the split applied to OTHER, and its held-out articles
+    alone (2 of 12) were scored as the file's score, exit 0. Now one line, unless the split is
+    named; with split_articles=null every question is scored. The run's own file still scores
+    as the run did."""
+    import toolkit
+
+    run = toolkit.run(V11_MINILM, [f"task.eval_file={_squad_file(tmp_path / 'dev.json', articles=6)}",
+                                   "task.split_articles=0.5", "train.max_steps=1"], runs_dir=tmp_path / "runs", smoke=True)
+    other = _squad_file(tmp_path / "other.json", articles=12)
+    capsys.readouterr()  # the run's own lines
+    code, _, err = cli("eval", run.dir, f"task.eval_file={other}")
+    assert code == 2 and err.count("\n") == 1 and "set task.split_articles=null to score all of it" in err
+    assert not (run.dir / "eval-eval.json").exists()
+    with pytest.raises(UserError, match="the run split its eval file by article"):
+        toolkit.evaluate(run.dir, overrides=[f"task.eval_file={other}"])
+    toolkit.evaluate(run.dir, overrides=[f"task.eval_file={other}", "task.split_articles=null"])
+    assert len((run.dir / "predictions-eval.jsonl").read_text().splitlines()) == 12
+    toolkit.evaluate(run.dir, overrides=[f"task={{eval_file: {other}, split_articles: 0.5}}"])  # asked for
+    assert len((run.dir / "predictions-eval.jsonl").read_text().splitlines()) == 6
+    scores = toolkit.evaluate(run.dir, overrides=["task.max_eval_samples=null"])["eval"]  # its own file, as the run
+    assert scores["f1"] == pytest.approx(json.loads((run.dir / "metrics.json").read_text())["eval"]["f1"])

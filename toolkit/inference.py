@@ -22,6 +22,7 @@ from toolkit import attention, evaluation, heads, hub, methods, models, readers,
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, parse, read_yaml, safe_yaml
+from toolkit.recipe_data import override_leaves
 from toolkit.tasks import TASKS
 from toolkit.train import Setup, eval_loaders
 
@@ -53,7 +54,10 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
     bad = [o for o in task_overrides or [] if o.partition("=")[0].strip().split(".")[0] != "task"]
     if bad:
         raise UserError(f"override '{bad[0]}': only task.* settings can change when scoring a run")
-    return parse(apply_overrides(raw, task_overrides or []))
+    recipe = parse(apply_overrides(raw, task_overrides or []))
+    if task_overrides:
+        recipe.task.rescoring(parse(raw).task, {".".join(leaf) for leaf in override_leaves(task_overrides)})
+    return recipe
 
 
 def _made_with(run: Path, raw: dict, chained_from: dict | None) -> None:

@@ -335,6 +335,19 @@ class Squad(TextToText):
         if self.split_articles is not None and not self.eval_file:
             raise UserError("task.split_articles: splits task.eval_file by article; set task.eval_file")
 
+    def rescoring(self, made: Any, keys: set[str]) -> None:
+        """`toolkit eval RUN task.eval_file=OTHER` on a run that split its eval file by article:
+        the split applied to OTHER too, and only its held-out articles (a sixth of them, as
+        shipped) were scored, as if the file's score, exit 0. Named with the split (any
+        task.split_articles given with it) it is scored so; else one line says how to score it
+        whole."""
+        if (self.split_articles is not None and "task.split_articles" not in keys and self.eval_file
+                and made.eval_file and self.expand(self.eval_file) != made.expand(made.eval_file)):
+            raise UserError(f"task.eval_file: the run split its eval file by article (task.split_articles="
+                            f"{self.split_articles}), and {self.eval_file} would be split the same way, only its "
+                            f"held-out articles scored; set task.split_articles=null to score all of it (or "
+                            f"task.split_articles={self.split_articles} to score that part)")
+
     def run_name(self, name: str) -> str:
         """A recipe's folder names its SQuAD version (`squad/v1.1/...`): the run is filed under
         the version it runs (`task.version=v2` on a v1.1 recipe: `squad/v2.0/...`)."""
