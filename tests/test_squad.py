@@ -792,8 +792,9 @@ def test_scoring_another_eval_file_does_not_split_it_unasked(tmp_path: Path, cli
     """A run that split its eval file by article, scored on another file (`toolkit eval RUN
     task.eval_file=OTHER`, the API alike): the split applied to OTHER, and its held-out articles
     alone (2 of 12) were scored as the file's score, exit 0. Now one line, unless the split is
-    named; with split_articles=null every question is scored. The run's own file still scores
-    as the run did."""
+    named; with split_articles=null every question is scored. A train_file given there turned
+    the split off and scored the run's own training articles: one line too. The run's own file
+    still scores as the run did."""
     import toolkit
 
     run = toolkit.run(V11_MINILM, [f"task.eval_file={_squad_file(tmp_path / 'dev.json', articles=6)}",
@@ -809,5 +810,7 @@ def test_scoring_another_eval_file_does_not_split_it_unasked(tmp_path: Path, cli
     assert len((run.dir / "predictions-eval.jsonl").read_text().splitlines()) == 12
     toolkit.evaluate(run.dir, overrides=[f"task={{eval_file: {other}, split_articles: 0.5}}"])  # asked for
     assert len((run.dir / "predictions-eval.jsonl").read_text().splitlines()) == 6
+    code, _, err = cli("eval", run.dir, f"task.train_file={other}")  # the split off: its training articles scored
+    assert code == 2 and err.count("\n") == 1 and "the articles the run trained on included" in err
     scores = toolkit.evaluate(run.dir, overrides=["task.max_eval_samples=null"])["eval"]  # its own file, as the run
     assert scores["f1"] == pytest.approx(json.loads((run.dir / "metrics.json").read_text())["eval"]["f1"])

@@ -340,9 +340,17 @@ class Squad(TextToText):
         the split applied to OTHER too, and only its held-out articles (a sixth of them, as
         shipped) were scored, as if the file's score, exit 0. Named with the split (any
         task.split_articles given with it) it is scored so; else one line says how to score it
-        whole."""
-        if (self.split_articles is not None and "task.split_articles" not in keys and self.eval_file
-                and made.eval_file and self.expand(self.eval_file) != made.expand(made.eval_file)):
+        whole. And the converse: a task.train_file given there turns the split off, and the run's
+        own eval file was scored whole, the articles it trained on included."""
+        if "task.split_articles" in keys or not (self.eval_file and made.eval_file):
+            return
+        same = self.expand(self.eval_file) == made.expand(made.eval_file)
+        if same and made.split_articles is not None and self.split_articles is None:
+            raise UserError(f"task.train_file: given, it turns the run's split of {self.eval_file} off "
+                            f"(task.split_articles={made.split_articles}), and all of that file would be scored, "
+                            "the articles the run trained on included; leave task.train_file out, or set "
+                            "task.split_articles=null to score all of it on purpose")
+        if self.split_articles is not None and not same:
             raise UserError(f"task.eval_file: the run split its eval file by article (task.split_articles="
                             f"{self.split_articles}), and {self.eval_file} would be split the same way, only its "
                             f"held-out articles scored; set task.split_articles=null to score all of it (or "
