@@ -124,6 +124,8 @@ def qa(question: Any = "Where?", answers: Any = None, context: Any = "Paris is i
          "answers": [{"text": "Paris", "answer_start": 0}] if answers is None else answers, **extra}
     if question is ...:
         del q["question"]
+    if answers is ...:
+        del q["answers"]
     return {"title": "T", "paragraphs": [{"context": context, "qas": [q]}]}
 
 
@@ -254,6 +256,13 @@ DATA: dict[str, tuple[str, Make, str]] = {
     "squad offset mismatch": ("squad", squad(articles(qa(answers=[{"text": "Paris", "answer_start": 3}]))),
                               "does not match the context there"),
     "squad is_impossible a string": ("squad", squad(articles(qa(is_impossible="no"))), "'is_impossible' is a string"),
+    # a question without the field was read as unanswerable (v2.0 scored "" right on it)
+    "squad answers missing": ("squad", squad(articles(qa(answers=...))),
+                              "'answers' is missing; list the question's answers"),
+    "squad answer_start a fraction": ("squad", squad(articles(qa(answers=[{"text": "France", "answer_start": 12.5}]))),
+                                      "article 2 ('T'), question"),  # not article 0's whole 0
+    "squad blank answer": ("squad", squad(articles(qa(answers=[{"text": " ", "answer_start": 5}]))),
+                           "answer ' ' at answer_start 5 is blank"),
     "squad id missing": ("squad", squad({"data": [{"title": "T", "paragraphs": [{"context": "c d", "qas": [
         {"question": "q?", "answers": []}]}]}] * 2}), "'id' is missing"),
     "squad blank question": ("squad", squad(articles(qa(question="   "))), "empty context or question"),

@@ -109,3 +109,33 @@ def test_ner_own_data_in_two_arguments(tmp_path: Path, cli, position_lookups: li
     assert metrics["label_names"] == ["O", "B-DOSE", "I-DOSE", "B-DRUG", "B-FREQ", "I-FREQ"]
     assert metrics["metric_info"] == {"tag_scheme": "IOB2"} and set(metrics["eval"]) >= {"f1", "accuracy"}
     assert position_lookups == []
+
+
+@pytest.mark.parametrize("recipe, settings", [
+    ("demo/own-data/minilm-full-qa-v2", ["task.question_field=query"]),  # set, beside a 'question' it does not read
+    ("squad/v1.1/t5-base-full", []),  # generative, the fields inferred from the file
+], ids=["extractive-v2-set", "generative-inferred"])
+def test_own_qa_data_predicts_by_the_fields_the_run_read(tmp_path: Path, cli, recipe: str, settings: list) -> None:
+    """predict reads a question and a context by the names the run's data gave them: a file of
+    the training layout (query / passage) was refused for lacking 'question', and one that also
+    holds a 'question' field the run never read was answered from it, exit 0. Predicting on the
+    run's own eval file gives the run's predictions.jsonl."""
+    import toolkit
+
+    rows = _qa_records(unanswerable="v2" in recipe, hub_layout=True)
+    if settings:
+        rows = [{**r, "question": "Which colour is the sky?"} for r in rows]
+    train, dev = _jsonl(tmp_path / "train.jsonl", rows), _jsonl(tmp_path / "dev.jsonl", rows[:4])
+    run = toolkit.run(recipe, [f"task.train_file={train}", f"task.eval_file={dev}", "train.max_steps=1", *settings],
+                      runs_dir=tmp_path / "runs", smoke=True)
+    scored = [json.loads(line) for line in (run.dir / "predictions.jsonl").read_text().splitlines()]
+    code, out, err = cli("predict", run.dir, "--input", dev)
+    assert code == 0, err
+    predicted = [json.loads(line) for line in out.splitlines() if line.startswith("{")]  # after the run's lines
+    assert [p["query"] for p in predicted] == [r["query"] for r in rows[:4]]
+    assert [p["passage"] for p in predicted] == [r["passage"] for r in rows[:4]]
+    assert [p["prediction"] for p in predicted] == [s["prediction"] for s in scored]
+    if "v2" in recipe:
+        assert [p["no_answer_score"] for p in predicted] == pytest.approx([s["no_answer_score"] for s in scored], abs=1e-4)
+    assert [p["prediction"] for p in toolkit.predict(run.dir, [{"query": r["query"], "passage": r["passage"]}
+                                                                for r in rows[:4]])] == [s["prediction"] for s in scored]

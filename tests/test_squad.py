@@ -9,6 +9,7 @@ import json
 import re
 import string
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -201,7 +202,9 @@ def test_every_squad_scoring_path_equals_its_versions_official_script(version: s
     if mode == "extractive":  # null scores below every span: the spans are the predictions
         monkeypatch.setattr(task, "spans", lambda outputs, raw: [Best(texts[q], 0.0, -1.0) for q in golds])
     else:
-        monkeypatch.setattr(task, "decoded", lambda outputs: [texts[q] or NO_ANSWER for q in golds])
+        # v2.0's abstention text is its empty answer; a v1.1 model answers "" by ending at once
+        monkeypatch.setattr(task, "decoded", lambda outputs: [texts[q] or (NO_ANSWER if version == "v2" else "")
+                                                              for q in golds])
     got = task.score({}, _raw(list(golds.values())))
     official = official_v1(golds, texts) if version == "v1" else _toolkit_names(official_v2(golds, texts))
     assert {k: v for k, v in got.items() if not k.startswith("best")} == pytest.approx(official)
@@ -637,3 +640,177 @@ def test_a_question_with_no_span_in_any_window_writes_files_the_official_script_
     official = official_v2(golds, answers, na_prob, thresh=0.0)  # a number each: the script sorts them
     assert (metrics["best_exact"], metrics["best_f1"], metrics["exact_match"]) == pytest.approx(
         (official["best_exact"], official["best_f1"], 0.5))
+
+
+# --- the questions of a file as written, in each layout the reader takes ------------------------
+QA_CONTEXT = "The museum opened in 1901 in Paris."
+
+
+def _qa_file(tmp_path: Path, layout: str, questions: list[dict]) -> Path:
+    """`questions` ({"id", "question", maybe "answers" as SQuAD's list, "is_impossible"}) over one
+    context, each its own article: SQuAD's JSON, flat JSONL (the Hub's answers object) or a flat
+    JSON list (SQuAD's answers list)."""
+    if layout == "squad":
+        doc = {"data": [{"title": f"T{i}", "paragraphs": [{"context": QA_CONTEXT, "qas": [q]}]}
+                        for i, q in enumerate(questions)]}
+        path = tmp_path / "d.json"
+        path.write_text(json.dumps(doc, indent=1))
+        return path
+    rows = []
+    for q in questions:
+        row = {**q, "context": QA_CONTEXT}
+        if layout == "jsonl" and isinstance(q.get("answers"), list):
+            row["answers"] = {"text": [a["text"] for a in q["answers"]],
+                              "answer_start": [a["answer_start"] for a in q["answers"]]}
+        rows.append(row)
+    path = tmp_path / ("d.jsonl" if layout == "jsonl" else "d.json")
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) if layout == "jsonl" else json.dumps(rows, indent=1))
+    return path
+
+
+def _answer(text: str, start: Any = None) -> list[dict]:
+    return [{"text": text, "answer_start": QA_CONTEXT.index(text) if start is None else start}]
+
+
+LAYOUTS = ["squad", "jsonl", "json list"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_question_without_an_answers_field_is_refused_at_its_place(tmp_path: Path, layout: str, version: str) -> None:
+    """An absent (or null) answers field is no list of answers: read as unanswerable, a
+    misspelt key made a v2.0 run score "" right on the question, exit 0. is_impossible: true
+    says it outright, and reads as before."""
+    given = [{"id": "a", "question": "When?", "answers": _answer("1901")},
+             {"id": "b", "question": "Where?", "answer": _answer("Paris")}]
+    path = _qa_file(tmp_path, layout, given)
+    with pytest.raises(UserError, match=r"d.jsonl?:\d+: .*question b: 'answers' is missing; list the question's answers"):
+        read_squad(str(path), version)
+    given[1] = {"id": "b", "question": "Where?", "answers": None}
+    with pytest.raises(UserError, match=r"question b: 'answers' is missing"):
+        read_squad(str(_qa_file(tmp_path, layout, given)), version)
+    if version == "v2":
+        given[1] = {"id": "b", "question": "Where?", "is_impossible": True}
+        rows = read_squad(str(_qa_file(tmp_path, layout, given)), version)
+        assert [r["answers"]["text"] for r in rows] == [["1901"], []]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_answer_starts_are_whole_numbers_by_value_and_a_fraction_is_refused_at_its_own_place(tmp_path: Path,
+                                                                                            layout: str) -> None:
+    """JSON has one number type: a column holding 29.5 is read as doubles, and the first
+    question (answer_start 21) was refused for it; 21.0 is the whole number 21."""
+    given = [{"id": "a", "question": "When?", "answers": _answer("1901")},
+             {"id": "b", "question": "Where?", "answers": _answer("Paris", 29.5)}]
+    with pytest.raises(UserError, match=r"question b: an answer's 'answer_start' is a number, expected a whole"):
+        read_squad(str(_qa_file(tmp_path, layout, given)), "v1")
+    given[1] = {"id": "b", "question": "Where?", "answers": _answer("Paris", 29.0)}
+    rows = read_squad(str(_qa_file(tmp_path, layout, given)), "v1")
+    assert [r["answers"]["answer_start"] for r in rows] == [[21], [29]]
+    assert all(type(s) is int for r in rows for s in r["answers"]["answer_start"])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_question_ids_read_as_written_in_every_layout(tmp_path: Path, layout: str) -> None:
+    """A number id is named by its value (7 beside 7.5 is "7", not "7.0"), and ids of two JSON
+    types (7 beside "a") read as each is written: SQuAD's layout was refused with Arrow's
+    ArrowInvalid where the flat ones read it."""
+    given = [{"id": 7, "question": "When?", "answers": _answer("1901")},
+             {"id": 7.5, "question": "Where?", "answers": _answer("Paris")},
+             {"id": "a", "question": "Who?", "answers": _answer("The museum")},
+             {"id": 2 ** 60 + 1, "question": "What?", "answers": _answer("museum")}]
+    if layout == "jsonl":
+        given = given[:3]  # a whole number past 2^53 beside doubles: refused there (check_exact)
+    rows = read_squad(str(_qa_file(tmp_path, layout, given)), "v1")
+    assert [r["id"] for r in rows] == ["7", "7.5", "a", str(2 ** 60 + 1)][:len(given)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("blank", [" ", "\u200b", "\n\t"])
+def test_a_blank_answer_is_refused_at_its_place(tmp_path: Path, layout: str, blank: str) -> None:
+    """An answer of whitespace or invisible characters alone matched its context there and was
+    trained as no answer (no token holds it) and scored against "" (v1.1: exact 1), exit 0."""
+    context = f"The museum{blank}opened in 1901."
+    given = [{"id": "a", "question": "When?", "answers": [{"text": blank, "answer_start": context.index(blank)}]}]
+    path = _qa_file(tmp_path, layout, given)
+    path.write_text(path.read_text().replace(json.dumps(QA_CONTEXT), json.dumps(context)))
+    with pytest.raises(UserError, match=r"question a: answer .* is blank \(whitespace or invisible characters alone\)"):
+        read_squad(str(path), "v1")
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_no_answer_text_is_an_abstention_under_v2_alone(version: str, monkeypatch) -> None:
+    """A generative run answers NO_ANSWER for "no answer" under v2.0 only: v1.1 trains no question
+    towards it, and a gold answer "unanswerable" generated right was scored as "" (exact 0) in
+    the run, and predicted as "", exit 0. Scoring and predict alike."""
+    from datasets import Dataset
+
+    from toolkit.tasks._generation import TextToText
+    from toolkit.tasks.squad import NO_ANSWER, Squad
+
+    context = "The court called it unanswerable."
+    rows = [{"id": "a", "title": "", "question": "What did the court call it?", "context": context, "article": 0,
+             "answers": {"text": [NO_ANSWER], "answer_start": [context.index(NO_ANSWER)]}},
+            {"id": "b", "title": "", "question": "Who wrote it?", "context": context, "article": 0,
+             "answers": {"text": [], "answer_start": []}}][:1 if version == "v1" else 2]
+    task = Squad(version=version, mode="generative")
+    monkeypatch.setattr(Squad, "decoded", lambda self, outputs: [NO_ANSWER] * len(rows))
+    scores = task.score({}, Dataset.from_list(rows))
+    if version == "v1":  # the gold answer, generated
+        assert scores["exact_match"] == 1.0
+    else:  # an abstention: wrong on the answerable question, right on the other
+        assert scores["HasAns_exact_match"] == 0.0 and scores["NoAns_exact_match"] == 1.0
+    monkeypatch.setattr(TextToText, "predict", lambda self, model, tok, given: [{**r, "prediction": NO_ANSWER} for r in given])
+    (row,) = task.predict(None, None, [{"question": "q?", "context": context}])
+    assert row["prediction"] == (NO_ANSWER if version == "v1" else "")
+
+
+@pytest.mark.parametrize("mode, refused", [("generative", True), ("extractive", False)])
+def test_a_v2_answer_that_is_the_no_answer_text_is_refused_where_generated(tmp_path: Path, mode: str,
+                                                                           refused: bool) -> None:
+    """Generative v2.0 would train that question to the abstention and score it wrong where it is
+    right; an extractive run reads spans and abstains by its null score, so it reads the file."""
+    from toolkit.tasks.squad import Squad
+
+    context = "The court called the question unanswerable."
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "q1", "question": "Who?", "context": context, "answers": []},
+        {"id": "q2", "question": "What?", "context": context,
+         "answers": [{"text": "unanswerable", "answer_start": context.index("unanswerable")}]}]))
+    task = Squad(version="v2", mode=mode, train_file=str(path), eval_file=str(path))
+    task.model_head("bert")
+    if refused:
+        with pytest.raises(UserError, match=r"d.jsonl: question q2 has the answer 'unanswerable', the text a "
+                                            r"generative SQuAD v2.0 run answers for a question without one"):
+            task.load()
+    else:
+        assert len(task.load()["eval"][""]) == 2
+
+
+def test_scoring_another_eval_file_does_not_split_it_unasked(tmp_path: Path, cli, capsys) -> None:
+    """A run that split its eval file by article, scored on another file (`toolkit eval RUN
+    task.eval_file=OTHER`, the API alike): the split applied to OTHER, and its held-out articles
+    alone (2 of 12) were scored as the file's score, exit 0. Now one line, unless the split is
+    named; with split_articles=null every question is scored. A train_file given there turned
+    the split off and scored the run's own training articles: one line too. The run's own file
+    still scores as the run did."""
+    import toolkit
+
+    run = toolkit.run(V11_MINILM, [f"task.eval_file={_squad_file(tmp_path / 'dev.json', articles=6)}",
+                                   "task.split_articles=0.5", "train.max_steps=1"], runs_dir=tmp_path / "runs", smoke=True)
+    other = _squad_file(tmp_path / "other.json", articles=12)
+    capsys.readouterr()  # the run's own lines
+    code, _, err = cli("eval", run.dir, f"task.eval_file={other}")
+    assert code == 2 and err.count("\n") == 1 and "set task.split_articles=null to score all of it" in err
+    assert not (run.dir / "eval-eval.json").exists()
+    with pytest.raises(UserError, match="the run split its eval file by article"):
+        toolkit.evaluate(run.dir, overrides=[f"task.eval_file={other}"])
+    toolkit.evaluate(run.dir, overrides=[f"task.eval_file={other}", "task.split_articles=null"])
+    assert len((run.dir / "predictions-eval.jsonl").read_text().splitlines()) == 12
+    toolkit.evaluate(run.dir, overrides=[f"task={{eval_file: {other}, split_articles: 0.5}}"])  # asked for
+    assert len((run.dir / "predictions-eval.jsonl").read_text().splitlines()) == 6
+    code, _, err = cli("eval", run.dir, f"task.train_file={other}")  # the split off: its training articles scored
+    assert code == 2 and err.count("\n") == 1 and "the articles the run trained on included" in err
+    scores = toolkit.evaluate(run.dir, overrides=["task.max_eval_samples=null"])["eval"]  # its own file, as the run
+    assert scores["f1"] == pytest.approx(json.loads((run.dir / "metrics.json").read_text())["eval"]["f1"])

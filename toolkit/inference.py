@@ -22,6 +22,7 @@ from toolkit import attention, evaluation, heads, hub, methods, models, readers,
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
+from toolkit.recipe_data import override_leaves
 from toolkit.tasks import TASKS
 from toolkit.train import Setup, eval_loaders
 
@@ -61,6 +62,8 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
             raise UserError(f"task.{key}: the run's saved tokenizer holds it as the run trained; it cannot change "
                             "when scoring a run (train a run with it instead)")
         setattr(recipe.task, key, ran.get(key))
+    if task_overrides:
+        recipe.task.rescoring(parse(raw).task, {".".join(leaf) for leaf in override_leaves(task_overrides)})
     return recipe
 
 

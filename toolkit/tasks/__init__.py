@@ -126,6 +126,11 @@ class Task:
         than its default is refused at validate (recipe.refuse_ignored). {}: it reads them all."""
         return {}
 
+    def rescoring(self, made: "Task", keys: set[str]) -> None:
+        """Refuse task overrides (`keys`, 'task.eval_file', ...) that would score a finished run
+        (made with `made`) on other data than they name; eval and the API's evaluate call it.
+        Nothing to refuse by default."""
+
     def named_fields(self) -> dict[str, list[str]]:
         """Recipe key -> the fields it names (`field_keys`, then `scored_keys`); unset keys left out."""
         out: dict[str, list[str]] = {}

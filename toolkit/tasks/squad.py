@@ -71,10 +71,10 @@ def read_squad(path_text: str, version: str = "v2", fields: QaFields | None = No
     if fmt == "json" and readers.first_char(path) == "{":
         try:
             articles = readers.read(path, "json", field="data")
-        except readers.Unreadable:  # mixed types the builder cannot type: find the record in Python
-            data = json.loads(readers.read_small_text(path))["data"]
-            _rows(data, _Where(path), _Checks(path, version))
-            raise
+        except readers.Unreadable:  # types the builder cannot unify in one column (an id 7 beside
+            # "a7", a title 5 beside "T"): each question is read and checked as written instead; a
+            # value of the wrong kind is said at its place (it was the builder's ArrowInvalid)
+            articles = json.loads(readers.read_small_text(path))["data"]
         return checks.done(_rows(articles, _Where(path), checks))
     return checks.done(_flat_rows(path, fmt, fields or QaFields(), checks))
 
@@ -117,6 +117,10 @@ class _Checks:
 
 
 def _need(value: Any, kind: type, where: Any, what: str) -> Any:
+    if kind is int and isinstance(value, float) and value.is_integer():
+        # a whole number: JSON has one number type, and the reader holds a column with a 29.5 in
+        # it as doubles, so every 21 there came as 21.0 and the first record was refused
+        return int(value)
     if value is None:
         raise UserError(f"{where()}: {what} is missing")
     if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
@@ -144,14 +148,24 @@ def _rows(articles: Any, at: _Where, checks: _Checks) -> list[dict]:
 
 def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
     question = _need(qa.get("question"), str, where, "'question'")
-    if qa.get("id") is None:
+    qid = qa.get("id")
+    if qid is None:
         raise UserError(f"{where()}: 'id' is missing")
+    if isinstance(qid, (int, float)) and not isinstance(qid, bool):
+        qid = readers.number_name(qid)  # 7 beside 7.5 in one file: "7", not "7.0"
+    _need(qid, str, where, "'id'")
     if readers.blank(context) or readers.blank(question):
         raise UserError(f"{where()}: empty context or question")
-    texts, starts = _answers(qa.get("answers"), context, where)
     impossible = qa.get("is_impossible")
     if impossible is not None:
         _need(impossible, bool, where, "'is_impossible'")
+    if qa.get("answers") is None and impossible is not True:
+        # absent or null is no list of answers: a record without the field (a misspelt key, a
+        # file of questions alone) was read as unanswerable, and a v2.0 run scored "" right on it
+        raise UserError(f"{where()}: 'answers' is missing; list the question's answers, or give "
+                        "\"answers\": [] (or \"is_impossible\": true) for a question without one (SQuAD v2.0)")
+    texts, starts = _answers(qa.get("answers"), context, where)
+    if impossible is not None:
         if impossible and texts:  # never dropped: the official scripts disagree on what it means
             raise UserError(f"{where()}: is_impossible is true but it lists {len(texts)} answer(s) "
                             f"({texts[0]!r}); the official v2.0 script would score it as answerable, "
@@ -160,7 +174,7 @@ def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
         if not impossible and not texts:
             raise UserError(f"{where()}: is_impossible is false but it lists no answer; give its "
                             "answers, or set is_impossible to true")
-    return {"id": str(qa["id"]), "title": title, "context": context, "question": question,
+    return {"id": qid, "title": title, "context": context, "question": question,
             "answers": {"text": texts, "answer_start": starts}, "article": article}
 
 
@@ -179,6 +193,9 @@ def _answers(value: Any, context: str, where: Any) -> tuple[list[str], list[int]
         _need(ans, dict, where, "an answer")
         text = _need(ans.get("text"), str, where, "an answer's 'text'")
         start = _need(ans.get("answer_start"), int, where, "an answer's 'answer_start'")
+        if text and readers.blank(text):  # no token holds it: trained as no answer, scored as ""
+            raise UserError(f"{where()}: answer {text!r} at answer_start {start} is blank (whitespace or "
+                            "invisible characters alone); give the answer's words, or no answer")
         if not text or start < 0 or context[start:start + len(text)] != text:
             raise UserError(f"{where()}: answer {text!r} at answer_start {start} does not match the "
                             f"context there ({context[max(start, 0):max(start, 0) + len(text)]!r}); "
@@ -228,15 +245,29 @@ class QaFields:
         return chosen
 
 
-def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[dict]:
-    """Flat records (JSONL or a JSON list): one question with its context and answers each."""
-    ds = readers.read(path, fmt)
+def flat_fields(path_text: str, fields: QaFields) -> dict[str, str | None] | None:
+    """role -> field of a flat file's records as `read_squad` finds them; None for SQuAD's layout
+    (its fields have their names)."""
+    path = data_path(path_text)
+    fmt = readers.file_format(path, ("json", "jsonl"))
+    if fmt == "json" and readers.first_char(path) == "{":
+        return None
+    return _flat_fields(readers.read(path, fmt), path, fields)
+
+
+def _flat_fields(ds: Any, path: Any, fields: QaFields) -> dict[str, str | None]:
     if "paragraphs" in ds.column_names:
         raise UserError(f"{path}: holds SQuAD articles in a list; expected a JSON object with a 'data' "
                         "list of them ({\"data\": [...]}), or flat records of question, context, answers")
     kinds = {name: "text" if getattr(feature, "dtype", None) in ("string", "large_string") else "other"
              for name, feature in ds.features.items()}
-    role = fields.resolve(path, kinds)
+    return fields.resolve(path, kinds)
+
+
+def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[dict]:
+    """Flat records (JSONL or a JSON list): one question with its context and answers each."""
+    ds = readers.read(path, fmt)
+    role = _flat_fields(ds, path, fields)
     if role["id"]:
         readers.check_exact(ds, role["id"], path, fmt, f"'{role['id']}' (the id)")
     contexts: dict[str, int] = {}  # a distinct context is an "article": split_articles keeps it on one side
@@ -249,7 +280,7 @@ def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[d
               "question": record.get(role["question"]), "answers": record.get(role["answers"]),
               "is_impossible": record.get("is_impossible")}
         if isinstance(qa["id"], (int, float)) and not isinstance(qa["id"], bool):
-            qa["id"] = readers.number_name(qa["id"])  # 7 beside 7.5 in one file: "7", not "7.0"
+            qa["id"] = readers.number_name(qa["id"])
         _need(qa["id"], str, named, f"'{role['id']}' (the id)")
         _need(qa["question"], str, named, f"'{role['question']}' (the question)")
         article = contexts.setdefault(context, len(contexts))
@@ -303,6 +334,27 @@ class Squad(TextToText):
             self._check_windows()
         if self.split_articles is not None and not self.eval_file:
             raise UserError("task.split_articles: splits task.eval_file by article; set task.eval_file")
+
+    def rescoring(self, made: Any, keys: set[str]) -> None:
+        """`toolkit eval RUN task.eval_file=OTHER` on a run that split its eval file by article:
+        the split applied to OTHER too, and only its held-out articles (a sixth of them, as
+        shipped) were scored, as if the file's score, exit 0. Named with the split (any
+        task.split_articles given with it) it is scored so; else one line says how to score it
+        whole. And the converse: a task.train_file given there turns the split off, and the run's
+        own eval file was scored whole, the articles it trained on included."""
+        if "task.split_articles" in keys or not (self.eval_file and made.eval_file):
+            return
+        same = self.expand(self.eval_file) == made.expand(made.eval_file)
+        if same and made.split_articles is not None and self.split_articles is None:
+            raise UserError(f"task.train_file: given, it turns the run's split of {self.eval_file} off "
+                            f"(task.split_articles={made.split_articles}), and all of that file would be scored, "
+                            "the articles the run trained on included; leave task.train_file out, or set "
+                            "task.split_articles=null to score all of it on purpose")
+        if self.split_articles is not None and not same:
+            raise UserError(f"task.eval_file: the run split its eval file by article (task.split_articles="
+                            f"{self.split_articles}), and {self.eval_file} would be split the same way, only its "
+                            f"held-out articles scored; set task.split_articles=null to score all of it (or "
+                            f"task.split_articles={self.split_articles} to score that part)")
 
     def run_name(self, name: str) -> str:
         """A recipe's folder names its SQuAD version (`squad/v1.1/...`): the run is filed under
@@ -371,12 +423,16 @@ class Squad(TextToText):
 
         if self.eval_file:
             evaluation = read_squad(self.expand(self.eval_file), self.version, self.fields)
+            self._no_answer_named(evaluation, self.eval_file)
             train = read_squad(self.expand(self.train_file), self.version, self.fields) if self.train_file else None
+            self._no_answer_named(train, self.train_file)
             if self.split_articles is not None:
                 train, evaluation = split_by_article(evaluation, self.split_articles, self.split_seed)
             train, evaluation = (Dataset.from_list(train) if train else None), Dataset.from_list(evaluation)
         else:
             train, evaluation = self._hub()
+            self._no_answer_named(train, f"{HUB_IDS[self.version]} train")
+            self._no_answer_named(evaluation, f"{HUB_IDS[self.version]} validation")
         return {"train": subset(train, self.max_train_samples),
                 "eval": {"": subset(evaluation, self.max_eval_samples)}}
 
@@ -402,6 +458,25 @@ class Squad(TextToText):
 
     def target_text(self, row: dict) -> str:
         return row["answers"]["text"][0] if row["answers"]["text"] else NO_ANSWER
+
+    def abstained(self, texts: list[str]) -> list[str]:
+        """Generated answers as scored: under v2.0, NO_ANSWER is the answer "". v1.1 trains no
+        question towards it, so there it is text like any other (a gold answer "unanswerable"
+        generated right was scored as "", exact 0)."""
+        return ["" if self.version == "v2" and t == NO_ANSWER else t for t in texts]
+
+    def _no_answer_named(self, rows: Any, where: str | None) -> None:
+        """A generative v2.0 run answers NO_ANSWER for "no answer": a question whose answer is that
+        very text would be trained to it and scored as abstaining (exact 0 where it was right)."""
+        if self.version != "v2" or self.extractive or rows is None:
+            return
+        answers = rows["answers"] if not isinstance(rows, list) else [r["answers"] for r in rows]
+        hit = next((i for i, a in enumerate(answers) if NO_ANSWER in (t.strip() for t in a["text"])), None)
+        if hit is not None:
+            raise UserError(f"{where}: question {rows[hit]['id']} has the answer {NO_ANSWER!r}, the text a generative "
+                            "SQuAD v2.0 run answers for a question without one (read back as \"\", it would be "
+                            "scored wrong where it is right); reword that answer, or use an extractive model "
+                            "(task.mode: extractive)")
 
     def default_affixes(self, family: str | None, decoder_only: bool) -> tuple[str, str]:
         return ("", "\nanswer:") if decoder_only else ("", "")
@@ -495,8 +570,7 @@ class Squad(TextToText):
                 bests: list[Best] | None = None) -> tuple[list[str], dict[str, float]]:
         """Predicted answer texts in raw order, and the extra metrics (v2.0's threshold)."""
         if not self.extractive:
-            preds = ["" if p == NO_ANSWER else p for p in self.decoded(outputs)]
-            return preds, {}
+            return self.abstained(self.decoded(outputs)), {}
         bests = bests or self.spans(outputs, raw)
         if self.version == "v1":
             return [b.text for b in bests], {}
@@ -552,11 +626,25 @@ class Squad(TextToText):
 
     # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
     def predict_fields(self, model: Any) -> list[str]:
-        """A question and the context to answer it from, in either mode."""
-        return ["question", "context"]
+        """A question and the context to answer it from, in either mode, by the names the run's
+        data gave them: task.question_field / context_field, else those found in the recipe's
+        flat file (found again there, as training found them), else `question` and `context`
+        (SQuAD's layout, the Hub). Predict read `question` and `context` whatever the run read:
+        a file of the training layout (`query`, `passage`) was refused, and one holding both
+        answered another field than the run was trained on, exit 0."""
+        if "_input_names" not in self.__dict__:
+            names = {"question": self.question_field, "context": self.context_field}
+            for name in (self.eval_file, self.train_file):
+                if None in names.values() and name and data_path(self.expand(name)).is_file():
+                    found = flat_fields(self.expand(name), self.fields) or {}
+                    names = {role: names[role] or found.get(role) for role in names}
+                    break
+            self.__dict__["_input_names"] = [names[role] or role for role in ("question", "context")]
+        return list(self.__dict__["_input_names"])
 
     def raw_input(self, row: dict) -> dict:
-        return {"question": str(row["question"]), "context": str(row["context"]),
+        question, context = self.predict_fields(None)
+        return {"question": str(row[question]), "context": str(row[context]),
                 "answers": {"text": [], "answer_start": []}}
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
@@ -568,11 +656,12 @@ class Squad(TextToText):
         same scale. A generative v2.0 model answers "" itself."""
         if not self.extractive:
             out = super().predict(model, tokenizer, rows)
-            return [{**r, "prediction": "" if r["prediction"] == NO_ANSWER else r["prediction"]} for r in out]
+            return [{**r, "prediction": p} for r, p in zip(out, self.abstained([r["prediction"] for r in out]))]
         raw = [self.raw_input(r) for r in rows]
+        question, context = self.predict_fields(model)
         out = []
         for r, b in zip(raw, self.best_answers(model, tokenizer, raw)):
-            row = {"question": r["question"], "context": r["context"], "prediction": b.text}
+            row = {question: r["question"], context: r["context"], "prediction": b.text}
             if self.version == "v2":
                 gap = b.no_answer_score
                 row.update(prediction="" if gap > NULL_THRESHOLD else b.text, best_span=b.text, no_answer_score=gap)
