@@ -906,3 +906,28 @@ def test_token_accuracy_is_run_clm_and_run_mlm_s_over_the_whole_split(name: str)
         assert token_losses(logits[:, 3:], tail, shift).tolist() == pytest.approx(token_losses(logits, tail, shift).tolist())
     outputs = {"loss": np.ones(3), "units": token_units(labels, shift).numpy(), "hits": expected.astype(float)}
     assert task.score(outputs, None)["accuracy"] == pytest.approx(expected.sum() / (y != IGNORE).sum())
+
+
+@pytest.mark.parametrize("name", ["mlm", "clm", "denoise", "span_corruption"])
+def test_rescoring_a_run_that_held_out_a_fraction_never_scores_its_training_documents(name: str) -> None:
+    """`toolkit eval RUN` on a run that held out task.eval_fraction of its training documents:
+    another fraction or split_seed drew another held-out part (documents the run trained on scored
+    as held out), another train_file scored a fraction of that file as the file, exit 0. Each is
+    one line; a file of its own (task.eval_file) scores whole, and the run's settings as it had them."""
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get(name)
+
+    made = task(train_file=f"{WIKI}/valid.txt")
+    as_made = task(train_file=f"{WIKI}/valid.txt")
+    as_made.rescoring(made, {"task.max_eval_samples"})  # nothing of the split changed
+    for key, value in (("eval_fraction", 0.1), ("split_seed", 1)):
+        with pytest.raises(UserError, match=rf"^task\.{key}: the run held out task\.eval_fraction=0\.05 of its "
+                                            "training documents .*documents the run trained on as held out"):
+            task(train_file=f"{WIKI}/valid.txt", **{key: value}).rescoring(made, {f"task.{key}"})
+    with pytest.raises(UserError, match=r"^task\.train_file: the run holds out a fraction .*task\.eval_file=FILE"):
+        task(train_file=f"{WIKI}/test.txt").rescoring(made, {"task.train_file"})
+    task(train_file=f"{WIKI}/valid.txt", eval_file=f"{WIKI}/test.txt", split_seed=1).rescoring(
+        made, {"task.eval_file", "task.split_seed"})  # a file of its own: scored whole, no draw
+    task(train_file=f"{WIKI}/valid.txt", eval_file=f"{WIKI}/test.txt").rescoring(
+        task(train_file=f"{WIKI}/valid.txt", eval_file=f"{WIKI}/test.txt"), {"task.split_seed"})

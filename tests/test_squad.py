@@ -793,8 +793,9 @@ def test_scoring_another_eval_file_does_not_split_it_unasked(tmp_path: Path, cli
     task.eval_file=OTHER`, the API alike): the split applied to OTHER, and its held-out articles
     alone (2 of 12) were scored as the file's score, exit 0. Now one line, unless the split is
     named; with split_articles=null every question is scored. A train_file given there turned
-    the split off and scored the run's own training articles: one line too. The run's own file
-    still scores as the run did."""
+    the split off and scored the run's own training articles: one line too, as does another draw
+    of the run's own file (split_seed, another split_articles). The run's own file still scores as
+    the run did."""
     import toolkit
 
     run = toolkit.run(V11_MINILM, [f"task.eval_file={_squad_file(tmp_path / 'dev.json', articles=6)}",
@@ -812,5 +813,8 @@ def test_scoring_another_eval_file_does_not_split_it_unasked(tmp_path: Path, cli
     assert len((run.dir / "predictions-eval.jsonl").read_text().splitlines()) == 6
     code, _, err = cli("eval", run.dir, f"task.train_file={other}")  # the split off: its training articles scored
     assert code == 2 and err.count("\n") == 1 and "the articles the run trained on included" in err
+    for other_draw in ("task.split_seed=7", "task.split_articles=0.25"):  # the run's own file, drawn again
+        code, _, err = cli("eval", run.dir, other_draw)
+        assert code == 2 and err.count("\n") == 1 and "another draw would score articles the run trained on" in err, err
     scores = toolkit.evaluate(run.dir, overrides=["task.max_eval_samples=null"])["eval"]  # its own file, as the run
     assert scores["f1"] == pytest.approx(json.loads((run.dir / "metrics.json").read_text())["eval"]["f1"])

@@ -154,6 +154,34 @@ class TextTask(TokenTask):
                                          "given (task.eval_file or task.eval_split); unset those to use it")
         return out
 
+    def _split_off_train(self) -> bool:
+        """The held-out documents are a fraction drawn from the training ones."""
+        return self.eval_file is None and (self.dataset is None or self.eval_split is None)
+
+    def rescoring(self, made: Any, keys: set[str]) -> None:
+        """`toolkit eval RUN` on a run that held out `eval_fraction` of its training documents:
+        another fraction or split_seed drew another held-out part, documents the run trained on
+        scored as held out, exit 0; another train_file (or Hub data set) scored a fraction of that
+        one as if it were the file. One line each, naming what scores a file whole (eval_file)."""
+        if not (made._split_off_train() and self._split_off_train()):
+            return
+        moved = [k for k in ("eval_fraction", "split_seed") if getattr(self, k) != getattr(made, k)]
+        if moved:
+            raise UserError(f"task.{moved[0]}: the run held out task.eval_fraction={made.eval_fraction} of its "
+                            f"training documents (task.split_seed={made.split_seed}); another draw would score "
+                            "documents the run trained on as held out; leave it as the run had it, or score a "
+                            "file of its own whole with task.eval_file=FILE")
+        def where(task: Any, key: str) -> Any:
+            value = getattr(task, key)
+            return task.expand(value) if key == "train_file" and value else value
+
+        source = [k for k in ("train_file", "dataset", "dataset_config", "train_split") if f"task.{k}" in keys
+                  and where(self, k) != where(made, k)]
+        if source:
+            raise UserError(f"task.{source[0]}: the run holds out a fraction of its training documents, so only "
+                            f"task.eval_fraction={self.eval_fraction} of {getattr(self, source[0])} would be "
+                            "scored, as if all of it; score a file whole with task.eval_file=FILE")
+
     def model_head(self, family: str | None) -> str:
         require_kind(self.name, family, self.kind, self.examples, self.instead)
         return self.head

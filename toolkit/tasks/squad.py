@@ -341,10 +341,21 @@ class Squad(TextToText):
         shipped) were scored, as if the file's score, exit 0. Named with the split (any
         task.split_articles given with it) it is scored so; else one line says how to score it
         whole. And the converse: a task.train_file given there turns the split off, and the run's
-        own eval file was scored whole, the articles it trained on included."""
-        if "task.split_articles" in keys or not (self.eval_file and made.eval_file):
+        own eval file was scored whole, the articles it trained on included. Another draw of the
+        run's own file (task.split_seed, or task.split_articles another fraction) scored articles
+        the run trained on as held out: one line too."""
+        if not (self.eval_file and made.eval_file):
             return
         same = self.expand(self.eval_file) == made.expand(made.eval_file)
+        if same and made.split_articles is not None and self.split_articles is not None:
+            moved = [k for k in ("split_articles", "split_seed") if getattr(self, k) != getattr(made, k)]
+            if moved:  # another draw of the same file's articles: some the run trained on are scored
+                raise UserError(f"task.{moved[0]}: the run split {made.eval_file} by article (task.split_articles="
+                                f"{made.split_articles}, task.split_seed={made.split_seed}); another draw would score "
+                                "articles the run trained on as held out; leave it as the run had it, or set "
+                                "task.split_articles=null to score all of the file on purpose")
+        if "task.split_articles" in keys:
+            return
         if same and made.split_articles is not None and self.split_articles is None:
             raise UserError(f"task.train_file: given, it turns the run's split of {self.eval_file} off "
                             f"(task.split_articles={made.split_articles}), and all of that file would be scored, "
