@@ -198,6 +198,28 @@ def test_length_grouped_batches_cover_every_example_once() -> None:
     assert list(sampler) == batches
 
 
+@pytest.mark.parametrize("group_by_length", [False, True])
+def test_no_two_seeds_share_an_epochs_order(group_by_length: bool) -> None:
+    """The order of epoch e of seed s was seeded by s * 1000 + e: epoch 1000 of seed 0 was epoch 0
+    of seed 1 (and 1001 of seed 0 its epoch 1, ...), so seeds of a long run on a small data set
+    shared their orders (exit 0). Epochs below 1000 keep the orders runs took (and so their
+    results), with and without length grouping."""
+    from toolkit.train import EpochBatches
+
+    lengths = [(i * 37) % 101 for i in range(64)]
+
+    def order(seed: int, epoch: int) -> list[list[int]]:
+        sampler = EpochBatches(lengths, batch_size=4, seed=seed, group_by_length=group_by_length)
+        sampler.use_epoch(epoch)
+        return list(sampler)
+
+    plain = torch.randperm(64, generator=torch.Generator().manual_seed(3 * 1000 + 999)).tolist()
+    assert group_by_length or order(3, 999) == [plain[i:i + 4] for i in range(0, 64, 4)]  # as before
+    assert order(0, 1000) != order(1, 0) and order(0, 1001) != order(1, 1) and order(1, 1000) != order(2, 0)
+    assert order(0, 1000) != order(0, 999) and order(0, 1000) == order(0, 1000)
+    assert order(2**32 - 1, 10**6) != order(2**32 - 2, 10**6)  # the largest seeds, far epochs
+
+
 def test_bf16_mixed_precision_runs(tmp_path: Path, cli, runs_dir: Path) -> None:
     code, _, err = cli("run", make_recipe(tmp_path), "--smoke", "--runs-dir", runs_dir,
                        "train.mixed_precision=bf16", "train.max_steps=2")
