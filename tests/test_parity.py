@@ -643,3 +643,25 @@ def test_malloc_trim_bad_counts_are_one_line() -> None:
                          capture_output=True, text=True)
     assert got.returncode == 2
     assert got.stderr.strip() == "malloc_trim.py: --steps must be at least 2, got 1"
+
+
+@pytest.mark.parametrize("sets", [["train.grad_accum=3"], ["train.max_steps=7", "train.grad_accum=2"],
+                                  ["train.epochs=2.5", "train.warmup_ratio=0.3", "train.grad_accum=2"]])
+def test_the_reference_takes_the_recipes_steps_and_schedule(parity, sets: list[str], tmp_path: Path) -> None:
+    """`--set train.grad_accum=N` or `train.max_steps=N` reached the toolkit's side only: the
+    Trainer reference stepped on every batch, or trained every epoch, and the table compared the
+    two as one protocol (exit 0). Trainer now takes the recipe's optimizer steps, warm-up and
+    accumulation: its step count, warm-up steps and accumulation equal the toolkit loop's."""
+    import torch
+    from datasets import Dataset
+    from transformers import Trainer
+
+    recipe = parity.resolved_recipe("qa", ["train.batch_size=4", "train.group_by_length=false", *sets])
+    rows = 23
+    data = Dataset.from_dict({"input_ids": [[1, 2]] * rows})
+    args = parity.training_arguments(recipe, tmp_path, remove_unused_columns=False)
+    trainer = Trainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=data)
+    max_steps = trainer.set_initial_training_values(args, trainer.get_train_dataloader())[-1]
+    total = recipe.train.optimizer_steps(rows)[1]
+    assert max_steps == total and args.get_warmup_steps(total) == recipe.train.warmup(total)
+    assert args.gradient_accumulation_steps == recipe.train.grad_accum
