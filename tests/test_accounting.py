@@ -225,3 +225,26 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
     every2 = [(e["step"], e["loss"]) for e in _log(only_run(tmp_path / "every2")) if "loss" in e]
     assert every2 == [(1, pytest.approx(losses[0])), (2, pytest.approx(losses[1])),
                       (4, pytest.approx((losses[2] + losses[3]) / 2))]
+
+
+FAMILIES = {"bert-base-uncased": "bert", "gpt2": "gpt2", "roberta-base": "roberta", "t5-base": "t5"}
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_a_warmup_ratio_rounding_up_to_the_whole_run_is_refused(tmp_path: Path, cli, tiny_checkpoint,
+                                                                 task: str) -> None:
+    """A shipped own-data recipe's warmup_ratio 0.06 on a few examples (one optimizer step an
+    epoch) rounds up, as Trainer rounds it, to a warm-up of the whole run: its only step trained at
+    (1-1)/1 of train.lr = 0, so the saved model was the base model, scored and reported with exit 0.
+    Refused like a warmup_steps of the whole run, on every task's step count (rows, LM blocks, QA
+    windows), before anything is written."""
+    family = FAMILIES[TASKS[task].split("checkpoint: ")[1].split("}")[0]]
+    recipe = write_recipe(tmp_path / "r.yaml", TASKS[task] + TRAIN.format(method="{name: full}"))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs", f"model.checkpoint={tiny_checkpoint(family)}",
+                       "train.warmup_steps=0", "train.warmup_ratio=0.06", "train.batch_size=64",
+                       f"task.max_train_samples={TRAIN_EXAMPLES.get(task, 30)}", "task.max_eval_samples=4")
+    assert code == 2 and err.count("error: ") == 1, err
+    assert ("error: train.warmup_ratio: 0.06 of the run's 1 optimizer step rounds up to 1 warm-up step (as Trainer "
+            "rounds it), all of the run: the warm-up would not end within the run") in err
+    assert "(its only step trains at 0); set warmup_ratio: 0, or train more than one step" in err
+    assert not (tmp_path / "runs").exists()

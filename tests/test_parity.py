@@ -643,3 +643,78 @@ def test_malloc_trim_bad_counts_are_one_line() -> None:
                          capture_output=True, text=True)
     assert got.returncode == 2
     assert got.stderr.strip() == "malloc_trim.py: --steps must be at least 2, got 1"
+
+
+@pytest.mark.parametrize("sets", [["train.grad_accum=3"], ["train.max_steps=7", "train.grad_accum=2"],
+                                  ["train.epochs=2.5", "train.warmup_ratio=0.3", "train.grad_accum=2"]])
+def test_the_reference_takes_the_recipes_steps_and_schedule(parity, sets: list[str], tmp_path: Path) -> None:
+    """`--set train.grad_accum=N` or `train.max_steps=N` reached the toolkit's side only: the
+    Trainer reference stepped on every batch, or trained every epoch, and the table compared the
+    two as one protocol (exit 0). Trainer now takes the recipe's optimizer steps, warm-up and
+    accumulation: its step count, warm-up steps and accumulation equal the toolkit loop's."""
+    import torch
+    from datasets import Dataset
+    from transformers import Trainer
+
+    recipe = parity.resolved_recipe("qa", ["train.batch_size=4", "train.group_by_length=false", *sets])
+    rows = 23
+    data = Dataset.from_dict({"input_ids": [[1, 2]] * rows})
+    args = parity.training_arguments(recipe, tmp_path, remove_unused_columns=False)
+    trainer = Trainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=data)
+    max_steps = trainer.set_initial_training_values(args, trainer.get_train_dataloader())[-1]
+    total = recipe.train.optimizer_steps(rows)[1]
+    assert max_steps == total and args.get_warmup_steps(total) == recipe.train.warmup(total)
+    assert args.gradient_accumulation_steps == recipe.train.grad_accum
+
+
+def test_the_loop_steps_as_trainer_does_on_the_same_batches(parity, tiny_checkpoint, tmp_path: Path) -> None:
+    """One short CLM run of the toolkit and of transformers' Trainer from the same tiny GPT-2, on
+    the same batches in the same order: 2 micro-batches of 2 accumulated (the epoch's last window
+    one micro-batch), 2 epochs, warmup_ratio 0.3, weight decay 0.01, clipping at 1.0. The steps,
+    the learning rate each step trained at and the final weights are Trainer's (docs/loop.md)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Trainer, TrainerCallback
+
+    import toolkit
+    from toolkit.recipe import load
+    from toolkit.recipe_data import RunPlan
+    from toolkit.setup import build
+
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text(f"""model: {{checkpoint: {tiny_checkpoint("gpt2")}, dropout: 0.0}}
+task: {{name: clm, max_length: 16, train_file: $TOOLKIT_DATA/lm/ptb/ptb.valid.txt,
+        eval_file: $TOOLKIT_DATA/lm/ptb/ptb.test.txt, max_train_samples: 10, max_eval_samples: 4}}
+method: {{name: full}}
+train: {{epochs: 2, lr: 1.0e-3, batch_size: 2, grad_accum: 2, warmup_ratio: 0.3, weight_decay: 0.01,
+         group_by_length: false, log_every: 1, eval_every: 0, keep_best: false, seed: 3}}
+""")
+    run = toolkit.run(recipe_file, runs_dir=tmp_path / "runs")
+    ours = [(e["step"], e["lr"]) for e in map(json.loads, (run.dir / "log.jsonl").read_text().splitlines())
+            if "loss" in e]
+
+    recipe = load(str(recipe_file))
+    setup = build(RunPlan(recipe))  # the same encoded blocks and initial weights
+    assert len(setup.train) % 4 == 3  # the epoch's last window is one micro-batch
+    collate = setup.task.collator(setup.tokenizer, setup.model)
+    logged = []
+
+    class Logged(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN003
+            if logs and "loss" in logs:
+                logged.append((state.global_step, logs["learning_rate"]))
+
+    args = parity.training_arguments(recipe, tmp_path / "trainer", remove_unused_columns=False, logging_steps=1)
+    args.logging_strategy = "steps"
+    trainer = Trainer(model=setup.model, args=args, train_dataset=setup.train, callbacks=[Logged()],
+                      data_collator=lambda rows: {k: v for k, v in collate(rows).items()
+                                                  if k in ("input_ids", "attention_mask", "labels")})
+    lengths = [len(ids) for ids in setup.train["input_ids"]]
+    trainer._get_train_sampler = lambda dataset=None: parity.ToolkitBatches(lengths, list(range(len(lengths))), recipe)
+    trainer.train()
+    assert [s for s, _ in ours] == [s for s, _ in logged] == list(range(1, 9))  # 2 epochs of 4 steps
+    assert [lr for _, lr in ours] == pytest.approx([lr for _, lr in logged], rel=1e-12, abs=1e-15)
+    final = load_file(next((run.dir / "model").glob("*.safetensors")))
+    theirs = trainer.model.state_dict()
+    for key, value in final.items():
+        torch.testing.assert_close(value, theirs[key], atol=2e-5, rtol=0)

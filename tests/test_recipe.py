@@ -73,6 +73,8 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
      "early_stopping_threshold is not a setting: any improvement of train.metric restarts"),
     (["train.adam_epsilon=1e-6"], "(transformers' adam_epsilon is not a setting: AdamW's eps is Trainer's default"),
     (["train.dataloader_drop_last=true"], "(transformers' dataloader_drop_last is not a setting: no batch is dropped"),
+    (["train.label_smoothing_factor=0.1"], "train.label_smoothing_factor: unknown key (transformers' "
+     "label_smoothing_factor is not a setting: the loss is the task's plain cross-entropy"),
 ])
 def test_mistakes_name_the_field(tmp_path: Path, override: list[str], message: str) -> None:
     path = write_recipe(tmp_path / "r.yaml", BASE)

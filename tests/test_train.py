@@ -198,6 +198,28 @@ def test_length_grouped_batches_cover_every_example_once() -> None:
     assert list(sampler) == batches
 
 
+@pytest.mark.parametrize("group_by_length", [False, True])
+def test_no_two_seeds_share_an_epochs_order(group_by_length: bool) -> None:
+    """The order of epoch e of seed s was seeded by s * 1000 + e: epoch 1000 of seed 0 was epoch 0
+    of seed 1 (and 1001 of seed 0 its epoch 1, ...), so seeds of a long run on a small data set
+    shared their orders (exit 0). Epochs below 1000 keep the orders runs took (and so their
+    results), with and without length grouping."""
+    from toolkit.train import EpochBatches
+
+    lengths = [(i * 37) % 101 for i in range(64)]
+
+    def order(seed: int, epoch: int) -> list[list[int]]:
+        sampler = EpochBatches(lengths, batch_size=4, seed=seed, group_by_length=group_by_length)
+        sampler.use_epoch(epoch)
+        return list(sampler)
+
+    plain = torch.randperm(64, generator=torch.Generator().manual_seed(3 * 1000 + 999)).tolist()
+    assert group_by_length or order(3, 999) == [plain[i:i + 4] for i in range(0, 64, 4)]  # as before
+    assert order(0, 1000) != order(1, 0) and order(0, 1001) != order(1, 1) and order(1, 1000) != order(2, 0)
+    assert order(0, 1000) != order(0, 999) and order(0, 1000) == order(0, 1000)
+    assert order(2**32 - 1, 10**6) != order(2**32 - 2, 10**6)  # the largest seeds, far epochs
+
+
 def test_bf16_mixed_precision_runs(tmp_path: Path, cli, runs_dir: Path) -> None:
     code, _, err = cli("run", make_recipe(tmp_path), "--smoke", "--runs-dir", runs_dir,
                        "train.mixed_precision=bf16", "train.max_steps=2")
@@ -315,28 +337,43 @@ def test_each_evaluation_logs_the_epochs_completed(tmp_path: Path, cli, runs_dir
     assert [(e["step"], e["epoch"]) for e in evals] == list(zip(steps, epochs))
 
 
-@pytest.mark.parametrize("warmup, said", [(3, "more than"), (2, "all")])
+@pytest.mark.parametrize("given, said, fits, smoke", [
+    ("warmup_steps=3", "train.warmup_steps: 3 is more than the run's 2 optimizer steps", "use at most 1,",
+     "warmup_steps=500"),
+    ("warmup_steps=2", "train.warmup_steps: 2 is all the run's 2 optimizer steps", "use at most 1,", None),
+    ("warmup_ratio=0.6", "train.warmup_ratio: 0.6 of the run's 2 optimizer steps rounds up to 2 warm-up steps",
+     "use a warmup_ratio of at most 0.5 (or train.warmup_steps of at most 1)", "warmup_ratio=1.0"),
+    ("warmup_ratio=1.0", "train.warmup_ratio: 1 of the run's 2 optimizer steps rounds up to 2 warm-up steps", "", None)])
 def test_a_warmup_that_does_not_end_within_the_run_is_refused(tmp_path: Path, cli, runs_dir: Path, tiny_checkpoint,
-                                                              warmup: int, said: str) -> None:
+                                                              given: str, said: str, fits: str,
+                                                              smoke: str | None) -> None:
     """8 examples in batches of 4 are 2 optimizer steps. Step k of a warm-up of W steps trains at
     (k-1)/W of train.lr (transformers' linear schedule), so train.lr is first taken at step W+1:
     with warmup_steps 3 the run stopped at 1/3 of it, and with 2 (all of its steps; it was let
-    through) at 1/2, and said nothing. A warm-up of one step less reaches it at the last step.
-    --smoke keeps the warm-up within its few steps, so a recipe's warm-up still smoke-runs."""
+    through) at 1/2, and said nothing; a warmup_ratio whose steps round up (Trainer's ceil) to all
+    of them did the same, by the CLI and the API. A warm-up of one step less reaches it at the
+    last step. --smoke keeps the warm-up within its few steps, so a recipe's warm-up still smoke-runs."""
+    from toolkit import api
+    from toolkit.errors import UserError
+
     recipe = make_recipe(tmp_path, checkpoint=tiny_checkpoint("bert"))
-    common = ["--runs-dir", runs_dir, "task.max_train_samples=8", "task.max_eval_samples=8", "train.batch_size=4",
-              "train.warmup_ratio=0"]
-    code, _, err = cli("run", recipe, *common, f"train.warmup_steps={warmup}")
+    by_steps = given.startswith("warmup_steps")
+    common = ["task.max_train_samples=8", "task.max_eval_samples=8", "train.batch_size=4",
+              *(["train.warmup_ratio=0"] if by_steps else [])]  # the recipe's is 0.1
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, *common, f"train.{given}")
     assert code == 2 and err.count("error: ") == 1, err
-    assert (f"error: train.warmup_steps: {warmup} is {said} the run's 2 optimizer steps: the warm-up would not "
-            "end within the run") in err and "use at most 1," in err
+    assert f"error: {said}" in err and "the warm-up would not end within the run" in err and fits in err
+    with pytest.raises(UserError, match="the warm-up would not end within the run"):
+        api.run(recipe, [*common, f"train.{given}"], runs_dir=runs_dir)
     assert not runs_dir.exists()
-    code, _, err = cli("run", recipe, *common, "train.warmup_steps=1", "train.log_every=1")
+    if smoke is None:
+        return
+    fitting = "train.warmup_steps=1" if by_steps else "train.warmup_ratio=0.5"
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir, *common, fitting, "train.log_every=1")
     assert code == 0, err
     lrs = [json.loads(l)["lr"] for l in (only_run(runs_dir) / "log.jsonl").read_text().splitlines() if '"lr"' in l]
     assert lrs == pytest.approx([0.0, 1e-3])  # the lr each step trained at: train.lr at the last
-    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "smoke", "train.warmup_ratio=0",
-                       "train.warmup_steps=500")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "smoke", *common[3:], f"train.{smoke}")
     assert code == 0, err
 
 

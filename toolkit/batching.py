@@ -4,13 +4,29 @@ the longest-first evaluation order, the loaders built on them, and the step coun
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
 if TYPE_CHECKING:
     from toolkit.recipe_data import Recipe
+
+
+def epoch_permutations(seed: int, epoch: int) -> Callable[[int], list[int]]:
+    """The random permutations an epoch's order draws (`n` -> a permutation of range(n)), a pure
+    function of (seed, epoch). Below epoch 1000 from torch's generator seeded `seed * 1000 +
+    epoch`, the orders every run so far took. From epoch 1000 on that seed was another seed's
+    (epoch 1000 of seed 0 took epoch 0 of seed 1's order, 1001 its epoch 1, ...), so two seeds of a
+    long run on a small data set trained on the same orders, shifted; torch's CPU generator keeps
+    only the low 32 bits of its seed, so no arithmetic on it can tell every (seed, epoch) apart.
+    There numpy's generator seeded by the pair itself (`SeedSequence([seed, epoch])`) draws them."""
+    if epoch < 1000:
+        g = torch.Generator().manual_seed(seed * 1000 + epoch)
+        return lambda n: torch.randperm(n, generator=g).tolist()
+    rng = np.random.default_rng([seed, epoch])
+    return lambda n: rng.permutation(n).tolist()
 
 
 class EpochBatches(Sampler):
@@ -53,8 +69,8 @@ class EpochBatches(Sampler):
         return self._made[1]
 
     def _batches(self) -> list[list[int]]:
-        g = torch.Generator().manual_seed(self.seed * 1000 + self.epoch)
-        order = torch.randperm(len(self.lengths), generator=g).tolist()
+        permutation = epoch_permutations(self.seed, self.epoch)
+        order = permutation(len(self.lengths))
         bs = self.batch_size
         if not self.group_by_length:
             return [order[start:start + bs] for start in range(0, len(order), bs)]
@@ -66,7 +82,7 @@ class EpochBatches(Sampler):
         # a short step (the epoch's tail) stays last, as without grouping
         tail = [steps.pop()] if steps and len(steps[-1]) < step else []
         out = []
-        for i in torch.randperm(len(steps), generator=g).tolist() + ([len(steps)] if tail else []):
+        for i in permutation(len(steps)) + ([len(steps)] if tail else []):
             members = steps[i] if i < len(steps) else tail[0]
             out += [members[b:b + bs] for b in range(0, len(members), bs)]
         return out

@@ -95,6 +95,21 @@ class TrainConfig:
                             "than can be counted; use fewer epochs, or train.max_steps")
         return per_epoch, max(1, math.ceil(self.epochs * per_epoch))
 
+    def warmup(self, total: int) -> int:
+        """The warm-up of a `total`-step run in optimizer steps: `warmup_steps`, or the ratio's
+        steps rounded up, as Trainer's `get_warmup_steps` rounds them (ceil(total x ratio): a
+        ratio never rounds to no warm-up)."""
+        return self.warmup_steps or math.ceil(self.warmup_ratio * total)
+
+
+def largest_warmup_ratio(total: int) -> float:
+    """The largest warmup_ratio, in 3 decimals, whose warm-up ends within a `total`-step run
+    (at most total - 1 steps; 0 for a 1-step run), checked as `TrainConfig.warmup` rounds."""
+    ratio = math.floor((total - 1) / total * 1000) / 1000 if total > 1 else 0.0
+    while ratio > 0 and math.ceil(ratio * total) >= total:  # float products rounding up
+        ratio = round(ratio - 0.001, 3)
+    return ratio
+
 
 @dataclass
 class Recipe:
@@ -530,6 +545,9 @@ def smoke_sized(raw: dict, task: Any = None) -> dict:
     warmup = raw["train"].get("warmup_steps") if isinstance(raw["train"], dict) else None
     if isinstance(warmup, int) and not isinstance(warmup, bool):  # a warm-up that ends within the few steps
         raw["train"]["warmup_steps"] = min(warmup, raw["train"]["max_steps"] - 1)
+    ratio = raw["train"].get("warmup_ratio") if isinstance(raw["train"], dict) else None
+    if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio > 0:  # ...as a ratio too
+        raw["train"]["warmup_ratio"] = min(ratio, largest_warmup_ratio(raw["train"]["max_steps"]))
     node = raw.get("task")
     if task is None or not isinstance(node, dict):
         return raw

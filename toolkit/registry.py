@@ -51,6 +51,10 @@ FOREIGN_NAMES: dict[str, tuple[str, str]] = {
     "adam_epsilon": ("not a setting: AdamW's eps is Trainer's default, 1e-8", "transformers'"),
     "dataloader_drop_last": ("not a setting: no batch is dropped (a short last batch weighs by its examples)",
                              "transformers'"),
+    "label_smoothing_factor": ("not a setting: the loss is the task's plain cross-entropy, Trainer's default 0 "
+                               "(no label smoothing)", "transformers'"),
+    "lr_scheduler_kwargs": ("not a setting: the schedule is linear decay after warmup (the Trainer's default)",
+                            "transformers'"),
     "logging_first_step": ("not a setting: step 1 is always logged", "transformers'"),
     "data_seed": ("not a setting: train.seed orders the data (task.max_train_samples subsets with seed 0)",
                   "transformers'"),

@@ -12,7 +12,7 @@ from accelerate.utils import set_seed
 from toolkit import attention, chain, evaluation, heads, models
 from toolkit.errors import UserError
 from toolkit.methods import Context, count_params
-from toolkit.recipe_data import RunPlan
+from toolkit.recipe_data import RunPlan, largest_warmup_ratio
 from toolkit.tasks import Task
 
 
@@ -44,6 +44,31 @@ def check_units(task: Task, collate: Any, train: Any, evals: dict[str, Any]) -> 
         raise UserError(f"task: the {task.name} training split holds {held} once encoded (its text is too "
                         "short for the task to make, mask or predict any of it); give it more text")
     evaluation.check_something_to_score(task, collate, evals)
+
+
+
+def check_warmup(train: Any, steps: int) -> None:
+    """Step k of a warm-up of W steps trains at (k-1)/W of train.lr (transformers' linear
+    schedule, step 1 at 0): train.lr is first reached at step W+1, so a warm-up of all the run's
+    steps never reaches it and never decays, and a 1-step run trains at 0 (its model is the
+    base's, exit 0). Refused however the warm-up is given: `warmup_steps`, or a `warmup_ratio`
+    whose steps round up (Trainer's ceil) to all of a short run's (0.06 of a 1-step run is 1)."""
+    warmup = train.warmup(steps)
+    if warmup < steps:
+        return
+    why = ("the warm-up would not end within the run (its step k trains at (k-1)/W of train.lr, W the "
+           "warm-up's steps), and the learning rate would stop short of train.lr")
+    if train.warmup_steps:
+        raise UserError(f"train.warmup_steps: {train.warmup_steps} is "
+                        f"{'all' if train.warmup_steps == steps else 'more than'} the run's {steps} "
+                        f"optimizer steps: {why}; use at most {steps - 1}, or train.warmup_ratio")
+    largest = largest_warmup_ratio(steps)
+    fix = (f"use a warmup_ratio of at most {largest:g} (or train.warmup_steps of at most {steps - 1})"
+           if largest else "set warmup_ratio: 0, or train more than one step")
+    raise UserError(f"train.warmup_ratio: {train.warmup_ratio:g} of the run's {steps} optimizer "
+                    f"step{'s' * (steps > 1)} rounds up to {warmup} warm-up step{'s' * (warmup > 1)} (as Trainer "
+                    f"rounds it), all of the run: {why}{' (its only step trains at 0)' if steps == 1 else ''}; "
+                    f"{fix}")
 
 
 def build(plan: RunPlan, processes: int = 1) -> Setup:
@@ -94,15 +119,8 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     if recipe.method.trains:  # a method that does not train scores by its own rules (evaluate)
         check_units(task, task.collator(tok, model), train, evals)
     steps = recipe.train.optimizer_steps(len(train), processes)[1] if recipe.method.trains else 0
-    # step k of a warm-up of W steps trains at (k-1)/W of train.lr (transformers' linear schedule, step 1
-    # at 0): train.lr is first reached at step W+1, so a warm-up of all the run's steps never reaches it
-    # (and one of 1 step in a 1-step run trains at 0). A ratio is Trainer's: ceil(ratio x steps)
-    if recipe.train.warmup_steps >= steps and recipe.method.trains:
-        raise UserError(f"train.warmup_steps: {recipe.train.warmup_steps} is "
-                        f"{'all' if recipe.train.warmup_steps == steps else 'more than'} the run's {steps} "
-                        "optimizer steps: the warm-up would not end within the run (its step k trains at "
-                        "(k-1)/warmup_steps of train.lr), and the learning rate would stop short of train.lr; "
-                        f"use at most {steps - 1}, or train.warmup_ratio")
+    if recipe.method.trains:
+        check_warmup(recipe.train, steps)
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=heads.get(head).peft_task_type, tokenizer=tok,
                   instruction=getattr(task, "instruction", None), total_steps=steps)

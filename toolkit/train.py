@@ -116,7 +116,7 @@ class Loop:
             dropout.install(setup.model, accelerator.device)  # before prepare: DDP wraps the same modules
         optimizer = _optimizer(setup.model, recipe, accelerator.device)
         self.steps_per_epoch, self.total_steps = self.cfg.optimizer_steps(len(setup.train), accelerator.num_processes)
-        warmup = self.cfg.warmup_steps or math.ceil(self.cfg.warmup_ratio * self.total_steps)
+        warmup = self.cfg.warmup(self.total_steps)
         from transformers import get_linear_schedule_with_warmup
 
         scheduler = get_linear_schedule_with_warmup(optimizer, warmup, self.total_steps)

@@ -78,8 +78,11 @@ def distinct(predictions: list) -> str:
 
 # --- reference: shared pieces -------------------------------------------------------------------
 def training_arguments(recipe: Any, out: Path, seq2seq: bool = False, **extra: Any) -> Any:
-    """Trainer's arguments from the recipe's train section: the same epochs, batch, lr, weight
-    decay, warm-up, clipping and seed; no checkpoints, no evaluation during training. The same
+    """Trainer's arguments from the recipe's train section: the same epochs or max_steps, batch,
+    gradient accumulation, lr, weight decay, warm-up, clipping, mixed precision and seed (a
+    `--set train.grad_accum=4` or `train.max_steps=N` reached the toolkit's side only: the
+    reference trained without accumulation, or every epoch, and the table compared them as one
+    protocol); no checkpoints, no evaluation during training. The same
     batching too: where the recipe groups batches by length (`train.group_by_length`, the
     toolkit's default), Trainer's own LengthGroupedSampler (mega-batches of 50 batches, each
     sorted by length); else its random sampler. Grouping changes what a step averages over (the
@@ -91,6 +94,8 @@ def training_arguments(recipe: Any, out: Path, seq2seq: bool = False, **extra: A
     cls = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
     return cls(output_dir=str(out), per_device_train_batch_size=t.batch_size,
                per_device_eval_batch_size=t.eval_batch_size or 2 * t.batch_size, num_train_epochs=t.epochs,
+               gradient_accumulation_steps=t.grad_accum, max_steps=t.max_steps or -1,
+               bf16=t.mixed_precision == "bf16", fp16=t.mixed_precision == "fp16",
                learning_rate=t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps or t.warmup_ratio,
                max_grad_norm=t.max_grad_norm or 0.0, lr_scheduler_type="linear", seed=t.seed,
                save_strategy="no", eval_strategy="no", report_to=[], logging_strategy="no",
