@@ -251,7 +251,7 @@ def note_other_compute(acc: Accelerator, out: Path, state: State) -> None:
                     if set(_changed_keys(state.compute, now)) == {"torch threads"}
                     else "resume it where it was written for an exact resume")
             print(f"note: {out} resumes step {state.step} on other compute than its checkpoint was written on: "
-                  f"{changed}; its result differs from an uninterrupted run's in the last bits ({hint}), "
+                  f"{changed}; its result may differ from an uninterrupted run's in the last bits ({hint}), "
                   "and metrics.json records it (resumed_on_other_compute)", file=sys.stderr)
         state.resumed_on_other_compute = [*(state.resumed_on_other_compute or []),
                                           {"step": state.step, "was": state.compute, "now": now}]
