@@ -384,6 +384,27 @@ def test_a_resume_on_other_compute_says_so_and_the_run_records_it(tmp_path: Path
         {"torch threads": 2} if case == "torch threads" else {})
 
 
+@pytest.mark.parametrize("entry", ["cli", "run_one"])
+def test_force_with_resume_is_one_line_and_keeps_the_checkpoint(tmp_path: Path, cli, tiny_checkpoint,
+                                                                 entry: str) -> None:
+    """`run --force --resume` asks to start again and to go on: --force emptied the run folder, then
+    the run said "no checkpoint in ...: starting from the beginning" and trained from step 0, exit
+    0, the checkpoint it was asked to go on from deleted. One line, exit 2, the folder as it was."""
+    import toolkit
+    from toolkit import api
+
+    recipe, runs = _tiny_classification(tmp_path, tiny_checkpoint), tmp_path / "runs"
+    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    before = {p: p.read_bytes() for p in runs.rglob("*") if p.is_file()}
+    if entry == "cli":
+        code, out, err = cli("run", recipe, "--runs-dir", runs, "--force", "--resume")
+        assert code == 2 and not out and err.count("\n") == 1 and "--force and --resume" in err, out + err
+    else:
+        with pytest.raises(toolkit.UserError, match="--force and --resume ask for opposite things"):
+            api.run_one(recipe, [], runs_dir=runs, force=True, resume=True)
+    assert {p: p.read_bytes() for p in runs.rglob("*") if p.is_file()} == before
+
+
 def _revision(hub: Path, commit: str, source: Path, shift: float = 0.0) -> None:
     """The Hub cache's layout for org/tiny after a download of `commit` (refs/main moved there)."""
     import shutil
