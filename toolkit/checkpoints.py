@@ -242,7 +242,10 @@ def note_other_compute(acc: Accelerator, out: Path, state: State) -> None:
     run started with OMP_NUM_THREADS=1 and resumed without it on a 2-core machine). One line on
     stderr, and the change goes into every later checkpoint and metrics.json
     (`resumed_on_other_compute`). Not part of the run id: a run moved to another machine is the
-    same run, resumed. Checkpoints written before the record are not judged."""
+    same run, resumed. Checkpoints written before the record are not judged (the next one
+    records this launch's)."""
+    if state.compute is None:
+        return
     now = compute(acc.device)
     changed = code_changes(state.compute, now)
     if changed:
