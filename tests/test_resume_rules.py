@@ -323,6 +323,88 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
         assert changed["step"] == 1 and changed["was"][key] == "0.0.1-old" and changed["now"] == metrics["code"]
 
 
+OTHER_COMPUTE = {  # how the resume differs from the launch that wrote the checkpoint -> its entry point
+    "same": "cli",
+    "torch threads": "cli",  # OMP_NUM_THREADS=1 for the stop, unset (2 here) for the resume
+    "instruction set": "api",  # the checkpoint says it was written on another CPU
+    "before the record": "cli",  # a checkpoint written before compute was recorded: not judged
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHER_COMPUTE))
+def test_a_resume_on_other_compute_says_so_and_the_run_records_it(tmp_path: Path, cli, capsys, tiny_checkpoint,
+                                                                  case: str) -> None:
+    """A run stopped with one torch thread count (or on one CPU instruction set, or GPU) and resumed
+    with another took the same steps summed in other chunks: its weights differed from the
+    uninterrupted run's in the last bits, exit 0, and nothing said the resume was not exact (a
+    run stopped under OMP_NUM_THREADS=1 and resumed without it). Each checkpoint now records
+    its compute; a resume on other compute goes on with one note, and metrics.json keeps it."""
+    from toolkit import api, checkpoints, runs as run_files
+
+    recipe, runs, threads = _tiny_classification(tmp_path, tiny_checkpoint), tmp_path / "runs", torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+        (state_file,) = runs.rglob("step-000001/trainer_state.json")
+        state = json.loads(state_file.read_text())
+        assert state["compute"] == checkpoints.compute(torch.device("cpu"))
+        if case in ("instruction set", "before the record"):
+            if case == "before the record":
+                del state["compute"]
+            else:
+                state["compute"]["instruction set"] = "VSX"
+            state["state_sha256"] = run_files.state_digest({k: v for k, v in state.items()
+                                                             if k not in ("manifest", "state_sha256")})
+            state_file.write_text(json.dumps(state))
+        torch.set_num_threads(2 if case == "torch threads" else 1)
+        if OTHER_COMPUTE[case] == "api":
+            metrics = api.run(recipe, runs_dir=runs).metrics
+            said = capsys.readouterr()
+            out, err = said.out, said.err
+        else:
+            code, out, err = cli("run", recipe, "--runs-dir", runs)
+            assert code == 0, err
+            (metrics_file,) = runs.rglob("metrics.json")
+            metrics = json.loads(metrics_file.read_text())
+    finally:
+        torch.set_num_threads(threads)
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    changes = case not in ("same", "before the record")
+    assert "resuming from" in out and len(notes) == changes, out + err
+    if not changes:
+        assert metrics["resumed_on_other_compute"] is None
+        return
+    assert "step 1 on other compute" in notes[0] and "metrics.json records it" in notes[0]
+    if case == "torch threads":
+        assert "torch threads 1 (now 2)" in notes[0] and "OMP_NUM_THREADS=1 resumes it exactly" in notes[0]
+    else:
+        assert "instruction set VSX (now " in notes[0] and "resume it where it was written" in notes[0]
+    (changed,) = metrics["resumed_on_other_compute"]
+    assert changed["step"] == 1 and changed["now"] == checkpoints.compute(torch.device("cpu")) | (
+        {"torch threads": 2} if case == "torch threads" else {})
+
+
+@pytest.mark.parametrize("entry", ["cli", "run_one"])
+def test_force_with_resume_is_one_line_and_keeps_the_checkpoint(tmp_path: Path, cli, tiny_checkpoint,
+                                                                 entry: str) -> None:
+    """`run --force --resume` asks to start again and to go on: --force emptied the run folder, then
+    the run said "no checkpoint in ...: starting from the beginning" and trained from step 0, exit
+    0, the checkpoint it was asked to go on from deleted. One line, exit 2, the folder as it was."""
+    import toolkit
+    from toolkit import api
+
+    recipe, runs = _tiny_classification(tmp_path, tiny_checkpoint), tmp_path / "runs"
+    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    before = {p: p.read_bytes() for p in runs.rglob("*") if p.is_file()}
+    if entry == "cli":
+        code, out, err = cli("run", recipe, "--runs-dir", runs, "--force", "--resume")
+        assert code == 2 and not out and err.count("\n") == 1 and "--force and --resume" in err, out + err
+    else:
+        with pytest.raises(toolkit.UserError, match="--force and --resume ask for opposite things"):
+            api.run_one(recipe, [], runs_dir=runs, force=True, resume=True)
+    assert {p: p.read_bytes() for p in runs.rglob("*") if p.is_file()} == before
+
+
 def _revision(hub: Path, commit: str, source: Path, shift: float = 0.0) -> None:
     """The Hub cache's layout for org/tiny after a download of `commit` (refs/main moved there)."""
     import shutil

@@ -368,6 +368,10 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     the overrides, the runs folder, each data file's head); then torch is imported. Returns the
     run folder."""
     path, runs_dir = os.fspath(path), None if runs_dir is None else os.fspath(runs_dir)
+    if force and resume:  # --force removed the checkpoints --resume asked to go on from, exit 0
+        raise UserError("--force and --resume ask for opposite things: --force starts the run again from step 0 "
+                        "and removes its checkpoints, --resume goes on from the newest of them; give one of them "
+                        "(a plain run goes on from its checkpoint anyway)")
     plan = _checked(path, list(overrides), smoke)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)

@@ -46,6 +46,8 @@ class State:
     base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)
     code: dict | None = None  # the toolkit's code and the libraries that trained it (code_versions)
     resumed_under_other_code: list | None = None  # each resume under other code: step and what changed
+    compute: dict | None = None  # what the latest steps ran on beside the code (compute): threads, instruction set, GPU
+    resumed_on_other_compute: list | None = None  # each resume on other compute: step and what changed
     # the finite steps' losses since the last logged step, [sum, count] (None: none): the next logged
     # loss is their mean, and a resumed run logs what the uninterrupted one does
     log_window: list | None = None
@@ -61,6 +63,7 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
     folder, tmp = out / "checkpoints" / name, out / "checkpoints" / f"tmp-{name}"
     state.peak_memory_mb = max(state.peak_memory_mb, devices.peak_memory_mb(acc.device))
     state.code = state.code or code_versions()  # the first checkpoint records what started the run
+    state.compute = state.compute or compute(acc.device)
     if acc.is_main_process and tmp.exists():
         shutil.rmtree(tmp)
     acc.wait_for_everyone()
@@ -106,6 +109,7 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
             runs.truncate_log(out, state.step, evaluated)
             acc.print(f"resuming from {folder} (step {state.step} of {total_steps})")
         note_other_code(acc, out, state)
+        note_other_compute(acc, out, state)
         return state
     if found:
         raise UserError(f"{out}: none of its {len(found)} checkpoint(s) is usable ({'; '.join(problems)}), so "
@@ -219,10 +223,53 @@ def note_other_code(acc: Accelerator, out: Path, state: State) -> None:
     state.code = now
 
 
+def compute(device: torch.device) -> dict[str, Any]:
+    """What a step's numbers depend on beside the code and the recipe: on a CPU, torch's intra-op
+    thread count (a sum over a large tensor is taken in one chunk per thread: between 1 and 2
+    threads the gradient norm and the weights differ in their last bits) and the instruction set
+    its kernels were chosen for (torch.backends.cpu.get_cpu_capability); on a GPU, its name."""
+    if device.type == "cpu":
+        return {"device": "cpu", "instruction set": torch.backends.cpu.get_cpu_capability(),
+                "torch threads": torch.get_num_threads()}
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return {"device": name}
+
+
+def note_other_compute(acc: Accelerator, out: Path, state: State) -> None:
+    """A resume with another thread count, instruction set or GPU than the checkpoint was written
+    with goes on, but is no longer the exact resume the run would claim: the same steps are summed
+    in other chunks, and the result differs from the uninterrupted run's, exit 0 and no word (a
+    run started with OMP_NUM_THREADS=1 and resumed without it on a 2-core machine). One line on
+    stderr, and the change goes into every later checkpoint and metrics.json
+    (`resumed_on_other_compute`). Not part of the run id: a run moved to another machine is the
+    same run, resumed. Checkpoints written before the record are not judged (the next one
+    records this launch's)."""
+    if state.compute is None:
+        return
+    now = compute(acc.device)
+    changed = code_changes(state.compute, now)
+    if changed:
+        if acc.is_main_process:
+            hint = (f"OMP_NUM_THREADS={state.compute['torch threads']} resumes it exactly on this machine"
+                    if set(_changed_keys(state.compute, now)) == {"torch threads"}
+                    else "resume it where it was written for an exact resume")
+            print(f"note: {out} resumes step {state.step} on other compute than its checkpoint was written on: "
+                  f"{changed}; its result may differ from an uninterrupted run's in the last bits ({hint}), "
+                  "and metrics.json records it (resumed_on_other_compute)", file=sys.stderr)
+        state.resumed_on_other_compute = [*(state.resumed_on_other_compute or []),
+                                          {"step": state.step, "was": state.compute, "now": now}]
+    state.compute = now
+
+
+def _changed_keys(then: dict, now: dict) -> list[str]:
+    return [k for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+
+
 def record(state: State) -> dict:
     """metrics.json's fields on the code: what trained the run's last steps (or evaluated it) and
-    each resume under other code than before (null: none)."""
-    return {"code": state.code or code_versions(), "resumed_under_other_code": state.resumed_under_other_code}
+    each resume under other code than before (null: none); each resume on other compute."""
+    return {"code": state.code or code_versions(), "resumed_under_other_code": state.resumed_under_other_code,
+            "resumed_on_other_compute": state.resumed_on_other_compute}
 
 
 def start(acc: Accelerator, out: Path) -> None:
