@@ -22,10 +22,11 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from toolkit import readers
+from toolkit import readers, schema
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
+from toolkit.tasks._fields import language_tag
 from toolkit.tasks._lm import IGNORE, TokenTask, leading_special, special_frame
 from toolkit.models import kind_of, parts_lost
 
@@ -194,6 +195,10 @@ class TextToText(TokenTask):
     prefix: str | None = None  # before the source; None: the task's default for the family
     suffix: str | None = None  # after the source (decoder-only prompts); None: the task's default
     generation: Generation = field(default_factory=Generation)
+    # the language codes a multilingual tokenizer (mBART, mBART-50, M2M100, NLLB) marks sources and
+    # targets with: `language_codes`; unset, translation's are found from source_lang / target_lang
+    source_code: str | None = schema.added(default=None, neutral=None)
+    target_code: str | None = schema.added(default=None, neutral=None)
 
     # --- family ------------------------------------------------------------------------------
     def ignores(self) -> dict[str, str]:
@@ -278,9 +283,67 @@ class TextToText(TokenTask):
     def references(self, raw: Any) -> list[list[str]]:
         return [[t] for t in raw["target"]]
 
+    # --- language codes (multilingual tokenizers) ---------------------------------------------
+    def language_hints(self) -> tuple[tuple[str, str | None], tuple[str, str | None]]:
+        """(recipe key, value) that names the sources' and the targets' language where
+        task.source_code / task.target_code are unset: none here (translation: its languages)."""
+        return ("task.source_code", None), ("task.target_code", None)
+
+    def set_languages(self, tok: Any) -> None:
+        """A tokenizer that marks each text with a language code (`language_codes`) is set to the
+        recipe's languages, as transformers' run_translation sets `src_lang` / `tgt_lang`:
+        task.source_code / task.target_code, else the language the task names (translation's
+        source_lang / target_lang: `en` is mBART-50's `en_XX`, M2M100's `en`), else the codes the
+        checkpoint's tokenizer was saved with, both (transformers saves a default src_lang that
+        nobody chose, en_XX or eng_Latn, beside tgt_lang null); else one line. Left alone, every source was marked
+        with the tokenizer's default (mBART-50's and NLLB's English) and every target with the
+        source's code (M2M100: a KeyError traceback), trained and scored with exit 0. Saved with
+        the tokenizer (`init_kwargs`), so a run's model/ and its export load with them."""
+        codes = language_codes(tok)
+        given = (("task.source_code", self.source_code), ("task.target_code", self.target_code))
+        if codes is None:
+            for key, value in given:
+                if value is not None:
+                    raise UserError(f"{key}: {value!r} is a language code for a tokenizer that marks texts with "
+                                    f"them (mBART, M2M100, NLLB); this model's ({type(tok).__name__}) marks none: "
+                                    "leave it unset")
+            return
+        saved = [tok.init_kwargs.get(k) for k in ("src_lang", "tgt_lang")]  # both, or the class's default
+        saved = saved if all(c in codes for c in saved) else [None, None]
+        chosen = []
+        for (key, own), (hint_key, hint), kept, side in zip(given, self.language_hints(), saved, ("sources", "targets")):
+            if own is not None or hint is not None:
+                chosen.append(pick_code(codes, own if own is not None else hint, key if own is not None else hint_key,
+                                        key, tok))
+            elif kept is not None:
+                chosen.append(kept)
+            else:
+                raise UserError(f"{key}: the tokenizer ({type(tok).__name__}) marks every text with its language's "
+                                f"code ({', '.join(codes[:4])}, ...: {len(codes)} codes), and neither the recipe nor "
+                                f"the tokenizer (src_lang and tgt_lang) says which the {side} are in; set {key}")
+        tok.src_lang, tok.tgt_lang = chosen
+        tok.init_kwargs["src_lang"], tok.init_kwargs["tgt_lang"] = chosen  # what save_pretrained writes
+
+    def language_start(self, model: Any, tok: Any) -> dict[str, Any]:
+        """How generation starts where the tokenizer marks targets with a language code: as
+        training's decoder input starts (the collator's `prepare_decoder_input_ids_from_labels`
+        on the labels): its first token is `decoder_start_token_id` (mBART's target code, which
+        its labels end with and the shift puts first), and a target code the labels begin with
+        (mBART-50, M2M100, NLLB) is forced as the first generated token, as run_translation's
+        `forced_bos_token_id`. Without it the model chose the language of its output itself.
+        {} for other tokenizers (their decoding is the checkpoint's)."""
+        codes = language_codes(tok)
+        if codes is None or self.decoder_only:
+            return {}
+        labels = tok(text_target="a")["input_ids"]
+        ids = {tok.convert_tokens_to_ids(c) for c in codes} | set((getattr(tok, "lang_code_to_id", None) or {}).values())
+        start = int(decoder_inputs(model, torch.tensor([labels]), tok.pad_token_id)[0, 0])
+        return {"decoder_start_token_id": start, "forced_bos_token_id": labels[0] if labels[0] in ids else None}
+
     # --- encoding ----------------------------------------------------------------------------
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         self._tokenizer = tokenizer
+        self.set_languages(tokenizer)
         prefix, suffix = self.affixes()
         rows = dataset.to_list()
         sources = [self.source_text(r) for r in rows]
@@ -434,7 +497,7 @@ class TextToText(TokenTask):
             model = model.module  # generate() is the wrapped model's; nothing trains here
         tok = self._tokenizer
         kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id,
-                  "eos_token_id": self.end_ids(model, tok)}
+                  "eos_token_id": self.end_ids(model, tok), **self.language_start(model, tok)}
         stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
@@ -526,6 +589,39 @@ class TextToText(TokenTask):
             batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             found.update(zip(batch["example_index"].tolist(), decode_texts(tokenizer, self.generate(model, batch))))
         return [found[i] for i in range(len(raw))]
+
+
+def language_codes(tok: Any) -> list[str] | None:
+    """The language codes a tokenizer marks its texts with, where it does (those transformers'
+    translation pipeline hands `src_lang` / `tgt_lang` to: mBART, mBART-50, M2M100, NLLB); None
+    for others."""
+    if not callable(getattr(tok, "_build_translation_inputs", None)) or not hasattr(tok, "src_lang"):
+        return None
+    table = getattr(tok, "lang_code_to_id", None)
+    if isinstance(table, dict) and table:
+        return [str(c) for c in table]
+    extra = getattr(tok, "extra_special_tokens", None)  # NLLB's codes
+    if not isinstance(extra, list):
+        return None
+    vocab = tok.get_vocab()
+    return [str(t) for t in extra if str(t) in vocab] or None
+
+
+def pick_code(codes: list[str], wanted: str, key: str, own_key: str, tok: Any) -> str:
+    """The tokenizer's code for `wanted` (from recipe key `key`): itself (case, `-` or `_`
+    ignored), or for a bare language (`en`) the one code of that language (mBART-50's `en_XX`);
+    else one line asking for `own_key` (task.source_code / task.target_code)."""
+    tag = language_tag(wanted)
+    same = [c for c in codes if language_tag(c) == tag]
+    if not same and len(tag) == 1:
+        same = [c for c in codes if language_tag(c)[:1] == tag]
+    if len(same) == 1:
+        return same[0]
+    near = [c for c in codes if tag and language_tag(c)[:1] == tag[:1]]
+    listed = f"its codes of that language: {', '.join(near)}" if near else f"e.g. {', '.join(codes[:4])}"
+    fix = f"set {own_key} to the tokenizer's code" if own_key != key else "use one of them"
+    raise UserError(f"{key}: {wanted!r} is not one of the {len(codes)} language codes the tokenizer "
+                    f"({type(tok).__name__}) marks texts with ({listed}); {fix}")
 
 
 SPACING_PROBE = "yes, it's here. isn't it? no!"  # lower case: uncased tokenizers give it back too
@@ -626,8 +722,8 @@ class TextToTextCollator:
             batch = {"input_ids": _pad([f["input_ids"] for f in features], pad, left=False),
                      "attention_mask": _pad([f["attention_mask"] for f in features], 0, left=False),
                      "labels": _pad([f["labels"] for f in features], IGNORE, left=False)}
-            if self.model is not None and hasattr(self.model, "prepare_decoder_input_ids_from_labels"):
-                batch["decoder_input_ids"] = self.model.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
+            if self.model is not None:
+                batch["decoder_input_ids"] = decoder_inputs(self.model, batch["labels"], pad)
             return {**batch, "example_index": index}
         batch = {"input_ids": _pad([f["input_ids"] for f in features], pad, left=False),
                  "attention_mask": _pad([f["attention_mask"] for f in features], 0, left=False),
@@ -640,6 +736,31 @@ class TextToTextCollator:
                 width = batch["labels"].shape[1]
                 batch["logits_to_keep"] = min(width, width - int(labelled[0, 0]) + 1)
         return {**batch, "example_index": index}
+
+
+def decoder_inputs(model: Any, labels: torch.Tensor, pad: int) -> torch.Tensor:
+    """An encoder-decoder's decoder input for `labels`: the model's own
+    `prepare_decoder_input_ids_from_labels` (mBART's shift wraps the labels' last token to the
+    front), else what its forward builds from labels (M2M100, NLLB, Blenderbot: the decoder start
+    token, then the labels shifted right, -100 read as padding). The loss is the task's, so the
+    model gets no labels; without these inputs M2M100 and NLLB stopped at the first batch on a
+    ValueError traceback."""
+    if hasattr(model, "prepare_decoder_input_ids_from_labels"):
+        return model.prepare_decoder_input_ids_from_labels(labels=labels)
+    start = decoder_start(model)
+    if start is None:
+        raise UserError(f"model.checkpoint: its config sets no decoder_start_token_id, the token {type(model).__name__}'s "
+                        "decoder starts from; set it in config.json")
+    shifted = torch.full_like(labels, start)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == IGNORE, pad)
+
+
+def decoder_start(model: Any) -> int | None:
+    """The token an encoder-decoder's decoder starts from: its config's, else its generation config's."""
+    config = getattr(model, "config", None)
+    start = getattr(config, "decoder_start_token_id", None)
+    return start if start is not None else getattr(getattr(model, "generation_config", None), "decoder_start_token_id", None)
 
 
 def keeps_logits(model: Any) -> bool:
