@@ -45,6 +45,19 @@ def _tokenizer(kind: str, out: Path):
         for c in LETTERS:
             vocab[c], vocab["▁" + c] = len(vocab), len(vocab) + 1
         return transformers.NllbTokenizer(vocab=vocab, merges=[("▁", c) for c in LETTERS])
+    model = _spm(out)
+    import sentencepiece
+
+    sp = sentencepiece.SentencePieceProcessor(model_proto=model)
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for i in range(sp.get_piece_size()):
+        vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    (out / "vocab.json").write_text(json.dumps(vocab))
+    return transformers.M2M100Tokenizer(str(out / "vocab.json"), str(out / "sentencepiece.bpe.model"))
+
+
+def _spm(out: Path) -> bytes:
+    """A tiny SentencePiece model of the test sentences, written as out/sentencepiece.bpe.model."""
     import sentencepiece
 
     model = io.BytesIO()
@@ -53,12 +66,7 @@ def _tokenizer(kind: str, out: Path):
                                              model_type="unigram", character_coverage=1.0, bos_id=-1, eos_id=-1,
                                              pad_id=-1, unk_id=0, minloglevel=3)
     (out / "sentencepiece.bpe.model").write_bytes(model.getvalue())
-    sp = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
-    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for i in range(sp.get_piece_size()):
-        vocab.setdefault(sp.id_to_piece(i), len(vocab))
-    (out / "vocab.json").write_text(json.dumps(vocab))
-    return transformers.M2M100Tokenizer(str(out / "vocab.json"), str(out / "sentencepiece.bpe.model"))
+    return model.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +223,90 @@ def test_summarization_marks_the_codes_the_recipe_names(tmp_path: Path, multilin
     de, en = _code_id(tok, "de_DE"), _code_id(tok, "en_XX")
     assert all(row["input_ids"][0] == de and row["labels"][0] == de and en not in row["input_ids"]
                for row in encoded)
+
+
+MARKS = (">>de<<", ">>fr<<", ">>es<<")
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 1-layer Marian model whose tokenizer translates into three languages, named by a
+    `>>code<<` token before each source (as opus-mt-en-ROMANCE's)."""
+    import sentencepiece
+    import torch
+    import transformers
+
+    out = tmp_path_factory.mktemp("marian")
+    sp = sentencepiece.SentencePieceProcessor(model_proto=_spm(out))
+    for name in ("source.spm", "target.spm"):
+        (out / name).write_bytes((out / "sentencepiece.bpe.model").read_bytes())
+    (out / "sentencepiece.bpe.model").unlink()
+    vocab = {"</s>": 0, "<unk>": 1, **{m: 2 + i for i, m in enumerate(MARKS)}}
+    for i in range(sp.get_piece_size()):
+        vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab))
+    tok = transformers.MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"))
+    config = transformers.MarianConfig(
+        vocab_size=len(vocab), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=64,
+        pad_token_id=vocab["<pad>"], eos_token_id=0, decoder_start_token_id=vocab["<pad>"])
+    torch.manual_seed(0)
+    transformers.MarianMTModel(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_a_multi_target_marian_source_begins_with_the_target_languages_mark_in_every_entry_point(
+        tmp_path: Path, cli, marian: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training, evaluation, `toolkit eval`, `toolkit predict` and the API read `>>de<<` first in
+    every source of an English to German run (it was left out: the model chose the language)."""
+    import transformers
+
+    import toolkit
+
+    mark = json.loads((marian / "vocab.json").read_text())[">>de<<"]
+    sources: dict[str, list] = {}
+    real = transformers.MarianMTModel.forward
+    step = ["run"]
+
+    def forward(self, *args, **kwargs):
+        if kwargs.get("input_ids") is not None:
+            sources.setdefault(step[0], []).extend(kwargs["input_ids"].tolist())
+        return real(self, *args, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        sources.setdefault(step[0], []).extend(kwargs["input_ids"].tolist())
+        return real_generate(self, *args, **kwargs)
+
+    real_generate = transformers.GenerationMixin.generate
+    monkeypatch.setattr(transformers.MarianMTModel, "forward", forward)
+    monkeypatch.setattr(transformers.GenerationMixin, "generate", generate)
+    data = _records(tmp_path)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=marian, task="translation", data=data,
+                                                             extra=", source_lang: en, target_lang: de"))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    run = only_run(tmp_path / "runs")
+    for name, call in (("eval", lambda: cli("eval", run)[0]),
+                       ("predict", lambda: cli("predict", run, "--input", data)[0]),
+                       ("api predict", lambda: toolkit.predict(run, SOURCES[:2]) and 0)):
+        step[0] = name
+        assert call() == 0, name
+    assert set(sources) == {"run", "eval", "predict", "api predict"}
+    assert all(row[0] == mark for rows in sources.values() for row in rows)
+
+
+@pytest.mark.parametrize("task, extra, says", [
+    ("summarization", "", "task.target_code: the tokenizer (MarianTokenizer) translates into the language a token "
+                          "before each source names (>>de<<, >>fr<<, >>es<<"),
+    ("translation", ", source_lang: en, target_lang: de, prefix: '>>fr<< '",
+     "task.prefix: it begins with >>fr<<, the target language mark, and task.target_lang says de (>>de<<)"),
+    ("translation", ", source_lang: en, target_lang: it", "task.target_lang: 'it' is not one of the 3 language codes"),
+])
+def test_a_multi_target_marian_without_one_target_language_is_one_line(tmp_path: Path, cli, marian: Path, task: str,
+                                                                        extra: str, says: str) -> None:
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=marian, task=task, data=_records(tmp_path),
+                                                             extra=extra))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 2 and says in err and err.count("\n") == 1, err

@@ -221,8 +221,8 @@ class TextToText(TokenTask):
 
     def affixes(self) -> tuple[str, str]:
         prefix, suffix = self.default_affixes(getattr(self, "_family", None), self.decoder_only)
-        return (prefix if self.prefix is None else self.prefix,
-                suffix if self.suffix is None else self.suffix)
+        prefix = prefix if self.prefix is None else self.prefix
+        return self.__dict__.get("_mark", "") + prefix, suffix if self.suffix is None else self.suffix
 
     @property
     def decoder_only(self) -> bool:
@@ -299,6 +299,8 @@ class TextToText(TokenTask):
         with the tokenizer's default (mBART-50's and NLLB's English) and every target with the
         source's code (M2M100: a KeyError traceback), trained and scored with exit 0. Saved with
         the tokenizer (`init_kwargs`), so a run's model/ and its export load with them."""
+        if target_marks(tok):
+            return self._mark_sources(tok)
         codes = language_codes(tok)
         given = (("task.source_code", self.source_code), ("task.target_code", self.target_code))
         if codes is None:
@@ -323,6 +325,30 @@ class TextToText(TokenTask):
                                 f"the tokenizer (src_lang and tgt_lang) says which the {side} are in; set {key}")
         tok.src_lang, tok.tgt_lang = chosen
         tok.init_kwargs["src_lang"], tok.init_kwargs["tgt_lang"] = chosen  # what save_pretrained writes
+
+    def _mark_sources(self, tok: Any) -> None:
+        """A multi-target Marian tokenizer (opus-mt-en-ROMANCE, en-mul) reads the target language
+        from a `>>fr<<` token that begins each source, as its model card says to write it: the
+        target's mark (task.target_code, else translation's target_lang: `fr` is `>>fr<<`, a code
+        of its own `>>fra<<`) goes before every source (`affixes`), or a task.prefix that begins
+        with one is that mark. Without one the model chose its output's language, exit 0."""
+        marks = target_marks(tok)
+        codes = [m[2:-2] for m in marks]
+        if self.source_code is not None:
+            raise UserError(f"task.source_code: {type(tok).__name__} marks the target language alone (a >>code<< "
+                            "token before each source); leave task.source_code unset")
+        (hint_key, hint) = self.language_hints()[1]
+        key, wanted = ("task.target_code", self.target_code) if self.target_code is not None else (hint_key, hint)
+        written = next((m for m in marks if (self.prefix or "").startswith(m)), None)
+        code = pick_code(codes, wanted.strip("<>"), key, "task.target_code", tok) if wanted is not None else None
+        if written is not None and code is not None and written != f">>{code}<<":
+            raise UserError(f"task.prefix: it begins with {written}, the target language mark, and {key} says "
+                            f"{wanted} ({'>>' + code + '<<'}); keep one of them")
+        if written is None and code is None:
+            raise UserError(f"task.target_code: the tokenizer ({type(tok).__name__}) translates into the language a "
+                            f"token before each source names ({', '.join(marks[:4])}, ...: {len(marks)}), and the "
+                            "recipe names none; set task.target_code")
+        self._mark = "" if written is not None else f">>{code}<< "
 
     def language_start(self, model: Any, tok: Any) -> dict[str, Any]:
         """How generation starts where the tokenizer marks targets with a language code: as
@@ -605,6 +631,12 @@ def language_codes(tok: Any) -> list[str] | None:
         return None
     vocab = tok.get_vocab()
     return [str(t) for t in extra if str(t) in vocab] or None
+
+
+def target_marks(tok: Any) -> list[str]:
+    """The `>>code<<` tokens a multi-target Marian tokenizer reads the target language from."""
+    marks = getattr(tok, "supported_language_codes", None)
+    return [str(m) for m in marks] if isinstance(marks, list) else []
 
 
 def pick_code(codes: list[str], wanted: str, key: str, own_key: str, tok: Any) -> str:
