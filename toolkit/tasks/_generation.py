@@ -79,7 +79,8 @@ class Generation:
 SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "min_p", "top_h", "epsilon_cutoff",
                                "eta_cutoff"))
 # generation_config fields that change which text is chosen and that no recipe setting names
-# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's): length and
+# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's, but where a
+# tokenizer marks targets with a language code: `TextToText.language_start`): length and
 # repetition constraints; a wall-clock cut (max_time: outputs cut where the machine was slow) and
 # stop strings; other decoding strategies (contrastive search, DoLa, group and constrained beam
 # search, token healing: transformers 5 refuses most of them without remote code, a traceback
