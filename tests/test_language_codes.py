@@ -176,6 +176,10 @@ def test_every_entry_point_marks_the_recipes_languages_and_starts_with_the_targe
             assert (call["forced"], call["start"]) == (forced, start), name
             assert all(row[0] == start and (forced is None or row[1] == forced) for row in call["out"]), name
     assert labels and all(tgt_id in row and src_id not in row for row in labels)
+    written = [r["prediction"] for r in map(json.loads, (run / "predictions.jsonl").read_text().splitlines())]
+    written += [r["prediction"] for r in toolkit.predict(run, SOURCES[:2])]
+    token = tok.convert_ids_to_tokens(tgt_id)  # M2M100's `__de__`: not always a special token
+    assert written and not any(token in text for text in written)  # the forced code is no text
     assert cli("export", run, tmp_path / "out")[0] == 0
     saved = json.loads((tmp_path / "out" / "generation_config.json").read_text())
     assert (saved.get("forced_bos_token_id"), saved.get("decoder_start_token_id")) == (forced, start)

@@ -363,7 +363,7 @@ class TextToText(TokenTask):
         if codes is None or self.decoder_only:
             return {}
         labels = tok(text_target="a")["input_ids"]
-        ids = {tok.convert_tokens_to_ids(c) for c in codes} | set((getattr(tok, "lang_code_to_id", None) or {}).values())
+        ids = code_ids(tok, codes)
         start = int(decoder_inputs(model, torch.tensor([labels]), tok.pad_token_id)[0, 0])
         return {"decoder_start_token_id": start, "forced_bos_token_id": labels[0] if labels[0] in ids else None}
 
@@ -634,6 +634,12 @@ def language_codes(tok: Any) -> list[str] | None:
     return [str(t) for t in extra if str(t) in vocab] or None
 
 
+def code_ids(tok: Any, codes: list[str]) -> set[int]:
+    """The ids of a tokenizer's language codes (M2M100's `en` is the token `__en__`)."""
+    table = getattr(tok, "lang_code_to_id", None) or {}
+    return {table[c] if c in table else tok.convert_tokens_to_ids(c) for c in codes}
+
+
 def target_marks(tok: Any) -> list[str]:
     """The `>>code<<` tokens a multi-target Marian tokenizer reads the target language from."""
     marks = getattr(tok, "supported_language_codes", None)
@@ -669,7 +675,13 @@ def decode_texts(tokenizer: Any, ids: Any, stops: Any = ()) -> list[str]:
     the text the model wrote: T5's decoding cleaned up turned a tokenised reference's "it 's ."
     or a French "Bonjour !" the model reproduced into "it's." and "Bonjour!".
     With `stops` (in-context prompting), each text ends before the first of them it holds, as
-    lm-evaluation-harness's generate_until cuts a continuation at its `until` strings."""
+    lm-evaluation-harness's generate_until cuts a continuation at its `until` strings. A
+    tokenizer's language codes (`language_codes`) are dropped: generation starts with the
+    target's, which is no part of the text, whether the tokenizer lists it as special or not."""
+    codes = language_codes(tokenizer)
+    if codes:  # the target's language code is no text, special token or not (M2M100's `__de__` may not be)
+        pad, drop = tokenizer.pad_token_id, code_ids(tokenizer, codes)
+        ids = [[pad if i in drop else i for i in row] for row in (ids.tolist() if hasattr(ids, "tolist") else ids)]
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=respaces(tokenizer))
     for stop in (s for s in stops if s):
         texts = [t.split(stop, 1)[0] for t in texts]
