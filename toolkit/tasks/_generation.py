@@ -378,6 +378,7 @@ class TextToText(TokenTask):
         if self.in_context is not None:
             features = self._encode_in_context(tokenizer, sources, targets, prefix, suffix)
         else:
+            self._check_prefix_room(tokenizer, prefix, suffix)
             enc = self._encode_decoder_only if self.decoder_only else self._encode_seq2seq
             features = enc(tokenizer, [prefix + s for s in sources], targets, suffix)
         features["example_index"] = list(range(len(rows)))
@@ -428,6 +429,25 @@ class TextToText(TokenTask):
             return {"input_ids": prompts, "attention_mask": [[1] * len(p) for p in prompts],
                     "labels": labels["input_ids"]}
         return self._join_answers(tok, prompts, targets, ic.limit)
+
+    def _check_prefix_room(self, tok: Any, prefix: str, suffix: str) -> None:
+        """The prefix is kept whole and the source after it is cut to fit task.max_length (with
+        the tokenizer's special tokens, a decoder's BOS, an encoder's suffix): a prefix that fills
+        it left no source at all, and every example was trained and scored on the prefix alone
+        (exit 0, said as sources "cut ... the rest is not seen"). One line, as for the suffix."""
+        if not prefix:
+            return
+        size = len(tok(prefix, add_special_tokens=False)["input_ids"])
+        if self.decoder_only:
+            taken, what = len(leading_special(tok)), "the tokenizer's BOS"
+        else:
+            before, after = special_frame(tok)
+            suf = len(tok(suffix, add_special_tokens=False)["input_ids"]) if suffix else 0
+            taken, what = len(before) + len(after) + suf, "the tokenizer's special tokens and task.suffix"
+        if taken < self.max_length <= size + taken:  # a suffix that fills it alone is the suffix's line
+            raise UserError(f"task.prefix: its {size} tokens and the {taken} of {what} leave no room for the source "
+                            f"in task.max_length {self.max_length}: every example would be read as the prefix alone; "
+                            f"raise task.max_length above {size + taken} or shorten task.prefix")
 
     def _encode_seq2seq(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
         """The encoder reads the tokenizer's special tokens around prefix + source + suffix, the
