@@ -17,6 +17,7 @@ from conftest import ROOT, write_recipe
 from test_train import only_run, train_losses
 from toolkit.errors import UserError
 from toolkit.tasks._generation import read_pairs
+from toolkit.tasks._lm import special_frame
 from toolkit.tasks._text_metrics import rouge, sacrebleu_scores, sentence_lines
 
 PREDS = ["The cat sat on the mat. It was happy.", "A man is playing a guitar on stage."]
@@ -761,7 +762,8 @@ def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family
     text, so a long source lost the recipe's suffix (an instruction after the document, as
     Flan-T5's templates put it) with exit 0, in training, evaluation and predict alike, where a
     decoder's prompt keeps it. The source alone is cut now, for every family; a suffix that
-    leaves no room for the source is one line."""
+    leaves no room for the source is one line, and so is a prefix (kept whole, it had filled
+    task.max_length: every example read as the prefix alone, exit 0)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
 
@@ -794,6 +796,15 @@ def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family
         task.suffix = " ".join(["word"] * 30)
         with pytest.raises(UserError, match="^task.suffix: its 30 tokens and the tokenizer's"):
             task.encode(Dataset.from_list(rows), tok)
+    # a prefix that fills task.max_length left no source: every example read as the prefix alone
+    task.suffix, task.prefix = suffix, " ".join(["word"] * 20)
+    with pytest.raises(UserError, match=r"^task.prefix: its \d+ tokens and the \d+ of the tokenizer's .* leave no "
+                                        "room for the source in task.max_length 20"):
+        task.encode(Dataset.from_list(rows), tok)
+    task.prefix = " ".join(["word"] * 8) + " "  # room left: the source is cut after it, the prefix whole
+    bare, lead = tok(task.prefix, add_special_tokens=False)["input_ids"], special_frame(tok)[0]
+    bare = bare[:-1]  # its last token may merge with the source's first (BART's " " and "a": " a")
+    assert all(e[key][len(lead):len(lead) + len(bare)] == bare for e in task.encode(Dataset.from_list(rows), tok))
 
 
 CHECKPOINT_DECODING = {"two-sequences": {"num_beams": 4, "num_return_sequences": 2},

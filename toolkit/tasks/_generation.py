@@ -22,10 +22,11 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from toolkit import readers
+from toolkit import readers, schema
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
+from toolkit.tasks._fields import language_tag
 from toolkit.tasks._lm import IGNORE, TokenTask, leading_special, special_frame
 from toolkit.models import kind_of, parts_lost
 
@@ -78,7 +79,8 @@ class Generation:
 SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "min_p", "top_h", "epsilon_cutoff",
                                "eta_cutoff"))
 # generation_config fields that change which text is chosen and that no recipe setting names
-# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's): length and
+# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's, but where a
+# tokenizer marks targets with a language code: `TextToText.language_start`): length and
 # repetition constraints; a wall-clock cut (max_time: outputs cut where the machine was slow) and
 # stop strings; other decoding strategies (contrastive search, DoLa, group and constrained beam
 # search, token healing: transformers 5 refuses most of them without remote code, a traceback
@@ -194,6 +196,10 @@ class TextToText(TokenTask):
     prefix: str | None = None  # before the source; None: the task's default for the family
     suffix: str | None = None  # after the source (decoder-only prompts); None: the task's default
     generation: Generation = field(default_factory=Generation)
+    # the language codes a multilingual tokenizer (mBART, mBART-50, M2M100, NLLB) marks sources and
+    # targets with: `language_codes`; unset, translation's are found from source_lang / target_lang
+    source_code: str | None = schema.added(default=None, neutral=None)
+    target_code: str | None = schema.added(default=None, neutral=None)
 
     # --- family ------------------------------------------------------------------------------
     def ignores(self) -> dict[str, str]:
@@ -216,8 +222,8 @@ class TextToText(TokenTask):
 
     def affixes(self) -> tuple[str, str]:
         prefix, suffix = self.default_affixes(getattr(self, "_family", None), self.decoder_only)
-        return (prefix if self.prefix is None else self.prefix,
-                suffix if self.suffix is None else self.suffix)
+        prefix = prefix if self.prefix is None else self.prefix
+        return self.__dict__.get("_mark", "") + prefix, suffix if self.suffix is None else self.suffix
 
     def reading_limit(self) -> int | None:
         """An encoder's prompt without a suffix is cut whole at task.max_length; a source cut
@@ -283,9 +289,93 @@ class TextToText(TokenTask):
     def references(self, raw: Any) -> list[list[str]]:
         return [[t] for t in raw["target"]]
 
+    # --- language codes (multilingual tokenizers) ---------------------------------------------
+    def language_hints(self) -> tuple[tuple[str, str | None], tuple[str, str | None]]:
+        """(recipe key, value) that names the sources' and the targets' language where
+        task.source_code / task.target_code are unset: none here (translation: its languages)."""
+        return ("task.source_code", None), ("task.target_code", None)
+
+    def set_languages(self, tok: Any) -> None:
+        """A tokenizer that marks each text with a language code (`language_codes`) is set to the
+        recipe's languages, as transformers' run_translation sets `src_lang` / `tgt_lang`:
+        task.source_code / task.target_code, else the language the task names (translation's
+        source_lang / target_lang: `en` is mBART-50's `en_XX`, M2M100's `en`), else the codes the
+        checkpoint's tokenizer was saved with, both (transformers saves a default src_lang that
+        nobody chose, en_XX or eng_Latn, beside tgt_lang null); else one line. Left alone, every source was marked
+        with the tokenizer's default (mBART-50's and NLLB's English) and every target with the
+        source's code (M2M100: a KeyError traceback), trained and scored with exit 0. Saved with
+        the tokenizer (`init_kwargs`), so a run's model/ and its export load with them."""
+        if target_marks(tok):
+            return self._mark_sources(tok)
+        codes = language_codes(tok)
+        given = (("task.source_code", self.source_code), ("task.target_code", self.target_code))
+        if codes is None:
+            for key, value in given:
+                if value is not None:
+                    raise UserError(f"{key}: {value!r} is a language code for a tokenizer that marks texts with "
+                                    f"them (mBART, M2M100, NLLB); this model's ({type(tok).__name__}) marks none: "
+                                    "leave it unset")
+            return
+        saved = [tok.init_kwargs.get(k) for k in ("src_lang", "tgt_lang")]  # both, or the class's default
+        saved = saved if all(c in codes for c in saved) else [None, None]
+        chosen = []
+        for (key, own), (hint_key, hint), kept, side in zip(given, self.language_hints(), saved, ("sources", "targets")):
+            if own is not None or hint is not None:
+                chosen.append(pick_code(codes, own if own is not None else hint, key if own is not None else hint_key,
+                                        key, tok))
+            elif kept is not None:
+                chosen.append(kept)
+            else:
+                raise UserError(f"{key}: the tokenizer ({type(tok).__name__}) marks every text with its language's "
+                                f"code ({', '.join(codes[:4])}, ...: {len(codes)} codes), and neither the recipe nor "
+                                f"the tokenizer (src_lang and tgt_lang) says which the {side} are in; set {key}")
+        tok.src_lang, tok.tgt_lang = chosen
+        tok.init_kwargs["src_lang"], tok.init_kwargs["tgt_lang"] = chosen  # what save_pretrained writes
+
+    def _mark_sources(self, tok: Any) -> None:
+        """A multi-target Marian tokenizer (opus-mt-en-ROMANCE, en-mul) reads the target language
+        from a `>>fr<<` token that begins each source, as its model card says to write it: the
+        target's mark (task.target_code, else translation's target_lang: `fr` is `>>fr<<`, a code
+        of its own `>>fra<<`) goes before every source (`affixes`), or a task.prefix that begins
+        with one is that mark. Without one the model chose its output's language, exit 0."""
+        marks = target_marks(tok)
+        codes = [m[2:-2] for m in marks]
+        if self.source_code is not None:
+            raise UserError(f"task.source_code: {type(tok).__name__} marks the target language alone (a >>code<< "
+                            "token before each source); leave task.source_code unset")
+        (hint_key, hint) = self.language_hints()[1]
+        key, wanted = ("task.target_code", self.target_code) if self.target_code is not None else (hint_key, hint)
+        written = next((m for m in marks if (self.prefix or "").startswith(m)), None)
+        code = pick_code(codes, wanted.strip("<>"), key, "task.target_code", tok) if wanted is not None else None
+        if written is not None and code is not None and written != f">>{code}<<":
+            raise UserError(f"task.prefix: it begins with {written}, the target language mark, and {key} says "
+                            f"{wanted} ({'>>' + code + '<<'}); keep one of them")
+        if written is None and code is None:
+            raise UserError(f"task.target_code: the tokenizer ({type(tok).__name__}) translates into the language a "
+                            f"token before each source names ({', '.join(marks[:4])}, ...: {len(marks)}), and the "
+                            "recipe names none; set task.target_code")
+        self._mark = "" if written is not None else f">>{code}<< "
+
+    def language_start(self, model: Any, tok: Any) -> dict[str, Any]:
+        """How generation starts where the tokenizer marks targets with a language code: as
+        training's decoder input starts (the collator's `prepare_decoder_input_ids_from_labels`
+        on the labels): its first token is `decoder_start_token_id` (mBART's target code, which
+        its labels end with and the shift puts first), and a target code the labels begin with
+        (mBART-50, M2M100, NLLB) is forced as the first generated token, as run_translation's
+        `forced_bos_token_id`. Without it the model chose the language of its output itself.
+        {} for other tokenizers (their decoding is the checkpoint's)."""
+        codes = language_codes(tok)
+        if codes is None or self.decoder_only:
+            return {}
+        labels = tok(text_target="a")["input_ids"]
+        ids = code_ids(tok, codes)
+        start = int(decoder_inputs(model, torch.tensor([labels]), tok.pad_token_id)[0, 0])
+        return {"decoder_start_token_id": start, "forced_bos_token_id": labels[0] if labels[0] in ids else None}
+
     # --- encoding ----------------------------------------------------------------------------
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         self._tokenizer = tokenizer
+        self.set_languages(tokenizer)
         prefix, suffix = self.affixes()
         rows = dataset.to_list()
         sources = [self.source_text(r) for r in rows]
@@ -293,6 +383,7 @@ class TextToText(TokenTask):
         if self.in_context is not None:
             features = self._encode_in_context(tokenizer, sources, targets, prefix, suffix)
         else:
+            self._check_prefix_room(tokenizer, prefix, suffix)
             enc = self._encode_decoder_only if self.decoder_only else self._encode_seq2seq
             features = enc(tokenizer, [prefix + s for s in sources], targets, suffix)
         features["example_index"] = list(range(len(rows)))
@@ -343,6 +434,25 @@ class TextToText(TokenTask):
             return {"input_ids": prompts, "attention_mask": [[1] * len(p) for p in prompts],
                     "labels": labels["input_ids"]}
         return self._join_answers(tok, prompts, targets, ic.limit)
+
+    def _check_prefix_room(self, tok: Any, prefix: str, suffix: str) -> None:
+        """The prefix is kept whole and the source after it is cut to fit task.max_length (with
+        the tokenizer's special tokens, a decoder's BOS, an encoder's suffix): a prefix that fills
+        it left no source at all, and every example was trained and scored on the prefix alone
+        (exit 0, said as sources "cut ... the rest is not seen"). One line, as for the suffix."""
+        if not prefix:
+            return
+        size = len(tok(prefix, add_special_tokens=False)["input_ids"])
+        if self.decoder_only:
+            taken, what = len(leading_special(tok)), "the tokenizer's BOS"
+        else:
+            before, after = special_frame(tok)
+            suf = len(tok(suffix, add_special_tokens=False)["input_ids"]) if suffix else 0
+            taken, what = len(before) + len(after) + suf, "the tokenizer's special tokens and task.suffix"
+        if taken < self.max_length <= size + taken:  # a suffix that fills it alone is the suffix's line
+            raise UserError(f"task.prefix: its {size} tokens and the {taken} of {what} leave no room for the source "
+                            f"in task.max_length {self.max_length}: every example would be read as the prefix alone; "
+                            f"raise task.max_length above {size + taken} or shorten task.prefix")
 
     def _encode_seq2seq(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
         """The encoder reads the tokenizer's special tokens around prefix + source + suffix, the
@@ -439,7 +549,7 @@ class TextToText(TokenTask):
             model = model.module  # generate() is the wrapped model's; nothing trains here
         tok = self._tokenizer
         kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id,
-                  "eos_token_id": self.end_ids(model, tok)}
+                  "eos_token_id": self.end_ids(model, tok), **self.language_start(model, tok)}
         stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
@@ -533,6 +643,51 @@ class TextToText(TokenTask):
         return [found[i] for i in range(len(raw))]
 
 
+def language_codes(tok: Any) -> list[str] | None:
+    """The language codes a tokenizer marks its texts with, where it does (those transformers'
+    translation pipeline hands `src_lang` / `tgt_lang` to: mBART, mBART-50, M2M100, NLLB); None
+    for others."""
+    if not callable(getattr(tok, "_build_translation_inputs", None)) or not hasattr(tok, "src_lang"):
+        return None
+    table = getattr(tok, "lang_code_to_id", None)
+    if isinstance(table, dict) and table:
+        return [str(c) for c in table]
+    extra = getattr(tok, "extra_special_tokens", None)  # NLLB's codes
+    if not isinstance(extra, list):
+        return None
+    vocab = tok.get_vocab()
+    return [str(t) for t in extra if str(t) in vocab] or None
+
+
+def code_ids(tok: Any, codes: list[str]) -> set[int]:
+    """The ids of a tokenizer's language codes (M2M100's `en` is the token `__en__`)."""
+    table = getattr(tok, "lang_code_to_id", None) or {}
+    return {table[c] if c in table else tok.convert_tokens_to_ids(c) for c in codes}
+
+
+def target_marks(tok: Any) -> list[str]:
+    """The `>>code<<` tokens a multi-target Marian tokenizer reads the target language from."""
+    marks = getattr(tok, "supported_language_codes", None)
+    return [str(m) for m in marks] if isinstance(marks, list) else []
+
+
+def pick_code(codes: list[str], wanted: str, key: str, own_key: str, tok: Any) -> str:
+    """The tokenizer's code for `wanted` (from recipe key `key`): itself (case, `-` or `_`
+    ignored), or for a bare language (`en`) the one code of that language (mBART-50's `en_XX`);
+    else one line asking for `own_key` (task.source_code / task.target_code)."""
+    tag = language_tag(wanted)
+    same = [c for c in codes if language_tag(c) == tag]
+    if not same and len(tag) == 1:
+        same = [c for c in codes if language_tag(c)[:1] == tag]
+    if len(same) == 1:
+        return same[0]
+    near = [c for c in codes if tag and language_tag(c)[:1] == tag[:1]]
+    listed = f"its codes of that language: {', '.join(near)}" if near else f"e.g. {', '.join(codes[:4])}"
+    fix = f"set {own_key} to the tokenizer's code" if own_key != key else "use one of them"
+    raise UserError(f"{key}: {wanted!r} is not one of the {len(codes)} language codes the tokenizer "
+                    f"({type(tok).__name__}) marks texts with ({listed}); {fix}")
+
+
 SPACING_PROBE = "yes, it's here. isn't it? no!"  # lower case: uncased tokenizers give it back too
 
 
@@ -545,7 +700,13 @@ def decode_texts(tokenizer: Any, ids: Any, stops: Any = ()) -> list[str]:
     the text the model wrote: T5's decoding cleaned up turned a tokenised reference's "it 's ."
     or a French "Bonjour !" the model reproduced into "it's." and "Bonjour!".
     With `stops` (in-context prompting), each text ends before the first of them it holds, as
-    lm-evaluation-harness's generate_until cuts a continuation at its `until` strings."""
+    lm-evaluation-harness's generate_until cuts a continuation at its `until` strings. A
+    tokenizer's language codes (`language_codes`) are dropped: generation starts with the
+    target's, which is no part of the text, whether the tokenizer lists it as special or not."""
+    codes = language_codes(tokenizer)
+    if codes:  # the target's language code is no text, special token or not (M2M100's `__de__` may not be)
+        pad, drop = tokenizer.pad_token_id, code_ids(tokenizer, codes)
+        ids = [[pad if i in drop else i for i in row] for row in (ids.tolist() if hasattr(ids, "tolist") else ids)]
     texts = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=respaces(tokenizer))
     for stop in (s for s in stops if s):
         texts = [t.split(stop, 1)[0] for t in texts]
@@ -631,8 +792,8 @@ class TextToTextCollator:
             batch = {"input_ids": _pad([f["input_ids"] for f in features], pad, left=False),
                      "attention_mask": _pad([f["attention_mask"] for f in features], 0, left=False),
                      "labels": _pad([f["labels"] for f in features], IGNORE, left=False)}
-            if self.model is not None and hasattr(self.model, "prepare_decoder_input_ids_from_labels"):
-                batch["decoder_input_ids"] = self.model.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
+            if self.model is not None:
+                batch["decoder_input_ids"] = decoder_inputs(self.model, batch["labels"], pad)
             return {**batch, "example_index": index}
         batch = {"input_ids": _pad([f["input_ids"] for f in features], pad, left=False),
                  "attention_mask": _pad([f["attention_mask"] for f in features], 0, left=False),
@@ -645,6 +806,31 @@ class TextToTextCollator:
                 width = batch["labels"].shape[1]
                 batch["logits_to_keep"] = min(width, width - int(labelled[0, 0]) + 1)
         return {**batch, "example_index": index}
+
+
+def decoder_inputs(model: Any, labels: torch.Tensor, pad: int) -> torch.Tensor:
+    """An encoder-decoder's decoder input for `labels`: the model's own
+    `prepare_decoder_input_ids_from_labels` (mBART's shift wraps the labels' last token to the
+    front), else what its forward builds from labels (M2M100, NLLB, Blenderbot: the decoder start
+    token, then the labels shifted right, -100 read as padding). The loss is the task's, so the
+    model gets no labels; without these inputs M2M100 and NLLB stopped at the first batch on a
+    ValueError traceback."""
+    if hasattr(model, "prepare_decoder_input_ids_from_labels"):
+        return model.prepare_decoder_input_ids_from_labels(labels=labels)
+    start = decoder_start(model)
+    if start is None:
+        raise UserError(f"model.checkpoint: its config sets no decoder_start_token_id, the token {type(model).__name__}'s "
+                        "decoder starts from; set it in config.json")
+    shifted = torch.full_like(labels, start)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == IGNORE, pad)
+
+
+def decoder_start(model: Any) -> int | None:
+    """The token an encoder-decoder's decoder starts from: its config's, else its generation config's."""
+    config = getattr(model, "config", None)
+    start = getattr(config, "decoder_start_token_id", None)
+    return start if start is not None else getattr(getattr(model, "generation_config", None), "decoder_start_token_id", None)
 
 
 def keeps_logits(model: Any) -> bool:

@@ -401,7 +401,8 @@ class Squad(TextToText):
         if self.extractive:
             why = ("an extractive run (task.mode, or auto on an encoder) reads its answer off a span head "
                    "and generates nothing; set task.mode: generative to use it")
-            return {f"task.{name}": why for name in ("max_target_length", "prefix", "suffix")} | {
+            return {f"task.{name}": why for name in ("max_target_length", "prefix", "suffix", "source_code",
+                                                                  "target_code")} | {
                 f"task.generation.{f.name}": why for f in dataclasses.fields(Generation)} | self._split_ignored()
         why = ("a generative run (task.mode, or auto on a decoder or encoder-decoder) reads question and "
                "context as one source cut at task.max_length: no windows or spans; set task.mode: "

@@ -80,6 +80,9 @@ class Translation(TextToText):
     def declared_metrics(self) -> list[Metric]:
         return [declaration("bleu"), declaration("chrf")]
 
+    def language_hints(self) -> tuple[tuple[str, str | None], tuple[str, str | None]]:
+        return ("task.source_lang", self.source_lang), ("task.target_lang", self.target_lang)
+
     def metric_info(self) -> dict[str, str]:
         return sacrebleu_signatures(self.bleu_tokenize)
 
