@@ -140,6 +140,35 @@ def test_layers_and_bottleneck_size(tiny_checkpoint) -> None:
         Adapters(layers=[7]).apply(_load(tiny_checkpoint, "bert")[0], _ctx(model))
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_checkpoint_holding_bottleneck_adapters_is_refused(tiny_checkpoint, tmp_path: Path, family: str) -> None:
+    """transformers builds the plain model and drops the weights it has no place for: a model saved
+    after `load_adapters` (the export's load line), or an adapter folder beside its base, given as
+    model.checkpoint, started from the base without its adapters, exit 0. One line at validate
+    (the config file, or a weight name in the safetensors header); a .bin, whose names need torch,
+    when it loads. The base alone is still accepted."""
+    import toolkit
+
+    model, _ = _load(tiny_checkpoint, family)
+    Adapters(config="pfeiffer").apply(model, _ctx(model))
+    model.save_pretrained(tmp_path / "saved")  # its state dict holds the adapters
+    base, _ = _load(tiny_checkpoint, family)
+    base.save_pretrained(tmp_path / "beside")
+    Adapters().save(base, tmp_path / "beside")  # bottleneck_config.json beside the base
+    base.save_pretrained(tmp_path / "base")
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    (bin_folder / "config.json").write_text((tmp_path / "saved" / "config.json").read_text())
+    torch.save(model.state_dict(), bin_folder / "pytorch_model.bin")
+    for folder, held in (("saved", r"\.bottleneck_adapter\."), ("beside", CONFIG_FILE)):
+        with pytest.raises(UserError, match=rf"model.checkpoint: .*{folder} holds bottleneck adapters \(.*{held}"):
+            toolkit.validate("demo/sst2/minilm-lora", [f"model.checkpoint={tmp_path / folder}"])
+    with pytest.raises(UserError, match=r"bin holds bottleneck adapters \(.*\.bottleneck_adapter\..*\), .*start from their base"):
+        models.load(str(bin_folder), "sequence-classification", {"num_labels": 2},
+                    tokenizer=models.load_tokenizer(tiny_checkpoint(family)))
+    toolkit.validate("demo/sst2/minilm-lora", [f"model.checkpoint={tmp_path / 'base'}"])
+
+
 def test_loading_twice_is_refused(tiny_checkpoint, tmp_path: Path) -> None:
     model, _ = _load(tiny_checkpoint, "gpt2")
     method = Adapters(config="pfeiffer")

@@ -49,7 +49,7 @@ from typing import Any, Callable, ClassVar, Literal
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
-from toolkit.models import BOTTLENECK_CONFIG, head_names
+from toolkit.models import BOTTLENECK_CHILD, BOTTLENECK_CONFIG, head_names
 
 torch = lazy("torch", globals())
 nn = lazy("torch.nn", globals())
@@ -74,7 +74,7 @@ PFEIFFER: dict[str, tuple[str, str, str | None]] = {
     "t5": (r"block\.(\d+)\.layer\.\d+", "stream", "DenseReluDense"),
 }
 PLACEMENT = "adapterhub"  # written into a saved config; a folder without it is the earlier placement
-CHILD = "bottleneck_adapter"  # the child module name, and the marker of adapter parameters
+CHILD = BOTTLENECK_CHILD  # the child module name, and the marker of adapter parameters
 CONFIG_FILE = BOTTLENECK_CONFIG
 WEIGHTS_FILE = "bottleneck_adapters.safetensors"
 
