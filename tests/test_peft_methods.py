@@ -366,6 +366,20 @@ def test_a_setting_read_only_under_another_is_refused_without_it(tiny_checkpoint
     assert code == 0, err
 
 
+@pytest.mark.parametrize("text", ['""', '"  "'])
+def test_an_empty_init_text_is_refused_at_validate(tiny_checkpoint, cli, tmp_path, text):
+    """Finding: `init_text: ""` (or blanks) with `init: text` started the prompt from the task's
+    instruction (`init_text or instruction`), another text than the recipe's, exit 0 (PEFT itself
+    divides by its zero tokens on GPT-2's tokenizer). One line at validate."""
+    recipe = write_recipe(tmp_path / "r.yaml", (
+        f"model: {{checkpoint: {tiny_checkpoint('bert')}}}\n"
+        "task: {name: glue, subset: sst2, max_length: 32}\n"
+        f"method: {{name: prompt_tuning, num_virtual_tokens: 4, init: text, init_text: {text}}}\n"))
+    code, _, err = cli("validate", recipe)
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and "method.init_text is empty" in line, err
+
+
 @pytest.mark.parametrize("name", ["lora", "dora", "adalora", "ia3"])
 def test_an_empty_target_list_is_refused_at_validate(tiny_checkpoint, cli, tmp_path, runs_dir, name):
     """`method.target_modules: []` passed validate and was refused only after the model and the

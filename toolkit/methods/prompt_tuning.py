@@ -93,6 +93,9 @@ class PromptTuning(Method):
                                   "toolkit.methods.prompt_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        if self.init_text is not None and not self.init_text.strip():  # `or` took the instruction instead
+            return ("method.init_text is empty, so there is no text to start the prompt from (the task's "
+                    "instruction was used instead); give the text, or leave init_text out for the instruction")
         if self.init_text is not None and self.init != "text":  # PEFT reads it under TEXT only
             return (f"method.init_text is read with method.init: text only, and init is {self.init} "
                     "(the prompt would start random); set method.init: text")
