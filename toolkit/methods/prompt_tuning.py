@@ -112,9 +112,12 @@ class PromptTuning(Method):
 
         if self.init == "random":
             return {"prompt_tuning_init": PromptTuningInit.RANDOM}
+        # PEFT loads the tokenizer again by name: one the run reads words with (NER) adds the space
+        # before the first word too, and without it the prompt started from other tokens ('Tag', not 'ĠTag')
+        spaced = {"add_prefix_space": True} if getattr(ctx.tokenizer, "add_prefix_space", False) is True else {}
         return {"prompt_tuning_init": PromptTuningInit.TEXT,
                 "prompt_tuning_init_text": self.init_text or ctx.instruction,
-                "tokenizer_name_or_path": ctx.tokenizer.name_or_path}
+                "tokenizer_name_or_path": ctx.tokenizer.name_or_path, "tokenizer_kwargs": spaced or None}
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import PromptTuningConfig, get_peft_model
