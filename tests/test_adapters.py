@@ -140,6 +140,77 @@ def test_layers_and_bottleneck_size(tiny_checkpoint) -> None:
         Adapters(layers=[7]).apply(_load(tiny_checkpoint, "bert")[0], _ctx(model))
 
 
+class _Doubling(torch.nn.Dropout):
+    """A dropout made deterministic for the test: every element kept, times 2."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "t5"])
+def test_houlsby_reads_the_sub_layers_dropped_output(tiny_checkpoint, family: str) -> None:
+    """Finding: houlsby's adapters read the projection's output before the sub-layer's dropout,
+    where AdapterHub and Houlsby et al.'s code read it after (dense, dropout, adapter): in training
+    the adapter's input was not dropped and its sum was (another function, exit 0; eval the same).
+    Each adapter now works on the dropout module's output: with a dropout that doubles, every
+    adapted sub-layer gives d + A(d), d = 2 x, x the projection's output (not 2 (x + A(x))).
+    BART drops out with a call, no module: its adapters stay on the projection (docs/methods.md)."""
+    model, batch = _load(tiny_checkpoint, family)
+    Adapters(non_linearity="tanh").apply(model, _ctx(model))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if is_adapter(name):
+                param.copy_(torch.randn_like(param) * 0.5)
+    for module in model.modules():
+        if type(module) is torch.nn.Dropout:
+            module.__class__ = _Doubling  # hooks kept, as toolkit.dropout swaps them
+    seen: dict[str, list] = {}
+    projections = [(n, m) for n, m in model.named_modules() if hasattr(m, "bottleneck_adapter")]
+    assert len(projections) == 2 * 2 * (2 if family == "t5" else 1)  # 2 per layer, 2 layers, T5's two stacks
+    for name, projection in projections:
+        projection.register_forward_hook(lambda m, i, o, n=name: seen.setdefault(n, []).append(o))
+        dropout = next(d for d in model.modules() if isinstance(d, _Doubling)
+                       and any(getattr(h, "args", ()) == (projection,) for h in d._forward_hooks.values()))
+        dropout.register_forward_hook(lambda m, i, o, n=name: seen[n].append(o))  # after the adapter's
+    model.train()
+    with torch.no_grad():
+        model(**batch)
+    for name, projection in projections:
+        x, y = seen[name]
+        dropped = 2 * x
+        torch.testing.assert_close(y, dropped + projection.bottleneck_adapter.delta(dropped))
+        assert not torch.allclose(y, 2 * (x + projection.bottleneck_adapter.delta(x)), atol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_checkpoint_holding_bottleneck_adapters_is_refused(tiny_checkpoint, tmp_path: Path, family: str) -> None:
+    """transformers builds the plain model and drops the weights it has no place for: a model saved
+    after `load_adapters` (the export's load line), or an adapter folder beside its base, given as
+    model.checkpoint, started from the base without its adapters, exit 0. One line at validate
+    (the config file, or a weight name in the safetensors header); a .bin, whose names need torch,
+    when it loads. The base alone is still accepted."""
+    import toolkit
+
+    model, _ = _load(tiny_checkpoint, family)
+    Adapters(config="pfeiffer").apply(model, _ctx(model))
+    model.save_pretrained(tmp_path / "saved")  # its state dict holds the adapters
+    base, _ = _load(tiny_checkpoint, family)
+    base.save_pretrained(tmp_path / "beside")
+    Adapters().save(base, tmp_path / "beside")  # bottleneck_config.json beside the base
+    base.save_pretrained(tmp_path / "base")
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    (bin_folder / "config.json").write_text((tmp_path / "saved" / "config.json").read_text())
+    torch.save(model.state_dict(), bin_folder / "pytorch_model.bin")
+    for folder, held in (("saved", r"\.bottleneck_adapter\."), ("beside", CONFIG_FILE)):
+        with pytest.raises(UserError, match=rf"model.checkpoint: .*{folder} holds bottleneck adapters \(.*{held}"):
+            toolkit.validate("demo/sst2/minilm-lora", [f"model.checkpoint={tmp_path / folder}"])
+    with pytest.raises(UserError, match=r"bin holds bottleneck adapters \(.*\.bottleneck_adapter\..*\), .*start from their base"):
+        models.load(str(bin_folder), "sequence-classification", {"num_labels": 2},
+                    tokenizer=models.load_tokenizer(tiny_checkpoint(family)))
+    toolkit.validate("demo/sst2/minilm-lora", [f"model.checkpoint={tmp_path / 'base'}"])
+
+
 def test_loading_twice_is_refused(tiny_checkpoint, tmp_path: Path) -> None:
     model, _ = _load(tiny_checkpoint, "gpt2")
     method = Adapters(config="pfeiffer")

@@ -553,6 +553,41 @@ def test_a_targeted_layer_that_never_runs_is_refused(tiny_checkpoint, method, fa
     METHODS.get(method)(target_modules=["embed_tokens"], **settings).apply(copy.deepcopy(base), ctx)
 
 
+# every embedding each family's forward looks up at its input (accepted), and BART's learned
+# position table, read at positions counted from the input's shape (refused)
+LOOKUPS = {"bert": ["word_embeddings", "position_embeddings", "token_type_embeddings"], "roberta": ["position_embeddings"],
+           "gpt2": ["wte", "wpe"], "bart": ["embed_tokens"], "t5": ["embed_tokens", "relative_attention_bias"]}
+
+
+@pytest.mark.parametrize("family", sorted(LOOKUPS))
+@pytest.mark.parametrize("method", ["lora", "dora"])  # AdaLoRA and IA3 take no embedding layer (one line already)
+def test_an_embedding_that_does_not_look_up_its_input_is_refused(tiny_checkpoint, method, family):
+    """Finding: PEFT's embedding adapter adds the rows of the input its layer is given. BART's
+    `embed_positions` is given the encoder's embeddings (for their shape) or the decoder's token
+    ids, and reads the rows of their positions: LoRA or DoRA there stopped at the first batch with
+    a traceback (the encoder's), or read its rows at the token ids (the decoder's). One line as
+    the method is applied, on the classifier and the seq2seq LM; every embedding that is looked up
+    at its input (each family's) is still adapted."""
+    from toolkit import models
+    from toolkit.errors import UserError
+
+    heads = {"bert": "masked-lm", "roberta": "masked-lm", "gpt2": "causal-lm"}
+    for head in ("sequence-classification", heads.get(family, "seq2seq-lm")):
+        if (family, head) not in _LOADED:
+            _LOADED[family, head] = models.load(tiny_checkpoint(family), head, {"num_labels": 2} if head.startswith("seq") else {})
+        base, tok = _LOADED[family, head]
+        task_type = {"sequence-classification": "SEQ_CLS", "seq2seq-lm": "SEQ_2_SEQ_LM", "causal-lm": "CAUSAL_LM"}.get(head, "")
+        ctx = Context(family, models.head_names(base), task_type, tok, total_steps=10)
+        METHODS.get(method)(target_modules=LOOKUPS[family], **SMALL.get(method, {})).apply(copy.deepcopy(base), ctx)
+        if family != "bart":
+            continue
+        for names, said in ((["embed_positions"], "model.encoder.embed_positions"),
+                            (["decoder.embed_positions"], "model.decoder.embed_positions")):
+            with pytest.raises(UserError, match=rf"^method\.target_modules: {said} does not look up its input .*leave it "
+                                                r"out of the list$"):
+                METHODS.get(method)(target_modules=names, **SMALL.get(method, {})).apply(copy.deepcopy(base), ctx)
+
+
 _FROM_MLM: dict[str, tuple[torch.nn.Module, object, str]] = {}
 
 

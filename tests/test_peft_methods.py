@@ -366,6 +366,38 @@ def test_a_setting_read_only_under_another_is_refused_without_it(tiny_checkpoint
     assert code == 0, err
 
 
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2"])
+def test_a_text_initialised_prompt_starts_from_the_runs_own_tokens(tiny_checkpoint, family):
+    """Finding: PEFT loads the tokenizer again by name to embed `init_text`; a token classifier's
+    tokenizer reads words with the space before the first one too (add_prefix_space), which the
+    reload lacked, so RoBERTa's and GPT-2's prompts started from 'Tag', not the run's 'ĠTag'
+    (another start than the text as the run reads it, exit 0). Each virtual token now starts as
+    the embedding of the run tokenizer's own token."""
+    from toolkit import models
+
+    tok = models.load_tokenizer(tiny_checkpoint(family), words=True)
+    base, _ = models.load(tiny_checkpoint(family), "token-classification", {"num_labels": 3}, tokenizer=tok)
+    ctx = Context(family, models.head_names(base), "TOKEN_CLS", tok, instruction="Tag each word")
+    model = METHODS.get("prompt_tuning")(num_virtual_tokens=4, init="text").apply(base, ctx)
+    ids = (tok("Tag each word")["input_ids"] * 4)[:4]  # repeated to the prompt's length, as PEFT does
+    table = model.get_base_model().get_input_embeddings().weight
+    torch.testing.assert_close(model.prompt_encoder["default"].embedding.weight, table[ids])
+
+
+@pytest.mark.parametrize("text", ['""', '"  "'])
+def test_an_empty_init_text_is_refused_at_validate(tiny_checkpoint, cli, tmp_path, text):
+    """Finding: `init_text: ""` (or blanks) with `init: text` started the prompt from the task's
+    instruction (`init_text or instruction`), another text than the recipe's, exit 0 (PEFT itself
+    divides by its zero tokens on GPT-2's tokenizer). One line at validate."""
+    recipe = write_recipe(tmp_path / "r.yaml", (
+        f"model: {{checkpoint: {tiny_checkpoint('bert')}}}\n"
+        "task: {name: glue, subset: sst2, max_length: 32}\n"
+        f"method: {{name: prompt_tuning, num_virtual_tokens: 4, init: text, init_text: {text}}}\n"))
+    code, _, err = cli("validate", recipe)
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and "method.init_text is empty" in line, err
+
+
 @pytest.mark.parametrize("name", ["lora", "dora", "adalora", "ia3"])
 def test_an_empty_target_list_is_refused_at_validate(tiny_checkpoint, cli, tmp_path, runs_dir, name):
     """`method.target_modules: []` passed validate and was refused only after the model and the

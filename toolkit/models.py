@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
 FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
 NO_LIMIT = 100_000  # a model_max_length at least this large is transformers' placeholder, not a limit
 BOTTLENECK_CONFIG = "bottleneck_config.json"  # methods/adapters.py's saved config (base named by make_portable)
+BOTTLENECK_CHILD = "bottleneck_adapter"  # the module methods/adapters.py hangs on each adapted layer
 HEAD_MODULES = ("classifier", "pre_classifier", "score", "classification_head", "qa_outputs")
 # Modules a checkpoint may lack or hold in another shape, re-initialised on loading: task heads,
 # LM heads, and BERT's pooler (trained by next-sentence prediction; an MLM model has none).
@@ -73,6 +74,53 @@ def _no_adapter(folder: Path) -> None:
         raise UserError(f"model.checkpoint: {folder} holds a PEFT adapter (adapter_config.json) beside "
                         "its base model, which would load unmerged and be trained over (a method's new "
                         "adapter replaced it); start from the merged model: toolkit export RUN OUT --merge")
+    held = BOTTLENECK_CONFIG if (folder / BOTTLENECK_CONFIG).is_file() else _adapter_weight(folder)
+    if held:
+        raise UserError(bottleneck_checkpoint(str(folder), held))
+
+
+def bottleneck_checkpoint(checkpoint: str, held: str) -> str:
+    """The line for a checkpoint holding the toolkit's bottleneck adapters (`held`: their config
+    file beside the model, or one adapter weight in its weights). transformers builds the plain
+    model and drops weights it has no place for, so the run started from the base without them
+    (a model saved after `load_adapters`, or an adapter folder beside its base), exit 0."""
+    return (f"model.checkpoint: {checkpoint} holds bottleneck adapters ({held}), which a transformers model has "
+            "no place for: it would load as its base without them; bottleneck adapters cannot be merged into "
+            "the weights, so start from their base model, or from a run that saves a whole model (full, "
+            "freeze, bitfit, or lora with method.merge: true)")
+
+
+def _adapter_weight(folder: Path) -> str | None:
+    """The name of a bottleneck-adapter weight in the folder's safetensors weights (read from the
+    files' headers, or the shard index), or None."""
+    names: list[str] = []
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        names = list(_json_or_empty(index).get("weight_map") or {})
+    elif (folder / "model.safetensors").is_file():
+        names = _safetensors_names(folder / "model.safetensors")
+    return next((n for n in names if f".{BOTTLENECK_CHILD}." in f".{n}"), None)
+
+
+def _json_or_empty(file: Path) -> dict:
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return {}  # a damaged file: said where it is loaded
+    return data if isinstance(data, dict) else {}
+
+
+def _safetensors_names(file: Path) -> list[str]:
+    """The tensor names in a safetensors file's header (8 bytes of length, then JSON): no torch."""
+    try:
+        with open(file, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            if not 0 < size < 1 << 28:
+                return []
+            header = json.loads(handle.read(size))
+    except (OSError, ValueError):
+        return []  # a damaged file: said where it is loaded
+    return [n for n in header if n != "__metadata__"] if isinstance(header, dict) else []
 
 
 def _cached(repo_id: str) -> bool:
@@ -731,6 +779,9 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         attention.prepare(model)
         modules.load_saved(model, Path(path), attention)  # an earlier run's, same settings
     check_new_weights(checkpoint, info)
+    dropped = next((k for k in info.get("unexpected_keys") or [] if f".{BOTTLENECK_CHILD}." in f".{k}"), None)
+    if dropped:  # weights whose names no header told at validate (a pytorch_model.bin)
+        raise UserError(bottleneck_checkpoint(checkpoint, dropped))
     model.tk_new_modules = new_modules(model, info)  # trained with the head (head_names)
     if theirs:
         follow_label_order(model, theirs, [head_kwargs["id2label"][i] for i in range(len(head_kwargs["id2label"]))],

@@ -219,7 +219,13 @@ def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
     unmatched = [t for t in asked if not any(n == t or n.endswith("." + t) for n in found)]
     if unmatched:
         raise UserError(_no_target(unmatched, "match no layer of this model's body", leaves))
-    idle = _never_run(wrapped)
+    idle, misread = _never_run(wrapped)
+    if misread:
+        raise UserError(f"method.target_modules: {', '.join(misread)} {'does' if len(misread) == 1 else 'do'} not look "
+                        f"up {'its' if len(misread) == 1 else 'their'} input (a learned position table, read at "
+                        "positions counted from the input's shape), and PEFT's embedding adapter adds the rows of "
+                        "the input it is given: the adapter would be read at the wrong rows (or fail on the "
+                        "input); leave it out of the list")
     if idle:
         raise UserError(f"method.target_modules: {', '.join(idle)} never run{'s' * (len(idle) == 1)} in this model's "
                         "forward, so an adapter there trains nothing (its parameters counted as trainable); "
@@ -227,28 +233,52 @@ def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
     return wrapped
 
 
-def _never_run(wrapped: torch.nn.Module) -> list[str]:
-    """The adapted layers a forward pass of the model on its own dummy inputs never calls. T5's and
-    BART's `shared` embedding is read through the encoder's and decoder's `embed_tokens`, which hold
-    the same weight: LoRA on `shared` alone got no gradient and trained nothing, its parameters
-    counted as trainable, exit 0. Empty where the model has no dummy inputs or they do not run."""
+def _never_run(wrapped: torch.nn.Module) -> tuple[list[str], list[str]]:
+    """The adapted layers a forward pass of the model on its own dummy inputs never calls, and the
+    adapted embedding layers that do not look up their input. T5's and BART's `shared` embedding
+    is read through the encoder's and decoder's `embed_tokens`, which hold the same weight: LoRA
+    on `shared` alone got no gradient and trained nothing, its parameters counted as trainable,
+    exit 0. BART's `embed_positions` is an embedding that is given the token ids (or the
+    encoder's embeddings, for their shape) and reads the rows of their positions, while PEFT's
+    adapter on it adds the rows of what it is given: the encoder's stopped at the first batch
+    with a traceback, the decoder's read its adapter at the token ids. Both empty where the model
+    has no dummy inputs or they do not run."""
     names = list(getattr(wrapped, "targeted_module_names", None) or [])
     base = wrapped.get_base_model()
     dummy = getattr(base, "dummy_inputs", None)
     if not names or not isinstance(dummy, dict):
-        return []
+        return [], []
     called: set[str] = set()
+    misread: list[str] = []
     hooks = [base.get_submodule(n).register_forward_hook(lambda *_, n=n: called.add(n)) for n in names]
+    for n in names:
+        layer = getattr(base.get_submodule(n), "base_layer", None)
+        if isinstance(layer, torch.nn.Embedding):
+            hooks.append(layer.register_forward_hook(functools.partial(_check_lookup, n, misread)))
     try:
         device = next(base.parameters()).device
         with torch.no_grad():
             base(**{k: v.to(device) if hasattr(v, "to") else v for k, v in dummy.items()})
     except Exception:  # noqa: BLE001 -- a check only: a model its dummy inputs cannot drive is not judged
-        return []
+        return [], sorted(set(misread))
     finally:
         for hook in hooks:
             hook.remove()
-    return [n for n in names if n not in called]
+    return [n for n in names if n not in called], sorted(set(misread))
+
+
+def _check_lookup(name: str, misread: list[str], layer: Any, args: tuple, output: Any) -> None:
+    """Forward hook on an adapted embedding's own layer: `name` into `misread` where its output is
+    not its table's rows at its input (times the layer's `embed_scale`, which PEFT applies too)."""
+    ids = args[0] if args else None
+    if (not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.numel() == 0
+            or int(ids.min()) < 0 or int(ids.max()) >= layer.num_embeddings):
+        misread.append(name)
+        return
+    scale = getattr(layer, "embed_scale", 1.0)
+    want = torch.nn.functional.embedding(ids, layer.weight) * scale
+    if not isinstance(output, torch.Tensor) or output.shape != want.shape or not torch.allclose(output, want.to(output.dtype)):
+        misread.append(name)
 
 
 def _run_instead(wrapped: torch.nn.Module, idle: list[str]) -> str:

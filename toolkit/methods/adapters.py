@@ -9,7 +9,9 @@ library's DoubleSeqBnConfig and SeqBnConfig, the definitions of Houlsby and Pfei
 
 - houlsby: on each sub-block's output *before* that block's residual add and LayerNorm, after
   self-attention and after the feed-forward block: attached to the sub-block's output projection
-  as a child module named `bottleneck_adapter` and applied with a forward hook;
+  as a child module named `bottleneck_adapter` and applied with a forward hook on the dropout
+  module the sub-block applies to that output (dense, dropout, adapter: AdapterHub's order; BART,
+  whose dropout is a call, on the projection itself);
 - pfeiffer: once per layer, after the feed-forward block, reading what follows the block's
   residual add: a post-LayerNorm family (BERT, RoBERTa, BART) `LN(s + A(LN(s)))` with s the
   block's output plus its residual and LN the layer's own LayerNorm (hooked there); a pre-LayerNorm
@@ -40,6 +42,7 @@ layer. Only the adapters and the task head train; `save` writes just those, and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -49,7 +52,7 @@ from typing import Any, Callable, ClassVar, Literal
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
-from toolkit.models import BOTTLENECK_CONFIG, head_names
+from toolkit.models import BOTTLENECK_CHILD, BOTTLENECK_CONFIG, head_names
 
 torch = lazy("torch", globals())
 nn = lazy("torch.nn", globals())
@@ -73,8 +76,18 @@ PFEIFFER: dict[str, tuple[str, str, str | None]] = {
     "bart": (r"layers\.(\d+)\.final_layer_norm", "norm", None),
     "t5": (r"block\.(\d+)\.layer\.\d+", "stream", "DenseReluDense"),
 }
+# family -> (pattern of a houlsby projection's name, what makes the name of the dropout module the
+# sub-layer applies to that projection's output); the adapter is applied after it (AdapterHub's and
+# Houlsby et al.'s order: dense, dropout, adapter). BART drops out with a call in its layers'
+# forward, no module: there the adapter still reads the projection's output, before that dropout.
+AFTER_DROPOUT: dict[str, tuple[tuple[str, str], ...]] = {
+    "bert": ((r"\.dense$", ".dropout"),),
+    "roberta": ((r"\.dense$", ".dropout"),),
+    "gpt2": ((r"\.attn\.c_proj$", ".attn.resid_dropout"), (r"\.mlp\.c_proj$", ".mlp.dropout")),
+    "t5": ((r"\.SelfAttention\.o$", ".dropout"), (r"\.DenseReluDense\.wo$", ".dropout")),
+}
 PLACEMENT = "adapterhub"  # written into a saved config; a folder without it is the earlier placement
-CHILD = "bottleneck_adapter"  # the child module name, and the marker of adapter parameters
+CHILD = BOTTLENECK_CHILD  # the child module name, and the marker of adapter parameters
 CONFIG_FILE = BOTTLENECK_CONFIG
 WEIGHTS_FILE = "bottleneck_adapters.safetensors"
 
@@ -108,6 +121,23 @@ def _adapt_stream(module: nn.Module, inputs: tuple, output: Any) -> Any:
 
 
 HOOKS = {"output": _adapt_output, "norm": _adapt_normed, "stream": _adapt_stream}
+
+
+def _adapt_dropped(projection: nn.Module, module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
+    """Forward hook on the dropout that follows `projection`: its adapter on the dropped output."""
+    return getattr(projection, CHILD)(output)
+
+
+def _dropout_after(model: nn.Module, name: str) -> nn.Module | None:
+    """The nn.Dropout module the sub-layer applies to the output of projection `name`, or None."""
+    for pattern, replacement in AFTER_DROPOUT.get(model.config.model_type, ()):
+        if re.search(pattern, name):
+            try:
+                found = model.get_submodule(re.sub(pattern, replacement, name))
+            except AttributeError:
+                return None
+            return found if isinstance(found, nn.Dropout) else None
+    return None
 
 
 def is_adapter(name: str) -> bool:
@@ -195,12 +225,16 @@ class Adapters(Method):
         adapted = [name for name, module, _ in targets if hasattr(module, CHILD)]
         if adapted:
             raise UserError(f"{adapted[0]} has a bottleneck adapter already; use a fresh base model")
-        for _, module, kind in targets:
+        for name, module, kind in targets:
             width = _out_width(module, model)
             weight = next(module.parameters())
             adapter = Bottleneck(width, self.size_for(width), self.non_linearity)
             module.add_module(CHILD, adapter.to(device=weight.device, dtype=weight.dtype))
-            module.register_forward_hook(HOOKS[kind])
+            dropout = _dropout_after(model, name) if kind == "output" else None
+            if dropout is not None:  # the same function in eval mode; in training the adapter reads the dropped output
+                dropout.register_forward_hook(functools.partial(_adapt_dropped, module))
+            else:
+                module.register_forward_hook(HOOKS[kind])
         return len(targets)
 
     def apply(self, model: nn.Module, ctx: Context) -> nn.Module:

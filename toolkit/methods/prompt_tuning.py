@@ -93,6 +93,9 @@ class PromptTuning(Method):
                                   "toolkit.methods.prompt_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        if self.init_text is not None and not self.init_text.strip():  # `or` took the instruction instead
+            return ("method.init_text is empty, so there is no text to start the prompt from (the task's "
+                    "instruction was used instead); give the text, or leave init_text out for the instruction")
         if self.init_text is not None and self.init != "text":  # PEFT reads it under TEXT only
             return (f"method.init_text is read with method.init: text only, and init is {self.init} "
                     "(the prompt would start random); set method.init: text")
@@ -109,9 +112,12 @@ class PromptTuning(Method):
 
         if self.init == "random":
             return {"prompt_tuning_init": PromptTuningInit.RANDOM}
+        # PEFT loads the tokenizer again by name: one the run reads words with (NER) adds the space
+        # before the first word too, and without it the prompt started from other tokens ('Tag', not 'ĠTag')
+        spaced = {"add_prefix_space": True} if getattr(ctx.tokenizer, "add_prefix_space", False) is True else {}
         return {"prompt_tuning_init": PromptTuningInit.TEXT,
                 "prompt_tuning_init_text": self.init_text or ctx.instruction,
-                "tokenizer_name_or_path": ctx.tokenizer.name_or_path}
+                "tokenizer_name_or_path": ctx.tokenizer.name_or_path, "tokenizer_kwargs": spaced or None}
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import PromptTuningConfig, get_peft_model
