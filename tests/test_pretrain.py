@@ -906,3 +906,39 @@ def test_token_accuracy_is_run_clm_and_run_mlm_s_over_the_whole_split(name: str)
         assert token_losses(logits[:, 3:], tail, shift).tolist() == pytest.approx(token_losses(logits, tail, shift).tolist())
     outputs = {"loss": np.ones(3), "units": token_units(labels, shift).numpy(), "hits": expected.astype(float)}
     assert task.score(outputs, None)["accuracy"] == pytest.approx(expected.sum() / (y != IGNORE).sum())
+
+
+@pytest.mark.parametrize("name, tokenizer", [("mlm", "bert-base-uncased"), ("clm", "gpt2"), ("denoise", "bart-base"),
+                                             ("span_corruption", "t5")])
+def test_seeds_outside_numpys_range_are_one_line_and_its_ends_draw(tmp_path: Path, cli, name: str, tokenizer: str) -> None:
+    """Finding: task.split_seed and task.corruption_seed took any integer; a negative one passed
+    validate and stopped the run with numpy's ValueError traceback ("expected non-negative
+    integer") from inside datasets' split or the first batch's masks. Now they are bounded as
+    train.seed is (0 .. 2**32 - 1): outside, one line at validate; at either end, every split is
+    drawn and corrupted (held-out blocks and training batches alike)."""
+    import os
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+
+    path = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: gpt2}}\ntask: {{name: {name}, "
+                        f"train_file: {WIKI}/valid.txt}}\nmethod: {{name: full}}\n")
+    for setting in ("split_seed", "corruption_seed"):
+        for bad, said in ((-1, "below the minimum 0"), (2**32, "above the maximum 4294967295")):
+            code, _, err = cli("validate", path, f"task.{setting}={bad}")
+            assert code == 2 and len(err.strip().splitlines()) == 1 and f"task.{setting}: {bad} is {said}" in err, err
+    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
+    tok.pad_token = tok.pad_token or tok.eos_token  # as the toolkit's loader gives GPT-2 one
+    docs = tmp_path / "docs.txt"
+    docs.write_text("".join(f"The cat number {i} sat on the mat. It ran away!\n" for i in range(40)))
+    for seed in (0, 2**32 - 1):
+        task = TASKS.get(name)(train_file=str(docs), max_length=16, split_seed=seed, corruption_seed=seed,
+                               eval_fraction=0.1)
+        raw = task.load()
+        held = task.encode(raw["eval"][""], tok)
+        train = task.encode(raw["train"], tok)
+        model = SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=tok.pad_token_id))  # seq2seq's inputs
+        batch = task.collator(tok, model)([train[i] for i in range(2)])
+        assert len(held) and (np.asarray(held["labels"][0]) != IGNORE).any() and (batch["labels"] != IGNORE).any()
