@@ -942,3 +942,29 @@ def test_seeds_outside_numpys_range_are_one_line_and_its_ends_draw(tmp_path: Pat
         model = SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=tok.pad_token_id))  # seq2seq's inputs
         batch = task.collator(tok, model)([train[i] for i in range(2)])
         assert len(held) and (np.asarray(held["labels"][0]) != IGNORE).any() and (batch["labels"] != IGNORE).any()
+
+
+@pytest.mark.parametrize("family, task", [("bert", "mlm"), ("gpt2", "clm"), ("bart", "denoise")])
+def test_eval_with_a_max_length_past_the_positions_is_one_line(tmp_path: Path, cli, tiny_checkpoint, family: str,
+                                                               task: str) -> None:
+    """Finding: `toolkit eval RUN task.max_length=4096` (and `toolkit.evaluate(run, overrides=...)`)
+    on a finished run of a model with 1024 (GPT-2, BART) or 512 (BERT) positions packed held-out
+    blocks of 4096 tokens and stopped with an IndexError traceback inside the model's position
+    embedding; `toolkit run` said it in one line. The run's position check (`setup.check_positions`)
+    is said at eval too, before the data is read, and writes no eval file; a length that fits scores."""
+    import toolkit
+
+    recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task)
+    recipe.write_text(recipe.read_text().replace("max_steps: 8", "max_steps: 1").replace("eval_every: 4", "eval_every: 0"))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    over = ["task.max_length=4096", "task.max_eval_samples=400"]  # held-out text enough for 4096-token blocks
+    code, _, err = cli("eval", run, *over)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "task.max_length: 4096 is more than the" in err and "positions" in err
+    with pytest.raises(UserError, match="task.max_length: 4096 is more than the"):
+        toolkit.evaluate(run, overrides=over)
+    assert not (run / "eval-eval.json").exists()
+    code, _, err = cli("eval", run, "task.max_length=48")
+    assert code == 0 and (run / "eval-eval.json").exists(), err
