@@ -274,6 +274,14 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
     ("gpt2", "stsb", "{name: icl}", "this task is a regression"),
     ("gpt2", "sst2", "{name: icl, shots: -1}", "method.shots: -1 is below the minimum 0"),
     ("t5-base", "sst2", "{name: icl, verbalizers: [good]}", "method.verbalizers: need 2 distinct"),
+    # a blank word shows no label; words that differ by the whitespace around them are one word
+    # (the model's preference between spaces picked the label, exit 0)
+    ("gpt2", "sst2", "{name: icl, verbalizers: [' ', good]}", "got [' ', 'good'] (' ' shows nothing)"),
+    ("facebook/bart-base", "sst2", "{name: icl, verbalizers: [bad, \"\\u200b\"]}", "shows nothing)"),
+    ("gpt2", "rte", "{name: icl, verbalizers: ['yes ', 'yes  ']}",
+     "('yes  ' is 'yes ' but for the whitespace around it)"),
+    ("t5-base", "mnli", "{name: icl, verbalizers: [yes, maybe, \"yes\\t\"]}",
+     "('yes\\t' is 'yes' but for the whitespace around it)"),
     ("gpt2", "rte", "{name: icl, template: 'Q: {text_c} A: {label}'}", "unknown field '{text_c}'"),
     ("gpt2", "rte", "{name: icl, template: 'Q: {text_a}'}", "needs '{label}' exactly once"),
     # the query is the template up to {label}: a field after it is never shown for the example
@@ -389,15 +397,18 @@ def test_the_chosen_rule_makes_the_task_metrics_and_every_rule_is_recorded(tiny_
                 assert got["accuracy"] == got[choose_by]
 
 
-def test_own_data_with_the_wrong_number_of_verbalizers_is_one_line(tmp_path: Path, cli) -> None:
+@pytest.mark.parametrize("verbalizers, said", [("[bad, good, fine]", ""), ("[bad, ' bad']", "but for the whitespace"),
+                                               ("[' ', good]", "shows nothing")])
+def test_own_data_with_the_wrong_number_of_verbalizers_is_one_line(tmp_path: Path, cli, verbalizers: str,
+                                                                   said: str) -> None:
     data = tmp_path / "d.csv"
     data.write_text("text,label\ngreat,pos\nawful,neg\n")
     path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
                         f"task: {{name: text_classification, eval_file: {data}, labels: [neg, pos], text_columns: [text]}}\n"
-                        "method: {name: icl, verbalizers: [bad, good, fine]}\n")
+                        f"method: {{name: icl, verbalizers: {verbalizers}}}\n")
     code, _, err = cli("validate", path)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "method.verbalizers: need 2 distinct non-empty words, one per label (neg, pos)" in err
+    assert "method.verbalizers: need 2 distinct non-empty words, one per label (neg, pos)" in err and said in err
 
 
 def test_every_default_template_shows_the_example_before_its_label() -> None:

@@ -931,3 +931,65 @@ def test_rescoring_a_run_that_held_out_a_fraction_never_scores_its_training_docu
         made, {"task.eval_file", "task.split_seed"})  # a file of its own: scored whole, no draw
     task(train_file=f"{WIKI}/valid.txt", eval_file=f"{WIKI}/test.txt").rescoring(
         task(train_file=f"{WIKI}/valid.txt", eval_file=f"{WIKI}/test.txt"), {"task.split_seed"})
+
+
+@pytest.mark.parametrize("name, tokenizer", [("mlm", "bert-base-uncased"), ("clm", "gpt2"), ("denoise", "bart-base"),
+                                             ("span_corruption", "t5")])
+def test_seeds_outside_numpys_range_are_one_line_and_its_ends_draw(tmp_path: Path, cli, name: str, tokenizer: str) -> None:
+    """Finding: task.split_seed and task.corruption_seed took any integer; a negative one passed
+    validate and stopped the run with numpy's ValueError traceback ("expected non-negative
+    integer") from inside datasets' split or the first batch's masks. Now they are bounded as
+    train.seed is (0 .. 2**32 - 1): outside, one line at validate; at either end, every split is
+    drawn and corrupted (held-out blocks and training batches alike)."""
+    import os
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+
+    path = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: gpt2}}\ntask: {{name: {name}, "
+                        f"train_file: {WIKI}/valid.txt}}\nmethod: {{name: full}}\n")
+    for setting in ("split_seed", "corruption_seed"):
+        for bad, said in ((-1, "below the minimum 0"), (2**32, "above the maximum 4294967295")):
+            code, _, err = cli("validate", path, f"task.{setting}={bad}")
+            assert code == 2 and len(err.strip().splitlines()) == 1 and f"task.{setting}: {bad} is {said}" in err, err
+    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
+    tok.pad_token = tok.pad_token or tok.eos_token  # as the toolkit's loader gives GPT-2 one
+    docs = tmp_path / "docs.txt"
+    docs.write_text("".join(f"The cat number {i} sat on the mat. It ran away!\n" for i in range(40)))
+    for seed in (0, 2**32 - 1):
+        task = TASKS.get(name)(train_file=str(docs), max_length=16, split_seed=seed, corruption_seed=seed,
+                               eval_fraction=0.1)
+        raw = task.load()
+        held = task.encode(raw["eval"][""], tok)
+        train = task.encode(raw["train"], tok)
+        model = SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=tok.pad_token_id))  # seq2seq's inputs
+        batch = task.collator(tok, model)([train[i] for i in range(2)])
+        assert len(held) and (np.asarray(held["labels"][0]) != IGNORE).any() and (batch["labels"] != IGNORE).any()
+
+
+@pytest.mark.parametrize("family, task", [("bert", "mlm"), ("gpt2", "clm"), ("bart", "denoise")])
+def test_eval_with_a_max_length_past_the_positions_is_one_line(tmp_path: Path, cli, tiny_checkpoint, family: str,
+                                                               task: str) -> None:
+    """Finding: `toolkit eval RUN task.max_length=4096` (and `toolkit.evaluate(run, overrides=...)`)
+    on a finished run of a model with 1024 (GPT-2, BART) or 512 (BERT) positions packed held-out
+    blocks of 4096 tokens and stopped with an IndexError traceback inside the model's position
+    embedding; `toolkit run` said it in one line. The run's position check (`setup.check_positions`)
+    is said at eval too, before the data is read, and writes no eval file; a length that fits scores."""
+    import toolkit
+
+    recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task)
+    recipe.write_text(recipe.read_text().replace("max_steps: 8", "max_steps: 1").replace("eval_every: 4", "eval_every: 0"))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    over = ["task.max_length=4096", "task.max_eval_samples=400"]  # held-out text enough for 4096-token blocks
+    code, _, err = cli("eval", run, *over)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "task.max_length: 4096 is more than the" in err and "positions" in err
+    with pytest.raises(UserError, match="task.max_length: 4096 is more than the"):
+        toolkit.evaluate(run, overrides=over)
+    assert not (run / "eval-eval.json").exists()
+    code, _, err = cli("eval", run, "task.max_length=48")
+    assert code == 0 and (run / "eval-eval.json").exists(), err

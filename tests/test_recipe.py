@@ -666,6 +666,15 @@ SQUAD_ON = "model: {{checkpoint: {}}}\ntask: {{name: squad, version: v1}}\nmetho
     *[("model: {checkpoint: gpt2}\ntask: {name: clm, train_file: $TOOLKIT_DATA/lm/ptb/ptb.valid.txt, "
        "eval_file: $TOOLKIT_DATA/lm/ptb/ptb.test.txt}\nmethod: {name: full}\n", s, d)
       for s, d in (("task.eval_fraction", "0.05"), ("task.dataset_config", None), ("task.train_split", "train"))],
+    # a plain text file has no field to name; records (JSONL, a Hub data set) are not split into
+    # documents by lines or paragraphs: each setting was ignored with exit 0, on every objective
+    *[(f"model: {{checkpoint: {ckpt}}}\ntask: {{name: {name}, train_file: $TOOLKIT_DATA/lm/ptb/ptb.valid.txt}}\n"
+       "method: {name: full}\n", "task.text_field", None)
+      for name, ckpt in (("clm", "gpt2"), ("mlm", "bert-base-uncased"), ("denoise", "facebook/bart-base"),
+                         ("span_corruption", "t5-small"))],
+    *[(f"model: {{checkpoint: {ckpt}}}\ntask: {{name: {name}, dataset: wikitext, dataset_config: wikitext-2-raw-v1}}\n"
+       "method: {name: full}\n", "task.documents", "line")
+      for name, ckpt in (("clm", "gpt2"), ("mlm", "roberta-base"))],
     # a Hub configuration beside files
     ("model: {checkpoint: bert-base-uncased}\ntask: {name: text_classification, eval_file: "
      "$TOOLKIT_DATA/glue/SST-2/dev.tsv}\nmethod: {name: full}\n", "task.subset", None),
@@ -687,7 +696,8 @@ def test_a_setting_the_run_never_reads_is_refused_unless_at_its_default(tmp_path
     odd = {"true": "false", "auto": "true", "1.0": "2.0", "1": "3", "128": "64", None: "7"}.get(default, "5")
     odd = {"task.prefix": "'answer: '", "method.separator": "' | '", "task.eval_fraction": "0.1",
            "task.train_split": "dev", "task.dataset_config": "raw", "model.dropout": "0.1",
-           "task.subset": "sst2", "task.pair_separator": "eos"}.get(setting, odd)
+           "task.subset": "sst2", "task.pair_separator": "eos", "task.text_field": "body",
+           "task.documents": "blank_line"}.get(setting, odd)
     for extra in ((), ("--smoke",)):
         code, _, err = cli("validate", path, f"{setting}={odd}", *extra)
         assert code == 2 and len(err.strip().splitlines()) == 1 and f"{setting}: " in err, err

@@ -24,6 +24,7 @@ from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
 from toolkit.recipe_data import override_leaves
 from toolkit.tasks import TASKS
+from toolkit.setup import check_positions
 from toolkit.train import Setup, eval_loaders
 
 
@@ -200,6 +201,8 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     data = recipe.task.load()
     raw = {suffix: recipe.task.as_scored(ds) for suffix, ds in split_of(data, split).items()}
     model, tok = load_model(run, recipe)
+    if recipe.method.trains:  # in-context runs cut their prompts at method.max_length (checked there)
+        check_positions(recipe, model, tok, recipe.task.max_length)  # an override past the positions
     acc = Accelerator(cpu=not torch.cuda.is_available())
     encode = recipe.method.encoder(recipe.task, tok)  # in-context: the raw rows as they are
     setup = Setup(recipe.task, model, tok, data.get("train"), {k: encode(ds) for k, ds in raw.items()},

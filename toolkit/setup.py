@@ -46,7 +46,6 @@ def check_units(task: Task, collate: Any, train: Any, evals: dict[str, Any]) -> 
     evaluation.check_something_to_score(task, collate, evals)
 
 
-
 def check_warmup(train: Any, steps: int) -> None:
     """Step k of a warm-up of W steps trains at (k-1)/W of train.lr (transformers' linear
     schedule, step 1 at 0): train.lr is first reached at step W+1, so a warm-up of all the run's
@@ -71,6 +70,30 @@ def check_warmup(train: Any, steps: int) -> None:
                     f"{fix}")
 
 
+def check_positions(recipe: Any, model: torch.nn.Module, tok: Any, length: int) -> None:
+    """One line where a sequence of `length` (task.max_length) tokens, with the method's virtual
+    tokens, or a longer one the task builds from it, does not fit the model's positions: when a
+    run is built, and when a finished run is scored with a task.max_length of the user's
+    (`toolkit eval RUN task.max_length=4096`: an IndexError traceback inside the model)."""
+    task = recipe.task
+    limit = models.max_positions(model.config, tok)
+    if limit is not None and length > limit:
+        held = (f" (its tokenizer's model_max_length; the model's config has {models.max_positions(model.config, None)})"
+                if limit != models.max_positions(model.config, None) else "")
+        raise UserError(f"task.max_length: {length} is more than the {limit} positions "
+                        f"{recipe.model.checkpoint} has{held}; use at most {limit}")
+    added = recipe.method.added_positions()  # soft prompts come first, and lengthen every sequence
+    if limit is not None and added and length + added > limit:
+        raise UserError(f"task.max_length: {length} tokens after the method's {added} virtual tokens "
+                        f"(method.num_virtual_tokens) are more than the {limit} positions "
+                        f"{recipe.model.checkpoint} has; " + (f"use task.max_length at most {limit - added}"
+                        if limit - added >= 8 else "use fewer method.num_virtual_tokens"))
+    limit = limit - added if limit is not None else None  # what the task's own sequences may use
+    problem = task.positions_problem(tok, length, limit) if limit is not None else None
+    if problem:
+        raise UserError(f"{problem} {recipe.model.checkpoint} has")
+
+
 def build(plan: RunPlan, processes: int = 1) -> Setup:
     """Data, model and method in the order their errors should surface; the data is encoded
     before the method applies, so the method's context knows the run's optimizer steps. The plan,
@@ -86,28 +109,14 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     model, tok = models.load(checkpoint, head, task.head_kwargs(), recipe.model.attention, recipe.model.dropout,
                              warm_start=recipe.model.warm_start, words=task.words_given)
     task.adapt_tokenizer(tok)  # saved with the run (train.save_result)
-    limit = models.max_positions(model.config, tok)
     length = max(task.max_length, plan.written_max_length or 0)  # --smoke: the length as written
-    if limit is not None and length > limit:
-        held = (f" (its tokenizer's model_max_length; the model's config has {models.max_positions(model.config, None)})"
-                if limit != models.max_positions(model.config, None) else "")
-        raise UserError(f"task.max_length: {length} is more than the {limit} positions "
-                        f"{recipe.model.checkpoint} has{held}; use at most {limit}")
-    added = recipe.method.added_positions()  # soft prompts come first, and lengthen every sequence
-    if limit is not None and added and length + added > limit:
-        raise UserError(f"task.max_length: {length} tokens after the method's {added} virtual tokens "
-                        f"(method.num_virtual_tokens) are more than the {limit} positions "
-                        f"{recipe.model.checkpoint} has; " + (f"use task.max_length at most {limit - added}"
-                        if limit - added >= 8 else "use fewer method.num_virtual_tokens"))
-    limit = limit - added if limit is not None else None  # what the task's own sequences may use
+    check_positions(recipe, model, tok, length)
+    added = recipe.method.added_positions()
     longest, parts = task.longest_sequence(tok, length)
     dense = attention.dense_warning(recipe.model.attention, longest + added,
                                     parts + (f" + {added} virtual tokens" if added else ""))
     if dense:
         task.note("dense attention", dense)  # said with the data's notices, once per run
-    problem = task.positions_problem(tok, length, limit) if limit is not None else None
-    if problem:
-        raise UserError(f"{problem} {recipe.model.checkpoint} has")
     recipe.method.check_data(task, raw)
     if recipe.train.gradient_checkpointing and not getattr(model, "supports_gradient_checkpointing", False):
         raise UserError(f"train.gradient_checkpointing: {type(model).__name__} does not support it")

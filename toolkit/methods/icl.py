@@ -43,6 +43,7 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
+from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
@@ -557,9 +558,17 @@ class ICL(Method):
         if not getattr(task, "verbalizers", None) or not hasattr(task, "text_columns") or names is None:
             return "icl needs a classification task with label words (GLUE)"
         words = self._words(task)
-        if len(words) != len(names) or len(set(words)) != len(words) or not all(words):
+        # a word of whitespace alone ([" ", good]) shows no label, and two words that differ only by
+        # the whitespace around them ("bad", "bad ") are one word: the model's preference between
+        # the spaces picked the label, exit 0 (a tokenizer that drops the space ties them: T5)
+        blank = next((w for w in words if readers.blank(w)), None)
+        same = next(((v, w) for i, w in enumerate(words) for v in words[:i] if v.strip() == w.strip()), None)
+        if len(words) != len(names) or len(set(words)) != len(words) or blank is not None or same is not None:
+            why = (f" ({blank!r} shows nothing)" if blank is not None and len(words) == len(names) else
+                   f" ({same[1]!r} is {same[0]!r} but for the whitespace around it)"
+                   if same is not None and len(set(words)) == len(words) == len(names) else "")
             return (f"method.verbalizers: need {len(names)} distinct non-empty words, "
-                    f"one per label ({', '.join(names)}), got {words}")
+                    f"one per label ({', '.join(names)}), got {words}{why}")
         return template_problem(self._template(task), task.text_columns)
 
     def check_data(self, task: Any, raw: dict[str, Any]) -> None:

@@ -129,8 +129,12 @@ class TextTask(TokenTask):
     text_field: str | None = None  # JSONL / Hub: the field of the text; None: `text` or the like
     documents: Literal["line", "blank_line"] = "line"
     eval_fraction: float = field(default=0.05, metadata={"min": 0.001, "max": 0.5})
-    split_seed: int = 0  # fixed: every training seed is evaluated on the same documents
-    corruption_seed: int = 0  # the held-out masks / spans / windows are drawn from this seed
+    # numpy's generators take seeds of 0 and up (a negative one was a ValueError traceback from
+    # inside datasets' split or the first batch's masks); the bounds are train.seed's
+    split_seed: int = field(default=0, metadata={"min": 0, "max": 2**32 - 1})  # fixed: every training
+    # seed is evaluated on the same documents
+    corruption_seed: int = field(default=0, metadata={"min": 0, "max": 2**32 - 1})  # the held-out
+    # masks / spans / windows are drawn from this seed
 
     def check(self) -> None:
         if (self.train_file is None) == (self.dataset is None):
@@ -149,6 +153,13 @@ class TextTask(TokenTask):
         if self.dataset is None:
             why = "it names a part of a Hub data set, and this task reads task.train_file; set task.dataset to use it"
             out = {f"task.{name}": why for name in ("dataset_config", "train_split", "eval_split")}
+        if self.dataset is not None or (self.train_file or "").lower().removesuffix(".gz").endswith((".jsonl", ".json")):
+            out["task.documents"] = ("it splits plain text files into documents (lines or blank-line "
+                                     "paragraphs), and this task's documents are records (JSONL, a Hub "
+                                     "data set): each text is one")
+        else:  # a plain text file: its documents are lines or paragraphs, no field is read
+            out["task.text_field"] = ("it names the field of the text in JSONL or a Hub data set, and "
+                                      "task.train_file is plain text (a document a line or paragraph)")
         if self.eval_file is not None or self.dataset is not None and self.eval_split is not None:
             out["task.eval_fraction"] = ("it splits held-out documents off the train ones, and this task's are "
                                          "given (task.eval_file or task.eval_split); unset those to use it")
