@@ -276,3 +276,31 @@ def test_an_error_in_one_process_stops_the_launch_in_one_line_per_process(tmp_pa
     left = sorted(p.name for p in (tmp_path / "runs").rglob("*") if p.is_file())
     assert ("recipe.yaml" in left) == (rank == 0) and (left == []) == (rank == 1), left
     assert bool(list((tmp_path / "runs").rglob("step-*"))) == (rank == 0)
+
+
+@pytest.mark.parametrize("main", [True, False])
+def test_the_loop_s_progress_lines_are_said_by_the_main_process_alone(capsys, main: bool) -> None:
+    """A skipped non-finite batch and a step with no loss unit are counted by every process (from
+    all-reduced values, so all of them stop at the same step) and said by rank 0 alone: a launch
+    of 2 processes printed each `step N: non-finite loss; 1 batch skipped ...` and `step N: its
+    batch holds no token ...` line twice (2026-11-28, glue with lr 1e30 and MLM on 2 gloo
+    processes). The stop past train.skip_nonfinite is every process's error (each stops)."""
+    from types import SimpleNamespace
+
+    from toolkit import train
+    from toolkit.errors import UserError
+
+    loop = object.__new__(train.Loop)
+    loop.acc = SimpleNamespace(is_main_process=main)
+    loop.cfg = SimpleNamespace(skip_nonfinite=1)
+    loop.state = train.State()
+    loop._nonfinite(float("nan"), "loss", 2)
+    loop._empty(1, 3)
+    with pytest.raises(UserError, match="step 4: the loss is not finite"):
+        loop._nonfinite(float("nan"), "loss", 4)
+    assert (loop.state.skipped_nonfinite, loop.state.empty_steps) == (1, 1)  # the same counts on every rank
+    out, err = capsys.readouterr()
+    said = [line for line in (out + err).splitlines() if line.startswith("step ")]
+    assert said == (["step 2: non-finite loss; 1 batch skipped (1 of train.skip_nonfinite=1)",
+                     "step 3: its batch holds no token the loss is taken on (nothing masked or predicted); "
+                     "no update made (1 such step so far)"] if main else [])
