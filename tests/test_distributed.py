@@ -304,3 +304,42 @@ def test_the_loop_s_progress_lines_are_said_by_the_main_process_alone(capsys, ma
     assert said == (["step 2: non-finite loss; 1 batch skipped (1 of train.skip_nonfinite=1)",
                      "step 3: its batch holds no token the loss is taken on (nothing masked or predicted); "
                      "no update made (1 such step so far)"] if main else [])
+
+
+@pytest.fixture(scope="module")
+def finished_tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> Path:
+    from toolkit.cli import main
+
+    tmp = tmp_path_factory.mktemp("tiny")
+    recipe = write_recipe(tmp / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
+    assert main(["run", str(recipe), "--runs-dir", str(tmp / "runs"), "train.max_steps=1",
+                 "task.max_train_samples=4", "task.max_eval_samples=4"]) == 0
+    return only_run(tmp / "runs")
+
+
+@pytest.mark.parametrize("function", ["export", "report"])
+def test_the_api_s_writers_in_a_script_under_a_launch_write_from_rank_0_alone(tmp_path: Path, monkeypatch,
+                                                                              finished_tiny_run: Path,
+                                                                              function: str) -> None:
+    """`toolkit.export` / `toolkit.report` in a script that torchrun starts twice wrote the same
+    folder from both processes at once (2 gloo processes: one wrote it, the other failed with a
+    bare `OSError: [Errno 39] Directory not empty`). The call is rank 0's; any other rank is
+    refused in one line with nothing written, and a script that calls it from rank 0 alone works."""
+    import shutil
+
+    import toolkit
+
+    runs_copy = tmp_path / "runs"
+    shutil.copytree(finished_tiny_run.parent.parent, runs_copy)
+    call = {"export": lambda: toolkit.export(only_run(runs_copy), tmp_path / "out"),
+            "report": lambda: toolkit.report([runs_copy])}[function]
+    written = {"export": tmp_path / "out", "report": runs_copy / "report.md"}[function]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(toolkit.UserError, match=rf"^toolkit.{function}: writes .* once, and this is process 1 of "
+                                                r"a launch of 2 \(RANK=1\); call it from rank 0 alone"):
+        call()
+    assert not written.exists()
+    monkeypatch.setenv("RANK", "0")
+    call()
+    assert written.exists()

@@ -438,6 +438,20 @@ def check_command(command: str) -> None:
                         f"under a launch only {', '.join(SHARED_ACROSS_PROCESSES)} split their work over the processes")
 
 
+
+def check_api_writer(function: str, what: str) -> None:
+    """The Python API's `export` and `report` write one folder or file (`what`); in a script under
+    a launch of several processes (torchrun, accelerate launch) each process that calls them
+    writes it, all at once: `toolkit.export` on 2 gloo processes wrote the folder from one and
+    failed in the other with a bare `OSError: [Errno 39] Directory not empty` (or both wrote the
+    same files). Such a call is rank 0's: in any other process it is one line (the CLI's command
+    is every process's, and refused whole: `check_command`)."""
+    processes, rank = runs.world_size(), runs.rank()
+    if processes > 1 and rank != 0:
+        raise UserError(f"toolkit.{function}: writes {what} once, and this is process {rank} of a launch of "
+                        f"{processes} (RANK={rank}); call it from rank 0 alone (if os.environ.get('RANK', '0') "
+                        "== '0'), or outside the launch")
+
 # What a collective raises in a process whose peer has gone (gloo's TCP pair, NCCL's abort): the
 # peer stopped first, on its own error (said on its own line), a signal or a crash.
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
