@@ -343,3 +343,31 @@ def test_the_api_s_writers_in_a_script_under_a_launch_write_from_rank_0_alone(tm
     monkeypatch.setenv("RANK", "0")
     call()
     assert written.exists()
+
+
+def test_a_chain_names_its_upstream_run_finished_under_another_process_count(tmp_path: Path, cli, monkeypatch,
+                                                                            tiny_checkpoint) -> None:
+    """A chained run looks for its upstream run at its own launch's process count (another count
+    is another run: the global batch). Pretrained in 1 process and fine-tuned under a launch of 2,
+    it said the upstream "has not been run" and named the command that would train it again; now
+    the line names the finished run, its process count and both ways on, exit 2, nothing written."""
+    pre = write_recipe(tmp_path / "recipes" / "pre.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}}}
+task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 4, max_eval_samples: 4}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 4}}
+""")
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}}}
+task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 4, max_eval_samples: 4}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 4}}
+""")
+    runs_root = tmp_path / "runs"
+    assert cli("run", pre, "--runs-dir", runs_root)[0] == 0
+    (pre_run,) = (runs_root / "pre").iterdir()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, out, err = cli("run", fine, "--runs-dir", runs_root)
+    assert code == 2, err
+    assert err.startswith(f"error: model.checkpoint: run {pre} has not been run on 2 process(es), the count of this "
+                          "launch") and f"it finished on 1 process(es) ({pre_run})" in err, err
+    assert "launch this one as that one was (NPROC=1)" in err and len(err.strip().splitlines()) == 1
+    assert not (runs_root / "fine").exists()
