@@ -394,3 +394,37 @@ def test_every_method_under_every_strategy_runs_or_is_refused_at_launch_in_one_l
         said = str(refused.value)
         kind = "FSDP" if strategy == "fsdp" else "DEEPSPEED"
         assert said.startswith(f"method.name: '{name}' under {kind}: ") and "\n" not in said, said
+
+
+@pytest.mark.parametrize("steps, refused", [(2, True), (1, False), ("auto", False)])
+def test_a_deepspeed_config_file_that_accumulates_is_refused_in_one_line(tmp_path: Path, monkeypatch,
+                                                                         steps, refused: bool) -> None:
+    """A DeepSpeed config file (`deepspeed_config_file:` in accelerate's config) with
+    `gradient_accumulation_steps: 2`: accelerate takes DeepSpeed's value over its own, and the
+    engine, stepped at every micro-batch (each a boundary: the loop does not accumulate under
+    DeepSpeed), scaled every loss by 1/2. On 2 CPU processes (ZeRO-2, BERT, 4 steps) the logged
+    gradient norms were half the gas-1 run's (0.28 against 0.57 at step 1), so train.max_grad_norm
+    clipped at twice its value; AdamW's scale invariance left the losses equal, exit 0 (the yaml's
+    own `gradient_accumulation_steps` reaches the run as ACCELERATE_GRADIENT_ACCUMULATION_STEPS,
+    refused already). Read from the plugin accelerate builds from the file."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    from toolkit import sharding
+    from toolkit.errors import UserError
+
+    pytest.importorskip("deepspeed")
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 2}, "gradient_clipping": 1.0,
+                                  "gradient_accumulation_steps": steps, "train_micro_batch_size_per_gpu": "auto"}))
+    monkeypatch.delenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", raising=False)
+    plugin = DeepSpeedPlugin(hf_ds_config=str(config))
+    train = SimpleNamespace(grad_accum=1, max_grad_norm=1.0, skip_nonfinite=0, batch_size=4)
+    if not refused:
+        sharding.deepspeed_conflict(train, plugin)
+        return
+    with pytest.raises(UserError, match=r"^gradient_accumulation_steps: 2 in the DeepSpeed config: its engine would "
+                                        r"scale every loss by 1/2 for an accumulation the loop does not do") as said:
+        sharding.deepspeed_conflict(train, plugin)
+    assert "\n" not in str(said.value)

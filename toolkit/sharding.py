@@ -174,6 +174,12 @@ def deepspeed_conflict(train: Any, plugin: Any) -> None:
     its own config's gradient_clipping, at every micro-batch the loop hands it): settings the loop
     would otherwise honour and DeepSpeed would not are refused in one line."""
     clip = plugin.deepspeed_config.get("gradient_clipping", 0.0)
+    own = plugin.deepspeed_config.get("gradient_accumulation_steps", 1)
+    if own not in (1, "1", "auto", None):  # a config file's (accelerate launch's flag is refused with the env)
+        raise UserError(f"gradient_accumulation_steps: {own} in the DeepSpeed config: its engine would scale every "
+                        f"loss by 1/{own} for an accumulation the loop does not do (each micro-batch is an optimizer "
+                        f"step here), so the gradients, their logged norm and what train.max_grad_norm clips would be "
+                        f"1/{own} of the run's; set it to 1 or \"auto\", and raise train.batch_size for a larger batch")
     if train.grad_accum != 1:
         raise UserError(f"train.grad_accum: {train.grad_accum} under DeepSpeed, whose engine steps at every "
                         "micro-batch here; use train.grad_accum: 1 with a larger train.batch_size")
