@@ -180,6 +180,18 @@ def deepspeed_conflict(train: Any, plugin: Any) -> None:
                         f"loss by 1/{own} for an accumulation the loop does not do (each micro-batch is an optimizer "
                         f"step here), so the gradients, their logged norm and what train.max_grad_norm clips would be "
                         f"1/{own} of the run's; set it to 1 or \"auto\", and raise train.batch_size for a larger batch")
+    for dtype in ("fp16", "bf16"):  # accelerate fills "auto" from the run's precision, keeps a value as written
+        section = plugin.deepspeed_config.get(dtype)
+        if isinstance(section, dict) and str(section.get("enabled", "")).lower() == "true" \
+                and train.mixed_precision != dtype:
+            raise UserError(f"{dtype}.enabled: true in the DeepSpeed config, but train.mixed_precision is "
+                            f"{train.mixed_precision}: its engine would train in {dtype} under the recipe's "
+                            f"precision; set it to \"auto\" (the recipe decides) or train.mixed_precision: {dtype}")
+    for section, whose in (("optimizer", "AdamW (train.lr, train.weight_decay)"),
+                           ("scheduler", "learning-rate schedule (train.warmup_steps, the linear decay)")):
+        if section in plugin.deepspeed_config:  # accelerate's ValueError at prepare, a traceback
+            raise UserError(f"{section}: in the DeepSpeed config; the run's {whose} is the recipe's: remove "
+                            f"the {section} section")
     if train.grad_accum != 1:
         raise UserError(f"train.grad_accum: {train.grad_accum} under DeepSpeed, whose engine steps at every "
                         "micro-batch here; use train.grad_accum: 1 with a larger train.batch_size")
