@@ -276,3 +276,98 @@ def test_an_error_in_one_process_stops_the_launch_in_one_line_per_process(tmp_pa
     left = sorted(p.name for p in (tmp_path / "runs").rglob("*") if p.is_file())
     assert ("recipe.yaml" in left) == (rank == 0) and (left == []) == (rank == 1), left
     assert bool(list((tmp_path / "runs").rglob("step-*"))) == (rank == 0)
+
+
+@pytest.mark.parametrize("main", [True, False])
+def test_the_loop_s_progress_lines_are_said_by_the_main_process_alone(capsys, main: bool) -> None:
+    """A skipped non-finite batch and a step with no loss unit are counted by every process (from
+    all-reduced values, so all of them stop at the same step) and said by rank 0 alone: a launch
+    of 2 processes printed each `step N: non-finite loss; 1 batch skipped ...` and `step N: its
+    batch holds no token ...` line twice (2026-11-28, glue with lr 1e30 and MLM on 2 gloo
+    processes). The stop past train.skip_nonfinite is every process's error (each stops)."""
+    from types import SimpleNamespace
+
+    from toolkit import train
+    from toolkit.errors import UserError
+
+    loop = object.__new__(train.Loop)
+    loop.acc = SimpleNamespace(is_main_process=main)
+    loop.cfg = SimpleNamespace(skip_nonfinite=1)
+    loop.state = train.State()
+    loop._nonfinite(float("nan"), "loss", 2)
+    loop._empty(1, 3)
+    with pytest.raises(UserError, match="step 4: the loss is not finite"):
+        loop._nonfinite(float("nan"), "loss", 4)
+    assert (loop.state.skipped_nonfinite, loop.state.empty_steps) == (1, 1)  # the same counts on every rank
+    out, err = capsys.readouterr()
+    said = [line for line in (out + err).splitlines() if line.startswith("step ")]
+    assert said == (["step 2: non-finite loss; 1 batch skipped (1 of train.skip_nonfinite=1)",
+                     "step 3: its batch holds no token the loss is taken on (nothing masked or predicted); "
+                     "no update made (1 such step so far)"] if main else [])
+
+
+@pytest.fixture(scope="module")
+def finished_tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> Path:
+    from toolkit.cli import main
+
+    tmp = tmp_path_factory.mktemp("tiny")
+    recipe = write_recipe(tmp / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
+    assert main(["run", str(recipe), "--runs-dir", str(tmp / "runs"), "train.max_steps=1",
+                 "task.max_train_samples=4", "task.max_eval_samples=4"]) == 0
+    return only_run(tmp / "runs")
+
+
+@pytest.mark.parametrize("function", ["export", "report"])
+def test_the_api_s_writers_in_a_script_under_a_launch_write_from_rank_0_alone(tmp_path: Path, monkeypatch,
+                                                                              finished_tiny_run: Path,
+                                                                              function: str) -> None:
+    """`toolkit.export` / `toolkit.report` in a script that torchrun starts twice wrote the same
+    folder from both processes at once (2 gloo processes: one wrote it, the other failed with a
+    bare `OSError: [Errno 39] Directory not empty`). The call is rank 0's; any other rank is
+    refused in one line with nothing written, and a script that calls it from rank 0 alone works."""
+    import shutil
+
+    import toolkit
+
+    runs_copy = tmp_path / "runs"
+    shutil.copytree(finished_tiny_run.parent.parent, runs_copy)
+    call = {"export": lambda: toolkit.export(only_run(runs_copy), tmp_path / "out"),
+            "report": lambda: toolkit.report([runs_copy])}[function]
+    written = {"export": tmp_path / "out", "report": runs_copy / "report.md"}[function]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(toolkit.UserError, match=rf"^toolkit.{function}: writes .* once, and this is process 1 of "
+                                                r"a launch of 2 \(RANK=1\); call it from rank 0 alone"):
+        call()
+    assert not written.exists()
+    monkeypatch.setenv("RANK", "0")
+    call()
+    assert written.exists()
+
+
+def test_a_chain_names_its_upstream_run_finished_under_another_process_count(tmp_path: Path, cli, monkeypatch,
+                                                                            tiny_checkpoint) -> None:
+    """A chained run looks for its upstream run at its own launch's process count (another count
+    is another run: the global batch). Pretrained in 1 process and fine-tuned under a launch of 2,
+    it said the upstream "has not been run" and named the command that would train it again; now
+    the line names the finished run, its process count and both ways on, exit 2, nothing written."""
+    pre = write_recipe(tmp_path / "recipes" / "pre.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}}}
+task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 4, max_eval_samples: 4}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 4}}
+""")
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"""model: {{checkpoint: {{run: {pre}}}}}
+task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 4, max_eval_samples: 4}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 4}}
+""")
+    runs_root = tmp_path / "runs"
+    assert cli("run", pre, "--runs-dir", runs_root)[0] == 0
+    (pre_run,) = (runs_root / "pre").iterdir()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, out, err = cli("run", fine, "--runs-dir", runs_root)
+    assert code == 2, err
+    assert err.startswith(f"error: model.checkpoint: run {pre} has not been run on 2 process(es), the count of this "
+                          "launch") and f"it finished on 1 process(es) ({pre_run})" in err, err
+    assert "launch this one as that one was (NPROC=1)" in err and len(err.strip().splitlines()) == 1
+    assert not (runs_root / "fine").exists()

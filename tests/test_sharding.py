@@ -394,3 +394,77 @@ def test_every_method_under_every_strategy_runs_or_is_refused_at_launch_in_one_l
         said = str(refused.value)
         kind = "FSDP" if strategy == "fsdp" else "DEEPSPEED"
         assert said.startswith(f"method.name: '{name}' under {kind}: ") and "\n" not in said, said
+
+
+@pytest.mark.parametrize("steps, refused", [(2, True), (1, False), ("auto", False)])
+def test_a_deepspeed_config_file_that_accumulates_is_refused_in_one_line(tmp_path: Path, monkeypatch,
+                                                                         steps, refused: bool) -> None:
+    """A DeepSpeed config file (`deepspeed_config_file:` in accelerate's config) with
+    `gradient_accumulation_steps: 2`: accelerate takes DeepSpeed's value over its own, and the
+    engine, stepped at every micro-batch (each a boundary: the loop does not accumulate under
+    DeepSpeed), scaled every loss by 1/2. On 2 CPU processes (ZeRO-2, BERT, 4 steps) the logged
+    gradient norms were half the gas-1 run's (0.28 against 0.57 at step 1), so train.max_grad_norm
+    clipped at twice its value; AdamW's scale invariance left the losses equal, exit 0 (the yaml's
+    own `gradient_accumulation_steps` reaches the run as ACCELERATE_GRADIENT_ACCUMULATION_STEPS,
+    refused already). Read from the plugin accelerate builds from the file."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    from toolkit import sharding
+    from toolkit.errors import UserError
+
+    pytest.importorskip("deepspeed")
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 2}, "gradient_clipping": 1.0,
+                                  "gradient_accumulation_steps": steps, "train_micro_batch_size_per_gpu": "auto"}))
+    monkeypatch.delenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", raising=False)
+    plugin = DeepSpeedPlugin(hf_ds_config=str(config))
+    train = SimpleNamespace(grad_accum=1, max_grad_norm=1.0, skip_nonfinite=0, batch_size=4)
+    if not refused:
+        sharding.deepspeed_conflict(train, plugin)
+        return
+    with pytest.raises(UserError, match=r"^gradient_accumulation_steps: 2 in the DeepSpeed config: its engine would "
+                                        r"scale every loss by 1/2 for an accumulation the loop does not do") as said:
+        sharding.deepspeed_conflict(train, plugin)
+    assert "\n" not in str(said.value)
+
+
+@pytest.mark.parametrize("section, precision, said", [
+    ({"fp16": {"enabled": True}}, "no", r"^fp16.enabled: true in the DeepSpeed config, but train.mixed_precision is "
+                                        r"no: its engine would train in fp16"),
+    ({"bf16": {"enabled": "true"}}, "no", r"^bf16.enabled: true in the DeepSpeed config, but train.mixed_precision "
+                                          r"is no"),
+    ({"fp16": {"enabled": True}}, "fp16", None),
+    ({"bf16": {"enabled": "auto"}}, "no", None),
+    ({"optimizer": {"type": "AdamW", "params": {"lr": 3e-5}}}, "no", r"^optimizer: in the DeepSpeed config; the run's "
+                                                                      r"AdamW \(train.lr, train.weight_decay\)"),
+    ({"scheduler": {"type": "WarmupLR"}}, "no", r"^scheduler: in the DeepSpeed config; the run's learning-rate"),
+])
+def test_a_deepspeed_config_file_that_decides_what_the_recipe_does_is_refused_in_one_line(
+        tmp_path: Path, section: dict, precision: str, said: str | None) -> None:
+    """A DeepSpeed config file's own precision, optimizer or schedule. accelerate fills an "auto"
+    `fp16.enabled` / `bf16.enabled` from the run's precision and keeps a written value: a file
+    saying `fp16: {enabled: true}` under a float32 recipe had the engine train in fp16 while the
+    run recorded float32 (the plugin read back: fp16 enabled after `set_mixed_precision("no")`).
+    An `optimizer` or `scheduler` section was accelerate's ValueError at prepare, a traceback."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    from toolkit import sharding
+    from toolkit.errors import UserError
+
+    pytest.importorskip("deepspeed")
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 2}, "gradient_clipping": 1.0,
+                                  "train_micro_batch_size_per_gpu": "auto", **section}))
+    plugin = DeepSpeedPlugin(hf_ds_config=str(config))
+    plugin.set_mixed_precision(precision)  # what the Accelerator does with the run's precision
+    train = SimpleNamespace(grad_accum=1, max_grad_norm=1.0, skip_nonfinite=0, batch_size=4, mixed_precision=precision)
+    if said is None:
+        sharding.deepspeed_conflict(train, plugin)
+        return
+    with pytest.raises(UserError, match=said) as refused:
+        sharding.deepspeed_conflict(train, plugin)
+    assert "\n" not in str(refused.value)

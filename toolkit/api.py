@@ -288,6 +288,7 @@ def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
 def export(run_dir: PathArg, out: PathArg, merge: bool = False) -> str:
     """A plain transformers (or PEFT) folder at `out`; returns the line saying what was written.
     One export to a place at a time: a second one at once is refused."""
+    sharding.check_api_writer("export", f"the folder {out}")
     folder, target = _run_folder(run_dir), Path(out)
     with _one_export(target):
         quiet.libraries()
@@ -352,6 +353,7 @@ def report(runs_dir: Iterable[PathArg], *, row_key: str | None = None, col_key: 
            out: PathArg | None = None) -> str:
     """The Markdown report of one folder of runs (or a list of them), as `toolkit report` writes
     it (report.md, and PNGs with `plots`, into `out`: default the first folder)."""
+    sharding.check_api_writer("report", "report.md")
     folders = [Path(r) for r in runs_dir]
     if not folders:
         raise UserError("report: runs_dir: give at least one folder of runs")

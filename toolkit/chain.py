@@ -59,12 +59,40 @@ def resolve(plan: RunPlan, root: Path) -> None:
     command = f"toolkit run {ref['run']} {' '.join(ref.get('overrides') or [])}".strip()
     if not runs.is_finished(folder):
         state = "is unfinished" if folder.exists() else "has not been run"
+        again = f"{command}{' --smoke' if recipe.smoke else ''} --runs-dir {root}"
+        elsewhere = finished_on_other_counts(plan.upstream.recipe, folder)
+        if elsewhere:  # what this launch asks is a run of that recipe on its own process count
+            done = ", ".join(f"on {n} process(es) ({path})" for n, path in elsewhere)
+            counts = " or ".join(f"NPROC={n}" for n, _ in elsewhere)
+            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {runs.world_size()} process(es), the "
+                            f"count of this launch ({folder} has no metrics.json); it finished {done}, another "
+                            f"run (the process count sets the global batch): launch this one as that one was "
+                            f"({counts}), or run it on {runs.world_size()} first: {again}")
         raise UserError(f"model.checkpoint: run {ref['run']} {state} ({folder} has no metrics.json); "
-                        f"run it first: {command}{' --smoke' if recipe.smoke else ''} --runs-dir {root}")
+                        f"run it first: {again}")
     model = folder / "model"
     if not (model / "config.json").is_file():  # (check says so at validate; a run an older toolkit wrote)
         raise UserError(not_a_model(ref, plan.upstream.recipe.method))
     plan.checkpoint_path = str(model)
+
+
+def finished_on_other_counts(upstream: Recipe, folder: Path) -> list[tuple[int, Path]]:
+    """(process count, folder) of each finished run of `upstream` beside `folder` (the run of this
+    launch's process count) under another count: its identity.json names the count, and the run
+    id of the recipe at that count is the folder's name. A chain looks for the upstream run of its
+    own launch's count; one pretrained on 2 processes and fine-tuned on 1 was said "has not been
+    run", naming a command that would pretrain again."""
+    import json
+
+    found = []
+    for other in sorted(folder.parent.iterdir()) if folder.parent.is_dir() else []:
+        try:
+            count = json.loads((other / "identity.json").read_text(encoding="utf-8"))["processes"]
+            if other != folder and runs.run_id(upstream, int(count)) == other.name and runs.is_finished(other):
+                found.append((int(count), other))
+        except (OSError, ValueError, KeyError, TypeError, UserError):  # not such a run, or damaged: not named
+            continue
+    return found
 
 
 def not_a_model(ref: dict, method: object) -> str:

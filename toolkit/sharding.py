@@ -174,6 +174,24 @@ def deepspeed_conflict(train: Any, plugin: Any) -> None:
     its own config's gradient_clipping, at every micro-batch the loop hands it): settings the loop
     would otherwise honour and DeepSpeed would not are refused in one line."""
     clip = plugin.deepspeed_config.get("gradient_clipping", 0.0)
+    own = plugin.deepspeed_config.get("gradient_accumulation_steps", 1)
+    if own not in (1, "1", "auto", None):  # a config file's (accelerate launch's flag is refused with the env)
+        raise UserError(f"gradient_accumulation_steps: {own} in the DeepSpeed config: its engine would scale every "
+                        f"loss by 1/{own} for an accumulation the loop does not do (each micro-batch is an optimizer "
+                        f"step here), so the gradients, their logged norm and what train.max_grad_norm clips would be "
+                        f"1/{own} of the run's; set it to 1 or \"auto\", and raise train.batch_size for a larger batch")
+    for dtype in ("fp16", "bf16"):  # accelerate fills "auto" from the run's precision, keeps a value as written
+        section = plugin.deepspeed_config.get(dtype)
+        if isinstance(section, dict) and str(section.get("enabled", "")).lower() == "true" \
+                and train.mixed_precision != dtype:
+            raise UserError(f"{dtype}.enabled: true in the DeepSpeed config, but train.mixed_precision is "
+                            f"{train.mixed_precision}: its engine would train in {dtype} under the recipe's "
+                            f"precision; set it to \"auto\" (the recipe decides) or train.mixed_precision: {dtype}")
+    for section, whose in (("optimizer", "AdamW (train.lr, train.weight_decay)"),
+                           ("scheduler", "learning-rate schedule (train.warmup_steps, the linear decay)")):
+        if section in plugin.deepspeed_config:  # accelerate's ValueError at prepare, a traceback
+            raise UserError(f"{section}: in the DeepSpeed config; the run's {whose} is the recipe's: remove "
+                            f"the {section} section")
     if train.grad_accum != 1:
         raise UserError(f"train.grad_accum: {train.grad_accum} under DeepSpeed, whose engine steps at every "
                         "micro-batch here; use train.grad_accum: 1 with a larger train.batch_size")
@@ -437,6 +455,20 @@ def check_command(command: str) -> None:
                         f"(WORLD_SIZE={processes}); run it without torchrun / accelerate launch (or NPROC=1); "
                         f"under a launch only {', '.join(SHARED_ACROSS_PROCESSES)} split their work over the processes")
 
+
+
+def check_api_writer(function: str, what: str) -> None:
+    """The Python API's `export` and `report` write one folder or file (`what`); in a script under
+    a launch of several processes (torchrun, accelerate launch) each process that calls them
+    writes it, all at once: `toolkit.export` on 2 gloo processes wrote the folder from one and
+    failed in the other with a bare `OSError: [Errno 39] Directory not empty` (or both wrote the
+    same files). Such a call is rank 0's: in any other process it is one line (the CLI's command
+    is every process's, and refused whole: `check_command`)."""
+    processes, rank = runs.world_size(), runs.rank()
+    if processes > 1 and rank != 0:
+        raise UserError(f"toolkit.{function}: writes {what} once, and this is process {rank} of a launch of "
+                        f"{processes} (RANK={rank}); call it from rank 0 alone (if os.environ.get('RANK', '0') "
+                        "== '0'), or outside the launch")
 
 # What a collective raises in a process whose peer has gone (gloo's TCP pair, NCCL's abort): the
 # peer stopped first, on its own error (said on its own line), a signal or a crash.

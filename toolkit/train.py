@@ -148,12 +148,12 @@ class Loop:
         steps = self.cfg.optimizer_steps(len(self.setup.train), self.acc.num_processes)[1]
         short = compiling.too_short(self.cfg.compile, steps * self.cfg.grad_accum)
         if short:
-            tqdm.write(short)
+            self._say(short)
             return False
         reason = (compiling.eager_reason(self.method.name, self.recipe.model.attention)
                   or compiling.strategy_reason(self.acc.state.deepspeed_plugin))
         if reason:
-            tqdm.write(f"train.compile: the step runs eager: {reason}")
+            self._say(f"train.compile: the step runs eager: {reason}")
         return reason is None
 
     def _compiled_optimizer(self, device: torch.device) -> optimizer_step.CompiledStep | None:
@@ -286,6 +286,13 @@ class Loop:
     def _stopping(self, stop_after: int | None) -> bool:
         early = self.cfg.early_stopping_patience and self.state.bad_evals >= self.cfg.early_stopping_patience
         return bool(early) or bool(stop_after and self.state.step >= stop_after)
+
+    def _say(self, line: str) -> None:
+        """A line of the run's progress, said by the main process alone. Every process keeps the
+        same counts (skipped and empty steps, read at the same steps from all-reduced values) and
+        stops at the same step; a launch of N processes printed each such line N times."""
+        if self.acc.is_main_process:
+            tqdm.write(line)
 
     # --- one step ----------------------------------------------------------------------------
     def step(self, group: list[dict]) -> None:
@@ -452,7 +459,7 @@ class Loop:
         allowed = min(count, self.cfg.skip_nonfinite - self.state.skipped_nonfinite)
         if allowed > 0:
             self.state.skipped_nonfinite += allowed
-            tqdm.write(f"step {step}: non-finite {what}; {allowed} batch{'es' * (allowed > 1)} skipped "
+            self._say(f"step {step}: non-finite {what}; {allowed} batch{'es' * (allowed > 1)} skipped "
                        f"({self.state.skipped_nonfinite} of train.skip_nonfinite={self.cfg.skip_nonfinite})")
         if allowed < count:
             raise UserError(f"step {step}: the {what} is not finite ({loss}); stopped, "
@@ -465,7 +472,7 @@ class Loop:
         so no update is made and the run goes on; said, as a skipped batch is, never taken for
         a diverged loss."""
         self.state.empty_steps += count
-        tqdm.write(f"step {step}: {'its batch holds' if count == 1 else f'{count} steps from here hold'} no "
+        self._say(f"step {step}: {'its batch holds' if count == 1 else f'{count} steps from here hold'} no "
                    f"token the loss is taken on (nothing masked or predicted); no update made "
                    f"({self.state.empty_steps} such step{'s' * (self.state.empty_steps > 1)} so far)")
 
