@@ -11,6 +11,11 @@ A pass is counted by a forward pre-hook on the whole model, never inside the att
 activation checkpointing (train.gradient_checkpointing) runs a layer's forward again in
 backward, and a count there advanced the counter twice per pass and, at a round's boundary,
 took the gradient of another draw than the loss was computed with.
+
+The key features are stabilised by a shift that cancels in each query's ratio. In causal layers
+it is each query's own, over the keys it sees (`causal_favor`): one shift over every key of the
+row let a later key with a larger feature logit push the earlier keys' features under the
+denominator's floor, so a future token changed the outputs before it.
 """
 
 from __future__ import annotations
