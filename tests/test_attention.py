@@ -948,7 +948,7 @@ def test_a_later_key_never_reaches_an_earlier_query(name: str, cached: bool) -> 
     q, k, v = (torch.randn(2, heads, n, dim, generator=g) for _ in range(3))
     pad = torch.ones(2, 1, 1, n, dtype=torch.bool)
     pad[1, ..., :3] = False  # left padding
-    outliers = [s * torch.randn(dim, generator=g) for s in (4.0, 12.0)]
+    outliers = [s * torch.randn(dim, generator=g) for s in (4.0, 12.0, 1e4)]
     if name == "performer":  # a key at a feature's direction and norm: its largest feature logit
         w = attention.projection(layer, dim, q.device)
         root = (dim ** -0.5) ** 0.5
@@ -964,4 +964,32 @@ def test_a_later_key_never_reaches_an_earlier_query(name: str, cached: bool) -> 
     for outlier in outliers:
         changed = k.clone()
         changed[:, :, -1] = outlier
-        torch.testing.assert_close(earlier(changed), before, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(earlier(changed), before, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in _registered() for f in DECODERS if (n, f) not in REFUSED])
+def test_a_later_token_leaves_a_decoders_earlier_outputs_bit_for_bit(stock, name: str, family: str) -> None:
+    """A decoder (GPT-2; BART's and T5's, with cross-attention) run with its last token replaced by
+    large random embeddings gives exactly the same logits at every earlier position: causality is
+    masking, so any difference is a leak, however small. Findings: performer's shift over every
+    key let the last token in (2e-6 here, the whole output with a wide head:
+    test_a_later_key_never_reaches_an_earlier_query), and linear's exclusive prefix sums, formed
+    as (all chunks) - (own chunk), kept a later key's rounding (2e-7 here, 2e-5 from a key of 1e4)."""
+    entry = stock(family)
+    model = resettled(entry, name, SMALL[name])
+    moved_off_their_start(model)
+    ids = entry[1](["this sentence is quite a bit longer than that one"], return_tensors="pt")["input_ids"]
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        embedded = model.get_input_embeddings()(ids)
+
+        def earlier(embeds):
+            if family == "gpt2":
+                return model(inputs_embeds=embeds).logits[:, :-1]
+            return model(input_ids=ids, decoder_inputs_embeds=embeds).logits[:, :-1]
+
+        before = earlier(embedded)
+        for scale in (1.0, 10.0, 100.0):
+            changed = embedded.clone()
+            changed[:, -1] = scale * torch.randn(embedded.shape[-1], generator=g)
+            assert torch.equal(earlier(changed), before), (scale, (earlier(changed) - before).abs().max())
