@@ -926,3 +926,70 @@ def test_weight_decay_leaves_a_parameter_that_starts_at_the_identity(stock, tmp_
               for p in g["params"]}
     added = {n.rsplit(".", 1)[-1]: groups[id(p)] for n, p in model.named_parameters() if attention.PREFIX in n}
     assert added and all(decay == (0.0 if n == "tk_attn_w" else 0.1) for n, decay in added.items()), added
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["full", "cached"])
+@pytest.mark.parametrize("name", _registered())
+def test_a_later_key_never_reaches_an_earlier_query(name: str, cached: bool) -> None:
+    """Causal self-attention: whatever a later token's key is (here far larger than the others,
+    and for performer aligned with one of its random features, where its feature logits are
+    largest), the outputs of the queries before it do not change, without a cache and with the
+    earlier tokens' keys in one (a left-padded row beside a full one). Finding: performer
+    stabilised its key features by their largest logit over every key of the row, future ones
+    included; one later key with a larger logit pushed every earlier key's features below the
+    denominator's floor, and earlier outputs changed by their whole size (2.8 of 2.8), exit 0:
+    a decoder's future token leaked into its past, and cached decoding differed from the full
+    forward. Its causal sums now take each query's shift over the keys it sees."""
+    from toolkit.attention import attention_forward
+
+    heads, dim, n = 2, 32, 12  # a head as wide as a real one's: feature logits span tens
+    attention, layer = _bare_layer(name, SMALL[name], heads, dim, True)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, heads, n, dim, generator=g) for _ in range(3))
+    pad = torch.ones(2, 1, 1, n, dtype=torch.bool)
+    pad[1, ..., :3] = False  # left padding
+    outliers = [s * torch.randn(dim, generator=g) for s in (4.0, 12.0, 1e4)]
+    if name == "performer":  # a key at a feature's direction and norm: its largest feature logit
+        w = attention.projection(layer, dim, q.device)
+        root = (dim ** -0.5) ** 0.5
+        outliers += [w[i] / root * f for i in w.norm(dim=1).argsort()[-2:] for f in (0.5, 1.0)]
+    tq = 4 if cached else n  # the last tq queries against every key (the rest in a cache)
+
+    def earlier(keys):
+        with torch.no_grad():
+            out, _ = attention_forward(layer, q[:, :, n - tq:], keys, v, pad, scaling=dim ** -0.5)
+        return out[:, :-1][pad[:, 0, 0, n - tq:-1]]  # every real query before the last token
+
+    before = earlier(k)
+    for outlier in outliers:
+        changed = k.clone()
+        changed[:, :, -1] = outlier
+        torch.testing.assert_close(earlier(changed), before, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in _registered() for f in DECODERS if (n, f) not in REFUSED])
+def test_a_later_token_leaves_a_decoders_earlier_outputs_bit_for_bit(stock, name: str, family: str) -> None:
+    """A decoder (GPT-2; BART's and T5's, with cross-attention) run with its last token replaced by
+    large random embeddings gives exactly the same logits at every earlier position: causality is
+    masking, so any difference is a leak, however small. Findings: performer's shift over every
+    key let the last token in (2e-6 here, the whole output with a wide head:
+    test_a_later_key_never_reaches_an_earlier_query), and linear's exclusive prefix sums, formed
+    as (all chunks) - (own chunk), kept a later key's rounding (2e-7 here, 2e-5 from a key of 1e4)."""
+    entry = stock(family)
+    model = resettled(entry, name, SMALL[name])
+    moved_off_their_start(model)
+    ids = entry[1](["this sentence is quite a bit longer than that one"], return_tensors="pt")["input_ids"]
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        embedded = model.get_input_embeddings()(ids)
+
+        def earlier(embeds):
+            if family == "gpt2":
+                return model(inputs_embeds=embeds).logits[:, :-1]
+            return model(input_ids=ids, decoder_inputs_embeds=embeds).logits[:, :-1]
+
+        before = earlier(embedded)
+        for scale in (1.0, 10.0, 100.0):
+            changed = embedded.clone()
+            changed[:, -1] = scale * torch.randn(embedded.shape[-1], generator=g)
+            assert torch.equal(earlier(changed), before), (scale, (earlier(changed) - before).abs().max())

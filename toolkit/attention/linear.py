@@ -64,8 +64,10 @@ def _causal_chunks(phi_q, phi_k, v, state_kv, state_z, chunk):
     qc, kc, vc = (F.pad(x, (0, 0, 0, pad)).view(b, h, nc, c, x.shape[-1]) for x in (phi_q, phi_k, v))
     chunk_kv = torch.matmul(kc.transpose(-1, -2), vc)  # (b, h, nc, m, d)
     chunk_z = kc.sum(dim=-2)  # (b, h, nc, m)
-    before_kv = chunk_kv.cumsum(dim=2) - chunk_kv + state_kv[:, :, None]  # exclusive prefix
-    before_z = chunk_z.cumsum(dim=2) - chunk_z + state_z[:, :, None]
+    # exclusive prefix: the sums of the chunks before, never (all - own): that subtraction left a
+    # later key's rounding in an earlier query's output (1e-3 from a key of 1e4)
+    before_kv = F.pad(chunk_kv.cumsum(dim=2)[:, :, :-1], (0, 0, 0, 0, 1, 0)) + state_kv[:, :, None]
+    before_z = F.pad(chunk_z.cumsum(dim=2)[:, :, :-1], (0, 0, 1, 0)) + state_z[:, :, None]
     inside = torch.matmul(qc, kc.transpose(-1, -2)).tril()  # (b, h, nc, c, c): j <= i within a chunk
     num = torch.matmul(qc, before_kv) + torch.matmul(inside, vc)  # (b, h, nc, c, d)
     den = torch.matmul(qc, before_z.unsqueeze(-1)) + inside.sum(dim=-1, keepdim=True)  # (b, h, nc, c, 1)

@@ -11,6 +11,11 @@ A pass is counted by a forward pre-hook on the whole model, never inside the att
 activation checkpointing (train.gradient_checkpointing) runs a layer's forward again in
 backward, and a count there advanced the counter twice per pass and, at a round's boundary,
 took the gradient of another draw than the loss was computed with.
+
+The key features are stabilised by a shift that cancels in each query's ratio. In causal layers
+it is each query's own, over the keys it sees (`causal_favor`): one shift over every key of the
+row let a later key with a larger feature logit push the earlier keys' features under the
+denominator's floor, so a future token changed the outputs before it.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import math
 from dataclasses import dataclass, field
 
 from toolkit.attention import ATTENTION, PREFIX, Attention, attention_layers, is_causal, key_keep
-from toolkit.attention.linear import kernel_attention, wide
+from toolkit.attention.linear import EPS, kernel_attention, wide
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
+F = lazy("torch.nn.functional", globals())
 
 
 def orthogonal_features(m: int, d: int, generator: torch.Generator) -> torch.Tensor:
@@ -36,10 +42,14 @@ def orthogonal_features(m: int, d: int, generator: torch.Generator) -> torch.Ten
     return w * norms
 
 
+def feature_logits(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x (b, h, t, d) -> (b, h, t, m): the log of phi(x) * sqrt(m), before any stabilising shift."""
+    return torch.matmul(x, w.t()) - 0.5 * (x * x).sum(dim=-1, keepdim=True)
+
+
 def positive_features(x: torch.Tensor, w: torch.Tensor, keys: torch.Tensor | None) -> torch.Tensor:
     """x (b, h, t, d) -> (b, h, t, m); stabilised by a max that cancels in the attention ratio."""
-    wx = torch.matmul(x, w.t())  # (b, h, t, m)
-    logits = wx - 0.5 * (x * x).sum(dim=-1, keepdim=True)
+    logits = feature_logits(x, w)
     if keys is None:  # queries: a per-row constant cancels between numerator and denominator
         shift = logits.amax(dim=-1, keepdim=True)
     else:  # keys: one constant per (b, h), taken over real keys only (a row without any: all)
@@ -47,6 +57,63 @@ def positive_features(x: torch.Tensor, w: torch.Tensor, keys: torch.Tensor | Non
         shift = real.amax(dim=(-2, -1), keepdim=True)
         shift = torch.where(torch.isfinite(shift), shift, logits.amax(dim=(-2, -1), keepdim=True))
     return torch.exp(logits - shift.detach()) / math.sqrt(w.shape[0])
+
+
+def causal_favor(phi_q: torch.Tensor, log_k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor,
+                 chunk: int) -> torch.Tensor:
+    """Causal FAVOR+ where no key after a query reaches it, not even through the stabiliser.
+
+    phi_q (b, h, tq, m) query features, log_k (b, h, tk, m) key feature logits (`feature_logits`),
+    v (b, h, tk, d), keys (b, tk) bool; query i sits at key position tk - tq + i (a cache first).
+    Key features are exp(log_k - s_i) with s_i the largest logit of the real keys at or before
+    query i (a running max): it cancels in each query's ratio, as a shift over all keys would,
+    but a shift over all keys let a later key with a larger logit push every earlier key's
+    features towards 0, below the denominator's floor (EPS): earlier outputs changed with a later
+    token, and cached decoding differed from the full forward. Chunked as linear's prefix sums:
+    a (chunk x chunk) product inside a chunk, running (m x d) sums across chunks, each summed
+    at its own end's shift and rescaled (by factors <= 1) to the query's. Float32 (`wide`)."""
+    b, h, tq, m = phi_q.shape
+    tk, d = log_k.shape[-2], v.shape[-1]
+    seen = tk - tq
+    log_k = log_k.masked_fill(~keys[:, None, :, None], float("-inf"))  # padded keys: features 0
+    top = log_k.detach().amax(dim=-1).cummax(dim=-1).values  # (b, h, tk) running max
+    # before a row's first real key (padding): that key's, so that the shift never decreases
+    # along the row and every rescaling factor below is exp(<= 0); a row without any: 0
+    first = torch.where(torch.isfinite(top), top, torch.full_like(top, float("inf"))).amin(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.where(torch.isfinite(first), first, torch.zeros_like(first)))
+    scale = 1.0 / math.sqrt(m)
+    psi = torch.exp(log_k - top[..., None]) * scale  # (b, h, tk, m): each key at its own shift, <= 1
+    c = max(1, min(chunk, tq))
+    nc = -(-tq // c)
+    pad = nc * c - tq
+    qc = F.pad(phi_q, (0, 0, 0, pad)).view(b, h, nc, c, m)
+    kc = F.pad(psi[:, :, seen:], (0, 0, 0, pad)).view(b, h, nc, c, m)
+    vc = F.pad(v[:, :, seen:], (0, 0, 0, pad)).view(b, h, nc, c, d)
+    tc = F.pad(top[:, :, seen:], (0, pad), mode="replicate").view(b, h, nc, c)  # shift of each position
+    # segments: the cache (0), then each chunk; each summed at the shift of its last key
+    before = top[:, :, max(seen - 1, 0):max(seen, 1)]  # (b, h, 1): the cache's last shift (none: the first)
+    ends = torch.cat([before, tc[..., -1]], dim=-1)  # (b, h, nc + 1)
+    to_end = torch.exp(tc - tc[..., -1:])  # (b, h, nc, c): a key's shift to its chunk's end's
+    seg_kv = torch.matmul((kc * to_end[..., None]).transpose(-1, -2), vc)  # (b, h, nc, m, d)
+    seg_z = (kc * to_end[..., None]).sum(dim=-2)  # (b, h, nc, m)
+    cache_kv = torch.matmul(psi[:, :, :seen].transpose(-1, -2) * torch.exp(top[:, :, :seen] - before)[:, :, None],
+                            v[:, :, :seen])[:, :, None]  # (b, h, 1, m, d)
+    cache_z = (psi[:, :, :seen] * torch.exp(top[:, :, :seen] - before)[..., None]).sum(dim=-2)[:, :, None]
+    seg_kv, seg_z = torch.cat([cache_kv, seg_kv], dim=2), torch.cat([cache_z, seg_z], dim=2)
+    # chunk k starts after segments 0..k, at the shift ends[k]; segment s reaches it by exp(ends[s] - ends[k])
+    earlier = torch.ones(nc, nc + 1, dtype=torch.bool, device=v.device).tril()  # s <= k
+    gap = (ends[..., None, :] - ends[..., :nc, None]).masked_fill(~earlier, float("-inf"))
+    reach = torch.exp(gap)  # (b, h, nc, nc + 1), <= 1
+    before_kv = torch.einsum("bhks,bhsmd->bhkmd", reach, seg_kv)  # (b, h, nc, m, d)
+    before_z = torch.einsum("bhks,bhsm->bhkm", reach, seg_z)  # (b, h, nc, m)
+    to_query = torch.exp(ends[..., :nc, None] - tc)[..., None]  # (b, h, nc, c, 1): chunk start -> query
+    inside_ok = torch.ones(c, c, dtype=torch.bool, device=v.device).tril()
+    rescale = torch.exp((tc[..., None, :] - tc[..., :, None]).masked_fill(~inside_ok, float("-inf")))
+    inside = torch.matmul(qc, kc.transpose(-1, -2)) * rescale  # (b, h, nc, c, c): j <= i, at i's shift
+    num = torch.matmul(qc, before_kv) * to_query + torch.matmul(inside, vc)  # (b, h, nc, c, d)
+    den = torch.matmul(qc, before_z.unsqueeze(-1)) * to_query + inside.sum(dim=-1, keepdim=True)
+    num, den = num.view(b, h, nc * c, d)[:, :, :tq], den.view(b, h, nc * c, 1)[:, :, :tq]
+    return (num / den.clamp(min=EPS)).transpose(1, 2).contiguous()  # (b, tq, h, d)
 
 
 @ATTENTION.register("performer")
@@ -100,5 +167,8 @@ class Performer(Attention):
         root = scaling ** 0.5  # q.k * scaling = (root q).(root k)
         with torch.autocast(q.device.type, enabled=False):
             phi_q = positive_features(q * root, w, None)
+            if is_causal(module):  # a shift over all keys would let later keys reach earlier queries
+                dtype = v.dtype
+                return causal_favor(phi_q, feature_logits(k * root, w), wide(v), keys, self.chunk).to(dtype), None
             phi_k = positive_features(k * root, w, keys)
-        return kernel_attention(phi_q, phi_k, v, keys, is_causal(module), self.chunk), None
+        return kernel_attention(phi_q, phi_k, v, keys, False, self.chunk), None
