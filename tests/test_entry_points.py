@@ -583,3 +583,26 @@ def test_make_chain_fine_tunes_from_the_run_it_pretrained(tmp_path: Path, words:
     if "name=it's mine" not in words:  # the chained recipe plans the very run the first command makes
         planned = recipes.plan(ROOT / finetune[1], [reference])
         assert runs.run_id(planned.upstream.recipe) == runs.run_id(recipes.load(ROOT / pretrain[1], words))
+
+
+def test_make_chain_args_reach_the_reference_as_they_reached_the_pretraining(tmp_path: Path) -> None:
+    """`make chain ARGS=...` gives ARGS to both commands, so the pretraining ran with its overrides,
+    and the fine-tuning's reference left them out: `ARGS=train.epochs=1` fine-tuned from the
+    pretraining without it (an earlier run of it, exit 0, or a refusal after the whole pretraining).
+    Its override words are in the reference as the pretraining got them; its flags are not."""
+    import json
+
+    from toolkit import recipe as recipes
+
+    fake = tmp_path / "venv" / "bin"
+    fake.mkdir(parents=True)
+    (fake / "toolkit").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (fake / "toolkit").chmod(0o755)
+    done = _make("-s", "chain", f"VENV={tmp_path / 'venv'}", "PRETRAIN_ARGS=train.lr=1e-4",
+                 "ARGS=--smoke train.epochs=1 --stop-after 3 'task={max_train_samples: 100}'", f"RUNS={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    pretrain, finetune, _ = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {"train.lr=1e-4", "train.epochs=1", "task={max_train_samples: 100}", "--smoke"} <= set(pretrain)
+    (reference,) = [a for a in finetune if a.startswith("model.checkpoint=")]
+    ref = recipes.safe_yaml(reference.partition("=")[2], "reference")
+    assert ref["overrides"] == ["train.lr=1e-4", "train.epochs=1", "task={max_train_samples: 100}"]
