@@ -381,3 +381,19 @@ def test_a_point_is_run_as_planned_or_not_at_all(tmp_path: Path, cli, monkeypatc
     with pytest.raises(UserError, match=r"^sweep: run 2 of 2 \(.+\) is now another run than planned"):
         toolkit.sweep([recipe], ["train.lr=1e-3,2e-3"], seeds=None, runs_dir=tmp_path / "runs")
     assert len(started) == 1
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_sweep_of_no_recipe_is_refused_at_every_entry_point(tmp_path: Path, cli, entry: str) -> None:
+    """`toolkit.sweep([])` (a glob that matched nothing) returned [] as if a grid had run, where
+    `toolkit sweep train.lr=1e-4,3e-4` is one line: the same refusal in both, nothing made."""
+    import toolkit
+
+    said = "sweep: no recipe given"
+    if entry == "api":
+        with pytest.raises(UserError, match=said):
+            toolkit.sweep([], ["train.lr=1e-4,3e-4"], runs_dir=tmp_path / "runs")
+    else:
+        code, _, err = cli("sweep", "train.lr=1e-4,3e-4", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and err.count("\n") == 1 and said in err, err
+    assert not (tmp_path / "runs").exists()

@@ -31,8 +31,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     paths = [find_recipe(a) for a in args.overrides if "=" not in a]
-    if not paths:
-        raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
     root = runs.runs_root(args.runs_dir)
     _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)

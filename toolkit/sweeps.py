@@ -162,6 +162,8 @@ def plan(recipes: list[Path], axis_items: list[str], seeds: str | list[int] | No
          smoke: bool) -> tuple[list[Point], list[Path]]:
     """Every point of the grid and its run folder; every point is checked (its recipe loads) and
     no two are the same run, before the first one runs."""
+    if not recipes:  # `toolkit.sweep([])` returned [] as if a grid had run: the CLI's refusal, for both
+        raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
     seed_list = listed_seeds(seeds) if isinstance(seeds, list) else parse_seeds(seeds)
     points = [resolve(p) for p in grid(recipes, parse_axes(axis_items), seed_list)]
     folders = [runs.run_dir(recipe_module.load(p.recipe, p.overrides, smoke=smoke), root) for p in points]
