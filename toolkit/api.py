@@ -72,13 +72,24 @@ def _one_line(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            with quiet.as_found(), _generators_as_found():  # the caller's process as it was
+            with quiet.as_found(), _generators_as_found(), _compiler_as_found():  # the caller's process as it was
                 return fn(*args, **kwargs)
         except OSError as exc:
             if exc.errno not in DISK_ERRORS and not disk_full(exc):
                 raise
             raise UserError(_disk_error(exc)) from None
     return wrapper
+
+
+@contextmanager
+def _compiler_as_found() -> Iterator[None]:
+    """Dynamo's settings a compiled run changed (its recompile limit, failing past it) put back."""
+    try:
+        yield
+    finally:
+        compiling = sys.modules.get("toolkit.compiling")  # imported only by a run that compiles
+        if compiling is not None:
+            compiling.settings_as_found()
 
 
 @contextmanager
