@@ -397,3 +397,38 @@ def test_a_sweep_of_no_recipe_is_refused_at_every_entry_point(tmp_path: Path, cl
         code, _, err = cli("sweep", "train.lr=1e-4,3e-4", "--runs-dir", tmp_path / "runs")
         assert code == 2 and err.count("\n") == 1 and said in err, err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_chained_point_whose_upstream_no_point_makes_is_refused_before_the_first(tmp_path: Path, cli,
+                                                                                   monkeypatch, entry: str) -> None:
+    """Every point is checked before the first one starts: a chained point (`model.checkpoint:
+    {run: ...}`) whose upstream run is not finished ran the points before it, then stopped at it
+    (hours of a grid, then `run it first`). Refused before any point starts, unless an earlier
+    point of the grid makes that upstream run."""
+    import subprocess
+
+    import toolkit
+    from toolkit import api, cli as cli_module
+
+    started, popen = [], subprocess.Popen
+    monkeypatch.setattr(cli_module.subprocess, "Popen", lambda *a, **k: started.append(a) or popen(["true"]))
+    monkeypatch.setattr(api, "run", lambda path, overrides, **kw: started.append(path) or toolkit.Run(tmp_path / "x"))
+
+    def sweep(*recipes: str) -> str:
+        if entry == "api":
+            try:
+                toolkit.sweep(list(recipes), ["train.lr=1e-4,2e-4"], runs_dir=tmp_path / "runs")
+            except UserError as exc:
+                return str(exc)
+            return ""
+        code, _, err = cli("sweep", *recipes, "train.lr=1e-4,2e-4", "--runs-dir", tmp_path / "runs")
+        assert code in (0, 2) and err.count("\n") == code // 2, err
+        return err
+
+    said = sweep("demo/sst2/minilm-lora", "demo/sst2/minilm-full-from-wikitext")
+    assert "sweep: run 3 of 4 (" in said and "model.checkpoint: run recipes/pretrain/wikitext-2/minilm-mlm.yaml " \
+        "has not been run" in said and started == [], said
+    # the pretraining at the lr the fine-tuning's reference names is the grid's own point: no refusal
+    said = sweep("pretrain/wikitext-2/minilm-mlm", "demo/sst2/minilm-full-from-wikitext")
+    assert said == "" and len(started) == 4, said

@@ -194,6 +194,25 @@ def as_planned(point: Point, folder: Path, root: Path, smoke: bool, where: str) 
                         "runs are kept, and the same command plans the grid again")
 
 
+def upstreams_ready(points: list[Point], folders: list[Path], root: Path, smoke: bool) -> None:
+    """A chained point (`model.checkpoint: {run: ...}`) starts from a finished run: one that is not
+    finished and that no earlier point of the grid makes is said before the first point runs (the
+    points before it ran for hours, then the sweep stopped there). Under --smoke a chained run
+    makes its upstream smoke run itself."""
+    if smoke:
+        return
+    from toolkit import chain
+
+    for i, point in enumerate(points):
+        plan = recipe_module.plan(point.recipe, point.overrides)
+        if plan.upstream is None or runs.run_dir(plan.upstream.recipe, root) in folders[:i]:
+            continue
+        try:
+            chain.resolve(plan, root)
+        except UserError as exc:
+            raise UserError(f"sweep: run {i + 1} of {len(points)} ({point}): {exc}; no point was started") from None
+
+
 def describe(points: list[Point], folders: list[Path]) -> list[str]:
     """One line per point for --dry-run: its run folder and whether it is finished."""
     lines = []
