@@ -906,3 +906,30 @@ def test_token_accuracy_is_run_clm_and_run_mlm_s_over_the_whole_split(name: str)
         assert token_losses(logits[:, 3:], tail, shift).tolist() == pytest.approx(token_losses(logits, tail, shift).tolist())
     outputs = {"loss": np.ones(3), "units": token_units(labels, shift).numpy(), "hits": expected.astype(float)}
     assert task.score(outputs, None)["accuracy"] == pytest.approx(expected.sum() / (y != IGNORE).sum())
+
+
+def test_a_chain_under_a_launch_says_its_upstream_runs_on_as_many_processes(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run id counts its processes, so a chained run launched on 2 processes starts from the
+    upstream's 2-process run. Its line said `run it first: toolkit run ...`, which makes the
+    1-process run, and the launch said the same again, however often it was followed. It names
+    the process count, the launch that makes that run, and the 1-process run that is not it."""
+    import json
+
+    from toolkit import chain, recipe as recipes, runs
+
+    root = tmp_path / "runs"
+    plan = recipes.plan(recipes.find_recipe("demo/sst2/minilm-full-from-wikitext"))
+    single = runs.run_dir(plan.upstream.recipe, root, processes=1)
+    (single / "model").mkdir(parents=True)
+    (single / "metrics.json").write_text(json.dumps({"eval": {}}))
+    (single / "model" / "config.json").write_text("{}")
+    chain.resolve(plan, root)  # one process: that very run
+    assert plan.checkpoint_path == str(single / "model")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError) as said:
+        chain.resolve(plan, root)
+    assert "has not been run on 2 processes, as this launch has" in str(said.value)
+    assert f"its 1-process run {single} is another run" in str(said.value)
+    assert str(said.value).endswith(f"make run NPROC=2 RECIPE=recipes/pretrain/wikitext-2/minilm-mlm.yaml "
+                                    f"'ARGS=--runs-dir {root}'")

@@ -56,11 +56,21 @@ def resolve(plan: RunPlan, root: Path) -> None:
     recipe = plan.recipe
     folder = runs.run_dir(plan.upstream.recipe, root)
     ref = recipe.model.checkpoint
-    command = f"toolkit run {ref['run']} {' '.join(ref.get('overrides') or [])}".strip()
     if not runs.is_finished(folder):
+        import shlex
+
         state = "is unfinished" if folder.exists() else "has not been run"
+        rest = [*(ref.get("overrides") or []), *(["--smoke"] if recipe.smoke else []), "--runs-dir", str(root)]
+        n = runs.world_size()
+        if n > 1:  # a run id counts its processes: the plain command made a 1-process run, said missing again
+            single = runs.run_dir(plan.upstream.recipe, root, processes=1)
+            made = f" (its 1-process run {single} is another run: the global batch differs)" \
+                if runs.is_finished(single) else ""
+            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {n} processes, as this launch has "
+                            f"({folder} has no metrics.json){made}; run it first under the same launch: "
+                            f"{shlex.join(['make', 'run', f'NPROC={n}', 'RECIPE=' + ref['run'], 'ARGS=' + shlex.join(rest)])}")
         raise UserError(f"model.checkpoint: run {ref['run']} {state} ({folder} has no metrics.json); "
-                        f"run it first: {command}{' --smoke' if recipe.smoke else ''} --runs-dir {root}")
+                        f"run it first: {shlex.join(['toolkit', 'run', ref['run'], *rest])}")
     model = folder / "model"
     if not (model / "config.json").is_file():  # (check says so at validate; a run an older toolkit wrote)
         raise UserError(not_a_model(ref, plan.upstream.recipe.method))
