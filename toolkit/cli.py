@@ -29,11 +29,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def is_override(word: str) -> bool:
+    """`key=value` beside recipes (sweep, validate) is an override or axis; a recipe file whose path
+    holds '=' (`runs/lr=1e-4/r.yaml`) is a recipe: it was taken for an override, so `sweep` said
+    "no recipe given" and `validate` checked every shipped recipe against a section 'runs/lr'."""
+    return "=" in word and not Path(word).expanduser().is_file()
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
-    paths = [find_recipe(a) for a in args.overrides if "=" not in a]
+    paths = [find_recipe(a) for a in args.overrides if not is_override(a)]
     root = runs.runs_root(args.runs_dir)
     _check_runs_root(root)  # said once here, not once per point
-    points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
+    points, folders = sweep.plan(paths, [a for a in args.overrides if is_override(a)], args.seeds, root, args.smoke)
     for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
         _checked(point.recipe, point.overrides, args.smoke)
         if not args.force:
@@ -167,8 +174,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Each recipe with the overrides given, as `run` would check it before loading anything:
     the recipe, the overrides, each data file there and its header or first record holding the
     columns / fields the recipe reads."""
-    names = [a for a in args.recipes if "=" not in a]
-    overrides = [a for a in args.recipes if "=" in a]
+    names = [a for a in args.recipes if not is_override(a)]
+    overrides = [a for a in args.recipes if is_override(a)]
     files = [find_recipe(r) for r in names] if names else recipe_files([])
     recipes.check_environment()  # said once, not once per recipe
     failed = 0
