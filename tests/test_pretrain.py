@@ -610,6 +610,11 @@ train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
     else:
         code, _, err = cli("run", fine, "--runs-dir", runs)
     assert code == 2 and "model.safetensors there changed since" in err and "again with --force" in err, err
+    # a sweep skipped it as finished, exit 0: it is refused as `run` refuses it, from the CLI and the API
+    code, out, err = cli("sweep", fine, "--runs-dir", runs, *flags)
+    assert code == 2 and "sweep: run 1 of 1 (" in err and "model.safetensors there changed since" in err, (out, err)
+    with pytest.raises(UserError, match="model.safetensors there changed since"):
+        toolkit.sweep([fine], runs_dir=runs, smoke=smoke)
     assert cli("run", fine, "--runs-dir", runs, *flags, "--force")[0] == 0
     if not smoke:  # the new weights are where it started
         assert torch.equal(load_file(fine_run / "model" / "model.safetensors")[query], weights[query])

@@ -343,7 +343,7 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
         _checked(point.recipe, point.overrides, smoke)
         if not force:
             runs.is_finished(out)  # a damaged metrics.json: said before the first run
-    sweeps.upstreams_ready(points, folders, root, smoke)
+    sweeps.upstreams_ready(points, folders, root, smoke, force)
     done = []
     for i, (point, out) in enumerate(zip(points, folders), 1):  # a point another process runs is left to it
         holder = runs.run_elsewhere(out) if force or not runs.is_finished(out) else None

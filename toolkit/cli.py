@@ -52,7 +52,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if runs.rank() == 0:  # one plan for the launch, not one per process
             print_plan(points, folders, args.estimate, args.smoke)
         return 0
-    sweep.upstreams_ready(points, folders, root, args.smoke)  # each chained point's upstream, before the first
+    sweep.upstreams_ready(points, folders, root, args.smoke, args.force)  # each chained point's upstream, before the first
     say = print if runs.rank() == 0 else (lambda *_, **__: None)  # the launch's progress, said once
     left: list[Path] = []
     for i, (point, out) in enumerate(zip(points, folders), 1):

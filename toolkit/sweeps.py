@@ -194,21 +194,24 @@ def as_planned(point: Point, folder: Path, root: Path, smoke: bool, where: str) 
                         "runs are kept, and the same command plans the grid again")
 
 
-def upstreams_ready(points: list[Point], folders: list[Path], root: Path, smoke: bool) -> None:
-    """A chained point (`model.checkpoint: {run: ...}`) starts from a finished run: one that is not
-    finished and that no earlier point of the grid makes is said before the first point runs (the
-    points before it ran for hours, then the sweep stopped there). Under --smoke a chained run
-    makes its upstream smoke run itself."""
-    if smoke:
-        return
+def upstreams_ready(points: list[Point], folders: list[Path], root: Path, smoke: bool, force: bool) -> None:
+    """A chained point (`model.checkpoint: {run: ...}`) is checked as `toolkit run` checks it, before
+    the first point runs: its upstream is finished, or made by an earlier point (the points before
+    it ran for hours, then the sweep stopped there; under --smoke a chained run makes its upstream
+    smoke run itself); and a finished one started from its upstream's model/ as that is now
+    (`chain.check_current`: the sweep skipped it as finished, its metrics of weights an upstream
+    rerun with --force had replaced, where `toolkit run` refuses it)."""
     from toolkit import chain
 
     for i, point in enumerate(points):
-        plan = recipe_module.plan(point.recipe, point.overrides)
-        if plan.upstream is None or runs.run_dir(plan.upstream.recipe, root) in folders[:i]:
+        plan = recipe_module.plan(point.recipe, point.overrides, smoke=smoke)
+        if plan.upstream is None:
             continue
         try:
-            chain.resolve(plan, root)
+            if not force:
+                chain.check_current(plan, root)
+            if not smoke and runs.run_dir(plan.upstream.recipe, root) not in folders[:i]:
+                chain.resolve(plan, root)
         except UserError as exc:
             raise UserError(f"sweep: run {i + 1} of {len(points)} ({point}): {exc}; no point was started") from None
 
