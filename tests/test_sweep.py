@@ -210,6 +210,20 @@ def test_estimate_measures_real_steps_here_and_leaves_no_run(tmp_path: Path, cli
     assert "about 0 s" not in out  # start-up alone takes seconds
 
 
+def test_estimate_of_a_chained_point_measures_the_model_its_chain_starts_from(tmp_path: Path, cli, runs_dir: Path,
+                                                                             tiny_checkpoint) -> None:
+    """A chained point's measuring run looked for its upstream in the throw-away runs folder: every
+    such estimate failed, finished upstream or not, saying `run it first: ... --runs-dir
+    /tmp/toolkit-estimate-...` (a folder already gone). It measures the same shape on the model
+    the chain starts from, and leaves no run."""
+    own_recipe(tmp_path, tiny_checkpoint("bert"))
+    upstream = write_recipe(tmp_path / "up.yaml", "extends: own.yaml\nmethod: {name: full}\n")
+    chained = write_recipe(tmp_path / "chained.yaml", f"extends: own.yaml\nmodel: {{checkpoint: {{run: {upstream}}}}}\n")
+    code, out, err = cli("sweep", chained, "--estimate", "--runs-dir", runs_dir)
+    assert code == 0, err
+    assert "estimate: about" in out and not runs_dir.exists()
+
+
 def test_make_estimate_skips_the_report() -> None:
     import subprocess
 

@@ -330,6 +330,14 @@ def measure(point: Point, recipe, smoke: bool) -> Timing:
     steps = [f"train.max_steps={n}", "train.eval_every=0", "train.log_every=1", "train.early_stopping_patience=0"]
     caps = [*(steps if recipe.method.trains else []),
             f"task.max_train_samples={n * per_step}", f"task.max_eval_samples={2 * tr.batch_size}"]
+    # a chained point measures on the model its chain starts from (the same shape): its upstream is
+    # in the runs folder, not in the throw-away one, so every chained point's estimate failed with
+    # "run it first: ... --runs-dir /tmp/toolkit-estimate-..." (a folder gone), finished upstream or not
+    plan = recipe_module.plan(point.recipe, point.overrides, smoke=smoke)
+    while plan.upstream is not None:
+        plan = plan.upstream
+    if isinstance(recipe.model.checkpoint, dict):
+        caps.append(f"model.checkpoint={json.dumps(plan.recipe.model.checkpoint)}")
     with tempfile.TemporaryDirectory(prefix="toolkit-estimate-") as tmp:
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),  # caps replace the point's own
