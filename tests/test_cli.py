@@ -145,14 +145,19 @@ def test_cp_into_a_missing_folder_is_one_line(tmp_path: Path, cli) -> None:
 
 
 @pytest.mark.parametrize("given, said", [("recipes/demo/sst2", "is a folder; give its .yaml files"),
-                                         ("/dev/null", "is not a regular file")])
+                                         ("/dev/null", "is not a regular file"),
+                                         ("RUN", "is a run folder; its recipe is RUN/recipe.yaml")])
 def test_a_recipe_that_is_a_folder_or_a_device_is_said_as_such(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
                                                                 given: str, said: str) -> None:
     """`toolkit run recipes/demo/sst2` said `recipe recipes/demo/sst2 does not exist`, of a folder
-    that is there; /dev/null likewise. Every entry point says what it is."""
+    that is there; /dev/null likewise; a run folder (`toolkit.run(run)`) was told to give its
+    .yaml files. Every entry point says what it is."""
     import toolkit
 
     monkeypatch.chdir(ROOT)
+    if given == "RUN":
+        given = str(write_recipe(tmp_path / "run" / "recipe.yaml", "method: {name: full}\n").parent)
+        said = said.replace("RUN", given)
     line = f"recipe {given} {said}"
     for command in (["run", given], ["validate", given], ["sweep", given, "--dry-run"]):
         code, _, err = cli(*command, *(["--runs-dir", tmp_path / "runs"] if command[0] != "validate" else []))

@@ -367,6 +367,9 @@ def read_yaml(path: Path) -> dict:
 def _layers(path: Path, seen: tuple[Path, ...]) -> list[tuple[Path, dict]]:
     """(file, its own settings) from the bottom base up to `path`, each file once, where first
     reached (its bases' layers before its own; the bases in the order listed)."""
+    if path.is_dir() and (path / "recipe.yaml").is_file():  # `toolkit.run(run)`: a run folder, not a recipe
+        raise UserError(f"recipe {path} is a run folder; its recipe is {path / 'recipe.yaml'}, which finds "
+                        "the same run")
     if path.is_dir():  # `toolkit validate recipes/demo`: the recipes are the files in it
         raise UserError(f"recipe {path} is a folder; give its .yaml files (e.g. {path}/*.yaml)")
     if path.exists() and not path.is_file():
