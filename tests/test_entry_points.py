@@ -606,3 +606,23 @@ def test_make_chain_args_reach_the_reference_as_they_reached_the_pretraining(tmp
     (reference,) = [a for a in finetune if a.startswith("model.checkpoint=")]
     ref = recipes.safe_yaml(reference.partition("=")[2], "reference")
     assert ref["overrides"] == ["train.lr=1e-4", "train.epochs=1", "task={max_train_samples: 100}"]
+
+
+@pytest.mark.parametrize("command", [["run", "demo/sst2/minilm-lora", "--runs-dir", "a", "--runs-dir", "b"],
+                                     ["sweep", "demo/sst2/minilm-lora", "--seeds", "3", "--dry-run", "--seeds=5"],
+                                     ["eval", "RUN", "--split", "eval", "--split", "train"],
+                                     ["predict", "RUN", "--output", "a.jsonl", "--output", "b.jsonl"],
+                                     ["report", "RUN", "--out", "a", "--out", "b"]])
+def test_an_option_given_twice_is_one_line_not_the_last_one_winning(tmp_path: Path, cli, command: list[str]) -> None:
+    """argparse lets the last of a repeated option win: `make glue ARGS="--runs-dir x"` (the target
+    gives its own --runs-dir) ran the sweep into x, then reported on runs/glue, whatever was there,
+    exit 0; `make glue SEEDS=3 ARGS="--seeds 5"` ran 5 seeds. Every option with a value is given once."""
+    code, out, err = cli(*[str(tmp_path) if word == "RUN" else word for word in command])
+    option = next(w for w in command[::-1] if w.startswith("--") and w not in ("--dry-run",)).split("=")[0]
+    assert code == 2 and out == "" and err.startswith(f"error: {option} is given twice (") and err.count("\n") == 1, err
+
+
+def test_make_glue_with_its_own_runs_dir_in_args_is_one_line(tmp_path: Path) -> None:
+    done = _make("-s", "glue", "MODEL=minilm", "METHOD=lora", "ARGS=--dry-run --runs-dir elsewhere", f"RUNS={tmp_path}")
+    assert done.returncode != 0 and "error: --runs-dir is given twice" in done.stderr and done.stdout == "", done
+    assert not (ROOT / "elsewhere").exists()

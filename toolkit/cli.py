@@ -381,7 +381,24 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default=None, type=_given("--out"), help="where report.md and the PNGs go (default: the first runs folder)")
     rep.add_argument("--no-plots", action="store_true")
     rep.set_defaults(func=cmd_report)
+    for action in (a for command in sub.choices.values() for a in command._actions):
+        if action.option_strings and type(action) is argparse._StoreAction:
+            action.__class__ = _Once  # every option with a value: given once
     return p
+
+
+class _Once(argparse._StoreAction):
+    """An option with a value given twice is one line, not the last one winning: `make glue
+    ARGS="--runs-dir x"` (the target gives its own) ran the sweep into x and then reported on
+    runs/glue, whatever was there, exit 0; `--seeds 3 ... --seeds 5` ran 5."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        given = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in given:
+            raise UserError(f"{option_string or self.option_strings[-1]} is given twice ({given[self.dest]!r} and "
+                            f"{values!r}); give it once (a make target gives its own: set its variable, e.g. RUNS=)")
+        given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
 
 
 def printable(line: str) -> str:
