@@ -446,3 +446,38 @@ def test_a_chained_point_whose_upstream_no_point_makes_is_refused_before_the_fir
     # the pretraining at the lr the fine-tuning's reference names is the grid's own point: no refusal
     said = sweep("pretrain/wikitext-2/minilm-mlm", "demo/sst2/minilm-full-from-wikitext")
     assert said == "" and len(started) == 4, said
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_point_that_fails_stops_the_sweep_naming_it(tmp_path: Path, cli, monkeypatch, entry: str) -> None:
+    """A point whose run fails stops the sweep with one line naming the point and saying the finished
+    runs are kept. `toolkit.sweep` raised the run's own line alone: which point of the grid failed,
+    and that the same call goes on from it, was not said."""
+    import subprocess
+
+    import toolkit
+    from toolkit import api, cli as cli_module
+
+    recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
+    started, popen = [], subprocess.Popen
+
+    def second_fails(*args, **kwargs):
+        started.append(args)
+        if len(started) == 2:
+            raise UserError("the run's own line")
+        return tmp_path / "x"
+
+    if entry == "cli":
+        monkeypatch.setattr(cli_module.subprocess, "Popen", lambda *a, **k: started.append(a) or
+                            popen(["false" if len(started) == 2 else "true"]))
+        code, _, err = cli("sweep", recipe, "train.lr=1e-3,2e-3,3e-3", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and err.count("\n") == 1, err
+        said = err
+    else:
+        monkeypatch.setattr(api, "run_one", second_fails)
+        with pytest.raises(UserError) as caught:
+            toolkit.sweep([recipe], ["train.lr=1e-3,2e-3,3e-3"], runs_dir=tmp_path / "runs")
+        said = str(caught.value)
+        assert "the run's own line" in said
+    assert f"sweep: run 2 of 3 ({recipe} train.lr=2e-3) failed" in said and "finished runs are kept" in said
+    assert len(started) == 2

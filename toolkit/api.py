@@ -352,8 +352,14 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
             print(f"{holder} right now: left to it; the sweep goes on with the next point")
         elif force or not runs.is_finished(out):
             sweeps.as_planned(point, out, root, smoke, f"run {i} of {len(points)}")
-        done.append(Run(out) if holder is not None else run(point.recipe, point.overrides, runs_dir=root,
-                                                             smoke=smoke, force=force))
+        if holder is not None:
+            done.append(Run(out))
+            continue
+        try:
+            done.append(run(point.recipe, point.overrides, runs_dir=root, smoke=smoke, force=force))
+        except UserError as exc:  # which point, as `toolkit sweep` says it (the run's own line alone named none)
+            raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed: {exc}; finished runs are kept: "
+                            "the same call continues from there") from None
     return done
 
 
