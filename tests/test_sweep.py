@@ -429,14 +429,14 @@ def test_a_chained_point_whose_upstream_no_point_makes_is_refused_before_the_fir
     monkeypatch.setattr(cli_module.subprocess, "Popen", lambda *a, **k: started.append(a) or popen(["true"]))
     monkeypatch.setattr(api, "run", lambda path, overrides, **kw: started.append(path) or toolkit.Run(tmp_path / "x"))
 
-    def sweep(*recipes: str) -> str:
+    def sweep(*recipes: str, axis: str = "train.lr=1e-4,2e-4") -> str:
         if entry == "api":
             try:
-                toolkit.sweep(list(recipes), ["train.lr=1e-4,2e-4"], runs_dir=tmp_path / "runs")
+                toolkit.sweep(list(recipes), [axis], runs_dir=tmp_path / "runs")
             except UserError as exc:
                 return str(exc)
             return ""
-        code, _, err = cli("sweep", *recipes, "train.lr=1e-4,2e-4", "--runs-dir", tmp_path / "runs")
+        code, _, err = cli("sweep", *recipes, axis, "--runs-dir", tmp_path / "runs")
         assert code in (0, 2) and err.count("\n") == code // 2, err
         return err
 
@@ -446,6 +446,9 @@ def test_a_chained_point_whose_upstream_no_point_makes_is_refused_before_the_fir
     # the pretraining at the lr the fine-tuning's reference names is the grid's own point: no refusal
     said = sweep("pretrain/wikitext-2/minilm-mlm", "demo/sst2/minilm-full-from-wikitext")
     assert said == "" and len(started) == 4, said
+    # `smoke: true` (in the recipe or as here) is --smoke: the chained run makes its upstream smoke run
+    said = sweep("demo/sst2/minilm-full-from-wikitext", axis="smoke=true")
+    assert said == "" and len(started) == 5, said
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])

@@ -210,7 +210,7 @@ def upstreams_ready(points: list[Point], folders: list[Path], root: Path, smoke:
         try:
             if not force:
                 chain.check_current(plan, root)
-            if not smoke and runs.run_dir(plan.upstream.recipe, root) not in folders[:i]:
+            if not plan.recipe.smoke and runs.run_dir(plan.upstream.recipe, root) not in folders[:i]:
                 chain.resolve(plan, root)
         except UserError as exc:
             raise UserError(f"sweep: run {i + 1} of {len(points)} ({point}): {exc}; no point was started") from None
