@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit import recipe as recipe_module, runs
+from toolkit import chain, recipe as recipe_module, runs
 from toolkit.recipe_data import layered
 from toolkit.errors import UserError
 
@@ -201,8 +201,6 @@ def upstreams_ready(points: list[Point], folders: list[Path], root: Path, smoke:
     smoke run itself); and a finished one started from its upstream's model/ as that is now
     (`chain.check_current`: the sweep skipped it as finished, its metrics of weights an upstream
     rerun with --force had replaced, where `toolkit run` refuses it)."""
-    from toolkit import chain
-
     for i, point in enumerate(points):
         plan = recipe_module.plan(point.recipe, point.overrides, smoke=smoke)
         if plan.upstream is None:
