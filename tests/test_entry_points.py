@@ -613,10 +613,12 @@ def test_make_chain_args_reach_the_reference_as_they_reached_the_pretraining(tmp
                                      ["eval", "RUN", "--split", "eval", "--split", "train"],
                                      ["predict", "RUN", "--output", "a.jsonl", "--output", "b.jsonl"],
                                      ["report", "RUN", "--out", "a", "--out", "b"]])
-def test_an_option_given_twice_is_one_line_not_the_last_one_winning(tmp_path: Path, cli, command: list[str]) -> None:
+def test_an_option_given_twice_is_one_line_not_the_last_one_winning(tmp_path: Path, cli, command: list[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """argparse lets the last of a repeated option win: `make glue ARGS="--runs-dir x"` (the target
     gives its own --runs-dir) ran the sweep into x, then reported on runs/glue, whatever was there,
     exit 0; `make glue SEEDS=3 ARGS="--seeds 5"` ran 5 seeds. Every option with a value is given once."""
+    monkeypatch.chdir(tmp_path)
     code, out, err = cli(*[str(tmp_path) if word == "RUN" else word for word in command])
     option = next(w for w in command[::-1] if w.startswith("--") and w not in ("--dry-run",)).split("=")[0]
     assert code == 2 and out == "" and err.startswith(f"error: {option} is given twice (") and err.count("\n") == 1, err

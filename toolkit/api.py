@@ -84,6 +84,9 @@ def _one_line(fn):
 @contextmanager
 def _compiler_as_found() -> Iterator[None]:
     """Dynamo's settings a compiled run changed (its recompile limit, failing past it) put back."""
+    compiling = sys.modules.get("toolkit.compiling")
+    if compiling is not None:
+        compiling.keep_from_here()
     try:
         yield
     finally:

@@ -126,6 +126,12 @@ def compile_step(fn: Callable, device: torch.device, fullgraph: bool = False, dy
 _FOUND: dict[str, Any] = {}
 
 
+def keep_from_here() -> None:
+    """What settings_as_found puts back is what they were from this call on (a compile_step called
+    outside the API before, as the tests do, is not undone by the next API call)."""
+    _FOUND.clear()
+
+
 def settings_as_found() -> None:
     """Dynamo's process-wide settings put back as compile_step found them (the Python API calls this
     after each call): after `toolkit.run` with train.compile a notebook's own `torch.compile` raised
