@@ -114,9 +114,12 @@ compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per met
 
 chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARGS=key=value ...] [ARGS=--smoke]
 	$(BIN)/toolkit run "$(PRETRAIN)" $(PRETRAIN_ARGS) --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
-# the fine-tuning names that same run: each word of PRETRAIN_ARGS as the shell split it above, one
-# YAML string (joining on spaces split 'method={name: lora, merge: true}' into four, a comma into two)
-	set -- $(PRETRAIN_ARGS); refs=; for a in "$$@"; do refs="$$refs$${refs:+, }'$$(printf '%s' "$$a" | sed "s/'/''/g")'"; done; \
+# the fine-tuning names that same run: each override word of PRETRAIN_ARGS and ARGS as the shell split
+# it above (ARGS reached the pretraining too: left out, `ARGS=train.epochs=1` fine-tuned from another
+# run than the one just made), one YAML string (joining on spaces split 'method={name: lora, merge:
+# true}' into four, a comma into two); flags and their values (--smoke, --stop-after 3) are not overrides
+	set -- $(PRETRAIN_ARGS) $(ARGS); refs=; for a in "$$@"; do case "$$a" in -*) continue;; *=*) ;; *) continue;; esac; \
+	  refs="$$refs$${refs:+, }'$$(printf '%s' "$$a" | sed "s/'/''/g")'"; done; \
 	$(BIN)/toolkit run "$(FINETUNE)" "model.checkpoint={run: '$(subst ','',$(PRETRAIN))', overrides: [$$refs]}" --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
 	$(BIN)/toolkit report "$(RUNS_DIR)/chain"
 

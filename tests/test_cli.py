@@ -145,14 +145,19 @@ def test_cp_into_a_missing_folder_is_one_line(tmp_path: Path, cli) -> None:
 
 
 @pytest.mark.parametrize("given, said", [("recipes/demo/sst2", "is a folder; give its .yaml files"),
-                                         ("/dev/null", "is not a regular file")])
+                                         ("/dev/null", "is not a regular file"),
+                                         ("RUN", "is a run folder; its recipe is RUN/recipe.yaml")])
 def test_a_recipe_that_is_a_folder_or_a_device_is_said_as_such(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
                                                                 given: str, said: str) -> None:
     """`toolkit run recipes/demo/sst2` said `recipe recipes/demo/sst2 does not exist`, of a folder
-    that is there; /dev/null likewise. Every entry point says what it is."""
+    that is there; /dev/null likewise; a run folder (`toolkit.run(run)`) was told to give its
+    .yaml files. Every entry point says what it is."""
     import toolkit
 
     monkeypatch.chdir(ROOT)
+    if given == "RUN":
+        given = str(write_recipe(tmp_path / "run" / "recipe.yaml", "method: {name: full}\n").parent)
+        said = said.replace("RUN", given)
     line = f"recipe {given} {said}"
     for command in (["run", given], ["validate", given], ["sweep", given, "--dry-run"]):
         code, _, err = cli(*command, *(["--runs-dir", tmp_path / "runs"] if command[0] != "validate" else []))
@@ -170,3 +175,22 @@ def test_make_glue_with_no_recipe_for_model_and_method_says_so() -> None:
     done = subprocess.run(["make", "-n", "glue", "MODEL=robrta-base"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "no recipes/glue/*/robrta-base-lora.yaml; MODEL and METHOD name" in done.stderr
     assert "toolkit sweep" not in done.stdout
+
+
+@pytest.mark.parametrize("command", ["sweep", "validate"])
+def test_a_recipe_whose_path_holds_an_equals_sign_is_a_recipe(tmp_path: Path, cli, command: str) -> None:
+    """Beside recipes, `key=value` is an override (an axis for sweep); a recipe file whose path holds
+    '=' (`grid/lr=1e-4/r.yaml`) was taken for one: `sweep` said "no recipe given" and `validate`
+    checked every shipped recipe against a section 'grid/lr', 189 error lines. A word that names
+    a file is the recipe; the overrides beside it still apply."""
+    recipe = write_recipe(tmp_path / "grid" / "lr=1e-4" / "r.yaml",
+                          "model: {checkpoint: bert-base-uncased}\ntask: {name: glue, subset: sst2}\n"
+                          "method: {name: full}\ntrain: {lr: 1.0e-4}\n")
+    if command == "sweep":
+        code, out, err = cli("sweep", recipe, "train.lr=x1,x2", "--dry-run", "--runs-dir", tmp_path / "runs")
+        assert code == 0 and "2 runs (dry run" in out and f"{recipe} train.lr=0.0002" in out, err
+    else:
+        code, out, err = cli("validate", recipe, "train.lr=2e-4")
+        assert code == 0 and "1 of 1 recipes valid" in out, err
+        code, out, err = cli("validate", recipe, "train.lr=-1")
+        assert code == 2 and "0 of 1 recipes valid" in out and err.count("\n") == 1, err

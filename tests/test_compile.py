@@ -431,3 +431,21 @@ def test_auto_compiles_a_cuda_run_only_when_it_is_long_enough_to_repay_it(capsys
     else:
         assert said == ""
     assert Loop._compiles(loop, torch.device("cpu")) is (setting is True)
+
+
+def test_a_compiled_run_from_python_leaves_dynamos_settings_as_found(tmp_path: Path, aot_eager, monkeypatch) -> None:
+    """Rule: the Python API leaves its caller's process as it found it. After `toolkit.run` with
+    train.compile, dynamo kept the run's recompile limit of 64 and failed past it: a notebook's own
+    `torch.compile` then raised FailOnRecompileLimitHit where dynamo runs such a shape eager."""
+    import toolkit
+    from toolkit import compiling
+
+    monkeypatch.setattr(compiling, "BACKEND", "eager")  # dynamo's capture alone: the settings are the point
+    config = torch._dynamo.config
+    monkeypatch.setattr(config, "recompile_limit", 5)  # the caller's own value, below the run's
+    before = {name: getattr(config, name) for name in ("recompile_limit", "accumulated_recompile_limit",
+                                                        "fail_on_recompile_limit_hit")}
+    run = toolkit.run("demo/sst2/minilm-lora", {"train.max_steps": 1, "train.compile": True}, smoke=True,
+                      runs_dir=tmp_path)
+    assert run.metrics["train_steps"] == 1
+    assert {name: getattr(config, name) for name in before} == before

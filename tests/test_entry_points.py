@@ -583,3 +583,48 @@ def test_make_chain_fine_tunes_from_the_run_it_pretrained(tmp_path: Path, words:
     if "name=it's mine" not in words:  # the chained recipe plans the very run the first command makes
         planned = recipes.plan(ROOT / finetune[1], [reference])
         assert runs.run_id(planned.upstream.recipe) == runs.run_id(recipes.load(ROOT / pretrain[1], words))
+
+
+def test_make_chain_args_reach_the_reference_as_they_reached_the_pretraining(tmp_path: Path) -> None:
+    """`make chain ARGS=...` gives ARGS to both commands, so the pretraining ran with its overrides,
+    and the fine-tuning's reference left them out: `ARGS=train.epochs=1` fine-tuned from the
+    pretraining without it (an earlier run of it, exit 0, or a refusal after the whole pretraining).
+    Its override words are in the reference as the pretraining got them; its flags are not."""
+    import json
+
+    from toolkit import recipe as recipes
+
+    fake = tmp_path / "venv" / "bin"
+    fake.mkdir(parents=True)
+    (fake / "toolkit").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (fake / "toolkit").chmod(0o755)
+    done = _make("-s", "chain", f"VENV={tmp_path / 'venv'}", "PRETRAIN_ARGS=train.lr=1e-4",
+                 "ARGS=--smoke train.epochs=1 --stop-after 3 'task={max_train_samples: 100}'", f"RUNS={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    pretrain, finetune, _ = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {"train.lr=1e-4", "train.epochs=1", "task={max_train_samples: 100}", "--smoke"} <= set(pretrain)
+    (reference,) = [a for a in finetune if a.startswith("model.checkpoint=")]
+    ref = recipes.safe_yaml(reference.partition("=")[2], "reference")
+    assert ref["overrides"] == ["train.lr=1e-4", "train.epochs=1", "task={max_train_samples: 100}"]
+
+
+@pytest.mark.parametrize("command", [["run", "demo/sst2/minilm-lora", "--runs-dir", "a", "--runs-dir", "b"],
+                                     ["sweep", "demo/sst2/minilm-lora", "--seeds", "3", "--dry-run", "--seeds=5"],
+                                     ["eval", "RUN", "--split", "eval", "--split", "train"],
+                                     ["predict", "RUN", "--output", "a.jsonl", "--output", "b.jsonl"],
+                                     ["report", "RUN", "--out", "a", "--out", "b"]])
+def test_an_option_given_twice_is_one_line_not_the_last_one_winning(tmp_path: Path, cli, command: list[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """argparse lets the last of a repeated option win: `make glue ARGS="--runs-dir x"` (the target
+    gives its own --runs-dir) ran the sweep into x, then reported on runs/glue, whatever was there,
+    exit 0; `make glue SEEDS=3 ARGS="--seeds 5"` ran 5 seeds. Every option with a value is given once."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(*[str(tmp_path) if word == "RUN" else word for word in command])
+    option = next(w for w in command[::-1] if w.startswith("--") and w not in ("--dry-run",)).split("=")[0]
+    assert code == 2 and out == "" and err.startswith(f"error: {option} is given twice (") and err.count("\n") == 1, err
+
+
+def test_make_glue_with_its_own_runs_dir_in_args_is_one_line(tmp_path: Path) -> None:
+    done = _make("-s", "glue", "MODEL=minilm", "METHOD=lora", "ARGS=--dry-run --runs-dir elsewhere", f"RUNS={tmp_path}")
+    assert done.returncode != 0 and "error: --runs-dir is given twice" in done.stderr and done.stdout == "", done
+    assert not (ROOT / "elsewhere").exists()

@@ -27,10 +27,11 @@ def parity():
     return parity
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def shared_lists(parity):
     """The harness's shared settings (SET, BATCHES: lists changed in place, so that every module
-    of the package sees the change), put back after the test."""
+    of the package sees the change), put back after every test: `parity.main([... "--set",
+    "train.epochz=2"])` left its --set to the next test in the worker, whose reference then read it."""
     saved = list(parity.SET), list(parity.BATCHES)
     yield
     parity.SET[:], parity.BATCHES[:] = saved

@@ -610,6 +610,11 @@ train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
     else:
         code, _, err = cli("run", fine, "--runs-dir", runs)
     assert code == 2 and "model.safetensors there changed since" in err and "again with --force" in err, err
+    # a sweep skipped it as finished, exit 0: it is refused as `run` refuses it, from the CLI and the API
+    code, out, err = cli("sweep", fine, "--runs-dir", runs, *flags)
+    assert code == 2 and "sweep: run 1 of 1 (" in err and "model.safetensors there changed since" in err, (out, err)
+    with pytest.raises(UserError, match="model.safetensors there changed since"):
+        toolkit.sweep([fine], runs_dir=runs, smoke=smoke)
     assert cli("run", fine, "--runs-dir", runs, *flags, "--force")[0] == 0
     if not smoke:  # the new weights are where it started
         assert torch.equal(load_file(fine_run / "model" / "model.safetensors")[query], weights[query])
@@ -993,3 +998,31 @@ def test_eval_with_a_max_length_past_the_positions_is_one_line(tmp_path: Path, c
     assert not (run / "eval-eval.json").exists()
     code, _, err = cli("eval", run, "task.max_length=48")
     assert code == 0 and (run / "eval-eval.json").exists(), err
+
+
+def test_a_chain_under_a_launch_says_its_upstream_runs_on_as_many_processes(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run id counts its processes, so a chained run launched on 2 processes starts from the
+    upstream's 2-process run. Its line said `run it first: toolkit run ...`, which makes the
+    1-process run, and the launch said the same again, however often it was followed. It names
+    the process count, the launch that makes that run, and the 1-process run that is not it."""
+    import json
+
+    from toolkit import chain, recipe as recipes, runs
+
+    root = tmp_path / "runs"
+    plan = recipes.plan(recipes.find_recipe("demo/sst2/minilm-full-from-wikitext"))
+    single = runs.run_dir(plan.upstream.recipe, root, processes=1)
+    (single / "model").mkdir(parents=True)
+    (single / "metrics.json").write_text(json.dumps({"eval": {}}))
+    (single / "model" / "config.json").write_text("{}")
+    (single / "identity.json").write_text(json.dumps({"processes": 1}))
+    chain.resolve(plan, root)  # one process: that very run
+    assert plan.checkpoint_path == str(single / "model")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError) as said:
+        chain.resolve(plan, root)
+    assert "has not been run on 2 process(es), the count of this launch" in str(said.value)
+    assert f"it finished on 1 process(es) ({single})" in str(said.value)
+    assert str(said.value).endswith(f"make run NPROC=2 RECIPE=recipes/pretrain/wikitext-2/minilm-mlm.yaml "
+                                    f"'ARGS=--runs-dir {root}'")

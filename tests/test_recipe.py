@@ -703,3 +703,26 @@ def test_a_setting_the_run_never_reads_is_refused_unless_at_its_default(tmp_path
         assert code == 2 and len(err.strip().splitlines()) == 1 and f"{setting}: " in err, err
     code, _, err = cli("validate", path, *([f"{setting}={default}"] if default else []), "--smoke")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("entry", ["api validate", "cli cp", "cli sweep x2"])
+def test_a_base_two_listed_bases_share_lies_under_both(tmp_path: Path, cli, entry: str) -> None:
+    """A diamond: `extends: [_b.yaml, _c.yaml]`, both over `_d.yaml`. Each listed base was merged
+    whole, so `_d`'s `method.r: 4`, inside `_c`, went over `_b`'s own `r: 8`, a setting `_c` never
+    made, exit 0. Each file's own settings now apply once, bases under the files that extend
+    them, in the order listed: r is 8 (from `_b`), target_modules and lr `_c`'s, in every reader."""
+    write_recipe(tmp_path / "_d.yaml", "model: {checkpoint: bert-base-uncased}\ntask: {name: glue, subset: sst2}\n"
+                 "method: {name: lora, r: 4, target_modules: [query, value]}\ntrain: {lr: 1.0e-3}\n")
+    write_recipe(tmp_path / "_b.yaml", "extends: _d.yaml\nmethod: {r: 8}\n")
+    write_recipe(tmp_path / "_c.yaml", "extends: _d.yaml\nmethod: {target_modules: [key]}\ntrain: {lr: 2.0e-3}\n")
+    leaf = write_recipe(tmp_path / "leaf.yaml", "extends: [_b.yaml, _c.yaml]\n")
+    if entry == "api validate":
+        got = toolkit.validate(leaf)
+        assert (got["method"]["r"], got["method"]["target_modules"], got["train"]["lr"]) == (8, ["key"], 2e-3)
+    elif entry == "cli cp":
+        code, _, err = cli("cp", leaf, tmp_path / "copy.yaml")
+        got = yaml.safe_load((tmp_path / "copy.yaml").read_text())
+        assert code == 0 and got["method"] == {"name": "lora", "r": 8, "target_modules": ["key"]}, err
+    else:  # x2 scales the recipe's own value: _b's 8
+        code, out, err = cli("sweep", leaf, "method.r=x1,x2", "--dry-run", "--runs-dir", tmp_path / "runs")
+        assert code == 0 and "method.r=16" in out and "method.r=8" in out, err

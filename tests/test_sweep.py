@@ -210,6 +210,20 @@ def test_estimate_measures_real_steps_here_and_leaves_no_run(tmp_path: Path, cli
     assert "about 0 s" not in out  # start-up alone takes seconds
 
 
+def test_estimate_of_a_chained_point_measures_the_model_its_chain_starts_from(tmp_path: Path, cli, runs_dir: Path,
+                                                                             tiny_checkpoint) -> None:
+    """A chained point's measuring run looked for its upstream in the throw-away runs folder: every
+    such estimate failed, finished upstream or not, saying `run it first: ... --runs-dir
+    /tmp/toolkit-estimate-...` (a folder already gone). It measures the same shape on the model
+    the chain starts from, and leaves no run."""
+    own_recipe(tmp_path, tiny_checkpoint("bert"))
+    upstream = write_recipe(tmp_path / "up.yaml", "extends: own.yaml\nmethod: {name: full}\n")
+    chained = write_recipe(tmp_path / "chained.yaml", f"extends: own.yaml\nmodel: {{checkpoint: {{run: {upstream}}}}}\n")
+    code, out, err = cli("sweep", chained, "--estimate", "--runs-dir", runs_dir)
+    assert code == 0, err
+    assert "estimate: about" in out and not runs_dir.exists()
+
+
 def test_make_estimate_skips_the_report() -> None:
     import subprocess
 
@@ -381,3 +395,92 @@ def test_a_point_is_run_as_planned_or_not_at_all(tmp_path: Path, cli, monkeypatc
     with pytest.raises(UserError, match=r"^sweep: run 2 of 2 \(.+\) is now another run than planned"):
         toolkit.sweep([recipe], ["train.lr=1e-3,2e-3"], seeds=None, runs_dir=tmp_path / "runs")
     assert len(started) == 1
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_sweep_of_no_recipe_is_refused_at_every_entry_point(tmp_path: Path, cli, entry: str) -> None:
+    """`toolkit.sweep([])` (a glob that matched nothing) returned [] as if a grid had run, where
+    `toolkit sweep train.lr=1e-4,3e-4` is one line: the same refusal in both, nothing made."""
+    import toolkit
+
+    said = "sweep: no recipe given"
+    if entry == "api":
+        with pytest.raises(UserError, match=said):
+            toolkit.sweep([], ["train.lr=1e-4,3e-4"], runs_dir=tmp_path / "runs")
+    else:
+        code, _, err = cli("sweep", "train.lr=1e-4,3e-4", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and err.count("\n") == 1 and said in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_chained_point_whose_upstream_no_point_makes_is_refused_before_the_first(tmp_path: Path, cli,
+                                                                                   monkeypatch, entry: str) -> None:
+    """Every point is checked before the first one starts: a chained point (`model.checkpoint:
+    {run: ...}`) whose upstream run is not finished ran the points before it, then stopped at it
+    (hours of a grid, then `run it first`). Refused before any point starts, unless an earlier
+    point of the grid makes that upstream run."""
+    import subprocess
+
+    import toolkit
+    from toolkit import api, cli as cli_module
+
+    started, popen = [], subprocess.Popen
+    monkeypatch.setattr(cli_module.subprocess, "Popen", lambda *a, **k: started.append(a) or popen(["true"]))
+    monkeypatch.setattr(api, "run", lambda path, overrides, **kw: started.append(path) or toolkit.Run(tmp_path / "x"))
+
+    def sweep(*recipes: str, axis: str = "train.lr=1e-4,2e-4") -> str:
+        if entry == "api":
+            try:
+                toolkit.sweep(list(recipes), [axis], runs_dir=tmp_path / "runs")
+            except UserError as exc:
+                return str(exc)
+            return ""
+        code, _, err = cli("sweep", *recipes, axis, "--runs-dir", tmp_path / "runs")
+        assert code in (0, 2) and err.count("\n") == code // 2, err
+        return err
+
+    said = sweep("demo/sst2/minilm-lora", "demo/sst2/minilm-full-from-wikitext")
+    assert "sweep: run 3 of 4 (" in said and "model.checkpoint: run recipes/pretrain/wikitext-2/minilm-mlm.yaml " \
+        "has not been run" in said and started == [], said
+    # the pretraining at the lr the fine-tuning's reference names is the grid's own point: no refusal
+    said = sweep("pretrain/wikitext-2/minilm-mlm", "demo/sst2/minilm-full-from-wikitext")
+    assert said == "" and len(started) == 4, said
+    # `smoke: true` (in the recipe or as here) is --smoke: the chained run makes its upstream smoke run
+    said = sweep("demo/sst2/minilm-full-from-wikitext", axis="smoke=true")
+    assert said == "" and len(started) == 5, said
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_point_that_fails_stops_the_sweep_naming_it(tmp_path: Path, cli, monkeypatch, entry: str) -> None:
+    """A point whose run fails stops the sweep with one line naming the point and saying the finished
+    runs are kept. `toolkit.sweep` raised the run's own line alone: which point of the grid failed,
+    and that the same call goes on from it, was not said."""
+    import subprocess
+
+    import toolkit
+    from toolkit import api, cli as cli_module
+
+    recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
+    started, popen = [], subprocess.Popen
+
+    def second_fails(*args, **kwargs):
+        started.append(args)
+        if len(started) == 2:
+            raise UserError("the run's own line")
+        return tmp_path / "x"
+
+    if entry == "cli":
+        monkeypatch.setattr(cli_module.subprocess, "Popen", lambda *a, **k: started.append(a) or
+                            popen(["false" if len(started) == 2 else "true"]))
+        code, _, err = cli("sweep", recipe, "train.lr=1e-3,2e-3,3e-3", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and err.count("\n") == 1, err
+        said = err
+    else:
+        monkeypatch.setattr(api, "run_one", second_fails)
+        with pytest.raises(UserError) as caught:
+            toolkit.sweep([recipe], ["train.lr=1e-3,2e-3,3e-3"], runs_dir=tmp_path / "runs")
+        said = str(caught.value)
+        assert "the run's own line" in said
+    assert f"sweep: run 2 of 3 ({recipe} train.lr=2e-3) failed" in said and "finished runs are kept" in said
+    assert len(started) == 2

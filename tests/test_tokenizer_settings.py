@@ -70,7 +70,7 @@ def _scores(recipe: str, checkpoint: str, overrides: list[str], sizes: tuple[int
     from toolkit.setup import build
 
     plan = recipes.plan(f"recipes/{recipe}.yaml", [f"model.checkpoint={checkpoint}", "task.max_eval_samples=6",
-                                                   "task.max_train_samples=2", *overrides])
+                                                   "task.max_train_samples=2", "train.warmup_ratio=0", *overrides])
     setup = build(plan)
     if weights is None:
         _distinct(setup.model)

@@ -352,7 +352,8 @@ def test_a_warmup_that_does_not_end_within_the_run_is_refused(tmp_path: Path, cl
     with warmup_steps 3 the run stopped at 1/3 of it, and with 2 (all of its steps; it was let
     through) at 1/2, and said nothing; a warmup_ratio whose steps round up (Trainer's ceil) to all
     of them did the same, by the CLI and the API. A warm-up of one step less reaches it at the
-    last step. --smoke keeps the warm-up within its few steps, so a recipe's warm-up still smoke-runs."""
+    last step. --smoke keeps the warm-up within its few steps, so a recipe's warm-up still smoke-runs;
+    at train.lr 0 (a recipe's "before training" figure) the warm-up is not judged."""
     from toolkit import api
     from toolkit.errors import UserError
 
@@ -366,7 +367,9 @@ def test_a_warmup_that_does_not_end_within_the_run_is_refused(tmp_path: Path, cl
     with pytest.raises(UserError, match="the warm-up would not end within the run"):
         api.run(recipe, [*common, f"train.{given}"], runs_dir=runs_dir)
     assert not runs_dir.exists()
-    if smoke is None:
+    if smoke is None:  # at train.lr 0 nothing trains whatever the warm-up: a "before training" figure runs
+        code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "before", *common, f"train.{given}", "train.lr=0")
+        assert code == 0, err
         return
     fitting = "train.warmup_steps=1" if by_steps else "train.warmup_ratio=0.5"
     code, _, err = cli("run", recipe, "--runs-dir", runs_dir, *common, fitting, "train.log_every=1")

@@ -72,13 +72,27 @@ def _one_line(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            with quiet.as_found(), _generators_as_found():  # the caller's process as it was
+            with quiet.as_found(), _generators_as_found(), _compiler_as_found():  # the caller's process as it was
                 return fn(*args, **kwargs)
         except OSError as exc:
             if exc.errno not in DISK_ERRORS and not disk_full(exc):
                 raise
             raise UserError(_disk_error(exc)) from None
     return wrapper
+
+
+@contextmanager
+def _compiler_as_found() -> Iterator[None]:
+    """Dynamo's settings a compiled run changed (its recompile limit, failing past it) put back."""
+    compiling = sys.modules.get("toolkit.compiling")
+    if compiling is not None:
+        compiling.keep_from_here()
+    try:
+        yield
+    finally:
+        compiling = sys.modules.get("toolkit.compiling")  # imported only by a run that compiles
+        if compiling is not None:
+            compiling.settings_as_found()
 
 
 @contextmanager
@@ -333,6 +347,7 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
         _checked(point.recipe, point.overrides, smoke)
         if not force:
             runs.is_finished(out)  # a damaged metrics.json: said before the first run
+    sweeps.upstreams_ready(points, folders, root, smoke, force)
     done = []
     for i, (point, out) in enumerate(zip(points, folders), 1):  # a point another process runs is left to it
         holder = runs.run_elsewhere(out) if force or not runs.is_finished(out) else None
@@ -341,8 +356,14 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
             print(f"{holder} right now: left to it; the sweep goes on with the next point")
         elif force or not runs.is_finished(out):
             sweeps.as_planned(point, out, root, smoke, f"run {i} of {len(points)}")
-        done.append(Run(out) if holder is not None else run(point.recipe, point.overrides, runs_dir=root,
-                                                             smoke=smoke, force=force))
+        if holder is not None:
+            done.append(Run(out))
+            continue
+        try:
+            done.append(run(point.recipe, point.overrides, runs_dir=root, smoke=smoke, force=force))
+        except UserError as exc:  # which point, as `toolkit sweep` says it (the run's own line alone named none)
+            raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed: {exc}; finished runs are kept: "
+                            "the same call continues from there") from None
     return done
 
 

@@ -56,18 +56,27 @@ def resolve(plan: RunPlan, root: Path) -> None:
     recipe = plan.recipe
     folder = runs.run_dir(plan.upstream.recipe, root)
     ref = recipe.model.checkpoint
-    command = f"toolkit run {ref['run']} {' '.join(ref.get('overrides') or [])}".strip()
     if not runs.is_finished(folder):
+        import shlex
+
         state = "is unfinished" if folder.exists() else "has not been run"
-        again = f"{command}{' --smoke' if recipe.smoke else ''} --runs-dir {root}"
+        rest = [*(ref.get("overrides") or []), *(["--smoke"] if recipe.smoke else []), "--runs-dir", str(root)]
+        n = runs.world_size()
+        # a run id counts its processes: under a launch of n, the plain command makes a 1-process
+        # run, another run, and the launch would say the same again however often it was followed
+        again = (shlex.join(['make', 'run', f'NPROC={n}', 'RECIPE=' + ref['run'], 'ARGS=' + shlex.join(rest)])
+                 if n > 1 else shlex.join(['toolkit', 'run', ref['run'], *rest]))
         elsewhere = finished_on_other_counts(plan.upstream.recipe, folder)
         if elsewhere:  # what this launch asks is a run of that recipe on its own process count
-            done = ", ".join(f"on {n} process(es) ({path})" for n, path in elsewhere)
-            counts = " or ".join(f"NPROC={n}" for n, _ in elsewhere)
-            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {runs.world_size()} process(es), the "
+            done = ", ".join(f"on {k} process(es) ({path})" for k, path in elsewhere)
+            counts = " or ".join(f"NPROC={k}" for k, _ in elsewhere)
+            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {n} process(es), the "
                             f"count of this launch ({folder} has no metrics.json); it finished {done}, another "
                             f"run (the process count sets the global batch): launch this one as that one was "
-                            f"({counts}), or run it on {runs.world_size()} first: {again}")
+                            f"({counts}), or run it on {n} first: {again}")
+        if n > 1:
+            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {n} process(es), the count of this "
+                            f"launch ({folder} has no metrics.json); run it first under the same launch: {again}")
         raise UserError(f"model.checkpoint: run {ref['run']} {state} ({folder} has no metrics.json); "
                         f"run it first: {again}")
     model = folder / "model"

@@ -29,13 +29,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def is_override(word: str) -> bool:
+    """`key=value` beside recipes (sweep, validate) is an override or axis; a recipe file whose path
+    holds '=' (`runs/lr=1e-4/r.yaml`) is a recipe: it was taken for an override, so `sweep` said
+    "no recipe given" and `validate` checked every shipped recipe against a section 'runs/lr'."""
+    return "=" in word and not Path(word).expanduser().is_file()
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
-    paths = [find_recipe(a) for a in args.overrides if "=" not in a]
-    if not paths:
-        raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
+    paths = [find_recipe(a) for a in args.overrides if not is_override(a)]
     root = runs.runs_root(args.runs_dir)
     _check_runs_root(root)  # said once here, not once per point
-    points, folders = sweep.plan(paths, [a for a in args.overrides if "=" in a], args.seeds, root, args.smoke)
+    points, folders = sweep.plan(paths, [a for a in args.overrides if is_override(a)], args.seeds, root, args.smoke)
     for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
         _checked(point.recipe, point.overrides, args.smoke)
         if not args.force:
@@ -47,6 +52,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if runs.rank() == 0:  # one plan for the launch, not one per process
             print_plan(points, folders, args.estimate, args.smoke)
         return 0
+    sweep.upstreams_ready(points, folders, root, args.smoke, args.force)  # each chained point's upstream, before the first
     say = print if runs.rank() == 0 else (lambda *_, **__: None)  # the launch's progress, said once
     left: list[Path] = []
     for i, (point, out) in enumerate(zip(points, folders), 1):
@@ -168,8 +174,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Each recipe with the overrides given, as `run` would check it before loading anything:
     the recipe, the overrides, each data file there and its header or first record holding the
     columns / fields the recipe reads."""
-    names = [a for a in args.recipes if "=" not in a]
-    overrides = [a for a in args.recipes if "=" in a]
+    names = [a for a in args.recipes if not is_override(a)]
+    overrides = [a for a in args.recipes if is_override(a)]
     files = [find_recipe(r) for r in names] if names else recipe_files([])
     recipes.check_environment()  # said once, not once per recipe
     failed = 0
@@ -375,7 +381,24 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default=None, type=_given("--out"), help="where report.md and the PNGs go (default: the first runs folder)")
     rep.add_argument("--no-plots", action="store_true")
     rep.set_defaults(func=cmd_report)
+    for action in (a for command in sub.choices.values() for a in command._actions):
+        if action.option_strings and type(action) is argparse._StoreAction:
+            action.__class__ = _Once  # every option with a value: given once
     return p
+
+
+class _Once(argparse._StoreAction):
+    """An option with a value given twice is one line, not the last one winning: `make glue
+    ARGS="--runs-dir x"` (the target gives its own) ran the sweep into x and then reported on
+    runs/glue, whatever was there, exit 0; `--seeds 3 ... --seeds 5` ran 5."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        given = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in given:
+            raise UserError(f"{option_string or self.option_strings[-1]} is given twice ({given[self.dest]!r} and "
+                            f"{values!r}); give it once (a make target gives its own: set its variable, e.g. RUNS=)")
+        given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
 
 
 def printable(line: str) -> str:

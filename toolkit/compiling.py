@@ -100,9 +100,11 @@ def compile_step(fn: Callable, device: torch.device, fullgraph: bool = False, dy
     import torch._dynamo
 
     config = torch._dynamo.config
-    for name in ("recompile_limit", "accumulated_recompile_limit"):
-        setattr(config, name, max(getattr(config, name), SHAPE_LIMIT))
-    config.fail_on_recompile_limit_hit = True
+    for name, value in (("recompile_limit", max(config.recompile_limit, SHAPE_LIMIT)),
+                        ("accumulated_recompile_limit", max(config.accumulated_recompile_limit, SHAPE_LIMIT)),
+                        ("fail_on_recompile_limit_hit", True)):
+        _FOUND.setdefault(name, getattr(config, name))  # put back by `settings_as_found`
+        setattr(config, name, value)
     mode = "reduce-overhead" if device.type == "cuda" and BACKEND is None else None
     # dynamic=None: the marked dimensions are symbolic from the first compilation; anything else
     # that varies becomes symbolic at its first recompile (torch's "automatic dynamic"); False:
@@ -118,6 +120,27 @@ def compile_step(fn: Callable, device: torch.device, fullgraph: bool = False, dy
         kwargs["options"] = {**({"triton.cudagraphs": True} if mode == "reduce-overhead" else {}),
                              "size_asserts": False, "alignment_asserts": False}
     return torch.compile(fn, **kwargs)
+
+
+# dynamo's settings as compile_step found them, before it changed them for the run's compiled step
+_FOUND: dict[str, Any] = {}
+
+
+def keep_from_here() -> None:
+    """What settings_as_found puts back is what they were from this call on (a compile_step called
+    outside the API before, as the tests do, is not undone by the next API call)."""
+    _FOUND.clear()
+
+
+def settings_as_found() -> None:
+    """Dynamo's process-wide settings put back as compile_step found them (the Python API calls this
+    after each call): after `toolkit.run` with train.compile a notebook's own `torch.compile` raised
+    FailOnRecompileLimitHit past 64 shapes, where dynamo runs such a shape eager."""
+    import torch._dynamo
+
+    while _FOUND:
+        name, value = _FOUND.popitem()
+        setattr(torch._dynamo.config, name, value)
 
 
 def mark_dynamic(batch: dict) -> dict:

@@ -367,8 +367,24 @@ def safe_yaml(text: str, where: str) -> Any:
 RECIPE_KEYS = {"model", "task", "method", "train", "extends", "name", "smoke"}
 
 
-def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
-    """Load a recipe file with its `extends:` bases merged underneath."""
+def read_yaml(path: Path) -> dict:
+    """Load a recipe file with its `extends:` bases merged underneath: each file's own settings
+    once, bases before the files that extend them, in the order listed (`_layers`). A base two
+    listed bases share (a diamond: `extends: [_b.yaml, _c.yaml]`, both over `_d.yaml`) lies under
+    both: merging each listed base whole put `_d`'s `method.r: 4` (inside `_c`) over `_b`'s own
+    `r: 8`, a setting `_c` never made, exit 0."""
+    merged: dict = {}
+    for _, own in _layers(path, ()):
+        merged = _deep_merge(merged, own)
+    return merged
+
+
+def _layers(path: Path, seen: tuple[Path, ...]) -> list[tuple[Path, dict]]:
+    """(file, its own settings) from the bottom base up to `path`, each file once, where first
+    reached (its bases' layers before its own; the bases in the order listed)."""
+    if path.is_dir() and (path / "recipe.yaml").is_file():  # `toolkit.run(run)`: a run folder, not a recipe
+        raise UserError(f"recipe {path} is a run folder; its recipe is {path / 'recipe.yaml'}, which finds "
+                        "the same run")
     if path.is_dir():  # `toolkit validate recipes/demo`: the recipes are the files in it
         raise UserError(f"recipe {path} is a folder; give its .yaml files (e.g. {path}/*.yaml)")
     if path.exists() and not path.is_file():
@@ -397,13 +413,14 @@ def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         bases = [bases]
     if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
         raise UserError(f"{path}: extends: expected a file name or a list of them, got {bases!r}")
-    merged: dict = {}
+    layers: list[tuple[Path, dict]] = []
     for base in bases:
         file = path.parent / Path(os.path.expandvars(base)).expanduser()  # relative to this file
         if not file.is_file():
             raise UserError(f"{path}: extends: {base}: {file} " + ("is not a file" if file.exists() else "does not exist"))
-        merged = _deep_merge(merged, read_yaml(file, seen + (path.resolve(),)))
-    return _deep_merge(merged, raw)
+        layers += [layer for layer in _layers(file, seen + (path.resolve(),))
+                   if all(layer[0] != done for done, _ in layers)]
+    return layers + [(path.resolve(), raw)]
 
 
 def _leaves(value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:

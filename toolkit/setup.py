@@ -51,9 +51,11 @@ def check_warmup(train: Any, steps: int) -> None:
     schedule, step 1 at 0): train.lr is first reached at step W+1, so a warm-up of all the run's
     steps never reaches it and never decays, and a 1-step run trains at 0 (its model is the
     base's, exit 0). Refused however the warm-up is given: `warmup_steps`, or a `warmup_ratio`
-    whose steps round up (Trainer's ceil) to all of a short run's (0.06 of a 1-step run is 1)."""
+    whose steps round up (Trainer's ceil) to all of a short run's (0.06 of a 1-step run is 1).
+    A run at train.lr 0 trains nothing whatever its warm-up (the "before training" figure of a
+    recipe, `train.lr=0 train.max_steps=1`): not refused."""
     warmup = train.warmup(steps)
-    if warmup < steps:
+    if warmup < steps or not train.lr:
         return
     why = ("the warm-up would not end within the run (its step k trains at (k-1)/W of train.lr, W the "
            "warm-up's steps), and the learning rate would stop short of train.lr")

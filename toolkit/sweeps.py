@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit import recipe as recipe_module, runs
+from toolkit import chain, recipe as recipe_module, runs
 from toolkit.recipe_data import layered
 from toolkit.errors import UserError
 
@@ -162,6 +162,8 @@ def plan(recipes: list[Path], axis_items: list[str], seeds: str | list[int] | No
          smoke: bool) -> tuple[list[Point], list[Path]]:
     """Every point of the grid and its run folder; every point is checked (its recipe loads) and
     no two are the same run, before the first one runs."""
+    if not recipes:  # `toolkit.sweep([])` returned [] as if a grid had run: the CLI's refusal, for both
+        raise UserError("sweep: no recipe given, e.g. toolkit sweep recipes/demo/sst2/minilm-lora.yaml train.lr=1e-4,1e-3")
     seed_list = listed_seeds(seeds) if isinstance(seeds, list) else parse_seeds(seeds)
     points = [resolve(p) for p in grid(recipes, parse_axes(axis_items), seed_list)]
     folders = [runs.run_dir(recipe_module.load(p.recipe, p.overrides, smoke=smoke), root) for p in points]
@@ -190,6 +192,26 @@ def as_planned(point: Point, folder: Path, root: Path, smoke: bool, where: str) 
         raise UserError(f"sweep: {where} ({point}) is now another run than planned ({now}, not {folder}): its "
                         "recipe, a base it extends or its data changed since the sweep started; the finished "
                         "runs are kept, and the same command plans the grid again")
+
+
+def upstreams_ready(points: list[Point], folders: list[Path], root: Path, smoke: bool, force: bool) -> None:
+    """A chained point (`model.checkpoint: {run: ...}`) is checked as `toolkit run` checks it, before
+    the first point runs: its upstream is finished, or made by an earlier point (the points before
+    it ran for hours, then the sweep stopped there; under --smoke a chained run makes its upstream
+    smoke run itself); and a finished one started from its upstream's model/ as that is now
+    (`chain.check_current`: the sweep skipped it as finished, its metrics of weights an upstream
+    rerun with --force had replaced, where `toolkit run` refuses it)."""
+    for i, point in enumerate(points):
+        plan = recipe_module.plan(point.recipe, point.overrides, smoke=smoke)
+        if plan.upstream is None:
+            continue
+        try:
+            if not force:
+                chain.check_current(plan, root)
+            if not plan.recipe.smoke and runs.run_dir(plan.upstream.recipe, root) not in folders[:i]:
+                chain.resolve(plan, root)
+        except UserError as exc:
+            raise UserError(f"sweep: run {i + 1} of {len(points)} ({point}): {exc}; no point was started") from None
 
 
 def describe(points: list[Point], folders: list[Path]) -> list[str]:
@@ -306,6 +328,14 @@ def measure(point: Point, recipe, smoke: bool) -> Timing:
     steps = [f"train.max_steps={n}", "train.eval_every=0", "train.log_every=1", "train.early_stopping_patience=0"]
     caps = [*(steps if recipe.method.trains else []),
             f"task.max_train_samples={n * per_step}", f"task.max_eval_samples={2 * tr.batch_size}"]
+    # a chained point measures on the model its chain starts from (the same shape): its upstream is
+    # in the runs folder, not in the throw-away one, so every chained point's estimate failed with
+    # "run it first: ... --runs-dir /tmp/toolkit-estimate-..." (a folder gone), finished upstream or not
+    plan = recipe_module.plan(point.recipe, point.overrides, smoke=smoke)
+    while plan.upstream is not None:
+        plan = plan.upstream
+    if isinstance(recipe.model.checkpoint, dict):
+        caps.append(f"model.checkpoint={json.dumps(plan.recipe.model.checkpoint)}")
     with tempfile.TemporaryDirectory(prefix="toolkit-estimate-") as tmp:
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),  # caps replace the point's own
