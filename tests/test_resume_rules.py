@@ -459,3 +459,120 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
     assert code == 2 and f"model.checkpoint {weights} changed since the run finished" in err and err.count("\n") == 1, err
     with pytest.raises(toolkit.UserError, match="changed since the run finished"):
         toolkit.evaluate(finished)
+
+
+def _fake_hub_data(monkeypatch: pytest.MonkeyPatch, root: Path, rows: dict[str, list[dict]]) -> dict:
+    """A Hub whose data sets are read through datasets' own builder from `root/<revision>/`:
+    `datasets.load_dataset(<hub id>, ...)` loads the revision `revision["now"]` names (the one a
+    later download put in the datasets cache), each split a JSON Lines file written from `rows`
+    (a revision's rows: `rows[revision][split]`). No network: HF_HUB_OFFLINE is off for the
+    task's Hub path only."""
+    import datasets
+
+    real = datasets.load_dataset
+    revision = {"now": None}
+
+    def load(path, name=None, split=None, **kwargs):
+        if Path(str(path)).exists() or path in ("json", "csv", "text", "parquet"):
+            return real(path, name, split=split, **kwargs)
+        folder = root / revision["now"]
+        files = {}
+        for part, records in rows[revision["now"]].items():
+            file = folder / f"{part}.jsonl"
+            if not file.exists():
+                folder.mkdir(parents=True, exist_ok=True)
+                file.write_text("".join(json.dumps(r) + "\n" for r in records))
+            files[part] = str(file)
+        return real("json", data_files=files, split=split, cache_dir=str(root / "cache"))
+
+    monkeypatch.setattr(datasets, "load_dataset", load)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    return revision
+
+
+def test_a_hub_data_set_resumes_and_is_scored_only_on_the_revision_it_trained_on(
+        tmp_path: Path, cli, tiny_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub data set (task.dataset) names no fixed data: a later download puts another revision
+    in the datasets cache, which neither the run id nor data_sha256 sees (data_files() is empty).
+    A run stopped on one revision resumed on the next one's examples, and `toolkit eval` of a
+    finished run scored them as the run's, exit 0. Each split's datasets fingerprint as loaded
+    (its cache folder's commit hash) is recorded in the checkpoint and metrics.json: the same
+    revision loaded again resumes and scores; another is one line at resume, CLI eval and API."""
+    import toolkit
+
+    def revision_rows(words: tuple[str, str]) -> dict:
+        made = [{"text": f"sentence {i} is {words[i % 2]}", "label": i % 2} for i in range(16)]
+        return {"train": made, "validation": made[:4]}
+
+    revision = _fake_hub_data(monkeypatch, tmp_path / "hub", {"a" * 40: revision_rows(("bad", "good")),
+                                                             "b" * 40: revision_rows(("poor", "fine"))})
+    revision["now"] = "a" * 40
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""model: {{checkpoint: {tiny_checkpoint("bert")}}}
+task: {{name: text_classification, dataset: org/reviews, max_length: 16}}
+method: {{name: lora, r: 4}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+    runs = tmp_path / "runs"
+    for seed in (7, 8):
+        assert cli("run", recipe, f"train.seed={seed}", "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    code, out, err = cli("run", recipe, "train.seed=7", "--runs-dir", runs)  # the same revision: resumes
+    assert code == 0 and "resuming from" in out, out + err
+    finished = Path(out.strip().splitlines()[-1].split(":")[0])
+    assert json.loads((finished / "metrics.json").read_text())["hub_data"]["org/reviews"].keys() == {"train", "validation"}
+    code, out, err = cli("eval", finished)
+    assert code == 0, out + err
+    revision["now"] = "b" * 40  # the cache moved on
+    code, _, err = cli("run", recipe, "train.seed=8", "--runs-dir", runs)
+    assert code == 2 and "the Hub data set 'org/reviews' is not the revision this run's checkpoint of step 1" in err, err
+    assert err.count("\n") == 1, err
+    code, _, err = cli("eval", finished)
+    assert code == 2 and "the Hub data set 'org/reviews' is not the revision this run was made with" in err, err
+    with pytest.raises(toolkit.UserError, match="is not the revision this run was made with"):
+        toolkit.evaluate(finished)
+
+
+def _hub_rows(task: str, variant: int) -> dict[str, list[dict]]:
+    word = ("good", "fine")[variant]
+    if task == "squad":
+        made = [{"id": f"q{i}", "title": "t", "context": f"the answer is {word} {i}.", "question": f"what is {i}?",
+                 "answers": {"text": [word], "answer_start": [14]}} for i in range(8)]
+    elif task == "summarization":
+        made = [{"id": str(i), "document": f"a long {word} document {i} of words", "summary": f"{word} {i}"}
+                for i in range(8)]
+    elif task == "glue":
+        made = [{"sentence": f"sentence {i} is {word}", "label": i % 2, "idx": i} for i in range(8)]
+    else:
+        made = [{"text": f"sentence {i} is {word}", "label": i % 2} for i in range(8)]
+    return {"train": made, "validation": made[:4]}
+
+
+@pytest.mark.parametrize("task,settings", [
+    ("text_classification", {"dataset": "org/reviews"}),
+    ("clm", {"dataset": "org/wiki"}),
+    ("glue", {"subset": "cola"}),
+    ("squad", {"version": "v1"}),
+    ("summarization", {"subset": "xsum"}),  # translation's Hub presets read through the same hub_pairs
+])
+def test_every_hub_loader_records_the_revision_it_read(task: str, settings: dict, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each task's Hub path records what it loaded (Task.hub_data): the same revision loaded again
+    gives the same record (a resume and an eval on it go on), another revision another one,
+    named by runs.hub_data_changed (refused at resume and eval)."""
+    from toolkit import runs
+    from toolkit.tasks import TASKS
+
+    revision = _fake_hub_data(monkeypatch, tmp_path / "hub", {"a": _hub_rows(task, 0), "b": _hub_rows(task, 1)})
+    if task == "glue":
+        settings = {**settings, "data_dir": str(tmp_path / "no-local-copy")}
+
+    def loaded(rev: str) -> dict:
+        revision["now"] = rev
+        made = TASKS.get(task)(**settings)
+        made.load()
+        return made.hub_data()
+
+    first = loaded("a")
+    assert first and all(all(splits.values()) for splits in first.values()), first
+    assert loaded("a") == first and runs.hub_data_changed(first, loaded("a")) is None
+    assert runs.hub_data_changed(first, loaded("b")) == next(iter(first))

@@ -44,6 +44,7 @@ class State:
     empty_steps: int = 0  # steps whose batches held no loss unit: no update made (not non-finite)
     eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
     base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)
+    hub_data: dict | None = None  # each Hub data set's splits as loaded (Task.hub_data): their revision
     code: dict | None = None  # the toolkit's code and the libraries that trained it (code_versions)
     resumed_under_other_code: list | None = None  # each resume under other code: step and what changed
     compute: dict | None = None  # what the latest steps ran on beside the code (compute): threads, instruction set, GPU
@@ -403,6 +404,17 @@ def check_base(saved: dict | None, source: str, step: int) -> None:
                         "and config, and a LoRA, adapter or prompt run's frozen weights, are not in the "
                         "checkpoint): put the base back as it was, or rerun with --force to start "
                         "again on the new one")
+
+
+def check_hub_data(saved: dict | None, task: Any, step: int) -> None:
+    """Resuming on a Hub data set the datasets cache now holds at another revision would go on
+    training on other examples (the run id names the data set, not its revision): one line."""
+    changed = runs.hub_data_changed(saved, task.hub_data())
+    if changed is not None:
+        raise UserError(f"task: the Hub data set '{changed}' is not the revision this run's checkpoint of step "
+                        f"{step} was made on (its datasets fingerprint differs: the cache holds another "
+                        "revision now); the run goes on only on the data it trained on: load that revision "
+                        "again, or rerun with --force to start again on the new one")
 
 
 def _load_kwargs(acc: Accelerator) -> dict:

@@ -190,6 +190,21 @@ def split_of(data: dict[str, Any], name: str) -> dict[str, Any]:
     raise UserError(f"--split: '{name}' is not a split of this task (it has: {', '.join(have)})")
 
 
+def check_hub_data(run: Path, recipe: Any, task_from: str | None) -> None:
+    """`toolkit eval RUN` scores on the Hub data set the run was made with (metrics.json hub_data),
+    or it is one line: the datasets cache moved to another revision scored other examples as the
+    run's, exit 0 (data_sha256 covers local files only). A task named on purpose (--task-from, or
+    another task.dataset) is not checked."""
+    if task_from or not runs.is_finished(run):
+        return
+    changed = runs.hub_data_changed(runs_json(run / "metrics.json").get("hub_data"), recipe.task.hub_data())
+    if changed is not None:
+        raise UserError(f"task: the Hub data set '{changed}' is not the revision this run was made with "
+                        "(metrics.json hub_data: its datasets fingerprint differs, the cache holds another "
+                        "revision now); load that revision again, or name the data to score on, on purpose: "
+                        "task.eval_file=/full/path")
+
+
 def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: str | None) -> dict:
     """Score a finished run on a split with the task's metrics; writes eval-<split>.json."""
     from accelerate import Accelerator
@@ -199,6 +214,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     if runs.is_finished(run):  # the model's classes, before the data is read and mapped to ids
         adopt_saved(run, recipe)
     data = recipe.task.load()
+    check_hub_data(run, recipe, task_from)
     raw = {suffix: recipe.task.as_scored(ds) for suffix, ds in split_of(data, split).items()}
     model, tok = load_model(run, recipe)
     if recipe.method.trains:  # in-context runs cut their prompts at method.max_length (checked there)

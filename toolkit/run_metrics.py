@@ -56,6 +56,8 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # and notes a comparison across eval_sha256 (the examples scored: files, subset, filters)
         "data_sha256": runs.data_fingerprint(setup.task.data_files()),
         "eval_sha256": examples_fingerprint(setup.raw_evals),
+        # a Hub data set's revision, which data_sha256 (local files) does not see: eval checks it
+        "hub_data": setup.task.hub_data(),
         "recipe_hash": recipe.hash, "run_id": out.name, "seed": recipe.train.seed, "method": recipe.method.name,
         "num_processes": acc.num_processes, "distributed_type": str(acc.distributed_type.value),
         "device": str(acc.device), "mixed_precision": recipe.train.mixed_precision,

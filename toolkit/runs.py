@@ -131,6 +131,18 @@ def base_changed(saved: dict | None, source: str) -> Path | None:
     return None
 
 
+def hub_data_changed(saved: dict | None, now: dict | None) -> str | None:
+    """The first Hub data set ("<id> <config>") of `saved` (Task.hub_data) whose splits were loaded
+    now with other fingerprints (another revision in the datasets cache); None when all match, or
+    where nothing was recorded (local files, or a record from before hub_data). A data set not
+    loaded now (another one named on purpose) is not compared."""
+    for name, splits in sorted((saved or {}).items()):
+        loaded = (now or {}).get(name)
+        if loaded is not None and any(s in loaded and loaded[s] != f for s, f in splits.items()):
+            return name
+    return None
+
+
 def run_id(recipe: Recipe, processes: int | None = None) -> str:
     """What a run's result depends on: the resolved recipe, the number of processes (the global
     batch) and the data files' contents. Two launches that differ in any of these are two runs."""

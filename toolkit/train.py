@@ -226,8 +226,10 @@ class Loop:
             checkpoints.start(self.acc, self.out)
             self.state.base = (None if chain.rebuilt_base(self.recipe)
                                else checkpoints.base_files(self.setup.source, self.unwrapped))
-        else:  # a lean checkpoint resumes on the base it trained on, or not at all
+            self.state.hub_data = self.setup.task.hub_data()
+        else:  # a lean checkpoint resumes on the base it trained on, or not at all; and on its data
             checkpoints.check_base(self.state.base, self.setup.source, self.state.step)
+            checkpoints.check_hub_data(self.state.hub_data, self.setup.task, self.state.step)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,

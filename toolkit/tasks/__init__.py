@@ -229,6 +229,13 @@ class Task:
         values = [getattr(self, f.name) for f in fields(self) if f.name.endswith("_file")]
         return [v for v in values if isinstance(v, str) and v]
 
+    def hub_data(self) -> dict | None:
+        """{"<id> <config>": {split: fingerprint}} of each Hub data set the latest `load` read
+        (hub_dataset); None where it read local files only. No run id covers which revision of a
+        Hub data set the datasets cache holds (data_files() is empty for it), so a checkpoint and
+        a finished run record this, and a resume or an eval on another revision is refused."""
+        return getattr(self, "_hub_loaded", None) or None
+
     def head_fields(self) -> list[tuple[str, Path, list[tuple[str, str]]]]:
         """(setting, file, [(column or field, the setting that names it)]) per local data file:
         what its header or first record must hold, checked before any library loads
@@ -471,6 +478,20 @@ def data_path(value: str, data_dir: str | None = None) -> Path:
 
 
 hub_offline = hub.offline  # the name the task files use
+
+
+def hub_dataset(task: Task, hub_id: str, config: str | None = None, split: str | None = None) -> Any:
+    """`datasets.load_dataset` of a Hub data set, recorded on `task` (Task.hub_data): each split's
+    datasets fingerprint as loaded, the hash of its cache folder `<name>/<config>/<version>/<commit>`
+    and the split (datasets' builder), so another revision of the data set has another one."""
+    from datasets import load_dataset
+
+    ds = load_dataset(hub_id, config, split=split)
+    splits = {split: ds} if split is not None else dict(ds)
+    record = task.__dict__.setdefault("_hub_loaded", {})
+    record.setdefault(" ".join(str(p) for p in (hub_id, config) if p is not None), {}).update(
+        {str(name): getattr(d, "_fingerprint", None) for name, d in splits.items()})
+    return ds
 
 
 OWN_MARKS = ("id", "idx", "guid")  # fields that name an example, not part of it (`note_eval_in_train`)

@@ -24,7 +24,7 @@ from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.models import kind_of
-from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_offline, subset
+from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_dataset, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask, token_hits
 
 torch = lazy("torch", globals())
@@ -260,10 +260,8 @@ class TextTask(TokenTask):
         if hub_offline():
             raise UserError(f"task.dataset: '{self.dataset}' is on the Hub and the Hub is off-line "
                             "(HF_HUB_OFFLINE=1); use task.train_file with a local copy")
-        from datasets import load_dataset
-
         try:
-            ds = load_dataset(self.dataset, self.dataset_config)
+            ds = hub_dataset(self, self.dataset, self.dataset_config)
         except Exception as exc:  # network, missing config: one line for the user
             raise UserError(f"task.dataset: could not load '{self.dataset}' from the Hub "
                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None

@@ -19,7 +19,7 @@ import numpy as np
 
 from toolkit import readers
 from toolkit.errors import UserError
-from toolkit.tasks import TASKS, data_root, hub_offline, subset
+from toolkit.tasks import TASKS, data_root, hub_dataset, hub_offline, subset
 from toolkit.tasks._classification import Classification, classification_metrics
 
 
@@ -298,10 +298,8 @@ class Glue(Classification):
             raise UserError(f"GLUE {self.subset}: no local copy at {folder} and the Hub is "
                             "off-line; set TOOLKIT_DATA (or task.data_dir) to a folder holding "
                             f"glue/{self.spec.folder}/")
-        from datasets import load_dataset
-
         try:
-            ds = load_dataset("nyu-mll/glue", self.subset)
+            ds = hub_dataset(self, "nyu-mll/glue", self.subset)
         except Exception as exc:  # network, missing config: one line for the user
             raise UserError(f"GLUE {self.subset}: could not load nyu-mll/glue from the Hub "
                             f"({type(exc).__name__}); set TOOLKIT_DATA to a local GLUE copy") from None

@@ -35,7 +35,7 @@ import numpy as np
 from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.tasks import TASKS, Metric, data_path, declaration, hub_offline, subset
+from toolkit.tasks import TASKS, Metric, data_path, declaration, hub_dataset, hub_offline, subset
 from toolkit.tasks._generation import Generation, TextToText
 from toolkit.tasks._qa import Best, WindowCollator, best_spans, cut_questions, window_features
 from toolkit.tasks._text_metrics import (best_null_threshold, best_over, exact_match, squad_scores,
@@ -453,9 +453,7 @@ class Squad(TextToText):
             raise UserError(f"task.eval_file: {HUB_IDS[self.version]} comes from the Hub, which is "
                             "off-line (HF_HUB_OFFLINE=1); set task.eval_file (and train_file or "
                             "split_articles) to a local SQuAD JSON file")
-        from datasets import load_dataset
-
-        ds = load_dataset(HUB_IDS[self.version])
+        ds = hub_dataset(self, HUB_IDS[self.version])
         return ds["train"], ds["validation"]
 
     # --- generative: what the text-to-text base needs -------------------------------------------

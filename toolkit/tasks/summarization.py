@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from toolkit.errors import UserError
-from toolkit.tasks import TASKS, Metric, _fields, declaration, hub_offline, subset
+from toolkit.tasks import TASKS, Metric, _fields, declaration, hub_dataset, hub_offline, subset
 from toolkit.tasks._generation import TextToText, read_pairs
 from toolkit.tasks._text_metrics import ROUGE_KEYS, rouge, rouge_dropped
 
@@ -47,15 +47,13 @@ def load_pairs(task: Any, hub_eval_split: str = "validation") -> dict[str, Any]:
             "eval": {"": subset(evaluation, task.max_eval_samples)}}
 
 
-def hub_pairs(hub_id: str, config: str | None, split: str, source: str, target: str,
+def hub_pairs(task: Any, hub_id: str, config: str | None, split: str, source: str, target: str,
               convert: Any = None) -> Any:
     """One Hub split as rows {id, source, target}; off-line: one line saying to use local files."""
     if hub_offline():
         raise UserError(f"task.subset: '{hub_id}' comes from the Hub, which is off-line "
                         "(HF_HUB_OFFLINE=1); set task.train_file and task.eval_file to local copies")
-    from datasets import load_dataset
-
-    ds = load_dataset(hub_id, config, split=split)
+    ds = hub_dataset(task, hub_id, config, split=split)
     convert = convert or (lambda row, i: {"source": row[source], "target": row[target]})
     return ds.map(lambda row, i: {"id": str(row.get("id", i)), **convert(row, i)}, with_indices=True,
                   remove_columns=ds.column_names)
@@ -139,7 +137,7 @@ class Summarization(TextToText):
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
         src, tgt = self.fields()
-        return (hub_pairs(hub_id, config, "train", src, tgt), hub_pairs(hub_id, config, eval_split, src, tgt))
+        return (hub_pairs(self, hub_id, config, "train", src, tgt), hub_pairs(self, hub_id, config, eval_split, src, tgt))
 
     def load(self) -> dict[str, Any]:
         data = load_pairs(self)

@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 from toolkit import readers
 from toolkit.errors import UserError
-from toolkit.tasks import TASKS, _fields, data_path, hub_offline, subset
+from toolkit.tasks import TASKS, _fields, data_path, hub_dataset, hub_offline, subset
 from toolkit.tasks._classification import (CLASSIFICATION_METRICS, REGRESSION_METRICS,
                                            Classification)
 
@@ -168,10 +168,8 @@ class TextClassification(Classification):
         if hub_offline():
             raise UserError(f"task.dataset: '{self.dataset}' needs the Hub and it is off-line; "
                             "download it and use task.train_file / task.eval_file")
-        from datasets import load_dataset
-
         try:
-            ds = load_dataset(self.dataset, self.subset)
+            ds = hub_dataset(self, self.dataset, self.subset)
         except Exception as exc:
             raise UserError(f"task.dataset: could not load '{self.dataset}' from the Hub "
                             f"({type(exc).__name__})") from None

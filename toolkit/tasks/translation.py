@@ -138,8 +138,8 @@ class Translation(TextToText):
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
         s, t = self.source_lang, self.target_lang
         convert = lambda row, i: {"source": row["translation"][s], "target": row["translation"][t]}
-        return (hub_pairs(hub_id, config, "train", s, t, convert),
-                hub_pairs(hub_id, config, eval_split, s, t, convert))
+        return (hub_pairs(self, hub_id, config, "train", s, t, convert),
+                hub_pairs(self, hub_id, config, eval_split, s, t, convert))
 
     def load(self) -> dict[str, Any]:
         data = load_pairs(self)
