@@ -31,7 +31,8 @@ Where they go, per family (`houlsby`: the first two; `pfeiffer`: the third):
     bart           layers.N.self_attn.out_proj      layers.N.fc2                 layers.N.final_layer_norm
     t5             block.N.layer.0.SelfAttention.o  block.N.layer.K.DenseReluDense.wo  block.N.layer.K
 
-In encoder-decoder models both stacks are adapted and `layers` indexes each stack. Decoder
+In encoder-decoder models both stacks are adapted and `layers` indexes each stack: every index
+must exist in each (a 12-layer encoder with a 6-layer decoder takes 0..5). Decoder
 cross-attention (BART `encoder_attn`, T5 `EncDecAttention`) gets no adapter: Houlsby's
 attention adapter follows *self*-attention, and AdapterHub's seq2seq configs leave
 cross-attention adapters off by default; it also keeps houlsby at exactly two adapters per
@@ -200,21 +201,25 @@ class Adapters(Method):
             raise UserError(f"method.name: bottleneck adapters know the layers of {', '.join(PLACES)}, "
                             f"not '{family}'")
         places = [(re.compile(r"(?:.*\.)?" + p), kind, child) for p, kind, child in self.places(family, legacy)]
-        found, seen = [], set()
+        found: list[tuple[str, nn.Module, str]] = []
+        stacks: dict[str, set[int]] = {}  # each stack of layers (encoder, decoder) -> its layer indices
         for name, module in model.named_modules():
             match = next(((m, kind) for m, kind in ((p.fullmatch(name), kind) for p, kind, child in places
                                                      if child is None or hasattr(module, child)) if m), None)
             if match is None:
                 continue
-            seen.add(int(match[0].group(1)))
+            stacks.setdefault(name[:match[0].start(1)].rstrip("."), set()).add(int(match[0].group(1)))
             if self.layers is None or int(match[0].group(1)) in self.layers:
                 found.append((name, module, match[1]))
-        if not seen:
+        if not stacks:
             raise UserError(f"method.name: found no {family} layer to put bottleneck adapters in")
-        missing = sorted(set(self.layers or []) - seen)
-        if missing:
-            raise UserError(f"method.layers: the {family} model has layers 0..{max(seen)}, "
-                            f"so no layer {missing[0]}")
+        # `layers` indexes each stack: an index one stack lacks would adapt the others alone
+        for stack, seen in stacks.items():
+            missing = sorted(set(self.layers or []) - seen)
+            if missing:
+                sizes = ", ".join(f"{s} 0..{max(n)}" for s, n in stacks.items())
+                raise UserError(f"method.layers: {missing[0]} indexes each stack of layers the adapters go in, and "
+                                f"the {family} model has {sizes}, so no layer {missing[0]} in {stack}")
         return found
 
     def inject(self, model: nn.Module, legacy: bool = False) -> int:
