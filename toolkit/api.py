@@ -70,8 +70,10 @@ def _place_refuses(exc: BaseException) -> Path | None:
         return None
     try:
         fd, probe = tempfile.mkstemp(dir=parent, prefix=".toolkit-probe-")
-    except OSError:
+    except FileNotFoundError:  # the folder's own answer to anything new
         return parent
+    except OSError:  # read-only, full: not what this error was
+        return None
     os.close(fd)
     os.unlink(probe)
     return None
