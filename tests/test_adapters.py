@@ -165,6 +165,11 @@ def test_layers_must_exist_in_every_stack_adapted(family: str) -> None:
             Adapters(config=config, layers=[0, 2]).targets(model)
         names = [n for n, _, _ in Adapters(config=config, layers=[1]).targets(model)]
         assert {n.split(".1.")[0] for n in names} == {s.split(" ")[0] for s in stacks.split(", ")[:2]}
+    # a folder saved before (the encoder's layer 2 alone) loads as it trained
+    saved = [n for n, _, _ in Adapters(layers=[2]).targets(model, saved=True)]
+    assert saved and all(".encoder." in n and ".2." in n for n in saved)
+    with pytest.raises(UserError, match=r"no layer 3"):
+        Adapters(layers=[3]).targets(model, saved=True)
 
 
 class _Doubling(torch.nn.Dropout):

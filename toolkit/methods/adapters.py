@@ -194,8 +194,11 @@ class Adapters(Method):
             return [(attention, "output", None), (feed_forward, "output", None)]
         return [(feed_forward, "output", None)] if legacy else [PFEIFFER[family]]
 
-    def targets(self, model: nn.Module, legacy: bool = False) -> list[tuple[str, nn.Module, str]]:
-        """(name, module, hook kind) of every module that gets an adapter, in model order."""
+    def targets(self, model: nn.Module, legacy: bool = False,
+                saved: bool = False) -> list[tuple[str, nn.Module, str]]:
+        """(name, module, hook kind) of every module that gets an adapter, in model order. `saved`:
+        a folder's settings, put back as they trained (one saved before an index had to exist in
+        every stack adapted only the stacks that have it)."""
         family = model.config.model_type
         if family not in PLACES:
             raise UserError(f"method.name: bottleneck adapters know the layers of {', '.join(PLACES)}, "
@@ -214,7 +217,7 @@ class Adapters(Method):
         if not stacks:
             raise UserError(f"method.name: found no {family} layer to put bottleneck adapters in")
         # `layers` indexes each stack: an index one stack lacks would adapt the others alone
-        for stack, seen in stacks.items():
+        for stack, seen in stacks.items() if not saved else [("the model", set().union(*stacks.values()))]:
             missing = sorted(set(self.layers or []) - seen)
             if missing:
                 sizes = ", ".join(f"{s} 0..{max(n)}" for s, n in stacks.items())
@@ -222,11 +225,11 @@ class Adapters(Method):
                                 f"the {family} model has {sizes}, so no layer {missing[0]} in {stack}")
         return found
 
-    def inject(self, model: nn.Module, legacy: bool = False) -> int:
+    def inject(self, model: nn.Module, legacy: bool = False, saved: bool = False) -> int:
         """Attach an adapter to every target; returns how many. Refuses a model adapted already."""
         from toolkit.methods._bottleneck import Bottleneck
 
-        targets = self.targets(model, legacy)
+        targets = self.targets(model, legacy, saved)
         adapted = [name for name, module, _ in targets if hasattr(module, CHILD)]
         if adapted:
             raise UserError(f"{adapted[0]} has a bottleneck adapter already; use a fresh base model")
@@ -281,7 +284,7 @@ def load_adapters(base_model: nn.Module, path: str | Path) -> nn.Module:
         raise UserError(f"{path}: no {CONFIG_FILE} here; point at the model/ folder of an adapters run")
     info = json.loads((path / CONFIG_FILE).read_text())
     method = Adapters(**info["settings"])
-    method.inject(base_model, legacy=info.get("placement") != PLACEMENT)
+    method.inject(base_model, legacy=info.get("placement") != PLACEMENT, saved=True)
     tensors = load_file(str(path / WEIGHTS_FILE))
     current = base_model.state_dict()
     wrong = [k for k, v in tensors.items() if k not in current or current[k].shape != v.shape]
