@@ -140,6 +140,38 @@ def test_layers_and_bottleneck_size(tiny_checkpoint) -> None:
         Adapters(layers=[7]).apply(_load(tiny_checkpoint, "bert")[0], _ctx(model))
 
 
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_layers_must_exist_in_every_stack_adapted(family: str) -> None:
+    """Finding: on an encoder-decoder whose decoder is shallower than its encoder (a 12-6
+    distilbart), `layers: [8]` adapted encoder layer 8 alone, exit 0. `layers` indexes each stack,
+    so an index one stack lacks is one line naming each stack's layers."""
+    from transformers import (BartConfig, BartForSequenceClassification, T5Config,
+                              T5ForSequenceClassification)
+
+    if family == "bart":
+        model = BartForSequenceClassification(BartConfig(
+            vocab_size=64, d_model=16, encoder_layers=3, decoder_layers=2, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, num_labels=2))
+        stacks = "model.encoder.layers 0..2, model.decoder.layers 0..1, so no layer 2 in model.decoder.layers"
+    else:
+        model = T5ForSequenceClassification(T5Config(
+            vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=3, num_decoder_layers=2, num_heads=2,
+            num_labels=2))
+        stacks = ("transformer.encoder.block 0..2, transformer.decoder.block 0..1, so no layer 2 in "
+                  "transformer.decoder.block")
+    for config in ("houlsby", "pfeiffer"):
+        with pytest.raises(UserError, match=rf"^method.layers: 2 indexes each stack of layers the adapters go in, "
+                                            rf"and the {family} model has {stacks}$"):
+            Adapters(config=config, layers=[0, 2]).targets(model)
+        names = [n for n, _, _ in Adapters(config=config, layers=[1]).targets(model)]
+        assert {n.split(".1.")[0] for n in names} == {s.split(" ")[0] for s in stacks.split(", ")[:2]}
+    # a folder saved before (the encoder's layer 2 alone) loads as it trained
+    saved = [n for n, _, _ in Adapters(layers=[2]).targets(model, saved=True)]
+    assert saved and all(".encoder." in n and ".2." in n for n in saved)
+    with pytest.raises(UserError, match=r"no layer 3"):
+        Adapters(layers=[3]).targets(model, saved=True)
+
+
 class _Doubling(torch.nn.Dropout):
     """A dropout made deterministic for the test: every element kept, times 2."""
 

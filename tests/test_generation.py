@@ -94,6 +94,34 @@ def test_a_target_written_without_spaces_refuses_a_space_based_bleu_tokenizer(la
     Translation(subset="custom", eval_file="x.jsonl", target_lang="de", bleu_tokenize="13a").check()
 
 
+@pytest.mark.parametrize("lang", ["ko", "ko-KR", "ko_kr"])
+def test_a_korean_target_takes_sacrebleus_korean_tokenizer_or_is_refused_at_validate(cli, tmp_path: Path,
+                                                                                     lang: str) -> None:
+    """Finding: target_lang ko scored BLEU with the default 13a, exit 0 and nothing said, where
+    sacreBLEU (its CLI with -tl ko) scores Korean with ko-mecab. Now any other tokenizer is one
+    line naming ko-mecab, and ko-mecab without mecab-ko one line naming the package, at validate."""
+    from toolkit.tasks.translation import Translation
+
+    for tokenize in ("13a", "intl", "none", "char", "zh"):
+        with pytest.raises(UserError, match=rf"task.bleu_tokenize: Korean \(task.target_lang {lang}\) is scored by "
+                                            rf"sacreBLEU with ko-mecab, not '{tokenize}'; set task.bleu_tokenize=ko-mecab"):
+            Translation(subset="custom", eval_file="x.jsonl", target_lang=lang, bleu_tokenize=tokenize).check()
+    task = Translation(subset="custom", eval_file="x.jsonl", target_lang=lang, bleu_tokenize="ko-mecab")
+    if importlib.util.find_spec("mecab_ko") is None:
+        with pytest.raises(UserError, match=r"ko-mecab needs mecab_ko, which is not installed \(pip install "
+                                            r"'sacrebleu\[ko\]'\)$"):
+            task.check()
+    else:
+        task.check()
+        assert "tok:ko-mecab" in task.metric_info()["bleu_signature"]
+    recipe = write_recipe(tmp_path / "ko.yaml", (
+        "model: {checkpoint: t5-small}\n"
+        f"task: {{name: translation, subset: custom, eval_file: x.jsonl, target_lang: {lang}}}\n"
+        "method: {name: lora}\n"))
+    code, _, err = cli("validate", recipe)
+    assert code == 2 and "\n" not in err.strip() and "ko-mecab" in err, err
+
+
 SPACELESS_REFS = {  # two close translations each; the target language's code is none `check` knows
     "zh-CN": (["我喜欢在公园里散步。", "今天天气很好。"], ["我喜欢在公园散步。", "今天的天气很好。"], "Chinese characters", "zh or char"),
     "ja_JP": (["私は公園を散歩するのが好きです。", "今日はいい天気です。"],

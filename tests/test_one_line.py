@@ -259,3 +259,42 @@ def test_eval_of_a_run_folder_it_cannot_write_is_one_line_before_it_runs(tmp_pat
     else:
         with pytest.raises(toolkit.UserError, match=re.escape(said)):
             toolkit.evaluate(run, "test")
+
+
+def test_an_output_in_a_folder_that_takes_no_new_files_is_one_line_from_every_writer(tmp_path: Path, cli) -> None:
+    """Finding: `report --out /proc/x` (a folder that exists and makes nothing new: ENOENT, not
+    EACCES) was a FileNotFoundError traceback, as were export OUT, predict --output and
+    --runs-dir there. Each writer, from the CLI and the API, says one line naming the folder; a
+    file that is missing where it is read stays what it was."""
+    from conftest import ROOT
+
+    place = Path("/proc/toolkit-test-x")
+    if not Path("/proc").is_dir():
+        pytest.skip("no /proc here")
+    line = ("/proc: this folder takes no new files or folders (making one there said 'no such file or directory'); "
+            "write elsewhere (--runs-dir, --output, --out, export's OUT)")
+    recipe, runs_dir = ROOT / "recipes/demo/sst2/minilm-lora.yaml", tmp_path / "runs"
+    code, out, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir)
+    assert code == 0, err
+    run = next(p.parent for p in runs_dir.rglob("metrics.json"))
+    given = tmp_path / "in.jsonl"
+    given.write_text('{"sentence": "a fine film"}\n')
+    calls = [(["report", runs_dir, "--out", place, "--no-plots"], lambda: toolkit.report([runs_dir], out=place)),
+             (["export", run, place], lambda: toolkit.export(run, place)),
+             (["predict", run, "--input", given, "--output", place], None),
+             (["run", recipe, "--smoke", "--runs-dir", place / "runs"],
+              lambda: toolkit.run(recipe, runs_dir=place / "runs", smoke=True))]
+    for command, call in calls:
+        code, _, err = cli(*command)
+        assert code == 2 and err == f"error: {line}\n", (command, err)
+        if call is not None:
+            with pytest.raises(toolkit.UserError) as caught:
+                call()
+            assert str(caught.value) == line
+    from toolkit.api import _unwritable
+
+    missing = tmp_path / "gone.txt"
+    with pytest.raises(FileNotFoundError) as read:
+        missing.read_text()
+    assert not _unwritable(read.value)  # a read of a missing file: not the place's
+    assert not list(tmp_path.glob(".toolkit-probe-*"))

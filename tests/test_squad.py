@@ -818,3 +818,21 @@ def test_scoring_another_eval_file_does_not_split_it_unasked(tmp_path: Path, cli
         assert code == 2 and err.count("\n") == 1 and "another draw would score articles the run trained on" in err, err
     scores = toolkit.evaluate(run.dir, overrides=["task.max_eval_samples=null"])["eval"]  # its own file, as the run
     assert scores["f1"] == pytest.approx(json.loads((run.dir / "metrics.json").read_text())["eval"]["f1"])
+
+
+def test_split_seed_is_bounded_as_train_seed(tmp_path: Path, cli) -> None:
+    """Finding: SQuAD's task.split_seed took any integer, where the pretraining tasks' and
+    train.seed are 0 .. 2**32 - 1; Python's Random(-7) draws what Random(7) draws, so a negative
+    seed silently split the articles of another seed, exit 0. Outside the bounds: one line at
+    validate; at either end the articles split."""
+    from toolkit.tasks.squad import Squad
+
+    for bad, said in ((-7, "below the minimum 0"), (2**32, "above the maximum 4294967295")):
+        code, _, err = cli("validate", V11_MINILM, f"task.split_seed={bad}")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and f"task.split_seed: {bad} is {said}" in err, err
+    data = _squad_file(tmp_path / "dev.json", articles=6)
+    for seed in (0, 2**32 - 1):
+        code, _, err = cli("validate", V11_MINILM, f"task.split_seed={seed}", f"task.eval_file={data}")
+        assert code == 0, err
+        rows = Squad(eval_file=str(data), split_articles=0.5, split_seed=seed).load()
+        assert rows["train"].num_rows and rows["eval"][""].num_rows

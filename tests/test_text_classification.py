@@ -158,6 +158,11 @@ def test_a_text_column_named_label_is_one_line_given_or_picked(tmp_path: Path, g
     # the label read as the text: every class learned from its own name, accuracy 1.0, exit 0
     ("task.text_columns=[text] task.label_column=text", "task.label_column: 'text' is also in task.text_columns"),
     ("task.text_columns=[text,label] task.label_column=label", "task.label_column: 'label' is also in task.text_columns"),
+    # a class named "None" / "[1]" / "True" / "", refused only once data loaded (or trained on)
+    ("task.labels=[null,pos]", "task.labels: each name is non-empty text or a number, not null (item 1)"),
+    ("task.labels=[[1],[2]]", "task.labels: each name is non-empty text or a number, not [1] (item 1)"),
+    ("task.labels=[neg,true]", "task.labels: each name is non-empty text or a number, not true (item 2)"),
+    ('task.labels=["",pos]', 'task.labels: each name is non-empty text or a number, not "" (item 1)'),
 ])
 def test_recipe_mistakes_are_refused_at_validate(tmp_path: Path, cli, override: str, message: str) -> None:
     train = write(tmp_path / "train.csv", ROWS, "csv")

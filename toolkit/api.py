@@ -28,6 +28,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,8 +57,40 @@ DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCE
                errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG}
 
 
+def _place_refuses(exc: BaseException) -> Path | None:
+    """The folder that takes no new file or folder, where `exc` is "no such file or directory"
+    from making one in a folder that exists (`--out /proc/x`, a pseudo file system: ENOENT, not
+    EACCES); asked of the folder itself by making a file there, so a file that was read and is
+    missing stays the error it is (None)."""
+    name = getattr(exc, "filename", None)
+    if not isinstance(exc, FileNotFoundError) or not name:
+        return None
+    parent = Path(os.fsdecode(name)).parent
+    if not parent.is_dir():
+        return None
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".toolkit-probe-")
+    except FileNotFoundError:  # the folder's own answer to anything new
+        return parent
+    except OSError:  # read-only, full: not what this error was
+        return None
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def _unwritable(exc: BaseException) -> bool:
+    """A full disk, a place that cannot be written, or a file where a folder goes: the user's."""
+    return (isinstance(exc, OSError) and exc.errno in DISK_ERRORS) or disk_full(exc) \
+        or _place_refuses(exc) is not None
+
+
 def _disk_error(exc: BaseException) -> str:
     """A full disk or a place that cannot be written, said as such with the path (the user's to fix)."""
+    refusing = _place_refuses(exc)
+    if refusing is not None:
+        return (f"{refusing}: this folder takes no new files or folders (making one there said 'no such file "
+                "or directory'); write elsewhere (--runs-dir, --output, --out, export's OUT)")
     where = getattr(exc, "filename", None) or "a file"
     said = no_room(exc)
     if said is not None:
@@ -75,7 +108,7 @@ def _one_line(fn):
             with quiet.as_found(), _generators_as_found(), _compiler_as_found():  # the caller's process as it was
                 return fn(*args, **kwargs)
         except OSError as exc:
-            if exc.errno not in DISK_ERRORS and not disk_full(exc):
+            if not _unwritable(exc):
                 raise
             raise UserError(_disk_error(exc)) from None
     return wrapper

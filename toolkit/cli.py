@@ -14,10 +14,10 @@ from typing import Iterator
 
 from toolkit import (devices, hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sharding,
                      sweeps as sweep, tasks)
-from toolkit.api import (DISK_ERRORS, _check_runs_root, _data_of_the_run, _disk_error as disk_error, _one_export,
-                         _run_folder, _scored_here, _checked, run_one)
+from toolkit.api import (_check_runs_root, _data_of_the_run, _disk_error as disk_error, _one_export,
+                         _run_folder, _scored_here, _checked, _unwritable, run_one)
 from toolkit.attention import ATTENTION
-from toolkit.errors import Interrupted, UserError, disk_full
+from toolkit.errors import Interrupted, UserError
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
 from toolkit.recipe_data import dump_yaml
 from toolkit.versions import warn_if_untested
@@ -479,7 +479,7 @@ def _outcome(args: argparse.Namespace) -> int:
         if (gone := sharding.peer_stopped(exc)) is not None:  # under a launch: another process's error
             _say(f"error: {gone}")
             return 2
-        if not (isinstance(exc, OSError) and exc.errno in DISK_ERRORS) and not disk_full(exc):
+        if not _unwritable(exc):
             raise
         _say(f"error: {disk_error(exc)}")
         return 2

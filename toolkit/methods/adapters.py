@@ -31,7 +31,8 @@ Where they go, per family (`houlsby`: the first two; `pfeiffer`: the third):
     bart           layers.N.self_attn.out_proj      layers.N.fc2                 layers.N.final_layer_norm
     t5             block.N.layer.0.SelfAttention.o  block.N.layer.K.DenseReluDense.wo  block.N.layer.K
 
-In encoder-decoder models both stacks are adapted and `layers` indexes each stack. Decoder
+In encoder-decoder models both stacks are adapted and `layers` indexes each stack: every index
+must exist in each (a 12-layer encoder with a 6-layer decoder takes 0..5). Decoder
 cross-attention (BART `encoder_attn`, T5 `EncDecAttention`) gets no adapter: Houlsby's
 attention adapter follows *self*-attention, and AdapterHub's seq2seq configs leave
 cross-attention adapters off by default; it also keeps houlsby at exactly two adapters per
@@ -193,35 +194,42 @@ class Adapters(Method):
             return [(attention, "output", None), (feed_forward, "output", None)]
         return [(feed_forward, "output", None)] if legacy else [PFEIFFER[family]]
 
-    def targets(self, model: nn.Module, legacy: bool = False) -> list[tuple[str, nn.Module, str]]:
-        """(name, module, hook kind) of every module that gets an adapter, in model order."""
+    def targets(self, model: nn.Module, legacy: bool = False,
+                saved: bool = False) -> list[tuple[str, nn.Module, str]]:
+        """(name, module, hook kind) of every module that gets an adapter, in model order. `saved`:
+        a folder's settings, put back as they trained (one saved before an index had to exist in
+        every stack adapted only the stacks that have it)."""
         family = model.config.model_type
         if family not in PLACES:
             raise UserError(f"method.name: bottleneck adapters know the layers of {', '.join(PLACES)}, "
                             f"not '{family}'")
         places = [(re.compile(r"(?:.*\.)?" + p), kind, child) for p, kind, child in self.places(family, legacy)]
-        found, seen = [], set()
+        found: list[tuple[str, nn.Module, str]] = []
+        stacks: dict[str, set[int]] = {}  # each stack of layers (encoder, decoder) -> its layer indices
         for name, module in model.named_modules():
             match = next(((m, kind) for m, kind in ((p.fullmatch(name), kind) for p, kind, child in places
                                                      if child is None or hasattr(module, child)) if m), None)
             if match is None:
                 continue
-            seen.add(int(match[0].group(1)))
+            stacks.setdefault(name[:match[0].start(1)].rstrip("."), set()).add(int(match[0].group(1)))
             if self.layers is None or int(match[0].group(1)) in self.layers:
                 found.append((name, module, match[1]))
-        if not seen:
+        if not stacks:
             raise UserError(f"method.name: found no {family} layer to put bottleneck adapters in")
-        missing = sorted(set(self.layers or []) - seen)
-        if missing:
-            raise UserError(f"method.layers: the {family} model has layers 0..{max(seen)}, "
-                            f"so no layer {missing[0]}")
+        # `layers` indexes each stack: an index one stack lacks would adapt the others alone
+        for stack, seen in stacks.items() if not saved else [("the model", set().union(*stacks.values()))]:
+            missing = sorted(set(self.layers or []) - seen)
+            if missing:
+                sizes = ", ".join(f"{s} 0..{max(n)}" for s, n in stacks.items())
+                raise UserError(f"method.layers: {missing[0]} indexes each stack of layers the adapters go in, and "
+                                f"the {family} model has {sizes}, so no layer {missing[0]} in {stack}")
         return found
 
-    def inject(self, model: nn.Module, legacy: bool = False) -> int:
+    def inject(self, model: nn.Module, legacy: bool = False, saved: bool = False) -> int:
         """Attach an adapter to every target; returns how many. Refuses a model adapted already."""
         from toolkit.methods._bottleneck import Bottleneck
 
-        targets = self.targets(model, legacy)
+        targets = self.targets(model, legacy, saved)
         adapted = [name for name, module, _ in targets if hasattr(module, CHILD)]
         if adapted:
             raise UserError(f"{adapted[0]} has a bottleneck adapter already; use a fresh base model")
@@ -276,7 +284,7 @@ def load_adapters(base_model: nn.Module, path: str | Path) -> nn.Module:
         raise UserError(f"{path}: no {CONFIG_FILE} here; point at the model/ folder of an adapters run")
     info = json.loads((path / CONFIG_FILE).read_text())
     method = Adapters(**info["settings"])
-    method.inject(base_model, legacy=info.get("placement") != PLACEMENT)
+    method.inject(base_model, legacy=info.get("placement") != PLACEMENT, saved=True)
     tensors = load_file(str(path / WEIGHTS_FILE))
     current = base_model.state_dict()
     wrong = [k for k, v in tensors.items() if k not in current or current[k].shape != v.shape]

@@ -316,7 +316,7 @@ class Squad(TextToText):
     # with no train_file, this fraction of eval_file's articles trains (a given train_file turns
     # it off: the resolved recipe then says null)
     split_articles: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
-    split_seed: int = 0
+    split_seed: int = field(default=0, metadata={"min": 0, "max": 2**32 - 1})  # as train.seed
     field_keys: ClassVar[tuple[str, ...]] = ("id_field", "question_field", "context_field")
     scored_keys: ClassVar[tuple[str, ...]] = ("answers_field",)
     question_field: str | None = None  # a flat file's fields; None: inferred (`QaFields`)

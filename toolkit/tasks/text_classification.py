@@ -7,6 +7,7 @@ checked on the Arrow table), which names file and line for every malformed recor
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -59,6 +60,10 @@ class TextClassification(Classification):
 
     def __post_init__(self) -> None:
         self._found_labels: list[str] | None = None  # label names read from the data at load
+        # a name is text or a number: null, a list, true/false or "" would be a class named "None",
+        # "[1]", "True" or "", refused only once data loads (or never); `check` names it
+        self._bad_label = next((f"{json.dumps(v, default=str)} (item {i + 1})" for i, v in enumerate(self.labels or [])
+                                if not label_value(v)), None)
         if self.labels is not None:  # `labels: [0, 1]` and `labels: ["0", "1"]` mean the same
             self.labels = [label_text(v) for v in self.labels]
 
@@ -78,6 +83,9 @@ class TextClassification(Classification):
         if self.dataset is not None and (self.train_file or self.eval_file or self.test_file):
             raise UserError("task.dataset: give either a Hub data set or files, not both")
         reserved_text_column(self.text_columns)
+        if self._bad_label is not None:
+            raise UserError(f"task.labels: each name is non-empty text or a number, not {self._bad_label}; "
+                            "quote a name that YAML reads otherwise")
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise UserError(f"task.labels: names repeat ({', '.join(self.labels)})")
         if self.problem == "regression" and self.labels is not None:
@@ -324,6 +332,13 @@ def reserved_text_column(text_columns: list[str] | None) -> None:
     if text_columns and "label" in text_columns:
         raise UserError("task.text_columns: a text column named 'label' is the name every example's label "
                         "(its id) is kept under; rename that column in the files (and task.text_columns)")
+
+
+def label_value(value: Any) -> bool:
+    """Whether `value` can name a class: non-empty text, or a finite number (not true/false)."""
+    if isinstance(value, str):
+        return bool(value.strip())
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def label_text(value: Any) -> str:

@@ -9,6 +9,7 @@ their signatures are recorded in metrics.json (`metric_info`).
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -23,7 +24,7 @@ from toolkit.tasks.summarization import hub_pairs, load_pairs
 
 LANGUAGES = {"en": "English", "de": "German", "fr": "French", "ro": "Romanian", "cs": "Czech",
              "ru": "Russian", "fi": "Finnish", "tr": "Turkish", "es": "Spanish", "it": "Italian",
-             "nl": "Dutch", "zh": "Chinese", "ja": "Japanese"}
+             "nl": "Dutch", "zh": "Chinese", "ja": "Japanese", "ko": "Korean"}
 # subset -> (local train pattern, local eval pattern, languages available locally)
 LOCAL = {
     "multi30k": ("$TOOLKIT_DATA/translation/multi30k/train.{lang}.gz",
@@ -37,6 +38,12 @@ HUB = {"wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16"}
 # (sacreBLEU's own choice for the language first): the space-based ones would score whole phrases
 # as single words, a BLEU near 0 for a good translation
 SPACELESS = {"zh": ("zh", "char"), "ja": ("ja-mecab", "char")}
+# Target languages sacreBLEU scores with its own tokenizer alone (its CLI's choice for `-tl`), by
+# the language part of the code (ko, ko-KR, ko_KR) -> (that tokenizer, the module it needs, the
+# pip extra): Korean is written with spaces, but 13a on it is not the score sacreBLEU reports
+OFFICIAL_ONLY = {"ko": ("ko-mecab", "mecab_ko", "sacrebleu[ko]")}
+# the tokenizers that need a package of their own -> (that module, the pip extra)
+NEEDS = {"ja-mecab": ("MeCab", "sacrebleu[ja]"), "ko-mecab": ("mecab_ko", "sacrebleu[ko]")}
 
 
 @TASKS.register("translation")
@@ -54,16 +61,24 @@ class Translation(TextToText):
     scored_keys: ClassVar[tuple[str, ...]] = ("target_field",)
     source_field: str | None = None  # records: default the language codes
     target_field: str | None = None
-    bleu_tokenize: Literal["13a", "intl", "zh", "ja-mecab", "char", "none"] = "13a"
+    bleu_tokenize: Literal["13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none"] = "13a"
 
     def check(self) -> None:
         if self.source_lang == self.target_lang:
             raise UserError(f"task.target_lang: '{self.target_lang}' is also the source language")
         if self.subset == "custom" and not self.eval_file:
             raise UserError("task.eval_file: subset 'custom' reads local files; set task.eval_file")
-        if self.bleu_tokenize == "ja-mecab" and importlib.util.find_spec("MeCab") is None:
-            raise UserError("task.bleu_tokenize: ja-mecab needs MeCab, which is not installed "
-                            "(pip install 'sacrebleu[ja]'), or use task.bleu_tokenize=char")
+        language = re.split(r"[-_]", self.target_lang)[0].lower()
+        official = OFFICIAL_ONLY.get(language)
+        if official and self.bleu_tokenize != official[0]:
+            raise UserError(f"task.bleu_tokenize: {LANGUAGES[language]} (task.target_lang {self.target_lang}) is "
+                            f"scored by sacreBLEU with {official[0]}, not '{self.bleu_tokenize}'; set "
+                            f"task.bleu_tokenize={official[0]} (needs pip install '{official[2]}')")
+        module, extra = NEEDS.get(self.bleu_tokenize, (None, None))
+        if module and importlib.util.find_spec(module) is None:
+            alternative = "" if official else ", or use task.bleu_tokenize=char"
+            raise UserError(f"task.bleu_tokenize: {self.bleu_tokenize} needs {module}, which is not installed "
+                            f"(pip install '{extra}'){alternative}")
         fits = SPACELESS.get(self.target_lang)
         if fits and self.bleu_tokenize not in fits:
             raise UserError(f"task.bleu_tokenize: '{self.bleu_tokenize}' splits words at spaces, which "
