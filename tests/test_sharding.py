@@ -360,7 +360,8 @@ def _prepared(strategy: str):
               "train_micro_batch_size_per_gpu": "auto"}
     plugin = SimpleNamespace(deepspeed_config=config, is_auto=lambda key: config.get(key) == "auto")
     kind = DistributedType.FSDP if strategy == "fsdp" else DistributedType.DEEPSPEED
-    return SimpleNamespace(distributed_type=kind, is_fsdp2=strategy == "fsdp", state=SimpleNamespace(deepspeed_plugin=plugin))
+    return SimpleNamespace(distributed_type=kind, is_fsdp2=strategy == "fsdp", num_processes=2,
+                           state=SimpleNamespace(deepspeed_plugin=plugin))
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "zero2", "zero3"])
@@ -467,4 +468,97 @@ def test_a_deepspeed_config_file_that_decides_what_the_recipe_does_is_refused_in
         return
     with pytest.raises(UserError, match=said) as refused:
         sharding.deepspeed_conflict(train, plugin)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("file, fields, precision, said", [
+    ({"fp16": {"enabled": True}}, "deepspeed_config_file", "bf16",
+     r"^fp16.enabled: true in the DeepSpeed config .*ds.json, but train.mixed_precision is bf16: .* set it to \"auto\" "
+     r"\(the recipe decides\) or train.mixed_precision: fp16$"),
+    ({"bf16": {"enabled": "true"}}, "deepspeed_config_file", "fp16", r"^bf16.enabled: true in the DeepSpeed config "),
+    ({"bf16": {"enabled": True}}, "deepspeed_config_file", "bf16", None),
+    ({"bf16": {"enabled": "auto"}}, "deepspeed_config_file", "fp16", None),
+    ({}, "deepspeed_config_file,mixed_precision", "no",
+     r"^mixed_precision: in the accelerate config beside deepspeed_config_file: .*ds.json, which accelerate takes "
+     r"alone; remove mixed_precision from the accelerate config \(train.mixed_precision decides the precision\)$"),
+    ({}, "deepspeed_config_file,zero3_init_flag,zero_stage", "no",
+     r"^zero_stage: in the accelerate config beside deepspeed_config_file: .*ds.json, .* \(set it in .*ds.json\)$"),
+    ({}, "deepspeed_config_file,zero3_init_flag", "no", None),
+])
+def test_a_deepspeed_config_file_that_accelerate_refuses_is_refused_in_one_line(
+        tmp_path: Path, monkeypatch, file: dict, fields: str, precision: str, said: str | None) -> None:
+    """Before the Accelerator is made (toolkit.train.run calls it before `Accelerator(...)`):
+    a DeepSpeed config file enabling one half precision under a recipe of the other, or an
+    accelerate config naming `mixed_precision` (or `zero_stage`, `gradient_clipping`, ...) beside
+    `deepspeed_config_file`, was accelerate's own ValueError traceback as the Accelerator was made
+    (checked here against accelerate's plugin); now one line naming the key, the file and the fix."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    from toolkit import sharding
+    from toolkit.errors import UserError
+
+    pytest.importorskip("deepspeed")
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto", **file}))
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(config))
+    monkeypatch.setenv("ACCELERATE_CONFIG_DS_FIELDS", fields)
+    train = SimpleNamespace(mixed_precision=precision, batch_size=4, grad_accum=1)
+    if said is None:
+        sharding.check_deepspeed_file(train)
+        DeepSpeedPlugin().set_mixed_precision(precision)  # and accelerate accepts it
+        return
+    with pytest.raises(ValueError):  # what accelerate says of it, a traceback before
+        DeepSpeedPlugin().set_mixed_precision(precision)
+    with pytest.raises(UserError, match=said) as refused:
+        sharding.check_deepspeed_file(train)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("sizes, said", [
+    ({"train_micro_batch_size_per_gpu": 8}, r"^train_micro_batch_size_per_gpu: 8 in the DeepSpeed config, but each "
+                                            r"process's batch is train.batch_size: 4; set it to \"auto\" or 4$"),
+    ({"train_batch_size": 32}, r"^train_batch_size: 32 in the DeepSpeed config, but the run's batch is "
+                               r"train.batch_size 4 x 2 process\(es\) = 8; set it to \"auto\" or 8"),
+    ({"train_micro_batch_size_per_gpu": "auto", "train_batch_size": 4}, r"^train_batch_size: 4 in"),
+    ({"train_micro_batch_size_per_gpu": 4, "train_batch_size": 8}, None),
+    ({"train_batch_size": 8}, None),
+    ({"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto"}, None),
+])
+def test_a_deepspeed_config_file_with_another_batch_is_refused_in_one_line(tmp_path: Path, sizes: dict,
+                                                                           said: str | None) -> None:
+    """A DeepSpeed config file's own batch sizes (2 processes, train.batch_size 4): accelerate keeps
+    a written `train_micro_batch_size_per_gpu` / `train_batch_size` (its `deepspeed_config_process`
+    fills "auto" only, must_match=False), so a micro-batch other than the recipe's had the engine
+    count a batch the loop does not feed, a `train_batch_size` other than 4 x 2 was DeepSpeed's
+    batch AssertionError at prepare, and one without a micro-batch had DeepSpeed derive its own
+    (32 / 2 = 16 per process). Refused in one line; a file without a micro-batch gets the recipe's."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    from toolkit import sharding
+    from toolkit.errors import UserError
+
+    pytest.importorskip("deepspeed")
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 2}, "gradient_clipping": 1.0, **sizes}))
+    plugin = DeepSpeedPlugin(hf_ds_config=str(config))
+    train = SimpleNamespace(grad_accum=1, max_grad_norm=1.0, skip_nonfinite=0, batch_size=4, mixed_precision="no")
+    if said is None:  # and the engine's micro-batch is the recipe's, as `sharding.enable` sets it
+        from accelerate.utils import DistributedType
+
+        from toolkit.methods import METHODS
+
+        name = sorted(RUNS_SHARDED)[0]
+        recipe = SimpleNamespace(method=METHODS.get(name)(), train=train)
+        recipe.method.name = name
+        sharding.enable(SimpleNamespace(distributed_type=DistributedType.DEEPSPEED, is_fsdp2=False, num_processes=2,
+                                        state=SimpleNamespace(deepspeed_plugin=plugin)), recipe)
+        assert plugin.deepspeed_config["train_micro_batch_size_per_gpu"] == 4
+        return
+    with pytest.raises(UserError, match=said) as refused:
+        sharding.deepspeed_conflict(train, plugin, 2)
     assert "\n" not in str(refused.value)

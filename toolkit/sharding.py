@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import os
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -97,10 +98,11 @@ def enable(accelerator: Any, recipe: Any) -> None:
         raise UserError(f"method.name: '{recipe.method.name}' under {kind.value}: {why}; run it without STRATEGY")
     if kind == DistributedType.DEEPSPEED:
         plugin = accelerator.state.deepspeed_plugin
-        deepspeed_conflict(recipe.train, plugin)
+        deepspeed_conflict(recipe.train, plugin, accelerator.num_processes)
         # the loop's batches come from a batch sampler (length buckets), whose loader has no
-        # batch_size for accelerate to read: the recipe says it
-        if plugin.is_auto("train_micro_batch_size_per_gpu"):
+        # batch_size for accelerate to read: the recipe says it (left out of a file with a
+        # train_batch_size, DeepSpeed would derive its own)
+        if plugin.deepspeed_config.get("train_micro_batch_size_per_gpu", "auto") == "auto":
             plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = recipe.train.batch_size
         buckets_from_the_model(plugin.deepspeed_config)
 
@@ -169,7 +171,42 @@ def _deepspeed_on_cpu(accelerator: Any) -> None:
     _set_launch_kind(DistributedType.DEEPSPEED)
 
 
-def deepspeed_conflict(train: Any, plugin: Any) -> None:
+# the accelerate-config keys accelerate refuses beside `deepspeed_config_file` (its
+# DeepSpeedPlugin._deepspeed_config_checks: they "will be ignored"), as the launch names them in
+# ACCELERATE_CONFIG_DS_FIELDS
+FILE_OVERRIDES = ("gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
+                  "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
+                  "zero3_save_16bit_model", "mixed_precision")
+
+
+def check_deepspeed_file(train: Any) -> None:
+    """Before the Accelerator is made (accelerate's own ValueError there was a traceback): a
+    DeepSpeed launch with a config file (`deepspeed_config_file:`) that accelerate would refuse,
+    in one line naming the file and the key: a key of the accelerate config beside the file, or
+    the file enabling one half precision under a recipe of the other."""
+    path = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
+    if asked() != "deepspeed" or path == "none":
+        return
+    fields = [f for f in os.environ.get("ACCELERATE_CONFIG_DS_FIELDS", "").split(",") if f in FILE_OVERRIDES]
+    if fields:
+        raise UserError(f"{fields[0]}: in the accelerate config beside deepspeed_config_file: {path}, which accelerate "
+                        f"takes alone; remove {fields[0]} from the accelerate config ("
+                        + ("train.mixed_precision decides the precision" if fields[0] == "mixed_precision"
+                           else f"set it in {path}") + ")")
+    try:
+        config = json.loads(open(path, encoding="utf-8").read())
+    except (OSError, ValueError):
+        return  # not a readable JSON file: accelerate's own message
+    for dtype in ("fp16", "bf16"):
+        section = config.get(dtype) if isinstance(config, dict) else None
+        if isinstance(section, dict) and str(section.get("enabled", "")).lower() == "true" \
+                and train.mixed_precision != dtype:
+            raise UserError(f"{dtype}.enabled: true in the DeepSpeed config {path}, but train.mixed_precision is "
+                            f"{train.mixed_precision}: its engine would train in {dtype} under the recipe's "
+                            f"precision; set it to \"auto\" (the recipe decides) or train.mixed_precision: {dtype}")
+
+
+def deepspeed_conflict(train: Any, plugin: Any, processes: int = 1) -> None:
     """Under accelerate's DeepSpeed the engine steps inside `accelerator.backward` (clipping with
     its own config's gradient_clipping, at every micro-batch the loop hands it): settings the loop
     would otherwise honour and DeepSpeed would not are refused in one line."""
@@ -192,6 +229,15 @@ def deepspeed_conflict(train: Any, plugin: Any) -> None:
         if section in plugin.deepspeed_config:  # accelerate's ValueError at prepare, a traceback
             raise UserError(f"{section}: in the DeepSpeed config; the run's {whose} is the recipe's: remove "
                             f"the {section} section")
+    micro = plugin.deepspeed_config.get("train_micro_batch_size_per_gpu")
+    if micro not in (None, "auto") and micro != train.batch_size:  # the engine's, while the loop feeds the recipe's
+        raise UserError(f"train_micro_batch_size_per_gpu: {micro} in the DeepSpeed config, but each process's batch "
+                        f"is train.batch_size: {train.batch_size}; set it to \"auto\" or {train.batch_size}")
+    whole = plugin.deepspeed_config.get("train_batch_size")
+    if whole not in (None, "auto") and whole != train.batch_size * processes:  # accelerate keeps a written value
+        raise UserError(f"train_batch_size: {whole} in the DeepSpeed config, but the run's batch is train.batch_size "
+                        f"{train.batch_size} x {processes} process(es) = {train.batch_size * processes}; set it to "
+                        f"\"auto\" or {train.batch_size * processes}, or change train.batch_size")
     if train.grad_accum != 1:
         raise UserError(f"train.grad_accum: {train.grad_accum} under DeepSpeed, whose engine steps at every "
                         "micro-batch here; use train.grad_accum: 1 with a larger train.batch_size")
