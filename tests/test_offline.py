@@ -44,3 +44,42 @@ def test_what_the_user_said_of_the_network_stands(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(hub, "_settled", False)
     hub.settle()
     assert os.environ.get("HF_HUB_OFFLINE") == env.get("HF_HUB_OFFLINE")
+
+
+@pytest.mark.parametrize("before", [None, "0"])
+def test_the_api_leaves_the_network_setting_as_found(monkeypatch: pytest.MonkeyPatch, before: str | None) -> None:
+    """settle's off-line is for the toolkit's own call: after a call of the Python API on a machine
+    whose DNS failed, the caller's own Hugging Face calls read HF_HUB_OFFLINE as they had it; the
+    next call works off-line again without a second look-up."""
+    import huggingface_hub.constants as constants
+
+    from toolkit import api, quiet
+
+    looked: list = []
+
+    def unresolvable(*args, **kwargs):
+        looked.append(args)
+        raise socket.gaierror(-2, "Name or service not known")
+
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *hub.PROXIES):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(socket, "getaddrinfo", unresolvable)
+    monkeypatch.setattr(hub, "_settled", False)
+    monkeypatch.setattr(hub, "_unreachable", "")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    seen = []
+
+    @api._one_line
+    def call() -> None:  # what every API function that loads the libraries does first
+        quiet.libraries()
+        seen.append((os.environ.get("HF_HUB_OFFLINE"), constants.HF_HUB_OFFLINE))
+
+    if before is None:
+        call()
+        call()
+        assert seen == [("1", True), ("1", True)] and len(looked) == 1  # off-line inside, checked once
+        assert "HF_HUB_OFFLINE" not in os.environ and constants.HF_HUB_OFFLINE is False
+    else:  # the user's own setting: no look-up, nothing changed
+        monkeypatch.setenv("HF_HUB_OFFLINE", before)
+        call()
+        assert seen == [("0", False)] and not looked and os.environ["HF_HUB_OFFLINE"] == "0"

@@ -1462,3 +1462,30 @@ def test_runs_from_before_pair_separator_are_seeds_of_one_entry_with_new_ones(tm
     assert cell.stat.n == 4 and not cell.grid  # one setting: no grid
     (p,) = report.pivots(report.collect([tmp_path / "old", tmp_path / "gpt2"]), "task", "method")
     assert sorted(desc for desc, _ in p.cells[("rte", "full")].grid) == ["task.pair_separator=None", "task.pair_separator=eos"]
+
+
+def test_every_added_field_has_the_value_older_runs_had() -> None:
+    """A recipe field added after runs were made (schema.added) is missing from those runs'
+    recipe.yaml: without its old value in BEFORE_FIELD, a run from before the field was another
+    setting than new seeds of the same recipe in `toolkit report` (task source_code/target_code
+    were missing). Every section, task and method's added fields, so none can be forgotten."""
+    import dataclasses
+
+    from toolkit.methods import METHODS
+    from toolkit.recipe_data import SECTIONS
+    from toolkit.schema import NEUTRAL
+    from toolkit.tasks import TASKS
+
+    owners = [(section, cls) for section, cls in SECTIONS.items()]
+    owners += [("task", TASKS.get(name)) for name in TASKS.names()] + [("method", METHODS.get(name)) for name in METHODS.names()]
+    added = {(section, f.name): f.metadata[NEUTRAL] for section, cls in owners
+             for f in dataclasses.fields(cls) if NEUTRAL in f.metadata}
+    assert added  # task.pair_separator at least
+    missing = {key: neutral for key, neutral in added.items() if key not in report.BEFORE_FIELD}
+    assert not missing, f"add to reports.core.BEFORE_FIELD with their neutral values: {missing}"
+    for key, neutral in added.items():
+        old = report.BEFORE_FIELD[key]
+        assert callable(old) or old == neutral, (key, old, neutral)
+    # and a run's recipe without them reads as one with them at their neutral values
+    recipe = report.with_old_defaults({"task": {"name": "translation"}, "train": {}, "model": {}, "method": {}})
+    assert all(recipe[section][key] == neutral for (section, key), neutral in added.items())

@@ -48,6 +48,9 @@ def test_seeds_lists_counts_and_refusals() -> None:
         sweep.parse_axes(["train.lr=1e-4,3e-4,1e-4"])
     with pytest.raises(UserError, match="a count of seeds is 1 to 10"):
         sweep.parse_seeds("0")
+    # a comma makes a list: `3,` is the seed 3 (it was the count 3: seeds 42, 43, 44)
+    assert sweep.parse_seeds("3,") == sweep.parse_seeds(" 3 , ") == sweep.parse_seeds(",3") == [3]
+    assert sweep.parse_seeds("0,") == [0] and sweep.parse_seeds(" 3 ") == [42, 43, 44]
     # a quoted value is one value (`"a,b"` was split into `"a` and `b"`); an apostrophe inside a word is a letter
     assert sweep.split_values('"a,b", c,[1, 2],{a: 1, b: 2}') == ['"a,b"', "c", "[1, 2]", "{a: 1, b: 2}"]
     assert sweep.split_values("don't,x") == ["don't", "x"]
@@ -234,7 +237,8 @@ def test_make_estimate_skips_the_report() -> None:
 
 
 @pytest.mark.parametrize("seeds, expected", [([3], [3]), ([3, 7], [3, 7]), ((5,), [5]), (3, [42, 43, 44]),
-                                             ("3", [42, 43, 44]), ("3,7", [3, 7]), (1234, [1234]), (None, None)])
+                                             ("3", [42, 43, 44]), ("3,7", [3, 7]), (1234, [1234]), (None, None),
+                                             ("3,", [3]), (",3", [3]), ("0,", [0])])
 def test_api_seeds_as_a_list_are_seeds_never_a_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      seeds, expected: list[int]) -> None:
     """`toolkit.sweep(recipe, seeds=[3])` ran seeds 42, 43 and 44: the list was joined into "3",
@@ -411,6 +415,31 @@ def test_a_sweep_of_no_recipe_is_refused_at_every_entry_point(tmp_path: Path, cl
         code, _, err = cli("sweep", "train.lr=1e-4,3e-4", "--runs-dir", tmp_path / "runs")
         assert code == 2 and err.count("\n") == 1 and said in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_dry_run_says_what_the_sweep_does_with_a_finished_chained_point(tmp_path: Path, cli, runs_dir: Path,
+                                                                           tiny_checkpoint) -> None:
+    """A finished chained point whose upstream's model changed since (run again, edited) was listed
+    `[finished]` by --dry-run, exit 0, where the sweep refuses it (chain.check_current): the dry run
+    refuses it with the sweep's own line. Under --force a finished point runs again: it was listed
+    `[finished]` and counted as done."""
+    own_recipe(tmp_path, tiny_checkpoint("bert"))
+    upstream = write_recipe(tmp_path / "up.yaml", "extends: own.yaml\nmethod: {name: full}\ntrain: {max_steps: 1}\n")
+    chained = write_recipe(tmp_path / "chained.yaml", f"extends: own.yaml\nmodel: {{checkpoint: {{run: {upstream}}}}}\n"
+                           "train: {max_steps: 1}\n")
+    for recipe in (upstream, chained):
+        code, _, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir)
+        assert code == 0, err
+    code, out, err = cli("sweep", chained, "--smoke", "--dry-run", "--runs-dir", runs_dir)
+    assert code == 0 and "[finished]" in out and "0 still to run" in out, err
+    code, out, err = cli("sweep", chained, "--smoke", "--dry-run", "--force", "--runs-dir", runs_dir)
+    assert code == 0 and "[runs again: --force]" in out and "1 still to run" in out, err
+    (config,) = [p for p in runs_dir.rglob("model/config.json") if "up" in str(p.relative_to(runs_dir)).split(os.sep)[0]]
+    config.write_text(config.read_text().replace("{", '{"edited": 1, ', 1))
+    sweep_said = cli("sweep", chained, "--smoke", "--runs-dir", runs_dir)
+    dry_said = cli("sweep", chained, "--smoke", "--dry-run", "--runs-dir", runs_dir)
+    assert sweep_said[0] == dry_said[0] == 2 and "no point was started" in dry_said[2], dry_said
+    assert dry_said[2] == sweep_said[2] and dry_said[1] == ""
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])

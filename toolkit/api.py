@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
-from toolkit import chain, devices, quiet, recipe as recipe_module, reports, runs, sharding, sweeps
+from toolkit import chain, devices, hub, quiet, recipe as recipe_module, reports, runs, sharding, sweeps
 from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
@@ -105,7 +105,7 @@ def _one_line(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            with quiet.as_found(), _generators_as_found(), _compiler_as_found():  # the caller's process as it was
+            with quiet.as_found(), hub.as_found(), _generators_as_found(), _compiler_as_found():  # the caller's process as it was
                 return fn(*args, **kwargs)
         except OSError as exc:
             if not _unwritable(exc):

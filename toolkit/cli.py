@@ -49,8 +49,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError(f"sweep --estimate: measures one process on this machine, and this launch has "
                         f"{runs.world_size()}; run it as plain `toolkit sweep ... --estimate`")
     if args.dry_run or args.estimate:
+        sweep.finished_current(points, folders, root, args.smoke, args.force)  # the sweep's refusal, said here too
         if runs.rank() == 0:  # one plan for the launch, not one per process
-            print_plan(points, folders, args.estimate, args.smoke)
+            print_plan(points, folders, args.estimate, args.smoke, args.force)
         return 0
     sweep.upstreams_ready(points, folders, root, args.smoke, args.force)  # each chained point's upstream, before the first
     say = print if runs.rank() == 0 else (lambda *_, **__: None)  # the launch's progress, said once
@@ -90,16 +91,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool) -> None:
+def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool, force: bool = False) -> None:
     """--dry-run: each point, its state and its cost; --estimate: and the measured wall time of
     each point still to run."""
     # the launch's processes: under torchrun each step takes batch x grad_accum on every one
     point_costs = sweep.costs(points, smoke, runs.world_size())
-    todo = [i for i, f in enumerate(folders) if not runs.is_finished(f)]
+    todo = [i for i, f in enumerate(folders) if force or not runs.is_finished(f)]
     times: dict[int, float] = {}
     if with_estimate and todo:
         times = dict(zip(todo, sweep.estimate([points[i] for i in todo], [point_costs[i] for i in todo], smoke)))
-    for i, (line, c) in enumerate(zip(sweep.describe(points, folders), point_costs)):
+    for i, (line, c) in enumerate(zip(sweep.describe(points, folders, force), point_costs)):
         when = f"; about {sweep.duration(times[i])}" if i in times else ""
         print(f"{line}\n       {sweep.cost_line(c)}{when}")
     steps, seen = sum(c.steps for c in point_costs), sum(c.examples_seen for c in point_costs)

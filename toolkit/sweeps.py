@@ -73,7 +73,8 @@ MAX_SEED_COUNT = 10
 
 
 def parse_seeds(text: str | None) -> list[int]:
-    """`42,43,44` or `42 43 44`: those seeds; one number up to 10 (`3`) is a count from 42. None
+    """`42,43,44` or `42 43 44`: those seeds; one number up to 10 alone (`3`) is a count from 42,
+    and with a comma (`3,`) it is a list: the seed 3 (it was read as the count, 42, 43, 44). None
     (not given): the recipe's own train.seed. Given but empty (`make glue SEEDS=`, an unset
     variable) is a mistake: it ran each point once, with the recipe's seed, where seeds were asked."""
     if text is None:
@@ -85,11 +86,11 @@ def parse_seeds(text: str | None) -> list[int]:
     if not seeds:
         raise UserError(f"--seeds '{text}': no seed given; e.g. --seeds 42,43,44 or --seeds 3 (leave --seeds "
                         "out for the recipe's own train.seed)")
-    if len(seeds) == 1 and 0 < seeds[0] <= MAX_SEED_COUNT:
+    if len(seeds) == 1 and "," not in text and 0 < seeds[0] <= MAX_SEED_COUNT:
         return list(range(SEED_BASE, SEED_BASE + seeds[0]))
-    if seeds == [0]:
+    if seeds == [0] and "," not in text:
         raise UserError(f"--seeds '{text}': a count of seeds is 1 to {MAX_SEED_COUNT}; for the seed 0 itself "
-                        "write train.seed=0")
+                        "write --seeds 0, (a list of one)")
     if len(set(seeds)) != len(seeds):
         raise UserError(f"--seeds '{text}': a seed is listed twice")
     return seeds
@@ -201,6 +202,18 @@ def upstreams_ready(points: list[Point], folders: list[Path], root: Path, smoke:
     smoke run itself); and a finished one started from its upstream's model/ as that is now
     (`chain.check_current`: the sweep skipped it as finished, its metrics of weights an upstream
     rerun with --force had replaced, where `toolkit run` refuses it)."""
+    _upstreams(points, folders, root, smoke, force, resolve=True)
+
+
+def finished_current(points: list[Point], folders: list[Path], root: Path, smoke: bool, force: bool) -> None:
+    """--dry-run's part of upstreams_ready: a finished chained point whose upstream changed since
+    is refused with the sweep's own line (the dry run listed it `[finished]`, exit 0, where the
+    sweep refuses it). An upstream not run yet stays a point `[to run]` (--estimate measures it)."""
+    _upstreams(points, folders, root, smoke, force, resolve=False)
+
+
+def _upstreams(points: list[Point], folders: list[Path], root: Path, smoke: bool, force: bool,
+               resolve: bool) -> None:
     for i, point in enumerate(points):
         plan = recipe_module.plan(point.recipe, point.overrides, smoke=smoke)
         if plan.upstream is None:
@@ -208,17 +221,19 @@ def upstreams_ready(points: list[Point], folders: list[Path], root: Path, smoke:
         try:
             if not force:
                 chain.check_current(plan, root)
-            if not plan.recipe.smoke and runs.run_dir(plan.upstream.recipe, root) not in folders[:i]:
+            if resolve and not plan.recipe.smoke and runs.run_dir(plan.upstream.recipe, root) not in folders[:i]:
                 chain.resolve(plan, root)
         except UserError as exc:
             raise UserError(f"sweep: run {i + 1} of {len(points)} ({point}): {exc}; no point was started") from None
 
 
-def describe(points: list[Point], folders: list[Path]) -> list[str]:
-    """One line per point for --dry-run: its run folder and whether it is finished."""
+def describe(points: list[Point], folders: list[Path], force: bool = False) -> list[str]:
+    """One line per point for --dry-run: its run folder and what the sweep does with it (a
+    finished one under --force runs again: it was listed `[finished]`)."""
     lines = []
     for i, (point, out) in enumerate(zip(points, folders), 1):
-        state = "finished" if runs.is_finished(out) else "resumes" if runs.checkpoints(out) else "to run"
+        state = ("runs again: --force" if force else "finished") if runs.is_finished(out) else \
+            "resumes" if runs.checkpoints(out) and not force else "to run"
         lines.append(f"{i:>3}. {point}  ->  {out}  [{state}]")
     return lines
 

@@ -49,6 +49,11 @@ BEFORE_FIELD: dict[tuple[str, str], Any] = {
     ("train", "compile_optimizer"): "auto",  # never compiled until 2026-11-27 09:11; auto is off
     # the tokenizer's own pair encoding (a classifier's; null where a launch leaves it unset)
     ("task", "pair_separator"): None,
+    # a translation's language codes (task source_code / target_code), unset until 2026-11-27 23:23
+    # (their declared `neutral`). Every field added with schema.added belongs here with its neutral
+    # value: tests/test_report.py checks each one
+    ("task", "source_code"): None,
+    ("task", "target_code"): None,
 }
 
 
