@@ -944,3 +944,28 @@ def test_a_file_that_cannot_be_opened_is_said_so_not_called_a_bad_gzip(tmp_path:
     monkeypatch.setattr(readers, "_open_bytes", denied)
     with pytest.raises(UserError, match=rf"data{re.escape(suffix)}(\.gz)?: cannot be read \(Permission denied\)$"):
         read(path, monkeypatch)
+
+
+BOOLEAN_LABELS = {"csv": "text,label\ngood,true\nbad,false\n",
+                  "jsonl": '{"text": "good", "label": true}\n{"text": "bad", "label": false}\n',
+                  "json": '[{"text": "good", "label": true}, {"text": "bad", "label": false}]\n'}
+
+
+@pytest.mark.parametrize("eval_fmt", sorted(BOOLEAN_LABELS))
+@pytest.mark.parametrize("train_fmt", sorted(BOOLEAN_LABELS))
+def test_a_json_boolean_label_is_named_as_json_writes_it(tmp_path: Path, train_fmt: str, eval_fmt: str) -> None:
+    """Finding: a JSON/JSONL label true/false was the class "True"/"False" (Python's str()), where
+    the same data as CSV is "true"/"false": a CSV train file beside a JSONL eval file was refused
+    (label 'False' is not one of ...), exit 2, and `labels: [false, true]` could not name them. A
+    JSON boolean reads as the text JSON writes, in every format pair."""
+    from toolkit.tasks import TASKS
+
+    train, dev = tmp_path / f"train.{train_fmt}", tmp_path / f"dev.{eval_fmt}"
+    train.write_text(BOOLEAN_LABELS[train_fmt])
+    dev.write_text(BOOLEAN_LABELS[eval_fmt])
+    task = TASKS.get("text_classification")(train_file=str(train), eval_file=str(dev))
+    loaded = task.load()
+    assert task.label_names == ["false", "true"]
+    assert loaded["eval"][""]["label"] == [1, 0]
+    named = TASKS.get("text_classification")(train_file=str(train), eval_file=str(dev), labels=["true", "false"])
+    assert named.load()["train"]["label"] == [0, 1]

@@ -1172,7 +1172,10 @@ def check_exact(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
 def number_name(value: Any) -> str:
     """The name of a value that names something (a label, an id): text as written (CSV cells are
     text: 01 and 1 stay two); a JSON number by its value, so that 1 and 1.0 are one name, "1"
-    (a column holding both is read as doubles, and every name came out "0.0", "1.0")."""
+    (a column holding both is read as doubles, and every name came out "0.0", "1.0"); a JSON
+    true/false as JSON writes it, as a CSV's `true` reads (Python's str() said "True")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
