@@ -969,3 +969,31 @@ def test_a_json_boolean_label_is_named_as_json_writes_it(tmp_path: Path, train_f
     assert loaded["eval"][""]["label"] == [1, 0]
     named = TASKS.get("text_classification")(train_file=str(train), eval_file=str(dev), labels=["true", "false"])
     assert named.load()["train"]["label"] == [0, 1]
+
+
+SHORT_ROWS = {  # body -> what is said
+    "a row cut short": (b"text,label\ngood,a\nshort\nbad,b\n", r":3: this row has 1 field, the header has 2; give every"),
+    "a lone carriage return": (b"text,label\ngood,a\ncut\rshort,b\nbad,b\n",
+                               r":3: this row has 1 field, the header has 2; the line ends in a lone carriage return"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHORT_ROWS))
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS) + ["tsv"])
+def test_a_row_with_fewer_fields_than_the_header_is_said_as_such(tmp_path: Path, reader: str, case: str) -> None:
+    """Finding: pandas fills the fields a short row lacks with "", and a row cut short, or split
+    in two by a lone carriage return (which pandas ends a row at), was said as "label is empty"
+    (or ran, where the field was not needed). Every CSV/TSV reader names the row and both counts;
+    an empty cell in a full row is still the task's to say."""
+    body, said = SHORT_ROWS[case]
+    path = tmp_path / ("d.tsv" if reader == "tsv" else "d.csv")
+    if reader == "tsv":
+        body = body.replace(b",", b"\t")
+    path.write_bytes(body)
+    read = (lambda p: readers.read(p, "tsv")) if reader == "tsv" else LONG_ROW_READERS[reader]
+    with pytest.raises(UserError, match=re.escape(str(path)) + said):
+        read(path)
+    path.write_bytes(body.replace(b"short\n", b"short,b\n").replace(b"\r", b" ").replace(b",", b"\t" if reader == "tsv" else b","))
+    readers.read(path, "tsv" if reader == "tsv" else "csv")  # full rows are read
+    path.write_bytes(b"text,label\ngood,a\nempty,\n".replace(b",", b"\t" if reader == "tsv" else b","))
+    assert readers.read(path, "tsv" if reader == "tsv" else "csv")["label"] == ["a", ""]

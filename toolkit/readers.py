@@ -419,6 +419,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         raise UserError(f"{path}: has a header and no rows")
     if fmt in ("csv", "tsv"):
         _no_header_again(ds, header, path, fmt)
+        _no_short_row(ds, header, path, fmt)
     if fmt == "tsv":
         _no_csv_quoting(ds, header, path)
     if len(ds) == 0:
@@ -575,6 +576,32 @@ def _no_header_again(ds: Any, header: list[str], path: Path, fmt: str) -> None:
         offset += len(batch)
 
 
+def _no_short_row(ds: Any, header: list[str], path: Path, fmt: str) -> None:
+    """No record has fewer fields than the header: pandas filled the missing ones with "", and a
+    row cut short (or split by a lone carriage return, which pandas ends a line at) was said as
+    its label or text being empty. The file is re-read only where some cell is empty."""
+    import pyarrow.compute as pc
+
+    table = ds.data.table if hasattr(ds.data, "table") else ds.data
+    if not any(pc.any(pc.equal(table.column(name), "")).as_py() for name in header):
+        return
+    short = _short_row(path, fmt, len(header))
+    if short is not None:
+        line, got, cr = short
+        raise UserError(f"{path}:{line}: this row has {got} field{'s' * (got != 1)}, the header has {len(header)}"
+                        + ("; the line ends in a lone carriage return (\\r), which ends a row: take it out, or "
+                           "quote the field that holds it" if cr else
+                           f"; give every row {len(header)} fields ({'tab' if fmt == 'tsv' else 'comma'}-separated)"))
+
+
+def _short_row(path: Path, fmt: str, want: int) -> tuple[int, int, bool] | None:
+    """(line, fields, whether its last line ends in a lone \\r) of the first record after the
+    header with fewer than `want` fields."""
+    last = [""]
+    return next(((line, len(row), last[0].endswith("\r")) for line, row in _records(path, fmt, last)
+                 if line > 1 and len(row) < want), None)
+
+
 def _field_names(names: list[str]) -> str:
     shown = ", ".join(names[:4])
     return shown + (", ..." if len(names) > 4 else "")
@@ -616,14 +643,14 @@ def _long_row(path: Path, fmt: str, want: int) -> tuple[int, int] | None:
     return next(((line, len(row)) for line, row in _records(path, fmt) if len(row) > want), None)
 
 
-def _records(path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
+def _records(path: Path, fmt: str, last: list[str] | None = None) -> Iterator[tuple[int, list[str]]]:
     """(the line it starts on, its fields) of each record of a CSV/TSV file that pandas reads, the
     header first: Python's csv module, past what pandas skips, blank lines and lines of nothing but
     spaces and tabs (which the csv module reads as a record of one field: every later line named
     was one line too early, and such a line after the header hid a first record that would shift
-    every column)."""
+    every column). `last`, where given, holds the last line read (the record's last line)."""
     csv.field_size_limit(sys.maxsize)
-    last = [""]
+    last = last if last is not None else [""]
 
     def lines(text: Any) -> Iterator[str]:
         for line in text:
