@@ -997,3 +997,18 @@ def test_a_row_with_fewer_fields_than_the_header_is_said_as_such(tmp_path: Path,
     readers.read(path, "tsv" if reader == "tsv" else "csv")  # full rows are read
     path.write_bytes(b"text,label\ngood,a\nempty,\n".replace(b",", b"\t" if reader == "tsv" else b","))
     assert readers.read(path, "tsv" if reader == "tsv" else "csv")["label"] == ["a", ""]
+
+
+@pytest.mark.parametrize("line", ["sep=,", "sep=;", "SEP=\t"])
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS) + ["tsv", "head names"])
+def test_an_excel_separator_line_is_named(tmp_path: Path, reader: str, line: str) -> None:
+    """Finding: Excel's `sep=,` first line was said as "column 2 of the header has no name" (and
+    `sep=;` read as a column named so, each later column then missing). Every CSV/TSV reader, and
+    the head check validate runs, names it as Excel's separator line."""
+    tsv = reader == "tsv" or line.endswith("\t") and reader == "head names"
+    path = tmp_path / ("d.tsv" if tsv else "d.csv")
+    path.write_text(line + "\n" + "text,label\ngood,a\nbad,b\n".replace(",", "\t" if tsv else ","))
+    read = {"tsv": lambda p: readers.read(p, "tsv"), "head names": readers.head_names}.get(reader) \
+        or LONG_ROW_READERS[reader]
+    with pytest.raises(UserError, match=re.escape(f"{path}:1: the first line is Excel's separator line")):
+        read(path)

@@ -506,6 +506,7 @@ def csv_header(path: Path, fmt: str) -> list[str]:
         records.close()
     if not header or not any(h.strip() for h in header):
         raise UserError(f"{path}:1: the first line should be a header naming the columns")
+    excel_separator_line(path, header)
     for i, name in enumerate(header):
         if not name.strip():
             raise UserError(f"{path}:1: column {i + 1} of the header has no name; name every column")
@@ -517,6 +518,14 @@ def csv_header(path: Path, fmt: str) -> list[str]:
     if fmt == "tsv":
         tsv_quoted_header(path, header)
     return header
+
+
+def excel_separator_line(path: Path, names: list[str]) -> None:
+    """A first line `sep=,` (or `sep=;`, `sep=<tab>`: what Excel writes to name its separator) is
+    no header: it was said as "column 2 of the header has no name", or read as one column `sep=;`."""
+    if names and re.fullmatch(r"sep=.?", names[0].strip(), re.IGNORECASE) and not any(n.strip() for n in names[1:]):
+        raise UserError(f"{path}:1: the first line is Excel's separator line (sep=...), not a header; "
+                        "remove that line (the header is the one after it)")
 
 
 # A TSV cell as a CSV writer quotes a text that holds a quote (pandas' `to_csv(sep="\t")`, the csv
@@ -704,6 +713,7 @@ def head_names(path: Path) -> list[str] | None:
         if stream.tell() >= len(head) and len(head) >= HEAD_BYTES // 4:  # the header may go on past the head
             return None
         ok = names and all(n.strip() for n in names) and len(set(names)) == len(names)
+        excel_separator_line(path, names)
         if ok and fmt == "tsv":
             tsv_quoted_header(path, names)  # said at validate as a run says it
         return names if ok else None  # a header that is not one: csv_header says why
