@@ -1012,3 +1012,21 @@ def test_an_excel_separator_line_is_named(tmp_path: Path, reader: str, line: str
         or LONG_ROW_READERS[reader]
     with pytest.raises(UserError, match=re.escape(f"{path}:1: the first line is Excel's separator line")):
         read(path)
+
+
+@pytest.mark.parametrize("reader", sorted(JOINED))
+def test_a_pretty_printed_jsonl_file_is_said_as_such(tmp_path: Path, reader: str) -> None:
+    """Finding: a .jsonl file written with json.dump(..., indent=2) was read by the json builder,
+    but every record's line named after was wrong, and a later fault was said as "not valid JSON"
+    at line 1. Every JSONL reader says it holds one JSON value over several lines; a record spread
+    over lines later in the file is said so at its line where the file is re-read."""
+    import json
+
+    good, _, read = JOINED[reader]
+    second = {**good, **({"label": "b"} if reader == "classification" else {})}
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n" + json.dumps(good, indent=2) + "\n" + json.dumps(second, indent=2) + "\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}:2: one JSON value runs over") + r" \d+ lines"):
+        read(path)
+    path.write_text(json.dumps(good) + "\n" + json.dumps(second, indent=2) + "\n")
+    assert readers._jsonl_problem(path).startswith(f"{path}:2: one JSON value runs over")

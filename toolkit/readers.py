@@ -379,6 +379,9 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     elif fmt == "jsonl":
         if first_char(path) == "[":  # the builder reads it as a list, and no record's line could be named
             raise UserError(f"{path}: holds a JSON list, not JSON lines (one object a line); name it .json")
+        spread = _spread_first_record(path)  # the builder reads it, and every line named after was wrong
+        if spread:
+            raise UserError(spread)
         builder, kwargs = "json", {"chunksize": JSONL_CHUNK}
         if size > JSONL_CHUNK:  # the builder types each field by the first chunk and casts the rest to it
             problem = _jsonl_types(path)
@@ -822,13 +825,14 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
     type (a line-by-line re-read; `only`: that field's type alone)."""
     kinds = _Kinds(only)
     with _open_bytes(path) as raw:
-        for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig")
+        for n, line in enumerate(text, start=1):
             if not line.strip():
                 continue
             try:
                 value = json.loads(line, object_pairs_hook=_no_duplicates)
             except json.JSONDecodeError as exc:
-                return f"{path}:{n}: not valid JSON ({exc.msg})"
+                return f"{path}:{n}: " + (_spread_value(line, text) or f"not valid JSON ({exc.msg})")
             except ValueError as exc:
                 return f"{path}:{n}: {exc}"
             if not isinstance(value, dict):
@@ -837,6 +841,45 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
             if changed:
                 return f"{path}:{n}: {changed}"
     return None
+
+
+def _spread_first_record(path: Path) -> str | None:
+    """The first record of a JSONL file said as `_spread_value` says it, where it is spread over
+    lines (a file pretty-printed whole); None else."""
+    with _open_bytes(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig")
+        for n, line in enumerate(text, start=1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except ValueError:
+                spread = _spread_value(line, text)
+                return f"{path}:{n}: {spread}" if spread else None
+            return None
+    return None
+
+
+def _spread_value(line: str, rest: Any) -> str | None:
+    """Where a JSONL line that is not JSON begins one JSON value that goes on over later lines (a
+    pretty-printed object, `json.dump(..., indent=2)`): that said, with its last line; else None.
+    Looked for in the next MiB."""
+    text, size = [line], len(line)
+    for more in rest:
+        text.append(more)
+        size += len(more)
+        if size > HEAD_BYTES:
+            break
+    joined = "".join(text)
+    try:
+        end = json.JSONDecoder().raw_decode(joined.lstrip())[1] + len(joined) - len(joined.lstrip())
+    except ValueError:
+        return None
+    lines = joined.count("\n", 0, end) + 1
+    if lines < 2:
+        return None
+    return (f"one JSON value runs over {lines} lines here (pretty-printed); a .jsonl file holds one record "
+            "per line: write each record on one line, or name the file .json (a list of records)")
 
 
 class _Kinds:
