@@ -1030,3 +1030,47 @@ def test_a_pretty_printed_jsonl_file_is_said_as_such(tmp_path: Path, reader: str
         read(path)
     path.write_text(json.dumps(good) + "\n" + json.dumps(second, indent=2) + "\n")
     assert readers._jsonl_problem(path).startswith(f"{path}:2: one JSON value runs over")
+
+
+def _glue_read(task: str, split: str) -> Callable:
+    def read(folder: Path) -> None:
+        from toolkit.tasks import TASKS
+        from toolkit.tasks.glue import read_test
+
+        glue = TASKS.get("glue")(subset=task, data_dir=str(folder))
+        read_test(glue) if split == "test" else glue.load()
+    return read
+
+
+GLUE_FILES = {  # (task, split) -> (file, its lines with a CSV writer's quoting, what is said)
+    ("sst2", "train"): ("train.tsv", ['sentence\tlabel', 'good\t1', '"He said ""hi"" twice"\t0'],
+                        r"train\.tsv:3: column 'sentence' is written with CSV quoting"),
+    ("sst2", "dev"): ("dev.tsv", ['"sentence"\t"label"', 'good\t1', 'bad\t0'],
+                      r"dev\.tsv:1: the header's names are in quotes \(\"sentence\", \"label\"\)"),
+    ("cola", "train"): ("train.tsv", ['gj04\t1\t\tgood', 'gj04\t0\t*\t"He said ""hi"" twice"'],
+                        r"train\.tsv:2: column 4 is written with CSV quoting"),
+    ("sst2", "test"): ("test.tsv", ['index\tsentence', '0\t"He said ""hi"" twice"'],
+                       r"test\.tsv:2: column 'sentence' is written with CSV quoting"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GLUE_FILES), ids=lambda c: "-".join(c))
+def test_a_glue_file_written_with_csv_quoting_is_one_line(tmp_path: Path, case: tuple) -> None:
+    """Finding: GLUE's own TSV reader took a file re-saved by pandas (`to_csv(sep="\\t")`: a
+    sentence holding a quote written in quotes, each quote doubled) or by R (a quoted header)
+    as written, trained on with the quotes, exit 0, where a user's TSV was refused. GLUE's
+    train/dev reader (with and without a header) and its test reader say it as users' TSVs do;
+    GLUE's quoted sentences (no doubled quote) read as written."""
+    task, split = case
+    name, lines, said = GLUE_FILES[case]
+    folder = tmp_path / "glue" / {"sst2": "SST-2", "cola": "CoLA"}[task]
+    folder.mkdir(parents=True)
+    good = ["sentence\tlabel", '"Would you?"\t1', 'He said "hi" twice\t0'] if task == "sst2" else \
+        ['gj04\t1\t\t"Would you?"', 'gj04\t0\t*\tHe said "hi" twice']
+    for other in ("train.tsv", "dev.tsv"):
+        (folder / other).write_text("\n".join(good) + "\n")
+    (folder / "test.tsv").write_text("index\tsentence\n0\tgood\n")
+    _glue_read(task, split)(tmp_path)  # GLUE's own quotes are text
+    (folder / name).write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=said + r".*a \.tsv is read with its quotes as text"):
+        _glue_read(task, split)(tmp_path)

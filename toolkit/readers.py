@@ -560,10 +560,26 @@ def _no_csv_quoting(ds: Any, header: list[str], path: Path) -> None:
             values = batch.column(batch.schema.get_field_index(name))
             bad = pc.index(pc.fill_null(pc.match_substring_regex(values, CSV_QUOTED), False), True).as_py()
             if bad >= 0:
-                raise UserError(f"{where(path, 'tsv', offset + bad)}: column '{name}' is written with CSV "
-                                f"quoting ({values[bad].as_py()[:40]!r}: in quotes, each quote inside doubled); "
-                                + _TSV_ADVICE)
+                raise UserError(_csv_quoted(where(path, 'tsv', offset + bad), f"'{name}'", values[bad].as_py()))
         offset += len(batch)
+
+
+def no_csv_quoting_rows(path: Path, rows: list[list[str]], names: list[str] | None = None, first: int = 1) -> None:
+    """`_no_csv_quoting` over rows the csv module read (GLUE's own TSV reader): a GLUE file
+    re-saved by pandas (`to_csv(sep="\\t")`) had a sentence with a quote in it written as
+    `"He said ""hi"" twice"`, read and trained on so, exit 0. `names` the header's, where it has
+    one; `first` the line of rows[0]."""
+    pattern = re.compile(CSV_QUOTED)
+    for n, row in enumerate(rows, start=first):
+        for i, cell in enumerate(row):
+            if cell.startswith('"') and pattern.match(cell):
+                column = f"'{names[i]}'" if names and i < len(names) else str(i + 1)
+                raise UserError(_csv_quoted(f"{path}:{n}", column, cell))
+
+
+def _csv_quoted(place: str, column: str, value: str) -> str:
+    return (f"{place}: column {column} is written with CSV quoting ({value[:40]!r}: in quotes, each quote "
+            "inside doubled); " + _TSV_ADVICE)
 
 
 def _no_header_again(ds: Any, header: list[str], path: Path, fmt: str) -> None:
