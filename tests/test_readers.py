@@ -944,3 +944,133 @@ def test_a_file_that_cannot_be_opened_is_said_so_not_called_a_bad_gzip(tmp_path:
     monkeypatch.setattr(readers, "_open_bytes", denied)
     with pytest.raises(UserError, match=rf"data{re.escape(suffix)}(\.gz)?: cannot be read \(Permission denied\)$"):
         read(path, monkeypatch)
+
+
+BOOLEAN_LABELS = {"csv": "text,label\ngood,true\nbad,false\n",
+                  "jsonl": '{"text": "good", "label": true}\n{"text": "bad", "label": false}\n',
+                  "json": '[{"text": "good", "label": true}, {"text": "bad", "label": false}]\n'}
+
+
+@pytest.mark.parametrize("eval_fmt", sorted(BOOLEAN_LABELS))
+@pytest.mark.parametrize("train_fmt", sorted(BOOLEAN_LABELS))
+def test_a_json_boolean_label_is_named_as_json_writes_it(tmp_path: Path, train_fmt: str, eval_fmt: str) -> None:
+    """Finding: a JSON/JSONL label true/false was the class "True"/"False" (Python's str()), where
+    the same data as CSV is "true"/"false": a CSV train file beside a JSONL eval file was refused
+    (label 'False' is not one of ...), exit 2, and `labels: [false, true]` could not name them. A
+    JSON boolean reads as the text JSON writes, in every format pair."""
+    from toolkit.tasks import TASKS
+
+    train, dev = tmp_path / f"train.{train_fmt}", tmp_path / f"dev.{eval_fmt}"
+    train.write_text(BOOLEAN_LABELS[train_fmt])
+    dev.write_text(BOOLEAN_LABELS[eval_fmt])
+    task = TASKS.get("text_classification")(train_file=str(train), eval_file=str(dev))
+    loaded = task.load()
+    assert task.label_names == ["false", "true"]
+    assert loaded["eval"][""]["label"] == [1, 0]
+    named = TASKS.get("text_classification")(train_file=str(train), eval_file=str(dev), labels=["true", "false"])
+    assert named.load()["train"]["label"] == [0, 1]
+
+
+SHORT_ROWS = {  # body -> what is said
+    "a row cut short": (b"text,label\ngood,a\nshort\nbad,b\n", r":3: this row has 1 field, the header has 2; give every"),
+    "a lone carriage return": (b"text,label\ngood,a\ncut\rshort,b\nbad,b\n",
+                               r":3: this row has 1 field, the header has 2; the line ends in a lone carriage return"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHORT_ROWS))
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS) + ["tsv"])
+def test_a_row_with_fewer_fields_than_the_header_is_said_as_such(tmp_path: Path, reader: str, case: str) -> None:
+    """Finding: pandas fills the fields a short row lacks with "", and a row cut short, or split
+    in two by a lone carriage return (which pandas ends a row at), was said as "label is empty"
+    (or ran, where the field was not needed). Every CSV/TSV reader names the row and both counts;
+    an empty cell in a full row is still the task's to say."""
+    body, said = SHORT_ROWS[case]
+    path = tmp_path / ("d.tsv" if reader == "tsv" else "d.csv")
+    if reader == "tsv":
+        body = body.replace(b",", b"\t")
+    path.write_bytes(body)
+    read = (lambda p: readers.read(p, "tsv")) if reader == "tsv" else LONG_ROW_READERS[reader]
+    with pytest.raises(UserError, match=re.escape(str(path)) + said):
+        read(path)
+    path.write_bytes(body.replace(b"short\n", b"short,b\n").replace(b"\r", b" ").replace(b",", b"\t" if reader == "tsv" else b","))
+    readers.read(path, "tsv" if reader == "tsv" else "csv")  # full rows are read
+    path.write_bytes(b"text,label\ngood,a\nempty,\n".replace(b",", b"\t" if reader == "tsv" else b","))
+    assert readers.read(path, "tsv" if reader == "tsv" else "csv")["label"] == ["a", ""]
+
+
+@pytest.mark.parametrize("line", ["sep=,", "sep=;", "SEP=\t"])
+@pytest.mark.parametrize("reader", sorted(LONG_ROW_READERS) + ["tsv", "head names"])
+def test_an_excel_separator_line_is_named(tmp_path: Path, reader: str, line: str) -> None:
+    """Finding: Excel's `sep=,` first line was said as "column 2 of the header has no name" (and
+    `sep=;` read as a column named so, each later column then missing). Every CSV/TSV reader, and
+    the head check validate runs, names it as Excel's separator line."""
+    tsv = reader == "tsv" or line.endswith("\t") and reader == "head names"
+    path = tmp_path / ("d.tsv" if tsv else "d.csv")
+    path.write_text(line + "\n" + "text,label\ngood,a\nbad,b\n".replace(",", "\t" if tsv else ","))
+    read = {"tsv": lambda p: readers.read(p, "tsv"), "head names": readers.head_names}.get(reader) \
+        or LONG_ROW_READERS[reader]
+    with pytest.raises(UserError, match=re.escape(f"{path}:1: the first line is Excel's separator line")):
+        read(path)
+
+
+@pytest.mark.parametrize("reader", sorted(JOINED))
+def test_a_pretty_printed_jsonl_file_is_said_as_such(tmp_path: Path, reader: str) -> None:
+    """Finding: a .jsonl file written with json.dump(..., indent=2) was read by the json builder,
+    but every record's line named after was wrong, and a later fault was said as "not valid JSON"
+    at line 1. Every JSONL reader says it holds one JSON value over several lines; a record spread
+    over lines later in the file is said so at its line where the file is re-read."""
+    import json
+
+    good, _, read = JOINED[reader]
+    second = {**good, **({"label": "b"} if reader == "classification" else {})}
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n" + json.dumps(good, indent=2) + "\n" + json.dumps(second, indent=2) + "\n")
+    with pytest.raises(UserError, match=re.escape(f"{path}:2: one JSON value runs over") + r" \d+ lines"):
+        read(path)
+    path.write_text(json.dumps(good) + "\n" + json.dumps(second, indent=2) + "\n")
+    assert readers._jsonl_problem(path).startswith(f"{path}:2: one JSON value runs over")
+
+
+def _glue_read(task: str, split: str) -> Callable:
+    def read(folder: Path) -> None:
+        from toolkit.tasks import TASKS
+        from toolkit.tasks.glue import read_test
+
+        glue = TASKS.get("glue")(subset=task, data_dir=str(folder))
+        read_test(glue) if split == "test" else glue.load()
+    return read
+
+
+GLUE_FILES = {  # (task, split) -> (file, its lines with a CSV writer's quoting, what is said)
+    ("sst2", "train"): ("train.tsv", ['sentence\tlabel', 'good\t1', '"He said ""hi"" twice"\t0'],
+                        r"train\.tsv:3: column 'sentence' is written with CSV quoting"),
+    ("sst2", "dev"): ("dev.tsv", ['"sentence"\t"label"', 'good\t1', 'bad\t0'],
+                      r"dev\.tsv:1: the header's names are in quotes \(\"sentence\", \"label\"\)"),
+    ("cola", "train"): ("train.tsv", ['gj04\t1\t\tgood', 'gj04\t0\t*\t"He said ""hi"" twice"'],
+                        r"train\.tsv:2: column 4 is written with CSV quoting"),
+    ("sst2", "test"): ("test.tsv", ['index\tsentence', '0\t"He said ""hi"" twice"'],
+                       r"test\.tsv:2: column 'sentence' is written with CSV quoting"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GLUE_FILES), ids=lambda c: "-".join(c))
+def test_a_glue_file_written_with_csv_quoting_is_one_line(tmp_path: Path, case: tuple) -> None:
+    """Finding: GLUE's own TSV reader took a file re-saved by pandas (`to_csv(sep="\\t")`: a
+    sentence holding a quote written in quotes, each quote doubled) or by R (a quoted header)
+    as written, trained on with the quotes, exit 0, where a user's TSV was refused. GLUE's
+    train/dev reader (with and without a header) and its test reader say it as users' TSVs do;
+    GLUE's quoted sentences (no doubled quote) read as written."""
+    task, split = case
+    name, lines, said = GLUE_FILES[case]
+    folder = tmp_path / "glue" / {"sst2": "SST-2", "cola": "CoLA"}[task]
+    folder.mkdir(parents=True)
+    good = ["sentence\tlabel", '"Would you?"\t1', 'He said "hi" twice\t0'] if task == "sst2" else \
+        ['gj04\t1\t\t"Would you?"', 'gj04\t0\t*\tHe said "hi" twice']
+    for other in ("train.tsv", "dev.tsv"):
+        (folder / other).write_text("\n".join(good) + "\n")
+    (folder / "test.tsv").write_text("index\tsentence\n0\tgood\n")
+    _glue_read(task, split)(tmp_path)  # GLUE's own quotes are text
+    (folder / name).write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=said + r".*a \.tsv is read with its quotes as text"):
+        _glue_read(task, split)(tmp_path)

@@ -379,6 +379,9 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     elif fmt == "jsonl":
         if first_char(path) == "[":  # the builder reads it as a list, and no record's line could be named
             raise UserError(f"{path}: holds a JSON list, not JSON lines (one object a line); name it .json")
+        spread = _spread_first_record(path)  # the builder reads it, and every line named after was wrong
+        if spread:
+            raise UserError(spread)
         builder, kwargs = "json", {"chunksize": JSONL_CHUNK}
         if size > JSONL_CHUNK:  # the builder types each field by the first chunk and casts the rest to it
             problem = _jsonl_types(path)
@@ -419,6 +422,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         raise UserError(f"{path}: has a header and no rows")
     if fmt in ("csv", "tsv"):
         _no_header_again(ds, header, path, fmt)
+        _no_short_row(ds, header, path, fmt)
     if fmt == "tsv":
         _no_csv_quoting(ds, header, path)
     if len(ds) == 0:
@@ -505,6 +509,7 @@ def csv_header(path: Path, fmt: str) -> list[str]:
         records.close()
     if not header or not any(h.strip() for h in header):
         raise UserError(f"{path}:1: the first line should be a header naming the columns")
+    excel_separator_line(path, header)
     for i, name in enumerate(header):
         if not name.strip():
             raise UserError(f"{path}:1: column {i + 1} of the header has no name; name every column")
@@ -516,6 +521,14 @@ def csv_header(path: Path, fmt: str) -> list[str]:
     if fmt == "tsv":
         tsv_quoted_header(path, header)
     return header
+
+
+def excel_separator_line(path: Path, names: list[str]) -> None:
+    """A first line `sep=,` (or `sep=;`, `sep=<tab>`: what Excel writes to name its separator) is
+    no header: it was said as "column 2 of the header has no name", or read as one column `sep=;`."""
+    if names and re.fullmatch(r"sep=.?", names[0].strip(), re.IGNORECASE) and not any(n.strip() for n in names[1:]):
+        raise UserError(f"{path}:1: the first line is Excel's separator line (sep=...), not a header; "
+                        "remove that line (the header is the one after it)")
 
 
 # A TSV cell as a CSV writer quotes a text that holds a quote (pandas' `to_csv(sep="\t")`, the csv
@@ -547,10 +560,26 @@ def _no_csv_quoting(ds: Any, header: list[str], path: Path) -> None:
             values = batch.column(batch.schema.get_field_index(name))
             bad = pc.index(pc.fill_null(pc.match_substring_regex(values, CSV_QUOTED), False), True).as_py()
             if bad >= 0:
-                raise UserError(f"{where(path, 'tsv', offset + bad)}: column '{name}' is written with CSV "
-                                f"quoting ({values[bad].as_py()[:40]!r}: in quotes, each quote inside doubled); "
-                                + _TSV_ADVICE)
+                raise UserError(_csv_quoted(where(path, 'tsv', offset + bad), f"'{name}'", values[bad].as_py()))
         offset += len(batch)
+
+
+def no_csv_quoting_rows(path: Path, rows: list[list[str]], names: list[str] | None = None, first: int = 1) -> None:
+    """`_no_csv_quoting` over rows the csv module read (GLUE's own TSV reader): a GLUE file
+    re-saved by pandas (`to_csv(sep="\\t")`) had a sentence with a quote in it written as
+    `"He said ""hi"" twice"`, read and trained on so, exit 0. `names` the header's, where it has
+    one; `first` the line of rows[0]."""
+    pattern = re.compile(CSV_QUOTED)
+    for n, row in enumerate(rows, start=first):
+        for i, cell in enumerate(row):
+            if cell.startswith('"') and pattern.match(cell):
+                column = f"'{names[i]}'" if names and i < len(names) else str(i + 1)
+                raise UserError(_csv_quoted(f"{path}:{n}", column, cell))
+
+
+def _csv_quoted(place: str, column: str, value: str) -> str:
+    return (f"{place}: column {column} is written with CSV quoting ({value[:40]!r}: in quotes, each quote "
+            "inside doubled); " + _TSV_ADVICE)
 
 
 def _no_header_again(ds: Any, header: list[str], path: Path, fmt: str) -> None:
@@ -573,6 +602,32 @@ def _no_header_again(ds: Any, header: list[str], path: Path, fmt: str) -> None:
             raise UserError(f"{where(path, fmt, offset + bad)}: repeats the header line ({_field_names(header)}), "
                             "as files joined with their headers do; keep the first header only")
         offset += len(batch)
+
+
+def _no_short_row(ds: Any, header: list[str], path: Path, fmt: str) -> None:
+    """No record has fewer fields than the header: pandas filled the missing ones with "", and a
+    row cut short (or split by a lone carriage return, which pandas ends a line at) was said as
+    its label or text being empty. The file is re-read only where some cell is empty."""
+    import pyarrow.compute as pc
+
+    table = ds.data.table if hasattr(ds.data, "table") else ds.data
+    if not any(pc.any(pc.equal(table.column(name), "")).as_py() for name in header):
+        return
+    short = _short_row(path, fmt, len(header))
+    if short is not None:
+        line, got, cr = short
+        raise UserError(f"{path}:{line}: this row has {got} field{'s' * (got != 1)}, the header has {len(header)}"
+                        + ("; the line ends in a lone carriage return (\\r), which ends a row: take it out, or "
+                           "quote the field that holds it" if cr else
+                           f"; give every row {len(header)} fields ({'tab' if fmt == 'tsv' else 'comma'}-separated)"))
+
+
+def _short_row(path: Path, fmt: str, want: int) -> tuple[int, int, bool] | None:
+    """(line, fields, whether its last line ends in a lone \\r) of the first record after the
+    header with fewer than `want` fields."""
+    last = [""]
+    return next(((line, len(row), last[0].endswith("\r")) for line, row in _records(path, fmt, last)
+                 if line > 1 and len(row) < want), None)
 
 
 def _field_names(names: list[str]) -> str:
@@ -616,14 +671,14 @@ def _long_row(path: Path, fmt: str, want: int) -> tuple[int, int] | None:
     return next(((line, len(row)) for line, row in _records(path, fmt) if len(row) > want), None)
 
 
-def _records(path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
+def _records(path: Path, fmt: str, last: list[str] | None = None) -> Iterator[tuple[int, list[str]]]:
     """(the line it starts on, its fields) of each record of a CSV/TSV file that pandas reads, the
     header first: Python's csv module, past what pandas skips, blank lines and lines of nothing but
     spaces and tabs (which the csv module reads as a record of one field: every later line named
     was one line too early, and such a line after the header hid a first record that would shift
-    every column)."""
+    every column). `last`, where given, holds the last line read (the record's last line)."""
     csv.field_size_limit(sys.maxsize)
-    last = [""]
+    last = last if last is not None else [""]
 
     def lines(text: Any) -> Iterator[str]:
         for line in text:
@@ -677,6 +732,7 @@ def head_names(path: Path) -> list[str] | None:
         if stream.tell() >= len(head) and len(head) >= HEAD_BYTES // 4:  # the header may go on past the head
             return None
         ok = names and all(n.strip() for n in names) and len(set(names)) == len(names)
+        excel_separator_line(path, names)
         if ok and fmt == "tsv":
             tsv_quoted_header(path, names)  # said at validate as a run says it
         return names if ok else None  # a header that is not one: csv_header says why
@@ -785,13 +841,14 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
     type (a line-by-line re-read; `only`: that field's type alone)."""
     kinds = _Kinds(only)
     with _open_bytes(path) as raw:
-        for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8-sig"), start=1):
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig")
+        for n, line in enumerate(text, start=1):
             if not line.strip():
                 continue
             try:
                 value = json.loads(line, object_pairs_hook=_no_duplicates)
             except json.JSONDecodeError as exc:
-                return f"{path}:{n}: not valid JSON ({exc.msg})"
+                return f"{path}:{n}: " + (_spread_value(line, text) or f"not valid JSON ({exc.msg})")
             except ValueError as exc:
                 return f"{path}:{n}: {exc}"
             if not isinstance(value, dict):
@@ -800,6 +857,45 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
             if changed:
                 return f"{path}:{n}: {changed}"
     return None
+
+
+def _spread_first_record(path: Path) -> str | None:
+    """The first record of a JSONL file said as `_spread_value` says it, where it is spread over
+    lines (a file pretty-printed whole); None else."""
+    with _open_bytes(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig")
+        for n, line in enumerate(text, start=1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except ValueError:
+                spread = _spread_value(line, text)
+                return f"{path}:{n}: {spread}" if spread else None
+            return None
+    return None
+
+
+def _spread_value(line: str, rest: Any) -> str | None:
+    """Where a JSONL line that is not JSON begins one JSON value that goes on over later lines (a
+    pretty-printed object, `json.dump(..., indent=2)`): that said, with its last line; else None.
+    Looked for in the next MiB."""
+    text, size = [line], len(line)
+    for more in rest:
+        text.append(more)
+        size += len(more)
+        if size > HEAD_BYTES:
+            break
+    joined = "".join(text)
+    try:
+        end = json.JSONDecoder().raw_decode(joined.lstrip())[1] + len(joined) - len(joined.lstrip())
+    except ValueError:
+        return None
+    lines = joined.count("\n", 0, end) + 1
+    if lines < 2:
+        return None
+    return (f"one JSON value runs over {lines} lines here (pretty-printed); a .jsonl file holds one record "
+            "per line: write each record on one line, or name the file .json (a list of records)")
 
 
 class _Kinds:
@@ -1172,7 +1268,10 @@ def check_exact(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
 def number_name(value: Any) -> str:
     """The name of a value that names something (a label, an id): text as written (CSV cells are
     text: 01 and 1 stay two); a JSON number by its value, so that 1 and 1.0 are one name, "1"
-    (a column holding both is read as doubles, and every name came out "0.0", "1.0")."""
+    (a column holding both is read as doubles, and every name came out "0.0", "1.0"); a JSON
+    true/false as JSON writes it, as a CSV's `true` reads (Python's str() said "True")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)

@@ -115,7 +115,7 @@ def read_tsv(path: Path, spec: Spec) -> dict[str, list]:
 
 
 def _read_tsv(path: Path, spec: Spec) -> dict[str, list]:
-    rows = _tsv_rows(path)  # UTF-8, no NUL byte, line breaks: checked streaming, before rows are read
+    rows = _tsv_rows(path, spec.header)  # UTF-8, no NUL byte, line breaks: checked streaming, before rows are read
     if spec.header:
         header, rows, first = rows[0], rows[1:], 2
         wanted = list(spec.columns) + [spec.label_column]
@@ -171,8 +171,10 @@ def read_test(task: "Glue") -> dict[str, tuple[list[str], list[dict]]]:
     return out
 
 
-def _tsv_rows(path: Path) -> list[list[str]]:
-    """A GLUE TSV's rows (tab-separated, no quoting), checked as the training files are."""
+def _tsv_rows(path: Path, header: bool = True) -> list[list[str]]:
+    """A GLUE TSV's rows (tab-separated, no quoting), checked as the training files are and as
+    users' TSVs are for a CSV writer's quoting (a header in quotes, a cell quoted with its quotes
+    doubled: a GLUE file re-saved by pandas or R)."""
     readers.scan(path)
     csv.field_size_limit(sys.maxsize)
     try:
@@ -184,6 +186,9 @@ def _tsv_rows(path: Path) -> list[list[str]]:
         raise UserError(f"{path}: not a readable TSV ({exc})") from None
     if not rows:
         raise UserError(f"{path}: the file is empty")
+    if header:
+        readers.tsv_quoted_header(path, rows[0])
+    readers.no_csv_quoting_rows(path, rows[1:] if header else rows, rows[0] if header else None, 2 if header else 1)
     return rows
 
 
