@@ -421,8 +421,10 @@ def test_auto_compiles_a_cuda_run_only_when_it_is_long_enough_to_repay_it(capsys
 
     cfg = TrainConfig(batch_size=32, epochs=1, grad_accum=grad_accum, compile=setting)
     loop = SimpleNamespace(cfg=cfg, setup=SimpleNamespace(train=range(examples)), method=SimpleNamespace(name="full"),
-                           acc=SimpleNamespace(num_processes=1, state=SimpleNamespace(deepspeed_plugin=None)),
+                           acc=SimpleNamespace(num_processes=1, state=SimpleNamespace(deepspeed_plugin=None),
+                                               is_main_process=True),
                            recipe=SimpleNamespace(model=SimpleNamespace(attention=None)))
+    loop._say = lambda line: Loop._say(loop, line)  # the loop's own: said by the main process
     assert Loop._compiles(loop, torch.device("cuda")) is compiles
     said = capsys.readouterr().out.strip()
     if setting == "auto" and not compiles:
@@ -442,10 +444,12 @@ def test_a_compiled_run_from_python_leaves_dynamos_settings_as_found(tmp_path: P
 
     monkeypatch.setattr(compiling, "BACKEND", "eager")  # dynamo's capture alone: the settings are the point
     config = torch._dynamo.config
-    monkeypatch.setattr(config, "recompile_limit", 5)  # the caller's own value, below the run's
-    before = {name: getattr(config, name) for name in ("recompile_limit", "accumulated_recompile_limit",
-                                                        "fail_on_recompile_limit_hit")}
-    run = toolkit.run("demo/sst2/minilm-lora", {"train.max_steps": 1, "train.compile": True}, smoke=True,
-                      runs_dir=tmp_path)
-    assert run.metrics["train_steps"] == 1
-    assert {name: getattr(config, name) for name in before} == before
+    # the caller's own value, below the run's (config.patch: pytest's monkeypatch deletes a dynamo
+    # setting on undo, and every later compile in the worker found no recompile_limit)
+    with config.patch(recompile_limit=5):
+        before = {name: getattr(config, name) for name in ("recompile_limit", "accumulated_recompile_limit",
+                                                            "fail_on_recompile_limit_hit")}
+        run = toolkit.run("demo/sst2/minilm-lora", {"train.max_steps": 1, "train.compile": True}, smoke=True,
+                          runs_dir=tmp_path)
+        assert run.metrics["train_steps"] == 1
+        assert {name: getattr(config, name) for name in before} == before

@@ -612,7 +612,8 @@ def specials_read_otherwise(task: Any, out: Path) -> str:
     the saved tokenizer.json, but T5Tokenizer rebuilds its own normalizer and drops it (a
     "</s>" in a review was an end of sequence: a batch holding one stopped BART's and T5's
     classifiers with a ValueError). Such a folder's tokenizer is saved as `TokenizersBackend`,
-    which loads tokenizer.json as written, where that reads and decodes as the run's."""
+    which loads tokenizer.json as written, where that reads and decodes as the run's and keeps
+    what the task sets on it (a multilingual tokenizer's language codes: its own class is kept)."""
     if not task.predicts:
         return ""
     from transformers import AutoTokenizer
@@ -628,7 +629,9 @@ def specials_read_otherwise(task: Any, out: Path) -> str:
                            encoding="utf-8")
     generic = AutoTokenizer.from_pretrained(out)
     probe = ours(DECODE_PROBE)["input_ids"]
-    if not _specials_differ(ours, generic) and all(
+    # a multilingual tokenizer's language codes (src_lang, tgt_lang) live in its own class alone
+    codes = [a for a in ("src_lang", "tgt_lang") if getattr(ours, a, None) is not None]
+    if not _specials_differ(ours, generic) and all(hasattr(generic, a) for a in codes) and all(
             ours.decode(probe, skip_special_tokens=skip) == generic.decode(probe, skip_special_tokens=skip)
             for skip in (False, True)):
         return (f"; its tokenizer is saved as TokenizersBackend, which reads tokenizer.json as written ({own} "
