@@ -615,8 +615,12 @@ train: {{max_steps: 100000, batch_size: 2, save_every: 2, eval_every: 100000}}
 
 def _ctrl_c(command: list[str], runs: Path) -> tuple[int, list[str], str]:
     """Ctrl-C as a terminal sends it (SIGINT to the whole process group) once a checkpoint exists."""
+    # SIGINT as a terminal's foreground job has it: a test runner started in the background (`make
+    # test &` from a script) hands its children SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt for it: the run trained on and the test waited out its timeout
     proc = subprocess.Popen([sys.executable, "-m", "toolkit.cli", *command, "--runs-dir", str(runs)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600  # a loaded machine (CI beside other work) took over 120 s to start
     while not list(runs.rglob("trainer_state.json")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
