@@ -13,6 +13,7 @@ that module, and a finished chained run records the upstream files it started fr
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from toolkit import attention, runs
@@ -57,8 +58,6 @@ def resolve(plan: RunPlan, root: Path) -> None:
     folder = runs.run_dir(plan.upstream.recipe, root)
     ref = recipe.model.checkpoint
     if not runs.is_finished(folder):
-        import shlex
-
         state = "is unfinished" if folder.exists() else "has not been run"
         rest = [*(ref.get("overrides") or []), *(["--smoke"] if recipe.smoke else []), "--runs-dir", str(root)]
         n = runs.world_size()
@@ -91,12 +90,10 @@ def finished_on_other_counts(upstream: Recipe, folder: Path) -> list[tuple[int, 
     id of the recipe at that count is the folder's name. A chain looks for the upstream run of its
     own launch's count; one pretrained on 2 processes and fine-tuned on 1 was said "has not been
     run", naming a command that would pretrain again."""
-    import json
-
     found = []
     for other in sorted(folder.parent.iterdir()) if folder.parent.is_dir() else []:
         try:
-            count = json.loads((other / "identity.json").read_text(encoding="utf-8"))["processes"]
+            count = runs.read_json(other / "identity.json")["processes"]
             if other != folder and runs.run_id(upstream, int(count)) == other.name and runs.is_finished(other):
                 found.append((int(count), other))
         except (OSError, ValueError, KeyError, TypeError, UserError):  # not such a run, or damaged: not named

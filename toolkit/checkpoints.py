@@ -212,16 +212,10 @@ def note_other_code(acc: Accelerator, out: Path, state: State) -> None:
     on, as transformers' Trainer does (a long run is not thrown away for an upgrade), but it is no
     longer the exact resume the run would claim: one line on stderr, and the change goes into every
     later checkpoint and metrics.json (`resumed_under_other_code`), which a report marks."""
-    now = code_versions()
-    changed = code_changes(state.code, now)
-    if changed:
-        if acc.is_main_process:
-            print(f"note: {out} resumes step {state.step} under other code than its checkpoint was written "
-                  f"with: {changed}; its result may differ from an uninterrupted run's, and metrics.json "
-                  "records it (resumed_under_other_code)", file=sys.stderr)
-        state.resumed_under_other_code = [*(state.resumed_under_other_code or []),
-                                          {"step": state.step, "was": state.code, "now": now}]
-    state.code = now
+    _note_resumed_otherwise(acc, state, "code", code_versions(), "resumed_under_other_code", lambda changed: (
+        f"note: {out} resumes step {state.step} under other code than its checkpoint was written "
+        f"with: {changed}; its result may differ from an uninterrupted run's, and metrics.json "
+        "records it (resumed_under_other_code)"))
 
 
 def compute(device: torch.device) -> dict[str, Any]:
@@ -248,18 +242,26 @@ def note_other_compute(acc: Accelerator, out: Path, state: State) -> None:
     if state.compute is None:
         return
     now = compute(acc.device)
-    changed = code_changes(state.compute, now)
+    hint = (f"OMP_NUM_THREADS={state.compute['torch threads']} resumes it exactly on this machine"
+            if set(_changed_keys(state.compute, now)) == {"torch threads"}
+            else "resume it where it was written for an exact resume")
+    _note_resumed_otherwise(acc, state, "compute", now, "resumed_on_other_compute", lambda changed: (
+        f"note: {out} resumes step {state.step} on other compute than its checkpoint was written on: "
+        f"{changed}; its result may differ from an uninterrupted run's in the last bits ({hint}), "
+        "and metrics.json records it (resumed_on_other_compute)"))
+
+
+def _note_resumed_otherwise(acc: Accelerator, state: State, field: str, now: dict, records: str,
+                            line: Any) -> None:
+    """What the checkpoint recorded in `state.<field>` against `now`: where they differ, `line(changes)`
+    said by the main process and the change appended to `state.<records>`; the record is `now` after."""
+    then = getattr(state, field)
+    changed = code_changes(then, now)
     if changed:
         if acc.is_main_process:
-            hint = (f"OMP_NUM_THREADS={state.compute['torch threads']} resumes it exactly on this machine"
-                    if set(_changed_keys(state.compute, now)) == {"torch threads"}
-                    else "resume it where it was written for an exact resume")
-            print(f"note: {out} resumes step {state.step} on other compute than its checkpoint was written on: "
-                  f"{changed}; its result may differ from an uninterrupted run's in the last bits ({hint}), "
-                  "and metrics.json records it (resumed_on_other_compute)", file=sys.stderr)
-        state.resumed_on_other_compute = [*(state.resumed_on_other_compute or []),
-                                          {"step": state.step, "was": state.compute, "now": now}]
-    state.compute = now
+            print(line(changed), file=sys.stderr)
+        setattr(state, records, [*(getattr(state, records) or []), {"step": state.step, "was": then, "now": now}])
+    setattr(state, field, now)
 
 
 def _changed_keys(then: dict, now: dict) -> list[str]:

@@ -840,39 +840,40 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
     """The first line that is not one JSON object with distinct keys, or whose field changes
     type (a line-by-line re-read; `only`: that field's type alone)."""
     kinds = _Kinds(only)
+    for n, line, rest in _jsonl_lines(path):
+        try:
+            value = json.loads(line, object_pairs_hook=_no_duplicates)
+        except json.JSONDecodeError as exc:
+            return f"{path}:{n}: " + (_spread_value(line, rest) or f"not valid JSON ({exc.msg})")
+        except ValueError as exc:
+            return f"{path}:{n}: {exc}"
+        if not isinstance(value, dict):
+            return f"{path}:{n}: expected a JSON object per line, got {json_type(value)}"
+        changed = kinds.change(value, n)
+        if changed:
+            return f"{path}:{n}: {changed}"
+    return None
+
+
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, str, Any]]:
+    """(line number, line, the lines after it) of each line of a JSONL file that is not blank."""
     with _open_bytes(path) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig")
         for n, line in enumerate(text, start=1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line, object_pairs_hook=_no_duplicates)
-            except json.JSONDecodeError as exc:
-                return f"{path}:{n}: " + (_spread_value(line, text) or f"not valid JSON ({exc.msg})")
-            except ValueError as exc:
-                return f"{path}:{n}: {exc}"
-            if not isinstance(value, dict):
-                return f"{path}:{n}: expected a JSON object per line, got {json_type(value)}"
-            changed = kinds.change(value, n)
-            if changed:
-                return f"{path}:{n}: {changed}"
-    return None
+            if line.strip():
+                yield n, line, text
 
 
 def _spread_first_record(path: Path) -> str | None:
     """The first record of a JSONL file said as `_spread_value` says it, where it is spread over
     lines (a file pretty-printed whole); None else."""
-    with _open_bytes(path) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig")
-        for n, line in enumerate(text, start=1):
-            if not line.strip():
-                continue
-            try:
-                json.loads(line)
-            except ValueError:
-                spread = _spread_value(line, text)
-                return f"{path}:{n}: {spread}" if spread else None
-            return None
+    for n, line, rest in _jsonl_lines(path):
+        try:
+            json.loads(line)
+        except ValueError:
+            spread = _spread_value(line, rest)
+            return f"{path}:{n}: {spread}" if spread else None
+        return None
     return None
 
 
