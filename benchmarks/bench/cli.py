@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import bench
 from bench.common import EXTRA_SECTIONS, METHODS, MINILM, SECTIONS, SIZES, build_checkpoint, cuda, header
+from bench.graph_step import graph_row
 from bench.levers import compile_row, lever_row, section_levers
 from bench.lora import lora_row, section_lora
 from bench.matmul import matmul_row, section_matmul
@@ -42,6 +43,8 @@ def measure(args: argparse.Namespace) -> Any:
         compiling.BACKEND = args.compile_backend
     if kind.startswith("lora:"):
         return lora_row(args, kind.split(":", 1)[1])
+    if kind.startswith("graph:"):
+        return graph_row(args, kind.split(":", 1)[1])
     if kind == "matmul":
         return matmul_row(args, args.resolved_checkpoint)
     if kind == "compile":
