@@ -31,10 +31,13 @@ what the suite runs (tests/test_compile.py checks the compiled backward, through
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -390,22 +393,54 @@ def _minilm() -> str:
     return MINILM  # the toolkit resolves it to its PyPI package; --minilm FOLDER elsewhere
 
 
-def suite(args: argparse.Namespace) -> int:
+SUITE_GRACE_S = 60  # after the interrupt, the seconds pytest has to print its summary before it is killed
+
+
+def suite(args: argparse.Namespace, tests: Path | None = None) -> int:
     """The test suite with CUDA present and this machine's torch, spread over its cores. Test
     files that need the real MiniLM (a 90 MB package: over what a device call carries) are left
-    out by name."""
+    out by name. With --budget-s, pytest is interrupted (SIGINT, as Ctrl-C) when the budget is
+    spent, so it still prints its summary of what ran and failed before the device call's limit
+    cuts the output off; the JSON says so (`interrupted`) and carries the failures pytest listed."""
     import torch
 
-    tests = HERE.parent / "tests"
+    tests = tests or HERE.parent / "tests"
     needs_minilm = sorted(p.name for p in tests.glob("test_*.py") if "MINILM" in p.read_text())
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", str(os.cpu_count() or 2), "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-n", str(os.cpu_count() or 2), "-p", "no:cacheprovider",
            *[f"--ignore={tests / name}" for name in needs_minilm], str(tests)]
     print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}; left out (need MiniLM): "
           f"{', '.join(needs_minilm) or 'none'}", flush=True)
-    done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    Path(args.json).write_text(json.dumps({"header": header(), "suite_exit_code": done.returncode,
-                                           "left_out": needs_minilm}, indent=2))
-    return done.returncode
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + args.budget_s if args.budget_s else None
+    interrupted = False
+
+    def signal_group(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+
+    def interrupt() -> None:  # Ctrl-C to pytest and its workers: the summary is still printed
+        nonlocal interrupted
+        interrupted = True
+        signal_group(signal.SIGINT)
+        timers.append(threading.Timer(SUITE_GRACE_S, signal_group, (signal.SIGKILL,)))
+        timers[-1].start()
+
+    timers = [threading.Timer(max(deadline - time.monotonic(), 0), interrupt)] if deadline else []
+    for timer in timers:
+        timer.start()
+    for line in proc.stdout:  # shown as it comes, kept for the JSON
+        print(line, end="", flush=True)
+        lines.append(line.rstrip("\n"))
+    code = proc.wait()
+    for timer in list(timers):
+        timer.cancel()
+    failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    Path(args.json).write_text(json.dumps({"header": header(), "suite_exit_code": code, "interrupted": interrupted,
+                                           "budget_s": args.budget_s, "left_out": needs_minilm,
+                                           "summary": lines[-1] if lines else "", "failures": failures}, indent=2))
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
