@@ -96,9 +96,10 @@ class Method:
 
     def decays(self, name: str, param: torch.nn.Parameter) -> bool:
         """Whether train.weight_decay applies to this trainable parameter: matrices do, biases and
-        norms do not, as in Trainer: neither anything of fewer than 2 dimensions nor a parameter
-        whose name says it is a bias or a norm (Trainer's `get_decay_parameter_names` patterns:
-        T5's relative_attention_bias, a 2-d table of biases, was decayed). A method whose
+        norms do not: no parameter whose name says it is a bias or a norm (Trainer's
+        `get_decay_parameter_names` patterns: T5's relative_attention_bias, a 2-d table of biases,
+        was decayed) and, beyond Trainer, none of fewer than 2 dimensions (DoRA's magnitude
+        vector, which Trainer decays: it starts at each weight row's norm). A method whose
         parameters are not weights to pull toward 0 says so (IA3's scales).
         The name read is the parameter's own (its module's name and its own: `LayerNorm.bias`,
         `down.weight`), not the modules above it: a Pfeiffer adapter hangs under the LayerNorm it

@@ -11,7 +11,8 @@ library's DoubleSeqBnConfig and SeqBnConfig, the definitions of Houlsby and Pfei
   self-attention and after the feed-forward block: attached to the sub-block's output projection
   as a child module named `bottleneck_adapter` and applied with a forward hook on the dropout
   module the sub-block applies to that output (dense, dropout, adapter: AdapterHub's order; BART,
-  whose dropout is a call, on the projection itself);
+  whose layers drop out with a call, has that call moved into a hook on each sub-layer's
+  projection, the adapter after it: `CALLED_DROPOUT`);
 - pfeiffer: once per layer, after the feed-forward block, reading what follows the block's
   residual add: a post-LayerNorm family (BERT, RoBERTa, BART) `LN(s + A(LN(s)))` with s the
   block's output plus its residual and LN the layer's own LayerNorm (hooked there); a pre-LayerNorm
@@ -79,13 +80,20 @@ PFEIFFER: dict[str, tuple[str, str, str | None]] = {
 }
 # family -> (pattern of a houlsby projection's name, what makes the name of the dropout module the
 # sub-layer applies to that projection's output); the adapter is applied after it (AdapterHub's and
-# Houlsby et al.'s order: dense, dropout, adapter). BART drops out with a call in its layers'
-# forward, no module: there the adapter still reads the projection's output, before that dropout.
+# Houlsby et al.'s order: dense, dropout, adapter).
 AFTER_DROPOUT: dict[str, tuple[tuple[str, str], ...]] = {
     "bert": ((r"\.dense$", ".dropout"),),
     "roberta": ((r"\.dense$", ".dropout"),),
     "gpt2": ((r"\.attn\.c_proj$", ".attn.resid_dropout"), (r"\.mlp\.c_proj$", ".mlp.dropout")),
     "t5": ((r"\.SelfAttention\.o$", ".dropout"), (r"\.DenseReluDense\.wo$", ".dropout")),
+}
+# family -> a layer whose forward drops out every sub-layer's output with a call, no module
+# (BART's `nn.functional.dropout(h, p=self.dropout)`): (pattern of the layer's name, the float
+# attribute the call reads, the output projections of its sub-layers). In a layer given houlsby
+# adapters that dropout moves into a hook on each projection (the same call and p at the same
+# point of the forward, so the same masks), the adapter after it, and the attribute becomes 0.
+CALLED_DROPOUT: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "bart": (r"layers\.\d+", "dropout", ("self_attn.out_proj", "encoder_attn.out_proj", "fc2")),
 }
 PLACEMENT = "adapterhub"  # written into a saved config; a folder without it is the earlier placement
 CHILD = BOTTLENECK_CHILD  # the child module name, and the marker of adapter parameters
@@ -127,6 +135,38 @@ HOOKS = {"output": _adapt_output, "norm": _adapt_normed, "stream": _adapt_stream
 def _adapt_dropped(projection: nn.Module, module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
     """Forward hook on the dropout that follows `projection`: its adapter on the dropped output."""
     return getattr(projection, CHILD)(output)
+
+
+def _drop_then_adapt(p: float, module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
+    """Forward hook on a sub-layer's output projection where the layer's dropout was a call: that
+    dropout, then the projection's adapter (if it has one) on the dropped output."""
+    dropped = nn.functional.dropout(output, p=p, training=module.training)
+    adapter = module._modules.get(CHILD)
+    return dropped if adapter is None else adapter(dropped)
+
+
+def _called_dropout_layer(model: nn.Module, name: str) -> str | None:
+    """The name of the layer whose forward drops out projection `name`'s output with a call."""
+    pattern, _, projections = CALLED_DROPOUT.get(model.config.model_type, ("", "", ()))
+    for projection in projections:
+        layer = name[: -len(projection) - 1]
+        if name.endswith("." + projection) and re.fullmatch(r"(?:.*\.)?" + pattern, layer):
+            return layer
+    return None
+
+
+def _move_called_dropout(model: nn.Module, layer_name: str) -> None:
+    """The layer's dropout call made a hook on each of its sub-layers' output projections."""
+    _, attribute, projections = CALLED_DROPOUT[model.config.model_type]
+    layer = model.get_submodule(layer_name)
+    p = float(getattr(layer, attribute))
+    setattr(layer, attribute, 0.0)
+    for projection in projections:
+        try:
+            module = layer.get_submodule(projection)
+        except AttributeError:  # an encoder layer has no cross-attention
+            continue
+        module.register_forward_hook(functools.partial(_drop_then_adapt, p))
 
 
 def _dropout_after(model: nn.Module, name: str) -> nn.Module | None:
@@ -233,14 +273,22 @@ class Adapters(Method):
         adapted = [name for name, module, _ in targets if hasattr(module, CHILD)]
         if adapted:
             raise UserError(f"{adapted[0]} has a bottleneck adapter already; use a fresh base model")
+        moved: set[str] = set()  # layers whose dropout call became hooks on their projections
         for name, module, kind in targets:
             width = _out_width(module, model)
             weight = next(module.parameters())
             adapter = Bottleneck(width, self.size_for(width), self.non_linearity)
             module.add_module(CHILD, adapter.to(device=weight.device, dtype=weight.dtype))
+            # after the sub-layer's dropout: the same function in eval mode (folders saved when it
+            # read the projection's output load as they were); in training it reads the dropped output
             dropout = _dropout_after(model, name) if kind == "output" else None
-            if dropout is not None:  # the same function in eval mode; in training the adapter reads the dropped output
+            layer = _called_dropout_layer(model, name) if kind == "output" else None
+            if dropout is not None:
                 dropout.register_forward_hook(functools.partial(_adapt_dropped, module))
+            elif layer is not None:
+                if layer not in moved:
+                    _move_called_dropout(model, layer)
+                    moved.add(layer)
             else:
                 module.register_forward_hook(HOOKS[kind])
         return len(targets)
