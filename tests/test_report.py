@@ -565,6 +565,60 @@ def test_seeds_from_before_data_sha256_join_new_seeds_on_the_data_their_run_id_p
     assert sorted(r[2] for r in rows) == ["1", "3"]
 
 
+def _hub(revision: str, rows: str | None) -> dict:
+    """metrics.json's hub_data of a run that read a Hub data set at `revision` (its datasets
+    fingerprint) holding the examples `rows` (their content hash; None: a run from before it)."""
+    return {"org/data sst2": {split: f"{revision}{split}" + (f" {rows}{split}" if rows else "")
+                              for split in ("train", "validation")}}
+
+
+@pytest.mark.parametrize("table", ["pivot", "runs table", "glue", "plots"])
+def test_seeds_pool_on_one_hub_data_whatever_its_revision(tmp_path: Path, table: str) -> None:
+    """A Hub data set's runs have no data files (data_sha256 is the empty set's for every
+    revision): seeds 44 and 45, run after the Hub's rows changed, were pooled with 42 and 43 as
+    four seeds of one entry, exit 0. The examples a run read (hub_data's content hash) decide:
+    other rows are another task in every table and plot, said in one line (GLUE: refused), and
+    a new revision holding the same rows pools (as does an old record of the same revision)."""
+    runs = {}
+    for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.60), (45, 0.62)):
+        runs[seed] = fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
+        _stamp(runs[seed], hub_data=_hub("a", "x") if seed < 44 else _hub("b", "y"))
+
+    def seen(items: list[dict]) -> list:
+        if table == "pivot":
+            (p,) = report.pivots(items, "task", "method")
+            return sorted((r, c.stat.n) for (r, _), c in p.cells.items()), report.pivot_notes(p)
+        if table == "runs table":
+            header, rows = report.rows(items)
+            return sorted(r[2] for r in rows), report.runs_notes(items)
+        if table == "plots":
+            return sorted((t, len(m)) for t, group in plotting.entries(items).items() for m in group.values()), \
+                report.runs_notes(items)
+        text = glue_report.render(items)
+        return [line for line in text.splitlines() if "| tiny full" in line], []
+
+    items = report.collect(tmp_path)
+    if table == "glue":
+        with pytest.raises(UserError, match=r"report --glue: tiny full / SST-2 holds runs on 2 versions of its data"):
+            seen(items)
+    else:
+        got, notes = seen(items)
+        assert len(got) == 2 and all("2" in str(g) for g in got), got
+        said = [n for n in notes if "versions of their data" in n]
+        assert len(said) == 1 and said[0].startswith("sst2: its runs read 2 versions of their data"), notes
+    for seed in (44, 45):  # revision c holds the rows of a: the same data
+        _stamp(runs[seed], hub_data=_hub("c", "x"))
+    _stamp(runs[43], hub_data=_hub("a", None))  # recorded before the content hash: revision a's
+    got, notes = seen(report.collect(tmp_path))
+    if table == "glue":
+        assert len(got) == 1 and "71.00 ± 11.60 (n=4)" in got[0], got
+    elif table == "runs table":
+        assert got == ["4"]
+    else:
+        assert [g[1] for g in got] == [4], got
+    assert not [n for n in notes if "versions of their data" in n]
+
+
 def test_a_comparison_across_eval_sets_is_said(tmp_path: Path) -> None:
     """LoRA scored on 500 dev examples beside full fine-tuning scored on all of them: the pivot and
     the runs table say the numbers are not a comparison; on one eval set they say nothing."""

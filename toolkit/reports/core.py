@@ -89,6 +89,44 @@ def data_from_run_id(items: list[dict]) -> None:
                 break
 
 
+def hub_from_fingerprint(items: list[dict]) -> None:
+    """A Hub data set's record (metrics.json hub_data: each split's datasets fingerprint, and since
+    2026-11-28 a hash of its examples after a space, runs.hub_split_parts). A split recorded by
+    its fingerprint alone takes the examples' hash another run recorded beside that same
+    fingerprint (one revision is one set of examples: an exact proof, not a guess), so seeds
+    from before the hash join new seeds on the same revision; one that none proves stays apart."""
+    from toolkit.runs import hub_split_parts
+
+    known = {}
+    for item in items:
+        for name, splits in (item["metrics"].get("hub_data") or {}).items():
+            for split, value in (splits if isinstance(splits, dict) else {}).items():
+                fingerprint, content = hub_split_parts(value)
+                if content:
+                    known[(name, split, fingerprint)] = content
+    for item in items:
+        for name, splits in (item["metrics"].get("hub_data") or {}).items():
+            for split, value in (splits if isinstance(splits, dict) else {}).items():
+                fingerprint, content = hub_split_parts(value)
+                if not content and (name, split, fingerprint) in known:
+                    splits[split] = f"{fingerprint} {known[(name, split, fingerprint)]}"
+
+
+def hub_examples(metrics: dict) -> str | None:
+    """What a run's Hub data sets held (metrics.json hub_data): a short hash over each split's
+    examples (content hash; its datasets fingerprint where no content hash is known), so a new
+    revision with the same rows is the same data and another one is not; None: no Hub data."""
+    from toolkit.runs import hub_split_parts
+
+    record = metrics.get("hub_data")
+    if not isinstance(record, dict) or not record:
+        return None
+    seen = {name: {split: (lambda fc: fc[1] or "revision " + fc[0])(hub_split_parts(value))
+                   for split, value in splits.items()} if isinstance(splits, dict) else str(splits)
+            for name, splits in record.items()}
+    return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:12]
+
+
 NUMBER = "a number"
 # The fields of metrics.json the report reads, and the JSON type each has when present (a mapping:
 # of names to numbers). What run_metrics.py writes; a file edited or damaged by hand is named.
@@ -100,7 +138,7 @@ METRICS_FIELDS: dict[str, str] = {
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
     "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
-    "resumed_under_other_code": "a list", "recipe_hash": "a string",
+    "resumed_under_other_code": "a list", "recipe_hash": "a string", "hub_data": "an object",
 }
 
 
@@ -182,6 +220,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     if not found:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
     data_from_run_id(found)
+    hub_from_fingerprint(found)
     one_seed_once(found)
     task_labels(found)
     model_labels(found)
@@ -311,6 +350,46 @@ def task_labels(items: list[dict]) -> None:
         for member, f in zip(members, fields):
             said = [f"{k} {_tail(f[k], {g.get(k) for g in fields if g.get(k)}) if k in f else '–'}" for k in differ]
             member["task_label"] = f"{name} ({', '.join(said)})" if said else name
+    data_labels(items)
+
+
+def data_version(item: dict) -> str:
+    """'data 1a2b3c4d5e6f': the version of the data a run read (its data files' sha256, its Hub
+    data sets' examples: _setting's `data` and `hub`), or 'data not recorded'."""
+    made = _setting(item)
+    if made["data"] is None and made["hub"] is None:
+        return "data not recorded"
+    return "data " + hashlib.sha256(json.dumps([made["data"], made["hub"]]).encode()).hexdigest()[:12]
+
+
+def data_labels(items: list[dict]) -> None:
+    """Runs of one task label that read other versions of their data (a file edited between
+    seeds, a Hub data set at a revision with other rows) are other tasks on every axis: as one,
+    a pivot cell chose the better data version as a grid's best, and a plot drew one line over
+    both. Each such label gets its version (`sst2 [data 1a2b3c4d5e6f]`), and the split is said in
+    one line (`data_split_notes`); runs of one label on one version keep it unchanged."""
+    by_label: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_label[item["task_label"]].append(item)
+    for name, members in by_label.items():
+        versions = {id(m): data_version(m) for m in members}
+        if len(set(versions.values())) < 2:
+            continue
+        counts: dict[str, int] = defaultdict(int)
+        for m in members:
+            counts[versions[id(m)]] += 1
+            m["task_label"] = f"{name} [{versions[id(m)]}]"
+        said = "; ".join(f"{v}: {n} run(s)" for v, n in sorted(counts.items()))
+        for m in members:
+            m["data_split"] = (f"{name}: its runs read {len(counts)} versions of their data ({said}: the task's "
+                               "data files' sha256, a Hub data set's examples), so each version is a task of its "
+                               "own in every table and plot, never seeds of one entry: rerun the old version's seeds "
+                               "on the new data, or remove them")
+
+
+def data_split_notes(items: list[dict]) -> list[str]:
+    """The one line per task label that data_labels split by data version."""
+    return list(dict.fromkeys(i["data_split"] for i in items if i.get("data_split")))
 
 
 def _checkpoint(recipe: dict) -> str:
@@ -356,10 +435,13 @@ def _setting(item: dict) -> dict:
         section = _dig(recipe, ".".join(parents)) if parents else recipe
         if isinstance(section, dict):
             section.pop(last, None)
-    # the task's data files (sha256): seeds of one entry ran on one version of the data
-    # and a chained run's upstream run folder (base_run): seeds of one entry started from one model
+    # the task's data files (sha256) and a Hub data set's examples (hub_data): seeds of one entry
+    # ran on one version of the data (a Hub data set's revisions were pooled as seeds: its data
+    # files are none, every revision the same empty data_sha256), and a chained run's upstream run
+    # folder (base_run): seeds of one entry started from one model
     return {**recipe, "processes": item["metrics"].get("num_processes"),
-            "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run")}
+            "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "hub": hub_examples(item["metrics"]),
+            "base": item["metrics"].get("base_run")}
 
 
 def setting(item: dict) -> str:
@@ -721,7 +803,7 @@ def runs_notes(items: list[dict]) -> list[str]:
         notes += protocol_notes([(name, Cell(members, Stat([]))) for name, members in entries], "method", task)
     for key, members in grouped.items():
         notes += mixed_code_note(names[key], members)
-    return notes + not_numbers_notes(items) + skipped_notes(items)
+    return data_split_notes(items) + notes + not_numbers_notes(items) + skipped_notes(items)
 
 
 def eval_set_notes(entries: list[tuple[str, list[dict]]], context: str) -> list[str]:
@@ -963,7 +1045,8 @@ def pivot_markdown(p: Pivot) -> str:
 
 
 def pivot_notes(p: Pivot) -> list[str]:
-    notes = []
+    notes = data_split_notes([i for cell in p.cells.values() for i in cell.items]
+                             + [i for runs in p.nulls.values() for i in runs])
     for r in p.rows:
         notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
         notes += eval_set_notes([(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells], r)
@@ -1008,8 +1091,8 @@ def _protocol(item: dict) -> dict[str, Any]:
 def _on_axis(key: str, axis: str) -> bool:
     """Whether a flat recipe field is the compared axis itself (`method` covers method.r), or
     follows from it."""
-    follows = {"task": "data", "model": "base"}  # another task has other data; another model, another base run
-    return axis != "run" and (key == axis or key.startswith(axis + ".") or key == follows.get(axis))
+    follows = {"task": ("data", "hub"), "model": ("base",)}  # another task has other data; another model, another base run
+    return axis != "run" and (key == axis or key.startswith(axis + ".") or key in follows.get(axis, ()))
 
 
 def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> list[str]:
