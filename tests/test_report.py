@@ -154,6 +154,8 @@ def test_report_md_and_pngs_are_written_into_the_runs_folder(tmp_path: Path, cli
     text = (tmp_path / "report.md").read_text()
     assert out.strip() == text.strip()
     assert "| task \\ method | full | houlsby |" in text and "Test CPU" in text and "aaaaaaaaaaaa" in text
+    # what "±" is, said once at the top: a sample std (n − 1), not a standard error or an interval
+    assert "mean ± the sample standard deviation (n − 1) over its seeds" in text.split("\n## ")[0]
     assert {p.name for p in tmp_path.glob("*.png")} == {"curves-sst2.png", "params-sst2.png", "cost-sst2.png"}
     assert all((tmp_path / f"{k}-sst2.png").read_bytes()[:4] == b"\x89PNG" for k in ("curves", "params", "cost"))
     assert "![params-sst2](params-sst2.png)" in text
@@ -793,7 +795,7 @@ def test_runs_of_one_task_name_on_other_data_are_other_tasks(tmp_path: Path, cli
     assert {r[0]: r[1:] for r in pivot} == {f"text_classification ({said})": ["", "99.25 ± 0.07 (n=2)"],
                                             f"text_classification ({other})": ["74.25 ± 0.07 (n=2)", "64.25 ± 0.07 (n=2)"]}
     assert "best mean accuracy on dev of the grid" not in text  # no grid across data sets
-    pairs = [line for line in text.splitlines() if " − " in line]
+    pairs = [line for line in text.splitlines() if line.startswith("- ") and " − " in line]  # the notes
     assert len(pairs) == 2 and all("hard" in p or "test" in p or "sentiment" in p for p in pairs)
     plotted = plotting.entries(report.collect(tmp_path))
     assert sorted(plotted) == sorted(r[0] for r in pivot) and sorted(plotted[f"text_classification ({other})"]) == [
@@ -951,6 +953,36 @@ def test_a_pivot_of_seeded_runs_says_the_paired_difference(tmp_path: Path) -> No
     (p,) = report.pivots(report.collect(tmp_path), "task", "method")
     assert any(n.startswith("lora and full (sst2): accuracy lora − full = +1.10") and n.endswith(
         "2 df): separated by these seeds") for n in report.pivot_notes(p)), report.pivot_notes(p)
+
+
+@pytest.mark.parametrize("case", ["paired interval", "paired, no spread", "grid's best"])
+def test_a_claim_is_printed_with_the_digits_that_show_it(tmp_path: Path, case: str) -> None:
+    """A Pearson gap of 0.003 points on every seed printed "lora − full = +0.00, 95% CI [+0.00,
+    +0.00]: separated", and a grid's best 80.43 beside its runner-up's 80.43: the numbers denied the
+    claim they stood for. Each claim now prints with as many decimals as tell its numbers apart
+    (2 where they suffice); equal numbers stay equal."""
+    gaps = {"paired interval": (0.00002, 0.00003, 0.000025), "paired, no spread": (0.00003,) * 3}
+    for seed, base in ((42, 0.80), (43, 0.84), (44, 0.82)):
+        if case == "grid's best":
+            fake_run(tmp_path, "stsb", "lora", seed, {"pearson": base}, lr=1e-4, main="pearson")
+            fake_run(tmp_path, "stsb", "lora", seed, {"pearson": base + 0.000004}, lr=1e-3, main="pearson")
+        else:
+            fake_run(tmp_path, "stsb", "full", seed, {"pearson": base}, main="pearson")
+            fake_run(tmp_path, "stsb", "lora", seed, {"pearson": base + gaps[case][seed - 42]}, main="pearson")
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    notes = report.pivot_notes(p)
+    if case == "grid's best":
+        (note,) = [n for n in notes if "reported train.lr=0.001" in n]
+        shown = re.findall(r"train\.lr=[0-9.e-]+: ([0-9.]+) ±", note)
+        assert len(shown) == 2 and shown[0] != shown[1] and float(shown[1]) > float(shown[0]), note
+        return
+    (note,) = [n for n in notes if n.startswith("lora and full (stsb): pearson lora − full = ")]
+    numbers = re.findall(r"[+-]\d+\.\d+", note.split(" (paired")[0].split(" on each")[0])
+    assert numbers and all(float(x) > 0 for x in numbers), note  # none printed as +0.00
+    if case == "paired interval":
+        assert note.endswith("separated by these seeds") and "not separated" not in note, note
+    else:
+        assert "+0.003 on each of the 3 seeds" in note, note
 
 
 def _recipe_edit(run: Path, section: str, **fields) -> None:

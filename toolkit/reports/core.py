@@ -534,6 +534,18 @@ def t_interval(values: list[float], level: float = CONFIDENCE) -> tuple[float, f
     return mean, mean - half, mean + half
 
 
+def digits_apart(pairs: Iterable[tuple[float, float]], digits: int = 2, most: int = 6) -> int:
+    """The fewest decimals (from `digits`, at most `most`) at which each pair of different numbers
+    prints differently: a paired difference of +0.003 points with its interval printed "+0.00,
+    95% CI [+0.00, +0.00]: separated", and a grid's best printed as its runner-up's 80.43, claimed
+    what the printed numbers deny. Numbers equal to float rounding (core.choose's rule) stay equal."""
+    pairs = [(x, y) for x, y in pairs if abs(x - y) > 1e-9 * max(1.0, abs(x), abs(y))]
+    for d in range(digits, most):
+        if all(f"{x:+.{d}f}" != f"{y:+.{d}f}" for x, y in pairs):
+            return d
+    return most
+
+
 def paired_note(name_a: str, a: Stat, name_b: str, b: Stat, metric: Metric, where: str) -> str | None:
     """The difference of two entries over their matched seeds with its t interval: a seed moves
     both runs together (same data order, same init), so seeds that overlap as mean ± std can still
@@ -544,15 +556,17 @@ def paired_note(name_a: str, a: Stat, name_b: str, b: Stat, metric: Metric, wher
         return None
     seeds = f"{len(common)} seeds {', '.join(map(str, common))}"
     if no_spread(diffs):
+        mean = statistics.mean(diffs) * metric.scale
         text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = "
-                f"{statistics.mean(diffs) * metric.scale:+.2f} on each of the {seeds}: no spread (every seed's "
+                f"{mean:+.{digits_apart([(mean, 0.0)])}f} on each of the {seeds}: no spread (every seed's "
                 "difference is the same, so its t interval has zero width and measures no noise): not judged "
                 "separated; more seeds would say")
     else:
         mean, low, high = (v * metric.scale for v in t_interval(diffs))
         apart = low > 0 or high < 0
-        text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = {mean:+.2f}, "
-                f"{CONFIDENCE:.0%} CI [{low:+.2f}, {high:+.2f}] (paired by seed over {seeds}; t, "
+        d = digits_apart([(mean, 0.0), (low, 0.0), (high, 0.0), (low, high)])  # the claim readable in its numbers
+        text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = {mean:+.{d}f}, "
+                f"{CONFIDENCE:.0%} CI [{low:+.{d}f}, {high:+.{d}f}] (paired by seed over {seeds}; t, "
                 f"{len(common) - 1} df): " + ("separated by these seeds" if apart else "not separated by these seeds"))
     text += f"; seeds without a partner, left out: {', '.join(map(str, unmatched))}" if unmatched else ""
     matched = [(name_a, _runs_of(a, common)), (name_b, _runs_of(b, common))]
@@ -1059,7 +1073,9 @@ def pivot_notes(p: Pivot) -> list[str]:
         notes += mixed_code_note(f"{r} / {c}", cell.items)
         notes += skipped_notes(cell.items, f"{r} / {c}: ")
         if cell.grid:
-            grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" + (" ‡" if mixed_code(st.runs) else "")
+            # the best prints apart from every setting it was chosen over (a tie is said as one)
+            d = digits_apart((cell.stat.mean * p.metric.scale, st.mean * p.metric.scale) for _, st in cell.grid)
+            grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale, d)}" + (" ‡" if mixed_code(st.runs) else "")
                              for desc, st in cell.grid)
             said = comparison_code([(desc, st.runs) for desc, st in cell.grid])  # the choice reads them all
             notes.append(("‡ " if said else "") + f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
