@@ -985,6 +985,42 @@ def test_a_claim_is_printed_with_the_digits_that_show_it(tmp_path: Path, case: s
         assert "+0.003 on each of the 3 seeds" in note, note
 
 
+KEPT_BEST = {"step": 20, "on": "accuracy", "value": 0.8, "eval_loss": 0.5, "ties": "lower eval loss"}
+KEPT_LAST = {"step": 20, "on": "the last step (train.keep_best: no evaluation gave accuracy a defined value)"}
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "glue"])
+def test_best_and_last_checkpoints_are_not_pooled_or_compared_without_a_word(tmp_path: Path, table: str) -> None:
+    """LoRA's seed 43 kept its last step (no evaluation defined the selection metric) beside seed
+    42's best step on dev, and full fine-tuning kept its last step: one mean pooled a checkpoint
+    selected on the dev set it is scored on with one that was not, and the row compared a
+    dev-selected cell with an unselected one, exit 0 and no word. Each is one line; runs that all
+    kept one kind say nothing."""
+    for seed in (42, 43):
+        _stamp(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.80 + seed / 1000}),
+               kept=KEPT_BEST if seed == 42 else KEPT_LAST)
+        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.82 + seed / 1000}), kept=KEPT_LAST)
+    items = report.collect(tmp_path)
+
+    def notes(items: list[dict]) -> list[str]:
+        if table == "runs table":
+            return report.runs_notes(items)
+        if table == "pivot":
+            return report.pivot_notes(report.pivots(items, "task", "method")[0])
+        return [line[2:] for line in glue_report.render(items).splitlines() if line.startswith("- ")]
+
+    said = notes(items)
+    mixed = [n for n in said if "its runs report different checkpoints" in n]
+    assert len(mixed) == 1 and "lora" in mixed[0].split(":")[0] and "the best on dev (seed 42)" in mixed[0] \
+        and "the last step (seed 43: the last step (train.keep_best: no evaluation gave accuracy" in mixed[0], said
+    if table != "glue":  # the GLUE protocol lines say each cell's kept checkpoint
+        compared = [n for n in said if "checkpoint kept (" in n]
+        assert len(compared) == 1 and "the best on dev and the last step" in compared[0], said
+    for run in tmp_path.rglob("metrics.json"):
+        _stamp(run.parent, kept=KEPT_BEST)
+    assert not [n for n in notes(report.collect(tmp_path)) if "different checkpoints" in n or "checkpoint kept" in n]
+
+
 def _recipe_edit(run: Path, section: str, **fields) -> None:
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())
     recipe.setdefault(section, {}).update(fields)

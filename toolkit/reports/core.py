@@ -707,6 +707,39 @@ def _seeds(seeds: list) -> str:
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
 
 
+def kept_kind(item: dict) -> str | None:
+    """Which checkpoint a run's numbers are of (metrics.json `kept`): 'the best on dev' (selected
+    on the dev set it is scored on: optimistic) or 'the last step'; None: not recorded."""
+    kept = item["metrics"].get("kept")
+    if not isinstance(kept, dict):
+        return None
+    return "the best on dev" if "value" in kept else "the last step"
+
+
+def kept_kinds(members: list[dict]) -> str:
+    """'the best on dev', 'the last step', or both where an entry's runs kept each ('' unknown)."""
+    return " and ".join(sorted({k for m in members if (k := kept_kind(m))}))
+
+
+def kept_note(where: str, members: list[dict]) -> list[str]:
+    """One line for an entry whose runs report different checkpoints: seeds that kept the best
+    step on dev pooled with seeds that kept the last one (keep_best off for some, or a selection
+    metric never defined: `kept.on` says why) were one mean, the best-on-dev seeds' optimism
+    mixed in without a word."""
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for m in members:
+        if kept_kind(m):
+            by_kind[kept_kind(m)].append(m)
+    if len(by_kind) < 2:
+        return []
+    said = "; ".join(f"{kind} ({_who(runs, None)}"
+                     + ("" if kind == "the best on dev" else ": " + "; ".join(dict.fromkeys(
+                         str(r["metrics"]["kept"].get("on")) for r in runs))) + ")"
+                     for kind, runs in sorted(by_kind.items()))
+    return [f"{where}: its runs report different checkpoints: {said}; its mean pools a checkpoint selected on "
+            "the dev set it is scored on (optimistic) with ones that were not"]
+
+
 def mixed_code_note(where: str, members: list[dict], part: Callable[[dict], str] | None = None) -> list[str]:
     """One line for an entry (a pivot cell, a row of the runs table, a plotted line, a GLUE
     average) whose runs ran on other code; `part` as in mixed_code."""
@@ -817,6 +850,7 @@ def runs_notes(items: list[dict]) -> list[str]:
         notes += protocol_notes([(name, Cell(members, Stat([]))) for name, members in entries], "method", task)
     for key, members in grouped.items():
         notes += mixed_code_note(names[key], members)
+        notes += kept_note(names[key], members)
     return data_split_notes(items) + notes + not_numbers_notes(items) + skipped_notes(items)
 
 
@@ -1071,6 +1105,7 @@ def pivot_notes(p: Pivot) -> list[str]:
                      f"dropped without a word: {'; '.join(str(i['run']) for i in runs)}")
     for (r, c), cell in sorted(p.cells.items()):
         notes += mixed_code_note(f"{r} / {c}", cell.items)
+        notes += kept_note(f"{r} / {c}", cell.items)
         notes += skipped_notes(cell.items, f"{r} / {c}: ")
         if cell.grid:
             # the best prints apart from every setting it was chosen over (a tie is said as one)
@@ -1118,12 +1153,16 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
     by eval_set_notes."""
     if len(cells) < 2:
         return []
-    protocols = [(name, _protocol(cell.items[0])) for name, cell in cells]
+    # which checkpoint each cell's runs report (the best on dev, or the last step): keep_best alike,
+    # a run whose selection metric was never defined kept its last step beside best-on-dev cells
+    protocols = [(name, {**_protocol(cell.items[0]), **({"checkpoint kept": kept} if (kept := kept_kinds(cell.items))
+                                                        else {})}) for name, cell in cells]
     # a field is a selection, not a difference, where every cell chose it on dev: LoRA the best of
     # 1 and 3 epochs beside full's one run of 10 was not said (one cell's grid excused the other's)
     selected = set.intersection(*(set(cell.keys) for _, cell in cells))
     keys = sorted({k for _, pr in protocols for k in pr})
-    code = {k for _, pr in protocols for k in pr if k == "toolkit commit" or k.endswith(" version")}
+    code = {k for _, pr in protocols for k in pr if k == "toolkit commit" or k.endswith(" version")
+            or k == "checkpoint kept"}  # not recorded (a run from before `kept`): not a difference
     differ = [k for k in keys if k not in NOT_PROTOCOL and k not in selected and not _on_axis(k, axis)
               and len({json.dumps(pr.get(k), sort_keys=True, default=str) for _, pr in protocols
                        if k not in code or k in pr}) > 1]  # a version not recorded is not a difference

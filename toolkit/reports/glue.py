@@ -361,6 +361,8 @@ def render(items: list[dict]) -> str:
               for n in report.mixed_code_note(f"{row} / GLUE avg", _average_runs(cells), _task_of)]
     notes += unscored_notes(items)
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
+              for n in report.kept_note(f"{row} / {TITLES[t]}", ms)]
+    notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.skipped_notes(ms, f"{row} / {TITLES[t]}: ")]
     notes += [f"§ {row} / {TITLES[t]}: scored on {part_of_dev(ms)}, not the whole dev split that GLUE's dev numbers "
               "and the published dev rows are on: not comparable with them, nor is an average that holds it"
