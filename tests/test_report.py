@@ -601,13 +601,13 @@ def test_seeds_pool_on_one_hub_data_whatever_its_revision(tmp_path: Path, table:
 
     items = report.collect(tmp_path)
     if table == "glue":
-        with pytest.raises(UserError, match=r"report --glue: tiny full / SST-2 holds runs on 2 versions of its data"):
+        with pytest.raises(UserError, match=r"report --glue: tiny full / SST-2 holds runs on 2 versions of its data or eval set"):
             seen(items)
     else:
         got, notes = seen(items)
         assert len(got) == 2 and all("2" in str(g) for g in got), got
         said = [n for n in notes if "versions of their data" in n]
-        assert len(said) == 1 and said[0].startswith("sst2: its runs read 2 versions of their data"), notes
+        assert len(said) == 1 and said[0].startswith("sst2: its runs span 2 versions of their data or eval set"), notes
     for seed in (44, 45):  # revision c holds the rows of a: the same data
         _stamp(runs[seed], hub_data=_hub("c", "x"))
     _stamp(runs[43], hub_data=_hub("a", None))  # recorded before the content hash: revision a's
@@ -621,22 +621,46 @@ def test_seeds_pool_on_one_hub_data_whatever_its_revision(tmp_path: Path, table:
     assert not [n for n in notes if "versions of their data" in n]
 
 
-def test_a_comparison_across_eval_sets_is_said(tmp_path: Path) -> None:
-    """LoRA scored on 500 dev examples beside full fine-tuning scored on all of them: the pivot and
-    the runs table say the numbers are not a comparison; on one eval set they say nothing."""
+@pytest.mark.parametrize("table", ["pivot", "runs table", "glue", "plots"])
+def test_runs_scored_on_other_eval_sets_are_other_tasks(tmp_path: Path, table: str) -> None:
+    """LoRA's lr 1e-3 seeds scored on 50 dev examples (task.max_eval_samples) beside its lr 1e-4
+    seeds and full fine-tuning scored on all of dev: the pivot cell and the GLUE table took the
+    subset's 94.25 as the best of a grid over task.max_eval_samples, and the plots drew it, exit 0.
+    Runs of one task scored on other examples (metrics.json eval_sha256; a run from before it takes
+    the one its task settings and data prove) are other tasks, said in one line (GLUE: refused);
+    on one eval set nothing is split."""
     for seed in (42, 43):
-        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 1000}), eval_sha256="e" * 64)
-        _stamp(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.70 + seed / 1000}), eval_sha256="f" * 64)
+        _stamp(fake_run(tmp_path, "rte", "full", seed, {"accuracy": 0.70 + seed / 1000}), eval_sha256="e" * 64)
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.68 + seed / 1000}, lr=1e-4)  # before eval_sha256
+        subset = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.90 + seed / 1000})
+        _recipe_edit(subset, "task", max_eval_samples=50)
+        _stamp(subset, eval_sha256="f" * 64)
     items = report.collect(tmp_path)
-    (p,) = report.pivots(items, "task", "method")
-    said = [n for n in report.pivot_notes(p) + report.runs_notes(items) if "different eval sets" in n]
-    assert len(said) == 2 and all("full" in n and "lora" in n for n in said)
-    for run in tmp_path.rglob("metrics.json"):
-        _stamp(run.parent, eval_sha256="e" * 64)
+    if table == "glue":
+        with pytest.raises(UserError, match=r"tiny lora / RTE holds runs on 2 versions of its data or eval set"):
+            glue_report.render(items)
+    else:
+        if table == "pivot":
+            (p,) = report.pivots(items, "task", "method")
+            got = {k: c.stat.n for k, c in p.cells.items()}
+            notes = report.pivot_notes(p)
+            assert not [n for n in notes if "of the grid" in n], notes  # no grid over eval sets
+        elif table == "runs table":
+            got, notes = {r[0]: r[2] for r in report.rows(items)[1]}, report.runs_notes(items)
+        else:
+            got = {(t, m): len(runs) for t, g in plotting.entries(items).items() for m, runs in g.items()}
+            notes = report.runs_notes(items)
+        assert len(got) == 3 and any("eval set ffffffffffff" in str(k) for k in got) if table != "runs table" \
+            else len(got) == 3, got
+        said = [n for n in notes if "versions of their data or eval set" in n]
+        assert len(said) == 1 and "eval set eeeeeeeeeeee: 4 run(s); eval set ffffffffffff: 2 run(s)" in said[0], notes
+        assert not [n for n in notes if "rte [eval set eeeeeeeeeeee] and" in n and "ffffffffffff" in n]  # not paired
+    for run in [r.parent for r in tmp_path.rglob("recipe.yaml") if "max_eval_samples" in r.read_text()]:
+        shutil.rmtree(run)
     items = report.collect(tmp_path)
+    assert not [n for n in report.runs_notes(items) if "eval set" in n]
     (p,) = report.pivots(items, "task", "method")
-    assert not [n for n in report.pivot_notes(p) + report.runs_notes(items) if "eval sets" in n]
-
+    assert set(p.rows) == {"rte"} and p.cells[("rte", "lora")].stat.n == 2
 
 
 # --- metrics.json / recipe.yaml written elsewhere: one line, or a NaN left out and named ----------

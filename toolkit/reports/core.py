@@ -353,38 +353,62 @@ def task_labels(items: list[dict]) -> None:
     data_labels(items)
 
 
-def data_version(item: dict) -> str:
-    """'data 1a2b3c4d5e6f': the version of the data a run read (its data files' sha256, its Hub
-    data sets' examples: _setting's `data` and `hub`), or 'data not recorded'."""
+def data_version(item: dict) -> tuple[str, str]:
+    """(the data a run read: its data files' sha256 and its Hub data sets' examples, _setting's
+    `data` and `hub`; the examples it was scored on: metrics.json eval_sha256), each a short hash,
+    '' where not recorded."""
     made = _setting(item)
-    if made["data"] is None and made["hub"] is None:
-        return "data not recorded"
-    return "data " + hashlib.sha256(json.dumps([made["data"], made["hub"]]).encode()).hexdigest()[:12]
+    data = "" if made["data"] is None and made["hub"] is None else \
+        hashlib.sha256(json.dumps([made["data"], made["hub"]]).encode()).hexdigest()[:12]
+    return data, (item["metrics"].get("eval_sha256") or "")[:12]
+
+
+def _eval_from_task(items: list[dict]) -> None:
+    """A run from before metrics.json recorded eval_sha256 takes the one another run recorded with
+    the same task settings and the same data (which examples are scored follows from them alone:
+    max_eval_samples, a carved split, the eval file), so it is not an eval set of its own."""
+    def key(item: dict) -> str:
+        made = _setting(item)
+        return json.dumps([item["recipe"].get("task"), made["data"], made["hub"]], sort_keys=True, default=str)
+
+    known = {key(i): i["metrics"]["eval_sha256"] for i in items if i["metrics"].get("eval_sha256")}
+    for item in items:
+        if not item["metrics"].get("eval_sha256") and key(item) in known:
+            item["metrics"]["eval_sha256"] = known[key(item)]
 
 
 def data_labels(items: list[dict]) -> None:
     """Runs of one task label that read other versions of their data (a file edited between
-    seeds, a Hub data set at a revision with other rows) are other tasks on every axis: as one,
-    a pivot cell chose the better data version as a grid's best, and a plot drew one line over
-    both. Each such label gets its version (`sst2 [data 1a2b3c4d5e6f]`), and the split is said in
-    one line (`data_split_notes`); runs of one label on one version keep it unchanged."""
+    seeds, a Hub data set at a revision with other rows) or were scored on other examples
+    (task.max_eval_samples, another carve of dev) are other tasks on every axis: as one, a pivot
+    cell and the GLUE table chose the better version, or the eval subset that scored higher, as a
+    grid's best, and a plot drew one line over both. Each such label gets what tells it apart
+    (`sst2 [data 1a2b3c4d5e6f]`, `sst2 [eval set 3c4d5e6f7a8b]`), and the split is said in one
+    line (`data_split_notes`); runs of one label on one version keep it unchanged."""
+    _eval_from_task(items)
     by_label: dict[str, list[dict]] = defaultdict(list)
     for item in items:
         by_label[item["task_label"]].append(item)
     for name, members in by_label.items():
         versions = {id(m): data_version(m) for m in members}
-        if len(set(versions.values())) < 2:
+        differ = [i for i, what in enumerate(("data", "eval set")) if len({v[i] for v in versions.values()}) > 1]
+        if not differ:
             continue
+        shown = {k: ", ".join(f"{('data', 'eval set')[i]} {v[i] or 'not recorded'}" for i in differ)
+                 for k, v in versions.items()}
         counts: dict[str, int] = defaultdict(int)
         for m in members:
-            counts[versions[id(m)]] += 1
-            m["task_label"] = f"{name} [{versions[id(m)]}]"
+            counts[shown[id(m)]] += 1
+            m["task_label"] = f"{name} [{shown[id(m)]}]"
         said = "; ".join(f"{v}: {n} run(s)" for v, n in sorted(counts.items()))
+        what = "; ".join(("data: the task's data files' sha256, a Hub data set's examples",
+                          "eval set: the examples scored, metrics.json eval_sha256 (another eval file, "
+                          "task.max_eval_samples, another carve)")[i] for i in differ)
         for m in members:
-            m["data_split"] = (f"{name}: its runs read {len(counts)} versions of their data ({said}: the task's "
-                               "data files' sha256, a Hub data set's examples), so each version is a task of its "
-                               "own in every table and plot, never seeds of one entry: rerun the old version's seeds "
-                               "on the new data, or remove them")
+            m["data_split"] = (f"{name}: its runs span {len(counts)} versions of their data or eval set ({what}): "
+                               f"{said}; each is a task of its own in "
+                               "every table and plot, never seeds or a grid of one entry: rerun the other version's "
+                               "seeds on one data and eval set, or remove them")
 
 
 def data_split_notes(items: list[dict]) -> list[str]:
@@ -844,7 +868,6 @@ def runs_notes(items: list[dict]) -> list[str]:
     for key, members in grouped.items():
         by_label[label(members[0], "task")].append((names[key], members))
     for task, entries in by_label.items():
-        notes += eval_set_notes(entries, task)
         # rows of one task are compared above as the pivot's cells are: where they differ in more
         # than the method and its learning rate (epochs, max length, the model...), said as there
         notes += protocol_notes([(name, Cell(members, Stat([]))) for name, members in entries], "method", task)
@@ -852,22 +875,6 @@ def runs_notes(items: list[dict]) -> list[str]:
         notes += mixed_code_note(names[key], members)
         notes += kept_note(names[key], members)
     return data_split_notes(items) + notes + not_numbers_notes(items) + skipped_notes(items)
-
-
-def eval_set_notes(entries: list[tuple[str, list[dict]]], context: str) -> list[str]:
-    """One line where entries compared side by side were scored on different examples (another
-    eval file, max_eval_samples, or edited data): their numbers are not a comparison. Runs that
-    predate `eval_sha256` in metrics.json are not judged."""
-    sets: dict[str, list[str]] = defaultdict(list)
-    for name, members in entries:
-        for digest in dict.fromkeys(m["metrics"].get("eval_sha256") for m in members):
-            if digest is not None:
-                sets[digest].append(name)
-    if len(sets) < 2:
-        return []
-    groups_ = "; ".join(", ".join(names) for names in sets.values())
-    return [f"{context}: scored on {len(sets)} different eval sets ({groups_}): not comparable "
-            "(another eval file, task.max_eval_samples or edited data)"]
 
 
 def budget(item: dict) -> str:
@@ -1097,7 +1104,6 @@ def pivot_notes(p: Pivot) -> list[str]:
                              + [i for runs in p.nulls.values() for i in runs])
     for r in p.rows:
         notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
-        notes += eval_set_notes([(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells], r)
         notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
     for (r, c), runs in sorted(p.nulls.items()):
         notes.append(f"{r} / {c}: {p.metric.name} is null (NaN or infinite: a diverged run, an undefined correlation) "
@@ -1150,7 +1156,7 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
     """One line where cells shown side by side (one pivot row) differ in more than the compared
     axis, a grid's selected fields and the learning rate: epochs, max length, a training subset,
     process count, the toolkit's version... Their gap is not the axis's alone. Eval sets are said
-    by eval_set_notes."""
+    by data_labels (each eval set is a task of its own)."""
     if len(cells) < 2:
         return []
     # which checkpoint each cell's runs report (the best on dev, or the last step): keep_best alike,

@@ -80,7 +80,7 @@ def one_data(row: str, task: str, members: list[dict]) -> None:
     "best" chosen across the versions as if a grid of settings, exit 0. One line."""
     labels = sorted({report.label(m, "task") for m in members})
     if len(labels) > 1:
-        raise UserError(f"report --glue: {row} / {TITLES[task]} holds runs on {len(labels)} versions of its data "
+        raise UserError(f"report --glue: {row} / {TITLES[task]} holds runs on {len(labels)} versions of its data or eval set "
                         f"({'; '.join(labels)}), and a GLUE cell pools the seeds of one: remove the runs of the "
                         "versions you do not report, or report each version's runs folder apart")
 
