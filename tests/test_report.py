@@ -621,6 +621,36 @@ def test_seeds_pool_on_one_hub_data_whatever_its_revision(tmp_path: Path, table:
     assert not [n for n in notes if "versions of their data" in n]
 
 
+@pytest.mark.parametrize("table", ["pivot", "glue", "plots"])
+def test_a_copy_of_the_data_under_another_path_is_the_same_task(tmp_path: Path, table: str) -> None:
+    """Seeds 44 and 45 read GLUE from a copy of the data folder (task.data_dir, the same bytes: one
+    data_sha256 and eval_sha256): they were another task, `rte (data_dir b)`, beside seeds 42 and
+    43, and the GLUE table refused the cell; a copy is the same data (as for resume and eval).
+    Other bytes under the other path stay another task."""
+    for seed in (42, 43, 44, 45):
+        run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.70 + seed / 1000},
+                       task_extra={"data_dir": f"/data/{'a' if seed < 44 else 'b'}/glue"})
+        _stamp(run, data_sha256="d" * 64, eval_sha256="e" * 64)
+
+    def seen() -> list:
+        items = report.collect(tmp_path)
+        if table == "pivot":
+            return sorted((r, c.stat.n) for (r, _), c in report.pivots(items, "task", "method")[0].cells.items())
+        if table == "plots":
+            return sorted((t, len(runs)) for t, g in plotting.entries(items).items() for runs in g.values())
+        return [line for line in glue_report.render(items).splitlines() if line.startswith("| tiny lora")]
+
+    got = seen()
+    assert (got == [("rte", 4)]) if table != "glue" else ("(n=4)" in got[0]), got
+    for run in tmp_path.rglob("*lora4[45]*"):
+        _stamp(run, data_sha256="f" * 64)
+    if table == "glue":
+        with pytest.raises(UserError, match="holds runs on 2 versions of its data or eval set"):
+            seen()
+    else:
+        assert [n for _, n in seen()] == [2, 2]
+
+
 @pytest.mark.parametrize("table", ["pivot", "runs table", "glue", "plots"])
 def test_runs_scored_on_other_eval_sets_are_other_tasks(tmp_path: Path, table: str) -> None:
     """LoRA's lr 1e-3 seeds scored on 50 dev examples (task.max_eval_samples) beside its lr 1e-4

@@ -323,6 +323,7 @@ def _data_fields(recipe: dict) -> dict[str, str]:
 
 
 DATA_SUFFIXES = ("_file", "_dir", "_split", "_field", "_column", "_columns")
+PATH_SUFFIXES = ("_file", "_dir")  # fields naming where bytes are, not which of them are read
 
 
 def _tail(value: str, others: set[str]) -> str:
@@ -340,13 +341,20 @@ def task_labels(items: list[dict]) -> None:
     other data (two of one's own CSV sets, another eval file or split), the data fields that tell
     them apart. `text_classification` over two data sets was one task: a pivot cell took the best
     of the two as if a grid, notes paired them by seed and one plot drew them as one task."""
+    _eval_from_task(items)
     by_name: dict[str, list[dict]] = defaultdict(list)
     for item in items:
         by_name[_task_name(item["recipe"])].append(item)
     for name, members in by_name.items():
         fields = [_data_fields(m["recipe"]) for m in members]
         keys = sorted({k for f in fields for k in f})
-        differ = [k for k in keys if len({f.get(k) for f in fields}) > 1]
+        # a file or folder named by another path that holds the same bytes (a copy: one data_sha256,
+        # one eval_sha256 for every run) is the same data: another path alone made another task,
+        # and the GLUE table refused the cell
+        versions = {data_version(m) for m in members}
+        copies = len(versions) == 1 and all(next(iter(versions)))
+        differ = [k for k in keys if len({f.get(k) for f in fields}) > 1
+                  and not (copies and k.endswith(PATH_SUFFIXES))]
         for member, f in zip(members, fields):
             said = [f"{k} {_tail(f[k], {g.get(k) for g in fields if g.get(k)}) if k in f else '–'}" for k in differ]
             member["task_label"] = f"{name} ({', '.join(said)})" if said else name
@@ -385,7 +393,6 @@ def data_labels(items: list[dict]) -> None:
     grid's best, and a plot drew one line over both. Each such label gets what tells it apart
     (`sst2 [data 1a2b3c4d5e6f]`, `sst2 [eval set 3c4d5e6f7a8b]`), and the split is said in one
     line (`data_split_notes`); runs of one label on one version keep it unchanged."""
-    _eval_from_task(items)
     by_label: dict[str, list[dict]] = defaultdict(list)
     for item in items:
         by_label[item["task_label"]].append(item)
@@ -463,9 +470,14 @@ def _setting(item: dict) -> dict:
     # ran on one version of the data (a Hub data set's revisions were pooled as seeds: its data
     # files are none, every revision the same empty data_sha256), and a chained run's upstream run
     # folder (base_run): seeds of one entry started from one model
+    # where the bytes were read from is not the setting once what they were is recorded (a copy of
+    # the data folder is the same data, as for resume and eval): the files (data) and the
+    # examples scored (eval, which also tells a train file from an eval file of the same bytes)
+    if item["metrics"].get("data_sha256") and isinstance(recipe.get("task"), dict):
+        recipe["task"] = {k: v for k, v in recipe["task"].items() if not k.endswith(PATH_SUFFIXES)}
     return {**recipe, "processes": item["metrics"].get("num_processes"),
             "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "hub": hub_examples(item["metrics"]),
-            "base": item["metrics"].get("base_run")}
+            "eval": (item["metrics"].get("eval_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run")}
 
 
 def setting(item: dict) -> str:
@@ -1148,7 +1160,7 @@ def _protocol(item: dict) -> dict[str, Any]:
 def _on_axis(key: str, axis: str) -> bool:
     """Whether a flat recipe field is the compared axis itself (`method` covers method.r), or
     follows from it."""
-    follows = {"task": ("data", "hub"), "model": ("base",)}  # another task has other data; another model, another base run
+    follows = {"task": ("data", "hub", "eval"), "model": ("base",)}  # another task has other data; another model, another base run
     return axis != "run" and (key == axis or key.startswith(axis + ".") or key in follows.get(axis, ()))
 
 
