@@ -288,6 +288,41 @@ def test_each_row_says_its_budget(tmp_path: Path) -> None:
     assert "### Budget of each row" in report.render(tmp_path, plots=False)
 
 
+@pytest.mark.parametrize("plot", ["params", "cost"])
+def test_one_seed_is_drawn_without_an_error_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plot: str) -> None:
+    """An entry of one seed was drawn with a zero-height error bar and its caps (the cost bars with
+    a zero-width one), which read as a measured, certain value where the tables show no ± at all;
+    now only entries of two seeds or more have error bars, and the figure says what they are."""
+    from toolkit.reports import plots
+
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 100}, trainable=100000)
+    fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.79}, trainable=2000)
+    drawn = {}
+
+    def keep(fig, path: Path) -> tuple[Path, bytes]:
+        drawn[path.name.split("-")[0]] = fig
+        return path, b""
+
+    monkeypatch.setattr(plots, "_save", keep)
+    group = plotting.entries(report.collect(tmp_path))["sst2"]
+    getattr(plots, plot)("sst2", group, tmp_path)
+    fig = drawn[plot]
+    texts = " ".join(t.get_text() for t in fig.findobj(__import__("matplotlib").text.Text))
+    assert "error bars: sample std over seeds, none for n=1" in texts, texts
+    ax = fig.axes[0]
+    if plot == "params":
+        bars = {c.get_label(): c.has_yerr for c in ax.containers}
+        assert bars == {"full (n=3)": True, "lora (n=1)": False}, bars
+    else:
+        (container,) = [c for c in ax.containers if getattr(c, "errorbar", None) is not None]
+        spans = [seg for seg in container.errorbar.lines[2][0].get_segments()]
+        finite = [len(seg) > 0 and bool((seg == seg).all()) for seg in spans]  # NaN: no bar drawn
+        order = list(group)
+        assert finite[order.index("full")] and not finite[order.index("lora")], (order, spans)
+    plots._plt().close(fig)
+
+
 def test_a_curve_of_one_point_is_a_labelled_marker() -> None:
     from toolkit.reports import plots
 
