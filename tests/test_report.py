@@ -686,8 +686,8 @@ def test_a_copy_of_the_data_under_another_path_is_the_same_task(tmp_path: Path, 
         assert [n for _, n in seen()] == [2, 2]
 
 
-@pytest.mark.parametrize("table", ["pivot", "runs table", "glue", "plots"])
-def test_runs_scored_on_other_eval_sets_are_other_tasks(tmp_path: Path, table: str) -> None:
+@pytest.mark.parametrize("table", ["pivot", "runs table", "glue", "glue cli", "report.md"])
+def test_runs_scored_on_other_eval_sets_are_other_tasks(tmp_path: Path, table: str, cli) -> None:
     """LoRA's lr 1e-3 seeds scored on 50 dev examples (task.max_eval_samples) beside its lr 1e-4
     seeds and full fine-tuning scored on all of dev: the pivot cell and the GLUE table took the
     subset's 94.25 as the best of a grid over task.max_eval_samples, and the plots drew it, exit 0.
@@ -704,17 +704,23 @@ def test_runs_scored_on_other_eval_sets_are_other_tasks(tmp_path: Path, table: s
     if table == "glue":
         with pytest.raises(UserError, match=r"tiny lora / RTE holds runs on 2 versions of its data or eval set"):
             glue_report.render(items)
+    elif table == "glue cli":
+        code, _, err = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 2 and err.count("\n") == 1 and "tiny lora / RTE holds runs on 2 versions" in err, err
+        assert not (tmp_path / "report.md").exists()
+    elif table == "report.md":  # the CLI's text: the split said once, plots drawn per task
+        code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method")
+        assert code == 0 and text.count("its runs span 2 versions of their data or eval set") == 2, err  # runs, pivot
+        assert {p.name for p in tmp_path.glob("curves-*.png")} == {
+            "curves-rte_eval_set_eeeeeeeeeeee_.png", "curves-rte_eval_set_ffffffffffff_.png"}
     else:
         if table == "pivot":
             (p,) = report.pivots(items, "task", "method")
             got = {k: c.stat.n for k, c in p.cells.items()}
             notes = report.pivot_notes(p)
             assert not [n for n in notes if "of the grid" in n], notes  # no grid over eval sets
-        elif table == "runs table":
-            got, notes = {r[0]: r[2] for r in report.rows(items)[1]}, report.runs_notes(items)
         else:
-            got = {(t, m): len(runs) for t, g in plotting.entries(items).items() for m, runs in g.items()}
-            notes = report.runs_notes(items)
+            got, notes = {r[0]: r[2] for r in report.rows(items)[1]}, report.runs_notes(items)
         assert len(got) == 3 and any("eval set ffffffffffff" in str(k) for k in got) if table != "runs table" \
             else len(got) == 3, got
         said = [n for n in notes if "versions of their data or eval set" in n]
