@@ -1050,6 +1050,19 @@ def test_a_pivot_of_seeded_runs_says_the_paired_difference(tmp_path: Path) -> No
         "2 df): separated by these seeds") for n in report.pivot_notes(p)), report.pivot_notes(p)
 
 
+@pytest.mark.parametrize("values, shown", [
+    ([0.8800, 0.88001, 0.88003], "88.00 ± <0.01 (n=3)"),  # three seeds that differ: a spread, however small
+    ([0.88, 0.88, 0.88], "88.00 ± 0.00 (n=3)"),  # one number thrice: no spread
+    ([0.83 - 0.80, 0.87 - 0.84], "3.00 ± 0.00 (n=2)"),  # equal to float rounding
+    ([0.80, 0.84], "82.00 ± 2.83 (n=2)"),
+    ([0.80], "80.00 (n=1)"),  # one seed: no ± at all
+])
+def test_a_spread_too_small_to_print_is_not_printed_as_none(values: list, shown: str) -> None:
+    """Seeds of STS-B whose Pearson differed in the 5th digit printed "88.00 ± 0.00": the spread of
+    seeds that all gave one number, which reads as certainty; now "± <0.01"."""
+    assert report.Stat(values).fmt(100.0) == shown
+
+
 @pytest.mark.parametrize("case", ["paired interval", "paired, no spread", "grid's best"])
 def test_a_claim_is_printed_with_the_digits_that_show_it(tmp_path: Path, case: str) -> None:
     """A Pearson gap of 0.003 points on every seed printed "lora − full = +0.00, 95% CI [+0.00,

@@ -532,7 +532,12 @@ class Stat:
     def fmt(self, scale: float = 1.0, digits: int = 2, show_n: bool = True) -> str:
         text = f"{self.mean * scale:.{digits}f}"
         if self.n > 1:
-            text += f" ± {self.std * scale:.{digits}f}"
+            std = f"{self.std * scale:.{digits}f}"
+            # seeds that differ (beyond float rounding: no_spread) never read as "± 0.00", the
+            # spread of seeds that all gave one number
+            if not no_spread(self.values) and float(std) == 0:
+                std = f"<{10 ** -digits:.{digits}f}"
+            text += f" ± {std}"
         return text + (f" (n={self.n})" if show_n else "")
 
 
