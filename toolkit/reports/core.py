@@ -95,19 +95,17 @@ def hub_from_fingerprint(items: list[dict]) -> None:
     its fingerprint alone takes the examples' hash another run recorded beside that same
     fingerprint (one revision is one set of examples: an exact proof, not a guess), so seeds
     from before the hash join new seeds on the same revision; one that none proves stays apart."""
-    from toolkit.runs import hub_split_parts
-
     known = {}
     for item in items:
         for name, splits in (item["metrics"].get("hub_data") or {}).items():
             for split, value in (splits if isinstance(splits, dict) else {}).items():
-                fingerprint, content = hub_split_parts(value)
+                fingerprint, content = run_folders.hub_split_parts(value)
                 if content:
                     known[(name, split, fingerprint)] = content
     for item in items:
         for name, splits in (item["metrics"].get("hub_data") or {}).items():
             for split, value in (splits if isinstance(splits, dict) else {}).items():
-                fingerprint, content = hub_split_parts(value)
+                fingerprint, content = run_folders.hub_split_parts(value)
                 if not content and (name, split, fingerprint) in known:
                     splits[split] = f"{fingerprint} {known[(name, split, fingerprint)]}"
 
@@ -116,14 +114,15 @@ def hub_examples(metrics: dict) -> str | None:
     """What a run's Hub data sets held (metrics.json hub_data): a short hash over each split's
     examples (content hash; its datasets fingerprint where no content hash is known), so a new
     revision with the same rows is the same data and another one is not; None: no Hub data."""
-    from toolkit.runs import hub_split_parts
-
     record = metrics.get("hub_data")
     if not isinstance(record, dict) or not record:
         return None
-    seen = {name: {split: (lambda fc: fc[1] or "revision " + fc[0])(hub_split_parts(value))
-                   for split, value in splits.items()} if isinstance(splits, dict) else str(splits)
-            for name, splits in record.items()}
+    def examples(value: Any) -> str:
+        fingerprint, content = run_folders.hub_split_parts(value)
+        return content or "revision " + fingerprint
+
+    seen = {name: {split: examples(value) for split, value in splits.items()} if isinstance(splits, dict)
+            else str(splits) for name, splits in record.items()}
     return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:12]
 
 
