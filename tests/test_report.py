@@ -154,6 +154,8 @@ def test_report_md_and_pngs_are_written_into_the_runs_folder(tmp_path: Path, cli
     text = (tmp_path / "report.md").read_text()
     assert out.strip() == text.strip()
     assert "| task \\ method | full | houlsby |" in text and "Test CPU" in text and "aaaaaaaaaaaa" in text
+    # what "±" is, said once at the top: a sample std (n − 1), not a standard error or an interval
+    assert "mean ± the sample standard deviation (n − 1) over its seeds" in text.split("\n## ")[0]
     assert {p.name for p in tmp_path.glob("*.png")} == {"curves-sst2.png", "params-sst2.png", "cost-sst2.png"}
     assert all((tmp_path / f"{k}-sst2.png").read_bytes()[:4] == b"\x89PNG" for k in ("curves", "params", "cost"))
     assert "![params-sst2](params-sst2.png)" in text
@@ -284,6 +286,41 @@ def test_each_row_says_its_budget(tmp_path: Path) -> None:
     assert report.budget(items[0]).endswith("batch 16")
     assert "batch 16 × 2 accumulated × 2 processes, epochs 3" in glue_report.ours_protocol({"tiny lora": {"sst2": [items[1]]}})[0]
     assert "### Budget of each row" in report.render(tmp_path, plots=False)
+
+
+@pytest.mark.parametrize("plot", ["params", "cost"])
+def test_one_seed_is_drawn_without_an_error_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plot: str) -> None:
+    """An entry of one seed was drawn with a zero-height error bar and its caps (the cost bars with
+    a zero-width one), which read as a measured, certain value where the tables show no ± at all;
+    now only entries of two seeds or more have error bars, and the figure says what they are."""
+    from toolkit.reports import plots
+
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 100}, trainable=100000)
+    fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.79}, trainable=2000)
+    drawn = {}
+
+    def keep(fig, path: Path) -> tuple[Path, bytes]:
+        drawn[path.name.split("-")[0]] = fig
+        return path, b""
+
+    monkeypatch.setattr(plots, "_save", keep)
+    group = plotting.entries(report.collect(tmp_path))["sst2"]
+    getattr(plots, plot)("sst2", group, tmp_path)
+    fig = drawn[plot]
+    texts = " ".join(t.get_text() for t in fig.findobj(__import__("matplotlib").text.Text))
+    assert "error bars: sample std over seeds, none for n=1" in texts, texts
+    ax = fig.axes[0]
+    if plot == "params":
+        bars = {c.get_label(): c.has_yerr for c in ax.containers}
+        assert bars == {"full (n=3)": True, "lora (n=1)": False}, bars
+    else:
+        (container,) = [c for c in ax.containers if getattr(c, "errorbar", None) is not None]
+        spans = [seg for seg in container.errorbar.lines[2][0].get_segments()]
+        finite = [len(seg) > 0 and bool((seg == seg).all()) for seg in spans]  # NaN: no bar drawn
+        order = list(group)
+        assert finite[order.index("full")] and not finite[order.index("lora")], (order, spans)
+    plots._plt().close(fig)
 
 
 def test_a_curve_of_one_point_is_a_labelled_marker() -> None:
@@ -565,22 +602,136 @@ def test_seeds_from_before_data_sha256_join_new_seeds_on_the_data_their_run_id_p
     assert sorted(r[2] for r in rows) == ["1", "3"]
 
 
-def test_a_comparison_across_eval_sets_is_said(tmp_path: Path) -> None:
-    """LoRA scored on 500 dev examples beside full fine-tuning scored on all of them: the pivot and
-    the runs table say the numbers are not a comparison; on one eval set they say nothing."""
-    for seed in (42, 43):
-        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 1000}), eval_sha256="e" * 64)
-        _stamp(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.70 + seed / 1000}), eval_sha256="f" * 64)
-    items = report.collect(tmp_path)
-    (p,) = report.pivots(items, "task", "method")
-    said = [n for n in report.pivot_notes(p) + report.runs_notes(items) if "different eval sets" in n]
-    assert len(said) == 2 and all("full" in n and "lora" in n for n in said)
-    for run in tmp_path.rglob("metrics.json"):
-        _stamp(run.parent, eval_sha256="e" * 64)
-    items = report.collect(tmp_path)
-    (p,) = report.pivots(items, "task", "method")
-    assert not [n for n in report.pivot_notes(p) + report.runs_notes(items) if "eval sets" in n]
+def _hub(revision: str, rows: str | None) -> dict:
+    """metrics.json's hub_data of a run that read a Hub data set at `revision` (its datasets
+    fingerprint) holding the examples `rows` (their content hash; None: a run from before it)."""
+    return {"org/data sst2": {split: f"{revision}{split}" + (f" {rows}{split}" if rows else "")
+                              for split in ("train", "validation")}}
 
+
+@pytest.mark.parametrize("table", ["pivot", "runs table", "glue", "plots"])
+def test_seeds_pool_on_one_hub_data_whatever_its_revision(tmp_path: Path, table: str) -> None:
+    """A Hub data set's runs have no data files (data_sha256 is the empty set's for every
+    revision): seeds 44 and 45, run after the Hub's rows changed, were pooled with 42 and 43 as
+    four seeds of one entry, exit 0. The examples a run read (hub_data's content hash) decide:
+    other rows are another task in every table and plot, said in one line (GLUE: refused), and
+    a new revision holding the same rows pools (as does an old record of the same revision)."""
+    runs = {}
+    for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.60), (45, 0.62)):
+        runs[seed] = fake_run(tmp_path, "sst2", "full", seed, {"accuracy": acc})
+        _stamp(runs[seed], hub_data=_hub("a", "x") if seed < 44 else _hub("b", "y"))
+
+    def seen(items: list[dict]) -> list:
+        if table == "pivot":
+            (p,) = report.pivots(items, "task", "method")
+            return sorted((r, c.stat.n) for (r, _), c in p.cells.items()), report.pivot_notes(p)
+        if table == "runs table":
+            header, rows = report.rows(items)
+            return sorted(r[2] for r in rows), report.runs_notes(items)
+        if table == "plots":
+            return sorted((t, len(m)) for t, group in plotting.entries(items).items() for m in group.values()), \
+                report.runs_notes(items)
+        text = glue_report.render(items)
+        return [line for line in text.splitlines() if "| tiny full" in line], []
+
+    items = report.collect(tmp_path)
+    if table == "glue":
+        with pytest.raises(UserError, match=r"report --glue: tiny full / SST-2 holds runs on 2 versions of its data or eval set"):
+            seen(items)
+    else:
+        got, notes = seen(items)
+        assert len(got) == 2 and all("2" in str(g) for g in got), got
+        said = [n for n in notes if "versions of their data" in n]
+        assert len(said) == 1 and said[0].startswith("sst2: its runs span 2 versions of their data or eval set"), notes
+    for seed in (44, 45):  # revision c holds the rows of a: the same data
+        _stamp(runs[seed], hub_data=_hub("c", "x"))
+    _stamp(runs[43], hub_data=_hub("a", None))  # recorded before the content hash: revision a's
+    got, notes = seen(report.collect(tmp_path))
+    if table == "glue":
+        assert len(got) == 1 and "71.00 ± 11.60 (n=4)" in got[0], got
+    elif table == "runs table":
+        assert got == ["4"]
+    else:
+        assert [g[1] for g in got] == [4], got
+    assert not [n for n in notes if "versions of their data" in n]
+
+
+@pytest.mark.parametrize("table", ["pivot", "glue", "plots"])
+def test_a_copy_of_the_data_under_another_path_is_the_same_task(tmp_path: Path, table: str) -> None:
+    """Seeds 44 and 45 read GLUE from a copy of the data folder (task.data_dir, the same bytes: one
+    data_sha256 and eval_sha256): they were another task, `rte (data_dir b)`, beside seeds 42 and
+    43, and the GLUE table refused the cell; a copy is the same data (as for resume and eval).
+    Other bytes under the other path stay another task."""
+    for seed in (42, 43, 44, 45):
+        run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.70 + seed / 1000},
+                       task_extra={"data_dir": f"/data/{'a' if seed < 44 else 'b'}/glue"})
+        _stamp(run, data_sha256="d" * 64, eval_sha256="e" * 64)
+
+    def seen() -> list:
+        items = report.collect(tmp_path)
+        if table == "pivot":
+            return sorted((r, c.stat.n) for (r, _), c in report.pivots(items, "task", "method")[0].cells.items())
+        if table == "plots":
+            return sorted((t, len(runs)) for t, g in plotting.entries(items).items() for runs in g.values())
+        return [line for line in glue_report.render(items).splitlines() if line.startswith("| tiny lora")]
+
+    got = seen()
+    assert (got == [("rte", 4)]) if table != "glue" else ("(n=4)" in got[0]), got
+    for run in tmp_path.rglob("*lora4[45]*"):
+        _stamp(run, data_sha256="f" * 64)
+    if table == "glue":
+        with pytest.raises(UserError, match="holds runs on 2 versions of its data or eval set"):
+            seen()
+    else:
+        assert [n for _, n in seen()] == [2, 2]
+
+
+@pytest.mark.parametrize("table", ["pivot", "runs table", "glue", "glue cli", "report.md"])
+def test_runs_scored_on_other_eval_sets_are_other_tasks(tmp_path: Path, table: str, cli) -> None:
+    """LoRA's lr 1e-3 seeds scored on 50 dev examples (task.max_eval_samples) beside its lr 1e-4
+    seeds and full fine-tuning scored on all of dev: the pivot cell and the GLUE table took the
+    subset's 94.25 as the best of a grid over task.max_eval_samples, and the plots drew it, exit 0.
+    Runs of one task scored on other examples (metrics.json eval_sha256; a run from before it takes
+    the one its task settings and data prove) are other tasks, said in one line (GLUE: refused);
+    on one eval set nothing is split."""
+    for seed in (42, 43):
+        _stamp(fake_run(tmp_path, "rte", "full", seed, {"accuracy": 0.70 + seed / 1000}), eval_sha256="e" * 64)
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.68 + seed / 1000}, lr=1e-4)  # before eval_sha256
+        subset = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.90 + seed / 1000})
+        _recipe_edit(subset, "task", max_eval_samples=50)
+        _stamp(subset, eval_sha256="f" * 64)
+    items = report.collect(tmp_path)
+    if table == "glue":
+        with pytest.raises(UserError, match=r"tiny lora / RTE holds runs on 2 versions of its data or eval set"):
+            glue_report.render(items)
+    elif table == "glue cli":
+        code, _, err = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 2 and err.count("\n") == 1 and "tiny lora / RTE holds runs on 2 versions" in err, err
+        assert not (tmp_path / "report.md").exists()
+    elif table == "report.md":  # the CLI's text: the split said once, plots drawn per task
+        code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method")
+        assert code == 0 and text.count("its runs span 2 versions of their data or eval set") == 2, err  # runs, pivot
+        assert {p.name for p in tmp_path.glob("curves-*.png")} == {
+            "curves-rte_eval_set_eeeeeeeeeeee_.png", "curves-rte_eval_set_ffffffffffff_.png"}
+    else:
+        if table == "pivot":
+            (p,) = report.pivots(items, "task", "method")
+            got = {k: c.stat.n for k, c in p.cells.items()}
+            notes = report.pivot_notes(p)
+            assert not [n for n in notes if "of the grid" in n], notes  # no grid over eval sets
+        else:
+            got, notes = {r[0]: r[2] for r in report.rows(items)[1]}, report.runs_notes(items)
+        assert len(got) == 3 and any("eval set ffffffffffff" in str(k) for k in got) if table != "runs table" \
+            else len(got) == 3, got
+        said = [n for n in notes if "versions of their data or eval set" in n]
+        assert len(said) == 1 and "eval set eeeeeeeeeeee: 4 run(s); eval set ffffffffffff: 2 run(s)" in said[0], notes
+        assert not [n for n in notes if "rte [eval set eeeeeeeeeeee] and" in n and "ffffffffffff" in n]  # not paired
+    for run in [r.parent for r in tmp_path.rglob("recipe.yaml") if "max_eval_samples" in r.read_text()]:
+        shutil.rmtree(run)
+    items = report.collect(tmp_path)
+    assert not [n for n in report.runs_notes(items) if "eval set" in n]
+    (p,) = report.pivots(items, "task", "method")
+    assert set(p.rows) == {"rte"} and p.cells[("rte", "lora")].stat.n == 2
 
 
 # --- metrics.json / recipe.yaml written elsewhere: one line, or a NaN left out and named ----------
@@ -739,7 +890,7 @@ def test_runs_of_one_task_name_on_other_data_are_other_tasks(tmp_path: Path, cli
     assert {r[0]: r[1:] for r in pivot} == {f"text_classification ({said})": ["", "99.25 ± 0.07 (n=2)"],
                                             f"text_classification ({other})": ["74.25 ± 0.07 (n=2)", "64.25 ± 0.07 (n=2)"]}
     assert "best mean accuracy on dev of the grid" not in text  # no grid across data sets
-    pairs = [line for line in text.splitlines() if " − " in line]
+    pairs = [line for line in text.splitlines() if line.startswith("- ") and " − " in line]  # the notes
     assert len(pairs) == 2 and all("hard" in p or "test" in p or "sentiment" in p for p in pairs)
     plotted = plotting.entries(report.collect(tmp_path))
     assert sorted(plotted) == sorted(r[0] for r in pivot) and sorted(plotted[f"text_classification ({other})"]) == [
@@ -897,6 +1048,85 @@ def test_a_pivot_of_seeded_runs_says_the_paired_difference(tmp_path: Path) -> No
     (p,) = report.pivots(report.collect(tmp_path), "task", "method")
     assert any(n.startswith("lora and full (sst2): accuracy lora − full = +1.10") and n.endswith(
         "2 df): separated by these seeds") for n in report.pivot_notes(p)), report.pivot_notes(p)
+
+
+@pytest.mark.parametrize("values, shown", [
+    ([0.8800, 0.88001, 0.88003], "88.00 ± <0.01 (n=3)"),  # three seeds that differ: a spread, however small
+    ([0.88, 0.88, 0.88], "88.00 ± 0.00 (n=3)"),  # one number thrice: no spread
+    ([0.83 - 0.80, 0.87 - 0.84], "3.00 ± 0.00 (n=2)"),  # equal to float rounding
+    ([0.80, 0.84], "82.00 ± 2.83 (n=2)"),
+    ([0.80], "80.00 (n=1)"),  # one seed: no ± at all
+])
+def test_a_spread_too_small_to_print_is_not_printed_as_none(values: list, shown: str) -> None:
+    """Seeds of STS-B whose Pearson differed in the 5th digit printed "88.00 ± 0.00": the spread of
+    seeds that all gave one number, which reads as certainty; now "± <0.01"."""
+    assert report.Stat(values).fmt(100.0) == shown
+
+
+@pytest.mark.parametrize("case", ["paired interval", "paired, no spread", "grid's best"])
+def test_a_claim_is_printed_with_the_digits_that_show_it(tmp_path: Path, case: str) -> None:
+    """A Pearson gap of 0.003 points on every seed printed "lora − full = +0.00, 95% CI [+0.00,
+    +0.00]: separated", and a grid's best 80.43 beside its runner-up's 80.43: the numbers denied the
+    claim they stood for. Each claim now prints with as many decimals as tell its numbers apart
+    (2 where they suffice); equal numbers stay equal."""
+    gaps = {"paired interval": (0.00002, 0.00003, 0.000025), "paired, no spread": (0.00003,) * 3}
+    for seed, base in ((42, 0.80), (43, 0.84), (44, 0.82)):
+        if case == "grid's best":
+            fake_run(tmp_path, "stsb", "lora", seed, {"pearson": base}, lr=1e-4, main="pearson")
+            fake_run(tmp_path, "stsb", "lora", seed, {"pearson": base + 0.000004}, lr=1e-3, main="pearson")
+        else:
+            fake_run(tmp_path, "stsb", "full", seed, {"pearson": base}, main="pearson")
+            fake_run(tmp_path, "stsb", "lora", seed, {"pearson": base + gaps[case][seed - 42]}, main="pearson")
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    notes = report.pivot_notes(p)
+    if case == "grid's best":
+        (note,) = [n for n in notes if "reported train.lr=0.001" in n]
+        shown = re.findall(r"train\.lr=[0-9.e-]+: ([0-9.]+) ±", note)
+        assert len(shown) == 2 and shown[0] != shown[1] and float(shown[1]) > float(shown[0]), note
+        return
+    (note,) = [n for n in notes if n.startswith("lora and full (stsb): pearson lora − full = ")]
+    numbers = re.findall(r"[+-]\d+\.\d+", note.split(" (paired")[0].split(" on each")[0])
+    assert numbers and all(float(x) > 0 for x in numbers), note  # none printed as +0.00
+    if case == "paired interval":
+        assert note.endswith("separated by these seeds") and "not separated" not in note, note
+    else:
+        assert "+0.003 on each of the 3 seeds" in note, note
+
+
+KEPT_BEST = {"step": 20, "on": "accuracy", "value": 0.8, "eval_loss": 0.5, "ties": "lower eval loss"}
+KEPT_LAST = {"step": 20, "on": "the last step (train.keep_best: no evaluation gave accuracy a defined value)"}
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "glue"])
+def test_best_and_last_checkpoints_are_not_pooled_or_compared_without_a_word(tmp_path: Path, table: str) -> None:
+    """LoRA's seed 43 kept its last step (no evaluation defined the selection metric) beside seed
+    42's best step on dev, and full fine-tuning kept its last step: one mean pooled a checkpoint
+    selected on the dev set it is scored on with one that was not, and the row compared a
+    dev-selected cell with an unselected one, exit 0 and no word. Each is one line; runs that all
+    kept one kind say nothing."""
+    for seed in (42, 43):
+        _stamp(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.80 + seed / 1000}),
+               kept=KEPT_BEST if seed == 42 else KEPT_LAST)
+        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.82 + seed / 1000}), kept=KEPT_LAST)
+    items = report.collect(tmp_path)
+
+    def notes(items: list[dict]) -> list[str]:
+        if table == "runs table":
+            return report.runs_notes(items)
+        if table == "pivot":
+            return report.pivot_notes(report.pivots(items, "task", "method")[0])
+        return [line[2:] for line in glue_report.render(items).splitlines() if line.startswith("- ")]
+
+    said = notes(items)
+    mixed = [n for n in said if "its runs report different checkpoints" in n]
+    assert len(mixed) == 1 and "lora" in mixed[0].split(":")[0] and "the best on dev (seed 42)" in mixed[0] \
+        and "the last step (seed 43: the last step (train.keep_best: no evaluation gave accuracy" in mixed[0], said
+    if table != "glue":  # the GLUE protocol lines say each cell's kept checkpoint
+        compared = [n for n in said if "checkpoint kept (" in n]
+        assert len(compared) == 1 and "the best on dev and the last step" in compared[0], said
+    for run in tmp_path.rglob("metrics.json"):
+        _stamp(run.parent, kept=KEPT_BEST)
+    assert not [n for n in notes(report.collect(tmp_path)) if "different checkpoints" in n or "checkpoint kept" in n]
 
 
 def _recipe_edit(run: Path, section: str, **fields) -> None:

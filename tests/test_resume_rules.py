@@ -505,7 +505,8 @@ def test_a_hub_data_set_resumes_and_is_scored_only_on_the_revision_it_trained_on
         return {"train": made, "validation": made[:4]}
 
     revision = _fake_hub_data(monkeypatch, tmp_path / "hub", {"a" * 40: revision_rows(("bad", "good")),
-                                                             "b" * 40: revision_rows(("poor", "fine"))})
+                                                             "b" * 40: revision_rows(("poor", "fine")),
+                                                             "c" * 40: revision_rows(("bad", "good"))})
     revision["now"] = "a" * 40
     recipe = tmp_path / "r.yaml"
     recipe.write_text(f"""model: {{checkpoint: {tiny_checkpoint("bert")}}}
@@ -530,6 +531,10 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
     assert code == 2 and "the Hub data set 'org/reviews' is not the revision this run was made with" in err, err
     with pytest.raises(toolkit.UserError, match="is not the revision this run was made with"):
         toolkit.evaluate(finished)
+    revision["now"] = "c" * 40  # a new revision holding the rows the runs read: the same data
+    assert cli("eval", finished)[0] == 0
+    code, out, err = cli("run", recipe, "train.seed=8", "--runs-dir", runs)
+    assert code == 0 and "resuming from" in out, out + err
 
 
 def _hub_rows(task: str, variant: int) -> dict[str, list[dict]]:
@@ -558,11 +563,13 @@ def test_every_hub_loader_records_the_revision_it_read(task: str, settings: dict
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Each task's Hub path records what it loaded (Task.hub_data): the same revision loaded again
     gives the same record (a resume and an eval on it go on), another revision another one,
-    named by runs.hub_data_changed (refused at resume and eval)."""
+    named by runs.hub_data_changed (refused at resume and eval) unless it holds the same examples
+    (it was refused: a new revision with identical rows is the same data)."""
     from toolkit import runs
     from toolkit.tasks import TASKS
 
-    revision = _fake_hub_data(monkeypatch, tmp_path / "hub", {"a": _hub_rows(task, 0), "b": _hub_rows(task, 1)})
+    revision = _fake_hub_data(monkeypatch, tmp_path / "hub", {"a": _hub_rows(task, 0), "b": _hub_rows(task, 1),
+                                                             "c": _hub_rows(task, 0)})
     if task == "glue":
         settings = {**settings, "data_dir": str(tmp_path / "no-local-copy")}
 
@@ -576,3 +583,9 @@ def test_every_hub_loader_records_the_revision_it_read(task: str, settings: dict
     assert first and all(all(splits.values()) for splits in first.values()), first
     assert loaded("a") == first and runs.hub_data_changed(first, loaded("a")) is None
     assert runs.hub_data_changed(first, loaded("b")) == next(iter(first))
+    # revision c holds a's rows: another datasets fingerprint (cache folder), the same examples
+    same = loaded("c")
+    assert same != first and runs.hub_data_changed(first, same) is None
+    # a record from before the content hash (fingerprints alone) is judged by its revision
+    old = {name: {s: v.split(" ")[0] for s, v in splits.items()} for name, splits in first.items()}
+    assert runs.hub_data_changed(old, loaded("a")) is None and runs.hub_data_changed(old, same) == next(iter(first))

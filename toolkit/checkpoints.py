@@ -414,8 +414,8 @@ def check_hub_data(saved: dict | None, task: Any, step: int) -> None:
     changed = runs.hub_data_changed(saved, task.hub_data())
     if changed is not None:
         raise UserError(f"task: the Hub data set '{changed}' is not the revision this run's checkpoint of step "
-                        f"{step} was made on (its datasets fingerprint differs: the cache holds another "
-                        "revision now); the run goes on only on the data it trained on: load that revision "
+                        f"{step} was made on (its examples differ: the cache holds another revision "
+                        "now; one with the same examples goes on); the run goes on only on the data it trained on: load that revision "
                         "again, or rerun with --force to start again on the new one")
 
 

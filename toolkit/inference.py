@@ -200,8 +200,8 @@ def check_hub_data(run: Path, recipe: Any, task_from: str | None) -> None:
     changed = runs.hub_data_changed(runs_json(run / "metrics.json").get("hub_data"), recipe.task.hub_data())
     if changed is not None:
         raise UserError(f"task: the Hub data set '{changed}' is not the revision this run was made with "
-                        "(metrics.json hub_data: its datasets fingerprint differs, the cache holds another "
-                        "revision now); load that revision again, or name the data to score on, on purpose: "
+                        "(metrics.json hub_data: its examples differ, the cache holds another revision "
+                        "now; one with the same examples is scored); load that revision again, or name the data to score on, on purpose: "
                         "task.eval_file=/full/path")
 
 

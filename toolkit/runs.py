@@ -133,14 +133,29 @@ def base_changed(saved: dict | None, source: str) -> Path | None:
 
 def hub_data_changed(saved: dict | None, now: dict | None) -> str | None:
     """The first Hub data set ("<id> <config>") of `saved` (Task.hub_data) whose splits were loaded
-    now with other fingerprints (another revision in the datasets cache); None when all match, or
-    where nothing was recorded (local files, or a record from before hub_data). A data set not
-    loaded now (another one named on purpose) is not compared."""
+    now with other examples; None when all match, or where nothing was recorded (local files, or a
+    record from before hub_data). A data set not loaded now (another one named on purpose) is not
+    compared. Examples are compared by their content hash where both records hold one (another
+    revision with the same rows is the same data: it was refused), else by datasets' fingerprint
+    (a record from before the content hash: another revision is other data)."""
     for name, splits in sorted((saved or {}).items()):
-        loaded = (now or {}).get(name)
-        if loaded is not None and any(s in loaded and loaded[s] != f for s, f in splits.items()):
+        loaded = (now or {}).get(name) or {}
+        if any(s in loaded and not same_hub_split(f, loaded[s]) for s, f in splits.items()):
             return name
     return None
+
+
+def hub_split_parts(value: Any) -> tuple[str, str | None]:
+    """(datasets fingerprint, content sha256 or None) of one split's Hub record (Task.hub_data)."""
+    fingerprint, _, content = str(value).partition(" ")
+    return fingerprint, content or None
+
+
+def same_hub_split(a: Any, b: Any) -> bool:
+    """Two records of a split hold the same examples: equal content hashes where both have one,
+    else equal datasets fingerprints (one revision)."""
+    (fa, ca), (fb, cb) = hub_split_parts(a), hub_split_parts(b)
+    return ca == cb if ca and cb else fa == fb
 
 
 def run_id(recipe: Recipe, processes: int | None = None) -> str:

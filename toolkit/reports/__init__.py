@@ -26,7 +26,7 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
         raise UserError(f"report: --out {out} is a file; --out names the folder report.md and the plots go to")
     out = out or roots[0]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [f"# Report: {', '.join(map(str, roots))}", f"{provenance(items)} Written {when}."]
+    parts = [f"# Report: {', '.join(map(str, roots))}", f"{provenance(items)} Written {when}. {STATISTIC}"]
     if glue:
         parts.append(glue_report.render(items))
     # a pivot where any of its options is given: `--metric f1` alone (the default axes) and an
@@ -56,6 +56,13 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
     for path in old:
         path.unlink(missing_ok=True)
     return text
+
+
+# what every "±" and interval below is: a reader of the tables alone could not tell a sample std
+# from a population one, a standard error or a confidence interval
+STATISTIC = ("Every entry is the mean ± the sample standard deviation (n − 1) over its seeds, n shown; one "
+             "seed shows no spread. A comparison of entries on matched seeds is their paired difference with "
+             "its 95% Student's t interval (n − 1 df).")
 
 
 def _bullets(notes: list[str]) -> list[str]:

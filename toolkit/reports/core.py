@@ -89,6 +89,43 @@ def data_from_run_id(items: list[dict]) -> None:
                 break
 
 
+def hub_from_fingerprint(items: list[dict]) -> None:
+    """A Hub data set's record (metrics.json hub_data: each split's datasets fingerprint, and since
+    2026-11-28 a hash of its examples after a space, runs.hub_split_parts). A split recorded by
+    its fingerprint alone takes the examples' hash another run recorded beside that same
+    fingerprint (one revision is one set of examples: an exact proof, not a guess), so seeds
+    from before the hash join new seeds on the same revision; one that none proves stays apart."""
+    known = {}
+    for item in items:
+        for name, splits in (item["metrics"].get("hub_data") or {}).items():
+            for split, value in (splits if isinstance(splits, dict) else {}).items():
+                fingerprint, content = run_folders.hub_split_parts(value)
+                if content:
+                    known[(name, split, fingerprint)] = content
+    for item in items:
+        for name, splits in (item["metrics"].get("hub_data") or {}).items():
+            for split, value in (splits if isinstance(splits, dict) else {}).items():
+                fingerprint, content = run_folders.hub_split_parts(value)
+                if not content and (name, split, fingerprint) in known:
+                    splits[split] = f"{fingerprint} {known[(name, split, fingerprint)]}"
+
+
+def hub_examples(metrics: dict) -> str | None:
+    """What a run's Hub data sets held (metrics.json hub_data): a short hash over each split's
+    examples (content hash; its datasets fingerprint where no content hash is known), so a new
+    revision with the same rows is the same data and another one is not; None: no Hub data."""
+    record = metrics.get("hub_data")
+    if not isinstance(record, dict) or not record:
+        return None
+    def examples(value: Any) -> str:
+        fingerprint, content = run_folders.hub_split_parts(value)
+        return content or "revision " + fingerprint
+
+    seen = {name: {split: examples(value) for split, value in splits.items()} if isinstance(splits, dict)
+            else str(splits) for name, splits in record.items()}
+    return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:12]
+
+
 NUMBER = "a number"
 # The fields of metrics.json the report reads, and the JSON type each has when present (a mapping:
 # of names to numbers). What run_metrics.py writes; a file edited or damaged by hand is named.
@@ -100,7 +137,7 @@ METRICS_FIELDS: dict[str, str] = {
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
     "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
-    "resumed_under_other_code": "a list", "recipe_hash": "a string",
+    "resumed_under_other_code": "a list", "recipe_hash": "a string", "hub_data": "an object",
 }
 
 
@@ -182,6 +219,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     if not found:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
     data_from_run_id(found)
+    hub_from_fingerprint(found)
     one_seed_once(found)
     task_labels(found)
     model_labels(found)
@@ -284,6 +322,7 @@ def _data_fields(recipe: dict) -> dict[str, str]:
 
 
 DATA_SUFFIXES = ("_file", "_dir", "_split", "_field", "_column", "_columns")
+PATH_SUFFIXES = ("_file", "_dir")  # fields naming where bytes are, not which of them are read
 
 
 def _tail(value: str, others: set[str]) -> str:
@@ -301,16 +340,86 @@ def task_labels(items: list[dict]) -> None:
     other data (two of one's own CSV sets, another eval file or split), the data fields that tell
     them apart. `text_classification` over two data sets was one task: a pivot cell took the best
     of the two as if a grid, notes paired them by seed and one plot drew them as one task."""
+    _eval_from_task(items)
     by_name: dict[str, list[dict]] = defaultdict(list)
     for item in items:
         by_name[_task_name(item["recipe"])].append(item)
     for name, members in by_name.items():
         fields = [_data_fields(m["recipe"]) for m in members]
         keys = sorted({k for f in fields for k in f})
-        differ = [k for k in keys if len({f.get(k) for f in fields}) > 1]
+        # a file or folder named by another path that holds the same bytes (a copy: one data_sha256,
+        # one eval_sha256 for every run) is the same data: another path alone made another task,
+        # and the GLUE table refused the cell
+        versions = {data_version(m) for m in members}
+        copies = len(versions) == 1 and all(next(iter(versions)))
+        differ = [k for k in keys if len({f.get(k) for f in fields}) > 1
+                  and not (copies and k.endswith(PATH_SUFFIXES))]
         for member, f in zip(members, fields):
             said = [f"{k} {_tail(f[k], {g.get(k) for g in fields if g.get(k)}) if k in f else '–'}" for k in differ]
             member["task_label"] = f"{name} ({', '.join(said)})" if said else name
+    data_labels(items)
+
+
+def data_version(item: dict) -> tuple[str, str]:
+    """(the data a run read: its data files' sha256 and its Hub data sets' examples, _setting's
+    `data` and `hub`; the examples it was scored on: metrics.json eval_sha256), each a short hash,
+    '' where not recorded."""
+    made = _setting(item)
+    data = "" if made["data"] is None and made["hub"] is None else \
+        hashlib.sha256(json.dumps([made["data"], made["hub"]]).encode()).hexdigest()[:12]
+    return data, (item["metrics"].get("eval_sha256") or "")[:12]
+
+
+def _eval_from_task(items: list[dict]) -> None:
+    """A run from before metrics.json recorded eval_sha256 takes the one another run recorded with
+    the same task settings and the same data (which examples are scored follows from them alone:
+    max_eval_samples, a carved split, the eval file), so it is not an eval set of its own."""
+    def key(item: dict) -> str:
+        made = _setting(item)
+        return json.dumps([item["recipe"].get("task"), made["data"], made["hub"]], sort_keys=True, default=str)
+
+    known = {key(i): i["metrics"]["eval_sha256"] for i in items if i["metrics"].get("eval_sha256")}
+    for item in items:
+        if not item["metrics"].get("eval_sha256") and key(item) in known:
+            item["metrics"]["eval_sha256"] = known[key(item)]
+
+
+def data_labels(items: list[dict]) -> None:
+    """Runs of one task label that read other versions of their data (a file edited between
+    seeds, a Hub data set at a revision with other rows) or were scored on other examples
+    (task.max_eval_samples, another carve of dev) are other tasks on every axis: as one, a pivot
+    cell and the GLUE table chose the better version, or the eval subset that scored higher, as a
+    grid's best, and a plot drew one line over both. Each such label gets what tells it apart
+    (`sst2 [data 1a2b3c4d5e6f]`, `sst2 [eval set 3c4d5e6f7a8b]`), and the split is said in one
+    line (`data_split_notes`); runs of one label on one version keep it unchanged."""
+    by_label: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_label[item["task_label"]].append(item)
+    for name, members in by_label.items():
+        versions = {id(m): data_version(m) for m in members}
+        differ = [i for i, what in enumerate(("data", "eval set")) if len({v[i] for v in versions.values()}) > 1]
+        if not differ:
+            continue
+        shown = {k: ", ".join(f"{('data', 'eval set')[i]} {v[i] or 'not recorded'}" for i in differ)
+                 for k, v in versions.items()}
+        counts: dict[str, int] = defaultdict(int)
+        for m in members:
+            counts[shown[id(m)]] += 1
+            m["task_label"] = f"{name} [{shown[id(m)]}]"
+        said = "; ".join(f"{v}: {n} run(s)" for v, n in sorted(counts.items()))
+        what = "; ".join(("data: the task's data files' sha256, a Hub data set's examples",
+                          "eval set: the examples scored, metrics.json eval_sha256 (another eval file, "
+                          "task.max_eval_samples, another carve)")[i] for i in differ)
+        for m in members:
+            m["data_split"] = (f"{name}: its runs span {len(counts)} versions of their data or eval set ({what}): "
+                               f"{said}; each is a task of its own in "
+                               "every table and plot, never seeds or a grid of one entry: rerun the other version's "
+                               "seeds on one data and eval set, or remove them")
+
+
+def data_split_notes(items: list[dict]) -> list[str]:
+    """The one line per task label that data_labels split by data version."""
+    return list(dict.fromkeys(i["data_split"] for i in items if i.get("data_split")))
 
 
 def _checkpoint(recipe: dict) -> str:
@@ -356,10 +465,18 @@ def _setting(item: dict) -> dict:
         section = _dig(recipe, ".".join(parents)) if parents else recipe
         if isinstance(section, dict):
             section.pop(last, None)
-    # the task's data files (sha256): seeds of one entry ran on one version of the data
-    # and a chained run's upstream run folder (base_run): seeds of one entry started from one model
+    # the task's data files (sha256) and a Hub data set's examples (hub_data): seeds of one entry
+    # ran on one version of the data (a Hub data set's revisions were pooled as seeds: its data
+    # files are none, every revision the same empty data_sha256), and a chained run's upstream run
+    # folder (base_run): seeds of one entry started from one model
+    # where the bytes were read from is not the setting once what they were is recorded (a copy of
+    # the data folder is the same data, as for resume and eval): the files (data) and the
+    # examples scored (eval, which also tells a train file from an eval file of the same bytes)
+    if item["metrics"].get("data_sha256") and isinstance(recipe.get("task"), dict):
+        recipe["task"] = {k: v for k, v in recipe["task"].items() if not k.endswith(PATH_SUFFIXES)}
     return {**recipe, "processes": item["metrics"].get("num_processes"),
-            "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run")}
+            "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "hub": hub_examples(item["metrics"]),
+            "eval": (item["metrics"].get("eval_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run")}
 
 
 def setting(item: dict) -> str:
@@ -414,7 +531,12 @@ class Stat:
     def fmt(self, scale: float = 1.0, digits: int = 2, show_n: bool = True) -> str:
         text = f"{self.mean * scale:.{digits}f}"
         if self.n > 1:
-            text += f" ± {self.std * scale:.{digits}f}"
+            std = f"{self.std * scale:.{digits}f}"
+            # seeds that differ (beyond float rounding: no_spread) never read as "± 0.00", the
+            # spread of seeds that all gave one number
+            if not no_spread(self.values) and float(std) == 0:
+                std = f"<{10 ** -digits:.{digits}f}"
+            text += f" ± {std}"
         return text + (f" (n={self.n})" if show_n else "")
 
 
@@ -452,6 +574,18 @@ def t_interval(values: list[float], level: float = CONFIDENCE) -> tuple[float, f
     return mean, mean - half, mean + half
 
 
+def digits_apart(pairs: Iterable[tuple[float, float]], digits: int = 2, most: int = 6) -> int:
+    """The fewest decimals (from `digits`, at most `most`) at which each pair of different numbers
+    prints differently: a paired difference of +0.003 points with its interval printed "+0.00,
+    95% CI [+0.00, +0.00]: separated", and a grid's best printed as its runner-up's 80.43, claimed
+    what the printed numbers deny. Numbers equal to float rounding (core.choose's rule) stay equal."""
+    pairs = [(x, y) for x, y in pairs if abs(x - y) > 1e-9 * max(1.0, abs(x), abs(y))]
+    for d in range(digits, most):
+        if all(f"{x:+.{d}f}" != f"{y:+.{d}f}" for x, y in pairs):
+            return d
+    return most
+
+
 def paired_note(name_a: str, a: Stat, name_b: str, b: Stat, metric: Metric, where: str) -> str | None:
     """The difference of two entries over their matched seeds with its t interval: a seed moves
     both runs together (same data order, same init), so seeds that overlap as mean ± std can still
@@ -462,15 +596,17 @@ def paired_note(name_a: str, a: Stat, name_b: str, b: Stat, metric: Metric, wher
         return None
     seeds = f"{len(common)} seeds {', '.join(map(str, common))}"
     if no_spread(diffs):
+        mean = statistics.mean(diffs) * metric.scale
         text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = "
-                f"{statistics.mean(diffs) * metric.scale:+.2f} on each of the {seeds}: no spread (every seed's "
+                f"{mean:+.{digits_apart([(mean, 0.0)])}f} on each of the {seeds}: no spread (every seed's "
                 "difference is the same, so its t interval has zero width and measures no noise): not judged "
                 "separated; more seeds would say")
     else:
         mean, low, high = (v * metric.scale for v in t_interval(diffs))
         apart = low > 0 or high < 0
-        text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = {mean:+.2f}, "
-                f"{CONFIDENCE:.0%} CI [{low:+.2f}, {high:+.2f}] (paired by seed over {seeds}; t, "
+        d = digits_apart([(mean, 0.0), (low, 0.0), (high, 0.0), (low, high)])  # the claim readable in its numbers
+        text = (f"{name_a} and {name_b}{where}: {metric.name} {name_a} − {name_b} = {mean:+.{d}f}, "
+                f"{CONFIDENCE:.0%} CI [{low:+.{d}f}, {high:+.{d}f}] (paired by seed over {seeds}; t, "
                 f"{len(common) - 1} df): " + ("separated by these seeds" if apart else "not separated by these seeds"))
     text += f"; seeds without a partner, left out: {', '.join(map(str, unmatched))}" if unmatched else ""
     matched = [(name_a, _runs_of(a, common)), (name_b, _runs_of(b, common))]
@@ -611,6 +747,39 @@ def _seeds(seeds: list) -> str:
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
 
 
+def kept_kind(item: dict) -> str | None:
+    """Which checkpoint a run's numbers are of (metrics.json `kept`): 'the best on dev' (selected
+    on the dev set it is scored on: optimistic) or 'the last step'; None: not recorded."""
+    kept = item["metrics"].get("kept")
+    if not isinstance(kept, dict):
+        return None
+    return "the best on dev" if "value" in kept else "the last step"
+
+
+def kept_kinds(members: list[dict]) -> str:
+    """'the best on dev', 'the last step', or both where an entry's runs kept each ('' unknown)."""
+    return " and ".join(sorted({k for m in members if (k := kept_kind(m))}))
+
+
+def kept_note(where: str, members: list[dict]) -> list[str]:
+    """One line for an entry whose runs report different checkpoints: seeds that kept the best
+    step on dev pooled with seeds that kept the last one (keep_best off for some, or a selection
+    metric never defined: `kept.on` says why) were one mean, the best-on-dev seeds' optimism
+    mixed in without a word."""
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for m in members:
+        if kept_kind(m):
+            by_kind[kept_kind(m)].append(m)
+    if len(by_kind) < 2:
+        return []
+    said = "; ".join(f"{kind} ({_who(runs, None)}"
+                     + ("" if kind == "the best on dev" else ": " + "; ".join(dict.fromkeys(
+                         str(r["metrics"]["kept"].get("on")) for r in runs))) + ")"
+                     for kind, runs in sorted(by_kind.items()))
+    return [f"{where}: its runs report different checkpoints: {said}; its mean pools a checkpoint selected on "
+            "the dev set it is scored on (optimistic) with ones that were not"]
+
+
 def mixed_code_note(where: str, members: list[dict], part: Callable[[dict], str] | None = None) -> list[str]:
     """One line for an entry (a pivot cell, a row of the runs table, a plotted line, a GLUE
     average) whose runs ran on other code; `part` as in mixed_code."""
@@ -715,29 +884,13 @@ def runs_notes(items: list[dict]) -> list[str]:
     for key, members in grouped.items():
         by_label[label(members[0], "task")].append((names[key], members))
     for task, entries in by_label.items():
-        notes += eval_set_notes(entries, task)
         # rows of one task are compared above as the pivot's cells are: where they differ in more
         # than the method and its learning rate (epochs, max length, the model...), said as there
         notes += protocol_notes([(name, Cell(members, Stat([]))) for name, members in entries], "method", task)
     for key, members in grouped.items():
         notes += mixed_code_note(names[key], members)
-    return notes + not_numbers_notes(items) + skipped_notes(items)
-
-
-def eval_set_notes(entries: list[tuple[str, list[dict]]], context: str) -> list[str]:
-    """One line where entries compared side by side were scored on different examples (another
-    eval file, max_eval_samples, or edited data): their numbers are not a comparison. Runs that
-    predate `eval_sha256` in metrics.json are not judged."""
-    sets: dict[str, list[str]] = defaultdict(list)
-    for name, members in entries:
-        for digest in dict.fromkeys(m["metrics"].get("eval_sha256") for m in members):
-            if digest is not None:
-                sets[digest].append(name)
-    if len(sets) < 2:
-        return []
-    groups_ = "; ".join(", ".join(names) for names in sets.values())
-    return [f"{context}: scored on {len(sets)} different eval sets ({groups_}): not comparable "
-            "(another eval file, task.max_eval_samples or edited data)"]
+        notes += kept_note(names[key], members)
+    return data_split_notes(items) + notes + not_numbers_notes(items) + skipped_notes(items)
 
 
 def budget(item: dict) -> str:
@@ -963,10 +1116,10 @@ def pivot_markdown(p: Pivot) -> str:
 
 
 def pivot_notes(p: Pivot) -> list[str]:
-    notes = []
+    notes = data_split_notes([i for cell in p.cells.values() for i in cell.items]
+                             + [i for runs in p.nulls.values() for i in runs])
     for r in p.rows:
         notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
-        notes += eval_set_notes([(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells], r)
         notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
     for (r, c), runs in sorted(p.nulls.items()):
         notes.append(f"{r} / {c}: {p.metric.name} is null (NaN or infinite: a diverged run, an undefined correlation) "
@@ -974,9 +1127,12 @@ def pivot_notes(p: Pivot) -> list[str]:
                      f"dropped without a word: {'; '.join(str(i['run']) for i in runs)}")
     for (r, c), cell in sorted(p.cells.items()):
         notes += mixed_code_note(f"{r} / {c}", cell.items)
+        notes += kept_note(f"{r} / {c}", cell.items)
         notes += skipped_notes(cell.items, f"{r} / {c}: ")
         if cell.grid:
-            grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale)}" + (" ‡" if mixed_code(st.runs) else "")
+            # the best prints apart from every setting it was chosen over (a tie is said as one)
+            d = digits_apart((cell.stat.mean * p.metric.scale, st.mean * p.metric.scale) for _, st in cell.grid)
+            grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale, d)}" + (" ‡" if mixed_code(st.runs) else "")
                              for desc, st in cell.grid)
             said = comparison_code([(desc, st.runs) for desc, st in cell.grid])  # the choice reads them all
             notes.append(("‡ " if said else "") + f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
@@ -1008,23 +1164,27 @@ def _protocol(item: dict) -> dict[str, Any]:
 def _on_axis(key: str, axis: str) -> bool:
     """Whether a flat recipe field is the compared axis itself (`method` covers method.r), or
     follows from it."""
-    follows = {"task": "data", "model": "base"}  # another task has other data; another model, another base run
-    return axis != "run" and (key == axis or key.startswith(axis + ".") or key == follows.get(axis))
+    follows = {"task": ("data", "hub", "eval"), "model": ("base",)}  # another task has other data; another model, another base run
+    return axis != "run" and (key == axis or key.startswith(axis + ".") or key in follows.get(axis, ()))
 
 
 def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> list[str]:
     """One line where cells shown side by side (one pivot row) differ in more than the compared
     axis, a grid's selected fields and the learning rate: epochs, max length, a training subset,
     process count, the toolkit's version... Their gap is not the axis's alone. Eval sets are said
-    by eval_set_notes."""
+    by data_labels (each eval set is a task of its own)."""
     if len(cells) < 2:
         return []
-    protocols = [(name, _protocol(cell.items[0])) for name, cell in cells]
+    # which checkpoint each cell's runs report (the best on dev, or the last step): keep_best alike,
+    # a run whose selection metric was never defined kept its last step beside best-on-dev cells
+    protocols = [(name, {**_protocol(cell.items[0]), **({"checkpoint kept": kept} if (kept := kept_kinds(cell.items))
+                                                        else {})}) for name, cell in cells]
     # a field is a selection, not a difference, where every cell chose it on dev: LoRA the best of
     # 1 and 3 epochs beside full's one run of 10 was not said (one cell's grid excused the other's)
     selected = set.intersection(*(set(cell.keys) for _, cell in cells))
     keys = sorted({k for _, pr in protocols for k in pr})
-    code = {k for _, pr in protocols for k in pr if k == "toolkit commit" or k.endswith(" version")}
+    code = {k for _, pr in protocols for k in pr if k == "toolkit commit" or k.endswith(" version")
+            or k == "checkpoint kept"}  # not recorded (a run from before `kept`): not a difference
     differ = [k for k in keys if k not in NOT_PROTOCOL and k not in selected and not _on_axis(k, axis)
               and len({json.dumps(pr.get(k), sort_keys=True, default=str) for _, pr in protocols
                        if k not in code or k in pr}) > 1]  # a version not recorded is not a difference

@@ -16,6 +16,7 @@ from collections import defaultdict
 from importlib import resources
 from typing import Any
 
+from toolkit.errors import UserError
 from toolkit.recipe_data import safe_yaml
 from toolkit.reports import core as report
 from toolkit.tasks.glue import SPECS
@@ -63,6 +64,7 @@ def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]
             cells[(row, task)].append(item)
     out: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for (row, task), members in sorted(cells.items()):
+        one_data(row, task, members)
         by_setting: dict[str, list[dict]] = defaultdict(list)
         for m in members:
             if task_score(m["metrics"]["eval"], task) is not None:
@@ -70,6 +72,17 @@ def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]
         if by_setting:
             out[(row, task)] = dict(by_setting)
     return out
+
+
+def one_data(row: str, task: str, members: list[dict]) -> None:
+    """A GLUE cell is one task's data: runs of it on other data (another data_dir, an edited
+    file, a Hub revision with other rows: the report's task label tells them apart) had their
+    "best" chosen across the versions as if a grid of settings, exit 0. One line."""
+    labels = sorted({report.label(m, "task") for m in members})
+    if len(labels) > 1:
+        raise UserError(f"report --glue: {row} / {TITLES[task]} holds runs on {len(labels)} versions of its data or eval set "
+                        f"({'; '.join(labels)}), and a GLUE cell pools the seeds of one: remove the runs of the "
+                        "versions you do not report, or report each version's runs folder apart")
 
 
 def _rows(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
@@ -347,6 +360,8 @@ def render(items: list[dict]) -> str:
     notes += [n for row, cells in rows.items() if len(cells) > 1  # one task: its cell's line says it
               for n in report.mixed_code_note(f"{row} / GLUE avg", _average_runs(cells), _task_of)]
     notes += unscored_notes(items)
+    notes += [n for row, cells in rows.items() for t, ms in cells.items()
+              for n in report.kept_note(f"{row} / {TITLES[t]}", ms)]
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.skipped_notes(ms, f"{row} / {TITLES[t]}: ")]
     notes += [f"§ {row} / {TITLES[t]}: scored on {part_of_dev(ms)}, not the whole dev split that GLUE's dev numbers "

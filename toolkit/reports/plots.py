@@ -206,14 +206,16 @@ def params(task: str, group: dict[str, list[dict]], out: Path, stem: str | None 
         if not vals or not report._is_number(n_params) or n_params <= 0:
             continue
         stat = report.Stat(vals)
-        ax.errorbar([n_params], [stat.mean * metric.scale], yerr=[stat.std * metric.scale], fmt="o",
-                    capsize=3, label=f"{name} (n={stat.n})")
+        # one seed has no spread to show: a zero-height bar with its caps read as a measured,
+        # certain value (the tables show no ± for n=1)
+        ax.errorbar([n_params], [stat.mean * metric.scale], yerr=[stat.std * metric.scale] if stat.n > 1 else None,
+                    fmt="o", capsize=3, label=f"{name} (n={stat.n})")
     if not ax.has_data():
         plt.close(fig)
         return None
     ax.set_xscale("log")
     ax.set(xlabel="trainable parameters (log scale)", ylabel=f"dev {report.column(metric)}",
-           title=f"{task}: {metric_name} vs trainable parameters")
+           title=f"{task}: {metric_name} vs trainable parameters\n(mean; error bars: sample std over seeds, none for n=1)")
     ax.grid(True, which="both", alpha=0.3)
     _legend(fig, ax)
     return _save(fig, out / f"params-{stem or _safe(task)}.png")
@@ -231,12 +233,12 @@ def cost(task: str, group: dict[str, list[dict]], out: Path, stem: str | None = 
                  for n in names]
         nan = float("nan")
         ax.barh(range(len(names)), [s.mean if s.n else nan for s in stats],
-                xerr=[s.std if s.n else nan for s in stats], capsize=3, color="#4C72B0")
+                xerr=[s.std if s.n > 1 else nan for s in stats], capsize=3, color="#4C72B0")
         ax.set(xlabel=xlabel)
         ax.grid(True, axis="x", alpha=0.3)
     ax_t.set_yticks(range(len(names)), names, fontsize=8)
     ax_t.invert_yaxis()
-    fig.suptitle(f"{task}: cost per method")
+    fig.suptitle(f"{task}: cost per method (mean; error bars: sample std over seeds, none for n=1)")
     return _save(fig, out / f"cost-{stem or _safe(task)}.png")
 
 

@@ -483,15 +483,30 @@ hub_offline = hub.offline  # the name the task files use
 def hub_dataset(task: Task, hub_id: str, config: str | None = None, split: str | None = None) -> Any:
     """`datasets.load_dataset` of a Hub data set, recorded on `task` (Task.hub_data): each split's
     datasets fingerprint as loaded, the hash of its cache folder `<name>/<config>/<version>/<commit>`
-    and the split (datasets' builder), so another revision of the data set has another one."""
+    and the split (datasets' builder), so another revision of the data set has another one, then
+    a space and the hash of its examples (content_fingerprint), which another revision holding the
+    same rows shares: `"<datasets fingerprint> <content sha256>"`."""
     from datasets import load_dataset
 
     ds = load_dataset(hub_id, config, split=split)
     splits = {split: ds} if split is not None else dict(ds)
     record = task.__dict__.setdefault("_hub_loaded", {})
     record.setdefault(" ".join(str(p) for p in (hub_id, config) if p is not None), {}).update(
-        {str(name): getattr(d, "_fingerprint", None) for name, d in splits.items()})
+        {str(name): f"{getattr(d, '_fingerprint', None)} {content_fingerprint(d)}" for name, d in splits.items()})
     return ds
+
+
+def content_fingerprint(dataset: Any) -> str:
+    """sha256 of a split's examples, in order, and its features (the label names a ClassLabel
+    gives the ids): what the data is, whatever revision of the Hub data set held it. datasets'
+    own fingerprint hashes the cache folder (its revision): a new revision with the same rows was
+    another data set to resume, eval and the report (runs.hub_data_changed, reports.core)."""
+    import json
+
+    digest = hashlib.sha256(json.dumps(dataset.features.to_dict(), sort_keys=True, default=str).encode())
+    for batch in dataset.iter(batch_size=1000):
+        digest.update(json.dumps(batch, sort_keys=True, ensure_ascii=False, default=str).encode())
+    return digest.hexdigest()
 
 
 OWN_MARKS = ("id", "idx", "guid")  # fields that name an example, not part of it (`note_eval_in_train`)
