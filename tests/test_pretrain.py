@@ -162,6 +162,44 @@ def test_bart_whole_word_spans_and_sentence_permutation() -> None:
         assert order[order.index(4) + 1] == 5 and sorted(order) == list(range(20))
 
 
+@pytest.mark.parametrize("tokenizer, frame", [("bart-base", ("<s>", "</s>")), ("bert-base-uncased", ("[CLS]", "[SEP]"))],
+                         ids=["bart", "bert2bert"])
+def test_denoise_frames_each_block_as_its_tokenizer_frames_a_text(tmp_path: Path, cli, tiny_checkpoint, tokenizer: str,
+                                                                  frame: tuple[str, str]) -> None:
+    """Finding: denoise wrapped every block in <s> + block + eos_token_id whatever the tokenizer;
+    on a BERT2BERT warm start (`model.warm_start: encoder-decoder`, which validate passes) BERT's
+    tokenizer has no EOS, and the None in the block stopped `toolkit run` at its first batch
+    with a TypeError traceback. The noisy input and the target are framed as the tokenizer frames
+    a text (BART: <s> .. </s>, fairseq's; BERT: [CLS] .. [SEP]), within task.max_length."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+
+    tok = _tokenizer(tokenizer)
+    before, after = tok.convert_tokens_to_ids(list(frame))
+    task = TASKS.get("denoise")(train_file="unused.txt", max_length=32)
+    blocks = task.encode(Dataset.from_dict({"text": _wiki_lines(6)}), tok)
+    model = SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=tok.pad_token_id))
+    batch = task.collator(tok, model)([blocks[i] for i in range(len(blocks))])
+    for block, inputs, labels in zip(blocks["input_ids"], batch["input_ids"].tolist(), batch["labels"].tolist()):
+        assert labels == [before, *block, after] and len(labels) == 32
+        assert inputs[0] == before and after in inputs and len(inputs) <= 32
+    if tokenizer == "bart-base":
+        return
+    recipe = write_recipe(tmp_path / "b2b.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}, warm_start: encoder-decoder}}
+task: {{name: denoise, train_file: {WIKI}/valid.txt, eval_file: {WIKI}/test.txt, max_length: 32,
+        max_train_samples: 8, max_eval_samples: 2}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 2, eval_every: 0}}
+""")
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0 and "Traceback" not in err, err
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    assert np.isfinite(json.loads((run / "metrics.json").read_text())["eval"]["loss"])
+
+
 def test_t5_lengths_match_the_reference_and_nothing_is_truncated() -> None:
     from toolkit.tasks.span_corruption import (compute_input_and_target_lengths,
                                                random_spans_noise_mask, span_corruption)

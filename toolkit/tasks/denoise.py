@@ -19,6 +19,7 @@ import numpy as np
 
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS
+from toolkit.tasks._lm import special_frame
 from toolkit.tasks._text import TextTask
 
 
@@ -110,10 +111,10 @@ class Denoise(TextTask):
                             "which never reach task.mask_ratio of the words; use a mean above 0 (BART: 3)")
 
     def block_length(self, tokenizer: Any) -> int:
-        return self.max_length - 2  # room for <s> and </s>
+        return self.max_length - sum(map(len, special_frame(tokenizer)))  # room for <s> and </s> (`corrupt`)
 
     def document_start(self, tokenizer: Any) -> list[int]:
-        return []  # each block begins with <s> (fairseq's); documents in it are split by their </s>
+        return []  # each block begins with <s> (fairseq's: `corrupt`); documents in it are split by their </s>
 
     def word_starts(self) -> bool:
         return True
@@ -128,12 +129,12 @@ class Denoise(TextTask):
             order = permute_sentences(np.isin(ids, sentence_ends(tokenizer) + self.document_end(tokenizer)), rng)
         noisy = text_infilling(ids[order], rng, tokenizer.mask_token_id, self.mask_ratio,
                                self.poisson_lambda, starts[order])
-        bos, eos = _bos(tokenizer), [tokenizer.eos_token_id]
-        return {"input_ids": bos + noisy.tolist() + eos, "labels": bos + ids.tolist() + eos}
-
-
-def _bos(tokenizer: Any) -> list[int]:
-    return [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+        # the block is one text to the model, framed as the tokenizer frames one (BART: <s> .. </s>,
+        # fairseq's; a BERT2BERT warm start: [CLS] .. [SEP]). It was <s> + block + eos_token_id
+        # whatever the tokenizer: BERT's has no EOS, and the None in the block was a TypeError
+        # traceback at the first batch of a recipe validate had passed
+        before, after = special_frame(tokenizer)
+        return {"input_ids": before + noisy.tolist() + after, "labels": before + ids.tolist() + after}
 
 
 def sentence_ends(tokenizer: Any) -> list[int]:
