@@ -156,6 +156,48 @@ def test_bart_whole_word_spans_and_sentence_permutation() -> None:
     assert sorted(order) == list(range(20))
     sentences = [tuple(order[i:i + 5]) for i in range(0, 20, 5)]
     assert sorted(sentences) == [tuple(range(a, a + 5)) for a in (0, 5, 10, 15)]
+    is_end[5] = True  # a full stop and the document's </s> after it end one sentence, not two
+    for seed in range(20):
+        order = permute_sentences(is_end, RNG(seed)).tolist()
+        assert order[order.index(4) + 1] == 5 and sorted(order) == list(range(20))
+
+
+@pytest.mark.parametrize("tokenizer, frame", [("bart-base", ("<s>", "</s>")), ("bert-base-uncased", ("[CLS]", "[SEP]"))],
+                         ids=["bart", "bert2bert"])
+def test_denoise_frames_each_block_as_its_tokenizer_frames_a_text(tmp_path: Path, cli, tiny_checkpoint, tokenizer: str,
+                                                                  frame: tuple[str, str]) -> None:
+    """Finding: denoise wrapped every block in <s> + block + eos_token_id whatever the tokenizer;
+    on a BERT2BERT warm start (`model.warm_start: encoder-decoder`, which validate passes) BERT's
+    tokenizer has no EOS, and the None in the block stopped `toolkit run` at its first batch
+    with a TypeError traceback. The noisy input and the target are framed as the tokenizer frames
+    a text (BART: <s> .. </s>, fairseq's; BERT: [CLS] .. [SEP]), within task.max_length."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+
+    tok = _tokenizer(tokenizer)
+    before, after = tok.convert_tokens_to_ids(list(frame))
+    task = TASKS.get("denoise")(train_file="unused.txt", max_length=32)
+    blocks = task.encode(Dataset.from_dict({"text": _wiki_lines(6)}), tok)
+    model = SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=tok.pad_token_id))
+    batch = task.collator(tok, model)([blocks[i] for i in range(len(blocks))])
+    for block, inputs, labels in zip(blocks["input_ids"], batch["input_ids"].tolist(), batch["labels"].tolist()):
+        assert labels == [before, *block, after] and len(labels) == 32
+        assert inputs[0] == before and after in inputs and len(inputs) <= 32
+    if tokenizer == "bart-base":
+        return
+    recipe = write_recipe(tmp_path / "b2b.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}, warm_start: encoder-decoder}}
+task: {{name: denoise, train_file: {WIKI}/valid.txt, eval_file: {WIKI}/test.txt, max_length: 32,
+        max_train_samples: 8, max_eval_samples: 2}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 2, eval_every: 0}}
+""")
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0 and "Traceback" not in err, err
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    assert np.isfinite(json.loads((run / "metrics.json").read_text())["eval"]["loss"])
 
 
 def test_t5_lengths_match_the_reference_and_nothing_is_truncated() -> None:
@@ -212,7 +254,7 @@ def test_t5_sentinels_in_order_and_the_text_reconstructs() -> None:
     assert target == [99, 11, 12, 98, 15, 97, 17, 1]
 
 
-def test_t5_task_blocks_hold_no_special_tokens(tiny_checkpoint) -> None:
+def test_t5_task_blocks_hold_no_special_token_but_each_document_s_end(tiny_checkpoint) -> None:
     from toolkit import models
     from toolkit.tasks.span_corruption import SpanCorruption, sentinel_ids
 
@@ -222,8 +264,10 @@ def test_t5_task_blocks_hold_no_special_tokens(tiny_checkpoint) -> None:
     raw = task.load()
     blocks = task.encode(raw["train"], tok)
     flat = np.concatenate([np.array(b) for b in blocks["input_ids"]])
-    added = [i for i in tok.all_special_ids if i != tok.unk_token_id]  # WikiText's own <unk> is text
+    added = [i for i in tok.all_special_ids if i not in (tok.unk_token_id, tok.eos_token_id)]  # WikiText's
+    # own <unk> is text; </s> closes each document, as run_t5_mlm_flax's tokenizer(text) closes it
     assert not np.isin(flat, added).any() and np.isin(flat, [tok.unk_token_id]).any()
+    assert 0 < (flat == tok.eos_token_id).sum() <= len(raw["train"])  # the remainder's dropped
     assert sentinel_ids(tok)[:2] == tok.convert_tokens_to_ids(["<extra_id_0>", "<extra_id_1>"])
     heldout = task.encode(raw["eval"][""], tok)
     assert max(len(x) for x in heldout["input_ids"]) == 64
@@ -288,46 +332,111 @@ def test_training_masks_are_new_each_epoch_and_repeatable(tiny_checkpoint) -> No
     assert not torch.equal(first, collate(examples)["labels"])
 
 
-@pytest.mark.parametrize("name, tokenizer", [("mlm", "bert-base-uncased"), ("mlm", "roberta-base"), ("clm", "gpt2"),
-                                             ("denoise", "bart-base"), ("span_corruption", "t5")])
+# What each family's reference puts around a document before packing: run_mlm's and
+# run_t5_mlm_flax's tokenizer(text) ([CLS] .. [SEP], <s> .. </s>, .. </s>), run_bart_dlm_flax's
+# eos_token after each document (its blocks begin with <s>, fairseq's), GPT-2's <|endoftext|>.
+FRAMES = {"bert-base-uncased": (["[CLS]"], ["[SEP]"]), "roberta-base": (["<s>"], ["</s>"]),
+          "gpt2": ([], ["<|endoftext|>"]), "bart-base": ([], ["</s>"]), "t5": ([], ["</s>"])}
+FAMILY_TOKENIZERS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "gpt2": "gpt2", "bart": "bart-base",
+                     "t5": "t5"}
+OBJECTIVES = [("mlm", "bert-base-uncased"), ("mlm", "roberta-base"), ("clm", "gpt2"), ("denoise", "bart-base"),
+              ("span_corruption", "t5")]
+
+
+def _stream(tok, lines: list[str], tokenizer: str) -> list[int]:
+    """The documents' tokens end to end, each framed as FRAMES says (written out, not the task's)."""
+    before, after = (tok.convert_tokens_to_ids(t) for t in FRAMES[tokenizer])
+    return [t for doc in tok(lines, add_special_tokens=False)["input_ids"] for t in before + doc + after]
+
+
+def _rebuilt(name: str, tok, inputs: list[int], labels: list[int]) -> list[int]:
+    """The raw block an encoded (input, labels) pair was corrupted from (clm: its labelled tokens)."""
+    from toolkit.tasks.span_corruption import sentinel_ids
+
+    if name == "mlm":
+        return [x if y == IGNORE else y for x, y in zip(inputs, labels)]
+    if name == "clm":
+        return [y for y in labels if y != IGNORE]
+    labels = [y for y in labels if y != IGNORE]  # padding (a seq2seq target holds no -100 inside)
+    if name == "denoise":
+        return labels[1:-1]  # <s> block </s>
+    sentinels, spans, current = set(sentinel_ids(tok)), {}, None
+    for t in labels[:-1]:
+        current = spans.setdefault(t, []) if t in sentinels else current
+        if t not in sentinels:
+            current.append(t)
+    return [x for t in inputs[:-1] for x in (spans[t] if t in spans else [t])]
+
+
+def _tokenizer(name: str):
+    import os
+
+    from toolkit import models
+
+    return models.load_tokenizer(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / name))
+
+
+def _wiki_lines(count: int) -> list[str]:
+    import os
+
+    return [l for l in (Path(os.environ["TOOLKIT_DATA"]) / "lm/wikitext-2/test.txt").read_text().splitlines()
+            if l.strip()][:count]
+
+
+@pytest.mark.parametrize("name, tokenizer", OBJECTIVES)
 def test_every_heldout_token_is_scored_once(name: str, tokenizer: str) -> None:
     """The held-out text rebuilt from its encoded examples is the whole token stream, in order,
     each token once (clm: each token after the first is a label once). Finding: the held-out
     split was packed as training is, run_mlm's group_texts dropping the remainder of every 1000
     documents, so mlm, denoise and span_corruption scored a perplexity or loss of part of the
     split (30 paragraphs in blocks of 32: the last block's tokens, unscored, exit 0)."""
-    import os
-
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
     from toolkit.tasks._text import HELDOUT
-    from toolkit.tasks.span_corruption import sentinel_ids
 
-    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
+    tok = _tokenizer(tokenizer)
     task = TASKS.get(name)(train_file="unused.txt", max_length=32)
-    lines = [l for l in (Path(os.environ["TOOLKIT_DATA"]) / "lm/wikitext-2/test.txt").read_text().splitlines()
-             if l.strip()][:30]
-    enc = tok(lines, add_special_tokens=name == "mlm")["input_ids"]
-    stream = [t for doc in enc for t in doc + task.document_end(tok)]
+    lines = _wiki_lines(30)
+    stream = _stream(tok, lines, tokenizer)
     held = task.encode(Dataset.from_dict({"text": lines, HELDOUT: [True] * len(lines)}), tok)
-    rebuilt = []
-    for inputs, labels in zip(held["input_ids"], held["labels"]):
-        if name == "mlm":
-            rebuilt += [x if y == IGNORE else y for x, y in zip(inputs, labels)]
-        elif name == "clm":
-            rebuilt += [y for y in labels[1:] if y != IGNORE]
-        elif name == "denoise":
-            rebuilt += labels[1:-1]  # <s> block </s>
-        else:
-            spans, current = {}, None
-            for t in labels[:-1]:
-                current = spans.setdefault(t, []) if t in sentinel_ids(tok) else current
-                if t not in sentinel_ids(tok):
-                    current.append(t)
-            rebuilt += [x for t in inputs[:-1] for x in (spans[t] if t in spans else [t])]
+    rebuilt = [t for x, y in zip(held["input_ids"], held["labels"]) for t in _rebuilt(name, tok, x, y)]
+    if name == "clm":  # each window's first token is context (the first window's is never scored)
+        rebuilt = [y for labels in held["labels"] for y in labels[1:] if y != IGNORE]
     assert len(stream) % task.block_length(tok) and rebuilt == (stream[1:] if name == "clm" else stream)
+
+
+@pytest.mark.parametrize("name, tokenizer", OBJECTIVES)
+def test_every_objective_ends_each_packed_document_as_its_reference_does(name: str, tokenizer: str) -> None:
+    """Finding: span_corruption and denoise packed documents end to end with nothing between them
+    (T5 read "...sat.A dog ran" as one text, BART reconstructed "sat.A dog"), where
+    run_t5_mlm_flax's tokenizer(text) closes every document with </s> and run_bart_dlm_flax puts
+    eos_token after each; only clm (<|endoftext|>) and mlm ([CLS] .. [SEP]) marked them. Every
+    objective now frames each document as its tokenizer frames a text (the end-of-text token after
+    it where the tokenizer puts none there): the raw blocks behind a training batch (corrupted in
+    the collator) and behind the held-out examples (corrupted at encode time) are the documents
+    framed as FRAMES writes them out, in order."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+
+    tok = _tokenizer(tokenizer)
+    task = TASKS.get(name)(train_file="unused.txt", max_length=32)
+    lines = _wiki_lines(12)
+    stream = _stream(tok, lines, tokenizer)
+    assert sum(stream.count(i) for i in tok.convert_tokens_to_ids(FRAMES[tokenizer][1])) == len(lines)
+    blocks = task.encode(Dataset.from_dict({"text": lines}), tok)
+    model = SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=tok.pad_token_id))  # seq2seq's inputs
+    batch = task.collator(tok, model)([blocks[i] for i in range(len(blocks))])
+    trained = []
+    for inputs, mask, labels in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist(),
+                                    batch["labels"].tolist()):
+        n = sum(mask)
+        trained += _rebuilt(name, tok, inputs[:n], labels[:n] if name in ("mlm", "clm") else labels)
+    size = task.block_length(tok)
+    assert trained == stream[:len(stream) // size * size] and len(blocks) == len(stream) // size
 
 
 @pytest.mark.parametrize("bos", [True, False], ids=["adds-bos", "no-bos"])
@@ -432,11 +541,19 @@ def evals_of(run: Path) -> list[dict]:
 @pytest.mark.parametrize("family, task", [("bert", "mlm"), ("gpt2", "clm"), ("bart", "denoise"),
                                           ("t5", "span_corruption")])
 def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_path: Path, cli, tiny_checkpoint,
-                                                                           family: str, task: str) -> None:
+                                                                           family: str, task: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The held-out loss falls in 8 steps. `toolkit eval --split train` scores the training text
     as held-out text is scored: the same numbers as an eval split of the same documents. Finding:
     the train split was encoded as training blocks, so clm scored run_clm's blocks (no context at
     a block's start) instead of the sliding windows, and the others their training masks."""
+    from toolkit.tasks._text import BlockCollator
+
+    batches: list[tuple[str, dict]] = []  # (entry point, batch): every batch the model is given
+    collate = BlockCollator.__call__
+    monkeypatch.setattr(BlockCollator, "__call__", lambda self, examples: batches.append(
+        (entry, collate(self, examples))) or batches[-1][1])
+    entry = "run"
     recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task)
     code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
@@ -449,10 +566,23 @@ def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_p
                         .replace("max_eval_samples: 6", "max_eval_samples: 48"))  # the train documents
     scored = {}
     for split, extra in (("train", ()), ("eval", ("--task-from", same))):
+        entry = f"eval {split}"
         code, _, err = cli("eval", run, "--split", split, *extra)
         assert code == 0, err
         scored[split] = json.loads((run / f"eval-{split}.json").read_text())["eval"]
     assert scored["train"] == pytest.approx(scored["eval"], rel=1e-6)
+    # every entry point's batches hold documents' ends inside their sequences (the </s> a
+    # seq2seq input and target end with aside): the boundary rule reaches the model
+    from toolkit import models
+
+    tok = models.load_tokenizer(tiny_checkpoint(family))
+    end = tok.convert_tokens_to_ids(FRAMES[FAMILY_TOKENIZERS[family]][1][0])
+    inside = {}
+    for at, batch in batches:
+        rows = [x[:n] for x, n in zip(batch["input_ids"].tolist(), batch["attention_mask"].sum(-1).tolist())]
+        rows += [[t for t in y if t != IGNORE] for y in batch["labels"].tolist()]
+        inside[at] = inside.get(at, 0) + sum(row[:-1].count(end) for row in rows)
+    assert set(inside) == {"run", "eval train", "eval eval"} and min(inside.values()) > 0, inside
 
 
 def test_chain_lora_pretraining_into_fine_tuning(tmp_path: Path, cli, tiny_checkpoint) -> None:

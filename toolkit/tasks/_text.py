@@ -1,8 +1,10 @@
 """Raw text for the pretraining objectives (mlm, clm, denoise, span_corruption): not a plug-in.
 
 Sources: a .txt / .gz file (one document per line, or blank-line separated documents), JSONL with
-a text field, or a Hub text data set. Documents are tokenised and packed into blocks with
-datasets' `map` (cached on disk for file sources), as transformers' run_mlm.py / run_clm.py do.
+a text field, or a Hub text data set. Documents are tokenised, each with the special tokens the
+tokenizer puts around a text (the end-of-text token after it where it puts none there), and packed
+into blocks with datasets' `map` (cached on disk for file sources), as transformers' run_mlm.py /
+run_clm.py / run_t5_mlm_flax.py do.
 
 The held-out split is a seeded fraction of the documents or its own file. Its examples are
 marked (`heldout` column) so that `encode` corrupts them ONCE, at encode time, with a generator
@@ -25,7 +27,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.models import kind_of
 from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_dataset, hub_offline, subset
-from toolkit.tasks._lm import IGNORE, TokenTask, token_hits
+from toolkit.tasks._lm import IGNORE, TokenTask, special_frame, token_hits
 
 torch = lazy("torch", globals())
 
@@ -280,18 +282,26 @@ class TextTask(TokenTask):
         """Tokens of raw text per training block (the objective adds its special tokens)."""
         return self.max_length
 
-    def add_special_tokens(self) -> bool:
-        """Tokenise each document with the tokenizer's own special tokens ([CLS] .. [SEP])."""
+    def special_mask(self) -> bool:
+        """Keep a per-token special-tokens mask (1 on the ids `document_start` / `document_end`
+        put around each document): mlm never selects them."""
         return False
 
     def document_start(self, tokenizer: Any) -> list[int]:
-        """Token ids put before every document before packing (clm: the BOS a Llama-style
-        tokenizer begins a text with, as run_clm's tokenizer(text) puts it there)."""
-        return []
+        """Token ids put before every document before packing: what the tokenizer puts before a
+        text (BERT's [CLS], RoBERTa's <s>, a Llama-style BOS; GPT-2 and T5 none), as run_mlm's and
+        run_clm's tokenizer(text) puts it there."""
+        return special_frame(tokenizer)[0]
 
     def document_end(self, tokenizer: Any) -> list[int]:
-        """Token ids appended to every document before packing (GPT-2: <|endoftext|>)."""
-        return []
+        """Token ids appended to every document before packing, so that no two documents run into
+        each other in a block: what the tokenizer puts after a text (BERT's [SEP], T5's and
+        BART's </s>, as run_mlm's and run_t5_mlm_flax's tokenizer(text) and run_bart_dlm_flax's
+        eos_token put it there), else its end-of-text token (GPT-2's <|endoftext|>). Only clm
+        had one: span_corruption and denoise packed documents end to end ("...sat.A dog ran"),
+        a text the model was taught to reconstruct as one, exit 0."""
+        after = special_frame(tokenizer)[1]
+        return after or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
 
     def word_starts(self) -> bool:
         """Keep a per-token word-start flag (whole-word masking and BART's span starts need it)."""
@@ -312,14 +322,14 @@ class TextTask(TokenTask):
         packed as training is: up to block_length - 1 tokens per 1000 documents went unscored
         (half of an eval file 1.5 blocks long), and the perplexity was not the whole split's."""
         size, end, starts = self.block_length(tokenizer), self.document_end(tokenizer), self.word_starts()
-        special, begin = self.add_special_tokens(), self.document_start(tokenizer)
+        special, begin = self.special_mask(), self.document_start(tokenizer)
 
         def tok(batch: dict) -> dict:
-            enc = tokenizer(batch["text"], add_special_tokens=special, return_special_tokens_mask=special)
+            enc = tokenizer(batch["text"], add_special_tokens=False)
             ids = [begin + x + end for x in enc["input_ids"]]
             out = {"input_ids": ids}
             if special:
-                out["special_tokens_mask"] = [[1] * len(begin) + m + [1] * len(end) for m in enc["special_tokens_mask"]]
+                out["special_tokens_mask"] = [[1] * len(begin) + [0] * len(x) + [1] * len(end) for x in enc["input_ids"]]
             if starts:
                 out["word_start"] = [_word_starts([None] * len(begin) + enc.word_ids(i), len(end))
                                      for i in range(len(ids))]

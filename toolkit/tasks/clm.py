@@ -19,7 +19,7 @@ import numpy as np
 
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, fingerprint
-from toolkit.tasks._lm import IGNORE, leading_special
+from toolkit.tasks._lm import IGNORE
 from toolkit.tasks._text import HELDOUT, TextTask
 
 
@@ -53,13 +53,6 @@ class CausalLM(TextTask):
         if self.eval_stride is not None and self.eval_stride > self.max_length:
             raise UserError(f"task.eval_stride: {self.eval_stride} is above task.max_length "
                             f"{self.max_length}; tokens between windows would never be scored")
-
-
-    def document_start(self, tokenizer: Any) -> list[int]:
-        return leading_special(tokenizer)  # a Llama-style BOS; GPT-2's tokenizer puts none
-
-    def document_end(self, tokenizer: Any) -> list[int]:
-        return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
 
     def corrupt(self, example: dict, rng: np.random.Generator, tokenizer: Any) -> dict:
         return {"input_ids": list(example["input_ids"]), "labels": list(example["input_ids"])}

@@ -3,7 +3,7 @@
 Text infilling: span lengths are drawn from Poisson(3) until they cover 30% of the block's words
 (the last one trimmed to fit); each span of length >= 1 starting at a random word is replaced by
 ONE mask token, each zero-length span inserts a mask token. The decoder reconstructs the
-original block. This follows fairseq's DenoisingDataset (mask 0.3, Poisson lambda 3,
+original block: <s>, documents each closed by </s> (as run_bart_dlm_flax closes them), </s>. This follows fairseq's DenoisingDataset (mask 0.3, Poisson lambda 3,
 replace-length 1, whole words, sentences split at full stops); it is written here because
 neither transformers nor datasets ships it, and kept a pure function of (ids, rng) so the tests
 can check its statistics. Not reproduced: fairseq's optional random-token spans (mask-random).
@@ -19,14 +19,18 @@ import numpy as np
 
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS
+from toolkit.tasks._lm import special_frame
 from toolkit.tasks._text import TextTask
 
 
 def permute_sentences(is_end: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Token positions of a block with its sentences shuffled (each sentence ends after an
-    `is_end` token; the tail is one too): `ids[order]` is the permuted block."""
+    """Token positions of a block with its sentences shuffled (each sentence ends after a run of
+    `is_end` tokens: a full stop and the document's </s> after it close one sentence; the tail is
+    one too): `ids[order]` is the permuted block."""
     n = len(is_end)
-    cuts = [0] + [int(i) + 1 for i in np.flatnonzero(is_end) if i + 1 < n] + [n]
+    is_end = np.asarray(is_end, bool)
+    last = is_end & ~np.append(is_end[1:], False)  # the last end token of each run
+    cuts = [0] + [int(i) + 1 for i in np.flatnonzero(last) if i + 1 < n] + [n]
     sentences = [np.arange(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
     if not sentences:
         return np.arange(n)
@@ -107,7 +111,10 @@ class Denoise(TextTask):
                             "which never reach task.mask_ratio of the words; use a mean above 0 (BART: 3)")
 
     def block_length(self, tokenizer: Any) -> int:
-        return self.max_length - 2  # room for <s> and </s>
+        return self.max_length - sum(map(len, special_frame(tokenizer)))  # room for <s> and </s> (`corrupt`)
+
+    def document_start(self, tokenizer: Any) -> list[int]:
+        return []  # each block begins with <s> (fairseq's: `corrupt`); documents in it are split by their </s>
 
     def word_starts(self) -> bool:
         return True
@@ -118,16 +125,16 @@ class Denoise(TextTask):
                             "for T5 use span_corruption")
         ids, starts = np.asarray(example["input_ids"]), np.asarray(example["word_start"], bool)
         order = np.arange(len(ids))
-        if self.permute_sentences:
-            order = permute_sentences(np.isin(ids, sentence_ends(tokenizer)), rng)
+        if self.permute_sentences:  # a document's end closes its last sentence too
+            order = permute_sentences(np.isin(ids, sentence_ends(tokenizer) + self.document_end(tokenizer)), rng)
         noisy = text_infilling(ids[order], rng, tokenizer.mask_token_id, self.mask_ratio,
                                self.poisson_lambda, starts[order])
-        bos, eos = _bos(tokenizer), [tokenizer.eos_token_id]
-        return {"input_ids": bos + noisy.tolist() + eos, "labels": bos + ids.tolist() + eos}
-
-
-def _bos(tokenizer: Any) -> list[int]:
-    return [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+        # the block is one text to the model, framed as the tokenizer frames one (BART: <s> .. </s>,
+        # fairseq's; a BERT2BERT warm start: [CLS] .. [SEP]). It was <s> + block + eos_token_id
+        # whatever the tokenizer: BERT's has no EOS, and the None in the block was a TypeError
+        # traceback at the first batch of a recipe validate had passed
+        before, after = special_frame(tokenizer)
+        return {"input_ids": before + noisy.tolist() + after, "labels": before + ids.tolist() + after}
 
 
 def sentence_ends(tokenizer: Any) -> list[int]:

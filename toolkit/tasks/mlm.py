@@ -73,8 +73,8 @@ class MaskedLM(TextTask):
             raise UserError("task.random_ratio: mask_ratio + random_ratio must be at most 1")
 
 
-    def add_special_tokens(self) -> bool:
-        return True  # [CLS] doc [SEP] per document, as BERT was pretrained
+    def special_mask(self) -> bool:
+        return True  # [CLS] doc [SEP] per document, as BERT was pretrained: never selected
 
     def word_starts(self) -> bool:
         return self.whole_word_mask
