@@ -876,7 +876,7 @@ def _flat(data: Path) -> list[dict]:
             for a in doc["data"] for p in a["paragraphs"] for qa in p["qas"]]
 
 
-PREDICT_LAYOUTS = ["document", "jsonl", "json-list", "csv", "stdin-document",
+PREDICT_LAYOUTS = ["document", "jsonl", "json-list", "csv", "stdin-document", "stdin-list",
                    "api-document", "api-articles", "api-flat", "api-tuples"]
 
 
@@ -906,10 +906,10 @@ def test_predict_reads_every_layout_eval_reads_keeps_ids_and_writes_the_official
     else:
         if layout == "document":
             source = data
-        elif layout == "stdin-document":
+        elif layout.startswith("stdin"):
             source = "-"
-            pretty = tmp_path / "pretty.json"  # one document over many lines, piped in
-            pretty.write_text(json.dumps(doc, indent=2))
+            pretty = tmp_path / "pretty.json"  # one document (or list of records) over many lines, piped in
+            pretty.write_text(json.dumps(doc if layout == "stdin-document" else flat, indent=2))
             monkeypatch.setattr("sys.stdin", pretty.open(encoding="utf-8"))
         elif layout == "csv":
             source = tmp_path / "in.csv"
@@ -937,3 +937,39 @@ def test_predict_reads_every_layout_eval_reads_keeps_ids_and_writes_the_official
     mine = {r["id"]: r["prediction"] for r in rows}
     official = official_v1(golds, mine) if version == "v1" else _toolkit_names(official_v2(golds, mine))
     assert {k: v for k, v in scored.items() if k in official} == pytest.approx(official)
+
+
+BAD_PREDICT_INPUTS = {
+    "no questions": ({"data": [{"title": "x", "paragraphs": []}]}, "no questions found"),
+    "id missing": ({"data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"question": "Where?"}]}]}]}, "'id' is missing"),
+    "question a number": ({"data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"id": "a", "question": 5}]}]}]}, "'question' is a number, expected text"),
+    "blank context": ({"data": [{"title": "T", "paragraphs": [{"context": " \u200b", "qas": [
+        {"id": "a", "question": "Where?"}]}]}]}, "empty context or question"),
+    "flat id null": ([{"id": None, "question": "Where?", "context": "Paris is in France."}], "its id 'id' is null"),
+}
+
+
+@pytest.mark.parametrize("entry", ["file", "stdin", "api"])
+@pytest.mark.parametrize("case", list(BAD_PREDICT_INPUTS))
+def test_a_qa_predict_input_it_cannot_read_is_one_line(tmp_path: Path, cli, monkeypatch, predict_runs: dict,
+                                                      case: str, entry: str) -> None:
+    """Finding: a SQuAD document whose articles hold no question was an IndexError traceback in
+    predict (file and standard input). Each unreadable input is one line, exit 2, from the file,
+    standard input and the API alike, and nothing is written."""
+    import toolkit
+
+    run, _ = predict_runs["v1"]
+    content, said = BAD_PREDICT_INPUTS[case]
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps(content, indent=1))
+    if entry == "api":
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            toolkit.predict(run, content)
+        return
+    if entry == "stdin":
+        monkeypatch.setattr("sys.stdin", source.open(encoding="utf-8"))
+    code, _, err = cli("predict", run, "--input", "-" if entry == "stdin" else source, "--output", tmp_path / "o.jsonl")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and said in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.json"]

@@ -269,12 +269,15 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
         print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
               f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
               "output has one row per non-blank line, each with its text", file=sys.stderr)
-    if (source == "-" or stream and not Path(source).suffix) and lines[0].lstrip().startswith("{"):
-        # no extension to decide: JSONL by its look, or one JSON document over several lines
-        rows = _json_document(lines)
-        for i, line in enumerate(lines if rows is None else [], start=1):
+    by_look = source == "-" or stream and not Path(source).suffix  # no extension to decide
+    document = _json_document(lines) if by_look else None  # one JSON object or list over the lines
+    if document is not None:
+        rows = task.predict_records(document) if task is not None else document
+    elif by_look and lines[0].lstrip().startswith("{"):  # JSONL by its look
+        rows = []
+        for i, line in enumerate(lines, start=1):
             try:
-                rows = (rows or []) + [json.loads(line)]
+                rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise UserError(f"{name}:{i}: not valid JSON ({exc.msg})") from None
             if not isinstance(rows[-1], dict):  # as a file's reader says it (readers._jsonl_problem)
@@ -294,16 +297,21 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
     return rows
 
 
-def _json_document(lines: list[str]) -> list[dict] | None:
-    """[the object] where the lines are one JSON object written over several of them (a SQuAD
-    document piped in), else None (JSON lines, read line by line)."""
-    if len(lines) < 2:
+def _json_document(lines: list[str]) -> list[Any] | None:
+    """The records of a JSON document written over several lines (a SQuAD document or a JSON list
+    of records piped in, as files of those layouts are read): [the object], or the list of
+    objects; None otherwise (JSON lines, read line by line; plain text)."""
+    if len(lines) < 2 and not lines[0].lstrip().startswith("["):
+        return None
+    if not lines[0].lstrip().startswith(("{", "[")):
         return None
     try:
         value = json.loads("\n".join(lines))
     except json.JSONDecodeError:
         return None
-    return [value] if isinstance(value, dict) else None
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return value
+    return [value] if isinstance(value, dict) and len(lines) > 1 else None
 
 
 def _read_file(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None) -> list[dict]:

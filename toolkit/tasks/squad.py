@@ -90,8 +90,11 @@ def document_questions(path: Any, names: tuple[str, str] = ("question", "context
     CSV), which the shared reader reads."""
     if readers.file_format(path) != "json" or readers.first_char(path) != "{":
         return None
-    return [dict(zip(("id", names[0]), _question(qa, context, named)), **{names[1]: context})
+    rows = [dict(zip(("id", names[0]), _question(qa, context, named)), **{names[1]: context})
             for qa, context, _, _, named, _ in _questions(_articles(path), _Where(path))]
+    if not rows:  # articles without questions: an IndexError traceback deep in predict
+        raise UserError(f"{path}: no questions found (its articles' paragraphs hold no 'qas')")
+    return rows
 
 
 def record_questions(items: list[Any], names: tuple[str, str] = ("question", "context")) -> list[Any]:
@@ -105,8 +108,12 @@ def record_questions(items: list[Any], names: tuple[str, str] = ("question", "co
             articles = _need(item.get("data"), list, lambda: f"predict: input {i}", "'data'") if "data" in item else [item]
             at = (lambda *keys, i=i: f"predict: input {i}: " + "/".join(map(str, keys))) if "data" in item else \
                 (lambda *keys, i=i: f"predict: input {i}: " + "/".join(map(str, keys[1:])))
-            out += [dict(zip(("id", names[0]), _question(qa, context, named)), **{names[1]: context})
-                    for qa, context, _, _, named, _ in _questions(articles, at)]
+            found = [dict(zip(("id", names[0]), _question(qa, context, named)), **{names[1]: context})
+                     for qa, context, _, _, named, _ in _questions(articles, at)]
+            if not found:
+                raise UserError(f"predict: input {i}: no questions found in its SQuAD "
+                                f"{'document' if 'data' in item else 'article'} (no 'qas' in its paragraphs)")
+            out += found
         else:
             out.append(item)
     return out
