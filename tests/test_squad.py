@@ -973,3 +973,22 @@ def test_a_qa_predict_input_it_cannot_read_is_one_line(tmp_path: Path, cli, monk
     code, _, err = cli("predict", run, "--input", "-" if entry == "stdin" else source, "--output", tmp_path / "o.jsonl")
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and said in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.json"]
+
+
+def test_a_generative_run_predicts_the_article_layout_with_ids_as_its_eval(tmp_path: Path, cli) -> None:
+    """The same rule for a text-to-text run (T5): SQuAD's articles read, ids kept, the answers
+    file {id: generated answer}, each the answer `toolkit eval` generates for that question."""
+    import toolkit
+
+    data = _dev_subset(tmp_path / "dev.json", "v1")
+    run = toolkit.run("squad/v1.1/t5-base-full", [f"task.train_file={data}", f"task.eval_file={data}", "train.max_steps=1",
+                                                  "task.max_length=96", "task.generation.max_new_tokens=4"],
+                      runs_dir=tmp_path / "runs", smoke=True)
+    code, _, err = cli("predict", run.dir, "--input", data, "--output", tmp_path / "p.jsonl")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [r["id"] for r in _flat(data)]
+    assert json.loads((tmp_path / "p.answers.json").read_text()) == {r["id"]: r["prediction"] for r in rows}
+    toolkit.evaluate(run.dir, overrides=["task.train_file=null", "task.max_eval_samples=null"])
+    evaluated = [json.loads(line) for line in (run.dir / "predictions-eval.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["prediction"]) for r in rows] == [(r["id"], r["prediction"]) for r in evaluated]
