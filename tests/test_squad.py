@@ -277,11 +277,16 @@ HARD_CONTEXTS = [
     (" ".join(["filler words go here"] * 12) + "\n\n The answer:  (1990).\n", "(1990)."),
     # decomposed accents (NFD): BERT uncased strips the combining marks from its tokens' offsets
     ("Le Zu\u0308rich de ne\u0301e est Cafe\u0301 ici.", "Zu\u0308rich de ne\u0301e est Cafe\u0301"),
+    # non-spacing marks of combining class 0 (Devanagari's and Thai's vowel signs), which BERT
+    # uncased strips as it strips accents; the answer ending the context too
+    ("Hindi greeting: \u0928\u092e\u0938\u094d\u0924\u0947, Thai: \u0e14\u0e35", "\u0e14\u0e35"),
+    ("Hindi greeting: \u0928\u092e\u0938\u094d\u0924\u0947, Thai: \u0e14\u0e35", "\u0928\u092e\u0938\u094d\u0924\u0947"),
 ]
 
 
 @pytest.mark.parametrize("tok_name", ["bert-base-uncased", "roberta-base", "bart-base", "gpt2"])
-@pytest.mark.parametrize("context, answer", HARD_CONTEXTS, ids=["end", "whitespace", "unicode", "later-window", "nfd"])
+@pytest.mark.parametrize("context, answer", HARD_CONTEXTS, ids=["end", "whitespace", "unicode", "later-window", "nfd",
+                                                           "mark-class-0-at-end", "mark-class-0"])
 def test_the_labelled_span_comes_back_as_the_answer_text_exactly(tok_name: str, context: str, answer: str) -> None:
     """Windows, labels and span search together, for every tokenizer kind (WordPiece, byte-level
     BPE with and without trim_offsets): logits that point at each window's labelled tokens give

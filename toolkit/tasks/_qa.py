@@ -86,16 +86,20 @@ def cut_questions(tokenizer: Any, questions: list[str], max_length: int, stride:
 def _trimmed(context: str, first: int, last: int) -> list[int]:
     """[first, last) without the whitespace at either end; [-1, -1] (no place a span can start
     or end) for a token of whitespace alone, such as a byte-level token of line breaks. The end
-    takes in the combining marks that follow it: a tokenizer that strips accents (BERT uncased)
-    drops a decomposed (NFD) accent from its tokens and their offsets, and an answer cut at them
-    lost it ('Café' came back 'Cafe': exact match 0 against the context's own text)."""
+    takes in the non-spacing marks that follow it: a tokenizer that strips accents (BERT uncased)
+    drops every such mark (Unicode category Mn) from its tokens and their offsets, and an answer
+    cut at them lost it ('Café' came back 'Cafe': exact match 0 against the context's own text).
+    Taken by category, not by combining class: Devanagari's and Thai's vowel signs are Mn of
+    class 0, and 'नमस्ते' came back 'नमस्त' (and a training answer ending its context with one
+    was labelled as no answer)."""
     while first < last and context[first].isspace():
         first += 1
     while last > first and context[last - 1].isspace():
         last -= 1
     if first >= last:
         return [-1, -1]
-    while last < len(context) and unicodedata.combining(context[last]):
+    while last < len(context) and (unicodedata.category(context[last]) == "Mn"
+                                   or unicodedata.combining(context[last])):
         last += 1
     return [first, last]
 
