@@ -3,8 +3,10 @@
 The windowing is the tokenizer's own (fast tokenizers: `return_overflowing_tokens` with `stride`,
 `return_offsets_mapping`), as in transformers' run_qa.py. The span search over windows is written
 here because no library packages it (transformers keeps it in an example script): for each window,
-the `n_best` highest start and end logits are paired, spans outside the context, reversed or longer
-than `max_answer_length` tokens are dropped, and the best start+end score over all windows wins.
+the `n_best` highest start and end logits among the context's tokens are paired (utils_qa.py takes
+them over every position, then drops those outside the context: a choice that can move with a
+batch's padding), spans reversed or longer than `max_answer_length` tokens are dropped, and the
+best start+end score over all windows wins.
 The null answer's score is the [CLS] (first token) start+end, the lowest over the windows.
 """
 
