@@ -100,12 +100,15 @@ def document_questions(path: Any, names: tuple[str, str] = ("question", "context
 def record_questions(items: list[Any], names: tuple[str, str] = ("question", "context")) -> list[Any]:
     """Prediction inputs with SQuAD's nesting taken apart: a document (`{"data": [articles]}`) or
     an article (`{"paragraphs": [...]}`) becomes its questions (`id`, `question`, `context`); any
-    other input is kept as given. How the API and standard input take the layout files have. The
-    question and context are given under `names` (the run's names for them)."""
+    other input (one with a question field among them) is kept as given. How the API and
+    standard input take the layout files have. The question and context are given under `names`
+    (the run's names for them)."""
     out: list[Any] = []
     for i, item in enumerate(items):
-        if isinstance(item, dict) and ("data" in item or "paragraphs" in item):
-            articles = _need(item.get("data"), list, lambda: f"predict: input {i}", "'data'") if "data" in item else [item]
+        # a record with a question of its own is a question, whatever else it holds ('data')
+        if isinstance(item, dict) and names[0] not in item and ("data" in item or "paragraphs" in item):
+            articles = [item] if "data" not in item else \
+                _need(item.get("data"), list, lambda: f"predict: input {i}", "'data'")
             at = (lambda *keys, i=i: f"predict: input {i}: " + "/".join(map(str, keys))) if "data" in item else \
                 (lambda *keys, i=i: f"predict: input {i}: " + "/".join(map(str, keys[1:])))
             found = [dict(zip(("id", names[0]), _question(qa, context, named)), **{names[1]: context})
