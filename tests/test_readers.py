@@ -874,7 +874,7 @@ def test_a_json_document_value_json_has_no_number_for_is_named(tmp_path: Path, r
         text = records if layout == "list" else f'{{"data": {records}}}'
     path = tmp_path / "x.json"
     path.write_text(text)
-    task = SimpleNamespace(json_field="data")
+    task = SimpleNamespace(json_field="data", predict_file=lambda path: None)  # a task of flat records
     read = {"text_classification": lambda: text_classification.read_file(path),
             "summarization": lambda: _generation.read_records(path, ("dialogue", "summary")),
             "squad": lambda: squad.read_squad(str(path)),

@@ -4,6 +4,7 @@ span post-processing on hand-made contexts, and bad SQuAD files."""
 from __future__ import annotations
 
 import collections
+import csv
 import functools
 import json
 import re
@@ -276,11 +277,16 @@ HARD_CONTEXTS = [
     (" ".join(["filler words go here"] * 12) + "\n\n The answer:  (1990).\n", "(1990)."),
     # decomposed accents (NFD): BERT uncased strips the combining marks from its tokens' offsets
     ("Le Zu\u0308rich de ne\u0301e est Cafe\u0301 ici.", "Zu\u0308rich de ne\u0301e est Cafe\u0301"),
+    # non-spacing marks of combining class 0 (Devanagari's and Thai's vowel signs), which BERT
+    # uncased strips as it strips accents; the answer ending the context too
+    ("Hindi greeting: \u0928\u092e\u0938\u094d\u0924\u0947, Thai: \u0e14\u0e35", "\u0e14\u0e35"),
+    ("Hindi greeting: \u0928\u092e\u0938\u094d\u0924\u0947, Thai: \u0e14\u0e35", "\u0928\u092e\u0938\u094d\u0924\u0947"),
 ]
 
 
 @pytest.mark.parametrize("tok_name", ["bert-base-uncased", "roberta-base", "bart-base", "gpt2"])
-@pytest.mark.parametrize("context, answer", HARD_CONTEXTS, ids=["end", "whitespace", "unicode", "later-window", "nfd"])
+@pytest.mark.parametrize("context, answer", HARD_CONTEXTS, ids=["end", "whitespace", "unicode", "later-window", "nfd",
+                                                           "mark-class-0-at-end", "mark-class-0"])
 def test_the_labelled_span_comes_back_as_the_answer_text_exactly(tok_name: str, context: str, answer: str) -> None:
     """Windows, labels and span search together, for every tokenizer kind (WordPiece, byte-level
     BPE with and without trim_offsets): logits that point at each window's labelled tokens give
@@ -836,3 +842,161 @@ def test_split_seed_is_bounded_as_train_seed(tmp_path: Path, cli) -> None:
         assert code == 0, err
         rows = Squad(eval_file=str(data), split_articles=0.5, split_seed=seed).load()
         assert rows["train"].num_rows and rows["eval"][""].num_rows
+
+
+# --- predict on new questions: the layouts eval reads, ids kept, the official scorer's file ----------
+def _dev_subset(path: Path, version: str) -> Path:
+    """Two articles of the real SQuAD v1.1 dev file, two paragraphs each (v2: plus a question
+    without an answer per paragraph, and a numeric id, as a JSON number)."""
+    data = json.loads((SHARED / "data" / "squad" / "v1.1" / "dev-v1.1.json").read_text())
+    articles = [{"title": a["title"], "paragraphs": a["paragraphs"][:2]} for a in data["data"][:2]]
+    if version == "v2":
+        for a, article in enumerate(articles):
+            for p, paragraph in enumerate(article["paragraphs"]):
+                paragraph["qas"] = paragraph["qas"][:3] + [
+                    {"id": 900 + 10 * a + p, "question": "Who painted the moon?", "answers": []}]
+    path.write_text(json.dumps({"version": "v2.0" if version == "v2" else "1.1", "data": articles}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def predict_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """version -> (run folder, its SQuAD-layout file): one smoke run per version, shared."""
+    import toolkit
+
+    out = {}
+    for version in ("v1", "v2"):
+        folder = tmp_path_factory.mktemp(f"predict-{version}")
+        data = _dev_subset(folder / "dev.json", version)
+        run = toolkit.run(V11_MINILM, [f"task.version={version}", f"task.train_file={data}", f"task.eval_file={data}",
+                                       "train.max_steps=2", "task.max_length=128", "task.doc_stride=32"],
+                          runs_dir=folder / "runs", smoke=True)
+        out[version] = (run.dir, data)
+    return out
+
+
+def _flat(data: Path) -> list[dict]:
+    doc = json.loads(data.read_text())
+    return [{"id": qa["id"], "question": qa["question"], "context": p["context"], "answers": qa["answers"]}
+            for a in doc["data"] for p in a["paragraphs"] for qa in p["qas"]]
+
+
+PREDICT_LAYOUTS = ["document", "jsonl", "json-list", "csv", "stdin-document", "stdin-list",
+                   "api-document", "api-articles", "api-flat", "api-tuples"]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("layout", PREDICT_LAYOUTS)
+def test_predict_reads_every_layout_eval_reads_keeps_ids_and_writes_the_official_answers(
+        tmp_path: Path, cli, monkeypatch, predict_runs: dict, layout: str, version: str) -> None:
+    """Finding: predict refused SQuAD's article layout (`field 'question' is missing (it has:
+    title, paragraphs)`), which train and eval read, and its rows had no question id: predictions
+    could not be joined to their questions nor given to evaluate-v1.1.py / -v2.0.py. Now every
+    layout (the file, standard input, the API's document, articles or flat records) gives the
+    same rows, each with its id (a number as its text; the input's number where it has none),
+    and --output writes OUT.answers.json, {id: answer}, which the official script scores as the
+    run's own evaluation of the same file scores."""
+    import toolkit
+
+    run, data = predict_runs[version]
+    flat = _flat(data)
+    ids = [str(r["id"]) for r in flat]
+    doc = json.loads(data.read_text())
+    out = tmp_path / "preds.jsonl"
+    if layout.startswith("api"):
+        given = {"api-document": doc, "api-articles": doc["data"],
+                 "api-flat": [{k: r[k] for k in ("id", "question", "context")} for r in flat],
+                 "api-tuples": [(r["question"], r["context"]) for r in flat]}[layout]
+        rows = toolkit.predict(run, given)
+    else:
+        if layout == "document":
+            source = data
+        elif layout.startswith("stdin"):
+            source = "-"
+            pretty = tmp_path / "pretty.json"  # one document (or list of records) over many lines, piped in
+            pretty.write_text(json.dumps(doc if layout == "stdin-document" else flat, indent=2))
+            monkeypatch.setattr("sys.stdin", pretty.open(encoding="utf-8"))
+        elif layout == "csv":
+            source = tmp_path / "in.csv"
+            with source.open("w", newline="") as f:
+                writer = csv.DictWriter(f, ["id", "question", "context"], extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows(flat)
+        else:
+            source = tmp_path / ("in.jsonl" if layout == "jsonl" else "in.json")
+            source.write_text("".join(json.dumps(r) + "\n" for r in flat) if layout == "jsonl" else json.dumps(flat))
+        code, _, err = cli("predict", run, "--input", source, "--output", out)
+        assert code == 0, err
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        answers = json.loads((tmp_path / "preds.answers.json").read_text())
+        assert answers == {r["id"]: r["prediction"] for r in rows}
+    if layout == "api-tuples":  # no ids given: each input's number, as read_squad numbers flat records
+        ids = [str(i) for i in range(len(flat))]
+    assert [r["id"] for r in rows] == ids
+    assert [(r["question"], r["context"]) for r in rows] == [(r["question"], r["context"]) for r in flat]
+
+    scored = toolkit.evaluate(run, overrides=["task.train_file=null", "task.max_eval_samples=null"])["eval"]  # the same file, as eval scores it
+    evaluated = [json.loads(line) for line in (run / "predictions-eval.jsonl").read_text().splitlines()]
+    assert [r["prediction"] for r in rows] == [r["prediction"] for r in evaluated]
+    golds = {i: [a["text"] for a in r["answers"]] for i, r in zip(ids, flat)}
+    mine = {r["id"]: r["prediction"] for r in rows}
+    official = official_v1(golds, mine) if version == "v1" else _toolkit_names(official_v2(golds, mine))
+    assert {k: v for k, v in scored.items() if k in official} == pytest.approx(official)
+
+
+BAD_PREDICT_INPUTS = {
+    "no questions": ({"data": [{"title": "x", "paragraphs": []}]}, "no questions found"),
+    "id missing": ({"data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"question": "Where?"}]}]}]}, "'id' is missing"),
+    "question a number": ({"data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"id": "a", "question": 5}]}]}]}, "'question' is a number, expected text"),
+    "blank context": ({"data": [{"title": "T", "paragraphs": [{"context": " \u200b", "qas": [
+        {"id": "a", "question": "Where?"}]}]}]}, "empty context or question"),
+    "flat id null": ([{"id": None, "question": "Where?", "context": "Paris is in France."}], "its id 'id' is null"),
+}
+
+
+@pytest.mark.parametrize("entry", ["file", "stdin", "api"])
+@pytest.mark.parametrize("case", list(BAD_PREDICT_INPUTS))
+def test_a_qa_predict_input_it_cannot_read_is_one_line(tmp_path: Path, cli, monkeypatch, predict_runs: dict,
+                                                      case: str, entry: str) -> None:
+    """Finding: a SQuAD document whose articles hold no question was an IndexError traceback in
+    predict (file and standard input). Each unreadable input is one line, exit 2, from the file,
+    standard input and the API alike, and nothing is written."""
+    import toolkit
+
+    run, _ = predict_runs["v1"]
+    content, said = BAD_PREDICT_INPUTS[case]
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps(content, indent=1))
+    if entry == "api":
+        with pytest.raises(toolkit.UserError, match=re.escape(said)):
+            toolkit.predict(run, content)
+        return
+    if entry == "stdin":
+        monkeypatch.setattr("sys.stdin", source.open(encoding="utf-8"))
+    code, _, err = cli("predict", run, "--input", "-" if entry == "stdin" else source, "--output", tmp_path / "o.jsonl")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and said in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.json"]
+
+
+def test_a_generative_run_predicts_the_article_layout_with_ids_as_its_eval(tmp_path: Path, cli) -> None:
+    """The same rule for a text-to-text run (T5): SQuAD's articles read, ids kept, the answers
+    file {id: generated answer}, each the answer `toolkit eval` generates for that question."""
+    import toolkit
+
+    data = _dev_subset(tmp_path / "dev.json", "v1")
+    doc = json.loads(data.read_text())
+    doc["data"] = [{"title": a["title"], "paragraphs": a["paragraphs"][:1]} for a in doc["data"]]  # 2 paragraphs
+    data.write_text(json.dumps(doc))
+    run = toolkit.run("squad/v1.1/t5-base-full", [f"task.train_file={data}", f"task.eval_file={data}", "train.max_steps=1",
+                                                  "task.max_length=96", "task.generation.max_new_tokens=3"],
+                      runs_dir=tmp_path / "runs", smoke=True)
+    code, _, err = cli("predict", run.dir, "--input", data, "--output", tmp_path / "p.jsonl")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [r["id"] for r in _flat(data)]
+    assert json.loads((tmp_path / "p.answers.json").read_text()) == {r["id"]: r["prediction"] for r in rows}
+    toolkit.evaluate(run.dir, overrides=["task.train_file=null", "task.max_eval_samples=null"])
+    evaluated = [json.loads(line) for line in (run.dir / "predictions-eval.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["prediction"]) for r in rows] == [(r["id"], r["prediction"]) for r in evaluated]

@@ -257,8 +257,8 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
         if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
             if stream:
                 with readers.spooled(path) as copy:
-                    return _read_structured(copy, columns, lists, task)
-            return _read_structured(path, columns, lists, task)
+                    return _read_file(copy, columns, lists, task)
+            return _read_file(path, columns, lists, task)
     lines, name, blank = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
     if not lines:
         raise UserError(f"--input: {name} holds no examples")
@@ -269,8 +269,11 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
         print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
               f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
               "output has one row per non-blank line, each with its text", file=sys.stderr)
-    if (source == "-" or stream and not Path(source).suffix) and lines[0].lstrip().startswith("{"):
-        # no extension to decide: JSONL by its look
+    by_look = source == "-" or stream and not Path(source).suffix  # no extension to decide
+    document = _json_document(lines) if by_look else None  # one JSON object or list over the lines
+    if document is not None:
+        rows = task.predict_records(document) if task is not None else document
+    elif by_look and lines[0].lstrip().startswith("{"):  # JSONL by its look
         rows = []
         for i, line in enumerate(lines, start=1):
             try:
@@ -279,6 +282,7 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
                 raise UserError(f"{name}:{i}: not valid JSON ({exc.msg})") from None
             if not isinstance(rows[-1], dict):  # as a file's reader says it (readers._jsonl_problem)
                 raise UserError(f"{name}:{i}: expected a JSON object per line, got {readers.json_type(rows[-1])}")
+        rows = task.predict_records(rows) if task is not None else rows
     elif len(columns) == 1:
         rows = [{columns[0]: line} for line in lines]
     else:
@@ -291,6 +295,30 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
                             f"{', '.join(columns)})" + readers.near_name(missing[0], row if isinstance(row, dict) else {}))
         _check_fields(row, columns, lists, f"{name}: example {i}")
     return rows
+
+
+def _json_document(lines: list[str]) -> list[Any] | None:
+    """The records of a JSON document written over several lines (a SQuAD document or a JSON list
+    of records piped in, as files of those layouts are read): [the object], or the list of
+    objects; None otherwise (JSON lines, read line by line; plain text)."""
+    if len(lines) < 2 and not lines[0].lstrip().startswith("["):
+        return None
+    if not lines[0].lstrip().startswith(("{", "[")):
+        return None
+    try:
+        value = json.loads("\n".join(lines))
+    except json.JSONDecodeError:
+        return None
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return value
+    return [value] if isinstance(value, dict) and len(lines) > 1 else None
+
+
+def _read_file(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None) -> list[dict]:
+    """A structured input file: in the task's own nested layout as its training reader reads it
+    (`Task.predict_file`: SQuAD's articles), else flat records through the shared reader."""
+    own = task.predict_file(path) if task is not None else None
+    return own if own is not None else _read_structured(path, columns, lists, task)
 
 
 def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: str) -> None:
@@ -374,6 +402,7 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     `score` and `probabilities`, tags per word, generated text, an answer span), in input order."""
     with runs.reading(run, "predict with"):
         recipe, model, tok, names = _predicting_run(run)
+    texts = recipe.task.predict_records(texts)  # SQuAD's documents and articles: their questions
     inputs = [_as_row(i, item, names, recipe.task.predict_word_lists) for i, item in enumerate(texts)]
     with evaluation.finite_outputs():
         rows = recipe.task.predict(model, tok, inputs)
@@ -396,13 +425,34 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
         out = recipe.task.predict(model, tok, rows)
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
     text = render(out, fmt)
+    files = recipe.task.predict_files(out)
+    for path in beside_output(output, files) if output else []:  # before anything is written
+        check_destination(path, folder=False, what=f"--output (beside it, {path.name})")
+        if source != "-" and path.exists() and Path(source).exists() and path.samefile(source):
+            raise UserError(f"--output: {path}, written beside it, is the --input file; give another name")
     if output:
         data = text.encode("utf-8")
         with writing(Path(output), NOTHING_KEPT):  # whole or nothing: a full disk leaves no cut-short file
             runs.write_whole(Path(output), gzip.compress(data, mtime=0) if output.lower().endswith(".gz") else data)
+        for path, content in zip(beside_output(output, files), files.values()):
+            with writing(path, NOTHING_KEPT):
+                runs.write_whole(path, (json.dumps(runs.finite(content), ensure_ascii=False, allow_nan=False)
+                                        + "\n").encode("utf-8"))
     else:
         sys.stdout.write(text)
     return len(out)
+
+
+def beside_output(output: str, files: dict[str, Any]) -> list[Path]:
+    """Where a task's `predict_files` go: `OUT.NAME.json` beside --output, OUT its name less the
+    output format's suffixes (preds.jsonl.gz -> preds.answers.json), as the run folder has
+    predictions.answers.json beside predictions.jsonl."""
+    path = Path(output)
+    stem = path.name
+    for suffix in (".gz", *OUTPUT_FORMATS):
+        if stem.lower().endswith(suffix) and len(stem) > len(suffix):
+            stem = stem[:-len(suffix)]
+    return [path.with_name(f"{stem}.{name}.json") for name in files]
 
 
 OUTPUT_FORMATS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv"}

@@ -316,6 +316,22 @@ class Task:
         CoNLL file), as that format reads; None where it is not (one example per line)."""
         return None
 
+    def predict_file(self, path: Path) -> list[dict] | None:
+        """Input rows of a structured predict input (JSON) written in the task's own nested layout,
+        read as its training reader reads that layout (SQuAD's articles, FILE:LINE for a bad
+        record); None where the file is not in it (the shared reader reads flat records)."""
+        return None
+
+    def predict_records(self, items: list[Any]) -> list[Any]:
+        """Inputs given to the API or on standard input with the task's own nesting taken apart
+        (SQuAD's documents and articles into their questions); as given where it has none."""
+        return items
+
+    def predict_files(self, rows: list[dict]) -> dict[str, Any]:
+        """JSON documents `toolkit predict --output OUT` writes beside OUT as `<OUT's stem>.NAME.json`
+        from its rows: what a benchmark's official scorer reads (SQuAD: answers by question id)."""
+        return {}
+
     def predict_fields(self, model: torch.nn.Module) -> list[str]:
         """The fields an input row needs, once the task has taken what it needs of the trained
         `model` (label names a classifier's config carries)."""

@@ -3,8 +3,10 @@
 The windowing is the tokenizer's own (fast tokenizers: `return_overflowing_tokens` with `stride`,
 `return_offsets_mapping`), as in transformers' run_qa.py. The span search over windows is written
 here because no library packages it (transformers keeps it in an example script): for each window,
-the `n_best` highest start and end logits are paired, spans outside the context, reversed or longer
-than `max_answer_length` tokens are dropped, and the best start+end score over all windows wins.
+the `n_best` highest start and end logits among the context's tokens are paired (utils_qa.py takes
+them over every position, then drops those outside the context: a choice that can move with a
+batch's padding), spans reversed or longer than `max_answer_length` tokens are dropped, and the
+best start+end score over all windows wins.
 The null answer's score is the [CLS] (first token) start+end, the lowest over the windows.
 """
 
@@ -86,16 +88,20 @@ def cut_questions(tokenizer: Any, questions: list[str], max_length: int, stride:
 def _trimmed(context: str, first: int, last: int) -> list[int]:
     """[first, last) without the whitespace at either end; [-1, -1] (no place a span can start
     or end) for a token of whitespace alone, such as a byte-level token of line breaks. The end
-    takes in the combining marks that follow it: a tokenizer that strips accents (BERT uncased)
-    drops a decomposed (NFD) accent from its tokens and their offsets, and an answer cut at them
-    lost it ('Café' came back 'Cafe': exact match 0 against the context's own text)."""
+    takes in the non-spacing marks that follow it: a tokenizer that strips accents (BERT uncased)
+    drops every such mark (Unicode category Mn) from its tokens and their offsets, and an answer
+    cut at them lost it ('Café' came back 'Cafe': exact match 0 against the context's own text).
+    Taken by category, not by combining class: Devanagari's and Thai's vowel signs are Mn of
+    class 0, and 'नमस्ते' came back 'नमस्त' (and a training answer ending its context with one
+    was labelled as no answer)."""
     while first < last and context[first].isspace():
         first += 1
     while last > first and context[last - 1].isspace():
         last -= 1
     if first >= last:
         return [-1, -1]
-    while last < len(context) and unicodedata.combining(context[last]):
+    while last < len(context) and (unicodedata.category(context[last]) == "Mn"
+                                   or unicodedata.combining(context[last])):
         last += 1
     return [first, last]
 

@@ -69,14 +69,57 @@ def read_squad(path_text: str, version: str = "v2", fields: QaFields | None = No
     fmt = readers.file_format(path, ("json", "jsonl"))
     checks = _Checks(path, version)
     if fmt == "json" and readers.first_char(path) == "{":
-        try:
-            articles = readers.read(path, "json", field="data")
-        except readers.Unreadable:  # types the builder cannot unify in one column (an id 7 beside
-            # "a7", a title 5 beside "T"): each question is read and checked as written instead; a
-            # value of the wrong kind is said at its place (it was the builder's ArrowInvalid)
-            articles = json.loads(readers.read_small_text(path))["data"]
-        return checks.done(_rows(articles, _Where(path), checks))
+        return checks.done(_rows(_articles(path), _Where(path), checks))
     return checks.done(_flat_rows(path, fmt, fields or QaFields(), checks))
+
+
+def _articles(path: Any) -> Any:
+    """The articles of a SQuAD-format document (`{"data": [...]}`)."""
+    try:
+        return readers.read(path, "json", field="data")
+    except readers.Unreadable:  # types the builder cannot unify in one column (an id 7 beside
+        # "a7", a title 5 beside "T"): each question is read and checked as written instead; a
+        # value of the wrong kind is said at its place (it was the builder's ArrowInvalid)
+        return json.loads(readers.read_small_text(path))["data"]
+
+
+def document_questions(path: Any, names: tuple[str, str] = ("question", "context")) -> list[dict] | None:
+    """The questions of a SQuAD-format document as `toolkit predict` reads them: `id`, `question`,
+    `context` (under `names`) of each, in the file's order, checked as `read_squad` checks them (FILE:LINE), their
+    answers not read (new questions have none); None for a file of another layout (flat records,
+    CSV), which the shared reader reads."""
+    if readers.file_format(path) != "json" or readers.first_char(path) != "{":
+        return None
+    rows = [dict(zip(("id", names[0]), _question(qa, context, named)), **{names[1]: context})
+            for qa, context, _, _, named, _ in _questions(_articles(path), _Where(path))]
+    if not rows:  # articles without questions: an IndexError traceback deep in predict
+        raise UserError(f"{path}: no questions found (its articles' paragraphs hold no 'qas')")
+    return rows
+
+
+def record_questions(items: list[Any], names: tuple[str, str] = ("question", "context")) -> list[Any]:
+    """Prediction inputs with SQuAD's nesting taken apart: a document (`{"data": [articles]}`) or
+    an article (`{"paragraphs": [...]}`) becomes its questions (`id`, `question`, `context`); any
+    other input (one with a question field among them) is kept as given. How the API and
+    standard input take the layout files have. The question and context are given under `names`
+    (the run's names for them)."""
+    out: list[Any] = []
+    for i, item in enumerate(items):
+        # a record with a question of its own is a question, whatever else it holds ('data')
+        if isinstance(item, dict) and names[0] not in item and ("data" in item or "paragraphs" in item):
+            articles = [item] if "data" not in item else \
+                _need(item.get("data"), list, lambda: f"predict: input {i}", "'data'")
+            at = (lambda *keys, i=i: f"predict: input {i}: " + "/".join(map(str, keys))) if "data" in item else \
+                (lambda *keys, i=i: f"predict: input {i}: " + "/".join(map(str, keys[1:])))
+            found = [dict(zip(("id", names[0]), _question(qa, context, named)), **{names[1]: context})
+                     for qa, context, _, _, named, _ in _questions(articles, at)]
+            if not found:
+                raise UserError(f"predict: input {i}: no questions found in its SQuAD "
+                                f"{'document' if 'data' in item else 'article'} (no 'qas' in its paragraphs)")
+            out += found
+        else:
+            out.append(item)
+    return out
 
 
 class _Where:
@@ -129,8 +172,16 @@ def _need(value: Any, kind: type, where: Any, what: str) -> Any:
     return value
 
 
-def _rows(articles: Any, at: _Where, checks: _Checks) -> list[dict]:
+def _rows(articles: Any, at: Callable[..., str], checks: _Checks) -> list[dict]:
     rows = []
+    for qa, context, title, a, named, position in _questions(articles, at):
+        rows.append(checks.add(_row(qa, context, title, a, named), position))
+    return rows
+
+
+def _questions(articles: Any, at: Callable[..., str]) -> Any:
+    """(question record, context, title, article index, its name, its place) of every question
+    of SQuAD's articles, each level checked for its type; `at(*keys)` names a place under them."""
     for a, article in enumerate(articles):
         _need(article, dict, lambda: at(a), f"article {a}")
         title = article.get("title") or ""
@@ -142,20 +193,30 @@ def _rows(articles: Any, at: _Where, checks: _Checks) -> list[dict]:
                 _need(qa, dict, place("qas", q), "a question")
                 position = place("qas", q)
                 named = lambda: f"{position()}: article {a} ('{title}'), question {qa.get('id')}"
-                rows.append(checks.add(_row(qa, context, str(title), a, named), position))
-    return rows
+                yield qa, context, str(title), a, named, position
 
 
-def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
+def _question(qa: dict, context: str, where: Any) -> tuple[str, str]:
+    """(id, question) of a question record, checked as every reader checks them."""
     question = _need(qa.get("question"), str, where, "'question'")
     qid = qa.get("id")
     if qid is None:
         raise UserError(f"{where()}: 'id' is missing")
-    if isinstance(qid, (int, float)) and not isinstance(qid, bool):
-        qid = readers.number_name(qid)  # 7 beside 7.5 in one file: "7", not "7.0"
-    _need(qid, str, where, "'id'")
+    qid = _need(question_id(qid), str, where, "'id'")
     if readers.blank(context) or readers.blank(question):
         raise UserError(f"{where()}: empty context or question")
+    return qid, question
+
+
+def question_id(value: Any) -> Any:
+    """An id as the files name it: a number is its text (7 beside 7.5 in one file: "7", not "7.0")."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return readers.number_name(value)
+    return value
+
+
+def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
+    qid, question = _question(qa, context, where)
     impossible = qa.get("is_impossible")
     if impossible is not None:
         _need(impossible, bool, where, "'is_impossible'")
@@ -279,9 +340,7 @@ def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[d
         qa = {"id": record.get(role["id"]) if role["id"] else str(i),
               "question": record.get(role["question"]), "answers": record.get(role["answers"]),
               "is_impossible": record.get("is_impossible")}
-        if isinstance(qa["id"], (int, float)) and not isinstance(qa["id"], bool):
-            qa["id"] = readers.number_name(qa["id"])
-        _need(qa["id"], str, named, f"'{role['id']}' (the id)")
+        qa["id"] = _need(question_id(qa["id"]), str, named, f"'{role['id']}' (the id)")
         _need(qa["question"], str, named, f"'{role['question']}' (the question)")
         article = contexts.setdefault(context, len(contexts))
         rows.append(checks.add(_row(qa, context, "", article, named), position))
@@ -652,6 +711,44 @@ class Squad(TextToText):
             self.__dict__["_input_names"] = [names[role] or role for role in ("question", "context")]
         return list(self.__dict__["_input_names"])
 
+    def predict_file(self, path: Any) -> list[dict] | None:
+        """SQuAD's document layout, which training and evaluation read: predict read only flat
+        records, and refused it (field 'question' is missing; it has title, paragraphs)."""
+        return document_questions(path, tuple(self.predict_fields(None)))
+
+    def predict_records(self, items: list[Any]) -> list[Any]:
+        return record_questions(items, tuple(self.predict_fields(None)))
+
+    def question_ids(self, rows: list[dict]) -> list[str]:
+        """Each input's question id, as the readers find it: the run's id field (task.id_field, or
+        the one found in the recipe's flat file), else `id`, `qid`, `question_id`, else the input's
+        number (0, 1, ...: the id `read_squad` gives a flat record without one). Predict dropped
+        the ids, so its answers could not be joined back to their questions."""
+        if "_id_names" not in self.__dict__:
+            named = self.id_field
+            for name in (self.eval_file, self.train_file):
+                if named is None and name and data_path(self.expand(name)).is_file():
+                    named = (flat_fields(self.expand(name), self.fields) or {}).get("id")
+                    break
+            self.__dict__["_id_names"] = list(dict.fromkeys([n for n in (named,) if n] + list(FIELD_NAMES["id"])))
+        ids = []
+        for i, row in enumerate(rows):
+            key = next((k for k in self.__dict__["_id_names"] if k in row), None)
+            value = question_id(row[key]) if key else str(i)
+            if not isinstance(value, str) or not value.strip():
+                shown = "blank text" if isinstance(value, str) else readers.json_type(value)
+                raise UserError(f"predict: input {i} (counted from 0): its id '{key}' is {shown}; expected text "
+                                "or a number, the question's id (or leave the field out: the input's number)")
+            ids.append(value)
+        return ids
+
+    def predict_files(self, rows: list[dict]) -> dict[str, Any]:
+        """What the official evaluate-v1.1.py / evaluate-v2.0.py read as predictions: `answers`,
+        question id -> the answer (v2.0: "" where the run abstains). Repeated ids are named
+        id#2, ... as in the run's own files (`unique_ids`)."""
+        ids = unique_ids([r["id"] for r in rows], "the answers files beside --output", "the inputs")
+        return {"answers": dict(zip(ids, (r["prediction"] for r in rows)))}
+
     def raw_input(self, row: dict) -> dict:
         question, context = self.predict_fields(None)
         return {"question": str(row[question]), "context": str(row[context]),
@@ -663,15 +760,18 @@ class Squad(TextToText):
         predictions.jsonl's rows carry: `best_span` (the best non-empty answer) and
         `no_answer_score` (null score minus that span's score, in logits): `prediction` is ""
         where it is above 0.0, the threshold the scores use; the run's `best_f1_thresh` is on the
-        same scale. A generative v2.0 model answers "" itself."""
+        same scale. A generative v2.0 model answers "" itself. Every row starts with the question's
+        `id` (`question_ids`), the key of the official scripts' files."""
+        ids = self.question_ids(rows)
         if not self.extractive:
             out = super().predict(model, tokenizer, rows)
-            return [{**r, "prediction": p} for r, p in zip(out, self.abstained([r["prediction"] for r in out]))]
+            return [{"id": i, **r, "prediction": p}
+                    for i, r, p in zip(ids, out, self.abstained([r["prediction"] for r in out]))]
         raw = [self.raw_input(r) for r in rows]
         question, context = self.predict_fields(model)
         out = []
-        for r, b in zip(raw, self.best_answers(model, tokenizer, raw)):
-            row = {question: r["question"], context: r["context"], "prediction": b.text}
+        for i, r, b in zip(ids, raw, self.best_answers(model, tokenizer, raw)):
+            row = {"id": i, question: r["question"], context: r["context"], "prediction": b.text}
             if self.version == "v2":
                 gap = b.no_answer_score
                 row.update(prediction="" if gap > NULL_THRESHOLD else b.text, best_span=b.text, no_answer_score=gap)
@@ -701,7 +801,8 @@ def span_loss(start: torch.Tensor, end: torch.Tensor, batch: dict[str, torch.Ten
             + F.cross_entropy(end, batch["end_positions"], reduction="none")) / 2
 
 
-def unique_ids(ids: list[str]) -> list[str]:
+def unique_ids(ids: list[str], files: str = "predictions.dataset/answers/na_prob.json",
+               among: str = "the scored questions") -> list[str]:
     """The official scripts key answers by id: a question id given twice is written `id#2` (and
     so on) in their files, so that each question is scored on its own answer (said once). A name
     the file itself gives another question is skipped (`a#3` beside `a`, `a`, `a#2`): `a#2`
@@ -722,9 +823,8 @@ def unique_ids(ids: list[str]) -> list[str]:
         out.append(f"{i}#{n}")
     repeated = sum(n > 1 for n in seen.values())
     if repeated and os.environ.get("RANK", "0") == "0":
-        print(f"warning: {repeated} question id(s) appear more than once among the scored questions; "
-              "predictions.dataset/answers/na_prob.json name the repeats id#2, id#3, ... so that the "
-              "official script scores each question", file=sys.stderr)
+        print(f"warning: {repeated} question id(s) appear more than once among {among}; {files} name the "
+              "repeats id#2, id#3, ... so that the official script scores each question", file=sys.stderr)
     return out
 
 
