@@ -155,3 +155,38 @@ def test_profiled_steps_are_kept_out_of_the_rates() -> None:
     assert steady_rate(logged, 8, profiled) == pytest.approx(80.0)
     assert steady_rate(logged, 8) < 70  # what the rates were before
     assert without_profile(metrics, 8, StepProfile(60, 0)) == metrics["train_samples_per_second"]
+
+
+def test_a_compiled_row_compiles_once_and_in_its_measured_run(monkeypatch) -> None:
+    """A compiled row's warm-up runs eager, the optimizer too (train.compile_optimizer's row
+    compiled its optimizer step in the warm-up, and the measured run's passed its guards: a
+    compilation paid outside the row's whole-run rate). torch's own counters: nothing compiled by
+    the warm-up, the step's and the optimizer's graphs by the measured run, each once."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    import bench.cli as cli
+    from toolkit import compiling, models
+
+    monkeypatch.setattr(compiling, "BACKEND", compiling.BACKEND)  # measure() sets the smoke backend
+    torch._dynamo.reset()
+    seen = {}
+    original = cli.warm_up
+
+    def warm_up(*args, **kwargs):
+        before = counters["stats"]["unique_graphs"]
+        original(*args, **kwargs)
+        seen["warm-up"] = counters["stats"]["unique_graphs"] - before
+
+    monkeypatch.setattr(cli, "warm_up", warm_up)
+    checkpoint = models.smoke_checkpoint("bert-base-uncased")
+    args = cli.parse(["--steps", "3", "--batch-size", "4", "--max-length", "32", "--eval-samples", "8",
+                      "--compile", "true", "--compile-optimizer", "true", "--compile-backend", "aot_eager",
+                      "--row", "toolkit", "--resolved-checkpoint", checkpoint])
+    try:
+        row = cli.measure(args)
+    finally:
+        compiling.settings_as_found()
+        torch._dynamo.reset()
+    assert seen == {"warm-up": 0}
+    assert row["compiled_graphs"] == 2 and row["step_compilations"] == 1  # the step's and the optimizer's

@@ -447,11 +447,15 @@ def eval_row(args: argparse.Namespace, checkpoint: str) -> dict:
 def warm_up(args: argparse.Namespace, checkpoint: str, folder: Path) -> None:
     """The same untimed warm-up before every trainer row: a short toolkit run of the same model
     and batch (kernels, allocator, tokenizer and data caches), then the peak is reset. Eager
-    always: a compiled row's compilation is part of its run (its whole-run rate counts it, its
-    steady rate does not), and compiling twice per row cost the first GPU check ~40 s a row."""
+    always, the step and the optimizer alike: a compiled row's compilation is part of its run (its
+    whole-run rate counts it, its steady rate does not), and compiling twice per row cost the first
+    GPU check ~40 s a row. (The warm-up of the train.compile_optimizer row compiled its optimizer
+    step, whose guards the measured run's optimizer then passed: that compilation was paid in the
+    warm-up and missing from the row's whole-run rate; torch's counters on a CPU, 2026-11-28.)"""
     import gc
 
-    warm = argparse.Namespace(**{**vars(args), "steps": min(args.steps, 10), "eval_samples": 64, "compile": "false"})
+    warm = argparse.Namespace(**{**vars(args), "steps": min(args.steps, 10), "eval_samples": 64, "compile": "false",
+                                 "compile_optimizer": "false"})
     train.run(recipes.RunPlan(toolkit_recipe(warm, checkpoint)), folder)
     gc.collect()
     if cuda():
