@@ -43,7 +43,13 @@ def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
     assert all(m["mfu"] > 0 for m in matmul["mfu_rows"])
     assert "| MFU at 4 x 16, compiled | bf16 | True |" in done.stdout
     assert all(r["compiled_graphs"] >= 1 and r["step_compilations"] >= 1 for r in toolkit if r["compile"])
-    assert [r["method"] for r in rows if "method" in r and r["row"].endswith("step (tiny roberta)")] == ["full", "lora"]
+    steps = [r for r in rows if r["row"].endswith("step (tiny roberta)")]  # eager, then compiled
+    assert [(r["method"], r["compile"]) for r in steps] == [("full", False), ("lora", False), ("full", True),
+                                                            ("lora", True)]
+    assert all(r["step_s"] > 0 for r in steps) and [r["compiled_graphs"] > 0 for r in steps] == [False, False, True, True]
+    for how, (full, lora) in (("eager", steps[:2]), ("compiled", steps[2:])):  # the LoRA target's ratio, per pair
+        assert f"| LoRA / full, {how} | bf16 | {how == 'compiled'} |  |  |  |  | {lora['step_s'] / full['step_s']:.2f}x |" \
+            in done.stdout
     accuracy = [r for r in rows if r["row"] == "MiniLM SST-2 accuracy"]
     assert [r["compile"] for r in accuracy] == [False, True] and all(0 <= r["accuracy"] <= 1 for r in accuracy)
     (optimizer,) = [r for r in rows if r["row"] == "toolkit, compiled optimizer"]  # train.compile_optimizer
@@ -88,8 +94,11 @@ def test_the_plan_puts_the_targets_first_and_the_measured_levers_on_request() ->
     args = gpu_check.parser().parse_args([])
     rows = gpu_check.plan(args, "bert", "minilm")
     labels = [label for label, *_ in rows]
-    assert labels[:7] == ["toolkit", "Trainer, dynamic padding", "full step (roberta-base shape)",
-                          "lora step (roberta-base shape)", "MiniLM SST-2 accuracy", "MiniLM SST-2 accuracy", "toolkit"]
+    assert labels[:9] == ["toolkit", "Trainer, dynamic padding", *["full step (roberta-base shape)",
+                                                                   "lora step (roberta-base shape)"] * 2,
+                          "MiniLM SST-2 accuracy", "MiniLM SST-2 accuracy", "toolkit"]
+    steps = [flags for label, _, _, flags in rows if label.endswith("step (roberta-base shape)")]
+    assert [f[f.index("--compile") + 1] if "--compile" in f else None for f in steps] == [None, None, "true", "true"]
     assert [(flags[flags.index("--precision") + 1], flags[flags.index("--compile") + 1])
             for label, _, _, flags in rows if label == "toolkit"][:2] == [("bf16", "true"), ("no", "true")]
     assert not any(gpu_check.MASTER_LABEL in label or label == gpu_check.OPTIMIZER for label in labels)

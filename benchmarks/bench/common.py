@@ -200,16 +200,23 @@ def timed(step: Callable[[], None]) -> float:
 
 
 def time_training_steps(model: torch.nn.Module, batch: dict, precision: str, warmup: int,
-                        steps: int, fast_dropout: bool = True, memory: dict | None = None) -> list[float]:
-    """Seconds of each of `steps` `training_step`s after `warmup` untimed ones. With a `memory`
-    dict, the timed steps' peak memory (`peak_mb`, as the toolkit reports it) goes into it, then
-    one more step runs under the profiler (CPU) and its peak tensor memory (`peak_tensor_mb`)."""
+                        steps: int, fast_dropout: bool = True, memory: dict | None = None,
+                        compiled: bool = False) -> list[float]:
+    """Seconds of each of `steps` `training_step`s after `warmup` untimed ones (`compiled`: the
+    step compiled as the toolkit's loop compiles it; its warm-up compiles it, and its seconds go
+    into `memory["warmup_s"]`). With a `memory` dict, the timed steps' peak memory (`peak_mb`, as
+    the toolkit reports it) goes into it, then one more step runs under the profiler (CPU) and its
+    peak tensor memory (`peak_tensor_mb`)."""
     from accelerate.state import AcceleratorState
 
     AcceleratorState._reset_state()
-    step = training_step(model, batch, precision, fast_dropout)
+    step = training_step(model, batch, precision, fast_dropout, compiled)
+    began = time.perf_counter()
     for _ in range(warmup):
         step()
+    sync()
+    if memory is not None:
+        memory["warmup_s"] = time.perf_counter() - began
     times = [timed(step) for _ in range(steps)]
     if memory is not None:
         memory["peak_mb"] = peak_memory_mb()  # before the profiler, whose own records take memory
