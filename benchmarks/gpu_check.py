@@ -114,7 +114,44 @@ def parser() -> argparse.ArgumentParser:
                         f"under {MIN_ROW_S} s left, so the table is printed within a device call's limit")
     p.add_argument("--master", action="store_true", help="also the bf16-master-weights rows (issue 35 part 4)")
     p.add_argument("--optimizer", action="store_true", help="also the train.compile_optimizer row (issue 35 part 2)")
+    p.add_argument("--rows", default=None,
+                   help="comma-separated row keys or groups to run, in the plan's order (opt-in rows included): "
+                        + ", ".join([*ROW_KEYS, *GROUPS]))
     return p
+
+
+# --rows: each plan row's key (`row_key`), and groups of them
+ROW_KEYS = ("toolkit-bf16-compiled", "optimizer", "trainer-bf16", "full-eager", "lora-eager", "full-compiled",
+            "lora-compiled", "accuracy-eager", "accuracy-compiled", "toolkit-fp32-compiled", "toolkit-bf16-eager",
+            "mfu", "toolkit-fp32-eager", "trainer-fp32", "master-compiled", "master-eager", "accuracy-master")
+GROUPS = {"steps-eager": ("full-eager", "lora-eager"), "steps-compiled": ("full-compiled", "lora-compiled"),
+          "accuracy": ("accuracy-eager", "accuracy-compiled"), "compiled": ("toolkit-bf16-compiled", "toolkit-fp32-compiled")}
+
+
+def row_key(label: str, kind: str, flags: list[str]) -> str:
+    """The --rows key of one plan row: what it measures, precision and compilation."""
+    how = "compiled" if "--compile" in flags and flags[flags.index("--compile") + 1] == "true" else "eager"
+    precision = {"no": "fp32"}.get(flags[flags.index("--precision") + 1], flags[flags.index("--precision") + 1])
+    if kind.startswith("lora:"):
+        return f"{kind.split(':', 1)[1]}-{how}"
+    if kind == "matmul":
+        return "mfu"
+    if kind.startswith("trainer"):
+        return f"trainer-{precision}"
+    if "--precision-mode" in flags:
+        return "accuracy-master" if label.startswith("MiniLM") else f"master-{how}"
+    if label.startswith("MiniLM"):
+        return f"accuracy-{how}"
+    return "optimizer" if "--compile-optimizer" in flags else f"toolkit-{precision}-{how}"
+
+
+def wanted_rows(value: str | None) -> tuple[set[str] | None, list[str]]:
+    """(the keys --rows names, its groups expanded; None: the default plan), and the names unknown."""
+    if value is None:
+        return None, []
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ROW_KEYS and n not in GROUPS] or ([] if names else ["(none)"])
+    return {k for n in names for k in GROUPS.get(n, (n,))}, unknown
 
 
 def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None = None,
@@ -202,6 +239,15 @@ def accuracy_flags(args: argparse.Namespace, precision: str, compiled: bool, mod
     flags[flags.index("--steps") + 1] = str(args.accuracy_steps or (3 if args.smoke else 300))
     flags[flags.index("--eval-samples") + 1] = "8" if args.smoke else "872"
     return flags
+
+
+def selected(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, str, str, list[str]]]:
+    """The plan, or the rows --rows names (opt-in ones included), in the plan's order."""
+    keys, _ = wanted_rows(args.rows)
+    if keys is None:
+        return plan(args, speed, minilm)
+    every = plan(argparse.Namespace(**{**vars(args), "master": True, "optimizer": True}), speed, minilm)
+    return [entry for entry in every if row_key(entry[0], entry[1], entry[3]) in keys]
 
 
 def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, str, str, list[str]]]:
@@ -356,7 +402,7 @@ def check(args: argparse.Namespace) -> int:
         def budget_left() -> float | None:
             return args.budget_s - (time.perf_counter() - began) if args.budget_s else None
 
-        for label, kind, checkpoint, flags in plan(args, speed, minilm):
+        for label, kind, checkpoint, flags in selected(args, speed, minilm):
             start = time.perf_counter()
             left = budget_left()
             if left is not None and left < MIN_ROW_S:  # the table is printed before the call's limit
@@ -370,7 +416,8 @@ def check(args: argparse.Namespace) -> int:
                 print(f"{label}: FAILED\n{exc}", file=sys.stderr)
                 continue
             rows.append({**(result if isinstance(result, dict) else {"result": result}), "row": label,
-                         "precision": flags[flags.index("--precision") + 1], "seconds": time.perf_counter() - start})
+                         "precision": flags[flags.index("--precision") + 1], "seconds": time.perf_counter() - start,
+                         "key": row_key(label, kind, flags)})
             print(f"{label} ({rows[-1]['precision']}): {rows[-1]['seconds']:.0f} s", file=sys.stderr, flush=True)
             Path(args.json).write_text(json.dumps({"header": info, "rows": rows}, indent=2, default=str))
         sections: dict[str, list[dict]] = {}
@@ -429,6 +476,11 @@ def suite(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    _, unknown = wanted_rows(args.rows)
+    if unknown:  # before anything is built or run
+        print(f"gpu_check: --rows: unknown {', '.join(unknown)}; choose from {', '.join([*ROW_KEYS, *GROUPS])}",
+              file=sys.stderr)
+        return 2
     import datasets
     import transformers
 

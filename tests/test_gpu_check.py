@@ -199,3 +199,26 @@ def test_a_compiled_row_compiles_once_and_in_its_measured_run(monkeypatch) -> No
         torch._dynamo.reset()
     assert seen == {"warm-up": 0}
     assert row["compiled_graphs"] == 2 and row["step_compilations"] == 1  # the step's and the optimizer's
+
+
+def test_rows_selects_plan_rows_by_key_and_refuses_unknown_names(capsys) -> None:
+    """--rows: the rows no check has reached, in one call; keys (or groups) name rows of the whole
+    plan, opt-in rows included, run in the plan's order; an unknown name is one line, exit 2,
+    before anything is built."""
+    import gpu_check
+
+    every = gpu_check.plan(gpu_check.parser().parse_args(["--master", "--optimizer"]), "bert", "minilm")
+    keys = [gpu_check.row_key(label, kind, flags) for label, kind, _, flags in every]
+    assert sorted(keys) == sorted(gpu_check.ROW_KEYS)  # one key a row
+    args = gpu_check.parser().parse_args(["--rows", "mfu,toolkit-fp32-compiled,steps-compiled,toolkit-bf16-compiled"])
+    picked = gpu_check.selected(args, "bert", "minilm")
+    assert [gpu_check.row_key(label, kind, flags) for label, kind, _, flags in picked] == [
+        "toolkit-bf16-compiled", "full-compiled", "lora-compiled", "toolkit-fp32-compiled", "mfu"]
+    (optimizer,) = gpu_check.selected(gpu_check.parser().parse_args(["--rows", "optimizer"]), "bert", "minilm")
+    assert "--compile-optimizer" in optimizer[3]  # opt-in rows without --optimizer
+    assert gpu_check.selected(gpu_check.parser().parse_args([]), "b", "m") == gpu_check.plan(
+        gpu_check.parser().parse_args([]), "b", "m")
+    for bad in ("mfu,lora", ",", "toolkit"):
+        assert gpu_check.main(["--smoke", "--rows", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("gpu_check: --rows: unknown ") and "toolkit-fp32-compiled" in err
