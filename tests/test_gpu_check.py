@@ -52,6 +52,11 @@ def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
             in done.stdout
     accuracy = [r for r in rows if r["row"] == "MiniLM SST-2 accuracy"]
     assert [r["compile"] for r in accuracy] == [False, True] and all(0 <= r["accuracy"] <= 1 for r in accuracy)
+    # like for like: eager pads as the compiled step does (the toolkit's multiple of 16), same seed
+    assert [(r["pad_multiple"], r["seed"]) for r in accuracy] == [(16, 42), (16, 42)]
+    assert accuracy[0]["train_shapes"] <= 2  # lengths 16 and 32 only (eager used to pad to each batch's longest)
+    assert "MiniLM SST-2 accuracy %, compiled vs eager (same subset, seeds 42, both trained on batches padded to " \
+           "multiples of 16)" in done.stdout and "one seed a side: no spread measured" in done.stdout
     (optimizer,) = [r for r in rows if r["row"] == "toolkit, compiled optimizer"]  # train.compile_optimizer
     assert (optimizer["precision"], optimizer["compile"], optimizer["compile_optimizer"]) == ("bf16", True, True)
     assert optimizer["step_profile"]["steps"] == 2 and optimizer["compiled_graphs"] >= 2  # the step's, the optimizer's
@@ -102,7 +107,8 @@ def test_the_plan_puts_the_targets_first_and_the_measured_levers_on_request() ->
     assert [(flags[flags.index("--precision") + 1], flags[flags.index("--compile") + 1])
             for label, _, _, flags in rows if label == "toolkit"][:2] == [("bf16", "true"), ("no", "true")]
     assert not any(gpu_check.MASTER_LABEL in label or label == gpu_check.OPTIMIZER for label in labels)
-    assert all("--length-buckets" not in flags and "--pad-multiple" not in flags for *_, flags in rows)
+    assert all("--length-buckets" not in flags and "--pad-multiple" not in flags  # the accuracy rows pad alike
+               for label, _, _, flags in rows if not label.startswith("MiniLM"))
     assert all("--size" not in flags for label, _, _, flags in rows if label.startswith("MiniLM"))
     with_master = gpu_check.plan(gpu_check.parser().parse_args(["--master"]), "bert", "minilm")
     assert sum(gpu_check.MASTER_LABEL in label for label, *_ in with_master) == 3
@@ -199,6 +205,33 @@ def test_a_compiled_row_compiles_once_and_in_its_measured_run(monkeypatch) -> No
         torch._dynamo.reset()
     assert seen == {"warm-up": 0}
     assert row["compiled_graphs"] == 2 and row["step_compilations"] == 1  # the step's and the optimizer's
+
+
+def test_accuracy_rows_compare_means_over_seeds_against_their_spread() -> None:
+    """--accuracy-seeds N: N eager and N compiled MiniLM rows, seed by seed (42, 43, ...), each
+    padded as the compiled step pads; the note under the table gives each side's mean and standard
+    deviation, and whether the difference is within the 0.5-point target and within the spread."""
+    import gpu_check
+
+    args = gpu_check.parser().parse_args(["--accuracy-seeds", "3"])
+    accuracy = [flags for label, _, _, flags in gpu_check.plan(args, "bert", "minilm") if label == "MiniLM SST-2 accuracy"]
+    assert [(f[f.index("--seed") + 1], f[f.index("--compile") + 1], f[f.index("--pad-multiple") + 1])
+            for f in accuracy] == [(s, c, "16") for s in ("42", "43", "44") for c in ("false", "true")]
+
+    def rows(eager: list[float], compiled: list[float]) -> list[dict]:
+        return [{"row": "MiniLM SST-2 accuracy", "key": f"accuracy-{how}", "seed": 42 + i, "accuracy": a / 100,
+                 "pad_multiple": 16} for how, values in (("eager", eager), ("compiled", compiled))
+                for i, a in enumerate(values)]
+
+    note = gpu_check.accuracy_note(rows([85.0, 86.0, 87.0], [86.0, 87.0, 88.0]))
+    assert "eager 86.00 ± 1.00 (n 3), compiled 87.00 ± 1.00 (n 3); difference +1.00 points: over the 0.5-point target, " \
+           "within the seeds' spread (the larger standard deviation, 1.00)" in note
+    note = gpu_check.accuracy_note(rows([85.0, 85.2], [86.5, 86.7]))
+    assert "difference +1.50 points: over the 0.5-point target, outside the seeds' spread" in note
+    assert "seed 43" in gpu_check.render({"device": "d", "torch": "t", "cuda": None, "transformers": "x", "peft": "p",
+                                          "accelerate": "a", "python": "3", "date": "now", "commit": "c"},
+                                         rows([85.0, 85.2], [86.5, 86.7]))
+    assert gpu_check.accuracy_note(rows([85.0], [])) == ""  # one side only: nothing compared
 
 
 def test_rows_selects_plan_rows_by_key_and_refuses_unknown_names(capsys) -> None:

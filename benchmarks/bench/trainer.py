@@ -80,6 +80,12 @@ def count_toolkit_collators() -> list[CountingCollator]:
     return made
 
 
+def seed(args: argparse.Namespace) -> int:
+    """The run's train.seed (--seed; 42 unless given): the head's initialisation, the data order and
+    the dropout masks; the training subset and dev set stay the same for every seed."""
+    return SEED if getattr(args, "seed", None) is None else args.seed
+
+
 def warmup_steps(args: argparse.Namespace) -> int:
     """The linear schedule's warm-up, in steps, given to the toolkit and Trainer alike."""
     return math.ceil(WARMUP_RATIO * args.steps)
@@ -94,7 +100,7 @@ def toolkit_recipe(args: argparse.Namespace, checkpoint: str, method: str = "ful
            "method": {"name": method, **METHODS[method]},
            "train": {"epochs": 1, "max_steps": args.steps, "batch_size": args.batch_size,
                      "eval_batch_size": args.eval_batch_size, "lr": LR, "weight_decay": WEIGHT_DECAY,
-                     "warmup_steps": warmup_steps(args), "seed": SEED,
+                     "warmup_steps": warmup_steps(args), "seed": seed(args),
                      "mixed_precision": args.precision, "keep_best": False, "eval_every": 0}}
     if args.group_by_length is not None:  # else the toolkit's default
         raw["train"]["group_by_length"] = args.group_by_length
@@ -354,7 +360,7 @@ def trainer_arguments(args: argparse.Namespace, out: Path) -> Any:
     return TrainingArguments(output_dir=str(out), per_device_train_batch_size=args.batch_size,
                              per_device_eval_batch_size=args.trainer_eval_batch_size, max_steps=args.steps,
                              learning_rate=LR, weight_decay=WEIGHT_DECAY, warmup_steps=warmup_steps(args),
-                             lr_scheduler_type="linear", seed=SEED, save_strategy="no", eval_strategy="no",
+                             lr_scheduler_type="linear", seed=seed(args), save_strategy="no", eval_strategy="no",
                              report_to=[], bf16=args.precision == "bf16", fp16=args.precision == "fp16",
                              use_cpu=not cuda())
 
@@ -374,7 +380,7 @@ def trainer_row(args: argparse.Namespace, checkpoint: str, out: Path, padded: bo
     from transformers import Trainer
 
     task = glue_task(args)
-    set_seed(SEED)
+    set_seed(seed(args))
     model, tok = models.load(checkpoint, "sequence-classification", task.head_kwargs(), args.attention)
     train_set, dev, collator = trainer_data(task, tok, padded)
     collator = CountingCollator(collator)
@@ -490,7 +496,7 @@ def trainer_settings(args: argparse.Namespace) -> str:
     return (f"model {args.model_label}, SST-2 train subset {args.steps * args.batch_size} (seeded, same for "
             f"every row), dev {args.eval_samples or 872}, max_length {args.max_length}, {args.steps} steps of "
             f"batch {args.batch_size}, lr {LR}, linear schedule with {warmup_steps(args)} warm-up steps, "
-            f"weight decay {WEIGHT_DECAY}, seed {SEED}, fused AdamW, attention {args.attention}; "
+            f"weight decay {WEIGHT_DECAY}, seed {seed(args)}, fused AdamW, attention {args.attention}; "
             f"toolkit: train.group_by_length="
             f"{'default (true)' if args.group_by_length is None else args.group_by_length}, train.eval_batch_size="
             f"{args.eval_batch_size or f'unset (= 2 x batch_size = {2 * args.batch_size})'}, evaluation longest "
