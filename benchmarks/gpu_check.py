@@ -11,8 +11,9 @@ One Markdown table on stdout and the same rows as JSON (`--json`, default gpu-ch
   too, toolkit/optimizer_step.py), right after it;
 - LoRA vs full step time and peak memory (bench's lora rows), eager and compiled (the step
   compiled by the toolkit's own compiling.compile_step), each pair's ratio on a line of its own;
-- distinct batch shapes and compilations of each toolkit row (torch's own graph counter, and the
-  step's compiled variants where they disagree), and 10 of its steady steps profiled: wall, host
+- distinct batch shapes and compilations of each toolkit row (torch's own graph counter, the
+  step's compiled variants where they disagree, and how many of Inductor's graphs its on-disk
+  cache gave: the whole-run rate counts a cold compilation only where none did), and 10 of its steady steps profiled: wall, host
   and GPU-busy ms per step, the host's time split by part in a table of its own;
 - SST-2 dev accuracy of MiniLM with compile off and on (a short budget, same subset and seed, both
   padded as the compiled step pads, to multiples of 16: compilation is all that differs);
@@ -378,9 +379,14 @@ def graph_notes(info: dict, rows: list[dict]) -> str:
 
 
 def compilations(r: dict) -> str:
-    """torch's graph counter, and the step's own compiled variants where the two disagree."""
+    """torch's graph counter, the step's own compiled variants where the two disagree, and how many
+    of Inductor's graphs came from its on-disk cache (a row's whole-run rate counts the compilation
+    as this process paid it: cold where none did, a fraction of that where all did)."""
     graphs, entries = r.get("compiled_graphs", ""), r.get("step_compilations")
-    return str(graphs) if entries is None or entries == graphs else f"{graphs} ({entries} step variants)"
+    out = str(graphs) if entries is None or entries == graphs else f"{graphs} ({entries} step variants)"
+    cache = r.get("compile_cache") or {}
+    looked_up = cache.get("fxgraph_hit", 0) + cache.get("fxgraph_miss", 0)
+    return f"{out}; {cache['fxgraph_hit']} of {looked_up} from cache" if looked_up else out
 
 
 ACCURACY_TARGET = 0.5  # points: "the same accuracy" of compiled and eager (issue 35)

@@ -255,3 +255,24 @@ def test_rows_selects_plan_rows_by_key_and_refuses_unknown_names(capsys) -> None
         assert gpu_check.main(["--smoke", "--rows", bad]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("gpu_check: --rows: unknown ") and "toolkit-fp32-compiled" in err
+
+
+def test_a_compiled_row_says_how_many_graphs_came_from_inductors_cache() -> None:
+    """Inductor's on-disk caches make a row whose graph an earlier row (or run) compiled pay a
+    fraction of a cold compilation: its whole-run rate is then not a first run's. torch's own
+    counters, taken per row, and the table's compilations cell says it."""
+    from torch._dynamo.utils import counters
+
+    from bench.common import compile_caches
+
+    import gpu_check
+
+    before = compile_caches()
+    counters["inductor"]["fxgraph_cache_hit"] += 2
+    counters["aot_autograd"]["autograd_cache_miss"] += 1
+    assert compile_caches(before) == {"fxgraph_hit": 2, "fxgraph_miss": 0, "autograd_hit": 0, "autograd_miss": 1}
+    counters["inductor"]["fxgraph_cache_hit"] -= 2
+    counters["aot_autograd"]["autograd_cache_miss"] -= 1
+    row = {"compiled_graphs": 1, "step_compilations": 1, "compile_cache": {"fxgraph_hit": 0, "fxgraph_miss": 2}}
+    assert gpu_check.compilations(row) == "1; 0 of 2 from cache"  # compiled cold
+    assert gpu_check.compilations({**row, "compile_cache": {"fxgraph_hit": 0, "fxgraph_miss": 0}}) == "1"

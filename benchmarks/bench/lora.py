@@ -9,7 +9,7 @@ import torch
 
 from toolkit import models
 
-from bench.common import (METHODS, ROBERTA_TINY, cuda, current_memory_mb, device, random_batch, ratio,
+from bench.common import (METHODS, ROBERTA_TINY, compile_caches, cuda, current_memory_mb, device, random_batch, ratio,
                           roberta_base_random, run_row, table, time_training_steps)
 
 
@@ -39,7 +39,7 @@ def lora_row(args: argparse.Namespace, method: str) -> dict:
     from toolkit import compiling
 
     compiled = getattr(args, "compile", None) == "true"
-    graphs = compiling.graph_count()
+    graphs, caches = compiling.graph_count(), compile_caches()
     times = time_training_steps(model, batch, args.precision, warmup=3 if compiled else 1, steps=args.lora_steps,
                                 memory=memory, compiled=compiled)
     peak = memory["peak_mb"]
@@ -50,7 +50,7 @@ def lora_row(args: argparse.Namespace, method: str) -> dict:
             "steps": args.lora_steps, "step_s": statistics.median(times), "times": times, "peak_mb": peak,
             "before_training_mb": before, "increase_mb": peak - before,
             "peak_tensor_mb": memory["peak_tensor_mb"], "compile": compiled, "warmup_s": memory["warmup_s"],
-            "compiled_graphs": compiling.graph_count() - graphs}
+            "compiled_graphs": compiling.graph_count() - graphs, "compile_cache": compile_caches(caches)}
 
 
 def lora_table(rows: list[dict]) -> str:

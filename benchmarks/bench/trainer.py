@@ -18,8 +18,8 @@ import torch
 from toolkit import models, recipe as recipes, train
 from toolkit.tasks.glue import Glue
 
-from bench.common import (LR, METHODS, SEED, WARMUP_RATIO, WEIGHT_DECAY, cuda, peak_memory_mb, ratio,
-                          reset_peak_memory, run_row, sync, table)
+from bench.common import (LR, METHODS, SEED, WARMUP_RATIO, WEIGHT_DECAY, compile_caches, cuda, peak_memory_mb,
+                          ratio, reset_peak_memory, run_row, sync, table)
 
 
 def glue_task(args: argparse.Namespace) -> Glue:
@@ -280,7 +280,7 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
 
     recipe = toolkit_recipe(args, checkpoint, method, train_overrides)
     collators = count_toolkit_collators()
-    graphs, variants = compiling.graph_count(), step_compilations()
+    graphs, variants, caches = compiling.graph_count(), step_compilations(), compile_caches()
     with StepProfile(max(1, (3 * args.steps) // 5), getattr(args, "profile_steps", 0)) as profiled, \
             CudagraphSkips() as skipped:  # steady steps profiled; CUDA graphs declined, and why
         metrics = train.run(recipes.RunPlan(recipe), out)
@@ -299,6 +299,7 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
             "trainable": metrics["trainable_params"], "steps": metrics["train_steps"],
             "steady_samples_per_s": steady_rate(logged, args.batch_size, profiled), **counts,
             "cudagraph_skips": skipped.count, "cudagraph_skip_reasons": skipped.reasons,
+            "compile_cache": compile_caches(caches),
             **({"step_profile": profiled.result} if profiled.result else {})}
 
 
