@@ -24,7 +24,8 @@ One Markdown table on stdout and the same rows as JSON (`--json`, default gpu-ch
   compiled (measured once: autocast was faster and stayed bf16's default on CUDA);
 - device, torch/transformers versions, commit; then the rows of other issues (`EXTRA_ROWS`).
 
-`--rows KEY,...` runs only those rows of the plan (opt-in ones included), in its order: keys
+`--rows KEY,...` runs only those rows of the plan (opt-in ones included, other issues' sections
+left out), in its order: keys
 toolkit-{bf16,fp32}-{compiled,eager}, trainer-{bf16,fp32}, {full,lora}-{eager,compiled}, mfu,
 accuracy-{eager,compiled}, optimizer, master-{compiled,eager}, accuracy-master; groups
 steps-eager, steps-compiled, accuracy, compiled.
@@ -126,7 +127,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--accuracy-seeds", type=positive, default=1,
                    help="MiniLM accuracy rows per side (eager, compiled), seeds 42, 43, ...: mean and spread")
     p.add_argument("--rows", default=None,
-                   help="comma-separated row keys or groups to run, in the plan's order (opt-in rows included): "
+                   help="comma-separated row keys or groups to run, in the plan's order (opt-in rows included; "
+                        "other issues' sections left out): "
                         + ", ".join([*ROW_KEYS, *GROUPS]))
     return p
 
@@ -500,7 +502,7 @@ def check(args: argparse.Namespace) -> int:
             print(f"{label} ({rows[-1]['precision']}): {rows[-1]['seconds']:.0f} s", file=sys.stderr, flush=True)
             Path(args.json).write_text(json.dumps({"header": info, "rows": rows}, indent=2, default=str))
         sections: dict[str, list[dict]] = {}
-        for name, fn in EXTRA_ROWS.items():
+        for name, fn in (EXTRA_ROWS.items() if args.rows is None else ()):  # --rows: those rows only
             left = budget_left()
             if left is not None and left < MIN_ROW_S:
                 failed.append(name)

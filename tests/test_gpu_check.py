@@ -234,7 +234,7 @@ def test_accuracy_rows_compare_means_over_seeds_against_their_spread() -> None:
     assert gpu_check.accuracy_note(rows([85.0], [])) == ""  # one side only: nothing compared
 
 
-def test_rows_selects_plan_rows_by_key_and_refuses_unknown_names(capsys) -> None:
+def test_rows_selects_plan_rows_by_key_and_refuses_unknown_names(tmp_path: Path, capsys) -> None:
     """--rows: the rows no check has reached, in one call; keys (or groups) name rows of the whole
     plan, opt-in rows included, run in the plan's order; an unknown name is one line, exit 2,
     before anything is built."""
@@ -251,6 +251,11 @@ def test_rows_selects_plan_rows_by_key_and_refuses_unknown_names(capsys) -> None
     assert "--compile-optimizer" in optimizer[3]  # opt-in rows without --optimizer
     assert gpu_check.selected(gpu_check.parser().parse_args([]), "b", "m") == gpu_check.plan(
         gpu_check.parser().parse_args([]), "b", "m")
+    out = tmp_path / "g.json"  # a spent budget: what was selected is listed as not run, and nothing else
+    assert gpu_check.main(["--smoke", "--rows", "steps-compiled,mfu", "--budget-s", "1", "--json", str(out)]) == 1
+    assert json.loads(out.read_text())["failed"] == ["full step (tiny roberta)", "lora step (tiny roberta)",
+                                                     "matmul and MFU at 32 x 128, eager and compiled"]
+    capsys.readouterr()
     for bad in ("mfu,lora", ",", "toolkit"):
         assert gpu_check.main(["--smoke", "--rows", bad]) == 2
         err = capsys.readouterr().err
