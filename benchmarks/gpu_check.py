@@ -292,8 +292,8 @@ def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, s
     """(label, bench row kind, checkpoint, flags), most important first: a run cut short keeps the
     rows the targets are judged on, then the rows no check has reached yet. The compiled bf16 step
     and Trainer's bf16 (the 3x target), the LoRA and full steps eager, then compiled (the LoRA
-    target), MiniLM's accuracy eager and compiled (the same-accuracy condition: never
-    reached), the compiled fp32 step (the 1.5x target), then the rows measured before (eager bf16,
+    target), MiniLM's accuracy eager and compiled, seed by seed (the same-accuracy condition), the
+    compiled fp32 step (the 1.5x target), then the rows measured before (eager bf16,
     MFU, eager fp32, Trainer's fp32). Opt-in: --optimizer (train.compile_optimizer, measured on an
     H200 on 2026-11-27: no faster than fused AdamW, steady rate lower) and --master (bf16 master
     weights, measured on 2026-11-26: slower than autocast compiled, level eager)."""
