@@ -9,15 +9,26 @@ One Markdown table on stdout and the same rows as JSON (`--json`, default gpu-ch
   (6N x real tokens/s once warm, over the measured matmul rate of its precision);
 - the compiled bf16 row again with train.compile_optimizer (clipping and the AdamW update compiled
   too, toolkit/optimizer_step.py), right after it;
-- LoRA vs full step time and peak memory (bench's lora rows);
-- distinct batch shapes and compilations of each toolkit row (torch's own graph counter, and the
-  step's compiled variants where they disagree), and 10 of its steady steps profiled: wall, host
+- LoRA vs full step time and peak memory (bench's lora rows), eager and compiled (the step
+  compiled by the toolkit's own compiling.compile_step), each pair's ratio on a line of its own;
+- distinct batch shapes and compilations of each toolkit row (torch's own graph counter, the
+  step's compiled variants where they disagree, and how many of Inductor's graphs its on-disk
+  cache gave: the whole-run rate counts a cold compilation only where none did), and 10 of its steady steps profiled: wall, host
   and GPU-busy ms per step, the host's time split by part in a table of its own;
-- SST-2 dev accuracy of MiniLM with compile off and on (a short budget, same seed and subset);
+- SST-2 dev accuracy of MiniLM with compile off and on (a short budget, same subset and seed, both
+  padded as the compiled step pads, to multiples of 16: compilation is all that differs);
+  `--accuracy-seeds N`: N a side (seeds 42, 43, ...), and under the table each side's mean and
+  standard deviation, the difference against the 0.5-point target and against that spread;
 - with --master, bf16 with master weights (train.precision_mode: bf16_master, toolkit/precision.py)
   beside bf16's autocast: its speed rows, compile on and off, and its MiniLM accuracy row,
   compiled (measured once: autocast was faster and stayed bf16's default on CUDA);
 - device, torch/transformers versions, commit; then the rows of other issues (`EXTRA_ROWS`).
+
+`--rows KEY,...` runs only those rows of the plan (opt-in ones included, other issues' sections
+left out), in its order: keys
+toolkit-{bf16,fp32}-{compiled,eager}, trainer-{bf16,fp32}, {full,lora}-{eager,compiled}, mfu,
+accuracy-{eager,compiled}, optimizer, master-{compiled,eager}, accuracy-master; groups
+steps-eager, steps-compiled, accuracy, compiled.
 
 Every row runs in its own process (bench's `--row`), as `make bench` does, in order of
 importance, and the JSON is rewritten after each row, so a run cut short keeps what it measured.
@@ -116,7 +127,54 @@ def parser() -> argparse.ArgumentParser:
                         f"under {MIN_ROW_S} s left, so the table is printed within a device call's limit")
     p.add_argument("--master", action="store_true", help="also the bf16-master-weights rows (issue 35 part 4)")
     p.add_argument("--optimizer", action="store_true", help="also the train.compile_optimizer row (issue 35 part 2)")
+    p.add_argument("--accuracy-seeds", type=positive, default=1,
+                   help="MiniLM accuracy rows per side (eager, compiled), seeds 42, 43, ...: mean and spread")
+    p.add_argument("--rows", default=None,
+                   help="comma-separated row keys or groups to run, in the plan's order (opt-in rows included; "
+                        "other issues' sections left out): "
+                        + ", ".join([*ROW_KEYS, *GROUPS]))
     return p
+
+
+def positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value}: at least 1")
+    return number
+
+
+# --rows: each plan row's key (`row_key`), and groups of them
+ROW_KEYS = ("toolkit-bf16-compiled", "optimizer", "trainer-bf16", "full-eager", "lora-eager", "full-compiled",
+            "lora-compiled", "accuracy-eager", "accuracy-compiled", "toolkit-fp32-compiled", "toolkit-bf16-eager",
+            "mfu", "toolkit-fp32-eager", "trainer-fp32", "master-compiled", "master-eager", "accuracy-master")
+GROUPS = {"steps-eager": ("full-eager", "lora-eager"), "steps-compiled": ("full-compiled", "lora-compiled"),
+          "accuracy": ("accuracy-eager", "accuracy-compiled"), "compiled": ("toolkit-bf16-compiled", "toolkit-fp32-compiled")}
+
+
+def row_key(label: str, kind: str, flags: list[str]) -> str:
+    """The --rows key of one plan row: what it measures, precision and compilation."""
+    how = "compiled" if "--compile" in flags and flags[flags.index("--compile") + 1] == "true" else "eager"
+    precision = {"no": "fp32"}.get(flags[flags.index("--precision") + 1], flags[flags.index("--precision") + 1])
+    if kind.startswith("lora:"):
+        return f"{kind.split(':', 1)[1]}-{how}"
+    if kind == "matmul":
+        return "mfu"
+    if kind.startswith("trainer"):
+        return f"trainer-{precision}"
+    if "--precision-mode" in flags:
+        return "accuracy-master" if label.startswith("MiniLM") else f"master-{how}"
+    if label.startswith("MiniLM"):
+        return f"accuracy-{how}"
+    return "optimizer" if "--compile-optimizer" in flags else f"toolkit-{precision}-{how}"
+
+
+def wanted_rows(value: str | None) -> tuple[set[str] | None, list[str]]:
+    """(the keys --rows names, its groups expanded; None: the default plan), and the names unknown."""
+    if value is None:
+        return None, []
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ROW_KEYS and n not in GROUPS] or ([] if names else ["(none)"])
+    return {k for n in names for k in GROUPS.get(n, (n,))}, unknown
 
 
 def bench_flags(args: argparse.Namespace, precision: str, compiled: bool | None = None,
@@ -198,23 +256,52 @@ def speed_checkpoint(args: argparse.Namespace, folder: Path) -> str:
     return build_checkpoint("bert-base", folder)
 
 
-def accuracy_flags(args: argparse.Namespace, precision: str, compiled: bool, mode: str | None = None) -> list[str]:
-    """An accuracy row's flags: MiniLM's budget (300 steps, the whole dev set)."""
+def accuracy_flags(args: argparse.Namespace, precision: str, compiled: bool, mode: str | None = None,
+                   seed: int | None = None) -> list[str]:
+    """An accuracy row's flags: MiniLM's budget (300 steps, the whole dev set), its seed, and the
+    compiled step's padding whether compiled or not (the toolkit's multiple of 16: eager, a batch
+    is as long as its longest member, 39 shapes against 5 on the first H100 check), so that eager
+    and compiled rows differ in compilation only."""
     flags = [f for f in bench_flags(args, precision, compiled, mode=mode) if f not in ("--size", "bert-base")]
     flags[flags.index("--steps") + 1] = str(args.accuracy_steps or (3 if args.smoke else 300))
     flags[flags.index("--eval-samples") + 1] = "8" if args.smoke else "872"
-    return flags
+    from bench.common import SEED
+
+    return flags + ["--pad-multiple", str(compiled_padding(flags)), "--seed", str(SEED if seed is None else seed)]
+
+
+def compiled_padding(flags: list[str]) -> int:
+    """The multiple the toolkit pads a compiled step's batches to at these flags' max length
+    (batching.pad_multiple with train.pad_multiple unset): 16 up to length 128."""
+    from types import SimpleNamespace
+
+    from toolkit import batching
+
+    unset = SimpleNamespace(train=SimpleNamespace(pad_multiple=None),
+                            task=SimpleNamespace(max_length=int(flags[flags.index("--max-length") + 1])))
+    return batching.pad_multiple(unset, compiled=True)
+
+
+def selected(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, str, str, list[str]]]:
+    """The plan, or the rows --rows names (opt-in ones included), in the plan's order."""
+    keys, _ = wanted_rows(args.rows)
+    if keys is None:
+        return plan(args, speed, minilm)
+    every = plan(argparse.Namespace(**{**vars(args), "master": True, "optimizer": True}), speed, minilm)
+    return [entry for entry in every if row_key(entry[0], entry[1], entry[3]) in keys]
 
 
 def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, str, str, list[str]]]:
     """(label, bench row kind, checkpoint, flags), most important first: a run cut short keeps the
     rows the targets are judged on, then the rows no check has reached yet. The compiled bf16 step
-    and Trainer's bf16 (the 3x target), the LoRA and full steps (the LoRA target: never reached by
-    a 430 s budget), MiniLM's accuracy eager and compiled (the same-accuracy condition: never
-    reached), the compiled fp32 step (the 1.5x target), then the rows measured before (eager bf16,
+    and Trainer's bf16 (the 3x target), the LoRA and full steps eager, then compiled (the LoRA
+    target), MiniLM's accuracy eager and compiled, seed by seed (the same-accuracy condition), the
+    compiled fp32 step (the 1.5x target), then the rows measured before (eager bf16,
     MFU, eager fp32, Trainer's fp32). Opt-in: --optimizer (train.compile_optimizer, measured on an
     H200 on 2026-11-27: no faster than fused AdamW, steady rate lower) and --master (bf16 master
     weights, measured on 2026-11-26: slower than autocast compiled, level eager)."""
+    from bench.common import SEED
+
     tiny = "tiny roberta" if args.smoke else "roberta-base shape"
     precision = "bf16" if not args.smoke else "no"
     out = [("toolkit", "toolkit", speed, bench_flags(args, "bf16", True))]
@@ -222,7 +309,11 @@ def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, s
         out.append((OPTIMIZER, "toolkit", speed, bench_flags(args, "bf16", True, optimizer=True)))
     out += [("Trainer, dynamic padding", "trainer-dynamic", speed, bench_flags(args, "bf16"))]
     out += [(f"{m} step ({tiny})", f"lora:{m}", speed, bench_flags(args, "bf16")) for m in ("full", "lora")]
-    out += [("MiniLM SST-2 accuracy", "toolkit", minilm, accuracy_flags(args, precision, compiled)) for compiled in (False, True)]
+    # the same pair compiled as the loop compiles its step (eager, a base-size step is launch-bound
+    # on a GPU: LoRA adds kernels and saves weight-gradient matmuls; the first checks' 1.2x)
+    out += [(f"{m} step ({tiny})", f"lora:{m}", speed, bench_flags(args, "bf16", True)) for m in ("full", "lora")]
+    out += [("MiniLM SST-2 accuracy", "toolkit", minilm, accuracy_flags(args, precision, compiled, seed=SEED + i))
+            for i in range(args.accuracy_seeds) for compiled in (False, True)]  # seed by seed: a run cut short keeps pairs
     out += [("toolkit", "toolkit", speed, bench_flags(args, "no", True)),
             ("toolkit", "toolkit", speed, bench_flags(args, "bf16", False)),
             ("matmul and MFU at 32 x 128, eager and compiled", "matmul", speed, bench_flags(args, "bf16")),
@@ -293,9 +384,56 @@ def graph_notes(info: dict, rows: list[dict]) -> str:
 
 
 def compilations(r: dict) -> str:
-    """torch's graph counter, and the step's own compiled variants where the two disagree."""
+    """torch's graph counter, the step's own compiled variants where the two disagree, and how many
+    of Inductor's graphs came from its on-disk cache (a row's whole-run rate counts the compilation
+    as this process paid it: cold where none did, a fraction of that where all did)."""
     graphs, entries = r.get("compiled_graphs", ""), r.get("step_compilations")
-    return str(graphs) if entries is None or entries == graphs else f"{graphs} ({entries} step variants)"
+    out = str(graphs) if entries is None or entries == graphs else f"{graphs} ({entries} step variants)"
+    cache = r.get("compile_cache") or {}
+    looked_up = cache.get("fxgraph_hit", 0) + cache.get("fxgraph_miss", 0)
+    return f"{out}; {cache['fxgraph_hit']} of {looked_up} from cache" if looked_up else out
+
+
+ACCURACY_TARGET = 0.5  # points: "the same accuracy" of compiled and eager (issue 35)
+
+
+def accuracy_note(rows: list[dict]) -> str:
+    """MiniLM's accuracy eager against compiled, like for like (same subset, padding and seeds):
+    each side's mean and spread (sample standard deviation over its seeds), the difference of the
+    means against the 0.5-point target and against the spread (within it: no larger than the larger
+    side's standard deviation; one seed a side measures no spread)."""
+    import statistics
+
+    sides = {how: [100 * r["accuracy"] for r in rows if r.get("key") == f"accuracy-{how}" and r.get("accuracy") is not None]
+             for how in ("eager", "compiled")}
+    if not all(sides.values()):
+        return ""
+    seeds = sorted({r["seed"] for r in rows if r.get("key", "").startswith("accuracy-") and "seed" in r})
+    padding = next((r.get("pad_multiple") for r in rows if r.get("key") == "accuracy-eager"), None)
+
+    def side(values: list[float]) -> str:
+        sd = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+        return f"{statistics.mean(values):.2f}{sd} (n {len(values)})"
+
+    diff = statistics.mean(sides["compiled"]) - statistics.mean(sides["eager"])
+    spreads = [statistics.stdev(v) for v in sides.values() if len(v) > 1]
+    verdict = ("one seed a side: no spread measured (--accuracy-seeds N for N a side)" if not spreads else
+               f"{'within' if abs(diff) <= max(spreads) else 'outside'} the seeds' spread (the larger standard "
+               f"deviation, {max(spreads):.2f})")
+    return (f"MiniLM SST-2 accuracy %, compiled vs eager (same subset, seeds {', '.join(map(str, seeds))}, both "
+            f"trained on batches padded to multiples of {padding}): eager {side(sides['eager'])}, compiled "
+            f"{side(sides['compiled'])}; difference {diff:+.2f} points: {'within' if abs(diff) <= ACCURACY_TARGET else 'over'} "
+            f"the {ACCURACY_TARGET}-point target, {verdict}")
+
+
+def lora_ratio(full: dict, lora: dict) -> list[str]:
+    """The LoRA target's line: LoRA's step time and peak memory over full fine-tuning's, both
+    eager or both compiled (target: step <= 0.7x in bf16)."""
+    how = "compiled" if lora.get("compile") else "eager"
+    cells_ = [f"LoRA / full, {how}", {"no": "fp32"}.get(lora.get("precision", ""), lora.get("precision", "")),
+              str(bool(lora.get("compile")))]
+    cells_ += [""] * 4 + [f"{lora['step_s'] / full['step_s']:.2f}x", f"{lora['peak_mb'] / full['peak_mb']:.2f}x"]
+    return cells_ + [""] * (len(COLUMNS) - len(cells_))
 
 
 def render(info: dict, rows: list[dict]) -> str:
@@ -315,9 +453,16 @@ def render(info: dict, rows: list[dict]) -> str:
                                    "compile": bool(m.get("compiled"))}, trainer, flops))
             continue
         flat = dict(r)
+        if "seed" in r and len({x.get("seed") for x in rows if x.get("key") == r.get("key")}) > 1:
+            flat["row"] = f"{r['row']}, seed {r['seed']}"
         if n and flat["row"] in TOOLKIT_ROWS:  # the matmul row's model: the speed rows' model
             flat.setdefault("non_embedding_params", n)
         body.append(cells(flat, trainer, flops))
+        if r.get("method") == "lora" and "step_s" in r:  # its full row's, measured the same way, before it
+            full = next((f for f in rows if f.get("method") == "full" and "step_s" in f
+                         and bool(f.get("compile")) == bool(r.get("compile"))), None)
+            if full is not None:
+                body.append(lora_ratio(full, r))
     return (f"# make gpu-check\n\n{info['device']} | torch {info['torch']} (CUDA {info['cuda']}), transformers "
             f"{info['transformers']}, peft {info['peft']}, accelerate {info['accelerate']}, Python {info['python']} "
             f"| {info['date']} | commit {(info['commit'] or '?')[:10]}\n\n" + table(COLUMNS, body))
@@ -340,7 +485,7 @@ def check(args: argparse.Namespace) -> int:
         def budget_left() -> float | None:
             return args.budget_s - (time.perf_counter() - began) if args.budget_s else None
 
-        for label, kind, checkpoint, flags in plan(args, speed, minilm):
+        for label, kind, checkpoint, flags in selected(args, speed, minilm):
             start = time.perf_counter()
             left = budget_left()
             if left is not None and left < MIN_ROW_S:  # the table is printed before the call's limit
@@ -354,11 +499,13 @@ def check(args: argparse.Namespace) -> int:
                 print(f"{label}: FAILED\n{exc}", file=sys.stderr)
                 continue
             rows.append({**(result if isinstance(result, dict) else {"result": result}), "row": label,
-                         "precision": flags[flags.index("--precision") + 1], "seconds": time.perf_counter() - start})
+                         "precision": flags[flags.index("--precision") + 1], "seconds": time.perf_counter() - start,
+                         "key": row_key(label, kind, flags),
+                         **({"seed": int(flags[flags.index("--seed") + 1])} if "--seed" in flags else {})})
             print(f"{label} ({rows[-1]['precision']}): {rows[-1]['seconds']:.0f} s", file=sys.stderr, flush=True)
             Path(args.json).write_text(json.dumps({"header": info, "rows": rows}, indent=2, default=str))
         sections: dict[str, list[dict]] = {}
-        for name, fn in EXTRA_ROWS.items():
+        for name, fn in (EXTRA_ROWS.items() if args.rows is None else ()):  # --rows: those rows only
             left = budget_left()
             if left is not None and left < MIN_ROW_S:
                 failed.append(name)
@@ -378,9 +525,9 @@ def check(args: argparse.Namespace) -> int:
     profiled = [r for r in rows if r.get("step_profile", {}).get("host_parts_ms")]
     if profiled:
         print("\n" + host_table(profiled))
-    notes = graph_notes(info, rows)
-    if notes:
-        print("\n" + notes)
+    for notes in (accuracy_note(rows), graph_notes(info, rows)):
+        if notes:
+            print("\n" + notes)
     for name, found in sections.items():
         if found:
             print(f"\n## {name}\n\n{EXTRA_TABLES[name](found)}")
@@ -445,6 +592,11 @@ def suite(args: argparse.Namespace, tests: Path | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    _, unknown = wanted_rows(args.rows)
+    if unknown:  # before anything is built or run
+        print(f"gpu_check: --rows: unknown {', '.join(unknown)}; choose from {', '.join([*ROW_KEYS, *GROUPS])}",
+              file=sys.stderr)
+        return 2
     import datasets
     import transformers
 

@@ -43,9 +43,20 @@ def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
     assert all(m["mfu"] > 0 for m in matmul["mfu_rows"])
     assert "| MFU at 4 x 16, compiled | bf16 | True |" in done.stdout
     assert all(r["compiled_graphs"] >= 1 and r["step_compilations"] >= 1 for r in toolkit if r["compile"])
-    assert [r["method"] for r in rows if "method" in r and r["row"].endswith("step (tiny roberta)")] == ["full", "lora"]
+    steps = [r for r in rows if r["row"].endswith("step (tiny roberta)")]  # eager, then compiled
+    assert [(r["method"], r["compile"]) for r in steps] == [("full", False), ("lora", False), ("full", True),
+                                                            ("lora", True)]
+    assert all(r["step_s"] > 0 for r in steps) and [r["compiled_graphs"] > 0 for r in steps] == [False, False, True, True]
+    for how, (full, lora) in (("eager", steps[:2]), ("compiled", steps[2:])):  # the LoRA target's ratio, per pair
+        assert f"| LoRA / full, {how} | bf16 | {how == 'compiled'} |  |  |  |  | {lora['step_s'] / full['step_s']:.2f}x |" \
+            in done.stdout
     accuracy = [r for r in rows if r["row"] == "MiniLM SST-2 accuracy"]
     assert [r["compile"] for r in accuracy] == [False, True] and all(0 <= r["accuracy"] <= 1 for r in accuracy)
+    # like for like: eager pads as the compiled step does (the toolkit's multiple of 16), same seed
+    assert [(r["pad_multiple"], r["seed"]) for r in accuracy] == [(16, 42), (16, 42)]
+    assert accuracy[0]["train_shapes"] <= 2  # lengths 16 and 32 only (eager used to pad to each batch's longest)
+    assert "MiniLM SST-2 accuracy %, compiled vs eager (same subset, seeds 42, both trained on batches padded to " \
+           "multiples of 16)" in done.stdout and "one seed a side: no spread measured" in done.stdout
     (optimizer,) = [r for r in rows if r["row"] == "toolkit, compiled optimizer"]  # train.compile_optimizer
     assert (optimizer["precision"], optimizer["compile"], optimizer["compile_optimizer"]) == ("bf16", True, True)
     assert optimizer["step_profile"]["steps"] == 2 and optimizer["compiled_graphs"] >= 2  # the step's, the optimizer's
@@ -88,12 +99,16 @@ def test_the_plan_puts_the_targets_first_and_the_measured_levers_on_request() ->
     args = gpu_check.parser().parse_args([])
     rows = gpu_check.plan(args, "bert", "minilm")
     labels = [label for label, *_ in rows]
-    assert labels[:7] == ["toolkit", "Trainer, dynamic padding", "full step (roberta-base shape)",
-                          "lora step (roberta-base shape)", "MiniLM SST-2 accuracy", "MiniLM SST-2 accuracy", "toolkit"]
+    assert labels[:9] == ["toolkit", "Trainer, dynamic padding", *["full step (roberta-base shape)",
+                                                                   "lora step (roberta-base shape)"] * 2,
+                          "MiniLM SST-2 accuracy", "MiniLM SST-2 accuracy", "toolkit"]
+    steps = [flags for label, _, _, flags in rows if label.endswith("step (roberta-base shape)")]
+    assert [f[f.index("--compile") + 1] if "--compile" in f else None for f in steps] == [None, None, "true", "true"]
     assert [(flags[flags.index("--precision") + 1], flags[flags.index("--compile") + 1])
             for label, _, _, flags in rows if label == "toolkit"][:2] == [("bf16", "true"), ("no", "true")]
     assert not any(gpu_check.MASTER_LABEL in label or label == gpu_check.OPTIMIZER for label in labels)
-    assert all("--length-buckets" not in flags and "--pad-multiple" not in flags for *_, flags in rows)
+    assert all("--length-buckets" not in flags and "--pad-multiple" not in flags  # the accuracy rows pad alike
+               for label, _, _, flags in rows if not label.startswith("MiniLM"))
     assert all("--size" not in flags for label, _, _, flags in rows if label.startswith("MiniLM"))
     with_master = gpu_check.plan(gpu_check.parser().parse_args(["--master"]), "bert", "minilm")
     assert sum(gpu_check.MASTER_LABEL in label for label, *_ in with_master) == 3
@@ -155,3 +170,114 @@ def test_profiled_steps_are_kept_out_of_the_rates() -> None:
     assert steady_rate(logged, 8, profiled) == pytest.approx(80.0)
     assert steady_rate(logged, 8) < 70  # what the rates were before
     assert without_profile(metrics, 8, StepProfile(60, 0)) == metrics["train_samples_per_second"]
+
+
+def test_a_compiled_row_compiles_once_and_in_its_measured_run(monkeypatch) -> None:
+    """A compiled row's warm-up runs eager, the optimizer too (train.compile_optimizer's row
+    compiled its optimizer step in the warm-up, and the measured run's passed its guards: a
+    compilation paid outside the row's whole-run rate). torch's own counters: nothing compiled by
+    the warm-up, the step's and the optimizer's graphs by the measured run, each once."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    import bench.cli as cli
+    from toolkit import compiling, models
+
+    monkeypatch.setattr(compiling, "BACKEND", compiling.BACKEND)  # measure() sets the smoke backend
+    torch._dynamo.reset()
+    seen = {}
+    original = cli.warm_up
+
+    def warm_up(*args, **kwargs):
+        before = counters["stats"]["unique_graphs"]
+        original(*args, **kwargs)
+        seen["warm-up"] = counters["stats"]["unique_graphs"] - before
+
+    monkeypatch.setattr(cli, "warm_up", warm_up)
+    checkpoint = models.smoke_checkpoint("bert-base-uncased")
+    args = cli.parse(["--steps", "3", "--batch-size", "4", "--max-length", "32", "--eval-samples", "8",
+                      "--compile", "true", "--compile-optimizer", "true", "--compile-backend", "aot_eager",
+                      "--row", "toolkit", "--resolved-checkpoint", checkpoint])
+    try:
+        row = cli.measure(args)
+    finally:
+        compiling.settings_as_found()
+        torch._dynamo.reset()
+    assert seen == {"warm-up": 0}
+    assert row["compiled_graphs"] == 2 and row["step_compilations"] == 1  # the step's and the optimizer's
+
+
+def test_accuracy_rows_compare_means_over_seeds_against_their_spread() -> None:
+    """--accuracy-seeds N: N eager and N compiled MiniLM rows, seed by seed (42, 43, ...), each
+    padded as the compiled step pads; the note under the table gives each side's mean and standard
+    deviation, and whether the difference is within the 0.5-point target and within the spread."""
+    import gpu_check
+
+    args = gpu_check.parser().parse_args(["--accuracy-seeds", "3"])
+    accuracy = [flags for label, _, _, flags in gpu_check.plan(args, "bert", "minilm") if label == "MiniLM SST-2 accuracy"]
+    assert [(f[f.index("--seed") + 1], f[f.index("--compile") + 1], f[f.index("--pad-multiple") + 1])
+            for f in accuracy] == [(s, c, "16") for s in ("42", "43", "44") for c in ("false", "true")]
+
+    def rows(eager: list[float], compiled: list[float]) -> list[dict]:
+        return [{"row": "MiniLM SST-2 accuracy", "key": f"accuracy-{how}", "seed": 42 + i, "accuracy": a / 100,
+                 "pad_multiple": 16} for how, values in (("eager", eager), ("compiled", compiled))
+                for i, a in enumerate(values)]
+
+    note = gpu_check.accuracy_note(rows([85.0, 86.0, 87.0], [86.0, 87.0, 88.0]))
+    assert "eager 86.00 ± 1.00 (n 3), compiled 87.00 ± 1.00 (n 3); difference +1.00 points: over the 0.5-point target, " \
+           "within the seeds' spread (the larger standard deviation, 1.00)" in note
+    note = gpu_check.accuracy_note(rows([85.0, 85.2], [86.5, 86.7]))
+    assert "difference +1.50 points: over the 0.5-point target, outside the seeds' spread" in note
+    assert "seed 43" in gpu_check.render({"device": "d", "torch": "t", "cuda": None, "transformers": "x", "peft": "p",
+                                          "accelerate": "a", "python": "3", "date": "now", "commit": "c"},
+                                         rows([85.0, 85.2], [86.5, 86.7]))
+    assert gpu_check.accuracy_note(rows([85.0], [])) == ""  # one side only: nothing compared
+
+
+def test_rows_selects_plan_rows_by_key_and_refuses_unknown_names(tmp_path: Path, capsys) -> None:
+    """--rows: the rows no check has reached, in one call; keys (or groups) name rows of the whole
+    plan, opt-in rows included, run in the plan's order; an unknown name is one line, exit 2,
+    before anything is built."""
+    import gpu_check
+
+    every = gpu_check.plan(gpu_check.parser().parse_args(["--master", "--optimizer"]), "bert", "minilm")
+    keys = [gpu_check.row_key(label, kind, flags) for label, kind, _, flags in every]
+    assert sorted(keys) == sorted(gpu_check.ROW_KEYS)  # one key a row
+    args = gpu_check.parser().parse_args(["--rows", "mfu,toolkit-fp32-compiled,steps-compiled,toolkit-bf16-compiled"])
+    picked = gpu_check.selected(args, "bert", "minilm")
+    assert [gpu_check.row_key(label, kind, flags) for label, kind, _, flags in picked] == [
+        "toolkit-bf16-compiled", "full-compiled", "lora-compiled", "toolkit-fp32-compiled", "mfu"]
+    (optimizer,) = gpu_check.selected(gpu_check.parser().parse_args(["--rows", "optimizer"]), "bert", "minilm")
+    assert "--compile-optimizer" in optimizer[3]  # opt-in rows without --optimizer
+    assert gpu_check.selected(gpu_check.parser().parse_args([]), "b", "m") == gpu_check.plan(
+        gpu_check.parser().parse_args([]), "b", "m")
+    out = tmp_path / "g.json"  # a spent budget: what was selected is listed as not run, and nothing else
+    assert gpu_check.main(["--smoke", "--rows", "steps-compiled,mfu", "--budget-s", "1", "--json", str(out)]) == 1
+    assert json.loads(out.read_text())["failed"] == ["full step (tiny roberta)", "lora step (tiny roberta)",
+                                                     "matmul and MFU at 32 x 128, eager and compiled"]
+    capsys.readouterr()
+    for bad in ("mfu,lora", ",", "toolkit"):
+        assert gpu_check.main(["--smoke", "--rows", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("gpu_check: --rows: unknown ") and "toolkit-fp32-compiled" in err
+
+
+def test_a_compiled_row_says_how_many_graphs_came_from_inductors_cache() -> None:
+    """Inductor's on-disk caches make a row whose graph an earlier row (or run) compiled pay a
+    fraction of a cold compilation: its whole-run rate is then not a first run's. torch's own
+    counters, taken per row, and the table's compilations cell says it."""
+    from torch._dynamo.utils import counters
+
+    from bench.common import compile_caches
+
+    import gpu_check
+
+    before = compile_caches()
+    counters["inductor"]["fxgraph_cache_hit"] += 2
+    counters["aot_autograd"]["autograd_cache_miss"] += 1
+    assert compile_caches(before) == {"fxgraph_hit": 2, "fxgraph_miss": 0, "autograd_hit": 0, "autograd_miss": 1}
+    counters["inductor"]["fxgraph_cache_hit"] -= 2
+    counters["aot_autograd"]["autograd_cache_miss"] -= 1
+    row = {"compiled_graphs": 1, "step_compilations": 1, "compile_cache": {"fxgraph_hit": 0, "fxgraph_miss": 2}}
+    assert gpu_check.compilations(row) == "1; 0 of 2 from cache"  # compiled cold
+    assert gpu_check.compilations({**row, "compile_cache": {"fxgraph_hit": 0, "fxgraph_miss": 0}}) == "1"

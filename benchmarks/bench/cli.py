@@ -103,6 +103,8 @@ def parser() -> argparse.ArgumentParser:
                    help="torch.compile backend of compiled rows (default inductor; aot_eager for CPU smoke runs)")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="toolkit rows: profile this many steady steps (wall, host and device-busy ms per step)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="train.seed of the trainer rows (default 42): gpu_check's accuracy rows over several seeds")
     p.add_argument("--attention", default="sdpa")
     p.add_argument("--matmul-size", type=int, default=None, help="n of the matmul (default 2048 CPU, 8192 CUDA)")
     p.add_argument("--cpu-bf16-size", type=int, default=512, help="n of the bf16 matmul on CPU")

@@ -191,6 +191,22 @@ def training_step(model: torch.nn.Module, batch: dict, precision: str, fast_drop
     return step
 
 
+CACHES = {"fxgraph_hit": ("inductor", "fxgraph_cache_hit"), "fxgraph_miss": ("inductor", "fxgraph_cache_miss"),
+          "autograd_hit": ("aot_autograd", "autograd_cache_hit"), "autograd_miss": ("aot_autograd", "autograd_cache_miss")}
+
+
+def compile_caches(since: dict | None = None) -> dict[str, int]:
+    """torch's own counts of Inductor's on-disk graph cache (FX graph, AOT autograd) hits and
+    misses, in this process (since `since`): a compiled row whose graphs hit was compiled before
+    (an earlier row or run on this machine with the same graph) and paid a fraction of a cold
+    compilation. The second H200 check's compiled-optimizer row ran the compiled bf16 row's step
+    graph again: 405 samples/s over the whole run against that row's 61."""
+    from torch._dynamo.utils import counters
+
+    now = {name: int(counters[group][key]) for name, (group, key) in CACHES.items()}
+    return {name: value - (since or {}).get(name, 0) for name, value in now.items()}
+
+
 def timed(step: Callable[[], None]) -> float:
     sync()
     start = time.perf_counter()
@@ -200,16 +216,23 @@ def timed(step: Callable[[], None]) -> float:
 
 
 def time_training_steps(model: torch.nn.Module, batch: dict, precision: str, warmup: int,
-                        steps: int, fast_dropout: bool = True, memory: dict | None = None) -> list[float]:
-    """Seconds of each of `steps` `training_step`s after `warmup` untimed ones. With a `memory`
-    dict, the timed steps' peak memory (`peak_mb`, as the toolkit reports it) goes into it, then
-    one more step runs under the profiler (CPU) and its peak tensor memory (`peak_tensor_mb`)."""
+                        steps: int, fast_dropout: bool = True, memory: dict | None = None,
+                        compiled: bool = False) -> list[float]:
+    """Seconds of each of `steps` `training_step`s after `warmup` untimed ones (`compiled`: the
+    step compiled as the toolkit's loop compiles it; its warm-up compiles it, and its seconds go
+    into `memory["warmup_s"]`). With a `memory` dict, the timed steps' peak memory (`peak_mb`, as
+    the toolkit reports it) goes into it, then one more step runs under the profiler (CPU) and its
+    peak tensor memory (`peak_tensor_mb`)."""
     from accelerate.state import AcceleratorState
 
     AcceleratorState._reset_state()
-    step = training_step(model, batch, precision, fast_dropout)
+    step = training_step(model, batch, precision, fast_dropout, compiled)
+    began = time.perf_counter()
     for _ in range(warmup):
         step()
+    sync()
+    if memory is not None:
+        memory["warmup_s"] = time.perf_counter() - began
     times = [timed(step) for _ in range(steps)]
     if memory is not None:
         memory["peak_mb"] = peak_memory_mb()  # before the profiler, whose own records take memory

@@ -9,7 +9,7 @@ import torch
 
 from toolkit import models
 
-from bench.common import (METHODS, ROBERTA_TINY, cuda, current_memory_mb, device, random_batch, ratio,
+from bench.common import (METHODS, ROBERTA_TINY, compile_caches, cuda, current_memory_mb, device, random_batch, ratio,
                           roberta_base_random, run_row, table, time_training_steps)
 
 
@@ -19,7 +19,11 @@ def lora_row(args: argparse.Namespace, method: str) -> dict:
     alpha 16, PEFT's default targets query/value, the head trained as modules_to_save).
     Peak memory is also given as the increase over the memory in use right before training
     (model loaded and wrapped), which is what the method changes: gradients, optimizer state,
-    activations kept for backward."""
+    activations kept for backward. With `--compile true` the step's forward and loss (so its
+    backward) are compiled by the toolkit's own `compiling.compile_step`, as its loop compiles them
+    (on CUDA: Inductor, mode reduce-overhead, CUDA graphs): eager, a base-size step is launch-bound
+    on a GPU, where LoRA adds kernels and saves weight-gradient matmuls. A compiled row's 3 untimed
+    steps compile it and record its graph; their seconds are `warmup_s`."""
     from toolkit.methods import METHODS as REGISTRY, Context
 
     model, tok = roberta_base_random(shape=ROBERTA_TINY if getattr(args, "lora_model", None) == "tiny" else None)
@@ -32,7 +36,12 @@ def lora_row(args: argparse.Namespace, method: str) -> dict:
         torch.cuda.reset_peak_memory_stats()
     before = current_memory_mb()
     memory: dict = {}
-    times = time_training_steps(model, batch, args.precision, warmup=1, steps=args.lora_steps, memory=memory)
+    from toolkit import compiling
+
+    compiled = getattr(args, "compile", None) == "true"
+    graphs, caches = compiling.graph_count(), compile_caches()
+    times = time_training_steps(model, batch, args.precision, warmup=3 if compiled else 1, steps=args.lora_steps,
+                                memory=memory, compiled=compiled)
     peak = memory["peak_mb"]
     config = model.config
     shape = (f"hidden {config.hidden_size}, {config.num_hidden_layers} layers, {config.num_attention_heads} heads, "
@@ -40,7 +49,8 @@ def lora_row(args: argparse.Namespace, method: str) -> dict:
     return {"method": method, "shape": shape, "trainable": trainable, "batch": args.lora_batch, "length": args.lora_length,
             "steps": args.lora_steps, "step_s": statistics.median(times), "times": times, "peak_mb": peak,
             "before_training_mb": before, "increase_mb": peak - before,
-            "peak_tensor_mb": memory["peak_tensor_mb"]}
+            "peak_tensor_mb": memory["peak_tensor_mb"], "compile": compiled, "warmup_s": memory["warmup_s"],
+            "compiled_graphs": compiling.graph_count() - graphs, "compile_cache": compile_caches(caches)}
 
 
 def lora_table(rows: list[dict]) -> str:

@@ -18,8 +18,8 @@ import torch
 from toolkit import models, recipe as recipes, train
 from toolkit.tasks.glue import Glue
 
-from bench.common import (LR, METHODS, SEED, WARMUP_RATIO, WEIGHT_DECAY, cuda, peak_memory_mb, ratio,
-                          reset_peak_memory, run_row, sync, table)
+from bench.common import (LR, METHODS, SEED, WARMUP_RATIO, WEIGHT_DECAY, compile_caches, cuda, peak_memory_mb,
+                          ratio, reset_peak_memory, run_row, sync, table)
 
 
 def glue_task(args: argparse.Namespace) -> Glue:
@@ -80,6 +80,12 @@ def count_toolkit_collators() -> list[CountingCollator]:
     return made
 
 
+def seed(args: argparse.Namespace) -> int:
+    """The run's train.seed (--seed; 42 unless given): the head's initialisation, the data order and
+    the dropout masks; the training subset and dev set stay the same for every seed."""
+    return SEED if getattr(args, "seed", None) is None else args.seed
+
+
 def warmup_steps(args: argparse.Namespace) -> int:
     """The linear schedule's warm-up, in steps, given to the toolkit and Trainer alike."""
     return math.ceil(WARMUP_RATIO * args.steps)
@@ -94,7 +100,7 @@ def toolkit_recipe(args: argparse.Namespace, checkpoint: str, method: str = "ful
            "method": {"name": method, **METHODS[method]},
            "train": {"epochs": 1, "max_steps": args.steps, "batch_size": args.batch_size,
                      "eval_batch_size": args.eval_batch_size, "lr": LR, "weight_decay": WEIGHT_DECAY,
-                     "warmup_steps": warmup_steps(args), "seed": SEED,
+                     "warmup_steps": warmup_steps(args), "seed": seed(args),
                      "mixed_precision": args.precision, "keep_best": False, "eval_every": 0}}
     if args.group_by_length is not None:  # else the toolkit's default
         raw["train"]["group_by_length"] = args.group_by_length
@@ -274,7 +280,7 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
 
     recipe = toolkit_recipe(args, checkpoint, method, train_overrides)
     collators = count_toolkit_collators()
-    graphs, variants = compiling.graph_count(), step_compilations()
+    graphs, variants, caches = compiling.graph_count(), step_compilations(), compile_caches()
     with StepProfile(max(1, (3 * args.steps) // 5), getattr(args, "profile_steps", 0)) as profiled, \
             CudagraphSkips() as skipped:  # steady steps profiled; CUDA graphs declined, and why
         metrics = train.run(recipes.RunPlan(recipe), out)
@@ -293,6 +299,7 @@ def toolkit_row(args: argparse.Namespace, checkpoint: str, out: Path, method: st
             "trainable": metrics["trainable_params"], "steps": metrics["train_steps"],
             "steady_samples_per_s": steady_rate(logged, args.batch_size, profiled), **counts,
             "cudagraph_skips": skipped.count, "cudagraph_skip_reasons": skipped.reasons,
+            "compile_cache": compile_caches(caches),
             **({"step_profile": profiled.result} if profiled.result else {})}
 
 
@@ -354,7 +361,7 @@ def trainer_arguments(args: argparse.Namespace, out: Path) -> Any:
     return TrainingArguments(output_dir=str(out), per_device_train_batch_size=args.batch_size,
                              per_device_eval_batch_size=args.trainer_eval_batch_size, max_steps=args.steps,
                              learning_rate=LR, weight_decay=WEIGHT_DECAY, warmup_steps=warmup_steps(args),
-                             lr_scheduler_type="linear", seed=SEED, save_strategy="no", eval_strategy="no",
+                             lr_scheduler_type="linear", seed=seed(args), save_strategy="no", eval_strategy="no",
                              report_to=[], bf16=args.precision == "bf16", fp16=args.precision == "fp16",
                              use_cpu=not cuda())
 
@@ -374,7 +381,7 @@ def trainer_row(args: argparse.Namespace, checkpoint: str, out: Path, padded: bo
     from transformers import Trainer
 
     task = glue_task(args)
-    set_seed(SEED)
+    set_seed(seed(args))
     model, tok = models.load(checkpoint, "sequence-classification", task.head_kwargs(), args.attention)
     train_set, dev, collator = trainer_data(task, tok, padded)
     collator = CountingCollator(collator)
@@ -447,11 +454,15 @@ def eval_row(args: argparse.Namespace, checkpoint: str) -> dict:
 def warm_up(args: argparse.Namespace, checkpoint: str, folder: Path) -> None:
     """The same untimed warm-up before every trainer row: a short toolkit run of the same model
     and batch (kernels, allocator, tokenizer and data caches), then the peak is reset. Eager
-    always: a compiled row's compilation is part of its run (its whole-run rate counts it, its
-    steady rate does not), and compiling twice per row cost the first GPU check ~40 s a row."""
+    always, the step and the optimizer alike: a compiled row's compilation is part of its run (its
+    whole-run rate counts it, its steady rate does not), and compiling twice per row cost the first
+    GPU check ~40 s a row. (The warm-up of the train.compile_optimizer row compiled its optimizer
+    step, whose guards the measured run's optimizer then passed: that compilation was paid in the
+    warm-up and missing from the row's whole-run rate; torch's counters on a CPU, 2026-11-28.)"""
     import gc
 
-    warm = argparse.Namespace(**{**vars(args), "steps": min(args.steps, 10), "eval_samples": 64, "compile": "false"})
+    warm = argparse.Namespace(**{**vars(args), "steps": min(args.steps, 10), "eval_samples": 64, "compile": "false",
+                                 "compile_optimizer": "false"})
     train.run(recipes.RunPlan(toolkit_recipe(warm, checkpoint)), folder)
     gc.collect()
     if cuda():
@@ -486,7 +497,7 @@ def trainer_settings(args: argparse.Namespace) -> str:
     return (f"model {args.model_label}, SST-2 train subset {args.steps * args.batch_size} (seeded, same for "
             f"every row), dev {args.eval_samples or 872}, max_length {args.max_length}, {args.steps} steps of "
             f"batch {args.batch_size}, lr {LR}, linear schedule with {warmup_steps(args)} warm-up steps, "
-            f"weight decay {WEIGHT_DECAY}, seed {SEED}, fused AdamW, attention {args.attention}; "
+            f"weight decay {WEIGHT_DECAY}, seed {seed(args)}, fused AdamW, attention {args.attention}; "
             f"toolkit: train.group_by_length="
             f"{'default (true)' if args.group_by_length is None else args.group_by_length}, train.eval_batch_size="
             f"{args.eval_batch_size or f'unset (= 2 x batch_size = {2 * args.batch_size})'}, evaluation longest "
