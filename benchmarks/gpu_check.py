@@ -126,6 +126,8 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds for this issue's rows: a row is stopped when they run out, and none starts with "
                         f"under {MIN_ROW_S} s left, so the table is printed within a device call's limit")
     p.add_argument("--master", action="store_true", help="also the bf16-master-weights rows (issue 35 part 4)")
+    p.add_argument("--graph", action="store_true",
+                   help="also the whole step as one CUDA graph, full and LoRA (bench/graph_step.py; the next lever)")
     p.add_argument("--optimizer", action="store_true", help="also the train.compile_optimizer row (issue 35 part 2)")
     p.add_argument("--accuracy-seeds", type=positive, default=1,
                    help="MiniLM accuracy rows per side (eager, compiled), seeds 42, 43, ...: mean and spread")
@@ -143,12 +145,16 @@ def positive(value: str) -> int:
     return number
 
 
+GRAPH_LABEL = "one CUDA graph"  # bench/graph_step.py's rows: forward, backward, clip and update captured whole
+
 # --rows: each plan row's key (`row_key`), and groups of them
 ROW_KEYS = ("toolkit-bf16-compiled", "optimizer", "trainer-bf16", "full-eager", "lora-eager", "full-compiled",
             "lora-compiled", "accuracy-eager", "accuracy-compiled", "toolkit-fp32-compiled", "toolkit-bf16-eager",
-            "mfu", "toolkit-fp32-eager", "trainer-fp32", "master-compiled", "master-eager", "accuracy-master")
+            "mfu", "toolkit-fp32-eager", "trainer-fp32", "master-compiled", "master-eager", "accuracy-master",
+            "full-graph", "lora-graph")
 GROUPS = {"steps-eager": ("full-eager", "lora-eager"), "steps-compiled": ("full-compiled", "lora-compiled"),
-          "accuracy": ("accuracy-eager", "accuracy-compiled"), "compiled": ("toolkit-bf16-compiled", "toolkit-fp32-compiled")}
+          "accuracy": ("accuracy-eager", "accuracy-compiled"), "graph": ("full-graph", "lora-graph"),
+          "compiled": ("toolkit-bf16-compiled", "toolkit-fp32-compiled")}
 
 
 def row_key(label: str, kind: str, flags: list[str]) -> str:
@@ -157,6 +163,8 @@ def row_key(label: str, kind: str, flags: list[str]) -> str:
     precision = {"no": "fp32"}.get(flags[flags.index("--precision") + 1], flags[flags.index("--precision") + 1])
     if kind.startswith("lora:"):
         return f"{kind.split(':', 1)[1]}-{how}"
+    if kind.startswith("graph:"):
+        return f"{kind.split(':', 1)[1]}-graph"
     if kind == "matmul":
         return "mfu"
     if kind.startswith("trainer"):
@@ -287,7 +295,7 @@ def selected(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[st
     keys, _ = wanted_rows(args.rows)
     if keys is None:
         return plan(args, speed, minilm)
-    every = plan(argparse.Namespace(**{**vars(args), "master": True, "optimizer": True}), speed, minilm)
+    every = plan(argparse.Namespace(**{**vars(args), "master": True, "optimizer": True, "graph": True}), speed, minilm)
     return [entry for entry in every if row_key(entry[0], entry[1], entry[3]) in keys]
 
 
@@ -323,6 +331,9 @@ def plan(args: argparse.Namespace, speed: str, minilm: str) -> list[tuple[str, s
         out += [(MASTER, "toolkit", speed, bench_flags(args, "bf16", compiled, mode="bf16_master")) for compiled in (True, False)]
         out.append((f"MiniLM SST-2 accuracy, {MASTER_LABEL}", "toolkit", minilm,
                     accuracy_flags(args, "bf16", True, mode="bf16_master")))
+    if getattr(args, "graph", False):  # bench/graph_step.py: the whole step as one CUDA graph, beside it eager
+        out += [(f"{m} step ({tiny}), {GRAPH_LABEL}", f"graph:{m}", speed, bench_flags(args, "bf16"))
+                for m in ("full", "lora")]
     return out
 
 
@@ -428,8 +439,8 @@ def accuracy_note(rows: list[dict]) -> str:
 
 def lora_ratio(full: dict, lora: dict) -> list[str]:
     """The LoRA target's line: LoRA's step time and peak memory over full fine-tuning's, both
-    eager or both compiled (target: step <= 0.7x in bf16)."""
-    how = "compiled" if lora.get("compile") else "eager"
+    eager, both compiled or both one CUDA graph (target: step <= 0.7x in bf16)."""
+    how = GRAPH_LABEL if lora.get("graph") else "compiled" if lora.get("compile") else "eager"
     cells_ = [f"LoRA / full, {how}", {"no": "fp32"}.get(lora.get("precision", ""), lora.get("precision", "")),
               str(bool(lora.get("compile")))]
     cells_ += [""] * 4 + [f"{lora['step_s'] / full['step_s']:.2f}x", f"{lora['peak_mb'] / full['peak_mb']:.2f}x"]
@@ -453,6 +464,8 @@ def render(info: dict, rows: list[dict]) -> str:
                                    "compile": bool(m.get("compiled"))}, trainer, flops))
             continue
         flat = dict(r)
+        if r.get("graph") and not r.get("captured"):  # a CPU (--smoke): the same step, not captured
+            flat["row"] = f"{r['row']} (not captured: no CUDA)"
         if "seed" in r and len({x.get("seed") for x in rows if x.get("key") == r.get("key")}) > 1:
             flat["row"] = f"{r['row']}, seed {r['seed']}"
         if n and flat["row"] in TOOLKIT_ROWS:  # the matmul row's model: the speed rows' model
@@ -460,7 +473,8 @@ def render(info: dict, rows: list[dict]) -> str:
         body.append(cells(flat, trainer, flops))
         if r.get("method") == "lora" and "step_s" in r:  # its full row's, measured the same way, before it
             full = next((f for f in rows if f.get("method") == "full" and "step_s" in f
-                         and bool(f.get("compile")) == bool(r.get("compile"))), None)
+                         and bool(f.get("compile")) == bool(r.get("compile"))
+                         and bool(f.get("graph")) == bool(r.get("graph"))), None)
             if full is not None:
                 body.append(lora_ratio(full, r))
     return (f"# make gpu-check\n\n{info['device']} | torch {info['torch']} (CUDA {info['cuda']}), transformers "

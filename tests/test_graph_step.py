@@ -61,3 +61,18 @@ def test_fp16_is_refused_in_one_line() -> None:
     args.precision = "fp16"
     with pytest.raises(SystemExit, match="fp16"):
         graph_step.graph_row(args, "full")
+
+
+def test_gpu_check_runs_the_graph_rows_by_name_with_their_lora_ratio(tmp_path: Path, capsys) -> None:
+    import json
+
+    import gpu_check
+
+    out = tmp_path / "gpu-check.json"
+    assert gpu_check.main(["--smoke", "--rows", "graph", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["key"], r["method"], r["captured"]) for r in rows] == [("full-graph", "full", False),
+                                                                       ("lora-graph", "lora", False)]
+    table = capsys.readouterr().out
+    assert "lora step (tiny roberta), one CUDA graph (not captured: no CUDA)" in table
+    assert "| LoRA / full, one CUDA graph |" in table

@@ -32,8 +32,8 @@ import torch
 
 from toolkit import models
 
-from bench.common import (LR, METHODS, ROBERTA_TINY, cuda, device, random_batch, roberta_base_random, sync,
-                          time_alternating)
+from bench.common import (LR, METHODS, ROBERTA_TINY, cuda, device, peak_memory_mb, random_batch, reset_peak_memory,
+                          roberta_base_random, sync, time_alternating)
 
 MAX_GRAD_NORM = 1.0  # the loop's default clip, so the captured step does the loop's work
 
@@ -96,6 +96,7 @@ def graph_row(args: argparse.Namespace, method: str) -> dict:
         raise SystemExit(f"graph rows: --precision {args.precision} is not measured here; use no or bf16")
     precision = args.precision
     times = {}
+    reset_peak_memory()
     model, vocab = graph_model(args, method)
     batch = {k: v.to(device()) for k, v in random_batch(args.lora_batch, args.lora_length, vocab).items()}
     eager, optimizers = whole_step(model, batch, precision)
@@ -114,8 +115,10 @@ def graph_row(args: argparse.Namespace, method: str) -> dict:
         times["graph"] = measured[1]
         sync()
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    eager_s = statistics.median(times["eager"])
+    graph_s = statistics.median(times["graph"]) if "graph" in times else None
+    # step_s: the graph's where one was captured (the row's figure), else the eager step's (a CPU)
     return {"method": method, "precision": precision, "batch": args.lora_batch, "length": args.lora_length,
-            "trainable": trainable, "steps": args.lora_steps, "captured": cuda(),
-            "eager_step_s": statistics.median(times["eager"]),
-            "graph_step_s": statistics.median(times["graph"]) if "graph" in times else None,
-            "times": times}
+            "trainable": trainable, "steps": args.lora_steps, "captured": cuda(), "graph": True,
+            "step_s": graph_s if graph_s is not None else eager_s, "eager_step_s": eager_s, "graph_step_s": graph_s,
+            "peak_mb": peak_memory_mb(), "times": times}
