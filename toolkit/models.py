@@ -390,7 +390,7 @@ def smoke_checkpoint(checkpoint: str) -> str:
         tok = AutoTokenizer.from_pretrained(str(shared))
     tag = target.name
     _ensure_pad(tok)
-    config = _tiny_config(family, len(tok), tok)
+    config = _tiny_config(family, id_span(tok), tok)
     with torch.random.fork_rng(devices=[]), _whole():  # building the cache must not move the run's RNG
         torch.manual_seed(0)
         model = AutoModel.from_config(config)  # the body only: every task adds its own head
@@ -771,10 +771,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         if "attn_implementation" in str(exc) or "attention" in str(exc).lower():
             raise UserError(f"model.attention: {str(exc).splitlines()[0]}") from None
         raise
-    embeddings = model.get_input_embeddings()
-    if embeddings is not None and len(tok) > embeddings.num_embeddings:
-        raise UserError(f"model.checkpoint: the tokenizer in {checkpoint} has {len(tok):,} tokens and "
-                        f"the model embeds {embeddings.num_embeddings:,}: they do not belong together")
+    check_embeddings(checkpoint, tok, model)
     if isinstance(attention, modules.Attention):  # the step between loading and the method
         attention.prepare(model)
         modules.load_saved(model, Path(path), attention)  # an earlier run's, same settings
@@ -787,6 +784,33 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         follow_label_order(model, theirs, [head_kwargs["id2label"][i] for i in range(len(head_kwargs["id2label"]))],
                            info)
     return drop_unread_pooler(model), tok
+
+
+def id_span(tok: PreTrainedTokenizerBase) -> int:
+    """1 + the largest id the tokenizer can write: its vocabulary, added and special tokens, and
+    the language codes a multilingual tokenizer numbers past them. `len(tok)` is not it: M2M100's
+    codes (`__de__`) sit after its vocabulary and are no added tokens, so `len` leaves all 100 out
+    and a model built or checked against it read them past its embedding matrix (IndexError)."""
+    ids = [len(tok) - 1, *tok.get_vocab().values(), *tok.added_tokens_decoder, *tok.all_special_ids]
+    table = getattr(tok, "lang_code_to_id", None)
+    if isinstance(table, dict):
+        ids += [i for i in table.values() if isinstance(i, int)]
+    return 1 + max(ids)
+
+
+def check_embeddings(checkpoint: str, tok: PreTrainedTokenizerBase, model: torch.nn.Module) -> None:
+    """Every id the tokenizer writes is a row of the model's input embeddings (`id_span`), or one
+    line: an id past the matrix is an IndexError mid-run on CPU and a device-side assert on CUDA.
+    A model with more rows than the tokenizer has ids is usual (T5's 32,128 for 32,100 tokens,
+    M2M100's 8 made-up words): the toolkit never resizes the embeddings, so a run, its eval,
+    predict and export read the same matrix the checkpoint has."""
+    embeddings = model.get_input_embeddings()
+    span = id_span(tok)
+    if embeddings is None or span <= embeddings.num_embeddings:
+        return
+    last = tok.convert_ids_to_tokens(span - 1)
+    raise UserError(f"model.checkpoint: the tokenizer in {checkpoint} writes ids up to {span - 1:,} ({last!r}) "
+                    f"and the model embeds {embeddings.num_embeddings:,}: they do not belong together")
 
 
 def drop_unread_pooler(model: torch.nn.Module) -> torch.nn.Module:
