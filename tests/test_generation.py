@@ -451,6 +451,34 @@ def test_no_repeat_ngram_bans_repeats_within_the_output_not_the_prompts_words(ti
     out = task.generate(model, {"prompt_ids": cycle, "prompt_mask": torch.ones_like(cycle)})[0].tolist()
     assert out[:6] == [20, 21, 22, 23, 20, 21] and out[6] != 22
 
+@pytest.mark.parametrize("recipe", [0, 3])
+@pytest.mark.parametrize("saved", [None, 2, 3])
+def test_a_checkpoints_no_repeat_ngram_size_does_not_reach_a_decoders_prompt(tiny_checkpoint, recipe: int,
+                                                                             saved: int | None) -> None:
+    """Finding: a decoder-only model's repeat ban is the task's own processor over the
+    continuation, and `generation.no_repeat_ngram_size` was taken out of generate's arguments
+    for it, so `generate` fell back on the checkpoint's generation_config: a GPT-2 checkpoint
+    saved with no_repeat_ngram_size 2 or 3 banned the prompt's n-grams from every output, under
+    a recipe that set 0 (transformers' whole-sequence ban, exit 0), or beside the recipe's own.
+    The prompt ends "20" and holds "20 21 22": the model continues 21 22 23 20."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint("gpt2")
+    model = _successor_gpt2(path, {**{t: t + 1 for t in range(19, 30) if t != 23}, 23: 20})  # 20 21 22 23 20 ...
+    model.generation_config.no_repeat_ngram_size = saved
+    task = Summarization(generation=Generation(no_repeat_ngram_size=recipe, max_new_tokens=4))
+    task.model_head("gpt2")
+    task._tokenizer = AutoTokenizer.from_pretrained(path)
+    task._tokenizer.pad_token = task._tokenizer.eos_token
+    prompt = torch.tensor([[5, 20, 21, 22, 7, 20]])
+    assert task.generate(model, {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)})[0].tolist() == \
+        [21, 22, 23, 20]
+
+
 @pytest.mark.parametrize("setting, value", [("min_new_tokens", 5), ("min_length", 6)])
 def test_a_checkpoints_length_constraints_do_not_reach_generation(tiny_checkpoint, setting: str, value: int) -> None:
     """Finding: `generate` starts from the checkpoint's generation_config, so one saved with a

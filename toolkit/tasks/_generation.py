@@ -553,7 +553,9 @@ class TextToText(TokenTask):
         stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
-            size = kwargs.pop("no_repeat_ngram_size")
+            # the ban is the continuation's alone: generate's own (over the prompt too) is off, not left
+            # to the checkpoint's generation_config (a GPT-2 saved with 3 banned the prompt's 3-grams)
+            size, kwargs["no_repeat_ngram_size"] = kwargs["no_repeat_ngram_size"], 0
             if size:  # within the continuation, as an encoder-decoder's decoder has it
                 kwargs["logits_processor"] = continuation_no_repeat(size, ids.shape[1])
             if stops:
