@@ -918,6 +918,40 @@ def test_a_checkpoints_decoding_settings_do_not_reach_generation(tiny_checkpoint
         assert {key: saved[key] for key in settings} == {key: pinned[key] for key in settings}, case
 
 
+@pytest.mark.parametrize("saved", [{}, {"bos_token_id": 4}, {"decoder_start_token_id": 5, "bos_token_id": 5}],
+                         ids=["none", "bos-only", "another-start"])
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_generation_starts_as_training_feeds_the_decoder_whatever_the_generation_config(
+        tiny_checkpoint, family: str, saved: dict) -> None:
+    """Finding: training's decoder input is the labels shifted behind config.decoder_start_token_id
+    (the model's own `prepare_decoder_input_ids_from_labels`), and `generate` started from
+    generation_config's: a checkpoint whose generation_config.json names no start (written by
+    hand or by another tool) started from its bos_token_id (BART's <s> where training fed </s>),
+    exit 0, or without one was a ValueError traceback after training. Evaluation and predict
+    (`TextToText.generate`) and an export's generation_config now start where training did."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    from toolkit.inference import decode_as_run
+    from toolkit.tasks._generation import Generation, decoder_inputs
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
+    model.generation_config = GenerationConfig(**saved)  # what a generation_config.json of only these gives
+    task = Summarization(generation=Generation(max_new_tokens=3))
+    task.model_head(family)
+    task._tokenizer = tok
+    trained = int(decoder_inputs(model, torch.tensor([tok(text_target="a")["input_ids"]]), tok.pad_token_id)[0, 0])
+    assert trained == model.config.decoder_start_token_id != saved.get("decoder_start_token_id", saved.get("bos_token_id"))
+    ids = torch.tensor([[5, 19, 7]])
+    out = task.generate(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    assert out[0, 0].item() == trained
+    decode_as_run(task, model, tok)
+    assert model.generation_config.decoder_start_token_id == trained
+
+
 @pytest.mark.parametrize("family", ["gpt2", "bart", "t5"])
 def test_generation_ends_at_the_token_every_target_was_trained_to_end_with(tiny_checkpoint, family: str) -> None:
     """Finding: `generate` stopped at the checkpoint's generation_config eos_token_id alone, and
