@@ -604,6 +604,8 @@ def _generating_tasks() -> list[str]:
 class _Recorder:
     """A stand-in model whose `generate` records its arguments and writes `width` new tokens."""
 
+    config = type("Config", (), {"decoder_start_token_id": 0})()  # where an encoder-decoder's decoding starts
+
     def __init__(self) -> None:
         self.calls: list[dict] = []
 
@@ -630,7 +632,7 @@ def test_the_generation_budget_covers_every_target_unless_set_lower(name: str, f
     for given, want in budgets.items():
         task = TASKS.get(name)(max_target_length=40, generation=Generation(max_new_tokens=given), **extra)
         task.model_head(family)
-        task._tokenizer = type("Tok", (), {"pad_token_id": 0})()
+        task._tokenizer = type("Tok", (), {"pad_token_id": 0, "__call__": lambda self, **kw: {"input_ids": [7, 1]}})()
         ids = torch.ones(2, 5, dtype=torch.long)
         batch = {"input_ids": ids, "attention_mask": ids, "prompt_ids": ids, "prompt_mask": ids}
         model = _Recorder()
