@@ -353,3 +353,25 @@ def test_a_multi_target_marian_without_one_target_language_is_one_line(tmp_path:
                                                              extra=extra))
     code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 2 and says in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("kind", [*sorted(KINDS), "marian"])
+def test_a_smoke_model_names_the_tokens_of_the_checkpoints_own_config(tmp_path: Path, cli, multilingual, marian: Path,
+                                                                      kind: str) -> None:
+    """`--smoke` on a checkpoint of a family without a recipe of its own (Marian, mBART, M2M100,
+    NLLB) builds the family's default config, shrunk, beside the checkpoint's tokenizer: its
+    token ids were the family's largest checkpoint's (Marian's decoder_start_token_id 58100), past
+    the small model's rows, and every opus-mt smoke run stopped on an IndexError. They are now the
+    checkpoint's own, and its rows cover every id the tokenizer writes."""
+    folder = marian if kind == "marian" else multilingual(kind)
+    small = Path(models.smoke_checkpoint(str(folder)))
+    built, own = (json.loads((f / "config.json").read_text()) for f in (small, folder))
+    assert built["vocab_size"] >= models.id_span(models.load_tokenizer(str(folder)))
+    named = {k: own[k] for k in models.TOKEN_ID_KEYS if isinstance(own.get(k), int) and k in built}
+    assert named and {k: built[k] for k in named} == named
+    if kind == "marian":  # the others run --smoke in test_every_id_the_tokenizer_writes_is_a_row_...
+        recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=marian, task="translation",
+                                                                 data=_records(tmp_path),
+                                                                 extra=", source_lang: en, target_lang: de"))
+        code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 0, err

@@ -312,8 +312,9 @@ SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
          "decoder_ffn_dim": 64, "num_decoder_layers": 2, "d_kv": 16}
 
 
-def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase) -> Any:
-    """2 layers, width 32: small enough that a smoke run takes seconds."""
+def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase, own: Any = None) -> Any:
+    """2 layers, width 32: small enough that a smoke run takes seconds. `own`: the checkpoint's
+    config, where its tokenizer is the one read (`_own_token_ids`)."""
     from transformers import AutoConfig
 
     common = {"vocab_size": vocab, "pad_token_id": tok.pad_token_id}
@@ -339,6 +340,32 @@ def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase) -> Any:
     for key, value in SMALL.items():
         if hasattr(config, key):
             setattr(config, key, value)
+    return _own_token_ids(config, own, tok, vocab)
+
+
+# The config fields that name a token: a small model must name the ones its tokenizer writes.
+TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_bos_token_id",
+                 "forced_eos_token_id", "sep_token_id", "cls_token_id")
+
+
+def _own_token_ids(config: Any, own: Any, tok: PreTrainedTokenizerBase, vocab: int) -> Any:
+    """A small model of a family the toolkit has no recipe for takes its token ids from the
+    checkpoint's own config (`own`), whose tokenizer it reads: the family's defaults are its
+    largest checkpoint's (Marian's decoder_start_token_id 58100), past the small model's rows, and
+    every `--smoke` run of an opus-mt checkpoint stopped on an IndexError. An id still past the
+    rows (no config of the checkpoint: the shared tokenizer) is the tokenizer's token of that role,
+    a decoder's start its padding (Marian's, T5's, Pegasus')."""
+    inside = lambda v: isinstance(v, int) and 0 <= v < vocab
+    theirs = own.to_dict() if own is not None else {}
+    for key in TOKEN_ID_KEYS:
+        value = theirs.get(key)
+        if hasattr(config, key) and (inside(value) or (isinstance(value, list) and value and all(map(inside, value)))):
+            setattr(config, key, value)
+    for key in TOKEN_ID_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not 0 <= value < vocab:
+            role = "pad_token_id" if key == "decoder_start_token_id" else key.removeprefix("forced_")
+            setattr(config, key, getattr(tok, role, None))
     return config
 
 
@@ -363,7 +390,7 @@ def _whole() -> Iterator[None]:
 def smoke_checkpoint(checkpoint: str) -> str:
     """A cached folder holding a random-weight model of the checkpoint's family and its tokenizer."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     family = family_of(checkpoint)
     shared_name = SMOKE_TOKENIZER.get(family) or SMOKE_TOKENIZER.get(kind_of(family) or "")
@@ -379,6 +406,7 @@ def smoke_checkpoint(checkpoint: str) -> str:
         if (target / "config.json").is_file():
             return str(target)
         tok = AutoTokenizer.from_pretrained(source)
+        own = AutoConfig.from_pretrained(source)
     except (UserError, OSError, ValueError):
         shared = tokenizer_dir() / shared_name
         if not shared.is_dir():
@@ -387,10 +415,10 @@ def smoke_checkpoint(checkpoint: str) -> str:
         target = cache / (family + "-shared")
         if (target / "config.json").is_file():
             return str(target)
-        tok = AutoTokenizer.from_pretrained(str(shared))
+        tok, own = AutoTokenizer.from_pretrained(str(shared)), None
     tag = target.name
     _ensure_pad(tok)
-    config = _tiny_config(family, id_span(tok), tok)
+    config = _tiny_config(family, id_span(tok), tok, own)
     with torch.random.fork_rng(devices=[]), _whole():  # building the cache must not move the run's RNG
         torch.manual_seed(0)
         model = AutoModel.from_config(config)  # the body only: every task adds its own head
