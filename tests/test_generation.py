@@ -814,6 +814,37 @@ def test_a_decoder_prompt_begins_as_its_tokenizer_begins_a_text(name: str, bos: 
 
 
 @pytest.mark.parametrize("name", _generating_tasks())
+@pytest.mark.parametrize("family, special", [("t5", 1), ("bart", 2), ("gpt2", 0)])
+def test_a_target_length_the_special_tokens_fill_is_one_line(name: str, family: str, special: int) -> None:
+    """Finding: an encoder-decoder's labels are the tokenizer's special tokens around the target
+    (BART's <s> </s>, T5's </s>) within task.max_target_length: at that many every example trained
+    to write nothing but them (exit 0, said only as targets cut), and below it BART's tokenizer
+    cut nothing at all (targets whole past the length the positions and the budget were held to,
+    said nowhere). One line now; one more is a target token. A decoder-only model's EOS comes after
+    its max_target_length text tokens: 1 is a token."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+
+    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                                        {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
+    tok.pad_token = tok.pad_token or tok.eos_token
+    extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
+    rows = ([{"id": "0", "title": "t", "question": "why?", "context": "a red car", "answers": {"text": ["red car"],
+              "answer_start": [2]}}] if name == "squad" else [{"source": "a red car", "target": "red car"}])
+    for length in range(1, special + 2):
+        task = TASKS.get(name)(max_target_length=length, **extra)
+        task.model_head(family)
+        if length <= special:
+            with pytest.raises(UserError, match=f"^task.max_target_length: {length} is filled by the {special} special"):
+                task.encode(Dataset.from_list(rows), tok)
+            continue
+        labels = [t for t in task.encode(Dataset.from_list(rows), tok)[0]["labels"] if t != -100]
+        assert len(labels) == length + (family == "gpt2")  # one text token (and a decoder's EOS)
+
+
+@pytest.mark.parametrize("name", _generating_tasks())
 @pytest.mark.parametrize("family", ["t5", "bart", "gpt2"])
 def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family: str) -> None:
     """Finding: an encoder-decoder read prefix + source + suffix cut at task.max_length as one

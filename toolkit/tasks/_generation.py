@@ -388,6 +388,7 @@ class TextToText(TokenTask):
             features = self._encode_in_context(tokenizer, sources, targets, prefix, suffix)
         else:
             self._check_prefix_room(tokenizer, prefix, suffix)
+            self._check_target_room(tokenizer)
             enc = self._encode_decoder_only if self.decoder_only else self._encode_seq2seq
             features = enc(tokenizer, [prefix + s for s in sources], targets, suffix)
         features["example_index"] = list(range(len(rows)))
@@ -457,6 +458,22 @@ class TextToText(TokenTask):
             raise UserError(f"task.prefix: its {size} tokens and the {taken} of {what} leave no room for the source "
                             f"in task.max_length {self.max_length}: every example would be read as the prefix alone; "
                             f"raise task.max_length above {size + taken} or shorten task.prefix")
+
+    def _check_target_room(self, tok: Any) -> None:
+        """An encoder-decoder's target is its tokenizer's special tokens around the text (BART's
+        <s> and </s>, T5's </s>, M2M100's language code and </s>) within task.max_target_length:
+        a length they fill leaves no target token, and every example trained to write nothing
+        (exit 0), or at a length below them the tokenizer does not cut at all (BART at 1: the
+        targets whole, past the length the positions and the generation budget were checked
+        against). One line, as for a prefix that fills task.max_length. A decoder-only model's
+        EOS comes after the max_target_length text tokens."""
+        if self.decoder_only:
+            return
+        special = len(tok(text_target="a")["input_ids"]) - len(tok("a", add_special_tokens=False)["input_ids"])
+        if self.max_target_length <= special:
+            raise UserError(f"task.max_target_length: {self.max_target_length} is filled by the {special} special "
+                            f"token{'s' * (special > 1)} the tokenizer ({type(tok).__name__}) puts around every target, "
+                            f"leaving none for its text; raise it above {special}")
 
     def _encode_seq2seq(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
         """The encoder reads the tokenizer's special tokens around prefix + source + suffix, the
