@@ -153,6 +153,26 @@ def test_references_in_a_script_without_spaces_refuse_a_space_based_bleu_tokeniz
                 bleu_tokenize="char").load()
 
 
+@pytest.mark.parametrize("lang", ["kor_Hang", "kor", "korean"])
+def test_korean_references_under_another_code_take_sacrebleus_korean_tokenizer(tmp_path: Path, lang: str) -> None:
+    """Finding: ko takes ko-mecab alone (sacreBLEU's for Korean), but a Korean target named by
+    another code (NLLB's kor_Hang, ISO 639-2 kor, a name of one's own) was scored with 13a, exit 0.
+    The references' script decides too now, at load, as for the scripts written without spaces."""
+    from toolkit.tasks.translation import Translation
+
+    data = tmp_path / "d.jsonl"
+    refs = ["나는 공원에서 산책하는 것을 좋아한다.", "오늘 날씨가 매우 좋다."]
+    data.write_text("".join(json.dumps({"source": "x", "target": r}, ensure_ascii=False) + "\n" for r in refs),
+                    encoding="utf-8")
+    for tokenize in ("13a", "intl", "none", "char", "zh"):
+        task = Translation(subset="custom", train_file=str(data), eval_file=str(data), source_lang="en",
+                           target_lang=lang, bleu_tokenize=tokenize)
+        task.check()
+        with pytest.raises(UserError, match=rf"^task.bleu_tokenize: most letters of the references in {data} are "
+                                            rf"Korean \(Hangul\), which sacreBLEU scores with ko-mecab, not '{tokenize}'"):
+            task.load()
+
+
 @pytest.mark.parametrize("fields, source_lang, target_lang, found", [
     (("en", "zh-CN"), "en", "zh-CN", ("en", "zh-CN")),  # the finding: a code with capitals
     (("en", "pt_BR"), "en", "pt-BR", ("en", "pt_BR")),  # - or _ between the parts
