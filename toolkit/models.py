@@ -764,7 +764,9 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     path = resolve(checkpoint)
     tok = tokenizer if tokenizer is not None else load_tokenizer(path, words)  # a refusal: one line
     if warm_start == "encoder-decoder":
-        return drop_unread_pooler(warm_start_encoder_decoder(path, tok, dropout)), tok
+        model = warm_start_encoder_decoder(path, tok, dropout)
+        check_embeddings(checkpoint, tok, model)  # its encoder's table, which its decoder's matches
+        return drop_unread_pooler(model), tok
     config = transformers.AutoConfig.from_pretrained(path, **head_kwargs)
     theirs = label_names(transformers.AutoConfig.from_pretrained(path)) if "id2label" in head_kwargs else None
     if dropout is not None:
