@@ -355,6 +355,25 @@ def test_a_multi_target_marian_without_one_target_language_is_one_line(tmp_path:
     assert code == 2 and says in err and err.count("\n") == 1, err
 
 
+def test_a_smoke_model_without_the_checkpoints_tokenizer_names_the_shared_tokenizers_tokens(tmp_path: Path, cli) -> None:
+    """A Marian checkpoint folder without its vocabulary files: the small model borrows the shared
+    encoder-decoder tokenizer (BART's), and its config named Marian's defaults (start 58100, past
+    the rows; end 0, BART's <s>); reading the folder's tokenizer was a TypeError traceback."""
+    import transformers
+
+    folder = tmp_path / "opus-mt-config-only"
+    transformers.MarianConfig().save_pretrained(folder)
+    small = Path(models.smoke_checkpoint(str(folder)))
+    built = json.loads((small / "config.json").read_text())
+    tok = models.load_tokenizer(str(small))
+    assert (built["eos_token_id"], built["forced_eos_token_id"], built["pad_token_id"], built["decoder_start_token_id"]) \
+        == (tok.eos_token_id, tok.eos_token_id, tok.pad_token_id, tok.pad_token_id)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=folder, task="translation", data=_records(tmp_path),
+                                                             extra=", source_lang: en, target_lang: de"))
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("kind", [*sorted(KINDS), "marian"])
 def test_a_smoke_model_names_the_tokens_of_the_checkpoints_own_config(tmp_path: Path, cli, multilingual, marian: Path,
                                                                       kind: str) -> None:

@@ -352,20 +352,23 @@ def _own_token_ids(config: Any, own: Any, tok: PreTrainedTokenizerBase, vocab: i
     """A small model of a family the toolkit has no recipe for takes its token ids from the
     checkpoint's own config (`own`), whose tokenizer it reads: the family's defaults are its
     largest checkpoint's (Marian's decoder_start_token_id 58100), past the small model's rows, and
-    every `--smoke` run of an opus-mt checkpoint stopped on an IndexError. An id still past the
-    rows (no config of the checkpoint: the shared tokenizer) is the tokenizer's token of that role,
-    a decoder's start its padding (Marian's, T5's, Pegasus')."""
+    every `--smoke` run of an opus-mt checkpoint stopped on an IndexError. Without the checkpoint's
+    tokenizer (the shared one stands in) the ids the family names are that tokenizer's tokens of
+    the same role (Marian's default end 0 is BART's <s>), and a decoder's start still past the rows
+    is its padding (Marian's, T5's, Pegasus' convention)."""
     inside = lambda v: isinstance(v, int) and 0 <= v < vocab
     theirs = own.to_dict() if own is not None else {}
     for key in TOKEN_ID_KEYS:
-        value = theirs.get(key)
+        value = theirs.get(key) if own is not None else getattr(tok, key.removeprefix("forced_"), None)
+        if own is None and (key == "decoder_start_token_id" or getattr(config, key, None) is None):
+            continue  # the tokenizer has no start of its own; a role the family names no token for stays so
         if hasattr(config, key) and (inside(value) or (isinstance(value, list) and value and all(map(inside, value)))):
             setattr(config, key, value)
     for key in TOKEN_ID_KEYS:
         value = getattr(config, key, None)
-        if isinstance(value, int) and not 0 <= value < vocab:
-            role = "pad_token_id" if key == "decoder_start_token_id" else key.removeprefix("forced_")
-            setattr(config, key, getattr(tok, role, None))
+        if isinstance(value, int) and not inside(value):
+            setattr(config, key, tok.pad_token_id if key == "decoder_start_token_id"
+                    else getattr(tok, key.removeprefix("forced_"), None))
     return config
 
 
@@ -407,7 +410,7 @@ def smoke_checkpoint(checkpoint: str) -> str:
             return str(target)
         tok = AutoTokenizer.from_pretrained(source)
         own = AutoConfig.from_pretrained(source)
-    except (UserError, OSError, ValueError):
+    except (UserError, OSError, ValueError, TypeError):  # TypeError: a Marian folder without its vocabulary files
         shared = tokenizer_dir() / shared_name
         if not shared.is_dir():
             raise UserError(f"--smoke: no tokenizer for '{checkpoint}' and none at {shared}; set "
