@@ -117,6 +117,15 @@ def mismatched_tokenizer(tmp: Path) -> list:
     return ["run", write_recipe(tmp / "r.yaml", GOOD.replace("bert-base-uncased", str(folder)))]
 
 
+def mismatched_warm_start(tmp: Path) -> list:
+    """The same folder warm-started as an encoder-decoder (BERT2BERT), which builds the model
+    its own way: its tokenizer is held to its embeddings all the same."""
+    args = mismatched_tokenizer(tmp)
+    return [*args, "model.warm_start=encoder-decoder", "task.name=summarization", "task.subset=samsum",
+            "task.max_length=32", "task.max_target_length=8", "task.max_train_samples=8", "task.max_eval_samples=8",
+            "train.max_steps=1", "method.name=full"]
+
+
 def _tokenizer_folder(tmp: Path, damage: str) -> Path:
     """A small BERT saved with BERT's real tokenizer, its tokenizer files then damaged."""
     from toolkit.models import tokenizer_dir
@@ -218,6 +227,7 @@ CASES: dict[str, tuple[Callable[[Path], list], str]] = {
     "checkpoint with cut weights": (cut_weights, "a weights file is damaged (Error while deserializing header"),
     "checkpoint with broken config": (checkpoint_folder({"config.json": "{nope"}), "config.json is not valid JSON"),
     "tokenizer that does not match": (mismatched_tokenizer, "they do not belong together"),
+    "tokenizer that does not match, warm-started": (mismatched_warm_start, "they do not belong together"),
     **{f"tokenizer: {d}": (damaged_tokenizer(d), "the tokenizer in " if d == "no tokenizer files" else
                            "model.checkpoint: no usable tokenizer in ") for d in TOKENIZER_DAMAGE},
     "runs dir is a file": (runs_dir_is_a_file, "--runs-dir: "),

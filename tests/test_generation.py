@@ -153,6 +153,26 @@ def test_references_in_a_script_without_spaces_refuse_a_space_based_bleu_tokeniz
                 bleu_tokenize="char").load()
 
 
+@pytest.mark.parametrize("lang", ["kor_Hang", "kor", "korean"])
+def test_korean_references_under_another_code_take_sacrebleus_korean_tokenizer(tmp_path: Path, lang: str) -> None:
+    """Finding: ko takes ko-mecab alone (sacreBLEU's for Korean), but a Korean target named by
+    another code (NLLB's kor_Hang, ISO 639-2 kor, a name of one's own) was scored with 13a, exit 0.
+    The references' script decides too now, at load, as for the scripts written without spaces."""
+    from toolkit.tasks.translation import Translation
+
+    data = tmp_path / "d.jsonl"
+    refs = ["나는 공원에서 산책하는 것을 좋아한다.", "오늘 날씨가 매우 좋다."]
+    data.write_text("".join(json.dumps({"source": "x", "target": r}, ensure_ascii=False) + "\n" for r in refs),
+                    encoding="utf-8")
+    for tokenize in ("13a", "intl", "none", "char", "zh"):
+        task = Translation(subset="custom", train_file=str(data), eval_file=str(data), source_lang="en",
+                           target_lang=lang, bleu_tokenize=tokenize)
+        task.check()
+        with pytest.raises(UserError, match=rf"^task.bleu_tokenize: most letters of the references in {data} are "
+                                            rf"Korean \(Hangul\), which sacreBLEU scores with ko-mecab, not '{tokenize}'"):
+            task.load()
+
+
 @pytest.mark.parametrize("fields, source_lang, target_lang, found", [
     (("en", "zh-CN"), "en", "zh-CN", ("en", "zh-CN")),  # the finding: a code with capitals
     (("en", "pt_BR"), "en", "pt-BR", ("en", "pt_BR")),  # - or _ between the parts
@@ -451,6 +471,34 @@ def test_no_repeat_ngram_bans_repeats_within_the_output_not_the_prompts_words(ti
     out = task.generate(model, {"prompt_ids": cycle, "prompt_mask": torch.ones_like(cycle)})[0].tolist()
     assert out[:6] == [20, 21, 22, 23, 20, 21] and out[6] != 22
 
+@pytest.mark.parametrize("recipe", [0, 3])
+@pytest.mark.parametrize("saved", [None, 2, 3])
+def test_a_checkpoints_no_repeat_ngram_size_does_not_reach_a_decoders_prompt(tiny_checkpoint, recipe: int,
+                                                                             saved: int | None) -> None:
+    """Finding: a decoder-only model's repeat ban is the task's own processor over the
+    continuation, and `generation.no_repeat_ngram_size` was taken out of generate's arguments
+    for it, so `generate` fell back on the checkpoint's generation_config: a GPT-2 checkpoint
+    saved with no_repeat_ngram_size 2 or 3 banned the prompt's n-grams from every output, under
+    a recipe that set 0 (transformers' whole-sequence ban, exit 0), or beside the recipe's own.
+    The prompt ends "20" and holds "20 21 22": the model continues 21 22 23 20."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint("gpt2")
+    model = _successor_gpt2(path, {**{t: t + 1 for t in range(19, 30) if t != 23}, 23: 20})  # 20 21 22 23 20 ...
+    model.generation_config.no_repeat_ngram_size = saved
+    task = Summarization(generation=Generation(no_repeat_ngram_size=recipe, max_new_tokens=4))
+    task.model_head("gpt2")
+    task._tokenizer = AutoTokenizer.from_pretrained(path)
+    task._tokenizer.pad_token = task._tokenizer.eos_token
+    prompt = torch.tensor([[5, 20, 21, 22, 7, 20]])
+    assert task.generate(model, {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)})[0].tolist() == \
+        [21, 22, 23, 20]
+
+
 @pytest.mark.parametrize("setting, value", [("min_new_tokens", 5), ("min_length", 6)])
 def test_a_checkpoints_length_constraints_do_not_reach_generation(tiny_checkpoint, setting: str, value: int) -> None:
     """Finding: `generate` starts from the checkpoint's generation_config, so one saved with a
@@ -576,6 +624,8 @@ def _generating_tasks() -> list[str]:
 class _Recorder:
     """A stand-in model whose `generate` records its arguments and writes `width` new tokens."""
 
+    config = type("Config", (), {"decoder_start_token_id": 0})()  # where an encoder-decoder's decoding starts
+
     def __init__(self) -> None:
         self.calls: list[dict] = []
 
@@ -602,7 +652,7 @@ def test_the_generation_budget_covers_every_target_unless_set_lower(name: str, f
     for given, want in budgets.items():
         task = TASKS.get(name)(max_target_length=40, generation=Generation(max_new_tokens=given), **extra)
         task.model_head(family)
-        task._tokenizer = type("Tok", (), {"pad_token_id": 0})()
+        task._tokenizer = type("Tok", (), {"pad_token_id": 0, "__call__": lambda self, **kw: {"input_ids": [7, 1]}})()
         ids = torch.ones(2, 5, dtype=torch.long)
         batch = {"input_ids": ids, "attention_mask": ids, "prompt_ids": ids, "prompt_mask": ids}
         model = _Recorder()
@@ -784,6 +834,37 @@ def test_a_decoder_prompt_begins_as_its_tokenizer_begins_a_text(name: str, bos: 
 
 
 @pytest.mark.parametrize("name", _generating_tasks())
+@pytest.mark.parametrize("family, special", [("t5", 1), ("bart", 2), ("gpt2", 0)])
+def test_a_target_length_the_special_tokens_fill_is_one_line(name: str, family: str, special: int) -> None:
+    """Finding: an encoder-decoder's labels are the tokenizer's special tokens around the target
+    (BART's <s> </s>, T5's </s>) within task.max_target_length: at that many every example trained
+    to write nothing but them (exit 0, said only as targets cut), and below it BART's tokenizer
+    cut nothing at all (targets whole past the length the positions and the budget were held to,
+    said nowhere). One line now; one more is a target token. A decoder-only model's EOS comes after
+    its max_target_length text tokens: 1 is a token."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from toolkit.tasks import TASKS
+
+    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                                        {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
+    tok.pad_token = tok.pad_token or tok.eos_token
+    extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
+    rows = ([{"id": "0", "title": "t", "question": "why?", "context": "a red car", "answers": {"text": ["red car"],
+              "answer_start": [2]}}] if name == "squad" else [{"source": "a red car", "target": "red car"}])
+    for length in range(1, special + 2):
+        task = TASKS.get(name)(max_target_length=length, **extra)
+        task.model_head(family)
+        if length <= special:
+            with pytest.raises(UserError, match=f"^task.max_target_length: {length} is filled by the {special} special"):
+                task.encode(Dataset.from_list(rows), tok)
+            continue
+        labels = [t for t in task.encode(Dataset.from_list(rows), tok)[0]["labels"] if t != -100]
+        assert len(labels) == length + (family == "gpt2")  # one text token (and a decoder's EOS)
+
+
+@pytest.mark.parametrize("name", _generating_tasks())
 @pytest.mark.parametrize("family", ["t5", "bart", "gpt2"])
 def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family: str) -> None:
     """Finding: an encoder-decoder read prefix + source + suffix cut at task.max_length as one
@@ -888,6 +969,40 @@ def test_a_checkpoints_decoding_settings_do_not_reach_generation(tiny_checkpoint
     pinned = {**UNSET, **ONE_TENSOR, **SAMPLING_ONLY, "num_beams": 2}
     for case, settings in CHECKPOINT_DECODING.items():
         assert {key: saved[key] for key in settings} == {key: pinned[key] for key in settings}, case
+
+
+@pytest.mark.parametrize("saved", [{}, {"bos_token_id": 4}, {"decoder_start_token_id": 5, "bos_token_id": 5}],
+                         ids=["none", "bos-only", "another-start"])
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_generation_starts_as_training_feeds_the_decoder_whatever_the_generation_config(
+        tiny_checkpoint, family: str, saved: dict) -> None:
+    """Finding: training's decoder input is the labels shifted behind config.decoder_start_token_id
+    (the model's own `prepare_decoder_input_ids_from_labels`), and `generate` started from
+    generation_config's: a checkpoint whose generation_config.json names no start (written by
+    hand or by another tool) started from its bos_token_id (BART's <s> where training fed </s>),
+    exit 0, or without one was a ValueError traceback after training. Evaluation and predict
+    (`TextToText.generate`) and an export's generation_config now start where training did."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    from toolkit.inference import decode_as_run
+    from toolkit.tasks._generation import Generation, decoder_inputs
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
+    model.generation_config = GenerationConfig(**saved)  # what a generation_config.json of only these gives
+    task = Summarization(generation=Generation(max_new_tokens=3))
+    task.model_head(family)
+    task._tokenizer = tok
+    trained = int(decoder_inputs(model, torch.tensor([tok(text_target="a")["input_ids"]]), tok.pad_token_id)[0, 0])
+    assert trained == model.config.decoder_start_token_id != saved.get("decoder_start_token_id", saved.get("bos_token_id"))
+    ids = torch.tensor([[5, 19, 7]])
+    out = task.generate(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    assert out[0, 0].item() == trained
+    decode_as_run(task, model, tok)
+    assert model.generation_config.decoder_start_token_id == trained
 
 
 @pytest.mark.parametrize("family", ["gpt2", "bart", "t5"])

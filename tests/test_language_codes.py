@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write_recipe
+from toolkit import models
 from test_train import only_run
 
 LETTERS = string.ascii_lowercase
@@ -72,9 +73,6 @@ def _spm(out: Path) -> bytes:
 @pytest.fixture(scope="module")
 def multilingual(tmp_path_factory: pytest.TempPathFactory):
     """kind -> a folder with a random 1-layer model of the family and its multilingual tokenizer."""
-    import torch
-    import transformers
-
     built: dict[str, Path] = {}
 
     def get(kind: str) -> Path:
@@ -82,19 +80,26 @@ def multilingual(tmp_path_factory: pytest.TempPathFactory):
             return built[kind]
         out = tmp_path_factory.mktemp(kind)
         tok = _tokenizer(kind, out)
-        vocab = 1 + max([len(tok) - 1, *tok.get_vocab().values(), *(getattr(tok, "lang_code_to_id", None) or {}).values()])
-        family = "MBart" if kind.startswith("mbart") else "M2M100"
-        config = getattr(transformers, f"{family}Config")(
-            vocab_size=vocab, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-            decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=64,
-            pad_token_id=1, eos_token_id=2, bos_token_id=0, decoder_start_token_id=2)
-        torch.manual_seed(0)
-        getattr(transformers, f"{family}ForConditionalGeneration")(config).save_pretrained(out)
+        _model(kind, models.id_span(tok), out)
         tok.save_pretrained(out)
         built[kind] = out
         return out
 
     return get
+
+
+def _model(kind: str, rows: int, out: Path) -> None:
+    """A random 1-layer model of the kind's family, `rows` embedding rows, saved in `out`."""
+    import torch
+    import transformers
+
+    family = "MBart" if kind.startswith("mbart") else "M2M100"
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=rows, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=64,
+        pad_token_id=1, eos_token_id=2, bos_token_id=0, decoder_start_token_id=2)
+    torch.manual_seed(0)
+    getattr(transformers, f"{family}ForConditionalGeneration")(config).save_pretrained(out)
 
 
 def _code_id(tok, code: str) -> int:
@@ -186,6 +191,40 @@ def test_every_entry_point_marks_the_recipes_languages_and_starts_with_the_targe
     exported = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "out"))
     assert (exported.src_lang, exported.tgt_lang) == (source, target)
     assert src_id in exported(SOURCES[0])["input_ids"] and tgt_id in exported(text_target=TARGETS[0])["input_ids"]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_id_the_tokenizer_writes_is_a_row_of_the_models_embeddings(
+        tmp_path: Path, cli, multilingual, kind: str) -> None:
+    """M2M100 numbers its language codes past its vocabulary, outside `len(tokenizer)`: a model
+    one row short of the tokenizer's largest id (language codes included) is one line before the
+    run folder (it was an IndexError traceback mid-run for M2M100, whose `len` passed), and the
+    small model `--smoke` builds on the checkpoint's tokenizer has a row for each of them (it was
+    built with `len(tokenizer)` rows: the same IndexError on every M2M100 smoke run)."""
+    import shutil
+
+    from toolkit.tasks._generation import code_ids, language_codes
+
+    checkpoint = multilingual(kind)
+    tok = models.load_tokenizer(str(checkpoint))
+    span = models.id_span(tok)
+    assert max(code_ids(tok, language_codes(tok))) < span and len(tok) <= span
+    short = tmp_path / "short"
+    shutil.copytree(checkpoint, short)
+    _model(kind, span - 1, short)
+    source, target, extra = KINDS[kind]
+    languages = ", source_lang: en, target_lang: de" + extra
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=short, task="translation",
+                                                             data=_records(tmp_path), extra=languages))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    line = err.strip().splitlines()[-1]  # after the progress of _model's save
+    assert code == 2 and "Traceback" not in err and line.startswith("error: model.checkpoint: "), err
+    assert f"writes ids up to {span - 1} ({tok.convert_ids_to_tokens(span - 1)!r}) and the model embeds {span - 1}" in line
+    assert not (tmp_path / "runs").exists()
+    recipe = write_recipe(tmp_path / "s.yaml", RECIPE.format(checkpoint=short.rename(tmp_path / f"smoke-{kind}"),
+                                                             task="translation", data=_records(tmp_path), extra=languages))
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
 
 
 @pytest.mark.parametrize("case, kind, task, extra, says", [
@@ -314,3 +353,44 @@ def test_a_multi_target_marian_without_one_target_language_is_one_line(tmp_path:
                                                              extra=extra))
     code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 2 and says in err and err.count("\n") == 1, err
+
+
+def test_a_smoke_model_without_the_checkpoints_tokenizer_names_the_shared_tokenizers_tokens(tmp_path: Path, cli) -> None:
+    """A Marian checkpoint folder without its vocabulary files: the small model borrows the shared
+    encoder-decoder tokenizer (BART's), and its config named Marian's defaults (start 58100, past
+    the rows; end 0, BART's <s>); reading the folder's tokenizer was a TypeError traceback."""
+    import transformers
+
+    folder = tmp_path / "opus-mt-config-only"
+    transformers.MarianConfig().save_pretrained(folder)
+    small = Path(models.smoke_checkpoint(str(folder)))
+    built = json.loads((small / "config.json").read_text())
+    tok = models.load_tokenizer(str(small))
+    assert (built["eos_token_id"], built["forced_eos_token_id"], built["pad_token_id"], built["decoder_start_token_id"]) \
+        == (tok.eos_token_id, tok.eos_token_id, tok.pad_token_id, tok.pad_token_id)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=folder, task="translation", data=_records(tmp_path),
+                                                             extra=", source_lang: en, target_lang: de"))
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("kind", [*sorted(KINDS), "marian"])
+def test_a_smoke_model_names_the_tokens_of_the_checkpoints_own_config(tmp_path: Path, cli, multilingual, marian: Path,
+                                                                      kind: str) -> None:
+    """`--smoke` on a checkpoint of a family without a recipe of its own (Marian, mBART, M2M100,
+    NLLB) builds the family's default config, shrunk, beside the checkpoint's tokenizer: its
+    token ids were the family's largest checkpoint's (Marian's decoder_start_token_id 58100), past
+    the small model's rows, and every opus-mt smoke run stopped on an IndexError. They are now the
+    checkpoint's own, and its rows cover every id the tokenizer writes."""
+    folder = marian if kind == "marian" else multilingual(kind)
+    small = Path(models.smoke_checkpoint(str(folder)))
+    built, own = (json.loads((f / "config.json").read_text()) for f in (small, folder))
+    assert built["vocab_size"] >= models.id_span(models.load_tokenizer(str(folder)))
+    named = {k: own[k] for k in models.TOKEN_ID_KEYS if isinstance(own.get(k), int) and k in built}
+    assert named and {k: built[k] for k in named} == named
+    if kind == "marian":  # the others run --smoke in test_every_id_the_tokenizer_writes_is_a_row_...
+        recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=marian, task="translation",
+                                                                 data=_records(tmp_path),
+                                                                 extra=", source_lang: en, target_lang: de"))
+        code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 0, err

@@ -713,8 +713,9 @@ def decode_as_run(task: Any, model: Any, tok: Any) -> str:
     right, as the run padded its sources (BART's learnt positions move with left padding). The export held the base's
     generation_config (no beams, transformers' 20-token default), so the folder generated other
     text than `toolkit predict` on the run. A multilingual tokenizer is saved with the run's
-    `src_lang` / `tgt_lang`, and the config starts generation with the target's code
-    (`forced_bos_token_id`, mBART's `decoder_start_token_id`). What a config cannot hold (the prompt's affixes; a
+    `src_lang` / `tgt_lang`; an encoder-decoder's config starts generation as training's decoder
+    input starts (`decoder_start_token_id`, the target's code as `forced_bos_token_id` where the
+    tokenizer marks one: `TextToText.decoding_start`). What a config cannot hold (the prompt's affixes; a
     decoder's repeat ban over its continuation alone) is said in the export's line."""
     generation = getattr(task, "generation", None)
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -722,7 +723,7 @@ def decode_as_run(task: Any, model: Any, tok: Any) -> str:
         return ""  # not a text-to-text task, or one answered by a head (extractive QA)
     task.set_languages(tok)  # a multilingual tokenizer's codes, saved with it as the run read them
     settings = {**generation.saved(task.max_target_length), "pad_token_id": tok.pad_token_id,
-                "eos_token_id": task.end_ids(inner, tok), **task.language_start(inner, tok)}
+                "eos_token_id": task.end_ids(inner, tok), **task.decoding_start(inner, tok)}
     said = []
     side = "left" if task.decoder_only else "right"
     tok.padding_side = tok.init_kwargs["padding_side"] = side  # what save_pretrained writes

@@ -312,8 +312,9 @@ SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
          "decoder_ffn_dim": 64, "num_decoder_layers": 2, "d_kv": 16}
 
 
-def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase) -> Any:
-    """2 layers, width 32: small enough that a smoke run takes seconds."""
+def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase, own: Any = None) -> Any:
+    """2 layers, width 32: small enough that a smoke run takes seconds. `own`: the checkpoint's
+    config, where its tokenizer is the one read (`_own_token_ids`)."""
     from transformers import AutoConfig
 
     common = {"vocab_size": vocab, "pad_token_id": tok.pad_token_id}
@@ -339,6 +340,35 @@ def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase) -> Any:
     for key, value in SMALL.items():
         if hasattr(config, key):
             setattr(config, key, value)
+    return _own_token_ids(config, own, tok, vocab)
+
+
+# The config fields that name a token: a small model must name the ones its tokenizer writes.
+TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_bos_token_id",
+                 "forced_eos_token_id", "sep_token_id", "cls_token_id")
+
+
+def _own_token_ids(config: Any, own: Any, tok: PreTrainedTokenizerBase, vocab: int) -> Any:
+    """A small model of a family the toolkit has no recipe for takes its token ids from the
+    checkpoint's own config (`own`), whose tokenizer it reads: the family's defaults are its
+    largest checkpoint's (Marian's decoder_start_token_id 58100), past the small model's rows, and
+    every `--smoke` run of an opus-mt checkpoint stopped on an IndexError. Without the checkpoint's
+    tokenizer (the shared one stands in) the ids the family names are that tokenizer's tokens of
+    the same role (Marian's default end 0 is BART's <s>), and a decoder's start still past the rows
+    is its padding (Marian's, T5's, Pegasus' convention)."""
+    inside = lambda v: isinstance(v, int) and 0 <= v < vocab
+    theirs = own.to_dict() if own is not None else {}
+    for key in TOKEN_ID_KEYS:
+        value = theirs.get(key) if own is not None else getattr(tok, key.removeprefix("forced_"), None)
+        if own is None and (key == "decoder_start_token_id" or getattr(config, key, None) is None):
+            continue  # the tokenizer has no start of its own; a role the family names no token for stays so
+        if hasattr(config, key) and (inside(value) or (isinstance(value, list) and value and all(map(inside, value)))):
+            setattr(config, key, value)
+    for key in TOKEN_ID_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not inside(value):
+            setattr(config, key, tok.pad_token_id if key == "decoder_start_token_id"
+                    else getattr(tok, key.removeprefix("forced_"), None))
     return config
 
 
@@ -363,7 +393,7 @@ def _whole() -> Iterator[None]:
 def smoke_checkpoint(checkpoint: str) -> str:
     """A cached folder holding a random-weight model of the checkpoint's family and its tokenizer."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     family = family_of(checkpoint)
     shared_name = SMOKE_TOKENIZER.get(family) or SMOKE_TOKENIZER.get(kind_of(family) or "")
@@ -379,7 +409,8 @@ def smoke_checkpoint(checkpoint: str) -> str:
         if (target / "config.json").is_file():
             return str(target)
         tok = AutoTokenizer.from_pretrained(source)
-    except (UserError, OSError, ValueError):
+        own = AutoConfig.from_pretrained(source)
+    except (UserError, OSError, ValueError, TypeError):  # TypeError: a Marian folder without its vocabulary files
         shared = tokenizer_dir() / shared_name
         if not shared.is_dir():
             raise UserError(f"--smoke: no tokenizer for '{checkpoint}' and none at {shared}; set "
@@ -387,10 +418,10 @@ def smoke_checkpoint(checkpoint: str) -> str:
         target = cache / (family + "-shared")
         if (target / "config.json").is_file():
             return str(target)
-        tok = AutoTokenizer.from_pretrained(str(shared))
+        tok, own = AutoTokenizer.from_pretrained(str(shared)), None
     tag = target.name
     _ensure_pad(tok)
-    config = _tiny_config(family, len(tok), tok)
+    config = _tiny_config(family, id_span(tok), tok, own)
     with torch.random.fork_rng(devices=[]), _whole():  # building the cache must not move the run's RNG
         torch.manual_seed(0)
         model = AutoModel.from_config(config)  # the body only: every task adds its own head
@@ -736,7 +767,9 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     path = resolve(checkpoint)
     tok = tokenizer if tokenizer is not None else load_tokenizer(path, words)  # a refusal: one line
     if warm_start == "encoder-decoder":
-        return drop_unread_pooler(warm_start_encoder_decoder(path, tok, dropout)), tok
+        model = warm_start_encoder_decoder(path, tok, dropout)
+        check_embeddings(checkpoint, tok, model)  # its encoder's table, which its decoder's matches
+        return drop_unread_pooler(model), tok
     config = transformers.AutoConfig.from_pretrained(path, **head_kwargs)
     theirs = label_names(transformers.AutoConfig.from_pretrained(path)) if "id2label" in head_kwargs else None
     if dropout is not None:
@@ -771,10 +804,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         if "attn_implementation" in str(exc) or "attention" in str(exc).lower():
             raise UserError(f"model.attention: {str(exc).splitlines()[0]}") from None
         raise
-    embeddings = model.get_input_embeddings()
-    if embeddings is not None and len(tok) > embeddings.num_embeddings:
-        raise UserError(f"model.checkpoint: the tokenizer in {checkpoint} has {len(tok):,} tokens and "
-                        f"the model embeds {embeddings.num_embeddings:,}: they do not belong together")
+    check_embeddings(checkpoint, tok, model)
     if isinstance(attention, modules.Attention):  # the step between loading and the method
         attention.prepare(model)
         modules.load_saved(model, Path(path), attention)  # an earlier run's, same settings
@@ -787,6 +817,33 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         follow_label_order(model, theirs, [head_kwargs["id2label"][i] for i in range(len(head_kwargs["id2label"]))],
                            info)
     return drop_unread_pooler(model), tok
+
+
+def id_span(tok: PreTrainedTokenizerBase) -> int:
+    """1 + the largest id the tokenizer can write: its vocabulary, added and special tokens, and
+    the language codes a multilingual tokenizer numbers past them. `len(tok)` is not it: M2M100's
+    codes (`__de__`) sit after its vocabulary and are no added tokens, so `len` leaves all 100 out
+    and a model built or checked against it read them past its embedding matrix (IndexError)."""
+    ids = [len(tok) - 1, *tok.get_vocab().values(), *tok.added_tokens_decoder, *tok.all_special_ids]
+    table = getattr(tok, "lang_code_to_id", None)
+    if isinstance(table, dict):
+        ids += [i for i in table.values() if isinstance(i, int)]
+    return 1 + max(ids)
+
+
+def check_embeddings(checkpoint: str, tok: PreTrainedTokenizerBase, model: torch.nn.Module) -> None:
+    """Every id the tokenizer writes is a row of the model's input embeddings (`id_span`), or one
+    line: an id past the matrix is an IndexError mid-run on CPU and a device-side assert on CUDA.
+    A model with more rows than the tokenizer has ids is usual (T5's 32,128 for 32,100 tokens,
+    M2M100's 8 made-up words): the toolkit never resizes the embeddings, so a run, its eval,
+    predict and export read the same matrix the checkpoint has."""
+    embeddings = model.get_input_embeddings()
+    span = id_span(tok)
+    if embeddings is None or span <= embeddings.num_embeddings:
+        return
+    last = tok.convert_ids_to_tokens(span - 1)
+    raise UserError(f"model.checkpoint: the tokenizer in {checkpoint} writes ids up to {span - 1:,} ({last!r}) "
+                    f"and the model embeds {embeddings.num_embeddings:,}: they do not belong together")
 
 
 def drop_unread_pooler(model: torch.nn.Module) -> torch.nn.Module:

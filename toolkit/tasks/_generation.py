@@ -79,8 +79,8 @@ class Generation:
 SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "min_p", "top_h", "epsilon_cutoff",
                                "eta_cutoff"))
 # generation_config fields that change which text is chosen and that no recipe setting names
-# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's, but where a
-# tokenizer marks targets with a language code: `TextToText.language_start`): length and
+# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's, but the
+# decoder's start and a target's language code: `TextToText.decoding_start`): length and
 # repetition constraints; a wall-clock cut (max_time: outputs cut where the machine was slow) and
 # stop strings; other decoding strategies (contrastive search, DoLa, group and constrained beam
 # search, token healing: transformers 5 refuses most of them without remote code, a traceback
@@ -356,21 +356,25 @@ class TextToText(TokenTask):
                             "recipe names none; set task.target_code")
         self._mark = "" if written is not None else f">>{code}<< "
 
-    def language_start(self, model: Any, tok: Any) -> dict[str, Any]:
-        """How generation starts where the tokenizer marks targets with a language code: as
-        training's decoder input starts (the collator's `prepare_decoder_input_ids_from_labels`
-        on the labels): its first token is `decoder_start_token_id` (mBART's target code, which
-        its labels end with and the shift puts first), and a target code the labels begin with
-        (mBART-50, M2M100, NLLB) is forced as the first generated token, as run_translation's
-        `forced_bos_token_id`. Without it the model chose the language of its output itself.
-        {} for other tokenizers (their decoding is the checkpoint's)."""
-        codes = language_codes(tok)
-        if codes is None or self.decoder_only:
+    def decoding_start(self, model: Any, tok: Any) -> dict[str, Any]:
+        """How an encoder-decoder's generation starts: as training's decoder input starts (the
+        collator's `decoder_inputs` on the labels). Its first token is the one the labels are
+        shifted behind (`config.decoder_start_token_id`; mBART's target code, which its labels end
+        with and the shift puts first): `generate` read generation_config's, and a checkpoint
+        whose generation_config.json names none (written by hand or by another tool) started
+        from its bos_token_id (BART's <s> where training fed </s>: exit 0) or, without one, was
+        a ValueError traceback after training. Where the tokenizer marks targets with a language
+        code the labels begin with (mBART-50, M2M100, NLLB), that code is forced as the first
+        generated token, as run_translation's `forced_bos_token_id` (without it the model chose
+        its output's language). {} for a decoder-only model."""
+        if self.decoder_only:
             return {}
         labels = tok(text_target="a")["input_ids"]
-        ids = code_ids(tok, codes)
-        start = int(decoder_inputs(model, torch.tensor([labels]), tok.pad_token_id)[0, 0])
-        return {"decoder_start_token_id": start, "forced_bos_token_id": labels[0] if labels[0] in ids else None}
+        start = {"decoder_start_token_id": int(decoder_inputs(model, torch.tensor([labels]), tok.pad_token_id)[0, 0])}
+        codes = language_codes(tok)
+        if codes is None:  # the first generated token stays the checkpoint's (forced_bos_token_id)
+            return start
+        return {**start, "forced_bos_token_id": labels[0] if labels[0] in code_ids(tok, codes) else None}
 
     # --- encoding ----------------------------------------------------------------------------
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
@@ -384,6 +388,7 @@ class TextToText(TokenTask):
             features = self._encode_in_context(tokenizer, sources, targets, prefix, suffix)
         else:
             self._check_prefix_room(tokenizer, prefix, suffix)
+            self._check_target_room(tokenizer)
             enc = self._encode_decoder_only if self.decoder_only else self._encode_seq2seq
             features = enc(tokenizer, [prefix + s for s in sources], targets, suffix)
         features["example_index"] = list(range(len(rows)))
@@ -453,6 +458,22 @@ class TextToText(TokenTask):
             raise UserError(f"task.prefix: its {size} tokens and the {taken} of {what} leave no room for the source "
                             f"in task.max_length {self.max_length}: every example would be read as the prefix alone; "
                             f"raise task.max_length above {size + taken} or shorten task.prefix")
+
+    def _check_target_room(self, tok: Any) -> None:
+        """An encoder-decoder's target is its tokenizer's special tokens around the text (BART's
+        <s> and </s>, T5's </s>, M2M100's language code and </s>) within task.max_target_length:
+        a length they fill leaves no target token, and every example trained to write nothing
+        (exit 0), or at a length below them the tokenizer does not cut at all (BART at 1: the
+        targets whole, past the length the positions and the generation budget were checked
+        against). One line, as for a prefix that fills task.max_length. A decoder-only model's
+        EOS comes after the max_target_length text tokens."""
+        if self.decoder_only:
+            return
+        special = len(tok(text_target="a")["input_ids"]) - len(tok("a", add_special_tokens=False)["input_ids"])
+        if self.max_target_length <= special:
+            raise UserError(f"task.max_target_length: {self.max_target_length} is filled by the {special} special "
+                            f"token{'s' * (special > 1)} the tokenizer ({type(tok).__name__}) puts around every target, "
+                            f"leaving none for its text; raise it above {special}")
 
     def _encode_seq2seq(self, tok: Any, sources: list[str], targets: list[str], suffix: str) -> dict:
         """The encoder reads the tokenizer's special tokens around prefix + source + suffix, the
@@ -549,11 +570,13 @@ class TextToText(TokenTask):
             model = model.module  # generate() is the wrapped model's; nothing trains here
         tok = self._tokenizer
         kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id,
-                  "eos_token_id": self.end_ids(model, tok), **self.language_start(model, tok)}
+                  "eos_token_id": self.end_ids(model, tok), **self.decoding_start(model, tok)}
         stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
-            size = kwargs.pop("no_repeat_ngram_size")
+            # the ban is the continuation's alone: generate's own (over the prompt too) is off, not left
+            # to the checkpoint's generation_config (a GPT-2 saved with 3 banned the prompt's 3-grams)
+            size, kwargs["no_repeat_ngram_size"] = kwargs["no_repeat_ngram_size"], 0
             if size:  # within the continuation, as an encoder-decoder's decoder has it
                 kwargs["logits_processor"] = continuation_no_repeat(size, ids.shape[1])
             if stops:

@@ -74,6 +74,13 @@ SPACELESS_SCRIPTS = (("Japanese kana", re.compile(r"[\u3040-\u30ff]"), ("ja-meca
                      ("Thai", re.compile(r"[\u0e00-\u0e7f]"), ("char",)), ("Lao", re.compile(r"[\u0e80-\u0eff]"), ("char",)),
                      ("Khmer", re.compile(r"[\u1780-\u17ff]"), ("char",)), ("Myanmar", re.compile(r"[\u1000-\u109f]"), ("char",)))
 SPACE_BASED = ("13a", "intl", "none")
+HANGUL = re.compile(r"[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")  # Korean: jamo, compatibility jamo, syllables
+
+
+def written_in(texts: Sequence[str], script: re.Pattern) -> float:
+    """The share of the letters and digits of `texts` that are of `script`."""
+    letters = "".join("".join(_LETTERS.findall(t)) for t in texts)
+    return len(script.findall(letters)) / len(letters) if letters else 0.0
 
 
 def spaceless_script(texts: Sequence[str]) -> tuple[str, float, tuple[str, ...]] | None:

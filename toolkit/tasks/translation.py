@@ -19,7 +19,8 @@ import numpy as np
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, Metric, _fields, declaration
 from toolkit.tasks._generation import TextToText, read_pairs
-from toolkit.tasks._text_metrics import SPACE_BASED, sacrebleu_scores, sacrebleu_signatures, spaceless_script
+from toolkit.tasks._text_metrics import HANGUL, SPACE_BASED, sacrebleu_scores, sacrebleu_signatures, spaceless_script, \
+    written_in
 from toolkit.tasks.summarization import hub_pairs, load_pairs
 
 LANGUAGES = {"en": "English", "de": "German", "fr": "French", "ro": "Romanian", "cs": "Czech",
@@ -165,7 +166,15 @@ class Translation(TextToText):
         """The references themselves, wherever the language code does not say it (zh-CN, cmn,
         th, a custom code): a space-based BLEU tokenizer on text mostly in a script written
         without spaces scores a sentence as one word, BLEU near 0 for any translation. Refused
-        before training, as `check` refuses it for zh and ja by their codes."""
+        before training, as `check` refuses it for zh and ja by their codes. References mostly in
+        Hangul take ko-mecab alone, as `check` has it for ko: a Korean target named otherwise
+        (NLLB's kor_Hang, kor, a code of its own) was scored with 13a, exit 0."""
+        if self.bleu_tokenize != OFFICIAL_ONLY["ko"][0] and written_in(references, HANGUL) > 0.5:
+            where = self.eval_file or LOCAL.get(self.subset, ("", self.subset))[1]
+            raise UserError(f"task.bleu_tokenize: most letters of the references in {where} are Korean (Hangul), "
+                            f"which sacreBLEU scores with ko-mecab, not '{self.bleu_tokenize}' (task.target_lang "
+                            f"{self.target_lang} does not say Korean as ko does); set task.bleu_tokenize=ko-mecab "
+                            "(needs pip install 'sacrebleu[ko]')")
         found = spaceless_script(references) if self.bleu_tokenize in SPACE_BASED else None
         if found:
             script, share, fits = found
