@@ -237,7 +237,8 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
         for suffix, rows in setup.predictions.items():
             runs.write_predictions(run / f"predictions-{split}{suffix}.jsonl", rows,
-                                   recipe.task.prediction_files(rows, raw[suffix]))
+                                   recipe.task.prediction_files(rows, raw[suffix]),
+                                   recipe.task.retired_prediction_files)
         runs.write_json(run / f"eval-{split}.json", result)
     return result
 

@@ -301,6 +301,11 @@ class Task:
         benchmark's official scorer reads (SQuAD's gold file, answers and no-answer scores)."""
         return {}
 
+    # names (NAME of `predictions.NAME.json`) an older version of the task wrote and this one
+    # does not: removed where the predictions are written anew, so no stale file of another
+    # meaning stays beside the new ones
+    retired_prediction_files: ClassVar[tuple[str, ...]] = ()
+
     def run_name(self, name: str) -> str:
         """The name a run of the recipe `name` is filed under: a task whose recipe folders name a
         setting (SQuAD's `v1.1/`) files a run under the setting it runs with."""
