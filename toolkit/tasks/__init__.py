@@ -356,6 +356,12 @@ class Task:
         """Strings recorded beside the float metrics in metrics.json (sacreBLEU's signature)."""
         return {}
 
+    def export_settings(self) -> str:
+        """What an export's line adds for a plain transformers user: the settings of the run's
+        prediction that no saved file holds and that reading its outputs needs (extractive QA's
+        answer search), as `; ...`; "" where the folder holds them all."""
+        return ""
+
     def reading_limit(self) -> int | None:
         """The length at which `tokenizer(..., truncation=True)` cuts a prediction input as the run
         cut it (a text or pair, NER's words, a QA window), saved as an export's `model_max_length`

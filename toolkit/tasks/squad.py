@@ -515,6 +515,26 @@ class Squad(TextToText):
         ds = hub_dataset(self, HUB_IDS[self.version])
         return ds["train"], ds["validation"]
 
+    def export_settings(self) -> str:
+        """An extractive export's line names the answer search the run's scores and `toolkit
+        predict` used, under run_qa.py's (utils_qa.py's) flags: the folder holds the head and the
+        tokenizer, not the window length and stride, n_best, max_answer_length or the v2.0 null
+        threshold, and without them its logits give other answers. A generative run: its decoding
+        is in generation_config.json (`decode_as_run`)."""
+        if not self.extractive:
+            return ""
+        said = (f"; answers as the run found them (run_qa.py's flags): windows of --max_seq_length "
+                f"{self.max_length} tokens, the question first, overlapping by --doc_stride {self.doc_stride} "
+                f"(truncation=\"only_second\", stride={self.doc_stride}, return_overflowing_tokens=True; a "
+                f"question leaving no more than {self.doc_stride} context tokens cut to its first tokens), "
+                f"the best start+end logit sum over all windows among each window's --n_best_size "
+                f"{self.n_best} best starts and ends in the context, spans of at most --max_answer_length "
+                f"{self.max_answer_length} tokens")
+        if self.version == "v2":
+            said += (f", and \"\" where the lowest [CLS] start+end over the windows exceeds that sum by "
+                     f"more than --null_score_diff_threshold {NULL_THRESHOLD} (--version_2_with_negative)")
+        return said
+
     # --- generative: what the text-to-text base needs -------------------------------------------
     def reading_limit(self) -> int | None:
         return self.max_length if self.extractive else super().reading_limit()  # windows of max_length
