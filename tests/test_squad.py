@@ -185,6 +185,51 @@ def test_v2_extractive_scores_equal_the_official_script(case: str, monkeypatch) 
     assert (odd > 0) == (case == "empty golds")
 
 
+@pytest.mark.parametrize("entry", ["run and eval", "predict"])
+@pytest.mark.parametrize("case", ["v1.1", *V2_CASES])
+def test_the_answers_file_alone_gives_the_scores_and_the_best_span_pair_the_tuned_ones(
+        case: str, entry: str, monkeypatch) -> None:
+    """Finding: the run's and eval's predictions.answers.json held each question's best
+    non-empty span beside na_prob.json, so evaluate-v2.0.py given the answers file alone (as
+    SQuAD v2.0 predictions are scored, and as run_qa.py's predictions.json is read) scored the
+    run as if it never abstained, exit 0. Every file named answers holds the answers the run
+    scored ("" where it abstains): the official script on it alone gives the run's exact_match,
+    f1 and HasAns/NoAns; the best spans and null scores go in best_spans.json / na_probs.json,
+    which with --na-prob-thresh 0 give best_* (and the fixed-threshold scores but where the
+    script's own rule differs). Over the run's and eval's files and predict's, v1.1 and v2.0."""
+    from toolkit.tasks._qa import Best
+    from toolkit.tasks.squad import Squad
+
+    version = "v1" if case == "v1.1" else "v2"
+    rows = V2_CASES["mixed"] if case == "v1.1" else V2_CASES[case]
+    rows = [(g or ["x"], s, gap) for g, s, gap in rows] if version == "v1" else rows  # v1.1: every question answered
+    golds = {f"q{i}": g for i, (g, _, _) in enumerate(rows)}
+    bests = [Best(s, 0.0, gap) for _, s, gap in rows]
+    task = Squad(version=version, mode="extractive")
+    task._extractive = True
+    monkeypatch.setattr(task, "spans", lambda outputs, raw: list(bests))
+    monkeypatch.setattr(task, "best_answers", lambda model, tok, raw: list(bests))
+    raw = _raw(list(golds.values())).add_column("title", ["T"] * len(golds))
+    scores = task.score({}, raw)
+    if entry == "predict":
+        files = task.predict_files(task.predict(None, None, [{"id": q, "question": "?", "context": c}
+                                                             for q, c in zip(golds, raw["context"])]))
+    else:
+        files = task.prediction_files(task.predictions({}, raw), raw)
+        files.pop("dataset")
+    assert sorted(files) == (["answers"] if version == "v1" else ["answers", "best_spans", "na_probs"])
+    if version == "v1":
+        assert scores == pytest.approx(official_v1(golds, files["answers"]))
+        return
+    plain = _toolkit_names(official_v2(golds, files["answers"]))
+    assert {k: v for k, v in scores.items() if not k.startswith("best")} == pytest.approx(plain)
+    paired = _toolkit_names(official_v2(golds, files["best_spans"], files["na_probs"], thresh=0.0))
+    assert (scores["best_exact"], scores["best_f1"]) == pytest.approx((paired["best_exact"], paired["best_f1"]))
+    if case != "empty golds":  # the one place the script with --na-prob-file scores otherwise (above)
+        assert {k: v for k, v in scores.items() if not k.startswith("best")} == pytest.approx(
+            {k: v for k, v in paired.items() if not k.startswith("best")})
+
+
 @pytest.mark.parametrize("version", ["v1", "v2"])
 @pytest.mark.parametrize("mode", ["extractive", "generative"])
 def test_every_squad_scoring_path_equals_its_versions_official_script(version: str, mode: str, monkeypatch) -> None:
@@ -453,10 +498,17 @@ def test_version_override_files_the_run_under_its_version() -> None:
     assert recipes.load(V20_MINILM).name == "squad/v2.0/minilm-full"
 
 
-def test_v2_recipe_writes_what_the_official_script_reads_and_it_gives_the_run_scores(tmp_path: Path, cli) -> None:
+@pytest.mark.parametrize("entry", ["run", "cli eval", "api evaluate"])
+def test_v2_recipe_writes_what_the_official_script_reads_and_it_gives_the_run_scores(
+        tmp_path: Path, cli, entry: str) -> None:
     """The shipped v2.0 recipe on a v2 file: predictions.jsonl holds each question's no-answer
-    score; the dataset / answers / na_prob files, scored as evaluate-v2.0.py does with
-    --na-prob-thresh 0, give the run's exact_match, f1, HasAns/NoAns and best_* figures."""
+    score; the dataset and answers files alone, scored as evaluate-v2.0.py scores them, give the
+    run's exact_match, f1 and HasAns/NoAns, and with best_spans / na_probs at --na-prob-thresh 0
+    its best_* figures; the same for `toolkit eval` and `toolkit.evaluate`, which read an older
+    run folder (answers.json holding best spans beside na_prob.json) and leave no stale file of
+    the old pair beside theirs."""
+    import toolkit
+
     data = _v2_file(tmp_path / "dev-v2.json")
     code, _, err = cli("run", V20_MINILM, f"task.eval_file={data}", "task.split_articles=0.5", "--smoke",
                        "--runs-dir", tmp_path / "runs")
@@ -464,20 +516,36 @@ def test_v2_recipe_writes_what_the_official_script_reads_and_it_gives_the_run_sc
     (metrics_file,) = (tmp_path / "runs" / "squad" / "v2.0" / "minilm-full").rglob("metrics.json")
     run = metrics_file.parent
     scores = json.loads(metrics_file.read_text())["eval"]
-    rows = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
-    dataset = json.loads((run / "predictions.dataset.json").read_text())
-    answers = json.loads((run / "predictions.answers.json").read_text())
-    na_prob = json.loads((run / "predictions.na_prob.json").read_text())
+    stem = "predictions"
+    if entry != "run":
+        stem = "predictions-eval"
+        for name in ("answers", "na_prob"):  # what an older toolkit left: best spans beside na_prob
+            (run / f"{stem}.{name}.json").write_text("{}")
+        (run / "predictions.na_probs.json").rename(run / "predictions.na_prob.json")
+        (run / "predictions.best_spans.json").rename(run / "predictions.answers.json")
+        if entry == "cli eval":
+            code, _, err = cli("eval", run)
+            assert code == 0, err
+            scores = json.loads((run / "eval-eval.json").read_text())["eval"]
+        else:
+            scores = toolkit.evaluate(run)["eval"]
+        assert not (run / f"{stem}.na_prob.json").exists() and (run / "predictions.na_prob.json").exists()
+    rows = [json.loads(line) for line in (run / f"{stem}.jsonl").read_text().splitlines()]
+    dataset, answers, spans, na_probs = (json.loads((run / f"{stem}.{name}.json").read_text())
+                                         for name in ("dataset", "answers", "best_spans", "na_probs"))
     assert dataset["version"] == "v2.0" and len(rows) == 6
     for row in rows:
         assert row["prediction"] == ("" if row["no_answer_score"] > 0 else row["best_span"])
+    assert answers == {r["id"]: r["prediction"] for r in rows} and spans == {r["id"]: r["best_span"] for r in rows}
     golds = {qa["id"]: [a["text"] for a in qa["answers"]]
              for article in dataset["data"] for p in article["paragraphs"] for qa in p["qas"]}
-    assert set(golds) == set(answers) == set(na_prob) == {r["id"] for r in rows}
-    official = _toolkit_names(official_v2(golds, answers, na_prob, thresh=0.0))  # no gold here is "the"
-    for key in ("exact_match", "f1", "HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1",
-                "best_exact", "best_f1"):
-        assert scores[key] == pytest.approx(official[key]), key
+    assert set(golds) == set(answers) == set(na_probs) == {r["id"] for r in rows}
+    alone = _toolkit_names(official_v2(golds, answers))
+    paired = _toolkit_names(official_v2(golds, spans, na_probs, thresh=0.0))  # no gold here is "the"
+    for key in ("exact_match", "f1", "HasAns_exact_match", "HasAns_f1", "NoAns_exact_match", "NoAns_f1"):
+        assert scores[key] == pytest.approx(alone[key]) == pytest.approx(paired[key]), key
+    for key in ("best_exact", "best_f1"):
+        assert scores[key] == pytest.approx(paired[key]), key
 
 
 @pytest.mark.parametrize("tok_name", ["bert-base-uncased", "roberta-base", "bart-base", "gpt2"])
@@ -602,7 +670,7 @@ train: {{max_steps: 1, batch_size: 4}}
 def test_a_question_with_no_span_in_any_window_writes_files_the_official_script_reads(tmp_path: Path) -> None:
     """Finding: with task.n_best=1 every window's best start came after its best end, so no span
     was left: no_answer_score was infinite, written `Infinity` (not JSON) in predictions.jsonl and
-    predict's rows and null in na_prob.json, on which evaluate-v2.0.py stops with a TypeError. It
+    predict's rows and null in na_prob.json (now na_probs.json), on which evaluate-v2.0.py stops with a TypeError. It
     answers "" at every threshold, with the largest finite score, over the run's and eval's rows
     and files and predict's rows; the files give the script the run's best_exact and best_f1."""
     import types
@@ -637,7 +705,7 @@ def test_a_question_with_no_span_in_any_window_writes_files_the_official_script_
     runs.write_predictions(tmp_path / "predictions.jsonl", rows, task.prediction_files(rows, raw))
     strict = functools.partial(json.loads, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     rows = [strict(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
-    answers, na_prob = (strict((tmp_path / f"predictions.{n}.json").read_text()) for n in ("answers", "na_prob"))
+    answers, na_prob = (strict((tmp_path / f"predictions.{n}.json").read_text()) for n in ("best_spans", "na_probs"))
     predicted = task.predict(Ramp(), tok, [{"question": r["question"], "context": r["context"]} for r in raw])
     strict(runs.jsonl_line(predicted[0]))
     for row in [*rows, *predicted]:
@@ -930,6 +998,8 @@ def test_predict_reads_every_layout_eval_reads_keeps_ids_and_writes_the_official
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         answers = json.loads((tmp_path / "preds.answers.json").read_text())
         assert answers == {r["id"]: r["prediction"] for r in rows}
+        beside = sorted(p.name for p in tmp_path.glob("preds.*.json"))
+        assert beside == ["preds.answers.json"] + (["preds.best_spans.json", "preds.na_probs.json"] if version == "v2" else [])
     if layout == "api-tuples":  # no ids given: each input's number, as read_squad numbers flat records
         ids = [str(i) for i in range(len(flat))]
     assert [r["id"] for r in rows] == ids
@@ -938,10 +1008,66 @@ def test_predict_reads_every_layout_eval_reads_keeps_ids_and_writes_the_official
     scored = toolkit.evaluate(run, overrides=["task.train_file=null", "task.max_eval_samples=null"])["eval"]  # the same file, as eval scores it
     evaluated = [json.loads(line) for line in (run / "predictions-eval.jsonl").read_text().splitlines()]
     assert [r["prediction"] for r in rows] == [r["prediction"] for r in evaluated]
+    # eval's answers file holds those answers too ("" where v2.0 abstains), not its best spans
+    assert list(json.loads((run / "predictions-eval.answers.json").read_text()).values()) == [r["prediction"] for r in rows]
     golds = {i: [a["text"] for a in r["answers"]] for i, r in zip(ids, flat)}
     mine = {r["id"]: r["prediction"] for r in rows}
     official = official_v1(golds, mine) if version == "v1" else _toolkit_names(official_v2(golds, mine))
     assert {k: v for k, v in scored.items() if k in official} == pytest.approx(official)
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_qa_export_line_names_the_answer_search_and_following_it_gives_predicts_answers(
+        tmp_path: Path, cli, predict_runs: dict, version: str) -> None:
+    """Finding: an extractive export's line named the tokenizer's cut alone; the window stride,
+    n_best, max_answer_length and (v2.0) the null threshold, which no file of the folder holds,
+    were left for a plain transformers user to guess, and other values give other answers from
+    the same logits. The line names them as run_qa.py's flags; plain transformers (AutoTokenizer,
+    AutoModelForQuestionAnswering) on the folder, windowed and searched as the line says, answers
+    every question as `toolkit predict` does."""
+    import torch
+    import yaml
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    import toolkit
+
+    run, data = predict_runs[version]
+    code, out, err = cli("export", run, tmp_path / "out")
+    assert code == 0, err
+    flags = {k: float(v) for k, v in re.findall(r"--(\w+) (-?[\d.]+)", out)}
+    task = yaml.safe_load((run / "recipe.yaml").read_text())["task"]
+    expected = {"max_seq_length": task["max_length"], "doc_stride": task["doc_stride"],
+                "n_best_size": task["n_best"], "max_answer_length": task["max_answer_length"]}
+    assert flags == {**expected, **({"null_score_diff_threshold": 0.0} if version == "v2" else {})}, out
+    assert ("--version_2_with_negative" in out) == (version == "v2"), out
+    tok = AutoTokenizer.from_pretrained(tmp_path / "out")
+    model = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "out").eval()
+    flat = _flat(data)
+    mine = []
+    for row in flat:  # the line's search, written out
+        q, c = row["question"], row["context"]
+        enc = tok(q, c, truncation="only_second", max_length=int(flags["max_seq_length"]),
+                  stride=int(flags["doc_stride"]), return_overflowing_tokens=True, return_offsets_mapping=True,
+                  padding=True, return_tensors="pt")
+        offsets = enc.pop("offset_mapping")
+        enc.pop("overflow_to_sample_mapping")
+        with torch.no_grad():
+            logits = model(**enc)
+        start, end = logits.start_logits, logits.end_logits
+        best, text, null = float("-inf"), "", float("inf")
+        for w in range(len(start)):
+            null = min(null, float(start[w, 0] + end[w, 0]))
+            context = [i for i, side in enumerate(enc.sequence_ids(w)) if side == 1]
+            n = int(flags["n_best_size"])
+            for s in sorted(context, key=lambda i: -float(start[w, i]))[:n]:
+                for e in sorted(context, key=lambda i: -float(end[w, i]))[:n]:
+                    score = float(start[w, s] + end[w, e])
+                    if s <= e < s + flags["max_answer_length"] and score > best:
+                        best, text = score, c[int(offsets[w, s, 0]):int(offsets[w, e, 1])]
+        mine.append("" if version == "v2" and null - best > flags["null_score_diff_threshold"] else text)
+    predicted = toolkit.predict(run, [{k: r[k] for k in ("id", "question", "context")} for r in flat])
+    assert mine == [r["prediction"] for r in predicted]
+    assert version == "v1" or "" in mine  # the threshold decided somewhere
 
 
 BAD_PREDICT_INPUTS = {

@@ -237,7 +237,8 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
         for suffix, rows in setup.predictions.items():
             runs.write_predictions(run / f"predictions-{split}{suffix}.jsonl", rows,
-                                   recipe.task.prediction_files(rows, raw[suffix]))
+                                   recipe.task.prediction_files(rows, raw[suffix]),
+                                   recipe.task.retired_prediction_files)
         runs.write_json(run / f"eval-{split}.json", result)
     return result
 
@@ -642,7 +643,9 @@ def read_as_run(task: Any, model: Any, tok: Any) -> str:
     "[SEP]", "</s>" or "<|endoftext|>" in a review as the control token and a text past
     task.max_length whole (or to the base's 512 positions), so it predicted otherwise than
     `toolkit predict`, exit 0. A pretraining objective's folder (nothing to predict) keeps
-    transformers' reading: fill-mask finds its [MASK] in the text. Then `decode_as_run`."""
+    transformers' reading: fill-mask finds its [MASK] in the text. Then what else a plain
+    transformers user needs to read the outputs as the run did (`Task.export_settings`: extractive
+    QA's answer search) and `decode_as_run`."""
     said = ""
     if task.predicts:
         tok.split_special_tokens = tok.init_kwargs["split_special_tokens"] = True
@@ -651,7 +654,7 @@ def read_as_run(task: Any, model: Any, tok: Any) -> str:
             tok.model_max_length = tok.init_kwargs["model_max_length"] = limit
             said = (f"; its tokenizer cuts at task.max_length={limit} tokens as the run did (model_max_length, "
                     "where truncation=True cuts)")
-    return said + decode_as_run(task, model, tok)
+    return said + task.export_settings() + decode_as_run(task, model, tok)
 
 
 def specials_read_otherwise(task: Any, out: Path) -> str:

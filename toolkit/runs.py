@@ -507,11 +507,15 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     write_whole(path, "".join(jsonl_line(row) for row in rows))
 
 
-def write_predictions(path: Path, rows: list[dict], files: dict[str, Any]) -> None:
-    """predictions.jsonl and, beside it, a task's `prediction_files` as `<stem>.NAME.json`."""
+def write_predictions(path: Path, rows: list[dict], files: dict[str, Any], retired: tuple[str, ...] = ()) -> None:
+    """predictions.jsonl and, beside it, a task's `prediction_files` as `<stem>.NAME.json`; the
+    `retired` names (`Task.retired_prediction_files`) an older run or eval left there go."""
     write_jsonl(path, rows)
     for name, content in files.items():
         write_json(path.with_name(f"{path.stem}.{name}.json"), content)
+    for name in retired:
+        if name not in files:
+            path.with_name(f"{path.stem}.{name}.json").unlink(missing_ok=True)
 
 
 def read_json(path: Path) -> Any:

@@ -617,7 +617,8 @@ def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: Sta
     if acc.is_main_process:
         for suffix, rows in setup.predictions.items():
             runs.write_predictions(out / f"predictions{suffix}.jsonl", rows,
-                                   setup.task.prediction_files(rows, setup.raw_evals[suffix]))
+                                   setup.task.prediction_files(rows, setup.raw_evals[suffix]),
+                                   setup.task.retired_prediction_files)
         runs.write_json(out / "metrics.json", result)
         if not recipe.train.keep_checkpoints:  # the run is whole: model/ is what it leaves
             shutil.rmtree(out / "checkpoints", ignore_errors=True)

@@ -301,6 +301,11 @@ class Task:
         benchmark's official scorer reads (SQuAD's gold file, answers and no-answer scores)."""
         return {}
 
+    # names (NAME of `predictions.NAME.json`) an older version of the task wrote and this one
+    # does not: removed where the predictions are written anew, so no stale file of another
+    # meaning stays beside the new ones
+    retired_prediction_files: ClassVar[tuple[str, ...]] = ()
+
     def run_name(self, name: str) -> str:
         """The name a run of the recipe `name` is filed under: a task whose recipe folders name a
         setting (SQuAD's `v1.1/`) files a run under the setting it runs with."""
@@ -350,6 +355,12 @@ class Task:
     def metric_info(self) -> dict[str, str]:
         """Strings recorded beside the float metrics in metrics.json (sacreBLEU's signature)."""
         return {}
+
+    def export_settings(self) -> str:
+        """What an export's line adds for a plain transformers user: the settings of the run's
+        prediction that no saved file holds and that reading its outputs needs (extractive QA's
+        answer search), as `; ...`; "" where the folder holds them all."""
+        return ""
 
     def reading_limit(self) -> int | None:
         """The length at which `tokenizer(..., truncation=True)` cuts a prediction input as the run

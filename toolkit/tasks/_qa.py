@@ -136,7 +136,8 @@ class Best:
         A question with no span at all (no start before an end among the `n_best` of any window
         within `max_answer_length`: n_best 1, say) answers "" at every threshold: the largest
         finite float, not infinity, which predictions.jsonl wrote as `Infinity` (not JSON) and
-        na_prob.json as null, on which the official evaluate-v2.0.py stops with a TypeError."""
+        na_prob.json (now na_probs.json) as null, on which the official evaluate-v2.0.py stops
+        with a TypeError."""
         return self.null_score - self.score if np.isfinite(self.score) else sys.float_info.max
 
 

@@ -515,6 +515,26 @@ class Squad(TextToText):
         ds = hub_dataset(self, HUB_IDS[self.version])
         return ds["train"], ds["validation"]
 
+    def export_settings(self) -> str:
+        """An extractive export's line names the answer search the run's scores and `toolkit
+        predict` used, under run_qa.py's (utils_qa.py's) flags: the folder holds the head and the
+        tokenizer, not the window length and stride, n_best, max_answer_length or the v2.0 null
+        threshold, and without them its logits give other answers. A generative run: its decoding
+        is in generation_config.json (`decode_as_run`)."""
+        if not self.extractive:
+            return ""
+        said = (f"; answers as the run found them (run_qa.py's flags): windows of --max_seq_length "
+                f"{self.max_length} tokens, the question first, overlapping by --doc_stride {self.doc_stride} "
+                f"(truncation=\"only_second\", stride={self.doc_stride}, return_overflowing_tokens=True; a "
+                f"question leaving no more than {self.doc_stride} context tokens cut to its first tokens), "
+                f"the best start+end logit sum over all windows among each window's --n_best_size "
+                f"{self.n_best} best starts and ends in the context, spans of at most --max_answer_length "
+                f"{self.max_answer_length} tokens")
+        if self.version == "v2":
+            said += (f", and \"\" where the lowest [CLS] start+end over the windows exceeds that sum by "
+                     f"more than --null_score_diff_threshold {NULL_THRESHOLD} (--version_2_with_negative)")
+        return said
+
     # --- generative: what the text-to-text base needs -------------------------------------------
     def reading_limit(self) -> int | None:
         return self.max_length if self.extractive else super().reading_limit()  # windows of max_length
@@ -676,22 +696,15 @@ class Squad(TextToText):
     def prediction_files(self, rows: list[dict], raw: Any) -> dict[str, Any]:
         """What the official evaluate-v1.1.py / evaluate-v2.0.py read, beside predictions.jsonl:
         `dataset` (the scored questions in SQuAD's layout, whatever the file's layout or split),
-        `answers` (id -> answer) and, for extractive v2.0, `na_prob` (id -> no_answer_score) with
-        each question's best non-empty span in `answers`, so that
-        `evaluate-v2.0.py DATASET ANSWERS --na-prob-file NA_PROB --na-prob-thresh 0` gives the
-        run's best_exact and best_f1, and its exact_match, f1 and HasAns/NoAns parts but in one
-        place where the script with that file scores otherwise than on predictions alone: an
-        abstention on a question whose every listed answer normalises to nothing ("the") is
-        wrong there, right in the run (and in the script given predictions with "" in them)."""
+        `answers` (id -> the answer the run scored: v2.0 "" where it abstains), so that the script
+        given these two alone gives the run's exact_match, f1 and HasAns/NoAns; and, for
+        extractive v2.0, the pair --na-prob-file reads (`answer_files`)."""
         ids = unique_ids([r["id"] for r in rows])
-        files: dict[str, Any] = {"dataset": squad_layout(raw.to_list(), self.version, ids)}
-        if rows and "no_answer_score" in rows[0]:
-            files["answers"] = {i: r["best_span"] for i, r in zip(ids, rows)}
-            files["na_prob"] = {i: r["no_answer_score"] for i, r in zip(ids, rows)}
-        else:
-            files["answers"] = {i: r["prediction"] for i, r in zip(ids, rows)}
-        return files
+        return {"dataset": squad_layout(raw.to_list(), self.version, ids), **answer_files(ids, rows)}
 
+    # files an older toolkit wrote beside predictions.jsonl, removed where it writes them anew:
+    # predictions.na_prob.json, whose answers.json partner held the best spans (now best_spans.json)
+    retired_prediction_files: ClassVar[tuple[str, ...]] = ("na_prob",)
 
     # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
     def predict_fields(self, model: Any) -> list[str]:
@@ -744,10 +757,11 @@ class Squad(TextToText):
 
     def predict_files(self, rows: list[dict]) -> dict[str, Any]:
         """What the official evaluate-v1.1.py / evaluate-v2.0.py read as predictions: `answers`,
-        question id -> the answer (v2.0: "" where the run abstains). Repeated ids are named
-        id#2, ... as in the run's own files (`unique_ids`)."""
+        question id -> the answer (v2.0: "" where the run abstains), and for extractive v2.0 the
+        `best_spans` / `na_probs` pair, as in the run folder (`answer_files`). Repeated ids are
+        named id#2, ... as in the run's own files (`unique_ids`)."""
         ids = unique_ids([r["id"] for r in rows], "the answers files beside --output", "the inputs")
-        return {"answers": dict(zip(ids, (r["prediction"] for r in rows)))}
+        return answer_files(ids, rows)
 
     def raw_input(self, row: dict) -> dict:
         question, context = self.predict_fields(None)
@@ -801,7 +815,27 @@ def span_loss(start: torch.Tensor, end: torch.Tensor, batch: dict[str, torch.Ten
             + F.cross_entropy(end, batch["end_positions"], reduction="none")) / 2
 
 
-def unique_ids(ids: list[str], files: str = "predictions.dataset/answers/na_prob.json",
+def answer_files(ids: list[str], rows: list[dict]) -> dict[str, Any]:
+    """The predictions files of the official scripts, keyed by `ids` (`unique_ids`):
+    `answers`, id -> the final answer each row was scored on (`prediction`: v2.0 "" where the run
+    abstains), so `evaluate-v2.0.py DATASET ANSWERS` alone gives the run's exact_match, f1 and
+    HasAns/NoAns, as run_qa.py's predictions.json does. Rows of extractive v2.0 (with `best_span`
+    and `no_answer_score`) add the pair --na-prob-file reads: `best_spans` (id -> the best
+    non-empty span, abstentions too) and `na_probs` (id -> null score minus that span's score, in
+    logits), so that `evaluate-v2.0.py DATASET BEST_SPANS --na-prob-file NA_PROBS
+    --na-prob-thresh 0` gives the run's best_exact and best_f1, and its exact_match, f1 and parts
+    but in one place, the script's: with that file it scores an abstention on a question whose
+    every listed answer normalises to nothing ("the") as wrong, the run (and the script on
+    `answers`) as right. `answers` held the best spans beside `na_prob`: given alone to the
+    script, as v2.0 predictions are, it scored the run as if it never abstained, exit 0."""
+    files: dict[str, Any] = {"answers": {i: r["prediction"] for i, r in zip(ids, rows)}}
+    if rows and "no_answer_score" in rows[0]:
+        files["best_spans"] = {i: r["best_span"] for i, r in zip(ids, rows)}
+        files["na_probs"] = {i: r["no_answer_score"] for i, r in zip(ids, rows)}
+    return files
+
+
+def unique_ids(ids: list[str], files: str = "predictions.dataset/answers/best_spans/na_probs.json",
                among: str = "the scored questions") -> list[str]:
     """The official scripts key answers by id: a question id given twice is written `id#2` (and
     so on) in their files, so that each question is scored on its own answer (said once). A name
