@@ -330,6 +330,14 @@ def checkpoints(path: Path) -> list[Path]:
     return sorted(found, key=step_of)
 
 
+def has_checkpoint(path: Path) -> bool:
+    """A checkpoint to go on from: a `step-N`, or a whole one a kill left under `tmp-step-N`
+    (settle_checkpoints keeps it). Every process of a launch gets the same answer, whether rank 0
+    has settled them yet or not."""
+    folder = path / "checkpoints"
+    return bool(checkpoints(path)) or folder.is_dir() and any(_whole(p) for p in folder.glob("tmp-step-*"))
+
+
 def settle_checkpoints(path: Path) -> list[str]:
     """What a kill left under `checkpoints/tmp-step-N` (a checkpoint is written there and renamed
     step-N when whole), settled before anything looks for a checkpoint; returns what was done, one
