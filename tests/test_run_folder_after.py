@@ -151,6 +151,60 @@ def test_a_run_recipe_edited_after_the_run_is_one_line(run_copy: Path, tmp_path:
     assert written is None or not written(run_copy, tmp_path).exists()
 
 
+def _make_run(cli, root: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    args = " ".join([*SHORT, "--smoke", "--runs-dir", str(root)])
+    done = subprocess.run(["make", "run", "RECIPE=demo/sst2/minilm-lora", f"ARGS={args}",
+                           f"VENV={Path(sys.executable).parent.parent}"], cwd=Path(__file__).parent.parent,
+                          capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if "MAKE" not in k})
+    err = [line for line in done.stderr.splitlines() if not line.startswith("make:")]
+    if done.returncode:
+        assert done.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), done
+        raise toolkit.UserError(err[0].removeprefix("error: "))
+    assert "is finished already" in done.stdout, done
+
+
+# every entry point that launches a recipe and skips it when finished: call(cli, runs folder)
+LAUNCHES = {
+    "cli run": lambda cli, root: _cli(cli, "run", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--runs-dir", root),
+    "api run": lambda cli, root: toolkit.run("demo/sst2/minilm-lora", SHORT, runs_dir=root, smoke=True),
+    "cli sweep": lambda cli, root: _cli(cli, "sweep", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--runs-dir", root),
+    "cli sweep --dry-run": lambda cli, root: _cli(cli, "sweep", "demo/sst2/minilm-lora", *SHORT, "--smoke",
+                                                  "--dry-run", "--runs-dir", root),
+    "api sweep": lambda cli, root: toolkit.sweep(["demo/sst2/minilm-lora"], SHORT, runs_dir=root, smoke=True),
+    "make run": _make_run,
+}
+
+
+@pytest.mark.parametrize("entry", LAUNCHES)
+@pytest.mark.parametrize("edit", ["edited", "gone", "unedited"])
+def test_a_finished_run_is_skipped_only_with_the_recipe_it_was_made_with(trained: Path, tmp_path: Path, cli,
+                                                                         entry: str, edit: str) -> None:
+    """Rule: a finished run is finished as made. Its recipe.yaml edited (or removed) after the run,
+    `run` and `sweep` still skipped it as finished, exit 0, over a folder that eval and report then
+    refused; now every launch says so in one line, exit 2, before anything loads, the folder as it
+    was (--force trains it again). The unedited run is still finished already."""
+    root = tmp_path / "runs"
+    run = Path(shutil.copytree(trained, root / "demo/sst2/minilm-lora" / trained.name))
+    text = (run / "recipe.yaml").read_text()
+    if edit == "edited":
+        (run / "recipe.yaml").write_text(re.sub(r"seed: \d+", "seed: 7", text, count=1))
+    elif edit == "gone":
+        (run / "recipe.yaml").unlink()
+    before = {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")}
+    if edit == "unedited":
+        LAUNCHES[entry](cli, root)
+    else:
+        said = "not the recipe this run was made with" if edit == "edited" else "the finished run's recipe is gone"
+        with pytest.raises(toolkit.UserError, match=rf"recipe.yaml: {said}.*put it back .*--force trains the run again"):
+            LAUNCHES[entry](cli, root)
+    assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before
+
+
 def test_an_unedited_run_recipe_is_taken_and_runs_before_the_record_are_not_judged(run_copy: Path, tmp_path: Path,
                                                                                     cli) -> None:
     """No false refusal: a smoke run (sized recipe), a chained run ({run: ...} checkpoint, read

@@ -380,7 +380,7 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
     for point, out in zip(points, folders):
         _checked(point.recipe, point.overrides, smoke)
         if not force:
-            runs.is_finished(out)  # a damaged metrics.json: said before the first run
+            _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before the first run
     sweeps.upstreams_ready(points, folders, root, smoke, force)
     done = []
     for i, (point, out) in enumerate(zip(points, folders), 1):  # a point another process runs is left to it
@@ -432,8 +432,8 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     plan = _checked(path, list(overrides), smoke)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
-    if not force:
-        runs.is_finished(runs.run_dir(plan.recipe, root))  # a damaged metrics.json, said before torch
+    if not force:  # a damaged metrics.json, a recipe.yaml edited since the run: said before torch
+        _finished(runs.run_dir(plan.recipe, root))
     quiet.libraries()
     from toolkit import train  # torch: imported on the first run, after every check above
 
@@ -557,7 +557,7 @@ def _finished_already(out: Path, force: bool, rank0: bool, recipe: Any = None) -
     """A finished run is not repeated (--force runs it again): said once, by rank 0. With `recipe`,
     step checkpoints a stopped launch left in it (stopped while removing them, after metrics.json)
     are removed where `train.keep_checkpoints` says a finished run keeps none."""
-    if force or not runs.is_finished(out):
+    if force or not _finished(out):
         return False
     if rank0:
         print(f"{out} is finished already (metrics.json); --force runs it again")
@@ -570,6 +570,15 @@ def _finished_already(out: Path, force: bool, rank0: bool, recipe: Any = None) -
             except UserError:
                 pass
     return True
+
+
+AGAIN = " (the recipe this command runs held it, resolved; --force trains the run again and writes it)"
+
+
+def _finished(out: Path) -> bool:
+    """A finished run that `run` and `sweep` skip: finished, and its recipe.yaml the recipe the run
+    was made with (recipe.finished_as_made), or one line."""
+    return recipe_module.finished_as_made(out, AGAIN)
 
 
 def _smoke_upstream(plan: RunPlan, root: Path) -> None:

@@ -26,7 +26,7 @@ from toolkit.schema import build_dataclass, build_plugin
 __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS",
            "TrainConfig", "apply_overrides", "build_dataclass", "build_plugin", "built", "check", "check_data", "check_environment",
            "dump", "find_recipe",
-           "load", "made_with", "parse", "parse_plan", "plan", "read_yaml", "recipe_files", "recipe_name", "recipes_root",
+           "finished_as_made", "load", "made_with", "parse", "parse_plan", "plan", "read_yaml", "recipe_files", "recipe_name", "recipes_root",
            "safe_yaml", "smoke_sized", "upstream"]
 
 
@@ -113,6 +113,32 @@ def made_with(run: Path, raw: dict, recorded: Any, then: str = "") -> None:
                         f"records recipe_hash {recorded}): it was edited after the run; put it back as the run "
                         f"wrote it{then}, or run the changed recipe as a run of its own (toolkit run on a "
                         "copy of it as a recipe)")
+
+
+def finished_as_made(run: Path, then: str = "") -> bool:
+    """Whether a run is finished (runs.is_finished), its recipe.yaml the recipe it was made with
+    (`made_with`): a finished run whose recipe.yaml was edited, damaged or removed after it was
+    skipped as finished by `run` and `sweep`, exit 0, while `eval` and `report` refused it; now
+    every entry point says it in one line. `then`: what that entry point would do instead."""
+    if not runs.is_finished(run):
+        return False
+    file = run / "recipe.yaml"
+    try:
+        raw = safe_yaml(file.read_text(encoding="utf-8"), str(file))
+    except FileNotFoundError:
+        raw = None
+    except (OSError, UnicodeDecodeError, UserError) as exc:
+        raise UserError(f"{file}: the finished run's recipe is damaged ({str(exc).split(': ')[-1]}); put it back "
+                        f"as the run wrote it{then}") from None
+    if not isinstance(raw, dict):
+        said = "is gone" if raw is None else "is damaged (not a mapping)"
+        raise UserError(f"{file}: the finished run's recipe {said}; put it back as the run wrote it{then}")
+    try:
+        recorded = runs.read_json(run / "metrics.json").get("recipe_hash")
+    except (OSError, ValueError):
+        recorded = None
+    made_with(run, raw, recorded, then)
+    return True
 
 
 def _check_printable(name: str, named: bool) -> None:
