@@ -205,6 +205,29 @@ def test_a_finished_run_is_skipped_only_with_the_recipe_it_was_made_with(trained
     assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before
 
 
+@pytest.mark.parametrize("entry", ["cli eval", "api evaluate"])
+@pytest.mark.parametrize("setting", ["task.max_target_length=20", "task.generation.max_new_tokens=50",
+                                     "task={max_target_length: 20}"])
+def test_eval_of_a_smoke_run_refuses_a_setting_the_run_never_reads(tmp_path: Path, cli, entry: str,
+                                                                   setting: str) -> None:
+    """Rule: a setting the run never reads is refused unless at its default, a --smoke run's too;
+    only the size --smoke itself gives a setting (max_target_length 32, max_new_tokens 16) is let
+    through. Any value of a key --smoke sizes was: `toolkit eval SMOKE-RUN task.max_target_length=20`
+    of an extractive QA run scored without it and wrote it into eval-eval.json as the setting
+    used, exit 0, where the same eval of a run made without --smoke refuses it."""
+    from toolkit import recipe as recipes
+
+    made = recipes.plan(recipes.find_recipe("squad/v1.1/minilm-full"), smoke=True).recipe
+    run = tmp_path / "runs" / made.name / "0123456789ab"  # its recipe.yaml and metrics.json: all this reads
+    run.mkdir(parents=True)
+    (run / "recipe.yaml").write_text(recipes.dump(made))
+    (run / "metrics.json").write_text(json.dumps({"recipe_hash": made.hash, "eval": {}}))
+    key = setting.split("=")[0] if "{" not in setting else "task.max_target_length"
+    with pytest.raises(toolkit.UserError, match=rf"^{re.escape(key)}: an extractive run .* generates nothing"):
+        _cli(cli, "eval", run, setting) if entry == "cli eval" else toolkit.evaluate(run, overrides=[setting])
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.json", "recipe.yaml"]
+
+
 def test_an_unedited_run_recipe_is_taken_and_runs_before_the_record_are_not_judged(run_copy: Path, tmp_path: Path,
                                                                                     cli) -> None:
     """No false refusal: a smoke run (sized recipe), a chained run ({run: ...} checkpoint, read

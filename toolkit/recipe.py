@@ -228,12 +228,16 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     refuse_ignored(recipe)
 
 
-def _smoke_sets(key: str) -> bool:
-    """Whether --smoke sizes setting `key` itself (recipe_data.smoke_sized): a smoke recipe holds
-    its cap there whatever the recipe wrote, which the recipe as written was checked for."""
+def _smoke_sized_as(key: str, value: Any) -> bool:
+    """Whether `value` is the size --smoke gives setting `key` (recipe_data.smoke_sized): a smoke
+    recipe holds that cap whatever the recipe wrote, which the recipe as written was checked for.
+    Any other value was given by hand: any value was let through, so `toolkit eval SMOKE-RUN
+    task.max_target_length=20` of an extractive QA run (or `smoke=true` beside it) scored without
+    it and recorded it in eval-eval.json as used, exit 0, where the same run without --smoke refuses it."""
     section, _, name = key.partition(".")
-    return (section, name) in SMOKE_CAPS or section == "task" and (
-        name in SMOKE_LENGTHS or name == "generation.max_new_tokens")
+    caps = {**{f"{s}.{k}": v for (s, k), v in SMOKE_CAPS.items()}, **{f"task.{k}": v for k, v in SMOKE_LENGTHS.items()},
+            "task.generation.max_new_tokens": SMOKE_NEW_TOKENS}
+    return key in caps and value == caps[key]
 
 
 def refuse_ignored(recipe: Recipe) -> None:
@@ -250,7 +254,7 @@ def refuse_ignored(recipe: Recipe) -> None:
         f = next(f for f in dataclasses.fields(owner) if f.name == name)
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         value = getattr(owner, name)
-        if value == default or recipe.smoke and _smoke_sets(key):
+        if value == default or recipe.smoke and _smoke_sized_as(key, value):
             continue
         raise UserError(f"{key}: {why}; remove it (it is {value!r}, which the run would record in "
                         f"recipe.yaml without using it)")
