@@ -228,14 +228,49 @@ def test_eval_of_a_smoke_run_refuses_a_setting_the_run_never_reads(tmp_path: Pat
     assert sorted(p.name for p in run.iterdir()) == ["metrics.json", "recipe.yaml"]
 
 
+@pytest.fixture(scope="module")
+def chained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A --smoke chain: MLM pretraining, then SST-2 fine-tuning from its model/ (the fine-tuning run)."""
+    return toolkit.run("demo/sst2/minilm-full-from-wikitext", SHORT, runs_dir=tmp_path_factory.mktemp("chain"),
+                       smoke=True).dir
+
+
+CHAINED = {  # an entry point that starts from, or loads onto, the upstream run's model/
+    "cli run": lambda cli, root, run: _cli(cli, "run", "demo/sst2/minilm-full-from-wikitext", *SHORT, "train.seed=5",
+                                           "--smoke", "--runs-dir", root),
+    "api run": lambda cli, root, run: toolkit.run("demo/sst2/minilm-full-from-wikitext", [*SHORT, "train.seed=5"],
+                                                  runs_dir=root, smoke=True),
+    "cli eval": lambda cli, root, run: _cli(cli, "eval", run),
+    "api predict": lambda cli, root, run: toolkit.predict(run, ["a fine film"]),
+}
+
+
+@pytest.mark.parametrize("entry", CHAINED)
+@pytest.mark.parametrize("how", ["gone", "emptied"])
+def test_a_chain_whose_upstream_model_is_gone_says_so(chained: Path, tmp_path: Path, cli, entry: str,
+                                                      how: str) -> None:
+    """Rule: a finished run's model/ removed (or emptied) after the run is said as that. A chained
+    run from it said "run ... saves full's own parameters, not a model; full has no method.merge:
+    chain from a run that saves a whole model (full, ...)", the wrong cause and a contradiction;
+    eval and predict of a finished chained run said to keep it in its upstream's runs folder,
+    where it was."""
+    root = Path(shutil.copytree(chained.parents[3], tmp_path / "runs"))
+    (model,) = root.glob("pretrain/*/*/*/model")
+    shutil.rmtree(model)
+    if how == "emptied":
+        model.mkdir()
+    said = "is gone" if how == "gone" else "holds no config.json"
+    with pytest.raises(toolkit.UserError, match=rf"{re.escape(str(model))} {said}.*put it back as (the|that) run wrote it"):
+        CHAINED[entry](cli, root, root / chained.relative_to(chained.parents[3]))
+
+
 def test_an_unedited_run_recipe_is_taken_and_runs_before_the_record_are_not_judged(run_copy: Path, tmp_path: Path,
-                                                                                    cli) -> None:
+                                                                                    cli, chained: Path) -> None:
     """No false refusal: a smoke run (sized recipe), a chained run ({run: ...} checkpoint, read
     from the run it started from), an override on purpose, and a run whose metrics.json predates
     recipe_hash (not judged, even edited)."""
-    chained = toolkit.run("demo/sst2/minilm-full-from-wikitext", SHORT, runs_dir=tmp_path / "chain", smoke=True)
     assert "accuracy" in toolkit.evaluate(chained)["eval"]
-    assert "| accuracy" in toolkit.report([tmp_path / "chain"])  # both runs of the chain, as written
+    assert "| accuracy" in toolkit.report([chained.parents[3]])  # both runs of the chain, as written
     assert "accuracy" in toolkit.evaluate(run_copy, overrides={"task.max_length": 16})["eval"]
     metrics = json.loads((run_copy / "metrics.json").read_text())
     del metrics["recipe_hash"]

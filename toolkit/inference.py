@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from toolkit import attention, evaluation, heads, hub, methods, models, readers, runs
+from toolkit import attention, chain, evaluation, heads, hub, methods, models, readers, runs
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
@@ -128,6 +128,9 @@ def chained_base(run: Path, name: str) -> Path:
         raise UserError(f"{run}: a chained run (model.checkpoint: {{run: ...}}) whose metrics.json does not "
                         "name the run it started from; run it again with --force")
     folder = run.resolve().parents[len(Path(name).parts)] / upstream / "model"
+    if not (folder / "config.json").is_file() and runs.is_finished(folder.parent):  # there, but model/ went
+        raise UserError(f"{run}: it started from the run {upstream}, which is finished, but {chain.model_gone(folder)}; "
+                        "put it back as that run wrote it (this run's result is loaded onto it)")
     if not (folder / "config.json").is_file():
         raise UserError(f"{run}: it started from the run {upstream}, whose model is not at {folder}; "
                         "keep a chained run in the runs folder of the run it started from")
