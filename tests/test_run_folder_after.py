@@ -181,13 +181,14 @@ LAUNCHES = {
 
 
 @pytest.mark.parametrize("entry", LAUNCHES)
-@pytest.mark.parametrize("edit", ["edited", "gone", "unedited"])
+@pytest.mark.parametrize("edit", ["edited", "gone", "model gone", "unedited"])
 def test_a_finished_run_is_skipped_only_with_the_recipe_it_was_made_with(trained: Path, tmp_path: Path, cli,
                                                                          entry: str, edit: str) -> None:
     """Rule: a finished run is finished as made. Its recipe.yaml edited (or removed) after the run,
-    `run` and `sweep` still skipped it as finished, exit 0, over a folder that eval and report then
-    refused; now every launch says so in one line, exit 2, before anything loads, the folder as it
-    was (--force trains it again). The unedited run is still finished already."""
+    or its model/ removed, `run` and `sweep` still skipped it as finished, exit 0, over a folder
+    that eval, predict and report then refused; now every launch says so in one line, exit 2,
+    before anything loads, the folder as it was (--force trains it again). The unedited run is
+    still finished already."""
     root = tmp_path / "runs"
     run = Path(shutil.copytree(trained, root / "demo/sst2/minilm-lora" / trained.name))
     text = (run / "recipe.yaml").read_text()
@@ -195,12 +196,15 @@ def test_a_finished_run_is_skipped_only_with_the_recipe_it_was_made_with(trained
         (run / "recipe.yaml").write_text(re.sub(r"seed: \d+", "seed: 7", text, count=1))
     elif edit == "gone":
         (run / "recipe.yaml").unlink()
+    elif edit == "model gone":  # the run's result itself
+        shutil.rmtree(run / "model")
     before = {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")}
     if edit == "unedited":
         LAUNCHES[entry](cli, root)
     else:
-        said = "not the recipe this run was made with" if edit == "edited" else "the finished run's recipe is gone"
-        with pytest.raises(toolkit.UserError, match=rf"recipe.yaml: {said}.*put it back .*--force trains the run again"):
+        said = {"edited": "recipe.yaml: not the recipe this run was made with", "gone": "recipe.yaml: the finished run's "
+                "recipe is gone", "model gone": "model: the finished run's model is gone"}[edit]
+        with pytest.raises(toolkit.UserError, match=rf"{said}.*put it back .*--force trains the run again"):
             LAUNCHES[entry](cli, root)
     assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before
 

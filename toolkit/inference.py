@@ -90,7 +90,8 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
                                  warm_start=settings.warm_start, words=recipe.task.words_given)
         return model.eval(), tok
     if not folder.is_dir():
-        raise UserError(f"{run}: no model/ folder; the run saved nothing to load")
+        raise UserError(f"{run}: no model/ folder: the run's result, saved there when it finished, is gone; put "
+                        "it back as the run wrote it, or run the recipe again with --force")
     check_saved(folder)
     tok = models.load_tokenizer(str(folder))
     adopt_saved(run, recipe)

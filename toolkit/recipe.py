@@ -117,9 +117,10 @@ def made_with(run: Path, raw: dict, recorded: Any, then: str = "") -> None:
 
 def finished_as_made(run: Path, then: str = "") -> bool:
     """Whether a run is finished (runs.is_finished), its recipe.yaml the recipe it was made with
-    (`made_with`): a finished run whose recipe.yaml was edited, damaged or removed after it was
-    skipped as finished by `run` and `sweep`, exit 0, while `eval` and `report` refused it; now
-    every entry point says it in one line. `then`: what that entry point would do instead."""
+    (`made_with`) and its model/ there: a finished run whose recipe.yaml was edited, damaged or
+    removed after it, or whose model/ was removed, was skipped as finished by `run` and `sweep`,
+    exit 0, while `eval` and `report` refused it; now every entry point says it in one line.
+    `then`: what that entry point would do instead."""
     if not runs.is_finished(run):
         return False
     file = run / "recipe.yaml"
@@ -138,6 +139,11 @@ def finished_as_made(run: Path, then: str = "") -> bool:
     except (OSError, ValueError):
         recorded = None
     made_with(run, raw, recorded, then)
+    method = raw.get("method") if isinstance(raw.get("method"), dict) else {}
+    trains = method.get("name") not in methods.METHODS or methods.METHODS.get(method["name"]).trains
+    if trains and not (run / "model").is_dir():  # the result itself: said as gone, not "finished already"
+        raise UserError(f"{run / 'model'}: the finished run's model is gone (its result; eval, predict and export "
+                        f"load it); put it back as the run wrote it{then}")
     return True
 
 
