@@ -204,9 +204,46 @@ def test_a_finished_run_is_skipped_only_with_the_recipe_it_was_made_with(trained
     else:
         said = {"edited": "recipe.yaml: not the recipe this run was made with", "gone": "recipe.yaml: the finished run's "
                 "recipe is gone", "model gone": "model: the finished run's model is gone"}[edit]
-        with pytest.raises(toolkit.UserError, match=rf"{said}.*put it back .*--force trains the run again"):
+        with pytest.raises(toolkit.UserError, match=rf"{said}.*put it back .*--force"):
             LAUNCHES[entry](cli, root)
     assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before
+
+
+def _flip_a_weight(model: Path) -> None:
+    path = model / "adapter_model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 1  # a weight's byte: the size, the header and every other file as saved
+    path.write_bytes(bytes(data))
+
+
+MODEL_CHANGES = {"weights gone": lambda model: (model / "adapter_model.safetensors").unlink(),
+                 "weights changed": _flip_a_weight,
+                 "file added": lambda model: shutil.copy(model / "adapter_model.safetensors", model / "model.safetensors")}
+
+
+@pytest.mark.parametrize("entry", [*ENTRY_POINTS, *LAUNCHES])
+@pytest.mark.parametrize("change", MODEL_CHANGES)
+def test_a_finished_runs_model_changed_since_the_run_is_one_line(trained: Path, tmp_path: Path, cli, entry: str,
+                                                                 change: str) -> None:
+    """Rule: a finished run's result is model/ as the run saved it (metrics.json model_files: each
+    file's size and sha256). A weight file removed was a HFValidationError traceback from eval,
+    predict and export (PEFT looked for it on the Hub) and "finished already" from run and sweep;
+    one replaced or added (another run's weights) was scored, predicted and exported as this
+    run's, exit 0. Now one line naming the file, at every entry point, nothing written; a copy of
+    the folder (new file times, the same bytes) is the run as saved."""
+    root = tmp_path / "runs"
+    run = Path(shutil.copytree(trained, root / "demo/sst2/minilm-lora" / trained.name))
+    (run / "eval-eval.json").unlink(missing_ok=True)
+    MODEL_CHANGES[change](run / "model")
+    said = {"weights gone": "adapter_model.safetensors is gone", "weights changed": "adapter_model.safetensors "
+            "changed since the run saved it", "file added": "model.safetensors was added since the run"}[change]
+    with pytest.raises(toolkit.UserError, match=rf"model/{said}: the (finished )?run's model is not as the run saved it"):
+        if entry in LAUNCHES:
+            LAUNCHES[entry](cli, root)
+        else:
+            ENTRY_POINTS[entry][0](cli, run, tmp_path)
+    written = ENTRY_POINTS.get(entry, (None, None))[1]
+    assert written is None or not written(run, tmp_path).exists()
 
 
 @pytest.mark.parametrize("entry", ["cli eval", "api evaluate"])
@@ -250,22 +287,33 @@ CHAINED = {  # an entry point that starts from, or loads onto, the upstream run'
 
 
 @pytest.mark.parametrize("entry", CHAINED)
-@pytest.mark.parametrize("how", ["gone", "emptied"])
+@pytest.mark.parametrize("how", ["gone", "emptied", "changed"])
 def test_a_chain_whose_upstream_model_is_gone_says_so(chained: Path, tmp_path: Path, cli, entry: str,
                                                       how: str) -> None:
     """Rule: a finished run's model/ removed (or emptied) after the run is said as that. A chained
     run from it said "run ... saves full's own parameters, not a model; full has no method.merge:
     chain from a run that saves a whole model (full, ...)", the wrong cause and a contradiction;
     eval and predict of a finished chained run said to keep it in its upstream's runs folder,
-    where it was."""
+    where it was. Changed since (other weights of the same size), a new chained run started from
+    weights that are not that run's result, exit 0."""
     root = Path(shutil.copytree(chained.parents[3], tmp_path / "runs"))
     (model,) = root.glob("pretrain/*/*/*/model")
-    shutil.rmtree(model)
+    if how == "changed":  # other weights of the same size: a chained run started from what is not that run's result
+        weights = bytearray((model / "model.safetensors").read_bytes())
+        weights[-3] ^= 1
+        (model / "model.safetensors").write_bytes(bytes(weights))
+    else:
+        shutil.rmtree(model)
     if how == "emptied":
         model.mkdir()
-    said = "is gone" if how == "gone" else "holds no config.json"
-    with pytest.raises(toolkit.UserError, match=rf"{re.escape(str(model))} {said}.*put it back as (the|that) run wrote it"):
-        CHAINED[entry](cli, root, root / chained.relative_to(chained.parents[3]))
+    said = {"gone": " is gone", "emptied": " holds no config.json", "changed": "/model.safetensors changed since the "
+            "run (saved it|finished)"}[how]
+    run = root / chained.relative_to(chained.parents[3])
+    if how == "changed" and "run" not in entry:  # a whole model of its own: loaded without the upstream's
+        CHAINED[entry](cli, root, run)
+        return
+    with pytest.raises(toolkit.UserError, match=rf"{re.escape(str(model))}{said}.*put it back as (the|that) run wrote it"):
+        CHAINED[entry](cli, root, run)
 
 
 def test_an_unedited_run_recipe_is_taken_and_runs_before_the_record_are_not_judged(run_copy: Path, tmp_path: Path,
@@ -296,7 +344,7 @@ def test_eval_says_what_encoding_its_split_found(trained: Path, cli, capsys, how
     assert re.search(r"warning: \d+ of 8 texts? cut at task.max_length=8 tokens", err), err
 
 
-@pytest.mark.parametrize("how", ["gone", "emptied"])
+@pytest.mark.parametrize("how", ["gone", "emptied", "changed"])
 def test_a_resume_without_the_runs_log_is_one_line(tmp_path: Path, cli, how: str) -> None:
     """log.jsonl deleted (or emptied) between launches: the resumed run wrote a log starting at the
     checkpoint, its curve missing the early steps, exit 0. As a checkpoint with a file gone, it is

@@ -79,11 +79,16 @@ def resolve(plan: RunPlan, root: Path) -> None:
         raise UserError(f"model.checkpoint: run {ref['run']} {state} ({folder} has no metrics.json); "
                         f"run it first: {again}")
     model = folder / "model"
+    again = shlex.join(['toolkit', 'run', ref['run'], *(ref.get("overrides") or []),
+                        *(["--smoke"] if recipe.smoke else []), "--runs-dir", str(root), "--force"])
     if not (model / "config.json").is_file():  # its method saves a model (check said so at validate)
-        again = shlex.join(['toolkit', 'run', ref['run'], *(ref.get("overrides") or []),
-                            *(["--smoke"] if recipe.smoke else []), "--runs-dir", str(root), "--force"])
         raise UserError(f"model.checkpoint: run {ref['run']} is finished, but {model_gone(model)}, so there is "
                         f"no model to start from; put it back as the run wrote it, or run that run again: {again}")
+    changed = runs.result_changed(folder)  # else this run starts from weights that are not that run's result
+    if changed is not None:
+        raise UserError(f"model.checkpoint: run {ref['run']} is finished, but {changed} (its metrics.json "
+                        f"model_files), so its model is not that run's result; put it back as the run wrote it, "
+                        f"or run that run again: {again}")
     plan.checkpoint_path = str(model)
 
 

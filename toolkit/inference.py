@@ -176,6 +176,10 @@ def check_saved(folder: Path) -> None:
         except Exception as exc:  # SafetensorError and OSError: a truncated or overwritten file
             raise UserError(f"{path}: damaged ({str(exc).splitlines()[0][:120]}); the file was cut "
                             "short or overwritten: restore the run folder or run the recipe again") from None
+    changed = runs.result_changed(folder.parent)  # a file gone (a traceback), replaced or added since
+    if changed is not None:
+        raise UserError(f"{changed}: the run's model is not as the run saved it (metrics.json model_files), and "
+                        "would be scored as its result; restore the run folder or run the recipe again with --force")
 
 
 def split_of(data: dict[str, Any], name: str) -> dict[str, Any]:

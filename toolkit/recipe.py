@@ -143,7 +143,11 @@ def finished_as_made(run: Path, then: str = "") -> bool:
     trains = method.get("name") not in methods.METHODS or methods.METHODS.get(method["name"]).trains
     if trains and not (run / "model").is_dir():  # the result itself: said as gone, not "finished already"
         raise UserError(f"{run / 'model'}: the finished run's model is gone (its result; eval, predict and export "
-                        f"load it); put it back as the run wrote it{then}")
+                        "load it); put it back as the run saved it, or run the recipe again with --force")
+    changed = runs.result_changed(run)
+    if changed is not None:
+        raise UserError(f"{changed}: the finished run's model is not as the run saved it (metrics.json "
+                        "model_files); put it back as the run saved it, or run the recipe again with --force")
     return True
 
 
