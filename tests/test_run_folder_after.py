@@ -365,3 +365,42 @@ def test_a_resume_without_the_runs_log_is_one_line(tmp_path: Path, cli, how: str
     assert not (run / "metrics.json").exists()
     assert cli("run", *common, "--force")[0] == 0
     assert json.loads((run / "log.jsonl").read_text().splitlines()[0])["step"] == 1
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_data_edited_while_the_run_trains_is_not_recorded_as_its_data(tmp_path: Path, cli, tiny_checkpoint,
+                                                                     monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """Rule: metrics.json's data_sha256 is the data the run read (and its run id hashed), taken
+    before it is read. It was taken when the run finished: a training file edited while the run
+    trained was recorded as the run's data, so eval scored the edited file as the run's, exit 0,
+    and refused the file the run was made with."""
+    from conftest import write_recipe
+
+    from toolkit import run_metrics
+
+    data = tmp_path / "train.csv"
+    made = "text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16))
+    data.write_text(made)
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16}}
+method: {{name: full}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+    build = run_metrics.build
+
+    def edited_meanwhile(*args, **kwargs):  # the file edited while the run trained, before it finished
+        data.write_text(made + "one more sentence,1\n")
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(run_metrics, "build", edited_meanwhile)
+    if entry == "cli":
+        code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+        assert code == 0, err
+        (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    else:
+        run = toolkit.run(recipe, runs_dir=tmp_path / "runs").dir
+    monkeypatch.undo()
+    with pytest.raises(toolkit.UserError, match="not the data this run was made with"):
+        toolkit.evaluate(run)
+    data.write_text(made)  # the data the run read: scored as the run's
+    assert "accuracy" in toolkit.evaluate(run)["eval"]

@@ -56,7 +56,7 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "peak_memory_mb": state.peak_memory_mb or devices.peak_memory_mb(acc.device),
         # what the scores are of: a report pools seeds only on one data_sha256 (the task's files)
         # and notes a comparison across eval_sha256 (the examples scored: files, subset, filters)
-        "data_sha256": runs.data_fingerprint(setup.task.data_files()),
+        "data_sha256": setup.data_sha256 or runs.data_fingerprint(setup.task.data_files()),
         "eval_sha256": examples_fingerprint(setup.raw_evals),
         # a Hub data set's revision, which data_sha256 (local files) does not see: eval checks it
         "hub_data": setup.task.hub_data(),
