@@ -468,6 +468,24 @@ def test_resume_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path: Pa
     assert {p: p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")} == before
 
 
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_resume_of_a_smoke_chain_without_a_checkpoint_runs_no_upstream_first(tmp_path: Path, cli, entry: str) -> None:
+    """A chained --smoke run makes its upstream smoke run first: with --resume and no checkpoint
+    of its own it trained that whole upstream run, then refused. The refusal comes first, nothing made."""
+    import toolkit
+
+    args = ["task.max_train_samples=8", "task.max_eval_samples=8", "train.max_steps=1"]
+    if entry == "cli":
+        code, out, err = cli("run", "demo/sst2/minilm-full-from-wikitext", *args, "--smoke", "--resume",
+                             "--runs-dir", tmp_path / "runs")
+    else:
+        with pytest.raises(toolkit.UserError) as caught:
+            toolkit.run("demo/sst2/minilm-full-from-wikitext", args, runs_dir=tmp_path / "runs", smoke=True, resume=True)
+        code, out, err = 2, "", f"error: {caught.value}\n"
+    assert code == 2 and err.count("\n") == 1 and "--resume: " in err and "was never started" in err, out + err
+    assert not (tmp_path / "runs").exists()
+
+
 def _revision(hub: Path, commit: str, source: Path, shift: float = 0.0) -> None:
     """The Hub cache's layout for org/tiny after a download of `commit` (refs/main moved there)."""
     import shutil

@@ -437,11 +437,13 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     quiet.libraries()
     from toolkit import train  # torch: imported on the first run, after every check above
 
+    out = runs.run_dir(plan.recipe, root)  # the upstream's id is in the plan already (recipe.parse_plan)
+    if resume and not _finished(out) and not runs.has_checkpoint(out):  # before a smoke chain's upstream trains
+        raise UserError(_nothing_to_resume(out, out.exists(), plan.recipe, train.checkpoints))
     if plan.recipe.smoke:
         _smoke_upstream(plan, root)
     chain.resolve(plan, root)  # model.checkpoint: {run: ...}
     chain.check_current(plan.upstream if force else plan, root)  # each finished run on its upstream as it is
-    out = runs.run_dir(plan.recipe, root)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if _finished_already(out, force, rank0, plan.recipe):
         return out
