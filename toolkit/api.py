@@ -432,13 +432,12 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     plan = _checked(path, list(overrides), smoke)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
-    if not force:  # a damaged metrics.json, a recipe.yaml edited since the run: said before torch
-        _finished(runs.run_dir(plan.recipe, root))
+    out = runs.run_dir(plan.recipe, root)  # a chained run's upstream id is in the plan already (parse_plan)
+    finished = not force and _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before torch
     quiet.libraries()
     from toolkit import train  # torch: imported on the first run, after every check above
 
-    out = runs.run_dir(plan.recipe, root)  # the upstream's id is in the plan already (recipe.parse_plan)
-    if resume and not _finished(out) and not runs.has_checkpoint(out):  # before a smoke chain's upstream trains
+    if resume and not finished and not runs.has_checkpoint(out):  # before a smoke chain's upstream trains
         raise UserError(_nothing_to_resume(out, out.exists(), plan.recipe, train.checkpoints))
     if plan.recipe.smoke:
         _smoke_upstream(plan, root)
