@@ -720,17 +720,25 @@ train: {{max_steps: 1, lr: 0.0, batch_size: 4}}
     weights = load_file(pre_model / "model.safetensors")
     query = "bert.encoder.layer.0.attention.self.query.weight"
     weights[query] = weights[query] + 1e-3  # what a rerun with other draws leaves in the same folder
+    def rerun_left(write) -> None:  # the upstream's model/ and the metrics.json that records it (model_files)
+        from toolkit import runs as run_folders
+
+        write()
+        metrics = json.loads((pre_model.parent / "metrics.json").read_text())
+        metrics["model_files"] = run_folders.result_record(pre_model)
+        (pre_model.parent / "metrics.json").write_text(json.dumps(metrics))
+
     if smoke:  # a resume goes on on the base it trained on, or not at all (a smoke chain's was unchecked)
         assert cli("run", fine, "--runs-dir", runs, *flags, "train.max_steps=2", "--stop-after", 1)[0] == 0
         kept = (pre_model / "model.safetensors").read_bytes()
-        save_file(weights, pre_model / "model.safetensors", metadata={"format": "pt"})
+        rerun_left(lambda: save_file(weights, pre_model / "model.safetensors", metadata={"format": "pt"}))
         code, _, err = cli("run", fine, "--runs-dir", runs, *flags, "train.max_steps=2")
         assert code == 2 and "model.safetensors changed since this run's checkpoint of step 1" in err, err
-        (pre_model / "model.safetensors").write_bytes(kept)
+        rerun_left(lambda: (pre_model / "model.safetensors").write_bytes(kept))
     code, _, err = cli("run", fine, "--runs-dir", runs, *flags)
     assert code == 0, err
     (fine_run,) = [r for r in (runs / "fine").iterdir() if (r / "metrics.json").is_file()]  # not the stopped one
-    save_file(weights, pre_model / "model.safetensors", metadata={"format": "pt"})
+    rerun_left(lambda: save_file(weights, pre_model / "model.safetensors", metadata={"format": "pt"}))
     if smoke:
         with pytest.raises(UserError, match="model.safetensors changed since the run finished"):
             toolkit.evaluate(fine_run)

@@ -698,11 +698,12 @@ def test_a_setting_the_run_never_reads_is_refused_unless_at_its_default(tmp_path
            "task.train_split": "dev", "task.dataset_config": "raw", "model.dropout": "0.1",
            "task.subset": "sst2", "task.pair_separator": "eos", "task.text_field": "body",
            "task.documents": "blank_line"}.get(setting, odd)
-    for extra in ((), ("--smoke",)):
+    for extra in ((), ("--smoke",), ("smoke=true",)):  # smoke=true let any value of a key --smoke sizes through
         code, _, err = cli("validate", path, f"{setting}={odd}", *extra)
         assert code == 2 and len(err.strip().splitlines()) == 1 and f"{setting}: " in err, err
-    code, _, err = cli("validate", path, *([f"{setting}={default}"] if default else []), "--smoke")
-    assert code == 0, err
+    for extra in ("--smoke", "smoke=true"):
+        code, _, err = cli("validate", path, *([f"{setting}={default}"] if default else []), extra)
+        assert code == 0, err
 
 
 @pytest.mark.parametrize("entry", ["api validate", "cli cp", "cli sweep x2"])

@@ -147,7 +147,11 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
         identity = json.loads((first / "identity.json").read_text())
         first = first.rename(first.with_name("2-processes"))
         (first / "identity.json").write_text(json.dumps({**identity, "processes": 2}))
-    code, out, err = cli("run", recipe, "--runs-dir", runs, *overrides, "--resume")
+    before = sorted(runs.rglob("*"))
+    code, out, err = cli("run", recipe, "--runs-dir", runs, *overrides, "--resume")  # asks for a checkpoint: none
+    assert code == 2 and not out and err.count("\n") == 1 and str(first) in err and named in err, out + err
+    assert "was never started" in err and sorted(runs.rglob("*")) == before
+    code, out, err = cli("run", recipe, "--runs-dir", runs, *overrides)
     assert code == 0, err
     notes = [line for line in err.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and str(first) in notes[0] and named in notes[0], err
@@ -403,6 +407,83 @@ def test_force_with_resume_is_one_line_and_keeps_the_checkpoint(tmp_path: Path, 
         with pytest.raises(toolkit.UserError, match="--force and --resume ask for opposite things"):
             api.run_one(recipe, [], runs_dir=runs, force=True, resume=True)
     assert {p: p.read_bytes() for p in runs.rglob("*") if p.is_file()} == before
+
+
+NO_CHECKPOINT = {  # the run as --resume finds it -> what the line says
+    "never started": "was never started (no run folder)",
+    "stopped before its first checkpoint": "holds no checkpoint to go on from",
+    "another run's checkpoint": "is an interrupted run of this recipe (checkpoint of step 1), with train.lr",
+    "in-context": "trains nothing",
+}
+
+
+@pytest.mark.parametrize("entry", ["cli", "api run", "api run_one", "make run"])
+@pytest.mark.parametrize("state", sorted(NO_CHECKPOINT))
+def test_resume_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path: Path, cli, tiny_checkpoint,
+                                                                     state: str, entry: str) -> None:
+    """Rule: --resume asks to go on from a checkpoint; where the run has none it is one line, exit 2,
+    nothing written (transformers' Trainer: "No valid checkpoint found"). It said "no checkpoint in
+    ...: starting from the beginning" on stdout and trained from step 0, exit 0, whether the run
+    folder was never made (a changed recipe or data file is another run), made and killed before
+    its first checkpoint, or of a method that keeps none."""
+    import shutil
+    import subprocess
+    import sys
+
+    import toolkit
+    from toolkit import api
+
+    recipe, runs = _tiny_classification(tmp_path, tiny_checkpoint), tmp_path / "runs"
+    overrides = []
+    if state != "never started":
+        assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    if state == "stopped before its first checkpoint":  # kill -9 before the first save: recipe.yaml, log
+        shutil.rmtree(next(runs.rglob("checkpoints")))
+    if state == "another run's checkpoint":
+        overrides = ["train.lr=2.0e-3"]
+    if state == "in-context":  # keeps no checkpoint: it scores the base
+        text = recipe.read_text().replace(str(tiny_checkpoint("bert")), str(tiny_checkpoint("gpt2")))
+        recipe.write_text(text.replace("method: {name: full}", "method: {name: icl, shots: 0}")
+                          .replace("train: {max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}", "")
+                          .replace(", max_length: 16", ", text_columns: [text], labels: ['0', '1']"))
+    before = {p: p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")}
+    if entry == "cli":
+        code, out, err = cli("run", recipe, *overrides, "--runs-dir", runs, "--resume")
+    elif entry == "make run":
+        done = subprocess.run(["make", "run", f"RECIPE={recipe}", f"VENV={Path(sys.executable).parent.parent}",
+                               "ARGS=" + " ".join(f"'{o}'" for o in overrides) + f" --runs-dir {runs} --resume"],
+                              cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=120,
+                              env={k: v for k, v in __import__("os").environ.items() if "MAKE" not in k})
+        code, out, err = done.returncode, "\n".join(done.stdout.splitlines()[1:]), done.stderr
+        err = "\n".join(line for line in err.splitlines(keepends=True) if not line.startswith("make:"))
+    else:
+        with pytest.raises(toolkit.UserError) as caught:
+            if entry == "api run":
+                toolkit.run(recipe, overrides, runs_dir=runs, resume=True)
+            else:
+                api.run_one(recipe, overrides, runs_dir=runs, resume=True)
+        code, out, err = 2, "", f"error: {caught.value}\n"
+    assert code == 2 and not out.strip() and err.count("\n") == 1 and err.startswith("error: --resume: "), out + err
+    assert NO_CHECKPOINT[state] in err and "without --resume" in err, err
+    assert {p: p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")} == before
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_resume_of_a_smoke_chain_without_a_checkpoint_runs_no_upstream_first(tmp_path: Path, cli, entry: str) -> None:
+    """A chained --smoke run makes its upstream smoke run first: with --resume and no checkpoint
+    of its own it trained that whole upstream run, then refused. The refusal comes first, nothing made."""
+    import toolkit
+
+    args = ["task.max_train_samples=8", "task.max_eval_samples=8", "train.max_steps=1"]
+    if entry == "cli":
+        code, out, err = cli("run", "demo/sst2/minilm-full-from-wikitext", *args, "--smoke", "--resume",
+                             "--runs-dir", tmp_path / "runs")
+    else:
+        with pytest.raises(toolkit.UserError) as caught:
+            toolkit.run("demo/sst2/minilm-full-from-wikitext", args, runs_dir=tmp_path / "runs", smoke=True, resume=True)
+        code, out, err = 2, "", f"error: {caught.value}\n"
+    assert code == 2 and err.count("\n") == 1 and "--resume: " in err and "was never started" in err, out + err
+    assert not (tmp_path / "runs").exists()
 
 
 def _revision(hub: Path, commit: str, source: Path, shift: float = 0.0) -> None:

@@ -151,14 +151,178 @@ def test_a_run_recipe_edited_after_the_run_is_one_line(run_copy: Path, tmp_path:
     assert written is None or not written(run_copy, tmp_path).exists()
 
 
+def _make_run(cli, root: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    args = " ".join([*SHORT, "--smoke", "--runs-dir", str(root)])
+    done = subprocess.run(["make", "run", "RECIPE=demo/sst2/minilm-lora", f"ARGS={args}",
+                           f"VENV={Path(sys.executable).parent.parent}"], cwd=Path(__file__).parent.parent,
+                          capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if "MAKE" not in k})
+    err = [line for line in done.stderr.splitlines() if not line.startswith("make:")]
+    if done.returncode:
+        assert done.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), done
+        raise toolkit.UserError(err[0].removeprefix("error: "))
+    assert "is finished already" in done.stdout, done
+
+
+# every entry point that launches a recipe and skips it when finished: call(cli, runs folder)
+LAUNCHES = {
+    "cli run": lambda cli, root: _cli(cli, "run", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--runs-dir", root),
+    "api run": lambda cli, root: toolkit.run("demo/sst2/minilm-lora", SHORT, runs_dir=root, smoke=True),
+    "cli sweep": lambda cli, root: _cli(cli, "sweep", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--runs-dir", root),
+    "cli sweep --dry-run": lambda cli, root: _cli(cli, "sweep", "demo/sst2/minilm-lora", *SHORT, "--smoke",
+                                                  "--dry-run", "--runs-dir", root),
+    "api sweep": lambda cli, root: toolkit.sweep(["demo/sst2/minilm-lora"], SHORT, runs_dir=root, smoke=True),
+    "make run": _make_run,
+}
+
+
+@pytest.mark.parametrize("entry", LAUNCHES)
+@pytest.mark.parametrize("edit", ["edited", "gone", "model gone", "unedited"])
+def test_a_finished_run_is_skipped_only_with_the_recipe_it_was_made_with(trained: Path, tmp_path: Path, cli,
+                                                                         entry: str, edit: str) -> None:
+    """Rule: a finished run is finished as made. Its recipe.yaml edited (or removed) after the run,
+    or its model/ removed, `run` and `sweep` still skipped it as finished, exit 0, over a folder
+    that eval, predict and report then refused; now every launch says so in one line, exit 2,
+    before anything loads, the folder as it was (--force trains it again). The unedited run is
+    still finished already."""
+    root = tmp_path / "runs"
+    run = Path(shutil.copytree(trained, root / "demo/sst2/minilm-lora" / trained.name))
+    text = (run / "recipe.yaml").read_text()
+    if edit == "edited":
+        (run / "recipe.yaml").write_text(re.sub(r"seed: \d+", "seed: 7", text, count=1))
+    elif edit == "gone":
+        (run / "recipe.yaml").unlink()
+    elif edit == "model gone":  # the run's result itself
+        shutil.rmtree(run / "model")
+    before = {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")}
+    if edit == "unedited":
+        LAUNCHES[entry](cli, root)
+    else:
+        said = {"edited": "recipe.yaml: not the recipe this run was made with", "gone": "recipe.yaml: the finished run's "
+                "recipe is gone", "model gone": "model: the finished run's model is gone"}[edit]
+        with pytest.raises(toolkit.UserError, match=rf"{said}.*put it back .*--force"):
+            LAUNCHES[entry](cli, root)
+    assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before
+
+
+def _flip_a_weight(model: Path) -> None:
+    path = model / "adapter_model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 1  # a weight's byte: the size, the header and every other file as saved
+    path.write_bytes(bytes(data))
+
+
+MODEL_CHANGES = {"weights gone": lambda model: (model / "adapter_model.safetensors").unlink(),
+                 "weights changed": _flip_a_weight,
+                 "file added": lambda model: shutil.copy(model / "adapter_model.safetensors", model / "model.safetensors")}
+
+
+@pytest.mark.parametrize("entry", [*ENTRY_POINTS, *LAUNCHES])
+@pytest.mark.parametrize("change", MODEL_CHANGES)
+def test_a_finished_runs_model_changed_since_the_run_is_one_line(trained: Path, tmp_path: Path, cli, entry: str,
+                                                                 change: str) -> None:
+    """Rule: a finished run's result is model/ as the run saved it (metrics.json model_files: each
+    file's size and sha256). A weight file removed was a HFValidationError traceback from eval,
+    predict and export (PEFT looked for it on the Hub) and "finished already" from run and sweep;
+    one replaced or added (another run's weights) was scored, predicted and exported as this
+    run's, exit 0. Now one line naming the file, at every entry point, nothing written; a copy of
+    the folder (new file times, the same bytes) is the run as saved."""
+    root = tmp_path / "runs"
+    run = Path(shutil.copytree(trained, root / "demo/sst2/minilm-lora" / trained.name))
+    (run / "eval-eval.json").unlink(missing_ok=True)
+    MODEL_CHANGES[change](run / "model")
+    said = {"weights gone": "adapter_model.safetensors is gone", "weights changed": "adapter_model.safetensors "
+            "changed since the run saved it", "file added": "model.safetensors was added since the run"}[change]
+    with pytest.raises(toolkit.UserError, match=rf"model/{said}: the (finished )?run's model is not as the run saved it"):
+        if entry in LAUNCHES:
+            LAUNCHES[entry](cli, root)
+        else:
+            ENTRY_POINTS[entry][0](cli, run, tmp_path)
+    written = ENTRY_POINTS.get(entry, (None, None))[1]
+    assert written is None or not written(run, tmp_path).exists()
+
+
+@pytest.mark.parametrize("entry", ["cli eval", "api evaluate"])
+@pytest.mark.parametrize("setting", ["task.max_target_length=20", "task.generation.max_new_tokens=50",
+                                     "task={max_target_length: 20}"])
+def test_eval_of_a_smoke_run_refuses_a_setting_the_run_never_reads(tmp_path: Path, cli, entry: str,
+                                                                   setting: str) -> None:
+    """Rule: a setting the run never reads is refused unless at its default, a --smoke run's too;
+    only the size --smoke itself gives a setting (max_target_length 32, max_new_tokens 16) is let
+    through. Any value of a key --smoke sizes was: `toolkit eval SMOKE-RUN task.max_target_length=20`
+    of an extractive QA run scored without it and wrote it into eval-eval.json as the setting
+    used, exit 0, where the same eval of a run made without --smoke refuses it."""
+    from toolkit import recipe as recipes
+
+    made = recipes.plan(recipes.find_recipe("squad/v1.1/minilm-full"), smoke=True).recipe
+    run = tmp_path / "runs" / made.name / "0123456789ab"  # its recipe.yaml and metrics.json: all this reads
+    run.mkdir(parents=True)
+    (run / "recipe.yaml").write_text(recipes.dump(made))
+    (run / "metrics.json").write_text(json.dumps({"recipe_hash": made.hash, "eval": {}}))
+    key = setting.split("=")[0] if "{" not in setting else "task.max_target_length"
+    with pytest.raises(toolkit.UserError, match=rf"^{re.escape(key)}: an extractive run .* generates nothing"):
+        _cli(cli, "eval", run, setting) if entry == "cli eval" else toolkit.evaluate(run, overrides=[setting])
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.json", "recipe.yaml"]
+
+
+@pytest.fixture(scope="module")
+def chained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A --smoke chain: MLM pretraining, then SST-2 fine-tuning from its model/ (the fine-tuning run)."""
+    return toolkit.run("demo/sst2/minilm-full-from-wikitext", SHORT, runs_dir=tmp_path_factory.mktemp("chain"),
+                       smoke=True).dir
+
+
+CHAINED = {  # an entry point that starts from, or loads onto, the upstream run's model/
+    "cli run": lambda cli, root, run: _cli(cli, "run", "demo/sst2/minilm-full-from-wikitext", *SHORT, "train.seed=5",
+                                           "--smoke", "--runs-dir", root),
+    "api run": lambda cli, root, run: toolkit.run("demo/sst2/minilm-full-from-wikitext", [*SHORT, "train.seed=5"],
+                                                  runs_dir=root, smoke=True),
+    "cli eval": lambda cli, root, run: _cli(cli, "eval", run),
+    "api predict": lambda cli, root, run: toolkit.predict(run, ["a fine film"]),
+}
+
+
+@pytest.mark.parametrize("entry", CHAINED)
+@pytest.mark.parametrize("how", ["gone", "emptied", "changed"])
+def test_a_chain_whose_upstream_model_is_gone_says_so(chained: Path, tmp_path: Path, cli, entry: str,
+                                                      how: str) -> None:
+    """Rule: a finished run's model/ removed (or emptied) after the run is said as that. A chained
+    run from it said "run ... saves full's own parameters, not a model; full has no method.merge:
+    chain from a run that saves a whole model (full, ...)", the wrong cause and a contradiction;
+    eval and predict of a finished chained run said to keep it in its upstream's runs folder,
+    where it was. Changed since (other weights of the same size), a new chained run started from
+    weights that are not that run's result, exit 0."""
+    root = Path(shutil.copytree(chained.parents[3], tmp_path / "runs"))
+    (model,) = root.glob("pretrain/*/*/*/model")
+    if how == "changed":  # other weights of the same size: a chained run started from what is not that run's result
+        weights = bytearray((model / "model.safetensors").read_bytes())
+        weights[-3] ^= 1
+        (model / "model.safetensors").write_bytes(bytes(weights))
+    else:
+        shutil.rmtree(model)
+    if how == "emptied":
+        model.mkdir()
+    said = {"gone": " is gone", "emptied": " holds no config.json", "changed": "/model.safetensors changed since the "
+            "run (saved it|finished)"}[how]
+    run = root / chained.relative_to(chained.parents[3])
+    if how == "changed" and "run" not in entry:  # a whole model of its own: loaded without the upstream's
+        CHAINED[entry](cli, root, run)
+        return
+    with pytest.raises(toolkit.UserError, match=rf"{re.escape(str(model))}{said}.*put it back as (the|that) run wrote it"):
+        CHAINED[entry](cli, root, run)
+
+
 def test_an_unedited_run_recipe_is_taken_and_runs_before_the_record_are_not_judged(run_copy: Path, tmp_path: Path,
-                                                                                    cli) -> None:
+                                                                                    cli, chained: Path) -> None:
     """No false refusal: a smoke run (sized recipe), a chained run ({run: ...} checkpoint, read
     from the run it started from), an override on purpose, and a run whose metrics.json predates
     recipe_hash (not judged, even edited)."""
-    chained = toolkit.run("demo/sst2/minilm-full-from-wikitext", SHORT, runs_dir=tmp_path / "chain", smoke=True)
     assert "accuracy" in toolkit.evaluate(chained)["eval"]
-    assert "| accuracy" in toolkit.report([tmp_path / "chain"])  # both runs of the chain, as written
+    assert "| accuracy" in toolkit.report([chained.parents[3]])  # both runs of the chain, as written
     assert "accuracy" in toolkit.evaluate(run_copy, overrides={"task.max_length": 16})["eval"]
     metrics = json.loads((run_copy / "metrics.json").read_text())
     del metrics["recipe_hash"]
@@ -180,7 +344,7 @@ def test_eval_says_what_encoding_its_split_found(trained: Path, cli, capsys, how
     assert re.search(r"warning: \d+ of 8 texts? cut at task.max_length=8 tokens", err), err
 
 
-@pytest.mark.parametrize("how", ["gone", "emptied"])
+@pytest.mark.parametrize("how", ["gone", "emptied", "changed"])
 def test_a_resume_without_the_runs_log_is_one_line(tmp_path: Path, cli, how: str) -> None:
     """log.jsonl deleted (or emptied) between launches: the resumed run wrote a log starting at the
     checkpoint, its curve missing the early steps, exit 0. As a checkpoint with a file gone, it is
@@ -201,3 +365,42 @@ def test_a_resume_without_the_runs_log_is_one_line(tmp_path: Path, cli, how: str
     assert not (run / "metrics.json").exists()
     assert cli("run", *common, "--force")[0] == 0
     assert json.loads((run / "log.jsonl").read_text().splitlines()[0])["step"] == 1
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_data_edited_while_the_run_trains_is_not_recorded_as_its_data(tmp_path: Path, cli, tiny_checkpoint,
+                                                                     monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """Rule: metrics.json's data_sha256 is the data the run read (and its run id hashed), taken
+    before it is read. It was taken when the run finished: a training file edited while the run
+    trained was recorded as the run's data, so eval scored the edited file as the run's, exit 0,
+    and refused the file the run was made with."""
+    from conftest import write_recipe
+
+    from toolkit import run_metrics
+
+    data = tmp_path / "train.csv"
+    made = "text,label\n" + "".join(f"sentence {i} is {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(16))
+    data.write_text(made)
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint('bert')}}}
+task: {{name: text_classification, train_file: {data}, eval_file: {data}, max_length: 16}}
+method: {{name: full}}
+train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
+""")
+    build = run_metrics.build
+
+    def edited_meanwhile(*args, **kwargs):  # the file edited while the run trained, before it finished
+        data.write_text(made + "one more sentence,1\n")
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(run_metrics, "build", edited_meanwhile)
+    if entry == "cli":
+        code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+        assert code == 0, err
+        (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    else:
+        run = toolkit.run(recipe, runs_dir=tmp_path / "runs").dir
+    monkeypatch.undo()
+    with pytest.raises(toolkit.UserError, match="not the data this run was made with"):
+        toolkit.evaluate(run)
+    data.write_text(made)  # the data the run read: scored as the run's
+    assert "accuracy" in toolkit.evaluate(run)["eval"]

@@ -314,8 +314,11 @@ def test_a_sweep_launched_on_several_processes_speaks_once_and_cannot_leave_a_po
     assert err == (f"error: sweep: {folders[0]} is being run by process {os.getpid()} right now; a sweep launched "
                    "on 2 processes cannot leave a point to another process (its processes would run different "
                    "points): wait for that run to finish, then run the sweep again\n"), err
-    for folder in folders:  # both finished: what each process says of them
-        folder.mkdir(parents=True, exist_ok=True)
+    from toolkit import recipe as recipes
+
+    for point, folder in zip(points, folders):  # both finished (recipe.yaml, model/, metrics.json): what each process says
+        (folder / "model").mkdir(parents=True, exist_ok=True)
+        (folder / "recipe.yaml").write_text(recipes.dump(recipes.load(point.recipe, point.overrides, smoke=True)))
         (folder / "metrics.json").write_text("{}")
     said = {}
     for rank in ("0", "1"):

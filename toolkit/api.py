@@ -208,12 +208,13 @@ def override_list(overrides: Mapping[str, Any] | list[str] | None) -> list[str]:
 @_one_line
 @typed
 def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | None = None,
-        smoke: bool = False, force: bool = False) -> Run:
+        smoke: bool = False, force: bool = False, resume: bool = False) -> Run:
     """Train and evaluate one recipe (a path or a shipped name) into its run folder; a finished
-    run is returned as it is unless `force`. `overrides`: {"train.epochs": 1} or
-    ["train.epochs=1"]."""
+    run is returned as it is unless `force`, an interrupted one goes on from its checkpoint.
+    `resume`, as `toolkit run --resume`: a run with no checkpoint to go on from is a UserError.
+    `overrides`: {"train.epochs": 1} or ["train.epochs=1"]."""
     out = run_one(os.fspath(recipe), override_list(overrides), smoke=smoke,
-                  runs_dir=None if runs_dir is None else os.fspath(runs_dir), force=force)
+                  runs_dir=None if runs_dir is None else os.fspath(runs_dir), force=force, resume=resume)
     return Run(Path(out))
 
 
@@ -379,7 +380,7 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
     for point, out in zip(points, folders):
         _checked(point.recipe, point.overrides, smoke)
         if not force:
-            runs.is_finished(out)  # a damaged metrics.json: said before the first run
+            _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before the first run
     sweeps.upstreams_ready(points, folders, root, smoke, force)
     done = []
     for i, (point, out) in enumerate(zip(points, folders), 1):  # a point another process runs is left to it
@@ -431,16 +432,17 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     plan = _checked(path, list(overrides), smoke)
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
-    if not force:
-        runs.is_finished(runs.run_dir(plan.recipe, root))  # a damaged metrics.json, said before torch
+    out = runs.run_dir(plan.recipe, root)  # a chained run's upstream id is in the plan already (parse_plan)
+    finished = not force and _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before torch
     quiet.libraries()
     from toolkit import train  # torch: imported on the first run, after every check above
 
+    if resume and not finished and not runs.has_checkpoint(out):  # before a smoke chain's upstream trains
+        raise UserError(_nothing_to_resume(out, out.exists(), plan.recipe, train.checkpoints))
     if plan.recipe.smoke:
         _smoke_upstream(plan, root)
     chain.resolve(plan, root)  # model.checkpoint: {run: ...}
     chain.check_current(plan.upstream if force else plan, root)  # each finished run on its upstream as it is
-    out = runs.run_dir(plan.recipe, root)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if _finished_already(out, force, rank0, plan.recipe):
         return out
@@ -450,14 +452,14 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
             return out
         if force and rank0:
             runs.clear(out)  # its contents: the folder itself is what the lock holds
+        if resume and not runs.has_checkpoint(out):  # every process, before anything is written
+            raise UserError(_nothing_to_resume(out, existed, plan.recipe, train.checkpoints))
         if rank0:  # a checkpoint a kill left whole under its temporary name is one to go on from
             for said in runs.settle_checkpoints(out):
                 print(f"note: {said}", file=sys.stderr)
         resume = resume or (existed and bool(runs.checkpoints(out)))
         if not runs.checkpoints(out) and rank0 and not os.environ.get("TOOLKIT_SWEEP_CHILD"):
             train.checkpoints.say_other_attempt(out, plan.recipe, runs.world_size())  # what changed
-        if resume and not runs.checkpoints(out) and rank0:
-            print(f"no checkpoint in {out}: starting from the beginning")
         try:
             with _whole_or_gone(out, made_here=not existed), \
                     writing(out, "make room (or use another --runs-dir): the same command goes on "
@@ -474,6 +476,26 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
         evals = ", ".join(f"{k}={v:.4f}" for k, v in metrics["eval"].items())
         print(f"{out}: {evals}")
     return out
+
+
+def _nothing_to_resume(out: Path, existed: bool, recipe: Any, checkpoints: Any) -> str:
+    """--resume asks to go on from a checkpoint; with none it started from step 0 on one stdout line,
+    exit 0 (Trainer's resume_from_checkpoint=True raises "No valid checkpoint found"). Said with why
+    there is none: a method that trains nothing, a folder stopped before its first checkpoint, or no
+    run folder at all, often because a changed recipe, data file or process count is another run."""
+    again = "run it without --resume to start it from step 0"
+    if not recipe.method.trains:
+        return (f"--resume: {out}: method {recipe.method.name} trains nothing, so its runs keep no checkpoint "
+                "to go on from; run it without --resume")
+    if existed:
+        return (f"--resume: {out} holds no checkpoint to go on from (it was stopped before its first one); "
+                f"{again}")
+    other = checkpoints.other_interrupted(out, recipe, runs.world_size())
+    if other is not None:
+        return (f"--resume: {out} was never started, so it has no checkpoint to go on from; {other}, and this "
+                f"launch is another run: {again}, or launch that one's settings and data to go on with it")
+    return (f"--resume: {out} was never started (no run folder), so it has no checkpoint to go on from (a "
+            f"changed recipe, data file or process count is another run); {again}")
 
 
 @contextmanager
@@ -536,7 +558,7 @@ def _finished_already(out: Path, force: bool, rank0: bool, recipe: Any = None) -
     """A finished run is not repeated (--force runs it again): said once, by rank 0. With `recipe`,
     step checkpoints a stopped launch left in it (stopped while removing them, after metrics.json)
     are removed where `train.keep_checkpoints` says a finished run keeps none."""
-    if force or not runs.is_finished(out):
+    if force or not _finished(out):
         return False
     if rank0:
         print(f"{out} is finished already (metrics.json); --force runs it again")
@@ -549,6 +571,15 @@ def _finished_already(out: Path, force: bool, rank0: bool, recipe: Any = None) -
             except UserError:
                 pass
     return True
+
+
+AGAIN = " (the recipe this command runs held it, resolved; --force trains the run again and writes it)"
+
+
+def _finished(out: Path) -> bool:
+    """A finished run that `run` and `sweep` skip: finished, and its recipe.yaml the recipe the run
+    was made with (recipe.finished_as_made), or one line."""
+    return recipe_module.finished_as_made(out, AGAIN)
 
 
 def _smoke_upstream(plan: RunPlan, root: Path) -> None:

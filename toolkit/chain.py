@@ -79,9 +79,24 @@ def resolve(plan: RunPlan, root: Path) -> None:
         raise UserError(f"model.checkpoint: run {ref['run']} {state} ({folder} has no metrics.json); "
                         f"run it first: {again}")
     model = folder / "model"
-    if not (model / "config.json").is_file():  # (check says so at validate; a run an older toolkit wrote)
-        raise UserError(not_a_model(ref, plan.upstream.recipe.method))
+    again = shlex.join(['toolkit', 'run', ref['run'], *(ref.get("overrides") or []),
+                        *(["--smoke"] if recipe.smoke else []), "--runs-dir", str(root), "--force"])
+    if not (model / "config.json").is_file():  # its method saves a model (check said so at validate)
+        raise UserError(f"model.checkpoint: run {ref['run']} is finished, but {model_gone(model)}, so there is "
+                        f"no model to start from; put it back as the run wrote it, or run that run again: {again}")
+    changed = runs.result_changed(folder)  # else this run starts from weights that are not that run's result
+    if changed is not None:
+        raise UserError(f"model.checkpoint: run {ref['run']} is finished, but {changed} (its metrics.json "
+                        f"model_files), so its model is not that run's result; put it back as the run wrote it, "
+                        f"or run that run again: {again}")
     plan.checkpoint_path = str(model)
+
+
+def model_gone(model: Path) -> str:
+    """How a finished run's model/ that holds no model is said. Its run's method saves a whole
+    model (check refuses the others), so the folder was removed or emptied after the run: it was
+    said as "saves full's own parameters, not a model; full has no method.merge", the wrong cause."""
+    return f"its {model} is gone" if not model.is_dir() else f"its {model} holds no config.json (emptied since)"
 
 
 def finished_on_other_counts(upstream: Recipe, folder: Path) -> list[tuple[int, Path]]:

@@ -332,6 +332,16 @@ def other_attempt(out: Path, recipe: Any, processes: int) -> str | None:
     recipe, its data or the process count changed since): one line naming that run and what
     differs. The changed run is a run of its own; nothing of the other is taken, nor is it
     touched (rerun it unchanged to finish it)."""
+    said = other_interrupted(out, recipe, processes)
+    if said is None:
+        return None
+    return (f"note: {said}; this is another run and starts from step 0 (the same settings and data "
+            "as that one resume it)")
+
+
+def other_interrupted(out: Path, recipe: Any, processes: int) -> str | None:
+    """'<run> is an interrupted run of this recipe (checkpoint of step N), with <what differs>':
+    the newest interrupted run of this recipe under another id than `out` (None: there is none)."""
     others = [p for p in out.parent.iterdir() if p.is_dir() and p != out and _interrupted(p)
               and runs.checkpoints(p)] if out.parent.is_dir() else []
     if not others:
@@ -343,9 +353,8 @@ def other_attempt(out: Path, recipe: Any, processes: int) -> str | None:
     else:
         changed = "; ".join(_differences(then, now)) or "the toolkit's run id"
     more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
-    return (f"note: {other} is an interrupted run of this recipe (checkpoint of step "
-            f"{runs.last_step(other)}){more}, with {changed}; this is another run and starts from "
-            "step 0 (the same settings and data as that one resume it)")
+    return (f"{other} is an interrupted run of this recipe (checkpoint of step {runs.last_step(other)})"
+            f"{more}, with {changed}")
 
 
 def _interrupted(run: Path) -> bool:

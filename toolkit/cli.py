@@ -14,7 +14,7 @@ from typing import Iterator
 
 from toolkit import (devices, hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sharding,
                      sweeps as sweep, tasks)
-from toolkit.api import (_check_runs_root, _data_of_the_run, _disk_error as disk_error, _one_export,
+from toolkit.api import (_check_runs_root, _data_of_the_run, _disk_error as disk_error, _finished, _one_export,
                          _run_folder, _scored_here, _checked, _unwritable, run_one)
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError
@@ -44,7 +44,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
         _checked(point.recipe, point.overrides, args.smoke)
         if not args.force:
-            runs.is_finished(out)  # and a damaged metrics.json
+            _finished(out)  # and a damaged metrics.json, a finished run's recipe.yaml edited since
     if args.estimate and runs.world_size() > 1:
         raise UserError(f"sweep --estimate: measures one process on this machine, and this launch has "
                         f"{runs.world_size()}; run it as plain `toolkit sweep ... --estimate`")

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from toolkit import attention, evaluation, heads, hub, methods, models, readers, runs
+from toolkit import attention, chain, evaluation, heads, hub, methods, models, readers, runs
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
@@ -90,7 +90,8 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
                                  warm_start=settings.warm_start, words=recipe.task.words_given)
         return model.eval(), tok
     if not folder.is_dir():
-        raise UserError(f"{run}: no model/ folder; the run saved nothing to load")
+        raise UserError(f"{run}: no model/ folder: the run's result, saved there when it finished, is gone; put "
+                        "it back as the run wrote it, or run the recipe again with --force")
     check_saved(folder)
     tok = models.load_tokenizer(str(folder))
     adopt_saved(run, recipe)
@@ -128,6 +129,9 @@ def chained_base(run: Path, name: str) -> Path:
         raise UserError(f"{run}: a chained run (model.checkpoint: {{run: ...}}) whose metrics.json does not "
                         "name the run it started from; run it again with --force")
     folder = run.resolve().parents[len(Path(name).parts)] / upstream / "model"
+    if not (folder / "config.json").is_file() and runs.is_finished(folder.parent):  # there, but model/ went
+        raise UserError(f"{run}: it started from the run {upstream}, which is finished, but {chain.model_gone(folder)}; "
+                        "put it back as that run wrote it (this run's result is loaded onto it)")
     if not (folder / "config.json").is_file():
         raise UserError(f"{run}: it started from the run {upstream}, whose model is not at {folder}; "
                         "keep a chained run in the runs folder of the run it started from")
@@ -172,6 +176,10 @@ def check_saved(folder: Path) -> None:
         except Exception as exc:  # SafetensorError and OSError: a truncated or overwritten file
             raise UserError(f"{path}: damaged ({str(exc).splitlines()[0][:120]}); the file was cut "
                             "short or overwritten: restore the run folder or run the recipe again") from None
+    changed = runs.result_changed(folder.parent)  # a file gone (a traceback), replaced or added since
+    if changed is not None:
+        raise UserError(f"{changed}: the run's model is not as the run saved it (metrics.json model_files), and "
+                        "would be scored as its result; restore the run folder or run the recipe again with --force")
 
 
 def split_of(data: dict[str, Any], name: str) -> dict[str, Any]:

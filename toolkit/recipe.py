@@ -26,7 +26,7 @@ from toolkit.schema import build_dataclass, build_plugin
 __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS",
            "TrainConfig", "apply_overrides", "build_dataclass", "build_plugin", "built", "check", "check_data", "check_environment",
            "dump", "find_recipe",
-           "load", "made_with", "parse", "parse_plan", "plan", "read_yaml", "recipe_files", "recipe_name", "recipes_root",
+           "finished_as_made", "load", "made_with", "parse", "parse_plan", "plan", "read_yaml", "recipe_files", "recipe_name", "recipes_root",
            "safe_yaml", "smoke_sized", "upstream"]
 
 
@@ -113,6 +113,42 @@ def made_with(run: Path, raw: dict, recorded: Any, then: str = "") -> None:
                         f"records recipe_hash {recorded}): it was edited after the run; put it back as the run "
                         f"wrote it{then}, or run the changed recipe as a run of its own (toolkit run on a "
                         "copy of it as a recipe)")
+
+
+def finished_as_made(run: Path, then: str = "") -> bool:
+    """Whether a run is finished (runs.is_finished), its recipe.yaml the recipe it was made with
+    (`made_with`) and its model/ there: a finished run whose recipe.yaml was edited, damaged or
+    removed after it, or whose model/ was removed, was skipped as finished by `run` and `sweep`,
+    exit 0, while `eval` and `report` refused it; now every entry point says it in one line.
+    `then`: what that entry point would do instead."""
+    if not runs.is_finished(run):
+        return False
+    file = run / "recipe.yaml"
+    try:
+        raw = safe_yaml(file.read_text(encoding="utf-8"), str(file))
+    except FileNotFoundError:
+        raw = None
+    except (OSError, UnicodeDecodeError, UserError) as exc:
+        raise UserError(f"{file}: the finished run's recipe is damaged ({str(exc).split(': ')[-1]}); put it back "
+                        f"as the run wrote it{then}") from None
+    if not isinstance(raw, dict):
+        said = "is gone" if raw is None else "is damaged (not a mapping)"
+        raise UserError(f"{file}: the finished run's recipe {said}; put it back as the run wrote it{then}")
+    try:
+        recorded = runs.read_json(run / "metrics.json").get("recipe_hash")
+    except (OSError, ValueError):
+        recorded = None
+    made_with(run, raw, recorded, then)
+    method = raw.get("method") if isinstance(raw.get("method"), dict) else {}
+    trains = method.get("name") not in methods.METHODS or methods.METHODS.get(method["name"]).trains
+    if trains and not (run / "model").is_dir():  # the result itself: said as gone, not "finished already"
+        raise UserError(f"{run / 'model'}: the finished run's model is gone (its result; eval, predict and export "
+                        "load it); put it back as the run saved it, or run the recipe again with --force")
+    changed = runs.result_changed(run)
+    if changed is not None:
+        raise UserError(f"{changed}: the finished run's model is not as the run saved it (metrics.json "
+                        "model_files); put it back as the run saved it, or run the recipe again with --force")
+    return True
 
 
 def _check_printable(name: str, named: bool) -> None:
@@ -202,12 +238,16 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     refuse_ignored(recipe)
 
 
-def _smoke_sets(key: str) -> bool:
-    """Whether --smoke sizes setting `key` itself (recipe_data.smoke_sized): a smoke recipe holds
-    its cap there whatever the recipe wrote, which the recipe as written was checked for."""
+def _smoke_sized_as(key: str, value: Any) -> bool:
+    """Whether `value` is the size --smoke gives setting `key` (recipe_data.smoke_sized): a smoke
+    recipe holds that cap whatever the recipe wrote, which the recipe as written was checked for.
+    Any other value was given by hand: any value was let through, so `toolkit eval SMOKE-RUN
+    task.max_target_length=20` of an extractive QA run (or `smoke=true` beside it) scored without
+    it and recorded it in eval-eval.json as used, exit 0, where the same run without --smoke refuses it."""
     section, _, name = key.partition(".")
-    return (section, name) in SMOKE_CAPS or section == "task" and (
-        name in SMOKE_LENGTHS or name == "generation.max_new_tokens")
+    caps = {**{f"{s}.{k}": v for (s, k), v in SMOKE_CAPS.items()}, **{f"task.{k}": v for k, v in SMOKE_LENGTHS.items()},
+            "task.generation.max_new_tokens": SMOKE_NEW_TOKENS}
+    return key in caps and value == caps[key]
 
 
 def refuse_ignored(recipe: Recipe) -> None:
@@ -224,7 +264,7 @@ def refuse_ignored(recipe: Recipe) -> None:
         f = next(f for f in dataclasses.fields(owner) if f.name == name)
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         value = getattr(owner, name)
-        if value == default or recipe.smoke and _smoke_sets(key):
+        if value == default or recipe.smoke and _smoke_sized_as(key, value):
             continue
         raise UserError(f"{key}: {why}; remove it (it is {value!r}, which the run would record in "
                         f"recipe.yaml without using it)")

@@ -50,11 +50,13 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "base_run_files": chain.record(setup.source) if isinstance(recipe.model.checkpoint, dict) else None,
         # a local base folder's files that eval/predict/export load model/ onto (result_base)
         "base_files": result_base(recipe, setup, out),
+        # model/ itself, as saved: its files' sizes, times and sha256 (runs.result_changed)
+        "model_files": runs.result_record(out / "model") if acc.is_main_process else None,
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
         "peak_memory_mb": state.peak_memory_mb or devices.peak_memory_mb(acc.device),
         # what the scores are of: a report pools seeds only on one data_sha256 (the task's files)
         # and notes a comparison across eval_sha256 (the examples scored: files, subset, filters)
-        "data_sha256": runs.data_fingerprint(setup.task.data_files()),
+        "data_sha256": setup.data_sha256 or runs.data_fingerprint(setup.task.data_files()),
         "eval_sha256": examples_fingerprint(setup.raw_evals),
         # a Hub data set's revision, which data_sha256 (local files) does not see: eval checks it
         "hub_data": setup.task.hub_data(),

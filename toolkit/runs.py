@@ -131,6 +131,33 @@ def base_changed(saved: dict | None, source: str) -> Path | None:
     return None
 
 
+def result_record(model: Path) -> dict | None:
+    """What a finished run's model/ holds as saved (base_record of every file in it; None where the
+    run saved none: an in-context run). A file of it removed, added or changed after the run was
+    loaded as the run's result (or a traceback where a weight file went), exit 0."""
+    return base_record(str(model), ("*",)) if model.is_dir() else None
+
+
+def result_changed(run: Path) -> str | None:
+    """How the finished run's model/ differs from what its metrics.json records it saved (None: as
+    saved, or no record: a run from before it)."""
+    try:
+        saved = read_json(run / "metrics.json").get("model_files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not saved:
+        return None
+    model = run / "model"
+    changed = base_changed(saved, str(model)) if model.is_dir() else model
+    if changed is None:
+        return None
+    if changed == model:
+        return f"{model} is gone"
+    said = "is gone" if not changed.exists() else \
+        "changed since the run saved it" if changed.name in saved["files"] else "was added since the run"
+    return f"{changed} {said}"
+
+
 def hub_data_changed(saved: dict | None, now: dict | None) -> str | None:
     """The first Hub data set ("<id> <config>") of `saved` (Task.hub_data) whose splits were loaded
     now with other examples; None when all match, or where nothing was recorded (local files, or a
@@ -343,6 +370,14 @@ def checkpoints(path: Path) -> list[Path]:
         return []
     found = [p for p in folder.glob("step-*") if p.is_dir() and p.name.split("-")[1].isdigit()]
     return sorted(found, key=step_of)
+
+
+def has_checkpoint(path: Path) -> bool:
+    """A checkpoint to go on from: a `step-N`, or a whole one a kill left under `tmp-step-N`
+    (settle_checkpoints keeps it). Every process of a launch gets the same answer, whether rank 0
+    has settled them yet or not."""
+    folder = path / "checkpoints"
+    return bool(checkpoints(path)) or folder.is_dir() and any(_whole(p) for p in folder.glob("tmp-step-*"))
 
 
 def settle_checkpoints(path: Path) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from toolkit import attention, chain, evaluation, heads, models
+from toolkit import attention, chain, evaluation, heads, models, runs
 from toolkit.errors import UserError
 from toolkit.methods import Context, count_params
 from toolkit.recipe_data import RunPlan, largest_warmup_ratio
@@ -32,6 +32,10 @@ class Setup:
     predictions: dict = field(default_factory=dict)  # suffix -> rows of the latest evaluation
     source: str = ""  # the checkpoint as models.load got it before --smoke (a chained run's model/)
     scores_train: bool = False  # the eval splits are the train split (toolkit evaluate --split train)
+    # the task's files as this launch read them (runs.data_fingerprint), taken before they are read:
+    # metrics.json's data_sha256, what eval checks the data against. Taken when the run finished, a
+    # file edited while the run trained was recorded as the data it was made with, exit 0
+    data_sha256: str = ""
 
 
 def check_units(task: Task, collate: Any, train: Any, evals: dict[str, Any]) -> None:
@@ -102,6 +106,7 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     not the recipe, says where a chained run's model is and the length as written (--smoke)."""
     recipe = plan.recipe
     task = recipe.task
+    data_sha256 = runs.data_fingerprint(task.data_files())  # what is read next, as the run id hashed it
     raw = task.load()
     task.note_eval_in_train(raw)  # said with the data's notices
     source = chain.source(plan)  # a {run: ...} reference: that run's model (smoke-sized or not)
@@ -145,4 +150,5 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     if recipe.method.trains and trainable == 0:
         raise UserError(f"method.name: '{recipe.method.name}' left no parameter to train")
     task.say_notices()  # what was cut or may be misread, over every split: once per run that starts
-    return Setup(task, model, tok, train, evals, raw["eval"], trainable, total, recipe.train.seed, source=source)
+    return Setup(task, model, tok, train, evals, raw["eval"], trainable, total, recipe.train.seed, source=source,
+                 data_sha256=data_sha256)
