@@ -708,6 +708,18 @@ def settings_problem(tok: PreTrainedTokenizerBase) -> str | None:
     return None
 
 
+CASE_PROBE = "Paris Berlin"  # capitals every vocabulary holds (cased or lower-cased alike)
+
+
+def lowercased(tok: PreTrainedTokenizerBase) -> str | None:
+    """What CASE_PROBE comes back as from the tokenizer (encoded, decoded) where it comes back
+    without its capitals (an uncased BERT's `do_lower_case`, a normalizer's Lowercase), else None:
+    read from what the tokenizer does, not from a setting's name."""
+    ids = tok(CASE_PROBE, add_special_tokens=False)["input_ids"]
+    back = tok.decode(ids, skip_special_tokens=True).strip()
+    return None if any(ch.isupper() for ch in back) else back
+
+
 def own_sides(tok: PreTrainedTokenizerBase) -> None:
     """Every tokenizer the toolkit loads pads and cuts on the right, whatever the checkpoint's
     tokenizer was saved with: the sides are the toolkit's, not the checkpoint's. transformers'
