@@ -231,6 +231,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     encode = recipe.method.encoder(recipe.task, tok)  # in-context: the raw rows as they are
     setup = Setup(recipe.task, model, tok, data.get("train"), {k: encode(ds) for k, ds in raw.items()},
                   raw, 0, 0, recipe.train.seed, scores_train=split == "train")
+    recipe.task.say_notices(run=False)  # what encoding found, before the scoring that may take long
     prepared = acc.prepare_model(model, evaluation_mode=True)
     if not recipe.method.trains:  # in-context: the method scores, as in the run itself
         metrics = recipe.method.evaluate(prepared, setup, acc)
@@ -239,7 +240,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
         loaders = {k: acc.prepare(v) for k, v in loaders.items()}
         metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw, sink=setup.predictions,
                                       orders=orders)
-    recipe.task.say_notices(run=False)  # what encoding the split found (texts cut), as run and predict say it
+    recipe.task.say_notices(run=False)  # what scoring found (in-context prompts cut), as run and predict say it
     result = {"split": split, "eval": metrics, "examples": {k: len(v) for k, v in raw.items()},
               "task": recipe.to_dict()["task"]}
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks

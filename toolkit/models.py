@@ -390,10 +390,49 @@ def _whole() -> Iterator[None]:
             hf_deepspeed.set_hf_deepspeed_config(held)
 
 
+# Files a model folder holds that no small model is built from (its weights): left out of its key.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".ot")
+SMOKE_BUILD = 2  # raised when _tiny_config builds other small models from the same files
+
+
+def _source_folder(source: str) -> Path | None:
+    """The folder `from_pretrained(source)` reads: a local one, or a Hub id's cached snapshot."""
+    if Path(source).is_dir():
+        return Path(source)
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(source, "config.json")
+    except Exception:  # not a valid repo id
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def smoke_key(family: str, folder: Path) -> str:
+    """What a small model is built from, hashed: its family, and the content of every file of the
+    folder its config and tokenizer are read from but the weights (and the transformers that reads
+    them). Keyed by the folder's name, two local folders of one name (/a/my-model, /b/my-model with
+    another vocabulary) shared one small model: the second run trained, and reported on, the
+    model built for the first, exit 0."""
+    import hashlib
+
+    import transformers
+
+    digest = hashlib.sha256(f"{SMOKE_BUILD}\0{family}\0{transformers.__version__}\0".encode())
+    for file in sorted(folder.iterdir()):
+        if file.is_file() and not file.name.endswith(WEIGHT_SUFFIXES):
+            digest.update(file.name.encode() + b"\0")
+            with open(file, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
 def smoke_checkpoint(checkpoint: str) -> str:
-    """A cached folder holding a random-weight model of the checkpoint's family and its tokenizer."""
-    import torch
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    """A cached folder holding a random-weight model of the checkpoint's family and its tokenizer,
+    named by `smoke_key` of the folder it is built from."""
+    from transformers import AutoConfig, AutoTokenizer
 
     family = family_of(checkpoint)
     shared_name = SMOKE_TOKENIZER.get(family) or SMOKE_TOKENIZER.get(kind_of(family) or "")
@@ -405,28 +444,46 @@ def smoke_checkpoint(checkpoint: str) -> str:
     # each time; a cached folder holds its tokenizer): the checkpoint's own, then the shared one.
     try:
         source = resolve(checkpoint)
-        target = cache / (family + "-" + Path(checkpoint).name.replace("/", "_"))
-        if (target / "config.json").is_file():
-            return str(target)
+        folder = _source_folder(source)
+        if folder is not None:
+            target = cache / f"{family}-{Path(checkpoint).name}-{smoke_key(family, folder)}"
+            if (target / "config.json").is_file():
+                return str(target)
         tok = AutoTokenizer.from_pretrained(source)
         own = AutoConfig.from_pretrained(source)
+        folder = folder or _source_folder(source)  # a Hub id downloaded just now
+        if folder is not None:
+            key = smoke_key(family, folder)
+        else:  # its files are nowhere to be read: the key is of what was read, saved
+            with tempfile.TemporaryDirectory() as read:
+                own.save_pretrained(read), tok.save_pretrained(read)
+                key = smoke_key(family, Path(read))
+        target = cache / f"{family}-{Path(checkpoint).name}-{key}"
     except (UserError, OSError, ValueError, TypeError):  # TypeError: a Marian folder without its vocabulary files
         shared = tokenizer_dir() / shared_name
         if not shared.is_dir():
             raise UserError(f"--smoke: no tokenizer for '{checkpoint}' and none at {shared}; set "
                             "TOOLKIT_TOKENIZERS to a folder of tokenizers") from None
-        target = cache / (family + "-shared")
+        target = cache / f"{family}-shared-{smoke_key(family, shared)}"
         if (target / "config.json").is_file():
             return str(target)
         tok, own = AutoTokenizer.from_pretrained(str(shared)), None
-    tag = target.name
+    return _build_small(target, family, tok, own)
+
+
+def _build_small(target: Path, family: str, tok: PreTrainedTokenizerBase, own: Any) -> str:
+    """Build and save the small model at `target`: written to a temporary folder beside it and
+    renamed, so two processes building the same entry at once leave one whole folder."""
+    import torch
+    from transformers import AutoModel
+
     _ensure_pad(tok)
     config = _tiny_config(family, id_span(tok), tok, own)
     with torch.random.fork_rng(devices=[]), _whole():  # building the cache must not move the run's RNG
         torch.manual_seed(0)
         model = AutoModel.from_config(config)  # the body only: every task adds its own head
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=cache, prefix=f".{tag}-"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     if not (tmp / "config.json").is_file():  # under torch.distributed only rank 0 writes the model:
@@ -649,6 +706,18 @@ def settings_problem(tok: PreTrainedTokenizerBase) -> str | None:
                     f"what that keeps: {text!r} reads as {tok.unk_token} where {plain!r} does not (so would every such word); "
                     f"set {setting} in its tokenizer_config.json to what the model was trained with")
     return None
+
+
+CASE_PROBE = "Paris Berlin"  # capitals every vocabulary holds (cased or lower-cased alike)
+
+
+def lowercased(tok: PreTrainedTokenizerBase) -> str | None:
+    """What CASE_PROBE comes back as from the tokenizer (encoded, decoded) where it comes back
+    without its capitals (an uncased BERT's `do_lower_case`, a normalizer's Lowercase), else None:
+    read from what the tokenizer does, not from a setting's name."""
+    ids = tok(CASE_PROBE, add_special_tokens=False)["input_ids"]
+    back = tok.decode(ids, skip_special_tokens=True).strip()
+    return None if any(ch.isupper() for ch in back) else back
 
 
 def own_sides(tok: PreTrainedTokenizerBase) -> None:

@@ -28,7 +28,7 @@ from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._fields import language_tag
 from toolkit.tasks._lm import IGNORE, TokenTask, leading_special, special_frame
-from toolkit.models import kind_of, parts_lost
+from toolkit.models import CASE_PROBE, kind_of, lowercased, parts_lost
 
 torch = lazy("torch", globals())
 
@@ -190,6 +190,8 @@ class TextToText(TokenTask):
 
     names: ClassVar[tuple[str, str]] = ("sources", "targets")  # what a cut is counted in
     json_field: ClassVar[str | None] = "data"  # read_records
+    # the scores that count a capital written in lower case as a miss ("BLEU and chrF"); "": none
+    case_sensitive: ClassVar[str] = ""
 
     max_length: int = field(default=512, metadata={"min": 8})  # source tokens
     max_target_length: int = field(default=128, metadata={"min": 1})
@@ -384,6 +386,7 @@ class TextToText(TokenTask):
         rows = dataset.to_list()
         sources = [self.source_text(r) for r in rows]
         targets = [self.target_text(r) for r in rows]
+        self._note_case(tokenizer, targets)
         if self.in_context is not None:
             features = self._encode_in_context(tokenizer, sources, targets, prefix, suffix)
         else:
@@ -398,6 +401,24 @@ class TextToText(TokenTask):
         lengths = [len(x) for x in features.get("prompt_ids", features["input_ids"])]
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # longest first: even batches
         return encoded.select(order)
+
+    def _note_case(self, tok: Any, targets: list[str]) -> None:
+        """A tokenizer that lower-cases (an uncased BERT's, MiniLM2MiniLM's) gives a model that
+        never writes a capital, and a case-sensitive score (sacreBLEU's BLEU and chrF, as published)
+        counts each capital of the references as a miss: Multi30k's scores were lowered with no
+        word, exit 0. Said once, where references with capitals are encoded (a run's splits,
+        eval's; not predict's inputs, which have none). The score itself stays as published."""
+        if not self.case_sensitive or not any(any(ch.isupper() for ch in t) for t in targets):
+            return
+        back = lowercased(tok)
+        if back is None:
+            return
+        self.note("lower-cased", f"the tokenizer ({type(tok).__name__}) lower-cases text ({CASE_PROBE!r} decodes as "
+                  f"{back!r}), so the "
+                  f"model writes no capitals, and {self.case_sensitive} (sacreBLEU, case-sensitive as published) count "
+                  "every capital of the references as a miss: the scores are lower than the text deserves; use a "
+                  "checkpoint with a cased tokenizer, or rescore the run's predictions*.jsonl with sacreBLEU's "
+                  "lowercase option (-lc), which the toolkit does not apply")
 
     # in-context prompting (method icl): set on the instance before each eval split is encoded
     in_context: ClassVar[InContext | None] = None

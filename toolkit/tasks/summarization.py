@@ -70,6 +70,7 @@ class Summarization(TextToText):
     eval_file: str | None = None
     field_keys: ClassVar[tuple[str, ...]] = ("source_field",)
     scored_keys: ClassVar[tuple[str, ...]] = ("target_field",)
+    case_sensitive: ClassVar[str] = ""  # ROUGE (rouge-score) lower-cases both sides before it counts
     source_field: str | None = None  # default: the preset's (SAMSum: dialogue)
     target_field: str | None = None  # default: the preset's (SAMSum: summary)
 

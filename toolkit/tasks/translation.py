@@ -62,6 +62,7 @@ class Translation(TextToText):
     scored_keys: ClassVar[tuple[str, ...]] = ("target_field",)
     source_field: str | None = None  # records: default the language codes
     target_field: str | None = None
+    case_sensitive: ClassVar[str] = "BLEU and chrF"  # sacreBLEU's defaults (lowercase=False), as published
     bleu_tokenize: Literal["13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none"] = "13a"
 
     def check(self) -> None:

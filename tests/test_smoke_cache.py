@@ -1,0 +1,115 @@
+"""The `--smoke` small-model cache is keyed by what each small model is built from (the family and
+the content of the checkpoint's config and tokenizer files), never by the checkpoint's name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED, write_recipe
+from toolkit import models
+
+# family -> (shared tokenizer folder, a config field that differs between the two same-named folders)
+FOLDERS = {"bert": ("bert-base-uncased", "bert"), "gpt2": ("gpt2", "gpt2"), "bart": ("bart-base", "bart"),
+           "t5": ("t5", "t5"), "marian": ("bart-base", "marian")}
+
+
+def _checkpoint(root: Path, family: str, extra_token: str | None) -> Path:
+    """A local checkpoint folder named `my-model` under `root`: a config of the family and a real
+    tokenizer, with one more token added where `extra_token` is given (a larger vocabulary)."""
+    import transformers
+
+    tokenizer, model_type = FOLDERS[family]
+    folder = root / "my-model"
+    tok = transformers.AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / tokenizer))
+    if extra_token:
+        tok.add_tokens([extra_token])
+    tok.save_pretrained(folder)
+    config = transformers.AutoConfig.for_model(model_type, vocab_size=len(tok))
+    config.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("family", sorted(FOLDERS))
+def test_two_folders_of_one_name_get_their_own_small_models(family: str, tmp_path: Path) -> None:
+    """/a/my-model and /b/my-model, their tokenizers of another vocabulary size: the cache was
+    keyed by family and folder name, so the second got the first's small model (its vocabulary
+    and tokenizer), exit 0. The same folder again reuses its entry."""
+    first = models.smoke_checkpoint(str(_checkpoint(tmp_path / "a", family, None)))
+    second = models.smoke_checkpoint(str(_checkpoint(tmp_path / "b", family, "zzqxnewtoken")))
+    assert first != second
+    rows = [json.loads((Path(f) / "config.json").read_text())["vocab_size"] for f in (first, second)]
+    assert rows[1] == rows[0] + 1
+    assert len(models.load_tokenizer(second)) == len(models.load_tokenizer(first)) + 1
+    stamp = (Path(first) / "config.json").stat().st_mtime_ns
+    assert models.smoke_checkpoint(str(tmp_path / "a" / "my-model")) == first  # reused, not rebuilt
+    assert (Path(first) / "config.json").stat().st_mtime_ns == stamp
+    copy = tmp_path / "c" / "my-model"  # the same files elsewhere: the same small model
+    shutil.copytree(tmp_path / "a" / "my-model", copy)
+    assert models.smoke_checkpoint(str(copy)) == first
+
+
+def test_a_changed_config_is_another_small_model(tmp_path: Path) -> None:
+    """The checkpoint's own config names the token ids a small model of a family without a recipe
+    of its own takes (Marian): a folder whose config changed is built again."""
+    folder = _checkpoint(tmp_path, "marian", None)
+    before = models.smoke_checkpoint(str(folder))
+    config = json.loads((folder / "config.json").read_text())
+    config["decoder_start_token_id"] = 3
+    (folder / "config.json").write_text(json.dumps(config))
+    after = models.smoke_checkpoint(str(folder))
+    assert after != before
+    assert json.loads((Path(after) / "config.json").read_text())["decoder_start_token_id"] == 3
+
+
+def test_two_processes_building_one_entry_leave_one_whole_folder(tmp_path: Path) -> None:
+    """The entry is written to a temporary folder and renamed: a process that finds the entry
+    written by another meanwhile keeps that one, and leaves no temporary folder behind."""
+    folder = _checkpoint(tmp_path, "bert", None)
+    built = Path(models.smoke_checkpoint(str(folder)))
+    stamp = (built / "config.json").stat().st_mtime_ns
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    again = models._build_small(built, "bert", tok, transformers.AutoConfig.from_pretrained(str(folder)))
+    assert again == str(built) and (built / "config.json").stat().st_mtime_ns == stamp
+    assert not [p for p in built.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_the_shared_tokenizer_entry_is_keyed_by_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint off-line without its files borrows the shared tokenizer of its kind: another
+    TOOLKIT_TOKENIZERS folder whose bert-base-uncased holds another vocabulary is another model."""
+    first = models.smoke_checkpoint("bert-base-uncased")
+    other = tmp_path / "tokenizers"
+    shutil.copytree(SHARED / "tokenizers" / "bert-base-uncased", other / "bert-base-uncased")
+    with open(other / "bert-base-uncased" / "vocab.txt", "a") as handle:
+        handle.write("zzqxnewtoken\n")
+    for name in ("tokenizer.json",):
+        (other / "bert-base-uncased" / name).unlink(missing_ok=True)
+    monkeypatch.setenv("TOOLKIT_TOKENIZERS", str(other))
+    second = models.smoke_checkpoint("bert-base-uncased")
+    assert second != first
+    rows = [json.loads((Path(f) / "config.json").read_text())["vocab_size"] for f in (first, second)]
+    assert rows[1] == rows[0] + 1
+
+
+def test_a_smoke_run_trains_the_small_model_of_its_own_folder(tmp_path: Path, cli) -> None:
+    """Through `toolkit run --smoke`: the run of /b/my-model saves a model of its own vocabulary."""
+    recipe = """
+model: {{checkpoint: {checkpoint}}}
+task: {{name: glue, subset: sst2}}
+method: {{name: full}}
+train: {{epochs: 1}}
+"""
+    sizes = []
+    for where, extra in (("a", None), ("b", "zzqxnewtoken")):
+        folder = _checkpoint(tmp_path / where, "bert", extra)
+        path = write_recipe(tmp_path / where / "r.yaml", recipe.format(checkpoint=folder))
+        code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / where / "runs")
+        assert code == 0, err
+        saved = next((tmp_path / where / "runs").rglob("model/config.json"))
+        sizes.append(json.loads(saved.read_text())["vocab_size"])
+    assert sizes[1] == sizes[0] + 1
