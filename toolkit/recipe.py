@@ -81,6 +81,7 @@ def built(raw: dict, name: str = "recipe", smoke: bool = False) -> Recipe:
     if isinstance(sections["model"].attention, attention.Attention):
         sections["model"].attention.run_seed = sections["train"].seed  # draws follow the run's seed
     task = build_plugin(tasks.TASKS, raw["task"], "task")
+    task.run_seed = sections["train"].seed  # training draws (masks, noise) follow the run's seed
     method = build_plugin(methods.METHODS, raw["method"], "method")
     return Recipe(model=sections["model"], task=task, method=method, train=sections["train"],
                   name=task.run_name(name), smoke=smoke)

@@ -8,11 +8,14 @@ run_clm.py / run_t5_mlm_flax.py do.
 
 The held-out split is a seeded fraction of the documents or its own file. Its examples are
 marked (`heldout` column) so that `encode` corrupts them ONCE, at encode time, with a generator
-seeded by (corruption_seed, block index): every evaluation of a run, every process and every run
-of the recipe scores the same masks. Training blocks are corrupted afresh in the collator, each
-from a generator seeded by (corruption_seed, epoch, block index): new masks every epoch (dynamic
-masking) that a resumed run draws exactly as an uninterrupted one. Torch's global RNG would not
-do: the data loader collates one batch ahead of the step a checkpoint captures.
+seeded by (corruption_seed, block index): every evaluation of a run, every process, every run of
+the recipe and every train.seed of a sweep scores the same masks. Training blocks are corrupted
+afresh in the collator, each from a generator seeded by (corruption_seed, train.seed, epoch, block
+index): new masks every epoch (dynamic masking) that a resumed run draws exactly as an
+uninterrupted one, and other masks under another train.seed, as run_mlm.py's collator draws from
+the generator `--seed` seeds (they were drawn from corruption_seed alone: every seed of a sweep
+trained on the same masks, and its spread left the masks' variance out, exit 0). Torch's global
+RNG would not do: the data loader collates one batch ahead of the step a checkpoint captures.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ class TextTask(TokenTask):
     split_seed: int = field(default=0, metadata={"min": 0, "max": 2**32 - 1})  # fixed: every training
     # seed is evaluated on the same documents
     corruption_seed: int = field(default=0, metadata={"min": 0, "max": 2**32 - 1})  # the held-out
-    # masks / spans / windows are drawn from this seed
+    # masks / spans are drawn from this seed alone; the training ones from it and train.seed
 
     def check(self) -> None:
         if (self.train_file is None) == (self.dataset is None):
@@ -405,8 +408,8 @@ class BlockCollator:
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         if "labels" not in examples[0]:
-            seed = self.task.corruption_seed
-            examples = [self.task.corrupt(e, np.random.default_rng([seed, 1, self.epoch, e["block"]]),
+            seed, run = self.task.corruption_seed, self.task.run_seed
+            examples = [self.task.corrupt(e, np.random.default_rng([seed, 1, run, self.epoch, e["block"]]),
                                           self.tokenizer) for e in examples]
         pad_id = self.tokenizer.pad_token_id
         ids = [list(e["input_ids"]) for e in examples]
