@@ -866,6 +866,49 @@ method: {name: full}
         recipe.load(path)
 
 
+
+@pytest.mark.parametrize("entry", ["cli validate", "api validate", "cli run", "api run"])
+@pytest.mark.parametrize("family, warm", [("bert", ", warm_start: encoder-decoder"), ("bart", "")])
+def test_span_corruption_without_sentinels_is_refused_at_validate(tmp_path: Path, cli, tiny_checkpoint, capsys,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  entry: str, family: str, warm: str) -> None:
+    """Finding: span_corruption on a tokenizer without T5's sentinels (a BERT2BERT warm start's
+    BERT tokenizer, BART's) passed `toolkit validate` (the model kind, encoder-decoder, fits) and
+    was refused at run only after the model loaded. It is one line at validate, from the
+    tokenizer alone, and a run stops there: no weights read, nothing written."""
+    import toolkit
+    from toolkit import models
+
+    path = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint(family)}{warm}}}
+task: {{name: span_corruption, train_file: {WIKI}/valid.txt, eval_file: {WIKI}/test.txt, max_length: 32}}
+method: {{name: full}}
+""")
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the weights were loaded"))
+    runs = tmp_path / "runs"
+    capsys.readouterr()  # the small model's build, said once a session
+    if entry.startswith("cli"):
+        code, _, err = cli(*entry.split()[1:], path, *(["--runs-dir", runs] if "run" in entry else []))
+        line = err.strip()
+        assert code == 2 and "\n" not in line, err
+    else:
+        with pytest.raises(UserError) as raised:
+            toolkit.validate(path) if entry == "api validate" else toolkit.run(path, runs_dir=runs)
+        line = str(raised.value)
+    assert re.search(r"task.name: span_corruption needs T5's sentinel tokens .*the tokenizer of "
+                     r"model.checkpoint .* has none; use a T5 checkpoint", line), line
+    assert not runs.exists() or not any(runs.rglob("*.json"))
+
+
+def test_a_t5_span_corruption_recipe_validates_without_heavy_imports(tiny_checkpoint) -> None:
+    """The sentinels are read off T5's tokenizer files (`extra_ids`, the vocabulary): validating
+    a T5 recipe imports nothing heavy, as every recipe's validate (tests/test_startup.py)."""
+    from test_startup import _heavy_after
+
+    assert _heavy_after(["validate", "recipes/pretrain/wikitext-2/t5-base-span_corruption.yaml", "--smoke"],
+                        ["validate", "recipes/pretrain/wikitext-2/t5-base-span_corruption.yaml"]) == \
+        {"codes": [0, 0], "heavy": []}
+
+
 def test_token_task_loss_slices_the_logits_only_for_soft_prompts() -> None:
     """TokenTask.loss hands the model's logits to token_losses as they are: a full-length slice
     would be an autograd node whose backward zero-fills and copies the whole (b, t, vocab)

@@ -192,6 +192,9 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
             raise UserError(f"model.attention: '{recipe.model.attention.name}' cannot run with "
                             f"method {recipe.method.name}: {reason}")
     models.check_head(base.model.checkpoint, family, recipe.method.head(task, family))
+    folder = models.tokenizer_folder(base.model.checkpoint, recipe.smoke) if isinstance(base.model.checkpoint, str) else None
+    if folder is not None:  # the tokenizer the run reads (a warm start's is the encoder's)
+        task.check_tokenizer(folder, base.model.checkpoint)
     if recipe.train.metric is not None:  # after the head: a task's metrics may follow it (squad v2's best_*)
         names = task.metric_names()
         if recipe.train.metric not in names:

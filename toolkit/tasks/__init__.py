@@ -176,6 +176,11 @@ class Task:
     def declaration(self, name: str) -> Metric:
         return declaration(name, self.declared_metrics())
 
+    def check_tokenizer(self, folder: Path, checkpoint: str) -> None:
+        """At validate, before any weights load: refuse (UserError) a tokenizer this task cannot
+        use, from `folder`, the one its files are read from (`models.tokenizer_folder` of
+        `checkpoint`). Most tasks take any tokenizer."""
+
     def model_head(self, family: str | None) -> str:
         """The head (a toolkit.heads name) this task needs on a model of `family` (its model_type):
         generation tasks pick causal-lm for decoders and seq2seq-lm for encoder-decoders."""
