@@ -867,20 +867,28 @@ method: {name: full}
 
 
 
+NO_TOKENS = {"span_corruption": r"span_corruption needs T5's sentinel tokens .*; the tokenizer of model.checkpoint "
+                                  r".* has none; use a T5 checkpoint",
+             "denoise": r"denoise needs a tokenizer with a mask token \(BART's <mask>\); the tokenizer of "
+                        r"model.checkpoint .* has none; for T5 use span_corruption"}
+
+
 @pytest.mark.parametrize("entry", ["cli validate", "api validate", "cli run", "api run"])
-@pytest.mark.parametrize("family, warm", [("bert", ", warm_start: encoder-decoder"), ("bart", "")])
-def test_span_corruption_without_sentinels_is_refused_at_validate(tmp_path: Path, cli, tiny_checkpoint, capsys,
-                                                                  monkeypatch: pytest.MonkeyPatch,
-                                                                  entry: str, family: str, warm: str) -> None:
+@pytest.mark.parametrize("task, family, warm", [("span_corruption", "bert", ", warm_start: encoder-decoder"),
+                                                ("span_corruption", "bart", ""), ("denoise", "t5", "")])
+def test_an_objective_on_a_tokenizer_without_its_tokens_is_refused_at_validate(
+        tmp_path: Path, cli, tiny_checkpoint, capsys, monkeypatch: pytest.MonkeyPatch, entry: str, task: str,
+        family: str, warm: str) -> None:
     """Finding: span_corruption on a tokenizer without T5's sentinels (a BERT2BERT warm start's
-    BERT tokenizer, BART's) passed `toolkit validate` (the model kind, encoder-decoder, fits) and
-    was refused at run only after the model loaded. It is one line at validate, from the
-    tokenizer alone, and a run stops there: no weights read, nothing written."""
+    BERT tokenizer, BART's) and denoise on one without a mask token (T5's) passed `toolkit
+    validate` (the model kind, encoder-decoder, fits) and were refused at run only after the model
+    loaded. Each is one line at validate, from the tokenizer alone, and a run stops there: no
+    weights read, nothing written."""
     import toolkit
     from toolkit import models
 
     path = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint(family)}{warm}}}
-task: {{name: span_corruption, train_file: {WIKI}/valid.txt, eval_file: {WIKI}/test.txt, max_length: 32}}
+task: {{name: {task}, train_file: {WIKI}/valid.txt, eval_file: {WIKI}/test.txt, max_length: 32}}
 method: {{name: full}}
 """)
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the weights were loaded"))
@@ -894,19 +902,20 @@ method: {{name: full}}
         with pytest.raises(UserError) as raised:
             toolkit.validate(path) if entry == "api validate" else toolkit.run(path, runs_dir=runs)
         line = str(raised.value)
-    assert re.search(r"task.name: span_corruption needs T5's sentinel tokens .*the tokenizer of "
-                     r"model.checkpoint .* has none; use a T5 checkpoint", line), line
+    assert re.search("task.name: " + NO_TOKENS[task], line), line
     assert not runs.exists() or not any(runs.rglob("*.json"))
 
 
-def test_a_t5_span_corruption_recipe_validates_without_heavy_imports(tiny_checkpoint) -> None:
-    """The sentinels are read off T5's tokenizer files (`extra_ids`, the vocabulary): validating
-    a T5 recipe imports nothing heavy, as every recipe's validate (tests/test_startup.py)."""
+def test_objectives_on_tokenizers_with_their_tokens_validate_without_heavy_imports() -> None:
+    """The tokens are read off the tokenizer files (T5's `extra_ids`, the vocabulary, a
+    `mask_token`): validating the shipped pretraining recipes imports nothing heavy, as every
+    recipe's validate (tests/test_startup.py)."""
     from test_startup import _heavy_after
 
-    assert _heavy_after(["validate", "recipes/pretrain/wikitext-2/t5-base-span_corruption.yaml", "--smoke"],
-                        ["validate", "recipes/pretrain/wikitext-2/t5-base-span_corruption.yaml"]) == \
-        {"codes": [0, 0], "heavy": []}
+    recipes = [f"recipes/pretrain/wikitext-2/{name}.yaml" for name in
+               ("t5-base-span_corruption", "bart-base-denoise", "bert-base-uncased-mlm", "roberta-base-mlm")]
+    commands = [["validate", r, *smoke] for r in recipes for smoke in ([], ["--smoke"])]
+    assert _heavy_after(*commands) == {"codes": [0] * len(commands), "heavy": []}
 
 
 def test_token_task_loss_slices_the_logits_only_for_soft_prompts() -> None:

@@ -20,15 +20,16 @@ RNG would not do: the data loader collates one batch ahead of the step a checkpo
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from toolkit import readers
+from toolkit import models, readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.models import kind_of
 from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_dataset, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask, special_frame, token_hits
 
@@ -197,6 +198,29 @@ class TextTask(TokenTask):
             raise UserError(f"task.{source[0]}: the run holds out a fraction of its training documents, so only "
                             f"task.eval_fraction={self.eval_fraction} of {getattr(self, source[0])} would be "
                             "scored, as if all of it; score a file whole with task.eval_file=FILE")
+
+    def check_tokenizer(self, folder: Path, checkpoint: str) -> None:
+        """At validate: the tokens the corruption puts in (a mask token, T5's sentinels), which a
+        tokenizer of the right model kind may lack (T5's has no mask token; BART's and a BERT2BERT
+        warm start's have no sentinels): such a recipe passed validate and was refused at run,
+        after the model loaded. Files that name them pass without importing anything
+        (`tokenizer_named`); otherwise the tokenizer is read (never the weights) and asked as the
+        run asks (`refuse_tokenizer`)."""
+        if self.tokenizer_named(folder):
+            return
+        try:
+            tokenizer = models.load_tokenizer(str(folder))
+        except (OSError, ValueError, TypeError):  # no tokenizer readable there: the run says why
+            return
+        self.refuse_tokenizer(tokenizer, checkpoint)
+
+    def tokenizer_named(self, folder: Path) -> bool:
+        """Whether the tokenizer files in `folder`, read as text, show what `refuse_tokenizer`
+        asks for (False: undecided, the tokenizer is read)."""
+        return True
+
+    def refuse_tokenizer(self, tokenizer: Any, checkpoint: str | None = None) -> None:
+        """UserError where the corruption cannot run on `tokenizer` (`checkpoint`: whose it is)."""
 
     def model_head(self, family: str | None) -> str:
         require_kind(self.name, family, self.kind, self.examples, self.instead)
@@ -375,6 +399,37 @@ class TextTask(TokenTask):
         return BlockCollator(self, tokenizer, model)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def tokenizer_files(folder: Path) -> dict[str, str]:
+    """The tokenizer files in `folder` that are there, by name, as text."""
+    out = {}
+    for name in TOKENIZER_FILES:
+        try:
+            out[name] = (folder / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return out
+
+
+def config_value(files: dict[str, str], key: str) -> Any:
+    """`key` of tokenizer_config.json, else of special_tokens_map.json (None where neither sets it)."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        try:
+            value = json.loads(files.get(name, "{}")).get(key)
+        except (ValueError, AttributeError):
+            continue
+        if value is not None:
+            return value
+    return None
+
+
+def whose(checkpoint: str | None) -> str:
+    """The tokenizer a refusal names."""
+    return f"the tokenizer of model.checkpoint '{checkpoint}'" if checkpoint else "this tokenizer"
+
+
 def _word_starts(word_ids: list[int | None], extra: int) -> list[int]:
     """1 where a token begins a word (a special token counts as its own word)."""
     out, previous = [], object()
@@ -436,7 +491,7 @@ def require_kind(task: str, family: str | None, kind: str, examples: str, instea
     """Refuse (at validate) an objective on a model of the wrong kind, naming what would fit."""
     if family is None:  # asked without a model (a method's own checks): nothing to refuse yet
         return
-    found = kind_of(family)
+    found = models.kind_of(family)
     if found != kind:
         raise UserError(f"task.name: '{task}' trains {kind}s ({examples}); {family} models are "
                         f"{(found + 's') if found else 'none of encoder, decoder, encoder-decoder'}; "

@@ -11,17 +11,15 @@ because neither library exposes it as a function of (length, rng).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from toolkit import models
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS
-from toolkit.tasks._text import TextTask
+from toolkit.tasks._text import TextTask, config_value, tokenizer_files, whose
 
 
 def noise_counts(length: int, density: float, mean_span: float) -> tuple[int, int]:
@@ -109,18 +107,15 @@ class SpanCorruption(TextTask):
     mean_noise_span_length: float = field(default=3.0, metadata={"min": 1.0})
 
 
-    def check_tokenizer(self, folder: Path, checkpoint: str) -> None:
-        """The sentinels, at validate: a tokenizer without them (BART's, a BERT2BERT warm start's
-        BERT one) passed `toolkit validate` and was refused at run, after the model loaded. Files
-        that name them (the vocabulary, the added tokens, `extra_ids`) pass without importing
-        anything; otherwise the tokenizer is read (never the weights) and asked as the run asks,
-        since T5's tokenizer classes add `extra_ids` sentinels of their own."""
-        if _names_sentinels(folder):
-            return
-        try:
-            tokenizer = models.load_tokenizer(str(folder))
-        except (OSError, ValueError, TypeError):  # no tokenizer readable there: the run says why
-            return
+    def tokenizer_named(self, folder: Path) -> bool:
+        """<extra_id_0> in a vocabulary or the added tokens, or a positive `extra_ids` (T5's
+        tokenizer classes add that many sentinels of their own)."""
+        files = tokenizer_files(folder)
+        extra = config_value(files, "extra_ids")
+        return any("<extra_id_0>" in text for text in files.values()) or (
+            isinstance(extra, int) and not isinstance(extra, bool) and extra > 0)
+
+    def refuse_tokenizer(self, tokenizer: Any, checkpoint: str | None = None) -> None:
         sentinel_ids(tokenizer, checkpoint)
 
     def block_length(self, tokenizer: Any) -> int:
@@ -136,29 +131,6 @@ class SpanCorruption(TextTask):
         return {"input_ids": inputs, "labels": targets}
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
-
-
-def _names_sentinels(folder: Path) -> bool:
-    """Whether the tokenizer files in `folder` name T5's sentinels (<extra_id_0> in a vocabulary
-    or the added tokens, or a positive `extra_ids`), read as text: no import."""
-    for name in TOKENIZER_FILES:
-        try:
-            text = (folder / name).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        if "<extra_id_0>" in text:
-            return True
-        if name == "tokenizer_config.json":
-            try:
-                extra = json.loads(text).get("extra_ids")
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(extra, int) and not isinstance(extra, bool) and extra > 0:
-                return True
-    return False
-
-
 def sentinel_ids(tokenizer: Any, checkpoint: str | None = None) -> list[int]:
     """<extra_id_0>, <extra_id_1>, ... as the tokenizer has them (T5: ids counting down from the top)."""
     found = []
@@ -169,8 +141,7 @@ def sentinel_ids(tokenizer: Any, checkpoint: str | None = None) -> list[int]:
             break
         found.append(tid)
     if not found:
-        whose = f"the tokenizer of model.checkpoint '{checkpoint}'" if checkpoint else "this tokenizer"
-        raise UserError(f"task.name: span_corruption needs T5's sentinel tokens <extra_id_0>, ...; {whose} "
+        raise UserError(f"task.name: span_corruption needs T5's sentinel tokens <extra_id_0>, ...; {whose(checkpoint)} "
                         "has none; use a T5 checkpoint, or denoise for BART and encoder-decoder warm starts, "
                         "mlm for encoders")
     return found
