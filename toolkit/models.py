@@ -152,7 +152,6 @@ def resolve(checkpoint: str) -> str:
     return checkpoint
 
 
-
 def tokenizer_folder(checkpoint: str, smoke: bool = False) -> Path | None:
     """The folder on this machine a run reads `checkpoint`'s tokenizer from, found without
     importing transformers (for checks at validate): the model folder, a packaged one, the Hub
