@@ -332,6 +332,41 @@ def test_training_masks_are_new_each_epoch_and_repeatable(tiny_checkpoint) -> No
     assert not torch.equal(first, collate(examples)["labels"])
 
 
+
+@pytest.mark.parametrize("task, family", [("mlm", "bert"), ("mlm", "roberta"), ("denoise", "bart"),
+                                          ("span_corruption", "t5")])
+def test_training_masks_follow_train_seed_and_heldout_masks_do_not(tmp_path: Path, tiny_checkpoint,
+                                                                  task: str, family: str) -> None:
+    """Finding: the training masks / noise were drawn from task.corruption_seed alone, so the
+    seeds of a sweep (train.seed 42, 43, 44) trained on the same masks and their spread left the
+    masks' variance out, exit 0 (run_mlm.py's collator draws from the generator --seed seeds).
+    Through the recipe (what run, the API and a sweep read): another train.seed trains on other
+    masks, the same seed on the same ones, and every seed scores the same held-out masks;
+    task.corruption_seed moves both."""
+    from types import SimpleNamespace
+
+    from toolkit import models
+    from toolkit import recipe as recipe_module
+
+    path = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task)
+    tok = models.load_tokenizer(tiny_checkpoint(family))
+    model = SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=tok.pad_token_id))  # seq2seq's inputs
+
+    def draws(*overrides: str) -> tuple[list, list]:
+        t = recipe_module.load(path, list(overrides)).task
+        raw = t.load()
+        blocks = t.encode(raw["train"], tok)
+        batch = t.collator(tok, model)([blocks[i] for i in range(len(blocks))])
+        held = t.encode(raw["eval"][""], tok)
+        return [batch["input_ids"].tolist(), batch["labels"].tolist()], [held["input_ids"], held["labels"]]
+
+    (a, held_a), (again, held_again), (b, held_b), (c, held_c) = (
+        draws(*o) for o in (["train.seed=42"], ["train.seed=42"], ["train.seed=43"],
+                            ["train.seed=42", "task.corruption_seed=1"]))
+    assert a == again and a != b and a != c
+    assert held_a == held_again == held_b and held_c != held_a
+
+
 # What each family's reference puts around a document before packing: run_mlm's and
 # run_t5_mlm_flax's tokenizer(text) ([CLS] .. [SEP], <s> .. </s>, .. </s>), run_bart_dlm_flax's
 # eos_token after each document (its blocks begin with <s>, fairseq's), GPT-2's <|endoftext|>.
@@ -837,6 +872,58 @@ method: {name: full}
 """)
     with pytest.raises(UserError, match="task.eval_stride"):
         recipe.load(path)
+
+
+
+NO_TOKENS = {"span_corruption": r"span_corruption needs T5's sentinel tokens .*; the tokenizer of model.checkpoint "
+                                  r".* has none; use a T5 checkpoint",
+             "denoise": r"denoise needs a tokenizer with a mask token \(BART's <mask>\); the tokenizer of "
+                        r"model.checkpoint .* has none; for T5 use span_corruption"}
+
+
+@pytest.mark.parametrize("entry", ["cli validate", "api validate", "cli run", "api run"])
+@pytest.mark.parametrize("task, family, warm", [("span_corruption", "bert", ", warm_start: encoder-decoder"),
+                                                ("span_corruption", "bart", ""), ("denoise", "t5", "")])
+def test_an_objective_on_a_tokenizer_without_its_tokens_is_refused_at_validate(
+        tmp_path: Path, cli, tiny_checkpoint, capsys, monkeypatch: pytest.MonkeyPatch, entry: str, task: str,
+        family: str, warm: str) -> None:
+    """Finding: span_corruption on a tokenizer without T5's sentinels (a BERT2BERT warm start's
+    BERT tokenizer, BART's) and denoise on one without a mask token (T5's) passed `toolkit
+    validate` (the model kind, encoder-decoder, fits) and were refused at run only after the model
+    loaded. Each is one line at validate, from the tokenizer alone, and a run stops there: no
+    weights read, nothing written."""
+    import toolkit
+    from toolkit import models
+
+    path = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint(family)}{warm}}}
+task: {{name: {task}, train_file: {WIKI}/valid.txt, eval_file: {WIKI}/test.txt, max_length: 32}}
+method: {{name: full}}
+""")
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the weights were loaded"))
+    runs = tmp_path / "runs"
+    capsys.readouterr()  # the small model's build, said once a session
+    if entry.startswith("cli"):
+        code, _, err = cli(*entry.split()[1:], path, *(["--runs-dir", runs] if "run" in entry else []))
+        line = err.strip()
+        assert code == 2 and "\n" not in line, err
+    else:
+        with pytest.raises(UserError) as raised:
+            toolkit.validate(path) if entry == "api validate" else toolkit.run(path, runs_dir=runs)
+        line = str(raised.value)
+    assert re.search("task.name: " + NO_TOKENS[task], line), line
+    assert not runs.exists() or not any(runs.rglob("*.json"))
+
+
+def test_objectives_on_tokenizers_with_their_tokens_validate_without_heavy_imports() -> None:
+    """The tokens are read off the tokenizer files (T5's `extra_ids`, the vocabulary, a
+    `mask_token`): validating the shipped pretraining recipes imports nothing heavy, as every
+    recipe's validate (tests/test_startup.py)."""
+    from test_startup import _heavy_after
+
+    recipes = [f"recipes/pretrain/wikitext-2/{name}.yaml" for name in
+               ("t5-base-span_corruption", "bart-base-denoise", "bert-base-uncased-mlm", "roberta-base-mlm")]
+    commands = [["validate", r, *smoke] for r in recipes for smoke in ([], ["--smoke"])]
+    assert _heavy_after(*commands) == {"codes": [0] * len(commands), "heavy": []}
 
 
 def test_token_task_loss_slices_the_logits_only_for_soft_prompts() -> None:

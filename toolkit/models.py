@@ -152,6 +152,33 @@ def resolve(checkpoint: str) -> str:
     return checkpoint
 
 
+def tokenizer_folder(checkpoint: str, smoke: bool = False) -> Path | None:
+    """The folder on this machine a run reads `checkpoint`'s tokenizer from, found without
+    importing transformers (for checks at validate): the model folder, a packaged one, the Hub
+    cache's snapshot; under --smoke, where none of those is, the shared tokenizer its small
+    model borrows (`smoke_checkpoint`). None: not here (the run downloads it, and checks it then)."""
+    local = local_dir(checkpoint)
+    if local is None and checkpoint in PACKAGED:
+        found = PACKAGED[checkpoint]()
+        local = Path(found) if found else None
+    if local is None and not Path(checkpoint).expanduser().exists():
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(checkpoint, "config.json")
+        except Exception:  # an id that is not a valid repo name
+            cached = None
+        local = Path(cached).parent if isinstance(cached, str) else None
+    if local is None and smoke:
+        try:
+            family = family_of(checkpoint)
+        except UserError:
+            return None
+        name = SMOKE_TOKENIZER.get(family) or SMOKE_TOKENIZER.get(kind_of(family) or "")
+        local = tokenizer_dir() / name if name and (tokenizer_dir() / name).is_dir() else None
+    return local
+
+
 # The model_type published in the config.json of widely used Hub checkpoints, so that recipes
 # naming them validate (and --smoke builds the right family) on a machine without Hub access.
 # Anything else is read from its config: a local folder, the Hub cache, or the Hub itself.

@@ -81,6 +81,7 @@ def built(raw: dict, name: str = "recipe", smoke: bool = False) -> Recipe:
     if isinstance(sections["model"].attention, attention.Attention):
         sections["model"].attention.run_seed = sections["train"].seed  # draws follow the run's seed
     task = build_plugin(tasks.TASKS, raw["task"], "task")
+    task.run_seed = sections["train"].seed  # training draws (masks, noise) follow the run's seed
     method = build_plugin(methods.METHODS, raw["method"], "method")
     return Recipe(model=sections["model"], task=task, method=method, train=sections["train"],
                   name=task.run_name(name), smoke=smoke)
@@ -227,6 +228,9 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
             raise UserError(f"model.attention: '{recipe.model.attention.name}' cannot run with "
                             f"method {recipe.method.name}: {reason}")
     models.check_head(base.model.checkpoint, family, recipe.method.head(task, family))
+    folder = models.tokenizer_folder(base.model.checkpoint, recipe.smoke) if isinstance(base.model.checkpoint, str) else None
+    if folder is not None:  # the tokenizer the run reads (a warm start's is the encoder's)
+        task.check_tokenizer(folder, base.model.checkpoint)
     if recipe.train.metric is not None:  # after the head: a task's metrics may follow it (squad v2's best_*)
         names = task.metric_names()
         if recipe.train.metric not in names:

@@ -110,6 +110,10 @@ class Task:
     # besides a JSON list; predict reads the same layouts (inference._read_structured)
     json_field: ClassVar[str | None] = None
     scored_keys: ClassVar[tuple[str, ...]] = ()
+    # the run's train.seed, set per instance by the recipe (not a setting, not in the hash): what a
+    # task draws at random for training (the pretraining objectives' masks and noise) follows it,
+    # so that the seeds of a sweep train on other draws and their spread counts them
+    run_seed: ClassVar[int] = 0
 
     max_length: int = field(default=128, metadata={"min": 8})
     data_dir: str | None = None  # default: $TOOLKIT_DATA
@@ -171,6 +175,11 @@ class Task:
 
     def declaration(self, name: str) -> Metric:
         return declaration(name, self.declared_metrics())
+
+    def check_tokenizer(self, folder: Path, checkpoint: str) -> None:
+        """At validate, before any weights load: refuse (UserError) a tokenizer this task cannot
+        use, from `folder`, the one its files are read from (`models.tokenizer_folder` of
+        `checkpoint`). Most tasks take any tokenizer."""
 
     def model_head(self, family: str | None) -> str:
         """The head (a toolkit.heads name) this task needs on a model of `family` (its model_type):

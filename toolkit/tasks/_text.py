@@ -8,24 +8,28 @@ run_clm.py / run_t5_mlm_flax.py do.
 
 The held-out split is a seeded fraction of the documents or its own file. Its examples are
 marked (`heldout` column) so that `encode` corrupts them ONCE, at encode time, with a generator
-seeded by (corruption_seed, block index): every evaluation of a run, every process and every run
-of the recipe scores the same masks. Training blocks are corrupted afresh in the collator, each
-from a generator seeded by (corruption_seed, epoch, block index): new masks every epoch (dynamic
-masking) that a resumed run draws exactly as an uninterrupted one. Torch's global RNG would not
-do: the data loader collates one batch ahead of the step a checkpoint captures.
+seeded by (corruption_seed, block index): every evaluation of a run, every process, every run of
+the recipe and every train.seed of a sweep scores the same masks. Training blocks are corrupted
+afresh in the collator, each from a generator seeded by (corruption_seed, train.seed, epoch, block
+index): new masks every epoch (dynamic masking) that a resumed run draws exactly as an
+uninterrupted one, and other masks under another train.seed, as run_mlm.py's collator draws from
+the generator `--seed` seeds (they were drawn from corruption_seed alone: every seed of a sweep
+trained on the same masks, and its spread left the masks' variance out, exit 0). Torch's global
+RNG would not do: the data loader collates one batch ahead of the step a checkpoint captures.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from toolkit import readers
+from toolkit import models, readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.models import kind_of
 from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_dataset, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask, special_frame, token_hits
 
@@ -136,7 +140,7 @@ class TextTask(TokenTask):
     split_seed: int = field(default=0, metadata={"min": 0, "max": 2**32 - 1})  # fixed: every training
     # seed is evaluated on the same documents
     corruption_seed: int = field(default=0, metadata={"min": 0, "max": 2**32 - 1})  # the held-out
-    # masks / spans / windows are drawn from this seed
+    # masks / spans are drawn from this seed alone; the training ones from it and train.seed
 
     def check(self) -> None:
         if (self.train_file is None) == (self.dataset is None):
@@ -194,6 +198,29 @@ class TextTask(TokenTask):
             raise UserError(f"task.{source[0]}: the run holds out a fraction of its training documents, so only "
                             f"task.eval_fraction={self.eval_fraction} of {getattr(self, source[0])} would be "
                             "scored, as if all of it; score a file whole with task.eval_file=FILE")
+
+    def check_tokenizer(self, folder: Path, checkpoint: str) -> None:
+        """At validate: the tokens the corruption puts in (a mask token, T5's sentinels), which a
+        tokenizer of the right model kind may lack (T5's has no mask token; BART's and a BERT2BERT
+        warm start's have no sentinels): such a recipe passed validate and was refused at run,
+        after the model loaded. Files that name them pass without importing anything
+        (`tokenizer_named`); otherwise the tokenizer is read (never the weights) and asked as the
+        run asks (`refuse_tokenizer`)."""
+        if self.tokenizer_named(folder):
+            return
+        try:
+            tokenizer = models.load_tokenizer(str(folder))
+        except (OSError, ValueError, TypeError):  # no tokenizer readable there: the run says why
+            return
+        self.refuse_tokenizer(tokenizer, checkpoint)
+
+    def tokenizer_named(self, folder: Path) -> bool:
+        """Whether the tokenizer files in `folder`, read as text, show what `refuse_tokenizer`
+        asks for (False: undecided, the tokenizer is read)."""
+        return True
+
+    def refuse_tokenizer(self, tokenizer: Any, checkpoint: str | None = None) -> None:
+        """UserError where the corruption cannot run on `tokenizer` (`checkpoint`: whose it is)."""
 
     def model_head(self, family: str | None) -> str:
         require_kind(self.name, family, self.kind, self.examples, self.instead)
@@ -372,6 +399,37 @@ class TextTask(TokenTask):
         return BlockCollator(self, tokenizer, model)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def tokenizer_files(folder: Path) -> dict[str, str]:
+    """The tokenizer files in `folder` that are there, by name, as text."""
+    out = {}
+    for name in TOKENIZER_FILES:
+        try:
+            out[name] = (folder / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return out
+
+
+def config_value(files: dict[str, str], key: str) -> Any:
+    """`key` of tokenizer_config.json, else of special_tokens_map.json (None where neither sets it)."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        try:
+            value = json.loads(files.get(name, "{}")).get(key)
+        except (ValueError, AttributeError):
+            continue
+        if value is not None:
+            return value
+    return None
+
+
+def whose(checkpoint: str | None) -> str:
+    """The tokenizer a refusal names."""
+    return f"the tokenizer of model.checkpoint '{checkpoint}'" if checkpoint else "this tokenizer"
+
+
 def _word_starts(word_ids: list[int | None], extra: int) -> list[int]:
     """1 where a token begins a word (a special token counts as its own word)."""
     out, previous = [], object()
@@ -405,8 +463,8 @@ class BlockCollator:
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         if "labels" not in examples[0]:
-            seed = self.task.corruption_seed
-            examples = [self.task.corrupt(e, np.random.default_rng([seed, 1, self.epoch, e["block"]]),
+            seed, run = self.task.corruption_seed, self.task.run_seed
+            examples = [self.task.corrupt(e, np.random.default_rng([seed, 1, run, self.epoch, e["block"]]),
                                           self.tokenizer) for e in examples]
         pad_id = self.tokenizer.pad_token_id
         ids = [list(e["input_ids"]) for e in examples]
@@ -433,7 +491,7 @@ def require_kind(task: str, family: str | None, kind: str, examples: str, instea
     """Refuse (at validate) an objective on a model of the wrong kind, naming what would fit."""
     if family is None:  # asked without a model (a method's own checks): nothing to refuse yet
         return
-    found = kind_of(family)
+    found = models.kind_of(family)
     if found != kind:
         raise UserError(f"task.name: '{task}' trains {kind}s ({examples}); {family} models are "
                         f"{(found + 's') if found else 'none of encoder, decoder, encoder-decoder'}; "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS
 from toolkit.tasks._lm import special_frame
-from toolkit.tasks._text import TextTask
+from toolkit.tasks._text import TextTask, config_value, tokenizer_files, whose
 
 
 def permute_sentences(is_end: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -119,10 +120,16 @@ class Denoise(TextTask):
     def word_starts(self) -> bool:
         return True
 
-    def corrupt(self, example: dict, rng: np.random.Generator, tokenizer: Any) -> dict:
+    def tokenizer_named(self, folder: Path) -> bool:
+        return config_value(tokenizer_files(folder), "mask_token") is not None
+
+    def refuse_tokenizer(self, tokenizer: Any, checkpoint: str | None = None) -> None:
         if tokenizer.mask_token_id is None:
-            raise UserError("task.name: denoise needs a tokenizer with a mask token (BART's <mask>); "
-                            "for T5 use span_corruption")
+            raise UserError(f"task.name: denoise needs a tokenizer with a mask token (BART's <mask>); "
+                            f"{whose(checkpoint)} has none; for T5 use span_corruption")
+
+    def corrupt(self, example: dict, rng: np.random.Generator, tokenizer: Any) -> dict:
+        self.refuse_tokenizer(tokenizer)
         ids, starts = np.asarray(example["input_ids"]), np.asarray(example["word_start"], bool)
         order = np.arange(len(ids))
         if self.permute_sentences:  # a document's end closes its last sentence too

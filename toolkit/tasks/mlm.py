@@ -22,7 +22,7 @@ import numpy as np
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS
 from toolkit.tasks._lm import IGNORE
-from toolkit.tasks._text import TextTask
+from toolkit.tasks._text import TextTask, whose
 
 
 def mask_tokens(ids: np.ndarray, special: np.ndarray, rng: np.random.Generator, mask_id: int,
@@ -79,9 +79,17 @@ class MaskedLM(TextTask):
     def word_starts(self) -> bool:
         return self.whole_word_mask
 
-    def corrupt(self, example: dict, rng: np.random.Generator, tokenizer: Any) -> dict:
+    # tokenizer_named: left True (not checked at validate). Every encoder with a masked-LM head
+    # (the kind `require_kind` checks) comes with its mask token, and BERT's tokenizer files leave
+    # it to the class's default ([MASK]): asking would read the tokenizer (transformers, seconds)
+    # at the validate of every BERT recipe. The run refuses a tokenizer without one.
+
+    def refuse_tokenizer(self, tokenizer: Any, checkpoint: str | None = None) -> None:
         if tokenizer.mask_token_id is None:
-            raise UserError("task.name: mlm needs a tokenizer with a mask token; this one has none")
+            raise UserError(f"task.name: mlm needs a tokenizer with a mask token; {whose(checkpoint)} has none")
+
+    def corrupt(self, example: dict, rng: np.random.Generator, tokenizer: Any) -> dict:
+        self.refuse_tokenizer(tokenizer)
         ids = np.asarray(example["input_ids"])
         special = np.asarray(example["special_tokens_mask"], dtype=bool) | np.isin(ids, tokenizer.all_special_ids)
         inputs, labels = mask_tokens(ids, special, rng, tokenizer.mask_token_id, len(tokenizer),

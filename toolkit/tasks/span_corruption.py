@@ -12,13 +12,14 @@ because neither library exposes it as a function of (length, rng).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS
-from toolkit.tasks._text import TextTask
+from toolkit.tasks._text import TextTask, config_value, tokenizer_files, whose
 
 
 def noise_counts(length: int, density: float, mean_span: float) -> tuple[int, int]:
@@ -106,6 +107,17 @@ class SpanCorruption(TextTask):
     mean_noise_span_length: float = field(default=3.0, metadata={"min": 1.0})
 
 
+    def tokenizer_named(self, folder: Path) -> bool:
+        """<extra_id_0> in a vocabulary or the added tokens, or a positive `extra_ids` (T5's
+        tokenizer classes add that many sentinels of their own)."""
+        files = tokenizer_files(folder)
+        extra = config_value(files, "extra_ids")
+        return any("<extra_id_0>" in text for text in files.values()) or (
+            isinstance(extra, int) and not isinstance(extra, bool) and extra > 0)
+
+    def refuse_tokenizer(self, tokenizer: Any, checkpoint: str | None = None) -> None:
+        sentinel_ids(tokenizer, checkpoint)
+
     def block_length(self, tokenizer: Any) -> int:
         return compute_input_and_target_lengths(self.max_length, self.noise_density,
                                                 self.mean_noise_span_length)[0]
@@ -119,7 +131,7 @@ class SpanCorruption(TextTask):
         return {"input_ids": inputs, "labels": targets}
 
 
-def sentinel_ids(tokenizer: Any) -> list[int]:
+def sentinel_ids(tokenizer: Any, checkpoint: str | None = None) -> list[int]:
     """<extra_id_0>, <extra_id_1>, ... as the tokenizer has them (T5: ids counting down from the top)."""
     found = []
     for i in range(1000):
@@ -129,6 +141,7 @@ def sentinel_ids(tokenizer: Any) -> list[int]:
             break
         found.append(tid)
     if not found:
-        raise UserError("task.name: span_corruption needs T5's sentinel tokens <extra_id_0>, ...; "
-                        "this tokenizer has none (for BART use denoise)")
+        raise UserError(f"task.name: span_corruption needs T5's sentinel tokens <extra_id_0>, ...; {whose(checkpoint)} "
+                        "has none; use a T5 checkpoint, or denoise for BART and encoder-decoder warm starts, "
+                        "mlm for encoders")
     return found
