@@ -240,7 +240,7 @@ def test_rows_selects_plan_rows_by_key_and_refuses_unknown_names(tmp_path: Path,
     before anything is built."""
     import gpu_check
 
-    every = gpu_check.plan(gpu_check.parser().parse_args(["--master", "--optimizer"]), "bert", "minilm")
+    every = gpu_check.plan(gpu_check.parser().parse_args(["--master", "--optimizer", "--graph"]), "bert", "minilm")
     keys = [gpu_check.row_key(label, kind, flags) for label, kind, _, flags in every]
     assert sorted(keys) == sorted(gpu_check.ROW_KEYS)  # one key a row
     args = gpu_check.parser().parse_args(["--rows", "mfu,toolkit-fp32-compiled,steps-compiled,toolkit-bf16-compiled"])
