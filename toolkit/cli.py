@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -308,19 +309,37 @@ def _given(name: str):
     return path
 
 
+class ArgumentsError(UserError):
+    """argparse's refusal of the command line (an unknown option, a missing argument, a bad choice
+    or number), raised where argparse printed the command's usage block and `toolkit: error: ...`,
+    and said by main() as one line naming the subcommand and where its options are listed."""
+
+    def __init__(self, prog: str, message: str, unknown: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.prog, self.message, self.unknown = prog, message, unknown or []
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are an ArgumentsError, not usage + exit: the subcommands'
+    parsers are of this class too (add_subparsers makes its own kind). --help is argparse's own."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ArgumentsError(self.prog, message)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
+    p = _Parser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
                                 "recipes: one loop for every family and method.")
     p.add_argument("--version", action="version", version=f"toolkit {_version()}")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show the libraries' own warnings, load reports and progress bars")
-    verbose = argparse.ArgumentParser(add_help=False)  # -v after the command too
+    verbose = _Parser(add_help=False)  # -v after the command too
     verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                          help="show the libraries' own warnings, load reports and progress bars")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", parents=[verbose], help="train and evaluate one recipe")
     run.add_argument("recipe")
-    run.add_argument("overrides", nargs="*", help="key=value, e.g. train.lr=3e-4 method.r=16")
+    run.add_argument("overrides", nargs="*", default=[], help="key=value, e.g. train.lr=3e-4 method.r=16")
     run.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     run.add_argument("--force", action="store_true", help="run again even if finished")
@@ -356,7 +375,7 @@ def parser() -> argparse.ArgumentParser:
     cp.set_defaults(func=cmd_cp)
     ev = sub.add_parser("eval", parents=[verbose], help="score a finished run on a split (writes eval-<split>.json)")
     ev.add_argument("run", type=_given("run"))
-    ev.add_argument("overrides", nargs="*", help="task.* settings, e.g. task.max_eval_samples=100")
+    ev.add_argument("overrides", nargs="*", default=[], help="task.* settings, e.g. task.max_eval_samples=100")
     ev.add_argument("--split", default="eval", help="eval (default), train, or a labelled test split")
     ev.add_argument("--task-from", default=None, help="score on the task of another recipe")
     ev.set_defaults(func=cmd_eval)
@@ -437,13 +456,15 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     try:
         args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
-    except UserError as exc:  # a type of ours refused a value (_given)
+        stray = [e for e in extra if args.command not in OVERRIDES_BESIDE or e.startswith("-") or "=" not in e]
+        if stray:
+            raise ArgumentsError(_subparsers(p)[args.command].prog, f"unrecognized arguments: {' '.join(stray)}", stray)
+    except ArgumentsError as exc:  # argparse's refusal: one line, not the usage block first
+        _say(f"error: {arguments_error(p, exc)}")
+        return 2
+    except UserError as exc:  # a type or action of ours refused a value (_given, _Once)
         _say(f"error: {exc}")
         return 2
-    stray = [e for e in extra if args.command not in ("run", "eval", "sweep", "validate") or e.startswith("-")
-             or "=" not in e]
-    if stray:
-        p.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra and args.command == "validate":
         args.recipes = list(args.recipes) + extra
     elif extra:
@@ -454,6 +475,57 @@ def main(argv: list[str] | None = None) -> int:
     quiet.warnings_off()  # the libraries' own chatter goes once they load (quiet.libraries)
     with _stops_like_ctrl_c():
         return _outcome(args)
+
+
+OVERRIDES_BESIDE = ("run", "eval", "sweep", "validate")  # the commands that take key=value words
+
+
+def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def _options(p: argparse.ArgumentParser) -> list[str]:
+    return [o for a in p._actions for o in a.option_strings if o.startswith("--")]
+
+
+def arguments_error(p: argparse.ArgumentParser, exc: ArgumentsError) -> str:
+    """argparse's refusal as one line: the command, the problem, and where to look. An unknown
+    option says a near name of this command (`report --output`: --out) and the commands that take
+    it as given (`sweep --resume`: toolkit run); a word that is no option beside overrides says
+    what an override looks like; an unknown command says the near command."""
+    import difflib
+
+    commands = _subparsers(p)
+    message, help_line = exc.message, f"{exc.prog} --help lists its arguments and options"
+    if exc.prog == p.prog:  # the command itself: missing or unknown
+        names = ", ".join(commands)
+        if message.startswith("the following arguments are required"):
+            return f"{p.prog}: give a command: {names} ({p.prog} --help says what each does)"
+        if (bad := re.match(r"argument command: invalid choice: '(.*?)'", message)) is not None:
+            near = difflib.get_close_matches(bad.group(1), list(commands), n=1)
+            return (f"{p.prog}: unknown command '{bad.group(1)}'" + (f"; did you mean {near[0]}?" if near else "")
+                    + f" (the commands: {names}; {p.prog} --help says what each does)")
+        return f"{p.prog}: {message} ({p.prog} --help lists the options)"
+    command = exc.prog.split()[-1]
+    near_names, elsewhere = [], []
+    if exc.unknown:
+        own = _options(commands[command])
+        for before, word in zip(["", *exc.unknown], exc.unknown):
+            option = word.split("=", 1)[0]
+            if not option.startswith("--"):  # a word after an unknown option is taken for its value
+                if command in OVERRIDES_BESIDE and not word.startswith("-") and not before.startswith("-"):
+                    near_names.append(f"'{word}' is no override (key=value, e.g. train.lr=3e-4)")
+                continue
+            score = {o: max(difflib.SequenceMatcher(None, option, o).ratio(),
+                            difflib.SequenceMatcher(None, o, option).ratio()) for o in own}
+            if score and max(score.values()) >= 0.75:
+                near_names.append(f"did you mean {max(score, key=score.get)}?")
+            takers = [f"toolkit {name}" for name, sub in commands.items() if name != command and option in _options(sub)]
+            if takers:
+                elsewhere.append(f"{option} is an option of {', '.join(takers)}")
+    return (f"{exc.prog}: {message}" + "".join(f"; {h}" for h in near_names)
+            + f" ({'; '.join([*elsewhere, help_line])})")
 
 
 def _outcome(args: argparse.Namespace) -> int:
