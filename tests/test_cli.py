@@ -205,13 +205,16 @@ ARGUMENT_ERRORS = {
             (["run", "{r}", "--smoke", "lr"], "unrecognized arguments: lr; 'lr' is no override (key=value")],
     "sweep": [(["sweep"], "the following arguments are required: RECIPE|key=v1,v2"),
               (["sweep", "{r}", "--resume"], "unrecognized arguments: --resume (--resume is an option of toolkit run;"),
-              (["sweep", "{r}", "--seeds"], "argument --seeds: expected one argument")],
+              (["sweep", "{r}", "--seeds"], "argument --seeds: expected one argument"),
+              (["sweep", "{r}", "--seed", "7"], "unrecognized arguments: --seed 7; did you mean --seeds? (")],
     "validate": [(["validate", "{r}", "--dry-run"], "unrecognized arguments: --dry-run (--dry-run is an option of "
                                                      "toolkit sweep;"),
                  (["validate", "{r}", "--smoke=yes"], "argument --smoke: ignored explicit argument 'yes'")],
     "ls": [(["ls", "recipe"], "argument what: invalid choice: 'recipe' (choose from"),
            (["ls", "recipes", "more"], "unrecognized arguments: more ("),
-           (["ls", "--al"], "unrecognized arguments: --al (")],
+           (["ls", "--al"], "unrecognized arguments: --al ("),
+           (["ls", "--version"], "unrecognized arguments: --version (--version is an option of toolkit itself "
+                                 "(toolkit --version);")],
     "cp": [(["cp", "demo/sst2/minilm-lora"], "the following arguments are required: dest"),
            (["cp", "demo/sst2/minilm-lora", "{new}", "--merge"], "--merge is an option of toolkit export;")],
     "eval": [(["eval"], "the following arguments are required: run ("),
@@ -224,7 +227,8 @@ ARGUMENT_ERRORS = {
     "report": [(["report"], "the following arguments are required: runs_dir"),
                (["report", "{run}", "--output", "{new}"], "; did you mean --out? (--output is an option of toolkit "
                                                           "predict;"),
-               (["report", "{run}", "--rows", "task", "--metric"], "argument --metric: expected one argument")],
+               (["report", "{run}", "--rows", "task", "--metric"], "argument --metric: expected one argument"),
+               (["report", "{run}", "--row", "task"], "unrecognized arguments: --row task; did you mean --rows? (")],
     "": [([], "toolkit: give a command: run, sweep, validate, ls, cp, eval, predict, export, report (toolkit --help"),
          (["runn", "{r}"], "toolkit: unknown command 'runn'; did you mean run? (the commands: run,")],
 }

@@ -321,7 +321,14 @@ class ArgumentsError(UserError):
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are an ArgumentsError, not usage + exit: the subcommands'
-    parsers are of this class too (add_subparsers makes its own kind). --help is argparse's own."""
+    parsers are of this class too (add_subparsers makes its own kind). --help is argparse's own.
+    An option is given by its whole name: argparse took a prefix for the option it begins, so
+    `sweep R --seed 7` was `--seeds 7`, seven seeds from 42 (not the seed 7), exit 0; a prefix is
+    now an unknown option, said with the whole name (`did you mean --seeds?`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         raise ArgumentsError(self.prog, message)
@@ -522,6 +529,7 @@ def arguments_error(p: argparse.ArgumentParser, exc: ArgumentsError) -> str:
             if score and max(score.values()) >= 0.75:
                 near_names.append(f"did you mean {max(score, key=score.get)}?")
             takers = [f"toolkit {name}" for name, sub in commands.items() if name != command and option in _options(sub)]
+            takers += [f"{p.prog} itself ({p.prog} {option})"] * (option in _options(p) and option not in own)
             if takers:
                 elsewhere.append(f"{option} is an option of {', '.join(takers)}")
     return (f"{exc.prog}: {message}" + "".join(f"; {h}" for h in near_names)
