@@ -283,3 +283,18 @@ def test_make_forwards_an_argparse_refusal_as_its_one_line(tmp_path: Path, targe
     ours = [line for line in done.stderr.splitlines() if not line.startswith("make")]
     assert done.returncode == 2 and len(ours) == 1 and ours[0].startswith(text), done.stderr
     assert "toolkit report" not in done.stdout and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("command", ["sweep", "validate"])
+def test_a_recipe_after_a_flag_is_a_recipe(tmp_path: Path, cli, command: str) -> None:
+    """`toolkit sweep a.yaml --dry-run b.yaml` and `toolkit validate a.yaml --smoke b.yaml`: the
+    overrides after a flag were taken, the recipes refused as unrecognized arguments (exit 2);
+    both are the words the command takes, wherever the flags sit."""
+    first, second = (str(ROOT / f"recipes/demo/sst2/minilm-{m}.yaml") for m in ("lora", "full"))
+    if command == "sweep":
+        code, out, err = cli("sweep", first, "--dry-run", second, "train.lr=x1,x2", "--runs-dir", tmp_path / "runs")
+        assert code == 0 and "4 runs (dry run" in out and "minilm-full" in out, err
+    else:
+        code, out, err = cli("validate", first, "--smoke", second, "train.lr=2e-4")
+        assert code == 0 and "2 of 2 recipes valid" in out, err
+    assert not (tmp_path / "runs").exists()

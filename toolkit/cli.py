@@ -463,7 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     try:
         args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
-        stray = [e for e in extra if args.command not in OVERRIDES_BESIDE or e.startswith("-") or "=" not in e]
+        # a word after a flag: sweep's and validate's recipes and overrides, run's and eval's overrides;
+        # after an unknown option, that option's value, said with it
+        stray = [e for before, e in zip([None, *extra], extra) if args.command not in OVERRIDES_BESIDE
+                 or e.startswith("-") or "=" not in e and (args.command not in RECIPES_BESIDE
+                                                           or before is not None and before.startswith("-"))]
         if stray:
             raise ArgumentsError(_subparsers(p)[args.command].prog, f"unrecognized arguments: {' '.join(stray)}", stray)
     except ArgumentsError as exc:  # argparse's refusal: one line, not the usage block first
@@ -484,7 +488,9 @@ def main(argv: list[str] | None = None) -> int:
         return _outcome(args)
 
 
-OVERRIDES_BESIDE = ("run", "eval", "sweep", "validate")  # the commands that take key=value words
+OVERRIDES_BESIDE = {"run": "train.lr=3e-4", "eval": "task.max_eval_samples=100", "sweep": "train.lr=1e-4,3e-4",
+                    "validate": "train.lr=3e-4"}  # the commands that take key=value words, and an example
+RECIPES_BESIDE = ("sweep", "validate")  # ... and recipes among them, before or after the flags
 
 
 def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -522,7 +528,7 @@ def arguments_error(p: argparse.ArgumentParser, exc: ArgumentsError) -> str:
             option = word.split("=", 1)[0]
             if not option.startswith("--"):  # a word after an unknown option is taken for its value
                 if command in OVERRIDES_BESIDE and not word.startswith("-") and not before.startswith("-"):
-                    near_names.append(f"'{word}' is no override (key=value, e.g. train.lr=3e-4)")
+                    near_names.append(f"'{word}' is no override (key=value, e.g. {OVERRIDES_BESIDE[command]})")
                 continue
             score = {o: max(difflib.SequenceMatcher(None, option, o).ratio(),
                             difflib.SequenceMatcher(None, o, option).ratio()) for o in own}
