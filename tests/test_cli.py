@@ -298,3 +298,13 @@ def test_a_recipe_after_a_flag_is_a_recipe(tmp_path: Path, cli, command: str) ->
         code, out, err = cli("validate", first, "--smoke", second, "train.lr=2e-4")
         assert code == 0 and "2 of 2 recipes valid" in out, err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_an_argparse_refusal_under_a_launch_is_said_once(cli, monkeypatch: pytest.MonkeyPatch, rank: str) -> None:
+    """`make run NPROC=2 ARGS=--bogus`: every process of the launch refuses the same words; rank 0
+    says it, the others exit 2 without a word (it was said once per process)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    code, out, err = cli("run", ROOT / "recipes/demo/sst2/minilm-lora.yaml", "--bogus")
+    assert code == 2 and out == "" and len(err.splitlines()) == (rank == "0"), err

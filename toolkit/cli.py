@@ -471,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         if stray:
             raise ArgumentsError(_subparsers(p)[args.command].prog, f"unrecognized arguments: {' '.join(stray)}", stray)
     except ArgumentsError as exc:  # argparse's refusal: one line, not the usage block first
-        _say(f"error: {arguments_error(p, exc)}")
+        if runs.world_size() == 1 or runs.rank() == 0:  # the same words in every process of a launch: said once
+            _say(f"error: {arguments_error(p, exc)}")
         return 2
     except UserError as exc:  # a type or action of ours refused a value (_given, _Once)
         _say(f"error: {exc}")
