@@ -279,7 +279,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    metrics = [m for item in args.metric or [] for m in item.split(",") if m]
+    # an empty name (`--metric ''`, `--metric f1,`) reaches the check of the names: dropped, an empty
+    # --metric made no pivot and said nothing, exit 0
+    metrics = [m for item in args.metric or [] for m in item.split(",")]
     text = report.render([Path(r) for r in args.runs_dir], plots=not args.no_plots, row_key=args.rows,
                          col_key=args.cols, metrics=metrics or None, glue=args.glue,
                          out=Path(args.out) if args.out else None)
