@@ -527,11 +527,15 @@ def arguments_error(p: argparse.ArgumentParser, exc: ArgumentsError) -> str:
     near_names, elsewhere = [], []
     if exc.unknown:
         own = _options(commands[command])
-        for before, word in zip(["", *exc.unknown], exc.unknown):
+        for before, word, after in zip(["", *exc.unknown], exc.unknown, [*exc.unknown[1:], "-"]):
             option = word.split("=", 1)[0]
             if not option.startswith("--"):  # a word after an unknown option is taken for its value
                 if command in OVERRIDES_BESIDE and not word.startswith("-") and not before.startswith("-"):
                     near_names.append(f"'{word}' is no override (key=value, e.g. {OVERRIDES_BESIDE[command]})")
+                continue
+            if command in OVERRIDES_BESIDE and "." in option:  # `--train.lr=3e-4`, `--train.lr 3e-4`
+                value = word.split("=", 1)[1] if "=" in word else after if not after.startswith("-") else "VALUE"
+                near_names.append(f"an override goes without the dashes: {option[2:]}={value}")
                 continue
             score = {o: max(difflib.SequenceMatcher(None, option, o).ratio(),
                             difflib.SequenceMatcher(None, o, option).ratio()) for o in own}
