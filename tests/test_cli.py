@@ -286,12 +286,23 @@ def test_make_forwards_an_argparse_refusal_as_its_one_line(tmp_path: Path, targe
     assert "toolkit report" not in done.stdout and not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("command", ["sweep", "validate"])
+@pytest.mark.parametrize("command", ["sweep", "validate", "report"])
 def test_a_recipe_after_a_flag_is_a_recipe(tmp_path: Path, cli, command: str) -> None:
-    """`toolkit sweep a.yaml --dry-run b.yaml` and `toolkit validate a.yaml --smoke b.yaml`: the
-    overrides after a flag were taken, the recipes refused as unrecognized arguments (exit 2);
-    both are the words the command takes, wherever the flags sit."""
+    """`toolkit sweep a.yaml --dry-run b.yaml`, `toolkit validate a.yaml --smoke b.yaml` and
+    `toolkit report runs/a --no-plots runs/b`: the overrides after a flag were taken, the recipes
+    and folders refused as unrecognized arguments (exit 2); they are the words the command takes,
+    wherever the flags sit (an empty one refused as before the flags)."""
     first, second = (str(ROOT / f"recipes/demo/sst2/minilm-{m}.yaml") for m in ("lora", "full"))
+    if command == "report":
+        from test_report import fake_run
+
+        for folder, task in (("a", "rte"), ("b", "mrpc")):
+            fake_run(tmp_path / folder, task, "full", 42, {"accuracy": 0.7})
+        code, out, err = cli("report", tmp_path / "a", "--no-plots", tmp_path / "b")
+        assert code == 0 and "| glue/rte/tiny-full |" in out and "| glue/mrpc/tiny-full |" in out, err
+        code, out, err = cli("report", tmp_path / "a", "--no-plots", "")
+        assert code == 2 and err == "error: runs_dir: an empty path; give a file or a folder\n", err
+        return
     if command == "sweep":
         code, out, err = cli("sweep", first, "--dry-run", second, "train.lr=x1,x2", "--runs-dir", tmp_path / "runs")
         assert code == 0 and "4 runs (dry run" in out and "minilm-full" in out, err

@@ -465,11 +465,11 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     try:
         args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
-        # a word after a flag: sweep's and validate's recipes and overrides, run's and eval's overrides;
-        # after an unknown option, that option's value, said with it
-        stray = [e for before, e in zip([None, *extra], extra) if args.command not in OVERRIDES_BESIDE
-                 or e.startswith("-") or "=" not in e and (args.command not in RECIPES_BESIDE
-                                                           or before is not None and before.startswith("-"))]
+        # a word after a flag: sweep's and validate's recipes and overrides, report's folders, run's and
+        # eval's overrides; after an unknown option, that option's value, said with it
+        stray = [e for before, e in zip([None, *extra], extra) if e.startswith("-")
+                 or before is not None and before.startswith("-")
+                 or not (args.command in MORE_WORDS or args.command in OVERRIDES_BESIDE and "=" in e)]
         if stray:
             raise ArgumentsError(_subparsers(p)[args.command].prog, f"unrecognized arguments: {' '.join(stray)}", stray)
     except ArgumentsError as exc:  # argparse's refusal: one line, not the usage block first
@@ -479,10 +479,13 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:  # a type or action of ours refused a value (_given, _Once)
         _say(f"error: {exc}")
         return 2
-    if extra and args.command == "validate":
-        args.recipes = list(args.recipes) + extra
-    elif extra:
-        args.overrides = list(args.overrides) + extra
+    if extra:
+        dest, check = MORE_WORDS.get(args.command, ("overrides", str))
+        try:
+            setattr(args, dest, list(getattr(args, dest)) + [check(e) for e in extra])
+        except UserError as exc:  # `report a --no-plots ''`: as the same word before the flags
+            _say(f"error: {exc}")
+            return 2
     if args.verbose:
         os.environ[quiet.VERBOSE] = "1"
     _streams_never_fail()
@@ -493,7 +496,9 @@ def main(argv: list[str] | None = None) -> int:
 
 OVERRIDES_BESIDE = {"run": "train.lr=3e-4", "eval": "task.max_eval_samples=100", "sweep": "train.lr=1e-4,3e-4",
                     "validate": "train.lr=3e-4"}  # the commands that take key=value words, and an example
-RECIPES_BESIDE = ("sweep", "validate")  # ... and recipes among them, before or after the flags
+# the commands whose last positional takes any number of words, given before or after the flags
+# (it was an "unrecognized argument" after one), with the type of those words
+MORE_WORDS = {"sweep": ("overrides", str), "validate": ("recipes", str), "report": ("runs_dir", _given("runs_dir"))}
 
 
 def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
