@@ -473,7 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         if stray:
             raise ArgumentsError(_subparsers(p)[args.command].prog, f"unrecognized arguments: {' '.join(stray)}", stray)
     except ArgumentsError as exc:  # argparse's refusal: one line, not the usage block first
-        if runs.world_size() == 1 or runs.rank() == 0:  # the same words in every process of a launch: said once
+        # the same words in every process of a launch: said once (read as text: this is no place for
+        # a ValueError of a damaged variable, said by the command itself)
+        if os.environ.get("WORLD_SIZE", "1").strip() in ("", "1") or os.environ.get("RANK", "0").strip() in ("", "0"):
             _say(f"error: {arguments_error(p, exc)}")
         return 2
     except UserError as exc:  # a type or action of ours refused a value (_given, _Once)
