@@ -301,7 +301,7 @@ def test_a_recipe_after_a_flag_is_a_recipe(tmp_path: Path, cli, command: str) ->
         code, out, err = cli("report", tmp_path / "a", "--no-plots", tmp_path / "b")
         assert code == 0 and "| glue/rte/tiny-full |" in out and "| glue/mrpc/tiny-full |" in out, err
         code, out, err = cli("report", tmp_path / "a", "--no-plots", "")
-        assert code == 2 and err == "error: runs_dir: an empty path; give a file or a folder\n", err
+        assert code == 2 and err == "error: toolkit report: runs_dir: an empty path; give a file or a folder\n", err
         return
     if command == "sweep":
         code, out, err = cli("sweep", first, "--dry-run", second, "train.lr=x1,x2", "--runs-dir", tmp_path / "runs")

@@ -335,6 +335,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         raise ArgumentsError(self.prog, message)
 
+    def _get_value(self, action, arg_string):  # type: ignore[no-untyped-def]
+        """A value a type of ours refused (_given: an empty path), said with the command's name."""
+        try:
+            return super()._get_value(action, arg_string)
+        except UserError as exc:
+            raise UserError(f"{self.prog}: {exc}") from None
+
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
@@ -424,7 +431,8 @@ class _Once(argparse._StoreAction):
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
         given = namespace.__dict__.setdefault("_given_once", {})
         if self.dest in given:
-            raise UserError(f"{option_string or self.option_strings[-1]} is given twice ({given[self.dest]!r} and "
+            raise UserError(f"{parser.prog}: {option_string or self.option_strings[-1]} is given twice "
+                            f"({given[self.dest]!r} and "
                             f"{values!r}); give it once (a make target gives its own: set its variable, e.g. RUNS=)")
         given[self.dest] = values
         super().__call__(parser, namespace, values, option_string)
@@ -486,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             setattr(args, dest, list(getattr(args, dest)) + [check(e) for e in extra])
         except UserError as exc:  # `report a --no-plots ''`: as the same word before the flags
-            _say(f"error: {exc}")
+            _say(f"error: {_subparsers(p)[args.command].prog}: {exc}")
             return 2
     if args.verbose:
         os.environ[quiet.VERBOSE] = "1"
