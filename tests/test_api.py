@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import toolkit
-from conftest import PYTHON, write_recipe
+from conftest import PYTHON, ROOT, write_recipe
 
 REVIEWS = [("a wonderful, moving film", "pos"), ("dull and far too long", "neg"), ("I loved every minute", "pos"),
            ("a waste of an evening", "neg"), ("brilliant acting", "pos"), ("boring plot", "neg")] * 4
@@ -212,3 +212,37 @@ def test_validate_returns_the_recipe_the_run_saves(cli) -> None:
     assert toolkit.validate(path)["method"]["r"] == 8
     code, out, _ = cli("validate", "demo/sst2/minilm-lora", "method.r=4", "--smoke")
     assert code == 0 and "1 of 1 recipes valid" in out
+
+
+# Each CLI option (its dest) as the API function names it; None: the CLI's alone, as docs/cli.md says.
+CLI_AS_API = {
+    "run": ("run", {"recipe": "recipe", "overrides": "overrides", "smoke": "smoke", "resume": "resume",
+                    "force": "force", "runs_dir": "runs_dir", "stop_after": "stop_after"}),
+    "sweep": ("sweep", {"overrides": "recipes", "seeds": "seeds", "smoke": "smoke", "force": "force",
+                        "runs_dir": "runs_dir", "dry_run": None, "estimate": None}),
+    "validate": ("validate", {"recipes": "recipe", "smoke": "smoke"}),
+    "eval": ("evaluate", {"run": "run_dir", "overrides": "overrides", "split": "split", "task_from": "task_from"}),
+    "predict": ("predict", {"run": "run_dir", "input": None, "output": None, "glue_test": None}),
+    "export": ("export", {"run": "run_dir", "out": "out", "merge": "merge", "push_to_hub": None}),
+    "report": ("report", {"runs_dir": "runs_dir", "rows": "row_key", "cols": "col_key", "metric": "metrics",
+                          "glue": "glue", "out": "out", "no_plots": "plots"}),
+}
+
+
+@pytest.mark.parametrize("command", sorted(CLI_AS_API))
+def test_the_api_takes_the_cli_arguments_but_those_docs_name_as_the_cli_alone(command: str) -> None:
+    """docs/cli.md: the Python API takes the CLI's arguments, but for the ones it names. `toolkit.run`
+    had no `stop_after` (`toolkit run --stop-after N`); a new option on either side fails here."""
+    import argparse
+
+    from toolkit.cli import _subparsers, parser
+
+    name, mapping = CLI_AS_API[command]
+    dests = {a.dest for a in _subparsers(parser())[command]._actions
+             if not isinstance(a, argparse._HelpAction) and a.dest != "verbose"}
+    assert dests == set(mapping), (command, dests ^ set(mapping))
+    params = set(inspect.signature(getattr(toolkit, name)).parameters)
+    assert {v for v in mapping.values() if v} <= params, (name, {v for v in mapping.values() if v} - params)
+    text = (ROOT / "docs/cli.md").read_text().split("\n\n")[1]  # the paragraph on the API
+    for dest in (d for d, v in mapping.items() if v is None):
+        assert f"--{dest.replace('_', '-')}" in text, (command, dest)

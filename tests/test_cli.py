@@ -194,3 +194,129 @@ def test_a_recipe_whose_path_holds_an_equals_sign_is_a_recipe(tmp_path: Path, cl
         assert code == 0 and "1 of 1 recipes valid" in out, err
         code, out, err = cli("validate", recipe, "train.lr=-1")
         assert code == 2 and "0 of 1 recipes valid" in out and err.count("\n") == 1, err
+
+
+# Every subcommand's argparse refusals, with what the one line must say: (argv, text in the line).
+# {r} is a recipe, {run} a run folder, {new} a path not there (nothing is read: argparse refuses first).
+ARGUMENT_ERRORS = {
+    "run": [(["run"], "the following arguments are required: recipe ("),
+            (["run", "{r}", "--output", "x"], "unrecognized arguments: --output x (--output is an option of toolkit predict;"),
+            (["run", "{r}", "--stop-after", "x"], "argument --stop-after: expected a whole number, got 'x'"),
+            (["run", "{r}", "--smoke", "lr"], "unrecognized arguments: lr; 'lr' is no override (key=value"),
+            (["run", "{r}", "--train.lr=3e-4"], "; an override goes without the dashes: train.lr=3e-4 (")],
+    "sweep": [(["sweep"], "the following arguments are required: RECIPE|key=v1,v2"),
+              (["sweep", "{r}", "--resume"], "unrecognized arguments: --resume (--resume is an option of toolkit run;"),
+              (["sweep", "{r}", "--seeds"], "argument --seeds: expected one argument"),
+              (["sweep", "{r}", "--seed", "7"], "unrecognized arguments: --seed 7; did you mean --seeds? (")],
+    "validate": [(["validate", "{r}", "--dry-run"], "unrecognized arguments: --dry-run (--dry-run is an option of "
+                                                     "toolkit sweep;"),
+                 (["validate", "{r}", "--smoke=yes"], "argument --smoke: ignored explicit argument 'yes'")],
+    "ls": [(["ls", "recipe"], "argument what: invalid choice: 'recipe' (choose from"),
+           (["ls", "recipes", "more"], "unrecognized arguments: more ("),
+           (["ls", "--al"], "unrecognized arguments: --al ("),
+           (["ls", "--version"], "unrecognized arguments: --version (--version is an option of toolkit itself "
+                                 "(toolkit --version);")],
+    "cp": [(["cp", "demo/sst2/minilm-lora"], "the following arguments are required: dest"),
+           (["cp", "demo/sst2/minilm-lora", "{new}", "--merge"], "--merge is an option of toolkit export;")],
+    "eval": [(["eval"], "the following arguments are required: run ("),
+             (["eval", "{run}", "--smoke"], "--smoke is an option of toolkit run, toolkit sweep, toolkit validate;"),
+             (["eval", "{run}", "--split"], "argument --split: expected one argument")],
+    "predict": [(["predict"], "the following arguments are required: run"),
+                (["predict", "{run}", "--inpt", "{r}"], "unrecognized arguments: --inpt {r}; did you mean --input?")],
+    "export": [(["export", "{run}"], "the following arguments are required: out"),
+               (["export", "{run}", "{new}", "--merged"], "unrecognized arguments: --merged; did you mean --merge?")],
+    "report": [(["report"], "the following arguments are required: runs_dir"),
+               (["report", "{run}", "--output", "{new}"], "; did you mean --out? (--output is an option of toolkit "
+                                                          "predict;"),
+               (["report", "{run}", "--rows", "task", "--metric"], "argument --metric: expected one argument"),
+               (["report", "{run}", "--row", "task"], "unrecognized arguments: --row task; did you mean --rows? (")],
+    "": [([], "toolkit: give a command: run, sweep, validate, ls, cp, eval, predict, export, report (toolkit --help"),
+         (["runn", "{r}"], "toolkit: unknown command 'runn'; did you mean run? (the commands: run,")],
+}
+
+
+def test_every_subcommand_has_its_argument_errors_tested() -> None:
+    from toolkit.cli import _subparsers, parser
+
+    assert set(_subparsers(parser())) == set(ARGUMENT_ERRORS) - {""}
+
+
+@pytest.mark.parametrize("argv, text", [case for cases in ARGUMENT_ERRORS.values() for case in cases],
+                         ids=[f"{command or 'toolkit'}-{i}" for command, cases in ARGUMENT_ERRORS.items()
+                              for i in range(len(cases))])
+def test_an_argparse_refusal_is_one_line_naming_the_command_and_where_to_look(
+        tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, argv: list[str], text: str) -> None:
+    """Rule: argparse's refusals (an unknown option, a missing argument, a bad choice or number) are
+    user errors as any other: one line naming the subcommand, the problem and where to look, exit
+    2, nothing written. They were argparse's usage block and then `toolkit: error: ...` (the
+    top-level `toolkit` even for `toolkit sweep ... --resume`); an option of another subcommand
+    (`sweep --resume`, `report --output`) or a near name of this one now says so."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TOOLKIT_RUNS", raising=False)
+    names = {"r": str(ROOT / "recipes/demo/sst2/minilm-lora.yaml"), "run": "runs/some-run", "new": "out"}
+    code, out, err = cli(*[a.format(**names) for a in argv])
+    command = f"toolkit {argv[0]}: " if argv and "unknown command" not in text else "toolkit: "
+    lines = err.splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and lines[0].startswith(f"error: {command}"), err
+    assert text.format(**names) in lines[0] and " --help " in lines[0], err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_help_is_still_argparse_own(cli, capsys: pytest.CaptureFixture) -> None:
+    from toolkit.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", "--help"])
+    said = capsys.readouterr()
+    assert info.value.code == 0 and said.out.startswith("usage: toolkit sweep ") and "--dry-run" in said.out
+
+
+@pytest.mark.parametrize("target, args, text", [
+    ("run", "--bogus", "error: toolkit run: unrecognized arguments: --bogus ("),
+    ("glue", "--resume", "error: toolkit sweep: unrecognized arguments: --resume (--resume is an option of toolkit run;")])
+def test_make_forwards_an_argparse_refusal_as_its_one_line(tmp_path: Path, target: str, args: str, text: str) -> None:
+    """`make run ARGS=...` and `make glue ARGS=...` hand ARGS to the CLI: its refusal is the one line
+    above make's own, and the target stops there (glue: before its report)."""
+    import subprocess
+
+    done = subprocess.run(["make", target, f"ARGS={args}", f"RUNS={tmp_path / 'runs'}", "MODEL=roberta-base"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    ours = [line for line in done.stderr.splitlines() if not line.startswith("make")]
+    assert done.returncode == 2 and len(ours) == 1 and ours[0].startswith(text), done.stderr
+    assert "toolkit report" not in done.stdout and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("command", ["sweep", "validate", "report"])
+def test_a_recipe_after_a_flag_is_a_recipe(tmp_path: Path, cli, command: str) -> None:
+    """`toolkit sweep a.yaml --dry-run b.yaml`, `toolkit validate a.yaml --smoke b.yaml` and
+    `toolkit report runs/a --no-plots runs/b`: the overrides after a flag were taken, the recipes
+    and folders refused as unrecognized arguments (exit 2); they are the words the command takes,
+    wherever the flags sit (an empty one refused as before the flags)."""
+    first, second = (str(ROOT / f"recipes/demo/sst2/minilm-{m}.yaml") for m in ("lora", "full"))
+    if command == "report":
+        from test_report import fake_run
+
+        for folder, task in (("a", "rte"), ("b", "mrpc")):
+            fake_run(tmp_path / folder, task, "full", 42, {"accuracy": 0.7})
+        code, out, err = cli("report", tmp_path / "a", "--no-plots", tmp_path / "b")
+        assert code == 0 and "| glue/rte/tiny-full |" in out and "| glue/mrpc/tiny-full |" in out, err
+        code, out, err = cli("report", tmp_path / "a", "--no-plots", "")
+        assert code == 2 and err == "error: toolkit report: runs_dir: an empty path; give a file or a folder\n", err
+        return
+    if command == "sweep":
+        code, out, err = cli("sweep", first, "--dry-run", second, "train.lr=x1,x2", "--runs-dir", tmp_path / "runs")
+        assert code == 0 and "4 runs (dry run" in out and "minilm-full" in out, err
+    else:
+        code, out, err = cli("validate", first, "--smoke", second, "train.lr=2e-4")
+        assert code == 0 and "2 of 2 recipes valid" in out, err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_an_argparse_refusal_under_a_launch_is_said_once(cli, monkeypatch: pytest.MonkeyPatch, rank: str) -> None:
+    """`make run NPROC=2 ARGS=--bogus`: every process of the launch refuses the same words; rank 0
+    says it, the others exit 2 without a word (it was said once per process)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    code, out, err = cli("run", ROOT / "recipes/demo/sst2/minilm-lora.yaml", "--bogus")
+    assert code == 2 and out == "" and len(err.splitlines()) == (rank == "0"), err

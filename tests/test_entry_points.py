@@ -621,10 +621,11 @@ def test_an_option_given_twice_is_one_line_not_the_last_one_winning(tmp_path: Pa
     monkeypatch.chdir(tmp_path)
     code, out, err = cli(*[str(tmp_path) if word == "RUN" else word for word in command])
     option = next(w for w in command[::-1] if w.startswith("--") and w not in ("--dry-run",)).split("=")[0]
-    assert code == 2 and out == "" and err.startswith(f"error: {option} is given twice (") and err.count("\n") == 1, err
+    said = f"error: toolkit {command[0]}: {option} is given twice ("
+    assert code == 2 and out == "" and err.startswith(said) and err.count("\n") == 1, err
 
 
 def test_make_glue_with_its_own_runs_dir_in_args_is_one_line(tmp_path: Path) -> None:
     done = _make("-s", "glue", "MODEL=minilm", "METHOD=lora", "ARGS=--dry-run --runs-dir elsewhere", f"RUNS={tmp_path}")
-    assert done.returncode != 0 and "error: --runs-dir is given twice" in done.stderr and done.stdout == "", done
+    assert done.returncode != 0 and "error: toolkit sweep: --runs-dir is given twice" in done.stderr and done.stdout == "", done
     assert not (ROOT / "elsewhere").exists()

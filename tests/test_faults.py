@@ -176,6 +176,26 @@ def test_stop_after_a_step_the_run_is_at_or_past_trains_no_further(tmp_path: Pat
     same_result(clean, the_run(root))
 
 
+def test_the_api_stops_after_n_steps_as_the_cli_does(tmp_path: Path, clean_full) -> None:
+    """docs/cli.md: the Python API takes the CLI's arguments; `toolkit.run` had no `stop_after`
+    (`--stop-after N`). It stops at step N, checkpointed and unfinished, and the same call without
+    it ends as the uninterrupted run; 0 (falsy: the whole run trained, exit 0) and True are refused,
+    nothing written."""
+    import toolkit
+    from toolkit import runs
+
+    recipe, clean = clean_full
+    root = tmp_path / "stopped"
+    for bad, said in ((0, "stop_after: must be at least 1"), (True, "stop_after: expected")):
+        with pytest.raises(toolkit.UserError, match=said):
+            toolkit.run(recipe, runs_dir=root, stop_after=bad)
+        assert not root.exists()
+    stopped = toolkit.run(recipe, runs_dir=root, stop_after=4)
+    assert runs.last_step(stopped.dir) == 4 and not runs.is_finished(stopped.dir)
+    toolkit.run(recipe, runs_dir=root)
+    same_result(clean, the_run(root))
+
+
 @pytest.mark.parametrize("entry", ["cli", "api"])
 def test_checkpoints_there_but_none_usable_is_one_line_not_a_restart(tmp_path: Path, cli, clean_full,
                                                                       entry: str) -> None:

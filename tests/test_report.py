@@ -1647,14 +1647,15 @@ def test_two_tasks_whose_names_make_one_file_name_get_a_plot_each(tmp_path: Path
 @pytest.mark.parametrize("given, said", [
     ({"metric": "f1"}, None),
     ({"metric": "f1x"}, "report --metric 'f1x': no run has it"),
+    ({"metric": ""}, "report --metric '': no run has it (runs have: accuracy, f1"),
     ({"rows": ""}, "report --rows '': expected one of task, method, model, run"),
     ({"cols": ""}, "report --cols '': expected one of task, method, model, run"),
-], ids=["metric alone", "metric typo alone", "empty rows", "empty cols"])
+], ids=["metric alone", "metric typo alone", "empty metric", "empty rows", "empty cols"])
 def test_a_pivot_option_given_alone_or_empty_is_not_dropped(tmp_path: Path, cli, entry: str, given: dict,
                                                             said: str | None) -> None:
     """`--metric f1` without --rows/--cols (or `--rows ''`) made no pivot and said nothing, exit 0:
     the F1 table asked for was not there, and a misspelt metric was never said. --metric alone
-    pivots on the default axes (task × method); an empty axis is one line."""
+    pivots on the default axes (task × method); an empty axis or metric name is one line."""
     import toolkit
 
     for seed in (42, 43):

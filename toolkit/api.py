@@ -208,13 +208,15 @@ def override_list(overrides: Mapping[str, Any] | list[str] | None) -> list[str]:
 @_one_line
 @typed
 def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | None = None,
-        smoke: bool = False, force: bool = False, resume: bool = False) -> Run:
+        smoke: bool = False, force: bool = False, resume: bool = False, stop_after: int | None = None) -> Run:
     """Train and evaluate one recipe (a path or a shipped name) into its run folder; a finished
     run is returned as it is unless `force`, an interrupted one goes on from its checkpoint.
     `resume`, as `toolkit run --resume`: a run with no checkpoint to go on from is a UserError.
-    `overrides`: {"train.epochs": 1} or ["train.epochs=1"]."""
+    `stop_after`, as `toolkit run --stop-after N`: stop (checkpointed, unfinished) after N
+    optimizer steps. `overrides`: {"train.epochs": 1} or ["train.epochs=1"]."""
     out = run_one(os.fspath(recipe), override_list(overrides), smoke=smoke,
-                  runs_dir=None if runs_dir is None else os.fspath(runs_dir), force=force, resume=resume)
+                  runs_dir=None if runs_dir is None else os.fspath(runs_dir), force=force, resume=resume,
+                  stop_after=stop_after)
     return Run(Path(out))
 
 
@@ -425,6 +427,8 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     the overrides, the runs folder, each data file's head); then torch is imported. Returns the
     run folder."""
     path, runs_dir = os.fspath(path), None if runs_dir is None else os.fspath(runs_dir)
+    if stop_after is not None and stop_after < 1:  # 0 was falsy: the whole run trained, finished, exit 0
+        raise UserError(f"stop_after: must be at least 1 (optimizer steps), got {stop_after}")
     if force and resume:  # --force removed the checkpoints --resume asked to go on from, exit 0
         raise UserError("--force and --resume ask for opposite things: --force starts the run again from step 0 "
                         "and removes its checkpoints, --resume goes on from the newest of them; give one of them "

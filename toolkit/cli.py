@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -278,7 +279,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    metrics = [m for item in args.metric or [] for m in item.split(",") if m]
+    # an empty name (`--metric ''`, `--metric f1,`) reaches the check of the names: dropped, an empty
+    # --metric made no pivot and said nothing, exit 0
+    metrics = [m for item in args.metric or [] for m in item.split(",")]
     text = report.render([Path(r) for r in args.runs_dir], plots=not args.no_plots, row_key=args.rows,
                          col_key=args.cols, metrics=metrics or None, glue=args.glue,
                          out=Path(args.out) if args.out else None)
@@ -308,19 +311,51 @@ def _given(name: str):
     return path
 
 
+class ArgumentsError(UserError):
+    """argparse's refusal of the command line (an unknown option, a missing argument, a bad choice
+    or number), raised where argparse printed the command's usage block and `toolkit: error: ...`,
+    and said by main() as one line naming the subcommand and where its options are listed."""
+
+    def __init__(self, prog: str, message: str, unknown: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.prog, self.message, self.unknown = prog, message, unknown or []
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are an ArgumentsError, not usage + exit: the subcommands'
+    parsers are of this class too (add_subparsers makes its own kind). --help is argparse's own.
+    An option is given by its whole name: argparse took a prefix for the option it begins, so
+    `sweep R --seed 7` was `--seeds 7`, seven seeds from 42 (not the seed 7), exit 0; a prefix is
+    now an unknown option, said with the whole name (`did you mean --seeds?`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ArgumentsError(self.prog, message)
+
+    def _get_value(self, action, arg_string):  # type: ignore[no-untyped-def]
+        """A value a type of ours refused (_given: an empty path), said with the command's name."""
+        try:
+            return super()._get_value(action, arg_string)
+        except UserError as exc:
+            raise UserError(f"{self.prog}: {exc}") from None
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
+    p = _Parser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
                                 "recipes: one loop for every family and method.")
     p.add_argument("--version", action="version", version=f"toolkit {_version()}")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show the libraries' own warnings, load reports and progress bars")
-    verbose = argparse.ArgumentParser(add_help=False)  # -v after the command too
+    verbose = _Parser(add_help=False)  # -v after the command too
     verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                          help="show the libraries' own warnings, load reports and progress bars")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", parents=[verbose], help="train and evaluate one recipe")
     run.add_argument("recipe")
-    run.add_argument("overrides", nargs="*", help="key=value, e.g. train.lr=3e-4 method.r=16")
+    run.add_argument("overrides", nargs="*", default=[], help="key=value, e.g. train.lr=3e-4 method.r=16")
     run.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     run.add_argument("--force", action="store_true", help="run again even if finished")
@@ -356,7 +391,7 @@ def parser() -> argparse.ArgumentParser:
     cp.set_defaults(func=cmd_cp)
     ev = sub.add_parser("eval", parents=[verbose], help="score a finished run on a split (writes eval-<split>.json)")
     ev.add_argument("run", type=_given("run"))
-    ev.add_argument("overrides", nargs="*", help="task.* settings, e.g. task.max_eval_samples=100")
+    ev.add_argument("overrides", nargs="*", default=[], help="task.* settings, e.g. task.max_eval_samples=100")
     ev.add_argument("--split", default="eval", help="eval (default), train, or a labelled test split")
     ev.add_argument("--task-from", default=None, help="score on the task of another recipe")
     ev.set_defaults(func=cmd_eval)
@@ -396,7 +431,8 @@ class _Once(argparse._StoreAction):
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
         given = namespace.__dict__.setdefault("_given_once", {})
         if self.dest in given:
-            raise UserError(f"{option_string or self.option_strings[-1]} is given twice ({given[self.dest]!r} and "
+            raise UserError(f"{parser.prog}: {option_string or self.option_strings[-1]} is given twice "
+                            f"({given[self.dest]!r} and "
                             f"{values!r}); give it once (a make target gives its own: set its variable, e.g. RUNS=)")
         given[self.dest] = values
         super().__call__(parser, namespace, values, option_string)
@@ -437,23 +473,95 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     try:
         args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
-    except UserError as exc:  # a type of ours refused a value (_given)
+        # a word after a flag: sweep's and validate's recipes and overrides, report's folders, run's and
+        # eval's overrides; after an unknown option, that option's value, said with it
+        stray = [e for before, e in zip([None, *extra], extra) if e.startswith("-")
+                 or before is not None and before.startswith("-")
+                 or not (args.command in MORE_WORDS or args.command in OVERRIDES_BESIDE and "=" in e)]
+        if stray:
+            raise ArgumentsError(_subparsers(p)[args.command].prog, f"unrecognized arguments: {' '.join(stray)}", stray)
+    except ArgumentsError as exc:  # argparse's refusal: one line, not the usage block first
+        # the same words in every process of a launch: said once (read as text: this is no place for
+        # a ValueError of a damaged variable, said by the command itself)
+        if os.environ.get("WORLD_SIZE", "1").strip() in ("", "1") or os.environ.get("RANK", "0").strip() in ("", "0"):
+            _say(f"error: {arguments_error(p, exc)}")
+        return 2
+    except UserError as exc:  # a type or action of ours refused a value (_given, _Once)
         _say(f"error: {exc}")
         return 2
-    stray = [e for e in extra if args.command not in ("run", "eval", "sweep", "validate") or e.startswith("-")
-             or "=" not in e]
-    if stray:
-        p.error(f"unrecognized arguments: {' '.join(stray)}")
-    if extra and args.command == "validate":
-        args.recipes = list(args.recipes) + extra
-    elif extra:
-        args.overrides = list(args.overrides) + extra
+    if extra:
+        dest, check = MORE_WORDS.get(args.command, ("overrides", str))
+        try:
+            setattr(args, dest, list(getattr(args, dest)) + [check(e) for e in extra])
+        except UserError as exc:  # `report a --no-plots ''`: as the same word before the flags
+            _say(f"error: {_subparsers(p)[args.command].prog}: {exc}")
+            return 2
     if args.verbose:
         os.environ[quiet.VERBOSE] = "1"
     _streams_never_fail()
     quiet.warnings_off()  # the libraries' own chatter goes once they load (quiet.libraries)
     with _stops_like_ctrl_c():
         return _outcome(args)
+
+
+OVERRIDES_BESIDE = {"run": "train.lr=3e-4", "eval": "task.max_eval_samples=100", "sweep": "train.lr=1e-4,3e-4",
+                    "validate": "train.lr=3e-4"}  # the commands that take key=value words, and an example
+# the commands whose last positional takes any number of words, given before or after the flags
+# (it was an "unrecognized argument" after one), with the type of those words
+MORE_WORDS = {"sweep": ("overrides", str), "validate": ("recipes", str), "report": ("runs_dir", _given("runs_dir"))}
+
+
+def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def _options(p: argparse.ArgumentParser) -> list[str]:
+    return [o for a in p._actions for o in a.option_strings if o.startswith("--")]
+
+
+def arguments_error(p: argparse.ArgumentParser, exc: ArgumentsError) -> str:
+    """argparse's refusal as one line: the command, the problem, and where to look. An unknown
+    option says a near name of this command (`report --output`: --out) and the commands that take
+    it as given (`sweep --resume`: toolkit run); a word that is no option beside overrides says
+    what an override looks like; an unknown command says the near command."""
+    import difflib
+
+    commands = _subparsers(p)
+    message, help_line = exc.message, f"{exc.prog} --help lists its arguments and options"
+    if exc.prog == p.prog:  # the command itself: missing or unknown
+        names = ", ".join(commands)
+        if message.startswith("the following arguments are required"):
+            return f"{p.prog}: give a command: {names} ({p.prog} --help says what each does)"
+        if (bad := re.match(r"argument command: invalid choice: '(.*?)'", message)) is not None:
+            near = difflib.get_close_matches(bad.group(1), list(commands), n=1)
+            return (f"{p.prog}: unknown command '{bad.group(1)}'" + (f"; did you mean {near[0]}?" if near else "")
+                    + f" (the commands: {names}; {p.prog} --help says what each does)")
+        return f"{p.prog}: {message} ({p.prog} --help lists the options)"
+    command = exc.prog.split()[-1]
+    near_names, elsewhere = [], []
+    if exc.unknown:
+        own = _options(commands[command])
+        for before, word, after in zip(["", *exc.unknown], exc.unknown, [*exc.unknown[1:], "-"]):
+            option = word.split("=", 1)[0]
+            if not option.startswith("--"):  # a word after an unknown option is taken for its value
+                if command in OVERRIDES_BESIDE and not word.startswith("-") and not before.startswith("-"):
+                    near_names.append(f"'{word}' is no override (key=value, e.g. {OVERRIDES_BESIDE[command]})")
+                continue
+            if command in OVERRIDES_BESIDE and "." in option:  # `--train.lr=3e-4`, `--train.lr 3e-4`
+                value = word.split("=", 1)[1] if "=" in word else after if not after.startswith("-") else "VALUE"
+                near_names.append(f"an override goes without the dashes: {option[2:]}={value}")
+                continue
+            score = {o: max(difflib.SequenceMatcher(None, option, o).ratio(),
+                            difflib.SequenceMatcher(None, o, option).ratio()) for o in own}
+            if score and max(score.values()) >= 0.75:
+                near_names.append(f"did you mean {max(score, key=score.get)}?")
+            takers = [f"toolkit {name}" for name, sub in commands.items() if name != command and option in _options(sub)]
+            takers += [f"{p.prog} itself ({p.prog} {option})"] * (option in _options(p) and option not in own)
+            if takers:
+                elsewhere.append(f"{option} is an option of {', '.join(takers)}")
+    return (f"{exc.prog}: {message}" + "".join(f"; {h}" for h in near_names)
+            + f" ({'; '.join([*elsewhere, help_line])})")
 
 
 def _outcome(args: argparse.Namespace) -> int:
