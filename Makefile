@@ -97,7 +97,7 @@ else
 	@if ! $(BIN)/python -c "import sys, torch; sys.exit(torch.cuda.device_count() < $(NPROC))"; then \
 	  echo "fewer than $(NPROC) GPUs here: $(NPROC) CPU processes (gloo), STRATEGY=$(STRATEGY)"; \
 	fi
-	$(BIN)/accelerate launch --config_file configs/accelerate/$(STRATEGY).yaml --num_processes $(NPROC) \
+	$(BIN)/python -m toolkit.launch --config_file configs/accelerate/$(STRATEGY).yaml --num_processes $(NPROC) \
 	  -m toolkit.cli run "$(RECIPE)" $(ARGS)
 endif
 

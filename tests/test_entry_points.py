@@ -629,3 +629,18 @@ def test_make_glue_with_its_own_runs_dir_in_args_is_one_line(tmp_path: Path) -> 
     done = _make("-s", "glue", "MODEL=minilm", "METHOD=lora", "ARGS=--dry-run --runs-dir elsewhere", f"RUNS={tmp_path}")
     assert done.returncode != 0 and "error: toolkit sweep: --runs-dir is given twice" in done.stderr and done.stdout == "", done
     assert not (ROOT / "elsewhere").exists()
+
+
+def test_a_user_error_under_make_run_nproc_2_is_its_line_and_exit_2_with_no_launcher_traceback() -> None:
+    """`make run NPROC=2` with a recipe error: each process says its `error:` line and exits 2;
+    the launcher (torch elastic inside `accelerate launch`) then printed a ChildFailedError
+    traceback and report box after it and ended the launch with exit 1, a user error read as a
+    crash. toolkit.launch ends it with the processes' own exit code and nothing more."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    done = subprocess.run(["make", "run", "NPROC=2", "RECIPE=demo/sst2/minilm-lora", "ARGS=--smoke train.bogus=1",
+                           f"VENV={Path(sys.executable).parent.parent}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert errors and all("train.bogus" in line for line in errors), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "ChildFailedError" not in done.stderr, done.stderr[-3000:]
