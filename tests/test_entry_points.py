@@ -644,3 +644,15 @@ def test_a_user_error_under_make_run_nproc_2_is_its_line_and_exit_2_with_no_laun
     assert done.returncode == 2, done.stderr[-2000:]
     assert errors and all("train.bogus" in line for line in errors), done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "ChildFailedError" not in done.stderr, done.stderr[-3000:]
+
+
+def test_python_dash_m_toolkit_is_the_toolkit_command() -> None:
+    """`python -m toolkit` was "No module named toolkit.__main__"; it is the `toolkit` command: the
+    same output and exit code, a user error included."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run([sys.executable, "-m", "toolkit", "validate", "demo/sst2/minilm-lora"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=120, env=env)
+    assert ok.returncode == 0 and "1 of 1 recipes valid" in ok.stdout, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "toolkit", "validate", "demo/sst2/minilm-lora", "train.bogus=1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "train.bogus: unknown key" in bad.stderr, bad.stderr
