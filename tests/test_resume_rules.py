@@ -256,6 +256,29 @@ train: {{max_steps: 3, lr: 1.0e-3, batch_size: 4, seed: 7}}
         assert code == 0 and "resuming from" in out and "step 2" in out, out + err
 
 
+def _rewrite_state(state_file: Path, state: dict) -> None:
+    """A checkpoint's trainer_state.json as another launch would have written it: its digest with it."""
+    from toolkit import runs as run_files
+
+    state["state_sha256"] = run_files.state_digest({k: v for k, v in state.items()
+                                                     if k not in ("manifest", "state_sha256")})
+    state_file.write_text(json.dumps(state))
+
+
+def _resume(entry: str, cli, capsys, recipe: Path, runs: Path) -> tuple[dict, str, str]:
+    """(metrics, stdout, stderr) of the run resumed through the API or the CLI (which must pass)."""
+    from toolkit import api
+
+    if entry == "api":
+        metrics = api.run(recipe, runs_dir=runs).metrics
+        said = capsys.readouterr()
+        return metrics, said.out, said.err
+    code, out, err = cli("run", recipe, "--runs-dir", runs)
+    assert code == 0, err
+    (metrics_file,) = runs.rglob("metrics.json")
+    return json.loads(metrics_file.read_text()), out, err
+
+
 def _tiny_classification(tmp_path: Path, tiny_checkpoint) -> Path:
     """A 2-step text_classification recipe on the tiny BERT (seconds)."""
     from conftest import write_recipe
@@ -287,7 +310,7 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
     that will not load under the new versions is one line naming them, not a traceback."""
     from accelerate import Accelerator
 
-    from toolkit import api, checkpoints, runs as run_files
+    from toolkit import checkpoints
 
     recipe, (key, entry) = _tiny_classification(tmp_path, tiny_checkpoint), OTHER_CODE[case]
     runs = tmp_path / "runs"
@@ -297,24 +320,14 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
     assert state["code"] == checkpoints.code_versions()  # recorded when the run started
     if key:
         state["code"][key] = "0.0.1-old"  # as the other code wrote it: its state digest with it
-        state["state_sha256"] = run_files.state_digest({k: v for k, v in state.items()
-                                                         if k not in ("manifest", "state_sha256")})
-        state_file.write_text(json.dumps(state))
+        _rewrite_state(state_file, state)
     if case == "unreadable":
         monkeypatch.setattr(Accelerator, "load_state", lambda *a, **k: (_ for _ in ()).throw(KeyError("slot")))
         code, _, err = cli("run", recipe, "--runs-dir", runs)
         errors = [line for line in err.splitlines() if line.startswith("error:")]
         assert code == 2 and len(errors) == 1 and "transformers 0.0.1-old (now" in errors[0], err
         return
-    if entry == "api":
-        metrics = api.run(recipe, runs_dir=runs).metrics
-        said = capsys.readouterr()
-        out, err = said.out, said.err
-    else:
-        code, out, err = cli("run", recipe, "--runs-dir", runs)
-        assert code == 0, err
-        (metrics_file,) = runs.rglob("metrics.json")
-        metrics = json.loads(metrics_file.read_text())
+    metrics, out, err = _resume(entry, cli, capsys, recipe, runs)
     notes = [line for line in err.splitlines() if line.startswith("note:")]
     assert "resuming from" in out and len(notes) == (1 if key else 0), out + err
     if key:
@@ -343,7 +356,7 @@ def test_a_resume_on_other_compute_says_so_and_the_run_records_it(tmp_path: Path
     uninterrupted run's in the last bits, exit 0, and nothing said the resume was not exact (a
     run stopped under OMP_NUM_THREADS=1 and resumed without it). Each checkpoint now records
     its compute; a resume on other compute goes on with one note, and metrics.json keeps it."""
-    from toolkit import api, checkpoints, runs as run_files
+    from toolkit import checkpoints
 
     recipe, runs, threads = _tiny_classification(tmp_path, tiny_checkpoint), tmp_path / "runs", torch.get_num_threads()
     try:
@@ -357,19 +370,9 @@ def test_a_resume_on_other_compute_says_so_and_the_run_records_it(tmp_path: Path
                 del state["compute"]
             else:
                 state["compute"]["instruction set"] = "VSX"
-            state["state_sha256"] = run_files.state_digest({k: v for k, v in state.items()
-                                                             if k not in ("manifest", "state_sha256")})
-            state_file.write_text(json.dumps(state))
+            _rewrite_state(state_file, state)
         torch.set_num_threads(2 if case == "torch threads" else 1)
-        if OTHER_COMPUTE[case] == "api":
-            metrics = api.run(recipe, runs_dir=runs).metrics
-            said = capsys.readouterr()
-            out, err = said.out, said.err
-        else:
-            code, out, err = cli("run", recipe, "--runs-dir", runs)
-            assert code == 0, err
-            (metrics_file,) = runs.rglob("metrics.json")
-            metrics = json.loads(metrics_file.read_text())
+        metrics, out, err = _resume(OTHER_COMPUTE[case], cli, capsys, recipe, runs)
     finally:
         torch.set_num_threads(threads)
     notes = [line for line in err.splitlines() if line.startswith("note:")]
