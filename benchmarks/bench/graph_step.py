@@ -30,22 +30,15 @@ from typing import Callable
 
 import torch
 
-from toolkit import models
-
-from bench.common import (LR, METHODS, ROBERTA_TINY, cuda, device, peak_memory_mb, random_batch, reset_peak_memory,
-                          roberta_base_random, sync, time_alternating)
+from bench.common import LR, cuda, device, peak_memory_mb, random_batch, reset_peak_memory, sync, time_alternating
+from bench.lora import method_model
 
 MAX_GRAD_NORM = 1.0  # the loop's default clip, so the captured step does the loop's work
 
 
 def graph_model(args: argparse.Namespace, method: str) -> tuple[torch.nn.Module, int]:
-    """(model, vocabulary size): the LoRA rows' model (random roberta-base shape, or the tiny one),
-    `method` applied by the toolkit's own method code, on the device."""
-    from toolkit.methods import METHODS as REGISTRY, Context
-
-    model, tok = roberta_base_random(shape=ROBERTA_TINY if getattr(args, "lora_model", None) == "tiny" else None)
-    ctx = Context(family="roberta", head_names=models.head_names(model), peft_task_type="SEQ_CLS", tokenizer=tok)
-    model = REGISTRY.get(method)(**METHODS[method]).apply(model, ctx)
+    """(model, vocabulary size): the LoRA rows' model (bench.lora.method_model) on the device."""
+    model, tok = method_model(args, method)
     model.to(device()).train()
     return model, len(tok)
 

@@ -13,6 +13,16 @@ from bench.common import (METHODS, ROBERTA_TINY, compile_caches, cuda, current_m
                           roberta_base_random, run_row, table, time_training_steps)
 
 
+def method_model(args: argparse.Namespace, method: str) -> tuple[torch.nn.Module, object]:
+    """(model, tokenizer): the random roberta-base-shaped model (`--lora-model tiny`: the small
+    one), `method` applied by the toolkit's own method code."""
+    from toolkit.methods import METHODS as REGISTRY, Context
+
+    model, tok = roberta_base_random(shape=ROBERTA_TINY if getattr(args, "lora_model", None) == "tiny" else None)
+    ctx = Context(family="roberta", head_names=models.head_names(model), peft_task_type="SEQ_CLS", tokenizer=tok)
+    return REGISTRY.get(method)(**METHODS[method]).apply(model, ctx), tok
+
+
 def lora_row(args: argparse.Namespace, method: str) -> dict:
     """Step time and peak memory of one method on the random roberta-base-shaped model, batch
     x length real tokens; the method is applied by the toolkit's own method code (LoRA: r 8,
@@ -24,11 +34,7 @@ def lora_row(args: argparse.Namespace, method: str) -> dict:
     (on CUDA: Inductor, mode reduce-overhead, CUDA graphs): eager, a base-size step is launch-bound
     on a GPU, where LoRA adds kernels and saves weight-gradient matmuls. A compiled row's 3 untimed
     steps compile it and record its graph; their seconds are `warmup_s`."""
-    from toolkit.methods import METHODS as REGISTRY, Context
-
-    model, tok = roberta_base_random(shape=ROBERTA_TINY if getattr(args, "lora_model", None) == "tiny" else None)
-    ctx = Context(family="roberta", head_names=models.head_names(model), peft_task_type="SEQ_CLS", tokenizer=tok)
-    model = REGISTRY.get(method)(**METHODS[method]).apply(model, ctx)
+    model, tok = method_model(args, method)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     batch = random_batch(args.lora_batch, args.lora_length, len(tok))
     if cuda():
