@@ -1047,3 +1047,45 @@ def test_generation_ends_at_the_token_every_target_was_trained_to_end_with(tiny_
         if family == "gpt2":
             assert out[0].tolist()[:3] == [20, 21, end] and set(out[0].tolist()[3:]) <= {tok.pad_token_id}, saved
     assert task.generation.saved(task.max_target_length)  # the export's settings: see decode_as_run
+
+
+@pytest.mark.parametrize("family", ["bart", "t5", "gpt2"])
+def test_beam_search_stops_as_the_recipe_says_else_as_the_checkpoints_generation_config(
+        tmp_path: Path, tiny_checkpoint, family: str) -> None:
+    """Finding: beam search was pinned to stop once num_beams hypotheses were finished
+    (`early_stopping: true`, BART's) for every checkpoint, where T5's and Marian's
+    generation_config say false and transformers' Seq2SeqTrainer (run_summarization,
+    run_translation) reads it from there: other beams, other text, exit 0, and no recipe field
+    could say otherwise. Now `generation.early_stopping` wins where set; unset, `generate` reads
+    the checkpoint's, in the run's evaluation, eval and predict (`TextToText.generate`) and in an
+    export's generation_config.json."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    from toolkit.inference import decode_as_run
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.translation import Translation
+
+    path = tiny_checkpoint(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(path).eval()
+    ids = torch.tensor([[5, 19, 7]])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "prompt_ids": ids, "prompt_mask": torch.ones_like(ids)}
+    real = model.generate
+    for saved in (True, False, None):
+        for recipe in (None, True, False, "never"):
+            model.generation_config.early_stopping = saved
+            task = Translation(generation=Generation(num_beams=2, max_new_tokens=3, early_stopping=recipe))
+            task.model_head(family)
+            task._tokenizer = tok
+            seen: list[dict] = []
+            model.generate = lambda **kwargs: seen.append(kwargs) or real(**kwargs)
+            task.generate(model, batch)
+            del model.generate
+            used = seen[0].get("early_stopping", model.generation_config.early_stopping)
+            wanted = saved if recipe is None else recipe
+            assert (used or False) == (wanted or False), (saved, recipe)
+            decode_as_run(task, model, tok)  # the export's generation_config.json
+            model.generation_config.save_pretrained(tmp_path)
+            assert (GenerationConfig.from_pretrained(tmp_path).early_stopping or False) == (wanted or False)

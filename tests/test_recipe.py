@@ -686,6 +686,9 @@ SQUAD_ON = "model: {{checkpoint: {}}}\ntask: {{name: squad, version: v1}}\nmetho
     # greedy search reads no length penalty
     ("model: {checkpoint: t5-small}\ntask: {name: summarization, subset: samsum}\nmethod: {name: full}\n",
      "task.generation.length_penalty", "1.0"),
+    # nor when beam search stops
+    *[(f"model: {{checkpoint: {c}}}\ntask: {{name: {t}}}\nmethod: {{name: full}}\n", "task.generation.early_stopping",
+       None) for c, t in (("t5-small", "summarization"), ("gpt2", "translation"), ("facebook/bart-base", "squad"))],
 ])
 def test_a_setting_the_run_never_reads_is_refused_unless_at_its_default(tmp_path: Path, cli, recipe: str,
                                                                         setting: str, default: str | None) -> None:
@@ -697,7 +700,7 @@ def test_a_setting_the_run_never_reads_is_refused_unless_at_its_default(tmp_path
     odd = {"task.prefix": "'answer: '", "method.separator": "' | '", "task.eval_fraction": "0.1",
            "task.train_split": "dev", "task.dataset_config": "raw", "model.dropout": "0.1",
            "task.subset": "sst2", "task.pair_separator": "eos", "task.text_field": "body",
-           "task.documents": "blank_line"}.get(setting, odd)
+           "task.documents": "blank_line", "task.generation.early_stopping": "true"}.get(setting, odd)
     for extra in ((), ("--smoke",), ("smoke=true",)):  # smoke=true let any value of a key --smoke sizes through
         code, _, err = cli("validate", path, f"{setting}={odd}", *extra)
         assert code == 2 and len(err.strip().splitlines()) == 1 and f"{setting}: " in err, err

@@ -718,8 +718,8 @@ def _shown(tokens: list[str]) -> str:
 def decode_as_run(task: Any, model: Any, tok: Any) -> str:
     """An exported generation model decodes as the run scored it, for anyone who calls its
     `generate`: generation_config.json carries the recipe's decoding (num_beams, max_new_tokens,
-    length_penalty, early_stopping, greedy; the length and repetition constraints no recipe sets
-    cleared, as `Generation.kwargs` clears them; what greedy or beam search ignores unset,
+    length_penalty, greedy; early_stopping the recipe's, else left the checkpoint's, as the run
+    read it; the length and repetition constraints no recipe sets cleared, as `Generation.kwargs` clears them; what greedy or beam search ignores unset,
     `Generation.saved`) and the pad token, and a decoder-only model's
     tokenizer pads on the left, where its prompts end at one column, an encoder-decoder's on the
     right, as the run padded its sources (BART's learnt positions move with left padding). The export held the base's

@@ -26,7 +26,8 @@ def encoder_decoder(path: str, tok: Any, **config: Any) -> Any:
 def generation_kwargs(task: Any) -> dict:
     g = task.generation
     return {"num_beams": g.num_beams, "max_new_tokens": task.new_tokens(), "length_penalty": g.length_penalty,
-            "no_repeat_ngram_size": g.no_repeat_ngram_size, "do_sample": False, "early_stopping": g.num_beams > 1}
+            "no_repeat_ngram_size": g.no_repeat_ngram_size, "do_sample": False,
+            **({} if g.early_stopping is None else {"early_stopping": g.early_stopping})}
 
 
 def seq2seq_trainer(recipe: Any, path: str, out: Path) -> tuple[Any, Any, Callable[[Any], Any], Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 
@@ -48,6 +48,11 @@ class Generation:
     length_penalty: float = field(default=1.0, metadata={"min": -10.0, "max": 10.0})
     max_new_tokens: int | None = field(default=None, metadata={"min": 1, "max": 4096})
     no_repeat_ngram_size: int = field(default=0, metadata={"min": 0, "max": 16})
+    # when beam search stops (GenerationConfig's early_stopping): true once num_beams hypotheses are
+    # finished, false when no open beam can still beat them (transformers' heuristic), "never"
+    # (the canonical search); unset: the checkpoint's generation_config (BART's true, T5's and
+    # Marian's none, i.e. false), as transformers' Seq2SeqTrainer reads it
+    early_stopping: bool | Literal["never"] | None = schema.added(default=None, neutral=None)
 
     def budget(self, target_length: int) -> int:
         """New tokens `generate` may write: the recipe's `max_new_tokens`, else `target_length`."""
@@ -57,10 +62,14 @@ class Generation:
         """These settings (the budget `budget(target_length)`), and the length and repetition
         constraints a recipe cannot set unset (`UNSET`): `generate` starts from the checkpoint's
         generation_config, so a checkpoint saved with, say, bart-large-cnn's min_length 56
-        forced every summary to 56 tokens. What `generate` returns is pinned too (`ONE_TENSOR`)."""
+        forced every summary to 56 tokens. What `generate` returns is pinned too (`ONE_TENSOR`).
+        `early_stopping` unset is not passed: beam search stops as the checkpoint's generation_config
+        says, as Seq2SeqTrainer has it (it was pinned true, BART's, for T5 and Marian whose configs
+        say false: other beams, other text than transformers' run_translation, exit 0)."""
+        stopping = {} if self.early_stopping is None else {"early_stopping": self.early_stopping}
         return {"num_beams": self.num_beams, "length_penalty": self.length_penalty,
                 "max_new_tokens": self.budget(target_length), "no_repeat_ngram_size": self.no_repeat_ngram_size,
-                "do_sample": False, "use_cache": True, "early_stopping": self.num_beams > 1, **UNSET, **ONE_TENSOR}
+                "do_sample": False, "use_cache": True, **stopping, **UNSET, **ONE_TENSOR}
 
     def saved(self, target_length: int) -> dict[str, Any]:
         """`kwargs` as a generation_config.json holds them (`toolkit export`): the same decoding,
@@ -70,7 +79,7 @@ class Generation:
         traceback with nothing exported."""
         out = {**self.kwargs(target_length), **SAMPLING_ONLY}
         if self.num_beams == 1:
-            out["length_penalty"] = None
+            out["length_penalty"] = out["early_stopping"] = None
         return out
 
 
@@ -208,7 +217,10 @@ class TextToText(TokenTask):
         if self.generation.num_beams == 1:  # transformers' greedy search reads no length penalty
             return {"task.generation.length_penalty": (
                 "it weighs beam-search hypotheses by their length, and generation.num_beams: 1 is greedy "
-                "search, which reads no length penalty; set num_beams above 1 or leave it at 1.0")}
+                "search, which reads no length penalty; set num_beams above 1 or leave it at 1.0"),
+                "task.generation.early_stopping": (
+                "it says when beam search stops, and generation.num_beams: 1 is greedy search, which "
+                "reads none; set num_beams above 1 or leave it unset")}
         return {}
 
     def model_head(self, family: str | None) -> str:
