@@ -239,6 +239,38 @@ def test_summaries_rouge_cannot_tokenize_are_refused_before_training(tmp_path: P
     else:
         assert len(task.load()["eval"][""]) == 3
 
+@pytest.mark.parametrize("odd, unread", [
+    ("Мария рассказала Ивану о поездке.", True), ("玛丽告诉约翰她去了北京。", True), ("Η Μαρία πήγε.", True),
+    ("...!?", True), ("Marie a raconté à Jean.", False), ("Мария met John at 5.", False),
+], ids=["russian", "chinese", "greek", "punctuation", "french", "mixed"])
+def test_a_reference_or_prediction_rouge_reads_as_nothing_is_said(tmp_path: Path, odd: str, unread: bool) -> None:
+    """Finding: a few summaries in other letters among Latin ones (under the refused majority)
+    each scored ROUGE 0 whatever the model wrote, its own text included, exit 0; and a model
+    writing in such letters scored 0 unsaid. Now a `warning:` line at load (the run's setup and
+    `toolkit eval` say it) names their count and the first row; one at scoring names the
+    predictions. A reference with one token rouge-score reads is scored (nothing said)."""
+    import numpy as np
+
+    from toolkit.tasks.summarization import Summarization
+
+    assert (rouge([odd], [odd])["rouge1"] == 0.0) == unread  # why: rouge-score's own tokens
+    summaries = ["Mary told John about her trip."] * 4 + [odd] * 2
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({"source": f"Dialogue {i}: {t}", "target": t}, ensure_ascii=False) + "\n"
+                            for i, t in enumerate(summaries)), encoding="utf-8")
+    task = Summarization(subset="custom", eval_file=str(path))
+    raw = task.load()["eval"][""]
+    line = task.notices().get("rouge unread", "")
+    assert (f"2 of 6 reference summaries in {path} hold no letter or digit ROUGE's tokenizer reads" in line
+            and "row 5: " in line and "scores 0 whatever the model writes" in line) == unread, line
+    task._decoded = list(summaries[:4]) + [odd, ""]  # an empty output is no text: not counted
+    task.decoded = lambda outputs: task._decoded
+    task.score({"example_index": np.arange(6)}, raw)
+    line = task.notices().get("rouge unread predictions", "")
+    assert ("1 of 6 generated summaries are written in letters ROUGE's tokenizer drops" in line) == (
+        unread and odd != "...!?"), line
+
+
 def _gz(path: Path, lines: list[str]) -> Path:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))

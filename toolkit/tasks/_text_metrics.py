@@ -66,6 +66,17 @@ def rouge_dropped(texts: Sequence[str]) -> float:
     return 1 - kept / letters if letters else 0.0
 
 
+def rouge_unread(texts: Sequence[str]) -> list[int]:
+    """The positions of the `texts` in which rouge-score's tokenizer finds no token at all (no
+    a-z or 0-9 once lower-cased: Cyrillic, Greek, CJK, punctuation alone). Such a reference
+    scores 0 against any prediction, its own text included; such a prediction scores 0 against
+    any reference."""
+    from rouge_score import tokenizers
+
+    tokenizer = tokenizers.DefaultTokenizer(use_stemmer=False)  # stemming never empties a token list
+    return [i for i, text in enumerate(texts) if not tokenizer.tokenize(text)]
+
+
 # Scripts written without spaces between words -> the sacreBLEU tokenizers that find words in
 # them (sacreBLEU's own for the language first); a space-based one (13a, intl, none) reads a whole
 # sentence as one word. Kana before Han: Japanese text holds both.

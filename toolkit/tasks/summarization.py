@@ -7,6 +7,8 @@ Scores are ROUGE-1/2/L/Lsum F-measures (rouge-score, stemming; rougeLsum on one 
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -16,7 +18,7 @@ import numpy as np
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, Metric, _fields, declaration, hub_dataset, hub_offline, subset
 from toolkit.tasks._generation import TextToText, read_pairs
-from toolkit.tasks._text_metrics import ROUGE_KEYS, rouge, rouge_dropped
+from toolkit.tasks._text_metrics import ROUGE_KEYS, rouge, rouge_dropped, rouge_unread
 
 ROUGE_DROPPED_MAX = 0.5  # more of the summaries' letters outside a-z/0-9: ROUGE cannot score them
 
@@ -157,6 +159,15 @@ class Summarization(TextToText):
                             f"{where} are outside a-z and 0-9, which ROUGE's tokenizer (rouge-score, as "
                             "transformers' summarization example scores) drops: every summary would score "
                             "near 0 whatever the model writes; summarization here scores Latin-script text")
+        unread = rouge_unread(summaries)
+        if unread:
+            first = summaries[unread[0]]
+            where = self.eval_file or PRESETS[self.subset][1] or self.subset
+            self.note("rouge unread", f"{len(unread)} of {len(summaries)} reference summaries in {where} hold no "
+                      f"letter or digit ROUGE's tokenizer reads (rouge-score keeps a-z and 0-9; the first, row "
+                      f"{unread[0] + 1}: {_excerpt(first)}): each scores 0 whatever the model writes, its own "
+                      "text included, lowering every ROUGE by its share; remove them from the eval file or "
+                      "write them in Latin letters")
 
     def source_name(self) -> str:
         if (self.train_file or self.eval_file) and not self.source_field:
@@ -164,4 +175,18 @@ class Summarization(TextToText):
         return self.fields()[0]
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
-        return rouge(self.decoded(outputs), [refs[0] for refs in self.references(raw)])
+        predictions = self.decoded(outputs)
+        unread = [i for i in rouge_unread(predictions) if _LETTERS.search(predictions[i])]
+        if unread:  # text the model wrote that ROUGE reads as nothing (an empty output is no text)
+            self.note("rouge unread predictions", f"{len(unread)} of {len(predictions)} generated summaries are "
+                      f"written in letters ROUGE's tokenizer drops (rouge-score keeps a-z and 0-9; the first: "
+                      f"{_excerpt(predictions[unread[0]])}): each scores 0 whatever it says")
+            self.say_notices(run=False)
+        return rouge(predictions, [refs[0] for refs in self.references(raw)])
+
+
+_LETTERS = re.compile(r"[^\W_]")  # a letter or digit of any script
+
+
+def _excerpt(text: str, size: int = 40) -> str:
+    return json.dumps(text if len(text) <= size else text[:size] + "...", ensure_ascii=False)
