@@ -260,7 +260,7 @@ def test_a_reference_or_prediction_rouge_reads_as_nothing_is_said(tmp_path: Path
                             for i, t in enumerate(summaries)), encoding="utf-8")
     task = Summarization(subset="custom", eval_file=str(path))
     raw = task.load()["eval"][""]
-    line = task.notices().get("rouge unread", "")
+    line = task.notices().get("rouge unread eval", "")
     assert (f"2 of 6 reference summaries in {path} hold no letter or digit ROUGE's tokenizer reads" in line
             and "row 5: " in line and "scores 0 whatever the model writes" in line) == unread, line
     task._decoded = list(summaries[:4]) + [odd, ""]  # an empty output is no text: not counted
@@ -269,6 +269,32 @@ def test_a_reference_or_prediction_rouge_reads_as_nothing_is_said(tmp_path: Path
     line = task.notices().get("rouge unread predictions", "")
     assert ("1 of 6 generated summaries are written in letters ROUGE's tokenizer drops" in line) == (
         unread and odd != "...!?"), line
+
+
+@pytest.mark.parametrize("name", ["summarization", "translation"])
+def test_the_train_split_scored_by_eval_has_its_references_checked_as_the_eval_splits(tmp_path: Path,
+                                                                                       name: str) -> None:
+    """Finding: the references a metric cannot score (ROUGE on summaries in other letters; 13a
+    BLEU on Chinese) were refused for the eval split at load, and `toolkit eval --split train`
+    scored the train split's unchecked: ROUGE or BLEU near 0 whatever the model wrote, exit 0.
+    Every split scored (`as_scored`) is now checked by the same rule, naming its file."""
+    from toolkit.tasks import TASKS
+
+    odd = {"summarization": "Мария рассказала Ивану о поездке.", "translation": "玛丽告诉约翰她去了北京。"}[name]
+    files = {}
+    for split, target in (("train", odd), ("eval", "Mary told John about her trip.")):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"source": f"Text {i} about a trip.", "target": target},
+                                                   ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
+    settings = {"subset": "custom", "train_file": str(files["train"]), "eval_file": str(files["eval"])}
+    if name == "translation":
+        settings.update(source_lang="en", target_lang="xx", source_field="source", target_field="target")
+    task = TASKS.get(name)(**settings)
+    data = task.load()  # the eval split scores
+    assert task.as_scored(data["eval"][""]) is data["eval"][""]
+    key = "task.train_file" if name == "summarization" else "task.bleu_tokenize"
+    with pytest.raises(UserError, match=rf"{key}: .*{files['train']}"):
+        task.as_scored(data["train"])
 
 
 def _gz(path: Path, lines: list[str]) -> Path:

@@ -303,6 +303,26 @@ class TextToText(TokenTask):
     def references(self, raw: Any) -> list[list[str]]:
         return [[t] for t in raw["target"]]
 
+    # --- references the metric can score -----------------------------------------------------
+    def check_references(self, references: list[str], split: str) -> None:
+        """Refuse (one line) or say (`note`) references the task's metric cannot score as text
+        (summarization: ROUGE's a-z/0-9 tokens; translation: a BLEU tokenizer that cannot split
+        their script); `split` is 'eval' or 'train'. Nothing here."""
+
+    def checked(self, data: dict[str, Any]) -> dict[str, Any]:
+        """`load`'s splits, the eval split's references checked before anything trains; another
+        split (`toolkit eval --split train`) is checked when it is scored (`as_scored`): its
+        references were scored unchecked, exit 0."""
+        self.check_references(list(data["eval"][""]["target"]), "eval")
+        self._unchecked = {id(ds): name for name, ds in (("train", data.get("train")),) if ds is not None}
+        return data
+
+    def as_scored(self, dataset: Any) -> Any:
+        split = self.__dict__.get("_unchecked", {}).get(id(dataset))
+        if split is not None:
+            self.check_references(list(dataset["target"]), split)
+        return super().as_scored(dataset)
+
     # --- language codes (multilingual tokenizers) ---------------------------------------------
     def language_hints(self) -> tuple[tuple[str, str | None], tuple[str, str | None]]:
         """(recipe key, value) that names the sources' and the targets' language where

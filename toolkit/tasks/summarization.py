@@ -143,30 +143,33 @@ class Summarization(TextToText):
         return (hub_pairs(self, hub_id, config, "train", src, tgt), hub_pairs(self, hub_id, config, eval_split, src, tgt))
 
     def load(self) -> dict[str, Any]:
-        data = load_pairs(self)
-        self.check_rouge(data["eval"][""]["target"])
-        return data
+        return self.checked(load_pairs(self))
 
-    def check_rouge(self, summaries: list[str]) -> None:
+    def split_file(self, split: str) -> str:
+        train, evaluation, _, _ = self.sources()
+        return (evaluation if split == "eval" else train) or self.subset
+
+    def check_references(self, summaries: list[str], split: str) -> None:
         """ROUGE is scored on rouge-score's tokens, which are a-z and 0-9 (`rouge_dropped`):
         summaries written mostly in other letters would score near 0 whatever the model writes
         (a summary equal to its reference: 0, exit 0). Refused before training, as translation
-        refuses a BLEU tokenizer that does not split its target language."""
+        refuses a BLEU tokenizer that does not split its target language. Fewer, each summary
+        in which it finds no token at all (`rouge_unread`) is said: it scores 0 whatever the
+        model writes."""
+        where = self.split_file(split)
         dropped = rouge_dropped(summaries)
         if dropped > ROUGE_DROPPED_MAX:
-            where = self.eval_file or PRESETS[self.subset][1] or self.subset
-            raise UserError(f"task.eval_file: {dropped:.0%} of the letters in the reference summaries of "
+            raise UserError(f"task.{split}_file: {dropped:.0%} of the letters in the reference summaries of "
                             f"{where} are outside a-z and 0-9, which ROUGE's tokenizer (rouge-score, as "
                             "transformers' summarization example scores) drops: every summary would score "
                             "near 0 whatever the model writes; summarization here scores Latin-script text")
         unread = rouge_unread(summaries)
         if unread:
             first = summaries[unread[0]]
-            where = self.eval_file or PRESETS[self.subset][1] or self.subset
-            self.note("rouge unread", f"{len(unread)} of {len(summaries)} reference summaries in {where} hold no "
-                      f"letter or digit ROUGE's tokenizer reads (rouge-score keeps a-z and 0-9; the first, row "
-                      f"{unread[0] + 1}: {_excerpt(first)}): each scores 0 whatever the model writes, its own "
-                      "text included, lowering every ROUGE by its share; remove them from the eval file or "
+            self.note(f"rouge unread {split}", f"{len(unread)} of {len(summaries)} reference summaries in {where} "
+                      f"hold no letter or digit ROUGE's tokenizer reads (rouge-score keeps a-z and 0-9; the first, "
+                      f"row {unread[0] + 1}: {_excerpt(first)}): each scores 0 whatever the model writes, its own "
+                      f"text included, lowering every ROUGE by its share; remove them from the {split} file or "
                       "write them in Latin letters")
 
     def source_name(self) -> str:

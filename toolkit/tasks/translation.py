@@ -159,11 +159,13 @@ class Translation(TextToText):
                 hub_pairs(self, hub_id, config, eval_split, s, t, convert))
 
     def load(self) -> dict[str, Any]:
-        data = load_pairs(self)
-        self.check_bleu_tokenizer(data["eval"][""]["target"])
-        return data
+        return self.checked(load_pairs(self))
 
-    def check_bleu_tokenizer(self, references: list[str]) -> None:
+    def split_file(self, split: str) -> str:
+        train, evaluation, _, _ = self.sources()
+        return (evaluation if split == "eval" else train) or self.subset
+
+    def check_references(self, references: list[str], split: str) -> None:
         """The references themselves, wherever the language code does not say it (zh-CN, cmn,
         th, a custom code): a space-based BLEU tokenizer on text mostly in a script written
         without spaces scores a sentence as one word, BLEU near 0 for any translation. Refused
@@ -171,7 +173,7 @@ class Translation(TextToText):
         Hangul take ko-mecab alone, as `check` has it for ko: a Korean target named otherwise
         (NLLB's kor_Hang, kor, a code of its own) was scored with 13a, exit 0."""
         if self.bleu_tokenize != OFFICIAL_ONLY["ko"][0] and written_in(references, HANGUL) > 0.5:
-            where = self.eval_file or LOCAL.get(self.subset, ("", self.subset))[1]
+            where = self.split_file(split)
             raise UserError(f"task.bleu_tokenize: most letters of the references in {where} are Korean (Hangul), "
                             f"which sacreBLEU scores with ko-mecab, not '{self.bleu_tokenize}' (task.target_lang "
                             f"{self.target_lang} does not say Korean as ko does); set task.bleu_tokenize=ko-mecab "
@@ -179,7 +181,7 @@ class Translation(TextToText):
         found = spaceless_script(references) if self.bleu_tokenize in SPACE_BASED else None
         if found:
             script, share, fits = found
-            where = self.eval_file or LOCAL.get(self.subset, ("", self.subset))[1]
+            where = self.split_file(split)
             raise UserError(f"task.bleu_tokenize: '{self.bleu_tokenize}' splits words at spaces, and {share:.0%} of "
                             f"the letters of the references in {where} are {script}, written without spaces, so "
                             f"BLEU would be near 0 for any translation; set task.bleu_tokenize="
