@@ -382,6 +382,9 @@ def test_tiny_model_learns_each_task(tmp_path: Path, cli, tiny_checkpoint, task:
     metrics = json.loads((run / "metrics.json").read_text())
     if task == "translation":
         assert metrics["metric_info"]["bleu_signature"].startswith("nrefs:1|")
+    if not (task == "squad" and checkpoint.startswith("bert")):  # the decoding used, run and eval alike
+        assert metrics["metric_info"]["generation"].startswith("num_beams:1|max_new_tokens:")
+        assert json.loads((run / "eval-eval.json").read_text())["metric_info"] == metrics["metric_info"]
 
 
 # Generation on 2 processes equals 1 (the padded tail counted once, GPT-2's left-padded prompts
@@ -1144,6 +1147,7 @@ def test_beam_search_stops_as_the_recipe_says_else_as_the_checkpoints_generation
             used = seen[0].get("early_stopping", model.generation_config.early_stopping)
             wanted = saved if recipe is None else recipe
             assert (used or False) == (wanted or False), (saved, recipe)
+            assert task.metric_info()["generation"].endswith(f"|early_stopping:{wanted or False}")  # recorded
             decode_as_run(task, model, tok)  # the export's generation_config.json
             model.generation_config.save_pretrained(tmp_path)
             assert (GenerationConfig.from_pretrained(tmp_path).early_stopping or False) == (wanted or False)

@@ -243,6 +243,8 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     recipe.task.say_notices(run=False)  # what scoring found (in-context prompts cut), as run and predict say it
     result = {"split": split, "eval": metrics, "examples": {k: len(v) for k, v in raw.items()},
               "task": recipe.to_dict()["task"]}
+    if recipe.task.metric_info():  # as metrics.json records it: sacreBLEU's signature, the decoding used
+        result["metric_info"] = recipe.task.metric_info()
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
         for suffix, rows in setup.predictions.items():
             runs.write_predictions(run / f"predictions-{split}{suffix}.jsonl", rows,

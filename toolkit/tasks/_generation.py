@@ -624,6 +624,7 @@ class TextToText(TokenTask):
         tok = self._tokenizer
         kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id,
                   "eos_token_id": self.end_ids(model, tok), **self.decoding_start(model, tok)}
+        self._decoding = decoding_used(model, kwargs)
         stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
@@ -639,6 +640,13 @@ class TextToText(TokenTask):
         if stops:
             kwargs["stopping_criteria"] = stop_at(tok, stops, 0)
         return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
+
+    def metric_info(self) -> dict[str, str]:
+        """The decoding the scores are of (`decoding_used`), once anything was generated: the
+        recipe's settings and what it leaves to the checkpoint's generation_config
+        (early_stopping), which the recipe alone does not say."""
+        used = self.__dict__.get("_decoding")
+        return {**super().metric_info(), **({"generation": used} if used else {})}
 
     def end_ids(self, model: Any, tok: Any) -> list[int] | None:
         """Where generation ends: the checkpoint's generation_config eos_token_id and the token
@@ -798,6 +806,18 @@ def respaces(tokenizer: Any) -> bool:
     if tokenizer.decode(ids, clean_up_tokenization_spaces=False).strip() == SPACING_PROBE:
         return False
     return tokenizer.decode(ids, clean_up_tokenization_spaces=True).strip() == SPACING_PROBE
+
+
+DECODING = ("num_beams", "max_new_tokens", "length_penalty", "no_repeat_ngram_size", "early_stopping")
+
+
+def decoding_used(model: Any, kwargs: dict[str, Any]) -> str:
+    """`generate`'s decoding as it reads it (`kwargs` over the model's generation_config, unset:
+    transformers' default), for metric_info: `num_beams:4|max_new_tokens:128|...`."""
+    config = getattr(model, "generation_config", None)
+    defaults = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "early_stopping": False}
+    used = {k: kwargs[k] if k in kwargs else getattr(config, k, None) for k in DECODING}
+    return "|".join(f"{k}:{defaults.get(k) if v is None else v}" for k, v in used.items())
 
 
 def continuation_no_repeat(size: int, start: int) -> Any:

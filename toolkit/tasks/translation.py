@@ -101,7 +101,7 @@ class Translation(TextToText):
         return ("task.source_lang", self.source_lang), ("task.target_lang", self.target_lang)
 
     def metric_info(self) -> dict[str, str]:
-        return sacrebleu_signatures(self.bleu_tokenize)
+        return {**sacrebleu_signatures(self.bleu_tokenize), **super().metric_info()}
 
     def default_affixes(self, family: str | None, decoder_only: bool) -> tuple[str, str]:
         src = LANGUAGES.get(self.source_lang, self.source_lang)
