@@ -297,6 +297,34 @@ def test_the_train_split_scored_by_eval_has_its_references_checked_as_the_eval_s
         task.as_scored(data["train"])
 
 
+def test_references_rouge_reads_as_nothing_are_said_by_run_and_eval_and_a_train_split_checked(
+        tmp_path: Path, cli, capsys) -> None:
+    """The entry points of the two rules above: the run and `toolkit eval` say the eval split's
+    unreadable summaries before scoring; `toolkit eval --split train` and `toolkit.evaluate(...,
+    split="train")` refuse a train split mostly in other letters (it was scored near 0, exit 0)."""
+    import toolkit
+
+    english = "Anna met John at the station."
+    rows = {"train": ["Анна встретила Джона на вокзале."] * 5 + [english], "eval": [english] * 5 + ["安娜在车站遇见了约翰。"]}
+    for split, summaries in rows.items():
+        (tmp_path / f"{split}.jsonl").write_text("".join(
+            json.dumps({"dialogue": f"Anna: I met John at the station {i}.", "summary": t}, ensure_ascii=False) + "\n"
+            for i, t in enumerate(summaries)), encoding="utf-8")
+    said = f"1 of 6 reference summaries in {tmp_path / 'eval.jsonl'} hold no letter or digit ROUGE's tokenizer reads"
+    code, _, err = cli("run", "summarization/samsum/bart-base-full", "--smoke", "--runs-dir", tmp_path / "runs",
+                       "task.subset=custom", f"task.train_file={tmp_path / 'train.jsonl'}",
+                       f"task.eval_file={tmp_path / 'eval.jsonl'}")
+    assert code == 0 and f"warning: {said}" in err, err
+    run = only_run(tmp_path / "runs")
+    code, _, err = cli("eval", run)
+    assert code == 0 and f"warning: {said}" in err, err
+    code, _, err = cli("eval", run, "--split", "train")
+    assert code == 2 and "task.train_file: 85% of the letters" in err and "Traceback" not in err, err
+    with pytest.raises(UserError, match="task.train_file: 85% of the letters"):
+        toolkit.evaluate(run, split="train")
+    assert not (run / "eval-train.json").exists()
+
+
 def _gz(path: Path, lines: list[str]) -> Path:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))
