@@ -298,7 +298,7 @@ def test_the_train_split_scored_by_eval_has_its_references_checked_as_the_eval_s
 
 
 def test_references_rouge_reads_as_nothing_are_said_by_run_and_eval_and_a_train_split_checked(
-        tmp_path: Path, cli, capsys) -> None:
+        tmp_path: Path, cli) -> None:
     """The entry points of the two rules above: the run and `toolkit eval` say the eval split's
     unreadable summaries before scoring; `toolkit eval --split train` and `toolkit.evaluate(...,
     split="train")` refuse a train split mostly in other letters (it was scored near 0, exit 0)."""
