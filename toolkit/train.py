@@ -32,7 +32,7 @@ from toolkit.checkpoints import MethodState, State
 from toolkit.devices import check_strategy, peak_memory_mb, proc_status_mb, reset_peak_memory
 from toolkit.errors import Interrupted, UserError
 from toolkit.recipe import Recipe, RunPlan, dump
-from toolkit.setup import Setup, build
+from toolkit.setup import Setup, build, seed_process
 from toolkit.tally import Reading, Tally, clear_skip, skip_unless
 
 # Names that tests and earlier callers reach here; they live in the modules above.
@@ -141,6 +141,7 @@ class Loop:
             self.forward_loss = compiling.compile_step(self._forward_loss, accelerator.device)
         self.metric = setup.task.declaration(self.cfg.metric or setup.task.main_metric())
         self.pad_id = setup.tokenizer.pad_token_id if setup.tokenizer.pad_token_id is not None else 0
+        seed_process(self.cfg.seed, accelerator.process_index)  # built alike; each process its own masks
 
     def _compiles(self, device: torch.device) -> bool:
         """train.compile resolved here; a method left eager says so in one line."""
