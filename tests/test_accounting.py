@@ -4,7 +4,9 @@ Rule A: the training trajectory does not depend on how a global batch is split: 
 on one process equals 2 x 4 accumulated on one (the epoch's last window has fewer micro-batches)
 and 2 x 2 accumulated on each of 2 processes, with an epoch whose last step is short (30 examples
 in steps of 8: the last has 6, in 3 micro-batches of 2 over 2 processes, the fourth one padding
-that accelerate adds; glue runs 4 x 1 on 26, where a process's whole last step is that padding).
+that accelerate adds; glue runs 4 x 1 on 26, where a process's whole last step is that padding;
+squad's last step is one window of 36 tokens, which accelerate fills on the first process with a
+repeat of 64: cut back to its own row, its micro-batch is as wide as the step's own examples).
 Rule B: the schedule, the logged steps, epochs and samples count optimizer steps and examples.
 Rule C: evaluation on 2 processes scores each example once: the metrics of a 1-process
 evaluation of the same weights (eval sets not divisible by processes x batch, QA windows).
@@ -43,7 +45,7 @@ TASKS = {
     "ner": "model: {checkpoint: bert-base-uncased}\ntask: {name: ner, max_length: 48}",
     "squad": "model: {checkpoint: bert-base-uncased}\ntask: {name: squad, version: v1, max_length: 64, "
              "eval_file: $TOOLKIT_DATA/squad/v1.1/dev-v1.1.json, split_articles: 0.834, split_seed: 0, "
-             "doc_stride: 24, max_answer_length: 10}",
+             "doc_stride: 20, max_answer_length: 10}",
 }
 # Registered tasks whose loss and batches take the path of one above: text_classification is
 # glue's classification loss and collator on the user's files; denoise (BART) and span_corruption
@@ -57,7 +59,7 @@ train: {{epochs: 1, lr: 1.0e-2, warmup_steps: 1, seed: 3, eval_batch_size: 4, lo
 """
 # Training examples (lines, QA examples) giving under 32 rows (blocks, windows) and not a multiple
 # of 8: the epoch's last step is short. 13 eval examples: not a multiple of 2 processes x 4.
-TRAIN_EXAMPLES = {"mlm": 8, "squad": 3, "glue": 26}  # 26 blocks, 28 windows; the others' are rows
+TRAIN_EXAMPLES = {"mlm": 8, "squad": 3, "glue": 26}  # 26 blocks, 25 windows; the others' are rows
 # (batch, grad_accum) of each of the 2 processes: 2 x 2, and for glue 4 x 1, where 26 examples are 7
 # batches, so the second process's last step is one batch that accelerate made all of repeats
 TWO_PROCESSES = {"glue": (4, 1)}

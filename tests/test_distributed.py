@@ -63,8 +63,44 @@ def two_process_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Pat
         recipe = write_recipe(tmp / str(i) / "r.yaml", text)
         out[checkpoint, method] = (recipe, tmp / str(i) / "two")
         jobs.append(["run", str(recipe), "--smoke", "--runs-dir", str(tmp / str(i) / "two"), *batch])
+    # dropout on, every step checkpointed: each process's random state, step by step
+    recipe = write_recipe(tmp / "dropout" / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased",
+                                                                     method="{name: full}"))
+    out["dropout"] = (recipe, tmp / "dropout" / "two")
+    jobs.append(["run", str(recipe), "--smoke", "--runs-dir", str(tmp / "dropout" / "two"), "train.batch_size=4",
+                 "model.dropout=0.1", "train.save_every=1", "train.save_total_limit=4", "train.keep_checkpoints=true"])
     _torchrun(tmp, jobs)
     return out
+
+
+def test_each_process_draws_its_own_dropout_masks(two_process_runs) -> None:
+    """The model is built alike on every process (train.seed), and then each process draws its
+    own masks: seeded alike (as transformers' Trainer seeds them), 2 processes drew the same
+    dropout masks, row for row, for their two shares of every step. Process 0 keeps train.seed's
+    stream (a 1-process run's); the random state each process checkpoints differs at every step."""
+    from accelerate.utils import RNG_STATE_NAME
+
+    _, two = two_process_runs["dropout"]
+    steps = sorted((only_run(two) / "checkpoints").glob("step-*"))
+    assert len(steps) == 4
+    for step in steps:
+        ranks = [torch.load(step / f"{RNG_STATE_NAME}_{p}.pkl", weights_only=False)["torch_manual_seed"]
+                 for p in (0, 1)]
+        assert not torch.equal(*ranks), step.name
+
+
+def test_process_zero_keeps_the_seeds_stream() -> None:
+    """A 1-process run and process 0 draw what train.seed gives; process 1 another stream."""
+    from toolkit.setup import seed_process
+
+    def draws(process: int) -> torch.Tensor:
+        torch.manual_seed(3)
+        seed_process(3, process)
+        return torch.rand(4)
+
+    torch.manual_seed(3)
+    seeds = torch.rand(4)
+    assert torch.equal(draws(0), seeds) and not torch.equal(draws(1), seeds)
 
 
 @pytest.mark.parametrize("checkpoint, method", TWO_PROCESS_CASES)

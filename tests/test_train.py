@@ -199,6 +199,32 @@ def test_length_grouped_batches_cover_every_example_once() -> None:
 
 
 @pytest.mark.parametrize("group_by_length", [False, True])
+def test_accelerate_filling_the_last_batch_leaves_the_epoch_as_it_was(group_by_length: bool) -> None:
+    """accelerate (even_batches) fills the epoch's short last batch in place with the epoch's
+    first examples; the sampler's own record of the epoch (what `step_length` and so extractive
+    QA's width read) held the repeats, and the last step was padded to a repeat's length. A
+    batch cut back to its own rows is brought to the step's width, cut where it is wider."""
+    from accelerate.data_loader import BatchSamplerShard
+
+    from toolkit.batching import fit_inputs
+    from toolkit.train import EpochBatches
+
+    lengths = [60, 50, 40, 9, 30]  # 5 examples in batches of 2 on 2 processes: the last batch is short
+    sampler = EpochBatches(lengths, batch_size=2, seed=0, group_by_length=group_by_length, step=4)
+    before, widths = [list(b) for b in sampler.epoch_batches()], [sampler.step_length(s) for s in (0, 1)]
+    served = [list(BatchSamplerShard(sampler, num_processes=2, process_index=p)) for p in (0, 1)]
+    assert len(served[0][-1]) == 2 and served[0][-1][0] == before[-1][0]  # filled with a repeat
+    assert sampler.epoch_batches() == before and [sampler.step_length(s) for s in (0, 1)] == widths
+    assert widths[1] == lengths[before[-1][0]]  # the last step: its own example alone
+    batch = {"input_ids": torch.ones(1, 60, dtype=torch.long), "attention_mask": torch.ones(1, 60),
+             "start_positions": torch.zeros(1, dtype=torch.long)}  # a filled batch cut to its own row
+    fitted = fit_inputs(batch, widths[1], pad_id=0)
+    assert fitted["input_ids"].shape == fitted["attention_mask"].shape == (1, widths[1])
+    assert fitted["start_positions"].shape == (1,)
+    assert fit_inputs(batch, 64, pad_id=0)["attention_mask"][0, 60:].sum() == 0  # narrower: padded
+
+
+@pytest.mark.parametrize("group_by_length", [False, True])
 def test_no_two_seeds_share_an_epochs_order(group_by_length: bool) -> None:
     """The order of epoch e of seed s was seeded by s * 1000 + e: epoch 1000 of seed 0 was epoch 0
     of seed 1 (and 1001 of seed 0 its epoch 1, ...), so seeds of a long run on a small data set

@@ -59,7 +59,11 @@ class EpochBatches(Sampler):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.epoch_batches())
+        """Copies of the epoch's batches: accelerate (1.15, `BatchSamplerShard`, `even_batches`)
+        fills the epoch's short last batch in place (`batch += ...`) with its first examples, and
+        the list kept for `step_length` then held them: on N processes the width of extractive
+        QA's last step was that of a repeated example (exit 0)."""
+        return iter([list(batch) for batch in self.epoch_batches()])
 
     def epoch_batches(self) -> list[list[int]]:
         """The current epoch's batches, in the order the processes take them (kept for the
@@ -223,10 +227,15 @@ def pad_to(tensor: torch.Tensor, key: str, length: int, pad_id: int) -> torch.Te
     return torch.cat([tensor, fill], dim=1)  # (b, length, ...)
 
 
-def pad_inputs(batch: dict, length: int, pad_id: int) -> dict:
-    """The batch with its input-side sequences (those as wide as input_ids) padded to `length`."""
+def fit_inputs(batch: dict, length: int, pad_id: int) -> dict:
+    """The batch with its input-side sequences (those as wide as input_ids) exactly `length`
+    wide: padded on the right, or cut there where the batch is wider. Cut only where every
+    row's own tokens end within `length`, so that what goes is padding: a batch that accelerate
+    filled with repeated examples and the loop cut back to its own rows (`Loop._own_examples`)
+    was as wide as the repeats, which are gone."""
     width = batch["input_ids"].shape[1]
-    return {k: pad_to(v, k, length, pad_id) if padded_sequence(k, v) and v.shape[1] == width else v
+    return {k: (pad_to(v, k, length, pad_id) if length >= width else v[:, :length])
+            if padded_sequence(k, v) and v.shape[1] == width else v
             for k, v in batch.items()}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate.utils import set_seed
 
@@ -36,6 +37,19 @@ class Setup:
     # metrics.json's data_sha256, what eval checks the data against. Taken when the run finished, a
     # file edited while the run trained was recorded as the data it was made with, exit 0
     data_sha256: str = ""
+
+
+def seed_process(seed: int, process: int) -> None:
+    """Each process's own random stream for what training draws (dropout masks), set once the
+    model is built: everything built is the same on every process (all drew from train.seed, as
+    the weights must be), and what a step draws is not. Process 0 keeps train.seed's stream, a
+    1-process run's; process r > 0 takes torch's generators from the pair (seed, r). Seeded alike,
+    as transformers' Trainer seeds them (transformers#31412), N processes applied the same masks,
+    row for row and layer for layer, to their N shares of every step: a 2-process run's dropout
+    was not a 1-process run's at the same global batch (exit 0). Data order and the pretraining
+    objectives' masks have generators of their own (batching, the tasks' collators)."""
+    if process:
+        torch.manual_seed(int(np.random.SeedSequence([seed, process]).generate_state(1)[0]))
 
 
 def check_units(task: Task, collate: Any, train: Any, evals: dict[str, Any]) -> None:
