@@ -399,6 +399,56 @@ def test_a_label_outside_many_is_named_in_a_short_line(tmp_path: Path) -> None:
         TextClassification(train_file=str(train), eval_file=str(dev)).load()
 
 
+
+def _fake_hub(monkeypatch: pytest.MonkeyPatch, train: dict, validation: dict) -> None:
+    """task.dataset served from memory (datasets' own Dataset, its column types inferred as a Hub
+    split's are: a list column is a Sequence), with no network."""
+    import datasets
+
+    from toolkit.tasks import text_classification
+
+    splits = datasets.DatasetDict(train=datasets.Dataset.from_dict(train),
+                                  validation=datasets.Dataset.from_dict(validation))
+    monkeypatch.setattr(text_classification, "hub_offline", lambda: False)
+    monkeypatch.setattr(text_classification, "hub_dataset", lambda task, *args, **kwargs: splits)
+
+
+@pytest.mark.parametrize("column, values, message", [
+    ("label", [[0, 1], [1], [0], []], "label column 'label' is a list, expected text or a number"),  # multi-label
+    ("label", [{"id": 0}, {"id": 1}, {"id": 0}, {"id": 1}], "label column 'label' is an object, expected text or a number"),
+    ("text", [["a", "great", "movie"], ["dull"], ["so", "good"], ["bad"]], "column 'text' is a list, expected text"),
+    ("text", ["a great movie", " ", "so good", "bad"], "column 'text' is empty; every record needs some text"),
+])
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_a_hub_split_is_checked_as_a_file_is(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, column: str,
+                                             values: list, message: str, split: str) -> None:
+    """Finding: a Hub data set's labels were never checked as a file's are: a multi-label data set
+    (a Sequence column of label ids, go_emotions' layout) trained one class per list as Python
+    prints it ("[0, 1]", "[1]", "[]": 4 classes), and an object label or a text column of word
+    lists (a token-level data set) were read as their Python text, exit 0. Each is one line naming
+    the split and the record, at load (every entry point: run, eval, the API) and from the CLI."""
+    good = {"text": ["a great movie", "dull", "so good", "bad"], "label": [1, 0, 1, 0]}
+    bad = {**good, column: values}
+    _fake_hub(monkeypatch, *((bad, good) if split == "train" else (good, bad)))
+    record = 1 if column == "label" or isinstance(values[0], list) else 2
+    expected = f"org/reviews[{split}]: record {record}: {message}"
+    with pytest.raises(UserError) as info:
+        TextClassification(dataset="org/reviews").load()
+    assert str(info.value) == expected
+    if split == "validation" and column == "label" and values[0] == [0, 1]:  # the CLI once: exit 2, nothing left
+        recipe = write_recipe(tmp_path / "r.yaml", """model: {checkpoint: bert-base-uncased}
+task: {name: text_classification, dataset: org/reviews}
+method: {name: full}
+""")
+        code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and err == f"error: {expected}\n", err
+        assert not list((tmp_path / "runs").rglob("metrics.json"))
+    # the same values are fine where the data is right
+    _fake_hub(monkeypatch, good, good)
+    task = TextClassification(dataset="org/reviews")
+    task.load()
+    assert task.label_names == ["0", "1"]
+
 # --- a pair's two texts are told apart, in every family ------------------------------------------
 PAIR = ("The show was at its end", "Start again now.")
 

@@ -34,7 +34,7 @@ def read_file(path: Path) -> Any:
 
 def _where(path: str, index: int, fmt: str) -> str:
     """file:line of the index-th record (a Hub split: its record number)."""
-    return f"{path}: record {index + 1}" if fmt == "hub" else readers.where(Path(path), fmt, index)
+    return readers.where(Path(path), fmt, index)
 
 
 @TASKS.register("text_classification")
@@ -150,11 +150,12 @@ class TextClassification(Classification):
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
-            if fmt != "hub":
-                what = f"label column '{self.label_column}'"
-                readers.check_scalar(ds, self.label_column, Path(path), fmt, what)
-                if self.problem == "classification":  # a class is named by its number: held exactly
-                    readers.check_exact(ds, self.label_column, Path(path), fmt, what)
+            # a Hub split's as a file's: a list (a multi-label data set's Sequence column) or an
+            # object was a class named by its Python text ("[0, 3]"), exit 0
+            what = f"label column '{self.label_column}'"
+            readers.check_scalar(ds, self.label_column, Path(path), fmt, what)
+            if self.problem == "classification":  # a class is named by its number: held exactly
+                readers.check_exact(ds, self.label_column, Path(path), fmt, what)
         if self.problem == "classification" and self.labels is None and self._found_labels is None:
             self._found_labels = self._label_set(splits)
         out = {k: (self._normalise(*s) if s is not None else None) for k, s in splits.items()}
@@ -258,13 +259,8 @@ class TextClassification(Classification):
         """Text columns kept; the label column becomes `label` (an id, or a float)."""
         has_label = self.label_column in ds.column_names
         self._check_columns(ds, path, labels=False)
-        for col in self.text_columns:
-            if fmt == "hub":
-                for i, value in enumerate(ds[col]):
-                    if value is None or not str(value).strip():
-                        raise UserError(f"{_where(path, i, fmt)}: column '{col}' is empty")
-            else:
-                readers.check_text(ds, col, Path(path), fmt)
+        for col in self.text_columns:  # a Hub split's too: a list of tokens was read as its Python text
+            readers.check_text(ds, col, Path(path), fmt)
         keep = list(self.text_columns)
         if not has_label:
             return ds.select_columns(keep)
