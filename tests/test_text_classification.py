@@ -400,15 +400,16 @@ def test_a_label_outside_many_is_named_in_a_short_line(tmp_path: Path) -> None:
 
 
 
-def _fake_hub(monkeypatch: pytest.MonkeyPatch, train: dict, validation: dict) -> None:
+def _fake_hub(monkeypatch: pytest.MonkeyPatch, train: dict, validation: dict, features: dict | None = None) -> None:
     """task.dataset served from memory (datasets' own Dataset, its column types inferred as a Hub
-    split's are: a list column is a Sequence), with no network."""
+    split's are, a list column a Sequence, or given: a ClassLabel), with no network."""
     import datasets
 
     from toolkit.tasks import text_classification
 
-    splits = datasets.DatasetDict(train=datasets.Dataset.from_dict(train),
-                                  validation=datasets.Dataset.from_dict(validation))
+    typed = datasets.Features(features) if features else None
+    splits = datasets.DatasetDict(train=datasets.Dataset.from_dict(train, features=typed),
+                                  validation=datasets.Dataset.from_dict(validation, features=typed))
     monkeypatch.setattr(text_classification, "hub_offline", lambda: False)
     monkeypatch.setattr(text_classification, "hub_dataset", lambda task, *args, **kwargs: splits)
 
@@ -448,6 +449,39 @@ method: {name: full}
     task = TextClassification(dataset="org/reviews")
     task.load()
     assert task.label_names == ["0", "1"]
+
+
+@pytest.mark.parametrize("column, named", [("label", False), ("intent", False), ("intent", True)])
+def test_a_hub_class_label_column_gives_its_names(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                   column: str, named: bool) -> None:
+    """Finding: a Hub data set's ClassLabel column (imdb's, ag_news', every GLUE-style set's) was
+    mapped to its names by a `map` that kept the column's ClassLabel type, which read the names
+    back as ids: every such data set stopped at its first row ("label '0' is not one of neg,
+    pos"). And the names were looked up under `label` before the label column was picked, so a
+    ClassLabel of another name (clinc_oos' `intent`) would have trained on the ids as names.
+    The ids are the Hub's, the names its ClassLabel's, in a run and its predictions alike."""
+    import datasets
+
+    rows = {"text": ["send the money", "how much is left", "lock my card", "wire it now"], column: [0, 1, 2, 0]}
+    _fake_hub(monkeypatch, rows, rows, {"text": datasets.Value("string"),
+                                        column: datasets.ClassLabel(names=["transfer", "balance", "freeze"])})
+    task = TextClassification(dataset="org/bank", **({"label_column": column} if named else {}))
+    data = task.load()
+    assert task.label_names == ["transfer", "balance", "freeze"] and task.label_column == column
+    assert data["train"]["label"] == [0, 1, 2, 0] and data["eval"][""]["label"] == [0, 1, 2, 0]
+    if column == "intent" and not named:  # a run and its predictions name the classes
+        recipe = write_recipe(tmp_path / "r.yaml", """model: {checkpoint: bert-base-uncased}
+task: {name: text_classification, dataset: org/bank, max_length: 16}
+method: {name: full}
+train: {max_steps: 1, batch_size: 4}
+""")
+        code, out, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 0, err
+        run = Path(out.strip().splitlines()[-1].split(":")[0])
+        assert json.loads((run / "metrics.json").read_text())["label_names"] == ["transfer", "balance", "freeze"]
+        import toolkit
+
+        assert toolkit.predict(run, ["freeze my card"])[0]["label"] in ("transfer", "balance", "freeze")
 
 # --- a pair's two texts are told apart, in every family ------------------------------------------
 PAIR = ("The show was at its end", "Start again now.")

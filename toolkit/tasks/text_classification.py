@@ -142,6 +142,8 @@ class TextClassification(Classification):
             self.text_columns, self.label_column = pick_columns(
                 ds, path, self.text_columns, self.label_column, self.problem)
             reserved_text_column(self.text_columns)
+        if self.dataset:
+            self._class_names(splits)
         for ds, path, _ in (s for s in splits.values() if s is not None):
             _fields.note_spaced(self, list(ds.column_names), path)
         test = splits.get("test")
@@ -186,16 +188,30 @@ class TextClassification(Classification):
         if eval_split is None:
             raise UserError(f"task.dataset: '{self.dataset}' has no validation split "
                             f"(splits: {', '.join(ds)})")
-        names = getattr(ds[eval_split].features.get(self.label_column or "label"), "names", None)
-        if names:  # a ClassLabel column: its ids become its names, so labels read like files'
-            col = self.label_column = self.label_column or "label"
-            ds = ds.map(lambda b: {col: [names[i] if i is not None and i >= 0 else None for i in b[col]]},
-                        batched=True)
-            self._found_labels = list(names)
         out = {"eval": (ds[eval_split], f"{self.dataset}[{eval_split}]", "hub")}
         if "train" in ds:
             out["train"] = (ds["train"], f"{self.dataset}[train]", "hub")
         return out
+
+    def _class_names(self, splits: dict[str, Any]) -> None:
+        """A Hub split's ClassLabel label column: its ids become its names, so labels read like
+        files' and the model carries the names. Read once the label column is known: looked up
+        under `label` before it was picked, a ClassLabel column of another name (clinc_oos'
+        `intent`) trained and predicted the ids as names ("42"), unless the recipe named it."""
+        col = self.label_column
+        names = getattr(splits["eval"][0].features.get(col), "names", None)
+        if not names:
+            return
+        from datasets import Value
+
+        for key, (ds, path, fmt) in list(splits.items()):
+            if col in ds.column_names:  # the column's type given: kept a ClassLabel, the names were read back as ids
+                features = ds.features.copy()
+                features[col] = Value("string")
+                ds = ds.map(lambda b: {col: [names[i] if i is not None and i >= 0 else None for i in b[col]]},
+                            batched=True, features=features)
+            splits[key] = (ds, path, fmt)
+        self._found_labels = list(names)
 
     def _check_columns(self, ds: Any, path: str, labels: bool) -> None:
         wanted = list(self.text_columns) + ([self.label_column] if labels else [])
