@@ -417,8 +417,8 @@ class Ner(Task):
         return ["tokens"]
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
-        """Per row its words (`tokens`: a list, or a string split at spaces and tabs, `words_of`)
-        and one tag per word. Words are encoded as training encodes them (`Task.tokenize`), and
+        """Per row its id field where it has one (`_fields.row_key`), its words (`tokens`: a list,
+        or a string split at spaces and tabs, `words_of`) and one tag per word. Words are encoded as training encodes them (`Task.tokenize`), and
         what the model does not see (past task.max_length sub-tokens) is tagged `O`, as the
         scorer counts it, and said in the run's warnings (the cut sentences, the unseen words);
         `tagged` says how many words a row's model saw, where that is fewer."""
@@ -437,7 +437,8 @@ class Ner(Task):
                 outputs = model(**inputs)
                 ids = self.tag_logits(outputs, inputs["input_ids"].shape[1])[0].argmax(-1).tolist()
             tags = word_tags(ids, firsts[i], len(words), self.labels)
-            out.append({"tokens": words, "tags": tags, **({"tagged": seen[i]} if seen[i] < len(words) else {})})
+            out.append({**_fields.row_key(rows[i], ["tokens"]), "tokens": words, "tags": tags,
+                        **({"tagged": seen[i]} if seen[i] < len(words) else {})})
         return out
 
     def rows_of_own_format(self, lines: list[str], blank: list[int], name: str) -> list[dict] | None:
