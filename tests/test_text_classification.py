@@ -483,6 +483,34 @@ train: {max_steps: 1, batch_size: 4}
 
         assert toolkit.predict(run, ["freeze my card"])[0]["label"] in ("transfer", "balance", "freeze")
 
+
+@pytest.mark.parametrize("labels, settings, said", [
+    (("entailment", "not_entailment"), {"metrics": ["f1"]}, "not_entailment"),  # the negative class, by the alphabet
+    (("pos", "neg"), {"metrics": ["accuracy", "f1"]}, "pos"),
+    (("entailment", "not_entailment"), {"metrics": ["accuracy"]}, None),  # no F1 asked for
+    (("entailment", "not_entailment"), {"metrics": ["f1"], "labels": ["not_entailment", "entailment"]}, None),  # chosen
+    (("0", "1"), {"metrics": ["f1"]}, None),  # numbers: the larger, by convention
+    (("a", "b", "c"), {"metrics": ["f1"]}, None),  # macro F1: no positive class
+])
+def test_the_class_f1_is_of_is_said_where_the_alphabet_chose_it(tmp_path: Path, labels: tuple, settings: dict,
+                                                                 said: str | None) -> None:
+    """Finding: over two labels F1 is label id 1's, the second as sorted, and for names the
+    alphabet chose it: RTE's, MRPC's and QQP's labels as text (`not_entailment`, `not_equivalent`,
+    `not_duplicate`) sort after the class they negate, and f1 was the negative class's, exit 0,
+    said only in metrics.json's metric_info. One warning names the class and the setting."""
+    rows = [(f"text {i}", labels[i % len(labels)]) for i in range(6)]
+    train = write(tmp_path / "train.csv", rows, "csv")
+    task = TextClassification(train_file=str(train), eval_file=str(train), **settings)
+    task.load()
+    line = task.notices().get("f1 positive")
+    if said is None:
+        assert line is None
+    else:
+        other = next(n for n in labels if n != said)
+        assert line == (f"task.metrics: f1 is the F1 of '{said}' alone (label id 1: the labels '{other}', '{said}' as "
+                        f"sorted); for the F1 of '{other}', list it second: task.labels=[{said}, {other}]")
+        assert task.metric_info()["f1"] == f"F1 of label '{said}' (id 1) as the positive class"
+
 # --- a pair's two texts are told apart, in every family ------------------------------------------
 PAIR = ("The show was at its end", "Start again now.")
 

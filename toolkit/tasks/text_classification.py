@@ -234,7 +234,20 @@ class TextClassification(Classification):
         if all(DECIMAL.fullmatch(v.strip()) for v in values):  # 2.5 before 10.5, as run_glue sorts them
             self._note_scores(values, path)
             return sorted(values, key=lambda v: (float(v), v))
-        return sorted(values)
+        names = sorted(values)
+        self._note_positive(names)
+        return names
+
+    def _note_positive(self, names: list[str]) -> None:
+        """F1 over two labels is label id 1's, the second as sorted: for names (not numbers, whose
+        larger is the positive one by convention) the alphabet chose the class F1 is of, and
+        `not_entailment`, `not_equivalent`, `not_duplicate` sort after the class they negate (an
+        F1 of the negative class, exit 0, said in metrics.json's metric_info alone). Said once
+        where F1 is asked for, naming the setting that chooses."""
+        if len(names) == 2 and "f1" in self.metric_list():
+            self.note("f1 positive", f"task.metrics: f1 is the F1 of '{names[1]}' alone (label id 1: the labels "
+                                     f"{names[0]!r}, {names[1]!r} as sorted); for the F1 of {names[0]!r}, list it "
+                                     f"second: task.labels=[{names[1]}, {names[0]}]")
 
     def _check_trained_classes(self, ids: set[int], path: str) -> None:
         """The training data holds at least two classes, wherever the names come from: with
