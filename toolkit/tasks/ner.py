@@ -412,6 +412,17 @@ class Ner(Task):
     predicts = True
     predict_word_lists = ("tokens",)
 
+    def export_settings(self) -> str:
+        """An export's line says how the run read a tag per word: the folder's model tags every
+        sub-token, and transformers' token-classification pipeline, as loaded, gives each one
+        its own tag (aggregation_strategy "none"), those after a word's first never trained
+        (-100): other tags than `toolkit predict`'s, exit 0, for every word of more than one."""
+        return ("; a word's tag is the one at its first sub-token (the rest were never trained, as run_ner "
+                "trains them): the tokenizer on the words with is_split_into_words=True, the argmax at the "
+                "first position of each word_ids() value, O for a word with none (past the cut); "
+                "pipeline(\"token-classification\", model=OUT, aggregation_strategy=\"first\") groups "
+                "entities by that rule")
+
     def predict_fields(self, model: Any) -> list[str]:
         self.labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
         return ["tokens"]
