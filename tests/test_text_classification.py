@@ -511,6 +511,27 @@ def test_the_class_f1_is_of_is_said_where_the_alphabet_chose_it(tmp_path: Path, 
                         f"sorted); for the F1 of '{other}', list it second: task.labels=[{said}, {other}]")
         assert task.metric_info()["f1"] == f"F1 of label '{said}' (id 1) as the positive class"
 
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+@pytest.mark.parametrize("joined", ["sports,politics", "sports; politics", "politics|sports"])
+def test_labels_that_are_other_labels_joined_are_said(tmp_path: Path, fmt: str, joined: str) -> None:
+    """Finding: a multi-label file written as text (`sports,politics` beside `sports` and
+    `politics`) trained each set of labels as a class of its own, with no word, exit 0 (a JSON
+    list label is refused). Said in one warning naming them; labels that merely hold the mark are
+    not (`a, b and c` is no join of two labels)."""
+    rows = [(f"text {i}", label) for i, label in enumerate(["sports", "politics", joined, "sports", "a, b and c"])]
+    train = write(tmp_path / f"train.{fmt}", rows, fmt)
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert len(task.label_names) == 4  # as written: still their own classes
+    assert task.notices()["label sets"] == (
+        f"{train}: 1 label(s) are other labels joined ('{joined}'): a multi-label file? each set is trained as a "
+        "class of its own; text_classification reads one label per example")
+    plain = write(tmp_path / f"plain.{fmt}", [r for r in rows if r[1] != joined], fmt)
+    task = TextClassification(train_file=str(plain), eval_file=str(plain))
+    task.load()
+    assert "label sets" not in task.notices()
+
 # --- a pair's two texts are told apart, in every family ------------------------------------------
 PAIR = ("The show was at its end", "Start again now.")
 

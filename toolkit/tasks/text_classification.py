@@ -229,6 +229,7 @@ class TextClassification(Classification):
             raise UserError(f"{path}: column '{self.label_column}' has {len(values)} distinct "
                             "label(s); classification needs at least 2")
         self._note_case(values, path)
+        self._note_joined(values, path)
         if all(_is_int(v) for v in values):
             return sorted(values, key=lambda v: (int(v), v))  # exact, past 2^53 too
         if all(DECIMAL.fullmatch(v.strip()) for v in values):  # 2.5 before 10.5, as run_glue sorts them
@@ -237,6 +238,20 @@ class TextClassification(Classification):
         names = sorted(values)
         self._note_positive(names)
         return names
+
+    def _note_joined(self, values: set[str], path: str) -> None:
+        """Labels that are other labels joined by `,`, `;` or `|` (`sports,politics` beside `sports`
+        and `politics`): a multi-label file written as text, each set of labels trained as a class
+        of its own (the sets a model never saw in training are classes it cannot answer), exit 0.
+        Said, naming them: text_classification reads one label per example."""
+        joined = sorted(v for v in values if any(
+            len(parts := [p.strip() for p in v.split(mark)]) > 1 and all(p in values for p in parts)
+            for mark in JOINS))
+        if joined:
+            shown = ", ".join(repr(v) for v in joined[:3]) + (", ..." if len(joined) > 3 else "")
+            self.note("label sets", f"{path}: {len(joined)} label(s) are other labels joined ({shown}): a multi-label "
+                                    "file? each set is trained as a class of its own; text_classification reads one "
+                                    "label per example")
 
     def _note_positive(self, names: list[str]) -> None:
         """F1 over two labels is label id 1's, the second as sorted: for names (not numbers, whose
@@ -460,6 +475,7 @@ def _pair_unread(ds: Any, picked: str, others: list[str], where: str) -> None:
                         f"e.g. task.text_columns=[{', '.join(pair)}] or task.text_columns=[{picked}]")
 
 
+JOINS = (",", ";", "|")  # what joins the labels of a multi-label file written as text (`_note_joined`)
 TEXT_LENGTH_RATIO = 4  # a column this many times shorter than the text (a title, a date) is not its pair
 
 
