@@ -448,7 +448,26 @@ method: {name: full}
     _fake_hub(monkeypatch, good, good)
     task = TextClassification(dataset="org/reviews")
     task.load()
-    assert task.label_names == ["0", "1"]
+    assert task.label_names == ["0", "1"] and "hub test split" not in task.notices()
+
+
+def test_a_hub_test_split_scored_in_place_of_a_validation_split_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding: a Hub data set without a validation split (imdb, ag_news: train and test) is
+    scored on its test split, and the best checkpoint chosen there, with no word (exit 0): the
+    number reads as a held-out test score. Said."""
+    import datasets
+
+    from toolkit.tasks import text_classification
+
+    rows = datasets.Dataset.from_dict({"text": ["a great movie", "dull", "so good", "bad"], "label": [1, 0, 1, 0]})
+    monkeypatch.setattr(text_classification, "hub_offline", lambda: False)
+    monkeypatch.setattr(text_classification, "hub_dataset",
+                        lambda *args, **kwargs: datasets.DatasetDict(train=rows, test=rows))
+    task = TextClassification(dataset="org/imdb")
+    task.load()
+    assert task.notices()["hub test split"] == (
+        "task.dataset: 'org/imdb' has no validation split; its test split is the eval split, on which "
+        "train.keep_best chooses the checkpoint (and a sweep its settings): its scores are not held out from those choices")
 
 
 @pytest.mark.parametrize("column, named", [("label", False), ("intent", False), ("intent", True)])

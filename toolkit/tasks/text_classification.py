@@ -188,6 +188,10 @@ class TextClassification(Classification):
         if eval_split is None:
             raise UserError(f"task.dataset: '{self.dataset}' has no validation split "
                             f"(splits: {', '.join(ds)})")
+        if eval_split == "test":  # imdb's, ag_news': the best checkpoint is chosen on the split it is scored on
+            self.note("hub test split", f"task.dataset: '{self.dataset}' has no validation split; its test split is the "
+                                        "eval split, on which train.keep_best chooses the checkpoint (and a sweep "
+                                        "its settings): its scores are not held out from those choices")
         out = {"eval": (ds[eval_split], f"{self.dataset}[{eval_split}]", "hub")}
         if "train" in ds:
             out["train"] = (ds["train"], f"{self.dataset}[train]", "hub")
