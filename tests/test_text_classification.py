@@ -451,6 +451,25 @@ method: {name: full}
     assert task.label_names == ["0", "1"] and "hub test split" not in task.notices()
 
 
+def test_a_hub_label_of_two_json_types_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub split read from JSON files whose label is 1 in one record and "1" in another (datasets
+    holds such a column as JSON text) is one line naming the split, as a file's is; the check
+    read the split's name as a file to find the line (a FileNotFoundError traceback)."""
+    import datasets
+
+    from toolkit.tasks import text_classification
+
+    (tmp_path / "mixed.jsonl").write_text('{"text": "a great movie", "label": 1}\n{"text": "dull", "label": "0"}\n')
+    mixed = datasets.load_dataset("json", data_files=str(tmp_path / "mixed.jsonl"), split="train",
+                                  cache_dir=str(tmp_path / "cache"))
+    monkeypatch.setattr(text_classification, "hub_offline", lambda: False)
+    monkeypatch.setattr(text_classification, "hub_dataset",
+                        lambda *args, **kwargs: datasets.DatasetDict(train=mixed, validation=mixed))
+    with pytest.raises(UserError) as info:
+        TextClassification(dataset="org/reviews").load()
+    assert str(info.value) == "org/reviews[validation]: label column 'label' holds values of more than one type; one type per field"
+
+
 def test_a_hub_test_split_scored_in_place_of_a_validation_split_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding: a Hub data set without a validation split (imdb, ag_news: train and test) is
     scored on its test split, and the best checkpoint chosen there, with no word (exit 0): the

@@ -1240,7 +1240,8 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
                                 "or leave the record out")
         if isinstance(values.type, pa.BaseExtensionType):  # scalars of more than one JSON type
             # the table cannot say which: datasets stores "1" beside 1 as 1. The file can.
-            problem = _jsonl_problem(path, column) if fmt == "jsonl" else _json_problem(path, None, column)
+            problem = (_jsonl_problem(path, column) if fmt == "jsonl" else
+                       _json_problem(path, None, column) if fmt == "json" else None)  # a Hub split: no file
             raise UserError(problem or f"{path}: {what} holds values of more than one type; one type per field")
         offset += len(batch)
 
