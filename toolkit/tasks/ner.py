@@ -429,10 +429,11 @@ class Ner(Task):
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
         """Per row its id field where it has one (`_fields.row_key`), its words (`tokens`: a list,
-        or a string split at spaces and tabs, `words_of`) and one tag per word. Words are encoded as training encodes them (`Task.tokenize`), and
-        what the model does not see (past task.max_length sub-tokens) is tagged `O`, as the
-        scorer counts it, and said in the run's warnings (the cut sentences, the unseen words);
-        `tagged` says how many words a row's model saw, where that is fewer."""
+        or a string split at spaces and tabs, `words_of`) and one tag per word. Words are encoded
+        as training encodes them (`Task.tokenize`), and what the model does not see (past
+        task.max_length sub-tokens) is tagged `O`, as the scorer counts it, and said in the run's
+        warnings (the cut sentences, the unseen words); `tagged` says how many words a row's model
+        saw, where that is fewer."""
         self.predict_fields(model)
         sentences = [self.words_of(row["tokens"], i) for i, row in enumerate(rows)]
         enc = self.tokenize(tokenizer, sentences, limit=self.max_length, is_split_into_words=True)
