@@ -231,6 +231,22 @@ def test_a_bpe_ner_run_scores_cut_sentences_alike_at_every_entry_point(tmp_path:
     head_only = entity_scores([t[:n] for (_, t), n in zip(sentences, seen)], [r["tags"][:n] for r, n in zip(rows, seen)])
     assert head_only != by_hand  # what scoring the seen words alone (run_ner) would have said
 
+    # an export's line says how a word's tag is read (the folder tags every sub-token): followed in
+    # plain transformers, it gives predict's tags (transformers' pipeline, as loaded, tags each sub-token)
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    note = api.export(run, tmp_path / "out", merge=False)
+    assert "a word's tag is the one at its first sub-token" in note and 'aggregation_strategy="first"' in note, note
+    plain_tok = AutoTokenizer.from_pretrained(tmp_path / "out")
+    plain = AutoModelForTokenClassification.from_pretrained(tmp_path / "out").eval()
+    for (words, _), row in zip(sentences, rows):
+        enc = plain_tok(words, is_split_into_words=True, truncation=True, return_tensors="pt")
+        with torch.no_grad():
+            ids = plain(**enc).logits[0].argmax(-1).tolist()
+        first = {w: i for i, w in reversed(list(enumerate(enc.word_ids()))) if w is not None}
+        assert [plain.config.id2label[ids[first[w]]] if w in first else "O" for w in range(len(words))] == row["tags"]
+
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "bart", "t5"])
 def test_words_tokenize_as_in_running_text(tiny_checkpoint, family: str) -> None:

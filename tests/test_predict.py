@@ -154,6 +154,9 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, task: 
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     check_rows(trained, read_inputs(str(source), names, settings.predict_word_lists), rows)
 
+    if task in ("glue", "text_classification", "ner"):
+        check_ids_kept(run.dir, cli, tmp_path, names, as_rows(names, inputs), predicted)
+
     # a field that is not text is one line from the API and from JSONL on standard input, never
     # predicted as the text "None" or "5" (the inputs are checked after the model loads: it is
     # loaded once for these calls)
@@ -203,6 +206,33 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, task: 
     assert code == 2 and "error: the model's outputs are not finite" in err and not (tmp_path / "nan.jsonl").exists()
     if hasattr(settings, "generation") and not getattr(settings, "extractive", False):  # text-to-text
         check_export_generates_as_the_run(run.dir, predicted, tmp_path)
+
+
+def check_ids_kept(run: Path, cli: Any, tmp_path: Path, names: list[str], given: list[dict], want: list[dict]) -> None:
+    """Finding: a classification or NER prediction row held the input's text fields and the
+    prediction alone: a test file's `id` (`idx`, `guid`, ...) was dropped, and predictions could
+    be joined to their inputs by position only (QA rows start with their question's id). The id
+    field, under its own name, now starts each row, from the API and from CSV and JSONL files, the
+    prediction unchanged; a file without one gives rows as before (above)."""
+    from toolkit import inference
+
+    keys = ["id", "ID", "idx"][:len(given)] + ["guid"] * max(0, len(given) - 3)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference, "load_model", loaded_once(inference.load_model))
+        rows = toolkit.predict(run, [{"note": "x", k: 10 + i, **r} for i, (k, r) in enumerate(zip(keys, given))])
+        assert [list(r)[0] for r in rows] == keys and [r[k] for k, r in zip(keys, rows)] == [10 + i for i in range(len(rows))]
+        assert [{k: v for k, v in r.items() if k not in keys} for r in rows] == want
+        records = [{"id": f"t{i}", **r} for i, r in enumerate(given)]
+        (tmp_path / "ids.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        if "tokens" not in names:  # CSV: the id column, then the texts
+            (tmp_path / "ids.csv").write_text("id," + ",".join(names) + "\n" + "".join(
+                f"t{i}," + ",".join(json.dumps(r[n]) for n in names) + "\n" for i, r in enumerate(given)))
+        for source in sorted(tmp_path.glob("ids.*")):
+            code, out, err = cli("predict", run, "--input", source)
+            assert code == 0, err
+            got = [json.loads(line) for line in out.splitlines()]
+            assert [r["id"] for r in got] == [f"t{i}" for i in range(len(given))] and all(list(r)[0] == "id" for r in got)
+            assert [{k: v for k, v in r.items() if k != "id"} for r in got] == want
 
 
 def check_export_generates_as_the_run(run: Path, want: list[dict], tmp_path: Path) -> None:

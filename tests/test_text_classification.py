@@ -399,6 +399,177 @@ def test_a_label_outside_many_is_named_in_a_short_line(tmp_path: Path) -> None:
         TextClassification(train_file=str(train), eval_file=str(dev)).load()
 
 
+
+def _fake_hub(monkeypatch: pytest.MonkeyPatch, train: dict, validation: dict, features: dict | None = None) -> None:
+    """task.dataset served from memory (datasets' own Dataset, its column types inferred as a Hub
+    split's are, a list column a Sequence, or given: a ClassLabel), with no network."""
+    import datasets
+
+    from toolkit.tasks import text_classification
+
+    typed = datasets.Features(features) if features else None
+    splits = datasets.DatasetDict(train=datasets.Dataset.from_dict(train, features=typed),
+                                  validation=datasets.Dataset.from_dict(validation, features=typed))
+    monkeypatch.setattr(text_classification, "hub_offline", lambda: False)
+    monkeypatch.setattr(text_classification, "hub_dataset", lambda task, *args, **kwargs: splits)
+
+
+@pytest.mark.parametrize("column, values, message", [
+    ("label", [[0, 1], [1], [0], []], "label column 'label' is a list, expected text or a number"),  # multi-label
+    ("label", [{"id": 0}, {"id": 1}, {"id": 0}, {"id": 1}], "label column 'label' is an object, expected text or a number"),
+    ("text", [["a", "great", "movie"], ["dull"], ["so", "good"], ["bad"]], "column 'text' is a list, expected text"),
+    ("text", ["a great movie", " ", "so good", "bad"], "column 'text' is empty; every record needs some text"),
+])
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_a_hub_split_is_checked_as_a_file_is(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, column: str,
+                                             values: list, message: str, split: str) -> None:
+    """Finding: a Hub data set's labels were never checked as a file's are: a multi-label data set
+    (a Sequence column of label ids, go_emotions' layout) trained one class per list as Python
+    prints it ("[0, 1]", "[1]", "[]": 4 classes), and an object label or a text column of word
+    lists (a token-level data set) were read as their Python text, exit 0. Each is one line naming
+    the split and the record, at load (every entry point: run, eval, the API) and from the CLI."""
+    good = {"text": ["a great movie", "dull", "so good", "bad"], "label": [1, 0, 1, 0]}
+    bad = {**good, column: values}
+    _fake_hub(monkeypatch, *((bad, good) if split == "train" else (good, bad)))
+    record = 1 if column == "label" or isinstance(values[0], list) else 2
+    expected = f"org/reviews[{split}]: record {record}: {message}"
+    with pytest.raises(UserError) as info:
+        TextClassification(dataset="org/reviews").load()
+    assert str(info.value) == expected
+    if split == "validation" and column == "label" and values[0] == [0, 1]:  # the CLI once: exit 2, nothing left
+        recipe = write_recipe(tmp_path / "r.yaml", """model: {checkpoint: bert-base-uncased}
+task: {name: text_classification, dataset: org/reviews}
+method: {name: full}
+""")
+        code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and err == f"error: {expected}\n", err
+        assert not list((tmp_path / "runs").rglob("metrics.json"))
+    # the same values are fine where the data is right
+    _fake_hub(monkeypatch, good, good)
+    task = TextClassification(dataset="org/reviews")
+    task.load()
+    assert task.label_names == ["0", "1"] and "hub test split" not in task.notices()
+
+
+def test_a_hub_label_of_two_json_types_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub split read from JSON files whose label is 1 in one record and "1" in another (datasets
+    holds such a column as JSON text) is one line naming the split, as a file's is; the check
+    read the split's name as a file to find the line (a FileNotFoundError traceback)."""
+    import datasets
+
+    from toolkit.tasks import text_classification
+
+    (tmp_path / "mixed.jsonl").write_text('{"text": "a great movie", "label": 1}\n{"text": "dull", "label": "0"}\n')
+    mixed = datasets.load_dataset("json", data_files=str(tmp_path / "mixed.jsonl"), split="train",
+                                  cache_dir=str(tmp_path / "cache"))
+    monkeypatch.setattr(text_classification, "hub_offline", lambda: False)
+    monkeypatch.setattr(text_classification, "hub_dataset",
+                        lambda *args, **kwargs: datasets.DatasetDict(train=mixed, validation=mixed))
+    with pytest.raises(UserError) as info:
+        TextClassification(dataset="org/reviews").load()
+    assert str(info.value) == "org/reviews[validation]: label column 'label' holds values of more than one type; one type per field"
+
+
+def test_a_hub_test_split_scored_in_place_of_a_validation_split_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding: a Hub data set without a validation split (imdb, ag_news: train and test) is
+    scored on its test split, and the best checkpoint chosen there, with no word (exit 0): the
+    number reads as a held-out test score. Said."""
+    import datasets
+
+    from toolkit.tasks import text_classification
+
+    rows = datasets.Dataset.from_dict({"text": ["a great movie", "dull", "so good", "bad"], "label": [1, 0, 1, 0]})
+    monkeypatch.setattr(text_classification, "hub_offline", lambda: False)
+    monkeypatch.setattr(text_classification, "hub_dataset",
+                        lambda *args, **kwargs: datasets.DatasetDict(train=rows, test=rows))
+    task = TextClassification(dataset="org/imdb")
+    task.load()
+    assert task.notices()["hub test split"] == (
+        "task.dataset: 'org/imdb' has no validation split; its test split is the eval split, on which "
+        "train.keep_best chooses the checkpoint (and a sweep its settings): its scores are not held out from those choices")
+
+
+@pytest.mark.parametrize("column, named", [("label", False), ("intent", False), ("intent", True)])
+def test_a_hub_class_label_column_gives_its_names(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                   column: str, named: bool) -> None:
+    """Finding: a Hub data set's ClassLabel column (imdb's, ag_news', every GLUE-style set's) was
+    mapped to its names by a `map` that kept the column's ClassLabel type, which read the names
+    back as ids: every such data set stopped at its first row ("label '0' is not one of neg,
+    pos"). And the names were looked up under `label` before the label column was picked, so a
+    ClassLabel of another name (clinc_oos' `intent`) would have trained on the ids as names.
+    The ids are the Hub's, the names its ClassLabel's, in a run and its predictions alike."""
+    import datasets
+
+    rows = {"text": ["send the money", "how much is left", "lock my card", "wire it now"], column: [0, 1, 2, 0]}
+    _fake_hub(monkeypatch, rows, rows, {"text": datasets.Value("string"),
+                                        column: datasets.ClassLabel(names=["transfer", "balance", "freeze"])})
+    task = TextClassification(dataset="org/bank", **({"label_column": column} if named else {}))
+    data = task.load()
+    assert task.label_names == ["transfer", "balance", "freeze"] and task.label_column == column
+    assert data["train"]["label"] == [0, 1, 2, 0] and data["eval"][""]["label"] == [0, 1, 2, 0]
+    if column == "intent" and not named:  # a run and its predictions name the classes
+        recipe = write_recipe(tmp_path / "r.yaml", """model: {checkpoint: bert-base-uncased}
+task: {name: text_classification, dataset: org/bank, max_length: 16}
+method: {name: full}
+train: {max_steps: 1, batch_size: 4}
+""")
+        code, out, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 0, err
+        run = Path(out.strip().splitlines()[-1].split(":")[0])
+        assert json.loads((run / "metrics.json").read_text())["label_names"] == ["transfer", "balance", "freeze"]
+        import toolkit
+
+        assert toolkit.predict(run, ["freeze my card"])[0]["label"] in ("transfer", "balance", "freeze")
+
+
+@pytest.mark.parametrize("labels, settings, said", [
+    (("entailment", "not_entailment"), {"metrics": ["f1"]}, "not_entailment"),  # the negative class, by the alphabet
+    (("pos", "neg"), {"metrics": ["accuracy", "f1"]}, "pos"),
+    (("entailment", "not_entailment"), {"metrics": ["accuracy"]}, None),  # no F1 asked for
+    (("entailment", "not_entailment"), {"metrics": ["f1"], "labels": ["not_entailment", "entailment"]}, None),  # chosen
+    (("0", "1"), {"metrics": ["f1"]}, None),  # numbers: the larger, by convention
+    (("a", "b", "c"), {"metrics": ["f1"]}, None),  # macro F1: no positive class
+])
+def test_the_class_f1_is_of_is_said_where_the_alphabet_chose_it(tmp_path: Path, labels: tuple, settings: dict,
+                                                                 said: str | None) -> None:
+    """Finding: over two labels F1 is label id 1's, the second as sorted, and for names the
+    alphabet chose it: RTE's, MRPC's and QQP's labels as text (`not_entailment`, `not_equivalent`,
+    `not_duplicate`) sort after the class they negate, and f1 was the negative class's, exit 0,
+    said only in metrics.json's metric_info. One warning names the class and the setting."""
+    rows = [(f"text {i}", labels[i % len(labels)]) for i in range(6)]
+    train = write(tmp_path / "train.csv", rows, "csv")
+    task = TextClassification(train_file=str(train), eval_file=str(train), **settings)
+    task.load()
+    line = task.notices().get("f1 positive")
+    if said is None:
+        assert line is None
+    else:
+        other = next(n for n in labels if n != said)
+        assert line == (f"task.metrics: f1 is the F1 of '{said}' alone (label id 1: the labels '{other}', '{said}' as "
+                        f"sorted); for the F1 of '{other}', list it second: task.labels=[{said}, {other}]")
+        assert task.metric_info()["f1"] == f"F1 of label '{said}' (id 1) as the positive class"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+@pytest.mark.parametrize("joined", ["sports,politics", "sports; politics", "politics|sports"])
+def test_labels_that_are_other_labels_joined_are_said(tmp_path: Path, fmt: str, joined: str) -> None:
+    """Finding: a multi-label file written as text (`sports,politics` beside `sports` and
+    `politics`) trained each set of labels as a class of its own, with no word, exit 0 (a JSON
+    list label is refused). Said in one warning naming them; labels that merely hold the mark are
+    not (`a, b and c` is no join of two labels)."""
+    rows = [(f"text {i}", label) for i, label in enumerate(["sports", "politics", joined, "sports", "a, b and c"])]
+    train = write(tmp_path / f"train.{fmt}", rows, fmt)
+    task = TextClassification(train_file=str(train), eval_file=str(train))
+    task.load()
+    assert len(task.label_names) == 4  # as written: still their own classes
+    assert task.notices()["label sets"] == (
+        f"{train}: 1 label(s) are other labels joined ('{joined}'): a multi-label file? each set is trained as a "
+        "class of its own; text_classification reads one label per example")
+    plain = write(tmp_path / f"plain.{fmt}", [r for r in rows if r[1] != joined], fmt)
+    task = TextClassification(train_file=str(plain), eval_file=str(plain))
+    task.load()
+    assert "label sets" not in task.notices()
+
 # --- a pair's two texts are told apart, in every family ------------------------------------------
 PAIR = ("The show was at its end", "Start again now.")
 

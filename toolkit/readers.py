@@ -998,7 +998,10 @@ def json_type(value: Any) -> str:
 # --- line numbers for records the table names (error paths) ----------------------------------
 def where(path: Path, fmt: str, index: int, keys: list[Any] | None = None) -> str:
     """FILE:LINE of record `index` (0-based) of a file read by `read`; `keys` go further into a
-    JSON document's record ({"data": [articles]}: ["data", a, "paragraphs", p, ...])."""
+    JSON document's record ({"data": [articles]}: ["data", a, "paragraphs", p, ...]). A Hub
+    split (`fmt` "hub", `path` its name) has no lines: its record's number."""
+    if fmt == "hub":
+        return f"{path}: record {index + 1}"
     try:
         line = _line_of(path, fmt, index, keys)
     except Exception:  # a position is a courtesy: never let it hide the error being reported
@@ -1237,7 +1240,8 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
                                 "or leave the record out")
         if isinstance(values.type, pa.BaseExtensionType):  # scalars of more than one JSON type
             # the table cannot say which: datasets stores "1" beside 1 as 1. The file can.
-            problem = _jsonl_problem(path, column) if fmt == "jsonl" else _json_problem(path, None, column)
+            problem = (_jsonl_problem(path, column) if fmt == "jsonl" else
+                       _json_problem(path, None, column) if fmt == "json" else None)  # a Hub split: no file
             raise UserError(problem or f"{path}: {what} holds values of more than one type; one type per field")
         offset += len(batch)
 

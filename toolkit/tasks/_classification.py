@@ -19,6 +19,7 @@ from toolkit.errors import UserError
 from toolkit.schema import added
 from toolkit.models import UNKNOWN_CHARACTER, kind_of
 from toolkit.tasks import Metric, Task, declaration, fingerprint
+from toolkit.tasks._fields import row_key
 
 torch = lazy("torch", globals())
 F = lazy("torch.nn.functional", globals())
@@ -219,12 +220,13 @@ class Classification(Task):
         return list(getattr(self, "input_columns", self.text_columns))
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
-        """Per row its fields, the label name, its probability (`score`) and every label's
-        `probabilities` (regression: the value as `score`)."""
+        """Per row its id field where it has one (`_fields.row_key`), its text fields, the label
+        name, its probability (`score`) and every label's `probabilities` (regression: the value
+        as `score`)."""
         names = self.predict_fields(model)
         texts = [dict(zip(self.text_columns, (r[n] for n in names))) for r in rows]
         preds = self.classify(model, tokenizer, texts)
-        return [{**{n: r[n] for n in names}, **p} for r, p in zip(rows, preds)]
+        return [{**row_key(r, names), **{n: r[n] for n in names}, **p} for r, p in zip(rows, preds)]
 
     def classify(self, model: Any, tokenizer: Any, rows: list[dict], batch_size: int = 64) -> list[dict]:
         """Label name and probabilities per row of `text_columns` (regression: the value)."""

@@ -20,6 +20,7 @@ from toolkit.errors import UserError
 
 # Columns that are neither input nor output: skipped when counting candidates.
 ID_NAMES = ("id", "idx", "index", "guid", "uid", "key", "instruction")
+KEY_NAMES = ID_NAMES[:-1]  # those that name a record: kept beside its prediction (`row_key`)
 
 TEXT_INPUTS = ("text", "sentence", "document", "dialogue", "article", "source", "input", "content",
                "body", "passage", "review", "prompt")
@@ -75,6 +76,15 @@ def language_field(columns: list[str], code: str, where: str) -> str | None:
 
 def candidates(columns: list[str], taken: tuple[str, ...] = ()) -> list[str]:
     return [c for c in columns if c not in taken and c.strip().lower() not in ID_NAMES]
+
+
+def row_key(row: dict, read: list[str]) -> dict:
+    """{name: value} of an input row's id field (`id`, `idx`, `index`, `guid`, `uid` or `key`, case
+    and outer spaces ignored; not one the task reads), else {}: a prediction row starts with it,
+    as the QA rows start with their question's id, so predictions join their inputs by key (a
+    test file's `id` was dropped, and the rows could be matched by position alone)."""
+    name = next((n for n in row if n not in read and str(n).strip().lower() in KEY_NAMES), None)
+    return {} if name is None else {name: row[name]}
 
 
 def text_likeness(values: list[Any]) -> tuple[float, float]:

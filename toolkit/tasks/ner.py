@@ -412,16 +412,28 @@ class Ner(Task):
     predicts = True
     predict_word_lists = ("tokens",)
 
+    def export_settings(self) -> str:
+        """An export's line says how the run read a tag per word: the folder's model tags every
+        sub-token, and transformers' token-classification pipeline, as loaded, gives each one
+        its own tag (aggregation_strategy "none"), those after a word's first never trained
+        (-100): other tags than `toolkit predict`'s, exit 0, for every word of more than one."""
+        return ("; a word's tag is the one at its first sub-token (the rest were never trained, as run_ner "
+                "trains them): the tokenizer on the words with is_split_into_words=True, the argmax at the "
+                "first position of each word_ids() value, O for a word with none (past the cut); "
+                "pipeline(\"token-classification\", model=OUT, aggregation_strategy=\"first\") groups "
+                "entities by that rule")
+
     def predict_fields(self, model: Any) -> list[str]:
         self.labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
         return ["tokens"]
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
-        """Per row its words (`tokens`: a list, or a string split at spaces and tabs, `words_of`)
-        and one tag per word. Words are encoded as training encodes them (`Task.tokenize`), and
-        what the model does not see (past task.max_length sub-tokens) is tagged `O`, as the
-        scorer counts it, and said in the run's warnings (the cut sentences, the unseen words);
-        `tagged` says how many words a row's model saw, where that is fewer."""
+        """Per row its id field where it has one (`_fields.row_key`), its words (`tokens`: a list,
+        or a string split at spaces and tabs, `words_of`) and one tag per word. Words are encoded
+        as training encodes them (`Task.tokenize`), and what the model does not see (past
+        task.max_length sub-tokens) is tagged `O`, as the scorer counts it, and said in the run's
+        warnings (the cut sentences, the unseen words); `tagged` says how many words a row's model
+        saw, where that is fewer."""
         self.predict_fields(model)
         sentences = [self.words_of(row["tokens"], i) for i, row in enumerate(rows)]
         enc = self.tokenize(tokenizer, sentences, limit=self.max_length, is_split_into_words=True)
@@ -437,7 +449,8 @@ class Ner(Task):
                 outputs = model(**inputs)
                 ids = self.tag_logits(outputs, inputs["input_ids"].shape[1])[0].argmax(-1).tolist()
             tags = word_tags(ids, firsts[i], len(words), self.labels)
-            out.append({"tokens": words, "tags": tags, **({"tagged": seen[i]} if seen[i] < len(words) else {})})
+            out.append({**_fields.row_key(rows[i], ["tokens"]), "tokens": words, "tags": tags,
+                        **({"tagged": seen[i]} if seen[i] < len(words) else {})})
         return out
 
     def rows_of_own_format(self, lines: list[str], blank: list[int], name: str) -> list[dict] | None:

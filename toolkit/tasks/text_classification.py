@@ -34,7 +34,7 @@ def read_file(path: Path) -> Any:
 
 def _where(path: str, index: int, fmt: str) -> str:
     """file:line of the index-th record (a Hub split: its record number)."""
-    return f"{path}: record {index + 1}" if fmt == "hub" else readers.where(Path(path), fmt, index)
+    return readers.where(Path(path), fmt, index)
 
 
 @TASKS.register("text_classification")
@@ -142,6 +142,8 @@ class TextClassification(Classification):
             self.text_columns, self.label_column = pick_columns(
                 ds, path, self.text_columns, self.label_column, self.problem)
             reserved_text_column(self.text_columns)
+        if self.dataset:
+            self._class_names(splits)
         for ds, path, _ in (s for s in splits.values() if s is not None):
             _fields.note_spaced(self, list(ds.column_names), path)
         test = splits.get("test")
@@ -150,11 +152,12 @@ class TextClassification(Classification):
         labelled = [(k, s) for k, s in splits.items() if k != "test" and s is not None]
         for key, (ds, path, fmt) in labelled:
             self._check_columns(ds, path, labels=True)
-            if fmt != "hub":
-                what = f"label column '{self.label_column}'"
-                readers.check_scalar(ds, self.label_column, Path(path), fmt, what)
-                if self.problem == "classification":  # a class is named by its number: held exactly
-                    readers.check_exact(ds, self.label_column, Path(path), fmt, what)
+            # a Hub split's as a file's: a list (a multi-label data set's Sequence column) or an
+            # object was a class named by its Python text ("[0, 3]"), exit 0
+            what = f"label column '{self.label_column}'"
+            readers.check_scalar(ds, self.label_column, Path(path), fmt, what)
+            if self.problem == "classification":  # a class is named by its number: held exactly
+                readers.check_exact(ds, self.label_column, Path(path), fmt, what)
         if self.problem == "classification" and self.labels is None and self._found_labels is None:
             self._found_labels = self._label_set(splits)
         out = {k: (self._normalise(*s) if s is not None else None) for k, s in splits.items()}
@@ -185,16 +188,34 @@ class TextClassification(Classification):
         if eval_split is None:
             raise UserError(f"task.dataset: '{self.dataset}' has no validation split "
                             f"(splits: {', '.join(ds)})")
-        names = getattr(ds[eval_split].features.get(self.label_column or "label"), "names", None)
-        if names:  # a ClassLabel column: its ids become its names, so labels read like files'
-            col = self.label_column = self.label_column or "label"
-            ds = ds.map(lambda b: {col: [names[i] if i is not None and i >= 0 else None for i in b[col]]},
-                        batched=True)
-            self._found_labels = list(names)
+        if eval_split == "test":  # imdb's, ag_news': the best checkpoint is chosen on the split it is scored on
+            self.note("hub test split", f"task.dataset: '{self.dataset}' has no validation split; its test split is the "
+                                        "eval split, on which train.keep_best chooses the checkpoint (and a sweep "
+                                        "its settings): its scores are not held out from those choices")
         out = {"eval": (ds[eval_split], f"{self.dataset}[{eval_split}]", "hub")}
         if "train" in ds:
             out["train"] = (ds["train"], f"{self.dataset}[train]", "hub")
         return out
+
+    def _class_names(self, splits: dict[str, Any]) -> None:
+        """A Hub split's ClassLabel label column: its ids become its names, so labels read like
+        files' and the model carries the names. Read once the label column is known: looked up
+        under `label` before it was picked, a ClassLabel column of another name (clinc_oos'
+        `intent`) trained and predicted the ids as names ("42"), unless the recipe named it."""
+        col = self.label_column
+        names = getattr(splits["eval"][0].features.get(col), "names", None)
+        if not names:
+            return
+        from datasets import Value
+
+        for key, (ds, path, fmt) in list(splits.items()):
+            if col in ds.column_names:  # the column's type given: kept a ClassLabel, the names were read back as ids
+                features = ds.features.copy()
+                features[col] = Value("string")
+                ds = ds.map(lambda b: {col: [names[i] if i is not None and i >= 0 else None for i in b[col]]},
+                            batched=True, features=features)
+            splits[key] = (ds, path, fmt)
+        self._found_labels = list(names)
 
     def _check_columns(self, ds: Any, path: str, labels: bool) -> None:
         wanted = list(self.text_columns) + ([self.label_column] if labels else [])
@@ -212,12 +233,40 @@ class TextClassification(Classification):
             raise UserError(f"{path}: column '{self.label_column}' has {len(values)} distinct "
                             "label(s); classification needs at least 2")
         self._note_case(values, path)
+        self._note_joined(values, path)
         if all(_is_int(v) for v in values):
             return sorted(values, key=lambda v: (int(v), v))  # exact, past 2^53 too
         if all(DECIMAL.fullmatch(v.strip()) for v in values):  # 2.5 before 10.5, as run_glue sorts them
             self._note_scores(values, path)
             return sorted(values, key=lambda v: (float(v), v))
-        return sorted(values)
+        names = sorted(values)
+        self._note_positive(names)
+        return names
+
+    def _note_joined(self, values: set[str], path: str) -> None:
+        """Labels that are other labels joined by `,`, `;` or `|` (`sports,politics` beside `sports`
+        and `politics`): a multi-label file written as text, each set of labels trained as a class
+        of its own (the sets a model never saw in training are classes it cannot answer), exit 0.
+        Said, naming them: text_classification reads one label per example."""
+        joined = sorted(v for v in values if any(
+            len(parts := [p.strip() for p in v.split(mark)]) > 1 and all(p in values for p in parts)
+            for mark in JOINS))
+        if joined:
+            shown = ", ".join(repr(v) for v in joined[:3]) + (", ..." if len(joined) > 3 else "")
+            self.note("label sets", f"{path}: {len(joined)} label(s) are other labels joined ({shown}): a multi-label "
+                                    "file? each set is trained as a class of its own; text_classification reads one "
+                                    "label per example")
+
+    def _note_positive(self, names: list[str]) -> None:
+        """F1 over two labels is label id 1's, the second as sorted: for names (not numbers, whose
+        larger is the positive one by convention) the alphabet chose the class F1 is of, and
+        `not_entailment`, `not_equivalent`, `not_duplicate` sort after the class they negate (an
+        F1 of the negative class, exit 0, said in metrics.json's metric_info alone). Said once
+        where F1 is asked for, naming the setting that chooses."""
+        if len(names) == 2 and "f1" in self.metric_list():
+            self.note("f1 positive", f"task.metrics: f1 is the F1 of '{names[1]}' alone (label id 1: the labels "
+                                     f"{names[0]!r}, {names[1]!r} as sorted); for the F1 of {names[0]!r}, list it "
+                                     f"second: task.labels=[{names[1]}, {names[0]}]")
 
     def _check_trained_classes(self, ids: set[int], path: str) -> None:
         """The training data holds at least two classes, wherever the names come from: with
@@ -258,13 +307,8 @@ class TextClassification(Classification):
         """Text columns kept; the label column becomes `label` (an id, or a float)."""
         has_label = self.label_column in ds.column_names
         self._check_columns(ds, path, labels=False)
-        for col in self.text_columns:
-            if fmt == "hub":
-                for i, value in enumerate(ds[col]):
-                    if value is None or not str(value).strip():
-                        raise UserError(f"{_where(path, i, fmt)}: column '{col}' is empty")
-            else:
-                readers.check_text(ds, col, Path(path), fmt)
+        for col in self.text_columns:  # a Hub split's too: a list of tokens was read as its Python text
+            readers.check_text(ds, col, Path(path), fmt)
         keep = list(self.text_columns)
         if not has_label:
             return ds.select_columns(keep)
@@ -435,6 +479,7 @@ def _pair_unread(ds: Any, picked: str, others: list[str], where: str) -> None:
                         f"e.g. task.text_columns=[{', '.join(pair)}] or task.text_columns=[{picked}]")
 
 
+JOINS = (",", ";", "|")  # what joins the labels of a multi-label file written as text (`_note_joined`)
 TEXT_LENGTH_RATIO = 4  # a column this many times shorter than the text (a title, a date) is not its pair
 
 
