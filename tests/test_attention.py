@@ -427,6 +427,39 @@ def test_soft_prompt_generation_does_not_move_with_the_batch(stock, name: str) -
     torch.testing.assert_close(beside, alone, atol=1e-5, rtol=0)
 
 
+def _training_methods() -> list[str]:
+    from toolkit.methods import METHODS as REGISTRY
+
+    return sorted(n for n in REGISTRY.names() if REGISTRY.get(n)().trains)
+
+
+@pytest.mark.parametrize("method", _training_methods())
+def test_performer_counts_each_training_pass_once_under_every_method(stock, method: str) -> None:
+    """performer's pass counter (redraw_every) moves by one per training pass of the model the
+    loop calls, whatever wraps the body. Finding: it counted in a forward pre-hook on the body,
+    and PEFT's AdaLoraModel calls the body's `forward` directly, past its hooks: under adalora
+    the counter never moved and the features were never redrawn (redraw_every ignored), exit 0.
+    `keep_trainable` (after the method) now moves the hook to the outermost model; moved, not
+    added, so a wrapper that does call the body (LoRA's) does not count a pass twice."""
+    from toolkit import attention, models
+    from toolkit.methods import METHODS as REGISTRY, Context
+
+    entry = stock("gpt2")
+    model = resettled(entry, "performer", dict(SMALL["performer"], redraw_every=1))
+    ctx = Context(family="gpt2", head_names=models.head_names(model), peft_task_type="CAUSAL_LM",
+                  tokenizer=entry[1], total_steps=10)
+    model = REGISTRY.get(method)().apply(model, ctx)
+    attention.keep_trainable(model)
+    model.train()
+    inputs = batch("gpt2", entry[1])
+    for _ in range(2):
+        model(**inputs)
+    with torch.no_grad():
+        model.eval()(**inputs)  # evaluation counts nothing
+    counts = [int(b) for n, b in model.named_buffers() if n.endswith("tk_attn_draws")]
+    assert counts and set(counts) == {2}, counts
+
+
 @pytest.mark.parametrize("redraw_every", [1, 2])
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_performer_evaluates_with_the_draw_it_last_trained_with(stock, family: str, redraw_every: int) -> None:

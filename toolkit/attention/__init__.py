@@ -142,6 +142,10 @@ class Attention:
         """Per-layer state saved with checkpoints (performer's draw counter)."""
         return {}
 
+    def wrapped(self, model: nn.Module) -> None:
+        """After the method: `model` is what the loop calls, the prepared body inside it (PEFT's
+        wrappers, which may call the body's `forward` directly, past its hooks)."""
+
     # --- the forward ------------------------------------------------------------------------
     def attend(self, module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                pad: torch.Tensor | None, scaling: float, dropout: float,
@@ -342,10 +346,14 @@ def undecayed(model: nn.Module) -> set[int]:
 
 
 def keep_trainable(model: nn.Module) -> None:
-    """After a method froze the body: the attention module's own parameters train with every method."""
+    """After a method froze and wrapped the body: the attention module's own parameters train with
+    every method, and a module's per-pass hooks move to the model the loop calls (`wrapped`)."""
     for name, param in model.named_parameters():
         if PREFIX in name:
             param.requires_grad_(True)
+    settings = {id(s): s for _, layer in attention_layers(model) if isinstance(s := getattr(layer, "tk_settings", None), Attention)}
+    for each in settings.values():
+        each.wrapped(model)
 
 
 def _canonical(name: str) -> str:

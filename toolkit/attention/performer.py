@@ -140,8 +140,23 @@ class Performer(Attention):
                 for layer in counted:
                     layer.tk_attn_draws += 1
 
-        model.register_forward_pre_hook(count)
+        model._tk_pass_count = model.register_forward_pre_hook(count)
         return model
+
+    def wrapped(self, model):
+        """The pass counter's hook moves to the model the loop calls: a method's wrapper may call
+        the body's `forward` directly, past the body's hooks (PEFT's AdaLoraModel does), and the
+        counter never moved (redraw_every ignored, exit 0). Moved, not added: a wrapper that calls
+        the body (LoRA's) would count each pass twice."""
+        # its own attribute: PEFT's wrappers hand on an attribute they lack to the body's
+        body = next((m for m in model.modules() if vars(m).get("_tk_pass_count") is not None), None)
+        if body is None or body is model:
+            return
+        handle = body._tk_pass_count
+        hook = body._forward_pre_hooks[handle.id]
+        handle.remove()
+        body._tk_pass_count = None
+        model._tk_pass_count = model.register_forward_pre_hook(hook)
 
     def projection(self, module, d: int, device: torch.device) -> torch.Tensor:
         # the training pass running now (the model's pre-hook counted it before it ran), else the
