@@ -776,6 +776,28 @@ def test_resume_is_exact(tmp_path: Path, cli, checkpoint: str, attention: str, m
             torch.testing.assert_close(model.eval()(**inputs).logits, theirs(**inputs).logits, atol=0, rtol=0)
 
 
+def test_performer_redraws_by_optimizer_steps_however_the_batch_is_split(tmp_path: Path, cli) -> None:
+    """A run's trajectory does not depend on how its global batch is split into micro-batches
+    (tests/test_accounting.py), so performer's redraw_every counts optimizer steps. Finding: it
+    counted training forward passes, so batch 2 x 4 accumulated redrew 4 times as often as batch 8
+    (and a redraw fell inside a step): another model, eval loss 0.6941868 against 0.6941864 on
+    tiny GPT-2, exit 0. Now a step is counted at its first pass (no gradient held yet)."""
+    from safetensors.torch import load_file
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(
+        checkpoint="gpt2", attention="{name: performer, features: 8, redraw_every: 2}", method="{name: full}"))
+    common = ["--smoke", "model.dropout=0.0", "task.max_train_samples=24", "task.max_eval_samples=8"]
+    results = []
+    for split in (["train.batch_size=8"], ["train.batch_size=2", "train.grad_accum=4"]):
+        assert cli("run", recipe, "--runs-dir", tmp_path / split[-1], *common, *split)[0] == 0
+        run = next((tmp_path / split[-1]).rglob("metrics.json")).parent
+        metrics = json.loads((run / "metrics.json").read_text())
+        draws = {int(t) for t in load_file(run / "model" / "attention.safetensors").values()}
+        assert draws == {metrics["train_steps"]}, (split, draws)  # each step counted once
+        results.append(metrics["eval"]["loss"])
+    assert results[0] == results[1], results
+
+
 def _restricting(name: str) -> str | None:
     """The setting that bounds who attends to whom (a window, a block), or None."""
     from dataclasses import fields
