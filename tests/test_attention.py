@@ -460,6 +460,20 @@ def test_performer_counts_each_training_pass_once_under_every_method(stock, meth
     assert counts and set(counts) == {2}, counts
 
 
+def test_performer_counts_into_its_own_layers_after_a_deep_copy(stock) -> None:
+    """A deep copy of a performer model (hooks are copied by reference) counts its training passes
+    into its own layers. Finding: the hook's closure held the original's layers, so the copy's
+    passes moved the original's counter and the copy never redrew, exit 0."""
+    import copy
+
+    entry = stock("gpt2")
+    original = resettled(entry, "performer", dict(SMALL["performer"], redraw_every=1))
+    twin = copy.deepcopy(original).train()
+    twin(**batch("gpt2", entry[1]))
+    draws = [{int(b) for n, b in m.named_buffers() if n.endswith("tk_attn_draws")} for m in (original, twin)]
+    assert draws == [{0}, {1}], draws
+
+
 @pytest.mark.parametrize("redraw_every", [1, 2])
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_performer_evaluates_with_the_draw_it_last_trained_with(stock, family: str, redraw_every: int) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, PREFIX, Attention, attention_layers, is_causal, key_keep
+from toolkit.attention import ATTENTION, PREFIX, Attention, is_causal, key_keep
 from toolkit.attention.linear import EPS, kernel_attention, wide
 from toolkit.lazy import lazy
 
@@ -136,17 +136,20 @@ class Performer(Attention):
 
     def prepare(self, model):
         model = super().prepare(model)
-        counted = [layer for _, layer in attention_layers(model) if hasattr(layer, PREFIX + "draws")]
+        counter = PREFIX + "draws"
 
         def count(top, args):
             """Once per optimizer step, at its first training pass (no gradient held yet: the loop
             zeroes them with set_to_none after each step), never for a recomputation (gradient
             checkpointing) or a later micro-batch of the step (train.grad_accum): counted per
             pass, 4 micro-batches redrew 4 times as often as one batch 4 times larger, and a
-            redraw could fall inside a step (its gradient summed over two draws), exit 0."""
+            redraw could fall inside a step (its gradient summed over two draws), exit 0. The
+            layers are the called model's own, found at each pass: a deep copy of the model
+            (whose hooks are copied by reference) counted into the original's layers."""
             if top.training and torch.is_grad_enabled() and all(p.grad is None for p in top.parameters()):
-                for layer in counted:
-                    layer.tk_attn_draws += 1
+                for layer in top.modules():
+                    if counter in layer._buffers:
+                        layer._buffers[counter] += 1
 
         model._tk_pass_count = model.register_forward_pre_hook(count)
         return model
