@@ -354,6 +354,33 @@ def test_cached_decoding_equals_the_full_forward(stock, name: str, family: str) 
         torch.testing.assert_close(logits[1], other, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name, family", [(n, f) for n in _registered() for f in DECODERS if (n, f) not in REFUSED])
+def test_a_static_cache_generates_as_the_dynamic_one(stock, name: str, family: str) -> None:
+    """`generate` with a static KV cache (a checkpoint's generation_config may ask for
+    `cache_implementation: static`, and the toolkit's generation keeps it) scores every new token
+    as with the dynamic cache, for every module on every decoder, as the stock model does. A
+    static cache hands each layer its whole buffer, written or not. Finding: the modules took the
+    queries for the buffer's last slots and its unwritten slots for real keys, so a prompt's later
+    tokens reached its earlier ones (GPT-2: 0.01 in the scores of every module, dot included) and
+    T5's decoder attended to the empty slots (4.6 in a logit), exit 0. Now the mask function
+    hands over the written slots only (queries at q_offset + i, transformers' rule)."""
+    entry = stock(family)
+    tok = entry[1]
+    tok.padding_side = "left" if family == "gpt2" else "right"
+    enc = dict(tok(["a short one", "this sentence is quite a bit longer than that one"], padding=True,
+                   return_tensors="pt"))
+    model = resettled(entry, name, SMALL[name])
+    moved_off_their_start(model)
+    settings = {"max_new_tokens": 4, "do_sample": False, "num_beams": 1, "pad_token_id": tok.pad_token_id,
+                "output_scores": True, "return_dict_in_generate": True}
+    with torch.no_grad():
+        dynamic, static = (torch.stack(model.generate(**enc, **settings, **extra).scores)
+                           for extra in ({}, {"cache_implementation": "static"}))
+    seen = torch.isfinite(dynamic)
+    assert torch.equal(seen, torch.isfinite(static))
+    torch.testing.assert_close(static[seen], dynamic[seen], atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("name", _registered())
 def test_soft_prompt_generation_does_not_move_with_the_batch(stock, name: str) -> None:
     """A decoder's soft prompt (prompt tuning, p-tuning) generates from embeddings with the
@@ -398,6 +425,53 @@ def test_soft_prompt_generation_does_not_move_with_the_batch(stock, name: str) -
     alone = scores(["a short one"])
     beside = scores(["a short one", "this sentence is quite a bit longer than that one, and longer still"])
     torch.testing.assert_close(beside, alone, atol=1e-5, rtol=0)
+
+
+def _training_methods() -> list[str]:
+    from toolkit.methods import METHODS as REGISTRY
+
+    return sorted(n for n in REGISTRY.names() if REGISTRY.get(n)().trains)
+
+
+@pytest.mark.parametrize("method", _training_methods())
+def test_performer_counts_each_training_pass_once_under_every_method(stock, method: str) -> None:
+    """performer's pass counter (redraw_every) moves by one per training pass of the model the
+    loop calls, whatever wraps the body. Finding: it counted in a forward pre-hook on the body,
+    and PEFT's AdaLoraModel calls the body's `forward` directly, past its hooks: under adalora
+    the counter never moved and the features were never redrawn (redraw_every ignored), exit 0.
+    `keep_trainable` (after the method) now moves the hook to the outermost model; moved, not
+    added, so a wrapper that does call the body (LoRA's) does not count a pass twice."""
+    from toolkit import attention, models
+    from toolkit.methods import METHODS as REGISTRY, Context
+
+    entry = stock("gpt2")
+    model = resettled(entry, "performer", dict(SMALL["performer"], redraw_every=1))
+    ctx = Context(family="gpt2", head_names=models.head_names(model), peft_task_type="CAUSAL_LM",
+                  tokenizer=entry[1], total_steps=10)
+    model = REGISTRY.get(method)().apply(model, ctx)
+    attention.keep_trainable(model)
+    model.train()
+    inputs = batch("gpt2", entry[1])
+    for _ in range(2):
+        model(**inputs)
+    with torch.no_grad():
+        model.eval()(**inputs)  # evaluation counts nothing
+    counts = [int(b) for n, b in model.named_buffers() if n.endswith("tk_attn_draws")]
+    assert counts and set(counts) == {2}, counts
+
+
+def test_performer_counts_into_its_own_layers_after_a_deep_copy(stock) -> None:
+    """A deep copy of a performer model (hooks are copied by reference) counts its training passes
+    into its own layers. Finding: the hook's closure held the original's layers, so the copy's
+    passes moved the original's counter and the copy never redrew, exit 0."""
+    import copy
+
+    entry = stock("gpt2")
+    original = resettled(entry, "performer", dict(SMALL["performer"], redraw_every=1))
+    twin = copy.deepcopy(original).train()
+    twin(**batch("gpt2", entry[1]))
+    draws = [{int(b) for n, b in m.named_buffers() if n.endswith("tk_attn_draws")} for m in (original, twin)]
+    assert draws == [{0}, {1}], draws
 
 
 @pytest.mark.parametrize("redraw_every", [1, 2])
@@ -714,6 +788,28 @@ def test_resume_is_exact(tmp_path: Path, cli, checkpoint: str, attention: str, m
         inputs = tok(["a sentence to score", "and another, longer one"], padding=True, return_tensors="pt")
         with torch.no_grad():
             torch.testing.assert_close(model.eval()(**inputs).logits, theirs(**inputs).logits, atol=0, rtol=0)
+
+
+def test_performer_redraws_by_optimizer_steps_however_the_batch_is_split(tmp_path: Path, cli) -> None:
+    """A run's trajectory does not depend on how its global batch is split into micro-batches
+    (tests/test_accounting.py), so performer's redraw_every counts optimizer steps. Finding: it
+    counted training forward passes, so batch 2 x 4 accumulated redrew 4 times as often as batch 8
+    (and a redraw fell inside a step): another model, eval loss 0.6941868 against 0.6941864 on
+    tiny GPT-2, exit 0. Now a step is counted at its first pass (no gradient held yet)."""
+    from safetensors.torch import load_file
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(
+        checkpoint="gpt2", attention="{name: performer, features: 8, redraw_every: 2}", method="{name: full}"))
+    common = ["--smoke", "model.dropout=0.0", "task.max_train_samples=24", "task.max_eval_samples=8"]
+    results = []
+    for split in (["train.batch_size=8"], ["train.batch_size=2", "train.grad_accum=4"]):
+        assert cli("run", recipe, "--runs-dir", tmp_path / split[-1], *common, *split)[0] == 0
+        run = next((tmp_path / split[-1]).rglob("metrics.json")).parent
+        metrics = json.loads((run / "metrics.json").read_text())
+        draws = {int(t) for t in load_file(run / "model" / "attention.safetensors").values()}
+        assert draws == {metrics["train_steps"]}, (split, draws)  # each step counted once
+        results.append(metrics["eval"]["loss"])
+    assert results[0] == results[1], results
 
 
 def _restricting(name: str) -> str | None:

@@ -142,6 +142,10 @@ class Attention:
         """Per-layer state saved with checkpoints (performer's draw counter)."""
         return {}
 
+    def wrapped(self, model: nn.Module) -> None:
+        """After the method: `model` is what the loop calls, the prepared body inside it (PEFT's
+        wrappers, which may call the body's `forward` directly, past its hooks)."""
+
     # --- the forward ------------------------------------------------------------------------
     def attend(self, module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                pad: torch.Tensor | None, scaling: float, dropout: float,
@@ -178,14 +182,33 @@ def dense_warning(attention: Any, longest: int, parts: str) -> str | None:
 # --- the two functions transformers calls ------------------------------------------------------
 def key_padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0,
                      kv_offset: int = 0, attention_mask: torch.Tensor | None = None,
-                     **kwargs: Any) -> torch.Tensor | None:
-    """The mask function of every module: (b, 1, 1, kv) bool key padding, or None without padding."""
-    from transformers.masking_utils import prepare_padding_mask
+                     mask_function: Any = None, **kwargs: Any) -> torch.Tensor | None:
+    """The mask function of every module: (b, 1, 1, kv) bool key padding, or None without padding.
 
+    Its length also says which keys exist: under a causal mask, query i sits at position
+    q_offset + i (transformers' own rule), and a static KV cache (a checkpoint's generation_config
+    `cache_implementation: static`) hands every layer its whole buffer, kv_length slots, of which
+    only the first q_offset + q_length are written. The modules take the queries for the last keys
+    (a cache comes first), so they read unwritten slots as the queries' own positions: the future
+    of the prompt leaked into every query of the prefill, exit 0. So under a causal mask the mask
+    covers the written slots only, shorter than the keys, and `attention_forward` cuts the keys
+    (and T5's bias) to it."""
+    from transformers.masking_utils import causal_mask_function, prepare_padding_mask
+
+    written = kv_length
+    if mask_function is causal_mask_function:  # not a bidirectional (encoder, cross-attention) mask
+        end = int(q_offset) + q_length - kv_offset  # a tensor for a static cache: one host read
+        if 0 < end < kv_length:
+            written = end
     padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+    if padding is None:
+        if written == kv_length:
+            return None
+        return torch.ones(batch_size, 1, 1, written, dtype=torch.bool, device=kwargs.get("device"))
+    padding = padding[:, kv_offset:kv_offset + written]  # the keys' own slots (a sliding window starts later)
     # no mask where nothing is padded: a host read, skipped while compiling (train.compile), where
     # an all-true mask gives the same result and the read would break the graph
-    if padding is None or (not torch.compiler.is_compiling() and bool(padding.all())):
+    if written == kv_length and (not torch.compiler.is_compiling() and bool(padding.all())):
         return None
     return padding[:, None, None, :].bool()  # (b, 1, 1, kv)
 
@@ -204,6 +227,10 @@ def attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     if pad is not None and pad.dtype != torch.bool:  # a custom 4D float mask is additive: 0 keeps
         pad = pad > min_value(pad) / 2
     bias = kwargs.get("position_bias")  # T5: (1 or b, h, tq, tk), additive
+    if pad is not None and pad.shape[-1] < key.shape[-2]:  # slots a static cache has not written yet
+        written = pad.shape[-1]
+        key, value = key[:, :, :written], value[:, :, :written]
+        bias = None if bias is None else bias[..., :written]
     if getattr(module, "tk_cross", False) and not settings.cross:
         settings = ATTENTION.get("dot")()
     out, weights = settings.attend(module, query, key, value, pad, scaling, dropout, bias)
@@ -319,10 +346,14 @@ def undecayed(model: nn.Module) -> set[int]:
 
 
 def keep_trainable(model: nn.Module) -> None:
-    """After a method froze the body: the attention module's own parameters train with every method."""
+    """After a method froze and wrapped the body: the attention module's own parameters train with
+    every method, and a module's per-pass hooks move to the model the loop calls (`wrapped`)."""
     for name, param in model.named_parameters():
         if PREFIX in name:
             param.requires_grad_(True)
+    settings = {id(s): s for _, layer in attention_layers(model) if isinstance(s := getattr(layer, "tk_settings", None), Attention)}
+    for each in settings.values():
+        each.wrapped(model)
 
 
 def _canonical(name: str) -> str:

@@ -2,10 +2,13 @@
 orthogonal random features phi(x) = exp(w^T x - |x|^2 / 2) / sqrt(m), in O(n) memory.
 
 The projections are not learned: they are drawn from a seed, the layer's index and a round
-number, and redrawn every `redraw_every` training forward passes (0 = never). The pass counter
-is a buffer (`tk_attn_draws`), so it is checkpointed and a resumed run redraws exactly when an
-uninterrupted one does. Evaluation uses the draw of the last training pass (a draw is taken
-at the start of a training pass, as in the reference implementation). Refused for T5 (see Attention).
+number, and redrawn every `redraw_every` optimizer steps (0 = never). The step counter is a
+buffer (`tk_attn_draws`), so it is checkpointed and a resumed run redraws exactly when an
+uninterrupted one does; a step is counted at its first training pass, so micro-batches of one
+step (train.grad_accum) share its draw, as the rows of one larger batch would. Evaluation uses
+the draw of the last training step (a draw is taken at the start of a training step, as the
+reference implementation takes one at the start of a training pass). Refused for T5 (see
+Attention).
 
 A pass is counted by a forward pre-hook on the whole model, never inside the attention layer:
 activation checkpointing (train.gradient_checkpointing) runs a layer's forward again in
@@ -23,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, PREFIX, Attention, attention_layers, is_causal, key_keep
+from toolkit.attention import ATTENTION, PREFIX, Attention, is_causal, key_keep
 from toolkit.attention.linear import EPS, kernel_attention, wide
 from toolkit.lazy import lazy
 
@@ -122,7 +125,7 @@ class Performer(Attention):
     forms_scores = False
     compile_eager = "it draws its random features from a torch.Generator made in the forward (opaque to dynamo)"
     features: int = field(default=64, metadata={"min": 1})
-    redraw_every: int = field(default=100, metadata={"min": 0})  # training forward passes; 0 = never
+    redraw_every: int = field(default=100, metadata={"min": 0})  # optimizer steps; 0 = never
     # None: the run's train.seed (draw_seed); a number within train.seed's bounds (a larger one
     # overflowed torch.Generator.manual_seed at the first forward, a traceback)
     seed: int | None = field(default=None, metadata={"min": 0, "max": 2**32 - 1})
@@ -133,20 +136,43 @@ class Performer(Attention):
 
     def prepare(self, model):
         model = super().prepare(model)
-        counted = [layer for _, layer in attention_layers(model) if hasattr(layer, PREFIX + "draws")]
+        counter = PREFIX + "draws"
 
-        def count(top, args):  # once per training pass of the whole model, recomputation or not
-            if top.training and torch.is_grad_enabled():
-                for layer in counted:
-                    layer.tk_attn_draws += 1
+        def count(top, args):
+            """Once per optimizer step, at its first training pass (no gradient held yet: the loop
+            zeroes them with set_to_none after each step), never for a recomputation (gradient
+            checkpointing) or a later micro-batch of the step (train.grad_accum): counted per
+            pass, 4 micro-batches redrew 4 times as often as one batch 4 times larger, and a
+            redraw could fall inside a step (its gradient summed over two draws), exit 0. The
+            layers are the called model's own, found at each pass: a deep copy of the model
+            (whose hooks are copied by reference) counted into the original's layers."""
+            if top.training and torch.is_grad_enabled() and all(p.grad is None for p in top.parameters()):
+                for layer in top.modules():
+                    if counter in layer._buffers:
+                        layer._buffers[counter] += 1
 
-        model.register_forward_pre_hook(count)
+        model._tk_pass_count = model.register_forward_pre_hook(count)
         return model
 
+    def wrapped(self, model):
+        """The pass counter's hook moves to the model the loop calls: a method's wrapper may call
+        the body's `forward` directly, past the body's hooks (PEFT's AdaLoraModel does), and the
+        counter never moved (redraw_every ignored, exit 0). Moved, not added: a wrapper that calls
+        the body (LoRA's) would count each pass twice."""
+        # its own attribute: PEFT's wrappers hand on an attribute they lack to the body's
+        body = next((m for m in model.modules() if vars(m).get("_tk_pass_count") is not None), None)
+        if body is None or body is model:
+            return
+        handle = body._tk_pass_count
+        hook = body._forward_pre_hooks[handle.id]
+        handle.remove()
+        body._tk_pass_count = None
+        model._tk_pass_count = model.register_forward_pre_hook(hook)
+
     def projection(self, module, d: int, device: torch.device) -> torch.Tensor:
-        # the training pass running now (the model's pre-hook counted it before it ran), else the
-        # last one that ran: evaluation scores the draw the model last trained with (the next
-        # pass's, taken at a multiple of redraw_every, was one no pass had used)
+        # the training step running now (the model's pre-hook counted it at its first pass), else
+        # the last one that ran: evaluation scores the draw the model last trained with (the next
+        # step's, taken at a multiple of redraw_every, was one no step had used)
         passes = max(int(module.tk_attn_draws) - 1, 0)
         round_ = passes // self.redraw_every if self.redraw_every else 0
         cached = getattr(module, "_tk_features", None)
