@@ -216,6 +216,9 @@ def test_what_validate_accepts_trains_and_only_that_moves(tiny_checkpoint, metho
     before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
     _scalar(model(**batch)).backward()
     assert not [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None], "trainable, no gradient"
+    for name, table in getattr(model, "prompt_encoder", {}).items():  # every virtual token is read: PEFT's
+        idle = (table.embedding.weight.grad.abs().sum(-1) == 0).nonzero().flatten().tolist()  # seq2seq prompt
+        assert not idle, f"rows {idle} of the {name} prompt table are never read, and count as trainable"  # table was 2n
     optimizer.step()
     assert not [n for n, p in model.named_parameters() if n in before and not torch.equal(p, before[n])]
     for p in model.parameters():  # what the forward runs: every parameter a backward reaches

@@ -43,6 +43,23 @@ COMPOSITE_REFUSAL = ("{method}: PEFT reads the layer count, heads and width from
                      "encoder's and decoder's configs; use lora (with target_modules), bitfit or full")
 
 
+def read_prompts(ctx: Context, every_row_feeds_all: bool = False) -> dict[str, Any]:
+    """PEFT's `num_transformer_submodules` for a soft prompt that only the input reads: 1.
+
+    For a seq2seq LM (BART, T5 generating) PEFT makes the prompt table twice
+    `num_virtual_tokens` long, a half per "transformer submodule", and its prompt and p-tuning
+    forward and generate put only the first half before the encoder's input: the decoder's half
+    was never read, never trained, and counted in `trainable_params` (prompt tuning on t5-base at
+    20 tokens: 30,720 trainable, 15,360 trained; the reports' trainable % and accuracy-vs-parameters
+    plots, twice the method's size, exit 0). One submodule makes the table the rows the forward
+    reads, in PEFT's own format (its config holds the number; older folders load as saved).
+    `every_row_feeds_all`: an encoder whose outputs each read every row (p-tuning's LSTM runs over
+    the whole table) keeps PEFT's layout, since there no row is idle."""
+    if ctx.peft_task_type == "SEQ_2_SEQ_LM" and not every_row_feeds_all:
+        return {"num_transformer_submodules": 1}
+    return {}
+
+
 def encoder_decoder_head(family: str | None, head: str) -> str | None:
     """transformers' class for `head` on an encoder-decoder `family` where that head runs the
     decoder on input_ids (a classifier, extractive QA), else None."""
@@ -124,7 +141,7 @@ class PromptTuning(Method):
 
         config = PromptTuningConfig(
             task_type=peft_task_type(ctx), num_virtual_tokens=self.num_virtual_tokens,
-            modules_to_save=list(ctx.head_names) or None, **self._init_kwargs(ctx),
+            modules_to_save=list(ctx.head_names) or None, **self._init_kwargs(ctx), **read_prompts(ctx),
         )
         return install(get_peft_model(model, config))
 
