@@ -265,6 +265,10 @@ def test_per_position_outputs_have_the_inputs_width_under_every_method(tiny_chec
         out = model(**batch)
         keys = [k for k in ("logits", "start_logits", "end_logits") if out.get(k) is not None]
         assert keys and all(out[k].shape[1] == width for k in keys), {k: out[k].shape for k in keys}
+        for i, text in enumerate(TEXTS):  # padded with a batch-mate = alone, at every real position
+            alone = model(**tok([text], return_tensors="pt"))
+            for k in keys:
+                torch.testing.assert_close(out[k][i, :alone[k].shape[1]], alone[k][0], rtol=1e-5, atol=1e-5)
         if head == "token-classification":
             labels = torch.randint(0, 3, (len(TEXTS), width)).masked_fill(batch["attention_mask"] == 0, -100)
             want = F.cross_entropy(out.logits.reshape(-1, 3), labels.reshape(-1))
