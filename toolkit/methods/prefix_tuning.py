@@ -105,8 +105,8 @@ def decoder_layers(model: Any) -> int | None:
     encoder's (`num_hidden_layers`, `num_layers`), and the decoder reads its rows alone: where the
     encoder is the deeper stack (distilbart-12-3, distilbart-xsum-12-1, T5s with fewer decoder
     layers) the rows past the decoder's never trained and were counted in `trainable_params`
-    (12-3: half the table), and where the decoder is deeper its last layers re-read the first
-    layers' prefixes."""
+    (12-3: half the table), and where the decoder is deeper more of its layers shared rows than
+    PEFT's doubled layout makes layers share at equal depths (i and i + L/2)."""
     found = sum(1 for path, layer in attention_layers(model) if is_cross(path, layer))
     return found or None
 
