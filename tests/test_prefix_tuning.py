@@ -142,9 +142,9 @@ def test_generation_trains_and_reads_prefix_and_cache_in_order(tiny_checkpoint, 
 def test_every_prefix_row_is_read_when_the_stacks_differ_in_depth(tiny_checkpoint, tmp_path, family, encoder, decoder):
     """Only the decoder reads an encoder-decoder's prefixes, and PEFT sized the table by the
     config's layer count, the encoder's: with a deeper encoder (distilbart-12-3) the rows past the
-    decoder's never trained and counted in trainable_params; with a deeper decoder its last layers
-    re-read the first ones'. The table is now the decoder's: every key/value row of it gets a
-    gradient, trainable_params is n x 2 x decoder layers x width, and plain PEFT reloads it."""
+    decoder's never trained and counted in trainable_params; with a deeper decoder more layers
+    shared rows. The table is now the decoder's: every key/value row of it gets a gradient,
+    trainable_params is n x 2 x decoder layers x width, and plain PEFT reloads it."""
     from peft import PeftModel
     from transformers import AutoConfig
 
