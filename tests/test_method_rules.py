@@ -153,7 +153,7 @@ def test_generation_is_the_trained_models_choice_cache_beams_and_padding(tiny_ch
 
 # --- what trains: every head a task may ask for, on a family that has it --------------------------
 HEADS = [("bert", "token-classification"), ("roberta", "question-answering"), ("bert", "masked-lm"),
-         ("gpt2", "causal-lm"), ("bart", "seq2seq-lm"),  # sequence classification: test_methods.py
+         ("gpt2", "causal-lm"), ("bart", "seq2seq-lm"), ("t5", "seq2seq-lm"),  # sequence classification: test_methods.py
          ("bart", "question-answering"), ("t5", "question-answering")]  # squad with task.mode: extractive
 
 
