@@ -216,6 +216,42 @@ def test_refused_combination_exits_2_with_its_reason(tiny_checkpoint, cli, tmp_p
     assert not runs_dir.exists()
 
 
+@pytest.fixture(scope="module")
+def tiny_opt(tiny_checkpoint, tmp_path_factory) -> str:
+    """A 2-layer OPT (a decoder-only family beyond the five) with GPT-2's tokenizer, as OPT has."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    tok = tokenizer(tiny_checkpoint("gpt2"))
+    config = OPTConfig(vocab_size=len(tok), hidden_size=32, word_embed_proj_dim=32, num_hidden_layers=2,
+                       ffn_dim=64, num_attention_heads=2, max_position_embeddings=128,
+                       pad_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    folder = tmp_path_factory.mktemp("tiny-opt")
+    torch.manual_seed(0)
+    OPTForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("name", ["prompt_tuning", "p_tuning"])
+def test_soft_prompts_on_any_decoder_only_classifier_are_refused_and_still_needed(tiny_opt, cli, tmp_path, name):
+    """Every decoder-only family's classifier pools the last non-pad token it finds in input_ids,
+    which soft prompts (inputs_embeds) withhold. The refusal named GPT-2 alone: prompt tuning on
+    OPT's classifier passed validate and ran, each example classified from a pad position (logits
+    5 apart with and without a batch-mate's padding), exit 0."""
+    reason = METHODS.get(name)(**SETTINGS[name]).incompatible("opt", _Task())
+    assert reason and "OPTForSequenceClassification" in reason and "\n" not in reason
+    path = write_recipe(tmp_path / "r.yaml", (f"model: {{checkpoint: {tiny_opt}}}\n"
+                                              "task: {name: glue, subset: sst2, max_length: 32}\n"
+                                              f"method: {{name: {name}}}\ntrain: {{epochs: 1, lr: 1.0e-3}}\n"))
+    code, _, err = cli("validate", path)
+    assert code == 2 and reason in err
+    base, tok = load(tiny_opt)  # still needed: applied anyway, an example's logits follow its padding
+    model = METHODS.get(name)(**SETTINGS[name]).apply(base, context(base, tok)).eval()
+    alone = logits(model, dict(tok(TEXTS[:1], return_tensors="pt")))
+    padded = logits(model, dict(tok(TEXTS[:2], padding=True, return_tensors="pt")))[:1]
+    assert not torch.allclose(alone, padded, atol=1e-4)
+
+
 @pytest.mark.parametrize("name, family", sorted(REFUSED))
 def test_refusal_is_still_needed(tiny_checkpoint, name, family):
     """Each refused pair still fails with these library versions; when this fails, lift the refusal."""

@@ -79,9 +79,12 @@ def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | Non
     PEFT prepends prompt embeddings and calls the model with `inputs_embeds` only. With
     transformers 5.x, BART/T5 classification heads need `input_ids` to find the EOS token they
     pool, BART/T5 extractive QA to make the decoder's input (both passed validate and stopped
-    at the first batch with a ValueError traceback), and GPT-2's classifier cannot find the last
-    real token without them, so right-padded examples would be classified from a pad position
-    (predictions would change with the batch they are padded in).
+    at the first batch with a ValueError traceback), and a decoder-only family's classifier
+    (GPT-2's, OPT's, Llama's, ...: every one pools the last non-pad token it finds in input_ids)
+    cannot find the last real token without them, so right-padded examples would be classified
+    from a pad position (predictions would change with the batch they are padded in). It was
+    refused for GPT-2 alone: OPT under prompt tuning passed validate and its logits moved by 5
+    with a batch-mate's padding, exit 0.
     """
     if head == "masked-lm":
         return MLM_REFUSAL.format(method=method)
@@ -92,8 +95,9 @@ def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | Non
         why = ("to find the EOS token it classifies from" if head == SEQ_CLS_HEAD
                else "to make its decoder's input")
         return f"{method} feeds the model inputs_embeds, and {cls} refuses them (it needs input_ids {why}); {instead(family)}"
-    if head == SEQ_CLS_HEAD and family == "gpt2":
-        return (f"{method} feeds the model inputs_embeds, from which GPT2ForSequenceClassification "
+    if head == SEQ_CLS_HEAD and kind_of(family) == "decoder":
+        cls = hf_tables.model_table(heads.get(head).table).get(family) or f"{family}'s sequence classifier"
+        return (f"{method} feeds the model inputs_embeds, from which {cls} "
                 "cannot find the last non-pad token, so padded examples would be classified from a "
                 "pad position; use prefix_tuning, lora, ia3 or bitfit")
     return None
