@@ -153,7 +153,7 @@ def test_generation_is_the_trained_models_choice_cache_beams_and_padding(tiny_ch
 
 # --- what trains: every head a task may ask for, on a family that has it --------------------------
 HEADS = [("bert", "token-classification"), ("roberta", "question-answering"), ("bert", "masked-lm"),
-         ("gpt2", "causal-lm"), ("bart", "seq2seq-lm"),  # sequence classification: test_methods.py
+         ("gpt2", "causal-lm"), ("bart", "seq2seq-lm"), ("t5", "seq2seq-lm"),  # sequence classification: test_methods.py
          ("bart", "question-answering"), ("t5", "question-answering")]  # squad with task.mode: extractive
 
 
@@ -216,6 +216,9 @@ def test_what_validate_accepts_trains_and_only_that_moves(tiny_checkpoint, metho
     before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
     _scalar(model(**batch)).backward()
     assert not [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None], "trainable, no gradient"
+    for name, table in getattr(model, "prompt_encoder", {}).items():  # every virtual token is read: PEFT's
+        idle = (table.embedding.weight.grad.abs().sum(-1) == 0).nonzero().flatten().tolist()  # seq2seq prompt
+        assert not idle, f"rows {idle} of the {name} prompt table are never read, and count as trainable"  # table was 2n
     optimizer.step()
     assert not [n for n, p in model.named_parameters() if n in before and not torch.equal(p, before[n])]
     for p in model.parameters():  # what the forward runs: every parameter a backward reaches
@@ -262,6 +265,10 @@ def test_per_position_outputs_have_the_inputs_width_under_every_method(tiny_chec
         out = model(**batch)
         keys = [k for k in ("logits", "start_logits", "end_logits") if out.get(k) is not None]
         assert keys and all(out[k].shape[1] == width for k in keys), {k: out[k].shape for k in keys}
+        for i, text in enumerate(TEXTS):  # padded with a batch-mate = alone, at every real position
+            alone = model(**tok([text], return_tensors="pt"))
+            for k in keys:
+                torch.testing.assert_close(out[k][i, :alone[k].shape[1]], alone[k][0], rtol=1e-5, atol=1e-5)
         if head == "token-classification":
             labels = torch.randint(0, 3, (len(TEXTS), width)).masked_fill(batch["attention_mask"] == 0, -100)
             want = F.cross_entropy(out.logits.reshape(-1, 3), labels.reshape(-1))
@@ -390,7 +397,7 @@ def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
     model, tok = copy.deepcopy(_PRISTINE[COMPOSITE][0]), _PRISTINE[COMPOSITE][1]
     ctx = Context(COMPOSITE, models.head_names(model), "SEQ_2_SEQ_LM", tok, instruction="Summarize:", total_steps=10)
     if reason == COMPOSITE_REFUSAL.format(method=method):
-        with pytest.raises(ValueError, match="num_layers"):
+        with pytest.raises(ValueError, match="Please specify `(num_layers|token_dim)`"):  # prefix: given its layers
             spec.apply(model, ctx)
         return
     if reason is not None:

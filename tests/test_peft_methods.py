@@ -167,7 +167,13 @@ def test_method_trains_saves_and_reloads(tiny_checkpoint, tmp_path, name, settin
     assert any(is_head(k.replace("base_model.model.", ""), ctx.head_names) or "modules_to_save" in k
                for k in set(start) - set(still)), "the head did not train"
     method.save(model, tmp_path / "model")
-    same_predictions(logits(reload(name, tmp_path / "model", tiny), batch), logits(model, batch))
+    reloaded = reload(name, tmp_path / "model", tiny)
+    same_predictions(logits(reloaded, batch), logits(model, batch))
+    # padded with batch-mates = one at a time (virtual tokens, prefixes and the head's pooled
+    # position must not move with the padding): trained, and as a fresh process loads it
+    for each in (model.eval(), reloaded):
+        alone = torch.cat([logits(each, dict(tok([text], return_tensors="pt"))) for text in TEXTS])
+        torch.testing.assert_close(logits(each, batch), alone, rtol=1e-5, atol=1e-5)
 
 
 LORA_FAMILIES = ["bert", "gpt2", "bart"]  # heads: classifier, score, classification_head
@@ -208,6 +214,42 @@ def test_refused_combination_exits_2_with_its_reason(tiny_checkpoint, cli, tmp_p
     code, _, err = cli("run", path, "--runs-dir", runs_dir, "--smoke")
     assert code == 2 and reason in err
     assert not runs_dir.exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_opt(tiny_checkpoint, tmp_path_factory) -> str:
+    """A 2-layer OPT (a decoder-only family beyond the five) with GPT-2's tokenizer, as OPT has."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    tok = tokenizer(tiny_checkpoint("gpt2"))
+    config = OPTConfig(vocab_size=len(tok), hidden_size=32, word_embed_proj_dim=32, num_hidden_layers=2,
+                       ffn_dim=64, num_attention_heads=2, max_position_embeddings=128,
+                       pad_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
+    folder = tmp_path_factory.mktemp("tiny-opt")
+    torch.manual_seed(0)
+    OPTForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("name", ["prompt_tuning", "p_tuning"])
+def test_soft_prompts_on_any_decoder_only_classifier_are_refused_and_still_needed(tiny_opt, cli, tmp_path, name):
+    """Every decoder-only family's classifier pools the last non-pad token it finds in input_ids,
+    which soft prompts (inputs_embeds) withhold. The refusal named GPT-2 alone: prompt tuning on
+    OPT's classifier passed validate and ran, each example classified from a pad position (logits
+    5 apart with and without a batch-mate's padding), exit 0."""
+    reason = METHODS.get(name)(**SETTINGS[name]).incompatible("opt", _Task())
+    assert reason and "OPTForSequenceClassification" in reason and "\n" not in reason
+    path = write_recipe(tmp_path / "r.yaml", (f"model: {{checkpoint: {tiny_opt}}}\n"
+                                              "task: {name: glue, subset: sst2, max_length: 32}\n"
+                                              f"method: {{name: {name}}}\ntrain: {{epochs: 1, lr: 1.0e-3}}\n"))
+    code, _, err = cli("validate", path)
+    assert code == 2 and reason in err
+    base, tok = load(tiny_opt)  # still needed: applied anyway, an example's logits follow its padding
+    model = METHODS.get(name)(**SETTINGS[name]).apply(base, context(base, tok)).eval()
+    alone = logits(model, dict(tok(TEXTS[:1], return_tensors="pt")))
+    padded = logits(model, dict(tok(TEXTS[:2], padding=True, return_tensors="pt")))[:1]
+    assert not torch.allclose(alone, padded, atol=1e-4)
 
 
 @pytest.mark.parametrize("name, family", sorted(REFUSED))

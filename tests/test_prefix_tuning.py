@@ -137,6 +137,47 @@ def test_generation_trains_and_reads_prefix_and_cache_in_order(tiny_checkpoint, 
             assert not torch.allclose(out[0], out[1], atol=1e-5), "the decoder no longer sees the source"
 
 
+@pytest.mark.parametrize("family", ["bart", "t5"])
+@pytest.mark.parametrize("encoder, decoder", [(3, 1), (1, 2)])
+def test_every_prefix_row_is_read_when_the_stacks_differ_in_depth(tiny_checkpoint, tmp_path, family, encoder, decoder):
+    """Only the decoder reads an encoder-decoder's prefixes, and PEFT sized the table by the
+    config's layer count, the encoder's: with a deeper encoder (distilbart-12-3) the rows past the
+    decoder's never trained and counted in trainable_params; with a deeper decoder more layers
+    shared rows. The table is now the decoder's: every key/value row of it gets a gradient,
+    trainable_params is n x 2 x decoder layers x width, and plain PEFT reloads it."""
+    from peft import PeftModel
+    from transformers import AutoConfig
+
+    from toolkit.methods import count_params
+
+    config = AutoConfig.from_pretrained(tiny_checkpoint(family))
+    if family == "bart":
+        config.encoder_layers = config.num_hidden_layers = encoder
+        config.decoder_layers = decoder
+    else:
+        config.num_layers, config.num_decoder_layers = encoder, decoder
+    torch.manual_seed(0)
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    model.save_pretrained(tmp_path / "base")
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint(family))
+    prefixed = _prefixed(model, tok, "SEQ_2_SEQ_LM")
+    peft_config = prefixed.active_peft_config
+    assert peft_config.num_layers == decoder
+    assert count_params(prefixed)[0] == N * 2 * decoder * config.d_model
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    decoder_in = torch.tensor([[config.decoder_start_token_id, 5, 6]] * 2)
+    prefixed(**batch, decoder_input_ids=decoder_in).logits.pow(2).mean().backward()
+    grad = prefixed.prompt_encoder["default"].embedding.weight.grad.view(N, 2 * peft_config.num_layers, -1)
+    idle = (grad.abs().sum((0, 2)) == 0).nonzero().flatten().tolist()
+    assert not idle, f"prefix rows {idle} are read by no layer"
+    prefixed.eval().save_pretrained(tmp_path / "adapter")
+    reloaded = METHODS.get("prefix_tuning")().loaded(
+        PeftModel.from_pretrained(AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "base"), tmp_path / "adapter")).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch, decoder_input_ids=decoder_in).logits,
+                                   prefixed(**batch, decoder_input_ids=decoder_in).logits)
+
+
 def test_prefix_tuning_runs_extractive_qa_and_summarization_end_to_end(cli, runs_dir):
     method = "method={name: prefix_tuning, num_virtual_tokens: 4}"
     for recipe in ("squad/v1.1/bert-base-uncased-lora", "summarization/samsum/bart-base-lora"):

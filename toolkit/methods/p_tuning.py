@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type
-from toolkit.methods.prompt_tuning import PromptTuning, install, soft_prompt_refusal
+from toolkit.methods.prompt_tuning import PromptTuning, install, read_prompts, soft_prompt_refusal
 
 torch = lazy("torch", globals())
 
@@ -40,6 +40,7 @@ class PTuning(Method):
             encoder_hidden_size=self.encoder_hidden_size,
             encoder_reparameterization_type=self.encoder_reparameterization_type,
             modules_to_save=list(ctx.head_names) or None,
+            **read_prompts(ctx, every_row_feeds_all=self.encoder_reparameterization_type == "LSTM"),
         )
         return install(get_peft_model(model, config))
 

@@ -74,6 +74,7 @@ class PrefixTuning(Method):
             task_type=peft_task_type(ctx), num_virtual_tokens=self.num_virtual_tokens,
             prefix_projection=self.prefix_projection, encoder_hidden_size=self.encoder_hidden_size,
             modules_to_save=list(ctx.head_names) or None, token_dim=key_width(model.config),
+            num_layers=decoder_layers(model) if ctx.peft_task_type == "SEQ_2_SEQ_LM" else None,
         )
         return install(get_peft_model(model, config))
 
@@ -94,6 +95,20 @@ def key_width(config: Any) -> int | None:
     if heads and size and heads * size != getattr(config, "d_model", heads * size):
         return heads * size
     return None
+
+
+def decoder_layers(model: Any) -> int | None:
+    """The number of an encoder-decoder's decoder layers (those with cross-attention), the layers
+    its prefixes go to; None where none is found (PEFT then reads the config's).
+
+    PEFT sizes the prefix table by the config's layer count, which for BART and T5 is the
+    encoder's (`num_hidden_layers`, `num_layers`), and the decoder reads its rows alone: where the
+    encoder is the deeper stack (distilbart-12-3, distilbart-xsum-12-1, T5s with fewer decoder
+    layers) the rows past the decoder's never trained and were counted in `trainable_params`
+    (12-3: half the table), and where the decoder is deeper more of its layers shared rows than
+    PEFT's doubled layout makes layers share at equal depths (i and i + L/2)."""
+    found = sum(1 for path, layer in attention_layers(model) if is_cross(path, layer))
+    return found or None
 
 
 def one_stack_refusal(family: str | None, cls: str | None = None) -> str:

@@ -43,6 +43,23 @@ COMPOSITE_REFUSAL = ("{method}: PEFT reads the layer count, heads and width from
                      "encoder's and decoder's configs; use lora (with target_modules), bitfit or full")
 
 
+def read_prompts(ctx: Context, every_row_feeds_all: bool = False) -> dict[str, Any]:
+    """PEFT's `num_transformer_submodules` for a soft prompt that only the input reads: 1.
+
+    For a seq2seq LM (BART, T5 generating) PEFT makes the prompt table twice
+    `num_virtual_tokens` long, a half per "transformer submodule", and its prompt and p-tuning
+    forward and generate put only the first half before the encoder's input: the decoder's half
+    was never read, never trained, and counted in `trainable_params` (prompt tuning on t5-base at
+    20 tokens: 30,720 trainable, 15,360 trained; the reports' trainable % and accuracy-vs-parameters
+    plots, twice the method's size, exit 0). One submodule makes the table the rows the forward
+    reads, in PEFT's own format (its config holds the number; older folders load as saved).
+    `every_row_feeds_all`: an encoder whose outputs each read every row (p-tuning's LSTM runs over
+    the whole table) keeps PEFT's layout, since there no row is idle."""
+    if ctx.peft_task_type == "SEQ_2_SEQ_LM" and not every_row_feeds_all:
+        return {"num_transformer_submodules": 1}
+    return {}
+
+
 def encoder_decoder_head(family: str | None, head: str) -> str | None:
     """transformers' class for `head` on an encoder-decoder `family` where that head runs the
     decoder on input_ids (a classifier, extractive QA), else None."""
@@ -62,9 +79,12 @@ def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | Non
     PEFT prepends prompt embeddings and calls the model with `inputs_embeds` only. With
     transformers 5.x, BART/T5 classification heads need `input_ids` to find the EOS token they
     pool, BART/T5 extractive QA to make the decoder's input (both passed validate and stopped
-    at the first batch with a ValueError traceback), and GPT-2's classifier cannot find the last
-    real token without them, so right-padded examples would be classified from a pad position
-    (predictions would change with the batch they are padded in).
+    at the first batch with a ValueError traceback), and a decoder-only family's classifier
+    (GPT-2's, OPT's, Llama's, ...: every one pools the last non-pad token it finds in input_ids)
+    cannot find the last real token without them, so right-padded examples would be classified
+    from a pad position (predictions would change with the batch they are padded in). It was
+    refused for GPT-2 alone: OPT under prompt tuning passed validate and its logits moved by 5
+    with a batch-mate's padding, exit 0.
     """
     if head == "masked-lm":
         return MLM_REFUSAL.format(method=method)
@@ -75,8 +95,9 @@ def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | Non
         why = ("to find the EOS token it classifies from" if head == SEQ_CLS_HEAD
                else "to make its decoder's input")
         return f"{method} feeds the model inputs_embeds, and {cls} refuses them (it needs input_ids {why}); {instead(family)}"
-    if head == SEQ_CLS_HEAD and family == "gpt2":
-        return (f"{method} feeds the model inputs_embeds, from which GPT2ForSequenceClassification "
+    if head == SEQ_CLS_HEAD and kind_of(family) == "decoder":
+        cls = hf_tables.model_table(heads.get(head).table).get(family) or f"{family}'s sequence classifier"
+        return (f"{method} feeds the model inputs_embeds, from which {cls} "
                 "cannot find the last non-pad token, so padded examples would be classified from a "
                 "pad position; use prefix_tuning, lora, ia3 or bitfit")
     return None
@@ -124,7 +145,7 @@ class PromptTuning(Method):
 
         config = PromptTuningConfig(
             task_type=peft_task_type(ctx), num_virtual_tokens=self.num_virtual_tokens,
-            modules_to_save=list(ctx.head_names) or None, **self._init_kwargs(ctx),
+            modules_to_save=list(ctx.head_names) or None, **self._init_kwargs(ctx), **read_prompts(ctx),
         )
         return install(get_peft_model(model, config))
 
