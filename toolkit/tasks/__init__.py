@@ -516,12 +516,22 @@ def data_path(value: str, data_dir: str | None = None) -> Path:
 hub_offline = hub.offline  # the name the task files use
 
 
-def hub_dataset(task: Task, hub_id: str, config: str | None = None, split: str | None = None) -> Any:
+def hub_dataset(task: Task, hub_id: str, config: str | None = None, split: str | None = None, *,
+                rows: Callable[[Any, str], Any]) -> Any:
     """`datasets.load_dataset` of a Hub data set, recorded on `task` (Task.hub_data): each split's
     datasets fingerprint as loaded, the hash of its cache folder `<name>/<config>/<version>/<commit>`
     and the split (datasets' builder), so another revision of the data set has another one, then
     a space and the hash of its examples (content_fingerprint), which another revision holding the
-    same rows shares: `"<datasets fingerprint> <content sha256>"`."""
+    same rows shares: `"<datasets fingerprint> <content sha256>"`.
+
+    Every split the task takes is checked as a file's records are, here, the one way in from the
+    Hub (a `save_to_disk`-style folder or any source datasets loads by name too): `rows(split,
+    name)` is the task's own file checks on the split (readers.check_text / check_scalar ...,
+    each fault one line naming `name: record N` and the field: `where` with the format "hub"),
+    and returns the split as the task reads it. `name` is `<hub id>[<split>]`. Unchecked, a
+    list-valued text column, a null text or a Sequence label was read as its Python text ("[0,
+    1]", "None") or dropped, exit 0. Returned: the split (`split` given), else a mapping of the
+    splits, each checked when the task first takes it (a split it never reads is not refused)."""
     from datasets import load_dataset
 
     ds = load_dataset(hub_id, config, split=split)
@@ -529,7 +539,33 @@ def hub_dataset(task: Task, hub_id: str, config: str | None = None, split: str |
     record = task.__dict__.setdefault("_hub_loaded", {})
     record.setdefault(" ".join(str(p) for p in (hub_id, config) if p is not None), {}).update(
         {str(name): f"{getattr(d, '_fingerprint', None)} {content_fingerprint(d)}" for name, d in splits.items()})
-    return ds
+    if split is not None:
+        return rows(ds, f"{hub_id}[{split}]")
+    return HubSplits(splits, hub_id, rows)
+
+
+class HubSplits(dict):
+    """A Hub data set's splits (`hub_dataset`), each passed through the task's `rows` check the
+    first time it is taken (`splits[name]`); `in`, `len` and iteration name them unchecked."""
+
+    def __init__(self, splits: dict[str, Any], hub_id: str, rows: Callable[[Any, str], Any]) -> None:
+        super().__init__(splits)
+        self._hub_id, self._rows = hub_id, rows
+        self._checked: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._checked:
+            self._checked[name] = self._rows(super().__getitem__(name), f"{self._hub_id}[{name}]")
+        return self._checked[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def values(self) -> Any:  # type: ignore[override]
+        return [self[name] for name in self]
+
+    def items(self) -> Any:  # type: ignore[override]
+        return [(name, self[name]) for name in self]
 
 
 def content_fingerprint(dataset: Any) -> str:

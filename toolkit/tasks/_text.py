@@ -290,19 +290,30 @@ class TextTask(TokenTask):
             raise UserError(f"task.dataset: '{self.dataset}' is on the Hub and the Hub is off-line "
                             "(HF_HUB_OFFLINE=1); use task.train_file with a local copy")
         try:
-            ds = hub_dataset(self, self.dataset, self.dataset_config)
+            ds = hub_dataset(self, self.dataset, self.dataset_config, rows=self._hub_rows)
+        except UserError:
+            raise
         except Exception as exc:  # network, missing config: one line for the user
             raise UserError(f"task.dataset: could not load '{self.dataset}' from the Hub "
                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None
         for split in (self.train_split, self.eval_split):
             if split is not None and split not in ds:
                 raise UserError(f"task: '{self.dataset}' has no split '{split}' (has: {', '.join(ds)})")
-        field = self.text_field or _fields.pick_text(ds[self.train_split], self.dataset, "task.text_field")
-        if field not in ds[self.train_split].column_names:
-            raise UserError(f"task.text_field: '{self.dataset}' has no column '{field}'")
-        pick = lambda s: ds[s].select_columns([field]).rename_column(field, "text") \
-            if field != "text" else ds[s].select_columns(["text"])
-        return pick(self.train_split), (pick(self.eval_split) if self.eval_split else None)
+        return ds[self.train_split], (ds[self.eval_split] if self.eval_split else None)
+
+    def _hub_rows(self, split: Any, name: str) -> Any:
+        """A Hub split's text field as a file's (`_read_files`): text in every record, a blank one
+        dropped later; the field picked from the first split taken (the train split) holds for the
+        next. A list of words or a null was read as its Python text or dropped, exit 0."""
+        field = self.text_field or self.__dict__.get("_hub_field") or \
+            _fields.pick_text(split, self.dataset, "task.text_field")
+        if field not in split.column_names:
+            raise UserError(f"task.text_field: '{self.dataset}' has no column '{field}'"
+                            + readers.near_name(field, split.column_names))
+        self._hub_field = field  # not the settings: the recipe's hash stays as written
+        readers.check_text(split, field, Path(name), "hub", what=f"'{field}'", blank_ok=True)
+        split = split.select_columns([field])
+        return split.rename_column(field, "text") if field != "text" else split
 
     # --- tokenising and packing -------------------------------------------------------------
     def block_length(self, tokenizer: Any) -> int:

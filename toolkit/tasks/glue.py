@@ -304,17 +304,38 @@ class Glue(Classification):
                             "off-line; set TOOLKIT_DATA (or task.data_dir) to a folder holding "
                             f"glue/{self.spec.folder}/")
         try:
-            ds = hub_dataset(self, "nyu-mll/glue", self.subset)
+            ds = hub_dataset(self, "nyu-mll/glue", self.subset, rows=self._hub_rows)
         except Exception as exc:  # network, missing config: one line for the user
             raise UserError(f"GLUE {self.subset}: could not load nyu-mll/glue from the Hub "
                             f"({type(exc).__name__}); set TOOLKIT_DATA to a local GLUE copy") from None
+        return ds["train"], {s: ds[name] for s, name in self.spec.hub_dev_splits.items()}
+
+    def _hub_rows(self, split: Any, name: str) -> Any:
+        """A Hub split as `read_tsv` gives a file: its text columns, text in every record (a null
+        was the text "None"), and its labels the ids of the task's labels: the ClassLabel's names
+        must be the task's, in its order (other names or another order scored every example
+        against another class, exit 0), every id one of them (GLUE's test splits' -1: no label)."""
+        from datasets import ClassLabel
+
         rename = dict(zip(self.spec.hub_columns, self.text_columns))
-
-        def norm(split: Any) -> Any:
-            keep = list(rename) + ["label"]
-            return split.select_columns(keep).rename_columns(rename)
-
-        return norm(ds["train"]), {s: norm(ds[name]) for s, name in self.spec.hub_dev_splits.items()}
+        for column in rename:
+            readers.check_text(split, column, Path(name), "hub", what=f"'{column}'", blank_ok=True)
+        readers.check_scalar(split, "label", Path(name), "hub", "'label'")
+        missing = [i for i, value in enumerate(split["label"]) if value is None][:1]
+        if missing:
+            raise UserError(f"{readers.where(Path(name), 'hub', missing[0])}: 'label' is missing; every record needs it")
+        feature = split.features["label"]
+        if self.spec.labels is not None:
+            names = tuple(self.spec.label_names)
+            if isinstance(feature, ClassLabel) and tuple(feature.names) != names:
+                raise UserError(f"{name}: 'label' names the classes {', '.join(feature.names)} in that order; "
+                                f"GLUE {self.subset} reads ids as {', '.join(names)}")
+            ids = np.asarray(split["label"])
+            bad = np.flatnonzero((ids < 0) | (ids >= len(names)) | (ids != np.floor(ids)))
+            if len(bad):
+                raise UserError(f"{readers.where(Path(name), 'hub', int(bad[0]))}: 'label' is {ids[bad[0]]}, "
+                                f"expected a class id 0 to {len(names) - 1} ({', '.join(names)})")
+        return split.select_columns(list(rename) + ["label"]).rename_columns(rename)
 
 
 def glue_metrics(names: tuple[str, ...] | list[str], preds: np.ndarray, labels: np.ndarray) -> dict[str, float]:

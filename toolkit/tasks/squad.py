@@ -28,6 +28,7 @@ import random
 import sys
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
@@ -71,6 +72,23 @@ def read_squad(path_text: str, version: str = "v2", fields: QaFields | None = No
     if fmt == "json" and readers.first_char(path) == "{":
         return checks.done(_rows(_articles(path), _Where(path), checks))
     return checks.done(_flat_rows(path, fmt, fields or QaFields(), checks))
+
+
+def hub_squad(split: Any, name: str, version: str) -> Any:
+    """A Hub split (the Hub's flat layout: id, title, context, question, answers {text,
+    answer_start}) checked as a flat file's records are (`_flat_rows`), each fault one line naming
+    `name: record N`: an answer that does not match its context, a null or blank question, an
+    id of another type were trained and scored as given, exit 0. The rows as `read_squad` gives
+    them; each distinct context an article."""
+    from datasets import Dataset
+
+    checks = _Checks(name, version)
+    rows = checks.done(_flat_rows(Path(name), "hub", QaFields(), checks, split))
+    titles = split["title"] if "title" in split.column_names else None
+    if titles is not None:
+        for row, title in zip(rows, titles):
+            row["title"] = title if isinstance(title, str) else ""
+    return Dataset.from_list(rows)
 
 
 def _articles(path: Any) -> Any:
@@ -325,9 +343,10 @@ def _flat_fields(ds: Any, path: Any, fields: QaFields) -> dict[str, str | None]:
     return fields.resolve(path, kinds)
 
 
-def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks) -> list[dict]:
-    """Flat records (JSONL or a JSON list): one question with its context and answers each."""
-    ds = readers.read(path, fmt)
+def _flat_rows(path: Any, fmt: str, fields: QaFields, checks: _Checks, ds: Any = None) -> list[dict]:
+    """Flat records (JSONL or a JSON list; `ds`: a table read already, a Hub split whose `path`
+    is its name and `fmt` "hub"): one question with its context and answers each."""
+    ds = readers.read(path, fmt) if ds is None else ds
     role = _flat_fields(ds, path, fields)
     if role["id"]:
         readers.check_exact(ds, role["id"], path, fmt, f"'{role['id']}' (the id)")
@@ -512,7 +531,7 @@ class Squad(TextToText):
             raise UserError(f"task.eval_file: {HUB_IDS[self.version]} comes from the Hub, which is "
                             "off-line (HF_HUB_OFFLINE=1); set task.eval_file (and train_file or "
                             "split_articles) to a local SQuAD JSON file")
-        ds = hub_dataset(self, HUB_IDS[self.version])
+        ds = hub_dataset(self, HUB_IDS[self.version], rows=lambda split, name: hub_squad(split, name, self.version))
         return ds["train"], ds["validation"]
 
     def export_settings(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, Metric, _fields, declaration, hub_dataset, hub_offline, subset
 from toolkit.tasks._generation import TextToText, read_pairs
@@ -49,16 +50,25 @@ def load_pairs(task: Any, hub_eval_split: str = "validation") -> dict[str, Any]:
             "eval": {"": subset(evaluation, task.max_eval_samples)}}
 
 
-def hub_pairs(task: Any, hub_id: str, config: str | None, split: str, source: str, target: str,
-              convert: Any = None) -> Any:
-    """One Hub split as rows {id, source, target}; off-line: one line saying to use local files."""
+def hub_pairs(task: Any, hub_id: str, config: str | None, split: str, source: str, target: str) -> Any:
+    """One Hub split as rows {id, source, target}; off-line: one line saying to use local files.
+    `source` / `target` name the fields, a field inside an object by a dot (translation's
+    `translation.de`). Each is checked as a file's field is (`read_records`): a null, a list or
+    a blank text is one line naming split, record and field, where it was read as "None" or as
+    a list's Python text, exit 0."""
     if hub_offline():
         raise UserError(f"task.subset: '{hub_id}' comes from the Hub, which is off-line "
                         "(HF_HUB_OFFLINE=1); set task.train_file and task.eval_file to local copies")
-    ds = hub_dataset(task, hub_id, config, split=split)
-    convert = convert or (lambda row, i: {"source": row[source], "target": row[target]})
-    return ds.map(lambda row, i: {"id": str(row.get("id", i)), **convert(row, i)}, with_indices=True,
-                  remove_columns=ds.column_names)
+
+    def rows(ds: Any, name: str) -> Any:
+        ids = [str(i) for i in ds["id"]] if "id" in ds.column_names else [str(i) for i in range(len(ds))]
+        flat = ds.flatten() if "." in source + target else ds
+        for field in (source, target):
+            readers.check_text(flat, field, Path(name), "hub", what=f"'{field}'")
+        pairs = flat.select_columns([source, target]).rename_columns({source: "source", target: "target"})
+        return pairs.add_column("id", ids)
+
+    return hub_dataset(task, hub_id, config, split=split, rows=rows)
 
 
 @TASKS.register("summarization")

@@ -180,7 +180,9 @@ class TextClassification(Classification):
             raise UserError(f"task.dataset: '{self.dataset}' needs the Hub and it is off-line; "
                             "download it and use task.train_file / task.eval_file")
         try:
-            ds = hub_dataset(self, self.dataset, self.subset)
+            # every split taken is checked in `load`, by the code that checks a file's (its
+            # columns are picked from the train split first): the rows pass through as they are
+            ds = hub_dataset(self, self.dataset, self.subset, rows=lambda split, name: split)
         except Exception as exc:
             raise UserError(f"task.dataset: could not load '{self.dataset}' from the Hub "
                             f"({type(exc).__name__})") from None

@@ -153,10 +153,8 @@ class Translation(TextToText):
         return found
 
     def from_hub(self, hub_id: str, config: str | None, eval_split: str) -> tuple[Any, Any]:
-        s, t = self.source_lang, self.target_lang
-        convert = lambda row, i: {"source": row["translation"][s], "target": row["translation"][t]}
-        return (hub_pairs(self, hub_id, config, "train", s, t, convert),
-                hub_pairs(self, hub_id, config, eval_split, s, t, convert))
+        s, t = f"translation.{self.source_lang}", f"translation.{self.target_lang}"
+        return hub_pairs(self, hub_id, config, "train", s, t), hub_pairs(self, hub_id, config, eval_split, s, t)
 
     def load(self) -> dict[str, Any]:
         return self.checked(load_pairs(self))
