@@ -53,9 +53,9 @@ def load_pairs(task: Any, hub_eval_split: str = "validation") -> dict[str, Any]:
 def hub_pairs(task: Any, hub_id: str, config: str | None, split: str, source: str, target: str) -> Any:
     """One Hub split as rows {id, source, target}; off-line: one line saying to use local files.
     `source` / `target` name the fields, a field inside an object by a dot (translation's
-    `translation.de`). Each is checked as a file's field is (`read_records`): a null, a list or
-    a blank text is one line naming split, record and field, where it was read as "None" or as
-    a list's Python text, exit 0."""
+    `translation.de`). Each is checked as a file's field is (`read_records`): a null or a list is
+    one line naming split, record and field, where it was read as "None" or as a list's Python
+    text, exit 0; a pair with a blank side is skipped and said (`skip_blank`)."""
     if hub_offline():
         raise UserError(f"task.subset: '{hub_id}' comes from the Hub, which is off-line "
                         "(HF_HUB_OFFLINE=1); set task.train_file and task.eval_file to local copies")
@@ -64,11 +64,33 @@ def hub_pairs(task: Any, hub_id: str, config: str | None, split: str, source: st
         ids = [str(i) for i in ds["id"]] if "id" in ds.column_names else [str(i) for i in range(len(ds))]
         flat = ds.flatten() if "." in source + target else ds
         for field in (source, target):
-            readers.check_text(flat, field, Path(name), "hub", what=f"'{field}'")
+            readers.check_text(flat, field, Path(name), "hub", what=f"'{field}'", blank_ok=True)
         pairs = flat.select_columns([source, target]).rename_columns({source: "source", target: "target"})
-        return pairs.add_column("id", ids)
+        pairs = pairs.add_column("id", ids)
+        return skip_blank(task, pairs, name, source, target)
 
     return hub_dataset(task, hub_id, config, split=split, rows=rows)
+
+
+def skip_blank(task: Any, pairs: Any, name: str, source: str, target: str) -> Any:
+    """A Hub preset's pairs with a blank side dropped, as run_summarization / run_translation
+    drop them (`if examples[text][i] and examples[summary][i]`), and said in one warning line
+    with their count and first record. A file's blank text stays one error line (the file is the
+    user's to fix; a Hub data set is not): xsum, for one, holds articles with no text."""
+    import pyarrow.compute as pc
+
+    blank = None
+    for column in ("source", "target"):
+        hit = pc.match_substring_regex(pairs.data.column(column), readers.BLANK_PATTERN)
+        blank = hit if blank is None else pc.or_(blank, hit)
+    dropped = [i for i, b in enumerate(blank.to_pylist()) if b]
+    if not dropped:
+        return pairs
+    task.note(f"blank {name}", f"{name}: {len(dropped)} of {len(pairs)} records have a blank '{source}' "
+              f"or '{target}' and are skipped, as transformers' example scripts skip them "
+              f"(first: record {dropped[0] + 1})")
+    kept = sorted(set(range(len(pairs))) - set(dropped))
+    return pairs.select(kept)
 
 
 @TASKS.register("summarization")
