@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-SHORT = ["task.max_train_samples=8", "task.max_eval_samples=4", "train.max_steps=2"]
+SHORT = ["task.max_train_samples=8", "task.max_eval_samples=4"]
+TRAINS = ["train.max_steps=2"]  # not for an in-context run, which trains nothing
 BF16 = "train.mixed_precision=bf16"
 QA = {"question": "Where is the Eiffel Tower?", "context": "The Eiffel Tower is a wrought-iron "
       "lattice tower on the Champ de Mars in Paris, France. It is named after Gustave Eiffel."}
@@ -32,6 +33,7 @@ CASES = {
                    [BF16, "task.generation.max_new_tokens=8", "task.generation.num_beams=1"],
                    ["ein hund läuft im park .", "zwei männer ."]),
     "lm": ("pretrain/wikitext-2/gpt2-clm", [BF16], None),
+    "in-context": ("glue/sst2/gpt2-icl-0shot", [BF16], None),
 }
 
 
@@ -41,7 +43,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path) -> dic
     import toolkit
 
     root = tmp_path_factory.mktemp("bf16-runs")
-    return {case: toolkit.run(recipe, [*SHORT, *extra], runs_dir=root / case, smoke=True).dir
+    return {case: toolkit.run(recipe, [*SHORT, *(TRAINS if case != "in-context" else []), *extra],
+                              runs_dir=root / case, smoke=True).dir
             for case, (recipe, extra, _) in CASES.items()}
 
 
@@ -88,12 +91,14 @@ def _reference(run: Path, inputs: list[Any]) -> list[dict]:
 
     recipe = inference.run_recipe(run)
     model, tok = inference.load_model(run, recipe)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # where accelerate puts it
+    model.to(device)
     if recipe.train.precision_mode == "bf16_master":
         model.to(torch.bfloat16)
     names = recipe.task.predict_fields(model)
     rows = [inference._as_row(i, x, names, recipe.task.predict_word_lists)
             for i, x in enumerate(recipe.task.predict_records(inputs))]
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.train.mixed_precision == "bf16"):
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=recipe.train.mixed_precision == "bf16"):
         return recipe.task.predict(model, tok, rows)
 
 
