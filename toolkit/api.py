@@ -38,7 +38,7 @@ from toolkit import chain, devices, hub, quiet, recipe as recipe_module, reports
 from toolkit.arguments import check, typed
 from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
-from toolkit.recipe_data import override_leaves
+from toolkit.recipe_data import override_leaves, safe_yaml
 
 __all__ = ["Run", "evaluate", "export", "predict", "report", "run", "run_one", "sweep", "validate"]
 
@@ -252,6 +252,19 @@ def _run_folder(run_dir: PathArg) -> Path:
     return folder
 
 
+def _run_precision(folder: Path) -> str:
+    """train.mixed_precision as the run's recipe.yaml holds it, read before torch is imported:
+    what eval and predict compute in (inference.run_accelerator), and so the one value of
+    ACCELERATE_MIXED_PRECISION they let pass. A recipe.yaml that does not read is said by the
+    load that follows ("no" here)."""
+    try:
+        raw = safe_yaml((folder / "recipe.yaml").read_text(encoding="utf-8"), str(folder / "recipe.yaml"))
+        value = raw.get("train", {}).get("mixed_precision", "no")
+    except (OSError, UnicodeDecodeError, UserError, AttributeError):
+        return "no"
+    return value if isinstance(value, str) else "no"
+
+
 def _scored_here(folder: Path, split: str) -> None:
     """eval writes eval-<split>.json (and the predictions) into the run folder: one it cannot
     write (a shared, read-only runs folder) is said before the evaluation runs, not after it,
@@ -272,7 +285,7 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None,
     folder, items = _run_folder(run_dir), override_list(overrides)
     source = None if task_from is None else os.fspath(task_from)
     _scored_here(folder, split)
-    devices.check_accelerate_env(None)
+    devices.check_accelerate_env(_run_precision(folder), scoring=True)
     quiet.libraries()
     from toolkit import inference
 
@@ -326,7 +339,7 @@ def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     folder, items = _run_folder(run_dir), list(texts)
     if not items:
         return []
-    devices.check_accelerate_env(None)
+    devices.check_accelerate_env(_run_precision(folder), scoring=True)
     quiet.libraries()
     from toolkit import inference
 

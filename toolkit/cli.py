@@ -16,7 +16,7 @@ from typing import Iterator
 from toolkit import (devices, hf_tables, methods, quiet, recipe as recipes, reports as report, runs, sharding,
                      sweeps as sweep, tasks)
 from toolkit.api import (_check_runs_root, _data_of_the_run, _disk_error as disk_error, _finished, _one_export,
-                         _run_folder, _scored_here, _checked, _unwritable, run_one)
+                         _run_folder, _run_precision, _scored_here, _checked, _unwritable, run_one)
 from toolkit.attention import ATTENTION
 from toolkit.errors import Interrupted, UserError
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
@@ -231,7 +231,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     _scored_here(_run_folder(args.run), args.split)
-    devices.check_accelerate_env(None)
+    devices.check_accelerate_env(_run_precision(Path(args.run)), scoring=True)
     quiet.libraries()
     from toolkit import inference
 
@@ -250,7 +250,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.glue_test and args.input is not None:  # --input was not read: GLUE's test files were predicted
         raise UserError(f"predict: --glue-test predicts GLUE's test files, and --input {args.input} names "
                         "inputs of your own; give one of them (two calls for both)")
-    devices.check_accelerate_env(None)
+    devices.check_accelerate_env(_run_precision(run), scoring=True)
     quiet.libraries()
     from toolkit import inference
 

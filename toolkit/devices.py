@@ -23,14 +23,14 @@ def check_strategy(got: str) -> None:
                             "STRATEGY=ddp (or NPROC without STRATEGY), or STRATEGY=fsdp/zero2/zero3 under a distributed launch")
 
 
-def check_accelerate_env(mixed_precision: str | None) -> None:
+def check_accelerate_env(mixed_precision: str, scoring: bool = False) -> None:
     """What the recipe decides, accelerate also reads from the environment when an Accelerator is
     made (a variable left by another launch, `accelerate launch`'s flags or its config): a dynamo
     backend compiled the model of a recipe saying compile: false (137 s instead of 12 on the tests'
     tiny BERT, another loss, the same run folder), and ACCELERATE_MIXED_PRECISION=bf16 made `eval`
     score a float32 run in bf16. A value other than the neutral one `accelerate launch` exports
     (NO, 1, `no` or the recipe's own precision) is one line. `mixed_precision`: the recipe's for a
-    run; None for eval and predict, which score in float32."""
+    run; for eval and predict (`scoring`) the run's (its recipe.yaml's), which they compute in."""
     backend = os.environ.get("ACCELERATE_DYNAMO_BACKEND", "").strip()
     if backend.lower() not in ("", "no"):
         raise UserError(f"ACCELERATE_DYNAMO_BACKEND={backend}: accelerate would compile the model besides what "
@@ -42,8 +42,9 @@ def check_accelerate_env(mixed_precision: str | None) -> None:
     precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "").strip()
     if precision.lower() in ("", "no", mixed_precision):
         return
-    if mixed_precision is None:
-        raise UserError(f"ACCELERATE_MIXED_PRECISION={precision}: eval and predict score in float32; unset it")
+    if scoring:
+        raise UserError(f"ACCELERATE_MIXED_PRECISION={precision}: eval and predict compute in the run's own "
+                        f"train.mixed_precision ({mixed_precision}), as the run scored itself; unset it")
     raise UserError(f"ACCELERATE_MIXED_PRECISION={precision}: the run computes in the recipe's "
                     f"train.mixed_precision ({mixed_precision}); set train.mixed_precision={precision.lower()} "
                     "or unset the variable")

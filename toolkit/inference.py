@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from toolkit import attention, chain, evaluation, heads, hub, methods, models, readers, runs
+from toolkit import attention, chain, evaluation, heads, hub, methods, models, precision, readers, runs
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
@@ -213,12 +213,43 @@ def check_hub_data(run: Path, recipe: Any, task_from: str | None) -> None:
                         "task.eval_file=/full/path")
 
 
-def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: str | None) -> dict:
-    """Score a finished run on a split with the task's metrics; writes eval-<split>.json."""
+def run_accelerator(run: Path, recipe: Recipe) -> Any:
+    """The Accelerator a finished run's model computes under after training: the run's own
+    train.mixed_precision, so that its autocast wraps the forward as it wrapped the run's own
+    evaluation (made without it, `toolkit eval` of a bf16 run scored in fp32: other predictions,
+    another chrF than metrics.json's, exit 0). A precision this machine cannot compute (fp16
+    without a CUDA GPU) is one line, as `toolkit run` says it. The state of an earlier Accelerator
+    in this process (the API after a run) is dropped: it kept its own precision otherwise."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    precision.check_device(recipe.train.mixed_precision, run)
+    AcceleratorState._reset_state()
+    return Accelerator(mixed_precision=recipe.train.mixed_precision, cpu=not torch.cuda.is_available())
 
 
+def as_run_computed(model: torch.nn.Module, recipe: Recipe, acc: Any) -> torch.nn.Module:
+    """`model` (load_model's) computing as the run computed when it scored it: its weights in the
+    dtype they had (precision_mode bf16_master: bf16; in-context runs train no weights and keep
+    the base's), on accelerate's device, its forward under `acc`'s autocast (outputs as fp32).
+    Every entry point that computes with a run's model comes here (eval, predict, the API's,
+    --glue-test); export does not: it writes the weights as they are."""
+    if recipe.method.trains:
+        precision.as_trained(model, recipe.train.precision_mode)
+    return acc.prepare_model(model, evaluation_mode=True)
+
+
+def computed_under(recipe: Recipe, acc: Any) -> dict[str, str]:
+    """What a score made after training was computed under, as metrics.json records the run's."""
+    return {"device": str(acc.device), "mixed_precision": recipe.train.mixed_precision,
+            "precision_mode": recipe.train.precision_mode}
+
+
+def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: str | None) -> dict:
+    """Score a finished run on a split with the task's metrics, computed as the run computed
+    (`as_run_computed`); writes eval-<split>.json, with what it was computed under."""
     recipe = run_recipe(run, task_overrides, task_from)
+    acc = run_accelerator(run, recipe)
     if runs.is_finished(run):  # the model's classes, before the data is read and mapped to ids
         adopt_saved(run, recipe)
     data = recipe.task.load()
@@ -227,12 +258,11 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     model, tok = load_model(run, recipe)
     if recipe.method.trains:  # in-context runs cut their prompts at method.max_length (checked there)
         check_positions(recipe, model, tok, recipe.task.max_length)  # an override past the positions
-    acc = Accelerator(cpu=not torch.cuda.is_available())
     encode = recipe.method.encoder(recipe.task, tok)  # in-context: the raw rows as they are
     setup = Setup(recipe.task, model, tok, data.get("train"), {k: encode(ds) for k, ds in raw.items()},
                   raw, 0, 0, recipe.train.seed, scores_train=split == "train")
     recipe.task.say_notices(run=False)  # what encoding found, before the scoring that may take long
-    prepared = acc.prepare_model(model, evaluation_mode=True)
+    prepared = as_run_computed(model, recipe, acc)
     if not recipe.method.trains:  # in-context: the method scores, as in the run itself
         metrics = recipe.method.evaluate(prepared, setup, acc)
     else:
@@ -242,7 +272,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
                                       orders=orders)
     recipe.task.say_notices(run=False)  # what scoring found (in-context prompts cut), as run and predict say it
     result = {"split": split, "eval": metrics, "examples": {k: len(v) for k, v in raw.items()},
-              "task": recipe.to_dict()["task"]}
+              "task": recipe.to_dict()["task"], **computed_under(recipe, acc)}
     if recipe.task.metric_info():  # as metrics.json records it: sacreBLEU's signature, the decoding used
         result["metric_info"] = recipe.task.metric_info()
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
@@ -384,8 +414,15 @@ def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]
         kinds = ", ".join(n for n in TASKS.names() if TASKS.get(n).predicts)
         raise UserError(f"{run}: predict handles trained runs of the tasks {kinds} (this is "
                         f"{recipe.task.name} with {recipe.method.name})")
-    model, tok = load_model(run, recipe)
+    model, tok = computing_model(run, recipe)
     return recipe, model, tok, recipe.task.predict_fields(model)
+
+
+def computing_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module, Any]:
+    """(model, tokenizer) of a finished run, computing as the run computed (predict's)."""
+    acc = run_accelerator(run, recipe)
+    model, tok = load_model(run, recipe)
+    return as_run_computed(model, recipe, acc), tok
 
 
 def _as_row(i: int, item: Any, names: list[str], lists: tuple[str, ...]) -> dict:
@@ -524,7 +561,7 @@ def _glue_test(run: Path, out_dir: Path) -> list[Path]:
         raise UserError(f"--output: {out_dir} is a file; --glue-test writes a folder (GLUE's files, one per test "
                         "set, beside other tasks' files already there): give a folder")
     with evaluation.finite_outputs():  # a diverged model's NaN logits made labels and scores unsaid
-        written = recipe.task.submission(lambda: load_model(run, recipe), out_dir)
+        written = recipe.task.submission(lambda: computing_model(run, recipe), out_dir)
     recipe.task.say_notices(run=False)  # the test texts cut to fit, as a run says it (rule 8)
     return written
 

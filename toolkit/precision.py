@@ -41,6 +41,27 @@ import torch
 from toolkit.errors import UserError
 
 
+def check_device(mixed_precision: str, run: Any = None) -> None:
+    """fp16 autocast needs a CUDA GPU: on a CPU accelerate computes in fp32 instead, saying
+    nothing (no silent fallback). `run`: the finished run that eval or predict would compute with
+    (it computes in its recorded precision), or None for `toolkit run`."""
+    if mixed_precision != "fp16" or torch.cuda.is_available():
+        return
+    if run is None:
+        raise UserError("train.mixed_precision: fp16 needs a CUDA GPU and none is here (on a CPU it "
+                        "would silently run in fp32); use bf16 (slow on CPU) or no")
+    raise UserError(f"{run}: the run computed in train.mixed_precision: fp16, which needs a CUDA GPU, and none "
+                    "is here (on a CPU it would compute in fp32, not as the run did); evaluate or predict "
+                    "with it on a machine with a CUDA GPU")
+
+
+def as_trained(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """A finished run's model (loaded in fp32) in the dtype its weights had when the run scored
+    it: `bf16_master` computed with bf16 weights (and buffers, as `bf16_master` casts them), so
+    its eval and predictions do too; autocast alone kept fp32 weights."""
+    return model.to(torch.bfloat16) if mode == "bf16_master" else model
+
+
 def check_strategy(mode: str, strategy: str | None) -> None:
     """Launch-time: FSDP and DeepSpeed keep fp32 masters of their own (their mixed-precision
     policy over sharded weights); a second copy here would not be what they step. (The recipe's

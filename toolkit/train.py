@@ -67,9 +67,7 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
     from accelerate.state import AcceleratorState
 
     recipe = plan.recipe
-    if recipe.train.mixed_precision == "fp16" and not torch.cuda.is_available():
-        raise UserError("train.mixed_precision: fp16 needs a CUDA GPU and none is here (on a CPU it "
-                        "would silently run in fp32); use bf16 (slow on CPU) or no")
+    precision.check_device(recipe.train.mixed_precision)
     if not torch.cuda.is_available():
         sharding.check_cpu_launch()
     precision.check_strategy(recipe.train.precision_mode, sharding.asked())
