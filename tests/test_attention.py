@@ -1089,3 +1089,56 @@ def test_a_later_token_leaves_a_decoders_earlier_outputs_bit_for_bit(stock, name
             changed = embedded.clone()
             changed[:, -1] = scale * torch.randn(embedded.shape[-1], generator=g)
             assert torch.equal(earlier(changed), before), (scale, (earlier(changed) - before).abs().max())
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_bigbird_draws_its_random_blocks_per_layer_and_head(causal: bool) -> None:
+    """BigBird's random blocks are drawn per layer and per head (the paper; transformers seeds each
+    layer with its index and draws every head in turn), reproducibly from the seed. Finding: every
+    layer and every head of a model attended to the same random blocks. In training (where the
+    random blocks are used) the output is dense softmax masked to each head's own pattern (T5's
+    bias gathered per head too), cached queries get the full forward's keys, and no later or
+    padded key reaches a real query."""
+    from toolkit.attention import attention_forward
+
+    heads, dim, n, block = 4, 8, 16, 2
+    nb = n // block
+    attention, layer = _bare_layer("bigbird", {"block": block, "global_blocks": 1, "random_blocks": 2, "seed": 5},
+                                   heads, dim, causal)
+    drawn = [attention.pattern(nb, heads, i)[0] for i in range(3)]
+    assert drawn[0].shape[0] == heads and all(torch.equal(d, attention.pattern(nb, heads, i)[0]) for i, d in enumerate(drawn))
+    assert all(not torch.equal(d[a], d[b]) for d in drawn for a in range(heads) for b in range(a))  # per head
+    assert all(not torch.equal(drawn[i], drawn[j]) for i in range(3) for j in range(i))  # per layer
+    assert attention.pattern(nb, heads, 0, training=False)[0].ndim == 2  # evaluation: no random blocks
+
+    layer.tk_index = 2
+    layer.train()
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, heads, n, dim, generator=g) for _ in range(3))
+    bias = torch.randn(1, heads, n, n, generator=g)
+    pad = torch.ones(2, 1, 1, n, dtype=torch.bool)
+    pad[1, ..., -5:] = False  # right padding
+
+    def forward(q, k, v, bias):
+        with torch.no_grad():
+            return attention_forward(layer, q, k, v, pad, scaling=dim ** -0.5, position_bias=bias)[0]
+
+    out = forward(q, k, v, bias)
+    index, valid = attention.pattern(nb, heads, 2)
+    sees = ((index[..., None] == torch.arange(nb)) & valid[..., None]).any(dim=-2)  # (heads, nb, nb)
+    i = torch.arange(n)
+    keep = sees[:, i[:, None] // block, i[None, :] // block] | (i < block)[None, :, None]  # (heads, n, n)
+    keep = keep[None] & pad & ((i[None, :] <= i[:, None]) if causal else True)
+    scores = (torch.matmul(q, k.transpose(-1, -2)) * dim ** -0.5 + bias).masked_fill(~keep, torch.finfo(q.dtype).min)
+    reference = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2)  # (b, n, h, d)
+    rows = pad[:, 0, 0]
+    torch.testing.assert_close(out[rows], reference[rows], atol=1e-5, rtol=1e-5)
+    noise = torch.randn(k.shape, generator=g)
+    moved = forward(q, torch.where(pad[:, :, 0, :, None], k, noise), torch.where(pad[:, :, 0, :, None], v, noise), bias)
+    torch.testing.assert_close(moved[rows], out[rows], atol=1e-6, rtol=1e-6)  # padded keys unseen
+    if causal:
+        later = k.clone()
+        later[:, :, 10] = 1e3 * torch.randn(dim, generator=g)
+        torch.testing.assert_close(forward(q, later, v, bias)[:, :10], out[:, :10], atol=1e-6, rtol=1e-6)
+        cached = forward(q[:, :, -6:], k, v, bias[:, :, -6:])  # the last 6 queries, the rest in a cache
+        torch.testing.assert_close(cached[rows[:, -6:]], out[:, -6:][rows[:, -6:]], atol=1e-5, rtol=1e-5)
