@@ -356,12 +356,25 @@ def keep_trainable(model: nn.Module) -> None:
         each.wrapped(model)
 
 
-def _canonical(name: str) -> str:
-    """Drop PEFT's wrapping so that a plain and a PEFT model share names."""
-    for wrapper in ("base_model.model.", "base_model."):  # LoRA-like, prompt-like
-        if name.startswith(wrapper):
-            return name[len(wrapper):]
-    return name
+def _body(model: nn.Module) -> nn.Module:
+    """The transformers model inside a PEFT wrapper (`get_base_model`), else the model itself: its
+    parameter names are those of the plain model, whatever the method. Stripping PEFT's prefixes
+    from the wrapper's names could not tell them: a prompt-learning wrapper puts the body right
+    under `base_model.`, LoRA's under `base_model.model.`, so BART's `model.decoder...` (a body
+    whose first module is `model`) was saved as `decoder...` under prompt and prefix tuning."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def _added(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's added tensors (parameters and buffers), by their names in the plain model."""
+    return {n: t for n, t in _body(model).state_dict().items() if PREFIX in n}
+
+
+def _older_name(name: str) -> str | None:
+    """The name an earlier toolkit saved a tensor under where a prompt-learning method wrapped a
+    body whose first module is `model` (BART): without that `model.`."""
+    return name[len("model."):] if name.startswith("model.") else None
 
 
 def save(model: nn.Module, folder: Path, attention: Any) -> None:
@@ -373,29 +386,31 @@ def save(model: nn.Module, folder: Path, attention: Any) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     saved = {**attention.to_dict(), "run_seed": attention.run_seed}  # the draws of `seed: null`
     (folder / SETTINGS_FILE).write_text(json.dumps(saved, indent=2) + "\n")
-    tensors = {_canonical(n): t.detach().cpu().contiguous() for n, t in model.state_dict().items() if PREFIX in n}
+    tensors = {n: t.detach().cpu().contiguous() for n, t in _added(model).items()}
     if tensors:
         save_file(tensors, str(folder / FILE))
 
 
 def load_saved(model: nn.Module, folder: Path, expected: Any = None) -> int:
-    """Load attention.safetensors (if any) into a prepared model; returns how many tensors.
-    With `expected`, only when the folder was saved with those very settings (an earlier run
-    used as a checkpoint with another module starts that module afresh)."""
+    """Load attention.safetensors (if any) into a prepared model, plain or wrapped by a method;
+    returns how many tensors. With `expected`, only when the folder was saved with those very
+    settings (an earlier run used as a checkpoint with another module starts that module afresh).
+    A file an earlier toolkit wrote under a prompt-learning method on BART (`_older_name`) loads too."""
     from safetensors.torch import load_file
 
     file = Path(folder) / FILE
     if not file.is_file() or (expected is not None and settings_of(folder) != expected):
         return 0
     saved = load_file(str(file))
-    state = {n: t for n, t in model.state_dict().items() if PREFIX in n}
-    missing = [n for n in state if _canonical(n) not in saved]
+    state = _added(model)
+    names = {n: n if n in saved else _older_name(n) for n in state}
+    missing = [n for n, found in names.items() if found not in saved]
     if missing:
         raise UserError(f"{file}: no saved value for {missing[0]}; was the run made with another "
                         "model.attention?")
     with torch.no_grad():
         for n, t in state.items():
-            t.copy_(saved[_canonical(n)])
+            t.copy_(saved[names[n]])
     return len(state)
 
 
