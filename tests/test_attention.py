@@ -642,6 +642,49 @@ def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, e
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+SIZES = {"relative": "k", "additive": "dim", "performer": "features"}
+
+
+def _size_bound(name: str, config: dict) -> int | None:
+    """The largest size setting the model can use, read here from its config.json as the docs state
+    it: relative's clip one short of the learned positions, performer's features the positions,
+    additive's width the model's; None where the model sets none (T5's positions are relative)."""
+    positions = None if config["model_type"] == "t5" else config.get("max_position_embeddings") or config.get("n_positions")
+    if name == "additive":
+        return config.get("hidden_size") or config.get("d_model") or config.get("n_embd")
+    return positions and (positions - 1 if name == "relative" else positions)
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in SIZES for f in FAMILIES if (n, f) not in REFUSED])
+def test_a_size_setting_beyond_what_the_model_can_use_is_refused(tmp_path: Path, cli, tiny_checkpoint, name: str,
+                                                                 family: str) -> None:
+    """relative.k, additive.dim and performer.features had no upper bound: a huge value allocated
+    its tables per layer at load until memory ran out. Validate now refuses, in one line naming
+    the field, a value above what the checkpoint (its config.json) can use, and accepts the bound
+    itself; where the config sets none (T5's positions) or validate cannot read it off-line
+    (bert-base-uncased), the schema's maximum (attention.MOST) holds."""
+    from toolkit.attention import MOST
+
+    checkpoint = tiny_checkpoint(family)
+    bound = _size_bound(name, json.loads((Path(checkpoint) / "config.json").read_text()))
+    field = SIZES[name]
+
+    def validate(value: int, where: str = checkpoint) -> tuple[int, str]:
+        recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {where}, attention: {{name: {name}, "
+                              f"{field}: {value}}}}}\ntask: {{name: glue, subset: sst2}}\nmethod: {{name: full}}\n")
+        code, _, err = cli("validate", recipe)
+        return code, err
+
+    if bound is not None:
+        assert validate(bound)[0] == 0
+        code, err = validate(bound + 1)
+        assert code == 2 and f"model.attention.{field}: {bound + 1} is above" in err and f"at most {bound}" in err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    most = MOST - 1 if name == "relative" else MOST
+    code, err = validate(most + 1, checkpoint if bound is None else "bert-base-uncased")
+    assert code == 2 and f"model.attention.{field}: {most + 1} is above the maximum {most}" in err
+
+
 @pytest.fixture(scope="module")
 def saved_folders(stock, tmp_path_factory):
     """module name -> an earlier run's folder holding model/ saved with that module (SMALL settings)."""

@@ -52,6 +52,12 @@ ENCODERS = ("bert", "roberta", "bart", "t5")  # families with bidirectional self
 # (distilbert, gpt_neox: a traceback at the first forward).
 FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
 FILE, SETTINGS_FILE = "attention.safetensors", "attention.json"
+# The largest size setting (relative.k, additive.dim, performer.features) any model may take, for
+# checkpoints whose config validate cannot read off-line (each module's `oversized` bounds it by
+# the model's own positions or width where it can): above every width and every learned position
+# count of the five families (at most 1024 positions; T5's own bias stops telling distances apart
+# at 128), and a huge value allocated tables per layer at load until memory ran out.
+MOST = 8192
 
 
 def min_value(t: torch.Tensor) -> float:
@@ -97,6 +103,12 @@ class Attention:
         if not self.forms_scores and family == "t5":
             return (f"T5's only position signal is a relative bias added to the score matrix, "
                     f"which {self.name} never forms; without it T5 would be order-blind")
+        return None
+
+    def oversized(self, config: dict) -> str | None:
+        """'field: why' where a setting is larger than this model (its config.json) can use, or
+        None; checked at validate where the config is on this machine. A huge value allocated
+        per layer at load and ran out of memory there."""
         return None
 
     def incompatible_method(self, method: Any) -> str | None:
@@ -164,6 +176,25 @@ class Attention:
 
     def to_dict(self) -> dict:
         return {"name": self.name, **dataclasses.asdict(self)}
+
+
+def config_value(config: dict, *names: str) -> int | None:
+    """The first of `names` a model's config sets to a positive integer (families name their
+    width and positions differently: hidden_size, n_embd, d_model; max_position_embeddings,
+    n_positions), or None."""
+    for name in names:
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def learned_positions(config: dict) -> int | None:
+    """How many token positions a model's learned position embeddings hold (the longest sequence
+    it reads); None for T5, whose positions are relative (its config's n_positions bounds nothing)."""
+    if config.get("model_type") == "t5":
+        return None
+    return config_value(config, "max_position_embeddings", "n_positions")
 
 
 def dense_warning(attention: Any, longest: int, parts: str) -> str | None:
