@@ -551,37 +551,77 @@ def test_sparsemax_gives_exact_zeros_and_sums_to_one() -> None:
     assert p[0, 2] == 0 and p[0, 3] == 0 and torch.allclose(p.sum(-1), torch.ones(1))
 
 
-METHODS = [("full", {}), ("freeze", {}), ("lora", {"r": 4}), ("adapters", {}), ("bitfit", {}), ("ia3", {}),
-           ("prompt_tuning", {"num_virtual_tokens": 4}), ("prefix_tuning", {"num_virtual_tokens": 4}),
-           ("p_tuning", {"num_virtual_tokens": 4})]
+TASK_TYPE = {"bert": "SEQ_CLS", "roberta": "SEQ_CLS", "gpt2": "CAUSAL_LM", "bart": "SEQ_2_SEQ_LM", "t5": "SEQ_2_SEQ_LM"}
 
 
-@pytest.mark.parametrize("method, settings", METHODS)
-def test_attention_parameters_stay_trainable(stock, tmp_path: Path, method: str, settings: dict) -> None:
-    """After any method's freeze, keep_trainable turns the added parameters back on; they are
-    saved beside the method's result and load back into a fresh model."""
+def _with_method(entry, family: str, method: str):
+    """The stock model with bilinear swapped in (its parameters on every family, cross-attention
+    included) and `method` applied, its own parameters drawn from seed 0."""
     from toolkit import attention, models
     from toolkit.methods import METHODS as REGISTRY, Context
 
-    entry = stock("bert")
     model = resettled(entry, "bilinear", {})
-    ctx = Context(family="bert", head_names=models.head_names(model), peft_task_type="SEQ_CLS", tokenizer=entry[1])
-    model = REGISTRY.get(method)(**settings).apply(model, ctx)
+    ctx = Context(family=family, head_names=models.head_names(model), peft_task_type=TASK_TYPE[family],
+                  tokenizer=entry[1], total_steps=10)
+    torch.manual_seed(0)
+    model = REGISTRY.get(method)().apply(model, ctx)
     attention.keep_trainable(model)
+    return model.eval()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("method", _training_methods())
+def test_attention_parameters_stay_trainable(stock, tmp_path: Path, method: str, family: str) -> None:
+    """After any method's freeze, keep_trainable turns the added parameters back on; they are
+    saved beside the method's result under the plain model's names, whatever the method, and load
+    back into a plain model and into the method's model, which then gives the saved model's
+    outputs. Finding: the names were PEFT's with its prefixes stripped, and a prompt-learning
+    wrapper (prompt_tuning, p_tuning, prefix_tuning) puts the body one level higher than LoRA's,
+    so BART's `model.decoder...` was saved as `decoder...`: not the names docs/attention.md
+    promised (the same module in a plain model)."""
+    from toolkit import attention
+
+    entry = stock(family)
+    model = _with_method(entry, family, method)
     added = {n: p for n, p in model.named_parameters() if attention.PREFIX in n}
-    assert len(added) == 2 and all(p.requires_grad for p in added.values())
+    assert added and all(p.requires_grad for p in added.values())
     with torch.no_grad():
         for p in added.values():
             p.add_(torch.randn_like(p))
     settings_obj = attention.ATTENTION.get("bilinear")()
     attention.save(model, tmp_path, settings_obj)
     assert attention.settings_of(tmp_path) == settings_obj
-    fresh = resettled(entry, "bilinear", {})
-    assert attention.load_saved(fresh, tmp_path) == 2
-    saved = {attention._canonical(n): p for n, p in added.items()}
-    for n, p in fresh.named_parameters():
-        if attention.PREFIX in n:
-            assert torch.equal(p, saved[n])
+    plain = resettled(entry, "bilinear", {})
+    names = sorted(n for n in plain.state_dict() if attention.PREFIX in n)
+    from safetensors.torch import load_file
+
+    assert sorted(load_file(tmp_path / attention.FILE)) == names
+    assert attention.load_saved(plain, tmp_path) == len(names)
+    trained = attention._added(model)
+    assert all(torch.equal(t, trained[n]) for n, t in attention._added(plain).items())
+    twin = _with_method(entry, family, method)  # the method's model again, as a reload builds it
+    assert attention.load_saved(twin, tmp_path) == len(names)
+    inputs = batch(family, entry[1])
+    with torch.no_grad():
+        assert torch.equal(twin(**inputs).logits, model(**inputs).logits)
+
+
+def test_attention_files_saved_under_the_older_names_still_load(stock, tmp_path: Path) -> None:
+    """A file an earlier toolkit wrote under a prompt-learning method on BART (`decoder...` for
+    `model.decoder...`) loads into a plain model and into the method's model."""
+    from safetensors.torch import save_file
+
+    from toolkit import attention
+
+    entry = stock("bart")
+    plain = resettled(entry, "bilinear", {})
+    values = {n: torch.randn(t.shape) for n, t in attention._added(plain).items()}
+    assert all(n.startswith("model.") for n in values)
+    attention.save(plain, tmp_path, attention.ATTENTION.get("bilinear")())
+    save_file({n[len("model."):]: t for n, t in values.items()}, str(tmp_path / attention.FILE))
+    for model in (plain, _with_method(entry, "bart", "prompt_tuning")):
+        assert attention.load_saved(model, tmp_path) == len(values)
+        assert all(torch.equal(t, values[n]) for n, t in attention._added(model).items())
 
 
 @pytest.mark.parametrize("attention, family, expected", [
@@ -600,6 +640,49 @@ def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, e
                           "task: {name: glue, subset: sst2}\nmethod: {name: full}\n")
     code, _, err = cli("validate", recipe)
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+SIZES = {"relative": "k", "additive": "dim", "performer": "features"}
+
+
+def _size_bound(name: str, config: dict) -> int | None:
+    """The largest size setting the model can use, read here from its config.json as the docs state
+    it: relative's clip one short of the learned positions, performer's features the positions,
+    additive's width the model's; None where the model sets none (T5's positions are relative)."""
+    positions = None if config["model_type"] == "t5" else config.get("max_position_embeddings") or config.get("n_positions")
+    if name == "additive":
+        return config.get("hidden_size") or config.get("d_model") or config.get("n_embd")
+    return positions and (positions - 1 if name == "relative" else positions)
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in SIZES for f in FAMILIES if (n, f) not in REFUSED])
+def test_a_size_setting_beyond_what_the_model_can_use_is_refused(tmp_path: Path, cli, tiny_checkpoint, name: str,
+                                                                 family: str) -> None:
+    """relative.k, additive.dim and performer.features had no upper bound: a huge value allocated
+    its tables per layer at load until memory ran out. Validate now refuses, in one line naming
+    the field, a value above what the checkpoint (its config.json) can use, and accepts the bound
+    itself; where the config sets none (T5's positions) or validate cannot read it off-line
+    (bert-base-uncased), the schema's maximum (attention.MOST) holds."""
+    from toolkit.attention import MOST
+
+    checkpoint = tiny_checkpoint(family)
+    bound = _size_bound(name, json.loads((Path(checkpoint) / "config.json").read_text()))
+    field = SIZES[name]
+
+    def validate(value: int, where: str = checkpoint) -> tuple[int, str]:
+        recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {where}, attention: {{name: {name}, "
+                              f"{field}: {value}}}}}\ntask: {{name: glue, subset: sst2}}\nmethod: {{name: full}}\n")
+        code, _, err = cli("validate", recipe)
+        return code, err
+
+    if bound is not None:
+        assert validate(bound)[0] == 0
+        code, err = validate(bound + 1)
+        assert code == 2 and f"model.attention.{field}: {bound + 1} is above" in err and f"at most {bound}" in err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    most = MOST - 1 if name == "relative" else MOST
+    code, err = validate(most + 1, checkpoint if bound is None else "bert-base-uncased")
+    assert code == 2 and f"model.attention.{field}: {most + 1} is above the maximum {most}" in err
 
 
 @pytest.fixture(scope="module")
@@ -778,7 +861,7 @@ def test_resume_is_exact(tmp_path: Path, cli, checkpoint: str, attention: str, m
 
         settings = modules.settings_of(runs[0] / "model")
         model, _ = models.load(str(runs[0]), "sequence-classification", {}, settings)
-        state = {modules._canonical(n): t for n, t in model.state_dict().items() if modules.PREFIX in n}
+        state = modules._added(model)
         assert state.keys() == a.keys() and all(torch.equal(state[k], a[k]) for k in a)
         assert int(a["transformer.h.0.attn.tk_attn_draws"]) > 0
         # by hand as toolkit eval does: the same features (drawn from the run's train.seed: 7)
@@ -1089,3 +1172,56 @@ def test_a_later_token_leaves_a_decoders_earlier_outputs_bit_for_bit(stock, name
             changed = embedded.clone()
             changed[:, -1] = scale * torch.randn(embedded.shape[-1], generator=g)
             assert torch.equal(earlier(changed), before), (scale, (earlier(changed) - before).abs().max())
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_bigbird_draws_its_random_blocks_per_layer_and_head(causal: bool) -> None:
+    """BigBird's random blocks are drawn per layer and per head (the paper; transformers seeds each
+    layer with its index and draws every head in turn), reproducibly from the seed. Finding: every
+    layer and every head of a model attended to the same random blocks. In training (where the
+    random blocks are used) the output is dense softmax masked to each head's own pattern (T5's
+    bias gathered per head too), cached queries get the full forward's keys, and no later or
+    padded key reaches a real query."""
+    from toolkit.attention import attention_forward
+
+    heads, dim, n, block = 4, 8, 16, 2
+    nb = n // block
+    attention, layer = _bare_layer("bigbird", {"block": block, "global_blocks": 1, "random_blocks": 2, "seed": 5},
+                                   heads, dim, causal)
+    drawn = [attention.pattern(nb, heads, i)[0] for i in range(3)]
+    assert drawn[0].shape[0] == heads and all(torch.equal(d, attention.pattern(nb, heads, i)[0]) for i, d in enumerate(drawn))
+    assert all(not torch.equal(d[a], d[b]) for d in drawn for a in range(heads) for b in range(a))  # per head
+    assert all(not torch.equal(drawn[i], drawn[j]) for i in range(3) for j in range(i))  # per layer
+    assert attention.pattern(nb, heads, 0, training=False)[0].ndim == 2  # evaluation: no random blocks
+
+    layer.tk_index = 2
+    layer.train()
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, heads, n, dim, generator=g) for _ in range(3))
+    bias = torch.randn(1, heads, n, n, generator=g)
+    pad = torch.ones(2, 1, 1, n, dtype=torch.bool)
+    pad[1, ..., -5:] = False  # right padding
+
+    def forward(q, k, v, bias):
+        with torch.no_grad():
+            return attention_forward(layer, q, k, v, pad, scaling=dim ** -0.5, position_bias=bias)[0]
+
+    out = forward(q, k, v, bias)
+    index, valid = attention.pattern(nb, heads, 2)
+    sees = ((index[..., None] == torch.arange(nb)) & valid[..., None]).any(dim=-2)  # (heads, nb, nb)
+    i = torch.arange(n)
+    keep = sees[:, i[:, None] // block, i[None, :] // block] | (i < block)[None, :, None]  # (heads, n, n)
+    keep = keep[None] & pad & ((i[None, :] <= i[:, None]) if causal else True)
+    scores = (torch.matmul(q, k.transpose(-1, -2)) * dim ** -0.5 + bias).masked_fill(~keep, torch.finfo(q.dtype).min)
+    reference = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2)  # (b, n, h, d)
+    rows = pad[:, 0, 0]
+    torch.testing.assert_close(out[rows], reference[rows], atol=1e-5, rtol=1e-5)
+    noise = torch.randn(k.shape, generator=g)
+    moved = forward(q, torch.where(pad[:, :, 0, :, None], k, noise), torch.where(pad[:, :, 0, :, None], v, noise), bias)
+    torch.testing.assert_close(moved[rows], out[rows], atol=1e-6, rtol=1e-6)  # padded keys unseen
+    if causal:
+        later = k.clone()
+        later[:, :, 10] = 1e3 * torch.randn(dim, generator=g)
+        torch.testing.assert_close(forward(q, later, v, bias)[:, :10], out[:, :10], atol=1e-6, rtol=1e-6)
+        cached = forward(q[:, :, -6:], k, v, bias[:, :, -6:])  # the last 6 queries, the rest in a cache
+        torch.testing.assert_close(cached[rows[:, -6:]], out[:, -6:][rows[:, -6:]], atol=1e-5, rtol=1e-5)

@@ -204,6 +204,13 @@ KNOWN_MODEL_TYPES: dict[str, str] = {
 }
 
 
+def readable_config(checkpoint: str) -> dict | None:
+    """The checkpoint's config.json where this machine has it (a local or packaged folder, a run's
+    model/, the Hub cache), read without transformers; None otherwise (nothing is fetched)."""
+    folder = tokenizer_folder(checkpoint)
+    return _config_json(folder) if folder is not None and (folder / "config.json").is_file() else None
+
+
 def _config_json(folder: Path) -> dict:
     file = folder / "config.json"
     try:
@@ -286,13 +293,17 @@ KERNEL_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flas
                    "flash_attention_4": "flash_attn.cute"}
 
 
-def check_attention(attention: Any, family: str | None = None) -> None:
+def check_attention(attention: Any, family: str | None = None, config: dict | None = None) -> None:
     """A transformers name that exists and whose kernel is installed, or a toolkit module that
-    can run on this family (toolkit.attention); one UserError line otherwise."""
+    can run on this family (toolkit.attention) with settings this model can use (`config`, its
+    config.json where this machine has it: `readable_config`); one UserError line otherwise."""
     if isinstance(attention, modules.Attention):
         reason = attention.incompatible(family)
         if reason:
             raise UserError(f"model.attention: '{attention.name}' cannot run on {family}: {reason}")
+        reason = attention.oversized(config) if config else None
+        if reason:
+            raise UserError(f"model.attention.{reason}")
         return
     name = attention
     if name is None or "/" in name:  # None: transformers' default; "org/kernel": a Hub kernel

@@ -52,6 +52,12 @@ ENCODERS = ("bert", "roberta", "bart", "t5")  # families with bidirectional self
 # (distilbert, gpt_neox: a traceback at the first forward).
 FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
 FILE, SETTINGS_FILE = "attention.safetensors", "attention.json"
+# The largest size setting (relative.k, additive.dim, performer.features) any model may take, for
+# checkpoints whose config validate cannot read off-line (each module's `oversized` bounds it by
+# the model's own positions or width where it can): above every width and every learned position
+# count of the five families (at most 1024 positions; T5's own bias stops telling distances apart
+# at 128), and a huge value allocated tables per layer at load until memory ran out.
+MOST = 8192
 
 
 def min_value(t: torch.Tensor) -> float:
@@ -97,6 +103,12 @@ class Attention:
         if not self.forms_scores and family == "t5":
             return (f"T5's only position signal is a relative bias added to the score matrix, "
                     f"which {self.name} never forms; without it T5 would be order-blind")
+        return None
+
+    def oversized(self, config: dict) -> str | None:
+        """'field: why' where a setting is larger than this model (its config.json) can use, or
+        None; checked at validate where the config is on this machine. A huge value allocated
+        per layer at load and ran out of memory there."""
         return None
 
     def incompatible_method(self, method: Any) -> str | None:
@@ -164,6 +176,25 @@ class Attention:
 
     def to_dict(self) -> dict:
         return {"name": self.name, **dataclasses.asdict(self)}
+
+
+def config_value(config: dict, *names: str) -> int | None:
+    """The first of `names` a model's config sets to a positive integer (families name their
+    width and positions differently: hidden_size, n_embd, d_model; max_position_embeddings,
+    n_positions), or None."""
+    for name in names:
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def learned_positions(config: dict) -> int | None:
+    """How many token positions a model's learned position embeddings hold (the longest sequence
+    it reads); None for T5, whose positions are relative (its config's n_positions bounds nothing)."""
+    if config.get("model_type") == "t5":
+        return None
+    return config_value(config, "max_position_embeddings", "n_positions")
 
 
 def dense_warning(attention: Any, longest: int, parts: str) -> str | None:
@@ -356,12 +387,25 @@ def keep_trainable(model: nn.Module) -> None:
         each.wrapped(model)
 
 
-def _canonical(name: str) -> str:
-    """Drop PEFT's wrapping so that a plain and a PEFT model share names."""
-    for wrapper in ("base_model.model.", "base_model."):  # LoRA-like, prompt-like
-        if name.startswith(wrapper):
-            return name[len(wrapper):]
-    return name
+def _body(model: nn.Module) -> nn.Module:
+    """The transformers model inside a PEFT wrapper (`get_base_model`), else the model itself: its
+    parameter names are those of the plain model, whatever the method. Stripping PEFT's prefixes
+    from the wrapper's names could not tell them: a prompt-learning wrapper puts the body right
+    under `base_model.`, LoRA's under `base_model.model.`, so BART's `model.decoder...` (a body
+    whose first module is `model`) was saved as `decoder...` under prompt and prefix tuning."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+def _added(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's added tensors (parameters and buffers), by their names in the plain model."""
+    return {n: t for n, t in _body(model).state_dict().items() if PREFIX in n}
+
+
+def _older_name(name: str) -> str | None:
+    """The name an earlier toolkit saved a tensor under where a prompt-learning method wrapped a
+    body whose first module is `model` (BART): without that `model.`."""
+    return name[len("model."):] if name.startswith("model.") else None
 
 
 def save(model: nn.Module, folder: Path, attention: Any) -> None:
@@ -373,29 +417,31 @@ def save(model: nn.Module, folder: Path, attention: Any) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     saved = {**attention.to_dict(), "run_seed": attention.run_seed}  # the draws of `seed: null`
     (folder / SETTINGS_FILE).write_text(json.dumps(saved, indent=2) + "\n")
-    tensors = {_canonical(n): t.detach().cpu().contiguous() for n, t in model.state_dict().items() if PREFIX in n}
+    tensors = {n: t.detach().cpu().contiguous() for n, t in _added(model).items()}
     if tensors:
         save_file(tensors, str(folder / FILE))
 
 
 def load_saved(model: nn.Module, folder: Path, expected: Any = None) -> int:
-    """Load attention.safetensors (if any) into a prepared model; returns how many tensors.
-    With `expected`, only when the folder was saved with those very settings (an earlier run
-    used as a checkpoint with another module starts that module afresh)."""
+    """Load attention.safetensors (if any) into a prepared model, plain or wrapped by a method;
+    returns how many tensors. With `expected`, only when the folder was saved with those very
+    settings (an earlier run used as a checkpoint with another module starts that module afresh).
+    A file an earlier toolkit wrote under a prompt-learning method on BART (`_older_name`) loads too."""
     from safetensors.torch import load_file
 
     file = Path(folder) / FILE
     if not file.is_file() or (expected is not None and settings_of(folder) != expected):
         return 0
     saved = load_file(str(file))
-    state = {n: t for n, t in model.state_dict().items() if PREFIX in n}
-    missing = [n for n in state if _canonical(n) not in saved]
+    state = _added(model)
+    names = {n: n if n in saved else _older_name(n) for n in state}
+    missing = [n for n, found in names.items() if found not in saved]
     if missing:
         raise UserError(f"{file}: no saved value for {missing[0]}; was the run made with another "
                         "model.attention?")
     with torch.no_grad():
         for n, t in state.items():
-            t.copy_(saved[_canonical(n)])
+            t.copy_(saved[names[n]])
     return len(state)
 
 

@@ -19,41 +19,54 @@ Rule = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]  # (query pos,
 
 
 def neighbours(nb: int, offsets: list[int], extra: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(nb, K) key-block indices (clamped into range) and whether each is real and not a repeat."""
+    """(nb, K) key-block indices (clamped into range) and whether each is real and not a repeat;
+    (H, nb, K) where `extra` (H, nb, E) gives each of H heads its own extra blocks."""
     rows = torch.arange(nb)[:, None]
     index = rows + torch.tensor(offsets)[None, :]  # (nb, len(offsets))
     if extra is not None:
-        index = torch.cat([index, extra], dim=1)  # (nb, K)
+        index = torch.cat([index.expand(*extra.shape[:-1], -1), extra], dim=-1)  # (..., nb, K)
     valid = (index >= 0) & (index < nb)
     index = index.clamp(0, nb - 1)
-    same = index[:, :, None] == index[:, None, :]  # (nb, K, K)
-    earlier = torch.ones_like(same[0]).tril(-1)
-    repeat = (same & earlier & valid[:, None, :]).any(dim=-1)  # a valid copy came before
+    same = index[..., :, None] == index[..., None, :]  # (..., nb, K, K)
+    earlier = torch.ones(same.shape[-2:], dtype=torch.bool).tril(-1)
+    repeat = (same & earlier & valid[..., None, :]).any(dim=-1)  # a valid copy came before
     return index, valid & ~repeat
 
 
 def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor,
                     scaling: float, block: int, index: torch.Tensor, valid: torch.Tensor, rule: Rule,
                     bias: torch.Tensor | None, dropout: float, training: bool) -> torch.Tensor:
-    """q, k, v (b, h, n, d) of one sequence (self-attention), keys (b, n) -> (b, h, n, d)."""
+    """q, k, v (b, h, n, d) of one sequence (self-attention), keys (b, n) -> (b, h, n, d); `index`
+    and `valid` are (nb, K), one pattern for every head, or (h, nb, K), one per head."""
     b, h, n, d = q.shape
-    nb, dev = index.shape[0], q.device
+    if index.ndim == 2:
+        index, valid = index[None], valid[None]
+    heads, nb, dev = index.shape[0], index.shape[1], q.device  # heads: 1 or h
     pad = nb * block - n
     index, valid = index.to(dev), valid.to(dev)
     qb, kb, vb = (F.pad(x, (0, 0, 0, pad)).view(b, h, nb, block, d) for x in (q, k, v))
-    kg = kb[:, :, index].flatten(3, 4)  # (b, h, nb, K * block, d)
-    vg = vb[:, :, index].flatten(3, 4)  # (b, h, nb, K * block, d)
+    if heads == 1:
+        kg, vg = kb[:, :, index[0]], vb[:, :, index[0]]  # (b, h, nb, K, block, d)
+    else:
+        own = torch.arange(h, device=dev)[:, None, None]  # each head its own blocks
+        kg, vg = kb[:, own, index], vb[:, own, index]
+    kg, vg = kg.flatten(3, 4), vg.flatten(3, 4)  # (b, h, nb, K * block, d)
     scores = torch.matmul(qb, kg.transpose(-1, -2)) * scaling  # (b, h, nb, block, K * block)
     qpos = torch.arange(nb * block, device=dev).view(nb, block)  # (nb, block)
-    kpos = (index[:, :, None] * block + torch.arange(block, device=dev)).flatten(1)  # (nb, K * block)
-    ok = valid.repeat_interleave(block, dim=1) & (kpos < n)  # (nb, K * block)
-    ok = ok[:, None, :] & rule(qpos[:, :, None], kpos[:, None, :])  # (nb, block, K * block)
-    real = F.pad(keys, (0, pad))[:, kpos]  # (b, nb, K * block)
-    ok = ok[None] & real[:, :, None, :]  # (b, nb, block, K * block)
+    kpos = (index[..., None] * block + torch.arange(block, device=dev)).flatten(2)  # (heads, nb, K * block)
+    ok = valid.repeat_interleave(block, dim=2) & (kpos < n)  # (heads, nb, K * block)
+    ok = ok[:, :, None, :] & rule(qpos[None, :, :, None], kpos[:, :, None, :])  # (heads, nb, block, K * block)
+    real = F.pad(keys, (0, pad))[:, kpos]  # (b, heads, nb, K * block)
+    ok = ok[None] & real[:, :, :, None, :]  # (b, heads, nb, block, K * block)
     if bias is not None:  # T5: gather its dense (tq, tk) bias at the same positions
         padded = F.pad(bias, (0, pad, 0, pad))
-        scores = scores + padded[:, :, qpos[:, :, None], kpos[:, None, :]]
-    scores = scores.masked_fill(~ok[:, None], min_value(scores))
+        if heads == 1:
+            scores = scores + padded[:, :, qpos[:, :, None], kpos[0][:, None, :]]
+        else:
+            own = torch.arange(h, device=dev)[:, None, None, None]
+            padded = padded.expand(-1, h, -1, -1)
+            scores = scores + padded[:, own, qpos[None, :, :, None], kpos[:, :, None, :]]
+    scores = scores.masked_fill(~ok, min_value(scores))
     weights = F.dropout(torch.softmax(scores, dim=-1), p=dropout, training=training)
     out = torch.matmul(weights, vg)  # (b, h, nb, block, d)
     return out.view(b, h, nb * block, d)[:, :, :n]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, Attention, allowed, softmax_attention
+from toolkit.attention import ATTENTION, MOST, Attention, allowed, config_value, softmax_attention
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -18,7 +18,17 @@ torch = lazy("torch", globals())
 @ATTENTION.register("additive")
 @dataclass
 class Additive(Attention):
-    dim: int = field(default=16, metadata={"min": 1})  # width of the tanh layer
+    dim: int = field(default=16, metadata={"min": 1, "max": MOST})  # width of the tanh layer
+
+    def oversized(self, config: dict) -> str | None:
+        """dim at most the model's width: Bahdanau's alignment layer is as wide as the model's
+        hidden state, and its (query x key x dim) activations cost dim times dot's memory."""
+        width = config_value(config, "hidden_size", "d_model", "n_embd")
+        if width and self.dim > width:
+            return (f"dim: {self.dim} is above this model's width ({width}): the tanh layer of Bahdanau's "
+                    f"score is at most as wide as the model, and its (query x key x dim) activations cost "
+                    f"dim times dot's memory; set dim at most {width}")
+        return None
 
     def parameters(self, heads: int, dim: int) -> dict[str, torch.Tensor]:
         return {"wq": torch.randn(heads, dim, self.dim) / dim ** 0.5,  # (h, d, a)

@@ -1,6 +1,8 @@
 """BigBird's block-sparse attention (Zaheer et al. 2020): each query block sees its neighbouring
 blocks, `global_blocks` leading blocks (which in turn see everything) and `random_blocks` blocks
-drawn once per sequence length from `seed`, so a batch and its replay see the same pattern.
+drawn per layer and per head (as BigBird defines them, and transformers draws them: each layer
+its own seed, each head its own blocks) from (`seed`, the layer's index, the sequence length),
+so a batch and its replay see the same pattern.
 
 No eval output depends on what shares a sentence's batch (no score may move with
 train.eval_batch_size). So in evaluation the random blocks are left out, as transformers' BigBird
@@ -47,13 +49,18 @@ class BigBird(Attention):
     # overflowed torch.Generator.manual_seed at the first forward, a traceback)
     seed: int | None = field(default=None, metadata={"min": 0, "max": 2**32 - 1})
 
-    def pattern(self, nb: int, training: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Neighbours, global blocks and (training only: see the module's docstring) random ones."""
-        extra = [torch.arange(min(self.global_blocks, nb)).expand(nb, -1)]
-        if training and self.random_blocks:
-            g = torch.Generator().manual_seed(self.draw_seed() * 7919 + nb)
-            extra.append(torch.randint(0, nb, (nb, self.random_blocks), generator=g))
-        return neighbours(nb, [-1, 0, 1], torch.cat(extra, dim=1))
+    def pattern(self, nb: int, heads: int = 1, layer: int = 0,
+                training: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Neighbours, global blocks and (training only: see the module's docstring) random ones:
+        (heads, nb, K) key blocks of each query block, the random ones drawn per layer and per
+        head as BigBird's (transformers' seeds each layer with its index and draws every head in
+        turn), from (seed, layer, nb); (nb, K), shared by every head, without random blocks."""
+        glob = torch.arange(min(self.global_blocks, nb)).expand(nb, -1)  # (nb, G)
+        if not (training and self.random_blocks):
+            return neighbours(nb, [-1, 0, 1], glob)
+        g = torch.Generator().manual_seed(self.draw_seed() * 1_000_003 + layer * 10_007 + nb)
+        drawn = torch.randint(0, nb, (heads, nb, self.random_blocks), generator=g)  # head by head
+        return neighbours(nb, [-1, 0, 1], torch.cat([glob.expand(heads, -1, -1), drawn], dim=-1))
 
     def dense_within(self, length: int) -> tuple[str, str] | None:
         """Dense when every query block outside the global ones sees every key block without the
@@ -82,10 +89,12 @@ class BigBird(Attention):
         i = pos[:, tk - tq:]  # (b|1, tq) from the first real token
         j = pos % tk  # (b|1, tk); a padded key before the text: anywhere, it is masked
         nb = -(-tk // self.block)
-        index, valid = self.pattern(nb, module.training)  # (nb, K) key blocks of each query block
-        sees = ((index[:, :, None] == torch.arange(nb)[None, None, :]) & valid[:, :, None]).any(dim=1).to(dev)
-        near = sees[(i // self.block)[:, :, None], (j // self.block)[:, None, :]]  # (b|1, tq, tk)
-        keep = (near | (i < self.global_blocks * self.block)[:, :, None])[:, None]  # (b|1, 1, tq, tk)
+        index, valid = self.pattern(nb, q.shape[1], getattr(module, "tk_index", 0), module.training)
+        if index.ndim == 2:  # one pattern for every head
+            index, valid = index[None], valid[None]  # (heads, nb, K) key blocks of each query block
+        sees = ((index[..., None] == torch.arange(nb)) & valid[..., None]).any(dim=-2).to(dev)  # (heads, nb, nb)
+        near = sees[:, (i // self.block)[:, :, None], (j // self.block)[:, None, :]].transpose(0, 1)  # (b|1, heads, tq, tk)
+        keep = near | (i < self.global_blocks * self.block)[:, None, :, None]  # (b|1, heads, tq, tk)
         causal_and_pad = allowed(module, pad, tq, tk, dev)
         keep = keep if causal_and_pad is None else keep & causal_and_pad
         scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
@@ -100,7 +109,7 @@ class BigBird(Attention):
             scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
             return softmax_attention(module, scores, v, allowed(module, pad, tq, tk, q.device), dropout, bias)
         nb = -(-tq // self.block)
-        index, valid = self.pattern(nb, module.training)
+        index, valid = self.pattern(nb, h, getattr(module, "tk_index", 0), module.training)
         rule = (lambda i, j: j <= i) if causal else (lambda i, j: torch.ones_like(i - j, dtype=torch.bool))
         keys = key_keep(pad, b, tk, q.device)
         out = block_attention(q, k, v, keys, scaling, self.block, index, valid, rule, bias, dropout,

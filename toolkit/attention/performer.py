@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, PREFIX, Attention, is_causal, key_keep
+from toolkit.attention import ATTENTION, MOST, PREFIX, Attention, is_causal, key_keep, learned_positions
 from toolkit.attention.linear import EPS, kernel_attention, wide
 from toolkit.lazy import lazy
 
@@ -124,12 +124,23 @@ def causal_favor(phi_q: torch.Tensor, log_k: torch.Tensor, v: torch.Tensor, keys
 class Performer(Attention):
     forms_scores = False
     compile_eager = "it draws its random features from a torch.Generator made in the forward (opaque to dynamo)"
-    features: int = field(default=64, metadata={"min": 1})
+    features: int = field(default=64, metadata={"min": 1, "max": MOST})
     redraw_every: int = field(default=100, metadata={"min": 0})  # optimizer steps; 0 = never
     # None: the run's train.seed (draw_seed); a number within train.seed's bounds (a larger one
     # overflowed torch.Generator.manual_seed at the first forward, a traceback)
     seed: int | None = field(default=None, metadata={"min": 0, "max": 2**32 - 1})
     chunk: int = field(default=64, metadata={"min": 1})
+
+    def oversized(self, config: dict) -> str | None:
+        """features at most the longest sequence the model reads: with m random features for n
+        tokens FAVOR+ costs O(n m) against exact softmax's O(n^2), so m > n buys an estimate of
+        softmax attention at more than its exact price."""
+        positions = learned_positions(config)
+        if positions and self.features > positions:
+            return (f"features: {self.features} is above {positions}, the longest sequence this model reads: "
+                    "with more random features than tokens FAVOR+ costs more than the exact softmax "
+                    f"attention it estimates; set features at most {positions}")
+        return None
 
     def buffers(self) -> dict[str, torch.Tensor]:
         return {"draws": torch.zeros((), dtype=torch.long)}

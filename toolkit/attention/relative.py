@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, Attention, allowed, softmax_attention, token_positions
+from toolkit.attention import (ATTENTION, MOST, Attention, allowed, learned_positions, softmax_attention,
+                               token_positions)
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -21,7 +22,17 @@ torch = lazy("torch", globals())
 class Relative(Attention):
     positional = True
     cross: bool = False
-    k: int = field(default=16, metadata={"min": 1})  # clipping distance
+    k: int = field(default=16, metadata={"min": 1, "max": MOST - 1})  # clipping distance
+
+    def oversized(self, config: dict) -> str | None:
+        """k at most the farthest two of the model's positions can be apart: beyond it no
+        distance occurs, and its 2k+1 table rows per layer are never read."""
+        positions = learned_positions(config)
+        if positions and self.k > positions - 1:
+            return (f"k: {self.k} is above {positions - 1}, the farthest apart two tokens of this model's "
+                    f"{positions} positions can be: no distance reaches the clip, and each layer would hold "
+                    f"{2 * self.k + 1} rows no token reads; set k at most {positions - 1}")
+        return None
 
     def parameters(self, heads: int, dim: int) -> dict[str, torch.Tensor]:
         return {"key": torch.zeros(2 * self.k + 1, dim), "value": torch.zeros(2 * self.k + 1, dim)}
