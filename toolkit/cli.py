@@ -18,6 +18,7 @@ from toolkit import (devices, hf_tables, methods, quiet, recipe as recipes, repo
 from toolkit.api import (_check_runs_root, _data_of_the_run, _disk_error as disk_error, _finished, _one_export,
                          _run_folder, _scored_here, _checked, _unwritable, run_one)
 from toolkit.attention import ATTENTION
+from toolkit.arguments import ArgumentsError, Parser
 from toolkit.errors import Interrupted, UserError
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
 from toolkit.recipe_data import dump_yaml
@@ -311,45 +312,13 @@ def _given(name: str):
     return path
 
 
-class ArgumentsError(UserError):
-    """argparse's refusal of the command line (an unknown option, a missing argument, a bad choice
-    or number), raised where argparse printed the command's usage block and `toolkit: error: ...`,
-    and said by main() as one line naming the subcommand and where its options are listed."""
-
-    def __init__(self, prog: str, message: str, unknown: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.prog, self.message, self.unknown = prog, message, unknown or []
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are an ArgumentsError, not usage + exit: the subcommands'
-    parsers are of this class too (add_subparsers makes its own kind). --help is argparse's own.
-    An option is given by its whole name: argparse took a prefix for the option it begins, so
-    `sweep R --seed 7` was `--seeds 7`, seven seeds from 42 (not the seed 7), exit 0; a prefix is
-    now an unknown option, said with the whole name (`did you mean --seeds?`)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):  # type: ignore[override]
-        raise ArgumentsError(self.prog, message)
-
-    def _get_value(self, action, arg_string):  # type: ignore[no-untyped-def]
-        """A value a type of ours refused (_given: an empty path), said with the command's name."""
-        try:
-            return super()._get_value(action, arg_string)
-        except UserError as exc:
-            raise UserError(f"{self.prog}: {exc}") from None
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
-                                "recipes: one loop for every family and method.")
+    p = Parser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
+                                           "recipes: one loop for every family and method.")
     p.add_argument("--version", action="version", version=f"toolkit {_version()}")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show the libraries' own warnings, load reports and progress bars")
-    verbose = _Parser(add_help=False)  # -v after the command too
+    verbose = Parser(add_help=False)  # -v after the command too
     verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                          help="show the libraries' own warnings, load reports and progress bars")
     sub = p.add_subparsers(dest="command", required=True)
