@@ -439,6 +439,35 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`toolkit ...`: the command's exit code. Under torch elastic (a bare `accelerate launch` or
+    `torchrun`) a process that failed leaves its `error: ...` line in the error file elastic names
+    (TORCHELASTIC_ERROR_FILE, `record`'s format), so the launcher's report of the failure names it as the
+    root cause, where it said `To enable traceback see: https://pytorch.org/docs/...`. The report
+    itself, and the traceback before it, are the launcher's own (docs/distributed.md)."""
+    _SAID.clear()
+    code = _command(argv)
+    if code and _SAID and os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        _elastic_error_file(os.environ["TORCHELASTIC_ERROR_FILE"], _SAID[-1])
+    return code
+
+
+def _elastic_error_file(path: str, line: str) -> None:
+    """`line` as torch elastic's error file (ErrorHandler.record_exception's layout, the line in
+    place of a traceback); a file that cannot be written leaves the report as it was."""
+    import json
+    import time
+
+    data = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}}
+    try:
+        Path(path).write_text(json.dumps(data), encoding="utf-8")
+    except OSError:
+        pass
+
+
+_SAID: list[str] = []  # the `error: ...` lines this command said (or, rank > 0 of a launch, would have)
+
+
+def _command(argv: list[str] | None = None) -> int:
     p = parser()
     try:
         args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
@@ -452,8 +481,10 @@ def main(argv: list[str] | None = None) -> int:
     except ArgumentsError as exc:  # argparse's refusal: one line, not the usage block first
         # the same words in every process of a launch: said once (read as text: this is no place for
         # a ValueError of a damaged variable, said by the command itself)
+        line = f"error: {arguments_error(p, exc)}"
         if os.environ.get("WORLD_SIZE", "1").strip() in ("", "1") or os.environ.get("RANK", "0").strip() in ("", "0"):
-            _say(f"error: {arguments_error(p, exc)}")
+            _say(line)
+        _SAID.append(line)  # the launcher's report of this process names it too
         return 2
     except UserError as exc:  # a type or action of ours refused a value (_given, _Once)
         _say(f"error: {exc}")
@@ -566,6 +597,8 @@ def _outcome(args: argparse.Namespace) -> int:
 def _say(line: str) -> None:
     """One line on stderr. A closed stderr (its reader left too) loses the line, not the exit
     code: the failed write turned exit 2 into a traceback nobody saw and exit 1."""
+    if line.startswith("error: "):
+        _SAID.append(line)
     try:
         print(printable(line), file=sys.stderr, flush=True)
     except (OSError, ValueError):
