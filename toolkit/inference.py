@@ -111,6 +111,12 @@ def base_checkpoint(run: Path, recipe: Recipe) -> str:
     else:
         base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
     changed = runs.base_changed(saved.get("base_files"), base)
+    if changed is not None and chain.rebuilt_base(recipe):
+        built = (saved.get("versions") or {}).get("transformers")
+        raise UserError(f"{run}: a --smoke run, whose result is loaded onto the small random model it trained "
+                        f"on; this toolkit and transformers {transformers_version()} build that model otherwise "
+                        f"({changed.name} differs{f'; the run was made under transformers {built}' if built else ''}), "
+                        "and the result would be scored on another model: run the recipe again with --smoke --force")
     if changed is not None:
         raise UserError(f"{run}: model.checkpoint {changed} changed since the run finished, and the run's "
                         "result is loaded onto that base (model/ holds only what trained; an in-context "
@@ -151,6 +157,12 @@ def adopt_saved(run: Path, recipe: Recipe) -> None:
         raise UserError(f"{run}: the model's labels are {', '.join(saved['label_names'] or ['(a regression)'])}; "
                         f"this task's are {', '.join(names or ['(a regression)'])}: a run is scored on the "
                         "labels it was trained on")
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
 
 
 def runs_json(path: Path) -> Any:
