@@ -158,3 +158,24 @@ def test_a_smoke_run_is_scored_only_on_the_small_model_it_trained_on(tmp_path: P
     with pytest.raises(toolkit.UserError, match=said):
         toolkit.predict(run.dir, ["a fine film"])
     assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.parametrize("umask, mode", [(0o002, 0o775), (0o077, 0o700)])
+def test_cache_folders_follow_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int, mode: int) -> None:
+    """A TOOLKIT_CACHE a group shares (umask 002): the smoke entry was 0700 (tempfile.mkdtemp,
+    renamed), unreadable to the others, whose --smoke runs stopped on a PermissionError. Every
+    folder the toolkit makes in its cache is made as the umask says, as the Hub cache's are."""
+    import os
+
+    from toolkit import runs
+
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    old = os.umask(umask)
+    try:
+        entry = Path(models.smoke_checkpoint("bert-base-uncased"))
+        lock = runs._lock_file(tmp_path / "run")
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "cache", entry.parent, entry, lock.parent):
+        assert folder.stat().st_mode & 0o777 == mode, folder
+    assert all(f.stat().st_mode & 0o777 == mode & 0o666 for f in entry.iterdir())
