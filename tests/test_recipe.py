@@ -528,7 +528,7 @@ def _with_later_field(settings, default, value):
 
 # Recipe fields added with schema.added (neutral None), by section: a recipe that leaves them unset
 # hashes as the whole resolved recipe did before they existed
-ADDED = {"task": ("source_code", "target_code", "pair_separator")}
+ADDED = {"task": ("source_code", "target_code", "pair_separator"), "method": ("train_layer_norms",)}
 
 
 def test_a_field_added_later_keeps_every_run_id_at_its_neutral_value() -> None:
@@ -551,7 +551,8 @@ def test_a_field_added_later_keeps_every_run_id_at_its_neutral_value() -> None:
     for path, recipe in loaded.items():
         whole = recipe.to_dict()
         for section, names in ADDED.items():  # the fields added since, at their neutral value: not there before
-            whole[section] = {k: v for k, v in whole[section].items() if not (k in names and v is None)}
+            whole[section] = {k: v for k, v in whole[section].items()
+                              if not (k in names and (v is None or v is False))}
         before = hashlib.sha256(json.dumps(whole, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
         assert recipe.hash == before, path
         if (recipe.task.name, recipe.method.name) in kinds:  # each section's settings class once
