@@ -520,3 +520,34 @@ def test_predict_reads_the_json_layouts_training_reads_or_refuses_alike(tmp_path
         return
     rows = read_inputs(str(path), inputs, ("tokens",), task)
     assert [r[inputs[0]] for r in rows] == [r[inputs[0]] for r in records]
+
+
+@pytest.mark.parametrize("recipe, overrides, rename", [
+    ("summarization/samsum/bart-base-lora", BRIEF, {"source": "document", "target": "summary"}),
+    ("translation/iwslt14/t5-base-full", BRIEF, {"source": "DE", "target": "en_US"}),
+], ids=["summarization-preset", "translation-preset"])
+def test_a_preset_run_predicts_on_the_fields_eval_finds(tmp_path: Path, cli, recipe: str, overrides: list,
+                                                        rename: dict) -> None:
+    """A preset's run (SAMSum, IWSLT14) scores `toolkit eval RUN task.eval_file=NEW` by the fields
+    it finds in NEW (`document`; the source language's code in any case, `DE`), as a file of its
+    own data is read; predict demanded the preset's own name (`dialogue`, `de`) of the same
+    records. Now one rule: predict finds them alike, and its rows carry the input's names."""
+    run = toolkit.run(recipe, SHORT + overrides, runs_dir=tmp_path, smoke=True)
+    task = loaded(run.dir)[0]
+    raw = task.load()["eval"][""].select(range(3))
+    new = tmp_path / "new.jsonl"
+    rows = [{rename[k]: r[k] for k in ("source", "target")} for r in raw]
+    new.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = cli("eval", run.dir, f"task.eval_file={new}")
+    assert code == 0, err
+    evaluated = [json.loads(line)["prediction"] for line in (run.dir / "predictions-eval.jsonl").read_text().splitlines()]
+    source = rename["source"]
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text("".join(json.dumps({source: r[source]}) + "\n" for r in rows))
+    code, out, err = cli("predict", run.dir, "--input", inputs)
+    assert code == 0, err
+    predicted = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [p[source] for p in predicted] == [r[source] for r in rows]  # under the input's own name
+    assert sorted(p["prediction"] for p in predicted) == sorted(evaluated)
+    api = toolkit.predict(run.dir, [{source: r[source]} for r in rows])
+    assert [p["prediction"] for p in api] == [p["prediction"] for p in predicted]
