@@ -143,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             compare(args.task, parse_seeds(args.seeds), args.smoke, args.full, args.together,
                     (args.only,) if args.only else ("toolkit", "reference"))
     except (ValueError, UserError) as err:  # a bad --merge / --seeds, or a recipe --set makes invalid
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        parser.error(str(err))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     if args.only:
