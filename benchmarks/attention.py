@@ -14,7 +14,6 @@ Writes RUNS/report.md, RUNS/sweep.png and RUNS/sweep.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -30,6 +29,7 @@ from torch.utils._pytree import tree_flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from toolkit.arguments import ScriptParser  # noqa: E402
 RECIPES = ROOT / "recipes" / "attention" / "sst2"
 ORDER = ["sdpa", "dot", "bilinear", "additive", "sparsemax", "relative", "alibi", "local", "bigbird",
          "linear", "performer"]
@@ -271,7 +271,7 @@ def plot(res: dict, path: Path) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ScriptParser(prog="benchmarks/attention.py", description=__doc__.splitlines()[0])
     p.add_argument("--runs-dir", default="runs/attention")
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--train-args", default="", help="overrides for every training run, e.g. 'task.max_train_samples=500'")

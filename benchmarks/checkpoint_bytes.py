@@ -9,10 +9,11 @@ final model/ folder the run would keep.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
+
+from toolkit.arguments import ScriptParser
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["full", "freeze", "lora", "houlsby", "pfeiffer", "prompt_tuning", "prefix_tuning",
@@ -24,7 +25,7 @@ def folder_bytes(folder: Path, pattern: str = "*") -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ScriptParser(prog="benchmarks/checkpoint_bytes.py", description=__doc__.splitlines()[0])
     parser.add_argument("--runs-dir", default="/tmp/checkpoint-bytes")
     args = parser.parse_args()
     rows = []

@@ -15,13 +15,13 @@ model runs.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from toolkit.arguments import ScriptParser  # noqa: E402
 
 DEFAULT = "recipes/summarization/samsum/minilm2minilm-full.yaml"
 
@@ -56,7 +56,7 @@ def weights(source: list[int], target: list[int], batch_size: int, seed: int, ep
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ScriptParser(prog="benchmarks/end_token_weight.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe", nargs="?", default=DEFAULT)
     parser.add_argument("overrides", nargs="*", help="recipe overrides, as `toolkit run` takes them")
     parser.add_argument("--epochs", type=int, default=None, help="epochs to average (default: the recipe's)")

@@ -61,6 +61,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # bench
 sys.path.insert(0, str(HERE.parent))  # this checkout's toolkit
+from toolkit.arguments import ScriptParser  # noqa: E402
 
 # Rows other issues add (issue 36's FSDP2/DeepSpeed rows): name -> fn(args, info) -> list of rows,
 # each a dict with at least "row" and, where it has them, the columns of COLUMNS. Register with
@@ -114,7 +115,7 @@ COLUMNS = ["row", "precision", "compile", "train samples/s", "steady samples/s",
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ScriptParser(prog="benchmarks/gpu_check.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="the whole path on a CPU in seconds (the suite's test)")
     p.add_argument("--suite", action="store_true", help="run the test suite here instead (pytest -n)")
     p.add_argument("--json", default="gpu-check.json")
@@ -605,12 +606,11 @@ def suite(args: argparse.Namespace, tests: Path | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     _, unknown = wanted_rows(args.rows)
     if unknown:  # before anything is built or run
-        print(f"gpu_check: --rows: unknown {', '.join(unknown)}; choose from {', '.join([*ROW_KEYS, *GROUPS])}",
-              file=sys.stderr)
-        return 2
+        p.error(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join([*ROW_KEYS, *GROUPS])}")
     import datasets
     import transformers
 

@@ -18,7 +18,6 @@ The models are random-weight bert-base / gpt2 built from their configs with the 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -29,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+
+from toolkit.arguments import ScriptParser
 
 # Everything a benchmark reads is here (the data, the tokenizers, random-weight or packaged
 # models): off-line, a Hub id is not looked up on the network first (a machine without one, as the
@@ -242,7 +243,7 @@ def table(found: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ScriptParser(prog="benchmarks/gpu_sharding.py", description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="--smoke models on CPU (the test runs this)")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--cases", default="", help="model names to run, comma-separated (default: all)")
@@ -255,8 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     for flag, (names, known) in asked.items():
         unknown = [n for n in names if n not in known]
         if unknown:  # one line, before any launch (the first GPU call ran 'fsdp2' into a traceback)
-            print(f"error: {flag}: no '{unknown[0]}'; choose from {', '.join(known)}", file=sys.stderr)
-            return 2
+            parser.error(f"{flag}: no '{unknown[0]}'; choose from {', '.join(known)}")
     cases = [c for c in CASES if not asked["--cases"][0] or c[0] in asked["--cases"][0]]
     def write(found: list[dict]) -> None:  # after every launch: a call cut short keeps its rows
         if args.json:

@@ -83,7 +83,12 @@ def steps(n: int, batch: int, tokens: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    if "--child" in sys.argv[1:]:  # a process this script started, on flags of its own making: its peak
+        parser = argparse.ArgumentParser()  # RSS is measured, and holds no import of the toolkit
+    else:
+        from toolkit.arguments import ScriptParser  # a user error: one line, exit 2
+
+        parser = ScriptParser(prog="benchmarks/malloc_trim.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16)
@@ -92,8 +97,7 @@ def main() -> int:
     args = parser.parse_args()
     for name, least in (("steps", 2), ("rounds", 1), ("batch", 1), ("tokens", 2)):
         if getattr(args, name) < least:  # the first step is warm-up: the median needs one more
-            print(f"malloc_trim.py: --{name} must be at least {least}, got {getattr(args, name)}", file=sys.stderr)
-            return 2
+            parser.error(f"--{name} must be at least {least}, got {getattr(args, name)}")
     if args.child:
         print("ROW " + json.dumps(steps(args.steps, args.batch, args.tokens)))
         return 0

@@ -13,7 +13,6 @@ folder removed at the end.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -21,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from toolkit.arguments import ScriptParser
 
 MEASURE = """
 import json, sys, threading, time
@@ -83,7 +84,7 @@ def measure(path: Path, fmt: str, whole_text: bool, cache: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ScriptParser(prog="benchmarks/reader_memory.py", description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=256, help="size of the (decompressed) file")
     parser.add_argument("--format", choices=["jsonl", "csv", "gzip"], default="jsonl")
     parser.add_argument("--whole-text", action="store_true", help="read the text into Python instead (jsonl)")

@@ -425,3 +425,36 @@ def test_a_pfeiffer_folder_saved_before_the_adapterhub_placement_loads_as_it_ran
     (tmp_path / CONFIG_FILE).write_text(json.dumps(info))
     loaded = load_adapters(_load(tiny_checkpoint, family)[0], tmp_path)
     torch.testing.assert_close(_logits(loaded.eval(), batch), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_houlsby_trains_the_layer_norms_where_asked(tiny_checkpoint, tmp_path: Path, family: str) -> None:
+    """method.train_layer_norms: the base's layer normalisations train beside the adapters and the
+    head, as Houlsby et al. (2019) trained them (the `adapters` library freezes them, and so did
+    this toolkit, with no way to follow the paper); they are saved and loaded back with the
+    adapters. Off (the default), they stay frozen and a recipe's run id is as before."""
+    from toolkit.methods.adapters import layer_norm_names
+    from toolkit.recipe import parse
+
+    model, batch = _load(tiny_checkpoint, family)
+    ctx = _ctx(model)
+    method = Adapters(config="houlsby", train_layer_norms=True)
+    method.apply(model, ctx)
+    norms = layer_norm_names(model)
+    assert norms and all(".bottleneck_adapter." not in n for n in norms)
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == \
+        {n for n, _ in model.named_parameters() if is_adapter(n) or is_head(n, ctx.head_names) or n in norms}
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    _train(model, batch, steps=3)
+    assert all(not torch.equal(model.state_dict()[n], before[n]) for n in norms if n.endswith("weight"))
+    expected = _logits(model, batch)
+    method.save(model, tmp_path)
+    assert norms <= set(load_file(str(tmp_path / WEIGHTS_FILE)))
+    loaded = load_adapters(_load(tiny_checkpoint, family)[0], tmp_path)
+    torch.testing.assert_close(_logits(loaded.eval(), batch), expected, rtol=0, atol=1e-6)
+    assert {n for n, p in loaded.named_parameters() if p.requires_grad} >= norms  # trains on as it trained
+    raw = {"model": {"checkpoint": "bert-base-uncased"}, "task": {"name": "glue", "subset": "sst2"},
+           "method": {"name": "adapters"}}
+    off = parse({**raw, "method": {"name": "adapters", "train_layer_norms": False}})
+    on = parse({**raw, "method": {"name": "adapters", "train_layer_norms": True}})
+    assert off.hash == parse(raw).hash != on.hash

@@ -166,3 +166,42 @@ def test_lora_table_reports_both_memory_measures() -> None:
     assert "| LoRA / full | 1.00% | 0.70x | 0.45x | 0.67x |  | 0.50x |" in text
     rows[0]["peak_tensor_mb"] = None
     assert "| LoRA / full | 1.00% | 0.70x | n/a |" in bench.lora_table(rows)
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+# every entry point under benchmarks/ (a script or a package run as `python benchmarks/NAME`), with a
+# refusal of its own checks beside argparse's (an unknown option, a value of the wrong type)
+ENTRY_POINTS = {
+    "attention.py": ["--seeds", "x"], "checkpoint_bytes.py": [], "end_token_weight.py": [],
+    "gpu_check.py": ["--rows", "nosuchrow"], "gpu_sharding.py": ["--cases", "nosuchcase"],
+    "malloc_trim.py": ["--steps", "1"], "reader_memory.py": [], "bench": ["--precision", "fp16"],
+    "bench/host_step.py": ["--steps", "x"], "bench/optimizer_host.py": ["--steps", "x"],
+    "parity": ["qa", "--set", "nokeyvalue"],
+}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_every_benchmark_entry_point_says_a_user_error_in_one_line(entry: str, monkeypatch, capsys) -> None:
+    """A user error is one line naming the script and the option, exit 2, as `toolkit`'s own
+    (toolkit.arguments.ScriptParser): argparse printed the usage block first."""
+    import runpy
+
+    path = BENCHMARKS / entry
+    found = [p for pattern in ("*.py", "bench/*.py", "parity/*.py") for p in BENCHMARKS.glob(pattern)
+             if "ArgumentParser(" in p.read_text() or "ScriptParser(" in p.read_text()]
+    assert {str(p.relative_to(BENCHMARKS)).replace("/cli.py", "") for p in found} == set(ENTRY_POINTS)  # none left out
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the scripts put their folders first
+    task = ["qa"] if entry == "parity" else []  # its one positional, before an unknown option is looked at
+    cases = [[*task, "--no-such-option"], *([ENTRY_POINTS[entry]] if ENTRY_POINTS[entry] else [])]
+    if entry == "parity":
+        cases.append([])  # its task is required
+    for argv in cases:
+        monkeypatch.setattr(sys, "argv", [str(path), *argv])
+        with pytest.raises(SystemExit) as stop:
+            runpy.run_path(str(path), run_name="__main__")
+        err = capsys.readouterr().err
+        assert stop.value.code == 2, (argv, err)
+        assert err.count("\n") == 1 and err.startswith(f"error: benchmarks/{entry}: "), (argv, err)
+        assert "usage:" not in err
+        option = next((a for a in argv if a.startswith("--")), "task")
+        assert option in err, (argv, err)

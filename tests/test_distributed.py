@@ -301,11 +301,16 @@ def test_an_error_in_one_process_stops_the_launch_in_one_line_per_process(tmp_pa
     assert proc.returncode != 0
     assert "[rank" not in proc.stderr, proc.stderr[-3000:]  # no process's traceback
     # (rank 0's progress bar and rank 1's line share the launch's stderr: a line may follow the bar)
-    lines = [line[line.index("error:"):] for line in proc.stderr.splitlines() if "error:" in line]
+    lines = [line[line.index("error:"):] for line in proc.stderr.splitlines()
+             if "error:" in line and "traceback : " not in line]  # not the launcher's report of them
     other = (f"error: process {1 - rank} of 2 stopped with the launch: another of its processes stopped first (its "
              "own `error:` line, or the launcher's report of its exit, says why)")
     assert lines[0].startswith(said) and lines[1:] in ([], [other]), proc.stderr[-3000:]
     assert "exitcode  : 2 (pid: " in proc.stderr  # the launcher's report: the first to stop, exit 2
+    # whose root cause is a process's own line (TORCHELASTIC_ERROR_FILE), not a link to torch's docs
+    causes = [line.split("traceback : ", 1)[1] for line in proc.stderr.splitlines() if "traceback : " in line]
+    assert causes and all(c in (said, other) or c.startswith(said) or c.startswith("Signal ") for c in causes), causes
+    assert "To enable traceback see" not in proc.stderr
     assert not list((tmp_path / "runs").rglob("metrics.json"))
     # what is left: the checkpoint before the full disk (the same command resumes from it), or
     # nothing where the error came before the first checkpoint (rank 0 left the half-made folder)
@@ -407,3 +412,34 @@ train: {{max_steps: 1, batch_size: 4}}
                           "launch") and f"it finished on 1 process(es) ({pre_run})" in err, err
     assert "launch this one as that one was (NPROC=1)" in err and len(err.strip().splitlines()) == 1
     assert not (runs_root / "fine").exists()
+
+
+@pytest.mark.parametrize("argv, rank, said", [
+    (["run", "no/such/recipe"], "0", True),
+    (["run", "--no-such-option"], "1", False),  # the command line: said by rank 0 alone, in every file
+    (["ls", "recipes"], "0", None),  # done (one process): no file
+])
+def test_a_failed_process_leaves_its_line_for_the_launcher_s_report(tmp_path: Path, monkeypatch, capsys,
+                                                                     argv: list, rank: str, said: bool | None) -> None:
+    """Under torch elastic (a bare `accelerate launch`, `torchrun`) the launcher's report of a
+    failed process said `traceback : To enable traceback see: https://pytorch.org/docs/...` under
+    the process's own `error:` line; the process now leaves that line in the error file elastic
+    names (TORCHELASTIC_ERROR_FILE), and the report gives it as the root cause."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from toolkit.cli import main
+
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    monkeypatch.setenv("WORLD_SIZE", "1" if said is None else "2")
+    monkeypatch.setenv("RANK", rank)
+    code = main(argv)
+    err = capsys.readouterr().err
+    if said is None:
+        assert code == 0 and not error_file.exists()
+        return
+    assert code == 2 and bool(err) == said
+    report = ChildFailedError("toolkit.cli", {0: ProcessFailure(0, 1, 2, str(error_file))}).format_msg()
+    (cause,) = [line.split("traceback : ", 1)[1] for line in report.splitlines() if "traceback : " in line]
+    assert cause.startswith("error: toolkit") or cause.startswith("error: recipe"), report
+    assert err in ("", cause + "\n")

@@ -109,6 +109,25 @@ def test_ner_own_data_in_two_arguments(tmp_path: Path, cli, position_lookups: li
     assert metrics["label_names"] == ["O", "B-DOSE", "I-DOSE", "B-DRUG", "B-FREQ", "I-FREQ"]
     assert metrics["metric_info"] == {"tag_scheme": "IOB2"} and set(metrics["eval"]) >= {"f1", "accuracy"}
     assert position_lookups == []
+    # predict finds an input's words as eval finds them in a file (`words`, `tokens`, or the one list):
+    # it demanded `tokens` of a run trained and evaluated on files of `words`
+    import toolkit
+
+    run = metrics_file.parent
+    renamed = _jsonl(tmp_path / "renamed.jsonl", [{"tokens": r["words"], "ner_tags": r["labels"]} for r in rows[:4]])
+    code, out, err = cli("eval", run, f"task.eval_file={renamed}")
+    assert code == 0, err
+    assert json.loads((run / "eval-eval.json").read_text())["eval"]["f1"] == metrics["eval"]["f1"]
+    predicted = {}
+    for name, source in (("words", dev), ("tokens", renamed)):
+        code, out, err = cli("predict", run, "--input", source)
+        assert code == 0, err
+        predicted[name] = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert [p[name] for p in predicted[name]] == [r["words"] for r in rows[:4]]  # under the input's name
+    assert [p["tags"] for p in predicted["words"]] == [p["tags"] for p in predicted["tokens"]]
+    api = toolkit.predict(run, [{"sentence": r["words"]} for r in rows[:4]])  # the one list-valued field
+    assert [p["tags"] for p in api] == [p["tags"] for p in predicted["words"]]
+    assert [p["sentence"] for p in api] == [r["words"] for r in rows[:4]]
 
 
 @pytest.mark.parametrize("recipe, settings", [
@@ -139,3 +158,21 @@ def test_own_qa_data_predicts_by_the_fields_the_run_read(tmp_path: Path, cli, re
         assert [p["no_answer_score"] for p in predicted] == pytest.approx([s["no_answer_score"] for s in scored], abs=1e-4)
     assert [p["prediction"] for p in toolkit.predict(run.dir, [{"query": r["query"], "passage": r["passage"]}
                                                                 for r in rows[:4]])] == [s["prediction"] for s in scored]
+    # a file of SQuAD's names: predict finds its fields as `toolkit eval RUN task.eval_file=NEW` does
+    # (it demanded the run's own `query` / `passage`); a field the recipe sets is needed by both
+    renamed = _jsonl(tmp_path / "renamed.jsonl", [{"id": r["id"], "question": r["query"], "context": r["passage"],
+                                                   "answers": r["answers"]} for r in rows[:4]])
+    code, _, err = cli("eval", run.dir, f"task.eval_file={renamed}")
+    code_p, out, err_p = cli("predict", run.dir, "--input", renamed)
+    if settings:  # task.question_field=query: neither reads another field
+        assert code == code_p == 2
+        for said in (err, err_p):
+            assert "task.question_field: " in said and "renamed.jsonl has no field 'query'" in said, said
+        return
+    assert code == code_p == 0, err + err_p
+    evaluated = [json.loads(line) for line in (run.dir / "predictions-eval.jsonl").read_text().splitlines()]
+    predicted = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [p["prediction"] for p in predicted] == [e["prediction"] for e in evaluated] == [s["prediction"] for s in scored]
+    assert [(p["question"], p["context"]) for p in predicted] == [(r["query"], r["passage"]) for r in rows[:4]]
+    api = toolkit.predict(run.dir, [{"q": r["query"], "paragraph": r["passage"]} for r in rows[:4]])
+    assert [p["prediction"] for p in api] == [s["prediction"] for s in scored] and set(api[0]) >= {"q", "paragraph"}

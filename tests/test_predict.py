@@ -275,15 +275,17 @@ def test_every_text_to_text_and_tagging_task_predicts() -> None:
 def test_an_input_without_the_tasks_fields_is_one_line_naming_them(tmp_path: Path, cli) -> None:
     run = toolkit.run("squad/v1.1/minilm-full", SHORT, runs_dir=tmp_path, smoke=True)
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"question": "Who?", "text": "Nobody."}\n')
+    bad.write_text('{"question": "Who?", "text": "Nobody.", "title": "T"}\n')  # two fields might be the context
     code, _, err = cli("predict", run.dir, "--input", bad)
     assert code == 2 and err.strip().splitlines()[-1].startswith("error: ")
-    assert "bad.jsonl: field 'context' is missing (it has: question, text); this task reads question, context" in err
+    assert ("task.context_field: " + str(bad) + " has no 'context' field (candidates: 'text', 'title'; fields: "
+            "question, text, title); name them so in the input") in err
     plain = tmp_path / "plain.txt"
     plain.write_text("Who?\n")
     code, _, err = cli("predict", run.dir, "--input", plain)
     assert code == 2 and "this task reads 2 fields (question, context); give JSONL or CSV" in err
-    with pytest.raises(toolkit.UserError, match=r"input 0 has no 'context' \(this task reads question, context\)"):
+    with pytest.raises(toolkit.UserError, match=r"task.context_field: predict: each input has no 'context' field "
+                                                r"\(no candidate field; fields: question\)"):
         toolkit.predict(run.dir, [{"question": "Who?"}])
 
 
@@ -352,7 +354,7 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
                            predict_files=lambda rows: {})
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
-    monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists, task=None: rows)
+    monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / name
     if name.endswith(".tsv"):  # unquoted values: no tab or line break can be written in one
         with pytest.raises(UserError, match=r"--output: .*out.tsv: TSV holds no tab or line break inside a value"):
@@ -417,7 +419,7 @@ def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path,
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
                            predict_files=lambda rows: {})
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
-    monkeypatch.setattr(inference, "read_inputs", lambda source, names, lists, task=None: rows)
+    monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / "o[1].jsonl"  # glob characters in the name are the name's own
     dead = tmp_path / f"{out.name}.{2 ** 22 + 7}-abcd.tmp"  # past pid_max: no such process
     running = tmp_path / f"{out.name}.{os.getpid()}-beef.tmp"
@@ -548,3 +550,34 @@ def test_predict_reads_the_json_layouts_training_reads_or_refuses_alike(tmp_path
         return
     rows = read_inputs(str(path), inputs, ("tokens",), task)
     assert [r[inputs[0]] for r in rows] == [r[inputs[0]] for r in records]
+
+
+@pytest.mark.parametrize("recipe, overrides, rename", [
+    ("summarization/samsum/bart-base-lora", BRIEF, {"source": "document", "target": "summary"}),
+    ("translation/iwslt14/t5-base-full", BRIEF, {"source": "DE", "target": "en_US"}),
+], ids=["summarization-preset", "translation-preset"])
+def test_a_preset_run_predicts_on_the_fields_eval_finds(tmp_path: Path, cli, recipe: str, overrides: list,
+                                                        rename: dict) -> None:
+    """A preset's run (SAMSum, IWSLT14) scores `toolkit eval RUN task.eval_file=NEW` by the fields
+    it finds in NEW (`document`; the source language's code in any case, `DE`), as a file of its
+    own data is read; predict demanded the preset's own name (`dialogue`, `de`) of the same
+    records. Now one rule: predict finds them alike, and its rows carry the input's names."""
+    run = toolkit.run(recipe, SHORT + overrides, runs_dir=tmp_path, smoke=True)
+    task = loaded(run.dir)[0]
+    raw = task.load()["eval"][""].select(range(3))
+    new = tmp_path / "new.jsonl"
+    rows = [{rename[k]: r[k] for k in ("source", "target")} for r in raw]
+    new.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = cli("eval", run.dir, f"task.eval_file={new}")
+    assert code == 0, err
+    evaluated = [json.loads(line)["prediction"] for line in (run.dir / "predictions-eval.jsonl").read_text().splitlines()]
+    source = rename["source"]
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text("".join(json.dumps({source: r[source]}) + "\n" for r in rows))
+    code, out, err = cli("predict", run.dir, "--input", inputs)
+    assert code == 0, err
+    predicted = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [p[source] for p in predicted] == [r[source] for r in rows]  # under the input's own name
+    assert sorted(p["prediction"] for p in predicted) == sorted(evaluated)
+    api = toolkit.predict(run.dir, [{source: r[source]} for r in rows])
+    assert [p["prediction"] for p in api] == [p["prediction"] for p in predicted]

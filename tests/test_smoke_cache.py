@@ -4,6 +4,7 @@ the content of the checkpoint's config and tokenizer files), never by the checkp
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -113,3 +114,68 @@ train: {{epochs: 1}}
         saved = next((tmp_path / where / "runs").rglob("model/config.json"))
         sizes.append(json.loads(saved.read_text())["vocab_size"])
     assert sizes[1] == sizes[0] + 1
+
+
+def test_a_smoke_run_is_scored_only_on_the_small_model_it_trained_on(tmp_path: Path, cli,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A smoke LoRA run's result is loaded onto the small random model `--smoke` builds again; the
+    cache key holds the transformers version, and another version (or toolkit) may build that
+    model otherwise: eval, predict and export loaded the result onto the new one and scored it as
+    the run's, exit 0. The run records its small base's files (metrics.json base_files): built
+    alike (another version, the same bytes) it is scored as before; built otherwise, one line."""
+    import sys
+
+    import toolkit
+
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    run = toolkit.run("demo/sst2/minilm-lora", ["task.max_train_samples=8", "task.max_eval_samples=8",
+                                                "train.max_steps=1"], runs_dir=tmp_path / "runs", smoke=True)
+    assert json.loads((run.dir / "metrics.json").read_text())["base_files"]
+    code, _, err = cli("eval", run.dir)
+    assert code == 0, err
+    scores = json.loads((run.dir / "eval-eval.json").read_text())["eval"]
+    transformers = sys.modules["transformers"]  # (the module object a build left there)
+    monkeypatch.setattr(transformers, "__version__", "99.0.0")  # another key: built again, alike
+    code, _, err = cli("eval", run.dir)
+    assert code == 0, err
+    assert json.loads((run.dir / "eval-eval.json").read_text())["eval"] == scores
+    assert len(list((tmp_path / "cache" / "smoke").iterdir())) == 2
+    tiny = models._tiny_config
+
+    def otherwise(*args, **kwargs):  # a version whose small model starts from other weights
+        config = tiny(*args, **kwargs)
+        config.initializer_range = 0.5
+        return config
+
+    monkeypatch.setattr(transformers, "__version__", "99.1.0")
+    monkeypatch.setattr(models, "_tiny_config", otherwise)
+    said = (r"a --smoke run, whose result is loaded onto the small random model it trained on; this toolkit and "
+            r"transformers 99.1.0 build that model otherwise \((config.json|model.safetensors) differs; the run was made under "
+            r"transformers \S+\), .*run the recipe again with --smoke --force")
+    for command in (["eval", run.dir], ["export", run.dir, tmp_path / "export"]):
+        code, _, err = cli(*command)
+        assert code == 2 and re.search(said, err), err
+    with pytest.raises(toolkit.UserError, match=said):
+        toolkit.predict(run.dir, ["a fine film"])
+    assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.parametrize("umask, mode", [(0o002, 0o775), (0o077, 0o700)])
+def test_cache_folders_follow_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int, mode: int) -> None:
+    """A TOOLKIT_CACHE a group shares (umask 002): the smoke entry was 0700 (tempfile.mkdtemp,
+    renamed), unreadable to the others, whose --smoke runs stopped on a PermissionError. Every
+    folder the toolkit makes in its cache is made as the umask says, as the Hub cache's are."""
+    import os
+
+    from toolkit import runs
+
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    old = os.umask(umask)
+    try:
+        entry = Path(models.smoke_checkpoint("bert-base-uncased"))
+        lock = runs._lock_file(tmp_path / "run")
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "cache", entry.parent, entry, lock.parent):
+        assert folder.stat().st_mode & 0o777 == mode, folder
+    assert all(f.stat().st_mode & 0o777 == mode & 0o666 for f in entry.iterdir())

@@ -7,14 +7,20 @@ any other iterable is read into a list once, so a generator is not consumed twic
 are the signature the user reads (`help(toolkit.run)`), so a new API function is checked by
 declaring its types. Hand-written because the checking libraries (typeguard, beartype) check but
 do not normalise, and their messages name Python internals rather than the argument to fix.
+
+The command line's arguments: `Parser`, argparse's parser whose refusal is an `ArgumentsError`
+(`toolkit`'s commands, said in one line by cli.main), and `ScriptParser`, the same for a script
+with a main of its own (`benchmarks/`), which says it in one line itself, exit 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections.abc
 import functools
 import inspect
 import os
+import sys
 import types
 import typing
 from typing import Any, Callable, TypeVar
@@ -134,3 +140,53 @@ def _plural(tp: Any) -> str:
 def _kind(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+class ArgumentsError(UserError):
+    """argparse's refusal of the command line (an unknown option, a missing argument, a bad choice
+    or number), raised where argparse printed the command's usage block and `toolkit: error: ...`,
+    and said by main() as one line naming the subcommand and where its options are listed."""
+
+    def __init__(self, prog: str, message: str, unknown: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.prog, self.message, self.unknown = prog, message, unknown or []
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are an ArgumentsError, not usage + exit: the subcommands'
+    parsers are of this class too (add_subparsers makes its own kind). --help is argparse's own.
+    An option is given by its whole name: argparse took a prefix for the option it begins, so
+    `sweep R --seed 7` was `--seeds 7`, seven seeds from 42 (not the seed 7), exit 0; a prefix is
+    now an unknown option, said with the whole name (`did you mean --seeds?`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ArgumentsError(self.prog, message)
+
+    def _get_value(self, action, arg_string):  # type: ignore[no-untyped-def]
+        """A value a type of ours refused (_given: an empty path), said with the command's name."""
+        try:
+            return super()._get_value(action, arg_string)
+        except UserError as exc:
+            raise UserError(f"{self.prog}: {exc}") from None
+
+
+class ScriptParser(Parser):
+    """The parser of a script with a main of its own (`benchmarks/`): a user error (an unknown
+    option, a missing argument, a bad value) is one line naming the script and the option, exit 2,
+    as `toolkit`'s own (`Parser`, said by cli.main); argparse printed the usage block first. --help
+    is argparse's own."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"error: {self.prog}: {message} ({self.prog} --help lists its options)", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
+    def _get_value(self, action, arg_string):  # type: ignore[no-untyped-def]
+        try:
+            return super()._get_value(action, arg_string)
+        except UserError as exc:  # a type of the toolkit's refused a value (said with the script's name)
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None

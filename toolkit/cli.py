@@ -18,6 +18,7 @@ from toolkit import (devices, hf_tables, methods, quiet, recipe as recipes, repo
 from toolkit.api import (_check_runs_root, _data_of_the_run, _disk_error as disk_error, _finished, _one_export,
                          _run_folder, _run_precision, _scored_here, _checked, _unwritable, run_one)
 from toolkit.attention import ATTENTION
+from toolkit.arguments import ArgumentsError, Parser
 from toolkit.errors import Interrupted, UserError
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
 from toolkit.recipe_data import dump_yaml
@@ -311,45 +312,13 @@ def _given(name: str):
     return path
 
 
-class ArgumentsError(UserError):
-    """argparse's refusal of the command line (an unknown option, a missing argument, a bad choice
-    or number), raised where argparse printed the command's usage block and `toolkit: error: ...`,
-    and said by main() as one line naming the subcommand and where its options are listed."""
-
-    def __init__(self, prog: str, message: str, unknown: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.prog, self.message, self.unknown = prog, message, unknown or []
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are an ArgumentsError, not usage + exit: the subcommands'
-    parsers are of this class too (add_subparsers makes its own kind). --help is argparse's own.
-    An option is given by its whole name: argparse took a prefix for the option it begins, so
-    `sweep R --seed 7` was `--seeds 7`, seven seeds from 42 (not the seed 7), exit 0; a prefix is
-    now an unknown option, said with the whole name (`did you mean --seeds?`)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):  # type: ignore[override]
-        raise ArgumentsError(self.prog, message)
-
-    def _get_value(self, action, arg_string):  # type: ignore[no-untyped-def]
-        """A value a type of ours refused (_given: an empty path), said with the command's name."""
-        try:
-            return super()._get_value(action, arg_string)
-        except UserError as exc:
-            raise UserError(f"{self.prog}: {exc}") from None
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
-                                "recipes: one loop for every family and method.")
+    p = Parser(prog="toolkit", description="Fine-tune Hugging Face models from YAML "
+                                           "recipes: one loop for every family and method.")
     p.add_argument("--version", action="version", version=f"toolkit {_version()}")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show the libraries' own warnings, load reports and progress bars")
-    verbose = _Parser(add_help=False)  # -v after the command too
+    verbose = Parser(add_help=False)  # -v after the command too
     verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                          help="show the libraries' own warnings, load reports and progress bars")
     sub = p.add_subparsers(dest="command", required=True)
@@ -470,6 +439,35 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`toolkit ...`: the command's exit code. Under torch elastic (a bare `accelerate launch` or
+    `torchrun`) a process that failed leaves its `error: ...` line in the error file elastic names
+    (TORCHELASTIC_ERROR_FILE, `record`'s format), so the launcher's report of the failure names it as the
+    root cause, where it said `To enable traceback see: https://pytorch.org/docs/...`. The report
+    itself, and the traceback before it, are the launcher's own (docs/distributed.md)."""
+    _SAID.clear()
+    code = _command(argv)
+    if code and _SAID and os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        _elastic_error_file(os.environ["TORCHELASTIC_ERROR_FILE"], _SAID[-1])
+    return code
+
+
+def _elastic_error_file(path: str, line: str) -> None:
+    """`line` as torch elastic's error file (ErrorHandler.record_exception's layout, the line in
+    place of a traceback); a file that cannot be written leaves the report as it was."""
+    import json
+    import time
+
+    data = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}}
+    try:
+        Path(path).write_text(json.dumps(data), encoding="utf-8")
+    except OSError:
+        pass
+
+
+_SAID: list[str] = []  # the `error: ...` lines this command said (or, rank > 0 of a launch, would have)
+
+
+def _command(argv: list[str] | None = None) -> int:
     p = parser()
     try:
         args, extra = p.parse_known_args(argv)  # key=value overrides may sit between the flags
@@ -483,8 +481,10 @@ def main(argv: list[str] | None = None) -> int:
     except ArgumentsError as exc:  # argparse's refusal: one line, not the usage block first
         # the same words in every process of a launch: said once (read as text: this is no place for
         # a ValueError of a damaged variable, said by the command itself)
+        line = f"error: {arguments_error(p, exc)}"
         if os.environ.get("WORLD_SIZE", "1").strip() in ("", "1") or os.environ.get("RANK", "0").strip() in ("", "0"):
-            _say(f"error: {arguments_error(p, exc)}")
+            _say(line)
+        _SAID.append(line)  # the launcher's report of this process names it too
         return 2
     except UserError as exc:  # a type or action of ours refused a value (_given, _Once)
         _say(f"error: {exc}")
@@ -597,6 +597,8 @@ def _outcome(args: argparse.Namespace) -> int:
 def _say(line: str) -> None:
     """One line on stderr. A closed stderr (its reader left too) loses the line, not the exit
     code: the failed write turned exit 2 into a traceback nobody saw and exit 1."""
+    if line.startswith("error: "):
+        _SAID.append(line)
     try:
         print(printable(line), file=sys.stderr, flush=True)
     except (OSError, ValueError):

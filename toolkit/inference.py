@@ -111,6 +111,12 @@ def base_checkpoint(run: Path, recipe: Recipe) -> str:
     else:
         base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
     changed = runs.base_changed(saved.get("base_files"), base)
+    if changed is not None and chain.rebuilt_base(recipe):
+        built = (saved.get("versions") or {}).get("transformers")
+        raise UserError(f"{run}: a --smoke run, whose result is loaded onto the small random model it trained "
+                        f"on; this toolkit and transformers {transformers_version()} build that model otherwise "
+                        f"({changed.name} differs{f'; the run was made under transformers {built}' if built else ''}), "
+                        "and the result would be scored on another model: run the recipe again with --smoke --force")
     if changed is not None:
         raise UserError(f"{run}: model.checkpoint {changed} changed since the run finished, and the run's "
                         "result is loaded onto that base (model/ holds only what trained; an in-context "
@@ -151,6 +157,12 @@ def adopt_saved(run: Path, recipe: Recipe) -> None:
         raise UserError(f"{run}: the model's labels are {', '.join(saved['label_names'] or ['(a regression)'])}; "
                         f"this task's are {', '.join(names or ['(a regression)'])}: a run is scored on the "
                         "labels it was trained on")
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
 
 
 def runs_json(path: Path) -> Any:
@@ -285,7 +297,41 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
 
 
 def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), task: Any = None) -> list[dict]:
-    """Rows to predict on: JSONL or CSV with the task's input fields, a plain file in the task's
+    """Rows to predict on, each holding the task's input fields under their names in `columns`
+    (`_read_inputs`: the input's own names for them found by `task.input_fields`)."""
+    rows, given = _read_inputs(source, columns, lists, task)
+    return as_named(rows, given, columns)
+
+
+def as_named(rows: list[dict], given: list[str], names: list[str]) -> list[dict]:
+    """Rows with the fields named `given` also under `names`, the task's names for them."""
+    if given == names:
+        return rows
+    return [{**r, **{n: r[g] for n, g in zip(names, given)}} for r in rows]
+
+
+def field_kinds(rows: list[Any]) -> dict[str, str]:
+    """Field name -> "text", "list" or "other" over input rows (the union of their keys, in
+    first-seen order), as `Task.input_fields` reads an input's fields."""
+    out: dict[str, str] = {}
+    for row in rows:
+        for key, value in (row.items() if isinstance(row, dict) else ()):
+            kind = "text" if isinstance(value, str) else "list" if isinstance(value, list) else "other"
+            out[key] = kind if out.get(key, kind) == kind else "other"
+    return out
+
+
+def _given_fields(task: Any, columns: list[str], lists: tuple[str, ...], kinds: dict[str, str],
+                  where: str) -> tuple[list[str], tuple[str, ...]]:
+    """(the input's fields for `columns`, those of them that may hold lists of words)."""
+    given = task.input_fields(columns, kinds, where) if task is not None else columns
+    return given, tuple(g for n, g in zip(columns, given) if n in lists)
+
+
+def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
+                 task: Any = None) -> tuple[list[dict], list[str]]:
+    """(rows to predict on, the input's names for the task's fields `columns`): JSONL or CSV with
+    the task's input fields, a plain file in the task's
     own training-file format (`task.rows_of_own_format`: NER's CoNLL), or plain text (one example
     per line) for a single-field task; `-` reads standard input. A field in `lists` (NER's words)
     may hold a list of words instead of text. A pipe (`<(...)`, /dev/fd/N, a named FIFO) or a
@@ -306,7 +352,7 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
         raise UserError(f"--input: {name} holds no examples")
     own = task.rows_of_own_format(lines, blank, name) if task is not None else None
     if own is not None:  # the task's own training-file format (NER: CoNLL)
-        return own
+        return own, columns
     if blank:  # output row N is then not input line N: each row carries its text, and this says so
         print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
               f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
@@ -327,16 +373,18 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
         rows = task.predict_records(rows) if task is not None else rows
     elif len(columns) == 1:
         rows = [{columns[0]: line} for line in lines]
+        task = None  # rows of the task's own names
     else:
         raise UserError(f"--input: this task reads {len(columns)} fields ({', '.join(columns)}); "
                         "give JSONL or CSV with those fields")
+    columns, lists = _given_fields(task, columns, lists, field_kinds(rows), name)
     for i, row in enumerate(rows, start=1):
         missing = [c for c in columns if not isinstance(row, dict) or c not in row]  # null: _check_fields
         if missing:
             raise UserError(f"{name}: example {i} lacks field '{missing[0]}' (the task reads: "
                             f"{', '.join(columns)})" + readers.near_name(missing[0], row if isinstance(row, dict) else {}))
         _check_fields(row, columns, lists, f"{name}: example {i}")
-    return rows
+    return rows, columns
 
 
 def _json_document(lines: list[str]) -> list[Any] | None:
@@ -356,11 +404,12 @@ def _json_document(lines: list[str]) -> list[Any] | None:
     return [value] if isinstance(value, dict) and len(lines) > 1 else None
 
 
-def _read_file(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None) -> list[dict]:
+def _read_file(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None) -> tuple[list[dict], list[str]]:
     """A structured input file: in the task's own nested layout as its training reader reads it
-    (`Task.predict_file`: SQuAD's articles), else flat records through the shared reader."""
+    (`Task.predict_file`: SQuAD's articles, under the task's names), else flat records through
+    the shared reader."""
     own = task.predict_file(path) if task is not None else None
-    return own if own is not None else _read_structured(path, columns, lists, task)
+    return (own, columns) if own is not None else _read_structured(path, columns, lists, task)
 
 
 def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: str) -> None:
@@ -383,13 +432,18 @@ def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: 
                             + (" or a list of words" if c in lists else ""))
 
 
-def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None) -> list[dict]:
+def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],
+                     task: Any = None) -> tuple[list[dict], list[str]]:
     """A CSV/TSV/JSON(L) input file through the shared reader (FILE:LINE for every bad record), in
     the JSON layouts the task's training reader takes (`Task.json_field`: `{"data": [...]}`)."""
     fmt = readers.file_format(path)
     field = readers.document_field(path, fmt, getattr(task, "json_field", None))
     keys = (lambda i: [field, i]) if field else None
     ds = readers.lift_nested(readers.read(path, fmt, field=field))  # {"translation": {"en": ...}} as a run reads it
+    kinds = {name: "text" if getattr(f, "dtype", None) in ("string", "large_string") else
+             "list" if type(f).__name__ in ("List", "LargeList", "Sequence") else "other"
+             for name, f in ds.features.items()}
+    columns, lists = _given_fields(task, columns, lists, kinds, str(path))
     missing = [c for c in columns if c not in ds.column_names]
     if missing:
         raise UserError(f"{path}: field '{missing[0]}' is missing (it has: {', '.join(ds.column_names)}); "
@@ -404,7 +458,7 @@ def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...], tas
             _check_fields(row, words, lists, "")
         except UserError as exc:
             raise UserError(f"{readers.where(path, fmt, i)}{exc}") from None
-    return rows
+    return rows, columns
 
 
 def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]:
@@ -452,11 +506,20 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     with runs.reading(run, "predict with"):
         recipe, model, tok, names = _predicting_run(run)
     texts = recipe.task.predict_records(texts)  # SQuAD's documents and articles: their questions
-    inputs = [_as_row(i, item, names, recipe.task.predict_word_lists) for i, item in enumerate(texts)]
+    records = [t for t in texts if isinstance(t, dict)]
+    given, lists = _given_fields(recipe.task, names, recipe.task.predict_word_lists, field_kinds(records),
+                                 "predict: each input") if records else (names, recipe.task.predict_word_lists)
+    inputs = [_as_row(i, item, given, lists) for i, item in enumerate(texts)]
     with evaluation.finite_outputs():
-        rows = recipe.task.predict(model, tok, inputs)
+        rows = recipe.task.predict(model, tok, as_named(inputs, given, names))
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
-    return rows
+    return named_back(rows, names, given)
+
+
+def named_back(rows: list[dict], names: list[str], given: list[str]) -> list[dict]:
+    """Prediction rows with the input's fields under the input's own names (`given`)."""
+    back = {n: g for n, g in zip(names, given) if n != g}
+    return [{back.get(k, k): v for k, v in r.items()} for r in rows] if back else rows
 
 
 def predict_run(run: Path, source: str, output: str | None) -> int:
@@ -469,9 +532,9 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     fmt = output_format(output)  # before the model loads: a name it cannot write is refused first
     with runs.reading(run, "predict with"):  # its model/ read whole, not while a --force rerun clears it
         recipe, model, tok, names = _predicting_run(run)
-    rows = read_inputs(source, names, recipe.task.predict_word_lists, recipe.task)
+    rows, given = _read_inputs(source, names, recipe.task.predict_word_lists, recipe.task)
     with evaluation.finite_outputs():  # before anything is written
-        out = recipe.task.predict(model, tok, rows)
+        out = named_back(recipe.task.predict(model, tok, as_named(rows, given, names)), names, given)
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
     text = render(out, fmt)
     files = recipe.task.predict_files(out)

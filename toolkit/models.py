@@ -521,9 +521,11 @@ def _build_small(target: Path, family: str, tok: PreTrainedTokenizerBase, own: A
         torch.manual_seed(0)
         model = AutoModel.from_config(config)  # the body only: every task adds its own head
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    tmp = _own_folder(target.parent, f".{target.name}-")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    for file in tmp.iterdir():  # as the umask says (the folder's mode, made so): transformers writes its
+        file.chmod(tmp.stat().st_mode & 0o666)  # weights through a temporary file of mode 0600
     if not (tmp / "config.json").is_file():  # under torch.distributed only rank 0 writes the model:
         shutil.rmtree(tmp, ignore_errors=True)  # the other ranks wait for its folder
         return _wait_for(target / "config.json", target)
@@ -532,6 +534,23 @@ def _build_small(target: Path, family: str, tok: PreTrainedTokenizerBase, own: A
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+def _own_folder(parent: Path, prefix: str) -> Path:
+    """A new folder of this call's own in `parent`, its mode as the umask says (os.mkdir's), as
+    the Hub cache's files are. tempfile.mkdtemp's folder is 0700, and the cache entry renamed from
+    it was unreadable to the rest of a group sharing TOOLKIT_CACHE (umask 002): another user's
+    --smoke run stopped on a PermissionError. mkdtemp's 0700 guards a shared /tmp; the cache is
+    the user's own folder (or one a group shares on purpose), and the entry a finished one."""
+    import secrets
+
+    while True:
+        path = parent / f"{prefix}{secrets.token_hex(6)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:  # another process's name: draw again
+            continue
 
 
 def _wait_for(file: Path, folder: Path, seconds: float = 600.0) -> str:

@@ -14,7 +14,7 @@ import torch
 import transformers
 from accelerate import Accelerator
 
-from toolkit import chain, devices, provenance, runs
+from toolkit import chain, devices, models, provenance, runs
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.checkpoints import State, record
 from toolkit.recipe_data import Recipe
@@ -102,11 +102,15 @@ def result_base(recipe: Recipe, setup: Any, out: Path) -> dict | None:
     (runs.base_record): the weights and config under an adapter or prompt folder, and the
     tokenizer too for an in-context run (its model is the base itself). A changed base would
     score and predict as another model under this run's name (a Hub id: its cached snapshot,
-    which a later download moves); None where model/ is whole."""
-    if chain.rebuilt_base(recipe) or recipe.method.trains and not saved_on_base(out / "model"):
-        return None  # a smoke run's base is the small model built again alike from its seed
+    which a later download moves); None where model/ is whole. A smoke run's base, the small
+    random model `--smoke` builds again where eval, predict and export load the run, is recorded
+    too: another transformers (or toolkit) builds it as another model under another cache key,
+    and a LoRA result loaded onto that one was scored as the run's, exit 0."""
+    if recipe.method.trains and not saved_on_base(out / "model"):
+        return None
     patterns = runs.BASE_WEIGHTS + (("config.json",) if recipe.method.trains else runs.BASE_READ)
-    return runs.base_record(setup.source, patterns)
+    source = models.smoke_checkpoint(setup.source) if chain.rebuilt_base(recipe) else setup.source  # found, not built
+    return runs.base_record(source, patterns)
 
 
 def examples_fingerprint(splits: dict[str, Any]) -> str:

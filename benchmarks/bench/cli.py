@@ -18,6 +18,7 @@ from bench.lora import lora_row, section_lora
 from bench.matmul import matmul_row, section_matmul
 from bench.startup import section_startup
 from bench.trainer import eval_row, section_methods, section_trainer, toolkit_row, trainer_row, warm_up
+from toolkit.arguments import ScriptParser
 
 
 def trainer_section_row(args: argparse.Namespace, kind: str, checkpoint: str) -> dict:
@@ -72,7 +73,7 @@ def sections(value: str) -> list[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ScriptParser(prog="benchmarks/bench", description=bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sections", type=sections, default=list(SECTIONS),
                    help=f"comma-separated, from {', '.join(SECTIONS + EXTRA_SECTIONS)} (default: all but methods)")
     model = p.add_mutually_exclusive_group()
@@ -127,11 +128,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     if args.precision == "fp16" and not cuda():
-        parser().error("--precision fp16 needs a CUDA GPU (the toolkit refuses it on CPU)")
+        p.error("--precision fp16 needs a CUDA GPU (the toolkit refuses it on CPU)")
     if args.precision_mode == "bf16_master" and args.precision != "bf16":
-        parser().error("--precision-mode bf16_master needs --precision bf16 (the toolkit refuses it otherwise)")
+        p.error("--precision-mode bf16_master needs --precision bf16 (the toolkit refuses it otherwise)")
     args.lora_batch = args.lora_batch or (32 if cuda() else 8)
     args.model_label = f"random {args.size}" if args.size else args.checkpoint
     return args

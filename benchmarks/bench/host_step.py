@@ -104,7 +104,13 @@ def best_row(results: list[dict]) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if "--child" in sys.argv[1:]:  # a process this script started, on flags of its own making: the
+        p = argparse.ArgumentParser()  # toolkit it imports is --tree's, imported first (`child`)
+    else:
+        from toolkit.arguments import ScriptParser  # a user error: one line, exit 2
+
+        p = ScriptParser(prog="benchmarks/bench/host_step.py", description=__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--before", help="a git revision to compare against (its toolkit, in a worktree)")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--count", type=int, default=30, help="steady steps timed (the last ones but one)")

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from toolkit.arguments import ScriptParser  # noqa: E402
 
 
 def build(n: int, size: int, seed: int = 0):
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace, compiled: bool) -> tuple[list[float], list, in
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ScriptParser(prog="benchmarks/bench/optimizer_host.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--params", type=int, default=201, help="parameter tensors (bert-base: 201)")
     p.add_argument("--size", type=int, default=16, help="elements per parameter")
     p.add_argument("--steps", type=int, default=200)

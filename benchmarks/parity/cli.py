@@ -15,6 +15,7 @@ from parity.specs import BATCHABLE, SPECS, baselines, overrides, resolved_recipe
 from parity.icl import icl_check
 from parity.sides import finish_side, run_side, side, start_side
 from parity.tables import render
+from toolkit.arguments import ScriptParser
 
 
 def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, together: bool = False,
@@ -92,8 +93,8 @@ def merge(task: str, files: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Every task type against transformers' own pipeline: "
-                                     "the toolkit's recipe beside a Trainer-based reference run.")
+    parser = ScriptParser(prog="benchmarks/parity", description="Every task type against transformers' own pipeline: "
+                          "the toolkit's recipe beside a Trainer-based reference run.")
     parser.add_argument("task", choices=[*SPECS, "objectives", "icl"])
     parser.add_argument("--seeds", default=SEED_LIST, help="comma-separated training seeds")
     parser.add_argument("--smoke", action="store_true", help="tiny random models and a few examples: seconds")
@@ -117,26 +118,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bad = [o for o in args.set if "=" not in o or o.startswith(("model.checkpoint=", "train.seed="))]
     if bad:
-        print(f"error: --set: '{bad[0]}' is not a KEY=VALUE recipe override (the checkpoint and the "
-              "seed are the harness's: use --seeds)", file=sys.stderr)
-        return 2
+        parser.error(f"--set: '{bad[0]}' is not a KEY=VALUE recipe override (the checkpoint and the "
+                     "seed are the harness's: use --seeds)")
     if args.set and (args.merge or args.task not in SPECS):
-        print(f"error: --set: {'--merge runs nothing' if args.merge else f'{args.task} trains nothing'}, "
-              "so there is no recipe to override", file=sys.stderr)
-        return 2
+        parser.error(f"--set: {'--merge runs nothing' if args.merge else f'{args.task} trains nothing'}, "
+                     "so there is no recipe to override")
     if args.reference_batches == "toolkit" and args.task not in BATCHABLE:
-        print(f"error: --reference-batches toolkit: {args.task}'s reference is not wired to the toolkit's batches; "
-              f"use it with {', '.join(BATCHABLE)}", file=sys.stderr)
-        return 2
+        parser.error(f"--reference-batches toolkit: {args.task}'s reference is not wired to the toolkit's batches; "
+                     f"use it with {', '.join(BATCHABLE)}")
     if args.reference_batches == "toolkit" and (args.merge or args.only == "toolkit"):
-        print("error: --reference-batches toolkit: " + ("--merge trains nothing (its files say whose batches)"
-                                                        if args.merge else "--only toolkit trains no reference"),
-              file=sys.stderr)
-        return 2
+        parser.error("--reference-batches toolkit: " + ("--merge trains nothing (its files say whose batches)"
+                                                        if args.merge else "--only toolkit trains no reference"))
     if args.only and (args.merge or args.together):
-        print(f"error: --only: {'--merge runs nothing' if args.merge else '--together runs both sides at once'}; "
-              "drop one of the two", file=sys.stderr)
-        return 2
+        parser.error(f"--only: {'--merge runs nothing' if args.merge else '--together runs both sides at once'}; "
+                     "drop one of the two")
     SET[:], BATCHES[:] = args.set, [args.reference_batches]
     if args.side:
         print("ROW " + json.dumps(side(args)), flush=True)
@@ -148,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             compare(args.task, parse_seeds(args.seeds), args.smoke, args.full, args.together,
                     (args.only,) if args.only else ("toolkit", "reference"))
     except (ValueError, UserError) as err:  # a bad --merge / --seeds, or a recipe --set makes invalid
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        parser.error(str(err))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     if args.only:

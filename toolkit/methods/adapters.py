@@ -37,7 +37,8 @@ must exist in each (a 12-layer encoder with a 6-layer decoder takes 0..5). Decod
 cross-attention (BART `encoder_attn`, T5 `EncDecAttention`) gets no adapter: Houlsby's
 attention adapter follows *self*-attention, and AdapterHub's seq2seq configs leave
 cross-attention adapters off by default; it also keeps houlsby at exactly two adapters per
-layer. Only the adapters and the task head train; `save` writes just those, and
+layer. Only the adapters and the task head train (and, with `train_layer_norms`, the base's
+layer normalisations, as Houlsby et al. trained them); `save` writes just those, and
 `load_adapters` puts them back into a fresh base model.
 """
 
@@ -53,6 +54,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
+from toolkit.schema import added
 from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
 from toolkit.models import BOTTLENECK_CHILD, BOTTLENECK_CONFIG, head_names
 
@@ -208,6 +210,9 @@ class Adapters(Method):
     bottleneck_size: int | None = field(default=None, metadata={"min": 1})  # wins over the factor
     non_linearity: Literal["relu", "gelu", "swish", "silu", "tanh"] = "relu"
     layers: list[int] | None = field(default=None, metadata={"min": 0, "min_items": 1})  # layer indices to adapt (each stack); None = all
+    # the base's layer normalisations train too, as Houlsby et al. (2019) trained them ("the layer
+    # normalization parameters per layer"); off: frozen, as the `adapters` library leaves them
+    train_layer_norms: bool = added(default=False, neutral=False)
     export_load: ClassVar[str] = "the toolkit: toolkit.methods.adapters.load_adapters({base}, OUT)"
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
@@ -293,10 +298,17 @@ class Adapters(Method):
                 module.register_forward_hook(HOOKS[kind])
         return len(targets)
 
+    def trained(self, model: nn.Module, heads: list[str]) -> Callable[[str], bool]:
+        """Whether a parameter trains: an adapter's, the head's, and with train_layer_norms a
+        normalisation layer's of the base (what `save` writes, `load_adapters` puts back)."""
+        norms = layer_norm_names(model) if self.train_layer_norms else set()
+        return lambda n: is_adapter(n) or is_head(n, heads) or n in norms
+
     def apply(self, model: nn.Module, ctx: Context) -> nn.Module:
-        """Adapters and the task head train; every base weight, LayerNorms included, is frozen."""
+        """Adapters and the task head train; every base weight is frozen, LayerNorms included
+        unless train_layer_norms."""
         self.inject(model)
-        set_trainable(model, lambda n: is_adapter(n) or is_head(n, ctx.head_names))
+        set_trainable(model, self.trained(model, ctx.head_names))
         return model
 
     def save(self, model: nn.Module, path: Path) -> None:
@@ -304,8 +316,8 @@ class Adapters(Method):
         from safetensors.torch import save_file
 
         heads = head_names(model)
-        tensors = {n: p.detach().cpu().contiguous().clone() for n, p in model.named_parameters()
-                   if is_adapter(n) or is_head(n, heads)}
+        keep = self.trained(model, heads)
+        tensors = {n: p.detach().cpu().contiguous().clone() for n, p in model.named_parameters() if keep(n)}
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(path / WEIGHTS_FILE))
@@ -340,9 +352,18 @@ def load_adapters(base_model: nn.Module, path: str | Path) -> nn.Module:
         raise UserError(f"{path}: saved weight {wrong[0]} does not fit this base model "
                         f"(trained on {info.get('base_model')}, a {info.get('model_type')})")
     result = base_model.load_state_dict(tensors, strict=False)
-    lacking = [k for k in result.missing_keys if is_adapter(k)]
+    norms = layer_norm_names(base_model) if method.train_layer_norms else set()
+    lacking = [k for k in result.missing_keys if is_adapter(k) or k in norms]
     if lacking:
         raise UserError(f"{path}: {WEIGHTS_FILE} lacks adapter weight {lacking[0]}")
     heads = info.get("head_names", [])
-    set_trainable(base_model, lambda n: is_adapter(n) or is_head(n, heads))
+    set_trainable(base_model, method.trained(base_model, heads))
     return base_model
+
+
+def layer_norm_names(model: nn.Module) -> set[str]:
+    """The parameters of the base's normalisation layers (nn.LayerNorm, T5's RMS T5LayerNorm, any
+    `...LayerNorm` / `...RMSNorm` module), adapters' and heads' aside."""
+    return {f"{name}.{p}" if name else p for name, module in model.named_modules()
+            if type(module).__name__.endswith(("LayerNorm", "RMSNorm")) and not is_adapter(name)
+            for p, _ in module.named_parameters(recurse=False)}

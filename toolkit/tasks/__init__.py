@@ -351,6 +351,15 @@ class Task:
         `model` (label names a classifier's config carries)."""
         raise NotImplementedError
 
+    def input_fields(self, names: list[str], kinds: dict[str, str], where: str) -> list[str]:
+        """The fields of a predict input (`kinds`: its field names -> "text", "list" or "other")
+        that hold what `predict_fields` calls `names`, in that order, found as the task's readers
+        find them in a file it evaluates on (`toolkit eval RUN task.eval_file=NEW`): a task whose
+        readers infer each file's fields anew (QA, NER) infers an input's alike; one that reads
+        every file by the fields found in its training file (classification, generation) reads
+        inputs by those, `names` (the default)."""
+        return names
+
     def predict(self, model: torch.nn.Module, tokenizer: Any, rows: list[dict]) -> list[dict]:
         """Per input row, its fields and the prediction (a label and its probabilities, tags
         per token, ...), in the rows' order."""

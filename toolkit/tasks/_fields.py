@@ -138,14 +138,19 @@ def pick_pair(ds: Any, where: str, source: str | None, target: str | None, keys:
 
 def pick_text(ds: Any, where: str, key: str, names: tuple[str, ...] = TEXT_INPUTS) -> str:
     """The one text field of a file of documents: conventional names, else its only column."""
-    columns = list(ds.column_names)
+    return one_text(list(ds.column_names), where, names, lambda first: f"set {key}, e.g. {key}={first}")
+
+
+def one_text(columns: list[str], where: str, names: tuple[str, ...], fix: Any, fill: bool = True) -> str:
+    """The text field among `columns`: the first of `names` present, else (`fill`) the only
+    candidate column; else one line listing the fields and `fix(first candidate)`."""
     found = named(columns, names, where=where)
     rest = candidates(columns)
-    if found is None and len(rest) == 1:
+    if found is None and fill and len(rest) == 1:
         found = rest[0]
     if found is None:
         raise UserError(f"{where}: cannot tell which field holds the text (fields: "
-                        f"{', '.join(repr(c) for c in columns)}); set {key}, e.g. {key}={(rest or columns)[0]}")
+                        f"{', '.join(repr(c) for c in columns)}); {fix((rest or columns or ['?'])[0])}")
     return found
 
 

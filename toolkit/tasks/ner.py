@@ -129,18 +129,9 @@ def read_jsonl(path: Path, tokens_field: str | None = None, tags_field: str | No
     fmt = readers.file_format(path, ("json", "jsonl"))
     ds = readers.read(path, fmt)
     lists = [n for n, f in ds.features.items() if not hasattr(f, "dtype")]  # list-valued fields
-    fields = []
+    fields: list[str] = []
     for setting, given, names in (("tokens_field", tokens_field, TOKENS_FIELDS), ("tags_field", tags_field, TAGS_FIELDS)):
-        if given is not None and given not in ds.column_names:
-            raise UserError(f"task.{setting}: {path} has no field '{given}' (it has: {', '.join(ds.column_names)})"
-                            + readers.near_name(given, ds.column_names))
-        found = given or next((n for n in names if n in ds.column_names), None)
-        free = [n for n in lists if n not in fields and n not in TOKENS_FIELDS + TAGS_FIELDS]
-        if found is None and len(free) != 1:
-            raise UserError(f"task.{setting}: {path} has no '{names[0]}' field (candidates: "
-                            f"{', '.join(repr(n) for n in free) or 'none'}; fields: {', '.join(ds.column_names)}); "
-                            f"set task.{setting}")
-        fields.append(found or free[0])
+        fields.append(find_field(setting, given, names, list(ds.column_names), lists, fields, path))
     out = Sentences(path, [], [], None)
     for i, record in enumerate(ds.to_list()):
         words, tags = record.get(fields[0]), record.get(fields[1])
@@ -153,6 +144,23 @@ def read_jsonl(path: Path, tokens_field: str | None = None, tags_field: str | No
         out.tokens.append(words)
         out.tags.append(tags)
     return out
+
+
+def find_field(setting: str, given: str | None, names: tuple[str, ...], columns: list[str], lists: list[str],
+               taken: list[str], where: Any, fix: str = "set task.{setting}") -> str:
+    """The field of the words (or tags) among a record's `columns`: `given` (the recipe's
+    task.`setting`), else the first of `names` present, else the one list-valued field (`lists`)
+    no other role has taken or could name; else one line listing the candidates (ending in `fix`)."""
+    if given is not None and given not in columns:
+        raise UserError(f"task.{setting}: {where} has no field '{given}' (it has: {', '.join(columns)})"
+                        + readers.near_name(given, columns))
+    found = given or next((n for n in names if n in columns), None)
+    free = [n for n in lists if n not in taken and n not in TOKENS_FIELDS + TAGS_FIELDS]
+    if found is None and len(free) != 1:
+        raise UserError(f"task.{setting}: {where} has no '{names[0]}' field (candidates: "
+                        f"{', '.join(repr(n) for n in free) or 'none'}; fields: {', '.join(columns)}); "
+                        + fix.format(setting=setting))
+    return found or free[0]
 
 
 def read_sentences(path: Path, tokens_field: str | None = None, tags_field: str | None = None) -> Sentences:
@@ -426,6 +434,15 @@ class Ner(Task):
     def predict_fields(self, model: Any) -> list[str]:
         self.labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
         return ["tokens"]
+
+    def input_fields(self, names: list[str], kinds: dict[str, str], where: str) -> list[str]:
+        """The words of a predict input as a JSONL file to evaluate on has them found
+        (`find_field`): task.tokens_field where set, else `tokens` or `words`, else the one
+        list-valued field; predict demanded `tokens` even of a run trained on (and evaluated on)
+        files of `words` or of the field task.tokens_field names."""
+        lists = [k for k, v in kinds.items() if v == "list"]
+        return [find_field("tokens_field", self.tokens_field, TOKENS_FIELDS, list(kinds), lists, [], where,
+                           fix="name it so in the input")]
 
     def predict(self, model: Any, tokenizer: Any, rows: list[dict]) -> list[dict]:
         """Per row its id field where it has one (`_fields.row_key`), its words (`tokens`: a list,

@@ -300,9 +300,12 @@ class QaFields:
     answers: str | None = None
     id: str | None = None
 
-    def resolve(self, path: Any, columns: dict[str, str]) -> dict[str, str | None]:
+    def resolve(self, path: Any, columns: dict[str, str], roles: tuple[str, ...] = ("question", "context", "answers"),
+                fix: str = "set task.{role}_field") -> dict[str, str | None]:
         """role -> field of `columns` (name -> "text" / "other"): set, else a conventional name,
-        else the one field of the right kind no other role takes; several: one line listing them."""
+        else the one field of the right kind no other role takes; several: one line listing them
+        (ending in `fix`). Every reader of the task's records goes through here: a file to train or
+        evaluate on, and `toolkit predict`'s inputs (`roles` question and context: no answers)."""
         chosen = {role: getattr(self, role) for role in FIELD_NAMES}
         for role, name in chosen.items():
             if name is not None and name not in columns:
@@ -311,7 +314,7 @@ class QaFields:
         for role, names in FIELD_NAMES.items():
             if chosen[role] is None:
                 chosen[role] = next((n for n in names if n in columns), None)
-        for role in ("question", "context", "answers"):
+        for role in roles:
             if chosen[role] is not None:
                 continue
             kind = "other" if role == "answers" else "text"
@@ -319,7 +322,7 @@ class QaFields:
             if len(free) != 1:
                 found = f"candidates: {', '.join(repr(c) for c in free)}" if free else "no candidate field"
                 raise UserError(f"task.{role}_field: {path} has no '{FIELD_NAMES[role][0]}' field ({found}; "
-                                f"fields: {', '.join(columns)}); set task.{role}_field")
+                                f"fields: {', '.join(columns)}); {fix.format(role=role)}")
             chosen[role] = free[0]
         return chosen
 
@@ -727,21 +730,22 @@ class Squad(TextToText):
 
     # --- prediction on new inputs (`toolkit predict`, the API's predict) -------------------------
     def predict_fields(self, model: Any) -> list[str]:
-        """A question and the context to answer it from, in either mode, by the names the run's
-        data gave them: task.question_field / context_field, else those found in the recipe's
-        flat file (found again there, as training found them), else `question` and `context`
-        (SQuAD's layout, the Hub). Predict read `question` and `context` whatever the run read:
-        a file of the training layout (`query`, `passage`) was refused, and one holding both
-        answered another field than the run was trained on, exit 0."""
-        if "_input_names" not in self.__dict__:
-            names = {"question": self.question_field, "context": self.context_field}
-            for name in (self.eval_file, self.train_file):
-                if None in names.values() and name and data_path(self.expand(name)).is_file():
-                    found = flat_fields(self.expand(name), self.fields) or {}
-                    names = {role: names[role] or found.get(role) for role in names}
-                    break
-            self.__dict__["_input_names"] = [names[role] or role for role in ("question", "context")]
-        return list(self.__dict__["_input_names"])
+        """The names predict's rows carry the question and the context under: the run's
+        task.question_field / context_field, else `question` and `context` (SQuAD's layout, the
+        Hub). An input's own names for them are found by `input_fields`."""
+        return [self.question_field or "question", self.context_field or "context"]
+
+    def input_fields(self, names: list[str], kinds: dict[str, str], where: str) -> list[str]:
+        """The question and context fields of a predict input, found as a file to train or
+        evaluate on has them found (`QaFields.resolve`): task.question_field / context_field where
+        the recipe sets them, else the conventional names (`question`, `query`, `q`; `context`,
+        `passage`, ...), else the one text field no other role takes. Predict demanded the names
+        the run's own files had (`query` / `passage`) where `toolkit eval RUN task.eval_file=NEW`
+        found them in NEW: an input of SQuAD's names was refused for a run trained on an export's."""
+        found = self.fields.resolve(where, {k: "text" if v == "text" else "other" for k, v in kinds.items()},
+                                    roles=("question", "context"),
+                                    fix="name them so in the input (or give JSONL or CSV with those fields)")
+        return [str(found["question"]), str(found["context"])]
 
     def predict_file(self, path: Any) -> list[dict] | None:
         """SQuAD's document layout, which training and evaluation read: predict read only flat

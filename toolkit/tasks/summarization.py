@@ -209,6 +209,17 @@ class Summarization(TextToText):
             return self.found_source() or self.fields()[0]
         return self.fields()[0]
 
+    def input_fields(self, names: list[str], kinds: dict[str, str], where: str) -> list[str]:
+        """A run on its own files reads every file by the fields found in the first (or set), and
+        its predict inputs so (`names`); a preset's run (SAMSum, CNN/DailyMail) finds a file's
+        fields anew, as `toolkit eval RUN task.eval_file=NEW` does (the preset's name, then the
+        conventional ones, then the one field there is), and its inputs alike: predict demanded
+        `dialogue` of a SAMSum run where eval read NEW's `document`."""
+        if self.source_field or self.train_file or self.eval_file:
+            return names
+        return [_fields.one_text(list(kinds), where, (PRESETS[self.subset][4], *_fields.TEXT_INPUTS),
+                                 lambda first: f"name it {names[0]} in the input")]
+
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         predictions = self.decoded(outputs)
         unread = [i for i in rouge_unread(predictions) if _LETTERS.search(predictions[i])]

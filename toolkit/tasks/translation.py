@@ -190,6 +190,19 @@ class Translation(TextToText):
             return self.found_source() or self.source_lang
         return self.source_field or self.source_lang
 
+    def input_fields(self, names: list[str], kinds: dict[str, str], where: str) -> list[str]:
+        """A run on its own files reads every file by the fields found in the first (or set), and
+        its predict inputs so (`names`); a preset's run finds a file's source field anew, as
+        `toolkit eval RUN task.eval_file=NEW` does (`pick_fields`: the field the source language's
+        code names, any case, `-` or `_`, then `source`, `src`, `input`; never the one field left),
+        and its inputs alike: predict demanded `de` where eval read NEW's `DE` or `de_DE`."""
+        if self.source_field or self.train_file or self.eval_file or self.subset == "custom":
+            return names
+        columns = list(kinds)
+        found = _fields.language_field(columns, self.source_lang, where)
+        return [found or _fields.one_text(columns, where, (self.source_lang, "source", "src", "input"),
+                                          lambda first: f"name it {names[0]} in the input", fill=False)]
+
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         scores, _ = sacrebleu_scores(self.decoded(outputs), [r[0] for r in self.references(raw)],
                                      self.bleu_tokenize)
