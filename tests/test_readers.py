@@ -1074,3 +1074,48 @@ def test_a_glue_file_written_with_csv_quoting_is_one_line(tmp_path: Path, case: 
     (folder / name).write_text("\n".join(lines) + "\n")
     with pytest.raises(UserError, match=said + r".*a \.tsv is read with its quotes as text"):
         _glue_read(task, split)(tmp_path)
+
+
+def _texts_file(path: Path, tag: str) -> Path:
+    """Four records whose texts begin with `tag`, in the format the name says."""
+    rows = [{"text": f"{tag} text {i}", "label": "ab"[i % 2]} for i in range(4)]
+    if path.suffix in (".csv", ".tsv"):
+        sep = "," if path.suffix == ".csv" else "\t"
+        path.write_text(f"text{sep}label\n" + "".join(f"{r['text']}{sep}{r['label']}\n" for r in rows))
+    elif path.suffix == ".txt":
+        path.write_text("".join(r["text"] + "\n" for r in rows))
+    else:
+        _write_records(path, rows)
+    return path
+
+
+# a file's name holding what a glob reads as a pattern, and the other file the pattern matches
+GLOB_NAMES = {"brackets": ("data[1]", "data1"), "star": ("data*", "dataX"), "question mark": ("data?", "dataY")}
+NAMED_READERS = {  # every entry a run, eval, sweep, the API or predict reads a data file through
+    **{f"read {s}": (s, lambda p: readers.read(p, readers.FORMATS[p.suffix])["text"]) for s in readers.FORMATS},
+    "text_classification": (".csv", _classification_rows), "summarization/translation": (".jsonl", _pairs_rows),
+    "predict": (".json", _predict_rows)}
+
+
+@pytest.mark.parametrize("name", sorted(GLOB_NAMES))
+@pytest.mark.parametrize("reader", sorted(NAMED_READERS))
+def test_a_file_is_read_by_its_name_never_as_a_pattern(tmp_path: Path, reader: str, name: str) -> None:
+    """Finding: datasets' builders take `data_files` for a glob pattern. A file named
+    `train[1].csv` was read as `train1.csv` beside it, `train*.csv` as every file its name
+    matches, joined, `data?.csv` as `data?.csv` and `dataY.csv` (exit 0, the run named by the
+    named file's bytes), and `only[2].csv` alone as 'has a header and no rows'. Every reader reads
+    the one file the path names."""
+    suffix, read = NAMED_READERS[reader]
+    named, decoy = GLOB_NAMES[name]
+    path = _texts_file(tmp_path / f"{named}{suffix}", "named")
+    assert list(read(path)) == [f"named text {i}" for i in range(4)]  # alone: not 'no such file' or no rows
+    _texts_file(tmp_path / f"{decoy}{suffix}", "decoy")
+    assert list(read(path)) == [f"named text {i}" for i in range(4)]
+
+
+def test_a_path_datasets_cannot_name_is_one_line(tmp_path: Path) -> None:
+    """`::` in a path is a chain of URLs to datasets' builders, whatever comes before it: the line
+    says so (it was 'could not be read as csv (FileNotFoundError: Unable to find ...)')."""
+    path = _texts_file(tmp_path / "a::b.csv", "named")
+    with pytest.raises(UserError, match=re.escape(f"{path}: datasets' readers take '::' in a path")):
+        readers.read(path)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import glob
 import gzip
 import hashlib
 import io
@@ -352,6 +353,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     fmt = fmt or file_format(path)
     digest = hashlib.sha256()
     size = scan(path, lines=fmt != "json", plain=fmt == "text", digest=digest)
+    literal = builder_path(path)
     kwargs: dict[str, Any] = {}
     if fmt in ("csv", "tsv"):
         header = csv_header(path, fmt)
@@ -394,7 +396,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         with _quiet_builders():
             # the cache is named by the bytes: datasets alone keys it on path and mtime, and a file
             # replaced with its mtime kept (cp -p, rsync -t, unzip) would be read as it was
-            return load_dataset(builder, name=f"sha256-{digest.hexdigest()}", data_files=str(path),
+            return load_dataset(builder, name=f"sha256-{digest.hexdigest()}", data_files=literal,
                                 split="train", **{**kwargs, **settings})
 
     try:
@@ -432,6 +434,20 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         if problem:
             raise UserError(problem)
     return ds
+
+
+def builder_path(path: Path) -> str:
+    """`path` as datasets' builders read it, as the one file it names: they take `data_files` for a
+    pattern (fsspec's glob), so a file named `train[1].csv` was read as `train1.csv` where both were
+    there (`[1]` a character class), `only[2].csv` as no file ('has a header and no rows') and
+    `reviews*.csv` as every file its name matches, joined, exit 0, while its own bytes named the run.
+    `*`, `?` and `[` are escaped; `::`, which the builders take for a chain of URLs whatever
+    precedes it, cannot be, and is one line."""
+    text = str(path)
+    if "::" in text:
+        raise UserError(f"{path}: datasets' readers take '::' in a path for a chain of URLs (zip://...::file) and "
+                        "cannot name this file; rename it (or its folder) without '::'")
+    return glob.escape(text)
 
 
 def _a_record_all_null(ds: Any) -> bool:
