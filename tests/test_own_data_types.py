@@ -285,6 +285,34 @@ def test_a_folder_given_as_a_data_file_is_called_a_folder(tmp_path: Path, name: 
         check_data(recipe)
 
 
+HUB_NAMED = ["minilm-full", "minilm-mlm", "gpt2-clm"]  # own-data recipes whose task also takes task.dataset
+LOCAL_KINDS = {"folder": "names a Hub data set, and it is also a folder here",
+               "saved": "is a folder datasets' save_to_disk wrote", "file": "is a file here"}
+
+
+@pytest.mark.parametrize("kind", sorted(LOCAL_KINDS))
+@pytest.mark.parametrize("name", HUB_NAMED)
+def test_a_hub_name_that_is_a_path_here_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli,
+                                                     name: str, kind: str) -> None:
+    """Finding: `task.dataset: imdb` beside a folder `imdb/` passed validate with exit 0, and
+    datasets' load_dataset reads a local folder of the name before the Hub's: every file in it
+    whose name says `train`, its `test` file as the eval split (off-line: said as a Hub data set the
+    Hub could not give). A folder `save_to_disk` wrote, or a file, is no Hub id either. One line
+    naming the setting at validate, a run and the API (check_data)."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "imdb"
+    if kind == "file":
+        folder.write_text("text,label\na,1\n")
+    else:
+        folder.mkdir()
+        (folder / ("dataset_dict.json" if kind == "saved" else "train.csv")).write_text("{}")
+    overrides = ["task.dataset=imdb", "task.train_file=null", "task.eval_file=null"]
+    code, _, err = cli("validate", OWN / f"{name}.yaml", *overrides)
+    assert code == 2 and f"task.dataset: 'imdb' {LOCAL_KINDS[kind]} ({folder})" in err, err
+    with pytest.raises(UserError, match=re.escape(LOCAL_KINDS[kind])):
+        recipes.check_data(recipes.load(OWN / f"{name}.yaml", overrides))
+
+
 def _own_rows(name: str, path: Path, ids: list[int], salted: set[int], id_offset: int = 0) -> Path:
     """Rows `ids` of a file for the own-data recipe `name`, in a format its task reads; a salted
     row's texts differ from the unsalted row's."""
