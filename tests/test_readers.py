@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -1119,3 +1119,44 @@ def test_a_path_datasets_cannot_name_is_one_line(tmp_path: Path) -> None:
     path = _texts_file(tmp_path / "a::b.csv", "named")
     with pytest.raises(UserError, match=re.escape(f"{path}: datasets' readers take '::' in a path")):
         readers.read(path)
+
+
+def _mixed_readers() -> dict:
+    from toolkit.inference import read_inputs
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import read_records
+
+    def classify(path: Path) -> Any:
+        return TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=["text"],
+                                                label_column="label").load()
+    return {"text_classification text": ("text", classify), "text_classification label": ("label", classify),
+            "summarization/translation": ("text", lambda p: read_records(p, ("text", "label"))),
+            "predict": ("text", lambda p: read_inputs(str(p), ["text"]))}
+
+
+MIXED = {  # strings datasets keeps as they are in a column of mixed JSON types, then the value at fault
+    "leading zeros": (["007", "a b"], {"x": 1}, "an object"),
+    "a number, NaN": (["123", "NaN"], ["a"], "a list"),
+    "true, null, a list": (["true", "null", "[1]"], {"y": 2}, "an object"),
+}
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "json"])  # ({"data": [...]}: the builder refuses a type change itself)
+@pytest.mark.parametrize("case", sorted(MIXED))
+@pytest.mark.parametrize("reader", sorted(_mixed_readers()))
+def test_a_field_of_mixed_json_types_is_named_at_the_record_at_fault(tmp_path: Path, reader: str, case: str,
+                                                                     layout: str) -> None:
+    """Finding: a column of mixed JSON types reaches the table as datasets' `Json` text, where a
+    string that parses as JSON is kept as it is ("007", "NaN", "null", "[1]"): a text "007" before a
+    record whose text was an object was a JSONDecodeError traceback (json.loads("007")), and a text
+    "123" was named as the number at fault, the record holding the list left unnamed (a label "[1]"
+    as a list). The record at fault is now found in the file: its line, its type, every reader."""
+    column, read = _mixed_readers()[reader]
+    strings, bad, kind = MIXED[case]
+    rows = [{"text": f"text {i}", "label": "ab"[i % 2], column: s} for i, s in enumerate(strings)]
+    rows.append({"text": "last", "label": "a", column: bad})
+    path = _write_records(tmp_path / f"d.{layout}", rows)
+    lines = path.read_text().splitlines()  # the last record's line (JSON: its opening brace's)
+    line = len(rows) if layout == "jsonl" else max(i + 1 for i, text in enumerate(lines) if text.strip() == "{")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:{line}: .*'{column}' is {kind}, expected text"):
+        read(path)

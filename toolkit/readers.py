@@ -933,6 +933,34 @@ class _Kinds:
         return None
 
 
+def first_in_file(path: Path, fmt: str, column: str, field: str | None, bad: Any) -> tuple[int, Any] | None:
+    """(index, value) of the first record of a JSON(L) file whose `column` holds a value `bad`
+    says is wrong, read from the file (error path). Where a column of mixed JSON types reaches the
+    table as JSON text (datasets' `Json`), datasets keeps a string that parses as JSON as it is:
+    the string "007" is stored as the number 7 is, "NaN" and "null" as no value, "[1]" as a list.
+    Taken from the table, a string was named as the record at fault, or `json.loads("007")` was a
+    traceback. None where no record has such a value (or the file cannot be walked so)."""
+    try:
+        if fmt == "jsonl":
+            records: Any = (json.loads(line) for _, line, _ in _jsonl_lines(path))
+        else:
+            document = json.loads(read_small_text(path))
+            records = iter(document[field] if field is not None else document)
+        for i, record in enumerate(records):
+            if isinstance(record, dict) and column in record and bad(record[column]):
+                return i, record[column]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return None
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _at(where: Any) -> str:
     return f"line {where}" if isinstance(where, int) else str(where)
 
@@ -1184,10 +1212,14 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
         text = values
         if encoded:
             not_str = pc.invert(pc.starts_with(pc.fill_null(values, '"'), '"'))
-            bad = pc.index(not_str, True).as_py()
-            if bad >= 0:
-                raise UserError(f"{where(path, fmt, offset + bad, _keys(keys, offset + bad))}: {what} is "
-                                f"{json_type(json.loads(values[bad].as_py()))}, expected text")
+            if pc.any(not_str).as_py():  # the stored JSON text cannot say which (`first_in_file`)
+                field = keys(0)[0] if callable(keys) else None
+                found = first_in_file(path, fmt, column, field, lambda v: v is not None and not isinstance(v, str))
+                if found is None:  # a field lifted from an object (`lift_nested`): json.dumps wrote its text
+                    bad = pc.index(not_str, True).as_py()
+                    found = (offset + bad, _json_value(values[bad].as_py()))
+                raise UserError(f"{where(path, fmt, found[0], _keys(keys, found[0]))}: {what} is "
+                                f"{json_type(found[1])}, expected text")
             text = pc.utf8_slice_codeunits(values, 1, -1)
         missing = pc.index(pc.is_null(values), True).as_py()
         if missing >= 0:
@@ -1231,16 +1263,15 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
     offset = 0
     for batch in ds.data.to_batches(max_chunksize=65536):
         values = batch.column(batch.schema.get_field_index(column))
-        bad = -1
-        if isinstance(values.type, pa.BaseExtensionType):  # mixed JSON types, stored as JSON text
-            text = pc.fill_null(values.storage, "0")
-            bad = pc.index(pc.or_(pc.starts_with(text, "["), pc.starts_with(text, "{")), True).as_py()
+        found = None  # (index in the file, value)
+        if isinstance(values.type, pa.BaseExtensionType):  # mixed JSON types, stored as JSON text,
+            # which cannot say which (`first_in_file`): the file can
+            found = first_in_file(path, fmt, column, None, lambda v: isinstance(v, (list, dict)))
         elif pa.types.is_nested(values.type):
-            bad = max(pc.index(pc.is_valid(values), True).as_py(), -1)
-        if bad >= 0:
-            value = values[bad].as_py()
-            value = json.loads(value) if isinstance(value, str) else value
-            raise UserError(f"{where(path, fmt, offset + bad)}: {what} is {json_type(value)}, expected "
+            bad = pc.index(pc.is_valid(values), True).as_py()
+            found = (offset + bad, values[bad].as_py()) if bad >= 0 else None
+        if found is not None:
+            raise UserError(f"{where(path, fmt, found[0])}: {what} is {json_type(found[1])}, expected "
                             "text or a number")
         if pa.types.is_floating(values.type):  # NaN, Infinity: not JSON, yet Python's json.dumps
             # writes a missing float so, and it was read as the class "nan", exit 0
