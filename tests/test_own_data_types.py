@@ -361,14 +361,28 @@ def test_eval_examples_that_are_training_examples_are_said_whatever_the_bytes(na
         assert (line and line.split(": ")[1].split(" eval examples")[0]) == said, (held, line)
 
 
-def test_a_dev_file_cut_from_the_train_file_is_said_by_a_run(tmp_path: Path, cli) -> None:
-    """`toolkit run` says it (setup notes it with the data's other lines), once."""
+def test_a_dev_file_cut_from_the_train_file_is_said_by_a_run_and_its_eval(tmp_path: Path, cli,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """`toolkit run` says it (setup notes it with the data's other lines), once. Finding: `toolkit
+    eval RUN task.eval_file=<the run's train file>` (or a dev file cut from it) scored training
+    examples as held-out ones without a word, exit 0; eval says it as the run does, the CLI and the
+    API alike, and nothing for held-out examples."""
+    import toolkit
+
     train = _own_rows("minilm-full", tmp_path / "train.csv", list(range(20)), set())
     dev = _own_rows("minilm-full", tmp_path / "dev.csv", list(range(6)), set())
     code, _, err = cli("run", "demo/own-data/minilm-full", f"task.train_file={train}", f"task.eval_file={dev}",
                        "--smoke", "--runs-dir", tmp_path / "runs")
     assert code == 0, err
     assert err.count(f"warning: task.eval_file {dev}: all 6 eval examples are training examples too") == 1, err
+    run = next((tmp_path / "runs").rglob("metrics.json")).parent
+    code, _, err = cli("eval", run, f"task.eval_file={train}")
+    assert code == 0 and f"warning: task.eval_file {train} holds the same data as task.train_file" in err, err
+    toolkit.evaluate(run)
+    assert f"warning: task.eval_file {dev}: all 6 eval examples are training examples too" in capsys.readouterr().err
+    held = _own_rows("minilm-full", tmp_path / "held.csv", list(range(6)), set(range(6)), 100)
+    code, _, err = cli("eval", run, f"task.eval_file={held}")
+    assert code == 0 and "training examples" not in err, err
 
 
 def _ner_jsonl(tmp: Path) -> Path:

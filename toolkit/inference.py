@@ -223,6 +223,8 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
         adopt_saved(run, recipe)
     data = recipe.task.load()
     check_hub_data(run, recipe, task_from)
+    if split == "eval":  # task.eval_file=<the run's train file>: scores of training examples, said as a run says it
+        recipe.task.note_eval_in_train(data)
     raw = {suffix: recipe.task.as_scored(ds) for suffix, ds in split_of(data, split).items()}
     model, tok = load_model(run, recipe)
     if recipe.method.trains:  # in-context runs cut their prompts at method.max_length (checked there)
