@@ -1160,3 +1160,24 @@ def test_a_field_of_mixed_json_types_is_named_at_the_record_at_fault(tmp_path: P
     line = len(rows) if layout == "jsonl" else max(i + 1 for i, text in enumerate(lines) if text.strip() == "{")
     with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:{line}: .*'{column}' is {kind}, expected text"):
         read(path)
+
+
+@pytest.mark.parametrize("reader, fmt", [(r, f) for r in ("text_classification", "ner", "squad", "summarization",
+                                                            "predict", "predict-words")
+                                          for f in ("jsonl", "stdin") if f != "stdin" or r.startswith("predict")])
+def test_a_comma_after_a_jsonl_record_is_said_as_such(tmp_path: Path, monkeypatch, reader: str, fmt: str) -> None:
+    """A JSON list's items written a line each with their commas (`{...},`) was "not valid JSON
+    (Extra data)"; every JSONL reader and predict's standard input name the comma."""
+    from toolkit.inference import read_inputs
+
+    read, record = _null_record_readers()[reader]
+    text = f"{json.dumps(record)},\n{json.dumps(record)}\n"
+    if fmt == "stdin":
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        path, names = "-", list(record)
+        read = lambda p: read_inputs(p, names, ("tokens",))  # noqa: E731
+    else:
+        path = tmp_path / "x.jsonl"
+        path.write_text(text)
+    with pytest.raises(UserError, match=r":1: a comma after the record; a JSON lines file holds one JSON object a line"):
+        read(path)

@@ -291,7 +291,7 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise UserError(f"{name}:{i}: not valid JSON ({exc.msg})") from None
+                raise UserError(f"{name}:{i}: {readers.not_json_line(line, exc)}") from None
             if not isinstance(rows[-1], dict):  # as a file's reader says it (readers._jsonl_problem)
                 raise UserError(f"{name}:{i}: expected a JSON object per line, got {readers.json_type(rows[-1])}")
         rows = task.predict_records(rows) if task is not None else rows

@@ -860,7 +860,7 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
         try:
             value = json.loads(line, object_pairs_hook=_no_duplicates)
         except json.JSONDecodeError as exc:
-            return f"{path}:{n}: " + (_spread_value(line, rest) or f"not valid JSON ({exc.msg})")
+            return f"{path}:{n}: " + (_spread_value(line, rest) or not_json_line(line, exc))
         except ValueError as exc:
             return f"{path}:{n}: {exc}"
         if not isinstance(value, dict):
@@ -869,6 +869,23 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
         if changed:
             return f"{path}:{n}: {changed}"
     return None
+
+
+def not_json_line(line: str, exc: json.JSONDecodeError) -> str:
+    """What is wrong with a JSONL line the json module refused: a record followed by a comma (a
+    JSON list's items cut into lines, `{...},`) is said as such; it was "not valid JSON (Extra
+    data)"."""
+    body = line.strip()
+    if body.endswith(","):
+        try:
+            json.loads(body[:-1])
+        except ValueError:
+            pass
+        else:
+            return ("a comma after the record; a JSON lines file holds one JSON object a line and nothing "
+                    "after it (a list's items written a line each keep their commas: take them out, or "
+                    "write a .json list)")
+    return f"not valid JSON ({exc.msg})"
 
 
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, str, Any]]:
