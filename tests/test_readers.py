@@ -1181,3 +1181,32 @@ def test_a_comma_after_a_jsonl_record_is_said_as_such(tmp_path: Path, monkeypatc
         path.write_text(text)
     with pytest.raises(UserError, match=r":1: a comma after the record; a JSON lines file holds one JSON object a line"):
         read(path)
+
+
+def _predict_document_rows(path: Path) -> list:
+    from toolkit.inference import read_inputs
+
+    task = SimpleNamespace(json_field="data", predict_file=lambda path: None)  # a task of flat records
+    return [r["text"] for r in read_inputs(str(path), ["text"], (), task)]
+
+
+BOM_READERS = {  # layout -> (suffix, read the texts)
+    **{s: (s, lambda p: list(readers.read(p, readers.FORMATS[p.suffix])["text"])) for s in readers.FORMATS},
+    "summarization/translation {data}": (".json", lambda p: list(_pairs_rows(p))),
+    "predict {data}": (".json", _predict_document_rows),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(BOM_READERS))
+def test_a_utf8_byte_order_mark_is_read_by_every_reader(tmp_path: Path, layout: str) -> None:
+    """Finding: a JSON document with its list under a field (`{"data": [...]}`, what summarization,
+    translation and their predict read) that begins with a UTF-8 BOM (Notepad's, PowerShell's) was
+    "could not be read as json (ValueError: Expected object or value)", where every other layout
+    read it. Every reader reads a file with a BOM as the same file without one."""
+    suffix, read = BOM_READERS[layout]
+    plain = _texts_file(tmp_path / f"plain{suffix}", "t")
+    if "{data}" in layout:
+        plain.write_text(json.dumps({"data": json.loads(plain.read_text())}))
+    marked = tmp_path / f"marked{suffix}"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert read(marked) == read(plain) == [f"t text {i}" for i in range(4)]

@@ -377,7 +377,10 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         if field is None and first_item_char(path) not in "{]":  # datasets reads ["a", "b"] as `text`
             raise UserError(_json_problem(path, None) or f"{path}: expected a JSON list of objects")
         json_keys_once(path, field)  # first: a repeated key can empty what the builder reads ({"data": []} last)
-        builder, kwargs = "json", ({"field": field} if field else {})
+        # a document's list ({"data": [...]}) the builder reads with the encoding it is given: a UTF-8
+        # BOM (Notepad's, PowerShell's) was "could not be read as json (ValueError: Expected object or
+        # value)" there, where a JSON list, JSONL and CSV with one read as written
+        builder, kwargs = "json", ({"field": field, "encoding": "utf-8-sig"} if field else {})
     elif fmt == "jsonl":
         if first_char(path) == "[":  # the builder reads it as a list, and no record's line could be named
             raise UserError(f"{path}: holds a JSON list, not JSON lines (one object a line); name it .json")
