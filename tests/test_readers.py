@@ -1210,3 +1210,36 @@ def test_a_utf8_byte_order_mark_is_read_by_every_reader(tmp_path: Path, layout: 
     marked = tmp_path / f"marked{suffix}"
     marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
     assert read(marked) == read(plain) == [f"t text {i}" for i in range(4)]
+
+
+def _shifted_rows(path: Path) -> list:
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=["text"],
+                                            label_column="label")
+    return task.load()["train"]["text"]
+
+
+LINE_END_READERS = {"read": lambda p: readers.read(p)["text"], "text_classification": _shifted_rows,
+                    "summarization/translation": _pairs_rows, "predict": _predict_rows}
+
+
+@pytest.mark.parametrize("reader, suffix", [(r, s) for r in sorted(LINE_END_READERS) for s in (".csv", ".tsv")
+                                             if not (s == ".tsv" and r.startswith("summarization"))])  # no TSV there
+def test_a_row_ending_at_a_lone_carriage_return_is_refused(tmp_path: Path, reader: str, suffix: str) -> None:
+    """Finding: a row ending at a lone carriage return (classic Mac's line end) in a file of \\n
+    line ends made pandas read the next row shifted when its first field was empty: `\\r,great,pos,neg`
+    under `id,text,label,note` was the text 'pos' with the label 'neg', exit 0. Such a file is one
+    line naming the row; a file whose rows all end at \\r, and \\r inside a quoted field, read as written."""
+    sep = "," if suffix == ".csv" else "\t"
+    row = lambda *cells: sep.join(cells)  # noqa: E731
+    path = tmp_path / f"d{suffix}"
+    body = [row("id", "text", "label", "note"), row("1", "good", "pos", "x"), row("2", "bad", "neg", "y")]
+    path.write_bytes(("\n".join(body) + "\n\r" + row("", "great", "pos", "neg") + "\n").encode())
+    with pytest.raises(UserError, match=rf"{re.escape(str(path))}:4: this row ends at a lone carriage return"):
+        LINE_END_READERS[reader](path)
+    path.write_bytes(("\r".join(body + [row("3", "great", "pos", "z")]) + "\r").encode())
+    assert list(LINE_END_READERS[reader](path)) == ["good", "bad", "great"]
+    if suffix == ".csv":
+        path.write_bytes(("\n".join(body[:2]) + '\n2,"b\rad",neg,y\n').encode())
+        assert list(LINE_END_READERS[reader](path)) == ["good", "b\rad"]

@@ -357,8 +357,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     kwargs: dict[str, Any] = {}
     if fmt in ("csv", "tsv"):
         header = csv_header(path, fmt)
-        if fmt == "csv":
-            csv_quotes(path)
+        csv_rows(path, fmt, len(header))
         kwargs = {"keep_default_na": False, "encoding": "utf-8-sig",
                   "features": Features({name: Value("string") for name in header})}
         if fmt == "tsv":
@@ -660,23 +659,53 @@ def _field_names(names: list[str]) -> str:
 _QUOTE_SPACE = re.compile(r'"[ \t]+(?=,|\r|\n|$)')
 
 
-def csv_quotes(path: Path) -> None:
-    """Every quoted CSV field closes where the field ends (RFC 4180: a quote inside one is
+CR = "\r"
+
+
+def csv_rows(path: Path, fmt: str, want: int) -> None:
+    """One streaming pass of Python's csv module over a CSV/TSV file, for what pandas reads without
+    a word. CSV: every quoted field closes where the field ends (RFC 4180: a quote inside one is
     written twice): one line naming the line the field starts on. A review opening with an
     unclosed quote (`"Best phone ever,pos`) ran on over the next rows, read as one text up to a
     later quote, and three examples were lost, exit 0 (pandas reads past it; text after a
-    closing quote, `"Best" phone`, it joins silently). One streaming pass of Python's csv module
-    in strict mode, which refuses both. Spaces and tabs between a closing quote and the comma or
-    line end (`"abc" ,pos`) are what the csv module and pandas read without a word (as `abc `),
-    and no swallowed row: strict mode refuses them too, so they are taken out of what it sees
-    (`_QUOTE_SPACE`; line numbers are kept)."""
+    closing quote, `"Best" phone`, it joins silently): strict mode refuses both. Spaces and tabs
+    between a closing quote and the comma or line end (`"abc" ,pos`) are what the csv module and
+    pandas read without a word (as `abc `), and no swallowed row: strict mode refuses them too, so
+    they are taken out of what it sees (`_QUOTE_SPACE`; line numbers are kept). Both formats: rows
+    end at one kind of line end. A row that ends at a lone carriage return (\r, classic Mac's line
+    end) in a file whose rows end at \n is refused at its line: pandas read the row after it
+    shifted, its empty first field dropped and every later one a column to the left (a `\r` then
+    `,"pos"` was the text `pos` with an empty label; with a third column, the label read from it),
+    exit 0 (`want`: the header's fields, for a row a lone \r cut short). A file whose every row
+    ends at \r is read as such."""
     csv.field_size_limit(sys.maxsize)
+    last = [""]
+
+    def lines(text: Any) -> Iterator[str]:
+        for line in text:
+            last[0] = line
+            yield _QUOTE_SPACE.sub('"', line) if fmt == "csv" else line
+
+    ends: dict[str, tuple[int, int]] = {}  # line end (CR or "\n") -> (line, fields) of the first row ending so
     with _open_bytes(path) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        rows = csv.reader((_QUOTE_SPACE.sub('"', line) for line in text), strict=True)
+        rows = (csv.reader(lines(text), strict=True) if fmt == "csv" else
+                csv.reader(lines(text), delimiter="\t", quoting=csv.QUOTE_NONE))
         start = 1
         try:
-            for _ in rows:
+            for row in rows:
+                end = "\n" if last[0].endswith("\n") else CR if last[0].endswith(CR) else ""
+                if end:
+                    ends.setdefault(end, (start, len(row) if any(f.strip(" \t") for f in row) else 0))
+                    if len(ends) > 1:
+                        line, got = ends[CR]
+                        raise UserError(f"{path}:{line}: " + (
+                            f"this row has {got} field{'s' * (got != 1)}, the header has {want}; the line ends in a "
+                            "lone carriage return (\\r), which ends a row: take it out, or quote the field that "
+                            "holds it" if 0 < got < want else
+                            "this row ends at a lone carriage return (\\r) and others at line breaks (\\n); "
+                            "pandas reads the row after such a line end shifted a column: save the file with one "
+                            "kind of line end (\\n or \\r\\n)"))
                 start = rows.line_num + 1
         except csv.Error as exc:
             raise UserError(f"{path}:{start}: a quoted field does not close where the field ends ({exc}); a "
