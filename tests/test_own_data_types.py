@@ -285,6 +285,34 @@ def test_a_folder_given_as_a_data_file_is_called_a_folder(tmp_path: Path, name: 
         check_data(recipe)
 
 
+HUB_NAMED = ["minilm-full", "minilm-mlm", "gpt2-clm"]  # own-data recipes whose task also takes task.dataset
+LOCAL_KINDS = {"folder": "names a Hub data set, and it is also a folder here",
+               "saved": "is a folder datasets' save_to_disk wrote", "file": "is a file here"}
+
+
+@pytest.mark.parametrize("kind", sorted(LOCAL_KINDS))
+@pytest.mark.parametrize("name", HUB_NAMED)
+def test_a_hub_name_that_is_a_path_here_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli,
+                                                     name: str, kind: str) -> None:
+    """Finding: `task.dataset: imdb` beside a folder `imdb/` passed validate with exit 0, and
+    datasets' load_dataset reads a local folder of the name before the Hub's: every file in it
+    whose name says `train`, its `test` file as the eval split (off-line: said as a Hub data set the
+    Hub could not give). A folder `save_to_disk` wrote, or a file, is no Hub id either. One line
+    naming the setting at validate, a run and the API (check_data)."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "imdb"
+    if kind == "file":
+        folder.write_text("text,label\na,1\n")
+    else:
+        folder.mkdir()
+        (folder / ("dataset_dict.json" if kind == "saved" else "train.csv")).write_text("{}")
+    overrides = ["task.dataset=imdb", "task.train_file=null", "task.eval_file=null"]
+    code, _, err = cli("validate", OWN / f"{name}.yaml", *overrides)
+    assert code == 2 and f"task.dataset: 'imdb' {LOCAL_KINDS[kind]} ({folder})" in err, err
+    with pytest.raises(UserError, match=re.escape(LOCAL_KINDS[kind])):
+        recipes.check_data(recipes.load(OWN / f"{name}.yaml", overrides))
+
+
 def _own_rows(name: str, path: Path, ids: list[int], salted: set[int], id_offset: int = 0) -> Path:
     """Rows `ids` of a file for the own-data recipe `name`, in a format its task reads; a salted
     row's texts differ from the unsalted row's."""
@@ -333,14 +361,28 @@ def test_eval_examples_that_are_training_examples_are_said_whatever_the_bytes(na
         assert (line and line.split(": ")[1].split(" eval examples")[0]) == said, (held, line)
 
 
-def test_a_dev_file_cut_from_the_train_file_is_said_by_a_run(tmp_path: Path, cli) -> None:
-    """`toolkit run` says it (setup notes it with the data's other lines), once."""
+def test_a_dev_file_cut_from_the_train_file_is_said_by_a_run_and_its_eval(tmp_path: Path, cli,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """`toolkit run` says it (setup notes it with the data's other lines), once. Finding: `toolkit
+    eval RUN task.eval_file=<the run's train file>` (or a dev file cut from it) scored training
+    examples as held-out ones without a word, exit 0; eval says it as the run does, the CLI and the
+    API alike, and nothing for held-out examples."""
+    import toolkit
+
     train = _own_rows("minilm-full", tmp_path / "train.csv", list(range(20)), set())
     dev = _own_rows("minilm-full", tmp_path / "dev.csv", list(range(6)), set())
     code, _, err = cli("run", "demo/own-data/minilm-full", f"task.train_file={train}", f"task.eval_file={dev}",
                        "--smoke", "--runs-dir", tmp_path / "runs")
     assert code == 0, err
     assert err.count(f"warning: task.eval_file {dev}: all 6 eval examples are training examples too") == 1, err
+    run = next((tmp_path / "runs").rglob("metrics.json")).parent
+    code, _, err = cli("eval", run, f"task.eval_file={train}")
+    assert code == 0 and f"warning: task.eval_file {train} holds the same data as task.train_file" in err, err
+    toolkit.evaluate(run)
+    assert f"warning: task.eval_file {dev}: all 6 eval examples are training examples too" in capsys.readouterr().err
+    held = _own_rows("minilm-full", tmp_path / "held.csv", list(range(6)), set(range(6)), 100)
+    code, _, err = cli("eval", run, f"task.eval_file={held}")
+    assert code == 0 and "training examples" not in err, err
 
 
 def _ner_jsonl(tmp: Path) -> Path:

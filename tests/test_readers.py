@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -1074,3 +1074,172 @@ def test_a_glue_file_written_with_csv_quoting_is_one_line(tmp_path: Path, case: 
     (folder / name).write_text("\n".join(lines) + "\n")
     with pytest.raises(UserError, match=said + r".*a \.tsv is read with its quotes as text"):
         _glue_read(task, split)(tmp_path)
+
+
+def _texts_file(path: Path, tag: str) -> Path:
+    """Four records whose texts begin with `tag`, in the format the name says."""
+    rows = [{"text": f"{tag} text {i}", "label": "ab"[i % 2]} for i in range(4)]
+    if path.suffix in (".csv", ".tsv"):
+        sep = "," if path.suffix == ".csv" else "\t"
+        path.write_text(f"text{sep}label\n" + "".join(f"{r['text']}{sep}{r['label']}\n" for r in rows))
+    elif path.suffix == ".txt":
+        path.write_text("".join(r["text"] + "\n" for r in rows))
+    else:
+        _write_records(path, rows)
+    return path
+
+
+# a file's name holding what a glob reads as a pattern, and the other file the pattern matches
+GLOB_NAMES = {"brackets": ("data[1]", "data1"), "star": ("data*", "dataX"), "question mark": ("data?", "dataY")}
+NAMED_READERS = {  # every entry a run, eval, sweep, the API or predict reads a data file through
+    **{f"read {s}": (s, lambda p: readers.read(p, readers.FORMATS[p.suffix])["text"]) for s in readers.FORMATS},
+    "text_classification": (".csv", _classification_rows), "summarization/translation": (".jsonl", _pairs_rows),
+    "predict": (".json", _predict_rows)}
+
+
+@pytest.mark.parametrize("name", sorted(GLOB_NAMES))
+@pytest.mark.parametrize("reader", sorted(NAMED_READERS))
+def test_a_file_is_read_by_its_name_never_as_a_pattern(tmp_path: Path, reader: str, name: str) -> None:
+    """Finding: datasets' builders take `data_files` for a glob pattern. A file named
+    `train[1].csv` was read as `train1.csv` beside it, `train*.csv` as every file its name
+    matches, joined, `data?.csv` as `data?.csv` and `dataY.csv` (exit 0, the run named by the
+    named file's bytes), and `only[2].csv` alone as 'has a header and no rows'. Every reader reads
+    the one file the path names."""
+    suffix, read = NAMED_READERS[reader]
+    named, decoy = GLOB_NAMES[name]
+    path = _texts_file(tmp_path / f"{named}{suffix}", "named")
+    assert list(read(path)) == [f"named text {i}" for i in range(4)]  # alone: not 'no such file' or no rows
+    _texts_file(tmp_path / f"{decoy}{suffix}", "decoy")
+    assert list(read(path)) == [f"named text {i}" for i in range(4)]
+
+
+def test_a_path_datasets_cannot_name_is_one_line(tmp_path: Path) -> None:
+    """`::` in a path is a chain of URLs to datasets' builders, whatever comes before it: the line
+    says so (it was 'could not be read as csv (FileNotFoundError: Unable to find ...)')."""
+    path = _texts_file(tmp_path / "a::b.csv", "named")
+    with pytest.raises(UserError, match=re.escape(f"{path}: datasets' readers take '::' in a path")):
+        readers.read(path)
+
+
+def _mixed_readers() -> dict:
+    from toolkit.inference import read_inputs
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import read_records
+
+    def classify(path: Path) -> Any:
+        return TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=["text"],
+                                                label_column="label").load()
+    return {"text_classification text": ("text", classify), "text_classification label": ("label", classify),
+            "summarization/translation": ("text", lambda p: read_records(p, ("text", "label"))),
+            "predict": ("text", lambda p: read_inputs(str(p), ["text"]))}
+
+
+MIXED = {  # strings datasets keeps as they are in a column of mixed JSON types, then the value at fault
+    "leading zeros": (["007", "a b"], {"x": 1}, "an object"),
+    "a number, NaN": (["123", "NaN"], ["a"], "a list"),
+    "true, null, a list": (["true", "null", "[1]"], {"y": 2}, "an object"),
+}
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "json"])  # ({"data": [...]}: the builder refuses a type change itself)
+@pytest.mark.parametrize("case", sorted(MIXED))
+@pytest.mark.parametrize("reader", sorted(_mixed_readers()))
+def test_a_field_of_mixed_json_types_is_named_at_the_record_at_fault(tmp_path: Path, reader: str, case: str,
+                                                                     layout: str) -> None:
+    """Finding: a column of mixed JSON types reaches the table as datasets' `Json` text, where a
+    string that parses as JSON is kept as it is ("007", "NaN", "null", "[1]"): a text "007" before a
+    record whose text was an object was a JSONDecodeError traceback (json.loads("007")), and a text
+    "123" was named as the number at fault, the record holding the list left unnamed (a label "[1]"
+    as a list). The record at fault is now found in the file: its line, its type, every reader."""
+    column, read = _mixed_readers()[reader]
+    strings, bad, kind = MIXED[case]
+    rows = [{"text": f"text {i}", "label": "ab"[i % 2], column: s} for i, s in enumerate(strings)]
+    rows.append({"text": "last", "label": "a", column: bad})
+    path = _write_records(tmp_path / f"d.{layout}", rows)
+    lines = path.read_text().splitlines()  # the last record's line (JSON: its opening brace's)
+    line = len(rows) if layout == "jsonl" else max(i + 1 for i, text in enumerate(lines) if text.strip() == "{")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:{line}: .*'{column}' is {kind}, expected text"):
+        read(path)
+
+
+@pytest.mark.parametrize("reader, fmt", [(r, f) for r in ("text_classification", "ner", "squad", "summarization",
+                                                            "predict", "predict-words")
+                                          for f in ("jsonl", "stdin") if f != "stdin" or r.startswith("predict")])
+def test_a_comma_after_a_jsonl_record_is_said_as_such(tmp_path: Path, monkeypatch, reader: str, fmt: str) -> None:
+    """A JSON list's items written a line each with their commas (`{...},`) was "not valid JSON
+    (Extra data)"; every JSONL reader and predict's standard input name the comma."""
+    from toolkit.inference import read_inputs
+
+    read, record = _null_record_readers()[reader]
+    text = f"{json.dumps(record)},\n{json.dumps(record)}\n"
+    if fmt == "stdin":
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        path, names = "-", list(record)
+        read = lambda p: read_inputs(p, names, ("tokens",))  # noqa: E731
+    else:
+        path = tmp_path / "x.jsonl"
+        path.write_text(text)
+    with pytest.raises(UserError, match=r":1: a comma after the record; a JSON lines file holds one JSON object a line"):
+        read(path)
+
+
+def _predict_document_rows(path: Path) -> list:
+    from toolkit.inference import read_inputs
+
+    task = SimpleNamespace(json_field="data", predict_file=lambda path: None)  # a task of flat records
+    return [r["text"] for r in read_inputs(str(path), ["text"], (), task)]
+
+
+BOM_READERS = {  # layout -> (suffix, read the texts)
+    **{s: (s, lambda p: list(readers.read(p, readers.FORMATS[p.suffix])["text"])) for s in readers.FORMATS},
+    "summarization/translation {data}": (".json", lambda p: list(_pairs_rows(p))),
+    "predict {data}": (".json", _predict_document_rows),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(BOM_READERS))
+def test_a_utf8_byte_order_mark_is_read_by_every_reader(tmp_path: Path, layout: str) -> None:
+    """Finding: a JSON document with its list under a field (`{"data": [...]}`, what summarization,
+    translation and their predict read) that begins with a UTF-8 BOM (Notepad's, PowerShell's) was
+    "could not be read as json (ValueError: Expected object or value)", where every other layout
+    read it. Every reader reads a file with a BOM as the same file without one."""
+    suffix, read = BOM_READERS[layout]
+    plain = _texts_file(tmp_path / f"plain{suffix}", "t")
+    if "{data}" in layout:
+        plain.write_text(json.dumps({"data": json.loads(plain.read_text())}))
+    marked = tmp_path / f"marked{suffix}"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert read(marked) == read(plain) == [f"t text {i}" for i in range(4)]
+
+
+def _shifted_rows(path: Path) -> list:
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=["text"],
+                                            label_column="label")
+    return task.load()["train"]["text"]
+
+
+LINE_END_READERS = {"read": lambda p: readers.read(p)["text"], "text_classification": _shifted_rows,
+                    "summarization/translation": _pairs_rows, "predict": _predict_rows}
+
+
+@pytest.mark.parametrize("reader, suffix", [(r, s) for r in sorted(LINE_END_READERS) for s in (".csv", ".tsv")
+                                             if not (s == ".tsv" and r.startswith("summarization"))])  # no TSV there
+def test_a_row_ending_at_a_lone_carriage_return_is_refused(tmp_path: Path, reader: str, suffix: str) -> None:
+    """Finding: a row ending at a lone carriage return (classic Mac's line end) in a file of \\n
+    line ends made pandas read the next row shifted when its first field was empty: `\\r,great,pos,neg`
+    under `id,text,label,note` was the text 'pos' with the label 'neg', exit 0. Such a file is one
+    line naming the row; a file whose rows all end at \\r, and \\r inside a quoted field, read as written."""
+    sep = "," if suffix == ".csv" else "\t"
+    row = lambda *cells: sep.join(cells)  # noqa: E731
+    path = tmp_path / f"d{suffix}"
+    body = [row("id", "text", "label", "note"), row("1", "good", "pos", "x"), row("2", "bad", "neg", "y")]
+    path.write_bytes(("\n".join(body) + "\n\r" + row("", "great", "pos", "neg") + "\n").encode())
+    with pytest.raises(UserError, match=rf"{re.escape(str(path))}:4: this row ends at a lone carriage return"):
+        LINE_END_READERS[reader](path)
+    path.write_bytes(("\r".join(body + [row("3", "great", "pos", "z")]) + "\r").encode())
+    assert list(LINE_END_READERS[reader](path)) == ["good", "bad", "great"]
+    if suffix == ".csv":
+        path.write_bytes(("\n".join(body[:2]) + '\n2,"b\rad",neg,y\n').encode())
+        assert list(LINE_END_READERS[reader](path)) == ["good", "b\rad"]

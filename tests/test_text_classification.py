@@ -390,6 +390,30 @@ def test_scores_read_as_classes_are_said(tmp_path: Path) -> None:
     assert ratings.label_names == ["1", "2", "3", "4", "5"] and "label scores" not in ratings.notices()
 
 
+@pytest.mark.parametrize("mark", ["NA", "NaN", "null", "None"])
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_a_label_written_as_a_missing_value_is_said(tmp_path: Path, fmt: str, mark: str) -> None:
+    """Finding: R's write.csv writes a missing label as NA (pandas' to_json, Python's str(None):
+    NaN, null, None); read as written, it was a class of its own, trained on and scored, exit 0,
+    where pandas (run_glue) reads such a cell as no label. Said, naming the label and its rows;
+    not where task.labels names it."""
+    rows = [(f"t{i}", ["pos", "neg", mark][i % 3]) for i in range(9)]
+    path = write(tmp_path / f"d.{fmt}", rows, fmt)
+    task = TextClassification(train_file=str(path), eval_file=str(path))
+    task.load()
+    assert mark in task.label_names
+    assert task.notices()["label missing"] == (
+        f"{path}: 3 row(s) have the label '{mark}', which pandas and R write for a missing value; each is a class "
+        "here (cells are read as written): take out rows that have no label")
+    named = TextClassification(train_file=str(path), eval_file=str(path), labels=["neg", "pos", mark])
+    named.load()
+    assert "label missing" not in named.notices()
+    plain = write(tmp_path / f"p.{fmt}", [(f"t{i}", ["pos", "neg", "NAN-1"][i % 3]) for i in range(9)], fmt)
+    task = TextClassification(train_file=str(plain), eval_file=str(plain))
+    task.load()
+    assert "label missing" not in task.notices()
+
+
 def test_a_label_outside_many_is_named_in_a_short_line(tmp_path: Path) -> None:
     """The line naming a label outside the training labels lists 20 of them and the count (161 for
     STS-B's scores read as classes: one line of 1,100 characters)."""

@@ -266,6 +266,8 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
         adopt_saved(run, recipe)
     data = recipe.task.load()
     check_hub_data(run, recipe, task_from)
+    if split == "eval":  # task.eval_file=<the run's train file>: scores of training examples, said as a run says it
+        recipe.task.note_eval_in_train(data)
     raw = {suffix: recipe.task.as_scored(ds) for suffix, ds in split_of(data, split).items()}
     model, tok = load_model(run, recipe)
     if recipe.method.trains:  # in-context runs cut their prompts at method.max_length (checked there)
@@ -367,7 +369,7 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise UserError(f"{name}:{i}: not valid JSON ({exc.msg})") from None
+                raise UserError(f"{name}:{i}: {readers.not_json_line(line, exc)}") from None
             if not isinstance(rows[-1], dict):  # as a file's reader says it (readers._jsonl_problem)
                 raise UserError(f"{name}:{i}: expected a JSON object per line, got {readers.json_type(rows[-1])}")
         rows = task.predict_records(rows) if task is not None else rows

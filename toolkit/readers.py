@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import glob
 import gzip
 import hashlib
 import io
@@ -352,11 +353,11 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     fmt = fmt or file_format(path)
     digest = hashlib.sha256()
     size = scan(path, lines=fmt != "json", plain=fmt == "text", digest=digest)
+    literal = builder_path(path)
     kwargs: dict[str, Any] = {}
     if fmt in ("csv", "tsv"):
         header = csv_header(path, fmt)
-        if fmt == "csv":
-            csv_quotes(path)
+        csv_rows(path, fmt, len(header))
         kwargs = {"keep_default_na": False, "encoding": "utf-8-sig",
                   "features": Features({name: Value("string") for name in header})}
         if fmt == "tsv":
@@ -375,7 +376,10 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         if field is None and first_item_char(path) not in "{]":  # datasets reads ["a", "b"] as `text`
             raise UserError(_json_problem(path, None) or f"{path}: expected a JSON list of objects")
         json_keys_once(path, field)  # first: a repeated key can empty what the builder reads ({"data": []} last)
-        builder, kwargs = "json", ({"field": field} if field else {})
+        # a document's list ({"data": [...]}) the builder reads with the encoding it is given: a UTF-8
+        # BOM (Notepad's, PowerShell's) was "could not be read as json (ValueError: Expected object or
+        # value)" there, where a JSON list, JSONL and CSV with one read as written
+        builder, kwargs = "json", ({"field": field, "encoding": "utf-8-sig"} if field else {})
     elif fmt == "jsonl":
         if first_char(path) == "[":  # the builder reads it as a list, and no record's line could be named
             raise UserError(f"{path}: holds a JSON list, not JSON lines (one object a line); name it .json")
@@ -394,7 +398,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         with _quiet_builders():
             # the cache is named by the bytes: datasets alone keys it on path and mtime, and a file
             # replaced with its mtime kept (cp -p, rsync -t, unzip) would be read as it was
-            return load_dataset(builder, name=f"sha256-{digest.hexdigest()}", data_files=str(path),
+            return load_dataset(builder, name=f"sha256-{digest.hexdigest()}", data_files=literal,
                                 split="train", **{**kwargs, **settings})
 
     try:
@@ -432,6 +436,20 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         if problem:
             raise UserError(problem)
     return ds
+
+
+def builder_path(path: Path) -> str:
+    """`path` as datasets' builders read it, as the one file it names: they take `data_files` for a
+    pattern (fsspec's glob), so a file named `train[1].csv` was read as `train1.csv` where both were
+    there (`[1]` a character class), `only[2].csv` as no file ('has a header and no rows') and
+    `reviews*.csv` as every file its name matches, joined, exit 0, while its own bytes named the run.
+    `*`, `?` and `[` are escaped; `::`, which the builders take for a chain of URLs whatever
+    precedes it, cannot be, and is one line."""
+    text = str(path)
+    if "::" in text:
+        raise UserError(f"{path}: datasets' readers take '::' in a path for a chain of URLs (zip://...::file) and "
+                        "cannot name this file; rename it (or its folder) without '::'")
+    return glob.escape(text)
 
 
 def _a_record_all_null(ds: Any) -> bool:
@@ -641,23 +659,53 @@ def _field_names(names: list[str]) -> str:
 _QUOTE_SPACE = re.compile(r'"[ \t]+(?=,|\r|\n|$)')
 
 
-def csv_quotes(path: Path) -> None:
-    """Every quoted CSV field closes where the field ends (RFC 4180: a quote inside one is
+CR = "\r"
+
+
+def csv_rows(path: Path, fmt: str, want: int) -> None:
+    """One streaming pass of Python's csv module over a CSV/TSV file, for what pandas reads without
+    a word. CSV: every quoted field closes where the field ends (RFC 4180: a quote inside one is
     written twice): one line naming the line the field starts on. A review opening with an
     unclosed quote (`"Best phone ever,pos`) ran on over the next rows, read as one text up to a
     later quote, and three examples were lost, exit 0 (pandas reads past it; text after a
-    closing quote, `"Best" phone`, it joins silently). One streaming pass of Python's csv module
-    in strict mode, which refuses both. Spaces and tabs between a closing quote and the comma or
-    line end (`"abc" ,pos`) are what the csv module and pandas read without a word (as `abc `),
-    and no swallowed row: strict mode refuses them too, so they are taken out of what it sees
-    (`_QUOTE_SPACE`; line numbers are kept)."""
+    closing quote, `"Best" phone`, it joins silently): strict mode refuses both. Spaces and tabs
+    between a closing quote and the comma or line end (`"abc" ,pos`) are what the csv module and
+    pandas read without a word (as `abc `), and no swallowed row: strict mode refuses them too, so
+    they are taken out of what it sees (`_QUOTE_SPACE`; line numbers are kept). Both formats: rows
+    end at one kind of line end. A row that ends at a lone carriage return (\r, classic Mac's line
+    end) in a file whose rows end at \n is refused at its line: pandas read the row after it
+    shifted, its empty first field dropped and every later one a column to the left (a `\r` then
+    `,"pos"` was the text `pos` with an empty label; with a third column, the label read from it),
+    exit 0 (`want`: the header's fields, for a row a lone \r cut short). A file whose every row
+    ends at \r is read as such."""
     csv.field_size_limit(sys.maxsize)
+    last = [""]
+
+    def lines(text: Any) -> Iterator[str]:
+        for line in text:
+            last[0] = line
+            yield _QUOTE_SPACE.sub('"', line) if fmt == "csv" else line
+
+    ends: dict[str, tuple[int, int]] = {}  # line end (CR or "\n") -> (line, fields) of the first row ending so
     with _open_bytes(path) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        rows = csv.reader((_QUOTE_SPACE.sub('"', line) for line in text), strict=True)
+        rows = (csv.reader(lines(text), strict=True) if fmt == "csv" else
+                csv.reader(lines(text), delimiter="\t", quoting=csv.QUOTE_NONE))
         start = 1
         try:
-            for _ in rows:
+            for row in rows:
+                end = "\n" if last[0].endswith("\n") else CR if last[0].endswith(CR) else ""
+                if end:
+                    ends.setdefault(end, (start, len(row) if any(f.strip(" \t") for f in row) else 0))
+                    if len(ends) > 1:
+                        line, got = ends[CR]
+                        raise UserError(f"{path}:{line}: " + (
+                            f"this row has {got} field{'s' * (got != 1)}, the header has {want}; the line ends in a "
+                            "lone carriage return (\\r), which ends a row: take it out, or quote the field that "
+                            "holds it" if 0 < got < want else
+                            "this row ends at a lone carriage return (\\r) and others at line breaks (\\n); "
+                            "pandas reads the row after such a line end shifted a column: save the file with one "
+                            "kind of line end (\\n or \\r\\n)"))
                 start = rows.line_num + 1
         except csv.Error as exc:
             raise UserError(f"{path}:{start}: a quoted field does not close where the field ends ({exc}); a "
@@ -844,7 +892,7 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
         try:
             value = json.loads(line, object_pairs_hook=_no_duplicates)
         except json.JSONDecodeError as exc:
-            return f"{path}:{n}: " + (_spread_value(line, rest) or f"not valid JSON ({exc.msg})")
+            return f"{path}:{n}: " + (_spread_value(line, rest) or not_json_line(line, exc))
         except ValueError as exc:
             return f"{path}:{n}: {exc}"
         if not isinstance(value, dict):
@@ -853,6 +901,23 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
         if changed:
             return f"{path}:{n}: {changed}"
     return None
+
+
+def not_json_line(line: str, exc: json.JSONDecodeError) -> str:
+    """What is wrong with a JSONL line the json module refused: a record followed by a comma (a
+    JSON list's items cut into lines, `{...},`) is said as such; it was "not valid JSON (Extra
+    data)"."""
+    body = line.strip()
+    if body.endswith(","):
+        try:
+            json.loads(body[:-1])
+        except ValueError:
+            pass
+        else:
+            return ("a comma after the record; a JSON lines file holds one JSON object a line and nothing "
+                    "after it (a list's items written a line each keep their commas: take them out, or "
+                    "write a .json list)")
+    return f"not valid JSON ({exc.msg})"
 
 
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, str, Any]]:
@@ -915,6 +980,34 @@ class _Kinds:
             if seen[0] != kind:
                 return f"'{key}' is {kind} here but {seen[0]} at {_at(seen[1])}; one type per field"
         return None
+
+
+def first_in_file(path: Path, fmt: str, column: str, field: str | None, bad: Any) -> tuple[int, Any] | None:
+    """(index, value) of the first record of a JSON(L) file whose `column` holds a value `bad`
+    says is wrong, read from the file (error path). Where a column of mixed JSON types reaches the
+    table as JSON text (datasets' `Json`), datasets keeps a string that parses as JSON as it is:
+    the string "007" is stored as the number 7 is, "NaN" and "null" as no value, "[1]" as a list.
+    Taken from the table, a string was named as the record at fault, or `json.loads("007")` was a
+    traceback. None where no record has such a value (or the file cannot be walked so)."""
+    try:
+        if fmt == "jsonl":
+            records: Any = (json.loads(line) for _, line, _ in _jsonl_lines(path))
+        else:
+            document = json.loads(read_small_text(path))
+            records = iter(document[field] if field is not None else document)
+        for i, record in enumerate(records):
+            if isinstance(record, dict) and column in record and bad(record[column]):
+                return i, record[column]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return None
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _at(where: Any) -> str:
@@ -1171,10 +1264,14 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
         text = values
         if encoded:
             not_str = pc.invert(pc.starts_with(pc.fill_null(values, '"'), '"'))
-            bad = pc.index(not_str, True).as_py()
-            if bad >= 0:
-                raise UserError(f"{where(path, fmt, offset + bad, _keys(keys, offset + bad))}: {what} is "
-                                f"{json_type(json.loads(values[bad].as_py()))}, expected text")
+            if pc.any(not_str).as_py():  # the stored JSON text cannot say which (`first_in_file`)
+                field = keys(0)[0] if callable(keys) else None
+                found = first_in_file(path, fmt, column, field, lambda v: v is not None and not isinstance(v, str))
+                if found is None:  # a field lifted from an object (`lift_nested`): json.dumps wrote its text
+                    bad = pc.index(not_str, True).as_py()
+                    found = (offset + bad, _json_value(values[bad].as_py()))
+                raise UserError(f"{where(path, fmt, found[0], _keys(keys, found[0]))}: {what} is "
+                                f"{json_type(found[1])}, expected text")
             text = pc.utf8_slice_codeunits(values, 1, -1)
         missing = pc.index(pc.is_null(values), True).as_py()
         if missing >= 0:
@@ -1218,16 +1315,15 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
     offset = 0
     for batch in ds.data.to_batches(max_chunksize=65536):
         values = batch.column(batch.schema.get_field_index(column))
-        bad = -1
-        if isinstance(values.type, pa.BaseExtensionType):  # mixed JSON types, stored as JSON text
-            text = pc.fill_null(values.storage, "0")
-            bad = pc.index(pc.or_(pc.starts_with(text, "["), pc.starts_with(text, "{")), True).as_py()
+        found = None  # (index in the file, value)
+        if isinstance(values.type, pa.BaseExtensionType):  # mixed JSON types, stored as JSON text,
+            # which cannot say which (`first_in_file`): the file can
+            found = first_in_file(path, fmt, column, None, lambda v: isinstance(v, (list, dict)))
         elif pa.types.is_nested(values.type):
-            bad = max(pc.index(pc.is_valid(values), True).as_py(), -1)
-        if bad >= 0:
-            value = values[bad].as_py()
-            value = json.loads(value) if isinstance(value, str) else value
-            raise UserError(f"{where(path, fmt, offset + bad)}: {what} is {json_type(value)}, expected "
+            bad = pc.index(pc.is_valid(values), True).as_py()
+            found = (offset + bad, values[bad].as_py()) if bad >= 0 else None
+        if found is not None:
+            raise UserError(f"{where(path, fmt, found[0])}: {what} is {json_type(found[1])}, expected "
                             "text or a number")
         if pa.types.is_floating(values.type):  # NaN, Infinity: not JSON, yet Python's json.dumps
             # writes a missing float so, and it was read as the class "nan", exit 0

@@ -334,11 +334,36 @@ def not_a_file(setting: str, path: Path) -> str:
         f"{setting}: {path}: " + ("is not a file" if path.exists() else "no such file")
 
 
+def hub_name_here(setting: str, value: str) -> str | None:
+    """The one line for a Hub data set id (`task.dataset`) that is also a path here, None otherwise:
+    `datasets.load_dataset` reads a local folder of that name before the Hub's, so `task.dataset:
+    imdb` beside a folder `imdb/` trained on whatever files the folder held (every file whose name
+    says `train` joined, `test` read as the eval split), exit 0; a folder `save_to_disk` wrote and
+    a local file are no Hub data set (said as one at load, where the Hub was off-line)."""
+    path = Path(value).expanduser()
+    if not path.exists():
+        return None
+    if path.is_dir() and any((path / n).is_file() for n in ("dataset_dict.json", "state.json", "dataset_info.json")):
+        return (f"{setting}: '{value}' is a folder datasets' save_to_disk wrote ({path.resolve()}), not a Hub data set "
+                "id; write each split to JSONL (load_from_disk(...)[split].to_json(...)) and give the files as "
+                "task.train_file / task.eval_file")
+    if not path.is_dir():
+        return (f"{setting}: '{value}' is a file here ({path.resolve()}), and {setting} names a Hub data set "
+                "(owner/name); give local files as task.train_file / task.eval_file")
+    return (f"{setting}: '{value}' names a Hub data set, and it is also a folder here ({path.resolve()}), which "
+            "datasets reads instead; give local data as task.train_file / task.eval_file, or run from a folder "
+            "without it to read the Hub's")
+
+
 def check_data(recipe: Recipe) -> None:
     """The TOOLKIT_* folders are folders, each local data file the task names is there, and its
     header or first record holds the columns / fields the recipe reads, each read for one purpose:
-    said in milliseconds, before torch or datasets load (a run, `toolkit validate`, the Python API)."""
+    said in milliseconds, before torch or datasets load (a run, `toolkit validate`, the Python API).
+    A Hub data set id the task names (`task.dataset`) is not a path here (`hub_name_here`)."""
     check_environment()
+    hub_id = getattr(recipe.task, "dataset", None)
+    if isinstance(hub_id, str) and hub_name_here("task.dataset", hub_id):
+        raise UserError(hub_name_here("task.dataset", hub_id))
     for setting, path in named_files(recipe.task):
         if not path.is_file():
             raise UserError(not_a_file(setting, path))

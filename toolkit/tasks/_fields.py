@@ -154,6 +154,18 @@ def one_text(columns: list[str], where: str, names: tuple[str, ...], fix: Any, f
     return found
 
 
+# What pandas reads as a missing value by default (read_csv's na_values), and what R's write.csv
+# and Python's str(None) write for one. The toolkit reads a cell as written, so such a label is a
+# class of its own: said where it is found (`missing_marks`), never dropped or refused.
+MISSING_MARKS = frozenset({"#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                           "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+
+
+def missing_marks(names: Any) -> list[str]:
+    """The names (labels) that pandas, R or Python write for a missing value (`MISSING_MARKS`)."""
+    return sorted(n for n in names if isinstance(n, str) and n.strip() in MISSING_MARKS)
+
+
 def quoted(names: list[str]) -> str:
     """Names as the messages show them: quoted, so a space at an end is seen."""
     return ", ".join(repr(n) for n in names)

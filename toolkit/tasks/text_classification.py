@@ -236,6 +236,7 @@ class TextClassification(Classification):
                             "label(s); classification needs at least 2")
         self._note_case(values, path)
         self._note_joined(values, path)
+        self._note_missing(values, ds, path)
         if all(_is_int(v) for v in values):
             return sorted(values, key=lambda v: (int(v), v))  # exact, past 2^53 too
         if all(DECIMAL.fullmatch(v.strip()) for v in values):  # 2.5 before 10.5, as run_glue sorts them
@@ -291,6 +292,18 @@ class TextClassification(Classification):
             self.note("label scores", f"{path}: the {len(values)} labels are numbers, {len(fractions)} with a fraction "
                                       f"({shown}); each is its own class (task.problem: classification): set "
                                       "task.problem=regression if they are scores")
+
+    def _note_missing(self, values: set[str], ds: Any, path: str) -> None:
+        """Labels written as a missing value is (`NA` from R's write.csv, `NaN`, `null`, `None`):
+        read as written, each was a class trained on and scored, without a word, where pandas
+        (and run_glue through it) reads such a cell as no label. Said with how many rows hold
+        them; a recipe that names such a class in `task.labels` means it, and is not told."""
+        marks = _fields.missing_marks(values)
+        if marks:
+            rows = sum(1 for v in ds[self.label_column] if v is not None and label_text(v) in marks)
+            self.note("label missing", f"{path}: {rows} row(s) have the label {' or '.join(repr(m) for m in marks)}, "
+                                       "which pandas and R write for a missing value; each is a class here (cells "
+                                       "are read as written): take out rows that have no label")
 
     def _note_case(self, values: set[str], path: str) -> None:
         """Labels that differ only in case, spaces at an end, Unicode form (`café` written with
