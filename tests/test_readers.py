@@ -874,7 +874,8 @@ def test_a_json_document_value_json_has_no_number_for_is_named(tmp_path: Path, r
         text = records if layout == "list" else f'{{"data": {records}}}'
     path = tmp_path / "x.json"
     path.write_text(text)
-    task = SimpleNamespace(json_field="data", predict_file=lambda path: None)  # a task of flat records
+    task = SimpleNamespace(json_field="data", predict_file=lambda path: None,  # a task of flat records
+                           input_fields=lambda names, kinds, where: names)  # read by the run's names
     read = {"text_classification": lambda: text_classification.read_file(path),
             "summarization": lambda: _generation.read_records(path, ("dialogue", "summary")),
             "squad": lambda: squad.read_squad(str(path)),
@@ -1186,7 +1187,8 @@ def test_a_comma_after_a_jsonl_record_is_said_as_such(tmp_path: Path, monkeypatc
 def _predict_document_rows(path: Path) -> list:
     from toolkit.inference import read_inputs
 
-    task = SimpleNamespace(json_field="data", predict_file=lambda path: None)  # a task of flat records
+    task = SimpleNamespace(json_field="data", predict_file=lambda path: None,  # a task of flat records
+                           input_fields=lambda names, kinds, where: names)  # read by the run's names
     return [r["text"] for r in read_inputs(str(path), ["text"], (), task)]
 
 

@@ -988,7 +988,10 @@ def first_in_file(path: Path, fmt: str, column: str, field: str | None, bad: Any
     table as JSON text (datasets' `Json`), datasets keeps a string that parses as JSON as it is:
     the string "007" is stored as the number 7 is, "NaN" and "null" as no value, "[1]" as a list.
     Taken from the table, a string was named as the record at fault, or `json.loads("007")` was a
-    traceback. None where no record has such a value (or the file cannot be walked so)."""
+    traceback. None where no record has such a value (or the file cannot be walked so: a Hub
+    split, whose `path` is its name)."""
+    if fmt not in ("json", "jsonl"):
+        return None
     try:
         if fmt == "jsonl":
             records: Any = (json.loads(line) for _, line, _ in _jsonl_lines(path))
@@ -998,7 +1001,7 @@ def first_in_file(path: Path, fmt: str, column: str, field: str | None, bad: Any
         for i, record in enumerate(records):
             if isinstance(record, dict) and column in record and bad(record[column]):
                 return i, record[column]
-    except (ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     return None
 
@@ -1319,6 +1322,10 @@ def check_scalar(ds: Any, column: str, path: Path, fmt: str, what: str) -> None:
         if isinstance(values.type, pa.BaseExtensionType):  # mixed JSON types, stored as JSON text,
             # which cannot say which (`first_in_file`): the file can
             found = first_in_file(path, fmt, column, None, lambda v: isinstance(v, (list, dict)))
+            if found is None:  # no file to walk (a Hub split): the stored JSON text says it
+                text = pc.fill_null(values.storage, "0")
+                bad = pc.index(pc.or_(pc.starts_with(text, "["), pc.starts_with(text, "{")), True).as_py()
+                found = (offset + bad, json.loads(values.storage[bad].as_py())) if bad >= 0 else None
         elif pa.types.is_nested(values.type):
             bad = pc.index(pc.is_valid(values), True).as_py()
             found = (offset + bad, values[bad].as_py()) if bad >= 0 else None
