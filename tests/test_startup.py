@@ -95,7 +95,7 @@ def test_source_tables_match_the_libraries() -> None:
 
     from toolkit import heads, hf_tables, tasks  # noqa: F401  (tasks may declare heads of their own)
 
-    for auto_class, name, _ in (h.__dict__.values() for h in heads.HEADS.values()):
+    for auto_class, name in ((h.auto_class, h.table) for h in heads.HEADS.values()):
         source = hf_tables._module_tables(hf_tables.AUTO)[name]
         imported = getattr(importlib.import_module("transformers"), auto_class)._model_mapping._model_mapping
         assert source == dict(imported), name

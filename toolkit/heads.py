@@ -20,6 +20,9 @@ class Head:
     auto_class: str  # transformers' AutoModelFor... class name
     table: str  # its model_type -> class name table in transformers.models.auto.modeling_auto
     peft_task_type: str = ""  # PEFT TaskType name; "": PEFT has none (a plain PeftModel wraps it)
+    # read left to right: the output at a position may depend on no later token (a causal LM's
+    # loss and generation rely on it); models.check_head and models.load refuse a model that is not
+    left_to_right: bool = False
 
 
 HEADS: dict[str, Head] = {}
@@ -41,7 +44,8 @@ def get(name: str) -> Head:
 
 SEQUENCE_CLASSIFICATION = declare("sequence-classification", Head(
     "AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "SEQ_CLS"))
-CAUSAL_LM = declare("causal-lm", Head("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "CAUSAL_LM"))
+CAUSAL_LM = declare("causal-lm", Head("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "CAUSAL_LM",
+                                      left_to_right=True))
 SEQ2SEQ_LM = declare("seq2seq-lm", Head(
     "AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "SEQ_2_SEQ_LM"))
 QUESTION_ANSWERING = declare("question-answering", Head(

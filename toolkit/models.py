@@ -282,10 +282,101 @@ def kind_of(model_type: str) -> str | None:
 
 
 def check_head(checkpoint: str, model_type: str, head: str) -> None:
-    """Refuse a model whose family has no head of the kind the task (or method) needs."""
+    """Refuse a model whose family has no head of the kind the task (or method) needs, or whose
+    config makes the head read both ways where it is to be read left to right."""
     if model_type not in hf_tables.model_table(heads.get(head).table):  # model_type -> class name
         raise UserError(f"model.checkpoint: '{checkpoint}' is a {model_type} model, and transformers "
                         f"has no {head} head for {model_type}; pick a model whose family has one")
+    if heads.get(head).left_to_right:
+        found = reads_both_ways(model_type, _checkpoint_config(checkpoint))
+        if found:
+            raise UserError(not_left_to_right(checkpoint, model_type, *found))
+
+
+LEFT_TO_RIGHT_USES = "clm, in-context prompting and decoder-only text-to-text"
+CAUSAL_FIX = "use a causal decoder (GPT-2, OPT, Llama)"
+
+
+def not_left_to_right(checkpoint: str, model_type: str, reason: str, fix: str = CAUSAL_FIX) -> str:
+    return (f"model.checkpoint: '{checkpoint}' ({model_type}) is not a left-to-right decoder: {reason}, "
+            f"so its causal-LM head would read each token it is to predict ({LEFT_TO_RIGHT_USES} "
+            f"need a model that does not); {fix}")
+
+
+def reads_both_ways(model_type: str, config: dict) -> tuple[str, str] | None:
+    """Why a checkpoint's config makes its causal-LM class attend to later tokens, and what to
+    do, or None: what can be known without its weights (models.load probes the loaded model).
+    - XLNet is a permutation LM: XLNetLMHeadModel attends both ways unless given a perm_mask,
+      which no causal-LM caller (the toolkit, run_clm, Trainer) builds.
+    - BertGenerationDecoder masks later tokens only with `is_decoder` true in the config (its
+      own warning asks to set it; the checkpoints are encoders, where it is false).
+    - Gemma's `use_bidirectional_attention` (true; Gemma 4's "all"; "vision" keeps text causal)
+      turns the causal mask off: an embedding model's setting."""
+    if model_type == "xlnet":
+        return ("XLNet is a permutation language model whose LM head attends to later tokens unless "
+                "given a perm_mask, which a causal-LM loss and generation do not build"), CAUSAL_FIX
+    if model_type == "bert-generation" and config.get("is_decoder") is not True:
+        return ("its config has is_decoder false, and BertGenerationDecoder then attends to later tokens",
+                'set "is_decoder": true in its config.json (as transformers asks of a standalone '
+                "BertGenerationDecoder), or " + CAUSAL_FIX)
+    for where in (config, config.get("text_config") if isinstance(config.get("text_config"), dict) else {}):
+        value = where.get("use_bidirectional_attention")
+        if value not in (None, False, "vision"):
+            return (f"its config sets use_bidirectional_attention: {json.dumps(value)}, which attends to later "
+                    "tokens (an embedding model's setting)", f"remove it from its config.json, or {CAUSAL_FIX}")
+    return None
+
+
+def _checkpoint_config(checkpoint: str) -> dict:
+    """The checkpoint's config.json as written (a local folder, a packaged or Hub-cached model);
+    {} where it is not on this machine (the load's probe then answers)."""
+    local = local_dir(checkpoint)
+    if local is None and checkpoint in PACKAGED:
+        found = PACKAGED[checkpoint]()
+        local = Path(found) if found else None
+    if local is None:
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(checkpoint, "config.json")
+        except Exception:  # not a valid repo id
+            return {}
+        local = Path(cached).parent if isinstance(cached, str) else None
+    return _config_json(local) if local is not None else {}
+
+
+PROBE_LENGTH = 4  # tokens of check_left_to_right's two sequences
+
+
+def check_left_to_right(checkpoint: str, model: torch.nn.Module) -> None:
+    """Refuse a loaded causal-LM model whose output at a position depends on a later token: two
+    sequences that differ only in their last token must give the same outputs before it. Catches
+    what no config says (a family or remote code that attends both ways, an attention setting);
+    one forward of 2 x 4 tokens, in eval mode, drawing no random numbers."""
+    import torch
+
+    embeddings = model.get_input_embeddings()
+    size = getattr(embeddings, "num_embeddings", None) or getattr(model.config, "vocab_size", None) or 0
+    if size < PROBE_LENGTH + 2:
+        return
+    device = next(model.parameters()).device
+    ids = torch.arange(1, PROBE_LENGTH + 1, device=device).repeat(2, 1)
+    ids[1, -1] = PROBE_LENGTH + 1
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float()
+    finally:
+        model.train(training)
+    before = logits[:, :-1]
+    moved = float((before[0] - before[1]).abs().max())
+    scale = float(before.abs().max())
+    if moved > 1e-4 * scale:  # a causal model's are equal (to rounding); non-finite: said elsewhere
+        raise UserError(not_left_to_right(
+            checkpoint, getattr(model.config, "model_type", "?"),
+            f"changing the last of {PROBE_LENGTH} tokens moved its outputs at the positions before it "
+            f"(by up to {moved:.2g}, outputs up to {scale:.2g})"))
 
 
 # transformers' flash kernels and the package each needs (checked at validate, not at load)
@@ -378,7 +469,14 @@ def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase, own: Any
     for key, value in SMALL.items():
         if hasattr(config, key):
             setattr(config, key, value)
+    for key in DIRECTION_KEYS:  # it reads as the checkpoint does (a bert-generation decoder stays one)
+        if own is not None and hasattr(config, key) and hasattr(own, key):
+            setattr(config, key, getattr(own, key))
     return _own_token_ids(config, own, tok, vocab)
+
+
+# The config fields that decide whether a family's model attends to later tokens (reads_both_ways).
+DIRECTION_KEYS = ("is_decoder", "use_bidirectional_attention")
 
 
 # The config fields that name a token: a small model must name the ones its tokenizer writes.
@@ -430,7 +528,7 @@ def _whole() -> Iterator[None]:
 
 # Files a model folder holds that no small model is built from (its weights): left out of its key.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".ot")
-SMOKE_BUILD = 2  # raised when _tiny_config builds other small models from the same files
+SMOKE_BUILD = 3  # raised when _tiny_config builds other small models from the same files
 
 
 def _source_folder(source: str) -> Path | None:
@@ -898,6 +996,10 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         return drop_unread_pooler(model), tok
     config = transformers.AutoConfig.from_pretrained(path, **head_kwargs)
     theirs = label_names(transformers.AutoConfig.from_pretrained(path)) if "id2label" in head_kwargs else None
+    left_to_right = heads.get(head).left_to_right
+    found = reads_both_ways(config.model_type, config.to_dict()) if left_to_right else None
+    if found:  # validate read the config.json; this is the config loaded (any path that skips validate)
+        raise UserError(not_left_to_right(checkpoint, config.model_type, *found))
     if dropout is not None:
         _set_dropout(config, dropout)
     if config.pad_token_id is None:
@@ -934,6 +1036,8 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
     if isinstance(attention, modules.Attention):  # the step between loading and the method
         attention.prepare(model)
         modules.load_saved(model, Path(path), attention)  # an earlier run's, same settings
+    if left_to_right and not partitioned:  # under ZeRO-3 each process holds a shard of the weights
+        check_left_to_right(checkpoint, model)
     check_new_weights(checkpoint, info)
     dropped = next((k for k in info.get("unexpected_keys") or [] if f".{BOTTLENECK_CHILD}." in f".{k}"), None)
     if dropped:  # weights whose names no header told at validate (a pytorch_model.bin)
