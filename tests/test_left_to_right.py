@@ -124,3 +124,20 @@ def test_a_smoke_model_reads_as_its_checkpoint(tiny):
     assert model.config.is_decoder is True
     with pytest.raises(UserError, match=REFUSED):  # and one that reads both ways stays so
         models.load(models.smoke_checkpoint(tiny["gemma-bidirectional"]), "causal-lm", {})
+
+
+def test_a_config_saying_no_position_limit_limits_nothing() -> None:
+    """Finding: XLNet's config says `max_position_embeddings: -1` (relative positions, no
+    limit), and every XLNet task was refused as "task.max_length: 32 is more than the -1
+    positions". A number below 1 is no limit: the tokenizer's, where it has one, else none."""
+    from types import SimpleNamespace
+
+    from transformers import XLNetConfig
+
+    from toolkit.models import max_positions
+
+    config = XLNetConfig()
+    assert config.max_position_embeddings == -1
+    assert max_positions(config, SimpleNamespace(model_max_length=int(1e30))) is None
+    assert max_positions(config, SimpleNamespace(model_max_length=256)) == 256
+    assert max_positions(SimpleNamespace(model_type="gpt2", n_positions=1024), SimpleNamespace(model_max_length=int(1e30))) == 1024

@@ -1218,10 +1218,14 @@ def check_new_weights(checkpoint: str, info: dict) -> None:
 
 def max_positions(config: Any, tok: Any) -> int | None:
     """How many tokens the model can take: its learned positions (the tokenizer's limit where
-    that is lower: RoBERTa's 514 embeddings hold 512 positions); None for relative positions."""
+    that is lower: RoBERTa's 514 embeddings hold 512 positions); None for relative positions and
+    where the config says no limit with a number below 1 (XLNet's -1: every length was refused as
+    "more than the -1 positions")."""
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if getattr(config, "model_type", None) == "t5" or not positions:
+    if getattr(config, "model_type", None) == "t5":
         return None
+    if not isinstance(positions, int) or positions < 1:
+        return token_limit(tok)
     tok_limit = token_limit(tok)
     return min(positions, tok_limit) if tok_limit else positions
 
