@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -1179,3 +1180,48 @@ def test_beam_search_stops_as_the_recipe_says_else_as_the_checkpoints_generation
             decode_as_run(task, model, tok)  # the export's generation_config.json
             model.generation_config.save_pretrained(tmp_path)
             assert (GenerationConfig.from_pretrained(tmp_path).early_stopping or False) == (wanted or False)
+
+
+@pytest.mark.parametrize("source, target, want", [
+    ("en-US", "de-DE", "translate English to German: "), ("en_GB", "de_AT", "translate English to German: "),
+    ("EN", "FR", "translate English to French: "), ("en", "zh-Hans", "translate English to Chinese: "),
+    ("ro-RO", "en", "translate Romanian to English: "), ("en", "xx-YY", "translate English to xx-YY: ")])
+def test_t5s_translation_prompt_names_the_language_of_a_full_code(source: str, target: str, want: str) -> None:
+    """T5 was trained on "translate English to German: "; a full code (de-DE, de_DE, DE) named
+    the code itself ("translate English to de-DE: "), a prompt T5 never read. Known by the code's
+    language part; an unknown code as written."""
+    from toolkit.tasks.translation import Translation
+
+    task = Translation(subset="custom", eval_file="x.jsonl", source_lang=source, target_lang=target)
+    task.model_head("t5")
+    assert task.affixes() == (want, "")
+
+
+def test_a_runs_default_prompt_is_the_one_it_trained_with_whatever_the_toolkit_builds_later(
+        tmp_path: Path, monkeypatch) -> None:
+    """The default prompt is built at run time from the language codes; metrics.json records it
+    (`prompt`) and eval, predict and export of the run read it back, so a later toolkit that names
+    a language otherwise does not score the run on a prompt it never trained on. A run that
+    recorded none (an older toolkit's) reads as it did; --task-from another pair builds its own."""
+    import toolkit
+    from toolkit.inference import load_model, run_recipe
+    from toolkit.tasks import translation
+
+    run = toolkit.run("translation/multi30k/t5-base-full", ["task.max_train_samples=4", "task.max_eval_samples=2",
+                      "train.max_steps=1", "task.generation.max_new_tokens=4"], runs_dir=tmp_path, smoke=True).dir
+    saved = json.loads((run / "metrics.json").read_text())
+    assert saved["prompt"] == {"prefix": "translate English to German: ", "suffix": "", "task": "translation",
+                               "source_lang": "en", "target_lang": "de"}
+    monkeypatch.setitem(translation.LANGUAGES, "de", "Deutsch")  # a later toolkit's name for it
+
+    def prompt(**kwargs: Any) -> tuple[str, str]:
+        recipe = run_recipe(run, **kwargs)
+        load_model(run, recipe)
+        return recipe.task.affixes()
+
+    assert prompt() == ("translate English to German: ", "")  # eval and predict load so
+    note = toolkit.export(run, tmp_path / "export")
+    assert 'generate from the prompt "translate English to German: {en}"' in note
+    assert prompt(task_overrides=["task.target_lang=fr"]) == ("translate English to French: ", "")
+    (run / "metrics.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "prompt"}))
+    assert prompt() == ("translate English to Deutsch: ", "")  # an older run: as it read before

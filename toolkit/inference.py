@@ -85,6 +85,7 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
                            words=recipe.task.words_given, tokenizer=tok)[0]  # the run's, read once
 
     if not recipe.method.trains:  # seeded as the run was: an attention module's random start (additive)
+        adopt_saved(run, recipe)  # the default prompt the run scored with
         set_seed(recipe.train.seed)
         model, tok = models.load(base, head, recipe.task.head_kwargs(), settings.attention,
                                  warm_start=settings.warm_start, words=recipe.task.words_given)
@@ -152,6 +153,8 @@ def adopt_saved(run: Path, recipe: Recipe) -> None:
         recipe.task.adopt_labels(list(saved["label_names"]))
     if saved.get("text_columns") and getattr(recipe.task, "text_columns", "n/a") is None:
         recipe.task.text_columns = list(saved["text_columns"])
+    if "prompt" in saved and hasattr(recipe.task, "adopt_prompt"):  # the default prompt the run trained with
+        recipe.task.adopt_prompt(saved["prompt"])
     names = getattr(recipe.task, "label_names", "n/a")
     if "label_names" in saved and names != "n/a" and (names and list(names)) != saved["label_names"]:
         raise UserError(f"{run}: the model's labels are {', '.join(saved['label_names'] or ['(a regression)'])}; "

@@ -234,8 +234,31 @@ class TextToText(TokenTask):
         """(prefix, suffix) around the source when the recipe sets none."""
         return "", ""
 
-    def affixes(self) -> tuple[str, str]:
+    def prompt_basis(self) -> dict[str, Any]:
+        """The settings `default_affixes` reads besides the model's family (fixed for a run)."""
+        return {}
+
+    def recorded_prompt(self) -> dict[str, Any]:
+        """The default prompt as this run resolved it, for metrics.json (`prompt`): the text is
+        built at run time (translation's language names), so a later toolkit that builds it
+        otherwise would score, predict and export the run with a prompt it never trained on."""
         prefix, suffix = self.default_affixes(getattr(self, "_family", None), self.decoder_only)
+        return {"prefix": prefix, "suffix": suffix, "task": self.name, **self.prompt_basis()}
+
+    def adopt_prompt(self, saved: Any) -> None:
+        """The run's recorded default prompt (`recorded_prompt`), used where the recipe sets no
+        prefix/suffix, when the task is the run's (the same task and the settings the prompt is
+        built from: not `--task-from` another pair); a run that recorded none keeps today's."""
+        if not isinstance(saved, dict) or not isinstance(saved.get("prefix"), str) \
+                or not isinstance(saved.get("suffix"), str):
+            return
+        if {k: v for k, v in saved.items() if k not in ("prefix", "suffix")} \
+                == {"task": self.name, **self.prompt_basis()}:
+            self._recorded_affixes = (saved["prefix"], saved["suffix"])
+
+    def affixes(self) -> tuple[str, str]:
+        prefix, suffix = self.__dict__.get("_recorded_affixes") \
+            or self.default_affixes(getattr(self, "_family", None), self.decoder_only)
         prefix = prefix if self.prefix is None else self.prefix
         return self.__dict__.get("_mark", "") + prefix, suffix if self.suffix is None else self.suffix
 
