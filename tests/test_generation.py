@@ -1225,3 +1225,51 @@ def test_a_runs_default_prompt_is_the_one_it_trained_with_whatever_the_toolkit_b
     assert prompt(task_overrides=["task.target_lang=fr"]) == ("translate English to French: ", "")
     (run / "metrics.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "prompt"}))
     assert prompt() == ("translate English to Deutsch: ", "")  # an older run: as it read before
+
+
+@pytest.mark.parametrize("name", ["summarization", "translation"])
+def test_eval_of_the_train_split_checks_the_train_splits_references_alone(tmp_path: Path, name: str) -> None:
+    """`toolkit eval --split train` scores the train split alone; it was refused (or warned) for
+    the eval file's references, which it does not score. The split scored (`Task.scoring`) is the
+    one checked: the eval split at a run, the train split at --split train."""
+    from toolkit.tasks import TASKS
+
+    odd = {"summarization": "Мария рассказала Ивану о поездке.", "translation": "玛丽告诉约翰她去了北京。"}[name]
+    files = {}
+    for split, target in (("train", "Mary told John about her trip."), ("eval", odd)):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"source": f"Text {i} about a trip.", "target": target},
+                                                   ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
+    settings = {"subset": "custom", "train_file": str(files["train"]), "eval_file": str(files["eval"])}
+    if name == "translation":
+        settings.update(source_lang="en", target_lang="xx", source_field="source", target_field="target")
+    key = "task.eval_file" if name == "summarization" else "task.bleu_tokenize"
+    with pytest.raises(UserError, match=rf"{key}: .*{files['eval']}"):
+        TASKS.get(name)(**settings).load()  # a run scores the eval split
+    task = TASKS.get(name)(**settings)
+    task.scoring("train")
+    data = task.load()
+    assert task.as_scored(data["train"]) is data["train"]
+
+
+def test_toolkit_eval_of_the_train_split_is_not_refused_for_the_eval_files_references(tmp_path: Path, cli) -> None:
+    """The entry points (CLI and API) of the rule above, on a run whose eval file is then
+    replaced (task.eval_file=...) by one whose Chinese references 13a BLEU cannot score."""
+    import toolkit
+
+    files = {}
+    for split, target in (("train", "Mary told John about her trip."), ("eval", "Mary told John."),
+                          ("chinese", "玛丽告诉约翰她去了北京。")):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"source": f"Text {i} about a trip.", "target": target},
+                                                   ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
+    run = toolkit.run("translation/multi30k/t5-base-full", [
+        "task.subset=custom", f"task.train_file={files['train']}", f"task.eval_file={files['eval']}",
+        "task.source_lang=en", "task.target_lang=xx", "task.source_field=source", "task.target_field=target",
+        "train.max_steps=1", "task.generation.max_new_tokens=4"], runs_dir=tmp_path / "runs", smoke=True).dir
+    other = f"task.eval_file={files['chinese']}"
+    code, _, err = cli("eval", run, "--split", "eval", other)
+    assert code == 2 and "task.bleu_tokenize: " in err, err  # the split scored: refused
+    code, _, err = cli("eval", run, "--split", "train", other)
+    assert code == 0 and "bleu_tokenize" not in err, err
+    assert toolkit.evaluate(run, split="train", overrides=[other])["examples"] == {"": 3}

@@ -267,6 +267,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     acc = run_accelerator(run, recipe)
     if runs.is_finished(run):  # the model's classes, before the data is read and mapped to ids
         adopt_saved(run, recipe)
+    recipe.task.scoring(split)  # what load checks of the references: the scored split's alone
     data = recipe.task.load()
     check_hub_data(run, recipe, task_from)
     if split == "eval":  # task.eval_file=<the run's train file>: scores of training examples, said as a run says it

@@ -335,8 +335,10 @@ class TextToText(TokenTask):
     def checked(self, data: dict[str, Any]) -> dict[str, Any]:
         """`load`'s splits, the eval split's references checked before anything trains; another
         split (`toolkit eval --split train`) is checked when it is scored (`as_scored`): its
-        references were scored unchecked, exit 0."""
-        self.check_references(list(data["eval"][""]["target"]), "eval")
+        references were scored unchecked, exit 0. The eval split is checked only where it is the
+        one scored (`scoring`): `--split train` was refused for the eval file's references."""
+        if self.__dict__.get("_scored_split", "eval") == "eval":
+            self.check_references(list(data["eval"][""]["target"]), "eval")
         self._unchecked = {id(ds): name for name, ds in (("train", data.get("train")),) if ds is not None}
         return data
 
