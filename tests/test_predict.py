@@ -593,7 +593,7 @@ def test_a_peft_generation_export_names_where_its_generation_config_is(tmp_path:
     followed as written in plain transformers and PEFT (the base from the path its line names,
     `generate` with no settings given), it generates what `toolkit predict` gives."""
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     run = toolkit.run(recipe, [*SHORT, *BRIEF, "method={name: dora, r: 4}"], runs_dir=tmp_path, smoke=True)
     want = toolkit.predict(run, [source])
@@ -603,7 +603,8 @@ def test_a_peft_generation_export_names_where_its_generation_config_is(tmp_path:
     assert (out / where.removeprefix("OUT/")).is_file(), note
     base = re.search(r"PeftModel\.from_pretrained\((\w+)\.from_pretrained\(OUT/base\), OUT\)", note)
     assert base and where == "OUT/base/generation_config.json", note
-    model = PeftModel.from_pretrained(eval(base.group(1)).from_pretrained(out / "base"), out).eval()
+    auto = {"AutoModelForCausalLM": AutoModelForCausalLM, "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM}[base.group(1)]
+    model = PeftModel.from_pretrained(auto.from_pretrained(out / "base"), out).eval()
     template = json.loads(re.search(r'generate from the prompt ("(?:[^"\\]|\\.)*")', note).group(1))
     field = re.search(r"\{(\w+)\}", template).group(1)
     tok = AutoTokenizer.from_pretrained(out)
