@@ -1197,6 +1197,20 @@ def test_t5s_translation_prompt_names_the_language_of_a_full_code(source: str, t
     assert task.affixes() == (want, "")
 
 
+@pytest.mark.parametrize("family, want", [("t5", ("translate English to de-DE: ", "")),
+                                           ("gpt2", ("English: ", "\nde-DE:"))])
+def test_a_run_that_recorded_no_prompt_reads_with_the_prompt_built_as_it_trained(family: str, want: tuple) -> None:
+    """A run from before metrics.json recorded its prompt (`adopt_prompt(None)`) trained on the
+    code as written ("translate English to de-DE: "): it reads so, not with today's names."""
+    from toolkit.tasks.translation import Translation
+
+    task = Translation(subset="custom", eval_file="x.jsonl", source_lang="en", target_lang="de-DE")
+    task.model_head(family)
+    assert task.affixes() != want  # a new run's: German
+    task.adopt_prompt(None)
+    assert task.affixes() == want
+
+
 def test_a_runs_default_prompt_is_the_one_it_trained_with_whatever_the_toolkit_builds_later(
         tmp_path: Path, monkeypatch) -> None:
     """The default prompt is built at run time from the language codes; metrics.json records it

@@ -153,8 +153,8 @@ def adopt_saved(run: Path, recipe: Recipe) -> None:
         recipe.task.adopt_labels(list(saved["label_names"]))
     if saved.get("text_columns") and getattr(recipe.task, "text_columns", "n/a") is None:
         recipe.task.text_columns = list(saved["text_columns"])
-    if "prompt" in saved and hasattr(recipe.task, "adopt_prompt"):  # the default prompt the run trained with
-        recipe.task.adopt_prompt(saved["prompt"])
+    if hasattr(recipe.task, "adopt_prompt"):  # the default prompt the run trained with (none recorded: older)
+        recipe.task.adopt_prompt(saved.get("prompt"))
     names = getattr(recipe.task, "label_names", "n/a")
     if "label_names" in saved and names != "n/a" and (names and list(names)) != saved["label_names"]:
         raise UserError(f"{run}: the model's labels are {', '.join(saved['label_names'] or ['(a regression)'])}; "

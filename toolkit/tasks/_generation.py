@@ -245,10 +245,19 @@ class TextToText(TokenTask):
         prefix, suffix = self.default_affixes(getattr(self, "_family", None), self.decoder_only)
         return {"prefix": prefix, "suffix": suffix, "task": self.name, **self.prompt_basis()}
 
+    def unrecorded_affixes(self, family: str | None, decoder_only: bool) -> tuple[str, str]:
+        """The default prompt of a run from before metrics.json recorded it: as the toolkit built
+        it then (translation: a full code as written), so such a run reads as it trained."""
+        return self.default_affixes(family, decoder_only)
+
     def adopt_prompt(self, saved: Any) -> None:
         """The run's recorded default prompt (`recorded_prompt`), used where the recipe sets no
         prefix/suffix, when the task is the run's (the same task and the settings the prompt is
-        built from: not `--task-from` another pair); a run that recorded none keeps today's."""
+        built from: not `--task-from` another pair); None: a run that recorded none, read with
+        the prompt built as it was then (`unrecorded_affixes`)."""
+        if saved is None:
+            self._unrecorded = True
+            return
         if not isinstance(saved, dict) or not isinstance(saved.get("prefix"), str) \
                 or not isinstance(saved.get("suffix"), str):
             return
@@ -257,8 +266,9 @@ class TextToText(TokenTask):
             self._recorded_affixes = (saved["prefix"], saved["suffix"])
 
     def affixes(self) -> tuple[str, str]:
+        build = self.unrecorded_affixes if self.__dict__.get("_unrecorded") else self.default_affixes
         prefix, suffix = self.__dict__.get("_recorded_affixes") \
-            or self.default_affixes(getattr(self, "_family", None), self.decoder_only)
+            or build(getattr(self, "_family", None), self.decoder_only)
         prefix = prefix if self.prefix is None else self.prefix
         return self.__dict__.get("_mark", "") + prefix, suffix if self.suffix is None else self.suffix
 

@@ -116,7 +116,16 @@ class Translation(TextToText):
         """T5's prompt names the languages as T5 was trained ("translate English to German: "):
         a full code (de-DE, de_DE, zh-Hans) by its language part, where that is known; an
         unknown code as written."""
-        src, tgt = language_name(self.source_lang), language_name(self.target_lang)
+        return self._affixes(family, decoder_only, language_name(self.source_lang), language_name(self.target_lang))
+
+    def unrecorded_affixes(self, family: str | None, decoder_only: bool) -> tuple[str, str]:
+        """A run from before the prompt was recorded was built by the whole code (de-DE as
+        written): it reads so."""
+        return self._affixes(family, decoder_only, LANGUAGES.get(self.source_lang, self.source_lang),
+                             LANGUAGES.get(self.target_lang, self.target_lang))
+
+    @staticmethod
+    def _affixes(family: str | None, decoder_only: bool, src: str, tgt: str) -> tuple[str, str]:
         if family == "t5":
             return f"translate {src} to {tgt}: ", ""
         return (f"{src}: ", f"\n{tgt}:") if decoder_only else ("", "")
