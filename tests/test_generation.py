@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -1179,3 +1180,110 @@ def test_beam_search_stops_as_the_recipe_says_else_as_the_checkpoints_generation
             decode_as_run(task, model, tok)  # the export's generation_config.json
             model.generation_config.save_pretrained(tmp_path)
             assert (GenerationConfig.from_pretrained(tmp_path).early_stopping or False) == (wanted or False)
+
+
+@pytest.mark.parametrize("source, target, want", [
+    ("en-US", "de-DE", "translate English to German: "), ("en_GB", "de_AT", "translate English to German: "),
+    ("EN", "FR", "translate English to French: "), ("en", "zh-Hans", "translate English to Chinese: "),
+    ("ro-RO", "en", "translate Romanian to English: "), ("en", "xx-YY", "translate English to xx-YY: ")])
+def test_t5s_translation_prompt_names_the_language_of_a_full_code(source: str, target: str, want: str) -> None:
+    """T5 was trained on "translate English to German: "; a full code (de-DE, de_DE, DE) named
+    the code itself ("translate English to de-DE: "), a prompt T5 never read. Known by the code's
+    language part; an unknown code as written."""
+    from toolkit.tasks.translation import Translation
+
+    task = Translation(subset="custom", eval_file="x.jsonl", source_lang=source, target_lang=target)
+    task.model_head("t5")
+    assert task.affixes() == (want, "")
+
+
+@pytest.mark.parametrize("family, want", [("t5", ("translate English to de-DE: ", "")),
+                                           ("gpt2", ("English: ", "\nde-DE:"))])
+def test_a_run_that_recorded_no_prompt_reads_with_the_prompt_built_as_it_trained(family: str, want: tuple) -> None:
+    """A run from before metrics.json recorded its prompt (`adopt_prompt(None)`) trained on the
+    code as written ("translate English to de-DE: "): it reads so, not with today's names."""
+    from toolkit.tasks.translation import Translation
+
+    task = Translation(subset="custom", eval_file="x.jsonl", source_lang="en", target_lang="de-DE")
+    task.model_head(family)
+    assert task.affixes() != want  # a new run's: German
+    task.adopt_prompt(None)
+    assert task.affixes() == want
+
+
+def test_a_runs_default_prompt_is_the_one_it_trained_with_whatever_the_toolkit_builds_later(
+        tmp_path: Path, monkeypatch) -> None:
+    """The default prompt is built at run time from the language codes; metrics.json records it
+    (`prompt`) and eval, predict and export of the run read it back, so a later toolkit that names
+    a language otherwise does not score the run on a prompt it never trained on. A run that
+    recorded none (an older toolkit's) reads as it did; --task-from another pair builds its own."""
+    import toolkit
+    from toolkit.inference import load_model, run_recipe
+    from toolkit.tasks import translation
+
+    run = toolkit.run("translation/multi30k/t5-base-full", ["task.max_train_samples=4", "task.max_eval_samples=2",
+                      "train.max_steps=1", "task.generation.max_new_tokens=4"], runs_dir=tmp_path, smoke=True).dir
+    saved = json.loads((run / "metrics.json").read_text())
+    assert saved["prompt"] == {"prefix": "translate English to German: ", "suffix": "", "task": "translation",
+                               "source_lang": "en", "target_lang": "de"}
+    monkeypatch.setitem(translation.LANGUAGES, "de", "Deutsch")  # a later toolkit's name for it
+
+    def prompt(**kwargs: Any) -> tuple[str, str]:
+        recipe = run_recipe(run, **kwargs)
+        load_model(run, recipe)
+        return recipe.task.affixes()
+
+    assert prompt() == ("translate English to German: ", "")  # eval and predict load so
+    note = toolkit.export(run, tmp_path / "export")
+    assert 'generate from the prompt "translate English to German: {en}"' in note
+    assert prompt(task_overrides=["task.target_lang=fr"]) == ("translate English to French: ", "")
+    (run / "metrics.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "prompt"}))
+    assert prompt() == ("translate English to Deutsch: ", "")  # an older run: as it read before
+
+
+@pytest.mark.parametrize("name", ["summarization", "translation"])
+def test_eval_of_the_train_split_checks_the_train_splits_references_alone(tmp_path: Path, name: str) -> None:
+    """`toolkit eval --split train` scores the train split alone; it was refused (or warned) for
+    the eval file's references, which it does not score. The split scored (`Task.scoring`) is the
+    one checked: the eval split at a run, the train split at --split train."""
+    from toolkit.tasks import TASKS
+
+    odd = {"summarization": "Мария рассказала Ивану о поездке.", "translation": "玛丽告诉约翰她去了北京。"}[name]
+    files = {}
+    for split, target in (("train", "Mary told John about her trip."), ("eval", odd)):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"source": f"Text {i} about a trip.", "target": target},
+                                                   ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
+    settings = {"subset": "custom", "train_file": str(files["train"]), "eval_file": str(files["eval"])}
+    if name == "translation":
+        settings.update(source_lang="en", target_lang="xx", source_field="source", target_field="target")
+    key = "task.eval_file" if name == "summarization" else "task.bleu_tokenize"
+    with pytest.raises(UserError, match=rf"{key}: .*{files['eval']}"):
+        TASKS.get(name)(**settings).load()  # a run scores the eval split
+    task = TASKS.get(name)(**settings)
+    task.scoring("train")
+    data = task.load()
+    assert task.as_scored(data["train"]) is data["train"]
+
+
+def test_toolkit_eval_of_the_train_split_is_not_refused_for_the_eval_files_references(tmp_path: Path, cli) -> None:
+    """The entry points (CLI and API) of the rule above, on a run whose eval file is then
+    replaced (task.eval_file=...) by one whose Chinese references 13a BLEU cannot score."""
+    import toolkit
+
+    files = {}
+    for split, target in (("train", "Mary told John about her trip."), ("eval", "Mary told John."),
+                          ("chinese", "玛丽告诉约翰她去了北京。")):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"source": f"Text {i} about a trip.", "target": target},
+                                                   ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
+    run = toolkit.run("translation/multi30k/t5-base-full", [
+        "task.subset=custom", f"task.train_file={files['train']}", f"task.eval_file={files['eval']}",
+        "task.source_lang=en", "task.target_lang=xx", "task.source_field=source", "task.target_field=target",
+        "train.max_steps=1", "task.generation.max_new_tokens=4"], runs_dir=tmp_path / "runs", smoke=True).dir
+    other = f"task.eval_file={files['chinese']}"
+    code, _, err = cli("eval", run, "--split", "eval", other)
+    assert code == 2 and "task.bleu_tokenize: " in err, err  # the split scored: refused
+    code, _, err = cli("eval", run, "--split", "train", other)
+    assert code == 0 and "bleu_tokenize" not in err, err
+    assert toolkit.evaluate(run, split="train", overrides=[other])["examples"] == {"": 3}

@@ -581,3 +581,36 @@ def test_a_preset_run_predicts_on_the_fields_eval_finds(tmp_path: Path, cli, rec
     assert sorted(p["prediction"] for p in predicted) == sorted(evaluated)
     api = toolkit.predict(run.dir, [{source: r[source]} for r in rows])
     assert [p["prediction"] for p in api] == [p["prediction"] for p in predicted]
+
+
+@pytest.mark.parametrize("recipe, source", [("translation/multi30k/t5-base-lora", "a dog runs in the park ."),
+                                            ("translation/multi30k/gpt2-lora", "two men walk .")])
+def test_a_peft_generation_export_names_where_its_generation_config_is(tmp_path: Path, recipe: str,
+                                                                       source: str) -> None:
+    """A PEFT generation run exported with its base apart (base/: a method transformers does not
+    load as trained, DoRA here) said "the run's decoding is in generation_config.json", a file
+    that folder does not have (the base's is in OUT/base/). The line names the file where it is;
+    followed as written in plain transformers and PEFT (the base from the path its line names,
+    `generate` with no settings given), it generates what `toolkit predict` gives."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    run = toolkit.run(recipe, [*SHORT, *BRIEF, "method={name: dora, r: 4}"], runs_dir=tmp_path, smoke=True)
+    want = toolkit.predict(run, [source])
+    out = tmp_path / "export"
+    note = toolkit.export(run, out)
+    where = re.search(r"the run's decoding is in (\S+?)[;)]", note).group(1)
+    assert (out / where.removeprefix("OUT/")).is_file(), note
+    base = re.search(r"PeftModel\.from_pretrained\((\w+)\.from_pretrained\(OUT/base\), OUT\)", note)
+    assert base and where == "OUT/base/generation_config.json", note
+    auto = {"AutoModelForCausalLM": AutoModelForCausalLM, "AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM}[base.group(1)]
+    model = PeftModel.from_pretrained(auto.from_pretrained(out / "base"), out).eval()
+    template = json.loads(re.search(r'generate from the prompt ("(?:[^"\\]|\\.)*")', note).group(1))
+    field = re.search(r"\{(\w+)\}", template).group(1)
+    tok = AutoTokenizer.from_pretrained(out)
+    decoder = base.group(1) == "AutoModelForCausalLM"
+    batch = tok([template.replace("{" + field + "}", source)], return_tensors="pt", add_special_tokens=not decoder)
+    with torch.no_grad():
+        ids = model.generate(**batch)
+    ids = ids[:, batch["input_ids"].shape[1]:] if decoder else ids
+    assert [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True)] == [want[0]["prediction"]], note

@@ -1339,6 +1339,36 @@ def test_a_glue_cell_scored_on_part_of_dev_says_so(tmp_path: Path, task_extra: d
     assert f"rte: lr 0.001, batch ?, epochs None, scored on {part}, max length" in protocol
 
 
+CARVED = "the 50% of the dev split left after training on a seeded 50% of it (task.train_from_dev=0.5; no train.tsv)"
+CAPPED = "at most a fixed random 100 dev examples (task.max_eval_samples=100)"
+
+
+@pytest.mark.parametrize("task_extra, marked, notes, protocol", [
+    ({"train_from_dev": 0.5}, [True, False], {"MNLI-m": CARVED}, f"MNLI-m scored on {CARVED}"),
+    ({"max_eval_samples": 100}, [True, True], {"MNLI": CAPPED}, f"scored on {CAPPED}"),
+    ({"train_from_dev": 0.5, "max_eval_samples": 100}, [True, True],
+     {"MNLI-m": f"{CARVED}, of that {CAPPED}", "MNLI-mm": CAPPED},
+     f"MNLI-m scored on {CARVED}, of that {CAPPED}, MNLI-mm scored on {CAPPED}"),
+])
+def test_a_glue_column_is_marked_part_of_dev_only_where_its_split_was(tmp_path: Path, task_extra: dict,
+                                                                     marked: list, notes: dict, protocol: str) -> None:
+    """task.train_from_dev carves MNLI's matched dev split alone (the task's first); the mismatched
+    column, scored on the whole dev_mismatched split, was marked § and noted as the carved
+    remainder too. Each column is marked, noted and described by its own split."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "mnli", "lora", seed, {"accuracy": 0.7, "accuracy_mm": 0.72}, task_extra=task_extra)
+    text = glue_report.render(report.collect(tmp_path))
+    (row,) = [r for r in text.splitlines() if r.startswith("| tiny lora")]
+    cells = [c.strip() for c in row.strip("|").split("|")][1:3]  # MNLI-m, MNLI-mm
+    assert [c.endswith("§") for c in cells] == marked, row
+    said = [line for line in text.splitlines() if line.startswith("- §")]
+    assert said == [f"- § tiny lora / {column}: scored on {part}, not the whole dev split that GLUE's dev numbers and "
+                    "the published dev rows are on: not comparable with them, nor is an average that holds it"
+                    for column, part in notes.items()], said
+    (line,) = [r for r in text.splitlines() if r.startswith("- **ours: tiny lora**")]
+    assert f"epochs None, {protocol}, max length" in line, line
+
+
 LAST = "the last step (train.keep_best is false or nothing was trained)"
 BEST = "the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the papers do)"
 

@@ -85,6 +85,7 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
                            words=recipe.task.words_given, tokenizer=tok)[0]  # the run's, read once
 
     if not recipe.method.trains:  # seeded as the run was: an attention module's random start (additive)
+        adopt_saved(run, recipe)  # the default prompt the run scored with
         set_seed(recipe.train.seed)
         model, tok = models.load(base, head, recipe.task.head_kwargs(), settings.attention,
                                  warm_start=settings.warm_start, words=recipe.task.words_given)
@@ -152,6 +153,8 @@ def adopt_saved(run: Path, recipe: Recipe) -> None:
         recipe.task.adopt_labels(list(saved["label_names"]))
     if saved.get("text_columns") and getattr(recipe.task, "text_columns", "n/a") is None:
         recipe.task.text_columns = list(saved["text_columns"])
+    if hasattr(recipe.task, "adopt_prompt"):  # the default prompt the run trained with (none recorded: older)
+        recipe.task.adopt_prompt(saved.get("prompt"))
     names = getattr(recipe.task, "label_names", "n/a")
     if "label_names" in saved and names != "n/a" and (names and list(names)) != saved["label_names"]:
         raise UserError(f"{run}: the model's labels are {', '.join(saved['label_names'] or ['(a regression)'])}; "
@@ -264,6 +267,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     acc = run_accelerator(run, recipe)
     if runs.is_finished(run):  # the model's classes, before the data is read and mapped to ids
         adopt_saved(run, recipe)
+    recipe.task.scoring(split)  # what load checks of the references: the scored split's alone
     data = recipe.task.load()
     check_hub_data(run, recipe, task_from)
     if split == "eval":  # task.eval_file=<the run's train file>: scores of training examples, said as a run says it
@@ -646,7 +650,8 @@ def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool, tokenizer: An
                                 warm_start=recipe.model.warm_start, tokenizer=tokenizer)
     auto = heads.get(head).auto_class
     tok = tokenizer or models.load_tokenizer(str(out))  # a bottleneck folder: the copied run's
-    decoding = read_as_run(recipe.task, base_model, tok)  # the base holds the generation config
+    # the base holds the generation config: in OUT/base/ where the base is saved apart
+    decoding = read_as_run(recipe.task, base_model, tok, "OUT/base/generation_config.json" if apart else None)
     if tokenizer is None:
         tok.save_pretrained(out)  # its padding side as generation needs it
     if apart:
@@ -748,7 +753,7 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
     return note, model, tok
 
 
-def read_as_run(task: Any, model: Any, tok: Any) -> str:
+def read_as_run(task: Any, model: Any, tok: Any, config_at: str | None = None) -> str:
     """An exported tokenizer reads a prediction input as the run read it, loaded as plain
     transformers loads it (`AutoTokenizer.from_pretrained`, `pipeline`): special tokens' strings
     in the text as text (`split_special_tokens`, saved in tokenizer_config.json; models.text_is_text),
@@ -767,7 +772,7 @@ def read_as_run(task: Any, model: Any, tok: Any) -> str:
             tok.model_max_length = tok.init_kwargs["model_max_length"] = limit
             said = (f"; its tokenizer cuts at task.max_length={limit} tokens as the run did (model_max_length, "
                     "where truncation=True cuts)")
-    return said + task.export_settings() + decode_as_run(task, model, tok)
+    return said + task.export_settings() + decode_as_run(task, model, tok, config_at)
 
 
 def specials_read_otherwise(task: Any, out: Path) -> str:
@@ -819,7 +824,7 @@ def _shown(tokens: list[str]) -> str:
     return ", ".join(json.dumps(t) for t in tokens[:3]) + (f" and {len(tokens) - 3} more" if len(tokens) > 3 else "")
 
 
-def decode_as_run(task: Any, model: Any, tok: Any) -> str:
+def decode_as_run(task: Any, model: Any, tok: Any, config_at: str | None = None) -> str:
     """An exported generation model decodes as the run scored it, for anyone who calls its
     `generate`: generation_config.json carries the recipe's decoding (num_beams, max_new_tokens,
     length_penalty, greedy; early_stopping the recipe's, else left the checkpoint's, as the run
@@ -832,7 +837,9 @@ def decode_as_run(task: Any, model: Any, tok: Any) -> str:
     `src_lang` / `tgt_lang`; an encoder-decoder's config starts generation as training's decoder
     input starts (`decoder_start_token_id`, the target's code as `forced_bos_token_id` where the
     tokenizer marks one: `TextToText.decoding_start`). What a config cannot hold (the prompt's affixes; a
-    decoder's repeat ban over its continuation alone) is said in the export's line."""
+    decoder's repeat ban over its continuation alone) is said in the export's line, with where
+    the generation config is (`config_at`: a base saved apart in OUT/base/ holds it, where the line
+    named the folder's own generation_config.json, which such an export does not have)."""
     generation = getattr(task, "generation", None)
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     if generation is None or not inner.can_generate():
@@ -856,7 +863,7 @@ def decode_as_run(task: Any, model: Any, tok: Any) -> str:
     if task.reading_limit() is None:  # the tokenizer's own cut would take the suffix first
         said.append(f"the run cut each source to fit task.max_length={task.max_length} tokens "
                     f"before the rest of the prompt; a longer one is read whole")
-    return "; generate from the prompt " + prompt + " (the run's decoding is in generation_config.json" \
+    return "; generate from the prompt " + prompt + f" (the run's decoding is in {config_at or 'generation_config.json'}" \
         + "".join(f"; {s}" for s in said) + ")"
 
 

@@ -43,6 +43,9 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # config.json to hold them, and eval/predict/export rebuild the head from these
         "label_names": getattr(setup.task, "label_names", None),
         "text_columns": getattr(setup.task, "text_columns", None),  # likewise when read from the header
+        # a generation task's default prompt as built now (translation's language names): eval,
+        # predict and export of the run read it back (`adopt_saved`), whatever a later toolkit builds
+        **({"prompt": setup.task.recorded_prompt()} if hasattr(setup.task, "recorded_prompt") else {}),
         # a chained run's base (model.checkpoint: {run: ...}): the run folder it started from,
         # relative to the runs root, so eval/predict/export load that base without the recipe files
         "base_run": base_run(recipe, setup, out),

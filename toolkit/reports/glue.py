@@ -136,13 +136,15 @@ def _average_runs(cells: dict[str, list[dict]]) -> list[dict]:
     return [m for t in sorted(cells, key=ORDER.index) for m in cells[t] if not common or report.seed_of(m) in common]
 
 
-def part_of_dev(runs: list[dict]) -> str | None:
-    """What a cell's runs were scored on where it is not the whole dev split that GLUE's dev numbers
-    and the published dev rows are on (their recipe's task: one setting per cell), else None:
-    a carved remainder (task.train_from_dev: trained on the rest of dev, not on train.tsv) or a
-    random subset (task.max_eval_samples)."""
+def part_of_dev(runs: list[dict], suffix: str = "") -> str | None:
+    """What a cell's runs were scored on, on the dev split of eval keys ending in `suffix` (MNLI's
+    matched "", mismatched "_mm"), where it is not the whole dev split that GLUE's dev numbers and
+    the published dev rows are on (their recipe's task: one setting per cell), else None: a carved
+    remainder (task.train_from_dev: trained on the rest of dev, not on train.tsv; the task carves
+    its first dev split alone, MNLI's matched: the mismatched split is scored whole) or a random
+    subset (task.max_eval_samples, of every dev split)."""
     task = runs[0]["recipe"].get("task", {}) if runs else {}
-    carve, cap = task.get("train_from_dev"), task.get("max_eval_samples")
+    carve, cap = None if suffix else task.get("train_from_dev"), task.get("max_eval_samples")
     parts = []
     if carve:
         parts.append(f"the {1 - carve:.0%} of the dev split left after training on a seeded {carve:.0%} of it "
@@ -153,6 +155,22 @@ def part_of_dev(runs: list[dict]) -> str | None:
 
 
 PART = " §"  # a cell scored on part of dev: its note says which part
+
+
+def key_suffix(task: str, key: str) -> str:
+    """The dev split an official eval key is scored on, by its suffix ("" or MNLI's "_mm")."""
+    return next((sfx for sfx in SPECS[task].dev_files if sfx and key.endswith(sfx)), "")
+
+
+def parts_of_dev(runs: list[dict], task: str) -> dict[str, str]:
+    """{column: what it was scored on} for a cell's dev splits scored on part of dev
+    (`part_of_dev`): "" for the whole task where every split was scored alike, else each such
+    split's column suffix ("-m", "-mm", as the table's head): MNLI with task.train_from_dev carves
+    matched alone, and its mismatched column, scored on the whole split, was marked too."""
+    said = {sfx: part_of_dev(runs, sfx) for sfx in SPECS[task].dev_files}
+    if len(set(said.values())) == 1:
+        return {"": part} if (part := next(iter(said.values()))) else {}
+    return {("-" + sfx.lstrip("_") if sfx else "-m"): part for sfx, part in said.items() if part}
 
 
 def _task_of(item: dict) -> str:
@@ -187,7 +205,7 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
             for key in official(t):
                 vals = [m["metrics"]["eval"][key] for m in cells.get(t, [])]
                 mark = " ‡" if report.mixed_code(cells.get(t, [])) else ""  # seeds on other code: a line below
-                mark += PART if vals and part_of_dev(cells[t]) else ""
+                mark += PART if vals and part_of_dev(cells[t], key_suffix(t, key)) else ""
                 line.append(report.Stat(vals).fmt(100.0) + mark if vals else "–")
         stat, paired = _average_stat(cells)
         note = "" if set(cells) == set(tasks) else f" over {len(cells)} tasks"
@@ -299,8 +317,8 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
             tr, task = ms[0]["recipe"].get("train", {}), ms[0]["recipe"].get("task", {})
             budget = f"max steps {tr['max_steps']}" if tr.get("max_steps") else f"epochs {tr.get('epochs')}"
             subset = _training_set(ms[0]["metrics"], task)
-            part = part_of_dev(ms)
-            subset += f", scored on {part}" if part else ""
+            subset += "".join(f", {TITLES[t] + column + ' ' if column else ''}scored on {part}"
+                              for column, part in parts_of_dev(ms, t).items())
             parts.append(f"{t}: lr {tr.get('lr')}, {report.batch(ms[0])}, {budget}{subset}, "
                          f"max length {task.get('max_length')}, seeds {sorted((report.seed_of(m) for m in ms), key=report._sortable)}"
                          + (f", {(chosen or {})[(row, t)]}" if (row, t) in (chosen or {}) else "")
@@ -364,9 +382,9 @@ def render(items: list[dict]) -> str:
               for n in report.kept_note(f"{row} / {TITLES[t]}", ms)]
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.skipped_notes(ms, f"{row} / {TITLES[t]}: ")]
-    notes += [f"§ {row} / {TITLES[t]}: scored on {part_of_dev(ms)}, not the whole dev split that GLUE's dev numbers "
+    notes += [f"§ {row} / {TITLES[t]}{column}: scored on {part}, not the whole dev split that GLUE's dev numbers "
               "and the published dev rows are on: not comparable with them, nor is an average that holds it"
-              for row, cells in rows.items() for t, ms in cells.items() if part_of_dev(ms)]
+              for row, cells in rows.items() for t, ms in cells.items() for column, part in parts_of_dev(ms, t).items()]
     if missing:
         notes.append(f"Not in these runs: {', '.join(missing)}. The average is over the {len(tasks)} tasks "
                      "above only and is not comparable with a nine-task GLUE score.")

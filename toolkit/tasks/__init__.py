@@ -208,6 +208,13 @@ class Task:
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         raise NotImplementedError
 
+    def scoring(self, split: str) -> None:
+        """`toolkit eval --split`: the split that will be scored (eval, train, test), said before
+        `load`, so that what is checked of the data as the metric reads it is that split's alone
+        (`TextToText.checked`): the eval split's references refused `--split train`, which does
+        not score them. A run scores its eval split (the default)."""
+        self._scored_split = split
+
     def as_scored(self, dataset: Any) -> Any:
         """A raw split that `toolkit eval --split` scores (the train split among them), made what
         `encode` takes for an evaluation split: most tasks encode every split alike."""

@@ -234,8 +234,41 @@ class TextToText(TokenTask):
         """(prefix, suffix) around the source when the recipe sets none."""
         return "", ""
 
-    def affixes(self) -> tuple[str, str]:
+    def prompt_basis(self) -> dict[str, Any]:
+        """The settings `default_affixes` reads besides the model's family (fixed for a run)."""
+        return {}
+
+    def recorded_prompt(self) -> dict[str, Any]:
+        """The default prompt as this run resolved it, for metrics.json (`prompt`): the text is
+        built at run time (translation's language names), so a later toolkit that builds it
+        otherwise would score, predict and export the run with a prompt it never trained on."""
         prefix, suffix = self.default_affixes(getattr(self, "_family", None), self.decoder_only)
+        return {"prefix": prefix, "suffix": suffix, "task": self.name, **self.prompt_basis()}
+
+    def unrecorded_affixes(self, family: str | None, decoder_only: bool) -> tuple[str, str]:
+        """The default prompt of a run from before metrics.json recorded it: as the toolkit built
+        it then (translation: a full code as written), so such a run reads as it trained."""
+        return self.default_affixes(family, decoder_only)
+
+    def adopt_prompt(self, saved: Any) -> None:
+        """The run's recorded default prompt (`recorded_prompt`), used where the recipe sets no
+        prefix/suffix, when the task is the run's (the same task and the settings the prompt is
+        built from: not `--task-from` another pair); None: a run that recorded none, read with
+        the prompt built as it was then (`unrecorded_affixes`)."""
+        if saved is None:
+            self._unrecorded = True
+            return
+        if not isinstance(saved, dict) or not isinstance(saved.get("prefix"), str) \
+                or not isinstance(saved.get("suffix"), str):
+            return
+        if {k: v for k, v in saved.items() if k not in ("prefix", "suffix")} \
+                == {"task": self.name, **self.prompt_basis()}:
+            self._recorded_affixes = (saved["prefix"], saved["suffix"])
+
+    def affixes(self) -> tuple[str, str]:
+        build = self.unrecorded_affixes if self.__dict__.get("_unrecorded") else self.default_affixes
+        prefix, suffix = self.__dict__.get("_recorded_affixes") \
+            or build(getattr(self, "_family", None), self.decoder_only)
         prefix = prefix if self.prefix is None else self.prefix
         return self.__dict__.get("_mark", "") + prefix, suffix if self.suffix is None else self.suffix
 
@@ -312,8 +345,10 @@ class TextToText(TokenTask):
     def checked(self, data: dict[str, Any]) -> dict[str, Any]:
         """`load`'s splits, the eval split's references checked before anything trains; another
         split (`toolkit eval --split train`) is checked when it is scored (`as_scored`): its
-        references were scored unchecked, exit 0."""
-        self.check_references(list(data["eval"][""]["target"]), "eval")
+        references were scored unchecked, exit 0. The eval split is checked only where it is the
+        one scored (`scoring`): `--split train` was refused for the eval file's references."""
+        if self.__dict__.get("_scored_split", "eval") == "eval":
+            self.check_references(list(data["eval"][""]["target"]), "eval")
         self._unchecked = {id(ds): name for name, ds in (("train", data.get("train")),) if ds is not None}
         return data
 

@@ -47,6 +47,12 @@ OFFICIAL_ONLY = {"ko": ("ko-mecab", "mecab_ko", "sacrebleu[ko]")}
 NEEDS = {"ja-mecab": ("MeCab", "sacrebleu[ja]"), "ko-mecab": ("mecab_ko", "sacrebleu[ko]")}
 
 
+def language_name(code: str) -> str:
+    """The language's English name for prompts (`LANGUAGES`) by the code's language part (de-DE,
+    de_DE, DE); the code itself where that part is not known."""
+    return LANGUAGES.get(re.split(r"[-_]", code)[0].lower(), code)
+
+
 @TASKS.register("translation")
 @dataclass(kw_only=True)
 class Translation(TextToText):
@@ -103,9 +109,23 @@ class Translation(TextToText):
     def metric_info(self) -> dict[str, str]:
         return {**sacrebleu_signatures(self.bleu_tokenize), **super().metric_info()}
 
+    def prompt_basis(self) -> dict[str, Any]:
+        return {"source_lang": self.source_lang, "target_lang": self.target_lang}
+
     def default_affixes(self, family: str | None, decoder_only: bool) -> tuple[str, str]:
-        src = LANGUAGES.get(self.source_lang, self.source_lang)
-        tgt = LANGUAGES.get(self.target_lang, self.target_lang)
+        """T5's prompt names the languages as T5 was trained ("translate English to German: "):
+        a full code (de-DE, de_DE, zh-Hans) by its language part, where that is known; an
+        unknown code as written."""
+        return self._affixes(family, decoder_only, language_name(self.source_lang), language_name(self.target_lang))
+
+    def unrecorded_affixes(self, family: str | None, decoder_only: bool) -> tuple[str, str]:
+        """A run from before the prompt was recorded was built by the whole code (de-DE as
+        written): it reads so."""
+        return self._affixes(family, decoder_only, LANGUAGES.get(self.source_lang, self.source_lang),
+                             LANGUAGES.get(self.target_lang, self.target_lang))
+
+    @staticmethod
+    def _affixes(family: str | None, decoder_only: bool, src: str, tgt: str) -> tuple[str, str]:
         if family == "t5":
             return f"translate {src} to {tgt}: ", ""
         return (f"{src}: ", f"\n{tgt}:") if decoder_only else ("", "")
