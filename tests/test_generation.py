@@ -8,6 +8,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -1287,3 +1288,28 @@ def test_toolkit_eval_of_the_train_split_is_not_refused_for_the_eval_files_refer
     code, _, err = cli("eval", run, "--split", "train", other)
     assert code == 0 and "bleu_tokenize" not in err, err
     assert toolkit.evaluate(run, split="train", overrides=[other])["examples"] == {"": 3}
+
+
+def test_a_run_made_before_early_stopping_existed_is_read_as_it_searched(tmp_path: Path) -> None:
+    """Finding: beam search was pinned to early_stopping true until the setting existed; unset it
+    now follows the checkpoint (T5: false), so eval, predict and export of a T5 beam run made
+    before decoded other text than the run had scored, exit 0. A run whose recipe.yaml has no such
+    key is read with true, as it searched (an override names another); a new run as it says; and
+    `toolkit report` sets the old run beside new ones with true, not as the checkpoint's."""
+    import toolkit
+    from toolkit import reports
+    from toolkit.inference import run_recipe
+    from toolkit.recipe_data import read_yaml
+
+    run = toolkit.run("translation/multi30k/t5-base-full", ["task.max_train_samples=4", "task.max_eval_samples=2",
+                      "train.max_steps=1", "task.generation.max_new_tokens=4"], runs_dir=tmp_path, smoke=True).dir
+    assert run_recipe(run).task.generation.early_stopping is None  # a new run: the checkpoint's
+    text = (run / "recipe.yaml").read_text()
+    assert "early_stopping: null" in text
+    (run / "recipe.yaml").write_text(re.sub(r"(?m)^ *early_stopping: null\n", "", text))  # an older toolkit's
+    assert run_recipe(run).task.generation.early_stopping is True
+    assert run_recipe(run, ["task.generation.early_stopping=false"]).task.generation.early_stopping is False
+    old = reports.with_old_defaults(read_yaml(run / "recipe.yaml"))
+    assert old["task"]["generation"]["early_stopping"] is True
+    greedy = reports.with_old_defaults({"task": {"generation": {"num_beams": 1}}})
+    assert greedy["task"]["generation"]["early_stopping"] is None

@@ -63,6 +63,8 @@ def run_recipe(run: Path, task_overrides: list[str] | None = None, task_from: st
             raise UserError(f"task.{key}: the run's saved tokenizer holds it as the run trained; it cannot change "
                             "when scoring a run (train a run with it instead)")
         setattr(recipe.task, key, ran.get(key))
+    if not task_from:
+        recipe.task.as_made(ran, {".".join(leaf) for leaf in override_leaves(task_overrides or [])})
     if task_overrides:
         recipe.task.rescoring(parse(raw).task, {".".join(leaf) for leaf in override_leaves(task_overrides)})
     return recipe

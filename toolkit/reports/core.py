@@ -54,17 +54,31 @@ BEFORE_FIELD: dict[tuple[str, str], Any] = {
     # value: tests/test_report.py checks each one
     ("task", "source_code"): None,
     ("task", "target_code"): None,
+    ("method", "train_layer_norms"): False,  # Houlsby's LayerNorms frozen until 2026-11-28
+}
+
+
+# Fields added inside a nested settings block, with the value a run made before them had in
+# effect, from the block: beam search stopped early (true) whatever the checkpoint said until
+# 2026-11-28 (task.generation.early_stopping; unset now follows the checkpoint: T5's false)
+BEFORE_NESTED: dict[tuple[str, str, str], Any] = {
+    ("task", "generation", "early_stopping"): lambda block: True if (block.get("num_beams") or 1) > 1 else None,
 }
 
 
 def with_old_defaults(recipe: dict, metrics: dict | None = None) -> dict:
     """`recipe` with each BEFORE_FIELD it lacks set to the value its run had in effect (a value
-    that depends on the device: left out where metrics.json does not say the device)."""
+    that depends on the device: left out where metrics.json does not say the device), and each
+    BEFORE_NESTED field its block lacks."""
     for (section, key), value in BEFORE_FIELD.items():
         if isinstance(recipe.get(section), dict) and key not in recipe[section]:
             value = value(metrics or {}) if callable(value) else value
             if value is not None or not callable(BEFORE_FIELD[(section, key)]):
                 recipe[section][key] = json.loads(json.dumps(value))  # a list of its own per run
+    for (section, name, key), before in BEFORE_NESTED.items():
+        block = recipe.get(section, {}).get(name) if isinstance(recipe.get(section), dict) else None
+        if isinstance(block, dict) and key not in block:
+            block[key] = before(block)
     return recipe
 
 

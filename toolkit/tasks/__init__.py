@@ -135,6 +135,11 @@ class Task:
         (made with `made`) on other data than they name; eval and the API's evaluate call it.
         Nothing to refuse by default."""
 
+    def as_made(self, ran: dict, keys: set[str]) -> None:
+        """Settings added since a finished run was made, set to what the run did then: `ran` is
+        the run's own task section as its recipe.yaml holds it (a key missing there: a run from
+        before the field), `keys` the task overrides given now (those win). Nothing by default."""
+
     def named_fields(self) -> dict[str, list[str]]:
         """Recipe key -> the fields it names (`field_keys`, then `scored_keys`); unset keys left out."""
         out: dict[str, list[str]] = {}

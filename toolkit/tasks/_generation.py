@@ -250,6 +250,17 @@ class TextToText(TokenTask):
         it then (translation: a full code as written), so such a run reads as it trained."""
         return self.default_affixes(family, decoder_only)
 
+    def as_made(self, ran: dict, keys: set[str]) -> None:
+        """A run made before `generation.early_stopping` existed (its recipe.yaml has no such key,
+        before 2026-11-28) searched its beams with early_stopping true whatever the checkpoint's
+        generation_config said; unset now follows the checkpoint (T5, Marian, GPT-2: false), so
+        `toolkit eval` / predict / export of such a T5 run decoded other text than the run scored,
+        exit 0. Such a run is read with true, as it ran, unless the override names the key."""
+        block = ran.get("generation")
+        if isinstance(block, dict) and "early_stopping" not in block and self.generation.num_beams > 1 \
+                and "task.generation.early_stopping" not in keys and self.generation.early_stopping is None:
+            self.generation.early_stopping = True
+
     def adopt_prompt(self, saved: Any) -> None:
         """The run's recorded default prompt (`recorded_prompt`), used where the recipe sets no
         prefix/suffix, when the task is the run's (the same task and the settings the prompt is
