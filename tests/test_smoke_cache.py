@@ -251,3 +251,33 @@ def test_a_chains_smoke_upstream_resumes_only_on_the_small_model_it_trained_on(t
                                    r"it trained on; this toolkit and transformers 99.1.0 build that model otherwise",
                                    err), err
     assert sorted(p.parent for p in (tmp_path / "runs").rglob("identity.json")) == made
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o077])
+def test_run_checkpoint_and_export_files_follow_the_umask(tmp_path: Path, cli, umask: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runs folder a group shares (umask 002): every *.safetensors a run, its checkpoints and its
+    exports hold was 0600 (safetensors' writer, whatever the umask), the JSON beside them 0664, and
+    a teammate's `toolkit eval` stopped on a PermissionError. Every file and folder the toolkit
+    writes there is made as the umask says (077: private, as asked)."""
+    import os
+
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    old = os.umask(umask)
+    try:
+        code, _, err = cli("run", "demo/sst2/minilm-lora", "task.max_train_samples=8", "task.max_eval_samples=8",
+                           "train.max_steps=1", "train.keep_checkpoints=true", "--smoke",
+                           "--runs-dir", tmp_path / "runs")
+        assert code == 0, err
+        run = next(p.parent for p in (tmp_path / "runs").rglob("identity.json"))
+        for merge in ([], ["--merge"]):
+            code, _, err = cli("export", run, tmp_path / f"export{'-'.join(merge)}", *merge)
+            assert code == 0, err
+    finally:
+        os.umask(old)
+    made = [p for where in ("runs", "export", "export--merge") for p in (tmp_path / where).rglob("*")]
+    assert any(p.name == "model.safetensors" and "checkpoints" in p.parts for p in made)
+    assert {p.name for p in made} >= {"adapter_model.safetensors", "model.safetensors", "metrics.json"}
+    wrong = [f"{oct(p.stat().st_mode & 0o777)} {p}" for p in made
+             if p.stat().st_mode & 0o777 != (0o777 if p.is_dir() else 0o666) & ~umask]
+    assert not wrong, wrong

@@ -73,6 +73,7 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
         torch.cuda.reset_peak_memory_stats(acc.device)
     acc.wait_for_everyone()  # every rank's RNG file is in
     if acc.is_main_process:
+        runs.follow_umask(tmp)  # accelerate's model.safetensors is 0600 whatever the umask
         runs.sync_tree(tmp)  # on disk, not in the page cache only, before any older one goes
         fields = {**state.__dict__, "run": out.name}  # the run id: what a resume checks it belongs to
         runs.write_json(tmp / "trainer_state.json", {**fields, "manifest": runs.manifest(tmp),

@@ -602,6 +602,7 @@ def save_result(recipe: Recipe, model: torch.nn.Module, tokenizer: Any, folder: 
     tokenizer.save_pretrained(folder)
     if not recipe.smoke:  # a smoke run's base is the small random model: its path is its name
         models.make_portable(folder, source)
+    runs.follow_umask(folder)  # safetensors writes 0600 whatever the umask
 
 
 def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: State,
