@@ -25,6 +25,7 @@ import types
 import typing
 from typing import Any, Callable, TypeVar
 
+from toolkit import quiet
 from toolkit.errors import UserError
 
 Fn = TypeVar("Fn", bound=Callable[..., Any])
@@ -191,8 +192,6 @@ class ScriptParser(Parser):
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def, override]
         parsed, extra = super().parse_known_args(args, namespace)
-        from toolkit import quiet
-
         if parsed.verbose:
             os.environ[quiet.VERBOSE] = "1"
         quiet.libraries()
