@@ -724,3 +724,22 @@ train: {{epochs: 2, lr: 1.0e-3, batch_size: 2, grad_accum: 2, warmup_ratio: 0.3,
     theirs = trainer.model.state_dict()
     for key, value in final.items():
         torch.testing.assert_close(value, theirs[key], atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_benchmark_is_quiet_as_the_toolkit_is(tmp_path: Path, verbose: bool) -> None:
+    """`benchmarks/parity qa --smoke` with a fresh cache builds its small model first: transformers'
+    "Writing model shards" bar (and DeepSpeed's CPU notice) came on stderr before the script's own
+    line, where `toolkit` says nothing of the kind. Benchmark scripts parse through ScriptParser,
+    which quiets the libraries as `toolkit` does; -v shows them (a --set the recipe refuses: the
+    build, then one line, exit 2)."""
+    env = {**os.environ, "TOOLKIT_CACHE": str(tmp_path / "cache")}
+    env.pop("TOOLKIT_VERBOSE", None)
+    said = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "parity"), "qa", "--smoke", "--seeds", "42",
+                           "--set", "train.epochz=2", *(["-v"] if verbose else [])],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert said.returncode == 2 and any((tmp_path / "cache" / "smoke").iterdir()), said.stderr
+    assert ("Writing model shards" in said.stderr) == verbose, said.stderr
+    if not verbose:
+        assert said.stderr.splitlines() == [said.stderr.strip()] and said.stderr.startswith(
+            "error: benchmarks/parity: train.epochz: unknown key"), said.stderr

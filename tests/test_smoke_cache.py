@@ -179,3 +179,105 @@ def test_cache_folders_follow_the_umask(tmp_path: Path, monkeypatch: pytest.Monk
     for folder in (tmp_path / "cache", entry.parent, entry, lock.parent):
         assert folder.stat().st_mode & 0o777 == mode, folder
     assert all(f.stat().st_mode & 0o777 == mode & 0o666 for f in entry.iterdir())
+
+
+def _built_otherwise(monkeypatch: pytest.MonkeyPatch, version: str, alike: bool) -> None:
+    """Another transformers version (another smoke cache key) whose small models are built alike
+    (the same bytes) or otherwise (from other initial weights)."""
+    import sys
+
+    transformers = sys.modules["transformers"]  # (the module object a build left there)
+    monkeypatch.setattr(transformers, "__version__", version)
+    if not alike:
+        tiny = models._tiny_config
+
+        def otherwise(*args, **kwargs):
+            config = tiny(*args, **kwargs)
+            config.initializer_range = 0.5
+            return config
+
+        monkeypatch.setattr(models, "_tiny_config", otherwise)
+
+
+@pytest.mark.parametrize("recipe", ["demo/sst2/minilm-lora", "demo/sst2/minilm-full"])
+def test_a_smoke_run_resumes_only_on_the_small_model_it_trained_on(tmp_path: Path, cli, recipe: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A smoke run's checkpoint goes on from the small random model `--smoke` builds; resumed under
+    another transformers that builds it otherwise, the run went on training another model (a LoRA
+    run: other frozen weights; a full run: another config) under the same run id, only noted as a
+    resume under other code, exit 0. As eval/predict/export: built alike, it resumes; built
+    otherwise, one line, exit 2, and the checkpoint is left as it was."""
+    import toolkit
+
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    args = [recipe, "task.max_train_samples=8", "task.max_eval_samples=8", "train.max_steps=2",
+            "--smoke", "--runs-dir", tmp_path / "runs"]
+    code, _, err = cli("run", *args, "--stop-after", "1")
+    assert code == 0, err
+    out = next(p.parent for p in (tmp_path / "runs").rglob("identity.json"))
+    saved = sorted(p.name for p in out.rglob("*") if p.is_file())
+    with monkeypatch.context() as patched:
+        _built_otherwise(patched, "99.1.0", alike=False)
+        said = (r"a --smoke run, whose checkpoint of step 1 goes on from the small random model it trained on; this "
+                r"toolkit and transformers 99.1.0 build that model otherwise \((config.json|model.safetensors) "
+                r"differs; the checkpoint was written under transformers \S+\), .*run the recipe again with "
+                r"--smoke --force")
+        code, _, err = cli("run", *args, "--resume")
+        assert code == 2 and re.search(said, err), err
+        assert len(err.strip().splitlines()) == 1, err  # said before 'resuming from', no note beside it
+        with pytest.raises(toolkit.UserError, match=said):
+            toolkit.run(recipe, args[1:4], runs_dir=tmp_path / "runs", smoke=True, resume=True)
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == saved
+    with monkeypatch.context() as patched:
+        _built_otherwise(patched, "99.0.0", alike=True)
+        code, said_out, err = cli("run", *args, "--resume")
+        assert code == 0 and "resuming from" in said_out, err
+    assert (out / "metrics.json").is_file()
+
+
+def test_a_chains_smoke_upstream_resumes_only_on_the_small_model_it_trained_on(tmp_path: Path, cli,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run --smoke` of a chained recipe first finishes the smoke run of its upstream, resuming it
+    where it stopped: built otherwise under another transformers, that resume is the one line too,
+    and nothing of the chained run is made."""
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    upstream = "recipes/pretrain/wikitext-2/minilm-mlm.yaml"
+    code, _, err = cli("run", upstream, "--smoke", "--runs-dir", tmp_path / "runs", "--stop-after", "1")
+    assert code == 0, err
+    made = sorted(p.parent for p in (tmp_path / "runs").rglob("identity.json"))
+    _built_otherwise(monkeypatch, "99.1.0", alike=False)
+    code, _, err = cli("run", "demo/sst2/minilm-full-from-wikitext", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and re.search(r"a --smoke run, whose checkpoint of step 1 goes on from the small random model "
+                                   r"it trained on; this toolkit and transformers 99.1.0 build that model otherwise",
+                                   err), err
+    assert sorted(p.parent for p in (tmp_path / "runs").rglob("identity.json")) == made
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o077])
+def test_run_checkpoint_and_export_files_follow_the_umask(tmp_path: Path, cli, umask: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runs folder a group shares (umask 002): every *.safetensors a run, its checkpoints and its
+    exports hold was 0600 (safetensors' writer, whatever the umask), the JSON beside them 0664, and
+    a teammate's `toolkit eval` stopped on a PermissionError. Every file and folder the toolkit
+    writes there is made as the umask says (077: private, as asked)."""
+    import os
+
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    old = os.umask(umask)
+    try:
+        code, _, err = cli("run", "demo/sst2/minilm-lora", "task.max_train_samples=8", "task.max_eval_samples=8",
+                           "train.max_steps=1", "train.keep_checkpoints=true", "--smoke",
+                           "--runs-dir", tmp_path / "runs")
+        assert code == 0, err
+        run = next(p.parent for p in (tmp_path / "runs").rglob("identity.json"))
+        for merge in ([], ["--merge"]):
+            code, _, err = cli("export", run, tmp_path / f"export{'-'.join(merge)}", *merge)
+            assert code == 0, err
+    finally:
+        os.umask(old)
+    made = [p for where in ("runs", "export", "export--merge") for p in (tmp_path / where).rglob("*")]
+    assert any(p.name == "model.safetensors" and "checkpoints" in p.parts for p in made)
+    assert {p.name for p in made} >= {"adapter_model.safetensors", "model.safetensors", "metrics.json"}
+    wrong = [f"{oct(p.stat().st_mode & 0o777)} {p}" for p in made
+             if p.stat().st_mode & 0o777 != (0o777 if p.is_dir() else 0o666) & ~umask]
+    assert not wrong, wrong

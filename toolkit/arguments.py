@@ -25,6 +25,7 @@ import types
 import typing
 from typing import Any, Callable, TypeVar
 
+from toolkit import quiet
 from toolkit.errors import UserError
 
 Fn = TypeVar("Fn", bound=Callable[..., Any])
@@ -178,7 +179,23 @@ class ScriptParser(Parser):
     """The parser of a script with a main of its own (`benchmarks/`): a user error (an unknown
     option, a missing argument, a bad value) is one line naming the script and the option, exit 2,
     as `toolkit`'s own (`Parser`, said by cli.main); argparse printed the usage block first. --help
-    is argparse's own."""
+    is argparse's own. Once its arguments parse, the script is quiet as `toolkit` is (toolkit.quiet:
+    the libraries' warnings, load reports and progress bars off; `-v` shows them, and the processes
+    the script starts inherit either): `benchmarks/parity --smoke` with a fresh cache drew
+    transformers' "Writing model shards" bar on stderr before its table or its error line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("-v", "--verbose", action="store_true",
+                          help="show the libraries' warnings, load reports and progress bars (quiet by default, "
+                               "as toolkit -v)")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def, override]
+        parsed, extra = super().parse_known_args(args, namespace)
+        if parsed.verbose:
+            os.environ[quiet.VERBOSE] = "1"
+        quiet.libraries()
+        return parsed, extra
 
     def error(self, message: str):  # type: ignore[override]
         print(f"error: {self.prog}: {message} ({self.prog} --help lists its options)", file=sys.stderr, flush=True)

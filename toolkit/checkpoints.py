@@ -73,6 +73,7 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
         torch.cuda.reset_peak_memory_stats(acc.device)
     acc.wait_for_everyone()  # every rank's RNG file is in
     if acc.is_main_process:
+        runs.follow_umask(tmp)  # accelerate's model.safetensors is 0600 whatever the umask
         runs.sync_tree(tmp)  # on disk, not in the page cache only, before any older one goes
         fields = {**state.__dict__, "run": out.name}  # the run id: what a resume checks it belongs to
         runs.write_json(tmp / "trainer_state.json", {**fields, "manifest": runs.manifest(tmp),
@@ -87,11 +88,13 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
     acc.wait_for_everyone()
 
 
-def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
+def restore(acc: Accelerator, out: Path, total_steps: int, check: Any = None) -> State:
     """The state of the newest checkpoint that is whole (loaded into what `acc` prepared); a
     truncated or corrupt one is said and the one before is tried (the same run, an earlier step:
     the result is the same). Checkpoints there but none usable is one line (UserError): the run
-    used to start again from step 0 without a word, exit 0. A fresh State when there is none."""
+    used to start again from step 0 without a word, exit 0. A fresh State when there is none.
+    `check(state)` refuses a resume (what it goes on from is not what the checkpoint was made on)
+    before anything says the run resumes."""
     found, problems = runs.checkpoints(out), []
     for folder in reversed(found):
         problem = runs.check_manifest(folder) or _other_run(folder, out)
@@ -104,6 +107,8 @@ def restore(acc: Accelerator, out: Path, total_steps: int) -> State:
                 acc.print(f"checkpoint {folder} is unusable ({problem}); trying the one before")
             continue
         state = _state(folder)
+        if check is not None:
+            check(state)
         if acc.is_main_process:
             runs.check_log(out, state.step)
             evaluated = (state.last_eval or {}).get("step") == state.step
@@ -404,11 +409,25 @@ def base_files(source: str, model: torch.nn.Module) -> dict | None:
     return runs.base_record(source, runs.BASE_READ + (runs.BASE_WEIGHTS if lean else ()))
 
 
-def check_base(saved: dict | None, source: str, step: int) -> None:
+def check_base(saved: dict | None, source: str, state: State, smoke: bool = False) -> None:
     """Resuming on a base folder whose weights, config or tokenizer changed since the checkpoint
     would go on training on other weights or other token ids: one line naming the file. A file
-    with its size and time as saved is not read again; a copy of the same bytes passes."""
+    with its size and time as saved is not read again; a copy of the same bytes passes. A smoke
+    run's base (`smoke`) is the small random model `--smoke` builds again, which another
+    transformers (or toolkit) builds as another model under another cache key: resumed there, a
+    LoRA run went on training on other frozen weights, only noted as a resume under other code,
+    exit 0; it is refused as eval, predict and export of the run are (inference.base_checkpoint)."""
     changed = runs.base_changed(saved, source)
+    step = state.step
+    if changed is not None and smoke:
+        import transformers
+
+        built = (state.code or {}).get("transformers")
+        raise UserError(f"a --smoke run, whose checkpoint of step {step} goes on from the small random model it "
+                        f"trained on; this toolkit and transformers {transformers.__version__} build that model "
+                        f"otherwise ({changed.name} differs"
+                        f"{f'; the checkpoint was written under transformers {built}' if built else ''}), and the "
+                        "run would go on training another model: run the recipe again with --smoke --force")
     if changed is not None:
         raise UserError(f"model.checkpoint: {changed} changed since this run's checkpoint of step {step} "
                         "was written; the run goes on from its base folder as it trained (the tokenizer "

@@ -693,6 +693,7 @@ def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> s
         with writing(out, NOTHING_KEPT):
             note, model, tok = _export_into(run, recipe, partial, merge)
             note += specials_read_otherwise(recipe.task, partial)
+            runs.follow_umask(partial)  # safetensors writes 0600 whatever the umask
         if out.exists():
             out.rmdir()  # empty (checked above)
         partial.rename(out)

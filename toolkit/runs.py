@@ -482,6 +482,24 @@ def check_manifest(folder: Path) -> str | None:
     return None
 
 
+def follow_umask(folder: Path) -> None:
+    """Every file under `folder` (a run's model/, a checkpoint, an export, as just written) with the
+    mode a new file of that folder gets (open's 0666 less the umask, or what the folder's default
+    ACL says): safetensors' writer makes its files 0600 whatever the umask, so a group sharing a
+    runs folder (umask 002) could not read one another's weights (`toolkit eval` of a teammate's
+    run: PermissionError), where every JSON beside them was readable. Found by making a file
+    there, as the files beside it were made; a file made narrower on purpose has no writer here."""
+    probe = folder / f".mode-{os.getpid()}-{secrets.token_hex(4)}"
+    os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    try:
+        mode = probe.stat().st_mode & 0o777
+    finally:
+        probe.unlink()
+    for file in folder.rglob("*"):
+        if file.is_file() and not file.is_symlink() and file.stat().st_mode & 0o777 != mode:
+            file.chmod(mode)
+
+
 def write_whole(path: Path, text: str | bytes) -> None:
     """`text` (or bytes) at `path`, whole or not at all: written to a temporary file of this
     call's own beside it (`<name>.<pid>-<random>.tmp`) and renamed over it. A kill leaves the

@@ -199,7 +199,18 @@ class Loop:
         checkpoints.save(self.acc, self.out, self.state, self.cfg.save_total_limit, keep)
 
     def restore(self) -> None:
-        self.state = checkpoints.restore(self.acc, self.out, self.total_steps)
+        self.state = checkpoints.restore(self.acc, self.out, self.total_steps, check=self._check_resume)
+
+    def _base(self) -> str:
+        """The folder the run's base is read from: a smoke run's small model, found in the cache
+        where setup built it (the same key), else the checkpoint as models.load got it."""
+        rebuilt = chain.rebuilt_base(self.recipe)
+        return models.smoke_checkpoint(self.setup.source) if rebuilt else self.setup.source
+
+    def _check_resume(self, state: State) -> None:
+        """A lean checkpoint resumes on the base it trained on, or not at all; and on its data."""
+        checkpoints.check_base(state.base, self._base(), state, smoke=chain.rebuilt_base(self.recipe))
+        checkpoints.check_hub_data(state.hub_data, self.setup.task, state.step)
 
     def _keep_if_best(self, metrics: dict) -> None:
         """The best weights are the step checkpoint `save` writes right after this evaluation
@@ -224,12 +235,8 @@ class Loop:
             self.restore()
         if self.state.step == 0:  # what a killed attempt wrote before its first checkpoint is not this run's
             checkpoints.start(self.acc, self.out)
-            self.state.base = (None if chain.rebuilt_base(self.recipe)
-                               else checkpoints.base_files(self.setup.source, self.unwrapped))
+            self.state.base = checkpoints.base_files(self._base(), self.unwrapped)  # a smoke run's small model too
             self.state.hub_data = self.setup.task.hub_data()
-        else:  # a lean checkpoint resumes on the base it trained on, or not at all; and on its data
-            checkpoints.check_base(self.state.base, self.setup.source, self.state.step)
-            checkpoints.check_hub_data(self.state.hub_data, self.setup.task, self.state.step)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
@@ -595,6 +602,7 @@ def save_result(recipe: Recipe, model: torch.nn.Module, tokenizer: Any, folder: 
     tokenizer.save_pretrained(folder)
     if not recipe.smoke:  # a smoke run's base is the small random model: its path is its name
         models.make_portable(folder, source)
+    runs.follow_umask(folder)  # safetensors writes 0600 whatever the umask
 
 
 def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: State,
