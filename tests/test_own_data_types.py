@@ -313,6 +313,24 @@ def test_a_hub_name_that_is_a_path_here_is_one_line(tmp_path: Path, monkeypatch:
         recipes.check_data(recipes.load(OWN / f"{name}.yaml", overrides))
 
 
+@pytest.mark.parametrize("builder", ["csv", "json", "parquet", "text", "imagefolder"])
+@pytest.mark.parametrize("name", HUB_NAMED)
+def test_a_builder_named_as_the_hub_data_set_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli,
+                                                         name: str, builder: str) -> None:
+    """Finding: `task.dataset: csv` (a datasets builder, no data files) passed validate with exit 0;
+    on-line `load_dataset("csv")` reads the working directory's train.csv / validation.csv (each
+    later split cast to the first one's column types), off-line it was "needs the Hub". One line
+    naming the setting at validate, a run and the API (check_data)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.csv").write_text("text,label\na,1\n")
+    overrides = [f"task.dataset={builder}", "task.train_file=null", "task.eval_file=null"]
+    code, _, err = cli("validate", OWN / f"{name}.yaml", *overrides)
+    line = f"task.dataset: '{builder}' is datasets' builder for local files, not a Hub data set"
+    assert code == 2 and line in err, err
+    with pytest.raises(UserError, match=re.escape(line)):
+        recipes.check_data(recipes.load(OWN / f"{name}.yaml", overrides))
+
+
 def _own_rows(name: str, path: Path, ids: list[int], salted: set[int], id_offset: int = 0) -> Path:
     """Rows `ids` of a file for the own-data recipe `name`, in a format its task reads; a salted
     row's texts differ from the unsalted row's."""
