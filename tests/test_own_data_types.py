@@ -447,3 +447,44 @@ def test_predict_names_the_input_field_that_differs_only_in_case(tmp_path: Path)
             read_inputs(str(tmp_path / name), ["text"])
     with pytest.raises(UserError, match=said):
         _as_row(0, {"Text": "a"}, ["text"], ())
+
+
+def _train_records(name: str, tmp: Path) -> tuple[list[dict], str]:
+    """Records of a valid training file for the own-data recipe `name`, and the field it reads as
+    its (first) text."""
+    import csv as csv_module
+
+    if name in ("minilm-full-qa", "minilm-full-qa-v2"):
+        from test_own_data_qa_ner import _qa_records
+
+        return _qa_records(name.endswith("v2"), hub_layout=True), "query"
+    if name == "minilm-lora-ner":
+        return [{"words": ["Take", "aspirin", "daily"], "labels": ["O", "B-DRUG", "O"]},
+                {"words": ["Ibuprofen", "twice"], "labels": ["B-DRUG", "O"]}] * 6, "labels"
+    data, found = ROWS[name](tmp)
+    with data.open(newline="") as f:
+        rows = list(csv_module.DictReader(f)) if data.suffix == ".csv" else [json.loads(line) for line in f]
+    return rows, (found.get("text_columns") or [None])[0] or found.get("source_field") or found["text_field"]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+@pytest.mark.parametrize("name", sorted(ROWS) + ["minilm-full-qa", "minilm-full-qa-v2", "minilm-lora-ner"])
+def test_an_eval_file_is_read_by_its_own_types(tmp_path: Path, name: str, fmt: str) -> None:
+    """datasets' json builder, given several files in one load_dataset call, casts each later
+    split to the first one's column types: an eval text holding a list beside train's strings came
+    back as `'["x", "y"]'`. Every task reads each file on its own, so the eval file's own types are
+    checked and it is refused naming itself (train read fine beside it)."""
+    rows, field = _train_records(name, tmp_path)
+    train = jsonl(tmp_path / "train.jsonl", rows)
+    odd = [{**r, field: r[field].split() if isinstance(r[field], str) else " ".join(r[field])} for r in rows[:4]]
+    evaluation = tmp_path / f"e.{fmt}"
+    if fmt == "json":
+        evaluation.write_text(json.dumps(odd))
+    else:
+        jsonl(evaluation, odd)
+    recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={train}", f"task.eval_file={evaluation}"])
+    with pytest.raises(UserError) as caught:
+        recipe.task.load()
+    said = str(caught.value)
+    assert said.startswith(f"{evaluation}:1: ") and "train.jsonl" not in said, said
+    assert re.search(r"is (a list|a string), expected (text|a list of tags)", said), said
