@@ -145,6 +145,40 @@ def test_what_the_file_cannot_decide_is_one_line_naming_the_keys(name: str, rows
     assert message in str(info.value) and str(data) in str(info.value) and "\n" not in str(info.value)
 
 
+LONG = "a long stretch of running text, written as people write, number {i} of the file"
+EXAMPLES = {  # recipe -> (rows its task cannot decide, the example its line must give or None: no example)
+    "minilm-lora": ([{"row_id": f"r{i}", "comment": LONG.format(i=i), "stars": "abc"[i % 3], "lang": "en"}
+                     for i in range(9)], "e.g. task.text_columns=[comment] task.label_column=stars"),
+    "minilm-full": ([{"row_id": f"r{i}", "body": LONG.format(i=i), "heading": f"Heading {i}"} for i in range(9)],
+                    "e.g. task.text_columns=[body]"),
+    "minilm-lora-regression": ([{"row_id": f"r{i}", "a": f"w{i}", "b": f"v{i}"} for i in range(9)], None),
+    "minilm2minilm-summarization": ([{"row_id": f"r{i}", "transcript_text": LONG.format(i=i), "gist": f"gist {i}"}
+                                     for i in range(9)],
+                                    "e.g. task.source_field=transcript_text task.target_field=gist"),
+    "minilm-mlm": ([{"row_id": f"r{i}", "words": LONG.format(i=i), "meta": "x"} for i in range(9)],
+                   "e.g. task.text_field=words"),
+    "gpt2-clm": ([{"row_id": f"r{i}", "p": f"w{i}", "q": f"v{i}"} for i in range(9)], None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_a_cannot_tell_line_gives_a_text_like_example_or_none(name: str, tmp_path: Path) -> None:
+    """Finding: the "cannot tell" line's example was the first column and the last
+    (`task.text_columns=[row_id] task.label_column=lang`, an id as the text and a constant as the
+    label). Now the example names the column a conventional name or its values show is the text
+    (long, distinct strings), and the label the one of few distinct values, or no example at all
+    where none is clearly so: for every task that finds its fields (classification, regression,
+    summarization, pretraining)."""
+    rows, said = EXAMPLES[name]
+    data = jsonl(tmp_path / "d.jsonl", rows)
+    recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={data}", f"task.eval_file={data}"])
+    with pytest.raises(UserError) as info:
+        recipe.task.load()
+    line = str(info.value)
+    assert "cannot tell" in line and "row_id]" not in line and "=row_id" not in line, line
+    assert (line.endswith(said) if said else "e.g." not in line), line
+
+
 @pytest.mark.parametrize("name, override, message", [
     ("minilm2minilm-summarization", "task.source_field=dialog",
      "has no field 'dialog' (task.source_field); its fields: 'transcript', 'notes'"),
