@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+import typing
 from typing import Any
 
 import pytest
@@ -656,3 +657,58 @@ def test_python_dash_m_toolkit_is_the_toolkit_command() -> None:
     bad = subprocess.run([sys.executable, "-m", "toolkit", "validate", "demo/sst2/minilm-lora", "train.bogus=1"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "train.bogus: unknown key" in bad.stderr, bad.stderr
+
+
+# every path argument of the CLI: (argv with P where the path goes, the parsed attribute)
+PATH_ARGS = {"run --runs-dir": (["run", "r", "--runs-dir", "P"], "runs_dir"),
+             "sweep --runs-dir": (["sweep", "r", "--runs-dir", "P"], "runs_dir"),
+             "eval RUN": (["eval", "P"], "run"), "eval --task-from": (["eval", "x", "--task-from", "P"], "task_from"),
+             "predict RUN": (["predict", "P"], "run"), "predict --input": (["predict", "x", "--input", "P"], "input"),
+             "predict --output": (["predict", "x", "--output", "P"], "output"),
+             "export RUN": (["export", "P", "o"], "run"), "export OUT": (["export", "x", "P"], "out"),
+             "report RUNS_DIR": (["report", "P"], "runs_dir"), "report --out": (["report", "x", "--out", "P"], "out"),
+             "cp DEST": (["cp", "r", "P"], "dest")}
+WRITTEN = ["~/d/x.csv", "$RDR_PLACE/d/x.csv", "${RDR_PLACE}/d/x.csv"]
+
+
+@pytest.mark.parametrize("written", WRITTEN)
+@pytest.mark.parametrize("entry", sorted(PATH_ARGS))
+def test_every_path_a_user_gives_is_expanded_as_a_recipes_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               entry: str, written: str) -> None:
+    """Rule: a path is read alike wherever it is given: `~` and variables expanded, as a recipe's
+    `task.train_file` is. `toolkit predict RUN --input "~/x.csv"` (quoted, or `--input=~/x.csv`,
+    which no shell expands) was 'no such file', `--runs-dir '$SCRATCH/runs'` made a folder named
+    `$SCRATCH`, while the recipe's own paths were expanded."""
+    from toolkit.cli import parser
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RDR_PLACE", str(tmp_path))
+    argv, attribute = PATH_ARGS[entry]
+    got = getattr(parser().parse_args([written if a == "P" else a for a in argv]), attribute)
+    assert (got[0] if isinstance(got, list) else got) == str(tmp_path / "d" / "x.csv")
+
+
+@pytest.mark.parametrize("written", WRITTEN)
+def test_the_api_recipe_names_and_runs_dir_expand_paths_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              written: str) -> None:
+    """The same rule for the Python API's path arguments (@typed: RUN, OUT, runs_dir, a list of
+    RUNS_DIR), a recipe given by path (`toolkit run "~/r.yaml"`, the API's recipe), --runs-dir's
+    folder (runs_root) and a path given in eval's or run's overrides."""
+    from toolkit import arguments, runs
+    from toolkit.api import PathArg
+    from toolkit.recipe import find_recipe, load, named_files
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RDR_PLACE", str(tmp_path))
+    want = tmp_path / "d" / "x.csv"
+    assert arguments.check(written, PathArg, "w") == str(want)
+    assert arguments.check(Path(written), PathArg, "w") == want
+    assert arguments.check([written], typing.Iterable[PathArg], "w") == [str(want)]
+    assert runs.runs_root(written) == want
+    want.parent.mkdir()
+    recipe = (ROOT / "recipes" / "demo" / "own-data" / "minilm-full.yaml").read_text()
+    write_recipe(want.with_suffix(".yaml"), recipe.replace("extends: ", f"extends: {ROOT}/recipes/demo/own-data/"))
+    assert find_recipe(written.replace(".csv", ".yaml")) == want.with_suffix(".yaml")
+    want.write_text("text,label\na,b\n")
+    task = load(want.with_suffix(".yaml"), [f"task.eval_file={written}"]).task
+    assert dict(named_files(task))["task.eval_file"] == want

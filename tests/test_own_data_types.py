@@ -145,6 +145,40 @@ def test_what_the_file_cannot_decide_is_one_line_naming_the_keys(name: str, rows
     assert message in str(info.value) and str(data) in str(info.value) and "\n" not in str(info.value)
 
 
+LONG = "a long stretch of running text, written as people write, number {i} of the file"
+EXAMPLES = {  # recipe -> (rows its task cannot decide, the example its line must give or None: no example)
+    "minilm-lora": ([{"row_id": f"r{i}", "comment": LONG.format(i=i), "stars": "abc"[i % 3], "lang": "en"}
+                     for i in range(9)], "e.g. task.text_columns=[comment] task.label_column=stars"),
+    "minilm-full": ([{"row_id": f"r{i}", "body": LONG.format(i=i), "heading": f"Heading {i}"} for i in range(9)],
+                    "e.g. task.text_columns=[body]"),
+    "minilm-lora-regression": ([{"row_id": f"r{i}", "a": f"w{i}", "b": f"v{i}"} for i in range(9)], None),
+    "minilm2minilm-summarization": ([{"row_id": f"r{i}", "transcript_text": LONG.format(i=i), "gist": f"gist {i}"}
+                                     for i in range(9)],
+                                    "e.g. task.source_field=transcript_text task.target_field=gist"),
+    "minilm-mlm": ([{"row_id": f"r{i}", "words": LONG.format(i=i), "meta": "x"} for i in range(9)],
+                   "e.g. task.text_field=words"),
+    "gpt2-clm": ([{"row_id": f"r{i}", "p": f"w{i}", "q": f"v{i}"} for i in range(9)], None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_a_cannot_tell_line_gives_a_text_like_example_or_none(name: str, tmp_path: Path) -> None:
+    """Finding: the "cannot tell" line's example was the first column and the last
+    (`task.text_columns=[row_id] task.label_column=lang`, an id as the text and a constant as the
+    label). Now the example names the column a conventional name or its values show is the text
+    (long, distinct strings), and the label the one of few distinct values, or no example at all
+    where none is clearly so: for every task that finds its fields (classification, regression,
+    summarization, pretraining)."""
+    rows, said = EXAMPLES[name]
+    data = jsonl(tmp_path / "d.jsonl", rows)
+    recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={data}", f"task.eval_file={data}"])
+    with pytest.raises(UserError) as info:
+        recipe.task.load()
+    line = str(info.value)
+    assert "cannot tell" in line and "row_id]" not in line and "=row_id" not in line, line
+    assert (line.endswith(said) if said else "e.g." not in line), line
+
+
 @pytest.mark.parametrize("name, override, message", [
     ("minilm2minilm-summarization", "task.source_field=dialog",
      "has no field 'dialog' (task.source_field); its fields: 'transcript', 'notes'"),
@@ -313,6 +347,24 @@ def test_a_hub_name_that_is_a_path_here_is_one_line(tmp_path: Path, monkeypatch:
         recipes.check_data(recipes.load(OWN / f"{name}.yaml", overrides))
 
 
+@pytest.mark.parametrize("builder", ["csv", "json", "parquet", "text", "imagefolder"])
+@pytest.mark.parametrize("name", HUB_NAMED)
+def test_a_builder_named_as_the_hub_data_set_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli,
+                                                         name: str, builder: str) -> None:
+    """Finding: `task.dataset: csv` (a datasets builder, no data files) passed validate with exit 0;
+    on-line `load_dataset("csv")` reads the working directory's train.csv / validation.csv (each
+    later split cast to the first one's column types), off-line it was "needs the Hub". One line
+    naming the setting at validate, a run and the API (check_data)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.csv").write_text("text,label\na,1\n")
+    overrides = [f"task.dataset={builder}", "task.train_file=null", "task.eval_file=null"]
+    code, _, err = cli("validate", OWN / f"{name}.yaml", *overrides)
+    line = f"task.dataset: '{builder}' is datasets' builder for local files, not a Hub data set"
+    assert code == 2 and line in err, err
+    with pytest.raises(UserError, match=re.escape(line)):
+        recipes.check_data(recipes.load(OWN / f"{name}.yaml", overrides))
+
+
 def _own_rows(name: str, path: Path, ids: list[int], salted: set[int], id_offset: int = 0) -> Path:
     """Rows `ids` of a file for the own-data recipe `name`, in a format its task reads; a salted
     row's texts differ from the unsalted row's."""
@@ -429,3 +481,44 @@ def test_predict_names_the_input_field_that_differs_only_in_case(tmp_path: Path)
             read_inputs(str(tmp_path / name), ["text"])
     with pytest.raises(UserError, match=said):
         _as_row(0, {"Text": "a"}, ["text"], ())
+
+
+def _train_records(name: str, tmp: Path) -> tuple[list[dict], str]:
+    """Records of a valid training file for the own-data recipe `name`, and the field it reads as
+    its (first) text."""
+    import csv as csv_module
+
+    if name in ("minilm-full-qa", "minilm-full-qa-v2"):
+        from test_own_data_qa_ner import _qa_records
+
+        return _qa_records(name.endswith("v2"), hub_layout=True), "query"
+    if name == "minilm-lora-ner":
+        return [{"words": ["Take", "aspirin", "daily"], "labels": ["O", "B-DRUG", "O"]},
+                {"words": ["Ibuprofen", "twice"], "labels": ["B-DRUG", "O"]}] * 6, "labels"
+    data, found = ROWS[name](tmp)
+    with data.open(newline="") as f:
+        rows = list(csv_module.DictReader(f)) if data.suffix == ".csv" else [json.loads(line) for line in f]
+    return rows, (found.get("text_columns") or [None])[0] or found.get("source_field") or found["text_field"]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+@pytest.mark.parametrize("name", sorted(ROWS) + ["minilm-full-qa", "minilm-full-qa-v2", "minilm-lora-ner"])
+def test_an_eval_file_is_read_by_its_own_types(tmp_path: Path, name: str, fmt: str) -> None:
+    """datasets' json builder, given several files in one load_dataset call, casts each later
+    split to the first one's column types: an eval text holding a list beside train's strings came
+    back as `'["x", "y"]'`. Every task reads each file on its own, so the eval file's own types are
+    checked and it is refused naming itself (train read fine beside it)."""
+    rows, field = _train_records(name, tmp_path)
+    train = jsonl(tmp_path / "train.jsonl", rows)
+    odd = [{**r, field: r[field].split() if isinstance(r[field], str) else " ".join(r[field])} for r in rows[:4]]
+    evaluation = tmp_path / f"e.{fmt}"
+    if fmt == "json":
+        evaluation.write_text(json.dumps(odd))
+    else:
+        jsonl(evaluation, odd)
+    recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={train}", f"task.eval_file={evaluation}"])
+    with pytest.raises(UserError) as caught:
+        recipe.task.load()
+    said = str(caught.value)
+    assert said.startswith(f"{evaluation}:1: ") and "train.jsonl" not in said, said
+    assert re.search(r"is (a list|a string), expected (text|a list of tags)", said), said

@@ -7,6 +7,7 @@ mtime, decides what is read, and a CSV/TSV row is never shifted under its header
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import os
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 import pytest
 
+from conftest import ROOT
 from toolkit import readers
 from toolkit.errors import UserError
 
@@ -1245,3 +1247,44 @@ def test_a_row_ending_at_a_lone_carriage_return_is_refused(tmp_path: Path, reade
     if suffix == ".csv":
         path.write_bytes(("\n".join(body[:2]) + '\n2,"b\rad",neg,y\n').encode())
         assert list(LINE_END_READERS[reader](path)) == ["good", "b\rad"]
+
+
+BOMS_IN = {  # format -> (own-data recipe, file text, predict's input fields)
+    "csv": ("minilm-full", "text,label\nhello there,a\nbye now,b\nhello again,a\nbye again,b\n", ["text"]),
+    "tsv": ("minilm-full", "text\tlabel\nhello there\ta\nbye now\tb\nhello again\ta\nbye again\tb\n", ["text"]),
+    "jsonl": ("minilm-full", "".join(json.dumps({"text": t, "label": "ab"[i % 2]}) + "\n"
+                                     for i, t in enumerate(["hello there", "bye now", "hi", "bye"])), ["text"]),
+    "json": ("minilm-full", json.dumps([{"text": t, "label": "ab"[i % 2]}
+                                        for i, t in enumerate(["hello there", "bye now", "hi", "bye"])]), ["text"]),
+    "conll": ("minilm-lora-ner", "EU B-ORG\nrejects O\n\nPeter B-PER\nsaid O\n", ["tokens"]),
+    "txt": ("gpt2-clm", "hello there\nbye now\nhello again\n", ["text"]),
+}
+
+
+@pytest.mark.parametrize("marks", [2, 3])
+@pytest.mark.parametrize("fmt", sorted(BOMS_IN))
+def test_a_file_beginning_with_several_boms_is_one_line(tmp_path: Path, fmt: str, marks: int) -> None:
+    """Rule: a file begins with one UTF-8 BOM at most. Two (a file re-saved as UTF-8 by a tool that
+    read its BOM as text) named the first column '\\ufefftext' (conventional-name inference missed
+    `text`, validate said 'text' was missing), began the first CoNLL word and the first line of
+    text with U+FEFF (exit 0), and were a builder's error for CSV and JSON. One line naming the
+    file, at validate (check_data), at a run's read (task.load) and for predict's --input."""
+    from toolkit import recipe as recipes
+    from toolkit.inference import read_inputs
+
+    name, text, fields = BOMS_IN[fmt]
+    path = tmp_path / f"d.{fmt}"
+    path.write_bytes(codecs.BOM_UTF8 * marks + text.encode())
+    said = f"{path}: begins with {marks} UTF-8 byte order marks (U+FEFF)"
+    recipe = recipes.load(ROOT / "recipes" / "demo" / "own-data" / f"{name}.yaml",
+                          [f"task.train_file={path}", f"task.eval_file={path}"])
+    steps = [lambda: recipes.check_data(recipe), recipe.task.load]
+    if fmt != "conll":
+        steps.append(lambda: read_inputs(str(path), fields))
+    for step in steps:
+        with pytest.raises(UserError) as caught:
+            step()
+        assert str(caught.value).startswith(said), caught.value
+    path.write_bytes(codecs.BOM_UTF8 + text.encode())  # one is read as none
+    recipes.check_data(recipe)
+    assert len(recipe.task.load()["train"]) > 0

@@ -26,7 +26,7 @@ import typing
 from typing import Any, Callable, TypeVar
 
 from toolkit import quiet
-from toolkit.errors import UserError
+from toolkit.errors import UserError, user_path
 
 Fn = TypeVar("Fn", bound=Callable[..., Any])
 _MISMATCH = object()  # what `conform` returns for a value that does not fit
@@ -60,6 +60,8 @@ def check(value: Any, tp: Any, where: str) -> Any:
     if isinstance(result, str) and not result.strip() and _is_path(tp):  # runs_dir="" was the default folder
         raise UserError(f"{where}: an empty path; give a file or a folder" +
                         (", or None for the default" if type(None) in typing.get_args(tp) else ""))
+    if _is_path(tp) and isinstance(result, (str, os.PathLike)):  # `~` and $VARS, as the CLI and a recipe read them
+        return str(user_path(result)) if isinstance(result, str) else user_path(result)
     return result
 
 

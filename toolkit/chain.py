@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 
 from toolkit import attention, runs
-from toolkit.errors import UserError
+from toolkit.errors import UserError, user_path
 from toolkit.recipe_data import Recipe, RunPlan
 
 KEYS = ("run", "overrides")
@@ -25,7 +25,7 @@ KEYS = ("run", "overrides")
 
 def recipe_file(run: str, origin: Path | None) -> Path:
     """`run` as given (from the working directory), else from the folder holding `recipes/`."""
-    path = Path(run).expanduser()
+    path = user_path(run)
     if path.is_file() or path.is_absolute() or origin is None:
         return path
     for parent in origin.resolve().parents:

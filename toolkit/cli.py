@@ -19,7 +19,7 @@ from toolkit.api import (_check_runs_root, _data_of_the_run, _disk_error as disk
                          _run_folder, _run_precision, _scored_here, _checked, _unwritable, run_one)
 from toolkit.attention import ATTENTION
 from toolkit.arguments import ArgumentsError, Parser
-from toolkit.errors import Interrupted, UserError
+from toolkit.errors import Interrupted, UserError, user_path
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
 from toolkit.recipe_data import dump_yaml
 from toolkit.versions import warn_if_untested
@@ -304,11 +304,11 @@ def _given(name: str):
     """The type of a path argument: not empty. `--runs-dir "$OUT"` with OUT unset put the runs in
     the default folder, `--output ''` wrote to standard output, `export RUN ''` was an OSError
     traceback (rmdir '.'), each without a word. A UserError, not argparse's error: one line, not
-    the command's usage first."""
+    the command's usage first. `~` and variables are expanded as a recipe's paths are (user_path)."""
     def path(text: str) -> str:
         if not text.strip():
             raise UserError(f"{name}: an empty path; give a file or a folder")
-        return text
+        return str(user_path(text))
     return path
 
 
@@ -362,7 +362,7 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("run", type=_given("run"))
     ev.add_argument("overrides", nargs="*", default=[], help="task.* settings, e.g. task.max_eval_samples=100")
     ev.add_argument("--split", default="eval", help="eval (default), train, or a labelled test split")
-    ev.add_argument("--task-from", default=None, help="score on the task of another recipe")
+    ev.add_argument("--task-from", default=None, type=_given("--task-from"), help="score on the task of another recipe")
     ev.set_defaults(func=cmd_eval)
     pr = sub.add_parser("predict", parents=[verbose], help="predictions of a finished run on new text (JSONL)")
     pr.add_argument("run", type=_given("run"))

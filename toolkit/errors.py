@@ -88,6 +88,15 @@ def writing(target: Path, then: str, ask_the_disk: bool = False) -> Iterator[Non
         raise UserError(f"{said} while writing {target}; {then}") from None
 
 
+def user_path(text: str | os.PathLike) -> Path:
+    """A path a user gives, read by one rule wherever it is given (a recipe's data file or `run:`,
+    a command's RECIPE, --input, --output, RUN, OUT, RUNS_DIR, --runs-dir, --task-from, an API
+    argument): environment variables (`$HOME`, `${DATA}`) and a leading `~` expanded, as a shell
+    does for an unquoted word. `--input "~/x.csv"` (quoted, or `--input=~/x.csv`, which no shell
+    expands) was 'no such file ~/x.csv' where the recipe's `task.train_file: ~/x.csv` was read."""
+    return Path(os.path.expandvars(os.fspath(text))).expanduser()
+
+
 def env_folder(name: str, default: Path | str) -> Path:
     """A TOOLKIT_* folder variable read as recipe.check_environment checks it: empty is unset and
     `~` is expanded. TOOLKIT_CACHE='' (an unset shell variable exported) put the smoke models and

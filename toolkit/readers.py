@@ -100,6 +100,7 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
                 if size == 0:
                     _not_compressed(chunk, shown, path)
                     _not_utf16(chunk, shown)
+                    one_bom(chunk, shown)
                 size += len(chunk)
                 if size > limit:
                     raise UserError(f"{shown}: holds more than {limit / (1 << 20):.3g} MiB of data"
@@ -159,6 +160,33 @@ def _not_compressed(head: bytes, shown: str, path: Path) -> None:
 
 UNICODE_MARKS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32",  # before UTF-16: FF FE begins both
                  codecs.BOM_UTF16_LE: "UTF-16", codecs.BOM_UTF16_BE: "UTF-16"}
+
+
+def one_bom(head: bytes, shown: str) -> None:
+    """A file that begins with more than one UTF-8 byte order mark (a file re-saved "as UTF-8" by a
+    tool that read its BOM as text, files joined with theirs) is one line: every reader strips
+    one, so the rest began the first column's name (`\ufefftext`: conventional-name inference
+    missed `text`, a named column was "missing"), the first CoNLL word or the first line of text,
+    exit 0, and CSV / JSON were a builder's error. Said by `scan`, which every read of a file
+    passes (CSV, TSV, JSON, JSONL, CoNLL, text, predict's inputs), and by validate's `head_names`."""
+    marks = 0
+    while head.startswith(codecs.BOM_UTF8, marks * 3):
+        marks += 1
+    if marks > 1:
+        raise UserError(f"{shown}: begins with {marks} UTF-8 byte order marks (U+FEFF), where a file has one at "
+                        "most: the others would be read as the start of its first field; remove them (save it "
+                        "as UTF-8, or strip the leading EF BB BF bytes)")
+
+
+def one_bom_at_most(path: Path) -> None:
+    """`one_bom` on a file's first bytes, for validate (recipe.check_data), which reads no more of a
+    file with no header (text, CoNLL); a file that cannot be read is left to the read to name."""
+    try:
+        with _open_bytes(path) as raw:
+            head = raw.read(12)
+    except (OSError, EOFError, zlib.error):
+        return
+    one_bom(head, str(path))
 
 
 def _not_utf16(head: bytes, shown: str) -> None:
@@ -763,7 +791,9 @@ def head_names(path: Path) -> list[str] | None:
         return None
     try:
         with _open_bytes(path) as raw:
-            head = codecs.getincrementaldecoder("utf-8-sig")().decode(raw.read(HEAD_BYTES))
+            first = raw.read(HEAD_BYTES)
+        one_bom(first, str(path))  # said here as a read says it: the header's first name began with one
+        head = codecs.getincrementaldecoder("utf-8-sig")().decode(first)
     except (OSError, EOFError, zlib.error, UnicodeDecodeError):
         return None  # damaged gzip, not UTF-8: the full read names the place
     if "\x00" in head:

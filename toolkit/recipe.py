@@ -355,18 +355,43 @@ def hub_name_here(setting: str, value: str) -> str | None:
             "without it to read the Hub's")
 
 
+def datasets_builders() -> set[str]:
+    """The names `datasets.load_dataset` takes for its own builders (csv, json, parquet, text,
+    imagefolder ...): the subpackages of its `packaged_modules`, listed without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("datasets")
+    if spec is None or not spec.submodule_search_locations:
+        return set()
+    folder = Path(next(iter(spec.submodule_search_locations))) / "packaged_modules"
+    return {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()} if folder.is_dir() else set()
+
+
+def builder_named(setting: str, value: str) -> str | None:
+    """The one line for a Hub data set id that names one of datasets' builders (`task.dataset:
+    json`), None otherwise: `load_dataset("csv")` with no data files reads every file of its kind
+    in the working directory whose name says a split (train.csv, validation.csv ...), each later
+    split cast to the first one's column types, exit 0; off-line it was "needs the Hub"."""
+    if value not in datasets_builders():
+        return None
+    return (f"{setting}: '{value}' is datasets' builder for local files, not a Hub data set (owner/name); "
+            "give the files as task.train_file / task.eval_file (each read and checked on its own)")
+
+
 def check_data(recipe: Recipe) -> None:
     """The TOOLKIT_* folders are folders, each local data file the task names is there, and its
     header or first record holds the columns / fields the recipe reads, each read for one purpose:
     said in milliseconds, before torch or datasets load (a run, `toolkit validate`, the Python API).
-    A Hub data set id the task names (`task.dataset`) is not a path here (`hub_name_here`)."""
+    A Hub data set id the task names (`task.dataset`) is not a path here (`hub_name_here`) nor
+    one of datasets' builders (`builder_named`)."""
     check_environment()
     hub_id = getattr(recipe.task, "dataset", None)
-    if isinstance(hub_id, str) and hub_name_here("task.dataset", hub_id):
-        raise UserError(hub_name_here("task.dataset", hub_id))
+    if isinstance(hub_id, str) and (builder_named("task.dataset", hub_id) or hub_name_here("task.dataset", hub_id)):
+        raise UserError(builder_named("task.dataset", hub_id) or hub_name_here("task.dataset", hub_id))
     for setting, path in named_files(recipe.task):
         if not path.is_file():
             raise UserError(not_a_file(setting, path))
+        readers.one_bom_at_most(path)
     for setting, path, named in recipe.task.head_fields():
         for i, (column, key) in enumerate(named):
             other = next((k for c, k in named[:i] if c == column and k != key), None)

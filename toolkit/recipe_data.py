@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import yaml
 
-from toolkit.errors import UserError
+from toolkit.errors import UserError, user_path
 from toolkit.schema import unhashed
 
 
@@ -618,7 +618,7 @@ def find_recipe(name: str) -> Path:
     if not name.strip():
         raise UserError("no recipe given (an empty name); give a recipe file or a shipped recipe's name, "
                         "e.g. demo/sst2/minilm-lora (`toolkit ls recipes` lists them)")
-    path = Path(name)
+    path = user_path(name)  # `~` and variables, as every path a user gives
     if path.is_file() or path.suffix == ".yaml" and path.exists():
         return path
     shipped = recipes_root() / (name if name.endswith(".yaml") else name + ".yaml")

@@ -17,12 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from toolkit.errors import UserError, cache_dir, env_folder
+from toolkit.errors import UserError, cache_dir, env_folder, user_path
 from toolkit.recipe_data import Recipe
 
 
 def runs_root(override: str | None = None) -> Path:
-    return Path(override).expanduser() if override else env_folder("TOOLKIT_RUNS", "runs")
+    return user_path(override) if override else env_folder("TOOLKIT_RUNS", "runs")
 
 
 def world_size() -> int:

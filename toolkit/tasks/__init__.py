@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from toolkit import heads, hub
-from toolkit.errors import UserError
+from toolkit.errors import UserError, user_path
 from toolkit.lazy import lazy
 from toolkit.registry import Registry
 
@@ -531,7 +531,7 @@ def data_path(value: str, data_dir: str | None = None) -> Path:
     if "$TOOLKIT_DATA" in value or "${TOOLKIT_DATA}" in value:
         root = str(data_root(data_dir))
         value = value.replace("${TOOLKIT_DATA}", root).replace("$TOOLKIT_DATA", root)
-    return Path(os.path.expandvars(value)).expanduser()
+    return user_path(value)
 
 
 hub_offline = hub.offline  # the name the task files use

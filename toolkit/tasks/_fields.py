@@ -95,6 +95,61 @@ def text_likeness(values: list[Any]) -> tuple[float, float]:
     return sum(map(len, texts)) / len(texts), len(set(texts)) / len(texts)
 
 
+def _strings(values: list[Any]) -> list[str] | None:
+    """A column's values where every one is text and not all are numbers written as text."""
+    values = [v for v in values if v is not None]
+    if not values or not all(isinstance(v, str) for v in values) or all(_number(v) for v in values):
+        return None
+    return values
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def likeliest_text(ds: Any, columns: list[str]) -> str | None:
+    """The column of `columns` most like a text, for the example a "cannot tell" line gives: one
+    a conventional input name names (`review`, `body`), else the one clearly so by its values
+    (strings, not numbers written as text, the longest by MARGIN); None where none is (the line
+    then lists the columns without one). The example was the first column, an id
+    (`task.text_columns=[row_id]`) as readily as the text."""
+    by_name = named(columns, TEXT_INPUTS)
+    if by_name is not None:
+        return by_name
+    head = ds.select(range(min(SAMPLE, len(ds))))
+    lengths = {c: text_likeness(v)[0] for c in columns if (v := _strings(head[c]))}
+    ranked = sorted(lengths, key=lambda c: -lengths[c])
+    if ranked and (len(ranked) == 1 or lengths[ranked[0]] >= MARGIN * lengths[ranked[1]]):
+        return ranked[0]
+    return None
+
+
+def likeliest_label(ds: Any, columns: list[str]) -> str | None:
+    """The column of `columns` clearly most like a class label (two or more values, the fewest
+    distinct by MARGIN), for a "cannot tell" line's example; None where none clearly is (a
+    constant column is no label; it was the example as the last column)."""
+    head = ds.select(range(min(SAMPLE, len(ds))))
+    shares = {}
+    for c in columns:
+        values = [str(v) for v in head[c] if v is not None]
+        if len(set(values)) > 1:
+            shares[c] = text_likeness(values)[1]
+    ranked = sorted(shares, key=lambda c: shares[c])
+    if ranked and (len(ranked) == 1 or shares[ranked[0]] * MARGIN <= shares[ranked[1]]):
+        return ranked[0]
+    return None
+
+
+def example(*settings: tuple[str, str | None]) -> str:
+    """`, e.g. key=value ...` for the settings whose value is known, else nothing."""
+    known = [f"{key}={value}" for key, value in settings if value is not None]
+    return f", e.g. {' '.join(known)}" if known else ""
+
+
 def by_likeness(ds: Any, a: str, b: str, measure: int) -> tuple[str, str] | None:
     """(input, output) of two columns when one is clearly the more text-like by `measure`
     (0: mean length, 1: share of distinct values), else None."""
@@ -130,27 +185,34 @@ def pick_pair(ds: Any, where: str, source: str | None, target: str | None, keys:
     elif source is None and target is None and len(rest) == 2 and measure is not None:
         source, target = by_likeness(ds, rest[0], rest[1], measure) or (None, None)
     if source is None or target is None or source == target:
+        source_eg = source or likeliest_text(ds, rest or columns)
+        target_eg = target or likeliest_text(ds, [c for c in rest or columns if c != source_eg])
         raise UserError(f"{where}: cannot tell which field is the input and which the output "
                         f"(fields: {', '.join(repr(c) for c in columns)}); set {keys.source} and "
-                        f"{keys.target}, e.g. {keys.source}={(rest or columns)[0]}")
+                        f"{keys.target}" + example((keys.source, source_eg), (keys.target, target_eg)))
     return source, target
 
 
 def pick_text(ds: Any, where: str, key: str, names: tuple[str, ...] = TEXT_INPUTS) -> str:
     """The one text field of a file of documents: conventional names, else its only column."""
-    return one_text(list(ds.column_names), where, names, lambda first: f"set {key}, e.g. {key}={first}")
+    columns = list(ds.column_names)
+    return one_text(columns, where, names, lambda first: f"set {key}" + example((key, first)),
+                    likely=lambda rest: likeliest_text(ds, rest))
 
 
-def one_text(columns: list[str], where: str, names: tuple[str, ...], fix: Any, fill: bool = True) -> str:
+def one_text(columns: list[str], where: str, names: tuple[str, ...], fix: Any, fill: bool = True,
+             likely: Any = None) -> str:
     """The text field among `columns`: the first of `names` present, else (`fill`) the only
-    candidate column; else one line listing the fields and `fix(first candidate)`."""
+    candidate column; else one line listing the fields and `fix(example)`, the example the
+    candidate `likely(candidates)` names (None: none clearly), else the first candidate."""
     found = named(columns, names, where=where)
     rest = candidates(columns)
     if found is None and fill and len(rest) == 1:
         found = rest[0]
     if found is None:
         raise UserError(f"{where}: cannot tell which field holds the text (fields: "
-                        f"{', '.join(repr(c) for c in columns)}); {fix((rest or columns or ['?'])[0])}")
+                        f"{', '.join(repr(c) for c in columns)}); "
+                        + fix(likely(rest or columns) if likely else (rest or columns or ['?'])[0]))
     return found
 
 

@@ -138,6 +138,8 @@ def read_jsonl(path: Path, tokens_field: str | None = None, tags_field: str | No
         at = lambda: readers.where(path, fmt, i)
         if not isinstance(words, list) or not words or not all(isinstance(w, str) and not readers.blank(w) for w in words):
             raise UserError(f"{at()}: '{fields[0]}' should be a non-empty list of words")
+        if tags is not None and not isinstance(tags, list):  # "O B-X" was "holds no tags for 2 words"
+            raise UserError(f"{at()}: '{fields[1]}' is {readers.json_type(tags)}, expected a list of tags, one per word")
         if not isinstance(tags, list) or len(tags) != len(words):
             count = len(tags) if isinstance(tags, list) else "no"
             raise UserError(f"{at()}: '{fields[1]}' holds {count} tags for {len(words)} words; give one tag per word")

@@ -434,10 +434,13 @@ def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_colu
             pair = _fields.by_likeness(ds, rest[0], rest[1], 0 if problem == "regression" else 1)
             text_columns, label_column = ([pair[0]], pair[1]) if pair else (None, None)
         if label_column is None:
+            texts = text_columns or [_fields.likeliest_text(ds, rest or columns)]
+            label = _fields.likeliest_label(ds, [c for c in rest or columns if c not in texts])
             raise UserError(f"{where}: cannot tell which columns hold the text and which the label "
                             f"(columns: {', '.join(repr(c) for c in columns)}); set task.text_columns and "
-                            f"task.label_column, e.g. task.text_columns=[{(rest or columns)[0]}] "
-                            f"task.label_column={(rest or columns)[-1]}")
+                            "task.label_column" + _fields.example(
+                                ("task.text_columns", f"[{', '.join(texts)}]" if texts[0] else None),
+                                ("task.label_column", label)))
     if text_columns is None:
         text_columns = pick_text_columns(ds, label_column, where)
     return list(text_columns), label_column
@@ -467,7 +470,7 @@ def pick_text_columns(ds: Any, label_column: str, where: str) -> list[str]:
         return rest
     if not rest:
         raise UserError(f"{where}: has no column besides '{label_column}' to read text from")
-    return _ambiguous(rest, label_column, columns, where)
+    return _ambiguous(ds, rest, label_column, columns, where)
 
 
 def _pair_unread(ds: Any, picked: str, others: list[str], where: str) -> None:
@@ -498,10 +501,11 @@ JOINS = (",", ";", "|")  # what joins the labels of a multi-label file written a
 TEXT_LENGTH_RATIO = 4  # a column this many times shorter than the text (a title, a date) is not its pair
 
 
-def _ambiguous(rest: list[str], label_column: str, columns: list[str], where: str) -> list[str]:
+def _ambiguous(ds: Any, rest: list[str], label_column: str, columns: list[str], where: str) -> list[str]:
     hint = "" if label_column in columns else f" and task.label_column (no '{label_column}' column)"
+    text = _fields.likeliest_text(ds, rest) if label_column in columns else None
     raise UserError(f"{where}: cannot tell which columns hold the text ({_fields.quoted(rest)}); set "
-                    f"task.text_columns, e.g. task.text_columns=[{rest[0]}]{hint}")
+                    f"task.text_columns{hint}" + _fields.example(("task.text_columns", text and f"[{text}]")))
 
 
 def _is_int(text: str) -> bool:
