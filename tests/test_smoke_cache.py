@@ -281,3 +281,36 @@ def test_run_checkpoint_and_export_files_follow_the_umask(tmp_path: Path, cli, u
     wrong = [f"{oct(p.stat().st_mode & 0o777)} {p}" for p in made
              if p.stat().st_mode & 0o777 != (0o777 if p.is_dir() else 0o666) & ~umask]
     assert not wrong, wrong
+
+
+def test_a_base_config_saved_again_by_another_transformers_is_the_same_base(tmp_path: Path) -> None:
+    """Finding: a base's record held config.json's bytes, and transformers stamps its own version
+    into every config it saves: a --smoke run's small model, rebuilt after an upgrade with the same
+    settings and weights, was refused by eval, predict, export and resume as another model. A
+    config is its JSON content without `transformers_version`; any other change is still one."""
+    import json
+    import os
+
+    from toolkit import runs
+
+    folder = tmp_path / "base"
+    folder.mkdir()
+    config = {"model_type": "bert", "hidden_size": 32, "transformers_version": "5.24.0"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model.safetensors").write_bytes(b"weights")
+    record = runs.base_record(str(folder), ("config.json", "*.safetensors"))
+
+    def rewrite(**change: object) -> None:
+        (folder / "config.json").write_text(json.dumps({**config, **change}, indent=1))
+        os.utime(folder / "config.json", ns=(1, 1))
+
+    rewrite(transformers_version="5.30.0")
+    assert runs.base_changed(record, str(folder)) is None
+    rewrite(transformers_version="5.30.0", hidden_size=64)
+    assert runs.base_changed(record, str(folder)) == folder / "config.json"
+    # a record made before (config.json by its bytes) still passes the same bytes written anew
+    (folder / "config.json").write_text(json.dumps(config))
+    old = runs.base_record(str(folder), ("config.json", "*.safetensors"))
+    old["files"]["config.json"][2] = runs.data_fingerprint([folder / "config.json"])
+    os.utime(folder / "config.json", ns=(2, 2))
+    assert runs.base_changed(old, str(folder)) is None

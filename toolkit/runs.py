@@ -105,8 +105,29 @@ def base_record(source: str, patterns: tuple[str, ...]) -> dict | None:
     if folder is None:
         return None
     files = {name: [(folder / name).stat().st_size, (folder / name).stat().st_mtime_ns,
-                    data_fingerprint([folder / name])] for name in _base_names(folder, patterns)}
+                    _base_digest(folder / name)] for name in _base_names(folder, patterns)}
     return {"patterns": list(patterns), "files": files}
+
+
+# what transformers writes into a config it saves about itself, not about the model
+_WRITER_KEYS = ("transformers_version",)
+
+
+def _base_digest(path: Path) -> str:
+    """A base file's fingerprint: its bytes, except that a config (config.json,
+    generation_config.json) is taken as its JSON content without the `transformers_version`
+    transformers stamps on every save. The same model saved again by another transformers (a
+    --smoke run's small model, rebuilt after an upgrade) is the same model; by its bytes every
+    smoke run was refused by eval, predict, export and resume after any upgrade."""
+    if path.name.endswith("config.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return data_fingerprint([path])
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in _WRITER_KEYS}
+            return "json:" + hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return data_fingerprint([path])
 
 
 def base_changed(saved: dict | None, source: str) -> Path | None:
@@ -126,7 +147,8 @@ def base_changed(saved: dict | None, source: str) -> Path | None:
         return folder / differ[0]
     for name in names:
         stat, (size, mtime, digest) = (folder / name).stat(), files[name]
-        if (stat.st_size, stat.st_mtime_ns) != (size, mtime) and data_fingerprint([folder / name]) != digest:
+        if (stat.st_size, stat.st_mtime_ns) != (size, mtime) and digest not in (
+                _base_digest(folder / name), data_fingerprint([folder / name])):  # a record made before: bytes
             return folder / name
     return None
 
