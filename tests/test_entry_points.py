@@ -712,3 +712,17 @@ def test_the_api_recipe_names_and_runs_dir_expand_paths_alike(tmp_path: Path, mo
     want.write_text("text,label\na,b\n")
     task = load(want.with_suffix(".yaml"), [f"task.eval_file={written}"]).task
     assert dict(named_files(task))["task.eval_file"] == want
+
+
+def test_a_model_folder_in_a_recipe_expands_as_every_path_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """model.checkpoint naming a folder expanded `~` alone: `$MODELS/bert` was taken for a Hub id
+    (off-line: 'not in the Hub cache'). It follows errors.user_path as every other path."""
+    from toolkit import models
+
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setenv("MODELS", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for given in ("$MODELS/bert", "${MODELS}/bert", "~/bert"):
+        assert models.local_dir(given) == folder and models.resolve(given) == str(folder)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from toolkit import attention as modules, heads, hf_tables, hub
-from toolkit.errors import UserError, cache_dir
+from toolkit.errors import UserError, cache_dir, user_path
 from toolkit.registry import did_you_mean
 
 if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
@@ -55,7 +55,7 @@ _offline = hub.offline  # the name inference.export_run calls
 
 def local_dir(checkpoint: str) -> Path | None:
     """A local model folder, or the `model/` folder of an earlier run."""
-    path = Path(checkpoint).expanduser()
+    path = user_path(checkpoint)
     for folder in (path, path / "model"):
         if (folder / "config.json").is_file():
             _no_adapter(folder)
@@ -137,7 +137,7 @@ def resolve(checkpoint: str) -> str:
     local = local_dir(checkpoint)
     if local is not None:
         return str(local)
-    if Path(checkpoint).expanduser().exists():
+    if user_path(checkpoint).exists():
         raise UserError(f"model.checkpoint: {checkpoint} has no config.json (nor model/config.json "
                         "of an earlier run); point at a model folder")
     if _cached(checkpoint):
@@ -161,7 +161,7 @@ def tokenizer_folder(checkpoint: str, smoke: bool = False) -> Path | None:
     if local is None and checkpoint in PACKAGED:
         found = PACKAGED[checkpoint]()
         local = Path(found) if found else None
-    if local is None and not Path(checkpoint).expanduser().exists():
+    if local is None and not user_path(checkpoint).exists():
         from huggingface_hub import try_to_load_from_cache
 
         try:
