@@ -109,12 +109,13 @@ def base_checkpoint(run: Path, recipe: Recipe) -> str:
     put it in place of the reference), a smoke run's small model, else the checkpoint as written;
     checked against the files the run recorded of it (every load of the result goes through here)."""
     saved = runs_json(run / "metrics.json")
-    if isinstance(saved.get("base_run"), str):
+    chained = isinstance(saved.get("base_run"), str)  # run_recipe put the upstream's model/ in place
+    if chained:
         base = recipe.model.checkpoint  # already small under --smoke: the upstream smoke run's
     else:
         base = models.smoke_checkpoint(recipe.model.checkpoint) if recipe.smoke else recipe.model.checkpoint
     changed = runs.base_changed(saved.get("base_files"), base)
-    if changed is not None and chain.rebuilt_base(recipe):
+    if changed is not None and recipe.smoke and not chained:  # the small model built again (chain.rebuilt_base)
         built = (saved.get("versions") or {}).get("transformers")
         raise UserError(f"{run}: a --smoke run, whose result is loaded onto the small random model it trained "
                         f"on; this toolkit and transformers {transformers_version()} build that model otherwise "
