@@ -66,6 +66,26 @@ def test_adalora_steps_shrink_the_ranks_to_the_target(tiny_checkpoint) -> None:
     assert len(kept) == 4 and sum(kept) == 2 * len(kept)  # 2 layers x (query, value), 2 on average
 
 
+@pytest.mark.parametrize("skipped", [None, 5, 6, 7])
+def test_adalora_finalizes_its_ranks_when_the_finalizing_step_is_skipped(tiny_checkpoint, skipped: int | None) -> None:
+    """A step that makes no update (non-finite, empty, an fp16 overflow) takes its step slot but
+    is not shown to after_step (the loop's rule, docs/loop.md). PEFT finalizes the ranks at
+    exactly step total - tfinal (6 here): where that step was skipped the final ranks were never
+    set, and the steps after it masked with the last, larger budget's pattern (or raised on None)."""
+    method, model, batch = _adapted(tiny_checkpoint, "adalora", total_steps=8, init_r=4, target_r=2,
+                                    delta_t=1, tinit_ratio=0.0, tfinal_ratio=0.25)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for step in range(1, 9):
+        torch.nn.functional.cross_entropy(model(**batch).logits, LABELS).backward()
+        if step != skipped:
+            opt.step()
+            method.after_step(model, step)
+        opt.zero_grad()
+    kept = [sum(v) for v in model.peft_config["default"].rank_pattern.values()]
+    assert len(kept) == 4 and sum(kept) == 2 * len(kept)  # the target budget: 2 on average
+    assert not model.base_model.rankallocator.ipt  # finalized: PEFT clears its estimates then
+
+
 def test_adalora_saved_adapter_is_the_kept_steps_model(tiny_checkpoint, tmp_path: Path) -> None:
     """Finding: train.keep_best restores an earlier step's weights, but the rank pattern PEFT saves
     (and prunes the saved ranks by) was the last step's: the adapter dropped ranks the scored model

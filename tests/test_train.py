@@ -526,10 +526,10 @@ def fp16_scaler(monkeypatch) -> list:
 @pytest.mark.parametrize("method", ["{name: adalora, init_r: 4, target_r: 2}"])  # the scaler's path is full's too
 def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: Path, cli, monkeypatch, fp16_scaler,
                                                                        tiny_checkpoint, method: str) -> None:
-    """fp16's loss scaler skips a batch whose gradient overflows: the loop does not count it as an
-    optimizer step, the schedule does not move and a method's after_step does not see it, with
-    train.max_grad_norm 1.0 and null alike. With null the loop counted the skipped batch as step 1
-    (exit 0)."""
+    """fp16's loss scaler skips a batch whose gradient overflows, with train.max_grad_norm 1.0 and
+    null alike, as Trainer does: the step takes its slot (it counts toward max_steps, no batch is
+    read past it), the schedule holds (Trainer steps it only where `optimizer_step_was_skipped` is
+    False), a method's after_step does not see it and it is not a non-finite batch."""
     from toolkit import train
 
     scalers, after = fp16_scaler, []
@@ -555,19 +555,21 @@ def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: 
         calls.clear()
         after.clear()
         runs = tmp_path / clip
-        code, _, err = cli("run", recipe, "train.max_steps=3", "train.log_every=1", "train.batch_size=4",
+        code, out, err = cli("run", recipe, "train.max_steps=3", "train.log_every=1", "train.batch_size=4",
                            f"train.max_grad_norm={clip}", "task.max_train_samples=32", "task.max_eval_samples=8",
                            "--runs-dir", runs)
         assert code == 0, err
         log = [json.loads(line) for line in next(runs.rglob("log.jsonl")).read_text().splitlines()]
         steps = [(e["step"], e["loss"], e["lr"]) for e in log if "loss" in e]
         assert [s for s, _, _ in steps] == [1, 2, 3]
-        assert len(calls) == 4  # the overflowed batch, then three counted steps
+        assert len(calls) == 3  # three steps, the overflowed batch the first
         assert scalers[-1].get_scale() == 2.0 ** 7  # the scaler skipped once and backed off
-        assert after == [1, 2, 3]  # AdaLoRA's after_step: not on the skipped batch
+        assert after == [2, 3]  # AdaLoRA's after_step: not on the skipped batch
+        assert steps[0][2] == steps[1][2] and steps[1][2] != steps[2][2]  # the schedule held for the overflow
+        assert "non-finite" not in out + err
         logged.append(steps)
-    # step 1 is the second batch in both: its loss is taken before any update, so clipping cannot change it
-    assert logged[0][0] == pytest.approx(logged[1][0], abs=1e-6)
+    # steps 1 and 2 in both: their losses are taken before any update, so clipping cannot change them
+    assert [loss for _, loss, _ in logged[0][:2]] == pytest.approx([loss for _, loss, _ in logged[1][:2]], abs=1e-6)
     assert [lr for _, _, lr in logged[0]] == [lr for _, _, lr in logged[1]]
 
 
@@ -602,12 +604,59 @@ def test_a_finite_loss_with_a_non_finite_gradient_is_skipped_with_clipping_off(t
     run = only_run(runs)
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     losses = {e["step"]: e for e in log if "loss" in e}
-    # on the device the skipped batch keeps its step slot (norm null); the host-checked step takes none
-    assert losses[2]["grad_norm"] is None or "adalora" in method
+    # the skipped batch keeps its step slot on every path (norm null)
+    assert losses[2]["grad_norm"] is None
     assert all(isinstance(losses[s]["grad_norm"], float) for s in (1, 3, 4))  # measured and logged
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["skipped_nonfinite"] == 1 and math.isfinite(metrics["eval"]["loss"])
     assert all(torch.isfinite(t).all() for t in weights(run).values())
+
+
+@pytest.mark.parametrize("length", ["train.epochs=1", "train.max_steps=2"])
+def test_a_skipped_batch_takes_one_step_slot_on_the_device_and_on_the_host(tmp_path: Path, cli, monkeypatch,
+                                                                           tiny_checkpoint, length: str) -> None:
+    """A non-finite batch skipped within train.skip_nonfinite takes its step slot on every path:
+    the device's skip (the default), the host-checked step forced on the same method, and AdaLoRA,
+    whose after_step puts it on the host. The host path once took no slot: each skip read one more
+    step of batches (2 micro-batches here) past the epoch or max_steps, and the schedule lagged."""
+    from toolkit import train
+
+    forward_loss, calls, init = train.Loop._forward_loss, [], train.Loop.__init__
+
+    def third_nan(self, batch):  # noqa: ANN001 - the first micro-batch of step 2
+        calls.append(1)
+        loss = forward_loss(self, batch)
+        return loss * float("nan") if len(calls) == 3 else loss
+
+    monkeypatch.setattr(train.Loop, "_forward_loss", third_nan)
+    seen = {}
+    for path, method in (("device", "{name: full}"), ("host", "{name: full}"),
+                         ("adalora", "{name: adalora, init_r: 4, target_r: 2}")):
+        def forced(self, *args, path=path, **kwargs):  # noqa: ANN001, ANN002, ANN003
+            init(self, *args, **kwargs)
+            if path == "host":
+                self.host_checked = True
+            assert self.host_checked == (path != "device")
+
+        monkeypatch.setattr(train.Loop, "__init__", forced)
+        calls.clear()
+        recipe = write_recipe(tmp_path / f"{path}.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method=method))
+        runs = tmp_path / path
+        code, out, err = cli("run", recipe, length, "train.log_every=1", "train.batch_size=4", "train.grad_accum=2",
+                             "train.skip_nonfinite=1", "task.max_train_samples=24", "task.max_eval_samples=8",
+                             "--runs-dir", runs)
+        assert code == 0, err
+        assert "step 2: non-finite loss; 1 batch skipped" in out + err
+        run = only_run(runs)
+        log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+        metrics = json.loads((run / "metrics.json").read_text())
+        seen[path] = (len(calls), metrics["train_steps"], metrics["skipped_nonfinite"],
+                      [(e["step"], e["lr"], e["loss"] is None) for e in log if "loss" in e])
+    steps = 3 if length == "train.epochs=1" else 2
+    assert seen["device"][:3] == (2 * steps, steps, 1)  # 24 examples: 6 micro-batches, 3 steps an epoch
+    assert [s for s, _, _ in seen["device"][3]] == list(range(1, steps + 1))
+    assert [skipped for _, _, skipped in seen["device"][3]] == [s == 2 for s in range(1, steps + 1)]
+    assert seen["host"] == seen["device"] and seen["adalora"] == seen["device"]
 
 
 def test_an_fp16_batch_skipped_for_its_loss_lets_the_next_step_unscale(tmp_path: Path, cli, monkeypatch, fp16_scaler,
@@ -633,4 +682,4 @@ def test_an_fp16_batch_skipped_for_its_loss_lets_the_next_step_unscale(tmp_path:
     assert code == 0, err
     assert "step 2: non-finite loss; 1 batch skipped" in out + err
     metrics = json.loads((only_run(tmp_path / "runs") / "metrics.json").read_text())
-    assert metrics["train_steps"] == 3 and metrics["skipped_nonfinite"] == 1 and len(calls) == 4
+    assert metrics["train_steps"] == 3 and metrics["skipped_nonfinite"] == 1 and len(calls) == 3  # its slot taken

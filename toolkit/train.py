@@ -275,11 +275,8 @@ class Loop:
             if not group:
                 break
             self.state.batch_in_epoch += len(group)
-            before = self.state.step
             self.step(group)
             self.state.train_time += time.perf_counter() - start
-            if self.state.step == before:  # a non-finite batch skipped on the host: no step taken
-                continue
             bar.update(1)
             if self._after_step(bar) or self._stopping(stop_after):
                 return True
@@ -330,10 +327,19 @@ class Loop:
         self._next_step(loss_t, norm_t, samples, ok, units == 0)
 
     def _next_step(self, loss_t: torch.Tensor, norm_t: torch.Tensor, samples: torch.Tensor,
-                   ok: torch.Tensor, empty: torch.Tensor) -> None:
-        """After the optimizer (a skipped batch takes its step slot: the schedule moves on)."""
+                   ok: torch.Tensor, empty: torch.Tensor, schedule: bool = True) -> None:
+        """After the optimizer, on every path and whatever the step did (updated, skipped as
+        non-finite, empty, the fp16 scaler's overflow): the step takes its slot, so it counts
+        toward max_steps and the run reads its epochs' batches once, as Trainer's global_step
+        counts a skipped step. The schedule moves on with it (a skip decided on the device cannot
+        hold it without a host read), except where `schedule` is False: the fp16 scaler's own
+        overflow, where Trainer holds it too (`optimizer_step_was_skipped`)."""
         self.step_lr = self.scheduler.get_last_lr()[0]  # what this step trained at: the log's lr
-        self.scheduler.step()
+        if schedule:
+            # a skipped first step moves the schedule on purpose: not torch's "scheduler.step()
+            # before optimizer.step()" misuse, which it would warn of
+            getattr(self.scheduler, "scheduler", self.scheduler).optimizer._opt_called = True
+            self.scheduler.step()
         self.state.step += 1
         self.stepper.zero_grad(set_to_none=True)
         self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left(), empty)
@@ -417,8 +423,8 @@ class Loop:
         and whose gradient is not is then a skipped step with clipping on or off. Without it,
         clipping off, such a step was taken: every weight NaN, checkpointed as the "last good
         checkpoint", and the stop blamed the next step. Under fp16's loss scaler this also
-        unscales the gradients, so an overflow is the scaler's skipped step (`_host_step`: not
-        counted, no schedule step, no `after_step`) and a method's `after_step` sees unscaled
+        unscales the gradients, so an overflow is the scaler's skipped step (`_host_step`: no
+        update, no `after_step`, its step slot taken) and a method's `after_step` sees unscaled
         gradients. Clipping a non-finite gradient is harmless: the step is skipped."""
         limit = self.cfg.max_grad_norm or math.inf
         if self.plain:  # what accelerate's clip_grad_norm_ calls here, on the parameters listed once
@@ -433,31 +439,27 @@ class Loop:
 
     def _host_step(self, loss_t: torch.Tensor, norm_t: torch.Tensor, samples: torch.Tensor,
                    ok: torch.Tensor, units: torch.Tensor) -> None:
-        """The step with one host read: a skipped batch takes no step at all (no schedule step,
-        no `after_step` on its gradients), and fp16's loss scaler skips its own overflows."""
+        """The step with one host read, which decides only what the step does: the optimizer
+        steps and the method's `after_step` runs (on the step's gradients) where the step is
+        finite and has a loss unit; fp16's loss scaler skips its own overflows (its step lowers
+        the scale, the schedule holds, as in Trainer: not a non-finite batch); any other batch
+        makes no update and sees no `after_step`. Every outcome then takes its step slot exactly
+        as on the device (`_next_step`): the step counts, the schedule moves on, the tally says
+        the skip or the empty step at its next read. A skipped step here once took no slot: each
+        skip made the run read one more step of batches, past max_steps or its epochs."""
         loss, norm, count = torch.stack([loss_t.float(), norm_t.float(), units.float()]).tolist()
-        if count == 0:  # no loss unit: nothing to learn from, no update, and not a non-finite step
-            self._no_step()
-            self._empty(1, self.state.step + 1)
-            return
-        if math.isfinite(loss) and not math.isfinite(norm) and self.acc.scaler is not None:
-            # fp16: an overflowing gradient is the loss scaler's business; its step skips the
-            # update and lowers the scale, as in Trainer. No optimizer step is counted.
+        if count and math.isfinite(loss) and math.isfinite(norm):
             self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            self.method.after_step(self.unwrapped, self.state.step + 1)  # gradients still in place
+            precision.pull_model_writes(self.optimizer)  # bf16_master: what after_step wrote stays
+        elif count and math.isfinite(loss) and self.acc.scaler is not None:
+            self.optimizer.step()  # the scaler's overflow: no update, a lower scale
+            # its loss and examples count, as in Trainer; not against skip_nonfinite; the schedule holds
+            self._next_step(loss_t, norm_t, samples, torch.ones_like(ok), units == 0, schedule=False)
             return
-        if not math.isfinite(loss) or not math.isfinite(norm):
+        else:
             self._no_step()
-            self._nonfinite(loss, "loss" if not math.isfinite(loss) else "gradient norm", self.state.step + 1)
-            return
-        self.optimizer.step()
-        self.step_lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
-        self.state.step += 1
-        self.method.after_step(self.unwrapped, self.state.step)  # gradients still in place
-        precision.pull_model_writes(self.optimizer)  # bf16_master: what after_step wrote stays
-        self.optimizer.zero_grad(set_to_none=True)
-        self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left())
+        self._next_step(loss_t, norm_t, samples, ok, units == 0)
 
     def _no_step(self) -> None:
         """A batch that takes no optimizer step: its gradients go; under fp16 the loss scaler's

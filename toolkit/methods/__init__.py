@@ -137,8 +137,10 @@ class Method:
         return None
 
     def after_step(self, model: torch.nn.Module, step: int) -> None:
-        """Called after each optimizer step, gradients still in place, with the global step count
-        (1 after the first): AdaLoRA re-allocates its ranks here."""
+        """Called after each optimizer step that made an update, gradients still in place, with the
+        global step count (1 after the first): AdaLoRA re-allocates its ranks here. A step that
+        made none (skipped as non-finite, empty, an fp16 overflow) takes its step number without
+        this call, so the numbers seen may skip one (docs/loop.md)."""
 
     @property
     def steps_on_host(self) -> bool:

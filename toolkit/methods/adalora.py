@@ -83,6 +83,16 @@ class AdaLora(Method):
         return self.orth_reg_weight * torch.stack(terms).mean() if terms else None
 
     def after_step(self, model: torch.nn.Module, step: int) -> None:
+        """PEFT's update_and_allocate, which finalizes the ranks at exactly step total - tfinal
+        and afterwards only masks with that final pattern. A step that made no update (skipped
+        as non-finite, empty, an fp16 overflow) still takes its slot but is not seen here, so
+        where that step was skipped, the first step past it finalizes instead (the importance
+        PEFT clears when finalizing is still held): else the final ranks were never set, and
+        masking raised on a None pattern or kept the last, larger, budget's."""
+        config = model.peft_config[model.active_adapter]
+        final = config.total_step - config.tfinal
+        if step > final and (model.base_model.rankallocator.ipt or config.rank_pattern is None):
+            step = final
         model.base_model.update_and_allocate(step)
 
     def state_dict(self, model: torch.nn.Module) -> dict:
