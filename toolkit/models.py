@@ -204,11 +204,28 @@ KNOWN_MODEL_TYPES: dict[str, str] = {
 }
 
 
-def readable_config(checkpoint: str) -> dict | None:
-    """The checkpoint's config.json where this machine has it (a local or packaged folder, a run's
-    model/, the Hub cache), read without transformers; None otherwise (nothing is fetched)."""
+def readable_sizes(checkpoint: str) -> tuple[int | None, int | None] | None:
+    """(positions, width) of the checkpoint where its config.json is on this machine (a local or
+    packaged folder, a run's model/, the Hub cache), read without transformers; None otherwise
+    (nothing is fetched). Positions by `max_positions`, the one rule the run cuts sequences by
+    (its tokenizer_config.json's model_max_length where lower: RoBERTa's 514 embeddings hold 512
+    positions, the first two being the padding offset; bounding by 514 let relative.k 513 and
+    performer.features 514 through); width its hidden size however the family names it."""
+    from types import SimpleNamespace
+
     folder = tokenizer_folder(checkpoint)
-    return _config_json(folder) if folder is not None and (folder / "config.json").is_file() else None
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    config = _config_json(folder)
+    limit = _json_or_empty(folder / "tokenizer_config.json").get("model_max_length")
+    tok = SimpleNamespace(model_max_length=limit if isinstance(limit, (int, float)) and not isinstance(limit, bool)
+                          and limit >= 1 else None)
+    positions = config.get("max_position_embeddings") or config.get("n_positions")
+    shape = {"model_type": config.get("model_type"),  # only a positive whole count is a count of positions
+             "max_position_embeddings": positions if isinstance(positions, int) and not isinstance(positions, bool)
+             else None}
+    return (max_positions(SimpleNamespace(**shape), tok),
+            modules.config_value(config, "hidden_size", "d_model", "n_embd"))
 
 
 def _config_json(folder: Path) -> dict:
@@ -384,15 +401,17 @@ KERNEL_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flas
                    "flash_attention_4": "flash_attn.cute"}
 
 
-def check_attention(attention: Any, family: str | None = None, config: dict | None = None) -> None:
+def check_attention(attention: Any, family: str | None = None,
+                    sizes: tuple[int | None, int | None] | None = None) -> None:
     """A transformers name that exists and whose kernel is installed, or a toolkit module that
-    can run on this family (toolkit.attention) with settings this model can use (`config`, its
-    config.json where this machine has it: `readable_config`); one UserError line otherwise."""
+    can run on this family (toolkit.attention) with settings this model can use (`sizes`, its
+    positions and width where this machine has its config.json: `readable_sizes`); one UserError
+    line otherwise."""
     if isinstance(attention, modules.Attention):
         reason = attention.incompatible(family)
         if reason:
             raise UserError(f"model.attention: '{attention.name}' cannot run on {family}: {reason}")
-        reason = attention.oversized(config) if config else None
+        reason = attention.oversized(*sizes) if sizes else None
         if reason:
             raise UserError(f"model.attention.{reason}")
         return
