@@ -314,3 +314,25 @@ def test_a_base_config_saved_again_by_another_transformers_is_the_same_base(tmp_
     old["files"]["config.json"][2] = runs.data_fingerprint([folder / "config.json"])
     os.utime(folder / "config.json", ns=(2, 2))
     assert runs.base_changed(old, str(folder)) is None
+
+
+def test_a_smoke_run_of_an_xlnet_checkpoint_keeps_its_head_size_and_trains_its_head(tmp_path: Path, cli) -> None:
+    """The small model of a family without a recipe of its own is its defaults shrunk: XLNet's
+    d_head stayed 64 beside d_model 32 over 2 heads, and every --smoke run of an XLNet checkpoint
+    stopped on a traceback from its config's check (d_head == d_model // n_head). A per-head size
+    the family derives from its width now stays derived; and XLNet's sequence head
+    (sequence_summary, logits_proj) is a task head, re-initialised on load as every task head is."""
+    import transformers
+
+    folder = tmp_path / "xlnet"
+    tok = transformers.AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / "bert-base-uncased"))
+    tok.save_pretrained(folder)
+    transformers.AutoConfig.for_model("xlnet", vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+                                      bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id).save_pretrained(folder)
+    small = json.loads((Path(models.smoke_checkpoint(str(folder))) / "config.json").read_text())
+    assert small["d_head"] * small["n_head"] == small["d_model"] == 32
+    path = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {folder}}}\ntask: {{name: glue, subset: sst2}}\n"
+                                             "method: {name: full}\ntrain: {epochs: 1}\n")
+    code, out, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    assert re.search(r"accuracy=\d", out + err)

@@ -30,7 +30,8 @@ FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
 NO_LIMIT = 100_000  # a model_max_length at least this large is transformers' placeholder, not a limit
 BOTTLENECK_CONFIG = "bottleneck_config.json"  # methods/adapters.py's saved config (base named by make_portable)
 BOTTLENECK_CHILD = "bottleneck_adapter"  # the module methods/adapters.py hangs on each adapted layer
-HEAD_MODULES = ("classifier", "pre_classifier", "score", "classification_head", "qa_outputs")
+HEAD_MODULES = ("classifier", "pre_classifier", "score", "classification_head", "qa_outputs",
+                "sequence_summary", "logits_proj")  # the last two: XLNet's and XLM's sequence heads
 # Modules a checkpoint may lack or hold in another shape, re-initialised on loading: task heads,
 # LM heads, and BERT's pooler (trained by next-sentence prediction; an MLM model has none).
 NEW_HEAD_OK = HEAD_MODULES + ("cls", "lm_head", "pooler", "final_logits_bias")
@@ -457,7 +458,7 @@ SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
          "intermediate_size": 64, "embedding_size": 32, "hidden_dim": 64, "d_ff": 64,
          "num_key_value_heads": 2, "encoder_layers": 2, "decoder_layers": 2,
          "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 64,
-         "decoder_ffn_dim": 64, "num_decoder_layers": 2, "d_kv": 16}
+         "decoder_ffn_dim": 64, "num_decoder_layers": 2, "d_kv": 16, "d_inner": 64}
 
 
 def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase, own: Any = None) -> Any:
@@ -485,13 +486,32 @@ def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase, own: Any
                                     num_heads=2, eos_token_id=tok.eos_token_id,
                                     decoder_start_token_id=tok.pad_token_id, **common)
     config = AutoConfig.for_model(family, **common)  # any other family: its defaults, shrunk
+    per_head = _per_head(config)
     for key, value in SMALL.items():
         if hasattr(config, key):
             setattr(config, key, value)
+    for key in HEAD_SIZE_KEYS:  # a per-head size the family derives from its width stays derived
+        if per_head is not None and getattr(config, key, None) == per_head:
+            setattr(config, key, _per_head(config))
     for key in DIRECTION_KEYS:  # it reads as the checkpoint does (a bert-generation decoder stays one)
         if own is not None and hasattr(config, key) and hasattr(own, key):
             setattr(config, key, getattr(own, key))
     return _own_token_ids(config, own, tok, vocab)
+
+
+# The config fields of a family's per-head width. Where the family's defaults make one its width
+# over its heads, the shrunk model keeps it so: XLNet's d_head stayed 64 beside d_model 32 over 2
+# heads, and every --smoke run of an XLNet checkpoint stopped on its config's check (d_head must
+# be d_model // n_head) when the small model was saved.
+HEAD_SIZE_KEYS = ("d_head", "head_dim", "attention_head_size", "kv_channels", "d_kv")
+
+
+def _per_head(config: Any) -> int | None:
+    """The config's width over its attention heads (hidden_size and num_attention_heads, however
+    the family names them: transformers' attribute_map), or None."""
+    width, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
+    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0
+    return width // heads if ok(width) and ok(heads) and width % heads == 0 else None
 
 
 # The config fields that decide whether a family's model attends to later tokens (reads_both_ways).
@@ -547,7 +567,7 @@ def _whole() -> Iterator[None]:
 
 # Files a model folder holds that no small model is built from (its weights): left out of its key.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".ot")
-SMOKE_BUILD = 3  # raised when _tiny_config builds other small models from the same files
+SMOKE_BUILD = 4  # raised when _tiny_config builds other small models from the same files
 
 
 def _source_folder(source: str) -> Path | None:
