@@ -164,21 +164,28 @@ def test_a_smoke_run_is_scored_only_on_the_small_model_it_trained_on(tmp_path: P
 def test_cache_folders_follow_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int, mode: int) -> None:
     """A TOOLKIT_CACHE a group shares (umask 002): the smoke entry was 0700 (tempfile.mkdtemp,
     renamed), unreadable to the others, whose --smoke runs stopped on a PermissionError. Every
-    folder the toolkit makes in its cache is made as the umask says, as the Hub cache's are."""
+    folder the toolkit makes in its cache is made as the umask says, as the Hub cache's are; the
+    parity harness's random GPT-2 entry too (it was mkdtemp's 0700 with 0600 weights)."""
     import os
 
     from toolkit import runs
 
     monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from parity.common import random_gpt2
+
     old = os.umask(umask)
     try:
         entry = Path(models.smoke_checkpoint("bert-base-uncased"))
+        gpt2 = Path(random_gpt2(smoke=True))
         lock = runs._lock_file(tmp_path / "run")
     finally:
         os.umask(old)
-    for folder in (tmp_path / "cache", entry.parent, entry, lock.parent):
+    for folder in (tmp_path / "cache", entry.parent, entry, lock.parent, gpt2.parent, gpt2):
         assert folder.stat().st_mode & 0o777 == mode, folder
-    assert all(f.stat().st_mode & 0o777 == mode & 0o666 for f in entry.iterdir())
+    for folder in (entry, gpt2):
+        assert all(f.stat().st_mode & 0o777 == mode & 0o666 for f in folder.iterdir()), folder
+    assert [f.name for f in gpt2.parent.iterdir()] == [gpt2.name]  # no temporary folder left
 
 
 def _built_otherwise(monkeypatch: pytest.MonkeyPatch, version: str, alike: bool) -> None:

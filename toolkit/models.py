@@ -658,7 +658,7 @@ def _build_small(target: Path, family: str, tok: PreTrainedTokenizerBase, own: A
         torch.manual_seed(0)
         model = AutoModel.from_config(config)  # the body only: every task adds its own head
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _own_folder(target.parent, f".{target.name}-")
+    tmp = own_folder(target.parent, f".{target.name}-")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     for file in tmp.iterdir():  # as the umask says (the folder's mode, made so): transformers writes its
@@ -673,7 +673,7 @@ def _build_small(target: Path, family: str, tok: PreTrainedTokenizerBase, own: A
     return str(target)
 
 
-def _own_folder(parent: Path, prefix: str) -> Path:
+def own_folder(parent: Path, prefix: str) -> Path:
     """A new folder of this call's own in `parent`, its mode as the umask says (os.mkdir's), as
     the Hub cache's files are. tempfile.mkdtemp's folder is 0700, and the cache entry renamed from
     it was unreadable to the rest of a group sharing TOOLKIT_CACHE (umask 002): another user's
