@@ -645,11 +645,16 @@ def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, e
 SIZES = {"relative": "k", "additive": "dim", "performer": "features"}
 
 
-def _size_bound(name: str, config: dict) -> int | None:
+def _size_bound(name: str, folder: Path) -> int | None:
     """The largest size setting the model can use, read here from its config.json as the docs state
-    it: relative's clip one short of the learned positions, performer's features the positions,
-    additive's width the model's; None where the model sets none (T5's positions are relative)."""
+    it: relative's clip one short of the usable positions, performer's features the positions,
+    additive's width the model's; None where the model sets none (T5's positions are relative).
+    Usable positions: the learned ones, or its tokenizer's model_max_length where lower (RoBERTa's
+    514 embeddings hold 512 positions after the padding offset)."""
+    config = json.loads((folder / "config.json").read_text())
     positions = None if config["model_type"] == "t5" else config.get("max_position_embeddings") or config.get("n_positions")
+    limit = json.loads((folder / "tokenizer_config.json").read_text()).get("model_max_length")
+    positions = positions and min(positions, limit) if isinstance(limit, int) else positions
     if name == "additive":
         return config.get("hidden_size") or config.get("d_model") or config.get("n_embd")
     return positions and (positions - 1 if name == "relative" else positions)
@@ -666,20 +671,25 @@ def test_a_size_setting_beyond_what_the_model_can_use_is_refused(tmp_path: Path,
     from toolkit.attention import MOST
 
     checkpoint = tiny_checkpoint(family)
-    bound = _size_bound(name, json.loads((Path(checkpoint) / "config.json").read_text()))
+    bound = _size_bound(name, Path(checkpoint))
     field = SIZES[name]
 
-    def validate(value: int, where: str = checkpoint) -> tuple[int, str]:
+    def validate(value: int, where: str = checkpoint, *flags: str) -> tuple[int, str]:
         recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {where}, attention: {{name: {name}, "
                               f"{field}: {value}}}}}\ntask: {{name: glue, subset: sst2}}\nmethod: {{name: full}}\n")
-        code, _, err = cli("validate", recipe)
+        code, _, err = cli("validate", recipe, *flags)
         return code, err
 
+    if family == "roberta" and name != "additive":  # 514 embeddings, 512 positions: the bound is the latter
+        assert bound == (511 if name == "relative" else 512)
     if bound is not None:
         assert validate(bound)[0] == 0
         code, err = validate(bound + 1)
         assert code == 2 and f"model.attention.{field}: {bound + 1} is above" in err and f"at most {bound}" in err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        # --smoke runs a small model in its place, but the recipe is the checkpoint's: its bound holds there too
+        code, err = validate(bound + 1, checkpoint, "--smoke")
+        assert code == 2 and f"at most {bound}" in err
     most = MOST - 1 if name == "relative" else MOST
     code, err = validate(most + 1, checkpoint if bound is None else "bert-base-uncased")
     assert code == 2 and f"model.attention.{field}: {most + 1} is above the maximum {most}" in err

@@ -164,21 +164,28 @@ def test_a_smoke_run_is_scored_only_on_the_small_model_it_trained_on(tmp_path: P
 def test_cache_folders_follow_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int, mode: int) -> None:
     """A TOOLKIT_CACHE a group shares (umask 002): the smoke entry was 0700 (tempfile.mkdtemp,
     renamed), unreadable to the others, whose --smoke runs stopped on a PermissionError. Every
-    folder the toolkit makes in its cache is made as the umask says, as the Hub cache's are."""
+    folder the toolkit makes in its cache is made as the umask says, as the Hub cache's are; the
+    parity harness's random GPT-2 entry too (it was mkdtemp's 0700 with 0600 weights)."""
     import os
 
     from toolkit import runs
 
     monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from parity.common import random_gpt2
+
     old = os.umask(umask)
     try:
         entry = Path(models.smoke_checkpoint("bert-base-uncased"))
+        gpt2 = Path(random_gpt2(smoke=True))
         lock = runs._lock_file(tmp_path / "run")
     finally:
         os.umask(old)
-    for folder in (tmp_path / "cache", entry.parent, entry, lock.parent):
+    for folder in (tmp_path / "cache", entry.parent, entry, lock.parent, gpt2.parent, gpt2):
         assert folder.stat().st_mode & 0o777 == mode, folder
-    assert all(f.stat().st_mode & 0o777 == mode & 0o666 for f in entry.iterdir())
+    for folder in (entry, gpt2):
+        assert all(f.stat().st_mode & 0o777 == mode & 0o666 for f in folder.iterdir()), folder
+    assert [f.name for f in gpt2.parent.iterdir()] == [gpt2.name]  # no temporary folder left
 
 
 def _built_otherwise(monkeypatch: pytest.MonkeyPatch, version: str, alike: bool) -> None:
@@ -314,3 +321,25 @@ def test_a_base_config_saved_again_by_another_transformers_is_the_same_base(tmp_
     old["files"]["config.json"][2] = runs.data_fingerprint([folder / "config.json"])
     os.utime(folder / "config.json", ns=(2, 2))
     assert runs.base_changed(old, str(folder)) is None
+
+
+def test_a_smoke_run_of_an_xlnet_checkpoint_keeps_its_head_size_and_trains_its_head(tmp_path: Path, cli) -> None:
+    """The small model of a family without a recipe of its own is its defaults shrunk: XLNet's
+    d_head stayed 64 beside d_model 32 over 2 heads, and every --smoke run of an XLNet checkpoint
+    stopped on a traceback from its config's check (d_head == d_model // n_head). A per-head size
+    the family derives from its width now stays derived; and XLNet's sequence head
+    (sequence_summary, logits_proj) is a task head, re-initialised on load as every task head is."""
+    import transformers
+
+    folder = tmp_path / "xlnet"
+    tok = transformers.AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / "bert-base-uncased"))
+    tok.save_pretrained(folder)
+    transformers.AutoConfig.for_model("xlnet", vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+                                      bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id).save_pretrained(folder)
+    small = json.loads((Path(models.smoke_checkpoint(str(folder))) / "config.json").read_text())
+    assert small["d_head"] * small["n_head"] == small["d_model"] == 32
+    path = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {folder}}}\ntask: {{name: glue, subset: sst2}}\n"
+                                             "method: {name: full}\ntrain: {epochs: 1}\n")
+    code, out, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    assert re.search(r"accuracy=\d", out + err)

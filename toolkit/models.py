@@ -30,7 +30,8 @@ FAMILIES = ("bert", "roberta", "gpt2", "bart", "t5")
 NO_LIMIT = 100_000  # a model_max_length at least this large is transformers' placeholder, not a limit
 BOTTLENECK_CONFIG = "bottleneck_config.json"  # methods/adapters.py's saved config (base named by make_portable)
 BOTTLENECK_CHILD = "bottleneck_adapter"  # the module methods/adapters.py hangs on each adapted layer
-HEAD_MODULES = ("classifier", "pre_classifier", "score", "classification_head", "qa_outputs")
+HEAD_MODULES = ("classifier", "pre_classifier", "score", "classification_head", "qa_outputs",
+                "sequence_summary", "logits_proj")  # the last two: XLNet's and XLM's sequence heads
 # Modules a checkpoint may lack or hold in another shape, re-initialised on loading: task heads,
 # LM heads, and BERT's pooler (trained by next-sentence prediction; an MLM model has none).
 NEW_HEAD_OK = HEAD_MODULES + ("cls", "lm_head", "pooler", "final_logits_bias")
@@ -204,11 +205,28 @@ KNOWN_MODEL_TYPES: dict[str, str] = {
 }
 
 
-def readable_config(checkpoint: str) -> dict | None:
-    """The checkpoint's config.json where this machine has it (a local or packaged folder, a run's
-    model/, the Hub cache), read without transformers; None otherwise (nothing is fetched)."""
+def readable_sizes(checkpoint: str) -> tuple[int | None, int | None] | None:
+    """(positions, width) of the checkpoint where its config.json is on this machine (a local or
+    packaged folder, a run's model/, the Hub cache), read without transformers; None otherwise
+    (nothing is fetched). Positions by `max_positions`, the one rule the run cuts sequences by
+    (its tokenizer_config.json's model_max_length where lower: RoBERTa's 514 embeddings hold 512
+    positions, the first two being the padding offset; bounding by 514 let relative.k 513 and
+    performer.features 514 through); width its hidden size however the family names it."""
+    from types import SimpleNamespace
+
     folder = tokenizer_folder(checkpoint)
-    return _config_json(folder) if folder is not None and (folder / "config.json").is_file() else None
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    config = _config_json(folder)
+    limit = _json_or_empty(folder / "tokenizer_config.json").get("model_max_length")
+    tok = SimpleNamespace(model_max_length=limit if isinstance(limit, (int, float)) and not isinstance(limit, bool)
+                          and limit >= 1 else None)
+    positions = config.get("max_position_embeddings") or config.get("n_positions")
+    shape = {"model_type": config.get("model_type"),  # only a positive whole count is a count of positions
+             "max_position_embeddings": positions if isinstance(positions, int) and not isinstance(positions, bool)
+             else None}
+    return (max_positions(SimpleNamespace(**shape), tok),
+            modules.config_value(config, "hidden_size", "d_model", "n_embd"))
 
 
 def _config_json(folder: Path) -> dict:
@@ -384,15 +402,17 @@ KERNEL_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flas
                    "flash_attention_4": "flash_attn.cute"}
 
 
-def check_attention(attention: Any, family: str | None = None, config: dict | None = None) -> None:
+def check_attention(attention: Any, family: str | None = None,
+                    sizes: tuple[int | None, int | None] | None = None) -> None:
     """A transformers name that exists and whose kernel is installed, or a toolkit module that
-    can run on this family (toolkit.attention) with settings this model can use (`config`, its
-    config.json where this machine has it: `readable_config`); one UserError line otherwise."""
+    can run on this family (toolkit.attention) with settings this model can use (`sizes`, its
+    positions and width where this machine has its config.json: `readable_sizes`); one UserError
+    line otherwise."""
     if isinstance(attention, modules.Attention):
         reason = attention.incompatible(family)
         if reason:
             raise UserError(f"model.attention: '{attention.name}' cannot run on {family}: {reason}")
-        reason = attention.oversized(config) if config else None
+        reason = attention.oversized(*sizes) if sizes else None
         if reason:
             raise UserError(f"model.attention.{reason}")
         return
@@ -438,7 +458,7 @@ SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
          "intermediate_size": 64, "embedding_size": 32, "hidden_dim": 64, "d_ff": 64,
          "num_key_value_heads": 2, "encoder_layers": 2, "decoder_layers": 2,
          "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 64,
-         "decoder_ffn_dim": 64, "num_decoder_layers": 2, "d_kv": 16}
+         "decoder_ffn_dim": 64, "num_decoder_layers": 2, "d_kv": 16, "d_inner": 64}
 
 
 def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase, own: Any = None) -> Any:
@@ -466,13 +486,32 @@ def _tiny_config(family: str, vocab: int, tok: PreTrainedTokenizerBase, own: Any
                                     num_heads=2, eos_token_id=tok.eos_token_id,
                                     decoder_start_token_id=tok.pad_token_id, **common)
     config = AutoConfig.for_model(family, **common)  # any other family: its defaults, shrunk
+    per_head = _per_head(config)
     for key, value in SMALL.items():
         if hasattr(config, key):
             setattr(config, key, value)
+    for key in HEAD_SIZE_KEYS:  # a per-head size the family derives from its width stays derived
+        if per_head is not None and getattr(config, key, None) == per_head:
+            setattr(config, key, _per_head(config))
     for key in DIRECTION_KEYS:  # it reads as the checkpoint does (a bert-generation decoder stays one)
         if own is not None and hasattr(config, key) and hasattr(own, key):
             setattr(config, key, getattr(own, key))
     return _own_token_ids(config, own, tok, vocab)
+
+
+# The config fields of a family's per-head width. Where the family's defaults make one its width
+# over its heads, the shrunk model keeps it so: XLNet's d_head stayed 64 beside d_model 32 over 2
+# heads, and every --smoke run of an XLNet checkpoint stopped on its config's check (d_head must
+# be d_model // n_head) when the small model was saved.
+HEAD_SIZE_KEYS = ("d_head", "head_dim", "attention_head_size", "kv_channels", "d_kv")
+
+
+def _per_head(config: Any) -> int | None:
+    """The config's width over its attention heads (hidden_size and num_attention_heads, however
+    the family names them: transformers' attribute_map), or None."""
+    width, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
+    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0
+    return width // heads if ok(width) and ok(heads) and width % heads == 0 else None
 
 
 # The config fields that decide whether a family's model attends to later tokens (reads_both_ways).
@@ -528,7 +567,7 @@ def _whole() -> Iterator[None]:
 
 # Files a model folder holds that no small model is built from (its weights): left out of its key.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".ot")
-SMOKE_BUILD = 3  # raised when _tiny_config builds other small models from the same files
+SMOKE_BUILD = 4  # raised when _tiny_config builds other small models from the same files
 
 
 def _source_folder(source: str) -> Path | None:
@@ -619,7 +658,7 @@ def _build_small(target: Path, family: str, tok: PreTrainedTokenizerBase, own: A
         torch.manual_seed(0)
         model = AutoModel.from_config(config)  # the body only: every task adds its own head
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _own_folder(target.parent, f".{target.name}-")
+    tmp = own_folder(target.parent, f".{target.name}-")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     for file in tmp.iterdir():  # as the umask says (the folder's mode, made so): transformers writes its
@@ -634,7 +673,7 @@ def _build_small(target: Path, family: str, tok: PreTrainedTokenizerBase, own: A
     return str(target)
 
 
-def _own_folder(parent: Path, prefix: str) -> Path:
+def own_folder(parent: Path, prefix: str) -> Path:
     """A new folder of this call's own in `parent`, its mode as the umask says (os.mkdir's), as
     the Hub cache's files are. tempfile.mkdtemp's folder is 0700, and the cache entry renamed from
     it was unreadable to the rest of a group sharing TOOLKIT_CACHE (umask 002): another user's

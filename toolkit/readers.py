@@ -1275,7 +1275,10 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
                keys: Any = None, blank_ok: bool = False) -> None:
     """Every value of `column` is text with something in it (`blank_ok`: text at all): the first
     null, non-string or blank value is one line naming file, line and column. Runs over the Arrow
-    table in batches."""
+    table in batches. A file's text (not a Hub dataset's, which its user cannot edit) begins with
+    no byte order mark: `scan` allows one at the file's start, which every reader strips, but one
+    at a later row (`cat a.csv b.csv`, `cat a.jsonl b.jsonl`) or the start of a cell was trained
+    as an invisible first character of the text, exit 0 (a label so was already refused)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -1315,6 +1318,11 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
             shown = "" if not text[empty].as_py().strip() else f" (only {_invisible(text[empty].as_py())})"
             raise UserError(f"{where(path, fmt, offset + empty, _keys(keys, offset + empty))}: {what} is "
                             f"empty{shown}; every record needs some text")
+        marked = -1 if fmt == "hub" else pc.index(pc.starts_with(text, "\ufeff"), True).as_py()
+        if marked >= 0:
+            raise UserError(f"{where(path, fmt, offset + marked, _keys(keys, offset + marked))}: {what} begins with "
+                            "a byte order mark (U+FEFF), as a file joined after another with `cat` leaves its "
+                            "first row; the model would read it as an invisible start of the text: remove it")
         offset += len(batch)
 
 

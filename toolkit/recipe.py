@@ -219,9 +219,11 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
         runs.check_utf8(base.model.checkpoint, "model.checkpoint")
     # the model this recipe builds: a chained recipe may warm-start an encoder-decoder from its base's body
     family = models.recipe_family(base.model.checkpoint, recipe.model.warm_start or base.model.warm_start)
-    config = (models.readable_config(base.model.checkpoint) if isinstance(recipe.model.attention, attention.Attention)
-              and isinstance(base.model.checkpoint, str) else None)  # a module's sizes are bounded by it
-    models.check_attention(recipe.model.attention, family, config)
+    # a module's sizes are bounded by the checkpoint's: the recipe names it, so under --smoke too
+    # (the small model a smoke run builds holds at least its positions and is no yardstick of the real run)
+    sizes = (models.readable_sizes(base.model.checkpoint) if isinstance(recipe.model.attention, attention.Attention)
+             and isinstance(base.model.checkpoint, str) else None)
+    models.check_attention(recipe.model.attention, family, sizes)
     if isinstance(recipe.model.checkpoint, str):  # a run's model/ (or its run folder) as a path
         _check_trained_attention(recipe)
     if isinstance(recipe.model.attention, attention.Attention):

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import resource
 import statistics
-import tempfile
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -41,10 +40,11 @@ def random_gpt2(smoke: bool) -> str:
     import torch
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from toolkit import models
+    from toolkit import models, runs
+    from toolkit.errors import cache_dir
 
     layers, width = (2, 32) if smoke else (4, 256)
-    cache = Path(os.environ.get("TOOLKIT_CACHE", Path.home() / ".cache" / "toolkit")) / "parity"
+    cache = cache_dir() / "parity"
     folder = cache / f"gpt2-random-{layers}x{width}"
     if (folder / "config.json").is_file():
         return str(folder)
@@ -53,13 +53,17 @@ def random_gpt2(smoke: bool) -> str:
                         bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config)
-    tmp = Path(tempfile.mkdtemp(dir=cache.mkdir(parents=True, exist_ok=True) or cache, prefix=".gpt2-"))
+    cache.mkdir(parents=True, exist_ok=True)
+    # modes as the umask says, as the smoke cache's (models.own_folder): mkdtemp's 0700 folder (and
+    # safetensors' 0600 weights) left the entry unreadable to the rest of a group sharing TOOLKIT_CACHE
+    tmp = models.own_folder(cache, ".gpt2-")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    runs.follow_umask(tmp)
     try:
         tmp.rename(folder)
     except OSError:  # another process built it first
-        pass
+        shutil.rmtree(tmp, ignore_errors=True)
     return str(folder)
 
 def peak_rss_mb() -> float:

@@ -105,10 +105,12 @@ class Attention:
                     f"which {self.name} never forms; without it T5 would be order-blind")
         return None
 
-    def oversized(self, config: dict) -> str | None:
-        """'field: why' where a setting is larger than this model (its config.json) can use, or
-        None; checked at validate where the config is on this machine. A huge value allocated
-        per layer at load and ran out of memory there."""
+    def oversized(self, positions: int | None, width: int | None) -> str | None:
+        """'field: why' where a setting is larger than this model can use, or None: `positions`
+        the tokens it can read (`models.max_positions`: RoBERTa's 514 embeddings hold 512; None
+        where it has no learned positions), `width` its hidden size. Checked at validate where the
+        checkpoint's config.json is on this machine. A huge value allocated per layer at load and
+        ran out of memory there."""
         return None
 
     def incompatible_method(self, method: Any) -> str | None:
@@ -187,14 +189,6 @@ def config_value(config: dict, *names: str) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
-
-
-def learned_positions(config: dict) -> int | None:
-    """How many token positions a model's learned position embeddings hold (the longest sequence
-    it reads); None for T5, whose positions are relative (its config's n_positions bounds nothing)."""
-    if config.get("model_type") == "t5":
-        return None
-    return config_value(config, "max_position_embeddings", "n_positions")
 
 
 def dense_warning(attention: Any, longest: int, parts: str) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, MOST, Attention, allowed, config_value, softmax_attention
+from toolkit.attention import ATTENTION, MOST, Attention, allowed, softmax_attention
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -20,10 +20,9 @@ torch = lazy("torch", globals())
 class Additive(Attention):
     dim: int = field(default=16, metadata={"min": 1, "max": MOST})  # width of the tanh layer
 
-    def oversized(self, config: dict) -> str | None:
+    def oversized(self, positions: int | None, width: int | None) -> str | None:
         """dim at most the model's width: Bahdanau's alignment layer is as wide as the model's
         hidden state, and its (query x key x dim) activations cost dim times dot's memory."""
-        width = config_value(config, "hidden_size", "d_model", "n_embd")
         if width and self.dim > width:
             return (f"dim: {self.dim} is above this model's width ({width}): the tanh layer of Bahdanau's "
                     f"score is at most as wide as the model, and its (query x key x dim) activations cost "

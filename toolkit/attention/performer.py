@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from toolkit.attention import ATTENTION, MOST, PREFIX, Attention, is_causal, key_keep, learned_positions
+from toolkit.attention import ATTENTION, MOST, PREFIX, Attention, is_causal, key_keep
 from toolkit.attention.linear import EPS, kernel_attention, wide
 from toolkit.lazy import lazy
 
@@ -131,11 +131,10 @@ class Performer(Attention):
     seed: int | None = field(default=None, metadata={"min": 0, "max": 2**32 - 1})
     chunk: int = field(default=64, metadata={"min": 1})
 
-    def oversized(self, config: dict) -> str | None:
+    def oversized(self, positions: int | None, width: int | None) -> str | None:
         """features at most the longest sequence the model reads: with m random features for n
         tokens FAVOR+ costs O(n m) against exact softmax's O(n^2), so m > n buys an estimate of
         softmax attention at more than its exact price."""
-        positions = learned_positions(config)
         if positions and self.features > positions:
             return (f"features: {self.features} is above {positions}, the longest sequence this model reads: "
                     "with more random features than tokens FAVOR+ costs more than the exact softmax "

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.attention import (ATTENTION, MOST, Attention, allowed, learned_positions, softmax_attention,
-                               token_positions)
+from toolkit.attention import ATTENTION, MOST, Attention, allowed, softmax_attention, token_positions
 from toolkit.lazy import lazy
 
 torch = lazy("torch", globals())
@@ -24,10 +23,9 @@ class Relative(Attention):
     cross: bool = False
     k: int = field(default=16, metadata={"min": 1, "max": MOST - 1})  # clipping distance
 
-    def oversized(self, config: dict) -> str | None:
+    def oversized(self, positions: int | None, width: int | None) -> str | None:
         """k at most the farthest two of the model's positions can be apart: beyond it no
         distance occurs, and its 2k+1 table rows per layer are never read."""
-        positions = learned_positions(config)
         if positions and self.k > positions - 1:
             return (f"k: {self.k} is above {positions - 1}, the farthest apart two tokens of this model's "
                     f"{positions} positions can be: no distance reaches the clip, and each layer would hold "
