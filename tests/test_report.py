@@ -1748,5 +1748,11 @@ def test_every_added_field_has_the_value_older_runs_had() -> None:
         old = report.BEFORE_FIELD[key]
         assert callable(old) or old == neutral, (key, old, neutral)
     # and a run's recipe without them reads as one with them at their neutral values
-    recipe = report.with_old_defaults({"task": {"name": "translation"}, "train": {}, "model": {}, "method": {}})
+    recipe = report.with_old_defaults({"task": {}, "train": {}, "model": {}, "method": {}})
     assert all(recipe[section][key] == neutral for (section, key), neutral in added.items())
+    # only where the named task or method has the field: a LoRA run has no train_layer_norms
+    # (its entries' labels read "train_layer_norms False"), a translation no pair_separator
+    named = report.with_old_defaults({"task": {"name": "translation"}, "method": {"name": "lora"}})
+    assert "train_layer_norms" not in named["method"] and "pair_separator" not in named["task"]
+    assert "source_code" in named["task"]
+    assert report.with_old_defaults({"method": {"name": "adapters"}})["method"]["train_layer_norms"] is False

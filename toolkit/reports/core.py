@@ -66,12 +66,28 @@ BEFORE_NESTED: dict[tuple[str, str, str], Any] = {
 }
 
 
+def _declares(section: str, name: Any, key: str) -> bool:
+    """Whether the task or method a recipe section names has the field `key` (a method's own
+    field, Houlsby's train_layer_norms, is no setting of a LoRA run: set there, every LoRA entry's
+    label read "train_layer_norms False"); a section naming none, or another section: yes."""
+    import dataclasses
+
+    from toolkit.methods import METHODS
+    from toolkit.tasks import TASKS
+
+    registry = {"task": TASKS, "method": METHODS}.get(section)
+    if registry is None or not isinstance(name, str) or name not in registry.names():
+        return True
+    return any(f.name == key for f in dataclasses.fields(registry.get(name)))
+
+
 def with_old_defaults(recipe: dict, metrics: dict | None = None) -> dict:
     """`recipe` with each BEFORE_FIELD it lacks set to the value its run had in effect (a value
     that depends on the device: left out where metrics.json does not say the device), and each
     BEFORE_NESTED field its block lacks."""
     for (section, key), value in BEFORE_FIELD.items():
-        if isinstance(recipe.get(section), dict) and key not in recipe[section]:
+        if isinstance(recipe.get(section), dict) and key not in recipe[section] \
+                and _declares(section, recipe[section].get("name"), key):
             value = value(metrics or {}) if callable(value) else value
             if value is not None or not callable(BEFORE_FIELD[(section, key)]):
                 recipe[section][key] = json.loads(json.dumps(value))  # a list of its own per run
