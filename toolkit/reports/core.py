@@ -11,6 +11,7 @@ pivot tables of seeded runs with declared metric directions.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import statistics
@@ -23,7 +24,8 @@ from toolkit import recipe as recipes, runs as run_folders
 from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
 from toolkit.recipe_data import safe_yaml
-from toolkit.tasks import Metric, declaration
+from toolkit.methods import METHODS
+from toolkit.tasks import TASKS, Metric, declaration
 
 LABELS = ("task", "method", "model", "run")
 SECTIONS = ("model", "task", "method", "train")
@@ -70,11 +72,6 @@ def _declares(section: str, name: Any, key: str) -> bool:
     """Whether the task or method a recipe section names has the field `key` (a method's own
     field, Houlsby's train_layer_norms, is no setting of a LoRA run: set there, every LoRA entry's
     label read "train_layer_norms False"); a section naming none, or another section: yes."""
-    import dataclasses
-
-    from toolkit.methods import METHODS
-    from toolkit.tasks import TASKS
-
     registry = {"task": TASKS, "method": METHODS}.get(section)
     if registry is None or not isinstance(name, str) or name not in registry.names():
         return True
