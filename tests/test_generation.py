@@ -273,6 +273,22 @@ def test_a_reference_or_prediction_rouge_reads_as_nothing_is_said(tmp_path: Path
         unread and odd != "...!?"), line
 
 
+def _unreadable_references(tmp_path: Path, name: str, odd_split: str) -> tuple[dict, dict]:
+    """Train and eval JSONL files of 3 pairs, the `odd_split`'s references in a script its metric
+    cannot read (ROUGE: Cyrillic; 13a BLEU: Chinese), and the task settings reading them."""
+    odd = {"summarization": "Мария рассказала Ивану о поездке.", "translation": "玛丽告诉约翰她去了北京。"}[name]
+    files = {}
+    for split in ("train", "eval"):
+        target = odd if split == odd_split else "Mary told John about her trip."
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"source": f"Text {i} about a trip.", "target": target},
+                                                   ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
+    settings = {"subset": "custom", "train_file": str(files["train"]), "eval_file": str(files["eval"])}
+    if name == "translation":
+        settings.update(source_lang="en", target_lang="xx", source_field="source", target_field="target")
+    return files, settings
+
+
 @pytest.mark.parametrize("name", ["summarization", "translation"])
 def test_the_train_split_scored_by_eval_has_its_references_checked_as_the_eval_splits(tmp_path: Path,
                                                                                        name: str) -> None:
@@ -282,15 +298,7 @@ def test_the_train_split_scored_by_eval_has_its_references_checked_as_the_eval_s
     Every split scored (`as_scored`) is now checked by the same rule, naming its file."""
     from toolkit.tasks import TASKS
 
-    odd = {"summarization": "Мария рассказала Ивану о поездке.", "translation": "玛丽告诉约翰她去了北京。"}[name]
-    files = {}
-    for split, target in (("train", odd), ("eval", "Mary told John about her trip.")):
-        files[split] = tmp_path / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps({"source": f"Text {i} about a trip.", "target": target},
-                                                   ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
-    settings = {"subset": "custom", "train_file": str(files["train"]), "eval_file": str(files["eval"])}
-    if name == "translation":
-        settings.update(source_lang="en", target_lang="xx", source_field="source", target_field="target")
+    files, settings = _unreadable_references(tmp_path, name, odd_split="train")
     task = TASKS.get(name)(**settings)
     data = task.load()  # the eval split scores
     assert task.as_scored(data["eval"][""]) is data["eval"][""]
@@ -1249,15 +1257,7 @@ def test_eval_of_the_train_split_checks_the_train_splits_references_alone(tmp_pa
     one checked: the eval split at a run, the train split at --split train."""
     from toolkit.tasks import TASKS
 
-    odd = {"summarization": "Мария рассказала Ивану о поездке.", "translation": "玛丽告诉约翰她去了北京。"}[name]
-    files = {}
-    for split, target in (("train", "Mary told John about her trip."), ("eval", odd)):
-        files[split] = tmp_path / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps({"source": f"Text {i} about a trip.", "target": target},
-                                                   ensure_ascii=False) + "\n" for i in range(3)), encoding="utf-8")
-    settings = {"subset": "custom", "train_file": str(files["train"]), "eval_file": str(files["eval"])}
-    if name == "translation":
-        settings.update(source_lang="en", target_lang="xx", source_field="source", target_field="target")
+    files, settings = _unreadable_references(tmp_path, name, odd_split="eval")
     key = "task.eval_file" if name == "summarization" else "task.bleu_tokenize"
     with pytest.raises(UserError, match=rf"{key}: .*{files['eval']}"):
         TASKS.get(name)(**settings).load()  # a run scores the eval split

@@ -346,21 +346,11 @@ def reads_both_ways(model_type: str, config: dict) -> tuple[str, str] | None:
 
 
 def _checkpoint_config(checkpoint: str) -> dict:
-    """The checkpoint's config.json as written (a local folder, a packaged or Hub-cached model);
-    {} where it is not on this machine (the load's probe then answers)."""
-    local = local_dir(checkpoint)
-    if local is None and checkpoint in PACKAGED:
-        found = PACKAGED[checkpoint]()
-        local = Path(found) if found else None
-    if local is None:
-        from huggingface_hub import try_to_load_from_cache
-
-        try:
-            cached = try_to_load_from_cache(checkpoint, "config.json")
-        except Exception:  # not a valid repo id
-            return {}
-        local = Path(cached).parent if isinstance(cached, str) else None
-    return _config_json(local) if local is not None else {}
+    """The checkpoint's config.json as written where this machine has it (found as
+    `tokenizer_folder` finds a checkpoint's folder: local, packaged, Hub cache); {} where it is
+    not here (the load's probe then answers)."""
+    folder = tokenizer_folder(checkpoint)
+    return _config_json(folder) if folder is not None and (folder / "config.json").is_file() else {}
 
 
 PROBE_LENGTH = 4  # tokens of check_left_to_right's two sequences
