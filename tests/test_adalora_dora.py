@@ -86,6 +86,39 @@ def test_adalora_finalizes_its_ranks_when_the_finalizing_step_is_skipped(tiny_ch
     assert not model.base_model.rankallocator.ipt  # finalized: PEFT clears its estimates then
 
 
+@pytest.mark.parametrize("skipped", [2, 4, 6])
+def test_adalora_reallocates_at_its_step_count_when_that_step_is_skipped(tiny_checkpoint, skipped: int) -> None:
+    """Re-allocations fall every delta_t steps (2, 4 here) and the finalizing one at total - tfinal
+    (6). A step that made no update is shown to `skipped_step`, not `after_step` (the loop's
+    rule): the allocation due at its count happens at it, to that step's budget. It was not seen:
+    a skipped step 4 kept step 2's larger budget (10 ranks of 16 where the schedule says 8) for
+    delta_t more steps, exit 0. The ranks kept after every step equal those of a run without the
+    skip, and the singular values masked at an allocation are the pattern's."""
+    kept = {}
+    for skip in (None, skipped):
+        method, model, batch = _adapted(tiny_checkpoint, "adalora", total_steps=8, init_r=4, target_r=2,
+                                        delta_t=2, tinit_ratio=0.0, tfinal_ratio=0.25)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        kept[skip] = []
+        for step in range(1, 9):
+            torch.nn.functional.cross_entropy(model(**batch).logits, LABELS).backward()
+            if step == skip:
+                opt.zero_grad()
+                method.skipped_step(model, step)
+            else:
+                opt.step()
+                method.after_step(model, step)
+                opt.zero_grad()
+            pattern = model.peft_config["default"].rank_pattern
+            kept[skip].append(None if pattern is None else sum(sum(v) for v in pattern.values()))
+            if step in (2, 4) or step >= 6:  # masked now (in between, the optimizer moves masked values)
+                values = [p for n, p in model.named_parameters() if "lora_E" in n]
+                assert sum(int((v != 0).sum()) for v in values) == kept[skip][-1]
+    assert kept[None] == [None, 10, 10, 8, 8, 8, 8, 8]  # PEFT's cubic schedule: 16 ranks down to 8
+    assert kept[skipped] == kept[None]
+    assert not model.base_model.rankallocator.ipt  # finalized
+
+
 def test_adalora_saved_adapter_is_the_kept_steps_model(tiny_checkpoint, tmp_path: Path) -> None:
     """Finding: train.keep_best restores an earlier step's weights, but the rank pattern PEFT saves
     (and prunes the saved ranks by) was the last step's: the adapter dropped ranks the scored model

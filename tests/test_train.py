@@ -532,7 +532,7 @@ def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: 
     False), a method's after_step does not see it and it is not a non-finite batch."""
     from toolkit import train
 
-    scalers, after = fp16_scaler, []
+    scalers, after, skipped = fp16_scaler, [], []
     forward_loss, calls = train.Loop._forward_loss, []
 
     def first_overflows(self, batch):  # noqa: ANN001
@@ -546,6 +546,7 @@ def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: 
         init(self, *args, **kwargs)
         original = self.method.after_step
         self.method.after_step = lambda model, step: (after.append(step), original(model, step))
+        self.method.skipped_step = lambda model, step: skipped.append(step)
 
     monkeypatch.setattr(train.Loop, "_forward_loss", first_overflows)
     monkeypatch.setattr(train.Loop, "__init__", watched)
@@ -554,6 +555,7 @@ def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: 
     for clip in ("1.0", "null"):
         calls.clear()
         after.clear()
+        skipped.clear()
         runs = tmp_path / clip
         code, out, err = cli("run", recipe, "train.max_steps=3", "train.log_every=1", "train.batch_size=4",
                            f"train.max_grad_norm={clip}", "task.max_train_samples=32", "task.max_eval_samples=8",
@@ -564,7 +566,7 @@ def test_an_fp16_overflow_is_the_scalers_skip_with_clipping_on_or_off(tmp_path: 
         assert [s for s, _, _ in steps] == [1, 2, 3]
         assert len(calls) == 3  # three steps, the overflowed batch the first
         assert scalers[-1].get_scale() == 2.0 ** 7  # the scaler skipped once and backed off
-        assert after == [2, 3]  # AdaLoRA's after_step: not on the skipped batch
+        assert after == [2, 3] and skipped == [1]  # AdaLoRA's after_step: not on the skipped batch
         assert steps[0][2] == steps[1][2] and steps[1][2] != steps[2][2]  # the schedule held for the overflow
         assert "non-finite" not in out + err
         logged.append(steps)
@@ -629,7 +631,7 @@ def test_a_skipped_batch_takes_one_step_slot_on_the_device_and_on_the_host(tmp_p
         return loss * float("nan") if len(calls) == 3 else loss
 
     monkeypatch.setattr(train.Loop, "_forward_loss", third_nan)
-    seen = {}
+    seen, shown = {}, []
     for path, method in (("device", "{name: full}"), ("host", "{name: full}"),
                          ("adalora", "{name: adalora, init_r: 4, target_r: 2}")):
         def forced(self, *args, path=path, **kwargs):  # noqa: ANN001, ANN002, ANN003
@@ -637,6 +639,8 @@ def test_a_skipped_batch_takes_one_step_slot_on_the_device_and_on_the_host(tmp_p
             if path == "host":
                 self.host_checked = True
             assert self.host_checked == (path != "device")
+            original = self.method.skipped_step  # AdaLoRA: its re-allocation schedule sees the skip
+            self.method.skipped_step = lambda model, step: (shown.append(step), original(model, step))
 
         monkeypatch.setattr(train.Loop, "__init__", forced)
         calls.clear()
@@ -652,6 +656,8 @@ def test_a_skipped_batch_takes_one_step_slot_on_the_device_and_on_the_host(tmp_p
         metrics = json.loads((run / "metrics.json").read_text())
         seen[path] = (len(calls), metrics["train_steps"], metrics["skipped_nonfinite"],
                       [(e["step"], e["lr"], e["loss"] is None) for e in log if "loss" in e])
+        assert shown == ([] if path == "device" else [2]), path  # the host path shows the skip at its step
+        shown.clear()
     steps = 3 if length == "train.epochs=1" else 2
     assert seen["device"][:3] == (2 * steps, steps, 1)  # 24 examples: 6 micro-batches, 3 steps an epoch
     assert [s for s, _, _ in seen["device"][3]] == list(range(1, steps + 1))

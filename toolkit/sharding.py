@@ -257,7 +257,8 @@ def unsupported(method: Any) -> str | None:
     hold only shards (ZeRO-2: of the gradients; ZeRO-3 and FSDP: of the parameters too)."""
     if not method.trains:
         return "it trains nothing, so there is nothing to shard (evaluation would run whole on every process)"
-    hooks = [n for n in ("extra_loss", "after_step", "state_dict") if getattr(type(method), n) is not getattr(Method, n)]
+    hooks = [n for n in ("extra_loss", "after_step", "skipped_step", "state_dict")
+             if getattr(type(method), n) is not getattr(Method, n)]
     if hooks:
         return (f"its {', '.join(hooks)} read whole parameters and gradients between steps, where a "
                 "sharded run holds only shards")

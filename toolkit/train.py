@@ -443,8 +443,9 @@ class Loop:
         steps and the method's `after_step` runs (on the step's gradients) where the step is
         finite and has a loss unit; fp16's loss scaler skips its own overflows (its step lowers
         the scale, the schedule holds, as in Trainer: not a non-finite batch); any other batch
-        makes no update and sees no `after_step`. Every outcome then takes its step slot exactly
-        as on the device (`_next_step`): the step counts, the schedule moves on, the tally says
+        makes no update; a step without an update is shown to the method's `skipped_step`, not
+        its `after_step`. Every outcome then takes its step slot exactly as on the device
+        (`_next_step`): the step counts, the schedule moves on, the tally says
         the skip or the empty step at its next read. A skipped step here once took no slot: each
         skip made the run read one more step of batches, past max_steps or its epochs."""
         loss, norm, count = torch.stack([loss_t.float(), norm_t.float(), units.float()]).tolist()
@@ -454,12 +455,21 @@ class Loop:
             precision.pull_model_writes(self.optimizer)  # bf16_master: what after_step wrote stays
         elif count and math.isfinite(loss) and self.acc.scaler is not None:
             self.optimizer.step()  # the scaler's overflow: no update, a lower scale
+            self._skipped_step()
             # its loss and examples count, as in Trainer; not against skip_nonfinite; the schedule holds
             self._next_step(loss_t, norm_t, samples, torch.ones_like(ok), units == 0, schedule=False)
             return
         else:
             self._no_step()
+            self._skipped_step()
         self._next_step(loss_t, norm_t, samples, ok, units == 0)
+
+    def _skipped_step(self) -> None:
+        """A step that made no update, shown to the method at the step number it takes
+        (`Method.skipped_step`): AdaLoRA's re-allocation due at that count happens at it. Before,
+        a skipped step on a re-allocation step delayed that re-allocation by `delta_t` steps."""
+        self.method.skipped_step(self.unwrapped, self.state.step + 1)
+        precision.pull_model_writes(self.optimizer)  # bf16_master: what it wrote stays
 
     def _no_step(self) -> None:
         """A batch that takes no optimizer step: its gradients go; under fp16 the loss scaler's

@@ -140,13 +140,21 @@ class Method:
         """Called after each optimizer step that made an update, gradients still in place, with the
         global step count (1 after the first): AdaLoRA re-allocates its ranks here. A step that
         made none (skipped as non-finite, empty, an fp16 overflow) takes its step number without
-        this call, so the numbers seen may skip one (docs/loop.md)."""
+        this call, so the numbers seen may skip one (docs/loop.md); it sees `skipped_step` instead."""
+
+    def skipped_step(self, model: torch.nn.Module, step: int) -> None:
+        """Called, in place of `after_step`, on a step that made no update (skipped as non-finite,
+        empty, an fp16 overflow), with the step number it took: what the method does at a given
+        step count whatever the gradients (AdaLoRA's re-allocation on its schedule) happens at
+        that count. Its gradients are not to be read (none, or non-finite)."""
 
     @property
     def steps_on_host(self) -> bool:
-        """Whether the method has an `after_step` (it reads each step's gradients on the host, so a
-        step cannot be skipped on the device unseen by it)."""
-        return type(self).after_step is not Method.after_step
+        """Whether the method has an `after_step` or a `skipped_step` (it reads each step's
+        gradients, or whether the step updated, on the host, so a step cannot be skipped on the
+        device unseen by it)."""
+        return (type(self).after_step is not Method.after_step
+                or type(self).skipped_step is not Method.skipped_step)
 
     @property
     def stateful(self) -> bool:

@@ -85,15 +85,33 @@ class AdaLora(Method):
     def after_step(self, model: torch.nn.Module, step: int) -> None:
         """PEFT's update_and_allocate, which finalizes the ranks at exactly step total - tfinal
         and afterwards only masks with that final pattern. A step that made no update (skipped
-        as non-finite, empty, an fp16 overflow) still takes its slot but is not seen here, so
-        where that step was skipped, the first step past it finalizes instead (the importance
-        PEFT clears when finalizing is still held): else the final ranks were never set, and
-        masking raised on a None pattern or kept the last, larger, budget's."""
+        as non-finite, empty, an fp16 overflow) still takes its slot but is not seen here
+        (`skipped_step` is); where it could not finalize there (no importance estimated yet),
+        the first step past it finalizes instead (the importance PEFT clears when finalizing is
+        still held): else the final ranks were never set, and masking raised on a None pattern
+        or kept the last, larger, budget's."""
         config = model.peft_config[model.active_adapter]
         final = config.total_step - config.tfinal
         if step > final and (model.base_model.rankallocator.ipt or config.rank_pattern is None):
             step = final
         model.base_model.update_and_allocate(step)
+
+    def skipped_step(self, model: torch.nn.Module, step: int) -> None:
+        """A step that made no update: its gradients add nothing to the importance estimates,
+        but a re-allocation due at its count (every `delta_t` steps between tinit and
+        total - tfinal, and the finalizing one at total - tfinal) happens at it, on the
+        estimates so far, to that step's budget, as PEFT's `update_and_allocate` would
+        (without its `update_ipt`). Not seen before: a skipped step on the re-allocation
+        schedule kept the previous, larger, budget's ranks for `delta_t` more steps (exit 0)."""
+        config = model.peft_config[model.active_adapter]
+        allocator, final = model.base_model.rankallocator, config.total_step - config.tfinal
+        if step > final or not allocator.exp_avg_ipt:  # finalized, or nothing estimated to allocate by
+            return
+        budget, due = allocator.budget_schedule(step)
+        if due or step == final:
+            config.rank_pattern = allocator.mask_to_budget(model.base_model.model, budget)
+        if step == final:
+            allocator.reset_ipt()
 
     def state_dict(self, model: torch.nn.Module) -> dict:
         allocator = model.base_model.rankallocator
