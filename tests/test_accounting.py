@@ -85,10 +85,10 @@ for args in json.loads(open(sys.argv[1]).read()):
 """
 
 
-def _torchrun(tmp: Path, jobs: list[list[str]]) -> None:
+def _torchrun(tmp: Path, jobs: list, launcher: str = LAUNCHER) -> None:
     """`toolkit run` with each of `jobs` on 2 gloo processes (torchrun of the interpreter running
-    the suite: make test-oldest's venv is not .venv)."""
-    (tmp / "launch.py").write_text(LAUNCHER.format(root=str(ROOT)))
+    the suite: make test-oldest's venv is not .venv); `launcher` reads the jobs file."""
+    (tmp / "launch.py").write_text(launcher.format(root=str(ROOT)))
     (tmp / "jobs.json").write_text(json.dumps(jobs))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
            str(_free_port()), str(tmp / "launch.py"), str(tmp / "jobs.json")]

@@ -49,6 +49,33 @@ def _case(checkpoint: str, method: str, batch_size: int) -> tuple[str, list[str]
     return RECIPE.format(checkpoint=checkpoint, method=method), [f"train.batch_size={batch_size}"]
 
 
+# test_accounting's launcher, where a job may also be {"args": [...], "nan": [rank, call]}: that
+# process's forward gives a NaN loss at its call-th micro-batch of the run
+FAULT_LAUNCHER = """import json, os, sys
+sys.path.insert(0, {root!r})
+from toolkit import train
+from toolkit.cli import main
+forward, calls, fault = train.Loop._forward_loss, [], [None]
+
+def faulty(self, batch):
+    calls.append(1)
+    loss = forward(self, batch)
+    nan = fault[0] is not None and os.environ["RANK"] == str(fault[0][0]) and len(calls) == fault[0][1]
+    return loss * float("nan") if nan else loss
+
+train.Loop._forward_loss = faulty
+for job in json.loads(open(sys.argv[1]).read()):
+    args, fault[0] = (job["args"], job["nan"]) if isinstance(job, dict) else (job, None)
+    calls.clear()
+    if main(args) != 0:
+        sys.exit(f"failed: {{args}}")
+"""
+# AdaLoRA re-allocating at every step (delta_t 1) over 4 steps, finalizing at step 3: a host-checked step
+SKIPPED = ("bert-base-uncased", "{name: adalora, init_r: 4, target_r: 2, delta_t: 1, tinit_ratio: 0.0, "
+                                "tfinal_ratio: 0.25}")
+SKIP_ARGS = ["train.skip_nonfinite=1"]
+
+
 @pytest.fixture(scope="module")
 def two_process_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path) -> dict[tuple[str, str], Path]:
     """(checkpoint, method) -> (recipe, runs folder of its 2-process run): every case's run in one
@@ -69,7 +96,12 @@ def two_process_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Pat
     out["dropout"] = (recipe, tmp / "dropout" / "two")
     jobs.append(["run", str(recipe), "--smoke", "--runs-dir", str(tmp / "dropout" / "two"), "train.batch_size=4",
                  "model.dropout=0.1", "train.save_every=1", "train.save_total_limit=4", "train.keep_checkpoints=true"])
-    _torchrun(tmp, jobs)
+    # the host-checked path's skip: process 1 alone draws a NaN loss at step 2
+    recipe = write_recipe(tmp / "skipped" / "r.yaml", RECIPE.format(checkpoint=SKIPPED[0], method=SKIPPED[1]))
+    out["skipped"] = (recipe, tmp / "skipped" / "two")
+    jobs.append({"args": ["run", str(recipe), "--smoke", "--runs-dir", str(tmp / "skipped" / "two"),
+                          "train.batch_size=4", *SKIP_ARGS], "nan": [1, 2]})
+    _torchrun(tmp, jobs, FAULT_LAUNCHER)
     return out
 
 
@@ -87,6 +119,46 @@ def test_each_process_draws_its_own_dropout_masks(two_process_runs) -> None:
         ranks = [torch.load(step / f"{RNG_STATE_NAME}_{p}.pkl", weights_only=False)["torch_manual_seed"]
                  for p in (0, 1)]
         assert not torch.equal(*ranks), step.name
+
+
+def test_a_step_skipped_on_one_process_is_skipped_on_both_on_the_host_checked_path(tmp_path: Path, cli,
+                                                                                   monkeypatch, two_process_runs):
+    """AdaLoRA's step is checked on the host (its after_step; fp16's scaler takes the same
+    `_host_step`). A NaN loss on process 1 alone at step 2 is skipped by both processes alike:
+    the same step slot, the schedule moved on, AdaLoRA's re-allocation due at step 2 made at it
+    (`skipped_step`) on both, and the run equals a 1-process run at the same global batch whose
+    step 2 was skipped: steps, learning rates, losses, metrics and the saved adapter."""
+    from toolkit import train
+
+    recipe, two = two_process_runs["skipped"]
+    forward, calls = train.Loop._forward_loss, []
+
+    def second_nan(self, batch):  # noqa: ANN001
+        calls.append(1)
+        loss = forward(self, batch)
+        return loss * float("nan") if len(calls) == 2 else loss
+
+    monkeypatch.setattr(train.Loop, "_forward_loss", second_nan)
+    one = tmp_path / "one"
+    code, out, err = cli("run", recipe, "--smoke", "--runs-dir", one, "train.batch_size=8", *SKIP_ARGS)
+    assert code == 0 and "step 2: non-finite loss; 1 batch skipped" in out + err, err
+    a, b = only_run(one), only_run(two)
+    ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
+    assert mb["num_processes"] == 2 and ma["train_steps"] == mb["train_steps"] == 4
+    assert ma["skipped_nonfinite"] == mb["skipped_nonfinite"] == 1
+    la, lb = ([(e["step"], e["lr"], e["loss"]) for e in _log(p) if "loss" in e] for p in (a, b))
+    assert [s for s, _, _ in la] == [s for s, _, _ in lb] == [1, 2, 3, 4] and la[1][2] is None is lb[1][2]
+    assert [lr for _, lr, _ in la] == [lr for _, lr, _ in lb]
+    assert [x for _, _, x in la if x is not None] == pytest.approx([x for _, _, x in lb if x is not None], abs=1e-5)
+    assert ma["eval"]["loss"] == pytest.approx(mb["eval"]["loss"], abs=1e-5)
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], atol=1e-5, rtol=1e-4)
+
+
+def _log(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
 
 
 def test_process_zero_keeps_the_seeds_stream() -> None:
