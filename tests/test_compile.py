@@ -374,8 +374,8 @@ def test_compiled_optimizer_runs_give_the_eager_run_and_resume_exactly(tmp_path:
 
 @pytest.mark.parametrize("name", _registered("method"))
 def test_compiled_optimizer_is_refused_in_one_line_where_it_cannot_be_the_eager_step(name: str) -> None:
-    """The rule over the method registry: a method with an `after_step` (it sees each step's
-    gradients on the host) is refused with train.compile_optimizer: true, every other trains
+    """The rule over the method registry: a method with an `after_step` or a `skipped_step` (it
+    sees each step's gradients, or whether it updated, on the host) is refused with train.compile_optimizer: true, every other trains
     with it; fp16 (a loss scaler deciding on the host) is refused for all, and FSDP / DeepSpeed at
     launch. Each refusal one line naming the field."""
     from types import SimpleNamespace
@@ -388,7 +388,8 @@ def test_compiled_optimizer_is_refused_in_one_line_where_it_cannot_be_the_eager_
     method = cls.__new__(cls)  # the checks read class attributes only
     for precision in ("no", "bf16", "fp16"):
         train = SimpleNamespace(compile_optimizer=True, mixed_precision=precision)
-        refused = cls.trains and (precision == "fp16" or cls.after_step is not Method.after_step)
+        hooks = cls.after_step is not Method.after_step or cls.skipped_step is not Method.skipped_step
+        refused = cls.trains and (precision == "fp16" or hooks)
         if not refused:
             recipes._check_compile_optimizer(SimpleNamespace(train=train, method=method))
             continue

@@ -182,8 +182,8 @@ def _check_compile_optimizer(recipe: Recipe) -> None:
         raise UserError("train.compile_optimizer: true with mixed_precision: fp16, whose loss scaler decides "
                         "on the host each step; use bf16, or compile_optimizer: false")
     if recipe.method.steps_on_host:
-        raise UserError(f"train.compile_optimizer: true with method {recipe.method.name}, whose after_step "
-                        "reads each step's gradients on the host; set compile_optimizer: false")
+        raise UserError(f"train.compile_optimizer: true with method {recipe.method.name}, whose per-step hook "
+                        "(after_step, skipped_step) runs on the host; set compile_optimizer: false")
 
 
 def check(recipe: Recipe, base: Recipe | None = None) -> None:
