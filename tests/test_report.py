@@ -1756,3 +1756,43 @@ def test_every_added_field_has_the_value_older_runs_had() -> None:
     assert "train_layer_norms" not in named["method"] and "pair_separator" not in named["task"]
     assert "source_code" in named["task"]
     assert report.with_old_defaults({"method": {"name": "adapters"}})["method"]["train_layer_norms"] is False
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("link", ["run folder", "folder of runs", "loop"])
+def test_runs_below_a_linked_folder_are_reported(tmp_path: Path, cli, entry: str, link: str) -> None:
+    """A run folder (or a folder of runs) linked into the folder reported, from another disk:
+    Path.rglob does not enter a linked folder, so its runs were in no table, no mean and no
+    unfinished note ("1 finished runs" of 3), exit 0. Each is read, each real folder once (a link
+    to a folder above it is no loop), and a damaged link is one line."""
+    import toolkit
+
+    root, elsewhere = tmp_path / "runs", tmp_path / "disk2"
+    fake_run(root, "sst2", "full", 42, {"accuracy": 0.80})
+    linked = [fake_run(elsewhere, "sst2", "full", seed, {"accuracy": acc}) for seed, acc in ((43, 0.84), (44, 0.82))]
+    stopped = fake_run(elsewhere, "sst2", "full", 45, {"accuracy": 0.1})
+    (stopped / "metrics.json").unlink()
+    if link == "run folder":
+        for run in (*linked, stopped):
+            (root / run.name).symlink_to(run)
+    else:
+        (root / "more").symlink_to(elsewhere / "glue")
+        if link == "loop":
+            (elsewhere / "glue" / "up").symlink_to(elsewhere)  # through `more`, back above itself
+    if entry == "cli":
+        code, text, err = cli("report", root, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit.report([root], row_key="task", col_key="method", plots=False)
+    assert "3 finished runs" in text and "| sst2 | 82.00 ± 2.00 (n=3) |" in text
+    (note,) = [line for line in text.splitlines() if "not finished" in line]
+    assert note.startswith("- 1 run(s) not finished") and stopped.name in note
+
+    (root / "gone").mkdir()
+    (root / "gone" / "metrics.json").symlink_to(tmp_path / "nowhere.json")
+    if entry == "cli":
+        code, _, err = cli("report", root, "--no-plots")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "unreadable metrics.json" in err
+    else:
+        with pytest.raises(UserError, match="unreadable metrics.json"):
+            toolkit.report([root], plots=False)

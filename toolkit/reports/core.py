@@ -204,6 +204,32 @@ def check_metrics(data: dict, file: Path) -> None:
                             "re-run that run")
 
 
+def files_below(root: Path, name: str) -> list[Path]:
+    """Every file `name` below `root`, in path order, through folders that are symbolic links too
+    (a run folder linked in from another disk, or a linked folder of runs), each real folder
+    walked once (a link to a folder above it is no loop). Path.rglob does not enter a linked
+    folder: its runs were left out of every table, "1 finished runs" where 3 were given, exit 0."""
+    found, walked = [], set()
+
+    def walk(folder: Path) -> None:
+        real = folder.resolve()
+        if real in walked:
+            return
+        walked.add(real)
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:  # a folder that cannot be listed holds no run the report can read
+            return
+        for entry in entries:
+            if entry.name == name and not entry.is_dir():
+                found.append(entry)
+            elif entry.is_dir():
+                walk(entry)
+
+    walk(root)
+    return sorted(found)
+
+
 def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     """Every finished run below the root(s): its metrics.json plus the recipe it came from."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
@@ -211,7 +237,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     for root in roots:
         if not root.is_dir():
             raise UserError(f"report: {root} is not a folder of runs")
-        for metrics in sorted(root.rglob("metrics.json")):
+        for metrics in files_below(root, "metrics.json"):
             run = metrics.parent
             if run.resolve() in seen:  # one folder reached from two roots (runs and runs/glue) counts once
                 continue
@@ -219,7 +245,8 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             try:
                 recipe = safe_yaml((run / "recipe.yaml").read_text(), str(run / "recipe.yaml")) if (run / "recipe.yaml").is_file() else {}
                 data = json.loads(metrics.read_text(), parse_constant=_not_a_number)
-            except (ValueError, UserError, UnicodeDecodeError) as exc:
+            except (ValueError, UserError, UnicodeDecodeError, OSError) as exc:
+                # OSError: a dangling link, a folder named metrics.json, a file it may not read
                 raise UserError(f"report: {run} holds an unreadable metrics.json or recipe.yaml "
                                 f"({str(exc).split(': ')[-1] if isinstance(exc, UserError) else type(exc).__name__}); "
                                 "remove or re-run that run") from None
@@ -260,7 +287,7 @@ def unfinished_notes(roots: Iterable[Path]) -> list[str]:
     its method), and an n of 2 does not tell that a third was started."""
     seen, left = set(), []
     for root in roots:
-        for recipe in sorted(Path(root).rglob("recipe.yaml")):
+        for recipe in files_below(Path(root), "recipe.yaml"):
             run = recipe.parent
             if (run / "metrics.json").is_file() or run.resolve() in seen:
                 continue
