@@ -1796,3 +1796,50 @@ def test_runs_below_a_linked_folder_are_reported(tmp_path: Path, cli, entry: str
     else:
         with pytest.raises(UserError, match="unreadable metrics.json"):
             toolkit.report([root], plots=False)
+
+
+def _base(run: Path, **files: str) -> None:
+    """metrics.json base_files as runs.base_record writes it: {file: [size, mtime_ns, sha256]}."""
+    _stamp_json(run, base_files={"patterns": ["*.safetensors", "config.json"], "files": {
+        name.replace("_", "."): [10, seed, sha] for seed, (name, sha) in enumerate(files.items())}})
+
+
+@pytest.mark.parametrize("table", ["runs", "pivot", "glue", "cli"])
+def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, cli, table: str) -> None:
+    """LoRA seeds on a local base folder (or a Hub id's cached snapshot) whose weights changed
+    between them: metrics.json recorded each base's sha256, the report read none of it, and the
+    four seeds were one entry, 71.00 ± 11.55 (n=4), exit 0. Each base is a model of its own."""
+    for seed, acc, sha in ((42, 0.80, "a1"), (43, 0.82, "a1"), (44, 0.60, "b2"), (45, 0.62, "b2")):
+        _base(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}), model_safetensors=sha, config_json="json:c")
+    items = report.collect(tmp_path)
+    if table == "runs":
+        _, rows = report.rows(items)
+        assert sorted(r[3] for r in rows) == ["61.00 ± 1.41", "81.00 ± 1.41"]
+        assert any("loaded onto 2 versions of the base model's files" in n for n in report.runs_notes(items))
+    elif table == "pivot":
+        with pytest.raises(UserError, match="holds runs of 2 models"):
+            report.pivots(items, "task", "method")
+        (p,) = report.pivots(items, "model", "method")
+        assert sorted(c.stat.fmt(100.0) for c in p.cells.values()) == ["61.00 ± 1.41 (n=2)", "81.00 ± 1.41 (n=2)"]
+    elif table == "glue":
+        lines = [r for r in glue_report.render(items).splitlines() if r.startswith("| tiny")]
+        assert len(lines) == 2 and all("(n=2)" in r for r in lines)
+    else:
+        code, text, err = cli("report", tmp_path, "--rows", "model", "--cols", "method", "--no-plots")
+        assert code == 0, err
+        assert "81.00 ± 1.41 (n=2)" in text and "61.00 ± 1.41 (n=2)" in text and "(n=4)" not in text
+
+
+def test_one_base_recorded_with_other_files_is_one_model(tmp_path: Path) -> None:
+    """One base under records of other files (an in-context run records its tokenizer too, a
+    snapshot gained a .bin beside its .safetensors) and runs that record no base (a full
+    fine-tune, a run from before base_files) are not split from it: the files every record holds
+    are compared."""
+    _base(fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.80}), model_safetensors="a1", config_json="c")
+    _base(fake_run(tmp_path, "sst2", "lora", 43, {"accuracy": 0.82}), model_safetensors="a1", config_json="c",
+          pytorch_model_bin="x9", tokenizer_json="t")
+    fake_run(tmp_path, "sst2", "lora", 44, {"accuracy": 0.84})
+    items = report.collect(tmp_path)
+    assert {report.label(i, "model") for i in items} == {"tiny"}
+    (p,) = report.pivots(items, "task", "method")
+    assert p.cells[("sst2", "lora")].stat.fmt(100.0) == "82.00 ± 2.00 (n=3)"

@@ -165,6 +165,7 @@ METRICS_FIELDS: dict[str, str] = {
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
     "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
     "resumed_under_other_code": "a list", "recipe_hash": "a string", "hub_data": "an object",
+    "base_files": "an object",
 }
 
 
@@ -274,6 +275,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
     data_from_run_id(found)
     hub_from_fingerprint(found)
+    base_labels(found)
     one_seed_once(found)
     task_labels(found)
     model_labels(found)
@@ -472,8 +474,50 @@ def data_labels(items: list[dict]) -> None:
 
 
 def data_split_notes(items: list[dict]) -> list[str]:
-    """The one line per task label that data_labels split by data version."""
-    return list(dict.fromkeys(i["data_split"] for i in items if i.get("data_split")))
+    """The one line per task label that data_labels split by data version, and per model label
+    that base_labels split by the base's weights."""
+    return list(dict.fromkeys(i[k] for k in ("data_split", "base_split") for i in items if i.get(k)))
+
+
+def _base_files(metrics: dict) -> dict[str, str]:
+    """{file: sha256} of the base an adapter or in-context run was loaded onto (metrics.json
+    base_files, runs.base_record: {files: {name: [size, mtime_ns, sha256]}}); {} not recorded
+    (a full fine-tune, whose model/ is whole, or a run from before 2026-11-27)."""
+    files = (metrics.get("base_files") or {}).get("files")
+    if not isinstance(files, dict):
+        return {}
+    return {str(n): str(v[-1]) if isinstance(v, list) and v else json.dumps(v) for n, v in files.items()}
+
+
+def base_labels(items: list[dict]) -> None:
+    """Runs of one checkpoint name that were loaded onto other weights (a local base folder
+    trained again between seeds, a Hub id whose cached snapshot moved to another revision:
+    metrics.json base_files) are other models on every axis: as one, their seeds were one mean
+    and a pivot cell or a GLUE row pooled two models, exit 0. Compared on the files every record
+    of that name holds (an in-context run records the tokenizer too, and a snapshot may gain a
+    .bin beside its .safetensors), each such run gets `base_weights` (a short hash, or 'not
+    recorded' for a run beside them that has no record), which model_labels and _setting show;
+    runs of one name on one base, or with one record among unrecorded ones, are unchanged."""
+    by_checkpoint: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_checkpoint[_checkpoint(item["recipe"]) + SMOKE * bool(item["recipe"].get("smoke"))].append(item)
+    for name, members in by_checkpoint.items():
+        records = {id(m): r for m in members if (r := _base_files(m["metrics"]))}
+        common = set.intersection(*map(set, records.values())) if records else set()
+        keys = {k: hashlib.sha256(json.dumps({n: r[n] for n in sorted(common)}).encode()).hexdigest()[:12]
+                for k, r in records.items()}
+        if len(set(keys.values())) < 2:
+            continue
+        counts: dict[str, int] = defaultdict(int)
+        for m in members:
+            m["base_weights"] = keys.get(id(m), "not recorded")
+            counts[m["base_weights"]] += 1
+        said = "; ".join(f"base {k}: {n} run(s)" for k, n in sorted(counts.items()))
+        for m in members:
+            m["base_split"] = (f"{name.split('/')[-1]}: its runs were loaded onto {len(counts)} versions of the base "
+                               f"model's files (metrics.json base_files: {', '.join(sorted(common))}): {said}; "
+                               "each is a model of its own in every table and plot, never seeds or a grid of one "
+                               "entry: rerun the other version's seeds on one base, or remove them")
 
 
 def _checkpoint(recipe: dict) -> str:
@@ -490,7 +534,8 @@ def model_labels(items: list[dict]) -> None:
     checkpoints = {_checkpoint(item["recipe"]) for item in items}
     for item in items:
         # a smoke run's model is a small random-weight one, not the checkpoint: another model
-        item["model_label"] = _tail(_checkpoint(item["recipe"]), checkpoints) + SMOKE * bool(item["recipe"].get("smoke"))
+        item["model_label"] = (_tail(_checkpoint(item["recipe"]), checkpoints) + SMOKE * bool(item["recipe"].get("smoke"))
+                               + (f" [base {item['base_weights']}]" if item.get("base_weights") else ""))
 
 
 SMOKE = " (smoke: random weights)"
@@ -530,7 +575,9 @@ def _setting(item: dict) -> dict:
         recipe["task"] = {k: v for k, v in recipe["task"].items() if not k.endswith(PATH_SUFFIXES)}
     return {**recipe, "processes": item["metrics"].get("num_processes"),
             "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "hub": hub_examples(item["metrics"]),
-            "eval": (item["metrics"].get("eval_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run")}
+            "eval": (item["metrics"].get("eval_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run"),
+            # the base's weights, where runs of one checkpoint name were loaded onto others (base_labels)
+            **({"base_weights": item["base_weights"]} if item.get("base_weights") else {})}
 
 
 def setting(item: dict) -> str:
@@ -1218,7 +1265,7 @@ def _protocol(item: dict) -> dict[str, Any]:
 def _on_axis(key: str, axis: str) -> bool:
     """Whether a flat recipe field is the compared axis itself (`method` covers method.r), or
     follows from it."""
-    follows = {"task": ("data", "hub", "eval"), "model": ("base",)}  # another task has other data; another model, another base run
+    follows = {"task": ("data", "hub", "eval"), "model": ("base", "base_weights")}  # another task has other data; another model, another base run
     return axis != "run" and (key == axis or key.startswith(axis + ".") or key in follows.get(axis, ()))
 
 
