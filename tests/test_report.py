@@ -1843,3 +1843,43 @@ def test_one_base_recorded_with_other_files_is_one_model(tmp_path: Path) -> None
     assert {report.label(i, "model") for i in items} == {"tiny"}
     (p,) = report.pivots(items, "task", "method")
     assert p.cells[("sst2", "lora")].stat.fmt(100.0) == "82.00 ± 2.00 (n=3)"
+
+
+@pytest.mark.parametrize("recorded", ["new run", "run from before score was recorded"])
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Path, cli, entry: str,
+                                                                     recorded: str) -> None:
+    """SQuAD v2's best_f1_thresh (a threshold tuned on dev; tasks.Metric score=False) was
+    declared in metrics.json as higher-is-better: the runs table headed it `best_f1_thresh ↑`, and
+    `--metric best_f1_thresh` reported each cell's highest threshold as its best setting, exit 0.
+    The declaration says it is no score; its header carries no direction, and a pivot of it is one
+    line. A run written before that was recorded takes it from any run that records it."""
+    import toolkit
+    from toolkit.tasks import TASKS
+
+    squad = TASKS.get("squad")(version="v2")
+    squad._extractive = True
+    declared = {m.name: squad.declaration(m.name).as_dict() for m in squad.declared_metrics()}  # as run_metrics
+    assert declared["best_f1_thresh"] == {"higher_is_better": True, "scale": 1.0, "score": False}
+    assert "score" not in declared["best_f1"]  # a score's declaration is as it always was
+    for seed, lr, thresh in ((42, 1e-3, -1.5), (43, 1e-3, -1.2), (42, 3e-3, 0.4), (43, 3e-3, 0.6)):
+        run = fake_run(tmp_path, "squad_v2", "lora", seed, {"f1": 0.7 + seed / 1e3, "perplexity": 3.0}, lr=lr, main="f1")
+        _stamp_json(run, eval={"f1": 0.7 + lr, "perplexity": 3.0, "loss": 0.5, "best_f1_thresh": thresh},
+                    metric_declarations={**DECL, "best_f1_thresh": {
+                        "higher_is_better": True, "scale": 1.0,
+                        **({} if recorded != "new run" and seed == 42 else {"score": False})}})
+    if entry == "cli":
+        code, text, err = cli("report", tmp_path, "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit.report([tmp_path], plots=False)
+    head = next(line for line in text.splitlines() if line.startswith("| run |"))
+    assert "| f1 (%) ↑ |" in head and "| perplexity ↓ |" in head and "| loss ↓ |" in head
+    assert "| best_f1_thresh (not a score) |" in head
+    said = "'best_f1_thresh': it is not a score"
+    if entry == "cli":
+        code, _, err = cli("report", tmp_path, "--rows", "task", "--metric", "best_f1_thresh", "--no-plots")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and said in err
+    else:
+        with pytest.raises(UserError, match=said):
+            toolkit.report([tmp_path], row_key="task", metrics=["best_f1_thresh"], plots=False)

@@ -178,9 +178,16 @@ def _not_a_number(token: str) -> None:
 def _declaration_problem(declared: Any) -> str | None:
     """What is wrong with metric_declarations (name -> {higher_is_better: bool, scale: number})."""
     for name, d in declared.items():
-        if not isinstance(d, dict) or not isinstance(d.get("higher_is_better"), bool) or not _is_number(d.get("scale")):
-            return f"'metric_declarations.{name}' should be {{higher_is_better: true/false, scale: a number}}, got {json.dumps(d)[:60]}"
+        if not isinstance(d, dict) or not isinstance(d.get("higher_is_better"), bool) or not _is_number(d.get("scale")) \
+                or not isinstance(d.get("score", True), bool):
+            return (f"'metric_declarations.{name}' should be {{higher_is_better: true/false, scale: a number}} (and "
+                    f"score: false where it is not a score), got {json.dumps(d)[:60]}")
     return None
+
+
+def _declared(name: str, d: dict | None) -> Metric:
+    """A metric as a run's metrics.json declared it (the catalogue's for runs from before)."""
+    return Metric(name, d["higher_is_better"], d["scale"], score=d.get("score", True)) if d else declaration(name)
 
 
 def _is_number(value: Any) -> bool:
@@ -767,14 +774,21 @@ def declarations(items: list[dict]) -> dict[str, Metric]:
         declared = item["metrics"].get("metric_declarations", {})
         for name in item["metrics"].get("eval", {}):
             if name not in out:
-                d = declared.get(name)
-                out[name] = Metric(name, d["higher_is_better"], d["scale"]) if d else declaration(name)
+                out[name] = _declared(name, declared.get(name))
+    # a number some run declares no score (SQuAD v2's best_f1_thresh, a threshold tuned on dev) is
+    # none in every run: a run from before `score` was recorded declared it a score to maximise
+    for item in items:
+        for name, d in item["metrics"].get("metric_declarations", {}).items():
+            if name in out and d.get("score") is False:
+                out[name] = dataclasses.replace(out[name], score=False)
     return out
 
 
 def column(metric: Metric) -> str:
     """`accuracy (%) ↑`, `bleu ↑`, `perplexity ↓`: the scale and direction in the header."""
     unit = " (%)" if metric.scale == 100.0 else ""
+    if not metric.score:  # a threshold tuned on dev: no direction is better
+        return f"{metric.name}{unit} (not a score)"
     return f"{metric.name}{unit} {'↑' if metric.higher_is_better else '↓'}"
 
 
@@ -1155,12 +1169,16 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     nulled = {n: i for i in reversed(items) for n in i.get("not_numbers", [])}
     for name, item in nulled.items():
         declared = item["metrics"].get("metric_declarations", {}).get(name)
-        decls.setdefault(name, Metric(name, declared["higher_is_better"], declared["scale"]) if declared
-                         else declaration(name))
+        decls.setdefault(name, _declared(name, declared))
     wanted = metrics or [m for m in dict.fromkeys(main_metric([i]) for i in items) if m in decls]
     for name in wanted:
         if name not in decls:
             raise UserError(f"report --metric '{name}': no run has it (runs have: {', '.join(decls)})")
+        if not decls[name].score:
+            # a pivot reports each cell's best setting by the metric and ranks its cells by it
+            raise UserError(f"report --metric '{name}': it is not a score (a value tuned on the dev set, such as "
+                            "a threshold), so no setting is better for a higher or lower one; pivot a score: "
+                            f"{', '.join(n for n, m in decls.items() if m.score)}")
     out = []
     for name in wanted:
         metric = decls[name]
