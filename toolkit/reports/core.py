@@ -180,8 +180,7 @@ def _declaration_problem(declared: Any) -> str | None:
     for name, d in declared.items():
         if not isinstance(d, dict) or not isinstance(d.get("higher_is_better"), bool) or not _is_number(d.get("scale")) \
                 or not isinstance(d.get("score", True), bool):
-            return (f"'metric_declarations.{name}' should be {{higher_is_better: true/false, scale: a number}} (and "
-                    f"score: false where it is not a score), got {json.dumps(d)[:60]}")
+            return f"'metric_declarations.{name}' should be {{higher_is_better: true/false, scale: a number}}, got {json.dumps(d)[:60]}"
     return None
 
 
