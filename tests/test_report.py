@@ -1883,3 +1883,25 @@ def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Pat
     else:
         with pytest.raises(UserError, match=said):
             toolkit.report([tmp_path], row_key="task", metrics=["best_f1_thresh"], plots=False)
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("recipe", ["missing", "empty"])
+def test_a_metrics_json_without_its_recipe_is_one_line(tmp_path: Path, cli, entry: str, recipe: str) -> None:
+    """Results gathered as metrics.json files alone (`rsync --include metrics.json`): every run's
+    task, method, model and seed came from a recipe.yaml it lacks, so an RTE and an SST-2 LoRA run
+    were two seeds of one entry of task '?', 80.00 ± 14.14 (n=2), exit 0. One line names the run."""
+    import toolkit
+
+    for task, seed, acc in (("sst2", 42, 0.9), ("rte", 43, 0.7)):
+        run = fake_run(tmp_path, task, "lora", seed, {"accuracy": acc})
+        if task == "rte":
+            (run / "recipe.yaml").unlink() if recipe == "missing" else (run / "recipe.yaml").write_text("")
+    said = f"holds a metrics.json and {'no' if recipe == 'missing' else 'an empty'} recipe.yaml"
+    if entry == "cli":
+        code, out, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and said in err and str(run) in err and not out
+    else:
+        with pytest.raises(UserError, match=said):
+            toolkit.report([tmp_path], row_key="task", col_key="method", plots=False)
+    assert not (tmp_path / "report.md").exists()

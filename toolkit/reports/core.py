@@ -259,6 +259,13 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
                                 "remove or re-run that run") from None
             if not isinstance(data, dict) or not isinstance(recipe or {}, dict):
                 raise UserError(f"report: {metrics} is not a run's metrics (not a JSON object)")
+            if not recipe:
+                # its task, model, method, settings and seed are the recipe's: without them every such run
+                # was one setting of task '?' (an RTE and an SST-2 run pooled as two seeds), exit 0
+                raise UserError(f"report: {run} holds a metrics.json and {'an empty' if (run / 'recipe.yaml').is_file() else 'no'} "
+                                "recipe.yaml, so its task, model, method, settings and seed are unknown and it has no "
+                                "place in any table; copy the run folder whole (recipe.yaml beside metrics.json), or "
+                                "remove it")
             section = next((k for k in (*SECTIONS, "name") if k in (recipe or {})
                             and not isinstance(recipe[k], dict if k != "name" else str)), None)
             if section is not None:
