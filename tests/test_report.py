@@ -1756,3 +1756,152 @@ def test_every_added_field_has_the_value_older_runs_had() -> None:
     assert "train_layer_norms" not in named["method"] and "pair_separator" not in named["task"]
     assert "source_code" in named["task"]
     assert report.with_old_defaults({"method": {"name": "adapters"}})["method"]["train_layer_norms"] is False
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("link", ["run folder", "folder of runs", "loop"])
+def test_runs_below_a_linked_folder_are_reported(tmp_path: Path, cli, entry: str, link: str) -> None:
+    """A run folder (or a folder of runs) linked into the folder reported, from another disk:
+    Path.rglob does not enter a linked folder, so its runs were in no table, no mean and no
+    unfinished note ("1 finished runs" of 3), exit 0. Each is read, each real folder once (a link
+    to a folder above it is no loop), and a damaged link is one line."""
+    import toolkit
+
+    root, elsewhere = tmp_path / "runs", tmp_path / "disk2"
+    fake_run(root, "sst2", "full", 42, {"accuracy": 0.80})
+    linked = [fake_run(elsewhere, "sst2", "full", seed, {"accuracy": acc}) for seed, acc in ((43, 0.84), (44, 0.82))]
+    stopped = fake_run(elsewhere, "sst2", "full", 45, {"accuracy": 0.1})
+    (stopped / "metrics.json").unlink()
+    if link == "run folder":
+        for run in (*linked, stopped):
+            (root / run.name).symlink_to(run)
+    else:
+        (root / "more").symlink_to(elsewhere / "glue")
+        if link == "loop":
+            (elsewhere / "glue" / "up").symlink_to(elsewhere)  # through `more`, back above itself
+    if entry == "cli":
+        code, text, err = cli("report", root, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit.report([root], row_key="task", col_key="method", plots=False)
+    assert "3 finished runs" in text and "| sst2 | 82.00 ± 2.00 (n=3) |" in text
+    (note,) = [line for line in text.splitlines() if "not finished" in line]
+    assert note.startswith("- 1 run(s) not finished") and stopped.name in note
+
+    (root / "gone").mkdir()
+    (root / "gone" / "metrics.json").symlink_to(tmp_path / "nowhere.json")
+    if entry == "cli":
+        code, _, err = cli("report", root, "--no-plots")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "unreadable metrics.json" in err
+    else:
+        with pytest.raises(UserError, match="unreadable metrics.json"):
+            toolkit.report([root], plots=False)
+
+
+def _base(run: Path, **files: str) -> None:
+    """metrics.json base_files as runs.base_record writes it: {file: [size, mtime_ns, sha256]}."""
+    _stamp_json(run, base_files={"patterns": ["*.safetensors", "config.json"], "files": {
+        name.replace("_", "."): [10, seed, sha] for seed, (name, sha) in enumerate(files.items())}})
+
+
+@pytest.mark.parametrize("table", ["runs", "pivot", "glue", "cli"])
+def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, cli, table: str) -> None:
+    """LoRA seeds on a local base folder (or a Hub id's cached snapshot) whose weights changed
+    between them: metrics.json recorded each base's sha256, the report read none of it, and the
+    four seeds were one entry, 71.00 ± 11.55 (n=4), exit 0. Each base is a model of its own."""
+    for seed, acc, sha in ((42, 0.80, "a1"), (43, 0.82, "a1"), (44, 0.60, "b2"), (45, 0.62, "b2")):
+        _base(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}), model_safetensors=sha, config_json="json:c")
+    items = report.collect(tmp_path)
+    if table == "runs":
+        _, rows = report.rows(items)
+        assert sorted(r[3] for r in rows) == ["61.00 ± 1.41", "81.00 ± 1.41"]
+        assert any("loaded onto 2 versions of the base model's files" in n for n in report.runs_notes(items))
+    elif table == "pivot":
+        with pytest.raises(UserError, match="holds runs of 2 models"):
+            report.pivots(items, "task", "method")
+        (p,) = report.pivots(items, "model", "method")
+        assert sorted(c.stat.fmt(100.0) for c in p.cells.values()) == ["61.00 ± 1.41 (n=2)", "81.00 ± 1.41 (n=2)"]
+    elif table == "glue":
+        lines = [r for r in glue_report.render(items).splitlines() if r.startswith("| tiny")]
+        assert len(lines) == 2 and all("(n=2)" in r for r in lines)
+    else:
+        code, text, err = cli("report", tmp_path, "--rows", "model", "--cols", "method", "--no-plots")
+        assert code == 0, err
+        assert "81.00 ± 1.41 (n=2)" in text and "61.00 ± 1.41 (n=2)" in text and "(n=4)" not in text
+
+
+def test_one_base_recorded_with_other_files_is_one_model(tmp_path: Path) -> None:
+    """One base under records of other files (an in-context run records its tokenizer too, a
+    snapshot gained a .bin beside its .safetensors) and runs that record no base (a full
+    fine-tune, a run from before base_files) are not split from it: the files every record holds
+    are compared."""
+    _base(fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.80}), model_safetensors="a1", config_json="c")
+    _base(fake_run(tmp_path, "sst2", "lora", 43, {"accuracy": 0.82}), model_safetensors="a1", config_json="c",
+          pytorch_model_bin="x9", tokenizer_json="t")
+    fake_run(tmp_path, "sst2", "lora", 44, {"accuracy": 0.84})
+    items = report.collect(tmp_path)
+    assert {report.label(i, "model") for i in items} == {"tiny"}
+    (p,) = report.pivots(items, "task", "method")
+    assert p.cells[("sst2", "lora")].stat.fmt(100.0) == "82.00 ± 2.00 (n=3)"
+
+
+@pytest.mark.parametrize("recorded", ["new run", "run from before score was recorded"])
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Path, cli, entry: str,
+                                                                     recorded: str) -> None:
+    """SQuAD v2's best_f1_thresh (a threshold tuned on dev; tasks.Metric score=False) was
+    declared in metrics.json as higher-is-better: the runs table headed it `best_f1_thresh ↑`, and
+    `--metric best_f1_thresh` reported each cell's highest threshold as its best setting, exit 0.
+    The declaration says it is no score; its header carries no direction, and a pivot of it is one
+    line. A run written before that was recorded takes it from any run that records it."""
+    import toolkit
+    from toolkit.tasks import TASKS
+
+    squad = TASKS.get("squad")(version="v2")
+    squad._extractive = True
+    declared = {m.name: squad.declaration(m.name).as_dict() for m in squad.declared_metrics()}  # as run_metrics
+    assert declared["best_f1_thresh"] == {"higher_is_better": True, "scale": 1.0, "score": False}
+    assert "score" not in declared["best_f1"]  # a score's declaration is as it always was
+    for seed, lr, thresh in ((42, 1e-3, -1.5), (43, 1e-3, -1.2), (42, 3e-3, 0.4), (43, 3e-3, 0.6)):
+        run = fake_run(tmp_path, "squad_v2", "lora", seed, {"f1": 0.7 + seed / 1e3, "perplexity": 3.0}, lr=lr, main="f1")
+        _stamp_json(run, eval={"f1": 0.7 + lr, "perplexity": 3.0, "loss": 0.5, "best_f1_thresh": thresh},
+                    metric_declarations={**DECL, "best_f1_thresh": {
+                        "higher_is_better": True, "scale": 1.0,
+                        **({} if recorded != "new run" and seed == 42 else {"score": False})}})
+    if entry == "cli":
+        code, text, err = cli("report", tmp_path, "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit.report([tmp_path], plots=False)
+    head = next(line for line in text.splitlines() if line.startswith("| run |"))
+    assert "| f1 (%) ↑ |" in head and "| perplexity ↓ |" in head and "| loss ↓ |" in head
+    assert "| best_f1_thresh (not a score) |" in head
+    said = "'best_f1_thresh': it is not a score"
+    if entry == "cli":
+        code, _, err = cli("report", tmp_path, "--rows", "task", "--metric", "best_f1_thresh", "--no-plots")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and said in err
+    else:
+        with pytest.raises(UserError, match=said):
+            toolkit.report([tmp_path], row_key="task", metrics=["best_f1_thresh"], plots=False)
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("recipe", ["missing", "empty"])
+def test_a_metrics_json_without_its_recipe_is_one_line(tmp_path: Path, cli, entry: str, recipe: str) -> None:
+    """Results gathered as metrics.json files alone (`rsync --include metrics.json`): every run's
+    task, method, model and seed came from a recipe.yaml it lacks, so an RTE and an SST-2 LoRA run
+    were two seeds of one entry of task '?', 80.00 ± 14.14 (n=2), exit 0. One line names the run."""
+    import toolkit
+
+    for task, seed, acc in (("sst2", 42, 0.9), ("rte", 43, 0.7)):
+        run = fake_run(tmp_path, task, "lora", seed, {"accuracy": acc})
+        if task == "rte":
+            (run / "recipe.yaml").unlink() if recipe == "missing" else (run / "recipe.yaml").write_text("")
+    said = f"holds a metrics.json and {'no' if recipe == 'missing' else 'an empty'} recipe.yaml"
+    if entry == "cli":
+        code, out, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and said in err and str(run) in err and not out
+    else:
+        with pytest.raises(UserError, match=said):
+            toolkit.report([tmp_path], row_key="task", col_key="method", plots=False)
+    assert not (tmp_path / "report.md").exists()

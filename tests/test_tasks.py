@@ -234,7 +234,8 @@ def test_every_declared_metric_is_reported_with_its_own_declaration(name: str, s
     for metric in task.declared_metrics():
         for suffix in task.suffixes():
             got = task.declaration(metric.name + suffix)
-            assert (got.higher_is_better, got.scale) == (metric.higher_is_better, metric.scale), (metric, suffix, got)
+            assert (got.higher_is_better, got.scale, got.score) == (metric.higher_is_better, metric.scale,
+                                                                    metric.score), (metric, suffix, got)
 
 
 # Each task's field settings, one field named twice: a scored field as an input (the model reads its

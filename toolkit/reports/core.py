@@ -165,6 +165,7 @@ METRICS_FIELDS: dict[str, str] = {
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
     "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
     "resumed_under_other_code": "a list", "recipe_hash": "a string", "hub_data": "an object",
+    "base_files": "an object",
 }
 
 
@@ -177,9 +178,15 @@ def _not_a_number(token: str) -> None:
 def _declaration_problem(declared: Any) -> str | None:
     """What is wrong with metric_declarations (name -> {higher_is_better: bool, scale: number})."""
     for name, d in declared.items():
-        if not isinstance(d, dict) or not isinstance(d.get("higher_is_better"), bool) or not _is_number(d.get("scale")):
+        if not isinstance(d, dict) or not isinstance(d.get("higher_is_better"), bool) or not _is_number(d.get("scale")) \
+                or not isinstance(d.get("score", True), bool):
             return f"'metric_declarations.{name}' should be {{higher_is_better: true/false, scale: a number}}, got {json.dumps(d)[:60]}"
     return None
+
+
+def _declared(name: str, d: dict | None) -> Metric:
+    """A metric as a run's metrics.json declared it (the catalogue's for runs from before)."""
+    return Metric(name, d["higher_is_better"], d["scale"], score=d.get("score", True)) if d else declaration(name)
 
 
 def _is_number(value: Any) -> bool:
@@ -204,6 +211,32 @@ def check_metrics(data: dict, file: Path) -> None:
                             "re-run that run")
 
 
+def files_below(root: Path, name: str) -> list[Path]:
+    """Every file `name` below `root`, in path order, through folders that are symbolic links too
+    (a run folder linked in from another disk, or a linked folder of runs), each real folder
+    walked once (a link to a folder above it is no loop). Path.rglob does not enter a linked
+    folder: its runs were left out of every table, "1 finished runs" where 3 were given, exit 0."""
+    found, walked = [], set()
+
+    def walk(folder: Path) -> None:
+        real = folder.resolve()
+        if real in walked:
+            return
+        walked.add(real)
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:  # a folder that cannot be listed holds no run the report can read
+            return
+        for entry in entries:
+            if entry.name == name and not entry.is_dir():
+                found.append(entry)
+            elif entry.is_dir():
+                walk(entry)
+
+    walk(root)
+    return sorted(found)
+
+
 def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     """Every finished run below the root(s): its metrics.json plus the recipe it came from."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
@@ -211,7 +244,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     for root in roots:
         if not root.is_dir():
             raise UserError(f"report: {root} is not a folder of runs")
-        for metrics in sorted(root.rglob("metrics.json")):
+        for metrics in files_below(root, "metrics.json"):
             run = metrics.parent
             if run.resolve() in seen:  # one folder reached from two roots (runs and runs/glue) counts once
                 continue
@@ -219,12 +252,20 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             try:
                 recipe = safe_yaml((run / "recipe.yaml").read_text(), str(run / "recipe.yaml")) if (run / "recipe.yaml").is_file() else {}
                 data = json.loads(metrics.read_text(), parse_constant=_not_a_number)
-            except (ValueError, UserError, UnicodeDecodeError) as exc:
+            except (ValueError, UserError, UnicodeDecodeError, OSError) as exc:
+                # OSError: a dangling link, a folder named metrics.json, a file it may not read
                 raise UserError(f"report: {run} holds an unreadable metrics.json or recipe.yaml "
                                 f"({str(exc).split(': ')[-1] if isinstance(exc, UserError) else type(exc).__name__}); "
                                 "remove or re-run that run") from None
             if not isinstance(data, dict) or not isinstance(recipe or {}, dict):
                 raise UserError(f"report: {metrics} is not a run's metrics (not a JSON object)")
+            if not recipe:
+                # its task, model, method, settings and seed are the recipe's: without them every such run
+                # was one setting of task '?' (an RTE and an SST-2 run pooled as two seeds), exit 0
+                raise UserError(f"report: {run} holds a metrics.json and {'an empty' if (run / 'recipe.yaml').is_file() else 'no'} "
+                                "recipe.yaml, so its task, model, method, settings and seed are unknown and it has no "
+                                "place in any table; copy the run folder whole (recipe.yaml beside metrics.json), or "
+                                "remove it")
             section = next((k for k in (*SECTIONS, "name") if k in (recipe or {})
                             and not isinstance(recipe[k], dict if k != "name" else str)), None)
             if section is not None:
@@ -247,6 +288,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
         raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
     data_from_run_id(found)
     hub_from_fingerprint(found)
+    base_labels(found)
     one_seed_once(found)
     task_labels(found)
     model_labels(found)
@@ -260,7 +302,7 @@ def unfinished_notes(roots: Iterable[Path]) -> list[str]:
     its method), and an n of 2 does not tell that a third was started."""
     seen, left = set(), []
     for root in roots:
-        for recipe in sorted(Path(root).rglob("recipe.yaml")):
+        for recipe in files_below(Path(root), "recipe.yaml"):
             run = recipe.parent
             if (run / "metrics.json").is_file() or run.resolve() in seen:
                 continue
@@ -445,8 +487,50 @@ def data_labels(items: list[dict]) -> None:
 
 
 def data_split_notes(items: list[dict]) -> list[str]:
-    """The one line per task label that data_labels split by data version."""
-    return list(dict.fromkeys(i["data_split"] for i in items if i.get("data_split")))
+    """The one line per task label that data_labels split by data version, and per model label
+    that base_labels split by the base's weights."""
+    return list(dict.fromkeys(i[k] for k in ("data_split", "base_split") for i in items if i.get(k)))
+
+
+def _base_files(metrics: dict) -> dict[str, str]:
+    """{file: sha256} of the base an adapter or in-context run was loaded onto (metrics.json
+    base_files, runs.base_record: {files: {name: [size, mtime_ns, sha256]}}); {} not recorded
+    (a full fine-tune, whose model/ is whole, or a run from before 2026-11-27)."""
+    files = (metrics.get("base_files") or {}).get("files")
+    if not isinstance(files, dict):
+        return {}
+    return {str(n): str(v[-1]) if isinstance(v, list) and v else json.dumps(v) for n, v in files.items()}
+
+
+def base_labels(items: list[dict]) -> None:
+    """Runs of one checkpoint name that were loaded onto other weights (a local base folder
+    trained again between seeds, a Hub id whose cached snapshot moved to another revision:
+    metrics.json base_files) are other models on every axis: as one, their seeds were one mean
+    and a pivot cell or a GLUE row pooled two models, exit 0. Compared on the files every record
+    of that name holds (an in-context run records the tokenizer too, and a snapshot may gain a
+    .bin beside its .safetensors), each such run gets `base_weights` (a short hash, or 'not
+    recorded' for a run beside them that has no record), which model_labels and _setting show;
+    runs of one name on one base, or with one record among unrecorded ones, are unchanged."""
+    by_checkpoint: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_checkpoint[_checkpoint(item["recipe"]) + SMOKE * bool(item["recipe"].get("smoke"))].append(item)
+    for name, members in by_checkpoint.items():
+        records = {id(m): r for m in members if (r := _base_files(m["metrics"]))}
+        common = set.intersection(*map(set, records.values())) if records else set()
+        keys = {k: hashlib.sha256(json.dumps({n: r[n] for n in sorted(common)}).encode()).hexdigest()[:12]
+                for k, r in records.items()}
+        if len(set(keys.values())) < 2:
+            continue
+        counts: dict[str, int] = defaultdict(int)
+        for m in members:
+            m["base_weights"] = keys.get(id(m), "not recorded")
+            counts[m["base_weights"]] += 1
+        said = "; ".join(f"base {k}: {n} run(s)" for k, n in sorted(counts.items()))
+        for m in members:
+            m["base_split"] = (f"{name.split('/')[-1]}: its runs were loaded onto {len(counts)} versions of the base "
+                               f"model's files (metrics.json base_files: {', '.join(sorted(common))}): {said}; "
+                               "each is a model of its own in every table and plot, never seeds or a grid of one "
+                               "entry: rerun the other version's seeds on one base, or remove them")
 
 
 def _checkpoint(recipe: dict) -> str:
@@ -463,7 +547,8 @@ def model_labels(items: list[dict]) -> None:
     checkpoints = {_checkpoint(item["recipe"]) for item in items}
     for item in items:
         # a smoke run's model is a small random-weight one, not the checkpoint: another model
-        item["model_label"] = _tail(_checkpoint(item["recipe"]), checkpoints) + SMOKE * bool(item["recipe"].get("smoke"))
+        item["model_label"] = (_tail(_checkpoint(item["recipe"]), checkpoints) + SMOKE * bool(item["recipe"].get("smoke"))
+                               + (f" [base {item['base_weights']}]" if item.get("base_weights") else ""))
 
 
 SMOKE = " (smoke: random weights)"
@@ -503,7 +588,9 @@ def _setting(item: dict) -> dict:
         recipe["task"] = {k: v for k, v in recipe["task"].items() if not k.endswith(PATH_SUFFIXES)}
     return {**recipe, "processes": item["metrics"].get("num_processes"),
             "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "hub": hub_examples(item["metrics"]),
-            "eval": (item["metrics"].get("eval_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run")}
+            "eval": (item["metrics"].get("eval_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run"),
+            # the base's weights, where runs of one checkpoint name were loaded onto others (base_labels)
+            **({"base_weights": item["base_weights"]} if item.get("base_weights") else {})}
 
 
 def setting(item: dict) -> str:
@@ -693,14 +780,21 @@ def declarations(items: list[dict]) -> dict[str, Metric]:
         declared = item["metrics"].get("metric_declarations", {})
         for name in item["metrics"].get("eval", {}):
             if name not in out:
-                d = declared.get(name)
-                out[name] = Metric(name, d["higher_is_better"], d["scale"]) if d else declaration(name)
+                out[name] = _declared(name, declared.get(name))
+    # a number some run declares no score (SQuAD v2's best_f1_thresh, a threshold tuned on dev) is
+    # none in every run: a run from before `score` was recorded declared it a score to maximise
+    for item in items:
+        for name, d in item["metrics"].get("metric_declarations", {}).items():
+            if name in out and d.get("score") is False:
+                out[name] = dataclasses.replace(out[name], score=False)
     return out
 
 
 def column(metric: Metric) -> str:
     """`accuracy (%) ↑`, `bleu ↑`, `perplexity ↓`: the scale and direction in the header."""
     unit = " (%)" if metric.scale == 100.0 else ""
+    if not metric.score:  # a threshold tuned on dev: no direction is better
+        return f"{metric.name}{unit} (not a score)"
     return f"{metric.name}{unit} {'↑' if metric.higher_is_better else '↓'}"
 
 
@@ -1081,12 +1175,16 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     nulled = {n: i for i in reversed(items) for n in i.get("not_numbers", [])}
     for name, item in nulled.items():
         declared = item["metrics"].get("metric_declarations", {}).get(name)
-        decls.setdefault(name, Metric(name, declared["higher_is_better"], declared["scale"]) if declared
-                         else declaration(name))
+        decls.setdefault(name, _declared(name, declared))
     wanted = metrics or [m for m in dict.fromkeys(main_metric([i]) for i in items) if m in decls]
     for name in wanted:
         if name not in decls:
             raise UserError(f"report --metric '{name}': no run has it (runs have: {', '.join(decls)})")
+        if not decls[name].score:
+            # a pivot reports each cell's best setting by the metric and ranks its cells by it
+            raise UserError(f"report --metric '{name}': it is not a score (a value tuned on the dev set, such as "
+                            "a threshold), so no setting is better for a higher or lower one; pivot a score: "
+                            f"{', '.join(n for n, m in decls.items() if m.score)}")
     out = []
     for name in wanted:
         metric = decls[name]
@@ -1191,7 +1289,7 @@ def _protocol(item: dict) -> dict[str, Any]:
 def _on_axis(key: str, axis: str) -> bool:
     """Whether a flat recipe field is the compared axis itself (`method` covers method.r), or
     follows from it."""
-    follows = {"task": ("data", "hub", "eval"), "model": ("base",)}  # another task has other data; another model, another base run
+    follows = {"task": ("data", "hub", "eval"), "model": ("base", "base_weights")}  # another task has other data; another model, another base run
     return axis != "run" and (key == axis or key.startswith(axis + ".") or key in follows.get(axis, ()))
 
 

@@ -60,7 +60,8 @@ class Metric:
         return value > than if self.higher_is_better else value < than
 
     def as_dict(self) -> dict[str, Any]:
-        return {"higher_is_better": self.higher_is_better, "scale": self.scale}
+        # `score` only where it is not one (a report marks no direction on it and chooses nothing by it)
+        return {"higher_is_better": self.higher_is_better, "scale": self.scale, **({} if self.score else {"score": False})}
 
 
 # Every metric the toolkit's tasks produce, by the name the Hugging Face ecosystem uses.
@@ -85,7 +86,7 @@ def declaration(name: str, declared: list[Metric] | None = None) -> Metric:
     exact = [m for m in known if m.name == name]
     extended = sorted((m for m in known if name.startswith(m.name + "_")), key=lambda m: -len(m.name))
     for metric in exact + extended:
-        return Metric(name, metric.higher_is_better, metric.scale)
+        return Metric(name, metric.higher_is_better, metric.scale, score=metric.score)
     return Metric(name)
 
 
