@@ -523,6 +523,30 @@ def test_every_objective_ends_each_packed_document_as_its_reference_does(name: s
     assert trained == stream[:len(stream) // size * size] and len(blocks) == len(stream) // size
 
 
+@pytest.mark.parametrize("name", ["mlm", "clm", "denoise", "span_corruption"])
+@pytest.mark.parametrize("heldout", [False, True], ids=["training", "held-out"])
+def test_a_tokenizer_with_nothing_to_end_a_document_is_refused(name: str, heldout: bool) -> None:
+    """Finding: a tokenizer that puts nothing after a text and has no eos_token (GPT-2's files
+    without their <|endoftext|>, a pad token kept) packed documents end to end in every objective
+    ("the cat sat.a dog ran.", one text to the model), exit 0. Now one line naming the setting,
+    for training blocks and held-out ones (clm's windows) alike; a tokenizer with an end (FRAMES)
+    packs as before."""
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._text import HELDOUT
+
+    tok = _tokenizer("gpt2")
+    task = TASKS.get(name)(train_file="unused.txt", max_length=16)
+    data = {"text": ["the cat sat.", "a dog ran."], **({HELDOUT: [True, True]} if heldout else {})}
+    packed = task.pack(Dataset.from_dict({"text": data["text"]}), tok)
+    assert packed["input_ids"][0].count(tok.eos_token_id) == 2  # as written, each document ends
+    tok.eos_token, tok.bos_token = None, None
+    with pytest.raises(UserError, match=rf"task.name: {name} packs documents .* has no eos_token, so documents "
+                                        r"would run into each other; set eos_token in its tokenizer_config.json"):
+        task.encode(Dataset.from_dict(data), tok)
+
+
 @pytest.mark.parametrize("bos", [True, False], ids=["adds-bos", "no-bos"])
 def test_a_clm_document_begins_as_its_tokenizer_begins_a_text(bos: bool) -> None:
     """Finding: clm tokenised every document without the tokenizer's special tokens, so a decoder

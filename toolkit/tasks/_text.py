@@ -337,9 +337,16 @@ class TextTask(TokenTask):
         BART's </s>, as run_mlm's and run_t5_mlm_flax's tokenizer(text) and run_bart_dlm_flax's
         eos_token put it there), else its end-of-text token (GPT-2's <|endoftext|>). Only clm
         had one: span_corruption and denoise packed documents end to end ("...sat.A dog ran"),
-        a text the model was taught to reconstruct as one, exit 0."""
+        a text the model was taught to reconstruct as one, exit 0. A tokenizer that puts nothing
+        after a text and has no end-of-text token is refused: its documents ran into each other
+        in every objective ("the cat sat.a dog ran.", one text), exit 0."""
         after = special_frame(tokenizer)[1]
-        return after or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+        if after or tokenizer.eos_token_id is not None:
+            return after or [tokenizer.eos_token_id]
+        raise UserError(f"task.name: {self.name} packs documents into blocks and ends each with the "
+                        "tokenizer's end-of-text token; this tokenizer puts nothing after a text and has no "
+                        "eos_token, so documents would run into each other; set eos_token in its "
+                        "tokenizer_config.json")
 
     def word_starts(self) -> bool:
         """Keep a per-token word-start flag (whole-word masking and BART's span starts need it)."""
