@@ -211,6 +211,31 @@ def test_a_space_between_the_full_stop_and_the_document_end_stays_in_the_sentenc
         assert pairs(noisy) == pairs(target)
 
 
+def test_a_dot_inside_a_number_or_a_name_ends_no_sentence() -> None:
+    """Finding: denoise cut sentences at every full-stop token, so the dot of a decimal (3.14), of
+    a URL (www.example.com) and WikiText's number separator (60 @.@ 5, 263 of them in
+    valid.txt) split a sentence in two and the permutation moved its halves apart ("3." ...
+    "14 was out."), exit 0. A mark ends a sentence where whitespace, a special token or the
+    block's end follows it; in every held-out block (mask_ratio 0: the permutation alone) the
+    dotted names stay whole while the sentences around them are shuffled."""
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._text import HELDOUT
+
+    tok = _tokenizer("bart-base")
+    lines = [" Version 3.14 was out in 60 @.@ 5 days . See www.example.com now ! He sat . Then he ran . "] * 4
+    wholes = [tok(w, add_special_tokens=False)["input_ids"] for w in (" 3.14", " 60 @.@ 5", " www.example.com")]
+    orders = set()
+    for seed in range(8):
+        task = TASKS.get("denoise")(train_file="unused.txt", max_length=128, mask_ratio=0.0, corruption_seed=seed)
+        held = task.encode(Dataset.from_dict({"text": lines, HELDOUT: [True] * len(lines)}), tok)
+        for noisy in held["input_ids"]:
+            assert all(any(noisy[i:i + len(w)] == w for i in range(len(noisy))) for w in wholes)
+            orders.add(tuple(noisy))
+    assert len(orders) > 4  # the sentences are permuted
+
+
 @pytest.mark.parametrize("tokenizer, frame", [("bart-base", ("<s>", "</s>")), ("bert-base-uncased", ("[CLS]", "[SEP]"))],
                          ids=["bart", "bert2bert"])
 def test_denoise_frames_each_block_as_its_tokenizer_frames_a_text(tmp_path: Path, cli, tiny_checkpoint, tokenizer: str,
