@@ -236,6 +236,36 @@ def test_a_dot_inside_a_number_or_a_name_ends_no_sentence() -> None:
     assert len(orders) > 4  # the sentences are permuted
 
 
+@pytest.mark.parametrize("family", ["bart", "t5", "mbart"])
+def test_an_encoder_decoder_reads_the_decoder_inputs_its_own_labels_path_builds(family: str) -> None:
+    """Finding: denoise and span_corruption built every family's decoder inputs with BART's shift
+    behind config.decoder_start_token_id, where mBART's own labels path wraps the language code
+    that ends its labels ("X </s> en_XX", as its tokenizer frames a text and denoise frames the
+    target) to the front: an mBART checkpoint (config start </s>) trained and was scored on
+    decoder inputs "</s> X </s>" it never reads, exit 0. The collator now asks the model as the
+    generation tasks do (`prepare_decoder_input_ids_from_labels`); BART's and T5's are unchanged."""
+    import transformers
+
+    from toolkit.tasks import TASKS
+
+    tok = _tokenizer("t5" if family == "t5" else "bart-base")
+    small = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                 encoder_ffn_dim=32, decoder_ffn_dim=32, vocab_size=len(tok), pad_token_id=tok.pad_token_id)
+    config = {"bart": lambda: transformers.BartConfig(decoder_start_token_id=2, **small),
+              "mbart": lambda: transformers.MBartConfig(decoder_start_token_id=2, **small),
+              "t5": lambda: transformers.T5Config(d_model=16, d_ff=32, d_kv=8, num_layers=1, num_heads=2,
+                                                  vocab_size=len(tok), decoder_start_token_id=0)}[family]()
+    model = transformers.AutoModelForSeq2SeqLM.from_config(config)
+    code = 250 if family == "mbart" else tok.eos_token_id  # a language code ends mBART's labels
+    rows = [{"input_ids": [5, 6, 7], "labels": [0, 8, 9, 2, code]}, {"input_ids": [5, 6], "labels": [0, 8, 2, code]}]
+    task = TASKS.get("span_corruption" if family == "t5" else "denoise")(train_file="unused.txt")
+    batch = task.collator(tok, model)(rows)
+    own = model.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
+    assert torch.equal(batch["decoder_input_ids"], own)
+    first = {"bart": 2, "t5": 0, "mbart": code}[family]
+    assert batch["decoder_input_ids"][:, 0].tolist() == [first, first]
+
+
 @pytest.mark.parametrize("tokenizer, frame", [("bart-base", ("<s>", "</s>")), ("bert-base-uncased", ("[CLS]", "[SEP]"))],
                          ids=["bart", "bert2bert"])
 def test_denoise_frames_each_block_as_its_tokenizer_frames_a_text(tmp_path: Path, cli, tiny_checkpoint, tokenizer: str,
