@@ -27,7 +27,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._fields import language_tag
-from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, decoder_start, leading_special, special_frame
+from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, leading_special, special_frame
 from toolkit.models import CASE_PROBE, kind_of, lowercased, parts_lost
 
 torch = lazy("torch", globals())
