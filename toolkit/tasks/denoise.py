@@ -166,7 +166,10 @@ _MEMO: "weakref.WeakKeyDictionary[Any, dict[tuple[str, int], bool]]" = weakref.W
 def _asked(ids: np.ndarray, tokenizer: Any, kind: str, ask: Any) -> np.ndarray:
     """(len(ids),) bool: `ask(token string)` of each id's token, special tokens False; each id
     asked of the tokenizer once per kind."""
-    memo = _MEMO.setdefault(tokenizer, {})
+    try:
+        memo = _MEMO.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer no weak reference can hold: asked afresh
+        memo = {}
     ids = np.asarray(ids, dtype=np.int64).tolist()
     special = set(tokenizer.all_special_ids)
     for i in {i for i in ids if (kind, i) not in memo}:
