@@ -162,6 +162,110 @@ def test_bart_whole_word_spans_and_sentence_permutation() -> None:
         assert order[order.index(4) + 1] == 5 and sorted(order) == list(range(20))
 
 
+def test_a_space_between_the_full_stop_and_the_document_end_stays_in_the_sentence() -> None:
+    """Finding: every line of WikiText-2 and PTB ends in a space, which BART reads as a token of
+    its own between the last full stop and the document's </s> ('.', ' ', '</s>'); the sentence
+    ended at the full stop, so ' </s>' was a sentence of its own and the permutation moved a
+    document's end away from it (its last sentence ran into the next document's first), exit 0.
+    Whitespace tokens in or after a run of end tokens belong to that run: in every held-out block
+    and every training batch (permutation alone, mask_ratio 0), each </s> follows the word it
+    followed in the text."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._text import HELDOUT
+    from toolkit.tasks.denoise import permute_sentences
+    whitespace_tokens = lambda ids, tok: np.isin(ids, [tok.convert_tokens_to_ids("Ġ")])  # noqa: E731
+
+    is_end, is_space = np.zeros(12, bool), np.zeros(12, bool)
+    is_end[[3, 5, 9]], is_space[[4, 6, 10]] = True, True  # 'a b c . _ </s> _ d e f ? _' + tail
+    for seed in range(20):
+        order = permute_sentences(is_end, RNG(seed), is_space).tolist()
+        assert order[order.index(3) + 1:order.index(3) + 4] == [4, 5, 6] and sorted(order) == list(range(12))
+        assert order[order.index(9) + 1] == 10  # the trailing space stays with its question mark
+    tok = _tokenizer("bart-base")
+    task = TASKS.get("denoise")(train_file="unused.txt", max_length=64, mask_ratio=0.0)
+    lines = [line + " " for line in _wiki_lines(30)]  # as the file has them (splitlines dropped the space)
+    end = tok.eos_token_id
+
+    def pairs(ids: list[int]) -> list[int]:
+        """The last non-space token before each document end (the block's own </s> left off)."""
+        ids = np.asarray(ids[1:-1])
+        words = ids[~whitespace_tokens(ids, tok)]
+        return sorted(int(words[i - 1]) for i in np.flatnonzero(words == end) if i > 0)
+
+    held = task.encode(Dataset.from_dict({"text": lines, HELDOUT: [True] * len(lines)}), tok)
+    blocks = task.encode(Dataset.from_dict({"text": lines}), tok)
+    model = SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=end))
+    batch = task.collator(tok, model)([blocks[i] for i in range(len(blocks))])
+    examples = list(zip(held["input_ids"], held["labels"])) + [
+        (x[:sum(m)], [t for t in y if t != IGNORE]) for x, m, y in
+        zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), batch["labels"].tolist())]
+    assert sum(len(pairs(y)) for _, y in examples) > 20
+    for noisy, target in examples:
+        body = np.asarray(target[1:-1])
+        if body[~whitespace_tokens(body, tok)][0] == end:  # the packing cut the document's end off
+            continue  # its sentence (in the block before): it is a sentence of its own here
+        assert pairs(noisy) == pairs(target)
+
+
+def test_a_dot_inside_a_number_or_a_name_ends_no_sentence() -> None:
+    """Finding: denoise cut sentences at every full-stop token, so the dot of a decimal (3.14), of
+    a URL (www.example.com) and WikiText's number separator (60 @.@ 5, 263 of them in
+    valid.txt) split a sentence in two and the permutation moved its halves apart ("3." ...
+    "14 was out."), exit 0. A mark ends a sentence where whitespace, a special token or the
+    block's end follows it; in every held-out block (mask_ratio 0: the permutation alone) the
+    dotted names stay whole while the sentences around them are shuffled."""
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._text import HELDOUT
+
+    tok = _tokenizer("bart-base")
+    lines = [" Version 3.14 was out in 60 @.@ 5 days . See www.example.com now ! He sat . Then he ran . "] * 4
+    wholes = [tok(w, add_special_tokens=False)["input_ids"] for w in (" 3.14", " 60 @.@ 5", " www.example.com")]
+    orders = set()
+    for seed in range(8):
+        task = TASKS.get("denoise")(train_file="unused.txt", max_length=128, mask_ratio=0.0, corruption_seed=seed)
+        held = task.encode(Dataset.from_dict({"text": lines, HELDOUT: [True] * len(lines)}), tok)
+        for noisy in held["input_ids"]:
+            assert all(any(noisy[i:i + len(w)] == w for i in range(len(noisy))) for w in wholes)
+            orders.add(tuple(noisy))
+    assert len(orders) > 4  # the sentences are permuted
+
+
+@pytest.mark.parametrize("family", ["bart", "t5", "mbart"])
+def test_an_encoder_decoder_reads_the_decoder_inputs_its_own_labels_path_builds(family: str) -> None:
+    """Finding: denoise and span_corruption built every family's decoder inputs with BART's shift
+    behind config.decoder_start_token_id, where mBART's own labels path wraps the language code
+    that ends its labels ("X </s> en_XX", as its tokenizer frames a text and denoise frames the
+    target) to the front: an mBART checkpoint (config start </s>) trained and was scored on
+    decoder inputs "</s> X </s>" it never reads, exit 0. The collator now asks the model as the
+    generation tasks do (`prepare_decoder_input_ids_from_labels`); BART's and T5's are unchanged."""
+    import transformers
+
+    from toolkit.tasks import TASKS
+
+    tok = _tokenizer("t5" if family == "t5" else "bart-base")
+    small = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                 encoder_ffn_dim=32, decoder_ffn_dim=32, vocab_size=len(tok), pad_token_id=tok.pad_token_id)
+    config = {"bart": lambda: transformers.BartConfig(decoder_start_token_id=2, **small),
+              "mbart": lambda: transformers.MBartConfig(decoder_start_token_id=2, **small),
+              "t5": lambda: transformers.T5Config(d_model=16, d_ff=32, d_kv=8, num_layers=1, num_heads=2,
+                                                  vocab_size=len(tok), decoder_start_token_id=0)}[family]()
+    model = transformers.AutoModelForSeq2SeqLM.from_config(config)
+    code = 250 if family == "mbart" else tok.eos_token_id  # a language code ends mBART's labels
+    rows = [{"input_ids": [5, 6, 7], "labels": [0, 8, 9, 2, code]}, {"input_ids": [5, 6], "labels": [0, 8, 2, code]}]
+    task = TASKS.get("span_corruption" if family == "t5" else "denoise")(train_file="unused.txt")
+    batch = task.collator(tok, model)(rows)
+    own = model.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
+    assert torch.equal(batch["decoder_input_ids"], own)
+    first = {"bart": 2, "t5": 0, "mbart": code}[family]
+    assert batch["decoder_input_ids"][:, 0].tolist() == [first, first]
+
+
 @pytest.mark.parametrize("tokenizer, frame", [("bart-base", ("<s>", "</s>")), ("bert-base-uncased", ("[CLS]", "[SEP]"))],
                          ids=["bart", "bert2bert"])
 def test_denoise_frames_each_block_as_its_tokenizer_frames_a_text(tmp_path: Path, cli, tiny_checkpoint, tokenizer: str,
@@ -472,6 +576,30 @@ def test_every_objective_ends_each_packed_document_as_its_reference_does(name: s
         trained += _rebuilt(name, tok, inputs[:n], labels[:n] if name in ("mlm", "clm") else labels)
     size = task.block_length(tok)
     assert trained == stream[:len(stream) // size * size] and len(blocks) == len(stream) // size
+
+
+@pytest.mark.parametrize("name", ["mlm", "clm", "denoise", "span_corruption"])
+@pytest.mark.parametrize("heldout", [False, True], ids=["training", "held-out"])
+def test_a_tokenizer_with_nothing_to_end_a_document_is_refused(name: str, heldout: bool) -> None:
+    """Finding: a tokenizer that puts nothing after a text and has no eos_token (GPT-2's files
+    without their <|endoftext|>, a pad token kept) packed documents end to end in every objective
+    ("the cat sat.a dog ran.", one text to the model), exit 0. Now one line naming the setting,
+    for training blocks and held-out ones (clm's windows) alike; a tokenizer with an end (FRAMES)
+    packs as before."""
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._text import HELDOUT
+
+    tok = _tokenizer("gpt2")
+    task = TASKS.get(name)(train_file="unused.txt", max_length=16)
+    data = {"text": ["the cat sat.", "a dog ran."], **({HELDOUT: [True, True]} if heldout else {})}
+    packed = task.pack(Dataset.from_dict({"text": data["text"]}), tok)
+    assert packed["input_ids"][0].count(tok.eos_token_id) == 2  # as written, each document ends
+    tok.eos_token, tok.bos_token = None, None
+    with pytest.raises(UserError, match=rf"task.name: {name} packs documents .* has no eos_token, so documents "
+                                        r"would run into each other; set eos_token in its tokenizer_config.json"):
+        task.encode(Dataset.from_dict(data), tok)
 
 
 @pytest.mark.parametrize("bos", [True, False], ids=["adds-bos", "no-bos"])

@@ -27,7 +27,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._fields import language_tag
-from toolkit.tasks._lm import IGNORE, TokenTask, leading_special, special_frame
+from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, leading_special, special_frame
 from toolkit.models import CASE_PROBE, kind_of, lowercased, parts_lost
 
 torch = lazy("torch", globals())
@@ -948,31 +948,6 @@ class TextToTextCollator:
                 width = batch["labels"].shape[1]
                 batch["logits_to_keep"] = min(width, width - int(labelled[0, 0]) + 1)
         return {**batch, "example_index": index}
-
-
-def decoder_inputs(model: Any, labels: torch.Tensor, pad: int) -> torch.Tensor:
-    """An encoder-decoder's decoder input for `labels`: the model's own
-    `prepare_decoder_input_ids_from_labels` (mBART's shift wraps the labels' last token to the
-    front), else what its forward builds from labels (M2M100, NLLB, Blenderbot: the decoder start
-    token, then the labels shifted right, -100 read as padding). The loss is the task's, so the
-    model gets no labels; without these inputs M2M100 and NLLB stopped at the first batch on a
-    ValueError traceback."""
-    if hasattr(model, "prepare_decoder_input_ids_from_labels"):
-        return model.prepare_decoder_input_ids_from_labels(labels=labels)
-    start = decoder_start(model)
-    if start is None:
-        raise UserError(f"model.checkpoint: its config sets no decoder_start_token_id, the token {type(model).__name__}'s "
-                        "decoder starts from; set it in config.json")
-    shifted = torch.full_like(labels, start)
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == IGNORE, pad)
-
-
-def decoder_start(model: Any) -> int | None:
-    """The token an encoder-decoder's decoder starts from: its config's, else its generation config's."""
-    config = getattr(model, "config", None)
-    start = getattr(config, "decoder_start_token_id", None)
-    return start if start is not None else getattr(getattr(model, "generation_config", None), "decoder_start_token_id", None)
 
 
 def keeps_logits(model: Any) -> bool:

@@ -31,7 +31,7 @@ from toolkit import models, readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_dataset, hub_offline, subset
-from toolkit.tasks._lm import IGNORE, TokenTask, special_frame, token_hits
+from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, special_frame, token_hits
 
 torch = lazy("torch", globals())
 
@@ -337,9 +337,16 @@ class TextTask(TokenTask):
         BART's </s>, as run_mlm's and run_t5_mlm_flax's tokenizer(text) and run_bart_dlm_flax's
         eos_token put it there), else its end-of-text token (GPT-2's <|endoftext|>). Only clm
         had one: span_corruption and denoise packed documents end to end ("...sat.A dog ran"),
-        a text the model was taught to reconstruct as one, exit 0."""
+        a text the model was taught to reconstruct as one, exit 0. A tokenizer that puts nothing
+        after a text and has no end-of-text token is refused: its documents ran into each other
+        in every objective ("the cat sat.a dog ran.", one text), exit 0."""
         after = special_frame(tokenizer)[1]
-        return after or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+        if after or tokenizer.eos_token_id is not None:
+            return after or [tokenizer.eos_token_id]
+        raise UserError(f"task.name: {self.name} packs documents into blocks and ends each with the "
+                        "tokenizer's end-of-text token; this tokenizer puts nothing after a text and has no "
+                        "eos_token, so documents would run into each other; set eos_token in its "
+                        "tokenizer_config.json")
 
     def word_starts(self) -> bool:
         """Keep a per-token word-start flag (whole-word masking and BART's span starts need it)."""
@@ -483,20 +490,11 @@ class BlockCollator:
                  "attention_mask": pad([[1] * len(x) for x in ids], 0),
                  "labels": pad([list(e["labels"]) for e in examples], IGNORE)}
         if self.task.head == "seq2seq-lm":
-            batch["decoder_input_ids"] = self.decoder_inputs(batch["labels"])
+            # what the model's own labels path builds (mBART's shift wraps the language code that
+            # ends its labels to the front; BART: </s>, T5: <pad> before the labels). It was BART's
+            # shift behind config.decoder_start_token_id for every family, exit 0 on mBART
+            batch["decoder_input_ids"] = decoder_inputs(self.model, batch["labels"], self.tokenizer.pad_token_id)
         return batch
-
-    def decoder_inputs(self, labels: torch.Tensor) -> torch.Tensor:
-        """Labels shifted right behind the family's decoder start token (BART: </s>, T5: <pad>),
-        -100 replaced by padding: what BART's and T5's own `labels=` path builds."""
-        from transformers.models.bart.modeling_bart import shift_tokens_right
-
-        start = getattr(self.model.config, "decoder_start_token_id", None) if self.model is not None else None
-        if start is None:
-            raise UserError("model: the checkpoint's config has no decoder_start_token_id; an "
-                            "encoder-decoder needs one to build decoder inputs")
-        return shift_tokens_right(labels, self.tokenizer.pad_token_id, start)  # (b, t)
-
 
 def require_kind(task: str, family: str | None, kind: str, examples: str, instead: str) -> None:
     """Refuse (at validate) an objective on a model of the wrong kind, naming what would fit."""

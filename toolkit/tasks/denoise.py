@@ -4,7 +4,7 @@ Text infilling: span lengths are drawn from Poisson(3) until they cover 30% of t
 (the last one trimmed to fit); each span of length >= 1 starting at a random word is replaced by
 ONE mask token, each zero-length span inserts a mask token. The decoder reconstructs the
 original block: <s>, documents each closed by </s> (as run_bart_dlm_flax closes them), </s>. This follows fairseq's DenoisingDataset (mask 0.3, Poisson lambda 3,
-replace-length 1, whole words, sentences split at full stops); it is written here because
+replace-length 1, whole words, sentences split at full stops followed by a space: `full_stops`); it is written here because
 neither transformers nor datasets ships it, and kept a pure function of (ids, rng) so the tests
 can check its statistics. Not reproduced: fairseq's optional random-token spans (mask-random).
 """
@@ -12,6 +12,7 @@ can check its statistics. Not reproduced: fairseq's optional random-token spans 
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +25,28 @@ from toolkit.tasks._lm import special_frame
 from toolkit.tasks._text import TextTask, config_value, tokenizer_files, whose
 
 
-def permute_sentences(is_end: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def permute_sentences(is_end: np.ndarray, rng: np.random.Generator,
+                      is_space: np.ndarray | None = None) -> np.ndarray:
     """Token positions of a block with its sentences shuffled (each sentence ends after a run of
     `is_end` tokens: a full stop and the document's </s> after it close one sentence; the tail is
-    one too): `ids[order]` is the permuted block."""
+    one too): `ids[order]` is the permuted block. Whitespace-only tokens (`is_space`) in or right
+    after such a run belong to it: WikiText's and PTB's every line ends in a space (" ... worms . "
+    is '.', ' ', '</s>' to BART), and the run ended at the full stop, so the space and the
+    document's </s> were a sentence of their own, shuffled away from the document they closed
+    (its last sentence ran into the next document's first in the noisy input), exit 0."""
     n = len(is_end)
     is_end = np.asarray(is_end, bool)
-    last = is_end & ~np.append(is_end[1:], False)  # the last end token of each run
-    cuts = [0] + [int(i) + 1 for i in np.flatnonzero(last) if i + 1 < n] + [n]
+    joined = is_end | (np.zeros(n, bool) if is_space is None else np.asarray(is_space, bool))
+    cuts = [0]
+    start = None
+    for i in range(n):  # runs of end and whitespace tokens; one holding an end closes a sentence
+        if joined[i] and start is None:
+            start = i
+        if start is not None and (i + 1 == n or not joined[i + 1]):
+            if is_end[start:i + 1].any() and i + 1 < n:
+                cuts.append(i + 1)
+            start = None
+    cuts.append(n)
     sentences = [np.arange(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
     if not sentences:
         return np.arange(n)
@@ -133,7 +148,8 @@ class Denoise(TextTask):
         ids, starts = np.asarray(example["input_ids"]), np.asarray(example["word_start"], bool)
         order = np.arange(len(ids))
         if self.permute_sentences:  # a document's end closes its last sentence too
-            order = permute_sentences(np.isin(ids, sentence_ends(tokenizer) + self.document_end(tokenizer)), rng)
+            order = permute_sentences(full_stops(ids, tokenizer) | np.isin(ids, self.document_end(tokenizer)), rng,
+                                      whitespace_tokens(ids, tokenizer))
         noisy = text_infilling(ids[order], rng, tokenizer.mask_token_id, self.mask_ratio,
                                self.poisson_lambda, starts[order])
         # the block is one text to the model, framed as the tokenizer frames one (BART: <s> .. </s>,
@@ -142,6 +158,45 @@ class Denoise(TextTask):
         # traceback at the first batch of a recipe validate had passed
         before, after = special_frame(tokenizer)
         return {"input_ids": before + noisy.tolist() + after, "labels": before + ids.tolist() + after}
+
+
+_MEMO: "weakref.WeakKeyDictionary[Any, dict[tuple[str, int], bool]]" = weakref.WeakKeyDictionary()
+
+
+def _asked(ids: np.ndarray, tokenizer: Any, kind: str, ask: Any) -> np.ndarray:
+    """(len(ids),) bool: `ask(token string)` of each id's token, special tokens False; each id
+    asked of the tokenizer once per kind."""
+    try:
+        memo = _MEMO.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer no weak reference can hold: asked afresh
+        memo = {}
+    ids = np.asarray(ids, dtype=np.int64).tolist()
+    special = set(tokenizer.all_special_ids)
+    for i in {i for i in ids if (kind, i) not in memo}:
+        memo[kind, i] = i not in special and bool(ask(tokenizer.convert_ids_to_tokens(i)))
+    return np.array([memo[kind, i] for i in ids], bool)
+
+
+def whitespace_tokens(ids: np.ndarray, tokenizer: Any) -> np.ndarray:
+    """(len(ids),) bool: tokens that are whitespace alone (byte-level BPE's 'Ġ' and 'Ċ')."""
+    return _asked(ids, tokenizer, "space", lambda t: not tokenizer.convert_tokens_to_string([t]).strip())
+
+
+def full_stops(ids: np.ndarray, tokenizer: Any) -> np.ndarray:
+    """(len(ids),) bool: the sentence ends of a block: a full stop, question or exclamation mark
+    followed by whitespace, a special token or the block's end. Where the tokens show the spacing
+    (byte-level BPE, SentencePiece), a mark with a letter or digit right after it is no end: the
+    dot of a decimal (3.14), a URL (www.example.com), WikiText's number separator (60 @.@ 5) split
+    a sentence in two and the permutation moved its halves apart, exit 0. A WordPiece vocabulary
+    (BERT's) writes no spacing, and every mark ends a sentence there."""
+    ids = np.asarray(ids, dtype=np.int64)
+    marks = np.isin(ids, sentence_ends(tokenizer))
+    if not marks.any():
+        return marks
+    probe = tokenizer.convert_ids_to_tokens(sentence_ends(tokenizer)[0])
+    joined = _asked(ids[1:], tokenizer, "joined",
+                    lambda t: not tokenizer.convert_tokens_to_string([probe, t])[len(tokenizer.convert_tokens_to_string([probe])):][:1].isspace())
+    return marks & ~np.append(joined, False)
 
 
 def sentence_ends(tokenizer: Any) -> list[int]:
