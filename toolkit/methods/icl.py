@@ -38,6 +38,7 @@ from __future__ import annotations
 import random
 import sys
 import string
+from itertools import groupby
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -310,8 +311,10 @@ def _causal_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int]
         targets[i, k - len(c):] = torch.tensor(c)
     ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (b, t): 0.. from each row's first real token
+    # the last k positions, sliced here too: a forward that takes no logits_to_keep (TrOCR, Whisper's
+    # decoder, xLSTM: **kwargs) returns every position, and the first k of them were scored, exit 0
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                   logits_to_keep=k).logits.float()  # (b, k, V): positions t-k .. t-1
+                   logits_to_keep=k).logits[:, -k:].float()  # (b, k, V): positions t-k .. t-1
     token_lp = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (b, k)
     lengths = torch.tensor([len(c) for _, c in pairs], device=device)
     is_cont = torch.arange(k, device=device)[None, :] >= (k - lengths)[:, None]  # (b, k)
@@ -366,21 +369,52 @@ def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str
                  verbalizers: Sequence[str], max_length: int, batch_size: int,
                  progress: str | None = None) -> torch.Tensor:
     """(n, L) log-probabilities of every label word for every query, in batches of
-    (query, label) pairs encoded and cut to `max_length` as the harness does (encode_pairs, window)."""
+    (query, label) pairs encoded and cut to `max_length` as the harness does (encode_pairs, window);
+    a decoder that reads its padding (`reads_padding`) in batches of windows of one length, so that
+    a score never depends on what else its batch holds."""
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     pairs = [(window(ctx, cont, max_length, seq2seq), cont)
              for ctx, cont in scorable_pairs(tokenizer, queries, verbalizers, max_length, seq2seq)]
     batch = _seq2seq_batch if seq2seq else _causal_batch
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _prefix_token(tokenizer)
-    chunks = _batches(pairs, batch_size)
+    if not pairs:
+        return torch.zeros((0, len(verbalizers)))
+    order = list(range(len(pairs)))
+    chunks = _batches(order, batch_size)
+    padded = batch_size > 1 and len({len(p) for p, _ in pairs}) > 1
+    if padded and not seq2seq and reads_padding(model, max(pairs, key=lambda pc: len(pc[0]))[0], pad):
+        length = lambda i: len(pairs[i][0])  # noqa: E731
+        chunks = [c for _, same in groupby(sorted(order, key=length), key=length)
+                  for c in _batches(list(same), batch_size)]  # windows of one length: no padding
     if progress and len(chunks) > 1:  # scoring thousands of prompts takes minutes on a CPU
         from tqdm.auto import tqdm
 
         chunks = tqdm(chunks, desc=progress, mininterval=0.5 if sys.stderr.isatty() else 30.0)
-    out = [batch(model, chunk, pad) for chunk in chunks]
-    if not out:
-        return torch.zeros((0, len(verbalizers)))
-    return torch.cat(out).view(len(queries), len(verbalizers))  # (n*L,) -> (n, L)
+    out = torch.zeros(len(pairs))
+    for chunk in chunks:
+        out[chunk] = batch(model, [pairs[i] for i in chunk], pad)
+    return out.view(len(queries), len(verbalizers))  # (n*L,) -> (n, L)
+
+
+@no_grad
+def reads_padding(model: torch.nn.Module, ids: list[int], pad: int) -> bool:
+    """Whether a decoder's logits for a text move when the text is left-padded in a batch beside a
+    longer one (`_causal_batch`'s mask and position ids), probed on `ids`' last tokens in fp32. A
+    model that counts positions from the left whatever the mask (TrOCR, Whisper's decoder: no
+    position_ids) or ignores the mask (RWKV) scored a prompt otherwise beside a longer one: its
+    numbers moved with method.batch_size (0.27 nats on a small TrOCR), exit 0."""
+    device = next(model.parameters()).device
+    long = ids[-16:] if len(ids) > 1 else [*ids, *ids]
+    short = long[len(long) // 2:]  # (m,) left-padded by len(long) - m
+    n, m = len(long), len(short)
+    batch = torch.tensor([long, [pad] * (n - m) + short], device=device)  # (2, n)
+    mask = torch.tensor([[1] * n, [0] * (n - m) + [1] * m], device=device)
+    with torch.autocast(device_type=device.type, enabled=False):
+        padded = model(input_ids=batch, attention_mask=mask,
+                       position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[1, -m:].float()  # (m, V)
+        alone = model(input_ids=batch[1:, -m:], attention_mask=mask[1:, -m:],
+                      position_ids=torch.arange(m, device=device)[None]).logits[0, -m:].float()
+    return not torch.allclose(padded.log_softmax(-1), alone.log_softmax(-1), rtol=0, atol=1e-3)
 
 
 def cut_tokens(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
