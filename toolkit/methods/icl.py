@@ -48,7 +48,7 @@ from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
-from toolkit.models import as_harness_reads, kind_of, max_positions, parts_lost, token_limit
+from toolkit.models import as_harness_reads, kind_of, max_positions, parts_lost, reads_padding, token_limit
 
 torch = lazy("torch", globals())
 
@@ -394,27 +394,6 @@ def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str
     for chunk in chunks:
         out[chunk] = batch(model, [pairs[i] for i in chunk], pad)
     return out.view(len(queries), len(verbalizers))  # (n*L,) -> (n, L)
-
-
-@no_grad
-def reads_padding(model: torch.nn.Module, ids: list[int], pad: int) -> bool:
-    """Whether a decoder's logits for a text move when the text is left-padded in a batch beside a
-    longer one (`_causal_batch`'s mask and position ids), probed on `ids`' last tokens in fp32. A
-    model that counts positions from the left whatever the mask (TrOCR, Whisper's decoder: no
-    position_ids) or ignores the mask (RWKV) scored a prompt otherwise beside a longer one: its
-    numbers moved with method.batch_size (0.27 nats on a small TrOCR), exit 0."""
-    device = next(model.parameters()).device
-    long = ids[-16:] if len(ids) > 1 else [*ids, *ids]
-    short = long[len(long) // 2:]  # (m,) left-padded by len(long) - m
-    n, m = len(long), len(short)
-    batch = torch.tensor([long, [pad] * (n - m) + short], device=device)  # (2, n)
-    mask = torch.tensor([[1] * n, [0] * (n - m) + [1] * m], device=device)
-    with torch.autocast(device_type=device.type, enabled=False):
-        padded = model(input_ids=batch, attention_mask=mask,
-                       position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[1, -m:].float()  # (m, V)
-        alone = model(input_ids=batch[1:, -m:], attention_mask=mask[1:, -m:],
-                      position_ids=torch.arange(m, device=device)[None]).logits[0, -m:].float()
-    return not torch.allclose(padded.log_softmax(-1), alone.log_softmax(-1), rtol=0, atol=1e-3)
 
 
 def cut_tokens(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
