@@ -39,6 +39,36 @@ def _load(tiny_checkpoint, family: str):
     return model.eval(), tok
 
 
+@pytest.fixture(scope="module")
+def padding_reader(tmp_path_factory, tiny_checkpoint) -> str:
+    """A small random TrOCR decoder with GPT-2's tokenizer: a decoder whose forward takes no
+    logits_to_keep (it returns every position) and counts positions from the left whatever the
+    mask (no position_ids), so left padding moves its positions."""
+    from transformers import AutoModelForCausalLM, TrOCRConfig
+
+    folder = tmp_path_factory.mktemp("trocr")
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(TrOCRConfig(
+        vocab_size=50257, d_model=32, decoder_layers=2, decoder_attention_heads=2, decoder_ffn_dim=64,
+        max_position_embeddings=1100)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_checkpoint("gpt2")).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture
+def scorer(tiny_checkpoint, padding_reader):
+    """family -> (model, tokenizer): the conftest's small models, and "trocr" (`padding_reader`)."""
+    def get(family: str):
+        if family != "trocr":
+            return _load(tiny_checkpoint, family)
+        model, tok = models.load(padding_reader, "causal-lm", {})
+        return model.eval(), tok
+    return get
+
+
+SCORERS = [*FAMILIES, "trocr"]  # trocr: a decoder that reads its padding and keeps every position's logits
+
+
 # --- lm-evaluation-harness's rules, written out here from its source (lm_eval/api/model.py
 # loglikelihood and _encode_pair; lm_eval/models/huggingface.py tok_encode, _loglikelihood_tokens;
 # lm_eval/api/task.py fewshot_context, construct_requests, process_results; lm_eval/api/samplers.py)
@@ -141,11 +171,13 @@ def test_scored_tokens_are_the_harness_ones(tiny_checkpoint, family: str) -> Non
         assert tok(" positive", add_special_tokens=False)["input_ids"] != tok("positive", add_special_tokens=False)["input_ids"]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_batched_scores_equal_the_harness_loglikelihood(tiny_checkpoint, family: str) -> None:
+@pytest.mark.parametrize("family", SCORERS)
+def test_batched_scores_equal_the_harness_loglikelihood(scorer, family: str) -> None:
     """label_scores (batched, padded) = the harness's loglikelihood of each request computed one at
-    a time, whole and cut from the left (max_length 40: the harness's window of max_length + 1)."""
-    model, tok = _load(tiny_checkpoint, family)
+    a time, whole and cut from the left (max_length 40: the harness's window of max_length + 1).
+    Finding (trocr): a forward without logits_to_keep returned every position and the first k
+    were scored, at any batch size."""
+    model, tok = scorer(family)
     words = ["no", "absolutely yes indeed"]  # label words of different token lengths
     demos = demonstration_sets(TRAIN, 2, 0, 1)[0]
     prompter = Prompter(TEMPLATE, words, ["text_a"])
@@ -156,6 +188,45 @@ def test_batched_scores_equal_the_harness_loglikelihood(tiny_checkpoint, family:
         slow = torch.tensor([[harness_loglikelihood(model, tok, c, f" {w}", max_length) for w in words] for c in contexts])
         assert fast.shape == (len(queries), 2)
         torch.testing.assert_close(fast, slow, atol=1e-5, rtol=0)
+
+
+def _label_word_tasks() -> list:
+    """Every task icl scores label words for: each GLUE subset that is no regression, and own
+    data of one text and of a pair (label names as its verbalizers)."""
+    from toolkit.tasks.glue import SPECS
+    from toolkit.tasks.text_classification import TextClassification
+
+    glue = [Glue(subset=s) for s in SPECS if SPECS[s].labels is not None]
+    own = [TextClassification(train_file="t.csv", eval_file="e.csv", text_columns=cols, labels=["bad", "good"])
+           for cols in (["text"], ["premise", "hypothesis"])]
+    return [*glue, *own]
+
+
+@pytest.mark.parametrize("family", SCORERS)
+def test_padded_batches_score_every_task_as_one_at_a_time(scorer, family: str) -> None:
+    """The rule over every label-word task and family: each example's label-word scores in a
+    padded batch (prompts of other lengths beside it, 2 shots) are those it gets alone, and
+    evaluate's metrics and loss do not move with method.batch_size (MNLI and own data). Finding (trocr): a model that reads its
+    padding scored a prompt otherwise beside a longer one (0.15 nats), exit 0."""
+    from accelerate import Accelerator
+
+    model, tok = scorer(family)
+    for task in _label_word_tasks():
+        cols = list(task.text_columns)
+        rows = [{**{c: f"{c} {i} " + "very " * (3 * i + j) + "long" for j, c in enumerate(cols)}, "label": i % 2}
+                for i in range(4)]
+        train = Dataset.from_list([{**{c: f"shot {i} " + "x " * i for c in cols}, "label": i % 2} for i in range(6)])
+        method = ICL(shots=2, batch_size=5)
+        prompter = method.prompter(task)
+        queries = [prompter.query(r, d) for r, d in zip(rows, demonstration_sets(train, 2, 1, len(rows)))]
+        batched = label_scores(model, tok, queries, prompter.verbalizers, 1024, batch_size=5)
+        alone = label_scores(model, tok, queries, prompter.verbalizers, 1024, batch_size=1)
+        torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0, msg=lambda m: f"{task.name} {m}")
+        if task.name == "glue" and task.subset != "mnli":  # evaluate: one text (own data), a pair, 3 labels
+            continue
+        setup = SimpleNamespace(task=task, tokenizer=tok, train=train, evals={"": Dataset.from_list(rows)}, seed=1)
+        got = [ICL(shots=2, batch_size=n).evaluate(model, setup, Accelerator(cpu=True)) for n in (1, 5)]
+        assert got[0] == pytest.approx(got[1], abs=1e-6), task.name
 
 
 def test_calibration_divides_by_the_content_free_prior() -> None:
@@ -612,6 +683,33 @@ def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_ch
         "the demonstrations run together and no answer can stop at it, so each is written to "
         "generation.max_new_tokens (what follows its answer scored with it); use a separator the tokenizer keeps"
     ] * (family == "t5")
+
+
+@pytest.mark.parametrize("family", SCORERS)
+def test_text_to_text_answers_do_not_move_with_the_batch_size(scorer, family: str) -> None:
+    """The batching rule for generation, over every generating task: each example's answer and
+    the split's scores and loss are the same at batch_size 1 and 4 (prompts of other lengths
+    padded beside it). Finding (trocr): a decoder that reads its left padding wrote other answers
+    beside a longer prompt (chrF 5.4 -> 4.9), exit 0."""
+    from accelerate import Accelerator
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    model, tok = scorer(family)
+    for name in _generating_tasks():
+        extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
+        train, rows = _text_rows(name, 6, 0), _text_rows(name, 5, 10)
+        got = []
+        for size in (1, 4):
+            task = TASKS.get(name)(max_target_length=8, generation=Generation(max_new_tokens=6), **extra)
+            predictions: dict = {}
+            setup = SimpleNamespace(task=task, tokenizer=tok, train=Dataset.from_list(train), seed=5,
+                                    raw_evals={"": Dataset.from_list(rows)}, predictions=predictions)
+            scores = ICL(shots=2, max_length=64, batch_size=size).evaluate(model, setup, Accelerator(cpu=True))
+            got.append((scores, [p["prediction"] for p in predictions[""]]))
+        assert got[0][1] == got[1][1], name
+        assert got[0][0] == pytest.approx(got[1][0], abs=1e-5), name
 
 
 # --- a user error leaves no half-made run folder ------------------------------------------------

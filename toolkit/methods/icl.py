@@ -38,6 +38,7 @@ from __future__ import annotations
 import random
 import sys
 import string
+from itertools import groupby
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -47,7 +48,7 @@ from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
-from toolkit.models import as_harness_reads, kind_of, max_positions, parts_lost, token_limit
+from toolkit.models import as_harness_reads, kind_of, max_positions, parts_lost, reads_padding, token_limit
 
 torch = lazy("torch", globals())
 
@@ -310,8 +311,10 @@ def _causal_batch(model: torch.nn.Module, pairs: list[tuple[list[int], list[int]
         targets[i, k - len(c):] = torch.tensor(c)
     ids, mask, targets = ids.to(device), mask.to(device), targets.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (b, t): 0.. from each row's first real token
+    # the last k positions, sliced here too: a forward that takes no logits_to_keep (TrOCR, Whisper's
+    # decoder, xLSTM: **kwargs) returns every position, and the first k of them were scored, exit 0
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                   logits_to_keep=k).logits.float()  # (b, k, V): positions t-k .. t-1
+                   logits_to_keep=k).logits[:, -k:].float()  # (b, k, V): positions t-k .. t-1
     token_lp = logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (b, k)
     lengths = torch.tensor([len(c) for _, c in pairs], device=device)
     is_cont = torch.arange(k, device=device)[None, :] >= (k - lengths)[:, None]  # (b, k)
@@ -366,21 +369,31 @@ def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str
                  verbalizers: Sequence[str], max_length: int, batch_size: int,
                  progress: str | None = None) -> torch.Tensor:
     """(n, L) log-probabilities of every label word for every query, in batches of
-    (query, label) pairs encoded and cut to `max_length` as the harness does (encode_pairs, window)."""
+    (query, label) pairs encoded and cut to `max_length` as the harness does (encode_pairs, window);
+    a decoder that reads its padding (`reads_padding`) in batches of windows of one length, so that
+    a score never depends on what else its batch holds."""
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     pairs = [(window(ctx, cont, max_length, seq2seq), cont)
              for ctx, cont in scorable_pairs(tokenizer, queries, verbalizers, max_length, seq2seq)]
     batch = _seq2seq_batch if seq2seq else _causal_batch
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _prefix_token(tokenizer)
-    chunks = _batches(pairs, batch_size)
+    if not pairs:
+        return torch.zeros((0, len(verbalizers)))
+    order = list(range(len(pairs)))
+    chunks = _batches(order, batch_size)
+    padded = batch_size > 1 and len({len(p) for p, _ in pairs}) > 1
+    if padded and not seq2seq and reads_padding(model, max(pairs, key=lambda pc: len(pc[0]))[0], pad):
+        length = lambda i: len(pairs[i][0])  # noqa: E731
+        chunks = [c for _, same in groupby(sorted(order, key=length), key=length)
+                  for c in _batches(list(same), batch_size)]  # windows of one length: no padding
     if progress and len(chunks) > 1:  # scoring thousands of prompts takes minutes on a CPU
         from tqdm.auto import tqdm
 
         chunks = tqdm(chunks, desc=progress, mininterval=0.5 if sys.stderr.isatty() else 30.0)
-    out = [batch(model, chunk, pad) for chunk in chunks]
-    if not out:
-        return torch.zeros((0, len(verbalizers)))
-    return torch.cat(out).view(len(queries), len(verbalizers))  # (n*L,) -> (n, L)
+    out = torch.zeros(len(pairs))
+    for chunk in chunks:
+        out[chunk] = batch(model, [pairs[i] for i in chunk], pad)
+    return out.view(len(queries), len(verbalizers))  # (n*L,) -> (n, L)
 
 
 def cut_tokens(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],

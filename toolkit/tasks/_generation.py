@@ -28,7 +28,7 @@ from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._fields import language_tag
 from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, leading_special, special_frame
-from toolkit.models import CASE_PROBE, kind_of, lowercased, parts_lost
+from toolkit.models import CASE_PROBE, kind_of, lowercased, parts_lost, reads_padding
 
 torch = lazy("torch", globals())
 
@@ -674,18 +674,43 @@ class TextToText(TokenTask):
         stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
-            # the ban is the continuation's alone: generate's own (over the prompt too) is off, not left
-            # to the checkpoint's generation_config (a GPT-2 saved with 3 banned the prompt's 3-grams)
-            size, kwargs["no_repeat_ngram_size"] = kwargs["no_repeat_ngram_size"], 0
-            if size:  # within the continuation, as an encoder-decoder's decoder has it
-                kwargs["logits_processor"] = continuation_no_repeat(size, ids.shape[1])
-            if stops:
-                kwargs["stopping_criteria"] = stop_at(tok, stops, ids.shape[1])
-            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-            return out[:, ids.shape[1]:]  # (b, new) left padding: every prompt ends at the same column
+            lengths = mask.sum(-1)  # (b,)
+            # probed on the first batch whatever its lengths: every process runs the probe's forward alike
+            reads = reads_padding(model, ids[int(lengths.argmax())].tolist(), tok.pad_token_id)
+            if reads and len(set(lengths.tolist())) > 1:
+                return self._generate_by_length(model, ids, mask, kwargs, stops)
+            return self._generate_decoder(model, ids, mask, kwargs, stops)
         if stops:
             kwargs["stopping_criteria"] = stop_at(tok, stops, 0)
         return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
+
+    def _generate_decoder(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                          kwargs: dict[str, Any], stops: list[str]) -> torch.Tensor:
+        """(b, new tokens) a decoder-only model writes after its left-padded prompts `ids`."""
+        kwargs = dict(kwargs)
+        # the ban is the continuation's alone: generate's own (over the prompt too) is off, not left
+        # to the checkpoint's generation_config (a GPT-2 saved with 3 banned the prompt's 3-grams)
+        size, kwargs["no_repeat_ngram_size"] = kwargs["no_repeat_ngram_size"], 0
+        if size:  # within the continuation, as an encoder-decoder's decoder has it
+            kwargs["logits_processor"] = continuation_no_repeat(size, ids.shape[1])
+        if stops:
+            kwargs["stopping_criteria"] = stop_at(self._tokenizer, stops, ids.shape[1])
+        out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        return out[:, ids.shape[1]:]  # (b, new) left padding: every prompt ends at the same column
+
+    def _generate_by_length(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                            kwargs: dict[str, Any], stops: list[str]) -> torch.Tensor:
+        """`_generate_decoder` for a model that reads its padding (`models.reads_padding`): the
+        rows of each prompt length together, unpadded, their outputs padded back to one width."""
+        lengths = mask.sum(-1).tolist()
+        pad = self._tokenizer.pad_token_id
+        outs = {n: (rows, self._generate_decoder(model, ids[rows][:, -n:], mask[rows][:, -n:], kwargs, stops))
+                for n in set(lengths) for rows in [[i for i, m in enumerate(lengths) if m == n]]}
+        width = max(o.shape[1] for _, o in outs.values())
+        out = torch.full((len(lengths), width), pad, dtype=ids.dtype, device=ids.device)  # (b, new)
+        for rows, o in outs.values():
+            out[rows, :o.shape[1]] = o
+        return out
 
     def metric_info(self) -> dict[str, str]:
         """The decoding the scores are of (`decoding_used`), once anything was generated: the
