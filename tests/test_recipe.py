@@ -734,3 +734,121 @@ def test_a_base_two_listed_bases_share_lies_under_both(tmp_path: Path, cli, entr
     else:  # x2 scales the recipe's own value: _b's 8
         code, out, err = cli("sweep", leaf, "method.r=x1,x2", "--dry-run", "--runs-dir", tmp_path / "runs")
         assert code == 0 and "method.r=16" in out and "method.r=8" in out, err
+
+
+# --- a float field: one number per value, or one line -------------------------------------------
+def _settings_classes() -> list[tuple[str, type]]:
+    """(where, settings class) of the model and train sections, every task, method and attention
+    module, and the settings blocks nested in them (a task's `generation`)."""
+    import dataclasses
+    import typing
+
+    from toolkit.attention import ATTENTION
+    from toolkit.methods import METHODS
+    from toolkit.recipe_data import ModelConfig, TrainConfig
+    from toolkit.tasks import TASKS
+
+    out = [("model", ModelConfig), ("train", TrainConfig), *((f"method.{n}", METHODS.get(n)) for n in METHODS.names()),
+           *((f"task.{n}", TASKS.get(n)) for n in TASKS.names()),
+           *((f"model.attention.{n}", ATTENTION.get(n)) for n in ATTENTION.names())]
+    for where, cls in list(out):
+        hints = typing.get_type_hints(cls)
+        out += [(f"{where}.{f.name}", hints[f.name]) for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])]
+    return out
+
+
+def _float_fields() -> list[tuple[str, type, str]]:
+    import dataclasses
+    import typing
+
+    return [(f"{where}.{f.name}", cls, f.name) for where, cls in _settings_classes() for f in dataclasses.fields(cls)
+            if float in (typing.get_type_hints(cls)[f.name], *typing.get_args(typing.get_type_hints(cls)[f.name]))]
+
+
+def _build(cls: type, name: str, value: object):
+    """Field `name` of `cls` built from `value`, its required fields given (a string or a choice)."""
+    import dataclasses
+    import typing
+
+    from toolkit.schema import build_dataclass
+
+    hints, required = typing.get_type_hints(cls), {}
+    for f in dataclasses.fields(cls):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            choices = typing.get_args(hints[f.name]) if typing.get_origin(hints[f.name]) is typing.Literal else ("x",)
+            required[f.name] = choices[0]
+    return getattr(build_dataclass(cls, {**required, name: value}, "s"), name)
+
+
+@pytest.mark.parametrize("where, cls, name", _float_fields(), ids=[w for w, *_ in _float_fields()])
+def test_every_float_field_reads_one_number_per_value_or_one_line(where: str, cls: type, name: str) -> None:
+    """A float field read Python's float() of any string (`lr: 1_000` ran with 1000.0, `" 3 "` with
+    3.0, where YAML 1.2 and every int field refuse `1_000`), an integer past a float's range as an
+    OverflowError traceback, and kept -0.0 apart from 0.0: `weight_decay: -0.0` was another run id
+    of the same run. Now a decimal number (quoted too) is its float, -0.0 is 0.0, anything else
+    is one line naming the field."""
+    import math
+
+    with pytest.raises(UserError, match=rf"^s.{name}: an integer of 401 digits is not a finite number"):
+        _build(cls, name, 10 ** 400)
+    for text in ("1_000", " 3 ", "\u0661", "0x10", "1e"):
+        with pytest.raises(UserError, match=rf"^s.{name}: expected float, got str {re.escape(repr(text))}$"):
+            _build(cls, name, text)
+    for text in ("inf", "-Infinity", "nan"):
+        with pytest.raises(UserError, match=rf"^s.{name}: -?(inf|nan) is not a finite number$"):
+            _build(cls, name, text)
+    try:
+        zero = _build(cls, name, -0.0)
+    except UserError as exc:  # a field whose minimum is above 0
+        assert "below the minimum" in str(exc), exc
+    else:
+        assert zero == 0 and math.copysign(1, zero) == 1, zero
+        assert _build(cls, name, "-0.0") == 0 and math.copysign(1, _build(cls, name, "-0.0")) == 1
+    import dataclasses
+
+    lo = next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("min")
+    number = 0.5 if lo is None or lo <= 0.5 else float(lo)  # within the field's bounds
+    assert _build(cls, name, number) == number
+    for text in (repr(number), f"{number:E}", f"+{number:e}", f"{number * 10:g}e-1"):
+        assert _build(cls, name, text) == number, text
+
+
+def test_a_number_spelled_otherwise_is_the_same_run_at_every_entry_point(tmp_path: Path, cli, runs_dir: Path) -> None:
+    """-0.0 and 0 (a file, an override, the Python API's mapping) are one run id, and a sweep over
+    both is refused as one run done twice (it trained it twice); a digit-grouped or huge number is
+    one line at validate, exit 2."""
+    import toolkit.api as api
+    from toolkit import runs, sweeps
+
+    demo = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    written = write_recipe(tmp_path / "r.yaml", f"extends: {demo}\ntrain: {{weight_decay: -0.0}}\n")
+    ids = {runs.run_id(recipes.load(path, overrides)) for path, overrides in
+           [(demo, ["train.weight_decay=0"]), (demo, ["train.weight_decay=-0.0"]), (written, []),
+            (demo, api.override_list({"train.weight_decay": -0.0})), (demo, ['train.weight_decay="-0"'])]}
+    assert len(ids) == 1, ids
+    with pytest.raises(UserError, match="are the same run"):
+        sweeps.plan([demo], ["train.weight_decay=0,-0.0"], None, runs_dir, False)
+    for override, message in (("train.lr=1_000", "train.lr: expected float, got str '1_000'"),
+                              ("train.lr=1" + "0" * 400, "train.lr: an integer of 401 digits is not a finite number")):
+        code, _, err = cli("validate", demo, override)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    # a word past a file name's 255 bytes beside recipes is an override (it was 'file name too long')
+    long = "train.lr=0.0001" + "0" * 300  # as many values as fill 255 bytes: one here
+    for command, said in ((("validate", demo, long), "1 of 1 recipes valid"),
+                          (("sweep", demo, long, "--dry-run", "--smoke", "--runs-dir", runs_dir), "(dry run: nothing was started)")):
+        code, out, err = cli(*command)
+        assert code == 0 and said in out, (command, out, err)
+    with pytest.raises(UserError, match="an integer of 401 digits"):
+        toolkit.validate(demo, {"train.lr": 10 ** 400})
+    with pytest.raises(UserError, match="no number there"):  # a sweep scales what the schema reads as a number
+        sweeps.resolve(sweeps.Point(write_recipe(tmp_path / "g.yaml", f"extends: {demo}\ntrain: {{lr: '1_0'}}\n"),
+                                    ["train.lr=x2"]))
+
+
+def test_smoke_caps_a_quoted_warmup_ratio_as_its_number(tmp_path: Path) -> None:
+    """--smoke caps a warm-up ratio that would fill its few steps; `warmup_ratio: "0.9"` (a quoted
+    number, 0.9 to the schema) was left as written and refused the smoke run that 0.9 ran."""
+    demo = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    spelled = [recipes.load(demo, [override], smoke=True) for override in
+               ("train.warmup_ratio=0.9", 'train.warmup_ratio="0.9"', "train.warmup_ratio='9e-1'")]
+    assert {r.hash for r in spelled} == {spelled[0].hash} and spelled[0].train.warmup_ratio < 0.9
