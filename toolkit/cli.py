@@ -34,8 +34,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 def is_override(word: str) -> bool:
     """`key=value` beside recipes (sweep, validate) is an override or axis; a recipe file whose path
     holds '=' (`runs/lr=1e-4/r.yaml`) is a recipe: it was taken for an override, so `sweep` said
-    "no recipe given" and `validate` checked every shipped recipe against a section 'runs/lr'."""
-    return "=" in word and not Path(word).expanduser().is_file()
+    "no recipe given" and `validate` checked every shipped recipe against a section 'runs/lr'.
+    A word no file can be named by (a name part past the file system's 255 bytes: an axis of many
+    values, a long `task.labels=[...]`) is an override: it was refused as 'file name too long'."""
+    if "=" not in word:
+        return False
+    try:
+        return not Path(word).expanduser().is_file()
+    except OSError:  # ENAMETOOLONG: no file has this name
+        return True
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
