@@ -852,3 +852,121 @@ def test_smoke_caps_a_quoted_warmup_ratio_as_its_number(tmp_path: Path) -> None:
     spelled = [recipes.load(demo, [override], smoke=True) for override in
                ("train.warmup_ratio=0.9", 'train.warmup_ratio="0.9"', "train.warmup_ratio='9e-1'")]
     assert {r.hash for r in spelled} == {spelled[0].hash} and spelled[0].train.warmup_ratio < 0.9
+
+
+# --- run identity, walked over the schema ---------------------------------------------------------
+def _flips(cls: type, name: str, default: object) -> list[object]:
+    """Values for field `name` of `cls` other than `default`, of its type (the first in bounds is used)."""
+    import dataclasses
+    import typing
+
+    tp = typing.get_type_hints(cls)[name]
+    options = [a for a in (typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType)
+                           else (tp,)) if a is not type(None)]
+    out: list = []
+    for option in options:
+        origin = typing.get_origin(option)
+        if origin is typing.Literal:
+            out += [c for c in typing.get_args(option) if c != default]
+        elif option is bool:
+            out.append(not default if isinstance(default, bool) else True)
+        elif option is int:
+            base = default if isinstance(default, int) and not isinstance(default, bool) else 8
+            out += [base + 1, base * 2, base - 1, 1, 0]
+        elif option is float:
+            base = default if isinstance(default, float) else 0.5
+            out += [base / 2 if base else 0.5, base + 0.25, 0.5, 0.75, 1.5, 2.0]
+        elif option is str:
+            out += ["x", "other"]
+        elif origin is list:
+            (inner,) = typing.get_args(option)
+            item = typing.get_args(inner)[0] if typing.get_origin(inner) is typing.Literal else 32 if inner is int else "x"
+            out += [[item], ["a", "b"]]
+        elif origin is dict:
+            out.append({"run": "other.yaml"})
+        elif dataclasses.is_dataclass(option):
+            continue  # walked field by field (its own class)
+    return [v for v in out if v != default or type(v) is not type(default)]
+
+
+def _hash_walk() -> list[tuple[str, str, str, str]]:
+    """(section, plug-in, nested block or '', field) of every setting a recipe holds."""
+    import dataclasses
+    import typing
+
+    from toolkit.attention import ATTENTION
+    from toolkit.methods import METHODS
+    from toolkit.recipe_data import ModelConfig, TrainConfig
+    from toolkit.tasks import TASKS
+
+    rows = [("model", "", "", f.name) for f in dataclasses.fields(ModelConfig) if f.name != "attention"]
+    rows += [("train", "", "", f.name) for f in dataclasses.fields(TrainConfig)]
+    for section, registry in (("task", TASKS), ("method", METHODS), ("attention", ATTENTION)):
+        for plugin in registry.names():
+            cls = registry.get(plugin)
+            hints = typing.get_type_hints(cls)
+            for f in dataclasses.fields(cls):
+                if dataclasses.is_dataclass(hints[f.name]):
+                    rows += [(section, plugin, f.name, g.name) for g in dataclasses.fields(hints[f.name])]
+                else:
+                    rows.append((section, plugin, "", f.name))
+    return rows
+
+
+def _walk_recipe(section: str, plugin: str, value: dict) -> object:
+    """The recipe whose `section` (with plug-in `plugin`) holds `value`, the others fixed, built
+    as a run's hash is (recipe.built: each field checked, no model read)."""
+    raw = {"model": {"checkpoint": "bert-base-uncased"}, "task": {"name": "glue", "subset": "sst2"},
+           "method": {"name": "full"}, "train": {}}
+    required = {"glue": {"subset": "sst2"}, "text_classification": {}, "ner": {}}
+    if section in ("model", "train"):
+        raw[section] = {**raw[section], **value}
+    elif section == "attention":
+        raw["model"]["attention"] = {"name": plugin, **value}
+    else:
+        raw[section] = {"name": plugin, **(required.get(plugin, {}) if section == "task" else {}), **value}
+    return recipes.built(raw)
+
+
+@pytest.mark.parametrize("section, plugin, block, name", _hash_walk(),
+                         ids=[".".join(p for p in row if p) for row in _hash_walk()])
+def test_every_setting_is_in_the_run_id_and_its_default_written_is_the_same_run(section: str, plugin: str,
+                                                                              block: str, name: str) -> None:
+    """Walks every field of the schema (model, train, every task, method and attention module, and
+    their nested blocks): a recipe that writes a field's default is the recipe that leaves it out
+    (one run id), and any other value the schema takes is another run id, unless it is the value
+    the field declares `neutral` (schema.added: the behaviour before the field, hashed as absent)."""
+    import dataclasses
+
+    from toolkit.runs import run_id
+    from toolkit.schema import NEUTRAL
+
+    def nest(value: object) -> dict:
+        return {block: {name: value}} if block else {name: value}
+
+    try:
+        base = _walk_recipe(section, plugin, {})
+    except UserError as exc:  # a plug-in with required settings of its own: given below
+        pytest.skip(f"needs settings: {exc}")
+    owner = getattr(base, "model" if section == "attention" else section)
+    owner = owner.attention if section == "attention" else owner
+    owner = getattr(owner, block) if block else owner
+    f = next(f for f in dataclasses.fields(owner) if f.name == name)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        default = getattr(owner, name)  # required: the value the base recipe gives
+    else:
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    as_data = json.loads(json.dumps(default, default=lambda v: dataclasses.asdict(v)))
+    assert run_id(_walk_recipe(section, plugin, nest(as_data)), 1) == run_id(base, 1), "default written"
+    flipped = None
+    for value in _flips(type(owner), name, default):
+        if f.metadata.get(NEUTRAL, object()) == value:
+            continue
+        try:
+            other = _walk_recipe(section, plugin, nest(value))
+        except UserError:
+            continue  # out of bounds, or not this field's kind: the next candidate
+        flipped = value
+        assert run_id(other, 1) != run_id(base, 1), f"{name}={value!r} is another setting with the same run id"
+        break
+    assert flipped is not None or name in ("name",), f"no other value of {name} was taken"
