@@ -970,3 +970,34 @@ def test_every_setting_is_in_the_run_id_and_its_default_written_is_the_same_run(
         assert run_id(other, 1) != run_id(base, 1), f"{name}={value!r} is another setting with the same run id"
         break
     assert flipped is not None or name in ("name",), f"no other value of {name} was taken"
+
+
+@pytest.mark.parametrize("recipe", ["demo/sst2/minilm-lora", "demo/own-data/minilm-lora"])
+def test_task_data_dir_is_a_user_path_and_a_folder(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                    recipe: str) -> None:
+    """`task.data_dir: $MYDATA` was read as a folder named `$MYDATA` (every other path a user gives
+    expands variables): a GLUE run found no local copy there and loaded the Hub's, exit 0. And a
+    data_dir that is not a folder validated (TOOLKIT_DATA's is refused): one line now, at validate,
+    run and the Python API, before anything is written."""
+    from toolkit.recipe import check_data
+
+    from toolkit.tasks import data_root
+
+    shared = data_root().resolve()  # the data the suite reads (TOOLKIT_DATA)
+    if not (shared / "glue" / "SST-2").is_dir() or not (shared / "glue" / "RTE").is_dir():
+        pytest.skip("no local GLUE copy")
+    monkeypatch.setenv("MYDATA", str(shared))
+    loaded = recipes.load(recipes.find_recipe(recipe), ["task.data_dir=$MYDATA"])
+    check_data(loaded)
+    assert loaded.task.data_files() and all(shared in p.parents for p in map(Path, loaded.task.data_files()))
+    if recipe != "demo/sst2/minilm-lora":
+        return  # own files under a missing data_dir: the file is named as missing (task.check), before
+    for where, message in ((tmp_path / "none", "does not exist"), (write_recipe(tmp_path / "f.yaml", BASE), "is a file")):
+        line = f"task.data_dir: {where} {message}; set it to a folder of data sets"
+        code, _, err = cli("validate", recipe, f"task.data_dir={where}")
+        assert code == 2 and line in err and err.count("\n") == 1, err
+        code, _, err = cli("run", recipe, f"task.data_dir={where}", "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and line in err and err.count("\n") == 1, err
+        with pytest.raises(UserError, match=re.escape(line)):
+            toolkit.validate(recipe, {"task.data_dir": str(where)})
+    assert not (tmp_path / "runs").exists()

@@ -387,6 +387,12 @@ def check_data(recipe: Recipe) -> None:
     A Hub data set id the task names (`task.dataset`) is not a path here (`hub_name_here`) nor
     one of datasets' builders (`builder_named`)."""
     check_environment()
+    data_dir = getattr(recipe.task, "data_dir", None)
+    if data_dir and not tasks.data_root(data_dir).is_dir():  # the recipe's $TOOLKIT_DATA, checked as that is
+        path = tasks.data_root(data_dir)
+        raise UserError(f"task.data_dir: {path} " + ("is a file" if path.exists() else "does not exist") +
+                        "; set it to a folder of data sets (it stands for $TOOLKIT_DATA in the task's paths), "
+                        "or remove it")
     hub_id = getattr(recipe.task, "dataset", None)
     if isinstance(hub_id, str) and (builder_named("task.dataset", hub_id) or hub_name_here("task.dataset", hub_id)):
         raise UserError(builder_named("task.dataset", hub_id) or hub_name_here("task.dataset", hub_id))
