@@ -320,3 +320,30 @@ def test_an_argparse_refusal_under_a_launch_is_said_once(cli, monkeypatch: pytes
     monkeypatch.setenv("RANK", rank)
     code, out, err = cli("run", ROOT / "recipes/demo/sst2/minilm-lora.yaml", "--bogus")
     assert code == 2 and out == "" and len(err.splitlines()) == (rank == "0"), err
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["run", "{r}", "--runs-dir", "train.lr=1e-4", "--smoke"], "--runs-dir"),
+    (["sweep", "{r}", "--runs-dir", "method.r=4,8", "--dry-run"], "--runs-dir"),
+    (["eval", "task.max_eval_samples=10"], "run"),
+    (["predict", "{r}", "--output", "task.max_length=64"], "--output"),
+    (["export", "{r}", "name=x"], "out"),
+    (["report", "{r}", "--out", "train.seed=1"], "--out"),
+], ids=["run", "sweep", "eval", "predict", "export", "report"])
+def test_a_recipe_setting_where_a_path_goes_is_a_missing_value(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                               argv: list, option: str) -> None:
+    """`toolkit run R --runs-dir $RUNS train.lr=1e-4` with RUNS unset ran at the recipe's own lr into
+    a folder named `train.lr=1e-4`, exit 0: a recipe setting (section.key=value) as a path option's
+    value, naming nothing, is one line saying the option's value is missing; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    recipe = str(ROOT / "recipes/demo/sst2/minilm-lora.yaml")
+    words = [recipe if w == "{r}" else w for w in argv]
+    setting = next(w for w in words if "=" in w)
+    code, out, err = cli(*words)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{option}: '{setting}' is a recipe setting (key=value), not a path: {option}'s own value is missing" in err
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / setting).mkdir()  # a folder of that name, there: a path
+    from toolkit.cli import _given
+
+    assert _given(option)(setting) == setting

@@ -315,8 +315,16 @@ def _given(name: str):
     def path(text: str) -> str:
         if not text.strip():
             raise UserError(f"{name}: an empty path; give a file or a folder")
+        if _OVERRIDE.match(text) and not os.path.lexists(user_path(text)):
+            raise UserError(f"{name}: '{text}' is a recipe setting (key=value), not a path: {name}'s own value is "
+                            f"missing (an unset variable?); give {name} a path, the settings after it")
         return str(user_path(text))
     return path
+
+
+# `section.key=value`: a recipe setting. As a path option's value it is what an unset variable left
+# (`--runs-dir $RUNS train.lr=1e-4`): the run went to a folder `train.lr=1e-4` at the default lr, exit 0
+_OVERRIDE = re.compile(rf"^(?:(?:{'|'.join(('model', 'task', 'method', 'train'))})\.[^=/]+|name|smoke)=")
 
 
 def parser() -> argparse.ArgumentParser:
