@@ -1001,3 +1001,32 @@ def test_task_data_dir_is_a_user_path_and_a_folder(tmp_path: Path, cli, monkeypa
         with pytest.raises(UserError, match=re.escape(line)):
             toolkit.validate(recipe, {"task.data_dir": str(where)})
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_value_that_means_null_is_null_in_the_run_id(tmp_path: Path, runs_dir: Path) -> None:
+    """`train.max_grad_norm: 0` turns clipping off as `null` does (docs/recipes.md), yet the two
+    spellings were two run ids of one run (a sweep over `0,null` trained it twice). A field's
+    declared `none_alias` is stored as null: one recipe hash, from a file, an override, the Python
+    API and a sweep; every field that declares one is walked."""
+    import dataclasses
+
+    import toolkit.api as api
+    from toolkit import runs, sweeps
+    from toolkit.schema import NONE_ALIAS
+
+    aliased = [(where, f.name, f.metadata[NONE_ALIAS]) for where, cls in _settings_classes()
+               for f in dataclasses.fields(cls) if NONE_ALIAS in f.metadata]
+    assert ("train", "max_grad_norm", 0.0) in aliased
+    demo = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    for where, name, alias in aliased:
+        if where not in ("model", "train"):
+            continue  # a plug-in's own field: built by the same build_dataclass
+        key = f"{where}.{name}"
+        written = write_recipe(tmp_path / f"{name}.yaml", f"extends: {demo}\n{where}: {{{name}: {alias}}}\n")
+        loaded = [recipes.load(path, overrides) for path, overrides in
+                  [(demo, [f"{key}=null"]), (demo, [f"{key}={alias}"]), (demo, [f"{key}={int(alias)}"]),
+                   (written, []), (demo, api.override_list({key: alias}))]]
+        assert {runs.run_id(r) for r in loaded} == {runs.run_id(loaded[0])}
+        assert all(getattr(getattr(r, where), name) is None for r in loaded)
+        with pytest.raises(UserError, match="are the same run"):
+            sweeps.plan([demo], [f"{key}={alias},null"], None, runs_dir, False)

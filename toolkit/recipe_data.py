@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from toolkit.errors import UserError, user_path
-from toolkit.schema import DECIMAL, unhashed
+from toolkit.schema import DECIMAL, NONE_ALIAS, unhashed
 
 
 def _min(v: float) -> dict:
@@ -55,7 +55,7 @@ class TrainConfig:
     weight_decay: float = field(default=0.0, metadata=_min(0.0))
     warmup_ratio: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})
     warmup_steps: int = field(default=0, metadata=_min(0))
-    max_grad_norm: float | None = field(default=1.0, metadata=_min(0.0))
+    max_grad_norm: float | None = field(default=1.0, metadata={"min": 0.0, NONE_ALIAS: 0.0})  # 0: off, as null
     seed: int = field(default=42, metadata={"min": 0, "max": 2**32 - 1})
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
     # bf16 only: autocast over fp32 weights, or bf16 weights with fp32 masters in the optimizer

@@ -120,6 +120,11 @@ def _once_each(items: list, where: str) -> None:
         seen.append(item)
 
 
+# field metadata: a value that means what null means (`max_grad_norm: 0`, clipping off, as null):
+# stored as null, so the two spellings of one setting are one recipe hash (they were two run ids)
+NONE_ALIAS = "none_alias"
+
+
 def build_dataclass(cls: type, raw: Any, where: str) -> Any:
     """Raw mapping -> `cls`, naming the field of any unknown key, wrong type or out-of-range value."""
     if not isinstance(raw, dict):
@@ -146,6 +151,9 @@ def build_dataclass(cls: type, raw: Any, where: str) -> Any:
                 _check_bounds(item, f.metadata, f"{where}.{name}[{i}]")
         else:
             _check_bounds(value, f.metadata, f"{where}.{name}")
+        if NONE_ALIAS in f.metadata and value is not None and not isinstance(value, bool) \
+                and value == f.metadata[NONE_ALIAS]:
+            value = None  # one setting, one value: the recipe hash and recipe.yaml say null
         kwargs[name] = value
     return cls(**kwargs)
 
