@@ -935,7 +935,8 @@ def test_every_setting_is_in_the_run_id_and_its_default_written_is_the_same_run(
     """Walks every field of the schema (model, train, every task, method and attention module, and
     their nested blocks): a recipe that writes a field's default is the recipe that leaves it out
     (one run id), and any other value the schema takes is another run id, unless it is the value
-    the field declares `neutral` (schema.added: the behaviour before the field, hashed as absent)."""
+    the field declares `neutral` (schema.added: the behaviour before the field, hashed as absent);
+    the recipe.yaml a run writes of it reads back as that recipe."""
     import dataclasses
 
     from toolkit.runs import run_id
@@ -968,6 +969,8 @@ def test_every_setting_is_in_the_run_id_and_its_default_written_is_the_same_run(
             continue  # out of bounds, or not this field's kind: the next candidate
         flipped = value
         assert run_id(other, 1) != run_id(base, 1), f"{name}={value!r} is another setting with the same run id"
+        # and the run's recipe.yaml reads back as the same run (`toolkit run RUN/recipe.yaml`)
+        assert recipes.built(recipes.safe_yaml(recipes.dump(other), "recipe.yaml")).hash == other.hash
         break
     assert flipped is not None or name in ("name",), f"no other value of {name} was taken"
 
@@ -1030,3 +1033,4 @@ def test_a_value_that_means_null_is_null_in_the_run_id(tmp_path: Path, runs_dir:
         assert all(getattr(getattr(r, where), name) is None for r in loaded)
         with pytest.raises(UserError, match="are the same run"):
             sweeps.plan([demo], [f"{key}={alias},null"], None, runs_dir, False)
+
