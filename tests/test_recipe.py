@@ -1034,3 +1034,25 @@ def test_a_value_that_means_null_is_null_in_the_run_id(tmp_path: Path, runs_dir:
         with pytest.raises(UserError, match="are the same run"):
             sweeps.plan([demo], [f"{key}={alias},null"], None, runs_dir, False)
 
+
+
+@pytest.mark.parametrize("section, name, mapping", [("method", "full", {"name": "full"}),
+                                                    ("method", "dora", {"name": "dora"}),
+                                                    ("task", "squad", {"name": "squad"})])
+def test_a_bare_plugin_name_is_its_mapping_everywhere(tmp_path: Path, runs_dir: Path, section: str, name: str,
+                                                      mapping: dict) -> None:
+    """`method=full` over a LoRA recipe was 'method: expected a mapping with a name' while
+    `method={name: full}` ran, and `method=lora` (the plug-in already there) ran too: a bare name
+    is its mapping, for every plug-in section, from a file, an override, the Python API and a sweep."""
+    import toolkit.api as api
+    from toolkit import runs, sweeps
+
+    demo = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    as_mapping = recipes.load(demo, [f"{section}={json.dumps(mapping)}"])
+    written = write_recipe(tmp_path / "r.yaml", f"extends: {demo}\n{section}: {name}\n")
+    spelled = [recipes.load(demo, [f"{section}={name}"]), recipes.load(demo, api.override_list({section: name})),
+               recipes.load(written)]
+    assert {runs.run_id(r) for r in spelled} == {runs.run_id(as_mapping)}
+    assert getattr(as_mapping, section).name == name
+    with pytest.raises(UserError, match="are the same run"):
+        sweeps.plan([demo], [f"{section}={name},{json.dumps(mapping)}"], None, runs_dir, False)

@@ -159,7 +159,12 @@ def build_dataclass(cls: type, raw: Any, where: str) -> Any:
 
 
 def build_plugin(registry: Any, raw: Any, where: str) -> Any:
-    """A `{name: ..., settings...}` section -> the registered settings dataclass of that name."""
+    """A `{name: ..., settings...}` section -> the registered settings dataclass of that name. A
+    bare name is its mapping, as for `model.attention`: `method=full` over a LoRA recipe (a section
+    naming another plug-in starts afresh) was 'expected a mapping with a name', where `method=lora`
+    over it, merged into the section it names, ran."""
+    if isinstance(raw, str):
+        raw = {"name": raw}
     if not isinstance(raw, dict):
         raise UserError(f"{where}: expected a mapping with a name, got {type(raw).__name__} {raw!r}")
     raw = dict(raw)
