@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, write_recipe
-from toolkit.recipe_data import recipe_files
+from toolkit.recipe_data import read_yaml, recipe_files
 
 RECIPE = """model: {checkpoint: bert-base-uncased}
 task: {name: glue, subset: sst2, max_length: 32}
@@ -142,6 +142,28 @@ def test_cp_into_a_missing_folder_is_one_line(tmp_path: Path, cli) -> None:
     code, _, err = cli("cp", "demo/sst2/minilm-lora", tmp_path / "missing" / "x.yaml")
     assert code == 2 and err == f"error: cp: {tmp_path / 'missing'} does not exist; create it first\n"
     assert not (tmp_path / "missing").exists()
+
+
+CHAINED = sorted(str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in (ROOT / "recipes").rglob("*.yaml")
+                 if not p.name.startswith("_") and isinstance(read_yaml(p).get("model", {}).get("checkpoint"), dict))
+
+
+@pytest.mark.parametrize("name", CHAINED)
+def test_a_copied_chained_recipe_stands_alone(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """`toolkit cp` of a recipe chained to another (`model.checkpoint: {run: recipes/...}`) says the
+    copy stands alone; run outside the checkout it said its upstream recipe does not exist. A
+    `recipes/...` reference no folder here holds is the shipped recipe: the copy is the original's
+    run (one recipe hash, one upstream run id), from any working directory."""
+    from toolkit import recipe as recipes
+
+    assert CHAINED, "no shipped recipe is chained"
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("cp", name, tmp_path / "copy.yaml")
+    assert code == 0, err
+    code, out, err = cli("validate", tmp_path / "copy.yaml")
+    assert code == 0 and "1 of 1 recipes valid" in out, err
+    copy, original = recipes.plan(tmp_path / "copy.yaml"), recipes.plan(ROOT / "recipes" / f"{name}.yaml")
+    assert (copy.recipe.hash, copy.recipe.upstream_id) == (original.recipe.hash, original.recipe.upstream_id)
 
 
 @pytest.mark.parametrize("given, said", [("recipes/demo/sst2", "is a folder; give its .yaml files"),
@@ -320,3 +342,30 @@ def test_an_argparse_refusal_under_a_launch_is_said_once(cli, monkeypatch: pytes
     monkeypatch.setenv("RANK", rank)
     code, out, err = cli("run", ROOT / "recipes/demo/sst2/minilm-lora.yaml", "--bogus")
     assert code == 2 and out == "" and len(err.splitlines()) == (rank == "0"), err
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["run", "{r}", "--runs-dir", "train.lr=1e-4", "--smoke"], "--runs-dir"),
+    (["sweep", "{r}", "--runs-dir", "method.r=4,8", "--dry-run"], "--runs-dir"),
+    (["eval", "task.max_eval_samples=10"], "run"),
+    (["predict", "{r}", "--output", "task.max_length=64"], "--output"),
+    (["export", "{r}", "name=x"], "out"),
+    (["report", "{r}", "--out", "train.seed=1"], "--out"),
+], ids=["run", "sweep", "eval", "predict", "export", "report"])
+def test_a_recipe_setting_where_a_path_goes_is_a_missing_value(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                               argv: list, option: str) -> None:
+    """`toolkit run R --runs-dir $RUNS train.lr=1e-4` with RUNS unset ran at the recipe's own lr into
+    a folder named `train.lr=1e-4`, exit 0: a recipe setting (section.key=value) as a path option's
+    value, naming nothing, is one line saying the option's value is missing; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    recipe = str(ROOT / "recipes/demo/sst2/minilm-lora.yaml")
+    words = [recipe if w == "{r}" else w for w in argv]
+    setting = next(w for w in words if "=" in w)
+    code, out, err = cli(*words)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{option}: '{setting}' is a recipe setting (key=value), not a path: {option}'s own value is missing" in err
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / setting).mkdir()  # a folder of that name, there: a path
+    from toolkit.cli import _given
+
+    assert _given(option)(setting) == setting

@@ -734,3 +734,330 @@ def test_a_base_two_listed_bases_share_lies_under_both(tmp_path: Path, cli, entr
     else:  # x2 scales the recipe's own value: _b's 8
         code, out, err = cli("sweep", leaf, "method.r=x1,x2", "--dry-run", "--runs-dir", tmp_path / "runs")
         assert code == 0 and "method.r=16" in out and "method.r=8" in out, err
+
+
+# --- a float field: one number per value, or one line -------------------------------------------
+def _settings_classes() -> list[tuple[str, type]]:
+    """(where, settings class) of the model and train sections, every task, method and attention
+    module, and the settings blocks nested in them (a task's `generation`)."""
+    import dataclasses
+    import typing
+
+    from toolkit.attention import ATTENTION
+    from toolkit.methods import METHODS
+    from toolkit.recipe_data import ModelConfig, TrainConfig
+    from toolkit.tasks import TASKS
+
+    out = [("model", ModelConfig), ("train", TrainConfig), *((f"method.{n}", METHODS.get(n)) for n in METHODS.names()),
+           *((f"task.{n}", TASKS.get(n)) for n in TASKS.names()),
+           *((f"model.attention.{n}", ATTENTION.get(n)) for n in ATTENTION.names())]
+    for where, cls in list(out):
+        hints = typing.get_type_hints(cls)
+        out += [(f"{where}.{f.name}", hints[f.name]) for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])]
+    return out
+
+
+def _float_fields() -> list[tuple[str, type, str]]:
+    import dataclasses
+    import typing
+
+    return [(f"{where}.{f.name}", cls, f.name) for where, cls in _settings_classes() for f in dataclasses.fields(cls)
+            if float in (typing.get_type_hints(cls)[f.name], *typing.get_args(typing.get_type_hints(cls)[f.name]))]
+
+
+def _build(cls: type, name: str, value: object):
+    """Field `name` of `cls` built from `value`, its required fields given (a string or a choice)."""
+    import dataclasses
+    import typing
+
+    from toolkit.schema import build_dataclass
+
+    hints, required = typing.get_type_hints(cls), {}
+    for f in dataclasses.fields(cls):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            choices = typing.get_args(hints[f.name]) if typing.get_origin(hints[f.name]) is typing.Literal else ("x",)
+            required[f.name] = choices[0]
+    return getattr(build_dataclass(cls, {**required, name: value}, "s"), name)
+
+
+@pytest.mark.parametrize("where, cls, name", _float_fields(), ids=[w for w, *_ in _float_fields()])
+def test_every_float_field_reads_one_number_per_value_or_one_line(where: str, cls: type, name: str) -> None:
+    """A float field read Python's float() of any string (`lr: 1_000` ran with 1000.0, `" 3 "` with
+    3.0, where YAML 1.2 and every int field refuse `1_000`), an integer past a float's range as an
+    OverflowError traceback, and kept -0.0 apart from 0.0: `weight_decay: -0.0` was another run id
+    of the same run. Now a decimal number (quoted too) is its float, -0.0 is 0.0, anything else
+    is one line naming the field."""
+    import dataclasses
+    import math
+
+    metadata = next(f for f in dataclasses.fields(cls) if f.name == name).metadata
+    with pytest.raises(UserError, match=rf"^s.{name}: an integer of 401 digits is not a finite number"):
+        _build(cls, name, 10 ** 400)
+    for text in ("1_000", " 3 ", "\u0661", "0x10", "1e"):
+        with pytest.raises(UserError, match=rf"^s.{name}: expected float, got str {re.escape(repr(text))}$"):
+            _build(cls, name, text)
+    for text in ("inf", "-Infinity", "nan"):
+        with pytest.raises(UserError, match=rf"^s.{name}: -?(inf|nan) is not a finite number$"):
+            _build(cls, name, text)
+    try:
+        zero = _build(cls, name, -0.0)
+    except UserError as exc:  # a field whose minimum is above 0
+        assert "below the minimum" in str(exc), exc
+    else:
+        from toolkit.schema import NONE_ALIAS
+
+        if metadata.get(NONE_ALIAS) == 0:  # 0 means null there (max_grad_norm: clipping off)
+            assert zero is None and _build(cls, name, "-0.0") is None
+        else:
+            assert zero == 0 and math.copysign(1, zero) == 1, zero
+            assert _build(cls, name, "-0.0") == 0 and math.copysign(1, _build(cls, name, "-0.0")) == 1
+    lo = metadata.get("min")
+    number = 0.5 if lo is None or lo <= 0.5 else float(lo)  # within the field's bounds
+    assert _build(cls, name, number) == number
+    for text in (repr(number), f"{number:E}", f"+{number:e}", f"{number * 10:g}e-1"):
+        assert _build(cls, name, text) == number, text
+
+
+def test_a_number_spelled_otherwise_is_the_same_run_at_every_entry_point(tmp_path: Path, cli, runs_dir: Path) -> None:
+    """-0.0 and 0 (a file, an override, the Python API's mapping) are one run id, and a sweep over
+    both is refused as one run done twice (it trained it twice); a digit-grouped or huge number is
+    one line at validate, exit 2."""
+    import toolkit.api as api
+    from toolkit import runs, sweeps
+
+    demo = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    written = write_recipe(tmp_path / "r.yaml", f"extends: {demo}\ntrain: {{weight_decay: -0.0}}\n")
+    ids = {runs.run_id(recipes.load(path, overrides)) for path, overrides in
+           [(demo, ["train.weight_decay=0"]), (demo, ["train.weight_decay=-0.0"]), (written, []),
+            (demo, api.override_list({"train.weight_decay": -0.0})), (demo, ['train.weight_decay="-0"'])]}
+    assert len(ids) == 1, ids
+    with pytest.raises(UserError, match="are the same run"):
+        sweeps.plan([demo], ["train.weight_decay=0,-0.0"], None, runs_dir, False)
+    for override, message in (("train.lr=1_000", "train.lr: expected float, got str '1_000'"),
+                              ("train.lr=1" + "0" * 400, "train.lr: an integer of 401 digits is not a finite number")):
+        code, _, err = cli("validate", demo, override)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    # a word past a file name's 255 bytes beside recipes is an override (it was 'file name too long')
+    long = "train.lr=0.0001" + "0" * 300  # as many values as fill 255 bytes: one here
+    for command, said in ((("validate", demo, long), "1 of 1 recipes valid"),
+                          (("sweep", demo, long, "--dry-run", "--smoke", "--runs-dir", runs_dir), "(dry run: nothing was started)")):
+        code, out, err = cli(*command)
+        assert code == 0 and said in out, (command, out, err)
+    with pytest.raises(UserError, match="an integer of 401 digits"):
+        toolkit.validate(demo, {"train.lr": 10 ** 400})
+    with pytest.raises(UserError, match="no number there"):  # a sweep scales what the schema reads as a number
+        sweeps.resolve(sweeps.Point(write_recipe(tmp_path / "g.yaml", f"extends: {demo}\ntrain: {{lr: '1_0'}}\n"),
+                                    ["train.lr=x2"]))
+
+
+def test_smoke_caps_a_quoted_warmup_ratio_as_its_number(tmp_path: Path) -> None:
+    """--smoke caps a warm-up ratio that would fill its few steps; `warmup_ratio: "0.9"` (a quoted
+    number, 0.9 to the schema) was left as written and refused the smoke run that 0.9 ran."""
+    demo = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    spelled = [recipes.load(demo, [override], smoke=True) for override in
+               ("train.warmup_ratio=0.9", 'train.warmup_ratio="0.9"', "train.warmup_ratio='9e-1'")]
+    assert {r.hash for r in spelled} == {spelled[0].hash} and spelled[0].train.warmup_ratio < 0.9
+
+
+# --- run identity, walked over the schema ---------------------------------------------------------
+def _flips(cls: type, name: str, default: object) -> list[object]:
+    """Values for field `name` of `cls` other than `default`, of its type (the first in bounds is used)."""
+    import dataclasses
+    import typing
+
+    tp = typing.get_type_hints(cls)[name]
+    options = [a for a in (typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType)
+                           else (tp,)) if a is not type(None)]
+    out: list = []
+    for option in options:
+        origin = typing.get_origin(option)
+        if origin is typing.Literal:
+            out += [c for c in typing.get_args(option) if c != default]
+        elif option is bool:
+            out.append(not default if isinstance(default, bool) else True)
+        elif option is int:
+            base = default if isinstance(default, int) and not isinstance(default, bool) else 8
+            out += [base + 1, base * 2, base - 1, 1, 0]
+        elif option is float:
+            base = default if isinstance(default, float) else 0.5
+            out += [base / 2 if base else 0.5, base + 0.25, 0.5, 0.75, 1.5, 2.0]
+        elif option is str:
+            out += ["x", "other"]
+        elif origin is list:
+            (inner,) = typing.get_args(option)
+            item = typing.get_args(inner)[0] if typing.get_origin(inner) is typing.Literal else 32 if inner is int else "x"
+            out += [[item], ["a", "b"]]
+        elif origin is dict:
+            out.append({"run": "other.yaml"})
+        elif dataclasses.is_dataclass(option):
+            continue  # walked field by field (its own class)
+    return [v for v in out if v != default or type(v) is not type(default)]
+
+
+def _hash_walk() -> list[tuple[str, str, str, str]]:
+    """(section, plug-in, nested block or '', field) of every setting a recipe holds."""
+    import dataclasses
+    import typing
+
+    from toolkit.attention import ATTENTION
+    from toolkit.methods import METHODS
+    from toolkit.recipe_data import ModelConfig, TrainConfig
+    from toolkit.tasks import TASKS
+
+    rows = [("model", "", "", f.name) for f in dataclasses.fields(ModelConfig) if f.name != "attention"]
+    rows += [("train", "", "", f.name) for f in dataclasses.fields(TrainConfig)]
+    for section, registry in (("task", TASKS), ("method", METHODS), ("attention", ATTENTION)):
+        for plugin in registry.names():
+            cls = registry.get(plugin)
+            hints = typing.get_type_hints(cls)
+            for f in dataclasses.fields(cls):
+                if dataclasses.is_dataclass(hints[f.name]):
+                    rows += [(section, plugin, f.name, g.name) for g in dataclasses.fields(hints[f.name])]
+                else:
+                    rows.append((section, plugin, "", f.name))
+    return rows
+
+
+def _walk_recipe(section: str, plugin: str, value: dict) -> object:
+    """The recipe whose `section` (with plug-in `plugin`) holds `value`, the others fixed, built
+    as a run's hash is (recipe.built: each field checked, no model read)."""
+    raw = {"model": {"checkpoint": "bert-base-uncased"}, "task": {"name": "glue", "subset": "sst2"},
+           "method": {"name": "full"}, "train": {}}
+    required = {"glue": {"subset": "sst2"}, "text_classification": {}, "ner": {}}
+    if section in ("model", "train"):
+        raw[section] = {**raw[section], **value}
+    elif section == "attention":
+        raw["model"]["attention"] = {"name": plugin, **value}
+    else:
+        raw[section] = {"name": plugin, **(required.get(plugin, {}) if section == "task" else {}), **value}
+    return recipes.built(raw)
+
+
+@pytest.mark.parametrize("section, plugin, block, name", _hash_walk(),
+                         ids=[".".join(p for p in row if p) for row in _hash_walk()])
+def test_every_setting_is_in_the_run_id_and_its_default_written_is_the_same_run(section: str, plugin: str,
+                                                                              block: str, name: str) -> None:
+    """Walks every field of the schema (model, train, every task, method and attention module, and
+    their nested blocks): a recipe that writes a field's default is the recipe that leaves it out
+    (one run id), and any other value the schema takes is another run id, unless it is the value
+    the field declares `neutral` (schema.added: the behaviour before the field, hashed as absent);
+    the recipe.yaml a run writes of it reads back as that recipe."""
+    import dataclasses
+
+    from toolkit.runs import run_id
+    from toolkit.schema import NEUTRAL
+
+    def nest(value: object) -> dict:
+        return {block: {name: value}} if block else {name: value}
+
+    try:
+        base = _walk_recipe(section, plugin, {})
+    except UserError as exc:  # a plug-in with required settings of its own: given below
+        pytest.skip(f"needs settings: {exc}")
+    owner = getattr(base, "model" if section == "attention" else section)
+    owner = owner.attention if section == "attention" else owner
+    owner = getattr(owner, block) if block else owner
+    f = next(f for f in dataclasses.fields(owner) if f.name == name)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        default = getattr(owner, name)  # required: the value the base recipe gives
+    else:
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    as_data = json.loads(json.dumps(default, default=lambda v: dataclasses.asdict(v)))
+    assert run_id(_walk_recipe(section, plugin, nest(as_data)), 1) == run_id(base, 1), "default written"
+    flipped = None
+    for value in _flips(type(owner), name, default):
+        if f.metadata.get(NEUTRAL, object()) == value:
+            continue
+        try:
+            other = _walk_recipe(section, plugin, nest(value))
+        except UserError:
+            continue  # out of bounds, or not this field's kind: the next candidate
+        flipped = value
+        assert run_id(other, 1) != run_id(base, 1), f"{name}={value!r} is another setting with the same run id"
+        # and the run's recipe.yaml reads back as the same run (`toolkit run RUN/recipe.yaml`)
+        assert recipes.built(recipes.safe_yaml(recipes.dump(other), "recipe.yaml")).hash == other.hash
+        break
+    assert flipped is not None or name in ("name",), f"no other value of {name} was taken"
+
+
+@pytest.mark.parametrize("recipe", ["demo/sst2/minilm-lora", "demo/own-data/minilm-lora"])
+def test_task_data_dir_is_a_user_path_and_a_folder(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                    recipe: str) -> None:
+    """`task.data_dir: $MYDATA` was read as a folder named `$MYDATA` (every other path a user gives
+    expands variables): a GLUE run found no local copy there and loaded the Hub's, exit 0. And a
+    data_dir that is not a folder validated (TOOLKIT_DATA's is refused): one line now, at validate,
+    run and the Python API, before anything is written."""
+    from toolkit.recipe import check_data
+
+    from toolkit.tasks import data_root
+
+    shared = data_root().resolve()  # the data the suite reads (TOOLKIT_DATA)
+    if not (shared / "glue" / "SST-2").is_dir() or not (shared / "glue" / "RTE").is_dir():
+        pytest.skip("no local GLUE copy")
+    monkeypatch.setenv("MYDATA", str(shared))
+    loaded = recipes.load(recipes.find_recipe(recipe), ["task.data_dir=$MYDATA"])
+    check_data(loaded)
+    assert loaded.task.data_files() and all(shared in p.parents for p in map(Path, loaded.task.data_files()))
+    if recipe != "demo/sst2/minilm-lora":
+        return  # own files under a missing data_dir: the file is named as missing (task.check), before
+    for where, message in ((tmp_path / "none", "does not exist"), (write_recipe(tmp_path / "f.yaml", BASE), "is a file")):
+        line = f"task.data_dir: {where} {message}; set it to a folder of data sets"
+        code, _, err = cli("validate", recipe, f"task.data_dir={where}")
+        assert code == 2 and line in err and err.count("\n") == 1, err
+        code, _, err = cli("run", recipe, f"task.data_dir={where}", "--smoke", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and line in err and err.count("\n") == 1, err
+        with pytest.raises(UserError, match=re.escape(line)):
+            toolkit.validate(recipe, {"task.data_dir": str(where)})
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_value_that_means_null_is_null_in_the_run_id(tmp_path: Path, runs_dir: Path) -> None:
+    """`train.max_grad_norm: 0` turns clipping off as `null` does (docs/recipes.md), yet the two
+    spellings were two run ids of one run (a sweep over `0,null` trained it twice). A field's
+    declared `none_alias` is stored as null: one recipe hash, from a file, an override, the Python
+    API and a sweep; every field that declares one is walked."""
+    import dataclasses
+
+    import toolkit.api as api
+    from toolkit import runs, sweeps
+    from toolkit.schema import NONE_ALIAS
+
+    aliased = [(where, f.name, f.metadata[NONE_ALIAS]) for where, cls in _settings_classes()
+               for f in dataclasses.fields(cls) if NONE_ALIAS in f.metadata]
+    assert ("train", "max_grad_norm", 0.0) in aliased
+    demo = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    for where, name, alias in aliased:
+        if where not in ("model", "train"):
+            continue  # a plug-in's own field: built by the same build_dataclass
+        key = f"{where}.{name}"
+        written = write_recipe(tmp_path / f"{name}.yaml", f"extends: {demo}\n{where}: {{{name}: {alias}}}\n")
+        loaded = [recipes.load(path, overrides) for path, overrides in
+                  [(demo, [f"{key}=null"]), (demo, [f"{key}={alias}"]), (demo, [f"{key}={int(alias)}"]),
+                   (written, []), (demo, api.override_list({key: alias}))]]
+        assert {runs.run_id(r) for r in loaded} == {runs.run_id(loaded[0])}
+        assert all(getattr(getattr(r, where), name) is None for r in loaded)
+        with pytest.raises(UserError, match="are the same run"):
+            sweeps.plan([demo], [f"{key}={alias},null"], None, runs_dir, False)
+
+
+
+@pytest.mark.parametrize("section, name, mapping", [("method", "full", {"name": "full"}),
+                                                    ("method", "dora", {"name": "dora"}),
+                                                    ("task", "squad", {"name": "squad"})])
+def test_a_bare_plugin_name_is_its_mapping_everywhere(tmp_path: Path, runs_dir: Path, section: str, name: str,
+                                                      mapping: dict) -> None:
+    """`method=full` over a LoRA recipe was 'method: expected a mapping with a name' while
+    `method={name: full}` ran, and `method=lora` (the plug-in already there) ran too: a bare name
+    is its mapping, for every plug-in section, from a file, an override, the Python API and a sweep."""
+    import toolkit.api as api
+    from toolkit import runs, sweeps
+
+    demo = ROOT / "recipes/demo/sst2/minilm-lora.yaml"
+    as_mapping = recipes.load(demo, [f"{section}={json.dumps(mapping)}"])
+    written = write_recipe(tmp_path / "r.yaml", f"extends: {demo}\n{section}: {name}\n")
+    spelled = [recipes.load(demo, [f"{section}={name}"]), recipes.load(demo, api.override_list({section: name})),
+               recipes.load(written)]
+    assert {runs.run_id(r) for r in spelled} == {runs.run_id(as_mapping)}
+    assert getattr(as_mapping, section).name == name
+    with pytest.raises(UserError, match="are the same run"):
+        sweeps.plan([demo], [f"{section}={name},{json.dumps(mapping)}"], None, runs_dir, False)

@@ -18,19 +18,29 @@ from pathlib import Path
 
 from toolkit import attention, runs
 from toolkit.errors import UserError, user_path
-from toolkit.recipe_data import Recipe, RunPlan
+from toolkit.recipe_data import Recipe, RunPlan, recipes_root
 
 KEYS = ("run", "overrides")
 
 
 def recipe_file(run: str, origin: Path | None) -> Path:
-    """`run` as given (from the working directory), else from the folder holding `recipes/`."""
+    """`run` as given (from the working directory), else from the folder holding `recipes/`, else,
+    for `recipes/...`, the shipped recipe of that path (recipe_data.recipes_root): `toolkit cp` of a
+    chained recipe keeps its `run: recipes/pretrain/...`, and the copy ("it stands alone"), run
+    outside the checkout, said its upstream recipe does not exist."""
     path = user_path(run)
     if path.is_file() or path.is_absolute() or origin is None:
         return path
     for parent in origin.resolve().parents:
         if parent.name == "recipes" and (parent.parent / path).is_file():
             return parent.parent / path
+    if path.parts[:1] == ("recipes",) and len(path.parts) > 1:
+        try:
+            shipped = recipes_root() / Path(*path.parts[1:])
+        except UserError:  # no recipes shipped with the package
+            return path
+        if shipped.is_file():
+            return shipped
     return path
 
 

@@ -34,8 +34,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 def is_override(word: str) -> bool:
     """`key=value` beside recipes (sweep, validate) is an override or axis; a recipe file whose path
     holds '=' (`runs/lr=1e-4/r.yaml`) is a recipe: it was taken for an override, so `sweep` said
-    "no recipe given" and `validate` checked every shipped recipe against a section 'runs/lr'."""
-    return "=" in word and not Path(word).expanduser().is_file()
+    "no recipe given" and `validate` checked every shipped recipe against a section 'runs/lr'.
+    A word no file can be named by (a name part past the file system's 255 bytes: an axis of many
+    values, a long `task.labels=[...]`) is an override: it was refused as 'file name too long'."""
+    if "=" not in word:
+        return False
+    try:
+        return not Path(word).expanduser().is_file()
+    except OSError:  # ENAMETOOLONG: no file has this name
+        return True
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -308,8 +315,16 @@ def _given(name: str):
     def path(text: str) -> str:
         if not text.strip():
             raise UserError(f"{name}: an empty path; give a file or a folder")
+        if _OVERRIDE.match(text) and not os.path.lexists(user_path(text)):
+            raise UserError(f"{name}: '{text}' is a recipe setting (key=value), not a path: {name}'s own value is "
+                            f"missing (an unset variable?); give {name} a path, the settings after it")
         return str(user_path(text))
     return path
+
+
+# `section.key=value`: a recipe setting. As a path option's value it is what an unset variable left
+# (`--runs-dir $RUNS train.lr=1e-4`): the run went to a folder `train.lr=1e-4` at the default lr, exit 0
+_OVERRIDE = re.compile(rf"^(?:(?:{'|'.join(('model', 'task', 'method', 'train'))})\.[^=/]+|name|smoke)=")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -387,6 +387,12 @@ def check_data(recipe: Recipe) -> None:
     A Hub data set id the task names (`task.dataset`) is not a path here (`hub_name_here`) nor
     one of datasets' builders (`builder_named`)."""
     check_environment()
+    data_dir = getattr(recipe.task, "data_dir", None)
+    if data_dir and not tasks.data_root(data_dir).is_dir():  # the recipe's $TOOLKIT_DATA, checked as that is
+        path = tasks.data_root(data_dir)
+        raise UserError(f"task.data_dir: {path} " + ("is a file" if path.exists() else "does not exist") +
+                        "; set it to a folder of data sets (it stands for $TOOLKIT_DATA in the task's paths), "
+                        "or remove it")
     hub_id = getattr(recipe.task, "dataset", None)
     if isinstance(hub_id, str) and (builder_named("task.dataset", hub_id) or hub_name_here("task.dataset", hub_id)):
         raise UserError(builder_named("task.dataset", hub_id) or hub_name_here("task.dataset", hub_id))
@@ -430,7 +436,7 @@ def plan(path: str | Path, overrides: list[str] | None = None, smoke: bool = Fal
     # `smoke: true` (in the file or `smoke=true`) is --smoke: it swapped in the small random model
     # but kept the full data and steps. Sizing is idempotent: a smoke run's recipe.yaml is the same run
     if smoke or written.recipe.smoke:
-        small = settled(parse_plan(smoke_sized(raw, written.recipe.task), name=written.recipe.name, smoke=True,
+        small = settled(parse_plan(smoke_sized(raw, written.recipe.task, written.recipe.train), name=written.recipe.name, smoke=True,
                                    origin=path, seen=seen))
         small.written_max_length = written.recipe.task.max_length
         return small

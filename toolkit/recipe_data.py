@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from toolkit.errors import UserError, user_path
-from toolkit.schema import unhashed
+from toolkit.schema import DECIMAL, NONE_ALIAS, unhashed
 
 
 def _min(v: float) -> dict:
@@ -55,7 +55,7 @@ class TrainConfig:
     weight_decay: float = field(default=0.0, metadata=_min(0.0))
     warmup_ratio: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})
     warmup_steps: int = field(default=0, metadata=_min(0))
-    max_grad_norm: float | None = field(default=1.0, metadata=_min(0.0))
+    max_grad_norm: float | None = field(default=1.0, metadata={"min": 0.0, NONE_ALIAS: 0.0})  # 0: off, as null
     seed: int = field(default=42, metadata={"min": 0, "max": 2**32 - 1})
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
     # bf16 only: autocast over fp32 weights, or bf16 weights with fp32 masters in the optimizer
@@ -309,8 +309,7 @@ CORE_SCALARS = [
     ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     (_BOOL, r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
     (_INT, r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", list("-+0123456789")),
-    (_FLOAT, r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
-             r"|\.(?:nan|NaN|NAN))$", list("-+0123456789.")),
+    (_FLOAT, rf"^(?:{DECIMAL}|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", list("-+0123456789.")),
 ]
 StrictLoader.yaml_implicit_resolvers = {  # `<<` merge keys stay: anchors and merges are YAML
     first: [(tag, regexp) for tag, regexp in resolvers if tag == "tag:yaml.org,2002:merge"]
@@ -551,8 +550,11 @@ SMOKE_LENGTHS = {"max_length": 128, "max_target_length": 32, "doc_stride": 32, "
 SMOKE_NEW_TOKENS = 16  # task.generation.max_new_tokens
 
 
-def smoke_sized(raw: dict, task: Any = None) -> dict:
-    """`raw` shrunk for --smoke; `task` (the recipe's task as written) says which lengths it has."""
+def smoke_sized(raw: dict, task: Any = None, train: TrainConfig | None = None) -> dict:
+    """`raw` shrunk for --smoke; `task` (the recipe's task as written) says which lengths it has,
+    `train` (its train section as built) the warm-up as the schema read it: a quoted
+    `warmup_ratio: "0.9"` is 0.9, yet the raw string was not capped (0.9 was), so the same ratio
+    refused the smoke run that its number's spelling ran."""
     raw = json.loads(json.dumps(raw))
     for (section, key), cap in SMOKE_CAPS.items():
         node = raw.setdefault(section, {})
@@ -563,6 +565,8 @@ def smoke_sized(raw: dict, task: Any = None) -> dict:
     if isinstance(warmup, int) and not isinstance(warmup, bool):  # a warm-up that ends within the few steps
         raw["train"]["warmup_steps"] = min(warmup, raw["train"]["max_steps"] - 1)
     ratio = raw["train"].get("warmup_ratio") if isinstance(raw["train"], dict) else None
+    if train is not None and ratio is not None:
+        ratio = train.warmup_ratio
     if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio > 0:  # ...as a ratio too
         raw["train"]["warmup_ratio"] = min(ratio, largest_warmup_ratio(raw["train"]["max_steps"]))
     node = raw.get("task")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from typing import Any, Literal
@@ -52,13 +53,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise UserError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
         return value
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str):  # a quoted number ("3e-4"), or a YAML 1.1 reader's string
-        try:
-            return float(value)
-        except ValueError:
-            pass
+    if tp is float and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        number = _as_float(value, where)
+        if number is not None:
+            return number
     if tp is Any:
         return value
     if dataclasses.is_dataclass(tp):  # a nested settings block (a task's `generation:`)
@@ -66,6 +64,34 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
         raise UserError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
     return value
+
+
+# A number as YAML 1.2 spells one in decimal (`3`, `-.5`, `1e-4`, `5.0E-4`): what a quoted number
+# ("3e-4") or a YAML 1.1 reader's string may hold for a float field. Python's float() reads more
+# (`1_000`, ` 3 `, `١`), which YAML 1.2 and an int field refuse: `train.lr: 1_000` ran with 1000.0
+# where `train.batch_size: 1_000` was refused.
+DECIMAL = r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+_DECIMAL = re.compile(DECIMAL)
+_NOT_FINITE = re.compile(r"[-+]?(?:inf|infinity|nan)", re.IGNORECASE)  # said as such by _check_bounds
+
+
+def _as_float(value: int | float | str, where: str) -> float | None:
+    """The float a float field holds for `value`, one value for one number: an int of any size
+    (10**400 was an OverflowError traceback), a string spelling a decimal number, and -0.0 as 0.0
+    (a float field's -0.0 is the run of 0.0, yet hashed apart: `train.lr=-0.0` or `weight_decay:
+    -0.0` was another run id of the same run, and a sweep over `0,-0.0` trained it twice). None:
+    a string that is no number (said by the caller as the wrong type)."""
+    if isinstance(value, str):
+        if not (_DECIMAL.fullmatch(value) or _NOT_FINITE.fullmatch(value)):
+            return None
+        value = float(value)
+    elif isinstance(value, int):
+        try:
+            value = float(value)
+        except OverflowError:
+            raise UserError(f"{where}: an integer of {len(str(value)) if value.bit_length() < 14000 else 'thousands of'} "
+                            "digits is not a finite number (past a float's range)") from None
+    return 0.0 if value == 0 else value
 
 
 def _check_bounds(value: Any, metadata: Any, where: str) -> None:
@@ -94,6 +120,11 @@ def _once_each(items: list, where: str) -> None:
         seen.append(item)
 
 
+# field metadata: a value that means what null means (`max_grad_norm: 0`, clipping off, as null):
+# stored as null, so the two spellings of one setting are one recipe hash (they were two run ids)
+NONE_ALIAS = "none_alias"
+
+
 def build_dataclass(cls: type, raw: Any, where: str) -> Any:
     """Raw mapping -> `cls`, naming the field of any unknown key, wrong type or out-of-range value."""
     if not isinstance(raw, dict):
@@ -120,12 +151,20 @@ def build_dataclass(cls: type, raw: Any, where: str) -> Any:
                 _check_bounds(item, f.metadata, f"{where}.{name}[{i}]")
         else:
             _check_bounds(value, f.metadata, f"{where}.{name}")
+        if NONE_ALIAS in f.metadata and value is not None and not isinstance(value, bool) \
+                and value == f.metadata[NONE_ALIAS]:
+            value = None  # one setting, one value: the recipe hash and recipe.yaml say null
         kwargs[name] = value
     return cls(**kwargs)
 
 
 def build_plugin(registry: Any, raw: Any, where: str) -> Any:
-    """A `{name: ..., settings...}` section -> the registered settings dataclass of that name."""
+    """A `{name: ..., settings...}` section -> the registered settings dataclass of that name. A
+    bare name is its mapping, as for `model.attention`: `method=full` over a LoRA recipe (a section
+    naming another plug-in starts afresh) was 'expected a mapping with a name', where `method=lora`
+    over it, merged into the section it names, ran."""
+    if isinstance(raw, str):
+        raw = {"name": raw}
     if not isinstance(raw, dict):
         raise UserError(f"{where}: expected a mapping with a name, got {type(raw).__name__} {raw!r}")
     raw = dict(raw)

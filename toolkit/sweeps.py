@@ -13,12 +13,14 @@ one learning-rate grid then fits methods whose learning rates differ by orders o
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit import chain, recipe as recipe_module, runs
 from toolkit.recipe_data import layered
 from toolkit.errors import UserError
+from toolkit.schema import DECIMAL
 
 
 @dataclass
@@ -134,11 +136,9 @@ def resolve_scaled(raw: dict, overrides: list[str], where: str) -> list[str]:
 
 
 def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    """A decimal number as a float field reads one from a string (schema.DECIMAL): `x1_0` or a
+    recipe's `lr: "1_000"` is no number there, so no scale of one either."""
+    return re.fullmatch(DECIMAL, text) is not None
 
 
 def resolve(point: Point) -> Point:

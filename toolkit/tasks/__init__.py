@@ -513,9 +513,11 @@ class Task:
 
 
 def data_root(override: str | None = None) -> Path:
-    """$TOOLKIT_DATA, else the shared data folder beside the checkout, else ./data."""
+    """The recipe's `task.data_dir` (read as every user path is: `$VARS` and `~` expanded; `$DATA`
+    was a folder named `$DATA`, so a GLUE run went to the Hub's copy, exit 0), else $TOOLKIT_DATA,
+    else the shared data folder beside the checkout, else ./data."""
     if override:
-        return Path(override).expanduser()
+        return user_path(override)
     if os.environ.get("TOOLKIT_DATA"):
         return Path(os.environ["TOOLKIT_DATA"]).expanduser()
     repo = Path(__file__).resolve().parents[2]
