@@ -1337,6 +1337,21 @@ CLEARED = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "mi
            "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0}
 
 
+def checkpoint_saying(tmp_path: Path, path: str, settings: dict) -> Path:
+    """A copy of checkpoint `path` whose generation_config.json says `settings` over its own."""
+    import shutil
+
+    from transformers import AutoConfig, GenerationConfig
+
+    base = tmp_path / "base"
+    shutil.copytree(path, base)
+    config = GenerationConfig.from_pretrained(base) if (base / "generation_config.json").is_file() else \
+        GenerationConfig.from_model_config(AutoConfig.from_pretrained(base))
+    config.update(**settings)
+    config.save_pretrained(base)
+    return base
+
+
 @pytest.mark.parametrize("family", ["bart", "t5"])
 def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_decodes_as_it_did(
         tmp_path: Path, tiny_checkpoint, cli, family: str) -> None:
@@ -1349,19 +1364,12 @@ def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_dec
     the API's and `toolkit predict` and an export's generation_config.json, each equal to `model.generate` with
     the checkpoint's defaults; a run made before (its recipe.yaml written by an older toolkit:
     the pinned values, no constraint keys) is read as it decoded, and keeps its run id."""
-    import shutil
-
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
     import toolkit
 
-    base = tmp_path / "base"
-    shutil.copytree(tiny_checkpoint(family), base)
-    config = GenerationConfig.from_pretrained(base) if (base / "generation_config.json").is_file() else \
-        GenerationConfig.from_model_config(AutoModelForSeq2SeqLM.from_pretrained(base).config)
-    config.update(**CHECKPOINT_SAYS)
-    config.save_pretrained(base)
+    base = checkpoint_saying(tmp_path, tiny_checkpoint(family), CHECKPOINT_SAYS)
     recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {base}}}\n"
                           "task: {name: summarization, subset: samsum, max_train_samples: 2, max_eval_samples: 2, "
                           "max_length: 48, max_target_length: 12}\nmethod: {name: full}\n"
@@ -1411,3 +1419,29 @@ def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_dec
         assert {k: getattr(saved, k) for k in CLEARED} == {**{k: settings[k] for k in CLEARED}, **greedy}
     assert alone({}) != alone(old)  # the checkpoint's settings change the text here
     assert toolkit.run(recipe, runs_dir=tmp_path / "runs").dir == run  # the same run id, found finished
+
+
+def test_a_beam_setting_under_a_checkpoint_that_searches_greedily_is_one_line(tmp_path: Path, tiny_checkpoint,
+                                                                             cli, capsys) -> None:
+    """With num_beams unset (the checkpoint's), a recipe's length_penalty or early_stopping is read
+    only where the checkpoint's generation_config searches beams: under one that says greedy, the
+    run trained and recorded it as used, exit 0 (validate refuses it where num_beams: 1 is written).
+    Now one line before anything trains (`toolkit run`) or is scored (`toolkit eval` overrides)."""
+    base = checkpoint_saying(tmp_path, tiny_checkpoint("bart"), {"num_beams": 1, "length_penalty": None,
+                                                                 "early_stopping": None})
+    capsys.readouterr()  # the small model's build
+    text = (f"model: {{checkpoint: {base}}}\ntask: {{name: summarization, subset: samsum, max_train_samples: 2, "
+            "max_eval_samples: 2, max_length: 32, max_target_length: 8GEN}\nmethod: {name: full}\n"
+            "train: {max_steps: 1, batch_size: 2, lr: 0.0, eval_every: 0}\n")
+    runs = tmp_path / "runs"
+    code, _, err = cli("run", write_recipe(tmp_path / "beam.yaml", text.replace("GEN", ", generation: {length_penalty: 2.0}")),
+                       "--runs-dir", runs)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "task.generation.length_penalty: " in err and "checkpoint's generation_config says 1" in err, err
+    assert not list(runs.rglob("model"))  # nothing trained
+    code, _, err = cli("run", write_recipe(tmp_path / "r.yaml", text.replace("GEN", "")), "--runs-dir", runs)
+    assert code == 0, err
+    run = only_run(runs)
+    code, _, err = cli("eval", run, "task.generation.early_stopping=true")
+    assert code == 2 and "task.generation.early_stopping: " in err and len(err.strip().splitlines()) == 1, err
+    assert cli("eval", run, "task.generation.early_stopping=true", "task.generation.num_beams=2")[0] == 0

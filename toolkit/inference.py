@@ -279,6 +279,9 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     model, tok = load_model(run, recipe)
     if recipe.method.trains:  # in-context runs cut their prompts at method.max_length (checked there)
         check_positions(recipe, model, tok, recipe.task.max_length)  # an override past the positions
+    problem = recipe.task.model_problem(model) if model is not None else None  # an override the model leaves unread
+    if problem:
+        raise UserError(problem)
     encode = recipe.method.encoder(recipe.task, tok)  # in-context: the raw rows as they are
     setup = Setup(recipe.task, model, tok, data.get("train"), {k: encode(ds) for k, ds in raw.items()},
                   raw, 0, 0, recipe.train.seed, scores_train=split == "train")

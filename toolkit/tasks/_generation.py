@@ -255,13 +255,33 @@ class TextToText(TokenTask):
     # --- family ------------------------------------------------------------------------------
     def ignores(self) -> dict[str, str]:
         if self.generation.num_beams == 1:  # set greedy: transformers' greedy search reads no length penalty
-            return {"task.generation.length_penalty": (
-                "it weighs beam-search hypotheses by their length, and generation.num_beams: 1 is greedy "
-                "search, which reads no length penalty; set num_beams above 1 or leave it unset"),
-                "task.generation.early_stopping": (
-                "it says when beam search stops, and generation.num_beams: 1 is greedy search, which "
-                "reads none; set num_beams above 1 or leave it unset")}
+            return self.ignores_under_greedy("generation.num_beams: 1 is greedy search")
         return {}
+
+    def ignores_under_greedy(self, greedy: str) -> dict[str, str]:
+        """The beam-search settings greedy search never reads, and why (`greedy`: what makes it greedy)."""
+        return {"task.generation.length_penalty": (
+                f"it weighs beam-search hypotheses by their length, and {greedy}, which reads no length "
+                "penalty; set num_beams above 1 or leave it unset"),
+                "task.generation.early_stopping": (
+                f"it says when beam search stops, and {greedy}, which reads none; set num_beams above 1 or "
+                "leave it unset")}
+
+    def model_problem(self, model: Any) -> str | None:
+        """A beam-search setting (length_penalty, early_stopping) set where num_beams is unset and
+        the checkpoint's generation_config says greedy search, which reads neither: the run
+        recorded it as used, exit 0 (`ignores` refuses it at validate where the recipe says
+        num_beams: 1). 1.0, the length penalty runs made before wrote, is no request."""
+        g = self.generation
+        if g.num_beams is not None or in_effect(model, {}, "num_beams") != 1:
+            return None
+        greedy = "generation.num_beams is unset and the checkpoint's generation_config says 1: greedy search"
+        for key, why in self.ignores_under_greedy(greedy).items():
+            name = key.rsplit(".", 1)[1]
+            value = getattr(g, name)
+            if value is not None and not (name == "length_penalty" and value == 1.0):
+                return f"{key}: {why} (it is {value!r})"
+        return None
 
     def model_head(self, family: str | None) -> str:
         """causal-lm for decoders, seq2seq-lm otherwise; remembered so encoding knows the layout
