@@ -599,10 +599,16 @@ def test_a_checkpoints_no_repeat_ngram_size_does_not_reach_a_decoders_prompt(tin
 
 
 @pytest.mark.parametrize("setting, value", [("min_new_tokens", 5), ("min_length", 6)])
-def test_a_checkpoints_length_constraints_do_not_reach_generation(tiny_checkpoint, setting: str, value: int) -> None:
-    """Finding: `generate` starts from the checkpoint's generation_config, so one saved with a
-    minimum length (bart-large-cnn's min_length 56) kept the end of text off every output shorter
-    than that, whatever the recipe's generation settings (exit 0). The model here ends after 22."""
+def test_a_checkpoints_length_constraints_reach_generation_unless_the_recipe_or_an_old_run_says(
+        tiny_checkpoint, setting: str, value: int) -> None:
+    """Finding: the length constraints were cleared whatever the checkpoint's generation_config
+    said (bart-large-cnn's min_length 56), where transformers' Seq2SeqTrainer and pipelines keep
+    them: another output than the reference tools, exit 0, and no recipe field to set one. Now
+    unset is the checkpoint's (as `generate` alone gives it), the recipe's value wins where set,
+    and a run made before (its recipe.yaml without the key) is read cleared, as it decoded.
+    The model here ends after 22."""
+    import dataclasses
+
     import torch
     from transformers import AutoTokenizer
 
@@ -616,13 +622,19 @@ def test_a_checkpoints_length_constraints_do_not_reach_generation(tiny_checkpoin
     plain = dict(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False,
                  pad_token_id=tok.eos_token_id)
     setattr(model.generation_config, setting, value)
-    assert len(model.generate(**plain)[0]) > 6  # transformers keeps the checkpoint's minimum
-    task = Summarization(generation=Generation(max_new_tokens=6))
-    task.model_head("gpt2")
-    task._tokenizer = tok
+    kept = model.generate(**plain)[0, 2:].tolist()
+    assert len(kept) > 4  # transformers keeps the checkpoint's minimum
     tok.pad_token = tok.eos_token
-    out = task.generate(model, {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)})[0].tolist()
-    assert out == [20, 21, 22, tok.eos_token_id]
+    batch = {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)}
+    cleared = [20, 21, 22, tok.eos_token_id]
+    for recipe, made_before, want in ((None, False, kept), (0, False, cleared), (None, True, cleared)):
+        task = Summarization(generation=Generation(max_new_tokens=6, **{setting: recipe}))
+        ran = dataclasses.asdict(task.generation)  # its recipe.yaml's block; made before: without the key
+        task.as_made({"generation": {k: v for k, v in ran.items() if not made_before or k != setting}}, set())
+        task.model_head("gpt2")
+        task._tokenizer = tok
+        assert task.generate(model, batch)[0].tolist() == want, (recipe, ran)
+
 
 @pytest.mark.parametrize("family, beams, penalty", [("bart", 1, 2.0), ("gpt2", 1, 2.0), ("bart", 2, 0.5),
                                                      ("t5", 1, 1.0)])
@@ -1064,7 +1076,7 @@ def test_a_checkpoints_decoding_settings_do_not_reach_generation(tiny_checkpoint
                 setattr(model.generation_config, key, WatermarkingConfig(**value) if key == "watermarking_config" else value)
             out = task.generate(model, batch)
             assert isinstance(out, torch.Tensor) and torch.equal(out, plain) and len(out) == len(ids), (case, beams)
-    saved = task.generation.saved(task.max_target_length)
+    saved = task.generation.saved(model, task.max_target_length)
     pinned = {**UNSET, **ONE_TENSOR, **SAMPLING_ONLY, "num_beams": 2}
     for case, settings in CHECKPOINT_DECODING.items():
         assert {key: saved[key] for key in settings} == {key: pinned[key] for key in settings}, case
@@ -1145,7 +1157,7 @@ def test_generation_ends_at_the_token_every_target_was_trained_to_end_with(tiny_
         assert sorted(seen[0]) == sorted({*ends, end}), saved
         if family == "gpt2":
             assert out[0].tolist()[:3] == [20, 21, end] and set(out[0].tolist()[3:]) <= {tok.pad_token_id}, saved
-    assert task.generation.saved(task.max_target_length)  # the export's settings: see decode_as_run
+    assert task.generation.saved(model, task.max_target_length)  # the export's settings: see decode_as_run
 
 
 @pytest.mark.parametrize("family", ["bart", "t5", "gpt2"])
@@ -1185,7 +1197,7 @@ def test_beam_search_stops_as_the_recipe_says_else_as_the_checkpoints_generation
             used = seen[0].get("early_stopping", model.generation_config.early_stopping)
             wanted = saved if recipe is None else recipe
             assert (used or False) == (wanted or False), (saved, recipe)
-            assert task.metric_info()["generation"].endswith(f"|early_stopping:{wanted or False}")  # recorded
+            assert f"|early_stopping:{wanted or False}|" in task.metric_info()["generation"]  # recorded
             decode_as_run(task, model, tok)  # the export's generation_config.json
             model.generation_config.save_pretrained(tmp_path)
             assert (GenerationConfig.from_pretrained(tmp_path).early_stopping or False) == (wanted or False)
@@ -1313,3 +1325,123 @@ def test_a_run_made_before_early_stopping_existed_is_read_as_it_searched(tmp_pat
     assert old["task"]["generation"]["early_stopping"] is True
     greedy = reports.with_old_defaults({"task": {"generation": {"num_beams": 1}}})
     assert greedy["task"]["generation"]["early_stopping"] is None
+
+
+# a checkpoint's generation_config with every decoding setting a recipe may leave unset off
+# transformers' default (bart-large-cnn's kind: beams, a length penalty, a repeat ban, a minimum)
+CHECKPOINT_SAYS = {"num_beams": 3, "length_penalty": 2.0, "no_repeat_ngram_size": 2, "early_stopping": "never",
+                   "min_length": 5, "min_new_tokens": 4, "repetition_penalty": 1.7,
+                   "encoder_repetition_penalty": 1.3, "encoder_no_repeat_ngram_size": 3}
+# what a run made before these followed the checkpoint decoded with (its recipe.yaml wrote the first three)
+CLEARED = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": 0,
+           "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0}
+
+
+def checkpoint_saying(tmp_path: Path, path: str, settings: dict) -> Path:
+    """A copy of checkpoint `path` whose generation_config.json says `settings` over its own."""
+    import shutil
+
+    from transformers import AutoConfig, GenerationConfig
+
+    base = tmp_path / "base"
+    shutil.copytree(path, base)
+    config = GenerationConfig.from_pretrained(base) if (base / "generation_config.json").is_file() else \
+        GenerationConfig.from_model_config(AutoConfig.from_pretrained(base))
+    config.update(**settings)
+    config.save_pretrained(base)
+    return base
+
+
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_decodes_as_it_did(
+        tmp_path: Path, tiny_checkpoint, cli, family: str) -> None:
+    """Finding: num_beams, length_penalty and no_repeat_ngram_size were pinned to 1 / 1.0 / 0 and
+    the length and repetition constraints cleared whatever the checkpoint's generation_config
+    said, where transformers' Seq2SeqTrainer, its example scripts and pipelines decode as the
+    checkpoint says (bart-large-cnn: 4 beams, length_penalty 2.0, no_repeat_ngram_size 3,
+    min_length 56): other text than the reference tools, exit 0. Now each setting left unset is
+    the checkpoint's in the run's evaluation (recorded in metric_info.generation), `toolkit eval`,
+    the API's and `toolkit predict` and an export's generation_config.json, each equal to `model.generate` with
+    the checkpoint's defaults; a run made before (its recipe.yaml written by an older toolkit:
+    the pinned values, no constraint keys) is read as it decoded, and keeps its run id."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    import toolkit
+
+    base = checkpoint_saying(tmp_path, tiny_checkpoint(family), CHECKPOINT_SAYS)
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {base}}}\n"
+                          "task: {name: summarization, subset: samsum, max_train_samples: 2, max_eval_samples: 2, "
+                          "max_length: 48, max_target_length: 12}\nmethod: {name: full}\n"
+                          "train: {max_steps: 1, batch_size: 2, lr: 0.0, eval_every: 0}\n")
+    run = toolkit.run(recipe, runs_dir=tmp_path / "runs").dir
+    texts = ["Amanda: I baked cookies. Do you want some? Jerry: Sure!", "Tom: where are you? Ann: home"]
+    model = AutoModelForSeq2SeqLM.from_pretrained(run / "model").eval()
+    tok = AutoTokenizer.from_pretrained(run / "model")
+
+    def alone(settings: dict) -> list[str]:  # `model.generate` one input at a time, with `settings` over the model's
+        prefix = "summarize: " if family == "t5" else ""
+        with torch.no_grad():
+            return [tok.decode(model.generate(**tok(prefix + t, truncation=True, max_length=48, return_tensors="pt"),
+                                              max_new_tokens=12, **settings)[0], skip_special_tokens=True).strip()
+                    for t in texts]
+
+    def record(settings: dict) -> str:
+        return "|".join(f"{k}:{settings.get(k, 12 if k == 'max_new_tokens' else None)}" for k in
+                        ("num_beams", "max_new_tokens", "length_penalty", "no_repeat_ngram_size", "early_stopping",
+                         "min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
+                         "encoder_no_repeat_ngram_size"))
+
+    old = {**CLEARED, "early_stopping": "never"}  # greedy then: it reads no early_stopping (left the checkpoint's)
+    for made_before, settings, in ((False, CHECKPOINT_SAYS), (True, old)):
+        if made_before:  # the recipe.yaml an older toolkit wrote: the pinned values, no constraint keys
+            text = (run / "recipe.yaml").read_text()
+            text = re.sub(r"(?m)^( *)(num_beams|length_penalty|no_repeat_ngram_size): null$",
+                          lambda m: f"{m[1]}{m[2]}: {CLEARED[m[2]]}", text)
+            text = re.sub(r"(?m)^ *(early_stopping|min_length|min_new_tokens|repetition_penalty|"
+                          r"encoder_repetition_penalty|encoder_no_repeat_ngram_size): null\n", "", text)
+            (run / "recipe.yaml").write_text(text)
+        else:
+            metrics = json.loads((run / "metrics.json").read_text())
+            assert metrics["metric_info"]["generation"] == record(settings)  # the run's evaluation
+        code, _, err = cli("eval", run)
+        assert code == 0, err
+        assert json.loads((run / "eval-eval.json").read_text())["metric_info"]["generation"] == record(settings)
+        want = alone(settings if made_before else {})
+        assert [toolkit.predict(run, [t])[0]["prediction"] for t in texts] == want  # the API's
+        (tmp_path / "in.jsonl").write_text(json.dumps({"dialogue": texts[0]}) + "\n")
+        code, out, err = cli("predict", run, "--input", tmp_path / "in.jsonl")
+        assert code == 0 and json.loads(out.splitlines()[0])["prediction"] == want[0], err
+        out = tmp_path / f"export-{made_before}"
+        toolkit.export(run, out)
+        saved = GenerationConfig.from_pretrained(out)
+        greedy = {"length_penalty": None} if settings["num_beams"] == 1 else {}  # greedy reads none: not saved
+        assert {k: getattr(saved, k) for k in CLEARED} == {**{k: settings[k] for k in CLEARED}, **greedy}
+    assert alone({}) != alone(old)  # the checkpoint's settings change the text here
+    assert toolkit.run(recipe, runs_dir=tmp_path / "runs").dir == run  # the same run id, found finished
+
+
+def test_a_beam_setting_under_a_checkpoint_that_searches_greedily_is_one_line(tmp_path: Path, tiny_checkpoint,
+                                                                             cli, capsys) -> None:
+    """With num_beams unset (the checkpoint's), a recipe's length_penalty or early_stopping is read
+    only where the checkpoint's generation_config searches beams: under one that says greedy, the
+    run trained and recorded it as used, exit 0 (validate refuses it where num_beams: 1 is written).
+    Now one line before anything trains (`toolkit run`) or is scored (`toolkit eval` overrides)."""
+    base = checkpoint_saying(tmp_path, tiny_checkpoint("bart"), {"num_beams": 1, "length_penalty": None,
+                                                                 "early_stopping": None})
+    capsys.readouterr()  # the small model's build
+    text = (f"model: {{checkpoint: {base}}}\ntask: {{name: summarization, subset: samsum, max_train_samples: 2, "
+            "max_eval_samples: 2, max_length: 32, max_target_length: 8GEN}\nmethod: {name: full}\n"
+            "train: {max_steps: 1, batch_size: 2, lr: 0.0, eval_every: 0}\n")
+    runs = tmp_path / "runs"
+    code, _, err = cli("run", write_recipe(tmp_path / "beam.yaml", text.replace("GEN", ", generation: {length_penalty: 2.0}")),
+                       "--runs-dir", runs)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "task.generation.length_penalty: " in err and "checkpoint's generation_config says 1" in err, err
+    assert not list(runs.rglob("model"))  # nothing trained
+    code, _, err = cli("run", write_recipe(tmp_path / "r.yaml", text.replace("GEN", "")), "--runs-dir", runs)
+    assert code == 0, err
+    run = only_run(runs)
+    code, _, err = cli("eval", run, "task.generation.early_stopping=true")
+    assert code == 2 and "task.generation.early_stopping: " in err and len(err.strip().splitlines()) == 1, err
+    assert cli("eval", run, "task.generation.early_stopping=true", "task.generation.num_beams=2")[0] == 0

@@ -529,7 +529,10 @@ def _with_later_field(settings, default, value):
 # Recipe fields added with schema.added (neutral None), by section: a recipe that leaves them unset
 # hashes as the whole resolved recipe did before they existed
 ADDED = {"task": ("source_code", "target_code", "pair_separator"), "method": ("train_layer_norms",)}
-ADDED_NESTED = {("task", "generation"): ("early_stopping",)}  # in a nested settings block
+ADDED_NESTED = {("task", "generation"): ("early_stopping", "min_length", "min_new_tokens", "repetition_penalty",
+                                         "encoder_repetition_penalty", "encoder_no_repeat_ngram_size")}  # nested
+# fields that had a fixed value and now default to unset (schema.unpinned): unset hashes as that value
+UNPINNED_NESTED = {("task", "generation"): {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0}}
 
 
 def test_a_field_added_later_keeps_every_run_id_at_its_neutral_value() -> None:
@@ -556,6 +559,10 @@ def test_a_field_added_later_keeps_every_run_id_at_its_neutral_value() -> None:
         for (section, block), names in ADDED_NESTED.items():
             if isinstance(whole[section].get(block), dict):
                 whole[section][block] = {k: v for k, v in whole[section][block].items() if not (k in names and v is None)}
+        for (section, block), was in UNPINNED_NESTED.items():
+            if isinstance(whole[section].get(block), dict):
+                whole[section][block] = {k: was[k] if k in was and v is None else v
+                                         for k, v in whole[section][block].items()}
         before = hashlib.sha256(json.dumps(whole, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
         assert recipe.hash == before, path
         if (recipe.task.name, recipe.method.name) in kinds:  # each section's settings class once
@@ -688,11 +695,12 @@ SQUAD_ON = "model: {{checkpoint: {}}}\ntask: {{name: squad, version: v1}}\nmetho
     ("model: {checkpoint: gpt2}\ntask: {name: text_classification, eval_file: $TOOLKIT_DATA/glue/RTE/dev.tsv, "
      "text_columns: [sentence1]}\nmethod: {name: full}\n", "task.pair_separator", None),
     # greedy search reads no length penalty
-    ("model: {checkpoint: t5-small}\ntask: {name: summarization, subset: samsum}\nmethod: {name: full}\n",
-     "task.generation.length_penalty", "1.0"),
+    ("model: {checkpoint: t5-small}\ntask: {name: summarization, subset: samsum, generation: {num_beams: 1}}\n"
+     "method: {name: full}\n", "task.generation.length_penalty", "1.0"),
     # nor when beam search stops
-    *[(f"model: {{checkpoint: {c}}}\ntask: {{name: {t}}}\nmethod: {{name: full}}\n", "task.generation.early_stopping",
-       None) for c, t in (("t5-small", "summarization"), ("gpt2", "translation"), ("facebook/bart-base", "squad"))],
+    *[(f"model: {{checkpoint: {c}}}\ntask: {{name: {t}, generation: {{num_beams: 1}}}}\nmethod: {{name: full}}\n",
+       "task.generation.early_stopping", None)
+      for c, t in (("t5-small", "summarization"), ("gpt2", "translation"), ("facebook/bart-base", "squad"))],
 ])
 def test_a_setting_the_run_never_reads_is_refused_unless_at_its_default(tmp_path: Path, cli, recipe: str,
                                                                         setting: str, default: str | None) -> None:

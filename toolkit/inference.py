@@ -279,6 +279,9 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     model, tok = load_model(run, recipe)
     if recipe.method.trains:  # in-context runs cut their prompts at method.max_length (checked there)
         check_positions(recipe, model, tok, recipe.task.max_length)  # an override past the positions
+    problem = recipe.task.model_problem(model) if model is not None else None  # an override the model leaves unread
+    if problem:
+        raise UserError(problem)
     encode = recipe.method.encoder(recipe.task, tok)  # in-context: the raw rows as they are
     setup = Setup(recipe.task, model, tok, data.get("train"), {k: encode(ds) for k, ds in raw.items()},
                   raw, 0, 0, recipe.train.seed, scores_train=split == "train")
@@ -831,8 +834,9 @@ def _shown(tokens: list[str]) -> str:
 def decode_as_run(task: Any, model: Any, tok: Any, config_at: str | None = None) -> str:
     """An exported generation model decodes as the run scored it, for anyone who calls its
     `generate`: generation_config.json carries the recipe's decoding (num_beams, max_new_tokens,
-    length_penalty, greedy; early_stopping the recipe's, else left the checkpoint's, as the run
-    read it; the length and repetition constraints no recipe sets cleared, as `Generation.kwargs` clears them; what greedy or beam search ignores unset,
+    length_penalty, the length and repetition constraints, greedy: each the recipe's, else left
+    the checkpoint's, as the run read it; the strategies no recipe decodes with cleared, as
+    `Generation.kwargs` clears them; what greedy or beam search ignores unset,
     `Generation.saved`) and the pad token, and a decoder-only model's
     tokenizer pads on the left, where its prompts end at one column, an encoder-decoder's on the
     right, as the run padded its sources (BART's learnt positions move with left padding). The export held the base's
@@ -849,7 +853,7 @@ def decode_as_run(task: Any, model: Any, tok: Any, config_at: str | None = None)
     if generation is None or not inner.can_generate():
         return ""  # not a text-to-text task, or one answered by a head (extractive QA)
     task.set_languages(tok)  # a multilingual tokenizer's codes, saved with it as the run read them
-    settings = {**generation.saved(task.max_target_length), "pad_token_id": tok.pad_token_id,
+    settings = {**generation.saved(inner, task.max_target_length), "pad_token_id": tok.pad_token_id,
                 "eos_token_id": task.end_ids(inner, tok), **task.decoding_start(inner, tok)}
     said = []
     side = "left" if task.decoder_only else "right"

@@ -20,7 +20,7 @@ from toolkit.recipe_data import (SECTIONS, SMOKE_CAPS, SMOKE_LENGTHS, SMOKE_NEW_
                                  RunPlan, TrainConfig, apply_overrides, dump, find_recipe, read_yaml,
                                  recipe_files, recipe_name, recipes_root, safe_yaml, smoke_sized)
 from toolkit.registry import did_you_mean, foreign_hint
-from toolkit.schema import build_dataclass, build_plugin
+from toolkit.schema import WAS, build_dataclass, build_plugin
 
 # what callers read from here (the data and schema below are re-exported: one name to import)
 __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS",
@@ -272,7 +272,7 @@ def refuse_ignored(recipe: Recipe) -> None:
         f = next(f for f in dataclasses.fields(owner) if f.name == name)
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         value = getattr(owner, name)
-        if value == default or recipe.smoke and _smoke_sized_as(key, value):
+        if value == default or value == f.metadata.get(WAS, default) or recipe.smoke and _smoke_sized_as(key, value):
             continue
         raise UserError(f"{key}: {why}; remove it (it is {value!r}, which the run would record in "
                         f"recipe.yaml without using it)")

@@ -187,6 +187,18 @@ def added(default: Any = dataclasses.MISSING, *, neutral: Any, default_factory: 
     return dataclasses.field(default=default, default_factory=default_factory, metadata={**metadata, NEUTRAL: neutral})
 
 
+WAS = "was"  # field metadata: the fixed value an unpinned field (`unpinned`) had before it could be unset
+
+
+def unpinned(was: Any, **metadata: Any) -> Any:
+    """A settings field that had the fixed default `was` and now defaults to unset (None: what the
+    library or the checkpoint says, as transformers' own scripts read it). Unset hashes as `was`,
+    so every recipe that left it keeps its run id; a run made before holds `was` written in its
+    recipe.yaml and is read as it ran. `was` is no request either where the field is ignored
+    (recipe.refuse_ignored): runs made before wrote it everywhere."""
+    return dataclasses.field(default=None, metadata={**metadata, WAS: was})
+
+
 def is_neutral(f: dataclasses.Field, value: Any) -> bool:
     """Whether `value` is field `f`'s declared neutral value: equal as numbers (a float field
     holds 0.0 where `neutral=0` was declared; the schema widens ints), but a boolean only equals
@@ -201,7 +213,8 @@ def is_neutral(f: dataclasses.Field, value: Any) -> bool:
 
 def unhashed(settings: Any, data: dict) -> dict:
     """`data` (the settings dataclass `settings` as plain data) without the fields that hold their
-    neutral value (`added`), nested settings blocks too: what a recipe's hash covers."""
+    neutral value (`added`), an unset `unpinned` field as the value it was, nested settings
+    blocks too: what a recipe's hash covers."""
     out = dict(data)
     for f in dataclasses.fields(settings):
         if f.name not in out:
@@ -209,6 +222,8 @@ def unhashed(settings: Any, data: dict) -> dict:
         value = getattr(settings, f.name)
         if is_neutral(f, value):
             del out[f.name]
+        elif value is None and WAS in f.metadata:
+            out[f.name] = f.metadata[WAS]  # unset hashes as the value it was pinned to (`unpinned`)
         elif dataclasses.is_dataclass(value) and isinstance(out[f.name], dict):
             out[f.name] = unhashed(value, out[f.name])
     return out

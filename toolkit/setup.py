@@ -132,6 +132,9 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     task.adapt_tokenizer(tok)  # saved with the run (train.save_result)
     length = max(task.max_length, plan.written_max_length or 0)  # --smoke: the length as written
     check_positions(recipe, model, tok, length)
+    problem = task.model_problem(model)  # a setting the checkpoint's own config leaves unread
+    if problem:
+        raise UserError(problem)
     added = recipe.method.added_positions()
     longest, parts = task.longest_sequence(tok, length)
     dense = attention.dense_warning(recipe.model.attention, longest + added,

@@ -24,10 +24,9 @@ def encoder_decoder(path: str, tok: Any, **config: Any) -> Any:
 
 
 def generation_kwargs(task: Any) -> dict:
-    g = task.generation
-    return {"num_beams": g.num_beams, "max_new_tokens": task.new_tokens(), "length_penalty": g.length_penalty,
-            "no_repeat_ngram_size": g.no_repeat_ngram_size, "do_sample": False,
-            **({} if g.early_stopping is None else {"early_stopping": g.early_stopping})}
+    """The recipe's decoding settings; those it leaves unset stay the model's generation_config,
+    as Seq2SeqTrainer leaves them."""
+    return {**task.generation.chosen(), "max_new_tokens": task.new_tokens(), "do_sample": False}
 
 
 def seq2seq_trainer(recipe: Any, path: str, out: Path) -> tuple[Any, Any, Callable[[Any], Any], Any]:

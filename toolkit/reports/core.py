@@ -26,6 +26,7 @@ from toolkit.registry import did_you_mean
 from toolkit.recipe_data import safe_yaml
 from toolkit.methods import METHODS
 from toolkit.tasks import TASKS, Metric, declaration
+from toolkit.tasks._generation import BEFORE as GENERATION_BEFORE
 
 LABELS = ("task", "method", "model", "run")
 SECTIONS = ("model", "task", "method", "train")
@@ -61,11 +62,11 @@ BEFORE_FIELD: dict[tuple[str, str], Any] = {
 
 
 # Fields added inside a nested settings block, with the value a run made before them had in
-# effect, from the block: beam search stopped early (true) whatever the checkpoint said until
-# 2026-11-28 (task.generation.early_stopping; unset now follows the checkpoint: T5's false)
-BEFORE_NESTED: dict[tuple[str, str, str], Any] = {
-    ("task", "generation", "early_stopping"): lambda block: True if (block.get("num_beams") or 1) > 1 else None,
-}
+# effect, from the block: the generation settings a recipe leaves to the checkpoint since
+# 2026-11-28 were cleared (the length and repetition constraints) or pinned (early_stopping true
+# under beam search) before (`_generation.BEFORE`, which eval, predict and export read old runs by)
+BEFORE_NESTED: dict[tuple[str, str, str], Any] = {("task", "generation", name): before
+                                                   for name, before in GENERATION_BEFORE.items()}
 
 
 def _declares(section: str, name: Any, key: str) -> bool:
@@ -91,7 +92,7 @@ def with_old_defaults(recipe: dict, metrics: dict | None = None) -> dict:
     for (section, name, key), before in BEFORE_NESTED.items():
         block = recipe.get(section, {}).get(name) if isinstance(recipe.get(section), dict) else None
         if isinstance(block, dict) and key not in block:
-            block[key] = before(block)
+            block[key] = before(block) if callable(before) else before
     return recipe
 
 

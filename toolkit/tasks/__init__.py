@@ -401,6 +401,11 @@ class Task:
         source is cut before its suffix: said in the export's line)."""
         return self.max_length
 
+    def model_problem(self, model: Any) -> str | None:
+        """Why this task's settings do not fit the loaded `model` (a setting its own config makes
+        unread), or None: one line before anything trains or is scored. None by default."""
+        return None
+
     def positions_problem(self, tokenizer: Any, max_length: int, limit: int) -> str | None:
         """Why a sequence this task builds can be longer than the model's `limit` positions when
         `task.max_length` alone fits them (setup checks that first), or None. Most tasks give the

@@ -37,68 +37,108 @@ EXTRA = ("example_index", "prompt_ids", "prompt_mask")  # collated beside the mo
 
 @dataclass
 class Generation:
-    """Decoding settings (transformers' GenerationConfig names); greedy by default.
+    """Decoding settings (transformers' GenerationConfig names), always greedy or beam search.
+
+    A setting left unset (None) is the checkpoint's generation_config, else transformers' default,
+    as transformers' Seq2SeqTrainer (run_summarization, run_translation) and its pipelines read
+    them: bart-large-cnn's 4 beams, length_penalty 2.0, no_repeat_ngram_size 3 and min_length 56,
+    t5-small's greedy search. `num_beams`, `length_penalty` and `no_repeat_ngram_size` were pinned
+    to 1 / 1.0 / 0 and the length and repetition constraints cleared, whatever the checkpoint said
+    (exit 0): unset now hashes as the old value (`schema.unpinned`), so run ids stay, and a run
+    made before is read as it decoded (`TextToText.as_made`). The decoding used is recorded
+    (`decoding_used`, metrics.json's `generation`).
 
     `max_new_tokens` unset (None) is the task's `max_target_length`: the budget covers every
     reference the task trains on, as transformers' run_summarization / run_translation generate
-    up to `val_max_target_length` (= `max_target_length`, 128). A fixed 64 cut IWSLT14's longer
+    up to `val_max_target_length` (= `max_target_length`, 128), Seq2SeqTrainer's
+    generation_max_length, whatever the checkpoint's max_length. A fixed 64 cut IWSLT14's longer
     sentences (2-4% of its references pass 64 tokens) and lowered BLEU with no word said."""
 
-    num_beams: int = field(default=1, metadata={"min": 1, "max": 64})
-    length_penalty: float = field(default=1.0, metadata={"min": -10.0, "max": 10.0})
+    num_beams: int | None = schema.unpinned(was=1, min=1, max=64)
+    length_penalty: float | None = schema.unpinned(was=1.0, min=-10.0, max=10.0)
     max_new_tokens: int | None = field(default=None, metadata={"min": 1, "max": 4096})
-    no_repeat_ngram_size: int = field(default=0, metadata={"min": 0, "max": 16})
+    no_repeat_ngram_size: int | None = schema.unpinned(was=0, min=0, max=16)
     # when beam search stops (GenerationConfig's early_stopping): true once num_beams hypotheses are
     # finished, false when no open beam can still beat them (transformers' heuristic), "never"
     # (the canonical search); unset: the checkpoint's generation_config (BART's true, T5's and
     # Marian's none, i.e. false), as transformers' Seq2SeqTrainer reads it
     early_stopping: bool | Literal["never"] | None = schema.added(default=None, neutral=None)
+    # the length and repetition constraints (GenerationConfig's names), unset: the checkpoint's;
+    # each was cleared (transformers' default) until 2026-11-28, whatever the checkpoint said
+    min_length: int | None = schema.added(default=None, neutral=None, min=0, max=4096)
+    min_new_tokens: int | None = schema.added(default=None, neutral=None, min=0, max=4096)
+    repetition_penalty: float | None = schema.added(default=None, neutral=None, min=0.01, max=10.0)
+    encoder_repetition_penalty: float | None = schema.added(default=None, neutral=None, min=0.01, max=10.0)
+    encoder_no_repeat_ngram_size: int | None = schema.added(default=None, neutral=None, min=0, max=16)
 
     def budget(self, target_length: int) -> int:
         """New tokens `generate` may write: the recipe's `max_new_tokens`, else `target_length`."""
         return target_length if self.max_new_tokens is None else self.max_new_tokens
 
-    def kwargs(self, target_length: int) -> dict[str, Any]:
-        """These settings (the budget `budget(target_length)`), and the length and repetition
-        constraints a recipe cannot set unset (`UNSET`): `generate` starts from the checkpoint's
-        generation_config, so a checkpoint saved with, say, bart-large-cnn's min_length 56
-        forced every summary to 56 tokens. What `generate` returns is pinned too (`ONE_TENSOR`).
-        `early_stopping` unset is not passed: beam search stops as the checkpoint's generation_config
-        says, as Seq2SeqTrainer has it (it was pinned true, BART's, for T5 and Marian whose configs
-        say false: other beams, other text than transformers' run_translation, exit 0)."""
-        stopping = {} if self.early_stopping is None else {"early_stopping": self.early_stopping}
-        return {"num_beams": self.num_beams, "length_penalty": self.length_penalty,
-                "max_new_tokens": self.budget(target_length), "no_repeat_ngram_size": self.no_repeat_ngram_size,
-                "do_sample": False, "use_cache": True, **stopping, **UNSET, **ONE_TENSOR}
+    def chosen(self) -> dict[str, Any]:
+        """The decoding settings the recipe sets (`FOLLOWED`); those unset are left out."""
+        return {k: getattr(self, k) for k in FOLLOWED if getattr(self, k) is not None}
 
-    def saved(self, target_length: int) -> dict[str, Any]:
-        """`kwargs` as a generation_config.json holds them (`toolkit export`): the same decoding,
-        with what it ignores unset: sampling's fields (a base saved for sampling, temperature 0.6
-        say) and, greedy, the beam search's length penalty. transformers refuses to save a config
-        that sets one beside greedy or beam settings, and `toolkit export` of such a run was a
-        traceback with nothing exported."""
+    def kwargs(self, target_length: int) -> dict[str, Any]:
+        """What `generate` is given over the checkpoint's generation_config: the settings the
+        recipe sets (`chosen`; unset: the checkpoint's, as Seq2SeqTrainer leaves them), the budget
+        `budget(target_length)`, greedy or beam search (do_sample false), the decoding strategies
+        and clock and bias no recipe decodes with cleared (`UNSET`) and what `generate` returns
+        pinned (`ONE_TENSOR`)."""
+        return {**self.chosen(), "max_new_tokens": self.budget(target_length),
+                "do_sample": False, "use_cache": True, **UNSET, **ONE_TENSOR}
+
+    def as_before(self, ran: dict, keys: set[str]) -> None:
+        """A run's settings as it decoded (`ran`: its recipe.yaml's generation block, `keys`: the
+        task overrides given now, which win): a run made before a constraint could be set (its
+        block has no such key) had it cleared; one made before `early_stopping` searched its beams
+        with true. The settings that were pinned (`schema.unpinned`) are written in its block."""
+        for name, before in BEFORE.items():
+            if name not in ran and f"task.generation.{name}" not in keys and getattr(self, name) is None:
+                setattr(self, name, before({**ran, "num_beams": self.num_beams}) if callable(before) else before)
+
+    def saved(self, model: Any, target_length: int) -> dict[str, Any]:
+        """`kwargs` as a generation_config.json holds them (`toolkit export`, over `model`'s own:
+        what the recipe leaves unset stays the checkpoint's, as the run read it): the same
+        decoding, with what it ignores unset: sampling's fields (a base saved for sampling,
+        temperature 0.6 say) and, greedy, the beam search's length penalty and stopping.
+        transformers refuses to save a config that sets one beside greedy or beam settings, and
+        `toolkit export` of such a run was a traceback with nothing exported."""
         out = {**self.kwargs(target_length), **SAMPLING_ONLY}
-        if self.num_beams == 1:
+        out["no_repeat_ngram_size"] = in_effect(model, out, "no_repeat_ngram_size")  # a decoder's: said apart
+        if in_effect(model, out, "num_beams") == 1:
             out["length_penalty"] = out["early_stopping"] = None
         return out
+
+
+# the decoding settings a recipe may set (`Generation`), each unset: the checkpoint's
+FOLLOWED = ("num_beams", "length_penalty", "no_repeat_ngram_size", "early_stopping", "min_length", "min_new_tokens",
+            "repetition_penalty", "encoder_repetition_penalty", "encoder_no_repeat_ngram_size")
+# what a run made before a setting existed decoded with, where its recipe.yaml has no such key (from
+# its generation block): the constraints were cleared (transformers' defaults) until 2026-11-28, and
+# beam search stopped early whatever the checkpoint said (reports.core.BEFORE_NESTED reads these)
+BEFORE: dict[str, Any] = {
+    "early_stopping": lambda block: True if (block.get("num_beams") or 1) > 1 else None,
+    "min_length": 0, "min_new_tokens": 0, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
+    "encoder_no_repeat_ngram_size": 0,
+}
 
 
 # generation_config fields that sampling alone reads (do_sample=True): greedy and beam search, all a
 # recipe decodes with, ignore them
 SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "min_p", "top_h", "epsilon_cutoff",
                                "eta_cutoff"))
-# generation_config fields that change which text is chosen and that no recipe setting names
-# (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's, but the
-# decoder's start and a target's language code: `TextToText.decoding_start`): length and
-# repetition constraints; a wall-clock cut (max_time: outputs cut where the machine was slow) and
-# stop strings; other decoding strategies (contrastive search, DoLa, group and constrained beam
-# search, token healing: transformers 5 refuses most of them without remote code, a traceback
-# after training); logits changed by watermarking, a sequence bias or classifier-free guidance
-UNSET = dict.fromkeys(("min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
-                       "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty",
-                       "max_time", "stop_strings", "penalty_alpha", "dola_layers", "num_beam_groups",
-                       "diversity_penalty", "constraints", "force_words_ids", "token_healing",
-                       "watermarking_config", "sequence_bias", "guidance_scale"))
+# generation_config fields that change which text is chosen and that no recipe setting names,
+# cleared (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's, but
+# the decoder's start and a target's language code: `TextToText.decoding_start`): a wall-clock cut
+# (max_time: outputs cut where the machine was slow) and stop strings; other decoding strategies
+# (contrastive search, DoLa, group and constrained beam search, token healing: transformers 5
+# refuses most of them without remote code, a traceback after training); logits changed by
+# watermarking, a sequence bias, classifier-free guidance or an exponential length decay (a
+# (start, factor) pair no recipe writes). The length and repetition constraints are `Generation`'s.
+UNSET = dict.fromkeys(("exponential_decay_length_penalty", "max_time", "stop_strings", "penalty_alpha",
+                       "dola_layers", "num_beam_groups", "diversity_penalty", "constraints", "force_words_ids",
+                       "token_healing", "watermarking_config", "sequence_bias", "guidance_scale"))
 # what `generate` returns, pinned to one tensor of one sequence per input: a checkpoint's
 # generation_config with num_return_sequences 2 (beside beams) gave two rows per example, which
 # scoring paired with the wrong references (exit 0), and one with return_dict_in_generate gave an
@@ -214,14 +254,34 @@ class TextToText(TokenTask):
 
     # --- family ------------------------------------------------------------------------------
     def ignores(self) -> dict[str, str]:
-        if self.generation.num_beams == 1:  # transformers' greedy search reads no length penalty
-            return {"task.generation.length_penalty": (
-                "it weighs beam-search hypotheses by their length, and generation.num_beams: 1 is greedy "
-                "search, which reads no length penalty; set num_beams above 1 or leave it at 1.0"),
-                "task.generation.early_stopping": (
-                "it says when beam search stops, and generation.num_beams: 1 is greedy search, which "
-                "reads none; set num_beams above 1 or leave it unset")}
+        if self.generation.num_beams == 1:  # set greedy: transformers' greedy search reads no length penalty
+            return self.ignores_under_greedy("generation.num_beams: 1 is greedy search")
         return {}
+
+    def ignores_under_greedy(self, greedy: str) -> dict[str, str]:
+        """The beam-search settings greedy search never reads, and why (`greedy`: what makes it greedy)."""
+        return {"task.generation.length_penalty": (
+                f"it weighs beam-search hypotheses by their length, and {greedy}, which reads no length "
+                "penalty; set num_beams above 1 or leave it unset"),
+                "task.generation.early_stopping": (
+                f"it says when beam search stops, and {greedy}, which reads none; set num_beams above 1 or "
+                "leave it unset")}
+
+    def model_problem(self, model: Any) -> str | None:
+        """A beam-search setting (length_penalty, early_stopping) set where num_beams is unset and
+        the checkpoint's generation_config says greedy search, which reads neither: the run
+        recorded it as used, exit 0 (`ignores` refuses it at validate where the recipe says
+        num_beams: 1). 1.0, the length penalty runs made before wrote, is no request."""
+        g = self.generation
+        if g.num_beams is not None or in_effect(model, {}, "num_beams") != 1:
+            return None
+        greedy = "generation.num_beams is unset and the checkpoint's generation_config says 1: greedy search"
+        for key, why in self.ignores_under_greedy(greedy).items():
+            name = key.rsplit(".", 1)[1]
+            value = getattr(g, name)
+            if value is not None and not (name == "length_penalty" and value == 1.0):
+                return f"{key}: {why} (it is {value!r})"
+        return None
 
     def model_head(self, family: str | None) -> str:
         """causal-lm for decoders, seq2seq-lm otherwise; remembered so encoding knows the layout
@@ -251,15 +311,12 @@ class TextToText(TokenTask):
         return self.default_affixes(family, decoder_only)
 
     def as_made(self, ran: dict, keys: set[str]) -> None:
-        """A run made before `generation.early_stopping` existed (its recipe.yaml has no such key,
-        before 2026-11-28) searched its beams with early_stopping true whatever the checkpoint's
-        generation_config said; unset now follows the checkpoint (T5, Marian, GPT-2: false), so
-        `toolkit eval` / predict / export of such a T5 run decoded other text than the run scored,
-        exit 0. Such a run is read with true, as it ran, unless the override names the key."""
+        """A run is read as it decoded (`Generation.as_before`): a setting its recipe.yaml lacks
+        (made before it existed) is what the toolkit used then, not the checkpoint's, or
+        `toolkit eval` / predict / export of an old run decoded other text than it scored, exit 0."""
         block = ran.get("generation")
-        if isinstance(block, dict) and "early_stopping" not in block and self.generation.num_beams > 1 \
-                and "task.generation.early_stopping" not in keys and self.generation.early_stopping is None:
-            self.generation.early_stopping = True
+        if isinstance(block, dict):
+            self.generation.as_before(block, keys)
 
     def adopt_prompt(self, saved: Any) -> None:
         """The run's recorded default prompt (`recorded_prompt`), used where the recipe sets no
@@ -688,9 +745,9 @@ class TextToText(TokenTask):
                           kwargs: dict[str, Any], stops: list[str]) -> torch.Tensor:
         """(b, new tokens) a decoder-only model writes after its left-padded prompts `ids`."""
         kwargs = dict(kwargs)
-        # the ban is the continuation's alone: generate's own (over the prompt too) is off, not left
-        # to the checkpoint's generation_config (a GPT-2 saved with 3 banned the prompt's 3-grams)
-        size, kwargs["no_repeat_ngram_size"] = kwargs["no_repeat_ngram_size"], 0
+        # the ban (the recipe's, else the checkpoint's) is the continuation's alone: generate's own,
+        # over the prompt too, is off (a GPT-2 saved with 3 banned the prompt's 3-grams)
+        size, kwargs["no_repeat_ngram_size"] = in_effect(model, kwargs, "no_repeat_ngram_size"), 0
         if size:  # within the continuation, as an encoder-decoder's decoder has it
             kwargs["logits_processor"] = continuation_no_repeat(size, ids.shape[1])
         if stops:
@@ -714,8 +771,8 @@ class TextToText(TokenTask):
 
     def metric_info(self) -> dict[str, str]:
         """The decoding the scores are of (`decoding_used`), once anything was generated: the
-        recipe's settings and what it leaves to the checkpoint's generation_config
-        (early_stopping), which the recipe alone does not say."""
+        recipe's settings and what it leaves to the checkpoint's generation_config, which the
+        recipe alone does not say."""
         used = self.__dict__.get("_decoding")
         return {**super().metric_info(), **({"generation": used} if used else {})}
 
@@ -879,16 +936,26 @@ def respaces(tokenizer: Any) -> bool:
     return tokenizer.decode(ids, clean_up_tokenization_spaces=True).strip() == SPACING_PROBE
 
 
-DECODING = ("num_beams", "max_new_tokens", "length_penalty", "no_repeat_ngram_size", "early_stopping")
+DECODING = ("num_beams", "max_new_tokens", "length_penalty", "no_repeat_ngram_size", "early_stopping", "min_length",
+            "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty", "encoder_no_repeat_ngram_size")
+
+
+def in_effect(model: Any, kwargs: dict[str, Any], name: str) -> Any:
+    """Generation setting `name` as `generate` reads it: `kwargs`' where given, else the model's
+    generation_config, else transformers' default."""
+    from transformers import GenerationConfig
+
+    if name in kwargs:
+        return kwargs[name]
+    value = getattr(getattr(model, "generation_config", None), name, None)
+    return GenerationConfig._get_default_generation_params().get(name) if value is None else value
 
 
 def decoding_used(model: Any, kwargs: dict[str, Any]) -> str:
-    """`generate`'s decoding as it reads it (`kwargs` over the model's generation_config, unset:
-    transformers' default), for metric_info: `num_beams:4|max_new_tokens:128|...`."""
-    config = getattr(model, "generation_config", None)
-    defaults = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "early_stopping": False}
-    used = {k: kwargs[k] if k in kwargs else getattr(config, k, None) for k in DECODING}
-    return "|".join(f"{k}:{defaults.get(k) if v is None else v}" for k, v in used.items())
+    """`generate`'s decoding as it reads it (`in_effect`: the recipe's, else the checkpoint's),
+    for metric_info: `num_beams:4|max_new_tokens:128|...`; the first five as they were recorded
+    before the constraints followed the checkpoint, then those."""
+    return "|".join(f"{k}:{in_effect(model, kwargs, k)}" for k in DECODING)
 
 
 def continuation_no_repeat(size: int, start: int) -> Any:
