@@ -1363,7 +1363,9 @@ def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_dec
     the checkpoint's in the run's evaluation (recorded in metric_info.generation), `toolkit eval`,
     the API's and `toolkit predict` and an export's generation_config.json, each equal to `model.generate` with
     the checkpoint's defaults; a run made before (its recipe.yaml written by an older toolkit:
-    the pinned values, no constraint keys) is read as it decoded, and keeps its run id."""
+    the pinned values, no constraint keys) is read as it decoded, and keeps its run id: a recipe
+    writing the pinned values finds it, one leaving them unset (another decoding) is a run of its
+    own, never the old run's decoding returned as "finished already"."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
@@ -1375,6 +1377,11 @@ def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_dec
                           "max_length: 48, max_target_length: 12}\nmethod: {name: full}\n"
                           "train: {max_steps: 1, batch_size: 2, lr: 0.0, eval_every: 0}\n")
     run = toolkit.run(recipe, runs_dir=tmp_path / "runs").dir
+    pinned = write_recipe(tmp_path / "pinned.yaml", recipe.read_text().replace(
+        "max_target_length: 12}", "max_target_length: 12, generation: {num_beams: 1, length_penalty: 1.0, "
+        "no_repeat_ngram_size: 0}}"))
+    run_before = toolkit.run(pinned, runs_dir=tmp_path / "runs").dir  # as an older toolkit ran the recipe
+    assert run_before != run
     texts = ["Amanda: I baked cookies. Do you want some? Jerry: Sure!", "Tom: where are you? Ann: home"]
     model = AutoModelForSeq2SeqLM.from_pretrained(run / "model").eval()
     tok = AutoTokenizer.from_pretrained(run / "model")
@@ -1395,6 +1402,7 @@ def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_dec
     old = {**CLEARED, "early_stopping": "never"}  # greedy then: it reads no early_stopping (left the checkpoint's)
     for made_before, settings, in ((False, CHECKPOINT_SAYS), (True, old)):
         if made_before:  # the recipe.yaml an older toolkit wrote: the pinned values, no constraint keys
+            run = run_before
             text = (run / "recipe.yaml").read_text()
             text = re.sub(r"(?m)^( *)(num_beams|length_penalty|no_repeat_ngram_size): null$",
                           lambda m: f"{m[1]}{m[2]}: {CLEARED[m[2]]}", text)
@@ -1418,7 +1426,7 @@ def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_dec
         greedy = {"length_penalty": None} if settings["num_beams"] == 1 else {}  # greedy reads none: not saved
         assert {k: getattr(saved, k) for k in CLEARED} == {**{k: settings[k] for k in CLEARED}, **greedy}
     assert alone({}) != alone(old)  # the checkpoint's settings change the text here
-    assert toolkit.run(recipe, runs_dir=tmp_path / "runs").dir == run  # the same run id, found finished
+    assert toolkit.run(pinned, runs_dir=tmp_path / "runs").dir == run_before  # its run id kept, found finished
 
 
 def test_a_beam_setting_under_a_checkpoint_that_searches_greedily_is_one_line(tmp_path: Path, tiny_checkpoint,

@@ -192,10 +192,14 @@ WAS = "was"  # field metadata: the fixed value an unpinned field (`unpinned`) ha
 
 def unpinned(was: Any, **metadata: Any) -> Any:
     """A settings field that had the fixed default `was` and now defaults to unset (None: what the
-    library or the checkpoint says, as transformers' own scripts read it). Unset hashes as `was`,
-    so every recipe that left it keeps its run id; a run made before holds `was` written in its
-    recipe.yaml and is read as it ran. `was` is no request either where the field is ignored
-    (recipe.refuse_ignored): runs made before wrote it everywhere."""
+    library or the checkpoint says, as transformers' own scripts read it). Unset hashes as unset:
+    it asks for the checkpoint's value, which is another computation than `was` wherever the
+    checkpoint says otherwise, so a recipe that leaves it has a new run id, and a recipe that
+    writes `was` keeps the old one (it found `was` hashed then; not hashing unset as `was`, which
+    would make the two one run id, one run's decoding returned as "finished already" for the
+    other). A run made before holds `was` written in its recipe.yaml and is read as it ran. `was`
+    is no request either where the field is ignored (recipe.refuse_ignored): runs made before
+    wrote it everywhere."""
     return dataclasses.field(default=None, metadata={**metadata, WAS: was})
 
 
@@ -213,8 +217,7 @@ def is_neutral(f: dataclasses.Field, value: Any) -> bool:
 
 def unhashed(settings: Any, data: dict) -> dict:
     """`data` (the settings dataclass `settings` as plain data) without the fields that hold their
-    neutral value (`added`), an unset `unpinned` field as the value it was, nested settings
-    blocks too: what a recipe's hash covers."""
+    neutral value (`added`), nested settings blocks too: what a recipe's hash covers."""
     out = dict(data)
     for f in dataclasses.fields(settings):
         if f.name not in out:
@@ -222,8 +225,6 @@ def unhashed(settings: Any, data: dict) -> dict:
         value = getattr(settings, f.name)
         if is_neutral(f, value):
             del out[f.name]
-        elif value is None and WAS in f.metadata:
-            out[f.name] = f.metadata[WAS]  # unset hashes as the value it was pinned to (`unpinned`)
         elif dataclasses.is_dataclass(value) and isinstance(out[f.name], dict):
             out[f.name] = unhashed(value, out[f.name])
     return out

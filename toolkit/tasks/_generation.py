@@ -44,7 +44,8 @@ class Generation:
     them: bart-large-cnn's 4 beams, length_penalty 2.0, no_repeat_ngram_size 3 and min_length 56,
     t5-small's greedy search. `num_beams`, `length_penalty` and `no_repeat_ngram_size` were pinned
     to 1 / 1.0 / 0 and the length and repetition constraints cleared, whatever the checkpoint said
-    (exit 0): unset now hashes as the old value (`schema.unpinned`), so run ids stay, and a run
+    (exit 0): unset now hashes as unset (`schema.unpinned`: a recipe that leaves them has a new
+    run id, one that writes the old values keeps its id and finds the runs made before), and a run
     made before is read as it decoded (`TextToText.as_made`). The decoding used is recorded
     (`decoding_used`, metrics.json's `generation`).
 
