@@ -10,6 +10,7 @@ import json
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -737,8 +738,20 @@ class _Recorder:
 
     config = type("Config", (), {"decoder_start_token_id": 0})()  # where an encoder-decoder's decoding starts
 
+    training = False
+
     def __init__(self) -> None:
         self.calls: list[dict] = []
+
+    def parameters(self):
+        import torch
+
+        yield torch.zeros(1)
+
+    def __call__(self, input_ids, **kwargs):  # the padding probe's forward (models.reads_padding): blind to it
+        import torch
+
+        return SimpleNamespace(logits=torch.zeros(*input_ids.shape, 2))
 
     def generate(self, input_ids, **kwargs):
         import torch
@@ -933,6 +946,9 @@ def test_a_decoder_prompt_begins_as_its_tokenizer_begins_a_text(name: str, bos: 
         def __init__(self) -> None:
             super().__init__()
             self.w, self.prompts = torch.nn.Parameter(torch.zeros(1)), []
+
+        def forward(self, input_ids, **kwargs):  # the padding probe's (models.reads_padding): blind to it
+            return SimpleNamespace(logits=torch.zeros(*input_ids.shape, 2))
 
         def generate(self, input_ids, attention_mask, **kwargs):
             self.prompts += [ids[m.bool()].tolist() for ids, m in zip(input_ids, attention_mask)]
