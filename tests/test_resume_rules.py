@@ -420,8 +420,10 @@ NO_CHECKPOINT = {  # the run as --resume finds it -> what the line says
 }
 
 
-@pytest.mark.parametrize("entry", ["cli", "api run", "api run_one", "make run"])
-@pytest.mark.parametrize("state", sorted(NO_CHECKPOINT))
+# every state through the in-process entry points; `make run` (a fresh interpreter, ~6 s a case)
+# once, with an override: it hands ARGS to the same `toolkit run --resume`
+@pytest.mark.parametrize("state, entry", [(s, e) for s in sorted(NO_CHECKPOINT) for e in ("cli", "api run", "api run_one")]
+                         + [("another run's checkpoint", "make run")])
 def test_resume_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path: Path, cli, tiny_checkpoint,
                                                                      state: str, entry: str) -> None:
     """Rule: --resume asks to go on from a checkpoint; where the run has none it is one line, exit 2,
