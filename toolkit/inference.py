@@ -74,8 +74,7 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
     """(model, tokenizer) of a finished run, in eval mode; the model is None for in-context runs.
     It is built as the run built it: the same base (a chained run's upstream model/), the same
     model settings (attention module and its saved parameters, warm start), then the saved result."""
-    if not runs.is_finished(run):
-        raise UserError(f"{run}: the run is not finished (no metrics.json); run it to the end first")
+    check_finished(run)
     folder = run / "model"
     base = base_checkpoint(run, recipe)
     settings = recipe.model
@@ -102,6 +101,14 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
                                lambda: build(str(folder), {}, None))  # saved whole: warm-started already
     attention.load_saved(model, folder, settings.attention)  # what the method's format leaves out
     return model.eval(), tok
+
+
+def check_finished(run: Path) -> None:
+    """A run is read after training only once it finished (its metrics.json written), by every
+    entry point alike: a bottleneck adapters run's export copied model/ without asking, so an
+    interrupted one was "metrics.json: damaged (FileNotFoundError ...)" where a LoRA run's was this line."""
+    if not runs.is_finished(run):
+        raise UserError(f"{run}: the run is not finished (no metrics.json); run it to the end first")
 
 
 def base_checkpoint(run: Path, recipe: Recipe) -> str:
@@ -132,8 +139,7 @@ def base_checkpoint(run: Path, recipe: Recipe) -> str:
 def chained_base(run: Path, name: str) -> Path:
     """The model/ of the run a chained run (model.checkpoint: {run: ...}) started from, in the runs
     root this run lives in, as its metrics.json records it: found without the recipes it names."""
-    if not runs.is_finished(run):
-        raise UserError(f"{run}: the run is not finished (no metrics.json); run it to the end first")
+    check_finished(run)
     upstream = runs_json(run / "metrics.json").get("base_run")
     if not isinstance(upstream, str):
         raise UserError(f"{run}: a chained run (model.checkpoint: {{run: ...}}) whose metrics.json does not "
@@ -685,6 +691,7 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
 
 
 def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:
+    check_finished(run)
     recipe = run_recipe(run)
     if not recipe.method.trains:
         raise UserError(f"{run}: an in-context run trains nothing; export its base checkpoint instead")
