@@ -536,6 +536,8 @@ PATHS: dict[str, tuple[Callable[[Path, Path, Any], list], str]] = {
                            "exists and is a file"),
     "export into a full folder": (lambda run, tmp, mp: (tmp / "in.txt").exists() and ["export", run, tmp],
                                   "exists and is not empty"),
+    "export into the current folder": (lambda run, tmp, mp: ((tmp / "here").mkdir(), mp.chdir(tmp / "here"),
+                                                             ["export", run, "."])[2], "is the current folder"),
     "export under a missing folder": (lambda run, tmp, mp: ["export", run, tmp / "a" / "b"], "does not exist; create it first"),
     "export into a read-only place": (lambda run, tmp, mp: (_readonly(mp, tmp / "ro"), ["export", run, tmp / "ro" / "x"])[1],
                                       "permission denied"),
@@ -559,6 +561,21 @@ def test_paths_the_user_gives_are_one_line(tmp_path: Path, cli, finished: Path, 
     finally:
         (tmp_path / "ro").chmod(0o755)
     _check_one_line(tmp_path, code, err, fragment)
+
+
+def test_an_export_onto_a_link_to_an_empty_folder_fills_that_folder(tmp_path: Path, cli, finished: Path) -> None:
+    """Finding: `toolkit export RUN LINK` (LINK to an empty folder, accepted as an empty OUT) wrote
+    the whole export and then said 'LINK: not a directory', exit 2, nothing kept. The target is
+    the folder the path names, links followed (api._export_target), by the CLI and the API."""
+    import toolkit
+
+    run = _copy(finished, tmp_path)
+    for name, export in (("cli", lambda out: cli("export", run, out)), ("api", lambda out: toolkit.export(run, out))):
+        (tmp_path / f"{name}-folder").mkdir()
+        (tmp_path / f"{name}-link").symlink_to(tmp_path / f"{name}-folder")
+        said = export(tmp_path / f"{name}-link")
+        assert name == "api" or said[0] == 0, said
+        assert (tmp_path / f"{name}-link").is_symlink() and (tmp_path / f"{name}-folder" / "adapter_config.json").is_file()
 
 
 def test_runs_dir_that_is_a_file_is_said_once(tmp_path: Path, cli) -> None:
