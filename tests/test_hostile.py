@@ -578,6 +578,29 @@ def test_an_export_onto_a_link_to_an_empty_folder_fills_that_folder(tmp_path: Pa
         assert (tmp_path / f"{name}-link").is_symlink() and (tmp_path / f"{name}-folder" / "adapter_config.json").is_file()
 
 
+def test_an_export_another_cache_is_writing_is_refused_and_left_alone(tmp_path: Path, cli, finished: Path) -> None:
+    """Finding: the export lock lives in $TOOLKIT_CACHE, and an export from a process with another
+    cache cleared the first one's half-written `.OUT.partial` (as an interrupted export's
+    leftovers) and wrote into it. The folder is held while written: the second is one line and
+    leaves it alone; once its writer is gone (killed), the next export clears what it left."""
+    import fcntl
+
+    run = _copy(finished, tmp_path)
+    partial = tmp_path / ".out.partial"
+    partial.mkdir()
+    (partial / "theirs.json").write_text("{}")
+    fd = os.open(partial, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the other process's export holds
+    try:
+        code, _, err = cli("export", run, tmp_path / "out")
+        _check_one_line(tmp_path, code, err, "is being written by another export right now (one that uses another")
+        assert (partial / "theirs.json").is_file() and not (tmp_path / "out").exists()
+    finally:
+        os.close(fd)
+    code, _, err = cli("export", run, tmp_path / "out")
+    assert code == 0 and not partial.exists() and not (tmp_path / "out" / "theirs.json").exists(), err
+
+
 def test_runs_dir_that_is_a_file_is_said_once(tmp_path: Path, cli) -> None:
     (tmp_path / "runs").write_text("a file")
     for command in (["run", "demo/sst2/minilm-lora"], ["sweep", "demo/sst2/minilm-lora", "train.lr=1e-4,1e-3"]):

@@ -7,11 +7,14 @@ whole model), so one loader serves every method without asking which one trained
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -695,21 +698,45 @@ def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> s
     recipe = run_recipe(run)
     if not recipe.method.trains:
         raise UserError(f"{run}: an in-context run trains nothing; export its base checkpoint instead")
-    partial = out.parent / f".{out.name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)  # what an interrupted export left
-    try:
-        with writing(out, NOTHING_KEPT):
-            note, model, tok = _export_into(run, recipe, partial, merge)
-            note += specials_read_otherwise(recipe.task, partial)
-            runs.follow_umask(partial)  # safetensors writes 0600 whatever the umask
+    with _partial(out) as partial, writing(out, NOTHING_KEPT):
+        note, model, tok = _export_into(run, recipe, partial, merge)
+        note += specials_read_otherwise(recipe.task, partial)
+        runs.follow_umask(partial)  # safetensors writes 0600 whatever the umask
         if out.exists():
             out.rmdir()  # empty (checked above)
         partial.rename(out)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     if push_to_hub:
         push(out, model, push_to_hub)
     return note
+
+
+@contextmanager
+def _partial(out: Path) -> Iterator[Path]:
+    """The folder an export is written in (`.OUT.partial` beside `out`), emptied of what an
+    interrupted export left and held (flock on the folder itself) until it is renamed to `out` or
+    removed. The lock in $TOOLKIT_CACHE (api._one_export) binds only processes that share that
+    cache: an export from another cache cleared this one's half-written folder as an interrupted
+    export's leftovers and wrote its own files into it."""
+    partial = out.parent / f".{out.name}.partial"
+    partial.mkdir(exist_ok=True)
+    fd = os.open(partial, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"export: {out} is being written by another export right now (one that uses another "
+                        "$TOOLKIT_CACHE); wait for it to finish, or export elsewhere") from None
+    try:
+        for child in list(partial.iterdir()):  # what an interrupted export left
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        yield partial
+    finally:
+        try:  # not renamed to `out`: removed, unless another export made a new one since
+            if os.stat(partial).st_ino == os.fstat(fd).st_ino:
+                shutil.rmtree(partial, ignore_errors=True)
+        except OSError:
+            pass
+        os.close(fd)
 
 
 def push(out: Path, model: Any, repo: str) -> None:
@@ -742,7 +769,7 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
                             "the base can absorb; export without --merge keeps the adapter folder")
         check_saved(folder)
         adopt_saved(run, recipe)
-        shutil.copytree(folder, out)
+        shutil.copytree(folder, out, dirs_exist_ok=True)
         return _embed_base(run, recipe, out, apart=True), None, None
     model, tok = load_model(run, recipe)
     note = "a plain transformers model folder"
