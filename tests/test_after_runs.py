@@ -119,7 +119,8 @@ def test_every_task_types_export_loads_as_its_line_says_and_predicts_as_the_run(
     its saved tokenizer, label names, problem type and generation_config.json. Exports where
     --merge is refused say so in one line; the folder and its files take the exporter's umask (a
     bottleneck export's folder kept model/'s mode); a run interrupted after writing model/ is one
-    line for every saved format (a bottleneck run's was "metrics.json: damaged (FileNotFoundError")."""
+    line for every saved format (a bottleneck run's was "metrics.json: damaged (FileNotFoundError"),
+    and a --smoke run's export says it is the small random model (it said nothing of it)."""
     from transformers import AutoTokenizer
 
     from toolkit import heads, inference, models
@@ -143,6 +144,8 @@ def test_every_task_types_export_loads_as_its_line_says_and_predicts_as_the_run(
             continue
         finally:
             os.umask(old)
+        assert note.endswith(f"; a --smoke run: this is the small random-weight model it trained on, not "
+                             f"{FAMILY_IDS[family]}"), note
         modes = {p.relative_to(out): oct(p.stat().st_mode & 0o777) for p in [out, *out.rglob("*")]}
         assert set(modes.values()) <= {"0o775", "0o664"}, modes
         model, tok = exported_model(out, note, heads.get(head).auto_class).eval(), AutoTokenizer.from_pretrained(out)

@@ -700,7 +700,7 @@ def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> s
         raise UserError(f"{run}: an in-context run trains nothing; export its base checkpoint instead")
     with _partial(out) as partial, writing(out, NOTHING_KEPT):
         note, model, tok = _export_into(run, recipe, partial, merge)
-        note += specials_read_otherwise(recipe.task, partial)
+        note += specials_read_otherwise(recipe.task, partial) + _smoke_said(recipe)
         runs.follow_umask(partial)  # safetensors writes 0600 whatever the umask
         if out.exists():
             out.rmdir()  # empty (checked above)
@@ -708,6 +708,16 @@ def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> s
     if push_to_hub:
         push(out, model, push_to_hub)
     return note
+
+
+def _smoke_said(recipe: Recipe) -> str:
+    """A --smoke run's export is the small random-weight model it trained on, whatever checkpoint
+    its recipe names: said, as the folder's config alone (a 2-layer model of the family) is easy to
+    take for the real one (the line said nothing of it, exit 0)."""
+    if not recipe.smoke:
+        return ""
+    named = recipe.model.checkpoint if isinstance(recipe.model.checkpoint, str) else "the checkpoint its recipe names"
+    return f"; a --smoke run: this is the small random-weight model it trained on, not {named}"
 
 
 @contextmanager
