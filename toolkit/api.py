@@ -247,6 +247,11 @@ def _run_folder(run_dir: PathArg) -> Path:
     recipe_module.check_environment()
     runs.check_utf8(folder, "run folder")
     if not (folder / "recipe.yaml").is_file():
+        owner = next((p for p in list(folder.parents)[:2] if (p / "recipe.yaml").is_file()), None)
+        if owner is not None:  # RUN/model, RUN/checkpoints/step-N: was "no recipe.yaml here" alone
+            raise UserError(f"{folder}: a folder inside the run {owner}; eval, predict and export take the run "
+                            f"folder and read its model/ (the run's result; a step checkpoint is not exported): "
+                            f"give {owner}")
         raise UserError(f"{folder}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
     runs.is_finished(folder)  # a damaged metrics.json: said here, before torch is imported
     return folder
