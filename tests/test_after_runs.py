@@ -26,17 +26,21 @@ SETTINGS = {"lora": ", r: 4", "dora": ", r: 4", "prompt_tuning": ", num_virtual_
 TRAINED = sorted(n for n in METHODS.names() if METHODS.get(n).trains)
 
 
-def exported_model(out: Path, note: str) -> torch.nn.Module:
+def exported_model(out: Path, note: str, auto: str = "AutoModelForSequenceClassification") -> torch.nn.Module:
     """The model loaded exactly as the export's line says (`load it with ...: EXPR`), else the
-    plain `AutoModelForSequenceClassification.from_pretrained(OUT)` the line names."""
+    plain `AutoModelFor...from_pretrained(OUT)` the line names (`auto`: the run's head's class)."""
+    import transformers
+
     import toolkit.methods.adapters  # noqa: F401  (the lines name these modules)
     import toolkit.methods.prefix_tuning  # noqa: F401
+    import toolkit.methods.prompt_tuning  # noqa: F401
     from peft import PeftModel  # noqa: F401
-    from transformers import AutoModelForSequenceClassification  # noqa: F401
 
     expr = note.split("load it with ", 1)[1].split(": ", 1)[1].split("; ")[0] if "load it with " in note else \
-        "AutoModelForSequenceClassification.from_pretrained(OUT)"
-    return eval(expr.replace("OUT/base", "OUT / 'base'"), {**globals(), **locals(), "OUT": out, "toolkit": toolkit})
+        f"{auto}.from_pretrained(OUT)"
+    autos = {name: getattr(transformers, name) for name in dir(transformers) if name.startswith("AutoModel")}
+    return eval(expr.replace("OUT/base", "OUT / 'base'"),
+                {**globals(), **locals(), **autos, "OUT": out, "toolkit": toolkit})
 
 
 @pytest.mark.parametrize("method", TRAINED)
@@ -73,6 +77,126 @@ def test_every_methods_export_loads_as_its_line_says_and_predicts_as_the_run(tmp
                 assert {d["label"]: d["score"] for d in g} == pytest.approx(w, abs=1e-5), (method, merge, note)
         exported += 1
     assert exported >= 1
+
+
+LONG = "and so on " * 150  # past every case's task.max_length: cut where the run cut it
+PAIRS = [("a wonderful film", "a great movie"), ("it was [SEP] fine </s> ok", "<|endoftext|> <pad> [CLS]"),
+         ("a dull mess " + LONG, "so fine")]
+WORDS = [["EU", "rejects", "German", "call", "."], ["Peter", "[SEP]", "</s>", "Blackburn"], ["word"] * 300]
+QUESTIONS = [("Who wrote it?", "The book was written by Anne in 1901 in Paris."),
+             ("Where? [SEP]", "It happened " + LONG + "in Rome.")]
+SOURCES = ["Amanda: I baked cookies. Do you want some?\nJerry: Sure!", "a short one </s> [SEP]"]
+TEXTS_LM = ["the cat sat on the mat", "a text with [MASK] and </s> in it"]
+# Every task type and family beside the method walk above (classification, BERT): each case a
+# method that walk's classification does not show in that task type (a sequence-to-sequence or
+# decoder head, a token head, a QA head), both exports where the method merges.
+ROUND_TRIPS = [
+    ("demo/own-data/minilm-lora-regression", "roberta", "{name: adalora}", [], PAIRS),
+    ("demo/own-data/minilm-lora-ner", "bert", "{name: adapters}", [], WORDS),
+    ("demo/own-data/minilm-lora-ner", "gpt2", "{name: prefix_tuning, num_virtual_tokens: 4}", [], WORDS),
+    ("demo/own-data/minilm-full-qa", "bart", "{name: lora, r: 4}", [], QUESTIONS),
+    ("demo/own-data/minilm2minilm-summarization", "t5", "{name: prompt_tuning, num_virtual_tokens: 4}",
+     ["model.warm_start=null"], SOURCES),
+    ("demo/own-data/minilm2minilm-translation", "bart", "{name: dora, r: 4}", ["model.warm_start=null"],
+     ["A man rides a bike.", "Two dogs play </s> in the snow."]),
+    ("demo/own-data/minilm2minilm-summarization", "gpt2", "{name: ia3}",  # the repeat ban the line says
+     ["model.warm_start=null", "task.generation.no_repeat_ngram_size=0"], SOURCES),  # generate cannot hold
+    ("demo/own-data/minilm-mlm", "roberta", "{name: bitfit}", [], TEXTS_LM),
+    ("demo/own-data/gpt2-clm", "gpt2", "{name: full}", [], TEXTS_LM),
+]
+FAMILY_IDS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "gpt2": "gpt2", "bart": "facebook/bart-base",
+              "t5": "t5-base"}
+
+
+@pytest.mark.parametrize("recipe, family, method, extra, inputs", ROUND_TRIPS,
+                         ids=[f"{r.split('/')[-1]}-{f}-{m[7:].split(',')[0].rstrip('}')}" for r, f, m, _, _ in ROUND_TRIPS])
+def test_every_task_types_export_loads_as_its_line_says_and_predicts_as_the_run(
+        tmp_path: Path, recipe: str, family: str, method: str, extra: list[str], inputs: list) -> None:
+    """The rule of `toolkit export` over the task types and families: the folder, loaded as its
+    line says with plain transformers (or PEFT, or the toolkit's route the line names), gives the
+    run's own model's outputs on the same ids (logits within float tolerance), and what
+    `toolkit predict` gives (labels, a regression score, a word's tag, the generated text) from
+    its saved tokenizer, label names, problem type and generation_config.json. Exports where
+    --merge is refused say so in one line; the folder and its files take the exporter's umask (a
+    bottleneck export's folder kept model/'s mode); a run interrupted after writing model/ is one
+    line for every saved format (a bottleneck run's was "metrics.json: damaged (FileNotFoundError"),
+    and a --smoke run's export says it is the small random model (it said nothing of it)."""
+    from transformers import AutoTokenizer
+
+    from toolkit import heads, inference, models
+
+    run = toolkit.run(recipe, [f"model.checkpoint={FAMILY_IDS[family]}", *SHORT[1:], f"method={method}", *extra],
+                      runs_dir=tmp_path / "runs", smoke=True)
+    plan = inference.run_recipe(run.dir)
+    want = toolkit.predict(run, inputs) if plan.task.predicts else None
+    mine, run_tok = inference.load_model(run.dir, plan)
+    head = plan.method.head(plan.task, models.recipe_family(inference.base_checkpoint(run.dir, plan),
+                                                             plan.model.warm_start))
+    exported = 0
+    for merge in (False, True):
+        out = tmp_path / f"out-{merge}"
+        old = os.umask(0o002)  # a group's shared folder: every file and folder readable and writable by it
+        try:
+            note = toolkit.export(run, out, merge=merge)
+        except toolkit.UserError as exc:
+            assert merge and re.search(r"^--merge: .* (virtual tokens|non-linear layer)", str(exc)), exc
+            assert not out.exists() and "\n" not in str(exc)
+            continue
+        finally:
+            os.umask(old)
+        assert note.endswith(f"; a --smoke run: this is the small random-weight model it trained on, not "
+                             f"{FAMILY_IDS[family]}"), note
+        modes = {p.relative_to(out): oct(p.stat().st_mode & 0o777) for p in [out, *out.rglob("*")]}
+        assert set(modes.values()) <= {"0o775", "0o664"}, modes
+        model, tok = exported_model(out, note, heads.get(head).auto_class).eval(), AutoTokenizer.from_pretrained(out)
+        _predicts_as_the_run(plan.task, model, tok, mine, run_tok, inputs, want, note)
+        exported += 1
+    assert exported >= 1
+    (run.dir / "metrics.json").unlink()  # interrupted after model/ was written: the same line for every format
+    with pytest.raises(toolkit.UserError, match=r": the run is not finished \(no metrics.json\); run it to the end"):
+        toolkit.export(run, tmp_path / "out-unfinished")
+    assert not (tmp_path / "out-unfinished").exists()
+
+
+def _predicts_as_the_run(task, model, tok, mine, run_tok, inputs: list, want: list | None, note: str) -> None:
+    config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
+    with torch.no_grad():
+        if "generate from the prompt" in note:  # a text-to-text task: the text toolkit predict gave
+            template = json.loads(re.search(r'generate from the prompt ("(?:[^"\\]|\\.)*")', note).group(1))
+            decoder = not config.is_encoder_decoder
+            prompts = [template.replace("{" + next(iter(task.predict_fields(mine))) + "}", text) for text in inputs]
+            batch = tok(prompts, return_tensors="pt", padding=True, truncation=not decoder,
+                        add_special_tokens=not decoder)
+            ids = model.generate(**batch)
+            ids = ids[:, batch["input_ids"].shape[1]:] if decoder else ids
+            assert [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True)] == \
+                [row["prediction"] for row in want], note
+            return
+        words = isinstance(inputs[0], list)
+        args = [list(x) for x in zip(*inputs)] if isinstance(inputs[0], tuple) else [inputs]
+        batch = tok(*args, return_tensors="pt", padding=True, truncation=True, is_split_into_words=words)
+        got, ours = model(**batch), mine(**batch)  # the same ids: the weights as the run's
+        for name in ("logits", "start_logits", "end_logits"):
+            if getattr(ours, name, None) is not None:
+                assert torch.allclose(getattr(got, name), getattr(ours, name), atol=1e-5), (name, note)
+        if want is None or "start_logits" in got:  # nothing predicted / QA's answer search (test_squad):
+            # the first input, plain text, read as the run read it (a pretraining objective's folder
+            # reads "[MASK]" and "</s>" as transformers does: read_as_run)
+            short = [list(x) for x in zip(*inputs[:1])] if isinstance(inputs[0], tuple) else [inputs[:1]]
+            assert tok(*short)["input_ids"] == run_tok(*short)["input_ids"], note
+            return
+        if words:  # a word's tag: the argmax at its first sub-token, O past the cut (the line's reading)
+            tags = []
+            for b, sentence in enumerate(inputs):
+                first = {w: t for t, w in reversed(list(enumerate(batch.word_ids(b)))) if w is not None}
+                tags.append([config.id2label[int(got.logits[b, first[w]].argmax())] if w in first else "O"
+                             for w in range(len(sentence))])
+            assert tags == [row["tags"] for row in want], note
+        elif config.problem_type == "regression":
+            assert [float(s) for s in got.logits[:, 0]] == pytest.approx([row["score"] for row in want], abs=1e-5)
+        else:
+            probs = [{config.id2label[i]: float(p) for i, p in enumerate(row)} for row in got.logits.softmax(-1)]
+            assert probs == pytest.approx([row["probabilities"] for row in want], abs=1e-5), note
 
 
 def _starts_from_export_or_refuses(out: Path) -> None:

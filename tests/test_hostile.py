@@ -536,6 +536,13 @@ PATHS: dict[str, tuple[Callable[[Path, Path, Any], list], str]] = {
                            "exists and is a file"),
     "export into a full folder": (lambda run, tmp, mp: (tmp / "in.txt").exists() and ["export", run, tmp],
                                   "exists and is not empty"),
+    "export into the current folder": (lambda run, tmp, mp: ((tmp / "here").mkdir(), mp.chdir(tmp / "here"),
+                                                             ["export", run, "."])[2], "is the current folder"),
+    "export a run's model folder": (lambda run, tmp, mp: ["export", run / "model", tmp / "out"],
+                                    "model: a folder inside the run"),
+    "predict with a run's checkpoint": (lambda run, tmp, mp: ((run / "checkpoints" / "step-000002").mkdir(parents=True),
+                                        ["predict", run / "checkpoints" / "step-000002", "--input", tmp / "in.txt"])[1],
+                                        "step-000002: a folder inside the run"),
     "export under a missing folder": (lambda run, tmp, mp: ["export", run, tmp / "a" / "b"], "does not exist; create it first"),
     "export into a read-only place": (lambda run, tmp, mp: (_readonly(mp, tmp / "ro"), ["export", run, tmp / "ro" / "x"])[1],
                                       "permission denied"),
@@ -559,6 +566,44 @@ def test_paths_the_user_gives_are_one_line(tmp_path: Path, cli, finished: Path, 
     finally:
         (tmp_path / "ro").chmod(0o755)
     _check_one_line(tmp_path, code, err, fragment)
+
+
+def test_an_export_onto_a_link_to_an_empty_folder_fills_that_folder(tmp_path: Path, cli, finished: Path) -> None:
+    """Finding: `toolkit export RUN LINK` (LINK to an empty folder, accepted as an empty OUT) wrote
+    the whole export and then said 'LINK: not a directory', exit 2, nothing kept. The target is
+    the folder the path names, links followed (api._export_target), by the CLI and the API."""
+    import toolkit
+
+    run = _copy(finished, tmp_path)
+    for name, export in (("cli", lambda out: cli("export", run, out)), ("api", lambda out: toolkit.export(run, out))):
+        (tmp_path / f"{name}-folder").mkdir()
+        (tmp_path / f"{name}-link").symlink_to(tmp_path / f"{name}-folder")
+        said = export(tmp_path / f"{name}-link")
+        assert name == "api" or said[0] == 0, said
+        assert (tmp_path / f"{name}-link").is_symlink() and (tmp_path / f"{name}-folder" / "adapter_config.json").is_file()
+
+
+def test_an_export_another_cache_is_writing_is_refused_and_left_alone(tmp_path: Path, cli, finished: Path) -> None:
+    """Finding: the export lock lives in $TOOLKIT_CACHE, and an export from a process with another
+    cache cleared the first one's half-written `.OUT.partial` (as an interrupted export's
+    leftovers) and wrote into it. The folder is held while written: the second is one line and
+    leaves it alone; once its writer is gone (killed), the next export clears what it left."""
+    import fcntl
+
+    run = _copy(finished, tmp_path)
+    partial = tmp_path / ".out.partial"
+    partial.mkdir()
+    (partial / "theirs.json").write_text("{}")
+    fd = os.open(partial, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the other process's export holds
+    try:
+        code, _, err = cli("export", run, tmp_path / "out")
+        _check_one_line(tmp_path, code, err, "is being written by another export right now (one that uses another")
+        assert (partial / "theirs.json").is_file() and not (tmp_path / "out").exists()
+    finally:
+        os.close(fd)
+    code, _, err = cli("export", run, tmp_path / "out")
+    assert code == 0 and not partial.exists() and not (tmp_path / "out" / "theirs.json").exists(), err
 
 
 def test_runs_dir_that_is_a_file_is_said_once(tmp_path: Path, cli) -> None:

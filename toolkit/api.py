@@ -247,6 +247,11 @@ def _run_folder(run_dir: PathArg) -> Path:
     recipe_module.check_environment()
     runs.check_utf8(folder, "run folder")
     if not (folder / "recipe.yaml").is_file():
+        owner = next((p for p in list(folder.parents)[:2] if (p / "recipe.yaml").is_file()), None)
+        if owner is not None:  # RUN/model, RUN/checkpoints/step-N: was "no recipe.yaml here" alone
+            raise UserError(f"{folder}: a folder inside the run {owner}; eval, predict and export take the run "
+                            f"folder and read its model/ (the run's result; a step checkpoint is not exported): "
+                            f"give {owner}")
         raise UserError(f"{folder}: no recipe.yaml here; point at a run folder (runs/<recipe>/<hash>)")
     runs.is_finished(folder)  # a damaged metrics.json: said here, before torch is imported
     return folder
@@ -352,8 +357,8 @@ def export(run_dir: PathArg, out: PathArg, merge: bool = False) -> str:
     """A plain transformers (or PEFT) folder at `out`; returns the line saying what was written.
     One export to a place at a time: a second one at once is refused."""
     sharding.check_api_writer("export", f"the folder {out}")
-    folder, target = _run_folder(run_dir), Path(out)
-    with _one_export(target):
+    folder = _run_folder(run_dir)
+    with _one_export(Path(out)) as target:
         quiet.libraries()
         from toolkit import inference
 
@@ -361,9 +366,10 @@ def export(run_dir: PathArg, out: PathArg, merge: bool = False) -> str:
 
 
 @contextmanager
-def _one_export(target: Path) -> Iterator[None]:
+def _one_export(out: Path) -> Iterator[Path]:
     """The lock a run takes (runs.locked), held on an export's target: two exports to one place
-    at once would write one folder twice."""
+    at once would write one folder twice. Gives the target (`_export_target`), which both lock."""
+    target = _export_target(out)
     lock = runs.locked(target)
     try:
         lock.__enter__()
@@ -371,9 +377,22 @@ def _one_export(target: Path) -> Iterator[None]:
         raise UserError(f"export: {target} is being written by another export right now; wait for it "
                         "to finish, or export elsewhere") from None
     try:
-        yield
+        yield target
     finally:
         lock.__exit__(None, None, None)
+
+
+def _export_target(out: Path) -> Path:
+    """The folder an export puts in place of `out`: the one `out` names, links followed. An export
+    is written beside its target and renamed onto it; a link to an empty folder was 'not a
+    directory' and `export RUN .` (the current, empty folder) an OSError traceback, each after the
+    whole export was written and then thrown away. The current folder is refused first: replaced,
+    it would leave the shell in a removed folder, with the export out of its sight."""
+    target = Path(os.path.realpath(out))
+    if target == Path(os.path.realpath(".")):
+        raise UserError(f"export: {out} is the current folder; an export is written as a folder of its own "
+                        f"and put in place whole: give a new folder's name (e.g. {Path(out) / 'model'})")
+    return target
 
 
 @_one_line

@@ -277,11 +277,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     run = _run_folder(args.run)
-    with _one_export(Path(args.out)):
+    with _one_export(Path(args.out)) as target:
         quiet.libraries()
         from toolkit import inference
 
-        note = inference.export_run(run, Path(args.out), args.merge, args.push_to_hub)
+        note = inference.export_run(run, target, args.merge, args.push_to_hub)
     print(f"{args.out}: {note}")
     return 0
 

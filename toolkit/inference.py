@@ -7,11 +7,14 @@ whole model), so one loader serves every method without asking which one trained
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +77,7 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
     """(model, tokenizer) of a finished run, in eval mode; the model is None for in-context runs.
     It is built as the run built it: the same base (a chained run's upstream model/), the same
     model settings (attention module and its saved parameters, warm start), then the saved result."""
-    if not runs.is_finished(run):
-        raise UserError(f"{run}: the run is not finished (no metrics.json); run it to the end first")
+    check_finished(run)
     folder = run / "model"
     base = base_checkpoint(run, recipe)
     settings = recipe.model
@@ -102,6 +104,14 @@ def load_model(run: Path, recipe: Recipe) -> tuple[torch.nn.Module | None, Any]:
                                lambda: build(str(folder), {}, None))  # saved whole: warm-started already
     attention.load_saved(model, folder, settings.attention)  # what the method's format leaves out
     return model.eval(), tok
+
+
+def check_finished(run: Path) -> None:
+    """A run is read after training only once it finished (its metrics.json written), by every
+    entry point alike: a bottleneck adapters run's export copied model/ without asking, so an
+    interrupted one was "metrics.json: damaged (FileNotFoundError ...)" where a LoRA run's was this line."""
+    if not runs.is_finished(run):
+        raise UserError(f"{run}: the run is not finished (no metrics.json); run it to the end first")
 
 
 def base_checkpoint(run: Path, recipe: Recipe) -> str:
@@ -132,8 +142,7 @@ def base_checkpoint(run: Path, recipe: Recipe) -> str:
 def chained_base(run: Path, name: str) -> Path:
     """The model/ of the run a chained run (model.checkpoint: {run: ...}) started from, in the runs
     root this run lives in, as its metrics.json records it: found without the recipes it names."""
-    if not runs.is_finished(run):
-        raise UserError(f"{run}: the run is not finished (no metrics.json); run it to the end first")
+    check_finished(run)
     upstream = runs_json(run / "metrics.json").get("base_run")
     if not isinstance(upstream, str):
         raise UserError(f"{run}: a chained run (model.checkpoint: {{run: ...}}) whose metrics.json does not "
@@ -688,24 +697,59 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
 
 
 def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:
+    check_finished(run)
     recipe = run_recipe(run)
     if not recipe.method.trains:
         raise UserError(f"{run}: an in-context run trains nothing; export its base checkpoint instead")
-    partial = out.parent / f".{out.name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)  # what an interrupted export left
-    try:
-        with writing(out, NOTHING_KEPT):
-            note, model, tok = _export_into(run, recipe, partial, merge)
-            note += specials_read_otherwise(recipe.task, partial)
-            runs.follow_umask(partial)  # safetensors writes 0600 whatever the umask
+    with _partial(out) as partial, writing(out, NOTHING_KEPT):
+        note, model, tok = _export_into(run, recipe, partial, merge)
+        note += specials_read_otherwise(recipe.task, partial) + _smoke_said(recipe)
+        runs.follow_umask(partial)  # safetensors writes 0600 whatever the umask
         if out.exists():
             out.rmdir()  # empty (checked above)
         partial.rename(out)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     if push_to_hub:
         push(out, model, push_to_hub)
     return note
+
+
+def _smoke_said(recipe: Recipe) -> str:
+    """A --smoke run's export is the small random-weight model it trained on, whatever checkpoint
+    its recipe names: said, as the folder's config alone (a 2-layer model of the family) is easy to
+    take for the real one (the line said nothing of it, exit 0)."""
+    if not recipe.smoke:
+        return ""
+    named = recipe.model.checkpoint if isinstance(recipe.model.checkpoint, str) else "the checkpoint its recipe names"
+    return f"; a --smoke run: this is the small random-weight model it trained on, not {named}"
+
+
+@contextmanager
+def _partial(out: Path) -> Iterator[Path]:
+    """The folder an export is written in (`.OUT.partial` beside `out`), emptied of what an
+    interrupted export left and held (flock on the folder itself) until it is renamed to `out` or
+    removed. The lock in $TOOLKIT_CACHE (api._one_export) binds only processes that share that
+    cache: an export from another cache cleared this one's half-written folder as an interrupted
+    export's leftovers and wrote its own files into it."""
+    partial = out.parent / f".{out.name}.partial"
+    partial.mkdir(exist_ok=True)
+    fd = os.open(partial, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(f"export: {out} is being written by another export right now (one that uses another "
+                        "$TOOLKIT_CACHE); wait for it to finish, or export elsewhere") from None
+    try:
+        for child in list(partial.iterdir()):  # what an interrupted export left
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        yield partial
+    finally:
+        try:  # not renamed to `out`: removed, unless another export made a new one since
+            if os.stat(partial).st_ino == os.fstat(fd).st_ino:
+                shutil.rmtree(partial, ignore_errors=True)
+        except OSError:
+            pass
+        os.close(fd)
 
 
 def push(out: Path, model: Any, repo: str) -> None:
@@ -738,7 +782,7 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
                             "the base can absorb; export without --merge keeps the adapter folder")
         check_saved(folder)
         adopt_saved(run, recipe)
-        shutil.copytree(folder, out)
+        shutil.copytree(folder, out, dirs_exist_ok=True)
         return _embed_base(run, recipe, out, apart=True), None, None
     model, tok = load_model(run, recipe)
     note = "a plain transformers model folder"

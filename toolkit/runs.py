@@ -505,21 +505,31 @@ def check_manifest(folder: Path) -> str | None:
 
 
 def follow_umask(folder: Path) -> None:
-    """Every file under `folder` (a run's model/, a checkpoint, an export, as just written) with the
-    mode a new file of that folder gets (open's 0666 less the umask, or what the folder's default
-    ACL says): safetensors' writer makes its files 0600 whatever the umask, so a group sharing a
-    runs folder (umask 002) could not read one another's weights (`toolkit eval` of a teammate's
-    run: PermissionError), where every JSON beside them was readable. Found by making a file
-    there, as the files beside it were made; a file made narrower on purpose has no writer here."""
-    probe = folder / f".mode-{os.getpid()}-{secrets.token_hex(4)}"
-    os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    """Every file and folder under `folder` (a run's model/, a checkpoint, an export, as just
+    written), `folder` itself included, with the mode a new one of its kind gets there (open's 0666,
+    mkdir's 0777, less the umask, or what the folder's default ACL says): safetensors' writer makes
+    its files 0600 whatever the umask, so a group sharing a runs folder (umask 002) could not read
+    one another's weights (`toolkit eval` of a teammate's run: PermissionError), where every JSON
+    beside them was readable; a copied folder (a bottleneck export's, copied from model/) kept the
+    mode model/ was made with, not the exporter's. Found by making a file and a folder there, as
+    those beside them were made; one made narrower on purpose has no writer here."""
+    tag = f".mode-{os.getpid()}-{secrets.token_hex(4)}"
+    os.close(os.open(folder / tag, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
-        mode = probe.stat().st_mode & 0o777
+        file_mode = (folder / tag).stat().st_mode & 0o777
     finally:
-        probe.unlink()
-    for file in folder.rglob("*"):
-        if file.is_file() and not file.is_symlink() and file.stat().st_mode & 0o777 != mode:
-            file.chmod(mode)
+        (folder / tag).unlink()
+    os.mkdir(folder / f"{tag}.d", 0o777)
+    try:
+        dir_mode = (folder / f"{tag}.d").stat().st_mode & 0o777
+    finally:
+        (folder / f"{tag}.d").rmdir()
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            continue
+        mode = file_mode if path.is_file() else dir_mode
+        if path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
 
 
 def write_whole(path: Path, text: str | bytes) -> None:
