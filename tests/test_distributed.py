@@ -197,6 +197,84 @@ def test_two_processes_equal_one(tmp_path: Path, cli, two_process_runs, checkpoi
         torch.testing.assert_close(wa[key], wb[key], atol=1e-5, rtol=1e-4)
 
 
+# One smoke run of every task type, made and scored under one launch of 2 processes and scored
+# again by one: 13 eval examples (QA: their windows, several an example) in batches of 4, so the
+# last batch is short and on one process alone; generation pads each process's outputs to its
+# own width; MLM's held-out masks; CLM's perplexity token counts; in-context label words and
+# generation.
+EVERY_TASK = {
+    "classification": "model: {checkpoint: bert-base-uncased}\ntask: {name: glue, subset: sst2, max_length: 32}",
+    "regression": "model: {checkpoint: bert-base-uncased}\ntask: {name: glue, subset: stsb, max_length: 48}",
+    "ner": "model: {checkpoint: bert-base-uncased}\ntask: {name: ner, max_length: 48}",
+    "squad_v1": "model: {checkpoint: bert-base-uncased}\ntask: {name: squad, version: v1, max_length: 64, doc_stride: 20, "
+                "eval_file: $TOOLKIT_DATA/squad/v1.1/dev-v1.1.json, split_articles: 0.834, split_seed: 0}",
+    "squad_v2": "model: {checkpoint: bert-base-uncased}\ntask: {name: squad, version: v2, max_length: 64, doc_stride: 20, "
+                "eval_file: $TOOLKIT_DATA/squad/v1.1/dev-v1.1.json, split_articles: 0.834, split_seed: 0}",
+    "summarization": "model: {checkpoint: t5-base}\ntask: {name: summarization, subset: samsum, max_length: 96, "
+                     "max_target_length: 24, generation: {num_beams: 2, max_new_tokens: 8}}",
+    "translation": "model: {checkpoint: gpt2}\ntask: {name: translation, subset: multi30k, source_lang: en, "
+                   "target_lang: de, max_length: 48, max_target_length: 24, generation: {max_new_tokens: 8}}",
+    "mlm": "model: {checkpoint: roberta-base}\ntask: {name: mlm, max_length: 32, train_file: "
+           "$TOOLKIT_DATA/lm/wikitext-2/valid.txt, eval_file: $TOOLKIT_DATA/lm/wikitext-2/test.txt}",
+    "clm": "model: {checkpoint: gpt2}\ntask: {name: clm, max_length: 32, train_file: $TOOLKIT_DATA/lm/ptb/ptb.valid.txt, "
+           "eval_file: $TOOLKIT_DATA/lm/ptb/ptb.test.txt}",
+    "icl": "model: {checkpoint: t5-base}\ntask: {name: glue, subset: rte}\nmethod: {name: icl, shots: 2, batch_size: 3}",
+    "icl_generation": "model: {checkpoint: gpt2}\ntask: {name: summarization, subset: samsum, generation: "
+                      "{max_new_tokens: 8}}\nmethod: {name: icl, shots: 1, batch_size: 3}",
+}
+TRAINED = "\nmethod: {name: full}\ntrain: {max_steps: 1, eval_batch_size: 4, seed: 3}"
+EVERY_TASK_LAUNCH = """import json, os, sys
+sys.path.insert(0, {root!r})
+import toolkit
+for name, recipe, runs in json.loads(open(sys.argv[1]).read()):
+    run = toolkit.run(recipe, ["task.max_train_samples=8", "task.max_eval_samples=13"], runs_dir=runs, smoke=True)
+    toolkit.evaluate(run)  # the API's, split over the launch as `toolkit eval`
+    if os.environ["RANK"] == "0":  # kept apart from the one-process evaluation's files
+        for made in ("eval-eval.json", "predictions-eval.jsonl"):
+            if os.path.exists(os.path.join(run, made)):
+                os.rename(os.path.join(run, made), os.path.join(run, "two-" + made))
+"""
+
+
+def test_every_task_scores_on_two_processes_what_one_process_scores(tmp_path: Path, _smoke_cache: Path) -> None:
+    """Evaluation on 2 processes, in the run and through the API (`toolkit.evaluate`, as `toolkit
+    eval`), gives the 1-process evaluation's metrics and predictions files exactly, for every task
+    type. accelerate's sharded loader filled the short last batch with the split's first examples,
+    so the last examples were scored padded to another width (STS-B's pearson 1e-4 relative off);
+    in-context label words were scored in contiguous slices, batched otherwise at their edges (the
+    eval loss 6e-8 relative off); both exit 0."""
+    import toolkit
+
+    jobs = []
+    for name, text in EVERY_TASK.items():
+        in_context = "name: icl" in text  # trains nothing, and takes no training setting
+        recipe = write_recipe(tmp_path / name / "r.yaml", text + ("\ntrain: {seed: 3}" if in_context else TRAINED))
+        jobs.append([name, str(recipe), str(tmp_path / name / "runs")])
+    (tmp_path / "launch.py").write_text(EVERY_TASK_LAUNCH.format(root=str(ROOT)))
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(_free_port()), str(tmp_path / "launch.py"), str(tmp_path / "jobs.json")],
+                          cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, _, runs in jobs:
+        run = only_run(Path(runs))
+        in_run = json.loads((run / "metrics.json").read_text())
+        assert in_run["num_processes"] == 2
+        toolkit.evaluate(run)  # one process: this one (the files: a threshold of -inf is null there)
+        alone, api = (json.loads((run / f"{two}eval-eval.json").read_text())["eval"] for two in ("", "two-"))
+        # exact but for a float's last bits, which the weights' place in memory moves (MKL's kernels
+        # follow the alignment: a CPU launch copies the model to accelerate's `cpu:0`)
+        for scored in (in_run["eval"], api):
+            assert scored.keys() == alone.keys(), name
+            assert all(scored[k] == (alone[k] if alone[k] is None else pytest.approx(alone[k], rel=1e-6))
+                       for k in alone), (name, scored, alone)
+        if (run / "predictions.jsonl").exists() or name not in ("classification", "regression", "ner", "mlm",
+                                                                 "clm", "icl"):
+            one = (run / "predictions-eval.jsonl").read_text()
+            assert (run / "predictions.jsonl").read_text() == one == (run / "two-predictions-eval.jsonl").read_text(), name
+
+
 @pytest.mark.parametrize("env, message", [
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"}, "FSDP needs a distributed launch"),
     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1", "LOCAL_RANK": "0"}, "runs FSDP2 only"),

@@ -426,11 +426,11 @@ def test_tiny_model_learns_each_task(tmp_path: Path, cli, tiny_checkpoint, task:
         assert json.loads((run / "eval-eval.json").read_text())["metric_info"] == metrics["metric_info"]
 
 
-# Generation on 2 processes equals 1 (the padded tail counted once, GPT-2's left-padded prompts
-# giving the same text in any batch): test_accounting's
-# test_rule_c_two_processes_score_each_example_once[translation] (gpt2, 13 examples in batches of 4
-# on each of 2 processes, scores exactly and predictions row for row against a 1-process
-# evaluation), in that module's one shared launch; its own launch here repeated it.
+# Generation on 2 processes equals 1 (each process taking one process's batches whole, GPT-2's
+# left-padded prompts): test_distributed's
+# test_every_task_scores_on_two_processes_what_one_process_scores (translation on gpt2,
+# summarization on t5 and in-context, 13 examples in batches of 4 on 2 processes, predictions row
+# for row against a 1-process evaluation), in that test's one shared launch.
 
 
 def test_ls_tasks_and_refusals(tmp_path: Path, cli) -> None:

@@ -1,14 +1,17 @@
 """The evaluation loop: the task's evaluation step on every batch, outputs gathered across
-processes in dataset order (the padded tail counted once), then the task's scoring."""
+processes in dataset order (each process taking one process's batches, whole), then the task's
+scoring."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
 from toolkit.errors import UserError
 
@@ -46,10 +49,12 @@ def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, acceler
     """Task metrics and the eval loss on every eval split; a split's suffix (MNLI's `_mm`) is
     added to its keys.
 
-    `gather_for_metrics` drops the examples accelerate repeats to even out the last batch, so
-    N processes score exactly the examples one process would, and the loss is a mean over the
-    same units. A task that writes predictions (generation, QA) hands its rows to `sink`
-    (suffix -> rows), which the loop writes as predictions.jsonl beside metrics.json.
+    `loaders` are unprepared: N processes take the batches one process takes, whole
+    (`own_batches`), and the rows gathered are put back in the order one process serves them, so
+    every example is scored in the batch it has in one process and the outputs, scores and
+    predictions are one process's exactly. A task that writes predictions (generation, QA) hands
+    its rows to `sink` (suffix -> rows), which the loop writes as predictions.jsonl beside
+    metrics.json.
 
     `orders[suffix]`, when given, is the order the loader served the split in (`train.LengthOrder`:
     longest first); outputs are put back in dataset order before the task scores them.
@@ -59,13 +64,18 @@ def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, acceler
     out: dict[str, float] = {}
     for suffix, loader in loaders.items():
         collected: dict[str, list[torch.Tensor]] = defaultdict(list)
-        for batch in loader:
+        for positions, batch in own_batches(loader, accelerator):
             step = task.eval_step(model, batch)
             step = {k: accelerator.pad_across_processes(v, dim=1, pad_index=task.eval_pad(k))
                     if v.ndim >= 2 else v for k, v in step.items()}
-            for key, value in accelerator.gather_for_metrics(step).items():
+            for key, value in gathered(accelerator, positions, step, task.eval_pad).items():
                 collected[key].append(value.cpu())
         arrays = {k: stack(v, task.eval_pad(k)) for k, v in collected.items()}
+        if collected:  # one process's serving order; the fillers dropped
+            served = arrays.pop(POSITION)
+            keep = np.flatnonzero(served >= 0)
+            keep = keep[np.argsort(served[keep], kind="stable")]
+            arrays = {k: v[keep] for k, v in arrays.items()}
         refuse_nothing_scored(arrays, suffix)
         refuse_not_finite(arrays, suffix)
         if orders and suffix in orders:
@@ -79,6 +89,49 @@ def evaluate(model: torch.nn.Module, loaders: dict[str, Any], task: Any, acceler
         out.update({f"{k}{suffix}": float(v) for k, v in metrics.items()})
     model.train(was_training)
     return out
+
+
+POSITION = "__served_position__"  # each gathered row's place in one process's serving order; -1: a filler
+
+
+def own_batches(loader: DataLoader, accelerator: Any) -> Iterator[tuple[torch.Tensor, dict]]:
+    """This process's share of an unprepared eval `loader`: the batches one process takes, each
+    whole and unchanged (batch i on process i mod N), with the position each row has in one
+    process's serving order, then, on a process left a step short, a repeat of the last batch
+    whose positions are -1 (its outputs are dropped): every process takes as many steps (the
+    gathers, FSDP's and ZeRO-3's forwards) and no example is batched with others than in one
+    process. accelerate's sharded loader (`even_batches`) filled the short last batch with the
+    split's first examples: the last examples were scored padded to the longest ones' width, a
+    float's last bits off one process's (STS-B's pearson 1e-4 relative apart on a random model,
+    exit 0), and a near tie of logits or beams could turn the other way."""
+    from accelerate.utils import send_to_device
+
+    batches = [list(b) for b in loader.batch_sampler]
+    starts = np.cumsum([0] + [len(b) for b in batches])
+    n, rank = accelerator.num_processes, accelerator.process_index
+    mine = list(range(rank, math.ceil(len(batches) / n) * n, n))
+    served = DataLoader(loader.dataset, batch_sampler=[batches[min(i, len(batches) - 1)] for i in mine],
+                        collate_fn=loader.collate_fn)
+    for i, batch in zip(mine, served):
+        rows = len(batches[min(i, len(batches) - 1)])
+        positions = torch.arange(starts[i], starts[i] + rows) if i < len(batches) else torch.full((rows,), -1)
+        yield positions.to(accelerator.device), send_to_device(batch, accelerator.device)
+
+
+def gathered(accelerator: Any, positions: torch.Tensor, step: dict[str, torch.Tensor],
+             pad: Any) -> dict[str, torch.Tensor]:
+    """One step's outputs of every process, with each row's served position (`POSITION`); the
+    processes' batches may hold different numbers of rows (the last batch, a filler), so each is
+    padded to the most first (positions -1: dropped)."""
+    positions = accelerator.pad_across_processes(positions, dim=0, pad_index=-1)
+    step = {k: _pad_rows(v, positions.shape[0], pad(k)) for k, v in step.items()}
+    return accelerator.gather({**step, POSITION: positions})
+
+
+def _pad_rows(t: torch.Tensor, rows: int, value: float) -> torch.Tensor:
+    if t.shape[0] == rows:
+        return t
+    return torch.cat([t, t.new_full((rows - t.shape[0], *t.shape[1:]), value)])
 
 
 def refuse_not_finite(arrays: dict[str, np.ndarray], suffix: str) -> None:

@@ -300,7 +300,6 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
         metrics = recipe.method.evaluate(prepared, setup, acc)
     else:
         loaders, orders = eval_loaders(recipe, setup)
-        loaders = {k: acc.prepare(v) for k, v in loaders.items()}
         metrics = evaluation.evaluate(prepared, loaders, recipe.task, acc, raw, sink=setup.predictions,
                                       orders=orders)
     recipe.task.say_notices(run=False)  # what scoring found (in-context prompts cut), as run and predict say it

@@ -119,14 +119,14 @@ class Loop:
         from transformers import get_linear_schedule_with_warmup
 
         scheduler = get_linear_schedule_with_warmup(optimizer, warmup, self.total_steps)
-        prepared = sharding.prepare(accelerator, setup.model, optimizer, train_loader, scheduler, *evals.values())
+        prepared = sharding.prepare(accelerator, setup.model, optimizer, train_loader, scheduler)
         accelerator.register_save_state_pre_hook(checkpoints.lean_weights)
         self.model, self.optimizer, self.loader, self.scheduler = prepared[:4]
         self._plain_steps(accelerator)
         self.unwrapped = accelerator.unwrap_model(self.model)  # what the method's hooks see
         if self.method.stateful:  # its own state travels with every checkpoint
             accelerator.register_for_checkpointing(MethodState(self.method, self.unwrapped))
-        self.evals = dict(zip(evals, prepared[4:]))
+        self.evals = evals  # unprepared: `evaluation.own_batches` shares them out
         self.state = State()
         self.step_lr = 0.0  # the learning rate the latest optimizer step took (set before the schedule moves)
         self.evaluated = False  # in this process: a resumed run's last evaluation may be on disk only

@@ -367,11 +367,17 @@ def scorable_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: 
 
 def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str, str]],
                  verbalizers: Sequence[str], max_length: int, batch_size: int,
-                 progress: str | None = None) -> torch.Tensor:
+                 progress: str | None = None, accelerator: Any = None) -> torch.Tensor:
     """(n, L) log-probabilities of every label word for every query, in batches of
     (query, label) pairs encoded and cut to `max_length` as the harness does (encode_pairs, window);
     a decoder that reads its padding (`reads_padding`) in batches of windows of one length, so that
-    a score never depends on what else its batch holds."""
+    a score never depends on what else its batch holds.
+
+    Under a launch of N processes (`accelerator`), batch i is scored by process i mod N and every
+    process gets all the scores back: each pair is scored in the batch it has in one process.
+    Scored as contiguous slices of the queries, the batches at a slice's edges held other pairs,
+    padded to another width: the scores a float's last bits off one process's (the eval loss 6e-8
+    relative apart, exit 0), and a near tie between label words could turn the other way."""
     seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
     pairs = [(window(ctx, cont, max_length, seq2seq), cont)
              for ctx, cont in scorable_pairs(tokenizer, queries, verbalizers, max_length, seq2seq)]
@@ -386,13 +392,21 @@ def label_scores(model: torch.nn.Module, tokenizer: Any, queries: list[tuple[str
         length = lambda i: len(pairs[i][0])  # noqa: E731
         chunks = [c for _, same in groupby(sorted(order, key=length), key=length)
                   for c in _batches(list(same), batch_size)]  # windows of one length: no padding
+    shared = accelerator is not None and accelerator.num_processes > 1
+    if shared:  # every process probed alike above; each takes its share of the batches
+        chunks = chunks[accelerator.process_index::accelerator.num_processes]
     if progress and len(chunks) > 1:  # scoring thousands of prompts takes minutes on a CPU
         from tqdm.auto import tqdm
 
         chunks = tqdm(chunks, desc=progress, mininterval=0.5 if sys.stderr.isatty() else 30.0)
+    scored = [(chunk, batch(model, [pairs[i] for i in chunk], pad).cpu()) for chunk in chunks]
+    if shared:
+        from accelerate.utils import gather_object
+
+        scored = gather_object(scored)
     out = torch.zeros(len(pairs))
-    for chunk in chunks:
-        out[chunk] = batch(model, [pairs[i] for i in chunk], pad)
+    for chunk, scores in scored:
+        out[chunk] = scores
     return out.view(len(queries), len(verbalizers))  # (n*L,) -> (n, L)
 
 
@@ -641,10 +655,9 @@ class ICL(Method):
         return Prompter(self._template(task), self._words(task), list(task.text_columns), self.separator)
 
     def evaluate(self, model: torch.nn.Module, setup: Any, accelerator: Any) -> dict[str, float]:
-        """Each process scores a contiguous slice of every eval split; gather_object joins the
-        slices in rank order, so N processes predict exactly what one does, in the same order."""
-        from accelerate.utils import gather_object
-
+        """The processes share out the batches of label-word scores one process scores
+        (`label_scores`) and each gets them all back, so N processes predict exactly what one
+        does, in the same order."""
         from toolkit import evaluation
 
         model = accelerator.unwrap_model(model).eval()
@@ -661,7 +674,8 @@ class ICL(Method):
         def scores(qs: list[tuple[str, str]]) -> torch.Tensor:
             with accelerator.autocast():
                 return label_scores(model, tok, qs, prompter.verbalizers, limit, self.batch_size,
-                                    progress="scoring" if accelerator.is_main_process else None)
+                                    progress="scoring" if accelerator.is_main_process else None,
+                                    accelerator=accelerator)
 
         if accelerator.is_main_process:  # every prompt of every eval split, counted once
             every = [q for qs in queries.values() for q in qs]
@@ -675,12 +689,10 @@ class ICL(Method):
                 print(seen_warning(seen, len(every), self.shots), file=sys.stderr)
         out: dict[str, float] = {}
         for suffix, dataset in setup.evals.items():
-            with accelerator.split_between_processes(list(range(len(dataset)))) as mine:
-                local = scores([queries[suffix][i] for i in mine])  # (n, L) summed log-probs
-                prior = self._priors(prompter, [demos[suffix][i] for i in mine], scores) if self.calibrate else None
-                gold = torch.tensor([int(dataset[i]["label"]) for i in mine], dtype=torch.long)
-                rows = self._choices(local, prior, prompter.verbalizers, gold)
-            rows = gather_object(rows)  # every process checks the same rows: all stop, or none
+            scored = scores(queries[suffix])  # (n, L) summed log-probs, in every process
+            prior = self._priors(prompter, demos[suffix], scores) if self.calibrate else None
+            gold = torch.tensor([int(row["label"]) for row in dataset], dtype=torch.long)
+            rows = self._choices(scored, prior, prompter.verbalizers, gold)  # every process the same rows
             evaluation.refuse_not_finite({"loss": np.asarray([nll for _, nll, _ in rows], dtype=float)}, suffix)
             out.update({f"{k}{suffix}": v for k, v in self._metrics(task, rows, dataset).items()})
         return out
@@ -739,8 +751,7 @@ class ICL(Method):
             pairs = [[(task.source_text(d), task.target_text(d)) for d in demos] for demos in sets]
             seen += sum(task.source_text(row) in {s for s, _ in p} for row, p in zip(raw, pairs))
             contexts.append(task.prompt_in_context(pairs, self.separator, limit, lambda texts: _encode(tok, texts)))
-            loaders[sfx] = accelerator.prepare(DataLoader(task.encode(raw, tok), batch_size=self.batch_size,
-                                                          collate_fn=collate))
+            loaders[sfx] = DataLoader(task.encode(raw, tok), batch_size=self.batch_size, collate_fn=collate)
         task.say_notices()  # what encoding the splits here found (targets cut, over the budget): the run
         # said its notices before (build), when nothing of these splits had been encoded yet
         total = sum(c.total for c in contexts)
