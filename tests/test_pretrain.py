@@ -236,6 +236,22 @@ def test_a_dot_inside_a_number_or_a_name_ends_no_sentence() -> None:
     assert len(orders) > 4  # the sentences are permuted
 
 
+@pytest.mark.parametrize("name", ["bart-base", "gpt2", "t5"])
+def test_a_token_of_several_sentence_marks_ends_a_sentence(name: str) -> None:
+    """Finding: denoise's sentence ends were the single tokens '.', '?' and '!'; byte-level BPE
+    writes '?!', '!!' and '...' as one token each, so "Really?! He ran." was one sentence to the
+    permutation, exit 0. A token made only of sentence-ending marks ends a sentence, under the
+    rule a full stop has (whitespace, a special token or the block's end after it: 'x?!y' is no
+    end); the sentences cut at the marked ends read back as written."""
+    from toolkit.tasks.denoise import full_stops
+
+    tok = _tokenizer(name)
+    sentences = ["Really?!", "He ran...", "Then!!", "Why?!?", "ok.", "x?!y and 3.14 too!"]
+    ids = np.asarray(tok(" " + " ".join(sentences), add_special_tokens=False)["input_ids"])
+    cuts = np.flatnonzero(full_stops(ids, tok)) + 1
+    assert [tok.decode(part).strip() for part in np.split(ids, cuts) if len(part)] == sentences
+
+
 @pytest.mark.parametrize("family", ["bart", "t5", "mbart"])
 def test_an_encoder_decoder_reads_the_decoder_inputs_its_own_labels_path_builds(family: str) -> None:
     """Finding: denoise and span_corruption built every family's decoder inputs with BART's shift
