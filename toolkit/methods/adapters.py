@@ -197,7 +197,12 @@ def _out_width(module: nn.Module, model: nn.Module) -> int:
         return int(module.nf)
     if isinstance(module, nn.LayerNorm):
         return int(module.normalized_shape[-1])
-    return int(model.config.hidden_size)
+    width = getattr(model.config, "hidden_size", None)
+    if not isinstance(width, int):  # a config without the attribute: one line, not an AttributeError
+        raise UserError(f"method.name: adapters cannot tell the width of {type(module).__name__} in a "
+                        f"{model.config.model_type} model (its config has no hidden_size); "
+                        "use another method (lora)")
+    return width
 
 
 @METHODS.register("adapters")
