@@ -585,7 +585,8 @@ def test_an_embedding_that_does_not_look_up_its_input_is_refused(tiny_checkpoint
         base, tok = _LOADED[family, head]
         task_type = {"sequence-classification": "SEQ_CLS", "seq2seq-lm": "SEQ_2_SEQ_LM", "causal-lm": "CAUSAL_LM"}.get(head, "")
         ctx = Context(family, models.head_names(base), task_type, tok, total_steps=10)
-        METHODS.get(method)(target_modules=LOOKUPS[family], **SMALL.get(method, {})).apply(copy.deepcopy(base), ctx)
+        # r 2: BERT's token types and T5's relative_attention_bias (2 heads here) are 2 wide (check_ranks)
+        METHODS.get(method)(target_modules=LOOKUPS[family], r=2).apply(copy.deepcopy(base), ctx)
         if family != "bart":
             continue
         for names, said in ((["embed_positions"], "model.encoder.embed_positions"),
@@ -639,3 +640,64 @@ def test_weights_the_checkpoint_lacks_train_under_every_method(tiny_checkpoint, 
                        lambda: AutoModelForSequenceClassification.from_pretrained(out)).eval()
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).logits, want, rtol=0, atol=1e-5)
+
+
+OVERSIZED = [("lora", "r: 33", "method.r: 33"), ("dora", "r: 64", "method.r: 64"),
+             ("adalora", "init_r: 40, target_r: 8", "method.init_r: 40"),
+             ("adapters", "bottleneck_size: 33", "method.bottleneck_size: 33"),
+             ("adapters", "reduction_factor: 64", "method.reduction_factor: 64")]
+
+
+@pytest.mark.parametrize("entry", ["cli validate", "api run"])
+@pytest.mark.parametrize("method, settings, said", OVERSIZED)
+def test_a_size_above_the_models_width_is_one_line_at_validate(tiny_checkpoint, tmp_path, cli, monkeypatch, capsys,
+                                                               entry, method, settings, said):
+    """Finding: LoRA's and DoRA's r, AdaLoRA's init_r and a bottleneck's size or reduction factor
+    were not bounded by the model: r 64 on a width-32 model trained (an update of rank 32 at most,
+    with twice its parameters), a reduction factor above the width sized every adapter 1, exit
+    0. A size above the checkpoint's width is one line at validate naming the setting, the width
+    and the limit; a run stops there, no weights read."""
+    import toolkit
+    from conftest import write_recipe
+    from toolkit import models
+    from toolkit.errors import UserError
+
+    path = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {tiny_checkpoint('bert')}}}\n"
+                        "task: {name: glue, subset: sst2, max_length: 32}\n"
+                        f"method: {{name: {method}, {settings}}}\n")
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the weights were loaded"))
+    capsys.readouterr()  # the small model's build, said once a session
+    if entry == "cli validate":
+        code, _, err = cli("validate", path)
+        assert code == 2 and err.count("\n") == 1, err
+        line = err
+    else:
+        with pytest.raises(UserError) as raised:
+            toolkit.run(path, runs_dir=tmp_path / "runs")
+        line = str(raised.value)
+    assert f"{said} is more than the width of " in line and "(32), the most a layer it adapts allows; " \
+        "use at most 32" in line, line
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.json"))
+
+
+@pytest.mark.parametrize("method, settings", [("lora", {"r": 20}), ("dora", {"r": 20}),
+                                              ("adalora", {"init_r": 20, "target_r": 8})])
+def test_a_rank_is_bounded_by_the_narrowest_layer_it_adapts(method, settings):
+    """Past validate's bound (the hidden width, 32), the rank is bounded by each adapted layer's
+    smaller side: a grouped-query key projection 16 wide takes r 16 and refuses r 20 in one line
+    naming it; a --smoke model (`Context.sized` False) is no yardstick and is not asked."""
+    import transformers
+
+    from toolkit.errors import UserError
+
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, intermediate_size=64,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    targets = {"target_modules": ["q_proj", "k_proj"]}
+    ctx = Context("llama", [], "CAUSAL_LM", None, total_steps=10)
+    with pytest.raises(UserError, match=rf"method.{next(iter(settings))}: 20 is more than the smaller side of layer "
+                                        r"model.layers.0.self_attn.k_proj \(16\), .*use at most 16"):
+        METHODS.get(method)(**settings, **targets).apply(transformers.LlamaForCausalLM(config), ctx)
+    fitting = {k: min(v, 16) for k, v in settings.items()}
+    METHODS.get(method)(**fitting, **targets).apply(transformers.LlamaForCausalLM(config), ctx)
+    ctx.sized = False
+    METHODS.get(method)(**settings, **targets).apply(transformers.LlamaForCausalLM(config), ctx)

@@ -298,3 +298,50 @@ def test_an_output_in_a_folder_that_takes_no_new_files_is_one_line_from_every_wr
         missing.read_text()
     assert not _unwritable(read.value)  # a read of a missing file: not the place's
     assert not list(tmp_path.glob(".toolkit-probe-*"))
+
+
+TINY_CONFIGS = {  # families whose configs lack attributes BERT's and GPT-2's have (RWKV: pad_token_id)
+    "rwkv": ("RwkvConfig", dict(hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
+                                intermediate_size=64, context_length=64)),
+    "mamba": ("MambaConfig", dict(hidden_size=32, num_hidden_layers=1, state_size=4)),
+    "opt": ("OPTConfig", dict(hidden_size=32, num_hidden_layers=1, ffn_dim=64, num_attention_heads=2,
+                              word_embed_proj_dim=32, max_position_embeddings=64)),
+    "llama": ("LlamaConfig", dict(hidden_size=32, num_hidden_layers=1, intermediate_size=64,
+                                  num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """family -> folder of a one-layer random causal LM of it, with GPT-2's tokenizer."""
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2")
+    folders = {}
+    for family, (name, sizes) in TINY_CONFIGS.items():
+        folder = tmp_path_factory.mktemp(family)
+        config = getattr(transformers, name)(vocab_size=len(tok), **sizes)
+        transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+        tok.save_pretrained(folder)
+        folders[family] = str(folder)
+    return folders
+
+
+@pytest.mark.parametrize("head", ["causal-lm", "sequence-classification"])
+@pytest.mark.parametrize("family", sorted(TINY_CONFIGS))
+def test_a_config_without_an_attribute_others_have_loads_or_is_one_line(tiny_families, family: str,
+                                                                        head: str) -> None:
+    """Finding: `models.load` read `config.pad_token_id`, which RWKV's config does not have (an
+    AttributeError traceback); a family without the head (Mamba, RWKV: no sequence classifier)
+    was transformers' ValueError listing every config class. Each loads, or is one line naming
+    the family and the head."""
+    from toolkit import models
+
+    kwargs = {"num_labels": 2} if head == "sequence-classification" else {}
+    try:
+        model, _ = models.load(tiny_families[family], head, kwargs, dropout=0.1)
+    except toolkit.UserError as exc:
+        assert "\n" not in str(exc) and f"is a {family} model" in str(exc) and head in str(exc), exc
+        assert (family, head) in {("rwkv", "sequence-classification"), ("mamba", "sequence-classification")}
+    else:
+        assert model.config.model_type == family and model.config.pad_token_id is not None

@@ -236,6 +236,22 @@ def test_a_dot_inside_a_number_or_a_name_ends_no_sentence() -> None:
     assert len(orders) > 4  # the sentences are permuted
 
 
+@pytest.mark.parametrize("name", ["bart-base", "gpt2", "t5"])
+def test_a_token_of_several_sentence_marks_ends_a_sentence(name: str) -> None:
+    """Finding: denoise's sentence ends were the single tokens '.', '?' and '!'; byte-level BPE
+    writes '?!', '!!' and '...' as one token each, so "Really?! He ran." was one sentence to the
+    permutation, exit 0. A token made only of sentence-ending marks ends a sentence, under the
+    rule a full stop has (whitespace, a special token or the block's end after it: 'x?!y' is no
+    end); the sentences cut at the marked ends read back as written."""
+    from toolkit.tasks.denoise import full_stops
+
+    tok = _tokenizer(name)
+    sentences = ["Really?!", "He ran...", "Then!!", "Why?!?", "ok.", "x?!y and 3.14 too!"]
+    ids = np.asarray(tok(" " + " ".join(sentences), add_special_tokens=False)["input_ids"])
+    cuts = np.flatnonzero(full_stops(ids, tok)) + 1
+    assert [tok.decode(part).strip() for part in np.split(ids, cuts) if len(part)] == sentences
+
+
 @pytest.mark.parametrize("family", ["bart", "t5", "mbart"])
 def test_an_encoder_decoder_reads_the_decoder_inputs_its_own_labels_path_builds(family: str) -> None:
     """Finding: denoise and span_corruption built every family's decoder inputs with BART's shift
@@ -1040,6 +1056,59 @@ method: {{name: full}}
         line = str(raised.value)
     assert re.search("task.name: " + NO_TOKENS[task], line), line
     assert not runs.exists() or not any(runs.rglob("*.json"))
+
+
+@pytest.mark.parametrize("entry", ["cli validate", "api validate", "cli run", "api run"])
+def test_more_spans_a_block_than_sentinels_is_refused_at_validate(
+        tmp_path: Path, cli, tiny_checkpoint, capsys, monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """Finding: span_corruption with more noise spans a block than T5's 100 sentinels (max_length
+    4096 at the default density: 227) passed validate and was refused when the first block was
+    encoded, after the model had loaded. The span count follows from the recipe's numbers: one
+    line at validate naming the longest max_length that fits; a run stops there, nothing written."""
+    import toolkit
+    from toolkit import models
+
+    path = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint("t5")}}}
+task: {{name: span_corruption, train_file: {WIKI}/valid.txt, eval_file: {WIKI}/test.txt, max_length: 4096}}
+method: {{name: full}}
+""")
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the weights were loaded"))
+    runs = tmp_path / "runs"
+    capsys.readouterr()
+    if entry.startswith("cli"):
+        code, _, err = cli(*entry.split()[1:], path, *(["--runs-dir", runs] if "run" in entry else []))
+        line = err.strip()
+        assert code == 2 and "\n" not in line, err
+    else:
+        with pytest.raises(UserError) as raised:
+            toolkit.validate(path) if entry == "api validate" else toolkit.run(path, runs_dir=runs)
+        line = str(raised.value)
+    assert re.search(r"task.max_length: 4096 .* puts 227 noise spans in a block, and the tokenizer of "
+                     r"model.checkpoint .* has 100 sentinel tokens .*; use task.max_length at most 1809", line), line
+    assert not runs.exists() or not any(runs.rglob("*.json"))
+
+
+@pytest.mark.parametrize("density, mean_span", [(0.15, 3.0), (0.5, 1.0)])
+def test_the_longest_max_length_the_refusal_names_encodes(density: float, mean_span: float) -> None:
+    """The max_length the refusal names is the boundary: its blocks draw at most 100 spans and
+    corrupt with T5's sentinels; one more is refused."""
+    from toolkit.tasks import TASKS
+    from toolkit.tasks.span_corruption import compute_input_and_target_lengths, random_spans_noise_mask, span_corruption
+
+    def task(max_length: int):
+        return TASKS.get("span_corruption")(train_file="x.txt", max_length=max_length, noise_density=density,
+                                            mean_noise_span_length=mean_span)
+
+    with pytest.raises(UserError, match="use task.max_length at most") as raised:
+        task(8192).refuse_spans(100)
+    longest = int(re.search(r"at most (\d+)", str(raised.value)).group(1))
+    task(longest).refuse_spans(100)
+    with pytest.raises(UserError, match=f"task.max_length: {longest + 1} "):
+        task(longest + 1).refuse_spans(100)
+    tokens = compute_input_and_target_lengths(longest, density, mean_span)[0]
+    noise = random_spans_noise_mask(tokens, RNG(0), density, mean_span)
+    inputs, _ = span_corruption(np.arange(tokens), noise, list(range(-100, 0)), -1000)
+    assert len(inputs) <= longest and sum(i < 0 and i > -101 for i in inputs) == task(longest).spans_per_block()
 
 
 def test_objectives_on_tokenizers_with_their_tokens_validate_without_heavy_imports() -> None:

@@ -300,12 +300,18 @@ def kind_of(model_type: str) -> str | None:
     return None
 
 
-def check_head(checkpoint: str, model_type: str, head: str) -> None:
-    """Refuse a model whose family has no head of the kind the task (or method) needs, or whose
-    config makes the head read both ways where it is to be read left to right."""
+def refuse_missing_head(checkpoint: str, model_type: str, head: str) -> None:
+    """One line where transformers has no `head` class for the family (its auto class raised a
+    ValueError traceback naming every config class it knows)."""
     if model_type not in hf_tables.model_table(heads.get(head).table):  # model_type -> class name
         raise UserError(f"model.checkpoint: '{checkpoint}' is a {model_type} model, and transformers "
                         f"has no {head} head for {model_type}; pick a model whose family has one")
+
+
+def check_head(checkpoint: str, model_type: str, head: str) -> None:
+    """Refuse a model whose family has no head of the kind the task (or method) needs, or whose
+    config makes the head read both ways where it is to be read left to right."""
+    refuse_missing_head(checkpoint, model_type, head)
     if heads.get(head).left_to_right:
         found = reads_both_ways(model_type, _checkpoint_config(checkpoint))
         if found:
@@ -1025,6 +1031,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         check_embeddings(checkpoint, tok, model)  # its encoder's table, which its decoder's matches
         return drop_unread_pooler(model), tok
     config = transformers.AutoConfig.from_pretrained(path, **head_kwargs)
+    refuse_missing_head(checkpoint, config.model_type, head)  # validate asked; any path that skips it
     theirs = label_names(transformers.AutoConfig.from_pretrained(path)) if "id2label" in head_kwargs else None
     left_to_right = heads.get(head).left_to_right
     found = reads_both_ways(config.model_type, config.to_dict()) if left_to_right else None
@@ -1032,7 +1039,7 @@ def load(checkpoint: str, head: str, head_kwargs: dict, attention: Any = None,
         raise UserError(not_left_to_right(checkpoint, config.model_type, *found))
     if dropout is not None:
         _set_dropout(config, dropout)
-    if config.pad_token_id is None:
+    if getattr(config, "pad_token_id", None) is None:  # RWKV's and Mamba2's configs have no such attribute
         config.pad_token_id = tok.pad_token_id
     modules.register()  # the toolkit's attention names, before transformers checks the one asked for
     name = modules.name_of(attention)

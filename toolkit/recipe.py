@@ -224,6 +224,9 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     sizes = (models.readable_sizes(base.model.checkpoint) if isinstance(recipe.model.attention, attention.Attention)
              and isinstance(base.model.checkpoint, str) else None)
     models.check_attention(recipe.model.attention, family, sizes)
+    shape = models.readable_sizes(base.model.checkpoint) if isinstance(base.model.checkpoint, str) else None
+    if shape and shape[1]:  # the real checkpoint's width, under --smoke too: no layer of it is wider
+        methods.check_sizes(recipe.method, shape[1], f"the width of {base.model.checkpoint}")
     if isinstance(recipe.model.checkpoint, str):  # a run's model/ (or its run folder) as a path
         _check_trained_attention(recipe)
     if isinstance(recipe.model.attention, attention.Attention):

@@ -39,6 +39,7 @@ class Context:
     tokenizer: Any
     instruction: str | None = None  # the task's natural-language instruction, for prompt init
     total_steps: int = 0  # optimizer steps the run will take (0: it does not train)
+    sized: bool = True  # False: a --smoke model, whose widths are no yardstick of the recipe's sizes
 
 
 # The train.* settings only a training loop reads (optimizer, schedule, batches, evaluations,
@@ -78,6 +79,11 @@ class Method:
     def incompatible(self, family: str | None, task: Any) -> str | None:
         """Why this method cannot run on this model family and task, or None; checked at validate."""
         return None
+
+    def sizes(self) -> dict[str, int]:
+        """Size settings bounded by the width of the layers the method adapts ('method.r': 8): none
+        may exceed the smaller side of a targeted layer (`check_sizes`)."""
+        return {}
 
     def ignores(self, task: Any) -> dict[str, str]:
         """The recipe settings this method never reads on `task` ('train.lr', 'task.max_length',
@@ -208,6 +214,34 @@ def keep_label_maps(config: Any, path: Path) -> None:
         saved["id2label"] = {str(k): v for k, v in config.id2label.items()}
         saved["label2id"] = dict(config.label2id)
         file.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
+
+
+def check_sizes(method: Method, width: int, where: str) -> None:
+    """One line where a size setting of `method` exceeds `width`, the smaller side of a layer it
+    adapts (`where` names the layer). A LoRA update B @ A has rank at most min(in, out) whatever r
+    is: PEFT builds and trains a larger r (only its MiCA initialisation refuses one), and the rank
+    past that adds parameters and no direction (AdaLoRA's orthogonality penalty can then never
+    reach 0); a bottleneck wider than its layer is none, and a reduction factor above the width
+    sized every adapter 1 where the factor asked for less."""
+    for setting, value in method.sizes().items():
+        if value > width:
+            raise UserError(f"{setting}: {value} is more than {where} ({width}), the most a layer it adapts "
+                            f"allows; use at most {width}")
+
+
+def check_ranks(method: Method, wrapped: torch.nn.Module, ctx: Context) -> None:
+    """`check_sizes` against every layer PEFT adapted: its rank is bounded by min(in, out) (an
+    embedding's: its rows and width). Skipped on a --smoke model (`Context.sized`): validate
+    bounded the recipe by the real checkpoint's width."""
+    if not ctx.sized:
+        return
+    sides = {}
+    for name, module in wrapped.named_modules():
+        if isinstance(getattr(module, "r", None), dict) and hasattr(module, "in_features"):
+            sides.setdefault(min(int(module.in_features), int(module.out_features)), name)
+    if sides:
+        narrowest = min(sides)
+        check_sizes(method, narrowest, f"the smaller side of layer {sides[narrowest].removeprefix('base_model.model.')}")
 
 
 def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, check_mergeable, peft_task_type, wrap_peft
+from toolkit.methods import METHODS, Context, Method, check_mergeable, check_ranks, peft_task_type, wrap_peft
 from toolkit.methods.lora import no_default_targets, save_merged
 
 torch = lazy("torch", globals())
@@ -51,6 +51,9 @@ class AdaLora(Method):
                     "leave no steps to re-allocate ranks in; keep their sum below 1")
         return no_default_targets(self.target_modules, family, "ADALORA")  # PEFT's own table for AdaLoRA
 
+    def sizes(self) -> dict[str, int]:
+        return {"method.init_r": self.init_r}  # target_r is at most init_r (incompatible)
+
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import AdaLoraConfig
 
@@ -64,6 +67,7 @@ class AdaLora(Method):
             total_step=steps, modules_to_save=list(ctx.head_names) or None,
         )
         wrapped = wrap_peft(model, config)
+        check_ranks(self, wrapped, ctx)
         if self.merge:  # before training: the save would refuse it after the whole run
             check_mergeable(wrapped, "method.merge")
         return wrapped

@@ -55,7 +55,7 @@ from typing import Any, Callable, ClassVar, Literal
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.schema import added
-from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
+from toolkit.methods import METHODS, Context, Method, check_sizes, is_head, set_trainable
 from toolkit.models import BOTTLENECK_CHILD, BOTTLENECK_CONFIG, head_names
 
 torch = lazy("torch", globals())
@@ -197,7 +197,12 @@ def _out_width(module: nn.Module, model: nn.Module) -> int:
         return int(module.nf)
     if isinstance(module, nn.LayerNorm):
         return int(module.normalized_shape[-1])
-    return int(model.config.hidden_size)
+    width = getattr(model.config, "hidden_size", None)
+    if not isinstance(width, int):  # a config without the attribute: one line, not an AttributeError
+        raise UserError(f"method.name: adapters cannot tell the width of {type(module).__name__} in a "
+                        f"{model.config.model_type} model (its config has no hidden_size); "
+                        "use another method (lora)")
+    return width
 
 
 @METHODS.register("adapters")
@@ -225,6 +230,11 @@ class Adapters(Method):
             return {}
         return {"method.reduction_factor": (f"method.bottleneck_size: {self.bottleneck_size} sizes every adapter "
                                             "and wins over the factor; keep one of the two")}
+
+    def sizes(self) -> dict[str, int]:
+        if self.bottleneck_size is not None:
+            return {"method.bottleneck_size": self.bottleneck_size}
+        return {"method.reduction_factor": self.reduction_factor}  # above the width: a size of 0
 
     def size_for(self, width: int) -> int:
         """An explicit bottleneck_size wins, so a recipe can match a paper's absolute size."""
@@ -307,6 +317,9 @@ class Adapters(Method):
     def apply(self, model: nn.Module, ctx: Context) -> nn.Module:
         """Adapters and the task head train; every base weight is frozen, LayerNorms included
         unless train_layer_norms."""
+        if ctx.sized:  # a --smoke model's widths are no yardstick: validate bounded the real one's
+            name, width = min(((n, _out_width(m, model)) for n, m, _ in self.targets(model)), key=lambda t: t[1])
+            check_sizes(self, width, f"the width of layer {name}")
         self.inject(model)
         set_trainable(model, self.trained(model, ctx.head_names))
         return model

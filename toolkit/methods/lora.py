@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, check_mergeable, keep_label_maps, peft_task_type, wrap_peft
+from toolkit.methods import METHODS, Context, Method, check_mergeable, check_ranks, keep_label_maps, peft_task_type, wrap_peft
 from toolkit.methods import merged as methods_merged
 
 torch = lazy("torch", globals())
@@ -29,6 +29,9 @@ class Lora(Method):
     def incompatible(self, family: str | None, task: Any) -> str | None:
         return no_default_targets(self.target_modules, family, "LORA")
 
+    def sizes(self) -> dict[str, int]:
+        return {"method.r": self.r}
+
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import LoraConfig
 
@@ -38,6 +41,7 @@ class Lora(Method):
             modules_to_save=list(ctx.head_names) or None, use_dora=self.use_dora,
         )
         wrapped = wrap_peft(model, config)
+        check_ranks(self, wrapped, ctx)
         if self.merge:  # before training: the save would refuse it after the whole run
             check_mergeable(wrapped, "method.merge")
         return wrapped

@@ -4,7 +4,7 @@ Text infilling: span lengths are drawn from Poisson(3) until they cover 30% of t
 (the last one trimmed to fit); each span of length >= 1 starting at a random word is replaced by
 ONE mask token, each zero-length span inserts a mask token. The decoder reconstructs the
 original block: <s>, documents each closed by </s> (as run_bart_dlm_flax closes them), </s>. This follows fairseq's DenoisingDataset (mask 0.3, Poisson lambda 3,
-replace-length 1, whole words, sentences split at full stops followed by a space: `full_stops`); it is written here because
+replace-length 1, whole words, sentences split at tokens made only of '.', '?' and '!' followed by a space: `full_stops`); it is written here because
 neither transformers nor datasets ships it, and kept a pure function of (ids, rng) so the tests
 can check its statistics. Not reproduced: fairseq's optional random-token spans (mask-random).
 """
@@ -183,8 +183,8 @@ def whitespace_tokens(ids: np.ndarray, tokenizer: Any) -> np.ndarray:
 
 
 def full_stops(ids: np.ndarray, tokenizer: Any) -> np.ndarray:
-    """(len(ids),) bool: the sentence ends of a block: a full stop, question or exclamation mark
-    followed by whitespace, a special token or the block's end. Where the tokens show the spacing
+    """(len(ids),) bool: the sentence ends of a block: a full stop, question or exclamation mark,
+    or a token of several ('?!', '...': `sentence_ends`), followed by whitespace, a special token or the block's end. Where the tokens show the spacing
     (byte-level BPE, SentencePiece), a mark with a letter or digit right after it is no end: the
     dot of a decimal (3.14), a URL (www.example.com), WikiText's number separator (60 @.@ 5) split
     a sentence in two and the permutation moved its halves apart, exit 0. A WordPiece vocabulary
@@ -199,12 +199,33 @@ def full_stops(ids: np.ndarray, tokenizer: Any) -> np.ndarray:
     return marks & ~np.append(joined, False)
 
 
+END_MARKS = ".!?"  # the characters that end a sentence; a token made of them alone is an end
+_ENDS: "weakref.WeakKeyDictionary[Any, list[int]]" = weakref.WeakKeyDictionary()
+
+
 def sentence_ends(tokenizer: Any) -> list[int]:
-    """Ids of full stops, question and exclamation marks, with or without a word-start marker."""
+    """Ids of the tokens made only of sentence-ending marks (`END_MARKS`), with or without a
+    word-start marker: '.', '?', '!' and the vocabulary's runs of them ('?!', '!!', '...', 'Ġ?!').
+    It was the three single marks alone: byte-level BPE writes "Really?! He ran." with one '?!'
+    token, so that sentence ran into the next one and the permutation moved them as one, exit 0.
+    The single full stop comes first (`full_stops` probes the spacing with it)."""
+    try:
+        return _ENDS[tokenizer]
+    except (KeyError, TypeError):
+        pass
     found = []
-    for mark in ".!?":
+    for mark in END_MARKS:
         for token in (mark, "\u0120" + mark, "\u2581" + mark):
             i = tokenizer.convert_tokens_to_ids(token)
             if i is not None and i != tokenizer.unk_token_id:
                 found.append(i)
+    special = set(tokenizer.all_special_ids)
+    for token, i in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1]):
+        body = token.lstrip("\u0120\u2581")
+        if len(body) > 1 and not set(body) - set(END_MARKS) and i not in special and i not in found:
+            found.append(i)
+    try:
+        _ENDS[tokenizer] = found
+    except TypeError:  # a tokenizer no weak reference can hold: looked up afresh
+        pass
     return found

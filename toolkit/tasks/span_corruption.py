@@ -11,6 +11,7 @@ because neither library exposes it as a function of (length, rng).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,13 +111,41 @@ class SpanCorruption(TextTask):
     def tokenizer_named(self, folder: Path) -> bool:
         """<extra_id_0> in a vocabulary or the added tokens, or a positive `extra_ids` (T5's
         tokenizer classes add that many sentinels of their own)."""
-        files = tokenizer_files(folder)
-        extra = config_value(files, "extra_ids")
-        return any("<extra_id_0>" in text for text in files.values()) or (
-            isinstance(extra, int) and not isinstance(extra, bool) and extra > 0)
+        return named_sentinels(tokenizer_files(folder)) > 0
+
+    def check_tokenizer(self, folder: Path, checkpoint: str) -> None:
+        """The sentinels, and enough of them for a block's spans (`refuse_spans`): read off the
+        files where they name them, else off the tokenizer (`refuse_tokenizer`)."""
+        named = named_sentinels(tokenizer_files(folder))
+        if named:
+            self.refuse_spans(named, checkpoint)
+        else:
+            super().check_tokenizer(folder, checkpoint)
 
     def refuse_tokenizer(self, tokenizer: Any, checkpoint: str | None = None) -> None:
-        sentinel_ids(tokenizer, checkpoint)
+        self.refuse_spans(len(sentinel_ids(tokenizer, checkpoint)), checkpoint)
+
+    def spans_per_block(self, max_length: int | None = None) -> int:
+        """The noise spans of every full block: `random_spans_noise_mask` draws exactly this many."""
+        tokens = compute_input_and_target_lengths(max_length or self.max_length, self.noise_density,
+                                                  self.mean_noise_span_length)[0]
+        return noise_counts(tokens, self.noise_density, self.mean_noise_span_length)[1]
+
+    def refuse_spans(self, sentinels: int, checkpoint: str | None = None) -> None:
+        """One line where a block has more noise spans than the tokenizer has sentinels (one per
+        span): from the recipe's numbers, at validate. It was refused only when the first block
+        was encoded, after the model had loaded."""
+        spans = self.spans_per_block()
+        if spans <= sentinels:
+            return
+        low, high = 1, self.max_length  # the longest max_length whose blocks fit (spans grow with it)
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if self.spans_per_block(middle) <= sentinels else (low, middle - 1)
+        raise UserError(f"task.max_length: {self.max_length} at noise_density {self.noise_density} and "
+                        f"mean_noise_span_length {self.mean_noise_span_length} puts {spans} noise spans in a "
+                        f"block, and {whose(checkpoint)} has {sentinels} sentinel tokens (one a span); "
+                        f"use task.max_length at most {low}, or raise mean_noise_span_length")
 
     def block_length(self, tokenizer: Any) -> int:
         return compute_input_and_target_lengths(self.max_length, self.noise_density,
@@ -129,6 +158,15 @@ class SpanCorruption(TextTask):
         noise = random_spans_noise_mask(len(ids), rng, self.noise_density, self.mean_noise_span_length)
         inputs, targets = span_corruption(ids, noise, sentinel_ids(tokenizer), tokenizer.eos_token_id)
         return {"input_ids": inputs, "labels": targets}
+
+
+def named_sentinels(files: dict[str, str]) -> int:
+    """How many sentinels the tokenizer files name (<extra_id_0> up without a gap, or a positive
+    `extra_ids`: T5's tokenizer classes add that many of their own); 0: none named."""
+    extra = config_value(files, "extra_ids")
+    named = {int(n) for text in files.values() for n in re.findall(r"<extra_id_(\d+)>", text)}
+    count = next(i for i in range(len(named) + 1) if i not in named)
+    return max(count, extra if isinstance(extra, int) and not isinstance(extra, bool) else 0)
 
 
 def sentinel_ids(tokenizer: Any, checkpoint: str | None = None) -> list[int]:
