@@ -596,7 +596,28 @@ AGAIN = " (the recipe this command runs held it, resolved; --force trains the ru
 def _finished(out: Path) -> bool:
     """A finished run that `run` and `sweep` skip: finished, and its recipe.yaml the recipe the run
     was made with (recipe.finished_as_made), or one line."""
-    return recipe_module.finished_as_made(out, AGAIN)
+    if not recipe_module.finished_as_made(out, AGAIN):
+        return False
+    _finished_under_this_launch(out)
+    return True
+
+
+def _finished_under_this_launch(out: Path) -> None:
+    """A finished run is finished for the strategy it ran under. One process and DDP are not in
+    the run id (runs.run_id), FSDP and ZeRO are; runs made before that under FSDP or ZeRO hold the
+    id a DDP launch of the same recipe and process count has now: launched so, it printed
+    "finished already" and the sharded run's metrics stood for it, exit 0. One line instead."""
+    try:
+        metrics = runs.read_json(out / "metrics.json")
+    except (OSError, ValueError):
+        return  # said by the entry point that reads it
+    then, now = runs.recorded_strategy(metrics), runs.strategy()
+    if then != now:
+        processes = metrics.get("num_processes", "?")
+        raise UserError(f"{out}: finished under STRATEGY={then} on {processes} process(es) (made before the "
+                        f"strategy was part of a run id), and this launch is STRATEGY={now}, another computation: "
+                        "its metrics are not this launch's; move the folder away to keep it (eval, predict and report "
+                        f"read it there), or --force to run it again under STRATEGY={now} (replacing it)")
 
 
 def _smoke_upstream(plan: RunPlan, root: Path) -> None:

@@ -317,8 +317,8 @@ IDENTITY = "identity.json"  # what the run id hashes, written beside recipe.yaml
 
 def identity(recipe: Any, processes: int) -> dict:
     """What the run id hashes (runs.run_id), part by part: the resolved recipe's settings, the
-    process count and each data file's sha256."""
-    return {"recipe": _flat(recipe.hashed_dict()), "processes": processes,
+    process count, the launch's strategy (runs.strategy) and each data file's sha256."""
+    return {"recipe": _flat(recipe.hashed_dict()), "processes": processes, "strategy": runs.strategy(),
             "data": {str(f): runs.data_fingerprint([Path(f)]) for f in recipe.task.data_files()}}
 
 
@@ -392,6 +392,8 @@ def _differences(then: dict, now: dict) -> list[str]:
              if then["recipe"].get(k) != now["recipe"].get(k) and k != "smoke"]
     if "processes" in then and then["processes"] != now["processes"]:
         said.append(f"{then['processes']} process(es) (now {now['processes']})")
+    if "strategy" in then and then["strategy"] != now["strategy"]:
+        said.append(f"STRATEGY={then['strategy']} (now {now['strategy']})")
     for f in sorted(set(then.get("data", {})) | set(now["data"])) if "data" in then else []:
         if then["data"].get(f) != now["data"].get(f):
             said.append(f"{f} {'changed' if f in then['data'] and f in now['data'] else 'other files'}")
