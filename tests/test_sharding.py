@@ -607,6 +607,20 @@ def test_the_strategy_is_part_of_a_run_id_where_it_changes_the_computation(tmp_p
     # an interrupted run under another strategy is named with what differs (its identity.json)
     then, now = ({**checkpoints.identity(recipe, 2), "strategy": s} for s in ("fsdp", "ddp"))
     assert checkpoints._differences(then, now) == ["STRATEGY=fsdp (now ddp)"]
+    old = {k: v for k, v in now.items() if k != "strategy"}  # an identity.json from before the record: DDP
+    assert checkpoints._differences(old, {**now, "strategy": "zero3"}) == ["STRATEGY=ddp (now zero3)"]
+    assert checkpoints._differences({**old, "processes": 1}, now) == ["1 process(es) (now 2)"]  # none -> ddp: the count
+    # an FSDP run interrupted before the record (at the DDP id now): its checkpoint's layout says FSDP
+    as_launched(monkeypatch, launch_env("ddp", 2))
+    interrupted = runs.run_dir(recipe, tmp_path / "runs")
+    step = interrupted / "checkpoints" / "step-000003"
+    for rel in LAYOUTS["fsdp", 2]:
+        (step / rel).parent.mkdir(parents=True, exist_ok=True)
+        (step / rel).write_bytes(b"x")
+    runs.write_json(interrupted / checkpoints.IDENTITY, old)
+    as_launched(monkeypatch, launch_env("zero3", 2))
+    said = checkpoints.other_interrupted(runs.run_dir(recipe, tmp_path / "runs"), recipe, 2)
+    assert said and said.endswith(", with STRATEGY=fsdp (now zero3)"), said
 
 
 @pytest.fixture(scope="module")
@@ -667,5 +681,28 @@ def test_a_run_finished_under_another_strategy_is_not_finished_for_this_launch(
         assert "this launch is STRATEGY=none" in err and "--force" in err, err
         assert json.loads(metrics.read_text()).get("distributed_type") == recorded.get("distributed_type",
                                                                                        data["distributed_type"])
+    finally:
+        metrics.write_text(kept)
+
+
+@pytest.mark.parametrize("launch, recorded, said", [("fsdp", "FSDP", "fsdp"), ("zero3", "DEEPSPEED", "deepspeed"),
+                                                    ("zero3", "FSDP", None)])
+def test_a_sharded_launch_names_the_run_of_its_strategy_made_before_the_record(
+        finished_one_process_run, cli, monkeypatch, launch: str, recorded: str, said: str | None) -> None:
+    """An FSDP or ZeRO run made before the strategy was in the run id sits at the plain launch's id:
+    the same launch now has its own id and trains from step 0; a note names the earlier run (here
+    the launch stops after it: one CPU process runs neither)."""
+    recipe, run = finished_one_process_run
+    metrics = run / "metrics.json"
+    kept = metrics.read_text()
+    data = {k: v for k, v in json.loads(kept).items() if k != "strategy"}
+    metrics.write_text(json.dumps({**data, "distributed_type": recorded}))
+    try:
+        as_launched(monkeypatch, launch_env(launch, 1))
+        code, out, err = cli("run", recipe, "--runs-dir", run.parents[1])
+        assert code == 2, err  # refused as it starts (one CPU process: plain, not sharded)
+        note = f"note: {run} is a finished run of this recipe under STRATEGY={said}"
+        assert (note in err) == (said is not None), err
+        assert sorted(run.parent.iterdir()) == [run]
     finally:
         metrics.write_text(kept)

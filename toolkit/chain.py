@@ -86,8 +86,9 @@ def resolve(plan: RunPlan, root: Path) -> None:
                             f"run (the process count sets the global batch): launch this one as that one was "
                             f"({counts}), or run it on {n} first: {again}")
         if n > 1 or sharded:
-            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {n} process(es){_under(way)}, the count of this "
-                            f"launch ({folder} has no metrics.json); run it first under the same launch: {again}")
+            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {n} process(es){_under(way)}, the "
+                            f"count of this launch ({folder} has no metrics.json); run it first under the same launch: "
+                            f"{again}")
         raise UserError(f"model.checkpoint: run {ref['run']} {state} ({folder} has no metrics.json); "
                         f"run it first: {again}")
     model = folder / "model"

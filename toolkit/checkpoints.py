@@ -353,6 +353,9 @@ def other_interrupted(out: Path, recipe: Any, processes: int) -> str | None:
         return None
     other = max(others, key=lambda p: runs.checkpoints(p)[-1].stat().st_mtime)
     now, then = identity(recipe, processes), _saved_identity(other)
+    if then is not None and "processes" in then and "strategy" not in then:  # made before the record:
+        way = sharding.written_under(runs.checkpoints(other)[-1])[0]  # what its checkpoint's layout says
+        then["strategy"] = "none" if way == "no strategy" else way
     if then is None:
         changed = "its recipe, data or process count"
     else:
@@ -392,8 +395,10 @@ def _differences(then: dict, now: dict) -> list[str]:
              if then["recipe"].get(k) != now["recipe"].get(k) and k != "smoke"]
     if "processes" in then and then["processes"] != now["processes"]:
         said.append(f"{then['processes']} process(es) (now {now['processes']})")
-    if "strategy" in then and then["strategy"] != now["strategy"]:
-        said.append(f"STRATEGY={then['strategy']} (now {now['strategy']})")
+    if "processes" in then:  # identity.json; one from before `strategy` is of one process or DDP
+        was = then.get("strategy") or ("ddp" if then["processes"] > 1 else "none")
+        if was != now["strategy"] and {was, now["strategy"]} - set(runs.NEUTRAL_STRATEGIES):
+            said.append(f"STRATEGY={was} (now {now['strategy']})")
     for f in sorted(set(then.get("data", {})) | set(now["data"])) if "data" in then else []:
         if then["data"].get(f) != now["data"].get(f):
             said.append(f"{f} {'changed' if f in then['data'] and f in now['data'] else 'other files'}")

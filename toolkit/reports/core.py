@@ -623,8 +623,12 @@ def varying(settings: list[str]) -> list[str]:
 
 def describe_setting(item: dict, keys: list[str]) -> str:
     made = _setting(item)
-    return " ".join(f"{k}={_dig(made, k) if _dig(made, k) is not None or k != 'strategy' else run_folders.recorded_strategy(item['metrics'])}"
-                    for k in keys)
+
+    def value(k: str) -> Any:  # one process and DDP, left out of the setting, by their name
+        said = _dig(made, k)
+        return run_folders.recorded_strategy(item["metrics"]) if said is None and k == "strategy" else said
+
+    return " ".join(f"{k}={value(k)}" for k in keys)
 
 
 # --- statistics ------------------------------------------------------------------------------
