@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -96,3 +97,37 @@ def position_lookups(monkeypatch: pytest.MonkeyPatch) -> list:
     real = readers._line_of
     monkeypatch.setattr(readers, "_line_of", lambda *args: calls.append(args) or real(*args))
     return calls
+
+
+def launch_env(strategy: str, processes: int = 2, config_file: Path | None = None) -> dict[str, str]:
+    """The environment a process of `accelerate launch --config_file configs/accelerate/<strategy>.yaml
+    --num_processes N` gets (accelerate's own preparation of it, as its launchers do, and torch
+    elastic's WORLD_SIZE / RANK / LOCAL_RANK); 'one' is a plain `toolkit run`. `config_file`: a
+    DeepSpeed config file in the launch (`--deepspeed_config_file`)."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    if strategy == "one":
+        return {}
+    argv = ["--config_file", str(ROOT / "configs" / "accelerate" / f"{strategy}.yaml"), "--num_processes",
+            str(processes), *(["--deepspeed_config_file", str(config_file)] if config_file else []), "x.py"]
+    with mock.patch.dict(os.environ):  # (accelerate starts from os.environ: none of a launch faked before)
+        for key in [k for k in os.environ if k.startswith(("ACCELERATE_", "FSDP_"))]:
+            del os.environ[key]
+        args = _validate_launch_command(launch_command_parser().parse_args(argv))[0]
+        if args.use_deepspeed:
+            args.deepspeed_fields_from_accelerate_config = ""  # set by launch_command itself
+            env = prepare_deepspeed_cmd_env(args)[1]
+        else:
+            env = prepare_multi_gpu_env(args)
+    wanted = {k: v for k, v in env.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
+    return {**wanted, "WORLD_SIZE": str(processes), "RANK": "0", "LOCAL_RANK": "0"}
+
+
+def as_launched(monkeypatch, env: dict[str, str]) -> None:
+    """This process as one of a launch with `env` (and nothing of another launch left over)."""
+    for key in list(os.environ):
+        if key.startswith(("ACCELERATE_", "FSDP_")) or key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)

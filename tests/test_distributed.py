@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, write_recipe
+from conftest import as_launched, launch_env, ROOT, write_recipe
 from test_train import only_run, train_losses, weights
 
 RECIPE = """model: {{checkpoint: {checkpoint}, dropout: 0.0}}
@@ -536,12 +536,16 @@ def test_the_api_s_writers_in_a_script_under_a_launch_write_from_rank_0_alone(tm
     assert written.exists()
 
 
+@pytest.mark.parametrize("launch, processes, under", [("ddp", 2, ""), ("fsdp", 1, " under STRATEGY=fsdp")])
 def test_a_chain_names_its_upstream_run_finished_under_another_process_count(tmp_path: Path, cli, monkeypatch,
-                                                                            tiny_checkpoint) -> None:
-    """A chained run looks for its upstream run at its own launch's process count (another count
-    is another run: the global batch). Pretrained in 1 process and fine-tuned under a launch of 2,
-    it said the upstream "has not been run" and named the command that would train it again; now
-    the line names the finished run, its process count and both ways on, exit 2, nothing written."""
+                                                                            tiny_checkpoint, launch: str,
+                                                                            processes: int, under: str) -> None:
+    """A chained run looks for its upstream run at its own launch's process count and strategy
+    (another count is another run: the global batch; FSDP or ZeRO another computation). Pretrained
+    in 1 process and fine-tuned under a launch of 2, it said the upstream "has not been run" and
+    named the command that would train it again; now the line names the finished run, its process
+    count and both ways on, exit 2, nothing written. Under FSDP on 1 process the upstream had the
+    plain run's id: the FSDP launch fine-tuned the plain run's model as its own upstream's."""
     pre = write_recipe(tmp_path / "recipes" / "pre.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}}}
 task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 4, max_eval_samples: 4}}
 method: {{name: full}}
@@ -553,14 +557,16 @@ method: {{name: full}}
 train: {{max_steps: 1, batch_size: 4}}
 """)
     runs_root = tmp_path / "runs"
+    as_launched(monkeypatch, {})
     assert cli("run", pre, "--runs-dir", runs_root)[0] == 0
     (pre_run,) = (runs_root / "pre").iterdir()
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    as_launched(monkeypatch, launch_env(launch, processes))
     code, out, err = cli("run", fine, "--runs-dir", runs_root)
     assert code == 2, err
-    assert err.startswith(f"error: model.checkpoint: run {pre} has not been run on 2 process(es), the count of this "
-                          "launch") and f"it finished on 1 process(es) ({pre_run})" in err, err
+    assert err.startswith(f"error: model.checkpoint: run {pre} has not been run on {processes} process(es){under}, "
+                          "the count of this launch") and f"it finished on 1 process(es) ({pre_run})" in err, err
     assert "launch this one as that one was (NPROC=1)" in err and len(err.strip().splitlines()) == 1
+    assert f"make run NPROC={processes}{under.replace(' under', '')} RECIPE=" in err, err
     assert not (runs_root / "fine").exists()
 
 

@@ -536,6 +536,34 @@ def test_runs_on_other_process_counts_are_not_seeds_of_one_entry(tmp_path: Path)
     assert cell.stat.values == [0.80, 0.82] and cell.chosen == "processes=1"  # a grid, listed in its note
 
 
+@pytest.mark.parametrize("table", ["pivot", "runs table"])
+def test_runs_under_other_strategies_are_not_seeds_of_one_entry(tmp_path: Path, table: str) -> None:
+    """FSDP and ZeRO are another computation than DDP (reduction order; ZeRO's fp32 master weights
+    under half precision): seeds of one recipe on 2 processes under DDP, FSDP and ZeRO-3, in
+    separate runs folders, were pooled as seeds of one entry (n=6), exit 0. Each strategy is an
+    entry now; a run from before metrics.json recorded `strategy` reads as its distributed_type
+    says, and joins the new seeds of its strategy."""
+    runs = [(42, 0.80, {"distributed_type": "MULTI_CPU"}),  # DDP, before the record
+            (43, 0.82, {"distributed_type": "MULTI_CPU", "strategy": "ddp"}),
+            (44, 0.60, {"distributed_type": "FSDP"}),  # FSDP, before the record
+            (45, 0.62, {"distributed_type": "FSDP", "strategy": "fsdp"}),
+            (46, 0.40, {"distributed_type": "DEEPSPEED", "strategy": "zero3"}),
+            (47, 0.42, {"distributed_type": "DEEPSPEED", "strategy": "zero3"})]
+    for seed, acc, fields in runs:
+        _stamp(fake_run(tmp_path / str(seed), "sst2", "full", seed, {"accuracy": acc}), num_processes=2, **fields)
+    items = report.collect([tmp_path / str(seed) for seed, _, _ in runs])
+    if table == "runs table":
+        header, rows = report.rows(items)
+        acc = header.index("accuracy (%) ↑")
+        assert sorted((row[0], row[2], row[acc]) for row in rows) == [
+            ("glue/sst2/tiny-full [strategy=ddp]", "2", "81.00 ± 1.41"),
+            ("glue/sst2/tiny-full [strategy=fsdp]", "2", "61.00 ± 1.41"),
+            ("glue/sst2/tiny-full [strategy=zero3]", "2", "41.00 ± 1.41")]
+    else:
+        cell = report.pivots(items, "task", "method")[0].cells[("sst2", "full")]
+        assert cell.stat.values == [0.80, 0.82] and cell.chosen == "strategy=ddp"  # a grid, not n=6
+
+
 def _stamp(run: Path, **fields: str) -> None:
     data = json.loads((run / "metrics.json").read_text())
     (run / "metrics.json").write_text(json.dumps({**data, **fields}))

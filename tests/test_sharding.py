@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, write_recipe
+from conftest import ROOT, as_launched, launch_env, write_recipe
 from test_distributed import _free_port
 from test_train import only_run, train_losses, weights
 
@@ -149,6 +149,10 @@ def test_sharded_equals_ddp(cli, sharded_runs, strategy: str, family: str, stop_
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     assert (ma["distributed_type"], mb["distributed_type"]) == ({"ddp": "MULTI_CPU", "one": "NO"}[REFERENCE[family]],
                                                                 SHARDED[strategy][0])
+    # the strategy recorded, and in the run id: the same recipe on 2 processes is another run under it
+    assert (ma["strategy"], mb["strategy"]) == ({"ddp": "ddp", "one": "none"}[REFERENCE[family]], strategy)
+    assert (a.name != b.name) and (REFERENCE[family] == "one" or (a.parent.name, mb["num_processes"]) ==
+                                   (b.parent.name, ma["num_processes"]))
     assert ma["train_steps"] == mb["train_steps"] == STEPS
     assert train_losses(b) == pytest.approx(train_losses(a), rel=1e-4)
     assert mb["eval"] == pytest.approx(ma["eval"], rel=1e-4)
@@ -562,3 +566,143 @@ def test_a_deepspeed_config_file_with_another_batch_is_refused_in_one_line(tmp_p
     with pytest.raises(UserError, match=said) as refused:
         sharding.deepspeed_conflict(train, plugin, 2)
     assert "\n" not in str(refused.value)
+
+
+# --- the strategy as part of a run's identity -------------------------------------------------
+STRATEGY_LAUNCHES = [("one", 1, "none"), ("ddp", 2, "ddp"), ("fsdp", 2, "fsdp"), ("fsdp", 1, "fsdp"),
+                     ("zero2", 2, "zero2"), ("zero3", 2, "zero3")]
+
+
+def test_the_strategy_is_part_of_a_run_id_where_it_changes_the_computation(tmp_path: Path, monkeypatch,
+                                                                           tiny_checkpoint) -> None:
+    """FSDP, ZeRO-2 and ZeRO-3 launches of one recipe on 2 processes had the DDP launch's run id
+    (only metrics.json's distributed_type told them apart): a ZeRO-3 launch after the DDP one said
+    "finished already" and stood on the DDP run's metrics, exit 0. The strategy, one name on CPU
+    and GPU, is in the id now where it is another computation; one process and DDP keep the ids
+    they had (the formula before it), and a DeepSpeed config file's stage is the one that counts."""
+    import hashlib
+
+    from toolkit import checkpoints, recipe as recipes, runs
+
+    recipe = recipes.load(write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"),
+                                                                         method="{name: full}")), [])
+    ids = {}
+    for strategy, processes, name in STRATEGY_LAUNCHES:
+        as_launched(monkeypatch, launch_env(strategy, processes))
+        assert runs.strategy() == name, (strategy, processes)
+        ids[strategy, processes] = runs.run_id(recipe)
+        assert checkpoints.identity(recipe, processes)["strategy"] == name
+    assert len(set(ids.values())) == len(ids), ids
+    before = {n: hashlib.sha256(f"{recipe.hash}|{n}|{runs.data_fingerprint(recipe.task.data_files())}".encode())
+              .hexdigest()[:12] for n in (1, 2)}
+    assert (ids["one", 1], ids["ddp", 2]) == (before[1], before[2])  # the runs made before keep their ids
+    # a DeepSpeed config file: its zero_optimization.stage is the stage (accelerate reads it there)
+    for stage in (2, 3):
+        config = tmp_path / f"ds{stage}.json"
+        config.write_text(json.dumps({"zero_optimization": {"stage": stage}}))
+        launch = launch_env("zero2", 2, config)
+        launch.pop("ACCELERATE_DEEPSPEED_ZERO_STAGE", None)
+        as_launched(monkeypatch, launch)
+        assert runs.strategy() == f"zero{stage}" and runs.run_id(recipe) == ids[f"zero{stage}", 2]
+    # an interrupted run under another strategy is named with what differs (its identity.json)
+    then, now = ({**checkpoints.identity(recipe, 2), "strategy": s} for s in ("fsdp", "ddp"))
+    assert checkpoints._differences(then, now) == ["STRATEGY=fsdp (now ddp)"]
+    old = {k: v for k, v in now.items() if k != "strategy"}  # an identity.json from before the record: DDP
+    assert checkpoints._differences(old, {**now, "strategy": "zero3"}) == ["STRATEGY=ddp (now zero3)"]
+    assert checkpoints._differences({**old, "processes": 1}, now) == ["1 process(es) (now 2)"]  # none -> ddp: the count
+    # an FSDP run interrupted before the record (at the DDP id now): its checkpoint's layout says FSDP
+    as_launched(monkeypatch, launch_env("ddp", 2))
+    interrupted = runs.run_dir(recipe, tmp_path / "runs")
+    step = interrupted / "checkpoints" / "step-000003"
+    for rel in LAYOUTS["fsdp", 2]:
+        (step / rel).parent.mkdir(parents=True, exist_ok=True)
+        (step / rel).write_bytes(b"x")
+    runs.write_json(interrupted / checkpoints.IDENTITY, old)
+    as_launched(monkeypatch, launch_env("zero3", 2))
+    said = checkpoints.other_interrupted(runs.run_dir(recipe, tmp_path / "runs"), recipe, 2)
+    assert said and said.endswith(", with STRATEGY=fsdp (now zero3)"), said
+
+
+@pytest.fixture(scope="module")
+def finished_one_process_run(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> tuple[Path, Path]:
+    """(recipe, its finished one-process run): BERT full, 1 step."""
+    from toolkit.cli import main
+
+    tmp = tmp_path_factory.mktemp("finished")
+    recipe = write_recipe(tmp / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}}}
+task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 4, max_eval_samples: 4}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 4}}
+""")
+    assert main(["run", str(recipe), "--runs-dir", str(tmp / "runs")]) == 0
+    return recipe, only_run(tmp / "runs")
+
+
+@pytest.mark.parametrize("recorded, said", [
+    ({}, None),  # this toolkit's run: finished for its own launch
+    ({"strategy": None, "distributed_type": "NO"}, None),  # a run from before the record, one plain process
+    ({"strategy": None, "distributed_type": "FSDP"}, "fsdp"),  # an FSDP run made before: the id one process has now
+    ({"strategy": None, "distributed_type": "DEEPSPEED"}, "deepspeed"),
+    ({"strategy": "zero3"}, "zero3"),
+])
+@pytest.mark.parametrize("entry", ["run", "sweep", "api"])
+def test_a_run_finished_under_another_strategy_is_not_finished_for_this_launch(
+        finished_one_process_run, cli, monkeypatch, recorded: dict, said: str | None, entry: str) -> None:
+    """A run at this launch's id whose metrics.json says it ran under another strategy (an FSDP or
+    ZeRO run made before the strategy was part of the id sits at the id the plain launch of its
+    process count has now) was "finished already", its metrics standing for this launch, exit 0:
+    one line naming both strategies now, exit 2, the run left as it is; for its own strategy it is
+    finished (runs made before the record read as what their distributed_type says)."""
+    import toolkit
+    from toolkit.errors import UserError
+
+    recipe, run = finished_one_process_run
+    as_launched(monkeypatch, {})
+    metrics = run / "metrics.json"
+    kept = metrics.read_text()
+    data = json.loads(kept)
+    assert data["strategy"] == "none"
+    metrics.write_text(json.dumps({k: v for k, v in {**data, **recorded}.items() if v is not None}))
+    try:
+        if entry == "api":
+            try:
+                toolkit.run(recipe, runs_dir=run.parents[1])
+                code, err = 0, ""
+            except UserError as exc:
+                code, err = 2, f"error: {exc}\n"
+        else:
+            code, out, err = cli(entry, recipe, "--runs-dir", run.parents[1])
+        assert sorted(run.parent.iterdir()) == [run]  # nothing trained
+        if said is None:
+            assert code == 0, err
+            return
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"{run}: finished under STRATEGY={said} on 1 process(es)" in err, err
+        assert "this launch is STRATEGY=none" in err and "--force" in err, err
+        assert json.loads(metrics.read_text()).get("distributed_type") == recorded.get("distributed_type",
+                                                                                       data["distributed_type"])
+    finally:
+        metrics.write_text(kept)
+
+
+@pytest.mark.parametrize("launch, recorded, said", [("fsdp", "FSDP", "fsdp"), ("zero3", "DEEPSPEED", "deepspeed"),
+                                                    ("zero3", "FSDP", None)])
+def test_a_sharded_launch_names_the_run_of_its_strategy_made_before_the_record(
+        finished_one_process_run, cli, monkeypatch, launch: str, recorded: str, said: str | None) -> None:
+    """An FSDP or ZeRO run made before the strategy was in the run id sits at the plain launch's id:
+    the same launch now has its own id and trains from step 0; a note names the earlier run (here
+    the launch stops after it: one CPU process runs neither)."""
+    recipe, run = finished_one_process_run
+    metrics = run / "metrics.json"
+    kept = metrics.read_text()
+    data = {k: v for k, v in json.loads(kept).items() if k != "strategy"}
+    metrics.write_text(json.dumps({**data, "distributed_type": recorded}))
+    try:
+        as_launched(monkeypatch, launch_env(launch, 1))
+        code, out, err = cli("run", recipe, "--runs-dir", run.parents[1])
+        assert code == 2, err  # refused as it starts (one CPU process: plain, not sharded)
+        note = f"note: {run} is a finished run of this recipe under STRATEGY={said}"
+        assert (note in err) == (said is not None), err
+        assert sorted(run.parent.iterdir()) == [run]
+    finally:
+        metrics.write_text(kept)

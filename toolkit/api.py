@@ -496,6 +496,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
         resume = resume or (existed and bool(runs.checkpoints(out)))
         if not runs.checkpoints(out) and rank0 and not os.environ.get("TOOLKIT_SWEEP_CHILD"):
             train.checkpoints.say_other_attempt(out, plan.recipe, runs.world_size())  # what changed
+            _say_made_before_the_strategy(plan.recipe, root)
         try:
             with _whole_or_gone(out, made_here=not existed), \
                     writing(out, "make room (or use another --runs-dir): the same command goes on "
@@ -518,7 +519,7 @@ def _nothing_to_resume(out: Path, existed: bool, recipe: Any, checkpoints: Any) 
     """--resume asks to go on from a checkpoint; with none it started from step 0 on one stdout line,
     exit 0 (Trainer's resume_from_checkpoint=True raises "No valid checkpoint found"). Said with why
     there is none: a method that trains nothing, a folder stopped before its first checkpoint, or no
-    run folder at all, often because a changed recipe, data file or process count is another run."""
+    run folder at all, often because a changed recipe, data file, process count or strategy is another run."""
     again = "run it without --resume to start it from step 0"
     if not recipe.method.trains:
         return (f"--resume: {out}: method {recipe.method.name} trains nothing, so its runs keep no checkpoint "
@@ -531,7 +532,7 @@ def _nothing_to_resume(out: Path, existed: bool, recipe: Any, checkpoints: Any) 
         return (f"--resume: {out} was never started, so it has no checkpoint to go on from; {other}, and this "
                 f"launch is another run: {again}, or launch that one's settings and data to go on with it")
     return (f"--resume: {out} was never started (no run folder), so it has no checkpoint to go on from (a "
-            f"changed recipe, data file or process count is another run); {again}")
+            f"changed recipe, data file, process count or STRATEGY is another run); {again}")
 
 
 @contextmanager
@@ -615,7 +616,50 @@ AGAIN = " (the recipe this command runs held it, resolved; --force trains the ru
 def _finished(out: Path) -> bool:
     """A finished run that `run` and `sweep` skip: finished, and its recipe.yaml the recipe the run
     was made with (recipe.finished_as_made), or one line."""
-    return recipe_module.finished_as_made(out, AGAIN)
+    if not recipe_module.finished_as_made(out, AGAIN):
+        return False
+    _finished_under_this_launch(out)
+    return True
+
+
+def _finished_under_this_launch(out: Path) -> None:
+    """A finished run is finished for the strategy it ran under. One process and DDP are not in
+    the run id (runs.run_id), FSDP and ZeRO are; runs made before that under FSDP or ZeRO hold the
+    id a DDP launch of the same recipe and process count has now: launched so, it printed
+    "finished already" and the sharded run's metrics stood for it, exit 0. One line instead."""
+    try:
+        metrics = runs.read_json(out / "metrics.json")
+    except (OSError, ValueError):
+        return  # said by the entry point that reads it
+    then, now = runs.recorded_strategy(metrics), runs.strategy()
+    if then != now:
+        processes = metrics.get("num_processes", "?")
+        raise UserError(f"{out}: finished under STRATEGY={then} on {processes} process(es) (made before the "
+                        f"strategy was part of a run id), and this launch is STRATEGY={now}, another computation: "
+                        "its metrics are not this launch's; move the folder away to keep it (eval, predict and report "
+                        f"read it there), or --force to run it again under STRATEGY={now} (replacing it)")
+
+
+def _say_made_before_the_strategy(recipe: Any, root: Path) -> None:
+    """Before an FSDP or ZeRO run starts from step 0: a note naming the finished run of this recipe
+    under the same strategy made before the strategy was part of the run id (at the id the plain
+    launch has now), whose result would otherwise go unmentioned while this launch trains again."""
+    now = runs.strategy()
+    if now in runs.NEUTRAL_STRATEGIES:
+        return
+    plain = runs.run_dir(recipe, root, way="ddp")  # ddp and none: the id without a strategy
+    try:
+        metrics = runs.read_json(plain / "metrics.json") if runs.is_finished(plain) else None
+    except (OSError, ValueError, UserError):
+        return
+    if not metrics or "strategy" in metrics:
+        return
+    then = runs.recorded_strategy(metrics)
+    if then == now or (then == "deepspeed" and now.startswith("zero")):
+        print(f"note: {plain} is a finished run of this recipe under STRATEGY={then}"
+              f"{' (its ZeRO stage not recorded)' if then == 'deepspeed' else ''}, made before the strategy was "
+              f"part of a run id (it has the plain launch's id); this launch is a run of its own, from step 0 "
+              "(that folder keeps the earlier result: eval, predict and report read it)", file=sys.stderr)
 
 
 def _smoke_upstream(plan: RunPlan, root: Path) -> None:

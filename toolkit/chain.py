@@ -70,22 +70,25 @@ def resolve(plan: RunPlan, root: Path) -> None:
     if not runs.is_finished(folder):
         state = "is unfinished" if folder.exists() else "has not been run"
         rest = [*(ref.get("overrides") or []), *(["--smoke"] if recipe.smoke else []), "--runs-dir", str(root)]
-        n = runs.world_size()
-        # a run id counts its processes: under a launch of n, the plain command makes a 1-process
-        # run, another run, and the launch would say the same again however often it was followed
-        again = (shlex.join(['make', 'run', f'NPROC={n}', 'RECIPE=' + ref['run'], 'ARGS=' + shlex.join(rest)])
-                 if n > 1 else shlex.join(['toolkit', 'run', ref['run'], *rest]))
+        n, way = runs.world_size(), runs.strategy()
+        # a run id counts its processes and a sharded strategy: under a launch of n, the plain
+        # command makes a 1-process run (and `make run` without it a DDP run), another run, and the
+        # launch would say the same again however often it was followed
+        sharded = [f'STRATEGY={way}'] if way not in runs.NEUTRAL_STRATEGIES else []
+        again = (shlex.join(['make', 'run', f'NPROC={n}', *sharded, 'RECIPE=' + ref['run'], 'ARGS=' + shlex.join(rest)])
+                 if n > 1 or sharded else shlex.join(['toolkit', 'run', ref['run'], *rest]))
         elsewhere = finished_on_other_counts(plan.upstream.recipe, folder)
         if elsewhere:  # what this launch asks is a run of that recipe on its own process count
-            done = ", ".join(f"on {k} process(es) ({path})" for k, path in elsewhere)
-            counts = " or ".join(f"NPROC={k}" for k, _ in elsewhere)
-            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {n} process(es), the "
+            done = ", ".join(f"on {k} process(es){_under(w)} ({path})" for k, w, path in elsewhere)
+            counts = " or ".join(f"NPROC={k}{_under(w, ' STRATEGY=')}" for k, w, _ in elsewhere)
+            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {n} process(es){_under(way)}, the "
                             f"count of this launch ({folder} has no metrics.json); it finished {done}, another "
                             f"run (the process count sets the global batch): launch this one as that one was "
                             f"({counts}), or run it on {n} first: {again}")
-        if n > 1:
-            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {n} process(es), the count of this "
-                            f"launch ({folder} has no metrics.json); run it first under the same launch: {again}")
+        if n > 1 or sharded:
+            raise UserError(f"model.checkpoint: run {ref['run']} {state} on {n} process(es){_under(way)}, the "
+                            f"count of this launch ({folder} has no metrics.json); run it first under the same launch: "
+                            f"{again}")
         raise UserError(f"model.checkpoint: run {ref['run']} {state} ({folder} has no metrics.json); "
                         f"run it first: {again}")
     model = folder / "model"
@@ -109,18 +112,25 @@ def model_gone(model: Path) -> str:
     return f"its {model} is gone" if not model.is_dir() else f"its {model} holds no config.json (emptied since)"
 
 
-def finished_on_other_counts(upstream: Recipe, folder: Path) -> list[tuple[int, Path]]:
-    """(process count, folder) of each finished run of `upstream` beside `folder` (the run of this
-    launch's process count) under another count: its identity.json names the count, and the run
-    id of the recipe at that count is the folder's name. A chain looks for the upstream run of its
+def _under(way: str, said: str = " under STRATEGY=") -> str:
+    """A sharded strategy named after a process count ('' for one process and DDP)."""
+    return "" if way in runs.NEUTRAL_STRATEGIES else f"{said}{way}"
+
+
+def finished_on_other_counts(upstream: Recipe, folder: Path) -> list[tuple[int, str, Path]]:
+    """(process count, strategy, folder) of each finished run of `upstream` beside `folder` (the
+    run of this launch's process count and strategy) under another count or strategy: its
+    identity.json names them (no strategy there: one process or DDP, the runs before it), and the
+    run id of the recipe under them is the folder's name. A chain looks for the upstream run of its
     own launch's count; one pretrained on 2 processes and fine-tuned on 1 was said "has not been
     run", naming a command that would pretrain again."""
     found = []
     for other in sorted(folder.parent.iterdir()) if folder.parent.is_dir() else []:
         try:
-            count = runs.read_json(other / "identity.json")["processes"]
-            if other != folder and runs.run_id(upstream, int(count)) == other.name and runs.is_finished(other):
-                found.append((int(count), other))
+            said = runs.read_json(other / "identity.json")
+            count, way = said["processes"], said.get("strategy") or ("ddp" if int(said["processes"]) > 1 else "none")
+            if other != folder and runs.run_id(upstream, int(count), way) == other.name and runs.is_finished(other):
+                found.append((int(count), way, other))
         except (OSError, ValueError, KeyError, TypeError, UserError):  # not such a run, or damaged: not named
             continue
     return found

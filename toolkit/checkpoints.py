@@ -317,8 +317,8 @@ IDENTITY = "identity.json"  # what the run id hashes, written beside recipe.yaml
 
 def identity(recipe: Any, processes: int) -> dict:
     """What the run id hashes (runs.run_id), part by part: the resolved recipe's settings, the
-    process count and each data file's sha256."""
-    return {"recipe": _flat(recipe.hashed_dict()), "processes": processes,
+    process count, the launch's strategy (runs.strategy) and each data file's sha256."""
+    return {"recipe": _flat(recipe.hashed_dict()), "processes": processes, "strategy": runs.strategy(),
             "data": {str(f): runs.data_fingerprint([Path(f)]) for f in recipe.task.data_files()}}
 
 
@@ -353,6 +353,9 @@ def other_interrupted(out: Path, recipe: Any, processes: int) -> str | None:
         return None
     other = max(others, key=lambda p: runs.checkpoints(p)[-1].stat().st_mtime)
     now, then = identity(recipe, processes), _saved_identity(other)
+    if then is not None and "processes" in then and "strategy" not in then:  # made before the record:
+        way = sharding.written_under(runs.checkpoints(other)[-1])[0]  # what its checkpoint's layout says
+        then["strategy"] = "none" if way == "no strategy" else way
     if then is None:
         changed = "its recipe, data or process count"
     else:
@@ -392,6 +395,10 @@ def _differences(then: dict, now: dict) -> list[str]:
              if then["recipe"].get(k) != now["recipe"].get(k) and k != "smoke"]
     if "processes" in then and then["processes"] != now["processes"]:
         said.append(f"{then['processes']} process(es) (now {now['processes']})")
+    if "processes" in then:  # identity.json; one from before `strategy` is of one process or DDP
+        was = then.get("strategy") or ("ddp" if then["processes"] > 1 else "none")
+        if was != now["strategy"] and {was, now["strategy"]} - set(runs.NEUTRAL_STRATEGIES):
+            said.append(f"STRATEGY={was} (now {now['strategy']})")
     for f in sorted(set(then.get("data", {})) | set(now["data"])) if "data" in then else []:
         if then["data"].get(f) != now["data"].get(f):
             said.append(f"{f} {'changed' if f in then['data'] and f in now['data'] else 'other files'}")

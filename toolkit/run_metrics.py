@@ -65,6 +65,7 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "hub_data": setup.task.hub_data(),
         "recipe_hash": recipe.hash, "run_id": out.name, "seed": recipe.train.seed, "method": recipe.method.name,
         "num_processes": acc.num_processes, "distributed_type": str(acc.distributed_type.value),
+        "strategy": runs.strategy(),  # fsdp, zero2, zero3, ddp or none: part of the run id where sharded
         "device": str(acc.device), "mixed_precision": recipe.train.mixed_precision,
         **provenance.describe(acc.device),  # device_name, gpu, cpu, cpu_cores, git_commit, git_dirty
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,

@@ -30,6 +30,55 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+NEUTRAL_STRATEGIES = ("none", "ddp")  # one process, plain data parallel: not in a run id (as before)
+
+
+def strategy() -> str:
+    """This launch's distributed strategy, one name on CPU and GPU processes: 'fsdp', 'zero<stage>'
+    (DeepSpeed), else 'ddp' (several processes) or 'none' (one), read from the environment
+    accelerate launch gives its processes (ACCELERATE_USE_FSDP / ACCELERATE_USE_DEEPSPEED, the
+    ZeRO stage from ACCELERATE_DEEPSPEED_ZERO_STAGE or the DeepSpeed config file), as accelerate
+    reads it, so it is known before the Accelerator is made."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return "fsdp"
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        return f"zero{_zero_stage()}"
+    return "ddp" if world_size() > 1 else "none"
+
+
+def _zero_stage() -> int:
+    """The ZeRO stage of a DeepSpeed launch, where accelerate's plugin takes it: a config file's
+    `zero_optimization.stage` (DeepSpeed's default 0 when left out), else the accelerate config's
+    `zero_stage` (accelerate's default 2)."""
+    path = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
+    if path != "none":
+        try:
+            zero = json.loads(Path(path).read_text(encoding="utf-8")).get("zero_optimization") or {}
+            return int(zero.get("stage", 0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass  # not a readable config: accelerate's own error comes at the launch
+    try:
+        return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"))
+    except ValueError:
+        return 2
+
+
+def recorded_strategy(metrics: dict) -> str:
+    """The strategy a finished run ran under, from its metrics.json: `strategy` where recorded,
+    else (a run from before 2026-11-28) what its `distributed_type` and `num_processes` say: FSDP
+    is 'fsdp', DEEPSPEED 'deepspeed' (the ZeRO stage was not recorded), anything else 'ddp' on
+    several processes and 'none' on one."""
+    if isinstance(metrics.get("strategy"), str):
+        return metrics["strategy"]
+    kind = str(metrics.get("distributed_type") or "").upper()
+    if kind == "FSDP":
+        return "fsdp"
+    if kind == "DEEPSPEED":
+        return "deepspeed"
+    processes = metrics.get("num_processes")
+    return "ddp" if isinstance(processes, (int, float)) and processes > 1 else "none"
+
+
 def rank() -> int:
     """This process's place in the launch (torchrun / accelerate set RANK): 0 is the one that
     holds the run's locks, writes its folder and speaks for the launch."""
@@ -207,18 +256,25 @@ def same_hub_split(a: Any, b: Any) -> bool:
     return ca == cb if ca and cb else fa == fb
 
 
-def run_id(recipe: Recipe, processes: int | None = None) -> str:
+def run_id(recipe: Recipe, processes: int | None = None, way: str | None = None) -> str:
     """What a run's result depends on: the resolved recipe, the number of processes (the global
-    batch) and the data files' contents. Two launches that differ in any of these are two runs."""
+    batch), the distributed strategy (`way`, this launch's `strategy()` unless given: FSDP's and
+    ZeRO's reductions and, under ZeRO with half precision, its fp32 master weights are another
+    computation than DDP's) and the data files' contents. Two launches that differ in any of
+    these are two runs. One process and DDP are not hashed (their process counts differ already),
+    so their ids are those of the runs made before the strategy was part of the id."""
     blob = f"{recipe.hash}|{processes or world_size()}|{data_fingerprint(recipe.task.data_files())}"
+    way = way or strategy()
+    if way not in NEUTRAL_STRATEGIES:
+        blob += f"|{way}"
     upstream = getattr(recipe, "upstream_id", None)  # a chained run is of the run it starts from
     if upstream:
         blob += f"|{upstream}"
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def run_dir(recipe: Recipe, root: Path, processes: int | None = None) -> Path:
-    return root / recipe.name / run_id(recipe, processes)
+def run_dir(recipe: Recipe, root: Path, processes: int | None = None, way: str | None = None) -> Path:
+    return root / recipe.name / run_id(recipe, processes, way)
 
 
 @contextmanager

@@ -468,8 +468,9 @@ def check_resume(accelerator: Any, folder: Any) -> None:
     """A checkpoint resumes under the strategy and process count that wrote it, or not at all: the
     loaders read only their own layout (an FSDP checkpoint under ZeRO-2 failed with a bare
     AssertionError inside DeepSpeed's loader, a DDP one under FSDP with a missing file), and a
-    sharded checkpoint is cut per rank. The run id holds the process count but not the strategy,
-    so the same recipe under another STRATEGY finds the other's checkpoints: one line naming both."""
+    sharded checkpoint is cut per rank. The run id holds the process count and a sharded strategy
+    (runs.run_id), but a run made before the strategy was in it sits at the plain launch's id,
+    where that launch finds its checkpoints: one line naming both."""
     then, now = written_under(folder), launched_as(accelerator)
     if then[1] and then != now:  # (no RNG file: not accelerate's layout; its loader judges it)
         def say(s: tuple[str, int]) -> str:

@@ -587,6 +587,12 @@ def _setting(item: dict) -> dict:
     # examples scored (eval, which also tells a train file from an eval file of the same bytes)
     if item["metrics"].get("data_sha256") and isinstance(recipe.get("task"), dict):
         recipe["task"] = {k: v for k, v in recipe["task"].items() if not k.endswith(PATH_SUFFIXES)}
+    # FSDP and ZeRO are another computation than DDP (reduction order; ZeRO's fp32 master weights
+    # under half precision): a setting of their own; one process and DDP (the runs before the
+    # strategy was recorded too) add nothing, their process counts differ already
+    way = run_folders.recorded_strategy(item["metrics"])
+    if way not in run_folders.NEUTRAL_STRATEGIES:
+        recipe["strategy"] = way
     return {**recipe, "processes": item["metrics"].get("num_processes"),
             "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "hub": hub_examples(item["metrics"]),
             "eval": (item["metrics"].get("eval_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run"),
@@ -616,7 +622,13 @@ def varying(settings: list[str]) -> list[str]:
 
 
 def describe_setting(item: dict, keys: list[str]) -> str:
-    return " ".join(f"{k}={_dig(_setting(item), k)}" for k in keys)
+    made = _setting(item)
+
+    def value(k: str) -> Any:  # one process and DDP, left out of the setting, by their name
+        said = _dig(made, k)
+        return run_folders.recorded_strategy(item["metrics"]) if said is None and k == "strategy" else said
+
+    return " ".join(f"{k}={value(k)}" for k in keys)
 
 
 # --- statistics ------------------------------------------------------------------------------
@@ -1284,7 +1296,9 @@ def _protocol(item: dict) -> dict[str, Any]:
     """What a run's numbers depend on besides its seed: the resolved recipe, the process count,
     the data and base run (as _setting), and the toolkit's commit (its version)."""
     code = {("toolkit commit" if k == "toolkit" else f"{k} version"): v for k, v in code_of(item).items()}
-    return {**_flat(_setting(item)), **code}
+    # the strategy by its name where the setting leaves it out (one process, DDP: their process
+    # counts tell them apart), for a note beside an FSDP or ZeRO cell
+    return {**_flat(_setting(item)), "strategy": run_folders.recorded_strategy(item["metrics"]), **code}
 
 
 def _on_axis(key: str, axis: str) -> bool:
@@ -1313,7 +1327,8 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
             or k == "checkpoint kept"}  # not recorded (a run from before `kept`): not a difference
     differ = [k for k in keys if k not in NOT_PROTOCOL and k not in selected and not _on_axis(k, axis)
               and len({json.dumps(pr.get(k), sort_keys=True, default=str) for _, pr in protocols
-                       if k not in code or k in pr}) > 1]  # a version not recorded is not a difference
+                       if k not in code or k in pr}) > 1  # a version not recorded is not a difference
+              and (k != "strategy" or any(pr[k] not in run_folders.NEUTRAL_STRATEGIES for _, pr in protocols))]
     if not differ:
         return []
     said = "; ".join(f"{k} (" + ", ".join(f"{name}: {pr.get(k)}" for name, pr in protocols) + ")" for k in differ)
