@@ -1025,6 +1025,19 @@ NO_TOKENS = {"span_corruption": r"span_corruption needs T5's sentinel tokens .*;
                         r"model.checkpoint .* has none; for T5 use span_corruption"}
 
 
+def _refused_line(cli, entry: str, path: Path, runs: Path) -> str:
+    """The one line `entry` ("cli validate", "api run", ...) refuses recipe `path` with."""
+    import toolkit
+
+    if entry.startswith("cli"):
+        code, _, err = cli(*entry.split()[1:], path, *(["--runs-dir", runs] if "run" in entry else []))
+        assert code == 2 and "\n" not in err.strip(), err
+        return err.strip()
+    with pytest.raises(UserError) as raised:
+        toolkit.validate(path) if entry == "api validate" else toolkit.run(path, runs_dir=runs)
+    return str(raised.value)
+
+
 @pytest.mark.parametrize("entry", ["cli validate", "api validate", "cli run", "api run"])
 @pytest.mark.parametrize("task, family, warm", [("span_corruption", "bert", ", warm_start: encoder-decoder"),
                                                 ("span_corruption", "bart", ""), ("denoise", "t5", "")])
@@ -1036,7 +1049,6 @@ def test_an_objective_on_a_tokenizer_without_its_tokens_is_refused_at_validate(
     validate` (the model kind, encoder-decoder, fits) and were refused at run only after the model
     loaded. Each is one line at validate, from the tokenizer alone, and a run stops there: no
     weights read, nothing written."""
-    import toolkit
     from toolkit import models
 
     path = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint(family)}{warm}}}
@@ -1046,14 +1058,7 @@ method: {{name: full}}
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the weights were loaded"))
     runs = tmp_path / "runs"
     capsys.readouterr()  # the small model's build, said once a session
-    if entry.startswith("cli"):
-        code, _, err = cli(*entry.split()[1:], path, *(["--runs-dir", runs] if "run" in entry else []))
-        line = err.strip()
-        assert code == 2 and "\n" not in line, err
-    else:
-        with pytest.raises(UserError) as raised:
-            toolkit.validate(path) if entry == "api validate" else toolkit.run(path, runs_dir=runs)
-        line = str(raised.value)
+    line = _refused_line(cli, entry, path, runs)
     assert re.search("task.name: " + NO_TOKENS[task], line), line
     assert not runs.exists() or not any(runs.rglob("*.json"))
 
@@ -1065,7 +1070,6 @@ def test_more_spans_a_block_than_sentinels_is_refused_at_validate(
     4096 at the default density: 227) passed validate and was refused when the first block was
     encoded, after the model had loaded. The span count follows from the recipe's numbers: one
     line at validate naming the longest max_length that fits; a run stops there, nothing written."""
-    import toolkit
     from toolkit import models
 
     path = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint("t5")}}}
@@ -1075,14 +1079,7 @@ method: {{name: full}}
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the weights were loaded"))
     runs = tmp_path / "runs"
     capsys.readouterr()
-    if entry.startswith("cli"):
-        code, _, err = cli(*entry.split()[1:], path, *(["--runs-dir", runs] if "run" in entry else []))
-        line = err.strip()
-        assert code == 2 and "\n" not in line, err
-    else:
-        with pytest.raises(UserError) as raised:
-            toolkit.validate(path) if entry == "api validate" else toolkit.run(path, runs_dir=runs)
-        line = str(raised.value)
+    line = _refused_line(cli, entry, path, runs)
     assert re.search(r"task.max_length: 4096 .* puts 227 noise spans in a block, and the tokenizer of "
                      r"model.checkpoint .* has 100 sentinel tokens .*; use task.max_length at most 1809", line), line
     assert not runs.exists() or not any(runs.rglob("*.json"))

@@ -7,7 +7,6 @@ whole model), so one loader serves every method without asking which one trained
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import json
 import os
@@ -731,13 +730,8 @@ def _partial(out: Path) -> Iterator[Path]:
     export's leftovers and wrote its own files into it."""
     partial = out.parent / f".{out.name}.partial"
     partial.mkdir(exist_ok=True)
-    fd = os.open(partial, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise UserError(f"export: {out} is being written by another export right now (one that uses another "
-                        "$TOOLKIT_CACHE); wait for it to finish, or export elsewhere") from None
+    fd = runs.flock_held(partial, f"export: {out} is being written by another export right now (one that uses "
+                                  "another $TOOLKIT_CACHE); wait for it to finish, or export elsewhere")
     try:
         for child in list(partial.iterdir()):  # what an interrupted export left
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()

@@ -344,18 +344,26 @@ def reading(out: Path, doing: str):
         handle.close()
 
 
+def flock_held(folder: Path, busy: str) -> int:
+    """An open descriptor of `folder` holding its exclusive flock (on the directory itself: no
+    file is added to it); the caller unlocks and closes it. `busy`: the UserError line where
+    another process holds it."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UserError(busy) from None
+    return fd
+
+
 @contextmanager
 def _folder_lock(out: Path):
     """flock on the run folder's own directory: no file is added to it."""
     made = [p for p in [out, *out.parents] if not p.exists()]
     out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise UserError(f"{out} is being run by another process right now (one that uses another "
-                        "$TOOLKIT_CACHE); wait for it to finish (or use another --runs-dir)") from None
+    fd = flock_held(out, f"{out} is being run by another process right now (one that uses another "
+                         "$TOOLKIT_CACHE); wait for it to finish (or use another --runs-dir)")
     try:
         yield
     finally:
