@@ -50,11 +50,19 @@ def test_best_null_threshold_worked_by_hand() -> None:
 
 def test_null_threshold_starts_below_every_logit_gap() -> None:
     """Logit gaps can be negative: when answering nothing anywhere is best, the threshold is
-    -inf (every question gets ""), not the official script's 0.0 (meant for probabilities), which
-    would keep both answers here and score 0."""
+    below every gap (every question gets ""): the largest whole number below them, not the
+    official script's 0.0 (the floor of its probabilities), which would keep both answers here
+    and score 0; where every gap is above 0.0, that is 0.0; below the largest finite float (a
+    question with no span at all) too."""
+    import sys
+
     # q0 answerable, its best span scores 0 (gap -1); q1 unanswerable, a non-empty span (gap -2)
     best, threshold = best_null_threshold([0.0, 0.0], [-1.0, -2.0], [True, False], [True, True])
-    assert best == 0.5 and threshold == float("-inf")
+    assert best == 0.5 and threshold == -3.0
+    assert best_null_threshold([0.0, 0.0], [-1.5, 2.0], [True, False], [True, True]) == (0.5, -2.0)
+    assert best_null_threshold([0.0], [0.25], [True], [True]) == (0.0, 0.0)
+    _, threshold = best_null_threshold([0.0], [sys.float_info.max], [False], [False])
+    assert threshold < sys.float_info.max
     # an unanswerable question whose best span is empty costs nothing when admitted
     best, threshold = best_null_threshold([1.0, 0.0], [-1.0, -2.0], [True, False], [True, False])
     assert best == 1.0 and threshold == -1.0
@@ -178,8 +186,12 @@ def test_v2_extractive_scores_equal_the_official_script(case: str, monkeypatch) 
     assert {k: v for k, v in got.items() if not k.startswith("best")} == pytest.approx(plain)
     for key in ("best_exact", "best_f1"):
         assert got[key] == pytest.approx(with_file[key])
-        assert got[f"{key}_thresh"] == (with_file[f"{key}_thresh"] if got[f"{key}_thresh"] > float("-inf") else
-                                        got[f"{key}_thresh"])
+        # below every gap (answer nothing anywhere): the script starts at 0.0, its probabilities' floor
+        low = got[f"{key}_thresh"] < min(gaps.values())
+        assert got[f"{key}_thresh"] == (with_file[f"{key}_thresh"] if not low else got[f"{key}_thresh"])
+        # the tuned threshold, given to the script as --na-prob-thresh, scores the tuned figure
+        at = _toolkit_names(official_v2(golds, spans, gaps, thresh=got[f"{key}_thresh"]))
+        assert got[key] == pytest.approx(at["exact_match" if key == "best_exact" else "f1"]) or case == "empty golds"
     odd = sum(gaps[q] > 0.0 and bool(golds[q]) and not any(_official_tokens(g) for g in golds[q]) for q in golds)
     assert got["exact_match"] - with_file["exact_match"] == pytest.approx(odd / len(golds))
     assert (odd > 0) == (case == "empty golds")
@@ -422,6 +434,49 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4}}
     assert "null_threshold" not in scores
     # the tuned threshold is chosen on these very questions: it can only do as well or better
     assert scores["best_f1"] >= scores["f1"] - 1e-9 and scores["best_exact"] >= scores["exact_match"] - 1e-9
+
+
+@pytest.mark.parametrize("checkpoint", ["bert-base-uncased", "roberta-base"])
+def test_answering_nothing_anywhere_is_one_threshold_in_the_api_and_the_files(
+        tmp_path: Path, cli, checkpoint: str) -> None:
+    """Finding: where answering "" everywhere scored best (here: every question unanswerable,
+    so admitting any non-empty span costs), best_*_thresh was -inf in toolkit.evaluate's dict
+    and null in metrics.json and eval-eval.json. The official script reports 0.0 there, its
+    probabilities' floor; on the toolkit's logit gaps 0.0 is the fixed threshold, not "answer
+    nothing", so the threshold is the largest whole number below every gap, the same number in
+    the run's metrics.json, `toolkit eval`'s file and the API's dict, and evaluate-v2.0.py's
+    --na-prob-thresh at it gives best_exact and best_f1 back."""
+    import math
+
+    import toolkit
+
+    data = _v2_file(tmp_path / "dev-v2.json")
+    doc = json.loads(data.read_text())
+    for article in doc["data"]:
+        for qa in article["paragraphs"][0]["qas"]:
+            qa.update(is_impossible=True, answers=[])
+    data.write_text(json.dumps(doc))
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {checkpoint}}}
+task: {{name: squad, version: v2, eval_file: {data}, split_articles: 0.5, max_length: 64, doc_stride: 16}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 4}}
+""")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    (metrics_file,) = (tmp_path / "runs").rglob("metrics.json")
+    run = metrics_file.parent
+    code, _, err = cli("eval", run)
+    assert code == 0, err
+    given = [json.loads(metrics_file.read_text())["eval"], json.loads((run / "eval-eval.json").read_text())["eval"],
+             toolkit.evaluate(run)["eval"]]
+    na_probs, spans = (json.loads((run / f"predictions.{n}.json").read_text()) for n in ("na_probs", "best_spans"))
+    low = min(na_probs.values())
+    for scores in given:
+        assert scores["best_exact"] == scores["best_f1"] == 1.0
+        assert scores["best_exact_thresh"] == scores["best_f1_thresh"] == math.ceil(low) - 1
+    golds = dict.fromkeys(na_probs, [])
+    at = official_v2(golds, spans, na_probs, thresh=given[0]["best_f1_thresh"])
+    assert (at["exact"], at["f1"]) == (1.0, 1.0)
 
 
 def test_every_task_reads_the_data_dir_its_recipe_names(tmp_path: Path, monkeypatch) -> None:

@@ -10,6 +10,7 @@ unanswerable question's gold is the empty string), including v2.0's best null th
 from __future__ import annotations
 
 import collections
+import math
 import re
 import string
 from functools import lru_cache, partial
@@ -197,17 +198,30 @@ def best_null_threshold(answer_scores: Sequence[float], null_gaps: Sequence[floa
     minus the best non-null score (higher: more likely unanswerable); answered: whether that
     non-null answer is non-empty (an unanswerable question costs 1 only then). Start from
     answering every question with "", then admit questions in increasing gap order; the best
-    running score gives the threshold. The official script's gaps are probabilities and start at
-    0.0; logit gaps can be negative, so "answer nothing everywhere" is threshold -inf here.
+    running score gives the threshold. The official script's gaps are probabilities, so its
+    search starts at their floor, 0.0 ("" wherever the probability is above 0); logit gaps have
+    no floor (they go below 0.0, and 0.0 is the fixed threshold here, not "answer nothing"), so
+    where answering nothing everywhere scores best the threshold is `below_every` gap: a finite
+    number, the same in the returned dict, metrics.json and eval-*.json (-inf was null in the
+    files), which evaluate-v2.0.py's --na-prob-thresh takes to give best_* back.
     Returns (best score fraction, threshold)."""
     answered = [True] * len(null_gaps) if answered is None else answered
     score = best = float(sum(not a for a in answerable))
-    threshold = float("-inf")
+    threshold = below_every(null_gaps)
     for i in sorted(range(len(null_gaps)), key=lambda i: null_gaps[i]):
         score += answer_scores[i] if answerable[i] else (-1.0 if answered[i] else 0.0)
         if score > best:
             best, threshold = score, null_gaps[i]
     return best / max(len(null_gaps), 1), threshold
+
+
+def below_every(gaps: Sequence[float]) -> float:
+    """The largest whole number below every gap (a threshold at which every question answers
+    ""): readable where it is printed, and below the largest finite float, the gap of a question
+    with no span at all, too."""
+    low = min(gaps, default=0.0)
+    whole = float(math.ceil(low) - 1)
+    return whole if whole < low else math.nextafter(low, -math.inf)
 
 
 def v2_golds(golds: Sequence[str]) -> list[str]:
