@@ -479,6 +479,47 @@ train: {{max_steps: 1, batch_size: 4}}
     assert (at["exact"], at["f1"]) == (1.0, 1.0)
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_answers_written_without_spaces_are_said_to_score_f1_as_exact_match(tmp_path: Path, cli, version: str) -> None:
+    """The official F1 splits answers at spaces: a Chinese answer is one word, its F1 its exact
+    match (scored so, as the official scripts do: "居里夫人" against "居里夫人获得" F1 0). That
+    was unsaid, exit 0; one `warning:` line at the run's start and at `toolkit eval`, v1.1 and
+    v2.0; none for Latin answers."""
+    assert squad_scores(["居里夫人"], [["居里夫人获得"]], version)["f1"] == 0.0
+    articles = []
+    for a in range(4):
+        context = f"第{a}篇文章说居里夫人获得了诺贝尔奖。"
+        qas = [{"id": f"{a}-y", "question": "谁获得了诺贝尔奖？", "answers": [{"text": "居里夫人", "answer_start": context.index("居里夫人")}]}]
+        if version == "v2":
+            qas.append({"id": f"{a}-n", "question": "谁画了这幅画？", "answers": [], "is_impossible": True})
+        articles.append({"title": f"t{a}", "paragraphs": [{"context": context, "qas": qas}]})
+    data = tmp_path / "dev.json"
+    data.write_text(json.dumps({"version": "v2.0" if version == "v2" else "1.1", "data": articles}, ensure_ascii=False))
+    recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: bert-base-uncased}}
+task: {{name: squad, version: {version}, eval_file: {data}, split_articles: 0.5, max_length: 64, doc_stride: 16}}
+method: {{name: full}}
+train: {{max_steps: 1, batch_size: 4}}
+""")
+    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "written without spaces" in line]
+    assert len(said) == 1 and "Chinese characters" in said[0] and "exact match" in said[0], err
+    (metrics,) = (tmp_path / "runs").rglob("metrics.json")
+    code, _, err = cli("eval", metrics.parent)
+    assert code == 0, err
+    assert sum("written without spaces" in line for line in err.splitlines()) == 1, err
+    assert not _squad_task_notes(tmp_path)
+
+
+def _squad_task_notes(tmp_path: Path) -> dict:
+    """The notes a Latin-script file gives (none about spaceless answers)."""
+    from toolkit.tasks.squad import Squad
+
+    task = Squad(version="v2", eval_file=str(_v2_file(tmp_path / "latin.json")), split_articles=0.5)
+    task.load()
+    return {k: v for k, v in task.notices().items() if "spaceless" in k}
+
+
 def test_every_task_reads_the_data_dir_its_recipe_names(tmp_path: Path, monkeypatch) -> None:
     """task.data_dir stands for $TOOLKIT_DATA in the recipe's paths, whatever the environment says."""
     from toolkit.tasks.squad import Squad

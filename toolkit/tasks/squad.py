@@ -39,8 +39,8 @@ from toolkit.lazy import lazy
 from toolkit.tasks import TASKS, Metric, data_path, declaration, hub_dataset, hub_offline, subset
 from toolkit.tasks._generation import Generation, TextToText
 from toolkit.tasks._qa import Best, WindowCollator, best_spans, cut_questions, window_features
-from toolkit.tasks._text_metrics import (best_null_threshold, best_over, exact_match, squad_scores,
-                                         token_f1, v2_golds)
+from toolkit.tasks._text_metrics import (best_null_threshold, best_over, exact_match, spaceless_script,
+                                         squad_scores, token_f1, v2_golds)
 from toolkit.models import kind_of
 
 torch = lazy("torch", globals())
@@ -526,8 +526,25 @@ class Squad(TextToText):
             train, evaluation = self._hub()
             self._no_answer_named(train, f"{HUB_IDS[self.version]} train")
             self._no_answer_named(evaluation, f"{HUB_IDS[self.version]} validation")
-        return {"train": subset(train, self.max_train_samples),
-                "eval": {"": subset(evaluation, self.max_eval_samples)}}
+        evaluation = subset(evaluation, self.max_eval_samples)
+        self._note_spaceless(evaluation, self.eval_file or f"{HUB_IDS[self.version]} validation")
+        return {"train": subset(train, self.max_train_samples), "eval": {"": evaluation}}
+
+    def _note_spaceless(self, evaluation: Any, where: str) -> None:
+        """The official scripts' F1 splits an answer into words at whitespace (`normalize_answer`,
+        followed here as written): gold answers mostly in a script written without spaces (CJK,
+        Thai) are one word each, so their F1 is exact match (a prediction one character off
+        scores 0 where a Latin answer's overlap counts), and punctuation outside ASCII ("。")
+        is kept. Said once, with the share, at the run's start and at `toolkit eval`; scored as
+        the official scripts score it."""
+        golds = [t for a in evaluation["answers"] for t in a["text"]]
+        found = spaceless_script(golds)
+        if found:
+            script, share, _ = found
+            self.note("spaceless answers", f"{share:.0%} of the letters of the gold answers in {where} are {script}, "
+                      "written without spaces: the official SQuAD F1 splits answers into words at spaces, so each "
+                      "such answer is one word and its F1 is its exact match (a partial answer scores 0); scored "
+                      "as the official scripts score it")
 
     def _hub(self) -> tuple[Any, Any]:
         if hub_offline():
