@@ -1273,8 +1273,11 @@ def test_a_4d_mask_is_applied_as_given_or_refused(name: str, causal: bool) -> No
     """A custom (q, kv) mask: one that is key padding (and causality, in a causal layer) gives what
     the same padding as a key mask gives, in every module; one that hides a key from some queries
     only is applied query by query where the module can (`query_masks`: a hidden key's value never
-    reaches that query) and refused in one line where it cannot. Finding: linear, performer,
-    local and bigbird took any query's keys from it, so each query saw keys its mask hid, exit 0."""
+    reaches that query) and refused in one line where it cannot. A float mask is additive, as
+    eager adds it: 0 / the minimum is the bool mask, and -10000 (older extended masks) hides a key
+    as eager's sum does, or is refused where a module cannot add it to its scores. Findings: linear,
+    performer, local and bigbird took any query's keys from a (q, kv) mask, so each query saw keys
+    its mask hid; a -10000 mask was thresholded at half the minimum and hid nothing; exit 0."""
     from toolkit.attention import ATTENTION, attention_forward, causal_keep
     from toolkit.errors import UserError
 
@@ -1290,8 +1293,17 @@ def test_a_4d_mask_is_applied_as_given_or_refused(name: str, causal: bool) -> No
         with torch.no_grad():
             return attention_forward(layer, q, k, values, mask, scaling=dim ** -0.5)[0]
 
-    torch.testing.assert_close(run(full)[0], run(keys)[0], atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(run(full)[1, :4], run(keys)[1, :4], atol=1e-6, rtol=1e-6)
+    for same in (full, torch.zeros(full.shape).masked_fill(~full, torch.finfo(torch.float32).min)):
+        torch.testing.assert_close(run(same)[0], run(keys)[0], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(run(same)[1, :4], run(keys)[1, :4], atol=1e-6, rtol=1e-6)
+    older = torch.zeros(full.shape).masked_fill(~full, -10000.0)  # an older extended mask: additive
+    module = ATTENTION.get(name)
+    if module.query_masks and not module.positional:
+        torch.testing.assert_close(run(older)[0], run(keys)[0], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(run(older)[1, :4], run(keys)[1, :4], atol=1e-6, rtol=1e-6)
+    else:
+        with pytest.raises(UserError, match="cannot add a float attention mask"):
+            run(older)
     hidden = full.clone()
     hidden[:, :, 3:, 0] = False  # key 0 hidden from queries 3.. only
     if not ATTENTION.get(name).query_masks:
@@ -1301,3 +1313,21 @@ def test_a_4d_mask_is_applied_as_given_or_refused(name: str, causal: bool) -> No
     moved = v.clone()
     moved[:, :, 0] = 100.0
     torch.testing.assert_close(run(hidden, moved)[0, 3:], run(hidden)[0, 3:], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_dot_adds_a_float_mask_as_eager_does(stock, family: str) -> None:
+    """The extended mask older code builds, (1 - mask) * -10000 (with the causal part on GPT-2),
+    gives `dot` the stock model's outputs. Finding: -10000 was read as 'keep' (0.03 off eager on
+    BERT, 0.16 on GPT-2), exit 0."""
+    entry = stock(family)
+    model, inputs = resettled(entry, "dot", {}), batch(family, entry[1])
+    mask = inputs["attention_mask"]
+    n = mask.shape[1]
+    older = (1.0 - mask[:, None, None, :].float()) * -10000.0
+    if family == "gpt2":
+        older = older + torch.full((n, n), -10000.0).triu(1)
+    inputs = dict(inputs, attention_mask=older)
+    with torch.no_grad():
+        ours, theirs = (output(m, inputs)[mask.bool()] for m in (model, entry[0]))
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
