@@ -1235,3 +1235,99 @@ def test_bigbird_draws_its_random_blocks_per_layer_and_head(causal: bool) -> Non
         torch.testing.assert_close(forward(q, later, v, bias)[:, :10], out[:, :10], atol=1e-6, rtol=1e-6)
         cached = forward(q[:, :, -6:], k, v, bias[:, :, -6:])  # the last 6 queries, the rest in a cache
         torch.testing.assert_close(cached[rows[:, -6:]], out[:, -6:][rows[:, -6:]], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", _registered())
+def test_packed_sequences_stay_apart_or_are_refused(stock, name: str) -> None:
+    """GPT-2 given two sequences packed in one row (position ids restarting, no attention mask,
+    no cache: a training forward) gets from transformers a mask that keeps each sequence to
+    itself. A module that applies a full (q, kv) mask gives each sequence what it gives it alone
+    (`dot`: the stock model's logits too); one that reads key padding only refuses in one line.
+    Finding: the mask function reduced every mask to key padding, so the sequences attended to
+    each other, `dot` included (0.09 in a logit against eager), exit 0."""
+    from toolkit.attention import ATTENTION
+    from toolkit.errors import UserError
+
+    entry = stock("gpt2")
+    model = resettled(entry, name, SMALL[name])
+    moved_off_their_start(model)
+    first, second = torch.tensor([[5, 6, 7, 8, 9]]), torch.tensor([[10, 11, 12, 13, 14, 15, 16]])
+    ids = torch.cat([first, second], dim=1)
+    positions = torch.cat([torch.arange(5), torch.arange(7)])[None]
+    with torch.no_grad():
+        if not ATTENTION.get(name).query_masks:
+            with pytest.raises(UserError, match="applies key padding only"):
+                model(input_ids=ids, position_ids=positions, use_cache=False)
+            return
+        packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[0]
+        alone = torch.cat([model(input_ids=x, use_cache=False).logits[0] for x in (first, second)])
+        torch.testing.assert_close(packed, alone, atol=1e-5, rtol=0)
+        if name == "dot":
+            stock_packed = entry[0](input_ids=ids, position_ids=positions, use_cache=False).logits[0]
+            torch.testing.assert_close(packed, stock_packed, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+@pytest.mark.parametrize("name", _registered())
+def test_a_4d_mask_is_applied_as_given_or_refused(name: str, causal: bool) -> None:
+    """A custom (q, kv) mask: one that is key padding (and causality, in a causal layer) gives what
+    the same padding as a key mask gives, in every module; one that hides a key from some queries
+    only is applied query by query where the module can (`query_masks`: a hidden key's value never
+    reaches that query) and refused in one line where it cannot. A float mask is additive, as
+    eager adds it: 0 / the minimum is the bool mask, and -10000 (older extended masks) hides a key
+    as eager's sum does, or is refused where a module cannot add it to its scores. Findings: linear,
+    performer, local and bigbird took any query's keys from a (q, kv) mask, so each query saw keys
+    its mask hid; a -10000 mask was thresholded at half the minimum and hid nothing; exit 0."""
+    from toolkit.attention import ATTENTION, attention_forward, causal_keep
+    from toolkit.errors import UserError
+
+    heads, dim, n = 2, 8, 6
+    attention, layer = _bare_layer(name, SMALL[name], heads, dim, causal)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, heads, n, dim, generator=g) for _ in range(3))
+    keys = torch.ones(2, 1, 1, n, dtype=torch.bool)
+    keys[1, ..., -2:] = False
+    full = keys & causal_keep(n, n, q.device) if causal else keys.expand(-1, -1, n, -1)
+
+    def run(mask, values=v):
+        with torch.no_grad():
+            return attention_forward(layer, q, k, values, mask, scaling=dim ** -0.5)[0]
+
+    for same in (full, torch.zeros(full.shape).masked_fill(~full, torch.finfo(torch.float32).min)):
+        torch.testing.assert_close(run(same)[0], run(keys)[0], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(run(same)[1, :4], run(keys)[1, :4], atol=1e-6, rtol=1e-6)
+    older = torch.zeros(full.shape).masked_fill(~full, -10000.0)  # an older extended mask: additive
+    module = ATTENTION.get(name)
+    if module.query_masks and not module.positional:
+        torch.testing.assert_close(run(older)[0], run(keys)[0], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(run(older)[1, :4], run(keys)[1, :4], atol=1e-6, rtol=1e-6)
+    else:
+        with pytest.raises(UserError, match="cannot add a float attention mask"):
+            run(older)
+    hidden = full.clone()
+    hidden[:, :, 3:, 0] = False  # key 0 hidden from queries 3.. only
+    if not ATTENTION.get(name).query_masks:
+        with pytest.raises(UserError, match="applies key padding only"):
+            run(hidden)
+        return
+    moved = v.clone()
+    moved[:, :, 0] = 100.0
+    torch.testing.assert_close(run(hidden, moved)[0, 3:], run(hidden)[0, 3:], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_dot_adds_a_float_mask_as_eager_does(stock, family: str) -> None:
+    """The extended mask older code builds, (1 - mask) * -10000 (with the causal part on GPT-2),
+    gives `dot` the stock model's outputs. Finding: -10000 was read as 'keep' (0.03 off eager on
+    BERT, 0.16 on GPT-2), exit 0."""
+    entry = stock(family)
+    model, inputs = resettled(entry, "dot", {}), batch(family, entry[1])
+    mask = inputs["attention_mask"]
+    n = mask.shape[1]
+    older = (1.0 - mask[:, None, None, :].float()) * -10000.0
+    if family == "gpt2":
+        older = older + torch.full((n, n), -10000.0).triu(1)
+    inputs = dict(inputs, attention_mask=older)
+    with torch.no_grad():
+        ours, theirs = (output(m, inputs)[mask.bool()] for m in (model, entry[0]))
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)

@@ -71,6 +71,9 @@ class Attention:
     name: ClassVar[str] = ""
     positional: ClassVar[bool] = False  # uses token positions: meaningless across two sequences
     forms_scores: ClassVar[bool] = True  # has a (q, kv) score matrix that T5's bias can join
+    # applies a (q, kv) mask as given, each query its own keys (`allowed` over the full score
+    # matrix); the others read key padding only, and refuse a mask that is more (`query_mask_refused`)
+    query_masks: ClassVar[bool] = False
     compile_eager: ClassVar[str | None] = None  # why train.compile leaves the step eager, or None
     cross: bool = True  # also replace cross-attention (False: cross-attention stays `dot`)
     # added parameters (names without the prefix) that start at a multiplicative identity, where
@@ -217,9 +220,20 @@ def key_padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset: i
     (a cache comes first), so they read unwritten slots as the queries' own positions: the future
     of the prompt leaked into every query of the prefill, exit 0. So under a causal mask the mask
     covers the written slots only, shorter than the keys, and `attention_forward` cuts the keys
-    (and T5's bias) to it."""
-    from transformers.masking_utils import causal_mask_function, prepare_padding_mask
+    (and T5's bias) to it.
 
+    A mask function that is neither the plain causal nor the bidirectional one (transformers
+    composes one for packed sequences: position ids that restart inside a row, without an
+    attention mask) is not key padding: it is handed over whole, as the (b, 1, q, kv) bool matrix
+    it describes. Reduced to key padding, a packed row's sequences attended to each other, `dot`
+    included (0.09 in GPT-2's logits against eager), exit 0."""
+    from transformers.masking_utils import (bidirectional_mask_function, causal_mask_function,
+                                            prepare_padding_mask, sdpa_mask)
+
+    if mask_function is not None and mask_function not in (causal_mask_function, bidirectional_mask_function):
+        return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function=mask_function,
+                         attention_mask=attention_mask, allow_is_causal_skip=False,
+                         use_vmap=kwargs.get("use_vmap", False), device=kwargs.get("device"))
     written = kv_length
     if mask_function is causal_mask_function:  # not a bidirectional (encoder, cross-attention) mask
         end = int(q_offset) + q_length - kv_offset  # a tensor for a static cache: one host read
@@ -248,22 +262,62 @@ def attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                            "with toolkit.models.load (or call settings.prepare(model) after loading)")
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    pad = attention_mask
-    if pad is not None and pad.dtype != torch.bool:  # a custom 4D float mask is additive: 0 keeps
-        pad = pad > min_value(pad) / 2
-    bias = kwargs.get("position_bias")  # T5: (1 or b, h, tq, tk), additive
+    if getattr(module, "tk_cross", False) and not settings.cross:
+        settings = ATTENTION.get("dot")()
+    pad, bias = attention_mask, kwargs.get("position_bias")  # T5's bias: (1 or b, h, tq, tk), additive
+    if pad is not None and pad.dtype != torch.bool:  # a custom 4D float mask
+        pad, bias = additive_mask(settings, pad, bias)
     if pad is not None and pad.shape[-1] < key.shape[-2]:  # slots a static cache has not written yet
         written = pad.shape[-1]
         key, value = key[:, :, :written], value[:, :, :written]
         bias = None if bias is None else bias[..., :written]
-    if getattr(module, "tk_cross", False) and not settings.cross:
-        settings = ATTENTION.get("dot")()
+    refused = query_mask_refused(settings, module, pad)
+    if refused:
+        raise UserError(refused)
     out, weights = settings.attend(module, query, key, value, pad, scaling, dropout, bias)
     if weights is None and kwargs.get("output_attentions"):  # else transformers returns () silently
         raise UserError(f"output_attentions: {settings.name} attention forms no attention weights "
                         "(it never builds the full query x key matrix); ask for them with a module "
                         "that does (dot, bilinear, relative, ...), or leave output_attentions off")
     return out, weights
+
+
+def additive_mask(settings: Attention, mask: torch.Tensor,
+                  bias: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(bool mask, bias) for a custom float mask, which is additive, as eager adds it to the scores:
+    one of 0 (keep) and at most half the dtype's minimum (hide) is a bool mask; one with other
+    values (the -10000 of older extended masks, a soft bias) joins the scores as T5's bias does,
+    in a module that masks the full matrix and places no key by its position, and is refused in
+    one line by the others. Finding: it was thresholded at half the minimum, so -10000 on padded
+    keys kept them (`dot` 0.03 off eager on BERT, 0.16 on GPT-2), exit 0. One host read."""
+    hidden = mask <= min_value(mask) / 2
+    if bool(((mask == 0) | hidden).all()):
+        return ~hidden, bias
+    if not settings.query_masks or settings.positional:
+        usable = [n for n in ATTENTION.names() if ATTENTION.get(n).query_masks and not ATTENTION.get(n).positional]
+        raise UserError(f"model.attention: {settings.name} cannot add a float attention mask to its scores, and "
+                        "this one has values other than 0 (keep) and the dtype's minimum (hide), such as -10000; "
+                        f"pass a bool mask, a 0/minimum one or a 2D attention_mask, or use {', '.join(usable)}")
+    return None, mask if bias is None else bias + mask
+
+
+def query_mask_refused(settings: Attention, module: nn.Module, pad: torch.Tensor | None) -> str | None:
+    """Why `settings` cannot apply `pad`, or None: a module that reads key padding only (its
+    `query_masks` false: linear, performer, local, bigbird) took any query's keys from a (q, kv)
+    mask that gives queries different keys (packed sequences, a custom 4D mask), so each query
+    saw keys its mask hides, exit 0. A (q, kv) mask that is key padding (and causality, in a
+    causal layer) is applied as such. One host read, only where such a mask is given."""
+    if pad is None or pad.shape[-2] == 1 or settings.query_masks:
+        return None
+    tq, tk = pad.shape[-2], pad.shape[-1]
+    keys = pad.any(dim=-2, keepdim=True)
+    expected = keys & causal_keep(tq, tk, pad.device) if is_causal(module) else keys
+    if bool((pad == expected).all()):
+        return None
+    return (f"model.attention: {settings.name} applies key padding only, and this attention mask gives "
+            "queries different keys (packed sequences: position ids restarting inside a row with no "
+            "attention_mask; or a custom 4D mask); pass a 2D attention_mask with one sequence per row, "
+            f"or use a module that applies a full mask ({', '.join(n for n in ATTENTION.names() if ATTENTION.get(n).query_masks)})")
 
 
 def is_causal(module: nn.Module) -> bool:

@@ -18,6 +18,7 @@ torch = lazy("torch", globals())
 @ATTENTION.register("additive")
 @dataclass
 class Additive(Attention):
+    query_masks = True  # every query its own keys: the full (q, kv) matrix is masked
     dim: int = field(default=16, metadata={"min": 1, "max": MOST})  # width of the tanh layer
 
     def oversized(self, positions: int | None, width: int | None) -> str | None:

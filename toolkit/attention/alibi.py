@@ -25,6 +25,7 @@ def slopes(heads: int) -> torch.Tensor:
 @ATTENTION.register("alibi")
 @dataclass
 class Alibi(Attention):
+    query_masks = True  # every query its own keys: the full (q, kv) matrix is masked
     positional = True
     cross: bool = False
     scale: float = field(default=1.0, metadata={"min": 0.0})

@@ -18,6 +18,7 @@ torch = lazy("torch", globals())
 @ATTENTION.register("bilinear")
 @dataclass
 class Bilinear(Attention):
+    query_masks = True  # every query its own keys: the full (q, kv) matrix is masked
     not_decayed = ("w",)  # starts at the identity: weight decay would pull the scores to 0
 
     def parameters(self, heads: int, dim: int) -> dict[str, torch.Tensor]:

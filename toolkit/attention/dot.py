@@ -17,6 +17,7 @@ torch = lazy("torch", globals())
 @ATTENTION.register("dot")
 @dataclass
 class Dot(Attention):
+    query_masks = True  # every query its own keys: the full (q, kv) matrix is masked
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
         scores = torch.matmul(q * scaling, k.transpose(-1, -2))  # (b, h, tq, tk); scaling q is O(n)

@@ -19,6 +19,7 @@ torch = lazy("torch", globals())
 @ATTENTION.register("relative")
 @dataclass
 class Relative(Attention):
+    query_masks = True  # every query its own keys: the full (q, kv) matrix is masked
     positional = True
     cross: bool = False
     k: int = field(default=16, metadata={"min": 1, "max": MOST - 1})  # clipping distance

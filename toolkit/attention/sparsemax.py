@@ -40,6 +40,7 @@ def sparsemax(scores: torch.Tensor) -> torch.Tensor:
 @ATTENTION.register("sparsemax")
 @dataclass
 class Sparsemax(Attention):
+    query_masks = True  # every query its own keys: the full (q, kv) matrix is masked
 
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
         scores = torch.matmul(q, k.transpose(-1, -2)) * scaling  # (b, h, tq, tk)
