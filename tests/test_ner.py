@@ -406,3 +406,28 @@ def test_tags_that_differ_only_in_case_or_invisible_characters_are_said(tmp_path
         f"{files['train']}, {files['eval']}: 1 group(s) of tags differ only in case, spaces, Unicode form or invisible "
         "characters ('B-PER' / 'B-PER\\u200b' / 'B-Per'); each is its own tag (and entity type): write them alike if "
         "they are one"]
+
+
+@pytest.mark.parametrize("source", ["file", "stdin"])
+def test_predict_reads_a_conll_file_with_tags_the_run_lacks_as_conll(tmp_path: Path, monkeypatch, capsys,
+                                                                     source: str) -> None:
+    """A CoNLL test file is sentences of its first column whatever its gold tags are: one whose last
+    column held a type the run's model lacks (B-DRUG) was read as plain lines, each `word POS chunk
+    TAG` line a sentence of four words tagged one by one, exit 0. Lines whose last word is not
+    tag-shaped stay lines."""
+    from toolkit import inference
+
+    task = Ner(train_file=None, eval_file="unused", labels=["O", "B-ORG", "I-ORG"])
+    conll = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nAspirin NN B-NP B-DRUG\ndaily RB B-ADVP S-FREQ\n"
+    plain = "Peter visited\nTokyo today\n"
+    for content, expect, note in ((conll, [["EU", "rejects"], ["Aspirin", "daily"]],
+                                   "its tags are not read (2 tag(s) not among this run's: B-DRUG, S-FREQ)"),
+                                  (plain, [["Peter", "visited"], ["Tokyo", "today"]], None)):
+        file = tmp_path / "in.txt"
+        file.write_text(content)
+        if source == "stdin":
+            monkeypatch.setattr("sys.stdin", file.open(encoding="utf-8"))
+        rows, _ = inference._read_inputs("-" if source == "stdin" else str(file), ["tokens"], ("tokens",), task)
+        words = [r["tokens"] if isinstance(r["tokens"], list) else Ner.words_of(r["tokens"], 0) for r in rows]
+        err = capsys.readouterr().err
+        assert words == expect and (note in err if note else "CoNLL" not in err), err

@@ -175,6 +175,11 @@ def read_sentences(path: Path, tokens_field: str | None = None, tags_field: str 
     return read_conll(path)
 
 
+def is_tag(text: str) -> bool:
+    """Whether a CoNLL column reads as a tag of some scheme (`O`, or B-/I-/E-/S- and a type)."""
+    return text == "O" or _tags.split(text)[0] in ("B", "I", "E", "S")
+
+
 def align_labels(word_ids: list[int | None], tags: list[int]) -> list[int]:
     """Each word's tag on its first sub-token; -100 on the rest and on special tokens (run_ner's
     default, `label_all_tokens` off)."""
@@ -478,13 +483,18 @@ class Ner(Task):
         tagged as two words), exit 0. A plain input is read as CoNLL where every word line holds
         the same columns, at least two, the last one of the run's tags, and it has two word lines
         or a -DOCSTART- line: sentences end at blank lines, words are the first column, the tags
-        are not read (they are what is predicted). Said in one note."""
+        are not read (they are what is predicted). Said in one note.
+        The last column need only be tags in form (`O`, or B-/I-/E-/S- and a type), not the run's
+        own: a test file whose gold tags hold a type the model was not trained on (a tag set of
+        another data set, a type missing from a `labels: null` run's files) was read as plain
+        lines, each `word POS chunk TAG` line a sentence of four words, exit 0. The note counts
+        the tags that are not the run's."""
         cols = [split_words(line) for line in lines]
         words = [c for c in cols if c[0] != "-DOCSTART-"]
-        tags = set(self.labels or ())
         if not words or len({len(c) for c in words}) != 1 or len(words[0]) < 2 \
-                or any(c[-1] not in tags for c in words) or (len(words) < 2 and len(words) == len(cols)):
+                or any(not is_tag(c[-1]) for c in words) or (len(words) < 2 and len(words) == len(cols)):
             return None
+        foreign = sorted({c[-1] for c in words} - set(self.labels or ()))
         sentences: list[list[str]] = [[]]
         pending, gaps = iter(cols), set(blank)
         for number in range(1, len(lines) + len(blank) + 1):
@@ -496,7 +506,9 @@ class Ner(Task):
                 sentences[-1].append(c[0])
         rows = [{"tokens": s} for s in sentences if s]
         print(f"note: {name}: read as a CoNLL file ({len(words[0])} columns, the last one of this run's tags): "
-              f"{len(rows)} sentences, each word's first column predicted; its tags are not read", file=sys.stderr)
+              f"{len(rows)} sentences, each word's first column predicted; its tags are not read"
+              + (f" ({len(foreign)} tag(s) not among this run's: {', '.join(foreign[:5])}{', ...' * (len(foreign) > 5)})"
+                 if foreign else ""), file=sys.stderr)
         return rows
 
     @staticmethod
