@@ -494,7 +494,7 @@ class Ner(Task):
         if not words or len({len(c) for c in words}) != 1 or len(words[0]) < 2 \
                 or any(not is_tag(c[-1]) for c in words) or (len(words) < 2 and len(words) == len(cols)):
             return None
-        foreign = sorted({c[-1] for c in words} - set(self.labels or ()))
+        foreign = sorted({c[-1] for c in words} - set(self.label_names or ()))
         sentences: list[list[str]] = [[]]
         pending, gaps = iter(cols), set(blank)
         for number in range(1, len(lines) + len(blank) + 1):
@@ -505,7 +505,7 @@ class Ner(Task):
             else:
                 sentences[-1].append(c[0])
         rows = [{"tokens": s} for s in sentences if s]
-        print(f"note: {name}: read as a CoNLL file ({len(words[0])} columns, the last one of this run's tags): "
+        print(f"note: {name}: read as a CoNLL file ({len(words[0])} columns, the last one tags): "
               f"{len(rows)} sentences, each word's first column predicted; its tags are not read"
               + (f" ({len(foreign)} tag(s) not among this run's: {', '.join(foreign[:5])}{', ...' * (len(foreign) > 5)})"
                  if foreign else ""), file=sys.stderr)
