@@ -481,7 +481,7 @@ class Ner(Task):
         """A CoNLL file given to predict (`word ... TAG` lines, as training and evaluation read)
         was predicted line by line, each line a sentence of its word and its tag ('EU B-ORG'
         tagged as two words), exit 0. A plain input is read as CoNLL where every word line holds
-        the same columns, at least two, the last one of the run's tags, and it has two word lines
+        the same columns, at least two, the last one tags in form (below), and it has two word lines
         or a -DOCSTART- line: sentences end at blank lines, words are the first column, the tags
         are not read (they are what is predicted). Said in one note.
         The last column need only be tags in form (`O`, or B-/I-/E-/S- and a type), not the run's
