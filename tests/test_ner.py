@@ -81,7 +81,7 @@ def test_each_scheme_is_found_and_recorded(tmp_path: Path, content: str, scheme:
     file.write_text(content)
     task = Ner(train_file=None, eval_file=str(file), labels=None)
     task.load()
-    assert task.metric_info() == {"tag_scheme": scheme}
+    assert task.metric_info() == {"tag_scheme": scheme, "entity_scoring": "seqeval default mode (conlleval), not strict"}
     assert task.label_names[0] == "O" and set(task.label_names) == set(content.split()[1::2])
 
 
@@ -420,9 +420,11 @@ def test_predict_reads_a_conll_file_with_tags_the_run_lacks_as_conll(tmp_path: P
     task = Ner(train_file=None, eval_file="unused", labels=["O", "B-ORG", "I-ORG"])
     conll = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nAspirin NN B-NP B-DRUG\ndaily RB B-ADVP S-FREQ\n"
     plain = "Peter visited\nTokyo today\n"
+    roads = "Route I-95\nBomber B-52\n"  # tag-shaped, but none of the run's tags: lines
     for content, expect, note in ((conll, [["EU", "rejects"], ["Aspirin", "daily"]],
                                    "its tags are not read (2 tag(s) not among this run's: B-DRUG, S-FREQ)"),
-                                  (plain, [["Peter", "visited"], ["Tokyo", "today"]], None)):
+                                  (plain, [["Peter", "visited"], ["Tokyo", "today"]], None),
+                                  (roads, [["Route", "I-95"], ["Bomber", "B-52"]], None)):
         file = tmp_path / "in.txt"
         file.write_text(content)
         if source == "stdin":

@@ -48,6 +48,7 @@ CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC
 IGNORE = -100
 WORD_INDEX = "word_index"  # per sub-token: the word it starts (first sub-token), else -100
 OUTSIDE = "O"  # the tag of a word the model never saw
+ENTITY_SCORING = "seqeval default mode (conlleval), not strict"  # metric_info
 
 
 @dataclass
@@ -296,7 +297,10 @@ class Ner(Task):
                 Metric("accuracy", True, 100.0)]
 
     def metric_info(self) -> dict[str, str]:
-        return {"tag_scheme": self._found_scheme} if self._found_scheme else {}
+        """The scheme the files were checked against, and the entity matching the scores are of:
+        seqeval's default mode (conlleval's chunk rules, run_ner's), not its strict mode, which
+        drops a predicted entity that starts with I- in IOB2 (the two differ on one model)."""
+        return {"tag_scheme": self._found_scheme, "entity_scoring": ENTITY_SCORING} if self._found_scheme else {}
 
     def head_kwargs(self) -> dict[str, Any]:
         names = self.label_names or []
@@ -487,14 +491,16 @@ class Ner(Task):
         The last column need only be tags in form (`O`, or B-/I-/E-/S- and a type), not the run's
         own: a test file whose gold tags hold a type the model was not trained on (a tag set of
         another data set, a type missing from a `labels: null` run's files) was read as plain
-        lines, each `word POS chunk TAG` line a sentence of four words, exit 0. The note counts
-        the tags that are not the run's."""
+        lines, each `word POS chunk TAG` line a sentence of four words, exit 0. One of the run's
+        tags (`O` will do) must be among them; the note counts the tags that are not the run's."""
         cols = [split_words(line) for line in lines]
         words = [c for c in cols if c[0] != "-DOCSTART-"]
         if not words or len({len(c) for c in words}) != 1 or len(words[0]) < 2 \
                 or any(not is_tag(c[-1]) for c in words) or (len(words) < 2 and len(words) == len(cols)):
             return None
         foreign = sorted({c[-1] for c in words} - set(self.label_names or ()))
+        if len(foreign) == len({c[-1] for c in words}):  # none of the run's tags (not even O): lines
+            return None
         sentences: list[list[str]] = [[]]
         pending, gaps = iter(cols), set(blank)
         for number in range(1, len(lines) + len(blank) + 1):
