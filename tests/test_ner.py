@@ -433,3 +433,19 @@ def test_predict_reads_a_conll_file_with_tags_the_run_lacks_as_conll(tmp_path: P
         words = [r["tokens"] if isinstance(r["tokens"], list) else Ner.words_of(r["tokens"], 0) for r in rows]
         err = capsys.readouterr().err
         assert words == expect and (note in err if note else "CoNLL" not in err), err
+    # a -DOCSTART- line makes it CoNLL: words alone are sentences; a line it cannot read is one line
+    bad = {"-DOCSTART-\n\nEU\nrejects\n\nAspirin\n": [["EU", "rejects"], ["Aspirin"]],
+           "-DOCSTART- O\n\nEU B-ORG\nNew York B-LOC\n": r"in.txt:4: 3 columns where line 3 has 2; a file with -DOCSTART-",
+           "-DOCSTART- -X- O\n\nEU NNP NNP\n": r"in.txt:3: the last column 'NNP' is not a tag"}
+    for content, expect in bad.items():
+        file = tmp_path / "in.txt"
+        file.write_text(content)
+        if source == "stdin":
+            monkeypatch.setattr("sys.stdin", file.open(encoding="utf-8"))
+        read = lambda: inference._read_inputs("-" if source == "stdin" else str(file), ["tokens"], ("tokens",), task)
+        if isinstance(expect, list):
+            assert [r["tokens"] for r in read()[0]] == expect
+            assert "read as a CoNLL file (1 column, words alone): 2 sentences" in capsys.readouterr().err
+        else:
+            with pytest.raises(UserError, match=expect.replace("in.txt", "<stdin>" if source == "stdin" else "in.txt")):
+                read()

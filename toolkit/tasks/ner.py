@@ -492,17 +492,32 @@ class Ner(Task):
         own: a test file whose gold tags hold a type the model was not trained on (a tag set of
         another data set, a type missing from a `labels: null` run's files) was read as plain
         lines, each `word POS chunk TAG` line a sentence of four words, exit 0. One of the run's
-        tags (`O` will do) must be among them; the note counts the tags that are not the run's."""
+        tags (`O` will do) must be among them; the note counts the tags that are not the run's.
+        A file with a -DOCSTART- line is CoNLL whatever else it holds: one column (words, no tags)
+        is read so, and lines of unequal columns or a last column that is no tag are one line
+        naming the line (they were read as plain lines, each a sentence, exit 0)."""
         cols = [split_words(line) for line in lines]
         words = [c for c in cols if c[0] != "-DOCSTART-"]
-        if not words or len({len(c) for c in words}) != 1 or len(words[0]) < 2 \
-                or any(not is_tag(c[-1]) for c in words) or (len(words) < 2 and len(words) == len(cols)):
-            return None
-        foreign = sorted({c[-1] for c in words} - set(self.label_names or ()))
-        if len(foreign) == len({c[-1] for c in words}):  # none of the run's tags (not even O): lines
+        gaps = set(blank)
+        at = [n for n, c in zip((n for n in range(1, len(lines) + len(blank) + 1) if n not in gaps), cols)
+              if c[0] != "-DOCSTART-"]  # each word line's number in the file
+        width = len(words[0]) if words else 0
+        odd = next((i for i, c in enumerate(words) if len(c) != width), None)
+        untagged = next((i for i, c in enumerate(words) if not is_tag(c[-1])), None) if width >= 2 else None
+        foreign = sorted({c[-1] for c in words} - set(self.label_names or ())) if width >= 2 else []
+        if len(words) < len(cols):  # -DOCSTART- lines: CoNLL, read as one or refused (was: lines, exit 0)
+            fix = "a file with -DOCSTART- lines is read as a CoNLL file: every word line the same columns, " \
+                  "separated by spaces or tabs, the word first and the tag (if any) last"
+            if odd is not None:
+                raise UserError(f"{name}:{at[odd]}: {len(words[odd])} columns where line {at[0]} has {width}; {fix}")
+            if untagged is not None:
+                raise UserError(f"{name}:{at[untagged]}: the last column {words[untagged][-1]!r} is not a tag (O, or "
+                                f"B-/I-/E-/S- and a type); {fix}")
+        elif not words or odd is not None or width < 2 or untagged is not None or len(words) < 2 \
+                or len(foreign) == len({c[-1] for c in words}):  # none of the run's tags (not even O): lines
             return None
         sentences: list[list[str]] = [[]]
-        pending, gaps = iter(cols), set(blank)
+        pending = iter(cols)
         for number in range(1, len(lines) + len(blank) + 1):
             c = None if number in gaps else next(pending)
             if c is None or c[0] == "-DOCSTART-":
@@ -511,8 +526,11 @@ class Ner(Task):
             else:
                 sentences[-1].append(c[0])
         rows = [{"tokens": s} for s in sentences if s]
-        print(f"note: {name}: read as a CoNLL file ({len(words[0])} columns, the last one tags): "
-              f"{len(rows)} sentences, each word's first column predicted; its tags are not read"
+        if not rows:
+            raise UserError(f"--input: {name} holds no sentences (-DOCSTART- lines alone)")
+        shape = f"{width} columns, the last one tags" if width >= 2 else "1 column, words alone"
+        print(f"note: {name}: read as a CoNLL file ({shape}): "
+              f"{len(rows)} sentences, each word's first column predicted" + ("; its tags are not read" if width >= 2 else "")
               + (f" ({len(foreign)} tag(s) not among this run's: {', '.join(foreign[:5])}{', ...' * (len(foreign) > 5)})"
                  if foreign else ""), file=sys.stderr)
         return rows
