@@ -81,7 +81,7 @@ def test_each_scheme_is_found_and_recorded(tmp_path: Path, content: str, scheme:
     file.write_text(content)
     task = Ner(train_file=None, eval_file=str(file), labels=None)
     task.load()
-    assert task.metric_info() == {"tag_scheme": scheme}
+    assert task.metric_info() == {"tag_scheme": scheme, "entity_scoring": "seqeval default mode (conlleval), not strict"}
     assert task.label_names[0] == "O" and set(task.label_names) == set(content.split()[1::2])
 
 
@@ -406,3 +406,46 @@ def test_tags_that_differ_only_in_case_or_invisible_characters_are_said(tmp_path
         f"{files['train']}, {files['eval']}: 1 group(s) of tags differ only in case, spaces, Unicode form or invisible "
         "characters ('B-PER' / 'B-PER\\u200b' / 'B-Per'); each is its own tag (and entity type): write them alike if "
         "they are one"]
+
+
+@pytest.mark.parametrize("source", ["file", "stdin"])
+def test_predict_reads_a_conll_file_with_tags_the_run_lacks_as_conll(tmp_path: Path, monkeypatch, capsys,
+                                                                     source: str) -> None:
+    """A CoNLL test file is sentences of its first column whatever its gold tags are: one whose last
+    column held a type the run's model lacks (B-DRUG) was read as plain lines, each `word POS chunk
+    TAG` line a sentence of four words tagged one by one, exit 0. Lines whose last word is not
+    tag-shaped stay lines."""
+    from toolkit import inference
+
+    task = Ner(train_file=None, eval_file="unused", labels=["O", "B-ORG", "I-ORG"])
+    conll = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nAspirin NN B-NP B-DRUG\ndaily RB B-ADVP S-FREQ\n"
+    plain = "Peter visited\nTokyo today\n"
+    roads = "Route I-95\nBomber B-52\n"  # tag-shaped, but none of the run's tags: lines
+    for content, expect, note in ((conll, [["EU", "rejects"], ["Aspirin", "daily"]],
+                                   "its tags are not read (2 tag(s) not among this run's: B-DRUG, S-FREQ)"),
+                                  (plain, [["Peter", "visited"], ["Tokyo", "today"]], None),
+                                  (roads, [["Route", "I-95"], ["Bomber", "B-52"]], None)):
+        file = tmp_path / "in.txt"
+        file.write_text(content)
+        if source == "stdin":
+            monkeypatch.setattr("sys.stdin", file.open(encoding="utf-8"))
+        rows, _ = inference._read_inputs("-" if source == "stdin" else str(file), ["tokens"], ("tokens",), task)
+        words = [r["tokens"] if isinstance(r["tokens"], list) else Ner.words_of(r["tokens"], 0) for r in rows]
+        err = capsys.readouterr().err
+        assert words == expect and (note in err if note else "CoNLL" not in err), err
+    # a -DOCSTART- line makes it CoNLL: words alone are sentences; a line it cannot read is one line
+    bad = {"-DOCSTART-\n\nEU\nrejects\n\nAspirin\n": [["EU", "rejects"], ["Aspirin"]],
+           "-DOCSTART- O\n\nEU B-ORG\nNew York B-LOC\n": r"in.txt:4: 3 columns where line 3 has 2; a file with -DOCSTART-",
+           "-DOCSTART- -X- O\n\nEU NNP NNP\n": r"in.txt:3: the last column 'NNP' is not a tag"}
+    for content, expect in bad.items():
+        file = tmp_path / "in.txt"
+        file.write_text(content)
+        if source == "stdin":
+            monkeypatch.setattr("sys.stdin", file.open(encoding="utf-8"))
+        read = lambda: inference._read_inputs("-" if source == "stdin" else str(file), ["tokens"], ("tokens",), task)
+        if isinstance(expect, list):
+            assert [r["tokens"] for r in read()[0]] == expect
+            assert "read as a CoNLL file (1 column, words alone): 2 sentences" in capsys.readouterr().err
+        else:
+            with pytest.raises(UserError, match=expect.replace("in.txt", "<stdin>" if source == "stdin" else "in.txt")):
+                read()

@@ -107,7 +107,7 @@ def test_ner_own_data_in_two_arguments(tmp_path: Path, cli, position_lookups: li
     (metrics_file,) = (tmp_path / "runs").rglob("metrics.json")
     metrics = json.loads(metrics_file.read_text())
     assert metrics["label_names"] == ["O", "B-DOSE", "I-DOSE", "B-DRUG", "B-FREQ", "I-FREQ"]
-    assert metrics["metric_info"] == {"tag_scheme": "IOB2"} and set(metrics["eval"]) >= {"f1", "accuracy"}
+    assert metrics["metric_info"] == {"tag_scheme": "IOB2", "entity_scoring": "seqeval default mode (conlleval), not strict"} and set(metrics["eval"]) >= {"f1", "accuracy"}
     assert position_lookups == []
     # predict finds an input's words as eval finds them in a file (`words`, `tokens`, or the one list):
     # it demanded `tokens` of a run trained and evaluated on files of `words`

@@ -48,6 +48,7 @@ CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC
 IGNORE = -100
 WORD_INDEX = "word_index"  # per sub-token: the word it starts (first sub-token), else -100
 OUTSIDE = "O"  # the tag of a word the model never saw
+ENTITY_SCORING = "seqeval default mode (conlleval), not strict"  # metric_info
 
 
 @dataclass
@@ -175,6 +176,11 @@ def read_sentences(path: Path, tokens_field: str | None = None, tags_field: str 
     return read_conll(path)
 
 
+def is_tag(text: str) -> bool:
+    """Whether a CoNLL column reads as a tag of some scheme (`O`, or B-/I-/E-/S- and a type)."""
+    return text == "O" or _tags.split(text)[0] in ("B", "I", "E", "S")
+
+
 def align_labels(word_ids: list[int | None], tags: list[int]) -> list[int]:
     """Each word's tag on its first sub-token; -100 on the rest and on special tokens (run_ner's
     default, `label_all_tokens` off)."""
@@ -291,7 +297,10 @@ class Ner(Task):
                 Metric("accuracy", True, 100.0)]
 
     def metric_info(self) -> dict[str, str]:
-        return {"tag_scheme": self._found_scheme} if self._found_scheme else {}
+        """The scheme the files were checked against, and the entity matching the scores are of:
+        seqeval's default mode (conlleval's chunk rules, run_ner's), not its strict mode, which
+        drops a predicted entity that starts with I- in IOB2 (the two differ on one model)."""
+        return {"tag_scheme": self._found_scheme, "entity_scoring": ENTITY_SCORING} if self._found_scheme else {}
 
     def head_kwargs(self) -> dict[str, Any]:
         names = self.label_names or []
@@ -476,17 +485,39 @@ class Ner(Task):
         """A CoNLL file given to predict (`word ... TAG` lines, as training and evaluation read)
         was predicted line by line, each line a sentence of its word and its tag ('EU B-ORG'
         tagged as two words), exit 0. A plain input is read as CoNLL where every word line holds
-        the same columns, at least two, the last one of the run's tags, and it has two word lines
+        the same columns, at least two, the last one tags in form (below), and it has two word lines
         or a -DOCSTART- line: sentences end at blank lines, words are the first column, the tags
-        are not read (they are what is predicted). Said in one note."""
+        are not read (they are what is predicted). Said in one note.
+        The last column need only be tags in form (`O`, or B-/I-/E-/S- and a type), not the run's
+        own: a test file whose gold tags hold a type the model was not trained on (a tag set of
+        another data set, a type missing from a `labels: null` run's files) was read as plain
+        lines, each `word POS chunk TAG` line a sentence of four words, exit 0. One of the run's
+        tags (`O` will do) must be among them; the note counts the tags that are not the run's.
+        A file with a -DOCSTART- line is CoNLL whatever else it holds: one column (words, no tags)
+        is read so, and lines of unequal columns or a last column that is no tag are one line
+        naming the line (they were read as plain lines, each a sentence, exit 0)."""
         cols = [split_words(line) for line in lines]
         words = [c for c in cols if c[0] != "-DOCSTART-"]
-        tags = set(self.labels or ())
-        if not words or len({len(c) for c in words}) != 1 or len(words[0]) < 2 \
-                or any(c[-1] not in tags for c in words) or (len(words) < 2 and len(words) == len(cols)):
+        gaps = set(blank)
+        at = [n for n, c in zip((n for n in range(1, len(lines) + len(blank) + 1) if n not in gaps), cols)
+              if c[0] != "-DOCSTART-"]  # each word line's number in the file
+        width = len(words[0]) if words else 0
+        odd = next((i for i, c in enumerate(words) if len(c) != width), None)
+        untagged = next((i for i, c in enumerate(words) if not is_tag(c[-1])), None) if width >= 2 else None
+        foreign = sorted({c[-1] for c in words} - set(self.label_names or ())) if width >= 2 else []
+        if len(words) < len(cols):  # -DOCSTART- lines: CoNLL, read as one or refused (was: lines, exit 0)
+            fix = "a file with -DOCSTART- lines is read as a CoNLL file: every word line the same columns, " \
+                  "separated by spaces or tabs, the word first and the tag (if any) last"
+            if odd is not None:
+                raise UserError(f"{name}:{at[odd]}: {len(words[odd])} columns where line {at[0]} has {width}; {fix}")
+            if untagged is not None:
+                raise UserError(f"{name}:{at[untagged]}: the last column {words[untagged][-1]!r} is not a tag (O, or "
+                                f"B-/I-/E-/S- and a type); {fix}")
+        elif not words or odd is not None or width < 2 or untagged is not None or len(words) < 2 \
+                or len(foreign) == len({c[-1] for c in words}):  # none of the run's tags (not even O): lines
             return None
         sentences: list[list[str]] = [[]]
-        pending, gaps = iter(cols), set(blank)
+        pending = iter(cols)
         for number in range(1, len(lines) + len(blank) + 1):
             c = None if number in gaps else next(pending)
             if c is None or c[0] == "-DOCSTART-":
@@ -495,8 +526,13 @@ class Ner(Task):
             else:
                 sentences[-1].append(c[0])
         rows = [{"tokens": s} for s in sentences if s]
-        print(f"note: {name}: read as a CoNLL file ({len(words[0])} columns, the last one of this run's tags): "
-              f"{len(rows)} sentences, each word's first column predicted; its tags are not read", file=sys.stderr)
+        if not rows:
+            raise UserError(f"--input: {name} holds no sentences (-DOCSTART- lines alone)")
+        shape = f"{width} columns, the last one tags" if width >= 2 else "1 column, words alone"
+        print(f"note: {name}: read as a CoNLL file ({shape}): "
+              f"{len(rows)} sentences, each word's first column predicted" + ("; its tags are not read" if width >= 2 else "")
+              + (f" ({len(foreign)} tag(s) not among this run's: {', '.join(foreign[:5])}{', ...' * (len(foreign) > 5)})"
+                 if foreign else ""), file=sys.stderr)
         return rows
 
     @staticmethod
