@@ -340,3 +340,22 @@ def test_a_tab_inside_a_text_is_one_line_never_shifted_columns(tmp_path: Path, s
     with pytest.raises(UserError, match=rf"{first}:3: {len(columns) + 2} tab-separated fields where the file's "
                                         rf"layout has {len(columns) + 1}"):
         read_test(Glue(subset=subset, data_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("subset", sorted(__import__("toolkit.tasks.glue", fromlist=["SPECS"]).SPECS))
+def test_a_test_file_with_no_rows_is_one_line_never_an_empty_submission(tmp_path: Path, subset: str) -> None:
+    """Finding: --glue-test on a test file holding its header alone (a download cut short) wrote
+    `index<TAB>prediction` and nothing else, exit 0, as train and dev files were refused ("has no
+    rows"). Now the same line, for every test file of every task (MNLI's three), before the model loads."""
+    from toolkit.tasks.glue import SPECS, read_test
+
+    spec = SPECS[subset]
+    columns = spec.test_columns or spec.columns
+    folder = tmp_path / "glue" / spec.folder
+    files = list(spec.submissions)
+    for n, test_file in enumerate(files):
+        (folder / test_file).parent.mkdir(parents=True, exist_ok=True)
+        rows = ["\t".join(["index", *columns])] + ["\t".join(["0", *["A text."] * len(columns)])] * (n != len(files) - 1)
+        (folder / test_file).write_text("\n".join(rows) + "\n\n")
+    with pytest.raises(UserError, match=rf"{Path(files[-1]).name}: has no rows \(a header alone\)"):
+        read_test(Glue(subset=subset, data_dir=str(tmp_path)))

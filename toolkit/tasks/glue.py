@@ -160,6 +160,9 @@ def read_test(task: "Glue") -> dict[str, tuple[list[str], list[dict]]]:
             raise UserError(f"--glue-test: {path} is not there ({what})")
         rows = _tsv_rows(path)
         header, body = rows[0], [(n, r) for n, r in enumerate(rows[1:], start=2) if r]
+        if not body:  # a header alone (a cut download) wrote a submission of no predictions, exit 0
+            raise UserError(f"{path}: has no rows (a header alone); GLUE's {spec.folder} test file holds the "
+                            "examples the server scores")
         first = "index" if "index" in header else "id"
         for col in (first, *columns):
             if col not in header:
