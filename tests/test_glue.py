@@ -293,3 +293,69 @@ def test_metrics_json_says_which_f1_it_is(task, said: str | None) -> None:
         assert task.compute_metrics([1, 1], [1, 0])["f1"] == pytest.approx(2 / 3)
     if said and "macro" in said:  # label c in neither: the mean over a and b (F1 2/3 each), not 4/9
         assert task.compute_metrics([0, 1, 1], [0, 1, 0])["f1"] == pytest.approx(2 / 3)
+
+
+def _layout(spec, texts: list[str], label: str) -> tuple[str, str]:
+    """(header line or "", one row) of a GLUE file in `spec`'s layout: header files as
+    index + text columns + label; CoLA's header-less one as source, label, original label, sentence."""
+    if not spec.header:
+        return "", "\t".join(["gj04", label, "", *texts])
+    return "\t".join(["index", *spec.columns, spec.label_column]), "\t".join(["0", *texts, label])
+
+
+@pytest.mark.parametrize("subset", sorted(__import__("toolkit.tasks.glue", fromlist=["SPECS"]).SPECS))
+def test_a_tab_inside_a_text_is_one_line_never_shifted_columns(tmp_path: Path, subset: str) -> None:
+    """Finding: a row with more tab-separated fields than its header (a text holding a tab) was read
+    by position, exit 0: MRPC's second sentence was the first one's second half and the real one
+    dropped, CoLA's sentence was cut at the tab, MNLI's gold_label could be read from another label
+    column. Now one line naming the file and line, in every GLUE reader (train/dev files and the
+    --glue-test files); empty fields past the layout (a trailing tab) shift nothing and still read."""
+    from toolkit.tasks.glue import SPECS, read_test, read_tsv
+
+    spec = SPECS[subset]
+    label = spec.labels[-1] if spec.labels else "2.5"
+    texts = ["A first text.", "A second text."][: len(spec.columns)]
+    head, good = _layout(spec, texts, label)
+    _, shifted = _layout(spec, ["A first\ttext.", *texts[1:]], label)
+    path = tmp_path / "train.tsv"
+    lines = [head] * spec.header + [good]
+    path.write_text("\n".join(lines + [shifted]) + "\n")
+    with pytest.raises(UserError, match=rf"train.tsv:{len(lines) + 1}: {len(good.split(chr(9))) + 1} tab-separated "
+                                        rf"fields where the file's layout has {len(good.split(chr(9)))}: a text holding a tab"):
+        read_tsv(path, spec)
+    path.write_text("\n".join(lines + [good + "\t\t"]) + "\n")  # a trailing tab: read as the row without it
+    got = read_tsv(path, spec)
+    assert got["text_a"] == ["A first text."] * 2 and got.get("text_b", texts[1:] * 2) == texts[1:] * 2
+    assert got["label"] == [spec.labels.index(label) if spec.labels else 2.5] * 2
+    # the test files GLUE's server is sent predictions of, by index
+    folder = tmp_path / "glue" / spec.folder
+    columns = spec.test_columns or spec.columns
+    for n, test_file in enumerate(spec.submissions):
+        (folder / test_file).parent.mkdir(parents=True, exist_ok=True)
+        rows = ["\t".join(["index", *columns]), "\t".join(["0", *texts])]
+        if n == 0:
+            rows.append("\t".join(["1", "A first\ttext.", *texts[1:]]))
+        (folder / test_file).write_text("\n".join(rows) + "\n")
+    first = Path(next(iter(spec.submissions))).name
+    with pytest.raises(UserError, match=rf"{first}:3: {len(columns) + 2} tab-separated fields where the file's "
+                                        rf"layout has {len(columns) + 1}"):
+        read_test(Glue(subset=subset, data_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("subset", sorted(__import__("toolkit.tasks.glue", fromlist=["SPECS"]).SPECS))
+def test_a_test_file_with_no_rows_is_one_line_never_an_empty_submission(tmp_path: Path, subset: str) -> None:
+    """Finding: --glue-test on a test file holding its header alone (a download cut short) wrote
+    `index<TAB>prediction` and nothing else, exit 0, as train and dev files were refused ("has no
+    rows"). Now the same line, for every test file of every task (MNLI's three), before the model loads."""
+    from toolkit.tasks.glue import SPECS, read_test
+
+    spec = SPECS[subset]
+    columns = spec.test_columns or spec.columns
+    folder = tmp_path / "glue" / spec.folder
+    files = list(spec.submissions)
+    for n, test_file in enumerate(files):
+        (folder / test_file).parent.mkdir(parents=True, exist_ok=True)
+        rows = ["\t".join(["index", *columns])] + ["\t".join(["0", *["A text."] * len(columns)])] * (n != len(files) - 1)
+        (folder / test_file).write_text("\n".join(rows) + "\n\n")
+    with pytest.raises(UserError, match=rf"{Path(files[-1]).name}: has no rows \(a header alone\)"):
+        read_test(Glue(subset=subset, data_dir=str(tmp_path)))

@@ -1397,6 +1397,34 @@ def test_a_glue_column_is_marked_part_of_dev_only_where_its_split_was(tmp_path: 
     assert f"epochs None, {protocol}, max length" in line, line
 
 
+@pytest.mark.parametrize("subset, evals, sizes, marked", [
+    ("rte", {"accuracy": 0.7}, {"": 277}, [False]),  # RTE's 277 dev examples under a cap of 1000: whole
+    ("rte", {"accuracy": 0.7}, {"": 1000}, [True]),  # the cap reached: a subset
+    ("rte", {"accuracy": 0.7}, None, [True]),  # a run from before eval_samples was recorded: as it was
+    ("mnli", {"accuracy": 0.7, "accuracy_mm": 0.72}, {"": 1000, "_mm": 900}, [True, False]),
+    ("mnli", {"accuracy": 0.7, "accuracy_mm": 0.72}, {"": 800, "_mm": 900}, [False, False]),
+], ids=["rte-whole", "rte-capped", "rte-unrecorded", "mnli-m-capped", "mnli-whole"])
+def test_a_cap_above_a_dev_splits_size_is_not_said_part_of_dev(tmp_path: Path, subset: str, evals: dict,
+                                                                sizes: dict | None, marked: list) -> None:
+    """Finding: task.max_eval_samples at or above a dev split's size scores the split whole
+    (tasks.subset), but the GLUE table marked the cell § "at most a fixed random 1000 dev examples
+    ..., not the whole dev split": a false caveat on a whole-dev number, exit 0. metrics.json now
+    records the examples scored per split (`eval_samples`), and a split scored on fewer than the
+    cap is not marked; each column by its own split."""
+    for seed in (42, 43):
+        run = fake_run(tmp_path, subset, "lora", seed, evals, task_extra={"max_eval_samples": 1000})
+        if sizes is not None:
+            metrics = json.loads((run / "metrics.json").read_text())
+            (run / "metrics.json").write_text(json.dumps({**metrics, "eval_samples": sizes}))
+    text = glue_report.render(report.collect(tmp_path))
+    (row,) = [r for r in text.splitlines() if r.startswith("| tiny lora")]
+    cells = [c.strip() for c in row.strip("|").split("|")][1:1 + len(evals)]
+    assert [c.endswith("§") for c in cells] == marked, row
+    assert row.strip("| ").endswith("§") == any(marked), row  # the GLUE average holds it or not
+    said = [line for line in text.splitlines() if line.startswith("- §")]
+    assert bool(said) == any(marked), said
+
+
 LAST = "the last step (train.keep_best is false or nothing was trained)"
 BEST = "the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the papers do)"
 

@@ -122,6 +122,7 @@ def test_full_model_reloads_with_plain_transformers(tmp_path: Path, cli, runs_di
     task = Glue(subset="sst2", max_length=64, max_eval_samples=32)
     assert metrics["data_sha256"] == runs.data_fingerprint(task.data_files())
     assert metrics["eval_sha256"] == run_metrics.examples_fingerprint(task.load()["eval"])
+    assert metrics["eval_samples"] == {"": 32}  # per eval split: the GLUE report's "scored whole"
     other = Glue(subset="sst2", max_length=64, max_eval_samples=31).load()["eval"]
     assert metrics["eval_sha256"] != run_metrics.examples_fingerprint(other)
 

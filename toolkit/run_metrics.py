@@ -61,6 +61,9 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # and notes a comparison across eval_sha256 (the examples scored: files, subset, filters)
         "data_sha256": setup.data_sha256 or runs.data_fingerprint(setup.task.data_files()),
         "eval_sha256": examples_fingerprint(setup.raw_evals),
+        # examples scored per eval split (by its metric suffix): a cap at or above a split's size
+        # (task.max_eval_samples) scored it whole, and the GLUE report says so from this
+        "eval_samples": {sfx: len(v) for sfx, v in setup.raw_evals.items()},
         # a Hub data set's revision, which data_sha256 (local files) does not see: eval checks it
         "hub_data": setup.task.hub_data(),
         "recipe_hash": recipe.hash, "run_id": out.name, "seed": recipe.train.seed, "method": recipe.method.name,

@@ -166,7 +166,7 @@ METRICS_FIELDS: dict[str, str] = {
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
     "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
     "resumed_under_other_code": "a list", "recipe_hash": "a string", "hub_data": "an object",
-    "base_files": "an object",
+    "base_files": "an object", "eval_samples": "an object of numbers",
 }
 
 

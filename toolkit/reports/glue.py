@@ -142,9 +142,14 @@ def part_of_dev(runs: list[dict], suffix: str = "") -> str | None:
     the published dev rows are on (their recipe's task: one setting per cell), else None: a carved
     remainder (task.train_from_dev: trained on the rest of dev, not on train.tsv; the task carves
     its first dev split alone, MNLI's matched: the mismatched split is scored whole) or a random
-    subset (task.max_eval_samples, of every dev split)."""
+    subset (task.max_eval_samples, of every dev split; not where the runs' metrics.json
+    `eval_samples` shows the split scored whole: a cap above its size, RTE's 277 under 1000, was
+    said as "not the whole dev split", exit 0)."""
     task = runs[0]["recipe"].get("task", {}) if runs else {}
     carve, cap = None if suffix else task.get("train_from_dev"), task.get("max_eval_samples")
+    scored = [m["metrics"].get("eval_samples", {}).get(suffix) for m in runs]
+    if cap and all(isinstance(n, int) and n < cap for n in scored):  # fewer than the cap: the whole split
+        cap = None
     parts = []
     if carve:
         parts.append(f"the {1 - carve:.0%} of the dev split left after training on a seeded {carve:.0%} of it "

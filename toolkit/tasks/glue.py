@@ -35,6 +35,7 @@ class Spec:
     instruction: str
     verbalizers: tuple[str, ...] = ()  # one word per label, for in-context prompting
     header: bool = True
+    width: int = 0  # fields per row of a header-less file (CoLA's source, label, original label, sentence)
     dev_files: dict[str, str] = field(default_factory=lambda: {"": "dev.tsv"})
     hub_dev_splits: dict[str, str] = field(default_factory=lambda: {"": "validation"})
     names: tuple[str, ...] | None = None  # label names as the Hub's ClassLabel has them; None: `labels`
@@ -54,7 +55,7 @@ NLI2 = ("entailment", "not_entailment")
 SPECS: dict[str, Spec] = {
     "cola": Spec("CoLA", (3,), ("sentence",), 1, ("0", "1"), ("matthews_correlation",),
                  "matthews_correlation", "Is this sentence grammatical?", ("no", "yes"),
-                 header=False, names=("unacceptable", "acceptable"), test_columns=("sentence",),
+                 header=False, width=4, names=("unacceptable", "acceptable"), test_columns=("sentence",),
                  submissions={"test.tsv": "CoLA.tsv"}),
     "sst2": Spec("SST-2", ("sentence",), ("sentence",), "label", ("0", "1"), ("accuracy",),
                  "accuracy", "Is the sentiment of this review positive or negative?",
@@ -122,9 +123,9 @@ def _read_tsv(path: Path, spec: Spec) -> dict[str, list]:
         for col in wanted:
             if col not in header:
                 raise UserError(f"{path}: column '{col}' is missing (header has: {', '.join(header)})")
-        index = [header.index(c) for c in wanted]
+        index, width = [header.index(c) for c in wanted], len(header)
     else:
-        index, first = list(spec.columns) + [spec.label_column], 1
+        index, first, width = list(spec.columns) + [spec.label_column], 1, spec.width
     if not [r for r in rows if r]:
         raise UserError(f"{path}: has no rows")
     out: dict[str, list] = {"text_a": [], "label": []}
@@ -135,6 +136,7 @@ def _read_tsv(path: Path, spec: Spec) -> dict[str, list]:
             continue
         if len(row) <= max(index):
             raise UserError(f"{path}:{lineno}: expected at least {max(index) + 1} columns, got {len(row)}")
+        no_extra_fields(path, lineno, row, width)
         out["text_a"].append(row[index[0]])
         if len(spec.columns) == 2:
             out["text_b"].append(row[index[1]])
@@ -158,6 +160,9 @@ def read_test(task: "Glue") -> dict[str, tuple[list[str], list[dict]]]:
             raise UserError(f"--glue-test: {path} is not there ({what})")
         rows = _tsv_rows(path)
         header, body = rows[0], [(n, r) for n, r in enumerate(rows[1:], start=2) if r]
+        if not body:  # a header alone (a cut download) wrote a submission of no predictions, exit 0
+            raise UserError(f"{path}: has no rows (a header alone); GLUE's {spec.folder} test file holds the "
+                            "examples the server scores")
         first = "index" if "index" in header else "id"
         for col in (first, *columns):
             if col not in header:
@@ -166,9 +171,22 @@ def read_test(task: "Glue") -> dict[str, tuple[list[str], list[dict]]]:
         for lineno, r in body:
             if len(r) <= max(at):
                 raise UserError(f"{path}:{lineno}: expected at least {max(at) + 1} columns, got {len(r)}")
+            no_extra_fields(path, lineno, r, len(header))
         out[submission] = ([r[at[0]] for _, r in body],
                            [dict(zip(task.text_columns, (r[i] for i in at[1:]))) for _, r in body])
     return out
+
+
+def no_extra_fields(path: Path, lineno: int, row: list[str], width: int) -> None:
+    """A row with more tab-separated fields than its file's header (CoLA's header-less files: 4)
+    holds a tab inside a text: every column after it is read from the next field (MRPC's
+    "#2 String" was the second half of "#1 String" and the real second sentence dropped; CoLA's
+    sentence cut at the tab; MNLI's gold_label read from another label column), exit 0. Empty
+    fields past the last column (a trailing tab) shift nothing and pass."""
+    if width and len(row) > width and any(row[width:]):
+        raise UserError(f"{path}:{lineno}: {len(row)} tab-separated fields where the file's layout has {width}: "
+                        "a text holding a tab shifts every column after it; replace the tab inside the text "
+                        "with a space")
 
 
 def _tsv_rows(path: Path, header: bool = True) -> list[list[str]]:
