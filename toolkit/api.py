@@ -632,7 +632,9 @@ def _finished_under_this_launch(out: Path) -> None:
     except (OSError, ValueError):
         return  # said by the entry point that reads it
     then, now = runs.recorded_strategy(metrics), runs.strategy()
-    if then != now:
+    # one process and DDP: the process count in the id tells them apart already (a metrics.json
+    # without num_processes read as one process is no other computation at this id)
+    if then != now and not {then, now} <= set(runs.NEUTRAL_STRATEGIES):
         processes = metrics.get("num_processes", "?")
         raise UserError(f"{out}: finished under STRATEGY={then} on {processes} process(es) (made before the "
                         f"strategy was part of a run id), and this launch is STRATEGY={now}, another computation: "
