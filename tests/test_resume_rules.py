@@ -87,13 +87,17 @@ def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("task", sorted(RESUMES))
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
-                                                           text_file: Path, task: str) -> None:
+                                                           text_file: Path, conll_sample, squad_sample, task: str) -> None:
     from toolkit import run_metrics
 
     recipe, method = RESUMES[task]
     args = [f"recipes/{recipe}", *COMMON, *([f"method={method}"] if method else [])]
     if recipe.startswith("pretrain/"):
         args += [f"task.train_file={text_file}", f"task.eval_file={text_file}"]
+    if task == "ner":  # CoNLL-2003's first sentences: its whole train file is read at each of the 4 launches
+        args += [f"task.train_file={conll_sample[0]}", f"task.eval_file={conll_sample[1]}"]
+    if task == "squad":  # the dev file's first articles, split by article as the recipe splits it
+        args += [f"task.eval_file={squad_sample}"]
     code, _, err = cli("run", *args, "--runs-dir", tmp_path / "whole")
     assert code == 0, err
     code, _, err = cli("run", *args, "--runs-dir", tmp_path / "parts", "--stop-after", STOP)

@@ -38,12 +38,15 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path) -> dict[str, Path]:
-    """case -> a finished run of it (trained once for the module)."""
+def trained(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path, conll_sample, squad_sample) -> dict[str, Path]:
+    """case -> a finished run of it (trained once for the module). NER and QA read the first
+    sentences / articles of CoNLL-2003 and SQuAD (each eval reads the run's data files again)."""
     import toolkit
 
     root = tmp_path_factory.mktemp("bf16-runs")
-    return {case: toolkit.run(recipe, [*SHORT, *(TRAINS if case != "in-context" else []), *extra],
+    data = {"ner": [f"task.train_file={conll_sample[0]}", f"task.eval_file={conll_sample[1]}"],
+            "qa": [f"task.eval_file={squad_sample}"]}
+    return {case: toolkit.run(recipe, [*SHORT, *(TRAINS if case != "in-context" else []), *extra, *data.get(case, [])],
                               runs_dir=root / case, smoke=True).dir
             for case, (recipe, extra, _) in CASES.items()}
 
