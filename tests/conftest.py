@@ -45,6 +45,32 @@ def tiny_checkpoint(_smoke_cache: Path):
     return get
 
 
+@pytest.fixture(scope="session")
+def conll_sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(train, eval): the shared CoNLL-2003 files cut to their first 200 and 50 sentences, for NER
+    runs whose rule is not about the data set (they read a dozen sentences of it): the whole train
+    file is 0.6 s of CPU a load, paid by each run, resume and eval of a NER recipe."""
+    folder = tmp_path_factory.mktemp("conll")
+    cut = []
+    for name, count in (("train.txt", 200), ("valid.txt", 50)):
+        blocks = (Path(os.environ["TOOLKIT_DATA"]) / "ner" / "conll2003" / name).read_text().split("\n\n")
+        (folder / name).write_text("\n\n".join(blocks[:count]).strip("\n") + "\n")
+        cut.append(folder / name)
+    return cut[0], cut[1]
+
+
+@pytest.fixture(scope="session")
+def squad_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared SQuAD v1.1 dev file cut to its first 6 articles (split by article as the
+    recipes split the whole file), for QA runs whose rule is not about the data set."""
+    import json
+
+    data = json.loads((Path(os.environ["TOOLKIT_DATA"]) / "squad" / "v1.1" / "dev-v1.1.json").read_text())
+    path = tmp_path_factory.mktemp("squad") / "dev-v1.1.json"
+    path.write_text(json.dumps({**data, "data": data["data"][:6]}))
+    return path
+
+
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
     return tmp_path / "runs"

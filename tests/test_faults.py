@@ -87,12 +87,29 @@ def clean_full(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint) -> tup
     return recipe, the_run(tmp / "runs")
 
 
+@pytest.fixture(scope="module")
+def stopped_at_7(tmp_path_factory: pytest.TempPathFactory, clean_full):
+    """(root, cli) -> root: a runs folder of clean_full's recipe stopped after step 7 (a copy of
+    one trained once for the module, through the test's `cli`, which takes its output)."""
+    import shutil
+
+    made: list[Path] = []
+
+    def copy(root: Path, cli) -> Path:
+        if not made:
+            made.append(tmp_path_factory.mktemp("stopped") / "runs")
+            assert cli("run", clean_full[0], "--runs-dir", made[0], "--stop-after", "7")[0] == 0
+        return Path(shutil.copytree(made[0], root))
+
+    return copy
+
+
 @pytest.mark.parametrize("damage", ["model.safetensors", "optimizer.bin", "scheduler.bin",
                                     "random_states_0.pkl", "trainer_state.json"])
-def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path, cli, clean_full, damage: str) -> None:
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path, cli, clean_full, stopped_at_7,
+                                                              damage: str) -> None:
     recipe, clean = clean_full
-    root = tmp_path / "hurt"
-    assert cli("run", recipe, "--runs-dir", root, "--stop-after", "7")[0] == 0
+    root = stopped_at_7(tmp_path / "hurt", cli)
     latest = sorted(root.rglob("step-*"))[-1]
     assert latest.name == "step-000007"
     target = latest / damage
@@ -107,7 +124,8 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path, cl
 
 
 @pytest.mark.parametrize("edit", ["step", "best_metric", "another_run"])
-def test_an_edited_or_foreign_checkpoint_state_is_not_resumed_from(tmp_path: Path, cli, clean_full, edit: str) -> None:
+def test_an_edited_or_foreign_checkpoint_state_is_not_resumed_from(tmp_path: Path, cli, clean_full, stopped_at_7,
+                                                                   edit: str) -> None:
     """The manifest covered every file but trainer_state.json itself, and nothing said which run a
     checkpoint is of: a hand-edited state (the step, the best metric) or a checkpoint copied in from
     another run (another seed) was resumed from as written, exit 0, and the result under this run's
@@ -115,8 +133,7 @@ def test_an_edited_or_foreign_checkpoint_state_is_not_resumed_from(tmp_path: Pat
     import shutil
 
     recipe, clean = clean_full
-    root = tmp_path / "hurt"
-    assert cli("run", recipe, "--runs-dir", root, "--stop-after", "7")[0] == 0
+    root = stopped_at_7(tmp_path / "hurt", cli)
     latest = sorted(root.rglob("step-*"))[-1]
     if edit == "another_run":
         assert cli("run", recipe, "train.seed=6", "--runs-dir", tmp_path / "other", "--stop-after", "7")[0] == 0
@@ -407,14 +424,13 @@ def test_killed_while_a_step_is_saved_over_itself_goes_on_from_that_step(
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in whole.iterdir())
 
 
-def test_killed_while_a_resume_rewrites_the_log_keeps_it(tmp_path: Path, cli, clean_full,
+def test_killed_while_a_resume_rewrites_the_log_keeps_it(tmp_path: Path, cli, clean_full, stopped_at_7,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A resume drops the log lines written after its checkpoint by rewriting log.jsonl; rewritten
     in place, a kill mid-write left it cut, and the finished run's log lacked its first steps
     (exit 0). The kept lines now replace the log whole, or not at all."""
     recipe, clean = clean_full
-    root = tmp_path / "killed"
-    assert cli("run", recipe, "--runs-dir", root, "--stop-after", "7")[0] == 0
+    root = stopped_at_7(tmp_path / "killed", cli)
     real_text, real_bytes = Path.write_text, Path.write_bytes
 
     def cut(real):

@@ -135,10 +135,14 @@ def as_rows(names: list[str], inputs: list) -> list[dict]:
 
 
 @pytest.mark.parametrize("task, recipe, overrides, inputs, file", CASES, ids=IDS)
-def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, task: str, recipe: str, overrides: list,
-                                             inputs: list, file: tuple[str, str]) -> None:
+def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, conll_sample, squad_sample, task: str,
+                                             recipe: str, overrides: list, inputs: list, file: tuple[str, str]) -> None:
     from toolkit.inference import read_inputs
 
+    if recipe.startswith("ner/"):  # CoNLL-2003's first sentences, not its whole train file
+        overrides = [*overrides, f"task.train_file={conll_sample[0]}", f"task.eval_file={conll_sample[1]}"]
+    if recipe.startswith("squad/"):  # the dev file's first articles, split by article as the recipe splits it
+        overrides = [*overrides, f"task.eval_file={squad_sample}"]
     run = toolkit.run(recipe, SHORT + overrides, runs_dir=tmp_path, smoke=True)
     trained = loaded(run.dir)
     settings, names = trained[0], trained[3]

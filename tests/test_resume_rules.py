@@ -87,13 +87,17 @@ def text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("task", sorted(RESUMES))
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
-                                                           text_file: Path, task: str) -> None:
+                                                           text_file: Path, conll_sample, squad_sample, task: str) -> None:
     from toolkit import run_metrics
 
     recipe, method = RESUMES[task]
     args = [f"recipes/{recipe}", *COMMON, *([f"method={method}"] if method else [])]
     if recipe.startswith("pretrain/"):
         args += [f"task.train_file={text_file}", f"task.eval_file={text_file}"]
+    if task == "ner":  # CoNLL-2003's first sentences: its whole train file is read at each of the 4 launches
+        args += [f"task.train_file={conll_sample[0]}", f"task.eval_file={conll_sample[1]}"]
+    if task == "squad":  # the dev file's first articles, split by article as the recipe splits it
+        args += [f"task.eval_file={squad_sample}"]
     code, _, err = cli("run", *args, "--runs-dir", tmp_path / "whole")
     assert code == 0, err
     code, _, err = cli("run", *args, "--runs-dir", tmp_path / "parts", "--stop-after", STOP)
@@ -163,16 +167,14 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
 
 
 @pytest.mark.parametrize("entry", ["fresh", "force"])
-def test_a_damaged_run_beside_does_not_stop_another_run(tmp_path: Path, cli, tiny_checkpoint, entry: str) -> None:
+def test_a_damaged_run_beside_does_not_stop_another_run(tmp_path: Path, cli, stopped_tiny, entry: str) -> None:
     """The note on an interrupted run of the same recipe (above) read every run beside the new
     one: one with a damaged metrics.json refused the new launch in its name ("damaged ...; --force
     runs it again", exit 2), and --force of the new run did not help. A damaged run is said when it
     is launched itself; another run starts as asked."""
     from conftest import write_recipe
 
-    recipe = _tiny_classification(tmp_path, tiny_checkpoint)
-    runs = tmp_path / "runs"
-    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    recipe, runs = stopped_tiny(tmp_path, cli)
     (first,) = [p.parent for p in runs.rglob("recipe.yaml")]
     (first / "metrics.json").write_text('{"eval": ')  # a copy cut short
     other = write_recipe(tmp_path / "r.yaml", recipe.read_text().replace("lr: 1.0e-3", "lr: 2.0e-3"))
@@ -292,6 +294,30 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
 """)
 
 
+@pytest.fixture(scope="module")
+def stopped_tiny(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint):
+    """(tmp_path, cli) -> (tmp_path/r.yaml: the `_tiny_classification` recipe, tmp_path/runs: its
+    run stopped after step 1). The run is trained once per module and torch thread count (a
+    checkpoint records its compute; through the test's `cli`, which takes its output) and copied:
+    the recipe names the same data file, so the copy is the same run id, a folder of the test's
+    own to resume, damage or leave."""
+    import shutil
+
+    shared = tmp_path_factory.mktemp("tiny")
+    recipe = _tiny_classification(shared, tiny_checkpoint)
+    made: dict[int, Path] = {}
+
+    def copy(tmp_path: Path, cli) -> tuple[Path, Path]:
+        threads = torch.get_num_threads()
+        if threads not in made:
+            runs = shared / f"runs-{threads}"
+            assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+            made[threads] = runs
+        return Path(shutil.copy(recipe, tmp_path / "r.yaml")), Path(shutil.copytree(made[threads], tmp_path / "runs"))
+
+    return copy
+
+
 OTHER_CODE = {  # what the checkpoint says it was written under -> the entry point that resumes it
     "same": (None, "cli"),
     "torch": ("torch", "cli"),
@@ -301,7 +327,7 @@ OTHER_CODE = {  # what the checkpoint says it was written under -> the entry poi
 
 
 @pytest.mark.parametrize("case", sorted(OTHER_CODE))
-def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path, cli, capsys, tiny_checkpoint,
+def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path, cli, capsys, stopped_tiny,
                                                                   monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     """A run stopped under one torch / transformers / peft / accelerate / datasets / toolkit commit
     and resumed under another went on as an exact resume, and metrics.json named the last versions
@@ -312,9 +338,7 @@ def test_a_resume_under_other_code_says_so_and_the_run_records_it(tmp_path: Path
 
     from toolkit import checkpoints
 
-    recipe, (key, entry) = _tiny_classification(tmp_path, tiny_checkpoint), OTHER_CODE[case]
-    runs = tmp_path / "runs"
-    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    (recipe, runs), (key, entry) = stopped_tiny(tmp_path, cli), OTHER_CODE[case]
     (state_file,) = runs.rglob("step-000001/trainer_state.json")
     state = json.loads(state_file.read_text())
     assert state["code"] == checkpoints.code_versions()  # recorded when the run started
@@ -349,7 +373,7 @@ OTHER_COMPUTE = {  # how the resume differs from the launch that wrote the check
 
 
 @pytest.mark.parametrize("case", sorted(OTHER_COMPUTE))
-def test_a_resume_on_other_compute_says_so_and_the_run_records_it(tmp_path: Path, cli, capsys, tiny_checkpoint,
+def test_a_resume_on_other_compute_says_so_and_the_run_records_it(tmp_path: Path, cli, capsys, stopped_tiny,
                                                                   case: str) -> None:
     """A run stopped with one torch thread count (or on one CPU instruction set, or GPU) and resumed
     with another took the same steps summed in other chunks: its weights differed from the
@@ -358,10 +382,10 @@ def test_a_resume_on_other_compute_says_so_and_the_run_records_it(tmp_path: Path
     its compute; a resume on other compute goes on with one note, and metrics.json keeps it."""
     from toolkit import checkpoints
 
-    recipe, runs, threads = _tiny_classification(tmp_path, tiny_checkpoint), tmp_path / "runs", torch.get_num_threads()
+    threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+        recipe, runs = stopped_tiny(tmp_path, cli)  # stopped under 1 thread
         (state_file,) = runs.rglob("step-000001/trainer_state.json")
         state = json.loads(state_file.read_text())
         assert state["compute"] == checkpoints.compute(torch.device("cpu"))
@@ -392,7 +416,7 @@ def test_a_resume_on_other_compute_says_so_and_the_run_records_it(tmp_path: Path
 
 
 @pytest.mark.parametrize("entry", ["cli", "run_one"])
-def test_force_with_resume_is_one_line_and_keeps_the_checkpoint(tmp_path: Path, cli, tiny_checkpoint,
+def test_force_with_resume_is_one_line_and_keeps_the_checkpoint(tmp_path: Path, cli, stopped_tiny,
                                                                  entry: str) -> None:
     """`run --force --resume` asks to start again and to go on: --force emptied the run folder, then
     the run said "no checkpoint in ...: starting from the beginning" and trained from step 0, exit
@@ -400,8 +424,7 @@ def test_force_with_resume_is_one_line_and_keeps_the_checkpoint(tmp_path: Path, 
     import toolkit
     from toolkit import api
 
-    recipe, runs = _tiny_classification(tmp_path, tiny_checkpoint), tmp_path / "runs"
-    assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
+    recipe, runs = stopped_tiny(tmp_path, cli)
     before = {p: p.read_bytes() for p in runs.rglob("*") if p.is_file()}
     if entry == "cli":
         code, out, err = cli("run", recipe, "--runs-dir", runs, "--force", "--resume")
@@ -424,7 +447,7 @@ NO_CHECKPOINT = {  # the run as --resume finds it -> what the line says
 # once, with an override: it hands ARGS to the same `toolkit run --resume`
 @pytest.mark.parametrize("state, entry", [(s, e) for s in sorted(NO_CHECKPOINT) for e in ("cli", "api run", "api run_one")]
                          + [("another run's checkpoint", "make run")])
-def test_resume_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path: Path, cli, tiny_checkpoint,
+def test_resume_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path: Path, cli, tiny_checkpoint, stopped_tiny,
                                                                      state: str, entry: str) -> None:
     """Rule: --resume asks to go on from a checkpoint; where the run has none it is one line, exit 2,
     nothing written (transformers' Trainer: "No valid checkpoint found"). It said "no checkpoint in
@@ -438,10 +461,11 @@ def test_resume_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path: Pa
     import toolkit
     from toolkit import api
 
-    recipe, runs = _tiny_classification(tmp_path, tiny_checkpoint), tmp_path / "runs"
+    if state == "never started":
+        recipe, runs = _tiny_classification(tmp_path, tiny_checkpoint), tmp_path / "runs"
+    else:
+        recipe, runs = stopped_tiny(tmp_path, cli)
     overrides = []
-    if state != "never started":
-        assert cli("run", recipe, "--runs-dir", runs, "--stop-after", 1)[0] == 0
     if state == "stopped before its first checkpoint":  # kill -9 before the first save: recipe.yaml, log
         shutil.rmtree(next(runs.rglob("checkpoints")))
     if state == "another run's checkpoint":

@@ -89,7 +89,7 @@ def _scores(recipe: str, checkpoint: str, overrides: list[str], sizes: tuple[int
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_scores_do_not_depend_on_the_tokenizers_saved_sides(case: str, tiny_checkpoint, tmp_path: Path,
-                                                            text_file: Path) -> None:
+                                                            text_file: Path, conll_sample, squad_sample) -> None:
     """Finding: STS-B on a tiny BERT whose tokenizer was saved with `padding_side: left` scored
     Pearson -0.26, 0.03 and -0.04 at eval batch 1, 3 and 6 on the same weights, exit 0: transformers'
     collators pad on the tokenizer's side and BERT's absolute positions moved with each batch's
@@ -100,6 +100,10 @@ def test_scores_do_not_depend_on_the_tokenizers_saved_sides(case: str, tiny_chec
     recipe, family, overrides = CASES[case]
     if recipe.startswith("pretrain/"):
         overrides = [*overrides, f"task.train_file={text_file}", f"task.eval_file={text_file}"]
+    if recipe.startswith("ner/"):  # CoNLL-2003's first sentences, not its whole train file twice
+        overrides = [*overrides, f"task.train_file={conll_sample[0]}", f"task.eval_file={conll_sample[1]}"]
+    if recipe.startswith("squad/"):  # the dev file's first articles, split by article as the recipe splits it
+        overrides = [*overrides, f"task.eval_file={squad_sample}"]
     base = tiny_checkpoint(family)
     plain = _with_tokenizer(base, tmp_path / "plain")
     odd = _with_tokenizer(base, tmp_path / "odd", **ODD)
@@ -163,11 +167,13 @@ SAME = {
 
 
 @pytest.mark.parametrize("case", sorted(SAME))
-def test_scores_do_not_depend_on_other_saved_settings(case: str, tiny_checkpoint, tmp_path: Path) -> None:
+def test_scores_do_not_depend_on_other_saved_settings(case: str, tiny_checkpoint, tmp_path: Path, squad_sample) -> None:
     recipe, family, settings = SAME[case]
     base = tiny_checkpoint(family)
     overrides = ["task.max_length=12", "task.generation.max_new_tokens=6"] if "clean" in case \
         else ["task.max_length=48"] + (["task.doc_stride=16"] if "squad" in case else [])  # some pairs shorter: batches pad
+    if "squad" in case:  # the dev file's first articles, split by article as the recipe splits it
+        overrides.append(f"task.eval_file={squad_sample}")
     setup, ((scores, texts),) = _scores(recipe, _with_tokenizer(base, tmp_path / "plain"), overrides, (3,))
     _, seen = _scores(recipe, _with_tokenizer(base, tmp_path / "odd", **settings), overrides, (1, 6),
                       setup.model.state_dict())
