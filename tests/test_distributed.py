@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import as_launched, launch_env, ROOT, write_recipe
-from test_train import only_run, train_losses, weights
+from test_train import nan_loss_at_forward, only_run, train_losses, weights
 
 RECIPE = """model: {{checkpoint: {checkpoint}, dropout: 0.0}}
 task: {{name: glue, subset: mrpc, max_length: 64, max_train_samples: 32, max_eval_samples: 30}}
@@ -128,17 +128,8 @@ def test_a_step_skipped_on_one_process_is_skipped_on_both_on_the_host_checked_pa
     the same step slot, the schedule moved on, AdaLoRA's re-allocation due at step 2 made at it
     (`skipped_step`) on both, and the run equals a 1-process run at the same global batch whose
     step 2 was skipped: steps, learning rates, losses, metrics and the saved adapter."""
-    from toolkit import train
-
     recipe, two = two_process_runs["skipped"]
-    forward, calls = train.Loop._forward_loss, []
-
-    def second_nan(self, batch):  # noqa: ANN001
-        calls.append(1)
-        loss = forward(self, batch)
-        return loss * float("nan") if len(calls) == 2 else loss
-
-    monkeypatch.setattr(train.Loop, "_forward_loss", second_nan)
+    nan_loss_at_forward(monkeypatch, 2)
     one = tmp_path / "one"
     code, out, err = cli("run", recipe, "--smoke", "--runs-dir", one, "train.batch_size=8", *SKIP_ARGS)
     assert code == 0 and "step 2: non-finite loss; 1 batch skipped" in out + err, err

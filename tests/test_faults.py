@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import PYTHON, ROOT, write_recipe
-from test_train import weights
+from test_train import nan_loss_at_forward, weights
 
 RECIPE = """model: {{checkpoint: {checkpoint}}}
 task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 96, max_eval_samples: 24}}
@@ -576,16 +576,7 @@ def test_a_diverged_run_stops_with_one_line_and_leaves_nothing(tmp_path: Path, c
 def test_a_skipped_batch_is_logged_as_null_and_the_run_finishes(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """A non-finite batch within train.skip_nonfinite: log.jsonl stays strict JSON (null, never a
     bare NaN) and metrics.json counts the skip."""
-    from toolkit import train
-
-    original, calls = train.Loop._forward_loss, []
-
-    def once_nan(self, batch):
-        calls.append(1)
-        loss = original(self, batch)
-        return loss * float("nan") if len(calls) == 2 else loss
-
-    monkeypatch.setattr(train.Loop, "_forward_loss", once_nan)
+    nan_loss_at_forward(monkeypatch, 2)
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: full}"))
     code, _, err = cli("run", recipe, "--smoke", "train.max_steps=4", "train.skip_nonfinite=1", "--runs-dir", tmp_path / "runs")
     assert code == 0, err

@@ -19,6 +19,22 @@ train: {{epochs: 1, lr: 1.0e-3, batch_size: 8, warmup_ratio: 0.1, seed: 7, keep_
 """
 
 
+def nan_loss_at_forward(monkeypatch: pytest.MonkeyPatch, n: int) -> list:
+    """The loop's `n`-th forward (counted from 1 in this process) gives a NaN loss; returns the
+    list that grows by one item a forward."""
+    from toolkit import train
+
+    forward, calls = train.Loop._forward_loss, []
+
+    def nan_at(self, batch):  # noqa: ANN001
+        calls.append(1)
+        loss = forward(self, batch)
+        return loss * float("nan") if len(calls) == n else loss
+
+    monkeypatch.setattr(train.Loop, "_forward_loss", nan_at)
+    return calls
+
+
 def make_recipe(tmp_path: Path, checkpoint: str = "bert-base-uncased", method: str = "{name: full}",
                 name: str = "r") -> Path:
     return write_recipe(tmp_path / f"{name}.yaml", RECIPE.format(checkpoint=checkpoint, method=method))
@@ -672,16 +688,7 @@ def test_an_fp16_batch_skipped_for_its_loss_lets_the_next_step_unscale(tmp_path:
     gradients unscaled (clipping) and no optimizer step, so the scaler's iteration stayed open and
     the next step's unscale_ raised ('unscale_() has already been called on this optimizer since
     the last update()'): a traceback where the skip was allowed."""
-    from toolkit import train
-
-    forward_loss, calls = train.Loop._forward_loss, []
-
-    def second_nan(self, batch):  # noqa: ANN001
-        calls.append(1)
-        loss = forward_loss(self, batch)
-        return loss * float("nan") if len(calls) == 2 else loss
-
-    monkeypatch.setattr(train.Loop, "_forward_loss", second_nan)
+    calls = nan_loss_at_forward(monkeypatch, 2)
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
     code, out, err = cli("run", recipe, "train.max_steps=3", "train.batch_size=4",
                          "train.skip_nonfinite=1", "task.max_train_samples=32", "task.max_eval_samples=8",
