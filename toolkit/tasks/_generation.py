@@ -16,7 +16,7 @@ similar length; each carries its `example_index`, and scoring puts them back in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 
@@ -272,15 +272,17 @@ class TextToText(TokenTask):
         """A beam-search setting (length_penalty, early_stopping) set where num_beams is unset and
         the checkpoint's generation_config says greedy search, which reads neither: the run
         recorded it as used, exit 0 (`ignores` refuses it at validate where the recipe says
-        num_beams: 1). 1.0, the length penalty runs made before wrote, is no request."""
+        num_beams: 1). The value a pinned setting had (`schema.unpinned`'s `was`: the length
+        penalty 1.0 runs made before wrote) is no request."""
         g = self.generation
         if g.num_beams is not None or in_effect(model, {}, "num_beams") != 1:
             return None
+        was = {f.name: f.metadata.get(schema.WAS) for f in fields(g)}
         greedy = "generation.num_beams is unset and the checkpoint's generation_config says 1: greedy search"
         for key, why in self.ignores_under_greedy(greedy).items():
             name = key.rsplit(".", 1)[1]
             value = getattr(g, name)
-            if value is not None and not (name == "length_penalty" and value == 1.0):
+            if value is not None and value != was[name]:
                 return f"{key}: {why} (it is {value!r})"
         return None
 
