@@ -16,7 +16,7 @@ similar length; each carries its `example_index`, and scoring puts them back in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields as settings_fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 
@@ -277,7 +277,7 @@ class TextToText(TokenTask):
         g = self.generation
         if g.num_beams is not None or in_effect(model, {}, "num_beams") != 1:
             return None
-        was = {f.name: f.metadata.get(schema.WAS) for f in fields(g)}
+        was = {f.name: f.metadata.get(schema.WAS) for f in settings_fields(g)}
         greedy = "generation.num_beams is unset and the checkpoint's generation_config says 1: greedy search"
         for key, why in self.ignores_under_greedy(greedy).items():
             name = key.rsplit(".", 1)[1]
