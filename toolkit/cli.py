@@ -21,7 +21,7 @@ from toolkit.attention import ATTENTION
 from toolkit.arguments import ArgumentsError, Parser
 from toolkit.errors import Interrupted, UserError, user_path
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
-from toolkit.recipe_data import dump_yaml
+from toolkit.recipe_data import SECTION_NAMES, dump_yaml
 from toolkit.versions import warn_if_untested
 
 
@@ -324,7 +324,7 @@ def _given(name: str):
 
 # `section.key=value`: a recipe setting. As a path option's value it is what an unset variable left
 # (`--runs-dir $RUNS train.lr=1e-4`): the run went to a folder `train.lr=1e-4` at the default lr, exit 0
-_OVERRIDE = re.compile(rf"^(?:(?:{'|'.join(('model', 'task', 'method', 'train'))})\.[^=/]+|name|smoke)=")
+_OVERRIDE = re.compile(rf"^(?:(?:{'|'.join(SECTION_NAMES)})\.[^=/]+|name|smoke)=")
 
 
 def parser() -> argparse.ArgumentParser:

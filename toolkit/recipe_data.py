@@ -111,6 +111,10 @@ def largest_warmup_ratio(total: int) -> float:
     return ratio
 
 
+# a recipe's sections, in the order recipe.yaml writes them (`Recipe.to_dict`)
+SECTION_NAMES = ("model", "task", "method", "train")
+
+
 @dataclass
 class Recipe:
     model: ModelConfig
@@ -127,7 +131,7 @@ class Recipe:
     def to_dict(self) -> dict:
         """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""
         out: dict = {}
-        for section in ("model", "task", "method", "train"):
+        for section in SECTION_NAMES:
             out[section] = dataclasses.asdict(getattr(self, section))
         out["task"] = {"name": self.task.name, **out["task"]}
         out["method"] = {"name": self.method.name, **out["method"]}
@@ -140,7 +144,7 @@ class Recipe:
         """`to_dict` without the fields added later that hold the value of the behaviour before
         them (schema.added): what the hash covers. recipe.yaml keeps every field."""
         out = self.to_dict()
-        for section in ("model", "task", "method", "train"):
+        for section in SECTION_NAMES:
             out[section] = unhashed(getattr(self, section), out[section])
         return out
 

@@ -23,13 +23,13 @@ from typing import Any, Callable, Iterable
 from toolkit import recipe as recipes, runs as run_folders
 from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
-from toolkit.recipe_data import safe_yaml
+from toolkit.recipe_data import SECTION_NAMES, safe_yaml
 from toolkit.methods import METHODS
 from toolkit.tasks import TASKS, Metric, declaration
 from toolkit.tasks._generation import BEFORE as GENERATION_BEFORE
 
 LABELS = ("task", "method", "model", "run")
-SECTIONS = ("model", "task", "method", "train")
+SECTIONS = SECTION_NAMES
 
 
 # --- collecting ------------------------------------------------------------------------------
