@@ -40,13 +40,11 @@ torch = lazy("torch", globals())
 
 
 def asked() -> str | None:
-    """The sharded strategy this launch asks for (accelerate launch's environment): 'fsdp',
-    'deepspeed' or None (plain data parallel or one process)."""
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
-        return "fsdp"
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
-        return "deepspeed"
-    return None
+    """The sharded strategy this launch asks for (accelerate launch's environment, as
+    `runs.strategy` names it): 'fsdp', 'deepspeed' (any ZeRO stage) or None (plain data parallel
+    or one process)."""
+    way = runs.strategy()
+    return "deepspeed" if way.startswith("zero") else None if way in runs.NEUTRAL_STRATEGIES else way
 
 
 def check_cpu_launch() -> None:
