@@ -1319,3 +1319,49 @@ def test_a_text_cell_beginning_with_a_byte_order_mark_is_refused_at_its_line(tmp
     assert "\n" not in str(caught.value)
     path.write_bytes(codecs.BOM_UTF8 + body.replace("\ufeff".encode(), b"").replace(b"\\ufeff", b""))
     LONG_ROW_READERS[reader](path)
+
+
+def _pretraining_json(path: Path) -> None:
+    from toolkit.tasks._text import _read_files
+
+    _read_files({"train": str(path)}, "json", "line", None, SimpleNamespace(note=lambda *a: None))
+
+
+def _squad_predict(path: Path) -> None:
+    from toolkit.tasks.squad import document_questions
+
+    document_questions(path)
+
+
+JSON_LINES_READERS = {  # reader -> (a good record of its own, read the file)
+    **{name: (JOINED[name][0], JOINED[name][2]) for name in JOINED},
+    "pretraining text": ({"text": "a document"}, _pretraining_json),
+    "squad predict": (JOINED["qa"][0], _squad_predict),
+}
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("reader", sorted(JSON_LINES_READERS) + ["validate"])
+def test_json_lines_named_json_is_said_as_such(tmp_path: Path, cli, reader: str, gz: bool) -> None:
+    """Finding: a .json file holding JSON lines (a record a line, as transformers' example scripts
+    write under .json and datasets reads) was `x.json:2: not valid JSON (Extra data)` for the
+    readers that take a {"data": [...]} document (summarization, translation, SQuAD, its predict)
+    and "expected a JSON list of objects" for the others, neither saying what the file is; now
+    one line asking for .jsonl from every reader of a .json file (predict's inputs too), and at validate."""
+    import gzip
+
+    record, read = JSON_LINES_READERS.get(reader, JSON_LINES_READERS["classification"])
+    path = tmp_path / ("d.json.gz" if gz else "d.json")
+    body = "".join(json.dumps({**record, **({"label": label} if reader in ("classification", "validate") else {})})
+                   + "\n" for label in ("a", "b", "a")).encode()
+    path.write_bytes(gzip.compress(body) if gz else body)
+    said = f"{path}: holds JSON lines (one object a line), not one JSON document; "
+    fix = "name it .jsonl.gz" if gz else "name it .jsonl"
+    if reader == "validate":
+        code, _, err = cli("validate", ROOT / "recipes/demo/own-data/minilm-full.yaml",
+                           f"task.train_file={path}", f"task.eval_file={path}")
+        assert code == 2 and said in err and fix in err
+        return
+    with pytest.raises(UserError) as caught:
+        read(path)
+    assert said in str(caught.value) and str(caught.value).endswith(fix)

@@ -178,6 +178,39 @@ def one_bom(head: bytes, shown: str) -> None:
                         "as UTF-8, or strip the leading EF BB BF bytes)")
 
 
+def one_json_document(path: Path) -> None:
+    """A `.json` file holding JSON lines (one object a line, as transformers' example scripts
+    write and datasets' json builder reads under `.json`) is one line asking for `.jsonl`: it was
+    "expected a JSON list of objects" for a list reader, and `x.json:2: not valid JSON (Extra
+    data)` for the readers that take a `{"data": [...]}` document (summarization, translation,
+    SQuAD, predict's inputs), neither saying what the file is. Told from the file's first MiB:
+    an object, then a line break and another object. Nothing else is changed: a .json file is one
+    JSON document (a list of records, or `{"data": [...]}`), a .jsonl file a record a line. Called
+    by `read` (every reader of a .json file) and by validate (recipe.check_data)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes[-1:] == [".gz"]:
+        suffixes.pop()
+    if suffixes[-1:] != [".json"]:  # a name file_format reads as another format, or as none
+        return
+    try:
+        with _open_bytes(path) as raw:
+            head = raw.read(HEAD_BYTES).decode("utf-8-sig", errors="replace").lstrip()
+    except (OSError, EOFError, zlib.error):
+        return  # the read names what is wrong with the file
+    if not head.startswith("{"):
+        return
+    try:
+        end = json.JSONDecoder().raw_decode(head)[1]
+    except ValueError:  # not JSON, or a first object past the head: the read says what it is
+        return
+    rest = head[end:]
+    after = rest.lstrip()
+    if "\n" in rest[:len(rest) - len(after)] and after.startswith("{"):
+        raise UserError(f"{path}: holds JSON lines (one object a line), not one JSON document; a .json file is "
+                        "read as a list of records (or {\"data\": [...]}): name it .jsonl"
+                        + (".gz" if path.suffix.lower() == ".gz" else ""))
+
+
 def one_bom_at_most(path: Path) -> None:
     """`one_bom` on a file's first bytes, for validate (recipe.check_data), which reads no more of a
     file with no header (text, CoNLL); a file that cannot be read is left to the read to name."""
@@ -396,6 +429,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         if size > limit:
             raise UserError(f"{path}: a {size / (1 << 20):.2f} MiB JSON document is parsed whole; the limit "
                             f"is {limit / (1 << 20):.3g} MiB (TOOLKIT_MAX_JSON_MB): write it as JSONL, one record a line")
+        one_json_document(path)  # JSON lines named .json: said as such by every layout's reader
         first = first_char(path)
         if field is None and first != "[":
             raise UserError(f"{path}: expected a JSON list of objects (or use .jsonl, one object a line)")

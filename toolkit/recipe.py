@@ -403,6 +403,7 @@ def check_data(recipe: Recipe) -> None:
         if not path.is_file():
             raise UserError(not_a_file(setting, path))
         readers.one_bom_at_most(path)
+        readers.one_json_document(path)
     for setting, path, named in recipe.task.head_fields():
         for i, (column, key) in enumerate(named):
             other = next((k for c, k in named[:i] if c == column and k != key), None)
