@@ -85,6 +85,49 @@ def test_each_scheme_is_found_and_recorded(tmp_path: Path, content: str, scheme:
     assert task.label_names[0] == "O" and set(task.label_names) == set(content.split()[1::2])
 
 
+MISWRITTEN_TAGS = {  # a tag the file means, written otherwise -> what the line says is right
+    "0": "the tag outside entities is O (the capital letter)",
+    "o": "the tag outside entities is O (the capital letter)",
+    "b-per": "a prefix is a capital letter and '-': write B-per",
+    "B_PER": "a prefix is a capital letter and '-': write B-PER",
+    "I.PER": "a prefix is a capital letter and '-': write I-PER",
+}
+
+
+def _miswritten(where: str, tag: str, tmp_path: Path) -> Ner:
+    """A task whose `where` (a CoNLL or JSONL train/eval file, or task.labels) holds `tag`."""
+    good, bad = [["Peter", "B-PER"], ["said", "O"]], [["Peter", tag], ["said", "O"]]
+    if where == "task.labels":
+        return Ner(train_file=None, eval_file=None, labels=["O", tag, "B-PER"])
+    files = {}
+    for split in ("train", "eval"):
+        rows = bad if where.endswith(split) else good
+        if where.startswith("jsonl"):
+            files[split] = tmp_path / f"{split}.jsonl"
+            files[split].write_text(json.dumps({"tokens": [w for w, _ in rows], "ner_tags": [t for _, t in rows]}) + "\n")
+        else:
+            files[split] = tmp_path / f"{split}.txt"
+            files[split].write_text("".join(f"{w} {t}\n" for w, t in rows))
+    return Ner(train_file=str(files["train"]), eval_file=str(files["eval"]), labels=None)
+
+
+@pytest.mark.parametrize("tag", sorted(MISWRITTEN_TAGS))
+@pytest.mark.parametrize("where", ["conll train", "conll eval", "jsonl train", "jsonl eval", "task.labels"])
+def test_a_miswritten_tag_is_told_how_it_is_written_right(tmp_path: Path, where: str, tag: str) -> None:
+    """Finding: a tag without a B-/I- prefix was always told to be written as a plain type's BIO
+    tags: `0` (zero for O) `write BIO tags (B-0 ...)`, `b-per` `(B-b-per ...)`, `B_PER` `(B-B_PER
+    ...)`, advice that made two prefixes; the line now says what is right, wherever the tag is."""
+    with pytest.raises(UserError) as caught:
+        task = _miswritten(where, tag, tmp_path)
+        task.check()
+        task.load()
+    said = str(caught.value)
+    assert f"tag '{tag}' has no B-/I- prefix" in said and said.endswith(MISWRITTEN_TAGS[tag]
+                                                                        + ("" if tag in ("0", "o") else " (every tag of the file alike)"))
+    if where != "task.labels":
+        assert said.startswith(f"{tmp_path / where.split()[1]}.{where.split()[0].replace('conll', 'txt')}:")
+
+
 def test_labels_without_prefixes_are_refused_with_the_recipe(tmp_path: Path, cli) -> None:
     """task.labels is checked with the recipe (no data read, no model loaded): exit 2, one line."""
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}"))

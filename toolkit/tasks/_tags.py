@@ -51,12 +51,29 @@ def check_label(tag: str, scheme: str, place: str | Callable[[], str]) -> None:
     if prefix == "?":
         reads = f"prefix '{tag[0]}' + type '{tag[1:]}'" if len(tag) > 1 else f"prefix '{tag}' with no type"
         raise UserError(f"{where}: tag '{tag}' has no B-/I- prefix, so entity scoring would read it as "
-                        f"{reads}; write BIO tags (B-{tag} for an entity's first word, I-{tag} for the "
-                        "rest, O outside)")
+                        f"{reads}; {_written_right(tag)}")
     if prefix not in allowed:
         hint = {"L": "BILOU's L-: write IOBES's E-", "U": "BILOU's U-: write IOBES's S-"}.get(
             prefix, f"the {scheme if scheme != 'auto' else 'IOB2/IOBES'} prefixes are {', '.join(allowed)}")
         raise UserError(f"{where}: tag '{tag}' has prefix '{prefix}'; {hint}")
+
+
+# A prefix written otherwise than `P-` (`b-PER`, `B_PER`, `B.PER`, `B:PER`): the tag it stands for
+_MISWRITTEN = re.compile(r"^([BIESbies])[-_.:](\S+)$")
+
+
+def _written_right(tag: str) -> str:
+    """How a tag without a prefix is written right: the outside tag written `0` (zero) or `o` is
+    `O`; a prefix in lower case or joined by `_`, `.` or `:` (`b-per`, `B_PER`) is the capital
+    letter and `-` (`B-per`, `B-PER`); anything else a plain type, written BIO. The advice was the
+    plain type's for all of them: `B-0` for `0`, `B-b-per` for `b-per`."""
+    if tag in ("0", "o"):
+        return "the tag outside entities is O (the capital letter)"
+    miswritten = _MISWRITTEN.match(tag)
+    if miswritten:
+        return (f"a prefix is a capital letter and '-': write {miswritten.group(1).upper()}-{miswritten.group(2)} "
+                "(every tag of the file alike)")
+    return f"write BIO tags (B-{tag} for an entity's first word, I-{tag} for the rest, O outside)"
 
 
 def scheme_of(tag_sets: Sequence[Sequence[Sequence[str]]], scheme: str) -> str:
