@@ -86,7 +86,8 @@ def test_each_scheme_is_found_and_recorded(tmp_path: Path, content: str, scheme:
 
 
 MISWRITTEN_TAGS = {  # a tag the file means, written otherwise -> what the line says is right
-    "0": "the tag outside entities is O (the capital letter)",
+    "0": "the tag outside entities is O (the capital letter); a number is a tag id only as a JSON number",
+    "2": "a number is a tag id only as a JSON number in a JSON(L) file's tags, with task.labels naming the tags",
     "o": "the tag outside entities is O (the capital letter)",
     "b-per": "a prefix is a capital letter and '-': write B-per",
     "B_PER": "a prefix is a capital letter and '-': write B-PER",
@@ -115,15 +116,14 @@ def _miswritten(where: str, tag: str, tmp_path: Path) -> Ner:
 @pytest.mark.parametrize("where", ["conll train", "conll eval", "jsonl train", "jsonl eval", "task.labels"])
 def test_a_miswritten_tag_is_told_how_it_is_written_right(tmp_path: Path, where: str, tag: str) -> None:
     """Finding: a tag without a B-/I- prefix was always told to be written as a plain type's BIO
-    tags: `0` (zero for O) `write BIO tags (B-0 ...)`, `b-per` `(B-b-per ...)`, `B_PER` `(B-B_PER
-    ...)`, advice that made two prefixes; the line now says what is right, wherever the tag is."""
+    tags: `0` (zero for O) `write BIO tags (B-0 ...)`, a CoNLL file of tag ids `(B-2 ...)`, `b-per`
+    `(B-b-per ...)`, `B_PER` `(B-B_PER ...)`; the line now says what is right, wherever the tag is."""
     with pytest.raises(UserError) as caught:
         task = _miswritten(where, tag, tmp_path)
         task.check()
         task.load()
     said = str(caught.value)
-    assert f"tag '{tag}' has no B-/I- prefix" in said and said.endswith(MISWRITTEN_TAGS[tag]
-                                                                        + ("" if tag in ("0", "o") else " (every tag of the file alike)"))
+    assert f"tag '{tag}' has no B-/I- prefix" in said and f"; {MISWRITTEN_TAGS[tag]}" in said and "B-" + tag not in said
     if where != "task.labels":
         assert said.startswith(f"{tmp_path / where.split()[1]}.{where.split()[0].replace('conll', 'txt')}:")
 

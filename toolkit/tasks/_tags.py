@@ -64,11 +64,15 @@ _MISWRITTEN = re.compile(r"^([BIESbies])[-_.:](\S+)$")
 
 def _written_right(tag: str) -> str:
     """How a tag without a prefix is written right: the outside tag written `0` (zero) or `o` is
-    `O`; a prefix in lower case or joined by `_`, `.` or `:` (`b-per`, `B_PER`) is the capital
+    `O`; a number is an id, read as one from a JSON number alone (with task.labels); a prefix in lower case or joined by `_`, `.` or `:` (`b-per`, `B_PER`) is the capital
     letter and `-` (`B-per`, `B-PER`); anything else a plain type, written BIO. The advice was the
     plain type's for all of them: `B-0` for `0`, `B-b-per` for `b-per`."""
+    ids = ("a number is a tag id only as a JSON number in a JSON(L) file's tags, with task.labels naming "
+           "the tags in id order; elsewhere write the tag names")
     if tag in ("0", "o"):
-        return "the tag outside entities is O (the capital letter)"
+        return "the tag outside entities is O (the capital letter)" + (f"; {ids}" if tag == "0" else "")
+    if tag.isascii() and tag.isdigit():  # a CoNLL file of ids: 'B-1' was the advice
+        return ids
     miswritten = _MISWRITTEN.match(tag)
     if miswritten:
         return (f"a prefix is a capital letter and '-': write {miswritten.group(1).upper()}-{miswritten.group(2)} "
