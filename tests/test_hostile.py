@@ -606,6 +606,22 @@ def test_an_export_another_cache_is_writing_is_refused_and_left_alone(tmp_path: 
     assert code == 0 and not partial.exists() and not (tmp_path / "out" / "theirs.json").exists(), err
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_predict_says_an_input_text_written_as_a_missing_value(tmp_path: Path, cli, finished: Path, suffix: str) -> None:
+    """`toolkit predict` on a CSV/JSONL whose text is R's `NA` (str(NaN)'s `nan`): predicted as the
+    text "NA" with exit 0 and no word; now the run's data warning is said for the input too
+    (readers.check_text's note; every reader: tests/test_readers.py)."""
+    source = tmp_path / f"in{suffix}"
+    texts = ["a fine movie", "NA", "nan"]
+    source.write_text("sentence\n" + "".join(f"{t}\n" for t in texts) if suffix == ".csv" else
+                      "".join(json.dumps({"sentence": t}) + "\n" for t in texts))
+    code, out, err = cli("predict", finished, "--input", source)
+    assert code == 0 and len(out.splitlines()) == 3, err
+    line = 3 if suffix == ".csv" else 2
+    assert (f"warning: {source}:{line}: field 'sentence' is 'NA' here and in 1 more record(s), which pandas and R "
+            "write for a missing value") in err
+
+
 def test_runs_dir_that_is_a_file_is_said_once(tmp_path: Path, cli) -> None:
     (tmp_path / "runs").write_text("a file")
     for command in (["run", "demo/sst2/minilm-lora"], ["sweep", "demo/sst2/minilm-lora", "train.lr=1e-4,1e-3"]):

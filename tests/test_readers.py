@@ -1365,3 +1365,82 @@ def test_json_lines_named_json_is_said_as_such(tmp_path: Path, cli, reader: str,
     with pytest.raises(UserError) as caught:
         read(path)
     assert said in str(caught.value) and str(caught.value).endswith(fix)
+
+
+def _noted_classification(split: str, column: str) -> Callable:
+    def read(path: Path) -> dict:
+        from toolkit.tasks import TASKS
+
+        good = path.with_name("good.csv")
+        good.write_text("text,label\ngood,a\nbad,b\n")
+        task = TASKS.get("text_classification")(**{"train_file": str(good), "eval_file": str(good), split: str(path)})
+        task.load()
+        return task.notices()
+    return read
+
+
+def _noted_pairs(task_name: str) -> Callable:
+    def read(path: Path) -> dict:
+        from toolkit.tasks import TASKS
+
+        fields = {"source_field": "text", "target_field": "label"}
+        langs = {"source_lang": "en", "target_lang": "de"} if task_name == "translation" else {}
+        task = TASKS.get(task_name)(train_file=str(path), eval_file=str(path), **fields, **langs)
+        task.load()
+        return task.notices()
+    return read
+
+
+def _noted_pretraining(path: Path) -> dict:
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get("mlm")(train_file=str(path), eval_file=str(path), text_field="text")
+    task.load()
+    return task.notices()
+
+
+def _noted_predict(path: Path) -> dict:
+    from toolkit.inference import read_inputs
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get("text_classification")(eval_file=str(path), text_columns=["text"], label_column="label")
+    read_inputs(str(path), ["text"], task=task)
+    return task.notices()
+
+
+MARKED_TEXT_READERS = {  # reader -> (the column whose text is a mark, read the file -> the task's notices)
+    "classification train": ("text", _noted_classification("train_file", "text")),
+    "classification eval": ("text", _noted_classification("eval_file", "text")),
+    "classification test": ("text", _noted_classification("test_file", "text")),
+    "summarization source": ("text", _noted_pairs("summarization")),
+    "summarization target": ("label", _noted_pairs("summarization")),
+    "translation target": ("label", _noted_pairs("translation")),
+    "pretraining text": ("text", _noted_pretraining),
+    "predict input": ("text", _noted_predict),
+}
+
+
+@pytest.mark.parametrize("reader, fmt, mark", [  # pretraining reads .txt (a line a document: no cell) or JSON(L)
+    (reader, fmt, mark) for reader in sorted(MARKED_TEXT_READERS) for fmt, mark in (("csv", "NA"), ("jsonl", " nan"))
+    if (reader, fmt) != ("pretraining text", "csv")] + [("classification train", "csv", "None")])
+def test_a_text_written_as_a_missing_value_is_said(tmp_path: Path, reader: str, fmt: str, mark: str) -> None:
+    """Finding: a text cell holding what R's write.csv, str(NaN) or str(None) write for a missing
+    value (`NA`, `nan`, `None`) was trained and scored as that text, exit 0 (a summary 'nan'
+    learnt as the target), where pandas, and run_glue / run_summarization through it, read the
+    cell as no text; labels so were already said. One warning per file and field, naming the
+    first record's line and how many more, in every reader of records with text."""
+    column, read = MARKED_TEXT_READERS[reader]
+    rows = [{"text": f"a sentence {i}", "label": "ab"[i % 2]} for i in range(6)]
+    for i in (2, 4):
+        rows[i][column] = mark
+    path = tmp_path / f"d.{fmt}"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) if fmt == "jsonl" else
+                    "text,label\n" + "".join(f"{r['text']},{r['label']}\n" for r in rows))
+    said = [line for key, line in read(path).items() if key.startswith("missing text")]
+    what = f"column '{column}'" if reader.startswith("classification") else \
+        f"field '{column}'" if reader == "predict input" else f"'{column}'"
+    assert said == [f"{path}:{4 if fmt == 'csv' else 3}: {what} is {mark.strip()!r} here and in 1 more record(s), which pandas and R write "
+                    "for a missing value; each is read as that text (cells are read as written): take out the "
+                    "records that have no text"]
+    path.write_text(path.read_text().replace(mark, "NA-1"))  # a text that holds a mark is a text
+    assert not [key for key in read(path) if key.startswith("missing text")]

@@ -469,7 +469,8 @@ def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],
                         f"this task reads {', '.join(columns)}" + readers.near_name(missing[0], ds.column_names))
     for column in columns:
         if column not in lists:
-            readers.check_text(ds, column, path, fmt, what=f"field '{column}'", keys=keys)
+            readers.check_text(ds, column, path, fmt, what=f"field '{column}'", keys=keys,
+                               note=getattr(task, "note", None))
     rows = ds.to_list()
     words = [c for c in columns if c in lists]
     for i, row in enumerate(rows if words else []):  # a field of words: each row checked as standard

@@ -1305,18 +1305,32 @@ def as_text(ds: Any, columns: list[str]) -> Any:
 
 
 # --- checks on the table -----------------------------------------------------------------------
+# What pandas reads as a missing value by default (read_csv's na_values), and what R's write.csv
+# and Python's str(None) / str(float("nan")) write for one. The toolkit reads a cell as written, so
+# such a label is a class of its own and such a text the text "NA": said where found, never dropped
+# or refused (`tasks._fields.missing_marks` for labels, `check_text`'s `note` for texts).
+MISSING_MARKS = frozenset({"#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                           "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+
+
 def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = None,
-               keys: Any = None, blank_ok: bool = False) -> None:
+               keys: Any = None, blank_ok: bool = False, note: Any = None) -> None:
     """Every value of `column` is text with something in it (`blank_ok`: text at all): the first
     null, non-string or blank value is one line naming file, line and column. Runs over the Arrow
     table in batches. A file's text (not a Hub dataset's, which its user cannot edit) begins with
     no byte order mark: `scan` allows one at the file's start, which every reader strips, but one
     at a later row (`cat a.csv b.csv`, `cat a.jsonl b.jsonl`) or the start of a cell was trained
-    as an invisible first character of the text, exit 0 (a label so was already refused)."""
+    as an invisible first character of the text, exit 0 (a label so was already refused).
+    `note(key, line)` (a task's `note`): texts that are nothing but a missing-value mark
+    (`MISSING_MARKS`: R's write.csv `NA`, `nan` from str() of pandas' NaN, `None`) are said in one
+    warning with their count and first place; pandas (and run_glue / run_summarization through
+    it) reads such a cell as no text, and here it was trained and scored as the text "NA", exit 0."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     what = what or f"column '{column}'"
+    marks = pa.array(sorted(MISSING_MARKS))
+    marked_count, marked_first = 0, None  # texts that are a missing-value mark: (how many, first)
     if column not in ds.column_names:
         raise UserError(f"{path}: {what} is missing (it has: {', '.join(ds.column_names)})"
                         + near_name(column, ds.column_names))
@@ -1357,7 +1371,21 @@ def check_text(ds: Any, column: str, path: Path, fmt: str, what: str | None = No
             raise UserError(f"{where(path, fmt, offset + marked, _keys(keys, offset + marked))}: {what} begins with "
                             "a byte order mark (U+FEFF), as a file joined after another with `cat` leaves its "
                             "first row; the model would read it as an invisible start of the text: remove it")
+        if note is not None and fmt != "hub":  # a Hub data set's text is as published
+            hits = pc.fill_null(pc.is_in(pc.utf8_trim_whitespace(text), value_set=marks), False)
+            count = pc.sum(hits).as_py() or 0
+            if count and marked_first is None:
+                first = pc.index(hits, True).as_py()
+                marked_first = (offset + first, text[first].as_py().strip())
+            marked_count += count
         offset += len(batch)
+    if marked_first is not None:
+        index, mark = marked_first
+        note(f"missing text {path} {column}",
+             f"{where(path, fmt, index, _keys(keys, index))}: {what} is {mark!r}"
+             + (f" here and in {marked_count - 1} more record(s)" if marked_count > 1 else "")
+             + ", which pandas and R write for a missing value; each is read as that text (cells are read as "
+               "written): take out the records that have no text")
 
 
 def text_end(ds: Any, column: str) -> int:

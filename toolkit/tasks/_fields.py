@@ -216,11 +216,7 @@ def one_text(columns: list[str], where: str, names: tuple[str, ...], fix: Any, f
     return found
 
 
-# What pandas reads as a missing value by default (read_csv's na_values), and what R's write.csv
-# and Python's str(None) write for one. The toolkit reads a cell as written, so such a label is a
-# class of its own: said where it is found (`missing_marks`), never dropped or refused.
-MISSING_MARKS = frozenset({"#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-                           "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+MISSING_MARKS = readers.MISSING_MARKS  # what pandas, R and Python write for a missing value
 
 
 def missing_marks(names: Any) -> list[str]:

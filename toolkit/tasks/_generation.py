@@ -149,10 +149,12 @@ ONE_TENSOR = {"num_return_sequences": 1, "return_dict_in_generate": False, "outp
 
 
 def read_records(path: Path, fields: tuple[str, ...] | None = None,
-                 pick: Callable[[Any, str], tuple[str, ...]] | None = None) -> Any:
+                 pick: Callable[[Any, str], tuple[str, ...]] | None = None,
+                 note: Callable[[str, str], None] | None = None) -> Any:
     """JSON (a list of objects, or {"data": [...]}), JSONL or CSV, `.gz` too -> a Dataset of
     `fields` (or those `pick(dataset, path)` finds in the file), each text, through the shared
-    reader: a missing, empty or non-text field is one error naming file, line and field."""
+    reader: a missing, empty or non-text field is one error naming file, line and field; one
+    written as a missing value (`NA`) is said through `note` (a task's)."""
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     suffix = [s.lower() for s in path.suffixes if s.lower() != ".gz"][-1:]
@@ -165,7 +167,7 @@ def read_records(path: Path, fields: tuple[str, ...] | None = None,
     fields = pick(ds, str(path)) if pick is not None else fields
     keys = (lambda i: [field, i]) if field else None
     for name in fields:
-        readers.check_text(ds, name, path, fmt, what=f"'{name}'", keys=keys)
+        readers.check_text(ds, name, path, fmt, what=f"'{name}'", keys=keys, note=note)
     return readers.as_text(ds.select_columns(list(fields)), list(fields))
 
 
@@ -189,7 +191,8 @@ def read_parallel(source: Path, target: Path) -> Any:
 
 def read_pairs(pattern: str, source_field: str | None, target_field: str | None,
                langs: tuple[str, str] | None = None,
-               pick: Callable[[Any, str], tuple[str, str]] | None = None) -> Any:
+               pick: Callable[[Any, str], tuple[str, str]] | None = None,
+               note: Callable[[str, str], None] | None = None) -> Any:
     """A recipe's data file -> a Dataset of `source` and `target` text: parallel text when the
     path holds `{lang}` (filled with each side's language), else JSON/JSONL/CSV records with the
     two named fields, or the two `pick(dataset, path)` finds in the file."""
@@ -206,7 +209,7 @@ def read_pairs(pattern: str, source_field: str | None, target_field: str | None,
         chosen.append(pick(ds, where) if pick is not None else (source_field, target_field))
         return chosen[0]
 
-    ds = read_records(data_path(pattern), pick=named)
+    ds = read_records(data_path(pattern), pick=named, note=note)
     return ds.rename_columns({chosen[0][0]: "source", chosen[0][1]: "target"})
 
 

@@ -60,7 +60,7 @@ def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str
                 raise UserError(f"task.text_field: {path} has no field '{text_field}' "
                                 f"(fields: {', '.join(repr(c) for c in ds.column_names)}); set task.text_field"
                                 + readers.near_name(text_field, ds.column_names))
-            readers.check_text(ds, text_field, path, kind, what=f"'{text_field}'", blank_ok=True)
+            readers.check_text(ds, text_field, path, kind, what=f"'{text_field}'", blank_ok=True, note=task.note)
             ds = ds.select_columns([text_field])
             out[split] = ds.rename_column(text_field, "text") if text_field != "text" else ds
         elif documents == "blank_line":

@@ -154,7 +154,7 @@ class Summarization(TextToText):
         return train, evaluation, hub_id, config
 
     def read(self, pattern: str) -> Any:
-        return read_pairs(self.expand(pattern), *self.fields(), pick=self.pick_fields)
+        return read_pairs(self.expand(pattern), *self.fields(), pick=self.pick_fields, note=self.note)
 
     def pick_fields(self, ds: Any, where: str) -> tuple[str, str]:
         """The document and summary fields: the recipe's; for your own files the preset's names

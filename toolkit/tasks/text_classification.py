@@ -323,7 +323,7 @@ class TextClassification(Classification):
         has_label = self.label_column in ds.column_names
         self._check_columns(ds, path, labels=False)
         for col in self.text_columns:  # a Hub split's too: a list of tokens was read as its Python text
-            readers.check_text(ds, col, Path(path), fmt)
+            readers.check_text(ds, col, Path(path), fmt, note=self.note)
         keep = list(self.text_columns)
         if not has_label:
             return ds.select_columns(keep)

@@ -152,7 +152,7 @@ class Translation(TextToText):
 
     def read(self, pattern: str) -> Any:
         return read_pairs(self.expand(pattern), self.source_field, self.target_field,
-                          (self.source_lang, self.target_lang), pick=self.pick_fields)
+                          (self.source_lang, self.target_lang), pick=self.pick_fields, note=self.note)
 
     def pick_fields(self, ds: Any, where: str) -> tuple[str, str]:
         """The source and target fields of records: the recipe's, else the fields the languages'
