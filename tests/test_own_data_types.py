@@ -522,3 +522,63 @@ def test_an_eval_file_is_read_by_its_own_types(tmp_path: Path, name: str, fmt: s
     said = str(caught.value)
     assert said.startswith(f"{evaluation}:1: ") and "train.jsonl" not in said, said
     assert re.search(r"is (a list|a string), expected (text|a list of tags)", said), said
+
+
+def _headerless(kind: str, i: int) -> tuple:
+    """Record i of a file written without a header, for `kind`: (fields, header)."""
+    return {"classification": ((sentence(i), "subjective" if i % 2 else "objective"), "sentence,kind"),
+            "regression": ((sentence(i), f"{i % 5 + 0.25 * (i % 3)}"), "comment,rating"),
+            "pairs": ((sentence(i), sentence(i + 3), "ab"[i % 2]), "first,second,verdict"),
+            "summaries": ((sentence(i, 14), sentence(i, 5)), "transcript,notes"),
+            "translations": ((sentence(i, 5), f"der satz nummer {i} hier"), "en,de")}[kind]
+
+
+HEADERLESS = {"classification": "minilm-full", "regression": "minilm-lora-regression", "pairs": "minilm-lora",
+              "summaries": "minilm2minilm-summarization", "translations": "minilm2minilm-translation"}
+
+
+@pytest.mark.parametrize("kind, suffix", [(kind, suffix) for kind in sorted(HEADERLESS) for suffix in (
+    (".csv", ".tsv.gz") if kind in ("classification", "regression", "pairs") else (".csv", ".csv.gz"))])  # no TSV
+def test_a_file_without_a_header_is_not_read_by_its_first_record(tmp_path: Path, kind: str, suffix: str) -> None:
+    """Finding: a CSV/TSV written without a header (df.to_csv(header=False), R's col.names=FALSE)
+    had its first record taken for the header: its fields were found by content and named by that
+    record's values (task.label_column: objective), and the record was read by no split, exit 0.
+    One line where the fields are found, not named; with the header written, the same rows read
+    whole; a header the recipe names is kept."""
+    import gzip
+
+    sep = "\t" if suffix.startswith(".tsv") else ","
+    rows = [sep.join(_headerless(kind, i)[0]) for i in range(20)]
+    path = tmp_path / f"d{suffix}"
+
+    def write(lines: list[str]) -> None:
+        data = "".join(f"{line}\n" for line in lines).encode()
+        path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+
+    write(rows)
+    recipe = recipes.load(OWN / f"{HEADERLESS[kind]}.yaml", [f"task.train_file={path}", f"task.eval_file={path}"])
+    with pytest.raises(UserError, match=re.escape(f"{path}:1: the header line reads as a record (")):
+        recipe.task.load()
+    header = _headerless(kind, 0)[1].replace(",", sep)
+    write([header] + rows)
+    overrides = [f"task.train_file={path}", f"task.eval_file={path}"]
+    if kind == "pairs":
+        overrides += ["task.text_columns=[first,second]"]
+    loaded = recipes.load(OWN / f"{HEADERLESS[kind]}.yaml", overrides).task.load()
+    assert len(loaded["train"]) == 20
+    write(rows)  # named in the recipe: the header is meant
+    names = _headerless(kind, 0)[0]
+    named = {"text_columns": [names[0]], "label_column": names[1]} if kind in ("classification", "regression") \
+        else {"source_field": names[0], "target_field": names[1]} if kind in ("summaries", "translations") \
+        else {"text_columns": list(names[:2]), "label_column": names[2]}
+    loaded = recipes.load(OWN / f"{HEADERLESS[kind]}.yaml", [f"task.train_file={path}", f"task.eval_file={path}"]
+                          + [f"task.{k}={json.dumps(v)}" for k, v in named.items()]).task.load()
+    assert len(loaded["train"]) == 19
+
+
+def test_pandas_default_column_names_are_a_header(tmp_path: Path) -> None:
+    """pd.DataFrame(rows).to_csv(index=False) names the columns 0, 1, ...: a header, though its
+    names are values of the label column (0 and 1)."""
+    path = csv(tmp_path / "d.csv", "0,1", [(sentence(i), i % 2) for i in range(20)])
+    task = recipes.load(OWN / "minilm-full.yaml", [f"task.train_file={path}", f"task.eval_file={path}"]).task
+    assert len(task.load()["train"]) == 20 and task.label_column == "1"

@@ -162,6 +162,48 @@ def by_likeness(ds: Any, a: str, b: str, measure: int) -> tuple[str, str] | None
     return None
 
 
+HEADER_WORDS = 4  # a header whose every name has this many words or more reads as a record of texts
+
+
+def no_record_as_header(ds: Any, where: str) -> None:
+    """A CSV/TSV whose fields are to be found (the recipe names not all of them) and whose header
+    line reads as a record: a file written without a header (`df.to_csv(header=False)`, R's
+    `col.names=FALSE`, a hand-made file) had its first record taken for the names, so that record
+    was read by no split and the fields found were named by its values (`task.label_column: neg`),
+    exit 0. pandas (run_glue, run_summarization) reads such a file so too, but there the columns
+    are named by the recipe or found by name. Read as a record: a name that is also a value of its
+    own column where that column's values repeat (the first record's label, `neg` beside `pos` and
+    `neg`; a text column's name that one of its texts repeats is no sign), a name that is a number
+    over a column of numbers (a score; not pandas' default names 0, 1, ... of a DataFrame written
+    without its own), or a header whose every name is a text of HEADER_WORDS words or more (a
+    document and its summary). One line; a header that is one is kept by naming the fields."""
+    if not where.lower().removesuffix(".gz").endswith((".csv", ".tsv")):
+        return
+    columns = list(ds.column_names)
+    if columns == [str(i) for i in range(len(columns))]:  # pandas' names for unnamed columns
+        return
+    import pyarrow.compute as pc
+
+    table = ds.data.table if hasattr(ds.data, "table") else ds.data
+    head = ds.select(range(min(SAMPLE, len(ds))))
+    why = None
+    for name in columns:
+        if text_likeness(head[name])[1] <= 0.5 and \
+                pc.any(pc.equal(pc.utf8_trim_whitespace(table.column(name)), name.strip())).as_py():
+            why = f"{name!r} is also a value of its column"
+        elif _number(name) and all(_number(v) for v in head[name]):
+            why = f"{name!r} is a number, as its column's values are"
+        if why:
+            break
+    if why is None and len(columns) > 1 and all(len(n.split()) >= HEADER_WORDS for n in columns):
+        why = f"every name is a text of {HEADER_WORDS} words or more"
+    if why:
+        raise UserError(f"{where}:1: the header line reads as a record ({why}): a file without a header has its "
+                        "first record read as the column names, and trains without it; add a header line "
+                        "naming the columns (e.g. text,label), or name the fields in the recipe if this "
+                        "header is meant")
+
+
 def pick_pair(ds: Any, where: str, source: str | None, target: str | None, keys: Keys,
               inputs: tuple[str, ...], outputs: tuple[str, ...], measure: int | None = 0,
               fill: bool = True) -> tuple[str, str]:
@@ -173,6 +215,8 @@ def pick_pair(ds: Any, where: str, source: str | None, target: str | None, keys:
         if value is not None and value not in columns:
             raise UserError(f"{where}: has no field '{value}' ({key}); its fields: "
                             f"{', '.join(repr(c) for c in columns)}" + readers.near_name(value, columns))
+    if source is None or target is None:  # to be found by name or content: not by a record's values
+        no_record_as_header(ds, where)
     if source is not None and source == target:
         raise UserError(f"{keys.source} and {keys.target} are both '{source}'; name two fields")
     source = source or named(columns, inputs, skip=(target,), where=where)

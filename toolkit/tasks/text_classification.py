@@ -419,6 +419,7 @@ def pick_columns(ds: Any, where: str, text_columns: list[str] | None, label_colu
         if given not in columns:  # (`Sentence` for `sentence` was "cannot tell which columns ...")
             raise UserError(f"{where}: column '{given}' is missing (it has: {_fields.quoted(columns)}); set "
                             "task.text_columns / task.label_column" + readers.near_name(given, columns))
+    _fields.no_record_as_header(ds, where)  # fields to be found: not among a record's values
     if label_column is None and len(columns) == 1:
         raise UserError(f"{where}: column 'label' is missing (it has: {columns[0]!r}); a text and a label "
                         "column are needed: is the delimiter right? (.csv: commas, .tsv: tabs)")
