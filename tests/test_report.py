@@ -1901,7 +1901,8 @@ def test_one_base_recorded_with_other_files_is_one_model(tmp_path: Path) -> None
     assert p.cells[("sst2", "lora")].stat.fmt(100.0) == "82.00 ± 2.00 (n=3)"
 
 
-@pytest.mark.parametrize("recorded", ["new run", "run from before score was recorded"])
+@pytest.mark.parametrize("recorded", ["new run", "run from before score was recorded", "every run from before score",
+                                      "every run from before declarations"])
 @pytest.mark.parametrize("entry", ["cli", "api"])
 def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Path, cli, entry: str,
                                                                      recorded: str) -> None:
@@ -1909,7 +1910,8 @@ def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Pat
     declared in metrics.json as higher-is-better: the runs table headed it `best_f1_thresh ↑`, and
     `--metric best_f1_thresh` reported each cell's highest threshold as its best setting, exit 0.
     The declaration says it is no score; its header carries no direction, and a pivot of it is one
-    line. A run written before that was recorded takes it from any run that records it."""
+    line. A run written before that was recorded takes it from any run that records it, and runs
+    that all predate it from the catalogue (tasks.CATALOGUE): old runs alone kept the ↑."""
     import toolkit
     from toolkit.tasks import TASKS
 
@@ -1920,10 +1922,12 @@ def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Pat
     assert "score" not in declared["best_f1"]  # a score's declaration is as it always was
     for seed, lr, thresh in ((42, 1e-3, -1.5), (43, 1e-3, -1.2), (42, 3e-3, 0.4), (43, 3e-3, 0.6)):
         run = fake_run(tmp_path, "squad_v2", "lora", seed, {"f1": 0.7 + seed / 1e3, "perplexity": 3.0}, lr=lr, main="f1")
+        old = recorded.startswith("every") or (recorded != "new run" and seed == 42)
         _stamp_json(run, eval={"f1": 0.7 + lr, "perplexity": 3.0, "loss": 0.5, "best_f1_thresh": thresh},
                     metric_declarations={**DECL, "best_f1_thresh": {
-                        "higher_is_better": True, "scale": 1.0,
-                        **({} if recorded != "new run" and seed == 42 else {"score": False})}})
+                        "higher_is_better": True, "scale": 1.0, **({} if old else {"score": False})}})
+        if recorded.endswith("declarations"):
+            _edit_metrics(run, lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "metric_declarations"}))
     if entry == "cli":
         code, text, err = cli("report", tmp_path, "--no-plots")
         assert code == 0, err
