@@ -1854,19 +1854,33 @@ def test_runs_below_a_linked_folder_are_reported(tmp_path: Path, cli, entry: str
             toolkit.report([root], plots=False)
 
 
-def _base(run: Path, **files: str) -> None:
-    """metrics.json base_files as runs.base_record writes it: {file: [size, mtime_ns, sha256]}."""
-    _stamp_json(run, base_files={"patterns": ["*.safetensors", "config.json"], "files": {
-        name.replace("_", "."): [10, seed, sha] for seed, (name, sha) in enumerate(files.items())}})
+def _base(run: Path, field: str = "base_files", **files: str) -> None:
+    """metrics.json's record of a run's base as runs.base_record writes it: {file: [size, mtime_ns,
+    sha256]}, under `field`: base_files (the base an adapter or in-context result is loaded onto),
+    base_weights (the base every method started from, since 2026-11-28), or both."""
+    record = {"patterns": ["*.safetensors", "config.json"], "files": {
+        name.replace("_", "."): [10, seed, sha] for seed, (name, sha) in enumerate(files.items())}}
+    _stamp_json(run, **{f: record for f in field.split("+")})
 
 
-@pytest.mark.parametrize("table", ["runs", "pivot", "glue", "cli"])
-def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, cli, table: str) -> None:
-    """LoRA seeds on a local base folder (or a Hub id's cached snapshot) whose weights changed
+# how a run records its base: an adapter run from before base_weights (base_files alone), a full
+# fine-tune now (base_weights alone: its model/ is whole, so no base_files), an adapter run now (both)
+BASE_RECORDS = [("lora", "base_files"), ("full", "base_weights"), ("lora", "base_weights+base_files")]
+
+
+@pytest.mark.parametrize("method, field", BASE_RECORDS)
+@pytest.mark.parametrize("table", ["runs", "pivot", "glue", "plots", "cli", "api"])
+def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, cli, table: str, method: str,
+                                                               field: str) -> None:
+    """Seeds on a local base folder (or a Hub id's cached snapshot) whose weights changed
     between them: metrics.json recorded each base's sha256, the report read none of it, and the
-    four seeds were one entry, 71.00 ± 11.55 (n=4), exit 0. Each base is a model of its own."""
+    four seeds were one entry, 71.00 ± 11.55 (n=4), exit 0. Each base is a model of its own. A
+    full fine-tune recorded no base at all (base_files is the base a result loads onto), and its
+    seeds on two bases were one entry whatever the report read: every method records
+    base_weights now."""
     for seed, acc, sha in ((42, 0.80, "a1"), (43, 0.82, "a1"), (44, 0.60, "b2"), (45, 0.62, "b2")):
-        _base(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}), model_safetensors=sha, config_json="json:c")
+        _base(fake_run(tmp_path, "sst2", method, seed, {"accuracy": acc}), field, model_safetensors=sha,
+              config_json="json:c")
     items = report.collect(tmp_path)
     if table == "runs":
         _, rows = report.rows(items)
@@ -1880,9 +1894,14 @@ def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, c
     elif table == "glue":
         lines = [r for r in glue_report.render(items).splitlines() if r.startswith("| tiny")]
         assert len(lines) == 2 and all("(n=2)" in r for r in lines)
+    elif table == "plots":  # a line per base, never one mean over both
+        assert sorted(len(runs) for runs in plotting.entries(items)["sst2"].values()) == [2, 2]
     else:
-        code, text, err = cli("report", tmp_path, "--rows", "model", "--cols", "method", "--no-plots")
-        assert code == 0, err
+        if table == "cli":
+            code, text, err = cli("report", tmp_path, "--rows", "model", "--cols", "method", "--no-plots")
+            assert code == 0, err
+        else:
+            text = toolkit_report([tmp_path], row_key="model", col_key="method")
         assert "81.00 ± 1.41 (n=2)" in text and "61.00 ± 1.41 (n=2)" in text and "(n=4)" not in text
 
 
@@ -1895,10 +1914,13 @@ def test_one_base_recorded_with_other_files_is_one_model(tmp_path: Path) -> None
     _base(fake_run(tmp_path, "sst2", "lora", 43, {"accuracy": 0.82}), model_safetensors="a1", config_json="c",
           pytorch_model_bin="x9", tokenizer_json="t")
     fake_run(tmp_path, "sst2", "lora", 44, {"accuracy": 0.84})
+    # an adapter run now records the base twice (base_weights, base_files), one from before once
+    _base(fake_run(tmp_path, "sst2", "lora", 45, {"accuracy": 0.86}), "base_weights+base_files",
+          model_safetensors="a1", config_json="c")
     items = report.collect(tmp_path)
     assert {report.label(i, "model") for i in items} == {"tiny"}
     (p,) = report.pivots(items, "task", "method")
-    assert p.cells[("sst2", "lora")].stat.fmt(100.0) == "82.00 ± 2.00 (n=3)"
+    assert p.cells[("sst2", "lora")].stat.fmt(100.0) == "83.00 ± 2.58 (n=4)"
 
 
 @pytest.mark.parametrize("recorded", ["new run", "run from before score was recorded", "every run from before score",
@@ -1965,3 +1987,49 @@ def test_a_metrics_json_without_its_recipe_is_one_line(tmp_path: Path, cli, entr
         with pytest.raises(UserError, match=said):
             toolkit.report([tmp_path], row_key="task", col_key="method", plots=False)
     assert not (tmp_path / "report.md").exists()
+
+
+def test_every_method_records_the_base_it_started_from(tmp_path: Path, tiny_checkpoint, cli) -> None:
+    """End to end: full fine-tuning and LoRA seeds on a local base folder whose weights were saved
+    again between seed 42 and seed 43 (the folder trained again). A full fine-tune recorded
+    nothing of its base (metrics.json base_files is the base a result loads onto: none for a
+    whole model/), so its two seeds were one entry of n=2 on two models, exit 0. Every method
+    records base_weights now, the report tells the two bases apart for each, and a full run's
+    result still loads alone on the changed base (it is whole: base_weights is read by reports
+    only)."""
+    import csv
+    import toolkit
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
+    rows = [("premise", "hypothesis", "label")] + [(f"film {i}", "and more", ("neg", "pos")[i % 2]) for i in range(8)]
+    for name in ("train", "dev"):
+        with (tmp_path / f"{name}.csv").open("w", newline="") as handle:
+            csv.writer(handle).writerows(rows)
+    runs = {}
+    for method in ("full", "lora"):
+        recipe = tmp_path / f"{method}.yaml"
+        recipe.write_text(f"model: {{checkpoint: {base}}}\n"
+                          f"task: {{name: text_classification, train_file: {tmp_path / 'train.csv'}, "
+                          f"eval_file: {tmp_path / 'dev.csv'}, labels: [neg, pos], text_columns: [premise, hypothesis], "
+                          "max_length: 16}\n"
+                          f"method: {{name: {method}{', r: 4' if method == 'lora' else ''}}}\n"
+                          "train: {max_steps: 1, batch_size: 4}\n")
+        runs[method] = recipe
+    made = {(m, 42): toolkit.run(r, runs_dir=tmp_path / "runs").dir for m, r in runs.items()}
+    weights = base / "model.safetensors"
+    kept = weights.read_bytes()
+    weights.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))  # another version of the base's weights
+    made.update({(m, 43): toolkit.run(r, ["train.seed=43"], runs_dir=tmp_path / "runs").dir for m, r in runs.items()})
+    for (method, seed), run in made.items():
+        recorded = json.loads((run / "metrics.json").read_text())
+        assert set(recorded["base_weights"]["files"]) == {"model.safetensors", "config.json"}, method
+        assert (recorded["base_files"] is None) == (method == "full")
+    items = report.collect(tmp_path / "runs")
+    for method in ("full", "lora"):
+        labels = {report.label(i, "model") for i in items if report.method_label(i) == method}
+        assert len(labels) == 2 and all(label.startswith("base [base ") for label in labels), labels
+    _, table = report.rows(items)
+    assert sorted(r[2] for r in table) == ["1", "1", "1", "1"]  # no entry of two seeds on two bases
+    code, text, err = cli("report", tmp_path / "runs", "--rows", "model", "--cols", "method", "--no-plots")
+    assert code == 0 and "loaded onto 2 versions of the base model's files" in text and "(n=2)" not in text, err
+    assert toolkit.evaluate(made[("full", 42)])  # a whole model/ loads on the changed base as before

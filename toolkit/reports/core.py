@@ -166,7 +166,7 @@ METRICS_FIELDS: dict[str, str] = {
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
     "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
     "resumed_under_other_code": "a list", "recipe_hash": "a string", "hub_data": "an object",
-    "base_files": "an object", "eval_samples": "an object of numbers",
+    "base_files": "an object", "base_weights": "an object", "eval_samples": "an object of numbers",
 }
 
 
@@ -497,10 +497,13 @@ def data_split_notes(items: list[dict]) -> list[str]:
 
 
 def _base_files(metrics: dict) -> dict[str, str]:
-    """{file: sha256} of the base an adapter or in-context run was loaded onto (metrics.json
-    base_files, runs.base_record: {files: {name: [size, mtime_ns, sha256]}}); {} not recorded
-    (a full fine-tune, whose model/ is whole, or a run from before 2026-11-27)."""
-    files = (metrics.get("base_files") or {}).get("files")
+    """{file: sha256} of the base a run was loaded from (runs.base_record: {files: {name: [size,
+    mtime_ns, sha256]}}): metrics.json base_weights, which every method records since 2026-11-28,
+    else base_files, which an adapter or in-context run recorded before it (a full fine-tune's
+    model/ is whole: it had none, and its seeds on a base folder trained again between them
+    were one entry, exit 0); {} not recorded (a full fine-tune from before base_weights, or any
+    run from before 2026-11-27)."""
+    files = (metrics.get("base_weights") or metrics.get("base_files") or {}).get("files")
     if not isinstance(files, dict):
         return {}
     return {str(n): str(v[-1]) if isinstance(v, list) and v else json.dumps(v) for n, v in files.items()}
@@ -508,8 +511,9 @@ def _base_files(metrics: dict) -> dict[str, str]:
 
 def base_labels(items: list[dict]) -> None:
     """Runs of one checkpoint name that were loaded onto other weights (a local base folder
-    trained again between seeds, a Hub id whose cached snapshot moved to another revision:
-    metrics.json base_files) are other models on every axis: as one, their seeds were one mean
+    trained again between seeds, a Hub id whose cached snapshot moved to another revision, a
+    chained run's upstream run again with --force: metrics.json base_weights, or base_files for
+    an adapter run from before it) are other models on every axis: as one, their seeds were one mean
     and a pivot cell or a GLUE row pooled two models, exit 0. Compared on the files every record
     of that name holds (an in-context run records the tokenizer too, and a snapshot may gain a
     .bin beside its .safetensors), each such run gets `base_weights` (a short hash, or 'not
@@ -532,7 +536,7 @@ def base_labels(items: list[dict]) -> None:
         said = "; ".join(f"base {k}: {n} run(s)" for k, n in sorted(counts.items()))
         for m in members:
             m["base_split"] = (f"{name.split('/')[-1]}: its runs were loaded onto {len(counts)} versions of the base "
-                               f"model's files (metrics.json base_files: {', '.join(sorted(common))}): {said}; "
+                               f"model's files (metrics.json base_weights: {', '.join(sorted(common))}): {said}; "
                                "each is a model of its own in every table and plot, never seeds or a grid of one "
                                "entry: rerun the other version's seeds on one base, or remove them")
 
