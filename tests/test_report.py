@@ -1946,8 +1946,8 @@ def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Pat
         run = fake_run(tmp_path, "squad_v2", "lora", seed, {"f1": 0.7 + seed / 1e3, "perplexity": 3.0}, lr=lr, main="f1")
         old = recorded.startswith("every") or (recorded != "new run" and seed == 42)
         _stamp_json(run, eval={"f1": 0.7 + lr, "perplexity": 3.0, "loss": 0.5, "best_f1_thresh": thresh},
-                    metric_declarations={**DECL, "best_f1_thresh": {
-                        "higher_is_better": True, "scale": 1.0, **({} if old else {"score": False})}})
+                    metric_declarations={**DECL, "best_f1_thresh": {  # declared a percentage until 2026-11-27
+                        "higher_is_better": True, "scale": 100.0 if old else 1.0, **({} if old else {"score": False})}})
         if recorded.endswith("declarations"):
             _edit_metrics(run, lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "metric_declarations"}))
     if entry == "cli":
@@ -1958,6 +1958,7 @@ def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Pat
     head = next(line for line in text.splitlines() if line.startswith("| run |"))
     assert "| f1 (%) ↑ |" in head and "| perplexity ↓ |" in head and "| loss ↓ |" in head
     assert "| best_f1_thresh (not a score) |" in head
+    assert "| -1.35 ± 0.21 |" in text and "| 0.50 ± 0.14 |" in text  # a logit threshold as it is, not x100
     said = "'best_f1_thresh': it is not a score"
     if entry == "cli":
         code, _, err = cli("report", tmp_path, "--rows", "task", "--metric", "best_f1_thresh", "--no-plots")

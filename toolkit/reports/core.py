@@ -187,10 +187,14 @@ def _declaration_problem(declared: Any) -> str | None:
 
 def _declared(name: str, d: dict | None) -> Metric:
     """A metric as a run's metrics.json declared it (the catalogue's for runs from before). A
-    declaration from before `score` was recorded (2026-11-28) takes the catalogue's: SQuAD v2's
-    best_f1_thresh, a threshold tuned on dev, was headed ↑ in a report of old runs alone."""
-    return Metric(name, d["higher_is_better"], d["scale"], score=d.get("score", declaration(name).score)) if d \
-        else declaration(name)
+    number the catalogue declares no score that a run declared a score was declared before
+    `score` was recorded (2026-11-28), and its scale may be as wrong (SQuAD v2's best_f1_thresh,
+    a threshold tuned on dev, was declared best_f1's percentage until 2026-11-27): it takes the
+    catalogue's declaration. A report of old runs alone headed it `↑ (%)`, 100 times its value."""
+    known = declaration(name)
+    if not d or (not known.score and d.get("score", True)):
+        return known
+    return Metric(name, d["higher_is_better"], d["scale"], score=d.get("score", True))
 
 
 def _is_number(value: Any) -> bool:
