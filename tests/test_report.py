@@ -664,7 +664,7 @@ def test_seeds_pool_on_one_hub_data_whatever_its_revision(tmp_path: Path, table:
 
     items = report.collect(tmp_path)
     if table == "glue":
-        with pytest.raises(UserError, match=r"report --glue: tiny full / SST-2 holds runs on 2 versions of its data or eval set"):
+        with pytest.raises(UserError, match=r"report --glue: tiny full / SST-2 holds runs on 2 versions of its data, eval set or metric definitions"):
             seen(items)
     else:
         got, notes = seen(items)
@@ -708,7 +708,7 @@ def test_a_copy_of_the_data_under_another_path_is_the_same_task(tmp_path: Path, 
     for run in tmp_path.rglob("*lora4[45]*"):
         _stamp(run, data_sha256="f" * 64)
     if table == "glue":
-        with pytest.raises(UserError, match="holds runs on 2 versions of its data or eval set"):
+        with pytest.raises(UserError, match="holds runs on 2 versions of its data, eval set or metric definitions"):
             seen()
     else:
         assert [n for _, n in seen()] == [2, 2]
@@ -730,7 +730,7 @@ def test_runs_scored_on_other_eval_sets_are_other_tasks(tmp_path: Path, table: s
         _stamp(subset, eval_sha256="f" * 64)
     items = report.collect(tmp_path)
     if table == "glue":
-        with pytest.raises(UserError, match=r"tiny lora / RTE holds runs on 2 versions of its data or eval set"):
+        with pytest.raises(UserError, match=r"tiny lora / RTE holds runs on 2 versions of its data, eval set or metric definitions"):
             glue_report.render(items)
     elif table == "glue cli":
         code, _, err = cli("report", tmp_path, "--glue", "--no-plots")
@@ -2034,3 +2034,60 @@ def test_every_method_records_the_base_it_started_from(tmp_path: Path, tiny_chec
     code, text, err = cli("report", tmp_path / "runs", "--rows", "model", "--cols", "method", "--no-plots")
     assert code == 0 and "loaded onto 2 versions of the base model's files" in text and "(n=2)" not in text, err
     assert toolkit.evaluate(made[("full", 42)])  # a whole model/ loads on the changed base as before
+
+
+BLEU_13A = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1"
+SCORING = {  # how seeds 44 and 45 of the LoRA runs were scored otherwise than 42 and 43
+    # task.bleu_tokenize: a recipe field that defines the metric, read as a grid (the higher BLEU "best")
+    "bleu tokenizer": ({"bleu_tokenize": "intl"}, {"bleu_signature": BLEU_13A.replace("13a", "intl")}),
+    # the same recipe scored by another sacreBLEU: pooled as seeds of one entry
+    "sacrebleu version": ({}, {"bleu_signature": BLEU_13A.replace("2.5.1", "2.0.0")}),
+    # task.labels in another order: `f1` is the F1 of another class (its positive label)
+    "positive label": ({"labels": ["pos", "neg"]}, {"f1": "F1 of label 'neg' (id 1) as the positive class"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCORING))
+@pytest.mark.parametrize("table", ["runs", "pivot", "plots", "glue", "cli", "api"])
+def test_runs_scored_under_other_metric_definitions_are_other_tasks(tmp_path: Path, cli, table: str, case: str) -> None:
+    """metrics.json metric_info records what a run's metrics are (sacreBLEU's signature, which
+    F1 `f1` is); the report read none of it: LoRA seeds scored with BLEU's intl tokenizer beside
+    13a ones were a grid over task.bleu_tokenize and the pivot reported the tokenizer that scored
+    higher as the best setting; seeds scored by another sacreBLEU, or with `f1` of another class,
+    were one mean, exit 0. Each definition is a task of its own, said in one line; the decoding a
+    run records there (`generation`) is a setting, not a definition, and splits nothing."""
+    fields, other = SCORING[case]
+    first = {"bleu_signature": BLEU_13A} if "bleu" in next(iter(other)) else {"f1": "F1 of label 'pos' (id 1) as the positive class"}
+    for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.90), (45, 0.92)):
+        run = fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}, task_extra=fields if seed > 43 else {})
+        _stamp_json(run, metric_info={**(other if seed > 43 else first), "generation": f"num_beams {seed}"})
+    full = fake_run(tmp_path, "sst2", "full", 42, {"accuracy": 0.85})
+    _stamp_json(full, metric_info=first)
+    items = report.collect(tmp_path)
+    split = "were scored under 2 definitions of their metrics"
+    if table == "runs":
+        _, rows = report.rows(items)
+        assert sorted(r[3] for r in rows if r[1] == "lora") == ["81.00 ± 1.41", "91.00 ± 1.41"]
+        assert sum(split in n for n in report.runs_notes(items)) == 1
+    elif table == "pivot":
+        (p,) = report.pivots(items, "task", "method")
+        lora = sorted((r, cell.stat.n) for (r, c), cell in p.cells.items() if c == "lora")
+        assert len(lora) == 2 and all(n == 2 for _, n in lora) and all("[scoring " in r for r, _ in lora), lora
+        assert not [n for n in report.pivot_notes(p) if "of the grid" in n]  # no definition chosen as a setting
+    elif table == "plots":
+        assert len([t for t in plotting.entries(items) if t.startswith("sst2 [scoring ")]) == 2
+    elif table == "glue":
+        with pytest.raises(UserError, match="tiny lora / SST-2 holds runs on 2 versions of its data, eval set or metric"):
+            glue_report.render(items)
+    else:
+        if table == "cli":
+            code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+            assert code == 0, err
+        else:
+            text = toolkit_report([tmp_path], row_key="task", col_key="method")
+        assert "(n=4)" not in text and text.count(split) == 2 and "reported train" not in text  # runs table, pivot
+    shutil.rmtree(full)
+    for run in [r.parent for r in tmp_path.rglob("metrics.json") if '"seed": 44' in r.read_text() or '"seed": 45' in r.read_text()]:
+        shutil.rmtree(run)  # one definition left (its decoding recorded per run): nothing split
+    items = report.collect(tmp_path)
+    assert {report.label(i, "task") for i in items} == {"sst2"}

@@ -297,8 +297,8 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     data_from_run_id(found)
     hub_from_fingerprint(found)
     base_labels(found)
+    task_labels(found)  # before one_seed_once: a run scored under another metric definition is another setting
     one_seed_once(found)
-    task_labels(found)
     model_labels(found)
     return found
 
@@ -435,6 +435,7 @@ def task_labels(items: list[dict]) -> None:
             said = [f"{k} {_tail(f[k], {g.get(k) for g in fields if g.get(k)}) if k in f else '–'}" for k in differ]
             member["task_label"] = f"{name} ({', '.join(said)})" if said else name
     data_labels(items)
+    scoring_labels(items)
 
 
 def data_version(item: dict) -> tuple[str, str]:
@@ -494,10 +495,59 @@ def data_labels(items: list[dict]) -> None:
                                "seeds on one data and eval set, or remove them")
 
 
+# what metrics.json metric_info records of how a run was decoded, not of what its metrics are:
+# a setting of the recipe (a grid over task.generation.num_beams is chosen on dev) or of the
+# checkpoint's generation_config (base_weights records it)
+DECODING = ("generation",)
+
+
+def _scoring(metrics: dict) -> dict[str, str]:
+    """What a run's metrics are, as metrics.json metric_info records it (sacreBLEU's signature:
+    its tokenizer and version; which F1 `f1` is; NER's tag scheme), without the decoding; {} where
+    nothing is recorded (a task that records nothing, or a run from before metric_info)."""
+    info = metrics.get("metric_info")
+    return {str(k): str(v) for k, v in info.items() if k not in DECODING} if isinstance(info, dict) else {}
+
+
+def scoring_labels(items: list[dict]) -> None:
+    """Runs of one task label whose metrics were computed under other definitions (BLEU tokenized
+    13a and intl, or by another sacreBLEU; `f1` of another positive label; another tag scheme:
+    metrics.json metric_info) are other tasks on every axis: their numbers are not of one metric.
+    As one task, a recipe field that changes the definition (task.bleu_tokenize) was a grid and a
+    pivot cell reported the definition that scored higher as the best setting, and the same recipe
+    scored by another sacreBLEU pooled as seeds, exit 0. Each such run's label gets `[scoring
+    <short hash>]` ('not recorded' where a run beside them records none), and one line says what
+    differs; runs of one definition, or with one among unrecorded ones, are unchanged."""
+    by_label: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_label[item["task_label"]].append(item)
+    for name, members in by_label.items():
+        records = {id(m): r for m in members if (r := _scoring(m["metrics"]))}
+        keys = {k: hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()[:12] for k, r in records.items()}
+        if len(set(keys.values())) < 2:
+            continue
+        differ = sorted(k for k in {k for r in records.values() for k in r}
+                        if len({r.get(k) for r in records.values()}) > 1)
+        counts: dict[str, int] = defaultdict(int)
+        shown: dict[str, str] = {}
+        for m in members:
+            m["scoring"] = keys.get(id(m), "not recorded")
+            m["task_label"] = f"{name} [scoring {m['scoring']}]"
+            counts[m["scoring"]] += 1
+            shown[m["scoring"]] = ", ".join(f"{k} {records[id(m)].get(k, '–')}" for k in differ) if id(m) in records else ""
+        said = "; ".join(f"scoring {k} ({shown[k]}): {n} run(s)" if shown[k] else f"scoring {k}: {n} run(s)"
+                         for k, n in sorted(counts.items()))
+        for m in members:
+            m["scoring_split"] = (f"{name}: its runs were scored under {len(counts)} definitions of their metrics "
+                                  f"(metrics.json metric_info: {', '.join(differ)}): {said}; their numbers are not of "
+                                  "one metric, so each is a task of its own in every table and plot, never seeds or a "
+                                  "grid of one entry: score them under one definition (toolkit eval), or report them apart")
+
+
 def data_split_notes(items: list[dict]) -> list[str]:
-    """The one line per task label that data_labels split by data version, and per model label
-    that base_labels split by the base's weights."""
-    return list(dict.fromkeys(i[k] for k in ("data_split", "base_split") for i in items if i.get(k)))
+    """The one line per task label that data_labels split by data version or scoring_labels by
+    metric definition, and per model label that base_labels split by the base's weights."""
+    return list(dict.fromkeys(i[k] for k in ("data_split", "scoring_split", "base_split") for i in items if i.get(k)))
 
 
 def _base_files(metrics: dict) -> dict[str, str]:
@@ -607,8 +657,10 @@ def _setting(item: dict) -> dict:
     return {**recipe, "processes": item["metrics"].get("num_processes"),
             "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "hub": hub_examples(item["metrics"]),
             "eval": (item["metrics"].get("eval_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run"),
-            # the base's weights, where runs of one checkpoint name were loaded onto others (base_labels)
-            **({"base_weights": item["base_weights"]} if item.get("base_weights") else {})}
+            # the base's weights, where runs of one checkpoint name were loaded onto others (base_labels),
+            # and the metrics' definition, where runs of one task were scored under others (scoring_labels)
+            **({"base_weights": item["base_weights"]} if item.get("base_weights") else {}),
+            **({"scoring": item["scoring"]} if item.get("scoring") else {})}
 
 
 def setting(item: dict) -> str:
@@ -1315,7 +1367,7 @@ def _protocol(item: dict) -> dict[str, Any]:
 def _on_axis(key: str, axis: str) -> bool:
     """Whether a flat recipe field is the compared axis itself (`method` covers method.r), or
     follows from it."""
-    follows = {"task": ("data", "hub", "eval"), "model": ("base", "base_weights")}  # another task has other data; another model, another base run
+    follows = {"task": ("data", "hub", "eval", "scoring"), "model": ("base", "base_weights")}  # another task has other data; another model, another base run
     return axis != "run" and (key == axis or key.startswith(axis + ".") or key in follows.get(axis, ()))
 
 

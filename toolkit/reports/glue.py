@@ -75,12 +75,14 @@ def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]
 
 
 def one_data(row: str, task: str, members: list[dict]) -> None:
-    """A GLUE cell is one task's data: runs of it on other data (another data_dir, an edited
-    file, a Hub revision with other rows: the report's task label tells them apart) had their
+    """A GLUE cell is one task's data and metrics: runs of it on other data (another data_dir, an
+    edited file, a Hub revision with other rows) or scored under another definition of a metric
+    (metrics.json metric_info: the report's task label tells them apart) had their
     "best" chosen across the versions as if a grid of settings, exit 0. One line."""
     labels = sorted({report.label(m, "task") for m in members})
     if len(labels) > 1:
-        raise UserError(f"report --glue: {row} / {TITLES[task]} holds runs on {len(labels)} versions of its data or eval set "
+        raise UserError(f"report --glue: {row} / {TITLES[task]} holds runs on {len(labels)} versions of its data, eval set "
+                        "or metric definitions "
                         f"({'; '.join(labels)}), and a GLUE cell pools the seeds of one: remove the runs of the "
                         "versions you do not report, or report each version's runs folder apart")
 
