@@ -2020,10 +2020,12 @@ def test_every_method_records_the_base_it_started_from(tmp_path: Path, tiny_chec
     weights = base / "model.safetensors"
     kept = weights.read_bytes()
     weights.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))  # another version of the base's weights
+    (base / "generation_config.json").write_text('{"num_beams": 4}')  # the decoding a recipe leaves to it
     made.update({(m, 43): toolkit.run(r, ["train.seed=43"], runs_dir=tmp_path / "runs").dir for m, r in runs.items()})
     for (method, seed), run in made.items():
         recorded = json.loads((run / "metrics.json").read_text())
-        assert set(recorded["base_weights"]["files"]) == {"model.safetensors", "config.json"}, method
+        assert set(recorded["base_weights"]["files"]) == {"model.safetensors", "config.json"} | (
+            {"generation_config.json"} if seed == 43 else set()), method
         assert (recorded["base_files"] is None) == (method == "full")
     items = report.collect(tmp_path / "runs")
     for method in ("full", "lora"):
