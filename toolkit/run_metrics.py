@@ -56,7 +56,7 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # the weights and config every run started from, whatever its method (runs.base_record):
         # a full fine-tune's model/ is whole, so base_files is none, and seeds run on a local base
         # folder trained again between them pooled in a report as one setting, exit 0
-        "base_weights": start_weights(recipe, setup),
+        "base_weights": start_weights(recipe, setup) if acc.is_main_process else None,  # read once, not per rank
         # model/ itself, as saved: its files' sizes, times and sha256 (runs.result_changed)
         "model_files": runs.result_record(out / "model") if acc.is_main_process else None,
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
