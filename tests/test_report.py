@@ -1303,6 +1303,27 @@ def test_a_glue_average_over_fewer_seeds_than_ran_says_which(tmp_path: Path) -> 
                                       "(seeds scored on every task only: 42, 43)")
 
 
+@pytest.mark.parametrize("entry", ["glue", "api", "cli"])
+def test_a_glue_average_of_tasks_run_on_other_seeds_is_no_one_seeds(tmp_path: Path, cli, entry: str) -> None:
+    """CoLA on seeds 42 and 43, SST-2 on 44 and 45: no seed ran every task, so the average is one
+    mean of the task means. It was printed `70.25 (n=1)`, read as one run's average beside cells
+    of n=2; it carries no n and says what it is."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "cola", "lora", seed, {"matthews_correlation": 0.5 + seed / 1e3}, main="matthews_correlation")
+        fake_run(tmp_path, "sst2", "lora", seed + 2, {"accuracy": 0.9 + seed / 1e3})
+    if entry == "glue":
+        text = glue_report.render(report.collect(tmp_path))
+    elif entry == "api":
+        text = toolkit_report([tmp_path], glue=True)
+    else:
+        code, text, err = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0, err
+    line = next(row for row in text.splitlines() if row.startswith("| tiny lora"))
+    mean = statistics.mean([0.5425, 0.9425]) * 100
+    assert line.rstrip(" |").endswith(f"| {mean:.2f} (the mean of the task means: no seed ran every task, so no "
+                                      "per-seed average and no spread)"), line
+
+
 def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> None:
     """`make glue` with a learning-rate grid: each task's number is the best setting on dev, which
     is optimistic when reported on that dev set; the protocol line says which cells were chosen."""

@@ -220,7 +220,11 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
         ran = {report.seed_of(m) for ms in cells.values() for m in ms}
         if paired and len(stat.seeds) < len(ran):
             note += f" (seeds scored on every task only: {', '.join(map(str, stat.seeds))})"
-        line.append(stat.fmt(100.0) + _average_mark(cells) + note + ("" if paired else " (seeds differ by task)"))
+        # no seed ran every task: one mean of the task means, of no one seed, whose "(n=1)" read as
+        # a single run's average (every task's cell above it n=3)
+        line.append(stat.fmt(100.0, show_n=paired) + _average_mark(cells) + note
+                    + ("" if paired else " (the mean of the task means: no seed ran every task, so no per-seed "
+                                         "average and no spread)"))
         table.append(line)
     return report.markdown(head, table)
 
