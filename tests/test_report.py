@@ -1195,6 +1195,42 @@ def test_cells_compared_side_by_side_on_other_protocols_are_said(tmp_path: Path,
     assert note.startswith(f"sst2: full, lora differ in more than method: {field} (full: ") and "train.lr" not in note
 
 
+@pytest.mark.parametrize("entry", ["glue", "cli"])
+@pytest.mark.parametrize("field, change", PROTOCOL, ids=[p[0] for p in PROTOCOL])
+def test_glue_rows_of_one_model_on_other_protocols_are_said(tmp_path: Path, cli, entry: str, field: str,
+                                                            change) -> None:
+    """`make glue` for LoRA and for full fine-tuning: the GLUE table set their rows side by side
+    as methods alone where their RTE runs differed in epochs, max length, a training subset, the
+    process count or the toolkit's version (its Protocols list gave each row's settings apart),
+    exit 0. One line per task says it, as the pivot does; rows of two models are two models, and
+    a field every cell chose on dev (an lr grid) is a selection, not a difference."""
+    for seed in (42, 43):
+        for task, evals, main in (("rte", {"accuracy": 0.6}, "accuracy"), ("cola", {"matthews_correlation": 0.4},
+                                                                          "matthews_correlation")):
+            fake_run(tmp_path, task, "full", seed, {k: v + seed / 1e3 for k, v in evals.items()}, lr=1e-4, main=main)
+            for lr in (1e-3, 3e-3):
+                fake_run(tmp_path, task, "lora", seed, {k: v + lr for k, v in evals.items()}, lr=lr, main=main)
+
+    def notes() -> list[str]:
+        if entry == "glue":
+            text = glue_report.render(report.collect(tmp_path))
+        else:
+            code, text, err = cli("report", tmp_path, "--glue", "--no-plots")
+            assert code == 0, err
+        return [line for line in text.splitlines() if line.startswith("- GLUE ") and "differ in more than" in line]
+
+    assert notes() == []
+    for run in tmp_path.glob("glue/rte/tiny-lora/*"):
+        change(run)
+    said = notes()
+    if field == "model.checkpoint":  # another model: its own row, compared with no one
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith(f"- GLUE RTE: tiny full, tiny lora differ in more than method: "
+                                                     f"{field} (tiny full: "), said
+        assert "train.lr" not in said[0]
+
+
 @pytest.mark.parametrize("entry", ["cli", "api"])
 @pytest.mark.parametrize("field, change", PROTOCOL, ids=[p[0] for p in PROTOCOL])
 def test_rows_of_the_runs_table_on_other_protocols_are_said(tmp_path: Path, cli, entry: str, field: str,

@@ -346,6 +346,26 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
     return out
 
 
+def protocol_notes(items: list[dict], rows: dict[str, dict[str, list[dict]]]) -> list[str]:
+    """Per task, one line where the rows of one model (its methods side by side, as `make glue`
+    for two METHODs lays them) ran it on other protocols than the method and what each cell chose
+    on dev: epochs, max length, batch, a training subset, the toolkit's version. The pivot and the
+    runs table said it (core.protocol_notes); the GLUE table compared LoRA at max length 512
+    with full fine-tuning at 128 as methods alone, its Protocols list read row by row, exit 0."""
+    settings, out = _settings(items), []
+    for task in ORDER:
+        by_model: dict[str, list[tuple[str, report.Cell]]] = defaultdict(list)
+        for row, cells in rows.items():
+            if task in cells:
+                grid = settings[(row, task)]
+                keys = report.varying(list(grid)) if len(grid) > 1 else []  # chosen on dev: a selection
+                by_model[report.label(cells[task][0], "model")].append(
+                    (row, report.Cell(cells[task], report.Stat([]), keys=keys)))
+        for entries in by_model.values():
+            out += report.protocol_notes(entries, "method", f"GLUE {TITLES[task]}")
+    return out
+
+
 def unscored_notes(items: list[dict]) -> list[str]:
     """One line per GLUE run an official metric of which is null in metrics.json (an undefined
     Pearson of constant predictions: NaN): that run has no task score, so its seed is out of the
@@ -388,6 +408,7 @@ def render(items: list[dict]) -> str:
               for n in report.mixed_code_note(f"{row} / {TITLES[t]}", ms)]
     notes += [n for row, cells in rows.items() if len(cells) > 1  # one task: its cell's line says it
               for n in report.mixed_code_note(f"{row} / GLUE avg", _average_runs(cells), _task_of)]
+    notes += protocol_notes(items, rows)
     notes += unscored_notes(items)
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.kept_note(f"{row} / {TITLES[t]}", ms)]
