@@ -2096,13 +2096,25 @@ def test_every_method_records_the_base_it_started_from(tmp_path: Path, tiny_chec
 
 
 BLEU_13A = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1"
-SCORING = {  # how seeds 44 and 45 of the LoRA runs were scored otherwise than 42 and 43
+POSITIVE = "F1 of label '{}' (id 1) as the positive class"
+
+
+def _clm_scoring(**task) -> dict:
+    from toolkit.tasks import TASKS
+
+    return TASKS.get("clm")(**task).metric_info()  # as a run records it
+
+
+SCORING = {  # (recipe fields, metric_info) of seeds 42 and 43, then of seeds 44 and 45 of the LoRA runs
     # task.bleu_tokenize: a recipe field that defines the metric, read as a grid (the higher BLEU "best")
-    "bleu tokenizer": ({"bleu_tokenize": "intl"}, {"bleu_signature": BLEU_13A.replace("13a", "intl")}),
+    "bleu tokenizer": ({}, {"bleu_signature": BLEU_13A}, {"bleu_tokenize": "intl"},
+                       {"bleu_signature": BLEU_13A.replace("13a", "intl")}),
     # the same recipe scored by another sacreBLEU: pooled as seeds of one entry
-    "sacrebleu version": ({}, {"bleu_signature": BLEU_13A.replace("2.5.1", "2.0.0")}),
+    "sacrebleu version": ({}, {"bleu_signature": BLEU_13A}, {}, {"bleu_signature": BLEU_13A.replace("2.5.1", "2.0.0")}),
     # task.labels in another order: `f1` is the F1 of another class (its positive label)
-    "positive label": ({"labels": ["pos", "neg"]}, {"f1": "F1 of label 'neg' (id 1) as the positive class"}),
+    "positive label": ({}, {"f1": POSITIVE.format("pos")}, {"labels": ["pos", "neg"]}, {"f1": POSITIVE.format("neg")}),
+    # clm's task.eval_stride: the context each token's perplexity is scored with (the lower, "best")
+    "perplexity stride": ({}, _clm_scoring(), {"eval_stride": 16}, _clm_scoring(eval_stride=16)),
 }
 
 
@@ -2115,10 +2127,10 @@ def test_runs_scored_under_other_metric_definitions_are_other_tasks(tmp_path: Pa
     higher as the best setting; seeds scored by another sacreBLEU, or with `f1` of another class,
     were one mean, exit 0. Each definition is a task of its own, said in one line; the decoding a
     run records there (`generation`) is a setting, not a definition, and splits nothing."""
-    fields, other = SCORING[case]
-    first = {"bleu_signature": BLEU_13A} if "bleu" in next(iter(other)) else {"f1": "F1 of label 'pos' (id 1) as the positive class"}
+    first_fields, first, fields, other = SCORING[case]
+    assert first != other
     for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.90), (45, 0.92)):
-        run = fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}, task_extra=fields if seed > 43 else {})
+        run = fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}, task_extra=fields if seed > 43 else first_fields)
         _stamp_json(run, metric_info={**(other if seed > 43 else first), "generation": f"num_beams {seed}"})
     full = fake_run(tmp_path, "sst2", "full", 42, {"accuracy": 0.85})
     _stamp_json(full, metric_info=first)
