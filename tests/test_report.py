@@ -1922,13 +1922,15 @@ def _base(run: Path, field: str = "base_files", **files: str) -> None:
 
 # how a run records its base: an adapter run from before base_weights (base_files alone), a full
 # fine-tune now (base_weights alone: its model/ is whole, so no base_files), an adapter run now (both)
-BASE_RECORDS = [("lora", "base_files"), ("full", "base_weights"), ("lora", "base_weights+base_files")]
+BASE_RECORDS = [("lora", "base_files", "model_safetensors"), ("full", "base_weights", "model_safetensors"),
+                ("lora", "base_weights+base_files", "model_safetensors"),
+                ("full", "base_weights", "tokenizer_json")]  # the base's tokenizer edited between seeds
 
 
-@pytest.mark.parametrize("method, field", BASE_RECORDS)
+@pytest.mark.parametrize("method, field, changed", BASE_RECORDS)
 @pytest.mark.parametrize("table", ["runs", "pivot", "glue", "plots", "cli", "api"])
 def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, cli, table: str, method: str,
-                                                               field: str) -> None:
+                                                               field: str, changed: str) -> None:
     """Seeds on a local base folder (or a Hub id's cached snapshot) whose weights changed
     between them: metrics.json recorded each base's sha256, the report read none of it, and the
     four seeds were one entry, 71.00 ± 11.55 (n=4), exit 0. Each base is a model of its own. A
@@ -1936,8 +1938,8 @@ def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, c
     seeds on two bases were one entry whatever the report read: every method records
     base_weights now."""
     for seed, acc, sha in ((42, 0.80, "a1"), (43, 0.82, "a1"), (44, 0.60, "b2"), (45, 0.62, "b2")):
-        _base(fake_run(tmp_path, "sst2", method, seed, {"accuracy": acc}), field, model_safetensors=sha,
-              config_json="json:c")
+        _base(fake_run(tmp_path, "sst2", method, seed, {"accuracy": acc}), field,
+              **{"model_safetensors": "w", "config_json": "json:c", "tokenizer_json": "t", changed: sha})
     items = report.collect(tmp_path)
     if table == "runs":
         _, rows = report.rows(items)
@@ -2081,8 +2083,9 @@ def test_every_method_records_the_base_it_started_from(tmp_path: Path, tiny_chec
     made.update({(m, 43): toolkit.run(r, ["train.seed=43"], runs_dir=tmp_path / "runs").dir for m, r in runs.items()})
     for (method, seed), run in made.items():
         recorded = json.loads((run / "metrics.json").read_text())
-        assert set(recorded["base_weights"]["files"]) == {"model.safetensors", "config.json"} | (
-            {"generation_config.json"} if seed == 43 else set()), method
+        files = set(recorded["base_weights"]["files"])  # weights, configs and the tokenizer's files
+        assert {"model.safetensors", "config.json", "tokenizer_config.json"} <= files, (method, files)
+        assert ("generation_config.json" in files) == (seed == 43), (method, files)
         assert (recorded["base_files"] is None) == (method == "full")
     items = report.collect(tmp_path / "runs")
     for method in ("full", "lora"):

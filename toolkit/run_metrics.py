@@ -130,13 +130,14 @@ def base_source(recipe: Recipe, setup: Any) -> str:
 
 
 def start_weights(recipe: Recipe, setup: Any) -> dict | None:
-    """The weights and config of the folder the run's model was loaded from (runs.base_record of
-    a local folder, a Hub id's cached snapshot, a chained run's upstream model/, a smoke run's
-    small model), for every method alike: what a report tells seeds on other base weights apart
-    by (reports.core.base_labels). Its generation_config too: the decoding a recipe leaves to it
-    (metrics.json metric_info `generation`) moves a generation task's scores. Read only by
-    reports: a whole model/ loads without its base."""
-    return runs.base_record(base_source(recipe, setup), runs.BASE_WEIGHTS + ("config.json", "generation_config.json"))
+    """The weights, config and tokenizer of the folder the run's model was loaded from
+    (runs.base_record of a local folder, a Hub id's cached snapshot, a chained run's upstream
+    model/, a smoke run's small model), for every method alike: what a report tells seeds on
+    another base apart by (reports.core.base_labels). Its generation_config too: the decoding a
+    recipe leaves to it (metrics.json metric_info `generation`) moves a generation task's scores.
+    Read only by reports: a whole model/ loads without its base."""
+    patterns = runs.BASE_WEIGHTS + runs.BASE_READ + ("generation_config.json",)
+    return runs.base_record(base_source(recipe, setup), patterns)
 
 
 def examples_fingerprint(splits: dict[str, Any]) -> str:
