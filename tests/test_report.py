@@ -1793,7 +1793,9 @@ def test_two_tasks_whose_names_make_one_file_name_get_a_plot_each(tmp_path: Path
     ({"metric": ""}, "report --metric '': no run has it (runs have: accuracy, f1"),
     ({"rows": ""}, "report --rows '': expected one of task, method, model, run"),
     ({"cols": ""}, "report --cols '': expected one of task, method, model, run"),
-], ids=["metric alone", "metric typo alone", "empty metric", "empty rows", "empty cols"])
+    ({"metric": ["f1", "f1"]}, None),  # one table, where it printed the same pivot twice
+    ({"rows": "method", "cols": "method"}, "report: --rows and --cols are both 'method'"),  # a diagonal
+], ids=["metric alone", "metric typo alone", "empty metric", "empty rows", "empty cols", "metric twice", "one axis twice"])
 def test_a_pivot_option_given_alone_or_empty_is_not_dropped(tmp_path: Path, cli, entry: str, given: dict,
                                                             said: str | None) -> None:
     """`--metric f1` without --rows/--cols (or `--rows ''`) made no pivot and said nothing, exit 0:
@@ -1804,20 +1806,20 @@ def test_a_pivot_option_given_alone_or_empty_is_not_dropped(tmp_path: Path, cli,
     for seed in (42, 43):
         fake_run(tmp_path, "mrpc", "full", seed, {"accuracy": 0.80, "f1": 0.86 + seed / 1000}, main="f1")
     if entry == "cli":
-        args = [f"--{k}={v}" for k, v in given.items()]
+        args = [f"--{k}={v}" for k, vs in given.items() for v in (vs if isinstance(vs, list) else [vs])]
         code, out, err = cli("report", tmp_path, *args, "--no-plots")
         assert code == (2 if said else 0) and (err.startswith(f"error: {said}") if said else True), err
         text = out
     else:
-        options = {{"metric": "metrics", "rows": "row_key", "cols": "col_key"}[k]: [v] if k == "metric" else v
-                   for k, v in given.items()}
+        options = {{"metric": "metrics", "rows": "row_key", "cols": "col_key"}[k]:
+                   (v if isinstance(v, list) else [v]) if k == "metric" else v for k, v in given.items()}
         if said:
             with pytest.raises(toolkit.UserError, match=re.escape(said)):
                 toolkit.report(tmp_path, **options)
         else:
             text = toolkit.report(tmp_path, **options)
     if not said:
-        assert "## f1 (%) ↑: task × method" in text and "| mrpc | 90.25 ± 0.07 (n=2) |" in text
+        assert text.count("## f1 (%) ↑: task × method") == 1 and "| mrpc | 90.25 ± 0.07 (n=2) |" in text
 
 
 def test_runs_from_before_pair_separator_are_seeds_of_one_entry_with_new_ones(tmp_path: Path) -> None:

@@ -1243,6 +1243,9 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     """One table per metric: rows x cols, each cell the best setting's mean ± std (n)."""
     check_axis(row_key, "--rows")
     check_axis(col_key, "--cols")
+    if row_key == col_key:  # every run on the diagonal: a table that compares nothing with anything
+        raise UserError(f"report: --rows and --cols are both '{row_key}'; give two axes, e.g. --rows task --cols method")
+    metrics = list(dict.fromkeys(metrics)) if metrics else metrics  # `--metric f1 --metric f1`: one table, not two
     _in_some_recipe(items, row_key, "--rows")
     _in_some_recipe(items, col_key, "--cols")
     decls = declarations(items)
