@@ -53,7 +53,7 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "base_run_files": chain.record(setup.source) if isinstance(recipe.model.checkpoint, dict) else None,
         # a local base folder's files that eval/predict/export load model/ onto (result_base)
         "base_files": result_base(recipe, setup, out),
-        # the weights and config every run started from, whatever its method (runs.base_record):
+        # the base's weights, configs and tokenizer every run started from, whatever its method (runs.base_record):
         # a full fine-tune's model/ is whole, so base_files is none, and seeds run on a local base
         # folder trained again between them pooled in a report as one setting, exit 0
         "base_weights": start_weights(recipe, setup) if acc.is_main_process else None,  # read once, not per rank

@@ -167,6 +167,7 @@ METRICS_FIELDS: dict[str, str] = {
     "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
     "resumed_under_other_code": "a list", "recipe_hash": "a string", "hub_data": "an object",
     "base_files": "an object", "base_weights": "an object", "eval_samples": "an object of numbers",
+    "metric_info": "an object",
 }
 
 
