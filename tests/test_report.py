@@ -664,7 +664,7 @@ def test_seeds_pool_on_one_hub_data_whatever_its_revision(tmp_path: Path, table:
 
     items = report.collect(tmp_path)
     if table == "glue":
-        with pytest.raises(UserError, match=r"report --glue: tiny full / SST-2 holds runs on 2 versions of its data or eval set"):
+        with pytest.raises(UserError, match=r"report --glue: tiny full / SST-2 holds runs on 2 versions of its data, eval set or metric definitions"):
             seen(items)
     else:
         got, notes = seen(items)
@@ -708,7 +708,7 @@ def test_a_copy_of_the_data_under_another_path_is_the_same_task(tmp_path: Path, 
     for run in tmp_path.rglob("*lora4[45]*"):
         _stamp(run, data_sha256="f" * 64)
     if table == "glue":
-        with pytest.raises(UserError, match="holds runs on 2 versions of its data or eval set"):
+        with pytest.raises(UserError, match="holds runs on 2 versions of its data, eval set or metric definitions"):
             seen()
     else:
         assert [n for _, n in seen()] == [2, 2]
@@ -730,7 +730,7 @@ def test_runs_scored_on_other_eval_sets_are_other_tasks(tmp_path: Path, table: s
         _stamp(subset, eval_sha256="f" * 64)
     items = report.collect(tmp_path)
     if table == "glue":
-        with pytest.raises(UserError, match=r"tiny lora / RTE holds runs on 2 versions of its data or eval set"):
+        with pytest.raises(UserError, match=r"tiny lora / RTE holds runs on 2 versions of its data, eval set or metric definitions"):
             glue_report.render(items)
     elif table == "glue cli":
         code, _, err = cli("report", tmp_path, "--glue", "--no-plots")
@@ -1195,6 +1195,42 @@ def test_cells_compared_side_by_side_on_other_protocols_are_said(tmp_path: Path,
     assert note.startswith(f"sst2: full, lora differ in more than method: {field} (full: ") and "train.lr" not in note
 
 
+@pytest.mark.parametrize("entry", ["glue", "cli"])
+@pytest.mark.parametrize("field, change", PROTOCOL, ids=[p[0] for p in PROTOCOL])
+def test_glue_rows_of_one_model_on_other_protocols_are_said(tmp_path: Path, cli, entry: str, field: str,
+                                                            change) -> None:
+    """`make glue` for LoRA and for full fine-tuning: the GLUE table set their rows side by side
+    as methods alone where their RTE runs differed in epochs, max length, a training subset, the
+    process count or the toolkit's version (its Protocols list gave each row's settings apart),
+    exit 0. One line per task says it, as the pivot does; rows of two models are two models, and
+    a field every cell chose on dev (an lr grid) is a selection, not a difference."""
+    for seed in (42, 43):
+        for task, evals, main in (("rte", {"accuracy": 0.6}, "accuracy"), ("cola", {"matthews_correlation": 0.4},
+                                                                          "matthews_correlation")):
+            fake_run(tmp_path, task, "full", seed, {k: v + seed / 1e3 for k, v in evals.items()}, lr=1e-4, main=main)
+            for lr in (1e-3, 3e-3):
+                fake_run(tmp_path, task, "lora", seed, {k: v + lr for k, v in evals.items()}, lr=lr, main=main)
+
+    def notes() -> list[str]:
+        if entry == "glue":
+            text = glue_report.render(report.collect(tmp_path))
+        else:
+            code, text, err = cli("report", tmp_path, "--glue", "--no-plots")
+            assert code == 0, err
+        return [line for line in text.splitlines() if line.startswith("- GLUE ") and "differ in more than" in line]
+
+    assert notes() == []
+    for run in tmp_path.glob("glue/rte/tiny-lora/*"):
+        change(run)
+    said = notes()
+    if field == "model.checkpoint":  # another model: its own row, compared with no one
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith(f"- GLUE RTE: tiny full, tiny lora differ in more than method: "
+                                                     f"{field} (tiny full: "), said
+        assert "train.lr" not in said[0]
+
+
 @pytest.mark.parametrize("entry", ["cli", "api"])
 @pytest.mark.parametrize("field, change", PROTOCOL, ids=[p[0] for p in PROTOCOL])
 def test_rows_of_the_runs_table_on_other_protocols_are_said(tmp_path: Path, cli, entry: str, field: str,
@@ -1301,6 +1337,27 @@ def test_a_glue_average_over_fewer_seeds_than_ran_says_which(tmp_path: Path) -> 
     line = next(row for row in text.splitlines() if row.startswith("| tiny lora"))
     assert line.rstrip(" |").endswith(f"{statistics.mean(per_seed):.2f} ± {statistics.stdev(per_seed):.2f} (n=2) "
                                       "(seeds scored on every task only: 42, 43)")
+
+
+@pytest.mark.parametrize("entry", ["glue", "api", "cli"])
+def test_a_glue_average_of_tasks_run_on_other_seeds_is_no_one_seeds(tmp_path: Path, cli, entry: str) -> None:
+    """CoLA on seeds 42 and 43, SST-2 on 44 and 45: no seed ran every task, so the average is one
+    mean of the task means. It was printed `70.25 (n=1)`, read as one run's average beside cells
+    of n=2; it carries no n and says what it is."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "cola", "lora", seed, {"matthews_correlation": 0.5 + seed / 1e3}, main="matthews_correlation")
+        fake_run(tmp_path, "sst2", "lora", seed + 2, {"accuracy": 0.9 + seed / 1e3})
+    if entry == "glue":
+        text = glue_report.render(report.collect(tmp_path))
+    elif entry == "api":
+        text = toolkit_report([tmp_path], glue=True)
+    else:
+        code, text, err = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0, err
+    line = next(row for row in text.splitlines() if row.startswith("| tiny lora"))
+    mean = statistics.mean([0.5425, 0.9425]) * 100
+    assert line.rstrip(" |").endswith(f"| {mean:.2f} (the mean of the task means: no seed ran every task, so no "
+                                      "per-seed average and no spread)"), line
 
 
 def test_a_glue_cell_chosen_among_settings_on_dev_says_so(tmp_path: Path) -> None:
@@ -1736,7 +1793,9 @@ def test_two_tasks_whose_names_make_one_file_name_get_a_plot_each(tmp_path: Path
     ({"metric": ""}, "report --metric '': no run has it (runs have: accuracy, f1"),
     ({"rows": ""}, "report --rows '': expected one of task, method, model, run"),
     ({"cols": ""}, "report --cols '': expected one of task, method, model, run"),
-], ids=["metric alone", "metric typo alone", "empty metric", "empty rows", "empty cols"])
+    ({"metric": ["f1", "f1"]}, None),  # one table, where it printed the same pivot twice
+    ({"rows": "method", "cols": "method"}, "report: --rows and --cols are both 'method'"),  # a diagonal
+], ids=["metric alone", "metric typo alone", "empty metric", "empty rows", "empty cols", "metric twice", "one axis twice"])
 def test_a_pivot_option_given_alone_or_empty_is_not_dropped(tmp_path: Path, cli, entry: str, given: dict,
                                                             said: str | None) -> None:
     """`--metric f1` without --rows/--cols (or `--rows ''`) made no pivot and said nothing, exit 0:
@@ -1747,20 +1806,20 @@ def test_a_pivot_option_given_alone_or_empty_is_not_dropped(tmp_path: Path, cli,
     for seed in (42, 43):
         fake_run(tmp_path, "mrpc", "full", seed, {"accuracy": 0.80, "f1": 0.86 + seed / 1000}, main="f1")
     if entry == "cli":
-        args = [f"--{k}={v}" for k, v in given.items()]
+        args = [f"--{k}={v}" for k, vs in given.items() for v in (vs if isinstance(vs, list) else [vs])]
         code, out, err = cli("report", tmp_path, *args, "--no-plots")
         assert code == (2 if said else 0) and (err.startswith(f"error: {said}") if said else True), err
         text = out
     else:
-        options = {{"metric": "metrics", "rows": "row_key", "cols": "col_key"}[k]: [v] if k == "metric" else v
-                   for k, v in given.items()}
+        options = {{"metric": "metrics", "rows": "row_key", "cols": "col_key"}[k]:
+                   (v if isinstance(v, list) else [v]) if k == "metric" else v for k, v in given.items()}
         if said:
             with pytest.raises(toolkit.UserError, match=re.escape(said)):
                 toolkit.report(tmp_path, **options)
         else:
             text = toolkit.report(tmp_path, **options)
     if not said:
-        assert "## f1 (%) ↑: task × method" in text and "| mrpc | 90.25 ± 0.07 (n=2) |" in text
+        assert text.count("## f1 (%) ↑: task × method") == 1 and "| mrpc | 90.25 ± 0.07 (n=2) |" in text
 
 
 def test_runs_from_before_pair_separator_are_seeds_of_one_entry_with_new_ones(tmp_path: Path) -> None:
@@ -1854,19 +1913,35 @@ def test_runs_below_a_linked_folder_are_reported(tmp_path: Path, cli, entry: str
             toolkit.report([root], plots=False)
 
 
-def _base(run: Path, **files: str) -> None:
-    """metrics.json base_files as runs.base_record writes it: {file: [size, mtime_ns, sha256]}."""
-    _stamp_json(run, base_files={"patterns": ["*.safetensors", "config.json"], "files": {
-        name.replace("_", "."): [10, seed, sha] for seed, (name, sha) in enumerate(files.items())}})
+def _base(run: Path, field: str = "base_files", **files: str) -> None:
+    """metrics.json's record of a run's base as runs.base_record writes it: {file: [size, mtime_ns,
+    sha256]}, under `field`: base_files (the base an adapter or in-context result is loaded onto),
+    base_weights (the base every method started from, since 2026-11-28), or both."""
+    record = {"patterns": ["*.safetensors", "config.json"], "files": {
+        name.replace("_", "."): [10, seed, sha] for seed, (name, sha) in enumerate(files.items())}}
+    _stamp_json(run, **{f: record for f in field.split("+")})
 
 
-@pytest.mark.parametrize("table", ["runs", "pivot", "glue", "cli"])
-def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, cli, table: str) -> None:
-    """LoRA seeds on a local base folder (or a Hub id's cached snapshot) whose weights changed
+# how a run records its base: an adapter run from before base_weights (base_files alone), a full
+# fine-tune now (base_weights alone: its model/ is whole, so no base_files), an adapter run now (both)
+BASE_RECORDS = [("lora", "base_files", "model_safetensors"), ("full", "base_weights", "model_safetensors"),
+                ("lora", "base_weights+base_files", "model_safetensors"),
+                ("full", "base_weights", "tokenizer_json")]  # the base's tokenizer edited between seeds
+
+
+@pytest.mark.parametrize("method, field, changed", BASE_RECORDS)
+@pytest.mark.parametrize("table", ["runs", "pivot", "glue", "plots", "cli", "api"])
+def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, cli, table: str, method: str,
+                                                               field: str, changed: str) -> None:
+    """Seeds on a local base folder (or a Hub id's cached snapshot) whose weights changed
     between them: metrics.json recorded each base's sha256, the report read none of it, and the
-    four seeds were one entry, 71.00 ± 11.55 (n=4), exit 0. Each base is a model of its own."""
+    four seeds were one entry, 71.00 ± 11.55 (n=4), exit 0. Each base is a model of its own. A
+    full fine-tune recorded no base at all (base_files is the base a result loads onto), and its
+    seeds on two bases were one entry whatever the report read: every method records
+    base_weights now."""
     for seed, acc, sha in ((42, 0.80, "a1"), (43, 0.82, "a1"), (44, 0.60, "b2"), (45, 0.62, "b2")):
-        _base(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}), model_safetensors=sha, config_json="json:c")
+        _base(fake_run(tmp_path, "sst2", method, seed, {"accuracy": acc}), field,
+              **{"model_safetensors": "w", "config_json": "json:c", "tokenizer_json": "t", changed: sha})
     items = report.collect(tmp_path)
     if table == "runs":
         _, rows = report.rows(items)
@@ -1880,9 +1955,14 @@ def test_seeds_loaded_onto_other_base_weights_are_other_models(tmp_path: Path, c
     elif table == "glue":
         lines = [r for r in glue_report.render(items).splitlines() if r.startswith("| tiny")]
         assert len(lines) == 2 and all("(n=2)" in r for r in lines)
+    elif table == "plots":  # a line per base, never one mean over both
+        assert sorted(len(runs) for runs in plotting.entries(items)["sst2"].values()) == [2, 2]
     else:
-        code, text, err = cli("report", tmp_path, "--rows", "model", "--cols", "method", "--no-plots")
-        assert code == 0, err
+        if table == "cli":
+            code, text, err = cli("report", tmp_path, "--rows", "model", "--cols", "method", "--no-plots")
+            assert code == 0, err
+        else:
+            text = toolkit_report([tmp_path], row_key="model", col_key="method")
         assert "81.00 ± 1.41 (n=2)" in text and "61.00 ± 1.41 (n=2)" in text and "(n=4)" not in text
 
 
@@ -1895,13 +1975,17 @@ def test_one_base_recorded_with_other_files_is_one_model(tmp_path: Path) -> None
     _base(fake_run(tmp_path, "sst2", "lora", 43, {"accuracy": 0.82}), model_safetensors="a1", config_json="c",
           pytorch_model_bin="x9", tokenizer_json="t")
     fake_run(tmp_path, "sst2", "lora", 44, {"accuracy": 0.84})
+    # an adapter run now records the base twice (base_weights, base_files), one from before once
+    _base(fake_run(tmp_path, "sst2", "lora", 45, {"accuracy": 0.86}), "base_weights+base_files",
+          model_safetensors="a1", config_json="c")
     items = report.collect(tmp_path)
     assert {report.label(i, "model") for i in items} == {"tiny"}
     (p,) = report.pivots(items, "task", "method")
-    assert p.cells[("sst2", "lora")].stat.fmt(100.0) == "82.00 ± 2.00 (n=3)"
+    assert p.cells[("sst2", "lora")].stat.fmt(100.0) == "83.00 ± 2.58 (n=4)"
 
 
-@pytest.mark.parametrize("recorded", ["new run", "run from before score was recorded"])
+@pytest.mark.parametrize("recorded", ["new run", "run from before score was recorded", "every run from before score",
+                                      "every run from before declarations"])
 @pytest.mark.parametrize("entry", ["cli", "api"])
 def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Path, cli, entry: str,
                                                                      recorded: str) -> None:
@@ -1909,7 +1993,8 @@ def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Pat
     declared in metrics.json as higher-is-better: the runs table headed it `best_f1_thresh ↑`, and
     `--metric best_f1_thresh` reported each cell's highest threshold as its best setting, exit 0.
     The declaration says it is no score; its header carries no direction, and a pivot of it is one
-    line. A run written before that was recorded takes it from any run that records it."""
+    line. A run written before that was recorded takes it from any run that records it, and runs
+    that all predate it from the catalogue (tasks.CATALOGUE): old runs alone kept the ↑."""
     import toolkit
     from toolkit.tasks import TASKS
 
@@ -1920,10 +2005,12 @@ def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Pat
     assert "score" not in declared["best_f1"]  # a score's declaration is as it always was
     for seed, lr, thresh in ((42, 1e-3, -1.5), (43, 1e-3, -1.2), (42, 3e-3, 0.4), (43, 3e-3, 0.6)):
         run = fake_run(tmp_path, "squad_v2", "lora", seed, {"f1": 0.7 + seed / 1e3, "perplexity": 3.0}, lr=lr, main="f1")
+        old = recorded.startswith("every") or (recorded != "new run" and seed == 42)
         _stamp_json(run, eval={"f1": 0.7 + lr, "perplexity": 3.0, "loss": 0.5, "best_f1_thresh": thresh},
-                    metric_declarations={**DECL, "best_f1_thresh": {
-                        "higher_is_better": True, "scale": 1.0,
-                        **({} if recorded != "new run" and seed == 42 else {"score": False})}})
+                    metric_declarations={**DECL, "best_f1_thresh": {  # declared a percentage until 2026-11-27
+                        "higher_is_better": True, "scale": 100.0 if old else 1.0, **({} if old else {"score": False})}})
+        if recorded.endswith("declarations"):
+            _edit_metrics(run, lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "metric_declarations"}))
     if entry == "cli":
         code, text, err = cli("report", tmp_path, "--no-plots")
         assert code == 0, err
@@ -1932,6 +2019,7 @@ def test_a_number_that_is_not_a_score_has_no_direction_and_no_best(tmp_path: Pat
     head = next(line for line in text.splitlines() if line.startswith("| run |"))
     assert "| f1 (%) ↑ |" in head and "| perplexity ↓ |" in head and "| loss ↓ |" in head
     assert "| best_f1_thresh (not a score) |" in head
+    assert "| -1.35 ± 0.21 |" in text and "| 0.50 ± 0.14 |" in text  # a logit threshold as it is, not x100
     said = "'best_f1_thresh': it is not a score"
     if entry == "cli":
         code, _, err = cli("report", tmp_path, "--rows", "task", "--metric", "best_f1_thresh", "--no-plots")
@@ -1961,3 +2049,121 @@ def test_a_metrics_json_without_its_recipe_is_one_line(tmp_path: Path, cli, entr
         with pytest.raises(UserError, match=said):
             toolkit.report([tmp_path], row_key="task", col_key="method", plots=False)
     assert not (tmp_path / "report.md").exists()
+
+
+def test_every_method_records_the_base_it_started_from(tmp_path: Path, tiny_checkpoint, cli) -> None:
+    """End to end: full fine-tuning and LoRA seeds on a local base folder whose weights were saved
+    again between seed 42 and seed 43 (the folder trained again). A full fine-tune recorded
+    nothing of its base (metrics.json base_files is the base a result loads onto: none for a
+    whole model/), so its two seeds were one entry of n=2 on two models, exit 0. Every method
+    records base_weights now, the report tells the two bases apart for each, and a full run's
+    result still loads alone on the changed base (it is whole: base_weights is read by reports
+    only)."""
+    import csv
+    import toolkit
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
+    rows = [("premise", "hypothesis", "label")] + [(f"film {i}", "and more", ("neg", "pos")[i % 2]) for i in range(8)]
+    for name in ("train", "dev"):
+        with (tmp_path / f"{name}.csv").open("w", newline="") as handle:
+            csv.writer(handle).writerows(rows)
+    runs = {}
+    for method in ("full", "lora"):
+        recipe = tmp_path / f"{method}.yaml"
+        recipe.write_text(f"model: {{checkpoint: {base}}}\n"
+                          f"task: {{name: text_classification, train_file: {tmp_path / 'train.csv'}, "
+                          f"eval_file: {tmp_path / 'dev.csv'}, labels: [neg, pos], text_columns: [premise, hypothesis], "
+                          "max_length: 16}\n"
+                          f"method: {{name: {method}{', r: 4' if method == 'lora' else ''}}}\n"
+                          "train: {max_steps: 1, batch_size: 4}\n")
+        runs[method] = recipe
+    made = {(m, 42): toolkit.run(r, runs_dir=tmp_path / "runs").dir for m, r in runs.items()}
+    weights = base / "model.safetensors"
+    kept = weights.read_bytes()
+    weights.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))  # another version of the base's weights
+    (base / "generation_config.json").write_text('{"num_beams": 4}')  # the decoding a recipe leaves to it
+    made.update({(m, 43): toolkit.run(r, ["train.seed=43"], runs_dir=tmp_path / "runs").dir for m, r in runs.items()})
+    for (method, seed), run in made.items():
+        recorded = json.loads((run / "metrics.json").read_text())
+        files = set(recorded["base_weights"]["files"])  # weights, configs and the tokenizer's files
+        assert {"model.safetensors", "config.json", "tokenizer_config.json"} <= files, (method, files)
+        assert ("generation_config.json" in files) == (seed == 43), (method, files)
+        assert (recorded["base_files"] is None) == (method == "full")
+    items = report.collect(tmp_path / "runs")
+    for method in ("full", "lora"):
+        labels = {report.label(i, "model") for i in items if report.method_label(i) == method}
+        assert len(labels) == 2 and all(label.startswith("base [base ") for label in labels), labels
+    _, table = report.rows(items)
+    assert sorted(r[2] for r in table) == ["1", "1", "1", "1"]  # no entry of two seeds on two bases
+    code, text, err = cli("report", tmp_path / "runs", "--rows", "model", "--cols", "method", "--no-plots")
+    assert code == 0 and "loaded onto 2 versions of the base model's files" in text and "(n=2)" not in text, err
+    assert toolkit.evaluate(made[("full", 42)])  # a whole model/ loads on the changed base as before
+
+
+BLEU_13A = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1"
+POSITIVE = "F1 of label '{}' (id 1) as the positive class"
+
+
+def _clm_scoring(**task) -> dict:
+    from toolkit.tasks import TASKS
+
+    return TASKS.get("clm")(**task).metric_info()  # as a run records it
+
+
+SCORING = {  # (recipe fields, metric_info) of seeds 42 and 43, then of seeds 44 and 45 of the LoRA runs
+    # task.bleu_tokenize: a recipe field that defines the metric, read as a grid (the higher BLEU "best")
+    "bleu tokenizer": ({}, {"bleu_signature": BLEU_13A}, {"bleu_tokenize": "intl"},
+                       {"bleu_signature": BLEU_13A.replace("13a", "intl")}),
+    # the same recipe scored by another sacreBLEU: pooled as seeds of one entry
+    "sacrebleu version": ({}, {"bleu_signature": BLEU_13A}, {}, {"bleu_signature": BLEU_13A.replace("2.5.1", "2.0.0")}),
+    # task.labels in another order: `f1` is the F1 of another class (its positive label)
+    "positive label": ({}, {"f1": POSITIVE.format("pos")}, {"labels": ["pos", "neg"]}, {"f1": POSITIVE.format("neg")}),
+    # clm's task.eval_stride: the context each token's perplexity is scored with (the lower, "best")
+    "perplexity stride": ({}, _clm_scoring(), {"eval_stride": 16}, _clm_scoring(eval_stride=16)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCORING))
+@pytest.mark.parametrize("table", ["runs", "pivot", "plots", "glue", "cli", "api"])
+def test_runs_scored_under_other_metric_definitions_are_other_tasks(tmp_path: Path, cli, table: str, case: str) -> None:
+    """metrics.json metric_info records what a run's metrics are (sacreBLEU's signature, which
+    F1 `f1` is); the report read none of it: LoRA seeds scored with BLEU's intl tokenizer beside
+    13a ones were a grid over task.bleu_tokenize and the pivot reported the tokenizer that scored
+    higher as the best setting; seeds scored by another sacreBLEU, or with `f1` of another class,
+    were one mean, exit 0. Each definition is a task of its own, said in one line; the decoding a
+    run records there (`generation`) is a setting, not a definition, and splits nothing."""
+    first_fields, first, fields, other = SCORING[case]
+    assert first != other
+    for seed, acc in ((42, 0.80), (43, 0.82), (44, 0.90), (45, 0.92)):
+        run = fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}, task_extra=fields if seed > 43 else first_fields)
+        _stamp_json(run, metric_info={**(other if seed > 43 else first), "generation": f"num_beams {seed}"})
+    full = fake_run(tmp_path, "sst2", "full", 42, {"accuracy": 0.85})
+    _stamp_json(full, metric_info=first)
+    items = report.collect(tmp_path)
+    split = "were scored under 2 definitions of their metrics"
+    if table == "runs":
+        _, rows = report.rows(items)
+        assert sorted(r[3] for r in rows if r[1] == "lora") == ["81.00 ± 1.41", "91.00 ± 1.41"]
+        assert sum(split in n for n in report.runs_notes(items)) == 1
+    elif table == "pivot":
+        (p,) = report.pivots(items, "task", "method")
+        lora = sorted((r, cell.stat.n) for (r, c), cell in p.cells.items() if c == "lora")
+        assert len(lora) == 2 and all(n == 2 for _, n in lora) and all("[scoring " in r for r, _ in lora), lora
+        assert not [n for n in report.pivot_notes(p) if "of the grid" in n]  # no definition chosen as a setting
+    elif table == "plots":
+        assert len([t for t in plotting.entries(items) if t.startswith("sst2 [scoring ")]) == 2
+    elif table == "glue":
+        with pytest.raises(UserError, match="tiny lora / SST-2 holds runs on 2 versions of its data, eval set or metric"):
+            glue_report.render(items)
+    else:
+        if table == "cli":
+            code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+            assert code == 0, err
+        else:
+            text = toolkit_report([tmp_path], row_key="task", col_key="method")
+        assert "(n=4)" not in text and text.count(split) == 2 and "reported train" not in text  # runs table, pivot
+    shutil.rmtree(full)
+    for run in [r.parent for r in tmp_path.rglob("metrics.json") if '"seed": 44' in r.read_text() or '"seed": 45' in r.read_text()]:
+        shutil.rmtree(run)  # one definition left (its decoding recorded per run): nothing split
+    items = report.collect(tmp_path)
+    assert {report.label(i, "task") for i in items} == {"sst2"}

@@ -53,6 +53,10 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "base_run_files": chain.record(setup.source) if isinstance(recipe.model.checkpoint, dict) else None,
         # a local base folder's files that eval/predict/export load model/ onto (result_base)
         "base_files": result_base(recipe, setup, out),
+        # the base's weights, configs and tokenizer every run started from, whatever its method (runs.base_record):
+        # a full fine-tune's model/ is whole, so base_files is none, and seeds run on a local base
+        # folder trained again between them pooled in a report as one setting, exit 0
+        "base_weights": start_weights(recipe, setup) if acc.is_main_process else None,  # read once, not per rank
         # model/ itself, as saved: its files' sizes, times and sha256 (runs.result_changed)
         "model_files": runs.result_record(out / "model") if acc.is_main_process else None,
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
@@ -116,8 +120,24 @@ def result_base(recipe: Recipe, setup: Any, out: Path) -> dict | None:
     if recipe.method.trains and not saved_on_base(out / "model"):
         return None
     patterns = runs.BASE_WEIGHTS + (("config.json",) if recipe.method.trains else runs.BASE_READ)
-    source = models.smoke_checkpoint(setup.source) if chain.rebuilt_base(recipe) else setup.source  # found, not built
-    return runs.base_record(source, patterns)
+    return runs.base_record(base_source(recipe, setup), patterns)
+
+
+def base_source(recipe: Recipe, setup: Any) -> str:
+    """The folder (or Hub id) the run's model was loaded from: a smoke run's small model, found
+    in the cache where setup built it (not built again), else the checkpoint as models.load got it."""
+    return models.smoke_checkpoint(setup.source) if chain.rebuilt_base(recipe) else setup.source
+
+
+def start_weights(recipe: Recipe, setup: Any) -> dict | None:
+    """The weights, config and tokenizer of the folder the run's model was loaded from
+    (runs.base_record of a local folder, a Hub id's cached snapshot, a chained run's upstream
+    model/, a smoke run's small model), for every method alike: what a report tells seeds on
+    another base apart by (reports.core.base_labels). Its generation_config too: the decoding a
+    recipe leaves to it (metrics.json metric_info `generation`) moves a generation task's scores.
+    Read only by reports: a whole model/ loads without its base."""
+    patterns = runs.BASE_WEIGHTS + runs.BASE_READ + ("generation_config.json",)
+    return runs.base_record(base_source(recipe, setup), patterns)
 
 
 def examples_fingerprint(splits: dict[str, Any]) -> str:

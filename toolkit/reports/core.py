@@ -166,7 +166,8 @@ METRICS_FIELDS: dict[str, str] = {
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
     "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
     "resumed_under_other_code": "a list", "recipe_hash": "a string", "hub_data": "an object",
-    "base_files": "an object", "eval_samples": "an object of numbers",
+    "base_files": "an object", "base_weights": "an object", "eval_samples": "an object of numbers",
+    "metric_info": "an object",
 }
 
 
@@ -186,8 +187,15 @@ def _declaration_problem(declared: Any) -> str | None:
 
 
 def _declared(name: str, d: dict | None) -> Metric:
-    """A metric as a run's metrics.json declared it (the catalogue's for runs from before)."""
-    return Metric(name, d["higher_is_better"], d["scale"], score=d.get("score", True)) if d else declaration(name)
+    """A metric as a run's metrics.json declared it (the catalogue's for runs from before). A
+    number the catalogue declares no score that a run declared a score was declared before
+    `score` was recorded (2026-11-28), and its scale may be as wrong (SQuAD v2's best_f1_thresh,
+    a threshold tuned on dev, was declared best_f1's percentage until 2026-11-27): it takes the
+    catalogue's declaration. A report of old runs alone headed it `↑ (%)`, 100 times its value."""
+    known = declaration(name)
+    if not d or (not known.score and d.get("score", True)):
+        return known
+    return Metric(name, d["higher_is_better"], d["scale"], score=d.get("score", True))
 
 
 def _is_number(value: Any) -> bool:
@@ -290,8 +298,8 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     data_from_run_id(found)
     hub_from_fingerprint(found)
     base_labels(found)
+    task_labels(found)  # before one_seed_once: a run scored under another metric definition is another setting
     one_seed_once(found)
-    task_labels(found)
     model_labels(found)
     return found
 
@@ -428,6 +436,7 @@ def task_labels(items: list[dict]) -> None:
             said = [f"{k} {_tail(f[k], {g.get(k) for g in fields if g.get(k)}) if k in f else '–'}" for k in differ]
             member["task_label"] = f"{name} ({', '.join(said)})" if said else name
     data_labels(items)
+    scoring_labels(items)
 
 
 def data_version(item: dict) -> tuple[str, str]:
@@ -487,17 +496,69 @@ def data_labels(items: list[dict]) -> None:
                                "seeds on one data and eval set, or remove them")
 
 
+# what metrics.json metric_info records of how a run was decoded, not of what its metrics are:
+# a setting of the recipe (a grid over task.generation.num_beams is chosen on dev) or of the
+# checkpoint's generation_config (base_weights records it)
+DECODING = ("generation",)
+
+
+def _scoring(metrics: dict) -> dict[str, str]:
+    """What a run's metrics are, as metrics.json metric_info records it (sacreBLEU's signature:
+    its tokenizer and version; which F1 `f1` is; NER's tag scheme), without the decoding; {} where
+    nothing is recorded (a task that records nothing, or a run from before metric_info)."""
+    info = metrics.get("metric_info")
+    return {str(k): str(v) for k, v in info.items() if k not in DECODING} if isinstance(info, dict) else {}
+
+
+def scoring_labels(items: list[dict]) -> None:
+    """Runs of one task label whose metrics were computed under other definitions (BLEU tokenized
+    13a and intl, or by another sacreBLEU; `f1` of another positive label; another tag scheme:
+    metrics.json metric_info) are other tasks on every axis: their numbers are not of one metric.
+    As one task, a recipe field that changes the definition (task.bleu_tokenize) was a grid and a
+    pivot cell reported the definition that scored higher as the best setting, and the same recipe
+    scored by another sacreBLEU pooled as seeds, exit 0. Each such run's label gets `[scoring
+    <short hash>]` ('not recorded' where a run beside them records none), and one line says what
+    differs; runs of one definition, or with one among unrecorded ones, are unchanged."""
+    by_label: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_label[item["task_label"]].append(item)
+    for name, members in by_label.items():
+        records = {id(m): r for m in members if (r := _scoring(m["metrics"]))}
+        keys = {k: hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()[:12] for k, r in records.items()}
+        if len(set(keys.values())) < 2:
+            continue
+        differ = sorted(k for k in {k for r in records.values() for k in r}
+                        if len({r.get(k) for r in records.values()}) > 1)
+        counts: dict[str, int] = defaultdict(int)
+        shown: dict[str, str] = {}
+        for m in members:
+            m["scoring"] = keys.get(id(m), "not recorded")
+            m["task_label"] = f"{name} [scoring {m['scoring']}]"
+            counts[m["scoring"]] += 1
+            shown[m["scoring"]] = ", ".join(f"{k} {records[id(m)].get(k, '–')}" for k in differ) if id(m) in records else ""
+        said = "; ".join(f"scoring {k} ({shown[k]}): {n} run(s)" if shown[k] else f"scoring {k}: {n} run(s)"
+                         for k, n in sorted(counts.items()))
+        for m in members:
+            m["scoring_split"] = (f"{name}: its runs were scored under {len(counts)} definitions of their metrics "
+                                  f"(metrics.json metric_info: {', '.join(differ)}): {said}; their numbers are not of "
+                                  "one metric, so each is a task of its own in every table and plot, never seeds or a "
+                                  "grid of one entry: score them under one definition (toolkit eval), or report them apart")
+
+
 def data_split_notes(items: list[dict]) -> list[str]:
-    """The one line per task label that data_labels split by data version, and per model label
-    that base_labels split by the base's weights."""
-    return list(dict.fromkeys(i[k] for k in ("data_split", "base_split") for i in items if i.get(k)))
+    """The one line per task label that data_labels split by data version or scoring_labels by
+    metric definition, and per model label that base_labels split by the base's weights."""
+    return list(dict.fromkeys(i[k] for k in ("data_split", "scoring_split", "base_split") for i in items if i.get(k)))
 
 
 def _base_files(metrics: dict) -> dict[str, str]:
-    """{file: sha256} of the base an adapter or in-context run was loaded onto (metrics.json
-    base_files, runs.base_record: {files: {name: [size, mtime_ns, sha256]}}); {} not recorded
-    (a full fine-tune, whose model/ is whole, or a run from before 2026-11-27)."""
-    files = (metrics.get("base_files") or {}).get("files")
+    """{file: sha256} of the base a run was loaded from (runs.base_record: {files: {name: [size,
+    mtime_ns, sha256]}}): metrics.json base_weights, which every method records since 2026-11-28,
+    else base_files, which an adapter or in-context run recorded before it (a full fine-tune's
+    model/ is whole: it had none, and its seeds on a base folder trained again between them
+    were one entry, exit 0); {} not recorded (a full fine-tune from before base_weights, or any
+    run from before 2026-11-27)."""
+    files = (metrics.get("base_weights") or metrics.get("base_files") or {}).get("files")
     if not isinstance(files, dict):
         return {}
     return {str(n): str(v[-1]) if isinstance(v, list) and v else json.dumps(v) for n, v in files.items()}
@@ -505,8 +566,9 @@ def _base_files(metrics: dict) -> dict[str, str]:
 
 def base_labels(items: list[dict]) -> None:
     """Runs of one checkpoint name that were loaded onto other weights (a local base folder
-    trained again between seeds, a Hub id whose cached snapshot moved to another revision:
-    metrics.json base_files) are other models on every axis: as one, their seeds were one mean
+    trained again between seeds, a Hub id whose cached snapshot moved to another revision, a
+    chained run's upstream run again with --force: metrics.json base_weights, or base_files for
+    an adapter run from before it) are other models on every axis: as one, their seeds were one mean
     and a pivot cell or a GLUE row pooled two models, exit 0. Compared on the files every record
     of that name holds (an in-context run records the tokenizer too, and a snapshot may gain a
     .bin beside its .safetensors), each such run gets `base_weights` (a short hash, or 'not
@@ -529,7 +591,7 @@ def base_labels(items: list[dict]) -> None:
         said = "; ".join(f"base {k}: {n} run(s)" for k, n in sorted(counts.items()))
         for m in members:
             m["base_split"] = (f"{name.split('/')[-1]}: its runs were loaded onto {len(counts)} versions of the base "
-                               f"model's files (metrics.json base_files: {', '.join(sorted(common))}): {said}; "
+                               f"model's files (metrics.json base_weights: {', '.join(sorted(common))}): {said}; "
                                "each is a model of its own in every table and plot, never seeds or a grid of one "
                                "entry: rerun the other version's seeds on one base, or remove them")
 
@@ -596,8 +658,10 @@ def _setting(item: dict) -> dict:
     return {**recipe, "processes": item["metrics"].get("num_processes"),
             "data": (item["metrics"].get("data_sha256") or "")[:12] or None, "hub": hub_examples(item["metrics"]),
             "eval": (item["metrics"].get("eval_sha256") or "")[:12] or None, "base": item["metrics"].get("base_run"),
-            # the base's weights, where runs of one checkpoint name were loaded onto others (base_labels)
-            **({"base_weights": item["base_weights"]} if item.get("base_weights") else {})}
+            # the base's weights, where runs of one checkpoint name were loaded onto others (base_labels),
+            # and the metrics' definition, where runs of one task were scored under others (scoring_labels)
+            **({"base_weights": item["base_weights"]} if item.get("base_weights") else {}),
+            **({"scoring": item["scoring"]} if item.get("scoring") else {})}
 
 
 def setting(item: dict) -> str:
@@ -1180,6 +1244,9 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     """One table per metric: rows x cols, each cell the best setting's mean ± std (n)."""
     check_axis(row_key, "--rows")
     check_axis(col_key, "--cols")
+    if row_key == col_key:  # every run on the diagonal: a table that compares nothing with anything
+        raise UserError(f"report: --rows and --cols are both '{row_key}'; give two axes, e.g. --rows task --cols method")
+    metrics = list(dict.fromkeys(metrics)) if metrics else metrics  # `--metric f1 --metric f1`: one table, not two
     _in_some_recipe(items, row_key, "--rows")
     _in_some_recipe(items, col_key, "--cols")
     decls = declarations(items)
@@ -1304,7 +1371,7 @@ def _protocol(item: dict) -> dict[str, Any]:
 def _on_axis(key: str, axis: str) -> bool:
     """Whether a flat recipe field is the compared axis itself (`method` covers method.r), or
     follows from it."""
-    follows = {"task": ("data", "hub", "eval"), "model": ("base", "base_weights")}  # another task has other data; another model, another base run
+    follows = {"task": ("data", "hub", "eval", "scoring"), "model": ("base", "base_weights")}  # another task has other data; another model, another base run
     return axis != "run" and (key == axis or key.startswith(axis + ".") or key in follows.get(axis, ()))
 
 

@@ -75,12 +75,14 @@ def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]
 
 
 def one_data(row: str, task: str, members: list[dict]) -> None:
-    """A GLUE cell is one task's data: runs of it on other data (another data_dir, an edited
-    file, a Hub revision with other rows: the report's task label tells them apart) had their
+    """A GLUE cell is one task's data and metrics: runs of it on other data (another data_dir, an
+    edited file, a Hub revision with other rows) or scored under another definition of a metric
+    (metrics.json metric_info: the report's task label tells them apart) had their
     "best" chosen across the versions as if a grid of settings, exit 0. One line."""
     labels = sorted({report.label(m, "task") for m in members})
     if len(labels) > 1:
-        raise UserError(f"report --glue: {row} / {TITLES[task]} holds runs on {len(labels)} versions of its data or eval set "
+        raise UserError(f"report --glue: {row} / {TITLES[task]} holds runs on {len(labels)} versions of its data, eval set "
+                        "or metric definitions "
                         f"({'; '.join(labels)}), and a GLUE cell pools the seeds of one: remove the runs of the "
                         "versions you do not report, or report each version's runs folder apart")
 
@@ -218,7 +220,11 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
         ran = {report.seed_of(m) for ms in cells.values() for m in ms}
         if paired and len(stat.seeds) < len(ran):
             note += f" (seeds scored on every task only: {', '.join(map(str, stat.seeds))})"
-        line.append(stat.fmt(100.0) + _average_mark(cells) + note + ("" if paired else " (seeds differ by task)"))
+        # no seed ran every task: one mean of the task means, of no one seed, whose "(n=1)" read as
+        # a single run's average (every task's cell above it n=3)
+        line.append(stat.fmt(100.0, show_n=paired) + _average_mark(cells) + note
+                    + ("" if paired else " (the mean of the task means: no seed ran every task, so no per-seed "
+                                         "average and no spread)"))
         table.append(line)
     return report.markdown(head, table)
 
@@ -340,6 +346,26 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
     return out
 
 
+def protocol_notes(items: list[dict], rows: dict[str, dict[str, list[dict]]]) -> list[str]:
+    """Per task, one line where the rows of one model (its methods side by side, as `make glue`
+    for two METHODs lays them) ran it on other protocols than the method and what each cell chose
+    on dev: epochs, max length, batch, a training subset, the toolkit's version. The pivot and the
+    runs table said it (core.protocol_notes); the GLUE table compared LoRA at max length 512
+    with full fine-tuning at 128 as methods alone, its Protocols list read row by row, exit 0."""
+    settings, out = _settings(items), []
+    for task in ORDER:
+        by_model: dict[str, list[tuple[str, report.Cell]]] = defaultdict(list)
+        for row, cells in rows.items():
+            if task in cells:
+                grid = settings[(row, task)]
+                keys = report.varying(list(grid)) if len(grid) > 1 else []  # chosen on dev: a selection
+                by_model[report.label(cells[task][0], "model")].append(
+                    (row, report.Cell(cells[task], report.Stat([]), keys=keys)))
+        for entries in by_model.values():
+            out += report.protocol_notes(entries, "method", f"GLUE {TITLES[task]}")
+    return out
+
+
 def unscored_notes(items: list[dict]) -> list[str]:
     """One line per GLUE run an official metric of which is null in metrics.json (an undefined
     Pearson of constant predictions: NaN): that run has no task score, so its seed is out of the
@@ -382,6 +408,7 @@ def render(items: list[dict]) -> str:
               for n in report.mixed_code_note(f"{row} / {TITLES[t]}", ms)]
     notes += [n for row, cells in rows.items() if len(cells) > 1  # one task: its cell's line says it
               for n in report.mixed_code_note(f"{row} / GLUE avg", _average_runs(cells), _task_of)]
+    notes += protocol_notes(items, rows)
     notes += unscored_notes(items)
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.kept_note(f"{row} / {TITLES[t]}", ms)]

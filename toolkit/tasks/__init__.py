@@ -74,6 +74,9 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
     Metric("perplexity", False, 1.0), Metric("loss", False, 1.0),
     # in-context prompting's label-word accuracies, as lm-evaluation-harness names them
     Metric("acc", True, 100.0), Metric("acc_norm", True, 100.0), Metric("acc_bytes", True, 100.0),
+    # SQuAD v2's best null thresholds (logits, tuned on the split scored): numbers, not scores.
+    # Here, not only in squad.py, so a report reads a run from before `score` was recorded rightly
+    Metric("best_exact_thresh", True, 1.0, score=False), Metric("best_f1_thresh", True, 1.0, score=False),
 ]}
 
 

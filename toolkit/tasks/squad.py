@@ -466,7 +466,7 @@ class Squad(TextToText):
         if self.version == "v2" and self.extractive:  # a generative model answers "" or not by itself:
             # no null score to tune a threshold on (so train.metric cannot select best_* there)
             out += [Metric("best_exact", True, 100.0), Metric("best_f1", True, 100.0),
-                    Metric("best_exact_thresh", True, 1.0, score=False), Metric("best_f1_thresh", True, 1.0, score=False)]
+                    declaration("best_exact_thresh"), declaration("best_f1_thresh")]  # no scores (the catalogue's)
         return out
 
     def model_head(self, family: str | None) -> str:
