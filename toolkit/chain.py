@@ -44,6 +44,28 @@ def recipe_file(run: str, origin: Path | None) -> Path:
     return path
 
 
+def canonical(ref: dict, origin: Path | None) -> dict:
+    """A `{run: ..., overrides: [...]}` checkpoint in one form, whatever the spelling that names
+    the recipe file (relative to the working directory or to the recipes tree, absolute, `./`,
+    `~`, a variable, a symbolic link) and with no `overrides` where there are none: it is hashed,
+    and two spellings of one upstream gave the fine-tuning two run ids. A recipe in a `recipes/`
+    folder is `recipes/<path in it>` (as shipped recipes write it, and as recipe_name names its
+    runs), any other its absolute path. A reference that names no file is left as written (the
+    upstream's own check says it)."""
+    run, overrides = ref.get("run"), ref.get("overrides")
+    out = {k: v for k, v in ref.items() if k not in KEYS}
+    if isinstance(run, str):
+        path = recipe_file(run, origin)
+        if path.is_file():
+            path = path.resolve()
+            inside = next((p for p in path.parents if p.name == "recipes"), None)
+            run = f"recipes/{path.relative_to(inside).as_posix()}" if inside else str(path)
+    out["run"] = run
+    if overrides:
+        out["overrides"] = overrides
+    return out
+
+
 def check(recipe: Recipe, upstream: Recipe) -> None:
     """The model a `{run: ...}` checkpoint names is its weights with the attention module they were
     trained under (its settings and parameters, saved beside them): a fine-tuning recipe that says
@@ -129,7 +151,7 @@ def finished_on_other_counts(upstream: Recipe, folder: Path) -> list[tuple[int, 
         try:
             said = runs.read_json(other / "identity.json")
             count, way = said["processes"], said.get("strategy") or ("ddp" if int(said["processes"]) > 1 else "none")
-            if other != folder and runs.run_id(upstream, int(count), way) == other.name and runs.is_finished(other):
+            if other != folder and other.name in runs.run_ids(upstream, int(count), way) and runs.is_finished(other):
                 found.append((int(count), way, other))
         except (OSError, ValueError, KeyError, TypeError, UserError):  # not such a run, or damaged: not named
             continue

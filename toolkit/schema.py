@@ -215,9 +215,30 @@ def is_neutral(f: dataclasses.Field, value: Any) -> bool:
     return bool(value == neutral)
 
 
-def unhashed(settings: Any, data: dict) -> dict:
+# field metadata: a list whose order does not change the computation (a set of module names,
+# layer indices, bucket lengths, trackers): hashed sorted, so `[value, query]` and `[query, value]`
+# are one run id (they were two runs of one computation). A list whose order means something
+# (labels in id order, text columns as a pair, metrics whose first selects) is not marked.
+UNORDERED = "unordered"
+
+# field metadata: a function of the settings block that gives the value the field's unset (None)
+# stands for (`eval_batch_size`: twice the batch), or None where that is known only later (a
+# checkpoint's, a file's). That value written out hashes as unset: one computation, one run id.
+DERIVED = "derived"
+
+
+def _sorted(items: list) -> list:
+    """`items` in one order whatever order they were written in (numbers and strings apart)."""
+    return sorted(items, key=lambda item: (type(item).__name__, item))
+
+
+def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[str, ...] = ()) -> dict:
     """`data` (the settings dataclass `settings` as plain data) without the fields that hold their
-    neutral value (`added`), nested settings blocks too: what a recipe's hash covers."""
+    neutral value (`added`), nested settings blocks too: what a recipe's hash covers. With
+    `canonical`, each computation in one form: an `UNORDERED` list sorted, a `DERIVED` field whose
+    value is the one its unset stands for as unset (except those named in `written`, which
+    --smoke always writes: there both spellings are one already). Without it: the hash as it was
+    before those rules (Recipe.hash_as_before, which finds the runs made then)."""
     out = dict(data)
     for f in dataclasses.fields(settings):
         if f.name not in out:
@@ -226,5 +247,21 @@ def unhashed(settings: Any, data: dict) -> dict:
         if is_neutral(f, value):
             del out[f.name]
         elif dataclasses.is_dataclass(value) and isinstance(out[f.name], dict):
-            out[f.name] = unhashed(value, out[f.name])
+            out[f.name] = unhashed(value, out[f.name], canonical)
+        elif not canonical:
+            continue
+        elif f.metadata.get(UNORDERED) and isinstance(out[f.name], list):
+            out[f.name] = _sorted(out[f.name])
+        elif DERIVED in f.metadata and value is not None and f.name not in written \
+                and derived_value(f, settings) == value:
+            out[f.name] = None
     return out
+
+
+def derived_value(f: dataclasses.Field, settings: Any) -> Any:
+    """The value field `f` of `settings` takes when unset (its `DERIVED` function), or None where
+    the settings do not say it."""
+    try:
+        return f.metadata[DERIVED](settings)
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError):
+        return None
