@@ -48,9 +48,11 @@ def canonical(ref: dict, origin: Path | None) -> dict:
     """A `{run: ..., overrides: [...]}` checkpoint in one form, whatever the spelling that names
     the recipe file (relative to the working directory or to the recipes tree, absolute, `./`,
     `~`, a variable, a symbolic link) and with no `overrides` where there are none: it is hashed,
-    and two spellings of one upstream gave the fine-tuning two run ids. A recipe in a `recipes/`
-    folder is `recipes/<path in it>` (as shipped recipes write it, and as recipe_name names its
-    runs), any other its absolute path. A reference that names no file is left as written (the
+    and two spellings of one upstream gave the fine-tuning two run ids. A recipe of the recipes
+    tree (recipe_data.recipes_root: the checkout's, or those shipped with the package) is
+    `recipes/<path in it>`, as shipped recipes write it and recipe_file finds it from anywhere;
+    any other is its absolute path (a `recipes/...` of another tree would name a shipped recipe
+    where one has the same path). A reference that names no file is left as written (the
     upstream's own check says it)."""
     run, overrides = ref.get("run"), ref.get("overrides")
     out = {k: v for k, v in ref.items() if k not in KEYS}
@@ -58,8 +60,11 @@ def canonical(ref: dict, origin: Path | None) -> dict:
         path = recipe_file(run, origin)
         if path.is_file():
             path = path.resolve()
-            inside = next((p for p in path.parents if p.name == "recipes"), None)
-            run = f"recipes/{path.relative_to(inside).as_posix()}" if inside else str(path)
+            try:
+                tree: Path | None = recipes_root().resolve()
+            except UserError:  # no recipes tree here nor shipped
+                tree = None
+            run = f"recipes/{path.relative_to(tree).as_posix()}" if tree and path.is_relative_to(tree) else str(path)
     out["run"] = run
     if overrides:
         out["overrides"] = overrides
