@@ -232,3 +232,40 @@ def test_a_run_made_under_its_old_id_is_found(tmp_path: Path, monkeypatch: pytes
     fresh = recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml", [*short[:-1], "train.seed=5"], smoke=True)
     assert runs.run_dir(fresh, tmp_path / "runs").name == runs.run_id(fresh)
     assert os.environ.get("TOOLKIT_CACHE")
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_a_finished_run_is_finished_only_on_its_base_as_it_is(tmp_path: Path, cli, tiny_checkpoint, method: str) -> None:
+    """The reverse defect: two computations under one run id. The id names a base folder, not its
+    files: the base trained or edited again (its config's dropout, its tokenizer's ids) and the
+    same recipe launched was "finished already", its metrics of the earlier base, exit 0 (a
+    chained run's changed upstream was one line already). Now `run` and `sweep` (its --dry-run
+    too) refuse it in one line, nothing written; the unchanged base, and a copy of it with new
+    file times, is finished already; --force trains on the base as it is."""
+    import shutil
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model: {{checkpoint: {base}}}\n"
+                      "task: {name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}\n"
+                      f"method: {{name: {method}}}\ntrain: {{max_steps: 1, batch_size: 4}}\n")
+    root = tmp_path / "runs"
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0, err
+    copied = Path(shutil.copytree(base, tmp_path / "copy"))  # the same bytes, new file times
+    shutil.rmtree(base)
+    copied.rename(base)
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0 and "finished already" in out, err
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.3}))
+    listing = sorted(str(p) for p in root.rglob("*"))
+    for args in (["run", recipe], ["sweep", recipe, "train.seed=42,43"], ["sweep", recipe, "train.seed=42,43", "--dry-run"]):
+        code, out, err = cli(*args, "--runs-dir", root)
+        assert code == 2 and "config.json changed since" in err and "--force" in err, (args, err)
+        assert len(err.strip().splitlines()) == 1, err
+    assert sorted(str(p) for p in root.rglob("*")) == listing
+    code, out, err = cli("run", recipe, "--runs-dir", root, "--force")
+    assert code == 0, err
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0 and "finished already" in out, err

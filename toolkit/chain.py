@@ -211,6 +211,36 @@ def check_current(plan: RunPlan | None, root: Path) -> None:
                                 f"result is of the earlier weights; run {what} again with --force, or put that "
                                 "model back")
         plan, what = plan.upstream, ref["run"]
+    if plan is not None:
+        base_current(plan, root, what)
+
+
+def base_current(plan: RunPlan, root: Path, what: str = "this recipe") -> None:
+    """A finished run that starts from a checkpoint as written (a local folder, a Hub id's cached
+    snapshot) trained on that base as it is now. The run id names the base, not its files: a
+    base folder trained or edited again (other weights, a tokenizer with other ids, a config with
+    another dropout) and the same recipe launched was "finished already", its metrics of the
+    earlier base, exit 0, where a chained run's changed upstream was one line. Recorded in
+    metrics.json (`base_source_files`); a run that recorded none, a smoke run (its small model is
+    built again: eval and predict check it) and a base that is gone (a cleared Hub cache: nothing
+    says it changed, and a whole result does not need it) are not judged."""
+    if plan.upstream is not None or rebuilt_base(plan.recipe):
+        return
+    out = runs.run_dir(plan.recipe, root)
+    try:
+        saved = runs.read_json(out / "metrics.json").get("base_source_files") if runs.is_finished(out) else None
+    except (OSError, ValueError, AttributeError):  # damaged: said by the finished-run check in its own name
+        return
+    source = plan.recipe.model.checkpoint
+    if not saved or runs.base_folder(source) is None:
+        return
+    changed = runs.base_changed(saved, source)
+    if changed is not None:
+        how = "changed" if changed.name in saved.get("files", {}) and changed.exists() else \
+            "was removed" if changed.name in saved.get("files", {}) else "was added"
+        raise UserError(f"{out}: this finished run trained on model.checkpoint {source} as it was then, and "
+                        f"{changed} {how} since: its result is of the earlier base; run {what} again with "
+                        "--force to train on the base as it is, or put the base back as it was")
 
 
 def source(plan: RunPlan) -> str:
