@@ -16,7 +16,7 @@ import pytest
 import toolkit
 from toolkit import attention, methods, recipe as recipes, runs, tasks
 from toolkit.recipe_data import ModelConfig, Recipe, TrainConfig
-from toolkit.schema import DERIVED, UNORDERED
+from toolkit.schema import DERIVED, UNORDERED, UNUSED_WHEN
 
 ROOT = Path(__file__).resolve().parent.parent
 HASHES = json.loads((ROOT / "tests/data/shipped_recipe_hashes.json").read_text())
@@ -144,6 +144,23 @@ def test_a_derived_default_written_out_is_one_run_id(where: tuple[str, str, str]
     assert written.hash == unset.hash
     assert other.hash != unset.hash
     assert written.hash_as_before != unset.hash_as_before
+
+
+@pytest.mark.parametrize("where", [(s, n, f.name) for s, n, c in _settings_classes() for f in dataclasses.fields(c)
+                                   if UNUSED_WHEN in f.metadata], ids=lambda w: ".".join(p for p in w if p))
+def test_a_setting_that_is_not_read_is_one_run_id(where: tuple[str, str, str]) -> None:
+    """Finding: `train.epochs` beside `train.max_steps` (which sets the schedule alone, as
+    Trainer's max_steps overrides num_train_epochs) is never read, yet `epochs: 5` and `epochs: 3`
+    with one max_steps were two run ids of one computation. Hashed as its default there; where
+    it is read, another value is another id. --smoke (which writes max_steps itself) keeps it."""
+    assert where == ("train", "", "epochs")  # the one such field today; a new one: add its case here
+    at = lambda **train: recipes.built({**_raw("train", "", "epochs", 3.0), "train": train}).hash  # noqa: E731
+    assert at(max_steps=10, epochs=5.0) == at(max_steps=10) == at(max_steps=10, epochs=1.0)
+    assert at(max_steps=10) != at(max_steps=11)
+    assert at(epochs=5.0) != at()
+    smoke = [recipes.built({**_raw("train", "", "epochs", 3.0), "train": {"max_steps": 4, "epochs": e}}, smoke=True)
+             for e in (1.0, 5.0)]
+    assert smoke[0].hash != smoke[1].hash  # as before: the smoke ids of the recipes stay
 
 
 def test_train_metric_naming_the_main_metric_is_one_run_id_for_every_task() -> None:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from toolkit.errors import UserError, user_path
-from toolkit.schema import DECIMAL, DERIVED, NONE_ALIAS, UNORDERED, unhashed
+from toolkit.schema import DECIMAL, DERIVED, NONE_ALIAS, UNORDERED, UNUSED_WHEN, unhashed
 
 
 def _min(v: float) -> dict:
@@ -46,7 +46,7 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    epochs: float = field(default=3.0, metadata=_min(0.0))
+    epochs: float = field(default=3.0, metadata={"min": 0.0, UNUSED_WHEN: lambda t: t.max_steps is not None})
     max_steps: int | None = field(default=None, metadata=_min(1))
     lr: float = field(default=2e-5, metadata=_min(0.0))
     batch_size: int = field(default=32, metadata=_min(1))
@@ -154,7 +154,9 @@ class Recipe:
         out = self.to_dict()
         if not canonical and self.checkpoint_as_written is not None:
             out["model"]["checkpoint"] = json.loads(json.dumps(self.checkpoint_as_written))
-        written = {"train": tuple(k for s, k in SMOKE_CAPS if s == "train")} if self.smoke else {}
+        # --smoke writes the train sizes itself (max_steps, eval_batch_size): there they are hashed as
+        # written, with the epochs beside them, so the smoke ids of the recipes stay as they were
+        written = {"train": (*(k for s, k in SMOKE_CAPS if s == "train"), "epochs")} if self.smoke else {}
         for section in SECTION_NAMES:
             out[section] = unhashed(getattr(self, section), out[section], canonical, written.get(section, ()))
         if canonical and self.train.metric is not None and self.train.metric == _main_metric(self.task):

@@ -226,6 +226,11 @@ UNORDERED = "unordered"
 # checkpoint's, a file's). That value written out hashes as unset: one computation, one run id.
 DERIVED = "derived"
 
+# field metadata: a function of the settings block, true where the field is not read at all
+# (`epochs` beside `max_steps`, which sets the schedule alone): hashed as its default there, so
+# the recipes that differ only in it are one run id
+UNUSED_WHEN = "unused_when"
+
 
 def _sorted(items: list) -> list:
     """`items` in one order whatever order they were written in (numbers and strings apart)."""
@@ -236,9 +241,10 @@ def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[s
     """`data` (the settings dataclass `settings` as plain data) without the fields that hold their
     neutral value (`added`), nested settings blocks too: what a recipe's hash covers. With
     `canonical`, each computation in one form: an `UNORDERED` list sorted, a `DERIVED` field whose
-    value is the one its unset stands for as unset (except those named in `written`, which
-    --smoke always writes: there both spellings are one already). Without it: the hash as it was
-    before those rules (Recipe.hash_as_before, which finds the runs made then)."""
+    value is the one its unset stands for as unset, an `UNUSED_WHEN` field that is not read as its
+    default (except the fields named in `written`: --smoke's sizes, see Recipe.hashed_dict).
+    Without it: the hash as it was before those rules (Recipe.hash_as_before, which finds the
+    runs made then)."""
     out = dict(data)
     for f in dataclasses.fields(settings):
         if f.name not in out:
@@ -255,6 +261,9 @@ def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[s
         elif DERIVED in f.metadata and value is not None and f.name not in written \
                 and derived_value(f, settings) == value:
             out[f.name] = None
+        elif UNUSED_WHEN in f.metadata and f.name not in written and f.metadata[UNUSED_WHEN](settings):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            out[f.name] = default
     return out
 
 
