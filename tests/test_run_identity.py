@@ -222,6 +222,33 @@ def test_a_chained_reference_spelled_any_way_is_one_run_id(tmp_path: Path, monke
     assert runs.run_id(other, 1, "none") not in ids
 
 
+def test_a_local_base_folder_spelled_any_way_is_one_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            tiny_checkpoint) -> None:
+    """Finding: `model.checkpoint` naming one local folder as `base`, `./base/`, its absolute path,
+    `~/...`, a symbolic link, or an earlier run's folder for its `model/`, was hashed as spelled:
+    as many run ids as spellings of one base. Now the folder's absolute path (recipe.yaml holds
+    it); a Hub id is hashed as written, and another folder is another id."""
+    import shutil
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "run" / "abc" / "model"))
+    (tmp_path / "link").symlink_to(base)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    spellings = ["run/abc/model", "./run/abc/model/", str(base), "~/run/abc/model", "link", "run/abc", str(tmp_path / "run/abc")]
+    raw = "task: {name: glue, subset: sst2, max_length: 32}\nmethod: {name: lora}\n"
+    loaded = []
+    for i, spelled in enumerate(spellings):
+        path = tmp_path / f"r{i}.yaml"
+        path.write_text(f"name: one\nmodel: {{checkpoint: '{spelled}'}}\n{raw}")
+        loaded.append(recipes.load(path))
+    assert {r.hash for r in loaded} == {loaded[0].hash}, [r.checkpoint_as_written for r in loaded]
+    assert {r.model.checkpoint for r in loaded} == {str(base.resolve())}
+    assert len({r.hash_as_before for r in loaded}) == len(spellings)  # as before: one id per spelling
+    other = Path(shutil.copytree(base, tmp_path / "other"))
+    (tmp_path / "o.yaml").write_text(f"name: one\nmodel: {{checkpoint: '{other}'}}\n{raw}")
+    assert recipes.load(tmp_path / "o.yaml").hash != loaded[0].hash
+
+
 def _trained_before(runs_dir: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str]) -> Path:
     """A run made by the toolkit before the canonical forms: its hash as written (hash_as_before)."""
     with monkeypatch.context() as before:

@@ -49,8 +49,22 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
         recipe.upstream_id_before = runs.run_ids(checked.upstream.recipe)[-1]
         recipe.checkpoint_as_written = recipe.model.checkpoint
         recipe.model.checkpoint = chain.canonical(recipe.model.checkpoint, origin)
+    else:
+        _canonical_folder(recipe)
     check(recipe, checked.base)
     return checked
+
+
+def _canonical_folder(recipe: Recipe) -> None:
+    """A local base folder in one form: its absolute path, the run's `model/` where a run folder is
+    named (models.local_dir): `base`, `./base/`, `/abs/base`, `~/base`, a symbolic link to it or
+    `runs/x/<id>` for `runs/x/<id>/model` were hashed as spelled, one fine-tuning of one base as
+    many run ids as spellings. recipe.yaml holds that form (eval, predict and export find the base
+    from anywhere); the hash before it (Recipe.hash_as_before) covers the spelling."""
+    folder = models.local_dir(recipe.model.checkpoint) if isinstance(recipe.model.checkpoint, str) else None
+    if folder is not None and str(folder.resolve()) != recipe.model.checkpoint:
+        recipe.checkpoint_as_written = recipe.model.checkpoint
+        recipe.model.checkpoint = str(folder.resolve())
 
 
 def built(raw: dict, name: str = "recipe", smoke: bool = False) -> Recipe:

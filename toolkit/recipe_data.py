@@ -129,9 +129,9 @@ class Recipe:
     upstream_id: str | None = field(default=None, repr=False, compare=False)
     # ...and as the run ids before the canonical forms named it (runs.run_ids: runs made then are found)
     upstream_id_before: str | None = field(default=None, repr=False, compare=False)
-    # model.checkpoint's {run: ...} as the recipe wrote it, where planning put it in its one form
-    # (chain.canonical): what the hash before the canonical forms covered
-    checkpoint_as_written: dict | None = field(default=None, repr=False, compare=False)
+    # model.checkpoint as the recipe wrote it, where planning put it in its one form (a {run: ...}:
+    # chain.canonical; a local folder: its absolute path): what the hash before those forms covered
+    checkpoint_as_written: str | dict | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""
