@@ -149,8 +149,10 @@ class Recipe:
         """`to_dict` without the fields added later that hold the value of the behaviour before
         them (schema.added): what the hash covers. recipe.yaml keeps every field. With `canonical`
         (docs/reliability.md, "one computation, one run id"): set-like lists sorted, a derived
-        default written out as unset (schema.UNORDERED, schema.DERIVED; `train.metric` naming the
-        task's main metric too). Without: the hash as it was before those rules."""
+        default written out as unset, a setting that is not read as its default (schema.UNORDERED,
+        DERIVED, UNUSED_WHEN; `train.metric` naming the task's main metric too), and
+        model.checkpoint as planning put it (`checkpoint_as_written`). Without: the hash as it was
+        before those forms (`hash_as_before`)."""
         out = self.to_dict()
         if not canonical and self.checkpoint_as_written is not None:
             out["model"]["checkpoint"] = json.loads(json.dumps(self.checkpoint_as_written))
@@ -183,7 +185,7 @@ def _main_metric(task: Any) -> str | None:
     """The metric an unset train.metric selects on (the task's main one), None where unknown."""
     try:
         return task.main_metric()
-    except Exception:  # a task whose metrics follow what loading finds: no canonical form then
+    except (NotImplementedError, AttributeError, IndexError, TypeError, ValueError):  # not known before loading
         return None
 
 

@@ -9,8 +9,8 @@ from typing import Any, ClassVar, Literal
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, check_mergeable, check_ranks, keep_label_maps, peft_task_type, wrap_peft
-from toolkit.schema import UNORDERED
 from toolkit.methods import merged as methods_merged
+from toolkit.schema import UNORDERED
 
 torch = lazy("torch", globals())
 
