@@ -126,21 +126,33 @@ def _derived_fields() -> list[tuple[str, str, str]]:
 
 
 def test_every_derived_default_is_declared() -> None:
-    assert {(s, f) for s, _, f in _derived_fields()} >= {("train", "eval_batch_size"), ("task", "eval_stride")}
+    assert {(s, f) for s, _, f in _derived_fields()} >= {("train", "eval_batch_size"), ("task", "eval_stride"),
+                                                         ("task", "max_new_tokens")}
+
+
+def _derived_raw(section: str, name: str, field: str, value: object) -> dict:
+    task, _, block = name.partition(".")
+    if not block:
+        return _raw(section, name, field, value) if value is not None or section != "train" else \
+            {**_raw(section, name, field, value), "train": {}}
+    return _raw("task", task, block, {} if value is None else {field: value})
 
 
 @pytest.mark.parametrize("where", _derived_fields(), ids=lambda w: ".".join(p for p in w if p))
 def test_a_derived_default_written_out_is_one_run_id(where: tuple[str, str, str]) -> None:
-    """Finding: `train.eval_batch_size: 64` beside `batch_size: 32` (unset: twice the batch), or
-    clm's `eval_stride: 256` beside `max_length: 512` (unset: half of it), was another run id of
-    the run that leaves it unset. Now hashed as unset; another value is another id."""
+    """Finding: `train.eval_batch_size: 64` beside `batch_size: 32` (unset: twice the batch),
+    clm's `eval_stride: 256` beside `max_length: 512` (unset: half of it), or a generation task's
+    `generation.max_new_tokens` equal to its `max_target_length` (unset: that), was another run id
+    of the run that leaves it unset. Now hashed as unset; another value is another id."""
     section, name, field = where
-    unset = recipes.built(_raw(section, name, field, None) if section != "train" else
-                          {**_raw(section, name, field, None), "train": {}})
-    settings = getattr(unset, section)
+    unset = recipes.built(_derived_raw(section, name, field, None))
+    holder, settings = None, getattr(unset, section)
+    if "." in name:
+        holder, settings = settings, getattr(settings, name.partition(".")[2])
     f = next(f for f in dataclasses.fields(settings) if f.name == field)
-    value = f.metadata[DERIVED](settings)
-    written, other = (recipes.built(_raw(section, name, field, v)) for v in (value, value + 1))
+    value = f.metadata[DERIVED](settings, holder)
+    assert isinstance(value, int), where
+    written, other = (recipes.built(_derived_raw(section, name, field, v)) for v in (value, value + 1))
     assert written.hash == unset.hash
     assert other.hash != unset.hash
     assert written.hash_as_before != unset.hash_as_before

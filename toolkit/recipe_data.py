@@ -50,7 +50,7 @@ class TrainConfig:
     max_steps: int | None = field(default=None, metadata=_min(1))
     lr: float = field(default=2e-5, metadata=_min(0.0))
     batch_size: int = field(default=32, metadata=_min(1))
-    eval_batch_size: int | None = field(default=None, metadata={"min": 1, DERIVED: lambda t: 2 * t.batch_size})
+    eval_batch_size: int | None = field(default=None, metadata={"min": 1, DERIVED: lambda t, _: 2 * t.batch_size})
     grad_accum: int = field(default=1, metadata=_min(1))
     weight_decay: float = field(default=0.0, metadata=_min(0.0))
     warmup_ratio: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})

@@ -221,9 +221,10 @@ def is_neutral(f: dataclasses.Field, value: Any) -> bool:
 # (labels in id order, text columns as a pair, metrics whose first selects) is not marked.
 UNORDERED = "unordered"
 
-# field metadata: a function of the settings block that gives the value the field's unset (None)
-# stands for (`eval_batch_size`: twice the batch), or None where that is known only later (a
-# checkpoint's, a file's). That value written out hashes as unset: one computation, one run id.
+# field metadata: a function of the settings block (and the block holding it, None at the top:
+# a task's `generation` is in its task) that gives the value the field's unset (None) stands for
+# (`eval_batch_size`: twice the batch), or None where that is known only later (a checkpoint's, a
+# file's). That value written out hashes as unset: one computation, one run id.
 DERIVED = "derived"
 
 # field metadata: a function of the settings block, true where the field is not read at all
@@ -237,7 +238,8 @@ def _sorted(items: list) -> list:
     return sorted(items, key=lambda item: (type(item).__name__, item))
 
 
-def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[str, ...] = ()) -> dict:
+def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[str, ...] = (),
+             parent: Any = None) -> dict:
     """`data` (the settings dataclass `settings` as plain data) without the fields that hold their
     neutral value (`added`), nested settings blocks too: what a recipe's hash covers. With
     `canonical`, each computation in one form: an `UNORDERED` list sorted, a `DERIVED` field whose
@@ -253,13 +255,13 @@ def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[s
         if is_neutral(f, value):
             del out[f.name]
         elif dataclasses.is_dataclass(value) and isinstance(out[f.name], dict):
-            out[f.name] = unhashed(value, out[f.name], canonical)
+            out[f.name] = unhashed(value, out[f.name], canonical, parent=settings)
         elif not canonical:
             continue
         elif f.metadata.get(UNORDERED) and isinstance(out[f.name], list):
             out[f.name] = _sorted(out[f.name])
         elif DERIVED in f.metadata and value is not None and f.name not in written \
-                and derived_value(f, settings) == value:
+                and derived_value(f, settings, parent) == value:
             out[f.name] = None
         elif UNUSED_WHEN in f.metadata and f.name not in written and f.metadata[UNUSED_WHEN](settings):
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -267,10 +269,10 @@ def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[s
     return out
 
 
-def derived_value(f: dataclasses.Field, settings: Any) -> Any:
-    """The value field `f` of `settings` takes when unset (its `DERIVED` function), or None where
-    the settings do not say it."""
+def derived_value(f: dataclasses.Field, settings: Any, parent: Any = None) -> Any:
+    """The value field `f` of `settings` (inside `parent`, if nested) takes when unset (its
+    `DERIVED` function), or None where the settings do not say it."""
     try:
-        return f.metadata[DERIVED](settings)
+        return f.metadata[DERIVED](settings, parent)
     except (TypeError, ValueError, AttributeError, ZeroDivisionError):
         return None

@@ -47,7 +47,7 @@ class CausalLM(TextTask):
     instead = "mlm for encoders, denoise or span_corruption for encoder-decoders"
     perplexity = True  # of the labelled tokens
 
-    eval_stride: int | None = field(default=None, metadata={"min": 1, DERIVED: lambda t: max(1, t.max_length // 2)})  # None: max_length // 2
+    eval_stride: int | None = field(default=None, metadata={"min": 1, DERIVED: lambda t, _: max(1, t.max_length // 2)})  # None: max_length // 2
 
     def check(self) -> None:
         super().check()
