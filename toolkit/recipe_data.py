@@ -64,7 +64,8 @@ class TrainConfig:
     group_by_length: bool = True  # batches of similar length, in random order (train.EpochBatches)
     # few shapes (docs/gpu.md): a training batch pads to the smallest of length_buckets that holds
     # it, else to a multiple of pad_multiple; unset: a multiple of 16 giving <= 8 lengths when compiled, else 1
-    pad_multiple: int | None = field(default=None, metadata=_min(1))
+    pad_multiple: int | None = field(default=None, metadata={  # unset and eager (compile: false): 1
+        "min": 1, DERIVED: lambda t, _: 1 if t.compile is False else None})
     length_buckets: list[int] = field(default_factory=list, metadata={"min": 1, UNORDERED: True})  # the smallest that holds
     compile: bool | Literal["auto"] = "auto"  # torch.compile the step; auto: on a CUDA GPU only
     # clipping and the AdamW update as one compiled function (toolkit/optimizer_step.py); auto: off
