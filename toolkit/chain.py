@@ -44,6 +44,33 @@ def recipe_file(run: str, origin: Path | None) -> Path:
     return path
 
 
+def canonical(ref: dict, origin: Path | None) -> dict:
+    """A `{run: ..., overrides: [...]}` checkpoint in one form, whatever the spelling that names
+    the recipe file (relative to the working directory or to the recipes tree, absolute, `./`,
+    `~`, a variable, a symbolic link) and with no `overrides` where there are none: it is hashed,
+    and two spellings of one upstream gave the fine-tuning two run ids. A recipe of the recipes
+    tree (recipe_data.recipes_root: the checkout's, or those shipped with the package) is
+    `recipes/<path in it>`, as shipped recipes write it and recipe_file finds it from anywhere;
+    any other is its absolute path (a `recipes/...` of another tree would name a shipped recipe
+    where one has the same path). A reference that names no file is left as written (the
+    upstream's own check says it)."""
+    run, overrides = ref.get("run"), ref.get("overrides")
+    out = {k: v for k, v in ref.items() if k not in KEYS}
+    if isinstance(run, str):
+        path = recipe_file(run, origin)
+        if path.is_file():
+            path = path.resolve()
+            try:
+                tree: Path | None = recipes_root().resolve()
+            except UserError:  # no recipes tree here nor shipped
+                tree = None
+            run = f"recipes/{path.relative_to(tree).as_posix()}" if tree and path.is_relative_to(tree) else str(path)
+    out["run"] = run
+    if overrides:
+        out["overrides"] = overrides
+    return out
+
+
 def check(recipe: Recipe, upstream: Recipe) -> None:
     """The model a `{run: ...}` checkpoint names is its weights with the attention module they were
     trained under (its settings and parameters, saved beside them): a fine-tuning recipe that says
@@ -129,7 +156,7 @@ def finished_on_other_counts(upstream: Recipe, folder: Path) -> list[tuple[int, 
         try:
             said = runs.read_json(other / "identity.json")
             count, way = said["processes"], said.get("strategy") or ("ddp" if int(said["processes"]) > 1 else "none")
-            if other != folder and runs.run_id(upstream, int(count), way) == other.name and runs.is_finished(other):
+            if other != folder and other.name in runs.run_ids(upstream, int(count), way) and runs.is_finished(other):
                 found.append((int(count), way, other))
         except (OSError, ValueError, KeyError, TypeError, UserError):  # not such a run, or damaged: not named
             continue
@@ -184,6 +211,36 @@ def check_current(plan: RunPlan | None, root: Path) -> None:
                                 f"result is of the earlier weights; run {what} again with --force, or put that "
                                 "model back")
         plan, what = plan.upstream, ref["run"]
+    if plan is not None:
+        base_current(plan, root, what)
+
+
+def base_current(plan: RunPlan, root: Path, what: str = "this recipe") -> None:
+    """A finished run that starts from a checkpoint as written (a local folder, a Hub id's cached
+    snapshot) trained on that base as it is now. The run id names the base, not its files: a
+    base folder trained or edited again (other weights, a tokenizer with other ids, a config with
+    another dropout) and the same recipe launched was "finished already", its metrics of the
+    earlier base, exit 0, where a chained run's changed upstream was one line. Recorded in
+    metrics.json (`base_source_files`); a run that recorded none, a smoke run (its small model is
+    built again: eval and predict check it) and a base that is gone (a cleared Hub cache: nothing
+    says it changed, and a whole result does not need it) are not judged."""
+    if plan.upstream is not None or rebuilt_base(plan.recipe):
+        return
+    out = runs.run_dir(plan.recipe, root)
+    try:
+        saved = runs.read_json(out / "metrics.json").get("base_source_files") if runs.is_finished(out) else None
+    except (OSError, ValueError, AttributeError):  # damaged: said by the finished-run check in its own name
+        return
+    source = plan.recipe.model.checkpoint
+    if not saved or runs.base_folder(source) is None:
+        return
+    changed = runs.base_changed(saved, source)
+    if changed is not None:
+        how = "changed" if changed.name in saved.get("files", {}) and changed.exists() else \
+            "was removed" if changed.name in saved.get("files", {}) else "was added"
+        raise UserError(f"{out}: this finished run trained on model.checkpoint {source} as it was then, and "
+                        f"{changed} {how} since: its result is of the earlier base; run {what} again with "
+                        "--force to train on the base as it is, or put the base back as it was")
 
 
 def source(plan: RunPlan) -> str:

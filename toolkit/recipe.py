@@ -46,8 +46,25 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
         chain.check(recipe, checked.upstream.recipe)
         recipe.upstream_id = runs.run_id(checked.upstream.recipe)
+        recipe.upstream_id_before = runs.run_ids(checked.upstream.recipe)[-1]
+        recipe.checkpoint_as_written = recipe.model.checkpoint
+        recipe.model.checkpoint = chain.canonical(recipe.model.checkpoint, origin)
+    else:
+        _canonical_folder(recipe)
     check(recipe, checked.base)
     return checked
+
+
+def _canonical_folder(recipe: Recipe) -> None:
+    """A local base folder in one form: its absolute path, the run's `model/` where a run folder is
+    named (models.local_dir): `base`, `./base/`, `/abs/base`, `~/base`, a symbolic link to it or
+    `runs/x/<id>` for `runs/x/<id>/model` were hashed as spelled, one fine-tuning of one base as
+    many run ids as spellings. recipe.yaml holds that form (eval, predict and export find the base
+    from anywhere); the hash before it (Recipe.hash_as_before) covers the spelling."""
+    folder = models.local_dir(recipe.model.checkpoint) if isinstance(recipe.model.checkpoint, str) else None
+    if folder is not None and str(folder.resolve()) != recipe.model.checkpoint:
+        recipe.checkpoint_as_written = recipe.model.checkpoint
+        recipe.model.checkpoint = str(folder.resolve())
 
 
 def built(raw: dict, name: str = "recipe", smoke: bool = False) -> Recipe:
@@ -106,10 +123,11 @@ def made_with(run: Path, raw: dict, recorded: Any, then: str = "") -> None:
         pass
     file = run / "recipe.yaml"
     try:
-        now = built(raw).hash
+        made = built(raw)
+        now, before = made.hash, made.hash_as_before  # before: a run made before the canonical forms
     except UserError as exc:
-        now = f"unreadable ({exc})"
-    if now != recorded:
+        now = before = f"unreadable ({exc})"
+    if recorded not in (now, before):
         raise UserError(f"{file}: not the recipe this run was made with (it hashes as {now}; metrics.json "
                         f"records recipe_hash {recorded}): it was edited after the run; put it back as the run "
                         f"wrote it{then}, or run the changed recipe as a run of its own (toolkit run on a "

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from toolkit.errors import UserError, user_path
-from toolkit.schema import DECIMAL, NONE_ALIAS, unhashed
+from toolkit.schema import DECIMAL, DERIVED, NONE_ALIAS, UNORDERED, UNUSED_WHEN, unhashed
 
 
 def _min(v: float) -> dict:
@@ -46,11 +46,11 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    epochs: float = field(default=3.0, metadata=_min(0.0))
+    epochs: float = field(default=3.0, metadata={"min": 0.0, UNUSED_WHEN: lambda t: t.max_steps is not None})
     max_steps: int | None = field(default=None, metadata=_min(1))
     lr: float = field(default=2e-5, metadata=_min(0.0))
     batch_size: int = field(default=32, metadata=_min(1))
-    eval_batch_size: int | None = field(default=None, metadata=_min(1))
+    eval_batch_size: int | None = field(default=None, metadata={"min": 1, DERIVED: lambda t, _: 2 * t.batch_size})
     grad_accum: int = field(default=1, metadata=_min(1))
     weight_decay: float = field(default=0.0, metadata=_min(0.0))
     warmup_ratio: float = field(default=0.0, metadata={"min": 0.0, "max": 1.0})
@@ -64,8 +64,9 @@ class TrainConfig:
     group_by_length: bool = True  # batches of similar length, in random order (train.EpochBatches)
     # few shapes (docs/gpu.md): a training batch pads to the smallest of length_buckets that holds
     # it, else to a multiple of pad_multiple; unset: a multiple of 16 giving <= 8 lengths when compiled, else 1
-    pad_multiple: int | None = field(default=None, metadata=_min(1))
-    length_buckets: list[int] = field(default_factory=list, metadata=_min(1))
+    pad_multiple: int | None = field(default=None, metadata={  # unset and eager (compile: false): 1
+        "min": 1, DERIVED: lambda t, _: 1 if t.compile is False else None})
+    length_buckets: list[int] = field(default_factory=list, metadata={"min": 1, UNORDERED: True})  # the smallest that holds
     compile: bool | Literal["auto"] = "auto"  # torch.compile the step; auto: on a CUDA GPU only
     # clipping and the AdamW update as one compiled function (toolkit/optimizer_step.py); auto: off
     # (measured on an H200: no faster than fused AdamW; docs/gpu.md)
@@ -81,7 +82,7 @@ class TrainConfig:
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more time
     fast_dropout: bool = True  # CPU: dropout by toolkit.dropout (2-3x faster than torch's); false = torch's
     skip_nonfinite: int = field(default=0, metadata=_min(0))  # batches with a NaN/inf loss to skip
-    report_to: list[Literal["tensorboard", "trackio", "wandb", "mlflow"]] = field(default_factory=list)
+    report_to: list[Literal["tensorboard", "trackio", "wandb", "mlflow"]] = field(default_factory=list, metadata={UNORDERED: True})
 
     def optimizer_steps(self, examples: int, processes: int = 1) -> tuple[int, int]:
         """(optimizer steps per epoch, total optimizer steps) of `examples` training examples: the
@@ -127,6 +128,11 @@ class Recipe:
     # set when the chain is planned (toolkit/recipe.py). Not in the hash (the recipe says the same);
     # in the run id, so an upstream recipe edited and run again makes this a new run too
     upstream_id: str | None = field(default=None, repr=False, compare=False)
+    # ...and as the run ids before the canonical forms named it (runs.run_ids: runs made then are found)
+    upstream_id_before: str | None = field(default=None, repr=False, compare=False)
+    # model.checkpoint as the recipe wrote it, where planning put it in its one form (a {run: ...}:
+    # chain.canonical; a local folder: its absolute path): what the hash before those forms covered
+    checkpoint_as_written: str | dict | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""
@@ -140,23 +146,48 @@ class Recipe:
         out["smoke"] = self.smoke
         return out
 
-    def hashed_dict(self) -> dict:
+    def hashed_dict(self, canonical: bool = True) -> dict:
         """`to_dict` without the fields added later that hold the value of the behaviour before
-        them (schema.added): what the hash covers. recipe.yaml keeps every field."""
+        them (schema.added): what the hash covers. recipe.yaml keeps every field. With `canonical`
+        (docs/reliability.md, "one computation, one run id"): set-like lists sorted, a derived
+        default written out as unset, a setting that is not read as its default (schema.UNORDERED,
+        DERIVED, UNUSED_WHEN; `train.metric` naming the task's main metric too), and
+        model.checkpoint as planning put it (`checkpoint_as_written`). Without: the hash as it was
+        before those forms (`hash_as_before`)."""
         out = self.to_dict()
+        if not canonical and self.checkpoint_as_written is not None:
+            out["model"]["checkpoint"] = json.loads(json.dumps(self.checkpoint_as_written))
+        # --smoke writes the train sizes itself (max_steps, eval_batch_size): there they are hashed as
+        # written, with the epochs beside them, so the smoke ids of the recipes stay as they were
+        written = {"train": (*(k for s, k in SMOKE_CAPS if s == "train"), "epochs")} if self.smoke else {}
         for section in SECTION_NAMES:
-            out[section] = unhashed(getattr(self, section), out[section])
+            out[section] = unhashed(getattr(self, section), out[section], canonical, written.get(section, ()))
+        if canonical and self.train.metric is not None and self.train.metric == _main_metric(self.task):
+            out["train"]["metric"] = None  # unset selects on the task's main metric (run_metrics)
         return out
 
     @property
     def hash(self) -> str:
         return self.digest(self.hashed_dict())
 
+    @property
+    def hash_as_before(self) -> str:
+        """The hash before the canonical forms: a run made then is in the folder this names."""
+        return self.digest(self.hashed_dict(canonical=False))
+
     @staticmethod
     def digest(hashed: dict) -> str:
         """The hash of a `hashed_dict` (a run's recipe.yaml is checked against it, inference)."""
         blob = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _main_metric(task: Any) -> str | None:
+    """The metric an unset train.metric selects on (the task's main one), None where unknown."""
+    try:
+        return task.main_metric()
+    except (NotImplementedError, AttributeError, IndexError, TypeError, ValueError):  # not known before loading
+        return None
 
 
 @dataclass

@@ -51,6 +51,10 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "base_run": base_run(recipe, setup, out),
         # and its files (weights, config, tokenizer) as this run started from them (chain.check_current)
         "base_run_files": chain.record(setup.source) if isinstance(recipe.model.checkpoint, dict) else None,
+        # a plain run's base (a local folder, a Hub id's cached snapshot): its weights, config and
+        # tokenizer as this run started from them, which the run id does not cover (chain.check_current)
+        "base_source_files": None if isinstance(recipe.model.checkpoint, dict) or chain.rebuilt_base(recipe)
+        else chain.record(setup.source),
         # a local base folder's files that eval/predict/export load model/ onto (result_base)
         "base_files": result_base(recipe, setup, out),
         # the base's weights, configs and tokenizer every run started from, whatever its method (runs.base_record):

@@ -263,18 +263,39 @@ def run_id(recipe: Recipe, processes: int | None = None, way: str | None = None)
     computation than DDP's) and the data files' contents. Two launches that differ in any of
     these are two runs. One process and DDP are not hashed (their process counts differ already),
     so their ids are those of the runs made before the strategy was part of the id."""
-    blob = f"{recipe.hash}|{processes or world_size()}|{data_fingerprint(recipe.task.data_files())}"
+    return _run_id(recipe, processes, way, before=False)
+
+
+def _run_id(recipe: Recipe, processes: int | None, way: str | None, before: bool) -> str:
+    digest = recipe.hash_as_before if before else recipe.hash
+    blob = f"{digest}|{processes or world_size()}|{data_fingerprint(recipe.task.data_files())}"
     way = way or strategy()
     if way not in NEUTRAL_STRATEGIES:
         blob += f"|{way}"
-    upstream = getattr(recipe, "upstream_id", None)  # a chained run is of the run it starts from
+    # a chained run is of the run it starts from
+    upstream = getattr(recipe, "upstream_id_before" if before else "upstream_id", None) or \
+        getattr(recipe, "upstream_id", None)
     if upstream:
         blob += f"|{upstream}"
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def run_ids(recipe: Recipe, processes: int | None = None, way: str | None = None) -> list[str]:
+    """The run id, then the id the same launch had before the canonical forms of the recipe hash
+    (Recipe.hash_as_before: a set-like list as written, a derived default written out, a chained
+    run's reference as spelled), where that differs: a run made then sits in that folder."""
+    ids = [run_id(recipe, processes, way)]
+    before = _run_id(recipe, processes, way, before=True)
+    return ids if before in ids else [*ids, before]
+
+
 def run_dir(recipe: Recipe, root: Path, processes: int | None = None, way: str | None = None) -> Path:
-    return root / recipe.name / run_id(recipe, processes, way)
+    """The run's folder: `<root>/<name>/<run id>`, or the folder of its id from before the
+    canonical forms where only that one exists (a run made then, finished or to resume, is the
+    same computation: it is found, not trained again beside it)."""
+    ids = run_ids(recipe, processes, way)
+    folders = [root / recipe.name / i for i in ids]
+    return next((f for f in folders if f.exists()), folders[0])
 
 
 @contextmanager

@@ -215,9 +215,38 @@ def is_neutral(f: dataclasses.Field, value: Any) -> bool:
     return bool(value == neutral)
 
 
-def unhashed(settings: Any, data: dict) -> dict:
+# field metadata: a list whose order does not change the computation (a set of module names,
+# layer indices, bucket lengths, trackers): hashed sorted, so `[value, query]` and `[query, value]`
+# are one run id (they were two runs of one computation). A list whose order means something
+# (labels in id order, text columns as a pair, metrics whose first selects) is not marked.
+UNORDERED = "unordered"
+
+# field metadata: a function of the settings block (and the block holding it, None at the top:
+# a task's `generation` is in its task) that gives the value the field's unset (None) stands for
+# (`eval_batch_size`: twice the batch), or None where that is known only later (a checkpoint's, a
+# file's). That value written out hashes as unset: one computation, one run id.
+DERIVED = "derived"
+
+# field metadata: a function of the settings block, true where the field is not read at all
+# (`epochs` beside `max_steps`, which sets the schedule alone): hashed as its default there, so
+# the recipes that differ only in it are one run id
+UNUSED_WHEN = "unused_when"
+
+
+def _sorted(items: list) -> list:
+    """`items` in one order whatever order they were written in (numbers and strings apart)."""
+    return sorted(items, key=lambda item: (type(item).__name__, item))
+
+
+def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[str, ...] = (),
+             parent: Any = None) -> dict:
     """`data` (the settings dataclass `settings` as plain data) without the fields that hold their
-    neutral value (`added`), nested settings blocks too: what a recipe's hash covers."""
+    neutral value (`added`), nested settings blocks too: what a recipe's hash covers. With
+    `canonical`, each computation in one form: an `UNORDERED` list sorted, a `DERIVED` field whose
+    value is the one its unset stands for as unset, an `UNUSED_WHEN` field that is not read as its
+    default (except the fields named in `written`: --smoke's sizes, see Recipe.hashed_dict).
+    Without it: the hash as it was before those rules (Recipe.hash_as_before, which finds the
+    runs made then)."""
     out = dict(data)
     for f in dataclasses.fields(settings):
         if f.name not in out:
@@ -226,5 +255,24 @@ def unhashed(settings: Any, data: dict) -> dict:
         if is_neutral(f, value):
             del out[f.name]
         elif dataclasses.is_dataclass(value) and isinstance(out[f.name], dict):
-            out[f.name] = unhashed(value, out[f.name])
+            out[f.name] = unhashed(value, out[f.name], canonical, parent=settings)
+        elif not canonical:
+            continue
+        elif f.metadata.get(UNORDERED) and isinstance(out[f.name], list):
+            out[f.name] = _sorted(out[f.name])
+        elif DERIVED in f.metadata and value is not None and f.name not in written \
+                and derived_value(f, settings, parent) == value:
+            out[f.name] = None
+        elif UNUSED_WHEN in f.metadata and f.name not in written and f.metadata[UNUSED_WHEN](settings):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            out[f.name] = default
     return out
+
+
+def derived_value(f: dataclasses.Field, settings: Any, parent: Any = None) -> Any:
+    """The value field `f` of `settings` (inside `parent`, if nested) takes when unset (its
+    `DERIVED` function), or None where the settings do not say it."""
+    try:
+        return f.metadata[DERIVED](settings, parent)
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError):
+        return None

@@ -216,11 +216,11 @@ def _upstreams(points: list[Point], folders: list[Path], root: Path, smoke: bool
                resolve: bool) -> None:
     for i, point in enumerate(points):
         plan = recipe_module.plan(point.recipe, point.overrides, smoke=smoke)
-        if plan.upstream is None:
-            continue
         try:
             if not force:
-                chain.check_current(plan, root)
+                chain.check_current(plan, root)  # a plain point too: on its base as that is now
+            if plan.upstream is None:
+                continue
             if resolve and not plan.recipe.smoke and runs.run_dir(plan.upstream.recipe, root) not in folders[:i]:
                 chain.resolve(plan, root)
         except UserError as exc:

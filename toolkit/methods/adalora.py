@@ -19,6 +19,7 @@ from typing import Any
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, check_mergeable, check_ranks, peft_task_type, wrap_peft
 from toolkit.methods.lora import no_default_targets, save_merged
+from toolkit.schema import UNORDERED
 
 torch = lazy("torch", globals())
 
@@ -34,7 +35,7 @@ class AdaLora(Method):
     target_r: int = field(default=8, metadata={"min": 1})  # average rank at the end
     alpha: int = field(default=16, metadata={"min": 1})
     dropout: float = field(default=0.0, metadata={"min": 0.0, "below": 1.0})  # 1: the adapters see zeros, never train
-    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1})  # None: PEFT's AdaLoRA default for the family (RoBERTa: query, key, value, dense)
+    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1, UNORDERED: True})  # None: PEFT's AdaLoRA default for the family (RoBERTa: query, key, value, dense)
     tinit_ratio: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})  # steps at full rank first
     tfinal_ratio: float = field(default=0.2, metadata={"min": 0.0, "max": 1.0})  # steps at the final ranks last
     delta_t: int = field(default=10, metadata={"min": 1})  # steps between two re-allocations

@@ -54,7 +54,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.schema import added
+from toolkit.schema import UNORDERED, added
 from toolkit.methods import METHODS, Context, Method, check_sizes, is_head, set_trainable
 from toolkit.models import BOTTLENECK_CHILD, BOTTLENECK_CONFIG, head_names
 
@@ -214,7 +214,7 @@ class Adapters(Method):
     reduction_factor: int = field(default=16, metadata={"min": 1})
     bottleneck_size: int | None = field(default=None, metadata={"min": 1})  # wins over the factor
     non_linearity: Literal["relu", "gelu", "swish", "silu", "tanh"] = "relu"
-    layers: list[int] | None = field(default=None, metadata={"min": 0, "min_items": 1})  # layer indices to adapt (each stack); None = all
+    layers: list[int] | None = field(default=None, metadata={"min": 0, "min_items": 1, UNORDERED: True})  # layer indices to adapt (each stack); None = all
     # the base's layer normalisations train too, as Houlsby et al. (2019) trained them ("the layer
     # normalization parameters per layer"); off: frozen, as the `adapters` library leaves them
     train_layer_norms: bool = added(default=False, neutral=False)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, peft_task_type, wrap_peft
+from toolkit.schema import UNORDERED
 
 torch = lazy("torch", globals())
 
@@ -21,8 +22,8 @@ torch = lazy("torch", globals())
 @dataclass
 class IA3(Method):
     transformers_loads: ClassVar[bool] = True
-    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1})  # None: PEFT's default for the family
-    feedforward_modules: list[str] | None = None  # a subset of target_modules, scaled on their input
+    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1, UNORDERED: True})  # None: PEFT's default for the family
+    feedforward_modules: list[str] | None = field(default=None, metadata={UNORDERED: True})  # a subset of target_modules, scaled on their input
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if (self.feedforward_modules is not None) != (self.target_modules is not None):

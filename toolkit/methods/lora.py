@@ -10,6 +10,7 @@ from toolkit.hf_tables import table
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, check_mergeable, check_ranks, keep_label_maps, peft_task_type, wrap_peft
 from toolkit.methods import merged as methods_merged
+from toolkit.schema import UNORDERED
 
 torch = lazy("torch", globals())
 
@@ -20,7 +21,7 @@ class Lora(Method):
     r: int = field(default=8, metadata={"min": 1})
     alpha: int = field(default=16, metadata={"min": 1})
     dropout: float = field(default=0.0, metadata={"min": 0.0, "below": 1.0})  # 1: the adapters see zeros, never train
-    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1})  # None: PEFT's default for the family (query/value)
+    target_modules: list[str] | None = field(default=None, metadata={"min_items": 1, UNORDERED: True})  # None: PEFT's default for the family (query/value)
     bias: Literal["none", "all", "lora_only"] = "none"
     merge: bool = False  # save the weights merged into the base: a plain transformers folder
     use_dora: ClassVar[bool] = False  # methods/dora.py: the same settings, PEFT's DoRA

@@ -57,7 +57,8 @@ class Generation:
 
     num_beams: int | None = schema.unpinned(was=1, min=1, max=64)
     length_penalty: float | None = schema.unpinned(was=1.0, min=-10.0, max=10.0)
-    max_new_tokens: int | None = field(default=None, metadata={"min": 1, "max": 4096})
+    max_new_tokens: int | None = field(default=None, metadata={  # unset: its task's max_target_length
+        "min": 1, "max": 4096, schema.DERIVED: lambda _, task: getattr(task, "max_target_length", None)})
     no_repeat_ngram_size: int | None = schema.unpinned(was=0, min=0, max=16)
     # when beam search stops (GenerationConfig's early_stopping): true once num_beams hypotheses are
     # finished, false when no open beam can still beat them (transformers' heuristic), "never"

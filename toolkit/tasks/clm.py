@@ -21,6 +21,7 @@ from toolkit.errors import UserError
 from toolkit.tasks import TASKS, fingerprint
 from toolkit.tasks._lm import IGNORE
 from toolkit.tasks._text import HELDOUT, TextTask
+from toolkit.schema import DERIVED
 
 
 def sliding_windows(ids: list[int], max_length: int, stride: int) -> list[tuple[list[int], list[int]]]:
@@ -46,7 +47,7 @@ class CausalLM(TextTask):
     instead = "mlm for encoders, denoise or span_corruption for encoder-decoders"
     perplexity = True  # of the labelled tokens
 
-    eval_stride: int | None = field(default=None, metadata={"min": 1})  # None: max_length // 2
+    eval_stride: int | None = field(default=None, metadata={"min": 1, DERIVED: lambda t, _: max(1, t.max_length // 2)})  # None: max_length // 2
 
     def check(self) -> None:
         super().check()

@@ -1,0 +1,337 @@
+"""One computation, one run id (docs/reliability.md, "A run's identity"): a set-like list in any
+order, a derived default written out or left unset, a chained run's upstream however its path is
+spelled, are one run id; the shipped recipes keep theirs, and a run made under the id a recipe had
+before these canonical forms is still found (finished already, eval, resume)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import typing
+from pathlib import Path
+
+import pytest
+
+import toolkit
+from toolkit import attention, methods, recipe as recipes, runs, tasks
+from toolkit.recipe_data import ModelConfig, Recipe, TrainConfig
+from toolkit.schema import DERIVED, UNORDERED, UNUSED_WHEN
+
+ROOT = Path(__file__).resolve().parent.parent
+HASHES = json.loads((ROOT / "tests/data/shipped_recipe_hashes.json").read_text())
+
+# the shipped recipes whose hash the canonical forms change: each writes a derived default out
+# (eval_stride: 256 = max_length // 2), so it hashes as the recipes that leave it; their runs made
+# before are found under the old id (Recipe.hash_as_before, test below)
+WRITES_A_DERIVED_DEFAULT = {"pretrain/ptb/gpt2-clm.yaml", "pretrain/wikitext-2/gpt2-clm.yaml"}
+
+# list fields whose order changes the computation: not hashed sorted
+ORDERED = {
+    ("task", "ner", "labels"): "tag ids in list order: the head's rows",
+    ("task", "text_classification", "labels"): "label ids in list order: the head's rows",
+    ("task", "text_classification", "text_columns"): "a text pair, first and second segment",
+    ("task", "text_classification", "metrics"): "the first is the main metric (selection)",
+    ("method", "icl", "verbalizers"): "one word per label, in label order",
+}
+
+
+def _settings_classes() -> list[tuple[str, str, type]]:
+    """(section, plug-in name, settings class) of every settings class a recipe can hold."""
+    found = [("model", "", ModelConfig), ("train", "", TrainConfig)]
+    found += [("task", n, tasks.TASKS.get(n, "task")) for n in tasks.TASKS.names()]
+    found += [("method", n, methods.METHODS.get(n, "method")) for n in methods.METHODS.names()]
+    found += [("attention", n, attention.ATTENTION.get(n, "attention")) for n in attention.ATTENTION.names()]
+    nested = []
+    for section, name, cls in found:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            for tp in (hints[f.name], *typing.get_args(hints[f.name])):
+                if dataclasses.is_dataclass(tp):
+                    nested.append((section, f"{name}.{f.name}", tp))
+    return found + nested
+
+
+def _list_fields() -> list[tuple[str, str, type, dataclasses.Field]]:
+    out = []
+    for section, name, cls in _settings_classes():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if "list[" in str(hints[f.name]):
+                out.append((section, name, cls, f))
+    return out
+
+
+def test_shipped_recipe_ids_are_unchanged() -> None:
+    """Every shipped recipe, plain and --smoke, hashes as it did before the canonical forms
+    (tests/data/shipped_recipe_hashes.json: computed by the toolkit before them), except those that
+    write a derived default out, whose hash before is still what finds their runs."""
+    paths = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if not p.name.startswith("_"))
+    seen = 0
+    for path in paths:
+        rel = str(path.relative_to(ROOT / "recipes"))
+        for smoke in (False, True):
+            key = rel + (" --smoke" if smoke else "")
+            if key not in HASHES:  # a recipe shipped since
+                continue
+            seen += 1
+            recipe = recipes.load(path, [], smoke=smoke)
+            assert recipe.hash_as_before == HASHES[key], key
+            assert (recipe.hash == HASHES[key]) is (rel not in WRITES_A_DERIVED_DEFAULT), key
+    assert seen > 300
+
+
+def test_every_list_field_is_declared_set_like_or_ordered() -> None:
+    """A list field is hashed sorted (schema.UNORDERED) or named here with why its order matters:
+    a new list field is classified, not left to hash its spelling."""
+    for section, name, _, f in _list_fields():
+        assert bool(f.metadata.get(UNORDERED)) != ((section, name, f.name) in ORDERED), (section, name, f.name)
+
+
+def _raw(section: str, name: str, field: str, value: object) -> dict:
+    raw = {"model": {"checkpoint": "some/model"}, "task": {"name": "glue", "subset": "sst2"}, "method": {"name": "full"}, "train": {}}
+    if section in ("task", "method"):
+        raw[section] = {"name": name, field: value}
+    else:
+        raw[section][field] = value
+    return raw
+
+
+def _two(tp: typing.Any) -> list:
+    (inner,) = typing.get_args([a for a in typing.get_args(tp) if a is not type(None)][0]
+                               if typing.get_origin(tp) is not list else tp)
+    if typing.get_origin(inner) is typing.Literal:
+        return list(typing.get_args(inner))[:2]
+    return [7, 3] if inner is int else ["value", "query"]
+
+
+@pytest.mark.parametrize("where", [(s, n, f.name) for s, n, _, f in _list_fields() if f.metadata.get(UNORDERED)],
+                         ids=lambda w: ".".join(p for p in w if p))
+def test_a_set_like_list_in_any_order_is_one_run_id(where: tuple[str, str, str]) -> None:
+    """Finding: `method.target_modules: [value, query]` and `[query, value]` (PEFT takes a set), or
+    `train.length_buckets` in another order, were two run ids of one computation: the second
+    trained again. Now hashed sorted; another set is another id."""
+    section, name, field = where
+    cls = next(c for s, n, c in _settings_classes() if (s, n) == (section, name))
+    items = _two(typing.get_type_hints(cls)[field])
+    one, other, fewer = (recipes.built(_raw(section, name, field, v)) for v in (items, items[::-1], items[:1]))
+    assert one.hash == other.hash
+    assert one.hash != fewer.hash
+    assert one.hash_as_before != other.hash_as_before  # as before: written order hashed
+    assert getattr(getattr(other, section), field) == items[::-1]  # recipe.yaml keeps it as written
+
+
+def _derived_fields() -> list[tuple[str, str, str]]:
+    return [(s, n, f.name) for s, n, c in _settings_classes() for f in dataclasses.fields(c) if DERIVED in f.metadata]
+
+
+def test_every_derived_default_is_declared() -> None:
+    assert {(s, f) for s, _, f in _derived_fields()} >= {("train", "eval_batch_size"), ("train", "pad_multiple"),
+                                                         ("task", "eval_stride"), ("task", "max_new_tokens")}
+
+
+# what a derived default needs to be known from the recipe: unset pad_multiple is 1 only where the
+# step is eager for sure (compile: auto decides on the device, so there 1 stays hashed as written)
+DERIVED_GIVEN = {("train", "pad_multiple"): {"compile": False}}
+
+
+def _derived_raw(section: str, name: str, field: str, value: object) -> dict:
+    task, _, block = name.partition(".")
+    if block:
+        return _raw("task", task, block, {} if value is None else {field: value})
+    raw = _raw(section, name, field, value)
+    if section == "train":
+        raw["train"] = {**DERIVED_GIVEN.get((section, field), {}), **({} if value is None else {field: value})}
+    return raw
+
+
+@pytest.mark.parametrize("where", _derived_fields(), ids=lambda w: ".".join(p for p in w if p))
+def test_a_derived_default_written_out_is_one_run_id(where: tuple[str, str, str]) -> None:
+    """Finding: `train.eval_batch_size: 64` beside `batch_size: 32` (unset: twice the batch),
+    clm's `eval_stride: 256` beside `max_length: 512` (unset: half of it), or a generation task's
+    `generation.max_new_tokens` equal to its `max_target_length` (unset: that), was another run id
+    of the run that leaves it unset. Now hashed as unset; another value is another id."""
+    section, name, field = where
+    unset = recipes.built(_derived_raw(section, name, field, None))
+    holder, settings = None, getattr(unset, section)
+    if "." in name:
+        holder, settings = settings, getattr(settings, name.partition(".")[2])
+    f = next(f for f in dataclasses.fields(settings) if f.name == field)
+    value = f.metadata[DERIVED](settings, holder)
+    assert isinstance(value, int), where
+    written, other = (recipes.built(_derived_raw(section, name, field, v)) for v in (value, value + 1))
+    assert written.hash == unset.hash
+    assert other.hash != unset.hash
+    assert written.hash_as_before != unset.hash_as_before
+    if (section, field) in DERIVED_GIVEN:  # without what makes it known: hashed as written
+        without = {**_raw(section, name, field, value), "train": {field: value}}
+        assert recipes.built(without).hash != recipes.built({**without, "train": {}}).hash
+
+
+@pytest.mark.parametrize("where", [(s, n, f.name) for s, n, c in _settings_classes() for f in dataclasses.fields(c)
+                                   if UNUSED_WHEN in f.metadata], ids=lambda w: ".".join(p for p in w if p))
+def test_a_setting_that_is_not_read_is_one_run_id(where: tuple[str, str, str]) -> None:
+    """Finding: `train.epochs` beside `train.max_steps` (which sets the schedule alone, as
+    Trainer's max_steps overrides num_train_epochs) is never read, yet `epochs: 5` and `epochs: 3`
+    with one max_steps were two run ids of one computation. Hashed as its default there; where
+    it is read, another value is another id. --smoke (which writes max_steps itself) keeps it."""
+    assert where == ("train", "", "epochs")  # the one such field today; a new one: add its case here
+    at = lambda **train: recipes.built({**_raw("train", "", "epochs", 3.0), "train": train}).hash  # noqa: E731
+    assert at(max_steps=10, epochs=5.0) == at(max_steps=10) == at(max_steps=10, epochs=1.0)
+    assert at(max_steps=10) != at(max_steps=11)
+    assert at(epochs=5.0) != at()
+    smoke = [recipes.built({**_raw("train", "", "epochs", 3.0), "train": {"max_steps": 4, "epochs": e}}, smoke=True)
+             for e in (1.0, 5.0)]
+    assert smoke[0].hash != smoke[1].hash  # as before: the smoke ids of the recipes stay
+
+
+def test_train_metric_naming_the_main_metric_is_one_run_id_for_every_task() -> None:
+    """`train.metric` unset selects on the task's main metric: written as that, one run id."""
+    done = set()
+    for path in sorted((ROOT / "recipes").rglob("*.yaml")):
+        if path.name.startswith("_"):
+            continue
+        recipe = recipes.load(path)
+        if recipe.task.name in done or not recipe.method.trains:
+            continue
+        done.add(recipe.task.name)
+        main = recipe.task.main_metric()
+        written = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, metric=main))
+        assert written.hash == recipe.hash, path
+        names = [n for n in recipe.task.metric_names() if n != main]
+        if names:
+            other = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, metric=names[-1]))
+            assert other.hash != recipe.hash, path
+    assert done >= set(tasks.TASKS.names()) - {"text_classification"}
+
+
+def test_smoke_keeps_the_sizes_it_writes_hashed() -> None:
+    """--smoke always writes train.eval_batch_size (16 over a batch of 8): both spellings are one
+    already there, and the smoke ids of every recipe stay (the shipped-ids test covers them)."""
+    recipe = recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml", smoke=True)
+    assert recipe.train.eval_batch_size == 2 * recipe.train.batch_size
+    assert recipe.hashed_dict()["train"]["eval_batch_size"] == 16
+
+
+def _chained(tmp_path: Path, name: str, ref: dict) -> Path:
+    base = ROOT / "recipes/demo/sst2/minilm-full.yaml"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps({"extends": str(base), "name": "chained", "model": {"checkpoint": ref}}))
+    return path
+
+
+def test_a_chained_reference_spelled_any_way_is_one_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding: `{run: recipes/pretrain/...}`, the same file by its absolute path, `./recipes/...`,
+    a path through a symbolic link or with an empty `overrides: []` were hashed as spelled: one
+    fine-tuning of one upstream run had as many run ids as spellings. Now the reference is hashed
+    in one form (chain.canonical), that of the shipped recipes, and recipe.yaml holds it."""
+    monkeypatch.chdir(ROOT)
+    rel = "recipes/pretrain/wikitext-2/minilm-mlm.yaml"
+    (tmp_path / "link").symlink_to(ROOT / "recipes/pretrain")
+    spellings = [{"run": rel}, {"run": str(ROOT / rel)}, {"run": "./" + rel}, {"run": rel, "overrides": []},
+                 {"run": str(tmp_path / "link/wikitext-2/minilm-mlm.yaml")},
+                 {"run": "$HERE/" + rel}]
+    monkeypatch.setenv("HERE", str(ROOT))
+    shipped = recipes.load(ROOT / "recipes/demo/sst2/minilm-full-from-wikitext.yaml")
+    for smoke in (False, True):
+        loaded = [recipes.load(_chained(tmp_path, f"c{i}", ref), smoke=smoke) for i, ref in enumerate(spellings)]
+        ids = {runs.run_id(r, 1, "none") for r in loaded}
+        assert len(ids) == 1, [r.checkpoint_as_written for r in loaded]
+        assert {r.model.checkpoint["run"] for r in loaded} == {rel}
+        if not smoke:
+            assert loaded[0].hash == shipped.hash  # the shipped spelling is the one form
+    other = recipes.load(_chained(tmp_path, "o", {"run": rel, "overrides": ["train.seed=3"]}))
+    assert runs.run_id(other, 1, "none") not in ids
+
+
+def test_a_local_base_folder_spelled_any_way_is_one_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            tiny_checkpoint) -> None:
+    """Finding: `model.checkpoint` naming one local folder as `base`, `./base/`, its absolute path,
+    `~/...`, a symbolic link, or an earlier run's folder for its `model/`, was hashed as spelled:
+    as many run ids as spellings of one base. Now the folder's absolute path (recipe.yaml holds
+    it); a Hub id is hashed as written, and another folder is another id."""
+    import shutil
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "run" / "abc" / "model"))
+    (tmp_path / "link").symlink_to(base)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    spellings = ["run/abc/model", "./run/abc/model/", str(base), "~/run/abc/model", "link", "run/abc", str(tmp_path / "run/abc")]
+    raw = "task: {name: glue, subset: sst2, max_length: 32}\nmethod: {name: lora}\n"
+    loaded = []
+    for i, spelled in enumerate(spellings):
+        path = tmp_path / f"r{i}.yaml"
+        path.write_text(f"name: one\nmodel: {{checkpoint: '{spelled}'}}\n{raw}")
+        loaded.append(recipes.load(path))
+    assert {r.hash for r in loaded} == {loaded[0].hash}, [r.checkpoint_as_written for r in loaded]
+    assert {r.model.checkpoint for r in loaded} == {str(base.resolve())}
+    assert len({r.hash_as_before for r in loaded}) == len(spellings)  # as before: one id per spelling
+    other = Path(shutil.copytree(base, tmp_path / "other"))
+    (tmp_path / "o.yaml").write_text(f"name: one\nmodel: {{checkpoint: '{other}'}}\n{raw}")
+    assert recipes.load(tmp_path / "o.yaml").hash != loaded[0].hash
+
+
+def _trained_before(runs_dir: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str]) -> Path:
+    """A run made by the toolkit before the canonical forms: its hash as written (hash_as_before)."""
+    with monkeypatch.context() as before:
+        before.setattr(Recipe, "hash", Recipe.hash_as_before)
+        return toolkit.run("demo/sst2/minilm-lora", overrides, runs_dir=runs_dir, smoke=True).dir
+
+
+def test_a_run_made_under_its_old_id_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    """The constraint: a recipe that hashes otherwise now (its target_modules in another order than
+    sorted) finds the run made under its old id: `run` says it is finished already (not trained
+    again beside it), `eval` takes its recipe.yaml as the one it was made with, and a chain or a
+    resume looks in the same folder (runs.run_dir)."""
+    short = ["task.max_train_samples=8", "task.max_eval_samples=8", "train.max_steps=1",
+             "method.target_modules=[value, query]"]
+    old = _trained_before(tmp_path / "runs", monkeypatch, short)
+    recipe = recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml", short, smoke=True)
+    assert old.name != runs.run_id(recipe) and old.name in runs.run_ids(recipe)
+    assert runs.run_dir(recipe, tmp_path / "runs") == old
+    code, out, err = cli("run", "demo/sst2/minilm-lora", *short, "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 0 and "finished already" in out, (out, err)
+    assert sorted(p.name for p in old.parent.iterdir()) == [old.name]
+    code, out, err = cli("eval", old)
+    assert code == 0, err
+    # a new run (no folder of either id yet) goes under the canonical id
+    fresh = recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml", [*short[:-1], "train.seed=5"], smoke=True)
+    assert runs.run_dir(fresh, tmp_path / "runs").name == runs.run_id(fresh)
+    assert os.environ.get("TOOLKIT_CACHE")
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_a_finished_run_is_finished_only_on_its_base_as_it_is(tmp_path: Path, cli, tiny_checkpoint, method: str) -> None:
+    """The reverse defect: two computations under one run id. The id names a base folder, not its
+    files: the base trained or edited again (its config's dropout, its tokenizer's ids) and the
+    same recipe launched was "finished already", its metrics of the earlier base, exit 0 (a
+    chained run's changed upstream was one line already). Now `run` and `sweep` (its --dry-run
+    too) refuse it in one line, nothing written; the unchanged base, and a copy of it with new
+    file times, is finished already; --force trains on the base as it is."""
+    import shutil
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model: {{checkpoint: {base}}}\n"
+                      "task: {name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}\n"
+                      f"method: {{name: {method}}}\ntrain: {{max_steps: 1, batch_size: 4}}\n")
+    root = tmp_path / "runs"
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0, err
+    copied = Path(shutil.copytree(base, tmp_path / "copy"))  # the same bytes, new file times
+    shutil.rmtree(base)
+    copied.rename(base)
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0 and "finished already" in out, err
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.3}))
+    listing = sorted(str(p) for p in root.rglob("*"))
+    for args in (["run", recipe], ["sweep", recipe, "train.seed=42,43"], ["sweep", recipe, "train.seed=42,43", "--dry-run"]):
+        code, out, err = cli(*args, "--runs-dir", root)
+        assert code == 2 and "config.json changed since" in err and "--force" in err, (args, err)
+        assert len(err.strip().splitlines()) == 1, err
+    assert sorted(str(p) for p in root.rglob("*")) == listing
+    code, out, err = cli("run", recipe, "--runs-dir", root, "--force")
+    assert code == 0, err
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0 and "finished already" in out, err
