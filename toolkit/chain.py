@@ -174,7 +174,7 @@ def not_a_model(ref: dict, method: object) -> str:
     return f"model.checkpoint: run {ref['run']} {what}; {fix}"
 
 
-# what a chained run records of the upstream model/ it started from (metrics.json `base_run_files`):
+# what a run records of the base model folder it started from (metrics.json `base_weights`):
 # the weights (the attention module's too), config and tokenizer
 MODEL_FILES = runs.BASE_WEIGHTS + runs.BASE_READ + ("attention.json",)
 
@@ -186,23 +186,20 @@ def rebuilt_base(recipe: Recipe) -> bool:
     return recipe.smoke and not isinstance(recipe.model.checkpoint, dict)
 
 
-def record(folder: str) -> dict | None:
-    """The upstream model/ files a chained run started from, as runs.base_record gives them."""
-    return runs.base_record(folder, MODEL_FILES)
-
-
 def check_current(plan: RunPlan | None, root: Path) -> None:
     """A finished chained run (and every finished run under it in the chain) started from its
     upstream's model/ as that is now. The run id names the upstream by its recipe, data and
     processes, not by the weights its run left: an upstream run again with --force (another GPU
     draw, other library versions) left other weights under the same folder, and the finished
     fine-tuning run below it still said "finished already", its metrics of the earlier weights,
-    exit 0. Recorded in metrics.json (`base_run_files`); a run that recorded none is not checked."""
+    exit 0. Recorded in metrics.json (`base_weights`; `base_run_files` before 2026-11-28); a run that
+    recorded none is not checked."""
     what = "this recipe"
     while plan is not None and plan.upstream is not None:
         out, ref = runs.run_dir(plan.recipe, root), plan.recipe.model.checkpoint
         if runs.is_finished(out):
-            saved = runs.read_json(out / "metrics.json").get("base_run_files")
+            metrics = runs.read_json(out / "metrics.json")
+            saved = metrics.get("base_weights") or metrics.get("base_run_files")  # the latter before 2026-11-28
             model = runs.run_dir(plan.upstream.recipe, root) / "model"
             changed = runs.base_changed(saved, str(model)) if saved else None
             if changed is not None:
@@ -221,14 +218,14 @@ def base_current(plan: RunPlan, root: Path, what: str = "this recipe") -> None:
     base folder trained or edited again (other weights, a tokenizer with other ids, a config with
     another dropout) and the same recipe launched was "finished already", its metrics of the
     earlier base, exit 0, where a chained run's changed upstream was one line. Recorded in
-    metrics.json (`base_source_files`); a run that recorded none, a smoke run (its small model is
+    metrics.json (`base_weights`, run_metrics.start_weights); a run that recorded none, a smoke run (its small model is
     built again: eval and predict check it) and a base that is gone (a cleared Hub cache: nothing
     says it changed, and a whole result does not need it) are not judged."""
     if plan.upstream is not None or rebuilt_base(plan.recipe):
         return
     out = runs.run_dir(plan.recipe, root)
     try:
-        saved = runs.read_json(out / "metrics.json").get("base_source_files") if runs.is_finished(out) else None
+        saved = runs.read_json(out / "metrics.json").get("base_weights") if runs.is_finished(out) else None
     except (OSError, ValueError, AttributeError):  # damaged: said by the finished-run check in its own name
         return
     source = plan.recipe.model.checkpoint

@@ -49,18 +49,14 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # a chained run's base (model.checkpoint: {run: ...}): the run folder it started from,
         # relative to the runs root, so eval/predict/export load that base without the recipe files
         "base_run": base_run(recipe, setup, out),
-        # and its files (weights, config, tokenizer) as this run started from them (chain.check_current)
-        "base_run_files": chain.record(setup.source) if isinstance(recipe.model.checkpoint, dict) else None,
-        # a plain run's base (a local folder, a Hub id's cached snapshot): its weights, config and
-        # tokenizer as this run started from them, which the run id does not cover (chain.check_current)
-        "base_source_files": None if isinstance(recipe.model.checkpoint, dict) or chain.rebuilt_base(recipe)
-        else chain.record(setup.source),
         # a local base folder's files that eval/predict/export load model/ onto (result_base)
         "base_files": result_base(recipe, setup, out),
-        # the base's weights, configs and tokenizer every run started from, whatever its method (runs.base_record):
-        # a full fine-tune's model/ is whole, so base_files is none, and seeds run on a local base
-        # folder trained again between them pooled in a report as one setting, exit 0
-        "base_weights": start_weights(recipe, setup) if acc.is_main_process else None,  # read once, not per rank
+        # the base's weights, configs and tokenizer every run started from, whatever its method (runs.base_record),
+        # read once, on the main process: a report tells seeds on other bases apart by it (a full fine-tune's
+        # model/ is whole, so base_files is none), and a finished run whose base changed since is refused
+        # (chain.check_current: a chained run's upstream model/, base_run_files before 2026-11-28;
+        # chain.base_current: a local folder or a Hub id's snapshot)
+        "base_weights": start_weights(recipe, setup) if acc.is_main_process else None,
         # model/ itself, as saved: its files' sizes, times and sha256 (runs.result_changed)
         "model_files": runs.result_record(out / "model") if acc.is_main_process else None,
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
@@ -139,9 +135,9 @@ def start_weights(recipe: Recipe, setup: Any) -> dict | None:
     model/, a smoke run's small model), for every method alike: what a report tells seeds on
     another base apart by (reports.core.base_labels). Its generation_config too: the decoding a
     recipe leaves to it (metrics.json metric_info `generation`) moves a generation task's scores.
-    Read only by reports: a whole model/ loads without its base."""
-    patterns = runs.BASE_WEIGHTS + runs.BASE_READ + ("generation_config.json",)
-    return runs.base_record(base_source(recipe, setup), patterns)
+    Read by reports and by `toolkit run` of the finished run (chain.check_current, base_current);
+    eval, predict and export never need it: a whole model/ loads without its base."""
+    return runs.base_record(base_source(recipe, setup), chain.MODEL_FILES + ("generation_config.json",))
 
 
 def examples_fingerprint(splits: dict[str, Any]) -> str:
