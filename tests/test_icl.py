@@ -12,6 +12,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 
+import toolkit
 from conftest import write_recipe
 from toolkit import models
 from toolkit.errors import UserError
@@ -338,6 +339,16 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
     assert metrics["metric_declarations"]["acc_norm"] == {"higher_is_better": True, "scale": 100.0}
     assert metrics["trainable_params"] == 0 and metrics["total_params"] > 0
     assert metrics["method"] == "icl" and metrics["train_steps"] == 0
+    # predict: one line that says why (it read "predict handles trained runs of the tasks glue, ...
+    # (this is glue with icl)": glue among them) and what scores other data, CLI and API alike
+    run = metrics_file.parent
+    (tmp_path / "new.jsonl").write_text('{"sentence1": "a", "sentence2": "b"}\n')
+    code, out, err = cli("predict", run, "--input", tmp_path / "new.jsonl")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "method icl trains nothing" in err and f"toolkit eval {run} task.KEY=VALUE" in err
+    with pytest.raises(UserError, match="method icl trains nothing") as caught:
+        toolkit.predict(run, [("a", "b")])
+    assert str(caught.value) in err
 
 
 @pytest.mark.parametrize("checkpoint, subset, method, message", [
