@@ -18,7 +18,7 @@ from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
 from toolkit.methods.icl import (CHOICE_RULES, ICL, Prompter, calibrated, cut_prompts, default_template,
-                                 demonstration_sets, encode_pairs, harness_picks, label_scores, per_rule, template_problem)
+                                 demonstration_sets, encode_pairs, fill, harness_picks, label_scores, per_rule, template_problem)
 
 from toolkit.tasks.glue import Glue
 
@@ -796,14 +796,18 @@ def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path:
         assert _runs_left(runs_dir) == (["keep"] if existed else [])
 
 
-@pytest.mark.parametrize("columns", [["text"], ["premise", "hypothesis"], ["review.text"], ["0", "q[1]"]])
+@pytest.mark.parametrize("columns", [["text"], ["premise", "hypothesis"], ["review.text"], ["0", "q[1]"],
+                                     ["review: text"], ["wow!", "a!r:b"]])
 def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Path, cli, columns: list[str]) -> None:
     """A user's own classification data has no instruction (none is known for it): icl without
     a `template` crashed at validate (AttributeError on the missing instruction), a traceback
     from validate, run and the API. The default template then shows the example and the answer,
     with no question line; it holds every text field before the label word. A field is its
     column by its whole name (finding: "review.text" was read as attribute `text` of `review`,
-    "0" as a positional argument: a KeyError/IndexError traceback from `run`)."""
+    "0" as a positional argument: a KeyError/IndexError traceback from `run`; "review: text" as
+    field `review` with format spec " text", "wow!" as a conversion: refused at validate as
+    "method.template: unknown field '{review}'", a template the user never wrote, and no template
+    could name the column)."""
     import toolkit
     from toolkit.tasks.text_classification import TextClassification
 
@@ -820,7 +824,10 @@ def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Pa
     assert "Question" not in template and template_problem(template, columns) is None
     prompt, _ = Prompter(template, ["bad", "good"], columns).query({c: f"<{c}>" for c in columns})
     assert all(f"<{c}>" in prompt for c in columns) and prompt.endswith("Answer:"), prompt
-    if columns == ["review.text"]:  # the run itself
+    written = "Says: {" + columns[-1] + "} / " + " ".join("{" + c + "}" for c in columns) + " {label}"
+    assert template_problem(written, columns) is None  # a template of the user's names them too
+    assert fill(written, {**{c: f"<{c}>" for c in columns}, "label": "good"}).endswith(f"<{columns[-1]}> good")
+    if columns in (["review.text"], ["review: text"]):  # the run itself
         path.write_text(path.read_text().replace("eval_file:", f"train_file: {data}, eval_file:")
                         .replace("name: icl,", "name: icl, shots: 1,"))
         code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
