@@ -2015,3 +2015,35 @@ def test_settings_a_run_never_read_are_no_protocol_and_no_budget(tmp_path: Path,
     (p,) = report.pivots(report.collect(tmp_path), "task", "method")
     (note,) = [n for n in report.pivot_notes(p) if "differ in more than method" in n]
     assert "model.checkpoint" in note and not any(k in note for k in UNREAD_BY_ICL)
+
+
+@pytest.mark.parametrize("entry", ["grid note", "protocol note", "glue protocol", "report.md"])
+def test_a_setting_with_a_line_break_is_written_on_one_line(tmp_path: Path, entry: str) -> None:
+    """icl's method.separator ("\\n\\n", its default) and template, a prompt's task.prefix/suffix,
+    hold line breaks: written as they are, the GLUE protocol's bullet ended at "separator " and
+    the rest of it became a paragraph of its own, and a grid over the separator was noted as
+    "method.separator=<blank line>" (one note split in two), exit 0. A string value that is not
+    one plain line is written JSON-quoted ("\\n\\n"), everywhere a setting's value is said."""
+    for seed in (42, 43):
+        for sep, acc, lr in (("\n\n", 0.60, 2e-5), ("\n", 0.62, 3e-5)):  # report.md: rows labelled by setting
+            run = fake_run(tmp_path / ("" if entry == "report.md" else repr(sep)), "sst2", "icl", seed,
+                           {"accuracy": acc + seed / 1e3}, lr=lr, extra={"shots": 4, "separator": sep})
+            _recipe_edit(run, "task", prefix="Review:\n") if entry == "protocol note" and sep == "\n" else None
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.8}, extra={"r": 8})
+    items = report.collect(tmp_path)
+    if entry == "grid note":
+        (p,) = report.pivots(items, "task", "method")
+        notes = [n for n in report.pivot_notes(p) if "of the grid" in n]
+        assert notes and 'method.separator="\\n"' in notes[0]
+    elif entry == "protocol note":
+        notes = [n for n in report.runs_notes(items) if "differ in more than" in n]
+        assert notes and '"Review:\\n"' in notes[0]
+    elif entry == "glue protocol":
+        icl = [i for i in items if i["metrics"]["method"] == "icl" and i["recipe"]["method"]["separator"] == "\n\n"]
+        notes = glue_report.ours_protocol({"tiny icl": {"sst2": icl}})
+        assert 'separator "\\n\\n"' in notes[0]
+    else:
+        notes = [report.render(tmp_path, plots=False)]
+        assert 'method.separator="\\n"' in notes[0]
+        notes = [line for line in notes[0].splitlines() if line.startswith("- ")]
+    assert all("\n" not in n for n in notes)

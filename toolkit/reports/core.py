@@ -623,12 +623,21 @@ def varying(settings: list[str]) -> list[str]:
     return [k for k in keys if len({json.dumps(f.get(k)) for f in flats}) > 1]
 
 
+def shown(value: Any) -> Any:
+    """A setting's value as a report writes it: a string that is not one plain line (a line break
+    or tab, spaces around it, empty: icl's separator "\n\n", a template, a prompt's suffix)
+    JSON-quoted. Written as it was, its line break ended a note's bullet or split a note in two."""
+    if isinstance(value, str) and (not value or not value.isprintable() or value != value.strip()):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
 def describe_setting(item: dict, keys: list[str]) -> str:
     made = _setting(item)
 
     def value(k: str) -> Any:  # one process and DDP, left out of the setting, by their name
         said = _dig(made, k)
-        return run_folders.recorded_strategy(item["metrics"]) if said is None and k == "strategy" else said
+        return shown(run_folders.recorded_strategy(item["metrics"]) if said is None and k == "strategy" else said)
 
     return " ".join(f"{k}={value(k)}" for k in keys)
 
@@ -1367,7 +1376,7 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
               and (k != "strategy" or any(pr[k] not in run_folders.NEUTRAL_STRATEGIES for _, pr in protocols))]
     if not differ:
         return []
-    said = "; ".join(f"{k} (" + ", ".join(f"{name}: {pr.get(k)}" for name, pr in protocols if k not in skips[name]) + ")"
+    said = "; ".join(f"{k} (" + ", ".join(f"{name}: {shown(pr.get(k))}" for name, pr in protocols if k not in skips[name]) + ")"
                      for k in differ)
     return [f"{context}: {', '.join(name for name, _ in cells)} differ in more than {axis}: {said}; "
             f"their gap is not the {axis}'s alone: run them on one protocol to compare them"]

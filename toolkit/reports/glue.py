@@ -334,7 +334,7 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
                          + (f", {(chosen or {})[(row, t)]}" if (row, t) in (chosen or {}) else "")
                          + "".join(f", kept {why}" for why in not_best(ms)))
         method = next(iter(cells.values()))[0]["recipe"].get("method", {})  # one method per row
-        settings = ", ".join(f"{k} {v}" for k, v in method.items() if k != "name" and v is not None and not isinstance(v, (dict, list)))
+        settings = ", ".join(f"{k} {report.shown(v)}" for k, v in method.items() if k != "name" and v is not None and not isinstance(v, (dict, list)))
         # the best checkpoint on dev only where every run kept it: the others' tasks say what they kept
         last = sum(bool(not_best(ms)) for ms in cells.values())
         best = ("the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the papers do)"
