@@ -2009,6 +2009,13 @@ def test_settings_a_run_never_read_are_no_protocol_and_no_budget(tmp_path: Path,
     else:
         (line,) = glue_report.ours_protocol({"tiny icl": {"sst2": [icl]}})
         assert not any(w in line for w in ("epochs", "max length", "lr ", "batch")) and "shots 4" in line
+    # nor another setting of the run's: an icl seed from before icl refused train.epochs is a seed
+    # of the same entry, not a grid point the cell chose on dev
+    extra = fake_run(tmp_path, "sst2", "icl", 44, {"accuracy": 0.9}, lr=2e-5, extra={"shots": 4})
+    _recipe_edit(extra, "train", epochs=1.0, warmup_ratio=0.0, weight_decay=0.0, batch_size=8)
+    _recipe_edit(extra, "task", max_length=128)
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert p.cells[("sst2", "icl")].stat.n == 3 and not p.cells[("sst2", "icl")].grid
     # a setting both rows read is still said (the model), and the unread ones still not
     for run in tmp_path.glob("glue/sst2/tiny-icl/*"):
         _recipe_edit(run, "model", checkpoint="org/other")

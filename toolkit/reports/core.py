@@ -575,7 +575,7 @@ def _setting(item: dict) -> dict:
     """The resolved recipe without its seed, with the number of processes it ran on: that sets the
     global batch (batch × grad_accum × processes), so a 2-process run is not a seed of a 1-process one."""
     recipe = json.loads(json.dumps(item["recipe"]))
-    for dotted in ("train.seed", *NO_EFFECT):
+    for dotted in ("train.seed", *NO_EFFECT, *unread(item)):  # unread: no number depends on it
         *parents, last = dotted.split(".")
         section = _dig(recipe, ".".join(parents)) if parents else recipe
         if isinstance(section, dict):
