@@ -12,12 +12,13 @@ import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 
+import toolkit
 from conftest import write_recipe
 from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
 from toolkit.methods.icl import (CHOICE_RULES, ICL, Prompter, calibrated, cut_prompts, default_template,
-                                 demonstration_sets, encode_pairs, harness_picks, label_scores, per_rule, template_problem)
+                                 demonstration_sets, encode_pairs, fill, harness_picks, label_scores, per_rule, template_problem)
 
 from toolkit.tasks.glue import Glue
 
@@ -338,6 +339,16 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
     assert metrics["metric_declarations"]["acc_norm"] == {"higher_is_better": True, "scale": 100.0}
     assert metrics["trainable_params"] == 0 and metrics["total_params"] > 0
     assert metrics["method"] == "icl" and metrics["train_steps"] == 0
+    # predict: one line that says why (it read "predict handles trained runs of the tasks glue, ...
+    # (this is glue with icl)": glue among them) and what scores other data, CLI and API alike
+    run = metrics_file.parent
+    (tmp_path / "new.jsonl").write_text('{"sentence1": "a", "sentence2": "b"}\n')
+    code, out, err = cli("predict", run, "--input", tmp_path / "new.jsonl")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "method icl trains nothing" in err and f"toolkit eval {run} task.KEY=VALUE" in err
+    with pytest.raises(UserError, match="method icl trains nothing") as caught:
+        toolkit.predict(run, [("a", "b")])
+    assert str(caught.value) in err
 
 
 @pytest.mark.parametrize("checkpoint, subset, method, message", [
@@ -785,14 +796,18 @@ def test_a_user_error_before_the_first_checkpoint_leaves_no_run_folder(tmp_path:
         assert _runs_left(runs_dir) == (["keep"] if existed else [])
 
 
-@pytest.mark.parametrize("columns", [["text"], ["premise", "hypothesis"], ["review.text"], ["0", "q[1]"]])
+@pytest.mark.parametrize("columns", [["text"], ["premise", "hypothesis"], ["review.text"], ["0", "q[1]"],
+                                     ["review: text"], ["wow!", "a!r:b"]])
 def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Path, cli, columns: list[str]) -> None:
     """A user's own classification data has no instruction (none is known for it): icl without
     a `template` crashed at validate (AttributeError on the missing instruction), a traceback
     from validate, run and the API. The default template then shows the example and the answer,
     with no question line; it holds every text field before the label word. A field is its
     column by its whole name (finding: "review.text" was read as attribute `text` of `review`,
-    "0" as a positional argument: a KeyError/IndexError traceback from `run`)."""
+    "0" as a positional argument: a KeyError/IndexError traceback from `run`; "review: text" as
+    field `review` with format spec " text", "wow!" as a conversion: refused at validate as
+    "method.template: unknown field '{review}'", a template the user never wrote, and no template
+    could name the column)."""
     import toolkit
     from toolkit.tasks.text_classification import TextClassification
 
@@ -809,7 +824,10 @@ def test_own_data_without_a_template_gets_one_that_asks_no_question(tmp_path: Pa
     assert "Question" not in template and template_problem(template, columns) is None
     prompt, _ = Prompter(template, ["bad", "good"], columns).query({c: f"<{c}>" for c in columns})
     assert all(f"<{c}>" in prompt for c in columns) and prompt.endswith("Answer:"), prompt
-    if columns == ["review.text"]:  # the run itself
+    written = "Says: {" + columns[-1] + "} / " + " ".join("{" + c + "}" for c in columns) + " {label}"
+    assert template_problem(written, columns) is None  # a template of the user's names them too
+    assert fill(written, {**{c: f"<{c}>" for c in columns}, "label": "good"}).endswith(f"<{columns[-1]}> good")
+    if columns in (["review.text"], ["review: text"]):  # the run itself
         path.write_text(path.read_text().replace("eval_file:", f"train_file: {data}, eval_file:")
                         .replace("name: icl,", "name: icl, shots: 1,"))
         code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")

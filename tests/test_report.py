@@ -976,7 +976,7 @@ def test_smoke_runs_are_another_model_than_their_checkpoint(tmp_path: Path, cli,
 
 NO_EFFECT_VALUES = {"name": "mine/sst2-lora", "train.log_every": 50, "train.report_to": ["tensorboard"],
                     "train.save_total_limit": 3, "train.save_every": 100, "train.keep_checkpoints": True,
-                    "train.gradient_checkpointing": True, "train.eval_batch_size": 64}
+                    "train.gradient_checkpointing": True, "train.eval_batch_size": 64, "method.batch_size": 4}
 
 
 @pytest.mark.parametrize("entry", ["cli", "glue"])
@@ -2167,3 +2167,94 @@ def test_runs_scored_under_other_metric_definitions_are_other_tasks(tmp_path: Pa
         shutil.rmtree(run)  # one definition left (its decoding recorded per run): nothing split
     items = report.collect(tmp_path)
     assert {report.label(i, "task") for i in items} == {"sst2"}
+# What an in-context run (method icl, which trains nothing) never reads (Method.ignores: every
+# training setting and task.max_length; refused at validate where set), at a trained run's values
+UNREAD_BY_ICL = {"train.epochs": 10, "train.warmup_ratio": 0.06, "train.weight_decay": 0.1, "train.batch_size": 32,
+                 "task.max_length": 256}
+
+
+def _icl_beside_lora(root: Path) -> None:
+    """sst2 runs of LoRA (seeds 42, 43) at a trained run's budget and of icl at the defaults, as
+    their recipe.yaml files hold them."""
+    for seed in (42, 43):
+        lora = fake_run(root, "sst2", "lora", seed, {"accuracy": 0.80 + seed / 1e3}, extra={"r": 8})
+        icl = fake_run(root, "sst2", "icl", seed, {"accuracy": 0.60 + seed / 1e3}, lr=2e-5, extra={"shots": 4})
+        for key, value in UNREAD_BY_ICL.items():
+            section, name = key.split(".")
+            _recipe_edit(lora, section, **{name: value})
+        _recipe_edit(icl, "train", epochs=3.0, warmup_ratio=0.0, weight_decay=0.0, batch_size=8)
+        _recipe_edit(icl, "task", max_length=128)
+        _stamp_json(icl, train_steps=0, train_samples=0, trainable_params=0,
+                    kept={"step": 0, "on": "the last step (train.keep_best is false or nothing was trained)"})
+        _stamp_json(lora, train_steps=60, train_samples=640, kept={"step": 60, "value": 0.8, "on": "accuracy"})
+
+
+@pytest.mark.parametrize("entry", ["pivot", "runs table", "budget", "glue protocol"])
+def test_settings_a_run_never_read_are_no_protocol_and_no_budget(tmp_path: Path, entry: str) -> None:
+    """An in-context row beside a LoRA row was said to differ in train.epochs, warmup_ratio and
+    weight_decay ("their gap is not the method's alone: run them on one protocol", which icl
+    refuses: it reads none of them), and its budget line and GLUE protocol said "epochs 3, max
+    length 128, lr 2e-05, batch 8", none of which it ran with (its prompts are cut at
+    method.max_length or the model's limit), exit 0. A setting the run's method or task declares it
+    never reads (Method.ignores, Task.ignores) is left out of both; what it reads is still said."""
+    _icl_beside_lora(tmp_path)
+    items = report.collect(tmp_path)
+    icl = next(i for i in items if i["metrics"]["method"] == "icl")
+    if entry == "pivot":
+        (p,) = report.pivots(items, "task", "method")
+        assert not [n for n in report.pivot_notes(p) if "differ in more than method" in n]
+    elif entry == "runs table":
+        assert not [n for n in report.runs_notes(items) if "differ in more than method" in n]
+    elif entry == "budget":
+        said = report.budget(icl)
+        assert not any(w in said for w in ("epochs", "max length", "lr ", "batch")) and "trains nothing" in said
+        lora = next(i for i in items if i["metrics"]["method"] == "lora")
+        assert report.budget(lora) == "epochs 10 (60 optimizer steps), 640 train examples, max length 256, lr 0.001, batch 32"
+    else:
+        (line,) = glue_report.ours_protocol({"tiny icl": {"sst2": [icl]}})
+        assert not any(w in line for w in ("epochs", "max length", "lr ", "batch")) and "shots 4" in line
+    # nor another setting of the run's: an icl seed from before icl refused train.epochs is a seed
+    # of the same entry, not a grid point the cell chose on dev
+    extra = fake_run(tmp_path, "sst2", "icl", 44, {"accuracy": 0.9}, lr=2e-5, extra={"shots": 4})
+    _recipe_edit(extra, "train", epochs=1.0, warmup_ratio=0.0, weight_decay=0.0, batch_size=8)
+    _recipe_edit(extra, "task", max_length=128)
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert p.cells[("sst2", "icl")].stat.n == 3 and not p.cells[("sst2", "icl")].grid
+    # a setting both rows read is still said (the model), and the unread ones still not
+    for run in tmp_path.glob("glue/sst2/tiny-icl/*"):
+        _recipe_edit(run, "model", checkpoint="org/other")
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    (note,) = [n for n in report.pivot_notes(p) if "differ in more than method" in n]
+    assert "model.checkpoint" in note and not any(k in note for k in UNREAD_BY_ICL)
+
+
+@pytest.mark.parametrize("entry", ["grid note", "protocol note", "glue protocol", "report.md"])
+def test_a_setting_with_a_line_break_is_written_on_one_line(tmp_path: Path, entry: str) -> None:
+    """icl's method.separator ("\\n\\n", its default) and template, a prompt's task.prefix/suffix,
+    hold line breaks: written as they are, the GLUE protocol's bullet ended at "separator " and
+    the rest of it became a paragraph of its own, and a grid over the separator was noted as
+    "method.separator=<blank line>" (one note split in two), exit 0. A string value that is not
+    one plain line is written JSON-quoted ("\\n\\n"), everywhere a setting's value is said."""
+    for seed in (42, 43):
+        for sep, acc, lr in (("\n\n", 0.60, 2e-5), ("\n", 0.62, 3e-5)):  # report.md: rows labelled by setting
+            run = fake_run(tmp_path / ("" if entry == "report.md" else repr(sep)), "sst2", "icl", seed,
+                           {"accuracy": acc + seed / 1e3}, lr=lr, extra={"shots": 4, "separator": sep})
+            _recipe_edit(run, "task", prefix="Review:\n") if entry == "protocol note" and sep == "\n" else None
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.8}, extra={"r": 8})
+    items = report.collect(tmp_path)
+    if entry == "grid note":
+        (p,) = report.pivots(items, "task", "method")
+        notes = [n for n in report.pivot_notes(p) if "of the grid" in n]
+        assert notes and 'method.separator="\\n"' in notes[0]
+    elif entry == "protocol note":
+        notes = [n for n in report.runs_notes(items) if "differ in more than" in n]
+        assert notes and '"Review:\\n"' in notes[0]
+    elif entry == "glue protocol":
+        icl = [i for i in items if i["metrics"]["method"] == "icl" and i["recipe"]["method"]["separator"] == "\n\n"]
+        notes = glue_report.ours_protocol({"tiny icl": {"sst2": icl}})
+        assert 'separator "\\n\\n"' in notes[0]
+    else:
+        notes = [report.render(tmp_path, plots=False)]
+        assert 'method.separator="\\n"' in notes[0]
+        notes = [line for line in notes[0].splitlines() if line.startswith("- ")]
+    assert all("\n" not in n for n in notes)

@@ -484,7 +484,12 @@ def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],
 def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]:
     """(recipe, model, tokenizer, input field names) of a trained run whose task predicts."""
     recipe = run_recipe(run)
-    if not recipe.task.predicts or not recipe.method.trains:
+    if not recipe.method.trains:  # the tasks' list read "glue, ... (this is glue with icl)": no reason given
+        raise UserError(f"{run}: predict labels new inputs with a trained model, and method {recipe.method.name} "
+                        f"trains nothing (it scores {recipe.task.name}'s labelled splits as it runs); score other "
+                        f"labelled data with toolkit eval {run} task.KEY=VALUE (a data setting of the task), or "
+                        "train a method to predict with")
+    if not recipe.task.predicts:
         kinds = ", ".join(n for n in TASKS.names() if TASKS.get(n).predicts)
         raise UserError(f"{run}: predict handles trained runs of the tasks {kinds} (this is "
                         f"{recipe.task.name} with {recipe.method.name})")

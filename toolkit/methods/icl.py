@@ -80,10 +80,47 @@ def default_template(task: Any) -> str:
     return "\n".join([*lines, "Answer: {label}"])
 
 
+def parse(template: str, names: Sequence[str] = ()) -> list[tuple[str, str | None, str | None, str | None]]:
+    """`string.Formatter().parse(template)`, but a field whose whole text between its braces is
+    one of `names` (the columns and "label") is that name, with no format spec or conversion: a
+    column called "review: text" was read as field `review` with format spec " text", and one
+    called "wow!" as a conversion str.format cannot parse, so neither could be named in a template,
+    and the default template refused its own column ("unknown field '{review}'"). A field's extent
+    is found as str.format finds it: to the matching '}', braces nesting inside a format spec."""
+    out, literal, i = [], [], 0
+    while i < len(template):
+        c = template[i]
+        if c in "{}" and template[i:i + 2] == c * 2:  # an escaped brace
+            literal.append(c)
+            i += 2
+        elif c == "}":
+            raise ValueError("Single '}' encountered in format string")
+        elif c == "{":
+            depth, j = 1, i + 1
+            while j < len(template) and depth:
+                depth += {"{": 1, "}": -1}.get(template[j], 0)
+                j += 1
+            if depth:
+                raise ValueError("expected '}' before end of string")
+            inner = template[i + 1:j - 1]
+            if inner in names:
+                out.append(("".join(literal), inner, "", None))
+            else:
+                ((_, name, spec, conversion),) = string.Formatter().parse("{" + inner + "}")
+                out.append(("".join(literal), name, spec, conversion))
+            literal, i = [], j
+        else:
+            literal.append(c)
+            i += 1
+    if literal:
+        out.append(("".join(literal), None, None, None))
+    return out
+
+
 def template_problem(template: str, columns: Sequence[str]) -> str | None:
     """Why `template` cannot format an example of these columns, or None."""
     try:
-        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
+        fields = [(f, spec, conv) for _, f, spec, conv in parse(template, (*columns, "label")) if f is not None]
     except ValueError as exc:
         return f"method.template: not a format string ({exc})"
     names = [f for f, _, _ in fields]
@@ -115,7 +152,14 @@ def template_problem(template: str, columns: Sequence[str]) -> str | None:
 class _WholeNames(string.Formatter):
     """str.format, a field's name looked up whole: a column called "review.text" or "1" is that
     column (str.format reads "review.text" as attribute `text` of `review`, a KeyError traceback,
-    and "1" as the second positional argument)."""
+    and "1" as the second positional argument), and a field that is a name of `values` whole
+    ("review: text", "wow!") is that name (`parse`)."""
+
+    def __init__(self, names: Sequence[str] = ()) -> None:
+        self.names = tuple(names)
+
+    def parse(self, format_string: str) -> list[tuple[str, str | None, str | None, str | None]]:
+        return parse(format_string, self.names)
 
     def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, str]:
         return kwargs[field_name], field_name
@@ -123,15 +167,15 @@ class _WholeNames(string.Formatter):
 
 def fill(template: str, values: dict[str, Any]) -> str:
     """`template` with its fields filled from `values` by their whole names (`_WholeNames`)."""
-    return _WholeNames().vformat(template, (), values)
+    return _WholeNames(list(values)).vformat(template, (), values)
 
 
-def before_label(template: str) -> str:
-    """The template up to its `{label}` field, as a format string: found by parsing, not by the
-    text "{label}", which an escaped "{{label}}" before the field also holds (the prompt was cut
-    there, a "Single '{'" traceback)."""
+def before_label(template: str, columns: Sequence[str] = ()) -> str:
+    """The template up to its `{label}` field, as a format string: found by parsing (`parse`, the
+    fields named by `columns` whole), not by the text "{label}", which an escaped "{{label}}"
+    before the field also holds (the prompt was cut there, a "Single '{'" traceback)."""
     out = []
-    for literal, name, spec, conversion in string.Formatter().parse(template):
+    for literal, name, spec, conversion in parse(template, (*columns, "label")):
         out.append(literal.replace("{", "{{").replace("}", "}}"))
         if name == "label":
             break
@@ -193,12 +237,12 @@ class Prompter:
         context's trailing whitespace onto its continuation (byte-level BPE tokenizes a word with
         its leading space); the prompt then ends where the demonstrations' label words begin.
         """
-        prefix = fill(before_label(self.template), {c: row[c] for c in self.columns})
+        prefix = fill(before_label(self.template, self.columns), {c: row[c] for c in self.columns})
         return self.separator.join(self.parts(row, demos)), prefix[len(prefix.rstrip()):]
 
     def parts(self, row: dict, demos: Sequence[dict] = ()) -> list[str]:
         """The prompt of `query` as its parts: each demonstration, then the example up to its gap."""
-        prefix = fill(before_label(self.template), {c: row[c] for c in self.columns})
+        prefix = fill(before_label(self.template, self.columns), {c: row[c] for c in self.columns})
         return [self.demonstration(d) for d in demos] + [prefix.rstrip()]
 
     def content_free(self, demos: Sequence[dict] = ()) -> tuple[str, str]:

@@ -627,15 +627,17 @@ def check_axis(key: str, where: str) -> None:
 # how memory is saved. Runs that differ only in them (a seed rerun with report_to, another
 # eval_batch_size, a copy of the recipe under another name) are seeds of one setting: as two
 # settings, a pivot cell chose the "best" of them, a seed reported as a grid's winner.
+# method.batch_size: icl's (example, label word) pairs per forward, its eval batch size: its scores
+# never depend on what else a batch holds (icl.label_scores), and two icl runs at 4 and 8 were a grid
 NO_EFFECT = {"name", "out", "train.log_every", "train.report_to", "train.save_total_limit", "train.save_every",
-             "train.keep_checkpoints", "train.gradient_checkpointing", "train.eval_batch_size"}
+             "train.keep_checkpoints", "train.gradient_checkpointing", "train.eval_batch_size", "method.batch_size"}
 
 
 def _setting(item: dict) -> dict:
     """The resolved recipe without its seed, with the number of processes it ran on: that sets the
     global batch (batch × grad_accum × processes), so a 2-process run is not a seed of a 1-process one."""
     recipe = json.loads(json.dumps(item["recipe"]))
-    for dotted in ("train.seed", *NO_EFFECT):
+    for dotted in ("train.seed", *NO_EFFECT, *unread(item)):  # unread: no number depends on it
         *parents, last = dotted.split(".")
         section = _dig(recipe, ".".join(parents)) if parents else recipe
         if isinstance(section, dict):
@@ -685,12 +687,21 @@ def varying(settings: list[str]) -> list[str]:
     return [k for k in keys if len({json.dumps(f.get(k)) for f in flats}) > 1]
 
 
+def shown(value: Any) -> Any:
+    """A setting's value as a report writes it: a string that is not one plain line (a line break
+    or tab, spaces around it, empty: icl's separator "\n\n", a template, a prompt's suffix)
+    JSON-quoted. Written as it was, its line break ended a note's bullet or split a note in two."""
+    if isinstance(value, str) and (not value or not value.isprintable() or value != value.strip()):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
 def describe_setting(item: dict, keys: list[str]) -> str:
     made = _setting(item)
 
     def value(k: str) -> Any:  # one process and DDP, left out of the setting, by their name
         said = _dig(made, k)
-        return run_folders.recorded_strategy(item["metrics"]) if said is None and k == "strategy" else said
+        return shown(run_folders.recorded_strategy(item["metrics"]) if said is None and k == "strategy" else said)
 
     return " ".join(f"{k}={value(k)}" for k in keys)
 
@@ -1091,15 +1102,42 @@ def runs_notes(items: list[dict]) -> list[str]:
     return data_split_notes(items) + notes + not_numbers_notes(items) + skipped_notes(items)
 
 
+def unread(item: dict) -> frozenset[str]:
+    """The dotted recipe fields the run's method and task declare they never read
+    (`Method.ignores`, `Task.ignores`: an in-context run's every training setting and
+    task.max_length), as its recipe builds now; none where it does not build (a run from before a
+    field was removed). Recipe.yaml still holds them at their defaults, which no number depended
+    on: an icl row was said to differ from a LoRA row in train.epochs ("run them on one protocol",
+    which icl refuses), and its budget said "epochs 3, max length 128, lr 2e-05, batch 8", exit 0."""
+    if "unread" not in item:
+        try:
+            built = recipes.built(item["recipe"])
+            item["unread"] = frozenset({**built.method.ignores(built.task), **built.task.ignores()})
+        except (UserError, TypeError, ValueError, KeyError, AttributeError):
+            item["unread"] = frozenset()
+    return item["unread"]
+
+
 def budget(item: dict) -> str:
     """What a run was trained with, from its recipe and metrics.json: epochs or max steps (and
-    the optimizer steps taken), train examples, max length, lr and batch."""
+    the optimizer steps taken), train examples, max length, lr and batch; each only where the
+    run read it (`unread`): a method that trains nothing says so instead."""
     tr, task, m = item["recipe"].get("train", {}), item["recipe"].get("task", {}), item["metrics"]
-    parts = [f"max steps {tr['max_steps']}" if tr.get("max_steps") else f"epochs {tr.get('epochs', '?')}"]
-    if m.get("train_steps") is not None:
-        parts[0] += f" ({m['train_steps']} optimizer steps)"
-    parts.append(f"{m['train_samples']} train examples" if m.get("train_samples") is not None else "train examples ?")
-    parts += [f"max length {task.get('max_length') or 'the model’s'}", f"lr {tr.get('lr', '?')}", batch(item)]
+    skip = unread(item)
+    parts = []
+    if "train.epochs" in skip and "train.max_steps" in skip:
+        parts.append(f"no training (method {item['recipe'].get('method', {}).get('name', '?')} trains nothing)")
+    else:
+        parts.append(f"max steps {tr['max_steps']}" if tr.get("max_steps") else f"epochs {tr.get('epochs', '?')}")
+        if m.get("train_steps") is not None:
+            parts[0] += f" ({m['train_steps']} optimizer steps)"
+        parts.append(f"{m['train_samples']} train examples" if m.get("train_samples") is not None else "train examples ?")
+    if "task.max_length" not in skip:
+        parts.append(f"max length {task.get('max_length') or 'the model’s'}")
+    if "train.lr" not in skip:
+        parts.append(f"lr {tr.get('lr', '?')}")
+    if "train.batch_size" not in skip:
+        parts.append(batch(item))
     return ", ".join(parts)
 
 
@@ -1360,12 +1398,15 @@ NOT_PROTOCOL = NO_EFFECT | {"train.lr"}
 
 
 def _protocol(item: dict) -> dict[str, Any]:
-    """What a run's numbers depend on besides its seed: the resolved recipe, the process count,
-    the data and base run (as _setting), and the toolkit's commit (its version)."""
+    """What a run's numbers depend on besides its seed: the resolved recipe but the fields it
+    never read (`unread`), the process count, the data and base run (as _setting), and the
+    toolkit's commit (its version)."""
     code = {("toolkit commit" if k == "toolkit" else f"{k} version"): v for k, v in code_of(item).items()}
+    skip = unread(item)
     # the strategy by its name where the setting leaves it out (one process, DDP: their process
     # counts tell them apart), for a note beside an FSDP or ZeRO cell
-    return {**_flat(_setting(item)), "strategy": run_folders.recorded_strategy(item["metrics"]), **code}
+    return {**{k: v for k, v in _flat(_setting(item)).items() if k not in skip},
+            "strategy": run_folders.recorded_strategy(item["metrics"]), **code}
 
 
 def _on_axis(key: str, axis: str) -> bool:
@@ -1386,6 +1427,10 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
     # a run whose selection metric was never defined kept its last step beside best-on-dev cells
     protocols = [(name, {**_protocol(cell.items[0]), **({"checkpoint kept": kept} if (kept := kept_kinds(cell.items))
                                                         else {})}) for name, cell in cells]
+    # a field a cell never read (`unread`) is no difference of that cell's: among those that read it
+    # (a run that reads no train.keep_best, icl, trained no checkpoint to keep: none was chosen)
+    skips = {name: unread(cell.items[0]) | ({"checkpoint kept"} if "train.keep_best" in unread(cell.items[0]) else set())
+             for name, cell in cells}
     # a field is a selection, not a difference, where every cell chose it on dev: LoRA the best of
     # 1 and 3 epochs beside full's one run of 10 was not said (one cell's grid excused the other's)
     selected = set.intersection(*(set(cell.keys) for _, cell in cells))
@@ -1393,12 +1438,13 @@ def protocol_notes(cells: list[tuple[str, Cell]], axis: str, context: str) -> li
     code = {k for _, pr in protocols for k in pr if k == "toolkit commit" or k.endswith(" version")
             or k == "checkpoint kept"}  # not recorded (a run from before `kept`): not a difference
     differ = [k for k in keys if k not in NOT_PROTOCOL and k not in selected and not _on_axis(k, axis)
-              and len({json.dumps(pr.get(k), sort_keys=True, default=str) for _, pr in protocols
-                       if k not in code or k in pr}) > 1  # a version not recorded is not a difference
+              and len({json.dumps(pr.get(k), sort_keys=True, default=str) for name, pr in protocols
+                       if (k not in code or k in pr) and k not in skips[name]}) > 1  # a version not recorded is not a difference
               and (k != "strategy" or any(pr[k] not in run_folders.NEUTRAL_STRATEGIES for _, pr in protocols))]
     if not differ:
         return []
-    said = "; ".join(f"{k} (" + ", ".join(f"{name}: {pr.get(k)}" for name, pr in protocols) + ")" for k in differ)
+    said = "; ".join(f"{k} (" + ", ".join(f"{name}: {shown(pr.get(k))}" for name, pr in protocols if k not in skips[name]) + ")"
+                     for k in differ)
     return [f"{context}: {', '.join(name for name, _ in cells)} differ in more than {axis}: {said}; "
             f"their gap is not the {axis}'s alone: run them on one protocol to compare them"]
 

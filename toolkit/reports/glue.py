@@ -330,12 +330,17 @@ def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str
             subset = _training_set(ms[0]["metrics"], task)
             subset += "".join(f", {TITLES[t] + column + ' ' if column else ''}scored on {part}"
                               for column, part in parts_of_dev(ms, t).items())
-            parts.append(f"{t}: lr {tr.get('lr')}, {report.batch(ms[0])}, {budget}{subset}, "
-                         f"max length {task.get('max_length')}, seeds {sorted((report.seed_of(m) for m in ms), key=report._sortable)}"
+            skip = report.unread(ms[0])  # what the run never read (an in-context run: every training setting)
+            if "train.epochs" in skip and "train.max_steps" in skip:
+                budget, subset = "no training", ""
+            said = [f"lr {tr.get('lr')}" * ("train.lr" not in skip), report.batch(ms[0]) * ("train.batch_size" not in skip),
+                    f"{budget}{subset}", f"max length {task.get('max_length')}" * ("task.max_length" not in skip)]
+            parts.append(f"{t}: {', '.join(p for p in said if p)}, "
+                         f"seeds {sorted((report.seed_of(m) for m in ms), key=report._sortable)}"
                          + (f", {(chosen or {})[(row, t)]}" if (row, t) in (chosen or {}) else "")
                          + "".join(f", kept {why}" for why in not_best(ms)))
         method = next(iter(cells.values()))[0]["recipe"].get("method", {})  # one method per row
-        settings = ", ".join(f"{k} {v}" for k, v in method.items() if k != "name" and v is not None and not isinstance(v, (dict, list)))
+        settings = ", ".join(f"{k} {report.shown(v)}" for k, v in method.items() if k != "name" and v is not None and not isinstance(v, (dict, list)))
         # the best checkpoint on dev only where every run kept it: the others' tasks say what they kept
         last = sum(bool(not_best(ms)) for ms in cells.values())
         best = ("the best checkpoint on dev (keep_best; selected and scored on the same dev set, as the papers do)"
