@@ -224,6 +224,16 @@ for name, recipe, runs in json.loads(open(sys.argv[1]).read()):
         for made in ("eval-eval.json", "predictions-eval.jsonl"):
             if os.path.exists(os.path.join(run, made)):
                 os.rename(os.path.join(run, made), os.path.join(run, "two-" + made))
+# what text-to-text generation reads of a sharded model, on the launch's process group
+import torch
+from torch.distributed.fsdp import fully_shard
+from toolkit import models
+layer = torch.nn.Linear(4, 4)
+plain = models.shards_weights(layer)
+fully_shard(layer)
+rank = int(os.environ["RANK"])
+seen = [plain, models.shards_weights(layer), models.most_across(rank + 1, "cpu")]
+open(sys.argv[1] + f".synced{{rank}}", "w").write(json.dumps(seen))
 """
 
 
@@ -248,6 +258,9 @@ def test_every_task_scores_on_two_processes_what_one_process_scores(tmp_path: Pa
                           cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # text-to-text generation's rule of a sharded launch: every process makes as many `generate`
+    # calls, in step (`models.shards_weights`: FSDP2's DTensor weights; `most_across`: a peer's count)
+    assert [json.loads((tmp_path / f"jobs.json.synced{r}").read_text()) for r in (0, 1)] == [[False, True, 2]] * 2
     for name, _, runs in jobs:
         run = only_run(Path(runs))
         in_run = json.loads((run / "metrics.json").read_text())
