@@ -1520,3 +1520,60 @@ def test_sharded_weights_generate_in_step_on_every_process(tiny_checkpoint, monk
     out = task.generate(model, batch)
     assert torch.equal(out, plain)
     assert calls == [True] * (3 if family == "gpt2" else 1)  # as many calls as the peer, each in step
+
+
+# settings that read a decoder-only model's prompt as tokens (its width as its length), each with what
+# makes the end token likely enough for the difference to show on the small random GPT-2
+PROMPT_READING = {"min_length": ({"min_length": 12}, {"eos_token_id": 28080}),  # 28080: what the model writes
+                  "min_length-checkpoint": ({}, {"eos_token_id": 28080, "min_length": 12}),
+                  "encoder_repetition_penalty": ({"encoder_repetition_penalty": 5.0,
+                                                  "exponential_decay_length_penalty": [0, 1.5]}, {}),
+                  "repetition_penalty": ({"repetition_penalty": 3.0}, {}),
+                  "encoder_no_repeat_ngram_size": ({"encoder_no_repeat_ngram_size": 2}, {})}
+
+
+@pytest.mark.parametrize("case", PROMPT_READING)
+def test_a_decoders_output_does_not_move_with_its_batch_mates_prompts(tiny_checkpoint, monkeypatch, case: str) -> None:
+    """Finding: `min_length` counts a decoder-only model's whole input_ids, and the repetition
+    penalties and the encoder n-gram ban read its tokens; left-padded, a prompt is as wide as its
+    batch's longest and holds the pad token (GPT-2's EOS): a row's minimum was met by a batch-mate's
+    length (9 tokens alone, 1 beside a longer prompt), its pad penalised as a prompt token, so the
+    text of an example moved with its batch (eval_batch_size, predict's 16), exit 0. Now such a
+    decoding (the recipe's or the checkpoint's) runs one prompt length at a time, unpadded, as
+    transformers reads a prompt alone: the same text alone and in any batch, in evaluation
+    (`generate`) and predict (`generate_texts`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    settings, checkpoint = PROMPT_READING[case]
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint("gpt2"))
+    tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint("gpt2")).eval()
+    for key, value in checkpoint.items():
+        setattr(model.generation_config, key, value)
+    task = Summarization(generation=Generation(max_new_tokens=8, **settings))
+    task.model_head("gpt2")
+    task._tokenizer = tok
+    calls, real = [], model.generate
+    monkeypatch.setattr(model, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def generated(rows: list[list[int]]) -> list[list[int]]:
+        width = max(map(len, rows))
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        out = task.generate(model, {"prompt_ids": ids, "prompt_mask": mask})
+        return [[t for t in row if t != tok.pad_token_id] for row in out.tolist()]
+
+    short, long = [11, 12, 13], list(range(20, 40))
+    alone = generated([short])[0]
+    calls.clear()
+    assert generated([long, short])[1] == alone
+    assert len(calls) == 2  # one call per prompt length
+    if not case.startswith("min_length"):
+        return
+    texts = ["a b c", "one two three four five six seven eight nine ten eleven twelve"]  # predict's batches
+    one = [task.generate_texts(model, tok, [{"source": t, "target": ""}])[0] for t in texts]
+    assert task.generate_texts(model, tok, [{"source": t, "target": ""} for t in texts]) == one

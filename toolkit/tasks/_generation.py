@@ -764,7 +764,8 @@ class TextToText(TokenTask):
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
             lengths = mask.sum(-1)  # (b,)
             # probed on the first batch whatever its lengths: every process runs the probe's forward alike
-            reads = reads_padding(model, ids[int(lengths.argmax())].tolist(), tok.pad_token_id)
+            reads = reads_padding(model, ids[int(lengths.argmax())].tolist(), tok.pad_token_id) \
+                or reads_prompt(model, kwargs)
             calls = len(set(lengths.tolist())) if reads else 1  # `generate` calls: one per prompt length
             if kwargs["synced_gpus"]:  # as many on every process: each call's forwards gather the weights
                 for _ in range(most_across(calls, ids.device) - calls):
@@ -792,8 +793,9 @@ class TextToText(TokenTask):
 
     def _generate_by_length(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                             kwargs: dict[str, Any], stops: list[str]) -> torch.Tensor:
-        """`_generate_decoder` for a model that reads its padding (`models.reads_padding`): the
-        rows of each prompt length together, unpadded, their outputs padded back to one width."""
+        """`_generate_decoder` for a model that reads its padding (`models.reads_padding`), or a
+        decoding that reads the prompt as tokens (`reads_prompt`): the rows of each prompt length
+        together, unpadded, their outputs padded back to one width."""
         lengths = mask.sum(-1).tolist()
         pad = self._tokenizer.pad_token_id
         outs = {n: (rows, self._generate_decoder(model, ids[rows][:, -n:], mask[rows][:, -n:], kwargs, stops))
@@ -994,6 +996,25 @@ def decoding_used(model: Any, kwargs: dict[str, Any]) -> str:
     in effect (a run without one records what it recorded before)."""
     used = {k: in_effect(model, kwargs, k) for k in DECODING}
     return "|".join(f"{k}:{v}" for k, v in used.items() if k != DECODING[-1] or v is not None)
+
+
+# the settings whose logits processors read a decoder-only model's input_ids (its prompt) as tokens and
+# its width as length, and the value at which they read nothing (`reads_prompt`)
+PROMPT_READ = {"min_length": 0, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
+               "encoder_no_repeat_ngram_size": 0}
+
+
+def reads_prompt(model: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether `generate` (with `kwargs` over the model's generation_config: `in_effect`) reads a
+    decoder-only model's prompt as tokens: `min_length` counts the prompt's width, the repetition
+    penalties and the encoder n-gram ban read its tokens. A left-padded prompt is as wide as the
+    longest of its batch and holds the pad token (GPT-2's EOS): a row's minimum was met by its
+    batch-mate's length (an output of 9 tokens alone, 1 beside a longer prompt) and its pad was
+    penalised as a token of its prompt (the end token made less likely in padded rows alone), so
+    an example's text moved with the batch and its size, exit 0. Such a decoding runs one prompt
+    length at a time (`TextToText._generate_by_length`), as transformers reads an unpadded prompt.
+    `no_repeat_ngram_size` reads the continuation alone here (`continuation_no_repeat`)."""
+    return any(in_effect(model, kwargs, name) not in (None, neutral) for name, neutral in PROMPT_READ.items())
 
 
 def continuation_no_repeat(size: int, start: int) -> Any:
