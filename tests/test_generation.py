@@ -1522,57 +1522,65 @@ def test_sharded_weights_generate_in_step_on_every_process(tiny_checkpoint, monk
     assert calls == [True] * (3 if family == "gpt2" else 1)  # as many calls as the peer, each in step
 
 
-# settings that read a decoder-only model's prompt as tokens (its width as its length), each with what
-# makes the end token likely enough for the difference to show on the small random GPT-2
-PROMPT_READING = {"min_length": ({"min_length": 12}, {"eos_token_id": 28080}),  # 28080: what the model writes
-                  "min_length-checkpoint": ({}, {"eos_token_id": 28080, "min_length": 12}),
-                  "encoder_repetition_penalty": ({"encoder_repetition_penalty": 5.0,
-                                                  "exponential_decay_length_penalty": [0, 1.5]}, {}),
-                  "repetition_penalty": ({"repetition_penalty": 3.0}, {}),
-                  "encoder_no_repeat_ngram_size": ({"encoder_no_repeat_ngram_size": 2}, {})}
+# settings that read `generate`'s input as tokens (a decoder's prompt, its width as its length; an
+# encoder's source), each with what makes the end token likely enough for the difference to show on the
+# small random model: (family, the recipe's settings, the checkpoint's generation_config)
+INPUT_READING = {"gpt2-min_length": ("gpt2", {"min_length": 12}, {"eos_token_id": 28080}),  # what it writes
+                 "gpt2-min_length-checkpoint": ("gpt2", {}, {"eos_token_id": 28080, "min_length": 12}),
+                 "gpt2-encoder_repetition_penalty": ("gpt2", {"encoder_repetition_penalty": 5.0,
+                                                              "exponential_decay_length_penalty": [0, 1.5]}, {}),
+                 "gpt2-repetition_penalty": ("gpt2", {"repetition_penalty": 3.0}, {}),
+                 "gpt2-encoder_no_repeat_ngram_size": ("gpt2", {"encoder_no_repeat_ngram_size": 2}, {}),
+                 "t5-encoder_repetition_penalty": ("t5", {"encoder_repetition_penalty": 5.0}, {}),
+                 "t5-encoder_no_repeat_ngram_size-checkpoint": ("t5", {}, {"encoder_no_repeat_ngram_size": 1})}
 
 
-@pytest.mark.parametrize("case", PROMPT_READING)
-def test_a_decoders_output_does_not_move_with_its_batch_mates_prompts(tiny_checkpoint, monkeypatch, case: str) -> None:
+@pytest.mark.parametrize("case", INPUT_READING)
+def test_an_output_does_not_move_with_its_batch_mates_inputs(tiny_checkpoint, monkeypatch, case: str) -> None:
     """Finding: `min_length` counts a decoder-only model's whole input_ids, and the repetition
-    penalties and the encoder n-gram ban read its tokens; left-padded, a prompt is as wide as its
-    batch's longest and holds the pad token (GPT-2's EOS): a row's minimum was met by a batch-mate's
-    length (9 tokens alone, 1 beside a longer prompt), its pad penalised as a prompt token, so the
-    text of an example moved with its batch (eval_batch_size, predict's 16), exit 0. Now such a
-    decoding (the recipe's or the checkpoint's) runs one prompt length at a time, unpadded, as
-    transformers reads a prompt alone: the same text alone and in any batch, in evaluation
-    (`generate`) and predict (`generate_texts`)."""
+    penalties and the encoder n-gram ban read its tokens (an encoder-decoder's source, for the
+    latter two); padded, an input is as wide as its batch's longest and holds the pad token: a
+    GPT-2 row's minimum was met by a batch-mate's length (9 tokens alone, 1 beside a longer
+    prompt), and T5's encoder_repetition_penalty made a padded row write nothing but pad tokens
+    (an empty summary, where alone it wrote words): the text of an example moved with its batch
+    (eval_batch_size, predict's 16), exit 0. Now such a decoding (the recipe's or the
+    checkpoint's) runs one input length at a time, unpadded, as transformers reads an input
+    alone: the same text alone and in any batch, in evaluation (`generate`) and predict
+    (`generate_texts`)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     from toolkit.tasks._generation import Generation
     from toolkit.tasks.summarization import Summarization
 
-    settings, checkpoint = PROMPT_READING[case]
-    tok = AutoTokenizer.from_pretrained(tiny_checkpoint("gpt2"))
-    tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint("gpt2")).eval()
+    family, settings, checkpoint = INPUT_READING[case]
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint(family))
+    tok.pad_token = tok.pad_token or tok.eos_token
+    auto = AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM
+    model = auto.from_pretrained(tiny_checkpoint(family)).eval()
     for key, value in checkpoint.items():
         setattr(model.generation_config, key, value)
     task = Summarization(generation=Generation(max_new_tokens=8, **settings))
-    task.model_head("gpt2")
+    task.model_head(family)
     task._tokenizer = tok
     calls, real = [], model.generate
     monkeypatch.setattr(model, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
 
-    def generated(rows: list[list[int]]) -> list[list[int]]:
-        width = max(map(len, rows))
-        ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in rows])
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-        out = task.generate(model, {"prompt_ids": ids, "prompt_mask": mask})
+    def generated(rows: list[list[int]]) -> list[list[int]]:  # a decoder's prompts padded left, a source right
+        width, left = max(map(len, rows)), family == "gpt2"
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) * left + r + [tok.pad_token_id] * (width - len(r))
+                             * (not left) for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) * left + [1] * len(r) + [0] * (width - len(r)) * (not left)
+                             for r in rows])
+        out = task.generate(model, {"prompt_ids": ids, "prompt_mask": mask, "input_ids": ids, "attention_mask": mask})
         return [[t for t in row if t != tok.pad_token_id] for row in out.tolist()]
 
-    short, long = [11, 12, 13], list(range(20, 40))
+    short, long = [11, 12, 13, tok.eos_token_id], [*range(20, 40), tok.eos_token_id]
     alone = generated([short])[0]
     calls.clear()
     assert generated([long, short])[1] == alone
-    assert len(calls) == 2  # one call per prompt length
-    if not case.startswith("min_length"):
+    assert len(calls) == 2  # one call per input length
+    if "min_length" not in case and family == "gpt2":
         return
     texts = ["a b c", "one two three four five six seven eight nine ten eleven twelve"]  # predict's batches
     one = [task.generate_texts(model, tok, [{"source": t, "target": ""}])[0] for t in texts]

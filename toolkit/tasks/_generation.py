@@ -765,17 +765,23 @@ class TextToText(TokenTask):
             lengths = mask.sum(-1)  # (b,)
             # probed on the first batch whatever its lengths: every process runs the probe's forward alike
             reads = reads_padding(model, ids[int(lengths.argmax())].tolist(), tok.pad_token_id) \
-                or reads_prompt(model, kwargs)
-            calls = len(set(lengths.tolist())) if reads else 1  # `generate` calls: one per prompt length
-            if kwargs["synced_gpus"]:  # as many on every process: each call's forwards gather the weights
-                for _ in range(most_across(calls, ids.device) - calls):
-                    self._generate_decoder(model, ids, mask, kwargs, stops)  # a peer's extra call; its text unused
-            if calls > 1:
-                return self._generate_by_length(model, ids, mask, kwargs, stops)
-            return self._generate_decoder(model, ids, mask, kwargs, stops)
-        if stops:
-            kwargs["stopping_criteria"] = stop_at(tok, stops, 0)
-        return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
+                or reads_input(model, kwargs, PROMPT_READ)
+
+            def run(i: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+                return self._generate_decoder(model, i, m, kwargs, stops)
+        else:
+            ids, mask = batch["input_ids"], batch["attention_mask"]
+            reads = reads_input(model, kwargs, ENCODER_READ)
+            if stops:
+                kwargs["stopping_criteria"] = stop_at(tok, stops, 0)
+
+            def run(i: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+                return model.generate(input_ids=i, attention_mask=m, **kwargs)
+        calls = len(set(mask.sum(-1).tolist())) if reads else 1  # `generate` calls: one per input length
+        if kwargs["synced_gpus"]:  # as many on every process: each call's forwards gather the weights
+            for _ in range(most_across(calls, ids.device) - calls):
+                run(ids, mask)  # a peer's extra call; its text unused
+        return self._generate_by_length(ids, mask, run) if calls > 1 else run(ids, mask)
 
     def _generate_decoder(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                           kwargs: dict[str, Any], stops: list[str]) -> torch.Tensor:
@@ -791,14 +797,16 @@ class TextToText(TokenTask):
         out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
         return out[:, ids.shape[1]:]  # (b, new) left padding: every prompt ends at the same column
 
-    def _generate_by_length(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
-                            kwargs: dict[str, Any], stops: list[str]) -> torch.Tensor:
-        """`_generate_decoder` for a model that reads its padding (`models.reads_padding`), or a
-        decoding that reads the prompt as tokens (`reads_prompt`): the rows of each prompt length
-        together, unpadded, their outputs padded back to one width."""
+    def _generate_by_length(self, ids: torch.Tensor, mask: torch.Tensor,
+                            run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """`run` (one `generate` call) on the rows of each input length together, unpadded, their
+        outputs padded back to one width: for a decoder that reads its padding
+        (`models.reads_padding`), or a decoding that reads the input's tokens (`reads_input`). A
+        decoder's prompts are padded on the left, an encoder's inputs on the right."""
         lengths = mask.sum(-1).tolist()
         pad = self._tokenizer.pad_token_id
-        outs = {n: (rows, self._generate_decoder(model, ids[rows][:, -n:], mask[rows][:, -n:], kwargs, stops))
+        cut = (lambda t, n: t[:, -n:]) if self.decoder_only else (lambda t, n: t[:, :n])
+        outs = {n: (rows, run(cut(ids[rows], n), cut(mask[rows], n)))
                 for n in set(lengths) for rows in [[i for i, m in enumerate(lengths) if m == n]]}
         width = max(o.shape[1] for _, o in outs.values())
         out = torch.full((len(lengths), width), pad, dtype=ids.dtype, device=ids.device)  # (b, new)
@@ -998,23 +1006,25 @@ def decoding_used(model: Any, kwargs: dict[str, Any]) -> str:
     return "|".join(f"{k}:{v}" for k, v in used.items() if k != DECODING[-1] or v is not None)
 
 
-# the settings whose logits processors read a decoder-only model's input_ids (its prompt) as tokens and
-# its width as length, and the value at which they read nothing (`reads_prompt`)
+# the settings whose logits processors read `generate`'s input as tokens, and the value at which they read
+# nothing (`reads_input`): a decoder-only model's prompt (its width counted as length by min_length) ...
 PROMPT_READ = {"min_length": 0, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
                "encoder_no_repeat_ngram_size": 0}
+# ... and an encoder-decoder's source
+ENCODER_READ = {"encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0}
 
 
-def reads_prompt(model: Any, kwargs: dict[str, Any]) -> bool:
-    """Whether `generate` (with `kwargs` over the model's generation_config: `in_effect`) reads a
-    decoder-only model's prompt as tokens: `min_length` counts the prompt's width, the repetition
-    penalties and the encoder n-gram ban read its tokens. A left-padded prompt is as wide as the
-    longest of its batch and holds the pad token (GPT-2's EOS): a row's minimum was met by its
-    batch-mate's length (an output of 9 tokens alone, 1 beside a longer prompt) and its pad was
-    penalised as a token of its prompt (the end token made less likely in padded rows alone), so
-    an example's text moved with the batch and its size, exit 0. Such a decoding runs one prompt
-    length at a time (`TextToText._generate_by_length`), as transformers reads an unpadded prompt.
-    `no_repeat_ngram_size` reads the continuation alone here (`continuation_no_repeat`)."""
-    return any(in_effect(model, kwargs, name) not in (None, neutral) for name, neutral in PROMPT_READ.items())
+def reads_input(model: Any, kwargs: dict[str, Any], settings: dict[str, Any]) -> bool:
+    """Whether `generate` (with `kwargs` over the model's generation_config: `in_effect`) reads its
+    input's tokens through one of `settings` (`PROMPT_READ`, `ENCODER_READ`). A padded input holds
+    the pad token and is as wide as its batch's longest: a decoder's `min_length` (which counts
+    the prompt) was met by a batch-mate's length (9 tokens alone, 1 beside a longer prompt), and
+    the pad was penalised or favoured as a token of the input (T5's encoder_repetition_penalty
+    made a padded row write pad tokens alone: an empty text, where alone it wrote words), so an
+    example's text moved with its batch and its size, exit 0. Such a decoding runs one input
+    length at a time (`TextToText._generate_by_length`), as transformers reads an unpadded input.
+    `no_repeat_ngram_size` reads a decoder's continuation alone here (`continuation_no_repeat`)."""
+    return any(in_effect(model, kwargs, name) not in (None, neutral) for name, neutral in settings.items())
 
 
 def continuation_no_repeat(size: int, start: int) -> Any:
