@@ -1585,3 +1585,21 @@ def test_an_output_does_not_move_with_its_batch_mates_inputs(tiny_checkpoint, mo
     texts = ["a b c", "one two three four five six seven eight nine ten eleven twelve"]  # predict's batches
     one = [task.generate_texts(model, tok, [{"source": t, "target": ""}])[0] for t in texts]
     assert task.generate_texts(model, tok, [{"source": t, "target": ""} for t in texts]) == one
+
+
+def test_the_length_decay_is_recorded_alike_from_the_recipe_and_from_the_checkpoint(tiny_checkpoint) -> None:
+    """`exponential_decay_length_penalty` reaches `generate` as the (start, factor) pair
+    transformers takes, and the checkpoint's reads back as a list: metric_info.generation
+    recorded one decoding two ways ("(2, 1.5)" and "[2, 1.5]"). One way now; `[]` clears the
+    checkpoint's (nothing recorded)."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from toolkit.tasks._generation import Generation, decoding_used
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_checkpoint("t5"))
+    recipe = decoding_used(model, Generation(exponential_decay_length_penalty=[2, 1.5]).kwargs(8))
+    model.generation_config.exponential_decay_length_penalty = [2, 1.5]
+    assert decoding_used(model, Generation().kwargs(8)) == recipe
+    assert recipe.endswith("|exponential_decay_length_penalty:[2, 1.5]")
+    cleared = Generation(exponential_decay_length_penalty=[]).kwargs(8)
+    assert cleared["exponential_decay_length_penalty"] is None and "exponential" not in decoding_used(model, cleared)

@@ -1002,7 +1002,7 @@ def decoding_used(model: Any, kwargs: dict[str, Any]) -> str:
     for metric_info: `num_beams:4|max_new_tokens:128|...`; the first five as they were recorded
     before the constraints followed the checkpoint, then those, then the length decay where it is
     in effect (a run without one records what it recorded before)."""
-    used = {k: in_effect(model, kwargs, k) for k in DECODING}
+    used = {k: list(v) if isinstance(v, tuple) else v for k in DECODING for v in [in_effect(model, kwargs, k)]}
     return "|".join(f"{k}:{v}" for k, v in used.items() if k != DECODING[-1] or v is not None)
 
 
