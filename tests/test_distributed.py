@@ -224,6 +224,33 @@ for name, recipe, runs in json.loads(open(sys.argv[1]).read()):
         for made in ("eval-eval.json", "predictions-eval.jsonl"):
             if os.path.exists(os.path.join(run, made)):
                 os.rename(os.path.join(run, made), os.path.join(run, "two-" + made))
+# text-to-text generation under FSDP2 (the launch's gloo group): a decoding that runs one prompt length
+# at a time (min_length reads the prompt), 1 length on process 0 and 2 on process 1
+import torch
+from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from toolkit import models
+from toolkit.tasks._generation import Generation
+from toolkit.tasks.summarization import Summarization
+path = models.smoke_checkpoint("gpt2")
+tok = AutoTokenizer.from_pretrained(path)
+tok.pad_token = tok.eos_token
+model = AutoModelForCausalLM.from_pretrained(path).eval()
+plain = models.shards_weights(model)
+for layer in model.transformer.h:
+    fully_shard(layer)
+fully_shard(model)
+register_fsdp_forward_method(model, "generate")
+task = Summarization(generation=Generation(max_new_tokens=6, min_length=12))
+task.model_head("gpt2")
+task._tokenizer = tok
+rank = int(os.environ["RANK"])
+rows = [[11, 12, 13]] if rank == 0 else [list(range(20, 40)), [11, 12, 13]]
+width = max(map(len, rows))
+ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in rows])
+mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+seen = [plain, models.shards_weights(model), task.generate(model, {{"prompt_ids": ids, "prompt_mask": mask}}).tolist()]
+open(sys.argv[1] + f".synced{{rank}}", "w").write(json.dumps(seen))
 """
 
 
@@ -248,6 +275,14 @@ def test_every_task_scores_on_two_processes_what_one_process_scores(tmp_path: Pa
                           cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # text-to-text generation's rule of a sharded launch: every process makes as many `generate`
+    # calls, in step (`models.shards_weights`: FSDP2's DTensor weights; a peer's count of prompt
+    # lengths): process 0's one call and process 1's two ran (with 1 call, process 1's second
+    # generate waited on process 0 to the group's timeout), the same prompt the same text
+    (plain0, sharded0, out0), (plain1, sharded1, out1) = (json.loads((tmp_path / f"jobs.json.synced{r}").read_text())
+                                                          for r in (0, 1))
+    assert (plain0, sharded0, plain1, sharded1) == (False, True, False, True)
+    assert len(out0) == 1 and len(out1) == 2 and out0[0] == out1[1]
     for name, _, runs in jobs:
         run = only_run(Path(runs))
         in_run = json.loads((run / "metrics.json").read_text())

@@ -1347,10 +1347,12 @@ def test_a_run_made_before_early_stopping_existed_is_read_as_it_searched(tmp_pat
 # transformers' default (bart-large-cnn's kind: beams, a length penalty, a repeat ban, a minimum)
 CHECKPOINT_SAYS = {"num_beams": 3, "length_penalty": 2.0, "no_repeat_ngram_size": 2, "early_stopping": "never",
                    "min_length": 5, "min_new_tokens": 4, "repetition_penalty": 1.7,
-                   "encoder_repetition_penalty": 1.3, "encoder_no_repeat_ngram_size": 3}
+                   "encoder_repetition_penalty": 1.3, "encoder_no_repeat_ngram_size": 3,
+                   "exponential_decay_length_penalty": [2, 1.5]}
 # what a run made before these followed the checkpoint decoded with (its recipe.yaml wrote the first three)
 CLEARED = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": 0,
-           "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0}
+           "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0,
+           "exponential_decay_length_penalty": None}
 
 
 def checkpoint_saying(tmp_path: Path, path: str, settings: dict) -> Path:
@@ -1372,8 +1374,8 @@ def checkpoint_saying(tmp_path: Path, path: str, settings: dict) -> Path:
 def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_decodes_as_it_did(
         tmp_path: Path, tiny_checkpoint, cli, family: str) -> None:
     """Finding: num_beams, length_penalty and no_repeat_ngram_size were pinned to 1 / 1.0 / 0 and
-    the length and repetition constraints cleared whatever the checkpoint's generation_config
-    said, where transformers' Seq2SeqTrainer, its example scripts and pipelines decode as the
+    the length and repetition constraints (the exponential length decay too, until it followed
+    the others) cleared whatever the checkpoint's generation_config said, where transformers' Seq2SeqTrainer, its example scripts and pipelines decode as the
     checkpoint says (bart-large-cnn: 4 beams, length_penalty 2.0, no_repeat_ngram_size 3,
     min_length 56): other text than the reference tools, exit 0. Now each setting left unset is
     the checkpoint's in the run's evaluation (recorded in metric_info.generation), `toolkit eval`,
@@ -1409,11 +1411,12 @@ def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_dec
                                               max_new_tokens=12, **settings)[0], skip_special_tokens=True).strip()
                     for t in texts]
 
-    def record(settings: dict) -> str:
+    def record(settings: dict) -> str:  # the length decay recorded where it is in effect
+        decay = settings.get("exponential_decay_length_penalty")
         return "|".join(f"{k}:{settings.get(k, 12 if k == 'max_new_tokens' else None)}" for k in
                         ("num_beams", "max_new_tokens", "length_penalty", "no_repeat_ngram_size", "early_stopping",
                          "min_length", "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty",
-                         "encoder_no_repeat_ngram_size"))
+                         "encoder_no_repeat_ngram_size")) + (f"|exponential_decay_length_penalty:{decay}" if decay else "")
 
     old = {**CLEARED, "early_stopping": "never"}  # greedy then: it reads no early_stopping (left the checkpoint's)
     for made_before, settings, in ((False, CHECKPOINT_SAYS), (True, old)):
@@ -1423,7 +1426,8 @@ def test_every_decoding_setting_left_unset_is_the_checkpoints_and_an_old_run_dec
             text = re.sub(r"(?m)^( *)(num_beams|length_penalty|no_repeat_ngram_size): null$",
                           lambda m: f"{m[1]}{m[2]}: {CLEARED[m[2]]}", text)
             text = re.sub(r"(?m)^ *(early_stopping|min_length|min_new_tokens|repetition_penalty|"
-                          r"encoder_repetition_penalty|encoder_no_repeat_ngram_size): null\n", "", text)
+                          r"encoder_repetition_penalty|encoder_no_repeat_ngram_size|exponential_decay_length_penalty): "
+                          r"null\n", "", text)
             (run / "recipe.yaml").write_text(text)
         else:
             metrics = json.loads((run / "metrics.json").read_text())
@@ -1469,3 +1473,133 @@ def test_a_beam_setting_under_a_checkpoint_that_searches_greedily_is_one_line(tm
     code, _, err = cli("eval", run, "task.generation.early_stopping=true")
     assert code == 2 and "task.generation.early_stopping: " in err and len(err.strip().splitlines()) == 1, err
     assert cli("eval", run, "task.generation.early_stopping=true", "task.generation.num_beams=2")[0] == 0
+
+
+@pytest.mark.parametrize("family, reads", [("bart", False), ("t5", False), ("gpt2", False), ("gpt2", True)],
+                         ids=["bart", "t5", "gpt2", "gpt2-reads-padding"])
+def test_sharded_weights_generate_in_step_on_every_process(tiny_checkpoint, monkeypatch, family: str,
+                                                           reads: bool) -> None:
+    """Finding: under FSDP or ZeRO-3 each forward gathers the weights from every process, so
+    every process must run as many forwards (`generate`'s synced_gpus, which transformers turns
+    on there); a decoder that reads its padding is generated one prompt length at a time, as many
+    `generate` calls as its batch has lengths, another number on each process: a process with
+    fewer left its peers' forwards gathering from it (a hang, or collectives paired with others).
+    Now every call gets synced_gpus where the weights are sharded (`models.shards_weights`), and
+    a process with fewer lengths than a peer makes the calls it
+    lacks (its output unused): the texts are those of one process."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from toolkit.tasks import _generation
+    from toolkit.tasks.summarization import Summarization
+
+    path = tiny_checkpoint(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(path).eval()
+    task = Summarization(generation=_generation.Generation(max_new_tokens=4))
+    task.model_head(family)
+    task._tokenizer = tok
+    ids = torch.tensor([[5, 19, 7], [tok.pad_token_id, 9, 10], [tok.pad_token_id, 12, 13]])
+    mask = (torch.arange(3) >= torch.tensor([[0], [1], [1]])).long()  # lengths 3, 2, 2: two groups
+    batch = {"input_ids": ids, "attention_mask": mask, "prompt_ids": ids, "prompt_mask": mask}
+    calls, real = [], model.generate
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.pop("synced_gpus"))
+        return real(*args, **kwargs)  # one process here: transformers' all-reduce has no group to run on
+
+    monkeypatch.setattr(model, "generate", spy)
+    monkeypatch.setattr(_generation, "reads_padding", lambda *a: reads)
+    plain = task.generate(model, batch)
+    assert calls == [False] * (2 if reads else 1)  # one process: nothing sharded
+    calls.clear()
+    monkeypatch.setattr(_generation, "shards_weights", lambda m: True)
+    peers = [] if family != "gpt2" else [3]  # a peer whose batch holds 3 prompt lengths
+    monkeypatch.setattr(_generation, "most_across", lambda count, device: max([count, *peers]))
+    out = task.generate(model, batch)
+    assert torch.equal(out, plain)
+    assert calls == [True] * (3 if family == "gpt2" else 1)  # as many calls as the peer, each in step
+
+
+# settings that read `generate`'s input as tokens (a decoder's prompt, its width as its length; an
+# encoder's source), each with what makes the end token likely enough for the difference to show on the
+# small random model: (family, the recipe's settings, the checkpoint's generation_config)
+INPUT_READING = {"gpt2-min_length": ("gpt2", {"min_length": 12}, {"eos_token_id": 28080}),  # what it writes
+                 "gpt2-min_length-checkpoint": ("gpt2", {}, {"eos_token_id": 28080, "min_length": 12}),
+                 "gpt2-encoder_repetition_penalty": ("gpt2", {"encoder_repetition_penalty": 5.0,
+                                                              "exponential_decay_length_penalty": [0, 1.5]}, {}),
+                 "gpt2-repetition_penalty": ("gpt2", {"repetition_penalty": 3.0}, {}),
+                 "gpt2-encoder_no_repeat_ngram_size": ("gpt2", {"encoder_no_repeat_ngram_size": 2}, {}),
+                 "t5-encoder_repetition_penalty": ("t5", {"encoder_repetition_penalty": 5.0}, {}),
+                 "t5-encoder_no_repeat_ngram_size-checkpoint": ("t5", {}, {"encoder_no_repeat_ngram_size": 1})}
+
+
+@pytest.mark.parametrize("case", INPUT_READING)
+def test_an_output_does_not_move_with_its_batch_mates_inputs(tiny_checkpoint, monkeypatch, case: str) -> None:
+    """Finding: `min_length` counts a decoder-only model's whole input_ids, and the repetition
+    penalties and the encoder n-gram ban read its tokens (an encoder-decoder's source, for the
+    latter two); padded, an input is as wide as its batch's longest and holds the pad token: a
+    GPT-2 row's minimum was met by a batch-mate's length (9 tokens alone, 1 beside a longer
+    prompt), and T5's encoder_repetition_penalty made a padded row write nothing but pad tokens
+    (an empty summary, where alone it wrote words): the text of an example moved with its batch
+    (eval_batch_size, predict's 16), exit 0. Now such a decoding (the recipe's or the
+    checkpoint's) runs one input length at a time, unpadded, as transformers reads an input
+    alone: the same text alone and in any batch, in evaluation (`generate`) and predict
+    (`generate_texts`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.summarization import Summarization
+
+    family, settings, checkpoint = INPUT_READING[case]
+    tok = AutoTokenizer.from_pretrained(tiny_checkpoint(family))
+    tok.pad_token = tok.pad_token or tok.eos_token
+    auto = AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM
+    model = auto.from_pretrained(tiny_checkpoint(family)).eval()
+    for key, value in checkpoint.items():
+        setattr(model.generation_config, key, value)
+    task = Summarization(generation=Generation(max_new_tokens=8, **settings))
+    task.model_head(family)
+    task._tokenizer = tok
+    calls, real = [], model.generate
+    monkeypatch.setattr(model, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def generated(rows: list[list[int]]) -> list[list[int]]:  # a decoder's prompts padded left, a source right
+        width, left = max(map(len, rows)), family == "gpt2"
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) * left + r + [tok.pad_token_id] * (width - len(r))
+                             * (not left) for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) * left + [1] * len(r) + [0] * (width - len(r)) * (not left)
+                             for r in rows])
+        out = task.generate(model, {"prompt_ids": ids, "prompt_mask": mask, "input_ids": ids, "attention_mask": mask})
+        return [[t for t in row if t != tok.pad_token_id] for row in out.tolist()]
+
+    short, long = [11, 12, 13, tok.eos_token_id], [*range(20, 40), tok.eos_token_id]
+    alone = generated([short])[0]
+    calls.clear()
+    assert generated([long, short])[1] == alone
+    assert len(calls) == 2  # one call per input length
+    if "min_length" not in case and family == "gpt2":
+        return
+    texts = ["a b c", "one two three four five six seven eight nine ten eleven twelve"]  # predict's batches
+    one = [task.generate_texts(model, tok, [{"source": t, "target": ""}])[0] for t in texts]
+    assert task.generate_texts(model, tok, [{"source": t, "target": ""} for t in texts]) == one
+
+
+def test_the_length_decay_is_recorded_alike_from_the_recipe_and_from_the_checkpoint(tiny_checkpoint) -> None:
+    """`exponential_decay_length_penalty` reaches `generate` as the (start, factor) pair
+    transformers takes, and the checkpoint's reads back as a list: metric_info.generation
+    recorded one decoding two ways ("(2, 1.5)" and "[2, 1.5]"). One way now; `[]` clears the
+    checkpoint's (nothing recorded)."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from toolkit.tasks._generation import Generation, decoding_used
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_checkpoint("t5"))
+    recipe = decoding_used(model, Generation(exponential_decay_length_penalty=[2, 1.5]).kwargs(8))
+    model.generation_config.exponential_decay_length_penalty = [2, 1.5]
+    assert decoding_used(model, Generation().kwargs(8)) == recipe
+    assert recipe.endswith("|exponential_decay_length_penalty:[2, 1.5]")
+    cleared = Generation(exponential_decay_length_penalty=[]).kwargs(8)
+    assert cleared["exponential_decay_length_penalty"] is None and "exponential" not in decoding_used(model, cleared)

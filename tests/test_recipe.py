@@ -530,7 +530,8 @@ def _with_later_field(settings, default, value):
 # hashes as the whole resolved recipe did before they existed
 ADDED = {"task": ("source_code", "target_code", "pair_separator"), "method": ("train_layer_norms",)}
 ADDED_NESTED = {("task", "generation"): ("early_stopping", "min_length", "min_new_tokens", "repetition_penalty",
-                                         "encoder_repetition_penalty", "encoder_no_repeat_ngram_size")}  # nested
+                                         "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
+                                         "exponential_decay_length_penalty")}  # nested
 
 
 def test_a_field_added_later_keeps_every_run_id_at_its_neutral_value() -> None:
@@ -888,7 +889,7 @@ def _flips(cls: type, name: str, default: object) -> list[object]:
         elif origin is list:
             (inner,) = typing.get_args(option)
             item = typing.get_args(inner)[0] if typing.get_origin(inner) is typing.Literal else 32 if inner is int else "x"
-            out += [[item], ["a", "b"]]
+            out += [[item], ["a", "b"]] + ([[], [2.0, 1.5]] if inner is float else [])  # a pair (the length decay)
         elif origin is dict:
             out.append({"run": "other.yaml"})
         elif dataclasses.is_dataclass(option):

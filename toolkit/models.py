@@ -1403,3 +1403,32 @@ def _probe_padding(model: Any, ids: list[int], pad: int, torch: Any) -> bool:
     # differ by their rounding alone up to a few hundredths, which is no padding read
     atol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 0.25
     return not torch.allclose(padded.log_softmax(-1), alone.log_softmax(-1), rtol=0, atol=atol)
+
+
+def shards_weights(model: Any) -> bool:
+    """Whether `model`'s weights are sharded across the processes of a launch of more than one
+    (FSDP2's `fully_shard`: DTensor parameters; DeepSpeed ZeRO-3: partitioned parameters, which
+    carry `ds_id`), so that each forward gathers them from every process and every process must
+    run as many forwards: `generate`'s `synced_gpus`, as transformers' generate and
+    Seq2SeqTrainer decide it (`is_fsdp_managed_module`, `is_deepspeed_zero3_enabled`). The task
+    passes it itself because it also counts its own `generate` calls by it: a decoder that reads
+    its padding is generated one prompt length at a time (`TextToText.generate`), as many calls
+    as its batch has lengths, another number on each process, and a process that made fewer left
+    the others' forwards gathering from it (a hang, or collectives paired with others)."""
+    import torch
+
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) \
+            or torch.distributed.get_world_size() < 2:
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) or hasattr(p, "ds_id") for p in model.parameters())
+
+
+def most_across(count: int, device: Any) -> int:
+    """The largest `count` among the launch's processes (one all-reduce: every process calls it)."""
+    import torch
+
+    value = torch.tensor([count], device=device)
+    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return int(value.item())

@@ -28,7 +28,7 @@ from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._fields import language_tag
 from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, leading_special, special_frame
-from toolkit.models import CASE_PROBE, kind_of, lowercased, parts_lost, reads_padding
+from toolkit.models import CASE_PROBE, kind_of, lowercased, most_across, parts_lost, reads_padding, shards_weights
 
 torch = lazy("torch", globals())
 
@@ -72,6 +72,18 @@ class Generation:
     repetition_penalty: float | None = schema.added(default=None, neutral=None, min=0.01, max=10.0)
     encoder_repetition_penalty: float | None = schema.added(default=None, neutral=None, min=0.01, max=10.0)
     encoder_no_repeat_ngram_size: int | None = schema.added(default=None, neutral=None, min=0, max=16)
+    # [start, factor]: past `start` new tokens the end token's score grows by `factor` a token
+    # (GenerationConfig's exponential_decay_length_penalty, a length preference as length_penalty
+    # is); []: none; unset: the checkpoint's. Cleared whatever the checkpoint said until 2026-11-28
+    exponential_decay_length_penalty: list[float] | None = schema.added(default=None, neutral=None)
+
+    def __post_init__(self) -> None:
+        decay = self.exponential_decay_length_penalty
+        if decay and (len(decay) != 2 or decay[0] != int(decay[0]) or decay[0] < 0 or decay[1] <= 0):
+            raise UserError(f"task.generation.exponential_decay_length_penalty: {decay!r} is not [start, factor]: "
+                            "a whole number of new tokens (0 or more) after which the end token's score grows, "
+                            "and the factor it grows by each token (above 0; above 1 ends outputs sooner); "
+                            "[] for none")
 
     def budget(self, target_length: int) -> int:
         """New tokens `generate` may write: the recipe's `max_new_tokens`, else `target_length`."""
@@ -79,7 +91,11 @@ class Generation:
 
     def chosen(self) -> dict[str, Any]:
         """The decoding settings the recipe sets (`FOLLOWED`); those unset are left out."""
-        return {k: getattr(self, k) for k in FOLLOWED if getattr(self, k) is not None}
+        out = {k: getattr(self, k) for k in FOLLOWED if getattr(self, k) is not None}
+        decay = out.get("exponential_decay_length_penalty")
+        if decay is not None:  # GenerationConfig's (int, float); []: none, whatever the checkpoint says
+            out["exponential_decay_length_penalty"] = (int(decay[0]), float(decay[1])) if decay else None
+        return out
 
     def kwargs(self, target_length: int) -> dict[str, Any]:
         """What `generate` is given over the checkpoint's generation_config: the settings the
@@ -115,14 +131,15 @@ class Generation:
 
 # the decoding settings a recipe may set (`Generation`), each unset: the checkpoint's
 FOLLOWED = ("num_beams", "length_penalty", "no_repeat_ngram_size", "early_stopping", "min_length", "min_new_tokens",
-            "repetition_penalty", "encoder_repetition_penalty", "encoder_no_repeat_ngram_size")
+            "repetition_penalty", "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
+            "exponential_decay_length_penalty")
 # what a run made before a setting existed decoded with, where its recipe.yaml has no such key (from
 # its generation block): the constraints were cleared (transformers' defaults) until 2026-11-28, and
 # beam search stopped early whatever the checkpoint said (reports.core.BEFORE_NESTED reads these)
 BEFORE: dict[str, Any] = {
     "early_stopping": lambda block: True if (block.get("num_beams") or 1) > 1 else None,
     "min_length": 0, "min_new_tokens": 0, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
-    "encoder_no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "exponential_decay_length_penalty": [],
 }
 
 
@@ -130,17 +147,27 @@ BEFORE: dict[str, Any] = {
 # recipe decodes with, ignore them
 SAMPLING_ONLY = dict.fromkeys(("temperature", "top_p", "top_k", "typical_p", "min_p", "top_h", "epsilon_cutoff",
                                "eta_cutoff"))
-# generation_config fields that change which text is chosen and that no recipe setting names,
-# cleared (token mechanics such as forced_bos_token_id or bad_words_ids stay the checkpoint's, but
-# the decoder's start and a target's language code: `TextToText.decoding_start`): a wall-clock cut
-# (max_time: outputs cut where the machine was slow) and stop strings; other decoding strategies
-# (contrastive search, DoLa, group and constrained beam search, token healing: transformers 5
-# refuses most of them without remote code, a traceback after training); logits changed by
-# watermarking, a sequence bias, classifier-free guidance or an exponential length decay (a
-# (start, factor) pair no recipe writes). The length and repetition constraints are `Generation`'s.
-UNSET = dict.fromkeys(("exponential_decay_length_penalty", "max_time", "stop_strings", "penalty_alpha",
-                       "dola_layers", "num_beam_groups", "diversity_penalty", "constraints", "force_words_ids",
-                       "token_healing", "watermarking_config", "sequence_bias", "guidance_scale"))
+# generation_config fields no recipe setting names and that `generate` is given cleared, whatever the
+# checkpoint says. A checkpoint's setting is followed (as Seq2SeqTrainer and pipelines follow it) where
+# greedy or beam search reads it and the text it picks depends on the model and its inputs alone: the
+# recipe's settings above, the length decay (`Generation.exponential_decay_length_penalty`) and the
+# token mechanics (`bad_words_ids`, `suppress_tokens`, `forced_bos_token_id`: a token the
+# checkpoint's author banned or forced; the decoder's start and a target's language code are
+# `TextToText.decoding_start`'s). Cleared, each for its reason:
+# - the text would depend on the machine: `max_time` (outputs cut where the machine was slow), a
+#   watermark (`watermarking_config`: its green lists are drawn by the device's own generator, CUDA's
+#   and the CPU's apart, so the same run scored and predicted other text on a GPU than on the CPU);
+# - another decoding strategy than greedy or beam search (contrastive search, DoLa, group and
+#   constrained beam search), which transformers 5 refuses without remote code (a traceback after
+#   training), and classifier-free guidance (`guidance_scale`: a second, unconditional forward a
+#   step, which an encoder-decoder fails: "exactly one of input_ids or inputs_embeds");
+# - what needs the tokenizer passed to `generate` (`stop_strings`, `token_healing`: a ValueError
+#   after training; in-context prompting's stops are `stop_at`'s), and a `sequence_bias`, which
+#   transformers writes to generation_config.json in a form its `generate` refuses (keys "(5,)"
+#   for (5,): "has to be a dict with tuples as keys", a ValueError after training).
+UNSET = dict.fromkeys(("max_time", "watermarking_config", "penalty_alpha", "dola_layers", "num_beam_groups",
+                       "diversity_penalty", "constraints", "force_words_ids", "guidance_scale", "stop_strings",
+                       "token_healing", "sequence_bias"))
 # what `generate` returns, pinned to one tensor of one sequence per input: a checkpoint's
 # generation_config with num_return_sequences 2 (beside beams) gave two rows per example, which
 # scoring paired with the wrong references (exit 0), and one with return_dict_in_generate gave an
@@ -733,20 +760,32 @@ class TextToText(TokenTask):
             model = model.module  # generate() is the wrapped model's; nothing trains here
         tok = self._tokenizer
         kwargs = {**self.generation.kwargs(self.max_target_length), "pad_token_id": tok.pad_token_id,
-                  "eos_token_id": self.end_ids(model, tok), **self.decoding_start(model, tok)}
+                  "eos_token_id": self.end_ids(model, tok), **self.decoding_start(model, tok),
+                  "synced_gpus": shards_weights(model)}  # every process runs as many forwards
         self._decoding = decoding_used(model, kwargs)
         stops = self.in_context.stops if self.in_context is not None else []
         if self.decoder_only:
             ids, mask = batch["prompt_ids"], batch["prompt_mask"]
             lengths = mask.sum(-1)  # (b,)
             # probed on the first batch whatever its lengths: every process runs the probe's forward alike
-            reads = reads_padding(model, ids[int(lengths.argmax())].tolist(), tok.pad_token_id)
-            if reads and len(set(lengths.tolist())) > 1:
-                return self._generate_by_length(model, ids, mask, kwargs, stops)
-            return self._generate_decoder(model, ids, mask, kwargs, stops)
-        if stops:
-            kwargs["stopping_criteria"] = stop_at(tok, stops, 0)
-        return model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
+            reads = reads_padding(model, ids[int(lengths.argmax())].tolist(), tok.pad_token_id) \
+                or reads_input(model, kwargs, PROMPT_READ)
+
+            def run(i: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+                return self._generate_decoder(model, i, m, kwargs, stops)
+        else:
+            ids, mask = batch["input_ids"], batch["attention_mask"]
+            reads = reads_input(model, kwargs, ENCODER_READ)
+            if stops:
+                kwargs["stopping_criteria"] = stop_at(tok, stops, 0)
+
+            def run(i: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+                return model.generate(input_ids=i, attention_mask=m, **kwargs)
+        calls = len(set(mask.sum(-1).tolist())) if reads else 1  # `generate` calls: one per input length
+        if kwargs["synced_gpus"]:  # as many on every process: each call's forwards gather the weights
+            for _ in range(most_across(calls, ids.device) - calls):
+                run(ids, mask)  # a peer's extra call; its text unused
+        return self._generate_by_length(ids, mask, run) if calls > 1 else run(ids, mask)
 
     def _generate_decoder(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                           kwargs: dict[str, Any], stops: list[str]) -> torch.Tensor:
@@ -762,13 +801,16 @@ class TextToText(TokenTask):
         out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
         return out[:, ids.shape[1]:]  # (b, new) left padding: every prompt ends at the same column
 
-    def _generate_by_length(self, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
-                            kwargs: dict[str, Any], stops: list[str]) -> torch.Tensor:
-        """`_generate_decoder` for a model that reads its padding (`models.reads_padding`): the
-        rows of each prompt length together, unpadded, their outputs padded back to one width."""
+    def _generate_by_length(self, ids: torch.Tensor, mask: torch.Tensor,
+                            run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """`run` (one `generate` call) on the rows of each input length together, unpadded, their
+        outputs padded back to one width: for a decoder that reads its padding
+        (`models.reads_padding`), or a decoding that reads the input's tokens (`reads_input`). A
+        decoder's prompts are padded on the left, an encoder's inputs on the right."""
         lengths = mask.sum(-1).tolist()
         pad = self._tokenizer.pad_token_id
-        outs = {n: (rows, self._generate_decoder(model, ids[rows][:, -n:], mask[rows][:, -n:], kwargs, stops))
+        cut = (lambda t, n: t[:, -n:]) if self.decoder_only else (lambda t, n: t[:, :n])
+        outs = {n: (rows, run(cut(ids[rows], n), cut(mask[rows], n)))
                 for n in set(lengths) for rows in [[i for i, m in enumerate(lengths) if m == n]]}
         width = max(o.shape[1] for _, o in outs.values())
         out = torch.full((len(lengths), width), pad, dtype=ids.dtype, device=ids.device)  # (b, new)
@@ -944,7 +986,8 @@ def respaces(tokenizer: Any) -> bool:
 
 
 DECODING = ("num_beams", "max_new_tokens", "length_penalty", "no_repeat_ngram_size", "early_stopping", "min_length",
-            "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty", "encoder_no_repeat_ngram_size")
+            "min_new_tokens", "repetition_penalty", "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
+            "exponential_decay_length_penalty")
 
 
 def in_effect(model: Any, kwargs: dict[str, Any], name: str) -> Any:
@@ -961,8 +1004,31 @@ def in_effect(model: Any, kwargs: dict[str, Any], name: str) -> Any:
 def decoding_used(model: Any, kwargs: dict[str, Any]) -> str:
     """`generate`'s decoding as it reads it (`in_effect`: the recipe's, else the checkpoint's),
     for metric_info: `num_beams:4|max_new_tokens:128|...`; the first five as they were recorded
-    before the constraints followed the checkpoint, then those."""
-    return "|".join(f"{k}:{in_effect(model, kwargs, k)}" for k in DECODING)
+    before the constraints followed the checkpoint, then those, then the length decay where it is
+    in effect (a run without one records what it recorded before)."""
+    used = {k: list(v) if isinstance(v, tuple) else v for k in DECODING for v in [in_effect(model, kwargs, k)]}
+    return "|".join(f"{k}:{v}" for k, v in used.items() if k != DECODING[-1] or v is not None)
+
+
+# the settings whose logits processors read `generate`'s input as tokens, and the value at which they read
+# nothing (`reads_input`): a decoder-only model's prompt (its width counted as length by min_length) ...
+PROMPT_READ = {"min_length": 0, "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
+               "encoder_no_repeat_ngram_size": 0}
+# ... and an encoder-decoder's source
+ENCODER_READ = {"encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0}
+
+
+def reads_input(model: Any, kwargs: dict[str, Any], settings: dict[str, Any]) -> bool:
+    """Whether `generate` (with `kwargs` over the model's generation_config: `in_effect`) reads its
+    input's tokens through one of `settings` (`PROMPT_READ`, `ENCODER_READ`). A padded input holds
+    the pad token and is as wide as its batch's longest: a decoder's `min_length` (which counts
+    the prompt) was met by a batch-mate's length (9 tokens alone, 1 beside a longer prompt), and
+    the pad was penalised or favoured as a token of the input (T5's encoder_repetition_penalty
+    made a padded row write pad tokens alone: an empty text, where alone it wrote words), so an
+    example's text moved with its batch and its size, exit 0. Such a decoding runs one input
+    length at a time (`TextToText._generate_by_length`), as transformers reads an unpadded input.
+    `no_repeat_ngram_size` reads a decoder's continuation alone here (`continuation_no_repeat`)."""
+    return any(in_effect(model, kwargs, name) not in (None, neutral) for name, neutral in settings.items())
 
 
 def continuation_no_repeat(size: int, start: int) -> Any:
