@@ -466,7 +466,7 @@ def test_an_error_in_one_process_stops_the_launch_in_one_line_per_process(tmp_pa
     """Rule: a process of a launch that stops on its own error (one line, exit 2) stops the others
     with one line each, not a traceback: the others' next collective fails on the lost peer
     (gloo's `Connection closed by peer` from a barrier, 40 lines each, the first error buried
-    under them), or the launcher stops them first (SIGTERM: silent)."""
+    under them), or the launcher stops them first (SIGTERM: its one line, or silent)."""
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
     (tmp_path / "launch.py").write_text(FAILING_LAUNCHER.format(root=str(ROOT)))
     args = ["run", str(recipe), "--runs-dir", str(tmp_path / "runs"), "train.batch_size=4", "task.max_train_samples=8"]
@@ -481,7 +481,10 @@ def test_an_error_in_one_process_stops_the_launch_in_one_line_per_process(tmp_pa
              if "error:" in line and "traceback : " not in line]  # not the launcher's report of them
     other = (f"error: process {1 - rank} of 2 stopped with the launch: another of its processes stopped first (its "
              "own `error:` line, or the launcher's report of its exit, says why)")
-    assert lines[0].startswith(said) and lines[1:] in ([], [other]), proc.stderr[-3000:]
+    # or, where the launcher's SIGTERM reaches the other process before its collective fails (a loaded
+    # machine), that process's own one line of the signal
+    stopped = "error: SIGTERM: interrupted; nothing more was written"
+    assert lines[0].startswith(said) and lines[1:] in ([], [other], [stopped]), proc.stderr[-3000:]
     assert "exitcode  : 2 (pid: " in proc.stderr  # the launcher's report: the first to stop, exit 2
     # whose root cause is a process's own line (TORCHELASTIC_ERROR_FILE), not a link to torch's docs
     causes = [line.split("traceback : ", 1)[1] for line in proc.stderr.splitlines() if "traceback : " in line]
