@@ -528,7 +528,7 @@ def _with_later_field(settings, default, value):
 
 # Recipe fields added with schema.added (neutral None), by section: a recipe that leaves them unset
 # hashes as the whole resolved recipe did before they existed
-ADDED = {"task": ("source_code", "target_code", "pair_separator"), "method": ("train_layer_norms",)}
+ADDED = {"task": ("source_code", "target_code", "pair_separator"), "method": ("train_layer_norms", "rank_pattern", "alpha_pattern")}
 ADDED_NESTED = {("task", "generation"): ("early_stopping", "min_length", "min_new_tokens", "repetition_penalty",
                                          "encoder_repetition_penalty", "encoder_no_repeat_ngram_size")}  # nested
 
@@ -553,7 +553,7 @@ def test_a_field_added_later_keeps_every_run_id_at_its_neutral_value() -> None:
     for path, recipe in loaded.items():
         whole = recipe.to_dict()
         for section, names in ADDED.items():  # the fields added since, at their neutral value: not there before
-            whole[section] = {k: v for k, v in whole[section].items() if not (k in names and (v is None or v is False))}
+            whole[section] = {k: v for k, v in whole[section].items() if not (k in names and (v is None or v is False or v == {}))}
         for (section, block), names in ADDED_NESTED.items():
             if isinstance(whole[section].get(block), dict):
                 whole[section][block] = {k: v for k, v in whole[section][block].items() if not (k in names and v is None)}

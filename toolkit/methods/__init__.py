@@ -115,6 +115,11 @@ class Method:
             return False
         return len(getattr(param, "ds_shape", param.shape)) >= 2  # ZeRO-3 leaves each an empty 1-d tensor
 
+    def layer_sizes(self, layer: str) -> dict[str, int]:
+        """The size settings bounded by adapted layer `layer` (a module name of the base model)'s
+        smaller side (`check_ranks`): all of `sizes` unless the method sizes layers apart."""
+        return self.sizes()
+
     def added_positions(self) -> int:
         """Positions the method puts ahead of every input (soft prompts fed as `inputs_embeds`),
         which the model's position table holds beside task.max_length; setup checks the sum."""
@@ -216,32 +221,34 @@ def keep_label_maps(config: Any, path: Path) -> None:
         file.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
 
-def check_sizes(method: Method, width: int, where: str) -> None:
-    """One line where a size setting of `method` exceeds `width`, the smaller side of a layer it
-    adapts (`where` names the layer). A LoRA update B @ A has rank at most min(in, out) whatever r
-    is: PEFT builds and trains a larger r (only its MiCA initialisation refuses one), and the rank
-    past that adds parameters and no direction (AdaLoRA's orthogonality penalty can then never
-    reach 0); a bottleneck wider than its layer is none, and a reduction factor above the width
-    sized every adapter 1 where the factor asked for less."""
-    for setting, value in method.sizes().items():
+def check_sizes(method: Method, width: int, where: str, sizes: dict[str, int] | None = None) -> None:
+    """One line where a size setting of `method` (`sizes`, else all of `method.sizes()`) exceeds
+    `width`, the smaller side of a layer it adapts (`where` names the layer). A LoRA update B @ A
+    has rank at most min(in, out) whatever r is: PEFT builds and trains a larger r (only its MiCA
+    initialisation refuses one), and the rank past that adds parameters and no direction
+    (AdaLoRA's orthogonality penalty can then never reach 0); a bottleneck wider than its layer is
+    none, and a reduction factor above the width sized every adapter 1 where the factor asked for less."""
+    for setting, value in (method.sizes() if sizes is None else sizes).items():
         if value > width:
             raise UserError(f"{setting}: {value} is more than {where} ({width}), the most a layer it adapts "
                             f"allows; use at most {width}")
 
 
 def check_ranks(method: Method, wrapped: torch.nn.Module, ctx: Context) -> None:
-    """`check_sizes` against every layer PEFT adapted: its rank is bounded by min(in, out) (an
-    embedding's: its rows and width). Skipped on a --smoke model (`Context.sized`): validate
-    bounded the recipe by the real checkpoint's width."""
+    """`check_sizes` against every layer PEFT adapted, with the size settings that layer takes
+    (`Method.layer_sizes`: LoRA's rank_pattern entry naming it, else r): its rank is bounded by
+    min(in, out) (an embedding's: its rows and width). Narrowest layer first, so the line names
+    the tightest bound. Skipped on a --smoke model (`Context.sized`): validate bounded the recipe
+    by the real checkpoint's width."""
     if not ctx.sized:
         return
-    sides = {}
+    sides = []
     for name, module in wrapped.named_modules():
         if isinstance(getattr(module, "r", None), dict) and hasattr(module, "in_features"):
-            sides.setdefault(min(int(module.in_features), int(module.out_features)), name)
-    if sides:
-        narrowest = min(sides)
-        check_sizes(method, narrowest, f"the smaller side of layer {sides[narrowest].removeprefix('base_model.model.')}")
+            layer = name.removeprefix("base_model.model.")
+            sides.append((min(int(module.in_features), int(module.out_features)), layer))
+    for side, layer in sorted(sides):
+        check_sizes(method, side, f"the smaller side of layer {layer}", method.layer_sizes(layer))
 
 
 def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
