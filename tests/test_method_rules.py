@@ -715,8 +715,9 @@ def test_rank_pattern_sizes_each_layer_by_its_own_rank(tiny_checkpoint, tmp_path
     now, and the width check bounds each layer by its own rank: the table takes r 2 beside r 8
     elsewhere, a pattern rank above its layer's side is one line naming the pattern's key, a key
     that names no adapted layer (PEFT ignored it with a warning: other ranks than the recipe's,
-    exit 0) or a layer two keys name (the first written won) is one line. The adapter saves and
-    loads back with its ranks and scales (the same logits)."""
+    exit 0) or a layer two keys name (the first written won) is one line (a --smoke model, 2
+    layers deep, is not asked whether a key names a layer). The adapter saves and loads back with
+    its ranks and scales (the same logits)."""
     from toolkit import models
     from toolkit.errors import UserError
 
@@ -741,6 +742,8 @@ def test_rank_pattern_sizes_each_layer_by_its_own_rank(tiny_checkpoint, tmp_path
                                             r"both name layer bert\.encoder\.layer\.0\.attention\.self\.query; "):
             spec(r=2, target_modules=targets,
                  **{setting: {"query": 1, "layer.0.attention.self.query": 2}}).apply(copy.deepcopy(base), ctx)
+    smoke = Context("bert", ctx.head_names, "SEQ_CLS", tok, total_steps=10, sized=False)  # 2 layers: no yardstick
+    spec(r=2, target_modules=targets, rank_pattern={"layer.11.attention.self.query": 1}).apply(copy.deepcopy(base), smoke)
     settings = spec(r=8, alpha=16, target_modules=targets, rank_pattern={"token_type_embeddings": 2},
                     alpha_pattern={"layer.1.attention.self.query": 4})
     model = settings.apply(copy.deepcopy(base), ctx)
