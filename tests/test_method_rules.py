@@ -707,52 +707,60 @@ def test_a_rank_is_bounded_by_the_narrowest_layer_it_adapts(method, settings):
 PATTERNED = sorted(n for n in METHODS.names() if "rank_pattern" in {f.name for f in dataclasses.fields(METHODS.get(n))})
 
 
+# family -> (target_modules with a 2-wide table among them, that table's name, a query projection's
+# name and the end of layer 1's): BERT's token types, T5's relative_attention_bias (2 heads here)
+NARROW = {"bert": (["query", "value", "token_type_embeddings"], "token_type_embeddings", "query",
+                   "layer.1.attention.self.query"),
+          "t5": (["q", "v", "relative_attention_bias"], "relative_attention_bias", "q", "block.1.layer.0.SelfAttention.q")}
+
+
+@pytest.mark.parametrize("family", sorted(NARROW))
 @pytest.mark.parametrize("method", PATTERNED)
-def test_rank_pattern_sizes_each_layer_by_its_own_rank(tiny_checkpoint, tmp_path, method):
+def test_rank_pattern_sizes_each_layer_by_its_own_rank(tiny_checkpoint, tmp_path, method, family):
     """Finding: a LoRA rank above a targeted small table's side (BERT's 2-row token-type
-    embeddings) was refused, and PEFT's per-layer `rank_pattern` / `alpha_pattern` were not
-    settings, so such a layer had to be left out or r lowered everywhere. They are recipe fields
-    now, and the width check bounds each layer by its own rank: the table takes r 2 beside r 8
-    elsewhere, a pattern rank above its layer's side is one line naming the pattern's key, a key
-    that names no adapted layer (PEFT ignored it with a warning: other ranks than the recipe's,
-    exit 0) or a layer two keys name (the first written won) is one line (a --smoke model, 2
-    layers deep, is not asked whether a key names a layer). The adapter saves and loads back with
-    its ranks and scales (the same logits)."""
+    embeddings, T5's relative position bias with few heads) was refused, and PEFT's per-layer
+    `rank_pattern` / `alpha_pattern` were not settings, so such a layer had to be left out or r
+    lowered everywhere. They are recipe fields now, and the width check bounds each layer by its
+    own rank: the table takes r 2 beside r 8 elsewhere, a pattern rank above its layer's side is
+    one line naming the pattern's key, a key that names no adapted layer (PEFT ignored it with a
+    warning: other ranks than the recipe's, exit 0) or a layer two keys name (the first written
+    won) is one line (a --smoke model, 2 layers deep, is not asked whether a key names a layer).
+    The adapter saves and loads back with its ranks and scales (the same logits)."""
+    import re
+
     from toolkit import models
     from toolkit.errors import UserError
 
-    if ("bert", "sequence-classification") not in _LOADED:
-        _LOADED["bert", "sequence-classification"] = models.load(tiny_checkpoint("bert"), "sequence-classification",
+    if (family, "sequence-classification") not in _LOADED:
+        _LOADED[family, "sequence-classification"] = models.load(tiny_checkpoint(family), "sequence-classification",
                                                                  {"num_labels": 2})
-    base, tok = _LOADED["bert", "sequence-classification"]
-    ctx = Context("bert", models.head_names(base), "SEQ_CLS", tok, total_steps=10)
-    targets = ["query", "value", "token_type_embeddings"]
+    base, tok = _LOADED[family, "sequence-classification"]
+    ctx = Context(family, models.head_names(base), "SEQ_CLS", tok, total_steps=10)
+    targets, table, query, deep = NARROW[family]
     spec = METHODS.get(method)
-    with pytest.raises(UserError, match=r"^method\.r: 8 is more than the smaller side of layer "
-                                        r"bert\.embeddings\.token_type_embeddings \(2\).*use at most 2$"):
+    with pytest.raises(UserError, match=rf"^method\.r: 8 is more than the smaller side of layer \S*\.{table} \(2\).*"
+                                        r"use at most 2$"):
         spec(r=8, target_modules=targets).apply(copy.deepcopy(base), ctx)
-    with pytest.raises(UserError, match=r"^method\.rank_pattern\.token_type_embeddings: 4 is more than the smaller side "
-                                        r"of layer bert\.embeddings\.token_type_embeddings \(2\).*use at most 2$"):
-        spec(r=8, target_modules=targets, rank_pattern={"token_type_embeddings": 4}).apply(copy.deepcopy(base), ctx)
+    with pytest.raises(UserError, match=rf"^method\.rank_pattern\.{table}: 4 is more than the smaller side of layer "
+                                        rf"\S*\.{table} \(2\).*use at most 2$"):
+        spec(r=8, target_modules=targets, rank_pattern={table: 4}).apply(copy.deepcopy(base), ctx)
     for setting in ("rank_pattern", "alpha_pattern"):
-        with pytest.raises(UserError, match=rf"^method\.{setting}: key 'key' names no layer the method adapts \(the "
-                                            r"adapted layers end in: query, token_type_embeddings, value\)"):
-            spec(r=2, target_modules=targets, **{setting: {"key": 2}}).apply(copy.deepcopy(base), ctx)
-        with pytest.raises(UserError, match=rf"^method\.{setting}: keys 'query' and 'layer\.0\.attention\.self\.query' "
-                                            r"both name layer bert\.encoder\.layer\.0\.attention\.self\.query; "):
-            spec(r=2, target_modules=targets,
-                 **{setting: {"query": 1, "layer.0.attention.self.query": 2}}).apply(copy.deepcopy(base), ctx)
-    smoke = Context("bert", ctx.head_names, "SEQ_CLS", tok, total_steps=10, sized=False)  # 2 layers: no yardstick
-    spec(r=2, target_modules=targets, rank_pattern={"layer.11.attention.self.query": 1}).apply(copy.deepcopy(base), smoke)
-    settings = spec(r=8, alpha=16, target_modules=targets, rank_pattern={"token_type_embeddings": 2},
-                    alpha_pattern={"layer.1.attention.self.query": 4})
+        with pytest.raises(UserError, match=rf"^method\.{setting}: key 'nowhere' names no layer the method adapts \(the "
+                                            rf"adapted layers end in: {', '.join(sorted(targets))}\)"):
+            spec(r=2, target_modules=targets, **{setting: {"nowhere": 2}}).apply(copy.deepcopy(base), ctx)
+        with pytest.raises(UserError, match=rf"^method\.{setting}: keys '{query}' and '{re.escape(deep)}' both name "
+                                            rf"layer \S*{re.escape(deep)}; give each layer one key"):
+            spec(r=2, target_modules=targets, **{setting: {query: 1, deep: 2}}).apply(copy.deepcopy(base), ctx)
+    smoke = Context(family, ctx.head_names, "SEQ_CLS", tok, total_steps=10, sized=False)  # 2 layers: no yardstick
+    spec(r=2, target_modules=targets, rank_pattern={deep.replace("1", "11", 1): 1}).apply(copy.deepcopy(base), smoke)
+    settings = spec(r=8, alpha=16, target_modules=targets, rank_pattern={table: 2}, alpha_pattern={deep: 4})
     model = settings.apply(copy.deepcopy(base), ctx)
     ranks = {n.removeprefix("base_model.model."): (m.r["default"], m.scaling["default"])
              for n, m in model.named_modules() if isinstance(getattr(m, "r", None), dict)}
-    assert ranks["bert.embeddings.token_type_embeddings"] == (2, 8.0)
-    assert ranks["bert.encoder.layer.0.attention.self.query"] == (8, 2.0)
-    assert ranks["bert.encoder.layer.1.attention.self.query"] == (8, 0.5)
-    assert ranks["bert.encoder.layer.1.attention.self.value"] == (8, 2.0)
+    assert {v for k, v in ranks.items() if k.endswith(table)} == {(2, 8.0)}, ranks
+    assert {v for k, v in ranks.items() if k.endswith(deep)} == {(8, 0.5)}, ranks
+    rest = {v for k, v in ranks.items() if not k.endswith(table) and not k.endswith(deep)}
+    assert rest == {(8, 2.0)}, ranks
     torch.manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -760,7 +768,8 @@ def test_rank_pattern_sizes_each_layer_by_its_own_rank(tiny_checkpoint, tmp_path
                 p.add_(torch.randn_like(p) * 0.1)
     model.eval()
     batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
-    batch["token_type_ids"] = torch.ones_like(batch["input_ids"])  # the adapted table's second row read
+    if "token_type_ids" in batch:
+        batch["token_type_ids"] = torch.ones_like(batch["input_ids"])  # the adapted table's second row read
     with torch.no_grad():
         want = model(**batch).logits
     settings.save(model, tmp_path)
