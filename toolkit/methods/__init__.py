@@ -265,7 +265,7 @@ def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
     except ValueError as exc:
         if "target" not in str(exc).lower():
             raise
-        raise UserError(_no_target(asked, "match no layer of this model", leaves)) from None
+        raise UserError(_refused_targets(model, asked, config, str(exc), leaves)) from None
     pass_segments(wrapped)
     found = wrapped.targeted_module_names
     unmatched = [t for t in asked if not any(n == t or n.endswith("." + t) for n in found)]
@@ -351,6 +351,23 @@ def _linear_leaves(model: torch.nn.Module, config: Any) -> list[str]:
     heads = list(config.modules_to_save or [])
     return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
                    if type(m).__name__ in ("Linear", "Conv1D") and "." in n and not is_head(n, heads)})
+
+
+def _refused_targets(model: torch.nn.Module, asked: list[str], config: Any, error: str, leaves: list[str]) -> str:
+    """The line for a target list PEFT refused: the names of a kind of layer the method cannot
+    adapt (PEFT's "Target module LayerNorm(...) is not supported": `[query, LayerNorm]` was said
+    as both names matching no layer, `query` among them), else those matching no layer at all."""
+    heads = list(config.modules_to_save or [])
+    kinds = {t: {type(m).__name__ for n, m in model.named_modules()
+                 if (n == t or n.endswith("." + t)) and not is_head(n, heads)} for t in asked}
+    refused = re.search(r"Target module (\w+)\(", error)
+    kind = refused.group(1) if refused else None
+    wrong = [t for t in asked if kind in kinds[t]]
+    if wrong:
+        method = str(getattr(config.peft_type, "value", config.peft_type))
+        return (f"method.target_modules: {wrong} {'names' if len(wrong) == 1 else 'name'} {kind} layers, which PEFT's "
+                f"{method} cannot adapt (this model's linear layers: {', '.join(leaves)})")
+    return _no_target([t for t in asked if not kinds[t]] or asked, "match no layer of this model", leaves)
 
 
 def _no_target(names: list[str], what: str, leaves: list[str]) -> str:
