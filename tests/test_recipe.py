@@ -889,8 +889,8 @@ def _flips(cls: type, name: str, default: object) -> list[object]:
             (inner,) = typing.get_args(option)
             item = typing.get_args(inner)[0] if typing.get_origin(inner) is typing.Literal else 32 if inner is int else "x"
             out += [[item], ["a", "b"]]
-        elif origin is dict:
-            out.append({"run": "other.yaml"})
+        elif origin is dict:  # a checkpoint's `{run: ...}`; a typed mapping of ints (rank_pattern)
+            out.append({"run": "other.yaml"} if typing.get_args(option)[1:] != (int,) else {"x": 2})
         elif dataclasses.is_dataclass(option):
             continue  # walked field by field (its own class)
     return [v for v in out if v != default or type(v) is not type(default)]
