@@ -12,6 +12,7 @@ families and task types each one takes (those it refuses are left to `incompatib
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 
 import pytest
@@ -701,3 +702,108 @@ def test_a_rank_is_bounded_by_the_narrowest_layer_it_adapts(method, settings):
     METHODS.get(method)(**fitting, **targets).apply(transformers.LlamaForCausalLM(config), ctx)
     ctx.sized = False
     METHODS.get(method)(**settings, **targets).apply(transformers.LlamaForCausalLM(config), ctx)
+
+
+PATTERNED = sorted(n for n in METHODS.names() if "rank_pattern" in {f.name for f in dataclasses.fields(METHODS.get(n))})
+
+
+# family -> (target_modules with a 2-wide table among them, that table's name, a query projection's
+# name and the end of layer 1's): BERT's token types, T5's relative_attention_bias (2 heads here)
+NARROW = {"bert": (["query", "value", "token_type_embeddings"], "token_type_embeddings", "query",
+                   "layer.1.attention.self.query"),
+          "t5": (["q", "v", "relative_attention_bias"], "relative_attention_bias", "q", "block.1.layer.0.SelfAttention.q")}
+
+
+@pytest.mark.parametrize("family", sorted(NARROW))
+@pytest.mark.parametrize("method", PATTERNED)
+def test_rank_pattern_sizes_each_layer_by_its_own_rank(tiny_checkpoint, tmp_path, method, family):
+    """Finding: a LoRA rank above a targeted small table's side (BERT's 2-row token-type
+    embeddings, T5's relative position bias with few heads) was refused, and PEFT's per-layer
+    `rank_pattern` / `alpha_pattern` were not settings, so such a layer had to be left out or r
+    lowered everywhere. They are recipe fields now, and the width check bounds each layer by its
+    own rank: the table takes r 2 beside r 8 elsewhere, a pattern rank above its layer's side is
+    one line naming the pattern's key, a key that names no adapted layer (PEFT ignored it with a
+    warning: other ranks than the recipe's, exit 0) or a layer two keys name (the first written
+    won) is one line (a --smoke model, 2 layers deep, is not asked whether a key names a layer).
+    The adapter saves and loads back with its ranks and scales (the same logits)."""
+    import re
+
+    from toolkit import models
+    from toolkit.errors import UserError
+
+    if (family, "sequence-classification") not in _LOADED:
+        _LOADED[family, "sequence-classification"] = models.load(tiny_checkpoint(family), "sequence-classification",
+                                                                 {"num_labels": 2})
+    base, tok = _LOADED[family, "sequence-classification"]
+    ctx = Context(family, models.head_names(base), "SEQ_CLS", tok, total_steps=10)
+    targets, table, query, deep = NARROW[family]
+    spec = METHODS.get(method)
+    with pytest.raises(UserError, match=rf"^method\.r: 8 is more than the smaller side of layer \S*\.{table} \(2\).*"
+                                        r"use at most 2$"):
+        spec(r=8, target_modules=targets).apply(copy.deepcopy(base), ctx)
+    with pytest.raises(UserError, match=rf"^method\.rank_pattern\.{table}: 4 is more than the smaller side of layer "
+                                        rf"\S*\.{table} \(2\).*use at most 2$"):
+        spec(r=8, target_modules=targets, rank_pattern={table: 4}).apply(copy.deepcopy(base), ctx)
+    for setting in ("rank_pattern", "alpha_pattern"):
+        with pytest.raises(UserError, match=rf"^method\.{setting}: key 'nowhere' names no layer the method adapts \(the "
+                                            rf"adapted layers end in: {', '.join(sorted(targets))}\)"):
+            spec(r=2, target_modules=targets, **{setting: {"nowhere": 2}}).apply(copy.deepcopy(base), ctx)
+        with pytest.raises(UserError, match=rf"^method\.{setting}: keys '{query}' and '{re.escape(deep)}' both name "
+                                            rf"layer \S*{re.escape(deep)}; give each layer one key"):
+            spec(r=2, target_modules=targets, **{setting: {query: 1, deep: 2}}).apply(copy.deepcopy(base), ctx)
+    smoke = Context(family, ctx.head_names, "SEQ_CLS", tok, total_steps=10, sized=False)  # 2 layers: no yardstick
+    spec(r=2, target_modules=targets, rank_pattern={deep.replace("1", "11", 1): 1}).apply(copy.deepcopy(base), smoke)
+    settings = spec(r=8, alpha=16, target_modules=targets, rank_pattern={table: 2}, alpha_pattern={deep: 4})
+    model = settings.apply(copy.deepcopy(base), ctx)
+    ranks = {n.removeprefix("base_model.model."): (m.r["default"], m.scaling["default"])
+             for n, m in model.named_modules() if isinstance(getattr(m, "r", None), dict)}
+    assert {v for k, v in ranks.items() if k.endswith(table)} == {(2, 8.0)}, ranks
+    assert {v for k, v in ranks.items() if k.endswith(deep)} == {(8, 0.5)}, ranks
+    rest = {v for k, v in ranks.items() if not k.endswith(table) and not k.endswith(deep)}
+    assert rest == {(8, 2.0)}, ranks
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.eval()
+    batch = dict(tok(TEXTS, padding=True, return_tensors="pt"))
+    if "token_type_ids" in batch:
+        batch["token_type_ids"] = torch.ones_like(batch["input_ids"])  # the adapted table's second row read
+    with torch.no_grad():
+        want = model(**batch).logits
+    settings.save(model, tmp_path)
+    loaded = settings.load(tmp_path, lambda: copy.deepcopy(base), lambda: pytest.fail("not a whole model")).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", PATTERNED)
+@pytest.mark.parametrize("setting, said", [("rank_pattern: {'query(': 2}", "method.rank_pattern: key 'query(' is not a "
+                                            "regular expression PEFT can read"),
+                                           ("rank_pattern: {query: 0}", "method.rank_pattern.query: 0 is below the minimum 1"),
+                                           ("alpha_pattern: {query: two}", "method.alpha_pattern.query: expected int"),
+                                           ("alpha_pattern: [query]", "method.alpha_pattern: expected a mapping"),
+                                           ("rank_pattern: {query: 33}", "method.rank_pattern.query: 33 is more than the "
+                                            "width of ")])
+def test_a_wrong_rank_or_alpha_pattern_is_one_line_at_validate(tiny_checkpoint, tmp_path, cli, monkeypatch, capsys,
+                                                               method, setting, said):
+    """rank_pattern / alpha_pattern are checked at validate as every setting is: a key PEFT would
+    stop on (a regular expression that does not compile: a traceback after loading), a rank or
+    alpha that is no positive integer, a rank above the checkpoint's width: one line, exit 2, no
+    weights read. Empty (the default) they leave the run id as it was before they existed."""
+    from conftest import write_recipe
+    from toolkit import models
+    from toolkit import recipe as recipes
+
+    head = (f"model: {{checkpoint: {tiny_checkpoint('bert')}}}\ntask: {{name: glue, subset: sst2, max_length: 32}}\n"
+            f"method: {{name: {method}, r: 4")
+    path = write_recipe(tmp_path / "r.yaml", f"{head}, {setting}}}\n")
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the weights were loaded"))
+    capsys.readouterr()
+    code, _, err = cli("validate", path)
+    assert code == 2 and err.count("\n") == 1 and said in err, err
+    plain = recipes.load(write_recipe(tmp_path / "p.yaml", f"{head}}}\n"))
+    empty = recipes.load(write_recipe(tmp_path / "e.yaml", f"{head}, rank_pattern: {{}}, alpha_pattern: {{}}}}\n"))
+    assert empty.hash == plain.hash
+    assert recipes.load(write_recipe(tmp_path / "s.yaml", f"{head}, rank_pattern: {{query: 2}}}}\n")).hash != plain.hash

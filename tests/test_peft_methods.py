@@ -304,6 +304,27 @@ def test_every_target_module_name_matches_a_body_layer(tiny_checkpoint, name, fa
     assert model.targeted_module_names and all(n.endswith("." + good) for n in model.targeted_module_names)
 
 
+NORM_LAYER = {"bert": ("LayerNorm", "LayerNorm"), "roberta": ("LayerNorm", "LayerNorm"), "gpt2": ("ln_1", "LayerNorm"),
+              "bart": ("self_attn_layer_norm", "LayerNorm"), "t5": ("layer_norm", "T5LayerNorm")}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", ["lora", "dora", "adalora", "ia3"])
+def test_a_target_of_a_kind_the_method_cannot_adapt_is_named_alone(tiny_checkpoint, name, family):
+    """Finding: PEFT refuses a target list naming a layer it cannot adapt (a layer norm; an
+    embedding under AdaLoRA), and the line said every name matched no layer: `[query,
+    LayerNorm]` named `query` too, which matches. The line names what PEFT refused and its kind."""
+    from toolkit.errors import UserError
+
+    extra = {"feedforward_modules": []} if name == "ia3" else {}
+    good = BODY_LAYER[family]
+    norm, kind = NORM_LAYER[family]
+    base, tok = load(tiny_checkpoint(family))
+    with pytest.raises(UserError, match=rf"^method\.target_modules: \['{norm}'\] names {kind} layers, which PEFT's "
+                                        rf"\w+ cannot adapt \(this model's linear layers: .*\b{good}\b"):
+        METHODS.get(name)(target_modules=[good, norm], **extra).apply(base, context(base, tok))
+
+
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 @pytest.mark.parametrize("name", sorted(n for n in METHODS.names() if METHODS.get(n)().added_positions()))
 def test_soft_prompts_and_max_length_must_fit_the_positions(tiny_checkpoint, cli, tmp_path, runs_dir, name, family):

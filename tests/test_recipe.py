@@ -528,7 +528,7 @@ def _with_later_field(settings, default, value):
 
 # Recipe fields added with schema.added (neutral None), by section: a recipe that leaves them unset
 # hashes as the whole resolved recipe did before they existed
-ADDED = {"task": ("source_code", "target_code", "pair_separator"), "method": ("train_layer_norms",)}
+ADDED = {"task": ("source_code", "target_code", "pair_separator"), "method": ("train_layer_norms", "rank_pattern", "alpha_pattern")}
 ADDED_NESTED = {("task", "generation"): ("early_stopping", "min_length", "min_new_tokens", "repetition_penalty",
                                          "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
                                          "exponential_decay_length_penalty")}  # nested
@@ -554,7 +554,7 @@ def test_a_field_added_later_keeps_every_run_id_at_its_neutral_value() -> None:
     for path, recipe in loaded.items():
         whole = recipe.to_dict()
         for section, names in ADDED.items():  # the fields added since, at their neutral value: not there before
-            whole[section] = {k: v for k, v in whole[section].items() if not (k in names and (v is None or v is False))}
+            whole[section] = {k: v for k, v in whole[section].items() if not (k in names and (v is None or v is False or v == {}))}
         for (section, block), names in ADDED_NESTED.items():
             if isinstance(whole[section].get(block), dict):
                 whole[section][block] = {k: v for k, v in whole[section][block].items() if not (k in names and v is None)}
@@ -890,8 +890,8 @@ def _flips(cls: type, name: str, default: object) -> list[object]:
             (inner,) = typing.get_args(option)
             item = typing.get_args(inner)[0] if typing.get_origin(inner) is typing.Literal else 32 if inner is int else "x"
             out += [[item], ["a", "b"]] + ([[], [2.0, 1.5]] if inner is float else [])  # a pair (the length decay)
-        elif origin is dict:
-            out.append({"run": "other.yaml"})
+        elif origin is dict:  # a checkpoint's `{run: ...}`; a typed mapping of ints (rank_pattern)
+            out.append({"run": "other.yaml"} if typing.get_args(option)[1:] != (int,) else {"x": 2})
         elif dataclasses.is_dataclass(option):
             continue  # walked field by field (its own class)
     return [v for v in out if v != default or type(v) is not type(default)]

@@ -52,7 +52,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise UserError(f"{where}: expected a mapping, got {type(value).__name__} {value!r}")
-        return value
+        key_type, value_type = typing.get_args(tp) or (Any, Any)
+        return {_coerce(k, key_type, f"{where} key {k!r}"): _coerce(v, value_type, f"{where}.{k}") for k, v in value.items()}
     if tp is float and isinstance(value, (int, float, str)) and not isinstance(value, bool):
         number = _as_float(value, where)
         if number is not None:
@@ -149,6 +150,9 @@ def build_dataclass(cls: type, raw: Any, where: str) -> Any:
             _once_each(value, f"{where}.{name}")
             for i, item in enumerate(value):
                 _check_bounds(item, f.metadata, f"{where}.{name}[{i}]")
+        elif isinstance(value, dict):  # a mapping's values bounded as a list's items are
+            for key, item in value.items():
+                _check_bounds(item, f.metadata, f"{where}.{name}.{key}")
         else:
             _check_bounds(value, f.metadata, f"{where}.{name}")
         if NONE_ALIAS in f.metadata and value is not None and not isinstance(value, bool) \

@@ -115,6 +115,11 @@ class Method:
             return False
         return len(getattr(param, "ds_shape", param.shape)) >= 2  # ZeRO-3 leaves each an empty 1-d tensor
 
+    def layer_sizes(self, layer: str) -> dict[str, int]:
+        """The size settings bounded by adapted layer `layer` (a module name of the base model)'s
+        smaller side (`check_ranks`): all of `sizes` unless the method sizes layers apart."""
+        return self.sizes()
+
     def added_positions(self) -> int:
         """Positions the method puts ahead of every input (soft prompts fed as `inputs_embeds`),
         which the model's position table holds beside task.max_length; setup checks the sum."""
@@ -216,32 +221,34 @@ def keep_label_maps(config: Any, path: Path) -> None:
         file.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
 
-def check_sizes(method: Method, width: int, where: str) -> None:
-    """One line where a size setting of `method` exceeds `width`, the smaller side of a layer it
-    adapts (`where` names the layer). A LoRA update B @ A has rank at most min(in, out) whatever r
-    is: PEFT builds and trains a larger r (only its MiCA initialisation refuses one), and the rank
-    past that adds parameters and no direction (AdaLoRA's orthogonality penalty can then never
-    reach 0); a bottleneck wider than its layer is none, and a reduction factor above the width
-    sized every adapter 1 where the factor asked for less."""
-    for setting, value in method.sizes().items():
+def check_sizes(method: Method, width: int, where: str, sizes: dict[str, int] | None = None) -> None:
+    """One line where a size setting of `method` (`sizes`, else all of `method.sizes()`) exceeds
+    `width`, the smaller side of a layer it adapts (`where` names the layer). A LoRA update B @ A
+    has rank at most min(in, out) whatever r is: PEFT builds and trains a larger r (only its MiCA
+    initialisation refuses one), and the rank past that adds parameters and no direction
+    (AdaLoRA's orthogonality penalty can then never reach 0); a bottleneck wider than its layer is
+    none, and a reduction factor above the width sized every adapter 1 where the factor asked for less."""
+    for setting, value in (method.sizes() if sizes is None else sizes).items():
         if value > width:
             raise UserError(f"{setting}: {value} is more than {where} ({width}), the most a layer it adapts "
                             f"allows; use at most {width}")
 
 
 def check_ranks(method: Method, wrapped: torch.nn.Module, ctx: Context) -> None:
-    """`check_sizes` against every layer PEFT adapted: its rank is bounded by min(in, out) (an
-    embedding's: its rows and width). Skipped on a --smoke model (`Context.sized`): validate
-    bounded the recipe by the real checkpoint's width."""
+    """`check_sizes` against every layer PEFT adapted, with the size settings that layer takes
+    (`Method.layer_sizes`: LoRA's rank_pattern entry naming it, else r): its rank is bounded by
+    min(in, out) (an embedding's: its rows and width). Narrowest layer first, so the line names
+    the tightest bound. Skipped on a --smoke model (`Context.sized`): validate bounded the recipe
+    by the real checkpoint's width."""
     if not ctx.sized:
         return
-    sides = {}
+    sides = []
     for name, module in wrapped.named_modules():
         if isinstance(getattr(module, "r", None), dict) and hasattr(module, "in_features"):
-            sides.setdefault(min(int(module.in_features), int(module.out_features)), name)
-    if sides:
-        narrowest = min(sides)
-        check_sizes(method, narrowest, f"the smaller side of layer {sides[narrowest].removeprefix('base_model.model.')}")
+            layer = name.removeprefix("base_model.model.")
+            sides.append((min(int(module.in_features), int(module.out_features)), layer))
+    for side, layer in sorted(sides):
+        check_sizes(method, side, f"the smaller side of layer {layer}", method.layer_sizes(layer))
 
 
 def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
@@ -258,7 +265,7 @@ def wrap_peft(model: torch.nn.Module, config: Any) -> torch.nn.Module:
     except ValueError as exc:
         if "target" not in str(exc).lower():
             raise
-        raise UserError(_no_target(asked, "match no layer of this model", leaves)) from None
+        raise UserError(_refused_targets(model, asked, config, str(exc), leaves)) from None
     pass_segments(wrapped)
     found = wrapped.targeted_module_names
     unmatched = [t for t in asked if not any(n == t or n.endswith("." + t) for n in found)]
@@ -344,6 +351,23 @@ def _linear_leaves(model: torch.nn.Module, config: Any) -> list[str]:
     heads = list(config.modules_to_save or [])
     return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
                    if type(m).__name__ in ("Linear", "Conv1D") and "." in n and not is_head(n, heads)})
+
+
+def _refused_targets(model: torch.nn.Module, asked: list[str], config: Any, error: str, leaves: list[str]) -> str:
+    """The line for a target list PEFT refused: the names of a kind of layer the method cannot
+    adapt (PEFT's "Target module LayerNorm(...) is not supported": `[query, LayerNorm]` was said
+    as both names matching no layer, `query` among them), else those matching no layer at all."""
+    heads = list(config.modules_to_save or [])
+    kinds = {t: {type(m).__name__ for n, m in model.named_modules()
+                 if (n == t or n.endswith("." + t)) and not is_head(n, heads)} for t in asked}
+    refused = re.search(r"Target module (\w+)\(", error)
+    kind = refused.group(1) if refused else None
+    wrong = [t for t in asked if kind in kinds[t]]
+    if wrong:
+        method = str(getattr(config.peft_type, "value", config.peft_type))
+        return (f"method.target_modules: {wrong} {'names' if len(wrong) == 1 else 'name'} {kind} layers, which PEFT's "
+                f"{method} cannot adapt (this model's linear layers: {', '.join(leaves)})")
+    return _no_target([t for t in asked if not kinds[t]] or asked, "match no layer of this model", leaves)
 
 
 def _no_target(names: list[str], what: str, leaves: list[str]) -> str:

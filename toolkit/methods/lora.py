@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from toolkit.errors import UserError
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, check_mergeable, check_ranks, keep_label_maps, peft_task_type, wrap_peft
 from toolkit.methods import merged as methods_merged
-from toolkit.schema import UNORDERED
+from toolkit.schema import UNORDERED, added
 
 torch = lazy("torch", globals())
 
@@ -24,14 +27,30 @@ class Lora(Method):
     target_modules: list[str] | None = field(default=None, metadata={"min_items": 1, UNORDERED: True})  # None: PEFT's default for the family (query/value)
     bias: Literal["none", "all", "lora_only"] = "none"
     merge: bool = False  # save the weights merged into the base: a plain transformers folder
+    # PEFT's per-layer r and alpha: a layer's name or the end of it (PEFT reads each key as a regular
+    # expression ending at a dot) -> its own value; the layers no key names take r and alpha
+    rank_pattern: dict[str, int] = added(default_factory=dict, neutral={}, min=1)
+    alpha_pattern: dict[str, int] = added(default_factory=dict, neutral={}, min=1)
     use_dora: ClassVar[bool] = False  # methods/dora.py: the same settings, PEFT's DoRA
     transformers_loads: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        for setting in ("rank_pattern", "alpha_pattern"):
+            for key in getattr(self, setting):
+                try:
+                    re.compile(key)
+                except re.error as exc:
+                    raise UserError(f"method.{setting}: key {key!r} is not a regular expression PEFT can read "
+                                    f"({exc}); give a layer's name or the end of it") from None
         return no_default_targets(self.target_modules, family, "LORA")
 
     def sizes(self) -> dict[str, int]:
-        return {"method.r": self.r}
+        return {"method.r": self.r, **{f"method.rank_pattern.{k}": v for k, v in self.rank_pattern.items()}}
+
+    def layer_sizes(self, layer: str) -> dict[str, int]:
+        """The rank of `layer`: its rank_pattern entry's, else r."""
+        key = pattern_key(self.rank_pattern, layer)
+        return {f"method.rank_pattern.{key}": self.rank_pattern[key]} if key is not None else {"method.r": self.r}
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         from peft import LoraConfig
@@ -40,8 +59,10 @@ class Lora(Method):
             task_type=peft_task_type(ctx), r=self.r, lora_alpha=self.alpha,
             lora_dropout=self.dropout, target_modules=self.target_modules, bias=self.bias,
             modules_to_save=list(ctx.head_names) or None, use_dora=self.use_dora,
+            rank_pattern=dict(self.rank_pattern), alpha_pattern=dict(self.alpha_pattern),
         )
         wrapped = wrap_peft(model, config)
+        check_patterns(self, wrapped.targeted_module_names, ctx.sized)
         check_ranks(self, wrapped, ctx)
         if self.merge:  # before training: the save would refuse it after the whole run
             check_mergeable(wrapped, "method.merge")
@@ -63,6 +84,39 @@ def save_merged(model: torch.nn.Module, path: Path) -> None:
     merged = methods_merged(model, "method.merge")
     merged.save_pretrained(path)
     keep_label_maps(merged.config, path)
+
+
+def pattern_key(pattern: dict[str, int], layer: str) -> str | None:
+    """The key of `pattern` that names `layer` (a module name of the base model), as PEFT matches
+    one (`peft.utils.other.get_pattern_key`: the key, a regular expression, ends the name at a
+    dot boundary), or None."""
+    for key in pattern:
+        if re.match(rf"(.*\.)?({key})$", layer):
+            return key
+    return None
+
+
+def check_patterns(method: Lora, targeted: list[str], sized: bool = True) -> None:
+    """Every key of rank_pattern and alpha_pattern names an adapted layer, and no layer is named by
+    two keys. PEFT gives a key that names no adapted layer (a typo, a layer left out of
+    target_modules) nothing, and of two keys naming one layer the first written wins: either ran
+    with other ranks than the recipe says, exit 0. `sized` False (a --smoke model, 2 layers): a
+    key naming a deeper layer of the real model (`layer.11.attention.self.query`) names none
+    here, and is not asked."""
+    leaves = sorted({n.rsplit(".", 1)[-1] for n in targeted})
+    for setting in ("rank_pattern", "alpha_pattern"):
+        pattern = getattr(method, setting)
+        for key in pattern:
+            named = [n for n in targeted if re.match(rf"(.*\.)?({key})$", n)]
+            if not named and sized:
+                raise UserError(f"method.{setting}: key {key!r} names no layer the method adapts (the adapted "
+                                f"layers end in: {', '.join(leaves)}); give a layer's name or the end of it, "
+                                "and add it to method.target_modules if it is not adapted")
+            for layer in named:
+                others = [k for k in pattern if k != key and re.match(rf"(.*\.)?({k})$", layer)]
+                if others:
+                    raise UserError(f"method.{setting}: keys {key!r} and {others[0]!r} both name layer {layer}; "
+                                    "give each layer one key")
 
 
 def no_default_targets(target_modules: list[str] | None, family: str | None, peft_type: str) -> str | None:
