@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,25 @@ def test_extends_with_another_method_starts_from_its_defaults(tmp_path: Path) ->
     assert recipes.load(leaf).method.name == "full"
     same = write_recipe(tmp_path / "same.yaml", "extends: base.yaml\nmethod: {name: lora, r: 2}\n")
     assert recipes.load(same).method.r == 2
+
+
+@pytest.mark.parametrize("how", ["override", "extends", "api"])
+def test_an_empty_mapping_clears_the_bases_and_a_mapping_merges_key_by_key(tmp_path: Path, how: str) -> None:
+    """A mapping-valued setting (method.rank_pattern / alpha_pattern) written `{}` over a base
+    that sets one merged into it, so the run kept the pattern it was asked to drop, exit 0: an
+    empty mapping below the sections clears, from an override, a leaf recipe and the Python API
+    alike; a mapping with keys merges into the base's key by key, as settings sections do."""
+    write_recipe(tmp_path / "base.yaml", BASE.replace("r: 4}", "r: 4, rank_pattern: {query: 2}, alpha_pattern: {query: 4}}"))
+    if how == "extends":
+        leaf = write_recipe(tmp_path / "leaf.yaml", "extends: base.yaml\nmethod: {rank_pattern: {}, alpha_pattern: {value: 8}}\n")
+        method = recipes.load(leaf).method
+    elif how == "override":
+        method = recipes.load(tmp_path / "base.yaml", ["method.rank_pattern={}", "method.alpha_pattern={value: 8}"]).method
+    else:
+        resolved = toolkit.validate(tmp_path / "base.yaml", {"method.rank_pattern": {}, "method.alpha_pattern": {"value": 8}})
+        method = types.SimpleNamespace(**resolved["method"])
+    assert method.rank_pattern == {} and method.alpha_pattern == {"query": 4, "value": 8} and method.r == 4
+    assert recipes.load(tmp_path / "base.yaml", ["method={}"]).method.rank_pattern == {"query": 2}  # a section: as before
 
 
 def test_smoke_shrinks_lengths_the_task_has_and_keeps_the_rest() -> None:

@@ -221,22 +221,24 @@ SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 NAMING = ("name", "run")
 
 
-def _deep_merge(base: dict, top: dict) -> dict:
+def _deep_merge(base: dict, top: dict, depth: int = 0) -> dict:
     """`top` over `base`, mapping by mapping; a mapping that names something else (a plug-in
     section naming another plug-in, a `{run: ...}` checkpoint naming another recipe) replaces the
     base's, whose settings belong to the other one (`model.checkpoint={run: b.yaml}` over
     `{run: a.yaml, overrides: [...]}` ran b with a's overrides). A bare name is the mapping
     `{name: ...}` (`attention: local` is `{name: local}`): naming the plug-in already there keeps
     its settings, however it is spelled (`model.attention=local` reset a recipe's window 16 to
-    the default 64, where `model.attention={name: local}` kept it)."""
+    the default 64, where `model.attention={name: local}` kept it). An empty mapping below the
+    sections (`method.rank_pattern={}`, a leaf's `rank_pattern: {}`) clears the base's: merged, it
+    changed nothing, and the run kept the pattern it was asked to drop, exit 0."""
     out = dict(base)
     for key, value in top.items():
         if isinstance(value, str) and isinstance(out.get(key), dict) and out[key].get("name") == value:
             value = {"name": value}
         renamed = isinstance(value, dict) and isinstance(out.get(key), dict) and \
             any(k in value and out[key].get(k) not in (None, value[k]) for k in NAMING)
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and not renamed:
-            out[key] = _deep_merge(out[key], value)
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and not renamed and (value or not depth):
+            out[key] = _deep_merge(out[key], value, depth + 1)
         else:
             out[key] = value
     return out
