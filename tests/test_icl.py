@@ -339,6 +339,11 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
     assert metrics["metric_declarations"]["acc_norm"] == {"higher_is_better": True, "scale": 100.0}
     assert metrics["trainable_params"] == 0 and metrics["total_params"] > 0
     assert metrics["method"] == "icl" and metrics["train_steps"] == 0
+    # no training rate (it was 0.0, which a report's runs table showed as the slowest run's samples/s)
+    assert metrics["train_samples_per_second"] is None
+    code, out, err = cli("report", runs_dir, "--no-plots")
+    row = next(line for line in out.splitlines() if line.startswith("| icl"))
+    assert code == 0 and row.split(" | ")[-2] == "–", out  # samples/s (then peak MB)
     # predict: one line that says why (it read "predict handles trained runs of the tasks glue, ...
     # (this is glue with icl)": glue among them) and what scores other data, CLI and API alike
     run = metrics_file.parent

@@ -27,7 +27,8 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "trainable_params": setup.trainable, "total_params": setup.total,
         "trainable_percent": 100.0 * setup.trainable / max(setup.total, 1),
         "train_runtime_s": state.train_time,
-        "train_samples_per_second": state.samples / state.train_time if state.train_time else 0.0,
+        # none where nothing trained (an in-context run): a rate of 0.0 read as the slowest run in a report
+        "train_samples_per_second": state.samples / state.train_time if state.train_time and state.samples else None,
         "eval_runtime_s": state.eval_runtime_s,
         "eval_samples_per_second": (sum(len(v) for v in setup.raw_evals.values()) / state.eval_runtime_s
                                     if state.eval_runtime_s else 0.0),
