@@ -2258,3 +2258,17 @@ def test_a_setting_with_a_line_break_is_written_on_one_line(tmp_path: Path, entr
         assert 'method.separator="\\n"' in notes[0]
         notes = [line for line in notes[0].splitlines() if line.startswith("- ")]
     assert all("\n" not in n for n in notes)
+
+
+def test_a_setting_is_described_by_the_fields_its_recipe_holds(tmp_path: Path) -> None:
+    """One recipe name run as LoRA and, by a `method.name=` override, as prefix tuning: the runs
+    table named the prefix-tuning entry `[method.name=prefix_tuning method.r=None ...]`, LoRA's
+    fields it never had, and the LoRA one `method.num_virtual_tokens=None`. A field a run's
+    recipe does not hold is left out of its description."""
+    lora = fake_run(tmp_path, "sst2", "lora", 42, {"accuracy": 0.8}, extra={"r": 8, "alpha": 16})
+    prefix = fake_run(tmp_path, "sst2", "prefix_tuning", 42, {"accuracy": 0.7}, extra={"num_virtual_tokens": 4})
+    prefix.rename(lora.parent / prefix.name)  # the same recipe name
+    _, rows = report.rows(report.collect(tmp_path))
+    labels = sorted(r[0] for r in rows)
+    assert labels == ["glue/sst2/tiny-lora [method.alpha=16 method.name=lora method.r=8]",
+                      "glue/sst2/tiny-lora [method.name=prefix_tuning method.num_virtual_tokens=4]"], labels

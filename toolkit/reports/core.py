@@ -58,6 +58,7 @@ BEFORE_FIELD: dict[tuple[str, str], Any] = {
     ("task", "source_code"): None,
     ("task", "target_code"): None,
     ("method", "train_layer_norms"): False,  # Houlsby's LayerNorms frozen until 2026-11-28
+    ("method", "rank_pattern"): {}, ("method", "alpha_pattern"): {},  # LoRA/DoRA per-layer ranks from 2026-11-28
 }
 
 
@@ -697,13 +698,17 @@ def shown(value: Any) -> Any:
 
 
 def describe_setting(item: dict, keys: list[str]) -> str:
+    """`k=v ...` of the fields `keys` that tell this item's setting from the others'. A field its
+    recipe does not hold (another method's `method.r` beside a prefix-tuning run) is left out: it
+    read `method.r=None`, a setting the run never had."""
     made = _setting(item)
+    held = _flat(made)
 
     def value(k: str) -> Any:  # one process and DDP, left out of the setting, by their name
         said = _dig(made, k)
         return shown(run_folders.recorded_strategy(item["metrics"]) if said is None and k == "strategy" else said)
 
-    return " ".join(f"{k}={value(k)}" for k in keys)
+    return " ".join(f"{k}={value(k)}" for k in keys if k in held or k == "strategy")
 
 
 # --- statistics ------------------------------------------------------------------------------
