@@ -321,9 +321,23 @@ def stopped_tiny(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint):
 OTHER_CODE = {  # what the checkpoint says it was written under -> the entry point that resumes it
     "same": (None, "cli"),
     "torch": ("torch", "cli"),
+    "scorer": ("sacrebleu", "cli"),  # a library the scores are computed by (versions.SCORING)
     "toolkit commit": ("toolkit", "api"),
     "unreadable": ("transformers", "cli"),  # and its files do not load under these versions
 }
+
+
+def test_a_library_the_checkpoint_did_not_record_is_no_change() -> None:
+    """The scoring libraries are recorded since 2026-11-28 (versions.SCORING): a checkpoint
+    written before holds none of them, and its resume is not "under other code" for that; a
+    library both records hold at other versions is."""
+    from toolkit import checkpoints, versions
+
+    now = checkpoints.code_versions()
+    assert set(versions.TRACKED + versions.SCORING) <= set(now) and now["sacrebleu"] and now["scikit-learn"]
+    before = {k: v for k, v in now.items() if k not in versions.SCORING}
+    assert checkpoints.code_changes(before, now) == ""
+    assert checkpoints.code_changes({**now, "rouge-score": "0.0.1"}, now) == f"rouge-score 0.0.1 (now {now['rouge-score']})"
 
 
 @pytest.mark.parametrize("case", sorted(OTHER_CODE))

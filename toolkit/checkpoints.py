@@ -176,10 +176,11 @@ def _load(acc: Accelerator, folder: Path) -> str | None:
 @functools.lru_cache(maxsize=1)
 def code_versions() -> dict[str, str | None]:
     """The toolkit's code (git commit, plus a hash of uncommitted changes; its package version
-    outside a checkout) and the versions of the libraries a step's numbers depend on: what a
-    checkpoint and metrics.json record, and what a resume compares. Once per process."""
+    outside a checkout) and the versions of the libraries a step's numbers depend on, and those a
+    task's scores are computed by (versions.SCORING, recorded since 2026-11-28): what a checkpoint
+    and metrics.json record, and what a resume compares. Once per process."""
     record: dict[str, str | None] = {"toolkit": _toolkit_code(), "python": platform.python_version()}
-    for name in versions.TRACKED:
+    for name in versions.TRACKED + versions.SCORING:
         try:
             record[name] = version(name)
         except PackageNotFoundError:
@@ -205,11 +206,12 @@ def _toolkit_code() -> str | None:
 
 def code_changes(then: dict | None, now: dict) -> str:
     """'torch 2.1.0 (now 2.2.0); toolkit 0123abcd4567 (now ...)': what differs; '' when nothing
-    does or the earlier record is unknown (a checkpoint written before records existed)."""
+    does or the earlier record is unknown (a checkpoint written before records existed). A library
+    the earlier record does not hold (written before it was recorded: versions.SCORING) is not a
+    change it can tell."""
     if not then:
         return ""
-    return "; ".join(f"{k} {then.get(k)} (now {now.get(k)})" for k in sorted(set(then) | set(now))
-                     if then.get(k) != now.get(k))
+    return "; ".join(f"{k} {then.get(k)} (now {now.get(k)})" for k in sorted(then) if then.get(k) != now.get(k))
 
 
 def note_other_code(acc: Accelerator, out: Path, state: State) -> None:

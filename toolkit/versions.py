@@ -12,6 +12,10 @@ import sys
 from importlib.metadata import PackageNotFoundError, requires, version
 
 TRACKED = ("torch", "transformers", "peft", "accelerate", "datasets")  # also in scripts/deps.py
+# the libraries a task's scores are computed by (GLUE's correlations, seqeval, ROUGE, sacreBLEU, the
+# paired t interval): recorded beside TRACKED with every run's code (checkpoints.code_versions), so
+# that seeds scored under two versions of one are marked where a report pools them
+SCORING = ("scikit-learn", "scipy", "seqeval", "rouge-score", "sacrebleu")
 
 
 def outside_tested_range() -> list[str]:
