@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import ROOT, write_recipe
+from conftest import ROOT, shared_tokenizer, write_recipe
 from test_train import only_run, train_losses
 from toolkit.errors import UserError
 from toolkit.tasks._generation import read_pairs
@@ -683,12 +683,11 @@ def test_every_sequence_fits_the_positions_when_the_check_passes(name: str, fami
     is refused in one line (GPT-2 at max_length 1024 ran off its position table mid-run). An
     encoder-decoder's decoder is held to the target's or the generation's length."""
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
 
-    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
-                                            {"gpt2": "gpt2", "bart": "bart-base"}[family]))
+    tok = shared_tokenizer(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                               {"gpt2": "gpt2", "bart": "bart-base"}[family]))
     tok.pad_token = tok.pad_token or tok.eos_token
     limit, long = 256, "word " * 600
     extra = {"squad": {"mode": "generative"}, "translation": {"subset": "custom", "eval_file": "x.json"},
@@ -810,7 +809,6 @@ def test_every_shipped_generating_recipe_generates_up_to_its_target_length() -> 
 @pytest.mark.parametrize("family", ["gpt2", "bart-base"])
 def test_a_budget_set_below_the_targets_is_said_with_its_count(tmp_path: Path, family: str) -> None:
     """Set lower on purpose it is kept, and said: how many targets are longer than the budget."""
-    from transformers import AutoTokenizer
 
     from toolkit.tasks._generation import Generation
     from toolkit.tasks.translation import Translation
@@ -818,7 +816,7 @@ def test_a_budget_set_below_the_targets_is_said_with_its_count(tmp_path: Path, f
     path = tmp_path / "d.jsonl"
     targets = ["zwei Hunde", " ".join(["ein sehr langer Satz"] * 6), "ein Hund"]
     path.write_text("".join(json.dumps({"en": "a dog", "de": t}) + "\n" for t in targets))
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / family)
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / family)
     tok.pad_token = tok.pad_token or tok.eos_token
     for given, said in ((None, None), (64, None), (10, "1 of 3 target sentences are longer than "
                                                         "generation.max_new_tokens=10 tokens")):
@@ -841,12 +839,11 @@ def test_a_prediction_equal_to_its_reference_scores_as_the_reference(name: str) 
     IWSLT14-style tokenised text ("it 's a test , is n't it ?") reproduced exactly became "it's
     a test, isn't it?" and these three lines scored BLEU 53.0 against themselves, exit 0. References are the data's own text, so the clean-up is
     for a tokenizer that spaces every token (WordPiece) alone, where it gives the text back."""
-    from transformers import AutoTokenizer
 
     from toolkit.tasks._generation import decode_texts
     from toolkit.tasks.translation import Translation
 
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / name)
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / name)
     tok.pad_token = tok.pad_token or tok.eos_token
     if name == "bert-base-uncased":  # WordPiece: "a man , don ' t ." without the clean-up
         natural = "a man, a plan. don't stop! we're here?"
@@ -914,12 +911,11 @@ def test_a_decoder_prompt_begins_as_its_tokenizer_begins_a_text(name: str, bos: 
     EOS follow as before. GPT-2's tokenizer puts none: its prompts are unchanged."""
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
     from toolkit.tasks._lm import IGNORE
 
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2", add_bos_token=bos)
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2", add_bos_token=bos)
     tok.pad_token = tok.eos_token
     lead = [tok.bos_token_id] if bos else []
     extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
@@ -970,12 +966,11 @@ def test_a_target_length_the_special_tokens_fill_is_one_line(name: str, family: 
     said nowhere). One line now; one more is a target token. A decoder-only model's EOS comes after
     its max_target_length text tokens: 1 is a token."""
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
 
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
-                                        {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                           {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
     tok.pad_token = tok.pad_token or tok.eos_token
     extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
     rows = ([{"id": "0", "title": "t", "question": "why?", "context": "a red car", "answers": {"text": ["red car"],
@@ -1001,12 +996,11 @@ def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family
     leaves no room for the source is one line, and so is a prefix (kept whole, it had filled
     task.max_length: every example read as the prefix alone, exit 0)."""
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
 
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
-                                        {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                           {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
     tok.pad_token = tok.pad_token or tok.eos_token
     extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
     suffix = " Answer briefly, please."
