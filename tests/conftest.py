@@ -128,7 +128,12 @@ def shared_tokenizer(path: str | Path, **settings) -> object:
     folders dozens of times."""
     from toolkit import models
 
-    return models._lent(_tokenizer_read(str(path), tuple(sorted(settings.items()))))
+    kept = _tokenizer_read(str(path), tuple(sorted(settings.items())))
+    if not getattr(kept, "is_fast", False):  # a Python-only one: no backend to lend
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path), **settings)
+    return models._lent(kept)
 
 
 @pytest.fixture
