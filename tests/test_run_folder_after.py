@@ -180,14 +180,8 @@ LAUNCHES = {
 }
 
 
-# `make run` (a fresh interpreter, ~5 CPU-s a case) hands ARGS to `toolkit run` (the "cli run" cases
-# walk every state): through make, once skipped and once refused; the model-change rule once.
-MAKE_ONLY = {"edited", "unedited", "weights changed"}
-
-
-@pytest.mark.parametrize("edit, entry", [(e, entry) for entry in LAUNCHES
-                                         for e in ("edited", "gone", "model gone", "unedited")
-                                         if entry != "make run" or e in MAKE_ONLY])
+@pytest.mark.parametrize("entry", LAUNCHES)
+@pytest.mark.parametrize("edit", ["edited", "gone", "model gone", "unedited"])
 def test_a_finished_run_is_skipped_only_with_the_recipe_it_was_made_with(trained: Path, tmp_path: Path, cli,
                                                                          entry: str, edit: str) -> None:
     """Rule: a finished run is finished as made. Its recipe.yaml edited (or removed) after the run,
@@ -227,8 +221,8 @@ MODEL_CHANGES = {"weights gone": lambda model: (model / "adapter_model.safetenso
                  "file added": lambda model: shutil.copy(model / "adapter_model.safetensors", model / "model.safetensors")}
 
 
-@pytest.mark.parametrize("change, entry", [(c, entry) for entry in [*ENTRY_POINTS, *LAUNCHES] for c in MODEL_CHANGES
-                                           if entry != "make run" or c in MAKE_ONLY])
+@pytest.mark.parametrize("entry", [*ENTRY_POINTS, *LAUNCHES])
+@pytest.mark.parametrize("change", MODEL_CHANGES)
 def test_a_finished_runs_model_changed_since_the_run_is_one_line(trained: Path, tmp_path: Path, cli, entry: str,
                                                                  change: str) -> None:
     """Rule: a finished run's result is model/ as the run saved it (metrics.json model_files: each
