@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -110,6 +111,29 @@ def write_recipe(path: Path, text: str) -> Path:
 
 
 PYTHON = sys.executable
+
+
+@functools.lru_cache(maxsize=16)
+def _tokenizer_read(path: str, settings: tuple) -> object:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, **dict(settings))
+
+
+def shared_tokenizer(path: str | Path, **settings) -> object:
+    """`AutoTokenizer.from_pretrained(path, **settings)` of a folder no test writes (the shared
+    tokenizers), read once per worker: each caller gets its own copy (the toolkit's own
+    `models._lent`, Python side and backend), which it may change freely. A read takes 0.1 to
+    0.5 s (GPT-2's and RoBERTa's 50,000 merges); tests that tokenize a few lines read the same
+    folders dozens of times."""
+    from toolkit import models
+
+    kept = _tokenizer_read(str(path), tuple(sorted(settings.items())))
+    if not getattr(kept, "is_fast", False):  # a Python-only one: no backend to lend
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path), **settings)
+    return models._lent(kept)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import ROOT, write_recipe
+from conftest import ROOT, shared_tokenizer, write_recipe
 from test_train import only_run, train_losses
 from toolkit.errors import UserError
 from toolkit.tasks._generation import read_pairs
@@ -486,13 +486,13 @@ def test_decoder_only_loss_takes_the_logits_of_target_positions_only(tiny_checkp
     logits were projected onto the vocabulary and thrown away). The summed losses equal those
     of the full logits, under a PEFT soft prompt too (virtual positions prepended)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from toolkit.tasks._generation import TextToTextCollator
     from toolkit.tasks._lm import token_losses
 
     path = tiny_checkpoint("gpt2")
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = shared_tokenizer(path)
     tok.pad_token = tok.eos_token
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
@@ -544,7 +544,6 @@ def test_no_repeat_ngram_bans_repeats_within_the_output_not_the_prompts_words(ti
     23 20, which repeats nothing of its own; transformers' own ban turned 22 into another token.
     Repeats within the output are still banned."""
     import torch
-    from transformers import AutoTokenizer
 
     from toolkit.tasks._generation import Generation
     from toolkit.tasks.summarization import Summarization
@@ -557,7 +556,7 @@ def test_no_repeat_ngram_bans_repeats_within_the_output_not_the_prompts_words(ti
         model = get_peft_model(model, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4))
     task = Summarization(generation=Generation(no_repeat_ngram_size=3, max_new_tokens=4))
     task.model_head("gpt2")
-    task._tokenizer = AutoTokenizer.from_pretrained(path)
+    task._tokenizer = shared_tokenizer(path)
     task._tokenizer.pad_token = task._tokenizer.eos_token
     prompt = torch.tensor([[5, 20, 21, 22, 7, 20]])
     batch = {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)}
@@ -582,7 +581,6 @@ def test_a_checkpoints_no_repeat_ngram_size_does_not_reach_a_decoders_prompt(tin
     a recipe that set 0 (transformers' whole-sequence ban, exit 0), or beside the recipe's own.
     The prompt ends "20" and holds "20 21 22": the model continues 21 22 23 20."""
     import torch
-    from transformers import AutoTokenizer
 
     from toolkit.tasks._generation import Generation
     from toolkit.tasks.summarization import Summarization
@@ -592,7 +590,7 @@ def test_a_checkpoints_no_repeat_ngram_size_does_not_reach_a_decoders_prompt(tin
     model.generation_config.no_repeat_ngram_size = saved
     task = Summarization(generation=Generation(no_repeat_ngram_size=recipe, max_new_tokens=4))
     task.model_head("gpt2")
-    task._tokenizer = AutoTokenizer.from_pretrained(path)
+    task._tokenizer = shared_tokenizer(path)
     task._tokenizer.pad_token = task._tokenizer.eos_token
     prompt = torch.tensor([[5, 20, 21, 22, 7, 20]])
     assert task.generate(model, {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt)})[0].tolist() == \
@@ -611,13 +609,12 @@ def test_a_checkpoints_length_constraints_reach_generation_unless_the_recipe_or_
     import dataclasses
 
     import torch
-    from transformers import AutoTokenizer
 
     from toolkit.tasks._generation import Generation
     from toolkit.tasks.summarization import Summarization
 
     path = tiny_checkpoint("gpt2")
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = shared_tokenizer(path)
     model = _successor_gpt2(path, {19: 20, 20: 21, 21: 22, 22: tok.eos_token_id})
     prompt = torch.tensor([[5, 19]])
     plain = dict(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False,
@@ -648,14 +645,14 @@ def test_an_export_saves_the_runs_decoding_whatever_the_base_samples_with(tmp_pa
     save a config that sets beam-only or sampling-only fields beside greedy settings. The export
     writes the run's decoding with what it ignores unset, and generates what the run generates."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, GenerationConfig
 
     from toolkit.inference import decode_as_run
     from toolkit.tasks._generation import Generation
     from toolkit.tasks.summarization import Summarization
 
     path = tiny_checkpoint(family)
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = shared_tokenizer(path)
     tok.pad_token = tok.pad_token or tok.eos_token
     model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(path).eval()
     model.generation_config.update(do_sample=True, temperature=0.6, top_p=0.9, top_k=10)  # a sampling base
@@ -683,12 +680,11 @@ def test_every_sequence_fits_the_positions_when_the_check_passes(name: str, fami
     is refused in one line (GPT-2 at max_length 1024 ran off its position table mid-run). An
     encoder-decoder's decoder is held to the target's or the generation's length."""
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
 
-    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
-                                            {"gpt2": "gpt2", "bart": "bart-base"}[family]))
+    tok = shared_tokenizer(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                               {"gpt2": "gpt2", "bart": "bart-base"}[family]))
     tok.pad_token = tok.pad_token or tok.eos_token
     limit, long = 256, "word " * 600
     extra = {"squad": {"mode": "generative"}, "translation": {"subset": "custom", "eval_file": "x.json"},
@@ -810,7 +806,6 @@ def test_every_shipped_generating_recipe_generates_up_to_its_target_length() -> 
 @pytest.mark.parametrize("family", ["gpt2", "bart-base"])
 def test_a_budget_set_below_the_targets_is_said_with_its_count(tmp_path: Path, family: str) -> None:
     """Set lower on purpose it is kept, and said: how many targets are longer than the budget."""
-    from transformers import AutoTokenizer
 
     from toolkit.tasks._generation import Generation
     from toolkit.tasks.translation import Translation
@@ -818,7 +813,7 @@ def test_a_budget_set_below_the_targets_is_said_with_its_count(tmp_path: Path, f
     path = tmp_path / "d.jsonl"
     targets = ["zwei Hunde", " ".join(["ein sehr langer Satz"] * 6), "ein Hund"]
     path.write_text("".join(json.dumps({"en": "a dog", "de": t}) + "\n" for t in targets))
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / family)
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / family)
     tok.pad_token = tok.pad_token or tok.eos_token
     for given, said in ((None, None), (64, None), (10, "1 of 3 target sentences are longer than "
                                                         "generation.max_new_tokens=10 tokens")):
@@ -841,12 +836,11 @@ def test_a_prediction_equal_to_its_reference_scores_as_the_reference(name: str) 
     IWSLT14-style tokenised text ("it 's a test , is n't it ?") reproduced exactly became "it's
     a test, isn't it?" and these three lines scored BLEU 53.0 against themselves, exit 0. References are the data's own text, so the clean-up is
     for a tokenizer that spaces every token (WordPiece) alone, where it gives the text back."""
-    from transformers import AutoTokenizer
 
     from toolkit.tasks._generation import decode_texts
     from toolkit.tasks.translation import Translation
 
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / name)
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / name)
     tok.pad_token = tok.pad_token or tok.eos_token
     if name == "bert-base-uncased":  # WordPiece: "a man , don ' t ." without the clean-up
         natural = "a man, a plan. don't stop! we're here?"
@@ -914,12 +908,11 @@ def test_a_decoder_prompt_begins_as_its_tokenizer_begins_a_text(name: str, bos: 
     EOS follow as before. GPT-2's tokenizer puts none: its prompts are unchanged."""
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
     from toolkit.tasks._lm import IGNORE
 
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2", add_bos_token=bos)
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2", add_bos_token=bos)
     tok.pad_token = tok.eos_token
     lead = [tok.bos_token_id] if bos else []
     extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
@@ -970,12 +963,11 @@ def test_a_target_length_the_special_tokens_fill_is_one_line(name: str, family: 
     said nowhere). One line now; one more is a target token. A decoder-only model's EOS comes after
     its max_target_length text tokens: 1 is a token."""
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
 
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
-                                        {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                           {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
     tok.pad_token = tok.pad_token or tok.eos_token
     extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
     rows = ([{"id": "0", "title": "t", "question": "why?", "context": "a red car", "answers": {"text": ["red car"],
@@ -1001,12 +993,11 @@ def test_a_recipes_suffix_is_kept_whole_when_the_source_is_cut(name: str, family
     leaves no room for the source is one line, and so is a prefix (kept whole, it had filled
     task.max_length: every example read as the prefix alone, exit 0)."""
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
 
-    tok = AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
-                                        {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) /
+                           {"t5": "t5", "bart": "bart-base", "gpt2": "gpt2"}[family])
     tok.pad_token = tok.pad_token or tok.eos_token
     extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
     suffix = " Answer briefly, please."
@@ -1067,13 +1058,13 @@ def test_a_checkpoints_decoding_settings_do_not_reach_generation(tiny_checkpoint
     import copy
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, WatermarkingConfig
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, WatermarkingConfig
 
     from toolkit.tasks._generation import ONE_TENSOR, SAMPLING_ONLY, UNSET, Generation
     from toolkit.tasks.summarization import Summarization
 
     path = tiny_checkpoint(family)
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = shared_tokenizer(path)
     tok.pad_token = tok.pad_token or tok.eos_token
     model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(path).eval()
     task = Summarization(generation=Generation(max_new_tokens=4))
@@ -1110,14 +1101,14 @@ def test_generation_starts_as_training_feeds_the_decoder_whatever_the_generation
     exit 0, or without one was a ValueError traceback after training. Evaluation and predict
     (`TextToText.generate`) and an export's generation_config now start where training did."""
     import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
     from toolkit.inference import decode_as_run
     from toolkit.tasks._generation import Generation, decoder_inputs
     from toolkit.tasks.summarization import Summarization
 
     path = tiny_checkpoint(family)
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = shared_tokenizer(path)
     model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
     model.generation_config = GenerationConfig(**saved)  # what a generation_config.json of only these gives
     task = Summarization(generation=Generation(max_new_tokens=3))
@@ -1142,13 +1133,13 @@ def test_generation_ends_at_the_token_every_target_was_trained_to_end_with(tiny_
     in decoding, was scored and predicted, exit 0. Generation now ends at either; an export saves
     both."""
     import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoModelForSeq2SeqLM
 
     from toolkit.tasks._generation import Generation, special_frame
     from toolkit.tasks.summarization import Summarization
 
     path = tiny_checkpoint(family)
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = shared_tokenizer(path)
     tok.pad_token = tok.pad_token or tok.eos_token
     end = tok.eos_token_id
     assert family == "gpt2" or special_frame(tok)[1][-1] == end  # what the labels end with
@@ -1187,14 +1178,14 @@ def test_beam_search_stops_as_the_recipe_says_else_as_the_checkpoints_generation
     the checkpoint's, in the run's evaluation, eval and predict (`TextToText.generate`) and in an
     export's generation_config.json."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, GenerationConfig
 
     from toolkit.inference import decode_as_run
     from toolkit.tasks._generation import Generation
     from toolkit.tasks.translation import Translation
 
     path = tiny_checkpoint(family)
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = shared_tokenizer(path)
     tok.pad_token = tok.pad_token or tok.eos_token
     model = (AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM).from_pretrained(path).eval()
     ids = torch.tensor([[5, 19, 7]])

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import shared_tokenizer
 from toolkit.errors import UserError
 
 from toolkit.tasks.glue import Glue, glue_metrics
@@ -170,11 +171,11 @@ def test_a_checkpoint_with_the_labels_in_another_order_predicts_the_same_labels(
     task, each example gets the label the checkpoint itself gives it, under the task's ids (as
     run_glue maps labels to the model's ids), whatever the head's layout."""
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
 
     from toolkit import models
 
-    tok = AutoTokenizer.from_pretrained(tiny_checkpoint(family))
+    tok = shared_tokenizer(tiny_checkpoint(family))
     torch.manual_seed(0)
     theirs_model = AutoModelForSequenceClassification.from_pretrained(
         tiny_checkpoint(family), id2label=dict(enumerate(theirs)), label2id={n: i for i, n in enumerate(theirs)},

@@ -13,7 +13,7 @@ from datasets import Dataset
 from transformers import AutoTokenizer
 
 import toolkit
-from conftest import write_recipe
+from conftest import shared_tokenizer, write_recipe
 from toolkit import models
 from toolkit.errors import UserError
 from toolkit.methods import count_params
@@ -144,7 +144,7 @@ def test_scored_tokens_are_the_harness_ones(tiny_checkpoint, family: str) -> Non
     # the real tokenizer of the family, as the method reads prompts with it (special-token strings
     # are the tokens, models.as_harness_reads), against the harness's plain transformers one
     tok = models.as_harness_reads(models.load_tokenizer(tiny_checkpoint(family)))
-    harness = AutoTokenizer.from_pretrained(tiny_checkpoint(family))
+    harness = shared_tokenizer(tiny_checkpoint(family))
     seq2seq = family != "gpt2"
     words = ["positive", "absolutely yes indeed", "née"]
     opening = tok.decode([tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id])  # "<s>" ...

@@ -16,10 +16,10 @@ import json
 import pytest
 import torch
 from transformers import (AutoModelForCausalLM, AutoModelForSeq2SeqLM,
-                          AutoModelForSequenceClassification, AutoTokenizer, DynamicCache)
+                          AutoModelForSequenceClassification, DynamicCache)
 from transformers.utils import logging as hf_logging
 
-from conftest import ROOT
+from conftest import ROOT, shared_tokenizer
 from toolkit import models
 from toolkit.methods import METHODS, Context
 from toolkit.methods.prefix_tuning import WRAPPED, prefixes
@@ -41,7 +41,7 @@ def _prefixed(model, tok, task_type: str, **settings):
 
 def _classifier(tiny: str, impl: str):
     torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(tiny)
+    tok = shared_tokenizer(tiny)
     model = AutoModelForSequenceClassification.from_pretrained(tiny, num_labels=2, attn_implementation=impl)
     if model.config.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -90,7 +90,7 @@ def test_prefixes_equal_the_models_own_cache_route(tiny_checkpoint, family, impl
 
 def _lm(family: str, tiny: str, d_kv: int | None = None):
     torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(tiny)
+    tok = shared_tokenizer(tiny)
     cls = AutoModelForCausalLM if family == "gpt2" else AutoModelForSeq2SeqLM
     model = cls.from_pretrained(tiny) if d_kv is None else cls.from_pretrained(tiny, d_kv=d_kv, ignore_mismatched_sizes=True)
     if tok.pad_token is None:
@@ -159,7 +159,7 @@ def test_every_prefix_row_is_read_when_the_stacks_differ_in_depth(tiny_checkpoin
     torch.manual_seed(0)
     model = AutoModelForSeq2SeqLM.from_config(config)
     model.save_pretrained(tmp_path / "base")
-    tok = AutoTokenizer.from_pretrained(tiny_checkpoint(family))
+    tok = shared_tokenizer(tiny_checkpoint(family))
     prefixed = _prefixed(model, tok, "SEQ_2_SEQ_LM")
     peft_config = prefixed.active_peft_config
     assert peft_config.num_layers == decoder

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import write_recipe
+from conftest import shared_tokenizer, write_recipe
 from toolkit.errors import UserError
 from toolkit.tasks._lm import IGNORE
 
@@ -67,14 +67,13 @@ def test_a_block_that_starts_inside_a_word_starts_a_word(name: str, tokenizer: s
     from types import SimpleNamespace
 
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
     from toolkit.tasks._text import HELDOUT
     from toolkit.tasks.denoise import text_infilling
     from toolkit.tasks.mlm import mask_tokens
 
-    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
+    tok = shared_tokenizer(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
     task = TASKS.get(name)(train_file="unused.txt", max_length=16, **settings)
     rng = RNG(0)
     words = ["".join(rng.choice(list("acdefghiklmnpqrstvwy"), 90)) for _ in range(3)]  # < BERT's 100 chars
@@ -628,12 +627,11 @@ def test_a_clm_document_begins_as_its_tokenizer_begins_a_text(bos: bool) -> None
     import os
 
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
     from toolkit.tasks._text import HELDOUT
 
-    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2"), add_bos_token=bos)
+    tok = shared_tokenizer(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "gpt2"), add_bos_token=bos)
     task = TASKS.get("clm")(train_file="unused.txt", max_length=8)
     lines = ["the red car is fast and new", "a blue boat sails on the lake today", "one more line"]
     stream = [t for doc in tok(lines)["input_ids"] for t in doc + [tok.eos_token_id]]
@@ -1188,11 +1186,10 @@ def test_objective_settings_at_their_bounds_corrupt_or_are_refused(name: str, to
     import os
 
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     from toolkit.tasks import TASKS
 
-    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
+    tok = shared_tokenizer(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
     cls = TASKS.get(name)
     bounded = [(f.name, f.metadata[k]) for f in dataclasses.fields(cls) for k in ("min", "max")
                if k in f.metadata and f.name not in ("max_length", "max_train_samples", "max_eval_samples")
@@ -1368,8 +1365,6 @@ def test_seeds_outside_numpys_range_are_one_line_and_its_ends_draw(tmp_path: Pat
     import os
     from types import SimpleNamespace
 
-    from transformers import AutoTokenizer
-
     from toolkit.tasks import TASKS
 
     path = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: gpt2}}\ntask: {{name: {name}, "
@@ -1378,7 +1373,7 @@ def test_seeds_outside_numpys_range_are_one_line_and_its_ends_draw(tmp_path: Pat
         for bad, said in ((-1, "below the minimum 0"), (2**32, "above the maximum 4294967295")):
             code, _, err = cli("validate", path, f"task.{setting}={bad}")
             assert code == 2 and len(err.strip().splitlines()) == 1 and f"task.{setting}: {bad} is {said}" in err, err
-    tok = AutoTokenizer.from_pretrained(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
+    tok = shared_tokenizer(str(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer))
     tok.pad_token = tok.pad_token or tok.eos_token  # as the toolkit's loader gives GPT-2 one
     docs = tmp_path / "docs.txt"
     docs.write_text("".join(f"The cat number {i} sat on the mat. It ran away!\n" for i in range(40)))

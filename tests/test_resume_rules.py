@@ -92,8 +92,10 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path: Path, cli, 
 
     recipe, method = RESUMES[task]
     args = [f"recipes/{recipe}", *COMMON, *([f"method={method}"] if method else [])]
-    if recipe.startswith("pretrain/"):
-        args += [f"task.train_file={text_file}", f"task.eval_file={text_file}"]
+    if recipe.startswith("pretrain/"):  # blocks of 32 tokens: a 50,000-word output layer scores each token
+        args += [f"task.train_file={text_file}", f"task.eval_file={text_file}", "task.max_length=32"]
+    if task == "clm":  # its held-out windows, within the blocks
+        args += ["task.eval_stride=16"]
     if task == "ner":  # CoNLL-2003's first sentences: its whole train file is read at each of the 4 launches
         args += [f"task.train_file={conll_sample[0]}", f"task.eval_file={conll_sample[1]}"]
     if task == "squad":  # the dev file's first articles, split by article as the recipe splits it

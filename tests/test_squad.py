@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import ROOT, SHARED, write_recipe
+from conftest import ROOT, SHARED, shared_tokenizer, write_recipe
 from toolkit.errors import UserError
 from toolkit.tasks._qa import best_spans, window_features
 from toolkit.tasks._text_metrics import (best_null_threshold, exact_match, normalize_answer, squad_scores,
@@ -273,9 +273,7 @@ CONTEXT = "Alpha beta gamma delta. The answer is Marie Curie herself. Epsilon ze
 
 
 def _windows(tok_name: str, max_length: int, stride: int = 8) -> dict:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(SHARED / "tokenizers" / tok_name))
+    tok = shared_tokenizer(str(SHARED / "tokenizers" / tok_name))  # read once a worker: 16 calls
     answers = [{"text": ["Marie Curie"], "answer_start": [CONTEXT.index("Marie Curie")]}]
     return window_features(tok, ["Who is it?"], [CONTEXT], answers, max_length, stride)
 

@@ -17,6 +17,7 @@ from typing import Callable
 
 import pytest
 
+from conftest import shared_tokenizer
 from toolkit.errors import UserError
 
 LONG = " ".join(f"word{i}" for i in range(60))  # far beyond every limit below
@@ -30,9 +31,7 @@ def text(i: int) -> str:
 
 
 def tokenizer(family: str):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(Path(os.environ["TOOLKIT_TOKENIZERS"]) / family)
+    return shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / family)
 
 
 def _write(path: Path, content: str) -> str:
