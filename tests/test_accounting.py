@@ -150,11 +150,21 @@ def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_r
         assert (m["train_samples"], m["train_steps"]) == (examples, steps)
         # the examples the steps took (metrics.json has their rate and the time), each once
         assert m["train_samples_per_second"] * m["train_runtime_s"] == pytest.approx(taken)
+    two = TWO_PROCESSES.get(task, (2, 2))
+    for run, batch, accum, processes in ((one, 8, 1, 1), (others[0], 2, 4, 1), (others[1], *two, 2)):
+        # the log's epoch is Trainer's: the share of the epoch's micro-batches (one process's) taken
+        per_process = math.ceil(math.ceil(examples / batch) / processes)
+        epochs = [divmod(s, math.ceil(per_process / accum)) for s in range(1, steps + 1)]
+        assert [e["epoch"] for e in _log(run) if "loss" in e] == [done + min(taken * accum, per_process) / per_process
+                                                                 for done, taken in epochs]
+        # metrics.json's train_loss is Trainer's: the mean of the steps' losses (logged at each step)
+        assert _metrics(run)["train_loss"] == pytest.approx(sum(train_losses(run)) / steps, rel=1e-12)
     for run in others:
         m = _metrics(run)
-        la, lb = ([(e["step"], e["epoch"], e["lr"]) for e in _log(r) if "loss" in e] for r in (one, run))
+        la, lb = ([(e["step"], e["lr"]) for e in _log(r) if "loss" in e] for r in (one, run))
         assert la == lb
         assert train_losses(run) == pytest.approx(train_losses(one), abs=2e-5)
+        assert m["train_loss"] == pytest.approx(reference["train_loss"], abs=2e-5)
         # the last step's update, which no logged loss sees: the final model's eval loss
         assert m["eval"]["loss"] == pytest.approx(reference["eval"]["loss"], rel=2e-5)
         # Weights: within a tenth of train.lr. AdamW turns float noise on a gradient that is 0 in
@@ -185,7 +195,9 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
     run = only_run(tmp_path / "runs")
     log = _log(run)
     steps = [(e["step"], e["epoch"]) for e in log if "loss" in e]
-    assert steps == [(1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]  # epochs completed: step 3 ends the first
+    # Trainer's epoch: the epochs completed and the share of the current one's 5 micro-batches
+    # taken (step 3 ends the first with its window of one; the cut at step 5 is 4 of 5 into the next)
+    assert steps == [(1, 0.4), (2, 0.8), (3, 1.0), (4, 1.4), (5, 1.8)]
     # each step's lr is the one it trained at, as Trainer logs it: transformers' linear schedule read
     # after the optimizer's step and before the schedule's (the next step's lr was logged: step 5
     # said 0.0, and step 1 said half the peak though it trained at 0)
@@ -199,7 +211,7 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
         schedule.step()
     assert trained_at == pytest.approx([0.0, 5e-4, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3])
     assert [e["lr"] for e in log if "loss" in e] == pytest.approx(trained_at)
-    assert [(e["step"], e["epoch"]) for e in log if "eval" in e] == [(3, 1), (5, 1)]  # the epoch's end, the cut
+    assert [(e["step"], e["epoch"]) for e in log if "eval" in e] == [(3, 1.0), (5, 1.8)]  # the epoch's end, the cut
     m = _metrics(run)
     assert m["train_steps"] == 5 and m["train_samples"] == 10
     assert m["train_samples_per_second"] * m["train_runtime_s"] == pytest.approx(18)

@@ -35,6 +35,7 @@ class Reading:
     finite: int = 0  # how many steps that is (the logged loss is a mean over the steps since the last log)
     empty: int = 0  # steps since the last read whose batches held no loss unit (no update made)
     first_empty: int = 0  # the first of them; 0: none
+    losses: tuple = ()  # the finite steps' losses, in step order (summed one by one into the run's mean)
 
 
 class Tally:
@@ -73,7 +74,7 @@ class Tally:
         samples = skipped = first_skip = over_step = empty = first_empty = 0
         first_norm = over_norm = False
         over_loss = loss_sum = 0.0
-        finite = 0
+        finite, losses = 0, []
         for (loss, _, n, ok, none), (step, allowed) in zip(values, steps):
             if none:
                 empty, first_empty = empty + 1, first_empty or step
@@ -81,6 +82,7 @@ class Tally:
                 samples += int(n)
                 if not none:  # an empty step's loss is 0/0: not a loss to average
                     loss_sum, finite = loss_sum + loss, finite + 1
+                    losses.append(loss)
                 continue
             skipped += 1
             if not first_skip:
@@ -90,7 +92,7 @@ class Tally:
         return Reading(loss=values[-1][0], grad_norm=values[-1][1], samples=samples, skipped=skipped,
                        first_skip=first_skip, first_norm=first_norm, over_step=over_step, over_loss=over_loss,
                        over_norm=over_norm, loss_sum=loss_sum, finite=finite if real else 0, empty=empty,
-                       first_empty=first_empty)
+                       first_empty=first_empty, losses=tuple(losses) if real else ())
 
 
 def skip_unless(optimizer: torch.optim.Optimizer, ok: torch.Tensor) -> None:
