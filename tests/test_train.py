@@ -369,6 +369,17 @@ def test_fast_dropout_takes_a_bool_only(tmp_path: Path, cli) -> None:
     assert not (tmp_path / "runs").exists()  # refused before anything is written
 
 
+def test_train_loss_is_null_where_the_steps_before_a_resume_are_unknown() -> None:
+    """A checkpoint written before the run's loss sum was kept resumes with none: the mean of the
+    later steps alone is not the run's train_loss, so it says null; a kept sum gives its mean."""
+    from toolkit import run_metrics
+    from toolkit.checkpoints import State
+
+    assert run_metrics.train_loss(State(step=3)) is None
+    assert run_metrics.train_loss(State(step=3, run_loss=[0.0, 0])) is None  # no finite step
+    assert run_metrics.train_loss(State(step=3, run_loss=[3.0, 2])) == 1.5
+
+
 @pytest.mark.parametrize("samples, steps, epochs", [(8, [2, 4], [1, 2]), (24, [3, 4], [1, 4 / 3])])
 def test_each_evaluation_logs_the_epochs_completed(tmp_path: Path, cli, runs_dir: Path, samples: int,
                                                    steps: list, epochs: list) -> None:
