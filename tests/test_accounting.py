@@ -181,9 +181,10 @@ def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_r
 def test_rule_b_schedule_and_counts_are_in_optimizer_steps(tmp_path: Path, cli, tiny_checkpoint) -> None:
     """10 examples in micro-batches of 2, 2 accumulated: 3 optimizer steps an epoch (the last of
     one micro-batch); max_steps 5 cuts the second epoch after 2 of its 3 steps. The warm-up (2)
-    and the decay to 0 at step 5 count optimizer steps, the log says the epochs completed at each
-    step (Trainer's epoch is 1.0 after the first epoch's last step), and the
-    examples counted are those the 5 steps took (4 + 4 + 2 + 4 + 4)."""
+    and the decay to 0 at step 5 count optimizer steps, the log's epoch at each step is the one
+    the installed Trainer logs on the same shape of run (1.0 after the first epoch's last step,
+    1.4 one step into the next: it said the whole epochs done, 1), the examples counted are those
+    the 5 steps took (4 + 4 + 2 + 4 + 4), and train_loss is Trainer's, the mean step loss."""
     recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}, dropout: 0.0}}
 task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 10, max_eval_samples: 8}}
 method: {{name: full}}
@@ -223,6 +224,38 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
     every2 = [(e["step"], e["loss"]) for e in _log(only_run(tmp_path / "every2")) if "loss" in e]
     assert every2 == [(1, pytest.approx(losses[0])), (2, pytest.approx(losses[1])),
                       (4, pytest.approx((losses[2] + losses[3]) / 2))]
+    # metrics.json's train_loss is the run's mean step loss, the steps after the last logged one too
+    assert _metrics(run)["train_loss"] == pytest.approx(sum(losses) / 5, rel=1e-12)
+    assert _metrics(only_run(tmp_path / "every2"))["train_loss"] == _metrics(run)["train_loss"]
+    # the installed Trainer on the same shape of run (10 examples, 2 x 2, max_steps 5) says those
+    # epochs, and its train_loss is the mean of its steps' logged losses
+    epochs, logged, train_loss = _trainer_run(tmp_path / "trainer", examples=10, batch=2, accum=2, max_steps=5)
+    assert [e for _, e in steps] == epochs
+    assert train_loss == pytest.approx(sum(logged) / len(logged), rel=1e-6)
+
+
+def _trainer_run(out: Path, examples: int, batch: int, accum: int, max_steps: int) -> tuple[list, list, float]:
+    """(epoch of each logged step, each step's logged loss, train_loss) of transformers' Trainer
+    training a 1-weight model on `examples` rows, logging every step."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict:
+            return {"loss": ((self.w * x - labels) ** 2).mean()}
+
+    data = Dataset.from_dict({"x": [float(i) for i in range(examples)], "labels": [0.5] * examples})
+    args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=batch, gradient_accumulation_steps=accum,
+                             max_steps=max_steps, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
+                             learning_rate=1e-2, disable_tqdm=True)
+    trainer = Trainer(model=Tiny(), args=args, train_dataset=data)
+    result = trainer.train()
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    return [h["epoch"] for h in history], [h["loss"] for h in history], result.training_loss
 
 
 FAMILIES = {"bert-base-uncased": "bert", "gpt2": "gpt2", "roberta-base": "roberta", "t5-base": "t5"}
