@@ -150,11 +150,21 @@ def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_r
         assert (m["train_samples"], m["train_steps"]) == (examples, steps)
         # the examples the steps took (metrics.json has their rate and the time), each once
         assert m["train_samples_per_second"] * m["train_runtime_s"] == pytest.approx(taken)
+    two = TWO_PROCESSES.get(task, (2, 2))
+    for run, batch, accum, processes in ((one, 8, 1, 1), (others[0], 2, 4, 1), (others[1], *two, 2)):
+        # the log's epoch is Trainer's: the share of the epoch's micro-batches (one process's) taken
+        per_process = math.ceil(math.ceil(examples / batch) / processes)
+        epochs = [divmod(s, math.ceil(per_process / accum)) for s in range(1, steps + 1)]
+        assert [e["epoch"] for e in _log(run) if "loss" in e] == [done + min(taken * accum, per_process) / per_process
+                                                                 for done, taken in epochs]
+        # metrics.json's train_loss is Trainer's: the mean of the steps' losses (logged at each step)
+        assert _metrics(run)["train_loss"] == pytest.approx(sum(train_losses(run)) / steps, rel=1e-12)
     for run in others:
         m = _metrics(run)
-        la, lb = ([(e["step"], e["epoch"], e["lr"]) for e in _log(r) if "loss" in e] for r in (one, run))
+        la, lb = ([(e["step"], e["lr"]) for e in _log(r) if "loss" in e] for r in (one, run))
         assert la == lb
         assert train_losses(run) == pytest.approx(train_losses(one), abs=2e-5)
+        assert m["train_loss"] == pytest.approx(reference["train_loss"], abs=2e-5)
         # the last step's update, which no logged loss sees: the final model's eval loss
         assert m["eval"]["loss"] == pytest.approx(reference["eval"]["loss"], rel=2e-5)
         # Weights: within a tenth of train.lr. AdamW turns float noise on a gradient that is 0 in
@@ -171,9 +181,10 @@ def test_rule_a_trajectory_is_the_same_however_the_global_batch_is_split(split_r
 def test_rule_b_schedule_and_counts_are_in_optimizer_steps(tmp_path: Path, cli, tiny_checkpoint) -> None:
     """10 examples in micro-batches of 2, 2 accumulated: 3 optimizer steps an epoch (the last of
     one micro-batch); max_steps 5 cuts the second epoch after 2 of its 3 steps. The warm-up (2)
-    and the decay to 0 at step 5 count optimizer steps, the log says the epochs completed at each
-    step (Trainer's epoch is 1.0 after the first epoch's last step), and the
-    examples counted are those the 5 steps took (4 + 4 + 2 + 4 + 4)."""
+    and the decay to 0 at step 5 count optimizer steps, the log's epoch at each step is the one
+    the installed Trainer logs on the same shape of run (1.0 after the first epoch's last step,
+    1.4 one step into the next: it said the whole epochs done, 1), the examples counted are those
+    the 5 steps took (4 + 4 + 2 + 4 + 4), and train_loss is Trainer's, the mean step loss."""
     recipe = write_recipe(tmp_path / "r.yaml", f"""model: {{checkpoint: {tiny_checkpoint("bert")}, dropout: 0.0}}
 task: {{name: glue, subset: mrpc, max_length: 32, max_train_samples: 10, max_eval_samples: 8}}
 method: {{name: full}}
@@ -185,7 +196,9 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
     run = only_run(tmp_path / "runs")
     log = _log(run)
     steps = [(e["step"], e["epoch"]) for e in log if "loss" in e]
-    assert steps == [(1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]  # epochs completed: step 3 ends the first
+    # Trainer's epoch: the epochs completed and the share of the current one's 5 micro-batches
+    # taken (step 3 ends the first with its window of one; the cut at step 5 is 4 of 5 into the next)
+    assert steps == [(1, 0.4), (2, 0.8), (3, 1.0), (4, 1.4), (5, 1.8)]
     # each step's lr is the one it trained at, as Trainer logs it: transformers' linear schedule read
     # after the optimizer's step and before the schedule's (the next step's lr was logged: step 5
     # said 0.0, and step 1 said half the peak though it trained at 0)
@@ -199,7 +212,7 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
         schedule.step()
     assert trained_at == pytest.approx([0.0, 5e-4, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3])
     assert [e["lr"] for e in log if "loss" in e] == pytest.approx(trained_at)
-    assert [(e["step"], e["epoch"]) for e in log if "eval" in e] == [(3, 1), (5, 1)]  # the epoch's end, the cut
+    assert [(e["step"], e["epoch"]) for e in log if "eval" in e] == [(3, 1.0), (5, 1.8)]  # the epoch's end, the cut
     m = _metrics(run)
     assert m["train_steps"] == 5 and m["train_samples"] == 10
     assert m["train_samples_per_second"] * m["train_runtime_s"] == pytest.approx(18)
@@ -211,6 +224,38 @@ train: {{epochs: 3, max_steps: 5, lr: 1.0e-3, warmup_steps: 2, batch_size: 2, gr
     every2 = [(e["step"], e["loss"]) for e in _log(only_run(tmp_path / "every2")) if "loss" in e]
     assert every2 == [(1, pytest.approx(losses[0])), (2, pytest.approx(losses[1])),
                       (4, pytest.approx((losses[2] + losses[3]) / 2))]
+    # metrics.json's train_loss is the run's mean step loss, the steps after the last logged one too
+    assert _metrics(run)["train_loss"] == pytest.approx(sum(losses) / 5, rel=1e-12)
+    assert _metrics(only_run(tmp_path / "every2"))["train_loss"] == _metrics(run)["train_loss"]
+    # the installed Trainer on the same shape of run (10 examples, 2 x 2, max_steps 5) says those
+    # epochs, and its train_loss is the mean of its steps' logged losses
+    epochs, logged, train_loss = _trainer_run(tmp_path / "trainer", examples=10, batch=2, accum=2, max_steps=5)
+    assert [e for _, e in steps] == epochs
+    assert train_loss == pytest.approx(sum(logged) / len(logged), rel=1e-6)
+
+
+def _trainer_run(out: Path, examples: int, batch: int, accum: int, max_steps: int) -> tuple[list, list, float]:
+    """(epoch of each logged step, each step's logged loss, train_loss) of transformers' Trainer
+    training a 1-weight model on `examples` rows, logging every step."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict:
+            return {"loss": ((self.w * x - labels) ** 2).mean()}
+
+    data = Dataset.from_dict({"x": [float(i) for i in range(examples)], "labels": [0.5] * examples})
+    args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=batch, gradient_accumulation_steps=accum,
+                             max_steps=max_steps, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
+                             learning_rate=1e-2, disable_tqdm=True)
+    trainer = Trainer(model=Tiny(), args=args, train_dataset=data)
+    result = trainer.train()
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    return [h["epoch"] for h in history], [h["loss"] for h in history], result.training_loss
 
 
 FAMILIES = {"bert-base-uncased": "bert", "gpt2": "gpt2", "roberta-base": "roberta", "t5-base": "t5"}

@@ -42,6 +42,7 @@ def same_result(a: Path, b: Path) -> None:
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     assert ma["eval"] == mb["eval"] and ma["train_steps"] == mb["train_steps"]
+    assert ma["train_loss"] == mb["train_loss"] is not None  # over the steps before the kill too
     clock = ("samples_per_second", "eval_runtime_s")  # the log: one run's, nothing of a killed attempt
     logs = [[{k: v for k, v in json.loads(line).items() if k not in clock}
              for line in (r / "log.jsonl").read_text().splitlines()] for r in (a, b)]

@@ -1262,6 +1262,9 @@ def test_a_step_with_no_loss_unit_makes_no_update_and_the_run_goes_on(tmp_path: 
     # its step slot taken on either path (it once took none on the host: the next batch took it)
     losses = [json.loads(l)["loss"] for l in (run / "log.jsonl").read_text().splitlines() if '"eval"' not in l]
     assert losses.count(None) == metrics["empty_steps"] and len(losses) == 8
+    # the run's mean loss (Trainer's train_loss) is over the steps that had a loss: not NaN
+    finite = [loss for loss in losses if loss is not None]
+    assert metrics["train_loss"] == pytest.approx(sum(finite) / len(finite), rel=1e-12)
 
 
 def _perplexity_tasks() -> list[str]:

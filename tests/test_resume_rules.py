@@ -69,8 +69,9 @@ def _same_run(a: Path, b: Path) -> None:
     assert wa.keys() == wb.keys()
     assert [k for k in wa if not torch.equal(wa[k], wb[k])] == []
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
-    for key in ("eval", "train_steps", "best_step", "epochs"):
+    for key in ("eval", "train_steps", "best_step", "epochs", "train_loss"):
         assert ma.get(key) == mb.get(key), key
+    assert ma["train_loss"] is not None  # the mean over the whole run's steps, those before the stop too
     files = sorted(p.name for p in a.glob("predictions*"))
     assert files == sorted(p.name for p in b.glob("predictions*"))
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)

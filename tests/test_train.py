@@ -105,6 +105,10 @@ def test_resumed_run_equals_uninterrupted(tmp_path: Path, cli, family_id: str, m
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     assert ma["eval"] == mb["eval"] and ma["train_steps"] == mb["train_steps"] == 4
+    # the run's mean loss (Trainer's train_loss) covers the steps before the stop too
+    assert ma["train_loss"] == mb["train_loss"] is not None
+    if stop_after != 2:  # logged at every step: the mean of the logged losses
+        assert ma["train_loss"] == pytest.approx(sum(train_losses(a)) / 4, rel=1e-12)
 
 
 def _reload_accuracy(model: torch.nn.Module, tokenizer, max_eval: int = 32) -> float:
@@ -365,12 +369,23 @@ def test_fast_dropout_takes_a_bool_only(tmp_path: Path, cli) -> None:
     assert not (tmp_path / "runs").exists()  # refused before anything is written
 
 
-@pytest.mark.parametrize("samples, steps, epochs", [(8, [2, 4], [1, 2]), (24, [3, 4], [1, 1])])
+def test_train_loss_is_null_where_the_steps_before_a_resume_are_unknown() -> None:
+    """A checkpoint written before the run's loss sum was kept resumes with none: the mean of the
+    later steps alone is not the run's train_loss, so it says null; a kept sum gives its mean."""
+    from toolkit import run_metrics
+    from toolkit.checkpoints import State
+
+    assert run_metrics.train_loss(State(step=3)) is None
+    assert run_metrics.train_loss(State(step=3, run_loss=[0.0, 0])) is None  # no finite step
+    assert run_metrics.train_loss(State(step=3, run_loss=[3.0, 2])) == 1.5
+
+
+@pytest.mark.parametrize("samples, steps, epochs", [(8, [2, 4], [1, 2]), (24, [3, 4], [1, 4 / 3])])
 def test_each_evaluation_logs_the_epochs_completed(tmp_path: Path, cli, runs_dir: Path, samples: int,
                                                    steps: list, epochs: list) -> None:
     """2 epochs of 2 steps: the end-of-epoch evaluations are logged at epochs 1 and 2 (the last
     one too); 2 epochs of 3 steps cut at 4 steps (--smoke's cap): the final evaluation is inside
-    the second epoch, with 1 done."""
+    the second epoch, a third of it taken: 1.333, as Trainer's `state.epoch` says (it said 1)."""
     recipe = make_recipe(tmp_path)
     code, _, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir, "train.epochs=2",
                        f"train.batch_size={8 if samples == 24 else 4}",
@@ -671,6 +686,10 @@ def test_a_skipped_batch_takes_one_step_slot_on_the_device_and_on_the_host(tmp_p
         run = only_run(runs)
         log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
         metrics = json.loads((run / "metrics.json").read_text())
+        # the run's mean loss (Trainer's train_loss) is over the finite steps: the skipped one is not in it
+        finite = [e["loss"] for e in log if "loss" in e and e["loss"] is not None]
+        assert len(finite) == metrics["train_steps"] - 1
+        assert metrics["train_loss"] == pytest.approx(sum(finite) / len(finite), rel=1e-12)
         seen[path] = (len(calls), metrics["train_steps"], metrics["skipped_nonfinite"],
                       [(e["step"], e["lr"], e["loss"] is None) for e in log if "loss" in e])
         assert shown == ([] if path == "device" else [2]), path  # the host path shows the skip at its step

@@ -52,6 +52,9 @@ class State:
     # the finite steps' losses since the last logged step, [sum, count] (None: none): the next logged
     # loss is their mean, and a resumed run logs what the uninterrupted one does
     log_window: list | None = None
+    # the finite steps' losses since step 1, [sum, count]: metrics.json's train_loss is their mean,
+    # Trainer's run-mean loss (None: resumed from a checkpoint written before it was recorded)
+    run_loss: list | None = None
 
 
 

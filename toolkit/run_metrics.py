@@ -33,6 +33,10 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "eval_samples_per_second": (sum(len(v) for v in setup.raw_evals.values()) / state.eval_runtime_s
                                     if state.eval_runtime_s else 0.0),
         "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,
+        # the mean of the run's per-step losses (Trainer's train_loss): each optimizer step's loss is
+        # its mean over the loss units of all its micro-batches and processes; a step skipped as
+        # non-finite or with no loss unit is not in it; a resumed run's equals the uninterrupted one's
+        "train_loss": train_loss(state),
         "best_step": state.best_step, "skipped_nonfinite": state.skipped_nonfinite,
         "empty_steps": state.empty_steps,
         "kept": ({"step": state.best_step, "on": recipe.train.metric or setup.task.main_metric(),
@@ -84,6 +88,13 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()
     return result
+
+
+def train_loss(state: State) -> float | None:
+    """The mean loss of the run's finite steps; None where no step was finite, nothing trained,
+    or the run was resumed from a checkpoint that did not record the steps before it."""
+    total, count = state.run_loss or (0.0, 0)
+    return total / count if count else None
 
 
 def last_step_kept(recipe: Recipe, setup: Any) -> str:

@@ -31,10 +31,11 @@ class Reading:
     over_step: int  # the step at which the skips went past the limit; 0: not past it
     over_loss: float  # that step's loss
     over_norm: bool  # that step's loss was finite: its gradient norm was not
-    loss_sum: float = 0.0  # the losses of the finite steps since the last read, summed
-    finite: int = 0  # how many steps that is (the logged loss is a mean over the steps since the last log)
     empty: int = 0  # steps since the last read whose batches held no loss unit (no update made)
     first_empty: int = 0  # the first of them; 0: none
+    # the finite steps' losses since the last read, in step order: the logged loss is a mean over the
+    # steps since the last log, and metrics.json's train_loss over the run's; each is summed one by one
+    losses: tuple = ()
 
 
 class Tally:
@@ -72,15 +73,15 @@ class Tally:
         self.reset()
         samples = skipped = first_skip = over_step = empty = first_empty = 0
         first_norm = over_norm = False
-        over_loss = loss_sum = 0.0
-        finite = 0
+        over_loss = 0.0
+        losses = []
         for (loss, _, n, ok, none), (step, allowed) in zip(values, steps):
             if none:
                 empty, first_empty = empty + 1, first_empty or step
             if ok or none:
                 samples += int(n)
                 if not none:  # an empty step's loss is 0/0: not a loss to average
-                    loss_sum, finite = loss_sum + loss, finite + 1
+                    losses.append(loss)
                 continue
             skipped += 1
             if not first_skip:
@@ -89,8 +90,8 @@ class Tally:
                 over_step, over_loss, over_norm = step, loss, math.isfinite(loss)
         return Reading(loss=values[-1][0], grad_norm=values[-1][1], samples=samples, skipped=skipped,
                        first_skip=first_skip, first_norm=first_norm, over_step=over_step, over_loss=over_loss,
-                       over_norm=over_norm, loss_sum=loss_sum, finite=finite if real else 0, empty=empty,
-                       first_empty=first_empty)
+                       over_norm=over_norm, empty=empty,
+                       first_empty=first_empty, losses=tuple(losses) if real else ())
 
 
 def skip_unless(optimizer: torch.optim.Optimizer, ok: torch.Tensor) -> None:

@@ -237,6 +237,7 @@ class Loop:
             checkpoints.start(self.acc, self.out)
             self.state.base = checkpoints.base_files(self._base(), self.unwrapped)  # a smoke run's small model too
             self.state.hub_data = self.setup.task.hub_data()
+            self.state.run_loss = [0.0, 0]
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
@@ -511,9 +512,13 @@ class Loop:
         r = self.tally.read()
         self.state.samples += r.samples
         # the logged loss is the mean over the steps since the last log, as Trainer logs tr_loss,
-        # not the logged step's alone; kept in the state, so a resumed run logs the same
-        total, count = self.state.log_window or (0.0, 0)
-        self.state.log_window = [total + r.loss_sum, count + r.finite]
+        # not the logged step's alone; and metrics.json's train_loss the mean over the run's steps
+        # (Trainer's). Both kept in the state, so a resumed run says the same; each step's loss is
+        # added on its own, in step order, so where the reads fell (a resume reads at its stop)
+        # does not change a sum's rounding
+        self.state.log_window = _added(self.state.log_window or [0.0, 0], r.losses)
+        if self.state.run_loss is not None:  # None: resumed from a checkpoint that did not record it
+            self.state.run_loss = _added(self.state.run_loss, r.losses)
         if r.empty:
             self._empty(r.empty, r.first_empty)
         if r.skipped:
@@ -560,10 +565,14 @@ class Loop:
         evaluation.evaluate(self.model, self.evals, self.setup.task, self.acc, self.setup.raw_evals,
                             sink=self.setup.predictions, orders=self.eval_orders)
 
-    def _epochs_done(self) -> int:
-        """The epochs completed at this step, what the log's `epoch` says: the step that takes an
-        epoch's last batch completes it (the state counts it only once the loop leaves it)."""
-        return self.state.epoch + int(self.state.batch_in_epoch >= len(self.loader))
+    def _epochs_done(self) -> float:
+        """The log's `epoch` at this step, as Trainer computes `state.epoch`: the epochs completed
+        plus the share of the current epoch's micro-batches (this process's) taken so far, so the
+        step that takes an epoch's last batch says it is done (1.0) and a step inside an epoch says
+        how far (1.5). It was the whole epochs completed: a step half-way through the second
+        epoch said 1 where Trainer says 1.5. Under accumulation the share counts micro-batches,
+        as Trainer's does: an epoch of 5 micro-batches, 4 accumulated, is 0.8 done after step 1."""
+        return self.state.epoch + self.state.batch_in_epoch / len(self.loader)
 
     def _eval_and_save(self) -> None:
         self.evaluated = True
@@ -587,6 +596,14 @@ class Loop:
         self.save()
 
 
+
+
+def _added(window: list, losses: tuple) -> list:
+    """[sum, count] with `losses` added one by one."""
+    total, count = window
+    for loss in losses:
+        total += loss
+    return [total, count + len(losses)]
 
 
 def _first_rows(batch: dict, rows: int, size: int) -> dict:
