@@ -233,6 +233,11 @@ def test_tensorboard_receives_what_log_jsonl_records(tmp_path: Path, cli) -> Non
     assert [e.value for e in acc.Scalars("train.loss")] == pytest.approx(losses, rel=1e-6)
     final = [l["eval"]["accuracy"] for l in logged if "eval" in l][-1]
     assert acc.Scalars("eval.accuracy")[-1].value == pytest.approx(final, rel=1e-6)
+    # the run's summary as Trainer sends it (train_loss: the mean over its steps), at its last step
+    metrics = json.loads((run / "metrics.json").read_text())
+    for key in ("train_loss", "train_runtime_s", "train_samples_per_second"):
+        (event,) = acc.Scalars(key)
+        assert event.value == pytest.approx(metrics[key], rel=1e-6) and event.step == metrics["train_steps"], key
 
 
 def test_ls_anywhere_and_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:

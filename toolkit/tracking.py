@@ -44,5 +44,19 @@ def log(accelerator: Any, entry: dict, step: int) -> None:
         accelerator.log(values, step=step)
 
 
+# what a finished run's metrics.json says of its training as a whole, sent to the trackers once
+# at its last step, as Trainer sends train_loss, train_runtime and train_samples_per_second
+SUMMARY = ("train_loss", "train_runtime_s", "train_samples_per_second")
+
+
+def summary(accelerator: Any, metrics: dict, step: int) -> None:
+    """The run's summary (SUMMARY, from metrics.json) at its last step: the trackers had each
+    step's and each evaluation's numbers but not the run's mean training loss or its time."""
+    if accelerator.log_with:
+        values = {k: metrics[k] for k in SUMMARY if isinstance(metrics.get(k), (int, float))}
+        if values:
+            accelerator.log(values, step=step)
+
+
 def project_dir(out: Path) -> str:
     return str(out / "tracking")

@@ -665,6 +665,7 @@ def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: Sta
         if not recipe.train.keep_checkpoints:  # the run is whole: model/ is what it leaves
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
     acc.wait_for_everyone()
+    tracking.summary(acc, result, state.step)
     for tracker in acc.trackers:  # flushed and closed; not end_training(): it ends the process group
         tracker.finish()
     return result
