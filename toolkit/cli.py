@@ -594,10 +594,14 @@ def _outcome(args: argparse.Namespace) -> int:
         signum = getattr(exc, "signal", None) or (_STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT)
         if signum == signal.SIGPIPE:
             _to_devnull(sys.stdout)
+        line = f"error: {_SAID_AS.get(signum, '')}{getattr(exc, 'message', None) or 'interrupted; nothing more was written'}"
         if os.environ.get(SWEEP_CHILD) and args.command == "run" or int(os.environ.get("RANK", "0")) != 0:
-            return 128 + signum  # said once: by the sweep that started this run, by rank 0 of a launch
-        _say(f"error: {_SAID_AS.get(signum, '')}"
-             f"{getattr(exc, 'message', None) or 'interrupted; nothing more was written'}")
+            # said once: by the sweep that started this run, by rank 0 of a launch; the launcher's
+            # report of this process names it too (the launcher's own SIGTERM, after another process
+            # stopped first, was reported as `To enable traceback see: https://pytorch.org/...`)
+            _SAID.append(line)
+            return 128 + signum
+        _say(line)
         return 128 + signum  # SIGTERM: 143, SIGHUP: 129, SIGPIPE: 141
     except Exception as exc:  # a full disk or an unwritable place anywhere: said as such
         if (gone := sharding.peer_stopped(exc)) is not None:  # under a launch: another process's error
