@@ -2272,3 +2272,38 @@ def test_a_setting_is_described_by_the_fields_its_recipe_holds(tmp_path: Path) -
     labels = sorted(r[0] for r in rows)
     assert labels == ["glue/sst2/tiny-lora [method.alpha=16 method.name=lora method.r=8]",
                       "glue/sst2/tiny-lora [method.name=prefix_tuning method.num_virtual_tokens=4]"], labels
+
+
+@pytest.mark.parametrize("trained, cut", [(100, True), (None, True), (2490, False)])
+@pytest.mark.parametrize("entry", ["render", "cli", "api"])
+def test_a_glue_cell_trained_on_part_of_its_training_set_is_marked(tmp_path: Path, cli, entry: str,
+                                                                   trained: int | None, cut: bool) -> None:
+    """RTE trained on a random 100 of its 2,490 training examples (task.max_train_samples=100)
+    sat in the GLUE tables, its average and beside the published rows (trained on the whole set)
+    unmarked, said only in the protocols list, exit 0. Now each such cell, the averages holding it
+    and a note say so; a cap above the set's size (metrics.json train_samples below it) trained on
+    the whole set and is not marked."""
+    import toolkit
+
+    for seed in (42, 43):
+        run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.7}, task_extra={"max_train_samples": 100 if cut else 5000})
+        if trained is not None:
+            _stamp_json(run, train_samples=trained)
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.9})
+    if entry == "render":
+        text = glue_report.render(report.collect(tmp_path))
+    elif entry == "cli":
+        code, text, err = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit.report([tmp_path], glue=True)
+    ours = [row for row in text.splitlines() if row.startswith(("| tiny lora", "| ours: tiny lora"))]
+    assert len(ours) == 2
+    for row in ours:  # SST-2, RTE, the average
+        cells = [c.strip() for c in row.strip("|").split("|")][1:4]
+        assert [c.endswith("¶") for c in cells] == [False, cut, cut], row
+    notes = [line for line in text.splitlines() if line.startswith("- ¶")]
+    assert notes == ([f"- ¶ tiny lora / RTE: trained on a fixed random 100 of the training examples "
+                      "(task.max_train_samples=100), not the whole training set that GLUE's dev numbers and the "
+                      "published rows trained on: not comparable with them, nor is an average that holds it"]
+                     if cut else []), notes

@@ -164,6 +164,25 @@ def part_of_dev(runs: list[dict], suffix: str = "") -> str | None:
 PART = " §"  # a cell scored on part of dev: its note says which part
 
 
+def part_of_train(runs: list[dict]) -> str | None:
+    """What a cell's runs trained on where it is not the whole training set that GLUE's dev
+    numbers and the published rows trained on: a fixed random subset (task.max_train_samples, where
+    metrics.json's train_samples shows the set was cut: a cap at or above the set's size trained on
+    all of it), else None. Such a cell sat beside the published rows unmarked, said only among the
+    protocols below the tables, exit 0. (task.train_from_dev, no train.tsv at all, is part_of_dev's.)"""
+    task = runs[0]["recipe"].get("task", {}) if runs else {}
+    cap = task.get("max_train_samples")
+    if not cap or task.get("train_from_dev"):
+        return None
+    sizes = [m["metrics"].get("train_samples") for m in runs]
+    if all(isinstance(n, int) and 0 < n < cap for n in sizes):  # fewer than the cap: the whole set
+        return None
+    return f"a fixed random {cap} of the training examples (task.max_train_samples={cap})"
+
+
+SUBSET = " ¶"  # a cell trained on part of the training set: its note says so
+
+
 def key_suffix(task: str, key: str) -> str:
     """The dev split an official eval key is scored on, by its suffix ("" or MNLI's "_mm")."""
     return next((sfx for sfx in SPECS[task].dev_files if sfx and key.endswith(sfx)), "")
@@ -194,7 +213,8 @@ def _average_mark(cells: dict[str, list[dict]]) -> str:
     that ran on different code from one another (each cell of one code); then ' §' where a task
     scored on part of dev (`part_of_dev`): the average holds a number not on GLUE's dev split."""
     return ((" ‡" if report.mixed_code(_average_runs(cells), _task_of) else "")
-            + (PART if any(part_of_dev(ms) for ms in cells.values()) else ""))
+            + (PART if any(part_of_dev(ms) for ms in cells.values()) else "")
+            + (SUBSET if any(part_of_train(ms) for ms in cells.values()) else ""))
 
 
 def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
@@ -213,6 +233,7 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
                 vals = [m["metrics"]["eval"][key] for m in cells.get(t, [])]
                 mark = " ‡" if report.mixed_code(cells.get(t, [])) else ""  # seeds on other code: a line below
                 mark += PART if vals and part_of_dev(cells[t], key_suffix(t, key)) else ""
+                mark += SUBSET if vals and part_of_train(cells[t]) else ""
                 line.append(report.Stat(vals).fmt(100.0) + mark if vals else "–")
         stat, paired = _average_stat(cells)
         note = "" if set(cells) == set(tasks) else f" over {len(cells)} tasks"
@@ -273,6 +294,7 @@ def side_by_side(rows: dict[str, dict[str, list[dict]]], tasks: list[str], entri
             vals = [task_score(m["metrics"]["eval"], t) for m in cells.get(t, [])]
             mark = " ‡" if report.mixed_code(cells.get(t, [])) else ""  # the runs of the line above's ‡
             mark += PART if vals and part_of_dev(cells[t]) else ""
+            mark += SUBSET if vals and part_of_train(cells[t]) else ""
             line.append(report.Stat(vals).fmt(100.0, show_n=False) + mark if vals else "–")
         stat, _ = _average_stat(cells)
         line += [stat.fmt(100.0, show_n=False) + _average_mark(cells) if set(cells) == set(tasks) else "–", "–"]
@@ -422,6 +444,9 @@ def render(items: list[dict]) -> str:
     notes += [f"§ {row} / {TITLES[t]}{column}: scored on {part}, not the whole dev split that GLUE's dev numbers "
               "and the published dev rows are on: not comparable with them, nor is an average that holds it"
               for row, cells in rows.items() for t, ms in cells.items() for column, part in parts_of_dev(ms, t).items()]
+    notes += [f"¶ {row} / {TITLES[t]}: trained on {part}, not the whole training set that GLUE's dev numbers and "
+              "the published rows trained on: not comparable with them, nor is an average that holds it"
+              for row, cells in rows.items() for t, ms in cells.items() if (part := part_of_train(ms))]
     if missing:
         notes.append(f"Not in these runs: {', '.join(missing)}. The average is over the {len(tasks)} tasks "
                      "above only and is not comparable with a nine-task GLUE score.")
