@@ -2307,3 +2307,28 @@ def test_a_glue_cell_trained_on_part_of_its_training_set_is_marked(tmp_path: Pat
                       "(task.max_train_samples=100), not the whole training set that GLUE's dev numbers and the "
                       "published rows trained on: not comparable with them, nor is an average that holds it"]
                      if cut else []), notes
+
+
+@pytest.mark.parametrize("table", ["pivot", "runs", "cli"])
+def test_old_runs_scored_on_other_subsets_are_other_eval_sets(tmp_path: Path, cli, table: str) -> None:
+    """Runs from before metrics.json recorded eval_sha256 (2026-11-22..27) that differ only in
+    task.max_eval_samples were one eval set and a grid: the pivot reported the subset that scored
+    higher as the best setting, exit 0. The recipe's settings that choose the examples scored
+    tell them apart where no hash was recorded; runs of one subset still pool as seeds."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.80 + seed / 1e4}, task_extra={"max_eval_samples": 50})
+        fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.90 + seed / 1e4}, lr=1e-4, task_extra={"max_eval_samples": 100})
+    items = report.collect(tmp_path)
+    if table == "pivot":
+        (p,) = report.pivots(items, "task", "method")
+        cells = sorted((r, cell.stat.n, cell.grid) for (r, c), cell in p.cells.items())
+        assert [(r, n) for r, n, _ in cells] == [
+            ("sst2 [eval set not recorded (task.max_eval_samples=100)]", 2),
+            ("sst2 [eval set not recorded (task.max_eval_samples=50)]", 2)], cells
+        assert all(not grid for _, _, grid in cells)  # no subset chosen as a setting
+    elif table == "runs":
+        _, rows = report.rows(items)
+        assert sorted(r[2] for r in rows) == ["2", "2"]
+    else:
+        code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0 and "its runs span 2 versions of their data or eval set" in text and "(n=4)" not in text, err

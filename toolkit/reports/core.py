@@ -447,7 +447,22 @@ def data_version(item: dict) -> tuple[str, str]:
     made = _setting(item)
     data = "" if made["data"] is None and made["hub"] is None else \
         hashlib.sha256(json.dumps([made["data"], made["hub"]]).encode()).hexdigest()[:12]
-    return data, (item["metrics"].get("eval_sha256") or "")[:12]
+    return data, (item["metrics"].get("eval_sha256") or "")[:12] or _eval_settings(item)
+
+
+# the task settings that choose which examples a run scores (beside its data files)
+EVAL_CHOOSING = ("max_eval_samples", "train_from_dev", "eval_split", "eval_file")
+
+
+def _eval_settings(item: dict) -> str:
+    """'' where a run did not record eval_sha256 (before 2026-11-27) and no run of its task
+    settings did: then the recipe's settings that choose the examples scored, as
+    `not recorded (task.max_eval_samples=50)`. Runs from before the record that differ only in
+    task.max_eval_samples were one eval set and a grid, the subset that scored higher chosen as the
+    best setting, exit 0."""
+    task = item["recipe"].get("task", {}) or {}
+    said = [f"task.{k}={task[k]}" for k in EVAL_CHOOSING if task.get(k) is not None]
+    return f"not recorded ({', '.join(said)})" if said else ""
 
 
 def _eval_from_task(items: list[dict]) -> None:
