@@ -344,6 +344,36 @@ def test_a_tab_inside_a_text_is_one_line_never_shifted_columns(tmp_path: Path, s
 
 
 @pytest.mark.parametrize("subset", sorted(__import__("toolkit.tasks.glue", fromlist=["SPECS"]).SPECS))
+def test_a_carriage_return_inside_a_row_is_one_line_at_its_line(tmp_path: Path, subset: str) -> None:
+    """A lone \\r inside a GLUE row (an editor's stray old-Mac line end) ended the row there for
+    the csv module: the row was refused as a short one at a line number one past the file's,
+    every later line's number shifted. Now one line at the row's own line, in the train/dev
+    reader and the --glue-test reader alike (the `\\r\\n` line ends of a Windows copy still read)."""
+    from toolkit.tasks.glue import SPECS, read_test, read_tsv
+
+    spec = SPECS[subset]
+    label = spec.labels[-1] if spec.labels else "2.5"
+    texts = ["A first text.", "A second text."][: len(spec.columns)]
+    head, good = _layout(spec, texts, label)
+    _, broken = _layout(spec, ["A first\rtext.", *texts[1:]], label)
+    lines = [head] * spec.header + [good, good]
+    path = tmp_path / "train.tsv"
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    assert len(read_tsv(path, spec)["text_a"]) == 2
+    path.write_bytes(("\n".join(lines + [broken, good]) + "\n").encode())
+    with pytest.raises(UserError, match=rf"train.tsv:{len(lines) + 1}: a carriage return"):
+        read_tsv(path, spec)
+    folder = tmp_path / "glue" / spec.folder
+    columns = spec.test_columns or spec.columns
+    first = next(iter(spec.submissions))
+    (folder / first).parent.mkdir(parents=True, exist_ok=True)
+    (folder / first).write_bytes(("\n".join(["\t".join(["index", *columns]), "\t".join(["0", "a\rb", *texts[1:]])])
+                                  + "\n").encode())
+    with pytest.raises(UserError, match=rf"{Path(first).name}:2: a carriage return"):
+        read_test(Glue(subset=subset, data_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("subset", sorted(__import__("toolkit.tasks.glue", fromlist=["SPECS"]).SPECS))
 def test_a_test_file_with_no_rows_is_one_line_never_an_empty_submission(tmp_path: Path, subset: str) -> None:
     """Finding: --glue-test on a test file holding its header alone (a download cut short) wrote
     `index<TAB>prediction` and nothing else, exit 0, as train and dev files were refused ("has no

@@ -193,7 +193,7 @@ def _tsv_rows(path: Path, header: bool = True) -> list[list[str]]:
     """A GLUE TSV's rows (tab-separated, no quoting), checked as the training files are and as
     users' TSVs are for a CSV writer's quoting (a header in quotes, a cell quoted with its quotes
     doubled: a GLUE file re-saved by pandas or R)."""
-    readers.scan(path)
+    readers.scan(path, plain=True)  # a lone \r: the csv module ends a row there (the rows after it shift)
     csv.field_size_limit(sys.maxsize)
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
