@@ -338,3 +338,31 @@ def test_a_finished_run_is_finished_only_on_its_base_as_it_is(tmp_path: Path, cl
     assert code == 0, err
     code, out, err = cli("run", recipe, "--runs-dir", root)
     assert code == 0 and "finished already" in out, err
+
+
+def test_a_run_records_its_base_as_it_started_on_it(tmp_path: Path, cli, tiny_checkpoint) -> None:
+    """metrics.json base_weights was taken when the run finished: a base folder trained again
+    while a full fine-tune ran (its weights are not a lean checkpoint's, so the resume went on)
+    was recorded as the new one, the finished run was "finished already" on it and a report pooled
+    it with the new base's seeds, exit 0. The record is taken as the run starts, kept in its
+    checkpoints, so a stop and a resume keep it too."""
+    import shutil
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
+    started = runs.base_record(str(base), ("*.safetensors",))["files"]["model.safetensors"][2]
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model: {{checkpoint: {base}}}\n"
+                      "task: {name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}\n"
+                      "method: {name: full}\ntrain: {max_steps: 2, batch_size: 4, save_every: 1}\n")
+    root = tmp_path / "runs"
+    code, out, err = cli("run", recipe, "--runs-dir", root, "--stop-after", 1)
+    assert code == 0, err
+    weights = base / "model.safetensors"
+    kept = weights.read_bytes()
+    weights.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))  # the base trained again meanwhile
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 0, err
+    (metrics,) = [json.loads(p.read_text()) for p in root.rglob("metrics.json")]
+    assert metrics["base_weights"]["files"]["model.safetensors"][2] == started
+    code, out, err = cli("run", recipe, "--runs-dir", root)
+    assert code == 2 and "model.safetensors changed since" in err, err

@@ -55,6 +55,10 @@ class State:
     # the finite steps' losses since step 1, [sum, count]: metrics.json's train_loss is their mean,
     # Trainer's run-mean loss (None: resumed from a checkpoint written before it was recorded)
     run_loss: list | None = None
+    # the base's files as the run started on it (run_metrics.start_weights; main process): what
+    # metrics.json's base_weights records, taken at the end it was of the base as it was then (a
+    # base folder trained again during a long run recorded as the new one; None: a checkpoint from before)
+    start_weights: dict | None = None
 
 
 

@@ -61,7 +61,7 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # model/ is whole, so base_files is none), and a finished run whose base changed since is refused
         # (chain.check_current: a chained run's upstream model/, base_run_files before 2026-11-28;
         # chain.base_current: a local folder or a Hub id's snapshot)
-        "base_weights": start_weights(recipe, setup) if acc.is_main_process else None,
+        "base_weights": (state.start_weights or start_weights(recipe, setup)) if acc.is_main_process else None,
         # model/ itself, as saved: its files' sizes, times and sha256 (runs.result_changed)
         "model_files": runs.result_record(out / "model") if acc.is_main_process else None,
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},

@@ -238,6 +238,8 @@ class Loop:
             self.state.base = checkpoints.base_files(self._base(), self.unwrapped)  # a smoke run's small model too
             self.state.hub_data = self.setup.task.hub_data()
             self.state.run_loss = [0.0, 0]
+            if self.acc.is_main_process:  # the base as the run starts on it (metrics.json base_weights)
+                self.state.start_weights = run_metrics.start_weights(self.recipe, self.setup)
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
