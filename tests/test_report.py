@@ -2303,7 +2303,7 @@ def test_a_glue_cell_trained_on_part_of_its_training_set_is_marked(tmp_path: Pat
         cells = [c.strip() for c in row.strip("|").split("|")][1:4]
         assert [c.endswith("¶") for c in cells] == [False, cut, cut], row
     notes = [line for line in text.splitlines() if line.startswith("- ¶")]
-    assert notes == ([f"- ¶ tiny lora / RTE: trained on a fixed random 100 of the training examples "
+    assert notes == (["- ¶ tiny lora / RTE: trained on a fixed random 100 of the training examples "
                       "(task.max_train_samples=100), not the whole training set that GLUE's dev numbers and the "
                       "published rows trained on: not comparable with them, nor is an average that holds it"]
                      if cut else []), notes
