@@ -151,6 +151,49 @@ def test_a_run_recipe_edited_after_the_run_is_one_line(run_copy: Path, tmp_path:
     assert written is None or not written(run_copy, tmp_path).exists()
 
 
+# every entry point after training that writes files: (call(cli, run, tmp), the folder it writes in)
+WRITERS = {
+    "cli eval": (ENTRY_POINTS["cli eval"][0], lambda run, tmp: run),
+    "api evaluate": (ENTRY_POINTS["api evaluate"][0], lambda run, tmp: run),
+    "cli predict --output": (lambda cli, run, tmp: _cli(cli, "predict", run, "--input", _inputs(tmp), "--output",
+                                                         tmp / "ro" / "p.jsonl"), lambda run, tmp: tmp / "ro"),
+    "cli glue-test": (ENTRY_POINTS["cli glue-test"][0], lambda run, tmp: run),
+    "cli glue-test --output": (lambda cli, run, tmp: _cli(cli, "predict", run, "--glue-test", "--output",
+                                                           tmp / "ro" / "sub"), lambda run, tmp: tmp / "ro"),
+    "cli glue-test --output new/new": (lambda cli, run, tmp: _cli(cli, "predict", run, "--glue-test", "--output",
+                                                                   tmp / "ro" / "a" / "sub"), lambda run, tmp: tmp / "ro"),
+    "cli export": (lambda cli, run, tmp: _cli(cli, "export", run, tmp / "ro" / "out"), lambda run, tmp: tmp / "ro"),
+    "api export": (lambda cli, run, tmp: toolkit.export(run, tmp / "ro" / "out"), lambda run, tmp: tmp / "ro"),
+}
+
+
+@pytest.mark.parametrize("entry", WRITERS)
+def test_a_place_an_entry_point_cannot_write_is_one_line_before_the_model_loads(
+        run_copy: Path, tmp_path: Path, cli, entry: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared, read-only runs folder (or an --output there): `predict --glue-test` (its default
+    RUN/glue-test, or --output DIR) loaded the model and predicted every test set, then failed
+    making the folder, the predictions lost. Every writer says it in one line before the model
+    loads, and writes nothing."""
+    import os
+
+    from toolkit import inference
+
+    call, place = WRITERS[entry]
+    ro = place(run_copy, tmp_path)
+    ro.mkdir(exist_ok=True)
+    before = sorted(p.name for p in ro.iterdir())
+    real = os.access  # what a read-only folder answers (as root, chmod alone does not stop writes)
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == ro else real(p, mode, **kw))
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the model was loaded before the place it writes was checked")
+
+    monkeypatch.setattr(inference, "load_model", loaded)
+    with pytest.raises(toolkit.UserError, match=rf"{re.escape(str(ro))}.*(not writable|cannot be written|permission denied)"):
+        call(cli, run_copy, tmp_path)
+    assert sorted(p.name for p in ro.iterdir()) == before  # nothing written there
+
+
 def _make_run(cli, root: Path) -> None:
     import os
     import subprocess

@@ -624,13 +624,25 @@ def write_whole(path: Path, text: str | bytes) -> None:
     predicts to one --output) each rename their own whole file, where a temporary name they
     shared was truncated by one while the other renamed it (a cut file, or FileNotFoundError).
     What a killed writer left (its process gone) is removed here."""
-    _remove_stale_temporaries(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode as umask says
+    write_all_whole({path: text})
+
+
+def write_all_whole(files: dict[Path, str | bytes]) -> None:
+    """Several files, as `write_whole` writes one, all or none: every one is written to its own
+    temporary file first, and only then are they renamed (a full disk at MNLI's second GLUE
+    submission file left the first new beside an older submission's second)."""
+    temporaries: dict[Path, Path] = {}
     try:
-        tmp.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)  # the name is this call's alone
-        os.replace(tmp, path)
+        for path, text in files.items():
+            _remove_stale_temporaries(path)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode as umask says
+            temporaries[path] = tmp
+            tmp.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)  # the name is this call's alone
+        for path, tmp in temporaries.items():
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp in temporaries.values():
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
