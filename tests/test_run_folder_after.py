@@ -194,6 +194,51 @@ def test_a_place_an_entry_point_cannot_write_is_one_line_before_the_model_loads(
     assert sorted(p.name for p in ro.iterdir()) == before  # nothing written there
 
 
+@pytest.fixture(scope="module")
+def qa_run(tmp_path_factory: pytest.TempPathFactory, squad_sample: Path) -> Path:
+    """A --smoke extractive QA run (its eval writes predictions-eval.jsonl beside eval-eval.json)."""
+    return toolkit.run("squad/v1.1/minilm-full", [*SHORT, f"task.eval_file={squad_sample}"],
+                       runs_dir=tmp_path_factory.mktemp("qa"), smoke=True).dir
+
+
+@pytest.mark.parametrize("entry", ["cli eval", "api evaluate"])
+def test_an_eval_the_disk_cannot_hold_leaves_the_eval_before_whole(qa_run: Path, tmp_path: Path, cli, entry: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk at eval-<split>.json left this eval's predictions-<split>.jsonl beside the
+    scores of the eval before (here of 4 examples, the predictions of 8), a pair that is no one
+    eval. Its files are written all or none (runs.write_all_whole), and nothing partial stays."""
+    import errno
+
+    run_copy = tmp_path / "runs" / qa_run.parent.name / qa_run.name
+    shutil.copytree(qa_run, run_copy)
+
+    def evaluate(samples: int) -> None:
+        if entry == "cli eval":
+            _cli(cli, "eval", run_copy, f"task.max_eval_samples={samples}")
+        else:
+            toolkit.evaluate(run_copy, overrides=[f"task.max_eval_samples={samples}"])
+
+    def scored() -> dict[str, str]:
+        return {p.name: p.read_text() for p in run_copy.iterdir() if p.name.startswith(("eval-", "predictions-"))}
+
+    evaluate(4)
+    before = scored()
+    assert {"eval-eval.json", "predictions-eval.jsonl"} <= set(before), before
+    real = Path.write_bytes
+
+    def full_at_the_scores(self, data):
+        if self.name.startswith("eval-eval.json"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full_at_the_scores)
+    with pytest.raises(toolkit.UserError, match="no space left"):
+        evaluate(8)
+    monkeypatch.undo()
+    assert scored() == before
+    assert not [p for p in run_copy.iterdir() if p.name.endswith(".tmp")]
+
+
 def _make_run(cli, root: Path) -> None:
     import os
     import subprocess

@@ -307,11 +307,17 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     if recipe.task.metric_info():  # as metrics.json records it: sacreBLEU's signature, the decoding used
         result["metric_info"] = recipe.task.metric_info()
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
+        # all or none (runs.write_all_whole): a full disk at eval-<split>.json left this eval's
+        # predictions beside the scores of the eval before (another eval_file, another model)
+        texts, written = {}, []
         for suffix, rows in setup.predictions.items():
-            runs.write_predictions(run / f"predictions-{split}{suffix}.jsonl", rows,
-                                   recipe.task.prediction_files(rows, raw[suffix]),
-                                   recipe.task.retired_prediction_files)
-        runs.write_json(run / f"eval-{split}.json", result)
+            path, files = run / f"predictions-{split}{suffix}.jsonl", recipe.task.prediction_files(rows, raw[suffix])
+            texts.update(runs.prediction_texts(path, rows, files))
+            written.append((path, files))
+        texts[run / f"eval-{split}.json"] = runs.json_text(result)
+        runs.write_all_whole(texts)
+        for path, files in written:
+            runs.retire_prediction_files(path, files, recipe.task.retired_prediction_files)
     return result
 
 

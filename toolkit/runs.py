@@ -666,8 +666,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def json_text(data: Any) -> str:
+    return json.dumps(finite(data), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
 def write_json(path: Path, data: Any) -> None:
-    write_whole(path, json.dumps(finite(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
+    write_whole(path, json_text(data))
 
 
 LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -692,9 +696,19 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 def write_predictions(path: Path, rows: list[dict], files: dict[str, Any], retired: tuple[str, ...] = ()) -> None:
     """predictions.jsonl and, beside it, a task's `prediction_files` as `<stem>.NAME.json`; the
     `retired` names (`Task.retired_prediction_files`) an older run or eval left there go."""
-    write_jsonl(path, rows)
+    write_all_whole(prediction_texts(path, rows, files))
+    retire_prediction_files(path, files, retired)
+
+
+def prediction_texts(path: Path, rows: list[dict], files: dict[str, Any]) -> dict[Path, str]:
+    """What `write_predictions` writes: {file: its text}, to be written all or none."""
+    texts = {path: "".join(jsonl_line(row) for row in rows)}
     for name, content in files.items():
-        write_json(path.with_name(f"{path.stem}.{name}.json"), content)
+        texts[path.with_name(f"{path.stem}.{name}.json")] = json_text(content)
+    return texts
+
+
+def retire_prediction_files(path: Path, files: dict[str, Any], retired: tuple[str, ...]) -> None:
     for name in retired:
         if name not in files:
             path.with_name(f"{path.stem}.{name}.json").unlink(missing_ok=True)
