@@ -273,6 +273,44 @@ def test_mnli_submission_holds_both_test_sets_and_the_diagnostic_in_glues_label_
         _submission(task, tmp_path)
 
 
+def test_a_submission_that_cannot_be_written_whole_leaves_the_one_before(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding: a full disk at MNLI's second file (MNLI-mm.tsv) left the new MNLI-m.tsv beside the
+    previous model's MNLI-mm.tsv and AX.tsv, a submission of two models; and every call wrote under
+    one name (`.MNLI-m.tsv.partial`), so two at once cut each other's. Now every file is written
+    under names of the call's own before any is renamed (runs.write_all_whole): all or none."""
+    import errno
+
+    mnli, diagnostic = tmp_path / "glue" / "MNLI", tmp_path / "glue" / "diagnostic"
+    mnli.mkdir(parents=True)
+    diagnostic.mkdir()
+    test_header = "\t".join(MNLI_HEADER.split("\t")[:10])
+    for name in ("test_matched.tsv", "test_mismatched.tsv"):
+        (mnli / name).write_text("\n".join([test_header] + [_mnli_row(i, "")[:-2].rstrip("\t") for i in range(4)]) + "\n")
+    (diagnostic / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tA dog.\tAn animal.\n")
+    task = Glue(subset="mnli", data_dir=str(tmp_path))
+    before = _submission(task, tmp_path)
+    task.classify = lambda model, tok, rows: [{"label": "neutral"} for _ in rows]  # another model's answers
+    writes = []
+    real_text, real_bytes = Path.write_text, Path.write_bytes
+
+    def full_at_the_second(write):
+        def wrapped(self, *args, **kwargs):
+            writes.append(self.name)
+            if len(writes) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device", str(self))
+            return write(self, *args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(Path, "write_text", full_at_the_second(real_text))
+    monkeypatch.setattr(Path, "write_bytes", full_at_the_second(real_bytes))
+    with pytest.raises(OSError, match="No space left"):
+        task.submission(lambda: (None, None), tmp_path / "sub")
+    monkeypatch.undo()
+    assert _read(tmp_path / "sub") == before  # the earlier submission whole, and nothing else there
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == sorted(before)
+
+
 @pytest.mark.parametrize("task, said", [
     (Glue(subset="mrpc"), "F1 of label 'equivalent' (id 1) as the positive class"),
     (Glue(subset="qqp"), "F1 of label 'duplicate' (id 1) as the positive class"),

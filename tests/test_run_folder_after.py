@@ -151,6 +151,94 @@ def test_a_run_recipe_edited_after_the_run_is_one_line(run_copy: Path, tmp_path:
     assert written is None or not written(run_copy, tmp_path).exists()
 
 
+# every entry point after training that writes files: (call(cli, run, tmp), the folder it writes in)
+WRITERS = {
+    "cli eval": (ENTRY_POINTS["cli eval"][0], lambda run, tmp: run),
+    "api evaluate": (ENTRY_POINTS["api evaluate"][0], lambda run, tmp: run),
+    "cli predict --output": (lambda cli, run, tmp: _cli(cli, "predict", run, "--input", _inputs(tmp), "--output",
+                                                         tmp / "ro" / "p.jsonl"), lambda run, tmp: tmp / "ro"),
+    "cli glue-test": (ENTRY_POINTS["cli glue-test"][0], lambda run, tmp: run),
+    "cli glue-test --output": (lambda cli, run, tmp: _cli(cli, "predict", run, "--glue-test", "--output",
+                                                           tmp / "ro" / "sub"), lambda run, tmp: tmp / "ro"),
+    "cli glue-test --output new/new": (lambda cli, run, tmp: _cli(cli, "predict", run, "--glue-test", "--output",
+                                                                   tmp / "ro" / "a" / "sub"), lambda run, tmp: tmp / "ro"),
+    "cli export": (lambda cli, run, tmp: _cli(cli, "export", run, tmp / "ro" / "out"), lambda run, tmp: tmp / "ro"),
+    "api export": (lambda cli, run, tmp: toolkit.export(run, tmp / "ro" / "out"), lambda run, tmp: tmp / "ro"),
+}
+
+
+@pytest.mark.parametrize("entry", WRITERS)
+def test_a_place_an_entry_point_cannot_write_is_one_line_before_the_model_loads(
+        run_copy: Path, tmp_path: Path, cli, entry: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared, read-only runs folder (or an --output there): `predict --glue-test` (its default
+    RUN/glue-test, or --output DIR) loaded the model and predicted every test set, then failed
+    making the folder, the predictions lost. Every writer says it in one line before the model
+    loads, and writes nothing."""
+    import os
+
+    from toolkit import inference
+
+    call, place = WRITERS[entry]
+    ro = place(run_copy, tmp_path)
+    ro.mkdir(exist_ok=True)
+    before = sorted(p.name for p in ro.iterdir())
+    real = os.access  # what a read-only folder answers (as root, chmod alone does not stop writes)
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == ro else real(p, mode, **kw))
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the model was loaded before the place it writes was checked")
+
+    monkeypatch.setattr(inference, "load_model", loaded)
+    with pytest.raises(toolkit.UserError, match=rf"{re.escape(str(ro))}.*(not writable|cannot be written|permission denied)"):
+        call(cli, run_copy, tmp_path)
+    assert sorted(p.name for p in ro.iterdir()) == before  # nothing written there
+
+
+@pytest.fixture(scope="module")
+def qa_run(tmp_path_factory: pytest.TempPathFactory, squad_sample: Path) -> Path:
+    """A --smoke extractive QA run (its eval writes predictions-eval.jsonl beside eval-eval.json)."""
+    return toolkit.run("squad/v1.1/minilm-full", [*SHORT, f"task.eval_file={squad_sample}"],
+                       runs_dir=tmp_path_factory.mktemp("qa"), smoke=True).dir
+
+
+@pytest.mark.parametrize("entry", ["cli eval", "api evaluate"])
+def test_an_eval_the_disk_cannot_hold_leaves_the_eval_before_whole(qa_run: Path, tmp_path: Path, cli, entry: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk at eval-<split>.json left this eval's predictions-<split>.jsonl beside the
+    scores of the eval before (here of 4 examples, the predictions of 8), a pair that is no one
+    eval. Its files are written all or none (runs.write_all_whole), and nothing partial stays."""
+    import errno
+
+    run_copy = tmp_path / "runs" / qa_run.parent.name / qa_run.name
+    shutil.copytree(qa_run, run_copy)
+
+    def evaluate(samples: int) -> None:
+        if entry == "cli eval":
+            _cli(cli, "eval", run_copy, f"task.max_eval_samples={samples}")
+        else:
+            toolkit.evaluate(run_copy, overrides=[f"task.max_eval_samples={samples}"])
+
+    def scored() -> dict[str, str]:
+        return {p.name: p.read_text() for p in run_copy.iterdir() if p.name.startswith(("eval-", "predictions-"))}
+
+    evaluate(4)
+    before = scored()
+    assert {"eval-eval.json", "predictions-eval.jsonl"} <= set(before), before
+    real = Path.write_bytes
+
+    def full_at_the_scores(self, data):
+        if self.name.startswith("eval-eval.json"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full_at_the_scores)
+    with pytest.raises(toolkit.UserError, match="no space left"):
+        evaluate(8)
+    monkeypatch.undo()
+    assert scored() == before
+    assert not [p for p in run_copy.iterdir() if p.name.endswith(".tmp")]
+
+
 def _make_run(cli, root: Path) -> None:
     import os
     import subprocess

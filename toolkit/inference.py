@@ -307,11 +307,17 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     if recipe.task.metric_info():  # as metrics.json records it: sacreBLEU's signature, the decoding used
         result["metric_info"] = recipe.task.metric_info()
     if acc.is_main_process:  # what was scored, beside its scores: QA and generation tasks
+        # all or none (runs.write_all_whole): a full disk at eval-<split>.json left this eval's
+        # predictions beside the scores of the eval before (another eval_file, another model)
+        texts, written = {}, []
         for suffix, rows in setup.predictions.items():
-            runs.write_predictions(run / f"predictions-{split}{suffix}.jsonl", rows,
-                                   recipe.task.prediction_files(rows, raw[suffix]),
-                                   recipe.task.retired_prediction_files)
-        runs.write_json(run / f"eval-{split}.json", result)
+            path, files = run / f"predictions-{split}{suffix}.jsonl", recipe.task.prediction_files(rows, raw[suffix])
+            texts.update(runs.prediction_texts(path, rows, files))
+            written.append((path, files))
+        texts[run / f"eval-{split}.json"] = runs.json_text(result)
+        runs.write_all_whole(texts)
+        for path, files in written:
+            runs.retire_prediction_files(path, files, recipe.task.retired_prediction_files)
     return result
 
 
@@ -648,6 +654,7 @@ def _glue_test(run: Path, out_dir: Path) -> list[Path]:
     if out_dir.exists() and not out_dir.is_dir():  # was an OSError after every test set was predicted
         raise UserError(f"--output: {out_dir} is a file; --glue-test writes a folder (GLUE's files, one per test "
                         "set, beside other tasks' files already there): give a folder")
+    check_folder_writable(out_dir, "--glue-test")
     with evaluation.finite_outputs():  # a diverged model's NaN logits made labels and scores unsaid
         written = recipe.task.submission(lambda: computing_model(run, recipe), out_dir)
     recipe.task.say_notices(run=False)  # the test texts cut to fit, as a run says it (rule 8)
@@ -916,6 +923,20 @@ def decode_as_run(task: Any, model: Any, tok: Any, config_at: str | None = None)
                     f"before the rest of the prompt; a longer one is read whole")
     return "; generate from the prompt " + prompt + f" (the run's decoding is in {config_at or 'generation_config.json'}" \
         + "".join(f"; {s}" for s in said) + ")"
+
+
+def check_folder_writable(folder: Path, what: str) -> None:
+    """A folder a command writes its files into (made where missing), checked before any model
+    loads: `predict --glue-test` into a run folder of a shared, read-only runs folder (its default
+    RUN/glue-test) or an --output there predicted every test set, then failed making the folder,
+    the predictions lost."""
+    existing = next((p for p in [folder, *folder.parents] if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise UserError(f"{what}: {existing} is a file, so the folder {folder} cannot be made there; give "
+                        "another folder (--output DIR)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{what}: cannot write in {existing} (permission denied), where it writes {folder}; "
+                        "give a folder that can be written (--output DIR)")
 
 
 def check_destination(path: Path, folder: bool, what: str) -> None:

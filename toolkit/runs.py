@@ -624,13 +624,25 @@ def write_whole(path: Path, text: str | bytes) -> None:
     predicts to one --output) each rename their own whole file, where a temporary name they
     shared was truncated by one while the other renamed it (a cut file, or FileNotFoundError).
     What a killed writer left (its process gone) is removed here."""
-    _remove_stale_temporaries(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode as umask says
+    write_all_whole({path: text})
+
+
+def write_all_whole(files: dict[Path, str | bytes]) -> None:
+    """Several files, as `write_whole` writes one, all or none: every one is written to its own
+    temporary file first, and only then are they renamed (a full disk at MNLI's second GLUE
+    submission file left the first new beside an older submission's second)."""
+    temporaries: dict[Path, Path] = {}
     try:
-        tmp.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)  # the name is this call's alone
-        os.replace(tmp, path)
+        for path, text in files.items():
+            _remove_stale_temporaries(path)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode as umask says
+            temporaries[path] = tmp
+            tmp.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)  # the name is this call's alone
+        for path, tmp in temporaries.items():
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp in temporaries.values():
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -654,8 +666,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def json_text(data: Any) -> str:
+    return json.dumps(finite(data), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
 def write_json(path: Path, data: Any) -> None:
-    write_whole(path, json.dumps(finite(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
+    write_whole(path, json_text(data))
 
 
 LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -680,9 +696,19 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 def write_predictions(path: Path, rows: list[dict], files: dict[str, Any], retired: tuple[str, ...] = ()) -> None:
     """predictions.jsonl and, beside it, a task's `prediction_files` as `<stem>.NAME.json`; the
     `retired` names (`Task.retired_prediction_files`) an older run or eval left there go."""
-    write_jsonl(path, rows)
+    write_all_whole(prediction_texts(path, rows, files))
+    retire_prediction_files(path, files, retired)
+
+
+def prediction_texts(path: Path, rows: list[dict], files: dict[str, Any]) -> dict[Path, str]:
+    """What `write_predictions` writes: {file: its text}, to be written all or none."""
+    texts = {path: "".join(jsonl_line(row) for row in rows)}
     for name, content in files.items():
-        write_json(path.with_name(f"{path.stem}.{name}.json"), content)
+        texts[path.with_name(f"{path.stem}.{name}.json")] = json_text(content)
+    return texts
+
+
+def retire_prediction_files(path: Path, files: dict[str, Any], retired: tuple[str, ...]) -> None:
     for name in retired:
         if name not in files:
             path.with_name(f"{path.stem}.{name}.json").unlink(missing_ok=True)

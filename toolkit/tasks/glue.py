@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from toolkit import readers
+from toolkit import readers, runs
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, data_root, hub_dataset, hub_offline, subset
 from toolkit.tasks._classification import Classification, classification_metrics
@@ -274,15 +274,14 @@ class Glue(Classification):
                 values = [self.spec.labels[self.label_names.index(p["label"])] for p in preds]
             predicted[file_name] = (index, values)
         out_dir.mkdir(parents=True, exist_ok=True)
-        written = []
-        for file_name, (index, values) in predicted.items():
-            path = out_dir / file_name
-            # whole or not at all: the folder may gather other tasks' files for one submission
-            partial = path.with_name(f".{file_name}.partial")
-            partial.write_text("index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in zip(index, values)))
-            partial.replace(path)
-            written.append(path)
-        return written
+        # whole or not at all, each call under names of its own (runs.write_all_whole): the folder may
+        # gather other tasks' files for one submission; a full disk at MNLI's second file left the
+        # first new beside an older submission's second, and two calls at once shared one
+        # `.SST-2.tsv.partial` (one truncated it while the other renamed it)
+        files = {out_dir / name: "index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in zip(index, values))
+                 for name, (index, values) in predicted.items()}
+        runs.write_all_whole(files)
+        return list(files)
 
     def main_metric(self) -> str:
         return self.spec.main
