@@ -269,11 +269,12 @@ LAUNCHES = {
 
 
 @pytest.mark.parametrize("entry", LAUNCHES)
-@pytest.mark.parametrize("edit", ["edited", "gone", "model gone", "unedited"])
+@pytest.mark.parametrize("edit", ["edited", "gone", "model gone", "another run's folder", "unedited"])
 def test_a_finished_run_is_skipped_only_with_the_recipe_it_was_made_with(trained: Path, tmp_path: Path, cli,
                                                                          entry: str, edit: str) -> None:
     """Rule: a finished run is finished as made. Its recipe.yaml edited (or removed) after the run,
-    or its model/ removed, `run` and `sweep` still skipped it as finished, exit 0, over a folder
+    its model/ removed, or another finished run's folder renamed or copied onto its id (that run's
+    metrics stood for this one), `run` and `sweep` still skipped it as finished, exit 0, over a folder
     that eval, predict and report then refused; now every launch says so in one line, exit 2,
     before anything loads, the folder as it was (--force trains it again). The unedited run is
     still finished already."""
@@ -286,12 +287,17 @@ def test_a_finished_run_is_skipped_only_with_the_recipe_it_was_made_with(trained
         (run / "recipe.yaml").unlink()
     elif edit == "model gone":  # the run's result itself
         shutil.rmtree(run / "model")
+    elif edit == "another run's folder":  # a finished run's folder renamed or copied onto this run's id
+        metrics = json.loads((run / "metrics.json").read_text())
+        (run / "metrics.json").write_text(json.dumps({**metrics, "run_id": "0123456789ab"}))
     before = {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")}
     if edit == "unedited":
         LAUNCHES[entry](cli, root)
     else:
         said = {"edited": "recipe.yaml: not the recipe this run was made with", "gone": "recipe.yaml: the finished run's "
-                "recipe is gone", "model gone": "model: the finished run's model is gone"}[edit]
+                "recipe is gone", "model gone": "model: the finished run's model is gone",
+                "another run's folder": f"{run.name}: this folder holds the finished run 0123456789ab \\(metrics.json "
+                "run_id\\), not run"}[edit]
         with pytest.raises(toolkit.UserError, match=rf"{said}.*put it back .*--force"):
             LAUNCHES[entry](cli, root)
     assert {p: p.read_bytes() if p.is_file() else None for p in root.rglob("*")} == before

@@ -154,10 +154,16 @@ def finished_as_made(run: Path, then: str = "") -> bool:
         said = "is gone" if raw is None else "is damaged (not a mapping)"
         raise UserError(f"{file}: the finished run's recipe {said}; put it back as the run wrote it{then}")
     try:
-        recorded = runs.read_json(run / "metrics.json").get("recipe_hash")
+        metrics = runs.read_json(run / "metrics.json")
     except (OSError, ValueError):
-        recorded = None
+        metrics = {}
+    recorded = metrics.get("recipe_hash") if isinstance(metrics, dict) else None
     made_with(run, raw, recorded, then)
+    ran_as = metrics.get("run_id") if isinstance(metrics, dict) else None
+    if isinstance(ran_as, str) and ran_as != run.name:  # its folder renamed, or copied onto another id
+        raise UserError(f"{run}: this folder holds the finished run {ran_as} (metrics.json run_id), not run "
+                        f"{run.name}: a run folder renamed or copied onto another run's id is not that run; put "
+                        "it back under its own id, or run the recipe again with --force to train this run")
     method = raw.get("method") if isinstance(raw.get("method"), dict) else {}
     trains = method.get("name") not in methods.METHODS or methods.METHODS.get(method["name"]).trains
     if trains and not (run / "model").is_dir():  # the result itself: said as gone, not "finished already"
