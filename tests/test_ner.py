@@ -492,3 +492,38 @@ def test_predict_reads_a_conll_file_with_tags_the_run_lacks_as_conll(tmp_path: P
         else:
             with pytest.raises(UserError, match=expect.replace("in.txt", "<stdin>" if source == "stdin" else "in.txt")):
                 read()
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_the_export_line_names_the_pipeline_only_where_it_groups_the_runs_words(tiny_checkpoint, family: str) -> None:
+    """An export's line named pipeline(aggregation_strategy="first") as grouping entities by the
+    run's rule (a word's tag at its first sub-token) for every tokenizer: with BERT's WordPiece the
+    pipeline cuts 'U.S.' into four words, each tagged at its own sub-token, and gave other entities
+    than the run's, exit 0. Now the line promises it exactly where the pipeline's entities are the
+    rule's (checked on a random model), and says otherwise where they are not."""
+    from seqeval.metrics.sequence_labeling import get_entities
+    from transformers import AutoModelForTokenClassification, pipeline
+
+    from toolkit import models
+    from toolkit.tasks.ner import PROBE_WORDS, first_words, word_tags
+
+    tok = models.load_tokenizer(tiny_checkpoint(family), words=True)  # as the run saves it
+    torch.manual_seed(0)
+    model = AutoModelForTokenClassification.from_pretrained(
+        tiny_checkpoint(family), num_labels=len(CONLL_TAGS), id2label=dict(enumerate(CONLL_TAGS)),
+        label2id={t: i for i, t in enumerate(CONLL_TAGS)}).eval()
+    words = ["Peter", *PROBE_WORDS, "visited", "New", "York"] * 2
+    enc = tok(words, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        ids = model(**enc).logits[0].argmax(-1).tolist()
+    tags = word_tags(ids, first_words(enc.word_ids(0)), len(words), CONLL_TAGS)
+    starts = np.cumsum([0] + [len(w) + 1 for w in words])
+    by_rule = [(kind, int(starts[a]), int(starts[b] + len(words[b]))) for kind, a, b in get_entities(tags)]
+    found = pipeline("token-classification", model=model, tokenizer=tok, aggregation_strategy="first")(" ".join(words))
+    by_pipeline = [(e["entity_group"], e["start"], e["end"]) for e in found]
+    line = Ner().export_settings(tok)
+    promised = 'aggregation_strategy="first") groups entities by that rule' in line
+    assert promised == (by_pipeline == by_rule), (line, by_rule, by_pipeline)
+    assert promised == (family != "bert"), line  # WordPiece splits a word at its punctuation
+    if not promised:
+        assert "'U.S.'" in line and "tag by the rule above" in line, line

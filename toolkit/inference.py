@@ -829,7 +829,7 @@ def read_as_run(task: Any, model: Any, tok: Any, config_at: str | None = None) -
             tok.model_max_length = tok.init_kwargs["model_max_length"] = limit
             said = (f"; its tokenizer cuts at task.max_length={limit} tokens as the run did (model_max_length, "
                     "where truncation=True cuts)")
-    return said + task.export_settings() + decode_as_run(task, model, tok, config_at)
+    return said + task.export_settings(tok) + decode_as_run(task, model, tok, config_at)
 
 
 def specials_read_otherwise(task: Any, out: Path) -> str:

@@ -390,10 +390,11 @@ class Task:
         """Strings recorded beside the float metrics in metrics.json (sacreBLEU's signature)."""
         return {}
 
-    def export_settings(self) -> str:
+    def export_settings(self, tokenizer: Any = None) -> str:
         """What an export's line adds for a plain transformers user: the settings of the run's
         prediction that no saved file holds and that reading its outputs needs (extractive QA's
-        answer search), as `; ...`; "" where the folder holds them all."""
+        answer search), as `; ...`; "" where the folder holds them all. `tokenizer`: the
+        exported one, where what the line can promise depends on it (NER's pipeline words)."""
         return ""
 
     def reading_limit(self) -> int | None:

@@ -211,6 +211,38 @@ def word_tags(preds: Any, words: Any, count: int, names: list[str]) -> list[str]
     return tags
 
 
+PROBE_WORDS = ("U.S.", "Jean-Pierre", "O'Neil", "3,000", "St.")  # words of one token-free piece each
+
+
+def pipeline_splits(tokenizer: Any) -> list[str]:
+    """The words of PROBE_WORDS (a CoNLL sentence's: punctuation inside a word) that transformers'
+    token-classification pipeline takes as more than one word (its `gather_pre_entities`, which
+    aggregation_strategy "first" groups by): with a tokenizer whose model marks continued
+    sub-tokens (WordPiece's `##`), a token starts a word where its text is as long as its token
+    string, so a piece its pre-tokenizer split off ('.' of 'U.S.') is a word of its own; with
+    others, a token starts a word after a space, as the run's words are. An unknown token starts
+    one in both."""
+    if not getattr(tokenizer, "is_fast", False):
+        return []
+    text = " ".join(PROBE_WORDS)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    marked = getattr(getattr(getattr(tokenizer, "_tokenizer", None), "model", None), "continuing_subword_prefix", None)
+    split, seen = [], set()
+    for token, (start, end) in zip(tokenizer.convert_ids_to_tokens(enc["input_ids"]), enc["offset_mapping"]):
+        if end <= start:
+            continue
+        word = text[:end - 1].count(" ")  # the word of the token's last character
+        if marked:
+            starts = len(token) == end - start
+        else:
+            starts = start == 0 or " " in text[start - 1:start + 1]
+        starts = starts or token == tokenizer.unk_token
+        if word in seen and starts and PROBE_WORDS[word] not in split:
+            split.append(PROBE_WORDS[word])
+        seen.add(word)
+    return split
+
+
 class WordCollator:
     """transformers' DataCollatorForTokenClassification, with `word_index` padded as the labels
     are (-100, on the tokenizer's padding side): that collator pads `labels` alone."""
@@ -431,16 +463,27 @@ class Ner(Task):
     predicts = True
     predict_word_lists = ("tokens",)
 
-    def export_settings(self) -> str:
+    def export_settings(self, tokenizer: Any = None) -> str:
         """An export's line says how the run read a tag per word: the folder's model tags every
         sub-token, and transformers' token-classification pipeline, as loaded, gives each one
         its own tag (aggregation_strategy "none"), those after a word's first never trained
-        (-100): other tags than `toolkit predict`'s, exit 0, for every word of more than one."""
-        return ("; a word's tag is the one at its first sub-token (the rest were never trained, as run_ner "
+        (-100): other tags than `toolkit predict`'s, exit 0, for every word of more than one.
+        The pipeline's aggregation_strategy "first" is named as the way to group entities so only
+        where it finds the run's words (`pipeline_splits`): with a WordPiece tokenizer (BERT) it
+        cut 'U.S.' into four words, each tagged at its own (untrained) sub-token, and gave other
+        entities than the run's, exit 0, where the line said it grouped them by the run's rule."""
+        said = ("; a word's tag is the one at its first sub-token (the rest were never trained, as run_ner "
                 "trains them): the tokenizer on the words with is_split_into_words=True, the argmax at the "
-                "first position of each word_ids() value, O for a word with none (past the cut); "
-                "pipeline(\"token-classification\", model=OUT, aggregation_strategy=\"first\") groups "
-                "entities by that rule")
+                "first position of each word_ids() value, O for a word with none (past the cut); ")
+        split = pipeline_splits(tokenizer) if tokenizer is not None else []
+        if not split:
+            return said + ("pipeline(\"token-classification\", model=OUT, aggregation_strategy=\"first\") groups "
+                           "entities by that rule")
+        return said + ("pipeline(\"token-classification\", model=OUT) does not: its words are not the run's with this "
+                       f"tokenizer ({', '.join(repr(w) for w in split)} are several words each to it, cut where its "
+                       "tokenizer cuts them, each tagged at its own sub-token, with any aggregation_strategy), so its "
+                       "entities "
+                       "differ on such words; tag by the rule above")
 
     def predict_fields(self, model: Any) -> list[str]:
         self.labels = [model.config.id2label[i] for i in range(model.config.num_labels)]

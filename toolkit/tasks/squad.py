@@ -554,7 +554,7 @@ class Squad(TextToText):
         ds = hub_dataset(self, HUB_IDS[self.version], rows=lambda split, name: hub_squad(split, name, self.version))
         return ds["train"], ds["validation"]
 
-    def export_settings(self) -> str:
+    def export_settings(self, tokenizer: Any = None) -> str:
         """An extractive export's line names the answer search the run's scores and `toolkit
         predict` used, under run_qa.py's (utils_qa.py's) flags: the folder holds the head and the
         tokenizer, not the window length and stride, n_best, max_answer_length or the v2.0 null
