@@ -524,10 +524,12 @@ def test_gradient_checkpointing_changes_nothing(stock, name: str, family: str) -
     assert all(int(b) == 1 for b in buffers.values())  # performer: one pass counted
 
 
-@pytest.mark.parametrize("name, family", [(n, f) for n in SMALL for f in ("bert", "bart")])
+@pytest.mark.parametrize("name, family", [(n, f) for n in SMALL for f in ("bert", "gpt2", "bart")])
 def test_output_attentions_or_one_line(stock, name: str, family: str) -> None:
     """output_attentions=True gives a weight tensor per layer where the module forms weights, and
-    one line where it does not (transformers returned an empty tuple, silently)."""
+    one line where it does not (transformers returned an empty tuple, silently). Finding: the line
+    came only where the family hands the keyword on to its attention function; GPT-2 pops it (its
+    output collector records the weights), so a forward and generate() gave `attentions=()`, exit 0."""
     from toolkit.errors import UserError
 
     entry = stock(family)
@@ -537,10 +539,15 @@ def test_output_attentions_or_one_line(stock, name: str, family: str) -> None:
         if weightless:
             with pytest.raises(UserError, match=f"output_attentions: {name} attention forms no attention weights"):
                 model(**inputs, output_attentions=True)
+            if family == "gpt2":
+                with pytest.raises(UserError, match=f"output_attentions: {name} attention forms no attention weights"):
+                    model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=entry[1].pad_token_id,
+                                   output_attentions=True, return_dict_in_generate=True)
+            model(**inputs, output_hidden_states=True)  # asking for hidden states alone is no request for weights
             return
         result = model(**inputs, output_attentions=True)
-    found = result.attentions if family == "bert" else result.encoder_attentions + result.cross_attentions
-    layers = model.config.num_hidden_layers if family == "bert" else 2 * model.config.encoder_layers
+    found = result.encoder_attentions + result.cross_attentions if family == "bart" else result.attentions
+    layers = 2 * model.config.encoder_layers if family == "bart" else model.config.num_hidden_layers
     assert len(found) == layers and all(a.shape[-1] == inputs["input_ids"].shape[-1] for a in found)
     torch.testing.assert_close(found[0].sum(-1), torch.ones_like(found[0].sum(-1)), atol=1e-4, rtol=0)
 
