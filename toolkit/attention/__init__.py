@@ -275,11 +275,28 @@ def attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     if refused:
         raise UserError(refused)
     out, weights = settings.attend(module, query, key, value, pad, scaling, dropout, bias)
-    if weights is None and kwargs.get("output_attentions"):  # else transformers returns () silently
+    if weights is None and weights_requested(kwargs):  # else transformers returns () silently
         raise UserError(f"output_attentions: {settings.name} attention forms no attention weights "
                         "(it never builds the full query x key matrix); ask for them with a module "
                         "that does (dot, bilinear, relative, ...), or leave output_attentions off")
     return out, weights
+
+
+def weights_requested(kwargs: dict) -> bool:
+    """Whether the model's caller asked for attention weights: the `output_attentions` keyword
+    where the family hands it on to its attention function (BERT, RoBERTa, BART, T5), or else the
+    output collector transformers' `capture_outputs` set for this forward (it records each layer's
+    weights with a hook), which is all there is where the family drops the keyword: GPT-2 pops it.
+    Reading the keyword alone, a module that forms no weights gave GPT-2 `attentions=()` (a
+    forward and `generate(output_attentions=True)` alike), exit 0."""
+    if kwargs.get("output_attentions"):
+        return True
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:  # another transformers: the keyword is all there is
+        return False
+    collected = _active_collector.get()
+    return bool(collected) and any(str(key).endswith("attentions") for key in collected)
 
 
 def additive_mask(settings: Attention, mask: torch.Tensor,
