@@ -112,7 +112,8 @@ def text_end(tokenizer: Any) -> int | None:
     """The token a decoder-only model's answer ends with, and that its generation stops at: the
     tokenizer's EOS, else the [SEP] a BERT-vocabulary tokenizer ends a text with (the GPT-2s
     trained on BERT's vocabulary, uer/gpt2-chinese-*, have no EOS); None where it has neither."""
-    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else getattr(tokenizer, "sep_token_id", None)
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return eos if eos is not None else getattr(tokenizer, "sep_token_id", None)
 
 
 def leading_special(tokenizer: Any) -> list[int]:
