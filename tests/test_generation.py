@@ -1594,3 +1594,53 @@ def test_the_length_decay_is_recorded_alike_from_the_recipe_and_from_the_checkpo
     assert recipe.endswith("|exponential_decay_length_penalty:[2, 1.5]")
     cleared = Generation(exponential_decay_length_penalty=[]).kwargs(8)
     assert cleared["exponential_decay_length_penalty"] is None and "exponential" not in decoding_used(model, cleared)
+
+
+def _no_end(tok: Any) -> Any:
+    """BERT's tokenizer with neither an EOS nor a [SEP] to end a text with."""
+    tok.sep_token = None
+    return tok
+
+
+@pytest.mark.parametrize("task_name", ["summarization", "translation"])
+@pytest.mark.parametrize("icl", [False, True], ids=["fine-tuned", "in-context"])
+@pytest.mark.parametrize("tokenizer_name, end", [("gpt2", "<|endoftext|>"), ("bert-base-uncased", "[SEP]"),
+                                                 ("bert-base-uncased", None)])
+def test_a_decoder_only_answer_ends_once_with_the_token_generation_stops_at(
+        task_name: str, icl: bool, tokenizer_name: str, end: str | None, tmp_path: Path) -> None:
+    """A decoder-only model's answer ends with its tokenizer's EOS, else the [SEP] a BERT-vocabulary
+    tokenizer ends a text with (GPT-2s trained on BERT's vocabulary have no EOS): the token
+    `end_ids` stops generation at, once, after the answer's text. It was the EOS id alone: None in
+    every sequence and a TypeError traceback at the first batch, while generation stopped at
+    [SEP]. A tokenizer with neither is one line naming the setting."""
+    from toolkit.tasks import TASKS
+
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"source": f"The cat sat on mat {i}.", "target": "Cat sat."}) + "\n"
+                            for i in range(3)))
+    fields = {"source_field": "source", "target_field": "target"} if task_name == "translation" else {}
+    task = TASKS.get(task_name)(subset="custom", train_file=str(path), eval_file=str(path), max_length=16,
+                                max_target_length=8, **fields)
+    task.model_head("gpt2")
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / tokenizer_name)
+    tok = _no_end(tok) if end is None else tok
+    rows = task.load()["eval"][""]
+    if icl:
+        task.prompt_in_context([[("A dog ran.", "Dog ran.")]] * len(rows), "\n\n", 64,
+                               lambda texts: [list(x) for x in tok(texts)["input_ids"]])
+    try:
+        if end is None:
+            with pytest.raises(UserError, match=r"^model.checkpoint: its tokenizer \(\w+\) has no eos_token .*"
+                                                r"set eos_token in its tokenizer_config.json$"):
+                task.encode(rows, tok)
+            return
+        encoded = task.encode(rows, tok)
+    finally:
+        task.in_context = None
+    end_id = tok.convert_tokens_to_ids(end)
+    assert task.end_ids(None, tok) == [end_id]
+    for row in encoded:
+        answer = [t for t in row["labels"] if t != -100]
+        assert answer[-1] == end_id and answer.count(end_id) == 1, answer
+        assert row["input_ids"][-len(answer):] == answer
+        assert tok.decode(answer[:-1]).strip().lower() == "cat sat."

@@ -27,7 +27,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._fields import language_tag
-from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, leading_special, special_frame
+from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, leading_special, special_frame, text_end
 from toolkit.models import CASE_PROBE, kind_of, lowercased, most_across, parts_lost, reads_padding, shards_weights
 
 torch = lazy("torch", globals())
@@ -714,8 +714,14 @@ class TextToText(TokenTask):
         self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, enc["cut"])
         self.note_budget([len(t) for t in enc["input_ids"]])  # the text's tokens: the EOS after them adds no text
         out: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": [], "prompt_ids": []}
+        end = text_end(tok)  # the answer was closed with the EOS id alone: None in every sequence under a
+        # tokenizer without one (a GPT-2 on BERT's vocabulary), a TypeError traceback at the first batch
+        if end is None:
+            raise UserError(f"model.checkpoint: its tokenizer ({type(tok).__name__}) has no eos_token (nor a "
+                            "sep_token) to end each answer with, so the model could not learn where an answer "
+                            "ends; set eos_token in its tokenizer_config.json")
         for prompt, t in zip(prompts, enc["input_ids"]):
-            answer = t + [tok.eos_token_id]
+            answer = t + [end]
             start = max(0, len(prompt) + len(answer) - limit) if limit else 0  # tokens cut from the left
             seq, labels = (prompt + answer)[start:], ([IGNORE] * len(prompt) + answer)[start:]
             out["prompt_ids"].append(prompt)
@@ -834,8 +840,7 @@ class TextToText(TokenTask):
         the end token skipped, was scored and predicted."""
         saved = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         ends = [] if saved is None else [saved] if isinstance(saved, int) else list(saved)
-        trained = getattr(tok, "eos_token_id", None)
-        trained = getattr(tok, "sep_token_id", None) if trained is None else trained
+        trained = text_end(tok) if tok is not None else None
         ends += [trained] if trained is not None and trained not in ends else []
         return ends or None
 

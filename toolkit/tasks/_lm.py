@@ -108,6 +108,14 @@ def special_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
     return [], []
 
 
+def text_end(tokenizer: Any) -> int | None:
+    """The token a decoder-only model's answer ends with, and that its generation stops at: the
+    tokenizer's EOS, else the [SEP] a BERT-vocabulary tokenizer ends a text with (the GPT-2s
+    trained on BERT's vocabulary, uer/gpt2-chinese-*, have no EOS); None where it has neither."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return eos if eos is not None else getattr(tokenizer, "sep_token_id", None)
+
+
 def leading_special(tokenizer: Any) -> list[int]:
     """The ids the tokenizer puts before a text (its BOS, where it adds one); what it puts after
     (an EOS some add) is no part of a decoder's prompt."""
