@@ -720,7 +720,7 @@ def test_a_force_rerun_stopped_while_clearing_leaves_no_finished_run(tmp_path: P
     assert code == 0 and "finished already" not in out and (run / "model").is_dir() and runs.is_finished(run), out + err
 
 
-@pytest.mark.parametrize("writer", ["write_json", "write_jsonl"])
+@pytest.mark.parametrize("writer", ["write_json", "write_predictions"])
 def test_writers_at_once_each_leave_a_whole_file_and_no_partial_one(tmp_path: Path, writer: str) -> None:
     """Two `toolkit eval` of one run at once (or two threads of the API) write the same
     predictions-<split>.jsonl and eval-<split>.json. The temporary file they shared (`.tmp`,
@@ -738,7 +738,10 @@ def test_writers_at_once_each_leave_a_whole_file_and_no_partial_one(tmp_path: Pa
     def write(i: int) -> None:
         try:
             for _ in range(15):
-                getattr(runs, writer)(target, {"rows": bodies[i]} if writer == "write_json" else bodies[i])
+                if writer == "write_json":
+                    runs.write_json(target, {"rows": bodies[i]})
+                else:
+                    runs.write_predictions(target, bodies[i], {})
         except BaseException as exc:  # collected: a thread's exception would be lost
             errors.append(exc)
 

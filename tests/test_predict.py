@@ -373,7 +373,7 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
     assert all(ch in written for ch in "é東京🙂") or name.endswith(".gz")  # text as written, not \\u-escaped
 
 
-@pytest.mark.parametrize("writer", ["runs.write_jsonl", "inference.render"])
+@pytest.mark.parametrize("writer", ["runs.write_predictions", "inference.render"])
 def test_every_jsonl_the_toolkit_writes_reads_back_one_row_a_line(tmp_path: Path, writer: str) -> None:
     """A run folder's predictions.jsonl and predict's output alike: NEL, U+2028 and U+2029 in a
     text are escaped, so a reader splitting at any line break still sees one row a line."""
@@ -381,15 +381,15 @@ def test_every_jsonl_the_toolkit_writes_reads_back_one_row_a_line(tmp_path: Path
 
     rows = [{"prediction": f"a{c}b", "i": i} for i, c in enumerate("\u0085\u2028\u2029\n")]
     path = tmp_path / "p.jsonl"
-    if writer == "runs.write_jsonl":
-        runs.write_jsonl(path, rows)
+    if writer == "runs.write_predictions":
+        runs.write_predictions(path, rows, {})
     else:
         path.write_text(inference.render(rows, "jsonl"))
     lines = path.read_text().splitlines()
     assert [json.loads(line) for line in lines] == rows
 
 
-@pytest.mark.parametrize("writer", ["runs.write_jsonl", "inference.render jsonl", "inference.render json"])
+@pytest.mark.parametrize("writer", ["runs.write_predictions", "inference.render jsonl", "inference.render json"])
 def test_every_json_the_toolkit_writes_is_strict_json(tmp_path: Path, writer: str) -> None:
     """Rule: NaN and infinities are null in every JSON the toolkit writes, as metrics.json and
     log.jsonl already wrote them. A run folder's predictions.jsonl and predict's JSONL / JSON
@@ -399,8 +399,8 @@ def test_every_json_the_toolkit_writes_is_strict_json(tmp_path: Path, writer: st
 
     rows = [{"prediction": "x", "no_answer_score": math.inf, "probabilities": {"a": math.nan, "b": -math.inf}}]
     path = tmp_path / "p.json"
-    if writer == "runs.write_jsonl":
-        runs.write_jsonl(path, rows)
+    if writer == "runs.write_predictions":
+        runs.write_predictions(path, rows, {})
     else:
         path.write_text(inference.render(rows, writer.split()[-1]))
     strict = lambda constant: pytest.fail(f"{constant} is not JSON")

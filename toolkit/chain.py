@@ -233,8 +233,7 @@ def base_current(plan: RunPlan, root: Path, what: str = "this recipe") -> None:
         return
     changed = runs.base_changed(saved, source)
     if changed is not None:
-        how = "changed" if changed.name in saved.get("files", {}) and changed.exists() else \
-            "was removed" if changed.name in saved.get("files", {}) else "was added"
+        how = {"gone": "was removed", "changed": "changed", "added": "was added"}[runs.change_kind(changed, saved)]
         raise UserError(f"{out}: this finished run trained on model.checkpoint {source} as it was then, and "
                         f"{changed} {how} since: its result is of the earlier base; run {what} again with "
                         "--force to train on the base as it is, or put the base back as it was")

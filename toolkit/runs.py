@@ -224,9 +224,14 @@ def result_changed(run: Path) -> str | None:
         return None
     if changed == model:
         return f"{model} is gone"
-    said = "is gone" if not changed.exists() else \
-        "changed since the run saved it" if changed.name in saved["files"] else "was added since the run"
-    return f"{changed} {said}"
+    said = {"gone": "is gone", "changed": "changed since the run saved it", "added": "was added since the run"}
+    return f"{changed} {said[change_kind(changed, saved)]}"
+
+
+def change_kind(changed: Path, saved: dict) -> str:
+    """What happened to a file `base_changed` names, against the record `saved` (base_record):
+    'gone' (recorded, not there now), 'changed' (recorded, other bytes) or 'added' (not recorded)."""
+    return "gone" if not changed.exists() else "changed" if changed.name in saved.get("files", saved) else "added"
 
 
 def hub_data_changed(saved: dict | None, now: dict | None) -> str | None:
@@ -687,10 +692,6 @@ def jsonl_line(row: dict) -> str:
     for raw, escaped in LINE_BREAKS.items():
         line = line.replace(raw, escaped)
     return line + "\n"
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    write_whole(path, "".join(jsonl_line(row) for row in rows))
 
 
 def write_predictions(path: Path, rows: list[dict], files: dict[str, Any], retired: tuple[str, ...] = ()) -> None:
