@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from toolkit import schema
+
 if TYPE_CHECKING:
     from toolkit.recipe_data import Recipe
 
@@ -134,7 +136,7 @@ class LengthOrder(Sampler):
 def eval_batch_size(recipe: Recipe) -> int:
     """train.eval_batch_size, else twice the training batch: evaluation keeps no activations for
     backward, so it fits about twice the examples in the same memory."""
-    return recipe.train.eval_batch_size or 2 * recipe.train.batch_size
+    return schema.value_of(recipe.train, "eval_batch_size")  # its DERIVED rule
 
 
 def eval_loaders(recipe: Recipe, setup: Any) -> tuple[dict[str, DataLoader], dict[str, list[int]]]:

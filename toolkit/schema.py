@@ -273,6 +273,15 @@ def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[s
     return out
 
 
+def value_of(settings: Any, name: str, parent: Any = None) -> Any:
+    """Field `name` of `settings` as the toolkit reads it: as set, else the value its unset stands
+    for (its `DERIVED` function: the one rule the hash and the readers share)."""
+    value = getattr(settings, name)
+    if value is not None:
+        return value
+    return derived_value(next(f for f in dataclasses.fields(settings) if f.name == name), settings, parent)
+
+
 def derived_value(f: dataclasses.Field, settings: Any, parent: Any = None) -> Any:
     """The value field `f` of `settings` (inside `parent`, if nested) takes when unset (its
     `DERIVED` function), or None where the settings do not say it."""

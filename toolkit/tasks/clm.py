@@ -21,7 +21,7 @@ from toolkit.errors import UserError
 from toolkit.tasks import TASKS, fingerprint
 from toolkit.tasks._lm import IGNORE
 from toolkit.tasks._text import HELDOUT, TextTask
-from toolkit.schema import DERIVED
+from toolkit.schema import DERIVED, value_of
 
 
 def sliding_windows(ids: list[int], max_length: int, stride: int) -> list[tuple[list[int], list[int]]]:
@@ -60,7 +60,7 @@ class CausalLM(TextTask):
         is scored with (a smaller stride, more context, a lower perplexity on the same model), so
         runs at another eval_stride are scored under another metric, never a grid to choose from
         (a report chose the stride that scored lowest as the best setting, exit 0)."""
-        stride = self.eval_stride or max(1, self.max_length // 2)
+        stride = value_of(self, "eval_stride")
         return {**super().metric_info(), "perplexity": f"sliding windows of {self.max_length} tokens every {stride} "
                                                        f"(up to {self.max_length - stride} tokens of context)"}
 
@@ -70,7 +70,7 @@ class CausalLM(TextTask):
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         if HELDOUT not in dataset.column_names:
             return super().encode(dataset, tokenizer)  # packed training blocks
-        stride, end = self.eval_stride or max(1, self.max_length // 2), self.document_end(tokenizer)
+        stride, end = value_of(self, "eval_stride"), self.document_end(tokenizer)
         begin = self.document_start(tokenizer)
 
         def windows(batch: dict) -> dict:
