@@ -50,6 +50,61 @@ def test_bleu_and_chrf_equal_sacrebleu_with_signature() -> None:
     assert signatures["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
 
 
+MULTI_PREDS = ["The cat sat on the mat.", "A man plays a guitar on stage.", "It rains today."]
+MULTI_REFS = [["The cat was sitting on the mat.", "A cat sat on a mat."],  # two references
+              ["A man is playing the guitar on stage."],  # one
+              ["Today it is raining.", "It is raining today.", "Rain falls today."]]  # three
+
+
+@pytest.mark.parametrize("name", ["translation", "summarization"])
+def test_several_references_per_example_are_scored_as_the_reference_tools_score_them(name: str) -> None:
+    """An example with several references (a list-valued target) is scored against all of them:
+    BLEU and chrF as sacreBLEU's multi-reference API (reference streams, None where an example
+    has fewer), ROUGE as rouge-score's score_multi (the best F-measure per key). Was: translation
+    and summarization scored only each list's first reference, exit 0; the signature says the
+    count (nrefs:var here), and a one-reference split keeps nrefs:1 and its scores."""
+    import sacrebleu
+    from datasets import Dataset
+    from rouge_score import rouge_scorer
+
+    from toolkit.tasks import TASKS
+
+    task = TASKS.get(name)(subset="custom", eval_file="x.jsonl")
+    task.decoded = lambda outputs: MULTI_PREDS
+    raw = Dataset.from_dict({"source": ["s"] * 3, "target": MULTI_REFS})
+    assert task.references(raw) == MULTI_REFS
+    ours = task.score({}, raw)
+    firsts = task.score({}, Dataset.from_dict({"source": ["s"] * 3, "target": [r[0] for r in MULTI_REFS]}))
+    if name == "translation":
+        streams = [[refs[j] if j < len(refs) else None for refs in MULTI_REFS] for j in range(3)]
+        assert ours["bleu"] == sacrebleu.corpus_bleu(MULTI_PREDS, streams).score
+        assert ours["chrf"] == sacrebleu.corpus_chrf(MULTI_PREDS, streams).score
+        assert ours["bleu"] > firsts["bleu"]  # the second and third references hold the predictions' n-grams
+        task.score({}, raw)
+        assert task.metric_info()["bleu_signature"].startswith("nrefs:var|")
+        task.score({}, Dataset.from_dict({"source": ["s"], "target": [["a", "b"]]}))
+        assert task.metric_info()["chrf_signature"].startswith("nrefs:2|")
+        task.score({}, Dataset.from_dict({"source": ["s"], "target": ["a"]}))
+        assert task.metric_info()["bleu_signature"].startswith("nrefs:1|")
+    else:
+        scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
+        for key in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+            want = [scorer.score_multi(refs, pred)[key].fmeasure for pred, refs in zip(MULTI_PREDS, MULTI_REFS)]
+            assert ours[key] == pytest.approx(sum(want) / len(want), abs=1e-12), key
+        assert ours["rouge2"] > firsts["rouge2"]  # "It is raining today." holds "rain today"
+
+
+def test_one_reference_per_example_scores_as_before_and_none_is_refused() -> None:
+    import sacrebleu
+
+    assert sacrebleu_scores(PREDS, [[r] for r in REFS]) == sacrebleu_scores(PREDS, REFS)
+    assert sacrebleu_scores(PREDS, REFS)[0]["bleu"] == sacrebleu.corpus_bleu(PREDS, [REFS]).score
+    assert rouge(PREDS, [[r] for r in REFS]) == rouge(PREDS, REFS)
+    for score in (rouge, sacrebleu_scores):
+        with pytest.raises(ValueError, match="example 1 has no reference"):
+            score(PREDS, [[REFS[0]], []])
+
+
 @pytest.mark.parametrize("subset, source, target", [("multi30k", "en", "de"), ("iwslt14", "de", "en")])
 def test_bleu_on_the_real_dev_references_equals_sacrebleu_on_the_files_lines(subset: str, source: str, target: str) -> None:
     """The references a translation run scores against are the eval file's lines as they are

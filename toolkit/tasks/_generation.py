@@ -436,7 +436,9 @@ class TextToText(TokenTask):
         return row["target"]
 
     def references(self, raw: Any) -> list[list[str]]:
-        return [[t] for t in raw["target"]]
+        """Each example's references: its target, or each of them where a reader gives a list
+        (the metrics score several references per example, `_text_metrics.reference_lists`)."""
+        return [[t] if isinstance(t, str) else list(t) for t in raw["target"]]
 
     # --- references the metric can score -----------------------------------------------------
     def check_references(self, references: list[str], split: str) -> None:

@@ -33,18 +33,31 @@ def sentence_lines(text: str) -> str:
     return "\n".join(s.strip() for s in _segmenter().segment(text) if s.strip())
 
 
-def rouge(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+def reference_lists(references: Sequence[str | Sequence[str]]) -> list[list[str]]:
+    """Each example's references as a list: a string is its one reference. An example with none
+    is refused (ValueError): no metric here has a score for it."""
+    lists = [[refs] if isinstance(refs, str) else list(refs) for refs in references]
+    empty = next((i for i, refs in enumerate(lists) if not refs), None)
+    if empty is not None:
+        raise ValueError(f"example {empty} has no reference to score against")
+    return lists
+
+
+def rouge(predictions: Sequence[str], references: Sequence[str | Sequence[str]]) -> dict[str, float]:
     """Mean F-measure of ROUGE-1/2/L/Lsum over examples, Porter stemming on (as
     `evaluate`'s rouge and the summarization example scripts use it). A mean, not
-    rouge-score's bootstrap mid-point, so the number does not depend on a random resampling."""
+    rouge-score's bootstrap mid-point, so the number does not depend on a random resampling.
+    An example may have several references (a list): each key's score is the best F-measure
+    over them, as rouge-score's `score_multi` (and `evaluate`'s rouge on a list) takes it."""
     from rouge_score import rouge_scorer
 
     scorer = rouge_scorer.RougeScorer(list(ROUGE_KEYS), use_stemmer=True)
     totals = dict.fromkeys(ROUGE_KEYS, 0.0)
-    for pred, ref in zip(predictions, references):
-        scores = scorer.score(sentence_lines(ref), sentence_lines(pred))  # (target, prediction)
+    for pred, refs in zip(predictions, reference_lists(references)):
+        lines = sentence_lines(pred)
+        scores = [scorer.score(sentence_lines(ref), lines) for ref in refs]  # (target, prediction)
         for key in ROUGE_KEYS:
-            totals[key] += scores[key].fmeasure
+            totals[key] += max(s[key].fmeasure for s in scores)
     n = max(len(predictions), 1)
     return {k: v / n for k, v in totals.items()}
 
@@ -108,22 +121,30 @@ def spaceless_script(texts: Sequence[str]) -> tuple[str, float, tuple[str, ...]]
     return (name, share, fits) if name else None
 
 
-def sacrebleu_scores(predictions: Sequence[str], references: Sequence[str],
+def sacrebleu_scores(predictions: Sequence[str], references: Sequence[str | Sequence[str]],
                      tokenize: str = "13a") -> tuple[dict[str, float], dict[str, str]]:
-    """Corpus BLEU and chrF on detokenised text, and their sacreBLEU signatures."""
+    """Corpus BLEU and chrF on detokenised text, and their sacreBLEU signatures. An example may
+    have several references (a list, their number free per example): sacreBLEU's multi-reference
+    scoring, the references as streams with None where an example has fewer (its way of a
+    variable count; an empty string would be scored as a reference of length 0), its signature
+    `nrefs:N` or `nrefs:var`. One reference each was `[references]` and is scored as before."""
     from sacrebleu.metrics import BLEU, CHRF
 
+    lists = reference_lists(references)
+    width = max(map(len, lists), default=1)
+    streams = [[refs[j] if j < len(refs) else None for refs in lists] for j in range(width)]
     bleu, chrf = BLEU(tokenize=tokenize), CHRF()
-    refs = [list(references)]
-    scores = {"bleu": bleu.corpus_score(list(predictions), refs).score,
-              "chrf": chrf.corpus_score(list(predictions), refs).score}
+    scores = {"bleu": bleu.corpus_score(list(predictions), streams).score,
+              "chrf": chrf.corpus_score(list(predictions), streams).score}
     return scores, {"bleu": str(bleu.get_signature()), "chrf": str(chrf.get_signature())}
 
 
-def sacrebleu_signatures(tokenize: str = "13a") -> dict[str, str]:
+def sacrebleu_signatures(tokenize: str = "13a", counts: Sequence[int] = (1,)) -> dict[str, str]:
     """The signatures of the settings alone (sacreBLEU fills in the reference count once it has
-    scored something, hence the one-sentence corpus)."""
-    _, signatures = sacrebleu_scores(["a"], ["a"], tokenize)
+    scored something, hence a corpus of one sentence per reference count in `counts`, the counts
+    of references per example that were scored: one count, nrefs:N; several, nrefs:var)."""
+    counts = sorted(set(counts)) or [1]
+    _, signatures = sacrebleu_scores(["a"] * len(counts), [["a"] * n for n in counts], tokenize)
     return {f"{k}_signature": v for k, v in signatures.items()}
 
 

@@ -228,7 +228,7 @@ class Summarization(TextToText):
                       f"written in letters ROUGE's tokenizer drops (rouge-score keeps a-z and 0-9; the first: "
                       f"{_excerpt(predictions[unread[0]])}): each scores 0 whatever it says")
             self.say_notices(run=False)
-        return rouge(predictions, [refs[0] for refs in self.references(raw)])
+        return rouge(predictions, self.references(raw))
 
 
 _LETTERS = re.compile(r"[^\W_]")  # a letter or digit of any script

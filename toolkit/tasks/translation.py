@@ -107,7 +107,9 @@ class Translation(TextToText):
         return ("task.source_lang", self.source_lang), ("task.target_lang", self.target_lang)
 
     def metric_info(self) -> dict[str, str]:
-        return {**sacrebleu_signatures(self.bleu_tokenize), **super().metric_info()}
+        # the reference counts per example of the split scored (`score`): nrefs in the signature
+        counts = self.__dict__.get("_reference_counts", (1,))
+        return {**sacrebleu_signatures(self.bleu_tokenize, counts), **super().metric_info()}
 
     def prompt_basis(self) -> dict[str, Any]:
         return {"source_lang": self.source_lang, "target_lang": self.target_lang}
@@ -224,6 +226,7 @@ class Translation(TextToText):
                                           lambda first: f"name it {names[0]} in the input", fill=False)]
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
-        scores, _ = sacrebleu_scores(self.decoded(outputs), [r[0] for r in self.references(raw)],
-                                     self.bleu_tokenize)
+        references = self.references(raw)
+        self.__dict__["_reference_counts"] = tuple(sorted({len(r) for r in references}))
+        scores, _ = sacrebleu_scores(self.decoded(outputs), references, self.bleu_tokenize)
         return scores
