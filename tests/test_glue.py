@@ -218,6 +218,33 @@ def test_f1_with_no_positive_anywhere_is_nan_and_said_never_zero(capsys, monkeyp
     assert macro.compute_metrics(np.array([0, 0, 2]), np.array([0, 0, 0]))["f1"] == pytest.approx(0.4)  # (0.8 + 0) / 2
 
 
+MCC_TASKS = [Glue(subset="cola"),  # GLUE's MCC task, and a user's two and three labels
+             TextClassification(eval_file="unused.csv", labels=["neg", "pos"], metrics=["matthews_correlation"]),
+             TextClassification(eval_file="unused.csv", labels=["a", "b", "c"], metrics=["matthews_correlation"])]
+
+
+@pytest.mark.parametrize("task", MCC_TASKS, ids=["cola", "own-data", "own-data-3"])
+@pytest.mark.parametrize("label", [0, 1])
+def test_matthews_correlation_of_labels_of_one_class_is_nan_and_said_never_zero(capsys, monkeypatch, task,
+                                                                                   label: int) -> None:
+    """MCC divides by the labels' spread, which is 0 where an eval split's labels are all one
+    class (a CoLA subset of acceptable sentences): it was 0.0, scikit-learn's stand-in, for every
+    model, one right on every example included, read as chance level and averaged into a GLUE
+    score. NaN (null in metrics.json) with a warning, as an undefined F1 or correlation; constant
+    predictions against labels that vary stay 0.0, as GLUE scores a majority-class baseline (every
+    path that scores a classifier calls compute_metrics)."""
+    monkeypatch.setattr("toolkit.tasks._classification._SAID", set())
+    labels = np.full(4, label)
+    for preds in (labels, np.array([0, 1, 0, 1])):
+        got = task.compute_metrics(preds, labels)["matthews_correlation"]
+        assert np.isnan(got)
+    assert ("warning: matthews_correlation is undefined (the labels of 4 example(s) are all one class); recorded "
+            "as null") in capsys.readouterr().err
+    assert task.compute_metrics(np.full(4, label), np.array([0, 1, 1, 0]))["matthews_correlation"] == 0.0
+    assert task.compute_metrics(np.array([0, 1, 1, 0]), np.array([0, 1, 1, 0]))["matthews_correlation"] == 1.0
+    assert "undefined" not in capsys.readouterr().err
+
+
 def _read(folder: Path) -> dict[str, list[str]]:
     return {p.name: p.read_text().splitlines() for p in folder.iterdir()}
 

@@ -53,7 +53,14 @@ def classification_metrics(names: tuple[str, ...] | list[str], preds: np.ndarray
         elif name == "f1":
             average = "binary" if num_labels <= 2 else "macro"
             out[name] = float(skm.f1_score(labels, preds, average=average, pos_label=1, zero_division=0))
+        elif name == "matthews_correlation" and len(np.unique(labels)) < 2:
+            # the labels' variance is 0, so the correlation is 0/0 whatever the predictions:
+            # scikit-learn's stand-in 0.0 scored a model right on every example as chance level
+            out[name] = undefined(f"warning: matthews_correlation is undefined (the labels of {len(preds)} "
+                                  "example(s) are all one class); recorded as null")
         elif name == "matthews_correlation":
+            # constant predictions against labels that vary: 0.0, as scikit-learn and GLUE score
+            # a majority-class baseline
             out[name] = float(skm.matthews_corrcoef(labels, preds))
         elif name in REGRESSION_METRICS:
             out[name] = correlation(stats, name, preds, labels)
