@@ -179,7 +179,9 @@ class Translation(TextToText):
         return hub_pairs(self, hub_id, config, "train", s, t), hub_pairs(self, hub_id, config, eval_split, s, t)
 
     def load(self) -> dict[str, Any]:
-        return self.checked(load_pairs(self))
+        data = self.checked(load_pairs(self))
+        self.counted_references(data["eval"][""])
+        return data
 
     def split_file(self, split: str) -> str:
         train, evaluation, _, _ = self.sources()
@@ -226,7 +228,13 @@ class Translation(TextToText):
                                           lambda first: f"name it {names[0]} in the input", fill=False)]
 
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
+        scores, _ = sacrebleu_scores(self.decoded(outputs), self.counted_references(raw), self.bleu_tokenize)
+        return scores
+
+    def counted_references(self, raw: Any) -> list[list[str]]:
+        """The split's references, their counts per example kept for the signature's nrefs
+        (`metric_info`): at load, for a run whose final scores were not computed in this process
+        (a resume after its last evaluation), and again where a split is scored."""
         references = self.references(raw)
         self.__dict__["_reference_counts"] = tuple(sorted({len(r) for r in references}))
-        scores, _ = sacrebleu_scores(self.decoded(outputs), references, self.bleu_tokenize)
-        return scores
+        return references
