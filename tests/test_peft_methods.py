@@ -514,3 +514,74 @@ def test_default_targets_are_accepted_exactly_where_peft_has_them(name, family) 
     except UserError:
         applied = False
     assert (refused is None) == applied, (name, family, refused)
+
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+        "num_key_value_heads": 2, "d_ff": 64, "d_kv": 16, "num_layers": 1, "num_decoder_layers": 1,
+        "d_inner": 64, "n_head": 2, "n_layer": 1}
+
+
+def tiny_model(family: str, auto: str = "AutoModelForSequenceClassification", vocab: int = 64,
+               pad: int = 0) -> torch.nn.Module:
+    """A random one-layer model of `family` with its head, from its config alone."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model(family, vocab_size=vocab, num_labels=2, pad_token_id=pad)
+    for key, value in TINY.items():
+        if hasattr(config, key) or key in getattr(config, "attribute_map", {}):
+            setattr(config, key, value)
+    torch.manual_seed(0)
+    return getattr(transformers, auto).from_config(config)
+
+
+@pytest.mark.parametrize("family, held_apart", [("deberta", {"q_bias", "v_bias"}),
+                                                ("xlnet", {"r_w_bias", "r_r_bias", "r_s_bias"})])
+def test_bitfit_trains_every_bias_term_held_apart_from_its_layer(family, held_apart):
+    """Finding: bitfit trained parameters named `bias` only, and DeBERTa keeps its query and value
+    biases apart from its bias-free in_proj (`q_bias`, `v_bias`), XLNet its attention biases
+    (`r_w_bias`, ...): frozen under bitfit, exit 0 (DeBERTa trained no query or value bias, the
+    paper's most changed terms). Every bias term trains, and nothing else but the head."""
+    from toolkit import models
+
+    model = tiny_model(family)
+    heads = models.head_names(model)
+    METHODS.get("bitfit")().apply(model, Context(family, heads, "SEQ_CLS", None))
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert {n.rsplit(".", 1)[-1] for n in trained} >= held_apart, sorted(trained)
+    assert all(n.rsplit(".", 1)[-1] in {"bias", *held_apart} or is_head(n, heads) for n in trained), sorted(trained)
+
+
+@pytest.mark.parametrize("family, auto, task_type", [
+    ("llama", "AutoModelForSequenceClassification", "SEQ_CLS"), ("llama", "AutoModelForCausalLM", "CAUSAL_LM"),
+    ("mt5", "AutoModelForSequenceClassification", "SEQ_CLS"), ("mt5", "AutoModelForSeq2SeqLM", "SEQ_2_SEQ_LM")])
+def test_bitfit_on_a_body_without_bias_terms_is_one_line(family, auto, task_type):
+    """Finding: bitfit was refused for the family `t5` alone; on any other body without bias terms
+    (Llama, Mistral, Gemma, mT5) it trained the head alone, a linear probe under bitfit's name,
+    exit 0 (a Llama classifier: 64 trainable parameters, its score layer), or on a language model
+    stopped as training nothing. Refused where the method is applied, before training."""
+    from toolkit import models
+    from toolkit.errors import UserError
+
+    model = tiny_model(family, auto)
+    heads = models.head_names(model)
+    with pytest.raises(UserError, match=rf"^method.name: bitfit trains bias terms and this {family} model has none "
+                                        r"outside its head .*; use (method freeze for that, or lora/ia3|lora or ia3)$"):
+        METHODS.get("bitfit")().apply(model, Context(family, heads, task_type, None))
+
+
+def test_bitfit_on_a_bias_free_checkpoint_is_one_line_before_the_run_folder(cli, tmp_path, runs_dir):
+    """The same through `toolkit run` on a local Llama folder: exit 2, one line, no run folder."""
+    from conftest import SHARED
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "llama"
+    tok = AutoTokenizer.from_pretrained(SHARED / "tokenizers" / "gpt2")
+    tiny_model("llama", "AutoModelForCausalLM", vocab=len(tok), pad=tok.eos_token_id).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    recipe = write_recipe(tmp_path / "r.yaml", (
+        f"model: {{checkpoint: {folder}}}\ntask: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 8, "
+        "max_eval_samples: 8}\nmethod: {name: bitfit}\ntrain: {max_steps: 1, batch_size: 4}\n"))
+    code, _, err = cli("run", recipe, "--runs-dir", runs_dir)
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert code == 2 and "bitfit trains bias terms and this llama model has none outside its head" in line, err
+    assert not runs_dir.exists()
