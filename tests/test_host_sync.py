@@ -142,7 +142,8 @@ def test_the_tally_names_the_step_past_the_limit() -> None:
         ok = torch.isfinite(loss)
         tally.add(step, loss, one, torch.tensor(4.0), ok, allowed=1)
     r = tally.read()
-    assert (r.samples, r.skipped, r.over_step, r.over_norm) == (8, 3, 4, False)
+    # every step's examples count toward the rate (its time does): skipped ones too
+    assert (r.samples, r.skipped, r.over_step, r.over_norm) == (20, 3, 4, False)
     assert tally.read().skipped == 0  # the sums restart after a read
 
 
@@ -187,3 +188,34 @@ def test_torch_called_directly_steps_exactly_as_accelerates_wrappers(tmp_path: P
     assert len(direct_log) == 4 and direct_log == wrapped_log
     assert direct.keys() == wrapped_weights.keys()
     assert all(torch.equal(direct[k], wrapped_weights[k]) for k in direct)
+
+
+def test_the_wait_at_a_read_is_training_time(tmp_path: Path, cli, monkeypatch, tiny_checkpoint) -> None:
+    """A step does no host read, so on a GPU the host queues steps ahead of the device and the
+    read at a log, evaluation or save step waits for them to finish: that wait is the steps' time.
+    It was counted nowhere (train_runtime_s stopped before it, the log's rate was read after it,
+    an evaluation was timed from after it), so on a GPU-bound run samples/s was the host's speed
+    of queueing steps. On the CPU nothing runs ahead; a read that takes 0.25 s stands in for the
+    wait: every one is in train_runtime_s, and in the log's rate at its step."""
+    import time
+
+    from toolkit.tally import Tally
+
+    read, waits = Tally.read, []
+
+    def waiting(self):  # noqa: ANN001 - the device finishing the queued steps
+        time.sleep(0.25)
+        waits.append(1)
+        return read(self)
+
+    monkeypatch.setattr(Tally, "read", waiting)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bert"), method="{name: full}"))
+    code, _, err = cli("run", recipe, "train.max_steps=4", "train.log_every=2", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    run = next((tmp_path / "runs").rglob("metrics.json")).parent
+    metrics = json.loads((run / "metrics.json").read_text())
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert len(waits) == 3  # steps 1, 2 and 4 log
+    assert metrics["train_runtime_s"] >= 0.25 * len(waits)
+    last = [e for e in log if e.get("step") == 4 and "loss" in e][0]
+    assert 2 * 4 / last["samples_per_second"] >= 0.25 * len(waits)  # the clock the rate was read off

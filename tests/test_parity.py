@@ -726,6 +726,124 @@ train: {{epochs: 2, lr: 1.0e-3, batch_size: 2, grad_accum: 2, warmup_ratio: 0.3,
         torch.testing.assert_close(value, theirs[key], atol=2e-5, rtol=0)
 
 
+@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "bart", "t5"])
+def test_classification_steps_as_trainer_does_on_the_same_batches(parity, tiny_checkpoint, tmp_path: Path,
+                                                                  family: str) -> None:
+    """SST-2 classification, full fine-tuning, of the toolkit and of Trainer from the same tiny
+    model of each family, on the same batches (2 epochs of 14 examples in 4 + 4 + 4 + 2: every
+    epoch's last batch short), warmup_ratio 0.3, weight decay 0.1 (each family's own norms and
+    biases left out), clipping at 1.0: per step the learning rate, loss and gradient norm, and the
+    final weights, are Trainer's (docs/loop.md)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Trainer, TrainerCallback
+
+    import toolkit
+    from toolkit.recipe import load
+    from toolkit.recipe_data import RunPlan
+    from toolkit.setup import build
+
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text(f"""model: {{checkpoint: {tiny_checkpoint(family)}, dropout: 0.0}}
+task: {{name: glue, subset: sst2, max_length: 32, max_train_samples: 14, max_eval_samples: 4}}
+method: {{name: full}}
+train: {{epochs: 2, lr: 1.0e-3, batch_size: 4, warmup_ratio: 0.3, weight_decay: 0.1, group_by_length: false,
+         log_every: 1, eval_every: 0, keep_best: false, seed: 3}}
+""")
+    run = toolkit.run(recipe_file, runs_dir=tmp_path / "runs")
+    ours = [(e["step"], e["lr"], e["loss"], e["grad_norm"])
+            for e in map(json.loads, (run.dir / "log.jsonl").read_text().splitlines()) if "loss" in e]
+    recipe = load(str(recipe_file))
+    setup = build(RunPlan(recipe))
+    collate = setup.task.collator(setup.tokenizer, setup.model)
+    logged = []
+
+    class Logged(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN003
+            if logs and "loss" in logs:
+                logged.append((state.global_step, logs["learning_rate"], logs["loss"], logs["grad_norm"]))
+
+    args = parity.training_arguments(recipe, tmp_path / "trainer", remove_unused_columns=False, logging_steps=1)
+    args.logging_strategy = "steps"
+    keys = ("input_ids", "attention_mask", "token_type_ids", "labels")
+    trainer = Trainer(model=setup.model, args=args, train_dataset=setup.train, callbacks=[Logged()],
+                      data_collator=lambda rows: {k: v for k, v in collate(rows).items() if k in keys})
+    lengths = [len(ids) for ids in setup.train["input_ids"]]
+    trainer._get_train_sampler = lambda dataset=None: parity.ToolkitBatches(lengths, list(range(len(lengths))), recipe)
+    trainer.train()
+    assert [s for s, *_ in ours] == [s for s, *_ in logged] == list(range(1, 9))
+    for mine, theirs in zip(ours, logged):
+        assert mine[1:] == pytest.approx(theirs[1:], rel=1e-5, abs=1e-12), (mine, theirs)
+    final = load_file(next((run.dir / "model").glob("*.safetensors")))
+    state = trainer.model.state_dict()
+    for key, value in final.items():
+        torch.testing.assert_close(value, state[key], atol=1e-6, rtol=0)
+
+
+# (parity task, family, head, whether Trainer 5.24 doubles its loss under 2 accumulated micro-batches)
+TRAINER_GA = [("(glue)", "bert", "sequence", True), ("(ner)", "bert", "token", True),
+              ("qa, qa2", "minilm", "qa", False), ("mlm", "minilm", "mlm", True),
+              ("summarization, translation", "minilm2minilm", "seq2seq", True), ("(t5 recipes)", "t5", "seq2seq", True),
+              ("(bart recipes)", "bart", "seq2seq", True), ("clm, gpt2", "gpt2", "clm", False)]
+
+
+@pytest.mark.parametrize("tasks, family, head, doubled", TRAINER_GA, ids=[f"{f}-{h}" for _, f, h, _ in TRAINER_GA])
+def test_which_heads_trainer_scales_twice_under_accumulation(tiny_checkpoint, tmp_path: Path, tasks, family, head,
+                                                             doubled) -> None:
+    """What docs/loop.md and docs/benchmarks.md say of the parity reference under grad_accum: Trainer
+    skips its division by the accumulation steps wherever the batch has `labels` and the forward
+    takes `**kwargs`, and only a loss that reads `num_items_in_batch` makes up for it
+    (transformers#47688). Its logged loss over 2 micro-batches of 2 equal rows, at lr 0, against
+    the mean of their losses: 2x on classification, MLM and every seq2seq head (the encoder-decoder
+    of the summarization and translation rows too), 1x on QA (its batches hold no `labels`, so
+    Trainer divides) and on GPT-2's CLM (its loss reads the count; (L-1)/L of it: every label counted)."""
+    import torch
+    import transformers as T
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from conftest import MINILM
+    from toolkit import models
+
+    path = models.smoke_checkpoint(MINILM) if family.startswith("minilm") else tiny_checkpoint(family)
+    auto = {"sequence": T.AutoModelForSequenceClassification, "token": T.AutoModelForTokenClassification,
+            "qa": T.AutoModelForQuestionAnswering, "mlm": T.AutoModelForMaskedLM, "clm": T.AutoModelForCausalLM,
+            "seq2seq": T.AutoModelForSeq2SeqLM}[head]
+    torch.manual_seed(0)
+    if family == "minilm2minilm":  # what model.warm_start: encoder-decoder builds
+        model = T.EncoderDecoderModel.from_encoder_decoder_pretrained(path, path)
+        model.config.decoder_start_token_id, model.config.pad_token_id = 101, 0
+    else:
+        model = auto.from_pretrained(path, **({"num_labels": 3} if head in ("sequence", "token") else {}))
+    model.eval()
+    model.train = lambda mode=True: model  # Trainer's train() keeps it so: no dropout, the same forward as below
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    g = torch.Generator().manual_seed(1)
+    rows = []
+    for i in range(4):
+        ids = torch.randint(5, vocab, (6,), generator=g)
+        row = {"input_ids": ids, "attention_mask": torch.ones(6, dtype=torch.long)}
+        row.update({"sequence": {"labels": torch.tensor(i % 3)}, "token": {"labels": ids % 3},
+                    "qa": {"start_positions": torch.tensor(i), "end_positions": torch.tensor(i + 1)},
+                    "mlm": {"labels": torch.where(torch.arange(6) % 2 == 0, ids, -100)}, "clm": {"labels": ids},
+                    "seq2seq": {"labels": torch.randint(5, vocab, (4,), generator=g)}}[head])
+        rows.append(row)
+    stack = lambda batch: {k: torch.stack([r[k] for r in batch]) for k in batch[0]}  # noqa: E731
+    with torch.no_grad():
+        mean = sum(model(**stack(rows[i:i + 2])).loss.item() for i in (0, 2)) / 2
+    logged = []
+
+    class Logged(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN003
+            logged.extend([logs["loss"]] if logs and "loss" in logs else [])
+
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2,
+                             gradient_accumulation_steps=2, max_steps=1, learning_rate=0.0, logging_steps=1,
+                             report_to=[], save_strategy="no", use_cpu=True, train_sampling_strategy="sequential",
+                             remove_unused_columns=False, disable_tqdm=True)
+    Trainer(model=model, args=args, train_dataset=rows, data_collator=stack, callbacks=[Logged()]).train()
+    assert round(logged[0] / mean) == (2 if doubled else 1), (tasks, logged[0] / mean)
+
+
 @pytest.mark.parametrize("verbose", [False, True])
 def test_a_benchmark_is_quiet_as_the_toolkit_is(tmp_path: Path, verbose: bool) -> None:
     """`benchmarks/parity qa --smoke` with a fresh cache builds its small model first: transformers'

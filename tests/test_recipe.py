@@ -74,6 +74,10 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
      "early_stopping_threshold is not a setting: any improvement of train.metric restarts"),
     (["train.adam_epsilon=1e-6"], "(transformers' adam_epsilon is not a setting: AdamW's eps is Trainer's default"),
     (["train.dataloader_drop_last=true"], "(transformers' dataloader_drop_last is not a setting: no batch is dropped"),
+    (["train.eval_on_start=true"], "train.eval_on_start: unknown key (transformers' eval_on_start is not a "
+     "setting: nothing is evaluated before the first step"),
+    (["train.eval_delay=10"], "(transformers' eval_delay is not a setting: evaluations are at every"),
+    (["train.save_only_model=true"], "(transformers' save_only_model is not a setting: a checkpoint holds"),
     (["train.label_smoothing_factor=0.1"], "train.label_smoothing_factor: unknown key (transformers' "
      "label_smoothing_factor is not a setting: the loss is the task's plain cross-entropy"),
 ])

@@ -690,6 +690,13 @@ def test_a_skipped_batch_takes_one_step_slot_on_the_device_and_on_the_host(tmp_p
         finite = [e["loss"] for e in log if "loss" in e and e["loss"] is not None]
         assert len(finite) == metrics["train_steps"] - 1
         assert metrics["train_loss"] == pytest.approx(sum(finite) / len(finite), rel=1e-12)
+        # the rate counts every example a step took, the skipped step's too, as its time counts
+        # (Trainer's train_samples_per_second: the planned examples over the loop's time); it
+        # counted the finite steps' alone, and a sweep's --estimate read the clock off it
+        taken = 8 * metrics["train_steps"]
+        assert metrics["train_samples_per_second"] * metrics["train_runtime_s"] == pytest.approx(taken)
+        assert all(e["samples_per_second"] * metrics["train_runtime_s"] == pytest.approx(taken)
+                   for e in log if e.get("step") == metrics["train_steps"] and "loss" in e)
         seen[path] = (len(calls), metrics["train_steps"], metrics["skipped_nonfinite"],
                       [(e["step"], e["lr"], e["loss"] is None) for e in log if "loss" in e])
         assert shown == ([] if path == "device" else [2]), path  # the host path shows the skip at its step

@@ -59,6 +59,17 @@ FOREIGN_NAMES: dict[str, tuple[str, str]] = {
     "data_seed": ("not a setting: train.seed orders the data (task.max_train_samples subsets with seed 0)",
                   "transformers'"),
     "metric_for_best_model": ("train.metric", "transformers'"),
+    # guessed by spelling as eval_every / save_total_limit, settings of another meaning
+    "eval_on_start": ("not a setting: nothing is evaluated before the first step; the first evaluation is at "
+                      "step train.eval_every, or at the first epoch's end", "transformers'"),
+    "eval_delay": ("not a setting: evaluations are at every train.eval_every steps from the first (0: each "
+                   "epoch's end) and at the last step", "transformers'"),
+    "save_only_model": ("not a setting: a checkpoint holds the optimizer, schedule and RNG states (exact resume); "
+                        "model/ holds the weights alone", "transformers'"),
+    "dataloader_num_workers": ("not a setting: batches are collated in the training process; the data order "
+                               "is a function of train.seed and the epoch", "transformers'"),
+    "torch_compile": ("train.compile", "transformers'"),
+    "logging_strategy": ("train.log_every (optimizer steps)", "transformers'"),
     "output_dir": ("the --runs-dir flag", "transformers'"),
     "max_seq_length": ("task.max_length", "run_glue's"),
     "model_name_or_path": ("model.checkpoint", "run_glue's"),

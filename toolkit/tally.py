@@ -24,7 +24,7 @@ class Reading:
 
     loss: float  # the last step's loss
     grad_norm: float  # the last step's gradient norm before clipping (measured with clipping off too)
-    samples: int  # examples of the finite steps since the last read
+    samples: int  # examples the steps since the last read took (skipped ones too: their time counts)
     skipped: int  # non-finite steps since the last read (skipped on the device)
     first_skip: int  # the first skipped step since the last read; 0: none
     first_norm: bool  # that step's loss was finite: its gradient norm was not
@@ -76,10 +76,10 @@ class Tally:
         over_loss = 0.0
         losses = []
         for (loss, _, n, ok, none), (step, allowed) in zip(values, steps):
+            samples += int(n)  # fed forward and backward, its time counted: a skipped step's too
             if none:
                 empty, first_empty = empty + 1, first_empty or step
             if ok or none:
-                samples += int(n)
                 if not none:  # an empty step's loss is 0/0: not a loss to average
                     losses.append(loss)
                 continue

@@ -508,10 +508,16 @@ class Loop:
 
     def _read(self) -> Reading | None:
         """Bring the tally to the host (on every process, at the same steps): samples and skips
-        into the state; stops the run, naming the step, if the skips went past the limit."""
+        into the state; stops the run, naming the step, if the skips went past the limit. The
+        read waits for the steps queued on a GPU since the last one (a step does no host read, so
+        the host runs ahead of the device): that wait is the steps' own time and counts in
+        `train_runtime_s` and the rates. It counted nowhere (the log's rate was read after it, an
+        evaluation timed from after it): the rate was the host's speed of queueing steps."""
         if not self.tally.pending:
             return None
-        r = self.tally.read()
+        start = time.perf_counter()
+        r = self.tally.read()  # waits for the steps the device still runs: training time, as theirs
+        self.state.train_time += time.perf_counter() - start
         self.state.samples += r.samples
         # the logged loss is the mean over the steps since the last log, as Trainer logs tr_loss,
         # not the logged step's alone; and metrics.json's train_loss the mean over the run's steps
