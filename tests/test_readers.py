@@ -1228,8 +1228,7 @@ LINE_END_READERS = {"read": lambda p: readers.read(p)["text"], "text_classificat
                     "summarization/translation": _pairs_rows, "predict": _predict_rows}
 
 
-@pytest.mark.parametrize("reader, suffix", [(r, s) for r in sorted(LINE_END_READERS) for s in (".csv", ".tsv")
-                                             if not (s == ".tsv" and r.startswith("summarization"))])  # no TSV there
+@pytest.mark.parametrize("reader, suffix", [(r, s) for r in sorted(LINE_END_READERS) for s in (".csv", ".tsv")])
 def test_a_row_ending_at_a_lone_carriage_return_is_refused(tmp_path: Path, reader: str, suffix: str) -> None:
     """Finding: a row ending at a lone carriage return (classic Mac's line end) in a file of \\n
     line ends made pandas read the next row shifted when its first field was empty: `\\r,great,pos,neg`
@@ -1300,8 +1299,7 @@ BOM_CELLS = {  # name -> (suffix, the file's bytes: line 3's text begins with U+
 
 
 @pytest.mark.parametrize("reader, case", [(r, c) for r in ("classification train", "classification eval", "summarization",
-                                                             "predict input") for c in sorted(BOM_CELLS)
-                                           if not (r == "summarization" and c == "tsv")])  # it reads no TSV
+                                                             "predict input") for c in sorted(BOM_CELLS)])
 def test_a_text_cell_beginning_with_a_byte_order_mark_is_refused_at_its_line(tmp_path: Path, case: str,
                                                                             reader: str) -> None:
     """Finding: `scan` allows one BOM at a file's start (every reader strips it), but a text cell

@@ -1,7 +1,7 @@
 """Summarization: SAMSum here, CNN/DailyMail and XSum from the Hub, or a user's own files.
 
 A preset (`subset`) names where data comes from and which fields hold the document and the
-summary; `train_file` / `eval_file` (JSON, JSONL or CSV, `.gz` too) replace it with local files.
+summary; `train_file` / `eval_file` (JSON, JSONL, CSV or TSV, `.gz` too) replace it with local files.
 Scores are ROUGE-1/2/L/Lsum F-measures (rouge-score, stemming; rougeLsum on one sentence per line).
 """
 
