@@ -100,7 +100,7 @@ class Summarization(TextToText):
     names = ("documents", "summaries")  # what a cut is counted in
 
     subset: Literal["samsum", "cnn_dailymail", "xsum", "custom"] = "samsum"
-    train_file: str | None = None  # JSON / JSONL / CSV; overrides the preset's
+    train_file: str | None = None  # JSON / JSONL / CSV / TSV; overrides the preset's
     eval_file: str | None = None
     field_keys: ClassVar[tuple[str, ...]] = ("source_field",)
     scored_keys: ClassVar[tuple[str, ...]] = ("target_field",)

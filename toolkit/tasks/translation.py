@@ -62,7 +62,7 @@ class Translation(TextToText):
     subset: Literal["multi30k", "iwslt14", "wmt14", "wmt16", "custom"] = "multi30k"
     source_lang: str = "en"
     target_lang: str = "de"
-    train_file: str | None = None  # parallel text with {lang}, or JSON / JSONL / CSV
+    train_file: str | None = None  # parallel text with {lang}, or JSON / JSONL / CSV / TSV
     eval_file: str | None = None
     field_keys: ClassVar[tuple[str, ...]] = ("source_field",)
     scored_keys: ClassVar[tuple[str, ...]] = ("target_field",)
