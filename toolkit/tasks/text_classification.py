@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
@@ -320,14 +321,14 @@ class TextClassification(Classification):
                                     "its own class: write them alike if they are one")
 
     def _note_spaced(self, values: set[str], path: str) -> None:
-        """Labels with a space at an end, every one of them alike (a CSV written `text, label`,
-        each cell after `, `): each is a class named as written, `' pos'` and `' 1'`, with no other
-        spelling beside it for `_note_case` to say. The model's label names, its predictions and
+        """Labels with a space at an end that no other spelling stands beside (a CSV written
+        `text, label`, each cell after `, `): each is a class named as written, `' pos'` and
+        `' 1'`, and `_note_case` has no group to say. The model's label names, its predictions and
         every later file were to hold the space (an eval file's `pos` was refused), exit 0 at the
         run, where pandas (and run_glue through it) reads ` 1` as the number 1. Said once, naming
         them, as field names with a space at an end are (`_fields.note_spaced`)."""
-        keys = [v.strip().casefold() for v in values]
-        spaced = sorted(v for v in values if v != v.strip() and keys.count(v.strip().casefold()) == 1)  # else said alike
+        keys = Counter(v.strip().casefold() for v in values)
+        spaced = sorted(v for v in values if v != v.strip() and keys[v.strip().casefold()] == 1)  # else said alike
         if spaced:
             shown = _fields.quoted(spaced[:3]) + (", ..." if len(spaced) > 3 else "")
             self.note("label spaces", f"{path}: {len(spaced)} label(s) with a space at an end ({shown}); each is a "
