@@ -4,6 +4,7 @@ scores against hand-worked cases, exact resume, and the task's own head and pred
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -395,6 +396,32 @@ def test_bad_jsonl_sentences_are_one_line(tmp_path: Path, record: dict, settings
     file.write_text(json.dumps(record) + "\n")
     with pytest.raises(UserError, match=message):
         Ner(train_file=None, eval_file=str(file), labels=None, **settings).load()
+
+
+@pytest.mark.parametrize("split", ["train_file", "eval_file"])
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_tag_ids_are_ids_where_one_sentence_writes_a_whole_number_as_a_fraction(tmp_path: Path, suffix: str,
+                                                                                split: str) -> None:
+    """Finding: JSON has one number type, and one tag id written `0.0` anywhere in a file made the
+    reader hold every sentence's tags as doubles: the first sentence, written `[1, 2, 0]`, was
+    refused as "tags should be text (B-PER) or numbers". A whole number is the id it names, in a
+    train or an eval file, a JSON list or JSONL; a fraction is still no id."""
+    records = [{"tokens": ["Peter", "Blackburn", "said"], "ner_tags": [1, 2, 0]},
+               {"tokens": ["EU", "rejects"], "ner_tags": [1, 0.0]}]
+    file = tmp_path / f"x{suffix}"
+    write = lambda rows: file.write_text(json.dumps(rows) if suffix == ".json" else  # noqa: E731
+                                         "".join(json.dumps(r) + "\n" for r in rows))
+    write(records)
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(json.dumps({"tokens": ["Peter", "said"], "ner_tags": ["B-PER", "O"]}) + "\n" for _ in range(2)))
+    files = {"train_file": str(plain), "eval_file": str(plain), split: str(file)}
+    task = Ner(**files, labels=["O", "B-PER", "I-PER"])
+    loaded = task.load()
+    assert (loaded["train"] if split == "train_file" else loaded["eval"][""])["tags"] == [[1, 2, 0], [1, 0]]
+    records[1]["ner_tags"] = [1, 0.5]
+    write(records)
+    with pytest.raises(UserError, match=rf"x{re.escape(suffix)}(:2|: record 2): tag 0.5 is not an id into task.labels"):
+        Ner(**files, labels=["O", "B-PER", "I-PER"]).load()
 
 
 @pytest.mark.parametrize("name", sorted(n for n in METHODS.names() if METHODS.get(n)().added_positions()))

@@ -582,3 +582,42 @@ def test_pandas_default_column_names_are_a_header(tmp_path: Path) -> None:
     path = csv(tmp_path / "d.csv", "0,1", [(sentence(i), i % 2) for i in range(20)])
     task = recipes.load(OWN / "minilm-full.yaml", [f"task.train_file={path}", f"task.eval_file={path}"]).task
     assert len(task.load()["train"]) == 20 and task.label_column == "1"
+
+
+TABLED = {  # recipe -> (the two fields, records)
+    "minilm2minilm-summarization": (("transcript", "notes"),
+                                    [(f"A: {sentence(i, 12)} B: {sentence(i + 1, 12)}", sentence(i, 5)) for i in range(6)]),
+    "minilm2minilm-translation": (("en", "de"), [(sentence(i, 4), f"der satz {i}") for i in range(6)]),
+}
+
+
+def _tabled(path: Path, names: tuple[str, str], rows: list[tuple[str, str]]) -> Path:
+    if path.suffix == ".jsonl":
+        return jsonl(path, [dict(zip(names, r)) for r in rows])
+    sep = "\t" if path.suffix == ".tsv" else ","
+    path.write_text("\ufeff" + sep.join(names) + "\r\n" + "".join(sep.join(r) + "\r\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "csv", "jsonl"])
+@pytest.mark.parametrize("name", sorted(TABLED))
+def test_summarization_and_translation_read_a_tsv_as_every_other_reader(tmp_path: Path, name: str, fmt: str) -> None:
+    """Finding: summarization and translation refused a `.tsv` train or eval file ("unknown format
+    '.tsv'; use .json, .jsonl or .csv"), where every other task of records, and `toolkit predict`
+    on the very run, read it. Now the one reader reads it for them too, as it does for the others
+    (tab-separated, quotes are text; a BOM and CRLF line ends read past): validate, the run's and
+    an eval's read and predict's input give the texts of the same records in any format."""
+    from toolkit.inference import read_inputs
+
+    names, rows = TABLED[name]
+    data = _tabled(tmp_path / f"d.{fmt}", names, rows)
+    recipe = recipes.load(OWN / f"{name}.yaml", [f"task.train_file={data}", f"task.eval_file={data}"])
+    recipes.check_data(recipe)  # validate
+    loaded = recipe.task.load()  # a run's read, and `toolkit eval RUN task.eval_file=...`'s
+    for split in (loaded["train"], loaded["eval"][""]):
+        assert sorted(zip(split["source"], split["target"])) == sorted(rows)
+    assert [r[names[0]] for r in read_inputs(str(data), [names[0]])] == [r[0] for r in rows]  # predict --input
+    if fmt == "tsv":  # TSV's own rule holds here too: a cell in CSV quotes is one line, not text with quotes
+        data.write_text(f"{names[0]}\t{names[1]}\n\"He said \"\"hi\"\" twice\"\t{rows[0][1]}\n")
+        with pytest.raises(UserError, match=rf"^{re.escape(str(data))}:2: .*quot"):
+            recipe.task.load()

@@ -217,6 +217,35 @@ def test_a_number_written_two_ways_is_two_classes_and_said(tmp_path: Path, fmt: 
         TextClassification(train_file=str(one_way), eval_file=str(train)).load()
 
 
+@pytest.mark.parametrize("split", ["train_file", "eval_file"])  # names found in the train file, else the eval file's
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "json"])
+def test_labels_with_a_space_at_an_end_are_said(tmp_path: Path, fmt: str, split: str) -> None:
+    """Finding: a file written with `, ` between its fields (`great movie, 1`) has every label
+    with a space at its start: each was a class named so (' 0', ' 1': the model's label names,
+    its predictions), with no other spelling beside it for the alike-labels warning, exit 0 and
+    no word, where pandas reads ` 1` as 1 and an eval file's `1` was then refused. Said once,
+    naming them, from a CSV, TSV or JSON file alike; labels that are alike are said as such
+    alone, and labels without spaces are not said."""
+    rows = [(f"text {i}", f" {i % 2}") for i in range(6)]
+    data = write(tmp_path / f"d.{fmt}", rows, fmt)
+    files = {"train_file": None, "eval_file": str(data), split: str(data)}
+    task = TextClassification(**files)
+    task.load()
+    assert task.label_names == [" 0", " 1"]
+    assert list(task.notices().values()) == [
+        f"{data}: 2 label(s) with a space at an end (' 0', ' 1'); each is a class named as written, spaces included "
+        "(a file written with ', ' between its fields?): remove the spaces if they are no part of the names"]
+    alike = write(tmp_path / f"a.{fmt}", [*rows, ("text 7", "0")], fmt)
+    task = TextClassification(train_file=str(alike), eval_file=str(alike))
+    task.load()
+    spaced = [n for n in task.notices().values() if "space at an end" in n]  # ' 0' said as alike to '0' alone
+    assert len(spaced) == 1 and "1 label(s) with a space at an end (' 1')" in spaced[0]
+    plain = write(tmp_path / f"p.{fmt}", [(t, v.strip()) for t, v in rows], fmt)
+    task = TextClassification(train_file=str(plain), eval_file=str(plain))
+    task.load()
+    assert task.notices() == {}
+
+
 def test_a_number_written_two_ways_is_said_by_a_run(tmp_path: Path, cli, tiny_checkpoint) -> None:
     rows = [(f"text {i}", SPELLED[i % 6]) for i in range(12)]
     train = write(tmp_path / "train.csv", rows, "csv")

@@ -455,6 +455,13 @@ def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: 
                      else f"{readers.json_type(value)} ({json.dumps(value, default=str)[:40]})")
             raise UserError(f"{where}: field '{c}' is {shown}; expected text"
                             + (" or a list of words" if c in lists else ""))
+    for c in columns:  # JSON parsed here (standard input, a pipe) and the API: a file's is `scan`'s
+        for text in row[c] if isinstance(row[c], list) else [row[c]]:
+            half = readers.SURROGATE.search(text)
+            if half:
+                raise UserError(f"{where}: field '{c}' holds {ascii(half.group())[1:-1]}, one half of a UTF-16 surrogate "
+                                "pair without the other (a text cut inside an emoji or another character past "
+                                "U+FFFF), which is no character: remove it, or write the character whole")
 
 
 def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],

@@ -76,7 +76,7 @@ def _open_bytes(path: Path) -> Any:
 
 
 def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = False,
-         digest: Any = None) -> int:
+         digest: Any = None, escapes: bool = False) -> int:
     """One streaming pass over the (decompressed) bytes: the file is there, within the size limit,
     a whole gzip, UTF-8 (the first bad byte named by line), free of NUL bytes, not only whitespace
     and, for line formats (`lines`: all but a JSON document), without a line longer than
@@ -84,7 +84,9 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
     memory, before a builder reads a whole "line" into memory. Returns the decompressed size.
     `name`: how to call the file in messages (`<stdin>` for standard input spooled to a file);
     `plain`: text read line by line, where a carriage return that ends no line is refused
-    (`_bare_cr`); `digest`: a hashlib object fed every byte (what the file holds, for the cache)."""
+    (`_bare_cr`); `digest`: a hashlib object fed every byte (what the file holds, for the cache);
+    `escapes`: JSON, where a string's escaped half of a surrogate pair alone is refused
+    (`_lone_surrogate`)."""
     shown = name or str(path)
     if not path.is_file():
         kind = stream_kind(path)
@@ -94,6 +96,7 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
     longest = limit_bytes("TOOLKIT_MAX_LINE_MB", 64) if lines else None
     decoder = codecs.getincrementaldecoder("utf-8")()
     size, count, text_seen, run, cr = 0, 0, False, 0, False
+    surrogate, tail = False, b""  # an escape that may be half of a surrogate pair seen; the last bytes
     try:
         with _open_bytes(path) as handle:
             while chunk := handle.read(CHUNK):
@@ -119,6 +122,9 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
                                     "expected UTF-8 text")
                 run = _line_run(chunk, run, longest, shown, count)
                 cr = _bare_cr(chunk, cr, shown, count) if plain else False
+                if escapes and not surrogate:
+                    surrogate = SURROGATE_HINT.search(tail + chunk) is not None
+                    tail = chunk[-5:]
                 if digest is not None:
                     digest.update(chunk)
                 count += chunk.count(b"\n")
@@ -132,7 +138,47 @@ def scan(path: Path, lines: bool = True, name: str | None = None, plain: bool = 
         raise UserError(f"{shown}:{count + 1}: not UTF-8 text (the file ends inside a character)") from None
     if not text_seen:
         raise UserError(f"{shown}: the file is empty" + (" (only whitespace)" if size else ""))
+    if surrogate:
+        _no_lone_surrogate(path, shown)
     return size
+
+
+SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]")  # what begins an escaped half of a surrogate pair
+SURROGATE = re.compile("[\ud800-\udfff]")  # in a str: what JSON's lone escapes leave, no character
+JSON_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)")  # one escape of a JSON string, left to right
+
+
+def _no_lone_surrogate(path: Path, shown: str) -> None:
+    """A JSON string holding an escaped half of a UTF-16 surrogate pair without its other half
+    (`"\\ud83d"`: a text cut inside an emoji by a UTF-16 tool, as JavaScript's slice() cuts one,
+    written by json.dumps) is one line naming its line: it is no character, and datasets' json
+    builder dropped it from a JSON list without a word (ujson), the text trained without it,
+    exit 0, while JSON lines with one were "could not be read as jsonl (ValueError: Trailing
+    data at position 130)", no line named. A pair (`\\ud83d\\ude00`) is the character it
+    encodes. Run where `scan` saw such an escape, over the file's lines (an escape is never
+    split between two)."""
+    with open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if "\\u" not in line:
+                continue
+            high = None  # (where a high half's escape ends, the escape)
+            for match in JSON_ESCAPE.finditer(line):
+                code = int(match.group(1), 16) if match.group(1) else None
+                if high is not None:
+                    if code is not None and 0xDC00 <= code <= 0xDFFF and match.start() == high[0]:
+                        high = None
+                        continue
+                    break
+                if code is not None and 0xD800 <= code <= 0xDBFF:
+                    high = (match.end(), match.group(0))
+                elif code is not None and 0xDC00 <= code <= 0xDFFF:
+                    high = (match.end(), match.group(0))
+                    break
+            if high is not None:
+                raise UserError(f"{shown}:{number}: a string holds {high[1]}, one half of a UTF-16 surrogate pair "
+                                "without the other (a text cut inside an emoji or another character past U+FFFF), "
+                                "which is no character; datasets' JSON reader would drop it or fail: remove it, or "
+                                "write the character whole")
 
 
 # The first bytes of compressed files: what a file holds when its name does not say so
@@ -413,7 +459,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
 
     fmt = fmt or file_format(path)
     digest = hashlib.sha256()
-    size = scan(path, lines=fmt != "json", plain=fmt == "text", digest=digest)
+    size = scan(path, lines=fmt != "json", plain=fmt == "text", digest=digest, escapes=fmt in ("json", "jsonl"))
     literal = builder_path(path)
     kwargs: dict[str, Any] = {}
     if fmt in ("csv", "tsv"):

@@ -179,17 +179,19 @@ ONE_TENSOR = {"num_return_sequences": 1, "return_dict_in_generate": False, "outp
 def read_records(path: Path, fields: tuple[str, ...] | None = None,
                  pick: Callable[[Any, str], tuple[str, ...]] | None = None,
                  note: Callable[[str, str], None] | None = None) -> Any:
-    """JSON (a list of objects, or {"data": [...]}), JSONL or CSV, `.gz` too -> a Dataset of
+    """JSON (a list of objects, or {"data": [...]}), JSONL, CSV or TSV, `.gz` too -> a Dataset of
     `fields` (or those `pick(dataset, path)` finds in the file), each text, through the shared
     reader: a missing, empty or non-text field is one error naming file, line and field; one
-    written as a missing value (`NA`) is said through `note` (a task's)."""
+    written as a missing value (`NA`) is said through `note` (a task's). TSV is read as every
+    other task and predict read it (tab-separated, quotes are text): it was refused here alone,
+    where `toolkit predict` on the same run read the same file."""
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     suffix = [s.lower() for s in path.suffixes if s.lower() != ".gz"][-1:]
-    if suffix not in ([".json"], [".jsonl"], [".csv"]):
-        raise UserError(f"{path}: unknown format '{''.join(suffix)}'; use .json, .jsonl or .csv "
+    if suffix not in ([".json"], [".jsonl"], [".csv"], [".tsv"]):
+        raise UserError(f"{path}: unknown format '{''.join(suffix)}'; use .json, .jsonl, .csv or .tsv "
                         "(optionally .gz), or parallel text files named with {lang}")
-    fmt = readers.file_format(path, ("json", "jsonl", "csv"))
+    fmt = readers.file_format(path, ("json", "jsonl", "csv", "tsv"))
     field = readers.document_field(path, fmt, TextToText.json_field)
     ds = readers.lift_nested(readers.read(path, fmt, field=field))
     fields = pick(ds, str(path)) if pick is not None else fields
@@ -222,7 +224,7 @@ def read_pairs(pattern: str, source_field: str | None, target_field: str | None,
                pick: Callable[[Any, str], tuple[str, str]] | None = None,
                note: Callable[[str, str], None] | None = None) -> Any:
     """A recipe's data file -> a Dataset of `source` and `target` text: parallel text when the
-    path holds `{lang}` (filled with each side's language), else JSON/JSONL/CSV records with the
+    path holds `{lang}` (filled with each side's language), else JSON/JSONL/CSV/TSV records with the
     two named fields, or the two `pick(dataset, path)` finds in the file."""
     if "{lang}" in pattern:
         if langs is None:

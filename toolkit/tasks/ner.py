@@ -366,8 +366,12 @@ class Ner(Task):
         return {"train": data.get("train"), "eval": {"": data["eval"]}}
 
     def _names_for_numbers(self, sentences: Sentences) -> None:
-        """A JSONL file's numeric tags are ids into task.labels (as the Hub's ClassLabel is)."""
+        """A JSONL file's numeric tags are ids into task.labels (as the Hub's ClassLabel is). A
+        whole number is an id however the reader holds it: JSON has one number type, and one
+        `0.0` (or `1e0`) anywhere in the file made the reader hold every sentence's tags as doubles,
+        so the first sentence, written `[1, 2, 0]`, was refused as "tags should be text or numbers"."""
         for s, tags in enumerate(sentences.tags):
+            tags = sentences.tags[s] = [int(t) if isinstance(t, float) and t.is_integer() else t for t in tags]
             if not any(isinstance(t, int) and not isinstance(t, bool) for t in tags):
                 if not all(isinstance(t, str) for t in tags):
                     raise UserError(f"{sentences.where(s)}: tags should be text (B-PER) or numbers (ids into task.labels)")

@@ -1,7 +1,7 @@
 """Summarization: SAMSum here, CNN/DailyMail and XSum from the Hub, or a user's own files.
 
 A preset (`subset`) names where data comes from and which fields hold the document and the
-summary; `train_file` / `eval_file` (JSON, JSONL or CSV, `.gz` too) replace it with local files.
+summary; `train_file` / `eval_file` (JSON, JSONL, CSV or TSV, `.gz` too) replace it with local files.
 Scores are ROUGE-1/2/L/Lsum F-measures (rouge-score, stemming; rougeLsum on one sentence per line).
 """
 
@@ -100,7 +100,7 @@ class Summarization(TextToText):
     names = ("documents", "summaries")  # what a cut is counted in
 
     subset: Literal["samsum", "cnn_dailymail", "xsum", "custom"] = "samsum"
-    train_file: str | None = None  # JSON / JSONL / CSV; overrides the preset's
+    train_file: str | None = None  # JSON / JSONL / CSV / TSV; overrides the preset's
     eval_file: str | None = None
     field_keys: ClassVar[tuple[str, ...]] = ("source_field",)
     scored_keys: ClassVar[tuple[str, ...]] = ("target_field",)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
@@ -235,6 +236,7 @@ class TextClassification(Classification):
             raise UserError(f"{path}: column '{self.label_column}' has {len(values)} distinct "
                             "label(s); classification needs at least 2")
         self._note_case(values, path)
+        self._note_spaced(values, path)
         self._note_joined(values, path)
         self._note_missing(values, ds, path)
         if all(_is_int(v) for v in values):
@@ -317,6 +319,21 @@ class TextClassification(Classification):
             self.note("label case", f"{path}: {count} group(s) of labels differ only in case, spaces, Unicode "
                                     f"form, invisible characters or how a number is written ({shown}); each is "
                                     "its own class: write them alike if they are one")
+
+    def _note_spaced(self, values: set[str], path: str) -> None:
+        """Labels with a space at an end that no other spelling stands beside (a CSV written
+        `text, label`, each cell after `, `): each is a class named as written, `' pos'` and
+        `' 1'`, and `_note_case` has no group to say. The model's label names, its predictions and
+        every later file were to hold the space (an eval file's `pos` was refused), exit 0 at the
+        run, where pandas (and run_glue through it) reads ` 1` as the number 1. Said once, naming
+        them, as field names with a space at an end are (`_fields.note_spaced`)."""
+        keys = Counter(v.strip().casefold() for v in values)
+        spaced = sorted(v for v in values if v != v.strip() and keys[v.strip().casefold()] == 1)  # else said alike
+        if spaced:
+            shown = _fields.quoted(spaced[:3]) + (", ..." if len(spaced) > 3 else "")
+            self.note("label spaces", f"{path}: {len(spaced)} label(s) with a space at an end ({shown}); each is a "
+                                      "class named as written, spaces included (a file written with ', ' between "
+                                      "its fields?): remove the spaces if they are no part of the names")
 
     def _normalise(self, ds: Any, path: str, fmt: str) -> Any:
         """Text columns kept; the label column becomes `label` (an id, or a float)."""

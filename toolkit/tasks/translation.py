@@ -1,7 +1,7 @@
 """Translation: Multi30k and IWSLT14 here, WMT from the Hub, or a user's own files.
 
 Direction and pair come from `source_lang` / `target_lang`. Local data is line-aligned parallel
-text (a path with `{lang}`, filled with each side's code; `.gz` too) or JSON/JSONL/CSV records
+text (a path with `{lang}`, filled with each side's code; `.gz` too) or JSON/JSONL/CSV/TSV records
 with one field per language. Scores are sacreBLEU corpus BLEU and chrF on the detokenised output;
 their signatures are recorded in metrics.json (`metric_info`).
 """
@@ -62,7 +62,7 @@ class Translation(TextToText):
     subset: Literal["multi30k", "iwslt14", "wmt14", "wmt16", "custom"] = "multi30k"
     source_lang: str = "en"
     target_lang: str = "de"
-    train_file: str | None = None  # parallel text with {lang}, or JSON / JSONL / CSV
+    train_file: str | None = None  # parallel text with {lang}, or JSON / JSONL / CSV / TSV
     eval_file: str | None = None
     field_keys: ClassVar[tuple[str, ...]] = ("source_field",)
     scored_keys: ClassVar[tuple[str, ...]] = ("target_field",)
