@@ -1644,3 +1644,77 @@ def test_a_decoder_only_answer_ends_once_with_the_token_generation_stops_at(
         assert answer[-1] == end_id and answer.count(end_id) == 1, answer
         assert row["input_ids"][-len(answer):] == answer
         assert tok.decode(answer[:-1]).strip().lower() == "cat sat."
+
+
+def legacy_sentencepiece() -> Any:
+    """A Llama-2-like tokenizer: T5's SentencePiece vocabulary read as legacy Llama reads text (a
+    "▁" put before the text and every space written "▁", so a text's leading space is one more
+    "▁": " yes" is "▁" "▁yes"), with T5's post-processor, which ends every text with </s> as
+    Llama's `add_eos_token: true` does."""
+    from tokenizers import Tokenizer, normalizers
+    from transformers import PreTrainedTokenizerFast
+
+    t5 = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "t5")
+    backend = Tokenizer.from_str(t5.backend_tokenizer.to_str())
+    backend.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    backend.pre_tokenizer = None
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    assert tok(" yes", add_special_tokens=False)["input_ids"][0] == tok.convert_tokens_to_ids("▁")  # why: the lone "▁"
+    assert tok("yes")["input_ids"][-1] == tok.eos_token_id  # and every text ends with EOS
+    return tok
+
+
+def _text_tokenizer(name: str) -> Any:
+    if name == "legacy-sp":
+        return legacy_sentencepiece()
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / name)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    return tok
+
+
+DECODER_TOKENIZERS = ["gpt2", "t5", "bart-base", "roberta-base", "bert-base-uncased", "legacy-sp"]
+
+
+@pytest.mark.parametrize("name", DECODER_TOKENIZERS)
+@pytest.mark.parametrize("task_name, in_context", [("summarization", False), ("translation", False),
+                                                   ("summarization", True)])
+def test_a_decoders_prompt_and_answer_are_the_tokens_of_their_text_together(tmp_path: Path, name: str,
+                                                                            task_name: str, in_context: bool) -> None:
+    """A decoder-only model reads prompt + answer as one text. Findings: (1) its answer, tokenized
+    apart as " " + target, began with a lone "▁" under a legacy SentencePiece tokenizer
+    (Llama-2's; " yes" is "▁" "▁yes"), so the model trained to write it before every answer,
+    tokens the same text never has; now the gap is the tokenizer's (`answer_gap`). (2) An
+    in-context prompt was encoded with every special token the tokenizer adds, and one that ends
+    each text with EOS (T5's </s>, Llama's add_eos_token) ended the prompt with it: the model
+    generated after an end of text (exit 0). For every tokenizer, the prompt the model generates
+    from and the answer it trains on are those of the prompt and answer written together (with
+    the BOS the tokenizer puts first), and no prompt ends with the EOS. The answer is the same
+    for training, `toolkit eval` and `toolkit predict`: one `encode`."""
+    from toolkit.methods.icl import _encode
+    from toolkit.tasks._lm import leading_special, text_end
+    from toolkit.tasks.summarization import Summarization
+    from toolkit.tasks.translation import Translation
+
+    tok = _text_tokenizer(name)
+    sources, targets = ["the cat sat on the mat", "a man plays the guitar"], ["a cat sat", "music is played"]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"en": s, "de": t, "source": s, "target": t}) + "\n"
+                            for s, t in zip(sources, targets)))
+    task = (Summarization(subset="custom", eval_file=str(path)) if task_name == "summarization" else
+            Translation(subset="custom", eval_file=str(path), source_lang="en", target_lang="de"))
+    task.model_head("gpt2")
+    if in_context:
+        task.prompt_in_context([[(sources[1 - i], targets[1 - i])] for i in range(2)], "\n\n", 512,
+                               lambda texts: _encode(tok, texts, decoder=True))
+    encoded = sorted(task.encode(task.load()["eval"][""], tok), key=lambda row: row["example_index"])
+    prefix, suffix = task.affixes()
+    bare = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    for i, row in enumerate(encoded):
+        prompt_text = prefix + sources[i] + suffix
+        if in_context:
+            prompt_text = f"{prefix}{sources[1 - i]}{suffix} {targets[1 - i]}\n\n" + prompt_text
+        together = leading_special(tok) + bare(f"{prompt_text} {targets[i]}")
+        prompt, seq = row["prompt_ids"], row["input_ids"]
+        assert prompt == together[:len(prompt)], (name, prompt, together)
+        assert seq[len(prompt):-1] == together[len(prompt):], (name, tok.convert_ids_to_tokens(seq[len(prompt):]))
+        assert seq[-1] == text_end(tok) and prompt[-1] != text_end(tok)  # BERT's: [SEP]

@@ -1112,3 +1112,27 @@ def test_a_run_with_a_max_length_past_the_positions_stops_before_its_folder(tmp_
     code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "method.max_length: 4096 is more than" in err, err
     assert _runs_left(tmp_path / "runs") == []
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5", "bart-base", "roberta-base", "bert-base-uncased", "legacy-sp"])
+def test_a_decoders_label_word_is_scored_after_a_prompt_without_its_end_of_text(name: str) -> None:
+    """Finding: a decoder's context was encoded with every special token the tokenizer adds, and
+    one that ends each text with its EOS (T5's </s>, BART's and RoBERTa's </s>, BERT's [SEP],
+    Llama's add_eos_token) ended the context with it; the label word's continuation (the tokens
+    of the whole text past the context's count) then lost its first token and scored the EOS in
+    its place (exit 0). The context keeps what the tokenizer puts before a text (its BOS) and the
+    continuation is the word's own tokens after it, as the whole text has them."""
+    from test_generation import _text_tokenizer
+
+    from toolkit.methods.icl import encode_pairs
+    from toolkit.tasks._lm import leading_special
+
+    tok = models.as_harness_reads(_text_tokenizer(name))
+    words = ["positive", "absolutely yes indeed"]
+    prompter = Prompter(TEMPLATE, words, ["text_a"])
+    queries = [prompter.query(r, demonstration_sets(TRAIN, 2, 0, 1)[0]) for r in ROWS]
+    got = encode_pairs(tok, queries, words, seq2seq=False)
+    for (ctx, cont), (prompt, gap), word in zip(got, [q for q in queries for _ in words], words * len(queries)):
+        whole = leading_special(tok) + tok(prompt + gap + word, add_special_tokens=False)["input_ids"]
+        assert ctx + cont == whole and ctx == whole[:len(ctx)], (name, tok.convert_ids_to_tokens(cont))
+        assert tok.decode(cont).strip() == (word.lower() if "uncased" in name else word)
