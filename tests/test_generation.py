@@ -1718,3 +1718,32 @@ def test_a_decoders_prompt_and_answer_are_the_tokens_of_their_text_together(tmp_
         assert prompt == together[:len(prompt)], (name, prompt, together)
         assert seq[len(prompt):-1] == together[len(prompt):], (name, tok.convert_ids_to_tokens(seq[len(prompt):]))
         assert seq[-1] == text_end(tok) and prompt[-1] != text_end(tok)  # BERT's: [SEP]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "t5", "bart-base", "mbart", "mbart50"])
+def test_the_budget_warning_counts_the_tokens_generate_writes_before_the_targets_end(tmp_path: Path,
+                                                                                    family: str) -> None:
+    """A target is cut by the budget only if `generate` must write more tokens than it allows
+    before the target is all written: its text, and what the decoder writes before it (BART's
+    <s>, mBART-50's language code), not the EOS (no text) nor mBART-cc25's code after the EOS
+    (the decoder's start token, never written). Finding: the over-budget line counted the
+    labels whole, so a target exactly as long as the budget was said to stop short of itself
+    (T5 and BART by one token, mBART-cc25 by two); a decoder-only answer counted its text."""
+    from test_language_codes import _tokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.translation import Translation
+
+    tok = _tokenizer(family, tmp_path) if family.startswith("mbart") else _text_tokenizer(family)
+    target = "ein hund rennt schnell"
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"en": "a dog runs fast", "de": target}) + "\n")
+    text = len(tok(target, add_special_tokens=False)["input_ids"])
+    before = {"bart-base": 1, "mbart50": 1}.get(family, 0)  # written before the text: <s>, the code
+    for budget, said in ((text + before, False), (text + before - 1, True)):
+        task = Translation(subset="custom", eval_file=str(path), source_lang="en", target_lang="de",
+                           max_target_length=32, generation=Generation(max_new_tokens=budget))
+        task.model_head("gpt2" if family == "gpt2" else "bart")
+        task.encode(task.load()["eval"][""], tok)
+        line = task.notices().get("over budget")
+        assert bool(line) == said, (family, budget, line)

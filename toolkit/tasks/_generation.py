@@ -625,7 +625,7 @@ class TextToText(TokenTask):
         if not self.decoder_only:
             labels = self.tokenize(tok, text_target=targets, limit=self.max_target_length)
             self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, labels["cut"])
-            self.note_budget([len(t) for t in labels["input_ids"]])
+            self.note_budget([written(t, tok) for t in labels["input_ids"]])
             return {"input_ids": prompts, "attention_mask": [[1] * len(p) for p in prompts],
                     "labels": labels["input_ids"]}
         return self._join_answers(tok, prompts, targets, ic.limit)
@@ -676,7 +676,7 @@ class TextToText(TokenTask):
         self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
         labels = self.tokenize(tok, text_target=targets, limit=self.max_target_length)
         self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, labels["cut"])
-        self.note_budget([len(t) for t in labels["input_ids"]])  # their start and end tokens, as generated
+        self.note_budget([written(t, tok) for t in labels["input_ids"]])
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                 "labels": labels["input_ids"]}
 
@@ -911,6 +911,16 @@ class TextToText(TokenTask):
             batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             found.update(zip(batch["example_index"].tolist(), decode_texts(tokenizer, self.generate(model, batch))))
         return [found[i] for i in range(len(raw))]
+
+
+def written(labels: list[int], tok: Any) -> int:
+    """How many tokens `generate` writes before an encoder-decoder's target is all written: its
+    labels up to its end token (EOS), which decodes to no text. BART's <s> and mBART-50's language
+    code are written first (forced or learnt) and count; mBART-cc25's code after the EOS is the
+    decoder's start token and is never written. Counted with its EOS and code, a target exactly
+    as long as the budget was said to be cut (mBART-cc25's by two tokens, the others' by one)."""
+    end = tok.eos_token_id
+    return labels.index(end) if end is not None and end in labels else len(labels)
 
 
 def language_codes(tok: Any) -> list[str] | None:
