@@ -1138,3 +1138,21 @@ def test_a_decoders_label_word_is_scored_after_a_prompt_without_its_end_of_text(
         whole = leading_special(tok) + tok(prompt + gap + word, add_special_tokens=False)["input_ids"]
         assert ctx + cont == whole and ctx == whole[:len(ctx)], (name, tok.convert_ids_to_tokens(cont))
         assert tok.decode(cont).strip() == (word.lower() if "uncased" in name else word)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5", "bart-base", "roberta-base", "legacy-sp"])
+def test_a_decoders_cut_prompt_counts_the_demonstrations_it_lost(name: str) -> None:
+    """A decoder's prompt is encoded without what the tokenizer puts after a text (its EOS), so it
+    is as long as neither encoding `parts_lost` counted offsets in: with BART's or RoBERTa's
+    tokenizer (<s> first, </s> last) it counted without the <s>, each cut one token further on:
+    a cut of the <s> alone lost the first demonstration. Counted now on the tokens as encoded."""
+    from test_generation import _text_tokenizer
+
+    from toolkit.methods.icl import _encode
+
+    tok = models.as_harness_reads(_text_tokenizer(name))
+    parts = ["Review: good film Sentiment: positive", "Review: bad film Sentiment: negative", "Review: fine"]
+    ids = _encode(tok, ["\n\n".join(parts)], decoder=True)[0]
+    bos = int(tok.bos_token_id is not None and ids[0] == tok.bos_token_id)
+    assert models.parts_lost(tok, parts, "\n\n", bos, len(ids)) == 0  # the <s> alone: no text cut
+    assert models.parts_lost(tok, parts, "\n\n", bos + 1, len(ids)) == 1  # the first word: its part lost
