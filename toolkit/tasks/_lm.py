@@ -122,8 +122,12 @@ def continued(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     given never has (exit 0). For GPT-2, BERT and T5 the two are the same."""
     head = list(tokenizer(CONTINUED_PROBE, add_special_tokens=False)["input_ids"])
     joined = tokenizer([CONTINUED_PROBE + t for t in texts], add_special_tokens=False)["input_ids"]
-    alone = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    return [list(j[len(head):]) if list(j[:len(head)]) == head else list(a) for j, a in zip(joined, alone)]
+    out = [list(j[len(head):]) if list(j[:len(head)]) == head else None for j in joined]
+    merged = [i for i, ids in enumerate(out) if ids is None]  # the probe merged with the text: read alone
+    if merged:
+        for i, ids in zip(merged, tokenizer([texts[i] for i in merged], add_special_tokens=False)["input_ids"]):
+            out[i] = list(ids)
+    return out
 
 
 def text_end(tokenizer: Any) -> int | None:
