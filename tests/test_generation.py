@@ -1747,3 +1747,45 @@ def test_the_budget_warning_counts_the_tokens_generate_writes_before_the_targets
         task.encode(task.load()["eval"][""], tok)
         line = task.notices().get("over budget")
         assert bool(line) == said, (family, budget, line)
+
+
+@pytest.mark.parametrize("name", ["legacy-sp", "bart-base"])
+def test_every_entry_point_reads_a_decoders_prompt_as_its_text(name: str) -> None:
+    """The prompt a decoder-only model is trained on (the run's batches), scored from (the run's
+    evaluation and `toolkit eval`: `eval_step`) and predicts from (`toolkit predict` and the API:
+    `predict`) is one: the tokens of prefix + source + suffix written together, the BOS the
+    tokenizer puts first, no EOS after it; training's answer follows it as the text has it. A
+    random GPT-2 over the tokenizer's vocabulary, `generate` watched."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks._lm import leading_special
+    from toolkit.tasks.summarization import Summarization
+
+    tok = _text_tokenizer(name)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2, n_positions=256,
+                                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)).eval()
+    seen: list[list[int]] = []
+    plain = model.generate
+
+    def watched(input_ids, attention_mask, **kwargs):
+        seen.extend(ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask))
+        return plain(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    model.generate = watched
+    task = Summarization(generation=Generation(max_new_tokens=2))
+    task.model_head("gpt2")
+    source, target = "the cat sat on the mat", "a cat sat"
+    prefix, suffix = task.affixes()
+    bare = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    prompt = leading_special(tok) + bare(prefix + source + suffix)
+    from datasets import Dataset
+
+    batch = task.collator(tok, model)([task.encode(Dataset.from_list([{"source": source, "target": target}]), tok)[0]])
+    assert batch["input_ids"][0].tolist() == prompt + bare(f"{prefix}{source}{suffix} {target}")[len(prompt) - len(
+        leading_special(tok)):] + [tok.eos_token_id]  # the run's training batch
+    task.eval_step(model, batch)  # the run's evaluation, `toolkit eval`
+    task.predict(model, tok, [{task.source_name(): source}])  # `toolkit predict`, the API
+    assert seen == [prompt, prompt], [tok.convert_ids_to_tokens(s) for s in seen]
