@@ -1699,3 +1699,148 @@ def test_a_decoder_only_answer_ends_once_with_the_token_generation_stops_at(
         assert answer[-1] == end_id and answer.count(end_id) == 1, answer
         assert row["input_ids"][-len(answer):] == answer
         assert tok.decode(answer[:-1]).strip().lower() == "cat sat."
+
+
+def legacy_sentencepiece() -> Any:
+    """A Llama-2-like tokenizer: T5's SentencePiece vocabulary read as legacy Llama reads text (a
+    "▁" put before the text and every space written "▁", so a text's leading space is one more
+    "▁": " yes" is "▁" "▁yes"), with T5's post-processor, which ends every text with </s> as
+    Llama's `add_eos_token: true` does."""
+    from tokenizers import Tokenizer, normalizers
+    from transformers import PreTrainedTokenizerFast
+
+    t5 = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "t5")
+    backend = Tokenizer.from_str(t5.backend_tokenizer.to_str())
+    backend.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    backend.pre_tokenizer = None
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    assert tok(" yes", add_special_tokens=False)["input_ids"][0] == tok.convert_tokens_to_ids("▁")  # why: the lone "▁"
+    assert tok("yes")["input_ids"][-1] == tok.eos_token_id  # and every text ends with EOS
+    return tok
+
+
+def _text_tokenizer(name: str) -> Any:
+    if name == "legacy-sp":
+        return legacy_sentencepiece()
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / name)
+    tok.pad_token = tok.pad_token or tok.eos_token
+    return tok
+
+
+DECODER_TOKENIZERS = ["gpt2", "t5", "bart-base", "roberta-base", "bert-base-uncased", "legacy-sp"]
+
+
+@pytest.mark.parametrize("name", DECODER_TOKENIZERS)
+@pytest.mark.parametrize("task_name, in_context", [("summarization", False), ("translation", False),
+                                                   ("summarization", True)])
+def test_a_decoders_prompt_and_answer_are_the_tokens_of_their_text_together(tmp_path: Path, name: str,
+                                                                            task_name: str, in_context: bool) -> None:
+    """A decoder-only model reads prompt + answer as one text. Findings: (1) its answer, tokenized
+    apart as " " + target, began with a lone "▁" under a legacy SentencePiece tokenizer
+    (Llama-2's; " yes" is "▁" "▁yes"), so the model trained to write it before every answer,
+    tokens the same text never has; now the gap is the tokenizer's (`answer_gap`). (2) An
+    in-context prompt was encoded with every special token the tokenizer adds, and one that ends
+    each text with EOS (T5's </s>, Llama's add_eos_token) ended the prompt with it: the model
+    generated after an end of text (exit 0). For every tokenizer, the prompt the model generates
+    from and the answer it trains on are those of the prompt and answer written together (with
+    the BOS the tokenizer puts first), and no prompt ends with the EOS. The answer is the same
+    for training, `toolkit eval` and `toolkit predict`: one `encode`."""
+    from toolkit.methods.icl import _encode
+    from toolkit.tasks._lm import leading_special, text_end
+    from toolkit.tasks.summarization import Summarization
+    from toolkit.tasks.translation import Translation
+
+    tok = _text_tokenizer(name)
+    sources, targets = ["the cat sat on the mat", "a man plays the guitar"], ["a cat sat", "music is played"]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"en": s, "de": t, "source": s, "target": t}) + "\n"
+                            for s, t in zip(sources, targets)))
+    task = (Summarization(subset="custom", eval_file=str(path)) if task_name == "summarization" else
+            Translation(subset="custom", eval_file=str(path), source_lang="en", target_lang="de"))
+    task.model_head("gpt2")
+    if in_context:
+        task.prompt_in_context([[(sources[1 - i], targets[1 - i])] for i in range(2)], "\n\n", 512,
+                               lambda texts: _encode(tok, texts, decoder=True))
+    encoded = sorted(task.encode(task.load()["eval"][""], tok), key=lambda row: row["example_index"])
+    prefix, suffix = task.affixes()
+    bare = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    for i, row in enumerate(encoded):
+        prompt_text = prefix + sources[i] + suffix
+        if in_context:
+            prompt_text = f"{prefix}{sources[1 - i]}{suffix} {targets[1 - i]}\n\n" + prompt_text
+        together = leading_special(tok) + bare(f"{prompt_text} {targets[i]}")
+        prompt, seq = row["prompt_ids"], row["input_ids"]
+        assert prompt == together[:len(prompt)], (name, prompt, together)
+        assert seq[len(prompt):-1] == together[len(prompt):], (name, tok.convert_ids_to_tokens(seq[len(prompt):]))
+        assert seq[-1] == text_end(tok) and prompt[-1] != text_end(tok)  # BERT's: [SEP]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "t5", "bart-base", "mbart", "mbart50"])
+def test_the_budget_warning_counts_the_tokens_generate_writes_before_the_targets_end(tmp_path: Path,
+                                                                                    family: str) -> None:
+    """A target is cut by the budget only if `generate` must write more tokens than it allows
+    before the target is all written: its text, and what the decoder writes before it (BART's
+    <s>, mBART-50's language code), not the EOS (no text) nor mBART-cc25's code after the EOS
+    (the decoder's start token, never written). Finding: the over-budget line counted the
+    labels whole, so a target exactly as long as the budget was said to stop short of itself
+    (T5 and BART by one token, mBART-cc25 by two); a decoder-only answer counted its text."""
+    from test_language_codes import _tokenizer
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks.translation import Translation
+
+    tok = _tokenizer(family, tmp_path) if family.startswith("mbart") else _text_tokenizer(family)
+    target = "ein hund rennt schnell"
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"en": "a dog runs fast", "de": target}) + "\n")
+    text = len(tok(target, add_special_tokens=False)["input_ids"])
+    before = {"bart-base": 1, "mbart50": 1}.get(family, 0)  # written before the text: <s>, the code
+    for budget, said in ((text + before, False), (text + before - 1, True)):
+        task = Translation(subset="custom", eval_file=str(path), source_lang="en", target_lang="de",
+                           max_target_length=32, generation=Generation(max_new_tokens=budget))
+        task.model_head("gpt2" if family == "gpt2" else "bart")
+        task.encode(task.load()["eval"][""], tok)
+        line = task.notices().get("over budget")
+        assert bool(line) == said, (family, budget, line)
+
+
+@pytest.mark.parametrize("name", ["legacy-sp", "bart-base"])
+def test_every_entry_point_reads_a_decoders_prompt_as_its_text(name: str) -> None:
+    """The prompt a decoder-only model is trained on (the run's batches), scored from (the run's
+    evaluation and `toolkit eval`: `eval_step`) and predicts from (`toolkit predict` and the API:
+    `predict`) is one: the tokens of prefix + source + suffix written together, the BOS the
+    tokenizer puts first, no EOS after it; training's answer follows it as the text has it. A
+    random GPT-2 over the tokenizer's vocabulary, `generate` watched."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from toolkit.tasks._generation import Generation
+    from toolkit.tasks._lm import leading_special
+    from toolkit.tasks.summarization import Summarization
+
+    tok = _text_tokenizer(name)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2, n_positions=256,
+                                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)).eval()
+    seen: list[list[int]] = []
+    plain = model.generate
+
+    def watched(input_ids, attention_mask, **kwargs):
+        seen.extend(ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask))
+        return plain(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    model.generate = watched
+    task = Summarization(generation=Generation(max_new_tokens=2))
+    task.model_head("gpt2")
+    source, target = "the cat sat on the mat", "a cat sat"
+    prefix, suffix = task.affixes()
+    bare = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    prompt = leading_special(tok) + bare(prefix + source + suffix)
+    from datasets import Dataset
+
+    batch = task.collator(tok, model)([task.encode(Dataset.from_list([{"source": source, "target": target}]), tok)[0]])
+    assert batch["input_ids"][0].tolist() == prompt + bare(f"{prefix}{source}{suffix} {target}")[len(prompt) - len(
+        leading_special(tok)):] + [tok.eos_token_id]  # the run's training batch
+    task.eval_step(model, batch)  # the run's evaluation, `toolkit eval`
+    task.predict(model, tok, [{task.source_name(): source}])  # `toolkit predict`, the API
+    assert seen == [prompt, prompt], [tok.convert_ids_to_tokens(s) for s in seen]

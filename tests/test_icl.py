@@ -1048,14 +1048,16 @@ def test_what_encoding_a_text_to_text_split_finds_is_said(tiny_checkpoint, famil
     from toolkit.tasks._generation import Generation
 
     model, tok = _load(tiny_checkpoint, family)
-    task = TASKS.get("summarization")(max_target_length=3, generation=Generation(max_new_tokens=2),
+    # budget 1: a 3-token T5 or BART target cut at max_target_length holds 2 tokens `generate` writes
+    # (T5's text, BART's <s> and text) before its EOS, which 2 would hold whole
+    task = TASKS.get("summarization")(max_target_length=3, generation=Generation(max_new_tokens=1),
                                       subset="custom", eval_file="x.json")
     rows = [{"source": f"item {i} is red", "target": "a long summary of many words " * 2} for i in range(3)]
     setup = SimpleNamespace(task=task, tokenizer=tok, train=Dataset.from_list(rows), seed=1,
                             raw_evals={"": Dataset.from_list(rows)}, predictions={})
     ICL(shots=1, max_length=128).evaluate(model, setup, Accelerator(cpu=True))
     err = capsys.readouterr().err
-    assert "warning: 3 of 3 summaries are longer than generation.max_new_tokens=2 tokens" in err
+    assert "warning: 3 of 3 summaries are longer than generation.max_new_tokens=1 tokens" in err
     assert "warning: 3 of 3 summaries cut at task.max_target_length=3 tokens" in err
 
 
@@ -1112,3 +1114,45 @@ def test_a_run_with_a_max_length_past_the_positions_stops_before_its_folder(tmp_
     code, _, err = cli("run", path, "--smoke", "--runs-dir", tmp_path / "runs")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "method.max_length: 4096 is more than" in err, err
     assert _runs_left(tmp_path / "runs") == []
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5", "bart-base", "roberta-base", "bert-base-uncased", "legacy-sp"])
+def test_a_decoders_label_word_is_scored_after_a_prompt_without_its_end_of_text(name: str) -> None:
+    """Finding: a decoder's context was encoded with every special token the tokenizer adds, and
+    one that ends each text with its EOS (T5's </s>, BART's and RoBERTa's </s>, BERT's [SEP],
+    Llama's add_eos_token) ended the context with it; the label word's continuation (the tokens
+    of the whole text past the context's count) then lost its first token and scored the EOS in
+    its place (exit 0). The context keeps what the tokenizer puts before a text (its BOS) and the
+    continuation is the word's own tokens after it, as the whole text has them."""
+    from test_generation import _text_tokenizer
+
+    from toolkit.methods.icl import encode_pairs
+    from toolkit.tasks._lm import leading_special
+
+    tok = models.as_harness_reads(_text_tokenizer(name))
+    words = ["positive", "absolutely yes indeed"]
+    prompter = Prompter(TEMPLATE, words, ["text_a"])
+    queries = [prompter.query(r, demonstration_sets(TRAIN, 2, 0, 1)[0]) for r in ROWS]
+    got = encode_pairs(tok, queries, words, seq2seq=False)
+    for (ctx, cont), (prompt, gap), word in zip(got, [q for q in queries for _ in words], words * len(queries)):
+        whole = leading_special(tok) + tok(prompt + gap + word, add_special_tokens=False)["input_ids"]
+        assert ctx + cont == whole and ctx == whole[:len(ctx)], (name, tok.convert_ids_to_tokens(cont))
+        assert tok.decode(cont).strip() == (word.lower() if "uncased" in name else word)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5", "bart-base", "roberta-base", "legacy-sp"])
+def test_a_decoders_cut_prompt_counts_the_demonstrations_it_lost(name: str) -> None:
+    """A decoder's prompt is encoded without what the tokenizer puts after a text (its EOS), so it
+    is as long as neither encoding `parts_lost` counted offsets in: with BART's or RoBERTa's
+    tokenizer (<s> first, </s> last) it counted without the <s>, each cut one token further on:
+    a cut of the <s> alone lost the first demonstration. Counted now on the tokens as encoded."""
+    from test_generation import _text_tokenizer
+
+    from toolkit.methods.icl import _encode
+
+    tok = models.as_harness_reads(_text_tokenizer(name))
+    parts = ["Review: good film Sentiment: positive", "Review: bad film Sentiment: negative", "Review: fine"]
+    ids = _encode(tok, ["\n\n".join(parts)], decoder=True)[0]
+    bos = int(tok.bos_token_id is not None and ids[0] == tok.bos_token_id)
+    assert models.parts_lost(tok, parts, "\n\n", bos, len(ids)) == 0  # the <s> alone: no text cut
+    assert models.parts_lost(tok, parts, "\n\n", bos + 1, len(ids)) == 1  # the first word: its part lost

@@ -1349,13 +1349,17 @@ def parts_lost(tokenizer: Any, parts: list[str], separator: str, dropped: int, l
     not seen whole once the first `dropped` of its `length` tokens are cut from the left: a part
     is whole where the first token kept starts at or before its first character (the fast
     tokenizer's offsets; the encoding with the tokenizer's special tokens, or without them where
-    that one has `length` tokens, as a prompt opening with BOS's text is encoded)."""
+    that one has `length` tokens, as a prompt opening with BOS's text is encoded). A decoder's
+    prompt drops what the tokenizer puts after a text (icl `_encode`): its tokens from the left
+    are those with the special tokens; counted without them, a tokenizer that puts a BOS first
+    and an EOS last (BART's, RoBERTa's) had every cut one token further on than it was."""
     if dropped <= 0:
         return 0
     text = separator.join(parts)
     enc = tokenizer(text, return_offsets_mapping=True)
     if len(enc["input_ids"]) != length:
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        bare = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        enc = bare if len(bare["input_ids"]) == length else enc
     kept = next((start for start, end in enc["offset_mapping"][dropped:] if end > start), len(text))
     starts, at = [], 0
     for part in parts:

@@ -48,6 +48,7 @@ from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.methods import METHODS, Context, Method, set_trainable
+from toolkit.tasks._lm import special_frame
 from toolkit.models import as_harness_reads, kind_of, max_positions, parts_lost, reads_padding, token_limit
 
 torch = lazy("torch", globals())
@@ -278,10 +279,14 @@ def _prefix_token(tokenizer: Any) -> int:
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
 
 
-def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+def _encode(tokenizer: Any, texts: list[str], decoder: bool) -> list[list[int]]:
     """The tokenizer's ids with its own special tokens, except for a text that already starts with
     the prefix token's text (a template opening with "<s>"), as the harness's tok_encode
-    (has_bos_prefix): its BOS is not doubled."""
+    (has_bos_prefix): its BOS is not doubled. A `decoder`'s prompt keeps what the tokenizer puts
+    before a text (its BOS) and not what it puts after: a tokenizer that ends every text with EOS
+    (Llama's `add_eos_token`, T5's `</s>`) ended each prompt with it, so the model generated after
+    an end of text, and a label word's continuation (the tokens past the prompt's count) lost its
+    first token and scored the EOS in its place (exit 0). An encoder's input keeps both."""
     prefix = _prefix_token(tokenizer)
     mark = tokenizer.decode([prefix]) if prefix is not None else ""
     plain = [bool(mark) and t.startswith(mark) for t in texts]
@@ -289,7 +294,9 @@ def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     if any(plain):
         own = tokenizer([t for t, p in zip(texts, plain) if p], add_special_tokens=False)["input_ids"]
         out = [own.pop(0) if p else ids for ids, p in zip(out, plain)]
-    return [list(ids) for ids in out]
+    after = special_frame(tokenizer)[1] if decoder else []
+    return [list(ids[:len(ids) - len(after)]) if after and not p and list(ids[len(ids) - len(after):]) == after
+            else list(ids) for ids, p in zip(out, plain)]
 
 
 def encode_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Sequence[str],
@@ -303,13 +310,13 @@ def encode_pairs(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Se
     the word encoded alone, or the word's own first token when that is it; so is a decoder's
     context of whitespace alone (no token; the harness stops there on an assertion).
     Special tokens are not added to a text that starts with the prefix token's text (_encode)."""
-    ctx = _encode(tokenizer, [p for p, _ in queries])
+    ctx = _encode(tokenizer, [p for p, _ in queries], decoder=not seq2seq)
     if seq2seq:
         texts = {g + w for _, g in queries for w in verbalizers}
         own = {t: tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts}
         conts = [own[g + w] for _, g in queries for w in verbalizers]
     else:
-        whole = _encode(tokenizer, [p + g + w for p, g in queries for w in verbalizers])
+        whole = _encode(tokenizer, [p + g + w for p, g in queries for w in verbalizers], decoder=True)
         conts = [whole[i][len(ctx[i // len(verbalizers)]):] for i in range(len(whole))]
     pairs = []
     for i, cont in enumerate(conts):
@@ -794,7 +801,7 @@ class ICL(Method):
             sets = demonstration_sets(setup.train, self.shots, setup.seed, len(raw), _scored(setup, sfx))
             pairs = [[(task.source_text(d), task.target_text(d)) for d in demos] for demos in sets]
             seen += sum(task.source_text(row) in {s for s, _ in p} for row, p in zip(raw, pairs))
-            contexts.append(task.prompt_in_context(pairs, self.separator, limit, lambda texts: _encode(tok, texts)))
+            contexts.append(task.prompt_in_context(pairs, self.separator, limit, lambda texts: _encode(tok, texts, decoder=True)))
             loaders[sfx] = DataLoader(task.encode(raw, tok), batch_size=self.batch_size, collate_fn=collate)
         task.say_notices()  # what encoding the splits here found (targets cut, over the budget): the run
         # said its notices before (build), when nothing of these splits had been encoded yet

@@ -27,7 +27,7 @@ from toolkit.errors import UserError
 from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._fields import language_tag
-from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, leading_special, special_frame, text_end
+from toolkit.tasks._lm import IGNORE, TokenTask, continued, decoder_inputs, leading_special, special_frame, text_end
 from toolkit.models import CASE_PROBE, kind_of, lowercased, most_across, parts_lost, reads_padding, shards_weights
 
 torch = lazy("torch", globals())
@@ -398,7 +398,7 @@ class TextToText(TokenTask):
                     f"them) or generation.max_new_tokens {self.new_tokens()} are more than the "
                     f"{limit} positions")
         _, suffix = self.affixes()
-        extra = len(tokenizer(suffix, add_special_tokens=False)["input_ids"]) if suffix else 0
+        extra = len(continued(tokenizer, [suffix])[0]) if suffix else 0
         if max_length + extra + target <= limit:
             return None
         fix = (f"use task.max_length at most {limit - extra - target}" if limit - extra - target >= 8
@@ -416,7 +416,7 @@ class TextToText(TokenTask):
             return (max_length, f"task.max_length {max_length}") if max_length >= room else \
                 (room, "the target or the generated tokens")
         _, suffix = self.affixes()
-        extra = len(tokenizer(suffix, add_special_tokens=False)["input_ids"]) if suffix else 0
+        extra = len(continued(tokenizer, [suffix])[0]) if suffix else 0
         return max_length + extra + room, f"task.max_length {max_length} + {extra} suffix + {room} answer tokens"
 
     def answer_room(self) -> int:
@@ -629,7 +629,7 @@ class TextToText(TokenTask):
         if not self.decoder_only:
             labels = self.tokenize(tok, text_target=targets, limit=self.max_target_length)
             self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, labels["cut"])
-            self.note_budget([len(t) for t in labels["input_ids"]])
+            self.note_budget([written(t, tok) for t in labels["input_ids"]])
             return {"input_ids": prompts, "attention_mask": [[1] * len(p) for p in prompts],
                     "labels": labels["input_ids"]}
         return self._join_answers(tok, prompts, targets, ic.limit)
@@ -646,7 +646,7 @@ class TextToText(TokenTask):
             taken, what = len(leading_special(tok)), "the tokenizer's BOS"
         else:
             before, after = special_frame(tok)
-            suf = len(tok(suffix, add_special_tokens=False)["input_ids"]) if suffix else 0
+            suf = len(continued(tok, [suffix])[0]) if suffix else 0
             taken, what = len(before) + len(after) + suf, "the tokenizer's special tokens and task.suffix"
         if taken < self.max_length <= size + taken:  # a suffix that fills it alone is the suffix's line
             raise UserError(f"task.prefix: its {size} tokens and the {taken} of {what} leave no room for the source "
@@ -680,14 +680,14 @@ class TextToText(TokenTask):
         self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
         labels = self.tokenize(tok, text_target=targets, limit=self.max_target_length)
         self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, labels["cut"])
-        self.note_budget([len(t) for t in labels["input_ids"]])  # their start and end tokens, as generated
+        self.note_budget([written(t, tok) for t in labels["input_ids"]])
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                 "labels": labels["input_ids"]}
 
     def _cut_before_suffix(self, tok: Any, sources: list[str], suffix: str) -> dict:
         """An encoder's ids of each source and `suffix` within task.max_length, the source cut."""
         before, after = special_frame(tok)
-        suf = tok(suffix, add_special_tokens=False)["input_ids"]
+        suf = continued(tok, [suffix])[0]
         room = self.max_length - len(before) - len(suf) - len(after)
         if room < 1:
             raise UserError(f"task.suffix: its {len(suf)} tokens and the tokenizer's {len(before) + len(after)} "
@@ -706,16 +706,20 @@ class TextToText(TokenTask):
         lead = leading_special(tok)
         enc = self.tokenize(tok, sources, limit=self.max_length - len(lead), add_special_tokens=False)
         self.note_cut(self.names[0], "task.max_length", self.max_length, enc["cut"])
-        suf = tok(suffix, add_special_tokens=False)["input_ids"] if suffix else []
+        suf = continued(tok, [suffix])[0] if suffix else []
         return self._join_answers(tok, [lead + s + suf for s in enc["input_ids"]], targets)
 
     def _join_answers(self, tok: Any, prompts: list[list[int]], targets: list[str],
                       limit: int | None = None) -> dict:
-        """A decoder's sequences: prompt, then " " + target (cut at max_target_length) and EOS, the
-        loss on the answer alone; with `limit`, a sequence longer than it loses its first tokens
-        (the prompt that `generate` reads stays whole: it was cut to leave the generated room)."""
-        enc = self.tokenize(tok, [" " + t for t in targets], limit=self.max_target_length, add_special_tokens=False)
-        self.note_cut(self.names[1], "task.max_target_length", self.max_target_length, enc["cut"])
+        """A decoder's sequences: prompt, then " " + target as it continues the prompt (`continued`:
+        a legacy SentencePiece's " yes" alone is "▁" "▁yes", after a prompt "▁yes"), cut at
+        max_target_length, and EOS, the loss on the answer alone; with `limit`, a sequence longer
+        than it loses its first tokens (the prompt that `generate` reads stays whole: it was cut
+        to leave the generated room)."""
+        answers = continued(tok, [" " + t for t in targets])
+        self.note_cut(self.names[1], "task.max_target_length", self.max_target_length,
+                      [len(a) > self.max_target_length for a in answers])
+        enc = {"input_ids": [a[:self.max_target_length] for a in answers]}
         self.note_budget([len(t) for t in enc["input_ids"]])  # the text's tokens: the EOS after them adds no text
         out: dict[str, list] = {"input_ids": [], "attention_mask": [], "labels": [], "prompt_ids": []}
         end = text_end(tok)  # the answer was closed with the EOS id alone: None in every sequence under a
@@ -911,6 +915,16 @@ class TextToText(TokenTask):
             batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             found.update(zip(batch["example_index"].tolist(), decode_texts(tokenizer, self.generate(model, batch))))
         return [found[i] for i in range(len(raw))]
+
+
+def written(labels: list[int], tok: Any) -> int:
+    """How many tokens `generate` writes before an encoder-decoder's target is all written: its
+    labels up to its end token (EOS), which decodes to no text. BART's <s> and mBART-50's language
+    code are written first (forced or learnt) and count; mBART-cc25's code after the EOS is the
+    decoder's start token and is never written. Counted with its EOS and code, a target exactly
+    as long as the budget was said to be cut (mBART-cc25's by two tokens, the others' by one)."""
+    end = tok.eos_token_id
+    return labels.index(end) if end is not None and end in labels else len(labels)
 
 
 def language_codes(tok: Any) -> list[str] | None:

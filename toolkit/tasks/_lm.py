@@ -108,6 +108,28 @@ def special_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
     return [], []
 
 
+CONTINUED_PROBE = "x."  # text before a piece: ends a word, and no piece's first character here joins it
+
+
+def continued(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """The ids each text has where it continues another text, tokenized apart from it (a prompt's
+    suffix after its source, a decoder's " " + answer after its prompt): the tokens past the
+    probe's own in probe + text, where those are the probe's alone (nothing merged across),
+    else the text's alone. A tokenizer that marks the start of every text (SentencePiece's "▁")
+    gave a piece apart one token more than it has in the text it continues: a legacy one's
+    (Llama-2's) " yes" is "▁" "▁yes" alone and "▁yes" after a prompt, and "\nTL;DR:" gained a
+    "▁" before its newline, so a decoder trained on and generated from tokens the text it was
+    given never has (exit 0). For GPT-2, BERT and T5 the two are the same."""
+    head = list(tokenizer(CONTINUED_PROBE, add_special_tokens=False)["input_ids"])
+    joined = tokenizer([CONTINUED_PROBE + t for t in texts], add_special_tokens=False)["input_ids"]
+    out = [list(j[len(head):]) if list(j[:len(head)]) == head else None for j in joined]
+    merged = [i for i, ids in enumerate(out) if ids is None]  # the probe merged with the text: read alone
+    if merged:
+        for i, ids in zip(merged, tokenizer([texts[i] for i in merged], add_special_tokens=False)["input_ids"]):
+            out[i] = list(ids)
+    return out
+
+
 def text_end(tokenizer: Any) -> int | None:
     """The token a decoder-only model's answer ends with, and that its generation stops at: the
     tokenizer's EOS, else the [SEP] a BERT-vocabulary tokenizer ends a text with (the GPT-2s
