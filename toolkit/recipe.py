@@ -52,6 +52,7 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
     else:
         _canonical_folder(recipe)
     check(recipe, checked.base)
+    recipe.task_as_written = tasks.canonical_data_paths(recipe.task) or None  # after check: it names them as written
     return checked
 
 
