@@ -32,14 +32,17 @@ __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_
 
 def parse(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | None = None,
           seen: tuple[Path, ...] = ()) -> Recipe:
-    """Raw mapping -> Recipe; checks fields, names and combinations (no weights are loaded)."""
-    return parse_plan(raw, name, smoke, origin, seen).recipe
+    """Raw mapping -> Recipe; checks fields, names and combinations (no weights are loaded). A run's
+    recipe.yaml read back (inference): its data file settings as it holds them (a run made before
+    their one form names a file relative to the folder it ran in, which eval says as such)."""
+    return parse_plan(raw, name, smoke, origin, seen, launch=False).recipe
 
 
 def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | None = None,
-               seen: tuple[Path, ...] = ()) -> RunPlan:
+               seen: tuple[Path, ...] = (), launch: bool = True) -> RunPlan:
     """Raw mapping -> the recipe and the run its `{run: ...}` checkpoint names (loaded to check
-    this one: its model family is this run's), kept beside the recipe, out of its hash."""
+    this one: its model family is this run's), kept beside the recipe, out of its hash. `launch`:
+    the data file settings in their one form (tasks.canonical_data_paths), as a run is made."""
     recipe = built(raw, name, smoke)
     checked = RunPlan(recipe)
     if isinstance(recipe.model.checkpoint, dict):
@@ -52,7 +55,8 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
     else:
         _canonical_folder(recipe)
     check(recipe, checked.base)
-    recipe.task_as_written = tasks.canonical_data_paths(recipe.task) or None  # after check: it names them as written
+    if launch:  # after check: it names them as written
+        recipe.task_as_written = tasks.canonical_data_paths(recipe.task) or None
     return checked
 
 

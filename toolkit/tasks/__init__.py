@@ -274,6 +274,12 @@ class Task:
         """A path of this recipe's with `$TOOLKIT_DATA` read as `task.data_dir` when that is set."""
         return str(data_path(value, self.data_dir))
 
+    def file_named(self, value: str) -> str:
+        """A data file setting in the one form the run id and recipe.yaml hold (canonical_data_path):
+        two settings name one file where these agree (a run's recipe.yaml holds that form; an
+        override may spell the file another way)."""
+        return canonical_data_path(value, self.data_dir)
+
     def model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What the model's forward takes: the loss is the task's, so labels stay out."""
         return {k: v for k, v in batch.items() if k != "labels"}
