@@ -255,7 +255,7 @@ def _data_spellings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[li
     monkeypatch.chdir(tmp_path / "elsewhere")
     monkeypatch.setenv("HERE", str(data))
     spellings = [f"$TOOLKIT_DATA/{rel}", f"${{TOOLKIT_DATA}}/{rel}", str(data / rel),
-                 os.path.relpath(data / rel), f"$TOOLKIT_DATA/glue/./RTE/../RTE/dev.tsv", f"$HERE/{rel}",
+                 os.path.relpath(data / rel), "$TOOLKIT_DATA/glue/./RTE/../RTE/dev.tsv", f"$HERE/{rel}",
                  str(tmp_path / "link/dev.tsv")]
     return spellings, f"$TOOLKIT_DATA/{rel}"
 
