@@ -398,21 +398,24 @@ def test_a_local_base_folder_spelled_any_way_is_one_run_id(tmp_path: Path, monke
     assert recipes.load(tmp_path / "o.yaml").hash != loaded[0].hash
 
 
-def _trained_before(runs_dir: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str]) -> Path:
-    """A run made by the toolkit before the canonical forms: its hash as written (hash_as_before)."""
-    with monkeypatch.context() as before:
-        before.setattr(Recipe, "hash", Recipe.hash_as_before)
+def _trained_before(runs_dir: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str], form: str = "before") -> Path:
+    """A run made by the toolkit before the canonical forms (its hash as written: hash_as_before),
+    or under the first ones (hash_as_first_forms: before the data files' form and NO_EFFECT)."""
+    with monkeypatch.context() as then:
+        then.setattr(Recipe, "hash", getattr(Recipe, "hash_as_" + ("before" if form == "before" else "first_forms")))
         return toolkit.run("demo/sst2/minilm-lora", overrides, runs_dir=runs_dir, smoke=True).dir
 
 
-def test_a_run_made_under_its_old_id_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+@pytest.mark.parametrize("form", ["before", "first"])
+def test_a_run_made_under_its_old_id_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, form: str) -> None:
     """The constraint: a recipe that hashes otherwise now (its target_modules in another order than
-    sorted) finds the run made under its old id: `run` says it is finished already (not trained
-    again beside it), `eval` takes its recipe.yaml as the one it was made with, and a chain or a
-    resume looks in the same folder (runs.run_dir)."""
+    sorted, before the canonical forms; and its log_every, under the first ones) finds the run made
+    under its old id: `run` says it is finished already (not trained again beside it), `eval`
+    takes its recipe.yaml as the one it was made with, and a chain or a resume looks in the same
+    folder (runs.run_dir)."""
     short = ["task.max_train_samples=8", "task.max_eval_samples=8", "train.max_steps=1",
-             "method.target_modules=[value, query]"]
-    old = _trained_before(tmp_path / "runs", monkeypatch, short)
+             *(["train.log_every=5"] if form == "first" else []), "method.target_modules=[value, query]"]
+    old = _trained_before(tmp_path / "runs", monkeypatch, short, form)
     recipe = recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml", short, smoke=True)
     assert old.name != runs.run_id(recipe) and old.name in runs.run_ids(recipe)
     assert runs.run_dir(recipe, tmp_path / "runs") == old

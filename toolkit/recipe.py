@@ -49,7 +49,8 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
         chain.check(recipe, checked.upstream.recipe)
         recipe.upstream_id = runs.run_id(checked.upstream.recipe)
-        recipe.upstream_id_before = runs.run_ids(checked.upstream.recipe)[-1]
+        recipe.upstream_id_first = runs.run_id_as(checked.upstream.recipe, "first")
+        recipe.upstream_id_before = runs.run_id_as(checked.upstream.recipe, "before")
         recipe.checkpoint_as_written = recipe.model.checkpoint
         recipe.model.checkpoint = chain.canonical(recipe.model.checkpoint, origin)
     else:
@@ -129,10 +130,10 @@ def made_with(run: Path, raw: dict, recorded: Any, then: str = "") -> None:
     file = run / "recipe.yaml"
     try:
         made = built(raw)
-        now, before = made.hash, made.hash_as_before  # before: a run made before the canonical forms
+        now, first, before = made.hash, made.hash_as_first_forms, made.hash_as_before  # runs made under older forms
     except UserError as exc:
-        now = before = f"unreadable ({exc})"
-    if recorded not in (now, before):
+        now = first = before = f"unreadable ({exc})"
+    if recorded not in (now, first, before):
         raise UserError(f"{file}: not the recipe this run was made with (it hashes as {now}; metrics.json "
                         f"records recipe_hash {recorded}): it was edited after the run; put it back as the run "
                         f"wrote it{then}, or run the changed recipe as a run of its own (toolkit run on a "

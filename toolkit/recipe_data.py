@@ -135,6 +135,8 @@ class Recipe:
     upstream_id: str | None = field(default=None, repr=False, compare=False)
     # ...and as the run ids before the canonical forms named it (runs.run_ids: runs made then are found)
     upstream_id_before: str | None = field(default=None, repr=False, compare=False)
+    # ...and as the first canonical forms named it (runs.run_ids)
+    upstream_id_first: str | None = field(default=None, repr=False, compare=False)
     # model.checkpoint as the recipe wrote it, where planning put it in its one form (a {run: ...}:
     # chain.canonical; a local folder: its absolute path): what the hash before those forms covered
     checkpoint_as_written: str | dict | None = field(default=None, repr=False, compare=False)
@@ -154,25 +156,28 @@ class Recipe:
         out["smoke"] = self.smoke
         return out
 
-    def hashed_dict(self, canonical: bool = True) -> dict:
+    def hashed_dict(self, canonical: bool = True, latest: bool = True) -> dict:
         """`to_dict` without the fields added later that hold the value of the behaviour before
         them (schema.added): what the hash covers. recipe.yaml keeps every field. With `canonical`
         (docs/reliability.md, "one computation, one run id"): set-like lists sorted, a derived
         default written out as unset, a setting that is not read as its default (schema.UNORDERED,
         DERIVED, UNUSED_WHEN; `train.metric` naming the task's main metric too), a setting that
         cannot change the result as its default (schema.NO_EFFECT), and model.checkpoint and the
-        data file settings as planning put them (`checkpoint_as_written`, `task_as_written`). Without: the hash as it was
+        data file settings as planning put them (`checkpoint_as_written`, `task_as_written`).
+        Without `latest`, the first canonical forms (2026-11-28, before the data files' form and
+        NO_EFFECT: `hash_as_first_forms`, which finds the runs made under them). Without: the hash as it was
         before those forms (`hash_as_before`)."""
         out = self.to_dict()
         if not canonical and self.checkpoint_as_written is not None:
             out["model"]["checkpoint"] = json.loads(json.dumps(self.checkpoint_as_written))
-        if not canonical and self.task_as_written:
+        if not (canonical and latest) and self.task_as_written:
             out["task"].update(self.task_as_written)
         # --smoke writes the train sizes itself (max_steps, eval_batch_size): there they are hashed as
         # written, with the epochs beside them, so the smoke ids of the recipes stay as they were
         written = {"train": (*(k for s, k in SMOKE_CAPS if s == "train"), "epochs")} if self.smoke else {}
         for section in SECTION_NAMES:
-            out[section] = unhashed(getattr(self, section), out[section], canonical, written.get(section, ()))
+            out[section] = unhashed(getattr(self, section), out[section], canonical, written.get(section, ()),
+                                    no_effect=latest)
         if canonical and self.train.metric is not None and self.train.metric == _main_metric(self.task):
             out["train"]["metric"] = None  # unset selects on the task's main metric (run_metrics)
         return out
@@ -180,6 +185,12 @@ class Recipe:
     @property
     def hash(self) -> str:
         return self.digest(self.hashed_dict())
+
+    @property
+    def hash_as_first_forms(self) -> str:
+        """The hash under the first canonical forms (sorted lists, derived defaults, a chain's and a
+        base folder's one form), before the data files' form and NO_EFFECT: runs made in between."""
+        return self.digest(self.hashed_dict(latest=False))
 
     @property
     def hash_as_before(self) -> str:

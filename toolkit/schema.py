@@ -251,7 +251,7 @@ def _sorted(items: list) -> list:
 
 
 def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[str, ...] = (),
-             parent: Any = None) -> dict:
+             parent: Any = None, no_effect: bool = True) -> dict:
     """`data` (the settings dataclass `settings` as plain data) without the fields that hold their
     neutral value (`added`), nested settings blocks too: what a recipe's hash covers. With
     `canonical`, each computation in one form: an `UNORDERED` list sorted, a `DERIVED` field whose
@@ -259,7 +259,8 @@ def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[s
     default (except the fields named in `written`: --smoke's sizes, see Recipe.hashed_dict), a
     `NO_EFFECT` field where it cannot change the result as its default.
     Without it: the hash as it was before those rules (Recipe.hash_as_before, which finds the
-    runs made then)."""
+    runs made then); without `no_effect`, the first canonical forms, before NO_EFFECT
+    (Recipe.hash_as_first_forms)."""
     out = dict(data)
     for f in dataclasses.fields(settings):
         if f.name not in out:
@@ -268,10 +269,10 @@ def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[s
         if is_neutral(f, value):
             del out[f.name]
         elif dataclasses.is_dataclass(value) and isinstance(out[f.name], dict):
-            out[f.name] = unhashed(value, out[f.name], canonical, parent=settings)
+            out[f.name] = unhashed(value, out[f.name], canonical, parent=settings, no_effect=no_effect)
         elif not canonical:
             continue
-        elif NO_EFFECT in f.metadata and f.metadata[NO_EFFECT](settings):
+        elif no_effect and NO_EFFECT in f.metadata and f.metadata[NO_EFFECT](settings):
             out[f.name] = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         elif f.metadata.get(UNORDERED) and isinstance(out[f.name], list):
             out[f.name] = _sorted(out[f.name])
