@@ -513,6 +513,7 @@ def test_one_computation_is_found_from_every_entry_point_however_spelled(tmp_pat
     code, out, err = cli("run", "demo/own-data/minilm-lora", *short, f"task.eval_file={os.path.relpath(data)}",
                          "train.log_every=1", "train.report_to=[tensorboard]", "--smoke", "--runs-dir", runs_dir)
     assert code == 0 and f"{made} is finished already" in out, (out, err)
+    assert f"note: {made} was made with train.log_every 10 (now 1); train.report_to [] (now ['tensorboard'])" in err
     code, out, err = cli("sweep", "demo/own-data/minilm-lora", *short, f"task.eval_file={data}", "train.seed=42",
                          "--smoke", "--runs-dir", runs_dir)
     assert code == 0 and f"{made} is finished already" in out, (out, err)

@@ -20,7 +20,7 @@ from toolkit.recipe_data import (SECTIONS, SMOKE_CAPS, SMOKE_LENGTHS, SMOKE_NEW_
                                  RunPlan, TrainConfig, apply_overrides, dump, find_recipe, read_yaml,
                                  recipe_files, recipe_name, recipes_root, safe_yaml, smoke_sized)
 from toolkit.registry import did_you_mean, foreign_hint
-from toolkit.schema import WAS, build_dataclass, build_plugin
+from toolkit.schema import NO_EFFECT, WAS, build_dataclass, build_plugin
 
 # what callers read from here (the data and schema below are re-exported: one name to import)
 __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS",
@@ -138,6 +138,29 @@ def made_with(run: Path, raw: dict, recorded: Any, then: str = "") -> None:
                         f"records recipe_hash {recorded}): it was edited after the run; put it back as the run "
                         f"wrote it{then}, or run the changed recipe as a run of its own (toolkit run on a "
                         "copy of it as a recipe)")
+
+
+def without_effect_changed(recipe: Recipe, run: Path) -> list[str]:
+    """The settings that change no result (schema.NO_EFFECT, where they do not) that the launch of
+    `recipe` asks otherwise than the run folder `run` (its recipe.yaml) was made with, each as
+    `train.report_to [] (now ['wandb'])`: one run id, so the run is "finished already" and the
+    launch sends nothing to the trackers, logs no more often. Said, not silent. [] where the same,
+    or where recipe.yaml does not read."""
+    try:
+        raw = safe_yaml((run / "recipe.yaml").read_text(encoding="utf-8"), "recipe.yaml")
+    except (OSError, UnicodeDecodeError, UserError):
+        return []
+    made = raw.get("train") if isinstance(raw, dict) else None
+    if not isinstance(made, dict):
+        return []
+    said = []
+    for f in dataclasses.fields(recipe.train):  # (task.data_dir: where its files are, named as they are)
+        if NO_EFFECT in f.metadata and f.metadata[NO_EFFECT](recipe.train):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            was, asked = made.get(f.name, default), getattr(recipe.train, f.name)
+            if was != asked and not (isinstance(was, list) and isinstance(asked, list) and sorted(was) == sorted(asked)):
+                said.append(f"train.{f.name} {was} (now {asked})")
+    return said
 
 
 def finished_as_made(run: Path, then: str = "") -> bool:
