@@ -523,3 +523,28 @@ def test_one_computation_is_found_from_every_entry_point_however_spelled(tmp_pat
     assert [p.name for p in made.parent.iterdir()] == [made.name]
     code, out, err = cli("eval", made)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("task", ["squad", "clm"])
+def test_rescoring_knows_the_runs_own_file_however_an_override_spells_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                          task: str) -> None:
+    """A run's recipe.yaml names its files in one form (`$TOOLKIT_DATA/...`); `toolkit eval RUN
+    task.X_file=<the same file by a relative or absolute path>` is the run's own file. SQuAD with
+    another split_seed: its articles drawn otherwise (some the run trained on scored as held out),
+    one line naming split_seed, as for the same spelling; clm on its own train file: scored as the
+    run held it out, no refusal. Compared as written, the other spelling was taken for another file
+    (SQuAD: another line; clm: refused as another train file)."""
+    data = Path(os.environ["TOOLKIT_DATA"])
+    made_file, key, draw = {"squad": ("squad/v1.1/dev-v1.1.json", "eval_file", {"split_articles": 0.2}),
+                            "clm": ("lm/wikitext-2/valid.txt", "train_file", {})}[task]
+    made = dataclasses.replace(_shipped_of_task(task).task, **{key: f"$TOOLKIT_DATA/{made_file}"}, **draw)
+    if task == "clm":
+        made = dataclasses.replace(made, eval_file=None, dataset=None)
+    monkeypatch.chdir(tmp_path)
+    for spelled in (f"$TOOLKIT_DATA/{made_file}", os.path.relpath(data / made_file), str(data / made_file)):
+        if task == "squad":
+            asked = dataclasses.replace(made, **{key: spelled}, split_seed=7)
+            with pytest.raises(toolkit.UserError, match="^task.split_seed: the run split"):
+                asked.rescoring(made, {f"task.{key}", "task.split_seed"})
+        else:
+            dataclasses.replace(made, **{key: spelled}).rescoring(made, {f"task.{key}"})
