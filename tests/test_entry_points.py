@@ -298,15 +298,20 @@ def test_a_closed_stderr_keeps_the_exit_code() -> None:
     assert done.returncode == 2 and b"0 of 1" not in done.stdout
 
 
+@pytest.mark.parametrize("made", ["now", "before"])
 @pytest.mark.parametrize("entry", ["cli", "api"])
-def test_eval_from_another_folder_does_not_score_the_run_on_other_data(tmp_path: Path, cli,
-                                                                       monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+def test_eval_from_another_folder_does_not_score_the_run_on_other_data(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                                       entry: str, made: str) -> None:
     """Rule: a run folder means the same wherever it is opened from. Its recipe may name data by
     a path relative to the working directory (docs/tasks.md); `toolkit eval RUN` from another
     folder holding a file of that name scored the run on that file and wrote the score into the
-    run folder, exit 0. Now it is one line before anything loads, nothing written; from the
-    folder the run was started in, or with the file named, it scores."""
+    run folder, exit 0. A run's recipe.yaml now names its files in one form, `$TOOLKIT_DATA/...`
+    or absolute (tasks.canonical_data_paths), so from another folder it scores the run's own
+    data; a run made before that form (its recipe.yaml as written) is one line there, before
+    anything loads, nothing written; from the folder the run was started in, or with the file
+    named, it scores."""
     import toolkit
+    from toolkit import tasks
 
     home, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     for folder, flip in ((home, 0), (elsewhere, 1)):
@@ -315,11 +320,18 @@ def test_eval_from_another_folder_does_not_score_the_run_on_other_data(tmp_path:
     (home / "r.yaml").write_text(f"extends: {ROOT / 'recipes/demo/sst2/minilm-lora.yaml'}\n"
                                  "task: {name: text_classification, train_file: d.csv, eval_file: d.csv}\n")
     monkeypatch.chdir(home)
-    assert cli("run", "r.yaml", "--smoke", "train.max_steps=1", "--runs-dir", tmp_path / "runs")[0] == 0
+    with monkeypatch.context() as then:
+        if made == "before":
+            then.setattr(tasks, "canonical_data_paths", lambda task: {})
+        assert cli("run", "r.yaml", "--smoke", "train.max_steps=1", "--runs-dir", tmp_path / "runs")[0] == 0
     (run,) = [m.parent for m in (tmp_path / "runs").rglob("metrics.json")]
     monkeypatch.chdir(elsewhere)
     said = "task.train_file: d.csv is named relative to the working directory, and the file of that name here"
-    if entry == "cli":
+    if made == "now":
+        assert f"train_file: {home / 'd.csv'}" in (run / "recipe.yaml").read_text()
+        assert toolkit.evaluate(run)["examples"] == {"": 8}  # the run's own file, found from here
+        (run / "eval-eval.json").unlink()
+    elif entry == "cli":
         code, _, err = cli("eval", run)
         assert code == 2 and said in err and err.count("\n") == 1, err
     else:

@@ -16,7 +16,7 @@ import pytest
 import toolkit
 from toolkit import attention, methods, recipe as recipes, runs, tasks
 from toolkit.recipe_data import ModelConfig, Recipe, TrainConfig
-from toolkit.schema import DERIVED, UNORDERED, UNUSED_WHEN
+from toolkit.schema import DERIVED, NO_EFFECT, UNORDERED, UNUSED_WHEN
 
 ROOT = Path(__file__).resolve().parent.parent
 HASHES = json.loads((ROOT / "tests/data/shipped_recipe_hashes.json").read_text())
@@ -108,7 +108,8 @@ def _two(tp: typing.Any) -> list:
     return [7, 3] if inner is int else ["value", "query"]
 
 
-@pytest.mark.parametrize("where", [(s, n, f.name) for s, n, _, f in _list_fields() if f.metadata.get(UNORDERED)],
+@pytest.mark.parametrize("where", [(s, n, f.name) for s, n, _, f in _list_fields()
+                                   if f.metadata.get(UNORDERED) and NO_EFFECT not in f.metadata],
                          ids=lambda w: ".".join(p for p in w if p))
 def test_a_set_like_list_in_any_order_is_one_run_id(where: tuple[str, str, str]) -> None:
     """Finding: `method.target_modules: [value, query]` and `[query, value]` (PEFT takes a set), or
@@ -186,6 +187,129 @@ def test_a_setting_that_is_not_read_is_one_run_id(where: tuple[str, str, str]) -
     smoke = [recipes.built({**_raw("train", "", "epochs", 3.0), "train": {"max_steps": 4, "epochs": e}}, smoke=True)
              for e in (1.0, 5.0)]
     assert smoke[0].hash != smoke[1].hash  # as before: the smoke ids of the recipes stay
+
+
+# the settings that cannot change a run's result (model/, scores, what its finished folder holds),
+# hashed as their default (schema.NO_EFFECT): two values each, and what else makes them matter
+NO_EFFECT_VALUES = {
+    "report_to": (["tensorboard"], [], "trackers are told the metrics; no number depends on them"),
+    "log_every": (1, 50, "how often the loss is logged"),
+    "save_every": (5, 0, "step checkpoints a stop resumes from; a finished run keeps model/ alone"),
+    "save_total_limit": (3, 1, "how many step checkpoints; a finished run keeps model/ alone"),
+    "data_dir": ("/elsewhere/data", None, "its files are in the id by contents, named relative to it"),
+}
+# where a NO_EFFECT setting does change what a run leaves: there it is hashed (its train settings)
+MATTERS_WITH = {"save_every": {"keep_checkpoints": True}, "save_total_limit": {"keep_checkpoints": True}}
+
+
+def _shipped_of_task(name: str) -> Recipe:
+    """A recipe of task `name` as a shipped one sets it up (what it requires written)."""
+    for path in sorted((ROOT / "recipes").rglob("*.yaml")):
+        if not path.name.startswith("_") and f"name: {name}" in path.read_text():
+            recipe = recipes.built(recipes.read_yaml(path))
+            if recipe.task.name == name:
+                return recipe
+    raw = _raw("task", name, "max_length", 128)
+    return recipes.built({**raw, "task": {**raw["task"], **({"subset": "sst2"} if name == "glue" else {})}})
+
+
+def _no_effect_fields() -> list[tuple[str, str, str]]:
+    return [(s, n, f.name) for s, n, c in _settings_classes() for f in dataclasses.fields(c) if NO_EFFECT in f.metadata]
+
+
+def test_every_setting_without_effect_is_named() -> None:
+    """Every NO_EFFECT field is one of those named here with why (a new one is argued, not slipped in)."""
+    assert {f for _, _, f in _no_effect_fields()} == set(NO_EFFECT_VALUES)
+    assert {n for s, n, f in _no_effect_fields() if f == "data_dir"} == set(tasks.TASKS.names())
+
+
+@pytest.mark.parametrize("where", _no_effect_fields(), ids=lambda w: ".".join(p for p in w if p))
+def test_a_setting_that_cannot_change_the_result_is_one_run_id(where: tuple[str, str, str]) -> None:
+    """Finding: `train.report_to: [wandb]` (trackers), `log_every`, `save_every` / `save_total_limit`
+    of a run that keeps no step checkpoint, and `task.data_dir` (whose files are hashed by their
+    contents) change no model and no score, yet each value was a run id of its own: the same
+    computation trained again, a sweep's "finished already" missed it. Now hashed as the default;
+    the hash before (which finds runs made then) keeps them."""
+    section, name, field = where
+    one, other, _ = NO_EFFECT_VALUES[field]
+    if section == "task":  # a task of each kind as a shipped recipe sets it up (some need a subset)
+        shipped = _shipped_of_task(name)
+        at = [dataclasses.replace(shipped, task=dataclasses.replace(shipped.task, **{field: v})) for v in (one, other)]
+    else:
+        at = [recipes.built(_raw(section, name, field, v)) for v in (one, other)]
+    assert at[0].hash == at[1].hash, where
+    assert at[0].hash_as_before != at[1].hash_as_before, where
+    if field in MATTERS_WITH:
+        kept = [recipes.built({**_raw(section, name, field, v), "train": {field: v, **MATTERS_WITH[field]}})
+                for v in (one, other)]
+        assert kept[0].hash != kept[1].hash
+
+
+def _data_spellings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], str]:
+    """One file of $TOOLKIT_DATA spelled seven ways (the working directory a sibling of the data
+    root's parent), and the canonical form."""
+    data = Path(os.environ["TOOLKIT_DATA"])
+    rel = "glue/RTE/dev.tsv"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(data / "glue/RTE")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    monkeypatch.setenv("HERE", str(data))
+    spellings = [f"$TOOLKIT_DATA/{rel}", f"${{TOOLKIT_DATA}}/{rel}", str(data / rel),
+                 os.path.relpath(data / rel), "$TOOLKIT_DATA/glue/./RTE/../RTE/dev.tsv", f"$HERE/{rel}",
+                 str(tmp_path / "link/dev.tsv")]
+    return spellings, f"$TOOLKIT_DATA/{rel}"
+
+
+MINILM = {"checkpoint": "nreimers/MiniLM-L6-H384-uncased"}
+OWN_DATA = {"name": "text_classification", "train_file": "$TOOLKIT_DATA/glue/RTE/train.tsv",
+            "text_columns": ["sentence1", "sentence2"], "label_column": "label"}
+
+
+def test_a_data_file_spelled_any_way_is_one_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding (the data file rule): `task.eval_file: $TOOLKIT_DATA/glue/RTE/dev.tsv`, the same file
+    by its absolute path, by a path relative to another working directory, through `..`, another
+    variable or a symbolic link to its folder, were hashed as spelled: one computation, as many run
+    ids as spellings (`make run` from another folder trained again). Now `$TOOLKIT_DATA/<path>` for
+    a file under the data root, the same on every machine, and recipe.yaml holds it; a file outside
+    it is its absolute path. Another file is another id, and the hash before keeps each spelling
+    (runs made then are found)."""
+    spellings, form = _data_spellings(tmp_path, monkeypatch)
+    plan = lambda **task: recipes.parse_plan({"model": MINILM, "method": {"name": "full"},  # noqa: E731
+                                              "task": {**OWN_DATA, **task}}, name="d").recipe
+    loaded = [plan(eval_file=spelled) for spelled in spellings]
+    assert {r.task.eval_file for r in loaded} == {form}
+    assert {runs.run_id(r, 1, "none") for r in loaded} == {runs.run_id(loaded[0], 1, "none")}
+    assert len({r.hash_as_before for r in loaded}) == len(spellings)
+    assert runs.run_ids(loaded[2], 1, "none")[-1] != runs.run_id(loaded[2], 1, "none")  # a run made then: found
+    rooted = plan(eval_file=spellings[2], data_dir=os.path.relpath(os.environ["TOOLKIT_DATA"]))
+    assert rooted.task.eval_file == form and rooted.hash == loaded[0].hash
+    assert rooted.task.data_dir == os.environ["TOOLKIT_DATA"]  # recipe.yaml: found from anywhere
+    outside = tmp_path / "dev.tsv"
+    outside.write_bytes(Path(os.environ["TOOLKIT_DATA"], "glue/RTE/dev.tsv").read_bytes())
+    copy = plan(eval_file="../dev.tsv")
+    assert copy.task.eval_file == str(outside) and copy.hash != loaded[0].hash
+    assert plan(eval_file="$TOOLKIT_DATA/glue/RTE/train.tsv").hash != loaded[0].hash
+    for made in (copy, loaded[3], rooted):  # recipe.yaml, read back from anywhere, hashes as the run did
+        assert recipes.built(made.to_dict()).hash == made.hash
+
+
+def test_a_data_root_spelled_any_way_is_one_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GLUE reads its folder under `task.data_dir` (else $TOOLKIT_DATA): the root unset, written as
+    $TOOLKIT_DATA, absolute, relative or through a link is one run id (its files are in the id by
+    their contents); a root holding other data is another id."""
+    data = Path(os.environ["TOOLKIT_DATA"])
+    spellings, _ = _data_spellings(tmp_path, monkeypatch)
+    (tmp_path / "root").symlink_to(data)
+    plan = lambda **task: recipes.parse_plan({"model": MINILM, "method": {"name": "full"},  # noqa: E731
+                                              "task": {"name": "glue", "subset": "rte", **task}}, name="g").recipe
+    ids = {runs.run_id(plan(**({"data_dir": d} if d else {})), 1, "none")
+           for d in (None, "$TOOLKIT_DATA", str(data), os.path.relpath(data), str(tmp_path / "root"))}
+    assert len(ids) == 1
+    other = tmp_path / "other" / "glue" / "RTE"
+    other.mkdir(parents=True)
+    for name in ("train.tsv", "dev.tsv"):
+        (other / name).write_text((data / "glue/RTE" / name).read_text()[:2000].rsplit("\n", 1)[0] + "\n")
+    assert runs.run_id(plan(data_dir=str(tmp_path / "other")), 1, "none") not in ids
 
 
 def test_train_metric_naming_the_main_metric_is_one_run_id_for_every_task() -> None:
@@ -274,21 +398,24 @@ def test_a_local_base_folder_spelled_any_way_is_one_run_id(tmp_path: Path, monke
     assert recipes.load(tmp_path / "o.yaml").hash != loaded[0].hash
 
 
-def _trained_before(runs_dir: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str]) -> Path:
-    """A run made by the toolkit before the canonical forms: its hash as written (hash_as_before)."""
-    with monkeypatch.context() as before:
-        before.setattr(Recipe, "hash", Recipe.hash_as_before)
+def _trained_before(runs_dir: Path, monkeypatch: pytest.MonkeyPatch, overrides: list[str], form: str = "before") -> Path:
+    """A run made by the toolkit before the canonical forms (its hash as written: hash_as_before),
+    or under the first ones (hash_as_first_forms: before the data files' form and NO_EFFECT)."""
+    with monkeypatch.context() as then:
+        then.setattr(Recipe, "hash", getattr(Recipe, "hash_as_" + ("before" if form == "before" else "first_forms")))
         return toolkit.run("demo/sst2/minilm-lora", overrides, runs_dir=runs_dir, smoke=True).dir
 
 
-def test_a_run_made_under_its_old_id_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+@pytest.mark.parametrize("form", ["before", "first"])
+def test_a_run_made_under_its_old_id_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, form: str) -> None:
     """The constraint: a recipe that hashes otherwise now (its target_modules in another order than
-    sorted) finds the run made under its old id: `run` says it is finished already (not trained
-    again beside it), `eval` takes its recipe.yaml as the one it was made with, and a chain or a
-    resume looks in the same folder (runs.run_dir)."""
+    sorted, before the canonical forms; and its log_every, under the first ones) finds the run made
+    under its old id: `run` says it is finished already (not trained again beside it), `eval`
+    takes its recipe.yaml as the one it was made with, and a chain or a resume looks in the same
+    folder (runs.run_dir)."""
     short = ["task.max_train_samples=8", "task.max_eval_samples=8", "train.max_steps=1",
-             "method.target_modules=[value, query]"]
-    old = _trained_before(tmp_path / "runs", monkeypatch, short)
+             *(["train.log_every=5"] if form == "first" else []), "method.target_modules=[value, query]"]
+    old = _trained_before(tmp_path / "runs", monkeypatch, short, form)
     recipe = recipes.load(ROOT / "recipes/demo/sst2/minilm-lora.yaml", short, smoke=True)
     assert old.name != runs.run_id(recipe) and old.name in runs.run_ids(recipe)
     assert runs.run_dir(recipe, tmp_path / "runs") == old
@@ -366,3 +493,58 @@ def test_a_run_records_its_base_as_it_started_on_it(tmp_path: Path, cli, tiny_ch
     assert metrics["base_weights"]["files"]["model.safetensors"][2] == started
     code, out, err = cli("run", recipe, "--runs-dir", root)
     assert code == 2 and "model.safetensors changed since" in err, err
+
+
+def test_one_computation_is_found_from_every_entry_point_however_spelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        cli) -> None:
+    """The issue's case end to end: a run made through the API with its data file as
+    `$TOOLKIT_DATA/...`, then launched from another working directory with the file by a relative
+    path, with `train.log_every` and `train.report_to` set (CLI `run`, which `make run` calls), by
+    its absolute path (`sweep`, the API): each is "finished already", one run folder, and its
+    recipe.yaml (which names the file as `$TOOLKIT_DATA/...`) is evaluated from there."""
+    data = Path(os.environ["TOOLKIT_DATA"]) / "glue/RTE/dev.tsv"
+    short = ["task.max_train_samples=8", "task.max_eval_samples=8", "train.max_steps=1"]
+    made = toolkit.run("demo/own-data/minilm-lora", [*short, "task.eval_file=$TOOLKIT_DATA/glue/RTE/dev.tsv"],
+                       runs_dir=tmp_path / "runs", smoke=True).dir
+    assert "eval_file: $TOOLKIT_DATA/glue/RTE/dev.tsv" in (made / "recipe.yaml").read_text()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    runs_dir = tmp_path / "runs"
+    code, out, err = cli("run", "demo/own-data/minilm-lora", *short, f"task.eval_file={os.path.relpath(data)}",
+                         "train.log_every=1", "train.report_to=[tensorboard]", "--smoke", "--runs-dir", runs_dir)
+    assert code == 0 and f"{made} is finished already" in out, (out, err)
+    assert f"note: {made} was made with train.log_every 10 (now 1); train.report_to [] (now ['tensorboard'])" in err
+    code, out, err = cli("sweep", "demo/own-data/minilm-lora", *short, f"task.eval_file={data}", "train.seed=42",
+                         "--smoke", "--runs-dir", runs_dir)
+    assert code == 0 and f"{made} is finished already" in out, (out, err)
+    again = toolkit.run("demo/own-data/minilm-lora", [*short, f"task.eval_file={data}", "train.log_every=3"],
+                        runs_dir=runs_dir, smoke=True)
+    assert again.dir == made
+    assert [p.name for p in made.parent.iterdir()] == [made.name]
+    code, out, err = cli("eval", made)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("task", ["squad", "clm"])
+def test_rescoring_knows_the_runs_own_file_however_an_override_spells_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                          task: str) -> None:
+    """A run's recipe.yaml names its files in one form (`$TOOLKIT_DATA/...`); `toolkit eval RUN
+    task.X_file=<the same file by a relative or absolute path>` is the run's own file. SQuAD with
+    another split_seed: its articles drawn otherwise (some the run trained on scored as held out),
+    one line naming split_seed, as for the same spelling; clm on its own train file: scored as the
+    run held it out, no refusal. Compared as written, the other spelling was taken for another file
+    (SQuAD: another line; clm: refused as another train file)."""
+    data = Path(os.environ["TOOLKIT_DATA"])
+    made_file, key, draw = {"squad": ("squad/v1.1/dev-v1.1.json", "eval_file", {"split_articles": 0.2}),
+                            "clm": ("lm/wikitext-2/valid.txt", "train_file", {})}[task]
+    made = dataclasses.replace(_shipped_of_task(task).task, **{key: f"$TOOLKIT_DATA/{made_file}"}, **draw)
+    if task == "clm":
+        made = dataclasses.replace(made, eval_file=None, dataset=None)
+    monkeypatch.chdir(tmp_path)
+    for spelled in (f"$TOOLKIT_DATA/{made_file}", os.path.relpath(data / made_file), str(data / made_file)):
+        if task == "squad":
+            asked = dataclasses.replace(made, **{key: spelled}, split_seed=7)
+            with pytest.raises(toolkit.UserError, match="^task.split_seed: the run split"):
+                asked.rescoring(made, {f"task.{key}", "task.split_seed"})
+        else:
+            dataclasses.replace(made, **{key: spelled}).rescoring(made, {f"task.{key}"})

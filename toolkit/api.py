@@ -599,6 +599,10 @@ def _finished_already(out: Path, force: bool, rank0: bool, recipe: Any = None) -
         return False
     if rank0:
         print(f"{out} is finished already (metrics.json); --force runs it again")
+        changed = recipe_module.without_effect_changed(recipe, out) if recipe is not None else []
+        if changed:  # one run id: nothing of these is done by this launch
+            print(f"note: {out} was made with {'; '.join(changed)}, which change no result (the same run); "
+                  "this launch does nothing of them: --force runs it again with them", file=sys.stderr)
         if recipe is not None and not recipe.train.keep_checkpoints and (out / "checkpoints").is_dir():
             try:
                 with runs.locked(out, folder=True):  # not while a --force launch trains it anew

@@ -20,7 +20,7 @@ from toolkit.recipe_data import (SECTIONS, SMOKE_CAPS, SMOKE_LENGTHS, SMOKE_NEW_
                                  RunPlan, TrainConfig, apply_overrides, dump, find_recipe, read_yaml,
                                  recipe_files, recipe_name, recipes_root, safe_yaml, smoke_sized)
 from toolkit.registry import did_you_mean, foreign_hint
-from toolkit.schema import WAS, build_dataclass, build_plugin
+from toolkit.schema import NO_EFFECT, WAS, build_dataclass, build_plugin
 
 # what callers read from here (the data and schema below are re-exported: one name to import)
 __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_LENGTHS", "SMOKE_NEW_TOKENS",
@@ -32,26 +32,32 @@ __all__ = ["ModelConfig", "Recipe", "RunPlan", "SECTIONS", "SMOKE_CAPS", "SMOKE_
 
 def parse(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | None = None,
           seen: tuple[Path, ...] = ()) -> Recipe:
-    """Raw mapping -> Recipe; checks fields, names and combinations (no weights are loaded)."""
-    return parse_plan(raw, name, smoke, origin, seen).recipe
+    """Raw mapping -> Recipe; checks fields, names and combinations (no weights are loaded). A run's
+    recipe.yaml read back (inference): its data file settings as it holds them (a run made before
+    their one form names a file relative to the folder it ran in, which eval says as such)."""
+    return parse_plan(raw, name, smoke, origin, seen, launch=False).recipe
 
 
 def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Path | None = None,
-               seen: tuple[Path, ...] = ()) -> RunPlan:
+               seen: tuple[Path, ...] = (), launch: bool = True) -> RunPlan:
     """Raw mapping -> the recipe and the run its `{run: ...}` checkpoint names (loaded to check
-    this one: its model family is this run's), kept beside the recipe, out of its hash."""
+    this one: its model family is this run's), kept beside the recipe, out of its hash. `launch`:
+    the data file settings in their one form (tasks.canonical_data_paths), as a run is made."""
     recipe = built(raw, name, smoke)
     checked = RunPlan(recipe)
     if isinstance(recipe.model.checkpoint, dict):
         checked.upstream = upstream(recipe.model.checkpoint, origin, smoke, seen)
         chain.check(recipe, checked.upstream.recipe)
         recipe.upstream_id = runs.run_id(checked.upstream.recipe)
-        recipe.upstream_id_before = runs.run_ids(checked.upstream.recipe)[-1]
+        recipe.upstream_id_first = runs.run_id_as(checked.upstream.recipe, "first")
+        recipe.upstream_id_before = runs.run_id_as(checked.upstream.recipe, "before")
         recipe.checkpoint_as_written = recipe.model.checkpoint
         recipe.model.checkpoint = chain.canonical(recipe.model.checkpoint, origin)
     else:
         _canonical_folder(recipe)
     check(recipe, checked.base)
+    if launch:  # after check: it names them as written
+        recipe.task_as_written = tasks.canonical_data_paths(recipe.task) or None
     return checked
 
 
@@ -124,14 +130,37 @@ def made_with(run: Path, raw: dict, recorded: Any, then: str = "") -> None:
     file = run / "recipe.yaml"
     try:
         made = built(raw)
-        now, before = made.hash, made.hash_as_before  # before: a run made before the canonical forms
+        now, first, before = made.hash, made.hash_as_first_forms, made.hash_as_before  # runs made under older forms
     except UserError as exc:
-        now = before = f"unreadable ({exc})"
-    if recorded not in (now, before):
+        now = first = before = f"unreadable ({exc})"
+    if recorded not in (now, first, before):
         raise UserError(f"{file}: not the recipe this run was made with (it hashes as {now}; metrics.json "
                         f"records recipe_hash {recorded}): it was edited after the run; put it back as the run "
                         f"wrote it{then}, or run the changed recipe as a run of its own (toolkit run on a "
                         "copy of it as a recipe)")
+
+
+def without_effect_changed(recipe: Recipe, run: Path) -> list[str]:
+    """The settings that change no result (schema.NO_EFFECT, where they do not) that the launch of
+    `recipe` asks otherwise than the run folder `run` (its recipe.yaml) was made with, each as
+    `train.report_to [] (now ['wandb'])`: one run id, so the run is "finished already" and the
+    launch sends nothing to the trackers, logs no more often. Said, not silent. [] where the same,
+    or where recipe.yaml does not read."""
+    try:
+        raw = safe_yaml((run / "recipe.yaml").read_text(encoding="utf-8"), "recipe.yaml")
+    except (OSError, UnicodeDecodeError, UserError):
+        return []
+    made = raw.get("train") if isinstance(raw, dict) else None
+    if not isinstance(made, dict):
+        return []
+    said = []
+    for f in dataclasses.fields(recipe.train):  # (task.data_dir: where its files are, named as they are)
+        if NO_EFFECT in f.metadata and f.metadata[NO_EFFECT](recipe.train):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            was, asked = made.get(f.name, default), getattr(recipe.train, f.name)
+            if was != asked and not (isinstance(was, list) and isinstance(asked, list) and sorted(was) == sorted(asked)):
+                said.append(f"train.{f.name} {was} (now {asked})")
+    return said
 
 
 def finished_as_made(run: Path, then: str = "") -> bool:

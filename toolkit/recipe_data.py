@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from toolkit.errors import UserError, user_path
-from toolkit.schema import DECIMAL, DERIVED, NONE_ALIAS, UNORDERED, UNUSED_WHEN, unhashed
+from toolkit.schema import DECIMAL, DERIVED, NO_EFFECT, NONE_ALIAS, UNORDERED, UNUSED_WHEN, unhashed
 
 
 def _min(v: float) -> dict:
@@ -72,17 +72,22 @@ class TrainConfig:
     # (measured on an H200: no faster than fused AdamW; docs/gpu.md)
     compile_optimizer: bool | Literal["auto"] = "auto"
     eval_every: int = field(default=0, metadata=_min(0))  # optimizer steps; 0 = end of each epoch
-    log_every: int = field(default=10, metadata=_min(1))
+    log_every: int = field(default=10, metadata={"min": 1, NO_EFFECT: lambda t: True})  # the log's cadence only
     keep_best: bool = True  # the final model is the best evaluated one
     metric: str | None = None  # selection metric; default: the task's main metric
     early_stopping_patience: int = field(default=0, metadata=_min(0))  # evals without gain; 0 = off
-    save_total_limit: int = field(default=1, metadata=_min(1))
-    save_every: int = field(default=0, metadata=_min(0))  # also checkpoint every N steps; 0 = at evaluations only
+    # how many step checkpoints, and how often: what a stop resumes from, and what a finished run
+    # keeps only with keep_checkpoints (else it keeps model/ alone: not in the run id there)
+    save_total_limit: int = field(default=1, metadata={"min": 1, NO_EFFECT: lambda t: not t.keep_checkpoints})
+    save_every: int = field(default=0, metadata={  # also checkpoint every N steps; 0 = at evaluations only
+        "min": 0, NO_EFFECT: lambda t: not t.keep_checkpoints})
     keep_checkpoints: bool = False  # a finished run keeps its step checkpoints (else model/ only)
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more time
     fast_dropout: bool = True  # CPU: dropout by toolkit.dropout (2-3x faster than torch's); false = torch's
     skip_nonfinite: int = field(default=0, metadata=_min(0))  # batches with a NaN/inf loss to skip
-    report_to: list[Literal["tensorboard", "trackio", "wandb", "mlflow"]] = field(default_factory=list, metadata={UNORDERED: True})
+    # the trackers told of the run's metrics: not in the run id (they change no number)
+    report_to: list[Literal["tensorboard", "trackio", "wandb", "mlflow"]] = field(
+        default_factory=list, metadata={UNORDERED: True, NO_EFFECT: lambda t: True})
 
     def optimizer_steps(self, examples: int, processes: int = 1) -> tuple[int, int]:
         """(optimizer steps per epoch, total optimizer steps) of `examples` training examples: the
@@ -130,9 +135,14 @@ class Recipe:
     upstream_id: str | None = field(default=None, repr=False, compare=False)
     # ...and as the run ids before the canonical forms named it (runs.run_ids: runs made then are found)
     upstream_id_before: str | None = field(default=None, repr=False, compare=False)
+    # ...and as the first canonical forms named it (runs.run_ids)
+    upstream_id_first: str | None = field(default=None, repr=False, compare=False)
     # model.checkpoint as the recipe wrote it, where planning put it in its one form (a {run: ...}:
     # chain.canonical; a local folder: its absolute path): what the hash before those forms covered
     checkpoint_as_written: str | dict | None = field(default=None, repr=False, compare=False)
+    # the task's data path settings as the recipe wrote them, where planning put them in their one
+    # form (tasks.canonical_data_paths: `$TOOLKIT_DATA/...` or absolute): what the hash before covered
+    task_as_written: dict | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         """The resolved recipe as plain data: what recipe.yaml holds and the hash covers."""
@@ -146,22 +156,28 @@ class Recipe:
         out["smoke"] = self.smoke
         return out
 
-    def hashed_dict(self, canonical: bool = True) -> dict:
+    def hashed_dict(self, canonical: bool = True, latest: bool = True) -> dict:
         """`to_dict` without the fields added later that hold the value of the behaviour before
         them (schema.added): what the hash covers. recipe.yaml keeps every field. With `canonical`
         (docs/reliability.md, "one computation, one run id"): set-like lists sorted, a derived
         default written out as unset, a setting that is not read as its default (schema.UNORDERED,
-        DERIVED, UNUSED_WHEN; `train.metric` naming the task's main metric too), and
-        model.checkpoint as planning put it (`checkpoint_as_written`). Without: the hash as it was
+        DERIVED, UNUSED_WHEN; `train.metric` naming the task's main metric too), a setting that
+        cannot change the result as its default (schema.NO_EFFECT), and model.checkpoint and the
+        data file settings as planning put them (`checkpoint_as_written`, `task_as_written`).
+        Without `latest`, the first canonical forms (2026-11-28, before the data files' form and
+        NO_EFFECT: `hash_as_first_forms`, which finds the runs made under them). Without: the hash as it was
         before those forms (`hash_as_before`)."""
         out = self.to_dict()
         if not canonical and self.checkpoint_as_written is not None:
             out["model"]["checkpoint"] = json.loads(json.dumps(self.checkpoint_as_written))
+        if not (canonical and latest) and self.task_as_written:
+            out["task"].update(self.task_as_written)
         # --smoke writes the train sizes itself (max_steps, eval_batch_size): there they are hashed as
         # written, with the epochs beside them, so the smoke ids of the recipes stay as they were
         written = {"train": (*(k for s, k in SMOKE_CAPS if s == "train"), "epochs")} if self.smoke else {}
         for section in SECTION_NAMES:
-            out[section] = unhashed(getattr(self, section), out[section], canonical, written.get(section, ()))
+            out[section] = unhashed(getattr(self, section), out[section], canonical, written.get(section, ()),
+                                    no_effect=latest)
         if canonical and self.train.metric is not None and self.train.metric == _main_metric(self.task):
             out["train"]["metric"] = None  # unset selects on the task's main metric (run_metrics)
         return out
@@ -169,6 +185,12 @@ class Recipe:
     @property
     def hash(self) -> str:
         return self.digest(self.hashed_dict())
+
+    @property
+    def hash_as_first_forms(self) -> str:
+        """The hash under the first canonical forms (sorted lists, derived defaults, a chain's and a
+        base folder's one form), before the data files' form and NO_EFFECT: runs made in between."""
+        return self.digest(self.hashed_dict(latest=False))
 
     @property
     def hash_as_before(self) -> str:

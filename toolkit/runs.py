@@ -268,30 +268,40 @@ def run_id(recipe: Recipe, processes: int | None = None, way: str | None = None)
     computation than DDP's) and the data files' contents. Two launches that differ in any of
     these are two runs. One process and DDP are not hashed (their process counts differ already),
     so their ids are those of the runs made before the strategy was part of the id."""
-    return _run_id(recipe, processes, way, before=False)
+    return run_id_as(recipe, "now", processes, way)
 
 
-def _run_id(recipe: Recipe, processes: int | None, way: str | None, before: bool) -> str:
-    digest = recipe.hash_as_before if before else recipe.hash
-    blob = f"{digest}|{processes or world_size()}|{data_fingerprint(recipe.task.data_files())}"
+# the recipe hash and the chained upstream's id of each form of the run id: now, under the first
+# canonical forms (Recipe.hash_as_first_forms), and before any (Recipe.hash_as_before)
+FORMS = {"now": ("hash", "upstream_id"), "first": ("hash_as_first_forms", "upstream_id_first"),
+         "before": ("hash_as_before", "upstream_id_before")}
+
+
+def run_id_as(recipe: Recipe, form: str, processes: int | None = None, way: str | None = None) -> str:
+    """The run id of `recipe` as the toolkit computed it under `form` (FORMS)."""
+    digest_of, upstream_of = FORMS[form]
+    blob = f"{getattr(recipe, digest_of)}|{processes or world_size()}|{data_fingerprint(recipe.task.data_files())}"
     way = way or strategy()
     if way not in NEUTRAL_STRATEGIES:
         blob += f"|{way}"
     # a chained run is of the run it starts from
-    upstream = getattr(recipe, "upstream_id_before" if before else "upstream_id", None) or \
-        getattr(recipe, "upstream_id", None)
+    upstream = getattr(recipe, upstream_of, None) or getattr(recipe, "upstream_id", None)
     if upstream:
         blob += f"|{upstream}"
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def run_ids(recipe: Recipe, processes: int | None = None, way: str | None = None) -> list[str]:
-    """The run id, then the id the same launch had before the canonical forms of the recipe hash
-    (Recipe.hash_as_before: a set-like list as written, a derived default written out, a chained
-    run's reference as spelled), where that differs: a run made then sits in that folder."""
-    ids = [run_id(recipe, processes, way)]
-    before = _run_id(recipe, processes, way, before=True)
-    return ids if before in ids else [*ids, before]
+    """The run id, then the ids the same launch had under the first canonical forms of the recipe
+    hash (before the data files' one form and NO_EFFECT) and before any (Recipe.hash_as_before: a
+    set-like list as written, a derived default written out, a chained run's reference as
+    spelled), where those differ: a run made then sits in that folder."""
+    ids: list[str] = []
+    for form in FORMS:
+        found = run_id_as(recipe, form, processes, way)
+        if found not in ids:
+            ids.append(found)
+    return ids
 
 
 def run_dir(recipe: Recipe, root: Path, processes: int | None = None, way: str | None = None) -> Path:

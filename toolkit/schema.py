@@ -236,6 +236,14 @@ DERIVED = "derived"
 # the recipes that differ only in it are one run id
 UNUSED_WHEN = "unused_when"
 
+# field metadata: a function of the settings block, true where the field cannot change the run's
+# result (its model/, its scores, what its finished folder holds) but only what is seen on the way
+# (`report_to`: which trackers are told; `log_every`: how often the loss is logged; `save_every` and
+# `save_total_limit` where no step checkpoint is kept) or where its data is read from (`data_dir`,
+# whose files are in the run id by their contents): hashed as its default, always, so a launch that
+# differs only in it is the same run ("finished already", a resume), not a second one (it was)
+NO_EFFECT = "no_effect"
+
 
 def _sorted(items: list) -> list:
     """`items` in one order whatever order they were written in (numbers and strings apart)."""
@@ -243,14 +251,16 @@ def _sorted(items: list) -> list:
 
 
 def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[str, ...] = (),
-             parent: Any = None) -> dict:
+             parent: Any = None, no_effect: bool = True) -> dict:
     """`data` (the settings dataclass `settings` as plain data) without the fields that hold their
     neutral value (`added`), nested settings blocks too: what a recipe's hash covers. With
     `canonical`, each computation in one form: an `UNORDERED` list sorted, a `DERIVED` field whose
     value is the one its unset stands for as unset, an `UNUSED_WHEN` field that is not read as its
-    default (except the fields named in `written`: --smoke's sizes, see Recipe.hashed_dict).
+    default (except the fields named in `written`: --smoke's sizes, see Recipe.hashed_dict), a
+    `NO_EFFECT` field where it cannot change the result as its default.
     Without it: the hash as it was before those rules (Recipe.hash_as_before, which finds the
-    runs made then)."""
+    runs made then); without `no_effect`, the first canonical forms, before NO_EFFECT
+    (Recipe.hash_as_first_forms)."""
     out = dict(data)
     for f in dataclasses.fields(settings):
         if f.name not in out:
@@ -259,9 +269,11 @@ def unhashed(settings: Any, data: dict, canonical: bool = True, written: tuple[s
         if is_neutral(f, value):
             del out[f.name]
         elif dataclasses.is_dataclass(value) and isinstance(out[f.name], dict):
-            out[f.name] = unhashed(value, out[f.name], canonical, parent=settings)
+            out[f.name] = unhashed(value, out[f.name], canonical, parent=settings, no_effect=no_effect)
         elif not canonical:
             continue
+        elif no_effect and NO_EFFECT in f.metadata and f.metadata[NO_EFFECT](settings):
+            out[f.name] = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         elif f.metadata.get(UNORDERED) and isinstance(out[f.name], list):
             out[f.name] = _sorted(out[f.name])
         elif DERIVED in f.metadata and value is not None and f.name not in written \

@@ -32,6 +32,7 @@ from toolkit import heads, hub
 from toolkit.errors import UserError, user_path
 from toolkit.lazy import lazy
 from toolkit.registry import Registry
+from toolkit.schema import NO_EFFECT
 
 torch = lazy("torch", globals())
 
@@ -120,7 +121,9 @@ class Task:
     run_seed: ClassVar[int] = 0
 
     max_length: int = field(default=128, metadata={"min": 8})
-    data_dir: str | None = None  # default: $TOOLKIT_DATA
+    # default: $TOOLKIT_DATA. Not in the run id: the files read under it are, by their contents,
+    # and named relative to it (`$TOOLKIT_DATA/...`, canonical_data_path)
+    data_dir: str | None = field(default=None, metadata={NO_EFFECT: lambda t: True})
     max_train_samples: int | None = field(default=None, metadata={"min": 1})
     max_eval_samples: int | None = field(default=None, metadata={"min": 1})
 
@@ -270,6 +273,12 @@ class Task:
     def expand(self, value: str) -> str:
         """A path of this recipe's with `$TOOLKIT_DATA` read as `task.data_dir` when that is set."""
         return str(data_path(value, self.data_dir))
+
+    def file_named(self, value: str) -> str:
+        """A data file setting in the one form the run id and recipe.yaml hold (canonical_data_path):
+        two settings name one file where these agree (a run's recipe.yaml holds that form; an
+        override may spell the file another way)."""
+        return canonical_data_path(value, self.data_dir)
 
     def model_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What the model's forward takes: the loss is the task's, so labels stay out."""
@@ -544,6 +553,49 @@ def data_path(value: str, data_dir: str | None = None) -> Path:
         root = str(data_root(data_dir))
         value = value.replace("${TOOLKIT_DATA}", root).replace("$TOOLKIT_DATA", root)
     return user_path(value)
+
+
+DATA_ROOT = "$TOOLKIT_DATA"
+
+
+def canonical_data_path(value: str, data_dir: str | None = None) -> str:
+    """A recipe's data file setting in one form, whatever spelled it (`$TOOLKIT_DATA/glue/x.tsv`,
+    `${TOOLKIT_DATA}/...`, the same file by its absolute path, by a path relative to the working
+    directory, through `..` or a symbolic link to its folder): `$TOOLKIT_DATA/<path in it>` for a
+    file under the data root (`task.data_dir` when set), which names it on any machine, else its
+    absolute path. The file's own name is kept (a link `x.csv` to `y.tsv` is read as a CSV file).
+    One file named two ways was two run ids of one computation (the second trained again; a
+    sweep's "finished already" missed it). Idempotent, and the same on every machine for a
+    `$TOOLKIT_DATA/...` path, so a run's recipe.yaml (which holds it) hashes as it ran anywhere."""
+    root = data_root(data_dir)
+    path = Path(os.path.abspath(data_path(value, data_dir)))
+    folder = path.parent.resolve()
+    for inside, top in ((folder / path.name, root.resolve()), (path, Path(os.path.abspath(root)))):
+        if inside.is_relative_to(top):
+            return "/".join((DATA_ROOT, *inside.relative_to(top).parts))
+    return str(folder / path.name)
+
+
+def canonical_data_paths(task: "Task") -> dict[str, str]:
+    """{setting: value as written} of each of `task`'s data path settings (every `*_file` and
+    `data_dir`) that `canonical_data_path` (an absolute folder for `data_dir`) puts in another
+    form, set on `task` in that form: what the hash covers and recipe.yaml holds (from any working
+    directory, eval and predict find the files again); the written values are what the hash
+    before it covered (Recipe.hash_as_before finds runs made then)."""
+    written = {}
+    data_dir = task.data_dir
+    if isinstance(data_dir, str) and data_dir:
+        absolute = str(Path(os.path.abspath(user_path(data_dir))))
+        if absolute != data_dir:
+            written["data_dir"], task.data_dir = data_dir, absolute
+    for f in fields(task):
+        value = getattr(task, f.name)
+        if f.name.endswith("_file") and isinstance(value, str) and value:
+            form = canonical_data_path(value, data_dir)
+            if form != value:
+                written[f.name] = value
+                setattr(task, f.name, form)
+    return written
 
 
 hub_offline = hub.offline  # the name the task files use

@@ -190,7 +190,7 @@ class TextTask(TokenTask):
                             "file of its own whole with task.eval_file=FILE")
         def where(task: Any, key: str) -> Any:
             value = getattr(task, key)
-            return task.expand(value) if key == "train_file" and value else value
+            return task.file_named(value) if key == "train_file" and value else value
 
         source = [k for k in ("train_file", "dataset", "dataset_config", "train_split") if f"task.{k}" in keys
                   and where(self, k) != where(made, k)]

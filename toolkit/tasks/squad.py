@@ -427,7 +427,7 @@ class Squad(TextToText):
         the run trained on as held out: one line too."""
         if not (self.eval_file and made.eval_file):
             return
-        same = self.expand(self.eval_file) == made.expand(made.eval_file)
+        same = self.file_named(self.eval_file) == made.file_named(made.eval_file)
         if same and made.split_articles is not None and self.split_articles is not None:
             moved = [k for k in ("split_articles", "split_seed") if getattr(self, k) != getattr(made, k)]
             if moved:  # another draw of the same file's articles: some the run trained on are scored
