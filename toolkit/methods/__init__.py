@@ -506,6 +506,29 @@ def idle_copies(model: torch.nn.Module) -> set[int]:
             if all(any(n.startswith(prefix) for prefix in idle) for n in names)}
 
 
+_advising: list[bool] = []  # set while `instead` asks the candidates (their own advice is not read)
+
+
+def instead(family: str | None, task: Any, names: tuple[str, ...], lead: str = "use") -> str:
+    """A refusal's advice: 'use a, b or c', the methods of `names` (in that order) whose
+    `incompatible` accepts this family and task at their default settings, so that following the
+    advice is never refused at validate in turn. Written by hand per refusal, it named bitfit for
+    every family but T5: prompt tuning on a Llama classifier, or freeze on an mT5 summarizer,
+    advised bitfit, which then refused the bias-free body. While the candidates are asked their
+    own refusals' advice is not computed (freeze's names bitfit and bitfit's freeze): '' stands in."""
+    if _advising:
+        return ""
+    _advising.append(True)
+    try:
+        fits = [n for n in names if METHODS.get(n)().incompatible(family, task) is None]
+    finally:
+        _advising.clear()
+    if not fits:
+        return f"none of {', '.join(names)} runs it either; use another model"
+    said = fits[0] if len(fits) == 1 else f"{', '.join(fits[:-1])} or {fits[-1]}"
+    return f"{lead} {said}"
+
+
 for _info in pkgutil.iter_modules(__path__):
     if not _info.name.startswith("_"):  # _bottleneck: a module of adapters, not a method
         importlib.import_module(f"{__name__}.{_info.name}")
