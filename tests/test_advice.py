@@ -39,7 +39,10 @@ CHECKPOINTS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "gpt2": "
                "t5": "t5-base", "minilm": MINILM}
 BIAS_FREE = {"llama": "gpt2", "mt5": "t5"}  # family -> the shared tokenizer its folder holds
 TRAINED = sorted(n for n in METHODS.names() if METHODS.get(n).trains)
-ADVICE = re.compile(r"; use ([\w, ]+)$")
+ADVICE = re.compile(r"; use ([\w, ()]+)$")
+# what a warm-started encoder-decoder's advice says to set ("lora (with target_modules)"): MiniLM's layers
+WITH = {"target_modules": "[query, value]"}
+COMPOSITE = "minilm2minilm"  # MiniLM warm-started as both halves of an EncoderDecoderModel
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,8 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     small config of the family and a tokenizer (all validate reads)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    out = dict(CHECKPOINTS)
+    out = {family: f"{{checkpoint: {checkpoint}}}" for family, checkpoint in CHECKPOINTS.items()}
+    out[COMPOSITE] = f"{{checkpoint: {MINILM}, warm_start: encoder-decoder}}"
     for family, tokenizer in BIAS_FREE.items():
         folder = tmp_path_factory.mktemp(family)
         tok = AutoTokenizer.from_pretrained(SHARED / "tokenizers" / tokenizer)
@@ -56,14 +60,13 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                              num_layers=2, num_attention_heads=2, num_heads=2, intermediate_size=64, d_ff=64,
                              pad_token_id=tok.pad_token_id or 0).save_pretrained(folder)
         tok.save_pretrained(folder)
-        out[family] = str(folder)
+        out[family] = f"{{checkpoint: {folder}}}"
     return out
 
 
-def _validate(tmp_path: Path, checkpoint: str, task: str, method: str) -> str | None:
-    """validate's refusal of the recipe, or None where it passes."""
-    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {checkpoint}}}\ntask: {task}\n"
-                                                f"method: {{name: {method}}}\n")
+def _validate(tmp_path: Path, model: str, task: str, method: str) -> str | None:
+    """validate's refusal of the recipe (`model`, `task`: its sections), or None where it passes."""
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {model}\ntask: {task}\nmethod: {{name: {method}}}\n")
     try:
         toolkit.validate(recipe)
     except UserError as exc:
@@ -72,37 +75,45 @@ def _validate(tmp_path: Path, checkpoint: str, task: str, method: str) -> str | 
 
 
 def _advised_methods(refusal: str) -> list[str] | None:
-    """The methods a method refusal names in its place, or None where it names none."""
+    """The methods a method refusal names in its place, each with the settings it says to give
+    ('lora, target_modules: [query, value]'), or None where it names none."""
     found = ADVICE.search(refusal) if refusal.startswith("method.name:") else None
-    names = re.split(r", | or ", found.group(1)) if found else []
-    return names if names and all(n in METHODS for n in names) else None
+    advised = []
+    for said in re.split(r", | or ", found.group(1)) if found else []:
+        name, _, setting = said.partition(" (with ")
+        if name not in METHODS:
+            return None
+        setting = setting.rstrip(")")
+        advised.append(f"{name}, {setting}: {WITH[setting]}" if setting else name)
+    return advised or None
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
-@pytest.mark.parametrize("family", sorted({**CHECKPOINTS, **BIAS_FREE}))
+@pytest.mark.parametrize("family", sorted({**CHECKPOINTS, **BIAS_FREE, COMPOSITE: None}))
 def test_what_a_refusal_advises_is_accepted(checkpoints, tmp_path, family, task):
     """Every trained method on this family and task: a method refusal's advice, each method it
     names, passes validate (and on a bias-free body applies)."""
-    checkpoint = checkpoints[family]
+    model = checkpoints[family]
     followed = 0
     for method in TRAINED:
-        refusal = _validate(tmp_path, checkpoint, TASKS[task], method)
+        refusal = _validate(tmp_path, model, TASKS[task], method)
         if refusal is None:
             continue
         advised = _advised_methods(refusal)
         if advised is not None:
-            assert method not in advised, refusal
+            assert method not in [a.split(",")[0] for a in advised], refusal
             for other in advised:
-                again = _validate(tmp_path, checkpoint, TASKS[task], other)
+                again = _validate(tmp_path, model, TASKS[task], other)
                 assert again is None, f"{method} on {family}/{task}: {refusal}\n  advised {other}: {again}"
                 if family in BIAS_FREE:
-                    _apply(tmp_path, checkpoint, family, TASKS[task], other)
+                    _apply(tmp_path, model, family, TASKS[task], other)
                 followed += 1
-    if (family, task) in (("llama", "classification"), ("mt5", "summarization"), ("t5", "classification")):
+    if (family, task) in (("llama", "classification"), ("mt5", "summarization"), ("t5", "classification"),
+                          (COMPOSITE, "summarization")):
         assert followed, "the cases found (prompt tuning, freeze, bitfit) advise nothing here any more"
 
 
-def _apply(tmp_path: Path, checkpoint: str, family: str, task: str, method: str) -> None:
+def _apply(tmp_path: Path, model: str, family: str, task: str, method: str) -> None:
     """Apply `method` (its default settings, sized for a width-32 model) to a small random model
     of the recipe's head: the refusals found only then (bitfit on a body without biases) are
     not met either."""
@@ -110,9 +121,9 @@ def _apply(tmp_path: Path, checkpoint: str, family: str, task: str, method: str)
 
     from toolkit import recipe as recipes
 
-    path = write_recipe(tmp_path / "advised.yaml", f"model: {{checkpoint: {checkpoint}}}\ntask: {task}\n"
-                                                   f"method: {{name: {method}}}\n")
+    path = write_recipe(tmp_path / "advised.yaml", f"model: {model}\ntask: {task}\nmethod: {{name: {method}}}\n")
     loaded = recipes.load(path)
+    checkpoint = loaded.model.checkpoint
     head = heads.get(loaded.method.head(loaded.task, family))
     config = transformers.AutoConfig.from_pretrained(checkpoint, num_labels=2)
     model = getattr(transformers, head.auto_class).from_config(config)
@@ -131,7 +142,7 @@ def test_what_a_pretraining_objective_advises_is_accepted(checkpoints, tmp_path,
     refusal = _validate(tmp_path, checkpoints[family], TASKS[task], "full")
     if refusal is None:
         return
-    kind = models.kind_of(models.family_of(checkpoints[family]))
+    kind = models.kind_of(models.family_of(CHECKPOINTS[family]))
     found = re.search(r"^task\.name: .*; use (.*)$", refusal)
     assert found, refusal
     advised = [name for part in found.group(1).split(", ")
