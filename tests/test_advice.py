@@ -196,3 +196,34 @@ def test_what_a_setting_refusal_advises_is_accepted(checkpoints, tmp_path, metho
     assert found, refusal
     advised = f"{method}, {MIS_SET[method]}, {found.group(1)}: {found.group(2)}"
     assert _validate(tmp_path, checkpoints[family], TASKS[task], advised) is None, (refusal, advised)
+
+
+@pytest.mark.parametrize("family, head", [("llama", "sequence-classification"), ("llama", "causal-lm"),
+                                          ("mt5", "seq2seq-lm"), ("mt5", "token-classification")])
+def test_what_bitfit_advises_as_it_is_applied_is_accepted(checkpoints, tmp_path, family, head):
+    """bitfit's refusal of a body found bias-free as it is applied (a family BIAS_FREE lacks)
+    names the methods that take this family and head, asked as validate asks them; each
+    applies to the same model."""
+    import transformers
+
+    from toolkit.methods import HeadOnly
+
+    folder = re.search(r"checkpoint: ([^,}]+)", checkpoints[family]).group(1)
+    auto = heads.get(head).auto_class
+
+    def model():
+        return getattr(transformers, auto).from_config(transformers.AutoConfig.from_pretrained(folder, num_labels=2))
+
+    def ctx(built):
+        return Context(family, models.head_names(built), heads.get(head).peft_task_type, None, total_steps=10, head=head)
+
+    built = model()
+    with pytest.raises(UserError, match=r"has none outside its head") as refused:
+        METHODS.get("bitfit")().apply(built, ctx(built))
+    advised = _advised_methods(str(refused.value))
+    assert advised and ("freeze" in advised) == (head not in ("causal-lm", "seq2seq-lm")), refused.value
+    for name in advised:
+        assert METHODS.get(name)().incompatible(family, HeadOnly(head)) is None
+        built = model()
+        trained = METHODS.get(name)(**({"r": 4} if name == "lora" else {})).apply(built, ctx(built))
+        assert any(p.requires_grad for p in trained.parameters()), name

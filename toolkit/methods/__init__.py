@@ -40,6 +40,18 @@ class Context:
     instruction: str | None = None  # the task's natural-language instruction, for prompt init
     total_steps: int = 0  # optimizer steps the run will take (0: it does not train)
     sized: bool = True  # False: a --smoke model, whose widths are no yardstick of the recipe's sizes
+    head: str = ""  # the toolkit head (toolkit.heads) the model was loaded with; "": not said
+
+
+@dataclass
+class HeadOnly:
+    """What `incompatible` reads of a task where only its head is at hand (a refusal found as a
+    method is applied: its advice, `instead`, asks the other methods about the same head)."""
+
+    head: str
+
+    def model_head(self, family: str | None) -> str:
+        return self.head
 
 
 # The train.* settings only a training loop reads (optimizer, schedule, batches, evaluations,

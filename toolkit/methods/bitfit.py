@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, instead, is_head, set_trainable
+from toolkit.methods import METHODS, Context, HeadOnly, Method, instead, is_head, set_trainable
 
 torch = lazy("torch", globals())
 
@@ -61,13 +61,16 @@ class BitFit(Method):
         if not any(is_bias(n) for n, _ in model.named_parameters() if not is_head(n, ctx.head_names)):
             raise UserError(f"method.name: bitfit trains bias terms and this {model.config.model_type} model "
                             "has none outside its head (its linear and layer-norm layers are bias-free), so "
-                            f"only the head would train; {advice(ctx.peft_task_type in LM_TASK_TYPES)}")
+                            f"only the head would train; {advice(ctx)}")
         set_trainable(model, lambda n: is_bias(n) or is_head(n, ctx.head_names))
         return model
 
 
-def advice(lm_head: bool) -> str:
+def advice(ctx: Context) -> str:
     """What to use instead where the body was found bias-free as it was applied (a family that
-    BIAS_FREE lacks, whose task is not at hand here): freeze has no head of its own to train on a
-    language model's head (freeze's refusal)."""
-    return "use lora or ia3" if lm_head else "use freeze, lora or ia3"
+    BIAS_FREE lacks): the methods of INSTEAD that take this family and head, as at validate. A
+    context that does not say its head (one built by hand) is read by its PEFT task type: freeze
+    has no head of its own to train on a language model's (freeze's refusal)."""
+    if ctx.head:
+        return instead(ctx.family, HeadOnly(ctx.head), INSTEAD)
+    return "use lora or ia3" if ctx.peft_task_type in LM_TASK_TYPES else "use freeze, lora or ia3"
