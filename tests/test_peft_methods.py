@@ -565,12 +565,13 @@ def test_bitfit_on_a_body_without_bias_terms_is_one_line(family, auto, task_type
     model = tiny_model(family, auto)
     heads = models.head_names(model)
     with pytest.raises(UserError, match=rf"^method.name: bitfit trains bias terms and this {family} model has none "
-                                        r"outside its head .*; use (method freeze for that, or lora/ia3|lora or ia3)$"):
+                                        r"outside its head .*; use (freeze, lora or ia3|lora or ia3)$"):
         METHODS.get("bitfit")().apply(model, Context(family, heads, task_type, None))
 
 
 def test_bitfit_on_a_bias_free_checkpoint_is_one_line_before_the_run_folder(cli, tmp_path, runs_dir):
-    """The same through `toolkit run` on a local Llama folder: exit 2, one line, no run folder."""
+    """The same through `toolkit run` on a local Llama folder: exit 2, one line, no run folder
+    (said at validate: llama is among bitfit.BIAS_FREE)."""
     from conftest import SHARED
     from transformers import AutoTokenizer
 
@@ -583,5 +584,5 @@ def test_bitfit_on_a_bias_free_checkpoint_is_one_line_before_the_run_folder(cli,
         "max_eval_samples: 8}\nmethod: {name: bitfit}\ntrain: {max_steps: 1, batch_size: 4}\n"))
     code, _, err = cli("run", recipe, "--runs-dir", runs_dir)
     (line,) = [line for line in err.splitlines() if "error:" in line]
-    assert code == 2 and "bitfit trains bias terms and this llama model has none outside its head" in line, err
+    assert code == 2 and "'bitfit' cannot run here: bitfit trains bias terms and llama has none" in line, err
     assert not runs_dir.exists()

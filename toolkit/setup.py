@@ -156,7 +156,8 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
         check_warmup(recipe.train, steps)
     ctx = Context(family=model.config.model_type, head_names=models.head_names(model),
                   peft_task_type=heads.get(head).peft_task_type, tokenizer=tok,
-                  instruction=getattr(task, "instruction", None), total_steps=steps, sized=not recipe.smoke)
+                  instruction=getattr(task, "instruction", None), total_steps=steps, sized=not recipe.smoke,
+                  head=head)
     model = recipe.method.apply(model, ctx)
     if recipe.train.gradient_checkpointing:  # after the method: PEFT refuses prefix tuning on a
         # model already checkpointing (its cache route breaks under recomputation; ours does not).

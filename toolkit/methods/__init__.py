@@ -40,6 +40,18 @@ class Context:
     instruction: str | None = None  # the task's natural-language instruction, for prompt init
     total_steps: int = 0  # optimizer steps the run will take (0: it does not train)
     sized: bool = True  # False: a --smoke model, whose widths are no yardstick of the recipe's sizes
+    head: str = ""  # the toolkit head (toolkit.heads) the model was loaded with; "": not said
+
+
+@dataclass
+class HeadOnly:
+    """What `incompatible` reads of a task where only its head is at hand (a refusal found as a
+    method is applied: its advice, `instead`, asks the other methods about the same head)."""
+
+    head: str
+
+    def model_head(self, family: str | None) -> str:
+        return self.head
 
 
 # The train.* settings only a training loop reads (optimizer, schedule, batches, evaluations,
@@ -504,6 +516,29 @@ def idle_copies(model: torch.nn.Module) -> set[int]:
         places.setdefault(id(param), []).append(name)
     return {pid for pid, names in places.items()
             if all(any(n.startswith(prefix) for prefix in idle) for n in names)}
+
+
+_advising: list[bool] = []  # set while `instead` asks the candidates (their own advice is not read)
+
+
+def instead(family: str | None, task: Any, names: tuple[str, ...], lead: str = "use") -> str:
+    """A refusal's advice: 'use a, b or c', the methods of `names` (in that order) whose
+    `incompatible` accepts this family and task at their default settings, so that following the
+    advice is never refused at validate in turn. Written by hand per refusal, it named bitfit for
+    every family but T5: prompt tuning on a Llama classifier, or freeze on an mT5 summarizer,
+    advised bitfit, which then refused the bias-free body. While the candidates are asked their
+    own refusals' advice is not computed (freeze's names bitfit and bitfit's freeze): '' stands in."""
+    if _advising:
+        return ""
+    _advising.append(True)
+    try:
+        fits = [n for n in names if METHODS.get(n)().incompatible(family, task) is None]
+    finally:
+        _advising.clear()
+    if not fits:
+        return f"none of {', '.join(names)} runs it either; use another model"
+    said = fits[0] if len(fits) == 1 else f"{', '.join(fits[:-1])} or {fits[-1]}"
+    return f"{lead} {said}"
 
 
 for _info in pkgutil.iter_modules(__path__):

@@ -12,8 +12,7 @@ from typing import Any, ClassVar
 
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
-from toolkit.methods.freeze import LM_HEADS
+from toolkit.methods import METHODS, Context, HeadOnly, Method, instead, is_head, set_trainable
 
 torch = lazy("torch", globals())
 
@@ -31,9 +30,16 @@ def is_bias(name: str) -> bool:
     return last == "bias" or last.endswith("_bias")
 
 
-def advice(lm_head: bool) -> str:
-    """What to use instead on a model without bias terms."""
-    return "use lora or ia3" if lm_head else "use method freeze for that, or lora/ia3"
+# Families whose body holds no bias term at transformers' defaults (bias-free linear layers, RMS
+# or parameter-free norms), refused at validate: the family test knew T5 alone, so prompt tuning's
+# and freeze's advice (computed from this refusal, `methods.instead`) named bitfit for a Llama or
+# an mT5, and bitfit then refused the body as it was applied. A checkpoint of another family
+# without biases is still refused as the method is applied. tests/test_advice.py builds each
+# family's body from its config and checks that it holds no bias.
+BIAS_FREE = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "llama", "mistral", "ministral",
+             "mixtral", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "olmoe", "phi3", "granite",
+             "granitemoe", "cohere", "qwen3", "qwen3_moe", "mpt", "helium", "smollm3", "exaone4")
+INSTEAD = ("freeze", "lora", "ia3")  # what trains on a body without biases
 
 
 @METHODS.register("bitfit")
@@ -42,19 +48,29 @@ class BitFit(Method):
     whole_model: ClassVar[bool] = True  # save_pretrained of the whole model: a chain can start from it
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
-        if family == "t5":
-            return ("bitfit trains bias terms and T5 has none (its linear and layer-norm layers are "
-                    f"bias-free), so only the head would train; {advice(self.head(task, family) in LM_HEADS)}")
+        if family in BIAS_FREE:
+            return (f"bitfit trains bias terms and {family} has none (its linear and norm layers are "
+                    f"bias-free), so only the head would train; {instead(family, task, INSTEAD)}")
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         """Every bias term and the head (with the modules the checkpoint lacked) train. A body
-        without a bias term is refused: the family test at validate knows T5 alone, and BitFit on
-        a Llama, Mistral, Gemma or mT5 (bias-free too) trained the head alone, a linear probe under
-        bitfit's name, exit 0 (or, on a language model's tied head, stopped as training nothing)."""
+        without a bias term is refused: validate knows the families of BIAS_FREE, and BitFit on a
+        body without biases trained the head alone, a linear probe under bitfit's name, exit 0 (or,
+        on a language model's tied head, stopped as training nothing)."""
         if not any(is_bias(n) for n, _ in model.named_parameters() if not is_head(n, ctx.head_names)):
             raise UserError(f"method.name: bitfit trains bias terms and this {model.config.model_type} model "
                             "has none outside its head (its linear and layer-norm layers are bias-free), so "
-                            f"only the head would train; {advice(ctx.peft_task_type in LM_TASK_TYPES)}")
+                            f"only the head would train; {advice(ctx)}")
         set_trainable(model, lambda n: is_bias(n) or is_head(n, ctx.head_names))
         return model
+
+
+def advice(ctx: Context) -> str:
+    """What to use instead where the body was found bias-free as it was applied (a family that
+    BIAS_FREE lacks): the methods of INSTEAD that take this family and head, as at validate. A
+    context that does not say its head (one built by hand) is read by its PEFT task type: freeze
+    has no head of its own to train on a language model's (freeze's refusal)."""
+    if ctx.head:
+        return instead(ctx.family, HeadOnly(ctx.head), INSTEAD)
+    return "use lora or ia3" if ctx.peft_task_type in LM_TASK_TYPES else "use freeze, lora or ia3"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, is_head, set_trainable
+from toolkit.methods import METHODS, Context, Method, instead, is_head, set_trainable
 
 torch = lazy("torch", globals())
 
@@ -14,6 +14,7 @@ torch = lazy("torch", globals())
 # input embeddings (masked LM too: BERT's and RoBERTa's decoders are), so freeze would train nothing
 # and the run stopped only after loading the model and the data
 LM_HEADS = ("causal-lm", "seq2seq-lm", "masked-lm")
+INSTEAD = ("lora", "ia3", "bitfit")  # methods that train the body, asked by `methods.instead`
 
 
 @METHODS.register("freeze")
@@ -24,7 +25,7 @@ class Freeze(Method):
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if self.head(task, family) in LM_HEADS:
             return ("freeze trains the task head only, and a language model's head is its input "
-                    "embedding matrix (tied), so nothing would train; use lora, ia3 or bitfit")
+                    f"embedding matrix (tied), so nothing would train; {instead(family, task, INSTEAD)}")
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:

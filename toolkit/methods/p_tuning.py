@@ -27,7 +27,7 @@ class PTuning(Method):
     export_load: ClassVar[str] = PromptTuning.export_load  # the same generation route
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
-        return soft_prompt_refusal(self.name, family, self.head(task))
+        return soft_prompt_refusal(self.name, family, task, self.head(task))
 
     def added_positions(self) -> int:
         return self.num_virtual_tokens

@@ -37,8 +37,8 @@ from typing import Any, ClassVar
 from toolkit.attention import ATTENTION, attention_layers, causal_keep, is_causal, is_cross, min_value
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, peft_task_type
-from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL, MLM_REFUSAL, encoder_decoder_head, instead
+from toolkit.methods import METHODS, Context, Method, instead, peft_task_type
+from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL, WEIGHTS, encoder_decoder_head, mlm_refusal
 
 torch = lazy("torch", globals())
 
@@ -55,16 +55,18 @@ class PrefixTuning(Method):
     positionless_keys: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
-        if self.encoder_hidden_size is not None and not self.prefix_projection:  # PEFT's MLP only
-            return ("method.encoder_hidden_size is the width of the prefix projection, and "
-                    "method.prefix_projection is false (no projection to size); set prefix_projection: true")
+        """The family's and task's refusals first, which no setting lifts (a setting's advice
+        followed there met them next), then the settings'."""
         if self.head(task) == "masked-lm":
-            return MLM_REFUSAL.format(method=self.name)
+            return mlm_refusal(self.name, family, task)
         if family == COMPOSITE:
             return COMPOSITE_REFUSAL.format(method=self.name)
         cls = encoder_decoder_head(family, self.head(task))
         if cls is not None:  # PEFT lays out two stacks for a seq2seq LM only
-            return one_stack_refusal(family, cls)
+            return one_stack_refusal(family, cls, task)
+        if self.encoder_hidden_size is not None and not self.prefix_projection:  # PEFT's MLP only
+            return ("method.encoder_hidden_size is the width of the prefix projection, and "
+                    "method.prefix_projection is false (no projection to size); set method.prefix_projection: true")
         return None
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
@@ -111,11 +113,13 @@ def decoder_layers(model: Any) -> int | None:
     return found or None
 
 
-def one_stack_refusal(family: str | None, cls: str | None = None) -> str:
+def one_stack_refusal(family: str | None, cls: str | None = None, task: Any = None) -> str:
+    """`task`: the recipe's, for the advice (the methods of WEIGHTS that run it); None where a
+    loaded model is found so (no advice: no recipe is at hand)."""
     cls = cls or f"{family}'s model"
+    advice = f"; {instead(family, task, WEIGHTS)}" if task is not None else ""
     return (f"prefix_tuning: PEFT lays out the prefixes of any model but a seq2seq LM as one stack of "
-            f"layers, and {cls} runs two (encoder and decoder), so no layer would know its prefix; "
-            f"{instead(family)}")
+            f"layers, and {cls} runs two (encoder and decoder), so no layer would know its prefix{advice}")
 
 
 # --- putting the prefixes in -------------------------------------------------------------------

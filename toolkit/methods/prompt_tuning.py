@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from toolkit import heads, hf_tables
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, pass_segments, peft_task_type
+from toolkit.methods import METHODS, Context, Method, instead, pass_segments, peft_task_type
 from toolkit.models import kind_of
 
 torch = lazy("torch", globals())
@@ -29,8 +29,17 @@ DECODER_FROM_IDS = (SEQ_CLS_HEAD, "question-answering")
 
 
 # PEFT's prompt-learning models are chosen by task type, and PEFT has none for masked LM.
-MLM_REFUSAL = ("{method} needs a PEFT task type and PEFT has none for masked LM (the mlm task); "
-               "use lora, ia3, adapters, bitfit or full")
+MLM_REFUSAL = "{method} needs a PEFT task type and PEFT has none for masked LM (the mlm task); {instead}"
+MLM_INSTEAD = ("lora", "ia3", "adapters", "bitfit", "full")
+# the methods that adapt weights, named by a soft prompt's refusal where the model cannot take one
+# (each asked by `methods.instead`: bitfit is left out on a bias-free family)
+WEIGHTS = ("lora", "ia3", "bitfit")
+# a decoder's classifier: prefixes reach it through attention, and it still reads input_ids
+DECODER_CLS_INSTEAD = ("prefix_tuning",) + WEIGHTS
+
+
+def mlm_refusal(method: str, family: str | None, task: Any) -> str:
+    return MLM_REFUSAL.format(method=method, instead=instead(family, task, MLM_INSTEAD))
 
 
 # a warm-started EncoderDecoderModel (model.warm_start: encoder-decoder): its config nests the
@@ -68,12 +77,7 @@ def encoder_decoder_head(family: str | None, head: str) -> str | None:
     return hf_tables.model_table(heads.get(head).table).get(family) or f"{family}'s {head} model"
 
 
-def instead(family: str | None) -> str:
-    """The methods that adapt weights, for a refusal's advice (T5 has no biases for bitfit)."""
-    return "use lora or ia3" if family == "t5" else "use lora, ia3 or bitfit"
-
-
-def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | None:
+def soft_prompt_refusal(method: str, family: str | None, task: Any, head: str) -> str | None:
     """Why soft tokens fed as `inputs_embeds` cannot drive this family's head.
 
     PEFT prepends prompt embeddings and calls the model with `inputs_embeds` only. With
@@ -87,19 +91,19 @@ def soft_prompt_refusal(method: str, family: str | None, head: str) -> str | Non
     with a batch-mate's padding, exit 0.
     """
     if head == "masked-lm":
-        return MLM_REFUSAL.format(method=method)
+        return mlm_refusal(method, family, task)
     if family == COMPOSITE:
         return COMPOSITE_REFUSAL.format(method=method)
     cls = encoder_decoder_head(family, head)
     if cls is not None:
         why = ("to find the EOS token it classifies from" if head == SEQ_CLS_HEAD
                else "to make its decoder's input")
-        return f"{method} feeds the model inputs_embeds, and {cls} refuses them (it needs input_ids {why}); {instead(family)}"
+        return f"{method} feeds the model inputs_embeds, and {cls} refuses them (it needs input_ids {why}); {instead(family, task, WEIGHTS)}"
     if head == SEQ_CLS_HEAD and kind_of(family) == "decoder":
         cls = hf_tables.model_table(heads.get(head).table).get(family) or f"{family}'s sequence classifier"
         return (f"{method} feeds the model inputs_embeds, from which {cls} "
                 "cannot find the last non-pad token, so padded examples would be classified from a "
-                "pad position; use prefix_tuning, lora, ia3 or bitfit")
+                f"pad position; {instead(family, task, DECODER_CLS_INSTEAD)}")
     return None
 
 
@@ -114,6 +118,11 @@ class PromptTuning(Method):
                                   "toolkit.methods.prompt_tuning.install(PeftModel.from_pretrained({base}, OUT))")
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        # the family's refusal first, which no setting lifts: a setting's advice followed on a
+        # model that cannot take soft prompts met that refusal next
+        refused = soft_prompt_refusal(self.name, family, task, self.head(task))
+        if refused:
+            return refused
         if self.init_text is not None and not self.init_text.strip():  # `or` took the instruction instead
             return ("method.init_text is empty, so there is no text to start the prompt from (the task's "
                     "instruction was used instead); give the text, or leave init_text out for the instruction")
@@ -122,7 +131,7 @@ class PromptTuning(Method):
                     "(the prompt would start random); set method.init: text")
         if self.init == "text" and not (self.init_text or getattr(task, "instruction", None)):
             return "method.init is text but the task has no instruction; set method.init_text"
-        return soft_prompt_refusal(self.name, family, self.head(task))
+        return None
 
     def added_positions(self) -> int:
         return self.num_virtual_tokens
