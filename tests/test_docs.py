@@ -68,3 +68,98 @@ def test_no_test_count_or_suite_time_is_typed_by_hand() -> None:
 def test_readme_is_a_front_door() -> None:
     """The README is read in five minutes: at most about 250 lines; the rest lives in docs/."""
     assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+# What the pages name (commands, options, recipes, make targets) is what the toolkit has.
+
+def code_texts(page: Path):
+    """Each line of the page's fenced blocks and each inline code span: where a page shows a command."""
+    text = page.read_text()
+    for block in re.findall(r"```[^\n]*\n(.*?)```", text, re.S):
+        yield from block.splitlines()
+    yield from re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+
+
+def subcommand_options() -> tuple[dict[str, set[str]], set[str]]:
+    from toolkit.cli import _options, _subparsers, parser
+
+    p = parser()
+    return {name: set(_options(sub)) - {"--help", "--verbose"} for name, sub in _subparsers(p).items()}, set(_options(p))
+
+
+def test_the_cli_page_synopsis_shows_every_subcommand_with_exactly_its_options() -> None:
+    """docs/cli.md's synopsis block lists each subcommand and every option it takes (`-v` aside):
+    `cp --force` and `sweep --estimate` were missing from it."""
+    options, _ = subcommand_options()
+    block = (ROOT / "docs" / "cli.md").read_text().split("```\n", 2)[1]
+    shown: dict[str, set[str]] = {}
+    for line in block.splitlines():
+        m = re.match(r"toolkit (\w+)", line)
+        if m and m.group(1) in options:
+            shown.setdefault(m.group(1), set()).update(re.findall(r"(?<![\w-])--[a-z][a-z-]*", line.split("#")[0]))
+    assert set(shown) == set(options), set(shown) ^ set(options)
+    wrong = {name: shown[name] ^ options[name] for name in options if shown[name] != options[name]}
+    assert not wrong, wrong
+
+
+# Options the pages name as refused, on purpose (the line they get is the point of the example).
+REFUSED_IN_DOCS = {("sweep", "--seed")}
+
+
+def test_every_option_a_page_gives_a_toolkit_command_is_one_it_takes() -> None:
+    """`toolkit SUB ... --opt` in any README or docs/ command: --opt is an option of SUB."""
+    options, top = subcommand_options()
+    command = re.compile(r"\btoolkit(?: -v)? (%s)\b([^;#|]*)" % "|".join(options))
+    wrong = set()
+    for page in PAGES:
+        for code in code_texts(page):
+            for sub, rest in command.findall(code):
+                wrong |= {(page.name, sub, o) for o in re.findall(r"(?<![\w-])--[a-z][a-z-]*", rest)
+                          if o not in options[sub] | top and (sub, o) not in REFUSED_IN_DOCS}
+    assert not wrong, sorted(wrong)
+
+
+def brace_expand(text: str) -> list[str]:
+    m = re.search(r"\{([^{}]*)\}", text)
+    if not m:
+        return [text]
+    return [x for alt in m.group(1).split(",") for x in brace_expand(text[:m.start()] + alt + text[m.end():])]
+
+
+def test_brace_expand() -> None:
+    assert brace_expand("a/{b,c}-{x,y}.yaml") == ["a/b-x.yaml", "a/b-y.yaml", "a/c-x.yaml", "a/c-y.yaml"]
+
+
+def test_every_recipe_a_page_names_is_shipped() -> None:
+    """`recipes/glue/{sst2,rte}/` paths (braces and globs expanded) and shipped names given to a
+    command (`toolkit run demo/own-data/minilm-lora`) exist under recipes/."""
+    recipes = ROOT / "recipes"
+    tops = "|".join(p.name for p in recipes.iterdir() if p.is_dir())
+    path = re.compile(r"\brecipes/((?:%s|\{)[\w.{},*/-]*)" % tops)
+    name = re.compile(r"(?<![\w/.$-])((?:%s)/[\w.{},-]+/[\w{},.-]+)" % tops)
+    missing = []
+    for page in PAGES:
+        text = page.read_text()
+        for found in path.findall(text):
+            for p in brace_expand(found.rstrip(".,")):
+                if not (list(recipes.glob(p)) if "*" in p else (recipes / p).exists()):
+                    missing.append(f"{page.name}: recipes/{p}")
+        for code in code_texts(page):
+            if not re.search(r"\btoolkit (run|cp|validate|sweep)\b|RECIPE=|PRETRAIN=|FINETUNE=", code):
+                continue
+            for found in name.findall(code):
+                for p in brace_expand(found.rstrip(".,").removesuffix(".yaml")):
+                    if not (recipes / f"{p}.yaml").exists():
+                        missing.append(f"{page.name}: {p}")
+    assert not missing, missing
+
+
+def test_every_make_target_a_page_names_exists_and_make_md_lists_them_all() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    named = {(page.name, t) for page in PAGES for code in code_texts(page)
+             for t in re.findall(r"^make ([a-z][\w-]*)", code.strip())}
+    assert {t for _, t in named} and not {(p, t) for p, t in named if t not in targets}
+    listed = set(re.findall(r"^\| `make ([a-z][\w-]*)", (ROOT / "docs" / "make.md").read_text(), re.M))
+    listed |= set(re.findall(r"`make ([a-z][\w-]*)`", (ROOT / "docs" / "make.md").read_text()))
+    assert targets <= listed, targets - listed
