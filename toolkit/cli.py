@@ -223,6 +223,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_cp(args: argparse.Namespace) -> int:
     """Copy a shipped recipe to edit, with its `extends` bases merged in (it stands alone)."""
     source = find_recipe(args.name)
+    _folder_there(args.dest, "cp")
     dest = Path(args.dest)
     if dest.is_dir():
         dest = dest / source.name
@@ -258,6 +259,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.glue_test and args.input is not None:  # --input was not read: GLUE's test files were predicted
         raise UserError(f"predict: --glue-test predicts GLUE's test files, and --input {args.input} names "
                         "inputs of your own; give one of them (two calls for both)")
+    if not args.glue_test:  # --glue-test's --output is a folder
+        _folder_there(args.output, "--output")
     devices.check_accelerate_env(_run_precision(run), scoring=True)
     quiet.libraries()
     from toolkit import inference
@@ -307,7 +310,16 @@ def _positive(text: str) -> int:
     return value
 
 
-def _given(name: str):
+def _folder_there(given: str | None, what: str) -> None:
+    """A file's destination written with a trailing '/' names a folder, as cp(1) reads it: into
+    that folder where it is one, else one line. `toolkit cp R sub/` wrote a file `sub` and
+    `predict --output preds/` a file `preds`, exit 0 (a path's reading dropped the '/')."""
+    if given and given.endswith("/") and not Path(given).is_dir():
+        raise UserError(f"{what}: {given} ends with '/', so it names a folder, and there is no folder "
+                        f"{given.rstrip('/')}; create it first, or give a file name")
+
+
+def _given(name: str, folder_slash: bool = False):
     """The type of a path argument: not empty. `--runs-dir "$OUT"` with OUT unset put the runs in
     the default folder, `--output ''` wrote to standard output, `export RUN ''` was an OSError
     traceback (rmdir '.'), each without a word. A UserError, not argparse's error: one line, not
@@ -318,7 +330,9 @@ def _given(name: str):
         if _OVERRIDE.match(text) and not os.path.lexists(user_path(text)):
             raise UserError(f"{name}: '{text}' is a recipe setting (key=value), not a path: {name}'s own value is "
                             f"missing (an unset variable?); give {name} a path, the settings after it")
-        return str(user_path(text))
+        given = str(user_path(text))
+        # a file's destination keeps a trailing '/' (_folder_there), which Path drops
+        return given + "/" if folder_slash and text.endswith("/") and not given.endswith("/") else given
     return path
 
 
@@ -370,7 +384,7 @@ def parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_ls)
     cp = sub.add_parser("cp", parents=[verbose], help="copy a shipped recipe to edit")
     cp.add_argument("name", help="a recipe name from `toolkit ls recipes`, or a path")
-    cp.add_argument("dest", type=_given("dest"))
+    cp.add_argument("dest", type=_given("dest", folder_slash=True))
     cp.add_argument("--force", action="store_true", help="overwrite DEST")
     cp.set_defaults(func=cmd_cp)
     ev = sub.add_parser("eval", parents=[verbose], help="score a finished run on a split (writes eval-<split>.json)")
@@ -383,7 +397,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("run", type=_given("run"))
     pr.add_argument("--input", default=None, type=_given("--input"), help="CSV, TSV or JSONL with the task's text columns, "
                     "or plain text (one example a line); - for standard input")
-    pr.add_argument("--output", default=None, type=_given("--output"), help="file (default: standard output)")
+    pr.add_argument("--output", default=None, type=_given("--output", folder_slash=True), help="file (default: standard output)")
     pr.add_argument("--glue-test", action="store_true", help="GLUE server submission files from test.tsv")
     pr.set_defaults(func=cmd_predict)
     ex = sub.add_parser("export", parents=[verbose], help="a plain transformers folder from a finished run")
