@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -87,19 +89,28 @@ def subcommand_options() -> tuple[dict[str, set[str]], set[str]]:
     return {name: set(_options(sub)) - {"--help", "--verbose"} for name, sub in _subparsers(p).items()}, set(_options(p))
 
 
-def test_the_cli_page_synopsis_shows_every_subcommand_with_exactly_its_options() -> None:
-    """docs/cli.md's synopsis block lists each subcommand and every option it takes (`-v` aside):
-    `cp --force` and `sweep --estimate` were missing from it."""
+def synopses(page: str) -> dict[str, set[str]]:
+    """The options each `toolkit SUB ...` line of the page's fenced blocks shows, by subcommand."""
     options, _ = subcommand_options()
-    block = (ROOT / "docs" / "cli.md").read_text().split("```\n", 2)[1]
     shown: dict[str, set[str]] = {}
-    for line in block.splitlines():
-        m = re.match(r"toolkit (\w+)", line)
-        if m and m.group(1) in options:
-            shown.setdefault(m.group(1), set()).update(re.findall(r"(?<![\w-])--[a-z][a-z-]*", line.split("#")[0]))
-    assert set(shown) == set(options), set(shown) ^ set(options)
-    wrong = {name: shown[name] ^ options[name] for name in options if shown[name] != options[name]}
-    assert not wrong, wrong
+    for block in re.findall(r"```[^\n]*\n(.*?)```", (ROOT / "docs" / page).read_text(), re.S):
+        for line in block.splitlines():
+            m = re.match(r"toolkit (\w+)", line)
+            if m and m.group(1) in options:
+                shown.setdefault(m.group(1), set()).update(re.findall(r"(?<![\w-])--[a-z][a-z-]*", line.split("#")[0]))
+    return shown
+
+
+@pytest.mark.parametrize("page", ["cli.md", "benchmarks.md"])
+def test_a_synopsis_shows_exactly_the_options_of_its_subcommand(page: str) -> None:
+    """docs/cli.md's synopsis lists every subcommand and every option it takes (`-v` aside), and so
+    do the sweep and report synopses of docs/benchmarks.md: `cp --force` and `sweep --estimate`
+    were missing from them."""
+    options, _ = subcommand_options()
+    shown = synopses(page)
+    assert page != "cli.md" or set(shown) == set(options), set(shown) ^ set(options)
+    wrong = {name: shown[name] ^ options[name] for name in shown if shown[name] != options[name]}
+    assert shown and not wrong, wrong
 
 
 # Options the pages name as refused, on purpose (the line they get is the point of the example).
