@@ -174,3 +174,41 @@ def test_every_make_target_a_page_names_exists_and_make_md_lists_them_all() -> N
     listed = set(re.findall(r"^\| `make ([a-z][\w-]*)", (ROOT / "docs" / "make.md").read_text(), re.M))
     listed |= set(re.findall(r"`make ([a-z][\w-]*)`", (ROOT / "docs" / "make.md").read_text()))
     assert targets <= listed, targets - listed
+
+
+# Named as run before benchmarks/bench and benchmarks/parity were split into packages (numbers.md
+# says so); "my recipes/r.yaml" is make.md's example of a path with a space.
+NOT_FILES = {"benchmarks/bench.py", "benchmarks/parity.py", "recipes/r.yaml"}
+
+
+def test_every_file_a_page_names_in_the_checkout_exists() -> None:
+    """A path under one of the checkout's folders (`toolkit/tasks/_fields.py`, `tests/test_x.py`,
+    `docs/parity/cpu-qa-*.json`, `.ci/run`) names a file or folder that is there."""
+    tops = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and (p.name == ".ci" or not p.name.startswith("."))
+                  and p.name not in {"runs", "build"} and not p.name.endswith(".egg-info"))
+    path = re.compile(r"(?<![\w$/.~-])((?:%s)/[\w./*-]*[\w*])" % "|".join(re.escape(t) for t in tops))
+    missing = []
+    for page in PAGES:
+        text = page.read_text()
+        for m in path.finditer(text):
+            found = m.group(1)
+            if text[m.end():m.end() + 1] in ("{", "-") or found in NOT_FILES:  # a brace list: the recipe test's
+                continue
+            if not (list(ROOT.glob(found)) if "*" in found else (ROOT / found).exists()):
+                missing.append(f"{page.name}: {found}")
+    assert not missing, missing
+
+
+def test_every_test_a_page_names_exists() -> None:
+    """`test_the_rule_it_checks` (or `tests/test_x.py::test_...`, a prefix where it ends in `...`)
+    names a test of tests/ or benchmarks/: benchmarks.md named a test renamed since."""
+    source = "\n".join(p.read_text() for p in [*(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").rglob("*.py")])
+    tests = set(re.findall(r"def (test_\w+)", source))
+    missing = []
+    for page in PAGES:
+        for name, prefix in re.findall(r"(?<![\w.])(test_[a-z]+_[a-z0-9_]+)(\.\.\.)?", page.read_text()):
+            if (ROOT / "tests" / f"{name}.py").exists():
+                continue
+            if not (any(t.startswith(name) for t in tests) if prefix else name in tests):
+                missing.append(f"{page.name}: {name}")
+    assert not missing, missing
