@@ -233,3 +233,18 @@ def test_the_recipe_folders_table_covers_every_shipped_recipe() -> None:
     shipped = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").rglob("*.yaml") if not p.name.startswith("_"))
     left_out = [p for p in shipped if not any(fnmatch.fnmatch(p, c) for c in covered)]
     assert covered and not left_out, left_out
+
+
+def test_the_recipe_fields_table_has_a_row_for_every_train_setting() -> None:
+    """docs/recipes.md's fields table names every `train.*` setting: pad_multiple, length_buckets,
+    save_every, keep_checkpoints, gradient_checkpointing, skip_nonfinite and report_to had none."""
+    import dataclasses
+
+    from toolkit.recipe_data import TrainConfig
+
+    text = (ROOT / "docs" / "recipes.md").read_text()
+    table = text.split("| section | field | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    rows = "| train |" + table.split("\n| train |", 1)[1]
+    named = {n for line in rows.splitlines() for n in re.findall(r"`(\w+)`", line.split(" | ")[1])}
+    missing = {f.name for f in dataclasses.fields(TrainConfig)} - named
+    assert not missing, missing
