@@ -248,3 +248,28 @@ def test_the_recipe_fields_table_has_a_row_for_every_train_setting() -> None:
     named = {n for line in rows.splitlines() for n in re.findall(r"`(\w+)`", line.split(" | ")[1])}
     missing = {f.name for f in dataclasses.fields(TrainConfig)} - named
     assert not missing, missing
+
+
+PLUGIN_PAGES = {"method": ["methods.md"], "task": ["tasks.md", "task-types.md", "recipes.md"],
+                "attention module": ["attention.md"]}
+
+
+def test_every_plugin_setting_is_named_on_its_page() -> None:
+    """Each method's, task's and attention module's settings appear on its docs page: IA3's
+    `feedforward_modules`, mlm's `mlm_probability` / `random_ratio` and denoise's
+    `permute_sentences` were nowhere."""
+    import dataclasses
+
+    from toolkit.attention import ATTENTION
+    from toolkit.methods import METHODS
+    from toolkit.tasks import TASKS
+
+    unnamed = []
+    for registry in (METHODS, TASKS, ATTENTION):
+        text = "".join((ROOT / "docs" / page).read_text() for page in PLUGIN_PAGES[registry.kind])
+        for name in registry.names():
+            plugin = registry.get(name)
+            fields = [f.name for f in dataclasses.fields(plugin)] if dataclasses.is_dataclass(plugin) else []
+            unnamed += [f"{registry.kind} {name}: {f}" for f in fields
+                        if f != "name" and not re.search(rf"\b{f}\b", text)]
+    assert not unnamed, unnamed
