@@ -235,19 +235,22 @@ def test_the_recipe_folders_table_covers_every_shipped_recipe() -> None:
     assert covered and not left_out, left_out
 
 
-def test_the_recipe_fields_table_has_a_row_for_every_train_setting() -> None:
-    """docs/recipes.md's fields table names every `train.*` setting: pad_multiple, length_buckets,
-    save_every, keep_checkpoints, gradient_checkpointing, skip_nonfinite and report_to had none."""
+def test_the_recipe_fields_table_has_a_row_for_every_model_and_train_setting() -> None:
+    """docs/recipes.md's fields table names every `model.*` and `train.*` setting: model.warm_start,
+    and pad_multiple, length_buckets, save_every, keep_checkpoints, gradient_checkpointing,
+    skip_nonfinite and report_to had none."""
     import dataclasses
 
-    from toolkit.recipe_data import TrainConfig
+    from toolkit.recipe_data import ModelConfig, TrainConfig
 
     text = (ROOT / "docs" / "recipes.md").read_text()
     table = text.split("| section | field | default | meaning |", 1)[1].split("\n\n", 1)[0]
-    rows = "| train |" + table.split("\n| train |", 1)[1]
-    named = {n for line in rows.splitlines() for n in re.findall(r"`(\w+)`", line.split(" | ")[1])}
-    missing = {f.name for f in dataclasses.fields(TrainConfig)} - named
-    assert not missing, missing
+    for section, config in (("model", ModelConfig), ("train", TrainConfig)):
+        rows = table.split(f"\n| {section} |", 1)[1].split("\n| task |" if section == "model" else "\n\n", 1)[0]
+        rows = f"| {section} |" + rows
+        named = {n for line in rows.splitlines() for n in re.findall(r"`(\w+)`", line.split(" | ")[1])}
+        missing = {f.name for f in dataclasses.fields(config)} - named
+        assert not missing, (section, missing)
 
 
 PLUGIN_PAGES = {"method": ["methods.md"], "task": ["tasks.md", "task-types.md", "recipes.md"],
