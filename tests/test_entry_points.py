@@ -203,6 +203,25 @@ def test_make_with_an_empty_runs_is_one_line_not_the_filesystem_root(target: str
     assert done.returncode == 2 and done.stdout == "" and "RUNS is empty: give the folder for the runs" in done.stderr
 
 
+@pytest.mark.parametrize("entry", ["run", "validate", "sweep", "cp", "make run", "make chain PRETRAIN", "make chain FINETUNE"])
+def test_an_empty_recipe_is_no_recipe_given_at_every_entry_point(tmp_path: Path, cli, entry: str) -> None:
+    """docs/make.md: an empty RECIPE, PRETRAIN or FINETUNE is one line (`no recipe given`) before
+    anything runs. `toolkit run ""` (`make run RECIPE=`) said "run_one: path: an empty path",
+    a function of the toolkit's, and `make chain FINETUNE=` trained the whole pretraining first."""
+    if entry.startswith("make "):
+        target, _, var = entry[5:].partition(" ")
+        done = _make("-n", target, f"{var or 'RECIPE'}=", f"RUNS={tmp_path}")
+        code, out, err = done.returncode, done.stdout, done.stderr
+        if target == "run":  # one command: toolkit run says it
+            assert out.strip().startswith(".venv/bin/toolkit run \"\"")
+            code, out, err = cli("run", "")
+    else:
+        code, out, err = cli(*{"run": ["run", ""], "validate": ["validate", ""], "sweep": ["sweep", "", "--dry-run"],
+                               "cp": ["cp", "", tmp_path / "x.yaml"]}[entry])
+    assert code == 2 and "no recipe given" in err and err.count("\n") == 1 and "run_one" not in err, err
+    assert "toolkit run" not in out and not list(tmp_path.iterdir())
+
+
 EMPTY = {"run": ["run", ""], "validate": ["validate", ""], "sweep": ["sweep", "", "train.lr=1e-4,1e-3", "--dry-run"],
          "cp": ["cp", "", "{tmp}"],
          "run --runs-dir": ["run", "demo/sst2/minilm-lora", "--runs-dir", ""],

@@ -26,6 +26,8 @@ from toolkit.versions import warn_if_untested
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if not args.recipe.strip():  # `make run RECIPE=`: said as validate, sweep and cp say it, where it was
+        find_recipe(args.recipe)  # "run_one: path: an empty path", naming a function of the toolkit's
     warn_if_untested()
     run_one(args.recipe, args.overrides, args.smoke, args.runs_dir, args.force, args.resume, args.stop_after)
     return 0
