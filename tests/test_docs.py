@@ -311,3 +311,9 @@ def test_every_toolkit_function_a_page_names_is_there() -> None:
                                  rf"|import[^\n]*\b{name}\b", path.read_text(), re.M):
                     missing.append(f"{page.name}: {ref}")
     assert not missing, sorted(set(missing))
+
+
+def test_the_readme_links_every_docs_page() -> None:
+    """A page the README's "Where the rest lives" does not name is a page no new user finds."""
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", (ROOT / "README.md").read_text()))
+    assert not {p.name for p in (ROOT / "docs").glob("*.md")} - linked
