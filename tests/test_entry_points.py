@@ -222,6 +222,25 @@ def test_an_empty_recipe_is_no_recipe_given_at_every_entry_point(tmp_path: Path,
     assert "toolkit run" not in out and not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("name", ["data", "tokenizers"])
+def test_the_default_data_and_tokenizer_folders_are_looked_for_as_the_makefile_looks(tmp_path: Path, name: str) -> None:
+    """docs/install.md: with TOOLKIT_DATA / TOOLKIT_TOKENIZERS unset, the first of ../shared/NAME,
+    ../NAME and ./NAME beside the checkout, for `toolkit` as for the Makefile. The toolkit looked in
+    ./NAME first (tokenizers: never in ../NAME), so with two copies `toolkit run` and `make run`
+    of one recipe read other data, each exit 0."""
+    from toolkit.errors import beside_checkout
+
+    makefile = (ROOT / "Makefile").read_text()
+    order = re.search(rf"TOOLKIT_{name.upper()} \?= \$\(abspath \$\(firstword \$\(wildcard ([^)]*)\)", makefile).group(1).split()
+    assert order == [f"../shared/{name}", f"../{name}", name]
+    repo = tmp_path / "work" / "checkout"
+    repo.mkdir(parents=True)
+    assert beside_checkout(name, repo) == Path(name)  # none there: the working folder's
+    for i, place in reversed(list(enumerate(order))):  # each one found before those after it
+        (repo / place).mkdir(parents=True)
+        assert beside_checkout(name, repo).resolve() == (repo / place).resolve(), place
+
+
 EMPTY = {"run": ["run", ""], "validate": ["validate", ""], "sweep": ["sweep", "", "train.lr=1e-4,1e-3", "--dry-run"],
          "cp": ["cp", "", "{tmp}"],
          "run --runs-dir": ["run", "demo/sst2/minilm-lora", "--runs-dir", ""],
