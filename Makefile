@@ -113,6 +113,8 @@ compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per met
 	$(if $(DRY_RUN),,$(BIN)/toolkit report "$(COMPARE_RUNS)" --rows task --cols method)
 
 chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARGS=key=value ...] [ARGS=--smoke]
+# an empty PRETRAIN or FINETUNE is one line before anything runs (FINETUNE= trained the whole pretraining first)
+	$(foreach v,PRETRAIN FINETUNE,$(if $(strip $($(v))),,$(error make chain: no recipe given ($(v) is empty); give a recipe file, e.g. $(v)=$(if $(filter PRETRAIN,$(v)),recipes/pretrain/wikitext-2/minilm-mlm.yaml,recipes/demo/sst2/minilm-full.yaml) (the default))))
 	$(BIN)/toolkit run "$(PRETRAIN)" $(PRETRAIN_ARGS) --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
 # the fine-tuning names that same run: each override word of PRETRAIN_ARGS and ARGS as the shell split
 # it above (ARGS reached the pretraining too: left out, `ARGS=train.epochs=1` fine-tuned from another

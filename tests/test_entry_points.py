@@ -203,6 +203,44 @@ def test_make_with_an_empty_runs_is_one_line_not_the_filesystem_root(target: str
     assert done.returncode == 2 and done.stdout == "" and "RUNS is empty: give the folder for the runs" in done.stderr
 
 
+@pytest.mark.parametrize("entry", ["run", "validate", "sweep", "cp", "make run", "make chain PRETRAIN", "make chain FINETUNE"])
+def test_an_empty_recipe_is_no_recipe_given_at_every_entry_point(tmp_path: Path, cli, entry: str) -> None:
+    """docs/make.md: an empty RECIPE, PRETRAIN or FINETUNE is one line (`no recipe given`) before
+    anything runs. `toolkit run ""` (`make run RECIPE=`) said "run_one: path: an empty path",
+    a function of the toolkit's, and `make chain FINETUNE=` trained the whole pretraining first."""
+    if entry.startswith("make "):
+        target, _, var = entry[5:].partition(" ")
+        done = _make("-n", target, f"{var or 'RECIPE'}=", f"RUNS={tmp_path}")
+        code, out, err = done.returncode, done.stdout, done.stderr
+        if target == "run":  # one command: toolkit run says it
+            assert out.strip().startswith(".venv/bin/toolkit run \"\"")
+            code, out, err = cli("run", "")
+    else:
+        code, out, err = cli(*{"run": ["run", ""], "validate": ["validate", ""], "sweep": ["sweep", "", "--dry-run"],
+                               "cp": ["cp", "", tmp_path / "x.yaml"]}[entry])
+    assert code == 2 and "no recipe given" in err and err.count("\n") == 1 and "run_one" not in err, err
+    assert "toolkit run" not in out and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", ["data", "tokenizers"])
+def test_the_default_data_and_tokenizer_folders_are_looked_for_as_the_makefile_looks(tmp_path: Path, name: str) -> None:
+    """docs/install.md: with TOOLKIT_DATA / TOOLKIT_TOKENIZERS unset, the first of ../shared/NAME,
+    ../NAME and ./NAME beside the checkout, for `toolkit` as for the Makefile. The toolkit looked in
+    ./NAME first (tokenizers: never in ../NAME), so with two copies `toolkit run` and `make run`
+    of one recipe read other data, each exit 0."""
+    from toolkit.errors import beside_checkout
+
+    makefile = (ROOT / "Makefile").read_text()
+    order = re.search(rf"TOOLKIT_{name.upper()} \?= \$\(abspath \$\(firstword \$\(wildcard ([^)]*)\)", makefile).group(1).split()
+    assert order == [f"../shared/{name}", f"../{name}", name]
+    repo = tmp_path / "work" / "checkout"
+    repo.mkdir(parents=True)
+    assert beside_checkout(name, repo) == Path(name)  # none there: the working folder's
+    for i, place in reversed(list(enumerate(order))):  # each one found before those after it
+        (repo / place).mkdir(parents=True)
+        assert beside_checkout(name, repo).resolve() == (repo / place).resolve(), place
+
+
 EMPTY = {"run": ["run", ""], "validate": ["validate", ""], "sweep": ["sweep", "", "train.lr=1e-4,1e-3", "--dry-run"],
          "cp": ["cp", "", "{tmp}"],
          "run --runs-dir": ["run", "demo/sst2/minilm-lora", "--runs-dir", ""],

@@ -568,6 +568,26 @@ def test_paths_the_user_gives_are_one_line(tmp_path: Path, cli, finished: Path, 
     _check_one_line(tmp_path, code, err, fragment)
 
 
+@pytest.mark.parametrize("command", ["cp", "predict"])
+def test_a_file_destination_ending_in_a_slash_names_a_folder(tmp_path: Path, cli, finished: Path, command: str) -> None:
+    """`toolkit cp NAME sub/` wrote a file `sub` and `predict --output preds/` a file `preds`, exit 0:
+    the '/' was dropped as the path was read. It names a folder, as cp(1) reads it: none there is
+    one line, nothing written; one there is where cp copies to, and predict's "a folder" line."""
+    run = _copy(finished, tmp_path)
+    (tmp_path / "in.txt").write_text("a fine movie\n")
+    args = {"cp": ["cp", "demo/sst2/minilm-lora"],
+            "predict": ["predict", run, "--input", tmp_path / "in.txt", "--output"]}[command]
+    code, out, err = cli(*args, f"{tmp_path}/new/")
+    _check_one_line(tmp_path, code, err, f"{tmp_path}/new/ ends with '/', so it names a folder, and there is no folder")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "new").mkdir()
+    code, out, err = cli(*args, f"{tmp_path}/new/")
+    if command == "cp":
+        assert code == 0 and (tmp_path / "new" / "minilm-lora.yaml").is_file(), err
+    else:
+        _check_one_line(tmp_path, code, err, "new is a folder; give a file name")
+
+
 def test_an_export_onto_a_link_to_an_empty_folder_fills_that_folder(tmp_path: Path, cli, finished: Path) -> None:
     """Finding: `toolkit export RUN LINK` (LINK to an empty folder, accepted as an empty OUT) wrote
     the whole export and then said 'LINK: not a directory', exit 2, nothing kept. The target is

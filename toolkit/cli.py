@@ -26,6 +26,8 @@ from toolkit.versions import warn_if_untested
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if not args.recipe.strip():  # `make run RECIPE=`: said as validate, sweep and cp say it, where it was
+        find_recipe(args.recipe)  # "run_one: path: an empty path", naming a function of the toolkit's
     warn_if_untested()
     run_one(args.recipe, args.overrides, args.smoke, args.runs_dir, args.force, args.resume, args.stop_after)
     return 0
@@ -223,6 +225,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_cp(args: argparse.Namespace) -> int:
     """Copy a shipped recipe to edit, with its `extends` bases merged in (it stands alone)."""
     source = find_recipe(args.name)
+    _folder_there(args.dest, "cp")
     dest = Path(args.dest)
     if dest.is_dir():
         dest = dest / source.name
@@ -258,6 +261,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.glue_test and args.input is not None:  # --input was not read: GLUE's test files were predicted
         raise UserError(f"predict: --glue-test predicts GLUE's test files, and --input {args.input} names "
                         "inputs of your own; give one of them (two calls for both)")
+    if not args.glue_test:  # --glue-test's --output is a folder
+        _folder_there(args.output, "--output")
     devices.check_accelerate_env(_run_precision(run), scoring=True)
     quiet.libraries()
     from toolkit import inference
@@ -307,7 +312,16 @@ def _positive(text: str) -> int:
     return value
 
 
-def _given(name: str):
+def _folder_there(given: str | None, what: str) -> None:
+    """A file's destination written with a trailing '/' names a folder, as cp(1) reads it: into
+    that folder where it is one, else one line. `toolkit cp R sub/` wrote a file `sub` and
+    `predict --output preds/` a file `preds`, exit 0 (a path's reading dropped the '/')."""
+    if given and given.endswith("/") and not Path(given).is_dir():
+        raise UserError(f"{what}: {given} ends with '/', so it names a folder, and there is no folder "
+                        f"{given.rstrip('/')}; create it first, or give a file name")
+
+
+def _given(name: str, folder_slash: bool = False):
     """The type of a path argument: not empty. `--runs-dir "$OUT"` with OUT unset put the runs in
     the default folder, `--output ''` wrote to standard output, `export RUN ''` was an OSError
     traceback (rmdir '.'), each without a word. A UserError, not argparse's error: one line, not
@@ -318,7 +332,9 @@ def _given(name: str):
         if _OVERRIDE.match(text) and not os.path.lexists(user_path(text)):
             raise UserError(f"{name}: '{text}' is a recipe setting (key=value), not a path: {name}'s own value is "
                             f"missing (an unset variable?); give {name} a path, the settings after it")
-        return str(user_path(text))
+        given = str(user_path(text))
+        # a file's destination keeps a trailing '/' (_folder_there), which Path drops
+        return given + "/" if folder_slash and text.endswith("/") and not given.endswith("/") else given
     return path
 
 
@@ -338,7 +354,7 @@ def parser() -> argparse.ArgumentParser:
                          help="show the libraries' own warnings, load reports and progress bars")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", parents=[verbose], help="train and evaluate one recipe")
-    run.add_argument("recipe")
+    run.add_argument("recipe", help="a recipe file, or a shipped recipe's name (toolkit ls recipes)")
     run.add_argument("overrides", nargs="*", default=[], help="key=value, e.g. train.lr=3e-4 method.r=16")
     run.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
@@ -370,27 +386,28 @@ def parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_ls)
     cp = sub.add_parser("cp", parents=[verbose], help="copy a shipped recipe to edit")
     cp.add_argument("name", help="a recipe name from `toolkit ls recipes`, or a path")
-    cp.add_argument("dest", type=_given("dest"))
+    cp.add_argument("dest", type=_given("dest", folder_slash=True))
     cp.add_argument("--force", action="store_true", help="overwrite DEST")
     cp.set_defaults(func=cmd_cp)
     ev = sub.add_parser("eval", parents=[verbose], help="score a finished run on a split (writes eval-<split>.json)")
-    ev.add_argument("run", type=_given("run"))
+    ev.add_argument("run", type=_given("run"), help="a finished run's folder (runs/<recipe>/<id>)")
     ev.add_argument("overrides", nargs="*", default=[], help="task.* settings, e.g. task.max_eval_samples=100")
     ev.add_argument("--split", default="eval", help="eval (default), train, or a labelled test split")
     ev.add_argument("--task-from", default=None, type=_given("--task-from"), help="score on the task of another recipe")
     ev.set_defaults(func=cmd_eval)
-    pr = sub.add_parser("predict", parents=[verbose], help="predictions of a finished run on new text (JSONL)")
-    pr.add_argument("run", type=_given("run"))
-    pr.add_argument("--input", default=None, type=_given("--input"), help="CSV, TSV or JSONL with the task's text columns, "
-                    "or plain text (one example a line); - for standard input")
-    pr.add_argument("--output", default=None, type=_given("--output"), help="file (default: standard output)")
+    pr = sub.add_parser("predict", parents=[verbose], help="predictions of a finished run on new inputs (JSON lines; CSV or a JSON list by --output's name)")
+    pr.add_argument("run", type=_given("run"), help="a finished run's folder (runs/<recipe>/<id>)")
+    pr.add_argument("--input", default=None, type=_given("--input"), help="JSONL, JSON, CSV or TSV with the task's fields, "
+                    "plain text (one example a line) or CoNLL (NER); - for standard input")
+    pr.add_argument("--output", default=None, type=_given("--output", folder_slash=True), help="a .jsonl, .csv or .json file, .gz too (default: standard output); with --glue-test a folder "
+                    "(default RUN/glue-test)")
     pr.add_argument("--glue-test", action="store_true", help="GLUE server submission files from test.tsv")
     pr.set_defaults(func=cmd_predict)
     ex = sub.add_parser("export", parents=[verbose], help="a plain transformers folder from a finished run")
-    ex.add_argument("run", type=_given("run"))
-    ex.add_argument("out", type=_given("out"))
+    ex.add_argument("run", type=_given("run"), help="a finished run's folder (runs/<recipe>/<id>)")
+    ex.add_argument("out", type=_given("out"), help="a new or empty folder")
     ex.add_argument("--merge", action="store_true", help="merge LoRA / IA3 into the base weights")
-    ex.add_argument("--push-to-hub", default=None, metavar="REPO")
+    ex.add_argument("--push-to-hub", default=None, metavar="REPO", help="also upload it to this Hub repo (online only)")
     ex.set_defaults(func=cmd_export)
     rep = sub.add_parser("report", parents=[verbose], help="report.md (pivot tables, mean ± std, notes) and PNG plots from finished runs")
     rep.add_argument("runs_dir", nargs="+", type=_given("runs_dir"), help="folders of run folders (read only; nothing is re-run)")
@@ -399,7 +416,7 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--metric", action="append", help="metric(s) to pivot (default: each task's main metric)")
     rep.add_argument("--glue", action="store_true", help="the GLUE table: official metrics, GLUE average, published numbers")
     rep.add_argument("--out", default=None, type=_given("--out"), help="where report.md and the PNGs go (default: the first runs folder)")
-    rep.add_argument("--no-plots", action="store_true")
+    rep.add_argument("--no-plots", action="store_true", help="report.md alone, no PNGs")
     rep.set_defaults(func=cmd_report)
     for action in (a for command in sub.choices.values() for a in command._actions):
         if action.option_strings and type(action) is argparse._StoreAction:

@@ -106,6 +106,17 @@ def env_folder(name: str, default: Path | str) -> Path:
     return Path(os.environ.get(name) or default).expanduser()
 
 
+def beside_checkout(name: str, repo: Path) -> Path:
+    """The default `data` or `tokenizers` folder (its TOOLKIT_* variable unset): the first of
+    ../shared/NAME, ../NAME and NAME beside the checkout `repo` that is a folder, as the Makefile
+    looks (docs/install.md), else ./NAME. The toolkit looked in NAME first (and for tokenizers not
+    in ../NAME), so `toolkit run` and `make run` of one recipe read other folders where both were."""
+    for candidate in (repo.parent / "shared" / name, repo.parent / name, repo / name):
+        if candidate.is_dir():
+            return candidate
+    return Path(name)
+
+
 def cache_dir() -> Path:
     """$TOOLKIT_CACHE (env_folder), else ~/.cache/toolkit, the home looked up only then. Looked
     up first, a process with no home to find (HOME unset under a user id with no passwd entry: a

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from toolkit import attention as modules, heads, hf_tables, hub
-from toolkit.errors import UserError, cache_dir, user_path
+from toolkit.errors import UserError, beside_checkout, cache_dir, user_path
 from toolkit.registry import did_you_mean
 
 if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
@@ -439,11 +439,7 @@ def _importable(module: str) -> bool:
 def tokenizer_dir() -> Path:
     if os.environ.get("TOOLKIT_TOKENIZERS"):
         return Path(os.environ["TOOLKIT_TOKENIZERS"]).expanduser()
-    repo = Path(__file__).resolve().parents[1]
-    for candidate in (repo / "tokenizers", repo.parent / "shared" / "tokenizers"):
-        if candidate.is_dir():
-            return candidate
-    return Path("tokenizers")
+    return beside_checkout("tokenizers", Path(__file__).resolve().parents[1])
 
 
 # The shared tokenizer a small model of each kind borrows when the checkpoint's own is not here.

@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from toolkit import heads, hub
-from toolkit.errors import UserError, user_path
+from toolkit.errors import UserError, beside_checkout, user_path
 from toolkit.lazy import lazy
 from toolkit.registry import Registry
 from toolkit.schema import NO_EFFECT
@@ -538,11 +538,7 @@ def data_root(override: str | None = None) -> Path:
         return user_path(override)
     if os.environ.get("TOOLKIT_DATA"):
         return Path(os.environ["TOOLKIT_DATA"]).expanduser()
-    repo = Path(__file__).resolve().parents[2]
-    for candidate in (repo / "data", repo.parent / "data", repo.parent / "shared" / "data"):
-        if candidate.is_dir():
-            return candidate
-    return Path("data")
+    return beside_checkout("data", Path(__file__).resolve().parents[2])
 
 
 def data_path(value: str, data_dir: str | None = None) -> Path:
