@@ -64,11 +64,12 @@ def faulty(self, batch):
     return loss * float("nan") if nan else loss
 
 train.Loop._forward_loss = faulty
-for job in json.loads(open(sys.argv[1]).read()):
+for job in json.loads(open(sys.argv[1]).read())["runs"]:
     args, fault[0] = (job["args"], job["nan"]) if isinstance(job, dict) else (job, None)
     calls.clear()
     if main(args) != 0:
         sys.exit(f"failed: {{args}}")
+fault[0] = None
 """
 # AdaLoRA re-allocating at every step (delta_t 1) over 4 steps, finalizing at step 3: a host-checked step
 SKIPPED = ("bert-base-uncased", "{name: adalora, init_r: 4, target_r: 2, delta_t: 1, tinit_ratio: 0.0, "
@@ -80,7 +81,9 @@ SKIP_ARGS = ["train.skip_nonfinite=1"]
 def two_process_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Path) -> dict[tuple[str, str], Path]:
     """(checkpoint, method) -> (recipe, runs folder of its 2-process run): every case's run in one
     torchrun launch, in turn (test_accounting's launcher), made once for the module: a launch's
-    start-up (two interpreters importing torch and transformers) is most of a --smoke run's time."""
+    start-up (two interpreters importing torch and transformers) is most of a --smoke run's time.
+    The same launch then makes and scores every task type's run (EVERY_TASK: its jobs and the
+    launch's folder under "every_task")."""
     from test_accounting import _torchrun
 
     tmp = tmp_path_factory.mktemp("two")
@@ -101,7 +104,13 @@ def two_process_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Pat
     out["skipped"] = (recipe, tmp / "skipped" / "two")
     jobs.append({"args": ["run", str(recipe), "--smoke", "--runs-dir", str(tmp / "skipped" / "two"),
                           "train.batch_size=4", *SKIP_ARGS], "nan": [1, 2]})
-    _torchrun(tmp, jobs, FAULT_LAUNCHER)
+    every = []
+    for name, text in EVERY_TASK.items():
+        in_context = "name: icl" in text  # trains nothing, and takes no training setting
+        recipe = write_recipe(tmp / "every" / name / "r.yaml", text + ("\ntrain: {seed: 3}" if in_context else TRAINED))
+        every.append([name, str(recipe), str(tmp / "every" / name / "runs")])
+    out["every_task"] = (every, tmp)
+    _torchrun(tmp, {"runs": jobs, "every_task": every}, FAULT_LAUNCHER + EVERY_TASK_LAUNCH)
     return out
 
 
@@ -217,7 +226,7 @@ TRAINED = "\nmethod: {name: full}\ntrain: {max_steps: 1, eval_batch_size: 4, see
 EVERY_TASK_LAUNCH = """import json, os, sys
 sys.path.insert(0, {root!r})
 import toolkit
-for name, recipe, runs in json.loads(open(sys.argv[1]).read()):
+for name, recipe, runs in json.loads(open(sys.argv[1]).read())["every_task"]:
     run = toolkit.run(recipe, ["task.max_train_samples=8", "task.max_eval_samples=13"], runs_dir=runs, smoke=True)
     toolkit.evaluate(run)  # the API's, split over the launch as `toolkit eval`
     if os.environ["RANK"] == "0":  # kept apart from the one-process evaluation's files
@@ -254,7 +263,7 @@ open(sys.argv[1] + f".synced{{rank}}", "w").write(json.dumps(seen))
 """
 
 
-def test_every_task_scores_on_two_processes_what_one_process_scores(tmp_path: Path, _smoke_cache: Path) -> None:
+def test_every_task_scores_on_two_processes_what_one_process_scores(two_process_runs) -> None:
     """Evaluation on 2 processes, in the run and through the API (`toolkit.evaluate`, as `toolkit
     eval`), gives the 1-process evaluation's metrics and predictions files exactly, for every task
     type. accelerate's sharded loader filled the short last batch with the split's first examples,
@@ -263,23 +272,12 @@ def test_every_task_scores_on_two_processes_what_one_process_scores(tmp_path: Pa
     eval loss 6e-8 relative off); both exit 0."""
     import toolkit
 
-    jobs = []
-    for name, text in EVERY_TASK.items():
-        in_context = "name: icl" in text  # trains nothing, and takes no training setting
-        recipe = write_recipe(tmp_path / name / "r.yaml", text + ("\ntrain: {seed: 3}" if in_context else TRAINED))
-        jobs.append([name, str(recipe), str(tmp_path / name / "runs")])
-    (tmp_path / "launch.py").write_text(EVERY_TASK_LAUNCH.format(root=str(ROOT)))
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           str(_free_port()), str(tmp_path / "launch.py"), str(tmp_path / "jobs.json")],
-                          cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs, launched = two_process_runs["every_task"]  # made in the module's launch, after its other runs
     # text-to-text generation's rule of a sharded launch: every process makes as many `generate`
     # calls, in step (`models.shards_weights`: FSDP2's DTensor weights; a peer's count of prompt
     # lengths): process 0's one call and process 1's two ran (with 1 call, process 1's second
     # generate waited on process 0 to the group's timeout), the same prompt the same text
-    (plain0, sharded0, out0), (plain1, sharded1, out1) = (json.loads((tmp_path / f"jobs.json.synced{r}").read_text())
+    (plain0, sharded0, out0), (plain1, sharded1, out1) = (json.loads((launched / f"jobs.json.synced{r}").read_text())
                                                           for r in (0, 1))
     assert (plain0, sharded0, plain1, sharded1) == (False, True, False, True)
     assert len(out0) == 1 and len(out1) == 2 and out0[0] == out1[1]
@@ -371,12 +369,11 @@ def test_two_nodes_write_the_run_once_and_resume_after_one_dies(tmp_path: Path, 
             break
         time.sleep(0.05)
     os.killpg(nodes[1].pid, signal.SIGKILL)  # the second machine dies
+    # the survivor waits on its dead peer (gloo's timeout, minutes): stopped as well, at once (a
+    # wait of 5 s for it to end by itself ended in this kill every time, 5 s of an idle worker)
+    os.killpg(nodes[0].pid, signal.SIGKILL)
     for node in nodes:
-        try:
-            node.communicate(timeout=5)
-        except subprocess.TimeoutExpired:  # the survivor waits on its dead peer (gloo's timeout): stopped
-            os.killpg(node.pid, signal.SIGKILL)
-            node.communicate()
+        node.communicate()
     assert nodes[1].returncode != 0  # it was killed before the end: the resume below is a real one
     resumed = _nodes(recipe, runs, _free_port())
     for node in resumed:

@@ -4,19 +4,20 @@ uninterrupted one does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import re
 import signal
-import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import PYTHON, ROOT, write_recipe
+from conftest import write_recipe
 from test_train import nan_loss_at_forward, weights
 
 RECIPE = """model: {{checkpoint: {checkpoint}}}
@@ -49,6 +50,43 @@ def same_result(a: Path, b: Path) -> None:
     assert logs[0] == logs[1]
 
 
+def _forked_run(args: list[str]) -> int:
+    """`toolkit run ARGS` in a child process forked from this one, its output thrown away: a
+    process of its own to SIGKILL, which finds torch, transformers and the run's tokenizer and
+    data already read here (a fresh interpreter spent most of an attempt importing them). The
+    child's pid."""
+    import threading
+
+    from tqdm import std
+
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest; no exit handlers, no buffers of this process flushed
+        code = 1
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            sys.stdout = sys.stderr = open(os.devnull, "w")
+            # tqdm's write lock holds a multiprocessing RLock, a semaphore in memory shared with this
+            # process: a child killed inside a bar's write left it taken, and this process's next bar
+            # waited on it for ever. The child's bars take a lock of its own.
+            own = threading.RLock()
+            for bar in [std.tqdm, *_subclasses(std.tqdm)]:
+                if "_lock" in vars(bar):
+                    bar._lock = own
+            std.tqdm._lock = own
+            from toolkit.cli import main
+
+            code = main(args)
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+
+
 @pytest.mark.parametrize("method, kills", [("{name: full}", 2), ("{name: lora, r: 4}", 1),
                                            ("{name: adapters, config: pfeiffer}", 1),
                                            ("{name: prompt_tuning, num_virtual_tokens: 4}", 1)])
@@ -57,21 +95,22 @@ def test_sigkill_at_random_moments_resumes_to_the_same_result(tmp_path: Path, cl
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=bert, method=method))
     args = ["model.dropout=0.1"]
     assert cli("run", recipe, *args, "--runs-dir", tmp_path / "clean")[0] == 0
-    # the killed attempt sums in as many chunks as this process, which runs the clean run and the rerun:
-    # under 1 thread there and 2 here (pytest without OMP_NUM_THREADS=1 on 2 cores), a kill that
-    # left a checkpoint gave other weights (a resume on other compute, which the rerun now notes)
-    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()), "PYTHONPATH": str(ROOT)}
+    # the killed attempt sums in as many chunks as this process, which runs the clean run and the rerun
+    # (forked from it, it has its threads: under 1 thread in a fresh process and 2 here, pytest
+    # without OMP_NUM_THREADS=1 on 2 cores, a kill that left a checkpoint gave other weights, a
+    # resume on other compute, which the rerun now notes)
     rng = random.Random(method)
     for attempt in range(kills):
         root = tmp_path / f"killed{attempt}"
-        proc = subprocess.Popen([PYTHON, "-m", "toolkit.cli", "run", str(recipe), *args, "--runs-dir", str(root)],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pid = _forked_run(["run", str(recipe), *args, "--runs-dir", str(root)])
         deadline = time.time() + 120
-        while not list(root.rglob("log.jsonl")) and proc.poll() is None and time.time() < deadline:
+        while not list(root.rglob("log.jsonl")) and os.waitpid(pid, os.WNOHANG) == (0, 0) and time.time() < deadline:
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 1.5))  # somewhere in a step, an evaluation or a save
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):  # (ended already: reaped above)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert list(root.rglob("log.jsonl")), "the killed attempt never started training"
         code, _, err = cli("run", recipe, *args, "--runs-dir", root)
         assert code == 0 and "other compute" not in err, err
         same_result(the_run(tmp_path / "clean"), the_run(root))

@@ -16,7 +16,45 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_sharding  # noqa: E402
 
 
-def test_smoke_rows(tmp_path: Path) -> None:
+def _in_this_process(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The plain run's `python -m toolkit.cli ...` and the reload's `python -c RELOAD RUN...` run
+    in this process, their command lines as the script built them (what is done apart from the
+    launch's processes is still apart from them): two interpreters' start-up spared. The
+    sharded launch still starts its own processes. Returns the commands run so."""
+    import contextlib
+    import io
+    import subprocess
+
+    from toolkit.cli import main
+
+    ran: list[list[str]] = []
+    launch, run = gpu_sharding.run_group, subprocess.run
+
+    def run_group(cmd: list[str], timeout: float, **popen: object) -> subprocess.CompletedProcess:
+        if cmd[:3] != [sys.executable, "-m", "toolkit.cli"]:
+            return launch(cmd, timeout, **popen)
+        ran.append(cmd)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(cmd[3:])
+        return subprocess.CompletedProcess(cmd, code, out.getvalue(), err.getvalue())
+
+    def reload(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        if cmd[:3] != [sys.executable, "-c", gpu_sharding.RELOAD]:
+            return run(cmd, **kwargs)
+        ran.append(cmd)
+        with monkeypatch.context() as m:
+            m.setattr(sys, "argv", ["-c", *cmd[3:]])
+            exec(compile(gpu_sharding.RELOAD, "<reload>", "exec"), {"__name__": "__main__"})
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(gpu_sharding, "run_group", run_group)
+    monkeypatch.setattr(gpu_sharding.subprocess, "run", reload)
+    return ran
+
+
+def test_smoke_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _in_this_process(monkeypatch)
     # the plain run comes first, asked for or not: the first GPU call asked for zero3 first and
     # got no loss comparison
     rows = gpu_sharding.rows(smoke=True, work=tmp_path, cases=gpu_sharding.CASES[:1], strategies=["zero3"])
@@ -28,6 +66,8 @@ def test_smoke_rows(tmp_path: Path) -> None:
     assert by["plain"]["reloads"] and by["zero3"]["reloads"]
     text = gpu_sharding.table(rows)
     assert text.count("\n") == len(rows) + 1 and "| zero3 |" in text
+    assert [c[1] for c in ran] == ["-m", "-c"]  # the plain run and the reload, both models reloaded
+    assert len(ran[1][3:]) == 2
 
 
 def test_launches_keep_the_callers_python_path(monkeypatch) -> None:

@@ -218,10 +218,28 @@ def test_reference_blocks_equal_the_toolkits_packing(parity, task: str) -> None:
     assert ours["input_ids"] == [list(x) for x in theirs["input_ids"]]
 
 
-def test_seq2seq_reference_loss_equals_the_toolkits(parity, tmp_path: Path) -> None:
+def _sides_in_this_process(parity, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """`compare`'s sides run one after the other in this process, by `side` (what the fresh
+    process runs with --side, reading the same SET and BATCHES): where what is compared is the
+    sides' computation, not their processes (the harness test starts those), three interpreters'
+    start-up spared. Returns the (task, side) run so."""
+    import argparse
+
+    ran: list[tuple[str, str]] = []
+
+    def run_side(task: str, which: str, seed: int, smoke: bool, full: bool = False) -> dict:
+        ran.append((task, which))
+        return parity.sides.side(argparse.Namespace(task=task, side=which, seed=seed, smoke=smoke, full=full))
+
+    monkeypatch.setattr(parity.cli, "run_side", run_side)
+    return ran
+
+
+def test_seq2seq_reference_loss_equals_the_toolkits(parity, tmp_path: Path, monkeypatch) -> None:
     """`parity translation --smoke`: MiniLM2MiniLM on both sides from the same tiny random
     weights and rows; the reference's teacher-forced loss per target token (seq2seq_loss) is the
     toolkit's eval loss, and the table carries it beside BLEU and chrF."""
+    ran = _sides_in_this_process(parity, monkeypatch)
     out = tmp_path / "translation.json"
     assert parity.main(["translation", "--smoke", "--seeds", "42", "--json", str(out)]) == 0
     sides = {r["side"]: r["metrics"] for r in json.loads(out.read_text())["rows"]}
@@ -236,6 +254,7 @@ def test_seq2seq_reference_loss_equals_the_toolkits(parity, tmp_path: Path) -> N
     assert [(r["side"], r["batches"]) for r in result["rows"]] == [("reference", "toolkit")]
     assert result["reference_batches"] == "toolkit"
     assert result["rows"][0]["metrics"]["loss"] == pytest.approx(sides["toolkit"]["loss"], rel=0.01)
+    assert ran == [("translation", "toolkit"), ("translation", "reference"), ("translation", "reference")]
 
 
 @pytest.mark.parametrize("task", ["translation", "qa", "clm"])
