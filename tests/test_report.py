@@ -1712,10 +1712,52 @@ def test_runs_not_finished_are_named_not_dropped_without_a_word(tmp_path: Path, 
         assert code == 0, err
     else:
         text = toolkit.report([tmp_path])
-    (note,) = [line for line in text.splitlines() if "not finished" in line]
+    (note,) = [line for line in text.splitlines() if line.startswith("- ") and "not finished" in line]
     assert note.startswith("- 2 run(s) not finished") and f"{stopped} (checkpoint of step 4)" in note \
         and f"{killed} (no checkpoint)" in note, note
-    assert "90.00 ± 0.00 | " in text and "| 2 |" in text  # the two finished seeds, as before
+    assert "90.00 ± 0.00 | " in text and "| 2 (+2 not finished) |" in text  # the two finished seeds, and the two not
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_seed_started_and_not_finished_is_counted_in_the_cell_it_would_join(tmp_path: Path, cli, entry: str) -> None:
+    """Three LoRA seeds of RTE were started and one diverged and stopped (no metrics.json): the
+    pivot cell, the GLUE cell and the runs table read `(n=2)`, the mean of the seeds that survived
+    (flattering LoRA beside full's three), the stopped seed named only in one note at the report's
+    end, where a null seed was counted in its cell. Each table now counts it beside its n, and the
+    pivot and GLUE sections name it. An unfinished run of another setting (another task, another
+    method) or of a seed that finished is no missing seed of the cell."""
+    for seed, acc in ((42, 0.60), (43, 0.64), (44, 0.62)):
+        fake_run(tmp_path, "rte", "full", seed, {"accuracy": acc})
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.7 + seed / 1000})
+    stopped = fake_run(tmp_path, "rte", "lora", 44, {"accuracy": 0.1})
+    (stopped / "metrics.json").unlink()
+    (stopped / "checkpoints" / "step-000004").mkdir(parents=True)
+    other = fake_run(tmp_path, "sst2", "lora", 44, {"accuracy": 0.1})  # another task: its own (absent) cell
+    (other / "metrics.json").unlink()
+    again = fake_run(tmp_path / "copy", "rte", "full", 42, {"accuracy": 0.1})  # seed 42 of full finished already
+    (again / "metrics.json").unlink()
+    shutil.copytree(stopped, tmp_path / "zz" / "stopped")  # a copy of the stopped seed: still one seed
+    options = dict(row_key="task", col_key="method", glue=True)
+    if entry == "cli":
+        code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--glue", "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit_report([tmp_path], **options)
+    assert "| rte | 62.00 ± 2.00 (n=3) | 74.25 ± 0.07 (n=2; 1 not finished) |" in text  # the pivot
+    assert "| tiny lora | 74.25 ± 0.07 (n=2; 1 not finished) |" in text and "| tiny full | 62.00 ± 2.00 (n=3) |" in text
+    assert "| glue/rte/tiny-lora | lora | 2 (+1 not finished) |" in text and "| glue/rte/tiny-full | full | 3 |" in text
+    said = f"seed 44 at {stopped} (checkpoint of step 4)"
+    assert [line for line in text.splitlines() if said in line] == [  # the GLUE section, then the pivot's
+        f"- tiny lora / RTE: 1 run(s) started and not finished (no metrics.json: stopped, failed, diverged, killed, "
+        f"or running now), out of that cell's n and mean and of the per-seed GLUE average: {said}",
+        f"- rte / lora: 1 run(s) started and not finished (no metrics.json: stopped, failed, diverged, killed, or "
+        f"running now), out of the cell's mean, its n and its choice of setting: {said}"]
+    assert str(other) not in text.replace(f"{other} (no checkpoint)", "")  # named in the end note alone
+    assert str(again) not in text.replace(f"{again} (no checkpoint)", "")
+    assert "- 4 run(s) not finished" in text  # the end note names every folder
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")  # the API's own pivot
+    assert [r["run"] for r in p.left[("rte", "lora")]] == [stopped] and ("rte", "full") not in p.left
 
 
 def test_a_recipe_field_no_run_has_is_not_a_pivot_axis(tmp_path: Path, cli) -> None:
@@ -1899,9 +1941,9 @@ def test_runs_below_a_linked_folder_are_reported(tmp_path: Path, cli, entry: str
         assert code == 0, err
     else:
         text = toolkit.report([root], row_key="task", col_key="method", plots=False)
-    assert "3 finished runs" in text and "| sst2 | 82.00 ± 2.00 (n=3) |" in text
-    (note,) = [line for line in text.splitlines() if "not finished" in line]
-    assert note.startswith("- 1 run(s) not finished") and stopped.name in note
+    assert "3 finished runs" in text and "| sst2 | 82.00 ± 2.00 (n=3; 1 not finished) |" in text
+    (note,) = [line for line in text.splitlines() if line.startswith("- 1 run(s) not finished")]
+    assert stopped.name in note
 
     (root / "gone").mkdir()
     (root / "gone" / "metrics.json").symlink_to(tmp_path / "nowhere.json")

@@ -302,27 +302,89 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     task_labels(found)  # before one_seed_once: a run scored under another metric definition is another setting
     one_seed_once(found)
     model_labels(found)
+    attach_unfinished(found, roots)
     return found
 
 
-def unfinished_notes(roots: Iterable[Path]) -> list[str]:
+def unfinished_runs(roots: Iterable[Path]) -> list[dict]:
     """Run folders below the roots with a recipe.yaml and no metrics.json (stopped, failed, killed,
-    or running now) are in no table, and said: a mean over the seeds that finished is not the mean
-    over the seeds that ran (a seed that diverged and stopped, dropped without a word, flatters
-    its method), and an n of 2 does not tell that a third was started."""
+    a seed that diverged, or running now): {run, step, recipe} (recipe None where it cannot be read)."""
     seen, left = set(), []
     for root in roots:
-        for recipe in files_below(Path(root), "recipe.yaml"):
-            run = recipe.parent
+        for file in files_below(Path(root), "recipe.yaml"):
+            run = file.parent
             if (run / "metrics.json").is_file() or run.resolve() in seen:
                 continue
             seen.add(run.resolve())
-            step = run_folders.last_step(run)
-            left.append(f"{run} ({'checkpoint of step ' + str(step) if step is not None else 'no checkpoint'})")
+            try:  # a recipe.yaml it cannot read, or of another shape: the run is named, matched to no cell
+                recipe = safe_yaml(file.read_text(), str(file))
+                recipe = with_old_defaults(recipe) if isinstance(recipe, dict) else None
+            except (UserError, UnicodeDecodeError, OSError, TypeError, ValueError, AttributeError):
+                recipe = None
+            left.append({"run": run, "step": run_folders.last_step(run), "recipe": recipe})
+    return left
+
+
+def _kept(run: dict) -> str:
+    return f"checkpoint of step {run['step']}" if run["step"] is not None else "no checkpoint"
+
+
+def unfinished_notes(roots: Iterable[Path]) -> list[str]:
+    """Run folders below the roots that are not finished are in no table, and said: a mean over the
+    seeds that finished is not the mean over the seeds that ran (a seed that diverged and stopped,
+    dropped without a word, flatters its method), and an n of 2 does not tell that a third was
+    started. The cells they would have joined count them too (`not_finished`)."""
+    left = [f"{r['run']} ({_kept(r)})" for r in unfinished_runs(roots)]
     if not left:
         return []
     return [f"{len(left)} run(s) not finished (no metrics.json: stopped, failed, killed, or running now), "
             f"left out of every table and mean above: {'; '.join(left)}"]
+
+
+def _recipe_setting(item: dict) -> str:
+    """The setting a run's recipe alone gives (`_setting` without what metrics.json records): what
+    a run not finished, which has no metrics.json, is matched to finished runs by."""
+    made = _setting({"recipe": item["recipe"], "metrics": {}, "unread": unread(item)})
+    return json.dumps({k: v for k, v in made.items() if k in item["recipe"]}, sort_keys=True, default=str)
+
+
+def attach_unfinished(items: list[dict], roots: Iterable[Path]) -> None:
+    """Each run not finished whose recipe is a finished run's but for the seed (and the fields that
+    change no number) is one more seed started for that run's entry: kept on those runs
+    (`item["unfinished"]`) so every table that pools them can count it beside its n
+    (`not_finished`), as a null run is counted. Said only in one note at the report's end, a
+    cell's n=2 read as every seed that ran where a third diverged and stopped: the mean of the
+    seeds that survived, flattering the method, exit 0."""
+    by_setting: dict[str, list[dict]] = defaultdict(list)
+    for item in items:
+        by_setting[_recipe_setting(item)].append(item)
+    for run in unfinished_runs(roots):
+        try:
+            key = _recipe_setting({"recipe": run["recipe"]}) if run["recipe"] is not None else None
+        except (TypeError, ValueError, AttributeError):  # a recipe.yaml of another shape: no setting
+            key = None
+        for item in by_setting.get(key, []) if key is not None else []:  # else named in unfinished_notes alone
+            item.setdefault("unfinished", []).append(run)
+
+
+def not_finished(members: list[dict]) -> list[dict]:
+    """The runs not finished started for these runs' entries (`attach_unfinished`), one per seed
+    (two stopped attempts of one seed, a copy of its folder, are one seed missing; all are named
+    in unfinished_notes): those of a seed no finished member has (a seed finished elsewhere, being
+    run again, is no missing seed of theirs)."""
+    seeds = {json.dumps(seed_of(m), default=str) for m in members}
+    runs = sorted({id(r): r for m in members for r in m.get("unfinished", [])}.values(), key=lambda r: r["run"])
+    out: dict[str, dict] = {}
+    for run in runs:
+        seed = json.dumps(_dig(run["recipe"], "train.seed"), default=str)
+        if seed not in seeds:
+            out.setdefault(seed, run)
+    return list(out.values())
+
+
+def not_finished_text(runs: list[dict]) -> str:
+    """'seed 44 at runs/.../<id> (checkpoint of step 4)' for each."""
+    return "; ".join(f"seed {_dig(r['recipe'], 'train.seed')} at {r['run']} ({_kept(r)})" for r in runs)
 
 
 def one_seed_once(items: list[dict]) -> None:
@@ -1084,7 +1146,9 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
     names = shown_names(grouped)
     for key, members in grouped.items():
         ms = [m["metrics"] for m in members]
-        row = [names[key], ms[0].get("method", "?"), str(len(ms)) + (" ‡" if mixed_code(members) else "")]
+        left = len(not_finished(members))  # started, not finished: beside the seeds that are
+        row = [names[key], ms[0].get("method", "?"), str(len(ms)) + (f" (+{left} not finished)" if left else "")
+               + (" ‡" if mixed_code(members) else "")]
         for metric in metric_names:
             vals = [m["eval"][metric] for m in ms if metric in m.get("eval", {})]
             # fewer values than seeds (a run without this metric, or with it null): n says how many
@@ -1275,6 +1339,7 @@ class Pivot:
     row_key: str
     col_key: str
     nulls: dict[tuple[str, str], list[dict]] = field(default_factory=dict)  # runs whose metric is null
+    left: dict[tuple[str, str], list[dict]] = field(default_factory=dict)  # runs started, not finished
 
 
 def _has(data: Any, dotted: str) -> bool:
@@ -1339,7 +1404,8 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
         cells = {k: c for k, v in members.items() if (c := best_setting(v, metric)) is not None}
         row_names = sorted({r for r, _ in [*cells, *nulls]}, key=_axis_order)
         col_names = sorted({c for _, c in [*cells, *nulls]}, key=_axis_order)
-        out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key, dict(nulls)))
+        left = {k: runs for k in {*members, *nulls} if (runs := not_finished(members.get(k, []) + nulls.get(k, [])))}
+        out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key, dict(nulls), left))
     return out
 
 
@@ -1370,9 +1436,10 @@ def pivot_markdown(p: Pivot) -> str:
     for r in p.rows:
         row = [r]
         for c in p.cols:
-            cell, null = p.cells.get((r, c)), len(p.nulls.get((r, c), []))
+            cell, null, left = p.cells.get((r, c)), len(p.nulls.get((r, c), [])), len(p.left.get((r, c), []))
+            counts = [f"{null} null"] * bool(null) + [f"{left} not finished"] * bool(left)
             text = "" if cell is None else cell.stat.fmt(p.metric.scale, show_n=False) + f" (n={cell.stat.n}"
-            text += (f"; {null} null)" if text else f"– (n=0; {null} null)") if null else (")" if text else "")
+            text += (f"; {'; '.join(counts)})" if text else f"– (n=0; {'; '.join(counts)})") if counts else (")" if text else "")
             row.append(text + ("" if cell is None else (" †" if cell.smoke else "") + (" ‡" if mixed_code(cell.items) else "")))
         table.append(row)
     return markdown(head, table)
@@ -1388,6 +1455,10 @@ def pivot_notes(p: Pivot) -> list[str]:
         notes.append(f"{r} / {c}: {p.metric.name} is null (NaN or infinite: a diverged run, an undefined correlation) "
                      f"in {len(runs)} run(s), left out of the cell's mean, its n and its choice of setting, never "
                      f"dropped without a word: {'; '.join(str(i['run']) for i in runs)}")
+    for (r, c), runs in sorted(p.left.items()):
+        notes.append(f"{r} / {c}: {len(runs)} run(s) started and not finished (no metrics.json: stopped, failed, "
+                     f"diverged, killed, or running now), out of the cell's mean, its n and its choice of setting: "
+                     f"{not_finished_text(runs)}")
     for (r, c), cell in sorted(p.cells.items()):
         notes += mixed_code_note(f"{r} / {c}", cell.items)
         notes += kept_note(f"{r} / {c}", cell.items)

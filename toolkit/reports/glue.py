@@ -53,8 +53,8 @@ def published() -> list[dict[str, Any]]:
     return safe_yaml(text, "toolkit/data/published.yaml")
 
 
-def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]:
-    """(row label: model + method, task) -> setting -> its runs that have the task score."""
+def _cells(items: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(row label: model + method, task) -> every finished GLUE run of it."""
     cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for item in items:
         task = _subset(item)
@@ -62,8 +62,20 @@ def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]
             model = report.label(item, "model")  # a smoke run's says so, kept at the row's end
             row = f"{model.removesuffix(report.SMOKE)} {report.method_label(item)}" + report.SMOKE * model.endswith(report.SMOKE)
             cells[(row, task)].append(item)
+    return dict(sorted(cells.items()))
+
+
+def not_finished(items: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(row, task) -> the runs started for that cell and not finished (report.not_finished: a seed
+    that diverged and stopped, or was killed): the cell's n counts the seeds that finished only,
+    and read as every seed `make glue` started where one failed, its mean flattering the row."""
+    return {key: runs for key, members in _cells(items).items() if (runs := report.not_finished(members))}
+
+
+def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]:
+    """(row label: model + method, task) -> setting -> its runs that have the task score."""
     out: dict[tuple[str, str], dict[str, list[dict]]] = {}
-    for (row, task), members in sorted(cells.items()):
+    for (row, task), members in _cells(items).items():
         one_data(row, task, members)
         by_setting: dict[str, list[dict]] = defaultdict(list)
         for m in members:
@@ -217,7 +229,8 @@ def _average_mark(cells: dict[str, list[dict]]) -> str:
             + (SUBSET if any(part_of_train(ms) for ms in cells.values()) else ""))
 
 
-def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
+def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str],
+               left: dict[tuple[str, str], list[dict]] | None = None) -> str:
     head = ["model / method"]
     for t in tasks:
         for key in official(t):
@@ -234,7 +247,9 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str]) -> str:
                 mark = " ‡" if report.mixed_code(cells.get(t, [])) else ""  # seeds on other code: a line below
                 mark += PART if vals and part_of_dev(cells[t], key_suffix(t, key)) else ""
                 mark += SUBSET if vals and part_of_train(cells[t]) else ""
-                line.append(report.Stat(vals).fmt(100.0) + mark if vals else "–")
+                gone = len((left or {}).get((row, t), []))  # started, not finished: beside n
+                text = report.Stat(vals).fmt(100.0) if vals else ""
+                line.append((text[:-1] + f"; {gone} not finished)" if gone else text) + mark if vals else "–")
         stat, paired = _average_stat(cells)
         note = "" if set(cells) == set(tasks) else f" over {len(cells)} tasks"
         # a seed some task lacks is out of the per-seed average: said, so n is not read as every seed
@@ -427,7 +442,8 @@ def render(items: list[dict]) -> str:
     missing = [TITLES[t] + (" (ran, but no run has a task score: see above)" if t in ran else "")
                for t in ORDER if t not in tasks]
     entries = published()
-    parts = ["## GLUE (dev): official metrics, mean ± std over seeds (n)", ours_table(rows, tasks)]
+    left = not_finished(items)
+    parts = ["## GLUE (dev): official metrics, mean ± std over seeds (n)", ours_table(rows, tasks, left)]
     notes = ["GLUE avg: per task the mean of its official metrics (MRPC/QQP: accuracy and F1; STS-B: "
              "Pearson and Spearman; MNLI: matched and mismatched), then the unweighted mean over tasks; "
              "computed per seed, then mean ± std over seeds."]
@@ -437,6 +453,9 @@ def render(items: list[dict]) -> str:
               for n in report.mixed_code_note(f"{row} / GLUE avg", _average_runs(cells), _task_of)]
     notes += protocol_notes(items, rows)
     notes += unscored_notes(items)
+    notes += [f"{row} / {TITLES[t]}: {len(runs)} run(s) started and not finished (no metrics.json: stopped, failed, "
+              f"diverged, killed, or running now), out of that cell's n and mean and of the per-seed GLUE average: "
+              f"{report.not_finished_text(runs)}" for (row, t), runs in left.items()]
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.kept_note(f"{row} / {TITLES[t]}", ms)]
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
