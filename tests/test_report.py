@@ -463,9 +463,45 @@ def test_a_glue_run_without_a_task_score_is_said_in_the_glue_section(tmp_path: P
         assert (f"{tmp_path}/glue/mrpc/tiny-lora/mrpclora{seed}0.001: MRPC {what}: seed {seed} has no MRPC score, "
                 "and is left out of that cell and of the per-seed GLUE average") in glue
     if len(seeds) == 1:
-        assert "| tiny lora | 80.00 (n=1) | 90.00 (n=1) |" in glue
+        assert "| tiny lora | 80.00 (n=1; 1 no score) | 90.00 (n=1; 1 no score) |" in glue
     else:
         assert "No finished GLUE run here has a task score:" in glue and "No finished GLUE run here." not in glue
+
+
+GLUE_UNSCORED = {  # task: (its official metrics, the one a seed lacks, null or absent)
+    "cola": ({"matthews_correlation": 0.4}, "matthews_correlation", "null"),  # one-class predictions: undefined
+    "stsb": ({"pearson": 0.8, "spearmanr": 0.7}, "pearson", "null"),  # constant predictions
+    "mrpc": ({"accuracy": 0.8, "f1": 0.9}, "f1", "null"),  # no positive predicted
+    "mnli": ({"accuracy": 0.8, "accuracy_mm": 0.7}, "accuracy_mm", "absent"),  # a run scored on matched alone
+}
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("task", GLUE_UNSCORED)
+def test_a_glue_cell_counts_its_seeds_without_a_task_score_beside_n(tmp_path: Path, cli, entry: str, task: str) -> None:
+    """Three seeds ran; one has no task score (CoLA's MCC null on one-class predictions, STS-B's
+    Pearson on constant ones, MRPC's F1, MNLI's mismatched accuracy not scored). The GLUE cell read
+    `(n=2)` beside full's `(n=3)`, the mean of the seeds that scored, its missing seed said only in
+    a note, where the pivot counts a null run in its cell (`(n=2; 1 null)`). Each of the task's
+    columns now counts it beside n, for the row that lost it alone; the average is unchanged."""
+    evals, lost, how = GLUE_UNSCORED[task]
+    main = glue_report.SPECS[task].main
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, task, "full", seed, evals, main=main)
+        run = fake_run(tmp_path, task, "lora", seed, evals, main=main)
+        if seed == 44:
+            _edit_metrics(run, lambda t: t.replace(f'"{lost}": {evals[lost]}', f'"{lost}": NaN' if how == "null" else
+                                                   '"absent": 0').replace(', "absent": 0', ""))
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--glue", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], glue=True)
+    glue = text.split("### Beside")[0]
+    cells = [f"{100 * v:.2f} ± 0.00" for v in evals.values()]
+    assert "| tiny full | " + " | ".join(c + " (n=3)" for c in cells) + " | " in glue
+    assert "| tiny lora | " + " | ".join(c + " (n=2; 1 no score)" for c in cells) + " | " in glue
+    assert f"seed 44 has no {glue_report.TITLES[task]} score" in glue
 
 
 @pytest.mark.parametrize("line", ["train loss", "dev pearson"])

@@ -229,8 +229,18 @@ def _average_mark(cells: dict[str, list[dict]]) -> str:
             + (SUBSET if any(part_of_train(ms) for ms in cells.values()) else ""))
 
 
+def without_score(items: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(row, task) -> its finished runs with no task score (an official metric null or absent:
+    `unscored_notes` names each): out of the cell's n, counted beside it as the pivot counts a
+    null run, where `(n=1)` read as every seed that ran (a CoLA seed whose MCC is undefined on
+    one-class predictions, dropped, its cell the mean of the seeds that scored)."""
+    return {key: runs for key, members in _cells(items).items()
+            if (runs := [m for m in members if task_score(m["metrics"]["eval"], key[1]) is None])}
+
+
 def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str],
-               left: dict[tuple[str, str], list[dict]] | None = None) -> str:
+               left: dict[tuple[str, str], list[dict]] | None = None,
+               no_score: dict[tuple[str, str], list[dict]] | None = None) -> str:
     head = ["model / method"]
     for t in tasks:
         for key in official(t):
@@ -247,9 +257,11 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str],
                 mark = " ‡" if report.mixed_code(cells.get(t, [])) else ""  # seeds on other code: a line below
                 mark += PART if vals and part_of_dev(cells[t], key_suffix(t, key)) else ""
                 mark += SUBSET if vals and part_of_train(cells[t]) else ""
-                gone = len((left or {}).get((row, t), []))  # started, not finished: beside n
+                # seeds that ran and are out of n: no task score, or started and not finished
+                out = [f"{n} no score" for n in [len((no_score or {}).get((row, t), []))] if n]
+                out += [f"{n} not finished" for n in [len((left or {}).get((row, t), []))] if n]
                 text = report.Stat(vals).fmt(100.0) if vals else ""
-                line.append((text[:-1] + f"; {gone} not finished)" if gone else text) + mark if vals else "–")
+                line.append((text[:-1] + "".join(f"; {o}" for o in out) + ")") + mark if vals else "–")
         stat, paired = _average_stat(cells)
         note = "" if set(cells) == set(tasks) else f" over {len(cells)} tasks"
         # a seed some task lacks is out of the per-seed average: said, so n is not read as every seed
@@ -443,7 +455,7 @@ def render(items: list[dict]) -> str:
                for t in ORDER if t not in tasks]
     entries = published()
     left = not_finished(items)
-    parts = ["## GLUE (dev): official metrics, mean ± std over seeds (n)", ours_table(rows, tasks, left)]
+    parts = ["## GLUE (dev): official metrics, mean ± std over seeds (n)", ours_table(rows, tasks, left, without_score(items))]
     notes = ["GLUE avg: per task the mean of its official metrics (MRPC/QQP: accuracy and F1; STS-B: "
              "Pearson and Spearman; MNLI: matched and mismatched), then the unweighted mean over tasks; "
              "computed per seed, then mean ± std over seeds."]
