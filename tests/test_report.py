@@ -504,6 +504,28 @@ def test_a_glue_cell_counts_its_seeds_without_a_task_score_beside_n(tmp_path: Pa
     assert f"seed 44 has no {glue_report.TITLES[task]} score" in glue
 
 
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_small_trainable_percentage_keeps_its_significant_digits(tmp_path: Path, cli, entry: str) -> None:
+    """Prompt tuning's 163,840 parameters of a 70B model are 0.00023% of it: the runs table and the
+    cost table printed `0.000`, nothing trained by its percentage beside its count, and two small
+    methods (0.0012% and 0.0014%) as one `0.001`. Three decimals, and more where the first two
+    significant digits need them; full's 100.000 and LoRA's 0.327 as before."""
+    for method, trainable, percent in (("full", 10**6, 100.0), ("lora", 3270, 0.327), ("prompt_tuning", 12, 0.0012),
+                                       ("ia3", 14, 0.0014), ("prefix_tuning", 23, 0.00023)):
+        run = fake_run(tmp_path, "sst2", method, 42, {"accuracy": 0.8}, trainable=trainable)
+        _stamp_json(run, trainable_percent=percent)
+    if entry == "cli":
+        code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
+        assert code == 0
+    else:
+        text = toolkit_report([tmp_path], row_key="task", col_key="method")
+    runs, cost = text.split("## Every run")[1], text.split("### Cost")[1].split("## Every run")[0]
+    for method, shown in (("full", "100.000"), ("lora", "0.327"), ("prompt_tuning", "0.0012"), ("ia3", "0.0014"),
+                          ("prefix_tuning", "0.00023")):
+        assert re.search(rf"\| {method} \| [^\n]*\| {re.escape(shown)} \|", runs), (method, runs)
+        assert re.search(rf"\| sst2 \| {method} \| [0-9,]+ \| {re.escape(shown)} \|", cost), (method, cost)
+
+
 @pytest.mark.parametrize("line", ["train loss", "dev pearson"])
 def test_a_curve_point_is_the_mean_of_every_seed_or_left_out_and_said(tmp_path: Path, line: str) -> None:
     """A seed whose log.jsonl holds a null at a step (an undefined Pearson, a NaN loss) made that

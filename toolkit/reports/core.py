@@ -1104,6 +1104,18 @@ def _number(value: Any, spec: str) -> str:
     return format(value, spec) if _is_number(value) else "–"
 
 
+def _percent(value: Any) -> str:
+    """A trainable percentage with 3 decimals, and as many more as show its first two significant
+    digits: prompt tuning's 164k of a 70B model (0.00023%) printed `0.000`, read as nothing trained,
+    beside its trainable count, and two small methods as one value."""
+    if not _is_number(value):
+        return "–"
+    digits = 3
+    while 0 < abs(value) < 10 ** (1 - digits) and digits < 12:
+        digits += 1
+    return f"{value:.{digits}f}"
+
+
 def _spread(ms: list[dict], key: str) -> str:
     values = [m[key] for m in ms if _is_number(m.get(key))]
     return _fmt(values, digits=1) if values else "–"
@@ -1153,7 +1165,7 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
             vals = [m["eval"][metric] for m in ms if metric in m.get("eval", {})]
             # fewer values than seeds (a run without this metric, or with it null): n says how many
             row.append(Stat(vals).fmt(decls[metric].scale, show_n=len(vals) != len(ms)) if vals else "")
-        row += [_number(ms[0].get("trainable_percent"), ".3f"), _number(ms[0].get("trainable_params"), ","),
+        row += [_percent(ms[0].get("trainable_percent")), _number(ms[0].get("trainable_params"), ","),
                 _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms)]
         table.append(row)
     return header, table
@@ -1549,7 +1561,7 @@ def cost_table(p: Pivot) -> str:
         ms = [i["metrics"] for i in cell.items]
         devices = sorted({m.get("device_name") or m.get("device", "?") for m in ms})
         mark = " ‡" if mixed_code(cell.items) else ""  # the pivot cell's line says which code ran what
-        table.append([r, c + mark, _number(ms[0].get("trainable_params"), ","), _number(ms[0].get("trainable_percent"), ".3f"),
+        table.append([r, c + mark, _number(ms[0].get("trainable_params"), ","), _percent(ms[0].get("trainable_percent")),
                       _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms),
                       ", ".join(devices)])
     return markdown(head, table)
