@@ -219,7 +219,7 @@ CLI_AS_API = {
     "run": ("run", {"recipe": "recipe", "overrides": "overrides", "smoke": "smoke", "resume": "resume",
                     "force": "force", "runs_dir": "runs_dir", "stop_after": "stop_after"}),
     "sweep": ("sweep", {"overrides": "recipes", "seeds": "seeds", "smoke": "smoke", "force": "force",
-                        "runs_dir": "runs_dir", "dry_run": None, "estimate": None}),
+                        "runs_dir": "runs_dir", "keep_going": "keep_going", "dry_run": None, "estimate": None}),
     "validate": ("validate", {"recipes": "recipe", "smoke": "smoke"}),
     "eval": ("evaluate", {"run": "run_dir", "overrides": "overrides", "split": "split", "task_from": "task_from"}),
     "predict": ("predict", {"run": "run_dir", "input": None, "output": None, "glue_test": None}),

@@ -484,6 +484,53 @@ def test_a_chained_point_whose_upstream_no_point_makes_is_refused_before_the_fir
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])
+def test_keep_going_runs_every_other_point_and_names_the_failed_ones_at_the_end(tmp_path: Path, cli, monkeypatch,
+                                                                                entry: str) -> None:
+    """`--keep-going` (`keep_going=True`): a point that fails (a diverged seed of an overnight `make
+    glue`) is said and the sweep goes on; every failed point is named in one line at the end, exit 2.
+    Without it the first failure stopped every later task and seed. Under a launch of several
+    processes it is refused in one line before any point runs (a run failing on one process would
+    leave the others' run waiting)."""
+    import subprocess
+
+    import toolkit
+    from toolkit import api, cli as cli_module, runs as runs_module
+
+    recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
+    started, popen = [], subprocess.Popen
+    fails = {2, 4}
+
+    def some_fail(*args, **kwargs):
+        started.append(args)
+        if len(started) in fails:
+            raise UserError(f"the run's own line {len(started)}")
+        return tmp_path / "x"
+
+    axis = "train.lr=1e-3,2e-3,3e-3,4e-3"
+    if entry == "cli":
+        monkeypatch.setattr(cli_module.subprocess, "Popen", lambda *a, **k: started.append(a) or
+                            popen(["false" if len(started) in fails else "true"]))
+        code, out, err = cli("sweep", recipe, axis, "--keep-going", "--runs-dir", tmp_path / "runs")
+        assert code == 2 and err.count("\n") == 1, err
+        said = err
+        assert "sweep: run 2 of 4" in out and "on with the next point" in out and "sweep: 2 runs done" in out, out
+    else:
+        monkeypatch.setattr(api, "run_one", some_fail)
+        with pytest.raises(UserError) as caught:
+            toolkit.sweep([recipe], [axis], runs_dir=tmp_path / "runs", keep_going=True)
+        said = str(caught.value)
+        assert "the run's own line 2" in said and "the run's own line 4" in said
+    assert len(started) == 4, "every point ran"
+    assert said.count(") failed") == 2 and f"run 2 of 4 ({recipe} train.lr=2e-3) failed" in said
+    assert f"run 4 of 4 ({recipe} train.lr=4e-3) failed" in said and "2 of 4 runs failed" in said
+    if entry == "cli":  # several processes: refused before any point runs
+        started.clear()
+        monkeypatch.setattr(runs_module, "world_size", lambda: 2)
+        code, _, err = cli("sweep", recipe, axis, "--keep-going", "--runs-dir", tmp_path / "runs2")
+        assert code == 2 and "sweep --keep-going: this launch has 2 processes" in err and started == [], err
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
 def test_a_point_that_fails_stops_the_sweep_naming_it(tmp_path: Path, cli, monkeypatch, entry: str) -> None:
     """A point whose run fails stops the sweep with one line naming the point and saying the finished
     runs are kept. `toolkit.sweep` raised the run's own line alone: which point of the grid failed,

@@ -399,12 +399,15 @@ def _export_target(out: Path) -> Path:
 @typed
 def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
           seeds: Union[int, str, Iterable[int], None] = None,
-          runs_dir: PathArg | None = None, smoke: bool = False, force: bool = False) -> list[Run]:
+          runs_dir: PathArg | None = None, smoke: bool = False, force: bool = False,
+          keep_going: bool = False) -> list[Run]:
     """Every recipe x every combination of `axes` (`train.lr=1e-4,3e-4`; one string is one axis)
     x seeds (42, "42,43" or [42, 43]; 3 or "3" is a count, as --seeds 3; [3] is the seed 3; None,
     the default, each recipe's own train.seed, as `toolkit sweep` without --seeds), run one after another in this process; every point is checked, its data files' heads included,
     before the first one runs. A point another process is running right now is left to it (its
-    Run is returned, not finished), as `toolkit sweep` does."""
+    Run is returned, not finished), as `toolkit sweep` does. `keep_going` (`--keep-going`): a point
+    whose run fails (a UserError) is said and the sweep goes on; the failed points are raised in one
+    UserError at the end."""
     root = runs.runs_root(None if runs_dir is None else os.fspath(runs_dir))
     _check_runs_root(root)
     # 3 or "3" is a count, as `--seeds 3` is; [3] is the seed 3 (it ran 42, 43 and 44)
@@ -416,7 +419,7 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
         if not force:
             _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before the first run
     sweeps.upstreams_ready(points, folders, root, smoke, force)
-    done = []
+    done, failed = [], []
     for i, (point, out) in enumerate(zip(points, folders), 1):  # a point another process runs is left to it
         holder = runs.run_elsewhere(out) if force or not runs.is_finished(out) else None
         if holder is not None:
@@ -430,8 +433,13 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
         try:
             done.append(run(point.recipe, point.overrides, runs_dir=root, smoke=smoke, force=force))
         except UserError as exc:  # which point, as `toolkit sweep` says it (the run's own line alone named none)
-            raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed: {exc}; finished runs are kept: "
-                            "the same call continues from there") from None
+            if not keep_going:
+                raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed: {exc}; finished runs are kept: "
+                                "the same call continues from there") from None
+            failed.append(f"run {i} of {len(points)} ({point}) failed: {exc}")
+            print(f"sweep: {failed[-1]}; keep_going: on with the next point", file=sys.stderr, flush=True)
+    if failed:
+        raise UserError(sweeps.kept_going(failed, len(points)))
     return done
 
 

@@ -64,9 +64,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if runs.rank() == 0:  # one plan for the launch, not one per process
             print_plan(points, folders, args.estimate, args.smoke, args.force)
         return 0
+    if args.keep_going and runs.world_size() > 1:
+        raise UserError(f"sweep --keep-going: this launch has {runs.world_size()} processes, each running the sweep, "
+                        "and a run that fails on one of them leaves the others' run waiting in its collectives; "
+                        "run it as plain `toolkit sweep ... --keep-going` (each point's own launch is set by its recipe), "
+                        "or without --keep-going")
     sweep.upstreams_ready(points, folders, root, args.smoke, args.force)  # each chained point's upstream, before the first
     say = print if runs.rank() == 0 else (lambda *_, **__: None)  # the launch's progress, said once
     left: list[Path] = []
+    failed: list[str] = []  # --keep-going: the points that failed, said at the end
     for i, (point, out) in enumerate(zip(points, folders), 1):
         say(f"[{i}/{len(points)}] {point}", flush=True)
         if not args.force and runs.is_finished(out):
@@ -95,11 +101,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                               f"{_kept(out)}; the same command skips the finished runs and goes on "
                               "from there", signal=code - 128 if code > 0 else -code)
         if code != 0:
-            raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed (exit {code}); finished "
-                            "runs are kept: the same command continues from there")
-    say(f"sweep: {len(points) - len(left)} runs done" + (f"; {len(left)} left to the processes running them "
+            what = f"run {i} of {len(points)} ({point}) failed (exit {code})"
+            if not args.keep_going:
+                raise UserError(f"sweep: {what}; finished runs are kept: the same command continues from there")
+            failed.append(what)
+            say(f"sweep: {what}; --keep-going: on with the next point", flush=True)
+    say(f"sweep: {len(points) - len(left) - len(failed)} runs done" + (f"; {len(left)} left to the processes running them "
           f"right now ({', '.join(map(str, left))}): the same command later skips them once finished" if left else ""))
+    if failed:
+        raise UserError(sweep.kept_going(failed, len(points)))
     return 0
+
 
 
 def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool, force: bool = False) -> None:
@@ -373,6 +385,9 @@ def parser() -> argparse.ArgumentParser:
                     help="--dry-run plus a wall-time estimate from a few steps of each recipe shape, measured here")
     sw.add_argument("--smoke", action="store_true", help="small random model, a handful of examples")
     sw.add_argument("--force", action="store_true", help="run every point again even if finished")
+    sw.add_argument("--keep-going", action="store_true",
+                    help="a point that fails does not stop the sweep: the others run, the failed ones are named "
+                         "at the end (exit 2)")
     sw.add_argument("--runs-dir", default=None, type=_given("--runs-dir"), help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
     sw.set_defaults(func=cmd_sweep)
     val = sub.add_parser("validate", parents=[verbose], help="check recipes, overrides and the data files' heads, in well "

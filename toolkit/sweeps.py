@@ -395,3 +395,10 @@ def duration(seconds: float) -> str:
     if s >= 3600:
         return f"{s // 3600} h {s % 3600 // 60:02d} min"
     return f"{s // 60} min" if s >= 60 else f"{s} s"
+
+
+def kept_going(failed: list[str], total: int) -> str:
+    """`sweep --keep-going`'s last line: every point that failed (each said as it failed, its own
+    error line above), the others run; the same command runs the failed ones again."""
+    return (f"sweep: {len(failed)} of {total} runs failed ({'; '.join(failed)}); the others ran and are kept: "
+            "the same command runs the failed ones again")
