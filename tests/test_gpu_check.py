@@ -46,7 +46,9 @@ def test_gpu_check_smoke_measures_every_row(tmp_path: Path) -> None:
     steps = [r for r in rows if r["row"].endswith("step (tiny roberta)")]  # eager, then compiled
     assert [(r["method"], r["compile"]) for r in steps] == [("full", False), ("lora", False), ("full", True),
                                                             ("lora", True)]
-    assert all(r["step_s"] > 0 for r in steps) and [r["compiled_graphs"] > 0 for r in steps] == [False, False, True, True]
+    # compiled, one graph compiled once: the loop's dropout (the toolkit's numpy masks broke it into 16)
+    # and the head's problem_type set before the first step (set by it, the whole step recompiled)
+    assert all(r["step_s"] > 0 for r in steps) and [r["compiled_graphs"] for r in steps] == [0, 0, 1, 1]
     for how, (full, lora) in (("eager", steps[:2]), ("compiled", steps[2:])):  # the LoRA target's ratio, per pair
         assert f"| LoRA / full, {how} | bf16 | {how == 'compiled'} |  |  |  |  | {lora['step_s'] / full['step_s']:.2f}x |" \
             in done.stdout

@@ -745,12 +745,14 @@ train: {{epochs: 2, lr: 1.0e-3, batch_size: 2, grad_accum: 2, warmup_ratio: 0.3,
         torch.testing.assert_close(value, theirs[key], atol=2e-5, rtol=0)
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "gpt2", "bart", "t5"])
+# RoBERTa and BART (BERT's kinds of norms and biases, a head pooled at the end token as T5's) passed
+# too when this was written; one family per kind of model keeps the suite's time
+@pytest.mark.parametrize("family", ["bert", "gpt2", "t5"])
 def test_classification_steps_as_trainer_does_on_the_same_batches(parity, tiny_checkpoint, tmp_path: Path,
                                                                   family: str) -> None:
     """SST-2 classification, full fine-tuning, of the toolkit and of Trainer from the same tiny
-    model of each family, on the same batches (2 epochs of 14 examples in 4 + 4 + 4 + 2: every
-    epoch's last batch short), warmup_ratio 0.3, weight decay 0.1 (each family's own norms and
+    encoder, decoder and encoder-decoder, on the same batches (2 epochs of 14 examples in
+    4 + 4 + 4 + 2: every epoch's last batch short), warmup_ratio 0.3, weight decay 0.1 (each family's own norms and
     biases left out), clipping at 1.0: per step the learning rate, loss and gradient norm, and the
     final weights, are Trainer's (docs/loop.md)."""
     import torch

@@ -221,6 +221,45 @@ def test_every_yaml_read_is_strict() -> None:
     assert readers == ["toolkit/recipe_data.py"]
 
 
+# Documents where a YAML reader may slip: YAML 1.1 lookalikes, merges, block scalars, line ends,
+# a BOM, tabs, directives, and refused ones (a key twice, a control character, a lone surrogate).
+YAML_CORNERS = [
+    "a: [no, yes, on, off, y, n, 010, 0o17, 0x1f, 1:30, 1e-4, 1.5e3, .inf, -.Inf, .nan, ~, null, '', 2020-01-01]",
+    "base: &b {lr: 1, wd: 2}\nslow: &s {lr: 3}\nx:\n  <<: [*b, *s]\n  wd: 4\n'<<': quoted\n=: eq\n",
+    "a: |\n  one\n   two\n\nb: >-\n  folded\n  text\n\n  para\nc: 'it''s'\nd: \"\\t\\u00e9\\x41\"\n",
+    "a: 1\r\nb: [x,\r\n  y]\r\n", "a: 1\x85b: 2", "a: 1\u2028b: 2", "\ufeffa: 1", "a:\tb", "a: b\t# c\n",
+    "%YAML 1.1\n---\na: 1\n", "%YAML 1.3\n---\na: 1\n", "--- a\n...\n", "- a\n- - b\n  - c: d\n", "? [a]\n: b\n",
+    "{a: [1, {b: c}], d: e f, g: 'h: i'}", "a: b: c", "a: 1\na: 2\n", "x: {<<: {a: 1}, <<: {b: 2}}",
+    "a: !!binary aGk=", "a: !!set {b}", "a: 99999999999999999999", "a: -0", "a: +1", "a: 0b11", "a: 1_000",
+    "a: [\tb]", "a: {\tb: c}", "a: b\tc", "key:\t", "a: 'b\tc'", "{a:1}", "[a:b]", '{"a":1, "b":[1,2]}', "a: [b: c]",
+    "a: !!python/name:os.system x", "a: !!float 1", "a: &x\nb: *x", "y: {<<: *a}", "<<: 1", "- a\n---\n- b",
+    "a: 'x\x07'", "a: \ud800", "[a, b", "a: *nothing", "  a: 1\n b: 2", "a: é\u00a0ü 日本", "",
+]
+
+
+def test_libyaml_reads_what_the_pure_reader_reads(monkeypatch) -> None:
+    """safe_yaml reads by libyaml where PyYAML has it: the same value as the pure-Python reader for
+    every document that reader accepts (each shipped YAML and the corners above), and the pure
+    reader's own message (its positions, its words) for every one it refuses; none that it
+    refuses is read by libyaml."""
+    from toolkit import recipe_data
+
+    shipped = [*sorted((ROOT / "recipes").rglob("*.yaml")), ROOT / "toolkit/data/published.yaml"]
+    texts = YAML_CORNERS + [p.read_text(encoding="utf-8") for p in shipped]
+
+    def read(text: str) -> str:
+        try:
+            return repr(("value", recipe_data.safe_yaml(text, "t.yaml")))
+        except UserError as exc:
+            return repr(("refused", str(exc)))
+
+    assert recipe_data._FAST, "PyYAML without libyaml: the suite's YAML reads are all pure-Python"
+    fast = [read(text) for text in texts]
+    monkeypatch.setattr(recipe_data, "_FAST", False)
+    differ = [(text[:40], got, want) for text, got, want in zip(texts, fast, map(read, texts)) if got != want]
+    assert not differ and len(shipped) > 150
+
+
 # --- overrides: each setting once; a mapping merges as an `extends` base does ---------------------
 TWICE = [(["train.lr=1e-4", "train.lr=abc"], r"override 'train.lr=abc': train.lr is already set by 'train.lr=1e-4'"),
          (["train.lr=1e-4", " train.lr=2e-4"], r"train.lr is already set by 'train.lr=1e-4'"),

@@ -163,14 +163,23 @@ def training_step(model: torch.nn.Module, batch: dict, precision: str, fast_drop
     """One full optimizer step of `model` on `batch` (forward, backward, fused AdamW, as the
     toolkit's loop does, under accelerate's mixed precision), as a function. On CPU the dropouts
     are the toolkit's (toolkit.dropout, as `train.fast_dropout` defaults to) unless
-    `fast_dropout` is false. `compiled`: the forward and loss through the toolkit's own
-    `compiling.compile_step` (so its backward too), called as the loop calls it."""
+    `fast_dropout` is false or the step is compiled: the loop's rule (train.py), since the
+    toolkit's masks are drawn by numpy, which a compiled region breaks its graph at (a tiny
+    RoBERTa's compiled step was 16 graphs, 20 breaks, where the loop's is one).
+    `compiled`: the forward and loss through the toolkit's own `compiling.compile_step` (so its
+    backward too), called as the loop calls it."""
     from accelerate import Accelerator
 
     from toolkit import compiling, dropout
 
-    if fast_dropout:
+    if fast_dropout and not compiled:  # compiled, dropout fuses into the graph (train.Loop)
         dropout.install(model, device())
+    labels = batch.get("labels")
+    if getattr(model.config, "problem_type", "") is None and model.config.num_labels > 1 and labels is not None \
+            and labels.dim() == 1 and not labels.is_floating_point():
+        # as the toolkit's classification task loads it: set by the first forward instead, the
+        # config change recompiled the whole compiled step at the second
+        model.config.problem_type = "single_label_classification"
     acc = Accelerator(mixed_precision=precision, cpu=not cuda())
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR, fused=True)
     model, optimizer = acc.prepare(model, optimizer)
