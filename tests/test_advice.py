@@ -40,8 +40,9 @@ CHECKPOINTS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "gpt2": "
 BIAS_FREE = {"llama": "gpt2", "mt5": "t5"}  # family -> the shared tokenizer its folder holds
 TRAINED = sorted(n for n in METHODS.names() if METHODS.get(n).trains)
 ADVICE = re.compile(r"; use ([\w, ()]+)$")
-# what a warm-started encoder-decoder's advice says to set ("lora (with target_modules)"): MiniLM's layers
-WITH = {"target_modules": "[query, value]"}
+# what a warm-started encoder-decoder's advice says to set ("lora (with target_modules)", "ia3 (with
+# target_modules and feedforward_modules)"): MiniLM's layers
+WITH = {"target_modules": "[query, value]", "feedforward_modules": "[value]"}
 COMPOSITE = "minilm2minilm"  # MiniLM warm-started as both halves of an EncoderDecoderModel
 
 
@@ -83,8 +84,8 @@ def _advised_methods(refusal: str) -> list[str] | None:
         name, _, setting = said.partition(" (with ")
         if name not in METHODS:
             return None
-        setting = setting.rstrip(")")
-        advised.append(f"{name}, {setting}: {WITH[setting]}" if setting else name)
+        settings = setting.rstrip(")").split(" and ") if setting else []
+        advised.append(", ".join([name] + [f"{s}: {WITH[s]}" for s in settings]))
     return advised or None
 
 
@@ -111,6 +112,21 @@ def test_what_a_refusal_advises_is_accepted(checkpoints, tmp_path, family, task)
     if (family, task) in (("llama", "classification"), ("mt5", "summarization"), ("t5", "classification"),
                           (COMPOSITE, "summarization")):
         assert followed, "the cases found (prompt tuning, freeze, bitfit) advise nothing here any more"
+
+
+@pytest.mark.parametrize("method, named", [("freeze", ["lora", "ia3", "bitfit"]),
+                                           ("prompt_tuning", ["lora", "bitfit", "full"]),
+                                           ("prefix_tuning", ["lora", "bitfit", "full"])])
+def test_advice_names_what_needs_target_modules_with_them(checkpoints, tmp_path, method, named):
+    """On a warm-started encoder-decoder (no PEFT default target modules) a refusal names LoRA and
+    IA3 with the settings they need there, and each followed so passes: freeze advised 'lora, ia3'
+    (each refused as said) and then bitfit alone, leaving out the adapters that run once told where."""
+    refusal = _validate(tmp_path, checkpoints[COMPOSITE], TASKS["summarization"], method)
+    advised = _advised_methods(refusal or "")
+    assert advised and [a.split(",")[0] for a in advised] == named, refusal
+    assert "lora (with target_modules)" in refusal
+    for other in advised:
+        assert _validate(tmp_path, checkpoints[COMPOSITE], TASKS["summarization"], other) is None, (refusal, other)
 
 
 def _apply(tmp_path: Path, model: str, family: str, task: str, method: str) -> None:
