@@ -96,6 +96,14 @@ class Method:
         """Why this method cannot run on this model family and task, or None; checked at validate."""
         return None
 
+    def incompatible_checkpoint(self, family: str | None, task: Any, config: dict) -> str | None:
+        """Why this method cannot run on this checkpoint, checked at validate in place of
+        `incompatible`: `config` is its config.json as written where this machine has it (a local
+        or packaged folder, the Hub cache; {} where not). By default the family's refusal: a
+        method whose refusal of a family a checkpoint's own settings lift (bitfit on a Llama
+        with `attention_bias: true`) reads them here."""
+        return self.incompatible(family, task)
+
     def sizes(self) -> dict[str, int]:
         """Size settings bounded by the width of the layers the method adapts ('method.r': 8): none
         may exceed the smaller side of a targeted layer (`check_sizes`)."""
