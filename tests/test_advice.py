@@ -40,8 +40,9 @@ CHECKPOINTS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "gpt2": "
 BIAS_FREE = {"llama": "gpt2", "mt5": "t5"}  # family -> the shared tokenizer its folder holds
 TRAINED = sorted(n for n in METHODS.names() if METHODS.get(n).trains)
 ADVICE = re.compile(r"; use ([\w, ()]+)$")
-# what a warm-started encoder-decoder's advice says to set ("lora (with target_modules)"): MiniLM's layers
-WITH = {"target_modules": "[query, value]"}
+# what a warm-started encoder-decoder's advice says to set ("lora (with target_modules)", "ia3 (with
+# target_modules and feedforward_modules)"): MiniLM's layers
+WITH = {"target_modules": "[query, value]", "feedforward_modules": "[value]"}
 COMPOSITE = "minilm2minilm"  # MiniLM warm-started as both halves of an EncoderDecoderModel
 
 
@@ -83,8 +84,8 @@ def _advised_methods(refusal: str) -> list[str] | None:
         name, _, setting = said.partition(" (with ")
         if name not in METHODS:
             return None
-        setting = setting.rstrip(")")
-        advised.append(f"{name}, {setting}: {WITH[setting]}" if setting else name)
+        settings = setting.rstrip(")").split(" and ") if setting else []
+        advised.append(", ".join([name] + [f"{s}: {WITH[s]}" for s in settings]))
     return advised or None
 
 
@@ -111,6 +112,21 @@ def test_what_a_refusal_advises_is_accepted(checkpoints, tmp_path, family, task)
     if (family, task) in (("llama", "classification"), ("mt5", "summarization"), ("t5", "classification"),
                           (COMPOSITE, "summarization")):
         assert followed, "the cases found (prompt tuning, freeze, bitfit) advise nothing here any more"
+
+
+@pytest.mark.parametrize("method, named", [("freeze", ["lora", "ia3", "bitfit"]),
+                                           ("prompt_tuning", ["lora", "bitfit", "full"]),
+                                           ("prefix_tuning", ["lora", "bitfit", "full"])])
+def test_advice_names_what_needs_target_modules_with_them(checkpoints, tmp_path, method, named):
+    """On a warm-started encoder-decoder (no PEFT default target modules) a refusal names LoRA and
+    IA3 with the settings they need there, and each followed so passes: freeze advised 'lora, ia3'
+    (each refused as said) and then bitfit alone, leaving out the adapters that run once told where."""
+    refusal = _validate(tmp_path, checkpoints[COMPOSITE], TASKS["summarization"], method)
+    advised = _advised_methods(refusal or "")
+    assert advised and [a.split(",")[0] for a in advised] == named, refusal
+    assert "lora (with target_modules)" in refusal
+    for other in advised:
+        assert _validate(tmp_path, checkpoints[COMPOSITE], TASKS["summarization"], other) is None, (refusal, other)
 
 
 def _apply(tmp_path: Path, model: str, family: str, task: str, method: str) -> None:
@@ -172,6 +188,59 @@ def test_the_families_bitfit_refuses_at_validate_have_no_bias_term():
         with torch.device("meta"):
             body = AutoModel.from_config(config)
         assert not [n for n, _ in body.named_parameters() if is_bias(n)], family
+
+
+def test_a_bias_switch_in_the_config_gives_the_body_bias_terms():
+    """bitfit.BIAS_SWITCHES, each key set to its value in every BIAS_FREE family's default config
+    that holds it, builds a body with bias terms: validate lets bitfit through on such a
+    checkpoint, and the switches read are those the family reads."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from toolkit.methods.bitfit import BIAS_FREE as LISTED, BIAS_SWITCHES, is_bias
+
+    flipped = 0
+    for family in LISTED:
+        for key, value in BIAS_SWITCHES.items():
+            config = AutoConfig.for_model(family)
+            if key not in config.to_dict():
+                continue
+            for small, size in models.SMALL.items():
+                if hasattr(config, small):
+                    setattr(config, small, size)
+            if "head_dim" in vars(config):
+                config.head_dim = 16
+            setattr(config, key, value)
+            with torch.device("meta"):
+                body = AutoModel.from_config(config)
+            assert [n for n, _ in body.named_parameters() if is_bias(n)], (family, key)
+            flipped += 1
+    assert flipped >= 10  # 19 under transformers 5.23
+
+
+@pytest.mark.parametrize("switches, trains", [({}, False), ({"attention_bias": False, "mlp_bias": False}, False),
+                                               ({"attention_bias": True}, True), ({"mlp_bias": True}, True)])
+def test_bitfit_on_a_llama_is_refused_at_validate_only_where_its_config_has_no_bias(tmp_path, switches, trains):
+    """bitfit on a Llama folder: refused at validate where its config.json leaves the biases off;
+    with `attention_bias` or `mlp_bias` on it passes validate and trains those biases (a Llama
+    with q/k/v biases was refused as bias-free, its family's name all validate read)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(SHARED / "tokenizers" / "gpt2")
+    config = AutoConfig.for_model("llama", vocab_size=len(tok), hidden_size=32, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=64, pad_token_id=0, **switches)
+    config.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    refusal = _validate(tmp_path, f"{{checkpoint: {tmp_path}}}", TASKS["classification"], "bitfit")
+    if not trains:
+        assert refusal and "bitfit trains bias terms and llama has none" in refusal, refusal
+        return
+    assert refusal is None
+    model = AutoModelForSequenceClassification.from_config(config)
+    ctx = Context("llama", models.head_names(model), "SEQ_CLS", None, total_steps=10)
+    trained = METHODS.get("bitfit")().apply(model, ctx)
+    biases = [n for n, p in trained.named_parameters() if p.requires_grad and "score" not in n]
+    assert biases and all(n.endswith(".bias") for n in biases), biases
 
 
 # settings a method refuses with advice naming the setting that would be right (`set method.K: V`)

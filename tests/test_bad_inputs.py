@@ -285,3 +285,35 @@ def test_a_tokenizer_the_libraries_refuse_or_build_empty_is_one_line_wherever_it
         models.load_tokenizer(str(folder))
     assert TOKENIZER_DAMAGE[damage] in str(caught.value) and str(folder) in str(caught.value)
     assert len(str(caught.value).splitlines()) == 1
+
+
+def _name_settings() -> list[tuple[str, str, bool]]:
+    """(task, setting, is a list) for every task setting naming a column or a field of the data."""
+    import dataclasses
+
+    from toolkit.tasks import TASKS
+
+    return [(name, f.name, "list[" in str(f.type)) for name in TASKS.names()
+            for f in dataclasses.fields(TASKS.get(name)) if f.name.endswith(("_column", "_columns", "_field", "_fields"))]
+
+
+NAME_SETTINGS = _name_settings()
+
+
+@pytest.mark.parametrize("task, setting, listed", NAME_SETTINGS)
+@pytest.mark.parametrize("given, said", [("1", "'1'"), ("2.5", "'2.5'"), ("true", "written quoted: 'true'")])
+def test_a_column_name_that_yaml_reads_as_a_number_is_told_to_be_quoted(tmp_path: Path, cli, task, setting,
+                                                                          listed, given, said) -> None:
+    """A column or field named `1` (a CSV headed `id,1`), given unquoted in a recipe or an
+    override, is read by YAML as a number: refused as 'expected str, got int 1' with no word of
+    the quotes; now the line says to quote it, in the recipe and on the command line alike."""
+    assert len(NAME_SETTINGS) >= 10
+    value = f"[{given}]" if listed else given
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: bert-base-uncased}}\n"
+                                               f"task: {{name: {task}, {setting}: {value}}}\nmethod: {{name: full}}\n")
+    code, _, err = cli("validate", recipe)
+    assert code == 2 and f"task.{setting}" in err and "expected str" in err and said in err, err
+    bare = write_recipe(tmp_path / "bare.yaml", f"model: {{checkpoint: bert-base-uncased}}\ntask: {{name: {task}}}\n"
+                                                "method: {name: full}\n")
+    code, _, again = cli("validate", bare, f"task.{setting}={value}")
+    assert code == 2 and said in again, again

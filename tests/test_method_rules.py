@@ -383,7 +383,7 @@ def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
     from conftest import MINILM
     from toolkit import models
     from toolkit.methods import count_params
-    from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL
+    from toolkit.methods.prompt_tuning import COMPOSITE, composite_refusal
 
     targets = {"target_modules": ["query", "value"]}  # PEFT has no defaults for the composite
     settings = {**SMALL.get(method, {}), **({**targets, "feedforward_modules": []} if method == "ia3" else
@@ -397,7 +397,7 @@ def test_a_warm_started_encoder_decoder_runs_or_is_refused_in_one_line(method):
         _PRISTINE[COMPOSITE] = models.load(models.smoke_checkpoint(MINILM), "seq2seq-lm", {}, warm_start=COMPOSITE)
     model, tok = copy.deepcopy(_PRISTINE[COMPOSITE][0]), _PRISTINE[COMPOSITE][1]
     ctx = Context(COMPOSITE, models.head_names(model), "SEQ_2_SEQ_LM", tok, instruction="Summarize:", total_steps=10)
-    if reason == COMPOSITE_REFUSAL.format(method=method):
+    if reason == composite_refusal(method, _LMTask()):
         with pytest.raises(ValueError, match="Please specify `(num_layers|token_dim)`"):  # prefix: given its layers
             spec.apply(model, ctx)
         return

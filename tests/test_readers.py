@@ -211,33 +211,58 @@ def test_every_conll_word_line_holds_the_same_columns(tmp_path: Path, split: str
     assert read["tokens"] == [["Peter", "lives", "in"], ["York", "is"]]
 
 
+RECORD_FILES = {  # name -> (its bytes, the field of the text): each holds the documents 'one, two' and 'three'
+    "docs.csv": (b'id,text\n1,"one, two"\n2,three\n', None),
+    "docs.TSV": (b'text\tid\none, two\t1\nthree\t2\n', None),
+    "docs.csv.gz": (b'body\n"one, two"\nthree\n', "body"),
+    "docs.json": (b'{"version": 1, "data": [{"text": "one, two"}, {"text": "three"}]}', None),
+    "list.json": (b'[{"text": "one, two", "n": 1}, {"text": "three", "n": 2}]', None),
+    "docs.jsonl": (b'{"text": "one, two"}\n{"text": "three"}\n', None),
+}
+
+
 @pytest.mark.parametrize("task", ["mlm", "clm", "denoise", "span_corruption"])
-@pytest.mark.parametrize("name", ["docs.csv", "docs.TSV", "docs.csv.gz"])
+@pytest.mark.parametrize("name", sorted(RECORD_FILES))
 @pytest.mark.parametrize("key", ["train_file", "eval_file"])
-def test_a_pretraining_task_refuses_a_csv_it_would_read_as_plain_text(tmp_path: Path, task: str, name: str,
-                                                                      key: str) -> None:
-    """Finding: the pretraining objectives read any file not named .json/.jsonl as plain text, so
-    a CSV of documents trained on its header line `text` as a document and on its quotes, exit 0.
-    A CSV or TSV file is one line naming the setting, at the recipe's check (validate, run, the
-    API) and at load; any other name is still plain text (WikiText's .tokens)."""
+def test_a_pretraining_task_reads_csv_tsv_and_json_documents_as_records(tmp_path: Path, task: str, name: str,
+                                                                         key: str) -> None:
+    """Finding: the pretraining objectives read a CSV as plain text (its header line a document, its
+    quotes text, exit 0), then refused it, and refused a `{"data": [...]}` JSON in one line, where
+    run_clm.py and run_mlm.py read CSV (a `text` column) and JSON. Each is read as records by the
+    shared reader, as summarization reads them: the text field's values, one document each, from
+    a train or an eval file beside plain text or records; any other name is still plain text
+    (WikiText's .tokens)."""
     import gzip
 
     from toolkit.tasks import TASKS
 
-    columns = tmp_path / name
-    body = b'text\n"one, two"\nthree\n'
-    columns.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    body, field = RECORD_FILES[name]
+    records = tmp_path / name
+    records.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({(field or "text"): t}) + "\n" for t in ("four five", "six", "seven")))
+    files = {"train_file": str(other), "eval_file": str(other), key: str(records)}
+    made = TASKS.get(task)(**files, **({"text_field": field} if field else {}))
+    made.check()
+    loaded = made.load()
+    read = loaded["train"] if key == "train_file" else loaded["eval"][""]
+    assert sorted(read["text"]) == ["one, two", "three"]
     plain = tmp_path / "docs.tokens"
     plain.write_text("one two\nthree four\nfive six\n")
-    files = {"train_file": str(plain), "eval_file": str(plain), key: str(columns)}
-    said = rf"task.{key}: {re.escape(str(columns))}: a [CT]SV file is not read as plain text"
-    made = TASKS.get(task)(**files)
-    with pytest.raises(UserError, match=said):
-        made.check()
-    with pytest.raises(UserError, match=said):
-        made.load()
     assert TASKS.get(task)(train_file=str(plain), eval_file=str(plain)).load()["train"]["text"] == \
         ["one two", "three four", "five six"]
+    with pytest.raises(UserError, match="task.eval_file: must have the same format as task.train_file"):
+        TASKS.get(task)(**{**files, ("eval_file" if key == "train_file" else "train_file"): str(plain)}).load()
+
+
+def test_a_pretraining_records_text_that_is_not_text_is_one_line_at_its_record(tmp_path: Path) -> None:
+    """A `{"data": [...]}` record whose text is a number is named by its place in the document."""
+    from toolkit.tasks import TASKS
+
+    bad = tmp_path / "docs.json"
+    bad.write_text('{"data": [{"text": "one"}, {"text": 2}]}')
+    with pytest.raises(UserError, match=re.escape(str(bad))):
+        TASKS.get("clm")(train_file=str(bad), eval_file=str(bad)).load()
 
 
 @pytest.mark.parametrize("split", ["train_file", "eval_file"])
@@ -697,7 +722,7 @@ def _text_json(path: Path, text: str) -> None:
     from toolkit.tasks._text import _read_files
 
     path.write_text(text)
-    _read_files({"train": str(path)}, "json", "line", None, SimpleNamespace(note=lambda *a: None))
+    _read_files({"train": str(path)}, "records", "line", None, SimpleNamespace(note=lambda *a: None))
 
 
 JSON_DOCUMENT_READERS = {
@@ -1322,7 +1347,7 @@ def test_a_text_cell_beginning_with_a_byte_order_mark_is_refused_at_its_line(tmp
 def _pretraining_json(path: Path) -> None:
     from toolkit.tasks._text import _read_files
 
-    _read_files({"train": str(path)}, "json", "line", None, SimpleNamespace(note=lambda *a: None))
+    _read_files({"train": str(path)}, "records", "line", None, SimpleNamespace(note=lambda *a: None))
 
 
 def _squad_predict(path: Path) -> None:
@@ -1418,9 +1443,9 @@ MARKED_TEXT_READERS = {  # reader -> (the column whose text is a mark, read the 
 }
 
 
-@pytest.mark.parametrize("reader, fmt, mark", [  # pretraining reads .txt (a line a document: no cell) or JSON(L)
+@pytest.mark.parametrize("reader, fmt, mark", [  # pretraining reads CSV and JSONL records too
     (reader, fmt, mark) for reader in sorted(MARKED_TEXT_READERS) for fmt, mark in (("csv", "NA"), ("jsonl", " nan"))
-    if (reader, fmt) != ("pretraining text", "csv")] + [("classification train", "csv", "None")])
+    ] + [("classification train", "csv", "None")])
 def test_a_text_written_as_a_missing_value_is_said(tmp_path: Path, reader: str, fmt: str, mark: str) -> None:
     """Finding: a text cell holding what R's write.csv, str(NaN) or str(None) write for a missing
     value (`NA`, `nan`, `None`) was trained and scored as that text, exit 0 (a summary 'nan'
@@ -1488,7 +1513,7 @@ def _surrogate_pretraining(path: Path, text: Callable[[int], str], monkeypatch: 
     from toolkit.tasks._text import _read_files
 
     path.write_text("".join(json.dumps({"text": text(i)}) + "\n" for i in range(3)))
-    ds, _ = _read_files({"train": str(path)}, "json", "line", None, SimpleNamespace(note=lambda *a: None))
+    ds, _ = _read_files({"train": str(path)}, "records", "line", None, SimpleNamespace(note=lambda *a: None))
     return ds["train"]["text"]
 
 

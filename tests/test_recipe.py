@@ -744,6 +744,9 @@ SQUAD_ON = "model: {{checkpoint: {}}}\ntask: {{name: squad, version: v1}}\nmetho
     *[(f"model: {{checkpoint: {ckpt}}}\ntask: {{name: {name}, dataset: wikitext, dataset_config: wikitext-2-raw-v1}}\n"
        "method: {name: full}\n", "task.documents", "line")
       for name, ckpt in (("clm", "gpt2"), ("mlm", "roberta-base"))],
+    # a TSV's records are documents too (read as records, not lines)
+    ("model: {checkpoint: gpt2}\ntask: {name: clm, train_file: $TOOLKIT_DATA/glue/SST-2/dev.tsv}\nmethod: {name: full}\n",
+     "task.documents", "line"),
     # a Hub configuration beside files
     ("model: {checkpoint: bert-base-uncased}\ntask: {name: text_classification, eval_file: "
      "$TOOLKIT_DATA/glue/SST-2/dev.tsv}\nmethod: {name: full}\n", "task.subset", None),

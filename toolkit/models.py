@@ -313,7 +313,7 @@ def check_head(checkpoint: str, model_type: str, head: str) -> None:
     config makes the head read both ways where it is to be read left to right."""
     refuse_missing_head(checkpoint, model_type, head)
     if heads.get(head).left_to_right:
-        found = reads_both_ways(model_type, _checkpoint_config(checkpoint))
+        found = reads_both_ways(model_type, checkpoint_config(checkpoint))
         if found:
             raise UserError(not_left_to_right(checkpoint, model_type, *found))
 
@@ -352,7 +352,7 @@ def reads_both_ways(model_type: str, config: dict) -> tuple[str, str] | None:
     return None
 
 
-def _checkpoint_config(checkpoint: str) -> dict:
+def checkpoint_config(checkpoint: str) -> dict:
     """The checkpoint's config.json as written where this machine has it (found as
     `tokenizer_folder` finds a checkpoint's folder: local, packaged, Hub cache); {} where it is
     not here (the load's probe then answers)."""

@@ -296,7 +296,8 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
         if recipe.train.metric not in names:
             raise UserError(f"train.metric: '{recipe.train.metric}' is not a metric of this task"
                             f"{did_you_mean(recipe.train.metric, names)}")
-    reason = recipe.method.incompatible(family, task)
+    config = models.checkpoint_config(base.model.checkpoint) if isinstance(base.model.checkpoint, str) else {}
+    reason = recipe.method.incompatible_checkpoint(family, task, config)
     if reason:
         raise UserError(f"method.name: '{recipe.method.name}' cannot run here: {reason}")
     refuse_ignored(recipe)

@@ -63,8 +63,21 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):  # a nested settings block (a task's `generation:`)
         return build_dataclass(tp, value, where)
     if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-        raise UserError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+        raise UserError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}{_quote_hint(value, tp)}")
     return value
+
+
+def _quote_hint(value: Any, tp: Any) -> str:
+    """A number or a boolean where text goes: YAML read `1` (`true`, `1.5`) as one, so a name that
+    is a number (a CSV column headed `1`, `task.text_columns: [1]`) was refused as 'expected str,
+    got int 1' with no word of the quotes that make it text."""
+    if tp is not str:
+        return ""
+    if isinstance(value, bool):
+        return f"; a name that YAML reads as {str(value).lower()} is written quoted: '{str(value).lower()}'"
+    if isinstance(value, (int, float)):
+        return f"; a name that is a number is written quoted: '{value}'"
+    return ""
 
 
 # A number as YAML 1.2 spells one in decimal (`3`, `-.5`, `1e-4`, `5.0E-4`): what a quoted number

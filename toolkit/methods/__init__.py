@@ -87,10 +87,22 @@ class Method:
     # `save` writes a whole transformers model (config.json and every weight), which a chained
     # run (`model.checkpoint: {run: ...}`) can start from; otherwise the method's own parameters
     whole_model: ClassVar[bool] = False
+    # settings a recipe gives where PEFT has no default for the family (a target_modules list),
+    # each with a stand-in value: `instead` asks a candidate with them where its defaults are
+    # refused, and names them in its advice ("lora (with target_modules)")
+    lifted_by: ClassVar[dict[str, Any]] = {}
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         """Why this method cannot run on this model family and task, or None; checked at validate."""
         return None
+
+    def incompatible_checkpoint(self, family: str | None, task: Any, config: dict) -> str | None:
+        """Why this method cannot run on this checkpoint, checked at validate in place of
+        `incompatible`: `config` is its config.json as written where this machine has it (a local
+        or packaged folder, the Hub cache; {} where not). By default the family's refusal: a
+        method whose refusal of a family a checkpoint's own settings lift (bitfit on a Llama
+        with `attention_bias: true`) reads them here."""
+        return self.incompatible(family, task)
 
     def sizes(self) -> dict[str, int]:
         """Size settings bounded by the width of the layers the method adapts ('method.r': 8): none
@@ -527,18 +539,33 @@ def instead(family: str | None, task: Any, names: tuple[str, ...], lead: str = "
     advice is never refused at validate in turn. Written by hand per refusal, it named bitfit for
     every family but T5: prompt tuning on a Llama classifier, or freeze on an mT5 summarizer,
     advised bitfit, which then refused the bias-free body. While the candidates are asked their
-    own refusals' advice is not computed (freeze's names bitfit and bitfit's freeze): '' stands in."""
+    own refusals' advice is not computed (freeze's names bitfit and bitfit's freeze): '' stands in.
+    A candidate refused at its defaults but accepted with the settings of its `lifted_by` (PEFT
+    has no default target modules for the family) is named with them: 'lora (with
+    target_modules)'. Left out, freeze on a warm-started encoder-decoder advised 'lora, ia3' when
+    each, followed as said, was refused for want of target_modules."""
     if _advising:
         return ""
     _advising.append(True)
     try:
-        fits = [n for n in names if METHODS.get(n)().incompatible(family, task) is None]
+        fits = [said for said in (_fits(n, family, task) for n in names) if said]
     finally:
         _advising.clear()
     if not fits:
         return f"none of {', '.join(names)} runs it either; use another model"
     said = fits[0] if len(fits) == 1 else f"{', '.join(fits[:-1])} or {fits[-1]}"
     return f"{lead} {said}"
+
+
+def _fits(name: str, family: str | None, task: Any) -> str | None:
+    """How `instead` names method `name` for this family and task: its name where its defaults
+    are accepted, with the settings of its `lifted_by` where those are needed, else None."""
+    method = METHODS.get(name)
+    if method().incompatible(family, task) is None:
+        return name
+    if method.lifted_by and method(**method.lifted_by).incompatible(family, task) is None:
+        return f"{name} (with {' and '.join(method.lifted_by)})"
+    return None
 
 
 for _info in pkgutil.iter_modules(__path__):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, check_mergeable, check_ranks, peft_task_type, wrap_peft
@@ -43,6 +43,7 @@ class AdaLora(Method):
     beta2: float = field(default=0.85, metadata={"min": 0.0, "below": 1.0})  # uncertainty smoothing
     orth_reg_weight: float = field(default=0.5, metadata={"min": 0.0})
     merge: bool = False  # save the weights merged into the base: a plain transformers folder
+    lifted_by: ClassVar[dict[str, Any]] = {"target_modules": ["query"]}  # no PEFT default for the family
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if self.target_r > self.init_r:

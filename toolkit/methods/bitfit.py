@@ -36,10 +36,24 @@ def is_bias(name: str) -> bool:
 # an mT5, and bitfit then refused the body as it was applied. A checkpoint of another family
 # without biases is still refused as the method is applied. tests/test_advice.py builds each
 # family's body from its config and checks that it holds no bias.
+# A checkpoint whose config.json turns biases on (`has_bias`) is not refused at validate.
 BIAS_FREE = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "llama", "mistral", "ministral",
              "mixtral", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "olmoe", "phi3", "granite",
              "granitemoe", "cohere", "qwen3", "qwen3_moe", "mpt", "helium", "smollm3", "exaone4")
 INSTEAD = ("freeze", "lora", "ia3")  # what trains on a body without biases
+# config keys that turn a BIAS_FREE family's bias terms on, each with the value that does:
+# Llama's, Granite's, Helium's, SmolLM3's `attention_bias` and `mlp_bias` (Qwen2-style
+# checkpoints of the Llama family carry q/k/v biases so), Gemma's, OLMo's, Cohere's, Qwen3's
+# `attention_bias`, Switch's `router_bias` (not MPT's `no_bias: false`: transformers' MPT builds
+# its layers bias-free whatever it says). tests/test_advice.py flips each in every family's
+# default config that holds it and finds bias terms in the body built.
+BIAS_SWITCHES = {"attention_bias": True, "mlp_bias": True, "router_bias": True}
+
+
+def has_bias(config: dict) -> bool:
+    """Whether the checkpoint's config.json turns bias terms on (`BIAS_SWITCHES`). A key the family
+    does not read passes here and meets the refusal as the method is applied."""
+    return any(key in config and config[key] is value for key, value in BIAS_SWITCHES.items())
 
 
 @METHODS.register("bitfit")
@@ -52,6 +66,11 @@ class BitFit(Method):
             return (f"bitfit trains bias terms and {family} has none (its linear and norm layers are "
                     f"bias-free), so only the head would train; {instead(family, task, INSTEAD)}")
         return None
+
+    def incompatible_checkpoint(self, family: str | None, task: Any, config: dict) -> str | None:
+        """The family's refusal unless the checkpoint's config turns biases on: a Llama with
+        `attention_bias: true` has q/k/v/o biases to train, and was refused at validate as bias-free."""
+        return None if has_bias(config) else self.incompatible(family, task)
 
     def apply(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         """Every bias term and the head (with the modules the checkpoint lacked) train. A body

@@ -24,6 +24,8 @@ class IA3(Method):
     transformers_loads: ClassVar[bool] = True
     target_modules: list[str] | None = field(default=None, metadata={"min_items": 1, UNORDERED: True})  # None: PEFT's default for the family
     feedforward_modules: list[str] | None = field(default=None, metadata={UNORDERED: True})  # a subset of target_modules, scaled on their input
+    # no PEFT default for the family: both set, together
+    lifted_by: ClassVar[dict[str, Any]] = {"target_modules": ["query"], "feedforward_modules": []}
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
         if (self.feedforward_modules is not None) != (self.target_modules is not None):

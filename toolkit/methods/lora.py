@@ -32,6 +32,7 @@ class Lora(Method):
     rank_pattern: dict[str, int] = added(default_factory=dict, neutral={}, min=1)
     alpha_pattern: dict[str, int] = added(default_factory=dict, neutral={}, min=1)
     use_dora: ClassVar[bool] = False  # methods/dora.py: the same settings, PEFT's DoRA
+    lifted_by: ClassVar[dict[str, Any]] = {"target_modules": ["query"]}  # no PEFT default for the family
     transformers_loads: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:

@@ -38,7 +38,7 @@ from toolkit.attention import ATTENTION, attention_layers, causal_keep, is_causa
 from toolkit.errors import UserError
 from toolkit.lazy import lazy
 from toolkit.methods import METHODS, Context, Method, instead, peft_task_type
-from toolkit.methods.prompt_tuning import COMPOSITE, COMPOSITE_REFUSAL, WEIGHTS, encoder_decoder_head, mlm_refusal
+from toolkit.methods.prompt_tuning import COMPOSITE, WEIGHTS, composite_refusal, encoder_decoder_head, mlm_refusal
 
 torch = lazy("torch", globals())
 
@@ -60,7 +60,7 @@ class PrefixTuning(Method):
         if self.head(task) == "masked-lm":
             return mlm_refusal(self.name, family, task)
         if family == COMPOSITE:
-            return COMPOSITE_REFUSAL.format(method=self.name)
+            return composite_refusal(self.name, task)
         cls = encoder_decoder_head(family, self.head(task))
         if cls is not None:  # PEFT lays out two stacks for a seq2seq LM only
             return one_stack_refusal(family, cls, task)

@@ -49,7 +49,12 @@ def mlm_refusal(method: str, family: str | None, task: Any) -> str:
 COMPOSITE = "encoder-decoder"
 COMPOSITE_REFUSAL = ("{method}: PEFT reads the layer count, heads and width from the model's config, and "
                      "an EncoderDecoderModel (model.warm_start: encoder-decoder) keeps them in its "
-                     "encoder's and decoder's configs; use lora (with target_modules), bitfit or full")
+                     "encoder's and decoder's configs; {instead}")
+COMPOSITE_INSTEAD = ("lora", "bitfit", "full")
+
+
+def composite_refusal(method: str, task: Any) -> str:
+    return COMPOSITE_REFUSAL.format(method=method, instead=instead(COMPOSITE, task, COMPOSITE_INSTEAD))
 
 
 def read_prompts(ctx: Context, every_row_feeds_all: bool = False) -> dict[str, Any]:
@@ -93,7 +98,7 @@ def soft_prompt_refusal(method: str, family: str | None, task: Any, head: str) -
     if head == "masked-lm":
         return mlm_refusal(method, family, task)
     if family == COMPOSITE:
-        return COMPOSITE_REFUSAL.format(method=method)
+        return composite_refusal(method, task)
     cls = encoder_decoder_head(family, head)
     if cls is not None:
         why = ("to find the EOS token it classifies from" if head == SEQ_CLS_HEAD

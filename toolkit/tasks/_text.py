@@ -1,7 +1,8 @@
 """Raw text for the pretraining objectives (mlm, clm, denoise, span_corruption): not a plug-in.
 
-Sources: a .txt / .gz file (one document per line, or blank-line separated documents), JSONL with
-a text field, or a Hub text data set. Documents are tokenised, each with the special tokens the
+Sources: a .txt / .gz file (one document per line, or blank-line separated documents), records
+(JSONL, JSON: a list or `{"data": [...]}`, CSV, TSV) with a text field, or a Hub text data set.
+Documents are tokenised, each with the special tokens the
 tokenizer puts around a text (the end-of-text token after it where it puts none there), and packed
 into blocks with datasets' `map` (cached on disk for file sources), as transformers' run_mlm.py /
 run_clm.py / run_t5_mlm_flax.py do.
@@ -40,10 +41,12 @@ HELDOUT = "heldout"  # column marking raw held-out documents (corrupted at encod
 
 def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str | None,
                 task: Any) -> tuple[Any, str | None]:
-    """Local files -> (DatasetDict with one `text` column, the JSON field it came from), through
-    the shared reader: a text that is not text (a list, a number) or a file with nothing but
-    whitespace is one line naming it. A JSON field the recipe leaves out is found in the first
-    file (`text` and the like, else its only field) and read from the next one too."""
+    """Local files -> (DatasetDict with one `text` column, the field it came from), through the
+    shared reader: a text that is not text (a list, a number) or a file with nothing but
+    whitespace is one line naming it. Records are read as summarization reads them (JSONL, a
+    JSON list or `{"data": [...]}`, CSV, TSV: run_clm.py and run_mlm.py read CSV and JSON); a
+    field the recipe leaves out is found in the first file (`text` and the like, else its only
+    field) and read from the next one too."""
     from datasets import DatasetDict
 
     out = {}
@@ -51,16 +54,19 @@ def _read_files(files: dict[str, str], fmt: str, documents: str, text_field: str
         path = data_path(file)
         if not path.exists():
             raise UserError(f"task.{split}_file: {path} is not there")
-        if fmt == "json":
-            kind = readers.file_format(path, ("json", "jsonl"))
-            ds = readers.read(path, kind)
+        if fmt == RECORDS:
+            kind = readers.file_format(path, ("json", "jsonl", "csv", "tsv"))
+            document = readers.document_field(path, kind, "data")
+            ds = readers.read(path, kind, field=document)
             _fields.note_spaced(task, list(ds.column_names), str(path))
             text_field = text_field or _fields.pick_text(ds, str(path), "task.text_field")
             if text_field not in ds.column_names:
                 raise UserError(f"task.text_field: {path} has no field '{text_field}' "
                                 f"(fields: {', '.join(repr(c) for c in ds.column_names)}); set task.text_field"
                                 + readers.near_name(text_field, ds.column_names))
-            readers.check_text(ds, text_field, path, kind, what=f"'{text_field}'", blank_ok=True, note=task.note)
+            keys = (lambda i: [document, i]) if document else None
+            readers.check_text(ds, text_field, path, kind, what=f"'{text_field}'", keys=keys, blank_ok=True,
+                               note=task.note)
             ds = ds.select_columns([text_field])
             out[split] = ds.rename_column(text_field, "text") if text_field != "text" else ds
         elif documents == "blank_line":
@@ -99,19 +105,16 @@ def _blank_line_documents(paragraphs: Any) -> Any:
             ds_logging.enable_progress_bar()
 
 
-COLUMNS = (".csv", ".tsv")  # files of columns: not documents, one a line
+RECORDS = "records"
+RECORD_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")  # files of records, each text one field
 
 
-def _format(file: str, setting: str) -> str:
-    """json (.json, .jsonl) or text (any other name: .txt, WikiText's .tokens, .raw); a CSV or
-    TSV file is refused: read as plain text its header line was a document and its quoting part
-    of the text, exit 0."""
-    name = file.lower().removesuffix(".gz")
-    if name.endswith(COLUMNS):
-        raise UserError(f"{setting}: {file}: a {name.rsplit('.', 1)[1].upper()} file is not read as plain text "
-                        "(its header line would be a document, its quotes text); give .txt (one document a "
-                        "line) or .jsonl (a text field)")
-    return "json" if name.endswith((".jsonl", ".json")) else "text"
+def _format(file: str) -> str:
+    """records (.jsonl, .json, .csv, .tsv, `.gz` too) or text (any other name: .txt, WikiText's
+    .tokens, .raw). A CSV or TSV was read as plain text (its header line a document, its quotes
+    text, exit 0), then refused, where run_clm.py and run_mlm.py read its `text` column: it is
+    read as records now, as a `{"data": [...]}` JSON is (summarization's layout, refused here)."""
+    return RECORDS if file.lower().removesuffix(".gz").endswith(RECORD_SUFFIXES) else "text"
 
 
 @dataclass(kw_only=True)
@@ -126,13 +129,13 @@ class TextTask(TokenTask):
     instead: ClassVar[str] = ""
     perplexity: ClassVar[bool] = False
 
-    train_file: str | None = None  # .txt/.gz/.jsonl; `$TOOLKIT_DATA` is expanded
+    train_file: str | None = None  # .txt/.gz, or records: .jsonl/.json/.csv/.tsv; `$TOOLKIT_DATA` is expanded
     eval_file: str | None = None  # held-out file; None: `eval_fraction` of the train documents
     dataset: str | None = None  # a Hub data set id (instead of files)
     dataset_config: str | None = None
     train_split: str = "train"
     eval_split: str | None = "validation"  # Hub split; None: `eval_fraction` of train
-    text_field: str | None = None  # JSONL / Hub: the field of the text; None: `text` or the like
+    text_field: str | None = None  # records / Hub: the field of the text; None: `text` or the like
     documents: Literal["line", "blank_line"] = "line"
     eval_fraction: float = field(default=0.05, metadata={"min": 0.001, "max": 0.5})
     # numpy's generators take seeds of 0 and up (a negative one was a ValueError traceback from
@@ -148,9 +151,6 @@ class TextTask(TokenTask):
                             "and task.dataset (a Hub data set id)")
         if self.dataset is not None and self.eval_file is not None:
             raise UserError("task.eval_file: goes with task.train_file; a Hub data set uses task.eval_split")
-        for key in ("train_file", "eval_file"):
-            if getattr(self, key):
-                _format(getattr(self, key), f"task.{key}")
 
     def ignores(self) -> dict[str, str]:
         """A Hub data set's parts with files; a fraction split off the train documents where the
@@ -159,12 +159,12 @@ class TextTask(TokenTask):
         if self.dataset is None:
             why = "it names a part of a Hub data set, and this task reads task.train_file; set task.dataset to use it"
             out = {f"task.{name}": why for name in ("dataset_config", "train_split", "eval_split")}
-        if self.dataset is not None or (self.train_file or "").lower().removesuffix(".gz").endswith((".jsonl", ".json")):
+        if self.dataset is not None or _format(self.train_file or "") == RECORDS:
             out["task.documents"] = ("it splits plain text files into documents (lines or blank-line "
-                                     "paragraphs), and this task's documents are records (JSONL, a Hub "
-                                     "data set): each text is one")
+                                     "paragraphs), and this task's documents are records (JSONL, JSON, CSV, "
+                                     "TSV, a Hub data set): each text is one")
         else:  # a plain text file: its documents are lines or paragraphs, no field is read
-            out["task.text_field"] = ("it names the field of the text in JSONL or a Hub data set, and "
+            out["task.text_field"] = ("it names the field of the text in records (JSONL, JSON, CSV, TSV) or a Hub data set, and "
                                       "task.train_file is plain text (a document a line or paragraph)")
         if self.eval_file is not None or self.dataset is not None and self.eval_split is not None:
             out["task.eval_fraction"] = ("it splits held-out documents off the train ones, and this task's are "
@@ -252,9 +252,10 @@ class TextTask(TokenTask):
         else:
             files = {"train": self.expand(self.train_file),
                      **({"eval": self.expand(self.eval_file)} if self.eval_file else {})}
-            fmts = {_format(f, f"task.{split}_file") for split, f in files.items()}
+            fmts = {_format(f) for f in files.values()}
             if len(fmts) > 1:
-                raise UserError("task.eval_file: must have the same format as task.train_file")
+                raise UserError("task.eval_file: must have the same format as task.train_file (plain text, or "
+                                "records: JSONL, JSON, CSV, TSV)")
             ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field, self)
             train, heldout = ds["train"], ds.get("eval")
         train = train.filter(lambda t: bool(t) and not readers.blank(t), input_columns="text")

@@ -9,7 +9,6 @@ their signatures are recorded in metrics.json (`metric_info`).
 from __future__ import annotations
 
 import importlib.util
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -47,10 +46,19 @@ OFFICIAL_ONLY = {"ko": ("ko-mecab", "mecab_ko", "sacrebleu[ko]")}
 NEEDS = {"ja-mecab": ("MeCab", "sacrebleu[ja]"), "ko-mecab": ("mecab_ko", "sacrebleu[ko]")}
 
 
+def primary(code: str) -> str:
+    """A language code's primary subtag, what every rule keyed by language reads (BCP 47: zh-CN,
+    zh_cn, zh-Hans-TW are Chinese; case and `-`/`_` ignored). The spaceless-script refusal read
+    the code whole: `target_lang: zh-CN` with 13a passed validate, refused only at load, where
+    `zh` was refused at once."""
+    tag = _fields.language_tag(code)
+    return tag[0] if tag else ""
+
+
 def language_name(code: str) -> str:
     """The language's English name for prompts (`LANGUAGES`) by the code's language part (de-DE,
     de_DE, DE); the code itself where that part is not known."""
-    return LANGUAGES.get(re.split(r"[-_]", code)[0].lower(), code)
+    return LANGUAGES.get(primary(code), code)
 
 
 @TASKS.register("translation")
@@ -72,11 +80,12 @@ class Translation(TextToText):
     bleu_tokenize: Literal["13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none"] = "13a"
 
     def check(self) -> None:
-        if self.source_lang == self.target_lang:
-            raise UserError(f"task.target_lang: '{self.target_lang}' is also the source language")
+        if _fields.language_tag(self.source_lang) == _fields.language_tag(self.target_lang):  # zh-CN is zh_cn
+            raise UserError(f"task.target_lang: '{self.target_lang}' is also the source language "
+                            f"('{self.source_lang}')")
         if self.subset == "custom" and not self.eval_file:
             raise UserError("task.eval_file: subset 'custom' reads local files; set task.eval_file")
-        language = re.split(r"[-_]", self.target_lang)[0].lower()
+        language = primary(self.target_lang)
         official = OFFICIAL_ONLY.get(language)
         if official and self.bleu_tokenize != official[0]:
             raise UserError(f"task.bleu_tokenize: {LANGUAGES[language]} (task.target_lang {self.target_lang}) is "
@@ -87,12 +96,12 @@ class Translation(TextToText):
             alternative = "" if official else ", or use task.bleu_tokenize=char"
             raise UserError(f"task.bleu_tokenize: {self.bleu_tokenize} needs {module}, which is not installed "
                             f"(pip install '{extra}'){alternative}")
-        fits = SPACELESS.get(self.target_lang)
+        fits = SPACELESS.get(language)
         if fits and self.bleu_tokenize not in fits:
             raise UserError(f"task.bleu_tokenize: '{self.bleu_tokenize}' splits words at spaces, which "
-                            f"{LANGUAGES[self.target_lang]} (task.target_lang {self.target_lang}) does not "
+                            f"{LANGUAGES[language]} (task.target_lang {self.target_lang}) does not "
                             f"write, so BLEU would be near 0 for any translation; set task.bleu_tokenize="
-                            f"{fits[0]} (sacreBLEU's for {self.target_lang}) or {fits[1]}")
+                            f"{fits[0]} (sacreBLEU's for {language}) or {fits[1]}")
         if self.subset in LOCAL and not self.eval_file:
             langs = LOCAL[self.subset][2]
             for key in ("source_lang", "target_lang"):
