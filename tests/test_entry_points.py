@@ -494,6 +494,63 @@ def test_the_api_leaves_the_callers_process_as_it_found_it(tmp_path: Path) -> No
     assert changed == [], {k: (before[k], after[k]) for k in changed if k != "filters"}
 
 
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished smoke run that eval and predict score (made once for the tests below)."""
+    import toolkit
+
+    return toolkit.run("demo/sst2/minilm-lora", {"train.max_steps": 1}, smoke=True,
+                       runs_dir=tmp_path_factory.mktemp("runs")).dir
+
+
+def _accelerate_states() -> dict:
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    return {cls.__name__: dict(cls._shared_state) for cls in (PartialState, AcceleratorState, GradientState)}
+
+
+# call(toolkit, a finished run, a folder of the test's)
+API_CALLS = {
+    "run": lambda tk, run, tmp: tk.run("demo/sst2/minilm-lora", {"train.max_steps": 1}, smoke=True, runs_dir=tmp),
+    "run, failing after its Accelerator": lambda tk, run, tmp: tk.run(
+        "demo/sst2/minilm-lora", {"task.max_length": 100000}, smoke=True, runs_dir=tmp),
+    "evaluate": lambda tk, run, tmp: tk.evaluate(run),
+    "predict": lambda tk, run, tmp: tk.predict(run, ["a fine film"]),
+}
+
+
+@pytest.mark.parametrize("caller", ["none", "bf16"])
+@pytest.mark.parametrize("call", list(API_CALLS))
+def test_the_api_leaves_accelerates_state_as_found(finished_run: Path, tmp_path: Path, call: str,
+                                                   caller: str) -> None:
+    """Rule: accelerate's process-wide states (PartialState, AcceleratorState, GradientState) are
+    as the call found them. A run, eval or predict left its own Accelerator's state set: a
+    notebook's `Accelerator(mixed_precision="bf16")` afterwards raised "AcceleratorState has
+    already been initialized and cannot be changed, restart your runtime completely", and an
+    Accelerator the notebook had made before the call computed in the run's precision after it
+    (mixed_precision "no", not the bf16 it was made with), exit 0."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    import toolkit
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    mine = Accelerator(mixed_precision="bf16", cpu=True) if caller == "bf16" else None
+    before = _accelerate_states()
+    try:
+        API_CALLS[call](toolkit, finished_run, tmp_path)
+    except toolkit.UserError:
+        assert call.startswith("run, failing")
+    assert _accelerate_states() == before
+    if mine is not None:
+        assert mine.mixed_precision == "bf16" and mine.state.mixed_precision == "bf16"
+    else:
+        assert Accelerator(mixed_precision="bf16", cpu=True).mixed_precision == "bf16"
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
 @pytest.mark.parametrize("cache", ["set", "unset"])
 def test_no_home_folder_is_one_line_or_nothing_at_all(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
                                                       cache: str) -> None:

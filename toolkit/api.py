@@ -105,7 +105,8 @@ def _one_line(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            with quiet.as_found(), hub.as_found(), _generators_as_found(), _compiler_as_found():  # the caller's process as it was
+            with quiet.as_found(), hub.as_found(), _generators_as_found(), _compiler_as_found(), \
+                    _accelerate_as_found():  # the caller's process as it was
                 return fn(*args, **kwargs)
         except OSError as exc:
             if not _unwritable(exc):
@@ -126,6 +127,31 @@ def _compiler_as_found() -> Iterator[None]:
         compiling = sys.modules.get("toolkit.compiling")  # imported only by a run that compiles
         if compiling is not None:
             compiling.settings_as_found()
+
+
+ACCELERATE_STATES = ("PartialState", "AcceleratorState", "GradientState")
+
+
+@contextmanager
+def _accelerate_as_found() -> Iterator[None]:
+    """accelerate's process-wide states (PartialState, AcceleratorState, GradientState: one shared
+    dict each, which every Accelerator reads) put back as the call found them. A run, eval or
+    predict left the state of its own Accelerator set: a notebook's `Accelerator(mixed_precision=
+    "bf16")` after `toolkit.run` raised "AcceleratorState has already been initialized ... restart
+    your runtime", and an Accelerator the notebook made before the call computed in the run's
+    precision afterwards (its fp32, not the bf16 it was made with). A state empty before the call
+    (accelerate not imported yet) is empty after it, as in a fresh process."""
+    module = sys.modules.get("accelerate.state")
+    kept = {name: dict(getattr(module, name)._shared_state) for name in ACCELERATE_STATES} if module else {}
+    try:
+        yield
+    finally:
+        module = sys.modules.get("accelerate.state")
+        if module is not None:
+            for name in ACCELERATE_STATES:
+                shared = getattr(module, name)._shared_state  # modified in place: the instances' __dict__
+                shared.clear()
+                shared.update(kept.get(name, {}))
 
 
 @contextmanager
