@@ -310,7 +310,8 @@ def _scored_here(folder: Path, split: str) -> None:
 @typed
 def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None, *,
              task_from: PathArg | None = None) -> dict:
-    """Score a finished run on a split with its task's metrics (also writes eval-<split>.json).
+    """Score a finished run on a split with its task's metrics (also writes eval-<split>.json, and
+    returns what it holds: an undefined score is None, as in `Run.metrics`).
     `task_from`: score on the task of another recipe (a path or a shipped name), as
     `toolkit eval --task-from` does."""
     folder, items = _run_folder(run_dir), override_list(overrides)
@@ -322,7 +323,9 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None,
 
     with runs.reading(folder, "evaluate"):  # not the old model into a folder a --force rerun clears
         _data_of_the_run(folder, items, source)
-        return inference.evaluate_run(folder, split, items, source)
+        # what eval-<split>.json holds: a score the data leaves undefined is None, as in run.metrics
+        # (it was NaN here and null in the files: `evaluate(run)["eval"] == run.metrics["eval"]` was False)
+        return runs.finite(inference.evaluate_run(folder, split, items, source))
 
 
 def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) -> None:
