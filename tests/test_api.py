@@ -271,3 +271,23 @@ train: {{max_steps: 1, lr: 1.0e-3, batch_size: 2}}
     else:
         assert toolkit.evaluate(run)["eval"]["pearson"] is None
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry", ["run", "sweep", "Run"])
+def test_a_run_names_its_folder_wherever_the_caller_goes_next(tmp_path: Path, monkeypatch, entry: str) -> None:
+    """Rule: a Run the API returns names the folder it was made for, whatever the caller's working
+    folder is later. With a relative runs_dir, a notebook's `%cd` after `toolkit.run` made
+    `run.metrics` {} (a finished run read as not finished) and predict "no recipe.yaml here", exit 0."""
+    (tmp_path / "here").mkdir()
+    (tmp_path / "there").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    args = ("demo/sst2/minilm-lora", ["train.max_steps=1"])
+    if entry == "sweep":
+        (run,) = toolkit.sweep([args[0]], args[1], runs_dir="runs", smoke=True)
+    else:
+        run = toolkit.run(*args, runs_dir="runs", smoke=True)
+        run = toolkit.Run(run.dir.relative_to(Path.cwd())) if entry == "Run" else run
+    monkeypatch.chdir(tmp_path / "there")
+    assert run.dir == tmp_path / "here" / run.dir.relative_to(tmp_path / "here")
+    assert run.metrics["eval"]["accuracy"] is not None
+    assert toolkit.predict(run, ["a fine film"])[0]["label"] in ("negative", "positive")

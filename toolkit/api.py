@@ -183,12 +183,15 @@ def _generators_as_found() -> Iterator[None]:
 @dataclass(frozen=True)
 class Run:
     """A run folder (runs/<recipe>/<hash>) and what it wrote; a path itself (os.PathLike), so
-    `toolkit.predict(run, ...)` takes it as it is."""
+    `toolkit.predict(run, ...)` takes it as it is. The folder is held as an absolute path, the
+    one it named where it was made: with a relative runs_dir, a notebook's `%cd` (os.chdir) after
+    `toolkit.run` made `run.metrics` {} (read as "not finished") and predict "no recipe.yaml
+    here", exit 0 for the first."""
 
     dir: Path
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dir", Path(check(self.dir, PathArg, "Run: dir")))
+        object.__setattr__(self, "dir", Path(check(self.dir, PathArg, "Run: dir")).absolute())
 
     def __fspath__(self) -> str:
         return str(self.dir)
