@@ -551,6 +551,43 @@ def test_the_api_leaves_accelerates_state_as_found(finished_run: Path, tmp_path:
     GradientState._reset_state()
 
 
+def test_torch_first_imported_by_a_call_draws_from_entropy(tmp_path: Path) -> None:
+    """Rule: a generator the call found unmade is left as its making leaves it. torch's import
+    seeds its generator from the system's entropy; `import toolkit; toolkit.run(...)` imported torch
+    and left it seeded with the recipe's train.seed, so the notebook's `torch.rand` after it drew
+    the same numbers in every session (one fresh interpreter: torch is not imported before)."""
+    code = ("import sys, toolkit\n"
+            "assert 'torch' not in sys.modules\n"
+            f"toolkit.run('demo/sst2/minilm-lora', {{'train.max_steps': 1, 'train.seed': 5}}, smoke=True, "
+            f"runs_dir={str(tmp_path)!r})\n"
+            "import torch\n"
+            "print('SEED', torch.initial_seed())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seeds = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("SEED ")]
+    assert done.returncode == 0 and len(seeds) == 1, done.stderr[-2000:]
+    assert int(seeds[0]) != 5
+
+
+def test_cuda_started_by_a_call_is_seeded_as_its_start_would_have(finished_run: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule: CUDA's generators, not yet started when a call begins and started by it (a run on a
+    GPU), are left as their start would have seeded them: with torch's seed as the caller set it
+    (torch.manual_seed(7) seeds CUDA with 7 when it starts). They were left as the run left them,
+    so a notebook's CUDA sampling after each `toolkit.run` drew the run's numbers."""
+    import torch
+
+    import toolkit
+
+    asked = iter([False])  # not started when the call begins; started from then on
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: next(asked, True))
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
+    torch.manual_seed(7)
+    toolkit.predict(finished_run, ["a fine film"])
+    assert seeded[-1:] == [7]
+
+
 @pytest.mark.parametrize("cache", ["set", "unset"])
 def test_no_home_folder_is_one_line_or_nothing_at_all(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
                                                       cache: str) -> None:

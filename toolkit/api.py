@@ -156,17 +156,21 @@ def _accelerate_as_found() -> Iterator[None]:
 
 @contextmanager
 def _generators_as_found() -> Iterator[None]:
-    """A run seeds the global random generators (random, numpy, torch) with its recipe's seed;
-    the caller's states are put back after the call: a notebook's own sampling after `toolkit.run`
-    repeated the same numbers after every run. numpy first imported during the call is seeded
-    from the system's entropy, as its import does; torch's import seeds it with a constant anyway."""
+    """A run seeds the global random generators (random, numpy, torch and CUDA's) with its
+    recipe's seed; the caller's states are put back after the call: a notebook's own sampling
+    after `toolkit.run` repeated the same numbers after every run. A library first imported during
+    the call is seeded from the system's entropy, as its import does (numpy's and torch's both:
+    `import toolkit; toolkit.run(...); import torch` drew the run's numbers in every session). CUDA
+    not yet initialized before the call is seeded as its initialization would have seeded it: with
+    torch's seed as found (torch.manual_seed(7) before the call seeds CUDA with 7 when it starts)."""
     import random
     import sys
 
     np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    cuda = torch is not None and torch.cuda.is_initialized()
     kept = {"random": random.getstate(), "numpy": np and np.random.get_state(),
-            "torch": torch and torch.random.get_rng_state(),
-            "cuda": torch and torch.cuda.is_initialized() and torch.cuda.get_rng_state_all()}
+            "torch": torch and torch.random.get_rng_state(), "torch_seed": torch and torch.initial_seed(),
+            "cuda": cuda and torch.cuda.get_rng_state_all()}
     try:
         yield
     finally:
@@ -174,10 +178,14 @@ def _generators_as_found() -> Iterator[None]:
         np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
         if np is not None:
             np.random.set_state(kept["numpy"]) if kept["numpy"] else np.random.seed()
-        if torch is not None and kept["torch"] is not None:
+        if torch is not None and kept["torch"] is None:
+            torch.seed()  # first imported here: entropy, for the CPU and every GPU, as its import gives
+        elif torch is not None:
             torch.random.set_rng_state(kept["torch"])
             if kept["cuda"]:
                 torch.cuda.set_rng_state_all(kept["cuda"])
+            elif torch.cuda.is_initialized():  # started during the call: as its start would have seeded it
+                torch.cuda.manual_seed_all(kept["torch_seed"])
 
 
 @dataclass(frozen=True)
