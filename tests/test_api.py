@@ -246,3 +246,48 @@ def test_the_api_takes_the_cli_arguments_but_those_docs_name_as_the_cli_alone(co
     text = (ROOT / "docs/cli.md").read_text().split("\n\n")[1]  # the paragraph on the API
     for dest in (d for d, v in mapping.items() if v is None):
         assert f"--{dest.replace('_', '-')}" in text, (command, dest)
+
+
+@pytest.mark.parametrize("second", ["run", "evaluate"])
+def test_each_call_says_its_own_warnings(tmp_path: Path, capsys, second: str) -> None:
+    """Rule: a call in a process that ran others says what the same call says in a fresh one. A
+    score the data leaves undefined (Pearson of labels that do not vary: recorded as null) was
+    warned about once per process: a second `toolkit.run` (another seed) or a `toolkit.evaluate`
+    after the run recorded null in silence, exit 0."""
+    (tmp_path / "train.csv").write_text("text,label\ngood film,1.0\nbad film,2.0\nok film,3.0\ngreat,4.0\n")
+    (tmp_path / "eval.csv").write_text("text,label\nfine film,2.0\nfine too,2.0\n")
+    recipe = write_recipe(tmp_path / "flat.yaml", f"""model: {{checkpoint: sentence-transformers/all-MiniLM-L6-v2}}
+task: {{name: text_classification, train_file: {tmp_path / 'train.csv'}, eval_file: {tmp_path / 'eval.csv'},
+        problem: regression, max_length: 16}}
+method: {{name: lora, r: 4}}
+train: {{max_steps: 1, lr: 1.0e-3, batch_size: 2}}
+""")
+    said = "warning: pearson is undefined (labels do not vary over 2 example(s)); recorded as null"
+    run = toolkit.run(recipe, runs_dir=tmp_path / "runs", smoke=True)
+    assert said in capsys.readouterr().err
+    if second == "run":
+        again = toolkit.run(recipe, {"train.seed": 7}, runs_dir=tmp_path / "runs", smoke=True)
+        assert again.metrics["eval"]["pearson"] is None
+    else:
+        assert toolkit.evaluate(run)["eval"]["pearson"] is None
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry", ["run", "sweep", "Run"])
+def test_a_run_names_its_folder_wherever_the_caller_goes_next(tmp_path: Path, monkeypatch, entry: str) -> None:
+    """Rule: a Run the API returns names the folder it was made for, whatever the caller's working
+    folder is later. With a relative runs_dir, a notebook's `%cd` after `toolkit.run` made
+    `run.metrics` {} (a finished run read as not finished) and predict "no recipe.yaml here", exit 0."""
+    (tmp_path / "here").mkdir()
+    (tmp_path / "there").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    args = ("demo/sst2/minilm-lora", ["train.max_steps=1"])
+    if entry == "sweep":
+        (run,) = toolkit.sweep([args[0]], args[1], runs_dir="runs", smoke=True)
+    else:
+        run = toolkit.run(*args, runs_dir="runs", smoke=True)
+        run = toolkit.Run(run.dir.relative_to(Path.cwd())) if entry == "Run" else run
+    monkeypatch.chdir(tmp_path / "there")
+    assert run.dir == tmp_path / "here" / run.dir.relative_to(tmp_path / "here")
+    assert run.metrics["eval"]["accuracy"] is not None
+    assert toolkit.predict(run, ["a fine film"])[0]["label"] in ("negative", "positive")

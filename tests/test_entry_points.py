@@ -494,6 +494,100 @@ def test_the_api_leaves_the_callers_process_as_it_found_it(tmp_path: Path) -> No
     assert changed == [], {k: (before[k], after[k]) for k in changed if k != "filters"}
 
 
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished smoke run that eval and predict score (made once for the tests below)."""
+    import toolkit
+
+    return toolkit.run("demo/sst2/minilm-lora", {"train.max_steps": 1}, smoke=True,
+                       runs_dir=tmp_path_factory.mktemp("runs")).dir
+
+
+def _accelerate_states() -> dict:
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    return {cls.__name__: dict(cls._shared_state) for cls in (PartialState, AcceleratorState, GradientState)}
+
+
+# call(toolkit, a finished run, a folder of the test's)
+API_CALLS = {
+    "run": lambda tk, run, tmp: tk.run("demo/sst2/minilm-lora", {"train.max_steps": 1}, smoke=True, runs_dir=tmp),
+    "run, failing after its Accelerator": lambda tk, run, tmp: tk.run(
+        "demo/sst2/minilm-lora", {"task.max_length": 100000}, smoke=True, runs_dir=tmp),
+    "evaluate": lambda tk, run, tmp: tk.evaluate(run),
+    "predict": lambda tk, run, tmp: tk.predict(run, ["a fine film"]),
+}
+
+
+@pytest.mark.parametrize("caller", ["none", "bf16"])
+@pytest.mark.parametrize("call", list(API_CALLS))
+def test_the_api_leaves_accelerates_state_as_found(finished_run: Path, tmp_path: Path, call: str,
+                                                   caller: str) -> None:
+    """Rule: accelerate's process-wide states (PartialState, AcceleratorState, GradientState) are
+    as the call found them. A run, eval or predict left its own Accelerator's state set: a
+    notebook's `Accelerator(mixed_precision="bf16")` afterwards raised "AcceleratorState has
+    already been initialized and cannot be changed, restart your runtime completely", and an
+    Accelerator the notebook had made before the call computed in the run's precision after it
+    (mixed_precision "no", not the bf16 it was made with), exit 0."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    import toolkit
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    mine = Accelerator(mixed_precision="bf16", cpu=True) if caller == "bf16" else None
+    before = _accelerate_states()
+    try:
+        API_CALLS[call](toolkit, finished_run, tmp_path)
+    except toolkit.UserError:
+        assert call.startswith("run, failing")
+    assert _accelerate_states() == before
+    if mine is not None:
+        assert mine.mixed_precision == "bf16" and mine.state.mixed_precision == "bf16"
+    else:
+        assert Accelerator(mixed_precision="bf16", cpu=True).mixed_precision == "bf16"
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def test_torch_first_imported_by_a_call_draws_from_entropy(tmp_path: Path) -> None:
+    """Rule: a generator the call found unmade is left as its making leaves it. torch's import
+    seeds its generator from the system's entropy; `import toolkit; toolkit.run(...)` imported torch
+    and left it seeded with the recipe's train.seed, so the notebook's `torch.rand` after it drew
+    the same numbers in every session (one fresh interpreter: torch is not imported before)."""
+    code = ("import sys, toolkit\n"
+            "assert 'torch' not in sys.modules\n"
+            f"toolkit.run('demo/sst2/minilm-lora', {{'train.max_steps': 1, 'train.seed': 5}}, smoke=True, "
+            f"runs_dir={str(tmp_path)!r})\n"
+            "import torch\n"
+            "print('SEED', torch.initial_seed())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seeds = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("SEED ")]
+    assert done.returncode == 0 and len(seeds) == 1, done.stderr[-2000:]
+    assert int(seeds[0]) != 5
+
+
+def test_cuda_started_by_a_call_is_seeded_as_its_start_would_have(finished_run: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule: CUDA's generators, not yet started when a call begins and started by it (a run on a
+    GPU), are left as their start would have seeded them: with torch's seed as the caller set it
+    (torch.manual_seed(7) seeds CUDA with 7 when it starts). They were left as the run left them,
+    so a notebook's CUDA sampling after each `toolkit.run` drew the run's numbers."""
+    import torch
+
+    import toolkit
+
+    asked = iter([False])  # not started when the call begins; started from then on
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: next(asked, True))
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
+    torch.manual_seed(7)
+    toolkit.predict(finished_run, ["a fine film"])
+    assert seeded[-1:] == [7]
+
+
 @pytest.mark.parametrize("cache", ["set", "unset"])
 def test_no_home_folder_is_one_line_or_nothing_at_all(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
                                                       cache: str) -> None:

@@ -48,7 +48,7 @@ def test_an_undefined_correlation_is_nan_and_said_never_zero(capsys, monkeypatch
     from toolkit.tasks import CATALOGUE
     from toolkit.train import improves
 
-    monkeypatch.setattr("toolkit.tasks._classification._SAID", set())  # what this process said already
+    monkeypatch.setattr("toolkit.quiet._SAID", set())  # what this process said already
     got = glue_metrics(("pearson", "spearmanr"), np.array(preds), np.array(labels))
     assert all(np.isnan(v) for v in got.values()), got
     err = capsys.readouterr().err
@@ -207,7 +207,7 @@ def test_f1_with_no_positive_anywhere_is_nan_and_said_never_zero(capsys, monkeyp
     into a GLUE score. NaN (null in metrics.json) with a warning, as an undefined correlation; a
     positive on either side keeps F1 defined, 0.0 where none is found (every path that scores
     a classifier: training's evaluation, toolkit eval and in-context prompting call compute_metrics)."""
-    monkeypatch.setattr("toolkit.tasks._classification._SAID", set())
+    monkeypatch.setattr("toolkit.quiet._SAID", set())
     got = task.compute_metrics(np.array([0, 0, 0]), np.array([0, 0, 0]))
     assert np.isnan(got["f1"]) and got["accuracy"] == 1.0
     assert ("warning: f1 is undefined (the positive class, label id 1, is in neither the labels nor the predictions "
@@ -233,7 +233,7 @@ def test_matthews_correlation_of_labels_of_one_class_is_nan_and_said_never_zero(
     score. NaN (null in metrics.json) with a warning, as an undefined F1 or correlation; constant
     predictions against labels that vary stay 0.0, as GLUE scores a majority-class baseline (every
     path that scores a classifier calls compute_metrics)."""
-    monkeypatch.setattr("toolkit.tasks._classification._SAID", set())
+    monkeypatch.setattr("toolkit.quiet._SAID", set())
     labels = np.full(4, label)
     for preds in (labels, np.array([0, 1, 0, 1])):
         got = task.compute_metrics(preds, labels)["matthews_correlation"]

@@ -176,7 +176,7 @@ def test_a_score_of_no_entity_is_undefined_never_zero(capsys, monkeypatch, true,
     by the model, as F1 0.0, precision 0.0 and recall 0.0 (a model that found nothing, where it was
     right on every word), exit 0. A score whose denominator is 0 is NaN (null in metrics.json) with
     a warning, as a GLUE F1 of no positive anywhere is; defined scores stay seqeval's."""
-    monkeypatch.setattr("toolkit.tasks._classification._SAID", set())
+    monkeypatch.setattr("toolkit.quiet._SAID", set())
     got = entity_scores(true, pred)
     assert {k for k, v in got.items() if np.isnan(v)} == undefined
     err = capsys.readouterr().err

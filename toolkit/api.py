@@ -105,7 +105,8 @@ def _one_line(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            with quiet.as_found(), hub.as_found(), _generators_as_found(), _compiler_as_found():  # the caller's process as it was
+            with quiet.as_found(), hub.as_found(), _generators_as_found(), _compiler_as_found(), \
+                    _accelerate_as_found():  # the caller's process as it was
                 return fn(*args, **kwargs)
         except OSError as exc:
             if not _unwritable(exc):
@@ -128,19 +129,48 @@ def _compiler_as_found() -> Iterator[None]:
             compiling.settings_as_found()
 
 
+ACCELERATE_STATES = ("PartialState", "AcceleratorState", "GradientState")
+
+
+@contextmanager
+def _accelerate_as_found() -> Iterator[None]:
+    """accelerate's process-wide states (PartialState, AcceleratorState, GradientState: one shared
+    dict each, which every Accelerator reads) put back as the call found them. A run, eval or
+    predict left the state of its own Accelerator set: a notebook's `Accelerator(mixed_precision=
+    "bf16")` after `toolkit.run` raised "AcceleratorState has already been initialized ... restart
+    your runtime", and an Accelerator the notebook made before the call computed in the run's
+    precision afterwards (its fp32, not the bf16 it was made with). A state empty before the call
+    (accelerate not imported yet) is empty after it, as in a fresh process."""
+    module = sys.modules.get("accelerate.state")
+    kept = {name: dict(getattr(module, name)._shared_state) for name in ACCELERATE_STATES} if module else {}
+    try:
+        yield
+    finally:
+        module = sys.modules.get("accelerate.state")
+        if module is not None:
+            for name in ACCELERATE_STATES:
+                shared = getattr(module, name)._shared_state  # modified in place: the instances' __dict__
+                shared.clear()
+                shared.update(kept.get(name, {}))
+
+
 @contextmanager
 def _generators_as_found() -> Iterator[None]:
-    """A run seeds the global random generators (random, numpy, torch) with its recipe's seed;
-    the caller's states are put back after the call: a notebook's own sampling after `toolkit.run`
-    repeated the same numbers after every run. numpy first imported during the call is seeded
-    from the system's entropy, as its import does; torch's import seeds it with a constant anyway."""
+    """A run seeds the global random generators (random, numpy, torch and CUDA's) with its
+    recipe's seed; the caller's states are put back after the call: a notebook's own sampling
+    after `toolkit.run` repeated the same numbers after every run. A library first imported during
+    the call is seeded from the system's entropy, as its import does (numpy's and torch's both:
+    `import toolkit; toolkit.run(...); import torch` drew the run's numbers in every session). CUDA
+    not yet initialized before the call is seeded as its initialization would have seeded it: with
+    torch's seed as found (torch.manual_seed(7) before the call seeds CUDA with 7 when it starts)."""
     import random
     import sys
 
     np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    cuda = torch is not None and torch.cuda.is_initialized()
     kept = {"random": random.getstate(), "numpy": np and np.random.get_state(),
-            "torch": torch and torch.random.get_rng_state(),
-            "cuda": torch and torch.cuda.is_initialized() and torch.cuda.get_rng_state_all()}
+            "torch": torch and torch.random.get_rng_state(), "torch_seed": torch and torch.initial_seed(),
+            "cuda": cuda and torch.cuda.get_rng_state_all()}
     try:
         yield
     finally:
@@ -148,21 +178,28 @@ def _generators_as_found() -> Iterator[None]:
         np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
         if np is not None:
             np.random.set_state(kept["numpy"]) if kept["numpy"] else np.random.seed()
-        if torch is not None and kept["torch"] is not None:
+        if torch is not None and kept["torch"] is None:
+            torch.seed()  # first imported here: entropy, for the CPU and every GPU, as its import gives
+        elif torch is not None:
             torch.random.set_rng_state(kept["torch"])
             if kept["cuda"]:
                 torch.cuda.set_rng_state_all(kept["cuda"])
+            elif torch.cuda.is_initialized():  # started during the call: as its start would have seeded it
+                torch.cuda.manual_seed_all(kept["torch_seed"])
 
 
 @dataclass(frozen=True)
 class Run:
     """A run folder (runs/<recipe>/<hash>) and what it wrote; a path itself (os.PathLike), so
-    `toolkit.predict(run, ...)` takes it as it is."""
+    `toolkit.predict(run, ...)` takes it as it is. The folder is held as an absolute path, the
+    one it named where it was made: with a relative runs_dir, a notebook's `%cd` (os.chdir) after
+    `toolkit.run` made `run.metrics` {} (read as "not finished") and predict "no recipe.yaml
+    here", exit 0 for the first."""
 
     dir: Path
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dir", Path(check(self.dir, PathArg, "Run: dir")))
+        object.__setattr__(self, "dir", Path(check(self.dir, PathArg, "Run: dir")).absolute())
 
     def __fspath__(self) -> str:
         return str(self.dir)
@@ -284,7 +321,8 @@ def _scored_here(folder: Path, split: str) -> None:
 @typed
 def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None, *,
              task_from: PathArg | None = None) -> dict:
-    """Score a finished run on a split with its task's metrics (also writes eval-<split>.json).
+    """Score a finished run on a split with its task's metrics (also writes eval-<split>.json, and
+    returns what it holds: an undefined score is None, as in `Run.metrics`).
     `task_from`: score on the task of another recipe (a path or a shipped name), as
     `toolkit eval --task-from` does."""
     folder, items = _run_folder(run_dir), override_list(overrides)
@@ -296,7 +334,9 @@ def evaluate(run_dir: PathArg, split: str = "eval", overrides: Overrides = None,
 
     with runs.reading(folder, "evaluate"):  # not the old model into a folder a --force rerun clears
         _data_of_the_run(folder, items, source)
-        return inference.evaluate_run(folder, split, items, source)
+        # what eval-<split>.json holds: a score the data leaves undefined is None, as in run.metrics
+        # (it was NaN here and null in the files: `evaluate(run)["eval"] == run.metrics["eval"]` was False)
+        return runs.finite(inference.evaluate_run(folder, split, items, source))
 
 
 def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) -> None:

@@ -38,6 +38,19 @@ LOG_NOISE: list[tuple[str, str, str]] = [
 ]
 
 
+# Lines a library call says once (quiet.once): once per command, and once per call of the Python
+# API (as_found starts each call with none said, as a fresh process).
+_SAID: set[str] = set()
+
+
+def once(line: str) -> bool:
+    """True the first time `line` is to be said in this command or API call."""
+    if line in _SAID:
+        return False
+    _SAID.add(line)
+    return True
+
+
 class _Drop(logging.Filter):
     """Drops the records whose message matches one of LOG_NOISE's patterns."""
 
@@ -119,14 +132,20 @@ def as_found() -> Iterator[None]:
     """What quiet sets for a call of the Python API is put back after it: the warning filters,
     the libraries' log levels and filters, their progress bars and TOKENIZERS_PARALLELISM. They
     stayed set, so a notebook's own transformers / datasets work after `toolkit.run` showed no
-    warning and no progress bar. A library first imported during the call gets its defaults."""
+    warning and no progress bar. A library first imported during the call gets its defaults.
+    The call starts with no line said (`once`): a warning an earlier call had said (a score
+    recorded as null because the labels do not vary) was not said by the next call, exit 0."""
     filters, parallel = list(warnings.filters), os.environ.get("TOKENIZERS_PARALLELISM")
+    said = set(_SAID)
+    _SAID.clear()
     names = (*LIBRARIES, *(name for name, _, _ in LOG_NOISE))
     loggers = {name: (logging.getLogger(name).level, list(logging.getLogger(name).filters)) for name in names}
     bars = _bars()
     try:
         yield
     finally:
+        _SAID.clear()
+        _SAID.update(said)
         warnings.filters[:] = filters
         warnings._filters_mutated()  # type: ignore[attr-defined]  # the caches of `warn` forget the old filters
         if parallel is None:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from toolkit import quiet
 from toolkit.lazy import lazy
 from toolkit.errors import UserError
 from toolkit.schema import added
@@ -69,9 +70,6 @@ def classification_metrics(names: tuple[str, ...] | list[str], preds: np.ndarray
     return out
 
 
-_SAID: set[str] = set()
-
-
 def correlation(stats: Any, name: str, preds: np.ndarray, labels: np.ndarray) -> float:
     """Pearson or Spearman as scipy (and `evaluate`'s GLUE metric) computes them. Undefined where
     either side does not vary (a model that predicts one value, a split of one example): NaN,
@@ -86,10 +84,9 @@ def correlation(stats: Any, name: str, preds: np.ndarray, labels: np.ndarray) ->
 
 
 def undefined(line: str) -> float:
-    """NaN for a score the data leaves undefined, its warning line said once per process (not at
-    every evaluation)."""
-    if os.environ.get("RANK", "0") == "0" and line not in _SAID:
-        _SAID.add(line)
+    """NaN for a score the data leaves undefined, its warning line said once per command or API
+    call (not at every evaluation: quiet.once)."""
+    if os.environ.get("RANK", "0") == "0" and quiet.once(line):
         print(line, file=sys.stderr)
     return float("nan")
 
