@@ -391,6 +391,86 @@ def test_references_rouge_reads_as_nothing_are_said_by_run_and_eval_and_a_train_
     assert not (run / "eval-train.json").exists()
 
 
+def _several_references(tmp_path: Path, name: str, fmt: str) -> tuple[str, Path, Path, list[list[str]]]:
+    """A train file (one target each, JSONL), an eval file in `fmt` whose targets are lists of
+    references (one, two or three), the same file with each list's
+    first reference alone, and the references; the task settings reading them."""
+    sources = [f"the {w} car is fast" for w in ("red", "blue", "green", "black")]
+    refs = [["red car", "a red car", "the car is red"], ["blue car"], ["green car", "car green"], ["black car", "dark car"]]
+    src, tgt = ("dialogue", "summary") if name == "summarization" else ("en", "de")
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({src: s, tgt: r[0]}) + "\n" for s, r in zip(sources, refs)))
+    records = [{src: s, tgt: r} for s, r in zip(sources, refs)]  # one reference: a list of one
+    firsts = [{src: s, tgt: r[0]} for s, r in zip(sources, refs)]
+    for path, rows in ((tmp_path / f"eval.{fmt}", records), (tmp_path / f"firsts.{fmt}", firsts)):
+        path.write_text(json.dumps({"data": rows}, indent=1) if fmt == "json"
+                        else "".join(json.dumps(r) + "\n" for r in rows))
+    task = (f"{{name: {name}, subset: custom, train_file: {tmp_path / 'train.jsonl'}, "
+            f"eval_file: {tmp_path / f'eval.{fmt}'}, max_length: 16, max_target_length: 8, "
+            f"generation: {{max_new_tokens: 4}}{', source_lang: en, target_lang: de' * (name == 'translation')}}}")
+    return task, tmp_path / f"eval.{fmt}", tmp_path / f"firsts.{fmt}", refs
+
+
+def _reference_scores(name: str, predictions: list[str], refs: list[Any]) -> dict[str, float]:
+    """sacreBLEU's multi-reference corpus scores (streams, None where an example has fewer) or
+    rouge-score's score_multi mean, each on its own, on `predictions`."""
+    import sacrebleu
+    from rouge_score import rouge_scorer
+
+    lists = [[r] if isinstance(r, str) else r for r in refs]
+    if name == "translation":
+        streams = [[r[j] if j < len(r) else None for r in lists] for j in range(max(map(len, lists)))]
+        return {"bleu": sacrebleu.corpus_bleu(predictions, streams).score,
+                "chrf": sacrebleu.corpus_chrf(predictions, streams).score}
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
+    scores = [scorer.score_multi(r, p) for p, r in zip(predictions, lists)]
+    return {k: sum(s[k].fmeasure for s in scores) / len(scores) for k in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+@pytest.mark.parametrize("name", ["summarization", "translation"])
+def test_an_eval_files_lists_of_references_are_scored_by_every_entry_point_as_the_reference_tools(
+        tmp_path: Path, cli, tiny_checkpoint, name: str, fmt: str) -> None:
+    """Finding: an eval file whose target is a list of references (as sacreBLEU and evaluate's
+    rouge take several) was refused at its line, `'summary' is a list, expected text`, though the
+    scorer takes several. Now, in JSON(L) eval files, a target that is a list of texts is that
+    example's references: the run's evaluation, `toolkit eval` and the API's evaluate score them
+    as sacreBLEU's multi-reference API and rouge-score's score_multi do on the same predictions,
+    predictions.jsonl holds them all, metric_info says nrefs, and the eval loss is the first
+    reference's (the one target the model is taught): equal to the loss on the file of firsts,
+    which scores as one reference each. A train file's list is one line."""
+    import toolkit
+
+    task, eval_file, firsts, refs = _several_references(tmp_path, name, fmt)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bart"), task=task,
+                                                             steps=1, lr=1.0e-3))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    run = only_run(tmp_path / "runs")
+    rows = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
+    assert [r["references"] for r in rows] == refs
+    predictions = [r["prediction"] for r in rows]
+    want = _reference_scores(name, predictions, refs)
+    nrefs = {"translation": ("bleu_signature", "nrefs:var|"), "summarization": ("rouge_references", "nrefs:var|")}[name]
+    metrics = json.loads((run / "metrics.json").read_text())
+    code, _, err = cli("eval", run)
+    assert code == 0, err
+    scored = {"run": metrics, "toolkit eval": json.loads((run / "eval-eval.json").read_text()),
+              "api": toolkit.evaluate(run)}
+    for entry, got in scored.items():
+        assert {k: got["eval"][k] for k in want} == pytest.approx(want, abs=1e-9), entry
+        assert got["metric_info"][nrefs[0]].startswith(nrefs[1]), entry
+    assert [json.loads(line)["references"] for line in (run / "predictions-eval.jsonl").read_text().splitlines()] == refs
+    one = toolkit.evaluate(run, overrides=[f"task.eval_file={firsts}"])  # each list's first alone: as before
+    assert one["eval"]["loss"] == pytest.approx(metrics["eval"]["loss"], rel=1e-6)
+    assert {k: one["eval"][k] for k in want} == pytest.approx(
+        _reference_scores(name, predictions, [r[0] for r in refs]), abs=1e-9)
+    assert nrefs[0] not in one["metric_info"] or one["metric_info"][nrefs[0]].startswith("nrefs:1|")
+    code, _, err = cli("eval", run, "--split", "train", f"task.train_file={eval_file}")
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(f"error: {eval_file}:") and \
+        "'s target is one text" in err.strip().splitlines()[-1], err
+
+
 def _gz(path: Path, lines: list[str]) -> Path:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))
