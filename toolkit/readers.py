@@ -1103,7 +1103,7 @@ def first_in_file(path: Path, fmt: str, column: str, field: str | None, bad: Any
     if fmt not in ("json", "jsonl"):
         return None
     try:
-        for i, record in enumerate(_records(path, fmt, field)):
+        for i, record in enumerate(_json_records(path, fmt, field)):
             if isinstance(record, dict) and column in record and bad(record[column]):
                 return i, record[column]
     except (OSError, ValueError, KeyError, TypeError):
@@ -1111,7 +1111,7 @@ def first_in_file(path: Path, fmt: str, column: str, field: str | None, bad: Any
     return None
 
 
-def _records(path: Path, fmt: str, field: str | None) -> Any:
+def _json_records(path: Path, fmt: str, field: str | None) -> Any:
     """The records of a JSON(L) file as Python values, in file order (`field`: a JSON document's
     list of records)."""
     if fmt == "jsonl":
@@ -1138,7 +1138,7 @@ def values_in_file(path: Path, fmt: str, column: str, field: str | None) -> list
     if fmt not in ("json", "jsonl"):
         return None
     try:
-        return [value(record) for record in _records(path, fmt, field)]
+        return [value(record) for record in _json_records(path, fmt, field)]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
