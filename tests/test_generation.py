@@ -471,6 +471,91 @@ def test_an_eval_files_lists_of_references_are_scored_by_every_entry_point_as_th
         "'s target is one text" in err.strip().splitlines()[-1], err
 
 
+def _write_records(path: Path, rows: list[dict]) -> Path:
+    path.write_text(json.dumps({"data": rows}, indent=1, ensure_ascii=False) if path.suffix == ".json"
+                    else "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _pair_task(name: str, **files: str) -> Any:
+    from toolkit.tasks import TASKS
+
+    extra = {"source_lang": "en", "target_lang": "de"} if name == "translation" else \
+        {"source_field": "dialogue", "target_field": "summary"}
+    return TASKS.get(name)(subset="custom", **files, **extra)
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+@pytest.mark.parametrize("name", ["summarization", "translation"])
+@pytest.mark.parametrize("bad, said", [
+    ([["a car"], []], r":\d+: '{t}' is an empty list; an eval record needs at least one reference text"),
+    ([["a car"], ["a car", "  "]], r":\d+: reference 2 of '{t}' is empty; every record needs some text"),
+    ([["a car"], ["a car", 3]], r":\d+: '{t}' holds a reference that is a number; each reference is a text"),
+    ([["a car"], ["a car", None]], r":\d+: '{t}' holds a reference that is missing \(null\)"),
+    ([["a car", "one car"], "a car"], None),  # a text beside lists: one type per field
+], ids=["empty-list", "blank-reference", "number", "null", "text-beside-lists"])
+def test_an_eval_files_references_are_each_checked_at_their_line_and_a_train_files_list_refused(
+        tmp_path: Path, name: str, fmt: str, bad: list, said: str | None) -> None:
+    """The rule of reading references (`read_records`' role): in an eval file each reference of a
+    list is checked as a text is, at its record's line and by its number; a train file's list is
+    one line saying training takes one target; CSV stays one target a cell."""
+    src, tgt = ("dialogue", "summary") if name == "summarization" else ("en", "de")
+    path = _write_records(tmp_path / f"e.{fmt}", [{src: f"the car {i}", tgt: t} for i, t in enumerate(bad)])
+    task = _pair_task(name, eval_file=str(path))
+    with pytest.raises(UserError) as caught:
+        task.load()
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith(f"{path}:"), line
+    if said is not None and fmt == "json" and "number" in said:
+        assert "could not be read as json" in line  # pyarrow refuses the list first, in one line
+    elif said is not None:
+        assert re.search(said.format(t=tgt), line), line
+    else:
+        assert re.search(rf"'{tgt}' is (a string|a text) here but (a list|a list of references) at (line|record) \d", line), line
+    good = _write_records(tmp_path / f"g.{fmt}", [{src: "the red car", tgt: ["red car", "a red car"]}])
+    train = _write_records(tmp_path / f"t.{fmt}", [{src: "the red car", tgt: ["red car", "a red car"]}])
+    with pytest.raises(UserError, match=rf"{re.escape(str(train))}:\d+: '{tgt}' is a list \(2 texts\), and a train "
+                                        r"file's target is one text: training reads one target per record"):
+        _pair_task(name, train_file=str(train), eval_file=str(good)).load()
+    data = _pair_task(name, eval_file=str(good)).load()
+    assert data["eval"][""]["target"] == [["red car", "a red car"]]
+
+
+@pytest.mark.parametrize("name", ["summarization", "translation"])
+def test_every_reference_is_checked_and_counted_as_a_target_is(tmp_path: Path, name: str) -> None:
+    """Downstream of several references per example: the metric's script checks read every
+    reference (ROUGE: an unreadable one named by row and reference, an example all of whose
+    references are unreadable by its row; 13a BLEU: the letters of all references), and the
+    generation budget counts every reference (a longer second one no output can reach)."""
+    src, tgt = ("dialogue", "summary") if name == "summarization" else ("en", "de")
+    odd = {"summarization": "Мария рассказала Ивану о поездке.", "translation": "玛丽告诉约翰她去了北京。"}[name]
+    english = "Mary went home."
+    rows = [[english, odd]] * 3 + [[odd, odd]]  # the odd script: over half the letters of all references
+    path = _write_records(tmp_path / "e.jsonl", [{src: f"Text {i}.", tgt: r} for i, r in enumerate(rows)])
+    task = _pair_task(name, eval_file=str(path))
+    if name == "translation":
+        with pytest.raises(UserError, match="task.bleu_tokenize: '13a' splits words at spaces, and .* Chinese"):
+            task.load()
+    else:
+        task.load()
+        notes = task.notices()
+        assert ("3 examples in " in notes["rouge unread beside eval"]
+                and "row 1, reference 2: " in notes["rouge unread beside eval"]), notes
+        assert notes["rouge unread eval"].startswith(f"1 of 4 examples in {path} hold no letter"), notes
+    long = " ".join(["a very long sentence"] * 6)
+    path = _write_records(tmp_path / "b.jsonl", [{src: "a dog", tgt: ["two dogs", long]}, {src: "a dog", tgt: ["a dog"]}])
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "bart-base")
+    from toolkit.tasks._generation import Generation
+
+    task = _pair_task(name, eval_file=str(path))
+    task.generation, task.max_target_length = Generation(max_new_tokens=10), 64
+    task.model_head("bart")
+    encoded = task.encode(task.load()["eval"][""], tok)
+    assert task.notices()["over budget"].startswith(f"1 of 3 {task.names[1]} are longer than generation.max_new_tokens=10")
+    order = np.argsort(encoded["example_index"])  # the loss's target: each example's first reference
+    assert [tok.decode(encoded["labels"][i], skip_special_tokens=True) for i in order] == ["two dogs", "a dog"]
+
+
 def _gz(path: Path, lines: list[str]) -> Path:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))

@@ -187,13 +187,14 @@ class Summarization(TextToText):
         (a summary equal to its reference: 0, exit 0). Refused before training, as translation
         refuses a BLEU tokenizer that does not split its target language. Fewer, each summary
         in which it finds no token at all (`rouge_unread`) is said: it scores 0 whatever the
-        model writes. `references`: each example's; with several, the letters of all of them
-        count, an example scores 0 whatever the model writes where every reference of it is
-        unread (said by its row), and an unread one beside readable ones is said apart (by row and
-        reference: it is never the best, so its example is scored on the others)."""
+        model writes. `references`: each example's; with several, an example is scored on its
+        best (`rouge`), so the share dropped is of each example's most readable reference, an
+        example scores 0 whatever the model writes where every reference of it is unread (said by
+        its row), and an unread one beside readable ones is said apart (by row and reference: it
+        is never the best, so its example is scored on the others)."""
         where = self.split_file(split)
         summaries = [r for refs in references for r in refs]
-        dropped = rouge_dropped(summaries)
+        dropped = rouge_dropped([min(refs, key=lambda r: rouge_dropped([r])) for refs in references])
         if dropped > ROUGE_DROPPED_MAX:
             raise UserError(f"task.{split}_file: {dropped:.0%} of the letters in the reference summaries of "
                             f"{where} are outside a-z and 0-9, which ROUGE's tokenizer (rouge-score, as "
