@@ -465,6 +465,8 @@ def test_an_eval_files_lists_of_references_are_scored_by_every_entry_point_as_th
     assert {k: one["eval"][k] for k in want} == pytest.approx(
         _reference_scores(name, predictions, [r[0] for r in refs]), abs=1e-9)
     assert nrefs[0] not in one["metric_info"] or one["metric_info"][nrefs[0]].startswith("nrefs:1|")
+    code, out, err = cli("predict", run, "--input", eval_file)  # new inputs: the source alone is read
+    assert code == 0 and [json.loads(line)["prediction"] for line in out.splitlines()] == predictions, err
     code, _, err = cli("eval", run, "--split", "train", f"task.train_file={eval_file}")
     assert code == 2 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith(f"error: {eval_file}:") and \
@@ -519,6 +521,19 @@ def test_an_eval_files_references_are_each_checked_at_their_line_and_a_train_fil
         _pair_task(name, train_file=str(train), eval_file=str(good)).load()
     data = _pair_task(name, eval_file=str(good)).load()
     assert data["eval"][""]["target"] == [["red car", "a red car"]]
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_references_inside_run_translations_object_are_read_as_in_flat_records(tmp_path: Path, fmt: str) -> None:
+    """run_translation's layout (`{"translation": {"en": ..., "de": [...]}}`, its fields lifted by
+    `readers.lift_nested`) holds its lists of references as flat records do."""
+    rows = [{"translation": {"en": "the red car", "de": ["rotes Auto", "ein rotes Auto"]}},
+            {"translation": {"en": "the blue car", "de": ["blaues Auto"]}}]
+    path = _write_records(tmp_path / f"n.{fmt}", rows)
+    data = _pair_task("translation", eval_file=str(path)).load()
+    assert data["eval"][""]["target"] == [["rotes Auto", "ein rotes Auto"], ["blaues Auto"]]
+    with pytest.raises(UserError, match=r"'de' is a list \(2 texts\), and a train file's target is one text"):
+        _pair_task("translation", train_file=str(path), eval_file=str(path)).load()
 
 
 @pytest.mark.parametrize("name", ["summarization", "translation"])

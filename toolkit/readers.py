@@ -1124,16 +1124,18 @@ def values_in_file(path: Path, fmt: str, column: str, field: str | None) -> list
     """Each record's `column` as the JSON(L) file holds it (None where a record lacks it), in
     record order: a column of mixed JSON types reaches the table as JSON text, in which a string
     that parses as JSON ("[1]") is kept as the value it spells (`first_in_file`), so its values
-    are taken from the file itself. A lifted field (`a.b`, `lift_nested`) is looked up inside its
-    object. None where the file cannot be walked so."""
+    are taken from the file itself. A lifted field (`a.b`, or `b` named by its own name,
+    `lift_nested`) is looked up inside its object. None where the file cannot be walked so."""
     def value(record: Any) -> Any:
         if not isinstance(record, dict):
             return None
-        if column in record or "." not in column:
-            return record.get(column)
-        for key in column.split("."):
-            record = record.get(key) if isinstance(record, dict) else None
-        return record
+        if column in record:
+            return record[column]
+        if "." in column:
+            for key in column.split("."):
+                record = record.get(key) if isinstance(record, dict) else None
+            return record
+        return next((inner[column] for inner in record.values() if isinstance(inner, dict) and column in inner), None)
 
     if fmt not in ("json", "jsonl"):
         return None
