@@ -391,23 +391,21 @@ def test_references_rouge_reads_as_nothing_are_said_by_run_and_eval_and_a_train_
     assert not (run / "eval-train.json").exists()
 
 
-def _several_references(tmp_path: Path, name: str, fmt: str) -> tuple[str, Path, Path, list[list[str]]]:
-    """A train file (one target each, JSONL), an eval file in `fmt` whose targets are lists of
-    references (one, two or three), the same file with each list's
-    first reference alone, and the references; the task settings reading them."""
+def _several_references(tmp_path: Path, name: str) -> tuple[str, dict[str, Path], Path, list[list[str]]]:
+    """A train file (one target each, JSONL), the eval file as JSONL and as JSON (`{"data": [...]}`)
+    whose targets are lists of references (one, two or three), a JSONL file of each list's first
+    reference alone, and the references; the task settings reading them (the JSONL eval file)."""
     sources = [f"the {w} car is fast" for w in ("red", "blue", "green", "black")]
     refs = [["red car", "a red car", "the car is red"], ["blue car"], ["green car", "car green"], ["black car", "dark car"]]
     src, tgt = ("dialogue", "summary") if name == "summarization" else ("en", "de")
     (tmp_path / "train.jsonl").write_text("".join(json.dumps({src: s, tgt: r[0]}) + "\n" for s, r in zip(sources, refs)))
     records = [{src: s, tgt: r} for s, r in zip(sources, refs)]  # one reference: a list of one
-    firsts = [{src: s, tgt: r[0]} for s, r in zip(sources, refs)]
-    for path, rows in ((tmp_path / f"eval.{fmt}", records), (tmp_path / f"firsts.{fmt}", firsts)):
-        path.write_text(json.dumps({"data": rows}, indent=1) if fmt == "json"
-                        else "".join(json.dumps(r) + "\n" for r in rows))
+    evals = {fmt: _write_records(tmp_path / f"eval.{fmt}", records) for fmt in ("jsonl", "json")}
+    firsts = _write_records(tmp_path / "firsts.jsonl", [{src: s, tgt: r[0]} for s, r in zip(sources, refs)])
     task = (f"{{name: {name}, subset: custom, train_file: {tmp_path / 'train.jsonl'}, "
-            f"eval_file: {tmp_path / f'eval.{fmt}'}, max_length: 16, max_target_length: 8, "
+            f"eval_file: {evals['jsonl']}, max_length: 16, max_target_length: 8, "
             f"generation: {{max_new_tokens: 4}}{', source_lang: en, target_lang: de' * (name == 'translation')}}}")
-    return task, tmp_path / f"eval.{fmt}", tmp_path / f"firsts.{fmt}", refs
+    return task, evals, firsts, refs
 
 
 def _reference_scores(name: str, predictions: list[str], refs: list[Any]) -> dict[str, float]:
@@ -426,21 +424,21 @@ def _reference_scores(name: str, predictions: list[str], refs: list[Any]) -> dic
     return {k: sum(s[k].fmeasure for s in scores) / len(scores) for k in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
 
 
-@pytest.mark.parametrize("fmt", ["json", "jsonl"])
 @pytest.mark.parametrize("name", ["summarization", "translation"])
 def test_an_eval_files_lists_of_references_are_scored_by_every_entry_point_as_the_reference_tools(
-        tmp_path: Path, cli, tiny_checkpoint, name: str, fmt: str) -> None:
+        tmp_path: Path, cli, tiny_checkpoint, name: str) -> None:
     """Finding: an eval file whose target is a list of references (as sacreBLEU and evaluate's
     rouge take several) was refused at its line, `'summary' is a list, expected text`, though the
     scorer takes several. Now, in JSON(L) eval files, a target that is a list of texts is that
-    example's references: the run's evaluation, `toolkit eval` and the API's evaluate score them
-    as sacreBLEU's multi-reference API and rouge-score's score_multi do on the same predictions,
-    predictions.jsonl holds them all, metric_info says nrefs, and the eval loss is the first
-    reference's (the one target the model is taught): equal to the loss on the file of firsts,
-    which scores as one reference each. A train file's list is one line."""
+    example's references: the run's evaluation, `toolkit eval` and the API's evaluate (on the
+    JSONL file and on the same records as JSON) score them as sacreBLEU's multi-reference API and
+    rouge-score's score_multi do on the same predictions, predictions.jsonl holds them all,
+    metric_info says nrefs, and the eval loss is the first reference's (the one target the model
+    is taught): equal to the loss on the file of firsts, which scores as one reference each.
+    predict reads the file's sources; a train file's list is one line."""
     import toolkit
 
-    task, eval_file, firsts, refs = _several_references(tmp_path, name, fmt)
+    task, evals, firsts, refs = _several_references(tmp_path, name)
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bart"), task=task,
                                                              steps=1, lr=1.0e-3))
     code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
@@ -450,26 +448,29 @@ def test_an_eval_files_lists_of_references_are_scored_by_every_entry_point_as_th
     assert [r["references"] for r in rows] == refs
     predictions = [r["prediction"] for r in rows]
     want = _reference_scores(name, predictions, refs)
-    nrefs = {"translation": ("bleu_signature", "nrefs:var|"), "summarization": ("rouge_references", "nrefs:var|")}[name]
-    metrics = json.loads((run / "metrics.json").read_text())
-    code, _, err = cli("eval", run)
-    assert code == 0, err
-    scored = {"run": metrics, "toolkit eval": json.loads((run / "eval-eval.json").read_text()),
-              "api": toolkit.evaluate(run)}
+    nrefs = {"translation": "bleu_signature", "summarization": "rouge_references"}[name]
+    scored = {"run": json.loads((run / "metrics.json").read_text())}
+    for fmt, path in evals.items():
+        code, _, err = cli("eval", run, f"task.eval_file={path}")
+        assert code == 0, err
+        scored[f"toolkit eval {fmt}"] = json.loads((run / "eval-eval.json").read_text())
+        assert [json.loads(line)["references"] for line in (run / "predictions-eval.jsonl").read_text().splitlines()] \
+            == refs, fmt
+        scored[f"api {fmt}"] = toolkit.evaluate(run, overrides=[f"task.eval_file={path}"])
     for entry, got in scored.items():
         assert {k: got["eval"][k] for k in want} == pytest.approx(want, abs=1e-9), entry
-        assert got["metric_info"][nrefs[0]].startswith(nrefs[1]), entry
-    assert [json.loads(line)["references"] for line in (run / "predictions-eval.jsonl").read_text().splitlines()] == refs
+        assert got["metric_info"][nrefs].startswith("nrefs:var|"), entry
+        assert got["eval"]["loss"] == pytest.approx(scored["run"]["eval"]["loss"], rel=1e-6), entry
     one = toolkit.evaluate(run, overrides=[f"task.eval_file={firsts}"])  # each list's first alone: as before
-    assert one["eval"]["loss"] == pytest.approx(metrics["eval"]["loss"], rel=1e-6)
+    assert one["eval"]["loss"] == pytest.approx(scored["run"]["eval"]["loss"], rel=1e-6)
     assert {k: one["eval"][k] for k in want} == pytest.approx(
         _reference_scores(name, predictions, [r[0] for r in refs]), abs=1e-9)
-    assert nrefs[0] not in one["metric_info"] or one["metric_info"][nrefs[0]].startswith("nrefs:1|")
-    code, out, err = cli("predict", run, "--input", eval_file)  # new inputs: the source alone is read
+    assert nrefs not in one["metric_info"] or one["metric_info"][nrefs].startswith("nrefs:1|")
+    code, out, err = cli("predict", run, "--input", evals["jsonl"])  # new inputs: the source alone is read
     assert code == 0 and [json.loads(line)["prediction"] for line in out.splitlines()] == predictions, err
-    code, _, err = cli("eval", run, "--split", "train", f"task.train_file={eval_file}")
+    code, _, err = cli("eval", run, "--split", "train", f"task.train_file={evals['json']}")
     assert code == 2 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1].startswith(f"error: {eval_file}:") and \
+    assert err.strip().splitlines()[-1].startswith(f"error: {evals['json']}:") and \
         "'s target is one text" in err.strip().splitlines()[-1], err
 
 

@@ -498,6 +498,12 @@ class TextToText(TokenTask):
         target = row["target"]
         return target if isinstance(target, str) else target[0]
 
+    def other_references(self, row: dict) -> list[str]:
+        """The references of a row besides the one it is taught (`target_text`): an eval file's
+        list past its first; none for a text."""
+        target = row.get("target")
+        return list(target[1:]) if isinstance(target, list) else []
+
     def references(self, raw: Any) -> list[list[str]]:
         """Each example's references: its target, or each of them where a reader gives a list
         (the metrics score several references per example, `_text_metrics.reference_lists`)."""
@@ -632,7 +638,7 @@ class TextToText(TokenTask):
         rows = dataset.to_list()
         sources = [self.source_text(r) for r in rows]
         targets = [self.target_text(r) for r in rows]
-        others = [t for r in rows if not isinstance(r["target"], str) for t in r["target"][1:]]  # scored, not taught
+        others = [t for r in rows for t in self.other_references(r)]  # scored, not taught
         self._note_case(tokenizer, targets + others)
         if others:  # a reference past the generation budget is one no output can reach, as a target is
             self.note_budget(self._budget_lengths(tokenizer, others))
