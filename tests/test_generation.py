@@ -495,8 +495,9 @@ def _pair_task(name: str, **files: str) -> Any:
     ([["a car"], ["a car", "  "]], r":\d+: reference 2 of '{t}' is empty; every record needs some text"),
     ([["a car"], ["a car", 3]], r":\d+: '{t}' holds a reference that is a number; each reference is a text"),
     ([["a car"], ["a car", None]], r":\d+: '{t}' holds a reference that is missing \(null\)"),
+    ([["a car"], None], r":\d+: '{t}' is missing; every record needs it"),
     ([["a car", "one car"], "a car"], None),  # a text beside lists: one type per field
-], ids=["empty-list", "blank-reference", "number", "null", "text-beside-lists"])
+], ids=["empty-list", "blank-reference", "number", "null", "no-target", "text-beside-lists"])
 def test_an_eval_files_references_are_each_checked_at_their_line_and_a_train_files_list_refused(
         tmp_path: Path, name: str, fmt: str, bad: list, said: str | None) -> None:
     """The rule of reading references (`read_records`' role): in an eval file each reference of a

@@ -215,7 +215,7 @@ def reference_lists(ds: Any, name: str, path: Path, fmt: str, field: str | None,
                     note: Callable[[str, str], None] | None, role: str) -> Any:
     """`ds` with target field `name` as each record's list of references, where a record of the
     JSON(L) file gives a list (None where none does: the field is checked as text). In an eval
-    file a target is a text or a non-empty list of texts, each checked as a text is (`check_text`:
+    file a target is then a non-empty list of texts, each checked as a text is (`check_text`:
     missing, blank, a byte order mark, a missing-value mark; one line naming the record's line and
     which reference). Every target is then a list (one type per field, as the JSON reader has it:
     a text beside lists is one line). In a train file a list is one line: teacher forcing trains
@@ -233,7 +233,9 @@ def reference_lists(ds: Any, name: str, path: Path, fmt: str, field: str | None,
                         f"read from an eval file, to score against); write one record per target, the source "
                         f"repeated, or keep one of them")
     for i, v in enumerate(values):
-        if v is not None and not isinstance(v, (str, list)):
+        if v is None:
+            raise UserError(f"{at(i)}: '{name}' is missing; every record needs it")
+        if not isinstance(v, (str, list)):
             raise UserError(f"{at(i)}: '{name}' is {readers.json_type(v)}, expected a list of texts "
                             "(the example's references)")
         if isinstance(v, list) and not v:
@@ -246,8 +248,8 @@ def reference_lists(ds: Any, name: str, path: Path, fmt: str, field: str | None,
     if text is not None:  # one type per field, as the JSON reader and datasets' json builder have it
         there = at(first)[len(str(path)) + 1:].strip()
         raise UserError(f"{at(text)}: '{name}' is a text here but a list of references at "
-                        f"{'line ' * there.isdigit()}{there}; where examples have several references every target is a list (one reference: a list "
-                        "of one text)")
+                        f"{'line ' * there.isdigit()}{there}; where examples have several references every target "
+                        "is a list (one reference: a list of one text)")
     lists = values
     for j in range(max(map(len, lists))):  # each reference as text, at its record's line
         column = [refs[j] if j < len(refs) else "-" for refs in lists]
