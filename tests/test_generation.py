@@ -416,6 +416,188 @@ def test_references_rouge_reads_as_nothing_are_said_by_run_and_eval_and_a_train_
     assert not (run / "eval-train.json").exists()
 
 
+def _several_references(tmp_path: Path, name: str) -> tuple[str, dict[str, Path], Path, list[list[str]]]:
+    """A train file (one target each, JSONL), the eval file as JSONL and as JSON (`{"data": [...]}`)
+    whose targets are lists of references (one, two or three), a JSONL file of each list's first
+    reference alone, and the references; the task settings reading them (the JSONL eval file)."""
+    sources = [f"the {w} car is fast" for w in ("red", "blue", "green", "black")]
+    refs = [["red car", "a red car", "the car is red"], ["blue car"], ["green car", "car green"], ["black car", "dark car"]]
+    src, tgt = ("dialogue", "summary") if name == "summarization" else ("en", "de")
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({src: s, tgt: r[0]}) + "\n" for s, r in zip(sources, refs)))
+    records = [{src: s, tgt: r} for s, r in zip(sources, refs)]  # one reference: a list of one
+    evals = {fmt: _write_records(tmp_path / f"eval.{fmt}", records) for fmt in ("jsonl", "json")}
+    firsts = _write_records(tmp_path / "firsts.jsonl", [{src: s, tgt: r[0]} for s, r in zip(sources, refs)])
+    task = (f"{{name: {name}, subset: custom, train_file: {tmp_path / 'train.jsonl'}, "
+            f"eval_file: {evals['jsonl']}, max_length: 16, max_target_length: 8, "
+            f"generation: {{max_new_tokens: 4}}{', source_lang: en, target_lang: de' * (name == 'translation')}}}")
+    return task, evals, firsts, refs
+
+
+def _reference_scores(name: str, predictions: list[str], refs: list[Any]) -> dict[str, float]:
+    """sacreBLEU's multi-reference corpus scores (streams, None where an example has fewer) or
+    rouge-score's score_multi mean, each on its own, on `predictions`."""
+    import sacrebleu
+    from rouge_score import rouge_scorer
+
+    lists = [[r] if isinstance(r, str) else r for r in refs]
+    if name == "translation":
+        streams = [[r[j] if j < len(r) else None for r in lists] for j in range(max(map(len, lists)))]
+        return {"bleu": sacrebleu.corpus_bleu(predictions, streams).score,
+                "chrf": sacrebleu.corpus_chrf(predictions, streams).score}
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
+    scores = [scorer.score_multi(r, p) for p, r in zip(predictions, lists)]
+    return {k: sum(s[k].fmeasure for s in scores) / len(scores) for k in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
+
+
+@pytest.mark.parametrize("name", ["summarization", "translation"])
+def test_an_eval_files_lists_of_references_are_scored_by_every_entry_point_as_the_reference_tools(
+        tmp_path: Path, cli, tiny_checkpoint, name: str) -> None:
+    """Finding: an eval file whose target is a list of references (as sacreBLEU and evaluate's
+    rouge take several) was refused at its line, `'summary' is a list, expected text`, though the
+    scorer takes several. Now, in JSON(L) eval files, a target that is a list of texts is that
+    example's references: the run's evaluation, `toolkit eval` and the API's evaluate (on the
+    JSONL file and on the same records as JSON) score them as sacreBLEU's multi-reference API and
+    rouge-score's score_multi do on the same predictions, predictions.jsonl holds them all,
+    metric_info says nrefs, and the eval loss is the first reference's (the one target the model
+    is taught): equal to the loss on the file of firsts, which scores as one reference each.
+    predict reads the file's sources; a train file's list is one line."""
+    import toolkit
+
+    task, evals, firsts, refs = _several_references(tmp_path, name)
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(checkpoint=tiny_checkpoint("bart"), task=task,
+                                                             steps=1, lr=1.0e-3))
+    code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    run = only_run(tmp_path / "runs")
+    rows = [json.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
+    assert [r["references"] for r in rows] == refs
+    predictions = [r["prediction"] for r in rows]
+    want = _reference_scores(name, predictions, refs)
+    nrefs = {"translation": "bleu_signature", "summarization": "rouge_references"}[name]
+    scored = {"run": json.loads((run / "metrics.json").read_text())}
+    for fmt, path in evals.items():
+        code, _, err = cli("eval", run, f"task.eval_file={path}")
+        assert code == 0, err
+        scored[f"toolkit eval {fmt}"] = json.loads((run / "eval-eval.json").read_text())
+        assert [json.loads(line)["references"] for line in (run / "predictions-eval.jsonl").read_text().splitlines()] \
+            == refs, fmt
+        scored[f"api {fmt}"] = toolkit.evaluate(run, overrides=[f"task.eval_file={path}"])
+    for entry, got in scored.items():
+        assert {k: got["eval"][k] for k in want} == pytest.approx(want, abs=1e-9), entry
+        assert got["metric_info"][nrefs].startswith("nrefs:var|"), entry
+        assert got["eval"]["loss"] == pytest.approx(scored["run"]["eval"]["loss"], rel=1e-6), entry
+    one = toolkit.evaluate(run, overrides=[f"task.eval_file={firsts}"])  # each list's first alone: as before
+    assert one["eval"]["loss"] == pytest.approx(scored["run"]["eval"]["loss"], rel=1e-6)
+    assert {k: one["eval"][k] for k in want} == pytest.approx(
+        _reference_scores(name, predictions, [r[0] for r in refs]), abs=1e-9)
+    assert nrefs not in one["metric_info"] or one["metric_info"][nrefs].startswith("nrefs:1|")
+    code, out, err = cli("predict", run, "--input", evals["jsonl"])  # new inputs: the source alone is read
+    assert code == 0 and [json.loads(line)["prediction"] for line in out.splitlines()] == predictions, err
+    code, _, err = cli("eval", run, "--split", "train", f"task.train_file={evals['json']}")
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(f"error: {evals['json']}:") and \
+        "'s target is one text" in err.strip().splitlines()[-1], err
+
+
+def _write_records(path: Path, rows: list[dict]) -> Path:
+    path.write_text(json.dumps({"data": rows}, indent=1, ensure_ascii=False) if path.suffix == ".json"
+                    else "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _pair_task(name: str, **files: str) -> Any:
+    from toolkit.tasks import TASKS
+
+    extra = {"source_lang": "en", "target_lang": "de"} if name == "translation" else \
+        {"source_field": "dialogue", "target_field": "summary"}
+    return TASKS.get(name)(subset="custom", **files, **extra)
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+@pytest.mark.parametrize("name", ["summarization", "translation"])
+@pytest.mark.parametrize("bad, said", [
+    ([["a car"], []], r":\d+: '{t}' is an empty list; an eval record needs at least one reference text"),
+    ([["a car"], ["a car", "  "]], r":\d+: reference 2 of '{t}' is empty; every record needs some text"),
+    ([["a car"], ["a car", 3]], r":\d+: '{t}' holds a reference that is a number; each reference is a text"),
+    ([["a car"], ["a car", None]], r":\d+: '{t}' holds a reference that is missing \(null\)"),
+    ([["a car"], None], r":\d+: '{t}' is missing; every record needs it"),
+    ([["a car", "one car"], "a car"], None),  # a text beside lists: one type per field
+], ids=["empty-list", "blank-reference", "number", "null", "no-target", "text-beside-lists"])
+def test_an_eval_files_references_are_each_checked_at_their_line_and_a_train_files_list_refused(
+        tmp_path: Path, name: str, fmt: str, bad: list, said: str | None) -> None:
+    """The rule of reading references (`read_records`' role): in an eval file each reference of a
+    list is checked as a text is, at its record's line and by its number; a train file's list is
+    one line saying training takes one target; CSV stays one target a cell."""
+    src, tgt = ("dialogue", "summary") if name == "summarization" else ("en", "de")
+    path = _write_records(tmp_path / f"e.{fmt}", [{src: f"the car {i}", tgt: t} for i, t in enumerate(bad)])
+    task = _pair_task(name, eval_file=str(path))
+    with pytest.raises(UserError) as caught:
+        task.load()
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith(f"{path}:"), line
+    if said is not None and fmt == "json" and "number" in said:
+        assert "could not be read as json" in line  # pyarrow refuses the list first, in one line
+    elif said is not None:
+        assert re.search(said.format(t=tgt), line), line
+    else:
+        assert re.search(rf"'{tgt}' is (a string|a text) here but (a list|a list of references) at (line|record) \d", line), line
+    good = _write_records(tmp_path / f"g.{fmt}", [{src: "the red car", tgt: ["red car", "a red car"]}])
+    train = _write_records(tmp_path / f"t.{fmt}", [{src: "the red car", tgt: ["red car", "a red car"]}])
+    with pytest.raises(UserError, match=rf"{re.escape(str(train))}:\d+: '{tgt}' is a list \(2 texts\), and a train "
+                                        r"file's target is one text: training reads one target per record"):
+        _pair_task(name, train_file=str(train), eval_file=str(good)).load()
+    data = _pair_task(name, eval_file=str(good)).load()
+    assert data["eval"][""]["target"] == [["red car", "a red car"]]
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_references_inside_run_translations_object_are_read_as_in_flat_records(tmp_path: Path, fmt: str) -> None:
+    """run_translation's layout (`{"translation": {"en": ..., "de": [...]}}`, its fields lifted by
+    `readers.lift_nested`) holds its lists of references as flat records do."""
+    rows = [{"translation": {"en": "the red car", "de": ["rotes Auto", "ein rotes Auto"]}},
+            {"translation": {"en": "the blue car", "de": ["blaues Auto"]}}]
+    path = _write_records(tmp_path / f"n.{fmt}", rows)
+    data = _pair_task("translation", eval_file=str(path)).load()
+    assert data["eval"][""]["target"] == [["rotes Auto", "ein rotes Auto"], ["blaues Auto"]]
+    with pytest.raises(UserError, match=r"'de' is a list \(2 texts\), and a train file's target is one text"):
+        _pair_task("translation", train_file=str(path), eval_file=str(path)).load()
+
+
+@pytest.mark.parametrize("name", ["summarization", "translation"])
+def test_every_reference_is_checked_and_counted_as_a_target_is(tmp_path: Path, name: str) -> None:
+    """Downstream of several references per example: the metric's script checks read every
+    reference (ROUGE: an unreadable one named by row and reference, an example all of whose
+    references are unreadable by its row; 13a BLEU: the letters of all references), and the
+    generation budget counts every reference (a longer second one no output can reach)."""
+    src, tgt = ("dialogue", "summary") if name == "summarization" else ("en", "de")
+    odd = {"summarization": "Мария рассказала Ивану о поездке.", "translation": "玛丽告诉约翰她去了北京。"}[name]
+    english = "Mary went home."
+    rows = [[english, odd]] * 3 + [[odd, odd]]  # the odd script: over half the letters of all references
+    path = _write_records(tmp_path / "e.jsonl", [{src: f"Text {i}.", tgt: r} for i, r in enumerate(rows)])
+    task = _pair_task(name, eval_file=str(path))
+    if name == "translation":
+        with pytest.raises(UserError, match="task.bleu_tokenize: '13a' splits words at spaces, and .* Chinese"):
+            task.load()
+    else:
+        task.load()
+        notes = task.notices()
+        assert ("3 examples in " in notes["rouge unread beside eval"]
+                and "row 1, reference 2: " in notes["rouge unread beside eval"]), notes
+        assert notes["rouge unread eval"].startswith(f"1 of 4 examples in {path} hold no letter"), notes
+    long = " ".join(["a very long sentence"] * 6)
+    path = _write_records(tmp_path / "b.jsonl", [{src: "a dog", tgt: ["two dogs", long]}, {src: "a dog", tgt: ["a dog"]}])
+    tok = shared_tokenizer(Path(os.environ["TOOLKIT_TOKENIZERS"]) / "bart-base")
+    from toolkit.tasks._generation import Generation
+
+    task = _pair_task(name, eval_file=str(path))
+    task.generation, task.max_target_length = Generation(max_new_tokens=10), 64
+    task.model_head("bart")
+    encoded = task.encode(task.load()["eval"][""], tok)
+    assert task.notices()["over budget"].startswith(f"1 of 3 {task.names[1]} are longer than generation.max_new_tokens=10")
+    order = np.argsort(encoded["example_index"])  # the loss's target: each example's first reference
+    assert [tok.decode(encoded["labels"][i], skip_special_tokens=True) for i in order] == ["two dogs", "a dog"]
+
+
 def _gz(path: Path, lines: list[str]) -> Path:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         handle.write("".join(line + "\n" for line in lines))

@@ -1103,17 +1103,46 @@ def first_in_file(path: Path, fmt: str, column: str, field: str | None, bad: Any
     if fmt not in ("json", "jsonl"):
         return None
     try:
-        if fmt == "jsonl":
-            records: Any = (json.loads(line) for _, line, _ in _jsonl_lines(path))
-        else:
-            document = json.loads(read_small_text(path))
-            records = iter(document[field] if field is not None else document)
-        for i, record in enumerate(records):
+        for i, record in enumerate(_json_records(path, fmt, field)):
             if isinstance(record, dict) and column in record and bad(record[column]):
                 return i, record[column]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return None
+
+
+def _json_records(path: Path, fmt: str, field: str | None) -> Any:
+    """The records of a JSON(L) file as Python values, in file order (`field`: a JSON document's
+    list of records)."""
+    if fmt == "jsonl":
+        return (json.loads(line) for _, line, _ in _jsonl_lines(path))
+    document = json.loads(read_small_text(path))
+    return iter(document[field] if field is not None else document)
+
+
+def values_in_file(path: Path, fmt: str, column: str, field: str | None) -> list[Any] | None:
+    """Each record's `column` as the JSON(L) file holds it (None where a record lacks it), in
+    record order: a column of mixed JSON types reaches the table as JSON text, in which a string
+    that parses as JSON ("[1]") is kept as the value it spells (`first_in_file`), so its values
+    are taken from the file itself. A lifted field (`a.b`, or `b` named by its own name,
+    `lift_nested`) is looked up inside its object. None where the file cannot be walked so."""
+    def value(record: Any) -> Any:
+        if not isinstance(record, dict):
+            return None
+        if column in record:
+            return record[column]
+        if "." in column:
+            for key in column.split("."):
+                record = record.get(key) if isinstance(record, dict) else None
+            return record
+        return next((inner[column] for inner in record.values() if isinstance(inner, dict) and column in inner), None)
+
+    if fmt not in ("json", "jsonl"):
+        return None
+    try:
+        return [value(record) for record in _json_records(path, fmt, field)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _json_value(text: str) -> Any:
@@ -1335,6 +1364,15 @@ def _lift_json(ds: Any, mixed: dict[str, list[str]]) -> Any:
 
     with _quiet_builders():
         return ds.map(lift, batched=True, remove_columns=list(mixed), features=features)
+
+
+def is_text(ds: Any, column: str) -> bool:
+    """Whether `column` of `ds` is stored as plain strings (a missing column counts as text: its
+    check says it is missing)."""
+    from datasets import Value
+
+    feature = ds.features.get(column)
+    return feature is None or (isinstance(feature, Value) and feature.dtype in ("string", "large_string"))
 
 
 def as_text(ds: Any, columns: list[str]) -> Any:

@@ -178,13 +178,18 @@ ONE_TENSOR = {"num_return_sequences": 1, "return_dict_in_generate": False, "outp
 
 def read_records(path: Path, fields: tuple[str, ...] | None = None,
                  pick: Callable[[Any, str], tuple[str, ...]] | None = None,
-                 note: Callable[[str, str], None] | None = None) -> Any:
+                 note: Callable[[str, str], None] | None = None, role: Literal["train", "eval"] | None = None) -> Any:
     """JSON (a list of objects, or {"data": [...]}), JSONL, CSV or TSV, `.gz` too -> a Dataset of
     `fields` (or those `pick(dataset, path)` finds in the file), each text, through the shared
     reader: a missing, empty or non-text field is one error naming file, line and field; one
     written as a missing value (`NA`) is said through `note` (a task's). TSV is read as every
     other task and predict read it (tab-separated, quotes are text): it was refused here alone,
-    where `toolkit predict` on the same run read the same file."""
+    where `toolkit predict` on the same run read the same file.
+
+    `role` says what the last field (the target) is read for. An eval file's ("eval") may hold,
+    in JSON(L), a list of texts where an example has several references, as sacreBLEU and
+    evaluate's rouge take them (`reference_lists`); a train file's ("train") list is one line
+    (training needs one target); None: text alone, as before."""
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     suffix = [s.lower() for s in path.suffixes if s.lower() != ".gz"][-1:]
@@ -197,8 +202,61 @@ def read_records(path: Path, fields: tuple[str, ...] | None = None,
     fields = pick(ds, str(path)) if pick is not None else fields
     keys = (lambda i: [field, i]) if field else None
     for name in fields:
+        if role is not None and name == fields[-1] and fmt in ("json", "jsonl") and not readers.is_text(ds, name):
+            listed = reference_lists(ds, name, path, fmt, field, keys, note, role)
+            if listed is not None:
+                ds = listed
+                continue
         readers.check_text(ds, name, path, fmt, what=f"'{name}'", keys=keys, note=note)
     return readers.as_text(ds.select_columns(list(fields)), list(fields))
+
+
+def reference_lists(ds: Any, name: str, path: Path, fmt: str, field: str | None, keys: Any,
+                    note: Callable[[str, str], None] | None, role: str) -> Any:
+    """`ds` with target field `name` as each record's list of references, where a record of the
+    JSON(L) file gives a list (None where none does: the field is checked as text). In an eval
+    file a target is then a non-empty list of texts, each checked as a text is (`check_text`:
+    missing, blank, a byte order mark, a missing-value mark; one line naming the record's line and
+    which reference). Every target is then a list (one type per field, as the JSON reader has it:
+    a text beside lists is one line). In a train file a list is one line: teacher forcing trains
+    on one target per record."""
+    from datasets import Dataset
+
+    values = readers.values_in_file(path, fmt, name, field)
+    if values is None or len(values) != len(ds) or not any(isinstance(v, list) for v in values):
+        return None
+    first = next(i for i, v in enumerate(values) if isinstance(v, list))
+    at = lambda i: readers.where(path, fmt, i, keys(i) if keys else None)  # noqa: E731
+    if role == "train":
+        raise UserError(f"{at(first)}: '{name}' is a list ({len(values[first])} texts), and a train file's "
+                        f"target is one text: training reads one target per record (several references are "
+                        f"read from an eval file, to score against); write one record per target, the source "
+                        f"repeated, or keep one of them")
+    for i, v in enumerate(values):
+        if v is None:
+            raise UserError(f"{at(i)}: '{name}' is missing; every record needs it")
+        if not isinstance(v, (str, list)):
+            raise UserError(f"{at(i)}: '{name}' is {readers.json_type(v)}, expected a list of texts "
+                            "(the example's references)")
+        if isinstance(v, list) and not v:
+            raise UserError(f"{at(i)}: '{name}' is an empty list; an eval record needs at least one reference text")
+        wrong = next((r for r in (v if isinstance(v, list) else []) if r is not None and not isinstance(r, str)), None)
+        if wrong is not None or (isinstance(v, list) and any(r is None for r in v)):
+            shown = "missing (null)" if wrong is None else readers.json_type(wrong)
+            raise UserError(f"{at(i)}: '{name}' holds a reference that is {shown}; each reference is a text")
+    text = next((i for i, v in enumerate(values) if isinstance(v, str)), None)
+    if text is not None:  # one type per field, as the JSON reader and datasets' json builder have it
+        there = at(first)[len(str(path)) + 1:].strip()
+        raise UserError(f"{at(text)}: '{name}' is a text here but a list of references at "
+                        f"{'line ' * there.isdigit()}{there}; where examples have several references every target "
+                        "is a list (one reference: a list of one text)")
+    lists = values
+    for j in range(max(map(len, lists))):  # each reference as text, at its record's line
+        column = [refs[j] if j < len(refs) else "-" for refs in lists]
+        what = f"reference {j + 1} of '{name}'"
+        readers.check_text(Dataset.from_dict({f"{name} {j + 1}": column}), f"{name} {j + 1}", path, fmt, what=what,
+                           keys=keys, note=note)
+    return ds.remove_columns([name]).add_column(name, lists)
 
 
 def read_parallel(source: Path, target: Path) -> Any:
@@ -222,10 +280,11 @@ def read_parallel(source: Path, target: Path) -> Any:
 def read_pairs(pattern: str, source_field: str | None, target_field: str | None,
                langs: tuple[str, str] | None = None,
                pick: Callable[[Any, str], tuple[str, str]] | None = None,
-               note: Callable[[str, str], None] | None = None) -> Any:
+               note: Callable[[str, str], None] | None = None, role: Literal["train", "eval"] | None = None) -> Any:
     """A recipe's data file -> a Dataset of `source` and `target` text: parallel text when the
     path holds `{lang}` (filled with each side's language), else JSON/JSONL/CSV/TSV records with the
-    two named fields, or the two `pick(dataset, path)` finds in the file."""
+    two named fields, or the two `pick(dataset, path)` finds in the file. `role`: what the file is
+    read for (`read_records`: an eval file's JSON(L) target may be a list of references)."""
     if "{lang}" in pattern:
         if langs is None:
             raise UserError(f"{pattern}: '{{lang}}' in a path is for translation's parallel files")
@@ -239,7 +298,7 @@ def read_pairs(pattern: str, source_field: str | None, target_field: str | None,
         chosen.append(pick(ds, where) if pick is not None else (source_field, target_field))
         return chosen[0]
 
-    ds = read_records(data_path(pattern), pick=named, note=note)
+    ds = read_records(data_path(pattern), pick=named, note=note, role=role)
     return ds.rename_columns({chosen[0][0]: "source", chosen[0][1]: "target"})
 
 
@@ -435,7 +494,17 @@ class TextToText(TokenTask):
         return row["source"]
 
     def target_text(self, row: dict) -> str:
-        return row["target"]
+        """The one target the model is taught (teacher forcing) and its eval loss is of: an
+        example with several references (an eval file's list, `read_records`) takes its first,
+        as the loss has one target; the scores read them all (`references`)."""
+        target = row["target"]
+        return target if isinstance(target, str) else target[0]
+
+    def other_references(self, row: dict) -> list[str]:
+        """The references of a row besides the one it is taught (`target_text`): an eval file's
+        list past its first; none for a text."""
+        target = row.get("target")
+        return list(target[1:]) if isinstance(target, list) else []
 
     def references(self, raw: Any) -> list[list[str]]:
         """Each example's references: its target, or each of them where a reader gives a list
@@ -443,10 +512,11 @@ class TextToText(TokenTask):
         return [[t] if isinstance(t, str) else list(t) for t in raw["target"]]
 
     # --- references the metric can score -----------------------------------------------------
-    def check_references(self, references: list[str], split: str) -> None:
+    def check_references(self, references: list[list[str]], split: str) -> None:
         """Refuse (one line) or say (`note`) references the task's metric cannot score as text
         (summarization: ROUGE's a-z/0-9 tokens; translation: a BLEU tokenizer that cannot split
-        their script); `split` is 'eval' or 'train'. Nothing here."""
+        their script); `references`: each example's (`references`), every one of them checked;
+        `split` is 'eval' or 'train'. Nothing here."""
 
     def checked(self, data: dict[str, Any]) -> dict[str, Any]:
         """`load`'s splits, the eval split's references checked before anything trains; another
@@ -454,15 +524,26 @@ class TextToText(TokenTask):
         references were scored unchecked, exit 0. The eval split is checked only where it is the
         one scored (`scoring`): `--split train` was refused for the eval file's references."""
         if self.__dict__.get("_scored_split", "eval") == "eval":
-            self.check_references(list(data["eval"][""]["target"]), "eval")
+            self.check_references(self.counted_references(data["eval"][""]), "eval")
         self._unchecked = {id(ds): name for name, ds in (("train", data.get("train")),) if ds is not None}
         return data
 
     def as_scored(self, dataset: Any) -> Any:
         split = self.__dict__.get("_unchecked", {}).get(id(dataset))
         if split is not None:
-            self.check_references(list(dataset["target"]), split)
+            self.check_references(self.counted_references(dataset), split)
         return super().as_scored(dataset)
+
+    def counted_references(self, raw: Any) -> list[list[str]]:
+        """The split's references (`references`), their counts per example kept for metric_info
+        (`reference_counts`, translation's nrefs): where a split is loaded, checked and scored."""
+        references = self.references(raw)
+        self.__dict__["_reference_counts"] = tuple(sorted({len(r) for r in references}))
+        return references
+
+    def reference_counts(self) -> tuple[int, ...]:
+        """The counts of references per example of the split last read for scoring; (1,) before any."""
+        return self.__dict__.get("_reference_counts", (1,))
 
     # --- language codes (multilingual tokenizers) ---------------------------------------------
     def language_hints(self) -> tuple[tuple[str, str | None], tuple[str, str | None]]:
@@ -559,7 +640,10 @@ class TextToText(TokenTask):
         rows = dataset.to_list()
         sources = [self.source_text(r) for r in rows]
         targets = [self.target_text(r) for r in rows]
-        self._note_case(tokenizer, targets)
+        others = [t for r in rows for t in self.other_references(r)]  # scored, not taught
+        self._note_case(tokenizer, targets + others)
+        if others:  # a reference past the generation budget is one no output can reach, as a target is
+            self.note_budget(self._budget_lengths(tokenizer, others))
         if self.in_context is not None:
             features = self._encode_in_context(tokenizer, sources, targets, prefix, suffix)
         else:
@@ -738,6 +822,14 @@ class TextToText(TokenTask):
             out["labels"].append(labels)
         return out
 
+    def _budget_lengths(self, tok: Any, texts: list[str]) -> list[int]:
+        """The tokens of `texts` as `note_budget` counts a target's: an encoder-decoder's labels
+        up to their EOS (`written`), a decoder's answer tokens, each cut at max_target_length."""
+        if self.decoder_only:
+            return [min(len(a), self.max_target_length) for a in continued(tok, [" " + t for t in texts])]
+        labels = self.tokenize(tok, text_target=texts, limit=self.max_target_length)
+        return [written(t, tok) for t in labels["input_ids"]]
+
     def note_budget(self, lengths: list[int]) -> None:
         """Count targets longer than the generation budget (summed over the splits encoded): with
         `max_new_tokens` set below `max_target_length`, their outputs stop short of them."""
@@ -880,9 +972,9 @@ class TextToText(TokenTask):
         the settings, so the recipe's hash stays as written). None where no such file is left."""
         if "_found_fields" in self.__dict__:
             return self.__dict__["_found_fields"][0]
-        for name in (getattr(self, "eval_file", None), getattr(self, "train_file", None)):
+        for role, name in (("eval", getattr(self, "eval_file", None)), ("train", getattr(self, "train_file", None))):
             if name and "{lang}" not in name and Path(self.expand(name)).is_file():
-                self.read(name)
+                self.read(name, role)
                 return self.__dict__.get("_found_fields", (None,))[0]
         return None
 

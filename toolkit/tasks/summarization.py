@@ -40,8 +40,8 @@ def load_pairs(task: Any, hub_eval_split: str = "validation") -> dict[str, Any]:
     if eval_file is None and hub_id is None:
         raise UserError(f"task.eval_file: subset '{task.subset}' needs task.train_file and task.eval_file")
     if eval_file is not None:
-        train = task.read(train_file) if train_file else None
-        evaluation = task.read(eval_file)
+        train = task.read(train_file, "train") if train_file else None
+        evaluation = task.read(eval_file, "eval")  # its JSON(L) targets may be lists of references
         with_ids = lambda ds: ds.add_column("id", [str(i) for i in range(len(ds))])
         train, evaluation = (with_ids(train) if train is not None else None), with_ids(evaluation)
     else:
@@ -153,8 +153,8 @@ class Summarization(TextToText):
             return self.train_file, self.eval_file or evaluation, None, None
         return train, evaluation, hub_id, config
 
-    def read(self, pattern: str) -> Any:
-        return read_pairs(self.expand(pattern), *self.fields(), pick=self.pick_fields, note=self.note)
+    def read(self, pattern: str, role: Literal["train", "eval"] | None = None) -> Any:
+        return read_pairs(self.expand(pattern), *self.fields(), pick=self.pick_fields, note=self.note, role=role)
 
     def pick_fields(self, ds: Any, where: str) -> tuple[str, str]:
         """The document and summary fields: the recipe's; for your own files the preset's names
@@ -181,24 +181,41 @@ class Summarization(TextToText):
         train, evaluation, _, _ = self.sources()
         return (evaluation if split == "eval" else train) or self.subset
 
-    def check_references(self, summaries: list[str], split: str) -> None:
+    def check_references(self, references: list[list[str]], split: str) -> None:
         """ROUGE is scored on rouge-score's tokens, which are a-z and 0-9 (`rouge_dropped`):
         summaries written mostly in other letters would score near 0 whatever the model writes
         (a summary equal to its reference: 0, exit 0). Refused before training, as translation
         refuses a BLEU tokenizer that does not split its target language. Fewer, each summary
         in which it finds no token at all (`rouge_unread`) is said: it scores 0 whatever the
-        model writes."""
+        model writes. `references`: each example's; with several, an example is scored on its
+        best (`rouge`), so the share dropped is of each example's most readable reference, an
+        example scores 0 whatever the model writes where every reference of it is unread (said by
+        its row), and an unread one beside readable ones is said apart (by row and reference: it
+        is never the best, so its example is scored on the others)."""
         where = self.split_file(split)
-        dropped = rouge_dropped(summaries)
+        summaries = [r for refs in references for r in refs]
+        dropped = rouge_dropped([min(refs, key=lambda r: rouge_dropped([r])) for refs in references])
         if dropped > ROUGE_DROPPED_MAX:
             raise UserError(f"task.{split}_file: {dropped:.0%} of the letters in the reference summaries of "
                             f"{where} are outside a-z and 0-9, which ROUGE's tokenizer (rouge-score, as "
                             "transformers' summarization example scores) drops: every summary would score "
                             "near 0 whatever the model writes; summarization here scores Latin-script text")
-        unread = rouge_unread(summaries)
+        place = [(i, j) for i, refs in enumerate(references) for j in range(len(refs))]
+        unread_in: dict[int, list[int]] = {}  # example -> its references ROUGE reads nothing of
+        for n in rouge_unread(summaries):
+            unread_in.setdefault(place[n][0], []).append(place[n][1])
+        unread = [i for i, js in unread_in.items() if len(js) == len(references[i])]  # scored 0 whatever
+        beside = [(i, js[0]) for i, js in unread_in.items() if len(js) < len(references[i])]
+        if beside:
+            i, j = beside[0]
+            self.note(f"rouge unread beside {split}", f"{len(beside)} examples in {where} have a reference summary "
+                      f"that holds no letter or digit ROUGE's tokenizer reads beside ones it reads (the first, row "
+                      f"{i + 1}, reference {j + 1}: {_excerpt(references[i][j])}): it is never the best reference, "
+                      "so those examples are scored on their others; remove it or write it in Latin letters")
         if unread:
-            first = summaries[unread[0]]
-            self.note(f"rouge unread {split}", f"{len(unread)} of {len(summaries)} reference summaries in {where} "
+            first = references[unread[0]][0]
+            what = "examples" if len(summaries) > len(references) else "reference summaries"
+            self.note(f"rouge unread {split}", f"{len(unread)} of {len(references)} {what} in {where} "
                       f"hold no letter or digit ROUGE's tokenizer reads (rouge-score keeps a-z and 0-9; the first, "
                       f"row {unread[0] + 1}: {_excerpt(first)}): each scores 0 whatever the model writes, its own "
                       f"text included, lowering every ROUGE by its share; remove them from the {split} file or "
@@ -220,6 +237,16 @@ class Summarization(TextToText):
         return [_fields.one_text(list(kinds), where, (PRESETS[self.subset][4], *_fields.TEXT_INPUTS),
                                  lambda first: f"name it {names[0]} in the input")]
 
+    def metric_info(self) -> dict[str, str]:
+        """With several references per example (an eval file's lists), each ROUGE is the best
+        F-measure over them (rouge-score's score_multi), another number than one reference's:
+        `rouge_references` says their count (`nrefs:N`, `nrefs:var` where it varies), as
+        sacreBLEU's signature says translation's. A one-reference split records nothing new."""
+        counts = self.reference_counts()
+        own = {} if counts == (1,) else \
+            {"rouge_references": f"nrefs:{counts[0] if len(counts) == 1 else 'var'}|best F-measure"}
+        return {**super().metric_info(), **own}
+
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         predictions = self.decoded(outputs)
         unread = [i for i in rouge_unread(predictions) if _LETTERS.search(predictions[i])]
@@ -228,7 +255,7 @@ class Summarization(TextToText):
                       f"written in letters ROUGE's tokenizer drops (rouge-score keeps a-z and 0-9; the first: "
                       f"{_excerpt(predictions[unread[0]])}): each scores 0 whatever it says")
             self.say_notices(run=False)
-        return rouge(predictions, self.references(raw))
+        return rouge(predictions, self.counted_references(raw))
 
 
 _LETTERS = re.compile(r"[^\W_]")  # a letter or digit of any script

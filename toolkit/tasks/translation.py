@@ -117,8 +117,7 @@ class Translation(TextToText):
 
     def metric_info(self) -> dict[str, str]:
         # the reference counts per example of the split scored (`score`): nrefs in the signature
-        counts = self.__dict__.get("_reference_counts", (1,))
-        return {**sacrebleu_signatures(self.bleu_tokenize, counts), **super().metric_info()}
+        return {**sacrebleu_signatures(self.bleu_tokenize, self.reference_counts()), **super().metric_info()}
 
     def prompt_basis(self) -> dict[str, Any]:
         return {"source_lang": self.source_lang, "target_lang": self.target_lang}
@@ -161,9 +160,9 @@ class Translation(TextToText):
         pair = "-".join(sorted((self.source_lang, self.target_lang), key=lambda c: c == "en"))
         return None, None, HUB[self.subset], pair  # WMT configs are named xx-en
 
-    def read(self, pattern: str) -> Any:
+    def read(self, pattern: str, role: Literal["train", "eval"] | None = None) -> Any:
         return read_pairs(self.expand(pattern), self.source_field, self.target_field,
-                          (self.source_lang, self.target_lang), pick=self.pick_fields, note=self.note)
+                          (self.source_lang, self.target_lang), pick=self.pick_fields, note=self.note, role=role)
 
     def pick_fields(self, ds: Any, where: str) -> tuple[str, str]:
         """The source and target fields of records: the recipe's, else the fields the languages'
@@ -189,20 +188,22 @@ class Translation(TextToText):
 
     def load(self) -> dict[str, Any]:
         data = self.checked(load_pairs(self))
-        self.counted_references(data["eval"][""])
+        self.counted_references(data["eval"][""])  # --split train: the eval split's counts until one is scored
         return data
 
     def split_file(self, split: str) -> str:
         train, evaluation, _, _ = self.sources()
         return (evaluation if split == "eval" else train) or self.subset
 
-    def check_references(self, references: list[str], split: str) -> None:
+    def check_references(self, references: list[list[str]], split: str) -> None:
         """The references themselves, wherever the language code does not say it (zh-CN, cmn,
         th, a custom code): a space-based BLEU tokenizer on text mostly in a script written
         without spaces scores a sentence as one word, BLEU near 0 for any translation. Refused
         before training, as `check` refuses it for zh and ja by their codes. References mostly in
         Hangul take ko-mecab alone, as `check` has it for ko: a Korean target named otherwise
-        (NLLB's kor_Hang, kor, a code of its own) was scored with 13a, exit 0."""
+        (NLLB's kor_Hang, kor, a code of its own) was scored with 13a, exit 0. Every reference of
+        an example with several counts (their letters, all together)."""
+        references = [r for refs in references for r in refs]
         if self.bleu_tokenize != OFFICIAL_ONLY["ko"][0] and written_in(references, HANGUL) > 0.5:
             where = self.split_file(split)
             raise UserError(f"task.bleu_tokenize: most letters of the references in {where} are Korean (Hangul), "
@@ -239,11 +240,3 @@ class Translation(TextToText):
     def score(self, outputs: dict[str, np.ndarray], raw: Any) -> dict[str, float]:
         scores, _ = sacrebleu_scores(self.decoded(outputs), self.counted_references(raw), self.bleu_tokenize)
         return scores
-
-    def counted_references(self, raw: Any) -> list[list[str]]:
-        """The split's references, their counts per example kept for the signature's nrefs
-        (`metric_info`): at load, for a run whose final scores were not computed in this process
-        (a resume after its last evaluation), and again where a split is scored."""
-        references = self.references(raw)
-        self.__dict__["_reference_counts"] = tuple(sorted({len(r) for r in references}))
-        return references
