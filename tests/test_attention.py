@@ -577,8 +577,15 @@ def _with_method(entry, family: str, method: str):
     return model.eval()
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("method", _training_methods())
+def _applicable(methods: list[str]) -> list[tuple[str, str]]:
+    """(method, family) pairs the method applies to: bitfit refuses a family without bias terms
+    (t5) as it is applied, as validate refuses it (toolkit/methods/bitfit.BIAS_FREE)."""
+    from toolkit.methods.bitfit import BIAS_FREE
+
+    return [(m, f) for m in methods for f in FAMILIES if not (m == "bitfit" and f in BIAS_FREE)]
+
+
+@pytest.mark.parametrize(("method", "family"), _applicable(_training_methods()))
 def test_attention_parameters_stay_trainable(stock, tmp_path: Path, method: str, family: str) -> None:
     """After any method's freeze, keep_trainable turns the added parameters back on; they are
     saved beside the method's result under the plain model's names, whatever the method, and load
