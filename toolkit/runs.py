@@ -340,7 +340,21 @@ def run_elsewhere(out: Path) -> str | None:
         with locked(out, folder=True):
             return None
     except UserError as exc:
-        return str(exc).split(" right now")[0]
+        return holder_of(exc)
+
+
+def holder_of(busy: UserError) -> str:
+    """'<out> is being run by process N' of a refusal for a lock held elsewhere (Busy)."""
+    return str(busy).split(" right now")[0]
+
+
+def took_over(busy: Busy, out: Path) -> bool:
+    """Whether `busy` is the lock of the run folder `out` itself (not of a chained run's upstream
+    it trains first, nor anything else the run holds): only then is the point another process's."""
+    try:
+        return Path(busy.folder).resolve() == Path(out).resolve()
+    except OSError:
+        return False
 
 
 @contextmanager
@@ -380,16 +394,29 @@ def reading(out: Path, doing: str):
         handle.close()
 
 
+class Busy(UserError):
+    """Another process holds `folder`'s lock right now (a run of it, or an export into it). A
+    sweep whose point it is leaves that point to the holder and goes on (`api.sweep`, the CLI's
+    sweep through its child's exit code): the sweep's own check that the point is free (its
+    `run_elsewhere`) comes before the point's run takes the lock, seconds later where a child
+    process imports torch first, and two sweeps started at once both found their first point free;
+    the loser's refusal stopped its whole sweep (exit 2)."""
+
+    def __init__(self, message: str, folder: Path) -> None:
+        super().__init__(message)
+        self.folder = folder
+
+
 def flock_held(folder: Path, busy: str) -> int:
     """An open descriptor of `folder` holding its exclusive flock (on the directory itself: no
-    file is added to it); the caller unlocks and closes it. `busy`: the UserError line where
+    file is added to it); the caller unlocks and closes it. `busy`: the Busy (UserError) line where
     another process holds it."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise UserError(busy) from None
+        raise Busy(busy, folder) from None
     return fd
 
 
@@ -440,8 +467,8 @@ def _cache_lock(out: Path):
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise UserError(f"{out} is being run by {holder} right now; wait for it to finish (or "
-                        "use another --runs-dir)") from None
+        raise Busy(f"{out} is being run by {holder} right now; wait for it to finish (or "
+                   "use another --runs-dir)", out) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"process {os.getpid()}")
