@@ -806,17 +806,27 @@ def append_log(path: Path, entry: dict) -> None:
         handle.write(json.dumps(finite(entry), allow_nan=False) + "\n")
 
 
-def check_log(path: Path, step: int) -> None:
+def check_log(path: Path, step: int, logged: int | None = None) -> None:
     """A run going on from the checkpoint of `step` needs its log of the steps before: every run
     logs its first step (train.py), so a log that is gone (deleted between launches) or holds no
     line of step 1 is one line, as a checkpoint with a file gone is. The resumed run wrote a log
     starting at the checkpoint instead, exit 0: the curve the report and trackers read lacked
-    its early steps, the time per step was the resumed part's."""
+    its early steps, the time per step was the resumed part's. `logged`: the step of the last
+    line written before the checkpoint (its state's `logged`; None: a checkpoint from before the
+    record). A log without it lost its last lines before the checkpoint (a host crash or power cut
+    takes the log's unsynced tail, now synced with each checkpoint; a log cut by hand), and the
+    resumed run's log had a hole there, exit 0."""
     log = path / "log.jsonl"
     lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
-    if step < 1 or any(_step_of_line(line) == 1 for line in lines):
+    steps = {_step_of_line(line) for line in lines}
+    if step >= 1 and 1 not in steps:
+        why = "is gone" if not log.is_file() else "holds no line of step 1 (every run logs it)"
+    elif step >= 1 and logged is not None and logged not in steps:
+        last = max((s for s in steps if isinstance(s, int)), default=None)
+        why = (f"holds no line of step {logged}, the last one written before the checkpoint of step {step} "
+               f"(it ends at step {last}: its lines after that were lost)")
+    else:
         return
-    why = "is gone" if not log.is_file() else "holds no line of step 1 (every run logs it)"
     raise UserError(f"{log}: {why}, so going on from the checkpoint of step {step} would give the run a log "
                     "without its steps before that; put the run's log.jsonl back, or --force starts the "
                     "run again from step 0")
