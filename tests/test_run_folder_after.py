@@ -438,23 +438,45 @@ def test_eval_says_what_encoding_its_split_found(trained: Path, cli, capsys, how
     assert re.search(r"warning: \d+ of 8 texts? cut at task.max_length=8 tokens", err), err
 
 
-@pytest.mark.parametrize("how", ["gone", "emptied", "changed"])
-def test_a_resume_without_the_runs_log_is_one_line(tmp_path: Path, cli, how: str) -> None:
+@pytest.mark.parametrize("how", ["gone", "emptied", "tail lost"])
+def test_a_resume_without_the_runs_log_is_one_line(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                   how: str) -> None:
     """log.jsonl deleted (or emptied) between launches: the resumed run wrote a log starting at the
     checkpoint, its curve missing the early steps, exit 0. As a checkpoint with a file gone, it is
-    one line naming the file and what would be right; the folder is left as it was."""
-    common = ["demo/sst2/minilm-lora", *SHORT[:2], "train.max_steps=3", "train.save_every=1", "--smoke",
-              "--runs-dir", tmp_path / "runs"]
+    one line naming the file and what would be right; the folder is left as it was. `tail lost`:
+    the log's last lines before the checkpoint are gone (a host crash takes a file's unsynced tail:
+    the checkpoint was synced, the log was not), and the resumed log had a hole; the log is now
+    synced before each checkpoint is renamed into place, and a log without the last line its
+    checkpoint's state says was written is the same line."""
+    import os
+
+    from toolkit import runs
+
+    synced: list[str] = []
+    real_fsync, real_replace = runs.fsync, os.replace
+    monkeypatch.setattr(runs, "fsync", lambda path: (synced.append(Path(path).name), real_fsync(path)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (synced.append(f"rename {Path(b).name}"), real_replace(a, b)))
+    common = ["demo/sst2/minilm-lora", *SHORT[:2], "train.max_steps=3", "train.save_every=1", "train.log_every=1",
+              "--smoke", "--runs-dir", tmp_path / "runs"]
     code, _, err = cli("run", *common, "--stop-after", 2)
     assert code == 0, err
     run = next((tmp_path / "runs").rglob("log.jsonl")).parent
+    renames = [i for i, done in enumerate(synced) if done == "rename step-000002"]
+    assert renames and "log.jsonl" in synced[:renames[0]], synced  # on disk before its checkpoint is
+    lines = (run / "log.jsonl").read_text().splitlines()
     if how == "gone":
         (run / "log.jsonl").unlink()
-    else:
+    elif how == "emptied":
         (run / "log.jsonl").write_text("")
+    else:
+        assert [json.loads(line)["step"] for line in lines][-1] == 2
+        (run / "log.jsonl").write_text("".join(f"{line}\n" for line in lines if json.loads(line)["step"] < 2))
     before = sorted(p.name for p in (run / "checkpoints").iterdir())
     code, _, err = cli("run", *common)
-    assert code == 2 and re.search(r"log.jsonl: (is gone|holds no line of step 1).*step 2.*--force", err), err
+    said = {"gone": "is gone", "emptied": "holds no line of step 1",
+            "tail lost": r"holds no line of step 2, the last one written before the checkpoint of step 2 \(it ends "
+                         r"at step 1: its lines after that were lost\)"}[how]
+    assert code == 2 and re.search(rf"log.jsonl: {said}.*step 2.*--force", err), err
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
     assert not (run / "metrics.json").exists()
     assert cli("run", *common, "--force")[0] == 0

@@ -3,6 +3,7 @@ skips finished points and resumes an interrupted one (two --smoke points)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -260,31 +261,44 @@ def test_api_seeds_as_a_list_are_seeds_never_a_count(tmp_path: Path, monkeypatch
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("taken", ["before", "after the check"])
 def test_a_point_another_process_is_running_is_left_to_it(tmp_path: Path, cli, capsys, runs_dir: Path,
-                                                          entry: str) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch, entry: str,
+                                                          taken: str) -> None:
     """Two sweeps of one grid at once (two terminals, `make compare` twice): the second stopped
     at the first point the other was running, with the run's refusal and the sweep's failure
     (exit 2), where the rest of the grid was free. Such a point is now left to the process that
-    runs it, said in one line, and the sweep goes on; its last line names what it left."""
+    runs it, said in one line, and the sweep goes on; its last line names what it left.
+    `after the check`: the other process took the point between the sweep's check and the
+    point's own lock (the CLI's child imports torch first: two sweeps started at once both found
+    it free), and the loser's refusal stopped its whole sweep, exit 2; it is left to it too."""
     import toolkit
     from toolkit import runs
 
     recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
     points, folders = sweep.plan([recipe], ["train.lr=1e-3,2e-3"], "42", runs_dir, True)
-    with runs.locked(folders[0], folder=True), runs.locked(folders[1], folder=True):  # both held elsewhere
+    grid = "train.lr=1e-3,2e-3"
+    if taken != "before":  # the check found each point free; the other process took it a moment later
+        monkeypatch.setattr(runs, "run_elsewhere", lambda out: None)
+        grid, folders = "train.lr=1e-3", folders[:1]  # one point: the CLI's is a child process to start
+    with contextlib.ExitStack() as held:
+        for folder in folders:  # held by another process
+            held.enter_context(runs.locked(folder, folder=True))
         if entry == "cli":
-            code, out, err = cli("sweep", recipe, "train.lr=1e-3,2e-3", "--seeds", "42", "--smoke", "--runs-dir", runs_dir)
+            code, out, err = cli("sweep", recipe, grid, "--seeds", "42", "--smoke", "--runs-dir", runs_dir)
             assert code == 0 and err == "", err
         else:
-            got = toolkit.sweep([recipe], ["train.lr=1e-3,2e-3"], seeds="42", runs_dir=runs_dir, smoke=True)
+            got = toolkit.sweep([recipe], [grid], seeds="42", runs_dir=runs_dir, smoke=True)
             out = capsys.readouterr().out
             assert [r.dir for r in got] == folders and all(r.metrics == {} for r in got)
     said = [line for line in out.splitlines() if "left to it" in line]
-    assert said == [f"{f} is being run by process {os.getpid()} right now: left to it; the sweep goes on with the "
+    # the CLI's sweep asks again who holds a point its child found taken (asked here: no one)
+    holder = "another process" if (entry, taken) == ("cli", "after the check") else f"process {os.getpid()}"
+    assert said == [f"{f} is being run by {holder} right now: left to it; the sweep goes on with the "
                     "next point" for f in folders], out
-    assert entry == "api" or out.splitlines()[-1] == (f"sweep: 0 runs done; 2 left to the processes running them right "
-                                                      f"now ({folders[0]}, {folders[1]}): the same command later skips "
-                                                      "them once finished")
+    assert entry == "api" or out.splitlines()[-1] == (
+        f"sweep: 0 runs done; {len(folders)} left to the processes running them right now "
+        f"({', '.join(map(str, folders))}): the same command later skips them once finished")
     assert not list(runs_dir.rglob("recipe.yaml"))  # nothing was started here
 
 

@@ -472,6 +472,13 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
             continue
         try:
             done.append(run(point.recipe, point.overrides, runs_dir=root, smoke=smoke, force=force))
+        except runs.Busy as exc:  # taken by another process since the check above: left to it as well
+            if not runs.took_over(exc, out):
+                raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed: {exc}; finished runs are "
+                                "kept: the same call continues from there") from None
+            runs.left_to_another(runs.holder_of(exc), "sweep")
+            print(f"{runs.holder_of(exc)} right now: left to it; the sweep goes on with the next point")
+            done.append(Run(out))
         except UserError as exc:  # which point, as `toolkit sweep` says it (the run's own line alone named none)
             if not keep_going:
                 raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed: {exc}; finished runs are kept: "

@@ -59,6 +59,9 @@ class State:
     # metrics.json's base_weights records, taken at the end it was of the base as it was then (a
     # base folder trained again during a long run recorded as the new one; None: a checkpoint from before)
     start_weights: dict | None = None
+    # the step of the last line written to log.jsonl before this checkpoint (None: a checkpoint from
+    # before it was recorded): a resume needs the log up to there (runs.check_log)
+    logged: int | None = None
 
 
 
@@ -82,6 +85,8 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
     if acc.is_main_process:
         runs.follow_umask(tmp)  # accelerate's model.safetensors is 0600 whatever the umask
         runs.sync_tree(tmp)  # on disk, not in the page cache only, before any older one goes
+        if (out / "log.jsonl").is_file():  # and the log lines it goes on from (runs.check_log)
+            runs.fsync(out / "log.jsonl")
         fields = {**state.__dict__, "run": out.name}  # the run id: what a resume checks it belongs to
         runs.write_json(tmp / "trainer_state.json", {**fields, "manifest": runs.manifest(tmp),
                                                      "state_sha256": runs.state_digest(fields)})
@@ -117,7 +122,7 @@ def restore(acc: Accelerator, out: Path, total_steps: int, check: Any = None) ->
         if check is not None:
             check(state)
         if acc.is_main_process:
-            runs.check_log(out, state.step)
+            runs.check_log(out, state.step, state.logged)
             evaluated = (state.last_eval or {}).get("step") == state.step
             runs.truncate_log(out, state.step, evaluated)
             acc.print(f"resuming from {folder} (step {state.step} of {total_steps})")

@@ -87,9 +87,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # One process per point: peak memory (CPU: the process's max RSS) and library state
         # belong to that run alone. The child is `toolkit run`: same skip/resume/force path.
         flags = ["--smoke"] * args.smoke + ["--force"] * args.force + ["--runs-dir", str(root)]
+        # SWEEP_CHILD names the point's folder: one another process takes before the child's lock
+        # (it imports torch first) is left to that process too (LEFT_TO_ANOTHER)
         child = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "run", str(point.recipe),
                                   *point.overrides, *flags],
-                                 env={**os.environ, SWEEP_CHILD: "1", **sharding.point_launch(i)})
+                                 env={**os.environ, SWEEP_CHILD: str(out), **sharding.point_launch(i)})
         try:
             code = child.wait()
         except KeyboardInterrupt:  # Ctrl-C reached the run too: it stops and keeps its checkpoint
@@ -100,6 +102,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise Interrupted(f"sweep stopped at run {i} of {len(points)} ({point}): "
                               f"{_kept(out)}; the same command skips the finished runs and goes on "
                               "from there", signal=code - 128 if code > 0 else -code)
+        if code == LEFT_TO_ANOTHER:  # taken by another process since the check above: left to it as well
+            holder = runs.run_elsewhere(out) or f"{out} is being run by another process"  # (or was, a moment ago)
+            runs.left_to_another(holder, "sweep")
+            print(f"{holder} right now: left to it; the sweep goes on with the next point", flush=True)
+            left.append(out)
+            continue
         if code != 0:
             what = f"run {i} of {len(points)} ({point}) failed (exit {code})"
             if not args.keep_going:
@@ -138,7 +146,10 @@ def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bo
               "(others' work slows what is measured)")
 
 
-SWEEP_CHILD = "TOOLKIT_SWEEP_CHILD"  # a sweep's run leaves the Ctrl-C line to the sweep
+SWEEP_CHILD = "TOOLKIT_SWEEP_CHILD"  # a sweep's run (its folder): it leaves the Ctrl-C line to the sweep
+# a sweep's run whose folder another process took between the sweep's check and the run's own lock:
+# the child says "left to it" and exits so, and the sweep goes on (EX_TEMPFAIL of sysexits.h)
+LEFT_TO_ANOTHER = 75
 # What `kill`, schedulers (SLURM, Kubernetes, systemd) and a closed terminal send: a command stops
 # on them as on Ctrl-C, and exits 128 + the signal's number as shells expect.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -616,6 +627,11 @@ def _outcome(args: argparse.Namespace) -> int:
     try:
         sharding.check_command(args.command)  # predict, export ... under a launch: once per process
         return args.func(args)
+    except runs.Busy as exc:
+        if args.command == "run" and os.environ.get(SWEEP_CHILD) and runs.took_over(exc, Path(os.environ[SWEEP_CHILD])):
+            return LEFT_TO_ANOTHER  # the sweep says it, and goes on
+        _say(f"error: {exc}")
+        return 2
     except UserError as exc:
         _say(f"error: {exc}")
         return 2

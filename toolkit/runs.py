@@ -340,7 +340,21 @@ def run_elsewhere(out: Path) -> str | None:
         with locked(out, folder=True):
             return None
     except UserError as exc:
-        return str(exc).split(" right now")[0]
+        return holder_of(exc)
+
+
+def holder_of(busy: UserError) -> str:
+    """'<out> is being run by process N' of a refusal for a lock held elsewhere (Busy)."""
+    return str(busy).split(" right now")[0]
+
+
+def took_over(busy: Busy, out: Path) -> bool:
+    """Whether `busy` is the lock of the run folder `out` itself (not of a chained run's upstream
+    it trains first, nor anything else the run holds): only then is the point another process's."""
+    try:
+        return Path(busy.folder).resolve() == Path(out).resolve()
+    except OSError:
+        return False
 
 
 @contextmanager
@@ -380,16 +394,29 @@ def reading(out: Path, doing: str):
         handle.close()
 
 
+class Busy(UserError):
+    """Another process holds `folder`'s lock right now (a run of it, or an export into it). A
+    sweep whose point it is leaves that point to the holder and goes on (`api.sweep`, the CLI's
+    sweep through its child's exit code): the sweep's own check that the point is free (its
+    `run_elsewhere`) comes before the point's run takes the lock, seconds later where a child
+    process imports torch first, and two sweeps started at once both found their first point free;
+    the loser's refusal stopped its whole sweep (exit 2)."""
+
+    def __init__(self, message: str, folder: Path) -> None:
+        super().__init__(message)
+        self.folder = folder
+
+
 def flock_held(folder: Path, busy: str) -> int:
     """An open descriptor of `folder` holding its exclusive flock (on the directory itself: no
-    file is added to it); the caller unlocks and closes it. `busy`: the UserError line where
+    file is added to it); the caller unlocks and closes it. `busy`: the Busy (UserError) line where
     another process holds it."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise UserError(busy) from None
+        raise Busy(busy, folder) from None
     return fd
 
 
@@ -440,8 +467,8 @@ def _cache_lock(out: Path):
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise UserError(f"{out} is being run by {holder} right now; wait for it to finish (or "
-                        "use another --runs-dir)") from None
+        raise Busy(f"{out} is being run by {holder} right now; wait for it to finish (or "
+                   "use another --runs-dir)", out) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"process {os.getpid()}")
@@ -779,17 +806,27 @@ def append_log(path: Path, entry: dict) -> None:
         handle.write(json.dumps(finite(entry), allow_nan=False) + "\n")
 
 
-def check_log(path: Path, step: int) -> None:
+def check_log(path: Path, step: int, logged: int | None = None) -> None:
     """A run going on from the checkpoint of `step` needs its log of the steps before: every run
     logs its first step (train.py), so a log that is gone (deleted between launches) or holds no
     line of step 1 is one line, as a checkpoint with a file gone is. The resumed run wrote a log
     starting at the checkpoint instead, exit 0: the curve the report and trackers read lacked
-    its early steps, the time per step was the resumed part's."""
+    its early steps, the time per step was the resumed part's. `logged`: the step of the last
+    line written before the checkpoint (its state's `logged`; None: a checkpoint from before the
+    record). A log without it lost its last lines before the checkpoint (a host crash or power cut
+    takes the log's unsynced tail, now synced with each checkpoint; a log cut by hand), and the
+    resumed run's log had a hole there, exit 0."""
     log = path / "log.jsonl"
     lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
-    if step < 1 or any(_step_of_line(line) == 1 for line in lines):
+    steps = {_step_of_line(line) for line in lines}
+    if step >= 1 and 1 not in steps:
+        why = "is gone" if not log.is_file() else "holds no line of step 1 (every run logs it)"
+    elif step >= 1 and logged is not None and logged not in steps:
+        last = max((s for s in steps if isinstance(s, int)), default=None)
+        why = (f"holds no line of step {logged}, the last one written before the checkpoint of step {step} "
+               f"(it ends at step {last}: its lines after that were lost)")
+    else:
         return
-    why = "is gone" if not log.is_file() else "holds no line of step 1 (every run logs it)"
     raise UserError(f"{log}: {why}, so going on from the checkpoint of step {step} would give the run a log "
                     "without its steps before that; put the run's log.jsonl back, or --force starts the "
                     "run again from step 0")

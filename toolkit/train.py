@@ -553,6 +553,7 @@ class Loop:
                          "grad_norm": r.grad_norm,
                          "samples_per_second": s.samples / max(s.train_time, 1e-9)}
                 runs.append_log(self.out, entry)
+                s.logged = s.step
                 tracking.log(self.acc, {"train": entry}, s.step)
                 bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
             self.state.log_window = None
@@ -599,6 +600,7 @@ class Loop:
         if self.acc.is_main_process:
             runs.append_log(self.out, {"step": self.state.step, "epoch": self._epochs_done(), "eval": metrics,
                                        "eval_runtime_s": runtime})
+            self.state.logged = self.state.step
             tracking.log(self.acc, {"eval": metrics}, self.state.step)
             tqdm.write(f"step {self.state.step}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         self.save()
