@@ -38,8 +38,7 @@ DRY_RUN      = $(findstring --dry-run,$(ARGS))$(findstring --estimate,$(ARGS))
 # glue/compare: the sweep, then its report (none after --dry-run/--estimate). A sweep that stopped at a
 # failed point makes no report; one under --keep-going that ran every other point is reported (the failed
 # seeds counted in their cells, "1 not finished") and make still exits with the sweep's status
-REPORT_AFTER = ; code=$$?; if [ -z "$(DRY_RUN)" ] && { [ $$code -eq 0 ] || [ -n "$(findstring --keep-going,$(ARGS))" ]; }; then
-REPORT_END   = || exit $$?; fi; exit $$code
+then_report  = $(if $(DRY_RUN),,; code=$$?; if [ $$code -eq 0 ] || [ -n "$(findstring --keep-going,$(ARGS))" ]; then $(1) || exit $$?; fi; exit $$code)
 
 GPU_PY      ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 GPU_SITE    ?= /tmp/site
@@ -109,12 +108,12 @@ endif
 glue:  ## every GLUE task with a recipe for MODEL x METHOD, SEEDS seeds; GLUE table beside published numbers
 	$(if $(GLUE_TASKS),,$(error make glue: no recipes/glue/*/$(GLUE_MODEL)-$(METHOD).yaml; MODEL and METHOD name a shipped pair, e.g. MODEL=roberta-base METHOD=lora (toolkit ls recipes)))
 	$(BIN)/toolkit sweep $(foreach t,$(GLUE_TASKS),recipes/glue/$(t)/$(GLUE_MODEL)-$(METHOD).yaml) \
-	  --seeds "$(SEEDS)" --runs-dir "$(RUNS_DIR)/glue" $(ARGS) $(REPORT_AFTER) $(BIN)/toolkit report "$(RUNS_DIR)/glue" --glue $(REPORT_END)
+	  --seeds "$(SEEDS)" --runs-dir "$(RUNS_DIR)/glue" $(ARGS) $(call then_report,$(BIN)/toolkit report "$(RUNS_DIR)/glue" --glue)
 
 compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per method (best on dev); table + plots
 	$(BIN)/toolkit sweep $(foreach m,$(METHODS),recipes/$(TASK)/$(COMPARE_MODEL)-$(m).yaml) \
 	  $(if $(EPOCHS),train.epochs=$(EPOCHS)) train.lr=$(LR_GRID) --seeds "$(SEEDS)" --runs-dir "$(COMPARE_RUNS)" $(ARGS) \
-	  $(REPORT_AFTER) $(BIN)/toolkit report "$(COMPARE_RUNS)" --rows task --cols method $(REPORT_END)
+	  $(call then_report,$(BIN)/toolkit report "$(COMPARE_RUNS)" --rows task --cols method)
 
 chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARGS=key=value ...] [ARGS=--smoke]
 # an empty PRETRAIN or FINETUNE is one line before anything runs (FINETUNE= trained the whole pretraining first)

@@ -472,19 +472,21 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
             continue
         try:
             done.append(run(point.recipe, point.overrides, runs_dir=root, smoke=smoke, force=force))
+            continue
         except runs.Busy as exc:  # taken by another process since the check above: left to it as well
-            if not runs.took_over(exc, out):
-                raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed: {exc}; finished runs are "
-                                "kept: the same call continues from there") from None
-            runs.left_to_another(runs.holder_of(exc), "sweep")
-            print(f"{runs.holder_of(exc)} right now: left to it; the sweep goes on with the next point")
-            done.append(Run(out))
+            if runs.took_over(exc, out):
+                runs.left_to_another(runs.holder_of(exc), "sweep")
+                print(f"{runs.holder_of(exc)} right now: left to it; the sweep goes on with the next point")
+                done.append(Run(out))
+                continue
+            error = exc  # another run's lock (an upstream's): this point failed
         except UserError as exc:  # which point, as `toolkit sweep` says it (the run's own line alone named none)
-            if not keep_going:
-                raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed: {exc}; finished runs are kept: "
-                                "the same call continues from there") from None
-            failed.append(f"run {i} of {len(points)} ({point}) failed: {exc}")
-            print(f"sweep: {failed[-1]}; keep_going: on with the next point", file=sys.stderr, flush=True)
+            error = exc
+        if not keep_going:
+            raise UserError(f"sweep: run {i} of {len(points)} ({point}) failed: {error}; finished runs are kept: "
+                            "the same call continues from there") from None
+        failed.append(f"run {i} of {len(points)} ({point}) failed: {error}")
+        print(f"sweep: {failed[-1]}; keep_going: on with the next point", file=sys.stderr, flush=True)
     if failed:
         raise UserError(sweeps.kept_going(failed, len(points)))
     return done

@@ -121,7 +121,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool, force: bool = False) -> None:
     """--dry-run: each point, its state and its cost; --estimate: and the measured wall time of
     each point still to run."""
