@@ -90,7 +90,7 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
     setup = build(plan, accelerator.num_processes)
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "recipe.yaml").write_text(dump(recipe))
+        runs.write_whole(out / "recipe.yaml", dump(recipe))  # whole or the old one: a kill mid-write cut it
         runs.write_json(out / checkpoints.IDENTITY, identity)
     accelerator.wait_for_everyone()
     tracking.start(accelerator, recipe.name, recipe.to_dict())
