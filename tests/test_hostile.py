@@ -276,7 +276,7 @@ DATA: dict[str, tuple[str, Make, str]] = {
     "squad not json": ("squad", squad("{}", "s.csv"), "unknown data format"),
     # --- summarization ---
     "summary target a list": ("summarization", summarize(jsonl({"source": "a b", "target": ["x"]}, {"source": "c", "target": "y"})),
-                              "d.jsonl:1: 'target' is a list, expected text"),
+                              "d.jsonl:1: 'target' is a list (1 text), and a train file's target is one text"),
     "summary source missing": ("summarization", summarize(jsonl({"source": "a b", "target": "x"}, {"target": "y"})),
                                "d.jsonl:2: 'source' is missing"),
     "summary csv empty source": ("summarization", summarize("source,target\na b,x\n ,y\n", "d.csv"), "d.csv:3: 'source' is empty"),

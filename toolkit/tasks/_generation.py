@@ -228,7 +228,7 @@ def reference_lists(ds: Any, name: str, path: Path, fmt: str, field: str | None,
     first = next(i for i, v in enumerate(values) if isinstance(v, list))
     at = lambda i: readers.where(path, fmt, i, keys(i) if keys else None)  # noqa: E731
     if role == "train":
-        raise UserError(f"{at(first)}: '{name}' is a list ({len(values[first])} texts), and a train file's "
+        raise UserError(f"{at(first)}: '{name}' is a list ({len(values[first])} text{'s' * (len(values[first]) != 1)}), and a train file's "
                         f"target is one text: training reads one target per record (several references are "
                         f"read from an eval file, to score against); write one record per target, the source "
                         f"repeated, or keep one of them")
