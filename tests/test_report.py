@@ -1791,7 +1791,7 @@ def test_a_seed_started_and_not_finished_is_counted_in_the_cell_it_would_join(tm
     stopped = fake_run(tmp_path, "rte", "lora", 44, {"accuracy": 0.1})
     (stopped / "metrics.json").unlink()
     (stopped / "checkpoints" / "step-000004").mkdir(parents=True)
-    other = fake_run(tmp_path, "sst2", "lora", 44, {"accuracy": 0.1})  # another task: its own (absent) cell
+    other = fake_run(tmp_path, "sst2", "lora", 44, {"accuracy": 0.1})  # another task: its own cell, n=0
     (other / "metrics.json").unlink()
     again = fake_run(tmp_path / "copy", "rte", "full", 42, {"accuracy": 0.1})  # seed 42 of full finished already
     (again / "metrics.json").unlink()
@@ -1803,7 +1803,8 @@ def test_a_seed_started_and_not_finished_is_counted_in_the_cell_it_would_join(tm
     else:
         text = toolkit_report([tmp_path], **options)
     assert "| rte | 62.00 ± 2.00 (n=3) | 74.25 ± 0.07 (n=2; 1 not finished) |" in text  # the pivot
-    assert "| tiny lora | 74.25 ± 0.07 (n=2; 1 not finished) |" in text and "| tiny full | 62.00 ± 2.00 (n=3) |" in text
+    assert "| tiny lora | – (n=0; 1 not finished) | 74.25 ± 0.07 (n=2; 1 not finished) |" in text
+    assert "| tiny full | – | 62.00 ± 2.00 (n=3) |" in text
     assert "| glue/rte/tiny-lora | lora | 2 (+1 not finished) |" in text and "| glue/rte/tiny-full | full | 3 |" in text
     said = f"seed 44 at {stopped} (checkpoint of step 4)"
     assert [line for line in text.splitlines() if said in line] == [  # the GLUE section, then the pivot's
@@ -1811,11 +1812,44 @@ def test_a_seed_started_and_not_finished_is_counted_in_the_cell_it_would_join(tm
         f"or running now), out of that cell's n and mean and of the per-seed GLUE average: {said}",
         f"- rte / lora: 1 run(s) started and not finished (no metrics.json: stopped, failed, diverged, killed, or "
         f"running now), out of the cell's mean, its n and its choice of setting: {said}"]
-    assert str(other) not in text.replace(f"{other} (no checkpoint)", "")  # named in the end note alone
+    assert "| sst2 |  | – (n=0; 1 not finished) |" in text  # its own cell (test_every_method_and_task_started_*)
     assert str(again) not in text.replace(f"{again} (no checkpoint)", "")
     assert "- 4 run(s) not finished" in text  # the end note names every folder
     (p,) = report.pivots(report.collect(tmp_path), "task", "method")  # the API's own pivot
     assert [r["run"] for r in p.left[("rte", "lora")]] == [stopped] and ("rte", "full") not in p.left
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_every_method_and_task_started_is_in_the_tables_when_every_seed_stopped(tmp_path: Path, cli, entry: str) -> None:
+    """LoRA beside full on RTE, every LoRA seed diverged and stopped (no metrics.json), and every
+    seed of a full fine-tune of SST-2 on a second model killed: the pivot had no lora column and
+    the GLUE table no LoRA row and no SST-2 column, as if never run, the folders named only in
+    the report's end note. Each is in its table, `– (n=0; k not finished)`, under the labels a
+    finished run of its recipe gets (the model `org2/tiny` beside `org1/tiny`, not `tiny`)."""
+    for seed, acc in ((42, 0.60), (43, 0.64), (44, 0.62)):
+        fake_run(tmp_path, "rte", "full", seed, {"accuracy": acc}, model="org1/tiny")
+        lora = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.1}, model="org1/tiny")
+        (lora / "metrics.json").unlink()
+    for seed in (42, 43):
+        killed = fake_run(tmp_path / "other", "sst2", "full", seed, {"accuracy": 0.1}, model="org2/tiny")
+        (killed / "metrics.json").unlink()
+    if entry == "cli":
+        code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--glue", "--no-plots")
+        assert code == 0, err
+        pivot = text
+    else:
+        text = toolkit_report([tmp_path], glue=True, plots=False)
+        (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+        assert p.cols == ["full", "lora"] and p.rows == ["rte", "sst2"] and not p.cells.get(("rte", "lora"))
+        assert [len(p.left[k]) for k in (("rte", "lora"), ("sst2", "full"))] == [3, 2]
+        pivot = report.pivot_markdown(p)
+    assert "| rte | 62.00 ± 2.00 (n=3) | – (n=0; 3 not finished) |" in pivot  # LoRA is there, none finished
+    assert "| sst2 | – (n=0; 2 not finished) |  |" in pivot
+    assert "| model / method | SST-2 acc | RTE acc | GLUE avg |" in text  # GLUE: the task, and each row
+    assert "| org1/tiny full | – | 62.00 ± 2.00 (n=3) | 62.00 ± 2.00 (n=3) over 1 tasks |" in text
+    assert "| org1/tiny lora | – | – (n=0; 3 not finished) | – |" in text
+    assert "| org2/tiny full | – (n=0; 2 not finished) | – | – |" in text
+    assert "- org1/tiny lora / RTE: 3 run(s) started and not finished" in text
 
 
 def test_a_recipe_field_no_run_has_is_not_a_pivot_axis(tmp_path: Path, cli) -> None:

@@ -299,11 +299,28 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
     data_from_run_id(found)
     hub_from_fingerprint(found)
     base_labels(found)
-    task_labels(found)  # before one_seed_once: a run scored under another metric definition is another setting
+    found = Runs(found)
+    found.started = attach_unfinished(found, roots)
+    # the runs every seed of which stopped are labelled with the finished ones, by the same labellers
+    task_labels([*found, *found.started])  # before one_seed_once: a run scored under another metric definition is another setting
     one_seed_once(found)
-    model_labels(found)
-    attach_unfinished(found, roots)
+    model_labels([*found, *found.started])
     return found
+
+
+class Runs(list):
+    """The finished runs (collect), and in `started` one stand-in per run not finished whose
+    recipe no finished run has (every seed of its entry stopped: {run, name, recipe, metrics {},
+    started_only}): labelled from its recipe as a finished run of it is, so the pivot and GLUE
+    tables give its method or task a cell `– (n=0; k not finished)`. Without it a LoRA whose every
+    seed diverged had no column, read as never run, named only in the end note."""
+
+    started: list[dict] = []
+
+
+def started_only(items: list[dict]) -> list[dict]:
+    """The stand-ins of runs not finished whose entry has no finished run (`Runs.started`)."""
+    return list(getattr(items, "started", []))
 
 
 def unfinished_runs(roots: Iterable[Path]) -> list[dict]:
@@ -348,7 +365,7 @@ def _recipe_setting(item: dict) -> str:
     return json.dumps({k: v for k, v in made.items() if k in item["recipe"]}, sort_keys=True, default=str)
 
 
-def attach_unfinished(items: list[dict], roots: Iterable[Path]) -> None:
+def attach_unfinished(items: list[dict], roots: Iterable[Path]) -> list[dict]:
     """Each run not finished whose recipe is a finished run's but for the seed (and the fields that
     change no number) is one more seed started for that run's entry: kept on those runs
     (`item["unfinished"]`) so every table that pools them can count it beside its n
@@ -358,6 +375,7 @@ def attach_unfinished(items: list[dict], roots: Iterable[Path]) -> None:
     by_setting: dict[str, list[dict]] = defaultdict(list)
     for item in items:
         by_setting[_recipe_setting(item)].append(item)
+    alone = []  # returned: stand-ins of the runs whose setting no finished run has (`Runs.started`)
     for run in unfinished_runs(roots):
         try:
             key = _recipe_setting({"recipe": run["recipe"]}) if run["recipe"] is not None else None
@@ -365,6 +383,11 @@ def attach_unfinished(items: list[dict], roots: Iterable[Path]) -> None:
             key = None
         for item in by_setting.get(key, []) if key is not None else []:  # else named in unfinished_notes alone
             item.setdefault("unfinished", []).append(run)
+        if key is not None and key not in by_setting and isinstance(run["recipe"].get("task"), dict):
+            name = str(run["run"].name) + SMOKE * bool(run["recipe"].get("smoke"))
+            alone.append({"run": run["run"], "name": name, "recipe": run["recipe"], "metrics": {},
+                          "not_numbers": [], "unfinished": [run], "started_only": True})
+    return alone
 
 
 def not_finished(members: list[dict]) -> list[dict]:
@@ -537,7 +560,7 @@ def _eval_from_task(items: list[dict]) -> None:
 
     known = {key(i): i["metrics"]["eval_sha256"] for i in items if i["metrics"].get("eval_sha256")}
     for item in items:
-        if not item["metrics"].get("eval_sha256") and key(item) in known:
+        if not item["metrics"].get("eval_sha256") and key(item) in known and not item.get("started_only"):
             item["metrics"]["eval_sha256"] = known[key(item)]
 
 
@@ -550,8 +573,9 @@ def data_labels(items: list[dict]) -> None:
     (`sst2 [data 1a2b3c4d5e6f]`, `sst2 [eval set 3c4d5e6f7a8b]`), and the split is said in one
     line (`data_split_notes`); runs of one label on one version keep it unchanged."""
     by_label: dict[str, list[dict]] = defaultdict(list)
-    for item in items:
-        by_label[item["task_label"]].append(item)
+    for item in items:  # a run not finished has no metrics.json: no version recorded, none told apart
+        if not item.get("started_only"):
+            by_label[item["task_label"]].append(item)
     for name, members in by_label.items():
         versions = {id(m): data_version(m) for m in members}
         differ = [i for i, what in enumerate(("data", "eval set")) if len({v[i] for v in versions.values()}) > 1]
@@ -598,8 +622,9 @@ def scoring_labels(items: list[dict]) -> None:
     <short hash>]` ('not recorded' where a run beside them records none), and one line says what
     differs; runs of one definition, or with one among unrecorded ones, are unchanged."""
     by_label: dict[str, list[dict]] = defaultdict(list)
-    for item in items:
-        by_label[item["task_label"]].append(item)
+    for item in items:  # a run not finished has no metrics.json: no version recorded, none told apart
+        if not item.get("started_only"):
+            by_label[item["task_label"]].append(item)
     for name, members in by_label.items():
         records = {id(m): r for m in members if (r := _scoring(m["metrics"]))}
         keys = {k: hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()[:12] for k, r in records.items()}
@@ -1414,9 +1439,20 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
         for (r, c) in sorted(set(members) | set(nulls)):
             one_task_and_model(members.get((r, c), []) + nulls.get((r, c), []), f"{r} / {c}", row_key, col_key)
         cells = {k: c for k, v in members.items() if (c := best_setting(v, metric)) is not None}
-        row_names = sorted({r for r, _ in [*cells, *nulls]}, key=_axis_order)
-        col_names = sorted({c for _, c in [*cells, *nulls]}, key=_axis_order)
         left = {k: runs for k in {*members, *nulls} if (runs := not_finished(members.get(k, []) + nulls.get(k, [])))}
+        # a method or task every seed of which stopped (no finished run to join): its own cell, `– (n=0;
+        # k not finished)`, in the tables of the metrics its task's finished runs have (all, where none)
+        scored = defaultdict(set)
+        for item in items:
+            scored[label(item, "task")] |= {*item["metrics"].get("eval", {}), *item.get("not_numbers", [])}
+        alone: dict[tuple[str, str], list[dict]] = defaultdict(list)
+        for stand_in in started_only(items):
+            key = (label(stand_in, row_key), label(stand_in, col_key))
+            if key not in members and key not in nulls and name in scored.get(label(stand_in, "task"), {name}):
+                alone[key] += stand_in["unfinished"]
+        left |= {k: not_finished([{"recipe": {}, "metrics": {}, "unfinished": runs}]) for k, runs in alone.items()}
+        row_names = sorted({r for r, _ in [*cells, *nulls, *left]}, key=_axis_order)
+        col_names = sorted({c for _, c in [*cells, *nulls, *left]}, key=_axis_order)
         out.append(Pivot(metric, row_names, col_names, cells, row_key, col_key, dict(nulls), left))
     return out
 

@@ -69,7 +69,15 @@ def not_finished(items: list[dict]) -> dict[tuple[str, str], list[dict]]:
     """(row, task) -> the runs started for that cell and not finished (report.not_finished: a seed
     that diverged and stopped, or was killed): the cell's n counts the seeds that finished only,
     and read as every seed `make glue` started where one failed, its mean flattering the row."""
-    return {key: runs for key, members in _cells(items).items() if (runs := report.not_finished(members))}
+    left = {key: runs for key, members in _cells(items).items() if (runs := report.not_finished(members))}
+    # a row or task every seed of which stopped has no finished run to join: its own cell (`– (n=0;
+    # k not finished)`), labelled by _cells as a finished run of its recipe is
+    cells = _cells(items)
+    for key, stand_ins in _cells(report.started_only(items)).items():
+        if key not in cells:
+            left[key] = report.not_finished([{"recipe": {}, "metrics": {}, "unfinished": [
+                r for s in stand_ins for r in s["unfinished"]]}])
+    return dict(sorted(left.items()))
 
 
 def _settings(items: list[dict]) -> dict[tuple[str, str], dict[str, list[dict]]]:
@@ -261,7 +269,11 @@ def ours_table(rows: dict[str, dict[str, list[dict]]], tasks: list[str],
                 out = [f"{n} no score" for n in [len((no_score or {}).get((row, t), []))] if n]
                 out += [f"{n} not finished" for n in [len((left or {}).get((row, t), []))] if n]
                 text = report.Stat(vals).fmt(100.0) if vals else ""
-                line.append((text[:-1] + "".join(f"; {o}" for o in out) + ")") + mark if vals else "–")
+                line.append((text[:-1] + "".join(f"; {o}" for o in out) + ")") + mark if vals
+                            else f"– (n=0; {'; '.join(out)})" if out else "–")
+        if not cells:  # a row none of whose seeds finished with a score: its cells say what ran
+            table.append(line + ["–"])
+            continue
         stat, paired = _average_stat(cells)
         note = "" if set(cells) == set(tasks) else f" over {len(cells)} tasks"
         # a seed some task lacks is out of the per-seed average: said, so n is not read as every seed
@@ -450,12 +462,16 @@ def render(items: list[dict]) -> str:
         unscored = unscored_notes(items)
         return "## GLUE\n\n" + ("No finished GLUE run here." if not unscored else
                                  "No finished GLUE run here has a task score:\n\n" + "\n".join(f"- {n}" for n in unscored))
-    tasks = [t for t in ORDER if any(t in cells for cells in rows.values())]
+    left = not_finished(items)
+    # every row and task a sweep started is in the table: one whose every seed stopped or has no
+    # score too, its cells `– (n=0; ...)` (a LoRA row whose every seed diverged read as never run)
+    started = [*left, *without_score(items)]
+    shown = dict(sorted({**{row: {} for row, _ in started}, **rows}.items()))  # the rows with a score: every other part
+    tasks = [t for t in ORDER if any(t in cells for cells in rows.values()) or any(k[1] == t for k in started)]
     missing = [TITLES[t] + (" (ran, but no run has a task score: see above)" if t in ran else "")
                for t in ORDER if t not in tasks]
     entries = published()
-    left = not_finished(items)
-    parts = ["## GLUE (dev): official metrics, mean ± std over seeds (n)", ours_table(rows, tasks, left, without_score(items))]
+    parts = ["## GLUE (dev): official metrics, mean ± std over seeds (n)", ours_table(shown, tasks, left, without_score(items))]
     notes = ["GLUE avg: per task the mean of its official metrics (MRPC/QQP: accuracy and F1; STS-B: "
              "Pearson and Spearman; MNLI: matched and mismatched), then the unweighted mean over tasks; "
              "computed per seed, then mean ± std over seeds."]
