@@ -1833,6 +1833,7 @@ def test_every_method_and_task_started_is_in_the_tables_when_every_seed_stopped(
     for seed in (42, 43):
         killed = fake_run(tmp_path / "other", "sst2", "full", seed, {"accuracy": 0.1}, model="org2/tiny")
         (killed / "metrics.json").unlink()
+        fake_run(tmp_path / "null", "cola", "full", seed, {"matthews_correlation": None}, model="org3/tiny")
     if entry == "cli":
         code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--glue", "--no-plots")
         assert code == 0, err
@@ -1845,10 +1846,11 @@ def test_every_method_and_task_started_is_in_the_tables_when_every_seed_stopped(
         pivot = report.pivot_markdown(p)
     assert "| rte | 62.00 ± 2.00 (n=3) | – (n=0; 3 not finished) |" in pivot  # LoRA is there, none finished
     assert "| sst2 | – (n=0; 2 not finished) |  |" in pivot
-    assert "| model / method | SST-2 acc | RTE acc | GLUE avg |" in text  # GLUE: the task, and each row
-    assert "| org1/tiny full | – | 62.00 ± 2.00 (n=3) | 62.00 ± 2.00 (n=3) over 1 tasks |" in text
-    assert "| org1/tiny lora | – | – (n=0; 3 not finished) | – |" in text
-    assert "| org2/tiny full | – (n=0; 2 not finished) | – | – |" in text
+    assert "| model / method | CoLA MCC | SST-2 acc | RTE acc | GLUE avg |" in text  # GLUE: the task, and each row
+    assert "| org1/tiny full | – | – | 62.00 ± 2.00 (n=3) | 62.00 ± 2.00 (n=3) over 1 tasks |" in text
+    assert "| org1/tiny lora | – | – | – (n=0; 3 not finished) | – |" in text
+    assert "| org2/tiny full | – | – (n=0; 2 not finished) | – | – |" in text
+    assert "| org3/tiny full | – (n=0; 2 no score) | – | – | – |" in text  # finished, none with a score
     assert "- org1/tiny lora / RTE: 3 run(s) started and not finished" in text
 
 

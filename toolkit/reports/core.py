@@ -355,7 +355,8 @@ def unfinished_notes(roots: Iterable[Path]) -> list[str]:
     if not left:
         return []
     return [f"{len(left)} run(s) not finished (no metrics.json: stopped, failed, killed, or running now), "
-            f"left out of every table and mean above: {'; '.join(left)}"]
+            f"out of every mean above (the pivot and GLUE tables count each in the cell it started, beside n): "
+            f"{'; '.join(left)}"]
 
 
 def _recipe_setting(item: dict) -> str:
@@ -383,7 +384,10 @@ def attach_unfinished(items: list[dict], roots: Iterable[Path]) -> list[dict]:
             key = None
         for item in by_setting.get(key, []) if key is not None else []:  # else named in unfinished_notes alone
             item.setdefault("unfinished", []).append(run)
-        if key is not None and key not in by_setting and isinstance(run["recipe"].get("task"), dict):
+        # a recipe of another shape (a section not a mapping, as collect refuses of a finished run)
+        # has no label: named in unfinished_notes alone
+        if key is not None and key not in by_setting and isinstance(run["recipe"].get("task"), dict) \
+                and all(isinstance(run["recipe"].get(k, {}), dict) for k in SECTIONS):
             name = str(run["run"].name) + SMOKE * bool(run["recipe"].get("smoke"))
             alone.append({"run": run["run"], "name": name, "recipe": run["recipe"], "metrics": {},
                           "not_numbers": [], "unfinished": [run], "started_only": True})
