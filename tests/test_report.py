@@ -1843,6 +1843,9 @@ def test_every_method_and_task_started_is_in_the_tables_when_every_seed_stopped(
         (p,) = report.pivots(report.collect(tmp_path), "task", "method")
         assert p.cols == ["full", "lora"] and p.rows == ["rte", "sst2"] and not p.cells.get(("rte", "lora"))
         assert [len(p.left[k]) for k in (("rte", "lora"), ("sst2", "full"))] == [3, 2]
+        (q,) = report.pivots(report.collect(tmp_path), "task", "run")  # the run's name as a finished run's
+        assert {k: len(v) for k, v in q.left.items()} == {("rte", "glue/rte/tiny-lora"): 3,
+                                                          ("sst2", "other/glue/sst2/tiny-full"): 2}
         pivot = report.pivot_markdown(p)
     assert "| rte | 62.00 ± 2.00 (n=3) | – (n=0; 3 not finished) |" in pivot  # LoRA is there, none finished
     assert "| sst2 | – (n=0; 2 not finished) |  |" in pivot

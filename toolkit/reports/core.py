@@ -286,9 +286,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             check_metrics(data, metrics)
             if recipe:  # the setting, seed and row it is reported under are the ones it ran
                 recipes.made_with(run, recipe, data.get("recipe_hash"))
-            name = str(run.parent.relative_to(root)) if run.parent != root else run.name
-            if (recipe or {}).get("smoke"):
-                name += SMOKE
+            name = run_name(run, root, recipe)
             # null: NaN or infinite when the run wrote it (strict JSON), e.g. an undefined Pearson
             evals = data.get("eval") or {}
             data["eval"] = {k: v for k, v in evals.items() if v is not None}
@@ -323,6 +321,13 @@ def started_only(items: list[dict]) -> list[dict]:
     return list(getattr(items, "started", []))
 
 
+def run_name(run: Path, root: Path, recipe: dict) -> str:
+    """A run's name on the `run` axis and in the runs table: its folder's parent below the root
+    (the seeds of one entry side by side), a smoke run's marked so."""
+    name = str(run.parent.relative_to(root)) if run.parent != root else run.name
+    return name + SMOKE * bool(recipe.get("smoke"))
+
+
 def unfinished_runs(roots: Iterable[Path]) -> list[dict]:
     """Run folders below the roots with a recipe.yaml and no metrics.json (stopped, failed, killed,
     a seed that diverged, or running now): {run, step, recipe} (recipe None where it cannot be read)."""
@@ -338,7 +343,8 @@ def unfinished_runs(roots: Iterable[Path]) -> list[dict]:
                 recipe = with_old_defaults(recipe) if isinstance(recipe, dict) else None
             except (UserError, UnicodeDecodeError, OSError, TypeError, ValueError, AttributeError):
                 recipe = None
-            left.append({"run": run, "step": run_folders.last_step(run), "recipe": recipe})
+            left.append({"run": run, "step": run_folders.last_step(run), "recipe": recipe,
+                         "name": run_name(run, Path(root), recipe or {})})
     return left
 
 
@@ -388,8 +394,7 @@ def attach_unfinished(items: list[dict], roots: Iterable[Path]) -> list[dict]:
         # has no label: named in unfinished_notes alone
         if key is not None and key not in by_setting and isinstance(run["recipe"].get("task"), dict) \
                 and all(isinstance(run["recipe"].get(k, {}), dict) for k in SECTIONS):
-            name = str(run["run"].name) + SMOKE * bool(run["recipe"].get("smoke"))
-            alone.append({"run": run["run"], "name": name, "recipe": run["recipe"], "metrics": {},
+            alone.append({"run": run["run"], "name": run["name"], "recipe": run["recipe"], "metrics": {},
                           "not_numbers": [], "unfinished": [run], "started_only": True})
     return alone
 
