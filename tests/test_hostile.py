@@ -240,6 +240,17 @@ DATA: dict[str, tuple[str, Make, str]] = {
                                                            TOOLKIT_MAX_JSON_MB="0.01"), "write it as JSONL"),
     "bad size limit": ("classification", with_env(classify(CSV), TOOLKIT_MAX_INPUT_MB="lots"),
                        "TOOLKIT_MAX_INPUT_MB: expected a positive number of MiB, got 'lots'"),
+    # a {"data": [...]} document whose field mixes JSON types inside a list or object (pandas reads
+    # it): pyarrow's own line naming no record, where the same records as JSONL read or name a line
+    "json document eval references mixing text and number": ("summarization", summarize(json.dumps({"data": [
+        {"dialogue": "a b", "summary": ["a", "b"]}, {"dialogue": "c d", "summary": ["c", 2]}]}), "d.json"),
+        "d.json:1: record 2: 'summary[]' is a number here but a string at record 1"),
+    "json document pretraining meta list then object": ("clm", pretrain(json.dumps({"data": [
+        {"text": "a b", "meta": {"k": [1]}}, {"text": "c d", "meta": {"k": ["x"]}}]}), "t.json", "clm"),
+        "t.json:1: record 2: 'meta.k[]' is a string here but a number at record 1"),
+    "json document translation references mixing": ("translation", translate({"t.json": json.dumps({"data": [
+        {"translation": {"en": "a b", "de": ["a", "b"]}}, {"translation": {"en": "c d", "de": [["c"], "d"]}}]})}, "t.json"),
+        "t.json:1: record 2: 'translation.de[]' is a list here but a string at record 1"),
     # --- SQuAD ---
     "squad article is a string": ("squad", squad(articles("oops")), "s.json:"),
     "squad answers a string": ("squad", squad(articles(qa(answers="Paris"))), "'answers' is a string, expected a list"),

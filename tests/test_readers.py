@@ -1564,3 +1564,38 @@ def test_half_a_surrogate_pair_in_a_json_string_is_one_line(tmp_path: Path, monk
     place = "<stdin>: example 2:" if reader == "predict stdin" else f"{path}:{cut}:"
     assert line.startswith(place) and f"holds {ascii(half)[1:-1]}, one half of a UTF-16 surrogate pair" in line, line
     assert "\n" not in line
+
+
+# A JSON document's list ({"data": [...]}) goes through pandas, which refused a field mixing JSON
+# types inside a list or object with pyarrow's own line ("could not be read as json (ArrowTypeError
+# ...)"), naming no record; a JSON list of the same records, or JSONL, reads (datasets' Json type).
+MIXED_DOCUMENTS = {
+    "text beside a number in a list": ([{"source": "a", "target": ["x"]}, {"source": "b", "target": ["y", 2]}],
+                                       "record 2: 'target[]' is a number here but a string at record 1"),
+    "list beside a text in a list": ([{"source": "a", "target": [["x"], "y"]}],
+                                     "record 1: 'target[]' is a string here but a list at record 1"),
+    "number beside a text in an object": ([{"source": "a", "meta": {"k": [1]}}, {"source": "b", "meta": {"k": ["z"]}}],
+                                          "record 2: 'meta.k[]' is a string here but a number at record 1"),
+}
+MIXED_READERS: dict[str, Callable[[Path], Any]] = {
+    "read": lambda path: readers.read(path, "json", field="data"),
+    "generation read_records (run, eval)": lambda path: __import__("toolkit.tasks._generation", fromlist=["x"]).read_records(
+        path, ("source",), role="eval"),
+    "predict --input": lambda path: __import__("toolkit.inference", fromlist=["x"])._read_structured(
+        path, ["source"], (), SimpleNamespace(json_field="data")),
+}
+
+
+@pytest.mark.parametrize("reader", list(MIXED_READERS))
+@pytest.mark.parametrize("case", list(MIXED_DOCUMENTS))
+def test_a_json_document_mixing_types_inside_a_field_names_the_record(tmp_path: Path, reader: str, case: str) -> None:
+    records, said = MIXED_DOCUMENTS[case]
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"data": records}, indent=1))
+    with pytest.raises(UserError) as info:
+        MIXED_READERS[reader](path)
+    assert re.match(rf"{re.escape(str(path))}:\d+: {re.escape(said)}", str(info.value)), str(info.value)
+    assert "could not be read" not in str(info.value)
+    listed = tmp_path / "l.json"  # the records as a JSON list read, as JSONL does: no cost where the file reads
+    listed.write_text(json.dumps(records))
+    assert len(readers.read(listed, "json")) == len(records)

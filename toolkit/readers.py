@@ -43,8 +43,9 @@ CHUNK = 1 << 20
 
 
 class Unreadable(UserError):
-    """The builder failed and no line could be named: a task that knows its schema may look
-    closer (SQuAD's nested records) before this is said."""
+    """The builder failed and no line could be named, or (a JSON document) a field mixes types only
+    inside its lists or objects: a task that knows its schema may look closer (SQuAD's nested
+    records) before this is said."""
 
 
 def limit_bytes(name: str, default_mb: int) -> int:
@@ -604,15 +605,17 @@ def _jsonl_types(path: Path) -> str | None:
     return None
 
 
-def _type_change(value: Any, name: str, first: dict[str, tuple[str, int]], line: int) -> str | None:
+def _type_change(value: Any, name: str, first: dict[str, tuple[str, Any]], line: Any, deep: bool = True) -> str | None:
     """`value`'s JSON type against the one `name` had first (`first`, updated), and so on inside
-    it; nulls fit any type."""
+    it (`deep`); nulls fit any type. `line`: a JSONL line number, or a JSON document's "record N"."""
     if value is None:
         return None
     kind = json_type(value)
     seen = first.setdefault(name, (kind, line))
     if seen[0] != kind:
-        return f"'{name}' is {kind} here but {seen[0]} at line {seen[1]}; one type per field"
+        return f"'{name}' is {kind} here but {seen[0]} at {_at(seen[1])}; one type per field"
+    if not deep:
+        return None
     inner = value.items() if isinstance(value, dict) else \
         ((None, v) for v in value) if isinstance(value, list) else ()
     for key, item in inner:
@@ -945,6 +948,9 @@ def _builder_error(path: Path, fmt: str, exc: Exception, field: str | None) -> U
         problem = _json_problem(path, field)
         if problem:
             return UserError(problem)
+        problem = _json_problem(path, field, deep=True)
+        if problem:  # Unreadable: a reader that walks the document itself (SQuAD's) says it at its place
+            return Unreadable(problem)
     return Unreadable(f"{path}: could not be read as {fmt} ({type(root).__name__}: {message[:200]})")
 
 
@@ -1164,7 +1170,12 @@ def _not_a_record(path: Path, fmt: str) -> str | None:
     return problem if problem and "expected a JSON object" in problem else None
 
 
-def _json_problem(path: Path, field: str | None, only: str | None = None) -> str | None:
+def _json_problem(path: Path, field: str | None, only: str | None = None, deep: bool = False) -> str | None:
+    """The first record of a JSON document that is not an object, or whose field has another JSON
+    type than an earlier record gave it; `deep`: inside lists and objects too (`refs[]`,
+    `meta.k[]`), which a document's list ({"data": [...]}, read through pandas) cannot hold either:
+    pyarrow's own line ("could not be read as json (ArrowTypeError ...)") named no record, where
+    the same records as JSONL read or name their line. Error paths only."""
     text = read_small_text(path)
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates)
@@ -1178,15 +1189,17 @@ def _json_problem(path: Path, field: str | None, only: str | None = None) -> str
         value = value[field]
     if not isinstance(value, list):
         return f"{path}: expected a JSON list of records, got {json_type(value)}"
-    kinds = _Kinds(only)
+    first: dict[str, tuple[str, Any]] = {}
     for i, item in enumerate(value):
         keys = ([field] if field else []) + [i]
         if not isinstance(item, dict):
             return f"{path}:{json_line(text, keys)}: expected a JSON object, got {json_type(item)}"
-        changed = kinds.change(item, f"record {i + 1}")
-        if changed:
-            key = changed.split("'")[1]
-            return f"{path}:{json_line(text, keys + [key])}: record {i + 1}: {changed}"
+        for key, inner in item.items():
+            if only not in (None, key):
+                continue
+            changed = _type_change(inner, key, first, f"record {i + 1}", deep)
+            if changed:
+                return f"{path}:{json_line(text, keys + [key])}: record {i + 1}: {changed}"
     return None
 
 
