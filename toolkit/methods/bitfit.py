@@ -16,8 +16,6 @@ from toolkit.methods import METHODS, Context, HeadOnly, Method, instead, is_head
 
 torch = lazy("torch", globals())
 
-LM_TASK_TYPES = ("CAUSAL_LM", "SEQ_2_SEQ_LM", "")  # a language model's head (masked LM: PEFT has no type)
-
 
 def is_bias(name: str) -> bool:
     """A bias term: a parameter named `bias` (linear, convolution and layer-norm layers alike: the
@@ -80,16 +78,7 @@ class BitFit(Method):
         if not any(is_bias(n) for n, _ in model.named_parameters() if not is_head(n, ctx.head_names)):
             raise UserError(f"method.name: bitfit trains bias terms and this {model.config.model_type} model "
                             "has none outside its head (its linear and layer-norm layers are bias-free), so "
-                            f"only the head would train; {advice(ctx)}")
+                            f"only the head would train; {instead(ctx.family, HeadOnly(ctx.head), INSTEAD)}")
         set_trainable(model, lambda n: is_bias(n) or is_head(n, ctx.head_names))
         return model
 
-
-def advice(ctx: Context) -> str:
-    """What to use instead where the body was found bias-free as it was applied (a family that
-    BIAS_FREE lacks): the methods of INSTEAD that take this family and head, as at validate. A
-    context that does not say its head (one built by hand) is read by its PEFT task type: freeze
-    has no head of its own to train on a language model's (freeze's refusal)."""
-    if ctx.head:
-        return instead(ctx.family, HeadOnly(ctx.head), INSTEAD)
-    return "use lora or ia3" if ctx.peft_task_type in LM_TASK_TYPES else "use freeze, lora or ia3"
