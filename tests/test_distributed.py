@@ -51,10 +51,14 @@ def _case(checkpoint: str, method: str, batch_size: int) -> tuple[str, list[str]
 
 # test_accounting's launcher, where a job may also be {"args": [...], "nan": [rank, call]}: that
 # process's forward gives a NaN loss at its call-th micro-batch of the run
-FAULT_LAUNCHER = """import json, os, sys
+FAULT_LAUNCHER = """import atexit, json, os, sys
 sys.path.insert(0, {root!r})
+import torch
 from toolkit import train
 from toolkit.cli import main
+# registered before every run: the last exit handler to run, it sees what the toolkit's left at exit
+atexit.register(lambda: open(sys.argv[1] + ".ended" + os.environ["RANK"], "w").write(
+    json.dumps(torch.distributed.is_initialized())))
 forward, calls, fault = train.Loop._forward_loss, [], [None]
 
 def faulty(self, batch):
@@ -261,6 +265,15 @@ mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
 seen = [plain, models.shards_weights(model), task.generate(model, {{"prompt_ids": ids, "prompt_mask": mask}}).tolist()]
 open(sys.argv[1] + f".synced{{rank}}", "w").write(json.dumps(seen))
 """
+
+
+def test_a_launch_ends_its_process_group_before_the_interpreter_does(two_process_runs) -> None:
+    """Every process of a launch that ran the toolkit (runs, evaluations) finds the process group
+    destroyed at its exit: left to the interpreter's finalization, gloo's threads aborted a process
+    that had finished and written everything (SIGABRT, 'terminate called without an active
+    exception': the launch exit 1, a finished run a crash)."""
+    _, launched = two_process_runs["every_task"]
+    assert [json.loads((launched / f"jobs.json.ended{r}").read_text()) for r in (0, 1)] == [False, False]
 
 
 def test_every_task_scores_on_two_processes_what_one_process_scores(two_process_runs) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from toolkit import attention, chain, evaluation, heads, hub, methods, models, precision, readers, runs
+from toolkit import attention, chain, evaluation, heads, hub, methods, models, precision, readers, runs, sharding
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
@@ -251,7 +251,9 @@ def run_accelerator(run: Path, recipe: Recipe) -> Any:
 
     precision.check_device(recipe.train.mixed_precision, run)
     AcceleratorState._reset_state()
-    return Accelerator(mixed_precision=recipe.train.mixed_precision, cpu=not torch.cuda.is_available())
+    acc = Accelerator(mixed_precision=recipe.train.mixed_precision, cpu=not torch.cuda.is_available())
+    sharding.end_group_at_exit()
+    return acc
 
 
 def as_run_computed(model: torch.nn.Module, recipe: Recipe, acc: Any) -> torch.nn.Module:

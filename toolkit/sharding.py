@@ -24,6 +24,7 @@ and the gathering of ZeRO-3's partitions for the saved model.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import itertools
 import json
@@ -119,6 +120,28 @@ def buckets_from_the_model(config: dict) -> None:
     zero = config.setdefault("zero_optimization", {})
     for key in BUCKETS if int(zero.get("stage", 0) or 0) == 3 else BUCKETS[:1]:
         zero.setdefault(key, "auto")
+
+
+_GROUP_ENDED_AT_EXIT: list[bool] = []
+
+
+def end_group_at_exit() -> None:
+    """The process group accelerate started (a torchrun/`accelerate launch` process) destroyed at
+    the interpreter's exit, while Python is still whole: left to the interpreter's finalization,
+    gloo's worker threads still held work whose tensors reached back into Python, and a process
+    that had finished its run and written every file aborted there ('terminate called without an
+    active exception', SIGABRT): the launch ended with exit 1, a finished run reported as a
+    crash. Registered once per process (several runs in one process share the group); a no-op
+    where the group is gone already or was never started (one process)."""
+    if _GROUP_ENDED_AT_EXIT or not torch.distributed.is_available() or not torch.distributed.is_initialized():
+        return
+    _GROUP_ENDED_AT_EXIT.append(True)
+    atexit.register(_end_group)
+
+
+def _end_group() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 _LAUNCH_KIND: dict[str, Any] = {}  # PartialState's distributed_type as the launch made it, once changed

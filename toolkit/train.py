@@ -84,6 +84,7 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
                               # not make the host wait for the step before it
                               dataloader_config=DataLoaderConfiguration(non_blocking=torch.cuda.is_available()))
     sharding.enable(accelerator, recipe)  # FSDP on CPU processes, which accelerate leaves off
+    sharding.end_group_at_exit()
     check_strategy(accelerator.distributed_type.value)
     reset_peak_memory(accelerator.device)  # a sweep runs many recipes in one process
     identity = checkpoints.identity(recipe, accelerator.num_processes)  # as hashed: before build fills it in
