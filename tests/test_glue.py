@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -455,3 +456,87 @@ def test_a_test_file_with_no_rows_is_one_line_never_an_empty_submission(tmp_path
         (folder / test_file).write_text("\n".join(rows) + "\n\n")
     with pytest.raises(UserError, match=rf"{Path(files[-1]).name}: has no rows \(a header alone\)"):
         read_test(Glue(subset=subset, data_dir=str(tmp_path)))
+
+
+# What GLUE's server reads, written out here apart from the toolkit's specs: each task's files,
+# and per label name the string its files hold (0/1 where GLUE's own files write numbers, WNLI's
+# entailment included; the label names for the NLI tasks but WNLI). None: STS-B's score.
+GLUE_SERVER = {
+    "cola": ({"CoLA.tsv"}, {"unacceptable": "0", "acceptable": "1"}),
+    "sst2": ({"SST-2.tsv"}, {"negative": "0", "positive": "1"}),
+    "mrpc": ({"MRPC.tsv"}, {"not_equivalent": "0", "equivalent": "1"}),
+    "qqp": ({"QQP.tsv"}, {"not_duplicate": "0", "duplicate": "1"}),
+    "stsb": ({"STS-B.tsv"}, None),
+    "mnli": ({"MNLI-m.tsv", "MNLI-mm.tsv", "AX.tsv"},
+             {"entailment": "entailment", "neutral": "neutral", "contradiction": "contradiction"}),
+    "qnli": ({"QNLI.tsv"}, {"entailment": "entailment", "not_entailment": "not_entailment"}),
+    "rte": ({"RTE.tsv"}, {"entailment": "entailment", "not_entailment": "not_entailment"}),
+    "wnli": ({"WNLI.tsv"}, {"not_entailment": "0", "entailment": "1"}),
+}
+STSB_OUTPUTS = [-0.8, 0.4, 2.0, 3.1, 5.7, 4.2, 1.15, -0.2]  # two below 0, one above 5
+
+
+def _test_files(subset: str, tmp_path: Path) -> tuple[Glue, dict[str, list[str]]]:
+    """The task reading GLUE's own test file where the shared data has it, else a small one in its
+    layout (index column, text columns) with indexes out of order; -> (task, {server file: indexes})."""
+    from toolkit.tasks import data_root
+    from toolkit.tasks.glue import SPECS
+
+    spec, real = SPECS[subset], data_root(None) / "glue" / SPECS[subset].folder
+    if all((real / name).is_file() for name in spec.submissions):
+        task = Glue(subset=subset)
+    else:
+        task = Glue(subset=subset, data_dir=str(tmp_path))
+        columns = spec.test_columns or spec.columns
+        first = "id" if subset == "qqp" else "index"
+        for n, name in enumerate(spec.submissions):
+            path = tmp_path / "glue" / spec.folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            rows = [[str(i), *[f"Text {i} of {c}." for c in columns]] for i in (7, 3, 11 + n, 0, 5, 2, 9, 4)]
+            path.write_text("\n".join("\t".join(r) for r in [[first, *columns], *rows]) + "\n")
+    indexes = {}
+    for name, submission in spec.submissions.items():
+        path = Path(os.path.normpath((task.data_dir and Path(task.data_dir) / "glue" / spec.folder or real) / name))
+        lines = [line.split("\t") for line in path.read_text(encoding="utf-8-sig").splitlines() if line]
+        indexes[submission] = [row[0] for row in lines[1:]]
+    return task, indexes
+
+
+@pytest.mark.parametrize("subset", sorted(GLUE_SERVER))
+def test_every_tasks_submission_is_the_file_glues_server_reads(tmp_path: Path, subset: str) -> None:
+    """--glue-test for each of the nine tasks: the server's file names (MNLI's three with AX), the
+    `index<TAB>prediction` header, one row per test row with its index in the test file's order,
+    and each predicted label as GLUE's files write it (WNLI 0/1 although its labels are named as
+    RTE's, which writes the names), STS-B's score with three decimals clipped to 0..5."""
+    task, indexes = _test_files(subset, tmp_path)
+    files, strings = GLUE_SERVER[subset]
+    names = task.label_names
+    if strings is None:
+        task.classify = lambda model, tok, rows: [{"score": STSB_OUTPUTS[i % len(STSB_OUTPUTS)]} for i in range(len(rows))]
+    else:
+        task.classify = lambda model, tok, rows: [{"label": names[i % len(names)]} for i in range(len(rows))]
+    written = {p.name: p.read_text().splitlines() for p in task.submission(lambda: (None, None), tmp_path / "sub")}
+    assert set(written) == files == set(indexes)
+    for name, lines in written.items():
+        assert lines[0] == "index\tprediction"
+        rows = [line.split("\t") for line in lines[1:]]
+        assert [r[0] for r in rows] == indexes[name] and len(rows) > 0
+        if strings is None:
+            assert [r[1] for r in rows[:8]] == ["0.000", "0.400", "2.000", "3.100", "5.000", "4.200", "1.150", "0.000"]
+        else:
+            assert [r[1] for r in rows] == [strings[names[i % len(names)]] for i in range(len(rows))]
+
+
+def test_stsb_dev_scores_the_unclipped_outputs_and_the_submission_clips() -> None:
+    """STS-B's dev Pearson and Spearman are scipy's on the model's outputs as they are, as run_glue
+    and evaluate's GLUE metric compute them (no clipping to the labels' 0..5), where --glue-test
+    writes them clipped (test_every_tasks_submission_is_the_file_glues_server_reads): the two
+    differ where outputs leave 0..5, and the dev number is run_glue's."""
+    from scipy.stats import pearsonr, spearmanr
+
+    preds, labels = np.array(STSB_OUTPUTS), np.array([0.2, 0.0, 2.4, 3.0, 4.6, 4.8, 1.0, 0.6])
+    got = Glue(subset="stsb").compute_metrics(preds, labels)
+    assert got == pytest.approx({"pearson": pearsonr(preds, labels)[0], "spearmanr": spearmanr(preds, labels)[0]})
+    clipped = np.clip(preds, 0.0, 5.0)
+    assert abs(got["pearson"] - pearsonr(clipped, labels)[0]) > 1e-3
+    assert abs(got["spearmanr"] - spearmanr(clipped, labels)[0]) > 1e-3
