@@ -540,3 +540,26 @@ def test_stsb_dev_scores_the_unclipped_outputs_and_the_submission_clips() -> Non
     clipped = np.clip(preds, 0.0, 5.0)
     assert abs(got["pearson"] - pearsonr(clipped, labels)[0]) > 1e-3
     assert abs(got["spearmanr"] - spearmanr(clipped, labels)[0]) > 1e-3
+
+
+# Two rows of GLUE's leaderboard (test server; percent), its score as printed beside them: MRPC and
+# QQP F1/accuracy, STS-B Pearson/Spearman, MNLI-m and MNLI-mm. The score is the mean over nine task
+# scores, MNLI's the mean of its two splits (counted as two tasks, BERT-large's would be 81.1).
+LEADERBOARD = {
+    "BERT-large": (80.5, {"cola": 60.5, "sst2": 94.9, "mrpc": (89.3, 85.4), "stsb": (87.6, 86.5), "qqp": (72.1, 89.3),
+                          "mnli": (86.7, 85.9), "qnli": 92.7, "rte": 70.1, "wnli": 65.1}),
+    "BERT-base": (78.3, {"cola": 52.1, "sst2": 93.5, "mrpc": (88.9, 84.8), "stsb": (87.1, 85.8), "qqp": (71.2, 89.2),
+                         "mnli": (84.6, 83.4), "qnli": 90.5, "rte": 66.4, "wnli": 65.1}),
+}
+
+
+@pytest.mark.parametrize("row", sorted(LEADERBOARD))
+def test_the_glue_average_reproduces_the_leaderboards_score(row: str) -> None:
+    from toolkit.reports.glue import glue_average, official, task_score
+
+    printed, numbers = LEADERBOARD[row]
+    keys = {"mrpc": ("f1", "accuracy"), "qqp": ("f1", "accuracy"), "stsb": ("pearson", "spearmanr"),
+            "mnli": ("accuracy", "accuracy_mm")}
+    evals = {t: dict(zip(keys[t], v)) if isinstance(v, tuple) else dict(zip(official(t), [v])) for t, v in numbers.items()}
+    assert all(sorted(evals[t]) == sorted(official(t)) for t in evals)
+    assert round(glue_average({t: task_score(e, t) for t, e in evals.items()}), 1) == printed
