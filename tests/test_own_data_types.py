@@ -324,15 +324,19 @@ LOCAL_KINDS = {"folder": "names a Hub data set, and it is also a folder here",
                "saved": "is a folder datasets' save_to_disk wrote", "file": "is a file here"}
 
 
+@pytest.mark.parametrize("spelled", ["a name", "a path"])
 @pytest.mark.parametrize("kind", sorted(LOCAL_KINDS))
 @pytest.mark.parametrize("name", HUB_NAMED)
 def test_a_hub_name_that_is_a_path_here_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli,
-                                                     name: str, kind: str) -> None:
+                                                     name: str, kind: str, spelled: str) -> None:
     """Finding: `task.dataset: imdb` beside a folder `imdb/` passed validate with exit 0, and
     datasets' load_dataset reads a local folder of the name before the Hub's: every file in it
     whose name says `train`, its `test` file as the eval split (off-line: said as a Hub data set the
     Hub could not give). A folder `save_to_disk` wrote, or a file, is no Hub id either. One line
-    naming the setting at validate, a run and the API (check_data)."""
+    naming the setting at validate, a run and the API (check_data). Never a run: a local folder's
+    files are in no run id (task.train_file's are), so its edited files were "finished already".
+    A folder named by a path (`/data/imdb`, no Hub id) is said as a local folder: "run from a
+    folder without it to read the Hub's" asked for a Hub data set of that name."""
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "imdb"
     if kind == "file":
@@ -340,10 +344,13 @@ def test_a_hub_name_that_is_a_path_here_is_one_line(tmp_path: Path, monkeypatch:
     else:
         folder.mkdir()
         (folder / ("dataset_dict.json" if kind == "saved" else "train.csv")).write_text("{}")
-    overrides = ["task.dataset=imdb", "task.train_file=null", "task.eval_file=null"]
+    value = "imdb" if spelled == "a name" else str(folder)
+    overrides = [f"task.dataset={value}", "task.train_file=null", "task.eval_file=null"]
+    said = LOCAL_KINDS[kind] if (spelled, kind) != ("a path", "folder") else "is a local folder"
     code, _, err = cli("validate", OWN / f"{name}.yaml", *overrides)
-    assert code == 2 and f"task.dataset: 'imdb' {LOCAL_KINDS[kind]} ({folder})" in err, err
-    with pytest.raises(UserError, match=re.escape(LOCAL_KINDS[kind])):
+    assert code == 2 and f"task.dataset: '{value}' {said} ({folder})" in err, err
+    assert spelled == "a name" or "run from a folder without it" not in err
+    with pytest.raises(UserError, match=re.escape(said)):
         recipes.check_data(recipes.load(OWN / f"{name}.yaml", overrides))
 
 

@@ -2471,3 +2471,74 @@ def test_old_runs_scored_on_other_subsets_are_other_eval_sets(tmp_path: Path, cl
     else:
         code, text, err = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
         assert code == 0 and "its runs span 2 versions of their data or eval set" in text and "(n=4)" not in text, err
+
+
+def _on_device(run: Path, device: str, runtime: float, peak: float) -> None:
+    data = json.loads((run / "metrics.json").read_text())
+    data.update(device_name=device, train_runtime_s=runtime, train_samples_per_second=1000 / runtime,
+                peak_memory_mb=peak)
+    (run / "metrics.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("table", ["runs table", "runs table cli", "cost table", "cost plot"])
+def test_a_grid_points_seeds_on_other_devices_are_never_one_time(tmp_path: Path, cli, table: str) -> None:
+    """Two seeds of one grid point trained on a GPU (10 s) and one on the CPU (900 s): the runs
+    table's and the cost table's `train s` was their mean, 306.7 ± 513.8, as one figure (and
+    samples/s, peak MB likewise), the cost plot one bar. Each device's seeds now have their own
+    figure, named with its device and n; an entry on one device reads as before."""
+    for seed, device, runtime, peak in ((42, "NVIDIA H200", 10.0, 5000.0), (43, "NVIDIA H200", 12.0, 5100.0),
+                                        (44, "cpu", 900.0, 700.0)):
+        _on_device(fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6}), device, runtime, peak)
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "full", seed, {"accuracy": 0.6})
+    split = ["11.0 ± 1.4 on NVIDIA H200 (n=2); 900.0 on cpu (n=1)", "91.7 ± 11.8 on NVIDIA H200 (n=2); 1.1 on cpu (n=1)",
+             "5100 on NVIDIA H200 (n=2); 700 on cpu (n=1)"]
+    if table == "cost plot":
+        group = plotting.entries(report.collect(tmp_path))["rte"]
+        drawn = plotting.per_device(group)
+        assert {k: len(v) for k, v in drawn.items()} == {
+            **{k: 2 for k in group if "lora" not in k}, **{f"{k} [NVIDIA H200]": 2 for k in group if "lora" in k},
+            **{f"{k} [cpu]": 1 for k in group if "lora" in k}}
+        return
+    if table == "runs table":
+        text = toolkit_report([tmp_path])
+    elif table == "runs table cli":
+        code, text, err = cli("report", tmp_path, "--no-plots")
+        assert code == 0, err
+    else:
+        (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+        text = report.cost_table(p)
+    (lora,) = [line for line in text.splitlines() if "| lora |" in line]
+    assert all(f"| {cell} |" in lora for cell in split), lora
+    (full,) = [line for line in text.splitlines() if "| full |" in line]
+    assert "| 10.5 ± 0.7 | 5.0 ± 0.0 | 110 |" in full  # one device: as before
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+@pytest.mark.parametrize("stopped", ["a method", "a grid point"])
+def test_the_runs_table_lists_an_entry_every_seed_of_which_stopped(tmp_path: Path, cli, entry: str,
+                                                                   stopped: str) -> None:
+    """Every LoRA seed diverged and stopped (no metrics.json), or every seed of lr 3e-3 beside
+    lr 1e-3's finished ones: the "Every run" table had no row for it, the runs named only in the
+    report's end note, as if never run. It is a row now, `0 (+k not finished)`, under the name
+    (and setting) a finished run of it would have."""
+    for seed in (42, 43):
+        fake_run(tmp_path, "rte", "full", seed, {"accuracy": 0.6})
+        gone = fake_run(tmp_path, "rte", "lora" if stopped == "a method" else "full", seed, {"accuracy": 0.1},
+                        lr=1e-3 if stopped == "a method" else 3e-3)
+        (gone / "metrics.json").unlink()
+    if entry == "cli":
+        code, text, err = cli("report", tmp_path, "--no-plots")
+        assert code == 0, err
+    else:
+        text = toolkit_report([tmp_path])
+    table = text.split("## Every run")[1].split("\n\n")[1].splitlines()
+    if stopped == "a method":
+        assert table[2:] == ["| glue/rte/tiny-full | full | 2 | 60.00 ± 0.00 | 0.50 ± 0.00 | 0.100 | 1,000 | "
+                             "10.5 ± 0.7 | 5.0 ± 0.0 | 110 |",
+                             "| glue/rte/tiny-lora | lora | 0 (+2 not finished) |  |  | – | – | – | – | – |"], table
+    else:
+        assert table[2:] == ["| glue/rte/tiny-full [train.lr=0.001] | full | 2 | 60.00 ± 0.00 | 0.50 ± 0.00 | 0.100 | "
+                             "1,000 | 10.5 ± 0.7 | 5.0 ± 0.0 | 110 |",
+                             "| glue/rte/tiny-full [train.lr=0.003] | full | 0 (+2 not finished) |  |  | – | – | – | – "
+                             "| – |"], table

@@ -706,3 +706,49 @@ def test_a_sharded_launch_names_the_run_of_its_strategy_made_before_the_record(
         assert sorted(run.parent.iterdir()) == [run]
     finally:
         metrics.write_text(kept)
+
+
+STUB_DEEPSPEED = '''import logging, os, sys
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # as deepspeed/__init__.py does
+os.environ["STUB_DEEPSPEED_CHANGED"] = "by the import"
+logger = logging.getLogger("DeepSpeed")  # as deepspeed.utils.logging's LoggerFactory does
+logger.setLevel(logging.INFO)
+logger.propagate = False
+logger.addHandler(logging.StreamHandler(sys.stdout))
+'''
+
+
+@pytest.mark.parametrize("entry", ["run's launch check", "import_deepspeed"])
+def test_importing_deepspeed_leaves_the_process_as_it_found_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               entry: str) -> None:
+    """`import deepspeed` set PYTORCH_NVML_BASED_CUDA_CHECK in os.environ and gave the "DeepSpeed"
+    logger (which quiet's filters had made) a level, a stdout handler and propagate False, for the
+    rest of the process: the first run of a process (or of the API) ran without them, every later
+    one with them. The toolkit's import (before a DeepSpeed launch's Accelerator, and where it
+    gathers ZeRO-3's partitions) puts them back; a stub stands for DeepSpeed, imported or not."""
+    import logging
+
+    from toolkit import quiet, sharding
+
+    (tmp_path / "deepspeed").mkdir()
+    (tmp_path / "deepspeed" / "__init__.py").write_text(STUB_DEEPSPEED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "deepspeed", raising=False)
+    for key in ("PYTORCH_NVML_BASED_CUDA_CHECK", "STUB_DEEPSPEED_CHANGED"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("STUB_DEEPSPEED_CHANGED", "the user's")
+    quiet._log_filters()  # the logger exists, with quiet's filter, before a run imports DeepSpeed
+    logger = logging.getLogger("DeepSpeed")
+    monkeypatch.setattr(logger, "level", logger.level)
+    monkeypatch.setattr(logger, "propagate", logger.propagate)
+    monkeypatch.setattr(logger, "handlers", list(logger.handlers))
+    before = (dict(os.environ), logger.level, logger.propagate, list(logger.handlers), list(logger.filters))
+    if entry == "run's launch check":
+        monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+        before[0]["ACCELERATE_USE_DEEPSPEED"] = "true"
+        sharding.import_deepspeed_if_asked()
+    else:
+        assert sharding.import_deepspeed().__file__ == str(tmp_path / "deepspeed" / "__init__.py")
+    assert "deepspeed" in sys.modules and sys.modules["deepspeed"].__file__.startswith(str(tmp_path))
+    assert (dict(os.environ), logger.level, logger.propagate, list(logger.handlers), list(logger.filters)) == before
+    assert sharding.import_deepspeed() is sys.modules["deepspeed"]  # imported once: returned as it is

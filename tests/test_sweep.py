@@ -276,6 +276,9 @@ def test_a_point_another_process_is_running_is_left_to_it(tmp_path: Path, cli, c
     from toolkit import runs
 
     recipe = write_recipe(tmp_path / "recipes" / "s.yaml", RECIPE)
+    # the holder is read from the lock, not cut out of its message at " right now" (a runs
+    # folder so named was said as "<its path up to there>", the holder lost)
+    runs_dir = runs_dir / "grid right now; x"
     points, folders = sweep.plan([recipe], ["train.lr=1e-3,2e-3"], "42", runs_dir, True)
     grid = "train.lr=1e-3,2e-3"
     if taken != "before":  # the check found each point free; the other process took it a moment later
@@ -300,6 +303,31 @@ def test_a_point_another_process_is_running_is_left_to_it(tmp_path: Path, cli, c
         f"sweep: 0 runs done; {len(folders)} left to the processes running them right now "
         f"({', '.join(map(str, folders))}): the same command later skips them once finished")
     assert not list(runs_dir.rglob("recipe.yaml"))  # nothing was started here
+
+
+@pytest.mark.parametrize("lock", ["cache", "folder"])
+def test_the_holder_of_a_run_is_read_from_its_lock_never_parsed_from_a_message(tmp_path: Path,
+                                                                                lock: str) -> None:
+    """runs.holder_of cut the refusal's message at its first " right now": a runs folder whose
+    path held those words named a shorter path and no holder. It reads the Busy's fields now, for
+    each lock (the cache's names the process; the folder's, taken under another $TOOLKIT_CACHE,
+    cannot), and run_elsewhere takes only a Busy for a holder."""
+    from toolkit import runs
+
+    out = tmp_path / "a right now; b" / "s" / "abc123"
+    out.mkdir(parents=True)
+    holder = f"process {os.getpid()}" if lock == "cache" else "another process"
+    with contextlib.ExitStack() as held:
+        if lock == "cache":
+            held.enter_context(runs._cache_lock(out))
+        else:
+            fd = runs.flock_held(out, "held")
+            held.callback(os.close, fd)
+        assert runs.run_elsewhere(out) == f"{out} is being run by {holder}"
+        with pytest.raises(runs.Busy) as busy, runs.locked(out, folder=True):
+            pass
+        assert runs.holder_of(busy.value) == f"{out} is being run by {holder}"
+    assert runs.run_elsewhere(out) is None
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])

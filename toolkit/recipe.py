@@ -409,9 +409,18 @@ def hub_name_here(setting: str, value: str) -> str | None:
     if not path.is_dir():
         return (f"{setting}: '{value}' is a file here ({path.resolve()}), and {setting} names a Hub data set "
                 "(owner/name); give local files as task.train_file / task.eval_file")
+    if not could_be_hub_id(value):  # a path (/data/x, ./x, ~/x, a/b/c): no Hub data set of that name to run from elsewhere
+        return (f"{setting}: '{value}' is a local folder ({path.resolve()}), not a Hub data set id (owner/name), "
+                "and is not read as one; give its files as task.train_file / task.eval_file")
     return (f"{setting}: '{value}' names a Hub data set, and it is also a folder here ({path.resolve()}), which "
             "datasets reads instead; give local data as task.train_file / task.eval_file, or run from a folder "
             "without it to read the Hub's")
+
+
+def could_be_hub_id(value: str) -> bool:
+    """Whether `value` has a Hub repository id's shape, `name` or `owner/name`, rather than only a
+    path's (absolute, `./`, `../`, `~`, or more than one `/`)."""
+    return not value.startswith(("/", ".", "~")) and value.rstrip("/").count("/") <= 1
 
 
 def datasets_builders() -> set[str]:

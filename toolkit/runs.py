@@ -339,13 +339,15 @@ def run_elsewhere(out: Path) -> str | None:
     try:
         with locked(out, folder=True):
             return None
-    except UserError as exc:
+    except Busy as exc:  # any other refusal is no holder: it is raised as itself
         return holder_of(exc)
 
 
-def holder_of(busy: UserError) -> str:
-    """'<out> is being run by process N' of a refusal for a lock held elsewhere (Busy)."""
-    return str(busy).split(" right now")[0]
+def holder_of(busy: Busy) -> str:
+    """'<out> is being run by process N' of a refusal for a lock held elsewhere, read from the
+    refusal's fields (the folder, the lock file's holder), never parsed back out of its message:
+    a runs folder whose path held " right now" was cut there, the holder said as part of a path."""
+    return f"{busy.folder} is being run by {busy.holder}"
 
 
 def took_over(busy: Busy, out: Path) -> bool:
@@ -402,15 +404,16 @@ class Busy(UserError):
     process imports torch first, and two sweeps started at once both found their first point free;
     the loser's refusal stopped its whole sweep (exit 2)."""
 
-    def __init__(self, message: str, folder: Path) -> None:
+    def __init__(self, message: str, folder: Path, holder: str = "another process") -> None:
         super().__init__(message)
         self.folder = folder
+        self.holder = holder  # who holds the lock, as its lock file says ("process N"), for `holder_of`
 
 
 def flock_held(folder: Path, busy: str) -> int:
     """An open descriptor of `folder` holding its exclusive flock (on the directory itself: no
     file is added to it); the caller unlocks and closes it. `busy`: the Busy (UserError) line where
-    another process holds it."""
+    another process holds it (which one a directory's flock does not say: "another process")."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -468,7 +471,7 @@ def _cache_lock(out: Path):
         holder = handle.read().strip() or "another process"
         handle.close()
         raise Busy(f"{out} is being run by {holder} right now; wait for it to finish (or "
-                   "use another --runs-dir)", out) from None
+                   "use another --runs-dir)", out, holder) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"process {os.getpid()}")

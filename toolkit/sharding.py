@@ -28,7 +28,9 @@ import atexit
 import importlib.util
 import itertools
 import json
+import logging
 import os
+import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -175,6 +177,7 @@ def _deepspeed_on_cpu(accelerator: Any) -> None:
     DeepSpeed's shared-memory all-reduce kernel (`deepspeed_shm_comm`) would be JIT-compiled with
     ninja at start-up (minutes on a small machine): the collectives go through gloo instead, as
     DeepSpeed itself does where that op is not compatible."""
+    import_deepspeed()
     import deepspeed.ops
     from accelerate.utils import DeepSpeedPlugin, DistributedType
     from deepspeed import comm
@@ -190,6 +193,42 @@ def _deepspeed_on_cpu(accelerator: Any) -> None:
     state._mixed_precision = "no"  # DeepSpeed casts itself, from its config (as AcceleratorState sets)
     state.distributed_type = DistributedType.DEEPSPEED
     _set_launch_kind(DistributedType.DEEPSPEED)
+
+
+def import_deepspeed() -> Any:
+    """The `deepspeed` module, imported with what its import sets in the process put back: its
+    `__init__` sets PYTORCH_NVML_BASED_CUDA_CHECK=1 in os.environ and its LoggerFactory gives the
+    "DeepSpeed" logger a level, a stdout handler and propagate False. Left so, the first run of a
+    process (or of the Python API) ran without them and every later one with them: the
+    environment a sweep's child process or a launch inherits and the way DeepSpeed's records went
+    depended on whether an earlier run had imported DeepSpeed. Every variable the import sets or
+    changes is put back, and each logger that existed before gets its level, handlers and
+    propagation back (quiet's filters stay on it); one imported already is returned as it is."""
+    if "deepspeed" in sys.modules:
+        return sys.modules["deepspeed"]
+    env = dict(os.environ)
+    loggers = {name: (logger.level, logger.propagate, list(logger.handlers))
+               for name, logger in [("", logging.getLogger()), *logging.root.manager.loggerDict.items()]
+               if isinstance(logger, logging.Logger)}
+    try:
+        import deepspeed
+    finally:
+        for key in [k for k in os.environ if k not in env]:
+            del os.environ[key]
+        os.environ.update({k: v for k, v in env.items() if os.environ.get(k) != v})
+        for name, (level, propagate, handlers) in loggers.items():
+            logger = logging.getLogger(name or None)
+            logger.setLevel(level)
+            logger.propagate = propagate
+            logger.handlers[:] = handlers
+    return deepspeed
+
+
+def import_deepspeed_if_asked() -> None:
+    """Under a DeepSpeed launch, `import_deepspeed` before the Accelerator is made: accelerate's
+    AcceleratorState imports it (deepspeed.comm) and would leave what the import sets."""
+    if asked() == "deepspeed" and importlib.util.find_spec("deepspeed") is not None:
+        import_deepspeed()
 
 
 # the accelerate-config keys accelerate refuses beside `deepspeed_config_file` (its
@@ -425,7 +464,7 @@ def gathered(model: torch.nn.Module, main: bool) -> Iterator[torch.nn.Module]:
     from torch.distributed.tensor import DTensor
 
     if any(hasattr(p, "ds_id") for p in model.parameters()):  # DeepSpeed ZeRO-3: its own gathering
-        import deepspeed
+        deepspeed = import_deepspeed()
 
         save_names_as_loaded(model)
 

@@ -72,6 +72,7 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
         sharding.check_cpu_launch()
     precision.check_strategy(recipe.train.precision_mode, sharding.asked())
     sharding.check_deepspeed_file(recipe.train)  # before the Accelerator: accelerate's ValueError was a traceback
+    sharding.import_deepspeed_if_asked()  # before the Accelerator imports it: what its import sets is put back
     optimizer_step.check_strategy(compiling.optimizer_wanted(recipe.train.compile_optimizer), sharding.asked())
     sharding.restore_launch_kind()  # several runs in one process: each starts from the launch's state
     AcceleratorState._reset_state()  # several runs in one process may differ in mixed precision

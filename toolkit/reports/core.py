@@ -1150,14 +1150,42 @@ def _percent(value: Any) -> str:
     return f"{value:.{digits}f}"
 
 
+def device_of(metrics: dict) -> str:
+    """The device a run trained on, as metrics.json names it (its device_name, else its device)."""
+    return str(metrics.get("device_name") or metrics.get("device") or "no device recorded")
+
+
+def by_device(ms: list[dict]) -> dict[str, list[dict]]:
+    """Runs' metrics by the device each trained on, in the devices' name order."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for m in ms:
+        out[device_of(m)].append(m)
+    return dict(sorted(out.items()))
+
+
+def _per_device(ms: list[dict], cell) -> str:
+    """A cost cell (`cell(ms)`) of one entry's seeds, one per device where they ran on several:
+    the seeds of one grid point run on a GPU and on the CPU were one mean of their times (a GPU's
+    10 s and a CPU's 900 s read as 455 ± 629 s), throughput and peak memory, exit 0."""
+    devices = by_device(ms)
+    if len(devices) < 2:
+        return cell(ms)
+    return "; ".join(f"{cell(group)} on {device} (n={len(group)})" for device, group in devices.items())
+
+
 def _spread(ms: list[dict], key: str) -> str:
-    values = [m[key] for m in ms if _is_number(m.get(key))]
-    return _fmt(values, digits=1) if values else "–"
+    def cell(group: list[dict]) -> str:
+        values = [m[key] for m in group if _is_number(m.get(key))]
+        return _fmt(values, digits=1) if values else "–"
+    return _per_device(ms, cell)
 
 
 def _peak(ms: list[dict]) -> str:
-    values = [m["peak_memory_mb"] for m in ms if _is_number(m.get("peak_memory_mb"))]
-    return f"{max(values):.0f}" if values else "–"
+    def cell(group: list[dict]) -> str:
+        values = [m["peak_memory_mb"] for m in group if _is_number(m.get("peak_memory_mb"))]
+        return f"{max(values):.0f}" if values else "–"
+    return _per_device(ms, cell)
+
 
 
 def groups(items: list[dict]) -> dict[tuple, list[dict]]:
@@ -1189,8 +1217,19 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
               "trainable", "train s", "samples/s", "peak MB"]
     table = []
     grouped = groups(items)
-    names = shown_names(grouped)
-    for key, members in grouped.items():
+    # an entry every seed of which stopped (diverged, failed, killed: no metrics.json) is a row of
+    # its own, `0 (+k not finished)`: it had none, named only in the report's end note, beside
+    # its finished neighbours (`Runs.started`)
+    stopped = {k: v for k, v in groups(started_only(items)).items() if k not in grouped}
+    names = shown_names({**grouped, **stopped})
+    for key, members in sorted({**grouped, **stopped}.items()):
+        if key in stopped:
+            left = len(not_finished([{"recipe": {}, "metrics": {}, "unfinished": [r for m in members
+                                                                                  for r in m["unfinished"]]}]))
+            method = _dig(members[0]["recipe"], "method.name")
+            table.append([names[key], str(method) if method is not None else "?", f"0 (+{left} not finished)",
+                          *[""] * len(metric_names), "–", "–", "–", "–", "–"])
+            continue
         ms = [m["metrics"] for m in members]
         left = len(not_finished(members))  # started, not finished: beside the seeds that are
         row = [names[key], ms[0].get("method", "?"), str(len(ms)) + (f" (+{left} not finished)" if left else "")

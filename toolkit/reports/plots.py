@@ -221,9 +221,24 @@ def params(task: str, group: dict[str, list[dict]], out: Path, stem: str | None 
     return _save(fig, out / f"params-{stem or _safe(task)}.png")
 
 
+def per_device(group: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """The entries of a cost plot: each entry whose seeds trained on several devices split into
+    one per device, `name [device]`; the others as they are."""
+    split: dict[str, list[dict]] = {}
+    for name, runs in group.items():
+        devices: dict[str, list[dict]] = defaultdict(list)
+        for run in runs:
+            devices[report.device_of(run["metrics"])].append(run)
+        split |= {name: runs} if len(devices) < 2 else {f"{name} [{d}]": devices[d] for d in sorted(devices)}
+    return split
+
+
 def cost(task: str, group: dict[str, list[dict]], out: Path, stem: str | None = None) -> tuple[Path, bytes] | None:
-    """Train time and peak memory per entry (mean over seeds; error bars: std)."""
+    """Train time and peak memory per entry (mean over seeds; error bars: std), one bar per device
+    where an entry's seeds trained on several (`name [device]`): a GPU's and a CPU's times were
+    one bar, their mean."""
     plt = _plt()
+    group = per_device(group)
     names = list(group)
     height = max(2.5, 0.45 * len(names) + 1.2)
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, height), sharey=True)
