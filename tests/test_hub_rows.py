@@ -65,7 +65,8 @@ CASES = [
     ("glue", {"subset": "cola"}, "nyu-mll/glue", {"label": 2},
      "'label' is 2, expected a class id 0 to 1 (unacceptable, acceptable)"),
     ("squad", {"version": "v1"}, "rajpurkar/squad", {"answers": {"text": ["good"], "answer_start": [3]}},
-     "question q1: answer 'good' at answer_start 3 does not match the context there (' ans'); fix answer_start"),
+     "question q1: answer 'good' at answer_start 3 does not match the context there (' ans'); the context holds "
+     "it at answer_start 14: fix answer_start"),
     ("squad", {"version": "v1"}, "rajpurkar/squad", {"question": None},
      "question q1: 'question' (the question) is missing"),
     ("summarization", {"subset": "xsum"}, "EdinburghNLP/xsum", {"summary": None},

@@ -176,3 +176,40 @@ def test_own_qa_data_predicts_by_the_fields_the_run_read(tmp_path: Path, cli, re
     assert [(p["question"], p["context"]) for p in predicted] == [(r["query"], r["passage"]) for r in rows[:4]]
     api = toolkit.predict(run.dir, [{"q": r["query"], "paragraph": r["passage"]} for r in rows[:4]])
     assert [p["prediction"] for p in api] == [s["prediction"] for s in scored] and set(api[0]) >= {"q", "paragraph"}
+
+
+
+CONTEXT = "Marie Curie studied in Paris; the Café Curie in Paris is named after her."
+FIRST, SECOND = CONTEXT.index("Paris"), CONTEXT.rindex("Paris")
+
+
+@pytest.mark.parametrize("layout", ["squad", "flat-hub", "flat-list", "json-list"])
+@pytest.mark.parametrize("text, start, expected", [
+    ("Paris", 3, rf"does not match the context there \('ie Cu'\); the context holds it at answer_start {FIRST}, "
+                 r"the nearest of 2 places: fix answer_start$"),
+    ("Paris", SECOND + 3, rf"the context holds it at answer_start {SECOND}, the nearest of 2 places"),
+    ("Caf\u00e9 Curie", 0, rf"holds it at answer_start {CONTEXT.index('Café')}: fix answer_start$"),
+    ("Cafe\u0301", CONTEXT.index("Café"), r"the same characters in different Unicode forms \(equal under NFC"),
+    ("London", 0, r"does not match the context there \('Marie '\); fix answer_start$"),
+])
+def test_an_answer_not_at_its_start_says_what_would_be_right(tmp_path: Path, layout: str, text: str, start: int,
+                                                             expected: str) -> None:
+    """Finding: an answer whose text is in the context but not at its answer_start, or whose text
+    is the context's in another Unicode form (typed as 'e' + U+0301 where the context holds 'é',
+    both showing `Café`), was one line ending 'fix answer_start' in every layout: for the second
+    no answer_start is right. The line names the start that is (the nearest place) or the Unicode
+    form that makes the two equal; 'fix answer_start' alone where the text is nowhere."""
+    answer = {"text": text, "answer_start": start}
+    if layout == "squad":
+        path = tmp_path / "x.json"
+        path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": CONTEXT, "qas": [
+            {"id": "q0", "question": "Where?", "answers": [answer]}]}]}]}))
+    else:
+        answers = {"text": [text], "answer_start": [start]} if layout == "flat-hub" else [answer]
+        record = {"id": "q0", "question": "Where?", "context": CONTEXT, "answers": answers}
+        path = _jsonl(tmp_path / "x.jsonl", [record]) if layout != "json-list" else tmp_path / "x.json"
+        if layout == "json-list":
+            path.write_text(json.dumps([record]))
+    with pytest.raises(UserError, match=expected) as error:
+        read_squad(str(path), "v1")
+    assert "\n" not in str(error.value)

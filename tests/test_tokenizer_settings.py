@@ -279,3 +279,94 @@ def test_unusable_saved_settings_are_one_line(case: str, tiny_checkpoint, tmp_pa
     with pytest.raises(UserError, match=message) as error:
         build(plan)
     assert "\n" not in str(error.value)
+
+
+def _tiny(kind: str):
+    """A random 1-layer model of `kind` with 40 position rows (and its config)."""
+    import transformers as t
+
+    common = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                  intermediate_size=32, max_position_embeddings=40, pad_token_id=1)
+    config = {"roberta": t.RobertaConfig, "xlm-roberta": t.XLMRobertaConfig, "camembert": t.CamembertConfig,
+              "data2vec-text": t.Data2VecTextConfig, "mpnet": t.MPNetConfig, "bert": t.BertConfig}.get(kind)
+    if config is not None:
+        config = config(**common)
+    elif kind == "gpt2":
+        config = t.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=40)
+    else:  # bart: learned positions with an offset of 2 rows, added to the 40 the config names
+        config = t.BartConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                              decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                              max_position_embeddings=40)
+    return t.AutoModel.from_config(config).eval(), config
+
+
+@pytest.mark.parametrize("kind", ["roberta", "xlm-roberta", "camembert", "data2vec-text", "mpnet", "bert", "gpt2", "bart"])
+def test_the_position_limit_is_the_longest_input_the_model_reads(kind: str) -> None:
+    """Finding: RoBERTa numbers its positions from pad id + 1, so its 514 position rows hold 512
+    tokens; only its tokenizer's model_max_length (512) said so. A RoBERTa checkpoint whose
+    tokenizer was saved without one (or with transformers' no-limit placeholder) took
+    task.max_length 514 past the check and stopped on `IndexError: index 514 is out of bounds`
+    inside the model (513 likewise). `models.max_positions` with the model counts the rows no
+    position reaches, for every family built so (XLM-R, CamemBERT, Data2Vec, MPNet, ...), and
+    none for BERT, GPT-2 and BART: the limit is the longest input the model reads."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from toolkit import models
+
+    model, config = _tiny(kind)
+    limit = models.max_positions(config, SimpleNamespace(model_max_length=int(1e30)), model)
+    assert limit == (40 - 2 if kind in ("roberta", "xlm-roberta", "camembert", "data2vec-text", "mpnet") else 40)
+    ids = lambda n: torch.full((1, n), 5)
+    extra = {"decoder_input_ids": ids(1)} if kind == "bart" else {}
+    with torch.no_grad():
+        model(input_ids=ids(limit), **extra)
+        if kind != "bart":  # BART's table is 2 rows longer than it names: 41 tokens would fit too
+            with pytest.raises((IndexError, RuntimeError)):
+                model(input_ids=ids(limit + 1), **extra)
+
+
+TASK_OF = {"glue": ("glue/stsb/roberta-base-full", []),
+           "text_classification": ("demo/own-data/minilm-full", []),
+           "squad": ("squad/v1.1/roberta-base-full", []),
+           "ner": ("ner/conll2003/minilm-full", []),
+           "mlm": ("pretrain/wikitext-2/roberta-base-mlm", [])}
+
+
+@pytest.mark.parametrize("task", sorted(TASK_OF))
+def test_a_roberta_tokenizer_without_a_limit_is_held_to_its_positions(task: str, tiny_checkpoint, tmp_path: Path,
+                                                                      cli, text_file: Path, conll_sample,
+                                                                      squad_sample) -> None:
+    """The rule above at a run's setup, for every task on RoBERTa, and at `toolkit eval` with a
+    task.max_length of the user's: 514 is one line naming the 512 positions, nothing trained."""
+    recipe, overrides = TASK_OF[task]
+    tok_config = json.loads((Path(tiny_checkpoint("roberta")) / "tokenizer_config.json").read_text())
+    folder = tmp_path / "no-limit"
+    shutil.copytree(tiny_checkpoint("roberta"), folder)
+    tok_config.pop("model_max_length", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    if task == "text_classification":
+        data = tmp_path / "t.csv"
+        data.write_text("text,label\n" + "".join(f"word {'x ' * (i * 7)},{i % 2}\n" for i in range(6)))
+        overrides = [f"task.train_file={data}", f"task.eval_file={data}"]
+    if task == "mlm":
+        overrides = [f"task.train_file={text_file}", f"task.eval_file={text_file}"]
+    if task == "ner":
+        overrides = [f"task.train_file={conll_sample[0]}", f"task.eval_file={conll_sample[1]}"]
+    if task == "squad":
+        overrides = [f"task.eval_file={squad_sample}"]
+    args = [f"recipes/{recipe}.yaml", f"model.checkpoint={folder}", "task.max_train_samples=2",
+            "task.max_eval_samples=2", "train.max_steps=1", "train.warmup_ratio=0", "train.eval_every=0",
+            *overrides, "--runs-dir", str(tmp_path / "runs")]
+    code, _, err = cli("run", *args, "task.max_length=514")
+    assert code == 2 and "Traceback" not in err, err
+    assert "error: task.max_length: 514 is more than the 512 positions" in err
+    assert not list((tmp_path / "runs").rglob("metrics.json"))
+    if task != "text_classification":
+        return
+    code, _, err = cli("run", *args, "task.max_length=32")
+    assert code == 0, err
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
+    code, _, err = cli("eval", run, "task.max_length=513")
+    assert code == 2 and "task.max_length: 513 is more than the 512 positions" in err and "Traceback" not in err, err

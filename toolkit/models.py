@@ -1249,18 +1249,36 @@ def check_new_weights(checkpoint: str, info: dict) -> None:
                         "point at a checkpoint of the same architecture and size")
 
 
-def max_positions(config: Any, tok: Any) -> int | None:
+def max_positions(config: Any, tok: Any, model: Any = None) -> int | None:
     """How many tokens the model can take: its learned positions (the tokenizer's limit where
-    that is lower: RoBERTa's 514 embeddings hold 512 positions); None for relative positions and
-    where the config says no limit with a number below 1 (XLNet's -1: every length was refused as
-    "more than the -1 positions")."""
+    that is lower); None for relative positions and where the config says no limit with a number
+    below 1 (XLNet's -1: every length was refused as "more than the -1 positions"). With the
+    `model`, less the rows its position table keeps below the first position (`padding_offset`:
+    RoBERTa's 514 rows hold 512 positions, which only its tokenizer's model_max_length had said,
+    so a checkpoint saved without it took task.max_length 514 to an IndexError inside the model)."""
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if getattr(config, "model_type", None) == "t5":
         return None
     if not isinstance(positions, int) or positions < 1:
         return token_limit(tok)
+    if model is not None:
+        positions = max(positions - padding_offset(model, positions), 1)
     tok_limit = token_limit(tok)
     return min(positions, tok_limit) if tok_limit else positions
+
+
+def padding_offset(model: Any, positions: int) -> int:
+    """Rows of the model's learned position table that no token's position reaches: the families
+    that number positions from `padding_idx + 1` (RoBERTa and those built like it: XLM-R,
+    CamemBERT, Longformer, MPNet, I-BERT, ...: `create_position_ids_from_input_ids`)
+    keep padding_idx + 1 rows below the first: an embeddings module whose `padding_idx` is also
+    its position table's; 0 for every other model."""
+    for module in model.modules():
+        table, pad = getattr(module, "position_embeddings", None), getattr(module, "padding_idx", None)
+        if (isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0
+                and getattr(table, "num_embeddings", None) == positions and getattr(table, "padding_idx", None) == pad):
+            return pad + 1
+    return 0
 
 
 def token_limit(tokenizer: Any) -> int | None:

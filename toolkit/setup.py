@@ -96,10 +96,10 @@ def check_positions(recipe: Any, model: torch.nn.Module, tok: Any, length: int) 
     run is built, and when a finished run is scored with a task.max_length of the user's
     (`toolkit eval RUN task.max_length=4096`: an IndexError traceback inside the model)."""
     task = recipe.task
-    limit = models.max_positions(model.config, tok)
+    limit = models.max_positions(model.config, tok, model)
     if limit is not None and length > limit:
-        held = (f" (its tokenizer's model_max_length; the model's config has {models.max_positions(model.config, None)})"
-                if limit != models.max_positions(model.config, None) else "")
+        own = models.max_positions(model.config, None, model)
+        held = (f" (its tokenizer's model_max_length; the model's config has {own})" if limit != own else "")
         raise UserError(f"task.max_length: {length} is more than the {limit} positions "
                         f"{recipe.model.checkpoint} has{held}; use at most {limit}")
     added = recipe.method.added_positions()  # soft prompts come first, and lengthen every sequence

@@ -672,7 +672,7 @@ class ICL(Method):
         A method.max_length past the model's position table is one line (prompts that long were an
         IndexError traceback inside the model, a device-side assert on a GPU); T5's relative
         positions have no table."""
-        most = max_positions(model.config, tokenizer)
+        most = max_positions(model.config, tokenizer, model)
         if self.max_length is not None and most is not None and self.max_length > most:
             raise UserError(f"method.max_length: {self.max_length} is more than the {most} positions "
                             f"this {model.config.model_type} model has; use at most {most}, or leave it unset")

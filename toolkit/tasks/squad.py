@@ -257,6 +257,26 @@ def _row(qa: dict, context: str, title: str, article: int, where: Any) -> dict:
             "answers": {"text": texts, "answer_start": starts}, "article": article}
 
 
+def _mismatch_fix(text: str, start: int, context: str) -> str:
+    """What would make an answer that is not at its answer_start right: the start of its nearest
+    occurrence in the context; where the text is not there as written but is once both are in
+    one Unicode form (an answer typed as 'e' + U+0301 against a context's 'é'), that form, which
+    no answer_start fixes (the line said 'fix answer_start' of an answer whose start was right)."""
+    import unicodedata
+
+    found = [i for i in range(len(context)) if text and context.startswith(text, i)]
+    if found:
+        best = min(found, key=lambda i: abs(i - start))
+        return (f"the context holds it at answer_start {best}"
+                + (f", the nearest of {len(found)} places" if len(found) > 1 else "") + ": fix answer_start")
+    for form in ("NFC", "NFKC"):
+        if text and unicodedata.normalize(form, text) in unicodedata.normalize(form, context):
+            return (f"the answer and the context write the same characters in different Unicode forms "
+                    f"(equal under {form}: composed or decomposed accents, compatibility characters); "
+                    f"write both in one form, such as unicodedata.normalize('{form}', ...) of each")
+    return "fix answer_start"
+
+
 def _answers(value: Any, context: str, where: Any) -> tuple[list[str], list[int]]:
     """SQuAD's list of {"text", "answer_start"} or the Hub's {"text": [...], "answer_start": [...]}
     -> (texts, starts), each checked against the context."""
@@ -278,7 +298,7 @@ def _answers(value: Any, context: str, where: Any) -> tuple[list[str], list[int]
         if not text or start < 0 or context[start:start + len(text)] != text:
             raise UserError(f"{where()}: answer {text!r} at answer_start {start} does not match the "
                             f"context there ({context[max(start, 0):max(start, 0) + len(text)]!r}); "
-                            "fix answer_start")
+                            + _mismatch_fix(text, start, context))
         texts.append(text)
         starts.append(start)
     return texts, starts
