@@ -705,6 +705,41 @@ def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, e
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_transformers_attention_that_cannot_train_here_is_refused_at_validate(tmp_path: Path, cli, tiny_checkpoint,
+                                                                               monkeypatch, family: str) -> None:
+    """transformers' own attention names that load and then stop with a traceback are one line at
+    validate: a Hub kernel without the `kernels` package (an ImportError at load, after the data),
+    flex_attention on a machine without a GPU (torch's FlexAttention has no backward on CPU) and,
+    on one, with attention dropout in the model (a ValueError at the first training step): the
+    checkpoint's own (BART's is 0: it validates) or model.dropout's."""
+    from transformers.utils.import_utils import is_kernels_available
+
+    checkpoint = tiny_checkpoint(family)
+
+    def validate(attention: str, dropout: str = "") -> tuple[int, str]:
+        recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {checkpoint}, attention: '{attention}'{dropout}}}\n"
+                              "method: {name: full}\ntask: {name: glue, subset: sst2}\n")
+        code, _, err = cli("validate", recipe)
+        lines = [line for line in err.splitlines() if line.startswith("error:")]  # not a model build's progress
+        assert "Traceback" not in err and len(lines) == (code == 2), err
+        return code, "".join(lines)
+
+    assert not is_kernels_available()
+    assert validate("kernels-community/flash-attn")[1].count("kernels package") == 1
+    import torch
+
+    if not torch.cuda.is_available():
+        for name in ("flex_attention", "paged|flex_attention"):
+            code, err = validate(name)
+            assert code == 2 and "trains on a GPU only" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    code, err = validate("flex_attention")
+    assert (code == 0) == (family == "bart") and ("takes no attention dropout" in err) == (family != "bart"), err
+    assert validate("flex_attention", ", dropout: 0.0")[0] == 0
+    assert validate("sdpa")[0] == 0
+
+
 SIZES = {"relative": "k", "additive": "dim", "performer": "features"}
 
 
