@@ -416,6 +416,11 @@ def check_attention(attention: Any, family: str | None = None,
     name = attention
     if name is None:  # transformers' default
         return
+    if name.startswith("paged|"):  # transformers' forms for its continuous batching, whose cache they read
+        raise UserError(f"model.attention: '{name}' is transformers' attention for continuous batching with a "
+                        "paged KV cache (generate_batch), which the toolkit never runs; without that cache it "
+                        "computes another attention ('paged|eager' attends to padding, sees later tokens in a "
+                        f"decoder and drops T5's position bias); use '{name.split('|', 1)[1]}'")
     if "/" in name:  # "org/kernel": a Hub kernel, which transformers loads through the kernels package
         from transformers.utils.import_utils import is_kernels_available  # only for such a name
 
