@@ -259,6 +259,54 @@ def test_reduces_to_stock_softmax(stock, name: str, family: str) -> None:
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
 
 
+# Settings at which a module is softmax attention on this file's batches (at most 15 tokens):
+# `local`'s window and bigbird's blocks (3 blocks of 6, one global) cover them without being longer.
+DENSE_IN_TRAINING = {**REDUCES, "local": {"window": 14}, "bigbird": {"block": 6, "global_blocks": 1, "random_blocks": 1}}
+
+
+@pytest.mark.parametrize("name, family", [(n, f) for n in DENSE_IN_TRAINING for f in FAMILIES])
+def test_a_module_that_reduces_to_softmax_trains_as_stock(stock, name: str, family: str) -> None:
+    """In training (dropout on, one seed), a module at settings where it is softmax attention gives
+    the stock model's loss and gradients exactly: the same attention-dropout masks, drawn over the
+    same (b, h, tq, tk) weights. Finding: `local` with a window covering the sequence (and bigbird
+    with at most global_blocks + 2 blocks that do not make one) ran its block path, whose dropout
+    drew its mask over three blocks' copies: another mask under the same seed (MiniLM's loss 0.01
+    off stock, T5's 0.46 at dropout 0.3), exit 0, where the docs call it softmax attention."""
+    from toolkit.attention import ATTENTION, attention_layers
+
+    entry = stock(family)
+    stock_model, tok = copy.deepcopy(entry[0]), entry[1]
+    model = resettled(entry, name, DENSE_IN_TRAINING[name])
+    inputs = batch(family, tok)
+    if family == "gpt2":  # training pads on the right (TextToTextCollator); labels -100 there
+        tok.padding_side = "right"
+        inputs = dict(tok(["a short one", "this sentence is quite a bit longer than that one"], padding=True,
+                          return_tensors="pt"))
+        inputs["labels"] = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
+    elif HEAD[family] == "seq2seq-lm":
+        inputs["labels"] = inputs["decoder_input_ids"]
+    else:
+        inputs["labels"] = torch.tensor([0, 1])
+    longest = inputs["input_ids"].shape[1]
+    settings = ATTENTION.get(name)(**DENSE_IN_TRAINING[name])
+    assert name in ("dot", "bilinear", "relative", "alibi") or settings.dense_within(longest)
+    results = []
+    for each in (stock_model, model):
+        for _, layer in attention_layers(each):
+            if isinstance(getattr(layer, "dropout", None), float):  # BART's float (bart-base: 0.0); the rest draw at 0.1
+                layer.dropout = 0.1
+        each.train()
+        torch.manual_seed(11)
+        loss = each(**inputs).loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in each.named_parameters() if p.grad is not None}))
+    (loss, grads), (theirs, their_grads) = results
+    torch.testing.assert_close(theirs, loss, atol=1e-6, rtol=0)
+    assert grads.keys() <= their_grads.keys()
+    for n, g in grads.items():
+        torch.testing.assert_close(their_grads[n], g, atol=1e-5, rtol=1e-5, msg=n)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_parity_sees_a_one_percent_score_error(stock, family: str) -> None:
     """The models the parity checks run on can tell: `dot` with its scores 1% off (scaling x1.01)
@@ -647,6 +695,11 @@ def test_attention_files_saved_under_the_older_names_still_load(stock, tmp_path:
     ("{name: local, window: 0}", "bert-base-uncased", "model.attention.window: 0 is below the minimum 1"),
     ("{name: lokal}", "bert-base-uncased", "did you mean 'local'"),
     ("flash_attention_2", "bert-base-uncased", "needs the flash_attn package"),
+    # transformers' continuous-batching forms, whose paged cache the toolkit never runs: without it
+    # paged|eager attended to padding (BERT 0.02 off sdpa) and dropped T5's bias (5.2 off), exit 0
+    ("'paged|eager'", "bert-base-uncased", "continuous batching"),
+    ("'paged|eager'", "t5-base", "use 'eager'"),
+    ("'paged|sdpa'", "gpt2", "use 'sdpa'"),
     ("{name: performer, seed: 5000000000}", "bert-base-uncased", "model.attention.seed: 5000000000 is above the maximum"),
     ("{name: bigbird, seed: -1}", "bert-base-uncased", "model.attention.seed: -1 is below the minimum 0"),
 ])
@@ -655,6 +708,40 @@ def test_refused_at_validate(tmp_path: Path, cli, attention: str, family: str, e
                           "task: {name: glue, subset: sst2}\nmethod: {name: full}\n")
     code, _, err = cli("validate", recipe)
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_transformers_attention_that_cannot_train_here_is_refused_at_validate(tmp_path: Path, cli, tiny_checkpoint,
+                                                                               monkeypatch, family: str) -> None:
+    """transformers' own attention names that load and then stop with a traceback are one line at
+    validate: a Hub kernel without the `kernels` package (an ImportError at load, after the data),
+    flex_attention on a machine without a GPU (torch's FlexAttention has no backward on CPU) and,
+    on one, with attention dropout in the model (a ValueError at the first training step): the
+    checkpoint's own (BART's is 0: it validates) or model.dropout's."""
+    from transformers.utils.import_utils import is_kernels_available
+
+    checkpoint = tiny_checkpoint(family)
+
+    def validate(attention: str, dropout: str = "") -> tuple[int, str]:
+        recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {checkpoint}, attention: '{attention}'{dropout}}}\n"
+                              "method: {name: full}\ntask: {name: glue, subset: sst2}\n")
+        code, _, err = cli("validate", recipe)
+        lines = [line for line in err.splitlines() if line.startswith("error:")]  # not a model build's progress
+        assert "Traceback" not in err and len(lines) == (code == 2), err
+        return code, "".join(lines)
+
+    assert not is_kernels_available()
+    assert validate("kernels-community/flash-attn")[1].count("kernels package") == 1
+    import torch
+
+    if not torch.cuda.is_available():
+        code, err = validate("flex_attention")
+        assert code == 2 and "trains on a GPU only" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    code, err = validate("flex_attention")
+    assert (code == 0) == (family == "bart") and ("takes no attention dropout" in err) == (family != "bart"), err
+    assert validate("flex_attention", ", dropout: 0.0")[0] == 0
+    assert validate("sdpa")[0] == 0
 
 
 SIZES = {"relative": "k", "additive": "dim", "performer": "features"}

@@ -155,6 +155,7 @@ def attention_names(registered: bool = False) -> list[str]:
 
 
 def valid_attention(registered: bool = False) -> list[str]:
-    """What transformers takes as attn_implementation: the names and their `paged|` forms."""
+    """What transformers takes as attn_implementation: the names and their `paged|` forms (which
+    models.check_attention refuses by name: the toolkit runs no paged cache)."""
     names = attention_names(registered)
     return names + [f"paged|{k}" for k in names if "|" not in k]

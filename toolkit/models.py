@@ -414,7 +414,20 @@ def check_attention(attention: Any, family: str | None = None,
             raise UserError(f"model.attention.{reason}")
         return
     name = attention
-    if name is None or "/" in name:  # None: transformers' default; "org/kernel": a Hub kernel
+    if name is None:  # transformers' default
+        return
+    if name.startswith("paged|"):  # transformers' forms for its continuous batching, whose cache they read
+        raise UserError(f"model.attention: '{name}' is transformers' attention for continuous batching with a "
+                        "paged KV cache (generate_batch), which the toolkit never runs; without that cache it "
+                        "computes another attention ('paged|eager' attends to padding, sees later tokens in a "
+                        f"decoder and drops T5's position bias); use '{name.split('|', 1)[1]}'")
+    if "/" in name:  # "org/kernel": a Hub kernel, which transformers loads through the kernels package
+        from transformers.utils.import_utils import is_kernels_available  # only for such a name
+
+        if not is_kernels_available():  # else an ImportError traceback at load, after the data
+            raise UserError(f"model.attention: '{name}' is a Hub kernel, which transformers loads through the "
+                            "kernels package, not installed here in a version it takes; install it "
+                            "(pip install kernels, CUDA only) or use sdpa")
         return
     if name not in hf_tables.valid_attention():  # transformers' own names, read from its source
         valid = hf_tables.valid_attention(registered=True)  # imported: names registered since too
@@ -425,6 +438,37 @@ def check_attention(attention: Any, family: str | None = None,
     if package and not _importable(package):
         raise UserError(f"model.attention: '{name}' needs the {package.split('.')[0]} package, which "
                         "is not installed; install it (CUDA only) or use sdpa")
+
+
+# transformers' attention functions that train on a GPU only and without attention dropout: torch's
+# FlexAttention has no backward on CPU (NotImplementedError), and transformers' flex_attention raises
+# a ValueError at the first training forward where the attention dropout is above 0
+NO_DROPOUT = ("flex_attention",)
+# where each family's config keeps the dropout on attention weights (BERT/RoBERTa, GPT-2, BART, T5)
+ATTENTION_DROPOUT = ("attention_probs_dropout_prob", "attn_pdrop", "attention_dropout", "dropout_rate")
+
+
+def check_attention_dropout(attention: Any, checkpoint: str, dropout: float | None) -> None:
+    """One line where a recipe trains under one of transformers' attention functions that train on
+    a GPU only and take no attention dropout (`NO_DROPOUT`) on a machine without one, or while its
+    model has attention dropout: `model.dropout` where set, else the checkpoint's config where this
+    machine has it. A traceback at the first training step otherwise, after the data and the model
+    loaded."""
+    name = modules.name_of(attention)
+    if not isinstance(name, str) or name.split("|")[-1] not in NO_DROPOUT:
+        return
+    import torch  # only for such a name
+
+    if not torch.cuda.is_available():
+        raise UserError(f"model.attention: transformers' {name} trains on a GPU only (torch's FlexAttention "
+                        "has no backward on CPU), and this machine has none; use sdpa")
+    if dropout is None:
+        config = checkpoint_config(checkpoint)
+        dropout = max((float(config[k]) for k in ATTENTION_DROPOUT if isinstance(config.get(k), (int, float))),
+                      default=0.0)
+    if dropout:
+        raise UserError(f"model.attention: transformers' {name} takes no attention dropout in training, and "
+                        f"{checkpoint} has {dropout:g}; set model.dropout: 0, or use sdpa")
 
 
 def _importable(module: str) -> bool:

@@ -75,6 +75,10 @@ class BigBird(Attention):
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
         if q.shape[-2] != k.shape[-2]:  # new queries against a cache
             return self._cached(module, q, k, v, pad, scaling, dropout, bias)
+        tq = q.shape[-2]
+        if self.dense_within(tq):  # softmax attention: one (tq, tk) product, dot's dropout draw
+            scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
+            return softmax_attention(module, scores, v, allowed(module, pad, tq, tq, q.device), dropout, bias)[0], None
         out = in_packed_rows(lambda q, k, v, pad, bias: self._attend(module, q, k, v, pad, scaling, dropout, bias)[0],
                              q, k, v, pad, bias)
         return out, None  # (b, tq, h, d)

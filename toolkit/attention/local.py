@@ -52,7 +52,10 @@ class Local(Attention):
     def attend(self, module, q, k, v, pad, scaling, dropout, bias):
         causal = is_causal(module) or (self.causal and not getattr(module, "tk_cross", False))
         tq, tk = q.shape[-2], k.shape[-2]
-        if tq != tk:  # generation with a cache: few queries, a dense masked product is cheap
+        # generation with a cache (few queries: a dense masked product is cheap), or a window that
+        # covers the row (softmax attention: one (tq, tk) product, with the dropout draw of eager's
+        # and dot's; the blocks drew theirs over three blocks' copies, another mask under one seed)
+        if tq != tk or self.dense_within(tq):
             pos = token_positions(pad, q.shape[0], tk, q.device)  # (b|1, tk): padding takes none
             near = self.rule(causal)(pos[:, tk - tq:, None], pos[:, None, :])  # (b|1, tq, tk)
             keep = near[:, None] if pad is None else pad & near[:, None]
