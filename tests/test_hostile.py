@@ -555,6 +555,11 @@ PATHS: dict[str, tuple[Callable[[Path, Path, Any], list], str]] = {
                                         ["predict", run / "checkpoints" / "step-000002", "--input", tmp / "in.txt"])[1],
                                         "step-000002: a folder inside the run"),
     "export under a missing folder": (lambda run, tmp, mp: ["export", run, tmp / "a" / "b"], "does not exist; create it first"),
+    # a file on the way was "the folder .../in.txt does not exist" (it does, as a file)
+    "export under a file": (lambda run, tmp, mp: ["export", run, tmp / "in.txt" / "a" / "b"],
+                            "in.txt is a file, not a folder, so"),
+    "predict --output under a file": (lambda run, tmp, mp: ["predict", run, "--input", tmp / "in.txt", "--output",
+                                                            tmp / "in.txt" / "p.jsonl"], "in.txt is a file, not a folder, so"),
     "export into a read-only place": (lambda run, tmp, mp: (_readonly(mp, tmp / "ro"), ["export", run, tmp / "ro" / "x"])[1],
                                       "permission denied"),
     "eval a folder that is no run": (lambda run, tmp, mp: ["eval", tmp / "ro"], "no recipe.yaml here"),

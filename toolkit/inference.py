@@ -995,7 +995,11 @@ def check_destination(path: Path, folder: bool, what: str) -> None:
     if not folder and path.is_dir():
         raise UserError(f"{what}: {path} is a folder; give a file name (e.g. {path / 'predictions.jsonl'})")
     parent = path.parent
-    if not parent.is_dir():
+    if not parent.is_dir():  # a file on the way is said as one (it was "does not exist", beside `ls` showing it)
+        blocker = next((p for p in [parent, *parent.parents] if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise UserError(f"{what}: {blocker} is a file, not a folder, so {path} cannot be written under it; "
+                            "give a path under a folder")
         raise UserError(f"{what}: the folder {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UserError(f"{what}: cannot write in {parent} (permission denied)")
