@@ -555,6 +555,11 @@ PATHS: dict[str, tuple[Callable[[Path, Path, Any], list], str]] = {
                                         ["predict", run / "checkpoints" / "step-000002", "--input", tmp / "in.txt"])[1],
                                         "step-000002: a folder inside the run"),
     "export under a missing folder": (lambda run, tmp, mp: ["export", run, tmp / "a" / "b"], "does not exist; create it first"),
+    # a file on the way was "the folder .../in.txt does not exist" (it does, as a file)
+    "export under a file": (lambda run, tmp, mp: ["export", run, tmp / "in.txt" / "a" / "b"],
+                            "in.txt is a file, not a folder, so"),
+    "predict --output under a file": (lambda run, tmp, mp: ["predict", run, "--input", tmp / "in.txt", "--output",
+                                                            tmp / "in.txt" / "p.jsonl"], "in.txt is a file, not a folder, so"),
     "export into a read-only place": (lambda run, tmp, mp: (_readonly(mp, tmp / "ro"), ["export", run, tmp / "ro" / "x"])[1],
                                       "permission denied"),
     "eval a folder that is no run": (lambda run, tmp, mp: ["eval", tmp / "ro"], "no recipe.yaml here"),
@@ -621,10 +626,13 @@ def test_an_export_another_cache_is_writing_is_refused_and_left_alone(tmp_path: 
     leaves it alone; once its writer is gone (killed), the next export clears what it left."""
     import fcntl
 
+    from toolkit import inference
+
     run = _copy(finished, tmp_path)
     partial = tmp_path / ".out.partial"
     partial.mkdir()
     (partial / "theirs.json").write_text("{}")
+    (partial / inference.PARTIAL_MARK).touch()  # an export's folder, marked first
     fd = os.open(partial, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the other process's export holds
     try:
@@ -685,13 +693,75 @@ def test_full_disk_is_said_as_such_and_leaves_nothing(tmp_path: Path, cli, finis
 
 
 def test_interrupted_export_does_not_block_the_next(tmp_path: Path, cli, finished: Path) -> None:
+    """An export killed with SIGKILL half-way leaves `.OUT.partial` (marked as an export's) and
+    nothing at OUT; the next export clears it and writes OUT whole, with no mark left in it."""
+    import transformers
+
+    from toolkit.cli import main
+
     run = _copy(finished, tmp_path)
-    left = tmp_path / ".out.partial"  # what an export killed half-way leaves
-    left.mkdir()
-    (left / "adapter_model.safetensors").write_bytes(b"half")
+    save = transformers.PreTrainedModel.save_pretrained
+
+    def killed(self, *args: Any, **kwargs: Any) -> None:  # the first weights written, then SIGKILL
+        save(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    pid = os.fork()  # the export in a child of this process (no second interpreter to start)
+    if pid == 0:
+        try:
+            transformers.PreTrainedModel.save_pretrained = killed
+            main(["export", str(run), str(tmp_path / "out")])
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    left = tmp_path / ".out.partial"
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    assert not (tmp_path / "out").exists() and (left / "model.safetensors").is_file()
     code, out, err = cli("export", run, tmp_path / "out")
     assert code == 0, err
     assert (tmp_path / "out" / "adapter_config.json").is_file() and not left.exists()
+    assert not list((tmp_path / "out").glob(".*")), "the export's working mark was put in place with it"
+
+
+@pytest.mark.parametrize("kind", ["folder", "file", "link"])
+def test_a_users_own_dot_partial_is_not_cleared_by_an_export(tmp_path: Path, cli, finished: Path, kind: str) -> None:
+    """`.OUT.partial` is where `export RUN OUT` writes before putting OUT in place. A user's own
+    thing of that name was cleared as an interrupted export's leftovers, exit 0: a folder lost its
+    files, a link to a folder had that folder emptied and the export written into it (OUT then a
+    link to it). Now one line, nothing at OUT, and it is left as it was; by the CLI and the API."""
+    import toolkit
+
+    run = _copy(finished, tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    partial = tmp_path / ".out.partial"
+    {"folder": lambda: shutil.copytree(mine, partial), "file": lambda: partial.write_text("keep me"),
+     "link": lambda: partial.symlink_to(mine)}[kind]()
+    code, _, err = cli("export", run, tmp_path / "out")
+    _check_one_line(tmp_path, code, err, f"{partial}, where an export to {tmp_path / 'out'} is written")
+    with pytest.raises(toolkit.UserError, match="move it away"):
+        toolkit.export(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and os.listdir(mine) == ["notes.txt"]
+    assert (partial / "notes.txt" if kind != "file" else partial).read_text() == "keep me"
+
+
+@pytest.mark.parametrize("inside", ["", "model/", "other:"])
+def test_an_export_into_a_run_folder_is_refused(tmp_path: Path, cli, finished: Path, inside: str) -> None:
+    """`export RUN RUN/exported` (or RUN/model/exported, or into another run's folder) was written,
+    exit 0, into a folder `toolkit run --force` clears whole (the export went with it, unsaid),
+    and into the run's own result folder model/. Now one line before any model loads, nothing written."""
+    import toolkit
+
+    run = _copy(finished, tmp_path)
+    home = shutil.copytree(finished, tmp_path / "other") if inside == "other:" else run / inside
+    out = home / "exported"
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code, _, err = cli("export", run, out)
+    _check_one_line(tmp_path, code, err, f"{out} is inside the run folder {home.parent if inside == 'model/' else home}")
+    with pytest.raises(toolkit.UserError, match="export to a folder outside the run folders"):
+        toolkit.export(run, out)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 def _long_recipe(tmp_path: Path, tiny_checkpoint: Any) -> Path:

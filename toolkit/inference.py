@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
-from toolkit import attention, chain, evaluation, heads, hub, methods, models, precision, readers, runs, sharding
+from toolkit import attention, chain, checkpoints, evaluation, heads, hub, methods, models, precision, readers, runs, sharding
 from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
@@ -712,8 +712,23 @@ def export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> st
         raise UserError(f"--push-to-hub {push_to_hub}: the Hub is off-line (HF_HUB_OFFLINE=1); "
                         "export to a folder and push it where the Hub is reachable")
     check_destination(out, folder=True, what="export")
+    check_outside_runs(run, out)
     with runs.reading(run, "export"):  # model/ read whole, not while a --force rerun clears it
         return _export_run(run, out, merge, push_to_hub)
+
+
+def check_outside_runs(run: Path, out: Path) -> None:
+    """An export is the user's folder, kept apart from the toolkit's run folders: one inside a run
+    folder (RUN/export, RUN/model/export, or another run's) was written, exit 0, and then went with
+    that folder's `toolkit run --force` (which clears it whole), and one inside model/ sat in the
+    run's result. A run folder is the one exported, or any holding recipe.yaml and identity.json."""
+    home = Path(os.path.realpath(run))
+    target = Path(os.path.realpath(out))
+    owner = next((p for p in target.parents if p == home or (
+        (p / "recipe.yaml").is_file() and (p / checkpoints.IDENTITY).is_file())), None)
+    if owner is not None:
+        raise UserError(f"export: {out} is inside the run folder {owner}, which `toolkit run --force` clears whole "
+                        "(and whose model/ is the run's result): export to a folder outside the run folders")
 
 
 def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> str:
@@ -724,6 +739,7 @@ def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> s
     with _partial(out) as partial, writing(out, NOTHING_KEPT):
         note, model, tok = _export_into(run, recipe, partial, merge)
         note += specials_read_otherwise(recipe.task, partial) + _smoke_said(recipe)
+        (partial / PARTIAL_MARK).unlink()
         runs.follow_umask(partial)  # safetensors writes 0600 whatever the umask
         if out.exists():
             out.rmdir()  # empty (checked above)
@@ -743,20 +759,40 @@ def _smoke_said(recipe: Recipe) -> str:
     return f"; a --smoke run: this is the small random-weight model it trained on, not {named}"
 
 
+PARTIAL_MARK = ".toolkit-export"  # in a folder being exported (`_partial`), removed before it is put in place
+
+
+def _not_ours(partial: Path, what: str) -> None:
+    """`.OUT.partial` is where an export is written; something there that no export left (a user's
+    own file or folder of that name, a link) is not cleared as an interrupted export's leftovers:
+    a user's folder there lost its files, and a link to a folder had that folder emptied and the
+    export written into it, exit 0."""
+    raise UserError(f"export: {partial}, where an export to {partial.parent / partial.name[1:-8]} is written before it "
+                    f"is put in place, {what}: move it away (or export elsewhere); it is left as it is")
+
+
 @contextmanager
 def _partial(out: Path) -> Iterator[Path]:
     """The folder an export is written in (`.OUT.partial` beside `out`), emptied of what an
     interrupted export left and held (flock on the folder itself) until it is renamed to `out` or
     removed. The lock in $TOOLKIT_CACHE (api._one_export) binds only processes that share that
     cache: an export from another cache cleared this one's half-written folder as an interrupted
-    export's leftovers and wrote its own files into it."""
+    export's leftovers and wrote its own files into it. The folder is marked (PARTIAL_MARK) before
+    anything is written in it: only a marked one is cleared, anything else there is `_not_ours`."""
     partial = out.parent / f".{out.name}.partial"
+    if partial.is_symlink() or (partial.exists() and not partial.is_dir()):
+        _not_ours(partial, "is a link" if partial.is_symlink() else "is a file")
     partial.mkdir(exist_ok=True)
     fd = runs.flock_held(partial, f"export: {out} is being written by another export right now (one that uses "
                                   "another $TOOLKIT_CACHE); wait for it to finish, or export elsewhere")
+    children = list(partial.iterdir())
+    if children and not (partial / PARTIAL_MARK).is_file():
+        os.close(fd)
+        _not_ours(partial, "holds files no export wrote")
     try:
-        for child in list(partial.iterdir()):  # what an interrupted export left
+        for child in children:  # what an interrupted export left
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        (partial / PARTIAL_MARK).touch()  # first: an export killed from here on leaves it marked
         yield partial
     finally:
         try:  # not renamed to `out`: removed, unless another export made a new one since
@@ -959,7 +995,11 @@ def check_destination(path: Path, folder: bool, what: str) -> None:
     if not folder and path.is_dir():
         raise UserError(f"{what}: {path} is a folder; give a file name (e.g. {path / 'predictions.jsonl'})")
     parent = path.parent
-    if not parent.is_dir():
+    if not parent.is_dir():  # a file on the way is said as one (it was "does not exist", beside `ls` showing it)
+        blocker = next((p for p in [parent, *parent.parents] if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise UserError(f"{what}: {blocker} is a file, not a folder, so {path} cannot be written under it; "
+                            "give a path under a folder")
         raise UserError(f"{what}: the folder {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UserError(f"{what}: cannot write in {parent} (permission denied)")
