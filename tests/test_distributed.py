@@ -68,6 +68,16 @@ def faulty(self, batch):
     return loss * float("nan") if nan else loss
 
 train.Loop._forward_loss = faulty
+# first, in the launch's first generation: a sweep of 2 points, each point's `toolkit run` processes
+# launched by the sweep of every process; what rank 0's sweep says is kept for the test
+import contextlib, io
+said = io.StringIO()
+with contextlib.redirect_stdout(said):
+    code = main(json.loads(open(sys.argv[1]).read())["sweep"])
+if os.environ["RANK"] == "0":
+    open(sys.argv[1] + ".sweep-said", "w").write(said.getvalue())
+if code != 0:
+    sys.exit(f"failed: the sweep ({{said.getvalue()[-500:]}})")
 for job in json.loads(open(sys.argv[1]).read())["runs"]:
     args, fault[0] = (job["args"], job["nan"]) if isinstance(job, dict) else (job, None)
     calls.clear()
@@ -114,8 +124,27 @@ def two_process_runs(tmp_path_factory: pytest.TempPathFactory, _smoke_cache: Pat
         recipe = write_recipe(tmp / "every" / name / "r.yaml", text + ("\ntrain: {seed: 3}" if in_context else TRAINED))
         every.append([name, str(recipe), str(tmp / "every" / name / "runs")])
     out["every_task"] = (every, tmp)
-    _torchrun(tmp, {"runs": jobs, "every_task": every}, FAULT_LAUNCHER + EVERY_TASK_LAUNCH)
+    # a sweep of 2 points on the launch's processes (test_a_sweep_under_torchrun_runs_every_point_...)
+    recipe = write_recipe(tmp / "sweep" / "s.yaml", RECIPE.format(checkpoint="bert-base-uncased", method="{name: freeze}"))
+    out["sweep"] = (tmp / "jobs.json.sweep-said", tmp / "sweep" / "runs")
+    sweep = ["sweep", str(recipe), "train.lr=1e-3,2e-3", "--seeds", "42", "--smoke", "--runs-dir",
+             str(tmp / "sweep" / "runs"), "task.max_train_samples=8", "task.max_eval_samples=4", "train.batch_size=2"]
+    _torchrun(tmp, {"runs": jobs, "every_task": every, "sweep": sweep}, FAULT_LAUNCHER + EVERY_TASK_LAUNCH)
     return out
+
+
+def test_a_sweep_under_torchrun_runs_every_point_on_the_launchs_processes(two_process_runs) -> None:
+    """Rule: under a launch each point's runs (one `toolkit run` per process) meet in a rendezvous
+    store of their own. In the launcher's store, shared by every point, the second point's
+    processes read the first point's addresses and gloo failed to connect to processes gone
+    ("Connection refused", a traceback): the sweep stopped at its second point
+    (`sharding.point_launch`). The sweep is the shared launch's first job (its launch's first
+    generation, as a sweep launched alone)."""
+    said, runs_dir = two_process_runs["sweep"]
+    assert said.read_text().splitlines()[-1] == "sweep: 2 runs done"
+    finished = sorted(runs_dir.rglob("metrics.json"))
+    assert len(finished) == 2
+    assert [json.loads(m.read_text())["num_processes"] for m in finished] == [2, 2]
 
 
 def test_each_process_draws_its_own_dropout_masks(two_process_runs) -> None:

@@ -375,35 +375,6 @@ def test_a_sweep_launched_on_several_processes_speaks_once_and_cannot_leave_a_po
                                         "launch has 2"), err
 
 
-def test_a_sweep_under_torchrun_runs_every_point_on_the_launchs_processes(tmp_path: Path, runs_dir: Path,
-                                                                         tiny_checkpoint) -> None:
-    """Rule: under a launch each point's runs (one `toolkit run` per process) meet in a rendezvous
-    store of their own. In the launcher's store, shared by every point, the second point's
-    processes read the first point's addresses and gloo failed to connect to processes gone
-    ("Connection refused", a traceback): the sweep stopped at its second point
-    (`sharding.point_launch`)."""
-    import socket
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
-    recipe = write_recipe(tmp_path / "s.yaml", RECIPE.replace("bert-base-uncased", tiny_checkpoint("bert")))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           str(port), "-m", "toolkit.cli", "sweep", str(recipe), "train.lr=1e-3,2e-3", "--seeds", "42",
-                           "--runs-dir", str(runs_dir), "task.max_train_samples=8", "task.max_eval_samples=4",
-                           "train.batch_size=2"], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[-1] == "sweep: 2 runs done"
-    finished = sorted(runs_dir.rglob("metrics.json"))
-    assert len(finished) == 2
-    assert [json.loads(m.read_text())["num_processes"] for m in finished] == [2, 2]
-
-
 @pytest.mark.parametrize("edit", ["recipe", "base", "data"])
 def test_a_point_is_run_as_planned_or_not_at_all(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
                                                  edit: str) -> None:
