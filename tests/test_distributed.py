@@ -672,3 +672,59 @@ def test_a_failed_process_leaves_its_line_for_the_launcher_s_report(tmp_path: Pa
     (cause,) = [line.split("traceback : ", 1)[1] for line in report.splitlines() if "traceback : " in line]
     assert cause.startswith("error: toolkit") or cause.startswith("error: recipe"), report
     assert err in ("", cause + "\n")
+
+
+def _followed(command: str, monkeypatch) -> tuple[list[str], Path]:
+    """What a named command runs, and the run folder it runs, as its launch sees it: `make run
+    NPROC=N [STRATEGY=S] RECIPE=R ARGS=A` a launch of N with S's config (the Makefile's), else one
+    process."""
+    import shlex
+
+    from toolkit import api, runs
+
+    words = shlex.split(command)
+    if words[:2] == ["make", "run"]:
+        given = dict(word.split("=", 1) for word in words[2:])
+        as_launched(monkeypatch, launch_env(given.get("STRATEGY", "ddp"), int(given["NPROC"])))
+        recipe, rest = given["RECIPE"], shlex.split(given["ARGS"])
+    else:
+        assert words[:2] == ["toolkit", "run"], command
+        as_launched(monkeypatch, {})
+        recipe, rest = words[2], words[3:]
+    root = rest[rest.index("--runs-dir") + 1]
+    overrides = [w for w in rest if "=" in w and not w.startswith("-")]
+    return rest, runs.run_dir(api._checked(recipe, overrides, "--smoke" in rest).recipe, runs.runs_root(root))
+
+
+@pytest.mark.parametrize("launch, processes", [("one", 1), ("ddp", 2), ("fsdp", 1), ("zero3", 2)])
+@pytest.mark.parametrize("kept", [True, False])
+def test_an_interrupted_launch_names_the_command_that_goes_on_with_its_own_run(tmp_path: Path, cli, monkeypatch,
+                                                                             launch: str, processes: int,
+                                                                             kept: bool) -> None:
+    """Ctrl-C or SIGTERM to `make run NPROC=2` said `... keeps the checkpoint of step 20: \\`toolkit
+    run R --runs-dir D --resume\\` goes on from there`: in one process that is another run (a run id
+    counts the processes and a sharded strategy), refused ('--resume: ... was never started'), and
+    without --resume it trained that other run from step 0. The command named (to resume, or to
+    start again where nothing was kept) is this launch's, and runs this very folder."""
+    from toolkit import api, runs, train
+
+    as_launched(monkeypatch, launch_env(launch, processes))
+    own = runs.run_dir(api._checked("demo/sst2/minilm-lora", ["train.lr=1e-3"], True).recipe, tmp_path / "runs")
+
+    def stopped(plan, out, **kwargs):
+        if kept:
+            (out / "checkpoints" / "step-000002").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "run", stopped)
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "--runs-dir", tmp_path / "runs", "train.lr=1e-3")
+    assert code == 130, err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    said = "keeps the checkpoint of step 2: `" if kept else "before any checkpoint: nothing was kept; `"
+    assert said in line, line
+    command = line.split(said, 1)[1].split("`", 1)[0]
+    if launch != "one":
+        assert command.startswith(f"make run NPROC={processes} "), command
+    rest, folder = _followed(command, monkeypatch)
+    assert ("--resume" in rest) == kept and "train.lr=1e-3" in rest and "--smoke" in rest
+    assert folder == own and own.exists() == kept  # nothing kept: the folder this launch made is gone
