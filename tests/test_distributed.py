@@ -728,3 +728,32 @@ def test_an_interrupted_launch_names_the_command_that_goes_on_with_its_own_run(t
     rest, folder = _followed(command, monkeypatch)
     assert ("--resume" in rest) == kept and "train.lr=1e-3" in rest and "--smoke" in rest
     assert folder == own and own.exists() == kept  # nothing kept: the folder this launch made is gone
+
+
+@pytest.mark.parametrize("ended, code", [("signal INT", 130), ("signal TERM", 143), ("failed 2", 2),
+                                         ("failed -15", 1), ("finished", 0)])
+def test_make_run_nproc_2_ends_with_its_processes_exit_code(monkeypatch, capsys, ended: str, code: int) -> None:
+    """`make run NPROC=2` (toolkit.launch) ends as its processes end: a user error's 2, a process
+    killed by a signal 1 (as torchrun), success 0; Ctrl-C or SIGTERM to the launch 128 + the signal
+    (the processes stopped, rank 0 said its one line): it was torch elastic's `SignalException`
+    traceback (25 lines after that line) and exit 1."""
+    import signal
+
+    from accelerate.commands import launch as accelerate_launch
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from toolkit import launch
+
+    def launched(args) -> None:
+        kind, _, value = ended.partition(" ")
+        if kind == "signal":
+            raise SignalException("got signal", sigval=signal.Signals[f"SIG{value}"])
+        if kind == "failed":
+            raise ChildFailedError("toolkit.cli", {0: ProcessFailure(0, 1, int(value), "")})
+
+    monkeypatch.setattr(accelerate_launch, "launch_command", launched)
+    argv = ["--config_file", str(ROOT / "configs" / "accelerate" / "ddp.yaml"), "--num_processes", "2", "-m",
+            "toolkit.cli", "run", "demo/sst2/minilm-lora"]
+    assert launch.main(argv) == code
+    assert capsys.readouterr().err == ""
