@@ -757,3 +757,27 @@ def test_make_run_nproc_2_ends_with_its_processes_exit_code(monkeypatch, capsys,
             "toolkit.cli", "run", "demo/sst2/minilm-lora"]
     assert launch.main(argv) == code
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_process_stopped_under_a_launch_removes_no_folder_it_did_not_make(tmp_path: Path, cli, monkeypatch,
+                                                                             rank: str) -> None:
+    """A second launch of a run another launch is training, before that one's first checkpoint:
+    its rank 0 stops on the run's lock (one line, exit 2), and the launcher stops the others with
+    SIGTERM. Rank 1, which holds no lock (rank 0 holds them for the launch), took the folder for one
+    this launch had made and removed it whole on the signal, `shutil.rmtree` under the training
+    launch. Only rank 0 removes a run folder, and only one its launch made."""
+    from toolkit import api, runs, train
+
+    as_launched(monkeypatch, {**launch_env("ddp", 2), "RANK": rank, "LOCAL_RANK": rank})
+    out = runs.run_dir(api._checked("demo/sst2/minilm-lora", [], True).recipe, tmp_path / "runs")
+    out.mkdir(parents=True)
+    (out / "log.jsonl").write_text('{"step": 1, "loss": 0.7}\n')  # the other launch's, training
+
+    def stopped(plan, folder, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "run", stopped)
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 130, err
+    assert (out / "log.jsonl").read_text() == '{"step": 1, "loss": 0.7}\n'

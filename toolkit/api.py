@@ -561,7 +561,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
                 metrics = train.run(plan, out, resume=resume, stop_after=stop_after)
         except (KeyboardInterrupt, BrokenPipeError) as exc:  # a closed stdout (`| head`) stops it as Ctrl-C does
             again = [*overrides, *["--smoke"] * smoke, *(["--runs-dir", str(runs_dir)] if runs_dir else [])]
-            stopped = _interrupted(exc, out, existed and rank0, str(path), again)
+            stopped = _interrupted(exc, out, existed, str(path), again)
             if isinstance(exc, BrokenPipeError):
                 stopped.signal = signal.SIGPIPE
             raise stopped from None
@@ -641,7 +641,9 @@ def _interrupted(exc: BaseException, out: Path, existed: bool, recipe: str, rest
     if kept is not None:
         return Interrupted(f"interrupted {reached}; {out} keeps the checkpoint of step {kept}: "
                            f"`{runs.run_command(recipe, [*rest, '--resume'])}` goes on from there", step, total)
-    if not existed and out.exists():
+    if not existed and out.exists() and int(os.environ.get("RANK", "0")) == 0:
+        # rank 0 alone, as it alone made it: another process holds no lock and may have found the
+        # folder of another launch (rank 0 stopped on its lock), training before its first checkpoint
         shutil.rmtree(out, ignore_errors=True)
     return Interrupted(f"interrupted {reached}, before any checkpoint: nothing was kept; "
                        f"`{runs.run_command(recipe, rest)}` starts it again", step, total)
