@@ -781,3 +781,28 @@ def test_a_process_stopped_under_a_launch_removes_no_folder_it_did_not_make(tmp_
     code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "--runs-dir", tmp_path / "runs")
     assert code == 130, err
     assert (out / "log.jsonl").read_text() == '{"step": 1, "loss": 0.7}\n'
+
+
+@pytest.mark.parametrize("launch, processes", [("ddp", 2), ("fsdp", 1)])
+def test_a_chain_under_a_launch_names_the_launch_that_makes_its_upstream_again(tmp_path: Path, monkeypatch,
+                                                                              launch: str, processes: int) -> None:
+    """A chained run whose upstream of this launch finished but lost its model/ said `run that run
+    again: toolkit run ... --force`: a 1-process run, another run than the launch's upstream, and
+    the line came back however often it was followed. It names the launch's command, which makes
+    this very upstream folder again."""
+    import json
+
+    from toolkit import chain, recipe as recipes, runs
+    from toolkit.errors import UserError
+
+    as_launched(monkeypatch, launch_env(launch, processes))
+    root = tmp_path / "runs"
+    plan = recipes.plan(recipes.find_recipe("demo/sst2/minilm-full-from-wikitext"))
+    upstream = runs.run_dir(plan.upstream.recipe, root)
+    upstream.mkdir(parents=True)
+    (upstream / "metrics.json").write_text(json.dumps({"eval": {}}))
+    with pytest.raises(UserError) as said:
+        chain.resolve(plan, root)
+    command = str(said.value).split("run that run again: ", 1)[1]
+    rest, folder = _followed(command, monkeypatch)
+    assert folder == upstream and rest[-1] == "--force", command
