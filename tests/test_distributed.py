@@ -730,13 +730,20 @@ def test_an_interrupted_launch_names_the_command_that_goes_on_with_its_own_run(t
     assert folder == own and own.exists() == kept  # nothing kept: the folder this launch made is gone
 
 
-@pytest.mark.parametrize("ended, code", [("signal INT", 130), ("signal TERM", 143), ("failed 2", 2),
-                                         ("failed -15", 1), ("finished", 0)])
+@pytest.mark.parametrize("ended, code", [
+    ("signal INT", 130), ("signal TERM", 143), ("finished", 0),
+    ("failed 2", 2), ("failed -9", 1), ("failed 1,143", 1),
+    # process 1's user error (or its kill), process 0 stopped by the launcher's SIGTERM after it
+    ("failed 143,2", 2), ("failed -15,2", 2), ("failed 143,-9", 1),
+    ("failed 143,143", 143),  # SIGTERM to the processes themselves
+])
 def test_make_run_nproc_2_ends_with_its_processes_exit_code(monkeypatch, capsys, ended: str, code: int) -> None:
     """`make run NPROC=2` (toolkit.launch) ends as its processes end: a user error's 2, a process
     killed by a signal 1 (as torchrun), success 0; Ctrl-C or SIGTERM to the launch 128 + the signal
     (the processes stopped, rank 0 said its one line): it was torch elastic's `SignalException`
-    traceback (25 lines after that line) and exit 1."""
+    traceback (25 lines after that line) and exit 1. The code is the failed process's, not that of
+    one the launcher stopped after it: a user error in process 1 alone ended the launch with 143
+    where process 0 took the launcher's SIGTERM inside its run (the first positive code by rank)."""
     import signal
 
     from accelerate.commands import launch as accelerate_launch
@@ -750,7 +757,8 @@ def test_make_run_nproc_2_ends_with_its_processes_exit_code(monkeypatch, capsys,
         if kind == "signal":
             raise SignalException("got signal", sigval=signal.Signals[f"SIG{value}"])
         if kind == "failed":
-            raise ChildFailedError("toolkit.cli", {0: ProcessFailure(0, 1, int(value), "")})
+            raise ChildFailedError("toolkit.cli", {rank: ProcessFailure(rank, 1, int(c), "")
+                                                   for rank, c in enumerate(value.split(","))})
 
     monkeypatch.setattr(accelerate_launch, "launch_command", launched)
     argv = ["--config_file", str(ROOT / "configs" / "accelerate" / "ddp.yaml"), "--num_processes", "2", "-m",

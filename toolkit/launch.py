@@ -20,11 +20,26 @@ from __future__ import annotations
 import sys
 
 
+# how a process ends when the launcher stops it with SIGTERM after another failed: the toolkit's
+# own stop (128 + 15) or, outside its command, the signal itself
+STOPPED_BY_THE_LAUNCHER = (128 + 15, -15)
+
+
 def exit_code(failures: dict) -> int:
-    """The launch's exit code from torch elastic's failures ({rank: ProcessFailure}): the first
-    positive exit code of a process (by rank), else 1 (a signal, as torchrun exits)."""
+    """The launch's exit code from torch elastic's failures ({rank: ProcessFailure}): that of the
+    process whose failure stopped the launch, the others' being the launcher's SIGTERM after it.
+    A user error in process 1 alone (exit 2) ended the launch with 143 where process 0, stopped by
+    the launcher's SIGTERM before its collective failed, exited so (its line `error: SIGTERM:
+    interrupted ...`): the first positive code by rank was taken. Now the first positive exit code
+    by rank among the processes that were not stopped by the launcher, else 1 (a signal, as
+    torchrun exits: a process killed, SIGKILL of the out-of-memory killer); 143 where every process
+    was stopped by SIGTERM (sent to the processes themselves)."""
     codes = [getattr(failures[rank], "exitcode", 1) for rank in sorted(failures)]
-    return next((code for code in codes if isinstance(code, int) and code > 0), 1)
+    codes = [code if isinstance(code, int) else 1 for code in codes]
+    causes = [code for code in codes if code not in STOPPED_BY_THE_LAUNCHER]
+    if not causes:
+        return 128 + 15
+    return next((code for code in causes if code > 0), 1)
 
 
 def main(argv: list[str] | None = None) -> int:
