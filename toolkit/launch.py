@@ -17,7 +17,15 @@ number (130 for Ctrl-C, 143 for SIGTERM), as the one-process `toolkit run` does.
 
 from __future__ import annotations
 
+import importlib
+import logging
+import signal
 import sys
+
+# torch elastic's own lines on a failed or stopped launch (`Sending process N closing signal
+# SIGTERM`, `failed (exitcode: 2) local_rank: 1 (pid: N) of binary: ...`, `Received 2 death signal,
+# shutting down workers`), which followed the processes' own `error:` line
+LAUNCHER_LOGGERS = ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api")
 
 
 # how a process ends when the launcher stops it with SIGTERM after another failed: the toolkit's
@@ -42,15 +50,38 @@ def exit_code(failures: dict) -> int:
     return next((code for code in causes if code > 0), 1)
 
 
+def killed(failures: dict) -> list[str]:
+    """One line for each process killed by a signal other than the launcher's SIGTERM (the
+    out-of-memory killer's SIGKILL, a crash's SIGSEGV): such a process said nothing, and torch
+    elastic's `failed (exitcode: -9)` line, the one word of it, is not shown."""
+    lines = []
+    for rank in sorted(failures):
+        code = getattr(failures[rank], "exitcode", None)
+        if isinstance(code, int) and code < 0 and code not in STOPPED_BY_THE_LAUNCHER:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            hint = " (what the out-of-memory killer sends)" if -code == signal.SIGKILL else ""
+            lines.append(f"error: process {rank} of the launch was killed by {name}{hint}, and the launch "
+                         "stopped with it")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from accelerate.commands.launch import launch_command, launch_command_parser
+    importlib.import_module("torch.distributed.elastic.agent.server.api")  # sets its logger's level as it loads
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     args = launch_command_parser().parse_args(argv)
+    for name in LAUNCHER_LOGGERS:  # the processes say what stopped them; the exit code says the rest
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         launch_command(args)
     except ChildFailedError as failed:
+        for line in killed(failed.failures):
+            print(line, file=sys.stderr, flush=True)
         return exit_code(failed.failures)
     except SignalException as stopped:  # the processes were stopped with it, and said so
         return 128 + int(stopped.sigval)
