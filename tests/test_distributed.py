@@ -701,3 +701,154 @@ def test_a_failed_process_leaves_its_line_for_the_launcher_s_report(tmp_path: Pa
     (cause,) = [line.split("traceback : ", 1)[1] for line in report.splitlines() if "traceback : " in line]
     assert cause.startswith("error: toolkit") or cause.startswith("error: recipe"), report
     assert err in ("", cause + "\n")
+
+
+def _followed(command: str, monkeypatch) -> tuple[list[str], Path]:
+    """What a named command runs, and the run folder it runs, as its launch sees it: `make run
+    NPROC=N [STRATEGY=S] RECIPE=R ARGS=A` a launch of N with S's config (the Makefile's), else one
+    process."""
+    import shlex
+
+    from toolkit import api, runs
+
+    words = shlex.split(command)
+    if words[:2] == ["make", "run"]:
+        given = dict(word.split("=", 1) for word in words[2:])
+        as_launched(monkeypatch, launch_env(given.get("STRATEGY", "ddp"), int(given["NPROC"])))
+        recipe, rest = given["RECIPE"], shlex.split(given["ARGS"])
+    else:
+        assert words[:2] == ["toolkit", "run"], command
+        as_launched(monkeypatch, {})
+        recipe, rest = words[2], words[3:]
+    root = rest[rest.index("--runs-dir") + 1]
+    overrides = [w for w in rest if "=" in w and not w.startswith("-")]
+    return rest, runs.run_dir(api._checked(recipe, overrides, "--smoke" in rest).recipe, runs.runs_root(root))
+
+
+@pytest.mark.parametrize("launch, processes", [("one", 1), ("ddp", 2), ("fsdp", 1), ("zero3", 2)])
+@pytest.mark.parametrize("kept", [True, False])
+def test_an_interrupted_launch_names_the_command_that_goes_on_with_its_own_run(tmp_path: Path, cli, monkeypatch,
+                                                                             launch: str, processes: int,
+                                                                             kept: bool) -> None:
+    """Ctrl-C or SIGTERM to `make run NPROC=2` said `... keeps the checkpoint of step 20: \\`toolkit
+    run R --runs-dir D --resume\\` goes on from there`: in one process that is another run (a run id
+    counts the processes and a sharded strategy), refused ('--resume: ... was never started'), and
+    without --resume it trained that other run from step 0. The command named (to resume, or to
+    start again where nothing was kept) is this launch's, and runs this very folder."""
+    from toolkit import api, runs, train
+
+    as_launched(monkeypatch, launch_env(launch, processes))
+    own = runs.run_dir(api._checked("demo/sst2/minilm-lora", ["train.lr=1e-3"], True).recipe, tmp_path / "runs")
+
+    def stopped(plan, out, **kwargs):
+        if kept:
+            (out / "checkpoints" / "step-000002").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "run", stopped)
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "--runs-dir", tmp_path / "runs", "train.lr=1e-3")
+    assert code == 130, err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    said = "keeps the checkpoint of step 2: `" if kept else "before any checkpoint: nothing was kept; `"
+    assert said in line, line
+    command = line.split(said, 1)[1].split("`", 1)[0]
+    if launch != "one":
+        assert command.startswith(f"make run NPROC={processes} "), command
+    rest, folder = _followed(command, monkeypatch)
+    assert ("--resume" in rest) == kept and "train.lr=1e-3" in rest and "--smoke" in rest
+    assert folder == own and own.exists() == kept  # nothing kept: the folder this launch made is gone
+
+
+@pytest.mark.parametrize("ended, code", [
+    ("signal INT", 130), ("signal TERM", 143), ("finished", 0),
+    ("failed 2", 2), ("failed -9", 1), ("failed 1,143", 1),
+    # process 1's user error (or its kill), process 0 stopped by the launcher's SIGTERM after it
+    ("failed 143,2", 2), ("failed -15,2", 2), ("failed 143,-9", 1),
+    ("failed 143,143", 143),  # SIGTERM to the processes themselves
+])
+def test_make_run_nproc_2_ends_with_its_processes_exit_code(monkeypatch, capsys, ended: str, code: int) -> None:
+    """`make run NPROC=2` (toolkit.launch) ends as its processes end: a user error's 2, a process
+    killed by a signal 1 (as torchrun), success 0; Ctrl-C or SIGTERM to the launch 128 + the signal
+    (the processes stopped, rank 0 said its one line): it was torch elastic's `SignalException`
+    traceback (25 lines after that line) and exit 1. The code is the failed process's, not that of
+    one the launcher stopped after it: a user error in process 1 alone ended the launch with 143
+    where process 0 took the launcher's SIGTERM inside its run (the first positive code by rank)."""
+    import logging
+    import signal
+
+    from accelerate.commands import launch as accelerate_launch
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from toolkit import launch
+
+    def launched(args) -> None:
+        kind, _, value = ended.partition(" ")
+        if kind == "signal":
+            raise SignalException("got signal", sigval=signal.Signals[f"SIG{value}"])
+        if kind == "failed":
+            raise ChildFailedError("toolkit.cli", {rank: ProcessFailure(rank, 1, int(c), "")
+                                                   for rank, c in enumerate(value.split(","))})
+
+    monkeypatch.setattr(accelerate_launch, "launch_command", launched)
+    argv = ["--config_file", str(ROOT / "configs" / "accelerate" / "ddp.yaml"), "--num_processes", "2", "-m",
+            "toolkit.cli", "run", "demo/sst2/minilm-lora"]
+    for name in launch.LAUNCHER_LOGGERS:  # (main quiets them for the launcher's process)
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.getLogger(name).level)
+    assert launch.main(argv) == code
+    # a process killed by a signal (not the launcher's SIGTERM) is named in one line: torch elastic's
+    # lines (`failed (exitcode: -9) local_rank: 1 ...`) are not shown, and it said nothing itself
+    codes = [int(c) for c in ended.partition(" ")[2].split(",")] if ended.startswith("failed") else []
+    said = [f"error: process {rank} of the launch was killed by SIGKILL (what the out-of-memory killer sends), "
+            "and the launch stopped with it" for rank, c in enumerate(codes) if c == -9]
+    assert capsys.readouterr().err.splitlines() == said
+    assert not logging.getLogger(launch.LAUNCHER_LOGGERS[0]).isEnabledFor(logging.ERROR)
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_process_stopped_under_a_launch_removes_no_folder_it_did_not_make(tmp_path: Path, cli, monkeypatch,
+                                                                             rank: str) -> None:
+    """A second launch of a run another launch is training, before that one's first checkpoint:
+    its rank 0 stops on the run's lock (one line, exit 2), and the launcher stops the others with
+    SIGTERM. Rank 1, which holds no lock (rank 0 holds them for the launch), took the folder for one
+    this launch had made and removed it whole on the signal, `shutil.rmtree` under the training
+    launch. Only rank 0 removes a run folder, and only one its launch made."""
+    from toolkit import api, runs, train
+
+    as_launched(monkeypatch, {**launch_env("ddp", 2), "RANK": rank, "LOCAL_RANK": rank})
+    out = runs.run_dir(api._checked("demo/sst2/minilm-lora", [], True).recipe, tmp_path / "runs")
+    out.mkdir(parents=True)
+    (out / "log.jsonl").write_text('{"step": 1, "loss": 0.7}\n')  # the other launch's, training
+
+    def stopped(plan, folder, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "run", stopped)
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 130, err
+    assert (out / "log.jsonl").read_text() == '{"step": 1, "loss": 0.7}\n'
+
+
+@pytest.mark.parametrize("launch, processes", [("ddp", 2), ("fsdp", 1)])
+def test_a_chain_under_a_launch_names_the_launch_that_makes_its_upstream_again(tmp_path: Path, monkeypatch,
+                                                                              launch: str, processes: int) -> None:
+    """A chained run whose upstream of this launch finished but lost its model/ said `run that run
+    again: toolkit run ... --force`: a 1-process run, another run than the launch's upstream, and
+    the line came back however often it was followed. It names the launch's command, which makes
+    this very upstream folder again."""
+    import json
+
+    from toolkit import chain, recipe as recipes, runs
+    from toolkit.errors import UserError
+
+    as_launched(monkeypatch, launch_env(launch, processes))
+    root = tmp_path / "runs"
+    plan = recipes.plan(recipes.find_recipe("demo/sst2/minilm-full-from-wikitext"))
+    upstream = runs.run_dir(plan.upstream.recipe, root)
+    upstream.mkdir(parents=True)
+    (upstream / "metrics.json").write_text(json.dumps({"eval": {}}))
+    with pytest.raises(UserError) as said:
+        chain.resolve(plan, root)
+    command = str(said.value).split("run that run again: ", 1)[1]
+    rest, folder = _followed(command, monkeypatch)
+    assert folder == upstream and rest[-1] == "--force", command

@@ -789,6 +789,8 @@ def test_a_user_error_under_make_run_nproc_2_is_its_line_and_exit_2_with_no_laun
     assert done.returncode == 2, done.stderr[-2000:]
     assert errors and all("train.bogus" in line for line in errors), done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "ChildFailedError" not in done.stderr, done.stderr[-3000:]
+    # nor torch elastic's log lines (`Sending process N closing signal SIGTERM`, `failed (exitcode: 2) ...`)
+    assert not [line for line in done.stderr.splitlines() if "torch/distributed/elastic" in line], done.stderr[-3000:]
 
 
 def test_python_dash_m_toolkit_is_the_toolkit_command() -> None:

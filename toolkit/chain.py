@@ -13,7 +13,6 @@ that module, and a finished chained run records the upstream files it started fr
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from toolkit import attention, runs
@@ -98,12 +97,11 @@ def resolve(plan: RunPlan, root: Path) -> None:
         state = "is unfinished" if folder.exists() else "has not been run"
         rest = [*(ref.get("overrides") or []), *(["--smoke"] if recipe.smoke else []), "--runs-dir", str(root)]
         n, way = runs.world_size(), runs.strategy()
+        sharded = way not in runs.NEUTRAL_STRATEGIES
         # a run id counts its processes and a sharded strategy: under a launch of n, the plain
         # command makes a 1-process run (and `make run` without it a DDP run), another run, and the
         # launch would say the same again however often it was followed
-        sharded = [f'STRATEGY={way}'] if way not in runs.NEUTRAL_STRATEGIES else []
-        again = (shlex.join(['make', 'run', f'NPROC={n}', *sharded, 'RECIPE=' + ref['run'], 'ARGS=' + shlex.join(rest)])
-                 if n > 1 or sharded else shlex.join(['toolkit', 'run', ref['run'], *rest]))
+        again = runs.run_command(ref['run'], rest)
         elsewhere = finished_on_other_counts(plan.upstream.recipe, folder)
         if elsewhere:  # what this launch asks is a run of that recipe on its own process count
             done = ", ".join(f"on {k} process(es){_under(w)} ({path})" for k, w, path in elsewhere)
@@ -119,8 +117,8 @@ def resolve(plan: RunPlan, root: Path) -> None:
         raise UserError(f"model.checkpoint: run {ref['run']} {state} ({folder} has no metrics.json); "
                         f"run it first: {again}")
     model = folder / "model"
-    again = shlex.join(['toolkit', 'run', ref['run'], *(ref.get("overrides") or []),
-                        *(["--smoke"] if recipe.smoke else []), "--runs-dir", str(root), "--force"])
+    again = runs.run_command(ref['run'], [*(ref.get("overrides") or []), *(["--smoke"] if recipe.smoke else []),
+                                          "--runs-dir", str(root), "--force"])
     if not (model / "config.json").is_file():  # its method saves a model (check said so at validate)
         raise UserError(f"model.checkpoint: run {ref['run']} is finished, but {model_gone(model)}, so there is "
                         f"no model to start from; put it back as the run wrote it, or run that run again: {again}")

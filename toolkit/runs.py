@@ -46,6 +46,22 @@ def strategy() -> str:
     return "ddp" if world_size() > 1 else "none"
 
 
+def run_command(recipe: str, rest: list[str]) -> str:
+    """The command line that runs `recipe` with `rest` (overrides, flags) as this launch runs it, for
+    a line that names the command to go on with a run: under a launch of several processes or a
+    sharded strategy `make run NPROC=N [STRATEGY=S] RECIPE=... ARGS=...`, else `toolkit run`. A run
+    id counts the processes and a sharded strategy: interrupted under `make run NPROC=2`, the line
+    named `toolkit run ... --resume`, which in one process is another run ('--resume: ... was never
+    started'), and without --resume trained that other run from step 0."""
+    import shlex
+
+    n, way = world_size(), strategy()
+    sharded = [f"STRATEGY={way}"] if way not in NEUTRAL_STRATEGIES else []
+    if n > 1 or sharded:
+        return shlex.join(["make", "run", f"NPROC={n}", *sharded, "RECIPE=" + recipe, "ARGS=" + shlex.join(rest)])
+    return shlex.join(["toolkit", "run", recipe, *rest])
+
+
 def _zero_stage() -> int:
     """The ZeRO stage of a DeepSpeed launch, where accelerate's plugin takes it: a config file's
     `zero_optimization.stage` (DeepSpeed's default 0 when left out), else the accelerate config's
