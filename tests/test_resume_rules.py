@@ -716,3 +716,33 @@ def test_every_hub_loader_records_the_revision_it_read(task: str, settings: dict
     # a record from before the content hash (fingerprints alone) is judged by its revision
     old = {name: {s: v.split(" ")[0] for s, v in splits.items()} for name, splits in first.items()}
     assert runs.hub_data_changed(old, loaded("a")) is None and runs.hub_data_changed(old, same) == next(iter(first))
+
+
+@pytest.mark.parametrize("kill", ["after its checkpoint", "before its first checkpoint"])
+def test_the_trackers_hold_each_step_once_after_a_resume(tmp_path: Path, cli, tiny_checkpoint, kill: str) -> None:
+    """A 3-step run killed after its checkpoint of step 1, having logged step 2 (or before any
+    checkpoint: it starts again from step 0): log.jsonl keeps the lines up to the checkpoint and
+    the resumed run logs the rest, but TensorBoard's files of the killed launch stayed beside the
+    new one's, and its curves held step 2 (or 1 and 2) twice, exit 0. Each launch now marks where
+    it goes on from (`purge_step`): the reader's curves are log.jsonl's, step for step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    recipe = _tiny_classification(tmp_path, tiny_checkpoint)
+    args = [recipe, "--runs-dir", tmp_path / "runs", "train.report_to=[tensorboard]", "train.log_every=1",
+            "train.eval_every=1", "train.save_total_limit=2", "train.max_steps=3"]
+    assert cli("run", *args, "--stop-after", 2)[0] == 0  # steps 1 and 2 logged, checkpoints of both
+    run = _only(tmp_path / "runs")
+    for step in ([2] if kill == "after its checkpoint" else [1, 2]):  # the kill came before these were written
+        import shutil
+
+        shutil.rmtree(run / "checkpoints" / f"step-{step:06d}")
+    code, out, err = cli("run", *args)
+    assert code == 0 and ("resuming from" in out) == (kill == "after its checkpoint"), out + err
+    (scalars,) = {p.parent for p in (run / "tracking").rglob("events.out.tfevents.*") if (p.parent / "..").resolve()
+                  == (run / "tracking").resolve()}  # hparams go to folders below
+    events = EventAccumulator(str(scalars))
+    events.Reload()
+    logged = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [e.step for e in events.Scalars("train.loss")] == [line["step"] for line in logged if "loss" in line] == [1, 2, 3]
+    assert [e.value for e in events.Scalars("train.loss")] == pytest.approx([l["loss"] for l in logged if "loss" in l])
+    assert [e.step for e in events.Scalars("eval.accuracy")] == [line["step"] for line in logged if "eval" in line]
