@@ -746,3 +746,30 @@ def test_the_trackers_hold_each_step_once_after_a_resume(tmp_path: Path, cli, ti
     assert [e.step for e in events.Scalars("train.loss")] == [line["step"] for line in logged if "loss" in line] == [1, 2, 3]
     assert [e.value for e in events.Scalars("train.loss")] == pytest.approx([l["loss"] for l in logged if "loss" in l])
     assert [e.step for e in events.Scalars("eval.accuracy")] == [line["step"] for line in logged if "eval" in line]
+
+
+LAUNCHES = {  # the launch Ctrl-C stopped (its environment) -> the command its line names
+    "one process": ({}, "toolkit run {recipe} --runs-dir {runs} --resume"),
+    "ddp": ({"WORLD_SIZE": "2"}, "make run NPROC=2 RECIPE={recipe} 'ARGS=--runs-dir {runs} --resume'"),
+    "fsdp": ({"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"},
+             "make run NPROC=2 STRATEGY=fsdp RECIPE={recipe} 'ARGS=--runs-dir {runs} --resume'"),
+}
+
+
+@pytest.mark.parametrize("launch", sorted(LAUNCHES))
+def test_ctrl_c_names_the_resume_of_the_same_launch(tmp_path: Path, cli, stopped_tiny, monkeypatch: pytest.MonkeyPatch,
+                                                    launch: str) -> None:
+    """Ctrl-C in a launch of 2 processes said `toolkit run R --resume` goes on from the checkpoint:
+    a 1-process launch, whose run id (the process count sets the global batch) is another run's,
+    and `--resume` there is refused. The line names the launch this run is (`make run NPROC=N`,
+    and a sharded strategy), as a chain's advice does (runs.launch_command)."""
+    from toolkit import api
+
+    recipe, runs = stopped_tiny(tmp_path, cli)
+    env, said = LAUNCHES[launch]
+    for key in ("WORLD_SIZE", "ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    line = str(api._interrupted(KeyboardInterrupt(), _only(runs), True, [str(recipe), "--runs-dir", str(runs)]))
+    assert f"keeps the checkpoint of step 1: `{said.format(recipe=recipe, runs=runs)}` goes on from there" in line, line

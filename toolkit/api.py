@@ -560,8 +560,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
                             "from the last checkpoint", ask_the_disk=True):
                 metrics = train.run(plan, out, resume=resume, stop_after=stop_after)
         except (KeyboardInterrupt, BrokenPipeError) as exc:  # a closed stdout (`| head`) stops it as Ctrl-C does
-            again = ["toolkit", "run", str(path), *overrides] + ["--smoke"] * smoke + \
-                (["--runs-dir", runs_dir] if runs_dir else [])
+            again = [str(path), *overrides] + ["--smoke"] * smoke + (["--runs-dir", runs_dir] if runs_dir else [])
             stopped = _interrupted(exc, out, existed and rank0, again)
             if isinstance(exc, BrokenPipeError):
                 stopped.signal = signal.SIGPIPE
@@ -622,30 +621,33 @@ def _drop_partial_checkpoint(out: Path) -> None:
         runs.settle_checkpoints(out)
 
 
-def _interrupted(exc: BaseException, out: Path, existed: bool, again: list[str]) -> Interrupted:
+def _interrupted(exc: BaseException, out: Path, existed: bool, args: list[str]) -> Interrupted:
     """Ctrl-C during a run: one line saying the step reached, what was kept and the command that
-    goes on from there. A folder this launch created and that holds no checkpoint is removed,
+    goes on from there (`args`: the recipe and what followed it), launched as this run was: under
+    a launch of several processes the plain `toolkit run ... --resume` it named is a 1-process
+    run, another run id, and was refused. A folder this launch created and that holds no checkpoint is removed,
     unless the run finished: stopped after metrics.json was written (while its checkpoints were
     removed, or a tracker closed), the finished run of a new folder was deleted whole ("nothing
     was kept"), or said to keep a half-removed checkpoint to resume from."""
-    import shlex
+    def again(*more: str) -> str:
+        return runs.launch_command(args[0], [*args[1:], *more])
 
     step, total = getattr(exc, "step", None), getattr(exc, "total", None)
     _drop_partial_checkpoint(out)
     if runs.is_finished(out):  # stopped after metrics.json (removing checkpoints/, closing trackers)
         return Interrupted(f"interrupted after the run finished: {out} holds its whole result (metrics.json, "
-                           f"model/); `{shlex.join(again)}` says so and removes what it was still clearing "
+                           f"model/); `{again()}` says so and removes what it was still clearing "
                            "away", step, total)
     reached = f"at step {step} of {total}" if step is not None else \
         "outside the training steps" if isinstance(exc, KeyboardInterrupt) else "while training"
     kept = runs.last_step(out)
     if kept is not None:
         return Interrupted(f"interrupted {reached}; {out} keeps the checkpoint of step {kept}: "
-                           f"`{shlex.join(again + ['--resume'])}` goes on from there", step, total)
+                           f"`{again('--resume')}` goes on from there", step, total)
     if not existed and out.exists():
         shutil.rmtree(out, ignore_errors=True)
     return Interrupted(f"interrupted {reached}, before any checkpoint: nothing was kept; "
-                       f"`{shlex.join(again)}` starts it again", step, total)
+                       f"`{again()}` starts it again", step, total)
 
 
 def _finished_already(out: Path, force: bool, rank0: bool, recipe: Any = None) -> bool:

@@ -102,8 +102,7 @@ def resolve(plan: RunPlan, root: Path) -> None:
         # command makes a 1-process run (and `make run` without it a DDP run), another run, and the
         # launch would say the same again however often it was followed
         sharded = [f'STRATEGY={way}'] if way not in runs.NEUTRAL_STRATEGIES else []
-        again = (shlex.join(['make', 'run', f'NPROC={n}', *sharded, 'RECIPE=' + ref['run'], 'ARGS=' + shlex.join(rest)])
-                 if n > 1 or sharded else shlex.join(['toolkit', 'run', ref['run'], *rest]))
+        again = runs.launch_command(ref['run'], rest)
         elsewhere = finished_on_other_counts(plan.upstream.recipe, folder)
         if elsewhere:  # what this launch asks is a run of that recipe on its own process count
             done = ", ".join(f"on {k} process(es){_under(w)} ({path})" for k, w, path in elsewhere)

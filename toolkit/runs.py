@@ -33,6 +33,20 @@ def world_size() -> int:
 NEUTRAL_STRATEGIES = ("none", "ddp")  # one process, plain data parallel: not in a run id (as before)
 
 
+def launch_command(recipe: str, args: list[str]) -> str:
+    """The command that runs `toolkit run <recipe> <args>` launched as this process was: a run id
+    counts the processes and a sharded strategy, so under a launch of N processes (or a sharded
+    one) the plain command is another run (a 1-process one), and `--resume` there is refused;
+    `make run NPROC=N [STRATEGY=...]` is this run."""
+    import shlex
+
+    n, way = world_size(), strategy()
+    sharded = [f"STRATEGY={way}"] if way not in NEUTRAL_STRATEGIES else []
+    if n > 1 or sharded:
+        return shlex.join(["make", "run", f"NPROC={n}", *sharded, f"RECIPE={recipe}", "ARGS=" + shlex.join(args)])
+    return shlex.join(["toolkit", "run", recipe, *args])
+
+
 def strategy() -> str:
     """This launch's distributed strategy, one name on CPU and GPU processes: 'fsdp', 'zero<stage>'
     (DeepSpeed), else 'ddp' (several processes) or 'none' (one), read from the environment
