@@ -176,13 +176,16 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path: Path, cl
     same_result(clean, the_run(root))
 
 
-@pytest.mark.parametrize("edit", ["step", "best_metric", "another_run"])
+@pytest.mark.parametrize("edit", ["step", "best_metric", "another_run", "manifest dropped", "manifest a list"])
 def test_an_edited_or_foreign_checkpoint_state_is_not_resumed_from(tmp_path: Path, cli, clean_full, stopped_at_7,
                                                                    edit: str) -> None:
     """The manifest covered every file but trainer_state.json itself, and nothing said which run a
     checkpoint is of: a hand-edited state (the step, the best metric) or a checkpoint copied in from
     another run (another seed) was resumed from as written, exit 0, and the result under this run's
-    id was not this recipe's. Now either is unusable, said, and the one before is used."""
+    id was not this recipe's. Now either is unusable, said, and the one before is used. The state's
+    digest does not cover the manifest: one dropped from a checkpoint whose digest says it was
+    written with one passed its files unchecked (a weight changed in place was trained on, exit 0),
+    and one of another shape was an AttributeError traceback."""
     import shutil
 
     recipe, clean = clean_full
@@ -193,6 +196,18 @@ def test_an_edited_or_foreign_checkpoint_state_is_not_resumed_from(tmp_path: Pat
         shutil.rmtree(latest)
         shutil.copytree(sorted((tmp_path / "other").rglob("step-000007"))[-1], latest)
         said = f"written by run {the_other(tmp_path / 'other').name}, not this one"
+    elif edit.startswith("manifest"):
+        state = json.loads((latest / "trainer_state.json").read_text())
+        if edit == "manifest dropped":
+            del state["manifest"]
+            weights = latest / "model.safetensors"  # a byte of the last weight changed, the size kept
+            data = bytearray(weights.read_bytes())
+            data[-2] ^= 0x40
+            weights.write_bytes(bytes(data))
+        else:
+            state["manifest"] = list(state["manifest"])
+        (latest / "trainer_state.json").write_text(json.dumps(state))
+        said = "trainer_state.json's manifest is missing or not as written"
     else:
         state = json.loads((latest / "trainer_state.json").read_text())
         state[edit] = 3 if edit == "step" else 0.99

@@ -639,6 +639,10 @@ def check_manifest(folder: Path) -> str | None:
     if sealed is not None and state_digest({k: v for k, v in saved.items()
                                             if k not in ("manifest", "state_sha256")}) != sealed:
         return "trainer_state.json changed since it was written"
+    # the digest does not cover the manifest: one emptied or dropped by hand (where the digest says
+    # the checkpoint was written with one) passed every file unchecked, one of another shape raised
+    if (sealed is not None or listed) and not _manifest_shape(listed):
+        return "trainer_state.json's manifest is missing or not as written"
     for rel, (size, digest) in (listed or {}).items():
         path = folder / rel
         if not path.is_file():
@@ -648,6 +652,12 @@ def check_manifest(folder: Path) -> str | None:
         if _sha256(path) != digest:
             return f"{rel} changed since it was written"
     return None
+
+
+def _manifest_shape(listed: Any) -> bool:
+    """A manifest as `manifest` writes it: {relative path: [size, sha256]}, not empty."""
+    return isinstance(listed, dict) and bool(listed) and all(
+        isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) and isinstance(v[1], str) for v in listed.values())
 
 
 def follow_umask(folder: Path) -> None:

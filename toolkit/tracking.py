@@ -32,9 +32,16 @@ def flat(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
-def start(accelerator: Any, name: str, recipe: dict) -> None:
+def start(accelerator: Any, name: str, recipe: dict, step: int = 0) -> None:
+    """The trackers of a run that goes on after `step` (0: from its start). TensorBoard writes
+    each launch's events into the run's folder beside the earlier launches' files, and a run
+    killed after its checkpoint of step N had logged steps past N there: the resumed run logged
+    them again, and the curves held those steps twice (exit 0), where log.jsonl keeps the lines
+    up to its checkpoint alone (runs.truncate_log). Its `purge_step` marks the restart: readers
+    drop the earlier launches' events from step N + 1 on, as they are logged anew."""
     if accelerator.log_with:
-        accelerator.init_trackers(name.replace("/", "_"), config=flat(recipe))
+        accelerator.init_trackers(name.replace("/", "_"), config=flat(recipe),
+                                  init_kwargs={"tensorboard": {"purge_step": step + 1}})
 
 
 def log(accelerator: Any, entry: dict, step: int) -> None:

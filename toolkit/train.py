@@ -95,8 +95,8 @@ def run(plan: RunPlan, out: Path, resume: bool = False, stop_after: int | None =
         runs.write_whole(out / "recipe.yaml", dump(recipe))  # whole or the old one: a kill mid-write cut it
         runs.write_json(out / checkpoints.IDENTITY, identity)
     accelerator.wait_for_everyone()
-    tracking.start(accelerator, recipe.name, recipe.to_dict())
     if not recipe.method.trains:
+        tracking.start(accelerator, recipe.name, recipe.to_dict())
         return finish(recipe, setup, accelerator, out, State(), evaluate_only=True)
     return Loop(recipe, setup, accelerator, out).train(resume, stop_after)
 
@@ -242,6 +242,7 @@ class Loop:
             self.state.run_loss = [0.0, 0]
             if self.acc.is_main_process:  # the base as the run starts on it (metrics.json base_weights)
                 self.state.start_weights = run_metrics.start_weights(self.recipe, self.setup)
+        tracking.start(self.acc, self.recipe.name, self.recipe.to_dict(), self.state.step)  # where it goes on from
         self.model.train()
         bar = tqdm(total=self.total_steps, initial=self.state.step, disable=not self.acc.is_main_process,
                    desc=self.recipe.name, dynamic_ncols=True,
