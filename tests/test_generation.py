@@ -2107,3 +2107,18 @@ def test_a_checkpoints_minimum_length_past_the_budget_is_one_line_before_trainin
     assert code == 0, err
     code, _, err = cli("eval", only_run(runs), f"task.generation.{setting}={room + 1}")
     assert code == 2 and f"task.generation.{setting}: {room + 1} (the recipe's)" in err, err
+
+
+def test_the_sentence_split_for_rougelsum_keeps_every_token_rouge_reads() -> None:
+    """docs/tasks.md: pysbd's English split (rougeLsum's lines) only adds newlines between the
+    tokens rouge-score reads: SAMSum's references and dialogues give the same tokens split or not,
+    so rouge1/2/L are unchanged by it."""
+    from rouge_score import tokenizers
+
+    tokenizer = tokenizers.DefaultTokenizer(use_stemmer=False)
+    rows = json.loads((Path(os.environ["TOOLKIT_DATA"]) / "summarization" / "samsum" / "test.json").read_text())
+    texts = [r["summary"] for r in rows] + [r["dialogue"] for r in rows[:100]]
+    changed = [t for t in texts if tokenizer.tokenize(sentence_lines(t)) != tokenizer.tokenize(t)]
+    assert not changed, changed[:3]
+    assert sentence_lines("Dr. Smith came at 5 p.m. on Jan. 3rd. It was cold!") == \
+        "Dr. Smith came at 5 p.m. on Jan. 3rd.\nIt was cold!"
