@@ -2122,3 +2122,29 @@ def test_the_sentence_split_for_rougelsum_keeps_every_token_rouge_reads() -> Non
     assert not changed, changed[:3]
     assert sentence_lines("Dr. Smith came at 5 p.m. on Jan. 3rd. It was cold!") == \
         "Dr. Smith came at 5 p.m. on Jan. 3rd.\nIt was cold!"
+
+
+@pytest.mark.parametrize("key, where", [
+    ("task.max_source_length=256", "run_summarization's max_source_length is task.max_length"),
+    ("task.source_prefix=summarize: ", "run_summarization's source_prefix is task.prefix"),
+    ("task.val_max_target_length=64", "run_summarization's val_max_target_length is task.generation.max_new_tokens"),
+    ("task.text_column=dialogue", "run_summarization's text_column is task.source_field"),
+    ("task.summary_column=summary", "run_summarization's summary_column is task.target_field"),
+    ("task.num_beams=4", "run_summarization's num_beams is task.generation.num_beams"),
+    ("train.generation_num_beams=4", "transformers' generation_num_beams is task.generation.num_beams"),
+    ("train.predict_with_generate=true", "transformers' predict_with_generate is not a setting: every evaluation"),
+    ("task.forced_bos_token=de_DE", "run_translation's forced_bos_token is task.target_code"),
+])
+@pytest.mark.parametrize("recipe", ["summarization/samsum/t5-base-full", "translation/multi30k/t5-base-full"])
+def test_the_seq2seq_scripts_argument_names_say_where_the_toolkit_keeps_them(recipe: str, key: str, where: str) -> None:
+    """Finding: an argument of run_summarization / run_translation got a did-you-mean by spelling,
+    of another meaning: `max_source_length` -> 'max_target_length' (followed, the run cut the
+    targets to the source's length, exit 0), `source_prefix` -> 'source_field', `text_column` ->
+    'target_code'. Now each says where the toolkit keeps it, in one line."""
+    from toolkit import recipe as recipes
+
+    with pytest.raises(UserError) as info:
+        recipes.load(ROOT / "recipes" / f"{recipe}.yaml", [key])
+    message = str(info.value)
+    assert f"{key.split('=')[0]}: unknown key ({where}" in message and "did you mean" not in message, message
+    assert "\n" not in message
