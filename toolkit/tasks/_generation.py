@@ -363,6 +363,7 @@ class TextToText(TokenTask):
     def check(self) -> None:
         """A minimum output length the recipe sets that no output within the generation budget
         can meet (`length_problem`): refused at validate, with no model read."""
+        super().check()
         problem = self.length_problem(None)
         if problem:
             raise UserError(problem)
