@@ -2052,3 +2052,99 @@ def test_every_entry_point_reads_a_decoders_prompt_as_its_text(name: str) -> Non
     task.eval_step(model, batch)  # the run's evaluation, `toolkit eval`
     task.predict(model, tok, [{task.source_name(): source}])  # `toolkit predict`, the API
     assert seen == [prompt, prompt], [tok.convert_ids_to_tokens(s) for s in seen]
+
+
+@pytest.mark.parametrize("recipe", ["summarization/samsum/bart-base-full", "translation/multi30k/t5-base-full",
+                                    "squad/v1.1/t5-base-full"])
+def test_a_minimum_length_past_the_generation_budget_is_one_line_at_validate(cli, recipe: str) -> None:
+    """Finding: a `min_new_tokens` above what `generate` may write (generation.max_new_tokens,
+    unset: task.max_target_length) passed validate and trained; transformers bans the end token
+    until the minimum and only warns mid-run ("Unfeasible length constraints"), so every output
+    ran to the budget without its end and was scored, exit 0. Now one line at validate; the
+    budget itself is a minimum it can meet."""
+    path = ROOT / "recipes" / f"{recipe}.yaml"
+    code, _, err = cli("validate", path, "task.generation.max_new_tokens=20", "task.generation.min_new_tokens=21")
+    assert code == 2 and "task.generation.min_new_tokens: 21 (the recipe's) is more than the 20 tokens" in err, err
+    assert cli("validate", path, "task.generation.max_new_tokens=20", "task.generation.min_new_tokens=20")[0] == 0
+    # --smoke caps the budget (16 new tokens): a minimum within the recipe's is capped with it
+    code, _, err = cli("validate", "--smoke", path, "task.generation.max_new_tokens=40", "task.generation.min_new_tokens=40")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("setting, value, room", [("min_length", 10, 9), ("min_new_tokens", 9, 8)])
+def test_a_checkpoints_minimum_length_past_the_budget_is_one_line_before_training(
+        tmp_path: Path, tiny_checkpoint, cli, capsys, setting: str, value: int, room: int) -> None:
+    """The same for a checkpoint's generation_config (bart-large-cnn's min_length 56 under a
+    max_target_length of 32, say): the minimum is the checkpoint's where the recipe sets none,
+    and one line says so once the model is loaded, before anything trains, and for a
+    `toolkit eval` override. An encoder-decoder's min_length counts the decoder's start token:
+    budget 8 is min_length 9 at most. Without the rule `generate` wrote the budget without an
+    end token before the last (BART's forced one), whatever the model."""
+    import torch
+
+    base = checkpoint_saying(tmp_path, tiny_checkpoint("bart"), {setting: value})
+    capsys.readouterr()  # the small model's build
+    text = (f"model: {{checkpoint: {base}}}\ntask: {{name: summarization, subset: samsum, max_train_samples: 2, "
+            "max_eval_samples: 2, max_length: 32, max_target_length: 8}\nmethod: {name: full}\n"
+            "train: {max_steps: 1, batch_size: 2, lr: 0.0, eval_every: 0}\n")
+    runs = tmp_path / "runs"
+    code, _, err = cli("run", write_recipe(tmp_path / "r.yaml", text), "--runs-dir", runs)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"task.generation.{setting}: {value} (unset: the checkpoint's generation_config) is more than the " \
+           f"{room} tokens" in err, err
+    assert not [p for p in runs.rglob("*") if p.is_file()], list(runs.rglob("*"))  # nothing trained
+    from transformers import AutoModelForSeq2SeqLM  # what it stopped: every output the budget long, no end
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(base)
+    model.generation_config.eos_token_id = model.config.eos_token_id
+    ids = torch.tensor([[0, 100, 2]])
+    with pytest.warns(UserWarning, match="Unfeasible"):
+        out = model.generate(input_ids=ids, max_new_tokens=8, **{setting: value + 1})
+    assert out.shape[1] == 9 and model.config.eos_token_id not in out[0, 1:-1].tolist()  # BART forces it last
+    code, _, err = cli("run", write_recipe(tmp_path / "ok.yaml", text.replace("max_target_length: 8", "max_target_length: 8, "
+                                                                              f"generation: {{{setting}: {room}}}")),
+                       "--runs-dir", runs)
+    assert code == 0, err
+    code, _, err = cli("eval", only_run(runs), f"task.generation.{setting}={room + 1}")
+    assert code == 2 and f"task.generation.{setting}: {room + 1} (the recipe's)" in err, err
+
+
+def test_the_sentence_split_for_rougelsum_keeps_every_token_rouge_reads() -> None:
+    """docs/tasks.md: pysbd's English split (rougeLsum's lines) only adds newlines between the
+    tokens rouge-score reads: SAMSum's references and dialogues give the same tokens split or not,
+    so rouge1/2/L are unchanged by it."""
+    from rouge_score import tokenizers
+
+    tokenizer = tokenizers.DefaultTokenizer(use_stemmer=False)
+    rows = json.loads((Path(os.environ["TOOLKIT_DATA"]) / "summarization" / "samsum" / "test.json").read_text())
+    texts = [r["summary"] for r in rows] + [r["dialogue"] for r in rows[:100]]
+    changed = [t for t in texts if tokenizer.tokenize(sentence_lines(t)) != tokenizer.tokenize(t)]
+    assert not changed, changed[:3]
+    assert sentence_lines("Dr. Smith came at 5 p.m. on Jan. 3rd. It was cold!") == \
+        "Dr. Smith came at 5 p.m. on Jan. 3rd.\nIt was cold!"
+
+
+@pytest.mark.parametrize("key, where", [
+    ("task.max_source_length=256", "run_summarization's max_source_length is task.max_length"),
+    ("task.source_prefix=summarize: ", "run_summarization's source_prefix is task.prefix"),
+    ("task.val_max_target_length=64", "run_summarization's val_max_target_length is task.generation.max_new_tokens"),
+    ("task.text_column=dialogue", "run_summarization's text_column is task.source_field"),
+    ("task.summary_column=summary", "run_summarization's summary_column is task.target_field"),
+    ("task.num_beams=4", "run_summarization's num_beams is task.generation.num_beams"),
+    ("train.generation_num_beams=4", "transformers' generation_num_beams is task.generation.num_beams"),
+    ("train.predict_with_generate=true", "transformers' predict_with_generate is not a setting: every evaluation"),
+    ("task.forced_bos_token=de_DE", "run_translation's forced_bos_token is task.target_code"),
+])
+@pytest.mark.parametrize("recipe", ["summarization/samsum/t5-base-full", "translation/multi30k/t5-base-full"])
+def test_the_seq2seq_scripts_argument_names_say_where_the_toolkit_keeps_them(recipe: str, key: str, where: str) -> None:
+    """Finding: an argument of run_summarization / run_translation got a did-you-mean by spelling,
+    of another meaning: `max_source_length` -> 'max_target_length' (followed, the run cut the
+    targets to the source's length, exit 0), `source_prefix` -> 'source_field', `text_column` ->
+    'target_code'. Now each says where the toolkit keeps it, in one line."""
+    from toolkit import recipe as recipes
+
+    with pytest.raises(UserError) as info:
+        recipes.load(ROOT / "recipes" / f"{recipe}.yaml", [key])
+    message = str(info.value)
+    assert f"{key.split('=')[0]}: unknown key ({where}" in message and "did you mean" not in message, message
+    assert "\n" not in message

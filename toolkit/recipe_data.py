@@ -673,6 +673,10 @@ def smoke_sized(raw: dict, task: Any = None, train: TrainConfig | None = None) -
     budget = task.new_tokens() if hasattr(task, "new_tokens") else 0  # unset: the target length
     if budget > SMOKE_NEW_TOKENS and isinstance(node.get("generation", {}), dict):
         node["generation"] = {**node.get("generation", {}), "max_new_tokens": SMOKE_NEW_TOKENS}
+        for key in ("min_new_tokens", "min_length"):  # a minimum within the budget as written stays within the smoke one
+            value = getattr(getattr(task, "generation", None), key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > SMOKE_NEW_TOKENS:
+                node["generation"][key] = SMOKE_NEW_TOKENS
     return raw
 
 

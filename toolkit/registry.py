@@ -18,9 +18,10 @@ def did_you_mean(name: str, choices: list[str]) -> str:
     return f" (choose from: {', '.join(sorted(choices))})"
 
 
-# Names users bring from transformers' TrainingArguments, its run_glue/run_qa example scripts and
-# PEFT's configs -> (where the toolkit keeps that setting, whose name it is). Read by the
-# did-you-mean of unknown keys, before spelling-based guesses, which mislead for these.
+# Names users bring from transformers' TrainingArguments, its run_glue / run_qa / run_summarization /
+# run_translation example scripts and PEFT's configs -> (where the toolkit keeps that setting, whose
+# name it is). Read by the did-you-mean of unknown keys, before spelling-based guesses, which mislead
+# for these.
 FOREIGN_NAMES: dict[str, tuple[str, str]] = {
     "learning_rate": ("train.lr", "transformers'"),
     "num_train_epochs": ("train.epochs", "transformers'"),
@@ -75,6 +76,23 @@ FOREIGN_NAMES: dict[str, tuple[str, str]] = {
     "model_name_or_path": ("model.checkpoint", "run_glue's"),
     "validation_file": ("task.eval_file", "run_glue's"),
     "attn_implementation": ("model.attention", "transformers'"),
+    # run_summarization's / run_translation's arguments (Seq2SeqTrainingArguments' too): spelling
+    # guessed fields of another meaning (max_source_length -> max_target_length, source_prefix ->
+    # source_field, text_column -> target_code), and a user who followed it set the target's length
+    "source_prefix": ("task.prefix", "run_summarization's"),
+    "max_source_length": ("task.max_length", "run_summarization's"),
+    "val_max_target_length": ("task.generation.max_new_tokens (unset: task.max_target_length)", "run_summarization's"),
+    "generation_max_length": ("task.generation.max_new_tokens", "transformers'"),
+    "generation_num_beams": ("task.generation.num_beams", "transformers'"),
+    "num_beams": ("task.generation.num_beams", "run_summarization's"),
+    "text_column": ("task.source_field", "run_summarization's"),
+    "summary_column": ("task.target_field", "run_summarization's"),
+    "forced_bos_token": ("task.target_code", "run_translation's"),
+    "predict_with_generate": ("not a setting: every evaluation generates (and computes the teacher-forced loss)",
+                              "transformers'"),
+    "ignore_pad_token_for_loss": ("not a setting: label padding is always -100, out of the loss", "run_summarization's"),
+    "pad_to_max_length": ("not a setting: a batch is padded to its longest example (train.pad_multiple rounds "
+                          "a training batch up)", "run_summarization's"),
     "lora_r": ("method.r", "PEFT's"),
     "lora_alpha": ("method.alpha", "PEFT's"),
     "lora_dropout": ("method.dropout", "PEFT's"),

@@ -360,6 +360,38 @@ class TextToText(TokenTask):
                 f"it says when beam search stops, and {greedy}, which reads none; set num_beams above 1 or "
                 "leave it unset")}
 
+    def check(self) -> None:
+        """A minimum output length the recipe sets that no output within the generation budget
+        can meet (`length_problem`): refused at validate, with no model read."""
+        super().check()
+        problem = self.length_problem(None)
+        if problem:
+            raise UserError(problem)
+
+    def length_problem(self, model: Any) -> str | None:
+        """A minimum length (`min_new_tokens`; an encoder-decoder's `min_length`, which counts the
+        decoder's start token), the recipe's or else the checkpoint's generation_config, above
+        what `generate` may write (`new_tokens`, the budget): transformers bans the end token
+        until the minimum is met and only warns that it cannot be ("Unfeasible length
+        constraints", a Python warning mid-run), so every output ran to the budget without its
+        end and was scored so, exit 0, where the recipe asked for longer text than it got. A
+        decoder-only model's `min_length` counts its prompt and is left to `generate`. `model`
+        None: the recipe's settings alone (validate)."""
+        budget, chosen = self.new_tokens(), self.generation.chosen()
+        limits = [("min_new_tokens", budget, "")]
+        if model is not None and not self.decoder_only:  # the family is known once a model is
+            limits.append(("min_length", budget + 1, ", the decoder's start token among them"))
+        for name, room, counted in limits:
+            value = chosen.get(name) if model is None else in_effect(model, chosen, name)
+            if value is None or value <= room:
+                continue
+            whose = "the recipe's" if name in chosen else "unset: the checkpoint's generation_config"
+            return (f"task.generation.{name}: {value} ({whose}) is more than the {room} tokens{counted} "
+                    f"that generation.max_new_tokens {budget} (unset: task.max_target_length) lets `generate` "
+                    f"write: every output would run to that length without its end token; set {name} at most "
+                    f"{room}, or raise generation.max_new_tokens")
+        return None
+
     def model_problem(self, model: Any) -> str | None:
         """A beam-search setting (length_penalty, early_stopping) set where num_beams is unset and
         the checkpoint's generation_config says greedy search, which reads neither: the run
@@ -367,8 +399,9 @@ class TextToText(TokenTask):
         num_beams: 1). The value a pinned setting had (`schema.unpinned`'s `was`: the length
         penalty 1.0 runs made before wrote) is no request."""
         g = self.generation
-        if g.num_beams is not None or in_effect(model, {}, "num_beams") != 1:
-            return None
+        length = self.length_problem(model)
+        if length or g.num_beams is not None or in_effect(model, {}, "num_beams") != 1:
+            return length
         was = {f.name: f.metadata.get(schema.WAS) for f in settings_fields(g)}
         greedy = "generation.num_beams is unset and the checkpoint's generation_config says 1: greedy search"
         for key, why in self.ignores_under_greedy(greedy).items():

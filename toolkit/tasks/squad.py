@@ -431,6 +431,7 @@ class Squad(TextToText):
             self.split_articles = None  # own-data recipes: the user's train file replaces the split
 
     def check(self) -> None:
+        super().check()
         if self.mode == "extractive":  # said before the family is known; `auto` waits for model_head
             self._check_windows()
         if self.split_articles is not None and not self.eval_file:

@@ -109,6 +109,7 @@ class Summarization(TextToText):
     target_field: str | None = None  # default: the preset's (SAMSum: summary)
 
     def check(self) -> None:
+        super().check()
         if self.subset == "custom" and not self.eval_file:
             raise UserError("task.eval_file: subset 'custom' reads local files; set task.eval_file "
                             "(and task.train_file to train)")

@@ -80,6 +80,7 @@ class Translation(TextToText):
     bleu_tokenize: Literal["13a", "intl", "zh", "ja-mecab", "ko-mecab", "char", "none"] = "13a"
 
     def check(self) -> None:
+        super().check()
         if _fields.language_tag(self.source_lang) == _fields.language_tag(self.target_lang):  # zh-CN is zh_cn
             raise UserError(f"task.target_lang: '{self.target_lang}' is also the source language "
                             f"('{self.source_lang}')")
