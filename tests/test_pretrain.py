@@ -1443,3 +1443,37 @@ def test_a_chain_under_a_launch_says_its_upstream_runs_on_as_many_processes(tmp_
     assert f"it finished on 1 process(es) ({single})" in str(said.value)
     assert str(said.value).endswith(f"make run NPROC=2 RECIPE=recipes/pretrain/wikitext-2/minilm-mlm.yaml "
                                     f"'ARGS=--runs-dir {root}'")
+
+
+@pytest.mark.parametrize("tokenizer", ["bert-base-uncased", "roberta-base"])
+def test_mlm_masks_as_transformers_data_collator_masks_the_same_blocks(tokenizer: str) -> None:
+    """Against the reference: the toolkit's mlm masks of real WikiText blocks and those of
+    transformers' DataCollatorForLanguageModeling (seeded; run_mlm's `special_tokens_mask`) on the
+    same raw blocks. Not the same draws (the toolkit's are numpy's, per block), the same rule: no
+    special token or padding labelled by either, the labelled share of the other tokens 15% in
+    both, the labelled tokens 80% [MASK], 10% another token, 10% kept in both, labels the raw ids."""
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling
+
+    from toolkit.tasks.mlm import MaskedLM
+
+    tok = _tokenizer(tokenizer)
+    task = MaskedLM(train_file="unused.txt", max_length=64)
+    blocks = task.encode(Dataset.from_dict({"text": _wiki_lines(400)}), tok)
+    rows = [blocks[i] for i in range(len(blocks))]
+    raw = np.array([r["input_ids"] for r in rows])
+    special = np.array([r["special_tokens_mask"] for r in rows], bool)
+    ours = task.collator(tok)(rows)
+    reference = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=0, return_tensors="pt")(
+        [{"input_ids": r["input_ids"], "special_tokens_mask": r["special_tokens_mask"]} for r in rows])
+    eligible = ~special & ~np.isin(raw, tok.all_special_ids)  # RoBERTa's "<unk>" in the text too
+    assert eligible.mean() > 0.8
+    for batch in (ours, reference):
+        inputs, labels = batch["input_ids"].numpy(), batch["labels"].numpy()
+        chosen = labels != IGNORE
+        assert inputs.shape == raw.shape and not chosen[special].any()
+        assert (labels[chosen] == raw[chosen]).all() and (inputs[~chosen] == raw[~chosen]).all()
+        assert chosen[eligible].mean() == pytest.approx(0.15, abs=0.01)
+        as_mask = (inputs[chosen] == tok.mask_token_id).mean()
+        kept = (inputs[chosen] == raw[chosen]).mean()
+        assert (as_mask, 1 - as_mask - kept, kept) == pytest.approx((0.8, 0.1, 0.1), abs=0.025)
