@@ -1477,3 +1477,36 @@ def test_mlm_masks_as_transformers_data_collator_masks_the_same_blocks(tokenizer
         as_mask = (inputs[chosen] == tok.mask_token_id).mean()
         kept = (inputs[chosen] == raw[chosen]).mean()
         assert (as_mask, 1 - as_mask - kept, kept) == pytest.approx((0.8, 0.1, 0.1), abs=0.025)
+
+
+@pytest.mark.parametrize("name, tokenizer", [("mlm", "bert-base-uncased"), ("mlm", "roberta-base"),
+                                             ("denoise", "bart-base")])
+def test_whole_words_are_the_runs_between_whitespace(name: str, tokenizer: str) -> None:
+    """Whole-word masking's and BART's words are the text's runs between whitespace, as
+    transformers' whole-word collator (touching character offsets) and fairseq (a token that
+    begins with a space) draw them: each PTB line has as many word starts as words, `<unk>`,
+    "n't", "U.S." and "3.5" one each. Finding: they were the pre-tokenizer's words, which split
+    punctuation off: PTB's `<unk>` was three words to BERT ('<', 'un ##k', '>'), so whole-word
+    masking masked 'un ##k' between a visible '<' and '>' (trivial to predict, perplexity low),
+    and "n't" two words to BART, whose spans cut "n" from "'t", exit 0. In-text special tokens
+    (RoBERTa's and BART's own `<unk>`) are left out here: the tokenizer makes them a token apart;
+    so are the lines' end spaces, a token apart too (a word to both references)."""
+    import os
+
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+
+    tok = _tokenizer(tokenizer)
+    ptb = (Path(os.environ["TOOLKIT_DATA"]) / "lm/ptb/ptb.test.txt").read_text().splitlines()[:60]
+    lines = [(l if tokenizer.startswith("bert") else l.replace("<unk>", "unk")).strip() for l in ptb if l.strip()]
+    lines += ["the U.S. did n't say 3.5 % , he said ... don't go-ahead !"]
+    assert sum("<unk>" in l for l in lines) > 20 or not tokenizer.startswith("bert")
+    task = TASKS.get(name)(train_file="unused.txt", max_length=64, **({"whole_word_mask": True} if name == "mlm" else {}))
+    packed = task.pack(Dataset.from_dict({"text": lines}), tok, whole=True)
+    starts = sum(sum(row) for row in packed["word_start"])
+    frame = len(task.document_start(tok)) + len(task.document_end(tok))
+    assert starts == sum(len(l.split()) for l in lines) + frame * len(lines)
+    from toolkit.tasks._text import word_starts  # unspaced scripts: the tokenizer's words (BERT: each ideograph)
+
+    assert word_starts("你好 ab", [5, 6, 7, 8], [(0, 1), (1, 2), (3, 4), (4, 5)], [0, 1, 2, 2], set()) == [1, 1, 1, 0]
