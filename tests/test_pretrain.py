@@ -1484,7 +1484,8 @@ def test_mlm_masks_as_transformers_data_collator_masks_the_same_blocks(tokenizer
 def test_whole_words_are_the_runs_between_whitespace(name: str, tokenizer: str) -> None:
     """Whole-word masking's and BART's words are the text's runs between whitespace, as
     transformers' whole-word collator (touching character offsets) and fairseq (a token that
-    begins with a space) draw them: each PTB line has as many word starts as words, `<unk>`,
+    begins with a space) draw them, token for token the collator's own `_calc_word_ids_and_prob_mask`
+    on each line: each PTB line has as many word starts as words, `<unk>`,
     "n't", "U.S." and "3.5" one each. Finding: they were the pre-tokenizer's words, which split
     punctuation off: PTB's `<unk>` was three words to BERT ('<', 'un ##k', '>'), so whole-word
     masking masked 'un ##k' between a visible '<' and '>' (trivial to predict, perplexity low),
@@ -1507,6 +1508,15 @@ def test_whole_words_are_the_runs_between_whitespace(name: str, tokenizer: str) 
     starts = sum(sum(row) for row in packed["word_start"])
     frame = len(task.document_start(tok)) + len(task.document_end(tok))
     assert starts == sum(len(l.split()) for l in lines) + frame * len(lines)
+    from transformers import DataCollatorForLanguageModeling
+
     from toolkit.tasks._text import word_starts  # unspaced scripts: the tokenizer's words (BERT: each ideograph)
+
+    enc = tok(lines, add_special_tokens=False, return_offsets_mapping=True)  # the reference's words, line by line
+    for i, line in enumerate(lines):
+        offsets = np.array(enc["offset_mapping"][i])[None]
+        _, inside = DataCollatorForLanguageModeling._calc_word_ids_and_prob_mask(offsets, np.zeros(offsets.shape[:2], int))
+        ours = word_starts(line, enc["input_ids"][i], enc["offset_mapping"][i], enc.word_ids(i), set())
+        assert ours == (~inside[0]).astype(int).tolist()
 
     assert word_starts("你好 ab", [5, 6, 7, 8], [(0, 1), (1, 2), (3, 4), (4, 5)], [0, 1, 2, 2], set()) == [1, 1, 1, 0]
