@@ -1443,3 +1443,80 @@ def test_a_chain_under_a_launch_says_its_upstream_runs_on_as_many_processes(tmp_
     assert f"it finished on 1 process(es) ({single})" in str(said.value)
     assert str(said.value).endswith(f"make run NPROC=2 RECIPE=recipes/pretrain/wikitext-2/minilm-mlm.yaml "
                                     f"'ARGS=--runs-dir {root}'")
+
+
+@pytest.mark.parametrize("tokenizer", ["bert-base-uncased", "roberta-base"])
+def test_mlm_masks_as_transformers_data_collator_masks_the_same_blocks(tokenizer: str) -> None:
+    """Against the reference: the toolkit's mlm masks of real WikiText blocks and those of
+    transformers' DataCollatorForLanguageModeling (seeded; run_mlm's `special_tokens_mask`) on the
+    same raw blocks. Not the same draws (the toolkit's are numpy's, per block), the same rule: no
+    special token or padding labelled by either, the labelled share of the other tokens 15% in
+    both, the labelled tokens 80% [MASK], 10% another token, 10% kept in both, labels the raw ids."""
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling
+
+    from toolkit.tasks.mlm import MaskedLM
+
+    tok = _tokenizer(tokenizer)
+    task = MaskedLM(train_file="unused.txt", max_length=64)
+    blocks = task.encode(Dataset.from_dict({"text": _wiki_lines(400)}), tok)
+    rows = [blocks[i] for i in range(len(blocks))]
+    raw = np.array([r["input_ids"] for r in rows])
+    special = np.array([r["special_tokens_mask"] for r in rows], bool)
+    ours = task.collator(tok)(rows)
+    reference = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, seed=0, return_tensors="pt")(
+        [{"input_ids": r["input_ids"], "special_tokens_mask": r["special_tokens_mask"]} for r in rows])
+    eligible = ~special & ~np.isin(raw, tok.all_special_ids)  # RoBERTa's "<unk>" in the text too
+    assert eligible.mean() > 0.8
+    for batch in (ours, reference):
+        inputs, labels = batch["input_ids"].numpy(), batch["labels"].numpy()
+        chosen = labels != IGNORE
+        assert inputs.shape == raw.shape and not chosen[special].any()
+        assert (labels[chosen] == raw[chosen]).all() and (inputs[~chosen] == raw[~chosen]).all()
+        assert chosen[eligible].mean() == pytest.approx(0.15, abs=0.01)
+        as_mask = (inputs[chosen] == tok.mask_token_id).mean()
+        kept = (inputs[chosen] == raw[chosen]).mean()
+        assert (as_mask, 1 - as_mask - kept, kept) == pytest.approx((0.8, 0.1, 0.1), abs=0.025)
+
+
+@pytest.mark.parametrize("name, tokenizer", [("mlm", "bert-base-uncased"), ("mlm", "roberta-base"),
+                                             ("denoise", "bart-base")])
+def test_whole_words_are_the_runs_between_whitespace(name: str, tokenizer: str) -> None:
+    """Whole-word masking's and BART's words are the text's runs between whitespace, as
+    transformers' whole-word collator (touching character offsets) and fairseq (a token that
+    begins with a space) draw them, token for token the collator's own `_calc_word_ids_and_prob_mask`
+    on each line: each PTB line has as many word starts as words, `<unk>`,
+    "n't", "U.S." and "3.5" one each. Finding: they were the pre-tokenizer's words, which split
+    punctuation off: PTB's `<unk>` was three words to BERT ('<', 'un ##k', '>'), so whole-word
+    masking masked 'un ##k' between a visible '<' and '>' (trivial to predict, perplexity low),
+    and "n't" two words to BART, whose spans cut "n" from "'t", exit 0. In-text special tokens
+    (RoBERTa's and BART's own `<unk>`) are left out here: the tokenizer makes them a token apart;
+    so are the lines' end spaces, a token apart too (a word to both references)."""
+    import os
+
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+
+    tok = _tokenizer(tokenizer)
+    ptb = (Path(os.environ["TOOLKIT_DATA"]) / "lm/ptb/ptb.test.txt").read_text().splitlines()[:60]
+    lines = [(l if tokenizer.startswith("bert") else l.replace("<unk>", "unk")).strip() for l in ptb if l.strip()]
+    lines += ["the U.S. did n't say 3.5 % , he said ... don't go-ahead !"]
+    assert sum("<unk>" in l for l in lines) > 20 or not tokenizer.startswith("bert")
+    task = TASKS.get(name)(train_file="unused.txt", max_length=64, **({"whole_word_mask": True} if name == "mlm" else {}))
+    packed = task.pack(Dataset.from_dict({"text": lines}), tok, whole=True)
+    starts = sum(sum(row) for row in packed["word_start"])
+    frame = len(task.document_start(tok)) + len(task.document_end(tok))
+    assert starts == sum(len(l.split()) for l in lines) + frame * len(lines)
+    from transformers import DataCollatorForLanguageModeling
+
+    from toolkit.tasks._text import word_starts  # unspaced scripts: the tokenizer's words (BERT: each ideograph)
+
+    enc = tok(lines, add_special_tokens=False, return_offsets_mapping=True)  # the reference's words, line by line
+    for i, line in enumerate(lines):
+        offsets = np.array(enc["offset_mapping"][i])[None]
+        _, inside = DataCollatorForLanguageModeling._calc_word_ids_and_prob_mask(offsets, np.zeros(offsets.shape[:2], int))
+        ours = word_starts(line, enc["input_ids"][i], enc["offset_mapping"][i], enc.word_ids(i), set())
+        assert ours == (~inside[0]).astype(int).tolist()
+
+    assert word_starts("你好 ab", [5, 6, 7, 8], [(0, 1), (1, 2), (3, 4), (4, 5)], [0, 1, 2, 2], set()) == [1, 1, 1, 0]

@@ -371,14 +371,16 @@ class TextTask(TokenTask):
         special, begin = self.special_mask(), self.document_start(tokenizer)
 
         def tok(batch: dict) -> dict:
-            enc = tokenizer(batch["text"], add_special_tokens=False)
+            enc = tokenizer(batch["text"], add_special_tokens=False, return_offsets_mapping=starts)
             ids = [begin + x + end for x in enc["input_ids"]]
             out = {"input_ids": ids}
             if special:
                 out["special_tokens_mask"] = [[1] * len(begin) + [0] * len(x) + [1] * len(end) for x in enc["input_ids"]]
             if starts:
-                out["word_start"] = [_word_starts([None] * len(begin) + enc.word_ids(i), len(end))
-                                     for i in range(len(ids))]
+                specials = set(tokenizer.all_special_ids)
+                out["word_start"] = [[1] * len(begin) + word_starts(text, x, offsets, enc.word_ids(i), specials)
+                                     + [1] * len(end) for i, (text, x, offsets)
+                                     in enumerate(zip(batch["text"], enc["input_ids"], enc["offset_mapping"]))]
             return out
 
         def group(batch: dict) -> dict:
@@ -449,12 +451,30 @@ def whose(checkpoint: str | None) -> str:
     return f"the tokenizer of model.checkpoint '{checkpoint}'" if checkpoint else "this tokenizer"
 
 
-def _word_starts(word_ids: list[int | None], extra: int) -> list[int]:
-    """1 where a token begins a word (a special token counts as its own word)."""
-    out, previous = [], object()
-    for w in list(word_ids) + [None] * extra:
-        out.append(int(w is None or w != previous))
-        previous = w
+def unspaced(ch: str) -> bool:
+    """A character of a script written without spaces between words (CJK ideographs, kana)."""
+    code = ord(ch)
+    return (0x3040 <= code <= 0x30FF or 0x3400 <= code <= 0x4DBF or 0x4E00 <= code <= 0x9FFF
+            or 0xF900 <= code <= 0xFAFF or 0x20000 <= code <= 0x2FA1F)
+
+
+def word_starts(text: str, ids: list[int], offsets: list[tuple[int, int]], word_ids: list[int | None],
+                specials: set[int]) -> list[int]:
+    """1 where a token of `text` begins a word: a word is a run of characters between
+    whitespace, as transformers' whole-word collator (the tokens' character offsets touch) and
+    fairseq's BART (a token that begins with a space) draw words; a special token is a word of its
+    own. In a script written without spaces (CJK) the tokenizer's own words stand. It was the
+    tokenizer's pre-tokenizer words, which split punctuation off: WikiText's and PTB's `<unk>` was
+    three words to BERT ('<', 'un ##k', '>') and "n't" three, so whole-word masking masked
+    'un ##k' between a visible '<' and '>', and BART's spans cut "don" from "'t", exit 0."""
+    out, previous_end, previous_word, previous_special = [], None, None, True
+    for token, (start, stop), word in zip(ids, offsets, word_ids):
+        special = token in specials
+        touches = previous_end is not None and start <= previous_end
+        if touches and word != previous_word and any(map(unspaced, text[start:start + 1] + text[previous_end - 1:previous_end])):
+            touches = False  # the tokenizer's word boundary inside unspaced text
+        out.append(int(special or previous_special or not touches))
+        previous_end, previous_word, previous_special = max(stop, previous_end or 0), word, special
     return out
 
 

@@ -8,8 +8,10 @@ the masked held-out tokens under masks drawn once from `corruption_seed` (see ta
 The masking is written here rather than taken from transformers' DataCollatorForLanguageModeling
 / DataCollatorForWholeWordMask because those draw from torch's global RNG inside the collator
 (no fixed evaluation masks) and the whole-word one works on token strings ("##") that RoBERTa's
-tokenizer does not use; this one is a pure function of (ids, rng) and uses the fast tokenizer's
-word ids, so any encoder's tokenizer works and the statistics can be tested directly.
+tokenizer does not use; this one is a pure function of (ids, rng) and takes words as the runs of
+the text between whitespace (`_text.word_starts`, the fast tokenizer's character offsets, as
+transformers 5's whole-word collator draws them), so any encoder's tokenizer works and the
+statistics can be tested directly.
 """
 
 from __future__ import annotations
