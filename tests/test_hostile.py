@@ -604,6 +604,41 @@ def test_a_file_destination_ending_in_a_slash_names_a_folder(tmp_path: Path, cli
         _check_one_line(tmp_path, code, err, "new is a folder; give a file name")
 
 
+@pytest.mark.parametrize("entry", ["export cli", "export api", "predict cli"])
+def test_a_destination_name_too_long_for_its_temporary_is_said_as_the_users(tmp_path: Path, cli, finished: Path,
+                                                                            entry: str) -> None:
+    """`toolkit export RUN OUT` with a 250-character OUT said "file name too long" naming
+    `.OUT.partial`, the temporary folder it is written in first, never the user's name (and
+    predict --output's whole-or-nothing temporary, `OUT.<pid>-<hex>.tmp`, failed so after the
+    predictions were made). The name the user gave is refused up front, with the most that fits
+    (the file system's 255 bytes less the temporary's extra), and that most is written."""
+    from toolkit import api
+    from toolkit.errors import UserError
+
+    run = _copy(finished, tmp_path)
+    (tmp_path / "in.txt").write_text("a fine movie\n")
+    most = 255 - (9 if entry.startswith("export") else 21)
+    out = tmp_path / ("x" * (most + 1))
+
+    def call(target: Path) -> tuple[int, str]:
+        if entry == "export api":
+            try:
+                api.export(run, target)
+            except UserError as exc:
+                return 2, f"error: {exc}"
+            return 0, ""
+        args = ["export", run, target] if entry == "export cli" else ["predict", run, "--input", tmp_path / "in.txt",
+                                                                        "--output", target]
+        code, _, err = cli(*args)
+        return code, err
+
+    code, err = call(out)
+    _check_one_line(tmp_path, code, err, f"{out}: its name is {most + 1} bytes long, and at most {most} fit here")
+    assert ".partial" not in err and not out.exists() and not list(tmp_path.glob(".x*"))
+    code, err = call(tmp_path / ("x" * most))
+    assert code == 0 and (tmp_path / ("x" * most)).exists(), err
+
+
 def test_an_export_onto_a_link_to_an_empty_folder_fills_that_folder(tmp_path: Path, cli, finished: Path) -> None:
     """Finding: `toolkit export RUN LINK` (LINK to an empty folder, accepted as an empty OUT) wrote
     the whole export and then said 'LINK: not a directory', exit 2, nothing kept. The target is

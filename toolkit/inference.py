@@ -984,11 +984,35 @@ def check_folder_writable(folder: Path, what: str) -> None:
                         "give a folder that can be written (--output DIR)")
 
 
+# the longest name written beside a destination before it is put in place: an export's folder
+# (`_partial`: `.OUT.partial`), a file's whole-or-nothing temporary (`runs.write_whole`:
+# `OUT.<pid>-<8 hex>.tmp`, a pid of up to 7 digits)
+PLACEHOLDER_EXTRA = {True: len(".") + len(".partial"), False: len(".1234567-12345678.tmp")}
+
+
+def _check_name_room(path: Path, folder: bool, what: str) -> None:
+    """The name the user gave and the temporary one written beside it first fit the file system's
+    name limit: a 250-character export name was refused as "file name too long" naming the
+    temporary `.OUT.partial`, which the user never gave, and one of 256 only by the OS."""
+    above = next((p for p in path.parents if p.is_dir()), None)
+    try:
+        limit = os.pathconf(above or ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    size, most = len(os.fsencode(path.name)), limit - PLACEHOLDER_EXTRA[folder]
+    if size > most:
+        raise UserError(f"{what}: {path}: its name is {size} bytes long, and at most {most} fit here: "
+                        f"the file system takes names of up to {limit} bytes, and the toolkit writes "
+                        f"{'the folder' if folder else 'the file'} under a temporary name "
+                        f"{PLACEHOLDER_EXTRA[folder]} bytes longer first; give a shorter name")
+
+
 def check_destination(path: Path, folder: bool, what: str) -> None:
     """A place the user names for output, refused before any model loads: a folder that exists
     and is not empty (or is a file), a missing parent, a parent that cannot be written."""
     if folder:  # an export: the tokenizer is saved there
         runs.check_utf8(path, what)
+    _check_name_room(path, folder, what)
     if folder and path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UserError(f"{what}: {path} exists and is {'not empty' if path.is_dir() else 'a file'}; "
                         "choose a new folder")
