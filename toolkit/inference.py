@@ -277,6 +277,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     """Score a finished run on a split with the task's metrics, computed as the run computed
     (`as_run_computed`); writes eval-<split>.json, with what it was computed under."""
     recipe = run_recipe(run, task_overrides, task_from)
+    say_smoke(run, recipe, "these scores")
     acc = run_accelerator(run, recipe)
     if runs.is_finished(run):  # the model's classes, before the data is read and mapped to ids
         adopt_saved(run, recipe)
@@ -508,6 +509,7 @@ def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]
         kinds = ", ".join(n for n in TASKS.names() if TASKS.get(n).predicts)
         raise UserError(f"{run}: predict handles trained runs of the tasks {kinds} (this is "
                         f"{recipe.task.name} with {recipe.method.name})")
+    say_smoke(run, recipe, "these predictions")
     model, tok = computing_model(run, recipe)
     return recipe, model, tok, recipe.task.predict_fields(model)
 
@@ -664,6 +666,7 @@ def _glue_test(run: Path, out_dir: Path) -> list[Path]:
         raise UserError(f"--output: {out_dir} is a file; --glue-test writes a folder (GLUE's files, one per test "
                         "set, beside other tasks' files already there): give a folder")
     check_folder_writable(out_dir, "--glue-test")
+    say_smoke(run, recipe, "the submission's predictions")
     with evaluation.finite_outputs():  # a diverged model's NaN logits made labels and scores unsaid
         written = recipe.task.submission(lambda: computing_model(run, recipe), out_dir)
     recipe.task.say_notices(run=False)  # the test texts cut to fit, as a run says it (rule 8)
@@ -755,8 +758,20 @@ def _smoke_said(recipe: Recipe) -> str:
     take for the real one (the line said nothing of it, exit 0)."""
     if not recipe.smoke:
         return ""
-    named = recipe.model.checkpoint if isinstance(recipe.model.checkpoint, str) else "the checkpoint its recipe names"
-    return f"; a --smoke run: this is the small random-weight model it trained on, not {named}"
+    return f"; a --smoke run: this is the small random-weight model it trained on, not {_smoke_named(recipe)}"
+
+
+def _smoke_named(recipe: Recipe) -> str:
+    return recipe.model.checkpoint if isinstance(recipe.model.checkpoint, str) else "the checkpoint its recipe names"
+
+
+def say_smoke(run: Path, recipe: Recipe, what: str) -> None:
+    """One `warning:` line where a --smoke run's model makes `what` (eval's scores, predict's and
+    --glue-test's predictions), by every entry point: they were the small random-weight model's,
+    said by export's line alone, and read as the checkpoint's the recipe names, exit 0."""
+    if recipe.smoke and os.environ.get("RANK", "0") == "0":
+        print(f"warning: {run}: a --smoke run: {what} are the small random-weight model's it "
+              f"{'trained' if recipe.method.trains else 'ran'} on, not {_smoke_named(recipe)}'s", file=sys.stderr)
 
 
 PARTIAL_MARK = ".toolkit-export"  # in a folder being exported (`_partial`), removed before it is put in place
