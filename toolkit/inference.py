@@ -277,7 +277,6 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
     """Score a finished run on a split with the task's metrics, computed as the run computed
     (`as_run_computed`); writes eval-<split>.json, with what it was computed under."""
     recipe = run_recipe(run, task_overrides, task_from)
-    say_smoke(run, recipe, "these scores")
     acc = run_accelerator(run, recipe)
     if runs.is_finished(run):  # the model's classes, before the data is read and mapped to ids
         adopt_saved(run, recipe)
@@ -321,6 +320,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
         runs.write_all_whole(texts)
         for path, files in written:
             runs.retire_prediction_files(path, files, recipe.task.retired_prediction_files)
+    say_smoke(run, recipe, "these scores")
     return result
 
 
@@ -509,7 +509,6 @@ def _predicting_run(run: Path) -> tuple[Recipe, torch.nn.Module, Any, list[str]]
         kinds = ", ".join(n for n in TASKS.names() if TASKS.get(n).predicts)
         raise UserError(f"{run}: predict handles trained runs of the tasks {kinds} (this is "
                         f"{recipe.task.name} with {recipe.method.name})")
-    say_smoke(run, recipe, "these predictions")
     model, tok = computing_model(run, recipe)
     return recipe, model, tok, recipe.task.predict_fields(model)
 
@@ -555,6 +554,7 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     with evaluation.finite_outputs():
         rows = recipe.task.predict(model, tok, as_named(inputs, given, names))
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
+    say_smoke(run, recipe, "these predictions")
     return named_back(rows, names, given)
 
 
@@ -594,6 +594,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
                                         + "\n").encode("utf-8"))
     else:
         sys.stdout.write(text)
+    say_smoke(run, recipe, "these predictions")
     return len(out)
 
 
@@ -666,10 +667,10 @@ def _glue_test(run: Path, out_dir: Path) -> list[Path]:
         raise UserError(f"--output: {out_dir} is a file; --glue-test writes a folder (GLUE's files, one per test "
                         "set, beside other tasks' files already there): give a folder")
     check_folder_writable(out_dir, "--glue-test")
-    say_smoke(run, recipe, "the submission's predictions")
     with evaluation.finite_outputs():  # a diverged model's NaN logits made labels and scores unsaid
         written = recipe.task.submission(lambda: computing_model(run, recipe), out_dir)
     recipe.task.say_notices(run=False)  # the test texts cut to fit, as a run says it (rule 8)
+    say_smoke(run, recipe, "the submission's predictions")
     return written
 
 
@@ -766,9 +767,10 @@ def _smoke_named(recipe: Recipe) -> str:
 
 
 def say_smoke(run: Path, recipe: Recipe, what: str) -> None:
-    """One `warning:` line where a --smoke run's model makes `what` (eval's scores, predict's and
-    --glue-test's predictions), by every entry point: they were the small random-weight model's,
-    said by export's line alone, and read as the checkpoint's the recipe names, exit 0."""
+    """One `warning:` line where a --smoke run's model made `what` (eval's scores, predict's and
+    --glue-test's predictions), by every entry point, once they are made (an error before them is
+    its one line alone): they were the small random-weight model's, said by export's line alone,
+    and read as the checkpoint's the recipe names, exit 0."""
     if recipe.smoke and os.environ.get("RANK", "0") == "0":
         print(f"warning: {run}: a --smoke run: {what} are the small random-weight model's it "
               f"{'trained' if recipe.method.trains else 'ran'} on, not {_smoke_named(recipe)}'s", file=sys.stderr)
