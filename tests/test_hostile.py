@@ -604,6 +604,76 @@ def test_a_file_destination_ending_in_a_slash_names_a_folder(tmp_path: Path, cli
         _check_one_line(tmp_path, code, err, "new is a folder; give a file name")
 
 
+@pytest.mark.parametrize("entry", ["export cli", "export api", "predict cli"])
+def test_a_destination_name_too_long_for_its_temporary_is_said_as_the_users(tmp_path: Path, cli, finished: Path,
+                                                                            entry: str) -> None:
+    """`toolkit export RUN OUT` with a 250-character OUT said "file name too long" naming
+    `.OUT.partial`, the temporary folder it is written in first, never the user's name (and
+    predict --output's whole-or-nothing temporary, `OUT.<pid>-<hex>.tmp`, failed so after the
+    predictions were made). The name the user gave is refused up front, with the most that fits
+    (the file system's 255 bytes less the temporary's extra), and that most is written."""
+    from toolkit import api
+    from toolkit.errors import UserError
+
+    run = _copy(finished, tmp_path)
+    (tmp_path / "in.txt").write_text("a fine movie\n")
+    most = 255 - (9 if entry.startswith("export") else 21)
+    out = tmp_path / ("x" * (most + 1))
+
+    def call(target: Path) -> tuple[int, str]:
+        if entry == "export api":
+            try:
+                api.export(run, target)
+            except UserError as exc:
+                return 2, f"error: {exc}"
+            return 0, ""
+        args = ["export", run, target] if entry == "export cli" else ["predict", run, "--input", tmp_path / "in.txt",
+                                                                        "--output", target]
+        code, _, err = cli(*args)
+        return code, err
+
+    code, err = call(out)
+    _check_one_line(tmp_path, code, err, f"{out}: its name is {most + 1} bytes long, and at most {most} fit here")
+    assert ".partial" not in err and not out.exists() and not list(tmp_path.glob(".x*"))
+    code, err = call(tmp_path / ("x" * most))
+    assert code == 0 and (tmp_path / ("x" * most)).exists(), err
+
+
+@pytest.mark.parametrize("entry", ["eval cli", "eval api", "predict cli", "predict api", "glue-test cli"])
+def test_a_smoke_runs_scores_and_predictions_say_they_are_the_small_models(tmp_path: Path, cli, finished: Path,
+                                                                             capsys: pytest.CaptureFixture,
+                                                                             entry: str) -> None:
+    """`toolkit eval`, `predict` and `predict --glue-test` of a --smoke run (and toolkit.evaluate,
+    toolkit.predict) gave the small random-weight model's scores and predictions with no word of
+    it, read as the checkpoint's its recipe names, exit 0 (export's line alone said so). Each says
+    it in one `warning:` line, naming the run and that checkpoint; a run not under --smoke, none."""
+    import toolkit
+    from toolkit import inference
+
+    run = _copy(finished, tmp_path)
+    (tmp_path / "in.txt").write_text("a fine movie\n")
+    capsys.readouterr()
+    if entry.endswith("api"):
+        if entry == "eval api":
+            toolkit.evaluate(run)
+        else:
+            toolkit.predict(run, ["a fine movie"])
+        code, err = 0, capsys.readouterr().err
+    else:
+        args = {"eval cli": ["eval", run], "predict cli": ["predict", run, "--input", tmp_path / "in.txt"],
+                "glue-test cli": ["predict", run, "--glue-test", "--output", tmp_path / "gt"]}[entry]
+        code, _, err = cli(*args)
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "--smoke" in line]
+    what = {"eval": "these scores", "predict": "these predictions", "glue-test": "the submission's predictions"}
+    assert said == [f"warning: {run}: a --smoke run: {what[entry.split()[0]]} are the small random-weight model's it "
+                    "trained on, not sentence-transformers/all-MiniLM-L6-v2's"], err
+    recipe = inference.run_recipe(run)
+    recipe.smoke = False
+    inference.say_smoke(run, recipe, "these scores")
+    assert capsys.readouterr().err == ""
+
+
 def test_an_export_onto_a_link_to_an_empty_folder_fills_that_folder(tmp_path: Path, cli, finished: Path) -> None:
     """Finding: `toolkit export RUN LINK` (LINK to an empty folder, accepted as an empty OUT) wrote
     the whole export and then said 'LINK: not a directory', exit 2, nothing kept. The target is

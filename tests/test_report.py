@@ -2542,3 +2542,9 @@ def test_the_runs_table_lists_an_entry_every_seed_of_which_stopped(tmp_path: Pat
                              "1,000 | 10.5 ± 0.7 | 5.0 ± 0.0 | 110 |",
                              "| glue/rte/tiny-full [train.lr=0.003] | full | 0 (+2 not finished) |  |  | – | – | – | – "
                              "| – |"], table
+    # the budget list has a line for every row of the table, by the table's names, in its order:
+    # it had none for the entry every seed of which stopped
+    budget_list = text.split("### Budget of each row")[1].split("\n\n")[1].splitlines()
+    assert [line.split("**")[1] for line in budget_list] == [row.split(" | ")[0][2:] for row in table[2:]], budget_list
+    assert budget_list[1].endswith(f"lr {1e-3 if stopped == 'a method' else 3e-3}, batch ? (no seed finished: 2 not "
+                                   "finished)"), budget_list

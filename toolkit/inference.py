@@ -320,6 +320,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
         runs.write_all_whole(texts)
         for path, files in written:
             runs.retire_prediction_files(path, files, recipe.task.retired_prediction_files)
+    say_smoke(run, recipe, "these scores")
     return result
 
 
@@ -553,6 +554,7 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     with evaluation.finite_outputs():
         rows = recipe.task.predict(model, tok, as_named(inputs, given, names))
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
+    say_smoke(run, recipe, "these predictions")
     return named_back(rows, names, given)
 
 
@@ -592,6 +594,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
                                         + "\n").encode("utf-8"))
     else:
         sys.stdout.write(text)
+    say_smoke(run, recipe, "these predictions")
     return len(out)
 
 
@@ -667,6 +670,7 @@ def _glue_test(run: Path, out_dir: Path) -> list[Path]:
     with evaluation.finite_outputs():  # a diverged model's NaN logits made labels and scores unsaid
         written = recipe.task.submission(lambda: computing_model(run, recipe), out_dir)
     recipe.task.say_notices(run=False)  # the test texts cut to fit, as a run says it (rule 8)
+    say_smoke(run, recipe, "the submission's predictions")
     return written
 
 
@@ -755,8 +759,21 @@ def _smoke_said(recipe: Recipe) -> str:
     take for the real one (the line said nothing of it, exit 0)."""
     if not recipe.smoke:
         return ""
-    named = recipe.model.checkpoint if isinstance(recipe.model.checkpoint, str) else "the checkpoint its recipe names"
-    return f"; a --smoke run: this is the small random-weight model it trained on, not {named}"
+    return f"; a --smoke run: this is the small random-weight model it trained on, not {_smoke_named(recipe)}"
+
+
+def _smoke_named(recipe: Recipe) -> str:
+    return recipe.model.checkpoint if isinstance(recipe.model.checkpoint, str) else "the checkpoint its recipe names"
+
+
+def say_smoke(run: Path, recipe: Recipe, what: str) -> None:
+    """One `warning:` line where a --smoke run's model made `what` (eval's scores, predict's and
+    --glue-test's predictions), by every entry point, once they are made (an error before them is
+    its one line alone): they were the small random-weight model's, said by export's line alone,
+    and read as the checkpoint's the recipe names, exit 0."""
+    if recipe.smoke and os.environ.get("RANK", "0") == "0":
+        print(f"warning: {run}: a --smoke run: {what} are the small random-weight model's it "
+              f"{'trained' if recipe.method.trains else 'ran'} on, not {_smoke_named(recipe)}'s", file=sys.stderr)
 
 
 PARTIAL_MARK = ".toolkit-export"  # in a folder being exported (`_partial`), removed before it is put in place
@@ -984,11 +1001,35 @@ def check_folder_writable(folder: Path, what: str) -> None:
                         "give a folder that can be written (--output DIR)")
 
 
+# the longest name written beside a destination before it is put in place: an export's folder
+# (`_partial`: `.OUT.partial`), a file's whole-or-nothing temporary (`runs.write_whole`:
+# `OUT.<pid>-<8 hex>.tmp`, a pid of up to 7 digits)
+PLACEHOLDER_EXTRA = {True: len(".") + len(".partial"), False: len(".1234567-12345678.tmp")}
+
+
+def _check_name_room(path: Path, folder: bool, what: str) -> None:
+    """The name the user gave and the temporary one written beside it first fit the file system's
+    name limit: a 250-character export name was refused as "file name too long" naming the
+    temporary `.OUT.partial`, which the user never gave, and one of 256 only by the OS."""
+    above = next((p for p in path.parents if p.is_dir()), None)
+    try:
+        limit = os.pathconf(above or ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    size, most = len(os.fsencode(path.name)), limit - PLACEHOLDER_EXTRA[folder]
+    if size > most:
+        raise UserError(f"{what}: {path}: its name is {size} bytes long, and at most {most} fit here: "
+                        f"the file system takes names of up to {limit} bytes, and the toolkit writes "
+                        f"{'the folder' if folder else 'the file'} under a temporary name "
+                        f"{PLACEHOLDER_EXTRA[folder]} bytes longer first; give a shorter name")
+
+
 def check_destination(path: Path, folder: bool, what: str) -> None:
     """A place the user names for output, refused before any model loads: a folder that exists
     and is not empty (or is a file), a missing parent, a parent that cannot be written."""
     if folder:  # an export: the tokenizer is saved there
         runs.check_utf8(path, what)
+    _check_name_room(path, folder, what)
     if folder and path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UserError(f"{what}: {path} exists and is {'not empty' if path.is_dir() else 'a file'}; "
                         "choose a new folder")

@@ -206,13 +206,16 @@ KNOWN_MODEL_TYPES: dict[str, str] = {
 }
 
 
-def readable_sizes(checkpoint: str) -> tuple[int | None, int | None] | None:
+def readable_sizes(checkpoint: str, with_positions: bool = True) -> tuple[int | None, int | None] | None:
     """(positions, width) of the checkpoint where its config.json is on this machine (a local or
-    packaged folder, a run's model/, the Hub cache), read without transformers; None otherwise
-    (nothing is fetched). Positions by `max_positions`, the one rule the run cuts sequences by
-    (its tokenizer_config.json's model_max_length where lower: RoBERTa's 514 embeddings hold 512
-    positions, the first two being the padding offset; bounding by 514 let relative.k 513 and
-    performer.features 514 through); width its hidden size however the family names it."""
+    packaged folder, a run's model/, the Hub cache); None otherwise (nothing is fetched).
+    Positions by `max_positions`, the one rule the run cuts sequences by: the learned positions
+    less the padding offset (`padding_offset` on the model built from config.json on the meta
+    device: RoBERTa's 514 embeddings hold 512 positions, the first two being the padding offset),
+    and its tokenizer_config.json's model_max_length where lower. Bounding by 514 let relative.k 513
+    and performer.features 514 through, and so did a RoBERTa tokenizer saved without a
+    model_max_length after the limit was read from it alone. Width its hidden size however the
+    family names it; `with_positions=False` reads the width alone (None for positions)."""
     from types import SimpleNamespace
 
     folder = tokenizer_folder(checkpoint)
@@ -223,11 +226,27 @@ def readable_sizes(checkpoint: str) -> tuple[int | None, int | None] | None:
     tok = SimpleNamespace(model_max_length=limit if isinstance(limit, (int, float)) and not isinstance(limit, bool)
                           and limit >= 1 else None)
     positions = config.get("max_position_embeddings") or config.get("n_positions")
+    positions = positions if isinstance(positions, int) and not isinstance(positions, bool) else None
     shape = {"model_type": config.get("model_type"),  # only a positive whole count is a count of positions
-             "max_position_embeddings": positions if isinstance(positions, int) and not isinstance(positions, bool)
-             else None}
-    return (max_positions(SimpleNamespace(**shape), tok),
+             "max_position_embeddings": positions}
+    # the rows the position table keeps below the first position, by the rule the run's check uses
+    # (`padding_offset`, on the model built from this config.json on the meta device: no weights)
+    model = _meta_model(folder) if with_positions and positions and positions > 1 else None
+    return (max_positions(SimpleNamespace(**shape), tok, model) if with_positions else None,
             modules.config_value(config, "hidden_size", "d_model", "n_embd"))
+
+
+def _meta_model(folder: Path) -> Any:
+    """transformers' base model of the config.json in `folder`, on the meta device (no memory,
+    no weights read); None where transformers cannot build it (said at load)."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        with torch.device("meta"):
+            return AutoModel.from_config(AutoConfig.from_pretrained(str(folder)))
+    except Exception:  # an unknown or broken config: the run's own check, at load, names it
+        return None
 
 
 def _config_json(folder: Path) -> dict:
@@ -438,6 +457,40 @@ def check_attention(attention: Any, family: str | None = None,
     if package and not _importable(package):
         raise UserError(f"model.attention: '{name}' needs the {package.split('.')[0]} package, which "
                         "is not installed; install it (CUDA only) or use sdpa")
+    model_class = _model_class(family) if family else None
+    flag = next((f for key, f in SUPPORT_FLAGS.items() if key in name), None)
+    if flag and model_class is not None and not getattr(model_class, flag, True):
+        raise UserError(f"model.attention: transformers has no '{name}' for {family} ({model_class.__name__} does not "
+                        "support it: it refuses it at load, after the data); use sdpa or eager")
+    reason = NOT_RUNNABLE.get((name.split("|")[-1], family))
+    if reason:
+        raise UserError(f"model.attention: transformers' {name} cannot run {family}: {reason}; use sdpa or eager")
+
+
+# the flag of transformers' PreTrainedModel that says a class takes the attention (its dispatch,
+# `get_correct_attn_implementation`, checks it at load: after the data loaded)
+SUPPORT_FLAGS = {"flex_attention": "_supports_flex_attn", "flash_attention": "_supports_flash_attn",
+                 "sdpa": "_supports_sdpa"}
+# transformers' attention functions that a family declares it supports and that still cannot run it:
+# its flex_attention adds T5's position bias, one row for the whole batch, at `position_bias[batch
+# index]`, out of bounds from the second example on (torch's compiled kernel stopped with "index out
+# of bounds" in evaluation on CPU, after the data and model loaded; out of bounds on any device)
+_T5_FLEX = ("its flex_attention reads T5's position bias (one row for the whole batch) at each example's index, "
+            "out of bounds from the second example on (torch's compiled kernel stops: index out of bounds)")
+NOT_RUNNABLE = {("flex_attention", family): _T5_FLEX for family in ("t5", "mt5", "umt5")}
+
+
+def _model_class(family: str) -> Any:
+    """transformers' base model class of the family (AutoModel's), or None where it has none."""
+    name = hf_tables.model_table("MODEL_MAPPING_NAMES").get(family)
+    if not isinstance(name, str):
+        return None
+    import transformers
+
+    try:
+        return getattr(transformers, name)
+    except (AttributeError, ImportError):  # a class its backend cannot import here: said at load
+        return None
 
 
 # transformers' attention functions that train on a GPU only and without attention dropout: torch's

@@ -279,7 +279,7 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
     models.check_attention(recipe.model.attention, family, sizes)
     if recipe.method.trains and isinstance(base.model.checkpoint, str):
         models.check_attention_dropout(recipe.model.attention, base.model.checkpoint, recipe.model.dropout)
-    shape = models.readable_sizes(base.model.checkpoint) if isinstance(base.model.checkpoint, str) else None
+    shape = models.readable_sizes(base.model.checkpoint, with_positions=False) if isinstance(base.model.checkpoint, str) else None
     if shape and shape[1]:  # the real checkpoint's width, under --smoke too: no layer of it is wider
         methods.check_sizes(recipe.method, shape[1], f"the width of {base.model.checkpoint}")
     if isinstance(recipe.model.checkpoint, str):  # a run's model/ (or its run folder) as a path

@@ -1209,6 +1209,23 @@ def shown_names(grouped: dict[tuple, list[dict]]) -> dict[tuple, str]:
     return out
 
 
+def table_rows(items: list[dict]) -> tuple[dict, dict, dict]:
+    """The rows of the runs table and of its budget list: (the finished entries' groups, the groups
+    of the entries every seed of which stopped, each row's shown name). An entry every seed of
+    which stopped (diverged, failed, killed: no metrics.json) is a row of its own, `0 (+k not
+    finished)`: it had none, named only in the report's end note, beside its finished neighbours
+    (`Runs.started`). One rule for both lists: the budget list had no line for such a row, and
+    named the others without the setting the table showed beside it."""
+    grouped = groups(items)
+    stopped = {k: v for k, v in groups(started_only(items)).items() if k not in grouped}
+    return grouped, stopped, shown_names({**grouped, **stopped})
+
+
+def _stopped_seeds(members: list[dict]) -> int:
+    """How many seeds of an entry none of which finished were started (`not_finished`)."""
+    return len(not_finished([{"recipe": {}, "metrics": {}, "unfinished": [r for m in members for r in m["unfinished"]]}]))
+
+
 def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
     """One row per run name and setting: every metric (mean ± std over seeds) and the costs."""
     decls = declarations(items)
@@ -1216,16 +1233,10 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
     header = ["run", "method", "seeds", *[column(decls[n]) for n in metric_names], "trainable %",
               "trainable", "train s", "samples/s", "peak MB"]
     table = []
-    grouped = groups(items)
-    # an entry every seed of which stopped (diverged, failed, killed: no metrics.json) is a row of
-    # its own, `0 (+k not finished)`: it had none, named only in the report's end note, beside
-    # its finished neighbours (`Runs.started`)
-    stopped = {k: v for k, v in groups(started_only(items)).items() if k not in grouped}
-    names = shown_names({**grouped, **stopped})
+    grouped, stopped, names = table_rows(items)
     for key, members in sorted({**grouped, **stopped}.items()):
         if key in stopped:
-            left = len(not_finished([{"recipe": {}, "metrics": {}, "unfinished": [r for m in members
-                                                                                  for r in m["unfinished"]]}]))
+            left = _stopped_seeds(members)
             method = _dig(members[0]["recipe"], "method.name")
             table.append([names[key], str(method) if method is not None else "?", f"0 (+{left} not finished)",
                           *[""] * len(metric_names), "–", "–", "–", "–", "–"])
@@ -1300,7 +1311,9 @@ def budget(item: dict) -> str:
         parts.append(f"max steps {tr['max_steps']}" if tr.get("max_steps") else f"epochs {tr.get('epochs', '?')}")
         if m.get("train_steps") is not None:
             parts[0] += f" ({m['train_steps']} optimizer steps)"
-        parts.append(f"{m['train_samples']} train examples" if m.get("train_samples") is not None else "train examples ?")
+        if not item.get("started_only"):  # a stopped run wrote no count: said by budget_notes
+            parts.append(f"{m['train_samples']} train examples" if m.get("train_samples") is not None
+                         else "train examples ?")
     if "task.max_length" not in skip:
         parts.append(f"max length {task.get('max_length') or 'the model’s'}")
     if "train.lr" not in skip:
@@ -1321,9 +1334,10 @@ def batch(item: dict) -> str:
 
 def budget_notes(items: list[dict]) -> list[str]:
     """One protocol line per row of the runs table (a row's seeds share their recipe)."""
-    grouped = groups(items)
-    names = shown_names(grouped)
-    return [f"**{names[key]}**: {budget(members[0])}" for key, members in grouped.items()]
+    grouped, stopped, names = table_rows(items)
+    return [f"**{names[key]}**: {budget(members[0])}" + (f" (no seed finished: {_stopped_seeds(members)} not "
+                                                         f"finished)" if key in stopped else "")
+            for key, members in sorted({**grouped, **stopped}.items())]
 
 
 def markdown(header: list[str], table: list[list[str]]) -> str:
