@@ -12,6 +12,7 @@ and every sentence must follow the scheme's rules:
 
 `auto` takes IOBES when any tag has an E- or S- prefix, else BIO: IOB2, or IOB1 where a file
 starts an entity with I- (conlleval reads both the same way, so either is scored right).
+The files of a run are in one scheme: files of two are one line naming each file's scheme.
 seqeval's own `auto_detect` is not used: it accepts tags with no delimiter (`BPER`) and does not
 check sentences. Scoring stays seqeval's default mode, the one run_ner and conlleval report.
 """
@@ -140,8 +141,47 @@ def check_files(files: dict[str, Any], scheme: str) -> str:
     found = scheme_of([f.tags for f in files.values()], scheme)
     for sentences in files.values():
         for s, tags in enumerate(sentences.tags):
-            check_sentence(tags, found, lambda w, s=s, f=sentences: f.where(s, w))
+            try:
+                check_sentence(tags, found, lambda w, s=s, f=sentences: f.where(s, w))
+            except UserError as error:
+                _refuse_mixed(files, sentences, error)
+                raise
     return found
+
+
+def _refuse_mixed(files: dict[str, Any], broken: Any, error: UserError) -> None:
+    """Files written in different schemes (a Hub-derived IOB2 train file beside CoNLL-2003's
+    original IOB1 test file) are one line naming each file's scheme and the tag that shows it.
+    The line was the first break of the scheme the other file set, ending "(or set task.scheme to
+    the file's scheme)", which no setting fixes: a scheme of one file is refused in the other. The
+    scorer reads both alike (conlleval's rules), but the model learns one file's tags (B- at an
+    entity's start) and token accuracy compares them with the other's (I-), so no scheme is taken."""
+    shown = {n: (scheme_of([f.tags], "auto"), _evidence(f)) for n, f in files.items()}
+    if not shown[_name(files, broken)][1] or len({sc for sc, at in shown.values() if at}) < 2:
+        return  # one scheme among the files that show one: the break is the file's own
+    said = "; ".join(f"the {n} file is {sc} ({at})" for n, (sc, at) in shown.items() if at)
+    raise UserError(f"{said}: a run's files are in one tag scheme, whatever task.scheme says (the model learns "
+                    "one file's tags and token accuracy compares them with the other's); write every file in one "
+                    "scheme (IOB1 to IOB2: an I-X that starts an entity is B-X)") from error
+
+
+def _name(files: dict[str, Any], sentences: Any) -> str:
+    return next(n for n, f in files.items() if f is sentences)
+
+
+def _evidence(sentences: Any) -> str | None:
+    """Where a file first shows its scheme (`scheme_of`): an E-/S- tag (IOBES), an entity that
+    starts with I- (IOB1) or with B- (IOB2, as IOB1 starts one with B- only after its type)."""
+    for kind in ("IOBES", "IOB1", "IOB2"):
+        for s, tags in enumerate(sentences.tags):
+            for w, (prev, tag) in enumerate(zip([None, *tags], tags)):
+                (pp, pt), (p, t) = split(prev), split(tag)
+                starts = pp not in ("B", "I") or pt != t
+                if (kind == "IOBES" and p in ("E", "S")) or (kind == "IOB1" and p == "I" and starts) \
+                        or (kind == "IOB2" and p == "B" and starts):
+                    after = repr(prev) if prev else "the sentence's start"
+                    return f"{sentences.where(s, w)}: '{tag}' after {after}"
+    return None
 
 
 def label_order(tags: set[str]) -> list[str]:
