@@ -263,6 +263,31 @@ train: {{epochs: 1, batch_size: 4, keep_best: false}}
     assert code == 2 and err.count("error:") == 1 and err.splitlines()[-1].startswith("error: the train file"), err
     assert f"the train file is IOB2 ({train}:1: 'B-ORG'" in err and f"the eval file is IOB1 ({iob1}:1: 'I-ORG'" in err
     assert not (run / "eval-eval.json").exists() or json.loads((run / "eval-eval.json").read_text())["eval"] == again
+    _predict_untagged(run, cli, tmp_path)
+
+
+def _predict_untagged(run: Path, cli, tmp_path: Path) -> None:
+    """`toolkit predict` (CLI, API) on words the model does not tag: a word of no sub-token (U+FFFD
+    to BERT's tokenizer) inside a sentence, and a sentence cut at task.max_length=16. Finding:
+    `tagged` counted the words seen, so the uncut sentence said 2 of its 3 words were tagged and
+    `tags[:tagged]` kept the untagged word's O and dropped 'rejects'' real tag. Now `tagged` is
+    where the cut falls (cut sentences alone) and `no_token` lists the words of no sub-token."""
+    from toolkit import api, models
+
+    tok = models.load_tokenizer(str(run / "model"))
+    short, long = ["EU", "\ufffd", "rejects"], ["EU", "\ufffd"] + ["word"] * 12 + ["\ufffd", "more", "words"]
+    assert tok(short, is_split_into_words=True).word_ids() == [None, 0, 2, None]  # the word has no sub-token
+    fits = 1 + max(w for w in tok(long, is_split_into_words=True, truncation=True, max_length=16).word_ids()
+                   if w is not None)
+    source = tmp_path / "untagged.jsonl"
+    source.write_text(json.dumps({"tokens": short}) + "\n" + json.dumps({"tokens": long}) + "\n")
+    code, _, err = cli("predict", run, "--input", source, "--output", tmp_path / "untagged-out.jsonl")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "untagged-out.jsonl").read_text().splitlines()]
+    assert api.predict(run, [short, long]) == rows
+    assert "tagged" not in rows[0] and rows[0]["no_token"] == [1] and rows[0]["tags"][1] == "O"
+    assert rows[1]["tagged"] == fits < len(long) and rows[1]["no_token"] == [1, 14]
+    assert all(t == "O" for t in rows[1]["tags"][fits:])
 
 
 def test_score_reads_every_gold_word() -> None:
