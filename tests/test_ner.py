@@ -180,6 +180,22 @@ def test_a_miswritten_tag_is_told_how_it_is_written_right(tmp_path: Path, where:
         assert said.startswith(f"{tmp_path / where.split()[1]}.{where.split()[0].replace('conll', 'txt')}:")
 
 
+@pytest.mark.parametrize("tag, right", [("B-PER ", "write 'B-PER'"), (" O", "write 'O'"), ("\tI-PER", "write 'I-PER'"),
+                                        (" per ", "write BIO tags (B-per "),
+                                        ("B-PER\n", "write 'B-PER'")])
+@pytest.mark.parametrize("where", ["jsonl train", "jsonl eval", "task.labels"])
+def test_a_tag_with_spaces_at_its_ends_is_told_to_drop_them(tmp_path: Path, where: str, tag: str, right: str) -> None:
+    """Finding: a JSON tag or a task.labels entry with a space at an end ('B-PER ') was told to
+    be written 'B-B-PER ' (a plain type's BIO advice). A CoNLL column holds no spaces."""
+    with pytest.raises(UserError) as caught:
+        task = _miswritten(where, tag, tmp_path)
+        task.check()
+        task.load()
+    said = str(caught.value)
+    assert f"tag {tag!r} has no B-/I- prefix" in said and f"; a tag holds no spaces at its ends: {right}" in said, said
+    assert "B-" + tag not in said and "\n" not in said
+
+
 def test_labels_without_prefixes_are_refused_with_the_recipe(tmp_path: Path, cli) -> None:
     """task.labels is checked with the recipe (no data read, no model loaded): exit 2, one line."""
     recipe = write_recipe(tmp_path / "r.yaml", RECIPE.format(method="{name: full}"))

@@ -27,7 +27,7 @@ from toolkit.errors import UserError
 
 SCHEMES = ("auto", "IOB1", "IOB2", "IOBES")
 PREFIXES = {"IOB1": "BI", "IOB2": "BI", "IOBES": "BIES"}
-_TAG = re.compile(r"^([A-Z])-(\S+)$")
+_TAG = re.compile(r"^([A-Z])-(\S+)\Z")  # \Z: `$` took a tag ending in a line break (`B-PER\n`)
 
 
 @lru_cache(maxsize=4096)
@@ -50,8 +50,9 @@ def check_label(tag: str, scheme: str, place: str | Callable[[], str]) -> None:
         return
     where = place() if callable(place) else place
     if prefix == "?":
-        reads = f"prefix '{tag[0]}' + type '{tag[1:]}'" if len(tag) > 1 else f"prefix '{tag}' with no type"
-        raise UserError(f"{where}: tag '{tag}' has no B-/I- prefix, so entity scoring would read it as "
+        q = (lambda text: repr(text)) if any(c.isspace() for c in tag) else (lambda text: f"'{text}'")  # one line
+        reads = f"prefix {q(tag[0])} + type {q(tag[1:])}" if len(tag) > 1 else f"prefix {q(tag)} with no type"
+        raise UserError(f"{where}: tag {q(tag)} has no B-/I- prefix, so entity scoring would read it as "
                         f"{reads}; {_written_right(tag)}")
     if prefix not in allowed:
         hint = {"L": "BILOU's L-: write IOBES's E-", "U": "BILOU's U-: write IOBES's S-"}.get(
@@ -64,12 +65,17 @@ _MISWRITTEN = re.compile(r"^([BIESbies])[-_.:](\S+)$")
 
 
 def _written_right(tag: str) -> str:
-    """How a tag without a prefix is written right: the outside tag written `0` (zero) or `o` is
+    """How a tag without a prefix is written right: a tag with spaces at its ends is the tag
+    without them (`B-PER ` is told to write `B-PER`, not `B-B-PER `); the outside tag written `0` (zero) or `o` is
     `O`; a number is an id, read as one from a JSON number alone (with task.labels); a prefix in lower case or joined by `_`, `.` or `:` (`b-per`, `B_PER`) is the capital
     letter and `-` (`B-per`, `B-PER`); anything else a plain type, written BIO. The advice was the
     plain type's for all of them: `B-0` for `0`, `B-b-per` for `b-per`."""
     ids = ("a number is a tag id only as a JSON number in a JSON(L) file's tags, with task.labels naming "
            "the tags in id order; elsewhere write the tag names")
+    if tag.strip() != tag and tag.strip():  # ' O', 'B-PER ' (a JSON string, task.labels): was 'write B-B-PER '
+        fixed = tag.strip()
+        right = f"write {fixed!r}" if fixed == "O" or _TAG.match(fixed) else _written_right(fixed)
+        return f"a tag holds no spaces at its ends: {right}"
     if tag in ("0", "o"):
         return "the tag outside entities is O (the capital letter)" + (f"; {ids}" if tag == "0" else "")
     if tag.isascii() and tag.isdigit():  # a CoNLL file of ids: 'B-1' was the advice
