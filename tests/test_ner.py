@@ -86,6 +86,57 @@ def test_each_scheme_is_found_and_recorded(tmp_path: Path, content: str, scheme:
     assert task.label_names[0] == "O" and set(task.label_names) == set(content.split()[1::2])
 
 
+SCHEME_FILES = {  # one file of each scheme, the same two entities (ORG, PER) in each
+    "IOB2": [(["EU", "rejects", "Peter", "Blackburn"], ["B-ORG", "O", "B-PER", "I-PER"])],
+    "IOB1": [(["EU", "rejects", "Peter", "Blackburn"], ["I-ORG", "O", "I-PER", "I-PER"])],
+    "IOBES": [(["EU", "rejects", "Peter", "Blackburn"], ["S-ORG", "O", "B-PER", "E-PER"])],
+}
+
+
+def write_sentences(path: Path, sentences: list[tuple[list[str], list[str]]]) -> Path:
+    """CoNLL (`.txt`) or JSONL (`.jsonl`) by the path's suffix."""
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"tokens": w, "ner_tags": t}) + "\n" for w, t in sentences))
+    else:
+        path.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(*s)) + "\n" for s in sentences))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+@pytest.mark.parametrize("train, dev", [("IOB2", "IOB1"), ("IOB1", "IOB2"), ("IOBES", "IOB2"), ("IOB1", "IOBES")])
+@pytest.mark.parametrize("scheme", ["auto", "IOB1", "IOB2", "IOBES"])
+def test_files_in_different_schemes_are_one_line_naming_each(tmp_path: Path, suffix: str, train: str, dev: str,
+                                                             scheme: str) -> None:
+    """Finding: a Hub-derived IOB2 train file beside CoNLL-2003's original IOB1 test file was
+    refused at the first tag of one file that broke the other's scheme, ending "(or set
+    task.scheme to the file's scheme)": no setting passes both files (each is refused in the other
+    one's scheme). The line names each file's scheme and the tag that shows it, whatever
+    task.scheme is; files of one scheme, or a file without entities beside any, still load."""
+    files = {split: write_sentences(tmp_path / f"{split}{suffix}", SCHEME_FILES[name])
+             for split, name in (("train", train), ("eval", dev))}
+    task = Ner(train_file=str(files["train"]), eval_file=str(files["eval"]), labels=None, scheme=scheme)
+    if scheme in ("IOB1", "IOB2") and "IOBES" in (train, dev):  # S-/E- tags: refused by their prefix first
+        with pytest.raises(UserError, match=f"has prefix '[SE]'; the {scheme} prefixes are B, I"):
+            task.load()
+        return
+    with pytest.raises(UserError) as raised:
+        task.load()
+    said = str(raised.value)
+    assert f"the train file is {train} ({files['train']}" in said, said
+    assert f"the eval file is {dev} ({files['eval']}" in said and "whatever task.scheme says" in said, said
+    assert "or set task.scheme" not in said and "\n" not in said
+    for name in (train, dev):  # one scheme throughout, or no entity in the other file: loads
+        write_sentences(files["eval"], SCHEME_FILES[name])
+        write_sentences(files["train"], SCHEME_FILES[name] + [(["it", "rained"], ["O", "O"])])
+        task = Ner(train_file=str(files["train"]), eval_file=str(files["eval"]), labels=None)
+        task.load()
+        assert task.metric_info()["tag_scheme"] == name
+    write_sentences(files["eval"], [(["it", "rained"], ["O", "O"])])
+    task = Ner(train_file=str(files["train"]), eval_file=str(files["eval"]), labels=None)
+    task.load()
+    assert task.metric_info()["tag_scheme"] == dev
+
+
 MISWRITTEN_TAGS = {  # a tag the file means, written otherwise -> what the line says is right
     "0": "the tag outside entities is O (the capital letter); a number is a tag id only as a JSON number",
     "2": "a number is a tag id only as a JSON number in a JSON(L) file's tags, with task.labels naming the tags",
@@ -127,6 +178,22 @@ def test_a_miswritten_tag_is_told_how_it_is_written_right(tmp_path: Path, where:
     assert f"tag '{tag}' has no B-/I- prefix" in said and f"; {MISWRITTEN_TAGS[tag]}" in said and "B-" + tag not in said
     if where != "task.labels":
         assert said.startswith(f"{tmp_path / where.split()[1]}.{where.split()[0].replace('conll', 'txt')}:")
+
+
+@pytest.mark.parametrize("tag, right", [("B-PER ", "write 'B-PER'"), (" O", "write 'O'"), ("\tI-PER", "write 'I-PER'"),
+                                        (" per ", "write BIO tags (B-per "),
+                                        ("B-PER\n", "write 'B-PER'")])
+@pytest.mark.parametrize("where", ["jsonl train", "jsonl eval", "task.labels"])
+def test_a_tag_with_spaces_at_its_ends_is_told_to_drop_them(tmp_path: Path, where: str, tag: str, right: str) -> None:
+    """Finding: a JSON tag or a task.labels entry with a space at an end ('B-PER ') was told to
+    be written 'B-B-PER ' (a plain type's BIO advice). A CoNLL column holds no spaces."""
+    with pytest.raises(UserError) as caught:
+        task = _miswritten(where, tag, tmp_path)
+        task.check()
+        task.load()
+    said = str(caught.value)
+    assert f"tag {tag!r} has no B-/I- prefix" in said and f"; a tag holds no spaces at its ends: {right}" in said, said
+    assert "B-" + tag not in said and "\n" not in said
 
 
 def test_labels_without_prefixes_are_refused_with_the_recipe(tmp_path: Path, cli) -> None:
@@ -205,6 +272,38 @@ train: {{epochs: 1, batch_size: 4, keep_best: false}}
     assert (scores["f1"] is None) == (scores["precision"] is None)  # all O predicted: both undefined; else F1 0
     again = toolkit.evaluate(run)["eval"]
     assert again["recall"] is None and again["accuracy"] == scores["accuracy"]
+    # toolkit eval on a file of another scheme (CoNLL-2003's original IOB1) than the run's IOB2 train file
+    iob1 = tmp_path / "iob1.txt"
+    iob1.write_text("EU I-ORG\nrejects O\n\nPeter I-PER\nsaid O\n")
+    code, _, err = cli("eval", run, f"task.eval_file={iob1}")
+    assert code == 2 and err.count("error:") == 1 and err.splitlines()[-1].startswith("error: the train file"), err
+    assert f"the train file is IOB2 ({train}:1: 'B-ORG'" in err and f"the eval file is IOB1 ({iob1}:1: 'I-ORG'" in err
+    assert not (run / "eval-eval.json").exists() or json.loads((run / "eval-eval.json").read_text())["eval"] == again
+    _predict_untagged(run, cli, tmp_path)
+
+
+def _predict_untagged(run: Path, cli, tmp_path: Path) -> None:
+    """`toolkit predict` (CLI, API) on words the model does not tag: a word of no sub-token (U+FFFD
+    to BERT's tokenizer) inside a sentence, and a sentence cut at task.max_length=16. Finding:
+    `tagged` counted the words seen, so the uncut sentence said 2 of its 3 words were tagged and
+    `tags[:tagged]` kept the untagged word's O and dropped 'rejects'' real tag. Now `tagged` is
+    where the cut falls (cut sentences alone) and `no_token` lists the words of no sub-token."""
+    from toolkit import api, models
+
+    tok = models.load_tokenizer(str(run / "model"))
+    short, long = ["EU", "\ufffd", "rejects"], ["EU", "\ufffd"] + ["word"] * 12 + ["\ufffd", "more", "words"]
+    assert tok(short, is_split_into_words=True).word_ids() == [None, 0, 2, None]  # the word has no sub-token
+    fits = 1 + max(w for w in tok(long, is_split_into_words=True, truncation=True, max_length=16).word_ids()
+                   if w is not None)
+    source = tmp_path / "untagged.jsonl"
+    source.write_text(json.dumps({"tokens": short}) + "\n" + json.dumps({"tokens": long}) + "\n")
+    code, _, err = cli("predict", run, "--input", source, "--output", tmp_path / "untagged-out.jsonl")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "untagged-out.jsonl").read_text().splitlines()]
+    assert api.predict(run, [short, long]) == rows
+    assert "tagged" not in rows[0] and rows[0]["no_token"] == [1] and rows[0]["tags"][1] == "O"
+    assert rows[1]["tagged"] == fits < len(long) and rows[1]["no_token"] == [1, 14]
+    assert all(t == "O" for t in rows[1]["tags"][fits:])
 
 
 def test_score_reads_every_gold_word() -> None:

@@ -12,6 +12,7 @@ and every sentence must follow the scheme's rules:
 
 `auto` takes IOBES when any tag has an E- or S- prefix, else BIO: IOB2, or IOB1 where a file
 starts an entity with I- (conlleval reads both the same way, so either is scored right).
+The files of a run are in one scheme: files of two are one line naming each file's scheme.
 seqeval's own `auto_detect` is not used: it accepts tags with no delimiter (`BPER`) and does not
 check sentences. Scoring stays seqeval's default mode, the one run_ner and conlleval report.
 """
@@ -26,7 +27,7 @@ from toolkit.errors import UserError
 
 SCHEMES = ("auto", "IOB1", "IOB2", "IOBES")
 PREFIXES = {"IOB1": "BI", "IOB2": "BI", "IOBES": "BIES"}
-_TAG = re.compile(r"^([A-Z])-(\S+)$")
+_TAG = re.compile(r"^([A-Z])-(\S+)\Z")  # \Z: `$` took a tag ending in a line break (`B-PER\n`)
 
 
 @lru_cache(maxsize=4096)
@@ -49,8 +50,9 @@ def check_label(tag: str, scheme: str, place: str | Callable[[], str]) -> None:
         return
     where = place() if callable(place) else place
     if prefix == "?":
-        reads = f"prefix '{tag[0]}' + type '{tag[1:]}'" if len(tag) > 1 else f"prefix '{tag}' with no type"
-        raise UserError(f"{where}: tag '{tag}' has no B-/I- prefix, so entity scoring would read it as "
+        q = (lambda text: repr(text)) if any(c.isspace() for c in tag) else (lambda text: f"'{text}'")  # one line
+        reads = f"prefix {q(tag[0])} + type {q(tag[1:])}" if len(tag) > 1 else f"prefix {q(tag)} with no type"
+        raise UserError(f"{where}: tag {q(tag)} has no B-/I- prefix, so entity scoring would read it as "
                         f"{reads}; {_written_right(tag)}")
     if prefix not in allowed:
         hint = {"L": "BILOU's L-: write IOBES's E-", "U": "BILOU's U-: write IOBES's S-"}.get(
@@ -63,12 +65,17 @@ _MISWRITTEN = re.compile(r"^([BIESbies])[-_.:](\S+)$")
 
 
 def _written_right(tag: str) -> str:
-    """How a tag without a prefix is written right: the outside tag written `0` (zero) or `o` is
+    """How a tag without a prefix is written right: a tag with spaces at its ends is the tag
+    without them (`B-PER ` is told to write `B-PER`, not `B-B-PER `); the outside tag written `0` (zero) or `o` is
     `O`; a number is an id, read as one from a JSON number alone (with task.labels); a prefix in lower case or joined by `_`, `.` or `:` (`b-per`, `B_PER`) is the capital
     letter and `-` (`B-per`, `B-PER`); anything else a plain type, written BIO. The advice was the
     plain type's for all of them: `B-0` for `0`, `B-b-per` for `b-per`."""
     ids = ("a number is a tag id only as a JSON number in a JSON(L) file's tags, with task.labels naming "
            "the tags in id order; elsewhere write the tag names")
+    if tag.strip() != tag and tag.strip():  # ' O', 'B-PER ' (a JSON string, task.labels): was 'write B-B-PER '
+        fixed = tag.strip()
+        right = f"write {fixed!r}" if fixed == "O" or _TAG.match(fixed) else _written_right(fixed)
+        return f"a tag holds no spaces at its ends: {right}"
     if tag in ("0", "o"):
         return "the tag outside entities is O (the capital letter)" + (f"; {ids}" if tag == "0" else "")
     if tag.isascii() and tag.isdigit():  # a CoNLL file of ids: 'B-1' was the advice
@@ -140,8 +147,47 @@ def check_files(files: dict[str, Any], scheme: str) -> str:
     found = scheme_of([f.tags for f in files.values()], scheme)
     for sentences in files.values():
         for s, tags in enumerate(sentences.tags):
-            check_sentence(tags, found, lambda w, s=s, f=sentences: f.where(s, w))
+            try:
+                check_sentence(tags, found, lambda w, s=s, f=sentences: f.where(s, w))
+            except UserError as error:
+                _refuse_mixed(files, sentences, error)
+                raise
     return found
+
+
+def _refuse_mixed(files: dict[str, Any], broken: Any, error: UserError) -> None:
+    """Files written in different schemes (a Hub-derived IOB2 train file beside CoNLL-2003's
+    original IOB1 test file) are one line naming each file's scheme and the tag that shows it.
+    The line was the first break of the scheme the other file set, ending "(or set task.scheme to
+    the file's scheme)", which no setting fixes: a scheme of one file is refused in the other. The
+    scorer reads both alike (conlleval's rules), but the model learns one file's tags (B- at an
+    entity's start) and token accuracy compares them with the other's (I-), so no scheme is taken."""
+    shown = {n: (scheme_of([f.tags], "auto"), _evidence(f)) for n, f in files.items()}
+    if not shown[_name(files, broken)][1] or len({sc for sc, at in shown.values() if at}) < 2:
+        return  # one scheme among the files that show one: the break is the file's own
+    said = "; ".join(f"the {n} file is {sc} ({at})" for n, (sc, at) in shown.items() if at)
+    raise UserError(f"{said}: a run's files are in one tag scheme, whatever task.scheme says (the model learns "
+                    "one file's tags and token accuracy compares them with the other's); write every file in one "
+                    "scheme (IOB1 to IOB2: an I-X that starts an entity is B-X)") from error
+
+
+def _name(files: dict[str, Any], sentences: Any) -> str:
+    return next(n for n, f in files.items() if f is sentences)
+
+
+def _evidence(sentences: Any) -> str | None:
+    """Where a file first shows its scheme (`scheme_of`): an E-/S- tag (IOBES), an entity that
+    starts with I- (IOB1) or with B- (IOB2, as IOB1 starts one with B- only after its type)."""
+    for kind in ("IOBES", "IOB1", "IOB2"):
+        for s, tags in enumerate(sentences.tags):
+            for w, (prev, tag) in enumerate(zip([None, *tags], tags)):
+                (pp, pt), (p, t) = split(prev), split(tag)
+                starts = pp not in ("B", "I") or pt != t
+                if (kind == "IOBES" and p in ("E", "S")) or (kind == "IOB1" and p == "I" and starts) \
+                        or (kind == "IOB2" and p == "B" and starts):
+                    after = repr(prev) if prev else "the sentence's start"
+                    return f"{sentences.where(s, w)}: '{tag}' after {after}"
+    return None
 
 
 def label_order(tags: set[str]) -> list[str]:

@@ -211,6 +211,22 @@ def word_tags(preds: Any, words: Any, count: int, names: list[str]) -> list[str]
     return tags
 
 
+def untagged(tokenizer: Any, words: list[str], firsts: list[int], cut: bool) -> dict[str, Any]:
+    """A predicted row's words the model did not tag (tagged `O` by rule): `tagged`, how many
+    words fit task.max_length where the sentence was cut (the words from there on are past the
+    cut), and `no_token`, the indices of words the tokenizer turns into no sub-token (a lone
+    combining accent or U+FFFD to BERT's), wherever they are. `tagged` was the count of words
+    seen: one such word inside a sentence made it one short, so `tags[:tagged]`, read as the
+    tags the model gave, dropped the last word's real tag and kept the untagged word's `O`."""
+    seen = {w for w in firsts if w != IGNORE}
+    has_token = seen
+    if cut:  # which of the unseen words are past the cut: the sentence tokenized whole
+        has_token = {w for w in tokenizer(words, is_split_into_words=True).word_ids() if w is not None}
+    past = [j for j in range(len(words)) if j in has_token and j not in seen]
+    none = [j for j in range(len(words)) if j not in has_token]
+    return {**({"tagged": past[0]} if past else {}), **({"no_token": none} if none else {})}
+
+
 PROBE_WORDS = ("U.S.", "Jean-Pierre", "O'Neil", "3,000", "St.")  # words of one token-free piece each
 
 
@@ -507,8 +523,8 @@ class Ner(Task):
         or a string split at spaces and tabs, `words_of`) and one tag per word. Words are encoded
         as training encodes them (`Task.tokenize`), and what the model does not see (past
         task.max_length sub-tokens) is tagged `O`, as the scorer counts it, and said in the run's
-        warnings (the cut sentences, the unseen words); `tagged` says how many words a row's model
-        saw, where that is fewer."""
+        warnings (the cut sentences, the unseen words); `tagged` and `no_token` (`untagged`) say
+        which words a row's model did not tag, where any."""
         self.predict_fields(model)
         sentences = [self.words_of(row["tokens"], i) for i, row in enumerate(rows)]
         enc = self.tokenize(tokenizer, sentences, limit=self.max_length, is_split_into_words=True)
@@ -525,7 +541,7 @@ class Ner(Task):
                 ids = self.tag_logits(outputs, inputs["input_ids"].shape[1])[0].argmax(-1).tolist()
             tags = word_tags(ids, firsts[i], len(words), self.labels)
             out.append({**_fields.row_key(rows[i], ["tokens"]), "tokens": words, "tags": tags,
-                        **({"tagged": seen[i]} if seen[i] < len(words) else {})})
+                        **untagged(tokenizer, words, firsts[i], enc["cut"][i])})
         return out
 
     def rows_of_own_format(self, lines: list[str], blank: list[int], name: str) -> list[dict] | None:
