@@ -484,6 +484,27 @@ def test_the_chosen_rule_makes_the_task_metrics_and_every_rule_is_recorded(tiny_
                 assert got["accuracy"] == got[choose_by]
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_space_before_a_word_is_the_delimiter_wherever_it_is_written(tiny_checkpoint, family: str) -> None:
+    """`Sentiment: {label}` with [no, absolutely] and `Sentiment:{label}` with [' no', ' absolutely']
+    are the same prompts and tokens: every rule's picks and the chosen rule's loss are the same, and
+    the harness's (its choices without their target delimiter: len('no') = 2). The space written
+    in the verbalizer was counted as a character of the word (acc_norm / acc_bytes otherwise)."""
+    from accelerate import Accelerator
+
+    model, tok = _load(tiny_checkpoint, family)
+    task, words = Glue(subset="sst2"), ["no", "absolutely"]
+    rows = [{"text_a": r["text_a"], "label": g} for r, g in zip(ROWS * 2, [0, 1, 1, 1, 0, 0])]
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=TRAIN, evals={"": _evals(rows)}, seed=3)
+    want = harness_accuracies(model, tok, TRAIN, rows, words, shots=2, seed=3, max_length=1024)
+    for choose_by in ("acc_norm", "acc_bytes"):
+        got = [ICL(shots=2, verbalizers=spelled, template=template, choose_by=choose_by).evaluate(
+                   model, setup, Accelerator(cpu=True))
+               for spelled, template in ((words, TEMPLATE), ([" " + w for w in words], TEMPLATE.replace(": {label}", ":{label}")))]
+        assert got[1] == pytest.approx(got[0], rel=1e-6)
+        assert {rule: got[1][rule] for rule in CHOICE_RULES} == pytest.approx(want)
+
+
 @pytest.mark.parametrize("verbalizers, said", [("[bad, good, fine]", ""), ("[bad, ' bad']", "but for the whitespace"),
                                                ("[' ', good]", "shows nothing")])
 def test_own_data_with_the_wrong_number_of_verbalizers_is_one_line(tmp_path: Path, cli, verbalizers: str,

@@ -12,7 +12,7 @@ encoder-decoder the word alone as decoder target (no BOS, no EOS: T5's `</s>` an
 to `max_length`. Label words of different lengths are compared by one of the rules the harness
 names its multiple-choice accuracies after (`method.choose_by`): `acc`, the summed
 log-probability (the default: the harness's GLUE tasks report it); `acc_norm`, that sum per
-character of the word (without the space before it); `acc_bytes`, per UTF-8 byte. The chosen rule
+character of the word (without the whitespace before it); `acc_bytes`, per UTF-8 byte. The chosen rule
 makes the task's metrics (`accuracy`, `f1`, ...), which reports compare; all three harness
 accuracies are recorded beside them, uncalibrated as the harness computes them, so that a number
 is never read under another rule's name. With `calibrate`, the chosen scores' label probabilities
@@ -538,10 +538,15 @@ CHOICE_RULES = ("acc", "acc_norm", "acc_bytes")
 def per_rule(scores: torch.Tensor, words: Sequence[str], rule: str) -> torch.Tensor:
     """(n, L) summed log-probabilities of the label words -> what `rule` compares: divided by
     each word's length in characters (acc_norm) or UTF-8 bytes (acc_bytes), the word without the
-    space before it, as the harness measures its choices without their target delimiter."""
+    whitespace before it, as the harness measures its choices without their target delimiter.
+    That whitespace is the delimiter wherever it is written: in the template (`Answer: {label}`,
+    moved onto the word) or in the verbalizer (`Answer:{label}` with " yes", the same tokens);
+    counted in the second, " yes" was 4 characters and " no" 3, not the harness's 3 and 2, and
+    acc_norm / acc_bytes picked and lost otherwise than for the same prompt spelled the first way."""
     if rule == "acc":
         return scores
-    lengths = [len(w) if rule == "acc_norm" else len(w.encode("utf-8")) for w in words]
+    shown = [w.lstrip() for w in words]
+    lengths = [len(w) if rule == "acc_norm" else len(w.encode("utf-8")) for w in shown]
     return scores / torch.tensor(lengths, dtype=scores.dtype)
 
 
