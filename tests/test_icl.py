@@ -1177,3 +1177,33 @@ def test_a_decoders_cut_prompt_counts_the_demonstrations_it_lost(name: str) -> N
     bos = int(tok.bos_token_id is not None and ids[0] == tok.bos_token_id)
     assert models.parts_lost(tok, parts, "\n\n", bos, len(ids)) == 0  # the <s> alone: no text cut
     assert models.parts_lost(tok, parts, "\n\n", bos + 1, len(ids)) == 1  # the first word: its part lost
+
+
+@pytest.mark.parametrize("task, shots, rows", [
+    ("{name: glue, subset: sst2}", 0, 32), ("{name: glue, subset: sst2}", 4, 32),
+    ("{name: glue, subset: sst2}", 40, 41), ("{name: glue, subset: sst2, max_train_samples: 36}", 40, 36),
+    ("{name: glue, subset: mnli}", 64, 65), ("{name: squad, version: v1}", 40, 41),
+    ("{name: summarization, subset: samsum}", 33, 34)])
+def test_smoke_keeps_the_train_examples_the_demonstrations_need(tmp_path: Path, task: str, shots: int,
+                                                                rows: int) -> None:
+    """--smoke caps the train split at 32 examples, and at least shots + 1 under icl (the
+    demonstrations, and the example left out where `eval --split train` scores the train split):
+    a 40-shot recipe was refused under --smoke as "more than the 32 train examples". Where the
+    recipe reads fewer itself, its own cap holds (the full run refuses it too)."""
+    from toolkit import recipe
+
+    path = write_recipe(tmp_path / "recipes" / "icl.yaml", (
+        f"model: {{checkpoint: gpt2}}\ntask: {task}\nmethod: {{name: icl, shots: {shots}}}\n"))
+    assert recipe.plan(path, smoke=True).recipe.task.max_train_samples == rows
+
+
+def test_a_smoke_run_with_more_shots_than_its_usual_train_cap_runs(tmp_path: Path, cli, runs_dir: Path) -> None:
+    """The smoke-sized run itself (run, then eval of its train split): both refused before."""
+    path = write_recipe(tmp_path / "recipes" / "icl.yaml", (
+        "model: {checkpoint: gpt2}\ntask: {name: glue, subset: rte, max_eval_samples: 2}\n"
+        "method: {name: icl, shots: 32, max_length: 64}\n"))
+    code, out, err = cli("run", path, "--smoke", "--runs-dir", runs_dir)
+    assert code == 0, err
+    (run,) = (p.parent for p in runs_dir.rglob("metrics.json"))
+    code, out, err = cli("eval", run, "--split", "train", "task.max_eval_samples=2")
+    assert code == 0, err

@@ -654,6 +654,11 @@ class ICL(Method):
                     f"one per label ({', '.join(names)}), got {words}{why}")
         return template_problem(self._template(task), task.text_columns)
 
+    def train_rows_needed(self) -> int:
+        """`shots` demonstrations per example, and one more where the train split itself is
+        scored (`toolkit eval RUN --split train` leaves the example out of its own draw)."""
+        return self.shots + 1 if self.shots else 0
+
     def check_data(self, task: Any, raw: dict[str, Any]) -> None:
         if self.shots:  # the shots bound, said up front
             _check_shots(raw.get("train"), self.shots)
