@@ -484,6 +484,27 @@ def test_the_chosen_rule_makes_the_task_metrics_and_every_rule_is_recorded(tiny_
                 assert got["accuracy"] == got[choose_by]
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_space_before_a_word_is_the_delimiter_wherever_it_is_written(tiny_checkpoint, family: str) -> None:
+    """`Sentiment: {label}` with [no, absolutely] and `Sentiment:{label}` with [' no', ' absolutely']
+    are the same prompts and tokens: every rule's picks and the chosen rule's loss are the same, and
+    the harness's (its choices without their target delimiter: len('no') = 2). The space written
+    in the verbalizer was counted as a character of the word (acc_norm / acc_bytes otherwise)."""
+    from accelerate import Accelerator
+
+    model, tok = _load(tiny_checkpoint, family)
+    task, words = Glue(subset="sst2"), ["no", "absolutely"]
+    rows = [{"text_a": r["text_a"], "label": g} for r, g in zip(ROWS * 2, [0, 1, 1, 1, 0, 0])]
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=TRAIN, evals={"": _evals(rows)}, seed=3)
+    want = harness_accuracies(model, tok, TRAIN, rows, words, shots=2, seed=3, max_length=1024)
+    for choose_by in ("acc_norm", "acc_bytes"):
+        got = [ICL(shots=2, verbalizers=spelled, template=template, choose_by=choose_by).evaluate(
+                   model, setup, Accelerator(cpu=True))
+               for spelled, template in ((words, TEMPLATE), ([" " + w for w in words], TEMPLATE.replace(": {label}", ":{label}")))]
+        assert got[1] == pytest.approx(got[0], rel=1e-6)
+        assert {rule: got[1][rule] for rule in CHOICE_RULES} == pytest.approx(want)
+
+
 @pytest.mark.parametrize("verbalizers, said", [("[bad, good, fine]", ""), ("[bad, ' bad']", "but for the whitespace"),
                                                ("[' ', good]", "shows nothing")])
 def test_own_data_with_the_wrong_number_of_verbalizers_is_one_line(tmp_path: Path, cli, verbalizers: str,
@@ -560,25 +581,65 @@ def lost_by_reencoding(tok, parts: list[str], separator: str, kept: int) -> int:
                 if j == len(parts) or len(tok(separator.join(parts[j:]))["input_ids"]) <= kept)
 
 
-@pytest.mark.parametrize("shown", [0, 2])
-def test_an_eval_example_among_its_demonstrations_is_said(tiny_checkpoint, shown: int, capsys) -> None:
-    """An eval example that is one of its own drawn demonstrations (own train and eval files that
-    overlap) has its label in its own prompt: counted over every eval split, in one line. A train
-    row among other examples' demonstrations only is not counted."""
+@pytest.mark.parametrize("shown, relabelled", [(0, False), (2, False), (2, True)])
+def test_an_eval_example_among_its_demonstrations_is_left_out_or_said(tiny_checkpoint, shown: int, relabelled: bool,
+                                                                      capsys) -> None:
+    """An eval example that is a train row (own train and eval files that overlap) is dropped from
+    its own drawn demonstrations, as the harness's sampler drops `x == doc` whatever split they
+    come from (it was kept, its label in its own prompt): scored with one fewer, said in one line
+    over every eval split. Its text with another label is no such row: kept, and said as seen. A
+    train row among other examples' demonstrations only is neither."""
+    import random
+
     from accelerate import Accelerator
 
     model, tok = _load(tiny_checkpoint, "gpt2")
     n = len(ROWS) + shown + 1
     sets = demonstration_sets(TRAIN, 2, 3, n)  # the draws depend on the count alone, not the rows
     others = next(r for r in TRAIN if r["text_a"] not in {d["text_a"] for d in sets[-1]})
-    rows = ROWS + [dict(sets[len(ROWS) + j][0]) for j in range(shown)] + [others]
+    copies = [dict(sets[len(ROWS) + j][0]) for j in range(shown)]
+    rows = ROWS + [{**c, "label": 1 - c["label"]} if relabelled else c for c in copies] + [others]
     split = _evals(rows)
+    got = demonstration_sets(TRAIN, 2, 3, n, examples=split)
+    rnd = random.Random(3)
+    assert got == [[x for x in rnd.sample(list(TRAIN), 2) if x != doc][:2] for doc in rows]  # the harness's
+    assert [len(d) for d in got] == [2] * len(ROWS) + [2 if relabelled else 1] * shown + [2]
     setup = SimpleNamespace(task=Glue(subset="sst2"), tokenizer=tok, train=TRAIN, evals={"": split, "_2": split}, seed=3)
     ICL(shots=2).evaluate(model, setup, Accelerator(cpu=True))
-    lines = [line for line in capsys.readouterr().err.splitlines() if "among their own" in line]
-    assert lines == ([f"warning: {2 * shown} of {2 * n} eval examples are among their own 2 demonstrations (the "
-                      "same text in train): each has its own label in its prompt, so it scores as seen; remove "
-                      "them from the eval data, or draw other demonstrations (train.seed)"] if shown else [])
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "eval examples are train examples too" in line] == (
+        [f"warning: {2 * shown} of {2 * n} eval examples are train examples too (every field the same) and were "
+         "drawn among their own 2 demonstrations: each is left out of them, as lm-evaluation-harness leaves it "
+         "out, so it is scored with fewer than method.shots=2"] if shown and not relabelled else [])
+    assert [line for line in err if "scores as seen" in line] == (
+        [f"warning: {2 * shown} of {2 * n} eval examples are among their own 2 demonstrations (the "
+         "same text in train, with another label or other fields): each has its text's label in its prompt, so "
+         "it scores as seen; remove them from the eval data, or draw other demonstrations (train.seed)"]
+        if relabelled else [])
+
+
+@pytest.mark.parametrize("name", ["summarization", "squad"])
+def test_a_text_to_text_example_that_is_a_train_row_is_left_out_of_its_demonstrations(tiny_checkpoint, name: str,
+                                                                                       capsys) -> None:
+    """The same rule for generated answers, the eval split another split than train: an eval row
+    equal to a train row is dropped from its own drawn demonstrations (the harness's `x != doc`),
+    and said; the others keep `shots`."""
+    from accelerate import Accelerator
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._generation import Generation
+
+    model, tok = _load(tiny_checkpoint, "gpt2")
+    extra = {"subset": "custom", "eval_file": "x.json"} if name == "summarization" else {"mode": "generative"}
+    task = TASKS.get(name)(max_target_length=8, generation=Generation(max_new_tokens=2), **extra)
+    train = Dataset.from_list(_text_rows(name, 6, 0))
+    rows = Dataset.from_list([dict(d[0]) for d in demonstration_sets(train, 2, 7, 3)])  # each its own first draw
+    setup = SimpleNamespace(task=task, tokenizer=tok, train=train, seed=7, raw_evals={"": rows}, predictions={})
+    ICL(shots=2, max_length=128).evaluate(model, setup, Accelerator(cpu=True))
+    pairs = [(task.source_text(r), task.target_text(r)) for r in rows]
+    assert all(pair not in demos and len(demos) == 1 for pair, demos in zip(pairs, task.in_context.demonstrations))
+    err = capsys.readouterr().err
+    assert "warning: 3 of 3 eval examples are train examples too" in err and "scores as seen" not in err
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -615,27 +676,28 @@ def _text_rows(name: str, n: int, start: int) -> list[dict]:
 def harness_generation(model, tok, task, rows: list[dict], train: list[dict], shots: int, seed: int,
                        limit: int, budget: int) -> tuple[list[list[int]], list[str], list[int], int]:
     """Per row the harness's context ids and its answer: one Random(seed) per split, a fresh
-    rnd.sample(train, shots) per row (none removed: train is another split); the context is the
+    rnd.sample(train, shots) per row, less the row itself where drawn (`x != doc`); the context is the
     demonstrations (doc_to_text, " ", target), "\\n\\n" between, then doc_to_text; encoded with
     the tokenizer's special tokens and cut from the left to limit - max_gen_toks (decoder) or
     limit (encoder-decoder); greedy generation; the text decoded without special tokens and cut
     at the first "\\n\\n" (the until a task without one gets: its fewshot delimiter). Also: how
-    many contexts were cut (with the demonstrations they lost and the rows cut themselves), and
-    how many rows are among their own demonstrations."""
+    many contexts were cut (with the demonstrations they lost, the rows cut themselves and the
+    demonstrations they had), and how many rows were left out of their own demonstrations."""
     import random
 
     seq2seq = model.config.is_encoder_decoder
     prefix, suffix = task.affixes()
     text = lambda r: f"{prefix}{task.source_text(r)}{suffix}"  # noqa: E731  doc_to_text
-    rnd, contexts, answers, cut, seen = random.Random(seed), [], [], [0, 0, 0], 0
+    rnd, contexts, answers, cut, seen = random.Random(seed), [], [], [0, 0, 0, 0], 0
     for row in rows:
-        demos = rnd.sample(train, shots)
-        seen += row in demos
+        demos = [x for x in rnd.sample(train, shots) if x != row][:shots]  # the example itself dropped
+        seen += len(demos) < shots
         parts = [f"{text(d)} {task.target_text(d)}" for d in demos] + [text(row)]
         whole = tok("\n\n".join(parts))["input_ids"]
         ids = whole[-(limit if seq2seq else limit - budget):]
         gone = lost_by_reencoding(tok, parts, "\n\n", len(ids)) if len(ids) < len(whole) else 0
-        cut = [cut[0] + (len(ids) < len(whole)), cut[1] + min(gone, shots), cut[2] + (gone > shots)]
+        cut = [cut[0] + (len(ids) < len(whole)), cut[1] + min(gone, len(demos)), cut[2] + (gone > len(demos)),
+               cut[3] + (len(ids) < len(whole)) * len(demos)]
         out = model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                              max_new_tokens=budget, do_sample=False, pad_token_id=tok.pad_token_id)
         cont = out[0] if seq2seq else out[0, len(ids):]
@@ -664,7 +726,7 @@ def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_ch
     extra = {"squad": {"mode": "generative"}}.get(name, {"subset": "custom", "eval_file": "x.json"})
     task = TASKS.get(name)(max_target_length=8, generation=Generation(max_new_tokens=6), **extra)
     train = _text_rows(name, 6, 0)
-    rows = _text_rows(name, 2, 10) + train[:2]  # two train rows: among their own draws here
+    rows = _text_rows(name, 2, 10) + train[:2]  # two train rows: among their own draws here, left out
     predictions: dict = {}
     setup = SimpleNamespace(task=task, tokenizer=tok, train=Dataset.from_list(train), seed=5,
                             raw_evals={"": Dataset.from_list(rows)}, predictions=predictions)
@@ -684,16 +746,16 @@ def test_text_to_text_prompts_and_answers_are_the_harness_generate_until(tiny_ch
         assert decode_texts(tok, ids, ["\n\n"]) == ["yes", "no stop here"]
         assert stop_at(tok, ["\n\n"], 0)[0](ids, None).tolist() == [True, False]
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
-    said = [f"{cut[1]} of their {cut[0] * 3} demonstrations not seen whole (scored with fewer than method.shots=3; "
+    said = [f"{cut[1]} of their {cut[3]} demonstrations not seen whole (scored with fewer than method.shots=3; "
             "lower method.shots to keep them)"] * bool(cut[1])
     said += [f"{cut[2]} example{'s' * (cut[2] > 1)} longer than that by {'themselves' if cut[2] > 1 else 'itself'}, "
              "its start not seen (shorten the template or the texts, or raise method.max_length)"] * bool(cut[2])
     assert cut[1] > 0 and seen == 2 and lines == [
         f"warning: {cut[0]} of 4 prompts cut from the left at 32 tokens (method.max_length or the model's "
         "positions): " + "; ".join(said),
-        "warning: 2 of 4 eval examples are among their own 3 demonstrations (the same text in train): each has "
-        "its own answer in its prompt, so it scores as seen; remove them from the eval data, or draw other "
-        "demonstrations (train.seed)"] + [
+        "warning: 2 of 4 eval examples are train examples too (every field the same) and were drawn among their "
+        "own 3 demonstrations: each is left out of them, as lm-evaluation-harness leaves it out, so it is scored "
+        "with fewer than method.shots=3"] + [
         # T5 reads "\n\n" as a space: its answers cannot stop at the separator, which is said
         "warning: method.separator '\\n\\n' does not survive this tokenizer (it reads 'a\\n\\nb' back as 'a b'): "
         "the demonstrations run together and no answer can stop at it, so each is written to "
@@ -1156,3 +1218,51 @@ def test_a_decoders_cut_prompt_counts_the_demonstrations_it_lost(name: str) -> N
     bos = int(tok.bos_token_id is not None and ids[0] == tok.bos_token_id)
     assert models.parts_lost(tok, parts, "\n\n", bos, len(ids)) == 0  # the <s> alone: no text cut
     assert models.parts_lost(tok, parts, "\n\n", bos + 1, len(ids)) == 1  # the first word: its part lost
+
+
+@pytest.mark.parametrize("task, shots, rows", [
+    ("{name: glue, subset: sst2}", 0, 32), ("{name: glue, subset: sst2}", 4, 32),
+    ("{name: glue, subset: sst2}", 40, 41), ("{name: glue, subset: sst2, max_train_samples: 36}", 40, 36),
+    ("{name: glue, subset: mnli}", 64, 65), ("{name: squad, version: v1}", 40, 41),
+    ("{name: summarization, subset: samsum}", 33, 34)])
+def test_smoke_keeps_the_train_examples_the_demonstrations_need(tmp_path: Path, task: str, shots: int,
+                                                                rows: int) -> None:
+    """--smoke caps the train split at 32 examples, and at least shots + 1 under icl (the
+    demonstrations, and the example left out where `eval --split train` scores the train split):
+    a 40-shot recipe was refused under --smoke as "more than the 32 train examples". Where the
+    recipe reads fewer itself, its own cap holds (the full run refuses it too)."""
+    from toolkit import recipe
+
+    path = write_recipe(tmp_path / "recipes" / "icl.yaml", (
+        f"model: {{checkpoint: gpt2}}\ntask: {task}\nmethod: {{name: icl, shots: {shots}}}\n"))
+    assert recipe.plan(path, smoke=True).recipe.task.max_train_samples == rows
+
+
+def test_a_smoke_run_with_more_shots_than_its_usual_train_cap_runs(tmp_path: Path, cli, runs_dir: Path) -> None:
+    """The smoke-sized run itself (run, then eval of its train split): both refused before."""
+    path = write_recipe(tmp_path / "recipes" / "icl.yaml", (
+        "model: {checkpoint: gpt2}\ntask: {name: glue, subset: rte, max_eval_samples: 2}\n"
+        "method: {name: icl, shots: 32, max_length: 64}\n"))
+    code, out, err = cli("run", path, "--smoke", "--runs-dir", runs_dir)
+    assert code == 0, err
+    (run,) = (p.parent for p in runs_dir.rglob("metrics.json"))
+    code, out, err = cli("eval", run, "--split", "train", "task.max_eval_samples=2")
+    assert code == 0, err
+
+
+def test_an_own_data_run_scoring_its_train_file_leaves_each_example_out(tmp_path: Path, cli, runs_dir: Path) -> None:
+    """The CLI run and `toolkit eval` of own data whose eval file is its train file: every example
+    is a train row, left out of its own drawn demonstrations and said (it was kept, its own label
+    in its prompt, exit 0)."""
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"review number {i},{('neg', 'pos')[i % 2]}\n" for i in range(6)))
+    path = write_recipe(tmp_path / "r.yaml", "model: {checkpoint: gpt2}\n"
+                        f"task: {{name: text_classification, train_file: {data}, eval_file: {data}, "
+                        "labels: [neg, pos], text_columns: [text]}\nmethod: {name: icl, shots: 4, verbalizers: [bad, good]}\n")
+    code, out, err = cli("run", path, "--smoke", "--runs-dir", runs_dir)
+    assert code == 0, err
+    left_out = [line for line in err.splitlines() if "eval examples are train examples too" in line]
+    assert len(left_out) == 1 and left_out[0].startswith("warning: ") and "scores as seen" not in err
+    (run,) = (p.parent for p in runs_dir.rglob("metrics.json"))
+    code, out, err = cli("eval", run)
+    assert code == 0 and left_out == [line for line in err.splitlines() if "train examples too" in line], err

@@ -505,8 +505,8 @@ def plan(path: str | Path, overrides: list[str] | None = None, smoke: bool = Fal
     # `smoke: true` (in the file or `smoke=true`) is --smoke: it swapped in the small random model
     # but kept the full data and steps. Sizing is idempotent: a smoke run's recipe.yaml is the same run
     if smoke or written.recipe.smoke:
-        small = settled(parse_plan(smoke_sized(raw, written.recipe.task, written.recipe.train), name=written.recipe.name, smoke=True,
-                                   origin=path, seen=seen))
+        sized = smoke_sized(raw, written.recipe.task, written.recipe.train, written.recipe.method)
+        small = settled(parse_plan(sized, name=written.recipe.name, smoke=True, origin=path, seen=seen))
         small.written_max_length = written.recipe.task.max_length
         return small
     return written

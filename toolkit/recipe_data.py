@@ -644,13 +644,18 @@ SMOKE_LENGTHS = {"max_length": 128, "max_target_length": 32, "doc_stride": 32, "
 SMOKE_NEW_TOKENS = 16  # task.generation.max_new_tokens
 
 
-def smoke_sized(raw: dict, task: Any = None, train: TrainConfig | None = None) -> dict:
+def smoke_sized(raw: dict, task: Any = None, train: TrainConfig | None = None, method: Any = None) -> dict:
     """`raw` shrunk for --smoke; `task` (the recipe's task as written) says which lengths it has,
     `train` (its train section as built) the warm-up as the schema read it: a quoted
     `warmup_ratio: "0.9"` is 0.9, yet the raw string was not capped (0.9 was), so the same ratio
-    refused the smoke run that its number's spelling ran."""
+    refused the smoke run that its number's spelling ran. `method` (as written) says how many train
+    examples it reads at least (`Method.train_rows_needed`: icl's demonstrations), which the train
+    cap keeps: a 40-shot recipe was refused under --smoke ("more than the 32 train examples")."""
     raw = json.loads(json.dumps(raw))
+    needed = method.train_rows_needed() if method is not None else 0
     for (section, key), cap in SMOKE_CAPS.items():
+        if (section, key) == ("task", "max_train_samples"):
+            cap = max(cap, needed)
         node = raw.setdefault(section, {})
         if isinstance(node, dict):
             value = node.get(key)

@@ -31,7 +31,7 @@ def icl_check(path: str, examples: int = 8, shots: int = 2, batch_size: int = 4,
     tok = models.load_tokenizer(path)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
-    sets = demonstration_sets(train, shots, recipe.train.seed, len(rows))  # each example its own, as icl
+    sets = demonstration_sets(train, shots, recipe.train.seed, len(rows), examples=rows)  # each its own, as icl
     task.prompt_in_context([[(task.source_text(d), task.target_text(d)) for d in s] for s in sets], "\n\n",
                            model.config.n_positions, lambda texts: tok(texts)["input_ids"])
     encoded = task.encode(rows, tok)

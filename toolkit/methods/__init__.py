@@ -149,6 +149,10 @@ class Method:
         which the model's position table holds beside task.max_length; setup checks the sum."""
         return 0
 
+    def train_rows_needed(self) -> int:
+        """The fewest train examples this method's settings read (--smoke keeps at least these)."""
+        return 0
+
     def check_data(self, task: Any, raw: dict[str, Any]) -> None:
         """Refuse settings that the loaded data cannot satisfy (before the run folder exists)."""
 

@@ -12,7 +12,7 @@ encoder-decoder the word alone as decoder target (no BOS, no EOS: T5's `</s>` an
 to `max_length`. Label words of different lengths are compared by one of the rules the harness
 names its multiple-choice accuracies after (`method.choose_by`): `acc`, the summed
 log-probability (the default: the harness's GLUE tasks report it); `acc_norm`, that sum per
-character of the word (without the space before it); `acc_bytes`, per UTF-8 byte. The chosen rule
+character of the word (without the whitespace before it); `acc_bytes`, per UTF-8 byte. The chosen rule
 makes the task's metrics (`accuracy`, `f1`, ...), which reports compare; all three harness
 accuracies are recorded beside them, uncalibrated as the harness computes them, so that a number
 is never read under another rule's name. With `calibrate`, the chosen scores' label probabilities
@@ -24,11 +24,12 @@ Demonstrations are drawn as the harness's default sampler draws them: for each e
 replacement of `shots` train rows, so each example has its own (with train.seed 1234, the
 harness's default fewshot seed, and the same train split, the same ones); where the split scored
 is the train split itself (`toolkit eval --split train`), `shots + 1` are drawn and the example
-left out, as the harness does for its fewshot split. What may make a k-shot
+left out, as the harness does for its fewshot split; from any split, a drawn row equal to the
+example is dropped, as the harness drops it (`x != doc`). What may make a k-shot
 number something else is said in one `warning:` line each (rule 8): prompts cut from the left to
-fit the model (their first demonstrations lost), and eval examples that are among their own
-demonstrations (their label in their own prompt; the harness leaves them in too when the
-demonstrations come from another split, as here). Text-to-text tasks draw theirs the same way
+fit the model (their first demonstrations lost), eval examples that are train rows too, left out
+of their own demonstrations (scored with one fewer), and eval examples whose text is among their
+own demonstrations otherwise (another label: that label in their prompt). Text-to-text tasks draw theirs the same way
 (`demonstration_sets`); the task builds, cuts and stops each prompt as the harness's
 generate_until does (`TextToText._encode_in_context`, `stop_at`).
 """
@@ -196,16 +197,20 @@ def _check_shots(train: Any, shots: int, drawn: int | None = None) -> None:
 
 
 def demonstration_sets(train: Any, shots: int, seed: int, n: int,
-                       scored: Sequence[dict] | None = None) -> list[list[dict]]:
+                       scored: Sequence[dict] | None = None,
+                       examples: Sequence[dict] | None = None) -> list[list[dict]]:
     """The demonstrations of each of `n` eval examples, in order, as lm-evaluation-harness's
     default ContextSampler draws them: one `random.Random(seed)` for the split, then per example
     `rnd.sample(train, shots)` (Random.sample picks by index from the length alone, so drawing
-    from range(len(train)) gives the harness's rows). Each example gets its own; none is removed
-    for being the example itself, as the harness removes none when they come from another split.
+    from range(len(train)) gives the harness's rows), and the drawn rows equal to the example
+    dropped (its `[x for x in fewshotex if x != doc][:num_fewshot]`, whatever split they come
+    from): `examples`, the eval rows, where known. A train row equal to an eval example (own train
+    and eval files that overlap, the eval file the train file) was kept in that example's prompt,
+    its own label shown (exit 0 with a warning, where the harness leaves it out); the example is
+    then scored with one demonstration fewer, as the harness scores it (`left_out_warning`).
     `scored`: the eval rows when they are the train split itself (`toolkit evaluate --split
     train`); then, as the harness does when its fewshot split is the split it scores, `shots + 1`
-    are drawn and the rows equal to the example dropped, the first `shots` left kept (its own
-    label was in its prompt, exit 0)."""
+    are drawn, so that `shots` are left after the example is dropped."""
     if shots == 0:
         return [[] for _ in range(n)]
     drawn = shots + 1 if scored is not None else shots
@@ -214,9 +219,18 @@ def demonstration_sets(train: Any, shots: int, seed: int, n: int,
     draws = [rnd.sample(range(len(train)), drawn) for _ in range(n)]
     for i in {i for d in draws for i in d}:
         rows[i] = train[i]
-    if scored is None:
+    own = scored if scored is not None else examples
+    if own is None:
         return [[rows[i] for i in d] for d in draws]
-    return [[rows[i] for i in d if rows[i] != scored[j]][:shots] for j, d in enumerate(draws)]
+    return [[rows[i] for i in d if rows[i] != own[j]][:shots] for j, d in enumerate(draws)]
+
+
+def left_out_warning(short: int, total: int, shots: int) -> str:
+    """One line: eval examples that are train examples too, each left out of its own drawn
+    demonstrations (`demonstration_sets`), so scored with fewer than `shots`."""
+    return (f"warning: {short} of {total} eval examples are train examples too (every field the same) and "
+            f"were drawn among their own {shots} demonstrations: each is left out of them, as "
+            f"lm-evaluation-harness leaves it out, so it is scored with fewer than method.shots={shots}")
 
 
 @dataclass
@@ -251,8 +265,9 @@ class Prompter:
 
     def shown(self, rows: Any, demo_sets: Sequence[Sequence[dict]]) -> int:
         """How many of `rows` are one of their own demonstrations (the same text in every field
-        the template shows): such an example has its own label in its prompt, so it scores as seen
-        (own train and eval files that overlap, a dev set with train duplicates)."""
+        the template shows): such an example has its text's label in its prompt, so it scores as
+        seen (a train duplicate with another label; one equal in every field is dropped from the
+        demonstrations, `demonstration_sets`)."""
         def key(row: dict) -> tuple:
             return tuple(str(row[c]) for c in self.columns)
         return sum(key(row) in {key(d) for d in demos} for row, demos in zip(rows, demo_sets) if demos)
@@ -262,6 +277,13 @@ def _scored(setup: Any, suffix: str) -> Any:
     """The raw rows of eval split `suffix` when it is the train split itself (demonstration_sets
     leaves each example out of its own draw), else None."""
     return setup.raw_evals[suffix] if getattr(setup, "scores_train", False) else None
+
+
+def _left_out(sets: list[list[dict]], shots: int, setup: Any, suffix: str) -> int:
+    """How many eval examples of split `suffix` were left out of their own demonstrations, which
+    are then fewer than `shots`: none said where the split scored is the train split (each is left
+    out of a draw of shots + 1, so all keep `shots`)."""
+    return 0 if _scored(setup, suffix) is not None else sum(len(d) < shots for d in sets)
 
 
 def _read_back(tokenizer: Any, separator: str) -> str:
@@ -484,25 +506,29 @@ def cut_prompts(tokenizer: Any, queries: list[tuple[str, str]], verbalizers: Seq
 
 
 def cut_counts(tokenizer: Any, prompts: list[list[str]], separator: str,
-               cuts: list[tuple[int, int]], shots: int) -> tuple[int, int, int]:
-    """(prompts cut, demonstrations not seen whole, examples cut themselves) of prompts given as
+               cuts: list[tuple[int, int]], shots: int) -> tuple[int, int, int, int]:
+    """(prompts cut, demonstrations not seen whole, examples cut themselves, demonstrations the cut
+    prompts had: fewer than shots each where an example was left out of its own) of prompts given as
     their parts (demonstrations, then the example) and `cuts` (`cut_tokens`): the harness cuts
     a prompt from the left whatever it holds, so an example longer than the limit by itself loses
     its own start, which is said apart from the demonstrations lost."""
-    cut = lost = own = 0
+    cut = lost = own = had = 0
     for parts, (dropped, length) in zip(prompts, cuts):
         if dropped > 0:
             gone = parts_lost(tokenizer, parts, separator, dropped, length)
             cut, lost, own = cut + 1, lost + min(gone, len(parts) - 1), own + (gone >= len(parts))
-    return cut, lost, own
+            had += len(parts) - 1
+    return cut, lost, own, had
 
 
-def cut_warning(cut: int, total: int, max_length: int, shots: int, lost: int, own: int) -> str:
-    """One line: the prompts cut to fit, the demonstrations they lost (of those they had), and
-    the examples whose own start is cut (longer than the limit with no demonstration left)."""
+def cut_warning(cut: int, total: int, max_length: int, shots: int, lost: int, own: int,
+                had: int | None = None) -> str:
+    """One line: the prompts cut to fit, the demonstrations they lost (of the `had` they had,
+    unset: `shots` each), and the examples whose own start is cut (longer than the limit with no
+    demonstration left)."""
     said = []
     if lost:
-        said.append(f"{lost} of their {cut * shots} demonstrations not seen whole (scored with fewer than "
+        said.append(f"{lost} of their {cut * shots if had is None else had} demonstrations not seen whole (scored with fewer than "
                     f"method.shots={shots}; lower method.shots to keep them)")
     if own:
         said.append(f"{own} example{'s' * (own > 1)} longer than that by {'themselves' if own > 1 else 'itself'}, "
@@ -513,8 +539,9 @@ def cut_warning(cut: int, total: int, max_length: int, shots: int, lost: int, ow
 
 def seen_warning(seen: int, total: int, shots: int, answer: str = "label") -> str:
     return (f"warning: {seen} of {total} eval examples are among their own {shots} demonstrations "
-            f"(the same text in train): each has its own {answer} in its prompt, so it scores as seen; "
-            "remove them from the eval data, or draw other demonstrations (train.seed)")
+            f"(the same text in train, with another {answer} or other fields): each has its text's {answer} in "
+            "its prompt, so it scores as seen; remove them from the eval data, or draw other demonstrations "
+            "(train.seed)")
 
 
 def calibrated(scores: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
@@ -538,10 +565,15 @@ CHOICE_RULES = ("acc", "acc_norm", "acc_bytes")
 def per_rule(scores: torch.Tensor, words: Sequence[str], rule: str) -> torch.Tensor:
     """(n, L) summed log-probabilities of the label words -> what `rule` compares: divided by
     each word's length in characters (acc_norm) or UTF-8 bytes (acc_bytes), the word without the
-    space before it, as the harness measures its choices without their target delimiter."""
+    whitespace before it, as the harness measures its choices without their target delimiter.
+    That whitespace is the delimiter wherever it is written: in the template (`Answer: {label}`,
+    moved onto the word) or in the verbalizer (`Answer:{label}` with " yes", the same tokens);
+    counted in the second, " yes" was 4 characters and " no" 3, not the harness's 3 and 2, and
+    acc_norm / acc_bytes picked and lost otherwise than for the same prompt spelled the first way."""
     if rule == "acc":
         return scores
-    lengths = [len(w) if rule == "acc_norm" else len(w.encode("utf-8")) for w in words]
+    shown = [w.lstrip() for w in words]
+    lengths = [len(w) if rule == "acc_norm" else len(w.encode("utf-8")) for w in shown]
     return scores / torch.tensor(lengths, dtype=scores.dtype)
 
 
@@ -649,6 +681,11 @@ class ICL(Method):
                     f"one per label ({', '.join(names)}), got {words}{why}")
         return template_problem(self._template(task), task.text_columns)
 
+    def train_rows_needed(self) -> int:
+        """`shots` demonstrations per example, and one more where the train split itself is
+        scored (`toolkit eval RUN --split train` leaves the example out of its own draw)."""
+        return self.shots + 1 if self.shots else 0
+
     def check_data(self, task: Any, raw: dict[str, Any]) -> None:
         if self.shots:  # the shots bound, said up front
             _check_shots(raw.get("train"), self.shots)
@@ -718,7 +755,7 @@ class ICL(Method):
             return self._generate(model, setup, accelerator)
         prompter = self.prompter(task)
         limit = self._limit(model, tok)
-        demos = {sfx: demonstration_sets(setup.train, self.shots, setup.seed, len(ds), _scored(setup, sfx))
+        demos = {sfx: demonstration_sets(setup.train, self.shots, setup.seed, len(ds), _scored(setup, sfx), ds)
                  for sfx, ds in setup.evals.items()}
         queries = {sfx: [prompter.query(row, d) for row, d in zip(ds, demos[sfx])] for sfx, ds in setup.evals.items()}
 
@@ -733,9 +770,11 @@ class ICL(Method):
             seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
             parts = [prompter.parts(row, d) for sfx, ds in setup.evals.items() for row, d in zip(ds, demos[sfx])]
             cuts = cut_tokens(tok, every, prompter.verbalizers, limit, seq2seq)
-            cut, lost, own = cut_counts(tok, parts, prompter.separator, cuts, self.shots)
+            cut, lost, own, had = cut_counts(tok, parts, prompter.separator, cuts, self.shots)
             if cut:
-                print(cut_warning(cut, len(every), limit, self.shots, lost, own), file=sys.stderr)
+                print(cut_warning(cut, len(every), limit, self.shots, lost, own, had), file=sys.stderr)
+            if short := sum(_left_out(demos[sfx], self.shots, setup, sfx) for sfx in setup.evals):
+                print(left_out_warning(short, len(every), self.shots), file=sys.stderr)
             if seen := sum(prompter.shown(ds, demos[sfx]) for sfx, ds in setup.evals.items()):
                 print(seen_warning(seen, len(every), self.shots), file=sys.stderr)
         out: dict[str, float] = {}
@@ -796,9 +835,10 @@ class ICL(Method):
         task.model_head(model.config.model_type)  # the prompt layout follows the family
         limit = self._limit(model, tok)
         collate = task.collator(tok, model)
-        loaders, contexts, seen = {}, [], 0
+        loaders, contexts, seen, short = {}, [], 0, 0
         for sfx, raw in setup.raw_evals.items():
-            sets = demonstration_sets(setup.train, self.shots, setup.seed, len(raw), _scored(setup, sfx))
+            sets = demonstration_sets(setup.train, self.shots, setup.seed, len(raw), _scored(setup, sfx), raw)
+            short += _left_out(sets, self.shots, setup, sfx)
             pairs = [[(task.source_text(d), task.target_text(d)) for d in demos] for demos in sets]
             seen += sum(task.source_text(row) in {s for s, _ in p} for row, p in zip(raw, pairs))
             contexts.append(task.prompt_in_context(pairs, self.separator, limit, lambda texts: _encode(tok, texts, decoder=True)))
@@ -809,7 +849,9 @@ class ICL(Method):
         if accelerator.is_main_process:
             if cut := sum(c.cut for c in contexts):
                 print(cut_warning(cut, total, limit, self.shots, sum(c.lost for c in contexts),
-                                  sum(c.own for c in contexts)), file=sys.stderr)
+                                  sum(c.own for c in contexts), sum(c.had for c in contexts)), file=sys.stderr)
+            if short:
+                print(left_out_warning(short, total, self.shots), file=sys.stderr)
             if seen:
                 print(seen_warning(seen, total, self.shots, "answer"), file=sys.stderr)
             if self.separator and self.separator not in _read_back(tok, self.separator):

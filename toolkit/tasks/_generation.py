@@ -308,7 +308,8 @@ class InContext:
     ((source, target) pairs), the separator between prompt parts, the token limit prompts are cut
     to, the encoder of a decoder's prompt texts (the harness's, with its BOS rule), and the stop
     strings that end a generated answer; `cut`/`total` count the prompts cut to fit, `lost` the
-    demonstrations they lost (not seen whole), `own` those whose example itself is cut."""
+    demonstrations they lost (not seen whole) of the `had` they had, `own` those whose example
+    itself is cut."""
 
     demonstrations: list[list[tuple[str, str]]]
     separator: str
@@ -318,6 +319,7 @@ class InContext:
     total: int = 0
     lost: int = 0
     own: int = 0
+    had: int = 0
 
     @property
     def stops(self) -> list[str]:
@@ -741,6 +743,7 @@ class TextToText(TokenTask):
         for p, x in zip(parts, ids):  # what a cut loses: whole demonstrations first, the example last
             gone = parts_lost(tok, p, ic.separator, len(x) - keep, len(x))
             ic.cut, ic.lost, ic.own = ic.cut + (len(x) > keep), ic.lost + min(gone, len(p) - 1), ic.own + (gone >= len(p))
+            ic.had += (len(x) > keep) * (len(p) - 1)
         ic.total += len(ids)
         prompts = [x[-keep:] for x in ids]
         if not self.decoder_only:
