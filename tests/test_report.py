@@ -2542,3 +2542,54 @@ def test_the_runs_table_lists_an_entry_every_seed_of_which_stopped(tmp_path: Pat
                              "1,000 | 10.5 ± 0.7 | 5.0 ± 0.0 | 110 |",
                              "| glue/rte/tiny-full [train.lr=0.003] | full | 0 (+2 not finished) |  |  | – | – | – | – "
                              "| – |"], table
+
+
+def _weights(sha: str, mtime: int) -> dict:
+    """metrics.json `model_files` as runs.result_record writes it: [size, mtime, sha256] per file."""
+    return {"patterns": ["*"], "files": {"adapter_model.safetensors": [4096, mtime, sha],
+                                         "adapter_config.json": [300, mtime, "json:" + "c" * 64]}}
+
+
+SAME_RESULT = [  # (how the runs record what they computed, lora seed -> metrics.json fields)
+    ("weights", lambda seed: {"model_files": _weights("d" * 64, 1000 + seed), "train_loss": 0.3}),
+    ("numbers", lambda seed: {"train_loss": 0.3}),
+]
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "glue", "report.md"])
+@pytest.mark.parametrize("record, fields", SAME_RESULT, ids=[s[0] for s in SAME_RESULT])
+def test_seeds_that_computed_one_identical_run_are_said(tmp_path: Path, table: str, record: str, fields) -> None:
+    """LoRA's seeds 42, 43, 44 saved the same weights (or wrote every eval number and the train loss
+    alike): the seed reached neither the data order nor the initialisation, and the cell read
+    `85.00 ± 0.00 (n=3)` beside full's spread, a certainty no seed measured, exit 0 and no word.
+    Now one line names the seeds and the distinct results; seeds whose results differ, or whose
+    accuracies alone coincide (another eval loss), say nothing."""
+    for seed in (42, 43, 44):
+        _stamp(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.85}), **fields(seed))
+        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.85}),
+               train_loss=0.3 + seed / 1e3, model_files=_weights(f"{seed:064d}", 1000 + seed))
+
+    def notes() -> list[str]:
+        items = report.collect(tmp_path)
+        if table == "runs table":
+            return report.runs_notes(items)
+        if table == "pivot":
+            return report.pivot_notes(report.pivots(items, "task", "method")[0])
+        text = glue_report.render(items) if table == "glue" else report.render(tmp_path, plots=False)
+        return [line[2:] for line in text.splitlines() if line.startswith("- ")]
+
+    said = [n for n in notes() if "gave one identical run" in n]
+    assert len(said) == 1 and "lora" in said[0].split(":")[0] and "seeds 42, 43, 44" in said[0], said
+    assert ("the same saved weights" if record == "weights" else "every eval number and the train loss equal") in said[0]
+    assert "its n=3 holds 1 distinct result:" in said[0]
+    # seed 44 computed another run: the line names 42 and 43 alone, and two distinct results
+    run = next(tmp_path.rglob("*lora44*"))
+    _stamp(run, eval={"accuracy": 0.85, "loss": 0.51}, train_loss=0.31, model_files=_weights("e" * 64, 9))
+    said = [n for n in notes() if "gave one identical run" in n]
+    assert len(said) == 1 and "seeds 42, 43 (" in said[0] and "44" not in said[0] and "holds 2 distinct results" in said[0]
+    # equal accuracies alone are no identical run: the eval loss (and the weights) differ
+    for seed in (42, 43):
+        run = next(tmp_path.rglob(f"*lora{seed}*"))
+        _stamp(run, eval={"accuracy": 0.85, "loss": 0.5 + seed / 1e3}, train_loss=0.3 + seed / 1e3,
+               model_files=_weights(f"{seed:064d}", 9) if record == "weights" else None)
+    assert not [n for n in notes() if "identical run" in n]

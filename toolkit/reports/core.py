@@ -1117,6 +1117,48 @@ def mixed_code_note(where: str, members: list[dict], part: Callable[[dict], str]
             "on one version to compare"]
 
 
+WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def result_of(item: dict) -> tuple | None:
+    """What a run computed, to tell whether two seeds computed one thing: the hashes of the weights
+    it saved (metrics.json `model_files`: `[size, mtime, sha256]` per file) where recorded, else
+    every eval number and the train loss. None where nothing it records could tell two results
+    apart: accuracies alone can coincide on a small dev set, a loss (a float) does not."""
+    m = item["metrics"]
+    files = (m.get("model_files") or {}).get("files") if isinstance(m.get("model_files"), dict) else None
+    weights = {name: f[-1] for name, f in (files or {}).items()
+               if str(name).endswith(WEIGHT_FILES) and isinstance(f, list) and f}
+    if weights:
+        return ("weights", tuple(sorted(weights.items())))
+    numbers = {**(m.get("eval") or {}), "train_loss": m.get("train_loss")}
+    if not any(isinstance(numbers.get(k), float) for k in ("loss", "train_loss")):
+        return None
+    return ("numbers", json.dumps(numbers, sort_keys=True, default=str))
+
+
+def same_result_note(where: str, members: list[dict]) -> list[str]:
+    """One line for an entry two or more of whose seeds computed one identical run (the same saved
+    weights, or every eval number and the train loss equal): the seed reached neither the data
+    order nor the initialisation (nor anything else), so the entry's ± is not seed noise, and a
+    cell of n=3 such seeds read `88.00 ± 0.00 (n=3)`, a certainty no seed measured, exit 0."""
+    by_result: dict[tuple, list[dict]] = defaultdict(list)
+    for m in members:
+        if (r := result_of(m)) is not None:
+            by_result[r].append(m)
+    same = [(r, runs) for r, runs in by_result.items() if len({str(seed_of(x)) for x in runs}) > 1]
+    if not same:
+        return []
+    said = "; ".join(_seeds([seed_of(x) for x in runs]) + (" (the same saved weights)" if r[0] == "weights" else
+                                                            " (every eval number and the train loss equal)")
+                     for r, runs in same)
+    distinct = len(by_result) + sum(1 for m in members if result_of(m) is None)
+    return [f"{where}: {said} gave one identical run: the seed changed nothing in them (not the data order, not "
+            f"the initialisation), so its ± is not seed noise and its n={len(members)} holds {distinct} distinct "
+            f"result{'s' if distinct != 1 else ''}: check that the seed reaches the run (a fixed data order, a "
+            "checkpoint with every weight loaded and dropout off) before reading a spread or a difference from it"]
+
+
 def seeded_stat(items: list[dict], metric: str) -> Stat:
     """The metric over these runs, each value with its run's seed (for pairing by seed); seeds
     unknown or repeated: no seeds, so nothing is paired."""
@@ -1268,6 +1310,7 @@ def runs_notes(items: list[dict]) -> list[str]:
     for key, members in grouped.items():
         notes += mixed_code_note(names[key], members)
         notes += kept_note(names[key], members)
+        notes += same_result_note(names[key], members)
     return data_split_notes(items) + notes + not_numbers_notes(items) + skipped_notes(items)
 
 
@@ -1558,6 +1601,7 @@ def pivot_notes(p: Pivot) -> list[str]:
     for (r, c), cell in sorted(p.cells.items()):
         notes += mixed_code_note(f"{r} / {c}", cell.items)
         notes += kept_note(f"{r} / {c}", cell.items)
+        notes += same_result_note(f"{r} / {c}", cell.items)
         notes += skipped_notes(cell.items, f"{r} / {c}: ")
         if cell.grid:
             # the best prints apart from every setting it was chosen over (a tie is said as one)

@@ -487,6 +487,8 @@ def render(items: list[dict]) -> str:
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.kept_note(f"{row} / {TITLES[t]}", ms)]
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
+              for n in report.same_result_note(f"{row} / {TITLES[t]}", ms)]
+    notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.skipped_notes(ms, f"{row} / {TITLES[t]}: ")]
     notes += [f"§ {row} / {TITLES[t]}{column}: scored on {part}, not the whole dev split that GLUE's dev numbers "
               "and the published dev rows are on: not comparable with them, nor is an average that holds it"
