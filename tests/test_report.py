@@ -2593,3 +2593,33 @@ def test_seeds_that_computed_one_identical_run_are_said(tmp_path: Path, table: s
         _stamp(run, eval={"accuracy": 0.85, "loss": 0.5 + seed / 1e3}, train_loss=0.3 + seed / 1e3,
                model_files=_weights(f"{seed:064d}", 9) if record == "weights" else None)
     assert not [n for n in notes() if "identical run" in n]
+
+
+@pytest.mark.parametrize("table", ["pivot", "glue", "report.md"])
+@pytest.mark.parametrize("stopped_at", ["reported", "other"])
+def test_seeds_stopped_at_a_grid_point_count_at_that_point(tmp_path: Path, table: str, stopped_at: str) -> None:
+    """LoRA's lr grid: at lr 1e-3 seeds 43 and 44 diverged and stopped, seed 42 scored 90; at lr
+    1e-4 all three finished. The cell reported lr 1e-3 as `90.00 (n=1)`: the seeds that stopped
+    at the chosen point had finished at the other, so they were "finished elsewhere", and the one
+    survivor of three was the grid's best, exit 0. Now a point's stopped seeds count at that point:
+    the cell (the reported point) and the grid note (each point) say them beside n."""
+    for seed in (42, 43, 44):  # lr 1e-4: every seed finished; lr 1e-3: seeds 43 and 44 stopped
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": (0.84 if stopped_at == "reported" else 0.90) + seed / 1e4},
+                 lr=1e-4)
+        run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.9004 if stopped_at == "reported" else 0.80}, lr=1e-3)
+        if seed != 42:
+            (run / "metrics.json").unlink()
+    items = report.collect(tmp_path)
+    if table == "pivot":
+        (p,) = report.pivots(items, "task", "method")
+        text = report.pivot_markdown(p) + "\n" + "\n".join(report.pivot_notes(p))
+    else:
+        text = glue_report.render(items) if table == "glue" else report.render(tmp_path, plots=False, row_key="task")
+    cell = "90.04 (n=1; 2 not finished)" if stopped_at == "reported" else "90.43 ± 0.01 (n=3) |"
+    assert cell in text, text
+    if stopped_at == "other":
+        assert "(n=3; 2 not finished)" not in text, text  # counted at its own point (the runs table: its row)
+    if table != "glue":
+        point = "train.lr=0.001: 90.04 (n=1; 2 not finished)" if stopped_at == "reported" else \
+            "train.lr=0.001: 80.00 (n=1; 2 not finished)"
+        assert point in text, text

@@ -414,6 +414,17 @@ def not_finished(members: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+def not_finished_at(members: list[dict], chosen: list[dict]) -> list[dict]:
+    """not_finished of the setting a table reports (`chosen`: its runs) among a cell's members of
+    several settings (a grid): a seed that diverged at the reported lr and finished at another
+    was "finished elsewhere", so the cell read `90.00 (n=1)`, the one seed of three that survived
+    at the setting chosen as the best, exit 0. The members of other settings count at theirs."""
+    if not chosen:
+        return not_finished(members)
+    at = setting(chosen[0])
+    return not_finished([m for m in members if setting(m) == at])
+
+
 def not_finished_text(runs: list[dict]) -> str:
     """'seed 44 at runs/.../<id> (checkpoint of step 4)' for each."""
     return "; ".join(f"seed {_dig(r['recipe'], 'train.seed')} at {r['run']} ({_kept(r)})" for r in runs)
@@ -1530,7 +1541,10 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
         for (r, c) in sorted(set(members) | set(nulls)):
             one_task_and_model(members.get((r, c), []) + nulls.get((r, c), []), f"{r} / {c}", row_key, col_key)
         cells = {k: c for k, v in members.items() if (c := best_setting(v, metric)) is not None}
-        left = {k: runs for k in {*members, *nulls} if (runs := not_finished(members.get(k, []) + nulls.get(k, [])))}
+        # counted at the reported setting: a grid point's seeds that stopped are its own, not "finished
+        # elsewhere" because they finished at another point of the grid (`not_finished_at`)
+        left = {k: runs for k in {*members, *nulls} if (runs := not_finished_at(
+            members.get(k, []) + nulls.get(k, []), cells[k].items if k in cells else []))}
         # a method or task every seed of which stopped (no finished run to join): its own cell, `– (n=0;
         # k not finished)`, in the tables of the metrics its task's finished runs have (all, where none)
         scored = defaultdict(set)
@@ -1584,6 +1598,13 @@ def pivot_markdown(p: Pivot) -> str:
     return markdown(head, table)
 
 
+def _with_left(text: str, left: list[dict]) -> str:
+    """'84.43 ± 0.01 (n=3)' with its setting's seeds not finished counted beside n: a grid's best
+    is chosen among the seeds that finished, and a point most of whose seeds diverged read as
+    a whole point."""
+    return text[:-1] + f"; {len(left)} not finished)" if left else text
+
+
 def pivot_notes(p: Pivot) -> list[str]:
     notes = data_split_notes([i for cell in p.cells.values() for i in cell.items]
                              + [i for runs in p.nulls.values() for i in runs])
@@ -1606,8 +1627,8 @@ def pivot_notes(p: Pivot) -> list[str]:
         if cell.grid:
             # the best prints apart from every setting it was chosen over (a tie is said as one)
             d = digits_apart((cell.stat.mean * p.metric.scale, st.mean * p.metric.scale) for _, st in cell.grid)
-            grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale, d)}" + (" ‡" if mixed_code(st.runs) else "")
-                             for desc, st in cell.grid)
+            grid = "; ".join(f"{desc}: {_with_left(st.fmt(p.metric.scale, d), not_finished(st.runs))}"
+                             + (" ‡" if mixed_code(st.runs) else "") for desc, st in cell.grid)
             said = comparison_code([(desc, st.runs) for desc, st in cell.grid])  # the choice reads them all
             notes.append(("‡ " if said else "") + f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
                          f"[{grid}] (selected and scored on the same dev set: optimistic, as in the papers)"

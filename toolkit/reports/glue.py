@@ -69,7 +69,9 @@ def not_finished(items: list[dict]) -> dict[tuple[str, str], list[dict]]:
     """(row, task) -> the runs started for that cell and not finished (report.not_finished: a seed
     that diverged and stopped, or was killed): the cell's n counts the seeds that finished only,
     and read as every seed `make glue` started where one failed, its mean flattering the row."""
-    left = {key: runs for key, members in _cells(items).items() if (runs := report.not_finished(members))}
+    rows = _rows(items)  # counted at the reported setting (report.not_finished_at: an lr grid's point)
+    left = {key: runs for key, members in _cells(items).items()
+            if (runs := report.not_finished_at(members, rows.get(key[0], {}).get(key[1], [])))}
     # a row or task every seed of which stopped has no finished run to join: its own cell (`– (n=0;
     # k not finished)`), labelled by _cells as a finished run of its recipe is
     cells = _cells(items)
