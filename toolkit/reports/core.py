@@ -1166,8 +1166,9 @@ def same_result_note(where: str, members: list[dict]) -> list[str]:
     distinct = len(by_result) + sum(1 for m in members if result_of(m) is None)
     return [f"{where}: {said} gave one identical run: the seed changed nothing in them (not the data order, not "
             f"the initialisation), so its ± is not seed noise and its n={len(members)} holds {distinct} distinct "
-            f"result{'s' if distinct != 1 else ''}: check that the seed reaches the run (a fixed data order, a "
-            "checkpoint with every weight loaded and dropout off) before reading a spread or a difference from it"]
+            f"result{'s' if distinct != 1 else ''}: check what the seed reaches (zero-shot prompting draws nothing "
+            "with it; training needs a shuffled data order, a newly initialised weight or dropout) before reading a "
+            "spread or a difference from it"]
 
 
 def seeded_stat(items: list[dict], metric: str) -> Stat:
