@@ -2623,3 +2623,35 @@ def test_seeds_stopped_at_a_grid_point_count_at_that_point(tmp_path: Path, table
         point = "train.lr=0.001: 90.04 (n=1; 2 not finished)" if stopped_at == "reported" else \
             "train.lr=0.001: 80.00 (n=1; 2 not finished)"
         assert point in text, text
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "report.md"])
+def test_checkpoints_selected_on_the_dev_set_they_are_scored_on_are_said(tmp_path: Path, table: str) -> None:
+    """LoRA and full fine-tuning, every seed reporting its best step on dev (train.keep_best), read
+    as plain dev scores: a grid's selection on dev is said beside the cell, this one was not (only
+    the GLUE protocol said it). Now one line names the entries; runs that kept their last step say
+    nothing, and an entry of both kinds is kept_note's line alone."""
+    for seed in (42, 43):
+        for method, acc in (("lora", 0.84), ("full", 0.86)):
+            _stamp(fake_run(tmp_path, "sst2", method, seed, {"accuracy": acc + seed / 1e3}), kept=KEPT_BEST)
+
+    def notes() -> list[str]:
+        items = report.collect(tmp_path)
+        if table == "runs table":
+            return report.runs_notes(items)
+        if table == "pivot":
+            return report.pivot_notes(report.pivots(items, "task", "method")[0])
+        return [line[2:] for line in report.render(tmp_path, plots=False, row_key="task").splitlines()
+                if line.startswith("- ")]
+
+    said = [n for n in notes() if "best checkpoint on dev" in n]
+    assert len(said) == (2 if table == "report.md" else 1), said
+    assert all("full" in n and "lora" in n and "selected and scored on the same dev set: optimistic" in n
+               and "on accuracy" in n for n in said)
+    for run in tmp_path.rglob("*full42*"):
+        _stamp(run, kept=KEPT_LAST)  # full's seeds kept two kinds: said by kept_note, lora alone here
+    said = [n for n in notes() if "best checkpoint on dev" in n]
+    assert said and all("lora" in n.split(": each")[0] and "full" not in n.split(": each")[0] for n in said), said
+    for run in tmp_path.rglob("metrics.json"):
+        _stamp(run.parent, kept=KEPT_LAST)
+    assert not [n for n in notes() if "best checkpoint on dev" in n]

@@ -1116,6 +1116,21 @@ def kept_note(where: str, members: list[dict]) -> list[str]:
             "the dev set it is scored on (optimistic) with ones that were not"]
 
 
+def selected_checkpoint_note(where: str, entries: list[tuple[str, list[dict]]]) -> list[str]:
+    """One line naming the entries every run of which reports its best step on dev (metrics.json
+    `kept` with a value: train.keep_best), scored on that same dev set: a selection on the numbers
+    shown, as a grid's best is, said beside a grid but not here, so LoRA and full fine-tuning each
+    at their best epoch read as plain dev scores (the GLUE protocol said it; a pivot and the runs
+    table did not). Entries whose runs kept both kinds are kept_note's."""
+    best = [(name, runs) for name, runs in entries if runs and kept_kinds(runs) == "the best on dev"]
+    if not best:
+        return []
+    on = sorted({str(r["metrics"]["kept"].get("on")) for _, runs in best for r in runs})
+    return [f"{where}: {', '.join(name for name, _ in best)}: each run reports its best checkpoint on dev "
+            f"(train.keep_best, on {', '.join(on)}), selected and scored on the same dev set: optimistic, as the "
+            "LoRA paper's best epoch; a held-out split would say how much"]
+
+
 def mixed_code_note(where: str, members: list[dict], part: Callable[[dict], str] | None = None) -> list[str]:
     """One line for an entry (a pivot cell, a row of the runs table, a plotted line, a GLUE
     average) whose runs ran on other code; `part` as in mixed_code."""
@@ -1319,6 +1334,7 @@ def runs_notes(items: list[dict]) -> list[str]:
         # rows of one task are compared above as the pivot's cells are: where they differ in more
         # than the method and its learning rate (epochs, max length, the model...), said as there
         notes += protocol_notes([(name, Cell(members, Stat([]))) for name, members in entries], "method", task)
+        notes += selected_checkpoint_note(task, entries)
     for key, members in grouped.items():
         notes += mixed_code_note(names[key], members)
         notes += kept_note(names[key], members)
@@ -1612,6 +1628,7 @@ def pivot_notes(p: Pivot) -> list[str]:
     for r in p.rows:
         notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
         notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
+        notes += selected_checkpoint_note(r, [(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells])
     for (r, c), runs in sorted(p.nulls.items()):
         notes.append(f"{r} / {c}: {p.metric.name} is null (NaN or infinite: a diverged run, an undefined correlation) "
                      f"in {len(runs)} run(s), left out of the cell's mean, its n and its choice of setting, never "
