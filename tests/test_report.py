@@ -2655,3 +2655,25 @@ def test_checkpoints_selected_on_the_dev_set_they_are_scored_on_are_said(tmp_pat
     for run in tmp_path.rglob("metrics.json"):
         _stamp(run.parent, kept=KEPT_LAST)
     assert not [n for n in notes() if "best checkpoint on dev" in n]
+
+
+@pytest.mark.parametrize("table", ["pivot", "glue"])
+def test_a_grid_whose_settings_ran_other_seeds_says_so(tmp_path: Path, table: str) -> None:
+    """An lr grid of LoRA with lr 1e-3 run on seed 42 alone beside lr 1e-4 on seeds 42-44: the one
+    seed's 90.00 was the grid's best over a three-seed mean, and the note listed n per point without
+    saying the best was chosen on other seeds. Now the grid note names each setting's seeds; a grid
+    run on one set of seeds says nothing of it."""
+    fake_run(tmp_path, "rte", "lora", 42, {"accuracy": 0.90}, lr=1e-3)
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.84 + seed / 1e4}, lr=1e-4)
+
+    def text() -> str:
+        items = report.collect(tmp_path)
+        if table == "pivot":
+            return "\n".join(report.pivot_notes(report.pivots(items, "task", "method")[0]))
+        return glue_report.render(items)
+
+    assert "its settings ran other seeds (train.lr=0.0001: seeds 42, 43, 44; train.lr=0.001: seed 42)" in text()
+    for seed in (43, 44):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.90 + seed / 1e4}, lr=1e-3)
+    assert "other seeds" not in text() and "the best of 2 settings" in glue_report.render(report.collect(tmp_path))

@@ -1615,6 +1615,17 @@ def pivot_markdown(p: Pivot) -> str:
     return markdown(head, table)
 
 
+def other_seeds(points: list[tuple[str, list[dict]]]) -> str:
+    """'' where a grid's points ran one set of seeds; else the clause that says each point's: a
+    point of one seed beside points of three is chosen on one seed's luck, and a best chosen
+    over other seeds is not a comparison of the settings alone."""
+    sets = {desc: sorted({seed_of(r) for r in runs}, key=_sortable) for desc, runs in points}
+    if len({json.dumps(v, default=str) for v in sets.values()}) < 2:
+        return ""
+    return ("its settings ran other seeds (" + "; ".join(f"{d}: {_seeds(v)}" for d, v in sets.items())
+            + "): the best is chosen on other evidence per setting, not on the settings alone")
+
+
 def _with_left(text: str, left: list[dict]) -> str:
     """'84.43 ± 0.01 (n=3)' with its setting's seeds not finished counted beside n: a grid's best
     is chosen among the seeds that finished, and a point most of whose seeds diverged read as
@@ -1654,7 +1665,8 @@ def pivot_notes(p: Pivot) -> list[str]:
                          + (f"; tied on the mean with {', '.join(cell.tied)}: the first in grid order is reported, "
                             "the data does not choose between them" if cell.tied else "")
                          + (f"; its runs did not all run on one code: {said}: the choice is not between the "
-                            "settings alone" if said else ""))
+                            "settings alone" if said else "")
+                         + (f"; {other}" if (other := other_seeds([(d, st.runs) for d, st in cell.grid])) else ""))
     if any(c.smoke for c in p.cells.values()):
         notes.append("† smoke run: a small random-weight model; the number only shows the path runs")
     return notes

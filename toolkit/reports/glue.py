@@ -137,7 +137,9 @@ def grids(items: list[dict]) -> dict[tuple[str, str], str]:
                                 "selected and scored on the same dev set: optimistic"
                                 + (f"; {report.describe_setting(by[best][0], keys)} reported, tied on the mean with "
                                    f"{', '.join(report.describe_setting(by[s][0], keys) for s in tied)} (the first "
-                                   "in grid order; the data does not choose between them)" if tied else ""))
+                                   "in grid order; the data does not choose between them)" if tied else "")
+                                + (f"; {other}" if (other := report.other_seeds(
+                                    [(report.describe_setting(by[k][0], keys), by[k]) for k in by])) else ""))
     return out
 
 
