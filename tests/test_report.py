@@ -2548,3 +2548,138 @@ def test_the_runs_table_lists_an_entry_every_seed_of_which_stopped(tmp_path: Pat
     assert [line.split("**")[1] for line in budget_list] == [row.split(" | ")[0][2:] for row in table[2:]], budget_list
     assert budget_list[1].endswith(f"lr {1e-3 if stopped == 'a method' else 3e-3}, batch ? (no seed finished: 2 not "
                                    "finished)"), budget_list
+
+
+def _weights(sha: str, mtime: int) -> dict:
+    """metrics.json `model_files` as runs.result_record writes it: [size, mtime, sha256] per file."""
+    return {"patterns": ["*"], "files": {"adapter_model.safetensors": [4096, mtime, sha],
+                                         "adapter_config.json": [300, mtime, "json:" + "c" * 64]}}
+
+
+SAME_RESULT = [  # (how the runs record what they computed, lora seed -> metrics.json fields)
+    ("weights", lambda seed: {"model_files": _weights("d" * 64, 1000 + seed), "train_loss": 0.3}),
+    ("numbers", lambda seed: {"train_loss": 0.3}),
+]
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "glue", "report.md"])
+@pytest.mark.parametrize("record, fields", SAME_RESULT, ids=[s[0] for s in SAME_RESULT])
+def test_seeds_that_computed_one_identical_run_are_said(tmp_path: Path, table: str, record: str, fields) -> None:
+    """LoRA's seeds 42, 43, 44 saved the same weights (or wrote every eval number and the train loss
+    alike): the seed reached neither the data order nor the initialisation, and the cell read
+    `85.00 ± 0.00 (n=3)` beside full's spread, a certainty no seed measured, exit 0 and no word.
+    Now one line names the seeds and the distinct results; seeds whose results differ, or whose
+    accuracies alone coincide (another eval loss), say nothing."""
+    for seed in (42, 43, 44):
+        _stamp(fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": 0.85}), **fields(seed))
+        _stamp(fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.85}),
+               train_loss=0.3 + seed / 1e3, model_files=_weights(f"{seed:064d}", 1000 + seed))
+
+    def notes() -> list[str]:
+        items = report.collect(tmp_path)
+        if table == "runs table":
+            return report.runs_notes(items)
+        if table == "pivot":
+            return report.pivot_notes(report.pivots(items, "task", "method")[0])
+        text = glue_report.render(items) if table == "glue" else report.render(tmp_path, plots=False)
+        return [line[2:] for line in text.splitlines() if line.startswith("- ")]
+
+    said = [n for n in notes() if "gave one identical run" in n]
+    assert len(said) == 1 and "lora" in said[0].split(":")[0] and "seeds 42, 43, 44" in said[0], said
+    assert ("the same saved weights" if record == "weights" else "every eval number and the train loss equal") in said[0]
+    assert "its n=3 holds 1 distinct result:" in said[0]
+    # seed 44 computed another run: the line names 42 and 43 alone, and two distinct results
+    run = next(tmp_path.rglob("*lora44*"))
+    _stamp(run, eval={"accuracy": 0.85, "loss": 0.51}, train_loss=0.31, model_files=_weights("e" * 64, 9))
+    said = [n for n in notes() if "gave one identical run" in n]
+    assert len(said) == 1 and "seeds 42, 43 (" in said[0] and "44" not in said[0] and "holds 2 distinct results" in said[0]
+    # equal accuracies alone are no identical run: the eval loss (and the weights) differ
+    for seed in (42, 43):
+        run = next(tmp_path.rglob(f"*lora{seed}*"))
+        _stamp(run, eval={"accuracy": 0.85, "loss": 0.5 + seed / 1e3}, train_loss=0.3 + seed / 1e3,
+               model_files=_weights(f"{seed:064d}", 9) if record == "weights" else None)
+    assert not [n for n in notes() if "identical run" in n]
+
+
+@pytest.mark.parametrize("table", ["pivot", "glue", "report.md"])
+@pytest.mark.parametrize("stopped_at", ["reported", "other"])
+def test_seeds_stopped_at_a_grid_point_count_at_that_point(tmp_path: Path, table: str, stopped_at: str) -> None:
+    """LoRA's lr grid: at lr 1e-3 seeds 43 and 44 diverged and stopped, seed 42 scored 90; at lr
+    1e-4 all three finished. The cell reported lr 1e-3 as `90.00 (n=1)`: the seeds that stopped
+    at the chosen point had finished at the other, so they were "finished elsewhere", and the one
+    survivor of three was the grid's best, exit 0. Now a point's stopped seeds count at that point:
+    the cell (the reported point) and the grid note (each point) say them beside n."""
+    for seed in (42, 43, 44):  # lr 1e-4: every seed finished; lr 1e-3: seeds 43 and 44 stopped
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": (0.84 if stopped_at == "reported" else 0.90) + seed / 1e4},
+                 lr=1e-4)
+        run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.9004 if stopped_at == "reported" else 0.80}, lr=1e-3)
+        if seed != 42:
+            (run / "metrics.json").unlink()
+    items = report.collect(tmp_path)
+    if table == "pivot":
+        (p,) = report.pivots(items, "task", "method")
+        text = report.pivot_markdown(p) + "\n" + "\n".join(report.pivot_notes(p))
+    else:
+        text = glue_report.render(items) if table == "glue" else report.render(tmp_path, plots=False, row_key="task")
+    cell = "90.04 (n=1; 2 not finished)" if stopped_at == "reported" else "90.43 ± 0.01 (n=3) |"
+    assert cell in text, text
+    if stopped_at == "other":
+        assert "(n=3; 2 not finished)" not in text, text  # counted at its own point (the runs table: its row)
+    if table != "glue":
+        point = "train.lr=0.001: 90.04 (n=1; 2 not finished)" if stopped_at == "reported" else \
+            "train.lr=0.001: 80.00 (n=1; 2 not finished)"
+        assert point in text, text
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "report.md"])
+def test_checkpoints_selected_on_the_dev_set_they_are_scored_on_are_said(tmp_path: Path, table: str) -> None:
+    """LoRA and full fine-tuning, every seed reporting its best step on dev (train.keep_best), read
+    as plain dev scores: a grid's selection on dev is said beside the cell, this one was not (only
+    the GLUE protocol said it). Now one line names the entries; runs that kept their last step say
+    nothing, and an entry of both kinds is kept_note's line alone."""
+    for seed in (42, 43):
+        for method, acc in (("lora", 0.84), ("full", 0.86)):
+            _stamp(fake_run(tmp_path, "sst2", method, seed, {"accuracy": acc + seed / 1e3}), kept=KEPT_BEST)
+
+    def notes() -> list[str]:
+        items = report.collect(tmp_path)
+        if table == "runs table":
+            return report.runs_notes(items)
+        if table == "pivot":
+            return report.pivot_notes(report.pivots(items, "task", "method")[0])
+        return [line[2:] for line in report.render(tmp_path, plots=False, row_key="task").splitlines()
+                if line.startswith("- ")]
+
+    said = [n for n in notes() if "best checkpoint on dev" in n]
+    assert len(said) == (2 if table == "report.md" else 1), said
+    assert all("full" in n and "lora" in n and "selected and scored on the same dev set: optimistic" in n
+               and "on accuracy" in n for n in said)
+    for run in tmp_path.rglob("*full42*"):
+        _stamp(run, kept=KEPT_LAST)  # full's seeds kept two kinds: said by kept_note, lora alone here
+    said = [n for n in notes() if "best checkpoint on dev" in n]
+    assert said and all("lora" in n.split(": each")[0] and "full" not in n.split(": each")[0] for n in said), said
+    for run in tmp_path.rglob("metrics.json"):
+        _stamp(run.parent, kept=KEPT_LAST)
+    assert not [n for n in notes() if "best checkpoint on dev" in n]
+
+
+@pytest.mark.parametrize("table", ["pivot", "glue"])
+def test_a_grid_whose_settings_ran_other_seeds_says_so(tmp_path: Path, table: str) -> None:
+    """An lr grid of LoRA with lr 1e-3 run on seed 42 alone beside lr 1e-4 on seeds 42-44: the one
+    seed's 90.00 was the grid's best over a three-seed mean, and the note listed n per point without
+    saying the best was chosen on other seeds. Now the grid note names each setting's seeds; a grid
+    run on one set of seeds says nothing of it."""
+    fake_run(tmp_path, "rte", "lora", 42, {"accuracy": 0.90}, lr=1e-3)
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.84 + seed / 1e4}, lr=1e-4)
+
+    def text() -> str:
+        items = report.collect(tmp_path)
+        if table == "pivot":
+            return "\n".join(report.pivot_notes(report.pivots(items, "task", "method")[0]))
+        return glue_report.render(items)
+
+    assert "its settings ran other seeds (train.lr=0.0001: seeds 42, 43, 44; train.lr=0.001: seed 42)" in text()
+    for seed in (43, 44):
+        fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.90 + seed / 1e4}, lr=1e-3)
+    assert "other seeds" not in text() and "the best of 2 settings" in glue_report.render(report.collect(tmp_path))

@@ -12,7 +12,7 @@ from toolkit.reports import glue as glue_report, plots as plotting
 from toolkit.reports.core import (
     BEFORE_FIELD, best_setting, budget, budget_notes, Cell, check_axis, collect, column, cost_table, declaration,
     declarations, describe_setting, grid_edge, groups, label, LABELS, main_metric, markdown,
-    method_label, Metric, comparison_code, mixed_code, mixed_code_note, code_of, overlap_notes, overlaps, paired, Pivot, protocol_notes, t_interval, pivot_markdown, pivot_notes, pivots,
+    method_label, Metric, comparison_code, mixed_code, mixed_code_note, same_result_note, selected_checkpoint_note, not_finished_at, other_seeds, code_of, overlap_notes, overlaps, paired, Pivot, protocol_notes, t_interval, pivot_markdown, pivot_notes, pivots,
     provenance, rows, runs_notes, SECTIONS, unfinished_notes, setting, shown_names, Stat, varying, with_old_defaults)
 
 

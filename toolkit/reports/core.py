@@ -414,6 +414,17 @@ def not_finished(members: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+def not_finished_at(members: list[dict], chosen: list[dict]) -> list[dict]:
+    """not_finished of the setting a table reports (`chosen`: its runs) among a cell's members of
+    several settings (a grid): a seed that diverged at the reported lr and finished at another
+    was "finished elsewhere", so the cell read `90.00 (n=1)`, the one seed of three that survived
+    at the setting chosen as the best, exit 0. The members of other settings count at theirs."""
+    if not chosen:
+        return not_finished(members)
+    at = setting(chosen[0])
+    return not_finished([m for m in members if setting(m) == at])
+
+
 def not_finished_text(runs: list[dict]) -> str:
     """'seed 44 at runs/.../<id> (checkpoint of step 4)' for each."""
     return "; ".join(f"seed {_dig(r['recipe'], 'train.seed')} at {r['run']} ({_kept(r)})" for r in runs)
@@ -1105,6 +1116,21 @@ def kept_note(where: str, members: list[dict]) -> list[str]:
             "the dev set it is scored on (optimistic) with ones that were not"]
 
 
+def selected_checkpoint_note(where: str, entries: list[tuple[str, list[dict]]]) -> list[str]:
+    """One line naming the entries every run of which reports its best step on dev (metrics.json
+    `kept` with a value: train.keep_best), scored on that same dev set: a selection on the numbers
+    shown, as a grid's best is, said beside a grid but not here, so LoRA and full fine-tuning each
+    at their best epoch read as plain dev scores (the GLUE protocol said it; a pivot and the runs
+    table did not). Entries whose runs kept both kinds are kept_note's."""
+    best = [(name, runs) for name, runs in entries if runs and kept_kinds(runs) == "the best on dev"]
+    if not best:
+        return []
+    on = sorted({str(r["metrics"]["kept"].get("on")) for _, runs in best for r in runs})
+    return [f"{where}: {', '.join(name for name, _ in best)}: each run reports its best checkpoint on dev "
+            f"(train.keep_best, on {', '.join(on)}), selected and scored on the same dev set: optimistic, as the "
+            "LoRA paper's best epoch; a held-out split would say how much"]
+
+
 def mixed_code_note(where: str, members: list[dict], part: Callable[[dict], str] | None = None) -> list[str]:
     """One line for an entry (a pivot cell, a row of the runs table, a plotted line, a GLUE
     average) whose runs ran on other code; `part` as in mixed_code."""
@@ -1115,6 +1141,49 @@ def mixed_code_note(where: str, members: list[dict], part: Callable[[dict], str]
               "it averages them, so it is no one code's score")
     return [f"‡ {where}: its {len(members)} runs did not all run on one code: {said}; {pooled}: rerun them "
             "on one version to compare"]
+
+
+WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def result_of(item: dict) -> tuple | None:
+    """What a run computed, to tell whether two seeds computed one thing: the hashes of the weights
+    it saved (metrics.json `model_files`: `[size, mtime, sha256]` per file) where recorded, else
+    every eval number and the train loss. None where nothing it records could tell two results
+    apart: accuracies alone can coincide on a small dev set, a loss (a float) does not."""
+    m = item["metrics"]
+    files = (m.get("model_files") or {}).get("files") if isinstance(m.get("model_files"), dict) else None
+    weights = {name: f[-1] for name, f in (files or {}).items()
+               if str(name).endswith(WEIGHT_FILES) and isinstance(f, list) and f}
+    if weights:
+        return ("weights", tuple(sorted(weights.items())))
+    numbers = {**(m.get("eval") or {}), "train_loss": m.get("train_loss")}
+    if not any(isinstance(numbers.get(k), float) for k in ("loss", "train_loss")):
+        return None
+    return ("numbers", json.dumps(numbers, sort_keys=True, default=str))
+
+
+def same_result_note(where: str, members: list[dict]) -> list[str]:
+    """One line for an entry two or more of whose seeds computed one identical run (the same saved
+    weights, or every eval number and the train loss equal): the seed reached neither the data
+    order nor the initialisation (nor anything else), so the entry's ± is not seed noise, and a
+    cell of n=3 such seeds read `88.00 ± 0.00 (n=3)`, a certainty no seed measured, exit 0."""
+    by_result: dict[tuple, list[dict]] = defaultdict(list)
+    for m in members:
+        if (r := result_of(m)) is not None:
+            by_result[r].append(m)
+    same = [(r, runs) for r, runs in by_result.items() if len({str(seed_of(x)) for x in runs}) > 1]
+    if not same:
+        return []
+    said = "; ".join(_seeds([seed_of(x) for x in runs]) + (" (the same saved weights)" if r[0] == "weights" else
+                                                            " (every eval number and the train loss equal)")
+                     for r, runs in same)
+    distinct = len(by_result) + sum(1 for m in members if result_of(m) is None)
+    return [f"{where}: {said} gave one identical run: the seed changed nothing in them (not the data order, not "
+            f"the initialisation), so its ± is not seed noise and its n={len(members)} holds {distinct} distinct "
+            f"result{'s' if distinct != 1 else ''}: check what the seed reaches (zero-shot prompting draws nothing "
+            "with it; training needs a shuffled data order, a newly initialised weight or dropout) before reading a "
+            "spread or a difference from it"]
 
 
 def seeded_stat(items: list[dict], metric: str) -> Stat:
@@ -1276,9 +1345,11 @@ def runs_notes(items: list[dict]) -> list[str]:
         # rows of one task are compared above as the pivot's cells are: where they differ in more
         # than the method and its learning rate (epochs, max length, the model...), said as there
         notes += protocol_notes([(name, Cell(members, Stat([]))) for name, members in entries], "method", task)
+        notes += selected_checkpoint_note(task, entries)
     for key, members in grouped.items():
         notes += mixed_code_note(names[key], members)
         notes += kept_note(names[key], members)
+        notes += same_result_note(names[key], members)
     return data_split_notes(items) + notes + not_numbers_notes(items) + skipped_notes(items)
 
 
@@ -1501,7 +1572,10 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
         for (r, c) in sorted(set(members) | set(nulls)):
             one_task_and_model(members.get((r, c), []) + nulls.get((r, c), []), f"{r} / {c}", row_key, col_key)
         cells = {k: c for k, v in members.items() if (c := best_setting(v, metric)) is not None}
-        left = {k: runs for k in {*members, *nulls} if (runs := not_finished(members.get(k, []) + nulls.get(k, [])))}
+        # counted at the reported setting: a grid point's seeds that stopped are its own, not "finished
+        # elsewhere" because they finished at another point of the grid (`not_finished_at`)
+        left = {k: runs for k in {*members, *nulls} if (runs := not_finished_at(
+            members.get(k, []) + nulls.get(k, []), cells[k].items if k in cells else []))}
         # a method or task every seed of which stopped (no finished run to join): its own cell, `– (n=0;
         # k not finished)`, in the tables of the metrics its task's finished runs have (all, where none)
         scored = defaultdict(set)
@@ -1555,12 +1629,31 @@ def pivot_markdown(p: Pivot) -> str:
     return markdown(head, table)
 
 
+def other_seeds(points: list[tuple[str, list[dict]]]) -> str:
+    """'' where a grid's points ran one set of seeds; else the clause that says each point's: a
+    point of one seed beside points of three is chosen on one seed's luck, and a best chosen
+    over other seeds is not a comparison of the settings alone."""
+    sets = {desc: sorted({seed_of(r) for r in runs}, key=_sortable) for desc, runs in points}
+    if len({json.dumps(v, default=str) for v in sets.values()}) < 2:
+        return ""
+    return ("its settings ran other seeds (" + "; ".join(f"{d}: {_seeds(v)}" for d, v in sets.items())
+            + "): the best is chosen on other evidence per setting, not on the settings alone")
+
+
+def _with_left(text: str, left: list[dict]) -> str:
+    """'84.43 ± 0.01 (n=3)' with its setting's seeds not finished counted beside n: a grid's best
+    is chosen among the seeds that finished, and a point most of whose seeds diverged read as
+    a whole point."""
+    return text[:-1] + f"; {len(left)} not finished)" if left else text
+
+
 def pivot_notes(p: Pivot) -> list[str]:
     notes = data_split_notes([i for cell in p.cells.values() for i in cell.items]
                              + [i for runs in p.nulls.values() for i in runs])
     for r in p.rows:
         notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
         notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
+        notes += selected_checkpoint_note(r, [(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells])
     for (r, c), runs in sorted(p.nulls.items()):
         notes.append(f"{r} / {c}: {p.metric.name} is null (NaN or infinite: a diverged run, an undefined correlation) "
                      f"in {len(runs)} run(s), left out of the cell's mean, its n and its choice of setting, never "
@@ -1572,12 +1665,13 @@ def pivot_notes(p: Pivot) -> list[str]:
     for (r, c), cell in sorted(p.cells.items()):
         notes += mixed_code_note(f"{r} / {c}", cell.items)
         notes += kept_note(f"{r} / {c}", cell.items)
+        notes += same_result_note(f"{r} / {c}", cell.items)
         notes += skipped_notes(cell.items, f"{r} / {c}: ")
         if cell.grid:
             # the best prints apart from every setting it was chosen over (a tie is said as one)
             d = digits_apart((cell.stat.mean * p.metric.scale, st.mean * p.metric.scale) for _, st in cell.grid)
-            grid = "; ".join(f"{desc}: {st.fmt(p.metric.scale, d)}" + (" ‡" if mixed_code(st.runs) else "")
-                             for desc, st in cell.grid)
+            grid = "; ".join(f"{desc}: {_with_left(st.fmt(p.metric.scale, d), not_finished(st.runs))}"
+                             + (" ‡" if mixed_code(st.runs) else "") for desc, st in cell.grid)
             said = comparison_code([(desc, st.runs) for desc, st in cell.grid])  # the choice reads them all
             notes.append(("‡ " if said else "") + f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
                          f"[{grid}] (selected and scored on the same dev set: optimistic, as in the papers)"
@@ -1585,7 +1679,8 @@ def pivot_notes(p: Pivot) -> list[str]:
                          + (f"; tied on the mean with {', '.join(cell.tied)}: the first in grid order is reported, "
                             "the data does not choose between them" if cell.tied else "")
                          + (f"; its runs did not all run on one code: {said}: the choice is not between the "
-                            "settings alone" if said else ""))
+                            "settings alone" if said else "")
+                         + (f"; {other}" if (other := other_seeds([(d, st.runs) for d, st in cell.grid])) else ""))
     if any(c.smoke for c in p.cells.values()):
         notes.append("† smoke run: a small random-weight model; the number only shows the path runs")
     return notes

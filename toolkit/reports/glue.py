@@ -69,7 +69,9 @@ def not_finished(items: list[dict]) -> dict[tuple[str, str], list[dict]]:
     """(row, task) -> the runs started for that cell and not finished (report.not_finished: a seed
     that diverged and stopped, or was killed): the cell's n counts the seeds that finished only,
     and read as every seed `make glue` started where one failed, its mean flattering the row."""
-    left = {key: runs for key, members in _cells(items).items() if (runs := report.not_finished(members))}
+    rows = _rows(items)  # counted at the reported setting (report.not_finished_at: an lr grid's point)
+    left = {key: runs for key, members in _cells(items).items()
+            if (runs := report.not_finished_at(members, rows.get(key[0], {}).get(key[1], [])))}
     # a row or task every seed of which stopped has no finished run to join: its own cell (`– (n=0;
     # k not finished)`), labelled by _cells as a finished run of its recipe is
     cells = _cells(items)
@@ -135,7 +137,9 @@ def grids(items: list[dict]) -> dict[tuple[str, str], str]:
                                 "selected and scored on the same dev set: optimistic"
                                 + (f"; {report.describe_setting(by[best][0], keys)} reported, tied on the mean with "
                                    f"{', '.join(report.describe_setting(by[s][0], keys) for s in tied)} (the first "
-                                   "in grid order; the data does not choose between them)" if tied else ""))
+                                   "in grid order; the data does not choose between them)" if tied else "")
+                                + (f"; {other}" if (other := report.other_seeds(
+                                    [(report.describe_setting(by[k][0], keys), by[k]) for k in by])) else ""))
     return out
 
 
@@ -486,6 +490,8 @@ def render(items: list[dict]) -> str:
               f"{report.not_finished_text(runs)}" for (row, t), runs in left.items()]
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.kept_note(f"{row} / {TITLES[t]}", ms)]
+    notes += [n for row, cells in rows.items() for t, ms in cells.items()
+              for n in report.same_result_note(f"{row} / {TITLES[t]}", ms)]
     notes += [n for row, cells in rows.items() for t, ms in cells.items()
               for n in report.skipped_notes(ms, f"{row} / {TITLES[t]}: ")]
     notes += [f"§ {row} / {TITLES[t]}{column}: scored on {part}, not the whole dev split that GLUE's dev numbers "
