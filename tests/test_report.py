@@ -2550,6 +2550,18 @@ def test_the_runs_table_lists_an_entry_every_seed_of_which_stopped(tmp_path: Pat
                                    "finished)"), budget_list
 
 
+def _notes_in(tmp_path: Path, table: str, **render) -> list[str]:
+    """The notes under one table of the runs in `tmp_path`: the runs table's, the task x method
+    pivot's, the GLUE table's, or report.md's (`render` passed on)."""
+    items = report.collect(tmp_path)
+    if table == "runs table":
+        return report.runs_notes(items)
+    if table == "pivot":
+        return report.pivot_notes(report.pivots(items, "task", "method")[0])
+    text = glue_report.render(items) if table == "glue" else report.render(tmp_path, plots=False, **render)
+    return [line[2:] for line in text.splitlines() if line.startswith("- ")]
+
+
 def _weights(sha: str, mtime: int) -> dict:
     """metrics.json `model_files` as runs.result_record writes it: [size, mtime, sha256] per file."""
     return {"patterns": ["*"], "files": {"adapter_model.safetensors": [4096, mtime, sha],
@@ -2576,13 +2588,7 @@ def test_seeds_that_computed_one_identical_run_are_said(tmp_path: Path, table: s
                train_loss=0.3 + seed / 1e3, model_files=_weights(f"{seed:064d}", 1000 + seed))
 
     def notes() -> list[str]:
-        items = report.collect(tmp_path)
-        if table == "runs table":
-            return report.runs_notes(items)
-        if table == "pivot":
-            return report.pivot_notes(report.pivots(items, "task", "method")[0])
-        text = glue_report.render(items) if table == "glue" else report.render(tmp_path, plots=False)
-        return [line[2:] for line in text.splitlines() if line.startswith("- ")]
+        return _notes_in(tmp_path, table)
 
     said = [n for n in notes() if "gave one identical run" in n]
     assert len(said) == 1 and "lora" in said[0].split(":")[0] and "seeds 42, 43, 44" in said[0], said
@@ -2642,13 +2648,7 @@ def test_checkpoints_selected_on_the_dev_set_they_are_scored_on_are_said(tmp_pat
             _stamp(fake_run(tmp_path, "sst2", method, seed, {"accuracy": acc + seed / 1e3}), kept=KEPT_BEST)
 
     def notes() -> list[str]:
-        items = report.collect(tmp_path)
-        if table == "runs table":
-            return report.runs_notes(items)
-        if table == "pivot":
-            return report.pivot_notes(report.pivots(items, "task", "method")[0])
-        return [line[2:] for line in report.render(tmp_path, plots=False, row_key="task").splitlines()
-                if line.startswith("- ")]
+        return _notes_in(tmp_path, table, row_key="task")
 
     said = [n for n in notes() if "best checkpoint on dev" in n]
     assert len(said) == (2 if table == "report.md" else 1), said
