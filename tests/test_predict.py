@@ -357,7 +357,7 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
             for t in TRICKY]
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
                            predict_files=lambda rows: {})
-    monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
+    monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
     monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / name
     if name.endswith(".tsv"):  # unquoted values: no tab or line break can be written in one
@@ -422,7 +422,7 @@ def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path,
     rows = [{"source": "a", "prediction": "b"}]
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
                            predict_files=lambda rows: {})
-    monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task), None, None, ["source"]))
+    monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
     monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / "o[1].jsonl"  # glob characters in the name are the name's own
     dead = tmp_path / f"{out.name}.{2 ** 22 + 7}-abcd.tmp"  # past pid_max: no such process

@@ -979,6 +979,7 @@ def test_scoring_another_eval_file_does_not_split_it_unasked(tmp_path: Path, cli
     assert len((run.dir / "predictions-eval.jsonl").read_text().splitlines()) == 12
     toolkit.evaluate(run.dir, overrides=[f"task={{eval_file: {other}, split_articles: 0.5}}"])  # asked for
     assert len((run.dir / "predictions-eval.jsonl").read_text().splitlines()) == 6
+    capsys.readouterr()  # the API's evaluations' lines (a --smoke run's warning)
     code, _, err = cli("eval", run.dir, f"task.train_file={other}")  # the split off: its training articles scored
     assert code == 2 and err.count("\n") == 1 and "the articles the run trained on included" in err
     for other_draw in ("task.split_seed=7", "task.split_articles=0.25"):  # the run's own file, drawn again

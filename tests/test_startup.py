@@ -115,6 +115,23 @@ def test_source_tables_match_the_libraries() -> None:
     ours = ATTENTION.names()  # registered into the same class-level table once a model was loaded
     builtin = tuple(k for k in AttentionInterface._global_mapping if k not in ours and not k.startswith(WRAPPED))
     assert hf_tables._builtin_attention() == builtin
+    # the attention flags validate reads from the modeling files (models.check_attention): for every
+    # family a run can name and each flag, what the imported class holds (read with transformers
+    # imported, class_flag asks the class: the source's reading is checked here through its cache)
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    from toolkit.models import SUPPORT_FLAGS
+
+    checked = 0
+    for family in ("bert", "roberta", "gpt2", "bart", "t5", "xlm-roberta", "llama", "distilbert", "deberta-v2"):
+        module = f"transformers.models.{family.replace('-', '_')}.modeling_{family.replace('-', '_')}"
+        hf_tables._module_classes.cache_clear()
+        imported = getattr(importlib.import_module("transformers"), MODEL_MAPPING_NAMES[family])
+        for flag in SUPPORT_FLAGS.values():
+            read = hf_tables._flag_in(hf_tables._module_classes(module), MODEL_MAPPING_NAMES[family], flag)
+            assert read in (None, bool(getattr(imported, flag))), (family, flag)
+            checked += read is not None
+    assert checked >= 20, checked  # most read from the source, not left to the load
 
 
 def test_a_table_changed_in_place_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

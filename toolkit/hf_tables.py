@@ -159,3 +159,63 @@ def valid_attention(registered: bool = False) -> list[str]:
     models.check_attention refuses by name: the toolkit runs no paged cache)."""
     names = attention_names(registered)
     return names + [f"paged|{k}" for k in names if "|" not in k]
+
+
+@functools.lru_cache(maxsize=None)
+def _module_classes(module: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
+    """Each top-level class of a module: (its bases' names, its class-level `NAME = constant`s)."""
+    path = _source(module)
+    if path is None:
+        return {}
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return {}
+    classes = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            bases = tuple(b.id if isinstance(b, ast.Name) else "" for b in node.bases)
+            consts = {}
+            for item in node.body:
+                target = item.targets[0] if isinstance(item, ast.Assign) and len(item.targets) == 1 else \
+                    item.target if isinstance(item, ast.AnnAssign) and item.value is not None else None
+                if isinstance(target, ast.Name) and isinstance(item.value, ast.Constant):
+                    consts[target.id] = item.value.value
+            classes[node.name] = (bases, consts)
+    return classes
+
+
+def class_flag(family: str, class_name: str, flag: str) -> bool | None:
+    """A class attribute of transformers' `class_name` of the family `model_type` (`_supports_sdpa`,
+    `_supports_flex_attn`, ...) read from its modeling file without importing transformers (which
+    imports torch: validate stays light): the class's own, else its bases' in that file, in order,
+    else PreTrainedModel's (False). None where the file or a base outside it does not say (the
+    imported class answers then, or the load)."""
+    folder = family.replace("-", "_")
+    module = f"transformers.models.{folder}.modeling_{folder}"
+    if _imported("transformers"):
+        try:
+            return bool(getattr(getattr(importlib.import_module("transformers"), class_name), flag))
+        except (AttributeError, ImportError):
+            return None
+    return _flag_in(_module_classes(module), class_name, flag)
+
+
+def _flag_in(classes: dict[str, tuple[tuple[str, ...], dict[str, Any]]], class_name: str, flag: str) -> bool | None:
+    """`flag` of `class_name` among a module's `classes` (_module_classes), by its bases in order."""
+    order, seen = [class_name], set()
+    while order:
+        name = order.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        if name == "PreTrainedModel":
+            return False
+        if name not in classes:
+            return None
+        bases, consts = classes[name]
+        if flag in consts:
+            return bool(consts[flag])
+        order = [b for b in bases if b] + order
+    return None
+

@@ -211,8 +211,9 @@ def readable_sizes(checkpoint: str, with_positions: bool = True) -> tuple[int | 
     packaged folder, a run's model/, the Hub cache); None otherwise (nothing is fetched).
     Positions by `max_positions`, the one rule the run cuts sequences by: the learned positions
     less the padding offset (`padding_offset` on the model built from config.json on the meta
-    device: RoBERTa's 514 embeddings hold 512 positions, the first two being the padding offset),
-    and its tokenizer_config.json's model_max_length where lower. Bounding by 514 let relative.k 513
+    device: RoBERTa's 514 embeddings hold 512 positions, the first two being the padding offset;
+    built only where the tokenizer states no limit, to keep validate free of torch), and its
+    tokenizer_config.json's model_max_length where lower. Bounding by 514 let relative.k 513
     and performer.features 514 through, and so did a RoBERTa tokenizer saved without a
     model_max_length after the limit was read from it alone. Width its hidden size however the
     family names it; `with_positions=False` reads the width alone (None for positions)."""
@@ -230,8 +231,12 @@ def readable_sizes(checkpoint: str, with_positions: bool = True) -> tuple[int | 
     shape = {"model_type": config.get("model_type"),  # only a positive whole count is a count of positions
              "max_position_embeddings": positions}
     # the rows the position table keeps below the first position, by the rule the run's check uses
-    # (`padding_offset`, on the model built from this config.json on the meta device: no weights)
-    model = _meta_model(folder) if with_positions and positions and positions > 1 else None
+    # (`padding_offset`, on the model built from this config.json on the meta device: no weights),
+    # where the tokenizer states no limit: building it imports torch and transformers, which
+    # validate otherwise never does (tests/test_startup.py); a stated limit is the checkpoint's own
+    # bound (RoBERTa's 512), and the run's check at load counts the offset in any case
+    model = (_meta_model(folder) if with_positions and positions and positions > 1 and tok.model_max_length is None
+             else None)
     return (max_positions(SimpleNamespace(**shape), tok, model) if with_positions else None,
             modules.config_value(config, "hidden_size", "d_model", "n_embd"))
 
@@ -457,10 +462,10 @@ def check_attention(attention: Any, family: str | None = None,
     if package and not _importable(package):
         raise UserError(f"model.attention: '{name}' needs the {package.split('.')[0]} package, which "
                         "is not installed; install it (CUDA only) or use sdpa")
-    model_class = _model_class(family) if family else None
+    class_name = hf_tables.model_table("MODEL_MAPPING_NAMES").get(family) if family else None
     flag = next((f for key, f in SUPPORT_FLAGS.items() if key in name), None)
-    if flag and model_class is not None and not getattr(model_class, flag, True):
-        raise UserError(f"model.attention: transformers has no '{name}' for {family} ({model_class.__name__} does not "
+    if flag and isinstance(class_name, str) and hf_tables.class_flag(family, class_name, flag) is False:
+        raise UserError(f"model.attention: transformers has no '{name}' for {family} ({class_name} does not "
                         "support it: it refuses it at load, after the data); use sdpa or eager")
     reason = NOT_RUNNABLE.get((name.split("|")[-1], family))
     if reason:
@@ -478,19 +483,6 @@ SUPPORT_FLAGS = {"flex_attention": "_supports_flex_attn", "flash_attention": "_s
 _T5_FLEX = ("its flex_attention reads T5's position bias (one row for the whole batch) at each example's index, "
             "out of bounds from the second example on (torch's compiled kernel stops: index out of bounds)")
 NOT_RUNNABLE = {("flex_attention", family): _T5_FLEX for family in ("t5", "mt5", "umt5")}
-
-
-def _model_class(family: str) -> Any:
-    """transformers' base model class of the family (AutoModel's), or None where it has none."""
-    name = hf_tables.model_table("MODEL_MAPPING_NAMES").get(family)
-    if not isinstance(name, str):
-        return None
-    import transformers
-
-    try:
-        return getattr(transformers, name)
-    except (AttributeError, ImportError):  # a class its backend cannot import here: said at load
-        return None
 
 
 # transformers' attention functions that train on a GPU only and without attention dropout: torch's
