@@ -577,6 +577,29 @@ def test_tags_that_differ_only_in_case_or_invisible_characters_are_said(tmp_path
         "they are one"]
 
 
+@pytest.mark.parametrize("labels, said", [
+    (["O", "B-PER", "I-PER", "E-PER", "S-PER"], "E-PER, S-PER"),  # IOBES labels, IOB2 files: said
+    (["O", "B-PER", "I-PER"], None),  # the files' own scheme: nothing said
+])
+def test_labels_of_a_scheme_the_files_lack_are_said(tmp_path: Path, labels: list[str], said: str | None) -> None:
+    """Finding: task.labels in IOBES (S-/E-) beside IOB2 files: those classes were never trained
+    and could still be predicted, exit 0 without a word. One line naming the tags and the scheme.
+    (The reverse, IOB2 labels beside IOBES files, is refused at the file's first S- tag.)"""
+    path = tmp_path / "train.txt"
+    path.write_text("John B-PER\nSmith I-PER\nruns O\n\nMary B-PER\nwalks O\n")
+    task = Ner(train_file=str(path), eval_file=str(path), labels=labels)
+    task.check()
+    task.load()
+    lines = [v for v in task.notices().values() if "task.labels holds" in v]
+    assert lines == ([f"task.labels holds {said}, not IOB2 tags, and the files ({path}, {path}) are IOB2: no file "
+                      "holds them, so those classes are never trained, yet the model can predict them; drop them "
+                      "from task.labels (or write the files in IOBES)"] if said else [])
+    iobes = tmp_path / "iobes.txt"
+    iobes.write_text("John B-PER\nSmith E-PER\nruns O\n\nMary S-PER\nwalks O\n")
+    with pytest.raises(UserError, match="tag 'E-PER' is not one of task.labels"):
+        Ner(train_file=str(iobes), eval_file=str(iobes), labels=["O", "B-PER", "I-PER"]).load()
+
+
 @pytest.mark.parametrize("source", ["file", "stdin"])
 def test_predict_reads_a_conll_file_with_tags_the_run_lacks_as_conll(tmp_path: Path, monkeypatch, capsys,
                                                                      source: str) -> None:

@@ -368,6 +368,7 @@ class Ner(Task):
         for sentences in files.values():
             self._names_for_numbers(sentences)
         self._found_scheme = _tags.check_files(files, self.scheme)
+        self._note_foreign_labels(files)
         if self.label_names is None:  # not adopted from a trained model (eval)
             self._found_labels = _tags.label_order({t for f in files.values() for s in f.tags for t in s})
             count, shown = _fields.alike_names(self._found_labels)
@@ -380,6 +381,21 @@ class Ner(Task):
         limit = {"train": self.max_train_samples, "eval": self.max_eval_samples}
         data = {split: subset(Dataset.from_dict(d), limit[split]) for split, d in ids.items()}
         return {"train": data.get("train"), "eval": {"": data["eval"]}}
+
+    def _note_foreign_labels(self, files: dict[str, Sentences]) -> None:
+        """task.labels holding tags of a prefix the files' scheme lacks (IOBES's E-/S- beside IOB2 or
+        IOB1 files, `auto` resolved): no file holds them, so those classes are never trained, yet
+        the head has them and predict can give them, exit 0 without a word. Said, not refused: a run
+        trained so (and its eval) keeps working. The reverse (IOB2 labels, IOBES files) is refused
+        where a file's S- tag is not one of task.labels (`_ids`)."""
+        allowed = _tags.PREFIXES.get(self._found_scheme or "", "BIES")
+        foreign = [t for t in self.labels or [] if t != "O" and _tags.split(t)[0] not in allowed]
+        if foreign:
+            names = ", ".join(str(self.expand(f)) for f in (self.train_file, self.eval_file) if f)
+            self.note("labels scheme", f"task.labels holds {', '.join(foreign)}, not {self._found_scheme} tags, and "
+                                       f"the files ({names}) are {self._found_scheme}: no file holds them, so those "
+                                       "classes are never trained, yet the model can predict them; drop them from "
+                                       "task.labels (or write the files in IOBES)")
 
     def _names_for_numbers(self, sentences: Sentences) -> None:
         """A JSONL file's numeric tags are ids into task.labels (as the Hub's ClassLabel is). A
