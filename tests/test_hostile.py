@@ -762,24 +762,37 @@ def test_full_disk_is_said_as_such_and_leaves_nothing(tmp_path: Path, cli, finis
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial*"))
 
 
-def test_interrupted_export_does_not_block_the_next(tmp_path: Path, cli, finished: Path) -> None:
-    """An export killed with SIGKILL half-way leaves `.OUT.partial` (marked as an export's) and
-    nothing at OUT; the next export clears it and writes OUT whole, with no mark left in it."""
+@pytest.mark.parametrize("when", ["saving", "renaming"])
+def test_interrupted_export_does_not_block_the_next(tmp_path: Path, cli, finished: Path, when: str) -> None:
+    """An export killed with SIGKILL half-way (after its first weights; or with all written, just
+    before the rename puts it in place) leaves `.OUT.partial` (marked as an export's) and nothing
+    at OUT; the next export clears it and writes OUT whole, with no mark left in it. The mark was
+    removed before the rename: a kill there left an unmarked folder every later export refused."""
+    import pathlib
+
     import transformers
 
     from toolkit.cli import main
 
     run = _copy(finished, tmp_path)
-    save = transformers.PreTrainedModel.save_pretrained
+    save, rename = transformers.PreTrainedModel.save_pretrained, pathlib.Path.rename
 
     def killed(self, *args: Any, **kwargs: Any) -> None:  # the first weights written, then SIGKILL
         save(self, *args, **kwargs)
         os.kill(os.getpid(), signal.SIGKILL)
 
+    def killed_renaming(self: Path, target: Any) -> Any:  # all written, SIGKILL before the rename
+        if self.name == ".out.partial":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return rename(self, target)
+
     pid = os.fork()  # the export in a child of this process (no second interpreter to start)
     if pid == 0:
         try:
-            transformers.PreTrainedModel.save_pretrained = killed
+            if when == "saving":
+                transformers.PreTrainedModel.save_pretrained = killed
+            else:
+                pathlib.Path.rename = killed_renaming
             main(["export", str(run), str(tmp_path / "out")])
         finally:
             os._exit(3)

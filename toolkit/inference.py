@@ -743,11 +743,11 @@ def _export_run(run: Path, out: Path, merge: bool, push_to_hub: str | None) -> s
     with _partial(out) as partial, writing(out, NOTHING_KEPT):
         note, model, tok = _export_into(run, recipe, partial, merge)
         note += specials_read_otherwise(recipe.task, partial) + _smoke_said(recipe)
-        (partial / PARTIAL_MARK).unlink()
         runs.follow_umask(partial)  # safetensors writes 0600 whatever the umask
         if out.exists():
             out.rmdir()  # empty (checked above)
-        partial.rename(out)
+        partial.rename(out)  # marked until here: a kill before it leaves a `.OUT.partial` the next export clears
+        (out / PARTIAL_MARK).unlink()
     if push_to_hub:
         push(out, model, push_to_hub)
     return note
@@ -776,7 +776,9 @@ def say_smoke(run: Path, recipe: Recipe, what: str) -> None:
               f"{'trained' if recipe.method.trains else 'ran'} on, not {_smoke_named(recipe)}'s", file=sys.stderr)
 
 
-PARTIAL_MARK = ".toolkit-export"  # in a folder being exported (`_partial`), removed before it is put in place
+PARTIAL_MARK = ".toolkit-export"  # in a folder being exported (`_partial`), removed once it is put in place
+# (the mark removed before the rename, an export killed between the two left an unmarked
+# `.OUT.partial` that every later export refused as a user's own, "move it away")
 
 
 def _not_ours(partial: Path, what: str) -> None:
