@@ -752,6 +752,26 @@ def test_transformers_attention_that_cannot_train_here_is_refused_at_validate(tm
     assert validate("sdpa")[0] == 0
 
 
+@pytest.mark.parametrize("family, upstream, refused", [("bert", 0.0, False), ("bart", 0.2, True)])
+def test_flex_attention_dropout_is_checked_in_the_model_a_chain_loads(tmp_path: Path, cli, tiny_checkpoint, monkeypatch,
+                                                                     family: str, upstream: float, refused: bool) -> None:
+    """A `{run: ...}` recipe under flex_attention loads the upstream run's model/, saved with that
+    run's model.dropout: it was checked against the base checkpoint's config instead, so BERT's
+    0.1 refused a chain whose upstream had set dropout 0, and BART's 0 passed one whose upstream
+    had set 0.2 (the traceback at the first step on a GPU)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    up = write_recipe(tmp_path / "up.yaml", f"model: {{checkpoint: {tiny_checkpoint(family)}, dropout: {upstream}}}\n"
+                      "method: {name: full}\ntask: {name: glue, subset: sst2}\n")
+    down = write_recipe(tmp_path / "down.yaml", f"model: {{checkpoint: {{run: {up}}}, attention: flex_attention}}\n"
+                        "method: {name: full}\ntask: {name: glue, subset: sst2}\n")
+    code, _, err = cli("validate", down)
+    assert code == (2 if refused else 0) and "Traceback" not in err, err
+    if refused:
+        assert f"the model of run {up} (saved with its model.dropout) has 0.2" in err, err
+
+
 @pytest.mark.parametrize("family", ["gpt2", "t5"])
 @pytest.mark.parametrize("method", ["full", "icl"])
 def test_flex_attention_a_family_cannot_run_is_refused_at_validate(tmp_path: Path, cli, tiny_checkpoint,

@@ -493,12 +493,16 @@ NO_DROPOUT = ("flex_attention",)
 ATTENTION_DROPOUT = ("attention_probs_dropout_prob", "attn_pdrop", "attention_dropout", "dropout_rate")
 
 
-def check_attention_dropout(attention: Any, checkpoint: str, dropout: float | None) -> None:
+def check_attention_dropout(attention: Any, checkpoint: str, dropout: float | None,
+                            saved: tuple[float, str] | None = None) -> None:
     """One line where a recipe trains under one of transformers' attention functions that train on
     a GPU only and take no attention dropout (`NO_DROPOUT`) on a machine without one, or while its
-    model has attention dropout: `model.dropout` where set, else the checkpoint's config where this
-    machine has it. A traceback at the first training step otherwise, after the data and the model
-    loaded."""
+    model has attention dropout: `model.dropout` where set, else the config of the model it loads:
+    a `{run: ...}` chain's upstream model/, saved with that run's model.dropout (`saved`: the
+    value and the run), else the base checkpoint's where this machine has it. A traceback at the
+    first training step otherwise, after the data and the model loaded. A chained recipe was
+    checked against the base checkpoint's config: refused where the upstream run had saved its
+    model with dropout 0, passed where it had saved one with dropout (the traceback)."""
     name = modules.name_of(attention)
     if not isinstance(name, str) or name.split("|")[-1] not in NO_DROPOUT:
         return
@@ -507,13 +511,17 @@ def check_attention_dropout(attention: Any, checkpoint: str, dropout: float | No
     if not torch.cuda.is_available():
         raise UserError(f"model.attention: transformers' {name} trains on a GPU only (torch's FlexAttention "
                         "has no backward on CPU), and this machine has none; use sdpa")
+    holder = checkpoint
+    if dropout is None and saved is not None:
+        dropout, run = saved
+        holder = f"the model of run {run} (saved with its model.dropout)"
     if dropout is None:
         config = checkpoint_config(checkpoint)
         dropout = max((float(config[k]) for k in ATTENTION_DROPOUT if isinstance(config.get(k), (int, float))),
                       default=0.0)
     if dropout:
         raise UserError(f"model.attention: transformers' {name} takes no attention dropout in training, and "
-                        f"{checkpoint} has {dropout:g}; set model.dropout: 0, or use sdpa")
+                        f"{holder} has {dropout:g}; set model.dropout: 0, or use sdpa")
 
 
 def _importable(module: str) -> bool:

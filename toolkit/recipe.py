@@ -55,7 +55,7 @@ def parse_plan(raw: dict, name: str = "recipe", smoke: bool = False, origin: Pat
         recipe.model.checkpoint = chain.canonical(recipe.model.checkpoint, origin)
     else:
         _canonical_folder(recipe)
-    check(recipe, checked.base)
+    check(recipe, checked.base, checked.saved_dropout)
     if launch:  # after check: it names them as written
         recipe.task_as_written = tasks.canonical_data_paths(recipe.task) or None
     return checked
@@ -239,10 +239,11 @@ def _check_compile_optimizer(recipe: Recipe) -> None:
                         "(after_step, skipped_step) runs on the host; set compile_optimizer: false")
 
 
-def check(recipe: Recipe, base: Recipe | None = None) -> None:
+def check(recipe: Recipe, base: Recipe | None = None, saved_dropout: tuple[float, str] | None = None) -> None:
     """Cross-field checks: task settings, attention, model family x head x method x task. `base`
     is the recipe at the bottom of a `{run: ...}` chain (RunPlan.base): continued pretraining
-    keeps the model family of its base; None: this recipe names its model itself."""
+    keeps the model family of its base; None: this recipe names its model itself.
+    `saved_dropout`: the dropout an upstream run saved in the model this one loads (RunPlan.saved_dropout)."""
     task = recipe.task
     task.check_fields()
     task.check()
@@ -278,7 +279,8 @@ def check(recipe: Recipe, base: Recipe | None = None) -> None:
              and isinstance(base.model.checkpoint, str) else None)
     models.check_attention(recipe.model.attention, family, sizes)
     if recipe.method.trains and isinstance(base.model.checkpoint, str):
-        models.check_attention_dropout(recipe.model.attention, base.model.checkpoint, recipe.model.dropout)
+        models.check_attention_dropout(recipe.model.attention, base.model.checkpoint, recipe.model.dropout,
+                                        saved_dropout)
     shape = models.readable_sizes(base.model.checkpoint, with_positions=False) if isinstance(base.model.checkpoint, str) else None
     if shape and shape[1]:  # the real checkpoint's width, under --smoke too: no layer of it is wider
         methods.check_sizes(recipe.method, shape[1], f"the width of {base.model.checkpoint}")

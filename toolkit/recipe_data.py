@@ -227,6 +227,19 @@ class RunPlan:
     checkpoint_path: str | None = None  # the upstream run's model/ folder, once resolved (chain.resolve)
 
     @property
+    def saved_dropout(self) -> tuple[float, str] | None:
+        """The model.dropout the model this plan loads was saved with, and the run it names: the
+        nearest upstream run's of a `{run: ...}` chain that sets one (its model/ config.json holds
+        it); None where none does (the base checkpoint's config holds the dropout)."""
+        plan = self
+        while plan.upstream is not None:
+            ref = plan.recipe.model.checkpoint
+            plan = plan.upstream
+            if plan.recipe.model.dropout is not None:
+                return plan.recipe.model.dropout, str(ref["run"]) if isinstance(ref, dict) else str(ref)
+        return None
+
+    @property
     def base(self) -> Recipe:
         """The recipe at the bottom of the chain: continued pretraining keeps its model family."""
         plan = self
