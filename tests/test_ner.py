@@ -304,6 +304,16 @@ def _predict_untagged(run: Path, cli, tmp_path: Path) -> None:
     assert "tagged" not in rows[0] and rows[0]["no_token"] == [1] and rows[0]["tags"][1] == "O"
     assert rows[1]["tagged"] == fits < len(long) and rows[1]["no_token"] == [1, 14]
     assert all(t == "O" for t in rows[1]["tags"][fits:])
+    import csv  # --output .json and .csv hold the same rows: `tagged` / `no_token` where a row has them
+    for fmt in ("json", "csv"):
+        path = tmp_path / f"untagged-out.{fmt}"
+        code, _, err = cli("predict", run, "--input", source, "--output", path)
+        assert code == 0, err
+        if fmt == "json":
+            assert json.loads(path.read_text()) == rows
+            continue
+        read = list(csv.DictReader(path.open(newline="")))
+        assert [{k: json.loads(v) for k, v in r.items() if v != ""} for r in read] == rows
 
 
 def test_score_reads_every_gold_word() -> None:

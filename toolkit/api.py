@@ -377,7 +377,8 @@ def _data_of_the_run(folder: Path, overrides: list[str], task_from: str | None) 
 def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     """One dict per input of a trained run: its fields and the task's prediction (classification:
     `label`, its `score` and every label's `probabilities`; regression: `score`; NER: `tags` per
-    word; summarization, translation, QA: `prediction`, the text; docs/tasks.md). An input is a
+    word, and where the model tagged some words `O` unseen, `tagged` (the words that fit a cut
+    sentence) and `no_token` (the indices of words of no sub-token); summarization, translation, QA: `prediction`, the text; docs/tasks.md). An input is a
     text, a (text, text) pair, a list of words, or a mapping with the task's fields; one text
     alone is one input. No inputs are no predictions (the tasks' encoders failed on an empty
     batch with a ValueError about a column)."""
