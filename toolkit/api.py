@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator, Mapping, Union
 
 from toolkit import chain, devices, hub, quiet, recipe as recipe_module, reports, runs, sharding, sweeps
 from toolkit.arguments import check, typed
-from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
+from toolkit.errors import Interrupted, PeerStopped, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
 from toolkit.recipe_data import override_leaves, safe_yaml
 
@@ -609,7 +609,7 @@ def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
         if made_here and int(os.environ.get("RANK", "0")) == 0 and not runs.checkpoints(out):
             runs.clear(out)
         if gone is not None:
-            raise UserError(gone) from None
+            raise PeerStopped(gone) from None
         raise
 
 
