@@ -480,6 +480,9 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
                 done.append(Run(out))
                 continue
             error = exc  # another run's lock (an upstream's): this point failed
+        except PeerStopped as exc:  # under a launch, another process stopped: no point goes on without it
+            raise PeerStopped(f"sweep: run {i} of {len(points)} ({point}): {exc}; finished runs are kept: the same "
+                              "call continues from there") from None
         except UserError as exc:  # which point, as `toolkit sweep` says it (the run's own line alone named none)
             error = exc
         if not keep_going:

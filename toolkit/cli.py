@@ -108,6 +108,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{holder} right now: left to it; the sweep goes on with the next point", flush=True)
             left.append(out)
             continue
+        if code == STOPPED_WITH_THE_LAUNCH:  # under a launch, another process stopped: no point goes on without it
+            raise PeerStopped(f"sweep: run {i} of {len(points)} ({point}) stopped with the launch: another of its "
+                              "processes stopped first; finished runs are kept: the same command continues from there")
         if code != 0:
             what = f"run {i} of {len(points)} ({point}) failed (exit {code})"
             if not args.keep_going:
