@@ -604,7 +604,7 @@ class Loop:
             runs.append_log(self.out, {"step": self.state.step, "epoch": self._epochs_done(), "eval": metrics,
                                        "eval_runtime_s": runtime})
             self.state.logged = self.state.step
-            tracking.log(self.acc, {"eval": metrics}, self.state.step)
+            tracking.log(self.acc, {"eval": metrics, "eval_runtime_s": runtime}, self.state.step)  # as log.jsonl
             tqdm.write(f"step {self.state.step}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         self.save()
 
