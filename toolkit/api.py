@@ -530,6 +530,8 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     _check_runs_root(root)
     out = runs.run_dir(plan.recipe, root)  # a chained run's upstream id is in the plan already (parse_plan)
     finished = not force and _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before torch
+    if not finished and not force:  # what it resumes from, before anything runs (--force removes it)
+        runs.check_checkpoints_folder(out)
     quiet.libraries()
     from toolkit import train  # torch: imported on the first run, after every check above
 
