@@ -804,3 +804,33 @@ def test_a_checkpoints_path_that_is_no_folder_is_one_line_before_anything_runs(t
     if entry == "run":  # --force starts it again, the file removed with the rest
         code, out, err = cli("run", recipe, "--runs-dir", runs, "--force")
         assert code == 0 and (run / "metrics.json").is_file() and not (run / "checkpoints").exists(), err
+
+
+@pytest.mark.parametrize("limit", [2, 3])
+def test_a_stopped_and_resumed_run_keeps_the_checkpoints_of_the_uninterrupted_one(tmp_path: Path, cli, tiny_checkpoint,
+                                                                                   limit: int) -> None:
+    """`--stop-after 3` checkpoints step 3, which a run saving every 2 steps never saves: it was kept
+    as a step checkpoint, so the finished run (train.keep_checkpoints) held step-3 beside step-2 and
+    step-4, or step-3 and step-4 where the uninterrupted run kept step-2 and step-4. The next
+    checkpoint, once whole, removes it: the finished folder's checkpoints are the uninterrupted
+    run's, step for step."""
+    from toolkit import runs
+
+    recipe = _tiny_classification(tmp_path, tiny_checkpoint)
+    common = ["train.max_steps=4", "train.save_every=2", "train.keep_checkpoints=true",
+              f"train.save_total_limit={limit}"]
+    kept, folders = {}, {}
+    for name, stops in (("whole", []), ("stopped", [3])):
+        root = tmp_path / name
+        for stop in stops:
+            assert cli("run", recipe, *common, "--runs-dir", root, "--stop-after", stop)[0] == 0
+            assert runs.last_step(_only(root)) == 3  # what it goes on from
+        code, out, err = cli("run", recipe, *common, "--runs-dir", root)
+        assert code == 0 and ("resuming from" in out) == bool(stops), out + err
+        folders[name] = _only(root)
+        kept[name] = sorted(str(p.relative_to(folders[name])) for p in folders[name].rglob("*")
+                            if "tracking" not in p.parts)
+    assert kept["stopped"] == kept["whole"] and "checkpoints/step-000002" in kept["whole"], kept["stopped"]
+    assert [p for p in kept["whole"] if p.startswith("checkpoints/step-") and p.count("/") == 1] == [
+        "checkpoints/step-000002", "checkpoints/step-000004"]
+    _same_run(folders["whole"], folders["stopped"])
