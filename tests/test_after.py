@@ -233,6 +233,13 @@ def test_tensorboard_receives_what_log_jsonl_records(tmp_path: Path, cli) -> Non
     assert [e.value for e in acc.Scalars("train.loss")] == pytest.approx(losses, rel=1e-6)
     final = [l["eval"]["accuracy"] for l in logged if "eval" in l][-1]
     assert acc.Scalars("eval.accuracy")[-1].value == pytest.approx(final, rel=1e-6)
+    # every number of its lines, at its step, and the step as no number of its own (`train.step` was one)
+    numbers = {("train." if "loss" in l else "") + k for l in logged for k, v in l.items()
+               if isinstance(v, (int, float)) and k != "step" and not (k == "epoch" and "eval" in l)}
+    numbers |= {f"eval.{k}" for l in logged for k in l.get("eval", {})}
+    scalars = set(acc.Tags()["scalars"]) - {"train_loss", "train_runtime_s", "train_samples_per_second"}
+    assert scalars == numbers, scalars ^ numbers
+    assert acc.Scalars("eval_runtime_s")[-1].value == pytest.approx(logged[-1]["eval_runtime_s"], rel=1e-6)
     # the run's summary as Trainer sends it (train_loss: the mean over its steps), at its last step
     metrics = json.loads((run / "metrics.json").read_text())
     for key in ("train_loss", "train_runtime_s", "train_samples_per_second"):

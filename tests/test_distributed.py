@@ -765,6 +765,9 @@ def test_an_interrupted_launch_names_the_command_that_goes_on_with_its_own_run(t
     # process 1's user error (or its kill), process 0 stopped by the launcher's SIGTERM after it
     ("failed 143,2", 2), ("failed -15,2", 2), ("failed 143,-9", 1),
     ("failed 143,143", 143),  # SIGTERM to the processes themselves
+    # a process killed (or failed) while the other, its collective losing it, stopped with the
+    # launch (exit 3): the launch's code is the kill's 1 (it was that one's 2), or the error's 2
+    ("failed -9,3", 1), ("failed 3,-9", 1), ("failed 3,2", 2), ("failed 3,3", 1), ("failed 143,3", 1),
 ])
 def test_make_run_nproc_2_ends_with_its_processes_exit_code(monkeypatch, capsys, ended: str, code: int) -> None:
     """`make run NPROC=2` (toolkit.launch) ends as its processes end: a user error's 2, a process
@@ -803,6 +806,26 @@ def test_make_run_nproc_2_ends_with_its_processes_exit_code(monkeypatch, capsys,
             "and the launch stopped with it" for rank, c in enumerate(codes) if c == -9]
     assert capsys.readouterr().err.splitlines() == said
     assert not logging.getLogger(launch.LAUNCHER_LOGGERS[0]).isEnabledFor(logging.ERROR)
+
+
+@pytest.mark.parametrize("where", ["in the run", "outside it"])
+def test_a_process_stopped_because_a_peer_stopped_exits_with_its_own_code(tmp_path: Path, cli, monkeypatch,
+                                                                          where: str) -> None:
+    """A process whose collective lost its peer said `stopped with the launch` and exited 2, a
+    user error's code: beside a process killed by SIGKILL (which says nothing) the launch ended
+    with 2. It exits errors.STOPPED_WITH_THE_LAUNCH, which toolkit.launch passes over."""
+    from toolkit import cli as command, train
+    from toolkit.errors import STOPPED_WITH_THE_LAUNCH
+
+    as_launched(monkeypatch, launch_env("ddp", 2))
+
+    def lost(*args, **kwargs):
+        raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+
+    monkeypatch.setattr(*(train, "run") if where == "in the run" else (command, "run_one"), lost)
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == STOPPED_WITH_THE_LAUNCH == 3, err
+    assert err.splitlines()[-1].startswith("error: process 0 of 2 stopped with the launch: "), err
 
 
 @pytest.mark.parametrize("rank", ["0", "1"])

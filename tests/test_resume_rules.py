@@ -14,6 +14,7 @@ uninterrupted run wrote (the predictions were lost: they were only in memory).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -774,3 +775,62 @@ def test_ctrl_c_names_the_resume_of_the_same_launch(tmp_path: Path, cli, stopped
         monkeypatch.setenv(key, value)
     line = str(api._interrupted(KeyboardInterrupt(), _only(runs), True, str(recipe), ["--runs-dir", str(runs)]))
     assert f"keeps the checkpoint of step 1: `{said.format(recipe=recipe, runs=runs)}` goes on from there" in line, line
+
+
+@pytest.mark.parametrize("entry", ["run", "run --resume", "api"])
+def test_a_checkpoints_path_that_is_no_folder_is_one_line_before_anything_runs(tmp_path: Path, cli, stopped_tiny,
+                                                                                entry: str) -> None:
+    """A run folder whose `checkpoints/` was replaced by a file: the run started again from step 0
+    without a word (no checkpoint found) and failed at its first save, after training up to it.
+    It is one line naming the path, before anything runs; the folder is left as it was."""
+    import toolkit
+    from toolkit.errors import UserError
+
+    recipe, runs = stopped_tiny(tmp_path, cli)
+    run = _only(runs)
+    import shutil
+
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").write_text("not a folder\n")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    said = f"{run / 'checkpoints'}: is a file, not the folder of the run's checkpoints"
+    if entry == "api":
+        with pytest.raises(UserError, match=re.escape(said)):
+            toolkit.run(recipe, runs_dir=runs)
+    else:
+        code, out, err = cli(*entry.split(), recipe, "--runs-dir", runs)
+        assert code == 2 and err.splitlines()[-1].startswith(f"error: {said}") and "it/s" not in err, out + err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    if entry == "run":  # --force starts it again, the file removed with the rest
+        code, out, err = cli("run", recipe, "--runs-dir", runs, "--force")
+        assert code == 0 and (run / "metrics.json").is_file() and not (run / "checkpoints").exists(), err
+
+
+@pytest.mark.parametrize("limit", [2, 3])
+def test_a_stopped_and_resumed_run_keeps_the_checkpoints_of_the_uninterrupted_one(tmp_path: Path, cli, tiny_checkpoint,
+                                                                                   limit: int) -> None:
+    """`--stop-after 3` checkpoints step 3, which a run saving every 2 steps never saves: it was kept
+    as a step checkpoint, so the finished run (train.keep_checkpoints) held step-3 beside step-2 and
+    step-4, or step-3 and step-4 where the uninterrupted run kept step-2 and step-4. The next
+    checkpoint, once whole, removes it: the finished folder's checkpoints are the uninterrupted
+    run's, step for step."""
+    from toolkit import runs
+
+    recipe = _tiny_classification(tmp_path, tiny_checkpoint)
+    common = ["train.max_steps=4", "train.save_every=2", "train.keep_checkpoints=true",
+              f"train.save_total_limit={limit}"]
+    kept, folders = {}, {}
+    for name, stops in (("whole", []), ("stopped", [3])):
+        root = tmp_path / name
+        for stop in stops:
+            assert cli("run", recipe, *common, "--runs-dir", root, "--stop-after", stop)[0] == 0
+            assert runs.last_step(_only(root)) == 3  # what it goes on from
+        code, out, err = cli("run", recipe, *common, "--runs-dir", root)
+        assert code == 0 and ("resuming from" in out) == bool(stops), out + err
+        folders[name] = _only(root)
+        kept[name] = sorted(str(p.relative_to(folders[name])) for p in folders[name].rglob("*")
+                            if "tracking" not in p.parts)
+    assert kept["stopped"] == kept["whole"] and "checkpoints/step-000002" in kept["whole"], kept["stopped"]
+    assert [p for p in kept["whole"] if p.startswith("checkpoints/step-") and p.count("/") == 1] == [
+        "checkpoints/step-000002", "checkpoints/step-000004"]
+    _same_run(folders["whole"], folders["stopped"])

@@ -418,6 +418,39 @@ def test_a_point_is_run_as_planned_or_not_at_all(tmp_path: Path, cli, monkeypatc
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])
+def test_a_point_stopped_with_its_launch_stops_the_sweep_with_that_code(tmp_path: Path, cli, monkeypatch,
+                                                                       entry: str) -> None:
+    """Under a launch, a point whose process stopped because another process of the launch stopped
+    first (exit errors.STOPPED_WITH_THE_LAUNCH) failed as a user error (exit 2, and --keep-going
+    went on to a point whose peers were gone): the sweep stops with that code, which the launch
+    passes over for the cause's (toolkit.launch.exit_code)."""
+    import subprocess
+
+    import toolkit
+    from toolkit import api, cli as cli_module
+    from toolkit.errors import STOPPED_WITH_THE_LAUNCH, PeerStopped
+
+    started, popen = [], subprocess.Popen
+
+    def lost(*args, **kwargs):
+        started.append(args)
+        if entry == "cli":
+            return popen(["sh", "-c", f"exit {STOPPED_WITH_THE_LAUNCH}"])
+        raise PeerStopped("process 1 of 2 stopped with the launch: another of its processes stopped first")
+
+    recipe = write_recipe(tmp_path / "r.yaml", RECIPE)
+    if entry == "cli":
+        monkeypatch.setattr(cli_module.subprocess, "Popen", lost)
+        code, _, err = cli("sweep", recipe, "train.lr=1e-3,2e-3", "--keep-going", "--runs-dir", tmp_path / "runs")
+        assert code == STOPPED_WITH_THE_LAUNCH and "sweep: run 1 of 2 (" in err and "stopped with the launch" in err, err
+    else:
+        monkeypatch.setattr(api, "run", lost)
+        with pytest.raises(PeerStopped, match=r"^sweep: run 1 of 2 \(.+\): process 1 of 2 stopped with the launch"):
+            toolkit.sweep([recipe], ["train.lr=1e-3,2e-3"], seeds=None, runs_dir=tmp_path / "runs", keep_going=True)
+    assert len(started) == 1
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
 def test_a_sweep_of_no_recipe_is_refused_at_every_entry_point(tmp_path: Path, cli, entry: str) -> None:
     """`toolkit.sweep([])` (a glob that matched nothing) returned [] as if a grid had run, where
     `toolkit sweep train.lr=1e-4,3e-4` is one line: the same refusal in both, nothing made."""

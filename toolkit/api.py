@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator, Mapping, Union
 
 from toolkit import chain, devices, hub, quiet, recipe as recipe_module, reports, runs, sharding, sweeps
 from toolkit.arguments import check, typed
-from toolkit.errors import Interrupted, UserError, disk_full, no_room, writing
+from toolkit.errors import Interrupted, PeerStopped, UserError, disk_full, no_room, writing
 from toolkit.recipe import RunPlan, find_recipe
 from toolkit.recipe_data import override_leaves, safe_yaml
 
@@ -481,6 +481,9 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
                 done.append(Run(out))
                 continue
             error = exc  # another run's lock (an upstream's): this point failed
+        except PeerStopped as exc:  # under a launch, another process stopped: no point goes on without it
+            raise PeerStopped(f"sweep: run {i} of {len(points)} ({point}): {exc}; finished runs are kept: the same "
+                              "call continues from there") from None
         except UserError as exc:  # which point, as `toolkit sweep` says it (the run's own line alone named none)
             error = exc
         if not keep_going:
@@ -528,6 +531,8 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     _check_runs_root(root)
     out = runs.run_dir(plan.recipe, root)  # a chained run's upstream id is in the plan already (parse_plan)
     finished = not force and _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before torch
+    if not finished and not force:  # what it resumes from, before anything runs (--force removes it)
+        runs.check_checkpoints_folder(out)
     quiet.libraries()
     from toolkit import train  # torch: imported on the first run, after every check above
 
@@ -610,7 +615,7 @@ def _whole_or_gone(out: Path, made_here: bool) -> Iterator[None]:
         if made_here and int(os.environ.get("RANK", "0")) == 0 and not runs.checkpoints(out):
             runs.clear(out)
         if gone is not None:
-            raise UserError(gone) from None
+            raise PeerStopped(gone) from None
         raise
 
 

@@ -66,10 +66,13 @@ class State:
 
 
 
-def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None, keep: int | None) -> None:
+def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None, keep: int | None,
+         stop: bool = False) -> None:
     """Written under a temporary name, with a manifest of every file's size and hash, and
     renamed when whole: a kill at any moment leaves the previous checkpoints intact. `keep`:
-    a step pruning must spare (the best so far)."""
+    a step pruning must spare (the best so far). `stop`: the checkpoint of `--stop-after N` at
+    a step the run's schedule saves no checkpoint at, marked so (STOP): the next checkpoint, once
+    whole, removes it (stopped_here)."""
     name = runs.step_name(state.step)
     folder, tmp = out / "checkpoints" / name, out / "checkpoints" / f"tmp-{name}"
     state.peak_memory_mb = max(state.peak_memory_mb, devices.peak_memory_mb(acc.device))
@@ -87,7 +90,8 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
         runs.sync_tree(tmp)  # on disk, not in the page cache only, before any older one goes
         if (out / "log.jsonl").is_file():  # and the log lines it goes on from (runs.check_log)
             runs.fsync(out / "log.jsonl")
-        fields = {**state.__dict__, "run": out.name}  # the run id: what a resume checks it belongs to
+        fields = {**state.__dict__, "run": out.name, **({STOP: True} if stop else {})}  # run: the run id,
+        # what a resume checks it belongs to
         runs.write_json(tmp / "trainer_state.json", {**fields, "manifest": runs.manifest(tmp),
                                                      "state_sha256": runs.state_digest(fields)})
         runs.fsync(tmp / "trainer_state.json")
@@ -96,8 +100,27 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
             shutil.rmtree(folder)
         os.replace(tmp, folder)
         runs.sync_tree(folder.parent, files=False)  # the rename itself
+        for earlier in runs.checkpoints(out):  # before rotation, which counted them among the newest
+            if runs.step_of(earlier) < state.step and stopped_here(earlier):
+                shutil.rmtree(earlier, ignore_errors=True)
         runs.prune(out, save_total_limit, keep, upto=state.step)
     acc.wait_for_everyone()
+
+
+# trainer_state.json's mark of a checkpoint `--stop-after N` wrote at a step its schedule saves
+# none at. It was kept as a step checkpoint: a run stopped at step 3 and resumed kept step-3 beside
+# step-2 and step-4 (train.keep_checkpoints, save_total_limit 3), or step-3 and step-4 where the
+# uninterrupted run kept step-2 and step-4 (its step-2 rotated out), not the uninterrupted run's
+# folder. The next checkpoint, once whole, removes it.
+STOP = "stop"
+
+
+def stopped_here(folder: Path) -> bool:
+    """Whether the checkpoint `folder` is one `--stop-after` wrote off the run's schedule (STOP)."""
+    try:
+        return runs.read_json(folder / "trainer_state.json").get(STOP) is True
+    except (ValueError, OSError, AttributeError):
+        return False
 
 
 def restore(acc: Accelerator, out: Path, total_steps: int, check: Any = None) -> State:
@@ -155,7 +178,7 @@ def _state(folder: Path) -> State:
     """The loop's State as a checkpoint saved it; fields this toolkit's State lacks (a checkpoint
     of another version) are one line, not a TypeError traceback."""
     saved = runs.read_json(folder / "trainer_state.json")
-    for key in ("manifest", "state_sha256", "run"):
+    for key in ("manifest", "state_sha256", "run", STOP):
         saved.pop(key, None)
     unknown = sorted(set(saved) - set(State.__dataclass_fields__))
     if unknown:

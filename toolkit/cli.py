@@ -19,7 +19,7 @@ from toolkit.api import (_check_runs_root, _data_of_the_run, _disk_error as disk
                          _run_folder, _run_precision, _scored_here, _checked, _unwritable, run_one)
 from toolkit.attention import ATTENTION
 from toolkit.arguments import ArgumentsError, Parser
-from toolkit.errors import Interrupted, UserError, user_path
+from toolkit.errors import STOPPED_WITH_THE_LAUNCH, Interrupted, PeerStopped, UserError, user_path
 from toolkit.recipe import find_recipe, read_yaml, recipe_files, recipes_root
 from toolkit.recipe_data import SECTION_NAMES, dump_yaml
 from toolkit.versions import warn_if_untested
@@ -108,6 +108,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{holder} right now: left to it; the sweep goes on with the next point", flush=True)
             left.append(out)
             continue
+        if code == STOPPED_WITH_THE_LAUNCH:  # under a launch, another process stopped: no point goes on without it
+            raise PeerStopped(f"sweep: run {i} of {len(points)} ({point}) stopped with the launch: another of its "
+                              "processes stopped first; finished runs are kept: the same command continues from there")
         if code != 0:
             what = f"run {i} of {len(points)} ({point}) failed (exit {code})"
             if not args.keep_going:
@@ -631,9 +634,9 @@ def _outcome(args: argparse.Namespace) -> int:
             return LEFT_TO_ANOTHER  # the sweep says it, and goes on
         _say(f"error: {exc}")
         return 2
-    except UserError as exc:
+    except UserError as exc:  # another process of the launch stopped first: the launch's code is its
         _say(f"error: {exc}")
-        return 2
+        return STOPPED_WITH_THE_LAUNCH if isinstance(exc, PeerStopped) else 2
     except BrokenPipeError:  # `toolkit report runs | head`: the reader left; end quietly, as SIGPIPE would
         _to_devnull(sys.stdout)
         return 128 + signal.SIGPIPE
@@ -653,7 +656,7 @@ def _outcome(args: argparse.Namespace) -> int:
     except Exception as exc:  # a full disk or an unwritable place anywhere: said as such
         if (gone := sharding.peer_stopped(exc)) is not None:  # under a launch: another process's error
             _say(f"error: {gone}")
-            return 2
+            return STOPPED_WITH_THE_LAUNCH
         if not _unwritable(exc):
             raise
         _say(f"error: {disk_error(exc)}")

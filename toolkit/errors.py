@@ -17,6 +17,17 @@ class UserError(Exception):
     """
 
 
+class PeerStopped(UserError):
+    """Under a launch of several processes: this process stopped because another one stopped
+    first (its collective lost the peer). Said in one line as a user error is, but it exits
+    STOPPED_WITH_THE_LAUNCH, not 2: the launch's exit code is the cause's (toolkit.launch), and a
+    process killed by SIGKILL beside one that said this ended the launch with 2, a user error's."""
+
+
+# the exit code of a process stopped because another process of its launch stopped first
+STOPPED_WITH_THE_LAUNCH = 3
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, with where it stopped: the training loop raises it carrying the step reached; the
     run sets the line to print (what was kept, how to go on). Still a KeyboardInterrupt, so code

@@ -5,8 +5,8 @@ When a process of the launch stops on a user error it says its one line (`error:
 traceback and report box (40 lines) followed that line and ended the launch with exit 1: the
 user's line buried under what reads as a crash. Here the same `launch_command` runs (accelerate's
 parser, config file and launchers, unchanged); a `ChildFailedError` ends the launch with the
-failed processes' own exit code (2 for a user error; 1 where a process was killed by a signal)
-and no traceback. Written here because accelerate offers no switch for it.
+failed process's own exit code (2 for a user error; 1 where a process was killed by a signal),
+not that of one stopped after it, and no traceback. Written here because accelerate offers no switch for it.
 
 The same for a signal to the launch (Ctrl-C, SIGTERM from a scheduler or `kill`): torch elastic's
 handler raised `SignalException` in the launcher after it had passed the signal to the processes
@@ -22,6 +22,8 @@ import logging
 import signal
 import sys
 
+from toolkit.errors import STOPPED_WITH_THE_LAUNCH
+
 # torch elastic's own lines on a failed or stopped launch (`Sending process N closing signal
 # SIGTERM`, `failed (exitcode: 2) local_rank: 1 (pid: N) of binary: ...`, `Received 2 death signal,
 # shutting down workers`), which followed the processes' own `error:` line
@@ -35,18 +37,21 @@ STOPPED_BY_THE_LAUNCHER = (128 + 15, -15)
 
 def exit_code(failures: dict) -> int:
     """The launch's exit code from torch elastic's failures ({rank: ProcessFailure}): that of the
-    process whose failure stopped the launch, the others' being the launcher's SIGTERM after it.
-    A user error in process 1 alone (exit 2) ended the launch with 143 where process 0, stopped by
-    the launcher's SIGTERM before its collective failed, exited so (its line `error: SIGTERM:
-    interrupted ...`): the first positive code by rank was taken. Now the first positive exit code
-    by rank among the processes that were not stopped by the launcher, else 1 (a signal, as
-    torchrun exits: a process killed, SIGKILL of the out-of-memory killer); 143 where every process
-    was stopped by SIGTERM (sent to the processes themselves)."""
+    process whose failure stopped the launch, the others' being the launcher's SIGTERM after it,
+    or their own stop when their collective lost the stopped peer (`error: process N of M stopped
+    with the launch: ...`, exit errors.STOPPED_WITH_THE_LAUNCH). A user error in process 1 alone
+    (exit 2) ended the launch with 143 where process 0, stopped by the launcher's SIGTERM before
+    its collective failed, exited so; and a process killed by SIGKILL beside one that stopped with
+    it ended the launch with that one's 2 (it exited 2 too), a user error's code for a kill. Now
+    the first positive exit code by rank among the processes that neither the launcher nor a lost
+    peer stopped, else 1 (a signal, as torchrun exits: a process killed, SIGKILL of the
+    out-of-memory killer); 143 where every process was stopped by SIGTERM (sent to the processes
+    themselves); 1 where every process says another stopped first (the cause left no code)."""
     codes = [getattr(failures[rank], "exitcode", 1) for rank in sorted(failures)]
     codes = [code if isinstance(code, int) else 1 for code in codes]
-    causes = [code for code in codes if code not in STOPPED_BY_THE_LAUNCHER]
+    causes = [code for code in codes if code not in (*STOPPED_BY_THE_LAUNCHER, STOPPED_WITH_THE_LAUNCH)]
     if not causes:
-        return 128 + 15
+        return 128 + 15 if all(code in STOPPED_BY_THE_LAUNCHER for code in codes) else 1
     return next((code for code in causes if code > 0), 1)
 
 

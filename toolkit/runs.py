@@ -529,6 +529,18 @@ def is_finished(path: Path) -> bool:
     return True
 
 
+def check_checkpoints_folder(path: Path) -> None:
+    """A run folder whose `checkpoints` is something other than a folder (a file put in its place):
+    no checkpoint was found there, so the run started again from step 0 without a word and failed
+    at its first save (`checkpoints/tmp-step-N: not a directory`) after training up to it. One
+    line naming it, before anything runs."""
+    folder = path / "checkpoints"
+    if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+        what = "a file" if folder.is_file() else "a broken link" if not folder.exists() else "no folder"
+        raise UserError(f"{folder}: is {what}, not the folder of the run's checkpoints; move it away (a run "
+                        "keeps its checkpoints there), or --force starts the run again from step 0 and removes it")
+
+
 def checkpoints(path: Path) -> list[Path]:
     """Step checkpoints, oldest first. A folder is named step-N only once whole (save renames it
     from tmp-step-N), so one without its state file is a damaged checkpoint, not none: it is

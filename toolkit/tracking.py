@@ -45,9 +45,11 @@ def start(accelerator: Any, name: str, recipe: dict, step: int = 0) -> None:
 
 
 def log(accelerator: Any, entry: dict, step: int) -> None:
-    """One log.jsonl entry, flattened (`eval.accuracy`), numbers only."""
+    """One log.jsonl entry, flattened (`eval.accuracy`), numbers only, at its step. The step is
+    the tracker's step, not a scalar: the filter compared the flattened keys with `step`, and the
+    training entry's (`train.step`) went to every tracker as a curve of its own."""
     if accelerator.log_with:
-        values = {k: v for k, v in flat(entry).items() if isinstance(v, (int, float)) and k not in ("step",)}
+        values = {k: v for k, v in flat(entry).items() if isinstance(v, (int, float)) and k.split(".")[-1] != "step"}
         accelerator.log(values, step=step)
 
 

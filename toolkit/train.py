@@ -195,10 +195,10 @@ class Loop:
         return task.loss(self.model(**task.model_inputs(batch)), batch).sum()
 
     # --- checkpoints -------------------------------------------------------------------------
-    def save(self) -> None:
+    def save(self, stop: bool = False) -> None:
         self._read()  # never a checkpoint past a non-finite step the limit refuses
         keep = self.state.best_step if self.cfg.keep_best else None
-        checkpoints.save(self.acc, self.out, self.state, self.cfg.save_total_limit, keep)
+        checkpoints.save(self.acc, self.out, self.state, self.cfg.save_total_limit, keep, stop=stop)
 
     def restore(self) -> None:
         self.state = checkpoints.restore(self.acc, self.out, self.total_steps, check=self._check_resume)
@@ -260,7 +260,7 @@ class Loop:
         self._read()
         if stop_after and self.state.step >= stop_after and self.state.step < self.total_steps:
             if runs.last_step(self.out) != self.state.step:  # not twice: the second removes the first
-                self.save()  # a simulated interruption: checkpoint and leave the run unfinished
+                self.save(stop=True)  # a simulated interruption: checkpoint and leave the run unfinished
             return None
         if self.state.last_eval is None or self.state.last_eval.get("step") != self.state.step:
             self._eval_and_save()
@@ -604,7 +604,7 @@ class Loop:
             runs.append_log(self.out, {"step": self.state.step, "epoch": self._epochs_done(), "eval": metrics,
                                        "eval_runtime_s": runtime})
             self.state.logged = self.state.step
-            tracking.log(self.acc, {"eval": metrics}, self.state.step)
+            tracking.log(self.acc, {"eval": metrics, "eval_runtime_s": runtime}, self.state.step)  # as log.jsonl
             tqdm.write(f"step {self.state.step}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         self.save()
 
