@@ -452,11 +452,7 @@ def test_a_glue_run_without_a_task_score_is_said_in_the_glue_section(tmp_path: P
         run = fake_run(tmp_path, "mrpc", "lora", seed, {"accuracy": 0.80, "f1": 0.90}, main="f1")
         if seed in seeds:
             _edit_metrics(run, lambda t: t.replace('"f1": 0.9, ', '"f1": NaN, ' if how == "null" else ""))
-    if entry == "cli":
-        code, text, _ = cli("report", tmp_path, "--glue", "--no-plots")
-        assert code == 0
-    else:
-        text = toolkit_report([tmp_path], glue=True)
+    text = _glue_text(tmp_path, cli, entry)
     glue = text.split("## Every run")[0]
     what = "f1 not a number (null in metrics.json: NaN or infinite)" if how == "null" else "f1 not in its metrics.json"
     for seed in seeds:
@@ -466,6 +462,15 @@ def test_a_glue_run_without_a_task_score_is_said_in_the_glue_section(tmp_path: P
         assert "| tiny lora | 80.00 (n=1; 1 no score) | 90.00 (n=1; 1 no score) |" in glue
     else:
         assert "No finished GLUE run here has a task score:" in glue and "No finished GLUE run here." not in glue
+
+
+def _glue_text(runs: Path, cli, entry: str) -> str:
+    """The GLUE report of `runs` as `toolkit report --glue` prints it (exit 0) or the API returns it."""
+    if entry == "cli":
+        code, text, _ = cli("report", runs, "--glue", "--no-plots")
+        assert code == 0
+        return text
+    return toolkit_report([runs], glue=True)
 
 
 GLUE_UNSCORED = {  # task: (its official metrics, the one a seed lacks, null or absent)
@@ -492,11 +497,7 @@ def test_a_glue_cell_counts_its_seeds_without_a_task_score_beside_n(tmp_path: Pa
         if seed == 44:
             _edit_metrics(run, lambda t: t.replace(f'"{lost}": {evals[lost]}', f'"{lost}": NaN' if how == "null" else
                                                    '"absent": 0').replace(', "absent": 0', ""))
-    if entry == "cli":
-        code, text, _ = cli("report", tmp_path, "--glue", "--no-plots")
-        assert code == 0
-    else:
-        text = toolkit_report([tmp_path], glue=True)
+    text = _glue_text(tmp_path, cli, entry)
     glue = text.split("### Beside")[0]
     cells = [f"{100 * v:.2f} ± 0.00" for v in evals.values()]
     assert "| tiny full | " + " | ".join(c + " (n=3)" for c in cells) + " | " in glue
@@ -1439,11 +1440,7 @@ def test_a_glue_tie_between_settings_is_said_and_goes_by_grid_order(tmp_path: Pa
     pivot's rule (core.choose) takes the first in grid order and says the tie."""
     for lr, acc, f1 in ((1e-4, 0.84, 0.86), (3e-5, 0.80, 0.90)):
         fake_run(tmp_path, "mrpc", "full", 42, {"accuracy": acc, "f1": f1}, lr=lr, main="f1")
-    if entry == "cli":
-        code, text, _ = cli("report", tmp_path, "--glue", "--no-plots")
-        assert code == 0
-    else:
-        text = toolkit_report([tmp_path], glue=True)
+    text = _glue_text(tmp_path, cli, entry)
     assert "| tiny full | 80.00 (n=1) | 90.00 (n=1) | 85.00 (n=1) |" in text
     assert ("the best of 2 settings (train.lr) on the dev score, selected and scored on the same dev set: "
             "optimistic; train.lr=3e-05 reported, tied on the mean with train.lr=0.0001") in text

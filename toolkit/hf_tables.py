@@ -56,16 +56,23 @@ def _literal(node: ast.expr) -> dict | None:
         return None
 
 
+def _tree(module: str) -> ast.Module | None:
+    """The parsed source of an installed module, not imported; None where it cannot be read."""
+    path = _source(module)
+    if path is None:
+        return None
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+
+
 @functools.lru_cache(maxsize=None)
 def _module_tables(module: str) -> dict[str, dict]:
     """Top-level `NAME = <literal table>` of a module, leaving out any name the module assigns
     twice or changes in place (its value is then not the literal)."""
-    path = _source(module)
-    if path is None:
-        return {}
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+    tree = _tree(module)
+    if tree is None:
         return {}
     tables: dict[str, dict] = {}
     assigned: dict[str, int] = {}
@@ -164,12 +171,8 @@ def valid_attention(registered: bool = False) -> list[str]:
 @functools.lru_cache(maxsize=None)
 def _module_classes(module: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
     """Each top-level class of a module: (its bases' names, its class-level `NAME = constant`s)."""
-    path = _source(module)
-    if path is None:
-        return {}
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+    tree = _tree(module)
+    if tree is None:
         return {}
     classes = {}
     for node in tree.body:
