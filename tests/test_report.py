@@ -383,7 +383,8 @@ def test_a_metric_recorded_as_null_is_left_out_and_named_never_a_traceback(tmp_p
     assert sorted(m["metrics"]["seed"] for m in glue) == [42, 43]  # the GLUE score needs both metrics
     assert (f"- {bad}: STS-B pearson not a number (null in metrics.json: NaN or infinite): seed 44 has no STS-B "
             "score, and is left out of that cell and of the per-seed GLUE average") in text.split("### Beside")[0]
-    assert "| glue/stsb/tiny-full | full | 3 | 85.00 ± 7.07 (n=2) | 70.00 ± 20.00 |" in text  # spearmanr: all 3
+    # the runs table counts the null seed beside n, as the pivot does; spearmanr: all 3
+    assert "| glue/stsb/tiny-full | full | 3 | 85.00 ± 7.07 (n=2; 1 null) | 70.00 ± 20.00 |" in text
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])
@@ -396,7 +397,9 @@ def test_a_pivot_cell_says_its_null_runs(tmp_path: Path, cli, entry: str, null_s
     pivot cell with no word there: the cell's n read as every seed that ran (a diverged seed
     dropped, the mean over the others flattering its method), or a blank as a method never run;
     with the main metric null in every run the pivot was not printed at all (exit 0). The cell
-    counts its nulls and a note under the pivot names the runs."""
+    counts its nulls and a note under the pivot names the runs. The runs table ("Every run")
+    counts them alike: its cell read `(n=2)` beside `seeds 3`, and a metric null in every run
+    of the report had no column there at all."""
     for seed in (42, 43, 44):
         fake_run(tmp_path, "stsb", "full", seed, {"pearson": 0.8, "spearmanr": 0.8}, main="pearson")
         run = fake_run(tmp_path, "stsb", "lora", seed, {"pearson": 0.9 + seed / 1000, "spearmanr": 0.5}, main="pearson")
@@ -408,6 +411,8 @@ def test_a_pivot_cell_says_its_null_runs(tmp_path: Path, cli, entry: str, null_s
     else:
         text = toolkit_report([tmp_path], row_key="task", col_key="method")
     assert f"| stsb | 80.00 ± 0.00 (n=3) | {cell} |" in text
+    runs_table = text.split("## Every run")[1]
+    assert f"| glue/stsb/tiny-lora | lora | 3 | {cell} |" in runs_table
     (note,) = [line for line in text.splitlines() if line.startswith("- stsb / lora: pearson is null")]
     assert f"in {len(null_seeds)} run(s), left out of the cell's mean, its n and its choice of setting" in note
     assert sorted(note.split(": ")[-1].split("; ")) == sorted(str(r.parent) for r in tmp_path.rglob("metrics.json")
@@ -416,6 +421,9 @@ def test_a_pivot_cell_says_its_null_runs(tmp_path: Path, cli, entry: str, null_s
         _edit_metrics(run.parent, lambda t: re.sub(r'"pearson": [0-9.]+', '"pearson": NaN', t))
     code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--no-plots")
     assert code == 0 and "| stsb | – (n=0; 3 null) | – (n=0; 3 null) |" in text
+    runs_table = text.split("## Every run")[1]  # null in every run of the report: its column is still there
+    assert "| run | method | seeds | pearson (%) ↑ | spearmanr (%) ↑ |" in runs_table
+    assert "| glue/stsb/tiny-full | full | 3 | – (n=0; 3 null) | 80.00 ± 0.00 |" in runs_table
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])

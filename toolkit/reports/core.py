@@ -1005,6 +1005,22 @@ def declarations(items: list[dict]) -> dict[str, Metric]:
     return out
 
 
+def with_nulled(decls: dict[str, Metric], items: list[dict]) -> dict[str, Metric]:
+    """`decls` and each metric null in some run and in none of `decls` (null in every run: NaN or
+    infinite), as the run declared it, in the runs' declared order: its cells count the nulls, not
+    a table without it."""
+    nulled = {n: i for i in reversed(items) for n in i.get("not_numbers", [])}
+    added = [n for n in nulled if n not in decls]
+    for name in added:
+        declared = nulled[name]["metrics"].get("metric_declarations", {}).get(name)
+        decls[name] = _declared(name, declared)
+    if not added:
+        return decls
+    order = list(dict.fromkeys(n for i in items for n in [*i["metrics"].get("metric_declarations", {}),
+                                                          *i["metrics"].get("eval", {}), *i.get("not_numbers", [])]))
+    return {n: decls[n] for n in sorted(decls, key=lambda n: order.index(n) if n in order else len(order))}
+
+
 def column(metric: Metric) -> str:
     """`accuracy (%) ↑`, `bleu ↑`, `perplexity ↓`: the scale and direction in the header."""
     unit = " (%)" if metric.scale == 100.0 else ""
@@ -1296,8 +1312,11 @@ def _stopped_seeds(members: list[dict]) -> int:
 
 
 def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """One row per run name and setting: every metric (mean ± std over seeds) and the costs."""
-    decls = declarations(items)
+    """One row per run name and setting: every metric (mean ± std over seeds) and the costs. A
+    seed whose metric is null (NaN or infinite: an undefined MCC or correlation, a diverged run)
+    is counted beside n as the pivot counts it (`(n=1; 1 null)`, `– (n=0; 2 null)`): the cell read
+    `(n=1)` beside `seeds 2`, and a metric null in every run had no column at all, exit 0."""
+    decls = with_nulled(declarations(items), items)
     metric_names = [n for n in decls if n.split("_")[0] != "loss"] + [n for n in decls if n.split("_")[0] == "loss"]
     header = ["run", "method", "seeds", *[column(decls[n]) for n in metric_names], "trainable %",
               "trainable", "train s", "samples/s", "peak MB"]
@@ -1316,8 +1335,12 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
                + (" ‡" if mixed_code(members) else "")]
         for metric in metric_names:
             vals = [m["eval"][metric] for m in ms if metric in m.get("eval", {})]
+            null = sum(metric in m.get("not_numbers", []) for m in members)
             # fewer values than seeds (a run without this metric, or with it null): n says how many
-            row.append(Stat(vals).fmt(decls[metric].scale, show_n=len(vals) != len(ms)) if vals else "")
+            text = Stat(vals).fmt(decls[metric].scale, show_n=len(vals) != len(ms)) if vals else ""
+            if null:
+                text = text[:-1] + f"; {null} null)" if text else f"– (n=0; {null} null)"
+            row.append(text)
         row += [_percent(ms[0].get("trainable_percent")), _number(ms[0].get("trainable_params"), ","),
                 _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms)]
         table.append(row)
@@ -1542,13 +1565,9 @@ def pivots(items: list[dict], row_key: str, col_key: str, metrics: list[str] | N
     metrics = list(dict.fromkeys(metrics)) if metrics else metrics  # `--metric f1 --metric f1`: one table, not two
     _in_some_recipe(items, row_key, "--rows")
     _in_some_recipe(items, col_key, "--cols")
-    decls = declarations(items)
     # a metric null in some run (NaN or infinite: a diverged seed, an undefined correlation): its
     # cells say so, and a main metric null in every run is still a table, of its nulls
-    nulled = {n: i for i in reversed(items) for n in i.get("not_numbers", [])}
-    for name, item in nulled.items():
-        declared = item["metrics"].get("metric_declarations", {}).get(name)
-        decls.setdefault(name, _declared(name, declared))
+    decls = with_nulled(declarations(items), items)
     wanted = metrics or [m for m in dict.fromkeys(main_metric([i]) for i in items) if m in decls]
     for name in wanted:
         if name not in decls:
