@@ -273,6 +273,33 @@ train: {{max_steps: 1, lr: 1.0e-3, batch_size: 2}}
     assert said in capsys.readouterr().err
 
 
+def test_a_run_resumed_after_an_undefined_score_finishes_as_the_whole_run(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Rule: a value the loop kept through a checkpoint is read back as the loop held it. A score the
+    data leaves undefined is NaN in the loop and null in trainer_state.json; a run stopped after its
+    last evaluation (killed while finishing) read that null back as None, wrote metrics.json, then
+    its final line's `{v:.4f}` was a TypeError traceback (exit 1) for a finished run."""
+    from toolkit import run_metrics
+
+    (tmp_path / "train.csv").write_text("text,label\ngood film,1.0\nbad film,2.0\nok film,3.0\ngreat,4.0\n")
+    (tmp_path / "eval.csv").write_text("text,label\nfine film,2.0\nfine too,2.0\n")
+    recipe = write_recipe(tmp_path / "flat.yaml", f"""model: {{checkpoint: sentence-transformers/all-MiniLM-L6-v2}}
+task: {{name: text_classification, train_file: {tmp_path / 'train.csv'}, eval_file: {tmp_path / 'eval.csv'},
+        problem: regression, max_length: 16}}
+method: {{name: lora, r: 4}}
+train: {{max_steps: 1, lr: 1.0e-3, batch_size: 2}}
+""")
+    whole = toolkit.run(recipe, runs_dir=tmp_path / "whole", smoke=True)
+    with monkeypatch.context() as m:  # killed while finishing: the last checkpoint holds the evaluation
+        m.setattr(run_metrics, "build", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):  # toolkit.errors.Interrupted
+            toolkit.run(recipe, runs_dir=tmp_path / "parts", smoke=True)
+    capsys.readouterr()
+    resumed = toolkit.run(recipe, runs_dir=tmp_path / "parts", smoke=True)
+    out = capsys.readouterr().out
+    assert f"{resumed.dir}: pearson=nan, spearmanr=nan, loss=" in out
+    assert resumed.metrics["eval"] == whole.metrics["eval"] and resumed.metrics["eval"]["pearson"] is None
+
+
 @pytest.mark.parametrize("entry", ["run", "sweep", "Run"])
 def test_a_run_names_its_folder_wherever_the_caller_goes_next(tmp_path: Path, monkeypatch, entry: str) -> None:
     """Rule: a Run the API returns names the folder it was made for, whatever the caller's working

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -185,6 +186,11 @@ def _state(folder: Path) -> State:
         raise UserError(f"{folder}: its trainer_state.json holds {', '.join(unknown)}, which this version of the "
                         "toolkit does not know (written by another version); resume under the version that "
                         "wrote it, or --force to start again")
+    if isinstance(saved.get("last_eval"), dict):
+        # a score the data left undefined is NaN in the loop and null in the file (strict JSON): read
+        # back as the loop held it, so a run resumed after its last evaluation finishes with what the
+        # uninterrupted run did (its final line's `f"{v:.4f}"` of a null was a TypeError traceback)
+        saved["last_eval"] = {k: math.nan if v is None else v for k, v in saved["last_eval"].items()}
     return State(**saved)
 
 
