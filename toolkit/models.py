@@ -1012,7 +1012,10 @@ def unknown_characters(tok: PreTrainedTokenizerBase, texts: list[str]) -> list[s
     unk = getattr(tok, "unk_token_id", None)
     if unk is None or not texts:
         return []
-    chars = sorted(c for c in set("".join(texts)) if not c.isspace())
+    seen: set[str] = set()
+    for start in range(0, len(texts), 4096):  # joined a slice at a time: a large split is no second copy
+        seen.update("".join(texts[start:start + 4096]))
+    chars = sorted(c for c in seen if not c.isspace())
     if not chars:
         return []
     ids = tok(chars, add_special_tokens=False)["input_ids"]

@@ -728,7 +728,8 @@ class TextToText(TokenTask):
         the splits encoded, said once (`notices`), as a lower-casing tokenizer is (`_note_case`)."""
         chars = [c for c in unknown_characters(tok, references) if self.scored_character(c)]
         done, total, seen = self.__dict__.get("_unknown", (0, 0, ()))
-        hit = sum(any(ch in t for ch in chars) for t in references) if chars else 0
+        unknown = set(chars)
+        hit = sum(not unknown.isdisjoint(t) for t in references) if chars else 0
         self._unknown = (done + hit, total + len(references), tuple(dict.fromkeys([*seen, *chars])))
 
     # in-context prompting (method icl): set on the instance before each eval split is encoded
