@@ -1004,6 +1004,24 @@ def lowercased(tok: PreTrainedTokenizerBase) -> str | None:
     return None if any(ch.isupper() for ch in back) else back
 
 
+def unknown_characters(tok: PreTrainedTokenizerBase, texts: list[str]) -> list[str]:
+    """The characters of `texts` that `tok` reads as its unknown token, each read alone (in code
+    point order; whitespace aside): none for a byte-level BPE (GPT-2, BART, RoBERTa),
+    which reads every byte; T5's SentencePiece reads `{`, `~`, `<` and most non-Latin scripts so,
+    a WordPiece a whole word around such a character. Read from what the tokenizer does."""
+    unk = getattr(tok, "unk_token_id", None)
+    if unk is None or not texts:
+        return []
+    seen: set[str] = set()
+    for start in range(0, len(texts), 4096):  # joined a slice at a time: a large split is no second copy
+        seen.update("".join(texts[start:start + 4096]))
+    chars = sorted(c for c in seen if not c.isspace())
+    if not chars:
+        return []
+    ids = tok(chars, add_special_tokens=False)["input_ids"]
+    return [c for c, x in zip(chars, ids) if unk in x]
+
+
 def own_sides(tok: PreTrainedTokenizerBase) -> None:
     """Every tokenizer the toolkit loads pads and cuts on the right, whatever the checkpoint's
     tokenizer was saved with: the sides are the toolkit's, not the checkpoint's. transformers'

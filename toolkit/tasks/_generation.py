@@ -28,7 +28,8 @@ from toolkit.lazy import lazy, no_grad
 from toolkit.tasks import data_path
 from toolkit.tasks._fields import language_tag
 from toolkit.tasks._lm import IGNORE, TokenTask, continued, decoder_inputs, leading_special, special_frame, text_end
-from toolkit.models import CASE_PROBE, kind_of, lowercased, most_across, parts_lost, reads_padding, shards_weights
+from toolkit.models import (CASE_PROBE, kind_of, lowercased, most_across, parts_lost, reads_padding, shards_weights,
+                            unknown_characters)
 
 torch = lazy("torch", globals())
 
@@ -677,6 +678,7 @@ class TextToText(TokenTask):
         targets = [self.target_text(r) for r in rows]
         others = [t for r in rows for t in self.other_references(r)]  # scored, not taught
         self._note_case(tokenizer, targets + others)
+        self._note_unknown(tokenizer, targets + others)
         if others:  # a reference past the generation budget is one no output can reach, as a target is
             self.note_budget(self._budget_lengths(tokenizer, others))
         if self.in_context is not None:
@@ -711,6 +713,24 @@ class TextToText(TokenTask):
                   "every capital of the references as a miss: the scores are lower than the text deserves; use a "
                   "checkpoint with a cased tokenizer, or rescore the run's predictions*.jsonl with sacreBLEU's "
                   "lowercase option (-lc), which the toolkit does not apply")
+
+    def scored_character(self, ch: str) -> bool:
+        """Whether the task's score reads character `ch` (sacreBLEU's BLEU and chrF read every
+        one but whitespace; ROUGE and SQuAD's normalisation read fewer)."""
+        return True
+
+    def _note_unknown(self, tok: Any, references: list[str]) -> None:
+        """Count the references holding characters the tokenizer reads as its unknown token
+        (`models.unknown_characters`: T5's SentencePiece has no `{`, `~`, `<`, `ï`, and no
+        Japanese or Chinese): the model is taught the unknown token for them and `generate`'s
+        text drops it (`skip_special_tokens`), so no output can hold them and every score counts
+        them as misses (a T5 translation into Japanese scored BLEU near 0, exit 0). Summed over
+        the splits encoded, said once (`notices`), as a lower-casing tokenizer is (`_note_case`)."""
+        chars = [c for c in unknown_characters(tok, references) if self.scored_character(c)]
+        done, total, seen = self.__dict__.get("_unknown", (0, 0, ()))
+        unknown = set(chars)
+        hit = sum(not unknown.isdisjoint(t) for t in references) if chars else 0
+        self._unknown = (done + hit, total + len(references), tuple(dict.fromkeys([*seen, *chars])))
 
     # in-context prompting (method icl): set on the instance before each eval split is encoded
     in_context: ClassVar[InContext | None] = None
@@ -881,6 +901,15 @@ class TextToText(TokenTask):
                                     f"{self.new_tokens()} tokens: outputs stop there, short of them (lower "
                                     f"scores); leave it unset to generate up to task.max_target_length "
                                     f"({self.max_target_length})")
+        done, total, chars = self.__dict__.get("_unknown", (0, 0, ()))
+        if done:
+            tok = self.__dict__.get("_tokenizer")
+            shown = " ".join(repr(c) for c in chars[:8]) + (f" and {len(chars) - 8} more" if len(chars) > 8 else "")
+            lines["unknown characters"] = (
+                f"{done} of {total} {self.names[1]} hold characters the tokenizer ({type(tok).__name__}) reads as its "
+                f"unknown token {getattr(tok, 'unk_token', None)!r} ({shown}): the model cannot write them (the unknown "
+                f"token decodes to no text), and the scores count each as a miss; use a checkpoint whose tokenizer "
+                f"covers them")
         return lines
 
     def collator(self, tokenizer: Any, model: Any = None) -> Any:

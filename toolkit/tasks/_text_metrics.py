@@ -80,6 +80,11 @@ def rouge_dropped(texts: Sequence[str]) -> float:
     return 1 - kept / letters if letters else 0.0
 
 
+def rouge_reads(ch: str) -> bool:
+    """Whether rouge-score's tokenizer reads character `ch` (a-z and 0-9 once lower-cased)."""
+    return bool(_ROUGE_KEPT.fullmatch(ch.lower()))
+
+
 def rouge_unread(texts: Sequence[str]) -> list[int]:
     """The positions of the `texts` in which rouge-score's tokenizer finds no token at all (no
     a-z or 0-9 once lower-cased: Cyrillic, Greek, CJK, punctuation alone). Such a reference
@@ -151,6 +156,12 @@ def sacrebleu_signatures(tokenize: str = "13a", counts: Sequence[int] = (1,)) ->
 # --- SQuAD ---------------------------------------------------------------------------------------
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCT = frozenset(string.punctuation)
+
+
+def answer_reads(ch: str) -> bool:
+    """Whether the official SQuAD normalisation (`normalize_answer`) keeps character `ch` (ASCII
+    punctuation and whitespace it drops)."""
+    return not ch.isspace() and ch not in _PUNCT
 
 
 def normalize_answer(text: str) -> str:

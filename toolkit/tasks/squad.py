@@ -39,7 +39,7 @@ from toolkit.lazy import lazy
 from toolkit.tasks import TASKS, Metric, data_path, declaration, hub_dataset, hub_offline, subset
 from toolkit.tasks._generation import Generation, TextToText
 from toolkit.tasks._qa import Best, WindowCollator, best_spans, cut_questions, window_features
-from toolkit.tasks._text_metrics import (best_null_threshold, best_over, exact_match, spaceless_script,
+from toolkit.tasks._text_metrics import (answer_reads, best_null_threshold, best_over, exact_match, spaceless_script,
                                          squad_scores, token_f1, v2_golds)
 from toolkit.models import kind_of
 
@@ -632,6 +632,10 @@ class Squad(TextToText):
 
     def references(self, raw: Any) -> list[list[str]]:
         return [list(a["text"]) or [""] for a in raw["answers"]]
+
+    def scored_character(self, ch: str) -> bool:
+        """Exact match and F1 read an answer as the official normalisation leaves it."""
+        return answer_reads(ch)
 
     # --- extractive: windows, span loss, post-processing ----------------------------------------
     def encode(self, dataset: Any, tokenizer: Any) -> Any:

@@ -19,7 +19,7 @@ from toolkit import readers
 from toolkit.errors import UserError
 from toolkit.tasks import TASKS, Metric, _fields, declaration, hub_dataset, hub_offline, subset
 from toolkit.tasks._generation import TextToText, read_pairs
-from toolkit.tasks._text_metrics import ROUGE_KEYS, rouge, rouge_dropped, rouge_unread
+from toolkit.tasks._text_metrics import ROUGE_KEYS, rouge, rouge_dropped, rouge_reads, rouge_unread
 
 ROUGE_DROPPED_MAX = 0.5  # more of the summaries' letters outside a-z/0-9: ROUGE cannot score them
 
@@ -181,6 +181,10 @@ class Summarization(TextToText):
     def split_file(self, split: str) -> str:
         train, evaluation, _, _ = self.sources()
         return (evaluation if split == "eval" else train) or self.subset
+
+    def scored_character(self, ch: str) -> bool:
+        """ROUGE reads a-z and 0-9 alone (rouge-score's tokenizer, lower-cased)."""
+        return rouge_reads(ch)
 
     def check_references(self, references: list[list[str]], split: str) -> None:
         """ROUGE is scored on rouge-score's tokens, which are a-z and 0-9 (`rouge_dropped`):
