@@ -37,6 +37,18 @@ class Lora(Method):
     transformers_loads: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        return self.refusal(family, biased=False)
+
+    def incompatible_checkpoint(self, family: str | None, task: Any, config: dict) -> str | None:
+        """The family's refusal of `bias` lifted where the checkpoint's config turns biases on."""
+        return self.refusal(family, biased=has_bias(config))
+
+    def refusal(self, family: str | None, biased: bool) -> str | None:
+        """Why this method cannot run on this family (`biased`: the checkpoint turns biases on).
+        `bias` other than none on a family without bias terms (T5, Llama, ... `bitfit.BIAS_FREE`)
+        is refused: PEFT makes the bias terms it finds trainable and says nothing where there are
+        none, so `bias: all` on T5 trained what `bias: none` trains, exit 0, under another run id
+        and a recipe saying otherwise."""
         for setting in ("rank_pattern", "alpha_pattern"):
             for key in getattr(self, setting):
                 try:
@@ -44,23 +56,10 @@ class Lora(Method):
                 except re.error as exc:
                     raise UserError(f"method.{setting}: key {key!r} is not a regular expression PEFT can read "
                                     f"({exc}); give a layer's name or the end of it") from None
-        return self.bias_refusal(family) or no_default_targets(self.target_modules, family, "LORA")
-
-    def incompatible_checkpoint(self, family: str | None, task: Any, config: dict) -> str | None:
-        """The family's refusal of `bias` lifted where the checkpoint's config turns biases on."""
-        if has_bias(config):
-            return no_default_targets(self.target_modules, family, "LORA")
-        return self.incompatible(family, task)
-
-    def bias_refusal(self, family: str | None) -> str | None:
-        """Why `bias` other than none trains nothing on this family: it has no bias term (T5, Llama,
-        ... `bitfit.BIAS_FREE`). PEFT makes the bias terms it finds trainable and says nothing where
-        there are none, so `bias: all` on T5 trained what `bias: none` trains, exit 0, under another
-        run id and a recipe saying otherwise."""
-        if self.bias != "none" and family in BIAS_FREE:
+        if self.bias != "none" and family in BIAS_FREE and not biased:
             return (f"method.bias: {self.bias} trains bias terms and {family} has none (its linear and norm "
                     "layers are bias-free), so it would train as bias: none; set method.bias: none")
-        return None
+        return no_default_targets(self.target_modules, family, "LORA")
 
     def sizes(self) -> dict[str, int]:
         return {"method.r": self.r, **{f"method.rank_pattern.{k}": v for k, v in self.rank_pattern.items()}}
