@@ -586,3 +586,42 @@ def test_bitfit_on_a_bias_free_checkpoint_is_one_line_before_the_run_folder(cli,
     (line,) = [line for line in err.splitlines() if "error:" in line]
     assert code == 2 and "'bitfit' cannot run here: bitfit trains bias terms and llama has none" in line, err
     assert not runs_dir.exists()
+
+
+@pytest.mark.parametrize("name", ["lora", "dora"])
+@pytest.mark.parametrize("family, bias, targets", [("t5", "all", None), ("t5", "lora_only", None),
+                                                   ("gpt2", "lora_only", ["wte"]), ("roberta", "all", None),
+                                                   ("gpt2", "lora_only", None)])
+def test_lora_bias_trains_bias_terms_or_is_refused(tiny_checkpoint, cli, tmp_path, name, family, bias, targets):
+    """Finding: `bias: all` or `lora_only` on a body without bias terms (T5), or `lora_only` on
+    adapted layers without one (GPT-2's `wte`), trained what `bias: none` trains: PEFT makes the
+    bias terms it finds trainable and says nothing where there are none, exit 0 under another run
+    id. Refused in one line as the method is applied, and at validate for a bias-free family;
+    where there are bias terms, exactly those PEFT names (`.bias`, of the adapted layers for
+    lora_only) train besides the adapters and the head."""
+    from toolkit.errors import UserError
+
+    base, tok = load(tiny_checkpoint(family))
+    settings = {"r": 4, "bias": bias, "target_modules": targets}
+    where = "outside its head" if bias == "all" else "in the layers the method adapts"
+    if family == "t5":  # at validate, from the family; lifted where the checkpoint turns biases on
+        path = write_recipe(tmp_path / "r.yaml", (
+            f"model: {{checkpoint: {tiny_checkpoint(family)}}}\ntask: {{name: glue, subset: sst2, max_length: 32}}\n"
+            f"method: {{name: {name}, bias: {bias}}}\n"))
+        code, _, err = cli("validate", path)
+        assert code == 2 and f"method.bias: {bias} trains bias terms and t5 has none (its linear" in err, err
+        assert METHODS.get(name)(bias=bias).incompatible_checkpoint("llama", _Task(), {"attention_bias": True}) is None
+        assert METHODS.get(name)(bias=bias).incompatible_checkpoint("llama", _Task(), {}).startswith("method.bias")
+    if family == "t5" or targets:
+        with pytest.raises(UserError, match=rf"^method.bias: {bias} trains bias terms and this {family} model has "
+                                            rf"none {where}, so it would train as bias: none; set method.bias: none"):
+            METHODS.get(name)(**settings).apply(base, context(base, tok))
+        return
+    heads = context(base, tok).head_names
+    biases = [n for n, _ in base.named_parameters() if n.endswith(".bias") and not is_head(n, heads)]
+    model = METHODS.get(name)(**settings).apply(base, context(base, tok))
+    adapted = {n.removeprefix("base_model.model.") for n in model.targeted_module_names}
+    trained = {n.removeprefix("base_model.model.").replace(".base_layer.", ".") for n, p in model.named_parameters()
+               if p.requires_grad and "lora_" not in n and ".modules_to_save." not in n}
+    want = {n for n in biases if bias == "all" or n.rsplit(".", 1)[0] in adapted}
+    assert want and trained == want and (bias == "all") == (len(want) == len(biases))

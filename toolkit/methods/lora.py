@@ -11,7 +11,8 @@ from typing import Any, ClassVar, Literal
 from toolkit.errors import UserError
 from toolkit.hf_tables import table
 from toolkit.lazy import lazy
-from toolkit.methods import METHODS, Context, Method, check_mergeable, check_ranks, keep_label_maps, peft_task_type, wrap_peft
+from toolkit.methods import METHODS, Context, Method, check_mergeable, check_ranks, is_head, keep_label_maps, peft_task_type, wrap_peft
+from toolkit.methods.bitfit import BIAS_FREE, has_bias
 from toolkit.methods import merged as methods_merged
 from toolkit.schema import UNORDERED, added
 
@@ -36,6 +37,18 @@ class Lora(Method):
     transformers_loads: ClassVar[bool] = True
 
     def incompatible(self, family: str | None, task: Any) -> str | None:
+        return self.refusal(family, biased=False)
+
+    def incompatible_checkpoint(self, family: str | None, task: Any, config: dict) -> str | None:
+        """The family's refusal of `bias` lifted where the checkpoint's config turns biases on."""
+        return self.refusal(family, biased=has_bias(config))
+
+    def refusal(self, family: str | None, biased: bool) -> str | None:
+        """Why this method cannot run on this family (`biased`: the checkpoint turns biases on).
+        `bias` other than none on a family without bias terms (T5, Llama, ... `bitfit.BIAS_FREE`)
+        is refused: PEFT makes the bias terms it finds trainable and says nothing where there are
+        none, so `bias: all` on T5 trained what `bias: none` trains, exit 0, under another run id
+        and a recipe saying otherwise."""
         for setting in ("rank_pattern", "alpha_pattern"):
             for key in getattr(self, setting):
                 try:
@@ -43,6 +56,9 @@ class Lora(Method):
                 except re.error as exc:
                     raise UserError(f"method.{setting}: key {key!r} is not a regular expression PEFT can read "
                                     f"({exc}); give a layer's name or the end of it") from None
+        if self.bias != "none" and family in BIAS_FREE and not biased:
+            return (f"method.bias: {self.bias} trains bias terms and {family} has none (its linear and norm "
+                    "layers are bias-free), so it would train as bias: none; set method.bias: none")
         return no_default_targets(self.target_modules, family, "LORA")
 
     def sizes(self) -> dict[str, int]:
@@ -63,6 +79,7 @@ class Lora(Method):
             rank_pattern=dict(self.rank_pattern), alpha_pattern=dict(self.alpha_pattern),
         )
         wrapped = wrap_peft(model, config)
+        check_biases(self.bias, wrapped, ctx.head_names)
         check_patterns(self, wrapped.targeted_module_names, ctx.sized)
         check_ranks(self, wrapped, ctx)
         if self.merge:  # before training: the save would refuse it after the whole run
@@ -85,6 +102,24 @@ def save_merged(model: torch.nn.Module, path: Path) -> None:
     merged = methods_merged(model, "method.merge")
     merged.save_pretrained(path)
     keep_label_maps(merged.config, path)
+
+
+def check_biases(bias: str, wrapped: torch.nn.Module, heads: list[str]) -> None:
+    """Refuse `bias` all or lora_only where PEFT found no bias term to train (a body without biases,
+    adapted layers without biases): the run would be bias: none under another name, exit 0. The
+    head's biases train whatever `bias` says (`modules_to_save`), so they are not counted."""
+    if bias == "none":
+        return
+    base = wrapped.get_base_model()
+    trained = [n for n, p in base.named_parameters() if p.requires_grad and n.rsplit(".", 1)[-1] == "bias"
+               and not is_head(n, heads) and ".modules_to_save." not in f".{n}." and "lora_" not in n]
+    if trained:
+        return
+    where = "outside its head" if bias == "all" else "in the layers the method adapts"
+    body = any(n.rsplit(".", 1)[-1] == "bias" and not is_head(n, heads) for n, _ in base.named_parameters())
+    fix = "set method.bias: none" + (", or all to train the body's biases" if bias != "all" and body else "")
+    raise UserError(f"method.bias: {bias} trains bias terms and this {base.config.model_type} model has none {where}, "
+                    f"so it would train as bias: none; {fix}")
 
 
 def pattern_key(pattern: dict[str, int], layer: str) -> str | None:
