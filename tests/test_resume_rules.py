@@ -69,6 +69,12 @@ def _same_run(a: Path, b: Path) -> None:
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys()
     assert [k for k in wa if not torch.equal(wa[k], wb[k])] == []
+    # the rest of model/ too, byte for byte: its tokenizer.json held the truncation and padding the
+    # last tokenizer call left (the uninterrupted run encoded its data, the resumed one read the
+    # encodings from the datasets cache), not the base's (models.save_tokenizer)
+    saved = sorted(p.name for p in (a / "model").iterdir() if p.suffix != ".safetensors")
+    assert saved == sorted(p.name for p in (b / "model").iterdir() if p.suffix != ".safetensors")
+    assert [f for f in saved if (a / "model" / f).read_bytes() != (b / "model" / f).read_bytes()] == []
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     for key in ("eval", "train_steps", "best_step", "epochs", "train_loss"):
         assert ma.get(key) == mb.get(key), key
