@@ -69,6 +69,12 @@ def _same_run(a: Path, b: Path) -> None:
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys()
     assert [k for k in wa if not torch.equal(wa[k], wb[k])] == []
+    # the rest of model/ too, byte for byte: its tokenizer.json held the truncation and padding the
+    # last tokenizer call left (the uninterrupted run encoded its data, the resumed one read the
+    # encodings from the datasets cache), not the base's (models.save_tokenizer)
+    saved = _model_files(a)
+    assert saved == _model_files(b)
+    assert [f for f in saved if (a / "model" / f).read_bytes() != (b / "model" / f).read_bytes()] == []
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     for key in ("eval", "train_steps", "best_step", "epochs", "train_loss"):
         assert ma.get(key) == mb.get(key), key
@@ -76,6 +82,12 @@ def _same_run(a: Path, b: Path) -> None:
     files = sorted(p.name for p in a.glob("predictions*"))
     assert files == sorted(p.name for p in b.glob("predictions*"))
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+
+
+def _model_files(run: Path) -> list[str]:
+    """model/'s files but the weights (compared as tensors), by their path inside it."""
+    return sorted(str(p.relative_to(run / "model")) for p in (run / "model").rglob("*")
+                  if p.is_file() and p.suffix != ".safetensors")
 
 
 @pytest.fixture(scope="module")

@@ -370,3 +370,35 @@ def test_a_roberta_tokenizer_without_a_limit_is_held_to_its_positions(task: str,
     (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
     code, _, err = cli("eval", run, "task.max_length=513")
     assert code == 2 and "task.max_length: 513 is more than the 512 positions" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("saved", ["none", "set"])
+def test_a_saved_tokenizer_has_the_truncation_and_padding_it_was_read_with(saved: str, tiny_checkpoint,
+                                                                            tmp_path: Path) -> None:
+    """model/tokenizer.json (and an export's) holds the backend's truncation and padding as the base's
+    tokenizer.json gave them, whatever the calls before the save left there: save_pretrained wrote
+    the last call's, so a run whose encoded data came from the datasets cache saved another
+    tokenizer.json than the same run encoding it (truncation at 128 tokens or none, as the
+    `tokenizers` library reads it): the same command twice, a resumed and an uninterrupted run,
+    differed. The probes that read a folder leave the kept copy as read too."""
+    from toolkit import models
+
+    base = Path(shutil.copytree(tiny_checkpoint("bert"), tmp_path / "base"))
+    spec = json.loads((base / "tokenizer.json").read_text())
+    if saved == "set":
+        spec["truncation"] = {"direction": "Right", "max_length": 20, "strategy": "LongestFirst", "stride": 0}
+        spec["padding"] = {"strategy": {"Fixed": 20}, "direction": "Right", "pad_to_multiple_of": None,
+                           "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"}
+    else:
+        spec["truncation"] = spec["padding"] = None
+    (base / "tokenizer.json").write_text(json.dumps(spec))
+    written = []
+    for call in ({"truncation": True, "max_length": 7, "padding": True}, {}, {"padding": "max_length", "max_length": 9}):
+        tok = models.load_tokenizer(str(base))  # the second and third: copies of the one kept
+        tok(["a few words to cut here and there", "a"], **call)
+        out = tmp_path / f"saved{len(written)}"
+        models.save_tokenizer(tok, out)
+        written.append(json.loads((out / "tokenizer.json").read_text()))
+        assert len(tok("a b c d e f g h i j k l", truncation=True, max_length=4)["input_ids"]) == 4  # tok works on
+    assert all((w["truncation"], w["padding"]) == (spec["truncation"], spec["padding"]) for w in written), \
+        [(w["truncation"], w["padding"]) for w in written]

@@ -692,7 +692,7 @@ def _embed_base(run: Path, recipe: Recipe, out: Path, apart: bool, tokenizer: An
     # the base holds the generation config: in OUT/base/ where the base is saved apart
     decoding = read_as_run(recipe.task, base_model, tok, "OUT/base/generation_config.json" if apart else None)
     if tokenizer is None:
-        tok.save_pretrained(out)  # its padding side as generation needs it
+        models.save_tokenizer(tok, out)  # its padding side as generation needs it
     if apart:
         base_model.save_pretrained(out / "base")
         load = recipe.method.export_load.format(base=f"{auto}.from_pretrained(OUT/base)")
@@ -868,7 +868,7 @@ def _export_into(run: Path, recipe: Recipe, out: Path, merge: bool) -> tuple[str
     else:
         note += read_as_run(recipe.task, model, tok)
     model.save_pretrained(out)
-    tok.save_pretrained(out)
+    models.save_tokenizer(tok, out)
     if not recipe.smoke:  # a smoke run's base is a local folder: the run's own name for it stays
         models.make_portable(out, base_checkpoint(run, recipe))
     return note, model, tok

@@ -926,6 +926,10 @@ def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
             raise UserError(f"model.checkpoint: the tokenizer in {path} tokenizes a list of words unlike "
                             "the same words in running text, even with add_prefix_space=True; this task "
                             "takes its input as words: use a checkpoint with another tokenizer")
+    from tokenizers import Tokenizer
+
+    backend = getattr(tok, "_tokenizer", None)
+    as_read = (backend.truncation, backend.padding) if isinstance(backend, Tokenizer) else None
     _ensure_pad(tok)
     problem = settings_problem(tok)
     if problem:
@@ -933,7 +937,42 @@ def _read_tokenizer(path: str, words: bool) -> PreTrainedTokenizerBase:
     text_is_text(tok)
     own_sides(tok)
     own_inputs(tok)
+    if as_read is not None:  # the probes above called it: its backend as the folder gave it again
+        _backend_settings(backend, *as_read)
+        setattr(tok, AS_READ, as_read)
     return tok
+
+
+# A tokenizer's attribute (models.load_tokenizer): its backend's truncation and padding as its
+# folder's tokenizer.json gave them. Every call with truncation or padding leaves its own settings
+# in the backend, and save_pretrained writes whatever the last call left: a run's model/tokenizer.json
+# truncated at the base's 128 tokens or at none depending on whether its encoded data came from
+# the datasets cache (the same command twice, two tokenizer.json files; a resumed run's differed
+# from the uninterrupted one's), read so by the `tokenizers` library and every runtime built on it.
+AS_READ = "_toolkit_backend_as_read"
+
+
+def _backend_settings(backend: Any, truncation: dict | None, padding: dict | None) -> None:
+    if truncation is None:
+        backend.no_truncation()
+    else:
+        backend.enable_truncation(**truncation)
+    if padding is None:
+        backend.no_padding()
+    else:
+        backend.enable_padding(**padding)
+
+
+def save_tokenizer(tok: PreTrainedTokenizerBase, folder: str | Path) -> None:
+    """`tok.save_pretrained(folder)`, its backend's truncation and padding those its folder had
+    when read (`AS_READ`), not those the last call left; `tok` itself is left as it is."""
+    as_read = getattr(tok, AS_READ, None)
+    if as_read is None:  # not read by load_tokenizer, or a Python-only tokenizer
+        tok.save_pretrained(folder)
+        return
+    saved = _lent(tok)
+    _backend_settings(saved._tokenizer, *as_read)
+    saved.save_pretrained(folder)
 
 
 def own_inputs(tok: PreTrainedTokenizerBase) -> None:

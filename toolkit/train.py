@@ -641,7 +641,7 @@ def save_result(recipe: Recipe, model: torch.nn.Module, tokenizer: Any, folder: 
     `source` is the checkpoint it started from (Setup.source), which make_portable points at."""
     recipe.method.save(model, folder)
     attention.save(model, folder, recipe.model.attention)  # PEFT saves adapters only
-    tokenizer.save_pretrained(folder)
+    models.save_tokenizer(tokenizer, folder)  # as read, not as its last call left it
     if not recipe.smoke:  # a smoke run's base is the small random model: its path is its name
         models.make_portable(folder, source)
     runs.follow_umask(folder)  # safetensors writes 0600 whatever the umask
