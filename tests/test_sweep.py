@@ -77,6 +77,10 @@ def test_scaled_values_multiply_the_recipes_own_value(tmp_path: Path) -> None:
     point = sweep.resolve(sweep.Point(big, ["train.max_steps=x1", "train.seed=x1"]))
     assert point.overrides == ["train.max_steps=1234567", "train.seed=4294967295"]
     assert recipes.load(big, point.overrides).train.max_steps == 1234567
+    # a factor or a product past a float's smallest read as 0: `x1e-400` swept lr 0, exit 0
+    for factor, said in (("1e-400", "1e-400 is too small for a float"), ("1e-322", "1e-322 x 0.002 is too small")):
+        with pytest.raises(UserError, match=f"'train.lr=x{factor}': {said}"):
+            sweep.resolve(sweep.Point(leaf, [f"train.lr=x{factor}"]))
 
 
 @pytest.mark.parametrize("lr", ["1.23456789e-4", "0.000166666666666667", "3.0e-4"])

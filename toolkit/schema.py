@@ -89,6 +89,17 @@ _DECIMAL = re.compile(DECIMAL)
 _NOT_FINITE = re.compile(r"[-+]?(?:inf|infinity|nan)", re.IGNORECASE)  # said as such by _check_bounds
 
 
+def decimal_float(text: str) -> float:
+    """The float of a decimal number's text (DECIMAL); ValueError for a nonzero one that a float
+    cannot hold, past its smallest: float('1e-400') is 0.0, so `train.lr=1e-400` trained with lr 0
+    and `max_grad_norm: 1e-400` turned clipping off (0 is off), exit 0. Past the largest it is inf,
+    which the bounds refuse as not finite."""
+    value = float(text)
+    if value == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
+        raise ValueError("is too small for a float (it reads as 0); write 0 if 0 is meant")
+    return value
+
+
 def _as_float(value: int | float | str, where: str) -> float | None:
     """The float a float field holds for `value`, one value for one number: an int of any size
     (10**400 was an OverflowError traceback), a string spelling a decimal number, and -0.0 as 0.0
@@ -96,9 +107,15 @@ def _as_float(value: int | float | str, where: str) -> float | None:
     -0.0` was another run id of the same run, and a sweep over `0,-0.0` trained it twice). None:
     a string that is no number (said by the caller as the wrong type)."""
     if isinstance(value, str):
-        if not (_DECIMAL.fullmatch(value) or _NOT_FINITE.fullmatch(value)):
+        if _NOT_FINITE.fullmatch(value):
+            value = float(value)
+        elif not _DECIMAL.fullmatch(value):
             return None
-        value = float(value)
+        else:
+            try:
+                value = decimal_float(value)
+            except ValueError as exc:
+                raise UserError(f"{where}: {value} {exc}") from None
     elif isinstance(value, int):
         try:
             value = float(value)
