@@ -55,6 +55,12 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
     (["model.attention=spda"], "model.attention: unknown attention 'spda' (did you mean 'sdpa'?)"),
     (["train.metric=f1"], "train.metric: 'f1' is not a metric of this task"),
     (["trian.lr=1"], "trian: unknown section (did you mean 'train'?)"),
+    # a name differing in case (or in a compatibility form) alone: it listed every choice
+    (["train.LR=1"], "train.LR: unknown key (did you mean 'lr'?)"),
+    (["train.ＬＲ=1"], "train.ＬＲ: unknown key (did you mean 'lr'?)"),
+    (["method.name=LoRA"], "method.name: unknown method 'LoRA' (did you mean 'lora'?)"),
+    (["task.name=GLUE"], "task.name: unknown task 'GLUE' (did you mean 'glue'?)"),
+    (["task.subset=SST2"], "task.subset: 'SST2' is not allowed (did you mean 'sst2'?)"),
     # both used to pass, and the loop took warmup_steps without a word about the ratio
     (["train.warmup_ratio=0.1", "train.warmup_steps=5"],
      "train.warmup_steps: 5 and train.warmup_ratio: 0.1 both set the warm-up; keep one (set the other to 0)"),
