@@ -45,6 +45,8 @@ def test_seeds_lists_counts_and_refusals() -> None:
         sweep.parse_axes(["train.lr=1,,2"])
     with pytest.raises(UserError, match="not both"):
         sweep.grid([Path("a.yaml")], [("train.seed", ["1"])], [42])
+    with pytest.raises(UserError, match="not both"):  # a mapping axis sets train.seed too
+        sweep.grid([Path("a.yaml")], [("train", ["{seed: 1}", "{seed: 2}"])], [42])
     with pytest.raises(UserError, match="the value 1e-4 is listed twice"):
         sweep.parse_axes(["train.lr=1e-4,3e-4,1e-4"])
     with pytest.raises(UserError, match="a count of seeds is 1 to 10"):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit import chain, recipe as recipe_module, runs
-from toolkit.recipe_data import layered
+from toolkit.recipe_data import layered, override_leaves
 from toolkit.errors import UserError
 from toolkit.schema import DECIMAL, decimal_float
 
@@ -100,7 +100,9 @@ def parse_seeds(text: str | None) -> list[int]:
 
 def grid(recipes: list[Path], axes: list[tuple[str, list[str]]], seeds: list[int]) -> list[Point]:
     """Every combination, recipe outermost and seed innermost (seeds of one setting run together)."""
-    if any(key == "train.seed" for key, _ in axes) and seeds:
+    # however the axis spells it: `train={seed: 1},{seed: 2}` beside --seeds was refused as the
+    # point's own `train.seed=42` "already set", a setting the user never wrote
+    if seeds and any(("train", "seed") in override_leaves([f"{key}={v}" for v in values]) for key, values in axes):
         raise UserError("sweep: give seeds either as --seeds or as train.seed=..., not both")
     names = [key for key, _ in axes]
     combos = list(itertools.product(*[values for _, values in axes]))
