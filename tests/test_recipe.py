@@ -61,6 +61,9 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
     (["method.name=LoRA"], "method.name: unknown method 'LoRA' (did you mean 'lora'?)"),
     (["task.name=GLUE"], "task.name: unknown task 'GLUE' (did you mean 'glue'?)"),
     (["task.subset=SST2"], "task.subset: 'SST2' is not allowed (did you mean 'sst2'?)"),
+    # ...or in an invisible character alone (pasted): the line showed the same name twice
+    (["train.mixed_precision=fp16\u200b"], "'fp16\u200b' is not allowed (did you mean 'fp16'? it holds U+200B, an invisible"),
+    (["train.lr\u00a0x=1"], "train.lr\u00a0x: unknown key (did you mean 'lr'? it holds U+00A0, an invisible character)"),
     # both used to pass, and the loop took warmup_steps without a word about the ratio
     (["train.warmup_ratio=0.1", "train.warmup_steps=5"],
      "train.warmup_steps: 5 and train.warmup_ratio: 0.1 both set the warm-up; keep one (set the other to 0)"),

@@ -23,8 +23,15 @@ def did_you_mean(name: str, choices: list[str]) -> str:
     folded = [c for c in choices if _folded(c) == _folded(name)]
     close = folded[:1] or difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
     if close:
-        return f" (did you mean '{close[0]}'?)"
-    return f" (choose from: {', '.join(sorted(choices))})"
+        return f" (did you mean '{close[0]}'?{' ' + _hidden(name) if _hidden(name) else ''})"
+    return f" (choose from: {', '.join(sorted(choices))}{'; ' + _hidden(name) if _hidden(name) else ''})"
+
+
+def _hidden(name: str) -> str:
+    """'it holds U+200B, an invisible character' where a name holds one: pasted from a web page,
+    `fp16<U+200B>` was said as "'fp16' is not allowed (did you mean 'fp16'?)", the difference unseen."""
+    hidden = [c for c in name if not c.isprintable() and c != " "]
+    return f"it holds U+{ord(hidden[0]):04X}, an invisible character" if hidden else ""
 
 
 # Names users bring from transformers' TrainingArguments, its run_glue / run_qa / run_summarization /
