@@ -74,6 +74,10 @@ def test_scaled_values_multiply_the_recipes_own_value(tmp_path: Path) -> None:
     assert point.overrides == ["train.lr=0.001", "train.epochs=3", "method.name=freeze"]
     with pytest.raises(UserError, match="no number there"):
         sweep.resolve(sweep.Point(leaf, ["train.warmup_steps=x2"]))
+    # a text value that reads as a scale (a column named x1) says how to write it as text, which then runs
+    with pytest.raises(UserError, match=r"no number there \(the text x1 itself is written quoted: task.label_column='x1'\)"):
+        sweep.resolve(sweep.Point(leaf, ["task.label_column=x1"]))
+    assert sweep.resolve(sweep.Point(leaf, ["task.label_column='x1'"])).overrides == ["task.label_column='x1'"]
     # an int setting scaled to a whole number is that int at any size (`.6g` made 1234567 x1 a float)
     big = write_recipe(tmp_path / "big.yaml", "extends: _base.yaml\ntrain: {max_steps: 1234567, seed: 4294967295}\n")
     point = sweep.resolve(sweep.Point(big, ["train.max_steps=x1", "train.seed=x1"]))

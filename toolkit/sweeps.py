@@ -126,7 +126,8 @@ def resolve_scaled(raw: dict, overrides: list[str], where: str) -> list[str]:
             except ValueError as exc:
                 raise UserError(f"{where}: '{item}': {value[1:] if factor is None else base} {exc}") from None
             if not isinstance(base, (int, float)) or isinstance(base, bool):
-                raise UserError(f"{where}: '{item}' scales {key}, but the recipe has no number there")
+                raise UserError(f"{where}: '{item}' scales {key}, but the recipe has no number there (the text "
+                                f"{value} itself is written quoted: {key}='{value}')")
             if factor * base == 0 and factor and base:
                 raise UserError(f"{where}: '{item}': {value[1:]} x {base!r} is too small for a float (it reads as 0)")
             # x1 is the recipe's own value, exactly; another factor is the product to 12 significant
