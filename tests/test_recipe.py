@@ -244,6 +244,7 @@ YAML_CORNERS = [
     "a: !!python/name:os.system x", "a: !!float 1", "a: &x\nb: *x", "y: {<<: *a}", "<<: 1", "- a\n---\n- b",
     "a: 'x\x07'", "a: \ud800", "[a, b", "a: *nothing", "  a: 1\n b: 2", "a: é\u00a0ü 日本", "",
     "a: !!float 0x10", "a: !!bool maybe", "a: !!null 5", "a: !!map 5", "a: [1e-400]", "a: !!float .5", "a: !!int -7",
+    "a: " + "[" * 3000 + "]" * 3000, "a: " + "[" * 62 + "]" * 62, "a: " + "{b: " * 70 + "1" + "}" * 70,
 ]
 
 
@@ -428,7 +429,10 @@ REFUSED = [("train.seed", "1:30", r"train.seed: expected int, got str '1:30'"), 
            # a nonzero number past a float's smallest read as 0: lr 0, `max_grad_norm` 0 (clipping off)
            ("train.lr", "1e-400", r"1e-400 at line \d+, column \d+ is too small for a float \(it reads as 0\)"),
            ("train.max_grad_norm", "!!float -2.5E-999", r"-2.5E-999 at line \d+, column \d+ is too small"),
-           ("train.max_grad_norm", "'1e-400'", r"train.max_grad_norm: 1e-400 is too small for a float")]
+           ("train.max_grad_norm", "'1e-400'", r"train.max_grad_norm: 1e-400 is too small for a float"),
+           # nested past what PyYAML's recursive composer reads: a RecursionError traceback, exit 1
+           ("train.lr", "[" * 3000 + "]" * 3000, r"nested more than 64 levels deep \(mappings and lists inside"),
+           ("train.lr", "[" * 70 + "]" * 70, r"nested more than 64 levels deep")]
 
 
 def _written(tmp_path: Path, key: str, text: str) -> Path:

@@ -283,8 +283,14 @@ MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of settings; a megabyte is not 
 MAX_YAML_NODES = 100_000  # after alias expansion: what stops a "billion laughs" file cheaply
 
 
-def _expanded_size(node: Any, memo: dict[int, int]) -> int:
-    """Nodes the document would have once every alias is expanded, without expanding it."""
+MAX_YAML_DEPTH = 64  # mappings and lists inside each other: a recipe's deepest is about 5
+
+
+def _expanded_size(node: Any, memo: dict[int, int], depth: int = 0) -> int:
+    """Nodes the document would have once every alias is expanded, without expanding it; a
+    document nested deeper than MAX_YAML_DEPTH is refused (_TooDeep)."""
+    if depth > MAX_YAML_DEPTH:
+        raise _TooDeep
     if id(node) in memo:
         return memo[id(node)]
     memo[id(node)] = 1  # a cycle counts once
@@ -293,7 +299,7 @@ def _expanded_size(node: Any, memo: dict[int, int]) -> int:
         children = node.value
     elif isinstance(node, yaml.MappingNode):
         children = [n for pair in node.value for n in pair]
-    memo[id(node)] = 1 + sum(_expanded_size(c, memo) for c in children)
+    memo[id(node)] = 1 + sum(_expanded_size(c, memo, depth + 1) for c in children)
     return memo[id(node)]
 
 
@@ -476,6 +482,11 @@ class _TooLarge(Exception):
     """A document whose aliases expand past MAX_YAML_NODES."""
 
 
+class _TooDeep(Exception):
+    """A document nested past MAX_YAML_DEPTH, or past what PyYAML's recursive composer reads
+    (`[[[...]]]` 3,000 deep was a RecursionError traceback)."""
+
+
 def safe_yaml(text: str, where: str) -> Any:
     """Strict YAML (StrictLoader), refusing documents whose aliases expand past MAX_YAML_NODES.
     Read by libyaml where PyYAML has it; a document libyaml refuses (or any error on the way) is
@@ -490,7 +501,13 @@ def safe_yaml(text: str, where: str) -> Any:
         except Exception:  # the pure-Python reader says what and where, as before
             pass
     try:
-        return _strict_load(text, StrictLoader)
+        try:
+            return _strict_load(text, StrictLoader)
+        except RecursionError:
+            raise _TooDeep from None
+    except _TooDeep:
+        raise UserError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep (mappings and lists inside each "
+                        "other); a recipe is a page of settings") from None
     except _TooLarge:
         raise UserError(f"{where}: expands to more than {MAX_YAML_NODES:,} YAML nodes "
                         "(aliases repeated); a recipe is a page of settings") from None
