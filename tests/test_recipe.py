@@ -52,6 +52,8 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
     (["method.rank=4"], "method.rank: unknown key"),
     (["method={name: full}", "method.r=4"], "method.r: unknown key (method full takes no settings)"),
     (["train.mixed_precision=fp8"], "train.mixed_precision: 'fp8' is not allowed"),
+    (["train.mixed_precision=null"], "train.mixed_precision: 'null' is not allowed"),  # was 'None', as Python says it
+    (["train.mixed_precision=true"], "train.mixed_precision: 'true' is not allowed"),
     (["model.attention=spda"], "model.attention: unknown attention 'spda' (did you mean 'sdpa'?)"),
     (["train.metric=f1"], "train.metric: 'f1' is not a metric of this task"),
     (["trian.lr=1"], "trian: unknown section (did you mean 'train'?)"),

@@ -40,7 +40,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin is Literal:
         choices = [str(c) for c in typing.get_args(tp)]
         if value not in typing.get_args(tp):
-            raise UserError(f"{where}: '{value}' is not allowed{did_you_mean(str(value), choices)}")
+            # as YAML writes it: `mixed_precision=null` was "'None' is not allowed", `true` 'True'
+            shown = {None: "null", True: "true", False: "false"}.get(value, value) if _keyable(value) else value
+            raise UserError(f"{where}: '{shown}' is not allowed{did_you_mean(str(shown), choices)}")
         return value
     if origin is list:
         (inner,) = typing.get_args(tp)
@@ -65,6 +67,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
         raise UserError(f"{where}: expected {tp.__name__}, got {type(value).__name__} {value!r}{_quote_hint(value, tp)}")
     return value
+
+
+def _keyable(value: Any) -> bool:
+    """None or a bool (each a key of the spelling table), never a 1 that equals True."""
+    return value is None or isinstance(value, bool)
 
 
 def _quote_hint(value: Any, tp: Any) -> str:
