@@ -151,6 +151,12 @@ def test_overrides_are_a_mapping_or_key_value_strings(tmp_path: Path) -> None:
         toolkit.run("demo/sst2/minilm-lora", 3)
     with pytest.raises(toolkit.UserError, match=r"overrides\['train.lr'\]: expected a string, number"):
         toolkit.run("demo/sst2/minilm-lora", {"train.lr": object()}, runs_dir=tmp_path / "runs")
+    # a NaN or an infinity was 'expected a string, number, ...' (it is a number: not a finite one)
+    with pytest.raises(toolkit.UserError, match=r"^overrides\['train.lr'\]: inf is not a finite number$"):
+        toolkit.run("demo/sst2/minilm-lora", {"train.lr": float("inf")}, runs_dir=tmp_path / "runs")
+    with pytest.raises(toolkit.UserError, match=r"overrides\['train.length_buckets'\]: \[64, nan\] holds a number "
+                       r"that is not a finite number"):
+        toolkit.validate("demo/sst2/minilm-lora", {"train.length_buckets": [64, float("nan")]})
     with pytest.raises(toolkit.UserError, match=r"train.epochs: expected float, got str"):
         toolkit.run("demo/sst2/minilm-lora", {"train.epochs": "one"}, runs_dir=tmp_path / "runs")
     assert not (tmp_path / "runs").exists()

@@ -52,9 +52,20 @@ def test_hash_is_of_the_resolved_recipe(tmp_path: Path) -> None:
     (["method.rank=4"], "method.rank: unknown key"),
     (["method={name: full}", "method.r=4"], "method.r: unknown key (method full takes no settings)"),
     (["train.mixed_precision=fp8"], "train.mixed_precision: 'fp8' is not allowed"),
+    (["train.mixed_precision=null"], "train.mixed_precision: 'null' is not allowed"),  # was 'None', as Python says it
+    (["train.mixed_precision=true"], "train.mixed_precision: 'true' is not allowed"),
     (["model.attention=spda"], "model.attention: unknown attention 'spda' (did you mean 'sdpa'?)"),
     (["train.metric=f1"], "train.metric: 'f1' is not a metric of this task"),
     (["trian.lr=1"], "trian: unknown section (did you mean 'train'?)"),
+    # a name differing in case (or in a compatibility form) alone: it listed every choice
+    (["train.LR=1"], "train.LR: unknown key (did you mean 'lr'?)"),
+    (["train.ＬＲ=1"], "train.ＬＲ: unknown key (did you mean 'lr'?)"),
+    (["method.name=LoRA"], "method.name: unknown method 'LoRA' (did you mean 'lora'?)"),
+    (["task.name=GLUE"], "task.name: unknown task 'GLUE' (did you mean 'glue'?)"),
+    (["task.subset=SST2"], "task.subset: 'SST2' is not allowed (did you mean 'sst2'?)"),
+    # ...or in an invisible character alone (pasted): the line showed the same name twice
+    (["train.mixed_precision=fp16\u200b"], "'fp16\u200b' is not allowed (did you mean 'fp16'? it holds U+200B, an invisible"),
+    (["train.lr\u00a0x=1"], "train.lr\u00a0x: unknown key (did you mean 'lr'? it holds U+00A0, an invisible character)"),
     # both used to pass, and the loop took warmup_steps without a word about the ratio
     (["train.warmup_ratio=0.1", "train.warmup_steps=5"],
      "train.warmup_steps: 5 and train.warmup_ratio: 0.1 both set the warm-up; keep one (set the other to 0)"),
@@ -234,6 +245,8 @@ YAML_CORNERS = [
     "a: [\tb]", "a: {\tb: c}", "a: b\tc", "key:\t", "a: 'b\tc'", "{a:1}", "[a:b]", '{"a":1, "b":[1,2]}', "a: [b: c]",
     "a: !!python/name:os.system x", "a: !!float 1", "a: &x\nb: *x", "y: {<<: *a}", "<<: 1", "- a\n---\n- b",
     "a: 'x\x07'", "a: \ud800", "[a, b", "a: *nothing", "  a: 1\n b: 2", "a: é\u00a0ü 日本", "",
+    "a: !!float 0x10", "a: !!bool maybe", "a: !!null 5", "a: !!map 5", "a: [1e-400]", "a: !!float .5", "a: !!int -7",
+    "a: " + "[" * 3000 + "]" * 3000, "a: " + "[" * 62 + "]" * 62, "a: " + "{b: " * 70 + "1" + "}" * 70,
 ]
 
 
@@ -393,7 +406,9 @@ def test_every_dropout_and_beta_refuses_one() -> None:
 AS_WRITTEN = [("train.seed", "010", 10), ("train.seed", "0o17", 15), ("train.seed", "0x1f", 31),
               ("train.seed", "+7", 7), ("train.lr", "5e-5", 5e-5), ("train.lr", "1E-3", 1e-3),
               ("train.lr", ".5", 0.5), ("train.metric", "2020-01-01", "2020-01-01"),
-              ("train.metric", "=", "="), ("train.mixed_precision", "no", "no")]
+              ("train.metric", "=", "="), ("train.mixed_precision", "no", "no"),
+              ("train.lr", "!!float 1", 1.0), ("train.seed", "!!int 0x1f", 31), ("train.keep_best", "!!bool False", False),
+              ("train.max_steps", "!!null ~", None), ("train.lr", "1e-320", 1e-320)]
 REFUSED = [("train.seed", "1:30", r"train.seed: expected int, got str '1:30'"),  # YAML 1.1: 90
            ("train.batch_size", "1_000", r"train.batch_size: expected int, got str '1_000'"),
            ("train.lr", ".nan", r"train.lr: nan is not a finite number"),
@@ -401,7 +416,25 @@ REFUSED = [("train.seed", "1:30", r"train.seed: expected int, got str '1:30'"), 
            ("train.metric", "!!timestamp 2020-01-01", r"not valid YAML .*timestamp"),
            ("train.metric", "!!set {a}", r"not valid YAML .*set"),
            ("train.metric", "'a\x07'", r"not valid YAML: character U\+0007 at position \d+ is not allowed"),
-           ("train.metric", "a\udcff", r"\\udcff.*not valid YAML: character U\+DCFF")]  # argv not UTF-8
+           ("train.metric", "a\udcff", r"\\udcff.*not valid YAML: character U\+DCFF"),  # argv not UTF-8
+           # an explicit core tag is read by YAML 1.2's forms too: PyYAML's YAML 1.1 ran `!!float 1:30`
+           # as 90, `!!bool on` as true, dropped the 5 of `!!null 5`; `!!float 0x10`, `!!bool maybe` and
+           # `!!float` alone were tracebacks
+           ("train.lr", "!!float 1:30", r"not valid YAML at line \d+, column \d+ \('1:30' is not a YAML 1.2 float"),
+           ("train.lr", "!!float 0x10", r"'0x10' is not a YAML 1.2 float \(e.g. 3e-4, 0.5, .inf\)"),
+           ("train.lr", "!!float", r"'' is not a YAML 1.2 float"),
+           ("train.batch_size", "!!int 1_000", r"'1_000' is not a YAML 1.2 integer"),
+           ("train.keep_best", "!!bool on", r"'on' is not a YAML 1.2 bool \(e.g. true or false\)"),
+           ("train.keep_best", "!!bool maybe", r"'maybe' is not a YAML 1.2 bool"),
+           ("train.max_steps", "!!null 5", r"'5' is not a YAML 1.2 null"),
+           ("train.eval_every", "!!map 5", r"the tag !!map on a scalar, not a mapping"),
+           # a nonzero number past a float's smallest read as 0: lr 0, `max_grad_norm` 0 (clipping off)
+           ("train.lr", "1e-400", r"1e-400 at line \d+, column \d+ is too small for a float \(it reads as 0\)"),
+           ("train.max_grad_norm", "!!float -2.5E-999", r"-2.5E-999 at line \d+, column \d+ is too small"),
+           ("train.max_grad_norm", "'1e-400'", r"train.max_grad_norm: 1e-400 is too small for a float"),
+           # nested past what PyYAML's recursive composer reads: a RecursionError traceback, exit 1
+           ("train.lr", "[" * 3000 + "]" * 3000, r"nested more than 64 levels deep \(mappings and lists inside"),
+           ("train.lr", "[" * 70 + "]" * 70, r"nested more than 64 levels deep")]
 
 
 def _written(tmp_path: Path, key: str, text: str) -> Path:

@@ -45,6 +45,8 @@ def test_seeds_lists_counts_and_refusals() -> None:
         sweep.parse_axes(["train.lr=1,,2"])
     with pytest.raises(UserError, match="not both"):
         sweep.grid([Path("a.yaml")], [("train.seed", ["1"])], [42])
+    with pytest.raises(UserError, match="not both"):  # a mapping axis sets train.seed too
+        sweep.grid([Path("a.yaml")], [("train", ["{seed: 1}", "{seed: 2}"])], [42])
     with pytest.raises(UserError, match="the value 1e-4 is listed twice"):
         sweep.parse_axes(["train.lr=1e-4,3e-4,1e-4"])
     with pytest.raises(UserError, match="a count of seeds is 1 to 10"):
@@ -72,11 +74,19 @@ def test_scaled_values_multiply_the_recipes_own_value(tmp_path: Path) -> None:
     assert point.overrides == ["train.lr=0.001", "train.epochs=3", "method.name=freeze"]
     with pytest.raises(UserError, match="no number there"):
         sweep.resolve(sweep.Point(leaf, ["train.warmup_steps=x2"]))
+    # a text value that reads as a scale (a column named x1) says how to write it as text, which then runs
+    with pytest.raises(UserError, match=r"no number there \(the text x1 itself is written quoted: task.label_column='x1'\)"):
+        sweep.resolve(sweep.Point(leaf, ["task.label_column=x1"]))
+    assert sweep.resolve(sweep.Point(leaf, ["task.label_column='x1'"])).overrides == ["task.label_column='x1'"]
     # an int setting scaled to a whole number is that int at any size (`.6g` made 1234567 x1 a float)
     big = write_recipe(tmp_path / "big.yaml", "extends: _base.yaml\ntrain: {max_steps: 1234567, seed: 4294967295}\n")
     point = sweep.resolve(sweep.Point(big, ["train.max_steps=x1", "train.seed=x1"]))
     assert point.overrides == ["train.max_steps=1234567", "train.seed=4294967295"]
     assert recipes.load(big, point.overrides).train.max_steps == 1234567
+    # a factor or a product past a float's smallest read as 0: `x1e-400` swept lr 0, exit 0
+    for factor, said in (("1e-400", "1e-400 is too small for a float"), ("1e-322", "1e-322 x 0.002 is too small")):
+        with pytest.raises(UserError, match=f"'train.lr=x{factor}': {said}"):
+            sweep.resolve(sweep.Point(leaf, [f"train.lr=x{factor}"]))
 
 
 @pytest.mark.parametrize("lr", ["1.23456789e-4", "0.000166666666666667", "3.0e-4"])

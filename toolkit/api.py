@@ -236,7 +236,10 @@ def override_list(overrides: Mapping[str, Any] | list[str] | None) -> list[str]:
         value = os.fspath(value) if isinstance(value, os.PathLike) else value
         try:
             out.append(f"{key}={json.dumps(value, allow_nan=False)}")
-        except (TypeError, ValueError):
+        except ValueError:  # a NaN or an infinity: said as `train.lr=.inf` says it, not as a wrong type
+            said = f"{value!r} is" if isinstance(value, float) else f"{value!r} holds a number that is"
+            raise UserError(f"overrides[{key!r}]: {said} not a finite number") from None
+        except TypeError:
             raise UserError(f"overrides[{key!r}]: expected a string, number, true/false, None or a list "
                             f"or mapping of them, got {type(value).__name__}") from None
     return out

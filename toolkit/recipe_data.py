@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from toolkit.errors import UserError, user_path
-from toolkit.schema import DECIMAL, DERIVED, NO_EFFECT, NONE_ALIAS, UNORDERED, UNUSED_WHEN, unhashed
+from toolkit.schema import DECIMAL, DERIVED, NO_EFFECT, NONE_ALIAS, UNORDERED, UNUSED_WHEN, decimal_float, unhashed
 
 
 def _min(v: float) -> dict:
@@ -283,8 +283,14 @@ MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of settings; a megabyte is not 
 MAX_YAML_NODES = 100_000  # after alias expansion: what stops a "billion laughs" file cheaply
 
 
-def _expanded_size(node: Any, memo: dict[int, int]) -> int:
-    """Nodes the document would have once every alias is expanded, without expanding it."""
+MAX_YAML_DEPTH = 64  # mappings and lists inside each other: a recipe's deepest is about 5
+
+
+def _expanded_size(node: Any, memo: dict[int, int], depth: int = 0) -> int:
+    """Nodes the document would have once every alias is expanded, without expanding it; a
+    document nested deeper than MAX_YAML_DEPTH is refused (_TooDeep)."""
+    if depth > MAX_YAML_DEPTH:
+        raise _TooDeep
     if id(node) in memo:
         return memo[id(node)]
     memo[id(node)] = 1  # a cycle counts once
@@ -293,11 +299,15 @@ def _expanded_size(node: Any, memo: dict[int, int]) -> int:
         children = node.value
     elif isinstance(node, yaml.MappingNode):
         children = [n for pair in node.value for n in pair]
-    memo[id(node)] = 1 + sum(_expanded_size(c, memo) for c in children)
+    memo[id(node)] = 1 + sum(_expanded_size(c, memo, depth + 1) for c in children)
     return memo[id(node)]
 
 
-class _KeyTwice(yaml.YAMLError):
+class _Said(yaml.YAMLError):
+    """A refusal whose message is whole: said as it is, not as 'not valid YAML'."""
+
+
+class _KeyTwice(_Said):
     """A key written twice in one mapping (YAML forbids it; PyYAML keeps the last silently)."""
 
 
@@ -322,6 +332,9 @@ class StrictLoader(yaml.SafeLoader):
     YAML the toolkit reads (recipes, overrides, a run's recipe.yaml) goes through it."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        if not isinstance(node, yaml.MappingNode):  # `!!map 5`: its text was unpacked as pairs (a traceback)
+            raise yaml.constructor.ConstructorError(None, None, f"the tag !!map on a {node.id}, not a mapping",
+                                                    node.start_mark)
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
@@ -361,24 +374,49 @@ class StrictLoader(yaml.SafeLoader):
         mine = {_node_key(k) for k, _ in own}  # each key once: a mapping merged later reads it so
         node.value = [pair for pair in merged if _node_key(pair[0]) not in mine] + own
 
+    def _core_text(self, node: yaml.Node, tag: str) -> str:
+        """The text of a scalar tagged `tag`, one of the core schema's forms of it (`CORE_SCALARS`).
+        An explicit tag (`!!float 0x10`, `!!bool yes`, `!!null 5`, `!!int 1_000`) was read by PyYAML's
+        YAML 1.1 rules: `!!float 1:30` ran with 90.0, `!!bool on` with true where a plain `on` is
+        refused, `!!null 5` dropped the 5, `!!float 0x10` and `!!bool maybe` were tracebacks."""
+        text = self.construct_scalar(node)
+        name, pattern, example = _CORE_FORMS[tag]
+        if not pattern.fullmatch(text):
+            raise yaml.constructor.ConstructorError(None, None, f"'{text}' is not a YAML 1.2 {name} (e.g. {example})",
+                                                    node.start_mark)
+        return text
+
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         """YAML 1.2 core: decimal (`010` is ten), `0o17` octal, `0x1f` hexadecimal."""
-        text = self.construct_scalar(node)
-        body = text.lstrip("+-")
-        sign = -1 if text.startswith("-") else 1
-        if body[:2] in ("0o", "0x"):
-            return sign * int(body[2:], 8 if body[1] == "o" else 16)
+        text = self._core_text(node, _INT)
+        if text[:2] in ("0o", "0x"):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text, 10)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        """YAML 1.2 core: a decimal, `.inf`, `.nan`; a nonzero one past a float's smallest is
+        refused (`1e-400` read as 0.0: `train.lr=1e-400` trained with lr 0, exit 0)."""
+        text = self._core_text(node, _FLOAT)
+        if text.lower().lstrip("+-") in (".inf", ".nan"):
+            return super().construct_yaml_float(node)
         try:
-            return int(text, 10)
-        except ValueError:
-            raise yaml.constructor.ConstructorError(None, None, f"'{text}' is not a YAML 1.2 integer "
-                                                    "(e.g. 1000, 0o17, 0x1f)", node.start_mark) from None
+            return decimal_float(text)
+        except ValueError as exc:
+            raise _Said(f"{text} at {_at(node)} {exc}") from None
+
+    def construct_yaml_bool(self, node: yaml.ScalarNode) -> bool:
+        return self._core_text(node, _BOOL).lower() == "true"
+
+    def construct_yaml_null(self, node: yaml.ScalarNode) -> None:
+        self._core_text(node, _NULL)
+        return None
 
 
 # YAML 1.2 core schema (yaml.org/spec/1.2.2 10.3.2): the only plain scalars that are not strings
 _INT, _FLOAT, _BOOL = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
 CORE_SCALARS = [
-    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    (_NULL, r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     (_BOOL, r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
     (_INT, r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", list("-+0123456789")),
     (_FLOAT, rf"^(?:{DECIMAL}|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", list("-+0123456789.")),
@@ -388,10 +426,16 @@ StrictLoader.yaml_implicit_resolvers = {  # `<<` merge keys stay: anchors and me
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 for _tag, _regexp, _first in CORE_SCALARS:  # int before float: the float pattern matches `10` too
     StrictLoader.add_implicit_resolver(_tag, re.compile(_regexp), _first)
+# ...and what a scalar tagged explicitly with one of them must spell (StrictLoader._core_text)
+_CORE_FORMS = {tag: (tag.rpartition(":")[2].replace("int", "integer"), re.compile(regexp), example)
+               for (tag, regexp, _), example in zip(CORE_SCALARS, ("null, ~ or nothing", "true or false",
+                                                                 "1000, 0o17, 0x1f", "3e-4, 0.5, .inf"))}
 StrictLoader.yaml_constructors = {tag: make for tag, make in yaml.SafeLoader.yaml_constructors.items()
                                   if tag not in {f"tag:yaml.org,2002:{t}" for t in
                                                  ("binary", "timestamp", "omap", "pairs", "set")}}
-StrictLoader.add_constructor(_INT, StrictLoader.construct_yaml_int)
+for _tag, _make in ((_INT, StrictLoader.construct_yaml_int), (_FLOAT, StrictLoader.construct_yaml_float),
+                    (_BOOL, StrictLoader.construct_yaml_bool), (_NULL, StrictLoader.construct_yaml_null)):
+    StrictLoader.add_constructor(_tag, _make)
 
 
 class StrictDumper(yaml.SafeDumper):
@@ -438,6 +482,11 @@ class _TooLarge(Exception):
     """A document whose aliases expand past MAX_YAML_NODES."""
 
 
+class _TooDeep(Exception):
+    """A document nested past MAX_YAML_DEPTH, or past what PyYAML's recursive composer reads
+    (`[[[...]]]` 3,000 deep was a RecursionError traceback)."""
+
+
 def safe_yaml(text: str, where: str) -> Any:
     """Strict YAML (StrictLoader), refusing documents whose aliases expand past MAX_YAML_NODES.
     Read by libyaml where PyYAML has it; a document libyaml refuses (or any error on the way) is
@@ -452,11 +501,17 @@ def safe_yaml(text: str, where: str) -> Any:
         except Exception:  # the pure-Python reader says what and where, as before
             pass
     try:
-        return _strict_load(text, StrictLoader)
+        try:
+            return _strict_load(text, StrictLoader)
+        except RecursionError:
+            raise _TooDeep from None
+    except _TooDeep:
+        raise UserError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep (mappings and lists inside each "
+                        "other); a recipe is a page of settings") from None
     except _TooLarge:
         raise UserError(f"{where}: expands to more than {MAX_YAML_NODES:,} YAML nodes "
                         "(aliases repeated); a recipe is a page of settings") from None
-    except _KeyTwice as exc:
+    except _Said as exc:
         raise UserError(f"{where}: {exc}") from None
     except yaml.reader.ReaderError as exc:  # a control character, a lone surrogate (undecodable argv)
         char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from typing import Callable, Generic, TypeVar
 
 from toolkit.errors import UserError
@@ -10,12 +11,27 @@ from toolkit.errors import UserError
 T = TypeVar("T")
 
 
+def _folded(name: str) -> str:
+    """A name without its case and its compatibility forms (fullwidth `ＬＲ` is `lr`)."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
 def did_you_mean(name: str, choices: list[str]) -> str:
-    """A ' (did you mean X?)' suffix, or the list of valid choices when nothing is close."""
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+    """A ' (did you mean X?)' suffix, or the list of valid choices when nothing is close. A name
+    that differs from a choice in case alone is that choice (`train.LR`, `method.name=LoRA`,
+    `task.subset=SST2` listed every choice: spelling's ratio of 'LR' to 'lr' is 0)."""
+    folded = [c for c in choices if _folded(c) == _folded(name)]
+    close = folded[:1] or difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
     if close:
-        return f" (did you mean '{close[0]}'?)"
-    return f" (choose from: {', '.join(sorted(choices))})"
+        return f" (did you mean '{close[0]}'?{' ' + _hidden(name) if _hidden(name) else ''})"
+    return f" (choose from: {', '.join(sorted(choices))}{'; ' + _hidden(name) if _hidden(name) else ''})"
+
+
+def _hidden(name: str) -> str:
+    """'it holds U+200B, an invisible character' where a name holds one: pasted from a web page,
+    `fp16<U+200B>` was said as "'fp16' is not allowed (did you mean 'fp16'?)", the difference unseen."""
+    hidden = [c for c in name if not c.isprintable() and c != " "]
+    return f"it holds U+{ord(hidden[0]):04X}, an invisible character" if hidden else ""
 
 
 # Names users bring from transformers' TrainingArguments, its run_glue / run_qa / run_summarization /

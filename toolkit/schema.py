@@ -40,7 +40,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin is Literal:
         choices = [str(c) for c in typing.get_args(tp)]
         if value not in typing.get_args(tp):
-            raise UserError(f"{where}: '{value}' is not allowed{did_you_mean(str(value), choices)}")
+            # as YAML writes it: `mixed_precision=null` was "'None' is not allowed", `true` 'True'
+            shown = {None: "null", True: "true", False: "false"}.get(value, value) if _keyable(value) else value
+            raise UserError(f"{where}: '{shown}' is not allowed{did_you_mean(str(shown), choices)}")
         return value
     if origin is list:
         (inner,) = typing.get_args(tp)
@@ -67,6 +69,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def _keyable(value: Any) -> bool:
+    """None or a bool (each a key of the spelling table), never a 1 that equals True."""
+    return value is None or isinstance(value, bool)
+
+
 def _quote_hint(value: Any, tp: Any) -> str:
     """A number or a boolean where text goes: YAML read `1` (`true`, `1.5`) as one, so a name that
     is a number (a CSV column headed `1`, `task.text_columns: [1]`) was refused as 'expected str,
@@ -89,6 +96,17 @@ _DECIMAL = re.compile(DECIMAL)
 _NOT_FINITE = re.compile(r"[-+]?(?:inf|infinity|nan)", re.IGNORECASE)  # said as such by _check_bounds
 
 
+def decimal_float(text: str) -> float:
+    """The float of a decimal number's text (DECIMAL); ValueError for a nonzero one that a float
+    cannot hold, past its smallest: float('1e-400') is 0.0, so `train.lr=1e-400` trained with lr 0
+    and `max_grad_norm: 1e-400` turned clipping off (0 is off), exit 0. Past the largest it is inf,
+    which the bounds refuse as not finite."""
+    value = float(text)
+    if value == 0 and re.search(r"[1-9]", re.split(r"[eE]", text)[0]):
+        raise ValueError("is too small for a float (it reads as 0); write 0 if 0 is meant")
+    return value
+
+
 def _as_float(value: int | float | str, where: str) -> float | None:
     """The float a float field holds for `value`, one value for one number: an int of any size
     (10**400 was an OverflowError traceback), a string spelling a decimal number, and -0.0 as 0.0
@@ -96,9 +114,15 @@ def _as_float(value: int | float | str, where: str) -> float | None:
     -0.0` was another run id of the same run, and a sweep over `0,-0.0` trained it twice). None:
     a string that is no number (said by the caller as the wrong type)."""
     if isinstance(value, str):
-        if not (_DECIMAL.fullmatch(value) or _NOT_FINITE.fullmatch(value)):
+        if _NOT_FINITE.fullmatch(value):
+            value = float(value)
+        elif not _DECIMAL.fullmatch(value):
             return None
-        value = float(value)
+        else:
+            try:
+                value = decimal_float(value)
+            except ValueError as exc:
+                raise UserError(f"{where}: {value} {exc}") from None
     elif isinstance(value, int):
         try:
             value = float(value)

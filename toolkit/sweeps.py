@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit import chain, recipe as recipe_module, runs
-from toolkit.recipe_data import layered
+from toolkit.recipe_data import layered, override_leaves
 from toolkit.errors import UserError
-from toolkit.schema import DECIMAL
+from toolkit.schema import DECIMAL, decimal_float
 
 
 @dataclass
@@ -100,7 +100,9 @@ def parse_seeds(text: str | None) -> list[int]:
 
 def grid(recipes: list[Path], axes: list[tuple[str, list[str]]], seeds: list[int]) -> list[Point]:
     """Every combination, recipe outermost and seed innermost (seeds of one setting run together)."""
-    if any(key == "train.seed" for key, _ in axes) and seeds:
+    # however the axis spells it: `train={seed: 1},{seed: 2}` beside --seeds was refused as the
+    # point's own `train.seed=42` "already set", a setting the user never wrote
+    if seeds and any(("train", "seed") in override_leaves([f"{key}={v}" for v in values]) for key, values in axes):
         raise UserError("sweep: give seeds either as --seeds or as train.seed=..., not both")
     names = [key for key, _ in axes]
     combos = list(itertools.product(*[values for _, values in axes]))
@@ -115,14 +117,19 @@ def resolve_scaled(raw: dict, overrides: list[str], where: str) -> list[str]:
     for item in overrides:
         key, _, value = item.partition("=")
         if value.startswith("x") and _is_number(value[1:]):
-            base = raw
+            base, factor = raw, None
             for part in key.split("."):
                 base = base.get(part) if isinstance(base, dict) else None
-            if isinstance(base, str) and _is_number(base):
-                base = float(base)
+            try:  # `x1e-400` was the factor 0 (float's reading): the point ran with lr 0, exit 0
+                factor = decimal_float(value[1:])
+                base = decimal_float(base) if isinstance(base, str) and _is_number(base) else base
+            except ValueError as exc:
+                raise UserError(f"{where}: '{item}': {value[1:] if factor is None else base} {exc}") from None
             if not isinstance(base, (int, float)) or isinstance(base, bool):
-                raise UserError(f"{where}: '{item}' scales {key}, but the recipe has no number there")
-            factor = float(value[1:])
+                raise UserError(f"{where}: '{item}' scales {key}, but the recipe has no number there (the text "
+                                f"{value} itself is written quoted: {key}='{value}')")
+            if factor * base == 0 and factor and base:
+                raise UserError(f"{where}: '{item}': {value[1:]} x {base!r} is too small for a float (it reads as 0)")
             # x1 is the recipe's own value, exactly; another factor is the product to 12 significant
             # digits (a float's noise dropped: 3e-4 x0.3 is 9e-05). `.6g` rounded every product, so
             # lr 1.23456789e-4 x1 ran with 0.000123457, another run than the recipe's own
