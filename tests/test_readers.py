@@ -1599,3 +1599,92 @@ def test_a_json_document_mixing_types_inside_a_field_names_the_record(tmp_path: 
     listed = tmp_path / "l.json"  # the records as a JSON list read, as JSONL does: no cost where the file reads
     listed.write_text(json.dumps(records))
     assert len(readers.read(listed, "json")) == len(records)
+
+
+# Texts pyarrow's JSON reader (datasets' json builder) reads as timestamps where a field holds
+# nothing else, and pandas' (a {"data": [...]} document) in a field named `date`, `*_at`, ...:
+# four texts, two timestamps once read so (the first two; the last two, one instant in two zones)
+DATES = ["2020-01-01", "2020-01-01 00:00:00", "2021-03-04T10:00:00+02:00", "2021-03-04T08:00:00Z"]
+
+
+def _dated_classification(column: str) -> Callable[[Path], list]:
+    def read(path: Path) -> list:
+        from toolkit.tasks import TASKS
+
+        rows = [{"text": d if column == "text" else f"text {i}", "label": d if column == "label" else "ab"[i % 2]}
+                for i, d in enumerate(DATES)]
+        task = TASKS.get("text_classification")(train_file=str(_write_records(path, rows)), eval_file=str(path),
+                                                text_columns=["text"], label_column="label")
+        loaded = task.load()["train"]
+        return loaded["text"] if column == "text" else [task.label_names[i] for i in loaded["label"]]
+    return read
+
+
+def _dated_records(layout: str) -> Callable[[Path], list]:
+    def read(path: Path) -> list:
+        from toolkit.tasks._generation import read_records
+
+        rows = [{"date": d, "summary": f"summary {i}"} for i, d in enumerate(DATES)]
+        if layout == "data":  # pandas reads dates of one zone only: the first two, one timestamp
+            path = path.with_suffix(".json")
+            path.write_text(json.dumps({"data": rows[:2] * 2}))
+        else:
+            _write_records(path, rows)
+        return read_records(path, ("date", "summary"))["date"]
+    return read
+
+
+def _dated_ner(path: Path) -> list:
+    from toolkit.tasks.ner import read_jsonl
+
+    _write_records(path, [{"tokens": [d, d], "ner_tags": ["B-DATE", "I-DATE"]} for d in DATES])
+    return [words[0] for words in read_jsonl(path).tokens]
+
+
+def _dated_squad(path: Path) -> list:
+    from toolkit.tasks.squad import read_squad
+
+    _write_records(path, [{"id": f"q{i}", "question": "When?", "context": f"On {d}.",
+                           "answers": {"text": [d], "answer_start": [3]}} for i, d in enumerate(DATES)])
+    return [r["answers"]["text"][0] for r in read_squad(str(path))]
+
+
+def _dated_pretraining(path: Path) -> list:
+    from toolkit.tasks._text import _read_files
+
+    _write_records(path, [{"text": d} for d in DATES])
+    ds, _ = _read_files({"train": str(path)}, "records", "line", None, SimpleNamespace(note=lambda *a: None))
+    return ds["train"]["text"]
+
+
+def _dated_predict(path: Path) -> list:
+    from toolkit.inference import read_inputs
+
+    _write_records(path, [{"id": d, "text": f"text {i}"} for i, d in enumerate(DATES)])
+    return [r["id"] for r in read_inputs(str(path), ["text"])]
+
+
+DATED_READERS = {  # reader -> read back the texts of DATES it was given in one field of every record
+    "classification text": _dated_classification("text"),
+    "classification label": _dated_classification("label"),
+    "summarization records": _dated_records("records"),
+    "summarization json {data}, a field named date": _dated_records("data"),
+    "ner tokens": _dated_ner,
+    "squad answers": _dated_squad,
+    "pretraining jsonl": _dated_pretraining,
+    "predict ids": _dated_predict,
+}
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+@pytest.mark.parametrize("reader", sorted(DATED_READERS))
+def test_a_field_of_dates_is_read_as_written(tmp_path: Path, reader: str, suffix: str) -> None:
+    """Finding: a JSON(L) field whose every value is an ISO 8601 date or time reached the table as
+    timestamps (pyarrow's JSON reader infers them; pandas' does for a field named `date`): labels
+    "2021-03-04T08:00:00Z" were the class "2021-03-04 08:00:00", "2020-01-01" and "2020-01-01
+    00:00:00" (and one instant in two zones) one class, exit 0; a text, a word or a SQuAD answer
+    of dates was refused as "a number, expected text"; a predict id came out re-written. Every
+    reader keeps each value as the file writes it."""
+    got = DATED_READERS[reader](tmp_path / f"d{suffix}")
+    written = DATES[:2] * 2 if reader.endswith("named date") else DATES
+    assert sorted(got) == sorted(written) and all(isinstance(value, str) for value in got), got

@@ -540,11 +540,72 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         _no_csv_quoting(ds, header, path)
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
+    if fmt in ("json", "jsonl"):
+        ds = _dates_as_written(ds, path, fmt, field)
     if fmt in ("json", "jsonl") and field is None and _a_record_all_null(ds):
         problem = _not_a_record(path, fmt)  # a `null` line: said as what it is, not as missing fields
         if problem:
             raise UserError(problem)
     return ds
+
+
+def _holds_timestamp(kind: Any) -> bool:
+    """Whether an Arrow type is, or holds inside its lists and structs, a timestamp or a date."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _holds_timestamp(kind.value_type)
+    if pa.types.is_struct(kind):
+        return any(_holds_timestamp(kind.field(i).type) for i in range(kind.num_fields))
+    return False
+
+
+def _dates_as_written(ds: Any, path: Path, fmt: str, field: str | None) -> Any:
+    """Each field of a JSON(L) file whose every string reads as an ISO 8601 date or time, as the
+    file writes it: pyarrow's JSON reader (under datasets' json builder) types such a field a
+    timestamp, and pandas' (a `{"data": [...]}` document) one named `date`, `*_at`, `*_time`, ...
+    so labels "2021-01-01T00:00:00" came out as the class "2021-01-01 00:00:00", "2020-01-01"
+    and "2020-01-01 00:00:00" (or "10:00+02:00" and "08:00Z") were one class, exit 0, and a
+    text field of dates was refused as "a number, expected text". Such a field (nested in a
+    list or an object too: SQuAD's answers) is taken again from the file, each value as
+    json.loads reads it (the file's own text), typed as Arrow types those values; a file whose
+    records cannot be walked so (records joined on one line) is one line. Only where a field
+    was so typed: one column held in memory."""
+    import pyarrow as pa
+    from datasets import Dataset
+    from datasets.table import InMemoryTable
+
+    table = ds.data.table if hasattr(ds.data, "table") else ds.data
+    stamped = [i for i, f in enumerate(table.schema) if _holds_timestamp(f.type)]
+    if not stamped:
+        return ds
+    for i in stamped:
+        name = table.schema.field(i).name
+        values = _top_values(path, fmt, name, field)
+        if values is None or len(values) != len(table):
+            raise UserError(f"{path}: field '{name}' holds text that datasets' JSON reader reads as dates and "
+                            "times (ISO 8601), and its records cannot be read again one by one to keep them as "
+                            "written; write one record a line (JSONL) or as a JSON list")
+        try:
+            column = pa.array(values)
+        except (pa.ArrowException, ValueError, TypeError) as exc:  # more than one JSON type in the field
+            raise UserError(f"{path}: field '{name}' holds values of more than one type ({type(exc).__name__}); "
+                            "one type per field") from None
+        table = table.set_column(i, name, column)
+    seen = hashlib.sha256(f"{ds._fingerprint}|dates as written".encode()).hexdigest()[:16]
+    return Dataset(InMemoryTable(table), split=ds.split, fingerprint=seen)
+
+
+def _top_values(path: Path, fmt: str, name: str, field: str | None) -> list[Any] | None:
+    """Each record's field `name` as the JSON(L) file holds it (None where a record lacks it), in
+    record order; None where the records cannot be walked one by one."""
+    try:
+        return [record.get(name) if isinstance(record, dict) else None
+                for record in _json_records(path, fmt, field)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def builder_path(path: Path) -> str:
