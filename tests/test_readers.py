@@ -1688,3 +1688,38 @@ def test_a_field_of_dates_is_read_as_written(tmp_path: Path, reader: str, suffix
     got = DATED_READERS[reader](tmp_path / f"d{suffix}")
     written = DATES[:2] * 2 if reader.endswith("named date") else DATES
     assert sorted(got) == sorted(written) and all(isinstance(value, str) for value in got), got
+
+
+SMALL = [1e-12, 3e-12, 2e-12, 3.4567e-8, 0.12345678901234, 9.876543210987654e16]  # past pandas' ujson's 10 decimals
+
+
+@pytest.mark.parametrize("reader, layout", [(r, layout) for r in ("read", "regression", "classification")
+                                             for layout in ("jsonl", "json list", "json {data}")
+                                             if r == "read" or layout != "json {data}"])  # a list of records
+def test_a_json_number_is_read_as_written(tmp_path: Path, reader: str, layout: str) -> None:
+    """Finding: datasets' json builder writes a JSON document's records again with pandas' ujson,
+    which keeps 10 decimals: regression targets 1e-12, 3e-12, 2e-12 read from a .json list were
+    all 0.0 (a constant target), 3.4567e-8 was 3.46e-8, 9.876543210987654e16 lost 6 digits, and
+    classification labels differing past the 10th decimal were one class, exit 0, where JSONL
+    read them as written. Every layout reads each number as json.loads does."""
+    from toolkit.tasks import TASKS
+
+    rows = [{"text": f"text {i}", "label": value} for i, value in enumerate(SMALL)]
+    if reader == "classification":  # two labels that differ past the 10th decimal
+        rows = [{"text": f"text {i}", "label": 0.12345678901234 if i % 2 else 0.12345678901111} for i in range(4)]
+    path = tmp_path / ("d.jsonl" if layout == "jsonl" else "d.json")
+    if layout == "json {data}":
+        path.write_text(json.dumps({"data": rows}))
+    else:
+        _write_records(path, rows)
+    written = [row["label"] for row in rows]
+    if reader == "read":
+        assert readers.read(path, readers.file_format(path), field="data" if "{data}" in layout else None)["label"] == written
+        return
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=["text"],
+                                            label_column="label", problem=reader if reader == "regression" else "classification")
+    labels = task.load()["train"]["label"]
+    if reader == "regression":
+        assert [float(value) for value in labels] == written
+    else:
+        assert task.label_names == ["0.12345678901111", "0.12345678901234"] and labels == [0, 1, 0, 1]

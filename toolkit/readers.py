@@ -541,7 +541,7 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
     if fmt in ("json", "jsonl"):
-        ds = _dates_as_written(ds, path, fmt, field)
+        ds = _as_written(ds, path, fmt, field)
     if fmt in ("json", "jsonl") and field is None and _a_record_all_null(ds):
         problem = _not_a_record(path, fmt)  # a `null` line: said as what it is, not as missing fields
         if problem:
@@ -549,52 +549,66 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
     return ds
 
 
-def _holds_timestamp(kind: Any) -> bool:
-    """Whether an Arrow type is, or holds inside its lists and structs, a timestamp or a date."""
+def _holds(kind: Any, test: Any) -> bool:
+    """Whether an Arrow type is, or holds inside its lists and structs, a type `test` says yes to."""
     import pyarrow as pa
 
-    if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+    if test(kind):
         return True
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return _holds_timestamp(kind.value_type)
+        return _holds(kind.value_type, test)
     if pa.types.is_struct(kind):
-        return any(_holds_timestamp(kind.field(i).type) for i in range(kind.num_fields))
+        return any(_holds(kind.field(i).type, test) for i in range(kind.num_fields))
     return False
 
 
-def _dates_as_written(ds: Any, path: Path, fmt: str, field: str | None) -> Any:
-    """Each field of a JSON(L) file whose every string reads as an ISO 8601 date or time, as the
-    file writes it: pyarrow's JSON reader (under datasets' json builder) types such a field a
-    timestamp, and pandas' (a `{"data": [...]}` document) one named `date`, `*_at`, `*_time`, ...
-    so labels "2021-01-01T00:00:00" came out as the class "2021-01-01 00:00:00", "2020-01-01"
-    and "2020-01-01 00:00:00" (or "10:00+02:00" and "08:00Z") were one class, exit 0, and a
-    text field of dates was refused as "a number, expected text". Such a field (nested in a
-    list or an object too: SQuAD's answers) is taken again from the file, each value as
-    json.loads reads it (the file's own text), typed as Arrow types those values; a file whose
-    records cannot be walked so (records joined on one line) is one line. Only where a field
-    was so typed: one column held in memory."""
+def _dated(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_timestamp(kind) or pa.types.is_date(kind)
+
+
+def _as_written(ds: Any, path: Path, fmt: str, field: str | None) -> Any:
+    """Each field of a JSON(L) file that datasets' json builder holds otherwise than the file
+    writes it, taken again from the file, each value as json.loads reads it, typed as Arrow types
+    those values:
+    - a field whose every string reads as an ISO 8601 date or time (JSON and JSONL): pyarrow's
+      JSON reader types it a timestamp (pandas', for a `{"data": [...]}` document, one named
+      `date`, `*_at`, `*_time`, ...), so labels "2021-03-04T08:00:00Z" came out as the class
+      "2021-03-04 08:00:00", "2020-01-01" and "2020-01-01 00:00:00" (or one instant in two zones)
+      were one class, exit 0, and a text field of dates was refused as "a number, expected text";
+    - a number with a fraction in a JSON document (a list, or `{"data": [...]}`): the builder
+      writes the records again with pandas' ujson, which keeps 10 decimals (and 10 significant
+      digits past 1e16), so regression targets 1e-12, 2e-12, 3e-12 were all 0.0, 3.4567e-8 was
+      3.46e-8, and labels differing past the 10th decimal were one class, exit 0, where the same
+      records as JSONL read as written.
+    Nested in lists and objects too (SQuAD's answers). Only where such a field is there (its
+    values are compared): one column held in memory; a JSON document is parsed whole anyway."""
     import pyarrow as pa
     from datasets import Dataset
     from datasets.table import InMemoryTable
 
     table = ds.data.table if hasattr(ds.data, "table") else ds.data
-    stamped = [i for i, f in enumerate(table.schema) if _holds_timestamp(f.type)]
-    if not stamped:
-        return ds
-    for i in stamped:
-        name = table.schema.field(i).name
-        values = _top_values(path, fmt, name, field)
+    suspect = (lambda kind: _dated(kind) or pa.types.is_floating(kind)) if fmt == "json" else _dated
+    changed = False
+    for i, named in enumerate(table.schema):
+        if not _holds(named.type, suspect):
+            continue
+        values = _top_values(path, fmt, named.name, field)
         if values is None or len(values) != len(table):
-            raise UserError(f"{path}: field '{name}' holds text that datasets' JSON reader reads as dates and "
-                            "times (ISO 8601), and its records cannot be read again one by one to keep them as "
-                            "written; write one record a line (JSONL) or as a JSON list")
+            raise UserError(f"{path}: field '{named.name}' is read by datasets' JSON reader otherwise than the file "
+                            "writes it (dates and times as timestamps), and its records cannot be read again one by "
+                            "one to keep them as written; write one record a line (JSONL) or as a JSON list")
         try:
             column = pa.array(values)
-        except (pa.ArrowException, ValueError, TypeError) as exc:  # more than one JSON type in the field
-            raise UserError(f"{path}: field '{name}' holds values of more than one type ({type(exc).__name__}); "
-                            "one type per field") from None
-        table = table.set_column(i, name, column)
-    seen = hashlib.sha256(f"{ds._fingerprint}|dates as written".encode()).hexdigest()[:16]
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):  # a whole number past int64 beside
+            continue  # fractions: held as doubles, which `check_exact` says where the number names something
+        if column.type == named.type and column.equals(table.column(i).combine_chunks()):
+            continue  # read as written
+        table, changed = table.set_column(i, named.name, column), True
+    if not changed:
+        return ds
+    seen = hashlib.sha256(f"{ds._fingerprint}|as written".encode()).hexdigest()[:16]
     return Dataset(InMemoryTable(table), split=ds.split, fingerprint=seen)
 
 
