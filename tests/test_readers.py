@@ -1723,3 +1723,18 @@ def test_a_json_number_is_read_as_written(tmp_path: Path, reader: str, layout: s
         assert [float(value) for value in labels] == written
     else:
         assert task.label_names == ["0.12345678901111", "0.12345678901234"] and labels == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("digits", ["123456789012345678901234567", "-9223372036854775809"])
+@pytest.mark.parametrize("layout", ["json list", "json {data}"])
+def test_a_whole_number_past_the_json_readers_range_is_named_at_its_line(tmp_path: Path, layout: str,
+                                                                         digits: str) -> None:
+    """Finding: a JSON document holding a whole number past -2^63 .. 2^64 - 1 (an id, a label
+    written as a long number) was "could not be read as json (ValueError: Value is too big! at
+    position 25)" from datasets' ujson, naming no line; said at its line, with the fix."""
+    rows = "[\n" + '{"text": "a", "label": 1},\n' + f'{{"text": "b", "label": {digits}}}\n]'
+    path = tmp_path / "d.json"
+    path.write_text('{"data": ' + rows + "}" if "{data}" in layout else rows)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:3: a whole number of {len(digits.lstrip('-'))} "
+                                        rf"digits \({re.escape(digits[:24])}.*write it as a string"):
+        readers.read(path, "json", field="data" if "{data}" in layout else None)

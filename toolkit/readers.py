@@ -1043,7 +1043,11 @@ def json_keys_once(path: Path, field: str | None) -> None:
     check; the key and place are looked for only when one repeats)."""
     text = read_small_text(path)
     try:
-        json.loads(text, object_pairs_hook=_distinct, parse_constant=_not_json_number)
+        json.loads(text, object_pairs_hook=_distinct, parse_constant=_not_json_number, parse_int=_builder_int)
+    except _TooLong as exc:
+        raise UserError(f"{path}:{_constant_line(text, exc.args[0])}: a whole number of {len(exc.args[0].lstrip('-'))} "
+                        f"digits ({exc.args[0][:24]}{'...' * (len(exc.args[0]) > 24)}), past what datasets' JSON reader "
+                        "reads of a JSON document (-2^63 to 2^64 - 1); write it as a string (\"...\")") from None
     except _NotJsonNumber as exc:  # the builder read it as null ("empty label"), a JSONL line as -inf
         raise UserError(f"{path}:{_constant_line(text, exc.args[0])}: a value is {exc.args[0]}, which JSON has "
                         "no number for (NaN and Infinity are Python's, not JSON's); give the value, or leave "
@@ -1060,11 +1064,27 @@ def _not_json_number(name: str) -> Any:
     raise _NotJsonNumber(name)
 
 
+class _TooLong(ValueError):
+    pass
+
+
+def _builder_int(literal: str) -> int:
+    """A JSON document's whole number, refused past what datasets' json builder reads (its ujson:
+    -2^63 to 2^64 - 1): "could not be read as json (ValueError: Value is too big! at position
+    25)" named no line, where JSONL reads such a number as a double (`check_exact`)."""
+    value = int(literal)
+    if not -(1 << 63) <= value < 1 << 64:
+        raise _TooLong(literal)
+    return value
+
+
 def _constant_line(text: str, name: str) -> int:
-    """The line of the first `name` (NaN, Infinity, -Infinity) outside a string of a JSON text."""
+    """The line of the first `name` (NaN, Infinity, -Infinity, a number) outside a string of a
+    JSON text, as a whole token."""
     blanked = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: " " * len(m.group()), text)
-    at = blanked.find(name)
-    return blanked.count("\n", 0, max(at, 0)) + 1
+    found = re.search(rf"(?<![\w.+-]){re.escape(name)}(?![\w.])", blanked)
+    at = found.start() if found else 0
+    return blanked.count("\n", 0, at) + 1
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
