@@ -1738,3 +1738,21 @@ def test_a_whole_number_past_the_json_readers_range_is_named_at_its_line(tmp_pat
     with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:3: a whole number of {len(digits.lstrip('-'))} "
                                         rf"digits \({re.escape(digits[:24])}.*write it as a string"):
         readers.read(path, "json", field="data" if "{data}" in layout else None)
+
+
+@pytest.mark.parametrize("layout, number", [(layout, n) for layout in ("jsonl", "json list", "json {data}")
+                                            for n in ("1e400", "-2.5E+309")  # JSONL's -2.5E+309 pyarrow reads
+                                            if (layout, n) != ("jsonl", "-2.5E+309")])  # as -inf: the label check's
+def test_a_number_past_a_double_is_named_at_its_line(tmp_path: Path, layout: str, number: str) -> None:
+    """Finding: a JSON number no double holds (`1e400`) was "could not be read as jsonl
+    (ValueError: Trailing data at position 33)" in JSON lines, no line named, and in a JSON
+    document "label column 'label' is Infinity, which JSON has no number for", a word the file
+    does not hold. Both say the number, at its line."""
+    rows = ['{"text": "a", "label": 1.5}', f'{{"text": "b", "label": {number}}}']
+    path = tmp_path / ("d.jsonl" if layout == "jsonl" else "d.json")
+    line = 2 if layout == "jsonl" else 3
+    text = "\n".join(rows) + "\n" if layout == "jsonl" else "[\n" + ",\n".join(rows) + "\n]"
+    path.write_text('{"data": ' + text + "}" if "{data}" in layout else text)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:{line}: the number {re.escape(number)} is past what "
+                                        "a double holds"):
+        readers.read(path, readers.file_format(path), field="data" if "{data}" in layout else None)

@@ -1043,7 +1043,10 @@ def json_keys_once(path: Path, field: str | None) -> None:
     check; the key and place are looked for only when one repeats)."""
     text = read_small_text(path)
     try:
-        json.loads(text, object_pairs_hook=_distinct, parse_constant=_not_json_number, parse_int=_builder_int)
+        json.loads(text, object_pairs_hook=_distinct, parse_constant=_not_json_number, parse_int=_builder_int,
+                   parse_float=_finite_float)
+    except _Overflow as exc:
+        raise UserError(f"{path}:{_constant_line(text, exc.args[1])}: {exc.args[0]}") from None
     except _TooLong as exc:
         raise UserError(f"{path}:{_constant_line(text, exc.args[0])}: a whole number of {len(exc.args[0].lstrip('-'))} "
                         f"digits ({exc.args[0][:24]}{'...' * (len(exc.args[0]) > 24)}), past what datasets' JSON reader "
@@ -1066,6 +1069,23 @@ def _not_json_number(name: str) -> Any:
 
 class _TooLong(ValueError):
     pass
+
+
+class _Overflow(ValueError):
+    pass
+
+
+def _finite_float(literal: str) -> float:
+    """A JSON number with a fraction or an exponent, refused where no double holds it (`1e400`):
+    the json module reads it as infinity, datasets' JSON lines reader failed on it ("could not be
+    read as jsonl (ValueError: Trailing data at position 33)", no line) and its JSON-document
+    reader called it "Infinity, which JSON has no number for", a word the file does not hold."""
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):
+        raise _Overflow(f"the number {literal[:24]}{'...' * (len(literal) > 24)} is past what a double holds "
+                        "(about 1.8e308) and would read as infinity; write it within that range, or as a string",
+                        literal)
+    return value
 
 
 def _builder_int(literal: str) -> int:
@@ -1101,9 +1121,11 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
     kinds = _Kinds(only)
     for n, line, rest in _jsonl_lines(path):
         try:
-            value = json.loads(line, object_pairs_hook=_no_duplicates)
+            value = json.loads(line, object_pairs_hook=_no_duplicates, parse_float=_finite_float)
         except json.JSONDecodeError as exc:
             return f"{path}:{n}: " + (_spread_value(line, rest) or not_json_line(line, exc))
+        except _Overflow as exc:
+            return f"{path}:{n}: {exc.args[0]}"
         except ValueError as exc:
             return f"{path}:{n}: {exc}"
         if not isinstance(value, dict):
