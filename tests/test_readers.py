@@ -1599,3 +1599,160 @@ def test_a_json_document_mixing_types_inside_a_field_names_the_record(tmp_path: 
     listed = tmp_path / "l.json"  # the records as a JSON list read, as JSONL does: no cost where the file reads
     listed.write_text(json.dumps(records))
     assert len(readers.read(listed, "json")) == len(records)
+
+
+# Texts pyarrow's JSON reader (datasets' json builder) reads as timestamps where a field holds
+# nothing else, and pandas' (a {"data": [...]} document) in a field named `date`, `*_at`, ...:
+# four texts, two timestamps once read so (the first two; the last two, one instant in two zones)
+DATES = ["2020-01-01", "2020-01-01 00:00:00", "2021-03-04T10:00:00+02:00", "2021-03-04T08:00:00Z"]
+
+
+def _dated_classification(column: str) -> Callable[[Path], list]:
+    def read(path: Path) -> list:
+        from toolkit.tasks import TASKS
+
+        rows = [{"text": d if column == "text" else f"text {i}", "label": d if column == "label" else "ab"[i % 2]}
+                for i, d in enumerate(DATES)]
+        task = TASKS.get("text_classification")(train_file=str(_write_records(path, rows)), eval_file=str(path),
+                                                text_columns=["text"], label_column="label")
+        loaded = task.load()["train"]
+        return loaded["text"] if column == "text" else [task.label_names[i] for i in loaded["label"]]
+    return read
+
+
+def _dated_records(layout: str) -> Callable[[Path], list]:
+    def read(path: Path) -> list:
+        from toolkit.tasks._generation import read_records
+
+        rows = [{"date": d, "summary": f"summary {i}"} for i, d in enumerate(DATES)]
+        if layout == "data":  # pandas reads dates of one zone only: the first two, one timestamp
+            path = path.with_suffix(".json")
+            path.write_text(json.dumps({"data": rows[:2] * 2}))
+        else:
+            _write_records(path, rows)
+        return read_records(path, ("date", "summary"))["date"]
+    return read
+
+
+def _dated_ner(path: Path) -> list:
+    from toolkit.tasks.ner import read_jsonl
+
+    _write_records(path, [{"tokens": [d, d], "ner_tags": ["B-DATE", "I-DATE"]} for d in DATES])
+    return [words[0] for words in read_jsonl(path).tokens]
+
+
+def _dated_squad(path: Path) -> list:
+    from toolkit.tasks.squad import read_squad
+
+    _write_records(path, [{"id": f"q{i}", "question": "When?", "context": f"On {d}.",
+                           "answers": {"text": [d], "answer_start": [3]}} for i, d in enumerate(DATES)])
+    return [r["answers"]["text"][0] for r in read_squad(str(path))]
+
+
+def _dated_pretraining(path: Path) -> list:
+    from toolkit.tasks._text import _read_files
+
+    _write_records(path, [{"text": d} for d in DATES])
+    ds, _ = _read_files({"train": str(path)}, "records", "line", None, SimpleNamespace(note=lambda *a: None))
+    return ds["train"]["text"]
+
+
+def _dated_predict(path: Path) -> list:
+    from toolkit.inference import read_inputs
+
+    _write_records(path, [{"id": d, "text": f"text {i}"} for i, d in enumerate(DATES)])
+    return [r["id"] for r in read_inputs(str(path), ["text"])]
+
+
+DATED_READERS = {  # reader -> read back the texts of DATES it was given in one field of every record
+    "classification text": _dated_classification("text"),
+    "classification label": _dated_classification("label"),
+    "summarization records": _dated_records("records"),
+    "summarization json {data}, a field named date": _dated_records("data"),
+    "ner tokens": _dated_ner,
+    "squad answers": _dated_squad,
+    "pretraining jsonl": _dated_pretraining,
+    "predict ids": _dated_predict,
+}
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+@pytest.mark.parametrize("reader", sorted(DATED_READERS))
+def test_a_field_of_dates_is_read_as_written(tmp_path: Path, reader: str, suffix: str) -> None:
+    """Finding: a JSON(L) field whose every value is an ISO 8601 date or time reached the table as
+    timestamps (pyarrow's JSON reader infers them; pandas' does for a field named `date`): labels
+    "2021-03-04T08:00:00Z" were the class "2021-03-04 08:00:00", "2020-01-01" and "2020-01-01
+    00:00:00" (and one instant in two zones) one class, exit 0; a text, a word or a SQuAD answer
+    of dates was refused as "a number, expected text"; a predict id came out re-written. Every
+    reader keeps each value as the file writes it."""
+    got = DATED_READERS[reader](tmp_path / f"d{suffix}")
+    written = DATES[:2] * 2 if reader.endswith("named date") else DATES
+    assert sorted(got) == sorted(written) and all(isinstance(value, str) for value in got), got
+
+
+SMALL = [1e-12, 3e-12, 2e-12, 3.4567e-8, 0.12345678901234, 9.876543210987654e16]  # past pandas' ujson's 10 decimals
+
+
+@pytest.mark.parametrize("reader, layout", [(r, layout) for r in ("read", "regression", "classification")
+                                             for layout in ("jsonl", "json list", "json {data}")
+                                             if r == "read" or layout != "json {data}"])  # a list of records
+def test_a_json_number_is_read_as_written(tmp_path: Path, reader: str, layout: str) -> None:
+    """Finding: datasets' json builder writes a JSON document's records again with pandas' ujson,
+    which keeps 10 decimals: regression targets 1e-12, 3e-12, 2e-12 read from a .json list were
+    all 0.0 (a constant target), 3.4567e-8 was 3.46e-8, 9.876543210987654e16 lost 6 digits, and
+    classification labels differing past the 10th decimal were one class, exit 0, where JSONL
+    read them as written. Every layout reads each number as json.loads does."""
+    from toolkit.tasks import TASKS
+
+    rows = [{"text": f"text {i}", "label": value} for i, value in enumerate(SMALL)]
+    if reader == "classification":  # two labels that differ past the 10th decimal
+        rows = [{"text": f"text {i}", "label": 0.12345678901234 if i % 2 else 0.12345678901111} for i in range(4)]
+    path = tmp_path / ("d.jsonl" if layout == "jsonl" else "d.json")
+    if layout == "json {data}":
+        path.write_text(json.dumps({"data": rows}))
+    else:
+        _write_records(path, rows)
+    written = [row["label"] for row in rows]
+    if reader == "read":
+        assert readers.read(path, readers.file_format(path), field="data" if "{data}" in layout else None)["label"] == written
+        return
+    task = TASKS.get("text_classification")(train_file=str(path), eval_file=str(path), text_columns=["text"],
+                                            label_column="label", problem=reader if reader == "regression" else "classification")
+    labels = task.load()["train"]["label"]
+    if reader == "regression":
+        assert [float(value) for value in labels] == written
+    else:
+        assert task.label_names == ["0.12345678901111", "0.12345678901234"] and labels == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("digits", ["123456789012345678901234567", "-9223372036854775809"])
+@pytest.mark.parametrize("layout", ["json list", "json {data}"])
+def test_a_whole_number_past_the_json_readers_range_is_named_at_its_line(tmp_path: Path, layout: str,
+                                                                         digits: str) -> None:
+    """Finding: a JSON document holding a whole number past -2^63 .. 2^64 - 1 (an id, a label
+    written as a long number) was "could not be read as json (ValueError: Value is too big! at
+    position 25)" from datasets' ujson, naming no line; said at its line, with the fix."""
+    rows = "[\n" + '{"text": "a", "label": 1},\n' + f'{{"text": "b", "label": {digits}}}\n]'
+    path = tmp_path / "d.json"
+    path.write_text('{"data": ' + rows + "}" if "{data}" in layout else rows)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:3: a whole number of {len(digits.lstrip('-'))} "
+                                        rf"digits \({re.escape(digits[:24])}.*write it as a string"):
+        readers.read(path, "json", field="data" if "{data}" in layout else None)
+
+
+@pytest.mark.parametrize("layout, number", [(layout, n) for layout in ("jsonl", "json list", "json {data}")
+                                            for n in ("1e400", "-2.5E+309")  # JSONL's -2.5E+309 pyarrow reads
+                                            if (layout, n) != ("jsonl", "-2.5E+309")])  # as -inf: the label check's
+def test_a_number_past_a_double_is_named_at_its_line(tmp_path: Path, layout: str, number: str) -> None:
+    """Finding: a JSON number no double holds (`1e400`) was "could not be read as jsonl
+    (ValueError: Trailing data at position 33)" in JSON lines, no line named, and in a JSON
+    document "label column 'label' is Infinity, which JSON has no number for", a word the file
+    does not hold. Both say the number, at its line."""
+    rows = ['{"text": "a", "label": 1.5}', f'{{"text": "b", "label": {number}}}']
+    path = tmp_path / ("d.jsonl" if layout == "jsonl" else "d.json")
+    line = 2 if layout == "jsonl" else 3
+    text = "\n".join(rows) + "\n" if layout == "jsonl" else "[\n" + ",\n".join(rows) + "\n]"
+    path.write_text('{"data": ' + text + "}" if "{data}" in layout else text)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:{line}: the number {re.escape(number)} is past what "
+                                        "a double holds"):
+        readers.read(path, readers.file_format(path), field="data" if "{data}" in layout else None)

@@ -540,11 +540,86 @@ def read(path: Path, fmt: str | None = None, *, field: str | None = None, column
         _no_csv_quoting(ds, header, path)
     if len(ds) == 0:
         raise UserError(f"{path}: holds no records")
+    if fmt in ("json", "jsonl"):
+        ds = _as_written(ds, path, fmt, field)
     if fmt in ("json", "jsonl") and field is None and _a_record_all_null(ds):
         problem = _not_a_record(path, fmt)  # a `null` line: said as what it is, not as missing fields
         if problem:
             raise UserError(problem)
     return ds
+
+
+def _holds(kind: Any, test: Any) -> bool:
+    """Whether an Arrow type is, or holds inside its lists and structs, a type `test` says yes to."""
+    import pyarrow as pa
+
+    if test(kind):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _holds(kind.value_type, test)
+    if pa.types.is_struct(kind):
+        return any(_holds(kind.field(i).type, test) for i in range(kind.num_fields))
+    return False
+
+
+def _dated(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_timestamp(kind) or pa.types.is_date(kind)
+
+
+def _as_written(ds: Any, path: Path, fmt: str, field: str | None) -> Any:
+    """Each field of a JSON(L) file that datasets' json builder holds otherwise than the file
+    writes it, taken again from the file, each value as json.loads reads it, typed as Arrow types
+    those values:
+    - a field whose every string reads as an ISO 8601 date or time (JSON and JSONL): pyarrow's
+      JSON reader types it a timestamp (pandas', for a `{"data": [...]}` document, one named
+      `date`, `*_at`, `*_time`, ...), so labels "2021-03-04T08:00:00Z" came out as the class
+      "2021-03-04 08:00:00", "2020-01-01" and "2020-01-01 00:00:00" (or one instant in two zones)
+      were one class, exit 0, and a text field of dates was refused as "a number, expected text";
+    - a number with a fraction in a JSON document (a list, or `{"data": [...]}`): the builder
+      writes the records again with pandas' ujson, which keeps 10 decimals (and 10 significant
+      digits past 1e16), so regression targets 1e-12, 2e-12, 3e-12 were all 0.0, 3.4567e-8 was
+      3.46e-8, and labels differing past the 10th decimal were one class, exit 0, where the same
+      records as JSONL read as written.
+    Nested in lists and objects too (SQuAD's answers). Only where such a field is there (its
+    values are compared): one column held in memory; a JSON document is parsed whole anyway."""
+    import pyarrow as pa
+    from datasets import Dataset
+    from datasets.table import InMemoryTable
+
+    table = ds.data.table if hasattr(ds.data, "table") else ds.data
+    suspect = (lambda kind: _dated(kind) or pa.types.is_floating(kind)) if fmt == "json" else _dated
+    changed = False
+    for i, named in enumerate(table.schema):
+        if not _holds(named.type, suspect):
+            continue
+        values = _top_values(path, fmt, named.name, field)
+        if values is None or len(values) != len(table):
+            raise UserError(f"{path}: field '{named.name}' is read by datasets' JSON reader otherwise than the file "
+                            "writes it (dates and times as timestamps), and its records cannot be read again one by "
+                            "one to keep them as written; write one record a line (JSONL) or as a JSON list")
+        try:
+            column = pa.array(values)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):  # a whole number past int64 beside
+            continue  # fractions: held as doubles, which `check_exact` says where the number names something
+        if column.type == named.type and column.equals(table.column(i).combine_chunks()):
+            continue  # read as written
+        table, changed = table.set_column(i, named.name, column), True
+    if not changed:
+        return ds
+    seen = hashlib.sha256(f"{ds._fingerprint}|as written".encode()).hexdigest()[:16]
+    return Dataset(InMemoryTable(table), split=ds.split, fingerprint=seen)
+
+
+def _top_values(path: Path, fmt: str, name: str, field: str | None) -> list[Any] | None:
+    """Each record's field `name` as the JSON(L) file holds it (None where a record lacks it), in
+    record order; None where the records cannot be walked one by one."""
+    try:
+        return [record.get(name) if isinstance(record, dict) else None
+                for record in _json_records(path, fmt, field)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def builder_path(path: Path) -> str:
@@ -968,7 +1043,14 @@ def json_keys_once(path: Path, field: str | None) -> None:
     check; the key and place are looked for only when one repeats)."""
     text = read_small_text(path)
     try:
-        json.loads(text, object_pairs_hook=_distinct, parse_constant=_not_json_number)
+        json.loads(text, object_pairs_hook=_distinct, parse_constant=_not_json_number, parse_int=_builder_int,
+                   parse_float=_finite_float)
+    except _Overflow as exc:
+        raise UserError(f"{path}:{_constant_line(text, exc.args[1])}: {exc.args[0]}") from None
+    except _TooLong as exc:
+        raise UserError(f"{path}:{_constant_line(text, exc.args[0])}: a whole number of {len(exc.args[0].lstrip('-'))} "
+                        f"digits ({exc.args[0][:24]}{'...' * (len(exc.args[0]) > 24)}), past what datasets' JSON reader "
+                        "reads of a JSON document (-2^63 to 2^64 - 1); write it as a string (\"...\")") from None
     except _NotJsonNumber as exc:  # the builder read it as null ("empty label"), a JSONL line as -inf
         raise UserError(f"{path}:{_constant_line(text, exc.args[0])}: a value is {exc.args[0]}, which JSON has "
                         "no number for (NaN and Infinity are Python's, not JSON's); give the value, or leave "
@@ -985,11 +1067,44 @@ def _not_json_number(name: str) -> Any:
     raise _NotJsonNumber(name)
 
 
+class _TooLong(ValueError):
+    pass
+
+
+class _Overflow(ValueError):
+    pass
+
+
+def _finite_float(literal: str) -> float:
+    """A JSON number with a fraction or an exponent, refused where no double holds it (`1e400`):
+    the json module reads it as infinity, datasets' JSON lines reader failed on it ("could not be
+    read as jsonl (ValueError: Trailing data at position 33)", no line) and its JSON-document
+    reader called it "Infinity, which JSON has no number for", a word the file does not hold."""
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):
+        raise _Overflow(f"the number {literal[:24]}{'...' * (len(literal) > 24)} is past what a double holds "
+                        "(about 1.8e308) and would read as infinity; write it within that range, or as a string",
+                        literal)
+    return value
+
+
+def _builder_int(literal: str) -> int:
+    """A JSON document's whole number, refused past what datasets' json builder reads (its ujson:
+    -2^63 to 2^64 - 1): "could not be read as json (ValueError: Value is too big! at position
+    25)" named no line, where JSONL reads such a number as a double (`check_exact`)."""
+    value = int(literal)
+    if not -(1 << 63) <= value < 1 << 64:
+        raise _TooLong(literal)
+    return value
+
+
 def _constant_line(text: str, name: str) -> int:
-    """The line of the first `name` (NaN, Infinity, -Infinity) outside a string of a JSON text."""
+    """The line of the first `name` (NaN, Infinity, -Infinity, a number) outside a string of a
+    JSON text, as a whole token."""
     blanked = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: " " * len(m.group()), text)
-    at = blanked.find(name)
-    return blanked.count("\n", 0, max(at, 0)) + 1
+    found = re.search(rf"(?<![\w.+-]){re.escape(name)}(?![\w.])", blanked)
+    at = found.start() if found else 0
+    return blanked.count("\n", 0, at) + 1
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
@@ -1006,9 +1121,11 @@ def _jsonl_problem(path: Path, only: str | None = None) -> str | None:
     kinds = _Kinds(only)
     for n, line, rest in _jsonl_lines(path):
         try:
-            value = json.loads(line, object_pairs_hook=_no_duplicates)
+            value = json.loads(line, object_pairs_hook=_no_duplicates, parse_float=_finite_float)
         except json.JSONDecodeError as exc:
             return f"{path}:{n}: " + (_spread_value(line, rest) or not_json_line(line, exc))
+        except _Overflow as exc:
+            return f"{path}:{n}: {exc.args[0]}"
         except ValueError as exc:
             return f"{path}:{n}: {exc}"
         if not isinstance(value, dict):
