@@ -19,7 +19,8 @@ from toolkit.errors import UserError
 DECL = {"accuracy": {"higher_is_better": True, "scale": 100.0}, "f1": {"higher_is_better": True, "scale": 100.0},
         "pearson": {"higher_is_better": True, "scale": 100.0}, "spearmanr": {"higher_is_better": True, "scale": 100.0},
         "matthews_correlation": {"higher_is_better": True, "scale": 100.0},
-        "perplexity": {"higher_is_better": False, "scale": 1.0}, "loss": {"higher_is_better": False, "scale": 1.0}}
+        "perplexity": {"higher_is_better": False, "scale": 1.0}, "loss": {"higher_is_better": False, "scale": 1.0},
+        "rougeL": {"higher_is_better": True, "scale": 100.0}}
 
 
 def fake_run(root: Path, task: str, method: str, seed: int, evals: dict, lr: float = 1e-3, main: str = "accuracy",
@@ -2688,3 +2689,75 @@ def test_a_grid_whose_settings_ran_other_seeds_says_so(tmp_path: Path, table: st
     for seed in (43, 44):
         fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.90 + seed / 1e4}, lr=1e-3)
     assert "other seeds" not in text() and "the best of 2 settings" in glue_report.render(report.collect(tmp_path))
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "report.md"])
+@pytest.mark.parametrize("task, task_extra, scored", [
+    ("samsum", None, "$TOOLKIT_DATA/summarization/samsum/test.json"),  # the shipped preset: validation trains, test scores
+    ("custom", {"train_file": "data/train.json", "eval_file": "data/test_2016.json"}, "data/test_2016.json"),
+    ("custom", {"train_file": "data/train.json", "eval_file": "data/dev.json"}, None),  # a dev file: on dev, as before
+])
+def test_a_choice_made_on_a_test_split_is_said_to_be_one(tmp_path: Path, monkeypatch, table: str, task: str, task_extra,
+                                                         scored) -> None:
+    """SAMSum's preset (as IWSLT14's and Multi30k's) scores its test split, and every run keeps its
+    best checkpoint on it (train.keep_best): an lr grid's best and each run's checkpoint were then
+    chosen on the test numbers the report shows, which it called "selected and scored on the same
+    dev set: optimistic, as in the papers", exit 0. Each such line now names the test split and
+    says the number is no held-out test score; a run scored on a dev file reads as before."""
+    for seed in (42, 43):
+        for lr, rouge in ((1e-4, 0.30), (1e-3, 0.34)):
+            _stamp(fake_run(tmp_path, task, "lora", seed, {"rougeL": rouge + seed / 1e4}, lr=lr, main="rougeL",
+                            task_name="summarization", task_extra=task_extra),
+                   kept={"step": 20, "on": "rougeL", "value": rouge, "eval_loss": 0.5, "ties": "lower eval loss"})
+    notes = _notes_in(tmp_path, table, row_key="task")
+    chosen = [n for n in notes if "selected and scored on the same" in n]
+    assert chosen and all(("dev set" in n) == (scored is None) for n in chosen), chosen
+    if table == "report.md":  # the plots' score axis: "test rougeL" where the runs scored a test split
+        import matplotlib.text
+        from toolkit.reports import plots
+
+        drawn: list[str] = []
+
+        def keep(fig, path: Path) -> tuple[Path, bytes]:
+            drawn.extend(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+            plots._plt().close(fig)
+            return path, b""
+
+        monkeypatch.setattr(plots, "_save", keep)
+        plots.draw_all(report.collect(tmp_path), tmp_path / "out")
+        split = "dev" if scored is None else "test"
+        assert f"{task}: {split} rougeL" in drawn and f"{split} rougeL (%) ↑" in drawn, drawn
+    if scored is None:
+        assert not [n for n in notes if "test split" in n]
+        return
+    said = f"selected and scored on the same test split ({scored}), so its number is no held-out test score"
+    assert all(said in n for n in chosen), chosen
+    assert any("best checkpoint on its eval set (train.keep_best, on rougeL)" in n for n in chosen)
+    if table != "runs table":  # the grid's best lr, chosen on the test split
+        assert any("reported train.lr=0.001, the best mean rougeL on its test split of the grid" in n for n in chosen)
+
+
+def test_which_runs_scored_a_test_split() -> None:
+    """`test_source` over the ways a run comes to score a test split: a preset's files (IWSLT14,
+    Multi30k, SAMSum), a recipe's eval file named test, a Hub data set without a validation split
+    (imdb: its test split, metrics.json hub_data); a dev or validation file, GLUE and a Hub data
+    set's validation split are none."""
+    from toolkit.reports import core
+    from toolkit.tasks import is_test_source
+
+    def source(task: dict, hub: dict | None = None) -> str | None:
+        return core.test_source({"recipe": {"model": {"checkpoint": "org/tiny"}, "task": task, "method": {"name": "lora"},
+                                            "train": {"seed": 42}}, "metrics": {"hub_data": hub} if hub else {}})
+
+    pair = {"source_lang": "de", "target_lang": "en"}
+    assert source({"name": "translation", "subset": "iwslt14", **pair}) == "$TOOLKIT_DATA/translation/iwslt14-de-en/test.{lang}"
+    assert source({"name": "translation", "subset": "multi30k", "source_lang": "en", "target_lang": "de"}).endswith(
+        "test_2016_flickr.{lang}.gz")
+    assert source({"name": "mlm", "train_file": "lm/valid.txt", "eval_file": "lm/ptb.test.txt"}) == "lm/ptb.test.txt"
+    assert source({"name": "ner"}) is None  # CoNLL-2003's valid.txt
+    assert source({"name": "glue", "subset": "sst2"}) is None
+    imdb = {"name": "text_classification", "dataset": "imdb"}
+    assert source(imdb, {"imdb None": {"train": "a", "test": "b"}}) == "imdb[test]"
+    assert source(imdb, {"imdb None": {"train": "a", "validation": "c", "test": "b"}}) is None
+    assert [is_test_source(s) for s in ("latest.csv", "contest.json", "x[test]", "data/Test-2016.tsv")] == [
+        False, False, True, True]

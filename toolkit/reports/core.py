@@ -25,7 +25,7 @@ from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
 from toolkit.recipe_data import SECTION_NAMES, safe_yaml
 from toolkit.methods import METHODS
-from toolkit.tasks import TASKS, Metric, declaration
+from toolkit.tasks import TASKS, Metric, declaration, is_test_source
 from toolkit.tasks._generation import BEFORE as GENERATION_BEFORE
 
 LABELS = ("task", "method", "model", "run")
@@ -1128,8 +1128,10 @@ def kept_note(where: str, members: list[dict]) -> list[str]:
                      + ("" if kind == "the best on dev" else ": " + "; ".join(dict.fromkeys(
                          str(r["metrics"]["kept"].get("on")) for r in runs))) + ")"
                      for kind, runs in sorted(by_kind.items()))
+    split = "the test split" if any(test_source(m) for m in by_kind.get("the best on dev", [])) else "the dev set"
     return [f"{where}: its runs report different checkpoints: {said}; its mean pools a checkpoint selected on "
-            "the dev set it is scored on (optimistic) with ones that were not"]
+            f"{split} it is scored on ({'no held-out score' if split == 'the test split' else 'optimistic'}) "
+            "with ones that were not"]
 
 
 def selected_checkpoint_note(where: str, entries: list[tuple[str, list[dict]]]) -> list[str]:
@@ -1142,9 +1144,15 @@ def selected_checkpoint_note(where: str, entries: list[tuple[str, list[dict]]]) 
     if not best:
         return []
     on = sorted({str(r["metrics"]["kept"].get("on")) for _, runs in best for r in runs})
-    return [f"{where}: {', '.join(name for name, _ in best)}: each run reports its best checkpoint on dev "
-            f"(train.keep_best, on {', '.join(on)}), selected and scored on the same dev set: optimistic, as the "
-            "LoRA paper's best epoch; a held-out split would say how much"]
+    test = [name for name, runs in best if any(test_source(r) for r in runs)]
+    dev = [name for name, _ in best if name not in test]
+    out = [f"{where}: {', '.join(dev)}: each run reports its best checkpoint on dev "
+           f"(train.keep_best, on {', '.join(on)}), selected and scored on the same dev set: optimistic, as the "
+           "LoRA paper's best epoch; a held-out split would say how much"] if dev else []
+    # the eval set a test split (SAMSum's preset, a task.eval_file test.txt): chosen on the numbers reported
+    return out + ([f"{where}: {', '.join(test)}: each run reports its best checkpoint on its eval set (train.keep_best, "
+                   f"on {', '.join(on)}), selected and scored on "
+                   f"{eval_set(r for name, runs in best if name in test for r in runs)}, {ON_TEST}"] if test else [])
 
 
 def mixed_code_note(where: str, members: list[dict], part: Callable[[dict], str] | None = None) -> list[str]:
@@ -1390,6 +1398,44 @@ def unread(item: dict) -> frozenset[str]:
         except (UserError, TypeError, ValueError, KeyError, AttributeError):
             item["unread"] = frozenset()
     return item["unread"]
+
+
+def test_source(item: dict) -> str | None:
+    """The test split a run scored, where it did (its task's `scored_source` as its recipe builds
+    now: SAMSum's and IWSLT14's presets, a recipe's task.eval_file test.txt, a Hub split named
+    test; or the Hub split a classifier fell back to where its data set has no validation split,
+    metrics.json hub_data), else None. A checkpoint or a grid point chosen on the eval set is then
+    chosen on the test split it reports, which no paper's test number is: the report's
+    "selected and scored on the same dev set: optimistic, as in the papers" said otherwise."""
+    if "test_source" not in item:
+        try:
+            source = recipes.built(item["recipe"]).task.scored_source()
+        except (UserError, TypeError, ValueError, KeyError, AttributeError):
+            source = None
+        if source is None:  # a Hub data set without a validation split scores its test split
+            for name, splits in (item["metrics"].get("hub_data") or {}).items():
+                held = set(splits) if isinstance(splits, dict) else set()
+                if "test" in held and not held & {"validation", "dev"}:
+                    source = f"{name.split()[0]}[test]"
+        item["test_source"] = source if source is not None and is_test_source(source) else None
+    return item["test_source"]
+
+
+def eval_set(members: Iterable[dict]) -> str:
+    """'the same dev set' or, where a run scored a test split (`test_source`), 'the same test
+    split (<its source>)': what a selection on the eval set was made on."""
+    tests = sorted({s for m in members if (s := test_source(m))})
+    return f"the same test split ({', '.join(tests)})" if tests else "the same dev set"
+
+
+def split_word(members: Iterable[dict]) -> str:
+    """'test' where one of these runs scored a test split (`test_source`), else 'dev': what a plot's
+    axis and a curve's note call the scores (SAMSum's test ROUGE was drawn as "dev rougeL")."""
+    return "test" if any(test_source(m) for m in members) else "dev"
+
+
+ON_TEST = ("so its number is no held-out test score (a paper chooses on dev and scores the choice once on "
+           "test): choose on a dev split (task.eval_file a dev file), then score that choice on the test split")
 
 
 def budget(item: dict) -> str:
@@ -1692,8 +1738,11 @@ def pivot_notes(p: Pivot) -> list[str]:
             grid = "; ".join(f"{desc}: {_with_left(st.fmt(p.metric.scale, d), not_finished(st.runs))}"
                              + (" ‡" if mixed_code(st.runs) else "") for desc, st in cell.grid)
             said = comparison_code([(desc, st.runs) for desc, st in cell.grid])  # the choice reads them all
-            notes.append(("‡ " if said else "") + f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
-                         f"[{grid}] (selected and scored on the same dev set: optimistic, as in the papers)"
+            chosen_on = eval_set(st_run for _, st in cell.grid for st_run in st.runs)
+            notes.append(("‡ " if said else "") + f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} "
+                         f"{'on dev' if chosen_on.endswith('dev set') else 'on its test split'} of the grid "
+                         f"[{grid}] (selected and scored on {chosen_on}"
+                         + (": optimistic, as in the papers)" if chosen_on.endswith("dev set") else f", {ON_TEST})")
                          + (f"; the best is the grid's {cell.edge}, so a wider grid may do better" if cell.edge else "")
                          + (f"; tied on the mean with {', '.join(cell.tied)}: the first in grid order is reported, "
                             "the data does not choose between them" if cell.tied else "")

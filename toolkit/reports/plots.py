@@ -128,7 +128,8 @@ def partial_notes(items: list[dict]) -> list[str]:
     for task, group in sorted(by_task.items()):
         metric = report.main_metric(next(iter(group.values())))
         for name, runs in group.items():
-            for what, value in (("train loss", _train_loss), (f"dev {metric}", _dev_metric(metric))):
+            split = report.split_word(runs)
+            for what, value in (("train loss", _train_loss), (f"{split} {metric}", _dev_metric(metric))):
                 _, partial = _per_step(runs, value)
                 if partial:
                     shown = ", ".join(map(str, partial[:8])) + (", ..." if len(partial) > 8 else "")
@@ -186,8 +187,9 @@ def curves(task: str, group: dict[str, list[dict]], out: Path, stem: str | None 
         plt.close(fig)
         return None
     ax_loss.set(xlabel="optimizer step", ylabel="train loss (mean over seeds)", title=f"{task}: train loss")
-    ax_eval.set(xlabel="optimizer step", ylabel=f"dev {report.column(metric)}" if metric else "dev",
-                title=f"{task}: dev {metric_name}")
+    split = report.split_word(i for g in group.values() for i in g)  # SAMSum's preset scores its test split
+    ax_eval.set(xlabel="optimizer step", ylabel=f"{split} {report.column(metric)}" if metric else split,
+                title=f"{task}: {split} {metric_name}")
     _legend(fig, ax_eval)
     return _save(fig, out / f"curves-{stem or _safe(task)}.png")
 
@@ -214,7 +216,8 @@ def params(task: str, group: dict[str, list[dict]], out: Path, stem: str | None 
         plt.close(fig)
         return None
     ax.set_xscale("log")
-    ax.set(xlabel="trainable parameters (log scale)", ylabel=f"dev {report.column(metric)}",
+    ax.set(xlabel="trainable parameters (log scale)",
+           ylabel=f"{report.split_word(i for g in group.values() for i in g)} {report.column(metric)}",
            title=f"{task}: {metric_name} vs trainable parameters\n(mean; error bars: sample std over seeds, none for n=1)")
     ax.grid(True, which="both", alpha=0.3)
     _legend(fig, ax)
