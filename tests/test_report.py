@@ -2761,3 +2761,26 @@ def test_which_runs_scored_a_test_split() -> None:
     assert source(imdb, {"imdb None": {"train": "a", "validation": "c", "test": "b"}}) is None
     assert [is_test_source(s) for s in ("latest.csv", "contest.json", "x[test]", "data/Test-2016.tsv")] == [
         False, False, True, True]
+
+
+@pytest.mark.parametrize("table", ["pivot", "report.md"])
+def test_a_comparison_with_a_grids_best_says_it_was_chosen_on_the_same_scores(tmp_path: Path, table: str) -> None:
+    """LoRA's best of a 4-point lr grid beside full fine-tuning's one lr, on the same three seeds:
+    the pivot's paired note read "lora − full = +1.00, 95% CI [...]: separated by these seeds", a
+    test of the methods, where lora's side is the maximum of four means chosen on those very
+    scores (biased up, and not counted in the interval), exit 0. The note now says which side a
+    grid chose and among how many settings; a comparison of single settings reads as before."""
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 1e4})
+        for lr, acc in ((1e-4, 0.78), (3e-4, 0.79), (1e-3, 0.81), (3e-3, 0.80)):
+            fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc + seed / 1e4 + (seed % 2) / 1e3}, lr=lr)
+    notes = [n for n in _notes_in(tmp_path, table, row_key="task") if n.startswith("lora and full (sst2)")]
+    assert len(notes) == 1 and "separated by these seeds" in notes[0], notes
+    assert notes[0].endswith("; lora is the best of 4 settings, chosen on these same scores: the choice favours it "
+                             "and is not counted in the comparison (a grid's best is compared fairly on scores it was "
+                             "not chosen on: other seeds, or a held-out split)"), notes
+    for run in list(tmp_path.rglob("sst2lora*")):  # lora's one lr left: no choice
+        if not run.name.endswith("0.001"):
+            shutil.rmtree(run)
+    (note,) = [n for n in _notes_in(tmp_path, table, row_key="task") if n.startswith("lora and full (sst2)")]
+    assert "chosen on these same scores" not in note and note.endswith("separated by these seeds"), note

@@ -965,25 +965,41 @@ def _code_marked(text: str, sides: list[tuple[str, list[dict]]], meaning: str) -
     return f"‡ {text}; its runs did not all run on one code: {said}: {meaning}" if said else text
 
 
-def overlap_notes(entries: list[tuple[str, Stat]], metric: Metric, context: str = "") -> list[str]:
+def overlap_notes(entries: list[tuple[str, Stat]], metric: Metric, context: str = "",
+                  chosen: dict[str, int] | None = None) -> list[str]:
     """Neighbours by rank: with two or more matched seeds, their paired difference and its t
     interval; otherwise where their mean ± std intervals overlap (their order is within noise).
-    Either is marked ‡ where the runs it reads did not all run on one code."""
+    Either is marked ‡ where the runs it reads did not all run on one code. `chosen`: entries that
+    are a grid's best (name -> its number of settings), chosen on the very scores compared:
+    said (`chosen_clause`), or a paired "separated by these seeds" read as a test of the methods."""
     ranked = sorted(entries, key=lambda e: e[1].mean, reverse=metric.higher_is_better)
     notes = []
     for (name_a, a), (name_b, b) in zip(ranked, ranked[1:]):
         where = f" ({context})" if context else ""
         if (note := paired_note(name_a, a, name_b, b, metric, where)) is not None:
-            notes.append(note)
+            notes.append(note + chosen_clause([name_a, name_b], chosen))
         elif overlaps(a, b):
             text = (f"{name_a} and {name_b}{where}: {metric.name} {a.fmt(metric.scale, show_n=False)} vs "
                     f"{b.fmt(metric.scale, show_n=False)} overlap (mean ± std): not separated by these seeds")
             notes.append(_code_marked(text, [(name_a, _runs_of(a, None)), (name_b, _runs_of(b, None))],
-                                      "the spreads are not seed noise alone"))
+                                      "the spreads are not seed noise alone") + chosen_clause([name_a, name_b], chosen))
     single = [name for name, s in entries if s.n == 1]
     if single and len(entries) > 1:
         notes.append(f"one seed only{f' ({context})' if context else ''}: {', '.join(single)}: no spread to compare")
     return notes
+
+
+def chosen_clause(names: list[str], chosen: dict[str, int] | None) -> str:
+    """'; lora is the best of 4 settings, chosen on these same scores: ...' for the entries of a
+    comparison that a grid chose (a pivot cell's best lr): the maximum of several noisy means is
+    biased up, and the interval of a difference that uses the very scores that chose it does not
+    count that choice. '' where no side was chosen among settings."""
+    picked = [f"{name} is the best of {chosen[name]} settings" for name in names if (chosen or {}).get(name, 0) > 1]
+    if not picked:
+        return ""
+    return (f"; {' and '.join(picked)}, chosen on these same scores: the choice favours "
+            f"{'it' if len(picked) == 1 else 'them'} and is not counted in the comparison (a grid's best is "
+            "compared fairly on scores it was not chosen on: other seeds, or a held-out split)")
 
 
 # --- declarations ----------------------------------------------------------------------------
@@ -1716,7 +1732,8 @@ def pivot_notes(p: Pivot) -> list[str]:
     notes = data_split_notes([i for cell in p.cells.values() for i in cell.items]
                              + [i for runs in p.nulls.values() for i in runs])
     for r in p.rows:
-        notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
+        notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r,
+                               {c: len(p.cells[(r, c)].grid) for c in p.cols if (r, c) in p.cells})
         notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
         notes += selected_checkpoint_note(r, [(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells])
     for (r, c), runs in sorted(p.nulls.items()):
