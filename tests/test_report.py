@@ -2735,6 +2735,11 @@ def test_a_choice_made_on_a_test_split_is_said_to_be_one(tmp_path: Path, monkeyp
     assert any("best checkpoint on its eval set (train.keep_best, on rougeL)" in n for n in chosen)
     if table != "runs table":  # the grid's best lr, chosen on the test split
         assert any("reported train.lr=0.001, the best mean rougeL on its test split of the grid" in n for n in chosen)
+    for run in tmp_path.rglob(f"{task}lora43*"):  # seed 43 kept its last step: pooled with test-chosen ones
+        _stamp(run, kept={"step": 20, "on": "the last step (train.keep_best is false or nothing was trained)"})
+    mixed = [n for n in _notes_in(tmp_path, table, row_key="task") if "report different checkpoints" in n]
+    assert mixed and all("the best on test (seed 42)" in n and "selected on the test split it is scored on (no "
+                         "held-out score)" in n for n in mixed), mixed
 
 
 def test_which_runs_scored_a_test_split() -> None:

@@ -1121,11 +1121,12 @@ def kept_kind(item: dict) -> str | None:
     kept = item["metrics"].get("kept")
     if not isinstance(kept, dict):
         return None
-    return "the best on dev" if "value" in kept else "the last step"
+    # a run that scores a test split (`test_source`: SAMSum's preset) chose its step on that split
+    return ("the best on test" if test_source(item) else "the best on dev") if "value" in kept else "the last step"
 
 
 def kept_kinds(members: list[dict]) -> str:
-    """'the best on dev', 'the last step', or both where an entry's runs kept each ('' unknown)."""
+    """'the best on dev' (or 'on test'), 'the last step', or both where an entry's runs kept each ('' unknown)."""
     return " and ".join(sorted({k for m in members if (k := kept_kind(m))}))
 
 
@@ -1141,10 +1142,10 @@ def kept_note(where: str, members: list[dict]) -> list[str]:
     if len(by_kind) < 2:
         return []
     said = "; ".join(f"{kind} ({_who(runs, None)}"
-                     + ("" if kind == "the best on dev" else ": " + "; ".join(dict.fromkeys(
+                     + ("" if kind.startswith("the best on") else ": " + "; ".join(dict.fromkeys(
                          str(r["metrics"]["kept"].get("on")) for r in runs))) + ")"
                      for kind, runs in sorted(by_kind.items()))
-    split = "the test split" if any(test_source(m) for m in by_kind.get("the best on dev", [])) else "the dev set"
+    split = "the test split" if "the best on test" in by_kind else "the dev set"
     return [f"{where}: its runs report different checkpoints: {said}; its mean pools a checkpoint selected on "
             f"{split} it is scored on ({'no held-out score' if split == 'the test split' else 'optimistic'}) "
             "with ones that were not"]
@@ -1156,7 +1157,7 @@ def selected_checkpoint_note(where: str, entries: list[tuple[str, list[dict]]]) 
     shown, as a grid's best is, said beside a grid but not here, so LoRA and full fine-tuning each
     at their best epoch read as plain dev scores (the GLUE protocol said it; a pivot and the runs
     table did not). Entries whose runs kept both kinds are kept_note's."""
-    best = [(name, runs) for name, runs in entries if runs and kept_kinds(runs) == "the best on dev"]
+    best = [(name, runs) for name, runs in entries if runs and kept_kinds(runs) in ("the best on dev", "the best on test")]
     if not best:
         return []
     on = sorted({str(r["metrics"]["kept"].get("on")) for _, runs in best for r in runs})
