@@ -2517,7 +2517,37 @@ def test_a_grid_points_seeds_on_other_devices_are_never_one_time(tmp_path: Path,
     (lora,) = [line for line in text.splitlines() if "| lora |" in line]
     assert all(f"| {cell} |" in lora for cell in split), lora
     (full,) = [line for line in text.splitlines() if "| full |" in line]
-    assert "| 10.5 ± 0.7 | 5.0 ± 0.0 | 110 |" in full  # one device: as before
+    # one device: as before in the cost table (its device column names it); in the runs table, whose
+    # rows span devices, each cell names its device (`test_rows_on_other_devices_name_their_device`)
+    assert ("| 10.5 ± 0.7 | 5.0 ± 0.0 | 110 |" if table == "cost table" else
+            "| 10.5 ± 0.7 on Test CPU | 5.0 ± 0.0 on Test CPU | 110 on Test CPU |") in full, full
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_rows_on_other_devices_name_their_device(tmp_path: Path, cli, entry: str) -> None:
+    """LoRA's seeds trained on a GPU (10 s), full fine-tuning's on the CPU (900 s): the runs table
+    showed `11.0 ± 1.4` above `900.0 ± 0.0` under `train s`, no device anywhere in it, read as a
+    method 80 times faster, exit 0 (the cost table has a device column; the runs table had none).
+    Where the table's rows span devices, each time, throughput and memory cell names its device;
+    rows all on one device read as before."""
+    for seed in (42, 43):
+        _on_device(fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6}), "NVIDIA H200", 10.0 + seed % 2, 5000.0)
+        _on_device(fake_run(tmp_path, "rte", "full", seed, {"accuracy": 0.6}), "cpu", 900.0, 700.0)
+
+    def table() -> dict[str, list[str]]:
+        if entry == "cli":
+            code, text, err = cli("report", tmp_path, "--no-plots")
+            assert code == 0, err
+        else:
+            text = toolkit_report([tmp_path])
+        lines = text.split("## Every run")[1].split("\n\n")[1].splitlines()[2:]
+        return {line.split(" | ")[1]: line.strip("| ").split(" | ")[-3:] for line in lines}
+
+    assert table() == {"lora": ["10.5 ± 0.7 on NVIDIA H200", "95.5 ± 6.4 on NVIDIA H200", "5000 on NVIDIA H200"],
+                       "full": ["900.0 ± 0.0 on cpu", "1.1 ± 0.0 on cpu", "700 on cpu"]}, table()
+    for run in tmp_path.rglob("metrics.json"):  # one device for every row: no device in the cells
+        _on_device(run.parent, "cpu", 900.0, 700.0)
+    assert table() == {m: ["900.0 ± 0.0", "1.1 ± 0.0", "700"] for m in ("lora", "full")}, table()
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])

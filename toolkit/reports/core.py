@@ -1273,28 +1273,29 @@ def by_device(ms: list[dict]) -> dict[str, list[dict]]:
     return dict(sorted(out.items()))
 
 
-def _per_device(ms: list[dict], cell) -> str:
+def _per_device(ms: list[dict], cell, named: bool = False) -> str:
     """A cost cell (`cell(ms)`) of one entry's seeds, one per device where they ran on several:
     the seeds of one grid point run on a GPU and on the CPU were one mean of their times (a GPU's
-    10 s and a CPU's 900 s read as 455 ± 629 s), throughput and peak memory, exit 0."""
+    10 s and a CPU's 900 s read as 455 ± 629 s), throughput and peak memory, exit 0. `named`: the
+    table's rows ran on several devices, so a cell of one device names it too (`10.5 on cpu`)."""
     devices = by_device(ms)
     if len(devices) < 2:
-        return cell(ms)
+        return cell(ms) + (f" on {next(iter(devices))}" if named and devices and cell(ms) != "–" else "")
     return "; ".join(f"{cell(group)} on {device} (n={len(group)})" for device, group in devices.items())
 
 
-def _spread(ms: list[dict], key: str) -> str:
+def _spread(ms: list[dict], key: str, named: bool = False) -> str:
     def cell(group: list[dict]) -> str:
         values = [m[key] for m in group if _is_number(m.get(key))]
         return _fmt(values, digits=1) if values else "–"
-    return _per_device(ms, cell)
+    return _per_device(ms, cell, named)
 
 
-def _peak(ms: list[dict]) -> str:
+def _peak(ms: list[dict], named: bool = False) -> str:
     def cell(group: list[dict]) -> str:
         values = [m["peak_memory_mb"] for m in group if _is_number(m.get("peak_memory_mb"))]
         return f"{max(values):.0f}" if values else "–"
-    return _per_device(ms, cell)
+    return _per_device(ms, cell, named)
 
 
 
@@ -1347,6 +1348,10 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
               "trainable", "train s", "samples/s", "peak MB"]
     table = []
     grouped, stopped, names = table_rows(items)
+    # rows that ran on other devices (LoRA on a GPU, full fine-tuning on the CPU) side by side: each
+    # time, throughput and memory cell names its device, as the cost table's device column does (a
+    # GPU's 10 s above a CPU's 900 s read as a 90x faster method, no device in the table, exit 0)
+    named = len(by_device([i["metrics"] for i in items])) > 1
     for key, members in sorted({**grouped, **stopped}.items()):
         if key in stopped:
             left = _stopped_seeds(members)
@@ -1367,7 +1372,7 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
                 text = text[:-1] + f"; {null} null)" if text else f"– (n=0; {null} null)"
             row.append(text)
         row += [_percent(ms[0].get("trainable_percent")), _number(ms[0].get("trainable_params"), ","),
-                _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms)]
+                _spread(ms, "train_runtime_s", named), _spread(ms, "train_samples_per_second", named), _peak(ms, named)]
         table.append(row)
     return header, table
 
