@@ -2529,7 +2529,7 @@ def test_rows_on_other_devices_name_their_device(tmp_path: Path, cli, entry: str
     showed `11.0 ± 1.4` above `900.0 ± 0.0` under `train s`, no device anywhere in it, read as a
     method 80 times faster, exit 0 (the cost table has a device column; the runs table had none).
     Where the table's rows span devices, each time, throughput and memory cell names its device;
-    rows all on one device read as before."""
+    rows all on one device read as before. A run on two processes ran on two devices: `2 × cpu`."""
     for seed in (42, 43):
         _on_device(fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6}), "NVIDIA H200", 10.0 + seed % 2, 5000.0)
         _on_device(fake_run(tmp_path, "rte", "full", seed, {"accuracy": 0.6}), "cpu", 900.0, 700.0)
@@ -2548,6 +2548,12 @@ def test_rows_on_other_devices_name_their_device(tmp_path: Path, cli, entry: str
     for run in tmp_path.rglob("metrics.json"):  # one device for every row: no device in the cells
         _on_device(run.parent, "cpu", 900.0, 700.0)
     assert table() == {m: ["900.0 ± 0.0", "1.1 ± 0.0", "700"] for m in ("lora", "full")}, table()
+    for run in tmp_path.rglob("rtefull*"):  # full on two processes of that device: its time is of two
+        _stamp(run, num_processes=2)
+    assert table() == {"lora": ["900.0 ± 0.0 on cpu", "1.1 ± 0.0 on cpu", "700 on cpu"],
+                       "full": ["900.0 ± 0.0 on 2 × cpu", "1.1 ± 0.0 on 2 × cpu", "700 on 2 × cpu"]}, table()
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert [row.split(" | ")[-1] for row in report.cost_table(p).splitlines()[2:]] == ["2 × cpu |", "cpu |"]
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])

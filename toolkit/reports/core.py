@@ -1261,8 +1261,12 @@ def _percent(value: Any) -> str:
 
 
 def device_of(metrics: dict) -> str:
-    """The device a run trained on, as metrics.json names it (its device_name, else its device)."""
-    return str(metrics.get("device_name") or metrics.get("device") or "no device recorded")
+    """The device a run trained on, as metrics.json names it (its device_name, else its device),
+    with the number of processes where it ran on several (`2 × NVIDIA H200`): a 2-process run's
+    train s is the wall time of two devices, and its samples/s their sum, not one device's."""
+    device = str(metrics.get("device_name") or metrics.get("device") or "no device recorded")
+    n = metrics.get("num_processes")
+    return f"{n:g} × {device}" if _is_number(n) and n > 1 else device
 
 
 def by_device(ms: list[dict]) -> dict[str, list[dict]]:
@@ -1843,7 +1847,7 @@ def cost_table(p: Pivot) -> str:
     table = []
     for (r, c), cell in sorted(p.cells.items()):
         ms = [i["metrics"] for i in cell.items]
-        devices = sorted({m.get("device_name") or m.get("device", "?") for m in ms})
+        devices = sorted({device_of(m) if m.get("device_name") or m.get("device") else "?" for m in ms})
         mark = " ‡" if mixed_code(cell.items) else ""  # the pivot cell's line says which code ran what
         table.append([r, c + mark, _number(ms[0].get("trainable_params"), ","), _percent(ms[0].get("trainable_percent")),
                       _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms),
