@@ -2763,6 +2763,10 @@ def test_a_choice_made_on_a_test_split_is_said_to_be_one(tmp_path: Path, monkeyp
         plots.draw_all(report.collect(tmp_path), tmp_path / "out")
         split = "dev" if scored is None else "test"
         assert f"{task}: {split} rougeL" in drawn and f"{split} rougeL (%) ↑" in drawn, drawn
+        assert [n for n in plots.plot_notes(report.collect(tmp_path)) if "(plots): drawn at" in n] == [
+            f"{task} / lora (plots): drawn at train.lr=0.001, the best mean rougeL of its 2 settings (train.lr) on the "
+            f"{split} scores drawn (selected and scored on the same {'dev set' if split == 'dev' else 'test split'}: "
+            "optimistic)"]
     if scored is None:
         assert not [n for n in notes if "test split" in n]
         return
@@ -2820,8 +2824,13 @@ def test_a_comparison_with_a_grids_best_says_it_was_chosen_on_the_same_scores(tm
     assert notes[0].endswith("; lora is the best of 4 settings, chosen on these same scores: the choice favours it "
                              "and is not counted in the comparison (a grid's best is compared fairly on scores it was "
                              "not chosen on: other seeds, or a held-out split)"), notes
+    # the plots draw lora at that best setting: their notes say so (the pivot's grid note is the pivot's alone)
+    assert [n for n in plotting.plot_notes(report.collect(tmp_path)) if "(plots): drawn at" in n] == [
+        "sst2 / lora (plots): drawn at train.lr=0.001, the best mean accuracy of its 4 settings (train.lr) on the dev "
+        "scores drawn (selected and scored on the same dev set: optimistic)"]
     for run in list(tmp_path.rglob("sst2lora*")):  # lora's one lr left: no choice
         if not run.name.endswith("0.001"):
             shutil.rmtree(run)
     (note,) = [n for n in _notes_in(tmp_path, table, row_key="task") if n.startswith("lora and full (sst2)")]
     assert "chosen on these same scores" not in note and note.endswith("separated by these seeds"), note
+    assert not [n for n in plotting.plot_notes(report.collect(tmp_path)) if "(plots): drawn at" in n]

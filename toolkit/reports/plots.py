@@ -47,7 +47,12 @@ def _plt():
 def entries(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
     """task -> method label -> the runs (seeds) of that method's best setting on the task's main
     metric, as the pivot reports it: a learning-rate grid shows as its winner, not as 3 lines."""
-    by_task: dict[str, dict[str, list[dict]]] = defaultdict(dict)
+    return {task: {name: cell.items for name, cell in group.items()} for task, group in _chosen(items).items()}
+
+
+def _chosen(items: list[dict]) -> dict[str, dict[str, report.Cell]]:
+    """`entries` with each entry's pivot cell (its grid, where its setting was chosen among several)."""
+    by_task: dict[str, dict[str, report.Cell]] = defaultdict(dict)
     cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
     models: dict[str, set[str]] = defaultdict(set)
     for item in items:
@@ -62,15 +67,25 @@ def entries(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
         metric = report.declarations(members).get(report.main_metric(members))
         cell = report.best_setting(members, metric) if metric else None
         if cell is not None:  # seeds of other code: marked in every legend and label (plot_notes)
-            by_task[task][name + (" ‡" if report.mixed_code(cell.items) else "")] = cell.items
-    return by_task
+            by_task[task][name + (" ‡" if report.mixed_code(cell.items) else "")] = cell
+    return dict(by_task)
 
 
 def plot_notes(items: list[dict]) -> list[str]:
     """The ‡ line of each plotted entry (a line, a point, a bar) whose seeds ran on other code: the
-    plots draw their mean as the pivot does, so they say so as the pivot does."""
-    return [n for task, group in sorted(entries(items).items()) for name, runs in group.items()
-            for n in report.mixed_code_note(f"{task} / {name.removesuffix(' ‡')} (plots)", runs)] + partial_notes(items)
+    plots draw their mean as the pivot does, so they say so as the pivot does; and the setting
+    each entry chosen among several is drawn at (its grid's best on the scores drawn), which the
+    plots' legends ("lora") do not show: the pivot's note says it of the pivot alone, and a report
+    without a pivot (`toolkit report RUNS`, plots on) said it nowhere."""
+    chosen = _chosen(items)
+    return ([n for task, group in sorted(chosen.items()) for name, cell in group.items()
+             for n in report.mixed_code_note(f"{task} / {name.removesuffix(' ‡')} (plots)", cell.items)]
+            + [f"{task} / {name.removesuffix(' ‡')} (plots): drawn at {cell.chosen}, the best mean "
+               f"{report.main_metric(cell.items)} of its {len(cell.grid)} settings ({', '.join(cell.keys)}) on the "
+               f"{report.split_word(cell.items)} scores drawn (selected and scored on the same "
+               f"{'test split' if report.split_word(cell.items) == 'test' else 'dev set'}: optimistic)"
+               for task, group in sorted(chosen.items()) for name, cell in group.items() if cell.grid]
+            + partial_notes(items))
 
 
 def _log(run: Path) -> list[dict]:
