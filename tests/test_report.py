@@ -38,6 +38,8 @@ def fake_run(root: Path, task: str, method: str, seed: int, evals: dict, lr: flo
         "trainable_percent": trainable / 1e4, "train_runtime_s": 10.0 + seed % 3, "train_samples_per_second": 5.0,
         "peak_memory_mb": 100.0 + trainable / 100, "device_name": "Test CPU", "git_commit": "a" * 40}))
     log = [{"step": s, "epoch": 0, "loss": 1.0 / s} for s in (1, 10, 20)]
+    # two evaluations, as a run of two epochs: keep_best chose between them (one is no choice: core.evaluations)
+    log.insert(2, {"step": 10, "epoch": 0.5, "eval": {main: next(iter(evals.values())), "loss": 0.6}})
     log.append({"step": 20, "epoch": 1, "eval": {main: next(iter(evals.values())), "loss": 0.5}})
     (run / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
     return run
@@ -183,9 +185,9 @@ def test_a_report_that_fails_leaves_the_last_one_whole(tmp_path: Path, cli, entr
     (run / "log.jsonl").write_text((run / "log.jsonl").read_text() + ("{cut\n" if damage == "not JSON" else "[1]\n"))
     if entry == "cli":
         code, _, err = cli("report", tmp_path)
-        assert code == 2 and f"{run / 'log.jsonl'}:5" in err
+        assert code == 2 and f"{run / 'log.jsonl'}:6" in err
     else:
-        with pytest.raises(UserError, match="log.jsonl:5"):
+        with pytest.raises(UserError, match="log.jsonl:6"):
             toolkit_report([tmp_path], plots=True)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
@@ -555,7 +557,7 @@ def test_a_curve_point_is_the_mean_of_every_seed_or_left_out_and_said(tmp_path: 
     items = report.collect(tmp_path)
     value = plotting._train_loss if line == "train loss" else plotting._dev_metric("pearson")
     steps, _ = plotting._mean_curve(items, value)
-    assert hole not in steps and steps == sorted({1, 10, 20} - {hole} if line == "train loss" else set())
+    assert hole not in steps and steps == sorted({1, 10, 20} - {hole} if line == "train loss" else {10})
     notes = plotting.plot_notes(items)
     assert notes == [f"curves-stsb.png, full: its {line} line leaves out step(s) {hole}, where not all of its 3 seeds "
                      "have a value (null in log.jsonl: NaN or infinite; or not logged): a mean over fewer seeds is "
@@ -2834,3 +2836,31 @@ def test_a_comparison_with_a_grids_best_says_it_was_chosen_on_the_same_scores(tm
     (note,) = [n for n in _notes_in(tmp_path, table, row_key="task") if n.startswith("lora and full (sst2)")]
     assert "chosen on these same scores" not in note and note.endswith("separated by these seeds"), note
     assert not [n for n in plotting.plot_notes(report.collect(tmp_path)) if "(plots): drawn at" in n]
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "glue"])
+def test_a_run_evaluated_once_chose_no_checkpoint(tmp_path: Path, table: str) -> None:
+    """WikiText-2's recipes train one epoch and evaluate once, at its end: under train.keep_best
+    metrics.json's `kept` holds that evaluation's value, and the report said "each run reports its
+    best checkpoint on dev, selected and scored on the same dev set: optimistic" (on the test split
+    it scores: "no held-out test score") of a run that chose nothing, exit 0. A run evaluated at one
+    step (log.jsonl) kept its last step; with two, as before."""
+    for seed in (42, 43):
+        for method in ("lora", "full"):
+            run = fake_run(tmp_path, "rte", method, seed, {"accuracy": 0.6 + seed / 1e3 + (method == "full") / 10})
+            _stamp(run, kept={"step": 20, "on": "accuracy", "value": 0.6, "eval_loss": 0.5, "ties": "lower eval loss"})
+            if method == "full":  # full evaluated once, lora twice
+                log = [e for e in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if e["step"] != 10 or "eval" not in e]
+                (run / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    notes = _notes_in(tmp_path, table)
+    if table == "glue":
+        text = glue_report.render(report.collect(tmp_path))
+        (full,) = [line for line in text.splitlines() if line.startswith("- **ours: tiny full**")]
+        assert "not selected on dev" in full and f"kept {report.core.ONE_EVALUATION}" in full, full
+        (lora,) = [line for line in text.splitlines() if line.startswith("- **ours: tiny lora**")]
+        assert "the best checkpoint on dev (keep_best" in lora and "kept the last step" not in lora, lora
+        return
+    best = [n for n in notes if "best checkpoint on dev" in n]
+    assert len(best) == 1 and "lora" in best[0].split(": each")[0] and "full" not in best[0].split(": each")[0], best
+    assert any(re.search(r"checkpoint kept \((glue/rte/tiny-)?full: the last step, (glue/rte/tiny-)?lora: the best on dev\)", n)
+               for n in notes), notes

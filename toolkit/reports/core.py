@@ -1121,8 +1121,31 @@ def kept_kind(item: dict) -> str | None:
     kept = item["metrics"].get("kept")
     if not isinstance(kept, dict):
         return None
+    if "value" not in kept or evaluations(item) == 1:  # one evaluation (the last step's): nothing was chosen
+        return "the last step"
     # a run that scores a test split (`test_source`: SAMSum's preset) chose its step on that split
-    return ("the best on test" if test_source(item) else "the best on dev") if "value" in kept else "the last step"
+    return "the best on test" if test_source(item) else "the best on dev"
+
+
+ONE_EVALUATION = "the last step (train.keep_best: its only evaluation, so no checkpoint was chosen)"
+
+
+def evaluations(item: dict) -> int | None:
+    """How many steps a run was evaluated at (log.jsonl's eval entries); None where its log is
+    missing or unreadable. Under train.keep_best a run evaluated once (WikiText-2's recipes: one
+    epoch, evaluated at its end) kept the only step it had: no checkpoint was chosen on the eval
+    set, and its "best checkpoint, selected and scored on the same split" said one was."""
+    if "evaluations" not in item:
+        steps = set()
+        try:
+            for line in (Path(item["run"]) / "log.jsonl").read_text(encoding="utf-8").splitlines():
+                entry = json.loads(line) if line.strip() else {}
+                if isinstance(entry, dict) and "eval" in entry:
+                    steps.add(entry.get("step"))
+            item["evaluations"] = len(steps) or None
+        except (OSError, ValueError, KeyError, TypeError):
+            item["evaluations"] = None
+    return item["evaluations"]
 
 
 def kept_kinds(members: list[dict]) -> str:
@@ -1143,7 +1166,8 @@ def kept_note(where: str, members: list[dict]) -> list[str]:
         return []
     said = "; ".join(f"{kind} ({_who(runs, None)}"
                      + ("" if kind.startswith("the best on") else ": " + "; ".join(dict.fromkeys(
-                         str(r["metrics"]["kept"].get("on")) for r in runs))) + ")"
+                         str(r["metrics"]["kept"].get("on")) if "value" not in r["metrics"]["kept"]
+                         else ONE_EVALUATION for r in runs))) + ")"
                      for kind, runs in sorted(by_kind.items()))
     split = "the test split" if "the best on test" in by_kind else "the dev set"
     return [f"{where}: its runs report different checkpoints: {said}; its mean pools a checkpoint selected on "
