@@ -19,7 +19,8 @@ from toolkit.errors import UserError
 DECL = {"accuracy": {"higher_is_better": True, "scale": 100.0}, "f1": {"higher_is_better": True, "scale": 100.0},
         "pearson": {"higher_is_better": True, "scale": 100.0}, "spearmanr": {"higher_is_better": True, "scale": 100.0},
         "matthews_correlation": {"higher_is_better": True, "scale": 100.0},
-        "perplexity": {"higher_is_better": False, "scale": 1.0}, "loss": {"higher_is_better": False, "scale": 1.0}}
+        "perplexity": {"higher_is_better": False, "scale": 1.0}, "loss": {"higher_is_better": False, "scale": 1.0},
+        "rougeL": {"higher_is_better": True, "scale": 100.0}}
 
 
 def fake_run(root: Path, task: str, method: str, seed: int, evals: dict, lr: float = 1e-3, main: str = "accuracy",
@@ -37,6 +38,8 @@ def fake_run(root: Path, task: str, method: str, seed: int, evals: dict, lr: flo
         "trainable_percent": trainable / 1e4, "train_runtime_s": 10.0 + seed % 3, "train_samples_per_second": 5.0,
         "peak_memory_mb": 100.0 + trainable / 100, "device_name": "Test CPU", "git_commit": "a" * 40}))
     log = [{"step": s, "epoch": 0, "loss": 1.0 / s} for s in (1, 10, 20)]
+    # two evaluations, as a run of two epochs: keep_best chose between them (one is no choice: core.evaluations)
+    log.insert(2, {"step": 10, "epoch": 0.5, "eval": {main: next(iter(evals.values())), "loss": 0.6}})
     log.append({"step": 20, "epoch": 1, "eval": {main: next(iter(evals.values())), "loss": 0.5}})
     (run / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
     return run
@@ -182,9 +185,9 @@ def test_a_report_that_fails_leaves_the_last_one_whole(tmp_path: Path, cli, entr
     (run / "log.jsonl").write_text((run / "log.jsonl").read_text() + ("{cut\n" if damage == "not JSON" else "[1]\n"))
     if entry == "cli":
         code, _, err = cli("report", tmp_path)
-        assert code == 2 and f"{run / 'log.jsonl'}:5" in err
+        assert code == 2 and f"{run / 'log.jsonl'}:6" in err
     else:
-        with pytest.raises(UserError, match="log.jsonl:5"):
+        with pytest.raises(UserError, match="log.jsonl:6"):
             toolkit_report([tmp_path], plots=True)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
@@ -554,7 +557,7 @@ def test_a_curve_point_is_the_mean_of_every_seed_or_left_out_and_said(tmp_path: 
     items = report.collect(tmp_path)
     value = plotting._train_loss if line == "train loss" else plotting._dev_metric("pearson")
     steps, _ = plotting._mean_curve(items, value)
-    assert hole not in steps and steps == sorted({1, 10, 20} - {hole} if line == "train loss" else set())
+    assert hole not in steps and steps == sorted({1, 10, 20} - {hole} if line == "train loss" else {10})
     notes = plotting.plot_notes(items)
     assert notes == [f"curves-stsb.png, full: its {line} line leaves out step(s) {hole}, where not all of its 3 seeds "
                      "have a value (null in log.jsonl: NaN or infinite; or not logged): a mean over fewer seeds is "
@@ -2516,7 +2519,43 @@ def test_a_grid_points_seeds_on_other_devices_are_never_one_time(tmp_path: Path,
     (lora,) = [line for line in text.splitlines() if "| lora |" in line]
     assert all(f"| {cell} |" in lora for cell in split), lora
     (full,) = [line for line in text.splitlines() if "| full |" in line]
-    assert "| 10.5 ± 0.7 | 5.0 ± 0.0 | 110 |" in full  # one device: as before
+    # one device: as before in the cost table (its device column names it); in the runs table, whose
+    # rows span devices, each cell names its device (`test_rows_on_other_devices_name_their_device`)
+    assert ("| 10.5 ± 0.7 | 5.0 ± 0.0 | 110 |" if table == "cost table" else
+            "| 10.5 ± 0.7 on Test CPU | 5.0 ± 0.0 on Test CPU | 110 on Test CPU |") in full, full
+
+
+@pytest.mark.parametrize("entry", ["cli", "api"])
+def test_rows_on_other_devices_name_their_device(tmp_path: Path, cli, entry: str) -> None:
+    """LoRA's seeds trained on a GPU (10 s), full fine-tuning's on the CPU (900 s): the runs table
+    showed `11.0 ± 1.4` above `900.0 ± 0.0` under `train s`, no device anywhere in it, read as a
+    method 80 times faster, exit 0 (the cost table has a device column; the runs table had none).
+    Where the table's rows span devices, each time, throughput and memory cell names its device;
+    rows all on one device read as before. A run on two processes ran on two devices: `2 × cpu`."""
+    for seed in (42, 43):
+        _on_device(fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6}), "NVIDIA H200", 10.0 + seed % 2, 5000.0)
+        _on_device(fake_run(tmp_path, "rte", "full", seed, {"accuracy": 0.6}), "cpu", 900.0, 700.0)
+
+    def table() -> dict[str, list[str]]:
+        if entry == "cli":
+            code, text, err = cli("report", tmp_path, "--no-plots")
+            assert code == 0, err
+        else:
+            text = toolkit_report([tmp_path])
+        lines = text.split("## Every run")[1].split("\n\n")[1].splitlines()[2:]
+        return {line.split(" | ")[1]: line.strip("| ").split(" | ")[-3:] for line in lines}
+
+    assert table() == {"lora": ["10.5 ± 0.7 on NVIDIA H200", "95.5 ± 6.4 on NVIDIA H200", "5000 on NVIDIA H200"],
+                       "full": ["900.0 ± 0.0 on cpu", "1.1 ± 0.0 on cpu", "700 on cpu"]}, table()
+    for run in tmp_path.rglob("metrics.json"):  # one device for every row: no device in the cells
+        _on_device(run.parent, "cpu", 900.0, 700.0)
+    assert table() == {m: ["900.0 ± 0.0", "1.1 ± 0.0", "700"] for m in ("lora", "full")}, table()
+    for run in tmp_path.rglob("rtefull*"):  # full on two processes of that device: its time is of two
+        _stamp(run, num_processes=2)
+    assert table() == {"lora": ["900.0 ± 0.0 on cpu", "1.1 ± 0.0 on cpu", "700 on cpu"],
+                       "full": ["900.0 ± 0.0 on 2 × cpu", "1.1 ± 0.0 on 2 × cpu", "700 on 2 × cpu"]}, table()
+    (p,) = report.pivots(report.collect(tmp_path), "task", "method")
+    assert [row.split(" | ")[-1] for row in report.cost_table(p).splitlines()[2:]] == ["2 × cpu |", "cpu |"]
 
 
 @pytest.mark.parametrize("entry", ["cli", "api"])
@@ -2688,3 +2727,140 @@ def test_a_grid_whose_settings_ran_other_seeds_says_so(tmp_path: Path, table: st
     for seed in (43, 44):
         fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.90 + seed / 1e4}, lr=1e-3)
     assert "other seeds" not in text() and "the best of 2 settings" in glue_report.render(report.collect(tmp_path))
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "report.md"])
+@pytest.mark.parametrize("task, task_extra, scored", [
+    ("samsum", None, "$TOOLKIT_DATA/summarization/samsum/test.json"),  # the shipped preset: validation trains, test scores
+    ("custom", {"train_file": "data/train.json", "eval_file": "data/test_2016.json"}, "data/test_2016.json"),
+    ("custom", {"train_file": "data/train.json", "eval_file": "data/dev.json"}, None),  # a dev file: on dev, as before
+])
+def test_a_choice_made_on_a_test_split_is_said_to_be_one(tmp_path: Path, monkeypatch, table: str, task: str, task_extra,
+                                                         scored) -> None:
+    """SAMSum's preset (as IWSLT14's and Multi30k's) scores its test split, and every run keeps its
+    best checkpoint on it (train.keep_best): an lr grid's best and each run's checkpoint were then
+    chosen on the test numbers the report shows, which it called "selected and scored on the same
+    dev set: optimistic, as in the papers", exit 0. Each such line now names the test split and
+    says the number is no held-out test score; a run scored on a dev file reads as before."""
+    for seed in (42, 43):
+        for lr, rouge in ((1e-4, 0.30), (1e-3, 0.34)):
+            _stamp(fake_run(tmp_path, task, "lora", seed, {"rougeL": rouge + seed / 1e4}, lr=lr, main="rougeL",
+                            task_name="summarization", task_extra=task_extra),
+                   kept={"step": 20, "on": "rougeL", "value": rouge, "eval_loss": 0.5, "ties": "lower eval loss"})
+    notes = _notes_in(tmp_path, table, row_key="task")
+    chosen = [n for n in notes if "selected and scored on the same" in n]
+    assert chosen and all(("dev set" in n) == (scored is None) for n in chosen), chosen
+    if table == "report.md":  # the plots' score axis: "test rougeL" where the runs scored a test split
+        import matplotlib.text
+        from toolkit.reports import plots
+
+        drawn: list[str] = []
+
+        def keep(fig, path: Path) -> tuple[Path, bytes]:
+            drawn.extend(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+            plots._plt().close(fig)
+            return path, b""
+
+        monkeypatch.setattr(plots, "_save", keep)
+        plots.draw_all(report.collect(tmp_path), tmp_path / "out")
+        split = "dev" if scored is None else "test"
+        assert f"{task}: {split} rougeL" in drawn and f"{split} rougeL (%) ↑" in drawn, drawn
+        assert [n for n in plots.plot_notes(report.collect(tmp_path)) if "(plots): drawn at" in n] == [
+            f"{task} / lora (plots): drawn at train.lr=0.001, the best mean rougeL of its 2 settings (train.lr) on the "
+            f"{split} scores drawn (selected and scored on the same {'dev set' if split == 'dev' else 'test split'}: "
+            "optimistic)"]
+    if scored is None:
+        assert not [n for n in notes if "test split" in n]
+        return
+    said = f"selected and scored on the same test split ({scored}), so its number is no held-out test score"
+    assert all(said in n for n in chosen), chosen
+    assert any("best checkpoint on its eval set (train.keep_best, on rougeL)" in n for n in chosen)
+    if table != "runs table":  # the grid's best lr, chosen on the test split
+        assert any("reported train.lr=0.001, the best mean rougeL on its test split of the grid" in n for n in chosen)
+    for run in tmp_path.rglob(f"{task}lora43*"):  # seed 43 kept its last step: pooled with test-chosen ones
+        _stamp(run, kept={"step": 20, "on": "the last step (train.keep_best is false or nothing was trained)"})
+    mixed = [n for n in _notes_in(tmp_path, table, row_key="task") if "report different checkpoints" in n]
+    assert mixed and all("the best on test (seed 42)" in n and "selected on the test split it is scored on (no "
+                         "held-out score)" in n for n in mixed), mixed
+
+
+def test_which_runs_scored_a_test_split() -> None:
+    """`test_source` over the ways a run comes to score a test split: a preset's files (IWSLT14,
+    Multi30k, SAMSum), a recipe's eval file named test, a Hub data set without a validation split
+    (imdb: its test split, metrics.json hub_data); a dev or validation file, GLUE and a Hub data
+    set's validation split are none."""
+    from toolkit.reports import core
+    from toolkit.tasks import is_test_source
+
+    def source(task: dict, hub: dict | None = None) -> str | None:
+        return core.test_source({"recipe": {"model": {"checkpoint": "org/tiny"}, "task": task, "method": {"name": "lora"},
+                                            "train": {"seed": 42}}, "metrics": {"hub_data": hub} if hub else {}})
+
+    pair = {"source_lang": "de", "target_lang": "en"}
+    assert source({"name": "translation", "subset": "iwslt14", **pair}) == "$TOOLKIT_DATA/translation/iwslt14-de-en/test.{lang}"
+    assert source({"name": "translation", "subset": "multi30k", "source_lang": "en", "target_lang": "de"}).endswith(
+        "test_2016_flickr.{lang}.gz")
+    assert source({"name": "mlm", "train_file": "lm/valid.txt", "eval_file": "lm/ptb.test.txt"}) == "lm/ptb.test.txt"
+    assert source({"name": "ner"}) is None  # CoNLL-2003's valid.txt
+    assert source({"name": "glue", "subset": "sst2"}) is None
+    imdb = {"name": "text_classification", "dataset": "imdb"}
+    assert source(imdb, {"imdb None": {"train": "a", "test": "b"}}) == "imdb[test]"
+    assert source(imdb, {"imdb None": {"train": "a", "validation": "c", "test": "b"}}) is None
+    assert [is_test_source(s) for s in ("latest.csv", "contest.json", "x[test]", "data/Test-2016.tsv")] == [
+        False, False, True, True]
+
+
+@pytest.mark.parametrize("table", ["pivot", "report.md"])
+def test_a_comparison_with_a_grids_best_says_it_was_chosen_on_the_same_scores(tmp_path: Path, table: str) -> None:
+    """LoRA's best of a 4-point lr grid beside full fine-tuning's one lr, on the same three seeds:
+    the pivot's paired note read "lora − full = +1.00, 95% CI [...]: separated by these seeds", a
+    test of the methods, where lora's side is the maximum of four means chosen on those very
+    scores (biased up, and not counted in the interval), exit 0. The note now says which side a
+    grid chose and among how many settings; a comparison of single settings reads as before."""
+    for seed in (42, 43, 44):
+        fake_run(tmp_path, "sst2", "full", seed, {"accuracy": 0.80 + seed / 1e4})
+        for lr, acc in ((1e-4, 0.78), (3e-4, 0.79), (1e-3, 0.81), (3e-3, 0.80)):
+            fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc + seed / 1e4 + (seed % 2) / 1e3}, lr=lr)
+    notes = [n for n in _notes_in(tmp_path, table, row_key="task") if n.startswith("lora and full (sst2)")]
+    assert len(notes) == 1 and "separated by these seeds" in notes[0], notes
+    assert notes[0].endswith("; lora is the best of 4 settings, chosen on these same scores: the choice favours it "
+                             "and is not counted in the comparison (a grid's best is compared fairly on scores it was "
+                             "not chosen on: other seeds, or a held-out split)"), notes
+    # the plots draw lora at that best setting: their notes say so (the pivot's grid note is the pivot's alone)
+    assert [n for n in plotting.plot_notes(report.collect(tmp_path)) if "(plots): drawn at" in n] == [
+        "sst2 / lora (plots): drawn at train.lr=0.001, the best mean accuracy of its 4 settings (train.lr) on the dev "
+        "scores drawn (selected and scored on the same dev set: optimistic)"]
+    for run in list(tmp_path.rglob("sst2lora*")):  # lora's one lr left: no choice
+        if not run.name.endswith("0.001"):
+            shutil.rmtree(run)
+    (note,) = [n for n in _notes_in(tmp_path, table, row_key="task") if n.startswith("lora and full (sst2)")]
+    assert "chosen on these same scores" not in note and note.endswith("separated by these seeds"), note
+    assert not [n for n in plotting.plot_notes(report.collect(tmp_path)) if "(plots): drawn at" in n]
+
+
+@pytest.mark.parametrize("table", ["runs table", "pivot", "glue"])
+def test_a_run_evaluated_once_chose_no_checkpoint(tmp_path: Path, table: str) -> None:
+    """WikiText-2's recipes train one epoch and evaluate once, at its end: under train.keep_best
+    metrics.json's `kept` holds that evaluation's value, and the report said "each run reports its
+    best checkpoint on dev, selected and scored on the same dev set: optimistic" (on the test split
+    it scores: "no held-out test score") of a run that chose nothing, exit 0. A run evaluated at one
+    step (log.jsonl) kept its last step; with two, as before."""
+    for seed in (42, 43):
+        for method in ("lora", "full"):
+            run = fake_run(tmp_path, "rte", method, seed, {"accuracy": 0.6 + seed / 1e3 + (method == "full") / 10})
+            _stamp(run, kept={"step": 20, "on": "accuracy", "value": 0.6, "eval_loss": 0.5, "ties": "lower eval loss"})
+            if method == "full":  # full evaluated once, lora twice
+                log = [e for e in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if e["step"] != 10 or "eval" not in e]
+                (run / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+    notes = _notes_in(tmp_path, table)
+    if table == "glue":
+        text = glue_report.render(report.collect(tmp_path))
+        (full,) = [line for line in text.splitlines() if line.startswith("- **ours: tiny full**")]
+        assert "not selected on dev" in full and f"kept {report.core.ONE_EVALUATION}" in full, full
+        (lora,) = [line for line in text.splitlines() if line.startswith("- **ours: tiny lora**")]
+        assert "the best checkpoint on dev (keep_best" in lora and "kept the last step" not in lora, lora
+        return
+    best = [n for n in notes if "best checkpoint on dev" in n]
+    assert len(best) == 1 and "lora" in best[0].split(": each")[0] and "full" not in best[0].split(": each")[0], best
+    assert any(re.search(r"checkpoint kept \((glue/rte/tiny-)?full: the last step, (glue/rte/tiny-)?lora: the best on dev\)", n)
+               for n in notes), notes

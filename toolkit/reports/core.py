@@ -25,7 +25,7 @@ from toolkit.errors import UserError
 from toolkit.registry import did_you_mean
 from toolkit.recipe_data import SECTION_NAMES, safe_yaml
 from toolkit.methods import METHODS
-from toolkit.tasks import TASKS, Metric, declaration
+from toolkit.tasks import TASKS, Metric, declaration, is_test_source
 from toolkit.tasks._generation import BEFORE as GENERATION_BEFORE
 
 LABELS = ("task", "method", "model", "run")
@@ -965,25 +965,41 @@ def _code_marked(text: str, sides: list[tuple[str, list[dict]]], meaning: str) -
     return f"‡ {text}; its runs did not all run on one code: {said}: {meaning}" if said else text
 
 
-def overlap_notes(entries: list[tuple[str, Stat]], metric: Metric, context: str = "") -> list[str]:
+def overlap_notes(entries: list[tuple[str, Stat]], metric: Metric, context: str = "",
+                  chosen: dict[str, int] | None = None) -> list[str]:
     """Neighbours by rank: with two or more matched seeds, their paired difference and its t
     interval; otherwise where their mean ± std intervals overlap (their order is within noise).
-    Either is marked ‡ where the runs it reads did not all run on one code."""
+    Either is marked ‡ where the runs it reads did not all run on one code. `chosen`: entries that
+    are a grid's best (name -> its number of settings), chosen on the very scores compared:
+    said (`chosen_clause`), or a paired "separated by these seeds" read as a test of the methods."""
     ranked = sorted(entries, key=lambda e: e[1].mean, reverse=metric.higher_is_better)
     notes = []
     for (name_a, a), (name_b, b) in zip(ranked, ranked[1:]):
         where = f" ({context})" if context else ""
         if (note := paired_note(name_a, a, name_b, b, metric, where)) is not None:
-            notes.append(note)
+            notes.append(note + chosen_clause([name_a, name_b], chosen))
         elif overlaps(a, b):
             text = (f"{name_a} and {name_b}{where}: {metric.name} {a.fmt(metric.scale, show_n=False)} vs "
                     f"{b.fmt(metric.scale, show_n=False)} overlap (mean ± std): not separated by these seeds")
             notes.append(_code_marked(text, [(name_a, _runs_of(a, None)), (name_b, _runs_of(b, None))],
-                                      "the spreads are not seed noise alone"))
+                                      "the spreads are not seed noise alone") + chosen_clause([name_a, name_b], chosen))
     single = [name for name, s in entries if s.n == 1]
     if single and len(entries) > 1:
         notes.append(f"one seed only{f' ({context})' if context else ''}: {', '.join(single)}: no spread to compare")
     return notes
+
+
+def chosen_clause(names: list[str], chosen: dict[str, int] | None) -> str:
+    """'; lora is the best of 4 settings, chosen on these same scores: ...' for the entries of a
+    comparison that a grid chose (a pivot cell's best lr): the maximum of several noisy means is
+    biased up, and the interval of a difference that uses the very scores that chose it does not
+    count that choice. '' where no side was chosen among settings."""
+    picked = [f"{name} is the best of {chosen[name]} settings" for name in names if (chosen or {}).get(name, 0) > 1]
+    if not picked:
+        return ""
+    return (f"; {' and '.join(picked)}, chosen on these same scores: the choice favours "
+            f"{'it' if len(picked) == 1 else 'them'} and is not counted in the comparison (a grid's best is "
+            "compared fairly on scores it was not chosen on: other seeds, or a held-out split)")
 
 
 # --- declarations ----------------------------------------------------------------------------
@@ -1105,11 +1121,35 @@ def kept_kind(item: dict) -> str | None:
     kept = item["metrics"].get("kept")
     if not isinstance(kept, dict):
         return None
-    return "the best on dev" if "value" in kept else "the last step"
+    if "value" not in kept or evaluations(item) == 1:  # one evaluation (the last step's): nothing was chosen
+        return "the last step"
+    # a run that scores a test split (`test_source`: SAMSum's preset) chose its step on that split
+    return "the best on test" if test_source(item) else "the best on dev"
+
+
+ONE_EVALUATION = "the last step (train.keep_best: its only evaluation, so no checkpoint was chosen)"
+
+
+def evaluations(item: dict) -> int | None:
+    """How many steps a run was evaluated at (log.jsonl's eval entries); None where its log is
+    missing or unreadable. Under train.keep_best a run evaluated once (WikiText-2's recipes: one
+    epoch, evaluated at its end) kept the only step it had: no checkpoint was chosen on the eval
+    set, and its "best checkpoint, selected and scored on the same split" said one was."""
+    if "evaluations" not in item:
+        steps = set()
+        try:
+            for line in (Path(item["run"]) / "log.jsonl").read_text(encoding="utf-8").splitlines():
+                entry = json.loads(line) if line.strip() else {}
+                if isinstance(entry, dict) and "eval" in entry:
+                    steps.add(entry.get("step"))
+            item["evaluations"] = len(steps) or None
+        except (OSError, ValueError, KeyError, TypeError):
+            item["evaluations"] = None
+    return item["evaluations"]
 
 
 def kept_kinds(members: list[dict]) -> str:
-    """'the best on dev', 'the last step', or both where an entry's runs kept each ('' unknown)."""
+    """'the best on dev' (or 'on test'), 'the last step', or both where an entry's runs kept each ('' unknown)."""
     return " and ".join(sorted({k for m in members if (k := kept_kind(m))}))
 
 
@@ -1125,11 +1165,14 @@ def kept_note(where: str, members: list[dict]) -> list[str]:
     if len(by_kind) < 2:
         return []
     said = "; ".join(f"{kind} ({_who(runs, None)}"
-                     + ("" if kind == "the best on dev" else ": " + "; ".join(dict.fromkeys(
-                         str(r["metrics"]["kept"].get("on")) for r in runs))) + ")"
+                     + ("" if kind.startswith("the best on") else ": " + "; ".join(dict.fromkeys(
+                         str(r["metrics"]["kept"].get("on")) if "value" not in r["metrics"]["kept"]
+                         else ONE_EVALUATION for r in runs))) + ")"
                      for kind, runs in sorted(by_kind.items()))
+    split = "the test split" if "the best on test" in by_kind else "the dev set"
     return [f"{where}: its runs report different checkpoints: {said}; its mean pools a checkpoint selected on "
-            "the dev set it is scored on (optimistic) with ones that were not"]
+            f"{split} it is scored on ({'no held-out score' if split == 'the test split' else 'optimistic'}) "
+            "with ones that were not"]
 
 
 def selected_checkpoint_note(where: str, entries: list[tuple[str, list[dict]]]) -> list[str]:
@@ -1138,13 +1181,19 @@ def selected_checkpoint_note(where: str, entries: list[tuple[str, list[dict]]]) 
     shown, as a grid's best is, said beside a grid but not here, so LoRA and full fine-tuning each
     at their best epoch read as plain dev scores (the GLUE protocol said it; a pivot and the runs
     table did not). Entries whose runs kept both kinds are kept_note's."""
-    best = [(name, runs) for name, runs in entries if runs and kept_kinds(runs) == "the best on dev"]
+    best = [(name, runs) for name, runs in entries if runs and kept_kinds(runs) in ("the best on dev", "the best on test")]
     if not best:
         return []
     on = sorted({str(r["metrics"]["kept"].get("on")) for _, runs in best for r in runs})
-    return [f"{where}: {', '.join(name for name, _ in best)}: each run reports its best checkpoint on dev "
-            f"(train.keep_best, on {', '.join(on)}), selected and scored on the same dev set: optimistic, as the "
-            "LoRA paper's best epoch; a held-out split would say how much"]
+    test = [name for name, runs in best if any(test_source(r) for r in runs)]
+    dev = [name for name, _ in best if name not in test]
+    out = [f"{where}: {', '.join(dev)}: each run reports its best checkpoint on dev "
+           f"(train.keep_best, on {', '.join(on)}), selected and scored on the same dev set: optimistic, as the "
+           "LoRA paper's best epoch; a held-out split would say how much"] if dev else []
+    # the eval set a test split (SAMSum's preset, a task.eval_file test.txt): chosen on the numbers reported
+    return out + ([f"{where}: {', '.join(test)}: each run reports its best checkpoint on its eval set (train.keep_best, "
+                   f"on {', '.join(on)}), selected and scored on "
+                   f"{eval_set(r for name, runs in best if name in test for r in runs)}, {ON_TEST}"] if test else [])
 
 
 def mixed_code_note(where: str, members: list[dict], part: Callable[[dict], str] | None = None) -> list[str]:
@@ -1236,8 +1285,12 @@ def _percent(value: Any) -> str:
 
 
 def device_of(metrics: dict) -> str:
-    """The device a run trained on, as metrics.json names it (its device_name, else its device)."""
-    return str(metrics.get("device_name") or metrics.get("device") or "no device recorded")
+    """The device a run trained on, as metrics.json names it (its device_name, else its device),
+    with the number of processes where it ran on several (`2 × NVIDIA H200`): a 2-process run's
+    train s is the wall time of two devices, and its samples/s their sum, not one device's."""
+    device = str(metrics.get("device_name") or metrics.get("device") or "no device recorded")
+    n = metrics.get("num_processes")
+    return f"{n:g} × {device}" if _is_number(n) and n > 1 else device
 
 
 def by_device(ms: list[dict]) -> dict[str, list[dict]]:
@@ -1248,28 +1301,29 @@ def by_device(ms: list[dict]) -> dict[str, list[dict]]:
     return dict(sorted(out.items()))
 
 
-def _per_device(ms: list[dict], cell) -> str:
+def _per_device(ms: list[dict], cell, named: bool = False) -> str:
     """A cost cell (`cell(ms)`) of one entry's seeds, one per device where they ran on several:
     the seeds of one grid point run on a GPU and on the CPU were one mean of their times (a GPU's
-    10 s and a CPU's 900 s read as 455 ± 629 s), throughput and peak memory, exit 0."""
+    10 s and a CPU's 900 s read as 455 ± 629 s), throughput and peak memory, exit 0. `named`: the
+    table's rows ran on several devices, so a cell of one device names it too (`10.5 on cpu`)."""
     devices = by_device(ms)
     if len(devices) < 2:
-        return cell(ms)
+        return cell(ms) + (f" on {next(iter(devices))}" if named and devices and cell(ms) != "–" else "")
     return "; ".join(f"{cell(group)} on {device} (n={len(group)})" for device, group in devices.items())
 
 
-def _spread(ms: list[dict], key: str) -> str:
+def _spread(ms: list[dict], key: str, named: bool = False) -> str:
     def cell(group: list[dict]) -> str:
         values = [m[key] for m in group if _is_number(m.get(key))]
         return _fmt(values, digits=1) if values else "–"
-    return _per_device(ms, cell)
+    return _per_device(ms, cell, named)
 
 
-def _peak(ms: list[dict]) -> str:
+def _peak(ms: list[dict], named: bool = False) -> str:
     def cell(group: list[dict]) -> str:
         values = [m["peak_memory_mb"] for m in group if _is_number(m.get("peak_memory_mb"))]
         return f"{max(values):.0f}" if values else "–"
-    return _per_device(ms, cell)
+    return _per_device(ms, cell, named)
 
 
 
@@ -1322,6 +1376,10 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
               "trainable", "train s", "samples/s", "peak MB"]
     table = []
     grouped, stopped, names = table_rows(items)
+    # rows that ran on other devices (LoRA on a GPU, full fine-tuning on the CPU) side by side: each
+    # time, throughput and memory cell names its device, as the cost table's device column does (a
+    # GPU's 10 s above a CPU's 900 s read as a 90x faster method, no device in the table, exit 0)
+    named = len(by_device([i["metrics"] for i in items])) > 1
     for key, members in sorted({**grouped, **stopped}.items()):
         if key in stopped:
             left = _stopped_seeds(members)
@@ -1342,7 +1400,7 @@ def rows(items: list[dict]) -> tuple[list[str], list[list[str]]]:
                 text = text[:-1] + f"; {null} null)" if text else f"– (n=0; {null} null)"
             row.append(text)
         row += [_percent(ms[0].get("trainable_percent")), _number(ms[0].get("trainable_params"), ","),
-                _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms)]
+                _spread(ms, "train_runtime_s", named), _spread(ms, "train_samples_per_second", named), _peak(ms, named)]
         table.append(row)
     return header, table
 
@@ -1390,6 +1448,44 @@ def unread(item: dict) -> frozenset[str]:
         except (UserError, TypeError, ValueError, KeyError, AttributeError):
             item["unread"] = frozenset()
     return item["unread"]
+
+
+def test_source(item: dict) -> str | None:
+    """The test split a run scored, where it did (its task's `scored_source` as its recipe builds
+    now: SAMSum's and IWSLT14's presets, a recipe's task.eval_file test.txt, a Hub split named
+    test; or the Hub split a classifier fell back to where its data set has no validation split,
+    metrics.json hub_data), else None. A checkpoint or a grid point chosen on the eval set is then
+    chosen on the test split it reports, which no paper's test number is: the report's
+    "selected and scored on the same dev set: optimistic, as in the papers" said otherwise."""
+    if "test_source" not in item:
+        try:
+            source = recipes.built(item["recipe"]).task.scored_source()
+        except (UserError, TypeError, ValueError, KeyError, AttributeError):
+            source = None
+        if source is None:  # a Hub data set without a validation split scores its test split
+            for name, splits in (item["metrics"].get("hub_data") or {}).items():
+                held = set(splits) if isinstance(splits, dict) else set()
+                if "test" in held and not held & {"validation", "dev"}:
+                    source = f"{name.split()[0]}[test]"
+        item["test_source"] = source if source is not None and is_test_source(source) else None
+    return item["test_source"]
+
+
+def eval_set(members: Iterable[dict]) -> str:
+    """'the same dev set' or, where a run scored a test split (`test_source`), 'the same test
+    split (<its source>)': what a selection on the eval set was made on."""
+    tests = sorted({s for m in members if (s := test_source(m))})
+    return f"the same test split ({', '.join(tests)})" if tests else "the same dev set"
+
+
+def split_word(members: Iterable[dict]) -> str:
+    """'test' where one of these runs scored a test split (`test_source`), else 'dev': what a plot's
+    axis and a curve's note call the scores (SAMSum's test ROUGE was drawn as "dev rougeL")."""
+    return "test" if any(test_source(m) for m in members) else "dev"
+
+
+ON_TEST = ("so its number is no held-out test score (a paper chooses on dev and scores the choice once on "
+           "test): choose on a dev split (task.eval_file a dev file), then score that choice on the test split")
 
 
 def budget(item: dict) -> str:
@@ -1670,7 +1766,8 @@ def pivot_notes(p: Pivot) -> list[str]:
     notes = data_split_notes([i for cell in p.cells.values() for i in cell.items]
                              + [i for runs in p.nulls.values() for i in runs])
     for r in p.rows:
-        notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r)
+        notes += overlap_notes([(c, p.cells[(r, c)].stat) for c in p.cols if (r, c) in p.cells], p.metric, r,
+                               {c: len(p.cells[(r, c)].grid) for c in p.cols if (r, c) in p.cells})
         notes += protocol_notes([(c, p.cells[(r, c)]) for c in p.cols if (r, c) in p.cells], p.col_key, r)
         notes += selected_checkpoint_note(r, [(c, p.cells[(r, c)].items) for c in p.cols if (r, c) in p.cells])
     for (r, c), runs in sorted(p.nulls.items()):
@@ -1692,8 +1789,11 @@ def pivot_notes(p: Pivot) -> list[str]:
             grid = "; ".join(f"{desc}: {_with_left(st.fmt(p.metric.scale, d), not_finished(st.runs))}"
                              + (" ‡" if mixed_code(st.runs) else "") for desc, st in cell.grid)
             said = comparison_code([(desc, st.runs) for desc, st in cell.grid])  # the choice reads them all
-            notes.append(("‡ " if said else "") + f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} on dev of the grid "
-                         f"[{grid}] (selected and scored on the same dev set: optimistic, as in the papers)"
+            chosen_on = eval_set(st_run for _, st in cell.grid for st_run in st.runs)
+            notes.append(("‡ " if said else "") + f"{r} / {c}: reported {cell.chosen}, the best mean {p.metric.name} "
+                         f"{'on dev' if chosen_on.endswith('dev set') else 'on its test split'} of the grid "
+                         f"[{grid}] (selected and scored on {chosen_on}"
+                         + (": optimistic, as in the papers)" if chosen_on.endswith("dev set") else f", {ON_TEST})")
                          + (f"; the best is the grid's {cell.edge}, so a wider grid may do better" if cell.edge else "")
                          + (f"; tied on the mean with {', '.join(cell.tied)}: the first in grid order is reported, "
                             "the data does not choose between them" if cell.tied else "")
@@ -1771,7 +1871,7 @@ def cost_table(p: Pivot) -> str:
     table = []
     for (r, c), cell in sorted(p.cells.items()):
         ms = [i["metrics"] for i in cell.items]
-        devices = sorted({m.get("device_name") or m.get("device", "?") for m in ms})
+        devices = sorted({device_of(m) if m.get("device_name") or m.get("device") else "?" for m in ms})
         mark = " ‡" if mixed_code(cell.items) else ""  # the pivot cell's line says which code ran what
         table.append([r, c + mark, _number(ms[0].get("trainable_params"), ","), _percent(ms[0].get("trainable_percent")),
                       _spread(ms, "train_runtime_s"), _spread(ms, "train_samples_per_second"), _peak(ms),

@@ -379,8 +379,10 @@ def not_best(runs: list[dict]) -> list[str]:
     """Why runs of a cell kept their last step, not the best one on dev, as metrics.json's `kept`
     says (train.keep_best off, an in-context run that trains nothing, no defined selection
     metric), each reason once; [] where every run kept its best (or predates `kept`)."""
-    return list(dict.fromkeys(m["metrics"]["kept"]["on"] for m in runs
-                              if isinstance(m["metrics"].get("kept"), dict) and "value" not in m["metrics"]["kept"]))
+    # a run evaluated once kept that evaluation's step, the last: no checkpoint was chosen on dev
+    return list(dict.fromkeys(m["metrics"]["kept"]["on"] if "value" not in m["metrics"]["kept"] else report.ONE_EVALUATION
+                              for m in runs if isinstance(m["metrics"].get("kept"), dict)
+                              and report.kept_kind(m) == "the last step"))
 
 
 def ours_protocol(rows: dict[str, dict[str, list[dict]]], chosen: dict[tuple[str, str], str] | None = None) -> list[str]:

@@ -47,7 +47,12 @@ def _plt():
 def entries(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
     """task -> method label -> the runs (seeds) of that method's best setting on the task's main
     metric, as the pivot reports it: a learning-rate grid shows as its winner, not as 3 lines."""
-    by_task: dict[str, dict[str, list[dict]]] = defaultdict(dict)
+    return {task: {name: cell.items for name, cell in group.items()} for task, group in _chosen(items).items()}
+
+
+def _chosen(items: list[dict]) -> dict[str, dict[str, report.Cell]]:
+    """`entries` with each entry's pivot cell (its grid, where its setting was chosen among several)."""
+    by_task: dict[str, dict[str, report.Cell]] = defaultdict(dict)
     cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
     models: dict[str, set[str]] = defaultdict(set)
     for item in items:
@@ -62,15 +67,25 @@ def entries(items: list[dict]) -> dict[str, dict[str, list[dict]]]:
         metric = report.declarations(members).get(report.main_metric(members))
         cell = report.best_setting(members, metric) if metric else None
         if cell is not None:  # seeds of other code: marked in every legend and label (plot_notes)
-            by_task[task][name + (" ‡" if report.mixed_code(cell.items) else "")] = cell.items
-    return by_task
+            by_task[task][name + (" ‡" if report.mixed_code(cell.items) else "")] = cell
+    return dict(by_task)
 
 
 def plot_notes(items: list[dict]) -> list[str]:
     """The ‡ line of each plotted entry (a line, a point, a bar) whose seeds ran on other code: the
-    plots draw their mean as the pivot does, so they say so as the pivot does."""
-    return [n for task, group in sorted(entries(items).items()) for name, runs in group.items()
-            for n in report.mixed_code_note(f"{task} / {name.removesuffix(' ‡')} (plots)", runs)] + partial_notes(items)
+    plots draw their mean as the pivot does, so they say so as the pivot does; and the setting
+    each entry chosen among several is drawn at (its grid's best on the scores drawn), which the
+    plots' legends ("lora") do not show: the pivot's note says it of the pivot alone, and a report
+    without a pivot (`toolkit report RUNS`, plots on) said it nowhere."""
+    chosen = _chosen(items)
+    return ([n for task, group in sorted(chosen.items()) for name, cell in group.items()
+             for n in report.mixed_code_note(f"{task} / {name.removesuffix(' ‡')} (plots)", cell.items)]
+            + [f"{task} / {name.removesuffix(' ‡')} (plots): drawn at {cell.chosen}, the best mean "
+               f"{report.main_metric(cell.items)} of its {len(cell.grid)} settings ({', '.join(cell.keys)}) on the "
+               f"{report.split_word(cell.items)} scores drawn (selected and scored on the same "
+               f"{'test split' if report.split_word(cell.items) == 'test' else 'dev set'}: optimistic)"
+               for task, group in sorted(chosen.items()) for name, cell in group.items() if cell.grid]
+            + partial_notes(items))
 
 
 def _log(run: Path) -> list[dict]:
@@ -128,7 +143,8 @@ def partial_notes(items: list[dict]) -> list[str]:
     for task, group in sorted(by_task.items()):
         metric = report.main_metric(next(iter(group.values())))
         for name, runs in group.items():
-            for what, value in (("train loss", _train_loss), (f"dev {metric}", _dev_metric(metric))):
+            split = report.split_word(runs)
+            for what, value in (("train loss", _train_loss), (f"{split} {metric}", _dev_metric(metric))):
                 _, partial = _per_step(runs, value)
                 if partial:
                     shown = ", ".join(map(str, partial[:8])) + (", ..." if len(partial) > 8 else "")
@@ -186,8 +202,9 @@ def curves(task: str, group: dict[str, list[dict]], out: Path, stem: str | None 
         plt.close(fig)
         return None
     ax_loss.set(xlabel="optimizer step", ylabel="train loss (mean over seeds)", title=f"{task}: train loss")
-    ax_eval.set(xlabel="optimizer step", ylabel=f"dev {report.column(metric)}" if metric else "dev",
-                title=f"{task}: dev {metric_name}")
+    split = report.split_word(i for g in group.values() for i in g)  # SAMSum's preset scores its test split
+    ax_eval.set(xlabel="optimizer step", ylabel=f"{split} {report.column(metric)}" if metric else split,
+                title=f"{task}: {split} {metric_name}")
     _legend(fig, ax_eval)
     return _save(fig, out / f"curves-{stem or _safe(task)}.png")
 
@@ -214,7 +231,8 @@ def params(task: str, group: dict[str, list[dict]], out: Path, stem: str | None 
         plt.close(fig)
         return None
     ax.set_xscale("log")
-    ax.set(xlabel="trainable parameters (log scale)", ylabel=f"dev {report.column(metric)}",
+    ax.set(xlabel="trainable parameters (log scale)",
+           ylabel=f"{report.split_word(i for g in group.values() for i in g)} {report.column(metric)}",
            title=f"{task}: {metric_name} vs trainable parameters\n(mean; error bars: sample std over seeds, none for n=1)")
     ax.grid(True, which="both", alpha=0.3)
     _legend(fig, ax)

@@ -21,6 +21,7 @@ import hashlib
 import importlib
 import os
 import pkgutil
+import re
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -256,6 +257,18 @@ class Task:
         task whose presets read files of their own (SAMSum, Multi30k) adds those."""
         values = [getattr(self, f.name) for f in fields(self) if f.name.endswith("_file")]
         return [v for v in values if isinstance(v, str) and v]
+
+    def scored_source(self) -> str | None:
+        """Where the examples a run scores come from, as its settings say before anything loads:
+        a file (a preset's own too: SAMSum's test.json, IWSLT14's test.{lang}) or `<Hub id>[<split>]`;
+        None where the settings name none (a carve of train, a Hub split found at load, GLUE's dev
+        files). A report says from it whether a selection on the eval set was one on a test split."""
+        if callable(getattr(self, "sources", None)):
+            return self.sources()[1]
+        if isinstance(getattr(self, "eval_file", None), str) and self.eval_file:
+            return self.eval_file
+        dataset, split = getattr(self, "dataset", None), getattr(self, "eval_split", None)
+        return f"{dataset}[{split}]" if isinstance(dataset, str) and isinstance(split, str) else None
 
     def hub_data(self) -> dict | None:
         """{"<id> <config>": {split: fingerprint}} of each Hub data set the latest `load` read
@@ -623,6 +636,14 @@ def hub_dataset(task: Task, hub_id: str, config: str | None = None, split: str |
     if split is not None:
         return rows(ds, f"{hub_id}[{split}]")
     return HubSplits(splits, hub_id, rows)
+
+
+def is_test_source(source: str) -> bool:
+    """Whether a scored source (`Task.scored_source`) is a test split: a Hub split named test
+    (`imdb[test]`), or a file whose name has `test` as a word of its own or its start
+    (test.json, ptb.test.txt, test_2016_flickr.de.gz; not latest.csv)."""
+    name = source.rstrip("/").rsplit("/", 1)[-1].lower()
+    return re.search(r"(?<![a-z])test", name) is not None
 
 
 class HubSplits(dict):
