@@ -649,3 +649,18 @@ def test_dry_run_counts_the_steps_of_the_rows_the_loop_batches(tmp_path: Path, t
     rows = len(build(plan).train)
     assert (task == "glue") == (rows == 40)  # blocks and windows are other counts than the lines and questions
     assert (c.train_examples, c.steps, c.examples_seen) == (rows, plan.recipe.train.optimizer_steps(rows)[1], 2 * rows)
+
+
+def test_dry_run_of_a_packing_task_without_its_tokenizer_is_one_line(tmp_path: Path, cli, runs_dir: Path) -> None:
+    """Off-line, with the checkpoint not in the Hub cache, a CLM point's blocks cannot be counted:
+    one line that says so (the dry run of raw lines was a wrong count with exit 0)."""
+    from toolkit import models
+
+    if models.tokenizer_folder("gpt2") is not None:
+        pytest.skip("gpt2 is in this machine's Hub cache")
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: gpt2}}\n{ACCOUNTED['clm'].split(chr(10), 1)[1]}\n"
+                          "method: {name: full}\n")
+    code, _, err = cli("sweep", recipe, "--dry-run", "--runs-dir", runs_dir)
+    assert code == 2 and err.count("error: ") == 1, err
+    assert "(the plan counts the clm training rows, its blocks or windows, with the checkpoint's tokenizer" in err
+    assert not runs_dir.exists()

@@ -275,8 +275,13 @@ def sizes(recipe, base=None) -> tuple[int | None, int]:
     if recipe.method.trains and not recipe.task.rows_are_examples():
         checkpoint = (base or recipe).model.checkpoint
         folder = models.tokenizer_folder(checkpoint, recipe.smoke) if isinstance(checkpoint, str) else None
-        tok = models.load_tokenizer(str(folder) if folder is not None else models.resolve(checkpoint),
-                                    words=recipe.task.words_given)
+        try:
+            source = str(folder) if folder is not None else models.resolve(checkpoint)
+        except UserError as error:  # offline and not here: the count cannot be made without it
+            raise UserError(f"{error} (the plan counts the {recipe.task.name} training rows, its blocks or "
+                            "windows, with the checkpoint's tokenizer; --smoke counts them with the small "
+                            "model's)") from None
+        tok = models.load_tokenizer(source, words=recipe.task.words_given)
         recipe.task.adapt_tokenizer(tok)
         train = recipe.method.encoder(recipe.task, tok)(train)
     return len(train), n_eval
