@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import write_recipe
+from test_accounting import TASKS as ACCOUNTED
 from toolkit import recipe as recipes, sweeps as sweep
 from toolkit.errors import UserError
 
@@ -619,3 +620,47 @@ def test_a_point_that_fails_stops_the_sweep_naming_it(tmp_path: Path, cli, monke
         assert "the run's own line" in said
     assert f"sweep: run 2 of 3 ({recipe} train.lr=2e-3) failed" in said and "finished runs are kept" in said
     assert len(started) == 2
+
+
+
+# the tasks whose training rows are not their examples (LM blocks, QA windows), and glue's one row
+# per example beside them; the other one-row tasks count as glue does (`Task.rows_are_examples`)
+LM = ("train_file: $TOOLKIT_DATA/lm/wikitext-2/valid.txt, eval_file: $TOOLKIT_DATA/lm/wikitext-2/test.txt")
+PLANNED = {"glue": ("bert", ACCOUNTED["glue"]), "clm": ("gpt2", ACCOUNTED["clm"]), "mlm": ("roberta", ACCOUNTED["mlm"]),
+           "squad": ("bert", ACCOUNTED["squad"]),
+           "denoise": ("bart", f"task: {{name: denoise, max_length: 32, {LM}}}"),
+           "span_corruption": ("t5", f"task: {{name: span_corruption, max_length: 32, {LM}}}")}
+
+
+@pytest.mark.parametrize("task", sorted(PLANNED))
+def test_dry_run_counts_the_steps_of_the_rows_the_loop_batches(tmp_path: Path, tiny_checkpoint, task: str) -> None:
+    """The plan's steps and examples are those of the encoded training split the loop batches
+    (`setup.build`): LM blocks and QA windows, not the raw lines and questions. A CLM dry run of
+    40 lines said 10 optimizer steps reading 40 examples; the run took 8 steps of its 31 blocks."""
+    from toolkit.setup import build
+
+    family, task_yaml = PLANNED[task]
+    task_yaml = task_yaml.split("\n", 1)[-1]  # the task line, its model set here
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: {tiny_checkpoint(family)}}}\n{task_yaml}\n"
+                          "method: {name: full}\ntrain: {epochs: 2, batch_size: 4}\n")
+    overrides = ["task.max_train_samples=40", "task.max_eval_samples=4"]
+    (c,) = sweep.costs([sweep.Point(recipe, overrides)], smoke=False)
+    plan = recipes.plan(recipe, overrides)
+    rows = len(build(plan).train)
+    assert (task == "glue") == (rows == 40)  # blocks and windows are other counts than the lines and questions
+    assert (c.train_examples, c.steps, c.examples_seen) == (rows, plan.recipe.train.optimizer_steps(rows)[1], 2 * rows)
+
+
+def test_dry_run_of_a_packing_task_without_its_tokenizer_is_one_line(tmp_path: Path, cli, runs_dir: Path) -> None:
+    """Off-line, with the checkpoint not in the Hub cache, a CLM point's blocks cannot be counted:
+    one line that says so (the dry run of raw lines was a wrong count with exit 0)."""
+    from toolkit import models
+
+    if models.tokenizer_folder("gpt2") is not None:
+        pytest.skip("gpt2 is in this machine's Hub cache")
+    recipe = write_recipe(tmp_path / "r.yaml", f"model: {{checkpoint: gpt2}}\n{ACCOUNTED['clm'].split(chr(10), 1)[1]}\n"
+                          "method: {name: full}\n")
+    code, _, err = cli("sweep", recipe, "--dry-run", "--runs-dir", runs_dir)
+    assert code == 2 and err.count("error: ") == 1, err
+    assert "(the plan counts the clm training rows, its blocks or windows, with the checkpoint's tokenizer" in err
+    assert not runs_dir.exists()

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit import chain, recipe as recipe_module, runs
+from toolkit import chain, models, recipe as recipe_module, runs
 from toolkit.recipe_data import layered, override_leaves
 from toolkit.errors import UserError
 from toolkit.schema import DECIMAL, decimal_float
@@ -259,11 +259,32 @@ class Cost:
     eval_examples: int
 
 
-def sizes(recipe) -> tuple[int | None, int]:
-    """(training examples or None, evaluation examples) as a run loads them, caps applied."""
+def sizes(recipe, base=None) -> tuple[int | None, int]:
+    """(training rows or None, evaluation examples) as a run loads them, caps applied. The
+    training rows are what the loop batches (`setup.build`'s encoded split): one per example for
+    most tasks, but blocks of packed documents (clm, mlm, denoise, span_corruption) and windows
+    of a context (extractive QA) where `Task.rows_are_examples` says not; those are encoded with
+    the tokenizer the run reads (that of `base`, the recipe at the bottom of a `{run: ...}`
+    chain), never the weights. The raw count made a CLM dry run of 40 lines say 10 optimizer
+    steps where the run took 8 of its 31 blocks (and --estimate multiplied the wrong count)."""
     data = recipe.task.load()
     train = data.get("train")
-    return (None if train is None else len(train)), sum(len(ds) for ds in (data.get("eval") or {}).values())
+    n_eval = sum(len(ds) for ds in (data.get("eval") or {}).values())
+    if train is None:
+        return None, n_eval
+    if recipe.method.trains and not recipe.task.rows_are_examples():
+        checkpoint = (base or recipe).model.checkpoint
+        folder = models.tokenizer_folder(checkpoint, recipe.smoke) if isinstance(checkpoint, str) else None
+        try:
+            source = str(folder) if folder is not None else models.resolve(checkpoint)
+        except UserError as error:  # offline and not here: the count cannot be made without it
+            raise UserError(f"{error} (the plan counts the {recipe.task.name} training rows, its blocks or "
+                            "windows, with the checkpoint's tokenizer; --smoke counts them with the small "
+                            "model's)") from None
+        tok = models.load_tokenizer(source, words=recipe.task.words_given)
+        recipe.task.adapt_tokenizer(tok)
+        train = recipe.method.encoder(recipe.task, tok)(train)
+    return len(train), n_eval
 
 
 def cost(recipe, n_train: int | None, n_eval: int, processes: int = 1) -> Cost:
@@ -290,10 +311,13 @@ def costs(points: list[Point], smoke: bool, processes: int = 1) -> list[Cost]:
     loaded: dict[str, tuple[int | None, int]] = {}
     out = []
     for point in points:
-        recipe = recipe_module.load(point.recipe, point.overrides, smoke=smoke)
-        key = json.dumps(recipe.to_dict()["task"], sort_keys=True, default=str)
+        plan = recipe_module.plan(point.recipe, point.overrides, smoke=smoke)
+        recipe = plan.recipe
+        # the rows a packing task encodes depend on the tokenizer, so on the base checkpoint too
+        key = json.dumps([recipe.to_dict()["task"], recipe.method.trains and not recipe.task.rows_are_examples()
+                          and str(plan.base.model.checkpoint)], sort_keys=True, default=str)
         if key not in loaded:
-            loaded[key] = sizes(recipe)
+            loaded[key] = sizes(recipe, plan.base)
         out.append(cost(recipe, *loaded[key], processes))
     return out
 

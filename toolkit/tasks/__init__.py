@@ -221,6 +221,13 @@ class Task:
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         raise NotImplementedError
 
+    def rows_are_examples(self) -> bool:
+        """Whether `encode` makes one training row of each example, so that the optimizer steps
+        can be counted off the raw split (a sweep's --dry-run and --estimate): False where it
+        packs documents into blocks (the pretraining objectives) or cuts an example into
+        windows (extractive QA), whose steps are counted off the encoded split."""
+        return True
+
     def scoring(self, split: str) -> None:
         """`toolkit eval --split`: the split that will be scored (eval, train, test), said before
         `load`, so that what is checked of the data as the metric reads it is that split's alone

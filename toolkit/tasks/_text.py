@@ -353,6 +353,9 @@ class TextTask(TokenTask):
         """Keep a per-token word-start flag (whole-word masking and BART's span starts need it)."""
         return False
 
+    def rows_are_examples(self) -> bool:
+        return False  # documents packed into blocks
+
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         heldout = HELDOUT in dataset.column_names
         blocks = self.pack(dataset, tokenizer, whole=heldout)

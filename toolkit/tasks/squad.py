@@ -638,6 +638,9 @@ class Squad(TextToText):
         return answer_reads(ch)
 
     # --- extractive: windows, span loss, post-processing ----------------------------------------
+    def rows_are_examples(self) -> bool:
+        return not self.extractive  # an example is as many windows as its context needs
+
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         if not self.extractive:
             return super().encode(dataset, tokenizer)
