@@ -582,6 +582,8 @@ def test_tags_that_differ_only_in_case_or_invisible_characters_are_said(tmp_path
     task.load()
     assert len(task.label_names) == 4  # as written: still their own tags
     assert list(task.notices().values()) == [
+        f"{files['eval']}: entity type(s) 'PER\\u200b' appear in no sentence of {files['train']}: the model never "
+        "learns them, and every one of their entities counts as missed in the scores",
         f"{files['train']}, {files['eval']}: 1 group(s) of tags differ only in case, spaces, Unicode form or invisible "
         "characters ('B-PER' / 'B-PER\\u200b' / 'B-Per'); each is its own tag (and entity type): write them alike if "
         "they are one"]
@@ -608,6 +610,24 @@ def test_labels_of_a_scheme_the_files_lack_are_said(tmp_path: Path, labels: list
     iobes.write_text("John B-PER\nSmith E-PER\nruns O\n\nMary S-PER\nwalks O\n")
     with pytest.raises(UserError, match="tag 'E-PER' is not one of task.labels"):
         Ner(train_file=str(iobes), eval_file=str(iobes), labels=["O", "B-PER", "I-PER"]).load()
+
+
+@pytest.mark.parametrize("dev, said", [
+    ("Paris B-LOC\nsleeps O\n\nAnn B-ORG\nCo I-ORG\n", "LOC, ORG"),  # types no training sentence holds
+    ("Mary B-PER\nLee I-PER\nwalks O\n", None),  # a trained type: nothing said
+])
+def test_entity_types_only_the_eval_file_holds_are_said(tmp_path: Path, dev: str, said: str | None) -> None:
+    """Finding: an entity type in the eval file and in no training sentence was added to the
+    labels, never trained, and each of its entities scored as missed, exit 0 without a word."""
+    train, held = tmp_path / "train.txt", tmp_path / "dev.txt"
+    train.write_text("John B-PER\nSmith I-PER\nruns O\n")
+    held.write_text(dev)
+    task = Ner(train_file=str(train), eval_file=str(held), labels=None)
+    task.check()
+    task.load()
+    lines = [v for v in task.notices().values() if "appear in no sentence" in v]
+    assert lines == ([f"{held}: entity type(s) {said} appear in no sentence of {train}: the model never learns them, "
+                      "and every one of their entities counts as missed in the scores"] if said else [])
 
 
 @pytest.mark.parametrize("source", ["file", "stdin"])

@@ -369,6 +369,7 @@ class Ner(Task):
             self._names_for_numbers(sentences)
         self._found_scheme = _tags.check_files(files, self.scheme)
         self._note_foreign_labels(files)
+        self._note_eval_only_types(files)
         if self.label_names is None:  # not adopted from a trained model (eval)
             self._found_labels = _tags.label_order({t for f in files.values() for s in f.tags for t in s})
             count, shown = _fields.alike_names(self._found_labels)
@@ -396,6 +397,24 @@ class Ner(Task):
                                        f"the files ({names}) are {self._found_scheme}: no file holds them, so those "
                                        "classes are never trained, yet the model can predict them; drop them from "
                                        "task.labels (or write the files in IOBES)")
+
+    def _note_eval_only_types(self, files: dict[str, Sentences]) -> None:
+        """An entity type the eval file holds and no training sentence does (a dev-only `LOC`, a type
+        spelled another way in one file): the model never learns it, and every one of its entities
+        counts as missed, exit 0 without a word (text classification refuses a dev-only label;
+        here a dev-only I- tag of a trained type is fine, so the unit is the type). Said, not
+        refused: the score is what the model does. Read over the whole training file, not the
+        `max_train_samples` part a run keeps, so a small smoke run is not said to lack types."""
+        if "train" not in files or "eval" not in files:
+            return
+        def types(sentences: Sentences) -> set[str]:
+            return {_tags.split(t)[1] for tags in sentences.tags for t in tags if t != "O"}
+
+        only = [t if t.isprintable() and t.strip() == t else ascii(t) for t in sorted(types(files["eval"]) - types(files["train"]))]
+        if only:  # an invisible character or an edge space escaped, as the label-case line does
+            self.note("eval-only types", f"{self.expand(self.eval_file)}: entity type(s) {', '.join(only)} appear in no "
+                                         f"sentence of {self.expand(self.train_file)}: the model never learns them, and "
+                                         "every one of their entities counts as missed in the scores")
 
     def _names_for_numbers(self, sentences: Sentences) -> None:
         """A JSONL file's numeric tags are ids into task.labels (as the Hub's ClassLabel is). A
