@@ -715,15 +715,17 @@ def evals_of(run: Path) -> list[dict]:
     return [json.loads(l)["eval"] for l in (run / "log.jsonl").read_text().splitlines() if '"eval"' in l]
 
 
-@pytest.mark.parametrize("family, task", [("bert", "mlm"), ("gpt2", "clm"), ("bart", "denoise"),
-                                          ("t5", "span_corruption")])
+@pytest.mark.parametrize("family, task, extra", [("bert", "mlm", ""), ("gpt2", "clm", ""), ("bart", "denoise", ""),
+                                                 ("t5", "span_corruption", ""),
+                                                 ("bert", "mlm", ", line_by_line: true")])
 def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_path: Path, cli, tiny_checkpoint,
-                                                                           family: str, task: str,
+                                                                           family: str, task: str, extra: str,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The held-out loss falls in 8 steps. `toolkit eval --split train` scores the training text
     as held-out text is scored: the same numbers as an eval split of the same documents. Finding:
     the train split was encoded as training blocks, so clm scored run_clm's blocks (no context at
-    a block's start) instead of the sliding windows, and the others their training masks."""
+    a block's start) instead of the sliding windows, and the others their training masks. Under
+    line_by_line every sequence any entry point gives the model is one document, [CLS] .. [SEP]."""
     from toolkit.tasks._text import BlockCollator
 
     batches: list[tuple[str, dict]] = []  # (entry point, batch): every batch the model is given
@@ -731,12 +733,12 @@ def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_p
     monkeypatch.setattr(BlockCollator, "__call__", lambda self, examples: batches.append(
         (entry, collate(self, examples))) or batches[-1][1])
     entry = "run"
-    recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task)
+    recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task, extra=extra)
     code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
     (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
     first, last = evals_of(run)
-    assert last["loss"] < first["loss"] - 0.05
+    assert last["loss"] < first["loss"] - (0.02 if extra else 0.05)  # line_by_line: fewer tokens a step
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["main_metric"] == ("perplexity" if task in ("mlm", "clm") else "loss")
     same = write_recipe(tmp_path / "same.yaml", recipe.read_text().replace(f"{WIKI}/test.txt", f"{WIKI}/valid.txt")
@@ -759,6 +761,10 @@ def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_p
         rows = [x[:n] for x, n in zip(batch["input_ids"].tolist(), batch["attention_mask"].sum(-1).tolist())]
         rows += [[t for t in y if t != IGNORE] for y in batch["labels"].tolist()]
         inside[at] = inside.get(at, 0) + sum(row[:-1].count(end) for row in rows)
+        if extra:  # one document a sequence: its [SEP] last, nothing after it but padding
+            ends = [x[:n] for x, n in zip(batch["input_ids"].tolist(), batch["attention_mask"].sum(-1).tolist())]
+            assert all(row[-1] == end and row[0] == tok.cls_token_id for row in ends), at
+            inside[at] += len(ends)
     assert set(inside) == {"run", "eval train", "eval eval"} and min(inside.values()) > 0, inside
 
 
@@ -1520,3 +1526,60 @@ def test_whole_words_are_the_runs_between_whitespace(name: str, tokenizer: str) 
         assert ours == (~inside[0]).astype(int).tolist()
 
     assert word_starts("你好 ab", [5, 6, 7, 8], [(0, 1), (1, 2), (3, 4), (4, 5)], [0, 1, 2, 2], set()) == [1, 1, 1, 0]
+
+
+@pytest.mark.parametrize("tokenizer", ["bert-base-uncased", "roberta-base"])
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_line_by_line_reads_each_line_as_run_mlm_and_never_masks_or_scores_padding(
+        tmp_path: Path, tokenizer: str, whole_word_mask: bool) -> None:
+    """`task.line_by_line` (run_mlm.py's --line_by_line): each non-blank line one example,
+    `tokenizer(line, truncation=True, max_length=...)` with its special tokens, padded in the batch
+    and not packed. The examples are run_mlm's (its filter of empty and whitespace lines, its
+    tokenize_function), the lines cut at max_length are counted in one warning, and a batch's
+    labels are those of its examples alone: no padding position is selected or scored, and the
+    loss summed over a padded batch is the sum of each example's alone (the perplexity's
+    numerator and its token count do not move with the padding). It was packing always."""
+    from datasets import Dataset
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._lm import token_losses, token_units
+
+    tok = _tokenizer(tokenizer)
+    text = (Path(__import__("os").environ["TOOLKIT_DATA"]) / "lm/wikitext-2/test.txt").read_text().splitlines()[:40]
+    (tmp_path / "train.txt").write_text("\n".join(text + ["", "   ", "\t"]) + "\n")
+    task = TASKS.get("mlm")(train_file=str(tmp_path / "train.txt"), eval_file=str(tmp_path / "train.txt"),
+                            max_length=24, line_by_line=True, whole_word_mask=whole_word_mask)
+    lines = [l for l in text if len(l) > 0 and not l.isspace()]  # run_mlm's tokenize_function
+    ref = tok(lines, truncation=True, max_length=24, return_special_tokens_mask=True)
+    raw = task.load()
+    train = task.encode(raw["train"], tok)
+    assert train["input_ids"] == ref["input_ids"] and train["special_tokens_mask"] == ref["special_tokens_mask"]
+    cut = sum(len(x) > 24 for x in tok(lines)["input_ids"])
+    assert 0 < cut < len(lines) and task.notices()["cut documents"].startswith(f"{cut} of {len(lines)} documents cut")
+    held = task.encode(raw["eval"][""], tok)
+    assert [len(x) for x in held["input_ids"]] == [len(x) for x in ref["input_ids"]]
+    collate = task.collator(tok)
+    logits = torch.randn(len(lines), 24, len(tok), generator=torch.Generator().manual_seed(0))
+    for rows in (train, held):
+        batch = collate([rows[i] for i in range(len(rows))])
+        pad = batch["attention_mask"] == 0
+        assert pad.any() and (batch["labels"][pad] == IGNORE).all() and (batch["input_ids"][pad] == tok.pad_token_id).all()
+        alone = [collate([rows[i]]) for i in range(len(rows))]
+        assert [a["labels"][0].tolist() for a in alone] == [y[:n] for y, n in zip(batch["labels"].tolist(),
+                                                                                batch["attention_mask"].sum(-1).tolist())]
+        width = batch["labels"].shape[1]
+        summed = token_losses(logits[:, :width], batch["labels"], False)
+        each = [token_losses(logits[i:i + 1, :a["labels"].shape[1]], a["labels"], False) for i, a in enumerate(alone)]
+        assert summed.tolist() == pytest.approx(torch.cat(each).tolist(), rel=1e-6)
+        assert int(token_units(batch["labels"], False).sum()) == sum(int(token_units(a["labels"], False).sum()) for a in alone) > 0
+
+
+@pytest.mark.parametrize("name", ["clm", "denoise", "span_corruption"])
+def test_line_by_line_is_refused_where_the_objective_packs(name: str) -> None:
+    """run_clm.py, run_bart_dlm_flax.py and run_t5_mlm_flax.py pack; line_by_line there is one line
+    at validate, naming the field and the objective that reads one document an example."""
+    from toolkit.tasks import TASKS
+
+    with pytest.raises(UserError, match=rf"^task.line_by_line: {name} packs documents .*mlm's"):
+        TASKS.get(name)(train_file="x.txt", line_by_line=True).check()
+    TASKS.get("mlm")(train_file="x.txt", line_by_line=True).check()

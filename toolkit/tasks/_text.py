@@ -30,6 +30,7 @@ import numpy as np
 
 from toolkit import models, readers
 from toolkit.errors import UserError
+from toolkit.schema import added
 from toolkit.lazy import lazy
 from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_dataset, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, special_frame, token_hits
@@ -126,6 +127,9 @@ class TextTask(TokenTask):
     # held-out score is perplexity (mlm, clm) or the loss alone (denoise, span_corruption).
     kind: ClassVar[str] = ""
     examples: ClassVar[str] = ""
+    # the objectives whose examples may be single documents (`line_by_line`): mlm, as run_mlm.py's
+    # --line_by_line; the others pack, as their references do (name: what they follow)
+    packs_as: ClassVar[str] = ""
     instead: ClassVar[str] = ""
     perplexity: ClassVar[bool] = False
 
@@ -137,6 +141,10 @@ class TextTask(TokenTask):
     eval_split: str | None = "validation"  # Hub split; None: `eval_fraction` of train
     text_field: str | None = None  # records / Hub: the field of the text; None: `text` or the like
     documents: Literal["line", "blank_line"] = "line"
+    # each document (a line, a blank_line paragraph, a record) its own example: framed as the
+    # tokenizer frames a text, cut at max_length, padded in the batch, never packed with another
+    # (run_mlm.py's --line_by_line); False: documents packed into blocks of max_length
+    line_by_line: bool = added(False, neutral=False)
     eval_fraction: float = field(default=0.05, metadata={"min": 0.001, "max": 0.5})
     # numpy's generators take seeds of 0 and up (a negative one was a ValueError traceback from
     # inside datasets' split or the first batch's masks); the bounds are train.seed's
@@ -151,6 +159,10 @@ class TextTask(TokenTask):
                             "and task.dataset (a Hub data set id)")
         if self.dataset is not None and self.eval_file is not None:
             raise UserError("task.eval_file: goes with task.train_file; a Hub data set uses task.eval_split")
+        if self.line_by_line and self.packs_as:
+            raise UserError(f"task.line_by_line: {self.name} packs documents into blocks of task.max_length, as "
+                            f"{self.packs_as} does; one document an example is mlm's (run_mlm.py's --line_by_line); "
+                            "remove it")
 
     def ignores(self) -> dict[str, str]:
         """A Hub data set's parts with files; a fraction split off the train documents where the
@@ -355,7 +367,7 @@ class TextTask(TokenTask):
 
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         heldout = HELDOUT in dataset.column_names
-        blocks = self.pack(dataset, tokenizer, whole=heldout)
+        blocks = self.by_document(dataset, tokenizer) if self.line_by_line else self.pack(dataset, tokenizer, whole=heldout)
         if heldout:
             return self.encode_heldout(blocks, tokenizer)
         return blocks.add_column("block", list(range(len(blocks))))  # seeds its masks
@@ -368,6 +380,27 @@ class TextTask(TokenTask):
         packed as training is: up to block_length - 1 tokens per 1000 documents went unscored
         (half of an eval file 1.5 blocks long), and the perplexity was not the whole split's."""
         size, end, starts = self.block_length(tokenizer), self.document_end(tokenizer), self.word_starts()
+        special, begin = self.special_mask(), self.document_start(tokenizer)
+        tokenised = self.framed(dataset, tokenizer)
+        key = (self, special, starts, begin, end, size)
+
+        def group(batch: dict) -> dict:
+            total = sum(len(x) for x in batch["input_ids"])
+            usable = total if whole or total < size else (total // size) * size
+            out = {}
+            for key, rows in batch.items():
+                flat = [v for row in rows for v in row][:usable]
+                out[key] = [flat[i:i + size] for i in range(0, usable, size)]
+            return out
+
+        return tokenised.map(group, batched=True, batch_size=None if whole else 1000,
+                             desc=f"packing into blocks of {size}",
+                             new_fingerprint=fingerprint(tokenised, tokenizer, key, "pack", whole))
+
+    def framed(self, dataset: Any, tokenizer: Any) -> Any:
+        """Documents -> their token ids, each framed by `document_start` / `document_end` (with the
+        special-tokens mask and word starts the objective keeps), one row a document."""
+        end, starts = self.document_end(tokenizer), self.word_starts()
         special, begin = self.special_mask(), self.document_start(tokenizer)
 
         def tok(batch: dict) -> dict:
@@ -383,22 +416,30 @@ class TextTask(TokenTask):
                                      in enumerate(zip(batch["text"], enc["input_ids"], enc["offset_mapping"]))]
             return out
 
-        def group(batch: dict) -> dict:
-            total = sum(len(x) for x in batch["input_ids"])
-            usable = total if whole or total < size else (total // size) * size
-            out = {}
-            for key, rows in batch.items():
-                flat = [v for row in rows for v in row][:usable]
-                out[key] = [flat[i:i + size] for i in range(0, usable, size)]
-            return out
+        key = (self, special, starts, begin, end, self.block_length(tokenizer))
+        return dataset.map(tok, batched=True, remove_columns=dataset.column_names, desc="tokenising",
+                           new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise"))
 
-        cols = dataset.column_names
-        key = (self, special, starts, begin, end, size)
-        tokenised = dataset.map(tok, batched=True, remove_columns=cols, desc="tokenising",
-                                new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise"))
-        return tokenised.map(group, batched=True, batch_size=None if whole else 1000,
-                             desc=f"packing into blocks of {size}",
-                             new_fingerprint=fingerprint(tokenised, tokenizer, key, "pack", whole))
+    def by_document(self, dataset: Any, tokenizer: Any) -> Any:
+        """`line_by_line`: each document one example, its tokens cut at max_length with the frame
+        kept (`tokenizer(text, truncation=True, max_length=...)`, as run_mlm.py's --line_by_line
+        reads each line), the cut documents counted and said. Padding comes in the collator, after
+        the masks are drawn, so it is never selected nor scored."""
+        size, end = self.max_length, self.document_end(tokenizer)
+        body = size - len(end) - len(self.document_start(tokenizer))
+        if body < 1:
+            raise UserError(f"task.max_length: {size} leaves no room for a document's tokens between the "
+                            f"{size - body} special tokens that frame it; raise it")
+        tokenised = self.framed(dataset, tokenizer)
+        self.note_cut("documents", "task.max_length", size,
+                      [len(x) > size for rows in tokenised.iter(batch_size=1000) for x in rows["input_ids"]])
+
+        def cut(batch: dict) -> dict:
+            return {k: [row if len(row) <= size else row[:size - len(end)] + row[len(row) - len(end):] for row in rows]
+                    for k, rows in batch.items()}
+
+        return tokenised.map(cut, batched=True, desc=f"cutting documents at {size}",
+                             new_fingerprint=fingerprint(tokenised, tokenizer, self, "by document", size, end))
 
     def encode_heldout(self, blocks: Any, tokenizer: Any) -> Any:
         """The held-out blocks corrupted once, each with its own seeded generator."""

@@ -45,6 +45,7 @@ class CausalLM(TextTask):
     head = "causal-lm"
     kind, examples = "decoder", "GPT-2"
     instead = "mlm for encoders, denoise or span_corruption for encoder-decoders"
+    packs_as = "run_clm.py"
     perplexity = True  # of the labelled tokens
 
     eval_stride: int | None = field(default=None, metadata={"min": 1, DERIVED: lambda t, _: max(1, t.max_length // 2)})  # None: max_length // 2
