@@ -1583,3 +1583,55 @@ def test_line_by_line_is_refused_where_the_objective_packs(name: str) -> None:
     with pytest.raises(UserError, match=rf"^task.line_by_line: {name} packs documents .*mlm's"):
         TASKS.get(name)(train_file="x.txt", line_by_line=True).check()
     TASKS.get("mlm")(train_file="x.txt", line_by_line=True).check()
+
+
+@pytest.mark.parametrize("name, tokenizer", OBJECTIVES)
+def test_a_running_text_keeps_its_line_breaks_and_is_framed_once(tmp_path: Path, name: str, tokenizer: str) -> None:
+    """`documents: text`: a plain text file is one running text, as run_clm.py reads it
+    (datasets' text builder with keep_linebreaks=True, each line tokenized with its `\\n`, blank
+    lines included, concatenated): the model sees the line break between two lines, and the
+    tokenizer's frame once, around the whole text. Finding: WikiText read as `documents: line`
+    ended every paragraph and every " = Title = " heading with the end-of-text token, where
+    run_clm keeps the text's `\\n`; there was no way to read a file as the text it is. The held-out
+    part of such a text is its first eval_fraction of lines, in order (run_clm's
+    validation_split_percentage), never a draw of lines stitched into one text."""
+    from datasets import load_dataset
+
+    from toolkit.tasks import TASKS
+
+    tok = _tokenizer(tokenizer)
+    text = (Path(__import__("os").environ["TOOLKIT_DATA"]) / "lm/wikitext-2/test.txt").read_text().splitlines()[:60]
+    (tmp_path / "wiki.txt").write_text("\n".join(text) + "\n")
+    rows = load_dataset("text", data_files=str(tmp_path / "wiki.txt"), keep_linebreaks=True)["train"]["text"]
+    rows = list(rows)
+    before, after = (tok.convert_tokens_to_ids(t) for t in FRAMES[tokenizer])
+    reference = [t for ids in tok(rows, add_special_tokens=False)["input_ids"] for t in ids]  # run_clm's stream
+    newline = tok("\n", add_special_tokens=False)["input_ids"][-1:]  # none to BERT's and T5's tokenizers
+    task = TASKS.get(name)(train_file=str(tmp_path / "wiki.txt"), eval_file=str(tmp_path / "wiki.txt"),
+                           max_length=32, documents="text")
+    raw = task.load()
+    assert list(raw["train"]["text"]) == text  # blank lines are text here
+    held = task.encode(raw["eval"][""], tok)
+    rebuilt = [t for x, y in zip(held["input_ids"], held["labels"]) for t in _rebuilt(name, tok, x, y)]
+    if name == "clm":
+        rebuilt = [y for labels in held["labels"] for y in labels[1:] if y != IGNORE]
+    stream = before + reference + after
+    assert rebuilt == (stream[1:] if name == "clm" else stream) and set(newline) <= set(rebuilt)
+    assert sum(rebuilt.count(t) for t in after) == 1  # the text's end, once
+    split = TASKS.get(name)(train_file=str(tmp_path / "wiki.txt"), eval_fraction=0.1, documents="text").load()
+    assert list(split["eval"][""]["text"]) == text[:6] and list(split["train"]["text"]) == text[6:]
+    lines = TASKS.get(name)(train_file=str(tmp_path / "wiki.txt"), eval_file=str(tmp_path / "wiki.txt"),
+                            max_length=32).load()  # documents: line, one document a line: framed each
+    assert list(lines["train"]["text"]) == [l for l in text if l.strip()]
+
+
+def test_documents_text_is_refused_with_line_by_line_and_split_seed() -> None:
+    """documents: text makes the file one text: line_by_line (one document an example) and
+    split_seed (its held-out lines are its first ones, drawn by nothing) are one line each."""
+    from toolkit.tasks import TASKS
+
+    with pytest.raises(UserError, match="^task.line_by_line: .*documents: text makes the file one running text"):
+        TASKS.get("mlm")(train_file="x.txt", documents="text", line_by_line=True).check()
+    assert "task.split_seed" in TASKS.get("clm")(train_file="x.txt", documents="text").ignores()
+    assert "task.split_seed" not in TASKS.get("clm")(train_file="x.txt", documents="text", eval_file="y.txt").ignores()
+    assert "task.split_seed" not in TASKS.get("clm")(train_file="x.txt").ignores()

@@ -22,6 +22,7 @@ RNG would not do: the data loader collates one batch ahead of the step a checkpo
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -140,7 +141,10 @@ class TextTask(TokenTask):
     train_split: str = "train"
     eval_split: str | None = "validation"  # Hub split; None: `eval_fraction` of train
     text_field: str | None = None  # records / Hub: the field of the text; None: `text` or the like
-    documents: Literal["line", "blank_line"] = "line"
+    # plain text files: `line` one document a line (run_mlm.py's reading), `blank_line` documents
+    # separated by blank lines (their lines joined by \n), `text` the file one running text, its
+    # line breaks kept and nothing between its lines (run_clm.py's keep_linebreaks reading)
+    documents: Literal["line", "blank_line", "text"] = "line"
     # each document (a line, a blank_line paragraph, a record) its own example: framed as the
     # tokenizer frames a text, cut at max_length, padded in the batch, never packed with another
     # (run_mlm.py's --line_by_line); False: documents packed into blocks of max_length
@@ -159,6 +163,10 @@ class TextTask(TokenTask):
                             "and task.dataset (a Hub data set id)")
         if self.dataset is not None and self.eval_file is not None:
             raise UserError("task.eval_file: goes with task.train_file; a Hub data set uses task.eval_split")
+        if self.line_by_line and self.documents == "text":
+            raise UserError("task.line_by_line: reads each document as an example of its own, and documents: text "
+                            "makes the file one running text; use documents: line (run_mlm.py's --line_by_line "
+                            "reads a line an example) or blank_line")
         if self.line_by_line and self.packs_as:
             raise UserError(f"task.line_by_line: {self.name} packs documents into blocks of task.max_length, as "
                             f"{self.packs_as} does; one document an example is mlm's (run_mlm.py's --line_by_line); "
@@ -178,10 +186,18 @@ class TextTask(TokenTask):
         else:  # a plain text file: its documents are lines or paragraphs, no field is read
             out["task.text_field"] = ("it names the field of the text in records (JSONL, JSON, CSV, TSV) or a Hub data set, and "
                                       "task.train_file is plain text (a document a line or paragraph)")
+        if self.running() and self._split_off_train():
+            out["task.split_seed"] = ("documents: text holds out the text's first task.eval_fraction of lines, "
+                                      "in order (as run_clm.py's validation_split_percentage), drawing nothing")
         if self.eval_file is not None or self.dataset is not None and self.eval_split is not None:
             out["task.eval_fraction"] = ("it splits held-out documents off the train ones, and this task's are "
                                          "given (task.eval_file or task.eval_split); unset those to use it")
         return out
+
+    def running(self) -> bool:
+        """A plain text file read as one running text (`documents: text`): each row a line, its
+        line break kept, framed once at the file's start and end; blank lines are text."""
+        return self.documents == "text" and self.dataset is None and _format(self.train_file or "") != RECORDS
 
     def _split_off_train(self) -> bool:
         """The held-out documents are a fraction drawn from the training ones."""
@@ -270,23 +286,35 @@ class TextTask(TokenTask):
                                 "records: JSONL, JSON, CSV, TSV)")
             ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field, self)
             train, heldout = ds["train"], ds.get("eval")
-        train = train.filter(lambda t: bool(t) and not readers.blank(t), input_columns="text")
-        if len(train) == 0:
+        running = self.running()
+        train = self._with_text(train, running)
+        if len(train) == 0 or running and self._with_text(train, False).num_rows == 0:
             raise UserError(f"task: the training text ({self.train_file or self.dataset}) has no document "
                             "with any text in it")
         if heldout is None:
             if len(train) < 2:
-                raise UserError(f"task.train_file: {len(train)} document(s) with text; holding out "
-                                "task.eval_fraction of them needs at least 2 (or set task.eval_file)")
-            parts = train.train_test_split(test_size=self.eval_fraction, seed=self.split_seed)
-            train, heldout = parts["train"], parts["test"]
+                raise UserError(f"task.train_file: {len(train)} {'line(s)' if running else 'document(s) with text'}; "
+                                "holding out task.eval_fraction of them needs at least 2 (or set task.eval_file)")
+            if running:  # the text's first lines, in order: a draw would stitch lines apart into one text
+                k = min(len(train) - 1, math.ceil(len(train) * self.eval_fraction))
+                train, heldout = train.select(range(k, len(train))), train.select(range(k))
+            else:
+                parts = train.train_test_split(test_size=self.eval_fraction, seed=self.split_seed)
+                train, heldout = parts["train"], parts["test"]
         else:
-            heldout = heldout.filter(lambda t: bool(t) and not readers.blank(t), input_columns="text")
-            if len(heldout) == 0:
+            heldout = self._with_text(heldout, running)
+            if len(heldout) == 0 or running and self._with_text(heldout, False).num_rows == 0:
                 raise UserError(f"task.eval_file: {self.eval_file} has no document with any text in it")
-        heldout = subset(heldout, self.max_eval_samples, self.split_seed)
+        cap = (lambda ds, n, _: ds if n is None or n >= len(ds) else ds.select(range(n))) if running else subset
+        heldout = cap(heldout, self.max_eval_samples, self.split_seed)
         heldout = heldout.add_column(HELDOUT, [True] * len(heldout))
-        return {"train": subset(train, self.max_train_samples, self.split_seed), "eval": {"": heldout}}
+        return {"train": cap(train, self.max_train_samples, self.split_seed), "eval": {"": heldout}}
+
+    @staticmethod
+    def _with_text(ds: Any, running: bool) -> Any:
+        """The documents with text in them (a blank one dropped); a running text keeps its blank
+        lines (paragraph breaks, as run_clm.py reads them)."""
+        return ds if running else ds.filter(lambda t: bool(t) and not readers.blank(t), input_columns="text")
 
     def as_scored(self, dataset: Any) -> Any:
         """Any split scored is scored by the held-out rules: corrupted once from corruption_seed
@@ -403,22 +431,28 @@ class TextTask(TokenTask):
         end, starts = self.document_end(tokenizer), self.word_starts()
         special, begin = self.special_mask(), self.document_start(tokenizer)
 
-        def tok(batch: dict) -> dict:
-            enc = tokenizer(batch["text"], add_special_tokens=False, return_offsets_mapping=starts)
-            ids = [begin + x + end for x in enc["input_ids"]]
-            out = {"input_ids": ids}
+        running, last = self.running(), len(dataset) - 1
+
+        def tok(batch: dict, indices: list[int]) -> dict:
+            texts = [t + "\n" for t in batch["text"]] if running else batch["text"]
+            enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=starts)
+            # a running text is framed once: its start before its first line, its end after its last
+            heads = [begin if not running or i == 0 else [] for i in indices]
+            tails = [end if not running or i == last else [] for i in indices]
+            out = {"input_ids": [h + x + t for h, x, t in zip(heads, enc["input_ids"], tails)]}
             if special:
-                out["special_tokens_mask"] = [[1] * len(begin) + [0] * len(x) + [1] * len(end) for x in enc["input_ids"]]
+                out["special_tokens_mask"] = [[1] * len(h) + [0] * len(x) + [1] * len(t)
+                                              for h, x, t in zip(heads, enc["input_ids"], tails)]
             if starts:
                 specials = set(tokenizer.all_special_ids)
-                out["word_start"] = [[1] * len(begin) + word_starts(text, x, offsets, enc.word_ids(i), specials)
-                                     + [1] * len(end) for i, (text, x, offsets)
-                                     in enumerate(zip(batch["text"], enc["input_ids"], enc["offset_mapping"]))]
+                out["word_start"] = [[1] * len(h) + word_starts(text, x, offsets, enc.word_ids(i), specials)
+                                     + [1] * len(t) for i, (text, x, offsets, h, t)
+                                     in enumerate(zip(texts, enc["input_ids"], enc["offset_mapping"], heads, tails))]
             return out
 
         key = (self, special, starts, begin, end, self.block_length(tokenizer))
-        return dataset.map(tok, batched=True, remove_columns=dataset.column_names, desc="tokenising",
-                           new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise"))
+        return dataset.map(tok, batched=True, with_indices=True, remove_columns=dataset.column_names, desc="tokenising",
+                           new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise", running))
 
     def by_document(self, dataset: Any, tokenizer: Any) -> Any:
         """`line_by_line`: each document one example, its tokens cut at max_length with the frame
