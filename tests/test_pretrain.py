@@ -1635,3 +1635,18 @@ def test_documents_text_is_refused_with_line_by_line_and_split_seed() -> None:
     assert "task.split_seed" in TASKS.get("clm")(train_file="x.txt", documents="text").ignores()
     assert "task.split_seed" not in TASKS.get("clm")(train_file="x.txt", documents="text", eval_file="y.txt").ignores()
     assert "task.split_seed" not in TASKS.get("clm")(train_file="x.txt").ignores()
+
+
+def test_a_running_text_s_shared_blank_lines_make_no_leak(tmp_path: Path) -> None:
+    """documents: text keeps blank lines as text, so two texts that share nothing but their
+    paragraph breaks were said to be mostly one (4 of 5 eval "examples" were training ones);
+    the same file for train and eval still is."""
+    from toolkit.tasks import TASKS
+
+    (tmp_path / "train.txt").write_text("the cat sat\n\n \n\na dog ran\n")
+    (tmp_path / "eval.txt").write_text("birds fly\n\n \n\n\n")
+    for held, said in (("eval.txt", False), ("train.txt", True)):
+        task = TASKS.get("clm")(train_file=str(tmp_path / "train.txt"), eval_file=str(tmp_path / held),
+                                documents="text")
+        task.note_eval_in_train(task.load())
+        assert ("eval is train" in task.__dict__.get("_notes", {})) == said, held

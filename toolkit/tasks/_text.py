@@ -199,6 +199,15 @@ class TextTask(TokenTask):
         line break kept, framed once at the file's start and end; blank lines are text."""
         return self.documents == "text" and self.dataset is None and _format(self.train_file or "") != RECORDS
 
+    def note_eval_in_train(self, raw: dict[str, Any]) -> None:
+        """A running text's lines are its examples here, less its blank ones: the line breaks two
+        texts share (WikiText's " " lines are a third of it) said that an eval file of another
+        text was mostly training examples."""
+        if self.running() and raw.get("train") is not None and raw.get("eval", {}).get("") is not None:
+            raw = {**raw, "train": self._with_text(raw["train"], False),
+                   "eval": {**raw["eval"], "": self._with_text(raw["eval"][""], False)}}
+        super().note_eval_in_train(raw)
+
     def _split_off_train(self) -> bool:
         """The held-out documents are a fraction drawn from the training ones."""
         return self.eval_file is None and (self.dataset is None or self.eval_split is None)
