@@ -1539,7 +1539,6 @@ def test_line_by_line_reads_each_line_as_run_mlm_and_never_masks_or_scores_paddi
     labels are those of its examples alone: no padding position is selected or scored, and the
     loss summed over a padded batch is the sum of each example's alone (the perplexity's
     numerator and its token count do not move with the padding). It was packing always."""
-    from datasets import Dataset
 
     from toolkit.tasks import TASKS
     from toolkit.tasks._lm import token_losses, token_units
