@@ -1617,6 +1617,13 @@ def test_a_running_text_keeps_its_line_breaks_and_is_framed_once(tmp_path: Path,
     stream = before + reference + after
     assert rebuilt == (stream[1:] if name == "clm" else stream) and set(newline) <= set(rebuilt)
     assert sum(rebuilt.count(t) for t in after) == 1  # the text's end, once
+    # records (and a Hub data set: WikiText's rows there are its lines, each with its \n) are their
+    # rows end to end: the same text as JSONL is the same stream
+    (tmp_path / "wiki.jsonl").write_text("".join(json.dumps({"text": row}) + "\n" for row in rows))
+    records = TASKS.get(name)(train_file=str(tmp_path / "wiki.jsonl"), eval_file=str(tmp_path / "wiki.jsonl"),
+                              max_length=32, documents="text")
+    assert records.ignores().get("task.documents") is None
+    assert task.encode(raw["eval"][""], tok)["labels"] == records.encode(records.load()["eval"][""], tok)["labels"]
     split = TASKS.get(name)(train_file=str(tmp_path / "wiki.txt"), eval_fraction=0.1, documents="text").load()
     assert list(split["eval"][""]["text"]) == text[:6] and list(split["train"]["text"]) == text[6:]
     lines = TASKS.get(name)(train_file=str(tmp_path / "wiki.txt"), eval_file=str(tmp_path / "wiki.txt"),

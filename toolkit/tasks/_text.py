@@ -179,10 +179,11 @@ class TextTask(TokenTask):
         if self.dataset is None:
             why = "it names a part of a Hub data set, and this task reads task.train_file; set task.dataset to use it"
             out = {f"task.{name}": why for name in ("dataset_config", "train_split", "eval_split")}
-        if self.dataset is not None or _format(self.train_file or "") == RECORDS:
+        if (self.dataset is not None or _format(self.train_file or "") == RECORDS) and self.documents != "text":
             out["task.documents"] = ("it splits plain text files into documents (lines or blank-line "
                                      "paragraphs), and this task's documents are records (JSONL, JSON, CSV, "
-                                     "TSV, a Hub data set): each text is one")
+                                     "TSV, a Hub data set): each text is one (or all one running text: "
+                                     "documents: text)")
         else:  # a plain text file: its documents are lines or paragraphs, no field is read
             out["task.text_field"] = ("it names the field of the text in records (JSONL, JSON, CSV, TSV) or a Hub data set, and "
                                       "task.train_file is plain text (a document a line or paragraph)")
@@ -195,9 +196,15 @@ class TextTask(TokenTask):
         return out
 
     def running(self) -> bool:
-        """A plain text file read as one running text (`documents: text`): each row a line, its
-        line break kept, framed once at the file's start and end; blank lines are text."""
-        return self.documents == "text" and self.dataset is None and _format(self.train_file or "") != RECORDS
+        """The source read as one running text (`documents: text`): its rows end to end, framed
+        once at its start and end; blank rows are text. A plain text file's rows are its lines,
+        each with its line break (`line_breaks`); records' and a Hub data set's rows are their
+        texts as they are (WikiText on the Hub: a line each, its `\n` in it)."""
+        return self.documents == "text"
+
+    def line_breaks(self) -> bool:
+        """Each row a line of a plain text file, whose line break the reader took off."""
+        return self.running() and self.dataset is None and _format(self.train_file or "") != RECORDS
 
     def note_eval_in_train(self, raw: dict[str, Any]) -> None:
         """A running text's lines are its examples here, less its blank ones: the line breaks two
@@ -440,10 +447,10 @@ class TextTask(TokenTask):
         end, starts = self.document_end(tokenizer), self.word_starts()
         special, begin = self.special_mask(), self.document_start(tokenizer)
 
-        running, last = self.running(), len(dataset) - 1
+        running, breaks, last = self.running(), self.line_breaks(), len(dataset) - 1
 
         def tok(batch: dict, indices: list[int]) -> dict:
-            texts = [t + "\n" for t in batch["text"]] if running else batch["text"]
+            texts = [t + "\n" for t in batch["text"]] if breaks else batch["text"]
             enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=starts)
             # a running text is framed once: its start before its first line, its end after its last
             heads = [begin if not running or i == 0 else [] for i in indices]
@@ -461,7 +468,7 @@ class TextTask(TokenTask):
 
         key = (self, special, starts, begin, end, self.block_length(tokenizer))
         return dataset.map(tok, batched=True, with_indices=True, remove_columns=dataset.column_names, desc="tokenising",
-                           new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise", running))
+                           new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise", running, breaks))
 
     def by_document(self, dataset: Any, tokenizer: Any) -> Any:
         """`line_by_line`: each document one example, its tokens cut at max_length with the frame
