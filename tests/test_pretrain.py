@@ -1584,6 +1584,21 @@ def test_line_by_line_is_refused_where_the_objective_packs(name: str) -> None:
     TASKS.get("mlm")(train_file="x.txt", line_by_line=True).check()
 
 
+def test_packed_and_line_by_line_mlm_are_reported_as_two_metrics() -> None:
+    """A masked token scored within its packed block and within its line alone are other numbers
+    of one model: metric_info tells them apart, so a report puts the two in tables of their own
+    (`reports.core.scoring_labels`) instead of choosing the lower perplexity as the better
+    setting of a grid over task.line_by_line."""
+    from toolkit.reports.core import scoring_labels
+    from toolkit.tasks import TASKS
+
+    items = [{"task_label": "mlm", "metrics": {"metric_info": TASKS.get("mlm")(train_file="x.txt", line_by_line=lbl)
+                                                .metric_info()}} for lbl in (False, True, False)]
+    scoring_labels(items)
+    assert items[0]["task_label"] == items[2]["task_label"] != items[1]["task_label"]
+    assert "each document alone, cut at 128 tokens" in items[1]["scoring_split"]
+
+
 @pytest.mark.parametrize("name, tokenizer", OBJECTIVES)
 def test_a_running_text_keeps_its_line_breaks_and_is_framed_once(tmp_path: Path, name: str, tokenizer: str) -> None:
     """`documents: text`: a plain text file is one running text, as run_clm.py reads it
