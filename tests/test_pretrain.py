@@ -1597,6 +1597,9 @@ def test_packed_and_line_by_line_mlm_are_reported_as_two_metrics() -> None:
     scoring_labels(items)
     assert items[0]["task_label"] == items[2]["task_label"] != items[1]["task_label"]
     assert "each document alone, cut at 128 tokens" in items[1]["scoring_split"]
+    for name in ("mlm", "clm", "denoise", "span_corruption"):  # the reading of the file, where not a line a document
+        info = [TASKS.get(name)(train_file="x.txt", documents=d).metric_info() for d in ("line", "text", "blank_line")]
+        assert "documents" not in info[0] and len({i.get("documents") for i in info}) == 3
 
 
 @pytest.mark.parametrize("name, tokenizer", OBJECTIVES)

@@ -270,6 +270,16 @@ class TextTask(TokenTask):
         require_kind(self.name, family, self.kind, self.examples, self.instead)
         return self.head
 
+    def metric_info(self) -> dict[str, str]:
+        """What was scored, where the source was read other than a document a line: a running
+        text (its line breaks where a line read alone ends with the end-of-text token) or
+        blank-line paragraphs are other tokens of the same file, so a grid over task.documents
+        would choose the reading that scored lower (recorded only then: runs a line a document,
+        before and since, record nothing of it and stay one metric)."""
+        read = {"text": "the source as one running text, line breaks kept",
+                "blank_line": "blank-line separated paragraphs, their lines joined by line breaks"}.get(self.documents)
+        return {**super().metric_info(), **({"documents": read} if read else {})}
+
     def declared_metrics(self) -> list[Metric]:
         if not self.perplexity:
             return [CATALOGUE["loss"]]  # the loop adds the loss
