@@ -715,11 +715,11 @@ def evals_of(run: Path) -> list[dict]:
     return [json.loads(l)["eval"] for l in (run / "log.jsonl").read_text().splitlines() if '"eval"' in l]
 
 
-@pytest.mark.parametrize("family, task, extra", [("bert", "mlm", ""), ("gpt2", "clm", ""), ("bart", "denoise", ""),
+@pytest.mark.parametrize("family, task, lines", [("bert", "mlm", ""), ("gpt2", "clm", ""), ("bart", "denoise", ""),
                                                  ("t5", "span_corruption", ""),
                                                  ("bert", "mlm", ", line_by_line: true")])
 def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_path: Path, cli, tiny_checkpoint,
-                                                                           family: str, task: str, extra: str,
+                                                                           family: str, task: str, lines: str,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The held-out loss falls in 8 steps. `toolkit eval --split train` scores the training text
     as held-out text is scored: the same numbers as an eval split of the same documents. Finding:
@@ -733,12 +733,12 @@ def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_p
     monkeypatch.setattr(BlockCollator, "__call__", lambda self, examples: batches.append(
         (entry, collate(self, examples))) or batches[-1][1])
     entry = "run"
-    recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task, extra=extra)
+    recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task, extra=lines)
     code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
     (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
     first, last = evals_of(run)
-    assert last["loss"] < first["loss"] - (0.02 if extra else 0.05)  # line_by_line: fewer tokens a step
+    assert last["loss"] < first["loss"] - (0.02 if lines else 0.05)  # line_by_line: fewer tokens a step
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["main_metric"] == ("perplexity" if task in ("mlm", "clm") else "loss")
     same = write_recipe(tmp_path / "same.yaml", recipe.read_text().replace(f"{WIKI}/test.txt", f"{WIKI}/valid.txt")
@@ -761,7 +761,7 @@ def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_p
         rows = [x[:n] for x, n in zip(batch["input_ids"].tolist(), batch["attention_mask"].sum(-1).tolist())]
         rows += [[t for t in y if t != IGNORE] for y in batch["labels"].tolist()]
         inside[at] = inside.get(at, 0) + sum(row[:-1].count(end) for row in rows)
-        if extra:  # one document a sequence: its [SEP] last, nothing after it but padding
+        if lines:  # one document a sequence: its [SEP] last, nothing after it but padding
             ends = [x[:n] for x, n in zip(batch["input_ids"].tolist(), batch["attention_mask"].sum(-1).tolist())]
             assert all(row[-1] == end and row[0] == tok.cls_token_id for row in ends), at
             inside[at] += len(ends)
@@ -1351,7 +1351,9 @@ def test_rescoring_a_run_that_held_out_a_fraction_never_scores_its_training_docu
     made = task(train_file=f"{WIKI}/valid.txt")
     as_made = task(train_file=f"{WIKI}/valid.txt")
     as_made.rescoring(made, {"task.max_eval_samples"})  # nothing of the split changed
-    for key, value in (("eval_fraction", 0.1), ("split_seed", 1)):
+    # another reading of the file (documents) holds out other documents: a running text its first
+    # lines, paragraphs another draw; it scored lines the run trained on as held out, exit 0
+    for key, value in (("eval_fraction", 0.1), ("split_seed", 1), ("documents", "text"), ("documents", "blank_line")):
         with pytest.raises(UserError, match=rf"^task\.{key}: the run held out task\.eval_fraction=0\.05 of its "
                                             "training documents .*documents the run trained on as held out"):
             task(train_file=f"{WIKI}/valid.txt", **{key: value}).rescoring(made, {f"task.{key}"})

@@ -226,7 +226,8 @@ class TextTask(TokenTask):
         one as if it were the file. One line each, naming what scores a file whole (eval_file)."""
         if not (made._split_off_train() and self._split_off_train()):
             return
-        moved = [k for k in ("eval_fraction", "split_seed") if getattr(self, k) != getattr(made, k)]
+        # another reading of the file (task.documents) cuts other documents, and draws others
+        moved = [k for k in ("eval_fraction", "split_seed", "documents") if getattr(self, k) != getattr(made, k)]
         if moved:
             raise UserError(f"task.{moved[0]}: the run held out task.eval_fraction={made.eval_fraction} of its "
                             f"training documents (task.split_seed={made.split_seed}); another draw would score "
