@@ -1,11 +1,13 @@
 """Raw text for the pretraining objectives (mlm, clm, denoise, span_corruption): not a plug-in.
 
-Sources: a .txt / .gz file (one document per line, or blank-line separated documents), records
-(JSONL, JSON: a list or `{"data": [...]}`, CSV, TSV) with a text field, or a Hub text data set.
-Documents are tokenised, each with the special tokens the
-tokenizer puts around a text (the end-of-text token after it where it puts none there), and packed
-into blocks with datasets' `map` (cached on disk for file sources), as transformers' run_mlm.py /
-run_clm.py / run_t5_mlm_flax.py do.
+Sources: a .txt / .gz file (one document per line, blank-line separated documents, or the file one
+running text: `documents`), records (JSONL, JSON: a list or `{"data": [...]}`, CSV, TSV) with a
+text field, or a Hub text data set. Documents are tokenised, each with the special tokens the
+tokenizer puts around a text (the end-of-text token after it where it puts none there; a running
+text's lines keep their line breaks and the frame goes around the whole text, as run_clm.py reads
+a file), and packed into blocks with datasets' `map` (cached on disk for file sources), as
+transformers' run_mlm.py / run_clm.py / run_t5_mlm_flax.py do, or, for mlm under `line_by_line`,
+each one example cut at max_length and padded (run_mlm.py's --line_by_line).
 
 The held-out split is a seeded fraction of the documents or its own file. Its examples are
 marked (`heldout` column) so that `encode` corrupts them ONCE, at encode time, with a generator
