@@ -203,7 +203,8 @@ def test_reference_clm_eval_loss_is_per_predicted_token(parity, tiny_checkpoint,
 @pytest.mark.parametrize("task", ["mlm", "clm"])
 def test_reference_blocks_equal_the_toolkits_packing(parity, task: str) -> None:
     """run_mlm / run_clm's group_texts in the benchmark and the toolkit's packing give the same
-    training blocks ([CLS] doc [SEP] per document for MLM, doc <|endoftext|> for CLM)."""
+    training blocks ([CLS] doc [SEP] per document for MLM; for CLM the gpt2-clm recipe's running
+    text, run_clm's lines with their \n, <|endoftext|> once at its end)."""
     from toolkit import models
 
     tokenizer = {"mlm": "bert-base-uncased", "clm": "gpt2"}[task]
@@ -212,7 +213,9 @@ def test_reference_blocks_equal_the_toolkits_packing(parity, task: str) -> None:
     recipe = parity.resolved_recipe(task, limits + (["task.eval_stride=32"] if task == "clm" else []))
     train, _ = parity.raw_splits(recipe)
     end = [] if task == "mlm" else [tok.eos_token_id]
-    ours = parity.grouped(tok, list(train["text"]), recipe.task.block_length(tok), task == "mlm", end)
+    ours = parity.grouped(tok, list(train["text"]), recipe.task.block_length(tok), task == "mlm", end,
+                          breaks=recipe.task.line_breaks())
+    assert recipe.task.line_breaks() == (task == "clm")
     theirs = recipe.task.pack(train, tok)
     assert len(ours["input_ids"]) == len(theirs) > 1
     assert ours["input_ids"] == [list(x) for x in theirs["input_ids"]]

@@ -715,15 +715,17 @@ def evals_of(run: Path) -> list[dict]:
     return [json.loads(l)["eval"] for l in (run / "log.jsonl").read_text().splitlines() if '"eval"' in l]
 
 
-@pytest.mark.parametrize("family, task", [("bert", "mlm"), ("gpt2", "clm"), ("bart", "denoise"),
-                                          ("t5", "span_corruption")])
+@pytest.mark.parametrize("family, task, lines", [("bert", "mlm", ""), ("gpt2", "clm", ""), ("bart", "denoise", ""),
+                                                 ("t5", "span_corruption", ""),
+                                                 ("bert", "mlm", ", line_by_line: true")])
 def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_path: Path, cli, tiny_checkpoint,
-                                                                           family: str, task: str,
+                                                                           family: str, task: str, lines: str,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The held-out loss falls in 8 steps. `toolkit eval --split train` scores the training text
     as held-out text is scored: the same numbers as an eval split of the same documents. Finding:
     the train split was encoded as training blocks, so clm scored run_clm's blocks (no context at
-    a block's start) instead of the sliding windows, and the others their training masks."""
+    a block's start) instead of the sliding windows, and the others their training masks. Under
+    line_by_line every sequence any entry point gives the model is one document, [CLS] .. [SEP]."""
     from toolkit.tasks._text import BlockCollator
 
     batches: list[tuple[str, dict]] = []  # (entry point, batch): every batch the model is given
@@ -731,12 +733,12 @@ def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_p
     monkeypatch.setattr(BlockCollator, "__call__", lambda self, examples: batches.append(
         (entry, collate(self, examples))) or batches[-1][1])
     entry = "run"
-    recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task)
+    recipe = pretrain_recipe(tmp_path, task, tiny_checkpoint(family), task, extra=lines)
     code, _, err = cli("run", recipe, "--runs-dir", tmp_path / "runs")
     assert code == 0, err
     (run,) = [p.parent for p in (tmp_path / "runs").rglob("metrics.json")]
     first, last = evals_of(run)
-    assert last["loss"] < first["loss"] - 0.05
+    assert last["loss"] < first["loss"] - (0.02 if lines else 0.05)  # line_by_line: fewer tokens a step
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["main_metric"] == ("perplexity" if task in ("mlm", "clm") else "loss")
     same = write_recipe(tmp_path / "same.yaml", recipe.read_text().replace(f"{WIKI}/test.txt", f"{WIKI}/valid.txt")
@@ -759,6 +761,10 @@ def test_heldout_loss_falls_and_every_split_is_scored_by_the_heldout_rules(tmp_p
         rows = [x[:n] for x, n in zip(batch["input_ids"].tolist(), batch["attention_mask"].sum(-1).tolist())]
         rows += [[t for t in y if t != IGNORE] for y in batch["labels"].tolist()]
         inside[at] = inside.get(at, 0) + sum(row[:-1].count(end) for row in rows)
+        if lines:  # one document a sequence: its [SEP] last, nothing after it but padding
+            ends = [x[:n] for x, n in zip(batch["input_ids"].tolist(), batch["attention_mask"].sum(-1).tolist())]
+            assert all(row[-1] == end and row[0] == tok.cls_token_id for row in ends), at
+            inside[at] += len(ends)
     assert set(inside) == {"run", "eval train", "eval eval"} and min(inside.values()) > 0, inside
 
 
@@ -1345,7 +1351,9 @@ def test_rescoring_a_run_that_held_out_a_fraction_never_scores_its_training_docu
     made = task(train_file=f"{WIKI}/valid.txt")
     as_made = task(train_file=f"{WIKI}/valid.txt")
     as_made.rescoring(made, {"task.max_eval_samples"})  # nothing of the split changed
-    for key, value in (("eval_fraction", 0.1), ("split_seed", 1)):
+    # another reading of the file (documents) holds out other documents: a running text its first
+    # lines, paragraphs another draw; it scored lines the run trained on as held out, exit 0
+    for key, value in (("eval_fraction", 0.1), ("split_seed", 1), ("documents", "text"), ("documents", "blank_line")):
         with pytest.raises(UserError, match=rf"^task\.{key}: the run held out task\.eval_fraction=0\.05 of its "
                                             "training documents .*documents the run trained on as held out"):
             task(train_file=f"{WIKI}/valid.txt", **{key: value}).rescoring(made, {f"task.{key}"})
@@ -1520,3 +1528,151 @@ def test_whole_words_are_the_runs_between_whitespace(name: str, tokenizer: str) 
         assert ours == (~inside[0]).astype(int).tolist()
 
     assert word_starts("你好 ab", [5, 6, 7, 8], [(0, 1), (1, 2), (3, 4), (4, 5)], [0, 1, 2, 2], set()) == [1, 1, 1, 0]
+
+
+@pytest.mark.parametrize("tokenizer", ["bert-base-uncased", "roberta-base"])
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_line_by_line_reads_each_line_as_run_mlm_and_never_masks_or_scores_padding(
+        tmp_path: Path, tokenizer: str, whole_word_mask: bool) -> None:
+    """`task.line_by_line` (run_mlm.py's --line_by_line): each non-blank line one example,
+    `tokenizer(line, truncation=True, max_length=...)` with its special tokens, padded in the batch
+    and not packed. The examples are run_mlm's (its filter of empty and whitespace lines, its
+    tokenize_function), the lines cut at max_length are counted in one warning, and a batch's
+    labels are those of its examples alone: no padding position is selected or scored, and the
+    loss summed over a padded batch is the sum of each example's alone (the perplexity's
+    numerator and its token count do not move with the padding). It was packing always."""
+
+    from toolkit.tasks import TASKS
+    from toolkit.tasks._lm import token_losses, token_units
+
+    tok = _tokenizer(tokenizer)
+    text = (Path(__import__("os").environ["TOOLKIT_DATA"]) / "lm/wikitext-2/test.txt").read_text().splitlines()[:40]
+    (tmp_path / "train.txt").write_text("\n".join(text + ["", "   ", "\t"]) + "\n")
+    task = TASKS.get("mlm")(train_file=str(tmp_path / "train.txt"), eval_file=str(tmp_path / "train.txt"),
+                            max_length=24, line_by_line=True, whole_word_mask=whole_word_mask)
+    lines = [l for l in text if len(l) > 0 and not l.isspace()]  # run_mlm's tokenize_function
+    ref = tok(lines, truncation=True, max_length=24, return_special_tokens_mask=True)
+    raw = task.load()
+    train = task.encode(raw["train"], tok)
+    assert train["input_ids"] == ref["input_ids"] and train["special_tokens_mask"] == ref["special_tokens_mask"]
+    cut = sum(len(x) > 24 for x in tok(lines)["input_ids"])
+    assert 0 < cut < len(lines) and task.notices()["cut documents"].startswith(f"{cut} of {len(lines)} documents cut")
+    held = task.encode(raw["eval"][""], tok)
+    assert [len(x) for x in held["input_ids"]] == [len(x) for x in ref["input_ids"]]
+    collate = task.collator(tok)
+    logits = torch.randn(len(lines), 24, len(tok), generator=torch.Generator().manual_seed(0))
+    for rows in (train, held):
+        batch = collate([rows[i] for i in range(len(rows))])
+        pad = batch["attention_mask"] == 0
+        assert pad.any() and (batch["labels"][pad] == IGNORE).all() and (batch["input_ids"][pad] == tok.pad_token_id).all()
+        alone = [collate([rows[i]]) for i in range(len(rows))]
+        assert [a["labels"][0].tolist() for a in alone] == [y[:n] for y, n in zip(batch["labels"].tolist(),
+                                                                                batch["attention_mask"].sum(-1).tolist())]
+        width = batch["labels"].shape[1]
+        summed = token_losses(logits[:, :width], batch["labels"], False)
+        each = [token_losses(logits[i:i + 1, :a["labels"].shape[1]], a["labels"], False) for i, a in enumerate(alone)]
+        assert summed.tolist() == pytest.approx(torch.cat(each).tolist(), rel=1e-6)
+        assert int(token_units(batch["labels"], False).sum()) == sum(int(token_units(a["labels"], False).sum()) for a in alone) > 0
+
+
+@pytest.mark.parametrize("name", ["clm", "denoise", "span_corruption"])
+def test_line_by_line_is_refused_where_the_objective_packs(name: str) -> None:
+    """run_clm.py, run_bart_dlm_flax.py and run_t5_mlm_flax.py pack; line_by_line there is one line
+    at validate, naming the field and the objective that reads one document an example."""
+    from toolkit.tasks import TASKS
+
+    with pytest.raises(UserError, match=rf"^task.line_by_line: {name} packs documents .*mlm's"):
+        TASKS.get(name)(train_file="x.txt", line_by_line=True).check()
+    TASKS.get("mlm")(train_file="x.txt", line_by_line=True).check()
+
+
+def test_packed_and_line_by_line_mlm_are_reported_as_two_metrics() -> None:
+    """A masked token scored within its packed block and within its line alone are other numbers
+    of one model: metric_info tells them apart, so a report puts the two in tables of their own
+    (`reports.core.scoring_labels`) instead of choosing the lower perplexity as the better
+    setting of a grid over task.line_by_line."""
+    from toolkit.reports.core import scoring_labels
+    from toolkit.tasks import TASKS
+
+    items = [{"task_label": "mlm", "metrics": {"metric_info": TASKS.get("mlm")(train_file="x.txt", line_by_line=lbl)
+                                                .metric_info()}} for lbl in (False, True, False)]
+    scoring_labels(items)
+    assert items[0]["task_label"] == items[2]["task_label"] != items[1]["task_label"]
+    assert "each document alone, cut at 128 tokens" in items[1]["scoring_split"]
+    for name in ("mlm", "clm", "denoise", "span_corruption"):  # the reading of the file, where not a line a document
+        info = [TASKS.get(name)(train_file="x.txt", documents=d).metric_info() for d in ("line", "text", "blank_line")]
+        assert "documents" not in info[0] and len({i.get("documents") for i in info}) == 3
+
+
+@pytest.mark.parametrize("name, tokenizer", OBJECTIVES)
+def test_a_running_text_keeps_its_line_breaks_and_is_framed_once(tmp_path: Path, name: str, tokenizer: str) -> None:
+    """`documents: text`: a plain text file is one running text, as run_clm.py reads it
+    (datasets' text builder with keep_linebreaks=True, each line tokenized with its `\\n`, blank
+    lines included, concatenated): the model sees the line break between two lines, and the
+    tokenizer's frame once, around the whole text. Finding: WikiText read as `documents: line`
+    ended every paragraph and every " = Title = " heading with the end-of-text token, where
+    run_clm keeps the text's `\\n`; there was no way to read a file as the text it is. The held-out
+    part of such a text is its first eval_fraction of lines, in order (run_clm's
+    validation_split_percentage), never a draw of lines stitched into one text."""
+    from datasets import load_dataset
+
+    from toolkit.tasks import TASKS
+
+    tok = _tokenizer(tokenizer)
+    text = (Path(__import__("os").environ["TOOLKIT_DATA"]) / "lm/wikitext-2/test.txt").read_text().splitlines()[:60]
+    (tmp_path / "wiki.txt").write_text("\n".join(text) + "\n")
+    rows = load_dataset("text", data_files=str(tmp_path / "wiki.txt"), keep_linebreaks=True)["train"]["text"]
+    rows = list(rows)
+    before, after = (tok.convert_tokens_to_ids(t) for t in FRAMES[tokenizer])
+    reference = [t for ids in tok(rows, add_special_tokens=False)["input_ids"] for t in ids]  # run_clm's stream
+    newline = tok("\n", add_special_tokens=False)["input_ids"][-1:]  # none to BERT's and T5's tokenizers
+    task = TASKS.get(name)(train_file=str(tmp_path / "wiki.txt"), eval_file=str(tmp_path / "wiki.txt"),
+                           max_length=32, documents="text")
+    raw = task.load()
+    assert list(raw["train"]["text"]) == text  # blank lines are text here
+    held = task.encode(raw["eval"][""], tok)
+    rebuilt = [t for x, y in zip(held["input_ids"], held["labels"]) for t in _rebuilt(name, tok, x, y)]
+    if name == "clm":
+        rebuilt = [y for labels in held["labels"] for y in labels[1:] if y != IGNORE]
+    stream = before + reference + after
+    assert rebuilt == (stream[1:] if name == "clm" else stream) and set(newline) <= set(rebuilt)
+    assert sum(rebuilt.count(t) for t in after) == 1  # the text's end, once
+    # records (and a Hub data set: WikiText's rows there are its lines, each with its \n) are their
+    # rows end to end: the same text as JSONL is the same stream
+    (tmp_path / "wiki.jsonl").write_text("".join(json.dumps({"text": row}) + "\n" for row in rows))
+    records = TASKS.get(name)(train_file=str(tmp_path / "wiki.jsonl"), eval_file=str(tmp_path / "wiki.jsonl"),
+                              max_length=32, documents="text")
+    assert records.ignores().get("task.documents") is None
+    assert task.encode(raw["eval"][""], tok)["labels"] == records.encode(records.load()["eval"][""], tok)["labels"]
+    split = TASKS.get(name)(train_file=str(tmp_path / "wiki.txt"), eval_fraction=0.1, documents="text").load()
+    assert list(split["eval"][""]["text"]) == text[:6] and list(split["train"]["text"]) == text[6:]
+    lines = TASKS.get(name)(train_file=str(tmp_path / "wiki.txt"), eval_file=str(tmp_path / "wiki.txt"),
+                            max_length=32).load()  # documents: line, one document a line: framed each
+    assert list(lines["train"]["text"]) == [l for l in text if l.strip()]
+
+
+def test_documents_text_is_refused_with_line_by_line_and_split_seed() -> None:
+    """documents: text makes the file one text: line_by_line (one document an example) and
+    split_seed (its held-out lines are its first ones, drawn by nothing) are one line each."""
+    from toolkit.tasks import TASKS
+
+    with pytest.raises(UserError, match="^task.line_by_line: .*documents: text makes the file one running text"):
+        TASKS.get("mlm")(train_file="x.txt", documents="text", line_by_line=True).check()
+    assert "task.split_seed" in TASKS.get("clm")(train_file="x.txt", documents="text").ignores()
+    assert "task.split_seed" not in TASKS.get("clm")(train_file="x.txt", documents="text", eval_file="y.txt").ignores()
+    assert "task.split_seed" not in TASKS.get("clm")(train_file="x.txt").ignores()
+
+
+def test_a_running_text_s_shared_blank_lines_make_no_leak(tmp_path: Path) -> None:
+    """documents: text keeps blank lines as text, so two texts that share nothing but their
+    paragraph breaks were said to be mostly one (4 of 5 eval "examples" were training ones);
+    the same file for train and eval still is."""
+    from toolkit.tasks import TASKS
+
+    (tmp_path / "train.txt").write_text("the cat sat\n\n \n\na dog ran\n")
+    (tmp_path / "eval.txt").write_text("birds fly\n\n \n\n\n")
+    for held, said in (("eval.txt", False), ("train.txt", True)):
+        task = TASKS.get("clm")(train_file=str(tmp_path / "train.txt"), eval_file=str(tmp_path / held),
+                                documents="text")
+        task.note_eval_in_train(task.load())
+        assert ("eval is train" in task.__dict__.get("_notes", {})) == said, held

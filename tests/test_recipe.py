@@ -624,7 +624,7 @@ def _with_later_field(settings, default, value):
 
 # Recipe fields added with schema.added (neutral None), by section: a recipe that leaves them unset
 # hashes as the whole resolved recipe did before they existed
-ADDED = {"task": ("source_code", "target_code", "pair_separator"), "method": ("train_layer_norms", "rank_pattern", "alpha_pattern")}
+ADDED = {"task": ("source_code", "target_code", "pair_separator", "line_by_line"), "method": ("train_layer_norms", "rank_pattern", "alpha_pattern")}
 ADDED_NESTED = {("task", "generation"): ("early_stopping", "min_length", "min_new_tokens", "repetition_penalty",
                                          "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
                                          "exponential_decay_length_penalty")}  # nested

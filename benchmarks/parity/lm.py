@@ -12,12 +12,19 @@ from parity.seq2seq import summed_loss
 
 
 # --- reference: language modelling (run_mlm / run_clm) -----------------------------------------
-def grouped(tok: Any, texts: list[str], size: int, special: bool, end: list[int]) -> dict:
+def grouped(tok: Any, texts: list[str], size: int, special: bool, end: list[int], breaks: bool = False) -> dict:
     """run_mlm / run_clm's group_texts: documents tokenised, concatenated, cut into blocks of
-    `size` (the remainder dropped; a corpus shorter than one block is one shorter block)."""
-    enc = tok(texts, add_special_tokens=special, return_special_tokens_mask=special)
-    keys = ["input_ids"] + (["special_tokens_mask"] if special else [])
-    flat = {k: [v for row in enc[k] for v in row + (end if k == "input_ids" else [0] * len(end))] for k in keys}
+    `size` (the remainder dropped; a corpus shorter than one block is one shorter block).
+    `breaks`: the rows are the lines of one running text (`documents: text`), as run_clm.py reads
+    a text file (keep_linebreaks): each line with its \n, `end` once after the last."""
+    if breaks:
+        assert not special, "a running text is framed once, not as the tokenizer frames each line"
+        ids = [v for row in tok([t + "\n" for t in texts], add_special_tokens=False)["input_ids"] for v in row] + end
+        flat = {"input_ids": ids}
+    else:
+        enc = tok(texts, add_special_tokens=special, return_special_tokens_mask=special)
+        keys = ["input_ids"] + (["special_tokens_mask"] if special else [])
+        flat = {k: [v for row in enc[k] for v in row + (end if k == "input_ids" else [0] * len(end))] for k in keys}
     total = len(flat["input_ids"])
     usable = (total // size) * size if total >= size else total
     return {k: [v[i:i + size] for i in range(0, usable, size)] for k, v in flat.items()}
@@ -25,7 +32,8 @@ def grouped(tok: Any, texts: list[str], size: int, special: bool, end: list[int]
 
 def reference_lm(recipe: Any, path: str, out: Path) -> dict:
     """MLM: DataCollatorForLanguageModeling(mlm_probability) on blocks with [CLS]/[SEP] per
-    document; CLM: blocks with <|endoftext|> after each document, labels = inputs. Perplexity
+    document; CLM: blocks with <|endoftext|> after each document (or, reading a running text,
+    its lines with their \n and <|endoftext|> after the last), labels = inputs. Perplexity
     = exp(Trainer.evaluate's eval_loss)."""
     from datasets import Dataset
     from transformers import (AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer,
@@ -43,7 +51,7 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
     size = task.block_length(tok)
 
     def blocks(rows: Any) -> Any:
-        data = grouped(tok, list(rows["text"]), size, mlm, end)
+        data = grouped(tok, list(rows["text"]), size, mlm, end, breaks=task.line_breaks())
         return Dataset.from_dict(data if mlm else {**data, "labels": data["input_ids"]})  # run_clm: labels = inputs
 
     # run_clm batches with default_data_collator: DataCollatorForLanguageModeling(mlm=False)

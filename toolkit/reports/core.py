@@ -57,6 +57,7 @@ BEFORE_FIELD: dict[tuple[str, str], Any] = {
     # value: tests/test_report.py checks each one
     ("task", "source_code"): None,
     ("task", "target_code"): None,
+    ("task", "line_by_line"): False,  # pretraining documents always packed into blocks until 2026-11-28
     ("method", "train_layer_norms"): False,  # Houlsby's LayerNorms frozen until 2026-11-28
     ("method", "rank_pattern"): {}, ("method", "alpha_pattern"): {},  # LoRA/DoRA per-layer ranks from 2026-11-28
 }

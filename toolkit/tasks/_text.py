@@ -1,11 +1,13 @@
 """Raw text for the pretraining objectives (mlm, clm, denoise, span_corruption): not a plug-in.
 
-Sources: a .txt / .gz file (one document per line, or blank-line separated documents), records
-(JSONL, JSON: a list or `{"data": [...]}`, CSV, TSV) with a text field, or a Hub text data set.
-Documents are tokenised, each with the special tokens the
-tokenizer puts around a text (the end-of-text token after it where it puts none there), and packed
-into blocks with datasets' `map` (cached on disk for file sources), as transformers' run_mlm.py /
-run_clm.py / run_t5_mlm_flax.py do.
+Sources: a .txt / .gz file (one document per line, blank-line separated documents, or the file one
+running text: `documents`), records (JSONL, JSON: a list or `{"data": [...]}`, CSV, TSV) with a
+text field, or a Hub text data set. Documents are tokenised, each with the special tokens the
+tokenizer puts around a text (the end-of-text token after it where it puts none there; a running
+text's lines keep their line breaks and the frame goes around the whole text, as run_clm.py reads
+a file), and packed into blocks with datasets' `map` (cached on disk for file sources), as
+transformers' run_mlm.py / run_clm.py / run_t5_mlm_flax.py do, or, for mlm under `line_by_line`,
+each one example cut at max_length and padded (run_mlm.py's --line_by_line).
 
 The held-out split is a seeded fraction of the documents or its own file. Its examples are
 marked (`heldout` column) so that `encode` corrupts them ONCE, at encode time, with a generator
@@ -22,6 +24,7 @@ RNG would not do: the data loader collates one batch ahead of the step a checkpo
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -30,6 +33,7 @@ import numpy as np
 
 from toolkit import models, readers
 from toolkit.errors import UserError
+from toolkit.schema import added
 from toolkit.lazy import lazy
 from toolkit.tasks import CATALOGUE, Metric, _fields, data_path, fingerprint, hub_dataset, hub_offline, subset
 from toolkit.tasks._lm import IGNORE, TokenTask, decoder_inputs, special_frame, token_hits
@@ -126,6 +130,9 @@ class TextTask(TokenTask):
     # held-out score is perplexity (mlm, clm) or the loss alone (denoise, span_corruption).
     kind: ClassVar[str] = ""
     examples: ClassVar[str] = ""
+    # the objectives whose examples may be single documents (`line_by_line`): mlm, as run_mlm.py's
+    # --line_by_line; the others pack, as their references do (name: what they follow)
+    packs_as: ClassVar[str] = ""
     instead: ClassVar[str] = ""
     perplexity: ClassVar[bool] = False
 
@@ -136,7 +143,14 @@ class TextTask(TokenTask):
     train_split: str = "train"
     eval_split: str | None = "validation"  # Hub split; None: `eval_fraction` of train
     text_field: str | None = None  # records / Hub: the field of the text; None: `text` or the like
-    documents: Literal["line", "blank_line"] = "line"
+    # plain text files: `line` one document a line (run_mlm.py's reading), `blank_line` documents
+    # separated by blank lines (their lines joined by \n), `text` the file one running text, its
+    # line breaks kept and nothing between its lines (run_clm.py's keep_linebreaks reading)
+    documents: Literal["line", "blank_line", "text"] = "line"
+    # each document (a line, a blank_line paragraph, a record) its own example: framed as the
+    # tokenizer frames a text, cut at max_length, padded in the batch, never packed with another
+    # (run_mlm.py's --line_by_line); False: documents packed into blocks of max_length
+    line_by_line: bool = added(False, neutral=False)
     eval_fraction: float = field(default=0.05, metadata={"min": 0.001, "max": 0.5})
     # numpy's generators take seeds of 0 and up (a negative one was a ValueError traceback from
     # inside datasets' split or the first batch's masks); the bounds are train.seed's
@@ -151,6 +165,14 @@ class TextTask(TokenTask):
                             "and task.dataset (a Hub data set id)")
         if self.dataset is not None and self.eval_file is not None:
             raise UserError("task.eval_file: goes with task.train_file; a Hub data set uses task.eval_split")
+        if self.line_by_line and self.documents == "text":
+            raise UserError("task.line_by_line: reads each document as an example of its own, and documents: text "
+                            "makes the file one running text; use documents: line (run_mlm.py's --line_by_line "
+                            "reads a line an example) or blank_line")
+        if self.line_by_line and self.packs_as:
+            raise UserError(f"task.line_by_line: {self.name} packs documents into blocks of task.max_length, as "
+                            f"{self.packs_as} does; one document an example is mlm's (run_mlm.py's --line_by_line); "
+                            "remove it")
 
     def ignores(self) -> dict[str, str]:
         """A Hub data set's parts with files; a fraction split off the train documents where the
@@ -159,17 +181,41 @@ class TextTask(TokenTask):
         if self.dataset is None:
             why = "it names a part of a Hub data set, and this task reads task.train_file; set task.dataset to use it"
             out = {f"task.{name}": why for name in ("dataset_config", "train_split", "eval_split")}
-        if self.dataset is not None or _format(self.train_file or "") == RECORDS:
+        if (self.dataset is not None or _format(self.train_file or "") == RECORDS) and self.documents != "text":
             out["task.documents"] = ("it splits plain text files into documents (lines or blank-line "
                                      "paragraphs), and this task's documents are records (JSONL, JSON, CSV, "
-                                     "TSV, a Hub data set): each text is one")
+                                     "TSV, a Hub data set): each text is one (or all one running text: "
+                                     "documents: text)")
         else:  # a plain text file: its documents are lines or paragraphs, no field is read
             out["task.text_field"] = ("it names the field of the text in records (JSONL, JSON, CSV, TSV) or a Hub data set, and "
                                       "task.train_file is plain text (a document a line or paragraph)")
+        if self.running() and self._split_off_train():
+            out["task.split_seed"] = ("documents: text holds out the text's first task.eval_fraction of lines, "
+                                      "in order (as run_clm.py's validation_split_percentage), drawing nothing")
         if self.eval_file is not None or self.dataset is not None and self.eval_split is not None:
             out["task.eval_fraction"] = ("it splits held-out documents off the train ones, and this task's are "
                                          "given (task.eval_file or task.eval_split); unset those to use it")
         return out
+
+    def running(self) -> bool:
+        """The source read as one running text (`documents: text`): its rows end to end, framed
+        once at its start and end; blank rows are text. A plain text file's rows are its lines,
+        each with its line break (`line_breaks`); records' and a Hub data set's rows are their
+        texts as they are (WikiText on the Hub: a line each, its `\n` in it)."""
+        return self.documents == "text"
+
+    def line_breaks(self) -> bool:
+        """Each row a line of a plain text file, whose line break the reader took off."""
+        return self.running() and self.dataset is None and _format(self.train_file or "") != RECORDS
+
+    def note_eval_in_train(self, raw: dict[str, Any]) -> None:
+        """A running text's lines are its examples here, less its blank ones: the line breaks two
+        texts share (WikiText's " " lines are a third of it) said that an eval file of another
+        text was mostly training examples."""
+        if self.running() and raw.get("train") is not None and raw.get("eval", {}).get("") is not None:
+            raw = {**raw, "train": self._with_text(raw["train"], False),
+                   "eval": {**raw["eval"], "": self._with_text(raw["eval"][""], False)}}
+        super().note_eval_in_train(raw)
 
     def _split_off_train(self) -> bool:
         """The held-out documents are a fraction drawn from the training ones."""
@@ -182,7 +228,8 @@ class TextTask(TokenTask):
         one as if it were the file. One line each, naming what scores a file whole (eval_file)."""
         if not (made._split_off_train() and self._split_off_train()):
             return
-        moved = [k for k in ("eval_fraction", "split_seed") if getattr(self, k) != getattr(made, k)]
+        # another reading of the file (task.documents) cuts other documents, and draws others
+        moved = [k for k in ("eval_fraction", "split_seed", "documents") if getattr(self, k) != getattr(made, k)]
         if moved:
             raise UserError(f"task.{moved[0]}: the run held out task.eval_fraction={made.eval_fraction} of its "
                             f"training documents (task.split_seed={made.split_seed}); another draw would score "
@@ -226,6 +273,16 @@ class TextTask(TokenTask):
         require_kind(self.name, family, self.kind, self.examples, self.instead)
         return self.head
 
+    def metric_info(self) -> dict[str, str]:
+        """What was scored, where the source was read other than a document a line: a running
+        text (its line breaks where a line read alone ends with the end-of-text token) or
+        blank-line paragraphs are other tokens of the same file, so a grid over task.documents
+        would choose the reading that scored lower (recorded only then: runs a line a document,
+        before and since, record nothing of it and stay one metric)."""
+        read = {"text": "the source as one running text, line breaks kept",
+                "blank_line": "blank-line separated paragraphs, their lines joined by line breaks"}.get(self.documents)
+        return {**super().metric_info(), **({"documents": read} if read else {})}
+
     def declared_metrics(self) -> list[Metric]:
         if not self.perplexity:
             return [CATALOGUE["loss"]]  # the loop adds the loss
@@ -258,23 +315,35 @@ class TextTask(TokenTask):
                                 "records: JSONL, JSON, CSV, TSV)")
             ds, self._found_text_field = _read_files(files, fmts.pop(), self.documents, self.text_field, self)
             train, heldout = ds["train"], ds.get("eval")
-        train = train.filter(lambda t: bool(t) and not readers.blank(t), input_columns="text")
-        if len(train) == 0:
+        running = self.running()
+        train = self._with_text(train, running)
+        if len(train) == 0 or running and self._with_text(train, False).num_rows == 0:
             raise UserError(f"task: the training text ({self.train_file or self.dataset}) has no document "
                             "with any text in it")
         if heldout is None:
             if len(train) < 2:
-                raise UserError(f"task.train_file: {len(train)} document(s) with text; holding out "
-                                "task.eval_fraction of them needs at least 2 (or set task.eval_file)")
-            parts = train.train_test_split(test_size=self.eval_fraction, seed=self.split_seed)
-            train, heldout = parts["train"], parts["test"]
+                raise UserError(f"task.train_file: {len(train)} {'line(s)' if running else 'document(s) with text'}; "
+                                "holding out task.eval_fraction of them needs at least 2 (or set task.eval_file)")
+            if running:  # the text's first lines, in order: a draw would stitch lines apart into one text
+                k = min(len(train) - 1, math.ceil(len(train) * self.eval_fraction))
+                train, heldout = train.select(range(k, len(train))), train.select(range(k))
+            else:
+                parts = train.train_test_split(test_size=self.eval_fraction, seed=self.split_seed)
+                train, heldout = parts["train"], parts["test"]
         else:
-            heldout = heldout.filter(lambda t: bool(t) and not readers.blank(t), input_columns="text")
-            if len(heldout) == 0:
+            heldout = self._with_text(heldout, running)
+            if len(heldout) == 0 or running and self._with_text(heldout, False).num_rows == 0:
                 raise UserError(f"task.eval_file: {self.eval_file} has no document with any text in it")
-        heldout = subset(heldout, self.max_eval_samples, self.split_seed)
+        cap = (lambda ds, n, _: ds if n is None or n >= len(ds) else ds.select(range(n))) if running else subset
+        heldout = cap(heldout, self.max_eval_samples, self.split_seed)
         heldout = heldout.add_column(HELDOUT, [True] * len(heldout))
-        return {"train": subset(train, self.max_train_samples, self.split_seed), "eval": {"": heldout}}
+        return {"train": cap(train, self.max_train_samples, self.split_seed), "eval": {"": heldout}}
+
+    @staticmethod
+    def _with_text(ds: Any, running: bool) -> Any:
+        """The documents with text in them (a blank one dropped); a running text keeps its blank
+        lines (paragraph breaks, as run_clm.py reads them)."""
+        return ds if running else ds.filter(lambda t: bool(t) and not readers.blank(t), input_columns="text")
 
     def as_scored(self, dataset: Any) -> Any:
         """Any split scored is scored by the held-out rules: corrupted once from corruption_seed
@@ -358,7 +427,7 @@ class TextTask(TokenTask):
 
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         heldout = HELDOUT in dataset.column_names
-        blocks = self.pack(dataset, tokenizer, whole=heldout)
+        blocks = self.by_document(dataset, tokenizer) if self.line_by_line else self.pack(dataset, tokenizer, whole=heldout)
         if heldout:
             return self.encode_heldout(blocks, tokenizer)
         return blocks.add_column("block", list(range(len(blocks))))  # seeds its masks
@@ -372,19 +441,8 @@ class TextTask(TokenTask):
         (half of an eval file 1.5 blocks long), and the perplexity was not the whole split's."""
         size, end, starts = self.block_length(tokenizer), self.document_end(tokenizer), self.word_starts()
         special, begin = self.special_mask(), self.document_start(tokenizer)
-
-        def tok(batch: dict) -> dict:
-            enc = tokenizer(batch["text"], add_special_tokens=False, return_offsets_mapping=starts)
-            ids = [begin + x + end for x in enc["input_ids"]]
-            out = {"input_ids": ids}
-            if special:
-                out["special_tokens_mask"] = [[1] * len(begin) + [0] * len(x) + [1] * len(end) for x in enc["input_ids"]]
-            if starts:
-                specials = set(tokenizer.all_special_ids)
-                out["word_start"] = [[1] * len(begin) + word_starts(text, x, offsets, enc.word_ids(i), specials)
-                                     + [1] * len(end) for i, (text, x, offsets)
-                                     in enumerate(zip(batch["text"], enc["input_ids"], enc["offset_mapping"]))]
-            return out
+        tokenised = self.framed(dataset, tokenizer)
+        key = (self, special, starts, begin, end, size)
 
         def group(batch: dict) -> dict:
             total = sum(len(x) for x in batch["input_ids"])
@@ -395,13 +453,59 @@ class TextTask(TokenTask):
                 out[key] = [flat[i:i + size] for i in range(0, usable, size)]
             return out
 
-        cols = dataset.column_names
-        key = (self, special, starts, begin, end, size)
-        tokenised = dataset.map(tok, batched=True, remove_columns=cols, desc="tokenising",
-                                new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise"))
         return tokenised.map(group, batched=True, batch_size=None if whole else 1000,
                              desc=f"packing into blocks of {size}",
                              new_fingerprint=fingerprint(tokenised, tokenizer, key, "pack", whole))
+
+    def framed(self, dataset: Any, tokenizer: Any) -> Any:
+        """Documents -> their token ids, each framed by `document_start` / `document_end` (with the
+        special-tokens mask and word starts the objective keeps), one row a document."""
+        end, starts = self.document_end(tokenizer), self.word_starts()
+        special, begin = self.special_mask(), self.document_start(tokenizer)
+
+        running, breaks, last = self.running(), self.line_breaks(), len(dataset) - 1
+
+        def tok(batch: dict, indices: list[int]) -> dict:
+            texts = [t + "\n" for t in batch["text"]] if breaks else batch["text"]
+            enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=starts)
+            # a running text is framed once: its start before its first line, its end after its last
+            heads = [begin if not running or i == 0 else [] for i in indices]
+            tails = [end if not running or i == last else [] for i in indices]
+            out = {"input_ids": [h + x + t for h, x, t in zip(heads, enc["input_ids"], tails)]}
+            if special:
+                out["special_tokens_mask"] = [[1] * len(h) + [0] * len(x) + [1] * len(t)
+                                              for h, x, t in zip(heads, enc["input_ids"], tails)]
+            if starts:
+                specials = set(tokenizer.all_special_ids)
+                out["word_start"] = [[1] * len(h) + word_starts(text, x, offsets, enc.word_ids(i), specials)
+                                     + [1] * len(t) for i, (text, x, offsets, h, t)
+                                     in enumerate(zip(texts, enc["input_ids"], enc["offset_mapping"], heads, tails))]
+            return out
+
+        key = (self, special, starts, begin, end, self.block_length(tokenizer))
+        return dataset.map(tok, batched=True, with_indices=True, remove_columns=dataset.column_names, desc="tokenising",
+                           new_fingerprint=fingerprint(dataset, tokenizer, key, "tokenise", running, breaks))
+
+    def by_document(self, dataset: Any, tokenizer: Any) -> Any:
+        """`line_by_line`: each document one example, its tokens cut at max_length with the frame
+        kept (`tokenizer(text, truncation=True, max_length=...)`, as run_mlm.py's --line_by_line
+        reads each line), the cut documents counted and said. Padding comes in the collator, after
+        the masks are drawn, so it is never selected nor scored."""
+        size, end = self.max_length, self.document_end(tokenizer)
+        body = size - len(end) - len(self.document_start(tokenizer))
+        if body < 1:
+            raise UserError(f"task.max_length: {size} leaves no room for a document's tokens between the "
+                            f"{size - body} special tokens that frame it; raise it")
+        tokenised = self.framed(dataset, tokenizer)
+        self.note_cut("documents", "task.max_length", size,
+                      [len(x) > size for rows in tokenised.iter(batch_size=1000) for x in rows["input_ids"]])
+
+        def cut(batch: dict) -> dict:
+            return {k: [row if len(row) <= size else row[:size - len(end)] + row[len(row) - len(end):] for row in rows]
+                    for k, rows in batch.items()}
+
+        return tokenised.map(cut, batched=True, desc=f"cutting documents at {size}",
+                             new_fingerprint=fingerprint(tokenised, tokenizer, self, "by document", size, end))
 
     def encode_heldout(self, blocks: Any, tokenizer: Any) -> Any:
         """The held-out blocks corrupted once, each with its own seeded generator."""

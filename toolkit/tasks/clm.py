@@ -45,6 +45,7 @@ class CausalLM(TextTask):
     head = "causal-lm"
     kind, examples = "decoder", "GPT-2"
     instead = "mlm for encoders, denoise or span_corruption for encoder-decoders"
+    packs_as = "run_clm.py"
     perplexity = True  # of the labelled tokens
 
     eval_stride: int | None = field(default=None, metadata={"min": 1, DERIVED: lambda t, _: max(1, t.max_length // 2)})  # None: max_length // 2
@@ -70,16 +71,15 @@ class CausalLM(TextTask):
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         if HELDOUT not in dataset.column_names:
             return super().encode(dataset, tokenizer)  # packed training blocks
-        stride, end = value_of(self, "eval_stride"), self.document_end(tokenizer)
-        begin = self.document_start(tokenizer)
+        stride = value_of(self, "eval_stride")
+        framed = self.framed(dataset, tokenizer)  # each document framed, or a running text framed once
 
         def windows(batch: dict) -> dict:
-            enc = tokenizer(batch["text"], add_special_tokens=False)["input_ids"]
-            stream = [t for doc in enc for t in begin + doc + end]
+            stream = [t for row in batch["input_ids"] for t in row]
             pairs = sliding_windows(stream, self.max_length, stride)
             return {"input_ids": [p[0] for p in pairs], "labels": [p[1] for p in pairs]}
 
         # the whole split is one stream: one batch (batch_size=None)
-        return dataset.map(windows, batched=True, batch_size=None, remove_columns=dataset.column_names,
-                           desc=f"sliding windows (stride {stride})",
-                           new_fingerprint=fingerprint(dataset, tokenizer, self, "windows", stride, begin, end))
+        return framed.map(windows, batched=True, batch_size=None, remove_columns=framed.column_names,
+                          desc=f"sliding windows (stride {stride})",
+                          new_fingerprint=fingerprint(framed, tokenizer, self, "windows", stride))

@@ -115,6 +115,7 @@ class Denoise(TextTask):
     head = "seq2seq-lm"
     kind, examples = "encoder-decoder", "BART"
     instead = "span_corruption for T5, mlm for encoders, clm for decoders"
+    packs_as = "run_bart_dlm_flax.py"
 
     mask_ratio: float = field(default=0.3, metadata={"min": 0.0, "max": 0.9})
     poisson_lambda: float = field(default=3.0, metadata={"min": 0.0})

@@ -75,6 +75,14 @@ class MaskedLM(TextTask):
             raise UserError("task.random_ratio: mask_ratio + random_ratio must be at most 1")
 
 
+    def metric_info(self) -> dict[str, str]:
+        """Which perplexity and accuracy these are: a masked token is predicted from the block it
+        was packed in, or from its document alone (`line_by_line`): other contexts, other numbers
+        of the same model, never a grid to choose the lower from (as clm's windows)."""
+        seen = (f"each document alone, cut at {self.max_length} tokens" if self.line_by_line
+                else f"documents packed into blocks of {self.max_length} tokens")
+        return {**super().metric_info(), **{k: f"masked tokens of {seen}" for k in ("perplexity", "accuracy")}}
+
     def special_mask(self) -> bool:
         return True  # [CLS] doc [SEP] per document, as BERT was pretrained: never selected
 

@@ -103,6 +103,7 @@ class SpanCorruption(TextTask):
     head = "seq2seq-lm"
     kind, examples = "encoder-decoder", "T5"
     instead = "denoise for BART, mlm for encoders, clm for decoders"
+    packs_as = "run_t5_mlm_flax.py"
 
     noise_density: float = field(default=0.15, metadata={"min": 0.01, "max": 0.5})
     mean_noise_span_length: float = field(default=3.0, metadata={"min": 1.0})
