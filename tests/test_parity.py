@@ -584,6 +584,36 @@ def test_set_reaches_both_sides(parity, monkeypatch, shared_lists) -> None:
     assert head.startswith("**qa** (1,600 train questions") and "; then --set train.epochs=2; seeds 42)" in head.splitlines()[0]
 
 
+@pytest.mark.parametrize("task", ["qa", "mlm", "clm", "gpt2"])
+def test_set_attention_reaches_the_reference_or_is_refused(parity, monkeypatch, shared_lists, task: str, capsys) -> None:
+    """--set model.attention: one of transformers' names is the reference's attn_implementation too (each
+    reference's from_pretrained gets it); a toolkit module, which transformers' own model has none of, is one
+    line, exit 2. Finding: the setting reached the toolkit's side only, and the table compared performer (or
+    eager) with the reference's sdpa as one protocol, exit 0."""
+    import transformers
+
+    class Loaded(Exception):
+        pass
+
+    def load(path, **kwargs):
+        raise Loaded(kwargs.get("attn_implementation"))
+
+    for auto in ("AutoModelForQuestionAnswering", "AutoModelForMaskedLM", "AutoModelForCausalLM"):
+        monkeypatch.setattr(getattr(transformers, auto), "from_pretrained", load)
+    path = parity.checkpoint_path(parity.SPECS[task].checkpoint, True)
+    parity.SET[:] = ["model.attention=eager"]
+    recipe = parity.resolved_recipe(task, parity.overrides(task, True, path, 42))
+    with pytest.raises(Loaded) as loaded:
+        parity.REFERENCES[task](recipe, path, Path("unused"))
+    assert str(loaded.value) == "eager"
+    parity.SET[:] = []
+    if task == "qa":
+        said = _refused(parity, [task, "--smoke", "--seeds", "42", "--set", "model.attention={name: local, window: 8}"], capsys)
+        line = said.replace("\r", "\n").splitlines()[-1]
+        assert line.startswith("error: benchmarks/parity: model.attention: {name: local, cross: false, window: 8, causal: false} "
+                               "is a toolkit module") and said.count("error:") == 1
+
+
 @pytest.mark.parametrize("argv, message", [
     (["mlm", "--reference-batches", "toolkit"], "error: --reference-batches toolkit: mlm's reference is not wired"),
     (["translation", "--only", "reference", "--together"], "error: --only: --together runs both sides"),

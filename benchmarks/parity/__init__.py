@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's 
 # Every name, importable as `parity.X` (tests, other benchmarks).
 from parity.common import (  # noqa: E402
     BATCHES, COMMON, GPT2, GREEDY_SHORT, MINILM, ROOT, SEED_LIST, SET, ToolkitBatches, batched,
-    bert_dropout, checkpoint_path, distinct, in_order, peak_rss_mb, random_gpt2, raw_splits, timed,
-    training_arguments)
+    bert_dropout, checkpoint_path, distinct, in_order, peak_rss_mb, random_gpt2, raw_splits, reference_attention,
+    timed, training_arguments)
 from parity.qa import (  # noqa: E402
     first_sentence, normalize_answer, qa_eval_features, qa_postprocess, qa_train_features,
     reference_qa, squad_f1, squad_v1, squad_v2, squad_v2_file)

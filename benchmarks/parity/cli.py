@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from parity.common import BATCHES, GPT2, SEED_LIST, SET, checkpoint_path
+from parity.common import BATCHES, GPT2, SEED_LIST, SET, checkpoint_path, reference_attention
 from parity.objectives import denoise_stats, span_corruption_stats
 from parity.specs import BATCHABLE, SPECS, baselines, overrides, resolved_recipe
 from parity.icl import icl_check
@@ -30,6 +30,7 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
         return icl_check(checkpoint_path(GPT2, smoke), examples=8 if smoke else 32, smoke=smoke)
     # the recipe both sides will resolve, checked here: a bad --set is one line, not two tracebacks
     recipe = resolved_recipe(task, overrides(task, smoke, checkpoint_path(SPECS[task].checkpoint, smoke), seeds[0], full))
+    reference_attention(recipe)  # an attention the reference cannot load: one line, before any side runs
     rows = []
     for seed in seeds:
         if together and len(sides) == 2:  # both sides of the seed at once, each on half the cores: the same load for both

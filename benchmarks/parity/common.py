@@ -179,6 +179,27 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return value, time.perf_counter() - start
 
 
+def reference_attention(recipe: Any) -> dict:
+    """The recipe's `model.attention` for the reference's `from_pretrained`: a transformers name
+    (eager, sdpa, ...) as `attn_implementation`, none where the recipe names none (both sides then
+    take transformers' default). A toolkit module (local, performer, ...) is refused in one line:
+    the reference is transformers' own model, which has none of them. Finding: `--set
+    model.attention=performer` reached the toolkit's side only, and the table compared performer
+    with transformers' default attention as if one protocol ran on both sides (`eager` likewise
+    against the reference's sdpa), exit 0."""
+    from toolkit.attention import Attention, as_recipe_text
+
+    attention = recipe.model.attention
+    if attention is None:
+        return {}
+    if isinstance(attention, Attention):
+        raise ValueError(f"model.attention: {as_recipe_text(attention)} is a toolkit module, and the reference side "
+                         "is transformers' own model, which has none: the table would compare it with transformers' "
+                         "default attention; compare attention modules with `make attention`, or name one of "
+                         "transformers' own (eager, sdpa), which both sides load")
+    return {"attn_implementation": attention}
+
+
 def bert_dropout(recipe: Any) -> dict:
     """The recipe's `model.dropout` as BERT's config names it (none: the checkpoint's own)."""
     p = recipe.model.dropout

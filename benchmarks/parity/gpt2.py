@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from parity.common import distinct, raw_splits, timed, training_arguments
+from parity.common import distinct, raw_splits, reference_attention, timed, training_arguments
 from parity.seq2seq import decode, generation_kwargs, rouge_scores, summed_loss
 from parity.lm import causal_lm
 
@@ -24,7 +24,7 @@ def reference_gpt2(recipe: Any, path: str, out: Path) -> dict:
     tok = AutoTokenizer.from_pretrained(path)
     tok.pad_token = tok.eos_token
     set_seed(recipe.train.seed)
-    model = causal_lm(path, recipe.model.dropout)
+    model = causal_lm(path, recipe.model.dropout, **reference_attention(recipe))
     prefix, suffix = task.affixes()
 
     def examples(rows: Any) -> list[dict]:

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from parity.common import bert_dropout, in_order, raw_splits, timed, training_arguments
+from parity.common import bert_dropout, in_order, raw_splits, reference_attention, timed, training_arguments
 from parity.seq2seq import summed_loss
 
 
@@ -46,7 +46,8 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     set_seed(recipe.train.seed)
-    model = AutoModelForMaskedLM.from_pretrained(path, **bert_dropout(recipe)) if mlm else causal_lm(path, recipe.model.dropout)
+    model = AutoModelForMaskedLM.from_pretrained(path, **bert_dropout(recipe), **reference_attention(recipe)) if mlm \
+        else causal_lm(path, recipe.model.dropout, **reference_attention(recipe))
     end = [] if mlm else [tok.eos_token_id]
     size = task.block_length(tok)
 
@@ -97,7 +98,7 @@ def one_mask_set_loss(model_dir: str, tokenizer: str, recipe: Any) -> float:
     return total / max(count, 1)
 
 
-def causal_lm(path: str, dropout: float | None) -> Any:
+def causal_lm(path: str, dropout: float | None, **load: Any) -> Any:
     """GPT-2 for Trainer with `loss_type` named. Finding (transformers 5.24): a checkpoint whose
     config leaves loss_type unset (GPT-2's) makes Trainer count every label when it normalises
     the causal loss (`num_items_in_batch`), not the labels after the shift, so its eval loss is
@@ -106,6 +107,6 @@ def causal_lm(path: str, dropout: float | None) -> Any:
 
     # GPT-2's config names for the recipe's model.dropout (None: the checkpoint's own)
     config = {} if dropout is None else dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), dropout)
-    model = AutoModelForCausalLM.from_pretrained(path, **config)
+    model = AutoModelForCausalLM.from_pretrained(path, **config, **load)  # load: reference_attention's
     model.loss_type = "ForCausalLM"
     return model

@@ -12,7 +12,8 @@ import string
 from pathlib import Path
 from typing import Any
 
-from parity.common import batched, bert_dropout, distinct, in_order, raw_splits, timed, training_arguments
+from parity.common import (batched, bert_dropout, distinct, in_order, raw_splits, reference_attention, timed,
+                           training_arguments)
 
 
 # --- reference: extractive QA (run_qa's recipe) -------------------------------------------------
@@ -94,7 +95,7 @@ def reference_qa(recipe: Any, path: str, out: Path) -> dict:
     train_rows, eval_rows = raw_splits(recipe)
     tok = AutoTokenizer.from_pretrained(path)
     set_seed(recipe.train.seed)
-    model = AutoModelForQuestionAnswering.from_pretrained(path, **bert_dropout(recipe))
+    model = AutoModelForQuestionAnswering.from_pretrained(path, **bert_dropout(recipe), **reference_attention(recipe))
     train_set = Dataset.from_dict(qa_train_features(tok, train_rows[:], task.max_length, task.doc_stride))
     feats, example_of, offsets = qa_eval_features(tok, eval_rows[:], task.max_length, task.doc_stride)
     trainer = batched(in_order(Trainer(model=model, args=training_arguments(recipe, out), train_dataset=train_set,
