@@ -254,20 +254,25 @@ def test_the_api_takes_the_cli_arguments_but_those_docs_name_as_the_cli_alone(co
         assert f"--{dest.replace('_', '-')}" in text, (command, dest)
 
 
+def _flat_eval_recipe(tmp_path: Path) -> Path:
+    """A regression recipe whose eval labels do not vary: its Pearson is undefined (null)."""
+    (tmp_path / "train.csv").write_text("text,label\ngood film,1.0\nbad film,2.0\nok film,3.0\ngreat,4.0\n")
+    (tmp_path / "eval.csv").write_text("text,label\nfine film,2.0\nfine too,2.0\n")
+    return write_recipe(tmp_path / "flat.yaml", f"""model: {{checkpoint: sentence-transformers/all-MiniLM-L6-v2}}
+task: {{name: text_classification, train_file: {tmp_path / 'train.csv'}, eval_file: {tmp_path / 'eval.csv'},
+        problem: regression, max_length: 16}}
+method: {{name: lora, r: 4}}
+train: {{max_steps: 1, lr: 1.0e-3, batch_size: 2}}
+""")
+
+
 @pytest.mark.parametrize("second", ["run", "evaluate"])
 def test_each_call_says_its_own_warnings(tmp_path: Path, capsys, second: str) -> None:
     """Rule: a call in a process that ran others says what the same call says in a fresh one. A
     score the data leaves undefined (Pearson of labels that do not vary: recorded as null) was
     warned about once per process: a second `toolkit.run` (another seed) or a `toolkit.evaluate`
     after the run recorded null in silence, exit 0."""
-    (tmp_path / "train.csv").write_text("text,label\ngood film,1.0\nbad film,2.0\nok film,3.0\ngreat,4.0\n")
-    (tmp_path / "eval.csv").write_text("text,label\nfine film,2.0\nfine too,2.0\n")
-    recipe = write_recipe(tmp_path / "flat.yaml", f"""model: {{checkpoint: sentence-transformers/all-MiniLM-L6-v2}}
-task: {{name: text_classification, train_file: {tmp_path / 'train.csv'}, eval_file: {tmp_path / 'eval.csv'},
-        problem: regression, max_length: 16}}
-method: {{name: lora, r: 4}}
-train: {{max_steps: 1, lr: 1.0e-3, batch_size: 2}}
-""")
+    recipe = _flat_eval_recipe(tmp_path)
     said = "warning: pearson is undefined (labels do not vary over 2 example(s)); recorded as null"
     run = toolkit.run(recipe, runs_dir=tmp_path / "runs", smoke=True)
     assert said in capsys.readouterr().err
@@ -286,14 +291,7 @@ def test_a_run_resumed_after_an_undefined_score_finishes_as_the_whole_run(tmp_pa
     its final line's `{v:.4f}` was a TypeError traceback (exit 1) for a finished run."""
     from toolkit import run_metrics
 
-    (tmp_path / "train.csv").write_text("text,label\ngood film,1.0\nbad film,2.0\nok film,3.0\ngreat,4.0\n")
-    (tmp_path / "eval.csv").write_text("text,label\nfine film,2.0\nfine too,2.0\n")
-    recipe = write_recipe(tmp_path / "flat.yaml", f"""model: {{checkpoint: sentence-transformers/all-MiniLM-L6-v2}}
-task: {{name: text_classification, train_file: {tmp_path / 'train.csv'}, eval_file: {tmp_path / 'eval.csv'},
-        problem: regression, max_length: 16}}
-method: {{name: lora, r: 4}}
-train: {{max_steps: 1, lr: 1.0e-3, batch_size: 2}}
-""")
+    recipe = _flat_eval_recipe(tmp_path)
     whole = toolkit.run(recipe, runs_dir=tmp_path / "whole", smoke=True)
     with monkeypatch.context() as m:  # killed while finishing: the last checkpoint holds the evaluation
         m.setattr(run_metrics, "build", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
