@@ -160,6 +160,7 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, conll_
 
     if task in ("glue", "text_classification", "ner"):
         check_ids_kept(run.dir, cli, tmp_path, names, as_rows(names, inputs), predicted)
+    check_input_fields_carried(run.dir, cli, capsys, tmp_path, names, as_rows(names, inputs), predicted)
 
     # a field that is not text is one line from the API and from JSONL on standard input, never
     # predicted as the text "None" or "5" (the inputs are checked after the model loads: it is
@@ -197,6 +198,12 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, conll_
             source.write_text(file[1].replace("\n", "\n\u200b\n", 1) + "\n\n")  # a line of nothing visible is blank
             code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
             assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
+            # a one-column CSV file's line of spaces alone, which pandas skips, was dropped unsaid (3 in, 2 out)
+            table = tmp_path / "one-column.csv"
+            table.write_text(f"{names[0]}\n" + file[1].replace("\n", "\n  \t\n", 1) + "\n")
+            code, out, err = cli("predict", run.dir, "--input", table)
+            assert code == 0 and f"warning: {table}: 1 blank line between examples (line 3) skipped" in err, err
+            assert len(out.splitlines()) == len(file[1].splitlines())
 
     # a model whose outputs are not finite predicts nothing: one line, and no --output file
     from conftest import with_nan_weights
@@ -225,7 +232,8 @@ def check_ids_kept(run: Path, cli: Any, tmp_path: Path, names: list[str], given:
         patch.setattr(inference, "load_model", loaded_once(inference.load_model))
         rows = toolkit.predict(run, [{"note": "x", k: 10 + i, **r} for i, (k, r) in enumerate(zip(keys, given))])
         assert [list(r)[0] for r in rows] == keys and [r[k] for k, r in zip(keys, rows)] == [10 + i for i in range(len(rows))]
-        assert [{k: v for k, v in r.items() if k not in keys} for r in rows] == want
+        assert [{k: v for k, v in r.items() if k not in keys + ["note"]} for r in rows] == want
+        assert [r["note"] for r in rows] == ["x"] * len(rows)  # carried through (check_input_fields_carried)
         records = [{"id": f"t{i}", **r} for i, r in enumerate(given)]
         (tmp_path / "ids.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         if "tokens" not in names:  # CSV: the id column, then the texts
@@ -237,6 +245,38 @@ def check_ids_kept(run: Path, cli: Any, tmp_path: Path, names: list[str], given:
             got = [json.loads(line) for line in out.splitlines()]
             assert [r["id"] for r in got] == [f"t{i}" for i in range(len(given))] and all(list(r)[0] == "id" for r in got)
             assert [{k: v for k, v in r.items() if k != "id"} for r in got] == want
+
+
+def check_input_fields_carried(run: Path, cli: Any, capsys: Any, tmp_path: Path, names: list[str],
+                               given: list[dict], want: list[dict]) -> None:
+    """Finding: a prediction row held the fields the task read and its prediction alone: an
+    input's other fields (`doc`, a nested `meta`) were dropped (a summarization or translation
+    input's `id` too), so rows repeating a text could be joined back by position only. Every task,
+    from the API, JSONL and CSV (and `--output -`, standard output, which wrote a file named `-`):
+    the task's row as before, then the input's other fields in its order, objects whole; an input
+    field of a predicted field's name (a gold `label`) kept as `input_NAME`, said in one note."""
+    from toolkit import inference
+
+    predicted = next(k for k in want[0] if k not in names and k != "id")  # label, tags, prediction
+    records = [{"doc": f"d{i}", **r, "meta": {"n": i}, predicted: "gold"} for i, r in enumerate(given)]
+    source = tmp_path / "carried.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference, "load_model", loaded_once(inference.load_model))
+        capsys.readouterr()
+        api = toolkit.predict(run, records)
+        assert f"note: predict's inputs: the input's field '{predicted}' as 'input_{predicted}' kept" in capsys.readouterr().err
+        code, out, err = cli("predict", run, "--input", source, "--output", "-")
+        assert code == 0 and f"note: --input: the input's field '{predicted}' as 'input_{predicted}'" in err, err
+        assert not Path("-").exists()
+        cli_rows = [json.loads(line) for line in out.splitlines()]
+    for rows in (api, cli_rows):
+        assert [list(r)[-3:] for r in rows] == [["doc", "meta", f"input_{predicted}"]] * len(rows)
+        assert [(r["doc"], r["meta"], r[f"input_{predicted}"]) for r in rows] == [
+            (f"d{i}", {"n": i}, "gold") for i in range(len(rows))]
+        mine = ("doc", "meta", f"input_{predicted}", *(["id"] if "id" not in names and "id" in want[0] else []))
+        assert [{k: v for k, v in r.items() if k not in mine} for r in rows] == [
+            {k: v for k, v in w.items() if k not in mine} for w in want]
 
 
 def check_export_generates_as_the_run(run: Path, want: list[dict], tmp_path: Path) -> None:

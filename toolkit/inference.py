@@ -25,7 +25,7 @@ from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
 from toolkit.recipe_data import override_leaves
-from toolkit.tasks import TASKS
+from toolkit.tasks import TASKS, _fields
 from toolkit.setup import check_positions
 from toolkit.train import Setup, eval_loaders
 
@@ -381,10 +381,7 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
     own = task.rows_of_own_format(lines, blank, name) if task is not None else None
     if own is not None:  # the task's own training-file format (NER: CoNLL)
         return own, columns
-    if blank:  # output row N is then not input line N: each row carries its text, and this says so
-        print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
-              f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
-              "output has one row per non-blank line, each with its text", file=sys.stderr)
+    say_skipped(name, blank)
     by_look = source == "-" or stream and not Path(source).suffix  # no extension to decide
     document = _json_document(lines) if by_look else None  # one JSON object or list over the lines
     if document is not None:
@@ -413,6 +410,17 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
                             f"{', '.join(columns)})" + readers.near_name(missing[0], row if isinstance(row, dict) else {}))
         _check_fields(row, columns, lists, f"{name}: example {i}")
     return rows, columns
+
+
+def say_skipped(name: str, blank: list[int]) -> None:
+    """Output row N is not input line N where blank lines between examples are skipped: each row
+    carries its text, and this says so. A one-column CSV/TSV file's lines of spaces alone, which
+    pandas skips, were dropped unsaid (3 lines in, 2 rows out, exit 0), where a plain-text file's
+    were said."""
+    if blank:
+        print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
+              f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
+              "output has one row per non-blank line, each with its text", file=sys.stderr)
 
 
 def _json_document(lines: list[str]) -> list[Any] | None:
@@ -474,7 +482,8 @@ def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],
     fmt = readers.file_format(path)
     field = readers.document_field(path, fmt, getattr(task, "json_field", None))
     keys = (lambda i: [field, i]) if field else None
-    ds = readers.lift_nested(readers.read(path, fmt, field=field))  # {"translation": {"en": ...}} as a run reads it
+    read = readers.read(path, fmt, field=field)
+    ds = readers.lift_nested(read)  # {"translation": {"en": ...}} as a run reads it
     kinds = {name: "text" if getattr(f, "dtype", None) in ("string", "large_string") else
              "list" if type(f).__name__ in ("List", "LargeList", "Sequence") else "other"
              for name, f in ds.features.items()}
@@ -487,7 +496,11 @@ def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],
         if column not in lists:
             readers.check_text(ds, column, path, fmt, what=f"field '{column}'", keys=keys,
                                note=getattr(task, "note", None))
+    if fmt in ("csv", "tsv") and len(read.column_names) == 1:  # a one-field file reads as plain text: one input a line
+        say_skipped(str(path), readers.skipped_lines(path, fmt))
     rows = ds.to_list()
+    if ds is not read:  # the record as written (its objects whole), carried beside the prediction, and the fields read
+        rows = [{**given, **{c: row[c] for c in columns}} for given, row in zip(read.to_list(), rows)]
     words = [c for c in columns if c in lists]
     for i, row in enumerate(rows if words else []):  # a field of words: each row checked as standard
         try:  # input's and the API's are (a null or blank word, a null row, a text beside lists)
@@ -555,7 +568,7 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
         rows = recipe.task.predict(model, tok, as_named(inputs, given, names))
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
     say_smoke(run, recipe, "these predictions")
-    return named_back(rows, names, given)
+    return carried(inputs, named_back(rows, names, given), given, "predict's inputs")
 
 
 def named_back(rows: list[dict], names: list[str], given: list[str]) -> list[dict]:
@@ -564,8 +577,56 @@ def named_back(rows: list[dict], names: list[str], given: list[str]) -> list[dic
     return [{back.get(k, k): v for k, v in r.items()} for r in rows] if back else rows
 
 
+def carried(inputs: list[dict], rows: list[dict], read: list[str], what: str) -> list[dict]:
+    """Prediction rows with every field of their input carried through under its own name, as a
+    data frame gets a prediction column: the input's id field first (`_fields.row_key`), then the
+    task's row (the fields it read, as it read them, and its prediction), then the input's other
+    fields in its order. The rows held the fields the task read and the prediction alone: a
+    file's `doc_id`, `source_url` or `split` was dropped (a summarization input's `id` too), and
+    rows that repeat a text could be joined back to their inputs by position only (run_glue's
+    predict writes an index; a pipeline returns rows in order). An input field that a
+    prediction field of the same name would replace (a test file's gold `label` beside the
+    predicted one) is kept as `input_NAME`, said in one note: predict reads no labels."""
+    if not any(isinstance(r, dict) for r in inputs):
+        return rows
+    out, renamed = [], {}
+    for given, row in zip(inputs, rows):
+        if not isinstance(given, dict):  # an API text or tuple: nothing but the fields it read
+            out.append(row)
+            continue
+        kept = {**_fields.row_key(given, read), **row}
+        for key, value in given.items():
+            if key not in kept:
+                kept[key] = value
+            elif key not in read and not _same(kept[key], value):
+                name = renamed.get(key) or renamed.setdefault(key, _free_name(key, given, row))
+                kept[name] = value
+        out.append(kept)
+    if renamed:
+        shown = ", ".join(f"'{k}' as '{v}'" for k, v in renamed.items())
+        print(f"note: {what}: the input's field{'s' * (len(renamed) > 1)} {shown} kept beside the predicted "
+              f"one{'s' * (len(renamed) > 1)} (predict reads no labels; `toolkit eval RUN task.eval_file=FILE` "
+              "scores a labelled file)", file=sys.stderr)
+    return out
+
+
+def _same(predicted: Any, given: Any) -> bool:
+    """Whether a prediction row's field holds the input's value (QA's `id`: a number as its text)."""
+    return predicted == given or (isinstance(predicted, str) and not isinstance(given, (dict, list))
+                                  and predicted == str(given))
+
+
+def _free_name(key: str, given: dict, row: dict) -> str:
+    name = f"input_{key}"
+    while name in given or name in row:
+        name = f"input_{name}"
+    return name
+
+
 def predict_run(run: Path, source: str, output: str | None) -> int:
-    """Predictions as JSONL (to a file or stdout); returns how many were written."""
+    """Predictions as JSONL (to a file or stdout: no --output, or `-`, as `--input -` reads
+    standard input); returns how many were written."""
+    output = None if output == "-" else output  # a file named "-" was written, "N predictions -> -"
     if output:
         check_destination(Path(output), folder=False, what="--output")
         if source != "-" and Path(output).exists() and Path(source).exists() and Path(output).samefile(source):
@@ -577,6 +638,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     rows, given = _read_inputs(source, names, recipe.task.predict_word_lists, recipe.task)
     with evaluation.finite_outputs():  # before anything is written
         out = named_back(recipe.task.predict(model, tok, as_named(rows, given, names)), names, given)
+    out = carried(rows, out, given, "--input")
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
     text = render(out, fmt)
     files = recipe.task.predict_files(out)

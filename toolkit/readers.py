@@ -856,6 +856,33 @@ def _records(path: Path, fmt: str, last: list[str] | None = None) -> Iterator[tu
             start = rows.line_num + 1
 
 
+def skipped_lines(path: Path, fmt: str) -> list[int]:
+    """The numbers of the lines between a CSV/TSV file's records that pandas reads as no record
+    (blank, or spaces and tabs alone), those after the last record not counted: in a file of
+    one column such a line is an input of blank text to whoever wrote it, as a blank line of a
+    plain-text file is (`read_lines`)."""
+    csv.field_size_limit(sys.maxsize)
+    last, found, records = [""], [], 0  # records: the header counted
+
+    def lines(text: Any) -> Iterator[str]:
+        for line in text:
+            last[0] = line
+            yield line
+
+    with _open_bytes(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+        rows = csv.reader(lines(text), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
+        start, kept = 1, 0
+        for row in rows:
+            if not row or len(row) == 1 and rows.line_num == start and not last[0].strip(" \t\r\n"):
+                found += [start] if records > 1 else []  # after the header and a first record
+            else:
+                records, kept = records + 1, len(found)
+            start = rows.line_num + 1
+    return found[:kept]
+
+
 def _field_count(path: Path, fmt: str, want: Any, line: Any, got: Any) -> str:
     return (f"{path}:{line}: expected {want} fields like the header ({'tab' if fmt == 'tsv' else 'comma'}-"
             f"separated), got {got}" + ("" if fmt == "tsv" else "; quote a field that holds a comma"))
