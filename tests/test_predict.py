@@ -497,9 +497,9 @@ def _written_as(fmt: str, names: list[str], rows: list[dict], tmp_path: Path, mo
     import io
     import sys
 
-    if fmt in ("csv", "tsv"):
+    if fmt in ("csv", "tsv", "stdin-csv", "stdin-tsv"):  # on standard input too (its header said CSV)
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, names, delimiter="," if fmt == "csv" else "\t", lineterminator="\n")
+        writer = csv.DictWriter(buffer, names, delimiter="\t" if fmt.endswith("tsv") else ",", lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         text = buffer.getvalue()
@@ -509,7 +509,7 @@ def _written_as(fmt: str, names: list[str], rows: list[dict], tmp_path: Path, mo
         text = json.dumps(rows)
     else:  # jsonl, on standard input too
         text = "".join(json.dumps(r) + "\n" for r in rows)
-    if fmt == "stdin":
+    if fmt.startswith("stdin"):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
         return "-"
     path = tmp_path / f"in.{fmt}"
@@ -520,10 +520,11 @@ def _written_as(fmt: str, names: list[str], rows: list[dict], tmp_path: Path, mo
 def _holds(fmt: str, names: list[str], rows: list[dict]) -> bool:
     """Whether `fmt` can hold the rows: CSV and TSV texts only, plain text one text a line."""
     texts = all(isinstance(r[n], str) for r in rows for n in names)
-    return fmt not in ("csv", "tsv", "txt") or texts and (fmt != "txt" or len(names) == 1)
+    return fmt not in ("csv", "tsv", "txt", "stdin-csv", "stdin-tsv") or texts and (fmt != "txt" or len(names) == 1)
 
 
-@pytest.mark.parametrize("case, fmt", [(c, f) for c in SAME_EXAMPLE for f in ["csv", "tsv", "jsonl", "json", "txt", "stdin", "api"]
+@pytest.mark.parametrize("case, fmt", [(c, f) for c in SAME_EXAMPLE for f in ["csv", "tsv", "jsonl", "json", "txt", "stdin",
+                                                                               "stdin-csv", "stdin-tsv", "api"]
                                        if _holds(f, *SAME_EXAMPLE[c][:2])])
 def test_the_same_example_in_every_input_format_reads_alike_or_is_refused_alike(tmp_path: Path, monkeypatch,
                                                                                  case: str, fmt: str) -> None:
@@ -531,7 +532,9 @@ def test_the_same_example_in_every_input_format_reads_alike_or_is_refused_alike(
     rows for the same example, or refuse it with the same words after its place. A .jsonl file
     read words apart from standard input: text beside word lists in one file was refused as 'a
     list, expected text' (NER reads lists), a null word was predicted as the word 'None' (exit 0),
-    and a blank word or an empty list was said in other words from a file than from standard input."""
+    and a blank word or an empty list was said in other words from a file than from standard input.
+    CSV or TSV on standard input (its header naming the task's fields) was read as plain text:
+    the header predicted as a text and each row's cells as one text, exit 0 (a pair: refused)."""
     from toolkit.inference import _as_row, read_inputs
 
     names, rows, refused = SAME_EXAMPLE[case]

@@ -375,7 +375,14 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
                 with readers.spooled(path) as copy:
                     return _read_file(copy, columns, lists, task)
             return _read_file(path, columns, lists, task)
-    lines, name, blank = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
+    with readers.source_file(source) as (path, name):
+        lines, name, blank = readers.lines_of(path, name)  # the checks files get, stdin too; split at \n only
+        fmt = _table_header(lines[0], columns) if lines else None
+        if fmt is not None:  # a CSV's header was predicted as a text, its values as one text a row, exit 0
+            print(f"note: {name}: read as {fmt.upper()}: its first line is a header naming "
+                  f"the task's field{'s' * (len(columns) > 1)} ({', '.join(columns)})", file=sys.stderr)
+            with readers.as_format(path, fmt, name) as table:
+                return _read_file(table, columns, lists, task)
     if not lines:
         raise UserError(f"--input: {name} holds no examples")
     own = task.rows_of_own_format(lines, blank, name) if task is not None else None
@@ -410,6 +417,18 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
                             f"{', '.join(columns)})" + readers.near_name(missing[0], row if isinstance(row, dict) else {}))
         _check_fields(row, columns, lists, f"{name}: example {i}")
     return rows, columns
+
+
+def _table_header(line: str, columns: list[str]) -> str | None:
+    """"csv" or "tsv" where a plain input's first line is a CSV/TSV header naming the task's
+    fields (`sentence`; `sentence1,sentence2`; `id<TAB>sentence`), else None. Standard input, a
+    pipe or a file without a CSV name was read as plain text: the header predicted as a text and
+    each row's cells as one text (`ok,1`), or refused for a two-field task as not CSV."""
+    import csv
+
+    fmt = "tsv" if "\t" in line else "csv"
+    cells = [c.strip() for c in next(csv.reader([line], delimiter="\t" if fmt == "tsv" else ","), [])]
+    return fmt if cells and set(columns) <= set(cells) and len(set(cells)) == len(cells) else None
 
 
 def say_skipped(name: str, blank: list[int]) -> None:

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import stat
 import sys
 import unicodedata
@@ -334,6 +335,40 @@ def read_lines(source: str) -> tuple[list[str], str, list[int]]:
         with spooled(Path(source)) as path:
             return _lines(path, source)
     return _lines(Path(source), source)
+
+
+@contextmanager
+def source_file(source: str) -> Iterator[tuple[Path, str]]:
+    """(a file holding `source`'s bytes, the name to show): standard input (`-`) and a pipe or
+    device spooled (`spooled_stdin`, `spooled`), a file as it is."""
+    if source == "-":
+        with spooled_stdin() as path:
+            yield path, "<stdin>"
+    elif stream_kind(Path(source)):
+        with spooled(Path(source)) as path:
+            yield path, source
+    else:
+        yield Path(source), source
+
+
+def lines_of(path: Path, name: str) -> tuple[list[str], str, list[int]]:
+    """`read_lines` of a file that `source_file` gave."""
+    return _lines(path, name)
+
+
+@contextmanager
+def as_format(path: Path, fmt: str, name: str) -> Iterator[Path]:
+    """`path`'s bytes under a name whose extension says `fmt` (`input.csv`), for a reader that
+    tells a format by its name; a UserError naming that copy names `name`, what the user gave."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="toolkit-input-") as folder:
+        copy = Path(folder) / f"input.{fmt}{'.gz' if name.lower().endswith('.gz') else ''}"
+        shutil.copyfile(path, copy)
+        try:
+            yield copy
+        except UserError as exc:
+            raise type(exc)(str(exc).replace(str(copy), name)) from None
 
 
 def _lines(path: Path, name: str) -> tuple[list[str], str, list[int]]:
