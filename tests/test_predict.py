@@ -450,6 +450,38 @@ def test_every_json_the_toolkit_writes_is_strict_json(tmp_path: Path, writer: st
     assert back == [{"prediction": "x", "no_answer_score": None, "probabilities": {"a": None, "b": None}}]
 
 
+def test_an_output_that_is_a_link_is_written_where_it_points(tmp_path: Path, monkeypatch) -> None:
+    """Finding: `--output LINK` replaced the link with a file of its own (the rename over it), and
+    the file it names kept its old predictions, exit 0; `> LINK` writes the file it names. A link
+    is now written through, checked as that file (its folder missing: one line, nothing written),
+    and an --input the link names is refused as the --input file is."""
+    from types import SimpleNamespace
+
+    from toolkit import inference
+
+    rows = [{"source": "a", "prediction": "b"}]
+    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
+                           predict_files=lambda rows: {})
+    monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
+    monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
+    target, link = tmp_path / "kept" / "preds.jsonl", tmp_path / "latest.jsonl"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link.symlink_to(target)
+    assert inference.predict_run(tmp_path, "-", str(link)) == 1
+    assert link.is_symlink() and json.loads(target.read_text()) == rows[0]
+    gone = tmp_path / "gone.jsonl"
+    gone.symlink_to(tmp_path / "missing" / "preds.jsonl")
+    with pytest.raises(UserError, match=r"^--output: the folder .*missing does not exist"):
+        inference.predict_run(tmp_path, "-", str(gone))
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"source": "a"}) + "\n")
+    (tmp_path / "to-input.jsonl").symlink_to(source)
+    with pytest.raises(UserError, match=r"is the --input file"):
+        inference.predict_run(tmp_path, str(source), str(tmp_path / "to-input.jsonl"))
+    assert sorted(p.name for p in tmp_path.rglob("*.tmp")) == []
+
+
 def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path, monkeypatch) -> None:
     """Two predicts to one --output at once shared one fixed temporary name (one cut the other's
     file, or renamed it away: FileNotFoundError). Each call now writes through the run folder's

@@ -646,6 +646,8 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     """Predictions as JSONL (to a file or stdout: no --output, or `-`, as `--input -` reads
     standard input); returns how many were written."""
     output = None if output == "-" else output  # a file named "-" was written, "N predictions -> -"
+    if output and Path(output).is_symlink():  # written where it points, as `> LINK` writes: the link was
+        output = os.path.realpath(output)  # replaced by a file, the file it names left with its old predictions
     if output:
         check_destination(Path(output), folder=False, what="--output")
         if source != "-" and Path(output).exists() and Path(source).exists() and Path(output).samefile(source):
