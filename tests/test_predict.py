@@ -265,9 +265,10 @@ def check_input_fields_carried(run: Path, cli: Any, capsys: Any, tmp_path: Path,
         patch.setattr(inference, "load_model", loaded_once(inference.load_model))
         capsys.readouterr()
         api = toolkit.predict(run, records)
-        assert f"note: predict's inputs: the input's field '{predicted}' as 'input_{predicted}' kept" in capsys.readouterr().err
+        said = f"the input's field of a predicted field's name kept beside it: '{predicted}' as 'input_{predicted}' (predict reads no labels"
+        assert f"note: predict's inputs: {said}" in capsys.readouterr().err
         code, out, err = cli("predict", run, "--input", source, "--output", "-")
-        assert code == 0 and f"note: --input: the input's field '{predicted}' as 'input_{predicted}'" in err, err
+        assert code == 0 and f"note: --input: {said}" in err, err
         assert not Path("-").exists()
         cli_rows = [json.loads(line) for line in out.splitlines()]
     for rows in (api, cli_rows):

@@ -623,9 +623,10 @@ def carried(inputs: list[dict], rows: list[dict], read: list[str], what: str) ->
         out.append(kept)
     if renamed:
         shown = ", ".join(f"'{k}' as '{v}'" for k, v in renamed.items())
-        print(f"note: {what}: the input's field{'s' * (len(renamed) > 1)} {shown} kept beside the predicted "
-              f"one{'s' * (len(renamed) > 1)} (predict reads no labels; `toolkit eval RUN task.eval_file=FILE` "
-              "scores a labelled file)", file=sys.stderr)
+        many = len(renamed) > 1
+        print(f"note: {what}: the input's field{'s' * many} of a predicted field's name kept beside "
+              f"{'them' if many else 'it'}: {shown} (predict reads no labels; `toolkit eval` scores labelled data)",
+              file=sys.stderr)
     return out
 
 
