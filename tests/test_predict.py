@@ -694,3 +694,19 @@ def test_a_peft_generation_export_names_where_its_generation_config_is(tmp_path:
         ids = model.generate(**batch)
     ids = ids[:, batch["input_ids"].shape[1]:] if decoder else ids
     assert [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True)] == [want[0]["prediction"]], note
+
+
+def test_a_csv_on_standard_input_says_its_skipped_lines_under_the_name_given(monkeypatch, capsys) -> None:
+    """A CSV read from standard input (its header naming the task's field) or a pipe is read from a
+    temporary copy: its warnings named that copy (/tmp/toolkit-input-.../input.csv), which the
+    user never gave; they name `<stdin>`, and the rows are the file's."""
+    import io
+    import sys
+
+    from toolkit.inference import read_inputs
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"sentence\nok\n \t\nfine\n")))
+    assert read_inputs("-", ["sentence"]) == [{"sentence": "ok"}, {"sentence": "fine"}]
+    err = capsys.readouterr().err
+    assert "note: <stdin>: read as CSV: its first line is a header naming the task's field (sentence)" in err
+    assert "warning: <stdin>: 1 blank line between examples (line 3) skipped" in err and "toolkit-input-" not in err

@@ -373,7 +373,7 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
         if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
             if stream:
                 with readers.spooled(path) as copy:
-                    return _read_file(copy, columns, lists, task)
+                    return _read_file(copy, columns, lists, task, source)
             return _read_file(path, columns, lists, task)
     with readers.source_file(source) as (path, name):
         lines, name, blank = readers.lines_of(path, name)  # the checks files get, stdin too; split at \n only
@@ -382,7 +382,7 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
             print(f"note: {name}: read as {fmt.upper()}: its first line is a header naming "
                   f"the task's field{'s' * (len(columns) > 1)} ({', '.join(columns)})", file=sys.stderr)
             with readers.as_format(path, fmt, name) as table:
-                return _read_file(table, columns, lists, task)
+                return _read_file(table, columns, lists, task, name)
     if not lines:
         raise UserError(f"--input: {name} holds no examples")
     own = task.rows_of_own_format(lines, blank, name) if task is not None else None
@@ -459,12 +459,13 @@ def _json_document(lines: list[str]) -> list[Any] | None:
     return [value] if isinstance(value, dict) and len(lines) > 1 else None
 
 
-def _read_file(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None) -> tuple[list[dict], list[str]]:
+def _read_file(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None,
+               shown: str | None = None) -> tuple[list[dict], list[str]]:
     """A structured input file: in the task's own nested layout as its training reader reads it
     (`Task.predict_file`: SQuAD's articles, under the task's names), else flat records through
     the shared reader."""
     own = task.predict_file(path) if task is not None else None
-    return (own, columns) if own is not None else _read_structured(path, columns, lists, task)
+    return (own, columns) if own is not None else _read_structured(path, columns, lists, task, shown)
 
 
 def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: str) -> None:
@@ -494,8 +495,8 @@ def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: 
                                 "U+FFFF), which is no character: remove it, or write the character whole")
 
 
-def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],
-                     task: Any = None) -> tuple[list[dict], list[str]]:
+def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None,
+                     shown: str | None = None) -> tuple[list[dict], list[str]]:
     """A CSV/TSV/JSON(L) input file through the shared reader (FILE:LINE for every bad record), in
     the JSON layouts the task's training reader takes (`Task.json_field`: `{"data": [...]}`)."""
     fmt = readers.file_format(path)
@@ -516,7 +517,7 @@ def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],
             readers.check_text(ds, column, path, fmt, what=f"field '{column}'", keys=keys,
                                note=getattr(task, "note", None))
     if fmt in ("csv", "tsv") and len(read.column_names) == 1:  # a one-field file reads as plain text: one input a line
-        say_skipped(str(path), readers.skipped_lines(path, fmt))
+        say_skipped(shown or str(path), readers.skipped_lines(path, fmt))  # named as given (a pipe's copy)
     rows = ds.to_list()
     if ds is not read:  # the record as written (its objects whole), carried beside the prediction, and the fields read
         rows = [{**given, **{c: row[c] for c in columns}} for given, row in zip(read.to_list(), rows)]
