@@ -377,7 +377,8 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
             return _read_file(path, columns, lists, task)
     with readers.source_file(source) as (path, name):
         lines, name, blank = readers.lines_of(path, name)  # the checks files get, stdin too; split at \n only
-        fmt = _table_header(lines[0], columns) if lines else None
+        unnamed = source == "-" or not Path(source).suffix  # a .txt name says plain text, as .csv says CSV
+        fmt = _table_header(lines[0], columns) if lines and unnamed else None
         if fmt is not None:  # a CSV's header was predicted as a text, its values as one text a row, exit 0
             print(f"note: {name}: read as {fmt.upper()}: its first line is a header naming "
                   f"the task's field{'s' * (len(columns) > 1)} ({', '.join(columns)})", file=sys.stderr)
@@ -422,7 +423,7 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
 def _table_header(line: str, columns: list[str]) -> str | None:
     """"csv" or "tsv" where a plain input's first line is a CSV/TSV header naming the task's
     fields (`sentence`; `sentence1,sentence2`; `id<TAB>sentence`), else None. Standard input, a
-    pipe or a file without a CSV name was read as plain text: the header predicted as a text and
+    pipe or a file without an extension was read as plain text: the header predicted as a text and
     each row's cells as one text (`ok,1`), or refused for a two-field task as not CSV."""
     import csv
 
