@@ -481,6 +481,11 @@ def test_an_output_that_is_a_link_is_written_where_it_points(tmp_path: Path, mon
     with pytest.raises(UserError, match=r"is the --input file"):
         inference.predict_run(tmp_path, str(source), str(tmp_path / "to-input.jsonl"))
     assert sorted(p.name for p in tmp_path.rglob("*.tmp")) == []
+    # a missing --input (or a folder) is one line before the model loads: it was said once the model had loaded
+    monkeypatch.setattr(inference, "_predicting_run", lambda run: pytest.fail("the model loaded first"))
+    for given, said in ((tmp_path / "nope.jsonl", "does not exist"), (tmp_path / "kept", "is a folder; give a file")):
+        with pytest.raises(UserError, match=rf"^--input: .* {said}"):
+            inference.predict_run(tmp_path, str(given), str(tmp_path / "out.jsonl"))
 
 
 def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path, monkeypatch) -> None:

@@ -366,10 +366,9 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
     device is read like a file, once, in full (readers.spooled); one with no extension is told
     JSONL or plain text by its look, as standard input is."""
     stream = source != "-" and readers.stream_kind(Path(source))
+    check_input_there(source)
     if source != "-":
         path = Path(source)
-        if not path.is_file() and not stream:
-            raise UserError(f"--input: {path} " + ("is a folder; give a file" if path.is_dir() else "does not exist"))
         if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
             if stream:
                 with readers.spooled(path) as copy:
@@ -441,6 +440,14 @@ def say_skipped(name: str, blank: list[int]) -> None:
         print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
               f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
               "output has one row per non-blank line, each with its text", file=sys.stderr)
+
+
+def check_input_there(source: str) -> None:
+    """--input names a file (or a pipe, or `-`): checked before the model loads, by predict_run
+    too (a missing file was said once the model had loaded, minutes for a large one)."""
+    path = Path(source)
+    if source != "-" and not path.is_file() and not readers.stream_kind(path):
+        raise UserError(f"--input: {path} " + ("is a folder; give a file" if path.is_dir() else "does not exist"))
 
 
 def _json_document(lines: list[str]) -> list[Any] | None:
@@ -657,6 +664,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
             raise UserError(f"--output: {output} is the --input file; writing there would replace the "
                             "inputs with their predictions: give another file")
     fmt = output_format(output)  # before the model loads: a name it cannot write is refused first
+    check_input_there(source)
     with runs.reading(run, "predict with"):  # its model/ read whole, not while a --force rerun clears it
         recipe, model, tok, names = _predicting_run(run)
     rows, given = _read_inputs(source, names, recipe.task.predict_word_lists, recipe.task)
