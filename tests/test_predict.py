@@ -455,7 +455,8 @@ def test_an_output_that_is_a_link_is_written_where_it_points(tmp_path: Path, mon
     """Finding: `--output LINK` replaced the link with a file of its own (the rename over it), and
     the file it names kept its old predictions, exit 0; `> LINK` writes the file it names. A link
     is now written through, checked as that file (its folder missing: one line, nothing written),
-    and an --input the link names is refused as the --input file is."""
+    and an --input the link names is refused as the --input file is. A missing --input is one line
+    before the model loads."""
     from types import SimpleNamespace
 
     from toolkit import inference
