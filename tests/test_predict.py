@@ -200,7 +200,8 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, conll_
             assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
             # a one-column CSV file's line of spaces alone, which pandas skips, was dropped unsaid (3 in, 2 out)
             table = tmp_path / "one-column.csv"
-            table.write_text(f"{names[0]}\n" + file[1].replace("\n", "\n  \t\n", 1) + "\n")
+            quoted = ['"' + line.replace('"', '""') + '"' for line in file[1].splitlines()]
+            table.write_text(f"{names[0]}\n" + "\n  \t\n".join(quoted[:2]) + "".join(f"\n{q}" for q in quoted[2:]) + "\n\n")
             code, out, err = cli("predict", run.dir, "--input", table)
             assert code == 0 and f"warning: {table}: 1 blank line between examples (line 3) skipped" in err, err
             assert len(out.splitlines()) == len(file[1].splitlines())
