@@ -131,6 +131,10 @@ def test_glue_test_submission_files(tmp_path: Path, cli, monkeypatch, subset: st
         code, _, err = cli("predict", metrics.parent, "--glue-test", "--input", given, "--output", tmp_path / "p.jsonl")
         assert code == 2 and err.count("\n") == 1 and f"error: predict: --glue-test predicts GLUE's test files, and --input {given} " in err, err
         assert not (tmp_path / "p.jsonl").exists()
+    # `--output -` is standard output for predict; --glue-test's files cannot go there (a folder named '-')
+    code, _, err = cli("predict", metrics.parent, "--glue-test", "--output", "-")
+    assert code == 2 and "error: predict: --glue-test writes a folder of files (one per test set); --output -" in err, err
+    assert not Path("-").exists()
     monkeypatch.setattr(inference, "load_model", broken)
     code, _, err = cli("predict", metrics.parent, "--glue-test", "--output", tmp_path / "nan")
     assert code == 2 and "error: the model's outputs are not finite" in err and not (tmp_path / "nan").exists(), err

@@ -160,6 +160,7 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, conll_
 
     if task in ("glue", "text_classification", "ner"):
         check_ids_kept(run.dir, cli, tmp_path, names, as_rows(names, inputs), predicted)
+    check_input_fields_carried(run.dir, cli, capsys, tmp_path, names, as_rows(names, inputs), predicted)
 
     # a field that is not text is one line from the API and from JSONL on standard input, never
     # predicted as the text "None" or "5" (the inputs are checked after the model loads: it is
@@ -197,6 +198,13 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, conll_
             source.write_text(file[1].replace("\n", "\n\u200b\n", 1) + "\n\n")  # a line of nothing visible is blank
             code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
             assert code == 0 and f"warning: {source}: 1 blank line between examples (line 2) skipped" in err
+            # a one-column CSV file's line of spaces alone, which pandas skips, was dropped unsaid (3 in, 2 out)
+            table = tmp_path / "one-column.csv"
+            quoted = ['"' + line.replace('"', '""') + '"' for line in file[1].splitlines()]
+            table.write_text(f"{names[0]}\n" + "\n  \t\n".join(quoted[:2]) + "".join(f"\n{q}" for q in quoted[2:]) + "\n\n")
+            code, out, err = cli("predict", run.dir, "--input", table)
+            assert code == 0 and f"warning: {table}: 1 blank line between examples (line 3) skipped" in err, err
+            assert len(out.splitlines()) == len(file[1].splitlines())
 
     # a model whose outputs are not finite predicts nothing: one line, and no --output file
     from conftest import with_nan_weights
@@ -225,7 +233,8 @@ def check_ids_kept(run: Path, cli: Any, tmp_path: Path, names: list[str], given:
         patch.setattr(inference, "load_model", loaded_once(inference.load_model))
         rows = toolkit.predict(run, [{"note": "x", k: 10 + i, **r} for i, (k, r) in enumerate(zip(keys, given))])
         assert [list(r)[0] for r in rows] == keys and [r[k] for k, r in zip(keys, rows)] == [10 + i for i in range(len(rows))]
-        assert [{k: v for k, v in r.items() if k not in keys} for r in rows] == want
+        assert [{k: v for k, v in r.items() if k not in keys + ["note"]} for r in rows] == want
+        assert [r["note"] for r in rows] == ["x"] * len(rows)  # carried through (check_input_fields_carried)
         records = [{"id": f"t{i}", **r} for i, r in enumerate(given)]
         (tmp_path / "ids.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         if "tokens" not in names:  # CSV: the id column, then the texts
@@ -237,6 +246,39 @@ def check_ids_kept(run: Path, cli: Any, tmp_path: Path, names: list[str], given:
             got = [json.loads(line) for line in out.splitlines()]
             assert [r["id"] for r in got] == [f"t{i}" for i in range(len(given))] and all(list(r)[0] == "id" for r in got)
             assert [{k: v for k, v in r.items() if k != "id"} for r in got] == want
+
+
+def check_input_fields_carried(run: Path, cli: Any, capsys: Any, tmp_path: Path, names: list[str],
+                               given: list[dict], want: list[dict]) -> None:
+    """Finding: a prediction row held the fields the task read and its prediction alone: an
+    input's other fields (`doc`, a nested `meta`) were dropped (a summarization or translation
+    input's `id` too), so rows repeating a text could be joined back by position only. Every task,
+    from the API, JSONL and CSV (and `--output -`, standard output, which wrote a file named `-`):
+    the task's row as before, then the input's other fields in its order, objects whole; an input
+    field of a predicted field's name (a gold `label`) kept as `input_NAME`, said in one note."""
+    from toolkit import inference
+
+    predicted = next(k for k in want[0] if k not in names and k != "id")  # label, tags, prediction
+    records = [{"doc": f"d{i}", **r, "meta": {"n": i}, predicted: "gold"} for i, r in enumerate(given)]
+    source = tmp_path / "carried.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inference, "load_model", loaded_once(inference.load_model))
+        capsys.readouterr()
+        api = toolkit.predict(run, records)
+        said = f"the input's field of a predicted field's name kept beside it: '{predicted}' as 'input_{predicted}' (predict reads no labels"
+        assert f"note: predict's inputs: {said}" in capsys.readouterr().err
+        code, out, err = cli("predict", run, "--input", source, "--output", "-")
+        assert code == 0 and f"note: --input: {said}" in err, err
+        assert not Path("-").exists()
+        cli_rows = [json.loads(line) for line in out.splitlines()]
+    for rows in (api, cli_rows):
+        assert [list(r)[-3:] for r in rows] == [["doc", "meta", f"input_{predicted}"]] * len(rows)
+        assert [(r["doc"], r["meta"], r[f"input_{predicted}"]) for r in rows] == [
+            (f"d{i}", {"n": i}, "gold") for i in range(len(rows))]
+        mine = ("doc", "meta", f"input_{predicted}", *(["id"] if "id" not in names and "id" in want[0] else []))
+        assert [{k: v for k, v in r.items() if k not in mine} for r in rows] == [
+            {k: v for k, v in w.items() if k not in mine} for w in want]
 
 
 def check_export_generates_as_the_run(run: Path, want: list[dict], tmp_path: Path) -> None:
@@ -410,6 +452,44 @@ def test_every_json_the_toolkit_writes_is_strict_json(tmp_path: Path, writer: st
     assert back == [{"prediction": "x", "no_answer_score": None, "probabilities": {"a": None, "b": None}}]
 
 
+def test_an_output_that_is_a_link_is_written_where_it_points(tmp_path: Path, monkeypatch) -> None:
+    """Finding: `--output LINK` replaced the link with a file of its own (the rename over it), and
+    the file it names kept its old predictions, exit 0; `> LINK` writes the file it names. A link
+    is now written through, checked as that file (its folder missing: one line, nothing written),
+    and an --input the link names is refused as the --input file is. A missing --input is one line
+    before the model loads."""
+    from types import SimpleNamespace
+
+    from toolkit import inference
+
+    rows = [{"source": "a", "prediction": "b"}]
+    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
+                           predict_files=lambda rows: {})
+    monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
+    monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
+    target, link = tmp_path / "kept" / "preds.jsonl", tmp_path / "latest.jsonl"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link.symlink_to(target)
+    assert inference.predict_run(tmp_path, "-", str(link)) == 1
+    assert link.is_symlink() and json.loads(target.read_text()) == rows[0]
+    gone = tmp_path / "gone.jsonl"
+    gone.symlink_to(tmp_path / "missing" / "preds.jsonl")
+    with pytest.raises(UserError, match=r"^--output: the folder .*missing does not exist"):
+        inference.predict_run(tmp_path, "-", str(gone))
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"source": "a"}) + "\n")
+    (tmp_path / "to-input.jsonl").symlink_to(source)
+    with pytest.raises(UserError, match=r"is the --input file"):
+        inference.predict_run(tmp_path, str(source), str(tmp_path / "to-input.jsonl"))
+    assert sorted(p.name for p in tmp_path.rglob("*.tmp")) == []
+    # a missing --input (or a folder) is one line before the model loads: it was said once the model had loaded
+    monkeypatch.setattr(inference, "_predicting_run", lambda run: pytest.fail("the model loaded first"))
+    for given, said in ((tmp_path / "nope.jsonl", "does not exist"), (tmp_path / "kept", "is a folder; give a file")):
+        with pytest.raises(UserError, match=rf"^--input: .* {said}"):
+            inference.predict_run(tmp_path, str(given), str(tmp_path / "out.jsonl"))
+
+
 def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path, monkeypatch) -> None:
     """Two predicts to one --output at once shared one fixed temporary name (one cut the other's
     file, or renamed it away: FileNotFoundError). Each call now writes through the run folder's
@@ -457,9 +537,9 @@ def _written_as(fmt: str, names: list[str], rows: list[dict], tmp_path: Path, mo
     import io
     import sys
 
-    if fmt in ("csv", "tsv"):
+    if fmt in ("csv", "tsv", "stdin-csv", "stdin-tsv"):  # on standard input too (its header said CSV)
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, names, delimiter="," if fmt == "csv" else "\t", lineterminator="\n")
+        writer = csv.DictWriter(buffer, names, delimiter="\t" if fmt.endswith("tsv") else ",", lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         text = buffer.getvalue()
@@ -469,7 +549,7 @@ def _written_as(fmt: str, names: list[str], rows: list[dict], tmp_path: Path, mo
         text = json.dumps(rows)
     else:  # jsonl, on standard input too
         text = "".join(json.dumps(r) + "\n" for r in rows)
-    if fmt == "stdin":
+    if fmt.startswith("stdin"):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
         return "-"
     path = tmp_path / f"in.{fmt}"
@@ -480,10 +560,11 @@ def _written_as(fmt: str, names: list[str], rows: list[dict], tmp_path: Path, mo
 def _holds(fmt: str, names: list[str], rows: list[dict]) -> bool:
     """Whether `fmt` can hold the rows: CSV and TSV texts only, plain text one text a line."""
     texts = all(isinstance(r[n], str) for r in rows for n in names)
-    return fmt not in ("csv", "tsv", "txt") or texts and (fmt != "txt" or len(names) == 1)
+    return fmt not in ("csv", "tsv", "txt", "stdin-csv", "stdin-tsv") or texts and (fmt != "txt" or len(names) == 1)
 
 
-@pytest.mark.parametrize("case, fmt", [(c, f) for c in SAME_EXAMPLE for f in ["csv", "tsv", "jsonl", "json", "txt", "stdin", "api"]
+@pytest.mark.parametrize("case, fmt", [(c, f) for c in SAME_EXAMPLE for f in ["csv", "tsv", "jsonl", "json", "txt", "stdin",
+                                                                               "stdin-csv", "stdin-tsv", "api"]
                                        if _holds(f, *SAME_EXAMPLE[c][:2])])
 def test_the_same_example_in_every_input_format_reads_alike_or_is_refused_alike(tmp_path: Path, monkeypatch,
                                                                                  case: str, fmt: str) -> None:
@@ -491,7 +572,9 @@ def test_the_same_example_in_every_input_format_reads_alike_or_is_refused_alike(
     rows for the same example, or refuse it with the same words after its place. A .jsonl file
     read words apart from standard input: text beside word lists in one file was refused as 'a
     list, expected text' (NER reads lists), a null word was predicted as the word 'None' (exit 0),
-    and a blank word or an empty list was said in other words from a file than from standard input."""
+    and a blank word or an empty list was said in other words from a file than from standard input.
+    CSV or TSV on standard input (its header naming the task's fields) was read as plain text:
+    the header predicted as a text and each row's cells as one text, exit 0 (a pair: refused)."""
     from toolkit.inference import _as_row, read_inputs
 
     names, rows, refused = SAME_EXAMPLE[case]
@@ -618,3 +701,19 @@ def test_a_peft_generation_export_names_where_its_generation_config_is(tmp_path:
         ids = model.generate(**batch)
     ids = ids[:, batch["input_ids"].shape[1]:] if decoder else ids
     assert [t.strip() for t in tok.batch_decode(ids, skip_special_tokens=True)] == [want[0]["prediction"]], note
+
+
+def test_a_csv_on_standard_input_says_its_skipped_lines_under_the_name_given(monkeypatch, capsys) -> None:
+    """A CSV read from standard input (its header naming the task's field) or a pipe is read from a
+    temporary copy: its warnings named that copy (/tmp/toolkit-input-.../input.csv), which the
+    user never gave; they name `<stdin>`, and the rows are the file's."""
+    import io
+    import sys
+
+    from toolkit.inference import read_inputs
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"sentence\nok\n \t\nfine\n")))
+    assert read_inputs("-", ["sentence"]) == [{"sentence": "ok"}, {"sentence": "fine"}]
+    err = capsys.readouterr().err
+    assert "note: <stdin>: read as CSV: its first line is a header naming the task's field (sentence)" in err
+    assert "warning: <stdin>: 1 blank line between examples (line 3) skipped" in err and "toolkit-input-" not in err

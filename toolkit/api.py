@@ -382,8 +382,9 @@ def predict(run_dir: PathArg, texts: Iterable[Text]) -> list[dict]:
     `label`, its `score` and every label's `probabilities`; regression: `score`; NER: `tags` per
     word, and where the model tagged some words `O` unseen, `tagged` (the words that fit a cut
     sentence) and `no_token` (the indices of words of no sub-token); summarization, translation, QA: `prediction`, the text; docs/tasks.md). An input is a
-    text, a (text, text) pair, a list of words, or a mapping with the task's fields; one text
-    alone is one input. No inputs are no predictions (the tasks' encoders failed on an empty
+    text, a (text, text) pair, a list of words, or a mapping with the task's fields (its other
+    keys carried through to its row; one named as a predicted field, a gold `label`, as
+    `input_label`: inference.carried); one text alone is one input. No inputs are no predictions (the tasks' encoders failed on an empty
     batch with a ValueError about a column)."""
     folder, items = _run_folder(run_dir), list(texts)
     if not items:

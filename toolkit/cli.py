@@ -286,6 +286,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.glue_test and args.input is not None:  # --input was not read: GLUE's test files were predicted
         raise UserError(f"predict: --glue-test predicts GLUE's test files, and --input {args.input} names "
                         "inputs of your own; give one of them (two calls for both)")
+    if args.glue_test and args.output == "-":
+        raise UserError("predict: --glue-test writes a folder of files (one per test set); --output - (standard "
+                        "output) cannot hold them: give a folder")
+    if args.output == "-" and not args.glue_test:  # standard output, as --input - is standard input
+        args.output = None
     if not args.glue_test:  # --glue-test's --output is a folder
         _folder_there(args.output, "--output")
     devices.check_accelerate_env(_run_precision(run), scoring=True)
@@ -427,7 +432,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("run", type=_given("run"), help="a finished run's folder (runs/<recipe>/<id>)")
     pr.add_argument("--input", default=None, type=_given("--input"), help="JSONL, JSON, CSV or TSV with the task's fields, "
                     "plain text (one example a line) or CoNLL (NER); - for standard input")
-    pr.add_argument("--output", default=None, type=_given("--output", folder_slash=True), help="a .jsonl, .csv or .json file, .gz too (default: standard output); with --glue-test a folder "
+    pr.add_argument("--output", default=None, type=_given("--output", folder_slash=True), help="a .jsonl, .csv or .json file, .gz too (default, or -: standard output); with --glue-test a folder "
                     "(default RUN/glue-test)")
     pr.add_argument("--glue-test", action="store_true", help="GLUE server submission files from test.tsv")
     pr.set_defaults(func=cmd_predict)

@@ -25,7 +25,7 @@ from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
 from toolkit.recipe_data import override_leaves
-from toolkit.tasks import TASKS
+from toolkit.tasks import TASKS, _fields
 from toolkit.setup import check_positions
 from toolkit.train import Setup, eval_loaders
 
@@ -366,25 +366,29 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
     device is read like a file, once, in full (readers.spooled); one with no extension is told
     JSONL or plain text by its look, as standard input is."""
     stream = source != "-" and readers.stream_kind(Path(source))
+    check_input_there(source)
     if source != "-":
         path = Path(source)
-        if not path.is_file() and not stream:
-            raise UserError(f"--input: {path} " + ("is a folder; give a file" if path.is_dir() else "does not exist"))
         if path.name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".json", ".jsonl")):
             if stream:
                 with readers.spooled(path) as copy:
-                    return _read_file(copy, columns, lists, task)
+                    return _read_file(copy, columns, lists, task, source)
             return _read_file(path, columns, lists, task)
-    lines, name, blank = readers.read_lines(source)  # the checks files get, stdin too; split at \n only
+    with readers.source_file(source) as (path, name):
+        lines, name, blank = readers.lines_of(path, name)  # the checks files get, stdin too; split at \n only
+        unnamed = source == "-" or not Path(source).suffix  # a .txt name says plain text, as .csv says CSV
+        fmt = _table_header(lines[0], columns) if lines and unnamed else None
+        if fmt is not None:  # a CSV's header was predicted as a text, its values as one text a row, exit 0
+            print(f"note: {name}: read as {fmt.upper()}: its first line is a header naming "
+                  f"the task's field{'s' * (len(columns) > 1)} ({', '.join(columns)})", file=sys.stderr)
+            with readers.as_format(path, fmt, name) as table:
+                return _read_file(table, columns, lists, task, name)
     if not lines:
         raise UserError(f"--input: {name} holds no examples")
     own = task.rows_of_own_format(lines, blank, name) if task is not None else None
     if own is not None:  # the task's own training-file format (NER: CoNLL)
         return own, columns
-    if blank:  # output row N is then not input line N: each row carries its text, and this says so
-        print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
-              f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
-              "output has one row per non-blank line, each with its text", file=sys.stderr)
+    say_skipped(name, blank)
     by_look = source == "-" or stream and not Path(source).suffix  # no extension to decide
     document = _json_document(lines) if by_look else None  # one JSON object or list over the lines
     if document is not None:
@@ -415,6 +419,37 @@ def _read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (),
     return rows, columns
 
 
+def _table_header(line: str, columns: list[str]) -> str | None:
+    """"csv" or "tsv" where a plain input's first line is a CSV/TSV header naming the task's
+    fields (`sentence`; `sentence1,sentence2`; `id<TAB>sentence`), else None. Standard input, a
+    pipe or a file without an extension was read as plain text: the header predicted as a text and
+    each row's cells as one text (`ok,1`), or refused for a two-field task as not CSV."""
+    import csv
+
+    fmt = "tsv" if "\t" in line else "csv"
+    cells = [c.strip() for c in next(csv.reader([line], delimiter="\t" if fmt == "tsv" else ","), [])]
+    return fmt if cells and set(columns) <= set(cells) and len(set(cells)) == len(cells) else None
+
+
+def say_skipped(name: str, blank: list[int]) -> None:
+    """Output row N is not input line N where blank lines between examples are skipped: each row
+    carries its text, and this says so. A one-column CSV/TSV file's lines of spaces alone, which
+    pandas skips, were dropped unsaid (3 lines in, 2 rows out, exit 0), where a plain-text file's
+    were said."""
+    if blank:
+        print(f"warning: {name}: {len(blank)} blank line{'s' * (len(blank) > 1)} between examples "
+              f"(line {', '.join(map(str, blank[:3]))}{', ...' if len(blank) > 3 else ''}) skipped; the "
+              "output has one row per non-blank line, each with its text", file=sys.stderr)
+
+
+def check_input_there(source: str) -> None:
+    """--input names a file (or a pipe, or `-`): checked before the model loads, by predict_run
+    too (a missing file was said once the model had loaded, minutes for a large one)."""
+    path = Path(source)
+    if source != "-" and not path.is_file() and not readers.stream_kind(path):
+        raise UserError(f"--input: {path} " + ("is a folder; give a file" if path.is_dir() else "does not exist"))
+
+
 def _json_document(lines: list[str]) -> list[Any] | None:
     """The records of a JSON document written over several lines (a SQuAD document or a JSON list
     of records piped in, as files of those layouts are read): [the object], or the list of
@@ -432,12 +467,13 @@ def _json_document(lines: list[str]) -> list[Any] | None:
     return [value] if isinstance(value, dict) and len(lines) > 1 else None
 
 
-def _read_file(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None) -> tuple[list[dict], list[str]]:
+def _read_file(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None,
+               shown: str | None = None) -> tuple[list[dict], list[str]]:
     """A structured input file: in the task's own nested layout as its training reader reads it
     (`Task.predict_file`: SQuAD's articles, under the task's names), else flat records through
     the shared reader."""
     own = task.predict_file(path) if task is not None else None
-    return (own, columns) if own is not None else _read_structured(path, columns, lists, task)
+    return (own, columns) if own is not None else _read_structured(path, columns, lists, task, shown)
 
 
 def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: str) -> None:
@@ -467,14 +503,15 @@ def _check_fields(row: dict, columns: list[str], lists: tuple[str, ...], where: 
                                 "U+FFFF), which is no character: remove it, or write the character whole")
 
 
-def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],
-                     task: Any = None) -> tuple[list[dict], list[str]]:
+def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...], task: Any = None,
+                     shown: str | None = None) -> tuple[list[dict], list[str]]:
     """A CSV/TSV/JSON(L) input file through the shared reader (FILE:LINE for every bad record), in
     the JSON layouts the task's training reader takes (`Task.json_field`: `{"data": [...]}`)."""
     fmt = readers.file_format(path)
     field = readers.document_field(path, fmt, getattr(task, "json_field", None))
     keys = (lambda i: [field, i]) if field else None
-    ds = readers.lift_nested(readers.read(path, fmt, field=field))  # {"translation": {"en": ...}} as a run reads it
+    read = readers.read(path, fmt, field=field)
+    ds = readers.lift_nested(read)  # {"translation": {"en": ...}} as a run reads it
     kinds = {name: "text" if getattr(f, "dtype", None) in ("string", "large_string") else
              "list" if type(f).__name__ in ("List", "LargeList", "Sequence") else "other"
              for name, f in ds.features.items()}
@@ -487,7 +524,11 @@ def _read_structured(path: Path, columns: list[str], lists: tuple[str, ...],
         if column not in lists:
             readers.check_text(ds, column, path, fmt, what=f"field '{column}'", keys=keys,
                                note=getattr(task, "note", None))
+    if fmt in ("csv", "tsv") and len(read.column_names) == 1:  # a one-field file reads as plain text: one input a line
+        say_skipped(shown or str(path), readers.skipped_lines(path, fmt))  # named as given (a pipe's copy)
     rows = ds.to_list()
+    if ds is not read:  # the record as written (its objects whole), carried beside the prediction, and the fields read
+        rows = [{**given, **{c: row[c] for c in columns}} for given, row in zip(read.to_list(), rows)]
     words = [c for c in columns if c in lists]
     for i, row in enumerate(rows if words else []):  # a field of words: each row checked as standard
         try:  # input's and the API's are (a null or blank word, a null row, a text beside lists)
@@ -555,7 +596,7 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
         rows = recipe.task.predict(model, tok, as_named(inputs, given, names))
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
     say_smoke(run, recipe, "these predictions")
-    return named_back(rows, names, given)
+    return carried(inputs, named_back(rows, names, given), given, "predict's inputs")
 
 
 def named_back(rows: list[dict], names: list[str], given: list[str]) -> list[dict]:
@@ -564,19 +605,72 @@ def named_back(rows: list[dict], names: list[str], given: list[str]) -> list[dic
     return [{back.get(k, k): v for k, v in r.items()} for r in rows] if back else rows
 
 
+def carried(inputs: list[dict], rows: list[dict], read: list[str], what: str) -> list[dict]:
+    """Prediction rows with every field of their input carried through under its own name, as a
+    data frame gets a prediction column: the input's id field first (`_fields.row_key`), then the
+    task's row (the fields it read, as it read them, and its prediction), then the input's other
+    fields in its order. The rows held the fields the task read and the prediction alone: a
+    file's `doc_id`, `source_url` or `split` was dropped (a summarization input's `id` too), and
+    rows that repeat a text could be joined back to their inputs by position only (run_glue's
+    predict writes an index; a pipeline returns rows in order). An input field that a
+    prediction field of the same name would replace (a test file's gold `label` beside the
+    predicted one) is kept as `input_NAME`, said in one note: predict reads no labels."""
+    if not any(isinstance(r, dict) for r in inputs):
+        return rows
+    out, renamed = [], {}
+    for given, row in zip(inputs, rows):
+        if not isinstance(given, dict):  # an API text or tuple: nothing but the fields it read
+            out.append(row)
+            continue
+        kept = {**_fields.row_key(given, read), **row}
+        for key, value in given.items():
+            if key not in kept:
+                kept[key] = value
+            elif key not in read and not _same(kept[key], value):
+                name = renamed.get(key) or renamed.setdefault(key, _free_name(key, given, row))
+                kept[name] = value
+        out.append(kept)
+    if renamed:
+        shown = ", ".join(f"'{k}' as '{v}'" for k, v in renamed.items())
+        many = len(renamed) > 1
+        print(f"note: {what}: the input's field{'s' * many} of a predicted field's name kept beside "
+              f"{'them' if many else 'it'}: {shown} (predict reads no labels; `toolkit eval` scores labelled data)",
+              file=sys.stderr)
+    return out
+
+
+def _same(predicted: Any, given: Any) -> bool:
+    """Whether a prediction row's field holds the input's value (QA's `id`: a number as its text)."""
+    return predicted == given or (isinstance(predicted, str) and not isinstance(given, (dict, list))
+                                  and predicted == str(given))
+
+
+def _free_name(key: str, given: dict, row: dict) -> str:
+    name = f"input_{key}"
+    while name in given or name in row:
+        name = f"input_{name}"
+    return name
+
+
 def predict_run(run: Path, source: str, output: str | None) -> int:
-    """Predictions as JSONL (to a file or stdout); returns how many were written."""
+    """Predictions as JSONL (to a file or stdout: no --output, or `-`, as `--input -` reads
+    standard input); returns how many were written."""
+    output = None if output == "-" else output  # a file named "-" was written, "N predictions -> -"
+    if output and Path(output).is_symlink():  # written where it points, as `> LINK` writes: the link was
+        output = os.path.realpath(output)  # replaced by a file, the file it names left with its old predictions
     if output:
         check_destination(Path(output), folder=False, what="--output")
         if source != "-" and Path(output).exists() and Path(source).exists() and Path(output).samefile(source):
             raise UserError(f"--output: {output} is the --input file; writing there would replace the "
                             "inputs with their predictions: give another file")
     fmt = output_format(output)  # before the model loads: a name it cannot write is refused first
+    check_input_there(source)
     with runs.reading(run, "predict with"):  # its model/ read whole, not while a --force rerun clears it
         recipe, model, tok, names = _predicting_run(run)
     rows, given = _read_inputs(source, names, recipe.task.predict_word_lists, recipe.task)
     with evaluation.finite_outputs():  # before anything is written
         out = named_back(recipe.task.predict(model, tok, as_named(rows, given, names)), names, given)
+    out = carried(rows, out, given, "--input")
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
     text = render(out, fmt)
     files = recipe.task.predict_files(out)

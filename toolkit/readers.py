@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import stat
 import sys
 import unicodedata
@@ -334,6 +335,40 @@ def read_lines(source: str) -> tuple[list[str], str, list[int]]:
         with spooled(Path(source)) as path:
             return _lines(path, source)
     return _lines(Path(source), source)
+
+
+@contextmanager
+def source_file(source: str) -> Iterator[tuple[Path, str]]:
+    """(a file holding `source`'s bytes, the name to show): standard input (`-`) and a pipe or
+    device spooled (`spooled_stdin`, `spooled`), a file as it is."""
+    if source == "-":
+        with spooled_stdin() as path:
+            yield path, "<stdin>"
+    elif stream_kind(Path(source)):
+        with spooled(Path(source)) as path:
+            yield path, source
+    else:
+        yield Path(source), source
+
+
+def lines_of(path: Path, name: str) -> tuple[list[str], str, list[int]]:
+    """`read_lines` of a file that `source_file` gave."""
+    return _lines(path, name)
+
+
+@contextmanager
+def as_format(path: Path, fmt: str, name: str) -> Iterator[Path]:
+    """`path`'s bytes under a name whose extension says `fmt` (`input.csv`), for a reader that
+    tells a format by its name; a UserError naming that copy names `name`, what the user gave."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="toolkit-input-") as folder:
+        copy = Path(folder) / f"input.{fmt}{'.gz' if name.lower().endswith('.gz') else ''}"
+        shutil.copyfile(path, copy)
+        try:
+            yield copy
+        except UserError as exc:
+            raise type(exc)(str(exc).replace(str(copy), name)) from None
 
 
 def _lines(path: Path, name: str) -> tuple[list[str], str, list[int]]:
@@ -929,6 +964,33 @@ def _records(path: Path, fmt: str, last: list[str] | None = None) -> Iterator[tu
             if not skipped:
                 yield start, row
             start = rows.line_num + 1
+
+
+def skipped_lines(path: Path, fmt: str) -> list[int]:
+    """The numbers of the lines between a CSV/TSV file's records that pandas reads as no record
+    (blank, or spaces and tabs alone), those after the last record not counted: in a file of
+    one column such a line is an input of blank text to whoever wrote it, as a blank line of a
+    plain-text file is (`read_lines`)."""
+    csv.field_size_limit(sys.maxsize)
+    last, found, records = [""], [], 0  # records: the header counted
+
+    def lines(text: Any) -> Iterator[str]:
+        for line in text:
+            last[0] = line
+            yield line
+
+    with _open_bytes(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+        rows = csv.reader(lines(text), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
+        start, kept = 1, 0
+        for row in rows:
+            if not row or len(row) == 1 and rows.line_num == start and not last[0].strip(" \t\r\n"):
+                found += [start] if records > 1 else []  # after the header and a first record
+            else:
+                records, kept = records + 1, len(found)
+            start = rows.line_num + 1
+    return found[:kept]
 
 
 def _field_count(path: Path, fmt: str, want: Any, line: Any, got: Any) -> str:
