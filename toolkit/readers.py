@@ -625,11 +625,13 @@ def _as_written(ds: Any, path: Path, fmt: str, field: str | None) -> Any:
 
     table = ds.data.table if hasattr(ds.data, "table") else ds.data
     suspect = (lambda kind: _dated(kind) or pa.types.is_floating(kind)) if fmt == "json" else _dated
-    changed = False
+    changed, records = False, ()
     for i, named in enumerate(table.schema):
         if not _holds(named.type, suspect):
             continue
-        values = _top_values(path, fmt, named.name, field)
+        if records == ():  # the file's records walked once, for every field that needs them
+            records = _records_of(path, fmt, field)
+        values = None if records is None else [r.get(named.name) if isinstance(r, dict) else None for r in records]
         if values is None or len(values) != len(table):
             raise UserError(f"{path}: field '{named.name}' is read by datasets' JSON reader otherwise than the file "
                             "writes it (dates and times as timestamps), and its records cannot be read again one by "
@@ -647,12 +649,11 @@ def _as_written(ds: Any, path: Path, fmt: str, field: str | None) -> Any:
     return Dataset(InMemoryTable(table), split=ds.split, fingerprint=seen)
 
 
-def _top_values(path: Path, fmt: str, name: str, field: str | None) -> list[Any] | None:
-    """Each record's field `name` as the JSON(L) file holds it (None where a record lacks it), in
-    record order; None where the records cannot be walked one by one."""
+def _records_of(path: Path, fmt: str, field: str | None) -> list[Any] | None:
+    """The JSON(L) file's records as json.loads reads them, in record order; None where they
+    cannot be walked one by one."""
     try:
-        return [record.get(name) if isinstance(record, dict) else None
-                for record in _json_records(path, fmt, field)]
+        return list(_json_records(path, fmt, field))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
