@@ -80,6 +80,43 @@ def test_two_processes_building_one_entry_leave_one_whole_folder(tmp_path: Path)
     assert not [p for p in built.parent.iterdir() if p.name.startswith(".")]
 
 
+def test_a_build_that_fails_or_is_killed_leaves_no_folder_in_the_cache(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk (or Ctrl-C) while the small model was saved left its temporary folder in the
+    cache, and so did a build killed by SIGKILL: a copy of the weights that nothing reads, there for
+    good. A failed build removes its folder, and the next build of the entry removes those of
+    builds whose process is gone (not those of a build still running)."""
+    import errno
+    import os
+    import subprocess
+
+    import transformers
+
+    folder = _checkpoint(tmp_path, "bert", None)
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    config = transformers.AutoConfig.from_pretrained(str(folder))
+    target = tmp_path / "cache" / "smoke" / "bert-my-model-0123"
+    target.parent.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    killed = target.parent / f".{target.name}-{gone.pid}-a1b2c3d4e5f6"  # what a SIGKILL left
+    running = target.parent / f".{target.name}-{os.getpid()}-a1b2c3d4e5f6"  # a build in progress
+    for left in (killed, running):
+        left.mkdir()
+        (left / "model.safetensors").write_bytes(b"half")
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full)
+    with pytest.raises(OSError, match="No space left"):
+        models._build_small(target, "bert", tok, config)
+    assert sorted(p.name for p in target.parent.iterdir()) == [running.name]
+    monkeypatch.undo()
+    assert models._build_small(target, "bert", tok, config) == str(target)
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted([running.name, target.name])
+
+
 def test_the_shared_tokenizer_entry_is_keyed_by_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint off-line without its files borrows the shared tokenizer of its kind: another
     TOOLKIT_TOKENIZERS folder whose bert-base-uncased holds another vocabulary is another model."""

@@ -51,8 +51,9 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
     # some PNGs new beside the previous report.md, exit 2
     out.mkdir(parents=True, exist_ok=True)
     old = plotting.stale(out, pngs)  # the previous report's plots this one does not draw
-    plotting.write_all(pngs)
-    run_folders.write_whole(out / "report.md", text)  # whole or the previous one, killed at any moment
+    # the plots and report.md all or none (whole, or the previous report's, killed at any moment):
+    # a full disk (or a folder in the place) at report.md left this report's plots beside the last one
+    plotting.write_all({**pngs, out / "report.md": text.encode("utf-8")})
     for path in old:
         path.unlink(missing_ok=True)
     return text
