@@ -541,6 +541,8 @@ IN_THE_PLACE = {
                   lambda cli, root, run: toolkit.sweep(["demo/sst2/minilm-lora"], SHORT, runs_dir=root, smoke=True)),
     "cli eval": (lambda root, run: run / "eval-eval.json", lambda cli, root, run: _cli(cli, "eval", run)),
     "api evaluate": (lambda root, run: run / "eval-eval.json", lambda cli, root, run: toolkit.evaluate(run)),
+    "cli glue-test": (lambda root, run: run / "glue-test" / "SST-2.tsv",
+                      lambda cli, root, run: _cli(cli, "predict", run, "--glue-test")),
     "report": (lambda root, run: root / "report.md", lambda cli, root, run: _report(cli, root)),
     "api report": (lambda root, run: root / "report.md", lambda cli, root, run: toolkit.report(root)),
     "cp": (lambda root, run: root / "minilm-lora.yaml",
@@ -571,7 +573,7 @@ def test_a_folder_where_a_writer_writes_a_file_is_one_line_before_the_work(
         place.write_text("the user's own")
     else:
         place.unlink(missing_ok=True)
-        place.mkdir()
+        place.mkdir(parents=True)
         (place / "mine.txt").write_text("the user's own")
     before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 

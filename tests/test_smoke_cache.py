@@ -117,6 +117,21 @@ def test_a_build_that_fails_or_is_killed_leaves_no_folder_in_the_cache(tmp_path:
     assert sorted(p.name for p in target.parent.iterdir()) == sorted([running.name, target.name])
 
 
+@pytest.mark.parametrize("name", ["locks", "smoke"])
+def test_a_file_in_the_place_of_a_cache_folder_is_one_line(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                          name: str) -> None:
+    """A file where $TOOLKIT_CACHE keeps its run locks or its small models was `error:
+    .../locks: file exists`, which says neither what that folder is nor what to do."""
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / name).write_text("the user's own")
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "train.max_steps=1", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {tmp_path / 'cache' / name}: is a file, where the toolkit keeps ")
+    assert "move it away" in err and not (tmp_path / "runs").exists()
+    assert (tmp_path / "cache" / name).read_text() == "the user's own"
+
+
 def test_the_shared_tokenizer_entry_is_keyed_by_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint off-line without its files borrows the shared tokenizer of its kind: another
     TOOLKIT_TOKENIZERS folder whose bert-base-uncased holds another vocabulary is another model."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from toolkit import attention as modules, heads, hf_tables, hub
-from toolkit.errors import UserError, beside_checkout, cache_dir, user_path
+from toolkit.errors import UserError, beside_checkout, cache_folder, user_path
 from toolkit.registry import did_you_mean
 
 if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
@@ -705,7 +705,7 @@ def smoke_checkpoint(checkpoint: str) -> str:
     if shared_name is None:
         raise UserError(f"--smoke: no small model for a {family} checkpoint (it is neither an "
                         "encoder, a decoder nor an encoder-decoder with an LM head)")
-    cache = cache_dir() / "smoke"
+    cache = cache_folder("smoke")  # a file in its place is one line, not "file exists"
     # A built model is looked for before its tokenizer is read (a tenth to a half of a second
     # each time; a cached folder holds its tokenizer): the checkpoint's own, then the shared one.
     try:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from toolkit.errors import UserError, cache_dir, env_folder, user_path
+from toolkit.errors import UserError, cache_folder, env_folder, user_path
 from toolkit.recipe_data import Recipe
 
 
@@ -472,8 +472,7 @@ def check_utf8(path: Path | str, what: str) -> None:
 def _lock_file(out: Path) -> Path:
     """The run's lock file. Locks live in the cache, not the runs folder: a run refused early
     leaves no folder behind."""
-    folder = cache_dir() / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = cache_folder("locks")
     return folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")
 
 
