@@ -627,3 +627,35 @@ def test_a_writer_the_disk_cannot_hold_keeps_the_file_before_and_names_the_users
         call()
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+
+
+RUNS = {name: IN_THE_PLACE[name][1] for name in ("run", "api run", "sweep", "api sweep")}
+
+
+@pytest.mark.parametrize("entry", RUNS)
+@pytest.mark.parametrize("where", ["the run folder", "a folder above it"])
+@pytest.mark.parametrize("force", [False, True])
+def test_a_file_where_the_run_folder_goes_is_one_line_naming_it(trained: Path, tmp_path: Path, cli, entry: str,
+                                                               where: str, force: bool) -> None:
+    """A file where the run's folder goes (or a folder above it: `runs/demo`): the run said
+    `runs/.../<id>: not a directory` (naming the run folder, where `runs/demo` was the file) or
+    `file exists`, naming neither the file in the way nor what to do; --force too. One line naming
+    the file, before anything runs, and the file left as it was."""
+    root = tmp_path / "runs"
+    run = root / trained.relative_to(trained.parents[3])
+    place = run if where == "the run folder" else run.parents[2]
+    place.parent.mkdir(parents=True)
+    place.write_text("the user's own")
+    call = RUNS[entry]
+    if force:
+        call = {"run": lambda cli, root, run: _cli(cli, "run", "demo/sst2/minilm-lora", *SHORT, "--smoke",
+                                                   "--runs-dir", root, "--force"),
+                "api run": lambda cli, root, run: toolkit.run("demo/sst2/minilm-lora", SHORT, runs_dir=root,
+                                                              smoke=True, force=True),
+                "sweep": lambda cli, root, run: _cli(cli, "sweep", "demo/sst2/minilm-lora", *SHORT, "--smoke",
+                                                     "--runs-dir", root, "--force"),
+                "api sweep": lambda cli, root, run: toolkit.sweep(["demo/sst2/minilm-lora"], SHORT, runs_dir=root,
+                                                                  smoke=True, force=True)}[entry]
+    with pytest.raises(toolkit.UserError, match=rf"^{re.escape(str(place))}: is a file, where .*move it away"):
+        call(cli, root, run)
+    assert place.read_text() == "the user's own"

@@ -461,6 +461,7 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
     points, folders = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_arg, root, smoke)
     for point, out in zip(points, folders):
         _checked(point.recipe, point.overrides, smoke)
+        runs.check_run_place(out)  # a file where the run's folder (or one above it) goes
         if not force and not _finished(out):  # a damaged metrics.json, an edited recipe.yaml: said before the first run
             runs.check_checkpoints_folder(out)  # a file where a folder goes, a folder where a file: before the first run
     sweeps.upstreams_ready(points, folders, root, smoke, force)
@@ -534,6 +535,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
     out = runs.run_dir(plan.recipe, root)  # a chained run's upstream id is in the plan already (parse_plan)
+    runs.check_run_place(out)  # a file where the run's folder (or one above it) goes
     finished = not force and _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before torch
     if not finished and not force:  # what it resumes from, before anything runs (--force removes it)
         runs.check_checkpoints_folder(out)

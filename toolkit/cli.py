@@ -54,6 +54,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     points, folders = sweep.plan(paths, [a for a in args.overrides if is_override(a)], args.seeds, root, args.smoke)
     for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
         _checked(point.recipe, point.overrides, args.smoke)
+        runs.check_run_place(out)  # a file where the run's folder (or one above it) goes
         if not args.force and not _finished(out):  # and a damaged metrics.json, a finished run's recipe.yaml edited since
             runs.check_checkpoints_folder(out)  # a file where a folder goes, a folder where a file: before the first run
     if args.estimate and runs.world_size() > 1:

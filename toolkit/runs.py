@@ -529,6 +529,20 @@ def is_finished(path: Path) -> bool:
     return True
 
 
+def check_run_place(path: Path) -> None:
+    """The run folder `path`, or a folder above it, is no file (or link to nowhere): the run said
+    `runs/r/<id>: not a directory` (it was `runs/r` that was a file) or `runs/r/<id>: file exists`,
+    which name neither the file in the way nor what to do. `--force` does not remove it: it is
+    not the run's."""
+    for place in (path, *path.parents):
+        if place.is_dir():
+            return
+        if place.exists() or place.is_symlink():
+            what = "a file" if place.is_file() else "a broken link" if not place.exists() else "no folder"
+            goes = "the run's folder goes" if place == path else f"a folder above the run's folder ({path}) goes"
+            raise UserError(f"{place}: is {what}, where {goes}; move it away, or use another --runs-dir")
+
+
 def check_checkpoints_folder(path: Path) -> None:
     """A run folder whose `checkpoints` is something other than a folder (a file put in its place):
     no checkpoint was found there, so the run started again from step 0 without a word and failed
