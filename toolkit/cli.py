@@ -257,6 +257,10 @@ def cmd_cp(args: argparse.Namespace) -> int:
         dest = dest / source.name
     if dest.exists() and not args.force:
         raise UserError(f"{dest} exists; --force overwrites it")
+    blocker = runs.file_in_the_way(dest.parent)
+    if blocker is not None:  # it said "does not exist" of a file that `ls` shows
+        raise UserError(f"cp: {blocker} is a file, not a folder, so {dest} cannot be written under it; give a "
+                        "path under a folder")
     if not dest.parent.is_dir():
         raise UserError(f"cp: {dest.parent} does not exist; create it first")
     merged = read_yaml(source)

@@ -534,13 +534,23 @@ def check_run_place(path: Path) -> None:
     `runs/r/<id>: not a directory` (it was `runs/r` that was a file) or `runs/r/<id>: file exists`,
     which name neither the file in the way nor what to do. `--force` does not remove it: it is
     not the run's."""
-    for place in (path, *path.parents):
+    place = file_in_the_way(path)
+    if place is not None:
+        what = "a file" if place.is_file() else "a broken link" if not place.exists() else "no folder"
+        goes = "the run's folder goes" if place == path else f"a folder above the run's folder ({path}) goes"
+        raise UserError(f"{place}: is {what}, where {goes}; move it away, or use another --runs-dir")
+
+
+def file_in_the_way(folder: Path) -> Path | None:
+    """The nearest of `folder` and the folders above it that is there and no folder (a file, a
+    link to nowhere), which making `folder` fails on; None where it is or can be made. The error
+    of that making names `folder` ("not a directory", "file exists"), not the file in the way."""
+    for place in (folder, *folder.parents):
         if place.is_dir():
-            return
+            return None
         if place.exists() or place.is_symlink():
-            what = "a file" if place.is_file() else "a broken link" if not place.exists() else "no folder"
-            goes = "the run's folder goes" if place == path else f"a folder above the run's folder ({path}) goes"
-            raise UserError(f"{place}: is {what}, where {goes}; move it away, or use another --runs-dir")
+            return place
+    return None
 
 
 def check_checkpoints_folder(path: Path) -> None:
