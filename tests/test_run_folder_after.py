@@ -627,6 +627,10 @@ def test_a_writer_the_disk_cannot_hold_keeps_the_file_before_and_names_the_users
         call()
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    if entry.startswith("cp"):  # with room, a link is written through, as cp(1) and the copy in place did
+        (tmp_path / "link.yaml").symlink_to(place)
+        _cli(cli, "cp", "demo/sst2/minilm-lora", tmp_path / "link.yaml", "--force")
+        assert (tmp_path / "link.yaml").is_symlink() and "minilm" in place.read_text()
 
 
 RUNS = {name: IN_THE_PLACE[name][1] for name in ("run", "api run", "sweep", "api sweep")}

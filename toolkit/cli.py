@@ -266,6 +266,8 @@ def cmd_cp(args: argparse.Namespace) -> int:
     merged = read_yaml(source)
     # whole or not at all (runs.write_whole): written in place, a full disk (or a kill) cut the copy
     # short, and with --force the user's own file it replaced was gone; a cut recipe can still read
+    if dest.is_symlink() and dest.is_file():  # written through the link, as cp(1) does (and the copy in place did)
+        dest = dest.resolve()
     runs.write_whole(dest, f"# copied from {args.name} (bases merged in); edit freely\n" + dump_yaml(merged))
     print(dest)
     return 0
