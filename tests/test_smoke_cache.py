@@ -132,6 +132,19 @@ def test_a_file_in_the_place_of_a_cache_folder_is_one_line(tmp_path: Path, cli, 
     assert (tmp_path / "cache" / name).read_text() == "the user's own"
 
 
+def test_a_cache_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$TOOLKIT_CACHE where nothing can be made (a read-only home, /proc): `predict`, which writes
+    nothing but takes the run's lock there, said "/proc: this folder takes no new files ...; write
+    elsewhere (--runs-dir, --output, --out, export's OUT)", options that do not move the cache."""
+    if not Path("/proc/sys").is_dir():
+        pytest.skip("no /proc here")
+    monkeypatch.setenv("TOOLKIT_CACHE", "/proc/sys/toolkit-test")
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "train.max_steps=1", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: /proc/sys/toolkit-test/") and "set TOOLKIT_CACHE to a folder this process can write" in err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_shared_tokenizer_entry_is_keyed_by_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint off-line without its files borrows the shared tokenizer of its kind: another
     TOOLKIT_TOKENIZERS folder whose bert-base-uncased holds another vocabulary is another model."""

@@ -139,7 +139,13 @@ def cache_folder(name: str) -> Path:
         what = "a file" if folder.is_file() else "a broken link" if not folder.exists() else "no folder"
         raise UserError(f"{folder}: is {what}, where the toolkit keeps {CACHE_FOLDERS[name]} (a folder of "
                         "$TOOLKIT_CACHE); move it away (or remove it), or set TOOLKIT_CACHE to another folder")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # it said "/proc: this folder takes no new files ...; write elsewhere (--runs-dir,
+        # --output)", options that do not move the cache, or a bare permission error
+        raise UserError(f"{folder}: cannot be made ({(exc.strerror or str(exc)).lower()}); the toolkit keeps "
+                        f"{CACHE_FOLDERS[name]} there, in $TOOLKIT_CACHE (else ~/.cache/toolkit): set TOOLKIT_CACHE "
+                        "to a folder this process can write") from None
     return folder
 
 
