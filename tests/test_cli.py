@@ -142,6 +142,11 @@ def test_cp_into_a_missing_folder_is_one_line(tmp_path: Path, cli) -> None:
     code, _, err = cli("cp", "demo/sst2/minilm-lora", tmp_path / "missing" / "x.yaml")
     assert code == 2 and err == f"error: cp: {tmp_path / 'missing'} does not exist; create it first\n"
     assert not (tmp_path / "missing").exists()
+    (tmp_path / "afile").write_text("the user's own")  # a file on the way was said not to exist
+    for dest in (tmp_path / "afile" / "x.yaml", tmp_path / "afile" / "sub" / "x.yaml"):
+        code, _, err = cli("cp", "demo/sst2/minilm-lora", dest)
+        assert code == 2 and err == (f"error: cp: {tmp_path / 'afile'} is a file, not a folder, so {dest} cannot be "
+                                     "written under it; give a path under a folder\n")
 
 
 CHAINED = sorted(str(p.relative_to(ROOT / "recipes").with_suffix("")) for p in (ROOT / "recipes").rglob("*.yaml")

@@ -153,7 +153,8 @@ def test_a_file_where_a_folder_goes_is_the_same_line_from_the_cli_and_the_api(tm
                  (["sweep", recipe, "--runs-dir", place], lambda: toolkit.sweep([recipe], runs_dir=place))]
     else:
         fake_run(tmp_path / "runs", "sst2", "lora", 42, {"accuracy": 0.8})
-        line = f"{place}: not a directory"
+        line = (f"report: --out {place}: {blocker} is a file, not a folder, so {place} cannot be made under it; "
+                "give a path under a folder")  # it said "{place}: not a directory", naming the folder, not the file
         calls = [(["report", tmp_path / "runs", "--out", place, "--no-plots"],
                   lambda: toolkit.report([tmp_path / "runs"], out=place))]
     for command, call in calls:

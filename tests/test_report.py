@@ -360,6 +360,10 @@ def test_report_out_an_existing_file_is_one_line(tmp_path: Path, cli) -> None:
     code, _, err = cli("report", str(tmp_path), "--out", str(tmp_path / "taken"), "--no-plots")
     assert code == 2 and err.strip().endswith("is a file; --out names the folder report.md and the plots go to")
     assert (tmp_path / "taken").read_text() == "mine"
+    out = tmp_path / "taken" / "sub" / "r"  # a file above it: "taken/sub/r: not a directory" named the folder
+    code, _, err = cli("report", str(tmp_path), "--out", str(out), "--no-plots")
+    assert code == 2 and err == (f"error: report: --out {out}: {tmp_path / 'taken'} is a file, not a folder, so "
+                                 f"{out} cannot be made under it; give a path under a folder\n")
 
 
 def test_a_metric_recorded_as_null_is_left_out_and_named_never_a_traceback(tmp_path: Path, cli) -> None:

@@ -520,3 +520,146 @@ train: {{max_steps: 2, lr: 1.0e-3, batch_size: 4, seed: 7}}
         toolkit.evaluate(run)
     data.write_text(made)  # the data the run read: scored as the run's
     assert "accuracy" in toolkit.evaluate(run)["eval"]
+
+
+def _report(cli, root: Path, *args) -> None:
+    _cli(cli, "report", root, *args)
+
+
+# every writer, with the file it writes (given the runs folder and the run) and its command
+IN_THE_PLACE = {
+    "run": (lambda root, run: run / "metrics.json",
+            lambda cli, root, run: _cli(cli, "run", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--runs-dir", root)),
+    "api run": (lambda root, run: run / "log.jsonl",
+                lambda cli, root, run: toolkit.run("demo/sst2/minilm-lora", SHORT, runs_dir=root, smoke=True)),
+    "run (a file in the place of model/)": (
+        lambda root, run: run / "model",
+        lambda cli, root, run: _cli(cli, "run", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--runs-dir", root)),
+    "sweep": (lambda root, run: run / "metrics.json",
+              lambda cli, root, run: _cli(cli, "sweep", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--runs-dir", root)),
+    "api sweep": (lambda root, run: run / "identity.json",
+                  lambda cli, root, run: toolkit.sweep(["demo/sst2/minilm-lora"], SHORT, runs_dir=root, smoke=True)),
+    "cli eval": (lambda root, run: run / "eval-eval.json", lambda cli, root, run: _cli(cli, "eval", run)),
+    "api evaluate": (lambda root, run: run / "eval-eval.json", lambda cli, root, run: toolkit.evaluate(run)),
+    "cli glue-test": (lambda root, run: run / "glue-test" / "SST-2.tsv",
+                      lambda cli, root, run: _cli(cli, "predict", run, "--glue-test")),
+    "report": (lambda root, run: root / "report.md", lambda cli, root, run: _report(cli, root)),
+    "api report": (lambda root, run: root / "report.md", lambda cli, root, run: toolkit.report(root)),
+    "cp": (lambda root, run: root / "minilm-lora.yaml",
+           lambda cli, root, run: _cli(cli, "cp", "demo/sst2/minilm-lora", root, "--force")),
+}
+
+
+@pytest.mark.parametrize("entry", IN_THE_PLACE)
+def test_a_folder_where_a_writer_writes_a_file_is_one_line_before_the_work(
+        trained: Path, tmp_path: Path, cli, entry: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder in the place of a file a writer writes (metrics.json, log.jsonl, identity.json,
+    eval-<split>.json, report.md, a recipe `cp` copies): the run trained whole and then failed
+    writing metrics.json, eval scored the whole split, the report wrote its plots beside the last
+    report.md, and the line named the writer's temporary file (`metrics.json.123-ab12cd34.tmp: is
+    a directory`), a name the user never gave. Now one line naming the user's path, before the
+    work, and nothing written."""
+    from toolkit import inference, train
+
+    where, call = IN_THE_PLACE[entry]
+    root = tmp_path / "runs"  # the run where `run` and `sweep` put it: runs/demo/sst2/minilm-lora/<id>
+    run_copy = root / trained.relative_to(trained.parents[3])
+    shutil.copytree(trained, run_copy)
+    if entry.split(" (")[0].endswith(("run", "sweep")):  # an unfinished run: what a run or a sweep goes on with
+        (run_copy / "metrics.json").unlink()
+    place = where(root, run_copy)
+    if place.name == "model":  # the other way round: a file where the run makes its folder
+        shutil.rmtree(place)
+        place.write_text("the user's own")
+    else:
+        place.unlink(missing_ok=True)
+        place.mkdir(parents=True)
+        (place / "mine.txt").write_text("the user's own")
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+    def worked(*args, **kwargs):
+        raise AssertionError("the work was done before the place it writes was checked")
+
+    monkeypatch.setattr(inference, "load_model", worked)
+    monkeypatch.setattr(train, "run", worked)
+    with pytest.raises(toolkit.UserError, match=rf"^{re.escape(str(place))}: is (a folder|a file), where"):
+        call(cli, root, run_copy)
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before  # no plot, no temporary
+    assert (place if place.is_file() else place / "mine.txt").read_text() == "the user's own"
+    if entry == "run":  # --force, which the line names, removes it and runs
+        monkeypatch.undo()
+        _cli(cli, "run", "demo/sst2/minilm-lora", *SHORT, "--smoke", "--runs-dir", root, "--force")
+        assert runs.is_finished(run_copy)
+
+
+@pytest.mark.parametrize("entry", ["cp --force", "report", "api report"])
+def test_a_writer_the_disk_cannot_hold_keeps_the_file_before_and_names_the_users(
+        run_copy: Path, tmp_path: Path, cli, entry: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk: `cp --force` wrote the copy in place, so the user's own file it replaced was cut
+    to what fit (a cut recipe can still read as one), and the line said "while writing a file";
+    a report wrote its plots, then failed at report.md, the new plots beside the last report. Now
+    every file is written whole beside its place and renamed, all or none: the files before stay,
+    nothing partial is left, and the line names the user's file, not a temporary one."""
+    import errno
+
+    root = run_copy.parent.parent
+    if entry.startswith("cp"):
+        place = tmp_path / "mine.yaml"
+        place.write_text("# the user's own recipe\n" * 50)
+        call = lambda: _cli(cli, "cp", "demo/sst2/minilm-lora", place, "--force")  # noqa: E731
+    else:
+        _report(cli, root)
+        place = root / "report.md"
+        (run_copy / "log.jsonl").write_text((run_copy / "log.jsonl").read_text().splitlines()[0] + "\n")  # new curves
+        call = (lambda: _report(cli, root)) if entry == "report" else (lambda: toolkit.report(root))
+    folder = place.parent
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    real = Path.write_bytes
+
+    def full(self, data):
+        if self.name.startswith(place.name):
+            real(self, data[:10])  # what fit
+            raise OSError(errno.ENOSPC, "No space left on device")  # as write() says it: no file named
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(toolkit.UserError, match=rf"no space left on the device while writing {re.escape(str(place))};"):
+        call()
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    if entry.startswith("cp"):  # with room, a link is written through, as cp(1) and the copy in place did
+        (tmp_path / "link.yaml").symlink_to(place)
+        _cli(cli, "cp", "demo/sst2/minilm-lora", tmp_path / "link.yaml", "--force")
+        assert (tmp_path / "link.yaml").is_symlink() and "minilm" in place.read_text()
+
+
+RUNS = {name: IN_THE_PLACE[name][1] for name in ("run", "api run", "sweep", "api sweep")}
+
+
+@pytest.mark.parametrize("entry", RUNS)
+@pytest.mark.parametrize("where", ["the run folder", "a folder above it"])
+@pytest.mark.parametrize("force", [False, True])
+def test_a_file_where_the_run_folder_goes_is_one_line_naming_it(trained: Path, tmp_path: Path, cli, entry: str,
+                                                               where: str, force: bool) -> None:
+    """A file where the run's folder goes (or a folder above it: `runs/demo`): the run said
+    `runs/.../<id>: not a directory` (naming the run folder, where `runs/demo` was the file) or
+    `file exists`, naming neither the file in the way nor what to do; --force too. One line naming
+    the file, before anything runs, and the file left as it was."""
+    root = tmp_path / "runs"
+    run = root / trained.relative_to(trained.parents[3])
+    place = run if where == "the run folder" else run.parents[2]
+    place.parent.mkdir(parents=True)
+    place.write_text("the user's own")
+    call = RUNS[entry]
+    if force:
+        call = {"run": lambda cli, root, run: _cli(cli, "run", "demo/sst2/minilm-lora", *SHORT, "--smoke",
+                                                   "--runs-dir", root, "--force"),
+                "api run": lambda cli, root, run: toolkit.run("demo/sst2/minilm-lora", SHORT, runs_dir=root,
+                                                              smoke=True, force=True),
+                "sweep": lambda cli, root, run: _cli(cli, "sweep", "demo/sst2/minilm-lora", *SHORT, "--smoke",
+                                                     "--runs-dir", root, "--force"),
+                "api sweep": lambda cli, root, run: toolkit.sweep(["demo/sst2/minilm-lora"], SHORT, runs_dir=root,
+                                                                  smoke=True, force=True)}[entry]
+    with pytest.raises(toolkit.UserError, match=rf"^{re.escape(str(place))}: is a file, where .*move it away"):
+        call(cli, root, run)
+    assert place.read_text() == "the user's own"

@@ -80,6 +80,71 @@ def test_two_processes_building_one_entry_leave_one_whole_folder(tmp_path: Path)
     assert not [p for p in built.parent.iterdir() if p.name.startswith(".")]
 
 
+def test_a_build_that_fails_or_is_killed_leaves_no_folder_in_the_cache(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk (or Ctrl-C) while the small model was saved left its temporary folder in the
+    cache, and so did a build killed by SIGKILL: a copy of the weights that nothing reads, there for
+    good. A failed build removes its folder, and the next build of the entry removes those of
+    builds whose process is gone (not those of a build still running)."""
+    import errno
+    import os
+    import subprocess
+
+    import transformers
+
+    folder = _checkpoint(tmp_path, "bert", None)
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    config = transformers.AutoConfig.from_pretrained(str(folder))
+    target = tmp_path / "cache" / "smoke" / "bert-my-model-0123"
+    target.parent.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    killed = target.parent / f".{target.name}-{gone.pid}-a1b2c3d4e5f6"  # what a SIGKILL left
+    running = target.parent / f".{target.name}-{os.getpid()}-a1b2c3d4e5f6"  # a build in progress
+    for left in (killed, running):
+        left.mkdir()
+        (left / "model.safetensors").write_bytes(b"half")
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full)
+    with pytest.raises(OSError, match="No space left"):
+        models._build_small(target, "bert", tok, config)
+    assert sorted(p.name for p in target.parent.iterdir()) == [running.name]
+    monkeypatch.undo()
+    assert models._build_small(target, "bert", tok, config) == str(target)
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted([running.name, target.name])
+
+
+@pytest.mark.parametrize("name", ["locks", "smoke"])
+def test_a_file_in_the_place_of_a_cache_folder_is_one_line(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+                                                          name: str) -> None:
+    """A file where $TOOLKIT_CACHE keeps its run locks or its small models was `error:
+    .../locks: file exists`, which says neither what that folder is nor what to do."""
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / name).write_text("the user's own")
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "train.max_steps=1", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {tmp_path / 'cache' / name}: is a file, where the toolkit keeps ")
+    assert "move it away" in err and not (tmp_path / "runs").exists()
+    assert (tmp_path / "cache" / name).read_text() == "the user's own"
+
+
+def test_a_cache_that_cannot_be_written_is_one_line_naming_it(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$TOOLKIT_CACHE where nothing can be made (a read-only home, /proc): `predict`, which writes
+    nothing but takes the run's lock there, said "/proc: this folder takes no new files ...; write
+    elsewhere (--runs-dir, --output, --out, export's OUT)", options that do not move the cache."""
+    if not Path("/proc/sys").is_dir():
+        pytest.skip("no /proc here")
+    monkeypatch.setenv("TOOLKIT_CACHE", "/proc/sys/toolkit-test")
+    code, _, err = cli("run", "demo/sst2/minilm-lora", "train.max_steps=1", "--smoke", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: /proc/sys/toolkit-test/") and "set TOOLKIT_CACHE to a folder this process can write" in err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_shared_tokenizer_entry_is_keyed_by_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint off-line without its files borrows the shared tokenizer of its kind: another
     TOOLKIT_TOKENIZERS folder whose bert-base-uncased holds another vocabulary is another model."""

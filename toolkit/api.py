@@ -318,6 +318,7 @@ def _scored_here(folder: Path, split: str) -> None:
         raise UserError(f"{folder}: eval writes eval-{split}.json (and the predictions) into the run "
                         "folder, which cannot be written here (permission denied); copy the run folder "
                         "somewhere writable and evaluate the copy")
+    runs.check_file_place(folder / f"eval-{split}.json")  # a folder there failed the write after the evaluation
 
 
 @_one_line
@@ -461,8 +462,9 @@ def sweep(recipes: Iterable[PathArg], axes: Iterable[str] | None = None, *,
     points, folders = sweeps.plan([find_recipe(os.fspath(r)) for r in recipes], list(axes or []), seed_arg, root, smoke)
     for point, out in zip(points, folders):
         _checked(point.recipe, point.overrides, smoke)
-        if not force:
-            _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before the first run
+        runs.check_run_place(out)  # a file where the run's folder (or one above it) goes
+        if not force and not _finished(out):  # a damaged metrics.json, an edited recipe.yaml: said before the first run
+            runs.check_checkpoints_folder(out)  # a file where a folder goes, a folder where a file: before the first run
     sweeps.upstreams_ready(points, folders, root, smoke, force)
     done, failed = [], []
     for i, (point, out) in enumerate(zip(points, folders), 1):  # a point another process runs is left to it
@@ -534,6 +536,7 @@ def run_one(path: PathArg, overrides: Iterable[str], smoke: bool = False, runs_d
     root = runs.runs_root(runs_dir)
     _check_runs_root(root)
     out = runs.run_dir(plan.recipe, root)  # a chained run's upstream id is in the plan already (parse_plan)
+    runs.check_run_place(out)  # a file where the run's folder (or one above it) goes
     finished = not force and _finished(out)  # a damaged metrics.json, an edited recipe.yaml: said before torch
     if not finished and not force:  # what it resumes from, before anything runs (--force removes it)
         runs.check_checkpoints_folder(out)

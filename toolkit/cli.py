@@ -54,8 +54,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     points, folders = sweep.plan(paths, [a for a in args.overrides if is_override(a)], args.seeds, root, args.smoke)
     for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
         _checked(point.recipe, point.overrides, args.smoke)
-        if not args.force:
-            _finished(out)  # and a damaged metrics.json, a finished run's recipe.yaml edited since
+        runs.check_run_place(out)  # a file where the run's folder (or one above it) goes
+        if not args.force and not _finished(out):  # and a damaged metrics.json, a finished run's recipe.yaml edited since
+            runs.check_checkpoints_folder(out)  # a file where a folder goes, a folder where a file: before the first run
     if args.estimate and runs.world_size() > 1:
         raise UserError(f"sweep --estimate: measures one process on this machine, and this launch has "
                         f"{runs.world_size()}; run it as plain `toolkit sweep ... --estimate`")
@@ -256,11 +257,18 @@ def cmd_cp(args: argparse.Namespace) -> int:
         dest = dest / source.name
     if dest.exists() and not args.force:
         raise UserError(f"{dest} exists; --force overwrites it")
+    blocker = runs.file_in_the_way(dest.parent)
+    if blocker is not None:  # it said "does not exist" of a file that `ls` shows
+        raise UserError(f"cp: {blocker} is a file, not a folder, so {dest} cannot be written under it; give a "
+                        "path under a folder")
     if not dest.parent.is_dir():
         raise UserError(f"cp: {dest.parent} does not exist; create it first")
     merged = read_yaml(source)
-    dest.write_text(f"# copied from {args.name} (bases merged in); edit freely\n"
-                    + dump_yaml(merged))
+    # whole or not at all (runs.write_whole): written in place, a full disk (or a kill) cut the copy
+    # short, and with --force the user's own file it replaced was gone; a cut recipe can still read
+    if dest.is_symlink() and dest.is_file():  # written through the link, as cp(1) does (and the copy in place did)
+        dest = dest.resolve()
+    runs.write_whole(dest, f"# copied from {args.name} (bases merged in); edit freely\n" + dump_yaml(merged))
     print(dest)
     return 0
 

@@ -128,6 +128,27 @@ def beside_checkout(name: str, repo: Path) -> Path:
     return Path(name)
 
 
+CACHE_FOLDERS = {"locks": "the locks of runs and exports", "smoke": "the small models of --smoke runs"}
+
+
+def cache_folder(name: str) -> Path:
+    """A folder of the cache (CACHE_FOLDERS), made where missing. A file (or a broken link) in its
+    place was `error: .../locks: file exists`, which says neither what the folder is nor what to do."""
+    folder = cache_dir() / name
+    if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+        what = "a file" if folder.is_file() else "a broken link" if not folder.exists() else "no folder"
+        raise UserError(f"{folder}: is {what}, where the toolkit keeps {CACHE_FOLDERS[name]} (a folder of "
+                        "$TOOLKIT_CACHE); move it away (or remove it), or set TOOLKIT_CACHE to another folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # it said "/proc: this folder takes no new files ...; write elsewhere (--runs-dir,
+        # --output)", options that do not move the cache, or a bare permission error
+        raise UserError(f"{folder}: cannot be made ({(exc.strerror or str(exc)).lower()}); the toolkit keeps "
+                        f"{CACHE_FOLDERS[name]} there, in $TOOLKIT_CACHE (else ~/.cache/toolkit): set TOOLKIT_CACHE "
+                        "to a folder this process can write") from None
+    return folder
+
+
 def cache_dir() -> Path:
     """$TOOLKIT_CACHE (env_folder), else ~/.cache/toolkit, the home looked up only then. Looked
     up first, a process with no home to find (HOME unset under a user id with no passwd entry: a

@@ -9,6 +9,7 @@ through exactly the same `from_pretrained` path as a real checkpoint.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from toolkit import attention as modules, heads, hf_tables, hub
-from toolkit.errors import UserError, beside_checkout, cache_dir, user_path
+from toolkit.errors import UserError, beside_checkout, cache_folder, user_path
 from toolkit.registry import did_you_mean
 
 if TYPE_CHECKING:  # imported where used: `toolkit validate` needs neither
@@ -704,7 +705,7 @@ def smoke_checkpoint(checkpoint: str) -> str:
     if shared_name is None:
         raise UserError(f"--smoke: no small model for a {family} checkpoint (it is neither an "
                         "encoder, a decoder nor an encoder-decoder with an LM head)")
-    cache = cache_dir() / "smoke"
+    cache = cache_folder("smoke")  # a file in its place is one line, not "file exists"
     # A built model is looked for before its tokenizer is read (a tenth to a half of a second
     # each time; a cached folder holds its tokenizer): the checkpoint's own, then the shared one.
     try:
@@ -748,11 +749,16 @@ def _build_small(target: Path, family: str, tok: PreTrainedTokenizerBase, own: A
         torch.manual_seed(0)
         model = AutoModel.from_config(config)  # the body only: every task adds its own head
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = own_folder(target.parent, f".{target.name}-")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    for file in tmp.iterdir():  # as the umask says (the folder's mode, made so): transformers writes its
-        file.chmod(tmp.stat().st_mode & 0o666)  # weights through a temporary file of mode 0600
+    _remove_dead_builds(target)
+    tmp = own_folder(target.parent, f".{target.name}-{os.getpid()}-")
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        for file in tmp.iterdir():  # as the umask says (the folder's mode, made so): transformers writes its
+            file.chmod(tmp.stat().st_mode & 0o666)  # weights through a temporary file of mode 0600
+    except BaseException:  # a full disk, Ctrl-C: no half-written folder stays in the cache
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if not (tmp / "config.json").is_file():  # under torch.distributed only rank 0 writes the model:
         shutil.rmtree(tmp, ignore_errors=True)  # the other ranks wait for its folder
         return _wait_for(target / "config.json", target)
@@ -761,6 +767,26 @@ def _build_small(target: Path, family: str, tok: PreTrainedTokenizerBase, own: A
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+def _remove_dead_builds(target: Path) -> None:
+    """The half-written folders (`.<entry>-<pid>-<hex>`) that builds of `target` killed by SIGKILL
+    left in the cache: each stayed there for good, a copy of a model's weights that nothing reads.
+    Those of a process still running are its build in progress."""
+    for folder in target.parent.glob(f".{glob.escape(target.name)}-*-*"):
+        pid = folder.name[len(target.name) + 2:].split("-")[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's (a group sharing TOOLKIT_CACHE): running
+        return True
+    return True
 
 
 def own_folder(parent: Path, prefix: str) -> Path:

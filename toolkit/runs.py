@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from toolkit.errors import UserError, cache_dir, env_folder, user_path
+from toolkit.errors import UserError, cache_folder, env_folder, user_path
 from toolkit.recipe_data import Recipe
 
 
@@ -472,8 +472,7 @@ def check_utf8(path: Path | str, what: str) -> None:
 def _lock_file(out: Path) -> Path:
     """The run's lock file. Locks live in the cache, not the runs folder: a run refused early
     leaves no folder behind."""
-    folder = cache_dir() / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = cache_folder("locks")
     return folder / (hashlib.sha256(os.fsencode(out.resolve())).hexdigest()[:24] + ".lock")
 
 
@@ -503,7 +502,8 @@ def clear(path: Path) -> None:
     """Everything in a run folder (--force), the folder itself kept: a run holds its lock on it.
     metrics.json, the mark of a finished run, goes first: a clearing stopped half-way (Ctrl-C, a
     kill) left it beside a half-removed model/, and the next run said "finished already"."""
-    (path / "metrics.json").unlink(missing_ok=True)
+    if not (path / "metrics.json").is_dir():  # a folder there (check_checkpoints_folder) goes with the rest
+        (path / "metrics.json").unlink(missing_ok=True)
     for child in path.iterdir() if path.is_dir() else []:
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
@@ -529,6 +529,30 @@ def is_finished(path: Path) -> bool:
     return True
 
 
+def check_run_place(path: Path) -> None:
+    """The run folder `path`, or a folder above it, is no file (or link to nowhere): the run said
+    `runs/r/<id>: not a directory` (it was `runs/r` that was a file) or `runs/r/<id>: file exists`,
+    which name neither the file in the way nor what to do. `--force` does not remove it: it is
+    not the run's."""
+    place = file_in_the_way(path)
+    if place is not None:
+        what = "a file" if place.is_file() else "a broken link" if not place.exists() else "no folder"
+        goes = "the run's folder goes" if place == path else f"a folder above the run's folder ({path}) goes"
+        raise UserError(f"{place}: is {what}, where {goes}; move it away, or use another --runs-dir")
+
+
+def file_in_the_way(folder: Path) -> Path | None:
+    """The nearest of `folder` and the folders above it that is there and no folder (a file, a
+    link to nowhere), which making `folder` fails on; None where it is or can be made. The error
+    of that making names `folder` ("not a directory", "file exists"), not the file in the way."""
+    for place in (folder, *folder.parents):
+        if place.is_dir():
+            return None
+        if place.exists() or place.is_symlink():
+            return place
+    return None
+
+
 def check_checkpoints_folder(path: Path) -> None:
     """A run folder whose `checkpoints` is something other than a folder (a file put in its place):
     no checkpoint was found there, so the run started again from step 0 without a word and failed
@@ -539,6 +563,20 @@ def check_checkpoints_folder(path: Path) -> None:
         what = "a file" if folder.is_file() else "a broken link" if not folder.exists() else "no folder"
         raise UserError(f"{folder}: is {what}, not the folder of the run's checkpoints; move it away (a run "
                         "keeps its checkpoints there), or --force starts the run again from step 0 and removes it")
+    for name in RUN_FOLDERS:  # a file where the run writes a folder: it trained whole, then failed making it
+        there = path / name
+        if (there.exists() or there.is_symlink()) and not there.is_dir():
+            what = "a file" if there.is_file() else "a broken link" if not there.exists() else "no folder"
+            raise UserError(f"{there}: is {what}, where the run writes its folder {name}/; move it away (or "
+                            "remove it), or --force starts the run again from step 0 and removes it")
+    for name in RUN_FILES:  # a folder where the run writes a file: it trained whole, then failed writing it
+        if (path / name).is_dir():
+            raise UserError(f"{path / name}: is a folder, where the run writes its file {name}; move it away "
+                            "(or remove it), or --force starts the run again from step 0 and removes it")
+
+
+RUN_FILES = ("recipe.yaml", "identity.json", "log.jsonl", "metrics.json")  # what every run writes into its folder
+RUN_FOLDERS = ("model", "tracking")  # the folders it makes there (checkpoints/: said above)
 
 
 def checkpoints(path: Path) -> list[Path]:
@@ -714,7 +752,10 @@ def write_all_whole(files: dict[Path, str | bytes]) -> None:
     """Several files, as `write_whole` writes one, all or none: every one is written to its own
     temporary file first, and only then are they renamed (a full disk at MNLI's second GLUE
     submission file left the first new beside an older submission's second)."""
+    for path in files:  # before anything is written: the files are all written or none is
+        check_file_place(path)
     temporaries: dict[Path, Path] = {}
+    path = next(iter(files), Path("."))
     try:
         for path, text in files.items():
             _remove_stale_temporaries(path)
@@ -723,10 +764,24 @@ def write_all_whole(files: dict[Path, str | bytes]) -> None:
             tmp.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)  # the name is this call's alone
         for path, tmp in temporaries.items():
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         for tmp in temporaries.values():
             Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # said of the user's file: the temporary (`report.md.123-ab12cd34.tmp`) is a name the
+            # user never gave, and a full disk's write() names no file at all ("writing a file")
+            raise type(exc)(exc.errno, exc.strerror, os.fspath(path)) from None
         raise
+
+
+def check_file_place(path: Path) -> None:
+    """`path`, a file a writer is about to write whole, is not a folder (or a link to one) put in
+    its place: the rename over it failed after the work was done (a whole evaluation, a report's
+    plots written beside the last report.md), and the line named the writer's temporary file,
+    `report.md.123-ab12cd34.tmp: is a directory`, a name the user never gave."""
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder, where the file {path.name} is written; move it away "
+                        "(or remove it) and run this again")
 
 
 def _remove_stale_temporaries(path: Path) -> None:

@@ -24,6 +24,10 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
     items = collect(roots)  # each root a folder of runs, checked first
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"report: --out {out} is a file; --out names the folder report.md and the plots go to")
+    blocker = None if out is None else run_folders.file_in_the_way(out)
+    if blocker is not None:  # one above it: "--out a/b: not a directory" named the folder, not the file `a`
+        raise UserError(f"report: --out {out}: {blocker} is a file, not a folder, so {out} cannot be made under "
+                        "it; give a path under a folder")
     out = out or roots[0]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [f"# Report: {', '.join(map(str, roots))}", f"{provenance(items)} Written {when}. {STATISTIC}"]
@@ -51,8 +55,9 @@ def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = N
     # some PNGs new beside the previous report.md, exit 2
     out.mkdir(parents=True, exist_ok=True)
     old = plotting.stale(out, pngs)  # the previous report's plots this one does not draw
-    plotting.write_all(pngs)
-    run_folders.write_whole(out / "report.md", text)  # whole or the previous one, killed at any moment
+    # the plots and report.md all or none (whole, or the previous report's, killed at any moment):
+    # a full disk (or a folder in the place) at report.md left this report's plots beside the last one
+    plotting.write_all({**pngs, out / "report.md": text.encode("utf-8")})
     for path in old:
         path.unlink(missing_ok=True)
     return text

@@ -327,7 +327,7 @@ def stale(out: Path, drawn: dict[Path, bytes]) -> list[Path]:
 
 
 def write_all(files: dict[Path, bytes]) -> None:
-    """Each file whole (runs.write_whole), its folder made."""
-    for path, data in files.items():
+    """Every file whole, all or none (runs.write_all_whole), their folders made."""
+    for path in files:
         path.parent.mkdir(parents=True, exist_ok=True)
-        run_folders.write_whole(path, data)
+    run_folders.write_all_whole(files)

@@ -264,6 +264,8 @@ class Glue(Classification):
         """`index<TAB>prediction` per test example, in the file names the GLUE server reads. The
         test files are read (and refused) before the model loads or anything is written."""
         tests = read_test(self)
+        for name in tests:  # a folder at a file's name failed the write once every test set was predicted
+            runs.check_file_place(out_dir / name)
         model, tok = load()
         predicted = {}  # every file's predictions before any is written: MNLI's three, all or none
         for file_name, (index, rows) in tests.items():
