@@ -33,12 +33,11 @@ ATTENTION_ARGS ?=
 PRETRAIN    ?= recipes/pretrain/wikitext-2/minilm-mlm.yaml
 FINETUNE    ?= recipes/demo/sst2/minilm-full.yaml
 PRETRAIN_ARGS ?=
-# a sweep's --dry-run (or --estimate) makes no runs to report
-DRY_RUN      = $(findstring --dry-run,$(ARGS))$(findstring --estimate,$(ARGS))
-# glue/compare: the sweep, then its report (none after --dry-run/--estimate). A sweep that stopped at a
-# failed point makes no report; one under --keep-going that ran every other point is reported (the failed
-# seeds counted in their cells, "1 not finished") and make still exits with the sweep's status
-then_report  = $(if $(DRY_RUN),,; code=$$?; if [ $$code -eq 0 ] || [ -n "$(findstring --keep-going,$(ARGS))" ]; then $(1) || exit $$?; fi; exit $$code)
+# glue/compare/demo: the sweep, then (--report) the report of its own runs alone: a folder holding the runs of
+# another EPOCHS, LR_GRID or ARGS made before (or by another make at once) chose each cell's "best" across both
+# as if a grid. None after --dry-run/--estimate; a sweep that stopped at a failed point makes no report; one
+# under --keep-going that ran every other point is reported (the failed seeds counted in their cells, "1 not
+# finished") and make still exits with the sweep's status (2)
 
 GPU_PY      ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 GPU_SITE    ?= /tmp/site
@@ -91,9 +90,8 @@ test:  ## the whole suite, offline, on CPU (2 workers, one thread each: the fast
 	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist worksteal --durations=30  # an idle worker takes the other's queued tests; the 30 slowest listed
 
 demo:  ## LoRA vs full fine-tuning of the real all-MiniLM-L6-v2 on SST-2, one table
-	$(BIN)/toolkit run recipes/demo/sst2/minilm-full.yaml --runs-dir "$(RUNS_DIR)/demo" $(ARGS)
-	$(BIN)/toolkit run recipes/demo/sst2/minilm-lora.yaml --runs-dir "$(RUNS_DIR)/demo" $(ARGS)
-	$(BIN)/toolkit report "$(RUNS_DIR)/demo"
+	$(BIN)/toolkit sweep recipes/demo/sst2/minilm-full.yaml recipes/demo/sst2/minilm-lora.yaml \
+	  --runs-dir "$(RUNS_DIR)/demo" $(ARGS) --report=
 
 run:  ## make run RECIPE=... ARGS="train.epochs=1" [NPROC=8] [STRATEGY=ddp|fsdp|zero2|zero3]
 ifeq ($(NPROC)$(STRATEGY),1ddp)
@@ -111,12 +109,12 @@ endif
 glue:  ## every GLUE task with a recipe for MODEL x METHOD, SEEDS seeds; GLUE table beside published numbers
 	$(if $(GLUE_TASKS),,$(error make glue: no recipes/glue/*/$(GLUE_MODEL)-$(METHOD).yaml; MODEL and METHOD name a shipped pair, e.g. MODEL=roberta-base METHOD=lora (toolkit ls recipes)))
 	$(BIN)/toolkit sweep $(foreach t,$(GLUE_TASKS),recipes/glue/$(t)/$(GLUE_MODEL)-$(METHOD).yaml) \
-	  --seeds "$(SEEDS)" --runs-dir "$(RUNS_DIR)/glue" $(ARGS) $(call then_report,$(BIN)/toolkit report "$(RUNS_DIR)/glue" --glue)
+	  --seeds "$(SEEDS)" --runs-dir "$(RUNS_DIR)/glue" $(ARGS) --report=--glue
 
 compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per method (best on dev); table + plots
 	$(BIN)/toolkit sweep $(foreach m,$(METHODS),recipes/$(TASK)/$(COMPARE_MODEL)-$(m).yaml) \
 	  $(if $(EPOCHS),train.epochs=$(EPOCHS)) train.lr=$(LR_GRID) --seeds "$(SEEDS)" --runs-dir "$(COMPARE_RUNS)" $(ARGS) \
-	  $(call then_report,$(BIN)/toolkit report "$(COMPARE_RUNS)" --rows task --cols method)
+	  --report="--rows task --cols method"
 
 chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARGS=key=value ...] [ARGS=--smoke]
 # an empty PRETRAIN or FINETUNE is one line before anything runs (FINETUNE= trained the whole pretraining first)
