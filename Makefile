@@ -10,6 +10,7 @@ export TOOLKIT_TOKENIZERS ?= $(abspath $(firstword $(wildcard ../shared/tokenize
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 RUNS        ?= runs
+comma       := ,
 # where the targets' runs go; RUNS= (an unset variable exported) put them at the filesystem's root (/demo)
 RUNS_DIR     = $(if $(strip $(RUNS)),$(RUNS),$(error RUNS is empty: give the folder for the runs, e.g. RUNS=runs (the default)))
 RECIPE      ?= recipes/demo/sst2/minilm-lora.yaml
@@ -112,6 +113,12 @@ glue:  ## every GLUE task with a recipe for MODEL x METHOD, SEEDS seeds; GLUE ta
 	  --seeds "$(SEEDS)" --runs-dir "$(RUNS_DIR)/glue" $(ARGS) --report=--glue
 
 compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per method (best on dev); table + plots
+# one line before anything runs: no METHODS (the sweep said "no recipe given, e.g. toolkit sweep ...");
+# EPOCHS=3,10 swept a grid of budgets, each method reported at its best on dev (EPOCHS is one budget for
+# every method), EPOCHS="1 2" and LR_GRID="x1, x3" made their second word a recipe ("recipe 2 does not exist")
+	$(if $(strip $(METHODS)),,$(error make compare: METHODS is empty; name the methods to compare, e.g. METHODS="full lora" (the default: full lora houlsby prompt_tuning bitfit)))
+	$(if $(filter-out 0 1,$(words $(EPOCHS)))$(findstring $(comma),$(EPOCHS)),$(error make compare: EPOCHS=$(EPOCHS): one number of epochs, the one budget of every method (e.g. EPOCHS=3); a grid of budgets, each method reported at its best on dev, is ARGS=train.epochs=3,10 with EPOCHS unset))
+	$(if $(filter-out 1,$(words $(LR_GRID))),$(error make compare: LR_GRID=$(LR_GRID): one comma-separated list with no spaces, e.g. LR_GRID=x0.3,x1,x3))
 	$(BIN)/toolkit sweep $(foreach m,$(METHODS),recipes/$(TASK)/$(COMPARE_MODEL)-$(m).yaml) \
 	  $(if $(EPOCHS),train.epochs=$(EPOCHS)) train.lr=$(LR_GRID) --seeds "$(SEEDS)" --runs-dir "$(COMPARE_RUNS)" $(ARGS) \
 	  --report="--rows task --cols method"
