@@ -199,6 +199,18 @@ def test_a_sweeps_report_is_of_its_own_runs_alone(tmp_path: Path, cli) -> None:
     assert code == 0 and "| sst2 | 80.00 (n=1) | 90.00 (n=1) |" in out
     assert "reported train.epochs=1.0, the best mean accuracy on dev of the grid [train.epochs=1.0: 90.00 (n=1); " \
            "train.epochs=3.0: 60.00 (n=1)]" in out, out
+    # a second seed another process is running (two `make compare SEEDS=42,43` at once), its folder
+    # holding no recipe.yaml yet: left to it, and counted in its cell (it read `(n=1)`, said nowhere)
+    from toolkit import runs as run_folders
+
+    _, seeds2 = sweep.plan([lora, full], ["train.epochs=3"], "42,43", root, False)
+    with contextlib.ExitStack() as held:
+        for folder in seeds2[1::2]:
+            held.enter_context(run_folders.locked(folder, folder=True))
+        code, out, err = cli("sweep", lora, full, "train.epochs=3", "--seeds", "42,43", "--runs-dir", root,
+                             "--report=--rows task --cols method --no-plots")
+    assert code == 0 and "2 left to the processes running them" in out, err
+    assert "| sst2 | 80.00 (n=1; 1 not finished) | 60.00 (n=1; 1 not finished) |" in out, out
     (root / "report.md").unlink()
     code, out, _ = cli("sweep", lora, "train.epochs=3", "--seeds", "42", "--runs-dir", root, "--dry-run", "--report=")
     assert code == 0 and "# Report" not in out and not (root / "report.md").exists()

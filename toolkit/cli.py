@@ -123,7 +123,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"right now ({', '.join(map(str, left))}): the same command later skips them once finished" if left else ""))
     if reporting is not None and runs.rank() == 0:  # --keep-going: the failed seeds counted in their cells
         try:
-            _report_of_the_sweep(reporting, root, folders, args)
+            _report_of_the_sweep(reporting, root, points, folders, args)
         except UserError as exc:  # no point finished, say: the failed points' line first, then why no report
             if not failed:
                 raise
@@ -161,15 +161,21 @@ def _report_options(text: str, root: Path) -> argparse.Namespace:
     return given
 
 
-def _report_of_the_sweep(given: argparse.Namespace, root: Path, folders: list[Path], args: argparse.Namespace) -> None:
-    """report.md of the sweep's own points into its runs folder, printed as `toolkit report` prints it."""
+def _report_of_the_sweep(given: argparse.Namespace, root: Path, points: list, folders: list[Path],
+                         args: argparse.Namespace) -> None:
+    """report.md of the sweep's own points into its runs folder, printed as `toolkit report` prints it;
+    a point not finished with no recipe.yaml yet (left to another process starting it) is counted
+    in its cell by its planned recipe."""
     if not any(runs.is_finished(f) for f in folders):
         raise UserError(f"report: none of the sweep's {len(folders)} runs finished")
     metrics = [m for item in given.metric or [] for m in item.split(",")]
     command = shlex.join(["toolkit", "sweep", *args.overrides, *(["--seeds", args.seeds] if args.seeds is not None else []),
                           *["--smoke"] * args.smoke, "--runs-dir", str(root)])
+    planned = {out: "" if runs.is_finished(out) or (out / "recipe.yaml").is_file()
+               else recipes.dump(recipes.load(point.recipe, point.overrides, smoke=args.smoke))
+               for point, out in zip(points, folders)}
     print(report.render([root], plots=not given.no_plots, row_key=given.rows, col_key=given.cols,
-                        metrics=metrics or None, glue=given.glue, sweep=(folders, command)))
+                        metrics=metrics or None, glue=given.glue, sweep=(planned, command)))
 
 
 def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool, force: bool = False) -> None:

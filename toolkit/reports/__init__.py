@@ -18,14 +18,14 @@ from toolkit.reports.core import (
 
 def render(roots: Path | list[Path], plots: bool = True, row_key: str | None = None,
            col_key: str | None = None, metrics: list[str] | None = None, glue: bool = False,
-           out: Path | None = None, sweep: tuple[list[Path], str] | None = None) -> str:
+           out: Path | None = None, sweep: tuple[dict[Path, str], str] | None = None) -> str:
     """Build report.md (and the PNGs) into `out` (default: the first runs folder); return its text.
-    `sweep`: (its points' run folders, its command): the report of those runs alone (`toolkit sweep
+    `sweep`: (its points' run folders -> their planned recipe.yaml text, its command): the report of those runs alone (`toolkit sweep
     --report`), the folder's other runs (another EPOCHS, LR_GRID or method list swept into it
     before) left out and counted: as one folder, a pivot cell chose its "best" across two budgets
     as if a grid the sweep never asked for, exit 0."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
-    only = None if sweep is None else frozenset(p.resolve() for p in sweep[0])
+    only = None if sweep is None else {p.resolve(): text for p, text in sweep[0].items()}
     items = collect(roots, only)  # each root a folder of runs, checked first
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"report: --out {out} is a file; --out names the folder report.md and the plots go to")
@@ -72,7 +72,7 @@ STATISTIC = ("Every entry is the mean ± the sample standard deviation (n − 1)
              "its 95% Student's t interval (n − 1 df).")
 
 
-def _of_the_sweep(roots: list[Path], only: frozenset[Path], command: str) -> str:
+def _of_the_sweep(roots: list[Path], only: dict[Path, str], command: str) -> str:
     """What a sweep's report covers: its own points, and how many other runs their folder holds."""
     others = sum(1 for root in roots for f in files_below(root, "metrics.json") if f.parent.resolve() not in only)
     return (f"The runs of one sweep alone: the {len(only)} points `{command}` asked for"

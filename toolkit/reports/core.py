@@ -18,7 +18,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from toolkit import recipe as recipes, runs as run_folders
 from toolkit.errors import UserError
@@ -247,9 +247,10 @@ def files_below(root: Path, name: str) -> list[Path]:
     return sorted(found)
 
 
-def collect(roots: Path | str | Iterable[Path | str], only: frozenset[Path] | None = None) -> list[dict[str, Any]]:
+def collect(roots: Path | str | Iterable[Path | str], only: Mapping[Path, str] | None = None) -> list[dict[str, Any]]:
     """Every finished run below the root(s): its metrics.json plus the recipe it came from; with
-    `only` (resolved run folders: a sweep's own points), those runs alone."""
+    `only` (resolved run folders: a sweep's own points, each with its planned recipe.yaml text), those
+    runs alone."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
     found, seen = [], set()
     for root in roots:
@@ -334,7 +335,7 @@ def run_name(run: Path, root: Path, recipe: dict) -> str:
     return name + SMOKE * bool(recipe.get("smoke"))
 
 
-def unfinished_runs(roots: Iterable[Path], only: frozenset[Path] | None = None) -> list[dict]:
+def unfinished_runs(roots: Iterable[Path], only: Mapping[Path, str] | None = None) -> list[dict]:
     """Run folders below the roots with a recipe.yaml and no metrics.json (stopped, failed, killed,
     a seed that diverged, or running now): {run, step, recipe} (recipe None where it cannot be read);
     with `only`, those among these run folders alone (collect)."""
@@ -353,6 +354,15 @@ def unfinished_runs(roots: Iterable[Path], only: frozenset[Path] | None = None) 
                 recipe = None
             left.append({"run": run, "step": run_folders.last_step(run), "recipe": recipe,
                          "name": run_name(run, Path(root), recipe or {})})
+    # a sweep's point with no recipe.yaml yet (left to another process still starting it, or never
+    # started): its planned recipe (`only`'s value). Its cell read `(n=1)` where the sweep asked for 2
+    # seeds and one was running elsewhere, said nowhere, exit 0
+    for run, planned in (only or {}).items():
+        if run in seen or not planned or (run / "metrics.json").is_file() or (run / "recipe.yaml").is_file():
+            continue
+        recipe = with_old_defaults(safe_yaml(planned, str(run / "recipe.yaml")))
+        left.append({"run": run, "step": None, "recipe": recipe,
+                     "name": run_name(run, Path(next(iter(roots))), recipe)})
     return left
 
 
@@ -360,7 +370,7 @@ def _kept(run: dict) -> str:
     return f"checkpoint of step {run['step']}" if run["step"] is not None else "no checkpoint"
 
 
-def unfinished_notes(roots: Iterable[Path], only: frozenset[Path] | None = None) -> list[str]:
+def unfinished_notes(roots: Iterable[Path], only: Mapping[Path, str] | None = None) -> list[str]:
     """Run folders below the roots that are not finished are in no table, and said: a mean over the
     seeds that finished is not the mean over the seeds that ran (a seed that diverged and stopped,
     dropped without a word, flatters its method), and an n of 2 does not tell that a third was
@@ -380,7 +390,7 @@ def _recipe_setting(item: dict) -> str:
     return json.dumps({k: v for k, v in made.items() if k in item["recipe"]}, sort_keys=True, default=str)
 
 
-def attach_unfinished(items: list[dict], roots: Iterable[Path], only: frozenset[Path] | None = None) -> list[dict]:
+def attach_unfinished(items: list[dict], roots: Iterable[Path], only: Mapping[Path, str] | None = None) -> list[dict]:
     """Each run not finished whose recipe is a finished run's but for the seed (and the fields that
     change no number) is one more seed started for that run's entry: kept on those runs
     (`item["unfinished"]`) so every table that pools them can count it beside its n
