@@ -108,7 +108,9 @@ else
 endif
 
 glue:  ## every GLUE task with a recipe for MODEL x METHOD, SEEDS seeds; GLUE table beside published numbers
-	$(if $(GLUE_TASKS),,$(error make glue: no recipes/glue/*/$(GLUE_MODEL)-$(METHOD).yaml; MODEL and METHOD name a shipped pair, e.g. MODEL=roberta-base METHOD=lora (toolkit ls recipes)))
+# GLUE_TASKS given empty was said as a MODEL x METHOD with no recipe, of a pair that has them
+	$(if $(strip $(GLUE_TASKS)),,$(if $(filter command line environment,$(origin GLUE_TASKS)),$(error make glue: GLUE_TASKS is empty; name the tasks (e.g. GLUE_TASKS="rte mrpc"), or leave it out for every task with a recipe for $(GLUE_MODEL)-$(METHOD))))
+	$(if $(strip $(GLUE_TASKS)),,$(error make glue: no recipes/glue/*/$(GLUE_MODEL)-$(METHOD).yaml; MODEL and METHOD name a shipped pair, e.g. MODEL=roberta-base METHOD=lora (toolkit ls recipes)))
 	$(BIN)/toolkit sweep $(foreach t,$(GLUE_TASKS),recipes/glue/$(t)/$(GLUE_MODEL)-$(METHOD).yaml) \
 	  --seeds "$(SEEDS)" --runs-dir "$(RUNS_DIR)/glue" $(ARGS) --report=--glue
 

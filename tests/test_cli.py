@@ -197,6 +197,10 @@ def test_make_glue_with_no_recipe_for_model_and_method_says_so() -> None:
     done = subprocess.run(["make", "-n", "glue", "MODEL=robrta-base"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "no recipes/glue/*/robrta-base-lora.yaml; MODEL and METHOD name" in done.stderr
     assert "toolkit sweep" not in done.stdout
+    # GLUE_TASKS given empty: said as such (it was said as a pair with no recipe, of roberta-base-lora)
+    done = subprocess.run(["make", "-n", "glue", "GLUE_TASKS="], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "make glue: GLUE_TASKS is empty; name the tasks" in done.stderr, done.stderr
+    assert "toolkit sweep" not in done.stdout and done.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("variable, said", [
