@@ -75,7 +75,7 @@ STATISTIC = ("Every entry is the mean ± the sample standard deviation (n − 1)
 def _of_the_sweep(roots: list[Path], only: dict[Path, str], command: str) -> str:
     """What a sweep's report covers: its own points, and how many other runs their folder holds."""
     others = sum(1 for root in roots for f in files_below(root, "metrics.json") if f.parent.resolve() not in only)
-    return (f"The runs of one sweep alone: the {len(only)} points `{command}` asked for"
+    return (f"The runs of one sweep alone: the {len(only)} point{'s' * (len(only) != 1)} `{command}` asked for"
             + (f"; {others} other finished run(s) in {', '.join(map(str, roots))} (another sweep's settings) are in "
                f"no table here (`toolkit report {' '.join(map(str, roots))}` reports every run there: a cell of several "
                "settings is then a grid, its best chosen on dev)." if others else "."))
