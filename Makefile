@@ -10,6 +10,7 @@ export TOOLKIT_TOKENIZERS ?= $(abspath $(firstword $(wildcard ../shared/tokenize
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 RUNS        ?= runs
+comma       := ,
 # where the targets' runs go; RUNS= (an unset variable exported) put them at the filesystem's root (/demo)
 RUNS_DIR     = $(if $(strip $(RUNS)),$(RUNS),$(error RUNS is empty: give the folder for the runs, e.g. RUNS=runs (the default)))
 RECIPE      ?= recipes/demo/sst2/minilm-lora.yaml
@@ -33,12 +34,11 @@ ATTENTION_ARGS ?=
 PRETRAIN    ?= recipes/pretrain/wikitext-2/minilm-mlm.yaml
 FINETUNE    ?= recipes/demo/sst2/minilm-full.yaml
 PRETRAIN_ARGS ?=
-# a sweep's --dry-run (or --estimate) makes no runs to report
-DRY_RUN      = $(findstring --dry-run,$(ARGS))$(findstring --estimate,$(ARGS))
-# glue/compare: the sweep, then its report (none after --dry-run/--estimate). A sweep that stopped at a
-# failed point makes no report; one under --keep-going that ran every other point is reported (the failed
-# seeds counted in their cells, "1 not finished") and make still exits with the sweep's status
-then_report  = $(if $(DRY_RUN),,; code=$$?; if [ $$code -eq 0 ] || [ -n "$(findstring --keep-going,$(ARGS))" ]; then $(1) || exit $$?; fi; exit $$code)
+# glue/compare/demo: the sweep, then (--report) the report of its own runs alone: a folder holding the runs of
+# another EPOCHS, LR_GRID or ARGS made before (or by another make at once) chose each cell's "best" across both
+# as if a grid. None after --dry-run/--estimate; a sweep that stopped at a failed point makes no report; one
+# under --keep-going that ran every other point is reported (the failed seeds counted in their cells, "1 not
+# finished") and make still exits with the sweep's status (2)
 
 GPU_PY      ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 GPU_SITE    ?= /tmp/site
@@ -91,9 +91,8 @@ test:  ## the whole suite, offline, on CPU (2 workers, one thread each: the fast
 	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist worksteal --durations=30  # an idle worker takes the other's queued tests; the 30 slowest listed
 
 demo:  ## LoRA vs full fine-tuning of the real all-MiniLM-L6-v2 on SST-2, one table
-	$(BIN)/toolkit run recipes/demo/sst2/minilm-full.yaml --runs-dir "$(RUNS_DIR)/demo" $(ARGS)
-	$(BIN)/toolkit run recipes/demo/sst2/minilm-lora.yaml --runs-dir "$(RUNS_DIR)/demo" $(ARGS)
-	$(BIN)/toolkit report "$(RUNS_DIR)/demo"
+	$(BIN)/toolkit sweep recipes/demo/sst2/minilm-full.yaml recipes/demo/sst2/minilm-lora.yaml \
+	  --runs-dir "$(RUNS_DIR)/demo" $(ARGS) --report=
 
 run:  ## make run RECIPE=... ARGS="train.epochs=1" [NPROC=8] [STRATEGY=ddp|fsdp|zero2|zero3]
 ifeq ($(NPROC)$(STRATEGY),1ddp)
@@ -109,14 +108,22 @@ else
 endif
 
 glue:  ## every GLUE task with a recipe for MODEL x METHOD, SEEDS seeds; GLUE table beside published numbers
-	$(if $(GLUE_TASKS),,$(error make glue: no recipes/glue/*/$(GLUE_MODEL)-$(METHOD).yaml; MODEL and METHOD name a shipped pair, e.g. MODEL=roberta-base METHOD=lora (toolkit ls recipes)))
+# GLUE_TASKS given empty was said as a MODEL x METHOD with no recipe, of a pair that has them
+	$(if $(strip $(GLUE_TASKS)),,$(if $(filter command line environment,$(origin GLUE_TASKS)),$(error make glue: GLUE_TASKS is empty; name the tasks (e.g. GLUE_TASKS="rte mrpc"), or leave it out for every task with a recipe for $(GLUE_MODEL)-$(METHOD))))
+	$(if $(strip $(GLUE_TASKS)),,$(error make glue: no recipes/glue/*/$(GLUE_MODEL)-$(METHOD).yaml; MODEL and METHOD name a shipped pair, e.g. MODEL=roberta-base METHOD=lora (toolkit ls recipes)))
 	$(BIN)/toolkit sweep $(foreach t,$(GLUE_TASKS),recipes/glue/$(t)/$(GLUE_MODEL)-$(METHOD).yaml) \
-	  --seeds "$(SEEDS)" --runs-dir "$(RUNS_DIR)/glue" $(ARGS) $(call then_report,$(BIN)/toolkit report "$(RUNS_DIR)/glue" --glue)
+	  --seeds "$(SEEDS)" --runs-dir "$(RUNS_DIR)/glue" $(ARGS) --report=--glue
 
 compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per method (best on dev); table + plots
+# one line before anything runs: no METHODS (the sweep said "no recipe given, e.g. toolkit sweep ...");
+# EPOCHS=3,10 swept a grid of budgets, each method reported at its best on dev (EPOCHS is one budget for
+# every method), EPOCHS="1 2" and LR_GRID="x1, x3" made their second word a recipe ("recipe 2 does not exist")
+	$(if $(strip $(METHODS)),,$(error make compare: METHODS is empty; name the methods to compare, e.g. METHODS="full lora" (the default: full lora houlsby prompt_tuning bitfit)))
+	$(if $(filter-out 0 1,$(words $(EPOCHS)))$(findstring $(comma),$(EPOCHS)),$(error make compare: EPOCHS=$(EPOCHS): one number of epochs, the one budget of every method (e.g. EPOCHS=3); a grid of budgets, each method reported at its best on dev, is ARGS=train.epochs=3,10 with EPOCHS unset))
+	$(if $(filter-out 1,$(words $(LR_GRID))),$(error make compare: LR_GRID=$(LR_GRID): one comma-separated list with no spaces, e.g. LR_GRID=x0.3,x1,x3))
 	$(BIN)/toolkit sweep $(foreach m,$(METHODS),recipes/$(TASK)/$(COMPARE_MODEL)-$(m).yaml) \
 	  $(if $(EPOCHS),train.epochs=$(EPOCHS)) train.lr=$(LR_GRID) --seeds "$(SEEDS)" --runs-dir "$(COMPARE_RUNS)" $(ARGS) \
-	  $(call then_report,$(BIN)/toolkit report "$(COMPARE_RUNS)" --rows task --cols method)
+	  --report="--rows task --cols method"
 
 chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARGS=key=value ...] [ARGS=--smoke]
 # an empty PRETRAIN or FINETUNE is one line before anything runs (FINETUNE= trained the whole pretraining first)

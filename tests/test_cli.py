@@ -202,6 +202,27 @@ def test_make_glue_with_no_recipe_for_model_and_method_says_so() -> None:
     done = subprocess.run(["make", "-n", "glue", "MODEL=robrta-base"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "no recipes/glue/*/robrta-base-lora.yaml; MODEL and METHOD name" in done.stderr
     assert "toolkit sweep" not in done.stdout
+    # GLUE_TASKS given empty: said as such (it was said as a pair with no recipe, of roberta-base-lora)
+    done = subprocess.run(["make", "-n", "glue", "GLUE_TASKS="], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "make glue: GLUE_TASKS is empty; name the tasks" in done.stderr, done.stderr
+    assert "toolkit sweep" not in done.stdout and done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("variable, said", [
+    ("METHODS=", "METHODS is empty; name the methods to compare"), ("METHODS= ", "METHODS is empty"),
+    ("EPOCHS=3,10", "EPOCHS=3,10: one number of epochs, the one budget of every method"),
+    ("EPOCHS=1 2", "EPOCHS=1 2: one number of epochs"),
+    ("LR_GRID=x1, x3", "LR_GRID=x1, x3: one comma-separated list with no spaces"), ("LR_GRID=", "LR_GRID=: one")])
+def test_make_compare_with_a_variable_it_cannot_take_is_one_line(variable: str, said: str) -> None:
+    """`make compare METHODS=` said `sweep: no recipe given, e.g. toolkit sweep ...`, a command the
+    user never typed; `EPOCHS=3,10` swept a grid of budgets and reported each method at its best on
+    dev, exit 0 (EPOCHS is the one budget of every method); `EPOCHS="1 2"` said `recipe 2 does not
+    exist`. Each is make's one line and exit 2 before anything runs."""
+    import subprocess
+
+    done = subprocess.run(["make", "-n", "compare", variable], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "toolkit sweep" not in done.stdout, done
+    assert done.stderr.count("\n") == 1 and f"*** make compare: {said}" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("command", ["sweep", "validate"])

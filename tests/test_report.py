@@ -2868,3 +2868,16 @@ def test_a_run_evaluated_once_chose_no_checkpoint(tmp_path: Path, table: str) ->
     assert len(best) == 1 and "lora" in best[0].split(": each")[0] and "full" not in best[0].split(": each")[0], best
     assert any(re.search(r"checkpoint kept \((glue/rte/tiny-)?full: the last step, (glue/rte/tiny-)?lora: the best on dev\)", n)
                for n in notes), notes
+
+
+def test_a_run_folder_given_itself_is_reported_under_its_recipes_name(tmp_path: Path, cli) -> None:
+    """`toolkit report runs/x/<id>` (the run folders `toolkit.sweep` returns, one run of a folder):
+    a ValueError traceback (the run's name was its parent's path below the run itself). Named by
+    its recipe, as the folder of runs names it, and its seeds pooled."""
+    runs = [fake_run(tmp_path, "sst2", "lora", seed, {"accuracy": acc}) for seed, acc in ((42, 0.8), (43, 0.9))]
+    for run in runs:
+        text = (run / "recipe.yaml").read_text()
+        (run / "recipe.yaml").write_text(f"name: glue/sst2/tiny-lora\n{text}")
+    code, out, err = cli("report", *runs, "--no-plots", "--out", tmp_path / "out")
+    assert code == 0, err
+    assert "| glue/sst2/tiny-lora | lora | 2 | 85.00 ± 7.07 |" in out, out

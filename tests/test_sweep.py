@@ -140,10 +140,12 @@ def test_dry_run_lists_and_a_rerun_skips_finished_and_resumes_interrupted(tmp_pa
     assert code == 2 and "train.lr: expected float, got str 'fast'" in err  # checked before any run
 
 
-@pytest.mark.parametrize("target", ["compare", "glue"])
+@pytest.mark.parametrize("target", ["compare", "glue", "demo"])
 def test_make_dry_run_lists_and_skips_the_report(target: str) -> None:
-    """`make compare|glue ARGS=--dry-run` passes --dry-run to the sweep and runs no report (the
-    report of a folder with no runs yet would fail); without it the report follows the sweep."""
+    """`make compare|glue|demo` is one `toolkit sweep ... --report=...`: the report is the sweep's
+    (of its own runs alone; none under --dry-run: test_a_sweeps_report_is_of_its_own_runs_alone),
+    never a `toolkit report` of the whole folder, which reported the runs of an earlier EPOCHS,
+    LR_GRID or ARGS beside these, each cell's "best" chosen across both as if a grid, exit 0."""
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
@@ -152,9 +154,73 @@ def test_make_dry_run_lists_and_skips_the_report(target: str) -> None:
         return subprocess.run(["make", "-n", target, "MODEL=minilm", *extra], cwd=root, capture_output=True,
                               text=True, check=True).stdout
 
-    dry = commands("ARGS=--dry-run")
-    assert "toolkit sweep" in dry and "--dry-run" in dry and "toolkit report" not in dry
-    assert "toolkit report" in commands()
+    for given in (commands("ARGS=--dry-run"), commands()):
+        assert "toolkit sweep" in given and "--report=" in given and "toolkit report" not in given, given
+    assert "--dry-run" in commands("ARGS=--dry-run")
+
+
+def _finished_points(recipes_: list[Path], axes: list[str], root: Path, scores: dict[str, float]) -> list[Path]:
+    """Each point of the grid as a finished run (recipe.yaml, metrics.json, log.jsonl as a run writes
+    them), its accuracy `scores[method]`: a sweep given the same grid skips them all."""
+    from test_report import DECL
+
+    points, folders = sweep.plan(recipes_, axes, "42", root, False)
+    for point, folder in zip(points, folders):
+        made = recipes.load(point.recipe, point.overrides)
+        (folder / "model").mkdir(parents=True)  # its result (empty: nothing loads it here)
+        (folder / "recipe.yaml").write_text(recipes.dump(made))
+        acc = scores[made.method.name]
+        (folder / "metrics.json").write_text(json.dumps({
+            "eval": {"accuracy": acc, "loss": 0.5}, "metric_declarations": {k: DECL[k] for k in ("accuracy", "loss")},
+            "main_metric": "accuracy", "recipe_hash": made.hash, "seed": 42, "method": made.method.name, "trainable_params": 10,
+            "train_runtime_s": 1.0, "train_samples_per_second": 5.0, "peak_memory_mb": 100.0}))
+        (folder / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in (
+            {"step": 1, "epoch": 0, "loss": 1.0}, {"step": 2, "epoch": 1, "eval": {"accuracy": acc, "loss": 0.5}})))
+    return folders
+
+
+def test_a_sweeps_report_is_of_its_own_runs_alone(tmp_path: Path, cli) -> None:
+    """`make compare EPOCHS=1` then `make compare EPOCHS=3` (one folder, runs/compare-<task>-<model>):
+    the second report chose each method's "best" across the two budgets as if a grid (lora at 1
+    epoch, 90.00, under EPOCHS=3), exit 0. Rule: a sweep's report (`--report`, what the make
+    targets run) covers exactly the points that sweep asked for; the folder's other runs are
+    counted and left out. `toolkit report` of the folder, by hand, reports all of them: a cell of
+    two budgets is a grid over train.epochs, said so with each setting's number."""
+    root = tmp_path / "runs"
+    lora, full = (Path(__file__).resolve().parent.parent / f"recipes/demo/sst2/minilm-{m}.yaml" for m in ("lora", "full"))
+    _finished_points([lora, full], ["train.epochs=1"], root, {"lora": 0.90, "full": 0.70})
+    _finished_points([lora, full], ["train.epochs=3"], root, {"lora": 0.60, "full": 0.80})
+    code, out, err = cli("sweep", lora, full, "train.epochs=3", "--seeds", "42", "--runs-dir", root,
+                         "--report=--rows task --cols method --no-plots")
+    assert code == 0, err
+    assert "| sst2 | 80.00 (n=1) | 60.00 (n=1) |" in out and "grid" not in out.split("## accuracy")[1], out
+    assert "the 2 points `toolkit sweep " in out and "; 2 other finished run(s) in " in out, out
+    assert (root / "report.md").read_text() in out
+    code, out, _ = cli("report", root, "--rows", "task", "--cols", "method", "--no-plots")  # by hand: every run there
+    assert code == 0 and "| sst2 | 80.00 (n=1) | 90.00 (n=1) |" in out
+    assert "reported train.epochs=1.0, the best mean accuracy on dev of the grid [train.epochs=1.0: 90.00 (n=1); " \
+           "train.epochs=3.0: 60.00 (n=1)]" in out, out
+    # a second seed another process is running (two `make compare SEEDS=42,43` at once), its folder
+    # holding no recipe.yaml yet: left to it, and counted in its cell (it read `(n=1)`, said nowhere)
+    from toolkit import runs as run_folders
+
+    _, seeds2 = sweep.plan([lora, full], ["train.epochs=3"], "42,43", root, False)
+    with contextlib.ExitStack() as held:
+        for folder in seeds2[1::2]:
+            held.enter_context(run_folders.locked(folder, folder=True))
+        code, out, err = cli("sweep", lora, full, "train.epochs=3", "--seeds", "42,43", "--runs-dir", root,
+                             "--report=--rows task --cols method --no-plots")
+    assert code == 0 and "2 left to the processes running them" in out, err
+    assert "| sst2 | 80.00 (n=1; 1 not finished) | 60.00 (n=1; 1 not finished) |" in out, out
+    (root / "report.md").unlink()
+    code, out, _ = cli("sweep", lora, "train.epochs=3", "--seeds", "42", "--runs-dir", root, "--dry-run", "--report=")
+    assert code == 0 and "# Report" not in out and not (root / "report.md").exists()
+    for given, said in (("--rows tsk", "report --rows 'tsk': expected one of"), ("--out x", "give report options alone"),
+                        ("--glu", "unrecognized arguments: --glu; did you mean --glue?"), ("'--glue", "No closing quotation")):
+        code, out, err = cli("sweep", lora, "train.epochs=5", "--runs-dir", root, f"--report={given}")
+        assert code == 2 and err.startswith(f"error: sweep --report '{given}': ") and said in err, err
+        assert err.count("\n") == 1 and not (root / "demo/sst2/minilm-lora").joinpath("x").exists()
+    assert len(list(root.rglob("recipe.yaml"))) == 4  # nothing ran
 
 
 OWN = """model: {{checkpoint: {checkpoint}}}
@@ -239,7 +305,7 @@ def test_estimate_of_a_chained_point_measures_the_model_its_chain_starts_from(tm
     assert "estimate: about" in out and not runs_dir.exists()
 
 
-def test_make_estimate_skips_the_report() -> None:
+def test_make_estimate_skips_the_report(tmp_path: Path, cli) -> None:
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
@@ -567,8 +633,9 @@ def test_keep_going_runs_every_other_point_and_names_the_failed_ones_at_the_end(
     if entry == "cli":
         monkeypatch.setattr(cli_module.subprocess, "Popen", lambda *a, **k: started.append(a) or
                             popen(["false" if len(started) in fails else "true"]))
-        code, out, err = cli("sweep", recipe, axis, "--keep-going", "--runs-dir", tmp_path / "runs")
-        assert code == 2 and err.count("\n") == 1, err
+        # --report (make glue's): made after the failed points; none finished here, so said in the one line
+        code, out, err = cli("sweep", recipe, axis, "--keep-going", "--runs-dir", tmp_path / "runs", "--report")
+        assert code == 2 and err.count("\n") == 1 and err.endswith("; no report: report: none of the sweep's 4 runs finished\n"), err
         said = err
         assert "sweep: run 2 of 4" in out and "on with the next point" in out and "sweep: 2 runs done" in out, out
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -52,6 +53,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     root = runs.runs_root(args.runs_dir)
     _check_runs_root(root)  # said once here, not once per point
     points, folders = sweep.plan(paths, [a for a in args.overrides if is_override(a)], args.seeds, root, args.smoke)
+    reporting = None if args.report is None else _report_options(args.report, root)  # refused before any run
     for point, out in zip(points, folders):  # every point's data files' heads, before the first run starts
         _checked(point.recipe, point.overrides, args.smoke)
         runs.check_run_place(out)  # a file where the run's folder (or one above it) goes
@@ -120,9 +122,61 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             say(f"sweep: {what}; --keep-going: on with the next point", flush=True)
     say(f"sweep: {len(points) - len(left) - len(failed)} runs done" + (f"; {len(left)} left to the processes running them "
           f"right now ({', '.join(map(str, left))}): the same command later skips them once finished" if left else ""))
+    if reporting is not None and runs.rank() == 0:  # --keep-going: the failed seeds counted in their cells
+        try:
+            _report_of_the_sweep(reporting, root, points, folders, args)
+        except UserError as exc:  # no point finished, say: the failed points' line first, then why no report
+            if not failed:
+                raise
+            raise UserError(f"{sweep.kept_going(failed, len(points))}; no report: {exc}") from None
     if failed:
         raise UserError(sweep.kept_going(failed, len(points)))
     return 0
+
+
+def _report_options(text: str, root: Path) -> argparse.Namespace:
+    """`sweep --report '--rows task --cols method'`: toolkit report's options, parsed (and the pivot
+    axes checked) before the first run, so a typo is said now and not after hours of training."""
+    whole = parser()
+    try:
+        words = shlex.split(text)
+        rep = _subparsers(whole)["report"]
+        given, extra = rep.parse_known_args([str(root), *words])
+        if extra:  # said as `toolkit report` says them: a near name (--glu: --glue?)
+            raise ArgumentsError(rep.prog, f"unrecognized arguments: {' '.join(extra)}", extra)
+    except UserError as exc:  # argparse's refusal (ArgumentsError: a near name said), an option given twice
+        said = arguments_error(whole, exc).split(": ", 1)[1].split(" (")[0] if isinstance(exc, ArgumentsError) else exc
+        raise UserError(f"sweep --report '{text}': {said} (it takes toolkit report's options: --rows, --cols, "
+                        "--metric, --glue, --no-plots; toolkit report --help)") from None
+    except ValueError as exc:  # shlex: an unclosed quote
+        raise UserError(f"sweep --report '{text}': {exc} (quote as a shell does)") from None
+    if given.runs_dir != [str(root)] or given.out is not None:
+        raise UserError(f"sweep --report '{text}': give report options alone; the report is of this sweep's runs, "
+                        f"written into its runs folder ({root})")
+    try:
+        for key, where in ((given.rows, "--rows"), (given.cols, "--cols")):
+            if key is not None:
+                report.check_axis(key, where)
+    except UserError as exc:
+        raise UserError(f"sweep --report '{text}': {exc}") from None
+    return given
+
+
+def _report_of_the_sweep(given: argparse.Namespace, root: Path, points: list, folders: list[Path],
+                         args: argparse.Namespace) -> None:
+    """report.md of the sweep's own points into its runs folder, printed as `toolkit report` prints it;
+    a point not finished with no recipe.yaml yet (left to another process starting it) is counted
+    in its cell by its planned recipe."""
+    if not any(runs.is_finished(f) for f in folders):
+        raise UserError(f"report: none of the sweep's {len(folders)} runs finished")
+    metrics = [m for item in given.metric or [] for m in item.split(",")]
+    command = shlex.join(["toolkit", "sweep", *args.overrides, *(["--seeds", args.seeds] if args.seeds is not None else []),
+                          *["--smoke"] * args.smoke, "--runs-dir", str(root)])
+    planned = {out: "" if runs.is_finished(out) or (out / "recipe.yaml").is_file()
+               else recipes.dump(recipes.load(point.recipe, point.overrides, smoke=args.smoke))
+               for point, out in zip(points, folders)}
+    print(report.render([root], plots=not given.no_plots, row_key=given.rows, col_key=given.cols,
+                        metrics=metrics or None, glue=given.glue, sweep=(planned, command)))
 
 
 def print_plan(points: list, folders: list[Path], with_estimate: bool, smoke: bool, force: bool = False) -> None:
@@ -415,6 +469,9 @@ def parser() -> argparse.ArgumentParser:
                     help="a point that fails does not stop the sweep: the others run, the failed ones are named "
                          "at the end (exit 2)")
     sw.add_argument("--runs-dir", default=None, type=_given("--runs-dir"), help="where runs/ goes (default $TOOLKIT_RUNS or ./runs)")
+    sw.add_argument("--report", nargs="?", const="", default=None, metavar="'REPORT OPTIONS'",
+                    help="then report.md of this sweep's own runs into the runs folder, with toolkit report's options "
+                         "('--rows task --cols method', '--glue', '' for none); the folder's other runs are left out")
     sw.set_defaults(func=cmd_sweep)
     val = sub.add_parser("validate", parents=[verbose], help="check recipes, overrides and the data files' heads, in well "
                          "under a second: no library or weights load")

@@ -18,7 +18,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from toolkit import recipe as recipes, runs as run_folders
 from toolkit.errors import UserError
@@ -248,8 +248,10 @@ def files_below(root: Path, name: str) -> list[Path]:
     return sorted(found)
 
 
-def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
-    """Every finished run below the root(s): its metrics.json plus the recipe it came from."""
+def collect(roots: Path | str | Iterable[Path | str], only: Mapping[Path, str] | None = None) -> list[dict[str, Any]]:
+    """Every finished run below the root(s): its metrics.json plus the recipe it came from; with
+    `only` (resolved run folders: a sweep's own points, each with its planned recipe.yaml text), those
+    runs alone."""
     roots = [Path(roots)] if isinstance(roots, (str, Path)) else [Path(r) for r in roots]
     found, seen = [], set()
     for root in roots:
@@ -257,7 +259,7 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             raise UserError(f"report: {root} is not a folder of runs")
         for metrics in files_below(root, "metrics.json"):
             run = metrics.parent
-            if run.resolve() in seen:  # one folder reached from two roots (runs and runs/glue) counts once
+            if run.resolve() in seen or (only is not None and run.resolve() not in only):  # one folder reached from two roots (runs and runs/glue) counts once
                 continue
             seen.add(run.resolve())
             try:
@@ -294,12 +296,13 @@ def collect(roots: Path | str | Iterable[Path | str]) -> list[dict[str, Any]]:
             found.append({"run": run, "name": name, "recipe": with_old_defaults(recipe or {}, data), "metrics": data,
                           "not_numbers": [k for k, v in evals.items() if v is None]})
     if not found:
-        raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}")
+        raise UserError(f"report: no finished run (metrics.json) below {', '.join(map(str, roots))}"
+                        + (" among the sweep's own runs" if only is not None else ""))
     data_from_run_id(found)
     hub_from_fingerprint(found)
     base_labels(found)
     found = Runs(found)
-    found.started = attach_unfinished(found, roots)
+    found.started = attach_unfinished(found, roots, only)
     # the runs every seed of which stopped are labelled with the finished ones, by the same labellers
     task_labels([*found, *found.started])  # before one_seed_once: a run scored under another metric definition is another setting
     one_seed_once(found)
@@ -325,18 +328,24 @@ def started_only(items: list[dict]) -> list[dict]:
 def run_name(run: Path, root: Path, recipe: dict) -> str:
     """A run's name on the `run` axis and in the runs table: its folder's parent below the root
     (the seeds of one entry side by side), a smoke run's marked so."""
-    name = str(run.parent.relative_to(root)) if run.parent != root else run.name
+    if run == root:  # a run folder given itself (`toolkit report runs/x/<id>`): named by its recipe, as a
+        # folder of runs names it (a traceback: its parent is not below it)
+        name = recipe.get("name") if isinstance(recipe.get("name"), str) and recipe.get("name") else run.parent.name
+    else:
+        name = str(run.parent.relative_to(root)) if run.parent != root else run.name
     return name + SMOKE * bool(recipe.get("smoke"))
 
 
-def unfinished_runs(roots: Iterable[Path]) -> list[dict]:
+def unfinished_runs(roots: Iterable[Path], only: Mapping[Path, str] | None = None) -> list[dict]:
     """Run folders below the roots with a recipe.yaml and no metrics.json (stopped, failed, killed,
-    a seed that diverged, or running now): {run, step, recipe} (recipe None where it cannot be read)."""
+    a seed that diverged, or running now): {run, step, recipe} (recipe None where it cannot be read);
+    with `only`, those among these run folders alone (collect)."""
     seen, left = set(), []
     for root in roots:
         for file in files_below(Path(root), "recipe.yaml"):
             run = file.parent
-            if (run / "metrics.json").is_file() or run.resolve() in seen:
+            if (run / "metrics.json").is_file() or run.resolve() in seen \
+                    or (only is not None and run.resolve() not in only):
                 continue
             seen.add(run.resolve())
             try:  # a recipe.yaml it cannot read, or of another shape: the run is named, matched to no cell
@@ -346,6 +355,15 @@ def unfinished_runs(roots: Iterable[Path]) -> list[dict]:
                 recipe = None
             left.append({"run": run, "step": run_folders.last_step(run), "recipe": recipe,
                          "name": run_name(run, Path(root), recipe or {})})
+    # a sweep's point with no recipe.yaml yet (left to another process still starting it, or never
+    # started): its planned recipe (`only`'s value). Its cell read `(n=1)` where the sweep asked for 2
+    # seeds and one was running elsewhere, said nowhere, exit 0
+    for run, planned in (only or {}).items():
+        if run in seen or not planned or (run / "metrics.json").is_file() or (run / "recipe.yaml").is_file():
+            continue
+        recipe = with_old_defaults(safe_yaml(planned, str(run / "recipe.yaml")))
+        left.append({"run": run, "step": None, "recipe": recipe,
+                     "name": run_name(run, Path(next(iter(roots))), recipe)})
     return left
 
 
@@ -353,12 +371,12 @@ def _kept(run: dict) -> str:
     return f"checkpoint of step {run['step']}" if run["step"] is not None else "no checkpoint"
 
 
-def unfinished_notes(roots: Iterable[Path]) -> list[str]:
+def unfinished_notes(roots: Iterable[Path], only: Mapping[Path, str] | None = None) -> list[str]:
     """Run folders below the roots that are not finished are in no table, and said: a mean over the
     seeds that finished is not the mean over the seeds that ran (a seed that diverged and stopped,
     dropped without a word, flatters its method), and an n of 2 does not tell that a third was
     started. The cells they would have joined count them too (`not_finished`)."""
-    left = [f"{r['run']} ({_kept(r)})" for r in unfinished_runs(roots)]
+    left = [f"{r['run']} ({_kept(r)})" for r in unfinished_runs(roots, only)]
     if not left:
         return []
     return [f"{len(left)} run(s) not finished (no metrics.json: stopped, failed, killed, or running now), "
@@ -373,7 +391,7 @@ def _recipe_setting(item: dict) -> str:
     return json.dumps({k: v for k, v in made.items() if k in item["recipe"]}, sort_keys=True, default=str)
 
 
-def attach_unfinished(items: list[dict], roots: Iterable[Path]) -> list[dict]:
+def attach_unfinished(items: list[dict], roots: Iterable[Path], only: Mapping[Path, str] | None = None) -> list[dict]:
     """Each run not finished whose recipe is a finished run's but for the seed (and the fields that
     change no number) is one more seed started for that run's entry: kept on those runs
     (`item["unfinished"]`) so every table that pools them can count it beside its n
@@ -384,7 +402,7 @@ def attach_unfinished(items: list[dict], roots: Iterable[Path]) -> list[dict]:
     for item in items:
         by_setting[_recipe_setting(item)].append(item)
     alone = []  # returned: stand-ins of the runs whose setting no finished run has (`Runs.started`)
-    for run in unfinished_runs(roots):
+    for run in unfinished_runs(roots, only):
         try:
             key = _recipe_setting({"recipe": run["recipe"]}) if run["recipe"] is not None else None
         except (TypeError, ValueError, AttributeError):  # a recipe.yaml of another shape: no setting
