@@ -41,7 +41,8 @@ class State:
     train_time: float = 0.0
     last_eval: dict | None = None
     peak_memory_mb: float = 0.0  # of training itself: checkpoint writing is not counted
-    skipped_nonfinite: int = 0  # batches skipped for a non-finite loss or gradient
+    skipped_nonfinite: int = 0  # optimizer steps skipped for a non-finite loss or gradient
+    skipped_nonfinite_micro_batches: int = 0  # the micro-batches those steps accumulated (grad_accum each)
     empty_steps: int = 0  # steps whose batches held no loss unit: no update made (not non-finite)
     eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
     base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)

@@ -20,8 +20,9 @@ from toolkit.checkpoints import State, record
 from toolkit.recipe_data import Recipe
 
 
-def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State, metrics: dict) -> dict:
-    """The metrics.json of a run whose final evaluation gave `metrics`."""
+def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State, metrics: dict,
+          epoch: float | None = None) -> dict:
+    """The metrics.json of a run whose final evaluation gave `metrics`, after `epoch` epochs."""
     result = {
         "eval": metrics,
         "trainable_params": setup.trainable, "total_params": setup.total,
@@ -32,12 +33,16 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         "eval_runtime_s": state.eval_runtime_s,
         "eval_samples_per_second": (sum(len(v) for v in setup.raw_evals.values()) / state.eval_runtime_s
                                     if state.eval_runtime_s else 0.0),
+        # the epochs trained, a float as Trainer's `epoch` (2 epochs cut at step 3 of 4: 1.5); null: none trained
+        "epoch": epoch,
         "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,
         # the mean of the run's per-step losses (Trainer's train_loss): each optimizer step's loss is
         # its mean over the loss units of all its micro-batches and processes; a step skipped as
         # non-finite or with no loss unit is not in it; a resumed run's equals the uninterrupted one's
         "train_loss": train_loss(state),
+        # optimizer steps skipped for a non-finite loss or gradient, and the micro-batches they held
         "best_step": state.best_step, "skipped_nonfinite": state.skipped_nonfinite,
+        "skipped_nonfinite_micro_batches": state.skipped_nonfinite_micro_batches,
         "empty_steps": state.empty_steps,
         "kept": ({"step": state.best_step, "on": recipe.train.metric or setup.task.main_metric(),
                   "value": state.best_metric, "eval_loss": state.best_loss, "ties": "lower eval loss"}
