@@ -353,6 +353,25 @@ def test_peak_memory_is_reset_between_runs_of_one_process() -> None:
     assert train._peak_memory_mb(cpu) < before - 300
 
 
+def test_a_peak_that_cannot_be_reset_is_no_later_run_s_peak(tmp_path: Path, monkeypatch) -> None:
+    """Where the process's peak cannot be forgotten (no /proc/self/clear_refs, or not allowed),
+    the peak read in a process's second run is the process's, perhaps the first run's: it was
+    written as metrics.json's peak_memory_mb of the second, exit 0. Now the first run of the
+    process reports it (nothing ran before), a later one null, as the docs say."""
+    from toolkit import devices
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(devices, "_peaks", {"runs": 0, "unreset": False})
+    monkeypatch.setattr(devices, "CLEAR_REFS", tmp_path / "no" / "clear_refs")  # the write fails
+    devices.reset_peak_memory(cpu)
+    assert devices.run_peak_memory_mb(cpu) == devices.peak_memory_mb(cpu) > 0
+    devices.reset_peak_memory(cpu)
+    assert devices.run_peak_memory_mb(cpu) is None
+    monkeypatch.setattr(devices, "CLEAR_REFS", tmp_path / "clear_refs")  # a reset that works: the run's own
+    devices.reset_peak_memory(cpu)
+    assert devices.run_peak_memory_mb(cpu) == devices.peak_memory_mb(cpu)
+
+
 def test_fast_dropout_changes_only_the_dropout_stream(tmp_path: Path, cli) -> None:
     """train.fast_dropout switches the CPU dropout: with dropout off the two runs are the same
     to the bit; with it on they draw other masks, so their losses differ."""

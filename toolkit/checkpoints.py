@@ -77,7 +77,7 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
     whole, removes it (stopped_here)."""
     name = runs.step_name(state.step)
     folder, tmp = out / "checkpoints" / name, out / "checkpoints" / f"tmp-{name}"
-    state.peak_memory_mb = max(state.peak_memory_mb, devices.peak_memory_mb(acc.device))
+    state.peak_memory_mb = max(state.peak_memory_mb, devices.run_peak_memory_mb(acc.device) or 0.0)
     state.code = state.code or code_versions()  # the first checkpoint records what started the run
     state.compute = state.compute or compute(acc.device)
     if acc.is_main_process and tmp.exists():

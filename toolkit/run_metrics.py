@@ -70,7 +70,8 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # model/ itself, as saved: its files' sizes, times and sha256 (runs.result_changed)
         "model_files": runs.result_record(out / "model") if acc.is_main_process else None,
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
-        "peak_memory_mb": state.peak_memory_mb or devices.peak_memory_mb(acc.device),
+        # the run's own (devices.run_peak_memory_mb); null where only the process's peak could be read
+        "peak_memory_mb": peak_memory(state, acc),
         # what the scores are of: a report pools seeds only on one data_sha256 (the task's files)
         # and notes a comparison across eval_sha256 (the examples scored: files, subset, filters)
         "data_sha256": setup.data_sha256 or runs.data_fingerprint(setup.task.data_files()),
@@ -93,6 +94,13 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()
     return result
+
+
+def peak_memory(state: State, acc: Accelerator) -> float | None:
+    """The run's peak memory: the largest its checkpoints recorded (training itself), else read
+    now; None where this process's peak is not the run's (`devices.run_peak_memory_mb`)."""
+    now = devices.run_peak_memory_mb(acc.device)
+    return None if now is None else (state.peak_memory_mb or now)
 
 
 def train_loss(state: State) -> float | None:
