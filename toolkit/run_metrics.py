@@ -31,8 +31,9 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # none where nothing trained (an in-context run): a rate of 0.0 read as the slowest run in a report
         "train_samples_per_second": state.samples / state.train_time if state.train_time and state.samples else None,
         "eval_runtime_s": state.eval_runtime_s,
+        # none where no evaluation was timed: a rate of 0.0 read as the slowest run in a report
         "eval_samples_per_second": (sum(len(v) for v in setup.raw_evals.values()) / state.eval_runtime_s
-                                    if state.eval_runtime_s else 0.0),
+                                    if state.eval_runtime_s else None),
         # the epochs trained, a float as Trainer's `epoch` (2 epochs cut at step 3 of 4: 1.5); null: none trained
         "epoch": epoch,
         "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,

@@ -669,16 +669,23 @@ def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: Sta
             epoch: float | None = None) -> dict:
     """Final evaluation (of the best model when kept), the saved model, then metrics.json;
     `epoch`: the epochs the run trained, as its last log line says (None: nothing trained)."""
+    # eval_runtime_s and eval_samples_per_second are of the evaluation whose scores metrics.json
+    # reports: an in-context run's (it said 0.0 s and 0.0 examples/s: the slowest in a report) and
+    # the kept best step's, evaluated again here (it said the last step's evaluation's time)
+    start = time.perf_counter()
     if evaluate_only:
         model = acc.prepare_model(setup.model, evaluation_mode=True)  # no DDP: nothing trains
         metrics = recipe.method.evaluate(model, setup, acc)
+        state.eval_runtime_s = time.perf_counter() - start
     else:
         unwrapped = acc.unwrap_model(model)
         acc.wait_for_everyone()
         if recipe.train.keep_best and state.best_step is not None and state.best_step != state.step:
             checkpoints.load_best(model, out / "checkpoints" / runs.step_name(state.best_step), acc)
+            start = time.perf_counter()
             metrics = evaluation.evaluate(model, evals or {}, setup.task, acc, setup.raw_evals,
                                           sink=setup.predictions, orders=orders)
+            state.eval_runtime_s = time.perf_counter() - start
         else:
             metrics = {k: v for k, v in (state.last_eval or {}).items() if k != "step"}
         with sharding.gathered(unwrapped, acc.is_main_process):  # FSDP: whole, plain weights
