@@ -238,8 +238,8 @@ def test_tensorboard_receives_what_log_jsonl_records(tmp_path: Path, cli) -> Non
     final = [l["eval"]["accuracy"] for l in logged if "eval" in l][-1]
     assert acc.Scalars("eval.accuracy")[-1].value == pytest.approx(final, rel=1e-6)
     # every number of its lines, at its step, and the step as no number of its own (`train.step` was one)
-    numbers = {("train." if "loss" in l else "") + k for l in logged for k, v in l.items()
-               if isinstance(v, (int, float)) and k != "step" and not (k == "epoch" and "eval" in l)}
+    numbers = {("train." if "loss" in l or k == "epoch" else "") + k for l in logged for k, v in l.items()
+               if isinstance(v, (int, float)) and k != "step"}
     numbers |= {f"eval.{k}" for l in logged for k in l.get("eval", {})}
     scalars = set(acc.Tags()["scalars"]) - {"train_loss", "train_runtime_s", "train_samples_per_second"}
     assert scalars == numbers, scalars ^ numbers
@@ -249,6 +249,12 @@ def test_tensorboard_receives_what_log_jsonl_records(tmp_path: Path, cli) -> Non
     for key in ("train_loss", "train_runtime_s", "train_samples_per_second"):
         (event,) = acc.Scalars(key)
         assert event.value == pytest.approx(metrics[key], rel=1e-6) and event.step == metrics["train_steps"], key
+    # every point names its step and its epoch alike: train lines, evaluations (they carried none
+    # to the trackers, though log.jsonl's evaluation lines have it) and the summary (metrics.json's epoch)
+    epochs = sorted((e.step, round(e.value, 5)) for e in acc.Scalars("train.epoch"))
+    assert epochs == sorted([(l["step"], round(l["epoch"], 5)) for l in logged]
+                            + [(metrics["train_steps"], round(metrics.get("epoch", -1), 5))])
+    assert isinstance(metrics["epoch"], float) and metrics["epoch"] == logged[-1]["epoch"]
 
 
 def test_ls_anywhere_and_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:

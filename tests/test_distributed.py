@@ -174,7 +174,7 @@ def test_a_step_skipped_on_one_process_is_skipped_on_both_on_the_host_checked_pa
     nan_loss_at_forward(monkeypatch, 2)
     one = tmp_path / "one"
     code, out, err = cli("run", recipe, "--smoke", "--runs-dir", one, "train.batch_size=8", *SKIP_ARGS)
-    assert code == 0 and "step 2: non-finite loss; 1 batch skipped" in out + err, err
+    assert code == 0 and "step 2: non-finite loss; 1 optimizer step (1 micro-batch) skipped" in out + err, err
     a, b = only_run(one), only_run(two)
     ma, mb = (json.loads((p / "metrics.json").read_text()) for p in (a, b))
     assert mb["num_processes"] == 2 and ma["train_steps"] == mb["train_steps"] == 4
@@ -544,7 +544,7 @@ def test_an_error_in_one_process_stops_the_launch_in_one_line_per_process(tmp_pa
 def test_the_loop_s_progress_lines_are_said_by_the_main_process_alone(capsys, main: bool) -> None:
     """A skipped non-finite batch and a step with no loss unit are counted by every process (from
     all-reduced values, so all of them stop at the same step) and said by rank 0 alone: a launch
-    of 2 processes printed each `step N: non-finite loss; 1 batch skipped ...` and `step N: its
+    of 2 processes printed each `step N: non-finite loss; 1 optimizer step ... skipped` and `step N: its
     batch holds no token ...` line twice (2026-11-28, glue with lr 1e30 and MLM on 2 gloo
     processes). The stop past train.skip_nonfinite is every process's error (each stops)."""
     from types import SimpleNamespace
@@ -554,7 +554,7 @@ def test_the_loop_s_progress_lines_are_said_by_the_main_process_alone(capsys, ma
 
     loop = object.__new__(train.Loop)
     loop.acc = SimpleNamespace(is_main_process=main)
-    loop.cfg = SimpleNamespace(skip_nonfinite=1)
+    loop.cfg = SimpleNamespace(skip_nonfinite=1, grad_accum=2)
     loop.state = train.State()
     loop._nonfinite(float("nan"), "loss", 2)
     loop._empty(1, 3)
@@ -563,7 +563,9 @@ def test_the_loop_s_progress_lines_are_said_by_the_main_process_alone(capsys, ma
     assert (loop.state.skipped_nonfinite, loop.state.empty_steps) == (1, 1)  # the same counts on every rank
     out, err = capsys.readouterr()
     said = [line for line in (out + err).splitlines() if line.startswith("step ")]
-    assert said == (["step 2: non-finite loss; 1 batch skipped (1 of train.skip_nonfinite=1)",
+    # a skipped step is said in its units: one optimizer step, its grad_accum micro-batches
+    assert said == (["step 2: non-finite loss; 1 optimizer step (2 micro-batches) skipped "
+                     "(1 of train.skip_nonfinite=1 steps)",
                      "step 3: its batch holds no token the loss is taken on (nothing masked or predicted); "
                      "no update made (1 such step so far)"] if main else [])
 

@@ -125,7 +125,8 @@ def test_a_nonfinite_step_is_skipped_on_the_device_and_named_at_the_next_read(tm
                              "train.skip_nonfinite=1", f"train.compile_optimizer={setting}", "train.compile=false",
                              "--runs-dir", tmp_path / setting)
         stop = re.search(r"error: step (\d+): the loss is not finite \(nan\)", err)
-        skipped = re.search(r"step (\d+): non-finite loss; 1 batch skipped \(1 of train.skip_nonfinite=1\)", out + err)
+        skipped = re.search(r"step (\d+): non-finite loss; 1 optimizer step \(1 micro-batch\) skipped "
+                            r"\(1 of train.skip_nonfinite=1 steps\)", out + err)
         assert code == 2 and stop and skipped, (out, err)
         assert int(skipped.group(1)) < int(stop.group(1))  # read at the end of the run, named as it happened
         assert not list((tmp_path / setting).rglob("metrics.json"))

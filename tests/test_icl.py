@@ -341,6 +341,9 @@ def test_cli_run_writes_untrained_metrics(tmp_path: Path, cli, runs_dir: Path) -
     assert metrics["method"] == "icl" and metrics["train_steps"] == 0
     # no training rate (it was 0.0, which a report's runs table showed as the slowest run's samples/s)
     assert metrics["train_samples_per_second"] is None
+    # its evaluation is timed: it said 0.0 s and 0.0 examples/s (the slowest run in a report)
+    assert metrics["eval_runtime_s"] > 0
+    assert metrics["eval_samples_per_second"] == pytest.approx(8 / metrics["eval_runtime_s"])
     code, out, err = cli("report", runs_dir, "--no-plots")
     row = next(line for line in out.splitlines() if line.startswith("| icl"))
     assert code == 0 and row.split(" | ")[-2] == "–", out  # samples/s (then peak MB)

@@ -440,13 +440,15 @@ def test_a_seed_that_skipped_non_finite_batches_is_said_where_it_is_pooled(tmp_p
     metrics.json's skipped_nonfinite was read by nothing). Each section that pools it says so."""
     for seed in (42, 43):
         run = fake_run(tmp_path, "rte", "lora", seed, {"accuracy": 0.6})
-    _stamp_json(run, skipped_nonfinite=37, train_steps=100)
+    _stamp_json(run, skipped_nonfinite=37, skipped_nonfinite_micro_batches=148, train_steps=100)
     if entry == "cli":
         code, text, _ = cli("report", tmp_path, "--rows", "task", "--cols", "method", "--glue", "--no-plots")
         assert code == 0
     else:
         text = toolkit_report([tmp_path], row_key="task", col_key="method", glue=True)
-    said = (f"{run}: skipped 37 batch(es) of its 100 steps for a non-finite loss (train.skip_nonfinite: no update "
+    # in the unit skipped: optimizer steps, and the micro-batches they held (grad_accum 4: it said "37 batch(es)")
+    said = (f"{run}: skipped 37 of its 100 optimizer steps (148 micro-batches) for a non-finite loss "
+            "(train.skip_nonfinite: no update "
             "on them); it is pooled as a seed, with fewer updates than its recipe's")
     glue_part, pivot_part, runs_part = (text.split("## GLUE")[1].split("## accuracy")[0],
                                         text.split("## accuracy")[1].split("## Every run")[0], text.split("## Every run")[1])

@@ -178,15 +178,20 @@ def test_real_minilm_learns_sst2(tmp_path: Path, cli, runs_dir: Path) -> None:
     assert sum(losses[-2:]) / 2 < losses[0]
 
 
-def test_early_stopping_and_best_model(tmp_path: Path, cli, runs_dir: Path) -> None:
-    """lr 0: nothing improves after the first evaluation, so patience 1 stops at the second."""
+@pytest.mark.parametrize("stop_after", [[], ["--stop-after", 2]])
+def test_early_stopping_and_best_model(tmp_path: Path, cli, runs_dir: Path, stop_after: list) -> None:
+    """lr 0: nothing improves after the first evaluation, so patience 1 stops at the second.
+    `--stop-after 2`, the step early stopping fires at, finishes the run as well: it was left
+    unfinished (a checkpoint, no metrics.json, nothing said, exit 0) though nothing was left to train."""
     recipe = make_recipe(tmp_path)
-    code, _, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir, "train.lr=0",
-                       "train.early_stopping_patience=1", "train.keep_best=true", "train.max_steps=4", "train.eval_every=1",
-                       "task.max_train_samples=32", "train.batch_size=4")
+    code, out, err = cli("run", recipe, "--smoke", "--runs-dir", runs_dir, "train.lr=0",
+                         "train.early_stopping_patience=1", "train.keep_best=true", "train.max_steps=4",
+                         "train.eval_every=1", "task.max_train_samples=32", "train.batch_size=4", *stop_after)
     assert code == 0, err
     run = only_run(runs_dir)
+    assert f"{run}: accuracy=" in out, out + err  # the finished run's line
     metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["train_steps"] == 2 and (run / "model").is_dir() and not (run / "checkpoints").exists()
     evals = [json.loads(l) for l in (run / "log.jsonl").read_text().splitlines() if "eval" in l]
     assert metrics["train_steps"] < 4 and len(evals) == 2
     assert metrics["best_step"] == evals[0]["step"] and metrics["eval"] == evals[0]["eval"]
@@ -346,6 +351,25 @@ def test_peak_memory_is_reset_between_runs_of_one_process() -> None:
     del big
     train.reset_peak_memory(cpu)
     assert train._peak_memory_mb(cpu) < before - 300
+
+
+def test_a_peak_that_cannot_be_reset_is_no_later_run_s_peak(tmp_path: Path, monkeypatch) -> None:
+    """Where the process's peak cannot be forgotten (no /proc/self/clear_refs, or not allowed),
+    the peak read in a process's second run is the process's, perhaps the first run's: it was
+    written as metrics.json's peak_memory_mb of the second, exit 0. Now the first run of the
+    process reports it (nothing ran before), a later one null, as the docs say."""
+    from toolkit import devices
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(devices, "_peaks", {"runs": 0, "unreset": False})
+    monkeypatch.setattr(devices, "CLEAR_REFS", tmp_path / "no" / "clear_refs")  # the write fails
+    devices.reset_peak_memory(cpu)
+    assert devices.run_peak_memory_mb(cpu) == devices.peak_memory_mb(cpu) > 0
+    devices.reset_peak_memory(cpu)
+    assert devices.run_peak_memory_mb(cpu) is None
+    monkeypatch.setattr(devices, "CLEAR_REFS", tmp_path / "clear_refs")  # a reset that works: the run's own
+    devices.reset_peak_memory(cpu)
+    assert devices.run_peak_memory_mb(cpu) == devices.peak_memory_mb(cpu)
 
 
 def test_fast_dropout_changes_only_the_dropout_stream(tmp_path: Path, cli) -> None:
@@ -636,7 +660,7 @@ def test_a_finite_loss_with_a_non_finite_gradient_is_skipped_with_clipping_off(t
                          f"train.compile_optimizer={str(compiled).lower()}", "train.compile=false",
                          "task.max_train_samples=32", "task.max_eval_samples=8", "--runs-dir", runs)
     assert code == 0, err
-    assert "step 2: non-finite gradient norm; 1 batch skipped" in out + err
+    assert "step 2: non-finite gradient norm; 1 optimizer step (1 micro-batch) skipped" in out + err
     run = only_run(runs)
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     losses = {e["step"]: e for e in log if "loss" in e}
@@ -684,10 +708,16 @@ def test_a_skipped_batch_takes_one_step_slot_on_the_device_and_on_the_host(tmp_p
                              "train.skip_nonfinite=1", "task.max_train_samples=24", "task.max_eval_samples=8",
                              "--runs-dir", runs)
         assert code == 0, err
-        assert "step 2: non-finite loss; 1 batch skipped" in out + err
+        # said in the unit skipped: the optimizer step and its grad_accum micro-batches, alike in
+        # the console, log.jsonl (so far, from the line that read it) and metrics.json ("1 batch skipped" before)
+        assert ("step 2: non-finite loss; 1 optimizer step (2 micro-batches) skipped "
+                "(1 of train.skip_nonfinite=1 steps)") in out + err
         run = only_run(runs)
         log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
         metrics = json.loads((run / "metrics.json").read_text())
+        assert (metrics["skipped_nonfinite"], metrics["skipped_nonfinite_micro_batches"]) == (1, 2)
+        assert [(e.get("skipped_nonfinite"), e.get("skipped_nonfinite_micro_batches")) for e in log if "loss" in e] \
+            == [(None, None)] + [(1, 2)] * (metrics["train_steps"] - 1)
         # the run's mean loss (Trainer's train_loss) is over the finite steps: the skipped one is not in it
         finite = [e["loss"] for e in log if "loss" in e and e["loss"] is not None]
         assert len(finite) == metrics["train_steps"] - 1
@@ -722,6 +752,6 @@ def test_an_fp16_batch_skipped_for_its_loss_lets_the_next_step_unscale(tmp_path:
                          "train.skip_nonfinite=1", "task.max_train_samples=32", "task.max_eval_samples=8",
                          "--runs-dir", tmp_path / "runs")
     assert code == 0, err
-    assert "step 2: non-finite loss; 1 batch skipped" in out + err
+    assert "step 2: non-finite loss; 1 optimizer step (1 micro-batch) skipped" in out + err
     metrics = json.loads((only_run(tmp_path / "runs") / "metrics.json").read_text())
     assert metrics["train_steps"] == 3 and metrics["skipped_nonfinite"] == 1 and len(calls) == 3  # its slot taken

@@ -253,7 +253,8 @@ def run(recipe: PathArg, overrides: Overrides = None, *, runs_dir: PathArg | Non
     run is returned as it is unless `force`, an interrupted one goes on from its checkpoint.
     `resume`, as `toolkit run --resume`: a run with no checkpoint to go on from is a UserError.
     `stop_after`, as `toolkit run --stop-after N`: stop (checkpointed, unfinished) after N
-    optimizer steps. `overrides`: {"train.epochs": 1} or ["train.epochs=1"]."""
+    optimizer steps; a run whose training is done by then (early stopping fired) finishes.
+    `overrides`: {"train.epochs": 1} or ["train.epochs=1"]."""
     out = run_one(os.fspath(recipe), override_list(overrides), smoke=smoke,
                   runs_dir=None if runs_dir is None else os.fspath(runs_dir), force=force, resume=resume,
                   stop_after=stop_after)

@@ -41,7 +41,8 @@ class State:
     train_time: float = 0.0
     last_eval: dict | None = None
     peak_memory_mb: float = 0.0  # of training itself: checkpoint writing is not counted
-    skipped_nonfinite: int = 0  # batches skipped for a non-finite loss or gradient
+    skipped_nonfinite: int = 0  # optimizer steps skipped for a non-finite loss or gradient
+    skipped_nonfinite_micro_batches: int = 0  # the micro-batches those steps accumulated (grad_accum each)
     empty_steps: int = 0  # steps whose batches held no loss unit: no update made (not non-finite)
     eval_runtime_s: float = 0.0  # of the latest evaluation (every eval split)
     base: dict | None = None  # a lean checkpoint's frozen base folder, file by file (base_files)
@@ -76,7 +77,7 @@ def save(acc: Accelerator, out: Path, state: State, save_total_limit: int | None
     whole, removes it (stopped_here)."""
     name = runs.step_name(state.step)
     folder, tmp = out / "checkpoints" / name, out / "checkpoints" / f"tmp-{name}"
-    state.peak_memory_mb = max(state.peak_memory_mb, devices.peak_memory_mb(acc.device))
+    state.peak_memory_mb = max(state.peak_memory_mb, devices.run_peak_memory_mb(acc.device) or 0.0)
     state.code = state.code or code_versions()  # the first checkpoint records what started the run
     state.compute = state.compute or compute(acc.device)
     if acc.is_main_process and tmp.exists():

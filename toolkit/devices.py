@@ -50,17 +50,34 @@ def check_accelerate_env(mixed_precision: str, scoring: bool = False) -> None:
                     "or unset the variable")
 
 
+CLEAR_REFS = Path("/proc/self/clear_refs")
+# runs started in this process, and whether the latest one's reset could not forget the peak
+_peaks = {"runs": 0, "unreset": False}
+
+
 def reset_peak_memory(device: torch.device) -> None:
     """Forget the peak so far, so each run of a sweep (one process) reports its own. CUDA: the
     allocator's peak. CPU: the process's peak RSS (VmHWM), reset by writing 5 to
-    /proc/self/clear_refs (Linux >= 4.0); elsewhere the peak stays the process's."""
+    /proc/self/clear_refs (Linux >= 4.0). Where that cannot be done (no /proc, not allowed), the
+    peak read is the process's: `run_peak_memory_mb` gives it for the process's first run alone."""
+    _peaks["runs"] += 1
+    _peaks["unreset"] = False
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return
     try:
-        Path("/proc/self/clear_refs").write_text("5")
+        CLEAR_REFS.write_text("5")
     except OSError:
-        pass
+        _peaks["unreset"] = True
+
+
+def run_peak_memory_mb(device: torch.device) -> float | None:
+    """The peak of the run started at the latest `reset_peak_memory`: `peak_memory_mb`, or None
+    where the reset could not be made and an earlier run of this process (a sweep, the Python API
+    in a loop) may hold the peak: that one's peak was reported as this run's, exit 0."""
+    if _peaks["unreset"] and _peaks["runs"] > 1:
+        return None
+    return peak_memory_mb(device)
 
 
 def proc_status_mb(key: str) -> float | None:

@@ -20,8 +20,9 @@ from toolkit.checkpoints import State, record
 from toolkit.recipe_data import Recipe
 
 
-def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State, metrics: dict) -> dict:
-    """The metrics.json of a run whose final evaluation gave `metrics`."""
+def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State, metrics: dict,
+          epoch: float | None = None) -> dict:
+    """The metrics.json of a run whose final evaluation gave `metrics`, after `epoch` epochs."""
     result = {
         "eval": metrics,
         "trainable_params": setup.trainable, "total_params": setup.total,
@@ -30,14 +31,19 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # none where nothing trained (an in-context run): a rate of 0.0 read as the slowest run in a report
         "train_samples_per_second": state.samples / state.train_time if state.train_time and state.samples else None,
         "eval_runtime_s": state.eval_runtime_s,
+        # none where no evaluation was timed: a rate of 0.0 read as the slowest run in a report
         "eval_samples_per_second": (sum(len(v) for v in setup.raw_evals.values()) / state.eval_runtime_s
-                                    if state.eval_runtime_s else 0.0),
+                                    if state.eval_runtime_s else None),
+        # the epochs trained, a float as Trainer's `epoch` (2 epochs cut at step 3 of 4: 1.5); null: none trained
+        "epoch": epoch,
         "train_steps": state.step, "train_samples": len(setup.train) if setup.train is not None and recipe.method.trains else 0,
         # the mean of the run's per-step losses (Trainer's train_loss): each optimizer step's loss is
         # its mean over the loss units of all its micro-batches and processes; a step skipped as
         # non-finite or with no loss unit is not in it; a resumed run's equals the uninterrupted one's
         "train_loss": train_loss(state),
+        # optimizer steps skipped for a non-finite loss or gradient, and the micro-batches they held
         "best_step": state.best_step, "skipped_nonfinite": state.skipped_nonfinite,
+        "skipped_nonfinite_micro_batches": state.skipped_nonfinite_micro_batches,
         "empty_steps": state.empty_steps,
         "kept": ({"step": state.best_step, "on": recipe.train.metric or setup.task.main_metric(),
                   "value": state.best_metric, "eval_loss": state.best_loss, "ties": "lower eval loss"}
@@ -65,7 +71,8 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
         # model/ itself, as saved: its files' sizes, times and sha256 (runs.result_changed)
         "model_files": runs.result_record(out / "model") if acc.is_main_process else None,
         "metric_declarations": {k: setup.task.declaration(k).as_dict() for k in metrics},
-        "peak_memory_mb": state.peak_memory_mb or devices.peak_memory_mb(acc.device),
+        # the run's own (devices.run_peak_memory_mb); null where only the process's peak could be read
+        "peak_memory_mb": peak_memory(state, acc),
         # what the scores are of: a report pools seeds only on one data_sha256 (the task's files)
         # and notes a comparison across eval_sha256 (the examples scored: files, subset, filters)
         "data_sha256": setup.data_sha256 or runs.data_fingerprint(setup.task.data_files()),
@@ -88,6 +95,13 @@ def build(recipe: Recipe, setup: Any, acc: Accelerator, out: Path, state: State,
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()
     return result
+
+
+def peak_memory(state: State, acc: Accelerator) -> float | None:
+    """The run's peak memory: the largest its checkpoints recorded (training itself), else read
+    now; None where this process's peak is not the run's (`devices.run_peak_memory_mb`)."""
+    now = devices.run_peak_memory_mb(acc.device)
+    return None if now is None else (state.peak_memory_mb or now)
 
 
 def train_loss(state: State) -> float | None:

@@ -400,7 +400,7 @@ def measure(point: Point, recipe, smoke: bool) -> Timing:
     step_s = ((clock[last] - clock[1]) / (last - 1) if last > 1 and 1 in clock
               else metrics.get("train_runtime_s", 0.0) / max(1, metrics.get("train_steps") or 1))
     eval_s = metrics.get("eval_runtime_s", 0.0)
-    eval_n = max(1, round(eval_s * metrics.get("eval_samples_per_second", 0.0)))
+    eval_n = max(1, round(eval_s * (metrics.get("eval_samples_per_second") or 0.0)))
     return Timing(step_s, eval_s / eval_n, max(0.0, wall - metrics.get("train_runtime_s", 0.0) - eval_s))
 
 

@@ -32,6 +32,9 @@ class Reading:
     over_loss: float  # that step's loss
     over_norm: bool  # that step's loss was finite: its gradient norm was not
     empty: int = 0  # steps since the last read whose batches held no loss unit (no update made)
+    # the micro-batches of each skipped step, in step order (train.grad_accum, fewer at an epoch's
+    # end): a skip drops the step's whole accumulation window, and is said in both units
+    skipped_micro: tuple = ()
     first_empty: int = 0  # the first of them; 0: none
     # the finite steps' losses since the last read, in step order: the logged loss is a mean over the
     # steps since the last log, and metrics.json's train_loss over the run's; each is summed one by one
@@ -50,32 +53,33 @@ class Tally:
 
     def reset(self) -> None:
         self.rows: list[torch.Tensor] = []  # per step: loss, norm, samples, finite (float32, on the device)
-        self.steps: list[tuple[int, int]] = []  # per step: (its number, the skips still allowed)
+        self.steps: list[tuple[int, int, int]] = []  # per step: (its number, the skips still allowed, micro-batches)
 
     @property
     def pending(self) -> bool:
         return bool(self.rows)
 
     def add(self, step: int, loss: torch.Tensor, norm: torch.Tensor, samples: torch.Tensor,
-            ok: torch.Tensor, allowed: int, empty: torch.Tensor | None = None) -> None:
+            ok: torch.Tensor, allowed: int, empty: torch.Tensor | None = None, micro: int = 1) -> None:
         """Record optimizer step `step` (1-based); device operations only, no host read. `empty`:
         the step's batches held no loss unit (an MLM batch that drew no mask): its loss is 0/0,
-        no update was made, and it is counted as such, not as a non-finite step."""
+        no update was made, and it is counted as such, not as a non-finite step. `micro`: the
+        micro-batches the step accumulated (on the host: no device read)."""
         flag = torch.zeros_like(ok, dtype=torch.float32) if empty is None else empty.float()
         self.rows.append(torch.stack([loss.float(), norm.float(), samples.float(), ok.float(), flag]))
-        self.steps.append((step, allowed))
+        self.steps.append((step, allowed, micro))
 
     def read(self) -> Reading:
         """One transfer to the host, then the record restarts."""
         real = bool(self.rows)  # an empty read stands in one finite step of loss 0: not a loss to average
         values = torch.stack(self.rows).tolist() if real else [[0.0, 0.0, 0.0, 1.0, 0.0]]
-        steps = self.steps or [(0, 0)]
+        steps = self.steps or [(0, 0, 0)]
         self.reset()
         samples = skipped = first_skip = over_step = empty = first_empty = 0
         first_norm = over_norm = False
         over_loss = 0.0
-        losses = []
-        for (loss, _, n, ok, none), (step, allowed) in zip(values, steps):
+        losses, skipped_micro = [], []
+        for (loss, _, n, ok, none), (step, allowed, micro) in zip(values, steps):
             samples += int(n)  # fed forward and backward, its time counted: a skipped step's too
             if none:
                 empty, first_empty = empty + 1, first_empty or step
@@ -84,6 +88,7 @@ class Tally:
                     losses.append(loss)
                 continue
             skipped += 1
+            skipped_micro.append(micro)
             if not first_skip:
                 first_skip, first_norm = step, math.isfinite(loss)
             if skipped > allowed and not over_step:
@@ -91,7 +96,8 @@ class Tally:
         return Reading(loss=values[-1][0], grad_norm=values[-1][1], samples=samples, skipped=skipped,
                        first_skip=first_skip, first_norm=first_norm, over_step=over_step, over_loss=over_loss,
                        over_norm=over_norm, empty=empty,
-                       first_empty=first_empty, losses=tuple(losses) if real else ())
+                       first_empty=first_empty, losses=tuple(losses) if real else (),
+                       skipped_micro=tuple(skipped_micro))
 
 
 def skip_unless(optimizer: torch.optim.Optimizer, ok: torch.Tensor) -> None:

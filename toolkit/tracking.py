@@ -44,12 +44,18 @@ def start(accelerator: Any, name: str, recipe: dict, step: int = 0) -> None:
                                   init_kwargs={"tensorboard": {"purge_step": step + 1}})
 
 
-def log(accelerator: Any, entry: dict, step: int) -> None:
-    """One log.jsonl entry, flattened (`eval.accuracy`), numbers only, at its step. The step is
-    the tracker's step, not a scalar: the filter compared the flattened keys with `step`, and the
-    training entry's (`train.step`) went to every tracker as a curve of its own."""
+def log(accelerator: Any, entry: dict, step: int, epoch: float | None) -> None:
+    """One log.jsonl entry, flattened (`eval.accuracy`), numbers only, at its step and with its
+    epoch. The step is the tracker's step, not a scalar: the filter compared the flattened keys
+    with `step`, and the training entry's (`train.step`) went to every tracker as a curve of its
+    own. The epoch goes with every point as `train.epoch`, one curve, as Trainer sends
+    `train/epoch` with its evaluations too: the evaluation points carried none (log.jsonl's
+    evaluation lines have it), so an eval curve could not be read against the epoch."""
     if accelerator.log_with:
-        values = {k: v for k, v in flat(entry).items() if isinstance(v, (int, float)) and k.split(".")[-1] != "step"}
+        values = {k: v for k, v in flat(entry).items() if isinstance(v, (int, float)) and k.split(".")[-1] != "step"
+                  and k != "epoch"}
+        if epoch is not None:
+            values["train.epoch"] = epoch
         accelerator.log(values, step=step)
 
 
@@ -59,12 +65,13 @@ SUMMARY = ("train_loss", "train_runtime_s", "train_samples_per_second")
 
 
 def summary(accelerator: Any, metrics: dict, step: int) -> None:
-    """The run's summary (SUMMARY, from metrics.json) at its last step: the trackers had each
-    step's and each evaluation's numbers but not the run's mean training loss or its time."""
+    """The run's summary (SUMMARY, from metrics.json) at its last step, with its epoch
+    (metrics.json's `epoch`) as every point has: the trackers had each step's and each
+    evaluation's numbers but not the run's mean training loss or its time."""
     if accelerator.log_with:
         values = {k: metrics[k] for k in SUMMARY if isinstance(metrics.get(k), (int, float))}
         if values:
-            accelerator.log(values, step=step)
+            log(accelerator, values, step, metrics.get("epoch") or 0.0)  # null: nothing trained, epoch 0
 
 
 def project_dir(out: Path) -> str:

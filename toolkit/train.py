@@ -258,7 +258,9 @@ class Loop:
         finally:  # whatever stops the loop: its line starts on a line of its own, not after the bar
             bar.close()
         self._read()
-        if stop_after and self.state.step >= stop_after and self.state.step < self.total_steps:
+        # early stopping that fired at step --stop-after N finished the run: it is finished, not
+        # stopped (it was left unfinished, exit 0, no metrics.json, though nothing was left to train)
+        if (stop_after and stop_after <= self.state.step < self.total_steps and not self._stopped_early()):
             if runs.last_step(self.out) != self.state.step:  # not twice: the second removes the first
                 self.save(stop=True)  # a simulated interruption: checkpoint and leave the run unfinished
             return None
@@ -267,7 +269,7 @@ class Loop:
         elif not self.evaluated:
             self._evaluate_again()
         return finish(self.recipe, self.setup, self.acc, self.out, self.state, model=self.model,
-                       evals=self.evals, orders=self.eval_orders)
+                       evals=self.evals, orders=self.eval_orders, epoch=self._epochs_done())
 
     def _epoch(self, bar: tqdm, stop_after: int | None) -> bool:
         """The rest of the current epoch; True when training should stop before its end."""
@@ -295,9 +297,13 @@ class Loop:
             return self._stopping(None)
         return False
 
+    def _stopped_early(self) -> bool:
+        """Early stopping has fired: the run's training is done."""
+        patience = self.cfg.early_stopping_patience
+        return bool(patience and self.state.bad_evals >= patience)
+
     def _stopping(self, stop_after: int | None) -> bool:
-        early = self.cfg.early_stopping_patience and self.state.bad_evals >= self.cfg.early_stopping_patience
-        return bool(early) or bool(stop_after and self.state.step >= stop_after)
+        return self._stopped_early() or bool(stop_after and self.state.step >= stop_after)
 
     def _say(self, line: str) -> None:
         """A line of the run's progress, said by the main process alone. Every process keeps the
@@ -312,6 +318,7 @@ class Loop:
         count and finite flag go to `self.tally`, read at the steps that log (`_read`); a
         non-finite step is skipped on the device. fp16's loss scaler and a method's `after_step`
         need the flag on the host, so they take `_host_step` (one read per step, as before)."""
+        self.micro = len(group)  # what a skip of this step drops (fewer than grad_accum at an epoch's end)
         weighted = self._own_examples(group)
         units, samples = self._counts(weighted)
         loss_t = self._backward(weighted, units)  # 0/0, NaN, where the step has no loss unit:
@@ -348,7 +355,7 @@ class Loop:
             self.scheduler.step()
         self.state.step += 1
         self.stepper.zero_grad(set_to_none=True)
-        self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left(), empty)
+        self.tally.add(self.state.step, loss_t, norm_t, samples, ok, self._skips_left(), empty, self.micro)
 
     def _own_examples(self, group: list[dict]) -> list[tuple[dict, float]]:
         """Each micro-batch of the step cut to the epoch's own examples, with its weight: 0.0 for
@@ -486,14 +493,20 @@ class Loop:
             self.acc.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _nonfinite(self, loss: float, what: str, step: int, count: int = 1) -> None:
-        """Count skipped batches while train.skip_nonfinite allows; else stop, keeping the last
-        good checkpoint (the run stays unfinished, so nothing NaN is saved or reported)."""
+    def _nonfinite(self, loss: float, what: str, step: int, count: int = 1, micro: tuple = ()) -> None:
+        """Count skipped optimizer steps while train.skip_nonfinite allows; else stop, keeping the
+        last good checkpoint (the run stays unfinished, so nothing NaN is saved or reported). A
+        skip drops a whole step, the k micro-batches it accumulated (`micro`: each skipped step's,
+        in order; train.grad_accum each where not given): said and counted in steps and in
+        micro-batches, never as "1 batch skipped" for a step of 4 dropped micro-batches."""
         allowed = min(count, self.cfg.skip_nonfinite - self.state.skipped_nonfinite)
         if allowed > 0:
+            batches = sum(micro[:allowed]) if micro else allowed * self.cfg.grad_accum
             self.state.skipped_nonfinite += allowed
-            self._say(f"step {step}: non-finite {what}; {allowed} batch{'es' * (allowed > 1)} skipped "
-                       f"({self.state.skipped_nonfinite} of train.skip_nonfinite={self.cfg.skip_nonfinite})")
+            self.state.skipped_nonfinite_micro_batches += batches
+            self._say(f"step {step}: non-finite {what}; {allowed} optimizer step{'s' * (allowed > 1)} "
+                       f"({batches} micro-batch{'es' * (batches > 1)}) skipped ({self.state.skipped_nonfinite} "
+                       f"of train.skip_nonfinite={self.cfg.skip_nonfinite} steps)")
         if allowed < count:
             raise UserError(f"step {step}: the {what} is not finite ({loss}); stopped, "
                             "keeping the last good checkpoint (lower train.lr, or allow "
@@ -536,9 +549,9 @@ class Loop:
             left = self.cfg.skip_nonfinite - self.state.skipped_nonfinite
             first = ("gradient norm" if r.first_norm else "loss", r.first_skip)
             if not r.over_step:
-                self._nonfinite(r.loss, *first, count=r.skipped)
+                self._nonfinite(r.loss, *first, count=r.skipped, micro=r.skipped_micro)
             elif left > 0:  # the allowed skips before it, then the stop
-                self._nonfinite(r.loss, *first, count=left)
+                self._nonfinite(r.loss, *first, count=left, micro=r.skipped_micro)
             if r.over_step:
                 self._nonfinite(r.over_loss, "gradient norm" if r.over_norm else "loss", r.over_step)
         return r
@@ -555,9 +568,12 @@ class Loop:
                 entry = {"step": s.step, "epoch": self._epochs_done(), "loss": loss, "lr": lr,
                          "grad_norm": r.grad_norm,
                          "samples_per_second": s.samples / max(s.train_time, 1e-9)}
+                if s.skipped_nonfinite:  # so far, in both units: as metrics.json and the console say them
+                    entry.update(skipped_nonfinite=s.skipped_nonfinite,
+                                 skipped_nonfinite_micro_batches=s.skipped_nonfinite_micro_batches)
                 runs.append_log(self.out, entry)
                 s.logged = s.step
-                tracking.log(self.acc, {"train": entry}, s.step)
+                tracking.log(self.acc, {"train": entry}, s.step, entry["epoch"])
                 bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
             self.state.log_window = None
         if self.cfg.eval_every and s.step % self.cfg.eval_every == 0:
@@ -601,10 +617,10 @@ class Loop:
         self.state.last_eval = {"step": self.state.step, **metrics}
         self._keep_if_best(metrics)
         if self.acc.is_main_process:
-            runs.append_log(self.out, {"step": self.state.step, "epoch": self._epochs_done(), "eval": metrics,
-                                       "eval_runtime_s": runtime})
+            entry = {"step": self.state.step, "epoch": self._epochs_done(), "eval": metrics, "eval_runtime_s": runtime}
+            runs.append_log(self.out, entry)
             self.state.logged = self.state.step
-            tracking.log(self.acc, {"eval": metrics, "eval_runtime_s": runtime}, self.state.step)  # as log.jsonl
+            tracking.log(self.acc, entry, self.state.step, entry["epoch"])  # as log.jsonl, its epoch too
             tqdm.write(f"step {self.state.step}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
         self.save()
 
@@ -649,24 +665,33 @@ def save_result(recipe: Recipe, model: torch.nn.Module, tokenizer: Any, folder: 
 
 def finish(recipe: Recipe, setup: Setup, acc: Accelerator, out: Path, state: State,
             model: torch.nn.Module | None = None, evaluate_only: bool = False,
-            evals: dict[str, DataLoader] | None = None, orders: dict[str, list[int]] | None = None) -> dict:
-    """Final evaluation (of the best model when kept), the saved model, then metrics.json."""
+            evals: dict[str, DataLoader] | None = None, orders: dict[str, list[int]] | None = None,
+            epoch: float | None = None) -> dict:
+    """Final evaluation (of the best model when kept), the saved model, then metrics.json;
+    `epoch`: the epochs the run trained, as its last log line says (None: nothing trained)."""
+    # eval_runtime_s and eval_samples_per_second are of the evaluation whose scores metrics.json
+    # reports: an in-context run's (it said 0.0 s and 0.0 examples/s: the slowest in a report) and
+    # the kept best step's, evaluated again here (it said the last step's evaluation's time)
+    start = time.perf_counter()
     if evaluate_only:
         model = acc.prepare_model(setup.model, evaluation_mode=True)  # no DDP: nothing trains
         metrics = recipe.method.evaluate(model, setup, acc)
+        state.eval_runtime_s = time.perf_counter() - start
     else:
         unwrapped = acc.unwrap_model(model)
         acc.wait_for_everyone()
         if recipe.train.keep_best and state.best_step is not None and state.best_step != state.step:
             checkpoints.load_best(model, out / "checkpoints" / runs.step_name(state.best_step), acc)
+            start = time.perf_counter()
             metrics = evaluation.evaluate(model, evals or {}, setup.task, acc, setup.raw_evals,
                                           sink=setup.predictions, orders=orders)
+            state.eval_runtime_s = time.perf_counter() - start
         else:
             metrics = {k: v for k, v in (state.last_eval or {}).items() if k != "step"}
         with sharding.gathered(unwrapped, acc.is_main_process):  # FSDP: whole, plain weights
             if acc.is_main_process:
                 save_result(recipe, unwrapped, setup.tokenizer, out / "model", setup.source)
-    result = run_metrics.build(recipe, setup, acc, out, state, metrics)
+    result = run_metrics.build(recipe, setup, acc, out, state, metrics, epoch)
     if setup.task.metric_info():  # strings beside the float metrics (sacreBLEU's signature)
         result["metric_info"] = setup.task.metric_info()
     if acc.is_main_process:

@@ -166,7 +166,8 @@ METRICS_FIELDS: dict[str, str] = {
     "trainable_percent": NUMBER, "train_runtime_s": NUMBER, "train_samples_per_second": NUMBER,
     "eval_runtime_s": NUMBER, "train_steps": NUMBER, "train_samples": NUMBER, "best_step": NUMBER,
     "peak_memory_mb": NUMBER, "num_processes": NUMBER, "data_sha256": "a string", "eval_sha256": "a string",
-    "skipped_nonfinite": NUMBER, "base_run": "a string", "code": "an object", "versions": "an object",
+    "skipped_nonfinite": NUMBER, "skipped_nonfinite_micro_batches": NUMBER, "base_run": "a string",
+    "code": "an object", "versions": "an object",
     "resumed_under_other_code": "a list", "recipe_hash": "a string", "hub_data": "an object",
     "base_files": "an object", "base_weights": "an object", "eval_samples": "an object of numbers",
     "metric_info": "an object",
@@ -468,10 +469,16 @@ def skipped_notes(items: list[dict], where: str = "") -> list[str]:
     """Each run that skipped batches for a non-finite loss (train.skip_nonfinite: no update on
     them): it finished, so it is pooled as a seed of its entry, and said, or a seed that trained
     on part of its updates read as one that trained on all of them."""
-    return [f"{where}{item['run']}: skipped {item['metrics']['skipped_nonfinite']} batch(es) of its "
-            f"{item['metrics'].get('train_steps', '?')} steps for a non-finite loss (train.skip_nonfinite: no update "
-            "on them); it is pooled as a seed, with fewer updates than its recipe's"
+    return [f"{where}{item['run']}: skipped {item['metrics']['skipped_nonfinite']} of its "
+            f"{item['metrics'].get('train_steps', '?')} optimizer steps{_micro(item['metrics'])} for a non-finite "
+            "loss (train.skip_nonfinite: no update on them); it is pooled as a seed, with fewer updates than its recipe's"
             for item in items if (item["metrics"].get("skipped_nonfinite") or 0) > 0]
+
+
+def _micro(metrics: dict) -> str:
+    """The micro-batches the skipped steps held, where metrics.json records them (from 2026-11-28)."""
+    n = metrics.get("skipped_nonfinite_micro_batches")
+    return f" ({n} micro-batches)" if isinstance(n, int) and n else ""
 
 
 def not_numbers_notes(items: list[dict]) -> list[str]:
