@@ -241,10 +241,15 @@ def _sides_in_this_process(parity, monkeypatch: pytest.MonkeyPatch) -> list[tupl
 def test_seq2seq_reference_loss_equals_the_toolkits(parity, tmp_path: Path, monkeypatch) -> None:
     """`parity translation --smoke`: MiniLM2MiniLM on both sides from the same tiny random
     weights and rows; the reference's teacher-forced loss per target token (seq2seq_loss) is the
-    toolkit's eval loss, and the table carries it beside BLEU and chrF."""
+    toolkit's eval loss, and the table carries it beside BLEU and chrF, scored under the recipe's
+    task.bleu_tokenize on both sides (it reached the toolkit's scorer alone, exit 0)."""
     ran = _sides_in_this_process(parity, monkeypatch)
+    tokenized = []
+    scores = parity.seq2seq.bleu_scores
+    monkeypatch.setattr(parity.seq2seq, "bleu_scores", lambda p, r, tokenize="13a": tokenized.append(tokenize) or scores(p, r, tokenize))
     out = tmp_path / "translation.json"
-    assert parity.main(["translation", "--smoke", "--seeds", "42", "--json", str(out)]) == 0
+    assert parity.main(["translation", "--smoke", "--seeds", "42", "--json", str(out), "--set", "task.bleu_tokenize=char"]) == 0
+    assert tokenized == ["char"]
     sides = {r["side"]: r["metrics"] for r in json.loads(out.read_text())["rows"]}
     assert np.isfinite(sides["toolkit"]["loss"]) and sides["toolkit"]["loss"] > 1
     assert sides["toolkit"]["loss"] == pytest.approx(sides["reference"]["loss"], rel=0.01)
@@ -915,3 +920,71 @@ def test_a_benchmark_is_quiet_as_the_toolkit_is(tmp_path: Path, verbose: bool) -
     if not verbose:
         assert said.stderr.splitlines() == [said.stderr.strip()] and said.stderr.startswith(
             "error: benchmarks/parity: train.epochz: unknown key"), said.stderr
+
+
+# --- every --set reaches both sides, or is refused in one line ------------------------------------
+def test_every_recipe_setting_of_every_task_is_classified(parity) -> None:
+    """Every setting of every task type's recipe (model, task, method, train; task.generation's
+    spelled out) has its place in the harness's table (specs.REACH): read by the reference too,
+    read by the task's load() that both sides call, changing neither side's numbers, or refused
+    with the reason. A new recipe field fails here until it is placed (unplaced: refused)."""
+    for task in parity.SPECS:
+        path = parity.checkpoint_path(parity.SPECS[task].checkpoint, True)
+        recipe = parity.resolved_recipe(task, parity.overrides(task, True, path, 42))
+        unknown = [k for k in parity.settings(recipe) if parity.reach(task, k).startswith("not known")]
+        assert not unknown, f"{task}: place {unknown} in benchmarks/parity/specs.py REACH"
+
+
+@pytest.mark.parametrize("task, value, said", [
+    ("qa", "method.name=lora", "--set: method.name ('lora') would reach the toolkit's side only: the reference trains every weight"),
+    ("mlm", "task.line_by_line=true", "--set: task.line_by_line (True) would reach the toolkit's side only"),
+    ("mlm", "task.whole_word_mask=true", "--set: task.whole_word_mask (True) would reach the toolkit's side only"),
+    ("summarization", "task.suffix=' TL;DR:'", "--set: task.suffix (' TL;DR:') would reach the toolkit's side only: "
+                                             "run_summarization / run_translation take a source prefix only"),
+    ("translation", "train.length_buckets=[16,32]", "--set: train.length_buckets ([16, 32]) would reach the toolkit's"),
+    ("gpt2", "train.keep_best=true", "--set: train.keep_best (True) would reach the toolkit's side only"),
+    ("qa", "train.pad_multiple=8", "--set: train.pad_multiple (8) would reach the toolkit's side only"),
+    ("clm", "task.eval_stride=16", "task.eval_stride: 16 scores each window with 16 tokens of context, and the "
+                                   "reference (run_clm) scores non-overlapping blocks; set --set task.eval_stride=32"),
+])
+def test_a_set_the_reference_cannot_take_is_one_line(parity, monkeypatch, task: str, value: str, said: str,
+                                                     capsys) -> None:
+    """Finding: every --set went into both sides' recipe, but the reference read only some of it:
+    `method.name=lora`, `task.line_by_line=true`, `train.length_buckets`, `train.keep_best=true`,
+    ... changed the toolkit's side alone and the table compared two protocols as one, exit 0.
+    Now one line, exit 2, before any side runs."""
+    monkeypatch.setattr(parity.cli, "run_side", lambda *a, **k: pytest.fail("a side ran"))
+    err = _refused(parity, [task, "--smoke", "--seeds", "42", "--set", value], capsys)
+    line = err.replace("\r", "\n").splitlines()[-1]
+    assert line.startswith("error: benchmarks/parity: " + said) and err.count("error:") == 1
+
+
+def test_the_settings_the_reference_reads_reach_it(parity, tmp_path: Path) -> None:
+    """The settings the reference now reads as the toolkit does (each reached the toolkit's side
+    alone, exit 0): task.prefix is run_summarization's source prefix (the reference's features are
+    the toolkit's); train.gradient_checkpointing is Trainer's; task.mask_ratio / random_ratio are
+    the collator's replace probabilities; task.bleu_tokenize is sacreBLEU's (the baseline's too)."""
+    from transformers import AutoTokenizer
+
+    path = parity.checkpoint_path(parity.MINILM, True)
+    parity.SET[:] = ["task.prefix='summarize this: '", "train.gradient_checkpointing=true"]
+    recipe = parity.resolved_recipe("summarization", parity.overrides("summarization", True, path, 42))
+    trainer, tok, _, _ = parity.seq2seq_trainer(recipe, path, tmp_path)
+    ours = recipe.method.encoder(recipe.task, tok)(parity.raw_splits(recipe)[0])["input_ids"]
+    theirs = trainer.train_dataset["input_ids"]
+    assert sorted(map(tuple, ours)) == sorted(map(tuple, theirs))
+    prefix = tok("summarize this:", add_special_tokens=False)["input_ids"]
+    assert all(ids[1:1 + len(prefix)] == prefix for ids in theirs)
+    assert trainer.args.gradient_checkpointing
+    parity.SET[:] = ["task.mask_ratio=0.5", "task.random_ratio=0.3"]
+    recipe = parity.resolved_recipe("mlm", parity.overrides("mlm", True, path, 42))
+    collator = parity.masking(AutoTokenizer.from_pretrained(path), recipe.task)
+    assert (collator.mask_replace_prob, collator.random_replace_prob) == (0.5, 0.3)
+    parity.SET[:] = ["task.bleu_tokenize=char"]
+    recipe = parity.resolved_recipe("translation", parity.overrides("translation", True, path, 42))
+    copied = parity.baselines("translation", recipe)["source copied"]["bleu"]
+    _, rows = parity.raw_splits(recipe)
+    import sacrebleu
+
+    assert copied == sacrebleu.corpus_bleu(list(rows["source"]), [list(rows["target"])], tokenize="char").score
+    assert copied != parity.bleu_scores(list(rows["source"]), list(rows["target"]))["bleu"]

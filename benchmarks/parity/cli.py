@@ -11,7 +11,7 @@ from pathlib import Path
 
 from parity.common import BATCHES, GPT2, SEED_LIST, SET, checkpoint_path, reference_attention
 from parity.objectives import denoise_stats, span_corruption_stats
-from parity.specs import BATCHABLE, SPECS, baselines, overrides, resolved_recipe
+from parity.specs import BATCHABLE, SPECS, baselines, one_sided, overrides, resolved_recipe
 from parity.icl import icl_check
 from parity.sides import finish_side, run_side, side, start_side
 from parity.tables import render
@@ -29,8 +29,11 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
     if task == "icl":
         return icl_check(checkpoint_path(GPT2, smoke), examples=8 if smoke else 32, smoke=smoke)
     # the recipe both sides will resolve, checked here: a bad --set is one line, not two tracebacks
-    recipe = resolved_recipe(task, overrides(task, smoke, checkpoint_path(SPECS[task].checkpoint, smoke), seeds[0], full))
+    path = checkpoint_path(SPECS[task].checkpoint, smoke)
+    recipe = resolved_recipe(task, overrides(task, smoke, path, seeds[0], full))
     reference_attention(recipe)  # an attention the reference cannot load: one line, before any side runs
+    # a --set the reference cannot take (or a recipe it cannot run as the toolkit does): one line
+    one_sided(task, recipe, resolved_recipe(task, overrides(task, smoke, path, seeds[0], full, sets=[])))
     rows = []
     for seed in seeds:
         if together and len(sides) == 2:  # both sides of the seed at once, each on half the cores: the same load for both
