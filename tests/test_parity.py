@@ -254,6 +254,8 @@ def test_seq2seq_reference_loss_equals_the_toolkits(parity, tmp_path: Path, monk
     assert np.isfinite(sides["toolkit"]["loss"]) and sides["toolkit"]["loss"] > 1
     assert sides["toolkit"]["loss"] == pytest.approx(sides["reference"]["loss"], rel=0.01)
     assert set(sides["reference"]) >= {"loss", "bleu", "chrf"}
+    rows = json.loads(out.read_text())["rows"]  # both sides over the same eval examples (same_examples)
+    assert rows[0]["eval_sha256"] == rows[1]["eval_sha256"] and rows[0]["eval_examples"] == rows[1]["eval_examples"] == 8
     # --only reference --reference-batches toolkit: one row, the reference's, on the toolkit's batches
     alone = tmp_path / "alone.json"
     assert parity.main(["translation", "--smoke", "--seeds", "42", "--only", "reference",
@@ -390,9 +392,11 @@ def test_toolkit_steps_shuffle_where_trainers_grouping_runs_long_to_short(parity
 
 
 def _saved_result(path: Path, seed: int, f1s: tuple[float, float], full: bool = True,
-                  batches: str | None = None, sides: tuple[str, ...] = ("toolkit", "reference")) -> Path:
+                  batches: str | None = None, sides: tuple[str, ...] = ("toolkit", "reference"),
+                  examples: tuple[int, str] = (400, "ab12")) -> Path:
     rows = [{"side": side, "seed": seed, "metrics": {"f1": f1, "exact_match": f1 / 2},
-             "train_samples_per_s": 10.0, "eval_samples_per_s": 20.0, "peak_rss_mb": 100.0, "cpu_s": 5.0}
+             "train_samples_per_s": 10.0, "eval_samples_per_s": 20.0, "peak_rss_mb": 100.0, "cpu_s": 5.0,
+             "eval_examples": examples[0], "eval_sha256": examples[1]}
             for side, f1 in zip(("toolkit", "reference"), f1s) if side in sides]
     result = {"smoke": False, "full": full, "rows": rows, "baselines": {}}
     if batches:  # runs before --reference-batches existed recorded none (Trainer's own)
@@ -437,6 +441,9 @@ def test_merge_renders_seeds_run_apart(parity, tmp_path: Path, capsys) -> None:
     ("one side", "seed 42 has one side only"),
     ("batches differ", "trained on different batches"),
     ("side absent", "no reference rows"),
+    # the two sides of a seed over different eval examples: no paired difference (runs of two checkouts
+    # whose load() picks other rows, paired by --merge SIDE:FILE)
+    ("examples differ", "seed 42: the toolkit scored 400 eval examples and the reference 399, not the same ones"),
 ])
 def test_merge_errors_are_one_line(parity, case: str, message: str, tmp_path: Path, capsys) -> None:
     a = _saved_result(tmp_path / "a.json", 42, (0.7, 0.6))
@@ -453,6 +460,8 @@ def test_merge_errors_are_one_line(parity, case: str, message: str, tmp_path: Pa
         files = [f"toolkit:{a}"]
     elif case == "batches differ":
         files = [a, _saved_result(tmp_path / "b.json", 43, (0.7, 0.6), batches="toolkit")]
+    elif case == "examples differ":
+        files = [f"toolkit:{a}", f"reference:{_saved_result(tmp_path / 'b.json', 42, (0.7, 0.6), examples=(399, 'cd34'))}"]
     elif case == "side absent":
         files = [f"reference:{_saved_result(tmp_path / 'b.json', 43, (0.7, 0.6), sides=('toolkit',))}"]
     err = _refused(parity, [task, "--merge", *map(str, files)], capsys)

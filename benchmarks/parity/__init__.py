@@ -68,4 +68,4 @@ from parity.sides import (  # noqa: E402
 from parity.tables import (  # noqa: E402
     cpu_seconds, mean_std, paired, render, scale, table)
 from parity.cli import (  # noqa: E402
-    compare, main, merge, parse_seeds)
+    compare, main, merge, parse_seeds, same_examples)

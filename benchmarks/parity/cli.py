@@ -46,8 +46,24 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
             row["together"] = together
             rows.append(row)
             print(f"{task} seed {seed} {which}: {row['metrics']}", file=sys.stderr, flush=True)
+        same_examples(rows)
     return {"smoke": smoke, "full": full, "set": list(SET), "reference_batches": BATCHES[0], "rows": rows,
             "baselines": baselines(task, recipe)}
+
+
+def same_examples(rows: list[dict], where: str = "") -> None:
+    """A ValueError, one line, where the two sides of a seed scored different eval examples (their
+    count and the toolkit's metrics.json fingerprint, eval_sha256): their paired difference would
+    be over different examples, not a number to print."""
+    seen: dict[int, dict[str, tuple]] = {}
+    for row in rows:
+        if row.get("eval_sha256") is not None:  # (rows recorded before the fingerprint have none)
+            seen.setdefault(row["seed"], {})[row["side"]] = (row["eval_examples"], row["eval_sha256"])
+    for seed, got in seen.items():
+        if len(set(got.values())) > 1:
+            raise ValueError(f"{where}seed {seed}: the toolkit scored {got['toolkit'][0]} eval examples and the reference "
+                             f"{got['reference'][0]}, not the same ones (eval_sha256 {got['toolkit'][1][:12]} against "
+                             f"{got['reference'][1][:12]}): the paired difference would compare different examples")
 
 
 def merge(task: str, files: list[str]) -> dict:
@@ -90,6 +106,7 @@ def merge(task: str, files: list[str]) -> dict:
     unpaired = sorted({seed for side, seed in seen if (("reference" if side == "toolkit" else "toolkit"), seed) not in seen})
     if unpaired:
         raise ValueError(f"--merge: seed {unpaired[0]} has one side only; give each seed both sides")
+    same_examples([row for _, _, rows in parts for row in rows], "--merge: ")
     first = parts[0][1]
     return {"smoke": first.get("smoke", False), "full": first.get("full", False), "set": first.get("set", []),
             "reference_batches": batches.pop() if batches else "trainer",

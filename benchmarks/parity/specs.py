@@ -138,6 +138,7 @@ def toolkit_side(task: str, over: list[str], out: Path) -> dict:
         if (run.dir / "predictions.jsonl").is_file() else []
     return {"metrics": dict(m["eval"]), "train_samples_per_s": m["train_samples_per_second"],
             "eval_samples_per_s": m.get("eval_samples_per_second", 0.0), "train_s": m.get("train_runtime_s"),
+            "eval_examples": m["eval_samples"][""], "eval_sha256": m["eval_sha256"],  # the eval rows scored
             "distinct_predictions": distinct([p.get("prediction") for p in preds])}
 
 
