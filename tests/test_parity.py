@@ -241,14 +241,21 @@ def _sides_in_this_process(parity, monkeypatch: pytest.MonkeyPatch) -> list[tupl
 def test_seq2seq_reference_loss_equals_the_toolkits(parity, tmp_path: Path, monkeypatch) -> None:
     """`parity translation --smoke`: MiniLM2MiniLM on both sides from the same tiny random
     weights and rows; the reference's teacher-forced loss per target token (seq2seq_loss) is the
-    toolkit's eval loss, and the table carries it beside BLEU and chrF."""
+    toolkit's eval loss, and the table carries it beside BLEU and chrF, scored under the recipe's
+    task.bleu_tokenize on both sides (it reached the toolkit's scorer alone, exit 0)."""
     ran = _sides_in_this_process(parity, monkeypatch)
+    tokenized = []
+    scores = parity.seq2seq.bleu_scores
+    monkeypatch.setattr(parity.seq2seq, "bleu_scores", lambda p, r, tokenize="13a": tokenized.append(tokenize) or scores(p, r, tokenize))
     out = tmp_path / "translation.json"
-    assert parity.main(["translation", "--smoke", "--seeds", "42", "--json", str(out)]) == 0
+    assert parity.main(["translation", "--smoke", "--seeds", "42", "--json", str(out), "--set", "task.bleu_tokenize=char"]) == 0
+    assert tokenized == ["char"]
     sides = {r["side"]: r["metrics"] for r in json.loads(out.read_text())["rows"]}
     assert np.isfinite(sides["toolkit"]["loss"]) and sides["toolkit"]["loss"] > 1
     assert sides["toolkit"]["loss"] == pytest.approx(sides["reference"]["loss"], rel=0.01)
     assert set(sides["reference"]) >= {"loss", "bleu", "chrf"}
+    rows = json.loads(out.read_text())["rows"]  # both sides over the same eval examples (same_examples)
+    assert rows[0]["eval_sha256"] == rows[1]["eval_sha256"] and rows[0]["eval_examples"] == rows[1]["eval_examples"] == 8
     # --only reference --reference-batches toolkit: one row, the reference's, on the toolkit's batches
     alone = tmp_path / "alone.json"
     assert parity.main(["translation", "--smoke", "--seeds", "42", "--only", "reference",
@@ -385,9 +392,11 @@ def test_toolkit_steps_shuffle_where_trainers_grouping_runs_long_to_short(parity
 
 
 def _saved_result(path: Path, seed: int, f1s: tuple[float, float], full: bool = True,
-                  batches: str | None = None, sides: tuple[str, ...] = ("toolkit", "reference")) -> Path:
+                  batches: str | None = None, sides: tuple[str, ...] = ("toolkit", "reference"),
+                  examples: tuple[int, str] = (400, "ab12")) -> Path:
     rows = [{"side": side, "seed": seed, "metrics": {"f1": f1, "exact_match": f1 / 2},
-             "train_samples_per_s": 10.0, "eval_samples_per_s": 20.0, "peak_rss_mb": 100.0, "cpu_s": 5.0}
+             "train_samples_per_s": 10.0, "eval_samples_per_s": 20.0, "peak_rss_mb": 100.0, "cpu_s": 5.0,
+             "eval_examples": examples[0], "eval_sha256": examples[1]}
             for side, f1 in zip(("toolkit", "reference"), f1s) if side in sides]
     result = {"smoke": False, "full": full, "rows": rows, "baselines": {}}
     if batches:  # runs before --reference-batches existed recorded none (Trainer's own)
@@ -432,6 +441,9 @@ def test_merge_renders_seeds_run_apart(parity, tmp_path: Path, capsys) -> None:
     ("one side", "seed 42 has one side only"),
     ("batches differ", "trained on different batches"),
     ("side absent", "no reference rows"),
+    # the two sides of a seed over different eval examples: no paired difference (runs of two checkouts
+    # whose load() picks other rows, paired by --merge SIDE:FILE)
+    ("examples differ", "seed 42: the toolkit scored 400 eval examples and the reference 399, not the same ones"),
 ])
 def test_merge_errors_are_one_line(parity, case: str, message: str, tmp_path: Path, capsys) -> None:
     a = _saved_result(tmp_path / "a.json", 42, (0.7, 0.6))
@@ -448,6 +460,8 @@ def test_merge_errors_are_one_line(parity, case: str, message: str, tmp_path: Pa
         files = [f"toolkit:{a}"]
     elif case == "batches differ":
         files = [a, _saved_result(tmp_path / "b.json", 43, (0.7, 0.6), batches="toolkit")]
+    elif case == "examples differ":
+        files = [f"toolkit:{a}", f"reference:{_saved_result(tmp_path / 'b.json', 42, (0.7, 0.6), examples=(399, 'cd34'))}"]
     elif case == "side absent":
         files = [f"reference:{_saved_result(tmp_path / 'b.json', 43, (0.7, 0.6), sides=('toolkit',))}"]
     err = _refused(parity, [task, "--merge", *map(str, files)], capsys)
@@ -915,3 +929,71 @@ def test_a_benchmark_is_quiet_as_the_toolkit_is(tmp_path: Path, verbose: bool) -
     if not verbose:
         assert said.stderr.splitlines() == [said.stderr.strip()] and said.stderr.startswith(
             "error: benchmarks/parity: train.epochz: unknown key"), said.stderr
+
+
+# --- every --set reaches both sides, or is refused in one line ------------------------------------
+def test_every_recipe_setting_of_every_task_is_classified(parity) -> None:
+    """Every setting of every task type's recipe (model, task, method, train; task.generation's
+    spelled out) has its place in the harness's table (specs.REACH): read by the reference too,
+    read by the task's load() that both sides call, changing neither side's numbers, or refused
+    with the reason. A new recipe field fails here until it is placed (unplaced: refused)."""
+    for task in parity.SPECS:
+        path = parity.checkpoint_path(parity.SPECS[task].checkpoint, True)
+        recipe = parity.resolved_recipe(task, parity.overrides(task, True, path, 42))
+        unknown = [k for k in parity.settings(recipe) if parity.reach(task, k).startswith("not known")]
+        assert not unknown, f"{task}: place {unknown} in benchmarks/parity/specs.py REACH"
+
+
+@pytest.mark.parametrize("task, value, said", [
+    ("qa", "method.name=lora", "--set: method.name ('lora') would reach the toolkit's side only: the reference trains every weight"),
+    ("mlm", "task.line_by_line=true", "--set: task.line_by_line (True) would reach the toolkit's side only"),
+    ("mlm", "task.whole_word_mask=true", "--set: task.whole_word_mask (True) would reach the toolkit's side only"),
+    ("summarization", "task.suffix=' TL;DR:'", "--set: task.suffix (' TL;DR:') would reach the toolkit's side only: "
+                                             "run_summarization / run_translation take a source prefix only"),
+    ("translation", "train.length_buckets=[16,32]", "--set: train.length_buckets ([16, 32]) would reach the toolkit's"),
+    ("gpt2", "train.keep_best=true", "--set: train.keep_best (True) would reach the toolkit's side only"),
+    ("qa", "train.pad_multiple=8", "--set: train.pad_multiple (8) would reach the toolkit's side only"),
+    ("clm", "task.eval_stride=16", "task.eval_stride: 16 scores each window with 16 tokens of context, and the "
+                                   "reference (run_clm) scores non-overlapping blocks; set --set task.eval_stride=32"),
+])
+def test_a_set_the_reference_cannot_take_is_one_line(parity, monkeypatch, task: str, value: str, said: str,
+                                                     capsys) -> None:
+    """Finding: every --set went into both sides' recipe, but the reference read only some of it:
+    `method.name=lora`, `task.line_by_line=true`, `train.length_buckets`, `train.keep_best=true`,
+    ... changed the toolkit's side alone and the table compared two protocols as one, exit 0.
+    Now one line, exit 2, before any side runs."""
+    monkeypatch.setattr(parity.cli, "run_side", lambda *a, **k: pytest.fail("a side ran"))
+    err = _refused(parity, [task, "--smoke", "--seeds", "42", "--set", value], capsys)
+    line = err.replace("\r", "\n").splitlines()[-1]
+    assert line.startswith("error: benchmarks/parity: " + said) and err.count("error:") == 1
+
+
+def test_the_settings_the_reference_reads_reach_it(parity, tmp_path: Path) -> None:
+    """The settings the reference now reads as the toolkit does (each reached the toolkit's side
+    alone, exit 0): task.prefix is run_summarization's source prefix (the reference's features are
+    the toolkit's); train.gradient_checkpointing is Trainer's; task.mask_ratio / random_ratio are
+    the collator's replace probabilities; task.bleu_tokenize is sacreBLEU's (the baseline's too)."""
+    from transformers import AutoTokenizer
+
+    path = parity.checkpoint_path(parity.MINILM, True)
+    parity.SET[:] = ["task.prefix='summarize this: '", "train.gradient_checkpointing=true"]
+    recipe = parity.resolved_recipe("summarization", parity.overrides("summarization", True, path, 42))
+    trainer, tok, _, _ = parity.seq2seq_trainer(recipe, path, tmp_path)
+    ours = recipe.method.encoder(recipe.task, tok)(parity.raw_splits(recipe)[0])["input_ids"]
+    theirs = trainer.train_dataset["input_ids"]
+    assert sorted(map(tuple, ours)) == sorted(map(tuple, theirs))
+    prefix = tok("summarize this:", add_special_tokens=False)["input_ids"]
+    assert all(ids[1:1 + len(prefix)] == prefix for ids in theirs)
+    assert trainer.args.gradient_checkpointing
+    parity.SET[:] = ["task.mask_ratio=0.5", "task.random_ratio=0.3"]
+    recipe = parity.resolved_recipe("mlm", parity.overrides("mlm", True, path, 42))
+    collator = parity.masking(AutoTokenizer.from_pretrained(path), recipe.task)
+    assert (collator.mask_replace_prob, collator.random_replace_prob) == (0.5, 0.3)
+    parity.SET[:] = ["task.bleu_tokenize=char"]
+    recipe = parity.resolved_recipe("translation", parity.overrides("translation", True, path, 42))
+    copied = parity.baselines("translation", recipe)["source copied"]["bleu"]
+    _, rows = parity.raw_splits(recipe)
+    import sacrebleu
+
+    assert copied == sacrebleu.corpus_bleu(list(rows["source"]), [list(rows["target"])], tokenize="char").score
+    assert copied != parity.bleu_scores(list(rows["source"]), list(rows["target"]))["bleu"]

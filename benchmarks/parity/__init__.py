@@ -53,13 +53,14 @@ from parity.seq2seq import (  # noqa: E402
     bleu_scores, decode, encoder_decoder, generation_kwargs, reference_seq2seq, rouge_scores,
     seq2seq_loss, seq2seq_trainer, summed_loss)
 from parity.lm import (  # noqa: E402
-    causal_lm, grouped, one_mask_set_loss, reference_lm)
+    causal_lm, grouped, masking, one_mask_set_loss, reference_lm)
 from parity.gpt2 import (  # noqa: E402
     gpt2_evaluate, reference_gpt2)
 from parity.objectives import (  # noqa: E402
     denoise_stats, objective_blocks, rebuild_span_corruption, span_corruption_stats)
 from parity.specs import (  # noqa: E402
-    BATCHABLE, REFERENCES, SPECS, Spec, baselines, overrides, resolved_recipe, toolkit_side)
+    BATCHABLE, BOTH, DATA, NEUTRAL, ONLY_SOME, REACH, REFERENCES, SPECS, Spec, baselines, one_sided, overrides, reach,
+    requirements, resolved_recipe, settings, toolkit_side)
 from parity.icl import (  # noqa: E402
     icl_check)
 from parity.sides import (  # noqa: E402
@@ -67,4 +68,4 @@ from parity.sides import (  # noqa: E402
 from parity.tables import (  # noqa: E402
     cpu_seconds, mean_std, paired, render, scale, table)
 from parity.cli import (  # noqa: E402
-    compare, main, merge, parse_seeds)
+    compare, main, merge, parse_seeds, same_examples)

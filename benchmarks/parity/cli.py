@@ -11,7 +11,7 @@ from pathlib import Path
 
 from parity.common import BATCHES, GPT2, SEED_LIST, SET, checkpoint_path, reference_attention
 from parity.objectives import denoise_stats, span_corruption_stats
-from parity.specs import BATCHABLE, SPECS, baselines, overrides, resolved_recipe
+from parity.specs import BATCHABLE, SPECS, baselines, one_sided, overrides, resolved_recipe
 from parity.icl import icl_check
 from parity.sides import finish_side, run_side, side, start_side
 from parity.tables import render
@@ -29,8 +29,11 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
     if task == "icl":
         return icl_check(checkpoint_path(GPT2, smoke), examples=8 if smoke else 32, smoke=smoke)
     # the recipe both sides will resolve, checked here: a bad --set is one line, not two tracebacks
-    recipe = resolved_recipe(task, overrides(task, smoke, checkpoint_path(SPECS[task].checkpoint, smoke), seeds[0], full))
+    path = checkpoint_path(SPECS[task].checkpoint, smoke)
+    recipe = resolved_recipe(task, overrides(task, smoke, path, seeds[0], full))
     reference_attention(recipe)  # an attention the reference cannot load: one line, before any side runs
+    # a --set the reference cannot take (or a recipe it cannot run as the toolkit does): one line
+    one_sided(task, recipe, resolved_recipe(task, overrides(task, smoke, path, seeds[0], full, sets=[])))
     rows = []
     for seed in seeds:
         if together and len(sides) == 2:  # both sides of the seed at once, each on half the cores: the same load for both
@@ -43,8 +46,24 @@ def compare(task: str, seeds: list[int], smoke: bool, full: bool = False, togeth
             row["together"] = together
             rows.append(row)
             print(f"{task} seed {seed} {which}: {row['metrics']}", file=sys.stderr, flush=True)
+        same_examples(rows)
     return {"smoke": smoke, "full": full, "set": list(SET), "reference_batches": BATCHES[0], "rows": rows,
             "baselines": baselines(task, recipe)}
+
+
+def same_examples(rows: list[dict], where: str = "") -> None:
+    """A ValueError, one line, where the two sides of a seed scored different eval examples (their
+    count and the toolkit's metrics.json fingerprint, eval_sha256): their paired difference would
+    be over different examples, not a number to print."""
+    seen: dict[int, dict[str, tuple]] = {}
+    for row in rows:
+        if row.get("eval_sha256") is not None:  # (rows recorded before the fingerprint have none)
+            seen.setdefault(row["seed"], {})[row["side"]] = (row["eval_examples"], row["eval_sha256"])
+    for seed, got in seen.items():
+        if len(set(got.values())) > 1:
+            raise ValueError(f"{where}seed {seed}: the toolkit scored {got['toolkit'][0]} eval examples and the reference "
+                             f"{got['reference'][0]}, not the same ones (eval_sha256 {got['toolkit'][1][:12]} against "
+                             f"{got['reference'][1][:12]}): the paired difference would compare different examples")
 
 
 def merge(task: str, files: list[str]) -> dict:
@@ -87,6 +106,7 @@ def merge(task: str, files: list[str]) -> dict:
     unpaired = sorted({seed for side, seed in seen if (("reference" if side == "toolkit" else "toolkit"), seed) not in seen})
     if unpaired:
         raise ValueError(f"--merge: seed {unpaired[0]} has one side only; give each seed both sides")
+    same_examples([row for _, _, rows in parts for row in rows], "--merge: ")
     first = parts[0][1]
     return {"smoke": first.get("smoke", False), "full": first.get("full", False), "set": first.get("set", []),
             "reference_batches": batches.pop() if batches else "trainer",

@@ -96,12 +96,16 @@ def training_arguments(recipe: Any, out: Path, seq2seq: bool = False, **extra: A
 
     t = recipe.train
     cls = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
+    # the recipe's train.gradient_checkpointing (transformers 5 renamed Trainer's: activation_checkpointing)
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in cls.__dataclass_fields__ \
+        else "gradient_checkpointing"
     return cls(output_dir=str(out), per_device_train_batch_size=t.batch_size,
                per_device_eval_batch_size=t.eval_batch_size or 2 * t.batch_size, num_train_epochs=t.epochs,
                gradient_accumulation_steps=t.grad_accum, max_steps=t.max_steps or -1,
                bf16=t.mixed_precision == "bf16", fp16=t.mixed_precision == "fp16",
                learning_rate=t.lr, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps or t.warmup_ratio,
                max_grad_norm=t.max_grad_norm or 0.0, lr_scheduler_type="linear", seed=t.seed,
+               **{checkpointing: t.gradient_checkpointing},
                save_strategy="no", eval_strategy="no", report_to=[], logging_strategy="no",
                train_sampling_strategy="group_by_length" if t.group_by_length else "random",
                use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, **extra)

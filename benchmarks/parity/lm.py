@@ -36,7 +36,7 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
     its lines with their \n and <|endoftext|> after the last), labels = inputs. Perplexity
     = exp(Trainer.evaluate's eval_loss)."""
     from datasets import Dataset
-    from transformers import (AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer,
+    from transformers import (AutoModelForMaskedLM, AutoTokenizer, Trainer,
                               default_data_collator, set_seed)
 
     task = recipe.task
@@ -57,7 +57,7 @@ def reference_lm(recipe: Any, path: str, out: Path) -> dict:
 
     # run_clm batches with default_data_collator: DataCollatorForLanguageModeling(mlm=False)
     # would drop the loss on <|endoftext|>, which is GPT-2's pad token here
-    collator = DataCollatorForLanguageModeling(tok, mlm_probability=task.mlm_probability) if mlm else default_data_collator
+    collator = masking(tok, task) if mlm else default_data_collator
     trainer = in_order(Trainer(model=model, args=training_arguments(recipe, out), train_dataset=blocks(train_rows),
                                data_collator=collator))
     result = trainer.train()
@@ -78,7 +78,7 @@ def one_mask_set_loss(model_dir: str, tokenizer: str, recipe: Any) -> float:
     (the toolkit scores fixed masks per token, Trainer fresh masks and a mean of batch means), so
     this is the one number on which their models compare directly."""
     import torch
-    from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tokenizer)
     model, info = AutoModelForMaskedLM.from_pretrained(model_dir, output_loading_info=True)
@@ -87,7 +87,7 @@ def one_mask_set_loss(model_dir: str, tokenizer: str, recipe: Any) -> float:
     model.eval()
     blocks = grouped(tok, list(raw_splits(recipe)[1]["text"]), recipe.task.block_length(tok), True, [])
     rows = [{"input_ids": ids, "special_tokens_mask": sp} for ids, sp in zip(blocks["input_ids"], blocks["special_tokens_mask"])]
-    collate = DataCollatorForLanguageModeling(tok, mlm_probability=recipe.task.mlm_probability)
+    collate = masking(tok, recipe.task)
     torch.manual_seed(0)
     batches = [collate(rows[i:i + 32]) for i in range(0, len(rows), 32)]  # the masks, drawn before any model runs
     total, count = 0.0, 0
@@ -96,6 +96,16 @@ def one_mask_set_loss(model_dir: str, tokenizer: str, recipe: Any) -> float:
             loss, n = summed_loss(model, batch, shifted=False)  # the collator took special_tokens_mask out
             total, count = total + loss, count + n
     return total / max(count, 1)
+
+
+def masking(tok: Any, task: Any) -> Any:
+    """run_mlm's collator with the recipe's masking: task.mlm_probability of the tokens chosen,
+    task.mask_ratio of them [MASK], task.random_ratio a random token (transformers' mask_replace_prob
+    and random_replace_prob, the same fractions of the chosen tokens), the rest kept."""
+    from transformers import DataCollatorForLanguageModeling
+
+    return DataCollatorForLanguageModeling(tok, mlm_probability=task.mlm_probability,
+                                           mask_replace_prob=task.mask_ratio, random_replace_prob=task.random_ratio)
 
 
 def causal_lm(path: str, dropout: float | None, **load: Any) -> Any:

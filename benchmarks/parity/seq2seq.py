@@ -42,8 +42,10 @@ def seq2seq_trainer(recipe: Any, path: str, out: Path) -> tuple[Any, Any, Callab
     model = encoder_decoder(path, tok, **{f"{half}_{k}": v for half in ("encoder", "decoder")
                                           for k, v in bert_dropout(recipe).items()})
 
+    prefix = task.prefix or ""  # run_summarization's source_prefix (BERT2BERT's default prompt is none)
+
     def features(rows: Any) -> Any:
-        enc = tok(list(rows["source"]), truncation=True, max_length=task.max_length)
+        enc = tok([prefix + s for s in rows["source"]], truncation=True, max_length=task.max_length)
         labels = tok(text_target=list(rows["target"]), truncation=True, max_length=task.max_target_length)
         return Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                                   "labels": labels["input_ids"]})
@@ -71,7 +73,8 @@ def reference_seq2seq(recipe: Any, path: str, out: Path) -> dict:
         ids[ids < 0] = tok.pad_token_id
         preds = decode(tok, ids)
         refs = list(eval_rows["target"])
-        scores = rouge_scores(preds, refs) if recipe.task.name == "summarization" else bleu_scores(preds, refs)
+        scores = rouge_scores(preds, refs) if recipe.task.name == "summarization" \
+            else bleu_scores(preds, refs, task.bleu_tokenize)
         scores["loss"] = seq2seq_loss(model, test, trainer.data_collator, trainer.args.per_device_eval_batch_size)
         return preds, scores
 
@@ -138,8 +141,9 @@ def rouge_scores(predictions: list[str], references: list[str]) -> dict[str, flo
     return {k: v / max(len(predictions), 1) for k, v in total.items()}
 
 
-def bleu_scores(predictions: list[str], references: list[str]) -> dict[str, float]:
+def bleu_scores(predictions: list[str], references: list[str], tokenize: str = "13a") -> dict[str, float]:
+    """sacreBLEU's BLEU (under the recipe's task.bleu_tokenize, as the toolkit scores) and chrF."""
     import sacrebleu
 
-    return {"bleu": sacrebleu.corpus_bleu(predictions, [references]).score,
+    return {"bleu": sacrebleu.corpus_bleu(predictions, [references], tokenize=tokenize).score,
             "chrf": sacrebleu.corpus_chrf(predictions, [references]).score}

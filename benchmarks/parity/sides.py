@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from parity.common import BATCHES, ROOT, SET, checkpoint_path, peak_rss_mb
+from parity.common import BATCHES, ROOT, SET, checkpoint_path, peak_rss_mb, raw_splits
 from parity.specs import REFERENCES, SPECS, overrides, resolved_recipe, toolkit_side
 
 
@@ -34,6 +34,10 @@ def side(args: argparse.Namespace) -> dict:
     # barely moved by other processes sharing the cores
     if args.side == "reference":
         row["batches"] = BATCHES[0]
+        from toolkit.run_metrics import examples_fingerprint
+
+        scored = raw_splits(recipe)[1]  # the rows it scored: load()'s, as the toolkit's metrics.json fingerprints them
+        row.update(eval_examples=len(scored), eval_sha256=examples_fingerprint({"": scored}))
     return {"side": args.side, "seed": args.seed, **row, "peak_rss_mb": peak_rss_mb(),
             "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall, **gpu_memory()}
 

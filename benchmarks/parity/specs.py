@@ -108,16 +108,17 @@ SPECS: dict[str, Spec] = {
                         "prompt 128 / target 32 tokens, lr 5e-4, batch 8, greedy 24 tokens"),
 }
 BATCHABLE = [task for task, spec in SPECS.items() if spec.toolkit_batches]
-def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = False) -> list[str]:
+def overrides(task: str, smoke: bool, checkpoint: str, seed: int, full: bool = False,
+              sets: list[str] | None = None) -> list[str]:
     """The spec's overrides of its recipe; `full`: none but the checkpoint and seed (the shipped
-    recipe's own protocol, sized for a GPU)."""
+    recipe's own protocol, sized for a GPU); then `sets` (None: --set's)."""
     spec = SPECS[task]
     budget = () if full else spec.smoke if smoke else spec.real
     files = {"squad_v2": squad_v2_file} if any("{squad_v2}" in o for o in spec.extra) else {}
     extra = [o.format(**{k: make() for k, make in files.items()}) for o in spec.extra]
     from toolkit.recipe_data import layered
 
-    return layered(COMMON, extra, budget, SET, [f"model.checkpoint={checkpoint}", f"train.seed={seed}"])
+    return layered(COMMON, extra, budget, SET if sets is None else sets, [f"model.checkpoint={checkpoint}", f"train.seed={seed}"])
 
 
 def resolved_recipe(task: str, over: list[str]) -> Any:
@@ -137,6 +138,7 @@ def toolkit_side(task: str, over: list[str], out: Path) -> dict:
         if (run.dir / "predictions.jsonl").is_file() else []
     return {"metrics": dict(m["eval"]), "train_samples_per_s": m["train_samples_per_second"],
             "eval_samples_per_s": m.get("eval_samples_per_second", 0.0), "train_s": m.get("train_runtime_s"),
+            "eval_examples": m["eval_samples"][""], "eval_sha256": m["eval_sha256"],  # the eval rows scored
             "distinct_predictions": distinct([p.get("prediction") for p in preds])}
 
 
@@ -159,6 +161,136 @@ def baselines(task: str, recipe: Any) -> dict[str, dict[str, float]]:
         return {"first sentence of the context": squad_v2([first_sentence(c) for c in rows["context"]], golds),
                 "no answer to any question": squad_v2([""] * len(golds), golds)}
     if task == "translation":
-        return {"source copied": bleu_scores(list(rows["source"]), list(rows["target"]))}
+        return {"source copied": bleu_scores(list(rows["source"]), list(rows["target"]), recipe.task.bleu_tokenize)}
     lead = ["\n".join(s.splitlines()[:3]) for s in rows["source"]]
     return {"Lead-3 (first three utterances)": rouge_scores(lead, list(rows["target"]))}
+
+
+# --- which side each recipe setting reaches -----------------------------------------------------
+# Every recipe setting a `--set` can change, by what the reference does with it. Finding: the
+# harness passed every `--set` to both sides' recipe, but the references read only some of it:
+# `--set task.prefix=...` (summarization, translation), `train.gradient_checkpointing=true`,
+# `task.mask_ratio` / `task.random_ratio` (mlm), `task.bleu_tokenize` (translation) and, before
+# them, `model.attention` changed the toolkit's side alone, and `method.name=lora`,
+# `task.line_by_line=true`, `train.length_buckets`, `train.keep_best=true`, ... still did: the
+# table compared two protocols as one, exit 0. The rule: a setting reaches both sides the same
+# (`both`: the reference reads it; `data`: the task's own load(), which both sides call, reads
+# it), changes neither side's numbers (`neutral`), or is refused in one line before any side runs
+# (the reason the reference cannot take it). tests/test_parity.py walks every field of every
+# task's recipe through this table: a new recipe field must be classified here.
+BOTH = "both"
+DATA = "data"
+NEUTRAL = "neutral"
+_NO_SUCH = "the reference (transformers' Trainer) has no such setting"
+REACH: dict[str, str] = {
+    "model.checkpoint": BOTH,  # the harness's, one folder for both sides (a --set of it is refused by the parser)
+    "model.attention": BOTH,  # reference_attention (the toolkit refuses it with model.warm_start)
+    "model.dropout": BOTH,  # bert_dropout / causal_lm
+    "model.warm_start": "the reference's model is fixed by the task type (BERT2BERT for summarization and "
+                        "translation, the checkpoint's own head otherwise)",
+    "task.max_length": BOTH, "task.max_target_length": BOTH, "task.doc_stride": BOTH,
+    "task.max_answer_length": BOTH, "task.n_best": BOTH, "task.version": BOTH, "task.mlm_probability": BOTH,
+    "task.mask_ratio": BOTH, "task.random_ratio": BOTH,  # DataCollatorForLanguageModeling's replace probabilities
+    "task.prefix": BOTH,  # run_summarization's source_prefix; gpt2: the prompt's affixes
+    "task.suffix": BOTH,  # gpt2's prompt (refused for the encoder-decoders: ONLY_SOME)
+    "task.bleu_tokenize": BOTH,  # sacreBLEU's tokenize
+    "task.generation": BOTH,  # generation_kwargs: every decoding setting the recipe sets
+    "task.eval_stride": BOTH,  # checked against the reference's non-overlapping blocks (`requirements`)
+    "task.documents": BOTH,  # load() and the reference's line breaks (task.line_breaks)
+    **dict.fromkeys(("task.max_train_samples", "task.max_eval_samples", "task.data_dir", "task.train_file",
+                     "task.eval_file", "task.dataset", "task.dataset_config", "task.train_split", "task.eval_split",
+                     "task.text_field", "task.eval_fraction", "task.split_seed", "task.split_articles", "task.subset",
+                     "task.source_lang", "task.target_lang", "task.source_field", "task.target_field",
+                     "task.question_field", "task.context_field", "task.answers_field", "task.id_field"), DATA),
+    "task.name": "the task type is the harness's first argument, each with its own reference",
+    "task.mode": "the reference is run_qa's extractive head, which `auto` already picks for MiniLM",
+    "task.line_by_line": "the reference groups documents into blocks as run_mlm does without --line_by_line",
+    "task.whole_word_mask": "the reference masks tokens (DataCollatorForLanguageModeling); the toolkit's "
+                            "whole-word masking has its own word boundaries",
+    "task.corruption_seed": "the reference draws its evaluation masks from Trainer's seed",
+    "task.source_code": "the reference's BERT2BERT tokenizer has no language codes",
+    "task.target_code": "the reference's BERT2BERT tokenizer has no language codes",
+    "method": "the reference trains every weight (full fine-tuning), as the example scripts do",
+    **dict.fromkeys(("train.epochs", "train.max_steps", "train.lr", "train.batch_size", "train.eval_batch_size",
+                     "train.grad_accum", "train.weight_decay", "train.warmup_ratio", "train.warmup_steps",
+                     "train.max_grad_norm", "train.seed", "train.mixed_precision", "train.group_by_length",
+                     "train.gradient_checkpointing"), BOTH),  # training_arguments
+    **dict.fromkeys(("train.log_every", "train.report_to", "train.save_total_limit", "train.keep_checkpoints",
+                     "train.metric"), NEUTRAL),  # logging and checkpoint files (metric: keep_best is off)
+    "train.precision_mode": f"{_NO_SUCH} (Trainer's mixed precision keeps fp32 weights)",
+    "train.pad_multiple": f"{_NO_SUCH} (its collators pad to the batch's longest)",
+    "train.length_buckets": f"{_NO_SUCH} (its sampler groups by length or shuffles)",
+    "train.compile": f"{_NO_SUCH} (the reference runs eagerly)",
+    "train.compile_optimizer": f"{_NO_SUCH} (the reference runs eagerly)",
+    "train.fast_dropout": f"{_NO_SUCH} (the reference runs transformers' own dropout)",
+    "train.skip_nonfinite": _NO_SUCH,
+    "train.eval_every": "the reference evaluates once, after the last step",
+    "train.save_every": "the reference saves no checkpoints (their time would count on one side only)",
+    "train.keep_best": "the reference keeps its last model",
+    "train.early_stopping_patience": "the reference trains every step",
+}
+# settings the reference of some task types does not take (task type -> setting -> why)
+ONLY_SOME: dict[str, dict[str, str]] = {
+    **dict.fromkeys(("summarization", "translation"), {
+        "task.suffix": "run_summarization / run_translation take a source prefix only"}),
+    **dict.fromkeys(("qa", "qa2"), {
+        key: "extractive QA reads it on neither side" for key in
+        ("task.max_target_length", "task.prefix", "task.suffix", "task.generation")}),
+}
+
+
+def reach(task: str, key: str) -> str:
+    """BOTH, DATA, NEUTRAL, or why the reference of `task` cannot take setting `key`
+    (task.generation.num_beams is task.generation's; method.* is the method's)."""
+    parts = key.split(".")
+    for name in (key, ".".join(parts[:2]), parts[0]):
+        if name in ONLY_SOME.get(task, {}):
+            return ONLY_SOME[task][name]
+        if name in REACH:
+            return REACH[name]
+    return "not known to the harness (benchmarks/parity/specs.py REACH)"
+
+
+def settings(recipe: Any) -> dict[str, Any]:
+    """Every setting of the recipe's model, task, method and train sections, by dotted key
+    (nested settings such as task.generation spelled out), with task.name and method.name."""
+    import dataclasses
+
+    flat: dict[str, Any] = {"task.name": recipe.task.name, "method.name": recipe.method.name}
+
+    def walk(prefix: str, obj: Any) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(f"{prefix}.{f.name}", value)
+            else:
+                flat[f"{prefix}.{f.name}"] = value
+
+    for section in ("model", "task", "method", "train"):
+        walk(section, getattr(recipe, section))
+    return flat
+
+
+def one_sided(task: str, recipe: Any, budget: Any) -> None:
+    """A ValueError, one line, when the recipe both sides resolve (`recipe`: the budget's with
+    --set after it) differs from the budget's own (`budget`) in a setting the reference cannot
+    take, or when the recipe asks what the reference cannot do (`requirements`)."""
+    set_keys = [key.split("=", 1)[0] for key in SET]
+    ours, base = settings(recipe), settings(budget)
+    for key in sorted(set(ours) | set(base), key=lambda k: (not any(k.startswith(s) for s in set_keys), k)):
+        if ours.get(key) != base.get(key) and reach(task, key) not in (BOTH, DATA, NEUTRAL):
+            raise ValueError(f"--set: {key} ({ours.get(key)!r}) would reach the toolkit's side only: "
+                             f"{reach(task, key)}; the table would compare two protocols as one "
+                             f"(compare it with `toolkit sweep` instead)")
+    requirements(task, recipe)
+
+
+def requirements(task: str, recipe: Any) -> None:
+    """What the resolved recipe must be for the reference to run the same protocol."""
+    from toolkit.schema import value_of
+
+    if task == "clm" and value_of(recipe.task, "eval_stride") != recipe.task.max_length:
+        raise ValueError(f"task.eval_stride: {value_of(recipe.task, 'eval_stride')} scores each window with "
+                         f"{recipe.task.max_length - value_of(recipe.task, 'eval_stride')} tokens of context, and "
+                         "the reference (run_clm) scores non-overlapping blocks; set "
+                         f"--set task.eval_stride={recipe.task.max_length}")
