@@ -281,10 +281,11 @@ def test_one_whole_batch_without_dropout_is_the_same_computation(parity, task: s
     over = [o for o in parity.overrides(task, True, path, 42) if not o.startswith(dropped)]
     # one eval batch too: Trainer's eval_loss (run_clm's perplexity) is the mean of the batches'
     # means, which weighs a short last batch's tokens more than the toolkit's per-token mean
-    # clm: 40 test paragraphs are 126 blocks of 32 tokens and 1 token over, which predicts nothing;
-    # with 8 (40 blocks and 28 tokens over) the sides differ by that partial block alone, which
-    # the toolkit's stride evaluation scores and run_clm's group_texts drops
-    evals = 40 if task == "clm" else 8
+    # clm: the test file's first 38 lines, read as one running text (documents: text, as run_clm
+    # reads it), are whole blocks of 32 tokens; with 40 (11 tokens over) the sides differ by that
+    # partial block alone (1.3e-4 of the perplexity), which the toolkit's stride evaluation scores
+    # and run_clm's group_texts drops
+    evals = 38 if task == "clm" else 8
     over += ["task.max_train_samples=12", f"task.max_eval_samples={evals}", "train.epochs=3", "train.batch_size=512",
              "train.eval_batch_size=512", "train.warmup_ratio=0", "model.dropout=0", "train.lr=1e-3",
              "train.weight_decay=0.01"]
