@@ -379,7 +379,7 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
     rows = [{"source": t, "prediction": t[::-1], "probabilities": {"pos": 0.25, t or "x": 0.75}, "tags": [t, "O"]}
             for t in TRICKY]
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
-                           predict_files=lambda rows: {})
+                           predict_files=lambda rows: {}, note_unreadable=lambda tok, texts, where: None)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
     monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / name
@@ -444,7 +444,7 @@ def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path,
 
     rows = [{"source": "a", "prediction": "b"}]
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
-                           predict_files=lambda rows: {})
+                           predict_files=lambda rows: {}, note_unreadable=lambda tok, texts, where: None)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
     monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / "o[1].jsonl"  # glob characters in the name are the name's own
