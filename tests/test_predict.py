@@ -144,6 +144,7 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, conll_
     if recipe.startswith("squad/"):  # the dev file's first articles, split by article as the recipe splits it
         overrides = [*overrides, f"task.eval_file={squad_sample}"]
     run = toolkit.run(recipe, SHORT + overrides, runs_dir=tmp_path, smoke=True)
+    assert "unknown token" not in capsys.readouterr().err  # the shipped data reads as text
     trained = loaded(run.dir)
     settings, names = trained[0], trained[3]
     assert settings.name == task
@@ -158,6 +159,16 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, conll_
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     check_rows(trained, read_inputs(str(source), names, settings.predict_word_lists), rows)
 
+    if task == "text_classification":  # a split of such text: said by the run and by eval, naming its file
+        odd = tmp_path / "emoji.tsv"
+        odd.write_text("index\tsentence1\tsentence2\tlabel\n" + "".join(
+            f"{i}\t😂🤣 {i}\t😊👍\t{'not_entailment' if i % 2 else 'entailment'}\n" for i in range(4)))
+        code, _, err = cli("eval", run.dir, f"task.eval_file={odd}")
+        assert code == 0 and f"warning: task.eval_file {odd}: 80% of the input text's characters (16 of 20," in err, err
+        capsys.readouterr()
+        toolkit.run(recipe, [*SHORT, f"task.eval_file={odd}"], runs_dir=tmp_path, smoke=True)
+        err = capsys.readouterr().err
+        assert f"warning: task.eval_file {odd}: 80%" in err and "task.train_file" not in err, err
     if task in ("glue", "text_classification", "ner"):
         check_ids_kept(run.dir, cli, tmp_path, names, as_rows(names, inputs), predicted)
     check_input_fields_carried(run.dir, cli, capsys, tmp_path, names, as_rows(names, inputs), predicted)
@@ -194,6 +205,18 @@ def test_predict_every_task_type_api_and_cli(tmp_path: Path, cli, capsys, conll_
             capsys.readouterr()
             toolkit.predict(run.dir, [{"question": " ".join(words), "context": QA["context"]}])
             assert re.search(said, capsys.readouterr().err)
+        # inputs the tokenizer reads as its unknown token (emoji: BERT's and T5's, not GPT-2's or
+        # BART's bytes) are said, from the API and the CLI, with the file (they predicted unsaid)
+        emoji = {n: ["😂🤣", "😊"] if n in settings.predict_word_lists else "😂🤣 😊👍" for n in names}
+        (tmp_path / "emoji.jsonl").write_text(json.dumps(emoji) + "\n")
+        capsys.readouterr()
+        toolkit.predict(run.dir, [emoji])
+        api = capsys.readouterr().err
+        code, _, err = cli("predict", run.dir, "--input", tmp_path / "emoji.jsonl", "--output", tmp_path / "e.jsonl")
+        unread = "bart" not in recipe and "gpt2" not in recipe
+        for where, e in (("predict's inputs", api), (f"--input {tmp_path / 'emoji.jsonl'}", err)):
+            assert code == 0 and (f"warning: {where}: 100% of the input text's characters" in e) == unread, e
+            assert ("unknown token" in e) == unread, e
         if file[0].endswith(".txt"):  # plain text: a blank line between examples is said, not dropped unsaid
             source.write_text(file[1].replace("\n", "\n\u200b\n", 1) + "\n\n")  # a line of nothing visible is blank
             code, _, err = cli("predict", run.dir, "--input", source, "--output", tmp_path / "again.jsonl")
@@ -398,7 +421,7 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
     rows = [{"source": t, "prediction": t[::-1], "probabilities": {"pos": 0.25, t or "x": 0.75}, "tags": [t, "O"]}
             for t in TRICKY]
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
-                           predict_files=lambda rows: {})
+                           predict_files=lambda rows: {}, note_unreadable=lambda tok, texts, where: None)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
     monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / name
@@ -501,7 +524,7 @@ def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path,
 
     rows = [{"source": "a", "prediction": "b"}]
     task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
-                           predict_files=lambda rows: {})
+                           predict_files=lambda rows: {}, note_unreadable=lambda tok, texts, where: None)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
     monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / "o[1].jsonl"  # glob characters in the name are the name's own

@@ -180,3 +180,44 @@ def test_a_missing_column_is_named_with_the_spaces_it_has(tmp_path: Path) -> Non
     task = TASKS.get("text_classification")(train_file=path, eval_file=path, text_columns=["text"])
     with pytest.raises(UserError, match=r"column 'text' is missing \(it has: 'text ', 'label'\)"):
         task.load()
+
+
+UNREADABLE = "😂🤣😊 😜👍 ok"  # emoji: T5's and BERT's unknown token, bytes to GPT-2 and BART
+
+
+@pytest.mark.parametrize("row", ROWS, ids=str)
+def test_input_text_the_tokenizer_cannot_read_is_said_per_split(row: Row, tmp_path: Path, monkeypatch,
+                                                                  capsys) -> None:
+    """Finding: an input of characters the tokenizer reads as its unknown token (emoji, CJK or
+    `{`, `~` under T5's SentencePiece; emoji under BERT's WordPiece) was trained and scored as a
+    row of <unk>, exit 0. Now every task's input text (texts, words, questions and contexts,
+    sources, documents) is counted per split, and a split over `tasks.UNREADABLE_SHARE` of such
+    characters gets one line naming its file; nothing for a byte-level tokenizer, nothing for
+    plain text."""
+    import sys
+
+    from toolkit.tasks import TASKS
+
+    (tmp_path / "plain").mkdir()
+    raw_plain = TASKS.get(row.task)(**row.data(tmp_path / "plain")).load()
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "text", lambda i: UNREADABLE)
+    monkeypatch.setattr(module, "LONG", UNREADABLE)
+    settings = row.data(tmp_path)
+    task = TASKS.get(row.task)(**settings)
+    raw, tok = task.load(), tokenizer(row.family)
+    task.note_unreadable_splits(tok, raw_plain)
+    assert task.notices() == {}  # plain English: nothing
+    task.note_unreadable_splits(tok, raw)
+    task.say_notices(run=False)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    if row.family in ("gpt2", "bart-base"):  # every byte is read
+        assert said == []
+        return
+    where = ([f"task.{s}_file {settings[s + '_file']}" for s in ("train", "eval")] if "train_file" in settings
+             else ["the train split", "the eval split"])
+    unk = tok.unk_token
+    assert [line.split(": ")[1] for line in said] == where, said
+    for line in said:
+        assert "% of the input text's characters (" in line and f"reads as its unknown token {unk!r} ('" in line, line
+        assert "'😂'" in line and "'o'" not in line, line

@@ -25,7 +25,7 @@ from toolkit.models import BOTTLENECK_CONFIG
 from toolkit.errors import UserError, writing
 from toolkit.recipe import Recipe, apply_overrides, find_recipe, made_with, parse, read_yaml, safe_yaml
 from toolkit.recipe_data import override_leaves
-from toolkit.tasks import TASKS, _fields
+from toolkit.tasks import TASKS, _fields, input_texts
 from toolkit.setup import check_positions
 from toolkit.train import Setup, eval_loaders
 
@@ -287,6 +287,7 @@ def evaluate_run(run: Path, split: str, task_overrides: list[str], task_from: st
         recipe.task.note_eval_in_train(data)
     raw = {suffix: recipe.task.as_scored(ds) for suffix, ds in split_of(data, split).items()}
     model, tok = load_model(run, recipe)
+    recipe.task.note_unreadable_splits(tok, {split: raw})  # said with the notices, as a run says it
     if recipe.method.trains:  # in-context runs cut their prompts at method.max_length (checked there)
         check_positions(recipe, model, tok, recipe.task.max_length)  # an override past the positions
     problem = recipe.task.model_problem(model) if model is not None else None  # an override the model leaves unread
@@ -329,6 +330,12 @@ def read_inputs(source: str, columns: list[str], lists: tuple[str, ...] = (), ta
     (`_read_inputs`: the input's own names for them found by `task.input_fields`)."""
     rows, given = _read_inputs(source, columns, lists, task)
     return as_named(rows, given, columns)
+
+
+def note_unreadable_inputs(task: Any, tok: Any, rows: list[dict], fields: list[str], where: str) -> None:
+    """Inputs mostly of characters the tokenizer reads as its unknown token, said with predict's
+    notices as a run says them of its splits (`Task.note_unreadable`)."""
+    task.note_unreadable(tok, input_texts([r.get(f) for r in rows] for f in fields), where)
 
 
 def as_named(rows: list[dict], given: list[str], names: list[str]) -> list[dict]:
@@ -592,6 +599,7 @@ def predict_rows(run: Path, texts: list[Any]) -> list[dict]:
     given, lists = _given_fields(recipe.task, names, recipe.task.predict_word_lists, field_kinds(records),
                                  "predict: each input") if records else (names, recipe.task.predict_word_lists)
     inputs = [_as_row(i, item, given, lists) for i, item in enumerate(texts)]
+    note_unreadable_inputs(recipe.task, tok, inputs, given, "predict's inputs")
     with evaluation.finite_outputs():
         rows = recipe.task.predict(model, tok, as_named(inputs, given, names))
     recipe.task.say_notices(run=False)  # what was cut to fit, as a run says it (rule 8)
@@ -668,6 +676,7 @@ def predict_run(run: Path, source: str, output: str | None) -> int:
     with runs.reading(run, "predict with"):  # its model/ read whole, not while a --force rerun clears it
         recipe, model, tok, names = _predicting_run(run)
     rows, given = _read_inputs(source, names, recipe.task.predict_word_lists, recipe.task)
+    note_unreadable_inputs(recipe.task, tok, rows, given, "standard input" if source == "-" else f"--input {source}")
     with evaluation.finite_outputs():  # before anything is written
         out = named_back(recipe.task.predict(model, tok, as_named(rows, given, names)), names, given)
     out = carried(rows, out, given, "--input")

@@ -17,7 +17,7 @@ import tempfile
 import weakref
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from toolkit import attention as modules, heads, hf_tables, hub
 from toolkit.errors import UserError, beside_checkout, cache_folder, user_path
@@ -1085,6 +1085,50 @@ def unknown_characters(tok: PreTrainedTokenizerBase, texts: list[str]) -> list[s
         return []
     ids = tok(chars, add_special_tokens=False)["input_ids"]
     return [c for c, x in zip(chars, ids) if unk in x]
+
+
+_READS: "weakref.WeakKeyDictionary[Any, dict[str, bool]]" = weakref.WeakKeyDictionary()
+
+
+def _unknown(tok: PreTrainedTokenizerBase, chars: set[str]) -> set[str]:
+    """Which of `chars` `tok` reads as its unknown token, each read alone; every character is
+    probed once per tokenizer (kept with it while it lives), so a split's second reading costs a
+    set of its characters."""
+    try:
+        known = _READS.setdefault(tok, {})
+    except TypeError:  # not weakly referable: probed afresh
+        known = {}
+    new = sorted(c for c in chars if c not in known)
+    if new:
+        ids = tok(new, add_special_tokens=False)["input_ids"]
+        known.update((c, tok.unk_token_id in x) for c, x in zip(new, ids))
+    return {c for c in chars if known[c]}
+
+
+def unknown_share(tok: PreTrainedTokenizerBase, texts: Iterable[str]) -> tuple[int, int, list[str]]:
+    """(characters read as the unknown token, characters, those characters by how often they
+    occur) over `texts`, whitespace aside: what share of an input the model cannot see. Each
+    character is probed alone (`_unknown`); a WordPiece loses the whole word around one, so its
+    share is a floor. (0, n, []) for a tokenizer with no unknown token or a byte-level one."""
+    from collections import Counter
+
+    unk = getattr(tok, "unk_token_id", None)
+    lost, total, often = 0, 0, Counter()
+    batch: list[str] = []
+    for text in [*texts, None]:
+        if text is not None:
+            batch.append(text)
+            if len(batch) < 4096:
+                continue
+        joined = "".join(batch)  # a slice at a time: a large split is no second copy
+        batch = []
+        chars = set(joined)
+        spaces = [c for c in chars if c.isspace()]
+        total += len(joined) - sum(joined.count(c) for c in spaces)
+        for c in _unknown(tok, chars.difference(spaces)) if unk is not None else ():
+            often[c] += joined.count(c)
+        lost = sum(often.values())
+    return lost, total, [c for c, _ in often.most_common()]
 
 
 def own_sides(tok: PreTrainedTokenizerBase) -> None:

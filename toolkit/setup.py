@@ -130,6 +130,7 @@ def build(plan: RunPlan, processes: int = 1) -> Setup:
     model, tok = models.load(checkpoint, head, task.head_kwargs(), recipe.model.attention, recipe.model.dropout,
                              warm_start=recipe.model.warm_start, words=task.words_given)
     task.adapt_tokenizer(tok)  # saved with the run (train.save_result)
+    task.note_unreadable_splits(tok, raw)  # input text the tokenizer reads as unknown: said with the notices
     length = max(task.max_length, plan.written_max_length or 0)  # --smoke: the length as written
     check_positions(recipe, model, tok, length)
     problem = task.model_problem(model)  # a setting the checkpoint's own config leaves unread

@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from toolkit import heads, hub
+from toolkit import heads, hub, models
 from toolkit.errors import UserError, beside_checkout, user_path
 from toolkit.lazy import lazy
 from toolkit.registry import Registry
@@ -525,6 +525,41 @@ class Task:
                                        f"(task.train_file {given[0]}): the scores are "
                                        f"{'' if both == len(held) else 'mostly '}of training examples, not held-out ones")
 
+    def read_columns(self) -> list[str]:
+        """The columns of a raw split that the model reads as its input text (a list of words is
+        read joined): what `note_unreadable` counts. None by default."""
+        return []
+
+    def note_unreadable_splits(self, tok: Any, splits: dict[str, Any]) -> None:
+        """`note_unreadable` over each raw split (`{"train": ds, "eval": {suffix: ds}}` or a
+        flat `{name: ds}`) by its `read_columns`, each named by its file where the task has one."""
+        for split, ds in splits.items():
+            if isinstance(ds, dict):
+                self.note_unreadable_splits(tok, {f"{split}{sfx}": d for sfx, d in ds.items()})
+            elif ds is not None and len(ds):
+                given = getattr(self, f"{split}_file", None)
+                where = f"task.{split}_file {given}" if isinstance(given, str) and given else f"the {split} split"
+                columns = [c for c in self.read_columns() if c in ds.column_names]
+                self.note_unreadable(tok, input_texts(ds[c] for c in columns), where)
+
+    def note_unreadable(self, tok: Any, texts: Any, where: str) -> None:
+        """Input text the tokenizer mostly cannot read: T5's SentencePiece (no byte fallback) reads
+        Chinese, Japanese, emoji, `{`, `}` and `~` as its unknown token, an uncased BERT whole words
+        of the scripts its vocabulary lacks, and a classifier, tagger, reader or generator fed
+        such text trained and scored on a row of unknown tokens, exit 0. Said once per split (or
+        predict's inputs) whose characters, whitespace aside, are more than UNREADABLE_SHARE
+        such characters (`models.unknown_share`, probed a character at a time): the shipped
+        data's worst is 1.3% (wikitext-2's `<unk>` markers under T5; SAMSum's emoji 0.2%)."""
+        lost, total, chars = models.unknown_share(tok, texts)
+        if not total or lost <= UNREADABLE_SHARE * total:
+            return
+        shown = " ".join(repr(c) for c in chars[:8]) + (f" and {len(chars) - 8} more" if len(chars) > 8 else "")
+        self.note(f"unreadable {where}",
+                  f"{where}: {lost / total:.0%} of the input text's characters ({lost} of {total}, whitespace aside) "
+                  f"are ones the tokenizer ({type(tok).__name__}) reads as its unknown token "
+                  f"{getattr(tok, 'unk_token', None)!r} ({shown}): the model sees none of them (a WordPiece "
+                  "tokenizer loses the whole word around each); use a checkpoint whose tokenizer covers them")
+
     def notices(self, run: bool = True) -> dict[str, str]:
         """key -> warning line: the notes, and one line per kind of cut with its count. What to do
         about a cut differs: a run can raise the setting; a finished run's predictions are cut
@@ -548,6 +583,20 @@ class Task:
             if key not in said and os.environ.get("RANK", "0") == "0":
                 print(f"warning: {line}", file=sys.stderr)
             said.add(key)
+
+
+UNREADABLE_SHARE = 0.05  # of an input's characters read as the unknown token: said above it
+
+
+def input_texts(columns: Any) -> Any:
+    """Each text of the given columns' values: a string as it is, a list of words joined by
+    spaces (NER's tokens), anything else (a missing field) left out."""
+    for values in columns:
+        for value in values:
+            if isinstance(value, str):
+                yield value
+            elif isinstance(value, (list, tuple)):
+                yield " ".join(str(w) for w in value)
 
 
 def data_root(override: str | None = None) -> Path:

@@ -173,6 +173,9 @@ class Classification(Task):
                 "id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
 
     # --- data ------------------------------------------------------------------------------------
+    def read_columns(self) -> list[str]:
+        return list(getattr(self, "text_columns", None) or [])
+
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         cols = self.text_columns
 

@@ -669,6 +669,9 @@ class TextToText(TokenTask):
         return {**start, "forced_bos_token_id": labels[0] if labels[0] in code_ids(tok, codes) else None}
 
     # --- encoding ----------------------------------------------------------------------------
+    def read_columns(self) -> list[str]:
+        return ["source"]
+
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         self._tokenizer = tokenizer
         self.set_languages(tokenizer)

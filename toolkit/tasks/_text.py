@@ -425,6 +425,9 @@ class TextTask(TokenTask):
     def rows_are_examples(self) -> bool:
         return False  # documents packed into blocks
 
+    def read_columns(self) -> list[str]:
+        return ["text"]
+
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         heldout = HELDOUT in dataset.column_names
         blocks = self.by_document(dataset, tokenizer) if self.line_by_line else self.pack(dataset, tokenizer, whole=heldout)

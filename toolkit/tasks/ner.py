@@ -444,6 +444,9 @@ class Ner(Task):
                     raise UserError(f"{sentences.where(s, w)}: tag '{tag}' is not one of task.labels ({', '.join(names)})")
         return {"tokens": sentences.tokens, "tags": [[index[t] for t in tags] for tags in sentences.tags]}
 
+    def read_columns(self) -> list[str]:
+        return ["tokens"]
+
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         if not getattr(tokenizer, "is_fast", False):
             raise UserError("task.name: ner needs a fast tokenizer (word ids map tags to sub-tokens)")

@@ -641,6 +641,9 @@ class Squad(TextToText):
     def rows_are_examples(self) -> bool:
         return not self.extractive  # an example is as many windows as its context needs
 
+    def read_columns(self) -> list[str]:
+        return ["question", "context"]
+
     def encode(self, dataset: Any, tokenizer: Any) -> Any:
         if not self.extractive:
             return super().encode(dataset, tokenizer)
