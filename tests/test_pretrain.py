@@ -820,6 +820,41 @@ method: {{name: full}}
     assert not runs.exists() or not list(runs.rglob("recipe.yaml"))  # the upstream never started
 
 
+@pytest.mark.parametrize("smoke_in", ["overrides", "recipe", "middle"])
+def test_a_run_that_is_not_smoke_never_starts_from_a_smoke_run(tmp_path: Path, cli, tiny_checkpoint,
+                                                                smoke_in: str) -> None:
+    """A chain is smoke from its first run to its last. `overrides: [smoke=true]` in the reference
+    (or `smoke: true` in the upstream recipe, or in the middle of a chain of three) fine-tuned the
+    small random-weight model --smoke builds as a real run: exit 0, reported as a fine-tuning of
+    the checkpoint with no smoke mark. Refused before anything runs, at every entry point;
+    --smoke on the last run (every run above it a smoke run) is the chain it meant."""
+    import toolkit
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm")
+    if smoke_in != "overrides":
+        pre.write_text("smoke: true\n" + pre.read_text())
+    ref = f"{{run: {pre}, overrides: [smoke=true]}}" if smoke_in == "overrides" else f"{{run: {pre}}}"
+    body = """task: {name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}
+method: {name: full}
+"""
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"model: {{checkpoint: {ref}}}\n" + body)
+    if smoke_in == "middle":  # pre (smoke) -> mid (not) -> fine: the line is mid's, said from fine
+        mid = fine.rename(tmp_path / "recipes" / "mid.yaml")
+        fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"model: {{checkpoint: {{run: {mid}}}}}\n" + body)
+    said = (f"model.checkpoint: run {pre} is a smoke run (its "
+            + ("overrides say smoke=true" if smoke_in == "overrides" else "recipe says smoke: true")
+            + "): its model is the small random-weight one --smoke builds, and this run is not a smoke run")
+    runs = tmp_path / "runs"
+    for command in (["validate", fine], ["run", fine, "--runs-dir", runs], ["sweep", fine, "--runs-dir", runs]):
+        code, _, err = cli(*command)
+        assert code == 2 and said in err and "run this recipe with --smoke too" in err, (command, err)
+    for call in (lambda: toolkit.run(fine, runs_dir=runs), lambda: toolkit.sweep([fine], runs_dir=runs)):
+        with pytest.raises(UserError, match=re.escape(said)):
+            call()
+    assert not runs.exists() or not list(runs.rglob("recipe.yaml"))  # nothing ran
+    assert cli("validate", fine, "--smoke")[0] == 0  # the whole chain at smoke size
+
+
 @pytest.mark.parametrize("family, task, entry", [("bert", "mlm", "validate"), ("gpt2", "clm", "run"),
                                                  ("bert", "mlm", "api")])
 def test_a_chain_from_a_run_with_an_attention_module_names_it(tmp_path: Path, cli, tiny_checkpoint, family: str,
