@@ -857,6 +857,26 @@ method: {name: full}
     assert cli("validate", fine, "--smoke")[0] == 0  # the whole chain at smoke size
 
 
+def test_a_checkpoint_path_that_holds_no_model_says_what_it_is(tmp_path: Path, cli) -> None:
+    """A run chained by its folder's path before that run finished (no model/ yet), or any folder
+    holding no model, was said "cannot read the config of '...' off-line (not a local folder, not
+    in the Hub cache)" at validate: the wrong cause, with a fix (download it) that does not apply."""
+    unfinished = tmp_path / "runs" / "pre" / "0123456789ab"
+    (unfinished / "checkpoints").mkdir(parents=True)
+    (unfinished / "recipe.yaml").write_text("name: pre\n")
+    fine = write_recipe(tmp_path / "fine.yaml", """model: {checkpoint: x}
+task: {name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}
+method: {name: full}
+""")
+    for folder, said in ((unfinished, "is the folder of a run that is unfinished (no metrics.json, no model/ yet); "
+                                      "finish that run first"),
+                         (unfinished / "checkpoints", "has no config.json (nor model/config.json of an earlier run)")):
+        for command in (["validate", fine], ["run", fine, "--runs-dir", tmp_path / "out"]):
+            code, _, err = cli(*command, f"model.checkpoint={folder}")
+            assert code == 2 and f"model.checkpoint: {folder} {said}" in err and "off-line" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("family, task, entry", [("bert", "mlm", "validate"), ("gpt2", "clm", "run"),
                                                  ("bert", "mlm", "api")])
 def test_a_chain_from_a_run_with_an_attention_module_names_it(tmp_path: Path, cli, tiny_checkpoint, family: str,
