@@ -5,7 +5,8 @@ The reference is validated with the recipe (the named recipe is loaded and check
 family is this run's), and resolved when the run starts: the named recipe with its overrides is
 hashed into its run folder under the same runs root (`--runs-dir`), which must be finished and
 hold a plain transformers model. Under `--smoke` the named recipe is taken at smoke size too, so
-a chain's smoke run starts from the smoke run of its pretraining (whose small model it is).
+a chain's smoke run starts from the smoke run of its pretraining (whose small model it is), and a
+run that is not a smoke run never starts from one (`check_smoke`).
 The upstream's model is its weights, tokenizer and attention module: `check` has the recipe name
 that module, and a finished chained run records the upstream files it started from, which
 `check_current` compares before the run is called finished again.
