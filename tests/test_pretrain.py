@@ -849,7 +849,8 @@ method: {name: full}
     for command in commands if smoke_in == "overrides" else commands[1:2]:
         code, _, err = cli(*command)
         assert code == 2 and said in err and "run this recipe with --smoke too" in err, (command, err)
-    calls = (lambda: toolkit.run(fine, runs_dir=runs), lambda: toolkit.sweep([fine], runs_dir=runs))
+    calls = (lambda: toolkit.validate(fine), lambda: toolkit.run(fine, runs_dir=runs),
+             lambda: toolkit.sweep([fine], runs_dir=runs))
     for call in calls if smoke_in == "overrides" else ():
         with pytest.raises(UserError, match=re.escape(said)):
             call()
