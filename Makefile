@@ -128,14 +128,20 @@ compare:  ## METHODS on TASK x MODEL, SEEDS seeds, EPOCHS and an LR_GRID per met
 chain:  ## continued pretraining, then fine-tuning from its result [PRETRAIN_ARGS=key=value ...] [ARGS=--smoke]
 # an empty PRETRAIN or FINETUNE is one line before anything runs (FINETUNE= trained the whole pretraining first)
 	$(foreach v,PRETRAIN FINETUNE,$(if $(strip $($(v))),,$(error make chain: no recipe given ($(v) is empty); give a recipe file, e.g. $(v)=$(if $(filter PRETRAIN,$(v)),recipes/pretrain/wikitext-2/minilm-mlm.yaml,recipes/demo/sst2/minilm-full.yaml) (the default))))
-	$(BIN)/toolkit run "$(PRETRAIN)" $(PRETRAIN_ARGS) --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
-# the fine-tuning names that same run: each override word of PRETRAIN_ARGS and ARGS as the shell split
-# it above (ARGS reached the pretraining too: left out, `ARGS=train.epochs=1` fine-tuned from another
+# the fine-tuning names the run the pretraining makes: each override word of PRETRAIN_ARGS and ARGS as the
+# shell splits it (ARGS reaches the pretraining too: left out, `ARGS=train.epochs=1` fine-tuned from another
 # run than the one just made), one YAML string (joining on spaces split 'method={name: lora, merge:
-# true}' into four, a comma into two); flags and their values (--smoke, --stop-after 3) are not overrides
+# true}' into four, a comma into two); flags and their values (--smoke, --stop-after 3) are not overrides.
+# The fine-tuning (with the pretraining recipe it names) is validated first, with ARGS's overrides and
+# --smoke: a fine-tuning recipe refused at its start was refused after the whole pretraining had run
 	set -- $(PRETRAIN_ARGS) $(ARGS); refs=; for a in "$$@"; do case "$$a" in -*) continue;; *=*) ;; *) continue;; esac; \
 	  refs="$$refs$${refs:+, }'$$(printf '%s' "$$a" | sed "s/'/''/g")'"; done; \
-	$(BIN)/toolkit run "$(FINETUNE)" "model.checkpoint={run: '$(subst ','',$(PRETRAIN))', overrides: [$$refs]}" --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
+	ref="model.checkpoint={run: '$(subst ','',$(PRETRAIN))', overrides: [$$refs]}"; \
+	set -- $(ARGS); n=$$#; for a in "$$@"; do case "$$a" in --smoke) ;; -*) continue;; *=*) ;; *) continue;; esac; \
+	  set -- "$$@" "$$a"; done; shift $$n; \
+	$(BIN)/toolkit validate "$(FINETUNE)" "$$ref" "$$@" >/dev/null && \
+	$(BIN)/toolkit run "$(PRETRAIN)" $(PRETRAIN_ARGS) --runs-dir "$(RUNS_DIR)/chain" $(ARGS) && \
+	$(BIN)/toolkit run "$(FINETUNE)" "$$ref" --runs-dir "$(RUNS_DIR)/chain" $(ARGS)
 	$(BIN)/toolkit report "$(RUNS_DIR)/chain"
 
 bench:  ## toolkit vs Trainer, matmul/MFU, LoRA vs full, start-up: Markdown tables [BENCH_ARGS="--sections trainer --json bench.json"]

@@ -739,18 +739,27 @@ def test_make_chain_args_reach_the_reference_as_they_reached_the_pretraining(tmp
 
     from toolkit import recipe as recipes
 
-    fake = tmp_path / "venv" / "bin"
+    fake, log = tmp_path / "venv" / "bin", tmp_path / "calls.jsonl"
     fake.mkdir(parents=True)
-    (fake / "toolkit").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    (fake / "toolkit").write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n"
+                                  f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+                                  "sys.exit(2 if sys.argv[1] == 'validate' and any('refuse=1' in a for a in sys.argv) else 0)\n")
     (fake / "toolkit").chmod(0o755)
-    done = _make("-s", "chain", f"VENV={tmp_path / 'venv'}", "PRETRAIN_ARGS=train.lr=1e-4",
-                 "ARGS=--smoke train.epochs=1 --stop-after 3 'task={max_train_samples: 100}'", f"RUNS={tmp_path}")
+    args = "ARGS=--smoke train.epochs=1 --stop-after 3 'task={max_train_samples: 100}'"
+    done = _make("-s", "chain", f"VENV={tmp_path / 'venv'}", "PRETRAIN_ARGS=train.lr=1e-4", args, f"RUNS={tmp_path}")
     assert done.returncode == 0, done.stderr
     pretrain, finetune, _ = [json.loads(line) for line in done.stdout.splitlines()]
     assert {"train.lr=1e-4", "train.epochs=1", "task={max_train_samples: 100}", "--smoke"} <= set(pretrain)
     (reference,) = [a for a in finetune if a.startswith("model.checkpoint=")]
     ref = recipes.safe_yaml(reference.partition("=")[2], "reference")
     assert ref["overrides"] == ["train.lr=1e-4", "train.epochs=1", "task={max_train_samples: 100}"]
+    # the fine-tuning, as it will run (its overrides and --smoke, not the run's flags), is validated
+    # before the pretraining: refused at its own start, it was refused after the whole pretraining
+    validate = json.loads(log.read_text().splitlines()[0])
+    assert validate == ["validate", finetune[1], reference, "--smoke", "train.epochs=1", "task={max_train_samples: 100}"]
+    log.unlink()
+    done = _make("-s", "chain", f"VENV={tmp_path / 'venv'}", "PRETRAIN_ARGS=refuse=1", args, f"RUNS={tmp_path}")
+    assert done.returncode != 0 and done.stdout == "" and [json.loads(x)[0] for x in log.read_text().splitlines()] == ["validate"]
 
 
 @pytest.mark.parametrize("command", [["run", "demo/sst2/minilm-lora", "--runs-dir", "a", "--runs-dir", "b"],

@@ -820,6 +820,64 @@ method: {{name: full}}
     assert not runs.exists() or not list(runs.rglob("recipe.yaml"))  # the upstream never started
 
 
+@pytest.mark.parametrize("smoke_in", ["overrides", "recipe", "middle"])
+def test_a_run_that_is_not_smoke_never_starts_from_a_smoke_run(tmp_path: Path, cli, tiny_checkpoint,
+                                                                smoke_in: str) -> None:
+    """A chain is smoke from its first run to its last. `overrides: [smoke=true]` in the reference
+    (or `smoke: true` in the upstream recipe, or in the middle of a chain of three) fine-tuned the
+    small random-weight model --smoke builds as a real run: exit 0, reported as a fine-tuning of
+    the checkpoint with no smoke mark. Refused before anything runs, at every entry point;
+    --smoke on the last run (every run above it a smoke run) is the chain it meant."""
+    import toolkit
+
+    pre = pretrain_recipe(tmp_path, "pre", tiny_checkpoint("bert"), "mlm")
+    if smoke_in != "overrides":
+        pre.write_text("smoke: true\n" + pre.read_text())
+    ref = f"{{run: {pre}, overrides: [smoke=true]}}" if smoke_in == "overrides" else f"{{run: {pre}}}"
+    body = """task: {name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}
+method: {name: full}
+"""
+    fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"model: {{checkpoint: {ref}}}\n" + body)
+    if smoke_in == "middle":  # pre (smoke) -> mid (not) -> fine: the line is mid's, said from fine
+        mid = fine.rename(tmp_path / "recipes" / "mid.yaml")
+        fine = write_recipe(tmp_path / "recipes" / "fine.yaml", f"model: {{checkpoint: {{run: {mid}}}}}\n" + body)
+    said = (f"model.checkpoint: run {pre} is a smoke run (its "
+            + ("overrides say smoke=true" if smoke_in == "overrides" else "recipe says smoke: true")
+            + "): its model is the small random-weight one --smoke builds, and this run is not a smoke run")
+    runs = tmp_path / "runs"
+    commands = [["validate", fine], ["run", fine, "--runs-dir", runs], ["sweep", fine, "--runs-dir", runs]]
+    for command in commands if smoke_in == "overrides" else commands[1:2]:
+        code, _, err = cli(*command)
+        assert code == 2 and said in err and "run this recipe with --smoke too" in err, (command, err)
+    calls = (lambda: toolkit.validate(fine), lambda: toolkit.run(fine, runs_dir=runs),
+             lambda: toolkit.sweep([fine], runs_dir=runs))
+    for call in calls if smoke_in == "overrides" else ():
+        with pytest.raises(UserError, match=re.escape(said)):
+            call()
+    assert not runs.exists() or not list(runs.rglob("recipe.yaml"))  # nothing ran
+    assert cli("validate", fine, "--smoke")[0] == 0  # the whole chain at smoke size
+
+
+def test_a_checkpoint_path_that_holds_no_model_says_what_it_is(tmp_path: Path, cli) -> None:
+    """A run chained by its folder's path before that run finished (no model/ yet), or any folder
+    holding no model, was said "cannot read the config of '...' off-line (not a local folder, not
+    in the Hub cache)" at validate: the wrong cause, with a fix (download it) that does not apply."""
+    unfinished = tmp_path / "runs" / "pre" / "0123456789ab"
+    (unfinished / "checkpoints").mkdir(parents=True)
+    (unfinished / "recipe.yaml").write_text("name: pre\n")
+    fine = write_recipe(tmp_path / "fine.yaml", """model: {checkpoint: x}
+task: {name: glue, subset: sst2, max_length: 32, max_train_samples: 8, max_eval_samples: 8}
+method: {name: full}
+""")
+    for folder, said in ((unfinished, "is the folder of a run that is unfinished (no metrics.json, no model/ yet); "
+                                      "finish that run first"),
+                         (unfinished / "checkpoints", "has no config.json (nor model/config.json of an earlier run)")):
+        for command in (["validate", fine], ["run", fine, "--runs-dir", tmp_path / "out"]):
+            code, _, err = cli(*command, f"model.checkpoint={folder}")
+            assert code == 2 and f"model.checkpoint: {folder} {said}" in err and "off-line" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("family, task, entry", [("bert", "mlm", "validate"), ("gpt2", "clm", "run"),
                                                  ("bert", "mlm", "api")])
 def test_a_chain_from_a_run_with_an_attention_module_names_it(tmp_path: Path, cli, tiny_checkpoint, family: str,

@@ -5,7 +5,8 @@ The reference is validated with the recipe (the named recipe is loaded and check
 family is this run's), and resolved when the run starts: the named recipe with its overrides is
 hashed into its run folder under the same runs root (`--runs-dir`), which must be finished and
 hold a plain transformers model. Under `--smoke` the named recipe is taken at smoke size too, so
-a chain's smoke run starts from the smoke run of its pretraining (whose small model it is).
+a chain's smoke run starts from the smoke run of its pretraining (whose small model it is), and a
+run that is not a smoke run never starts from one (`check_smoke`).
 The upstream's model is its weights, tokenizer and attention module: `check` has the recipe name
 that module, and a finished chained run records the upstream files it started from, which
 `check_current` compares before the run is called finished again.
@@ -170,6 +171,31 @@ def not_a_model(ref: dict, method: object) -> str:
     what = "saves nothing to start from" if not getattr(method, "trains", True) else \
         f"saves {method.name}'s own parameters, not a model"
     return f"model.checkpoint: run {ref['run']} {what}; {fix}"
+
+
+def check_smoke(plan: RunPlan) -> None:
+    """A run that is not a smoke run, and each run above it in its chain, starts from no smoke run
+    (smoke_upstream). Said of the run launched, whose whole chain is known by then: an upstream's
+    plan is made first as written, not smoke, where --smoke on the run launched makes it one."""
+    where = ""
+    while plan.upstream is not None and not plan.recipe.smoke:
+        ref = plan.recipe.model.checkpoint
+        if plan.upstream.recipe.smoke:
+            raise UserError(where + smoke_upstream(ref))
+        where, plan = f"{where}model.checkpoint.run ({ref['run']}): ", plan.upstream
+
+
+def smoke_upstream(ref: dict) -> str:
+    """The line for a run that is not a smoke run chained to one (`smoke=true` in the reference's
+    overrides or `smoke: true` in its recipe): its base is the small random-weight model --smoke
+    builds, and the fine-tuning from it ran as a real run, reported without the smoke mark (its
+    own recipe says no smoke), exit 0. A chain is smoke from its first run to its last: --smoke
+    on the last makes every run above it a smoke run."""
+    said = "its overrides say smoke=true" if any(str(o).replace(" ", "").startswith("smoke=")
+                                                for o in ref.get("overrides") or []) else "its recipe says smoke: true"
+    return (f"model.checkpoint: run {ref['run']} is a smoke run ({said}): its model is the small random-weight "
+            "one --smoke builds, and this run is not a smoke run, so its result would stand as a real one; run "
+            "this recipe with --smoke too, or drop smoke from that run")
 
 
 # what a run records of the base model folder it started from (metrics.json `base_weights`):

@@ -141,8 +141,7 @@ def resolve(checkpoint: str) -> str:
     if local is not None:
         return str(local)
     if user_path(checkpoint).exists():
-        raise UserError(f"model.checkpoint: {checkpoint} has no config.json (nor model/config.json "
-                        "of an earlier run); point at a model folder")
+        raise UserError(no_model_there(checkpoint))
     if _cached(checkpoint):
         return checkpoint
     packaged = PACKAGED.get(checkpoint, lambda: None)()
@@ -153,6 +152,19 @@ def resolve(checkpoint: str) -> str:
                         "off-line (HF_HUB_OFFLINE=1); download it where the Hub is reachable and "
                         "set model.checkpoint to that local folder")
     return checkpoint
+
+
+def no_model_there(checkpoint: str) -> str:
+    """The line for a checkpoint path that exists and holds no model: an earlier run's folder whose
+    run is unfinished (no model/ yet: validate said "cannot read the config off-line (not a local
+    folder, not in the Hub cache)", the wrong cause), or any other folder or file."""
+    path = user_path(checkpoint)
+    if (path / "recipe.yaml").is_file() and not (path / "metrics.json").is_file():
+        return (f"model.checkpoint: {checkpoint} is the folder of a run that is unfinished (no metrics.json, "
+                "no model/ yet); finish that run first (run its recipe again, it resumes), or name it by its "
+                "recipe, model.checkpoint: {run: RECIPE}, which says so until it is finished")
+    return (f"model.checkpoint: {checkpoint} has no config.json (nor model/config.json of an earlier run); "
+            "point at a model folder")
 
 
 def tokenizer_folder(checkpoint: str, smoke: bool = False) -> Path | None:
@@ -296,6 +308,8 @@ def family_of(checkpoint: str) -> str:
     model_type = _config_json(local).get("model_type") if local is not None else None
     if local is None:
         model_type = KNOWN_MODEL_TYPES.get(checkpoint) or _hub_model_type(checkpoint)
+    if local is None and model_type is None and user_path(checkpoint).exists():
+        raise UserError(no_model_there(checkpoint))
     if local is None and model_type is None:
         raise UserError(f"model.checkpoint: cannot read the config of '{checkpoint}' off-line (not "
                         "a local folder, not in the Hub cache); download it where the Hub is "

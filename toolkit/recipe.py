@@ -511,6 +511,8 @@ def plan(path: str | Path, overrides: list[str] | None = None, smoke: bool = Fal
         small = settled(parse_plan(sized, name=written.recipe.name, smoke=True, origin=path, seen=seen))
         small.written_max_length = written.recipe.task.max_length
         return small
+    if not seen[:-1]:  # the run launched: its chain as run (an upstream's first pass above is not)
+        chain.check_smoke(written)
     return written
 
 
