@@ -406,6 +406,16 @@ def _read_back(path: Path, name: str) -> list[dict]:
     return [{k: json.loads(v) if k in ("probabilities", "tags") else v for k, v in r.items()} for r in rows]
 
 
+def _writer_task(rows: list[dict]):
+    """A task predicting `rows` whatever it is given, for the tests of predict's output writer: the
+    calls predict makes of a task, each doing nothing else (one place, so a call predict learns is
+    added once)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
+                           predict_files=lambda rows: {}, note_unreadable=lambda tok, texts, where: None)
+
+
 @pytest.mark.parametrize("name", ["out.jsonl", "out.json", "out.csv", "out.csv.gz", "out.jsonl.gz", "out.tsv"])
 def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(tmp_path: Path, monkeypatch,
                                                                                name: str) -> None:
@@ -420,8 +430,7 @@ def test_predictions_written_read_back_as_they_were_in_the_format_the_name_asks(
 
     rows = [{"source": t, "prediction": t[::-1], "probabilities": {"pos": 0.25, t or "x": 0.75}, "tags": [t, "O"]}
             for t in TRICKY]
-    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
-                           predict_files=lambda rows: {}, note_unreadable=lambda tok, texts, where: None)
+    task = _writer_task(rows)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
     monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / name
@@ -486,8 +495,7 @@ def test_an_output_that_is_a_link_is_written_where_it_points(tmp_path: Path, mon
     from toolkit import inference
 
     rows = [{"source": "a", "prediction": "b"}]
-    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
-                           predict_files=lambda rows: {})
+    task = _writer_task(rows)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
     monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     target, link = tmp_path / "kept" / "preds.jsonl", tmp_path / "latest.jsonl"
@@ -523,8 +531,7 @@ def test_each_predict_writes_through_a_temporary_name_of_its_own(tmp_path: Path,
     from toolkit import inference
 
     rows = [{"source": "a", "prediction": "b"}]
-    task = SimpleNamespace(predict=lambda model, tok, inputs: rows, predict_word_lists=(), say_notices=lambda run: None,
-                           predict_files=lambda rows: {}, note_unreadable=lambda tok, texts, where: None)
+    task = _writer_task(rows)
     monkeypatch.setattr(inference, "_predicting_run", lambda run: (SimpleNamespace(task=task, smoke=False), None, None, ["source"]))
     monkeypatch.setattr(inference, "_read_inputs", lambda source, names, lists, task=None: (rows, names))
     out = tmp_path / "o[1].jsonl"  # glob characters in the name are the name's own
