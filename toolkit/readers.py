@@ -941,12 +941,14 @@ def _long_row(path: Path, fmt: str, want: int) -> tuple[int, int] | None:
     return next(((line, len(row)) for line, row in _records(path, fmt) if len(row) > want), None)
 
 
-def _records(path: Path, fmt: str, last: list[str] | None = None) -> Iterator[tuple[int, list[str]]]:
+def _records(path: Path, fmt: str, last: list[str] | None = None,
+             skipped: list[int] | None = None) -> Iterator[tuple[int, list[str]]]:
     """(the line it starts on, its fields) of each record of a CSV/TSV file that pandas reads, the
     header first: Python's csv module, past what pandas skips, blank lines and lines of nothing but
     spaces and tabs (which the csv module reads as a record of one field: every later line named
     was one line too early, and such a line after the header hid a first record that would shift
-    every column). `last`, where given, holds the last line read (the record's last line)."""
+    every column). `last`, where given, holds the last line read (the record's last line);
+    `skipped`, where given, gets the number of each line passed over, before the next record."""
     csv.field_size_limit(sys.maxsize)
     last = last if last is not None else [""]
 
@@ -961,8 +963,10 @@ def _records(path: Path, fmt: str, last: list[str] | None = None) -> Iterator[tu
         rows = csv.reader(lines(text), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
         start = 1
         for row in rows:
-            skipped = not row or len(row) == 1 and rows.line_num == start and not last[0].strip(" \t\r\n")
-            if not skipped:
+            if not row or len(row) == 1 and rows.line_num == start and not last[0].strip(" \t\r\n"):
+                if skipped is not None:
+                    skipped.append(start)
+            else:
                 yield start, row
             start = rows.line_num + 1
 
@@ -972,26 +976,13 @@ def skipped_lines(path: Path, fmt: str) -> list[int]:
     (blank, or spaces and tabs alone), those after the last record not counted: in a file of
     one column such a line is an input of blank text to whoever wrote it, as a blank line of a
     plain-text file is (`read_lines`)."""
-    csv.field_size_limit(sys.maxsize)
-    last, found, records = [""], [], 0  # records: the header counted
-
-    def lines(text: Any) -> Iterator[str]:
-        for line in text:
-            last[0] = line
-            yield line
-
-    with _open_bytes(path) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-        rows = csv.reader(lines(text), delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
-        start, kept = 1, 0
-        for row in rows:
-            if not row or len(row) == 1 and rows.line_num == start and not last[0].strip(" \t\r\n"):
-                found += [start] if records > 1 else []  # after the header and a first record
-            else:
-                records, kept = records + 1, len(found)
-            start = rows.line_num + 1
-    return found[:kept]
+    passed, found, records = [], [], 0  # records: the header counted
+    for _ in _records(path, fmt, skipped=passed):
+        records += 1
+        if records > 2:  # the lines passed over between the first record and this one
+            found += passed
+        passed.clear()
+    return found
 
 
 def _field_count(path: Path, fmt: str, want: Any, line: Any, got: Any) -> str:
