@@ -1088,17 +1088,12 @@ def unknown_characters(tok: PreTrainedTokenizerBase, texts: list[str]) -> list[s
     point order; whitespace aside): none for a byte-level BPE (GPT-2, BART, RoBERTa),
     which reads every byte; T5's SentencePiece reads `{`, `~`, `<` and most non-Latin scripts so,
     a WordPiece a whole word around such a character. Read from what the tokenizer does."""
-    unk = getattr(tok, "unk_token_id", None)
-    if unk is None or not texts:
+    if getattr(tok, "unk_token_id", None) is None or not texts:
         return []
     seen: set[str] = set()
     for start in range(0, len(texts), 4096):  # joined a slice at a time: a large split is no second copy
         seen.update("".join(texts[start:start + 4096]))
-    chars = sorted(c for c in seen if not c.isspace())
-    if not chars:
-        return []
-    ids = tok(chars, add_special_tokens=False)["input_ids"]
-    return [c for c, x in zip(chars, ids) if unk in x]
+    return sorted(_unknown(tok, {c for c in seen if not c.isspace()}))  # probed once per tokenizer, as inputs are
 
 
 _READS: "weakref.WeakKeyDictionary[Any, dict[str, bool]]" = weakref.WeakKeyDictionary()
